@@ -1,0 +1,37 @@
+"""rlds: an offline-RL dataset manager (CLI ``rlds``) and a fast PyTorch loader.
+
+The public names are imported lazily so that ``import rlds_cli`` (and ``rlds --help``)
+stays fast and never imports torch unless the loader is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlds_cli._version import __version__
+
+_LAZY = {
+    "open_dataset": "rlds_cli.cache.dataset",
+    "Dataset": "rlds_cli.cache.dataset",
+    "TedBatch": "rlds_cli.cache.ted",
+    "CacheRoot": "rlds_cli.cache.root",
+    "convert": "rlds_cli.convert",
+    "Loader": "rlds_cli.loader",
+    "UniformSampler": "rlds_cli.loader",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlds_cli' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,281 @@
+"""Atomic, streaming construction of a cached dataset.
+
+A :class:`DatasetBuilder` takes the dataset's lock, builds in a private directory under
+``tmp/``, appends :class:`~rlds_cli.formats.base.StepBlock` s as they stream in (memory use
+is one block), and on :meth:`DatasetBuilder.commit` writes the episode index, then the
+manifest, then renames the directory into place. Killed at any point before the rename, it
+leaves nothing visible, and the next writer removes its temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+from filelock import Timeout
+
+from rlds_cli import settings
+from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend
+from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
+from rlds_cli.cache.root import CacheRoot, fsync_dir, validate_name
+from rlds_cli.errors import ConversionError, DatasetExistsError, LockTimeoutError
+from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
+
+EPISODES_FILE = "episodes.npy"
+SOURCE_ARRAYS_FILE = "source_metadata.npz"
+
+#: One row per episode: first step, number of steps, the source's id, real final observation.
+EPISODE_DTYPE = np.dtype([("start", "<i8"), ("length", "<i8"), ("source_id", "<i8"), ("final_known", "?")])
+
+_SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
+_FLAG_KEYS = ("next/terminated", "next/truncated")
+
+
+class DatasetBuilder:
+    """Build one dataset atomically. Use as a context manager.
+
+    Args:
+        name: Dataset name in the cache.
+        root: Cache root (a :class:`CacheRoot`, a path, or ``None`` for the default).
+        backend: ``"memmap"`` or ``"zarr"``.
+        replace: Replace a dataset of the same name when committing.
+        lock_timeout: Seconds to wait for another writer of the same name (``-1``: forever).
+
+    Attributes:
+        existing: The manifest of the dataset already published under ``name`` (read once the
+            lock is held), or ``None``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        root: CacheRoot | str | os.PathLike[str] | None = None,
+        backend: str = "memmap",
+        replace: bool = False,
+        lock_timeout: float = -1,
+    ) -> None:
+        self.name = validate_name(name)
+        self.root = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        self.backend: Backend = get_backend(backend)
+        self.replace = replace
+        self.existing: Manifest | None = None
+        self._lock = self.root.lock(name, timeout=lock_timeout)
+        self._dir: Path | None = None
+        self._columns: dict[str, ColumnWriter] = {}
+        self._specs: dict[str, FieldSpec] = {}
+        self._ends: list[np.ndarray] = []
+        self._final_known: list[np.ndarray] = []
+        self._episode_ids: list[np.ndarray] = []
+        self._num_steps = 0
+        self._open_episode = False
+        self._committed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> DatasetBuilder:
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise LockTimeoutError(f"dataset {self.name!r} is being written by another process") from None
+        try:
+            self.root.clean_stale_builds()
+            if self.root.exists(self.name):
+                self.existing = self.root.manifest(self.name)
+            self._dir = self.root.new_build_dir(self.name)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if not self._committed and self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+        finally:
+            self._lock.release()
+
+    @property
+    def build_dir(self) -> Path:
+        if self._dir is None:
+            raise RuntimeError("DatasetBuilder used outside its 'with' block")
+        return self._dir
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, block: StepBlock) -> None:
+        """Validate one block against the TED rules and append it to every column."""
+        n = block.num_steps
+        if n == 0:
+            return
+        steps = {k: _normalise_step_column(k, v) for k, v in block.steps.items()}
+        ends = np.asarray(block.ends, dtype=np.int64).reshape(-1)
+        self._check_block(steps, block.observations, ends, n)
+        if not self._columns:
+            self._create_columns(steps, block.observations)
+        self._check_schema(steps, block.observations)
+        for key, rows in steps.items():
+            self._columns[key].append(rows)
+        for key, rows in block.observations.items():
+            self._columns[key].append(rows)
+        k = len(ends)
+        self._ends.append(ends + self._num_steps)
+        self._final_known.append(
+            np.ones(k, bool) if block.final_known is None else np.asarray(block.final_known, bool).reshape(k)
+        )
+        ids = block.episode_ids
+        self._episode_ids.append(
+            np.full(k, -1, np.int64) if ids is None else np.asarray(ids, np.int64).reshape(k)
+        )
+        self._num_steps += n
+        self._open_episode = not (k and ends[-1] == n - 1)
+
+    def _check_block(self, steps: dict[str, np.ndarray], observations: Any, ends: np.ndarray, n: int) -> None:
+        missing = [k for k in REQUIRED_STEP_KEYS if k not in steps]
+        if missing:
+            raise ConversionError(f"block lacks required keys {missing}")
+        if not observations:
+            raise ConversionError("block has no observation-like keys")
+        for key, rows in steps.items():
+            if rows.shape[0] != n:
+                raise ConversionError(f"step column {key!r} has {rows.shape[0]} rows, expected {n}")
+        for key, rows in observations.items():
+            if np.asarray(rows).shape[0] != n + len(ends):
+                raise ConversionError(
+                    f"observation column {key!r} has {np.asarray(rows).shape[0]} rows, "
+                    f"expected {n} steps + {len(ends)} final observations"
+                )
+        if len(ends) and (ends[0] < 0 or ends[-1] >= n or np.any(np.diff(ends) <= 0)):
+            raise ConversionError("episode ends must be sorted, unique and inside the block")
+        done = (steps["next/terminated"] | steps["next/truncated"]).reshape(n)
+        is_end = np.zeros(n, bool)
+        is_end[ends] = True
+        if not np.array_equal(done, is_end):
+            bad = int(np.flatnonzero(done != is_end)[0]) + self._num_steps
+            raise ConversionError(
+                f"step {bad}: next/done must be True exactly at episode ends "
+                "(terminated or truncated marks the last step of an episode)"
+            )
+
+    def _create_columns(self, steps: dict[str, np.ndarray], observations: Any) -> None:
+        for storage, columns in (("step", steps), ("flat", observations)):
+            for key, rows in columns.items():
+                rows = np.asarray(rows)
+                if storage == "flat" and key.startswith("next/"):
+                    raise ConversionError(f"observation-like key {key!r} must not start with 'next/'")
+                spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)  # type: ignore[arg-type]
+                self._specs[key] = spec
+                self._columns[key] = self.backend.create_column(
+                    self.build_dir, key, np.dtype(spec.dtype), spec.shape
+                )
+
+    def _check_schema(self, steps: dict[str, np.ndarray], observations: Any) -> None:
+        seen = {**steps, **{k: np.asarray(v) for k, v in observations.items()}}
+        if set(seen) != set(self._specs):
+            raise ConversionError(
+                f"block keys {sorted(seen)} differ from the first block's {sorted(self._specs)}"
+            )
+        for key, rows in seen.items():
+            spec = self._specs[key]
+            if tuple(rows.shape[1:]) != spec.shape or dtype_name(rows.dtype) != spec.dtype:
+                raise ConversionError(
+                    f"key {key!r}: block has shape {rows.shape[1:]} {rows.dtype}, "
+                    f"first block had {spec.shape} {spec.dtype}"
+                )
+
+    # ------------------------------------------------------------------ commit
+
+    def commit(
+        self,
+        *,
+        source: dict[str, Any] | None = None,
+        conversion: dict[str, Any] | None = None,
+        lineage: list[dict[str, Any]] | None = None,
+        source_arrays: dict[str, np.ndarray] | None = None,
+    ) -> Manifest:
+        """Finish every column, write the episode index and manifest, and publish.
+
+        Returns:
+            The manifest of the published dataset.
+        """
+        if self._num_steps == 0:
+            raise ConversionError(f"no transitions to write for dataset {self.name!r}")
+        if self._open_episode:
+            raise ConversionError("the last episode was never closed (its last step has no end flag)")
+        if self.existing is not None and not self.replace:
+            raise DatasetExistsError(
+                f"dataset {self.name!r} already exists at {self.root.dataset_dir(self.name)}"
+            )
+        fsync = settings.fsync_enabled()
+        for key, column in self._columns.items():
+            rows = column.close(fsync=fsync)
+            expected = self._num_steps + (self._num_episodes() if self._specs[key].storage == "flat" else 0)
+            if rows != expected:  # pragma: no cover - guarded by append's checks
+                raise ConversionError(f"column {key!r} has {rows} rows, expected {expected}")
+        self._write_episodes(fsync)
+        if source_arrays:
+            np.savez(
+                self.build_dir / SOURCE_ARRAYS_FILE,
+                **{k.replace("/", "__"): v for k, v in source_arrays.items()},
+            )
+        manifest = Manifest(
+            name=self.name,
+            backend=self.backend.name,
+            num_steps=self._num_steps,
+            num_episodes=self._num_episodes(),
+            fields=dict(self._specs),
+            source=source or {},
+            conversion=conversion or {},
+            lineage=lineage or [],
+        )
+        if fsync:
+            for path in sorted(self.build_dir.rglob("*"), reverse=True):
+                if path.is_dir():
+                    fsync_dir(path)
+        write_manifest(self.build_dir, manifest, fsync=fsync)
+        self.root.publish(self.build_dir, self.name, replace=self.replace, fsync=fsync)
+        self._committed = True
+        return manifest
+
+    def _num_episodes(self) -> int:
+        return int(sum(len(e) for e in self._ends))
+
+    def _write_episodes(self, fsync: bool) -> None:
+        ends = np.concatenate(self._ends)
+        index = np.zeros(len(ends), EPISODE_DTYPE)
+        index["start"][1:] = ends[:-1] + 1
+        index["length"] = ends + 1 - index["start"]
+        ids = np.concatenate(self._episode_ids)
+        index["source_id"] = np.where(ids >= 0, ids, np.arange(len(ends)))
+        index["final_known"] = np.concatenate(self._final_known)
+        path = self.build_dir / EPISODES_FILE
+        with open(path, "wb") as fh:
+            np.save(fh, index, allow_pickle=False)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The manifest's name for a dtype: ``float32``-style for numbers (native byte order, which
+    is what the cache stores), numpy's ``str`` form for anything else."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biufc":
+        return dtype.newbyteorder("=").name
+    return dtype.str
+
+
+def _normalise_step_column(key: str, rows: np.ndarray) -> np.ndarray:
+    """Give reward and done flags TED's trailing singleton dimension and flags a bool dtype."""
+    rows = np.asarray(rows)
+    if key in _SINGLETON_KEYS and rows.ndim == 1:
+        rows = rows[:, None]
+    if key in _FLAG_KEYS and rows.dtype != np.bool_:
+        rows = rows != 0
+    return rows

@@ -1,0 +1,234 @@
+"""Read access to a cached dataset: full TED views rebuilt from the flat layout."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError
+
+
+def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Dataset:
+    """Open a converted dataset read-only.
+
+    Args:
+        name: The dataset's name in the cache (see ``rlds list``).
+        root: Cache root; ``None`` uses ``$RLDS_HOME`` or the platform cache dir.
+
+    Returns:
+        A :class:`Dataset`.
+
+    Raises:
+        DatasetNotFoundError: No dataset of that name in the cache.
+        CorruptDatasetError: The dataset's files do not match its manifest.
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    manifest = cache.manifest(name)
+    return Dataset(cache.dataset_dir(name), manifest)
+
+
+class Dataset:
+    """A read-only TED dataset backed by the cache.
+
+    ``observation``-like keys are stored once per step plus one final value per episode;
+    reading rebuilds ``next/observation`` from the row after, so inside an episode
+    ``next/observation[t] == observation[t + 1]`` and at the end of an episode it is the true
+    final observation. ``next/done`` is ``next/terminated | next/truncated`` and ``episode`` is
+    the episode's position in the dataset; both are derived, not stored.
+
+    Args:
+        directory: A published dataset directory.
+        manifest: Its manifest (read from ``directory`` when ``None``).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], manifest: Manifest | None = None) -> None:
+        self.directory = Path(directory)
+        if manifest is None:
+            try:
+                manifest = read_manifest(self.directory)
+            except FileNotFoundError:
+                raise DatasetNotFoundError(f"{self.directory} is not an rlds dataset (no manifest)") from None
+        self.manifest = manifest
+        self._backend = get_backend(manifest.backend)
+        self._columns: dict[str, Any] = {}
+        self.episodes = self._load_episode_index()
+        self._starts = np.ascontiguousarray(self.episodes["start"])
+
+    # ------------------------------------------------------------------ pickling (workers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only the path and manifest travel to worker processes; arrays reopen lazily there.
+        return {"directory": str(self.directory), "manifest": self.manifest.to_dict()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["directory"], Manifest.from_dict(state["manifest"]))  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def num_steps(self) -> int:
+        return self.manifest.num_steps
+
+    @property
+    def num_episodes(self) -> int:
+        return self.manifest.num_episodes
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset(name={self.name!r}, steps={self.num_steps}, episodes={self.num_episodes}, "
+            f"backend={self.manifest.backend!r})"
+        )
+
+    @property
+    def stored_fields(self) -> dict[str, FieldSpec]:
+        """The arrays on disk, by key (observation-like keys once, with ``storage="flat"``)."""
+        return self.manifest.fields
+
+    @property
+    def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The TED view: every readable key -> (per-step shape, dtype)."""
+        out: dict[str, tuple[tuple[int, ...], str]] = {}
+        for key, spec in self.manifest.fields.items():
+            out[key] = (spec.shape, spec.dtype)
+            if spec.storage == "flat":
+                out[f"next/{key}"] = (spec.shape, spec.dtype)
+        out["next/done"] = ((1,), "bool")
+        out["episode"] = ((), "int64")
+        return dict(sorted(out.items(), key=lambda kv: (kv[0].startswith("next/"), kv[0])))
+
+    @property
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        """Non-step arrays kept from the source file (e.g. D4RL ``metadata/policy/*``)."""
+        path = self.directory / SOURCE_ARRAYS_FILE
+        if not path.is_file():
+            return {}
+        with np.load(path, allow_pickle=False) as data:
+            return {k.replace("__", "/"): data[k] for k in data.files}
+
+    def size_bytes(self) -> int:
+        """Bytes the dataset uses on disk."""
+        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+    # ------------------------------------------------------------------ raw columns
+
+    def column(self, key: str) -> Any:
+        """The stored array for ``key`` (memory-mapped or zarr), opened once and checked."""
+        col = self._columns.get(key)
+        if col is None:
+            spec = self.manifest.fields.get(key)
+            if spec is None:
+                raise KeyError(f"dataset {self.name!r} stores no key {key!r}")
+            col = self._backend.open_column(self.directory, key)
+            expected = (self._expected_rows(spec), *spec.shape)
+            if tuple(col.shape) != expected or np.dtype(col.dtype) != np.dtype(spec.dtype):
+                raise CorruptDatasetError(
+                    f"array {key!r} of dataset {self.name!r} has shape {tuple(col.shape)} "
+                    f"{col.dtype}, manifest says {expected} {spec.dtype}"
+                )
+            self._columns[key] = col
+        return col
+
+    def _expected_rows(self, spec: FieldSpec) -> int:
+        return self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)
+
+    def _load_episode_index(self) -> np.ndarray:
+        path = self.directory / EPISODES_FILE
+        try:
+            index = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise CorruptDatasetError(f"episode index {path} is unreadable: {exc}") from exc
+        if len(index) != self.num_episodes or int(index["length"].sum()) != self.num_steps:
+            raise CorruptDatasetError(f"episode index {path} does not match the manifest")
+        return index
+
+    # ------------------------------------------------------------------ reading
+
+    def episode_of(self, steps: np.ndarray) -> np.ndarray:
+        """The episode (position in the dataset) each step index belongs to."""
+        return np.searchsorted(self._starts, steps, side="right") - 1
+
+    def _resolve_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
+        available = self.fields
+        if keys is None:
+            return list(available)
+        wanted = [join_key(k) for k in keys]
+        unknown = [k for k in wanted if k not in available]
+        if unknown:
+            raise KeyError(f"dataset {self.name!r} has no keys {unknown}; it has {sorted(available)}")
+        return wanted
+
+    def gather(self, indices: Any, keys: Iterable[str | tuple[str, ...]] | None = None) -> TedBatch:
+        """Read the transitions at ``indices`` (any int array-like) as TED columns.
+
+        Args:
+            indices: Step indices in ``[0, num_steps)``; negative values count from the end.
+            keys: TED keys to read (``None``: all). Unneeded arrays are never touched.
+
+        Returns:
+            A :class:`TedBatch` whose entries have the shape of ``indices`` in front.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < -self.num_steps or idx.max() >= self.num_steps):
+            raise IndexError(f"step index out of range for dataset {self.name!r} with {self.num_steps} steps")
+        idx = np.where(idx < 0, idx + self.num_steps, idx)
+        wanted = self._resolve_keys(keys)
+        episode = self.episode_of(idx)
+        out = TedBatch()
+        for key in wanted:
+            if key == "episode":
+                out[key] = episode
+            elif key == "next/done":
+                out[key] = self.column("next/terminated")[idx] | self.column("next/truncated")[idx]
+            elif key in self.manifest.fields:
+                spec = self.manifest.fields[key]
+                out[key] = self.column(key)[idx + episode if spec.storage == "flat" else idx]
+            else:  # next/<flat key>
+                out[key] = self.column(key[5:])[idx + episode + 1]
+        return out
+
+    def __getitem__(self, index: Any) -> TedBatch:
+        """``ds[i]``, ``ds[a:b]`` or ``ds[int_array]``: transitions as TED columns."""
+        if isinstance(index, slice):
+            index = np.arange(*index.indices(self.num_steps))
+        return self.gather(index)
+
+    def episode(self, i: int, keys: Iterable[str | tuple[str, ...]] | None = None) -> TedBatch:
+        """All transitions of episode ``i`` (contiguous reads), as TED columns."""
+        if not -self.num_episodes <= i < self.num_episodes:
+            raise IndexError(
+                f"episode {i} out of range for dataset {self.name!r} with {self.num_episodes} episodes"
+            )
+        i = i % self.num_episodes
+        start, length = int(self.episodes["start"][i]), int(self.episodes["length"][i])
+        steps = slice(start, start + length)
+        out = TedBatch()
+        for key in self._resolve_keys(keys):
+            if key == "episode":
+                out[key] = np.full(length, i, np.int64)
+            elif key == "next/done":
+                out[key] = np.asarray(self.column("next/terminated")[steps]) | np.asarray(
+                    self.column("next/truncated")[steps]
+                )
+            elif key in self.manifest.fields:
+                spec = self.manifest.fields[key]
+                rows = slice(start + i, start + i + length) if spec.storage == "flat" else steps
+                out[key] = np.asarray(self.column(key)[rows])
+            else:
+                out[key] = np.asarray(self.column(key[5:])[start + i + 1 : start + i + 1 + length])
+        return out

@@ -1,0 +1,149 @@
+"""The manifest: the JSON document that describes, and commits, a cached dataset.
+
+``manifest.json`` is written last, inside the build directory, before the directory is
+renamed into place; a dataset directory without it is not a dataset.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rlds_cli._version import __version__
+from rlds_cli.errors import CorruptDatasetError
+
+FORMAT_NAME = "rlds-ted"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+#: ``flat``: stored once per step plus one final row per episode (N + E rows); read back as
+#: ``key`` and ``next/key``. ``step``: stored once per step (N rows), read back as is.
+Storage = Literal["flat", "step"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One stored array: its TED key, per-step shape and dtype, and storage kind."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    storage: Storage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "storage": self.storage}
+
+    @classmethod
+    def from_dict(cls, key: str, data: dict[str, Any]) -> FieldSpec:
+        return cls(key, tuple(int(d) for d in data["shape"]), str(data["dtype"]), data["storage"])
+
+
+@dataclass
+class Manifest:
+    """Everything rlds knows about one cached dataset.
+
+    Attributes:
+        name: The dataset name (the cache entry).
+        backend: ``"memmap"`` or ``"zarr"``.
+        num_steps: Number of transitions (N).
+        num_episodes: Number of episodes (E).
+        fields: Stored arrays by TED key.
+        source: Where the data came from: format, path or id, sha256, size, metadata.
+        conversion: What the converter decided (dropped rows, inferred boundaries, notes).
+        lineage: Parents of a derived dataset (empty for a converted one).
+        created_by: ``rlds-cli <version>`` that wrote the dataset.
+        created_at: UTC timestamp of the write.
+    """
+
+    name: str
+    backend: str
+    num_steps: int
+    num_episodes: int
+    fields: dict[str, FieldSpec]
+    source: dict[str, Any] = field(default_factory=dict)
+    conversion: dict[str, Any] = field(default_factory=dict)
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    created_by: str = f"rlds-cli {__version__}"
+    created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    format_version: int = FORMAT_VERSION
+    layout: str = "flat-ted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "format_version": self.format_version,
+            "layout": self.layout,
+            "name": self.name,
+            "backend": self.backend,
+            "num_steps": self.num_steps,
+            "num_episodes": self.num_episodes,
+            "fields": {k: spec.to_dict() for k, spec in self.fields.items()},
+            "source": self.source,
+            "conversion": self.conversion,
+            "lineage": self.lineage,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        return cls(
+            name=data["name"],
+            backend=data["backend"],
+            num_steps=int(data["num_steps"]),
+            num_episodes=int(data["num_episodes"]),
+            fields={k: FieldSpec.from_dict(k, v) for k, v in data["fields"].items()},
+            source=data.get("source", {}),
+            conversion=data.get("conversion", {}),
+            lineage=data.get("lineage", []),
+            created_by=data.get("created_by", ""),
+            created_at=data.get("created_at", ""),
+            format_version=int(data["format_version"]),
+            layout=data.get("layout", "flat-ted"),
+        )
+
+    def digest(self) -> str:
+        """A sha256 of the canonical JSON, used by derived datasets to pin their parent."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
+    """Write ``manifest.json`` atomically (temp file + rename) into ``directory``."""
+    target = directory / MANIFEST_FILE
+    tmp = directory / f".{MANIFEST_FILE}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest.to_dict(), fh, indent=2, sort_keys=False)
+        fh.write("\n")
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+    os.replace(tmp, target)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Read and check the manifest of a published dataset directory."""
+    path = directory / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
+    if data.get("format") != FORMAT_NAME:
+        raise CorruptDatasetError(f"{path} is not an rlds manifest (format={data.get('format')!r})")
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CorruptDatasetError(
+            f"{path} has format_version {version!r}, newer than this rlds understands ({FORMAT_VERSION})",
+            hint="upgrade rlds-cli ('pip install -U rlds-cli')",
+        )
+    try:
+        return Manifest.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptDatasetError(f"manifest {path} is malformed: missing or bad {exc}") from exc

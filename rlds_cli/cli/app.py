@@ -1,0 +1,52 @@
+"""The ``rlds`` application: registers the commands, and nothing heavy at import time
+(``rlds --help`` must not import torch, zarr or h5py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rlds_cli._version import __version__
+from rlds_cli.cli.datasets import inspect, list_datasets
+from rlds_cli.cli.demo import demo
+from rlds_cli.cli.download import download
+
+app = typer.Typer(
+    name="rlds",
+    help="Offline-RL datasets: download, convert to a TED cache, inspect, and sample fast.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rlds-cli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Offline-RL datasets: download, convert to a TED cache, inspect, and sample fast."""
+
+
+app.command("download")(download)
+app.command("list")(list_datasets)
+app.command("inspect")(inspect)
+app.command("demo")(demo)
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

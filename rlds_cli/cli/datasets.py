@@ -1,0 +1,132 @@
+"""``rlds list`` and ``rlds inspect``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rlds_cli.cli import _output
+from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli.options import JsonOption, RootOption
+
+
+@handle_errors
+def list_datasets(root: RootOption = None, json: JsonOption = False) -> None:
+    """List the datasets in the cache."""
+    from rlds_cli.cache.root import CacheRoot
+
+    cache = CacheRoot(root)
+    rows = []
+    for m in cache.iter_manifests():
+        directory = cache.dataset_dir(m.name)
+        size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+        rows.append(
+            {
+                "name": m.name,
+                "num_steps": m.num_steps,
+                "num_episodes": m.num_episodes,
+                "size_bytes": size,
+                "backend": m.backend,
+                "source": m.source.get("id") or m.source.get("path", ""),
+                "format": m.source.get("format", ""),
+                "derived_from": [p.get("name") for p in m.lineage],
+                "created_at": m.created_at,
+            }
+        )
+    if json:
+        _output.print_json({"root": str(cache.path), "datasets": rows})
+        return
+    if not rows:
+        _output.console.print(f"no datasets in {cache.path} (add one with 'rlds download')")
+        return
+    table = Table(title=f"datasets in {cache.path}", title_justify="left")
+    for col, justify in (
+        ("name", "left"),
+        ("steps", "right"),
+        ("episodes", "right"),
+        ("size", "right"),
+        ("backend", "left"),
+        ("source", "left"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(
+            r["name"],
+            f"{r['num_steps']:,}",
+            f"{r['num_episodes']:,}",
+            _output.human_bytes(r["size_bytes"]),
+            r["backend"],
+            f"{r['format']}: {r['source']}",
+        )
+    _output.console.print(table)
+
+
+@handle_errors
+def inspect(
+    name: Annotated[str, typer.Argument(help="Dataset name in the cache.")],
+    root: RootOption = None,
+    json: JsonOption = False,
+) -> None:
+    """Show a dataset's schema, counts, episode statistics and provenance."""
+    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.summary import describe
+
+    info = describe(open_dataset(name, root))
+    if json:
+        _output.print_json(info)
+        return
+    render_summary(info)
+
+
+def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
+    return (
+        f"min {s['min']:.{digits}f}  mean {s['mean']:.{digits}f}  max {s['max']:.{digits}f}  "
+        f"std {s['std']:.{digits}f}"
+    )
+
+
+def render_summary(info: dict[str, Any]) -> None:
+    """Print the tables of ``rlds inspect``."""
+    out = _output.console
+    out.print(
+        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])})  "
+        f"{info['path']}"
+    )
+    out.print(
+        f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
+        f"terminated {info['episodes_terminated']:,}   truncated {info['episodes_truncated']:,}"
+    )
+    out.print(f"episode length  {_fmt_stats(info['episode_length'], 1)}")
+    out.print(f"episode return  {_fmt_stats(info['episode_return'])}")
+    table = Table(title="TED fields (per step)", title_justify="left")
+    for col in ("key", "shape", "dtype", "stored as", "disk"):
+        table.add_column(col)
+    for key, spec in info["fields"].items():
+        stored = info["stored"].get(key)
+        if stored:
+            where = "once + final per episode" if stored["storage"] == "flat" else "per step"
+            disk = _output.human_bytes(stored["bytes"])
+        elif key.startswith("next/") and info["stored"].get(key[5:], {}).get("storage") == "flat":
+            where, disk = f"from {key[5:]} (t+1)", "-"
+        else:
+            where, disk = "derived", "-"
+        table.add_row(key, str(tuple(spec["shape"])), spec["dtype"], where, disk)
+    out.print(table)
+    src = info["source"]
+    out.print(
+        f"source  {src.get('format', '?')}: {src.get('id') or src.get('path', '?')}  "
+        f"sha256 {str(src.get('sha256', '?'))[:16]}..."
+    )
+    conv = info["conversion"]
+    facts = [
+        f"{k.replace('_', ' ')} {conv[k]}"
+        for k in ("dropped_rows", "dropped_episodes", "synthesized_final_observations", "inferred_boundaries")
+        if conv.get(k)
+    ]
+    if facts:
+        out.print("conversion  " + ", ".join(facts) + "  (rules: docs/formats.md)")
+    for note in conv.get("notes", []):
+        out.print(f"note  {note}")
+    out.print(f"written by {info['created_by']} at {info['created_at']}")

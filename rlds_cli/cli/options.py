@@ -1,0 +1,20 @@
+"""Options shared by several commands, so every command spells them the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+RootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--root", help="Cache root (default: $RLDS_HOME, else the user cache dir).", show_default=False
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
+BackendOption = Annotated[
+    str, typer.Option("--backend", "-b", help="Storage backend of the cache: memmap or zarr.")
+]

@@ -1,0 +1,128 @@
+"""One tree of errors for the whole library.
+
+Every error derives from :class:`RldsError` and also from the builtin that fits it
+(``FileNotFoundError``, ``ValueError``, ...), so callers can catch either. Each carries
+a one-line message that names the file, id or key involved, and a ``hint`` that says
+what to do. The CLI turns them into one red line plus the hint and exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class RldsError(Exception):
+    """Base class of every error raised on purpose by rlds.
+
+    Args:
+        message: One line saying what went wrong, naming the file/id/key.
+        hint: One line saying what the user can do about it.
+    """
+
+    default_hint = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class CacheError(RldsError):
+    """Something is wrong with the local cache."""
+
+
+class InvalidNameError(CacheError, ValueError):
+    """A dataset name that cannot be used as a cache entry."""
+
+    default_hint = (
+        "use letters, digits, '.', '_' and '-', optionally in '/'-separated parts "
+        "(e.g. 'hopper-medium-v2' or 'D4RL/door/human-v2')"
+    )
+
+
+class DatasetNotFoundError(CacheError, FileNotFoundError):
+    """No converted dataset of that name in the cache."""
+
+    default_hint = "run 'rlds list' to see the cached datasets, or 'rlds download' to add one"
+
+
+class DatasetExistsError(CacheError, FileExistsError):
+    """A dataset of that name exists and overwriting was not asked for."""
+
+    default_hint = "pass --force to replace it, or --name to pick another name"
+
+
+class CorruptDatasetError(CacheError, OSError):
+    """A published dataset whose files do not match its manifest."""
+
+    default_hint = "remove it and convert it again ('rlds download ... --force')"
+
+
+class LockTimeoutError(CacheError, TimeoutError):
+    """Another process holds the lock on a dataset for too long."""
+
+    default_hint = "another rlds process is writing this dataset; wait for it or stop it"
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class SourceError(RldsError):
+    """A source file or id cannot be converted."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """The given path does not exist."""
+
+    default_hint = "check the path, or pass a registry id ('rlds list --remote')"
+
+
+class UnknownFormatError(SourceError, ValueError):
+    """No reader for the requested or detected format."""
+
+
+class SourceFormatError(SourceError, ValueError):
+    """The file exists but is not a valid instance of its format (corrupt, truncated,
+    missing keys, inconsistent lengths)."""
+
+    default_hint = "re-download the file; if it is your own file, fix the named key"
+
+
+class ChecksumMismatchError(SourceError, ValueError):
+    """A file's bytes do not match the sha256 or size it should have."""
+
+    default_hint = "re-download it ('rlds download ID --force'); if the registry is wrong, report it"
+
+
+class ConversionError(SourceError, RuntimeError):
+    """A reader produced data that breaks the TED rules (a bug in a reader)."""
+
+    default_hint = "please report this with the source file; RLDS_DEBUG=1 shows the traceback"
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class RegistryError(RldsError):
+    """A registry file is malformed or an id is unknown."""
+
+
+class UnknownDatasetIdError(RegistryError, KeyError):
+    """The id is not in any registry file."""
+
+    default_hint = "run 'rlds list --remote' for the known ids, or pass a local path"
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.message
+
+
+class RegistryFormatError(RegistryError, ValueError):
+    """A registry file does not follow the schema."""
+
+
+class UnsupportedSourceError(RegistryError, ValueError):
+    """A source that this version of rlds cannot fetch (e.g. a remote URL)."""

@@ -1,0 +1,358 @@
+"""D4RL HDF5 files: one file of concatenated episodes, streamed into flat TED.
+
+Row ``i`` of a D4RL file is ``(s_i, a_i, r_i)``; ``terminals[i]`` says the environment
+terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. Episodes end at
+``terminals | timeouts``. The rules below are written out in ``docs/formats.md``:
+
+* With ``next_observations``: every row is a transition and its next observation is
+  ``next_observations[i]``, at episode ends too. Where ``next_observations[i]`` differs from
+  ``observations[i + 1]`` without an end flag, the file reset without saying so (antmaze v0);
+  the episode is ended there as truncated and counted in ``inferred_boundaries``.
+* Without ``next_observations``, the observation after an episode's last action is not in the
+  file (``observations[i + 1]`` is the next episode's first). Then:
+
+  - an episode cut by a timeout (or by the end of the file) keeps rows ``s .. e-1`` as
+    transitions and uses row ``e``'s observation as its final observation; row ``e``'s action
+    and reward are dropped (its next state is unknown) and step ``e-1`` is marked truncated;
+  - an episode that terminates at row ``e`` keeps all its rows, because the terminal signal is
+    what value learning needs; its final observation is not in the file, so ``observations[e]``
+    is repeated there and the episode is flagged ``final_known = False`` in the episode index.
+
+  No transition ever gets the first observation of another episode as its next observation.
+* The file's last row always ends an episode (truncated unless it is terminal).
+* Files without ``timeouts``: with ``next_observations``, boundaries come from terminals and
+  observation continuity; otherwise ``max_episode_steps`` (the environment's time limit) must
+  be given and an episode is cut after that many rows, or the conversion stops with an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error
+
+REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
+_KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
+#: Target bytes of source data held in memory per block.
+BLOCK_BYTES = 32 * 1024 * 1024
+
+
+class D4RLReader:
+    """Streams a D4RL-format HDF5 file as :class:`StepBlock` s.
+
+    Args:
+        path: The ``.hdf5`` file.
+        max_episode_steps: The environment's time limit, used only when the file has no
+            ``timeouts`` (and no ``next_observations`` to find boundaries with).
+        block_rows: Rows per block (default: about 32 MiB of source data).
+    """
+
+    format_name = "d4rl"
+
+    def __init__(
+        self, path: str | Path, *, max_episode_steps: int | None = None, block_rows: int | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.max_episode_steps = max_episode_steps
+        self.report = ConversionReport(rules="d4rl-v1")
+        self._file = open_hdf5(self.path)
+        try:
+            self._inspect(block_rows)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> D4RLReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ schema
+
+    def _inspect(self, block_rows: int | None) -> None:
+        import h5py
+
+        f = self._file
+        missing = [k for k in REQUIRED_KEYS if not isinstance(f.get(k), h5py.Dataset)]
+        if missing:
+            raise SourceFormatError(
+                f"{self.path} has no {missing[0]!r} dataset; a D4RL file needs "
+                f"{', '.join(REQUIRED_KEYS)} (found: {', '.join(sorted(f.keys())) or 'nothing'})",
+                hint="check the file, or pass --format for another source format",
+            )
+        self.n = int(f["observations"].shape[0])
+        if self.n == 0:
+            raise SourceFormatError(f"{self.path}: 'observations' is empty")
+        self.has_next = isinstance(f.get("next_observations"), h5py.Dataset)
+        self.has_timeouts = isinstance(f.get("timeouts"), h5py.Dataset)
+        self.info_keys: dict[str, str] = {}  # TED key -> HDF5 path
+        self.extra_keys: list[str] = []
+        arrays_meta: dict[str, np.ndarray] = {}
+        self._meta: dict[str, Any] = {}
+
+        def visit(name: str, obj: Any) -> None:
+            if (
+                not isinstance(obj, h5py.Dataset)
+                or name in _KNOWN
+                or name.startswith(("metadata/", "virtual/"))
+            ):
+                return
+            if obj.shape[:1] == (self.n,):
+                self.info_keys[_ted_info_key(name)] = name
+            else:
+                arrays_meta[name] = np.asarray(obj[()])
+                self.extra_keys.append(name)
+
+        f.visititems(visit)
+        for key in (
+            "actions",
+            "rewards",
+            "terminals",
+            "timeouts",
+            "next_observations",
+            *self.info_keys.values(),
+        ):
+            if key in f and f[key].shape[:1] != (self.n,):
+                raise SourceFormatError(
+                    f"{self.path}: {key!r} has {f[key].shape[0]} rows but 'observations' has {self.n}",
+                    hint="the file is inconsistent; re-download it",
+                )
+        if self.has_next and f["next_observations"].shape[1:] != f["observations"].shape[1:]:
+            raise SourceFormatError(
+                f"{self.path}: 'next_observations' has shape {f['next_observations'].shape[1:]} per row, "
+                f"'observations' {f['observations'].shape[1:]}"
+            )
+        for key in ("rewards", "terminals", "timeouts"):
+            if key in f and f[key].shape[1:] not in ((), (1,)):
+                raise SourceFormatError(
+                    f"{self.path}: {key!r} must have one value per row, has shape {f[key].shape}"
+                )
+        if not self.has_timeouts:
+            if self.has_next:
+                self.report.notes.append(
+                    "no 'timeouts' in the file: episodes end at terminals and where "
+                    "next_observations[i] != observations[i+1]"
+                )
+            elif self.max_episode_steps:
+                self.report.notes.append(
+                    f"no 'timeouts' in the file: episodes cut every {self.max_episode_steps} steps "
+                    "(max_episode_steps) and at terminals"
+                )
+            else:
+                raise SourceFormatError(
+                    f"{self.path} has no 'timeouts' and no 'next_observations', so its episode ends "
+                    "cannot be found",
+                    hint="pass --max-episode-steps N (the environment's time limit)",
+                )
+        if "virtual" in f:
+            self.report.notes.append("the 'virtual/' chunk group is ignored (it repeats the main arrays)")
+        if "metadata" in f:
+            collect_metadata(f["metadata"], "metadata", self._meta, arrays_meta)
+        collect_metadata_root_attrs(f, self._meta)
+        self._arrays = arrays_meta
+        row_bytes = (
+            sum(
+                int(np.prod(f[k].shape[1:], dtype=np.int64)) * f[k].dtype.itemsize
+                for k in ("observations", "actions", "rewards", *self.info_keys.values())
+            )
+            * (2 if self.has_next else 1)
+            + 2
+        )
+        self.block_rows = block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1024, 1 << 18))
+        self.report.source_rows = self.n
+
+    def total_rows(self) -> int:
+        return self.n
+
+    def source_metadata(self) -> dict[str, Any]:
+        return dict(self._meta)
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        return dict(self._arrays)
+
+    # ------------------------------------------------------------------ streaming
+
+    def _read(self, key: str, start: int, stop: int) -> np.ndarray:
+        try:
+            return np.asarray(self._file[key][start:stop])
+        except (OSError, RuntimeError) as exc:
+            raise read_error(self.path, key, exc) from exc
+
+    def _flags(self, key: str, start: int, stop: int) -> np.ndarray:
+        return self._read(key, start, stop).reshape(-1) != 0
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield the file as blocks of at most ``block_rows`` source rows."""
+        state = _StreamState()
+        for start in range(0, self.n, self.block_rows):
+            stop = min(start + self.block_rows, self.n)
+            block = self._block(start, stop, state)
+            if block is not None:
+                yield block
+            if progress is not None:
+                progress(stop - start)
+
+    def _end_flags(
+        self, start: int, look: int, obs: np.ndarray, state: _StreamState
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Terminal flags, end flags and inferred-end flags for rows ``start .. look-1``
+        (the last of which may be one row of lookahead into the next block)."""
+        term = self._flags("terminals", start, look)
+        tout = self._flags("timeouts", start, look) if self.has_timeouts else np.zeros(look - start, bool)
+        end = term | tout
+        inferred = np.zeros(len(end), bool)
+        if self.has_next:
+            nxt = self._read("next_observations", start, look)
+            # a row whose next observation is not the following row: an unflagged reset
+            inferred[:-1] = ~_rows_equal(nxt[:-1], obs[1:])
+            state.next_obs = nxt
+        elif not self.has_timeouts:
+            inferred = _time_limit_ends(term, state.steps_in_episode, int(self.max_episode_steps or 0))
+        inferred &= ~end
+        end |= inferred
+        if look == self.n:
+            end[-1] = True  # the file's last row always closes an episode
+        return term, end, inferred
+
+    def _block(self, start: int, stop: int, state: _StreamState) -> StepBlock | None:
+        rows = stop - start
+        look = min(stop + 1, self.n)  # one row of lookahead: next observation / next row's flags
+        obs = self._read("observations", start, look)
+        term, end, inferred = self._end_flags(start, look, obs, state)
+        self.report.inferred_boundaries += int(inferred[:rows].sum())
+        ends = np.flatnonzero(end[:rows])
+        state.steps_in_episode = rows - 1 - int(ends[-1]) if len(ends) else state.steps_in_episode + rows
+        tout = self._flags("timeouts", start, stop) if self.has_timeouts else np.zeros(rows, bool)
+        if self.has_next:
+            return self._block_with_next(start, stop, obs, term[:rows], end[:rows], tout, state)
+        return self._block_without_next(start, stop, obs, term, end, tout, state)
+
+    def _step_columns(self, start: int, stop: int, keep: np.ndarray | None) -> dict[str, np.ndarray]:
+        cols = {
+            "action": self._read("actions", start, stop),
+            "next/reward": self._read("rewards", start, stop).reshape(-1, 1),
+        }
+        for ted_key, h5_key in self.info_keys.items():
+            cols[ted_key] = self._read(h5_key, start, stop)
+        if keep is not None:
+            cols = {k: v[keep] for k, v in cols.items()}
+        return cols
+
+    def _block_with_next(
+        self,
+        start: int,
+        stop: int,
+        obs: np.ndarray,
+        term: np.ndarray,
+        end: np.ndarray,
+        tout: np.ndarray,
+        state: _StreamState,
+    ) -> StepBlock:
+        rows = stop - start
+        steps = self._step_columns(start, stop, None)
+        steps["next/terminated"] = term[:, None]
+        steps["next/truncated"] = (tout | (end & ~term))[:, None]
+        ends = np.flatnonzero(end)
+        finals = state.next_obs[:rows][ends]
+        flat = np.insert(obs[:rows], ends + 1, finals, axis=0)
+        return StepBlock(steps=steps, observations={"observation": flat}, ends=ends)
+
+    def _block_without_next(
+        self,
+        start: int,
+        stop: int,
+        obs: np.ndarray,
+        term: np.ndarray,
+        end: np.ndarray,
+        tout: np.ndarray,
+        state: _StreamState,
+    ) -> StepBlock | None:
+        rows = stop - start
+        dropped = end & ~term  # rows whose next observation is unknown and not terminal
+        kept = ~dropped[:rows]
+        nxt_dropped = dropped[1 : rows + 1]
+        if len(nxt_dropped) < rows:  # the file's last row has no successor
+            nxt_dropped = np.append(nxt_dropped, False)
+        last = kept & (term[:rows] | nxt_dropped)
+        episode_start = np.concatenate([[state.prev_end], end[: rows - 1]])
+        self.report.dropped_rows += int(dropped[:rows].sum())
+        self.report.dropped_episodes += int((dropped[:rows] & episode_start).sum())
+        state.prev_end = bool(end[rows - 1])
+        if not kept.any():
+            return None
+        steps = self._step_columns(start, stop, kept)
+        k_term = term[:rows][kept]
+        k_last = last[kept]
+        steps["next/terminated"] = k_term[:, None]
+        steps["next/truncated"] = ((tout[kept] & k_term) | (k_last & ~k_term))[:, None]
+        ends = np.flatnonzero(k_last)
+        rows_idx = np.flatnonzero(kept)[ends]  # source rows (relative) of each episode's last step
+        synth = term[rows_idx]
+        finals = np.where(
+            synth.reshape(-1, *[1] * (obs.ndim - 1)),
+            obs[rows_idx],
+            obs[np.minimum(rows_idx + 1, len(obs) - 1)],
+        )
+        self.report.synthesized_final_observations += int(synth.sum())
+        flat = np.insert(obs[:rows][kept], ends + 1, finals, axis=0)
+        return StepBlock(steps=steps, observations={"observation": flat}, ends=ends, final_known=~synth)
+
+
+class _StreamState:
+    """What one block must know about the previous one."""
+
+    def __init__(self) -> None:
+        self.prev_end = True  # row -1 "ended", so row 0 starts an episode
+        self.steps_in_episode = 0
+        self.next_obs: np.ndarray = np.empty(0)
+
+
+def _time_limit_ends(term: np.ndarray, steps_before: int, limit: int) -> np.ndarray:
+    """Rows where a time limit of ``limit`` steps cuts an episode (files without timeouts).
+
+    ``steps_before`` is how many steps the episode open at the first row has already taken.
+    Between terminals the cuts repeat every ``limit`` rows, so a modulo finds them all.
+    """
+    n = len(term)
+    prev_term = np.zeros(n, bool)
+    prev_term[1:] = term[:-1]
+    segment = np.cumsum(prev_term)
+    first_row = np.flatnonzero(np.concatenate([[True], prev_term[1:]]))
+    t = np.arange(n) - first_row[segment]
+    t[segment == 0] += steps_before
+    return (t % limit == limit - 1) & ~term
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise exact equality, NaN equal to NaN."""
+    a2 = a.reshape(len(a), -1)
+    b2 = b.reshape(len(b), -1)
+    same = a2 == b2
+    if a2.dtype.kind == "f":
+        same |= np.isnan(a2) & np.isnan(b2)
+    return same.all(axis=1)
+
+
+def _ted_info_key(h5_name: str) -> str:
+    """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/``."""
+    name = h5_name[len("infos/") :] if h5_name.startswith("infos/") else h5_name
+    return "info/" + re.sub(r"[^A-Za-z0-9._/-]", "_", name)
+
+
+def collect_metadata_root_attrs(f: Any, meta: dict[str, Any]) -> None:
+    """File-level attributes (some D4RL files carry env names there)."""
+    from rlds_cli.formats.hdf5_util import to_jsonable
+
+    for attr, value in f.attrs.items():
+        meta[f"@{attr}"] = to_jsonable(value)
