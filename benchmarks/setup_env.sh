@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Create the benchmark environment: torch (pinned, installed first), the peers (TorchRL,
+# tensordict, Minari with its HDF5 reader), and this project, editable.
+#
+#   bash benchmarks/setup_env.sh VENV TORCH_VERSION
+#
+# Idempotent: a stamp file inside VENV records what was installed; a second run with the same
+# inputs does nothing.
+set -euo pipefail
+
+VENV="${1:?usage: setup_env.sh VENV TORCH_VERSION}"
+TORCH_VERSION="${2:?usage: setup_env.sh VENV TORCH_VERSION}"
+PYTHON="${PYTHON:-python3}"
+
+TORCHRL_VERSION=0.14.1
+TENSORDICT_VERSION=0.14.3
+MINARI_VERSION=0.5.4
+GYMNASIUM_VERSION=1.4.0
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STAMP="$VENV/.bench-env-stamp"
+WANT="torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
+    echo "bench env $VENV is up to date"
+    exit 0
+fi
+
+FIND_LINKS=()
+if [[ -d /opt/wheels ]]; then
+    FIND_LINKS=(--find-links /opt/wheels)
+fi
+
+[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check "${FIND_LINKS[@]}")
+
+# torch first and pinned, so nothing later resolves a different (e.g. CUDA) build; every later
+# install repeats the pin as a constraint.
+"${PIP[@]}" "torch==$TORCH_VERSION"
+CONSTRAINTS="$VENV/.bench-constraints.txt"
+echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
+
+"${PIP[@]}" -c "$CONSTRAINTS" "torchrl==$TORCHRL_VERSION" "tensordict==$TENSORDICT_VERSION"
+# Reading local Minari HDF5 datasets needs only minari + h5py (the [hdf5] extra) and gymnasium
+# (for the spaces in metadata.json); DataCollector's extras ([create], pillow) are not needed.
+"${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION"
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT"
+
+"$VENV/bin/python" - "$TORCH_VERSION" <<'EOF'
+import sys
+
+import torch
+
+want = sys.argv[1]
+have = torch.__version__.split("+")[0]
+if have != want:
+    sys.exit(f"bench env has torch {torch.__version__}, expected {want}")
+print(f"torch {torch.__version__} OK")
+EOF
+
+echo "$WANT" >"$STAMP"
+echo "bench env ready: $VENV"
