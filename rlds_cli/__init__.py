@@ -2,6 +2,10 @@
 
 The public names are imported lazily so that ``import rlds_cli`` (and ``rlds --help``)
 stays fast and never imports torch unless the loader is used.
+
+``convert`` is deliberately not one of them: ``rlds_cli.convert`` is a submodule, and importing it
+(as ``rlds download`` does) rebinds that attribute to the module, so a lazy function of the same
+name would silently change type. Use ``from rlds_cli.convert import convert``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ _LAZY = {
     "Dataset": "rlds_cli.cache.dataset",
     "TedBatch": "rlds_cli.cache.ted",
     "CacheRoot": "rlds_cli.cache.root",
-    "convert": "rlds_cli.convert",
     "Loader": "rlds_cli.loader",
     "UniformSampler": "rlds_cli.loader",
 }

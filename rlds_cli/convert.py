@@ -11,7 +11,12 @@ from typing import Any
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import ChecksumMismatchError, DatasetExistsError, SourceNotFoundError
+from rlds_cli.errors import (
+    ChecksumMismatchError,
+    DatasetExistsError,
+    SourceFormatError,
+    SourceNotFoundError,
+)
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.hashing import sha256_file
 
@@ -95,6 +100,11 @@ def convert(
             advance = (lambda rows: progress("advance", rows)) if progress else None
             for block in reader.blocks(advance):
                 builder.append(block)
+            if builder.num_steps == 0:
+                raise SourceFormatError(
+                    f"{path} holds no complete transition (every row's next observation is unknown)",
+                    hint="see docs/formats.md for the episode-boundary rules of this format",
+                )
             source_meta = {
                 "format": fmt,
                 "path": str(path.resolve()),

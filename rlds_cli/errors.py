@@ -62,6 +62,15 @@ class CorruptDatasetError(CacheError, OSError):
     default_hint = "remove it and convert it again ('rlds download ... --force')"
 
 
+class DatasetReplacedError(CacheError, OSError):
+    """An open dataset was replaced (``--force`` rebuild or removal) under its reader.
+
+    Reads never mix the files of two versions: they raise this instead.
+    """
+
+    default_hint = "the dataset was rebuilt while it was open; open it again"
+
+
 class LockTimeoutError(CacheError, TimeoutError):
     """Another process holds the lock on a dataset for too long."""
 

@@ -96,8 +96,21 @@ _OPTION_KEYS = ("max_episode_steps",)
 _KNOWN_KEYS = {"id", "aliases", "format", "description", "license", "files", *_OPTION_KEYS}
 
 
+def _check_lists(raw: Any) -> None:
+    """Reject list fields given as something else (a string would be read letter by letter)."""
+    files = raw["files"]
+    if not isinstance(files, list) or not files:
+        raise ValueError("'files' (a non-empty list of [[dataset.files]] tables)")
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("urls"), list) or not f["urls"]:
+            raise ValueError("'urls' (each file needs a non-empty list of URLs)")
+    if not isinstance(raw.get("aliases", []), list):
+        raise ValueError("'aliases' (a list of strings)")
+
+
 def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
     try:
+        _check_lists(raw)
         files = tuple(
             RegistryFile(
                 name=str(f["name"]),

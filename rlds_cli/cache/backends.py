@@ -42,6 +42,10 @@ class Backend(ABC):
     """A way of storing columns in a dataset directory."""
 
     name: str
+    #: Whether an opened column keeps reading the files it opened (``True``: a memory map) or
+    #: reads by path at every access (``False``: zarr chunks), which matters when the dataset
+    #: directory is replaced under a reader.
+    stable_once_open: bool
 
     @abstractmethod
     def create_column(
@@ -110,6 +114,7 @@ class MemmapBackend(Backend):
     """One plain ``.npy`` file per key, opened as a read-only memory map."""
 
     name = "memmap"
+    stable_once_open = True
 
     def create_column(
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
@@ -139,40 +144,48 @@ def zarr_chunk_rows(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
 
 
 class ZarrColumnWriter(ColumnWriter):
-    """Buffers rows and writes whole chunks, so no chunk is ever rewritten."""
+    """Stages rows in one fixed buffer of whole chunks and writes it when full, so no chunk is
+    ever rewritten and the same buffer is reused for the whole build (no per-block
+    concatenation, which kept growing the heap)."""
+
+    #: Chunks staged before a write.
+    STAGE_CHUNKS = 8
 
     def __init__(self, array: Any, row_shape: tuple[int, ...]) -> None:
         self.array = array
         self.row_shape = row_shape
         self.chunk_rows = int(array.chunks[0])
         self.rows = 0
-        self._pending: list[np.ndarray] = []
-        self._pending_rows = 0
+        self._stage: np.ndarray | None = None  # allocated on the first append
+        self._staged = 0
 
     def append(self, rows: np.ndarray) -> None:
         data = np.asarray(rows, dtype=self.array.dtype)
         if data.shape[1:] != self.row_shape:
             raise ValueError(f"{self.array.path}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
-        self._pending.append(data)
-        self._pending_rows += data.shape[0]
-        if self._pending_rows >= 8 * self.chunk_rows:
-            self._flush(final=False)
+        if self._stage is None:
+            self._stage = np.empty((self.STAGE_CHUNKS * self.chunk_rows, *self.row_shape), self.array.dtype)
+        done = 0
+        while done < data.shape[0]:
+            take = min(self._stage.shape[0] - self._staged, data.shape[0] - done)
+            self._stage[self._staged : self._staged + take] = data[done : done + take]
+            self._staged += take
+            done += take
+            if self._staged == self._stage.shape[0]:
+                self._flush()
 
-    def _flush(self, *, final: bool) -> None:
-        if not self._pending_rows:
+    def _flush(self) -> None:
+        if not self._staged or self._stage is None:
             return
-        data = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
-        take = data.shape[0] if final else (data.shape[0] // self.chunk_rows) * self.chunk_rows
         start = self.rows
-        self.array.resize((start + take, *self.row_shape))
-        self.array[start : start + take] = data[:take]
-        self.rows += take
-        rest = data[take:]
-        self._pending = [rest] if rest.shape[0] else []
-        self._pending_rows = rest.shape[0]
+        self.array.resize((start + self._staged, *self.row_shape))
+        self.array[start : start + self._staged] = self._stage[: self._staged]
+        self.rows += self._staged
+        self._staged = 0
 
     def close(self, *, fsync: bool) -> int:
-        self._flush(final=True)
+        self._flush()
+        self._stage = None
         # zarr's local store writes each chunk with a fresh file; durability of the whole
         # directory tree comes from the builder's final directory fsync.
         return self.rows
@@ -193,7 +206,7 @@ class ZarrColumn:
         if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
             if index.size == 0:
                 return np.empty((0, *self.shape[1:]), self.dtype)
-            return np.asarray(self._array.oindex[index.ravel()]).reshape(*index.shape, *self.shape[1:])
+            return np.asarray(self._array.oindex[index.ravel()]).reshape(index.shape + self.shape[1:])
         return np.asarray(self._array[index])
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -205,6 +218,7 @@ class ZarrBackend(Backend):
     """zarr v3 arrays, chunked along time, Blosc/LZ4-compressed."""
 
     name = "zarr"
+    stable_once_open = False
 
     def _group(self, dataset_dir: Path, mode: str) -> Any:
         import zarr  # local import: zarr is only needed for this backend

@@ -83,7 +83,7 @@ class DatasetBuilder:
         except Timeout:
             raise LockTimeoutError(f"dataset {self.name!r} is being written by another process") from None
         try:
-            self.root.clean_stale_builds()
+            self.root.clean_stale_builds(held=self.name)
             if self.root.exists(self.name):
                 self.existing = self.root.manifest(self.name)
             self._dir = self.root.new_build_dir(self.name)
@@ -100,6 +100,11 @@ class DatasetBuilder:
                 shutil.rmtree(self._dir, ignore_errors=True)
         finally:
             self._lock.release()
+
+    @property
+    def num_steps(self) -> int:
+        """Transitions appended so far."""
+        return self._num_steps
 
     @property
     def build_dir(self) -> Path:

@@ -1,8 +1,16 @@
-"""Read access to a cached dataset: full TED views rebuilt from the flat layout."""
+"""Read access to a cached dataset: full TED views rebuilt from the flat layout.
+
+A ``--force`` rebuild replaces a dataset's directory by a rename while readers may have it
+open. A :class:`Dataset` is bound to the directory it opened (inode and ctime): it never
+mixes the files of two versions. :func:`open_dataset` retries when a replacement races with
+it, and a read that would need files of a replaced version raises
+:class:`DatasetReplacedError`.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,7 +22,22 @@ from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError
+from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
+
+#: How often :func:`open_dataset` tries again while a replacement of the dataset is under way.
+_OPEN_ATTEMPTS = 20
+_OPEN_RETRY_SECONDS = 0.005
+
+
+def _identity(directory: Path) -> tuple[int, int, int] | None:
+    """What tells one published version of a dataset from the next: its directory's inode and
+    ctime. Inodes of deleted versions are reused at once; the ctime (set when the directory
+    was renamed into place, never changed after) tells the reuse apart."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Dataset:
@@ -32,8 +55,26 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
         CorruptDatasetError: The dataset's files do not match its manifest.
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    manifest = cache.manifest(name)
-    return Dataset(cache.dataset_dir(name), manifest)
+    directory = cache.dataset_dir(name)
+    for attempt in range(_OPEN_ATTEMPTS):
+        before = _identity(directory)
+        try:
+            dataset = Dataset(directory, cache.manifest(name))
+            if dataset._identity == before:  # manifest, index and directory of one version
+                return dataset
+        except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
+            if attempt + 1 == _OPEN_ATTEMPTS or not _being_replaced(cache, directory, before):
+                raise
+        time.sleep(_OPEN_RETRY_SECONDS)
+    raise DatasetReplacedError(f"dataset {name!r} kept being replaced while it was opened")
+
+
+def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:
+    """Whether a failed open may have raced with a rebuild: the directory changed, or a
+    replaced version is on its way out (``publish`` renames it to ``tmp/*.trash`` first)."""
+    if _identity(directory) != before:
+        return True
+    return cache.tmp_dir.is_dir() and any(cache.tmp_dir.glob(f"{directory.name}.*.trash"))
 
 
 class Dataset:
@@ -52,6 +93,7 @@ class Dataset:
 
     def __init__(self, directory: str | os.PathLike[str], manifest: Manifest | None = None) -> None:
         self.directory = Path(directory)
+        self._identity = _identity(self.directory)
         if manifest is None:
             try:
                 manifest = read_manifest(self.directory)
@@ -62,6 +104,7 @@ class Dataset:
         self._columns: dict[str, Any] = {}
         self.episodes = self._load_episode_index()
         self._starts = np.ascontiguousarray(self.episodes["start"])
+        self._check_not_replaced()
 
     # ------------------------------------------------------------------ pickling (workers)
 
@@ -70,7 +113,23 @@ class Dataset:
         return {"directory": str(self.directory), "manifest": self.manifest.to_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["directory"], Manifest.from_dict(state["manifest"]))  # type: ignore[misc]
+        self.__init__(state["directory"])  # type: ignore[misc]
+        if self.manifest.to_dict() != state["manifest"]:
+            raise DatasetReplacedError(
+                f"dataset {self.name!r} at {self.directory} was replaced after it was opened"
+            )
+
+    def _check_not_replaced(self) -> None:
+        if _identity(self.directory) != self._identity:
+            raise DatasetReplacedError(
+                f"dataset {self.name!r} at {self.directory} was replaced while it was open"
+            )
+
+    def _after_read(self, error: OSError | None = None) -> None:
+        """Make sure rows just read (or a read that failed) belong to this version: memory maps
+        keep reading the files they opened, zarr reads its chunks by path at every access."""
+        if error is not None or not self._backend.stable_once_open:
+            self._check_not_replaced()
 
     # ------------------------------------------------------------------ facts
 
@@ -117,9 +176,12 @@ class Dataset:
         """Non-step arrays kept from the source file (e.g. D4RL ``metadata/policy/*``)."""
         path = self.directory / SOURCE_ARRAYS_FILE
         if not path.is_file():
+            self._check_not_replaced()
             return {}
         with np.load(path, allow_pickle=False) as data:
-            return {k.replace("__", "/"): data[k] for k in data.files}
+            arrays = {k.replace("__", "/"): data[k] for k in data.files}
+        self._check_not_replaced()
+        return arrays
 
     def size_bytes(self) -> int:
         """Bytes the dataset uses on disk."""
@@ -134,13 +196,18 @@ class Dataset:
             spec = self.manifest.fields.get(key)
             if spec is None:
                 raise KeyError(f"dataset {self.name!r} stores no key {key!r}")
-            col = self._backend.open_column(self.directory, key)
-            expected = (self._expected_rows(spec), *spec.shape)
-            if tuple(col.shape) != expected or np.dtype(col.dtype) != np.dtype(spec.dtype):
-                raise CorruptDatasetError(
-                    f"array {key!r} of dataset {self.name!r} has shape {tuple(col.shape)} "
-                    f"{col.dtype}, manifest says {expected} {spec.dtype}"
-                )
+            try:
+                col = self._backend.open_column(self.directory, key)
+                expected = (self._expected_rows(spec), *spec.shape)
+                if tuple(col.shape) != expected or np.dtype(col.dtype) != np.dtype(spec.dtype):
+                    raise CorruptDatasetError(
+                        f"array {key!r} of dataset {self.name!r} has shape {tuple(col.shape)} "
+                        f"{col.dtype}, manifest says {expected} {spec.dtype}"
+                    )
+            except OSError:
+                self._check_not_replaced()  # a replaced dataset explains a missing or odd file
+                raise
+            self._check_not_replaced()  # the file opened is this version's
             self._columns[key] = col
         return col
 
@@ -190,16 +257,21 @@ class Dataset:
         wanted = self._resolve_keys(keys)
         episode = self.episode_of(idx)
         out = TedBatch()
-        for key in wanted:
-            if key == "episode":
-                out[key] = episode
-            elif key == "next/done":
-                out[key] = self.column("next/terminated")[idx] | self.column("next/truncated")[idx]
-            elif key in self.manifest.fields:
-                spec = self.manifest.fields[key]
-                out[key] = self.column(key)[idx + episode if spec.storage == "flat" else idx]
-            else:  # next/<flat key>
-                out[key] = self.column(key[5:])[idx + episode + 1]
+        try:
+            for key in wanted:
+                if key == "episode":
+                    out[key] = episode
+                elif key == "next/done":
+                    out[key] = self.column("next/terminated")[idx] | self.column("next/truncated")[idx]
+                elif key in self.manifest.fields:
+                    spec = self.manifest.fields[key]
+                    out[key] = self.column(key)[idx + episode if spec.storage == "flat" else idx]
+                else:  # next/<flat key>
+                    out[key] = self.column(key[5:])[idx + episode + 1]
+        except OSError as exc:
+            self._after_read(exc)
+            raise
+        self._after_read()
         return out
 
     def __getitem__(self, index: Any) -> TedBatch:
@@ -218,17 +290,22 @@ class Dataset:
         start, length = int(self.episodes["start"][i]), int(self.episodes["length"][i])
         steps = slice(start, start + length)
         out = TedBatch()
-        for key in self._resolve_keys(keys):
-            if key == "episode":
-                out[key] = np.full(length, i, np.int64)
-            elif key == "next/done":
-                out[key] = np.asarray(self.column("next/terminated")[steps]) | np.asarray(
-                    self.column("next/truncated")[steps]
-                )
-            elif key in self.manifest.fields:
-                spec = self.manifest.fields[key]
-                rows = slice(start + i, start + i + length) if spec.storage == "flat" else steps
-                out[key] = np.asarray(self.column(key)[rows])
-            else:
-                out[key] = np.asarray(self.column(key[5:])[start + i + 1 : start + i + 1 + length])
+        try:
+            for key in self._resolve_keys(keys):
+                if key == "episode":
+                    out[key] = np.full(length, i, np.int64)
+                elif key == "next/done":
+                    out[key] = np.asarray(self.column("next/terminated")[steps]) | np.asarray(
+                        self.column("next/truncated")[steps]
+                    )
+                elif key in self.manifest.fields:
+                    spec = self.manifest.fields[key]
+                    rows = slice(start + i, start + i + length) if spec.storage == "flat" else steps
+                    out[key] = np.asarray(self.column(key)[rows])
+                else:
+                    out[key] = np.asarray(self.column(key[5:])[start + i + 1 : start + i + 1 + length])
+        except OSError as exc:
+            self._after_read(exc)
+            raise
+        self._after_read()
         return out

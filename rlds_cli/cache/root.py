@@ -134,11 +134,15 @@ class CacheRoot:
         path.mkdir()
         return path
 
-    def clean_stale_builds(self) -> list[Path]:
+    def clean_stale_builds(self, held: str | None = None) -> list[Path]:
         """Remove temporary build and trash directories whose writer is gone.
 
         A build belongs to a live writer exactly when that writer holds the name's lock, so an
         entry whose lock can be taken at once is stale (its process was killed).
+
+        Args:
+            held: A dataset name whose lock the caller holds: its leftovers are stale by
+                definition (a second lock of the same file from this process would not succeed).
 
         Returns:
             The directories removed.
@@ -149,7 +153,12 @@ class CacheRoot:
         for child in sorted(self.tmp_dir.iterdir()):
             if not child.name.endswith(_BUILD_SUFFIXES):
                 continue
-            entry = child.name.split(".", 1)[0]
+            # "<entry>.<id>.incomplete": entries may contain dots, the id and suffix cannot
+            entry = child.name.rsplit(".", 2)[0]
+            if held is not None and entry == _entry(held):
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child)
+                continue
             lock = FileLock(str(self.locks_dir / f"{entry}.lock"), timeout=0)
             try:
                 with lock:

@@ -1,4 +1,8 @@
-"""All terminal rendering lives here (the library never prints)."""
+"""All terminal rendering lives here (the library never prints).
+
+Text that comes from outside (paths, names, messages) goes through :func:`escape` before it is
+printed with Rich markup, so a ``[`` in a path is printed as is.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -32,13 +37,13 @@ def print_json(data: Any) -> None:
 
 def error(message: str, hint: str = "") -> None:
     """One red line, then a dim hint line."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, emoji=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, markup=True, emoji=False)
     if hint:
-        err_console.print(f"[dim]hint:[/] {hint}", soft_wrap=True, emoji=False)
+        err_console.print(f"[dim]hint:[/] {escape(hint)}", soft_wrap=True, emoji=False)
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/] {message}", soft_wrap=True, emoji=False)
+    err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True, emoji=False)
 
 
 def human_bytes(n: float) -> str:
@@ -85,6 +90,7 @@ __all__ = [
     "conversion_progress",
     "err_console",
     "error",
+    "escape",
     "human_bytes",
     "print_json",
     "warn",

@@ -39,9 +39,11 @@ def list_datasets(root: RootOption = None, json: JsonOption = False) -> None:
         _output.print_json({"root": str(cache.path), "datasets": rows})
         return
     if not rows:
-        _output.console.print(f"no datasets in {cache.path} (add one with 'rlds download')")
+        _output.console.print(
+            f"no datasets in {_output.escape(str(cache.path))} (add one with 'rlds download')"
+        )
         return
-    table = Table(title=f"datasets in {cache.path}", title_justify="left")
+    table = Table(title=f"datasets in {_output.escape(str(cache.path))}", title_justify="left")
     for col, justify in (
         ("name", "left"),
         ("steps", "right"),
@@ -58,7 +60,7 @@ def list_datasets(root: RootOption = None, json: JsonOption = False) -> None:
             f"{r['num_episodes']:,}",
             _output.human_bytes(r["size_bytes"]),
             r["backend"],
-            f"{r['format']}: {r['source']}",
+            _output.escape(f"{r['format']}: {r['source']}"),
         )
     _output.console.print(table)
 
@@ -92,7 +94,7 @@ def render_summary(info: dict[str, Any]) -> None:
     out = _output.console
     out.print(
         f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])})  "
-        f"{info['path']}"
+        f"{_output.escape(info['path'])}"
     )
     out.print(
         f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
@@ -116,7 +118,8 @@ def render_summary(info: dict[str, Any]) -> None:
     out.print(table)
     src = info["source"]
     out.print(
-        f"source  {src.get('format', '?')}: {src.get('id') or src.get('path', '?')}  "
+        f"source  {_output.escape(str(src.get('format', '?')))}: "
+        f"{_output.escape(str(src.get('id') or src.get('path', '?')))}  "
         f"sha256 {str(src.get('sha256', '?'))[:16]}..."
     )
     conv = info["conversion"]
@@ -128,5 +131,5 @@ def render_summary(info: dict[str, Any]) -> None:
     if facts:
         out.print("conversion  " + ", ".join(facts) + "  (rules: docs/formats.md)")
     for note in conv.get("notes", []):
-        out.print(f"note  {note}")
+        out.print(f"note  {_output.escape(note)}")
     out.print(f"written by {info['created_by']} at {info['created_at']}")

@@ -31,7 +31,7 @@ def demo(
     with _output.conversion_progress(enabled=True) as progress:
         result = download(DEMO_ID, root=root, backend=backend, progress=progress)
     verb = "reused the cached copy of" if result.reused else "converted"
-    out.print(f"{verb} [green]{DEMO_ID}[/] into {result.path}")
+    out.print(f"{verb} [green]{DEMO_ID}[/] into {_output.escape(str(result.path))}")
 
     out.rule("2. inspect")
     dataset = open_dataset(DEMO_ID, root)
@@ -52,4 +52,4 @@ def demo(
             f"batch {i}: {shapes}; mean reward {batch['next', 'reward'].mean().item():+.3f}, "
             f"{int(done.sum())} episode ends, from {len(set(batch['episode'].tolist()))} episodes"
         )
-    out.print(f"[bold green]demo done[/]: cache at {result.path.parent.parent}")
+    out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(result.path.parent.parent))}")

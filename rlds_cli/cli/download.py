@@ -70,5 +70,6 @@ def download(
     verb = "already in the cache" if result.reused else "converted"
     _output.console.print(
         f"[green]{m.name}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
-        f"backend {m.backend} -> {result.path}"
+        f"backend {m.backend} -> {_output.escape(str(result.path))}",
+        soft_wrap=True,
     )

@@ -46,7 +46,9 @@ def detect_format(path: Path) -> str:
 
         try:
             with h5py.File(path, "r") as f:
-                if "observations" in f and "actions" in f:
+                # Any of D4RL's root datasets: a file missing one of them still goes to the
+                # D4RL reader, whose error then names the missing key.
+                if any(key in f for key in ("observations", "actions", "rewards", "terminals")):
                     return "d4rl"
         except OSError:
             return "d4rl"  # an HDF5 name that will not open: let the reader report why

@@ -40,8 +40,10 @@ from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
-#: Target bytes of source data held in memory per block.
-BLOCK_BYTES = 32 * 1024 * 1024
+#: Target bytes of source data held in memory per block. 8 MiB keeps a block's arrays (and
+#: their temporaries) small enough that peak memory is the same for any file size, and is
+#: as fast as larger blocks (see docs/benchmarks.md).
+BLOCK_BYTES = 8 * 1024 * 1024
 
 
 class D4RLReader:
@@ -51,7 +53,7 @@ class D4RLReader:
         path: The ``.hdf5`` file.
         max_episode_steps: The environment's time limit, used only when the file has no
             ``timeouts`` (and no ``next_observations`` to find boundaries with).
-        block_rows: Rows per block (default: about 32 MiB of source data).
+        block_rows: Rows per block (default: about 8 MiB of source data).
     """
 
     format_name = "d4rl"
@@ -336,8 +338,9 @@ def _time_limit_ends(term: np.ndarray, steps_before: int, limit: int) -> np.ndar
 
 def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise exact equality, NaN equal to NaN."""
-    a2 = a.reshape(len(a), -1)
-    b2 = b.reshape(len(b), -1)
+    # explicit row sizes: reshape(0, -1) is ambiguous and fails on an empty block
+    a2 = a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
+    b2 = b.reshape(len(b), int(np.prod(b.shape[1:], dtype=np.int64)))
     same = a2 == b2
     if a2.dtype.kind == "f":
         same |= np.isnan(a2) & np.isnan(b2)

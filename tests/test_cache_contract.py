@@ -1,0 +1,766 @@
+"""The cache contract, checked the same way for both storage backends.
+
+Everything here is written out literally: the golden 3-episode D4RL file
+(:func:`tests.d4rl_fixtures.golden_three_episodes`) converted with and without
+``next_observations``, then every TED column, the episode index, the manifest and the on-disk
+layout compared with the values the D4RL rules give by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache import CacheRoot, Dataset, TedBatch, open_dataset, validate_name
+from rlds_cli.cache.backends import NPY_HEADER_BYTES
+from rlds_cli.cache.manifest import FORMAT_VERSION
+from rlds_cli.convert import convert
+from rlds_cli.errors import (
+    CorruptDatasetError,
+    DatasetNotFoundError,
+    InvalidNameError,
+)
+from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+
+BACKENDS = ("memmap", "zarr")
+
+# ----------------------------------------------------------------------------- expected values
+
+# Without next_observations: episode 0 (rows 0-2) terminates at row 2, so all 3 rows stay and
+# the final observation repeats row 2 (final_known False); episode 1 (rows 3-5) times out at
+# row 5, so row 5 is dropped and its observation becomes the final one; episode 2 (rows 6-7) is
+# cut by the end of the file, so row 7 is dropped the same way.
+EXPECTED_NO_NEXT: dict[str, Any] = {
+    "num_steps": 6,
+    "num_episodes": 3,
+    "columns": {
+        "observation": [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [6, 60]],
+        "action": [[0.0], [0.5], [1.0], [1.5], [2.0], [3.0]],
+        "next/observation": [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]],
+        "next/reward": [[1], [2], [3], [4], [5], [7]],
+        "next/done": [[False], [False], [True], [False], [True], [True]],
+        "next/terminated": [[False], [False], [True], [False], [False], [False]],
+        "next/truncated": [[False], [False], [False], [False], [True], [True]],
+        "episode": [0, 0, 0, 1, 1, 2],
+        "info/qpos": [-0.0, -1.0, -2.0, -3.0, -4.0, -6.0],
+    },
+    "start": [0, 3, 5],
+    "length": [3, 2, 1],
+    "source_id": [0, 1, 2],
+    "final_known": [False, True, True],
+    "flat_observation": [[0, 0], [1, 10], [2, 20], [2, 20], [3, 30], [4, 40], [5, 50], [6, 60], [7, 70]],
+    "conversion": {
+        "rules": "d4rl-v1",
+        "source_rows": 8,
+        "dropped_rows": 2,
+        "dropped_episodes": 0,
+        "synthesized_final_observations": 1,
+        "inferred_boundaries": 0,
+        "notes": [],
+    },
+}
+
+# With next_observations every row is a transition and each episode's final observation is
+# next_observations at its last row ([102, 0], [105, 0], [107, 0]).
+EXPECTED_NEXT: dict[str, Any] = {
+    "num_steps": 8,
+    "num_episodes": 3,
+    "columns": {
+        "observation": [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [5, 50], [6, 60], [7, 70]],
+        "action": [[0.0], [0.5], [1.0], [1.5], [2.0], [2.5], [3.0], [3.5]],
+        "next/observation": [[1, 10], [2, 20], [102, 0], [4, 40], [5, 50], [105, 0], [7, 70], [107, 0]],
+        "next/reward": [[1], [2], [3], [4], [5], [6], [7], [8]],
+        "next/done": [[False], [False], [True], [False], [False], [True], [False], [True]],
+        "next/terminated": [[False], [False], [True], [False], [False], [False], [False], [False]],
+        "next/truncated": [[False], [False], [False], [False], [False], [True], [False], [True]],
+        "episode": [0, 0, 0, 1, 1, 1, 2, 2],
+        "info/qpos": [-0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0],
+    },
+    "start": [0, 3, 6],
+    "length": [3, 3, 2],
+    "source_id": [0, 1, 2],
+    "final_known": [True, True, True],
+    "flat_observation": [
+        [0, 0],
+        [1, 10],
+        [2, 20],
+        [102, 0],
+        [3, 30],
+        [4, 40],
+        [5, 50],
+        [105, 0],
+        [6, 60],
+        [7, 70],
+        [107, 0],
+    ],
+    "conversion": {
+        "rules": "d4rl-v1",
+        "source_rows": 8,
+        "dropped_rows": 0,
+        "dropped_episodes": 0,
+        "synthesized_final_observations": 0,
+        "inferred_boundaries": 0,
+        "notes": [],
+    },
+}
+
+EXPECTED_DTYPES = {
+    "observation": np.float32,
+    "action": np.float32,
+    "next/observation": np.float32,
+    "next/reward": np.float32,
+    "next/done": np.bool_,
+    "next/terminated": np.bool_,
+    "next/truncated": np.bool_,
+    "episode": np.int64,
+    "info/qpos": np.float32,
+}
+
+EXPECTED_STORED_FIELDS = {
+    "action": {"shape": [1], "dtype": "float32", "storage": "step"},
+    "next/reward": {"shape": [1], "dtype": "float32", "storage": "step"},
+    "info/qpos": {"shape": [], "dtype": "float32", "storage": "step"},
+    "next/terminated": {"shape": [1], "dtype": "bool", "storage": "step"},
+    "next/truncated": {"shape": [1], "dtype": "bool", "storage": "step"},
+    "observation": {"shape": [2], "dtype": "float32", "storage": "flat"},
+}
+
+EXPECTED_TED_FIELDS = {
+    "action": ((1,), "float32"),
+    "episode": ((), "int64"),
+    "info/qpos": ((), "float32"),
+    "observation": ((2,), "float32"),
+    "next/done": ((1,), "bool"),
+    "next/observation": ((2,), "float32"),
+    "next/reward": ((1,), "float32"),
+    "next/terminated": ((1,), "bool"),
+    "next/truncated": ((1,), "bool"),
+}
+
+ALL_KEYS = tuple(EXPECTED_DTYPES)
+
+
+def _expected(with_next: bool) -> dict[str, Any]:
+    return EXPECTED_NEXT if with_next else EXPECTED_NO_NEXT
+
+
+def _expected_column(with_next: bool, key: str) -> np.ndarray:
+    return np.asarray(_expected(with_next)["columns"][key], dtype=EXPECTED_DTYPES[key])
+
+
+def _stored_paths(ds: Dataset) -> list[Path]:
+    return sorted(p for p in (ds.directory / "arrays").rglob("*") if p.is_file())
+
+
+def _assert_batches_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert sorted(a) == sorted(b)
+    for key in a:
+        x, y = np.asarray(a[key]), np.asarray(b[key])
+        assert x.dtype == y.dtype, key
+        assert x.shape == y.shape, key
+        np.testing.assert_array_equal(x, y, err_msg=key)
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=[False, True], ids=["no_next", "with_next"])
+def with_next(request: pytest.FixtureRequest) -> bool:
+    return request.param
+
+
+@pytest.fixture
+def golden(tmp_path: Path, backend: str, with_next: bool) -> Dataset:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
+    result = convert(source, "golden/three-v0", backend=backend)
+    assert result.reused is False
+    return open_dataset("golden/three-v0")
+
+
+# ----------------------------------------------------------------------------- columns
+
+
+@pytest.mark.parametrize("key", ALL_KEYS)
+def test_every_ted_column_matches_the_golden_values(golden: Dataset, with_next: bool, key: str) -> None:
+    expected = _expected_column(with_next, key)
+    got = golden.gather(np.arange(golden.num_steps))[key]
+    assert isinstance(got, np.ndarray)
+    assert got.dtype == expected.dtype
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    # slicing the dataset gives the same column
+    np.testing.assert_array_equal(golden[:][key], expected)
+
+
+def test_full_read_has_exactly_the_ted_keys(golden: Dataset) -> None:
+    batch = golden[:]
+    assert isinstance(batch, TedBatch)
+    assert sorted(batch) == sorted(ALL_KEYS)
+    assert golden.fields == EXPECTED_TED_FIELDS
+    assert list(golden.fields) == [
+        "action",
+        "episode",
+        "info/qpos",
+        "observation",
+        "next/done",
+        "next/observation",
+        "next/reward",
+        "next/terminated",
+        "next/truncated",
+    ]
+
+
+def test_episode_index(golden: Dataset, with_next: bool) -> None:
+    exp = _expected(with_next)
+    index = golden.episodes
+    assert index.dtype.names == ("start", "length", "source_id", "final_known")
+    assert index["start"].tolist() == exp["start"]
+    assert index["length"].tolist() == exp["length"]
+    assert index["source_id"].tolist() == exp["source_id"]
+    assert index["final_known"].tolist() == exp["final_known"]
+    # episodes.npy on disk is the same structured array
+    on_disk = np.load(golden.directory / "episodes.npy", allow_pickle=False)
+    assert on_disk.tolist() == index.tolist()
+
+
+def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bool) -> None:
+    exp = _expected(with_next)
+    m = golden.manifest
+    assert (m.num_steps, m.num_episodes) == (exp["num_steps"], exp["num_episodes"])
+    assert (golden.num_steps, golden.num_episodes, len(golden)) == (
+        exp["num_steps"],
+        exp["num_episodes"],
+        exp["num_steps"],
+    )
+    assert m.name == "golden/three-v0"
+    assert m.backend == backend
+    assert m.format_version == FORMAT_VERSION == 1
+    assert m.layout == "flat-ted"
+    assert m.lineage == []
+    assert m.created_by.startswith("rlds-cli ")
+    assert {k: spec.to_dict() for k, spec in m.fields.items()} == EXPECTED_STORED_FIELDS
+    assert m.conversion == exp["conversion"]
+    assert m.source["format"] == "d4rl"
+    assert m.source["options"] == {}
+    assert m.source["metadata"] == {"metadata/algorithm": "SAC", "metadata/iteration": 3}
+    # the JSON on disk says the same, with the format marker
+    raw = json.loads((golden.directory / "manifest.json").read_text())
+    assert raw["format"] == "rlds-ted"
+    assert raw["format_version"] == 1
+    assert raw["num_steps"] == exp["num_steps"]
+    assert raw["num_episodes"] == exp["num_episodes"]
+    assert raw["fields"] == EXPECTED_STORED_FIELDS
+    assert CacheRoot().manifest("golden/three-v0").to_dict() == m.to_dict()
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_episode_equals_gather_of_its_indices(golden: Dataset, with_next: bool) -> None:
+    exp = _expected(with_next)
+    for i, (start, length) in enumerate(zip(exp["start"], exp["length"], strict=True)):
+        by_episode = golden.episode(i)
+        by_gather = golden.gather(np.arange(start, start + length))
+        _assert_batches_equal(by_episode, by_gather)
+        assert by_episode["episode"].tolist() == [i] * length
+        # negative episode numbers count from the end
+        _assert_batches_equal(golden.episode(i - exp["num_episodes"]), by_gather)
+        # a key selection gives just those keys, same values
+        sel = golden.episode(i, keys=["next/observation", ("next", "done")])
+        assert sorted(sel) == ["next/done", "next/observation"]
+        np.testing.assert_array_equal(sel["next/observation"], by_gather["next/observation"])
+
+
+def test_episode_out_of_range(golden: Dataset) -> None:
+    with pytest.raises(IndexError):
+        golden.episode(3)
+    with pytest.raises(IndexError):
+        golden.episode(-4)
+
+
+def test_gather_any_index_shape(golden: Dataset, with_next: bool) -> None:
+    idx = np.array([[0, 5], [2, 2], [1, 3]])
+    batch = golden.gather(idx)
+    for key in ALL_KEYS:
+        full = _expected_column(with_next, key)
+        assert batch[key].shape == (3, 2, *full.shape[1:]), key
+        np.testing.assert_array_equal(batch[key], full[idx], err_msg=key)
+    # 3-D index, a list, a scalar, and an empty index
+    idx3 = np.arange(4).reshape(2, 1, 2)
+    np.testing.assert_array_equal(
+        golden.gather(idx3)["observation"], _expected_column(with_next, "observation")[idx3]
+    )
+    np.testing.assert_array_equal(
+        golden.gather([4, 1])["action"], _expected_column(with_next, "action")[[4, 1]]
+    )
+    scalar = golden.gather(2)
+    assert scalar["next/observation"].shape == (2,)
+    np.testing.assert_array_equal(
+        scalar["next/observation"], _expected_column(with_next, "next/observation")[2]
+    )
+    assert scalar["episode"].shape == ()
+    assert int(scalar["episode"]) == 0
+    empty = golden.gather(np.zeros((0,), np.int64))
+    for key in ALL_KEYS:
+        assert empty[key].shape == (0, *_expected_column(with_next, key).shape[1:]), key
+    # unsigned and narrow integer dtypes work too
+    np.testing.assert_array_equal(
+        golden.gather(np.array([3, 0], np.uint8))["next/reward"],
+        _expected_column(with_next, "next/reward")[[3, 0]],
+    )
+
+
+def test_gather_negative_indices_count_from_the_end(golden: Dataset, with_next: bool) -> None:
+    n = golden.num_steps
+    batch = golden.gather([-1, -n, -2])
+    for key in ALL_KEYS:
+        full = _expected_column(with_next, key)
+        np.testing.assert_array_equal(batch[key], full[[n - 1, 0, n - 2]], err_msg=key)
+    np.testing.assert_array_equal(golden[-1]["episode"], 2)
+
+
+@pytest.mark.parametrize("bad", ["n", "-n-1", "n+100", "mixed"])
+def test_gather_out_of_range_raises_index_error(golden: Dataset, bad: str) -> None:
+    n = golden.num_steps
+    index = {"n": [n], "-n-1": [-n - 1], "n+100": [[0, n + 100]], "mixed": [0, 1, n]}[bad]
+    with pytest.raises(IndexError):
+        golden.gather(index)
+
+
+def test_gather_unknown_key_raises_key_error(golden: Dataset) -> None:
+    with pytest.raises(KeyError, match="nope"):
+        golden.gather([0], keys=["action", "nope"])
+    with pytest.raises(KeyError):
+        golden.gather([0], keys=[("next", "nope")])
+    with pytest.raises(KeyError):
+        golden.episode(0, keys=["next/action"])
+    with pytest.raises(KeyError):
+        golden.column("next/observation")  # derived, never stored
+
+
+def test_keys_selection_reads_only_the_named_keys(golden: Dataset, backend: str, with_next: bool) -> None:
+    # Remove the arrays of two keys that are not asked for: a selection that touches only the
+    # named keys still reads fine, a full read fails loudly.
+    arrays = golden.directory / "arrays"
+    for key in ("info/qpos", "next/truncated"):
+        target = arrays / (f"{key}.npy" if backend == "memmap" else key)
+        assert target.exists()
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    ds = open_dataset("golden/three-v0")
+    batch = ds.gather([0, 3], keys=["observation", ("next", "observation"), "next/reward", "episode"])
+    assert list(batch) == ["observation", "next/observation", "next/reward", "episode"]
+    for key in batch:
+        np.testing.assert_array_equal(batch[key], _expected_column(with_next, key)[[0, 3]], err_msg=key)
+    assert sorted(ds.episode(1, keys=["action"])) == ["action"]
+    with pytest.raises(CorruptDatasetError):
+        ds.gather([0])
+    with pytest.raises(CorruptDatasetError):
+        ds.gather([0], keys=["next/done"])  # next/done needs next/truncated
+
+
+def test_ted_batch_tuple_keys(golden: Dataset, with_next: bool) -> None:
+    batch = golden.gather([1, 2])
+    assert batch["next", "reward"] is batch["next/reward"]
+    assert ("next", "reward") in batch
+    assert "next/reward" in batch
+    assert ("next", "nope") not in batch
+    assert batch.get(("next", "observation")) is batch["next/observation"]
+    assert batch.get(("next", "nope"), 7) == 7
+    assert batch.batch_size == 2
+    nested = batch.nested()
+    assert sorted(nested) == ["action", "episode", "info", "next", "observation"]
+    assert sorted(nested["next"]) == ["done", "observation", "reward", "terminated", "truncated"]
+    assert nested["info"]["qpos"] is batch["info/qpos"]
+    np.testing.assert_array_equal(
+        nested["next"]["reward"], _expected_column(with_next, "next/reward")[[1, 2]]
+    )
+    copy = batch.to_numpy()
+    assert isinstance(copy, TedBatch)
+    _assert_batches_equal(copy, batch)
+    assert not any(isinstance(v, np.memmap) for v in copy.values())
+    with pytest.raises(KeyError):
+        batch["next", "nope"]
+
+
+def test_dataset_pickles_by_path(golden: Dataset, with_next: bool) -> None:
+    before = golden[:]  # opens every column first: open memory maps must not travel
+    data = pickle.dumps(golden)
+    assert len(data) < 8192
+    assert str(golden.directory).encode() in data
+    clone = pickle.loads(data)
+    assert isinstance(clone, Dataset)
+    assert clone.directory == golden.directory
+    assert clone.manifest.to_dict() == golden.manifest.to_dict()
+    _assert_batches_equal(clone[:], before)
+    assert clone.episodes.tolist() == golden.episodes.tolist()
+    # and once more through a fresh (never read) dataset
+    fresh = pickle.loads(pickle.dumps(open_dataset("golden/three-v0")))
+    _assert_batches_equal(fresh.gather([0, 1]), golden.gather([0, 1]))
+
+
+def test_repr_names_the_dataset(golden: Dataset, backend: str, with_next: bool) -> None:
+    n = _expected(with_next)["num_steps"]
+    assert repr(golden) == f"Dataset(name='golden/three-v0', steps={n}, episodes=3, backend='{backend}')"
+
+
+# ----------------------------------------------------------------------------- on-disk layout
+
+
+@pytest.mark.parametrize("with_next", [False, True], ids=["no_next", "with_next"])
+def test_memmap_arrays_open_with_plain_numpy(tmp_path: Path, with_next: bool) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
+    convert(source, "plain", backend="memmap")
+    ds = open_dataset("plain")
+    exp = _expected(with_next)
+    n, e = exp["num_steps"], exp["num_episodes"]
+    arrays = ds.directory / "arrays"
+    assert sorted(p.relative_to(arrays).as_posix() for p in _stored_paths(ds)) == [
+        "action.npy",
+        "info/qpos.npy",
+        "next/reward.npy",
+        "next/terminated.npy",
+        "next/truncated.npy",
+        "observation.npy",
+    ]
+    expected_plain = {
+        "observation.npy": np.asarray(exp["flat_observation"], np.float32),
+        "action.npy": _expected_column(with_next, "action"),
+        "next/reward.npy": _expected_column(with_next, "next/reward"),
+        "next/terminated.npy": _expected_column(with_next, "next/terminated"),
+        "next/truncated.npy": _expected_column(with_next, "next/truncated"),
+        "info/qpos.npy": _expected_column(with_next, "info/qpos"),
+    }
+    for rel, expected in expected_plain.items():
+        arr = np.load(arrays / rel, mmap_mode="r")
+        assert isinstance(arr, np.memmap), rel
+        assert arr.dtype == expected.dtype, rel
+        assert arr.shape == expected.shape, rel
+        np.testing.assert_array_equal(arr, expected, err_msg=rel)
+        assert arr.flags.c_contiguous
+        # a plain load (no mmap) agrees
+        np.testing.assert_array_equal(np.load(arrays / rel), expected, err_msg=rel)
+    assert np.load(arrays / "observation.npy", mmap_mode="r").shape == (n + e, 2)
+    # the dataset's own columns are those read-only memory maps
+    col = ds.column("observation")
+    assert isinstance(col, np.memmap)
+    assert not col.flags.writeable
+    # the header is padded to NPY_HEADER_BYTES, so the data is aligned
+    assert (arrays / "action.npy").stat().st_size == NPY_HEADER_BYTES + n * 4
+
+
+def test_zarr_stores_the_same_flat_arrays(tmp_path: Path, with_next: bool) -> None:
+    import zarr
+
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
+    convert(source, "z", backend="zarr")
+    ds = open_dataset("z")
+    exp = _expected(with_next)
+    group = zarr.open_group(str(ds.directory / "arrays"), mode="r")
+    obs = group["observation"]
+    assert obs.shape == (exp["num_steps"] + exp["num_episodes"], 2)
+    np.testing.assert_array_equal(obs[...], np.asarray(exp["flat_observation"], np.float32))
+    assert group["next/reward"].shape == (exp["num_steps"], 1)
+    assert "next/observation" not in group
+    assert "next/done" not in group
+    assert "episode" not in group
+
+
+def _ramp_file(path: Path, *, episodes: int, length: int, obs_dim: int) -> Path:
+    rng = np.random.default_rng(0)
+    n = episodes * length
+    timeouts = np.zeros(n, bool)
+    timeouts[length - 1 :: length] = True
+    return write_d4rl(
+        path,
+        observations=rng.standard_normal((n, obs_dim)).astype(np.float32),
+        actions=rng.standard_normal((n, 3)).astype(np.float32),
+        rewards=rng.standard_normal(n).astype(np.float32),
+        terminals=np.zeros(n, bool),
+        timeouts=timeouts,
+        next_observations=rng.standard_normal((n, obs_dim)).astype(np.float32),
+    )
+
+
+def test_flat_layout_stores_observations_once(tmp_path: Path) -> None:
+    # 10 episodes of 100 steps, 17-dim observations, next_observations everywhere different
+    # from the following row: they all end up as inferred episode ends except the flagged ones,
+    # so use continuous next_observations to get exactly 10 episodes.
+    n_ep, length, dim = 10, 100, 17
+    path = tmp_path / "ramp.hdf5"
+    _ramp_file(path, episodes=n_ep, length=length, obs_dim=dim)
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        obs = f["observations"][()]
+        nxt = np.concatenate([obs[1:], obs[-1:] + 1])
+        for end in range(length - 1, n_ep * length, length):
+            nxt[end] = obs[end] + 1000
+        f["next_observations"][...] = nxt
+    convert(path, "flat", backend="memmap")
+    ds = open_dataset("flat")
+    n = n_ep * length
+    assert (ds.num_steps, ds.num_episodes) == (n, n_ep)
+    assert ds.manifest.conversion["inferred_boundaries"] == 0
+    stored = ds.directory / "arrays" / "observation.npy"
+    row = dim * 4
+    assert stored.stat().st_size == NPY_HEADER_BYTES + (n + n_ep) * row
+    assert not (ds.directory / "arrays" / "next" / "observation.npy").exists()
+    root_plus_next = 2 * n * row
+    assert stored.stat().st_size / root_plus_next == pytest.approx(0.5, abs=0.02)
+    # and both views read back exactly from that one array
+    np.testing.assert_array_equal(ds[:]["observation"], obs)
+    np.testing.assert_array_equal(ds[:]["next/observation"], nxt)
+
+
+def test_backends_give_identical_values(tmp_path: Path, with_next: bool) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
+    convert(source, "m", backend="memmap")
+    convert(source, "z", backend="zarr")
+    m, z = open_dataset("m"), open_dataset("z")
+    assert m.manifest.backend == "memmap"
+    assert z.manifest.backend == "zarr"
+    _assert_batches_equal(m[:], z[:])
+    idx = np.array([[4, 0], [-1, 2]])
+    _assert_batches_equal(m.gather(idx), z.gather(idx))
+    for i in range(3):
+        _assert_batches_equal(m.episode(i), z.episode(i))
+    assert m.episodes.tolist() == z.episodes.tolist()
+    assert {k: s.to_dict() for k, s in m.stored_fields.items()} == {
+        k: s.to_dict() for k, s in z.stored_fields.items()
+    }
+
+
+def test_backends_identical_on_a_bigger_file(tmp_path: Path) -> None:
+    # enough rows for several zarr chunks of the 4-byte columns (131072 rows each)
+    path = _ramp_file(tmp_path / "big.hdf5", episodes=300, length=1000, obs_dim=2)
+    convert(path, "m", backend="memmap")
+    convert(path, "z", backend="zarr")
+    m, z = open_dataset("m"), open_dataset("z")
+    assert m.num_steps == z.num_steps == 300 * 1000
+    rng = np.random.default_rng(1)
+    idx = rng.integers(-m.num_steps, m.num_steps, size=(64, 8))
+    _assert_batches_equal(m.gather(idx), z.gather(idx))
+    _assert_batches_equal(m.episode(123), z.episode(123))
+    _assert_batches_equal(m.episode(-1), z.episode(-1))
+
+
+# ----------------------------------------------------------------------------- corruption
+
+
+def test_truncated_npy_raises_corrupt(tmp_path: Path) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    convert(source, "cut", backend="memmap")
+    path = CacheRoot().dataset_dir("cut") / "arrays" / "observation.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[:-8])  # one row short
+    ds = open_dataset("cut")  # opening reads only the manifest and the episode index
+    with pytest.raises(CorruptDatasetError, match="observation"):
+        ds.gather([0], keys=["observation"])
+    with pytest.raises(CorruptDatasetError):
+        ds.episode(0)
+    # a file cut inside its header
+    path.write_bytes(data[:40])
+    with pytest.raises(CorruptDatasetError):
+        open_dataset("cut").column("observation")
+    # the other columns still read
+    np.testing.assert_array_equal(open_dataset("cut").gather([1], keys=["action"])["action"], [[0.5]])
+
+
+def test_array_not_matching_manifest_raises_corrupt(tmp_path: Path, backend: str) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    convert(source, "wrong", backend=backend)
+    ds = open_dataset("wrong")
+    if backend == "memmap":
+        np.save(ds.directory / "arrays" / "action.npy", np.zeros((7, 1), np.float32))  # 7 rows, not 8
+        np.save(ds.directory / "arrays" / "next" / "reward.npy", np.zeros((8, 1), np.float64))
+    else:
+        shutil.rmtree(ds.directory / "arrays" / "action")
+    fresh = open_dataset("wrong")
+    with pytest.raises(CorruptDatasetError, match="action"):
+        fresh.gather([0], keys=["action"])
+    if backend == "memmap":
+        with pytest.raises(CorruptDatasetError, match="reward"):
+            fresh.gather([0], keys=["next/reward"])
+
+
+def test_episode_index_not_matching_manifest_raises_corrupt(tmp_path: Path, backend: str) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    convert(source, "idx", backend=backend)
+    path = CacheRoot().dataset_dir("idx") / "episodes.npy"
+    index = np.load(path)
+    np.save(path, index[:2])  # one episode short
+    with pytest.raises(CorruptDatasetError, match="episode index"):
+        open_dataset("idx")
+    changed = index.copy()
+    changed["length"][0] = 4  # lengths no longer add up to num_steps
+    np.save(path, changed)
+    with pytest.raises(CorruptDatasetError):
+        open_dataset("idx")
+    path.write_bytes(b"not an npy file")
+    with pytest.raises(CorruptDatasetError):
+        open_dataset("idx")
+    path.unlink()
+    with pytest.raises(CorruptDatasetError):
+        open_dataset("idx")
+
+
+def test_newer_format_version_raises_corrupt(tmp_path: Path) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    convert(source, "future")
+    convert(source, "present")
+    path = CacheRoot().dataset_dir("future") / "manifest.json"
+    data = json.loads(path.read_text())
+    data["format_version"] = FORMAT_VERSION + 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError, match="format_version") as info:
+        open_dataset("future")
+    assert "upgrade" in info.value.hint
+    with pytest.raises(CorruptDatasetError):
+        CacheRoot().manifest("future")
+    # listing skips it and still shows the readable one
+    assert [m.name for m in CacheRoot().iter_manifests()] == ["present"]
+    assert CacheRoot().exists("future")  # a manifest is there, it just cannot be read
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["not_json", "wrong_format", "missing_fields", "string_version", "bad_field_spec"],
+)
+def test_malformed_manifest_raises_corrupt(tmp_path: Path, damage: str) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    convert(source, "bad")
+    path = CacheRoot().dataset_dir("bad") / "manifest.json"
+    data = json.loads(path.read_text())
+    if damage == "not_json":
+        path.write_text("{ half a manifest")
+    else:
+        if damage == "wrong_format":
+            data["format"] = "something-else"
+        elif damage == "missing_fields":
+            del data["fields"]
+        elif damage == "string_version":
+            data["format_version"] = "1"
+        elif damage == "bad_field_spec":
+            data["fields"]["action"] = {"shape": [1]}
+        path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError):
+        open_dataset("bad")
+    assert list(CacheRoot().iter_manifests()) == []
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def test_unknown_name_raises_not_found(tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError, match="nothing-here"):
+        open_dataset("nothing-here")
+    with pytest.raises(FileNotFoundError):  # also the builtin
+        open_dataset("nothing-here")
+    with pytest.raises(DatasetNotFoundError):
+        CacheRoot().manifest("nothing/here")
+    assert not CacheRoot().exists("nothing-here")
+    assert list(CacheRoot().iter_manifests()) == []
+    # a directory without a manifest is not a dataset
+    (CacheRoot().datasets_dir / "half").mkdir(parents=True)
+    with pytest.raises(DatasetNotFoundError):
+        open_dataset("half")
+    assert not CacheRoot().exists("half")
+    with pytest.raises(DatasetNotFoundError):
+        Dataset(CacheRoot().datasets_dir / "half")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "a--b",
+        "x/a--b",
+        "../x",
+        "..",
+        ".",
+        "./x",
+        "/abs",
+        "a/",
+        "a//b",
+        ".hidden",
+        "-dash",
+        "a b",
+        "a\\b",
+        "a/../b",
+        "x" * 201,
+        "ümlaut",
+        "a\nb",
+    ],
+)
+def test_invalid_names_are_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidNameError):
+        validate_name(name)
+    with pytest.raises(ValueError):  # also the builtin
+        validate_name(name)
+    with pytest.raises(InvalidNameError):
+        open_dataset(name)
+    with pytest.raises(InvalidNameError):
+        CacheRoot().dataset_dir(name)
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    with pytest.raises(InvalidNameError):
+        convert(source, name)
+    assert not CacheRoot().datasets_dir.exists() or list(CacheRoot().datasets_dir.iterdir()) == []
+
+
+def test_non_string_name_is_refused() -> None:
+    with pytest.raises(InvalidNameError):
+        validate_name(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidNameError):
+        validate_name(b"bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["a", "hopper-medium-v2", "D4RL/door/human-v2", "a.b_c-d/E9", "x" * 200])
+def test_valid_names_are_accepted(name: str) -> None:
+    assert validate_name(name) == name
+
+
+def test_names_with_slashes_map_to_double_dash_directories(tmp_path: Path, backend: str) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    result = convert(source, "D4RL/door/human-v2", backend=backend)
+    root = CacheRoot()
+    assert result.path == root.datasets_dir / "D4RL--door--human-v2"
+    assert root.dataset_dir("D4RL/door/human-v2") == root.datasets_dir / "D4RL--door--human-v2"
+    assert sorted(p.name for p in root.datasets_dir.iterdir()) == ["D4RL--door--human-v2"]
+    assert (root.datasets_dir / "D4RL--door--human-v2" / "manifest.json").is_file()
+    assert root.exists("D4RL/door/human-v2")
+    assert [m.name for m in root.iter_manifests()] == ["D4RL/door/human-v2"]
+    ds = open_dataset("D4RL/door/human-v2")
+    assert ds.name == "D4RL/door/human-v2"
+    np.testing.assert_array_equal(ds[:]["observation"], _expected_column(True, "observation"))
+    # the lock file uses the same entry name
+    assert (root.locks_dir / "D4RL--door--human-v2.lock").exists()
+    # a different name with the same parts in another order is another dataset
+    assert not root.exists("D4RL/human-v2/door")
+
+
+def test_open_dataset_with_explicit_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
+    other = tmp_path / "other-root"
+    convert(source, "elsewhere", root=other)
+    assert (other / "datasets" / "elsewhere" / "manifest.json").is_file()
+    with pytest.raises(DatasetNotFoundError):
+        open_dataset("elsewhere")  # not in $RLDS_HOME
+    for root in (other, str(other), CacheRoot(other)):
+        ds = open_dataset("elsewhere", root=root)
+        np.testing.assert_array_equal(ds[:]["next/reward"], _expected_column(True, "next/reward"))
+    monkeypatch.setenv("RLDS_HOME", str(other))
+    assert open_dataset("elsewhere").num_steps == 8

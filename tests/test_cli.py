@@ -1,0 +1,587 @@
+"""The ``rlds`` command line, end to end through typer's CliRunner (no subprocess, no network).
+
+Errors go to stderr as ``error: ...`` + ``hint: ...`` with exit code 1; results to stdout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from rlds_cli import errors
+from rlds_cli._version import __version__
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed console widths, whatever the terminal (xdist workers get COLUMNS=80): stdout wide, so
+    tables never truncate what the tests look for; stderr narrow, so a message that Rich would
+    wrap shows up as a second line."""
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=40))
+
+
+GOLDEN_FIELDS = {
+    "action": {"shape": [1], "dtype": "float32"},
+    "episode": {"shape": [], "dtype": "int64"},
+    "info/qpos": {"shape": [], "dtype": "float32"},
+    "observation": {"shape": [2], "dtype": "float32"},
+    "next/done": {"shape": [1], "dtype": "bool"},
+    "next/observation": {"shape": [2], "dtype": "float32"},
+    "next/reward": {"shape": [1], "dtype": "float32"},
+    "next/terminated": {"shape": [1], "dtype": "bool"},
+    "next/truncated": {"shape": [1], "dtype": "bool"},
+}
+
+# Expected `rlds inspect --json` facts for the golden file, per variant (see d4rl_fixtures):
+# without next_observations the timeout row 5 and the last row 7 are dropped (their next state is
+# unknown), so episodes keep rows 0-2, 3-4 and 6; with next_observations every row stays.
+GOLDEN_EXPECTED: dict[bool, dict[str, Any]] = {
+    False: {
+        "num_steps": 6,
+        "num_episodes": 3,
+        "episodes_terminated": 1,
+        "episodes_truncated": 2,
+        "final_observations_synthesized": 1,
+        "lengths": [3, 2, 1],
+        "returns": [1 + 2 + 3, 4 + 5, 7],
+        "dropped_rows": 2,
+    },
+    True: {
+        "num_steps": 8,
+        "num_episodes": 3,
+        "episodes_terminated": 1,
+        "episodes_truncated": 2,
+        "final_observations_synthesized": 0,
+        "lengths": [3, 3, 2],
+        "returns": [1 + 2 + 3, 4 + 5 + 6, 7 + 8],
+        "dropped_rows": 0,
+    },
+}
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    mean = sum(values) / len(values)
+    return {
+        "min": float(min(values)),
+        "max": float(max(values)),
+        "mean": mean,
+        "std": math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)),
+    }
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+def ok(*args: str) -> Result:
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def ok_json(*args: str) -> Any:
+    return json.loads(ok(*args, "--json").stdout)
+
+
+def error_line(result: Result) -> str:
+    """Assert a clean failure (exit 1, ``error:`` line, optional ``hint:`` line) and return the
+    error line."""
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), result.exception
+    lines = result.stderr.splitlines()
+    assert lines, "nothing on stderr"
+    assert lines[0].startswith("error: "), lines
+    assert len(lines) <= 2, lines
+    if len(lines) == 2:
+        assert lines[1].startswith("hint: "), lines
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def hint_line(result: Result) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    return lines[1]
+
+
+def assert_nothing_published(root: Path) -> None:
+    for sub in ("datasets", "tmp"):
+        folder = root / sub
+        assert not folder.exists() or list(folder.iterdir()) == [], (sub, list(folder.iterdir()))
+
+
+@pytest.fixture
+def golden(tmp_path: Path) -> Path:
+    return golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+
+
+@pytest.fixture
+def golden_next(tmp_path: Path) -> Path:
+    return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)
+
+
+def _arrays(n: int = 8) -> dict[str, np.ndarray]:
+    return {
+        "observations": np.stack([np.arange(n), np.arange(n)], axis=1).astype(np.float32),
+        "actions": np.zeros((n, 1), np.float32),
+        "rewards": np.ones(n, np.float32),
+        "terminals": np.zeros(n, bool),
+        "timeouts": np.eye(n, dtype=bool)[n // 2 - 1],
+    }
+
+
+# --------------------------------------------------------------------------- download + inspect
+
+
+@pytest.mark.parametrize("with_next", [False, True], ids=["no-next", "with-next"])
+def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path, with_next: bool) -> None:
+    src = golden_three_episodes(tmp_path / "g.hdf5", with_next=with_next)
+    ok("download", src, "--format", "d4rl", "--name", "golden")
+    info = ok_json("inspect", "golden")
+    exp = GOLDEN_EXPECTED[with_next]
+    assert info["name"] == "golden"
+    assert info["path"] == str(isolated_cache / "datasets" / "golden")
+    assert info["backend"] == "memmap"
+    assert info["num_steps"] == exp["num_steps"]
+    assert info["num_episodes"] == exp["num_episodes"]
+    assert info["fields"] == GOLDEN_FIELDS
+    assert list(info["fields"]) == list(GOLDEN_FIELDS)  # next/* after the others, sorted
+    assert info["size_bytes"] > 0
+    assert info["size_bytes"] == sum(p.stat().st_size for p in Path(info["path"]).rglob("*") if p.is_file())
+    assert info["episodes_terminated"] == exp["episodes_terminated"]
+    assert info["episodes_truncated"] == exp["episodes_truncated"]
+    assert info["final_observations_synthesized"] == exp["final_observations_synthesized"]
+    assert info["episode_length"] == pytest.approx(stats(exp["lengths"]))
+    assert info["episode_return"] == pytest.approx(stats(exp["returns"]))
+    assert info["conversion"]["source_rows"] == 8
+    assert info["conversion"]["dropped_rows"] == exp["dropped_rows"]
+    assert info["source"]["format"] == "d4rl"
+    assert info["source"]["path"] == str(src.resolve())
+    assert info["source"]["size"] == src.stat().st_size
+    assert info["source"]["metadata"] == {"metadata/algorithm": "SAC", "metadata/iteration": 3}
+    assert info["created_by"] == f"rlds-cli {__version__}"
+    assert info["lineage"] == []
+
+
+def test_golden_exact_stat_values(golden: Path) -> None:
+    """The same numbers as above, written out, so a bug in ``stats`` cannot hide one in describe."""
+    ok("download", golden, "--format", "d4rl", "--name", "golden")
+    info = ok_json("inspect", "golden")
+    assert info["episode_length"] == pytest.approx(
+        {"min": 1.0, "max": 3.0, "mean": 2.0, "std": math.sqrt(2 / 3)}
+    )
+    assert info["episode_return"] == pytest.approx(
+        {"min": 6.0, "max": 9.0, "mean": 22 / 3, "std": math.sqrt(14 / 9)}
+    )
+
+
+def test_download_json_output(golden: Path, isolated_cache: Path) -> None:
+    out = ok_json("download", golden, "--format", "d4rl", "--name", "golden")
+    assert out["name"] == "golden"
+    assert out["path"] == str(isolated_cache / "datasets" / "golden")
+    assert out["reused"] is False
+    assert (out["num_steps"], out["num_episodes"], out["backend"]) == (6, 3, "memmap")
+    assert out["conversion"]["dropped_rows"] == 2
+    assert out["conversion"]["synthesized_final_observations"] == 1
+    again = ok_json("download", golden, "--format", "d4rl", "--name", "golden")
+    assert again["reused"] is True
+    assert again["num_steps"] == 6
+
+
+def test_download_detects_format_and_names_after_the_file(golden: Path) -> None:
+    result = ok("download", golden)
+    assert result.stdout.startswith("golden: converted: 6 steps, 3 episodes, backend memmap -> ")
+    assert ok_json("inspect", "golden")["source"]["format"] == "d4rl"
+
+
+def test_list_json_and_human(golden: Path, golden_next: Path, isolated_cache: Path) -> None:
+    assert ok_json("list") == {"root": str(isolated_cache), "datasets": []}
+    assert "no datasets in" in ok("list").stdout
+    ok("download", golden, "--format", "d4rl", "--name", "golden")
+    ok("download", golden_next, "--format", "d4rl", "--name", "golden-next")
+    listing = ok_json("list")
+    assert listing["root"] == str(isolated_cache)
+    rows = {r["name"]: r for r in listing["datasets"]}
+    assert [r["name"] for r in listing["datasets"]] == ["golden", "golden-next"]
+    assert (rows["golden"]["num_steps"], rows["golden"]["num_episodes"]) == (6, 3)
+    assert (rows["golden-next"]["num_steps"], rows["golden-next"]["num_episodes"]) == (8, 3)
+    for row in rows.values():
+        assert row["backend"] == "memmap"
+        assert row["format"] == "d4rl"
+        assert row["size_bytes"] > 0
+        assert row["derived_from"] == []
+    assert rows["golden"]["source"] == str(golden.resolve())
+
+    human = ok("list").stdout
+    assert f"datasets in {isolated_cache}" in human
+    golden_row = next(line for line in human.splitlines() if " golden " in line)
+    assert golden_row.split("│")[2].strip() == "6"
+    assert golden_row.split("│")[3].strip() == "3"
+    next_row = next(line for line in human.splitlines() if " golden-next " in line)
+    assert next_row.split("│")[2].strip() == "8"
+
+
+def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
+    ok("download", golden, "--format", "d4rl", "--name", "golden")
+    out = ok("inspect", "golden").stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("golden  (memmap, ")
+    assert lines[0].endswith(str(isolated_cache / "datasets" / "golden"))
+    assert lines[1] == "steps 6   episodes 3   terminated 1   truncated 2"
+    assert lines[2] == "episode length  min 1.0  mean 2.0  max 3.0  std 0.8"
+    assert lines[3] == "episode return  min 6.00  mean 7.33  max 9.00  std 1.25"
+    for key in GOLDEN_FIELDS:
+        assert f" {key} " in out
+    assert "dropped rows 2, synthesized final observations 1" in out
+    assert f"source  d4rl: {golden.resolve()}" in out
+
+
+def test_download_human_output_and_reuse(golden: Path, isolated_cache: Path) -> None:
+    first = ok("download", golden, "--format", "d4rl", "--name", "golden")
+    path = isolated_cache / "datasets" / "golden"
+    assert first.stdout == f"golden: converted: 6 steps, 3 episodes, backend memmap -> {path}\n"
+    assert first.stderr == ""
+    manifest = (path / "manifest.json").read_bytes()
+    second = ok("download", golden, "--format", "d4rl", "--name", "golden")
+    assert second.stdout == f"golden: already in the cache: 6 steps, 3 episodes, backend memmap -> {path}\n"
+    assert (path / "manifest.json").read_bytes() == manifest  # untouched
+
+
+def test_download_summary_is_one_line_on_a_narrow_terminal(
+    golden: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=30))
+    out = ok("download", golden, "--name", "golden").stdout
+    path = isolated_cache / "datasets" / "golden"
+    assert out == f"golden: converted: 6 steps, 3 episodes, backend memmap -> {path}\n"
+
+
+def test_download_same_name_other_file_needs_force(golden: Path, golden_next: Path) -> None:
+    ok("download", golden, "--format", "d4rl", "--name", "golden")
+    result = invoke("download", golden_next, "--format", "d4rl", "--name", "golden")
+    line = error_line(result)
+    assert "'golden'" in line and "already exists" in line
+    assert "--force" in hint_line(result)
+    assert ok_json("inspect", "golden")["num_steps"] == 6  # the old one is still there
+
+    forced = ok("download", golden_next, "--format", "d4rl", "--name", "golden", "--force")
+    assert "golden: converted: 8 steps, 3 episodes" in forced.stdout
+    info = ok_json("inspect", "golden")
+    assert info["num_steps"] == 8
+    assert info["source"]["path"] == str(golden_next.resolve())
+    assert [r["name"] for r in ok_json("list")["datasets"]] == ["golden"]
+
+
+def test_force_on_same_file_rebuilds(golden: Path) -> None:
+    ok("download", golden, "--name", "golden")
+    out = ok_json("download", golden, "--name", "golden", "--force")
+    assert out["reused"] is False
+    assert out["num_steps"] == 6
+
+
+def test_backend_zarr(golden: Path, isolated_cache: Path) -> None:
+    ok("download", golden, "--format", "d4rl", "--name", "golden", "--backend", "zarr")
+    info = ok_json("inspect", "golden")
+    assert info["backend"] == "zarr"
+    assert (info["num_steps"], info["num_episodes"]) == (6, 3)
+    assert info["fields"] == GOLDEN_FIELDS
+    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    directory = isolated_cache / "datasets" / "golden"
+    assert [p.name for p in directory.rglob("*.npy")] == ["episodes.npy"]  # no memmap columns
+    assert (directory / "arrays" / "zarr.json").is_file()
+    assert ok_json("list")["datasets"][0]["backend"] == "zarr"
+
+
+def test_root_option_overrides_rlds_home(golden: Path, tmp_path: Path, isolated_cache: Path) -> None:
+    other = tmp_path / "other-root"
+    out = ok_json("download", golden, "--name", "golden", "--root", other)
+    assert out["path"] == str(other / "datasets" / "golden")
+    assert (other / "datasets" / "golden" / "manifest.json").is_file()
+    assert not (isolated_cache / "datasets").exists()
+    assert ok_json("list")["datasets"] == []
+    listing = ok_json("list", "--root", other)
+    assert listing["root"] == str(other)
+    assert [r["name"] for r in listing["datasets"]] == ["golden"]
+    assert ok_json("inspect", "golden", "--root", other)["num_steps"] == 6
+    assert "no dataset named 'golden'" in error_line(invoke("inspect", "golden"))
+
+
+def test_paths_with_brackets_are_printed_verbatim(tmp_path: Path) -> None:
+    """Rich markup in paths (``[bold]``, ``[/x]``) must be printed as text, not interpreted."""
+    root = tmp_path / "[bold]root"
+    src = golden_three_episodes(tmp_path / "g.hdf5", with_next=False)
+    out = ok("download", src, "--name", "g", "--root", root).stdout
+    assert f"-> {root / 'datasets' / 'g'}" in out
+    assert str(root) in ok("list", "--root", root).stdout
+    assert str(root) in ok("inspect", "g", "--root", root).stdout
+    missing = tmp_path / "a[/b]" / "x.hdf5"
+    assert str(missing) in error_line(invoke("download", missing))
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def test_truncated_hdf5(golden: Path, tmp_path: Path, isolated_cache: Path) -> None:
+    data = golden.read_bytes()
+    for cut in (len(data) // 2, len(data) - 1):
+        bad = tmp_path / f"cut{cut}.hdf5"
+        bad.write_bytes(data[:cut])
+        line = error_line(invoke("download", bad, "--format", "d4rl", "--name", "cut"))
+        assert str(bad) in line
+        assert "truncated or corrupt" in line
+        # without --format too: detection must not hide the reason
+        assert str(bad) in error_line(invoke("download", bad, "--name", "cut"))
+    assert_nothing_published(isolated_cache)
+
+
+def test_not_hdf5_at_all(tmp_path: Path, isolated_cache: Path) -> None:
+    bad = tmp_path / "junk.hdf5"
+    bad.write_bytes(b"this is not an HDF5 file\n" * 100)
+    line = error_line(invoke("download", bad, "--format", "d4rl"))
+    assert str(bad) in line and "HDF5" in line
+    assert_nothing_published(isolated_cache)
+
+
+def test_missing_key(tmp_path: Path, isolated_cache: Path) -> None:
+    src = write_d4rl(tmp_path / "noact.hdf5", **_arrays(), omit=("actions",))
+    line = error_line(invoke("download", src, "--format", "d4rl", "--name", "noact"))
+    assert str(src) in line
+    assert "'actions'" in line
+    # format detection cannot tell it is D4RL; the error still names the file
+    result = invoke("download", src, "--name", "noact")
+    assert str(src) in error_line(result)
+    assert "--format" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+def test_mismatched_lengths(tmp_path: Path, isolated_cache: Path) -> None:
+    arrays = _arrays()
+    arrays["rewards"] = arrays["rewards"][:7]
+    src = write_d4rl(tmp_path / "mismatch.hdf5", **arrays)
+    line = error_line(invoke("download", src, "--format", "d4rl", "--name", "mismatch"))
+    assert str(src) in line
+    assert "'rewards' has 7 rows" in line and "8" in line
+    assert_nothing_published(isolated_cache)
+
+
+def test_failure_midway_publishes_nothing_and_keeps_the_old_dataset(
+    golden: Path, golden_next: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.formats import d4rl
+    from rlds_cli.formats.hdf5_util import read_error
+
+    ok("download", golden, "--name", "golden")
+    manifest = (isolated_cache / "datasets" / "golden" / "manifest.json").read_bytes()
+    real_blocks = d4rl.D4RLReader.blocks
+
+    def failing_blocks(self: Any, progress: Any = None) -> Any:
+        yield from itertools.islice(real_blocks(self, progress), 1)  # one block is written, then
+        raise read_error(self.path, "observations", OSError("Can't read data (wrong B-tree signature)"))
+
+    monkeypatch.setattr(d4rl.D4RLReader, "blocks", failing_blocks)
+    for name, extra in (("fresh", []), ("golden", ["--force"])):
+        result = invoke("download", golden_next, "--name", name, "--format", "d4rl", *extra)
+        line = error_line(result)
+        assert str(golden_next) in line and "'observations'" in line
+    assert [p.name for p in (isolated_cache / "datasets").iterdir()] == ["golden"]
+    assert (isolated_cache / "datasets" / "golden" / "manifest.json").read_bytes() == manifest
+    assert list((isolated_cache / "tmp").iterdir()) == []
+    assert ok_json("inspect", "golden")["num_steps"] == 6
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_nonexistent_path(
+    tmp_path: Path, isolated_cache: Path, relative: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = "nope/missing.hdf5" if relative else str(tmp_path / "missing.hdf5")
+    result = invoke("download", missing)
+    line = error_line(result)
+    assert "missing.hdf5" in line and "does not exist" in line
+    assert_nothing_published(isolated_cache)
+
+
+def test_unknown_dataset_id(isolated_cache: Path) -> None:
+    result = invoke("download", "no-such-id")
+    assert error_line(result) == "error: unknown dataset id 'no-such-id'"
+    assert "rlds list --remote" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+def test_inspect_unknown_name(isolated_cache: Path) -> None:
+    result = invoke("inspect", "nothing-here")
+    line = error_line(result)
+    assert line == f"error: no dataset named 'nothing-here' in the cache at {isolated_cache}"
+    assert "rlds list" in hint_line(result)
+
+
+def test_unknown_format(golden: Path, isolated_cache: Path) -> None:
+    result = invoke("download", golden, "--format", "parquet-xyz")
+    assert "'parquet-xyz'" in error_line(result)
+    assert "d4rl" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+def test_invalid_backend(golden: Path, isolated_cache: Path) -> None:
+    result = invoke("download", golden, "--backend", "tape")
+    assert "'tape'" in error_line(result)
+    assert "memmap" in hint_line(result) and "zarr" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+@pytest.mark.parametrize("name", ["a b", "a--b", "/abs", "-dash", "x/../y"])
+def test_invalid_name(golden: Path, isolated_cache: Path, name: str) -> None:
+    result = invoke("download", golden, "--name", name)
+    assert error_line(result) == f"error: invalid dataset name {name!r}"
+    assert_nothing_published(isolated_cache)
+
+
+def test_no_timeouts_no_next_needs_max_episode_steps(golden: Path, isolated_cache: Path) -> None:
+    with h5py.File(golden, "a") as f:
+        del f["timeouts"]
+    result = invoke("download", golden, "--format", "d4rl", "--name", "nt")
+    line = error_line(result)
+    assert str(golden) in line and "'timeouts'" in line
+    assert "--max-episode-steps" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+    done = ok("download", golden, "--format", "d4rl", "--name", "nt", "--max-episode-steps", "3")
+    # the time limit cuts rows 3-5 after row 5, exactly where the timeout was
+    assert "nt: converted: 6 steps, 3 episodes" in done.stdout
+    assert "warning: no 'timeouts' in the file" in done.stderr
+    assert "warning: 1 episode boundaries were not flagged" in done.stderr
+    info = ok_json("inspect", "nt")
+    assert info["conversion"]["inferred_boundaries"] == 1
+    assert info["source"]["options"] == {"max_episode_steps": 3}
+    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    # the same file with the same option is reused; with another option it is another dataset
+    assert ok_json("download", golden, "--name", "nt", "--max-episode-steps", "3")["reused"] is True
+    assert "--force" in hint_line(invoke("download", golden, "--name", "nt", "--max-episode-steps", "4"))
+
+
+@pytest.mark.parametrize("url", ["http://example.org/x.hdf5", "https://example.org/x.hdf5", "hf://org/x"])
+def test_url_not_supported_yet(url: str, isolated_cache: Path) -> None:
+    result = invoke("download", url)
+    line = error_line(result)
+    assert line.startswith(f"error: cannot fetch {url}: ")
+    assert "local files" in line
+    assert "rlds download PATH" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+def test_usage_errors_exit_2(golden: Path) -> None:
+    assert invoke("download", golden, "--max-episode-steps", "0").exit_code == 2
+    assert invoke("download").exit_code == 2
+    assert invoke("no-such-command").exit_code == 2
+
+
+def test_debug_lets_the_exception_through(tmp_path: Path) -> None:
+    src = write_d4rl(tmp_path / "noact.hdf5", **_arrays(), omit=("actions",))
+    result = invoke("download", src, "--format", "d4rl", env={"RLDS_DEBUG": "1"})
+    assert isinstance(result.exception, errors.SourceFormatError)
+    assert "'actions'" in str(result.exception)
+    assert result.exit_code == 1
+    assert "error:" not in result.stderr
+
+    missing = invoke("inspect", "nope", env={"RLDS_DEBUG": "1"})
+    assert isinstance(missing.exception, errors.DatasetNotFoundError)
+    # RLDS_DEBUG=0 is off
+    assert error_line(invoke("inspect", "nope", env={"RLDS_DEBUG": "0"}))
+
+
+def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, golden: Path) -> None:
+    import rlds_cli.download
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(rlds_cli.download, "download", boom)
+    result = invoke("download", golden)
+    assert error_line(result) == "error: unexpected RuntimeError: disk on fire"
+    assert "RLDS_DEBUG=1" in hint_line(result)
+    debug = invoke("download", golden, env={"RLDS_DEBUG": "1"})
+    assert isinstance(debug.exception, RuntimeError)
+
+
+def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden: Path) -> None:
+    import rlds_cli.download
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlds_cli.download, "download", interrupted)
+    result = invoke("download", golden)
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[0] == "error: interrupted; nothing was published"
+
+
+# --------------------------------------------------------------------------- app-level
+
+
+def test_version() -> None:
+    result = ok("--version")
+    assert result.stdout == f"rlds-cli {__version__}\n"
+
+
+def test_help_lists_commands() -> None:
+    out = ok("--help").stdout
+    commands = out.split("Commands:", 1)[1]
+    for command in ("download", "list", "inspect", "demo"):
+        assert f"  {command} " in commands
+    for command in ("download", "list", "inspect", "demo"):
+        assert "Usage: " in ok(command, "--help").stdout
+
+
+def test_no_args_shows_help() -> None:
+    result = invoke()
+    assert "Commands:" in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
+    root = tmp_path / "demo-root"
+    first = ok("demo", "--root", root, "--batches", "2", "--batch-size", "8").stdout
+    for stage in (
+        "1. download + convert (bundled registry entry, no network)",
+        "2. inspect",
+        "3. sample through the loader (torch)",
+    ):
+        assert stage in first
+    assert first.index("1. download") < first.index("2. inspect") < first.index("3. sample")
+    path = root / "datasets" / "pointmass-demo-v0"
+    assert f"converted pointmass-demo-v0 into {path}" in first
+    assert "steps 5,000   episodes 94" in first
+    assert "batch 0: action (8, 2), observation (8, 6), next/observation (8, 6), next/reward (8, 1)" in first
+    assert "batch 1: " in first and "batch 2: " not in first
+    assert f"demo done: cache at {root}" in first
+    assert not (isolated_cache / "datasets").exists()  # --root was honoured
+    manifest = (path / "manifest.json").read_bytes()
+
+    second = ok("demo", "--root", root, "--batches", "1", "--batch-size", "4").stdout
+    assert f"reused the cached copy of pointmass-demo-v0 into {path}" in second
+    assert "batch 0: action (4, 2)" in second and "batch 1: " not in second
+    assert (path / "manifest.json").read_bytes() == manifest
+    # the loader is seeded: the same arguments give the same batches
+    third = ok("demo", "--root", root, "--batches", "2", "--batch-size", "8").stdout
+    assert third.split("3. sample")[1] == first.split("3. sample")[1]
+
+
+def test_demo_rejects_zero_batches(tmp_path: Path) -> None:
+    assert invoke("demo", "--root", tmp_path / "r", "--batches", "0").exit_code == 2
