@@ -19,7 +19,7 @@ GYMNASIUM_VERSION=1.4.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
+WANT="pillow torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -41,9 +41,10 @@ CONSTRAINTS="$VENV/.bench-constraints.txt"
 echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 
 "${PIP[@]}" -c "$CONSTRAINTS" "torchrl==$TORCHRL_VERSION" "tensordict==$TENSORDICT_VERSION"
-# Reading local Minari HDF5 datasets needs only minari + h5py (the [hdf5] extra) and gymnasium
-# (for the spaces in metadata.json); DataCollector's extras ([create], pillow) are not needed.
-"${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION"
+# Reading local Minari HDF5 datasets needs minari + h5py (the [hdf5] extra), gymnasium (for the
+# spaces in metadata.json) and pillow: minari 0.5.4 imports PIL in its HDF5 storage module but no
+# extra declares it. DataCollector (minari[create], jax) is not needed.
+"${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
 "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT"
 
 "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF'

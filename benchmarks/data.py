@@ -1,0 +1,292 @@
+"""Synthetic benchmark data: the same episodes as a D4RL HDF5 file and as a Minari dataset.
+
+Both writers stream the data in chunks of whole episodes, so memory use does not grow with
+the number of steps (a 10M-step file is written with the same few tens of MB as a 1M one).
+
+The episodes are deterministic functions of ``(seed, chunk index)``: observations are standard
+normal float32 rows (``obs_dim`` wide), actions uniform in ``[-1, 1]`` (``act_dim`` wide),
+rewards standard normal float32, and every episode has ``episode_len`` steps and ends by a time
+limit (truncated, never terminated); the last episode is shorter when ``n_steps`` is not a
+multiple of ``episode_len``.
+
+* :func:`write_d4rl` writes the flat D4RL layout that the d4rl MuJoCo generators produce:
+  root datasets ``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts`` and
+  ``next_observations`` (N rows each, contiguous, uncompressed), where
+  ``next_observations[i]`` is ``observations[i + 1]`` inside an episode and the episode's real
+  final observation at its end. (d4rl's own generator gzip-compresses its datasets; random data
+  would not compress anyway, and uncompressed files time the converter rather than zlib.)
+* :func:`write_minari` writes the Minari 0.5.x HDF5 layout:
+  ``<root>/<dataset_id>/data/main_data.hdf5`` with one ``episode_{i}`` group per episode
+  (attributes ``id`` and ``total_steps``; ``observations`` with T+1 rows, ``actions``,
+  ``rewards``, ``terminations``, ``truncations`` with T rows, chunked and resizable as
+  Minari's ``_add_episode_to_group`` creates them, and an empty ``infos`` group), plus
+  ``data/metadata.json`` with the keys and JSON-string spaces that
+  ``minari.create_dataset_from_buffers`` writes, and ``namespace_metadata.json`` for a
+  namespaced id. ``minari.load_dataset`` and TorchRL's ``MinariExperienceReplay`` with
+  ``load_from_local_minari=True`` (``MINARI_DATASETS_PATH=<root>``) read it.
+
+Run as a script to write either file by hand::
+
+    python benchmarks/data.py d4rl OUT.hdf5 --steps 1000000
+    python benchmarks/data.py minari ROOT --dataset-id bench/synthetic-v0 --steps 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+# numpy and h5py are imported where they are used, so that the benchmark driver can read the
+# constants below without loading them (its own memory stays small; see run_all.py).
+if TYPE_CHECKING:
+    import numpy as np
+
+OBS_DIM = 17
+ACT_DIM = 6
+EPISODE_LEN = 1000
+#: Whole episodes generated (and held in memory) at a time.
+CHUNK_EPISODES = 100
+#: The Minari version whose layout is written (one of those minari 0.5.4 supports).
+MINARI_VERSION = "0.5.4"
+
+
+@dataclass(frozen=True)
+class EpisodeChunk:
+    """Consecutive whole episodes, in Minari's per-episode form.
+
+    Attributes:
+        first_episode: Index of the first episode in the chunk.
+        lengths: Steps per episode (T_j).
+        observations: ``sum(T_j + 1)`` rows: each episode's T_j observations and its final one.
+        actions: ``sum(T_j)`` rows.
+        rewards: ``sum(T_j)`` values.
+    """
+
+    first_episode: int
+    lengths: np.ndarray
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.lengths.sum())
+
+    def obs_offsets(self) -> np.ndarray:
+        """Start row of each episode in :attr:`observations` (plus the end)."""
+        import numpy as np
+
+        return np.concatenate([[0], np.cumsum(self.lengths + 1)])
+
+    def step_offsets(self) -> np.ndarray:
+        """Start row of each episode in :attr:`actions` (plus the end)."""
+        import numpy as np
+
+        return np.concatenate([[0], np.cumsum(self.lengths)])
+
+
+def episode_lengths(n_steps: int, episode_len: int = EPISODE_LEN) -> np.ndarray:
+    """Episode lengths for ``n_steps`` steps: full episodes, then a shorter last one if needed."""
+    import numpy as np
+
+    if n_steps <= 0 or episode_len <= 0:
+        raise ValueError("n_steps and episode_len must be positive")
+    full, rest = divmod(n_steps, episode_len)
+    lengths = np.full(full, episode_len, np.int64)
+    return np.append(lengths, rest) if rest else lengths
+
+
+def iter_chunks(
+    n_steps: int,
+    *,
+    obs_dim: int = OBS_DIM,
+    act_dim: int = ACT_DIM,
+    episode_len: int = EPISODE_LEN,
+    seed: int = 0,
+    chunk_episodes: int = CHUNK_EPISODES,
+) -> Iterator[EpisodeChunk]:
+    """Yield the dataset as chunks of at most ``chunk_episodes`` whole episodes."""
+    import numpy as np
+
+    lengths = episode_lengths(n_steps, episode_len)
+    for index, first in enumerate(range(0, len(lengths), chunk_episodes)):
+        lens = lengths[first : first + chunk_episodes]
+        rng = np.random.default_rng((seed, index))
+        steps = int(lens.sum())
+        obs = rng.standard_normal((steps + len(lens), obs_dim), dtype=np.float32)
+        actions = rng.random((steps, act_dim), dtype=np.float32) * 2 - 1
+        rewards = rng.standard_normal(steps, dtype=np.float32)
+        yield EpisodeChunk(first, lens, obs, actions, rewards)
+
+
+def write_d4rl(
+    path: str | Path,
+    n_steps: int,
+    *,
+    obs_dim: int = OBS_DIM,
+    act_dim: int = ACT_DIM,
+    episode_len: int = EPISODE_LEN,
+    seed: int = 0,
+) -> Path:
+    """Write a D4RL-format file of ``n_steps`` steps (see the module docstring).
+
+    Returns:
+        The path written.
+    """
+    import h5py
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        obs_ds = f.create_dataset("observations", (n_steps, obs_dim), np.float32)
+        act_ds = f.create_dataset("actions", (n_steps, act_dim), np.float32)
+        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
+        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
+        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
+        next_ds = f.create_dataset("next_observations", (n_steps, obs_dim), np.float32)
+        row = 0
+        for chunk in iter_chunks(
+            n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed
+        ):
+            n = chunk.num_steps
+            offsets = chunk.obs_offsets()
+            is_final = np.zeros(len(chunk.observations), bool)
+            is_final[offsets[1:] - 1] = True
+            is_first = np.zeros(len(chunk.observations), bool)
+            is_first[offsets[:-1]] = True
+            timeouts = np.zeros(n, bool)
+            timeouts[chunk.step_offsets()[1:] - 1] = True
+            obs_ds[row : row + n] = chunk.observations[~is_final]
+            next_ds[row : row + n] = chunk.observations[~is_first]
+            act_ds[row : row + n] = chunk.actions
+            rew_ds[row : row + n] = chunk.rewards
+            term_ds[row : row + n] = False
+            tout_ds[row : row + n] = timeouts
+            row += n
+    tmp.replace(path)
+    return path
+
+
+def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:
+    """A Box space serialised as ``minari.serialization.serialize_space`` does (float32)."""
+    size = math.prod(shape)
+    return json.dumps(
+        {
+            "type": "Box",
+            "dtype": "float32",
+            "shape": list(shape),
+            "low": [float(low)] * size,
+            "high": [float(high)] * size,
+        }
+    )
+
+
+def minari_data_dir(root: str | Path, dataset_id: str) -> Path:
+    """``<root>/<dataset_id>/data``, where Minari keeps a dataset's files."""
+    return Path(root) / dataset_id / "data"
+
+
+def write_minari(
+    root: str | Path,
+    dataset_id: str,
+    n_steps: int,
+    *,
+    obs_dim: int = OBS_DIM,
+    act_dim: int = ACT_DIM,
+    episode_len: int = EPISODE_LEN,
+    seed: int = 0,
+) -> Path:
+    """Write a Minari HDF5 dataset holding the same episodes as :func:`write_d4rl`.
+
+    Args:
+        root: The Minari datasets root (what ``MINARI_DATASETS_PATH`` points at).
+        dataset_id: A Minari id such as ``bench/synthetic-v0`` (a namespace becomes folders).
+
+    Returns:
+        The dataset's ``data`` directory.
+    """
+    import h5py
+    import numpy as np
+
+    data_dir = minari_data_dir(root, dataset_id)
+    if data_dir.parent.exists():
+        shutil.rmtree(data_dir.parent)
+    data_dir.mkdir(parents=True)
+    total_episodes = 0
+    with h5py.File(data_dir / "main_data.hdf5", "w") as f:
+        for chunk in iter_chunks(
+            n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed
+        ):
+            obs_off = chunk.obs_offsets()
+            step_off = chunk.step_offsets()
+            for j, length in enumerate(chunk.lengths.tolist()):
+                episode_id = chunk.first_episode + j
+                group = f.create_group(f"episode_{episode_id}")
+                group.attrs["id"] = episode_id
+                group.attrs["total_steps"] = length
+                steps = slice(step_off[j], step_off[j + 1])
+                truncations = np.zeros(length, bool)
+                truncations[-1] = True
+                columns = {
+                    "observations": chunk.observations[obs_off[j] : obs_off[j + 1]],
+                    "actions": chunk.actions[steps],
+                    "rewards": chunk.rewards[steps],
+                    "terminations": np.zeros(length, bool),
+                    "truncations": truncations,
+                }
+                for key, value in columns.items():
+                    group.create_dataset(key, data=value, chunks=True, maxshape=(None, *value.shape[1:]))
+                group.create_group("infos")
+                total_episodes += 1
+    metadata = {
+        "total_episodes": total_episodes,
+        "total_steps": n_steps,
+        "data_format": "hdf5",
+        "jpeg_encoding": True,
+        "observation_space": _box_space_json((obs_dim,), -math.inf, math.inf),
+        "action_space": _box_space_json((act_dim,), -1.0, 1.0),
+        "dataset_id": dataset_id,
+        "code_permalink": "benchmarks/data.py in the rlds-cli repository",
+        "author": ["rlds-cli benchmarks"],
+        "author_email": ["none@example.invalid"],
+        "algorithm_name": "synthetic (random normal observations, uniform actions)",
+        "description": "Synthetic benchmark data; the same episodes as the benchmark's D4RL file.",
+        "minari_version": MINARI_VERSION,
+    }
+    meta_path = data_dir / "metadata.json"
+    meta_path.write_text(json.dumps(metadata))
+    # minari records the data directory's size in MB, rounded to 0.1
+    size = sum(p.stat().st_size for p in data_dir.glob("**/*") if p.is_file()) / 1e6
+    metadata["dataset_size"] = round(size, 1)
+    meta_path.write_text(json.dumps(metadata))
+    if "/" in dataset_id:
+        namespace = Path(root) / dataset_id.rsplit("/", 1)[0]
+        (namespace / "namespace_metadata.json").write_text("{}")
+    return data_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: write one D4RL file or one Minari dataset."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["d4rl", "minari"])
+    parser.add_argument("out", type=Path, help="D4RL: the .hdf5 file; Minari: the datasets root")
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--dataset-id", default="bench/synthetic-v0")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.kind == "d4rl":
+        print(write_d4rl(args.out, args.steps, seed=args.seed))
+    else:
+        print(write_minari(args.out, args.dataset_id, args.steps, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
