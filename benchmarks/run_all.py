@@ -681,10 +681,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=HERE / "_work", help="work directory")
     parser.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
     parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only", choices=["loader"], help="run only this section (default: every section, loader last)"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.worker:
         worker_main(*args.worker)
         return 0
+    if args.only == "loader":
+        return run_loader(args)
 
     t_start = time.perf_counter()
     repeats = args.repeats or (1 if args.quick else 3)
@@ -750,7 +755,31 @@ def main(argv: Iterable[str] | None = None) -> int:
     if args.write:
         write_section(args.write, section)
         _log(f"wrote the '{SECTION}' section of {args.write}")
-    return 0
+    # rlds reading a Minari dataset itself vs TorchRL, same session (benchmarks/minari_bench.py)
+    import minari_bench
+
+    _log(f"Minari source, {n_main:,} steps, {repeats} repeats:")
+    minari_section = minari_bench.run(work, steps=n_main, repeats=repeats, log=_log)
+    print(minari_section)
+    if args.write:
+        minari_bench.write_section(args.write, minari_section)
+        _log(f"wrote the '{minari_bench.SECTION}' section of {args.write}")
+    # rlds preprocess vs TorchRL preprocess, same session (benchmarks/preprocess_bench.py)
+    import preprocess_bench
+
+    _log("preprocessing:")
+    pp_argv = ["--work", str(work), "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
+    preprocess_bench.main(pp_argv + (["--write", str(args.write)] if args.write else []))
+    return run_loader(args)
+
+
+def run_loader(args: argparse.Namespace) -> int:
+    """The sampling benchmark (benchmarks/loader_bench.py): rlds loader vs TorchRL vs raw numpy."""
+    import loader_bench
+
+    _log("loader (sampling):")
+    lb_argv = (["--quick"] if args.quick else []) + (["--write", str(args.write)] if args.write else [])
+    return loader_bench.main(lb_argv)
 
 
 if __name__ == "__main__":

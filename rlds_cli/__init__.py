@@ -21,7 +21,11 @@ _LAZY = {
     "TedBatch": "rlds_cli.cache.ted",
     "CacheRoot": "rlds_cli.cache.root",
     "Loader": "rlds_cli.loader",
+    "MixtureLoader": "rlds_cli.loader",
     "UniformSampler": "rlds_cli.loader",
+    "EpochSampler": "rlds_cli.loader",
+    "SliceSampler": "rlds_cli.loader",
+    "PrioritizedSampler": "rlds_cli.loader",
 }
 
 __all__ = ["__version__", *_LAZY]

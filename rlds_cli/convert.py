@@ -1,12 +1,23 @@
-"""Conversion of a local source into the cache: reader -> builder, with provenance."""
+"""Conversion of a local source into the cache: reader -> builder, with provenance.
+
+A source is one file, a directory (a Minari dataset, a folder of Roboset ``.h5`` or AMAGO
+``.npz`` files), a list of files, or an archive (``.zip``, ``.tar``, ``.tar.gz``) holding any of
+these, which is unpacked safely into a private directory under the cache root first
+(:mod:`rlds_cli.archives`).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.manifest import Manifest
@@ -14,10 +25,12 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DatasetExistsError,
+    SourceError,
     SourceFormatError,
     SourceNotFoundError,
 )
-from rlds_cli.formats import detect_format, reader_class
+from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
+from rlds_cli.formats.base import StepBlock
 from rlds_cli.hashing import sha256_file
 
 
@@ -38,16 +51,88 @@ class ConvertResult:
 
 
 #: Progress callback: ``(event, amount)`` with events ``"start"`` (total rows),
-#: ``"advance"`` (rows done) and ``"hash"`` (source hashed).
+#: ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed).
 Progress = Callable[[str, int], None]
+
+#: Options any caller may pass (the CLI passes them whatever the format); a reader that does
+#: not take one simply does not get it. Any other unknown option is an error.
+GENERIC_OPTIONS = frozenset({"workers", "allow_pickle", "max_episode_steps", "block_rows"})
+#: Options that change how a conversion runs, not what it produces (left out of reuse checks).
+_RUNTIME_OPTIONS = frozenset({"workers"})
+
+PathLike = str | os.PathLike[str]
+
+
+def _as_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
+    if isinstance(source, str | os.PathLike):
+        paths = [Path(source).expanduser()]
+    else:
+        paths = [Path(p).expanduser() for p in source]
+        if not paths:
+            raise SourceNotFoundError("no source files given")
+    for p in paths:
+        if not p.exists():
+            raise SourceNotFoundError(f"source file {p} does not exist")
+    return paths
+
+
+def _hash_files(files: list[Path], root: Path) -> list[dict[str, Any]]:
+    """sha256 and size of every file (threads: hashlib releases the GIL on large reads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            digests = list(pool.map(sha256_file, files))
+    else:
+        digests = [sha256_file(f) for f in files]
+    out = []
+    for f, digest in zip(files, digests, strict=True):
+        rel = os.path.relpath(f, root) if root != f else f.name
+        out.append({"path": Path(rel).as_posix(), "sha256": digest, "size": f.stat().st_size})
+    return out
+
+
+def _tree_sha256(files: list[dict[str, Any]]) -> str:
+    """One digest for a multi-file source: sha256 over ``path NUL sha256 LF`` per file."""
+    digest = hashlib.sha256()
+    for entry in files:
+        digest.update(f"{entry['path']}\0{entry['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
+def _reader_options(cls: Any, options: dict[str, Any]) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    out = {}
+    for key, value in options.items():
+        if takes_any or key in params:
+            out[key] = value
+        elif key not in GENERIC_OPTIONS:
+            accepted = sorted(k for k in params if k not in ("self", "path"))
+            raise SourceError(
+                f"option {key!r} does not apply to the {cls.format_name} format",
+                hint=f"options of this format: {', '.join(accepted) or 'none'}",
+            )
+    return out
+
+
+def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
+    for columns in (block.steps, block.observations):
+        for key, rows in columns.items():
+            arr = np.asarray(rows)
+            if arr.dtype.kind in "fc":
+                counts[key] = counts.get(key, 0) + int(np.count_nonzero(np.isnan(arr)))
+            else:
+                counts.setdefault(key, 0)
 
 
 def convert(
-    source: str | os.PathLike[str],
+    source: PathLike | Sequence[PathLike],
     name: str,
     *,
     format: str | None = None,
-    root: str | os.PathLike[str] | CacheRoot | None = None,
+    root: PathLike | CacheRoot | None = None,
     backend: str = "memmap",
     force: bool = False,
     options: dict[str, Any] | None = None,
@@ -55,68 +140,117 @@ def convert(
     expected_sha256: str | None = None,
     progress: Progress | None = None,
 ) -> ConvertResult:
-    """Convert a local source file into a cached TED dataset.
+    """Convert a local source into a cached TED dataset.
 
-    The source is hashed first; if a dataset of the same name was converted from the same
-    bytes with the same options, it is reused untouched (unless ``force``).
+    Every source file is hashed first; if a dataset of the same name was converted from the
+    same bytes with the same options, it is reused untouched (unless ``force``).
 
     Args:
-        source: Path to the source file.
+        source: A file, a directory, a list of files, or an archive of any of them.
         name: Dataset name in the cache.
-        format: Source format (``None``: detect from the file).
+        format: Source format (``None``: detect from the files).
         root: Cache root.
         backend: ``"memmap"`` or ``"zarr"``.
         force: Rebuild and replace an existing dataset of this name.
-        options: Reader options (e.g. ``{"max_episode_steps": 1000}``).
+        options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``,
+            ``{"allow_pickle": True}``); options that do not apply to the format are ignored
+            when generic (:data:`GENERIC_OPTIONS`), refused otherwise.
         source_info: Extra provenance for the manifest (e.g. the registry id).
-        expected_sha256: Refuse the source unless its sha256 is this.
+        expected_sha256: Refuse a single-file source unless its sha256 is this.
         progress: Optional callback, see :data:`Progress`.
 
     Returns:
         A :class:`ConvertResult`.
     """
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise SourceNotFoundError(f"source file {path} does not exist")
-    fmt = format or detect_format(path)
+    paths = _as_paths(source)
     options = {k: v for k, v in (options or {}).items() if v is not None}
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    sha256 = sha256_file(path)
+    archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
+    if archive is not None:
+        fmt, files, base = format, [archive], archive.parent
+    else:
+        fmt = format or detect_format(paths[0] if len(paths) == 1 else paths)
+        reader_class(fmt)  # an unknown --format fails before any hashing
+        files = source_files(fmt, paths)
+        # relative to the files' common folder, so the digest does not depend on how the
+        # source was named (a Minari dataset by its directory, its data/ or a file)
+        base = Path(os.path.commonpath(files))
+        if base.is_file():
+            base = base.parent
+    hashed = _hash_files(files, base)
+    sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
     if expected_sha256 and sha256 != expected_sha256.lower():
-        raise ChecksumMismatchError(f"{path} has sha256 {sha256}, expected {expected_sha256.lower()}")
+        raise ChecksumMismatchError(f"{files[0]} has sha256 {sha256}, expected {expected_sha256.lower()}")
     if progress:
-        progress("hash", path.stat().st_size)
+        progress("hash", sum(f["size"] for f in hashed))
+    stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
     with DatasetBuilder(name, root=cache, backend=backend, replace=force) as builder:
         if builder.existing is not None and not force:
             old = builder.existing.source
-            if old.get("sha256") == sha256 and old.get("format") == fmt and old.get("options", {}) == options:
+            same_format = old.get("format") == fmt or (archive is not None and fmt is None)
+            if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
                 return ConvertResult(builder.existing, True, cache.dataset_dir(name))
             raise DatasetExistsError(
                 f"dataset {name!r} already exists in {cache.path} (converted from {old.get('path', '?')})"
             )
-        with reader_class(fmt)(path, **options) as reader:
-            if progress:
-                progress("start", reader.total_rows())
-            advance = (lambda rows: progress("advance", rows)) if progress else None
-            for block in reader.blocks(advance):
-                builder.append(block)
-            if builder.num_steps == 0:
-                raise SourceFormatError(
-                    f"{path} holds no complete transition (every row's next observation is unknown)",
-                    hint="see docs/formats.md for the episode-boundary rules of this format",
-                )
-            source_meta = {
+        extracted: Path | None = None
+        try:
+            read_paths = paths
+            if archive is not None:
+                from rlds_cli.archives import extract_archive
+
+                extracted = cache.new_build_dir(name)
+                read_paths = [extract_archive(archive, extracted)]
+                fmt = fmt or detect_format(read_paths[0])
+            assert fmt is not None
+            shown = archive or (paths[0] if len(paths) == 1 else base)
+            facts = {
                 "format": fmt,
-                "path": str(path.resolve()),
+                "path": str(shown.resolve()),
                 "sha256": sha256,
-                "size": path.stat().st_size,
-                "options": options,
-                "metadata": reader.source_metadata(),
+                "size": sum(f["size"] for f in hashed),
+                "files": hashed,
+                "options": stored_options,
+                **({"archive": True} if archive is not None else {}),
                 **(source_info or {}),
             }
-            manifest = builder.commit(
-                source=source_meta,
-                conversion=reader.report.to_dict(),
-                source_arrays=reader.source_arrays(),
-            )
+            manifest = _build(builder, fmt, read_paths, options, progress, shown, facts)
+        finally:
+            if extracted is not None:
+                shutil.rmtree(extracted, ignore_errors=True)
     return ConvertResult(manifest, False, cache.dataset_dir(name))
+
+
+def _build(
+    builder: DatasetBuilder,
+    fmt: str,
+    paths: list[Path],
+    options: dict[str, Any],
+    progress: Progress | None,
+    shown: Path,
+    facts: dict[str, Any],
+) -> Manifest:
+    """Stream the reader into the builder and commit, recording the source ``facts``."""
+    cls = reader_class(fmt)
+    if fmt == "d4rl" and len(paths) > 1:
+        raise SourceError(f"the d4rl format reads one file, got {len(paths)}")
+    arg: Any = paths[0] if len(paths) == 1 else paths
+    with cls(arg, **_reader_options(cls, options)) as reader:
+        if progress:
+            progress("start", reader.total_rows())
+        advance = (lambda rows: progress("advance", rows)) if progress else None
+        nan_counts: dict[str, int] = {}
+        for block in reader.blocks(advance):
+            _count_nans(block, nan_counts)
+            builder.append(block)
+        if builder.num_steps == 0:
+            raise SourceFormatError(
+                f"{shown} holds no complete transition (every row's next observation is unknown)",
+                hint="see docs/formats.md for the episode-boundary rules of this format",
+            )
+        reader.report.nan_counts = nan_counts
+        return builder.commit(
+            source={**facts, "metadata": reader.source_metadata(), "checks": reader.report.checks()},
+            conversion=reader.report.to_dict(),
+            source_arrays=reader.source_arrays(),
+        )

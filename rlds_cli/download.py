@@ -1,18 +1,33 @@
-"""``rlds download``: turn an id, URL or path into a cached dataset."""
+"""``rlds download``: turn a registry id, a URL or a local path into a cached dataset.
+
+Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (resumed,
+retried, verified, published atomically) and then converted by :func:`rlds_cli.convert.convert`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli import registry
+from rlds_cli import registry, settings
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
-from rlds_cli.errors import SourceNotFoundError, UnsupportedSourceError
+from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError, UnsupportedSourceError
+from rlds_cli.net.fetch import PART_SUFFIX, FetchResult, RemoteFile, fetch_files
+from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
+from rlds_cli.net.progress import DownloadProgress
+from rlds_cli.net.status import LISTING_FILE
 
-_URL_PREFIXES = ("http://", "https://", "hf://")
+_URL_PREFIXES = ("http://", "https://")
+#: Formats whose reader takes the dataset's folder rather than its files.
+_FOLDER_FORMATS = {"minari"}
 
 
 def download(
@@ -25,65 +40,203 @@ def download(
     force: bool = False,
     options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    offline: bool | None = None,
+    keep_raw: bool = True,
+    sha256: str | None = None,
+    download_progress: DownloadProgress | None = None,
 ) -> ConvertResult:
-    """Resolve ``source`` and convert it into the cache.
+    """Resolve ``source``, fetch and verify its files, and convert them into the cache.
 
     Args:
-        source: A local file path, or a registry id or alias (``rlds list --remote``).
+        source: A registry id or alias (``rlds list --remote``), an ``http(s)://`` URL of one
+            file, or a local path (file, folder, or archive).
         name: Name in the cache (default: the registry id, or the file's stem).
-        format: Source format (default: the registry's, or detected from the file).
+        format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
         backend: ``"memmap"`` or ``"zarr"``.
-        force: Re-convert and replace an existing dataset of that name.
+        force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
-        progress: See :data:`rlds_cli.convert.Progress`.
+        progress: Conversion progress, see :data:`rlds_cli.convert.Progress`.
+        offline: Never touch the network (default: ``RLDS_OFFLINE``).
+        keep_raw: Keep the downloaded files after conversion (their hashes are kept anyway).
+        sha256: Expected sha256 of a URL or local file.
+        download_progress: See :data:`rlds_cli.net.DownloadProgress`.
 
     Returns:
         A :class:`~rlds_cli.convert.ConvertResult`.
     """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    offline = settings.offline() if offline is None else offline
+    fetch = {"force": force, "offline": offline, "progress": download_progress}
+    convert_args = {"root": cache, "backend": backend, "force": force, "progress": progress}
     path = Path(source).expanduser()
     if path.exists():
         return convert(
-            path,
-            name or _default_name(path),
-            format=format,
-            root=root,
-            backend=backend,
-            force=force,
-            options=options,
-            progress=progress,
-        )
+            path, name or _default_name(path), format=format, options=options, expected_sha256=sha256,
+            **convert_args,
+        )  # fmt: skip
     if source.startswith(_URL_PREFIXES):
+        return _download_url(source, name, format, sha256, options, cache, keep_raw, fetch, convert_args)
+    if source.startswith("hf://"):
         raise UnsupportedSourceError(
-            f"cannot fetch {source}: this version of rlds converts local files and bundled "
-            "registry entries only",
-            hint="download the file yourself and run 'rlds download PATH --format FORMAT'",
+            f"cannot fetch {source}: hf:// paths are not supported",
+            hint="use the file's https URL (https://huggingface.co/datasets/<repo>/resolve/main/<path>) "
+            "or a registry id",
         )
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
-    remote = [f for f in entry.files if not f.is_bundled]
-    if remote:
-        raise UnsupportedSourceError(
-            f"dataset {entry.id!r} must be fetched from {remote[0].urls[0]}, and this version of "
-            "rlds converts local files and bundled registry entries only",
-            hint="download the file yourself and run 'rlds download PATH --format "
-            f"{entry.format} --name {entry.id}'",
-        )
     merged = {**entry.options, **{k: v for k, v in (options or {}).items() if v is not None}}
-    file = entry.files[0]
-    return convert(
-        file.bundled_path(),
-        name or entry.id,
+    if entry.is_bundled:
+        file = entry.files[0]
+        return convert(
+            file.bundled_path(), name or entry.cache_name, format=format or entry.format, options=merged,
+            source_info={"id": entry.id, "url": file.urls[0]}, expected_sha256=file.sha256, **convert_args,
+        )  # fmt: skip
+    folder = raw_dir(cache, entry.cache_name)
+    planned = plan_files(entry, folder, offline=offline)
+    if not force:
+        share_downloads(cache, entry, folder, planned)
+    results = fetch_files(planned, folder, **fetch)
+    result = convert(
+        _convert_source(entry.format, folder, results),
+        name or entry.cache_name,
         format=format or entry.format,
-        root=root,
-        backend=backend,
-        force=force,
         options=merged,
-        source_info={"id": entry.id, "url": file.urls[0]},
-        expected_sha256=file.sha256,
-        progress=progress,
+        source_info=_provenance(results, folder, id=entry.id),
+        expected_sha256=results[0].sha256 if len(results) == 1 else None,
+        **convert_args,
     )
+    if not keep_raw:
+        drop_raw_files(folder, results)
+    return result
+
+
+def _download_url(
+    url: str,
+    name: str | None,
+    format: str | None,
+    sha256: str | None,
+    options: dict[str, Any] | None,
+    cache: CacheRoot,
+    keep_raw: bool,
+    fetch: dict[str, Any],
+    convert_args: dict[str, Any],
+) -> ConvertResult:
+    file_name = url_file_name(url)
+    folder = url_dir(cache, url)
+    remote = RemoteFile(file_name, (url,), sha256=sha256.lower() if sha256 else None, hash_origin="user")
+    results = fetch_files([remote], folder, **fetch)
+    result = convert(
+        results[0].path,
+        name or _default_name(Path(file_name)),
+        format=format,
+        options=options,
+        source_info=_provenance(results, folder, url=url),
+        expected_sha256=results[0].sha256,
+        **convert_args,
+    )
+    if not keep_raw:
+        drop_raw_files(folder, results)
+    return result
+
+
+def plan_files(entry: registry.RegistryEntry, folder: Path, *, offline: bool) -> list[RemoteFile]:
+    """The files of a registry entry: its listed files plus, for a Hub folder, the folder's
+    files (listed online and remembered in ``listing.json``, so offline mode can use it)."""
+    files = [
+        RemoteFile(f.name, f.urls, f.size, f.sha256, "registry") for f in entry.files if not f.is_bundled
+    ]
+    if entry.listing is None:
+        return files
+    listing_path = folder / LISTING_FILE
+    if offline and not listing_path.is_file():
+        raise OfflineError(f"the file list of {entry.id!r} has never been fetched and offline mode is on")
+    if not offline:
+        _list_online(entry, listing_path)
+    listed = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in json.loads(listing_path.read_text())]
+    return files + listed
+
+
+def _list_online(entry: registry.RegistryEntry, listing_path: Path) -> None:
+    """Refresh ``listing.json`` from the Hub. When the Hub cannot be reached but an earlier
+    listing exists, that one is used (the files it names are still verified by their hashes)."""
+    from rlds_cli.net import hf
+
+    lst = entry.listing
+    assert lst is not None
+    try:
+        listed = hf.list_folder(lst.hf_repo, lst.path, revision=lst.revision, suffix=lst.suffix)
+    except DownloadFailedError:
+        if listing_path.is_file():
+            return
+        raise
+    _write_json(listing_path, [{**f.__dict__, "urls": list(f.urls)} for f in listed])
+
+
+def share_downloads(
+    cache: CacheRoot, entry: registry.RegistryEntry, folder: Path, files: list[RemoteFile]
+) -> None:
+    """Link files another registry entry already downloaded from the same URL (several D4RL ids
+    share one file), instead of downloading them again. The linked file is still verified
+    against the hash recorded for it before it is used."""
+    wanted = {f.urls[0]: f for f in files if f.urls and not (folder / f.name).exists()}
+    if not wanted:
+        return
+    for other in registry.entries():
+        if other.id == entry.id or other.is_bundled:
+            continue
+        for theirs in other.files:
+            mine = wanted.get(theirs.urls[0]) if theirs.urls else None
+            source = raw_dir(cache, other.cache_name) / theirs.name
+            record = HashStore(source.parent).get(theirs.name) if mine and source.is_file() else None
+            if mine is None or record is None or (mine.sha256 and mine.sha256 != record.sha256):
+                continue
+            target = folder / mine.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+            HashStore(folder).put(mine.name, dataclasses.replace(record, mtime_ns=0))
+            del wanted[theirs.urls[0]]
+
+
+def _convert_source(fmt: str, folder: Path, results: list[FetchResult]) -> Path | Sequence[Path]:
+    """What to hand to :func:`convert`: the folder, the one file, or the list of files."""
+    if fmt in _FOLDER_FORMATS:
+        return folder
+    return results[0].path if len(results) == 1 else [r.path for r in results]
+
+
+def _provenance(results: list[FetchResult], folder: Path, **extra: str) -> dict[str, Any]:
+    return {
+        **extra,
+        "url": results[0].url if len(results) == 1 else extra.get("url", results[0].url),
+        "raw_dir": str(folder),
+        "downloads": [
+            {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}
+            for r in results
+        ],
+    }
+
+
+def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
+    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later
+    download of the same files is still checked against the hashes seen today."""
+    for r in results:
+        r.path.unlink(missing_ok=True)
+        r.path.with_name(r.path.name + PART_SUFFIX).unlink(missing_ok=True)
+    for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
+        if sub != folder and sub.is_dir() and not any(sub.iterdir()):
+            shutil.rmtree(sub, ignore_errors=True)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _looks_like_path(source: str) -> bool:
@@ -92,6 +245,8 @@ def _looks_like_path(source: str) -> bool:
 
 def _default_name(path: Path) -> str:
     """A cache name from a file name: its stem with characters names cannot hold replaced."""
-    stem = path.stem if path.is_file() else path.name
+    stem = path.stem if path.suffix else path.name
+    if path.exists() and not path.is_file():
+        stem = path.name
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "dataset"
     return re.sub(r"-{2,}", "-", cleaned)

@@ -71,6 +71,12 @@ class DatasetReplacedError(CacheError, OSError):
     default_hint = "the dataset was rebuilt while it was open; open it again"
 
 
+class DatasetInUseError(CacheError, PermissionError):
+    """Removing a dataset that other datasets were derived from, without ``force``."""
+
+    default_hint = "remove the derived datasets first, or pass --force to remove it anyway"
+
+
 class LockTimeoutError(CacheError, TimeoutError):
     """Another process holds the lock on a dataset for too long."""
 
@@ -135,3 +141,81 @@ class RegistryFormatError(RegistryError, ValueError):
 
 class UnsupportedSourceError(RegistryError, ValueError):
     """A source that this version of rlds cannot fetch (e.g. a remote URL)."""
+
+
+# --------------------------------------------------------------------------- downloads
+
+
+class DownloadError(RldsError):
+    """A remote file could not be fetched."""
+
+
+class HTTPStatusError(DownloadError, OSError):
+    """A server answered with an error status that retrying will not fix (4xx other than 429).
+
+    Attributes:
+        url: The URL asked for.
+        status: The HTTP status code.
+    """
+
+    default_hint = "check the URL; if a registry entry is wrong, report it (other mirrors were tried)"
+
+    def __init__(self, message: str, hint: str | None = None, *, url: str = "", status: int = 0) -> None:
+        super().__init__(message, hint)
+        self.url = url
+        self.status = status
+
+
+class DownloadFailedError(DownloadError, ConnectionError):
+    """Every mirror of a file failed after its retries (network errors, timeouts, 429, 5xx)."""
+
+    default_hint = (
+        "check your connection and run the same command again: it resumes where it stopped "
+        "(RLDS_HTTP_RETRIES raises the number of retries)"
+    )
+
+
+class OfflineError(DownloadError, ConnectionError):
+    """Offline mode is on and a file is not in the local download folder."""
+
+    default_hint = "run the command once without --offline (and with RLDS_OFFLINE unset) to fetch it"
+
+
+class InsufficientDiskSpaceError(DownloadError, OSError):
+    """Not enough free disk space for a download."""
+
+    default_hint = "free some space, or point RLDS_HOME (or --root) at a larger disk"
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+
+class PreprocessError(RldsError):
+    """A preprocessing job (``rlds preprocess``) cannot run or stopped."""
+
+
+class FunctionImportError(PreprocessError, ImportError):
+    """The ``--fn`` reference does not name an importable callable (bad module, bad name, not
+    callable, malformed reference)."""
+
+    default_hint = "write it as 'package.module:function' or 'path/to/file.py:function'"
+
+
+class UserFunctionError(PreprocessError, RuntimeError):
+    """The user's function raised; names the function, the chunk and the step/episode range.
+
+    Attributes:
+        user_traceback: The traceback of the user's code, formatted (frames of rlds left out).
+    """
+
+    default_hint = "the traceback above is your function's; fix it and run the command again"
+
+    def __init__(self, message: str, hint: str | None = None, *, user_traceback: str = "") -> None:
+        super().__init__(message, hint)
+        self.user_traceback = user_traceback
+
+
+class OutputSchemaError(PreprocessError, ValueError):
+    """The function's output breaks the TED rules or changes schema between chunks."""
+
+    default_hint = "see docs/preprocessing.md, 'What the function must return'"

@@ -13,16 +13,25 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     max_episode_steps = 100             # optional reader hint
 
     [[dataset.files]]
-    name = "pointmass-demo-v0.hdf5"     # local file name
+    name = "pointmass-demo-v0.hdf5"     # local file name (may hold '/': "data/main_data.hdf5")
     urls = ["bundled:pointmass-demo-v0.hdf5"]   # mirrors, in order
     size = 345375                       # bytes, when known
-    sha256 = "..."                      # when known
+    sha256 = "..."                      # when known; else recorded on first download
 
-URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``.
+    [dataset.listing]                   # instead of (or besides) files: a Hugging Face folder
+    hf_repo = "jdvakil/RoboSet_Sim"     # dataset repo, listed with the Hub's tree API
+    path = "DAPG(expert)/door_v2d-v1"   # folder inside the repo
+    suffix = ".h5"                      # keep files whose name ends so
+    revision = "main"
+
+URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the others must be
+``http://`` or ``https://``. Any other key (``ids``, ``url_status``, counts, ...) is kept in
+:attr:`RegistryEntry.extra` and shown by ``rlds info``.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,6 +42,8 @@ from rlds_cli import settings
 from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
 
 BUNDLED_SCHEME = "bundled:"
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?/\S*$")
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,16 @@ class RegistryFile:
 
 
 @dataclass(frozen=True)
+class RegistryListing:
+    """A Hugging Face dataset-repo folder whose files are found at download time."""
+
+    hf_repo: str
+    path: str
+    suffix: str = ""
+    revision: str = "main"
+
+
+@dataclass(frozen=True)
 class RegistryEntry:
     """One dataset id and where its data comes from."""
 
@@ -68,6 +89,26 @@ class RegistryEntry:
     options: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    listing: RegistryListing | None = None
+
+    @property
+    def cache_name(self) -> str:
+        """The default name in the cache: the id, or the first alias that is a valid name
+        (RoboSet ids hold parentheses, which cache names cannot)."""
+        from rlds_cli.cache.root import validate_name
+        from rlds_cli.errors import InvalidNameError
+
+        for candidate in (self.id, *self.aliases):
+            try:
+                return validate_name(candidate)
+            except InvalidNameError:
+                continue
+        return validate_name(self.id)  # raises with the id in the message
+
+    @property
+    def is_bundled(self) -> bool:
+        """Whether every file ships inside the package (nothing to download)."""
+        return self.listing is None and all(f.is_bundled for f in self.files)
 
 
 def packaged_registry_dir() -> Path:
@@ -93,13 +134,13 @@ def _registry_files() -> list[Path]:
 
 
 _OPTION_KEYS = ("max_episode_steps",)
-_KNOWN_KEYS = {"id", "aliases", "format", "description", "license", "files", *_OPTION_KEYS}
+_KNOWN_KEYS = {"id", "aliases", "format", "description", "license", "files", "listing", *_OPTION_KEYS}
 
 
 def _check_lists(raw: Any) -> None:
     """Reject list fields given as something else (a string would be read letter by letter)."""
-    files = raw["files"]
-    if not isinstance(files, list) or not files:
+    files = raw["files"] if "listing" not in raw else raw.get("files", [])
+    if not isinstance(files, list) or (not files and "listing" not in raw):
         raise ValueError("'files' (a non-empty list of [[dataset.files]] tables)")
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("urls"), list) or not f["urls"]:
@@ -108,17 +149,47 @@ def _check_lists(raw: Any) -> None:
         raise ValueError("'aliases' (a list of strings)")
 
 
+def _check_file(file: RegistryFile) -> RegistryFile:
+    """Reject values that would fail only at download time, with the key in the message."""
+    name = Path(file.name)
+    if not file.name or name.is_absolute() or ".." in name.parts or "\\" in file.name:
+        raise ValueError(f"'name' ({file.name!r} must be a relative path inside the download folder)")
+    for url in file.urls:
+        if not (url.startswith(BUNDLED_SCHEME) or _URL_RE.match(url)):
+            raise ValueError(f"'urls' ({url!r} is neither http(s):// nor bundled:)")
+    if file.sha256 is not None and not _SHA256_RE.match(file.sha256):
+        raise ValueError(f"'sha256' ({file.sha256!r} is not 64 hex digits)")
+    if file.size is not None and file.size < 0:
+        raise ValueError(f"'size' ({file.size} is negative)")
+    return file
+
+
+def _parse_listing(raw: Any) -> RegistryListing | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw.get("hf_repo") or "path" not in raw:
+        raise ValueError("'listing' (a table with hf_repo and path)")
+    return RegistryListing(
+        hf_repo=str(raw["hf_repo"]),
+        path=str(raw["path"]).strip("/"),
+        suffix=str(raw.get("suffix", "")),
+        revision=str(raw.get("revision", "main")),
+    )
+
+
 def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
     try:
         _check_lists(raw)
         files = tuple(
-            RegistryFile(
-                name=str(f["name"]),
-                urls=tuple(str(u) for u in f["urls"]),
-                size=int(f["size"]) if f.get("size") is not None else None,
-                sha256=str(f["sha256"]).lower() if f.get("sha256") else None,
+            _check_file(
+                RegistryFile(
+                    name=str(f["name"]),
+                    urls=tuple(str(u) for u in f["urls"]),
+                    size=int(f["size"]) if f.get("size") is not None else None,
+                    sha256=str(f["sha256"]).lower() if f.get("sha256") else None,
+                )
             )
-            for f in raw["files"]
+            for f in raw.get("files", [])
         )
         return RegistryEntry(
             id=str(raw["id"]),
@@ -130,6 +201,7 @@ def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
             options={k: raw[k] for k in _OPTION_KEYS if k in raw},
             origin=str(origin),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
+            listing=_parse_listing(raw.get("listing")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         ident = raw.get("id", "?") if isinstance(raw, dict) else "?"

@@ -10,6 +10,12 @@ processes can change them.
 | RLDS_DEBUG    | ``1`` makes the CLI print full tracebacks                  |
 | RLDS_REGISTRY | extra registry files or folders, ``os.pathsep``-separated   |
 | RLDS_FSYNC    | ``0`` skips fsync before publishing (faster, less durable) |
+| RLDS_OFFLINE  | ``1``: never touch the network, use downloaded files only   |
+| RLDS_HF_ENDPOINT | Hugging Face base URL (default https://huggingface.co)  |
+| RLDS_HTTP_TIMEOUT | connect and read timeouts in seconds (default 10,60; one value sets both) |
+| RLDS_HTTP_RETRIES | retries per mirror after a transient error (default 5)  |
+| RLDS_RETRY_BASE_DELAY | first back-off delay in seconds, doubled each retry (default 1) |
+| RLDS_DOWNLOAD_WORKERS | files of one dataset fetched at once (default 4)      |
 """
 
 from __future__ import annotations
@@ -53,3 +59,48 @@ def extra_registry_paths() -> list[Path]:
     """Registry files or folders listed in ``$RLDS_REGISTRY``."""
     value = os.environ.get("RLDS_REGISTRY", "")
     return [Path(p).expanduser() for p in value.split(os.pathsep) if p]
+
+
+def offline() -> bool:
+    """Whether the network is off limits (``RLDS_OFFLINE=1``)."""
+    return _flag("RLDS_OFFLINE", False)
+
+
+def hf_endpoint() -> str:
+    """Base URL of the Hugging Face Hub (``RLDS_HF_ENDPOINT``; tests point it at a local server)."""
+    return os.environ.get("RLDS_HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
+
+
+def _number(name: str, default: float, minimum: float = 0.0) -> float:
+    value = os.environ.get(name, "").strip()
+    try:
+        return max(minimum, float(value)) if value else default
+    except ValueError:
+        return default
+
+
+def http_timeout() -> tuple[float, float]:
+    """(connect, read) timeouts in seconds: ``RLDS_HTTP_TIMEOUT`` as ``10,60`` or one number."""
+    parts = [p for p in os.environ.get("RLDS_HTTP_TIMEOUT", "").split(",") if p.strip()]
+    try:
+        values = [max(0.01, float(p)) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        return values[0], values[0]
+    return (values[0], values[1]) if len(values) == 2 else (10.0, 60.0)
+
+
+def http_retries() -> int:
+    """Retries per mirror after a transient error (``RLDS_HTTP_RETRIES``, default 5)."""
+    return int(_number("RLDS_HTTP_RETRIES", 5))
+
+
+def retry_base_delay() -> float:
+    """First back-off delay in seconds (``RLDS_RETRY_BASE_DELAY``, default 1; doubled per retry)."""
+    return _number("RLDS_RETRY_BASE_DELAY", 1.0)
+
+
+def download_workers() -> int:
+    """How many files of one dataset download at once (``RLDS_DOWNLOAD_WORKERS``, default 4)."""
+    return int(_number("RLDS_DOWNLOAD_WORKERS", 4, minimum=1))

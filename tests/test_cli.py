@@ -474,13 +474,20 @@ def test_no_timeouts_no_next_needs_max_episode_steps(golden: Path, isolated_cach
     assert "--force" in hint_line(invoke("download", golden, "--name", "nt", "--max-episode-steps", "4"))
 
 
-@pytest.mark.parametrize("url", ["http://example.org/x.hdf5", "https://example.org/x.hdf5", "hf://org/x"])
-def test_url_not_supported_yet(url: str, isolated_cache: Path) -> None:
-    result = invoke("download", url)
+def test_hf_scheme_not_supported(isolated_cache: Path) -> None:
+    result = invoke("download", "hf://org/x")
     line = error_line(result)
-    assert line.startswith(f"error: cannot fetch {url}: ")
-    assert "local files" in line
-    assert "rlds download PATH" in hint_line(result)
+    assert line.startswith("error: cannot fetch hf://org/x: ")
+    assert "https://huggingface.co/datasets/" in hint_line(result)
+    assert_nothing_published(isolated_cache)
+
+
+@pytest.mark.parametrize("url", ["http://example.org/x.hdf5", "https://example.org/x.hdf5"])
+def test_url_offline(url: str, isolated_cache: Path) -> None:
+    """URLs are downloaded (tests/test_download.py); offline, they fail before any request."""
+    result = invoke("download", url, "--offline")
+    assert error_line(result).startswith("error: x.hdf5 is not downloaded")
+    assert "offline" in error_line(result)
     assert_nothing_published(isolated_cache)
 
 

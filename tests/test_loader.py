@@ -280,8 +280,8 @@ def test_endless_loader(demo: Dataset) -> None:
 
 
 def test_unknown_sampler(demo: Dataset) -> None:
-    with pytest.raises(ValueError, match="'prioritized'"):
-        Loader(demo, batch_size=8, sampler="prioritized")
+    with pytest.raises(ValueError, match="'bogus'"):
+        Loader(demo, batch_size=8, sampler="bogus")
 
 
 def test_loader_keeps_a_given_sampler(demo: Dataset) -> None:

@@ -17,10 +17,10 @@ from rlds_cli.cli.app import app
 from rlds_cli.download import download
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    OfflineError,
     RegistryError,
     RegistryFormatError,
     UnknownDatasetIdError,
-    UnsupportedSourceError,
 )
 
 DEMO_ID = "pointmass-demo-v0"
@@ -139,7 +139,8 @@ def test_extra_registry_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert not file.is_bundled
     assert file.size == 1234
     assert file.sha256 == "abcdef0123456789" * 4  # stored lower-case
-    assert [e.id for e in registry.entries()] == sorted(["extra-medium-v0", DEMO_ID])
+    assert [e.id for e in registry.entries() if e.origin == str(extra)] == ["extra-medium-v0"]
+    assert DEMO_ID in {e.id for e in registry.entries()}
     assert registry.resolve("demo").id == DEMO_ID  # the packaged ones stay
 
 
@@ -152,7 +153,10 @@ def test_extra_registry_folder_and_several_paths(tmp_path: Path, monkeypatch: py
     single = tmp_path / "c.toml"
     single.write_text(entry_toml("charlie-v0"))
     use_registry(monkeypatch, folder, single)
-    assert [e.id for e in registry.entries()] == ["alpha-v0", "bravo-v0", "charlie-v0", DEMO_ID]
+    mine = [
+        e.id for e in registry.entries() if not e.origin.startswith(str(registry.packaged_registry_dir()))
+    ]
+    assert mine == ["alpha-v0", "bravo-v0", "charlie-v0"]
     assert registry.resolve("alpha").origin == str(folder / "a.toml")
     assert registry.resolve("charlie-v0").origin == str(single)
 
@@ -263,15 +267,15 @@ def test_registry_errors_in_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert first.startswith("error: registry path ") and "nowhere.toml" in first
 
 
-def test_remote_entry_is_not_fetched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remote_entry_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote entries are downloaded (tests/test_download.py); offline, nothing is requested."""
     extra = tmp_path / "extra.toml"
     extra.write_text(EXTRA_TOML)
     use_registry(monkeypatch, extra)
-    with pytest.raises(UnsupportedSourceError) as info:
+    monkeypatch.setenv("RLDS_OFFLINE", "1")
+    with pytest.raises(OfflineError) as info:
         download("extra")
-    assert "'extra-medium-v0'" in str(info.value)
-    assert "https://example.org/extra-medium-v0.hdf5" in str(info.value)
-    assert "--format d4rl --name extra-medium-v0" in info.value.hint
+    assert "extra-medium-v0.hdf5 is not downloaded" in str(info.value)
     assert not CacheRoot().datasets_dir.exists()
 
 

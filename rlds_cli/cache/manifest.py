@@ -56,6 +56,8 @@ class Manifest:
         source: Where the data came from: format, path or id, sha256, size, metadata.
         conversion: What the converter decided (dropped rows, inferred boundaries, notes).
         lineage: Parents of a derived dataset (empty for a converted one).
+        stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
+            (read them with :func:`rlds_cli.preprocess.stats.load`); empty when not computed.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.
     """
@@ -72,9 +74,10 @@ class Manifest:
     created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     format_version: int = FORMAT_VERSION
     layout: str = "flat-ted"
+    stats: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT_NAME,
             "format_version": self.format_version,
             "layout": self.layout,
@@ -89,6 +92,9 @@ class Manifest:
             "created_by": self.created_by,
             "created_at": self.created_at,
         }
+        if self.stats:  # only derived datasets with --stats carry it
+            out["stats"] = self.stats
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
@@ -105,6 +111,7 @@ class Manifest:
             created_at=data.get("created_at", ""),
             format_version=int(data["format_version"]),
             layout=data.get("layout", "flat-ted"),
+            stats=data.get("stats", {}),
         )
 
     def digest(self) -> str:

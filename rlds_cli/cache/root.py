@@ -134,7 +134,7 @@ class CacheRoot:
         path.mkdir()
         return path
 
-    def clean_stale_builds(self, held: str | None = None) -> list[Path]:
+    def clean_stale_builds(self, held: str | None = None, *, dry_run: bool = False) -> list[Path]:
         """Remove temporary build and trash directories whose writer is gone.
 
         A build belongs to a live writer exactly when that writer holds the name's lock, so an
@@ -143,9 +143,10 @@ class CacheRoot:
         Args:
             held: A dataset name whose lock the caller holds: its leftovers are stale by
                 definition (a second lock of the same file from this process would not succeed).
+            dry_run: Only find them; remove nothing.
 
         Returns:
-            The directories removed.
+            The directories removed (or, with ``dry_run``, that would be).
         """
         removed: list[Path] = []
         if not self.tmp_dir.is_dir():
@@ -156,13 +157,15 @@ class CacheRoot:
             # "<entry>.<id>.incomplete": entries may contain dots, the id and suffix cannot
             entry = child.name.rsplit(".", 2)[0]
             if held is not None and entry == _entry(held):
-                shutil.rmtree(child, ignore_errors=True)
+                if not dry_run:
+                    shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
                 continue
             lock = FileLock(str(self.locks_dir / f"{entry}.lock"), timeout=0)
             try:
                 with lock:
-                    shutil.rmtree(child, ignore_errors=True)
+                    if not dry_run:
+                        shutil.rmtree(child, ignore_errors=True)
                     removed.append(child)
             except Timeout:
                 continue  # a live writer owns it

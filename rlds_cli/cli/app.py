@@ -11,6 +11,11 @@ from rlds_cli._version import __version__
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download
+from rlds_cli.cli.export import export
+from rlds_cli.cli.manage import du, gc, path, rm
+from rlds_cli.cli.preprocess import preprocess
+from rlds_cli.cli.remote import info
+from rlds_cli.cli.verify import verify
 
 app = typer.Typer(
     name="rlds",
@@ -41,6 +46,14 @@ app.command("download")(download)
 app.command("list")(list_datasets)
 app.command("inspect")(inspect)
 app.command("demo")(demo)
+app.command("preprocess")(preprocess)
+app.command("rm")(rm)
+app.command("du")(du)
+app.command("gc")(gc)
+app.command("path")(path)
+app.command("export")(export)
+app.command("info")(info)
+app.command("verify")(verify)
 
 
 def main() -> None:

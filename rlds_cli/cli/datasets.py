@@ -13,8 +13,18 @@ from rlds_cli.cli.options import JsonOption, RootOption
 
 
 @handle_errors
-def list_datasets(root: RootOption = None, json: JsonOption = False) -> None:
-    """List the datasets in the cache."""
+def list_datasets(
+    root: RootOption = None,
+    json: JsonOption = False,
+    remote: Annotated[
+        bool, typer.Option("--remote", help="List the registry (downloadable ids) instead of the cache.")
+    ] = False,
+) -> None:
+    """List the datasets in the cache (or, with --remote, in the registry)."""
+    if remote:
+        from rlds_cli.cli.remote import list_remote
+
+        return list_remote(root, json)
     from rlds_cli.cache.root import CacheRoot
 
     cache = CacheRoot(root)
@@ -70,16 +80,45 @@ def inspect(
     name: Annotated[str, typer.Argument(help="Dataset name in the cache.")],
     root: RootOption = None,
     json: JsonOption = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Validate the TED invariants; exit 1 on any violation."),
+    ] = False,
 ) -> None:
     """Show a dataset's schema, counts, episode statistics and provenance."""
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.summary import describe
 
-    info = describe(open_dataset(name, root))
+    dataset = open_dataset(name, root)
+    info = describe(dataset)
+    report = None
+    if check:
+        from rlds_cli.validate import check_dataset
+
+        report = check_dataset(dataset)
+        info["check"] = report.to_dict()
     if json:
         _output.print_json(info)
+    else:
+        render_summary(info)
+        if report is not None:
+            _render_check(report)
+    if report is not None and not report.ok:
+        raise typer.Exit(1)
+
+
+def _render_check(report: Any) -> None:
+    """Print the result of ``rlds inspect --check``: one line per violation."""
+    out = _output.console
+    if report.ok:
+        out.print(f"[green]check passed[/]: {', '.join(report.checks)}")
         return
-    render_summary(info)
+    for violation in report.violations[:50]:
+        out.print(f"[red]violation[/] {_output.escape(str(violation))}", soft_wrap=True)
+    more = len(report.violations) - 50
+    if more > 0 or report.truncated:
+        out.print(f"... and {'more than ' if report.truncated else ''}{max(more, 0)} more")
+    out.print(f"[red]check failed[/]: {len(report.violations)}{'+' if report.truncated else ''} violation(s)")
 
 
 def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
@@ -132,4 +171,18 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print("conversion  " + ", ".join(facts) + "  (rules: docs/formats.md)")
     for note in conv.get("notes", []):
         out.print(f"note  {_output.escape(note)}")
+    for parent in info.get("lineage", []):
+        _render_lineage(parent)
     out.print(f"written by {info['created_by']} at {info['created_at']}")
+
+
+def _render_lineage(parent: dict[str, Any]) -> None:
+    """One line per parent of a derived dataset (``rlds preprocess``): what made it from what."""
+    args = ", ".join(f"{k}={v}" for k, v in parent.get("args", {}).items() if v is not None)
+    _output.console.print(
+        f"derived from {_output.escape(str(parent.get('name', '?')))} "
+        f"(manifest {str(parent.get('digest', '?'))[:12]}) by {_output.escape(str(parent.get('fn', '?')))} "
+        f"(sha256 {str(parent.get('fn_sha256') or '?')[:12]}; {_output.escape(args)}; "
+        f"rlds {parent.get('rlds_version', '?')})",
+        soft_wrap=True,
+    )

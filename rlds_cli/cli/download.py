@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import typer
@@ -11,29 +12,66 @@ from rlds_cli.cli._errors import handle_errors
 from rlds_cli.cli.options import BackendOption, JsonOption, QuietOption, RootOption
 
 
+def _check_sha256(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise typer.BadParameter(f"{value!r} is not 64 hex digits")
+    return value.lower() if value else value
+
+
 @handle_errors
 def download(
-    source: Annotated[str, typer.Argument(help="A registry id or alias, or a local file path.")],
+    source: Annotated[
+        str, typer.Argument(help="A registry id or alias, an http(s) URL of one file, or a local path.")
+    ],
     name: Annotated[str | None, typer.Option("--name", "-n", help="Name in the cache.")] = None,
     format: Annotated[
-        str | None, typer.Option("--format", "-f", help="Source format (default: detect).")
+        str | None, typer.Option("--format", "-f", help="Source format (default: registry's, or detect).")
     ] = None,
     backend: BackendOption = "memmap",
     force: Annotated[
-        bool, typer.Option("--force", help="Re-convert and replace an existing dataset.")
+        bool, typer.Option("--force", help="Download again, re-convert and replace an existing dataset.")
     ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline", help="Never touch the network: use downloaded files only (also RLDS_OFFLINE=1)."
+        ),
+    ] = False,
+    keep_raw: Annotated[
+        bool,
+        typer.Option("--keep-raw/--no-keep-raw", help="Keep the downloaded files after conversion."),
+    ] = True,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            "--sha256",
+            help="Expected sha256 of a URL or file (64 hex digits).",
+            show_default=False,
+            callback=_check_sha256,
+        ),
+    ] = None,
     max_episode_steps: Annotated[
         int | None,
         typer.Option("--max-episode-steps", min=1, help="Time limit, for D4RL files without 'timeouts'."),
+    ] = None,
+    allow_pickle: Annotated[
+        bool, typer.Option("--allow-pickle", help="Let readers load pickled objects (trusted files only).")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=1, help="Reader worker threads or processes.")
     ] = None,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Convert a dataset (registry id or local file) into the TED cache."""
+    """Download (resumable, verified) and convert a dataset into the TED cache."""
+    from rlds_cli.cli._download_progress import download_progress
     from rlds_cli.download import download as run_download
 
-    with _output.conversion_progress(enabled=not (quiet or json)) as progress:
+    options = {"max_episode_steps": max_episode_steps, "workers": workers}
+    if allow_pickle:
+        options["allow_pickle"] = True
+    with download_progress(enabled=not (quiet or json)) as (on_download, on_convert):
         result = run_download(
             source,
             name=name,
@@ -41,8 +79,12 @@ def download(
             root=root,
             backend=backend,
             force=force,
-            options={"max_episode_steps": max_episode_steps},
-            progress=progress,
+            options=options,
+            progress=on_convert,
+            offline=True if offline else None,
+            keep_raw=keep_raw,
+            sha256=sha256,
+            download_progress=on_download,
         )
     m = result.manifest
     if json:
@@ -54,6 +96,7 @@ def download(
                 "num_steps": m.num_steps,
                 "num_episodes": m.num_episodes,
                 "backend": m.backend,
+                "downloads": m.source.get("downloads", []),
                 "conversion": m.conversion,
             }
         )
@@ -69,7 +112,7 @@ def download(
         )
     verb = "already in the cache" if result.reused else "converted"
     _output.console.print(
-        f"[green]{m.name}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
+        f"[green]{_output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
         f"backend {m.backend} -> {_output.escape(str(result.path))}",
         soft_wrap=True,
     )

@@ -1,4 +1,4 @@
-"""Source format readers, found by name through a lazy registry.
+"""Source format readers, found by name through a lazy registry, and format auto-detection.
 
 Each entry maps a format name to ``"module:Class"``; the module is imported only when that
 format is used, so h5py and friends stay out of ``rlds --help``.
@@ -7,14 +7,25 @@ format is used, so h5py and friends stay out of ``rlds --help``.
 from __future__ import annotations
 
 import importlib
+import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.errors import UnknownFormatError
+from rlds_cli.errors import SourceFormatError, UnknownFormatError
 
 READERS: dict[str, str] = {
     "d4rl": "rlds_cli.formats.d4rl:D4RLReader",
+    "minari": "rlds_cli.formats.minari:MinariReader",
+    "roboset": "rlds_cli.formats.roboset:RobosetReader",
+    "ogbench": "rlds_cli.formats.ogbench:OGBenchReader",
+    "amago": "rlds_cli.formats.amago:AmagoReader",
+    "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
 }
+
+#: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion.
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+_HDF5 = (".hdf5", ".h5")
 
 
 def known_formats() -> list[str]:
@@ -35,24 +46,125 @@ def reader_class(format_name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def detect_format(path: Path) -> str:
-    """Guess the format of a local source from its layout.
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` is a file with an archive suffix (``.zip``, ``.tar``, ``.tar.gz``)."""
+    return path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
+    """The files a conversion of ``paths`` in ``format_name`` reads, in reading order."""
+    module = (
+        importlib.import_module(READERS[format_name].partition(":")[0]) if format_name in READERS else None
+    )
+    finder = getattr(module, "source_files", None)
+    if finder is not None:
+        files = finder(list(paths))
+    else:  # every file, a directory's in sorted order
+        files = [
+            f for p in paths for f in (sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p])
+        ]
+    if not files:
+        raise SourceFormatError(
+            f"{paths[0]} holds no {format_name} source files",
+            hint="see docs/formats.md for the files each format expects",
+        )
+    return files
+
+
+def _unknown(path: Path, why: str = "") -> UnknownFormatError:
+    return UnknownFormatError(
+        f"cannot tell the format of {path}{': ' + why if why else ''}",
+        hint=f"pass --format (known formats: {', '.join(known_formats())}; archives: .zip, .tar, .tar.gz)",
+    )
+
+
+def _npz_keys(path: Path) -> list[str] | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def _detect_hdf5(path: Path) -> str:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            keys = list(f.keys())
+    except OSError:
+        # an HDF5 name that will not open: let the likeliest reader report why
+        return "minari" if (path.name == "main_data.hdf5") else "d4rl"
+    if any(k.startswith("Trial") for k in keys):
+        return "roboset"
+    if any(k.startswith("episode_") for k in keys):
+        return "minari"
+    # Any of D4RL's root datasets: a file missing one of them still goes to the D4RL reader,
+    # whose error then names the missing key.
+    if any(key in keys for key in ("observations", "actions", "rewards", "terminals")):
+        return "d4rl"
+    raise _unknown(path, f"an HDF5 file with none of the known layouts (top-level keys: {sorted(keys)[:8]})")
+
+
+def _detect_npz(path: Path) -> str:
+    keys = _npz_keys(path)
+    if keys is None:
+        raise SourceFormatError(f"{path}: not a readable .npz (zip) file (truncated or corrupt?)")
+    if any(k.startswith("_OBS_KEY_") for k in keys) or {"rews", "dones"} <= set(keys):
+        return "amago"
+    if "observations" in keys and "terminals" in keys:
+        return "ogbench"
+    raise _unknown(path, f"an .npz with none of the known layouts (keys: {sorted(keys)[:8]})")
+
+
+def _detect_file(path: Path) -> str:
+    name = path.name.lower()
+    if name == "metadata.json":
+        return "minari"
+    if name.endswith(_HDF5):
+        return _detect_hdf5(path)
+    if name.endswith(".npz"):
+        return _detect_npz(path)
+    if name.endswith(".traj"):
+        return "amago"
+    raise _unknown(path)
+
+
+def _detect_dir(path: Path) -> str:
+    if (path / "meta.json").is_file():
+        from rlds_cli.formats.torchrl_memmap import is_tensordict_memmap
+
+        if is_tensordict_memmap(path):
+            return "torchrl"
+    if (path / "data" / "metadata.json").is_file() or (path / "metadata.json").is_file():
+        return "minari"
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise _unknown(path, "an empty directory")
+    kinds = set()
+    for f in files:
+        low = f.name.lower()
+        if low.endswith((*_HDF5, ".npz", ".traj")):
+            kinds.add(_detect_file(f))
+    if len(kinds) == 1:
+        return kinds.pop()
+    if not kinds:
+        raise _unknown(path, "no .h5/.hdf5/.npz/.traj files or Minari metadata.json inside")
+    raise _unknown(path, f"files of several formats inside ({', '.join(sorted(kinds))})")
+
+
+def detect_format(path: Path | Sequence[Path]) -> str:
+    """Guess the format of a local source (a file, a directory, or a list of files).
 
     Raises:
         UnknownFormatError: Nothing matched; the message lists the known formats.
     """
-    if path.is_file() and path.suffix.lower() in {".hdf5", ".h5"}:
-        import h5py
-
-        try:
-            with h5py.File(path, "r") as f:
-                # Any of D4RL's root datasets: a file missing one of them still goes to the
-                # D4RL reader, whose error then names the missing key.
-                if any(key in f for key in ("observations", "actions", "rewards", "terminals")):
-                    return "d4rl"
-        except OSError:
-            return "d4rl"  # an HDF5 name that will not open: let the reader report why
-    raise UnknownFormatError(
-        f"cannot tell the format of {path}",
-        hint=f"pass --format (known formats: {', '.join(known_formats())})",
-    )
+    if not isinstance(path, Path):
+        paths = list(path)
+        kinds = {detect_format(p) for p in paths}
+        if len(kinds) != 1:
+            raise _unknown(paths[0], f"the files given are of several formats ({', '.join(sorted(kinds))})")
+        return kinds.pop()
+    if path.is_dir():
+        return _detect_dir(path)
+    return _detect_file(path)

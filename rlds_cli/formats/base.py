@@ -13,6 +13,12 @@ import numpy as np
 REQUIRED_STEP_KEYS = ("action", "next/reward", "next/terminated", "next/truncated")
 
 
+def column(values: np.ndarray) -> np.ndarray:
+    """A per-step scalar as TED's ``[N, 1]`` column (``(N,)`` gains the trailing axis)."""
+    values = np.asarray(values)
+    return values[:, None] if values.ndim == 1 else values
+
+
 @dataclass
 class StepBlock:
     """A run of consecutive transitions, in the flat layout the cache stores.
@@ -53,6 +59,12 @@ class ConversionReport:
     inferred_boundaries: int = 0
     notes: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Counts the source itself declares (e.g. Minari's ``total_steps``), checked by
+    #: ``rlds inspect --check``: keys ``num_steps`` and ``num_episodes`` (episodes counted
+    #: before any were dropped).
+    expected: dict[str, int] = field(default_factory=dict)
+    #: NaN values per stored key, counted while converting (``rlds inspect --check`` compares).
+    nan_counts: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +76,11 @@ class ConversionReport:
             "inferred_boundaries": self.inferred_boundaries,
             "notes": list(self.notes),
         }
+
+    def checks(self) -> dict[str, Any]:
+        """What ``rlds inspect --check`` compares against (stored as the manifest's
+        ``source.checks``): the source's declared counts and the NaN count per key."""
+        return {"expected": dict(self.expected), "nan_counts": dict(self.nan_counts)}
 
 
 class SourceReader(Protocol):

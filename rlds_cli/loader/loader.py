@@ -1,9 +1,10 @@
-"""The :class:`Loader` front door used by training code."""
+"""The :class:`Loader` front door used by training code: store + sampler + transforms + prefetch."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,36 +12,85 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.loader.samplers import UniformSampler
+from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
+from rlds_cli.loader.factory import make_sampler
+from rlds_cli.loader.prefetch import Prefetcher, Prepared
+from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
+from rlds_cli.loader.sources import HostSource
+
+Transform = Callable[[TedBatch], TedBatch]
 
 
-def to_torch(batch: TedBatch, device: torch.device | str | None = None) -> TedBatch:
-    """Turn a numpy batch into torch tensors, moved to ``device`` without blocking."""
+def to_torch(
+    batch: TedBatch, device: torch.device | str | None = None, *, pin_memory: bool = False
+) -> TedBatch:
+    """Numpy arrays -> torch tensors (no copy), optionally pinned and moved without blocking.
+
+    Tensors already on ``device`` pass through.
+    """
     out = TedBatch()
+    if device is None and not pin_memory:  # the common CPU case: zero-copy views, nothing else
+        for key, value in batch.items():
+            out[key] = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+        return out
+    target = torch.device(device) if device is not None else None
     for key, value in batch.items():
-        tensor = torch.from_numpy(np.ascontiguousarray(value))
-        out[key] = tensor.to(device, non_blocking=True) if device is not None else tensor
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+        if pin_memory and tensor.device.type == "cpu":
+            tensor = tensor.pin_memory()  # GPU path: page-locked, so the copy below is asynchronous
+        if target is not None and tensor.device != target:
+            tensor = tensor.to(target, non_blocking=True)
+        out[key] = tensor
     return out
 
 
+def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> Any:
+    """A :class:`tensordict.TensorDict` with the batch's nested keys (needs ``tensordict``)."""
+    try:
+        from tensordict import TensorDict
+    except ImportError as exc:  # an optional dependency
+        raise ImportError(
+            "as_tensordict=True needs the 'tensordict' package (pip install tensordict)"
+        ) from exc
+    lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
+    return TensorDict(batch.nested(), batch_size=lead, device=device)
+
+
 class Loader:
-    """Batches of TED transitions, sampled from a cached dataset.
+    """Batches of TED transitions sampled from a cached dataset, as torch tensors.
 
     Example:
-        >>> loader = Loader("pointmass-demo-v0", batch_size=256, seed=0)  # doctest: +SKIP
+        >>> loader = Loader("pointmass-demo-v0", batch_size=256, sampler="uniform", seed=0)  # doctest: +SKIP
         >>> batch = loader.sample()
         >>> batch["next", "reward"].shape
         torch.Size([256, 1])
 
     Args:
         dataset: A dataset name in the cache, or an opened :class:`Dataset`.
-        batch_size: Transitions per batch.
-        sampler: ``"uniform"`` or a sampler object with ``sample() -> indices``.
-        seed: Seed of the default sampler.
+        batch_size: Steps per batch (slices: ``num_slices * slice_len``).
+        sampler: ``"uniform"``, ``"epoch"``, ``"slice"``, ``"prioritized"``, or an object with
+            ``sample()`` returning indices or a :class:`~rlds_cli.loader.samplers.Draw`
+            (and ideally ``state_dict`` / ``load_state_dict``).
+        seed: Seed of the sampler built from a name.
         keys: TED keys to read (``None``: all); other arrays are never touched.
         device: Where batches go (``None``: stay on the CPU).
+        in_memory: ``False``: read the cache (memory maps / zarr) at every batch; ``True``: copy
+            the needed columns into RAM once (packed row-wise, see ``pack``); ``"device"``: keep
+            them on ``device`` and gather there (uniform indices are drawn there too).
+        pack: With ``in_memory``, pack float32/bool columns into one row-major array so a batch
+            is one gather.
+        prefetch: Batches prepared ahead by a background thread (0: none).
+        pin_memory: Pin host batches before the copy to a CUDA ``device`` (``None``: when the
+            device is CUDA).
+        transform: A callable (or a list, applied in order) on each numpy
+            :class:`~rlds_cli.cache.ted.TedBatch` before conversion; objects with a
+            ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`).
+        as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``.
+        num_batches: Length of one ``for batch in loader`` pass (``None``: one epoch for the
+            ``"epoch"`` sampler, else endless).
         root: Cache root, when ``dataset`` is a name.
-        num_batches: Length of one pass of ``for batch in loader`` (``None``: endless).
+        **sampler_options: Options of the named sampler (see
+            :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
 
     def __init__(
@@ -52,41 +102,197 @@ class Loader:
         seed: int | None = 0,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         device: torch.device | str | None = None,
-        root: str | os.PathLike[str] | None = None,
+        in_memory: bool | str = False,
+        pack: bool = True,
+        prefetch: int = 0,
+        pin_memory: bool | None = None,
+        transform: Transform | Sequence[Transform] | None = None,
+        as_tensordict: bool = False,
         num_batches: int | None = None,
+        root: str | os.PathLike[str] | None = None,
+        **sampler_options: Any,
     ) -> None:
         self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
-        self.batch_size = batch_size
-        if sampler == "uniform":
-            sampler = UniformSampler(self.dataset.num_steps, batch_size, seed)
-        elif isinstance(sampler, str):
-            raise ValueError(f"unknown sampler {sampler!r}; this version has 'uniform'")
-        self.sampler = sampler
-        self.keys = list(keys) if keys is not None else None
+        self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
+        if in_memory not in (False, True, "device"):
+            raise ValueError(f"in_memory must be False, True or 'device', got {in_memory!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        if num_batches is not None and (not isinstance(num_batches, int) or num_batches < 0):
+            raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
+        cuda = self.device is not None and self.device.type == "cuda"
+        if pin_memory and not cuda:
+            raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
+        self.pin_memory = cuda and pin_memory is not False and in_memory != "device"
+        self.keys = list(keys) if keys is not None else None
+        self.in_memory = in_memory
+        self.prefetch = prefetch
+        self.as_tensordict = bool(as_tensordict)
         self.num_batches = num_batches
+        self._host = HostSource(self.dataset, keys, in_memory=bool(in_memory), pack=pack)
+        self._device_source: DeviceSource | None = None
+        if in_memory == "device":
+            self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
+        self.sampler = self._make_sampler(sampler, seed, sampler_options)
+        self._epoch_done = getattr(self.sampler, "epoch_done", None)  # looked up once, not per batch
+        self.transforms = self._bind(transform)
+        self._lock = threading.Lock()  # the sampler is shared with the prefetch thread
+        self._prefetcher: Prefetcher | None = None
+        self.batches_drawn = 0
 
-    def sample(self) -> TedBatch:
-        """One batch: TED keys plus ``index`` (the sampled step indices), as torch tensors."""
-        indices = self.sampler.sample()
-        batch = self.dataset.gather(indices, self.keys)
-        batch["index"] = indices
-        return to_torch(batch, self.device)
+    # ------------------------------------------------------------------ set-up
 
-    def __iter__(self) -> Iterator[TedBatch]:
+    def _make_sampler(self, sampler: Any, seed: int | None, options: dict[str, Any]) -> Any:
+        if isinstance(sampler, str):
+            if sampler == "uniform" and self._device_source is not None and not options:
+                return DeviceUniformSampler(
+                    self.dataset.num_steps, self.batch_size, seed, self._device_source.device
+                )
+            return make_sampler(sampler, Episodes.of(self.dataset), self.batch_size, seed, **options)
+        if options:
+            raise ValueError(f"sampler options {sorted(options)} only apply to a sampler given by name")
+        if not callable(getattr(sampler, "sample", None)):
+            raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
+        return sampler
+
+    def _bind(self, transform: Transform | Sequence[Transform] | None) -> list[Transform]:
+        chain = (
+            [] if transform is None else list(transform) if isinstance(transform, Sequence) else [transform]
+        )
+        for t in chain:
+            if not callable(t):
+                raise ValueError(f"transform must be callable, got {t!r}")
+            if hasattr(t, "bind"):
+                if self._device_source is not None and getattr(t, "needs_host", False):
+                    raise ValueError(
+                        f"transform {t!r} reads the cache and cannot run with in_memory='device'"
+                    )
+                t.bind(self.dataset)
+        return chain
+
+    # ------------------------------------------------------------------ sampling
+
+    def _draw(self) -> tuple[TedBatch, bool]:
+        """One batch (before conversion) and whether it ends an epoch."""
+        with self._lock:
+            indices, extras = self._indices()
+            end = self._epoch_done is not None and self._epoch_done()
+        if self._device_source is not None:
+            batch = self._device_source.gather(indices)
+            batch["index"] = indices
+            for key, value in extras.items():
+                batch[key] = torch.as_tensor(value, device=indices.device)
+        else:
+            batch = self._host.gather(indices)
+            batch["index"] = indices
+            if extras:
+                batch.update(extras)
+        for t in self.transforms:
+            batch = t(batch)
+        return self._finish(batch), end
+
+    def _indices(self) -> tuple[Any, dict[str, np.ndarray]]:
+        out = self.sampler.sample()
+        if isinstance(out, np.ndarray) and out.dtype == np.int64 and self._device_source is None:
+            return out, {}  # the common case, without conversions
+        if isinstance(out, torch.Tensor):
+            return out, {}
+        indices, extras = split_draw(out)
+        if self._device_source is not None:
+            return torch.from_numpy(indices).to(self._device_source.device), extras
+        return indices, extras
+
+    def _finish(self, batch: TedBatch) -> Any:
+        out = to_torch(batch, self.device, pin_memory=self.pin_memory)
+        return to_tensordict(out, self.device) if self.as_tensordict else out
+
+    def _prepare(self) -> Prepared:
+        state = self._stream_state()
+        batch, end = self._draw()
+        return Prepared(state, batch, end)
+
+    def _next(self) -> tuple[Any, bool]:
+        if self.prefetch == 0:
+            out = self._draw()
+        else:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(self._prepare, self.prefetch)
+            item = self._prefetcher.get()
+            out = (item.batch, item.end_of_epoch)
+        self.batches_drawn += 1
+        return out
+
+    def sample(self) -> Any:
+        """One batch: the TED keys plus ``index`` (the sampled step indices) and the sampler's
+        extras (``mask`` for slices, ``weight`` for prioritized), as torch tensors."""
+        return self._next()[0]
+
+    def __iter__(self) -> Iterator[Any]:
         count = 0
+        epoch_mode = self.num_batches is None and hasattr(self.sampler, "epoch_done")
         while self.num_batches is None or count < self.num_batches:
-            yield self.sample()
+            batch, end = self._next()
+            yield batch
             count += 1
+            if epoch_mode and end:
+                return
 
     def __len__(self) -> int:
-        if self.num_batches is None:
-            raise TypeError("an endless Loader has no length; pass num_batches")
-        return self.num_batches
+        if self.num_batches is not None:
+            return self.num_batches
+        if hasattr(self.sampler, "batches_per_epoch"):
+            return int(self.sampler.batches_per_epoch)
+        raise TypeError("an endless Loader has no length; pass num_batches")
+
+    def update_priority(self, indices: Any, priority: Any) -> None:
+        """Forward new priorities to a prioritized sampler (safe while prefetching)."""
+        if not hasattr(self.sampler, "update_priority"):
+            raise ValueError(f"the sampler {type(self.sampler).__name__} has no priorities")
+        with self._lock:
+            self.sampler.update_priority(indices, priority)
+
+    def close(self) -> None:
+        """Stop the prefetch thread (batches it made are dropped; the sampler is rewound so the
+        stream continues with the first batch never returned)."""
+        if self._prefetcher is not None:
+            pending = self._prefetcher.stop()
+            self._prefetcher = None
+            if pending:
+                self._load_stream_state(pending[0].state)
+
+    def __del__(self) -> None:
+        prefetcher = getattr(self, "_prefetcher", None)
+        if prefetcher is not None:
+            prefetcher.stop()
+
+    # ------------------------------------------------------------------ state
+
+    def _stream_state(self) -> Any:
+        light = getattr(self.sampler, "stream_state", None)
+        if light is not None:
+            return light()
+        return self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else None
+
+    def _load_stream_state(self, state: Any) -> None:
+        if state is None:  # a sampler without state: nothing to rewind
+            return
+        light = getattr(self.sampler, "load_stream_state", None)
+        (light or self.sampler.load_state_dict)(state)
+
+    def _sampler_state(self) -> dict[str, Any]:
+        if not hasattr(self.sampler, "state_dict"):
+            raise TypeError(f"sampler {type(self.sampler).__name__} has no state_dict(); cannot checkpoint")
+        return self.sampler.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state, so a resumed run continues the same stream."""
-        return {"sampler": self.sampler.state_dict()}
+        """The sampler's state at the first batch not yet returned: a loader restored from it
+        continues the same stream (with or without prefetch)."""
+        self.close()  # a prefetched batch the caller never saw must come again after a restore
+        return {"sampler": self._sampler_state(), "batches_drawn": self.batches_drawn}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        self.close()
         self.sampler.load_state_dict(state["sampler"])
+        self.batches_drawn = int(state.get("batches_drawn", 0))

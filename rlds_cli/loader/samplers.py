@@ -1,10 +1,60 @@
-"""Index samplers: each returns step indices, vectorized and seeded with its own generator."""
+"""Index samplers: each draws step indices, vectorized, from its own seeded generator.
+
+Every sampler has ``sample()`` and ``state_dict()`` / ``load_state_dict()``; a restored state
+continues the exact stream. ``sample()`` returns either an int64 index array or a :class:`Draw`
+(indices plus per-index extras such as a padding ``mask`` or importance ``weight``). No sampler
+keeps per-item Python objects or loops over items: the cost of a draw is O(batch) numpy work
+(plus a ``log`` of the episode count for slices), whatever the dataset's size.
+
+Uniform and slice samplers live here; :mod:`rlds_cli.loader.epoch` and
+:mod:`rlds_cli.loader.prioritized` hold the other two.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
+
+ShortPolicy = Literal["pad", "skip", "error"]
+Weighting = Literal["steps", "episodes"]
+
+
+class Draw(NamedTuple):
+    """What a sampler returns when indices come with extras.
+
+    Attributes:
+        indices: Step indices, int64, shape ``[batch]`` or ``[num_slices, slice_len]``.
+        extras: Arrays of the same leading shape added to the batch (``mask``, ``weight``).
+    """
+
+    indices: np.ndarray
+    extras: dict[str, np.ndarray]
+
+
+def split_draw(out: np.ndarray | Draw | tuple[Any, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(indices, extras)`` from whatever a sampler's ``sample()`` returned."""
+    if isinstance(out, tuple):
+        return np.asarray(out[0], np.int64), dict(out[1])
+    return np.asarray(out, np.int64), {}
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as an int, or a ``ValueError`` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def choice_arg(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed``, else a ``ValueError`` naming the argument."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    return str(value)
+
+
+def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    return rng.bit_generator.state
 
 
 class UniformSampler:
@@ -13,28 +63,148 @@ class UniformSampler:
     Args:
         num_steps: Size of the dataset.
         batch_size: Indices per call to :meth:`sample`.
-        seed: Seed of the sampler's own generator.
+        seed: Seed of the sampler's own generator (``None``: fresh entropy).
     """
 
     def __init__(self, num_steps: int, batch_size: int, seed: int | None = 0) -> None:
         if num_steps <= 0:
-            raise ValueError("cannot sample from an empty dataset")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+            raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
         self.num_steps = int(num_steps)
-        self.batch_size = int(batch_size)
+        self.batch_size = positive_int("batch_size", batch_size)
         self._rng = np.random.default_rng(seed)
 
-    def sample(self) -> np.ndarray:
-        """One batch of step indices, shape ``[batch_size]``, int64."""
-        return self._rng.integers(0, self.num_steps, self.batch_size, dtype=np.int64)
+    def sample(self, n: int | None = None) -> np.ndarray:
+        """One batch of step indices, shape ``[n or batch_size]``, int64."""
+        return self._rng.integers(0, self.num_steps, self.batch_size if n is None else n, dtype=np.int64)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
-        return {"bit_generator": self._rng.bit_generator.state, "num_steps": self.num_steps}
+        return {"bit_generator": _rng_state(self._rng), "num_steps": self.num_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`."""
         if int(state["num_steps"]) != self.num_steps:
             raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        self._rng.bit_generator.state = state["bit_generator"]
+
+
+class Episodes:
+    """Episode boundaries as arrays: where each episode starts and how long it is.
+
+    Args:
+        lengths: Steps per episode, in dataset order (episodes are contiguous).
+    """
+
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.lengths = np.asarray(lengths, np.int64).ravel()
+        if self.lengths.size == 0 or (self.lengths <= 0).any():
+            raise ValueError("episodes must be a non-empty list of positive lengths")
+        self.ends = np.cumsum(self.lengths)
+        self.starts = self.ends - self.lengths
+        self.num_steps = int(self.ends[-1])
+
+    @classmethod
+    def of(cls, dataset: Any) -> Episodes:
+        """The episodes of an opened :class:`~rlds_cli.cache.dataset.Dataset`."""
+        return cls(dataset.episodes["length"])
+
+    def episode_of(self, steps: np.ndarray) -> np.ndarray:
+        """The episode each step belongs to (a binary search: O(log episodes) per step)."""
+        return np.searchsorted(self.ends, steps, side="right")
+
+
+class SliceSampler:
+    """``num_slices`` sub-trajectories of ``slice_len`` steps that never cross an episode's end.
+
+    Windows inside an episode of length ``L`` start at its first ``L - slice_len + 1`` steps.
+    Episodes shorter than ``slice_len`` follow ``short``: ``"pad"`` (one window, the whole
+    episode, padded at its end by repeating the last step, with ``mask`` False there),
+    ``"skip"`` (never sampled; counted in :attr:`skipped_episodes`) or ``"error"``
+    (``ValueError`` here).
+
+    Args:
+        episode_lengths: Steps per episode, in dataset order.
+        num_slices: Slices per batch.
+        slice_len: Steps per slice.
+        short: Policy for episodes shorter than ``slice_len``.
+        weight: ``"steps"``: every window is equally likely (long episodes are drawn more
+            often); ``"episodes"``: an episode uniformly, then a window in it.
+        start_aligned: Only windows starting at an episode's first step.
+        seed: Seed of the sampler's own generator.
+
+    ``sample()`` returns a :class:`Draw`: indices ``[num_slices, slice_len]`` and ``mask``.
+    """
+
+    def __init__(
+        self,
+        episode_lengths: np.ndarray,
+        num_slices: int,
+        slice_len: int,
+        *,
+        short: ShortPolicy = "pad",
+        weight: Weighting = "steps",
+        start_aligned: bool = False,
+        seed: int | None = 0,
+    ) -> None:
+        self.num_slices = positive_int("num_slices", num_slices)
+        self.slice_len = positive_int("slice_len", slice_len)
+        self.short = choice_arg("short", short, ("pad", "skip", "error"))
+        self.weight = choice_arg("weight", weight, ("steps", "episodes"))
+        self.start_aligned = bool(start_aligned)
+        self.episodes = ep = Episodes(episode_lengths)
+        is_short = ep.lengths < self.slice_len
+        self.skipped_episodes = int(is_short.sum()) if self.short == "skip" else 0
+        if self.short == "error" and is_short.any():
+            raise ValueError(
+                f"slice_len={self.slice_len} is longer than {int(is_short.sum())} episode(s) "
+                f"(the shortest has {int(ep.lengths.min())} steps); use short='pad' or short='skip'"
+            )
+        windows = np.maximum(ep.lengths - self.slice_len + 1, 0 if self.short == "skip" else 1)
+        if self.start_aligned:
+            windows = np.minimum(windows, 1)
+        self._windows = windows
+        self._eligible = np.flatnonzero(windows > 0)
+        if self._eligible.size == 0:
+            raise ValueError(f"no episode has slice_len={self.slice_len} steps; nothing to sample")
+        self._cum_windows = np.cumsum(windows)
+        self._offsets = np.arange(self.slice_len, dtype=np.int64)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def batch_size(self) -> int:
+        """Steps per batch: ``num_slices * slice_len``."""
+        return self.num_slices * self.slice_len
+
+    def _starts(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Start step and episode of ``n`` windows."""
+        if self.weight == "steps":
+            k = self._rng.integers(0, int(self._cum_windows[-1]), n, dtype=np.int64)
+            e = np.searchsorted(self._cum_windows, k, side="right")
+            offset = k - (self._cum_windows[e] - self._windows[e])
+        else:
+            e = self._eligible[self._rng.integers(0, self._eligible.size, n, dtype=np.int64)]
+            offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
+        return self.episodes.starts[e] + offset, e
+
+    def windows(self, starts: np.ndarray, episodes: np.ndarray) -> Draw:
+        """Indices and mask of the slices starting at ``starts`` inside ``episodes``."""
+        idx = starts[:, None] + self._offsets
+        last = (self.episodes.ends[episodes] - 1)[:, None]
+        mask = idx <= last
+        return Draw(np.minimum(idx, last), {"mask": mask})
+
+    def sample(self, n: int | None = None) -> Draw:
+        """``n`` (default ``num_slices``) slices: indices ``[n, slice_len]`` and their ``mask``."""
+        return self.windows(*self._starts(self.num_slices if n is None else n))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the exact same stream of slices."""
+        return {"bit_generator": _rng_state(self._rng), "num_steps": self.episodes.num_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        if int(state["num_steps"]) != self.episodes.num_steps:
+            raise ValueError(
+                f"state is for a dataset of {state['num_steps']} steps, not {self.episodes.num_steps}"
+            )
         self._rng.bit_generator.state = state["bit_generator"]

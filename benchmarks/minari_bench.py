@@ -1,0 +1,267 @@
+"""Side-by-side benchmark: rlds converts a Minari dataset vs TorchRL's ``MinariExperienceReplay``.
+
+Both read the same Minari 0.5.x HDF5 dataset (1,000 episodes, 1,000,000 steps, observation 17
+float32, action 6 float32; written by ``benchmarks/data.py``) and build their cache from it:
+
+* rlds: ``rlds_cli.convert.convert(<root>/<id>, ..., format="minari")`` (sha256 of the source,
+  fsync before publishing: the defaults);
+* TorchRL: ``MinariExperienceReplay(<id>, load_from_local_minari=True)``.
+
+Each run is a fresh process (``--worker``), configurations interleaved across repeats, source
+in the page cache (read once before each run); medians are reported. The rlds cache is checked
+against the source (every episode's observations, actions and rewards), untimed.
+
+Usage::
+
+    python benchmarks/minari_bench.py [--write docs/benchmarks.md] [--quick] [--repeats N]
+
+``--write FILE`` replaces the section between ``<!-- bench:minari:start -->`` and
+``<!-- bench:minari:end -->``. ``run_all.py`` calls :func:`run` so ``make bench`` includes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import run_all  # noqa: E402  (benchmarks/run_all.py: page-cache helpers, the TorchRL worker)
+
+SECTION = "minari"
+START_MARK = f"<!-- bench:{SECTION}:start -->"
+END_MARK = f"<!-- bench:{SECTION}:end -->"
+DATASET_ID = "bench/minari-synthetic-v0"
+TARGET_RATIO = 3.0
+
+
+# ----------------------------------------------------------------------------- workers (child side)
+
+
+def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
+    """Convert the Minari dataset with rlds, then (untimed) compare it with the source."""
+    from rlds_cli.convert import convert
+
+    rss_before = run_all._hwm_mb()
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    result = convert(
+        Path(spec["minari_root"]) / DATASET_ID, "bench", format="minari", root=spec["root"], backend="memmap"
+    )
+    seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
+    peak = run_all._hwm_mb()
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_before_mb": rss_before,
+        "peak_rss_mb": peak,
+        "steps": result.manifest.num_steps,
+        "episodes": result.manifest.num_episodes,
+        "content_ok": _same_as_source(spec, result.path),
+    }
+
+
+def _same_as_source(spec: dict[str, Any], path: Path) -> bool:
+    import h5py
+    import numpy as np
+
+    from rlds_cli.cache import Dataset
+
+    ds = Dataset(path)
+    h5 = Path(spec["minari_root"]) / DATASET_ID / "data" / "main_data.hdf5"
+    with h5py.File(h5, "r") as f:
+        for i in range(ds.num_episodes):
+            g, ep = f[f"episode_{i}"], ds.episode(i)
+            obs = g["observations"][()]
+            if not (
+                np.array_equal(ep["observation"], obs[:-1])
+                and np.array_equal(ep["next/observation"], obs[1:])
+                and np.array_equal(ep["action"], g["actions"][()])
+                and np.array_equal(ep["next/reward"][:, 0], g["rewards"][()])
+            ):
+                return False
+    return True
+
+
+WORKERS = {"rlds": worker_rlds, "torchrl": run_all.worker_torchrl}
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+def _run_once(kind: str, spec: dict[str, Any], source: Path, output: Path, work: Path) -> dict[str, Any]:
+    shutil.rmtree(output, ignore_errors=True)
+    os.sync()
+    run_all.warm(source)
+    cached = run_all.page_cache_fraction(source)
+    out = work / "minari-result.json"
+    out.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        json.dumps({**spec, "kind": kind}),
+        str(out),
+    ]
+    log = work / f"minari-{kind}.log"
+    with open(log, "w") as fh:
+        wall0 = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        wall = time.perf_counter() - wall0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed:\n{log.read_text()[-3000:]}")
+    result = json.loads(out.read_text())
+    result.update(wall=wall, cached=cached, disk=run_all.disk_usage(output))
+    shutil.rmtree(output, ignore_errors=True)
+    return result
+
+
+def run(work: Path, *, steps: int = 1_000_000, repeats: int = 3, log: Any = print) -> str:
+    """Generate the dataset, run both sides interleaved, and return the Markdown section."""
+    t0 = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    minari_root = work / "minari-bench"
+    subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "data.py"),
+            "minari",
+            str(minari_root),
+            "--steps",
+            str(steps),
+            "--dataset-id",
+            DATASET_ID,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    source = minari_root / DATASET_ID / "data" / "main_data.hdf5"
+    specs = {
+        "torchrl": {"minari_root": str(minari_root), "dataset_id": DATASET_ID, "root": str(work / "out-trl")},
+        "rlds": {"minari_root": str(minari_root), "root": str(work / "out-rlds")},
+    }
+    runs: dict[str, list[dict[str, Any]]] = {"torchrl": [], "rlds": []}
+    try:
+        for rep in range(repeats):
+            for kind, spec in specs.items():
+                r = _run_once(kind, spec, source, Path(spec["root"]), work)
+                runs[kind].append(r)
+                secs, rss = r["seconds"], r["peak_rss_mb"]
+                log(f"  [{rep + 1}/{repeats}] {kind}: {secs:.3f} s, peak RSS {rss:.0f} MB")
+    finally:
+        shutil.rmtree(minari_root, ignore_errors=True)
+    return render(runs, steps, repeats=repeats, total=time.perf_counter() - t0)
+
+
+def _median(rs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float) -> str:
+    """The Markdown section."""
+    info = run_all.machine_info()
+    trl, rl = runs["torchrl"], runs["rlds"]
+    ratio = _median(trl, "seconds") / _median(rl, "seconds")
+    wall_ratio = _median(trl, "wall") / _median(rl, "wall")
+    ok = ratio >= TARGET_RATIO
+
+    def row(name: str, rs: list[dict[str, Any]], base: float) -> str:
+        secs = [r["seconds"] for r in rs]
+        return (
+            f"| {name} | {statistics.median(secs):.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
+            f"{_median(rs, 'cpu_seconds'):.2f} | {_median(rs, 'wall'):.2f} | "
+            f"{_median(rs, 'peak_rss_mb'):.0f} | "
+            f"{rs[0]['disk']['allocated'] / 1e6:.1f} | {base / statistics.median(secs):.1f}x |"
+        )
+
+    base = _median(trl, "seconds")
+    lines = [
+        START_MARK,
+        "",
+        "## Minari dataset -> cache: rlds vs TorchRL `MinariExperienceReplay`",
+        "",
+        f"Workload: one Minari 0.5.x HDF5 dataset (`benchmarks/data.py minari`), {steps // 1000:,} "
+        f"episodes of 1,000 steps ({steps:,} steps), observation 17 float32, action 6 float32, read from "
+        "the page cache by both sides. rlds converts it (`convert(<dataset dir>, format='minari')`, with "
+        "its defaults: sha256 of the source files, fsync before publishing); TorchRL builds its TED cache "
+        "(`MinariExperienceReplay(id, load_from_local_minari=True)`). "
+        f"Median of {repeats} runs per side, interleaved, each in a fresh process; the timed part excludes "
+        "interpreter start and imports (the process column includes them).",
+        "",
+        f"- Measured {info['date']} on {info['cpus']}; {info['ram']} RAM; {info['os']}.",
+        f"- Python {info['python']}; {info['versions']}.",
+        f"- rlds commit {info['commit']}. Whole run (data generation included): {total / 60:.1f} min.",
+        "",
+        "| operation | seconds, median (range) | CPU s | process wall s | peak RSS MB | cache MB "
+        "| TorchRL time / this |",
+        "|---|---|---|---|---|---|---|",
+        row("TorchRL `MinariExperienceReplay` build", trl, base),
+        row("rlds `convert` (format minari, memmap)", rl, base),
+        "",
+        f"Goal: rlds at least {TARGET_RATIO:.0f}x faster than TorchRL: **{ratio:.1f}x**, "
+        f"**{'met' if ok else 'NOT met'}** (whole processes, imports included: {wall_ratio:.1f}x).",
+        "",
+        f"Content check (untimed): every episode of the rlds cache equals the source's observations, next "
+        f"observations, actions and rewards: **{'yes' if all(r['content_ok'] for r in rl) else 'NO'}**. "
+        f"TorchRL's cache holds the data: **{'yes' if all(r['content_ok'] for r in trl) else 'no'}** "
+        "(TorchRL 0.14.1 writes its cache with `memmap_like`, which keeps shapes but not values; see the "
+        "conversion section above).",
+        "",
+        "```",
+        "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench",
+        "```",
+        "",
+        END_MARK,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace (or append) this benchmark's section in ``path``."""
+    text = path.read_text() if path.exists() else run_all.INTRO
+    pattern = re.compile(re.escape(START_MARK) + r".*?" + re.escape(END_MARK) + r"\n?", re.S)
+    text = (
+        pattern.sub(lambda _: section, text, count=1)
+        if pattern.search(text)
+        else text.rstrip("\n") + "\n\n" + section
+    )
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="rlds vs TorchRL: Minari dataset to cache")
+    parser.add_argument("--write", type=Path, help="Markdown file whose minari section is replaced")
+    parser.add_argument("--quick", action="store_true", help="100,000 steps, 1 repeat (a smoke test)")
+    parser.add_argument("--repeats", type=int, help="runs per side (default 3; quick: 1)")
+    parser.add_argument("--work", type=Path, default=HERE / "_work", help="work directory")
+    parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        spec = json.loads(args.worker[0])
+        if spec["kind"] == "torchrl":
+            spec["with_content"] = False
+        Path(args.worker[1]).write_text(json.dumps(WORKERS[spec["kind"]](spec)))
+        return 0
+    steps = 100_000 if args.quick else 1_000_000
+    section = run(args.work.resolve(), steps=steps, repeats=args.repeats or (1 if args.quick else 3))
+    print(section)
+    if args.write:
+        write_section(args.write, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Cache housekeeping: remove datasets, measure disk use, collect garbage."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def children_of(cache: CacheRoot, name: str) -> list[str]:
+    """Names of the datasets whose lineage names ``name`` as a parent."""
+    return [m.name for m in cache.iter_manifests() if any(p.get("name") == name for p in m.lineage)]
+
+
+def remove_dataset(cache: CacheRoot, name: str, *, force: bool = False) -> Path:
+    """Remove a dataset from the cache (invisible at once, then deleted).
+
+    Args:
+        cache: The cache.
+        name: Dataset name.
+        force: Remove it even when other datasets were derived from it.
+
+    Returns:
+        The directory that was removed.
+
+    Raises:
+        DatasetNotFoundError: No such dataset.
+        DatasetInUseError: Other datasets name it as their parent and ``force`` is false.
+    """
+    directory = cache.dataset_dir(name)
+    if not cache.exists(name):
+        raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}")
+    children = children_of(cache, name)
+    if children and not force:
+        raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(sorted(children))}")
+    cache.remove(name)
+    return directory
+
+
+@dataclass
+class DiskUsage:
+    """Bytes used under a cache root, by part."""
+
+    root: Path
+    datasets: dict[str, int] = field(default_factory=dict)
+    tmp: int = 0
+    raw: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.datasets.values()) + self.tmp + self.raw + self.other
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "root": str(self.root),
+            "datasets": dict(self.datasets),
+            "tmp_bytes": self.tmp,
+            "raw_bytes": self.raw,
+            "other_bytes": self.other,
+            "total_bytes": self.total,
+        }
+
+
+def disk_usage(cache: CacheRoot) -> DiskUsage:
+    """Disk use of every dataset, of temporary builds, of raw downloads and of the rest."""
+    usage = DiskUsage(cache.path)
+    for manifest in cache.iter_manifests():
+        usage.datasets[manifest.name] = _tree_bytes(cache.dataset_dir(manifest.name))
+    usage.tmp = _tree_bytes(cache.tmp_dir)
+    usage.raw = _tree_bytes(cache.path / "raw")
+    if cache.path.is_dir():
+        counted = {cache.datasets_dir, cache.tmp_dir, cache.path / "raw"}
+        for child in cache.path.iterdir():
+            if child not in counted:
+                usage.other += _tree_bytes(child)
+        known = {cache.dataset_dir(n) for n in usage.datasets}
+        if cache.datasets_dir.is_dir():  # directories without a manifest are not datasets
+            usage.other += sum(_tree_bytes(d) for d in cache.datasets_dir.iterdir() if d not in known)
+    return usage
+
+
+def collect_garbage(cache: CacheRoot, *, dry_run: bool = False) -> list[Path]:
+    """Remove what no dataset needs: builds and trash left by killed processes, and directories
+    under ``datasets/`` that hold no manifest (never published, so never valid).
+
+    Args:
+        cache: The cache.
+        dry_run: Only report what would be removed.
+
+    Returns:
+        The paths removed (or that would be).
+    """
+    found: list[Path] = []
+    found.extend(cache.clean_stale_builds(dry_run=dry_run))
+    if cache.datasets_dir.is_dir():
+        for child in sorted(cache.datasets_dir.iterdir()):
+            if child.is_dir() and not (child / "manifest.json").exists():
+                found.append(child)
+                if not dry_run:
+                    shutil.rmtree(child, ignore_errors=True)
+    return found
+
+
+def dataset_path(cache: CacheRoot, name: str) -> Path:
+    """The directory of a published dataset."""
+    if not cache.exists(name):
+        raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}")
+    return cache.dataset_dir(name)
+
+
+__all__ = [
+    "DiskUsage",
+    "children_of",
+    "collect_garbage",
+    "dataset_path",
+    "disk_usage",
+    "remove_dataset",
+]

@@ -1,0 +1,212 @@
+"""``rlds preprocess``: apply a function to a cached dataset (see docs/preprocessing.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from rlds_cli.cli import _output
+from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption
+
+
+class _StepsPerSecond(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f} steps/s" if speed else "- steps/s", style="progress.data.speed")
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Any]:
+    """A progress callback for :func:`rlds_cli.preprocess.run` (stderr, terminals only)."""
+    show = enabled and _output.err_console.is_terminal
+    bar = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        _StepsPerSecond(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=_output.err_console,
+        transient=True,
+        disable=not show,
+    )
+    task: list[Any] = []
+
+    def callback(event: str, amount: int) -> None:
+        if event == "start":
+            task.append(bar.add_task("preprocessing", total=amount))
+        elif event == "resume" and task:
+            bar.log(f"resuming: {amount:,} steps already done") if show else None
+            bar.reset(task[0], total=bar.tasks[0].total, completed=amount)  # speed from here on
+        elif event == "advance" and task:
+            bar.advance(task[0], amount)
+
+    with bar:
+        yield callback
+
+
+def _schema_table(title: str, fields: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("key", "shape", "dtype", "stored as"):
+        table.add_column(col)
+    for key, spec in fields.items():
+        where = {"flat": "once + final per episode (key and next/key)", "step": "per step"}.get(
+            spec.get("storage", ""), "-"
+        )
+        table.add_row(_output.escape(key), str(tuple(spec["shape"])), spec["dtype"], where)
+    return table
+
+
+@handle_errors
+def preprocess(
+    name: Annotated[str, typer.Argument(help="The dataset to read (never modified).")],
+    fn: Annotated[
+        str, typer.Option("--fn", help="The function: 'package.module:func' or 'path/to/file.py:func'.")
+    ],
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="Name of the derived dataset.", show_default=False)
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Chunks of steps (step) or whole episodes (episode).")
+    ] = "step",
+    stats: Annotated[
+        bool, typer.Option("--stats", help="Store mean/std/min/max/quantiles of every numeric key.")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", min=1, help="Worker processes (default: all cores).")
+    ] = None,
+    chunk_steps: Annotated[int | None, typer.Option("--chunk-steps", min=1, help="Steps per chunk.")] = None,
+    keys: Annotated[
+        list[str] | None, typer.Option("--key", "-k", help="Input key to read (repeatable; default: all).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Keep the chunks an interrupted run finished.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output dataset.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Run the function on a small first chunk; show the schema.")
+    ] = False,
+    num_frames: Annotated[
+        int | None, typer.Option("--num-frames", min=1, help="Process only the first N steps (debugging).")
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Where chunks run: local or ray.")] = "local",
+    address: Annotated[
+        str | None, typer.Option("--address", help="Ray cluster address (with --backend ray).")
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option("--storage", help="Output storage: memmap or zarr (default: the input's).")
+    ] = None,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Apply a function to every chunk of a dataset and store the result as a new dataset."""
+    from rlds_cli import preprocess as pp
+    from rlds_cli.errors import PreprocessError, UserFunctionError
+
+    common: dict[str, Any] = {
+        "by": by, "chunk_steps": chunk_steps, "keys": keys or None, "stats": stats,
+        "num_frames": num_frames, "storage": storage, "root": root,
+    }  # fmt: skip
+    try:
+        if dry_run:
+            _show_dry_run(pp.dry_run(name, fn, **common), json)
+            return
+        if out is None:
+            raise PreprocessError(
+                "--out NAME is required (or --dry-run)", hint="e.g. --out my-dataset-normalized"
+            )
+        with _progress(enabled=not (quiet or json)) as progress:
+            result = pp.run(
+                name, fn, out, workers=workers, backend=backend, ray_address=address, resume=resume,
+                force=force, progress=progress, **common,
+            )  # fmt: skip
+    except UserFunctionError as exc:
+        if exc.user_traceback:
+            _output.err_console.print(Text(exc.user_traceback.rstrip()), soft_wrap=True)
+        raise
+    except KeyboardInterrupt:
+        _output.error(
+            "interrupted; nothing was published",
+            "run the same command with --resume to keep the chunks that finished",
+        )
+        raise typer.Exit(130) from None
+    _show_result(result, json, quiet)
+
+
+def _show_dry_run(info: Any, json: bool) -> None:
+    if json:
+        _output.print_json(
+            {
+                "by": info.by,
+                "steps": info.steps,
+                "num_chunks": info.num_chunks,
+                "sample_steps_in": info.sample_steps_in,
+                "sample_steps_out": info.sample_steps_out,
+                "input": info.input,
+                "output": info.output,
+                "lineage": info.lineage,
+            }
+        )
+        return
+    out = _output.console
+    out.print(
+        f"dry run: the function turned {info.sample_steps_in:,} input steps into {info.sample_steps_out:,}; "
+        f"the job would process {info.steps:,} steps in {info.num_chunks:,} chunks (by {info.by})"
+    )
+    out.print(_schema_table("output schema", info.output))
+
+
+def _show_result(result: Any, json: bool, quiet: bool) -> None:
+    m = result.manifest
+    if json:
+        _output.print_json(
+            {
+                "name": m.name,
+                "path": str(result.path),
+                "reused": result.reused,
+                "num_steps": m.num_steps,
+                "num_episodes": m.num_episodes,
+                "num_chunks": result.num_chunks,
+                "resumed_chunks": result.resumed_chunks,
+                "seconds": round(result.seconds, 3),
+                "fields": {k: s.to_dict() for k, s in m.fields.items()},
+                "lineage": m.lineage,
+                "stats": m.stats,
+            }
+        )
+        return
+    if quiet:
+        return
+    if result.reused:
+        _output.console.print(
+            f"[green]{m.name}[/]: already made by the same job from the same input (nothing to do; "
+            "--force rebuilds it)",
+            soft_wrap=True,
+        )
+        return
+    resumed = f", {result.resumed_chunks} resumed" if result.resumed_chunks else ""
+    rate = m.conversion.get("source_rows", m.num_steps) / max(result.seconds, 1e-9)
+    _output.console.print(
+        f"[green]{m.name}[/]: {m.num_steps:,} steps, {m.num_episodes:,} episodes from "
+        f"{result.num_chunks} chunks{resumed} in {result.seconds:.1f} s ({rate:,.0f} steps/s) "
+        f"-> {_output.escape(str(result.path))}",
+        soft_wrap=True,
+    )

@@ -1,0 +1,61 @@
+"""Export a cached dataset to the formats other tools read, streaming in bounded chunks.
+
+| format    | what is written                                   | read back with                          |
+|-----------|---------------------------------------------------|-----------------------------------------|
+| `torchrl` | a tensordict memmap directory (TED, full)         | `TensorDict.load_memmap(path)`          |
+| `d4rl`    | one D4RL HDF5 file, with `next_observations`      | `rlds download FILE --format d4rl`, h5py |
+| `npz`     | the same arrays as `d4rl`, in one `.npz`          | `numpy.load(path)`                      |
+| `minari`  | a Minari HDF5 dataset directory                   | `minari.load_dataset` / `rlds download`  |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.errors import UnknownFormatError
+
+EXPORTERS: dict[str, str] = {
+    "torchrl": "rlds_cli.export.torchrl_memmap:export_torchrl",
+    "d4rl": "rlds_cli.export.d4rl:export_d4rl",
+    "npz": "rlds_cli.export.d4rl:export_npz",
+    "minari": "rlds_cli.export.minari:export_minari",
+}
+
+
+def export_dataset(
+    dataset: Dataset,
+    out: str | os.PathLike[str],
+    format: str,
+    *,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Write ``dataset`` to ``out`` in ``format`` (see the table above).
+
+    The output is written under a temporary name beside ``out`` and renamed into place when
+    complete, so a killed export leaves no half-written file behind.
+
+    Args:
+        dataset: An opened dataset.
+        out: The file (``d4rl``, ``npz``) or directory (``torchrl``, ``minari``) to create.
+        format: One of :data:`EXPORTERS`.
+        overwrite: Replace ``out`` if it exists.
+        progress: Called with the number of steps written after each chunk.
+
+    Returns:
+        The path written.
+    """
+    import importlib
+
+    try:
+        target = EXPORTERS[format]
+    except KeyError:
+        raise UnknownFormatError(
+            f"unknown export format {format!r}", hint=f"use one of: {', '.join(EXPORTERS)}"
+        ) from None
+    module, _, attr = target.partition(":")
+    exporter = getattr(importlib.import_module(module), attr)
+    return exporter(dataset, Path(out), overwrite=overwrite, progress=progress)

@@ -1,0 +1,63 @@
+"""Pieces every exporter shares: chunked reads and atomic output paths."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.ted import TedBatch
+from rlds_cli.errors import RldsError
+
+#: Steps per chunk when streaming a dataset out.
+CHUNK_STEPS = 1 << 16
+
+
+class ExportError(RldsError, ValueError):
+    """An export cannot be written (target exists, unsupported data)."""
+
+
+def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tuple[int, TedBatch]]:
+    """``(start, batch)`` for consecutive step ranges of at most :data:`CHUNK_STEPS`."""
+    for start in range(0, dataset.num_steps, CHUNK_STEPS):
+        stop = min(start + CHUNK_STEPS, dataset.num_steps)
+        yield start, dataset.gather(np.arange(start, stop), keys)
+
+
+@contextmanager
+def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path beside ``out``; on success it replaces ``out``."""
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
+    try:
+        yield tmp
+        if out.exists():
+            if out.is_dir():
+                shutil.rmtree(out)
+            else:
+                out.unlink()
+        os.replace(tmp, out)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+def step_keys(dataset: Dataset) -> list[str]:
+    """Stored per-step keys other than the TED core ones (``info/...`` and friends)."""
+    core = {"action", "next/reward", "next/terminated", "next/truncated"}
+    return [k for k, s in dataset.stored_fields.items() if s.storage == "step" and k not in core]
+
+
+def flat_keys(dataset: Dataset) -> list[str]:
+    """Observation-like keys (stored once, read as ``key`` and ``next/key``)."""
+    return [k for k, s in dataset.stored_fields.items() if s.storage == "flat"]

@@ -1,0 +1,92 @@
+"""Export to the D4RL layout, as HDF5 (what d4rl's ``get_dataset`` reads) or as one ``.npz``.
+
+Columns: ``observations``, ``actions``, ``rewards`` (N,), ``terminals`` (N,), ``timeouts`` (N,:
+``next/truncated``), ``next_observations`` (so every final observation survives) and
+``infos/<k>`` for each ``info/<k>`` key. Converting the file back with ``rlds download FILE
+--format d4rl`` gives the same transitions and episodes (``final_known`` flags excepted: the file
+has no place for them).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.export._common import CHUNK_STEPS, ExportError, atomic_target, flat_keys, step_keys
+
+
+def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """D4RL name -> (TED key, per-row shape, dtype)."""
+    flats = flat_keys(dataset)
+    if "observation" not in flats:
+        raise ExportError(
+            f"dataset {dataset.name!r} has no single 'observation' key (it has {', '.join(flats)})",
+            hint="the D4RL layout holds one observation array; export with --format torchrl or minari",
+        )
+    fields = dataset.fields
+    cols = {
+        "observations": ("observation", *fields["observation"]),
+        "actions": ("action", *fields["action"]),
+        "rewards": ("next/reward", (), fields["next/reward"][1]),
+        "terminals": ("next/terminated", (), "bool"),
+        "timeouts": ("next/truncated", (), "bool"),
+        "next_observations": ("next/observation", *fields["observation"]),
+    }
+    for key in [*step_keys(dataset), *(k for k in flats if k != "observation")]:
+        name = key[len("info/") :] if key.startswith("info/") else key.replace("/", "_")
+        cols[f"infos/{name}"] = (key, *fields[key])
+    return cols  # type: ignore[return-value]
+
+
+def _chunks(dataset: Dataset, key: str, shape: tuple[int, ...]) -> Iterator[tuple[int, np.ndarray]]:
+    for start in range(0, dataset.num_steps, CHUNK_STEPS):
+        stop = min(start + CHUNK_STEPS, dataset.num_steps)
+        data = dataset.gather(np.arange(start, stop), [key])[key]
+        yield start, data.reshape(stop - start, *shape)
+
+
+def export_d4rl(
+    dataset: Dataset, out: Path, *, overwrite: bool = False, progress: Callable[[int], None] | None = None
+) -> Path:
+    """Write ``dataset`` as one D4RL-layout HDF5 file at ``out``."""
+    import h5py
+
+    columns = _columns(dataset)
+    n = dataset.num_steps
+    with atomic_target(out, overwrite=overwrite) as tmp, h5py.File(tmp, "w") as f:
+        for name, (key, shape, dtype) in columns.items():
+            target = f.create_dataset(name, shape=(n, *shape), dtype=np.dtype(dtype))
+            for start, data in _chunks(dataset, key, shape):
+                target[start : start + len(data)] = data
+        f.attrs["exported_by"] = "rlds-cli"
+        f.attrs["source_dataset"] = dataset.name
+    if progress:
+        progress(n)
+    return out
+
+
+def export_npz(
+    dataset: Dataset, out: Path, *, overwrite: bool = False, progress: Callable[[int], None] | None = None
+) -> Path:
+    """Write the same arrays as :func:`export_d4rl` into one uncompressed ``.npz``, streamed
+    array by array (never a whole array in memory)."""
+    columns = _columns(dataset)
+    n = dataset.num_steps
+    with atomic_target(out, overwrite=overwrite) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
+        for name, (key, shape, dtype) in columns.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                    "fortran_order": False,
+                    "shape": (n, *shape),
+                }
+                np.lib.format.write_array_header_2_0(fh, header)
+                for _, data in _chunks(dataset, key, shape):
+                    fh.write(memoryview(np.ascontiguousarray(data, dtype=np.dtype(dtype))).cast("B"))
+    if progress:
+        progress(n)
+    return out

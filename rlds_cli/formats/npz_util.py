@@ -1,0 +1,109 @@
+"""Reading ``.npz`` members row by row, without loading whole arrays.
+
+``np.load`` of a compressed ``.npz`` inflates each array entirely (a visual OGBench file would
+need tens of GB). :class:`NpyStream` reads the ``.npy`` header of one member and then inflates
+rows on demand through :mod:`zipfile`'s streaming reader, so memory is one block per key.
+"""
+
+from __future__ import annotations
+
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError, SourceNotFoundError
+
+
+def open_npz(path: Path) -> zipfile.ZipFile:
+    """Open an ``.npz`` file, turning zip errors into one-line rlds errors."""
+    if not path.exists():
+        raise SourceNotFoundError(f"source file {path} does not exist")
+    try:
+        return zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise SourceFormatError(
+            f"cannot open {path} as .npz (truncated or corrupt?): {exc}",
+            hint="re-download the file or check that it is an .npz",
+        ) from exc
+
+
+def npz_keys(zf: zipfile.ZipFile) -> list[str]:
+    """Array names in an ``.npz`` (member names without ``.npy``)."""
+    return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+
+
+class NpyStream:
+    """Sequential row reader for one array inside an ``.npz``.
+
+    Attributes:
+        shape: The array's full shape.
+        dtype: Its dtype.
+    """
+
+    def __init__(self, zf: zipfile.ZipFile, key: str, path: Path) -> None:
+        self.key, self.path = key, path
+        try:
+            self._fh: Any = zf.open(f"{key}.npy")
+            version = np.lib.format.read_magic(self._fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(self._fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(self._fh)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise self._error(exc) from exc
+        if dtype.hasobject:
+            raise SourceFormatError(
+                f"{path}: array {key!r} holds Python objects (pickled); rlds reads numeric arrays only"
+            )
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self._whole: np.ndarray | None = None
+        if fortran and len(shape) > 1:  # rare: rows are not contiguous, read it whole
+            self._whole = self._read_bytes(int(np.prod(shape)) * dtype.itemsize).reshape(shape, order="F")
+        self._row_elems = int(np.prod(self.shape[1:], dtype=np.int64)) if self.shape else 1
+        self.pos = 0
+
+    def _error(self, exc: BaseException) -> SourceFormatError:
+        return SourceFormatError(
+            f"{self.path}: reading array {self.key!r} failed (truncated or corrupt?): {exc}",
+            hint="re-download the file",
+        )
+
+    def _read_bytes(self, nbytes: int) -> np.ndarray:
+        buf = bytearray(nbytes)
+        view = memoryview(buf)
+        got = 0
+        try:
+            while got < nbytes:
+                n = self._fh.readinto(view[got:])
+                if not n:
+                    raise EOFError(f"ended after {got} of {nbytes} bytes")
+                got += n
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise self._error(exc) from exc
+        return np.frombuffer(buf, dtype=self.dtype)
+
+    def read(self, rows: int) -> np.ndarray:
+        """The next ``rows`` rows (fewer at the end)."""
+        rows = max(0, min(rows, self.shape[0] - self.pos))
+        if self._whole is not None:
+            out = self._whole[self.pos : self.pos + rows]
+        else:
+            flat = self._read_bytes(rows * self._row_elems * self.dtype.itemsize)
+            out = flat.reshape(rows, *self.shape[1:])
+        self.pos += rows
+        if self.pos == self.shape[0]:
+            self.finish()
+        return out
+
+    def finish(self) -> None:
+        """Read to the member's end, which makes zipfile check its CRC."""
+        try:
+            self._fh.read()
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise self._error(exc) from exc
+
+    def close(self) -> None:
+        self._fh.close()

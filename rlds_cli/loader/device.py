@@ -1,0 +1,134 @@
+"""Device-resident data: the packed dataset as one tensor on the device, indices drawn there.
+
+For datasets that fit in device memory, every batch is an on-device ``index_select``: no host
+work and no host-to-device copy per batch. The layout is the one of
+:class:`~rlds_cli.loader.sources.HostSource`'s packed mode (float32 and bool columns packed
+row-wise along the flat rows, a strided window spanning rows ``r`` and ``r + 1``); other dtypes
+get one tensor each. Works on any torch device (the tests use the CPU); CUDA is the point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlds_cli.cache.ted import TedBatch
+from rlds_cli.loader.sources import HostSource
+
+
+class DeviceSource:
+    """Gathers TED keys on ``device`` from tensors that live there.
+
+    Args:
+        host: A packed in-memory :class:`HostSource` to copy to the device (then dropped).
+        device: The device.
+    """
+
+    def __init__(self, host: HostSource, device: torch.device) -> None:
+        self.device = device
+        self.keys = list(host.keys)
+        self.dataset = host.dataset
+        self._layout = dict(host._layout)
+        self._dtypes = {k: spec.dtype for k, spec in host.dataset.manifest.fields.items()}
+        self._storage = {k: spec.storage for k, spec in host.dataset.manifest.fields.items()}
+        self._shapes = {k: spec.shape for k, spec in host.dataset.manifest.fields.items()}
+        packed = host._packed
+        self._packed = torch.from_numpy(packed).to(device) if packed is not None else None
+        self._window = None
+        if self._packed is not None:
+            rows, width = self._packed.shape
+            self._window = torch.as_strided(self._packed, (rows - 1, 2 * width), (width, 1))
+        self._columns = {
+            k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in host._columns.items()
+        }
+        self._flags = torch.from_numpy(host._flags).to(device) if host._flags is not None else None
+        self._flag_plan = list(host._flag_plan)
+        table = host._episode_of_step
+        self._episode = torch.from_numpy(table.astype(np.int64)).to(device) if table is not None else None
+
+    def gather(self, idx: torch.Tensor) -> TedBatch:
+        """The configured keys at ``idx`` (an int64 tensor on the device, any shape)."""
+        out = TedBatch()
+        lead = tuple(idx.shape)
+        flat_idx = idx.reshape(-1)
+        episode = self._episode.index_select(0, flat_idx) if self._episode is not None else None
+        rows = flat_idx + episode if episode is not None else flat_idx
+        block = None
+        if self._layout:
+            wants_next = any(k.startswith("next/") and k[5:] in self._layout for k in self.keys)
+            source = self._window if wants_next else self._packed
+            block = source.index_select(0, rows)  # type: ignore[union-attr]
+        width = self._packed.shape[1] if self._packed is not None else 0
+        values: dict[str, torch.Tensor] = {}
+        for key, (offset, w, storage) in self._layout.items():
+            names = [(key, offset)]
+            if storage == "flat":
+                names.append((f"next/{key}", width + offset))
+            for name, start in names:
+                value = block[:, start : start + w].reshape(*lead, *self._shapes[key])  # type: ignore[index]
+                values[name] = value > 0.5 if self._dtypes[key] == "bool" else value
+        if self._flags is not None:
+            flags = self._flags.index_select(0, flat_idx)
+            for name, start, w, shape in self._flag_plan:
+                values[name] = flags[:, start : start + w].reshape(*lead, *shape)
+        for key in self.keys:
+            if key in values:
+                out[key] = values[key]
+            elif key == "episode":
+                out[key] = episode.reshape(lead)  # type: ignore[union-attr]
+            elif key == "next/done":
+                out[key] = self._value("next/terminated", values, flat_idx, rows, lead) | self._value(
+                    "next/truncated", values, flat_idx, rows, lead
+                )
+            else:
+                out[key] = self._value(key, values, flat_idx, rows, lead)
+        return out
+
+    def _value(
+        self, key: str, values: dict[str, torch.Tensor], idx: torch.Tensor, rows: Any, lead: tuple[int, ...]
+    ) -> torch.Tensor:
+        if key in values:
+            return values[key]
+        if key.startswith("next/") and key[5:] in self._columns and self._storage.get(key[5:]) == "flat":
+            column, at = self._columns[key[5:]], rows + 1
+        else:
+            column = self._columns[key]
+            at = rows if self._storage[key] == "flat" else idx
+        return column.index_select(0, at).reshape(*lead, *column.shape[1:])
+
+
+class DeviceUniformSampler:
+    """Uniform indices drawn on the device by a seeded ``torch.Generator`` living there.
+
+    Args:
+        num_steps: Size of the dataset.
+        batch_size: Indices per batch.
+        seed: Seed of the generator.
+        device: Where the generator (and the indices) live.
+    """
+
+    def __init__(self, num_steps: int, batch_size: int, seed: int | None, device: torch.device) -> None:
+        self.num_steps, self.batch_size, self.device = int(num_steps), int(batch_size), device
+        self._gen = torch.Generator(device=device)
+        if seed is None:
+            self._gen.seed()
+        else:
+            self._gen.manual_seed(int(seed))
+
+    def sample(self) -> torch.Tensor:
+        """``batch_size`` indices, an int64 tensor on the device."""
+        return torch.randint(
+            0, self.num_steps, (self.batch_size,), generator=self._gen, device=self.device, dtype=torch.int64
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state (a CPU byte tensor)."""
+        return {"torch_generator": self._gen.get_state(), "num_steps": self.num_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        if int(state["num_steps"]) != self.num_steps:
+            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        self._gen.set_state(state["torch_generator"])

@@ -1,0 +1,71 @@
+"""``make_sampler``: a sampler from its name and options, with errors that name the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlds_cli.loader.epoch import EpochSampler
+from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+from rlds_cli.loader.samplers import Episodes, SliceSampler, UniformSampler, positive_int
+
+SAMPLERS = ("uniform", "epoch", "slice", "prioritized")
+_OPTIONS = {
+    "uniform": set(),
+    "epoch": {"drop_last", "shuffle", "rank", "world_size"},
+    "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned"},
+    "prioritized": {"alpha", "beta", "eps", "fanout", "slice_len", "num_slices", "short"},
+}
+
+
+def _slices(batch_size: int, options: dict[str, Any]) -> tuple[int, int]:
+    """``(num_slices, slice_len)`` from the options; ``batch_size`` counts steps."""
+    if "slice_len" not in options:
+        raise ValueError("slice sampling needs slice_len (steps per slice)")
+    slice_len = positive_int("slice_len", options.pop("slice_len"))
+    if "num_slices" in options:
+        return positive_int("num_slices", options.pop("num_slices")), slice_len
+    if batch_size % slice_len:
+        raise ValueError(
+            f"batch_size={batch_size} is not a multiple of slice_len={slice_len}; "
+            "pass num_slices, or a batch_size that slice_len divides"
+        )
+    return batch_size // slice_len, slice_len
+
+
+def make_sampler(name: str, episodes: Episodes, batch_size: int, seed: int | None = 0, **options: Any) -> Any:
+    """A sampler by name over a dataset with these ``episodes``.
+
+    Args:
+        name: ``"uniform"``, ``"epoch"``, ``"slice"`` or ``"prioritized"``.
+        episodes: The dataset's episode boundaries.
+        batch_size: Steps per batch (for slices: ``num_slices * slice_len``).
+        seed: Seed of the sampler's generator.
+        **options: Sampler options: ``epoch``: drop_last, shuffle, rank, world_size;
+            ``slice``: slice_len, num_slices, short, weight, start_aligned; ``prioritized``:
+            alpha, beta, eps, fanout, and slice_len / num_slices / short for slices.
+
+    Raises:
+        ValueError: Unknown sampler or option, or a bad value (the message names it).
+    """
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(map(repr, SAMPLERS))}")
+    unknown = sorted(set(options) - _OPTIONS[name])
+    if unknown:
+        allowed = ", ".join(sorted(_OPTIONS[name])) or "none"
+        raise ValueError(f"sampler {name!r} has no option(s) {', '.join(unknown)}; its options: {allowed}")
+    batch_size = positive_int("batch_size", batch_size)
+    opts = dict(options)
+    n = episodes.num_steps
+    if name == "uniform":
+        return UniformSampler(n, batch_size, seed)
+    if name == "epoch":
+        return EpochSampler(n, batch_size, seed, **opts)
+    if name == "slice":
+        num_slices, slice_len = _slices(batch_size, opts)
+        return SliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **opts)
+    if "slice_len" in opts:
+        num_slices, slice_len = _slices(batch_size, opts)
+        return PrioritizedSliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **opts)
+    if "short" in opts or "num_slices" in opts:
+        raise ValueError("short and num_slices apply to prioritized slices: pass slice_len too")
+    return PrioritizedSampler(n, batch_size, seed=seed, **opts)

@@ -1,0 +1,195 @@
+"""Proportional prioritized sampling (Schaul et al., 2016) over steps or slices.
+
+Item ``i`` is drawn with probability ``P(i) = p_i^alpha / sum_j p_j^alpha``; its importance
+weight is ``(N * P(i))^-beta`` divided by the largest possible weight, i.e.
+``(p_i^alpha / min_j p_j^alpha)^-beta``, so weights are in ``(0, 1]``. New items start at the
+largest priority seen so far. Priorities live in a :class:`~rlds_cli.loader.sumtree.SumTree`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.loader.samplers import Draw, SliceSampler, _rng_state, positive_int
+from rlds_cli.loader.sumtree import SumTree
+
+
+def _nonneg(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+class PrioritizedSampler:
+    """Steps drawn in proportion to their priority, with importance weights.
+
+    Args:
+        num_steps: Size of the dataset.
+        batch_size: Indices per batch.
+        alpha: How much priorities matter (0: uniform).
+        beta: Importance-weight correction (1: full); may be changed between batches.
+        eps: Added to ``|priority|`` so that no item becomes impossible to draw.
+        seed: Seed of the sampler's own generator.
+        fanout: Fan-out of the sum tree.
+
+    ``sample()`` returns a :class:`Draw` with ``weight`` (float32) per index; feed the new
+    priorities (e.g. TD errors) back with :meth:`update_priority`.
+    """
+
+    def __init__(
+        self,
+        num_steps: int,
+        batch_size: int,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int | None = 0,
+        fanout: int = 32,
+    ) -> None:
+        if num_steps <= 0:
+            raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
+        self.num_steps = int(num_steps)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.alpha = _nonneg("alpha", alpha)
+        self.beta = _nonneg("beta", beta)
+        self.eps = _nonneg("eps", eps)
+        self.max_priority = 1.0
+        self._tree = SumTree(self.num_steps, fanout)
+        self._tree.set_all(np.full(self.num_steps, self.max_priority**self.alpha))
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def priorities(self) -> np.ndarray:
+        """``p_i^alpha`` of every step (read-only)."""
+        return self._tree.leaves
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = self._tree.sample(self._rng, n)
+        mass = self._tree.leaves[idx]
+        weight = (mass / self._tree.min) ** (-self.beta)
+        return idx, weight.astype(np.float32)
+
+    def sample(self, n: int | None = None) -> Draw:
+        """``n`` (default ``batch_size``) indices and their importance ``weight``."""
+        idx, weight = self._draw(self.batch_size if n is None else n)
+        return Draw(idx, {"weight": weight})
+
+    def update_priority(self, indices: Any, priority: Any) -> None:
+        """Set the priority of ``indices`` (any shape, e.g. a batch's ``index``) to ``priority``
+        (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted."""
+        idx = _as_numpy(indices).astype(np.int64, copy=False)
+        pri = np.abs(_as_numpy(priority).astype(np.float64, copy=False))
+        pri = np.broadcast_to(pri, idx.shape) if pri.shape != idx.shape else pri
+        self._tree.set(idx, (pri + self.eps) ** self.alpha)  # checks: finite, >= 0, in range
+        if pri.size:
+            self.max_priority = max(self.max_priority, float(pri.max()))
+
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state (cheap): what a prefetching loader records per batch."""
+        return {"bit_generator": _rng_state(self._rng)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state` (priorities stay as they are)."""
+        self._rng.bit_generator.state = state["bit_generator"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Generator state and every priority: a resumed run draws the same stream."""
+        return {
+            "bit_generator": _rng_state(self._rng),
+            "num_steps": self.num_steps,
+            "priorities": np.array(self._tree.leaves),
+            "max_priority": self.max_priority,
+            "alpha": self.alpha,
+            "beta": self.beta,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        if int(state["num_steps"]) != self.num_steps:
+            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        self._tree.set_all(np.asarray(state["priorities"], np.float64))
+        self.max_priority = float(state["max_priority"])
+        self.alpha, self.beta = float(state["alpha"]), float(state["beta"])
+        self._rng.bit_generator.state = state["bit_generator"]
+
+
+class PrioritizedSliceSampler(PrioritizedSampler):
+    """Slices anchored at prioritized steps: a step is drawn by priority and the slice of
+    ``slice_len`` steps starting there (moved back to fit inside its episode) is returned.
+
+    Steps of episodes that ``short="skip"`` excludes get priority 0. ``weight`` is the anchor's
+    importance weight, repeated along the slice; ``update_priority`` takes per-step priorities
+    (e.g. a ``[num_slices, slice_len]`` array with the batch's ``index``).
+
+    Args:
+        episode_lengths: Steps per episode, in dataset order.
+        num_slices: Slices per batch.
+        slice_len: Steps per slice.
+        short: Policy for episodes shorter than ``slice_len`` (see :class:`SliceSampler`).
+        alpha, beta, eps, seed, fanout: As for :class:`PrioritizedSampler`.
+    """
+
+    def __init__(
+        self,
+        episode_lengths: np.ndarray,
+        num_slices: int,
+        slice_len: int,
+        *,
+        short: str = "pad",
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int | None = 0,
+        fanout: int = 32,
+    ) -> None:
+        self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short)  # type: ignore[arg-type]
+        ep = self._slices.episodes
+        super().__init__(
+            ep.num_steps,
+            num_slices * positive_int("slice_len", slice_len),
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            seed=seed,
+            fanout=fanout,
+        )
+        self.num_slices, self.slice_len = self._slices.num_slices, self._slices.slice_len
+        if self._slices.skipped_episodes:
+            excluded = np.flatnonzero(self._slices._windows == 0)
+            steps = np.concatenate([np.arange(ep.starts[e], ep.ends[e]) for e in excluded])
+            self._tree.set(steps, 0.0)
+
+    @property
+    def skipped_episodes(self) -> int:
+        """Episodes never sampled because they are shorter than ``slice_len``."""
+        return self._slices.skipped_episodes
+
+    def sample(self, n: int | None = None) -> Draw:
+        """``n`` (default ``num_slices``) slices: indices, ``mask`` and ``weight``."""
+        anchor, weight = self._draw(self.num_slices if n is None else n)
+        ep = self._slices.episodes
+        e = ep.episode_of(anchor)
+        start = np.maximum(np.minimum(anchor, ep.ends[e] - self.slice_len), ep.starts[e])
+        draw = self._slices.windows(start, e)
+        draw.extras["weight"] = np.repeat(weight[:, None], self.slice_len, axis=1)
+        return draw
+
+    def update_priority(self, indices: Any, priority: Any) -> None:
+        """Per-step priorities; padded positions (repeated last steps) may be passed as is."""
+        super().update_priority(indices, priority)
+        if self._slices.skipped_episodes:  # keep skipped episodes impossible to draw
+            idx = _as_numpy(indices).astype(np.int64).ravel()
+            e = self._slices.episodes.episode_of(idx)
+            dead = self._slices._windows[e] == 0
+            if dead.any():
+                self._tree.set(idx[dead], 0.0)
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    """A numpy view of an array-like or a (CPU or device) torch tensor."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)

@@ -1,0 +1,114 @@
+"""TorchRL interop: a read-only TorchRL ``Storage`` over an rlds dataset, without copying.
+
+``make_replay_buffer(dataset)`` returns a ``TensorDictReplayBuffer`` whose storage reads the
+cache's memory maps on demand (TED keys rebuilt from the flat layout, as every rlds read), so any
+TorchRL sampler (``RandomSampler``, ``SliceSampler(traj_key="episode")``,
+``PrioritizedSampler``...) works over the cache with no second copy of the data. Needs
+``torchrl`` (and ``tensordict``); imported only when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.ted import TedBatch
+from rlds_cli.loader.loader import to_tensordict, to_torch
+from rlds_cli.loader.sources import HostSource
+
+
+def _index_array(index: Any, size: int) -> np.ndarray:
+    if isinstance(index, torch.Tensor):
+        index = index.cpu().numpy()
+    if isinstance(index, slice):
+        return np.arange(*index.indices(size), dtype=np.int64)
+    if isinstance(index, tuple):  # TorchRL passes (index,) for one-dimensional storages
+        index = index[0]
+    idx = np.asarray(index, np.int64)
+    return np.where(idx < 0, idx + size, idx)
+
+
+def _collate_id(batch: Any) -> Any:
+    """The storage already returns a batched TensorDict."""
+    return batch
+
+
+def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory: bool = False) -> Any:
+    """A read-only ``torchrl.data.Storage`` serving ``dataset``'s steps as TensorDicts."""
+    from torchrl.data.replay_buffers.storages import Storage
+
+    class RldsStorage(Storage):
+        """Read-only TorchRL storage backed by an rlds dataset (no copy)."""
+
+        def __init__(self) -> None:
+            super().__init__(max_size=dataset.num_steps)
+            self.dataset = dataset
+            self._source = HostSource(dataset, keys, in_memory=in_memory)
+
+        def get(self, index: Any) -> Any:
+            idx = _index_array(index, len(self))
+            batch = self._source.gather(idx)
+            batch["index"] = idx
+            return to_tensordict(to_torch(TedBatch(batch)))
+
+        def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+            raise TypeError("an rlds dataset is read-only; write a new dataset with rlds instead")
+
+        def __len__(self) -> int:
+            return dataset.num_steps
+
+        def _len_along_dim0(self) -> int:
+            return dataset.num_steps
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"directory": str(dataset.directory)}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            if state_dict.get("directory") != str(dataset.directory):
+                raise ValueError("state is for another dataset")
+
+        def _empty(self) -> None:
+            raise TypeError("an rlds dataset is read-only")
+
+        def contains(self, item: Any) -> Any:
+            idx = _index_array(item, len(self))
+            return torch.as_tensor((idx >= 0) & (idx < len(self)))
+
+    return RldsStorage()
+
+
+def make_replay_buffer(
+    dataset: str | Dataset,
+    *,
+    batch_size: int = 256,
+    sampler: Any = None,
+    keys: Iterable[str] | None = None,
+    in_memory: bool = False,
+    root: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """A TorchRL ``TensorDictReplayBuffer`` over an rlds dataset, without copying it.
+
+    Args:
+        dataset: A dataset or its name.
+        batch_size: Default batch size of ``rb.sample()``.
+        sampler: A TorchRL sampler (default ``RandomSampler()``); for slices use
+            ``SliceSampler(num_slices=..., traj_key="episode")``.
+        keys: TED keys to serve (``None``: all).
+        in_memory: Load the needed columns into RAM first.
+        root: Cache root for a name.
+        **kwargs: Passed to ``TensorDictReplayBuffer``.
+    """
+    from torchrl.data import RandomSampler, TensorDictReplayBuffer
+
+    ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
+    return TensorDictReplayBuffer(
+        storage=rlds_storage(ds, keys, in_memory),
+        sampler=sampler if sampler is not None else RandomSampler(),
+        batch_size=batch_size,
+        **{"collate_fn": _collate_id, **kwargs},
+    )

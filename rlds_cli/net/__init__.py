@@ -1,0 +1,12 @@
+"""Fetching remote files: resumable, retried, verified HTTP downloads and Hub folder listings.
+
+``requests`` is imported inside functions only, so ``rlds --help`` stays fast. Nothing here
+prints: progress goes to a :data:`DownloadProgress` callback.
+"""
+
+from __future__ import annotations
+
+from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
+from rlds_cli.net.progress import DownloadProgress
+
+__all__ = ["DownloadProgress", "FetchResult", "RemoteFile", "fetch_files"]

@@ -1,0 +1,126 @@
+"""Hugging Face Hub folders over plain HTTPS: the public tree API and ``resolve`` URLs.
+
+No ``huggingface_hub`` dependency: the Hub's API answers
+``GET {endpoint}/api/datasets/{repo}/tree/{revision}/{path}?recursive=true`` with a JSON list of
+``{"type", "path", "size", "lfs": {"oid": <sha256>, "size"}}`` (paged with ``Link: <...>;
+rel="next"``), and serves each file at ``{endpoint}/datasets/{repo}/resolve/{revision}/{path}``.
+The endpoint is ``RLDS_HF_ENDPOINT`` (tests point it at a local server).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from typing import Any
+
+from rlds_cli import settings
+from rlds_cli.errors import DownloadFailedError, HTTPStatusError, RegistryFormatError
+from rlds_cli.net.fetch import RemoteFile
+from rlds_cli.net.http import HttpConfig, new_session
+from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
+
+
+def quote_path(path: str) -> str:
+    """URL-quote a repo path the way the Hub client does (``(`` becomes ``%28``)."""
+    return urllib.parse.quote(path, safe="/")
+
+
+def resolve_url(repo: str, path: str, revision: str = "main", endpoint: str | None = None) -> str:
+    """The download URL of one file of a dataset repo."""
+    base = endpoint or settings.hf_endpoint()
+    return f"{base}/datasets/{repo}/resolve/{quote_path(revision)}/{quote_path(path)}"
+
+
+def list_folder(
+    repo: str,
+    path: str,
+    *,
+    revision: str = "main",
+    suffix: str = "",
+    endpoint: str | None = None,
+    config: HttpConfig | None = None,
+) -> list[RemoteFile]:
+    """The files under ``path`` of dataset repo ``repo`` (recursively), as :class:`RemoteFile`.
+
+    Names are relative to ``path``; LFS files carry the sha256 and size the Hub reports.
+
+    Raises:
+        HTTPStatusError: The folder or repo does not exist (404) or is private (401/403).
+        DownloadFailedError: The API kept failing (network errors, 429, 5xx).
+        RegistryFormatError: The folder holds no file ending in ``suffix``.
+    """
+    base = endpoint or settings.hf_endpoint()
+    url: str | None = (
+        f"{base}/api/datasets/{repo}/tree/{quote_path(revision)}/{quote_path(path)}?recursive=true"
+    )
+    prefix = path.strip("/") + "/" if path.strip("/") else ""
+    files: list[RemoteFile] = []
+    with new_session() as session:
+        while url:
+            items, url = _get_page(session, url, config or HttpConfig())
+            for item in items:
+                remote = _to_remote(item, repo, revision, prefix, suffix, base)
+                if remote is not None:
+                    files.append(remote)
+    if not files:
+        raise RegistryFormatError(
+            f"the Hugging Face folder {repo}/{path} holds no file ending in {suffix!r}",
+            hint="the repository layout may have changed; check the folder on the Hub",
+        )
+    return sorted(files, key=lambda f: f.name)
+
+
+def _to_remote(item: Any, repo: str, revision: str, prefix: str, suffix: str, base: str) -> RemoteFile | None:
+    if not isinstance(item, dict) or item.get("type") != "file":
+        return None
+    full = str(item.get("path", ""))
+    if not full.startswith(prefix) or not full.endswith(suffix):
+        return None
+    name = full[len(prefix) :]
+    if not name or ".." in name.split("/") or name.startswith("/"):
+        return None  # never let a server-provided name escape the download folder
+    lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
+    oid = str(lfs.get("oid", "")).removeprefix("sha256:").lower()
+    size = lfs.get("size", item.get("size"))
+    return RemoteFile(
+        name=name,
+        urls=(resolve_url(repo, full, revision, base),),
+        size=int(size) if isinstance(size, int) else None,
+        sha256=oid if _SHA256.match(oid) else None,
+        hash_origin="hub",
+    )
+
+
+def _get_page(session: Any, url: str, config: HttpConfig) -> tuple[list[Any], str | None]:
+    """One page of the tree API, with the same retry policy as file downloads."""
+    import requests
+
+    last = ""
+    for attempt in range(config.retries + 1):
+        retry_after = None
+        try:
+            resp = session.get(url, timeout=config.timeout)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if resp.status_code == 200:
+                m = _NEXT.search(resp.headers.get("Link", ""))
+                try:
+                    return list(resp.json()), (m.group(1) if m else None)
+                except ValueError:
+                    last = "the answer is not a JSON list"
+            elif is_retryable_status(resp.status_code):
+                last = f"HTTP {resp.status_code}"
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            else:
+                raise HTTPStatusError(
+                    f"listing {url} answered HTTP {resp.status_code} {resp.reason or ''}".strip(),
+                    url=url,
+                    status=resp.status_code,
+                )
+        if attempt < config.retries:
+            config.sleep(backoff_delay(attempt + 1, config.base_delay, retry_after))
+    raise DownloadFailedError(f"listing {url} failed {config.retries + 1} times; last error: {last}")

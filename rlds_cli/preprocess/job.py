@@ -1,0 +1,464 @@
+"""The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble,
+record lineage and statistics, publish atomically.
+
+Where things live while a job runs (``<entry>`` is the output's cache entry)::
+
+    tmp/<entry>.job-<id>/job.json            what the job is (its identity) and its schema
+    tmp/<entry>.job-<id>/out/                the output dataset being built
+    tmp/<entry>.job-<id>/chunks/<i>.done.npz the summary of a finished chunk (its done-marker)
+    tmp/<entry>.job-<id>/chunks/<i>.data.npz a finished chunk's rows (per-episode mode, zarr)
+
+``<id>`` hashes the parent's manifest, the function reference and its file's sha256, and the
+arguments that change the output, so ``--resume`` only ever continues the very same job. The
+directory does not end in ``.incomplete``: the cache's stale-build cleanup leaves it alone, and
+it survives a crash until the job is resumed (or run again without ``--resume``, which starts
+over). It is removed once the output is published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import Timeout
+
+from rlds_cli import settings
+from rlds_cli._version import __version__
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.builder import EPISODES_FILE
+from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.manifest import Manifest, write_manifest
+from rlds_cli.cache.root import CacheRoot, fsync_dir, validate_name
+from rlds_cli.errors import (
+    DatasetExistsError,
+    FunctionImportError,
+    LockTimeoutError,
+    OutputSchemaError,
+    PreprocessError,
+    RldsError,
+    UserFunctionError,
+)
+from rlds_cli.preprocess import executors, fnref, output, schema, stats
+from rlds_cli.preprocess.plan import (
+    INFER_STEPS,
+    Plan,
+    default_chunk_steps,
+    describe_input,
+    make_plan,
+    read_chunk,
+)
+from rlds_cli.preprocess.worker import call_user, forget, read_npz, summary_path
+
+#: ``progress(event, amount)``: ``"start"`` (steps to process), ``"advance"`` (steps done),
+#: ``"resume"`` (steps already done by an earlier run of the same job).
+Progress = Callable[[str, int], None]
+FnLike = str | Callable[..., Any]
+_ERRORS: dict[str, type[RldsError]] = {
+    c.__name__: c for c in (UserFunctionError, OutputSchemaError, FunctionImportError, PreprocessError)
+}
+
+
+@dataclass
+class PreprocessResult:
+    """What :func:`run` did.
+
+    Attributes:
+        manifest: The output's manifest.
+        path: The output's directory.
+        reused: The same job had already produced this output: nothing was done.
+        num_chunks: Chunks of the job.
+        resumed_chunks: Chunks finished by an earlier, interrupted run and kept.
+        seconds: Wall time of the job.
+    """
+
+    manifest: Manifest
+    path: Path
+    reused: bool
+    num_chunks: int = 0
+    resumed_chunks: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class DryRun:
+    """What :func:`dry_run` found: the function's output schema on a first small chunk."""
+
+    input: dict[str, Any]
+    output: dict[str, Any]
+    by: str
+    steps: int
+    num_chunks: int
+    sample_steps_in: int
+    sample_steps_out: int
+    lineage: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Job:
+    cache: CacheRoot
+    src: Dataset
+    fn: FnLike
+    ref: str
+    plan: Plan
+    keys: list[str] | None
+    storage: str
+    stats: bool
+    lineage: dict[str, Any]
+
+    @property
+    def job_id(self) -> str:
+        return self.lineage["job"]
+
+
+def _prepare(
+    source_name: str,
+    fn: FnLike,
+    *,
+    by: str,
+    chunk_steps: int | None,
+    keys: Sequence[str] | None,
+    stats_: bool,
+    num_frames: int | None,
+    storage: str | None,
+    root: Any,
+) -> _Job:
+    if by not in ("step", "episode"):
+        raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
+    if chunk_steps is not None and chunk_steps < 1:
+        raise PreprocessError(f"--chunk-steps must be at least 1, not {chunk_steps}")
+    if num_frames is not None and num_frames < 1:
+        raise PreprocessError(f"--num-frames must be at least 1, not {num_frames}")
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    src = open_dataset(source_name, cache)
+    storage = storage or src.manifest.backend
+    get_backend(storage)
+    key_list = sorted(set(keys)) if keys is not None else None
+    unknown = sorted(set(key_list or ()) - set(src.fields) - {"index"})
+    if unknown:
+        raise PreprocessError(
+            f"dataset {source_name!r} has no keys {unknown}", hint=f"it has {sorted(src.fields)}"
+        )
+    ref, fn_sha = fnref.describe(fn)
+    chunk_steps = chunk_steps or default_chunk_steps(src.num_steps)
+    plan = make_plan(src.episodes, by, chunk_steps, num_frames)
+    args = {
+        "by": by,
+        "chunk_steps": chunk_steps,
+        "keys": key_list,
+        "num_frames": num_frames,
+        "stats": stats_,
+        "storage": storage,
+    }
+    # "name" and "digest" identify the parent (``rlds rm`` looks for "name" in lineage entries)
+    identity = {
+        "name": src.name,
+        "digest": src.manifest.digest(),
+        "fn": ref,
+        "fn_sha256": fn_sha,
+        "args": args,
+    }
+    job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    lineage = {**identity, "rlds_version": __version__, "job": job_id, "parent_lineage": src.manifest.lineage}
+    return _Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage)
+
+
+def _infer(job: _Job) -> tuple[schema.Schema, int, int]:
+    """Run the function on a small first chunk: its output's schema, and rows in and out."""
+    plan = job.plan
+    stop = min(INFER_STEPS, plan.limit) if plan.by == "step" else int(job.src.episodes["length"][0])
+    batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
+    where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
+    out = call_user(fnref.get(job.fn), batch, where)
+    arrays = schema.normalize(out, batch, where)
+    return schema.infer(arrays), stop, len(arrays["action"])
+
+
+def dry_run(
+    source_name: str,
+    fn: FnLike,
+    *,
+    by: str = "step",
+    chunk_steps: int | None = None,
+    keys: Sequence[str] | None = None,
+    stats: bool = False,
+    num_frames: int | None = None,
+    storage: str | None = None,
+    root: Any = None,
+) -> DryRun:
+    """Run ``fn`` on a first small chunk and report the output schema; write nothing.
+
+    Arguments are those of :func:`run`.
+    """
+    job = _prepare(
+        source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
+        num_frames=num_frames, storage=storage, root=root,
+    )  # fmt: skip
+    inferred, rows_in, rows_out = _infer(job)
+    return DryRun(
+        describe_input(job.src),
+        schema.schema_to_json(inferred),
+        by,
+        job.plan.limit,
+        job.plan.num_chunks,
+        rows_in,
+        rows_out,
+        {k: v for k, v in job.lineage.items() if k != "parent_lineage"},
+    )
+
+
+def run(
+    source_name: str,
+    fn: FnLike,
+    out_name: str,
+    *,
+    by: str = "step",
+    chunk_steps: int | None = None,
+    workers: int | None = None,
+    backend: str = "local",
+    ray_address: str | None = None,
+    keys: Sequence[str] | None = None,
+    stats: bool = False,
+    resume: bool = False,
+    force: bool = False,
+    num_frames: int | None = None,
+    storage: str | None = None,
+    root: Any = None,
+    progress: Progress | None = None,
+) -> PreprocessResult:
+    """Apply ``fn`` to every chunk of ``source_name`` and publish the result as ``out_name``.
+
+    Args:
+        source_name: The input dataset (never modified).
+        fn: ``"package.module:function"``, ``"path/to/file.py:function"``, or (from Python) a
+            callable that pickles by reference. It gets a :class:`~rlds_cli.cache.ted.TedBatch`
+            of numpy arrays and returns a mapping of TED keys to arrays
+            (see ``docs/preprocessing.md``).
+        out_name: Name of the derived dataset.
+        by: ``"step"`` (chunks of consecutive steps; the step count is kept) or ``"episode"``
+            (chunks of whole episodes; steps and episodes may be dropped).
+        chunk_steps: Steps per chunk (per-episode chunks hold whole episodes up to this many
+            steps, at least one episode).
+        workers: Local processes (default: all cores; 1 runs in this process). With Ray: the
+            number of CPUs of a local Ray instance started for the job.
+        backend: ``"local"`` or ``"ray"``.
+        ray_address: Address of a running Ray cluster (``None``: the one already initialized
+            in this process, else a new local instance).
+        keys: Input keys to read (``None``: all); the flags are always read.
+        stats: Compute statistics of every numeric output key into the manifest.
+        resume: Continue an interrupted run of the same job, keeping its finished chunks.
+        force: Replace an existing ``out_name`` (otherwise only an identical job's output is
+            accepted, as a no-op).
+        num_frames: Process only the first ``num_frames`` steps (whole episodes in
+            per-episode mode), for debugging.
+        storage: Storage backend of the output (default: the source's).
+        root: Cache root.
+        progress: Optional callback, see :data:`Progress`.
+
+    Returns:
+        A :class:`PreprocessResult`.
+    """
+    t0 = time.perf_counter()
+    validate_name(out_name)
+    if out_name == source_name:
+        raise PreprocessError(f"the output name must differ from the source ({source_name!r})")
+    if backend not in ("local", "ray"):
+        raise PreprocessError(f"--backend must be 'local' or 'ray', not {backend!r}")
+    if workers is not None and workers < 1:
+        raise PreprocessError(f"--workers must be at least 1, not {workers}")
+    job = _prepare(
+        source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
+        num_frames=num_frames, storage=storage, root=root,
+    )  # fmt: skip
+    lock = job.cache.lock(out_name, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise LockTimeoutError(f"dataset {out_name!r} is being written by another process") from None
+    try:
+        existing = job.cache.manifest(out_name) if job.cache.exists(out_name) else None
+        if existing is not None and not force:
+            if existing.lineage and existing.lineage[0].get("job") == job.job_id:
+                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
+            raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
+        job.cache.clean_stale_builds(held=out_name)
+        result = _execute(
+            job, out_name, existing is not None, workers, backend, ray_address, resume, progress
+        )
+    finally:
+        lock.release()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _job_dir(job: _Job, out_name: str, resume: bool) -> tuple[Path, dict[str, Any] | None]:
+    """The job directory (fresh unless resuming) and the saved job description, if resumed."""
+    entry = job.cache.dataset_dir(out_name).name
+    path = job.cache.tmp_dir / f"{entry}.job-{job.job_id}"
+    saved = None
+    if resume and (path / "job.json").is_file():
+        try:
+            saved = json.loads((path / "job.json").read_text())
+        except (OSError, ValueError):
+            saved = None
+        if saved is not None and saved.get("job") != job.job_id:
+            saved = None
+    if saved is None and path.exists():
+        shutil.rmtree(path)
+    (path / "chunks").mkdir(parents=True, exist_ok=True)
+    return path, saved
+
+
+def _execute(
+    job: _Job,
+    out_name: str,
+    replace: bool,
+    workers: int | None,
+    backend: str,
+    address: str | None,
+    resume: bool,
+    progress: Progress | None,
+) -> PreprocessResult:
+    job_dir, saved = _job_dir(job, out_name, resume)
+    mode = "direct" if job.plan.by == "step" and job.storage == "memmap" else "files"
+    if saved is None:
+        inferred = _infer(job)[0]
+        saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}
+        if mode == "direct":
+            output.preallocate(job_dir / "out", inferred, job.plan)
+        (job_dir / "job.json").write_text(json.dumps(saved, indent=2))
+    inferred = schema.schema_from_json(saved["schema"])
+    plan = job.plan
+    done = [i for i in range(plan.num_chunks) if summary_path(job_dir, i).is_file()]
+    tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
+    if progress:
+        progress("start", plan.limit)
+        if done:
+            progress("resume", sum(plan.chunk(i)[1] - plan.chunk(i)[0] for i in done))
+    spec = {
+        "run_id": uuid.uuid4().hex, "fn": job.fn, "fn_ref": job.ref, "source_dir": str(job.src.directory),
+        "source_digest": job.lineage["digest"], "job_dir": str(job_dir), "by": plan.by,
+        "keys": job.keys, "limit": plan.limit, "schema": saved["schema"], "mode": mode,
+        "stats": job.stats, "fsync": settings.fsync_enabled(), "cwd": os.getcwd(),
+        "rows": {k: output.column_rows(plan, s.storage) for k, s in inferred.items()},
+    }  # fmt: skip
+    assembler = output.Assembler(job_dir, inferred, job.storage, plan.num_chunks) if mode == "files" else None
+
+    def on_done(res: dict[str, Any]) -> None:
+        if not res["ok"]:
+            cls = _ERRORS.get(res["type"], PreprocessError)
+            if cls is UserFunctionError:
+                raise UserFunctionError(res["message"], res["hint"], user_traceback=res["traceback"])
+            raise cls(res["message"], res["hint"])
+        if progress:
+            progress("advance", res["rows_in"])
+        if assembler is not None:
+            assembler.pump()
+
+    if assembler is not None:
+        assembler.pump()
+    try:
+        if backend == "ray":
+            executors.run_ray(spec, tasks, on_done, workers, address)
+        elif (workers or os.cpu_count() or 1) == 1 or len(tasks) <= 1:
+            executors.run_inline(spec, tasks, on_done)
+        else:
+            executors.run_pool(spec, tasks, on_done, min(workers or os.cpu_count() or 1, len(tasks)))
+    finally:
+        forget()  # this process ran chunks too: unmap the output before it is published
+    manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)
+    shutil.rmtree(job_dir, ignore_errors=True)
+    return PreprocessResult(manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done))
+
+
+def _finish(
+    job: _Job,
+    out_name: str,
+    job_dir: Path,
+    inferred: schema.Schema,
+    assembler: output.Assembler | None,
+    replace: bool,
+) -> Manifest:
+    """Check chunk boundaries, merge statistics, write the episode index and manifest, publish."""
+    plan = job.plan
+    fsync = settings.fsync_enabled()
+    summaries = [read_npz(summary_path(job_dir, i)) for i in range(plan.num_chunks)]
+    _check_boundaries(job, summaries, inferred)
+    out = job_dir / "out"
+    if assembler is not None:
+        assembler.pump()
+        steps, ends, ids, known = assembler.close(fsync)
+        if steps == 0:
+            raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
+        ids = np.where(ids >= 0, ids, np.arange(len(ends)))
+    else:
+        steps = plan.limit
+        index = job.src.episodes[: plan.num_episodes]
+        ends = (index["start"] + index["length"] - 1).astype(np.int64)
+        ends[-1] = min(int(ends[-1]), steps - 1)
+        ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)
+        if plan.cut:
+            known[-1] = True  # the cut episode's last next/observation is real data
+    output.write_episodes(out / EPISODES_FILE, ends, ids, known, fsync)
+    manifest = Manifest(
+        name=out_name,
+        backend=job.storage,
+        num_steps=steps,
+        num_episodes=len(ends),
+        fields=dict(inferred),
+        source={
+            "format": "rlds-preprocess",
+            "id": job.src.name,
+            "path": str(job.src.directory),
+            "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
+        },
+        conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
+        lineage=[job.lineage],
+        stats=_merge_stats(summaries, inferred) if job.stats else {},
+    )
+    if fsync:
+        for path in sorted(out.rglob("*"), reverse=True):
+            if path.is_dir():
+                fsync_dir(path)
+    write_manifest(out, manifest, fsync=fsync)
+    job.cache.publish(out, out_name, replace=replace, fsync=fsync)
+    return manifest
+
+
+def _check_boundaries(job: _Job, summaries: list[Any], inferred: schema.Schema) -> None:
+    """Across chunk boundaries inside an episode: ``next/K`` of a chunk's last step must be
+    ``K`` of the next chunk's first step."""
+    flat = [k for k, s in inferred.items() if s.storage == "flat"]
+    for i in range(len(summaries) - 1):
+        meta, arrays = summaries[i]
+        if meta["ends_done"] or not meta["rows_out"]:
+            continue
+        nxt = summaries[i + 1][1]
+        for key in flat:
+            if schema.row_bytes(arrays[f"last/{key}"]) != schema.row_bytes(nxt[f"first/{key}"]):
+                step = int(job.plan.bounds[i + 1])
+                raise OutputSchemaError(
+                    f"function {job.ref}, chunks {i} and {i + 1}: next/{key} at step {step - 1} differs "
+                    f"from {key} at step {step} inside one episode, so they cannot be stored once (flat)",
+                    hint=f"return the same transform for {key} and next/{key} (a function of the step alone)",
+                )
+
+
+def _merge_stats(summaries: list[Any], inferred: schema.Schema) -> dict[str, Any]:
+    keys: dict[str, Any] = {}
+    for key, spec in inferred.items():
+        merged = None
+        for _, arrays in summaries:
+            if f"stats/{key}/count" in arrays:
+                merged = stats.merge(merged, stats.Partial.from_arrays(arrays, f"stats/{key}/"))
+        if merged is not None:
+            keys[key] = stats.finalize(merged, spec.shape)
+    return {"method": stats.METHOD, "quantile_rank_error": 1 / (len(stats.GRID) - 1), "keys": keys}

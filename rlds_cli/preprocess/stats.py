@@ -1,0 +1,192 @@
+"""Dataset-wide statistics, computed per chunk and merged: exact mean/std/min/max, and
+approximate quantiles.
+
+Each chunk yields a partial result per key (count, mean, sum of squared deviations, min, max,
+and a quantile sketch: the chunk's exact quantiles on a fixed grid of :data:`GRID` points).
+Partials merge pairwise in chunk order, so the result does not depend on how many workers (or
+which backend) ran the chunks:
+
+* mean and variance with Chan et al.'s parallel update (float64 accumulators), which is exact
+  up to floating-point rounding (population std, ``ddof=0``, like ``numpy.std``);
+* quantiles by mixing the sketches' piecewise-linear CDFs weighted by count and reading the
+  merged CDF back on the grid. The rank error of a reported quantile is at most about one grid
+  step (1/256 of the data) and usually far less.
+
+Statistics are per element of a key's per-step shape (an ``observation`` of shape ``(17,)`` has
+17 means). For keys with more than :data:`MAX_ELEMENTS` elements per step (images) one value
+over all elements is kept instead, and quantiles are kept only up to
+:data:`MAX_QUANTILE_ELEMENTS` elements per step. Observation-like keys are summarized over
+``K`` at every step (what a sampler normalizes), i.e. without the final observations.
+Bool keys (done flags) are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Points of the per-chunk quantile sketch (0, 1/256, ..., 1).
+GRID = np.linspace(0.0, 1.0, 257)
+#: Quantiles reported in the manifest.
+QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+MAX_ELEMENTS = 4096
+MAX_QUANTILE_ELEMENTS = 256
+METHOD = "chan-parallel mean/var (float64); quantiles from merged 257-point chunk sketches"
+
+
+@dataclass
+class Partial:
+    """Mergeable statistics of one key over some rows."""
+
+    count: int
+    mean: np.ndarray
+    m2: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    sketch: np.ndarray | None  # (len(GRID), elements) or None
+    reduced: bool  # one value over all elements (large per-step shapes)
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {
+            f"{prefix}count": np.asarray(self.count, np.int64),
+            f"{prefix}mean": self.mean,
+            f"{prefix}m2": self.m2,
+            f"{prefix}min": self.min,
+            f"{prefix}max": self.max,
+            f"{prefix}reduced": np.asarray(self.reduced),
+        }
+        if self.sketch is not None:
+            out[f"{prefix}sketch"] = self.sketch
+        return out
+
+    @classmethod
+    def from_arrays(cls, data: Any, prefix: str) -> Partial:
+        sketch = data.get(f"{prefix}sketch")
+        return cls(
+            int(data[f"{prefix}count"]),
+            np.asarray(data[f"{prefix}mean"]),
+            np.asarray(data[f"{prefix}m2"]),
+            np.asarray(data[f"{prefix}min"]),
+            np.asarray(data[f"{prefix}max"]),
+            None if sketch is None else np.asarray(sketch),
+            bool(data[f"{prefix}reduced"]),
+        )
+
+
+def wants_stats(arr: np.ndarray) -> bool:
+    return arr.dtype.kind in "iuf"
+
+
+def partial(values: np.ndarray) -> Partial | None:
+    """Statistics of ``values`` (rows x per-step shape); ``None`` for an empty chunk."""
+    n = values.shape[0]
+    if n == 0:
+        return None
+    elements = int(np.prod(values.shape[1:], dtype=np.int64))
+    reduced = elements > MAX_ELEMENTS
+    x = values.reshape(n * elements, 1) if reduced else values.reshape(n, elements)
+    x64 = x.astype(np.float64, copy=False)
+    mean = x64.mean(axis=0)
+    m2 = ((x64 - mean) ** 2).sum(axis=0)
+    sketch = None
+    if not reduced and elements <= MAX_QUANTILE_ELEMENTS:
+        sketch = np.quantile(x64, GRID, axis=0)
+    return Partial(x.shape[0], mean, m2, x64.min(axis=0), x64.max(axis=0), sketch, reduced)
+
+
+def _merge_sketch(a: np.ndarray, na: int, b: np.ndarray, nb: int) -> np.ndarray:
+    out = np.empty_like(a)
+    for j in range(a.shape[1]):
+        xs = np.unique(np.concatenate([a[:, j], b[:, j]]))
+        cdf = (na * _cdf(xs, a[:, j]) + nb * _cdf(xs, b[:, j])) / (na + nb)
+        out[:, j] = np.interp(GRID, cdf, xs)
+    return out
+
+
+def _cdf(x: np.ndarray, sketch: np.ndarray) -> np.ndarray:
+    """The sketch's piecewise-linear CDF at ``x`` (ties in the sketch: the highest rank)."""
+    xs, idx = np.unique(sketch[::-1], return_index=True)
+    ranks = GRID[::-1][idx]
+    return np.interp(x, xs, ranks, left=0.0, right=1.0)
+
+
+def merge(a: Partial | None, b: Partial | None) -> Partial | None:
+    """Combine two partials (Chan et al.'s update for mean and variance)."""
+    if a is None or b is None:
+        return a if b is None else b
+    n = a.count + b.count
+    delta = b.mean - a.mean
+    mean = a.mean + delta * (b.count / n)
+    m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / n)
+    sketch = None
+    if a.sketch is not None and b.sketch is not None:
+        sketch = _merge_sketch(a.sketch, a.count, b.sketch, b.count)
+    return Partial(n, mean, m2, np.minimum(a.min, b.min), np.maximum(a.max, b.max), sketch, a.reduced)
+
+
+def finalize(p: Partial, shape: tuple[int, ...]) -> dict[str, Any]:
+    """The manifest's JSON form of one key's statistics."""
+    target = () if p.reduced else shape
+
+    def lst(v: np.ndarray) -> Any:
+        return np.asarray(v, np.float64).reshape(target).tolist()
+
+    out: dict[str, Any] = {
+        "count": p.count,
+        "shape": list(target),
+        "mean": lst(p.mean),
+        "std": lst(np.sqrt(np.maximum(p.m2 / p.count, 0.0))),
+        "min": lst(p.min),
+        "max": lst(p.max),
+    }
+    if p.sketch is not None:
+        out["quantiles"] = {f"{q:g}": lst(_quantile(p.sketch, q)) for q in QUANTILES}
+    return out
+
+
+def _quantile(sketch: np.ndarray, q: float) -> np.ndarray:
+    return np.array([np.interp(q, GRID, sketch[:, j]) for j in range(sketch.shape[1])])
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    """Statistics of one TED key, as arrays of the key's per-step shape (``()`` when reduced
+    over all elements).
+
+    Attributes:
+        count: Values summarized per element.
+        mean, std, min, max: float64 arrays (``std`` is the population std, ``ddof=0``).
+        quantiles: ``{q: array}`` for q in :data:`QUANTILES` (empty for large shapes).
+    """
+
+    count: int
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    quantiles: dict[float, np.ndarray]
+
+
+def load(dataset: Any) -> dict[str, KeyStats]:
+    """Statistics stored in a dataset's manifest by ``rlds preprocess --stats``.
+
+    Args:
+        dataset: A :class:`~rlds_cli.cache.dataset.Dataset`, a
+            :class:`~rlds_cli.cache.manifest.Manifest`, or a manifest dict.
+
+    Returns:
+        TED key -> :class:`KeyStats`; empty when the dataset has no statistics.
+    """
+    manifest = getattr(dataset, "manifest", dataset)
+    data = manifest.get("stats", {}) if isinstance(manifest, dict) else getattr(manifest, "stats", {})
+    out: dict[str, KeyStats] = {}
+    for key, s in (data or {}).get("keys", {}).items():
+        arr = {f: np.asarray(s[f], np.float64) for f in ("mean", "std", "min", "max")}
+        quantiles = {float(q): np.asarray(v, np.float64) for q, v in s.get("quantiles", {}).items()}
+        out[key] = KeyStats(int(s["count"]), quantiles=quantiles, **arr)
+    return out

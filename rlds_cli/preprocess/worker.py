@@ -1,0 +1,260 @@
+"""One chunk of a job, as run by every executor (in-process, a spawned worker, a Ray task).
+
+A task gets the job's *spec* (plain strings, numbers and paths; the function as a reference
+string) and a chunk's bounds. It reads the chunk from the source, calls the function, checks
+the output, writes it (straight into the preallocated output columns, or to a chunk file in the
+job directory) and last writes the chunk's summary file, which is the chunk's done-marker: a
+chunk is finished exactly when its summary exists. Errors come back as plain data (exception
+objects of user code need not pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.errors import DatasetReplacedError, OutputSchemaError, RldsError, UserFunctionError
+from rlds_cli.preprocess import fnref, schema, stats
+from rlds_cli.preprocess.plan import read_chunk
+
+#: Per-process state: the opened source, the resolved function and open output columns.
+_STATE: dict[str, Any] = {}
+
+
+def chunk_name(i: int) -> str:
+    return f"{i:08d}"
+
+
+def summary_path(job_dir: Path, i: int) -> Path:
+    return job_dir / "chunks" / f"{chunk_name(i)}.done.npz"
+
+
+def data_path(job_dir: Path, i: int) -> Path:
+    return job_dir / "chunks" / f"{chunk_name(i)}.data.npz"
+
+
+def user_traceback(exc: BaseException, skip: int = 0) -> str:
+    """The traceback of ``exc`` with the first ``skip`` frames (rlds's own) left out."""
+    tb = exc.__traceback__
+    for _ in range(skip):
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def forget() -> None:
+    """Drop this process's per-job state (memory maps of the output must not outlive a run:
+    a later run of the same job writes into new files)."""
+    _STATE.clear()
+
+
+def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
+    key = spec["run_id"]  # unique per run: a re-run of the same job never sees old memory maps
+    st = _STATE.get(key)
+    if st is None:
+        cwd = spec.get("cwd")
+        if cwd and os.path.isdir(cwd):
+            import sys
+
+            if cwd not in sys.path:
+                sys.path.insert(0, cwd)
+        ds = Dataset(spec["source_dir"])
+        if ds.manifest.digest() != spec["source_digest"]:
+            raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
+        st = {"ds": ds, "fn": fnref.get(spec["fn"]), "cols": {}}
+        _STATE.clear()  # one job per process at a time: drop memory maps of an older job
+        _STATE[key] = st
+    return st
+
+
+def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, Any]:
+    """Process chunk ``i`` (steps ``[start, stop)``); returns ``{"ok": True, ...}`` or an error
+    description ``{"ok": False, "type", "message", "hint", "traceback"}``."""
+    try:
+        return {"ok": True, "i": i, **_run(spec, i, start, stop)}
+    except RldsError as exc:
+        return {
+            "ok": False,
+            "type": type(exc).__name__,
+            "message": exc.message,
+            "hint": exc.hint,
+            "traceback": getattr(exc, "user_traceback", ""),
+        }
+
+
+def call_user(fn: Callable[..., Any], batch: Any, where: str) -> Any:
+    try:
+        return fn(batch)
+    except Exception as exc:
+        raise UserFunctionError(
+            f"{where}: the function raised {type(exc).__name__}: {exc}",
+            user_traceback=user_traceback(exc, skip=1),
+        ) from None
+
+
+def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, Any]:
+    st = _state(spec)
+    ds: Dataset = st["ds"]
+    batch = read_chunk(ds, start, stop, spec["keys"], spec["limit"])
+    e0, e1 = int(batch["episode"][0]), int(batch["episode"][-1])
+    where = f"function {spec['fn_ref']}, chunk {i} (steps {start}-{stop - 1}, episodes {e0}-{e1})"
+    out = call_user(st["fn"], batch, where)
+    episode_out = out.get("episode") if isinstance(out, Mapping) else None
+    arrays = schema.normalize(out, batch, where)
+    expected = schema.schema_from_json(spec["schema"])
+    schema.check_same(schema.infer(arrays), expected, where)
+    done = (arrays["next/terminated"] | arrays["next/truncated"]).reshape(-1)
+    by_step = spec["by"] == "step"
+    _check_structure(arrays, batch, done, by_step, where)
+    flat = schema.flat_keys(arrays)
+    ends = np.flatnonzero(done)
+    for key in flat:
+        schema.check_flat(key, arrays, ends, where, start if by_step else 0)
+    extra: dict[str, np.ndarray] = {}
+    if spec["stats"]:
+        for key in expected:
+            if stats.wants_stats(arrays[key]) and (p := stats.partial(arrays[key])) is not None:
+                extra.update(p.to_arrays(f"stats/{key}/"))
+    n = len(done)
+    if n:
+        for key in flat:
+            extra[f"first/{key}"] = arrays[key][0]
+            if not done[-1]:
+                extra[f"last/{key}"] = arrays[f"next/{key}"][-1]
+    job_dir = Path(spec["job_dir"])
+    if spec["mode"] == "direct":
+        _write_direct(st, spec, arrays, expected, ends, start, e0)
+    elif n:
+        ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
+        _write_file(data_path(job_dir, i), arrays, expected, ends, ids, known, spec["fsync"])
+    meta = {
+        "i": i,
+        "rows_in": stop - start,
+        "rows_out": n,
+        "episodes_out": len(ends),
+        "ends_done": bool(n and done[-1]),
+    }
+    _write_npz(summary_path(job_dir, i), {"meta": np.asarray(json.dumps(meta)), **extra}, spec["fsync"])
+    return meta
+
+
+def _check_structure(
+    arrays: Mapping[str, np.ndarray],
+    batch: Mapping[str, np.ndarray],
+    done: np.ndarray,
+    by_step: bool,
+    where: str,
+) -> None:
+    n_in = len(batch["index"])
+    if by_step:
+        if len(done) != n_in:
+            raise OutputSchemaError(
+                f"{where} returned {len(done)} rows for {n_in} steps; per-step mode keeps every step",
+                hint="use --by episode to drop steps or whole episodes",
+            )
+        if not np.array_equal(done, batch["next/done"].reshape(-1)):
+            t = int(np.flatnonzero(done != batch["next/done"].reshape(-1))[0])
+            raise OutputSchemaError(
+                f"{where} moved an episode boundary (next/terminated | next/truncated) at step "
+                f"{int(batch['index'][t])}; per-step mode keeps the episodes as they are",
+                hint="use --by episode to change episode boundaries",
+            )
+    elif len(done) and not done[-1]:
+        raise OutputSchemaError(
+            f"{where}: the last returned step does not end an episode (next/terminated or "
+            "next/truncated must be set on the last step of every returned episode)"
+        )
+
+
+def _episode_facts(
+    ds: Dataset, episode_out: Any, ends: np.ndarray, by_step: bool, batch: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Source ids and final-observation flags of the output episodes, from the parent's index:
+    through the input's ``episode`` column in per-step mode, through the returned ``episode``
+    column (when the function kept it) in per-episode mode."""
+    if by_step:
+        parent = np.asarray(batch["episode"])[ends]
+    elif episode_out is not None and len(np.asarray(episode_out)) > int(ends[-1]):
+        parent = np.asarray(episode_out).reshape(-1)[ends].astype(np.int64)
+    else:
+        return np.full(len(ends), -1, np.int64), np.ones(len(ends), bool)
+    parent = np.clip(parent, 0, ds.num_episodes - 1)
+    return ds.episodes["source_id"][parent].astype(np.int64), ds.episodes["final_known"][parent].astype(bool)
+
+
+def _column(
+    st: dict[str, Any], spec: Mapping[str, Any], key: str, dtype: str, shape: tuple[int, ...]
+) -> np.memmap:
+    col = st["cols"].get(key)
+    if col is None:
+        path = Path(spec["job_dir"]) / "out" / ARRAYS_DIR / f"{key}.npy"
+        rows = spec["rows"][key]
+        col = np.memmap(path, dtype=np.dtype(dtype), mode="r+", offset=NPY_HEADER_BYTES, shape=(rows, *shape))
+        st["cols"][key] = col
+    return col
+
+
+def _write_direct(
+    st: dict[str, Any],
+    spec: Mapping[str, Any],
+    arrays: Mapping[str, np.ndarray],
+    expected: schema.Schema,
+    ends: np.ndarray,
+    start: int,
+    e0: int,
+) -> None:
+    """Write the chunk's disjoint region of every preallocated column (per-step mode): steps
+    ``[start, stop)`` of step keys, flat rows ``[start + e0, stop + e_after)`` of flat keys."""
+    for key, fs in expected.items():
+        col = _column(st, spec, key, fs.dtype, fs.shape)
+        if fs.storage == "flat":
+            schema.write_flat(col, start + e0, key, arrays, ends)
+        else:
+            col[start : start + len(arrays[key])] = arrays[key]
+        if spec["fsync"]:
+            col.flush()
+
+
+def _write_file(
+    path: Path,
+    arrays: Mapping[str, np.ndarray],
+    expected: schema.Schema,
+    ends: np.ndarray,
+    ids: np.ndarray,
+    known: np.ndarray,
+    fsync: bool,
+) -> None:
+    """The chunk as a block for the coordinator: flat keys with their final rows inserted."""
+    keys = sorted(expected)
+    cols = {
+        f"c{j}": (schema.to_flat(k, arrays, ends) if expected[k].storage == "flat" else arrays[k])
+        for j, k in enumerate(keys)
+    }
+    meta = np.asarray(json.dumps({"keys": keys, "rows": len(arrays["action"])}))
+    _write_npz(path, {"meta": meta, "ends": ends, "ids": ids, "known": known, **cols}, fsync)
+
+
+def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool) -> None:
+    """Write an uncompressed ``.npz`` atomically (temp file, then rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, arrays)`` of a summary or chunk file."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    return json.loads(str(arrays.pop("meta"))), arrays

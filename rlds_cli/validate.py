@@ -1,0 +1,257 @@
+"""TED invariant checks of a cached dataset (``rlds inspect NAME --check``).
+
+Each check reads the dataset through the same code as training does (:class:`Dataset`),
+in chunks, so memory stays bounded; each violation names the episode and the step inside it.
+
+Checks:
+
+* ``index``: episodes are contiguous, non-empty and cover every step.
+* ``done``: ``next/done == next/terminated | next/truncated``, and it is true exactly at the
+  last step of every episode.
+* ``continuity``: inside an episode, ``next/<key>[t] == <key>[t + 1]`` for every
+  observation-like key (NaN equal to NaN).
+* ``counts``: steps and episodes match what the source declared (e.g. Minari's
+  ``total_steps``), where the converter recorded it (``source.checks.expected``).
+* ``nan``: every key has exactly as many NaN values as the source had at conversion
+  (``source.checks.nan_counts``), so no NaN appeared where the source had none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+
+#: Steps read per chunk.
+CHUNK_STEPS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant.
+
+    Attributes:
+        check: Which check (``index``, ``done``, ``continuity``, ``counts``, ``nan``).
+        message: What is wrong, in one line.
+        episode: The episode (position in the dataset), when it concerns one.
+        step: The step inside that episode, when it concerns one.
+        key: The TED key concerned, if any.
+    """
+
+    check: str
+    message: str
+    episode: int | None = None
+    step: int | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        where = []
+        if self.episode is not None:
+            where.append(f"episode {self.episode}")
+        if self.step is not None:
+            where.append(f"step {self.step}")
+        if self.key is not None:
+            where.append(self.key)
+        return f"[{self.check}] {', '.join(where) + ': ' if where else ''}{self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "episode": self.episode,
+            "step": self.step,
+            "key": self.key,
+            "message": self.message,
+        }
+
+
+@dataclass
+class CheckReport:
+    """The result of :func:`check_dataset`.
+
+    Attributes:
+        violations: Every violation found (up to ``limit``).
+        truncated: More violations existed than were kept.
+        checks: The checks that ran.
+    """
+
+    violations: list[Violation] = field(default_factory=list)
+    truncated: bool = False
+    checks: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checks": self.checks,
+            "violations": [v.to_dict() for v in self.violations],
+            "truncated": self.truncated,
+        }
+
+
+class _Collector:
+    def __init__(self, ds: Dataset, limit: int) -> None:
+        self.ds, self.limit = ds, limit
+        self.report = CheckReport()
+
+    def add(self, check: str, message: str, step: int | None = None, key: str | None = None) -> None:
+        if len(self.report.violations) >= self.limit:
+            self.report.truncated = True
+            return
+        episode = within = None
+        if step is not None:
+            episode = int(self.ds.episode_of(np.array([step]))[0])
+            within = step - int(self.ds.episodes["start"][episode])
+        self.report.violations.append(Violation(check, message, episode, within, key))
+
+    def add_episode(self, check: str, message: str, episode: int) -> None:
+        if len(self.report.violations) >= self.limit:
+            self.report.truncated = True
+            return
+        self.report.violations.append(Violation(check, message, episode))
+
+    def add_steps(self, check: str, message: str, steps: np.ndarray, key: str | None = None) -> None:
+        for s in steps[: max(0, self.limit - len(self.report.violations) + 1)]:
+            self.add(check, message, int(s), key)
+
+
+def check_dataset(ds: Dataset, limit: int = 1000) -> CheckReport:
+    """Check the TED invariants of ``ds``.
+
+    Args:
+        ds: An open dataset.
+        limit: Violations kept at most (the report says when there were more).
+
+    Returns:
+        A :class:`CheckReport`; ``report.ok`` is true when nothing is wrong.
+    """
+    c = _Collector(ds, limit)
+    for name, fn in (
+        ("index", _check_index),
+        ("done", _check_done),
+        ("continuity", _check_continuity),
+        ("counts", _check_counts),
+        ("nan", _check_nans),
+    ):
+        c.report.checks.append(name)
+        fn(ds, c)
+    return c.report
+
+
+def _chunks(n: int) -> Any:
+    for start in range(0, n, CHUNK_STEPS):
+        yield start, min(start + CHUNK_STEPS, n)
+
+
+def _is_last(ds: Dataset, start: int, stop: int) -> np.ndarray:
+    ends = ds.episodes["start"] + ds.episodes["length"] - 1
+    last = np.zeros(stop - start, bool)
+    inside = ends[(ends >= start) & (ends < stop)]
+    last[inside - start] = True
+    return last
+
+
+def _check_index(ds: Dataset, c: _Collector) -> None:
+    starts, lengths = ds.episodes["start"], ds.episodes["length"]
+    if len(starts) and starts[0] != 0:
+        c.add("index", f"the first episode starts at step {int(starts[0])}, not 0")
+    for e in np.flatnonzero(lengths < 1):
+        c.add_episode("index", f"episode has length {int(lengths[e])}", int(e))
+    for e in np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1:
+        end = int(starts[e - 1] + lengths[e - 1] - 1)
+        c.add_episode("index", f"starts at step {int(starts[e])}, the previous episode ends at {end}", int(e))
+    if int(lengths.sum()) != ds.num_steps:
+        c.add("index", f"episodes cover {int(lengths.sum())} steps, the dataset has {ds.num_steps}")
+
+
+def _check_done(ds: Dataset, c: _Collector) -> None:
+    for start, stop in _chunks(ds.num_steps):
+        idx = np.arange(start, stop)
+        b = ds.gather(idx, ["next/done", "next/terminated", "next/truncated"])
+        done = np.asarray(b["next/done"]).reshape(-1)
+        union = (np.asarray(b["next/terminated"]) | np.asarray(b["next/truncated"])).reshape(-1)
+        c.add_steps(
+            "done", "next/done != next/terminated | next/truncated", start + np.flatnonzero(done != union)
+        )
+        last = _is_last(ds, start, stop)
+        c.add_steps(
+            "done", "next/done is true before the episode's last step", start + np.flatnonzero(done & ~last)
+        )
+        c.add_steps(
+            "done", "the episode's last step has next/done false", start + np.flatnonzero(~done & last)
+        )
+
+
+def _check_continuity(ds: Dataset, c: _Collector) -> None:
+    flat = [k for k, spec in ds.stored_fields.items() if spec.storage == "flat"]
+    for start, stop in _chunks(ds.num_steps):
+        inner = np.arange(start, stop)[~_is_last(ds, start, stop)]
+        inner = inner[inner + 1 < ds.num_steps]  # a damaged index may leave the last step open
+        if not len(inner):
+            continue
+        for key in flat:
+            nxt = np.asarray(ds.gather(inner, [f"next/{key}"])[f"next/{key}"])
+            cur = np.asarray(ds.gather(inner + 1, [key])[key])
+            same = _rows_equal(nxt, cur)
+            c.add_steps("continuity", f"next/{key}[t] != {key}[t+1]", inner[~same], key)
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a2 = a.reshape(len(a), -1) if len(a) else a.reshape(0, 1)
+    b2 = b.reshape(len(b), -1) if len(b) else b.reshape(0, 1)
+    same = a2 == b2
+    if a2.dtype.kind in "fc":
+        same |= np.isnan(a2) & np.isnan(b2)
+    return same.all(axis=1)
+
+
+def _check_counts(ds: Dataset, c: _Collector) -> None:
+    expected = ds.manifest.source.get("checks", {}).get("expected", {})
+    dropped = int(ds.manifest.conversion.get("dropped_episodes", 0))
+    if "num_steps" in expected and expected["num_steps"] != ds.num_steps:
+        c.add("counts", f"{ds.num_steps} steps, the source declares {expected['num_steps']}")
+    if "num_episodes" in expected and expected["num_episodes"] != ds.num_episodes + dropped:
+        c.add(
+            "counts",
+            f"{ds.num_episodes} episodes (+{dropped} dropped), "
+            f"the source declares {expected['num_episodes']}",
+        )
+
+
+def _check_nans(ds: Dataset, c: _Collector) -> None:
+    recorded = ds.manifest.source.get("checks", {}).get("nan_counts")
+    for key, spec in ds.stored_fields.items():
+        if np.dtype(spec.dtype).kind not in "fc":
+            continue
+        col = ds.column(key)
+        count = 0
+        positions: list[int] = []
+        rows = len(col)
+        for start in range(0, rows, CHUNK_STEPS):
+            part = np.asarray(col[start : start + CHUNK_STEPS])
+            nan_rows = np.isnan(part.reshape(len(part), -1)).any(axis=1)
+            count += int(np.isnan(part).sum())
+            if len(positions) < 5:
+                positions += (start + np.flatnonzero(nan_rows))[: 5 - len(positions)].tolist()
+        want = None if recorded is None else recorded.get(key)
+        if want is None or count == want:
+            continue
+        message = f"{count} NaN values, the source had {want}"
+        if not positions:
+            c.add("nan", message, key=key)
+        for row in positions:
+            step = row if spec.storage == "step" else _flat_row_to_step(ds, row)
+            c.add("nan", message, step, key)
+
+
+def _flat_row_to_step(ds: Dataset, row: int) -> int:
+    """The step whose observation (or, for a final row, next observation) a flat row holds."""
+    # flat row of step s in episode e is s + e; the final row of episode e is end_e + e + 1
+    starts = ds.episodes["start"] + np.arange(len(ds.episodes))
+    e = int(np.searchsorted(starts, row, side="right") - 1)
+    return min(row - e, int(ds.episodes["start"][e] + ds.episodes["length"][e] - 1))

@@ -1,0 +1,130 @@
+"""Sample user functions for the preprocessing tests (imported by reference in workers)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+NOT_CALLABLE = 42
+
+
+def identity(batch: Any) -> Any:
+    return batch
+
+
+def normalize(batch: Any) -> Any:
+    """Observation normalization with fixed constants (a cheap vectorized function)."""
+    out = dict(batch)
+    for key in ("observation", "next/observation"):
+        out[key] = ((batch[key] - 1.5) / 2.0).astype(np.float32)
+    return out
+
+
+def add_features(batch: Any) -> Any:
+    """Adds a per-step key, a float64 reward and drops info keys."""
+    out = {k: v for k, v in batch.items() if not k.startswith("info/")}
+    out["obs_norm"] = np.linalg.norm(batch["observation"], axis=-1, keepdims=True)
+    out["next/reward"] = batch["next/reward"].astype(np.float64) * 2
+    return out
+
+
+def returns_to_go(batch: Any) -> Any:
+    """Per-episode: undiscounted returns-to-go as a new per-step key."""
+    out = dict(batch)
+    reward = batch["next/reward"].reshape(-1)
+    rtg = np.zeros_like(reward)
+    ends = np.flatnonzero(batch["next/done"].reshape(-1))
+    start = 0
+    for end in ends:
+        rtg[start : end + 1] = np.cumsum(reward[start : end + 1][::-1])[::-1]
+        start = end + 1
+    out["return_to_go"] = rtg[:, None]
+    return out
+
+
+def drop_short_episodes(batch: Any) -> Any:
+    """Per-episode: keep only episodes of at least 3 steps."""
+    episode = batch["episode"]
+    _, counts = np.unique(episode, return_counts=True)
+    keep_eps = np.unique(episode)[counts >= 3]
+    keep = np.isin(episode, keep_eps)
+    return {k: v[keep] for k, v in batch.items()}
+
+
+def raises(batch: Any) -> Any:
+    if batch["index"][0] >= 16:  # not in schema inference (which starts at step 0)
+        raise ValueError("boom in user code")
+    return batch
+
+
+def bad_dtype_later(batch: Any) -> Any:
+    out = dict(batch)
+    dtype = np.float64 if batch["index"][0] >= 16 else np.float32
+    out["observation"] = batch["observation"].astype(dtype)
+    out["next/observation"] = batch["next/observation"].astype(dtype)
+    return out
+
+
+def noisy(batch: Any) -> Any:
+    """Breaks next/observation[t] == observation[t+1]."""
+    out = dict(batch)
+    out["next/observation"] = batch["next/observation"] + 1
+    return out
+
+
+def drops_a_step(batch: Any) -> Any:
+    return {k: v[:-1] for k, v in batch.items()}
+
+
+def returns_list(batch: Any) -> Any:
+    return [1, 2, 3]
+
+
+def no_action(batch: Any) -> Any:
+    return {k: v for k, v in batch.items() if k != "action"}
+
+
+def slow_normalize(batch: Any) -> Any:
+    """normalize(), slowly (a chunk takes PREPROCESS_TEST_SLEEP seconds): to be killed midway."""
+    time.sleep(float(os.environ.get("PREPROCESS_TEST_SLEEP", "0.2")))
+    return normalize(batch)
+
+
+def heavy(batch: Any) -> Any:
+    """A CPU-heavy per-step function (used by the benchmark too)."""
+    out = dict(batch)
+    x = batch["observation"].astype(np.float64)
+    for _ in range(20):
+        x = np.tanh(x) + np.sin(x) * 0.5
+    out["feature"] = x.astype(np.float32)
+    return out
+
+
+def in_place(batch: Any) -> Any:
+    batch["action"] *= 2  # the input is a read-only view of the cache
+    return batch
+
+
+def drop_everything(batch: Any) -> Any:
+    return {k: v[:0] for k, v in batch.items()}
+
+
+def always_raises(batch: Any) -> Any:
+    raise RuntimeError("never works")
+
+
+def cut_episode(batch: Any) -> Any:
+    """Per-episode: drops the last step of the chunk (so it does not end an episode)."""
+    return {k: v[:-1] for k, v in batch.items()}
+
+
+def per_chunk_offset(batch: Any) -> Any:
+    """Consistent inside a chunk, not across chunks: adds the chunk's first index."""
+    out = dict(batch)
+    offset = np.float32(batch["index"][0])
+    out["observation"] = batch["observation"] + offset
+    out["next/observation"] = batch["next/observation"] + offset
+    return out

@@ -1,0 +1,35 @@
+"""The docs built from code stay current, and the README's links resolve."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rlds_cli.cli.reference import command_names, render
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cli_reference_is_current() -> None:
+    page = ROOT / "docs" / "cli.md"
+    assert page.read_text(encoding="utf-8") == render(), (
+        "docs/cli.md is stale: run 'python -m rlds_cli.cli.reference docs/cli.md'"
+    )
+
+
+def test_cli_reference_covers_every_command() -> None:
+    text = render()
+    for name in command_names():
+        assert f"## rlds {name}\n" in text
+
+
+def test_readme_and_docs_links_resolve() -> None:
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    block = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
+    assert block[0].startswith("make demo") and block[1].startswith("make test")

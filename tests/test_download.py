@@ -1,0 +1,496 @@
+"""``rlds download`` end to end against a local server: registry entries, faults, a killed
+process, concurrent downloads, offline mode, verification, ``info``/``verify``/``list --remote``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from rlds_cli import registry
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from rlds_cli.download import download
+from rlds_cli.errors import OfflineError
+from tests.http_faults import Fault, FaultServer
+
+DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
+DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
+CORRUPT = DEMO[:1000] + bytes([DEMO[1000] ^ 0xFF]) + DEMO[1001:]
+CORRUPT_SHA = hashlib.sha256(CORRUPT).hexdigest()
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def registry_toml(base: str) -> str:
+    return f"""
+[[dataset]]
+id = "local-points-v0"
+aliases = ["lp"]
+format = "d4rl"
+max_episode_steps = 100
+description = "the demo file, served over HTTP"
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-points-long-v0"
+format = "d4rl"
+max_episode_steps = 50
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-known-v0"
+format = "d4rl"
+max_episode_steps = 100
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/known.hdf5"]
+size = {len(DEMO)}
+sha256 = "{DEMO_SHA}"
+
+[[dataset]]
+id = "local-corrupt-v0"
+format = "d4rl"
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/corrupt.hdf5"]
+sha256 = "{DEMO_SHA}"
+
+[[dataset]]
+id = "org/Listed(x)/set-v0"
+aliases = ["org/listed-set-v0"]
+format = "roboset"
+
+[dataset.listing]
+hf_repo = "org/repo"
+path = "Listed(x)/set-v0"
+suffix = ".h5"
+
+[[dataset]]
+id = "org/minari-like-v0"
+format = "minari"
+
+[[dataset.files]]
+name = "data/metadata.json"
+urls = ["{base}/m/metadata.json"]
+
+[[dataset.files]]
+name = "data/main_data.hdf5"
+urls = ["{base}/m/main_data.hdf5"]
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    with FaultServer() as srv:
+        srv.files["/d4rl/pointmass.hdf5"] = DEMO
+        srv.files["/d4rl/known.hdf5"] = DEMO
+        srv.files["/d4rl/corrupt.hdf5"] = CORRUPT
+        path = tmp_path / "local.toml"
+        path.write_text(registry_toml(srv.base))
+        monkeypatch.setenv("RLDS_REGISTRY", str(path))
+        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.01")
+        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
+        monkeypatch.setenv("RLDS_HF_ENDPOINT", srv.base)
+        monkeypatch.delenv("RLDS_OFFLINE", raising=False)
+        registry._load.cache_clear()
+        yield srv
+    registry._load.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+
+
+def invoke(*args: object, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+def ok_json(*args: object) -> Any:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def raw(home: Path, key: str = "local-points-v0") -> Path:
+    return home / "raw" / key.replace("/", "--")
+
+
+def published(home: Path) -> list[str]:
+    folder = home / "datasets"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_download_id_through_faults(server: FaultServer, isolated_cache: Path) -> None:
+    path = "/d4rl/pointmass.hdf5"
+    server.add_faults(
+        path,
+        Fault("status", code=503),
+        Fault("status", code=503),
+        Fault("cut", after=120_000),
+        Fault("status", code=429, headers={"Retry-After": "0"}),
+        Fault("cut", after=90_000),
+    )
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    assert "local-points-v0: converted: 5,000 steps, 94 episodes" in result.stdout
+    statuses = [(r.range is not None, r.status) for r in server.requests_for(path)]
+    assert statuses[:3] == [(False, 503), (False, 503), (False, 200)]
+    assert (True, 206) in statuses
+    assert (raw(isolated_cache) / "pointmass.hdf5").read_bytes() == DEMO
+    info = ok_json("inspect", "local-points-v0")
+    assert info["source"]["id"] == "local-points-v0"
+    assert info["source"]["sha256"] == DEMO_SHA
+    assert info["source"]["options"] == {"max_episode_steps": 100}
+    (d,) = info["source"]["downloads"]
+    assert (d["url"], d["sha256"], d["hash_origin"]) == (server.url(path), DEMO_SHA, "recorded")
+    # info, list --remote and verify see it, without a request
+    before = len(server.log)
+    entry = ok_json("info", "lp")
+    assert entry["files"][0]["sha256"] == DEMO_SHA and entry["files"][0]["sha256_origin"] == "recorded"
+    assert entry["files"][0]["size"] == len(DEMO)
+    assert entry["downloaded"] and entry["cached"]
+    rows = {r["id"]: r for r in ok_json("list", "--remote")["datasets"]}
+    assert rows["local-points-v0"]["cached"] and rows["local-points-v0"]["size_bytes"] == len(DEMO)
+    assert not rows["local-known-v0"]["cached"] and rows["local-known-v0"]["size_bytes"] == len(DEMO)
+    assert "hopper-medium-v2" in rows and rows["hopper-medium-v2"]["size_bytes"] is None
+    report = ok_json("verify", "local-points-v0")
+    assert report["ok"] and [f["status"] for f in report["files"]] == ["ok"]
+    assert all(c["ok"] for c in report["manifest"])
+    assert len(server.log) == before
+    # again: nothing downloaded, nothing converted
+    again = ok_json("download", "local-points-v0")
+    assert again["reused"] is True and len(server.log) == before
+
+
+def test_ids_sharing_a_url_download_it_once(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp").exit_code == 0
+    data = ok_json("download", "local-points-long-v0")
+    assert data["num_steps"] == 5000 and data["downloads"][0]["sha256"] == DEMO_SHA
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+    linked = raw(isolated_cache, "local-points-long-v0") / "pointmass.hdf5"
+    assert linked.read_bytes() == DEMO
+    assert ok_json("verify", "local-points-long-v0")["ok"]
+
+
+def test_corrupt_file_rejected_nothing_published(server: FaultServer, isolated_cache: Path) -> None:
+    result = invoke("download", "local-corrupt-v0")
+    assert result.exit_code == 1
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("error: pointmass.hdf5 downloaded from ")
+    assert f"has sha256 {CORRUPT_SHA}, expected {DEMO_SHA} (from the registry)" in line
+    assert "--force" in result.stderr.splitlines()[1]
+    assert published(isolated_cache) == []
+    assert [
+        p.name for p in raw(isolated_cache, "local-corrupt-v0").iterdir() if not p.name.startswith(".")
+    ] == []
+
+
+def test_known_hash_and_size_verified(server: FaultServer, isolated_cache: Path) -> None:
+    data = ok_json("download", "local-known-v0")
+    assert data["downloads"][0]["hash_origin"] == "registry"
+    report = ok_json("verify", "local-known-v0")
+    assert report["files"][0]["origin"] == "registry" and report["ok"]
+
+
+def test_verify_detects_tampering(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp").exit_code == 0
+    (raw(isolated_cache) / "pointmass.hdf5").write_bytes(CORRUPT)
+    result = invoke("verify", "lp")
+    assert result.exit_code == 1
+    assert "mismatch  pointmass.hdf5" in result.stdout and f"expected {DEMO_SHA} (recorded)" in result.stdout
+    assert "verification failed" in result.stderr
+    assert invoke("verify", "--json", "local-points-v0").exit_code == 1
+    assert "nothing to verify" in invoke("verify", "nothing-v0").stderr
+
+
+def test_no_keep_raw_keeps_hashes(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp", "--no-keep-raw").exit_code == 0
+    folder = raw(isolated_cache)
+    assert not (folder / "pointmass.hdf5").exists()
+    assert json.loads((folder / "hashes.json").read_text())["files"]["pointmass.hdf5"]["sha256"] == DEMO_SHA
+    report = ok_json("verify", "lp")
+    assert report["ok"] and report["files"][0]["status"] == "not kept"
+
+
+def test_offline(server: FaultServer, isolated_cache: Path) -> None:
+    for args, env in ((("--offline",), None), ((), {"RLDS_OFFLINE": "1"})):
+        result = invoke("download", "lp", *args, env=env)
+        assert result.exit_code == 1
+        assert "pointmass.hdf5 is not downloaded" in result.stderr and "offline mode is on" in result.stderr
+        assert "without --offline" in result.stderr
+    assert server.log == [] and published(isolated_cache) == []
+    assert invoke("download", "lp").exit_code == 0
+    n = len(server.log)
+    forced = ok_json("download", "lp", "--offline", "--force")
+    assert forced["reused"] is False  # re-converted from the verified local file
+    assert len(server.log) == n
+
+
+def test_url_download(server: FaultServer, isolated_cache: Path) -> None:
+    url = server.url("/d4rl/pointmass.hdf5")
+    data = ok_json(
+        "download", url, "--sha256", DEMO_SHA.upper(), "--name", "adhoc", "--max-episode-steps", "100"
+    )
+    assert data["name"] == "adhoc" and data["num_steps"] == 5000
+    assert data["downloads"][0]["hash_origin"] == "user"
+    assert ok_json("verify", "adhoc")["files"][0]["origin"] == "user"
+    bad = invoke("download", server.url("/d4rl/corrupt.hdf5"), "--sha256", DEMO_SHA, "--name", "bad")
+    assert bad.exit_code == 1 and f"expected {DEMO_SHA} (given with --sha256)" in bad.stderr
+    assert published(isolated_cache) == ["adhoc"]
+    assert invoke("download", url, "--sha256", "xyz").exit_code == 2
+    missing = invoke("download", server.url("/nope.hdf5"))
+    assert missing.exit_code == 1
+    assert f"GET {server.url('/nope.hdf5')} answered HTTP 404" in missing.stderr
+
+
+def test_hf_listing_entry_passes_files_to_convert(
+    server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = "Listed(x)/set-v0"
+    items = []
+    for i, name in enumerate(["b.h5", "a.h5", "notes.txt"]):
+        body = DEMO[i:]
+        server.files[f"/datasets/org/repo/resolve/main/Listed%28x%29/set-v0/{name}"] = body
+        sha = hashlib.sha256(body).hexdigest()
+        items.append(
+            {"type": "file", "path": f"{folder}/{name}", "size": 1, "lfs": {"oid": sha, "size": len(body)}}
+        )
+    server.trees[("org/repo", folder)] = items
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        "rlds_cli.download.convert",
+        lambda source, name, **kw: calls.append({"source": source, "name": name, **kw}),
+    )
+    download("org/listed-set-v0")
+    (call,) = calls
+    home = raw(isolated_cache, "org/listed-set-v0")
+    assert call["source"] == [home / "a.h5", home / "b.h5"]  # sorted, .h5 only
+    assert call["name"] == "org/listed-set-v0"  # the id holds '(': the first valid alias names it
+    assert call["format"] == "roboset" and call["expected_sha256"] is None
+    assert [d["hash_origin"] for d in call["source_info"]["downloads"]] == ["hub", "hub"]
+    assert (home / "listing.json").is_file()
+    # offline, the remembered listing is used and nothing is requested
+    n = len(server.log)
+    download("org/listed-set-v0", offline=True)
+    assert len(server.log) == n and len(calls) == 2
+    assert ok_json("info", "org/listed-set-v0")["size_bytes"] == len(DEMO) + len(DEMO) - 1
+    # online but the Hub's API is down: the remembered listing is used
+    server.add_faults(
+        "/api/datasets/org/repo/tree/main/Listed%28x%29/set-v0", *[Fault("status", code=503)] * 10
+    )
+    download("org/listed-set-v0")
+    assert len(calls) == 3
+
+
+def test_listing_offline_before_any_download(server: FaultServer) -> None:
+    with pytest.raises(OfflineError, match="file list of 'org/Listed\\(x\\)/set-v0' has never been fetched"):
+        download("org/listed-set-v0", offline=True)
+    assert server.log == []
+
+
+def test_minari_entry_passes_its_folder(
+    server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.files["/m/metadata.json"] = b'{"dataset_id": "x"}'
+    server.files["/m/main_data.hdf5"] = DEMO
+    calls: list[Any] = []
+    monkeypatch.setattr("rlds_cli.download.convert", lambda source, name, **kw: calls.append(source))
+    download("org/minari-like-v0")
+    folder = raw(isolated_cache, "org/minari-like-v0")
+    assert calls == [folder]
+    assert (folder / "data" / "main_data.hdf5").read_bytes() == DEMO
+
+
+def test_remote_entries_of_the_packaged_registry_are_well_formed_offline(isolated_cache: Path) -> None:
+    """Packaged remote ids resolve and fail cleanly offline (no network in tests)."""
+    with pytest.raises(OfflineError):
+        download("hopper-medium-v2", offline=True)
+    with pytest.raises(OfflineError):
+        download("DAPG(expert)/door_v2d-v1", offline=True)
+
+
+def _subprocess_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RLDS_", "PATH", "HOME", "LANG", "PYTHON"))}
+    env.update({"RLDS_HOME": str(home), "COLUMNS": "200"})
+    return env
+
+
+def _rlds(home: Path, *args: str) -> subprocess.Popen[bytes]:
+    code = "from rlds_cli.cli.app import main; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        env=_subprocess_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.slow
+def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> None:
+    server.throttle = (4096, 0.02)  # about 1.7 s for the file
+    proc = _rlds(isolated_cache, "download", "lp")
+    part = raw(isolated_cache) / "pointmass.hdf5.part"
+    deadline = time.monotonic() + 60
+    while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    have = part.stat().st_size
+    assert 0 < have < len(DEMO)
+    assert published(isolated_cache) == []
+    server.throttle = None
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    last = server.requests_for("/d4rl/pointmass.hdf5")[-1]
+    assert (last.range, last.status) == (f"bytes={have}-", 206)
+    assert (raw(isolated_cache) / "pointmass.hdf5").read_bytes() == DEMO
+    assert not part.exists()
+    assert ok_json("verify", "lp")["ok"]
+
+
+def test_two_threads_download_once(server: FaultServer, isolated_cache: Path) -> None:
+    server.throttle = (32 * 1024, 0.02)
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(download("lp"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.reused for r in results) == [False, True]
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+
+
+@pytest.mark.slow
+def test_two_processes_download_once(server: FaultServer, isolated_cache: Path) -> None:
+    server.throttle = (16384, 0.05)  # about 1 s for the file
+    procs = [_rlds(isolated_cache, "download", "lp", "--json") for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err.decode()
+    results = [json.loads(out) for out, _ in outs]
+    assert sorted(r["reused"] for r in results) == [False, True]
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+    assert published(isolated_cache) == ["local-points-v0"]
+
+
+# --------------------------------------------------------------------------- real readers, multi-file
+
+
+def _serve_dir(server: FaultServer, folder: Path, prefix: str) -> dict[str, str]:
+    """Serve every file under ``folder`` at ``prefix/<relative path>``; return name -> sha256."""
+    hashes = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        server.files[f"{prefix}/{rel}"] = path.read_bytes()
+        hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def test_multi_file_entries_convert_with_the_real_readers(
+    server: FaultServer, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests import formats_fixtures as ff
+
+    src = tmp_path / "src"
+    (src / "og").mkdir(parents=True)
+    ff.golden_ogbench(src / "og" / "toy-v0.npz")
+    ff.golden_ogbench(src / "og" / "toy-v0-val.npz")
+    ff.golden_roboset(src / "rs" / "Set(a)" / "x-v1")
+    ff.write_minari_by_hand(src / "mn", [ff.minari_episode(3), ff.minari_episode(2, terminated=False)])
+    _serve_dir(server, src / "og", "/og")
+    _serve_dir(server, src / "mn", "/mn")
+    rs = _serve_dir(server, src / "rs", "/datasets/org/rs/resolve/main")
+    for rel in list(rs):  # the Hub quotes '(' in resolve URLs
+        server.files["/datasets/org/rs/resolve/main/" + rel.replace("(", "%28").replace(")", "%29")] = (
+            server.files["/datasets/org/rs/resolve/main/" + rel]
+        )
+    server.trees[("org/rs", "Set(a)/x-v1")] = [
+        {
+            "type": "file",
+            "path": rel,
+            "size": 1,
+            "lfs": {"oid": sha, "size": len(server.files["/datasets/org/rs/resolve/main/" + rel])},
+        }
+        for rel, sha in rs.items()
+    ]
+    extra = tmp_path / "multi.toml"
+    extra.write_text(
+        f"""
+[[dataset]]
+id = "toy-og-v0"
+format = "ogbench"
+[[dataset.files]]
+name = "toy-v0.npz"
+urls = ["{server.base}/og/toy-v0.npz"]
+[[dataset.files]]
+name = "toy-v0-val.npz"
+urls = ["{server.base}/og/toy-v0-val.npz"]
+
+[[dataset]]
+id = "toy/minari-v0"
+format = "minari"
+[[dataset.files]]
+name = "data/metadata.json"
+urls = ["{server.base}/mn/data/metadata.json"]
+[[dataset.files]]
+name = "data/main_data.hdf5"
+urls = ["{server.base}/mn/data/main_data.hdf5"]
+
+[[dataset]]
+id = "Set(a)/x-v1"
+aliases = ["toy/roboset-v1"]
+format = "roboset"
+[dataset.listing]
+hf_repo = "org/rs"
+path = "Set(a)/x-v1"
+suffix = ".h5"
+"""
+    )
+    monkeypatch.setenv("RLDS_REGISTRY", os.pathsep.join([os.environ["RLDS_REGISTRY"], str(extra)]))
+    registry._load.cache_clear()
+    for dataset_id, name in (
+        ("toy-og-v0", "toy-og-v0"),
+        ("toy/minari-v0", "toy/minari-v0"),
+        ("Set(a)/x-v1", "toy/roboset-v1"),
+    ):
+        data = ok_json("download", dataset_id)
+        assert data["name"] == name and data["num_steps"] > 0, dataset_id
+        assert ok_json("verify", name)["ok"]
+
+
+def test_progress_bars_on_a_terminal(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=120, highlight=False)
+    monkeypatch.setattr(_output, "err_console", terminal)
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("status", code=503))
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    text = screen.getvalue()
+    assert "pointmass.hdf5: transient error, retry 1" in text
+    assert "pointmass.hdf5" in text and "converting" in text

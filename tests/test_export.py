@@ -1,0 +1,178 @@
+"""``rlds export``: TorchRL memmap, D4RL HDF5, npz; and importing them back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from rlds_cli.convert import convert
+from rlds_cli.errors import UnknownFormatError
+from rlds_cli.export import export_dataset
+from rlds_cli.export._common import ExportError
+from tests.d4rl_fixtures import golden_three_episodes
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+
+
+@pytest.fixture(params=["memmap", "zarr"])
+def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Dataset:
+    """The golden file without next_observations: one synthesized final observation, rows dropped."""
+    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g", backend=request.param)
+    return open_dataset("g")
+
+
+def _same(a: Dataset, b: Dataset) -> None:
+    x, y = a[:], b[:]
+    assert sorted(x) == sorted(y)
+    for key in x:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    assert a.episodes[["start", "length"]].tolist() == b.episodes[["start", "length"]].tolist()
+
+
+def test_d4rl_export_columns(golden: Dataset, tmp_path: Path) -> None:
+    out = export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
+    with h5py.File(out) as f:
+        assert sorted(f.keys()) == [
+            "actions",
+            "infos",
+            "next_observations",
+            "observations",
+            "rewards",
+            "terminals",
+            "timeouts",
+        ]
+        assert f["observations"][:].tolist() == [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [6, 60]]
+        assert f["next_observations"][:].tolist() == [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]]
+        assert f["rewards"][:].tolist() == [1, 2, 3, 4, 5, 7]
+        assert f["terminals"][:].tolist() == [False, False, True, False, False, False]
+        assert f["timeouts"][:].tolist() == [False, False, False, False, True, True]
+        assert f["infos/qpos"][:].tolist() == [0, -1, -2, -3, -4, -6]
+        assert f["actions"].shape == (6, 1)
+
+
+def test_d4rl_round_trip(golden: Dataset, tmp_path: Path) -> None:
+    out = export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
+    convert(out, "back")
+    _same(golden, open_dataset("back"))
+
+
+def test_npz_matches_d4rl_export(golden: Dataset, tmp_path: Path) -> None:
+    h5 = export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
+    npz = export_dataset(golden, tmp_path / "out.npz", "npz")
+    with np.load(npz) as z, h5py.File(h5) as f:
+        names = []
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        assert sorted(z.files) == sorted(names)
+        for name in names:
+            np.testing.assert_array_equal(z[name], f[name][:], err_msg=name)
+            assert z[name].dtype == f[name].dtype
+
+
+def test_torchrl_memmap_layout(golden: Dataset, tmp_path: Path) -> None:
+    out = export_dataset(golden, tmp_path / "td", "torchrl")
+    root = json.loads((out / "meta.json").read_text())
+    assert root["shape"] == [6] and root["_type"] == "<class 'tensordict._td.TensorDict'>"
+    assert root["next"] == {"type": "TensorDict"} and root["info"] == {"type": "TensorDict"}
+    assert root["observation"] == {
+        "device": "cpu",
+        "shape": [6, 2],
+        "dtype": "torch.float32",
+        "is_nested": False,
+    }
+    nxt = json.loads((out / "next" / "meta.json").read_text())
+    assert sorted(k for k in nxt if k not in ("shape", "device", "_type")) == [
+        "done",
+        "observation",
+        "reward",
+        "terminated",
+        "truncated",
+    ]
+    obs = np.fromfile(out / "next" / "observation.memmap", np.float32).reshape(6, 2)
+    assert obs.tolist() == [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]]
+    assert np.fromfile(out / "episode.memmap", np.int64).tolist() == [0, 0, 0, 1, 1, 2]
+    assert np.fromfile(out / "done.memmap", np.bool_).tolist() == [False] * 6
+    assert np.fromfile(out / "next" / "done.memmap", np.bool_).tolist() == [
+        False,
+        False,
+        True,
+        False,
+        True,
+        True,
+    ]
+
+
+def test_torchrl_memmap_loads_with_tensordict(golden: Dataset, tmp_path: Path) -> None:
+    tensordict = pytest.importorskip("tensordict")
+    out = export_dataset(golden, tmp_path / "td", "torchrl")
+    td = tensordict.TensorDict.load_memmap(out)
+    batch = golden[:]
+    for key, value in batch.items():
+        np.testing.assert_array_equal(td[tuple(key.split("/"))].numpy(), value, err_msg=key)
+
+
+def test_torchrl_round_trip(golden: Dataset, tmp_path: Path) -> None:
+    out = export_dataset(golden, tmp_path / "td", "torchrl")
+    result = convert(out, "back", format="torchrl")
+    assert result.manifest.conversion["inferred_boundaries"] == 0
+    _same(golden, open_dataset("back"))
+
+
+def test_existing_target_needs_overwrite(golden: Dataset, tmp_path: Path) -> None:
+    out = tmp_path / "x.hdf5"
+    out.write_bytes(b"keep me")
+    with pytest.raises(ExportError, match="already exists"):
+        export_dataset(golden, out, "d4rl")
+    assert out.read_bytes() == b"keep me"
+    export_dataset(golden, out, "d4rl", overwrite=True)
+    assert h5py.is_hdf5(out)
+
+
+def test_unknown_format(golden: Dataset, tmp_path: Path) -> None:
+    with pytest.raises(UnknownFormatError, match="unknown export format 'parquet'"):
+        export_dataset(golden, tmp_path / "x", "parquet")
+
+
+def test_failed_export_leaves_nothing(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.export import d4rl
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(d4rl, "_chunks", boom)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        export_dataset(golden, tmp_path / "x.hdf5", "d4rl")
+    assert list(tmp_path.glob("*x.hdf5*")) == []
+
+
+def test_cli_export(golden: Dataset, tmp_path: Path) -> None:
+    out = tmp_path / "cli.hdf5"
+    result = runner.invoke(app, ["export", "g", str(out), "--to", "d4rl", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"name": "g", "format": "d4rl", "path": str(out), "num_steps": 6}
+    again = runner.invoke(app, ["export", "g", str(out), "--to", "d4rl"])
+    assert again.exit_code == 1
+    assert again.stderr.splitlines()[0] == f"error: {out} already exists"
+    assert runner.invoke(app, ["export", "g", str(out), "--to", "d4rl", "--force"]).exit_code == 0
+    bad = runner.invoke(app, ["export", "g", str(tmp_path / "y"), "--to", "parquet"])
+    assert bad.exit_code == 1
+    assert bad.stderr.splitlines()[0] == "error: unknown export format 'parquet'"
+    missing = runner.invoke(app, ["export", "nope", str(tmp_path / "z")])
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("error: no dataset named 'nope'")

@@ -1,0 +1,202 @@
+"""Format auto-detection, multi-file sources in ``convert``, and the CLI on bad input: one error
+line naming the file and the problem, exit code 1, nothing published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from rlds_cli.convert import convert
+from rlds_cli.errors import DatasetExistsError, SourceError, UnknownFormatError
+from rlds_cli.formats import detect_format, known_formats
+from tests.d4rl_fixtures import golden_three_episodes
+from tests.formats_fixtures import (
+    amago_arrays,
+    golden_ogbench,
+    golden_roboset,
+    minari_episode,
+    ogbench_arrays,
+    roboset_trial,
+    write_amago,
+    write_minari_by_hand,
+    write_ogbench,
+    write_roboset,
+)
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wide stderr, so one error line stays one line."""
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+
+
+def test_detect_each_layout(tmp_path: Path) -> None:
+    minari = write_minari_by_hand(tmp_path / "m", [minari_episode(2)])
+    rob = golden_roboset(tmp_path / "r")
+    amago = write_amago(tmp_path / "a", [(3, True)])
+    og = golden_ogbench(tmp_path / "o.npz")
+    d4rl = golden_three_episodes(tmp_path / "d.hdf5", with_next=True)
+    assert detect_format(minari) == "minari"
+    assert detect_format(minari / "data") == "minari"
+    assert detect_format(minari / "data" / "main_data.hdf5") == "minari"
+    assert detect_format(minari / "data" / "metadata.json") == "minari"
+    assert detect_format(rob) == "roboset"
+    assert detect_format(rob / "a_trace.h5") == "roboset"
+    assert detect_format(amago) == "amago"
+    assert detect_format(next(amago.rglob("*.npz"))) == "amago"
+    assert detect_format(og) == "ogbench"
+    assert detect_format(d4rl) == "d4rl"
+    assert detect_format([rob / "a_trace.h5", rob / "b_trace.h5"]) == "roboset"
+
+
+def test_unknown_layouts_list_the_formats(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f.create_dataset("weights", data=np.zeros(3))
+    (tmp_path / "empty").mkdir()
+    for path in ("notes.txt", "other.npz", "other.h5", "empty"):
+        with pytest.raises(UnknownFormatError) as info:
+            detect_format(tmp_path / path)
+        assert str(tmp_path / path) in str(info.value)
+        for fmt in known_formats():
+            assert fmt in info.value.hint
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    write_ogbench(mixed / "o.npz", ogbench_arrays([1], 2))
+    write_roboset(mixed / "r.h5", {0: roboset_trial(0, 0, 3, done_last=True)})
+    with pytest.raises(UnknownFormatError, match="several formats"):
+        detect_format(mixed)
+
+
+def test_format_overrides_detection(tmp_path: Path) -> None:
+    np.savez(tmp_path / "traj.npz", **amago_arrays(0, 3, terminal=True))
+    assert convert(tmp_path / "traj.npz", "t", format="amago").manifest.source["format"] == "amago"
+    with pytest.raises(UnknownFormatError, match="unknown source format 'nope'"):
+        convert(tmp_path / "traj.npz", "t2", format="nope")
+
+
+def test_options_not_for_this_format(tmp_path: Path) -> None:
+    og = golden_ogbench(tmp_path / "o.npz")
+    # generic options (what the CLI passes whatever the format) are simply not given
+    convert(og, "a", options={"workers": 3, "allow_pickle": True, "max_episode_steps": 10})
+    with pytest.raises(SourceError, match="option 'frobnicate' does not apply to the ogbench format"):
+        convert(og, "b", options={"frobnicate": 1})
+
+
+def test_multi_file_reuse_and_change(tmp_path: Path) -> None:
+    rob = golden_roboset(tmp_path / "r")
+    files = [rob / "a_trace.h5", rob / "b_trace.h5"]
+    first = convert(files, "set")
+    assert [f["path"] for f in first.manifest.source["files"]] == ["a_trace.h5", "b_trace.h5"]
+    assert convert(files, "set").reused
+    assert convert(rob, "set").reused  # the same files named by their directory
+    write_roboset(rob / "b_trace.h5", {60: roboset_trial(1, 60, 4, done_last=True)})
+    with pytest.raises(DatasetExistsError):
+        convert(files, "set")
+    assert convert(files, "set", force=True).manifest.num_steps == 8
+
+
+def _cli_error(*args: str) -> str:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    lines = result.stderr.splitlines()
+    assert lines and lines[0].startswith("error: "), lines
+    assert len(lines) <= 2 and "Traceback" not in result.stderr, lines
+    return lines[0]
+
+
+def _nothing_published(root: Path) -> None:
+    for sub in ("datasets", "tmp"):
+        folder = root / sub
+        assert not folder.exists() or list(folder.iterdir()) == [], (sub, list(folder.iterdir()))
+
+
+BAD_SOURCES = {
+    "minari-missing-group": (
+        lambda p: _minari_missing_group(p),
+        ["main_data.hdf5", "total_episodes=3", "episode_1"],
+    ),
+    "roboset-ragged": (
+        lambda p: write_roboset(
+            p / "r.h5", {0: {**roboset_trial(0, 0, 4, done_last=True), "done": np.zeros(3, bool)}}
+        ),
+        ["r.h5:Trial0", "'done' has 3 rows"],
+    ),
+    "ogbench-truncated": (lambda p: _truncated(golden_ogbench(p / "o.npz")), ["o.npz"]),
+    "amago-pickle": (lambda p: _traj_file(p), ["x.traj", "pickle"]),
+    "unknown": (lambda p: _text(p / "notes.bin"), ["notes.bin", "cannot tell the format"]),
+    "archive-traversal": (lambda p: _evil_zip(p / "evil.zip"), ["evil.zip", "escapes the destination"]),
+}
+
+
+def _minari_missing_group(p: Path) -> Path:
+    d = write_minari_by_hand(p / "m", [minari_episode(2), minari_episode(2), minari_episode(2)])
+    with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
+        del f["episode_1"]
+    return d
+
+
+def _truncated(path: Path) -> Path:
+    path.write_bytes(path.read_bytes()[:200])
+    return path
+
+
+def _traj_file(p: Path) -> Path:
+    (p / "x.traj").write_bytes(b"\x80\x04K\x01.")
+    return p / "x.traj"
+
+
+def _text(path: Path) -> Path:
+    path.write_bytes(b"hello")
+    return path
+
+
+def _evil_zip(path: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("../../evil.npz", b"x")
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SOURCES))
+def test_cli_bad_input_one_line_exit_1_nothing_published(
+    tmp_path: Path, isolated_cache: Path, case: str
+) -> None:
+    make, words = BAD_SOURCES[case]
+    path = make(tmp_path)
+    line = _cli_error("download", path)
+    for word in words:
+        assert word in line, (word, line)
+    _nothing_published(isolated_cache)
+
+
+def test_cli_converts_each_kind(tmp_path: Path, isolated_cache: Path) -> None:
+    sources = {
+        "minari": write_minari_by_hand(tmp_path / "hand-minari", [minari_episode(3)]),
+        "roboset": golden_roboset(tmp_path / "robo"),
+        "amago": write_amago(tmp_path / "amago-run", [(3, True)]),
+        "ogbench": golden_ogbench(tmp_path / "og.npz"),
+    }
+    import tarfile
+
+    with tarfile.open(tmp_path / "robo.tar.gz", "w:gz") as t:
+        t.add(sources["roboset"], arcname="robo")
+    sources["archive"] = tmp_path / "robo.tar.gz"
+    for kind, path in sources.items():
+        result = CliRunner().invoke(app, ["download", str(path), "--name", kind, "--json"])
+        assert result.exit_code == 0, (kind, result.stdout, result.stderr)
+        assert json.loads(result.stdout)["num_steps"] > 0
+    result = CliRunner().invoke(app, ["inspect", "roboset", "--check"])
+    assert result.exit_code == 0, result.stdout
+    assert "check passed" in result.stdout

@@ -1,0 +1,349 @@
+"""The HTTP layer (rlds_cli.net) against a real local server that misbehaves on request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlds_cli.errors import (
+    ChecksumMismatchError,
+    DownloadFailedError,
+    HTTPStatusError,
+    InsufficientDiskSpaceError,
+    OfflineError,
+    RegistryFormatError,
+)
+from rlds_cli.net import hf
+from rlds_cli.net.fetch import RemoteFile, fetch_files
+from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.retry import backoff_delay, parse_retry_after
+from tests.http_faults import Fault, FaultServer
+
+DATA = bytes(range(256)) * 1200  # 300 KiB, every byte position distinguishable
+SHA = hashlib.sha256(DATA).hexdigest()
+PATH = "/files/data.bin"
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    with FaultServer() as srv:
+        srv.files[PATH] = DATA
+        yield srv
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def config(sleeps: list[float]) -> HttpConfig:
+    """Tiny timeouts, no real sleeping (the delays asked for are recorded)."""
+    return HttpConfig(timeout=(2.0, 2.0), retries=4, base_delay=0.01, sleep=sleeps.append)
+
+
+def remote(server: FaultServer, **kw: object) -> RemoteFile:
+    return RemoteFile("data.bin", (server.url(PATH),), **kw)  # type: ignore[arg-type]
+
+
+def fetch(server: FaultServer, folder: Path, config: HttpConfig, **kw: object):  # type: ignore[no-untyped-def]
+    events: list[tuple[str, str, int]] = []
+    spec = kw.pop("spec", None) or remote(server)
+    (result,) = fetch_files([spec], folder, config=config, progress=lambda *e: events.append(e), **kw)  # type: ignore[arg-type]
+    return result, events
+
+
+def test_plain_download_records_hash_then_reuses(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    result, events = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == DATA
+    assert (result.sha256, result.size, result.action, result.hash_origin) == (
+        SHA,
+        len(DATA),
+        "downloaded",
+        "recorded",
+    )
+    assert ("done", "data.bin", len(DATA)) in events
+    assert sum(v for e, _, v in events if e == "advance") == len(DATA)
+    record = HashStore(tmp_path).get("data.bin")
+    assert record is not None and (record.sha256, record.origin) == (SHA, "recorded")
+    assert not list(tmp_path.glob("*.part"))
+    again, events = fetch(server, tmp_path, config)
+    assert again.action == "cached" and again.sha256 == SHA
+    assert len(server.requests_for(PATH)) == 1  # no second request
+    assert ("verify", "data.bin", len(DATA)) not in events  # unchanged since verified: not re-hashed
+
+
+def test_cut_connection_resumes_with_range(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.add_faults(PATH, Fault("cut", after=100_000), Fault("cut", after=50_000))
+    result, events = fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    assert result.path.read_bytes() == DATA
+    ranges = [r.range for r in server.requests_for(PATH)]
+    assert len(ranges) == 3 and ranges[0] is None
+    # resumed from what reached the disk (whole chunks: a partly read chunk is lost)
+    resumed = [v for e, _, v in events if e == "resume"]
+    assert ranges[1:] == [f"bytes={v}-" for v in resumed]
+    assert 0 < resumed[0] <= 100_000 and resumed[0] < resumed[1] <= resumed[0] + 50_000
+
+
+def test_503_then_success(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, sleeps: list[float]
+) -> None:
+    server.add_faults(PATH, *[Fault("status", code=503)] * 3)
+    result, events = fetch(server, tmp_path, config)
+    assert result.sha256 == SHA
+    assert [s.status for s in server.requests_for(PATH)] == [503, 503, 503, 200]
+    assert [v for e, _, v in events if e == "retry"] == [1, 2, 3]
+    assert len(sleeps) == 3 and sleeps[0] <= 0.01 and sleeps[2] <= 0.04  # exponential, jittered
+
+
+def test_429_honours_retry_after(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, sleeps: list[float]
+) -> None:
+    server.add_faults(PATH, Fault("status", code=429, headers={"Retry-After": "7"}))
+    result, _ = fetch(server, tmp_path, config)
+    assert result.sha256 == SHA
+    assert sleeps == [7.0]
+
+
+def test_retries_exhausted(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.add_faults(PATH, *[Fault("status", code=500)] * 10)
+    with pytest.raises(DownloadFailedError) as info:
+        fetch(server, tmp_path, config)
+    assert server.url(PATH) in str(info.value) and "HTTP 500" in str(info.value)
+    assert len(server.requests_for(PATH)) == config.retries + 1
+    assert not (tmp_path / "data.bin").exists()
+
+
+def test_404_fails_at_once_with_url_and_status(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    spec = RemoteFile("x.bin", (server.url("/missing.bin"),))
+    with pytest.raises(HTTPStatusError) as info:
+        fetch(server, tmp_path, config, spec=spec)
+    assert str(info.value) == f"GET {server.url('/missing.bin')} answered HTTP 404 Not Found"
+    assert info.value.status == 404
+    assert len(server.requests_for("/missing.bin")) == 1
+
+
+def test_next_mirror_after_404_and_after_corruption(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    server.files["/bad.bin"] = DATA[:-1] + b"X"
+    urls = (server.url("/gone.bin"), server.url("/bad.bin"), server.url(PATH))
+    result, _ = fetch(server, tmp_path, config, spec=RemoteFile("data.bin", urls, sha256=SHA))
+    assert result.url == server.url(PATH) and result.path.read_bytes() == DATA
+
+
+def test_server_ignoring_range_restarts_cleanly(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    (tmp_path / "data.bin.part").write_bytes(DATA[:1000])
+    server.add_faults(PATH, Fault("ignore_range"))
+    result, events = fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    assert result.path.read_bytes() == DATA
+    assert server.requests_for(PATH)[0].range == "bytes=1000-"
+    assert ("reset", "data.bin", 0) in events
+
+
+def test_corrupt_bytes_rejected_nothing_left(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.add_faults(PATH, Fault("corrupt"))
+    with pytest.raises(ChecksumMismatchError) as info:
+        fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    message = str(info.value)
+    assert f"expected {SHA}" in message and "has sha256 " in message and "deleted" in message
+    assert hashlib.sha256(bytes([DATA[0] ^ 0xFF]) + DATA[1:]).hexdigest() in message
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == []
+
+
+def test_wrong_size_rejected(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.files["/short.bin"] = DATA[:-10]
+    spec = RemoteFile("data.bin", (server.url("/short.bin"),), size=len(DATA))
+    with pytest.raises((ChecksumMismatchError, DownloadFailedError)):
+        fetch(server, tmp_path, config, spec=spec)
+    assert not (tmp_path / "data.bin").exists()
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_wrong_content_length_recovers(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, known: bool
+) -> None:
+    server.add_faults(PATH, Fault("bad_length", extra=5000))
+    spec = remote(server, sha256=SHA, size=len(DATA)) if known else remote(server)
+    result, _ = fetch(server, tmp_path, config, spec=spec)
+    assert result.path.read_bytes() == DATA
+    # the body ended short of the announced length; with the size known, the file is complete,
+    # else the client asks for the rest and the server says there is none (416)
+    logged = [(r.range, r.status) for r in server.requests_for(PATH)]
+    assert logged == [(None, 200)] if known else [(None, 200), (f"bytes={len(DATA)}-", 416)]
+
+
+def test_slow_server_times_out_and_retries(server: FaultServer, tmp_path: Path, sleeps: list[float]) -> None:
+    server.add_faults(PATH, Fault("slow", delay=1.0))
+    config = HttpConfig(timeout=(2.0, 0.2), retries=2, base_delay=0.01, sleep=sleeps.append)
+    result, _ = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == DATA
+    assert len(server.requests_for(PATH)) == 2 and len(sleeps) == 1
+
+
+def test_complete_part_gets_416_and_is_kept(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    (tmp_path / "data.bin.part").write_bytes(DATA)
+    result, _ = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == DATA
+    assert [(r.range, r.status) for r in server.requests_for(PATH)] == [(f"bytes={len(DATA)}-", 416)]
+
+
+def test_part_longer_than_file_restarts(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    (tmp_path / "data.bin.part").write_bytes(DATA + b"junk")
+    result, _ = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == DATA
+
+
+def test_offline_never_touches_the_network(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    with pytest.raises(OfflineError) as info:
+        fetch(server, tmp_path, config, offline=True)
+    assert "offline" in str(info.value) and "--offline" in info.value.hint
+    assert server.log == []
+    fetch(server, tmp_path, config)
+    result, _ = fetch(server, tmp_path, config, offline=True, force=True)  # force cannot re-download offline
+    assert result.action == "cached"
+    assert len(server.log) == 1
+
+
+def test_env_offline(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLDS_OFFLINE", "1")
+    with pytest.raises(OfflineError):
+        fetch(server, tmp_path, config)
+    assert server.log == []
+
+
+def test_force_downloads_again_and_recorded_hash_is_enforced(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    fetch(server, tmp_path, config)
+    assert fetch(server, tmp_path, config, force=True)[0].action == "downloaded"
+    assert len(server.requests_for(PATH)) == 2
+    server.files[PATH] = DATA[::-1]  # the server now serves other bytes
+    with pytest.raises(ChecksumMismatchError) as info:
+        fetch(server, tmp_path, config, force=True)
+    assert f"expected {SHA} (recorded at the first download)" in str(info.value)
+    assert not (tmp_path / "data.bin").exists()
+
+
+def test_a_changed_local_file_is_downloaded_again(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    (tmp_path / "data.bin").write_bytes(b"tampered")
+    result, _ = fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    assert result.action == "downloaded" and result.path.read_bytes() == DATA
+
+
+def test_disk_space_checked_before_any_request(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil as real_shutil
+
+    from rlds_cli.net import fetch as fetch_module
+
+    usage = real_shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(fetch_module.shutil, "disk_usage", lambda p: usage._replace(free=1000))
+    with pytest.raises(InsufficientDiskSpaceError) as info:
+        fetch(server, tmp_path, config, spec=remote(server, size=len(DATA)))
+    assert f"needs {len(DATA):,} bytes" in str(info.value) and "RLDS_HOME" in info.value.hint
+    assert server.log == []
+
+
+def test_two_threads_download_once(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.throttle = (32 * 1024, 0.01)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(fetch(server, tmp_path, config)[0])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(r.action for r in results) == ["cached", "downloaded"]  # type: ignore[attr-defined]
+    assert len(server.requests_for(PATH)) == 1
+
+
+def test_several_files_concurrently(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
+    server.throttle = (64 * 1024, 0.01)
+    specs = []
+    for i in range(4):
+        server.files[f"/f{i}"] = DATA[i:]
+        specs.append(RemoteFile(f"sub/f{i}.bin", (server.url(f"/f{i}"),)))
+    server.add_faults("/f2", Fault("status", code=502))
+    results = fetch_files(specs, tmp_path, config=config, workers=3)
+    assert [r.path.read_bytes() for r in results] == [DATA[i:] for i in range(4)]
+    assert set(json.loads((tmp_path / "hashes.json").read_text())["files"]) == {
+        f"sub/f{i}.bin" for i in range(4)
+    }
+
+
+def test_hf_listing_and_resolve_urls(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLDS_HF_ENDPOINT", server.base)
+    folder = "DAPG(expert)/door_v2d-v1"
+    server.trees[("org/repo", folder)] = [
+        {"type": "directory", "path": f"{folder}/sub"},
+        {"type": "file", "path": f"{folder}/b.h5", "size": 10, "lfs": {"oid": SHA, "size": len(DATA)}},
+        {"type": "file", "path": f"{folder}/README.md", "size": 5},
+        {"type": "file", "path": f"{folder}/sub/a.h5", "size": 3},
+        {"type": "file", "path": f"{folder}/../evil.h5", "size": 3},
+    ]
+    files = hf.list_folder("org/repo", folder, suffix=".h5", config=HttpConfig(retries=0))
+    assert [f.name for f in files] == ["b.h5", "sub/a.h5"]
+    assert (files[0].sha256, files[0].size, files[0].hash_origin) == (SHA, len(DATA), "hub")
+    assert files[1].sha256 is None and files[1].size == 3
+    assert files[0].urls == (
+        f"{server.base}/datasets/org/repo/resolve/main/DAPG%28expert%29/door_v2d-v1/b.h5",
+    )
+    assert len([r for r in server.log if r.path.startswith("/api/")]) == 3  # paged, two per page
+    with pytest.raises(HTTPStatusError, match="HTTP 404"):
+        hf.list_folder("org/repo", "nothing", config=HttpConfig(retries=0))
+    with pytest.raises(RegistryFormatError, match=r"no file ending in '\.npz'"):
+        hf.list_folder("org/repo", folder, suffix=".npz", config=HttpConfig(retries=0))
+
+
+def test_backoff_and_retry_after() -> None:
+    for attempt in range(1, 8):
+        delay = backoff_delay(attempt, 1.0)
+        assert 0.5 * min(60, 2 ** (attempt - 1)) <= delay <= min(60, 2 ** (attempt - 1))
+    assert backoff_delay(1, 0.01, retry_after=3) == 3
+    assert backoff_delay(1, 0.01, retry_after=10_000) == 300
+    assert parse_retry_after("12") == 12.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+
+
+def test_a_failing_file_stops_its_siblings_early(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    import time
+
+    server.throttle = (4096, 0.05)  # the big file alone would take about 4 s
+    specs = [remote(server), RemoteFile("gone.bin", (server.url("/gone.bin"),))]
+    started = time.monotonic()
+    with pytest.raises(HTTPStatusError):
+        fetch_files(specs, tmp_path, config=config, workers=2)
+    assert time.monotonic() - started < 3.5  # did not wait for the big file
+    assert not (tmp_path / "data.bin").exists()
+    part = tmp_path / "data.bin.part"
+    assert part.is_file() and 0 < part.stat().st_size < len(DATA)  # kept, for a resume

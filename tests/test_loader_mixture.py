@@ -1,0 +1,97 @@
+"""Mixtures of datasets: weights (fixed and scheduled), renaming, the achieved mix, state."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.loader.mixture import MixtureLoader
+from tests.loader_fixtures import make_ted
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dataset, Dataset]]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLDS_FSYNC", "0")
+        root = tmp_path_factory.mktemp("mix")
+        yield make_ted(root, "a", [10, 20]), make_ted(root, "b", [5, 5, 5])
+
+
+def test_fixed_weights_and_report(pair: tuple[Dataset, Dataset]) -> None:
+    a, b = pair
+    mix = MixtureLoader({"a": a, "b": b}, [0.8, 0.2], batch_size=100, seed=0)
+    for _ in range(50):
+        batch = mix.sample()
+        src = batch["source"].numpy()
+        idx = batch["index"].numpy()
+        for i, ds in enumerate(pair):  # every row is its source's own step
+            rows = src == i
+            want = ds.gather(idx[rows], ["observation", "next/reward"])
+            np.testing.assert_array_equal(batch["observation"].numpy()[rows], want["observation"])
+    report = mix.report()
+    assert report["a"]["rows"] + report["b"]["rows"] == 5000
+    assert abs(report["a"]["achieved"] - 0.8) < 0.02
+    assert report["a"]["target"] == pytest.approx(0.8)
+
+
+def test_scheduled_weights(pair: tuple[Dataset, Dataset]) -> None:
+    mix = MixtureLoader(list(pair), lambda step: [1.0, 0.0] if step < 10 else [0.0, 1.0], batch_size=20)
+    assert mix.names == ["a", "b"]
+    for _ in range(10):
+        assert (mix.sample()["source"] == 0).all()
+    assert (mix.sample()["source"] == 1).all()
+    report = mix.report()
+    assert report["a"]["target"] == pytest.approx(10 / 11)
+    assert report["a"]["achieved"] == pytest.approx(10 / 11)
+
+
+def test_renaming_to_a_common_schema(tmp_path: Path, pair: tuple[Dataset, Dataset]) -> None:
+    a, _ = pair
+    mix = MixtureLoader(
+        {"a": a, "a2": a},
+        [0.5, 0.5],
+        batch_size=16,
+        keys=["state", "next/state", "action"],
+        rename={
+            "a": {"observation": "state", "next/observation": "next/state"},
+            "a2": {"observation": "state", "next/observation": "next/state"},
+        },
+    )
+    batch = mix.sample()
+    assert set(batch) == {"state", "next/state", "action", "index", "source"}
+    with pytest.raises(KeyError, match="source 'a2' has no keys"):
+        MixtureLoader({"a": a, "a2": a}, [1, 1], keys=["state"], rename={"a": {"observation": "state"}})
+
+
+def test_state_dict_continues(pair: tuple[Dataset, Dataset]) -> None:
+    mix = MixtureLoader(list(pair), [0.5, 0.5], batch_size=8, seed=2)
+    mix.sample()
+    state = pickle.loads(pickle.dumps(mix.state_dict()))
+    want = [mix.sample()["index"].tolist() for _ in range(3)]
+    other = MixtureLoader(list(pair), [0.5, 0.5], batch_size=8, seed=9)
+    other.load_state_dict(state)
+    assert [other.sample()["index"].tolist() for _ in range(3)] == want
+    assert other.report() == mix.report()
+
+
+@pytest.mark.parametrize("weights", [[1.0], [-1.0, 2.0], [0.0, 0.0], [float("nan"), 1.0]])
+def test_bad_weights(pair: tuple[Dataset, Dataset], weights: list[float]) -> None:
+    with pytest.raises(ValueError, match="weights must be 2"):
+        MixtureLoader(list(pair), weights)
+
+
+def test_errors(pair: tuple[Dataset, Dataset]) -> None:
+    a, b = pair
+    with pytest.raises(ValueError, match="unknown source"):
+        MixtureLoader({"a": a, "b": b}, [1, 1], rename={"c": {}})
+    with pytest.raises(ValueError, match="at least one"):
+        MixtureLoader({}, [])
+    with pytest.raises(ValueError, match="equal shapes"):
+        MixtureLoader(
+            {"a": a, "b": b}, [1, 1], keys=["x"], rename={"a": {"observation": "x"}, "b": {"action": "x"}}
+        )

@@ -1,0 +1,126 @@
+"""``torch.utils.data`` integration: workers under spawn and fork, sharding, epochs, pickling."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
+from tests.loader_fixtures import make_ted
+
+LENGTHS = [40, 13, 77, 5, 64, 1, 50]  # 250 steps: not a multiple of the batch size
+N = sum(LENGTHS)
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLDS_FSYNC", "0")
+        yield make_ted(tmp_path_factory.mktemp("td"), "td", LENGTHS)
+
+
+def _indices(batches: list) -> list[int]:
+    return np.concatenate([np.asarray(b["index"]) for b in batches]).tolist()
+
+
+def test_only_paths_are_pickled(ds: Dataset) -> None:
+    it = TedIterableDataset(ds, 32)
+    it._source = None
+    it.__iter__().__next__()  # opens the memory maps in this process
+    blob = pickle.dumps(it)
+    assert len(blob) < 4000  # the path, the manifest and settings; never arrays
+    clone = pickle.loads(blob)
+    assert clone._source is None and clone.dataset.directory == ds.directory
+    assert len(pickle.dumps(TedMapDataset(ds))) < 4000
+
+
+def test_iterable_two_spawn_workers_cover_the_epoch_once(ds: Dataset) -> None:
+    it = TedIterableDataset(ds, 16, keys=["observation", "next/reward"], seed=3)
+    loader = DataLoader(
+        it, batch_size=None, num_workers=2, multiprocessing_context="spawn", collate_fn=collate_ted
+    )
+    batches = list(loader)
+    seen = _indices(batches)
+    assert sorted(seen) == list(range(N))  # no duplicate, none missing
+    for b in batches:  # values are the steps' own
+        np.testing.assert_array_equal(b["observation"][:, 0].numpy(), b["index"].numpy().astype(np.float32))
+        assert isinstance(b["next", "reward"], torch.Tensor)
+
+
+def test_map_style_two_spawn_workers_with_batch_sampler(ds: Dataset) -> None:
+    sampler = EpochBatchSampler(N, 32, seed=1)
+    loader = DataLoader(
+        TedMapDataset(ds, keys=["action"]),
+        batch_sampler=sampler,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        collate_fn=collate_ted,
+    )
+    epoch0 = _indices(list(loader))
+    sampler.set_epoch(1)
+    epoch1 = _indices(list(loader))
+    assert sorted(epoch0) == sorted(epoch1) == list(range(N))
+    assert epoch0 != epoch1  # reshuffled per epoch, by (seed, epoch)
+
+
+def test_persistent_fork_workers_count_their_epochs(ds: Dataset) -> None:
+    it = TedIterableDataset(ds, 25, keys=[], seed=0)
+    loader = DataLoader(
+        it,
+        batch_size=None,
+        num_workers=2,
+        persistent_workers=True,
+        multiprocessing_context="fork",
+        collate_fn=collate_ted,
+    )
+    first, second = _indices(list(loader)), _indices(list(loader))
+    assert sorted(first) == sorted(second) == list(range(N))
+    assert first != second
+    # without workers, set_epoch picks the permutation
+    it0 = TedIterableDataset(ds, 25, keys=[], seed=0)
+    it0.set_epoch(1)
+    assert sorted(_indices(list(it0))) == list(range(N))
+
+
+def test_ranks_shard_without_overlap(ds: Dataset) -> None:
+    parts = [
+        _indices(list(TedIterableDataset(ds, 10, keys=[], seed=4, rank=r, world_size=3))) for r in range(3)
+    ]
+    assert len({len(p) for p in parts}) == 1  # same number of steps on every rank
+    assert set().union(*map(set, parts)) == set(range(N))
+    assert sum(map(len, parts)) == -(-N // 3) * 3  # only DistributedSampler-style padding repeats
+    samplers = [list(EpochBatchSampler(N, 10, rank=r, world_size=3)) for r in range(3)]
+    assert len({len(s) for s in samplers}) == 1
+    with pytest.raises(ValueError, match="rank must be in"):
+        TedIterableDataset(ds, 10, rank=3, world_size=3)
+
+
+def test_uniform_stream_seeded_by_rank_and_worker(ds: Dataset) -> None:
+    def first(rank: int) -> list[int]:
+        it = TedIterableDataset(
+            ds, 8, keys=[], shuffle="uniform", seed=7, rank=rank, world_size=2, num_batches=2
+        )
+        return _indices(list(it))
+
+    assert first(0) == first(0) and first(0) != first(1)
+    with pytest.raises(ValueError, match="shuffle must be"):
+        TedIterableDataset(ds, 8, shuffle="random")
+
+
+def test_map_style_items(ds: Dataset) -> None:
+    m = TedMapDataset(ds)
+    assert len(m) == N
+    item = m[41]
+    assert item["index"] == 41 and item["episode"] == 1
+    np.testing.assert_array_equal(item["observation"], [41, 1, 20.5])
+    with pytest.raises(IndexError):
+        m[N]
+    # the default collate also works (items stacked one by one)
+    batch = next(iter(DataLoader(m, batch_size=4, collate_fn=collate_ted)))
+    assert batch["index"].tolist() == [0, 1, 2, 3]

@@ -1,0 +1,126 @@
+"""Minari layout rules that minari's collector cannot produce (written with h5py): T-row infos,
+unflagged episode ends, JPEG frames without pillow, the arrow backend, and damaged datasets."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from rlds_cli.cache import open_dataset
+from rlds_cli.convert import convert
+from rlds_cli.errors import SourceError, SourceFormatError
+from tests.formats_fixtures import minari_episode, write_minari_by_hand
+
+
+def test_golden_hand_written(tmp_path: Path) -> None:
+    eps = [minari_episode(3, terminated=True), minari_episode(2, terminated=False, start=10)]
+    eps[0]["infos"] = {"success": np.array([0, 0, 1, 1]), "step_cost": np.array([0.5, 0.25, 0.125])}
+    eps[1]["infos"] = {"success": np.array([0, 0, 0]), "step_cost": np.array([1.0, 2.0])}
+    m = convert(write_minari_by_hand(tmp_path / "ds", eps), "hand").manifest
+    ds = open_dataset("hand")
+    b = ds[:]
+    assert b["observation"][:, 0].tolist() == [0, 1, 2, 10, 11]
+    assert b["next/observation"][:, 0].tolist() == [1, 2, 3, 11, 12]
+    assert b["next/terminated"][:, 0].tolist() == [0, 0, 1, 0, 0]
+    assert b["next/truncated"][:, 0].tolist() == [0, 0, 0, 0, 1]
+    # T+1 infos are observation-like, T infos are per step (never padded)
+    assert b["info/success"].tolist() == [0, 0, 1, 0, 0]
+    assert b["next/info/success"].tolist() == [0, 1, 1, 0, 0]
+    assert b["info/step_cost"].tolist() == [0.5, 0.25, 0.125, 1.0, 2.0]
+    assert "next/info/step_cost" not in ds.fields
+    assert m.source["checks"]["expected"] == {"num_episodes": 2, "num_steps": 5}
+
+
+def test_unflagged_end_is_truncated_with_a_note(tmp_path: Path) -> None:
+    ep = minari_episode(3)
+    ep["terminations"][:] = False
+    m = convert(write_minari_by_hand(tmp_path / "ds", [ep]), "u").manifest
+    assert open_dataset("u")[:]["next/truncated"][:, 0].tolist() == [0, 0, 1]
+    assert any("neither terminations nor truncations" in n for n in m.conversion["notes"])
+
+
+def _jpeg_dataset(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    encoded = []
+    for fr in frames:
+        buf = io.BytesIO()
+        Image.fromarray(fr).save(buf, format="JPEG")
+        encoded.append(np.frombuffer(buf.getvalue(), np.uint8))
+    ep = minari_episode(2)
+    ep["observations"] = encoded
+    space = {"type": "Box", "dtype": "uint8", "shape": [32, 32, 3], "low": 0, "high": 255}
+    d = tmp_path / "img"
+    write_minari_by_hand(
+        d,
+        [{k: v for k, v in ep.items() if k != "observations"}],
+        metadata={"observation_space": json.dumps(space)},
+    )
+    with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
+        f["episode_0"].create_dataset("observations", data=encoded, dtype=h5py.vlen_dtype(np.uint8))
+    decoded = np.stack([np.asarray(Image.open(io.BytesIO(e.tobytes()))) for e in encoded])
+    return d, decoded
+
+
+def test_jpeg_frames_decoded(tmp_path: Path) -> None:
+    pytest.importorskip("PIL")
+    d, decoded = _jpeg_dataset(tmp_path)
+    convert(d, "img")
+    ds = open_dataset("img")
+    assert ds.fields["observation"] == ((32, 32, 3), "uint8")
+    assert np.array_equal(ds[:]["observation"], decoded[:2])
+    assert np.array_equal(ds[:]["next/observation"][-1], decoded[2])
+
+
+def test_jpeg_without_pillow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("PIL")
+    d, _ = _jpeg_dataset(tmp_path)
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(SourceError, match=r"main_data.hdf5: episode_0/observations holds JPEG") as info:
+        convert(d, "img")
+    assert "rlds-cli[images]" in info.value.hint
+
+
+def test_arrow_backend_refused_naming_the_extra(tmp_path: Path) -> None:
+    d = write_minari_by_hand(tmp_path / "ds", [minari_episode(2)], metadata={"data_format": "arrow"})
+    with pytest.raises(SourceFormatError, match=r"data_format 'arrow' is not supported") as info:
+        convert(d, "arrow")
+    assert "minari[arrow,hdf5]" in info.value.hint
+
+
+def test_damaged_datasets(tmp_path: Path) -> None:
+    def bad(name: str, eps: list, match: str, **kw: object) -> None:
+        with pytest.raises(SourceFormatError, match=match):
+            convert(write_minari_by_hand(tmp_path / name, eps, **kw), "bad", format="minari")
+
+    ep = minari_episode(3)
+    bad("ragged", [{**ep, "actions": ep["actions"][:2]}], r"episode_0: 'actions' has 2 rows, 'rewards' has 3")
+    bad("obs", [{**ep, "observations": ep["observations"][:3]}], r"'observation' has 3 rows, expected 4")
+    bad("missing", [{k: v for k, v in ep.items() if k != "truncations"}], r"episode_0 has no 'truncations'")
+    bad("unknown", [{**ep, "extras": np.zeros(3)}], r"unknown datasets \['extras'\]")
+    bad(
+        "mixed",
+        [ep, minari_episode(2, obs_dim=5)],
+        r"episode_1: 'observation' has shape \(5,\).*mixed shapes",
+    )
+    early = {**ep, "terminations": np.array([1, 0, 1], bool)}
+    bad("early", [early], r"step 0 is flagged terminated/truncated before the episode's last step")
+    bad("count", [ep], r"total_episodes=2 but the file has 1", metadata={"total_episodes": 2})
+    infos = {**ep, "infos": {"x": np.zeros(7)}}
+    bad("infos", [infos], r"infos 'x' has 7 rows")
+    d = write_minari_by_hand(tmp_path / "trunc", [minari_episode(200)])
+    h5 = d / "data" / "main_data.hdf5"
+    h5.write_bytes(h5.read_bytes()[:1000])
+    with pytest.raises(SourceFormatError, match=r"main_data.hdf5"):
+        convert(d, "bad")
+    (d / "data" / "metadata.json").write_text("{not json")
+    with pytest.raises(SourceFormatError, match=r"metadata.json: not valid JSON"):
+        convert(d, "bad")
