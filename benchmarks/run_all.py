@@ -770,6 +770,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     _log("preprocessing:")
     pp_argv = ["--work", str(work), "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
     preprocess_bench.main(pp_argv + (["--write", str(args.write)] if args.write else []))
+    # CLI start-up time (benchmarks/cli_bench.py)
+    import cli_bench
+
+    _log("cli start-up:")
+    cli_bench.main(["--write", str(args.write)] if args.write else [])
     return run_loader(args)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -32,6 +33,8 @@ from rlds_cli.errors import (
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.hashing import sha256_file
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,6 +60,8 @@ Progress = Callable[[str, int], None]
 #: Options any caller may pass (the CLI passes them whatever the format); a reader that does
 #: not take one simply does not get it. Any other unknown option is an error.
 GENERIC_OPTIONS = frozenset({"workers", "allow_pickle", "max_episode_steps", "block_rows"})
+#: Options convert() applies itself, between the reader and the builder (formats/select.py).
+_SELECTION_OPTIONS = frozenset({"episodes", "keys"})
 #: Options that change how a conversion runs, not what it produces (left out of reuse checks).
 _RUNTIME_OPTIONS = frozenset({"workers"})
 
@@ -189,6 +194,7 @@ def convert(
             old = builder.existing.source
             same_format = old.get("format") == fmt or (archive is not None and fmt is None)
             if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
+                logger.info("dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12])
                 return ConvertResult(builder.existing, True, cache.dataset_dir(name))
             raise DatasetExistsError(
                 f"dataset {name!r} already exists in {cache.path} (converted from {old.get('path', '?')})"
@@ -214,7 +220,11 @@ def convert(
                 **({"archive": True} if archive is not None else {}),
                 **(source_info or {}),
             }
+            logger.info("converting %s (%s) into %r, backend %s", shown, fmt, name, backend)
             manifest = _build(builder, fmt, read_paths, options, progress, shown, facts)
+            logger.info(
+                "published %r: %d steps, %d episodes", name, manifest.num_steps, manifest.num_episodes
+            )
         finally:
             if extracted is not None:
                 shutil.rmtree(extracted, ignore_errors=True)
@@ -231,16 +241,21 @@ def _build(
     facts: dict[str, Any],
 ) -> Manifest:
     """Stream the reader into the builder and commit, recording the source ``facts``."""
+    from rlds_cli.formats.select import parse_episodes, select_blocks
+
     cls = reader_class(fmt)
     if fmt == "d4rl" and len(paths) > 1:
         raise SourceError(f"the d4rl format reads one file, got {len(paths)}")
     arg: Any = paths[0] if len(paths) == 1 else paths
-    with cls(arg, **_reader_options(cls, options)) as reader:
+    episodes = parse_episodes(options["episodes"]) if options.get("episodes") is not None else None
+    keys = list(options["keys"]) if options.get("keys") is not None else None
+    reader_options = {k: v for k, v in options.items() if k not in _SELECTION_OPTIONS}
+    with cls(arg, **_reader_options(cls, reader_options)) as reader:
         if progress:
             progress("start", reader.total_rows())
         advance = (lambda rows: progress("advance", rows)) if progress else None
         nan_counts: dict[str, int] = {}
-        for block in reader.blocks(advance):
+        for block in select_blocks(reader.blocks(advance), episodes=episodes, keys=keys):
             _count_nans(block, nan_counts)
             builder.append(block)
         if builder.num_steps == 0:

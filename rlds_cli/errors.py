@@ -77,6 +77,12 @@ class DatasetInUseError(CacheError, PermissionError):
     default_hint = "remove the derived datasets first, or pass --force to remove it anyway"
 
 
+class InvalidSelectionError(CacheError, ValueError):
+    """An episode range or split that does not fit the dataset."""
+
+    default_hint = "episode ranges are A:B (Python slice rules), e.g. 0:500 or -100:"
+
+
 class LockTimeoutError(CacheError, TimeoutError):
     """Another process holds the lock on a dataset for too long."""
 
@@ -219,3 +225,16 @@ class OutputSchemaError(PreprocessError, ValueError):
     """The function's output breaks the TED rules or changes schema between chunks."""
 
     default_hint = "see docs/preprocessing.md, 'What the function must return'"
+
+
+# --------------------------------------------------------------------------- extras and export
+
+
+class MissingExtraError(RldsError, ImportError):
+    """An optional dependency (an extra of rlds-cli) is not installed."""
+
+
+class ExportError(RldsError, ValueError):
+    """An export cannot be written (the target exists, or the data has no place in the format)."""
+
+    default_hint = "pass --force to replace the target, or pick another format"

@@ -11,6 +11,10 @@ from rlds_cli.cache.dataset import Dataset
 
 #: Steps read at a time when scanning a column (bounded memory for any dataset size).
 SCAN_ROWS = 1 << 20
+#: Bytes read at a time when computing per-key statistics.
+SCAN_BYTES = 64 * 1024 * 1024
+#: Bins of the episode length and return histograms.
+HISTOGRAM_BINS = 20
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
@@ -38,6 +42,69 @@ def episode_returns(ds: Dataset) -> np.ndarray:
     return returns
 
 
+def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
+    """Element-wise statistics of one stored key, scanned in bounded chunks.
+
+    Returns:
+        ``count`` (elements), ``nan``, ``posinf``, ``neginf`` counts, and ``min``/``max``/
+        ``mean``/``std`` over the finite elements (``None`` when there are none). Booleans
+        report ``true`` (the number of true elements) instead.
+    """
+    spec = ds.stored_fields[key]
+    column = ds.column(key)
+    rows = int(column.shape[0])
+    dtype = np.dtype(spec.dtype)
+    row_bytes = max(1, dtype.itemsize * int(np.prod(spec.shape, dtype=np.int64)))
+    step = max(1, SCAN_BYTES // row_bytes)
+    count = nan = posinf = neginf = true = finite = 0
+    mean = m2 = 0.0  # running mean and sum of squared deviations (Chan et al.'s merge)
+    low, high = np.inf, -np.inf
+    for start in range(0, rows, step):
+        chunk = np.asarray(column[start : min(start + step, rows)])
+        count += chunk.size
+        if dtype.kind == "b":
+            true += int(np.count_nonzero(chunk))
+            continue
+        if dtype.kind not in "iuf":
+            continue
+        values = chunk.astype(np.float64, copy=False).ravel()
+        if dtype.kind == "f":
+            nan += int(np.isnan(values).sum())
+            posinf += int(np.isposinf(values).sum())
+            neginf += int(np.isneginf(values).sum())
+            values = values[np.isfinite(values)]
+        if values.size:
+            low, high = min(low, float(values.min())), max(high, float(values.max()))
+            n_b, mean_b = values.size, float(values.mean())
+            m2_b = float(np.square(values - mean_b).sum())
+            delta, total = mean_b - mean, finite + n_b
+            mean += delta * n_b / total
+            m2 += m2_b + delta * delta * finite * n_b / total
+            finite = total
+    out: dict[str, Any] = {"count": count}
+    if dtype.kind == "b":
+        out["true"] = true
+        return out
+    out.update(
+        nan=nan,
+        posinf=posinf,
+        neginf=neginf,
+        min=low if finite else None,
+        max=high if finite else None,
+        mean=mean if finite else None,
+        std=float(np.sqrt(m2 / finite)) if finite else None,
+    )
+    return out
+
+
+def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
+    """Bin counts and edges (``len(edges) == len(counts) + 1``) of a 1-D array."""
+    if values.size == 0:
+        return {"counts": [], "edges": []}
+    counts, edges = np.histogram(values.astype(np.float64), bins=bins)
+    return {"counts": counts.tolist(), "edges": edges.tolist()}
+
+
 def stored_key_bytes(ds: Dataset, key: str) -> int:
     """Bytes one stored key uses on disk (its .npy file or its zarr array directory)."""
     base = ds.directory / ARRAYS_DIR
@@ -48,12 +115,14 @@ def stored_key_bytes(ds: Dataset, key: str) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
-def describe(ds: Dataset) -> dict[str, Any]:
+def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
     """Schema, counts, episode statistics, disk use and provenance of a dataset.
 
     Returns:
         A JSON-serialisable dict with at least ``name``, ``num_steps``, ``num_episodes``,
-        ``backend``, ``fields`` (TED key -> ``{shape, dtype}`` per step) and ``size_bytes``.
+        ``backend``, ``fields`` (TED key -> ``{shape, dtype}`` per step) and ``size_bytes``;
+        with ``statistics``, ``stored[key]["stats"]`` holds :func:`key_statistics` (a full
+        scan of every stored array).
     """
     m = ds.manifest
     lengths = ds.episodes["length"]
@@ -67,9 +136,17 @@ def describe(ds: Dataset) -> dict[str, Any]:
             "storage": spec.storage,
             "rows": ds.num_steps + (ds.num_episodes if spec.storage == "flat" else 0),
             "bytes": stored_key_bytes(ds, key),
+            "logical_bytes": (ds.num_steps + (ds.num_episodes if spec.storage == "flat" else 0))
+            * np.dtype(spec.dtype).itemsize
+            * int(np.prod(spec.shape, dtype=np.int64)),
         }
         for key, spec in m.fields.items()
     }
+    for key, entry in stored.items():
+        entry["compression_ratio"] = entry["logical_bytes"] / entry["bytes"] if entry["bytes"] else None
+        if statistics:
+            entry["stats"] = key_statistics(ds, key)
+    returns = episode_returns(ds)
     return {
         "name": m.name,
         "path": str(ds.directory),
@@ -82,7 +159,8 @@ def describe(ds: Dataset) -> dict[str, Any]:
         "stored": stored,
         "size_bytes": ds.size_bytes(),
         "episode_length": _stats(lengths),
-        "episode_return": _stats(episode_returns(ds)),
+        "episode_return": _stats(returns),
+        "histograms": {"episode_length": histogram(lengths), "episode_return": histogram(returns)},
         "episodes_terminated": int(terminated.sum()),
         "episodes_truncated": int((truncated & ~terminated).sum()),
         "final_observations_synthesized": int((~ds.episodes["final_known"]).sum()),

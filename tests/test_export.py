@@ -15,9 +15,8 @@ from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
-from rlds_cli.errors import UnknownFormatError
+from rlds_cli.errors import ExportError, UnknownFormatError
 from rlds_cli.export import export_dataset
-from rlds_cli.export._common import ExportError
 from tests.d4rl_fixtures import golden_three_episodes
 
 runner = CliRunner()
@@ -176,3 +175,31 @@ def test_cli_export(golden: Dataset, tmp_path: Path) -> None:
     missing = runner.invoke(app, ["export", "nope", str(tmp_path / "z")])
     assert missing.exit_code == 1
     assert missing.stderr.startswith("error: no dataset named 'nope'")
+
+
+def test_minari_export_reads_back_with_minari(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minari = pytest.importorskip("minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    out = export_dataset(golden, tmp_path / "minari" / "golden-v0", "minari")
+    loaded = minari.load_dataset("golden-v0")
+    assert (loaded.total_episodes, loaded.total_steps) == (3, 6)
+    for i, episode in enumerate(loaded.iterate_episodes()):
+        ours = golden.episode(i)
+        np.testing.assert_array_equal(
+            episode.observations, np.concatenate([ours["observation"], ours["next/observation"][-1:]])
+        )
+        np.testing.assert_array_equal(episode.actions, ours["action"])
+        np.testing.assert_array_equal(episode.rewards, ours["next/reward"][:, 0])
+        np.testing.assert_array_equal(episode.terminations, ours["next/terminated"][:, 0])
+        np.testing.assert_array_equal(episode.truncations, ours["next/truncated"][:, 0])
+        np.testing.assert_array_equal(episode.infos["qpos"], ours["info/qpos"])
+    convert(out, "back")
+    _same(golden, open_dataset("back"))
+
+
+def test_minari_export_needs_a_minari_id(golden: Dataset, tmp_path: Path) -> None:
+    pytest.importorskip("minari")
+    with pytest.raises(ExportError, match="is not a Minari dataset id"):
+        export_dataset(golden, tmp_path / "no_version", "minari")

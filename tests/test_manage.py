@@ -164,3 +164,34 @@ def test_cli_path(two_datasets: CacheRoot) -> None:
     missing = runner.invoke(app, ["path", "nope"])
     assert missing.exit_code == 1
     assert missing.stderr.startswith("error: no dataset named 'nope'")
+
+
+def test_gc_jobs_only_when_asked_and_never_a_running_one(two_datasets: CacheRoot) -> None:
+    job = two_datasets.tmp_dir / "out.job-0123abcd"
+    (job / "chunks").mkdir(parents=True)
+    assert collect_garbage(two_datasets) == []  # kept for --resume
+    with two_datasets.lock("out"):
+        assert collect_garbage(two_datasets, jobs=True) == []  # running
+    assert collect_garbage(two_datasets, jobs=True, dry_run=True) == [job]
+    assert job.exists()
+    result = runner.invoke(app, ["gc", "--jobs", "--json"])
+    assert json.loads(result.stdout)["removed"] == [str(job)]
+    assert not job.exists()
+
+
+def test_gc_raw_removes_only_orphaned_download_folders(two_datasets: CacheRoot) -> None:
+    raw = two_datasets.path / "raw"
+    used, orphan, busy = raw / "used-v0", raw / "gone-v0", raw / "busy-v0"
+    for folder in (used, orphan, busy):
+        folder.mkdir(parents=True)
+        (folder / "f.hdf5").write_bytes(b"x")
+    directory = two_datasets.dataset_dir("child")
+    manifest = read_manifest(directory)
+    manifest.source["raw_dir"] = str(used)
+    write_manifest(directory, manifest, fsync=False)
+    from filelock import FileLock
+
+    with FileLock(str(busy / ".f.hdf5.lock")):  # a download in progress
+        assert collect_garbage(two_datasets) == []
+        assert collect_garbage(two_datasets, raw=True) == [orphan]
+    assert used.exists() and busy.exists() and not orphan.exists()

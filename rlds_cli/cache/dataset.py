@@ -22,6 +22,7 @@ from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.cache.views import VIEW_LAYOUT, SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
 #: How often :func:`open_dataset` tries again while a replacement of the dataset is under way.
@@ -102,6 +103,7 @@ class Dataset:
         self.manifest = manifest
         self._backend = get_backend(manifest.backend)
         self._columns: dict[str, Any] = {}
+        self._parent_checked: Path | None = None
         self.episodes = self._load_episode_index()
         self._starts = np.ascontiguousarray(self.episodes["start"])
         self._check_not_replaced()
@@ -197,7 +199,7 @@ class Dataset:
             if spec is None:
                 raise KeyError(f"dataset {self.name!r} stores no key {key!r}")
             try:
-                col = self._backend.open_column(self.directory, key)
+                col = self._open_column(key, spec)
                 expected = (self._expected_rows(spec), *spec.shape)
                 if tuple(col.shape) != expected or np.dtype(col.dtype) != np.dtype(spec.dtype):
                     raise CorruptDatasetError(
@@ -210,6 +212,29 @@ class Dataset:
             self._check_not_replaced()  # the file opened is this version's
             self._columns[key] = col
         return col
+
+    def _open_column(self, key: str, spec: FieldSpec) -> Any:
+        """The backend's column, or, for a view, the slice of the parent's column it covers."""
+        if self.manifest.layout != VIEW_LAYOUT:
+            return self._backend.open_column(self.directory, key)
+        view = ViewSpec.from_manifest(self.manifest)
+        parent_dir = self.directory.parent / view.parent.replace("/", "--")
+        if self._parent_checked is None:
+            try:
+                parent = read_manifest(parent_dir)
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"view {self.name!r}: its parent dataset {view.parent!r} is gone",
+                    hint=f"remove the view ('rlds rm {self.name} --yes')",
+                ) from None
+            if parent.digest() != view.parent_digest:
+                raise CorruptDatasetError(
+                    f"view {self.name!r}: its parent {view.parent!r} was replaced since the view was made",
+                    hint="create the view again ('rlds view' / 'rlds split' with --force)",
+                )
+            self._parent_checked = parent_dir
+        start, stop = view.rows(spec.storage, self.num_steps)
+        return SlicedColumn(self._backend.open_column(parent_dir, key), start, stop)
 
     def _expected_rows(self, spec: FieldSpec) -> int:
         return self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)

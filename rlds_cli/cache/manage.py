@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,25 +90,78 @@ def disk_usage(cache: CacheRoot) -> DiskUsage:
     return usage
 
 
-def collect_garbage(cache: CacheRoot, *, dry_run: bool = False) -> list[Path]:
+def collect_garbage(
+    cache: CacheRoot, *, dry_run: bool = False, jobs: bool = False, raw: bool = False
+) -> list[Path]:
     """Remove what no dataset needs: builds and trash left by killed processes, and directories
     under ``datasets/`` that hold no manifest (never published, so never valid).
 
     Args:
         cache: The cache.
         dry_run: Only report what would be removed.
+        jobs: Also remove the directories of interrupted ``rlds preprocess`` jobs (their
+            finished chunks are what ``--resume`` continues from; a running job is never touched).
+        raw: Also remove download folders (``raw/``) that no cached dataset was converted from
+            (a folder with a download in progress is never touched).
 
     Returns:
         The paths removed (or that would be).
     """
     found: list[Path] = []
     found.extend(cache.clean_stale_builds(dry_run=dry_run))
+    if jobs:
+        found.extend(_stale_jobs(cache, dry_run=dry_run))
+    if raw:
+        found.extend(_orphaned_raw(cache, dry_run=dry_run))
     if cache.datasets_dir.is_dir():
         for child in sorted(cache.datasets_dir.iterdir()):
             if child.is_dir() and not (child / "manifest.json").exists():
                 found.append(child)
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
+    return found
+
+
+def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
+    """Preprocess job directories (``tmp/<entry>.job-<id>``) whose output name is not locked."""
+    from filelock import FileLock, Timeout
+
+    found: list[Path] = []
+    if not cache.tmp_dir.is_dir():
+        return found
+    for child in sorted(cache.tmp_dir.glob("*.job-*")):
+        entry = child.name.rsplit(".job-", 1)[0]
+        try:
+            with FileLock(str(cache.locks_dir / f"{entry}.lock"), timeout=0):
+                if not dry_run:
+                    shutil.rmtree(child, ignore_errors=True)
+                found.append(child)
+        except Timeout:
+            continue  # the job is running
+    return found
+
+
+def _orphaned_raw(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
+    """Download folders no dataset's manifest names as its ``source.raw_dir``."""
+    from filelock import FileLock, Timeout
+
+    raw_root = cache.path / "raw"
+    if not raw_root.is_dir():
+        return []
+    used = {Path(m.source["raw_dir"]).resolve() for m in cache.iter_manifests() if m.source.get("raw_dir")}
+    found: list[Path] = []
+    for folder in sorted(p for p in raw_root.iterdir() if p.is_dir()):
+        if folder.resolve() in used:
+            continue
+        with ExitStack() as held:
+            try:  # every file download holds ".<file>.lock" in its folder while it runs
+                for lock in folder.glob(".*.lock"):
+                    held.enter_context(FileLock(str(lock), timeout=0))
+            except Timeout:
+                continue
+            if not dry_run:
+                shutil.rmtree(folder, ignore_errors=True)
+            found.append(folder)
     return found
 
 

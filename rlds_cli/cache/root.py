@@ -14,6 +14,7 @@ not allowed inside a name.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,8 @@ from rlds_cli.errors import (
     InvalidNameError,
     LockTimeoutError,
 )
+
+logger = logging.getLogger(__name__)
 
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
@@ -165,6 +168,7 @@ class CacheRoot:
             try:
                 with lock:
                     if not dry_run:
+                        logger.info("removing stale build %s", child)
                         shutil.rmtree(child, ignore_errors=True)
                     removed.append(child)
             except Timeout:

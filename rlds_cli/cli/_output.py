@@ -46,6 +46,20 @@ def warn(message: str) -> None:
     err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True, emoji=False)
 
 
+def configure_logging(verbosity: int) -> None:
+    """Send the library's log records to stderr: ``1`` shows info, ``2`` and more debug."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("rlds_cli")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
+    logger.propagate = False
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -16,6 +16,7 @@ from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
 from rlds_cli.cli.remote import info
 from rlds_cli.cli.verify import verify
+from rlds_cli.cli.views import split, view
 
 app = typer.Typer(
     name="rlds",
@@ -38,8 +39,15 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Log what happens (-v: info, -vv: debug).")
+    ] = 0,
 ) -> None:
     """Offline-RL datasets: download, convert to a TED cache, inspect, and sample fast."""
+    if verbose:
+        from rlds_cli.cli._output import configure_logging
+
+        configure_logging(verbose)
 
 
 app.command("download")(download)
@@ -52,6 +60,8 @@ app.command("du")(du)
 app.command("gc")(gc)
 app.command("path")(path)
 app.command("export")(export)
+app.command("view")(view)
+app.command("split")(split)
 app.command("info")(info)
 app.command("verify")(verify)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -39,7 +40,7 @@ def list_datasets(
                 "num_episodes": m.num_episodes,
                 "size_bytes": size,
                 "backend": m.backend,
-                "source": m.source.get("id") or m.source.get("path", ""),
+                "source": _source_label(m.source),
                 "format": m.source.get("format", ""),
                 "derived_from": [p.get("name") for p in m.lineage],
                 "created_at": m.created_at,
@@ -84,13 +85,26 @@ def inspect(
         bool,
         typer.Option("--check", help="Validate the TED invariants; exit 1 on any violation."),
     ] = False,
+    stats: Annotated[
+        bool, typer.Option("--stats/--no-stats", help="Scan every array for min/max/mean/std and NaN/inf.")
+    ] = True,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Write a PNG of return/length histograms and episode traces (matplotlib)."
+        ),
+    ] = None,
 ) -> None:
-    """Show a dataset's schema, counts, episode statistics and provenance."""
+    """Show a dataset's schema, counts, statistics, episode histograms and provenance."""
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.summary import describe
 
     dataset = open_dataset(name, root)
-    info = describe(dataset)
+    info = describe(dataset, statistics=stats)
+    if plot is not None:
+        from rlds_cli.plot import plot_dataset
+
+        info["plot"] = str(plot_dataset(dataset, plot))
     report = None
     if check:
         from rlds_cli.validate import check_dataset
@@ -105,6 +119,14 @@ def inspect(
             _render_check(report)
     if report is not None and not report.ok:
         raise typer.Exit(1)
+
+
+def _source_label(source: dict[str, Any]) -> str:
+    """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
+    if source.get("format") == "view":
+        a, b = source.get("episodes", ["?", "?"])
+        return f"{source.get('parent', '?')} episodes {a}:{b}"
+    return str(source.get("id") or source.get("path", ""))
 
 
 def _render_check(report: Any) -> None:
@@ -141,20 +163,34 @@ def render_summary(info: dict[str, Any]) -> None:
     )
     out.print(f"episode length  {_fmt_stats(info['episode_length'], 1)}")
     out.print(f"episode return  {_fmt_stats(info['episode_return'])}")
+    for label, key in (("episode lengths", "episode_length"), ("episode returns", "episode_return")):
+        if info.get("histograms", {}).get(key, {}).get("counts"):
+            _render_histogram(label, info["histograms"][key])
     table = Table(title="TED fields (per step)", title_justify="left")
-    for col in ("key", "shape", "dtype", "stored as", "disk"):
-        table.add_column(col)
+    for col in ("key", "shape", "dtype", "storage", "disk"):
+        table.add_column(col, justify="right" if col == "disk" else "left")
     for key, spec in info["fields"].items():
         stored = info["stored"].get(key)
         if stored:
-            where = "once + final per episode" if stored["storage"] == "flat" else "per step"
+            where = "flat: once + 1 per episode" if stored["storage"] == "flat" else "per step"
             disk = _output.human_bytes(stored["bytes"])
+            ratio = stored.get("compression_ratio")
+            if info["backend"] == "zarr" and ratio:
+                disk += f" ({ratio:.1f}x)"
         elif key.startswith("next/") and info["stored"].get(key[5:], {}).get("storage") == "flat":
-            where, disk = f"from {key[5:]} (t+1)", "-"
+            where, disk = _output.escape(f"= {key[5:]}[t+1]"), "-"
         else:
             where, disk = "derived", "-"
-        table.add_row(key, str(tuple(spec["shape"])), spec["dtype"], where, disk)
+        table.add_row(_output.escape(key), str(tuple(spec["shape"])), spec["dtype"], where, disk)
     out.print(table)
+    with_stats = {k: v["stats"] for k, v in info["stored"].items() if v.get("stats")}
+    if with_stats:
+        stats_table = Table(title="statistics (all elements)", title_justify="left")
+        for col in ("key", "min", "max", "mean", "std", "nan", "inf"):
+            stats_table.add_column(col, justify="left" if col == "key" else "right")
+        for key, stats in with_stats.items():
+            stats_table.add_row(_output.escape(key), *_stat_cells(stats))
+        out.print(stats_table)
     src = info["source"]
     out.print(
         f"source  {_output.escape(str(src.get('format', '?')))}: "
@@ -174,6 +210,29 @@ def render_summary(info: dict[str, Any]) -> None:
     for parent in info.get("lineage", []):
         _render_lineage(parent)
     out.print(f"written by {info['created_by']} at {info['created_at']}")
+
+
+def _stat_cells(stats: dict[str, Any]) -> list[str]:
+    """min, max, mean, std, NaN and inf cells of one stored key."""
+    if "true" in stats:
+        return ["", "", f"{stats['true'] / max(stats['count'], 1):.3g} true", "", "", ""]
+    cells = [f"{stats[k]:.4g}" if stats.get(k) is not None else "-" for k in ("min", "max", "mean", "std")]
+    nan, inf = stats.get("nan", 0), stats.get("posinf", 0) + stats.get("neginf", 0)
+    return [*cells, f"[red]{nan}[/]" if nan else "0", f"[red]{inf}[/]" if inf else "0"]
+
+
+def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30, lines: int = 10) -> None:
+    """A horizontal bar chart of a histogram, at most ``lines`` bins (neighbours merged)."""
+    out = _output.console
+    counts, edges = list(hist["counts"]), list(hist["edges"])
+    merge = max(1, -(-len(counts) // lines))
+    counts = [sum(counts[i : i + merge]) for i in range(0, len(counts), merge)]
+    edges = edges[::merge] if (len(edges) - 1) % merge == 0 else [*edges[::merge], edges[-1]]
+    top = max(counts) or 1
+    out.print(f"[bold]{label}[/]")
+    for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
+        bar = "█" * round(width * count / top)
+        out.print(f"  {lo:>10.4g} .. {hi:<10.4g} {bar} {count}")
 
 
 def _render_lineage(parent: dict[str, Any]) -> None:

@@ -60,6 +60,16 @@ def download(
     workers: Annotated[
         int | None, typer.Option("--workers", min=1, help="Reader worker threads or processes.")
     ] = None,
+    episodes: Annotated[
+        str | None,
+        typer.Option("--episodes", help="Convert only the source's episodes A:B (B empty: to the end)."),
+    ] = None,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="Comma-separated keys to keep besides action, reward and the done flags."
+        ),
+    ] = None,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
@@ -68,7 +78,11 @@ def download(
     from rlds_cli.cli._download_progress import download_progress
     from rlds_cli.download import download as run_download
 
-    options = {"max_episode_steps": max_episode_steps, "workers": workers}
+    options: dict[str, object] = {"max_episode_steps": max_episode_steps, "workers": workers}
+    if episodes is not None:
+        options["episodes"] = episodes
+    if keys is not None:
+        options["keys"] = [k.strip() for k in keys.split(",") if k.strip()]
     if allow_pickle:
         options["allow_pickle"] = True
     with download_progress(enabled=not (quiet or json)) as (on_download, on_convert):

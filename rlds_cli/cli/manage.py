@@ -79,6 +79,12 @@ def du(root: RootOption = None, json: JsonOption = False) -> None:
 @handle_errors
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be removed.")] = False,
+    jobs: Annotated[
+        bool, typer.Option("--jobs", help="Also remove interrupted preprocess jobs (no --resume after).")
+    ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Also remove downloaded files no cached dataset was converted from.")
+    ] = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
@@ -87,7 +93,7 @@ def gc(
     from rlds_cli.cache.manage import collect_garbage
     from rlds_cli.cache.root import CacheRoot
 
-    removed = collect_garbage(CacheRoot(root), dry_run=dry_run)
+    removed = collect_garbage(CacheRoot(root), dry_run=dry_run, jobs=jobs, raw=raw)
     if json:
         _output.print_json({"dry_run": dry_run, "removed": [str(p) for p in removed]})
         return

@@ -13,14 +13,10 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.errors import RldsError
+from rlds_cli.errors import ExportError
 
 #: Steps per chunk when streaming a dataset out.
 CHUNK_STEPS = 1 << 16
-
-
-class ExportError(RldsError, ValueError):
-    """An export cannot be written (target exists, unsupported data)."""
 
 
 def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tuple[int, TedBatch]]:

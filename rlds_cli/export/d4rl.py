@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.export._common import CHUNK_STEPS, ExportError, atomic_target, flat_keys, step_keys
+from rlds_cli.errors import ExportError
+from rlds_cli.export._common import CHUNK_STEPS, atomic_target, flat_keys, step_keys
 
 
 def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.export._common import ExportError, atomic_target, iter_chunks
+from rlds_cli.errors import ExportError
+from rlds_cli.export._common import atomic_target, iter_chunks
 
 _TD_TYPE = "<class 'tensordict._td.TensorDict'>"
 _TORCH_DTYPES = {

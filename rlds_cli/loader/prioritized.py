@@ -67,8 +67,7 @@ class PrioritizedSampler:
         return self._tree.leaves
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        idx = self._tree.sample(self._rng, n)
-        mass = self._tree.leaves[idx]
+        idx, mass = self._tree.sample_with_priority(self._rng, n)
         weight = (mass / self._tree.min) ** (-self.beta)
         return idx, weight.astype(np.float32)
 

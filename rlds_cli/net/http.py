@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ from rlds_cli import settings
 from rlds_cli.errors import DownloadFailedError, HTTPStatusError, InsufficientDiskSpaceError, RldsError
 from rlds_cli.net.progress import DownloadProgress, ignore
 from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
+
+logger = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 #: Head room kept free on the disk besides the file itself.
@@ -95,7 +98,9 @@ def download_url(
                     f"GET {url} failed {failures} times in a row; last error: {exc}"
                 ) from None
             progress("retry", name, failures)
-            config.sleep(backoff_delay(failures, config.base_delay, exc.retry_after))
+            delay = backoff_delay(failures, config.base_delay, exc.retry_after)
+            logger.warning("GET %s: %s; retry %d/%d in %.1f s", url, exc, failures, config.retries, delay)
+            config.sleep(delay)
             continue
         if size is not None:
             return size
@@ -169,6 +174,7 @@ def _get(
         _check_disk(part.parent, (total or expected_size or 0) - have)
         progress("start", name, total or expected_size or 0)
         if have:
+            logger.info("resuming %s at byte %d", url, have)
             progress("resume", name, have)
         with open(part, "r+b" if have else "wb") as fh:
             fh.seek(have)

@@ -1,0 +1,208 @@
+"""Views: derived datasets that select a contiguous range of a parent's episodes and share its
+arrays (nothing is copied).
+
+A view's directory holds only ``manifest.json`` (``layout: "view"``, the parent's name, manifest
+digest and the episode range) and its own ``episodes.npy``. Because the range is contiguous,
+every stored column of the view is one slice of the parent's column, so the flat layout holds
+unchanged and every reader (the loader included) works on a view as on any dataset. A view
+refuses to open once its parent was replaced (the digest differs), and ``rlds rm`` refuses to
+remove a parent while views of it exist.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlds_cli._version import __version__
+from rlds_cli.cache.builder import EPISODE_DTYPE, EPISODES_FILE
+from rlds_cli.cache.manifest import Manifest, write_manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import DatasetExistsError, InvalidSelectionError, LockTimeoutError
+
+VIEW_LAYOUT = "view"
+
+
+class SlicedColumn:
+    """Rows ``[start, stop)`` of a column, indexed like a numpy array along the first axis."""
+
+    def __init__(self, column: Any, start: int, stop: int) -> None:
+        self._column = column
+        self._start = start
+        self.shape = (stop - start, *tuple(column.shape[1:]))
+        self.dtype = np.dtype(column.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.shape[0])
+            return self._column[self._start + start : self._start + stop : step]
+        if isinstance(index, int | np.integer):
+            if not -self.shape[0] <= index < self.shape[0]:
+                raise IndexError(f"row {index} out of range for {self.shape[0]} rows")
+            return self._column[self._start + int(index) % self.shape[0]]
+        idx = np.asarray(index, dtype=np.int64)
+        return self._column[np.where(idx < 0, idx + self.shape[0], idx) + self._start]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = np.asarray(self._column[self._start : self._start + self.shape[0]])
+        return data.astype(dtype) if dtype is not None else data
+
+
+def parse_episode_range(spec: str, num_episodes: int) -> tuple[int, int]:
+    """``"A:B"`` (either side may be empty or negative, as a Python slice) -> ``(a, b)``."""
+    try:
+        parts = [int(p) if p.strip() else None for p in spec.split(":")]
+        if len(parts) != 2:
+            raise ValueError
+    except ValueError:
+        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B") from None
+    start, stop, _ = slice(*parts).indices(num_episodes)
+    if stop <= start:
+        raise InvalidSelectionError(f"episode range {spec!r} selects no episode of {num_episodes}")
+    return start, stop
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """Where a view's rows lie in its parent."""
+
+    parent: str
+    parent_digest: str
+    first_episode: int
+    stop_episode: int
+    step_offset: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> ViewSpec:
+        s = manifest.source
+        return cls(
+            s["parent"],
+            s["parent_digest"],
+            int(s["episodes"][0]),
+            int(s["episodes"][1]),
+            int(s["step_offset"]),
+        )
+
+    def rows(self, storage: str, num_steps: int) -> tuple[int, int]:
+        """The parent rows of a column with this storage kind."""
+        start = self.step_offset + (self.first_episode if storage == "flat" else 0)
+        count = num_steps + (self.stop_episode - self.first_episode if storage == "flat" else 0)
+        return start, start + count
+
+
+def create_view(
+    parent: str,
+    name: str,
+    episodes: tuple[int, int],
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+    lock_timeout: float = 60.0,
+) -> Manifest:
+    """Publish a view of ``parent`` holding episodes ``[a, b)`` under ``name``.
+
+    Raises:
+        InvalidSelectionError: The range is empty or outside the parent.
+        DatasetExistsError: ``name`` exists and ``replace`` is false.
+    """
+    from filelock import Timeout
+
+    from rlds_cli.cache.dataset import open_dataset
+
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    source = open_dataset(parent, cache)
+    if source.manifest.layout == VIEW_LAYOUT:
+        # a view of a view points straight at the stored arrays
+        inner = ViewSpec.from_manifest(source.manifest)
+        base = inner.first_episode
+        return create_view(
+            inner.parent,
+            name,
+            (base + episodes[0], base + episodes[1]),
+            root=cache,
+            replace=replace,
+            lock_timeout=lock_timeout,
+        )
+    a, b = episodes
+    if not 0 <= a < b <= source.num_episodes:
+        raise InvalidSelectionError(
+            f"episodes {a}:{b} are outside dataset {parent!r} with {source.num_episodes} episodes"
+        )
+    index = np.zeros(b - a, EPISODE_DTYPE)
+    parent_index = source.episodes[a:b]
+    offset = int(parent_index["start"][0])
+    for field in EPISODE_DTYPE.names or ():
+        index[field] = parent_index[field]
+    index["start"] -= offset
+    num_steps = int(index["length"].sum())
+    manifest = Manifest(
+        name=name,
+        backend=source.manifest.backend,
+        num_steps=num_steps,
+        num_episodes=b - a,
+        fields=dict(source.manifest.fields),
+        source={
+            "format": "view",
+            "parent": parent,
+            "parent_digest": source.manifest.digest(),
+            "episodes": [a, b],
+            "step_offset": offset,
+        },
+        lineage=[
+            {
+                "name": parent,
+                "digest": source.manifest.digest(),
+                "op": "view",
+                "episodes": [a, b],
+                "rlds_version": __version__,
+            }
+        ],
+        layout=VIEW_LAYOUT,
+    )
+    try:
+        with cache.lock(name, timeout=lock_timeout):
+            if cache.exists(name) and not replace:
+                raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}")
+            build = cache.new_build_dir(name)
+            np.save(build / EPISODES_FILE, index, allow_pickle=False)
+            write_manifest(build, manifest, fsync=False)
+            cache.publish(build, name, replace=replace, fsync=False)
+    except Timeout:
+        raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
+    return manifest
+
+
+def split_dataset(
+    parent: str,
+    val_fraction: float,
+    *,
+    train_name: str | None = None,
+    val_name: str | None = None,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+) -> tuple[Manifest, Manifest]:
+    """Split by episode into two views: the first episodes for training, the last
+    ``val_fraction`` of them (at least one) for validation.
+
+    Returns:
+        The manifests of the train and validation views.
+    """
+    from rlds_cli.cache.dataset import open_dataset
+
+    if not 0.0 < val_fraction < 1.0:
+        raise InvalidSelectionError(f"--val must be between 0 and 1, got {val_fraction}")
+    total = open_dataset(parent, root).num_episodes
+    n_val = max(1, round(total * val_fraction))
+    if n_val >= total:
+        raise InvalidSelectionError(f"dataset {parent!r} has {total} episode(s): too few to split")
+    train = create_view(
+        parent, train_name or f"{parent}-train", (0, total - n_val), root=root, replace=replace
+    )
+    val = create_view(parent, val_name or f"{parent}-val", (total - n_val, total), root=root, replace=replace)
+    return train, val

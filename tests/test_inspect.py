@@ -1,0 +1,128 @@
+"""``rlds inspect``: per-key statistics, NaN/inf counts, histograms, compression, --plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from rlds_cli.convert import convert
+from rlds_cli.summary import describe, histogram, key_statistics
+from tests.d4rl_fixtures import write_d4rl
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=200))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=200))
+
+
+def _file_with_nans(path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    n = 400
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    obs[5, 1] = np.nan
+    obs[9, 0] = np.inf
+    obs[11, 2] = -np.inf
+    timeouts = np.zeros(n, bool)
+    timeouts[99::100] = True
+    return write_d4rl(
+        path,
+        observations=obs,
+        actions=rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        rewards=rng.normal(size=n).astype(np.float32),
+        terminals=np.zeros(n, bool),
+        timeouts=timeouts,
+        next_observations=np.concatenate([obs[1:], obs[:1]]),
+    )
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_key_statistics_match_numpy(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlds_cli.summary as summary
+
+    monkeypatch.setattr(summary, "SCAN_BYTES", 100)  # many chunks: the merge must be exact
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f", backend=backend)
+    ds = open_dataset("f")
+    raw = np.asarray(ds.column("observation"), np.float64)
+    finite = raw[np.isfinite(raw)]
+    stats = key_statistics(ds, "observation")
+    assert stats["count"] == raw.size
+    assert (stats["nan"], stats["posinf"], stats["neginf"]) == (1, 1, 1)
+    assert stats["min"] == finite.min() and stats["max"] == finite.max()
+    assert stats["mean"] == pytest.approx(finite.mean(), rel=1e-12)
+    assert stats["std"] == pytest.approx(finite.std(), rel=1e-12)
+    flags = key_statistics(ds, "next/truncated")
+    assert flags == {"count": 400, "true": 4}
+
+
+def test_histogram() -> None:
+    assert histogram(np.array([1.0, 1.0, 2.0, 4.0]), bins=3) == {
+        "counts": [2, 1, 1],
+        "edges": [1.0, 2.0, 3.0, 4.0],
+    }
+    assert histogram(np.array([])) == {"counts": [], "edges": []}
+
+
+def test_describe_histograms_and_compression(tmp_path: Path) -> None:
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f", backend="zarr")
+    info = describe(open_dataset("f"))
+    lengths = info["histograms"]["episode_length"]
+    assert max(lengths["counts"]) == 4  # four 100-step episodes, all in one bin
+    assert lengths["edges"][0] < 100 < lengths["edges"][-1]
+    assert sum(info["histograms"]["episode_return"]["counts"]) == 4
+    obs = info["stored"]["observation"]
+    assert obs["logical_bytes"] == (400 + 4) * 3 * 4
+    assert obs["compression_ratio"] == pytest.approx(obs["logical_bytes"] / obs["bytes"])
+    assert "stats" not in describe(open_dataset("f"), statistics=False)["stored"]["observation"]
+
+
+def test_cli_inspect_shows_stats_and_histograms(tmp_path: Path) -> None:
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
+    result = runner.invoke(app, ["inspect", "f"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "episode lengths" in out and "episode returns" in out
+    assert "statistics (all elements)" in out
+    assert "= observation[t+1]" in out
+    data = json.loads(runner.invoke(app, ["inspect", "f", "--json"]).stdout)
+    assert data["stored"]["observation"]["stats"]["nan"] == 1
+    quick = json.loads(runner.invoke(app, ["inspect", "f", "--json", "--no-stats"]).stdout)
+    assert "stats" not in quick["stored"]["observation"]
+
+
+def test_cli_inspect_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
+    png = tmp_path / "fig" / "f.png"
+    result = runner.invoke(app, ["inspect", "f", "--plot", str(png), "--json", "--no-stats"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plot"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_inspect_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    result = runner.invoke(app, ["inspect", "f", "--plot", str(tmp_path / "x.png")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: --plot needs matplotlib, which is not installed"
+    assert "rlds-cli[plot]" in result.stderr
