@@ -195,3 +195,14 @@ def test_gc_raw_removes_only_orphaned_download_folders(two_datasets: CacheRoot) 
         assert collect_garbage(two_datasets) == []
         assert collect_garbage(two_datasets, raw=True) == [orphan]
     assert used.exists() and busy.exists() and not orphan.exists()
+
+
+def test_registry_aliases_name_their_cached_dataset() -> None:
+    from rlds_cli.download import download
+
+    download("demo")
+    path = runner.invoke(app, ["path", "demo"])
+    assert path.exit_code == 0
+    assert path.stdout == f"{CacheRoot().dataset_dir('pointmass-demo-v0')}\n"
+    info = runner.invoke(app, ["inspect", "demo", "--json", "--no-stats"])
+    assert json.loads(info.stdout)["name"] == "pointmass-demo-v0"

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, RootOption
+from rlds_cli.cli.options import JsonOption, RootOption, cached_name
 
 
 @handle_errors
@@ -99,7 +99,7 @@ def inspect(
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.summary import describe
 
-    dataset = open_dataset(name, root)
+    dataset = open_dataset(cached_name(name, root), root)
     info = describe(dataset, statistics=stats)
     if plot is not None:
         from rlds_cli.plot import plot_dataset

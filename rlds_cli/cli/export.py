@@ -9,7 +9,7 @@ import typer
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, cached_name
 
 
 @handle_errors
@@ -28,7 +28,7 @@ def export(
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.export import export_dataset
 
-    dataset = open_dataset(name, root)
+    dataset = open_dataset(cached_name(name, root), root)
     path = export_dataset(dataset, out, to, overwrite=force)
     if json:
         _output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, cached_name
 
 
 def _can_ask() -> bool:
@@ -112,4 +112,4 @@ def path(name: NameArgument, root: RootOption = None) -> None:
     from rlds_cli.cache.manage import dataset_path
     from rlds_cli.cache.root import CacheRoot
 
-    sys.stdout.write(f"{dataset_path(CacheRoot(root), name)}\n")
+    sys.stdout.write(f"{dataset_path(CacheRoot(root), cached_name(name, root))}\n")

@@ -18,3 +18,20 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing 
 BackendOption = Annotated[
     str, typer.Option("--backend", "-b", help="Storage backend of the cache: memmap or zarr.")
 ]
+
+
+def cached_name(name: str, root: Path | None) -> str:
+    """The cache name ``name`` refers to: itself when cached, else, for a registry id or alias
+    (``rlds inspect demo``), the name ``rlds download`` gives that entry."""
+    from rlds_cli import registry
+    from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.errors import RldsError
+
+    cache = CacheRoot(root)
+    try:
+        if cache.exists(name):
+            return name
+        alias = registry.resolve(name).cache_name
+    except RldsError:
+        return name
+    return alias if cache.exists(alias) else name

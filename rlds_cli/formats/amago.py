@@ -31,7 +31,7 @@ import numpy as np
 from rlds_cli.errors import SourceError, SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
 
@@ -157,7 +157,7 @@ def read_trajectory(arg: tuple[str, int, bool]) -> Episode:
     return _episode_from_arrays(arrays, str(path), index)
 
 
-class AmagoReader:
+class AmagoReader(ReaderBase):
     """Streams an AMAGO trajectory folder as :class:`StepBlock` s.
 
     Args:
@@ -196,15 +196,6 @@ class AmagoReader:
         self.report = ConversionReport(rules="amago-v1")
         self.report.expected = {"num_episodes": len(self.files)}
         self.report.notes.append("'rl2s' is not stored: it repeats each step's previous reward and action")
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> AmagoReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def total_rows(self) -> int:
         return len(self.files)

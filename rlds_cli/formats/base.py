@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -81,6 +81,19 @@ class ConversionReport:
         """What ``rlds inspect --check`` compares against (stored as the manifest's
         ``source.checks``): the source's declared counts and the NaN count per key."""
         return {"expected": dict(self.expected), "nan_counts": dict(self.nan_counts)}
+
+
+class ReaderBase:
+    """What every reader shares: use as a context manager; ``close`` releases its files."""
+
+    def close(self) -> None:
+        """Release open files (nothing to do for readers that open files per block)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class SourceReader(Protocol):

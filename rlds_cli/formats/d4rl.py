@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -46,7 +46,7 @@ _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
 BLOCK_BYTES = 8 * 1024 * 1024
 
 
-class D4RLReader:
+class D4RLReader(ReaderBase):
     """Streams a D4RL-format HDF5 file as :class:`StepBlock` s.
 
     Args:
@@ -73,12 +73,6 @@ class D4RLReader:
 
     def close(self) -> None:
         self._file.close()
-
-    def __enter__(self) -> D4RLReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ schema
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import open_hdf5, read_error, to_jsonable
 
@@ -85,7 +85,7 @@ def _flat(value: Any) -> list[Any]:
     return [value]
 
 
-class MinariReader:
+class MinariReader(ReaderBase):
     """Streams a Minari HDF5 dataset as :class:`StepBlock` s.
 
     Args:
@@ -120,12 +120,6 @@ class MinariReader:
 
     def close(self) -> None:
         self._file.close()
-
-    def __enter__(self) -> MinariReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ metadata and schema
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
 
@@ -87,7 +87,7 @@ class _File:
         self.zf.close()
 
 
-class OGBenchReader:
+class OGBenchReader(ReaderBase):
     """Streams OGBench ``.npz`` files as :class:`StepBlock` s.
 
     Args:
@@ -132,15 +132,6 @@ class OGBenchReader:
             raise SourceFormatError(
                 f"{f.path}: arrays {diff} differ in presence, shape or dtype from {self._first} (mixed files)"
             )
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> OGBenchReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def total_rows(self) -> int:
         return self._total

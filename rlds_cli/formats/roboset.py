@@ -33,7 +33,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import open_hdf5, read_error
 
@@ -150,7 +150,7 @@ def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int]:
     return episodes, rows, non_nan_last
 
 
-class RobosetReader:
+class RobosetReader(ReaderBase):
     """Streams a set of Roboset (RoboHive schema) ``.h5`` files as :class:`StepBlock` s.
 
     Args:
@@ -178,15 +178,6 @@ class RobosetReader:
         self.report.source_rows = self._total
         self.report.expected = {"num_episodes": self._trials}
         self._episode_file: list[int] = []
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> RobosetReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def total_rows(self) -> int:
         return self._total

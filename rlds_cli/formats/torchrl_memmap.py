@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 
 _FLAGS = ("done", "terminated", "truncated")
 _SKIP_ROOT = {*_FLAGS, "episode", "index", "_weight"}
@@ -48,7 +48,7 @@ def is_tensordict_memmap(path: Path) -> bool:
         return False
 
 
-class TorchRLMemmapReader:
+class TorchRLMemmapReader(ReaderBase):
     """Streams a tensordict memmap directory in TED layout as :class:`StepBlock` s."""
 
     format_name = "torchrl"
@@ -104,12 +104,6 @@ class TorchRLMemmapReader:
 
     def close(self) -> None:
         self.tensors.clear()
-
-    def __enter__(self) -> TorchRLMemmapReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def total_rows(self) -> int:
         return self.n
