@@ -203,3 +203,11 @@ def test_minari_export_needs_a_minari_id(golden: Dataset, tmp_path: Path) -> Non
     pytest.importorskip("minari")
     with pytest.raises(ExportError, match="is not a Minari dataset id"):
         export_dataset(golden, tmp_path / "no_version", "minari")
+
+
+def test_npz_round_trip(golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The D4RL layout in an .npz is detected and read back by the D4RL reader, in small blocks."""
+    out = export_dataset(golden, tmp_path / "out.npz", "npz")
+    convert(out, "back", options={"block_rows": 2})
+    _same(golden, open_dataset("back"))
+    assert open_dataset("back").manifest.source["format"] == "d4rl"

@@ -112,6 +112,11 @@ def _detect_npz(path: Path) -> str:
         raise SourceFormatError(f"{path}: not a readable .npz (zip) file (truncated or corrupt?)")
     if any(k.startswith("_OBS_KEY_") for k in keys) or {"rews", "dones"} <= set(keys):
         return "amago"
+    # the D4RL layout in an .npz ('rlds export --to npz'): OGBench files have no rewards/timeouts
+    if {"observations", "actions", "rewards", "terminals"} <= set(keys) and (
+        "timeouts" in keys or "next_observations" in keys
+    ):
+        return "d4rl"
     if "observations" in keys and "terminals" in keys:
         return "ogbench"
     raise _unknown(path, f"an .npz with none of the known layouts (keys: {sorted(keys)[:8]})")

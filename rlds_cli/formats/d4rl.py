@@ -37,6 +37,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error
+from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
@@ -64,7 +65,8 @@ class D4RLReader(ReaderBase):
         self.path = Path(path)
         self.max_episode_steps = max_episode_steps
         self.report = ConversionReport(rules="d4rl-v1")
-        self._file = open_hdf5(self.path)
+        # the same layout in an .npz (what 'rlds export --to npz' writes) reads through a facade
+        self._file = NpzAsH5(self.path) if self.path.suffix.lower() == ".npz" else open_hdf5(self.path)
         try:
             self._inspect(block_rows)
         except BaseException:
@@ -77,10 +79,9 @@ class D4RLReader(ReaderBase):
     # ------------------------------------------------------------------ schema
 
     def _inspect(self, block_rows: int | None) -> None:
-        import h5py
 
         f = self._file
-        missing = [k for k in REQUIRED_KEYS if not isinstance(f.get(k), h5py.Dataset)]
+        missing = [k for k in REQUIRED_KEYS if not _is_array(f.get(k))]
         if missing:
             raise SourceFormatError(
                 f"{self.path} has no {missing[0]!r} dataset; a D4RL file needs "
@@ -90,19 +91,15 @@ class D4RLReader(ReaderBase):
         self.n = int(f["observations"].shape[0])
         if self.n == 0:
             raise SourceFormatError(f"{self.path}: 'observations' is empty")
-        self.has_next = isinstance(f.get("next_observations"), h5py.Dataset)
-        self.has_timeouts = isinstance(f.get("timeouts"), h5py.Dataset)
+        self.has_next = _is_array(f.get("next_observations"))
+        self.has_timeouts = _is_array(f.get("timeouts"))
         self.info_keys: dict[str, str] = {}  # TED key -> HDF5 path
         self.extra_keys: list[str] = []
         arrays_meta: dict[str, np.ndarray] = {}
         self._meta: dict[str, Any] = {}
 
         def visit(name: str, obj: Any) -> None:
-            if (
-                not isinstance(obj, h5py.Dataset)
-                or name in _KNOWN
-                or name.startswith(("metadata/", "virtual/"))
-            ):
+            if not _is_array(obj) or name in _KNOWN or name.startswith(("metadata/", "virtual/")):
                 return
             if obj.shape[:1] == (self.n,):
                 self.info_keys[_ted_info_key(name)] = name
@@ -153,7 +150,7 @@ class D4RLReader(ReaderBase):
                 )
         if "virtual" in f:
             self.report.notes.append("the 'virtual/' chunk group is ignored (it repeats the main arrays)")
-        if "metadata" in f:
+        if "metadata" in f and not isinstance(f, NpzAsH5):
             collect_metadata(f["metadata"], "metadata", self._meta, arrays_meta)
         collect_metadata_root_attrs(f, self._meta)
         self._arrays = arrays_meta
@@ -328,6 +325,13 @@ def _time_limit_ends(term: np.ndarray, steps_before: int, limit: int) -> np.ndar
     t = np.arange(n) - first_row[segment]
     t[segment == 0] += steps_before
     return (t % limit == limit - 1) & ~term
+
+
+def _is_array(obj: Any) -> bool:
+    """An HDF5 dataset, or an array member of an ``.npz``."""
+    import h5py
+
+    return isinstance(obj, h5py.Dataset | NpzColumn)
 
 
 def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
