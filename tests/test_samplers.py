@@ -316,3 +316,50 @@ def test_bad_batch_sizes() -> None:
             make_sampler("uniform", Episodes([10]), bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="positive lengths"):
         Episodes([3, 0])
+
+
+@pytest.mark.parametrize(("size", "fanout"), [(200_000, 32), (10_000, 2), (70_001, 8)])
+def test_sum_tree_with_levels_below_the_root(size: int, fanout: int) -> None:
+    """Sizes past ROOT_MAX rows: the descent goes through intermediate levels."""
+    from rlds_cli.loader.sumtree import ROOT_MAX
+
+    assert -(-size // fanout) > ROOT_MAX
+    rng = np.random.default_rng(size)
+    tree = SumTree(size, fanout)
+    p = rng.random(size) * (rng.random(size) > 0.2)
+    tree.set_all(p)
+    for _ in range(3):
+        cumulative = np.cumsum(p)
+        u = rng.random(2000) * cumulative[-1] * (1 - 1e-9)
+        u[:2] = [0.0, cumulative[-1] * (1 - 1e-15)]  # the edges: first and last leaf with mass
+        leaf, priority = tree.draw(u)
+        np.testing.assert_array_equal(leaf, np.searchsorted(cumulative, u, side="right"))
+        # exactly on a boundary the tree's sums (another order than cumsum's) may round either
+        # way: either neighbour is right, as long as it has mass
+        k = size // 2
+        (at,), _ = tree.draw(np.array([cumulative[k]]))
+        assert at in (k, *np.flatnonzero(p[k + 1 :] > 0)[:1] + k + 1) and p[at] > 0
+        np.testing.assert_array_equal(priority, p[leaf])
+        assert (priority > 0).all()
+        # updates with duplicates, including zeroing the smallest positive priority
+        idx = np.concatenate([rng.integers(0, size, 300), [int(np.argmin(np.where(p > 0, p, np.inf)))]])
+        val = np.concatenate([rng.random(300) * (rng.random(300) > 0.3), [0.0]])
+        tree.set(idx, val)
+        p[idx] = val
+        assert tree.total == pytest.approx(p.sum(), rel=1e-12)
+        assert tree.min == p[p > 0].min()
+        np.testing.assert_array_equal(tree.leaves, p)
+
+
+def test_sum_tree_draw_of_nothing_and_sampling_with_priorities() -> None:
+    tree = SumTree(100, 4)
+    p = np.linspace(0, 1, 100)
+    tree.set_all(p)
+    leaf, priority = tree.draw(np.zeros(0))
+    assert leaf.shape == priority.shape == (0,)
+    leaves, priorities = tree.sample_with_priority(np.random.default_rng(0), 5000)
+    np.testing.assert_array_equal(priorities, p[leaves])
+    assert 0 not in leaves  # priority 0 is never drawn
+    tree.set_all(np.zeros(100))
+    with pytest.raises(ValueError, match="every priority is 0"):
+        tree.sample(np.random.default_rng(0), 1)

@@ -28,11 +28,19 @@ def to_torch(
 
     Tensors already on ``device`` pass through.
     """
-    out = TedBatch()
     if device is None and not pin_memory:  # the common CPU case: zero-copy views, nothing else
-        for key, value in batch.items():
-            out[key] = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
-        return out
+        # one comprehension (no per-key __setitem__ or asarray on arrays): ~1 us a batch less
+        return TedBatch(
+            {
+                key: torch.from_numpy(value)
+                if type(value) is np.ndarray
+                else value
+                if isinstance(value, torch.Tensor)
+                else torch.from_numpy(np.asarray(value))
+                for key, value in batch.items()
+            }
+        )
+    out = TedBatch()
     target = torch.device(device) if device is not None else None
     for key, value in batch.items():
         tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))

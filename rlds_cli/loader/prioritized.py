@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlds_cli.loader.samplers import Draw, SliceSampler, _rng_state, positive_int
 from rlds_cli.loader.sumtree import SumTree
@@ -67,8 +68,9 @@ class PrioritizedSampler:
         return self._tree.leaves
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        idx, mass = self._tree.sample_with_priority(self._rng, n)
-        weight = (mass / self._tree.min) ** (-self.beta)
+        idx, weight = self._tree.sample_with_priority(self._rng, n)  # a new array: in place is safe
+        weight /= self._tree.min
+        weight **= -self.beta  # (p_i / min p)^-beta, as `**` computes it
         return idx, weight.astype(np.float32)
 
     def sample(self, n: int | None = None) -> Draw:
@@ -80,11 +82,14 @@ class PrioritizedSampler:
         """Set the priority of ``indices`` (any shape, e.g. a batch's ``index``) to ``priority``
         (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted."""
         idx = _as_numpy(indices).astype(np.int64, copy=False)
-        pri = np.abs(_as_numpy(priority).astype(np.float64, copy=False))
-        pri = np.broadcast_to(pri, idx.shape) if pri.shape != idx.shape else pri
-        self._tree.set(idx, (pri + self.eps) ** self.alpha)  # checks: finite, >= 0, in range
-        if pri.size:
-            self.max_priority = max(self.max_priority, float(pri.max()))
+        pri = np.abs(_as_numpy(priority), dtype=np.float64)  # a new array: the in-place ops are safe
+        if pri.shape != idx.shape:
+            pri = np.array(np.broadcast_to(pri, idx.shape))
+        top = float(pri.max()) if pri.size else 0.0
+        pri += self.eps
+        pri **= self.alpha  # as `**` (numpy's fast paths for 0, 0.5, 1, 2 included), in place
+        self._tree.set(idx, pri)  # checks: finite, >= 0, in range
+        self.max_priority = max(self.max_priority, top)
 
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state (cheap): what a prefetching loader records per batch."""
@@ -189,6 +194,12 @@ class PrioritizedSliceSampler(PrioritizedSampler):
 
 def _as_numpy(value: Any) -> np.ndarray:
     """A numpy view of an array-like or a (CPU or device) torch tensor."""
-    if hasattr(value, "detach"):
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and not value.requires_grad:
+            return value.numpy()  # a view: .detach().cpu() would make two more tensor objects
+        return value.detach().cpu().numpy()
+    if hasattr(value, "detach"):  # another tensor type
         value = value.detach().cpu().numpy()
     return np.asarray(value)

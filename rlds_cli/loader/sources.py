@@ -10,8 +10,10 @@ row-major float32 array aligned with the flat rows: row ``t + e(t)`` holds step 
 observation *and* its action and reward, and the row after holds its next observation. A batch is
 then one ``take`` of rows ``r`` and ``r + 1`` (root values from the first half, ``next/`` ones from
 the second) instead of one gather per key, which is what dominates a naive loader. Bool step
-columns (the done flags, plus ``next/done`` precomputed) are packed side by side in one bool array
-read with one more ``take``; every key of the batch is a view of those two blocks.
+columns (the done flags, plus ``next/done`` precomputed) are packed side by side in one bool array,
+whose bytes are also copied into trailing float32 columns of the packed rows (never read as floats)
+so that the same ``take`` brings them; every key of the batch is a view of that one block. (Without
+float32 keys, the bool array is read with its own ``take``.)
 """
 
 from __future__ import annotations
@@ -87,13 +89,14 @@ class HostSource:
         self._flag_plan: list[tuple[str, int, int, tuple[int, ...]]] = []
         self._episode_of_step: np.ndarray | None = None
         packable = {k for k in stored if np.dtype(fields[k].dtype) in _PACKABLE}
-        if self.in_memory and pack and packable:
-            self._pack(sorted(packable))
-            stored -= packable
         flags = {k for k in stored if fields[k].dtype == "bool" and fields[k].storage == "step"}
+        self._flag_bytes = -1  # byte offset of the flags inside a packed row, when they are there
         if self.in_memory and pack and flags:
             self._pack_flags(sorted(flags))
             stored -= flags
+        if self.in_memory and pack and packable:
+            self._pack(sorted(packable))  # with the flags' bytes at the end of each row
+            stored -= packable
         self._columns = {k: self._open(k) for k in sorted(stored)}
         flat_needed = any(fields[k].storage == "flat" for k in stored) or bool(self._layout)
         small = dataset.num_steps <= EPISODE_TABLE_MAX_STEPS
@@ -102,6 +105,15 @@ class HostSource:
         self._need_episode = flat_needed or "episode" in self.keys
         self._packed_plan = self._plan_packed()
         self._wants_window = any(start >= self._width for _, start, _, _, _ in self._packed_plan)
+        self._packed_views = self._plan_views()
+        # (name, first byte, end byte, shape or None) of each flag inside a packed row
+        self._flag_views = [
+            (name, self._flag_bytes + start, self._flag_bytes + start + w, shape if len(shape) > 1 else None)
+            for name, start, w, shape in self._flag_plan
+        ]
+        # every key comes from the packed blocks (or is the episode): gather skips _read
+        from_blocks = {p[0] for p in self._packed_plan} | {p[0] for p in self._flag_plan} | {"episode"}
+        self._blocks_only = bool(self._packed_plan or self._flag_plan) and set(self._order) <= from_blocks
 
     # ------------------------------------------------------------------ set-up
 
@@ -142,7 +154,11 @@ class HostSource:
         n, e = ds.num_steps, ds.num_episodes
         widths = {k: int(np.prod(fields[k].shape, dtype=np.int64)) for k in keys}
         width = sum(widths.values())
-        packed = np.zeros((n + e, width), np.float32)
+        # the packed flags ride along as raw bytes in trailing float32 columns (never read as
+        # floats): a batch's flags then come with the gather of its rows, not from a second
+        # random gather that misses the caches once more per row
+        flag_width = self._flags.shape[1] if self._flags is not None else 0
+        packed = np.zeros((n + e, width + -(-flag_width // 4)), np.float32)
         step_rows = np.arange(n, dtype=np.int64) + np.repeat(np.arange(e), ds.episodes["length"])
         offset = 0
         for key in keys:
@@ -154,6 +170,9 @@ class HostSource:
                 packed[step_rows, offset : offset + w] = data
             self._layout[key] = (offset, w, spec.storage)
             offset += w
+        if self._flags is not None:
+            packed.view(np.uint8)[step_rows, 4 * width : 4 * width + flag_width] = self._flags.view(np.uint8)
+            self._flag_bytes = 4 * width
         self._packed = packed
 
     @property
@@ -175,6 +194,16 @@ class HostSource:
                     plan.append((name, start, w, spec.shape, spec.dtype == "bool"))
         return plan
 
+    def _plan_views(self) -> list[tuple[str, int, int, int, tuple[int, ...] | None]]:
+        """``(name, half, first column, end column, shape)`` of each packed key, where ``half`` picks
+        row ``r`` or ``r + 1`` of the gathered block and ``shape`` is ``None`` when the view needs
+        no reshape: :meth:`_gather_packed` only slices, nothing is recomputed per batch."""
+        views = []
+        for name, start, w, shape, _ in self._packed_plan:
+            half, col = divmod(start, self._width)
+            views.append((name, half, col, col + w, shape if len(shape) > 1 else None))
+        return views
+
     # ------------------------------------------------------------------ reading
 
     def episode_of(self, idx: np.ndarray) -> np.ndarray:
@@ -186,13 +215,19 @@ class HostSource:
 
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""
-        fields = self.dataset.manifest.fields
-        out = TedBatch()
         episode = self.episode_of(idx) if self._need_episode else None
         rows = idx + episode if episode is not None else idx
-        packed = self._gather_packed(rows) if self._packed_plan else {}
-        if self._flag_plan:
+        packed = self._gather_packed(rows) if self._packed_plan or self._flag_bytes >= 0 else {}
+        if self._flag_plan and self._flag_bytes < 0:
             packed.update(self._gather_flags(idx))
+        if self._blocks_only:  # in-memory packed: views of the blocks, nothing else to read
+            packed["episode"] = episode  # type: ignore[assignment]
+            out = TedBatch({key: packed[key] for key in self._order})
+            if self._check:
+                self.dataset._after_read()
+            return out
+        fields = self.dataset.manifest.fields
+        out = TedBatch()
         try:
             for key in self._order:
                 value = packed.get(key)
@@ -242,8 +277,12 @@ class HostSource:
         else:
             halves = np.take(packed, rows, axis=0)[None]
         out: dict[str, np.ndarray] = {}
-        for name, start, w, shape, _ in self._packed_plan:
-            half, col = divmod(start, width)
-            value = halves[half][..., col : col + w]
-            out[name] = value if len(shape) == 1 else value.reshape(*lead, *shape)
+        for name, half, col, end, shape in self._packed_views:
+            value = halves[half][..., col:end]
+            out[name] = value if shape is None else value.reshape(*lead, *shape)
+        if self._flag_bytes >= 0:  # the flags' bytes at the end of the step's row (rows r)
+            raw = halves[0].view(np.uint8)
+            for name, start, end, shape in self._flag_views:
+                value = raw[..., start:end].view(np.bool_)
+                out[name] = value if shape is None else value.reshape(*lead, *shape)
         return out
