@@ -7,12 +7,13 @@ Runs each command in fresh processes (10 each, median), writes the
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import bench_doc
 
 SECTION = "cli"
 START, END = f"<!-- bench:{SECTION}:start -->", f"<!-- bench:{SECTION}:end -->"
@@ -57,15 +58,8 @@ def render() -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this section in ``path``."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END) + r"\n?", re.S)
-    text = (
-        pattern.sub(lambda _: section, text, count=1)
-        if pattern.search(text)
-        else (text.rstrip("\n") + "\n\n" + section)
-    )
-    path.write_text(text)
+    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
+    bench_doc.write_section(path, SECTION, section)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import data as bench_data  # noqa: E402  (benchmarks/data.py)
 
 SECTION = "loader"
@@ -640,24 +640,9 @@ def render(cases: dict[str, Case], scaling: list[Case], info: dict[str, Any]) ->
     return "\n".join(lines) + "\n"
 
 
-INTRO = """# Benchmarks
-
-Side-by-side measurements of rlds against its peers (TorchRL, Minari), run in one session on one
-machine so the ratios are comparable. Regenerate with `make bench`; each section is rewritten
-between its `<!-- bench:NAME:start/end -->` markers.
-
-"""
-
-
 def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section in ``path`` (append it, or create the file)."""
-    text = path.read_text() if path.exists() else INTRO
-    pattern = re.compile(re.escape(START_MARK) + r".*?" + re.escape(END_MARK) + r"\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
+    bench_doc.write_section(path, SECTION, section)
 
 
 def _log(message: str) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import run_all  # noqa: E402  (benchmarks/run_all.py: page-cache helpers, the TorchRL worker)
 
 SECTION = "minari"
@@ -230,15 +230,8 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section in ``path``."""
-    text = path.read_text() if path.exists() else run_all.INTRO
-    pattern = re.compile(re.escape(START_MARK) + r".*?" + re.escape(END_MARK) + r"\n?", re.S)
-    text = (
-        pattern.sub(lambda _: section, text, count=1)
-        if pattern.search(text)
-        else text.rstrip("\n") + "\n\n" + section
-    )
-    path.write_text(text)
+    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
+    bench_doc.write_section(path, SECTION, section)
 
 
 def main(argv: list[str] | None = None) -> int:

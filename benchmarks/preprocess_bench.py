@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import bench_doc
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -365,13 +366,8 @@ def render(res: dict[str, Any], elapsed: float) -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START_MARK) + r".*?" + re.escape(END_MARK) + r"\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
+    bench_doc.write_section(path, SECTION, section)
 
 
 def main(argv: list[str] | None = None) -> int:
