@@ -57,11 +57,6 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
-    bench_doc.write_section(path, SECTION, section)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", type=Path, help="Markdown file whose cli section is replaced")
@@ -69,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render()
     print(section)
     if args.write:
-        write_section(args.write, section)
+        bench_doc.write_section(args.write, SECTION, section)
     return 0
 
 

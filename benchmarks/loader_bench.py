@@ -640,11 +640,6 @@ def render(cases: dict[str, Case], scaling: list[Case], info: dict[str, Any]) ->
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
-    bench_doc.write_section(path, SECTION, section)
-
-
 def _log(message: str) -> None:
     print(message, flush=True)
 
@@ -739,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(section)
     if args.write:
-        write_section(args.write, section)
+        bench_doc.write_section(args.write, SECTION, section)
         _log(f"wrote the '{SECTION}' section of {args.write}")
     return 0
 

@@ -229,11 +229,6 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
-    bench_doc.write_section(path, SECTION, section)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="rlds vs TorchRL: Minari dataset to cache")
     parser.add_argument("--write", type=Path, help="Markdown file whose minari section is replaced")
@@ -252,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     section = run(args.work.resolve(), steps=steps, repeats=args.repeats or (1 if args.quick else 3))
     print(section)
     if args.write:
-        write_section(args.write, section)
+        bench_doc.write_section(args.write, SECTION, section)
     return 0
 
 

@@ -365,11 +365,6 @@ def render(res: dict[str, Any], elapsed: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
-    bench_doc.write_section(path, SECTION, section)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="rlds preprocess vs TorchRL preprocess")
     parser.add_argument("--write", type=Path, help="Markdown file whose preprocess section is replaced")
@@ -387,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(res, time.perf_counter() - t0)
     print(section)
     if args.write:
-        write_section(args.write, section)
+        bench_doc.write_section(args.write, SECTION, section)
         print(f"wrote the '{SECTION}' section of {args.write}")
     return 0
 

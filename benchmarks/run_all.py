@@ -626,11 +626,6 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (see ``benchmarks/bench_doc.py``)."""
-    bench_doc.write_section(path, SECTION, section)
-
-
 # ----------------------------------------------------------------------------- main
 
 
@@ -737,7 +732,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     print()
     print(section)
     if args.write:
-        write_section(args.write, section)
+        bench_doc.write_section(args.write, SECTION, section)
         _log(f"wrote the '{SECTION}' section of {args.write}")
     # rlds reading a Minari dataset itself vs TorchRL, same session (benchmarks/minari_bench.py)
     import minari_bench
@@ -746,7 +741,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     minari_section = minari_bench.run(work, steps=n_main, repeats=repeats, log=_log)
     print(minari_section)
     if args.write:
-        minari_bench.write_section(args.write, minari_section)
+        bench_doc.write_section(args.write, minari_bench.SECTION, minari_section)
         _log(f"wrote the '{minari_bench.SECTION}' section of {args.write}")
     # rlds preprocess vs TorchRL preprocess, same session (benchmarks/preprocess_bench.py)
     import preprocess_bench
