@@ -16,7 +16,6 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-from filelock import Timeout
 
 from rlds_cli import settings
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend
@@ -78,6 +77,8 @@ class DatasetBuilder:
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> DatasetBuilder:
+        from filelock import Timeout  # imported where needed, as in CacheRoot.lock
+
         try:
             self._lock.acquire()
         except Timeout:

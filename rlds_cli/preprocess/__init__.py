@@ -8,12 +8,42 @@ Public API::
     preprocess.run("hopper-medium-v2", "mypkg.norm:normalize", "hopper-medium-v2-norm", workers=2)
     preprocess.dry_run("hopper-medium-v2", "mypkg.norm:normalize")   # the output schema only
     preprocess.load_stats(dataset)                                   # statistics from --stats
+
+The names are imported lazily: a spawned worker process imports only the submodules it runs
+(:mod:`~rlds_cli.preprocess.pool`, :mod:`~rlds_cli.preprocess.worker`), not the coordinator's,
+so that it starts quickly.
 """
 
 from __future__ import annotations
 
-from rlds_cli.preprocess.job import DryRun, PreprocessResult, dry_run, run
-from rlds_cli.preprocess.stats import KeyStats
-from rlds_cli.preprocess.stats import load as load_stats
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlds_cli.preprocess.job import DryRun, PreprocessResult, dry_run, run
+    from rlds_cli.preprocess.stats import KeyStats
+    from rlds_cli.preprocess.stats import load as load_stats
+
+_LAZY = {
+    "DryRun": ("rlds_cli.preprocess.job", "DryRun"),
+    "PreprocessResult": ("rlds_cli.preprocess.job", "PreprocessResult"),
+    "dry_run": ("rlds_cli.preprocess.job", "dry_run"),
+    "run": ("rlds_cli.preprocess.job", "run"),
+    "KeyStats": ("rlds_cli.preprocess.stats", "KeyStats"),
+    "load_stats": ("rlds_cli.preprocess.stats", "load"),
+}
 
 __all__ = ["DryRun", "KeyStats", "PreprocessResult", "dry_run", "load_stats", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'rlds_cli.preprocess' has no attribute {name!r}")
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

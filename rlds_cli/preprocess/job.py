@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -56,7 +57,10 @@ from rlds_cli.preprocess.plan import (
     make_plan,
     read_chunk,
 )
+from rlds_cli.preprocess.pool import LocalPool
 from rlds_cli.preprocess.worker import call_user, forget, read_npz, summary_path
+
+logger = logging.getLogger(__name__)
 
 #: ``progress(event, amount)``: ``"start"`` (steps to process), ``"advance"`` (steps done),
 #: ``"resume"`` (steps already done by an earlier run of the same job).
@@ -130,7 +134,13 @@ def _prepare(
     num_frames: int | None,
     storage: str | None,
     root: Any,
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> _Job:
+    """Check the arguments, open the source, plan the chunks, resolve the function.
+
+    ``on_plan`` is called with the plan before the function is resolved (which imports its
+    module): :func:`run` starts its worker processes there.
+    """
     if by not in ("step", "episode"):
         raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
     if chunk_steps is not None and chunk_steps < 1:
@@ -147,9 +157,11 @@ def _prepare(
         raise PreprocessError(
             f"dataset {source_name!r} has no keys {unknown}", hint=f"it has {sorted(src.fields)}"
         )
-    ref, fn_sha = fnref.describe(fn)
     chunk_steps = chunk_steps or default_chunk_steps(src.num_steps)
     plan = make_plan(src.episodes, by, chunk_steps, num_frames)
+    if on_plan is not None:
+        on_plan(plan)
+    ref, fn_sha = fnref.describe(fn)
     args = {
         "by": by,
         "chunk_steps": chunk_steps,
@@ -247,8 +259,8 @@ def run(
             (chunks of whole episodes; steps and episodes may be dropped).
         chunk_steps: Steps per chunk (per-episode chunks hold whole episodes up to this many
             steps, at least one episode).
-        workers: Local processes (default: all cores; 1 runs in this process). With Ray: the
-            number of CPUs of a local Ray instance started for the job.
+        workers: Local processes (default: all cores, at most one per chunk; 1 runs in this
+            process). With Ray: the number of CPUs of a local Ray instance started for the job.
         backend: ``"local"`` or ``"ray"``.
         ray_address: Address of a running Ray cluster (``None``: the one already initialized
             in this process, else a new local instance).
@@ -274,27 +286,44 @@ def run(
         raise PreprocessError(f"--backend must be 'local' or 'ray', not {backend!r}")
     if workers is not None and workers < 1:
         raise PreprocessError(f"--workers must be at least 1, not {workers}")
-    job = _prepare(
-        source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
-        num_frames=num_frames, storage=storage, root=root,
-    )  # fmt: skip
-    lock = job.cache.lock(out_name, timeout=0)
+    pool: LocalPool | None = None
+
+    def start_workers(plan: Plan) -> None:
+        # as early as the number of chunks is known: the workers start up and import the
+        # function's module while this process does the job's serial work (resolving the
+        # function, hashing its file, inferring the schema, preallocating the output)
+        nonlocal pool
+        procs = min(workers or os.cpu_count() or 1, plan.num_chunks) - 1
+        if backend == "local" and procs > 0:
+            pool = LocalPool(procs, preload=fn if isinstance(fn, str) else None)
+
     try:
-        lock.acquire()
-    except Timeout:
-        raise LockTimeoutError(f"dataset {out_name!r} is being written by another process") from None
-    try:
-        existing = job.cache.manifest(out_name) if job.cache.exists(out_name) else None
-        if existing is not None and not force:
-            if existing.lineage and existing.lineage[0].get("job") == job.job_id:
-                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
-            raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
-        job.cache.clean_stale_builds(held=out_name)
-        result = _execute(
-            job, out_name, existing is not None, workers, backend, ray_address, resume, progress
-        )
+        job = _prepare(
+            source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
+            num_frames=num_frames, storage=storage, root=root, on_plan=start_workers,
+        )  # fmt: skip
+        lock = job.cache.lock(out_name, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise LockTimeoutError(f"dataset {out_name!r} is being written by another process") from None
+        try:
+            existing = job.cache.manifest(out_name) if job.cache.exists(out_name) else None
+            if existing is not None and not force:
+                if existing.lineage and existing.lineage[0].get("job") == job.job_id:
+                    return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
+                raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
+            job.cache.clean_stale_builds(held=out_name)
+            result = _execute(
+                job, out_name, existing is not None, pool, workers, backend, ray_address, resume, progress
+            )
+        finally:
+            if pool is not None:
+                pool.close()  # no worker may write into the job directory once the lock is released
+            lock.release()
     finally:
-        lock.release()
+        if pool is not None:
+            pool.close()  # when the job stopped before taking the lock (a no-op otherwise)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -321,6 +350,7 @@ def _execute(
     job: _Job,
     out_name: str,
     replace: bool,
+    pool: LocalPool | None,
     workers: int | None,
     backend: str,
     address: str | None,
@@ -357,6 +387,8 @@ def _execute(
             cls = _ERRORS.get(res["type"], PreprocessError)
             if cls is UserFunctionError:
                 raise UserFunctionError(res["message"], res["hint"], user_traceback=res["traceback"])
+            if res.get("traceback"):  # rlds's own error in a worker: its traceback, for -vv
+                logger.debug("traceback of the worker:\n%s", res["traceback"])
             raise cls(res["message"], res["hint"])
         if progress:
             progress("advance", res["rows_in"])
@@ -368,10 +400,10 @@ def _execute(
     try:
         if backend == "ray":
             executors.run_ray(spec, tasks, on_done, workers, address)
-        elif (workers or os.cpu_count() or 1) == 1 or len(tasks) <= 1:
+        elif pool is None or len(tasks) <= 1:
             executors.run_inline(spec, tasks, on_done)
         else:
-            executors.run_pool(spec, tasks, on_done, min(workers or os.cpu_count() or 1, len(tasks)))
+            pool.run(spec, tasks, on_done)
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
     manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)
