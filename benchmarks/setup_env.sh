@@ -19,7 +19,7 @@ GYMNASIUM_VERSION=1.4.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="pillow torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
+WANT="pillow fast torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -45,7 +45,8 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 # spaces in metadata.json) and pillow: minari 0.5.4 imports PIL in its HDF5 storage module but no
 # extra declares it. DataCollector (minari[create], jax) is not needed.
 "${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
-"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT"
+# the project with its `fast` extra (numba: the compiled sum tree the prioritized rows measure)
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[fast]"
 
 "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF'
 import sys

@@ -16,6 +16,7 @@ processes can change them.
 | RLDS_HTTP_RETRIES | retries per mirror after a transient error (default 5)  |
 | RLDS_RETRY_BASE_DELAY | first back-off delay in seconds, doubled each retry (default 1) |
 | RLDS_DOWNLOAD_WORKERS | files of one dataset fetched at once (default 4)      |
+| RLDS_NUMBA    | ``0``: never use the compiled (numba) kernels, even if installed |
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def debug() -> bool:
 def fsync_enabled() -> bool:
     """Whether files are fsynced before a dataset is published (``RLDS_FSYNC``, default on)."""
     return _flag("RLDS_FSYNC", True)
+
+
+def numba_enabled() -> bool:
+    """Whether the compiled kernels may be used when numba is installed (``RLDS_NUMBA``, default on)."""
+    return _flag("RLDS_NUMBA", True)
 
 
 def extra_registry_paths() -> list[Path]:

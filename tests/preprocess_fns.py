@@ -128,3 +128,12 @@ def per_chunk_offset(batch: Any) -> Any:
     out["observation"] = batch["observation"] + offset
     out["next/observation"] = batch["next/observation"] + offset
     return out
+
+
+def scalar_keys(batch: Any) -> Any:
+    """Adds per-step keys of shape (): a float32 cost and a bool success flag."""
+    out = dict(batch)
+    reward = batch["next/reward"].reshape(-1)
+    out["cost"] = (reward * 0.5).astype(np.float32)
+    out["success"] = reward > 10
+    return out

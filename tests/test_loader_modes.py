@@ -40,7 +40,9 @@ def assert_batch_is_gather(ds: Dataset, batch: dict[str, torch.Tensor]) -> None:
     want = ds.gather(index.ravel(), keys)
     for key in keys:
         got = batch[key].cpu().numpy()
-        expected = np.asarray(want[key]).reshape(got.shape)
+        flat = np.asarray(want[key])
+        assert got.shape == index.shape + flat.shape[1:], key  # [batch (, slice_len), *key shape]
+        expected = flat.reshape(got.shape)
         np.testing.assert_array_equal(got, expected, err_msg=key)
         assert got.dtype == expected.dtype, key
 
@@ -72,6 +74,32 @@ def test_every_mode_and_sampler_matches_gather(ted: Dataset, mode: dict, sampler
             assert batch["mask"].dtype == torch.bool
         if sampler["sampler"] == "prioritized":
             assert batch["weight"].dtype == torch.float32 and batch["weight"].shape == batch["index"].shape
+
+
+@pytest.fixture(scope="module")
+def scalars(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
+    """A dataset with per-step keys of shape () (float32 and bool), made by preprocess."""
+    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.preprocess import run
+
+    root = tmp_path_factory.mktemp("scalars")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLDS_FSYNC", "0")
+        make_ted(root, "base", LENGTHS)
+        run("base", "tests.preprocess_fns:scalar_keys", "scalars", workers=1, root=root)
+        yield open_dataset("scalars", root)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(f"{k}={v}" for k, v in m.items()))
+@pytest.mark.parametrize("sampler", SAMPLERS[:3], ids=lambda s: "-".join(map(str, s.values())))
+def test_keys_of_shape_unit_keep_their_shape(scalars: Dataset, mode: dict, sampler: dict) -> None:
+    """A () key is [batch] (or [slices, slice_len]) in every mode: packing must not add a dim."""
+    assert scalars.manifest.fields["cost"].shape == () and scalars.manifest.fields["success"].shape == ()
+    for keys in (None, ["cost", "success"], ["success", "episode"]):
+        batch = Loader(scalars, batch_size=16, seed=1, keys=keys, **mode, **sampler).sample()
+        assert batch["success"].shape == batch["index"].shape
+        assert batch["success"].dtype == torch.bool
+        assert_batch_is_gather(scalars, batch)
 
 
 @pytest.mark.parametrize("mode", MODES[:3], ids=["disk", "ram", "ram-unpacked"])

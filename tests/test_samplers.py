@@ -20,6 +20,17 @@ from rlds_cli.loader import (
     make_sampler,
 )
 from rlds_cli.loader.samplers import split_draw
+from rlds_cli.loader.sumtree import compiled_kernels
+
+# Sum-tree tests run on both kernels: numpy, and the compiled (numba) one when installed.
+KERNELS = [
+    pytest.param(False, id="numpy"),
+    pytest.param(
+        True,
+        id="numba",
+        marks=pytest.mark.skipif(compiled_kernels() is None, reason="numba (the fast extra) not installed"),
+    ),
+]
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 lengths_st = st.lists(st.integers(1, 40), min_size=1, max_size=25)
@@ -161,10 +172,11 @@ def test_epoch_reshuffles_and_no_shuffle_is_in_order() -> None:
 # --------------------------------------------------------------------------- prioritized
 
 
-def test_sum_tree_matches_priorities() -> None:
+@pytest.mark.parametrize("compiled", KERNELS)
+def test_sum_tree_matches_priorities(compiled: bool) -> None:
     rng = np.random.default_rng(0)
     for size, fanout in [(1, 2), (7, 2), (100, 4), (1000, 32), (5000, 16)]:
-        tree = SumTree(size, fanout)
+        tree = SumTree(size, fanout, compiled=compiled)
         p = rng.random(size) * (rng.random(size) > 0.3)
         p[rng.integers(size)] = 0.5  # at least one positive
         tree.set_all(p)
@@ -210,8 +222,9 @@ def test_prioritized_frequencies_converge(priorities: list[float], alpha: float)
     assert draw.extras["weight"].max() <= 1.0 + 1e-6
 
 
-def test_prioritized_update_and_new_items_at_max() -> None:
-    s = PrioritizedSampler(6, 10, alpha=1.0, eps=0.0)
+@pytest.mark.parametrize("compiled", KERNELS)
+def test_prioritized_update_and_new_items_at_max(compiled: bool) -> None:
+    s = PrioritizedSampler(6, 10, alpha=1.0, eps=0.0, compiled=compiled)
     np.testing.assert_array_equal(s.priorities, np.ones(6))
     s.update_priority([0, 1], [5.0, 0.0])
     assert s.max_priority == 5.0
@@ -318,14 +331,15 @@ def test_bad_batch_sizes() -> None:
         Episodes([3, 0])
 
 
+@pytest.mark.parametrize("compiled", KERNELS)
 @pytest.mark.parametrize(("size", "fanout"), [(200_000, 32), (10_000, 2), (70_001, 8)])
-def test_sum_tree_with_levels_below_the_root(size: int, fanout: int) -> None:
+def test_sum_tree_with_levels_below_the_root(size: int, fanout: int, compiled: bool) -> None:
     """Sizes past ROOT_MAX rows: the descent goes through intermediate levels."""
     from rlds_cli.loader.sumtree import ROOT_MAX
 
     assert -(-size // fanout) > ROOT_MAX
     rng = np.random.default_rng(size)
-    tree = SumTree(size, fanout)
+    tree = SumTree(size, fanout, compiled=compiled)
     p = rng.random(size) * (rng.random(size) > 0.2)
     tree.set_all(p)
     for _ in range(3):
@@ -351,8 +365,9 @@ def test_sum_tree_with_levels_below_the_root(size: int, fanout: int) -> None:
         np.testing.assert_array_equal(tree.leaves, p)
 
 
-def test_sum_tree_draw_of_nothing_and_sampling_with_priorities() -> None:
-    tree = SumTree(100, 4)
+@pytest.mark.parametrize("compiled", KERNELS)
+def test_sum_tree_draw_of_nothing_and_sampling_with_priorities(compiled: bool) -> None:
+    tree = SumTree(100, 4, compiled=compiled)
     p = np.linspace(0, 1, 100)
     tree.set_all(p)
     leaf, priority = tree.draw(np.zeros(0))

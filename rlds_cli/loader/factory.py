@@ -13,7 +13,7 @@ _OPTIONS = {
     "uniform": set(),
     "epoch": {"drop_last", "shuffle", "rank", "world_size"},
     "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned"},
-    "prioritized": {"alpha", "beta", "eps", "fanout", "slice_len", "num_slices", "short"},
+    "prioritized": {"alpha", "beta", "eps", "fanout", "compiled", "slice_len", "num_slices", "short"},
 }
 
 
@@ -42,7 +42,7 @@ def make_sampler(name: str, episodes: Episodes, batch_size: int, seed: int | Non
         seed: Seed of the sampler's generator.
         **options: Sampler options: ``epoch``: drop_last, shuffle, rank, world_size;
             ``slice``: slice_len, num_slices, short, weight, start_aligned; ``prioritized``:
-            alpha, beta, eps, fanout, and slice_len / num_slices / short for slices.
+            alpha, beta, eps, fanout, compiled, and slice_len / num_slices / short for slices.
 
     Raises:
         ValueError: Unknown sampler or option, or a bad value (the message names it).

@@ -29,14 +29,15 @@ def to_torch(
     Tensors already on ``device`` pass through.
     """
     if device is None and not pin_memory:  # the common CPU case: zero-copy views, nothing else
-        # one comprehension (no per-key __setitem__ or asarray on arrays): ~1 us a batch less
+        values = batch.values()
+        if values and type(next(iter(values))) is np.ndarray:
+            try:  # map with the builtin: no Python code per key (~3 us a batch less than a loop)
+                return TedBatch(zip(batch.keys(), map(torch.from_numpy, values), strict=True))
+            except TypeError:  # a tensor or a non-array further on: the loop below
+                pass
         return TedBatch(
             {
-                key: torch.from_numpy(value)
-                if type(value) is np.ndarray
-                else value
-                if isinstance(value, torch.Tensor)
-                else torch.from_numpy(np.asarray(value))
+                key: value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
                 for key, value in batch.items()
             }
         )

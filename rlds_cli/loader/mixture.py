@@ -19,7 +19,7 @@ import torch
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.loader import to_tensordict, to_torch
-from rlds_cli.loader.samplers import positive_int
+from rlds_cli.loader.samplers import positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
 
 Weights = Sequence[float] | Callable[[int], Sequence[float]]
@@ -137,7 +137,7 @@ class MixtureLoader:
         for i, n in enumerate(counts.tolist()):
             if n == 0:
                 continue
-            idx = self._rng.integers(0, self.datasets[i].num_steps, n, dtype=np.int64)
+            idx = uniform_ints(self._rng, self.datasets[i].num_steps, n)
             got = self._sources[i].gather(idx)
             part = TedBatch({self._renames[i].get(k, k): v for k, v in got.items()})
             part["index"] = idx

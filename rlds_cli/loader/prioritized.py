@@ -34,6 +34,8 @@ class PrioritizedSampler:
         eps: Added to ``|priority|`` so that no item becomes impossible to draw.
         seed: Seed of the sampler's own generator.
         fanout: Fan-out of the sum tree.
+        compiled: Run the sum tree's compiled kernels (numba, the ``fast`` extra): None (default)
+            when installed; True requires them; False never. The stream is the same either way.
 
     ``sample()`` returns a :class:`Draw` with ``weight`` (float32) per index; feed the new
     priorities (e.g. TD errors) back with :meth:`update_priority`.
@@ -49,6 +51,7 @@ class PrioritizedSampler:
         eps: float = 1e-6,
         seed: int | None = 0,
         fanout: int = 32,
+        compiled: bool | None = None,
     ) -> None:
         if num_steps <= 0:
             raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
@@ -58,7 +61,7 @@ class PrioritizedSampler:
         self.beta = _nonneg("beta", beta)
         self.eps = _nonneg("eps", eps)
         self.max_priority = 1.0
-        self._tree = SumTree(self.num_steps, fanout)
+        self._tree = SumTree(self.num_steps, fanout, compiled=compiled)
         self._tree.set_all(np.full(self.num_steps, self.max_priority**self.alpha))
         self._rng = np.random.default_rng(seed)
 
@@ -133,7 +136,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         num_slices: Slices per batch.
         slice_len: Steps per slice.
         short: Policy for episodes shorter than ``slice_len`` (see :class:`SliceSampler`).
-        alpha, beta, eps, seed, fanout: As for :class:`PrioritizedSampler`.
+        alpha, beta, eps, seed, fanout, compiled: As for :class:`PrioritizedSampler`.
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         eps: float = 1e-6,
         seed: int | None = 0,
         fanout: int = 32,
+        compiled: bool | None = None,
     ) -> None:
         self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short)  # type: ignore[arg-type]
         ep = self._slices.episodes
@@ -159,6 +163,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
             eps=eps,
             seed=seed,
             fanout=fanout,
+            compiled=compiled,
         )
         self.num_slices, self.slice_len = self._slices.num_slices, self._slices.slice_len
         if self._slices.skipped_episodes:

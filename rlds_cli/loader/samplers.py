@@ -39,6 +39,20 @@ def split_draw(out: np.ndarray | Draw | tuple[Any, Any]) -> tuple[np.ndarray, di
     return np.asarray(out, np.int64), {}
 
 
+def uniform_ints(rng: np.random.Generator, high: int, n: int) -> np.ndarray:
+    """``n`` int64 values uniform in ``[0, high)``: the generator's raw 64-bit words modulo ``high``.
+
+    ``Generator.integers`` costs 5 us for 256 values here, half of it a Python-level ``np.prod`` of
+    the size; this costs half as much. Modulo makes low values likelier by at most
+    ``high / 2**64`` (5e-14 relative at 10^6 steps): far below anything a training run can see.
+    """
+    if high <= 0:
+        raise ValueError(f"cannot draw from an empty range [0, {high})")
+    words = rng.bit_generator.random_raw(n)
+    words %= np.uint64(high)
+    return words.view(np.int64)
+
+
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an int, or a ``ValueError`` naming the argument."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
@@ -75,7 +89,7 @@ class UniformSampler:
 
     def sample(self, n: int | None = None) -> np.ndarray:
         """One batch of step indices, shape ``[n or batch_size]``, int64."""
-        return self._rng.integers(0, self.num_steps, self.batch_size if n is None else n, dtype=np.int64)
+        return uniform_ints(self._rng, self.num_steps, self.batch_size if n is None else n)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
@@ -178,11 +192,11 @@ class SliceSampler:
     def _starts(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Start step and episode of ``n`` windows."""
         if self.weight == "steps":
-            k = self._rng.integers(0, int(self._cum_windows[-1]), n, dtype=np.int64)
+            k = uniform_ints(self._rng, int(self._cum_windows[-1]), n)
             e = np.searchsorted(self._cum_windows, k, side="right")
             offset = k - (self._cum_windows[e] - self._windows[e])
         else:
-            e = self._eligible[self._rng.integers(0, self._eligible.size, n, dtype=np.int64)]
+            e = self._eligible[uniform_ints(self._rng, self._eligible.size, n)]
             offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
         return self.episodes.starts[e] + offset, e
 

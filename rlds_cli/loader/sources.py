@@ -108,12 +108,26 @@ class HostSource:
         self._packed_views = self._plan_views()
         # (name, first byte, end byte, shape or None) of each flag inside a packed row
         self._flag_views = [
-            (name, self._flag_bytes + start, self._flag_bytes + start + w, shape if len(shape) > 1 else None)
+            (name, self._flag_bytes + start, self._flag_bytes + start + w, shape if len(shape) != 1 else None)
             for name, start, w, shape in self._flag_plan
         ]
-        # every key comes from the packed blocks (or is the episode): gather skips _read
-        from_blocks = {p[0] for p in self._packed_plan} | {p[0] for p in self._flag_plan} | {"episode"}
-        self._blocks_only = bool(self._packed_plan or self._flag_plan) and set(self._order) <= from_blocks
+        self._block_plan = self._plan_block_reads()
+        # every key comes from the packed block (or is the episode): gather skips _read
+        self._blocks_only = self._packed is not None and len(self._block_plan) == len(self._order)
+
+    def _plan_block_reads(self) -> list[tuple[str, int, int, int, tuple[int, ...] | None]]:
+        """``(name, half, start, end, shape)`` of each key a packed gather returns, in output order:
+        ``half`` 0/1 picks rows ``r`` / ``r + 1`` of the float32 block (columns ``start:end``), -1
+        the flags' bytes of rows ``r`` (``start:end`` in bytes), -2 the episode."""
+        where: dict[str, tuple[int, int, int, tuple[int, ...] | None]] = {}
+        for name, half, col, end, shape in self._packed_views:
+            where[name] = (half, col, end, shape)
+        if self._flag_bytes >= 0:
+            for name, start, end, shape in self._flag_views:
+                where[name] = (-1, start, end, shape)
+        if where:
+            where["episode"] = (-2, 0, 0, None)
+        return [(key, *where[key]) for key in self._order if key in where]
 
     # ------------------------------------------------------------------ set-up
 
@@ -201,7 +215,7 @@ class HostSource:
         views = []
         for name, start, w, shape, _ in self._packed_plan:
             half, col = divmod(start, self._width)
-            views.append((name, half, col, col + w, shape if len(shape) > 1 else None))
+            views.append((name, half, col, col + w, shape if len(shape) != 1 else None))
         return views
 
     # ------------------------------------------------------------------ reading
@@ -217,15 +231,14 @@ class HostSource:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""
         episode = self.episode_of(idx) if self._need_episode else None
         rows = idx + episode if episode is not None else idx
-        packed = self._gather_packed(rows) if self._packed_plan or self._flag_bytes >= 0 else {}
-        if self._flag_plan and self._flag_bytes < 0:
-            packed.update(self._gather_flags(idx))
         if self._blocks_only:  # in-memory packed: views of the blocks, nothing else to read
-            packed["episode"] = episode  # type: ignore[assignment]
-            out = TedBatch({key: packed[key] for key in self._order})
+            out = self._gather_packed(rows, episode)
             if self._check:
                 self.dataset._after_read()
             return out
+        packed = self._gather_packed(rows, episode) if self._block_plan else TedBatch()
+        if self._flag_plan and self._flag_bytes < 0:
+            packed.update(self._gather_flags(idx))
         fields = self.dataset.manifest.fields
         out = TedBatch()
         try:
@@ -264,25 +277,33 @@ class HostSource:
             out[name] = value if len(shape) == 1 else value.reshape(*lead, *shape)
         return out
 
-    def _gather_packed(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    def _gather_packed(self, rows: np.ndarray, episode: np.ndarray | None) -> TedBatch:
+        """The keys of :meth:`_plan_block_reads` at flat rows ``rows``, as views of one gather."""
         packed = self._packed
         assert packed is not None
-        lead, width = rows.shape, packed.shape[1]
+        lead = rows.shape
+        flat_rows = rows.reshape(-1)
+        n = len(flat_rows)
         if self._wants_window:
             # Rows r and r + 1 in one take (np.take beats fancy indexing about 2x on fresh random
-            # rows); root values come from the first half, next/ ones from the second.
-            flat_rows = rows.reshape(-1)
-            block = np.take(packed, np.concatenate([flat_rows, flat_rows + 1]), axis=0)
-            halves = block.reshape(2, *lead, width)
+            # rows); root values come from the first n rows, next/ ones from the last n.
+            block = packed.take(np.concatenate([flat_rows, flat_rows + 1]), axis=0)
         else:
-            halves = np.take(packed, rows, axis=0)[None]
-        out: dict[str, np.ndarray] = {}
-        for name, half, col, end, shape in self._packed_views:
-            value = halves[half][..., col:end]
-            out[name] = value if shape is None else value.reshape(*lead, *shape)
-        if self._flag_bytes >= 0:  # the flags' bytes at the end of the step's row (rows r)
-            raw = halves[0].view(np.uint8)
-            for name, start, end, shape in self._flag_views:
-                value = raw[..., start:end].view(np.bool_)
-                out[name] = value if shape is None else value.reshape(*lead, *shape)
+            block = packed.take(flat_rows, axis=0)
+        flags = block.view(np.bool_)  # the flags' bytes, at the end of rows r
+        # Each key is one 2-D slice of the block (one indexing call), reshaped only when the
+        # batch or the key has more than one dimension.
+        flat = len(lead) == 1
+        out = TedBatch()
+        for name, half, start, end, shape in self._block_plan:
+            if half >= 0:
+                value = block[half * n : (half + 1) * n, start:end]
+            elif half == -1:
+                value = flags[:n, start:end]
+            else:
+                out[name] = episode
+                continue
+            if not flat or shape is not None:
+                value = value.reshape(*lead, *(shape if shape is not None else (end - start,)))
+            out[name] = value
         return out

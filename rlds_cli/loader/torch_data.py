@@ -21,7 +21,7 @@ from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.epoch import epoch_permutation, seed_entropy, shard
 from rlds_cli.loader.loader import to_torch
-from rlds_cli.loader.samplers import positive_int
+from rlds_cli.loader.samplers import positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource, resolve_keys
 
 
@@ -238,7 +238,7 @@ class TedIterableDataset(IterableDataset):
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         produced = 0
         while self.num_batches is None or produced < self.num_batches:
-            yield self._batch(rng.integers(0, self.dataset.num_steps, self.batch_size, dtype=np.int64))
+            yield self._batch(uniform_ints(rng, self.dataset.num_steps, self.batch_size))
             produced += 1
 
     def _batch(self, idx: np.ndarray) -> TedBatch:

@@ -1,0 +1,132 @@
+"""The compiled sum-tree kernels (numba, the ``fast`` extra) against the numpy ones.
+
+Both must build the same tree and draw the same leaves, bit for bit: a prioritized run resumed on
+a machine without numba continues the same stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlds_cli.loader import PrioritizedSampler, PrioritizedSliceSampler, SumTree
+from rlds_cli.loader.sumtree import compiled_kernels
+
+needs_numba = pytest.mark.skipif(compiled_kernels() is None, reason="numba (the fast extra) not installed")
+
+
+def _arrays(tree: SumTree) -> list[np.ndarray]:
+    return [tree._leaves, tree._totals_flat, tree._prefix_flat, tree._root]
+
+
+def _assert_same_tree(a: SumTree, b: SumTree) -> None:
+    for x, y in zip(_arrays(a), _arrays(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a.min == b.min and a.total == b.total
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("size", "fanout"), [(1, 2), (5, 2), (33, 4), (1000, 32), (10_000, 2), (70_001, 8), (200_000, 32)]
+)
+def test_compiled_and_numpy_trees_are_bit_identical(size: int, fanout: int) -> None:
+    rng = np.random.default_rng(size + fanout)
+    fast, slow = SumTree(size, fanout, compiled=True), SumTree(size, fanout, compiled=False)
+    assert fast.compiled and not slow.compiled
+    p = rng.random(size) * (rng.random(size) > 0.3)
+    p[0] = 0.25
+    fast.set_all(p)
+    slow.set_all(p)
+    _assert_same_tree(fast, slow)
+    for step in range(12):
+        # duplicates, zeros, and (every third step) the current minimum zeroed
+        idx = rng.integers(0, size, 64)
+        val = rng.random(64) * (rng.random(64) > 0.25)
+        if step % 3 == 0:
+            idx[0], val[0] = int(np.argmin(np.where(slow.leaves > 0, slow.leaves, np.inf))), 0.0
+        if not (val > 0).any() and slow.total == 0:
+            val[-1] = 1.0
+        fast.set(idx, val)
+        slow.set(idx, val)
+        _assert_same_tree(fast, slow)
+        if slow.total == 0:
+            continue
+        u = rng.random(500) * slow.total
+        # the edges: 0, exactly the total, and past it (rounding): the last leaf with mass
+        u[:3] = [0.0, slow.total, slow.total * (1 + 1e-12)]
+        leaf_fast, pri_fast = fast.draw(u)
+        leaf_slow, pri_slow = slow.draw(u)
+        np.testing.assert_array_equal(leaf_fast, leaf_slow)
+        np.testing.assert_array_equal(pri_fast, pri_slow)
+        assert (pri_fast > 0).all()
+
+
+@needs_numba
+def test_compiled_boundaries_match_the_cumulative_search() -> None:
+    """Draws exactly on prefix sums land where numpy's cumulative search puts them."""
+    p = np.array([0.0, 1.0, 0.0, 0.0, 2.0, 3.0, 0.0, 4.0, 0.0])
+    tree = SumTree(len(p), 2, compiled=True)
+    tree.set_all(p)
+    cumulative = np.cumsum(p)
+    u = np.concatenate([[0.0], cumulative, cumulative - 1e-9])
+    u = u[u < tree.total]  # at the total itself a draw goes to the last leaf with mass (tested above)
+    np.testing.assert_array_equal(tree.find(u), np.searchsorted(cumulative, u, side="right"))
+
+
+@needs_numba
+def test_compiled_bad_updates_change_nothing() -> None:
+    tree = SumTree(50, 4, compiled=True)
+    tree.set_all(np.linspace(1, 2, 50))
+    before = [a.copy() for a in _arrays(tree)]
+    with pytest.raises(IndexError, match=r"\[0, 50\)"):
+        tree.set(np.array([3, 50]), np.array([1.0, 1.0]))
+    with pytest.raises(IndexError):
+        tree.set(np.array([-1]), np.array([1.0]))
+    for bad in (np.nan, -0.5, np.inf):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            tree.set(np.array([1, 2]), np.array([0.5, bad]))
+    for x, y in zip(_arrays(tree), before, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@needs_numba
+@pytest.mark.parametrize("slices", [False, True])
+def test_prioritized_stream_is_the_same_with_either_kernel(slices: bool) -> None:
+    """A state saved with the compiled kernels continues the same stream without them."""
+
+    def make(compiled: bool) -> PrioritizedSampler:
+        if slices:
+            return PrioritizedSliceSampler([40, 3, 70, 25], 6, 5, short="skip", seed=4, compiled=compiled)
+        return PrioritizedSampler(300, 16, seed=4, compiled=compiled)
+
+    fast, slow = make(True), make(False)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = fast.sample(), slow.sample()
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.extras["weight"], b.extras["weight"])
+        new = rng.random(a.indices.shape) * 3
+        fast.update_priority(a.indices, new)
+        slow.update_priority(b.indices, new)
+    resumed = make(False)
+    resumed.load_state_dict(fast.state_dict())
+    for _ in range(5):
+        np.testing.assert_array_equal(resumed.sample().indices, fast.sample().indices)
+
+
+def test_compiled_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLDS_NUMBA", "0")
+    assert compiled_kernels() is None
+    assert not SumTree(10).compiled
+    with pytest.raises(ImportError, match=r"rlds-cli\[fast\]"):
+        SumTree(10, compiled=True)
+
+
+@needs_numba
+def test_sampler_by_name_passes_compiled_through() -> None:
+    from rlds_cli.loader import Episodes, make_sampler
+
+    episodes = Episodes(np.array([5, 7]))
+    assert make_sampler("prioritized", episodes, 4, compiled=True)._tree.compiled
+    assert not make_sampler("prioritized", episodes, 4, compiled=False)._tree.compiled
+    assert not make_sampler("prioritized", episodes, 4, slice_len=2, compiled=False)._tree.compiled
