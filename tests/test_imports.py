@@ -186,3 +186,31 @@ def test_version_is_consistent() -> None:
     assert rlds_cli.__version__ == __version__
     parts = __version__.split(".")
     assert len(parts) >= 3 and all(p.isdigit() for p in parts[:2])
+
+
+def _modules_loaded(code: str, modules: tuple[str, ...], tmp_path: Path) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after running ``code``."""
+    proc = run_python(
+        f"{code}\nimport sys\nprint(sorted(m for m in {modules!r} if m in sys.modules))", tmp_path=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
+def test_spawned_preprocess_workers_import_little(tmp_path: Path) -> None:
+    """A worker imports the pool module and the cache's read path, not the coordinator's
+    modules, the CLI, locking, zarr or torch."""
+    heavy = (
+        "rlds_cli.preprocess.job", "rlds_cli.preprocess.output", "rlds_cli.cli", "filelock",
+        "typer", "rich", "zarr", "torch", "h5py", "concurrent.futures",
+    )  # fmt: skip
+    assert _modules_loaded("import rlds_cli.preprocess.pool", heavy, tmp_path) == []
+
+
+def test_numba_is_imported_only_by_a_sum_tree(tmp_path: Path) -> None:
+    """The compiled kernels' numba (~0.3 s to import) loads only when a prioritized sampler is made."""
+    pytest.importorskip("numba")
+    assert _modules_loaded("import rlds_cli.loader", ("numba",), tmp_path) == []
+    assert _modules_loaded("from rlds_cli.loader import SumTree\nSumTree(10)", ("numba",), tmp_path) == [
+        "numba"
+    ]

@@ -1,6 +1,6 @@
 """The local worker processes of ``rlds preprocess`` (``rlds_cli.preprocess.pool``): chunks
 claimed by the coordinator and the spawned workers, the workers' thread limits, a worker that
-dies, no process left behind, and a light import for the spawned processes.
+dies, and no process left behind (the workers' light import is in ``test_imports``).
 
 The functions below run in the worker processes (imported as ``tests.test_preprocess_pool``)."""
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,17 +131,3 @@ def test_no_process_is_left_behind() -> None:
     assert again.reused and not first.reused
     assert time.perf_counter() - start < 5  # the unused workers were terminated, not awaited
     assert multiprocessing.active_children() == []
-
-
-def test_spawned_workers_import_little() -> None:
-    """A worker imports the pool module and the cache's read path, not the coordinator's
-    modules, the CLI, locking, zarr or torch."""
-    code = (
-        "import sys\nimport rlds_cli.preprocess.pool\n"
-        "heavy = ('rlds_cli.preprocess.job', 'rlds_cli.preprocess.output', 'rlds_cli.cli', 'filelock',"
-        " 'typer', 'rich', 'zarr', 'torch', 'h5py', 'concurrent.futures')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -121,6 +121,11 @@ class SumTree:
         self._min_at = -1
         self._min_stale = False
         self._kernels = compiled_kernels() if compiled is not False else None
+        # the tree as the compiled kernels take it (every array is updated in place)
+        self._kernel_tree = (
+            self._leaves, self._totals_flat, self._tot_off, self._prefix_flat, self._pref_off,
+            self._root, self.depth, self.fanout,
+        )  # fmt: skip
         if compiled and self._kernels is None:
             raise ImportError(
                 "SumTree(compiled=True) needs numba: pip install 'rlds-cli[fast]' (and RLDS_NUMBA unset)"
@@ -196,18 +201,7 @@ class SumTree:
             raise IndexError(f"priority index out of range [0, {self.size})")
         if at == -2:
             raise ValueError("priorities must be finite and >= 0")
-        kernels.set_and_rebuild(
-            idx,
-            val,
-            self._leaves,
-            self._totals_flat,
-            self._tot_off,
-            self._prefix_flat,
-            self._pref_off,
-            self._root,
-            self.depth,
-            self.fanout,
-        )
+        kernels.set_and_rebuild(idx, val, *self._kernel_tree)
         if not self._min_stale:
             self._update_min(idx, val, at)
 
@@ -280,19 +274,7 @@ class SumTree:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if self._kernels is not None:
             leaf, priority = np.empty(n, np.int64), np.empty(n, np.float64)
-            self._kernels.descend(
-                u,
-                self._leaves,
-                self._totals_flat,
-                self._tot_off,
-                self._prefix_flat,
-                self._pref_off,
-                self._root,
-                self.depth,
-                f,
-                leaf,
-                priority,
-            )
+            self._kernels.descend(u, *self._kernel_tree, leaf, priority)
             return leaf, priority
         if self._starts[0] != n:
             self._starts = (n, np.arange(n, dtype=np.int64) * (f + 1))
