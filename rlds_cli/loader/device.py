@@ -47,6 +47,35 @@ class DeviceSource:
         self._flag_plan = list(host._flag_plan)
         table = host._episode_of_step
         self._episode = torch.from_numpy(table.astype(np.int64)).to(device) if table is not None else None
+        self._wants_next = any(k.startswith("next/") and k[5:] in self._layout for k in self.keys)
+        self._widths, self._pieces = self._plan_pieces()
+
+    def _plan_pieces(self) -> tuple[list[int], dict[str, tuple[int, tuple[int, ...], bool]]]:
+        """Column widths that cut a gathered block into one piece per key (and the gaps between),
+        and for each key ``(piece, shape, is_bool)``: one ``torch.split`` per batch makes every
+        key's view, where a slice per key costs a Python-level call each."""
+        if self._packed is None:
+            return [], {}
+        width = self._packed.shape[1]
+        entries = []
+        for key, (offset, w, storage) in self._layout.items():
+            shape, is_bool = tuple(self._shapes[key]), self._dtypes[key] == "bool"
+            entries.append((offset, w, key, shape, is_bool))
+            if storage == "flat" and self._wants_next:
+                entries.append((width + offset, w, f"next/{key}", shape, is_bool))
+        widths: list[int] = []
+        pieces: dict[str, tuple[int, tuple[int, ...], bool]] = {}
+        end = 0
+        for start, w, name, shape, is_bool in sorted(entries):
+            if start > end:
+                widths.append(start - end)  # columns no key reads (e.g. the flags' bytes)
+            pieces[name] = (len(widths), shape, is_bool)
+            widths.append(w)
+            end = start + w
+        total = 2 * width if self._wants_next else width
+        if total > end:
+            widths.append(total - end)
+        return widths, pieces
 
     def gather(self, idx: torch.Tensor) -> TedBatch:
         """The configured keys at ``idx`` (an int64 tensor on the device, any shape)."""
@@ -55,24 +84,20 @@ class DeviceSource:
         flat_idx = idx.reshape(-1)
         episode = self._episode.index_select(0, flat_idx) if self._episode is not None else None
         rows = flat_idx + episode if episode is not None else flat_idx
-        block = None
-        if self._layout:
-            wants_next = any(k.startswith("next/") and k[5:] in self._layout for k in self.keys)
-            source = self._window if wants_next else self._packed
-            block = source.index_select(0, rows)  # type: ignore[union-attr]
-        width = self._packed.shape[1] if self._packed is not None else 0
+        flat = len(lead) == 1
         values: dict[str, torch.Tensor] = {}
-        for key, (offset, w, storage) in self._layout.items():
-            names = [(key, offset)]
-            if storage == "flat":
-                names.append((f"next/{key}", width + offset))
-            for name, start in names:
-                value = block[:, start : start + w].reshape(*lead, *self._shapes[key])  # type: ignore[index]
-                values[name] = value > 0.5 if self._dtypes[key] == "bool" else value
+        if self._pieces:
+            source = self._window if self._wants_next else self._packed
+            block = source.index_select(0, rows)  # type: ignore[union-attr]
+            views = torch.split(block, self._widths, 1)
+            for name, (i, shape, is_bool) in self._pieces.items():
+                value = views[i] if flat and len(shape) == 1 else views[i].reshape(*lead, *shape)
+                values[name] = value > 0.5 if is_bool else value
         if self._flags is not None:
             flags = self._flags.index_select(0, flat_idx)
             for name, start, w, shape in self._flag_plan:
-                values[name] = flags[:, start : start + w].reshape(*lead, *shape)
+                value = flags[:, start : start + w]
+                values[name] = value if flat and len(shape) == 1 else value.reshape(*lead, *shape)
         for key in self.keys:
             if key in values:
                 out[key] = values[key]

@@ -213,7 +213,10 @@ class Loader:
         return indices, extras
 
     def _finish(self, batch: TedBatch) -> Any:
-        out = to_torch(batch, self.device, pin_memory=self.pin_memory)
+        if self._device_source is not None and not self.transforms:
+            out = batch  # tensors on the device already (the sampler's extras too): nothing to do
+        else:
+            out = to_torch(batch, self.device, pin_memory=self.pin_memory)
         return to_tensordict(out, self.device) if self.as_tensordict else out
 
     def _prepare(self) -> Prepared:
