@@ -130,3 +130,25 @@ def test_sampler_by_name_passes_compiled_through() -> None:
     assert make_sampler("prioritized", episodes, 4, compiled=True)._tree.compiled
     assert not make_sampler("prioritized", episodes, 4, compiled=False)._tree.compiled
     assert not make_sampler("prioritized", episodes, 4, slice_len=2, compiled=False)._tree.compiled
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_a_pickled_sampler_continues_the_stream(compiled: bool) -> None:
+    """Pickling keeps the priorities; the tree's shared views are rebuilt, not copied apart."""
+    import pickle
+
+    sampler = PrioritizedSampler(5000, 32, seed=1, compiled=compiled)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        draw = sampler.sample()
+        sampler.update_priority(draw.indices, rng.random(32) * 4)
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy._tree.compiled == compiled
+    for _ in range(5):
+        a, b = sampler.sample(), copy.sample()
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.extras["weight"], b.extras["weight"])
+        new = rng.random(32) * 4
+        sampler.update_priority(a.indices, new)
+        copy.update_priority(b.indices, new)  # updates reach every level of the copy
+    _assert_same_tree(sampler._tree, copy._tree)
