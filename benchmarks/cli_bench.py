@@ -16,7 +16,7 @@ from pathlib import Path
 import bench_doc
 
 SECTION = "cli"
-START, END = f"<!-- bench:{SECTION}:start -->", f"<!-- bench:{SECTION}:end -->"
+START, END = bench_doc.markers(SECTION)
 RUNS = 10
 
 

@@ -44,8 +44,7 @@ import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import data as bench_data  # noqa: E402  (benchmarks/data.py)
 
 SECTION = "loader"
-START_MARK = f"<!-- bench:{SECTION}:start -->"
-END_MARK = f"<!-- bench:{SECTION}:end -->"
+START_MARK, END_MARK = bench_doc.markers(SECTION)
 BATCH = 256
 NUM_SLICES, SLICE_LEN = 8, 32
 TED_KEYS = 9  # what every rlds row returns: 8 TED keys + index

@@ -40,8 +40,7 @@ import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import run_all  # noqa: E402  (benchmarks/run_all.py: page-cache helpers, the TorchRL worker)
 
 SECTION = "minari"
-START_MARK = f"<!-- bench:{SECTION}:start -->"
-END_MARK = f"<!-- bench:{SECTION}:end -->"
+START_MARK, END_MARK = bench_doc.markers(SECTION)
 DATASET_ID = "bench/minari-synthetic-v0"
 TARGET_RATIO = 3.0
 

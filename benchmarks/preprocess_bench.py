@@ -41,8 +41,7 @@ import bench_doc
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SECTION = "preprocess"
-START_MARK = f"<!-- bench:{SECTION}:start -->"
-END_MARK = f"<!-- bench:{SECTION}:end -->"
+START_MARK, END_MARK = bench_doc.markers(SECTION)
 #: The heavy function's iterations: about 2 s for 1M steps on one core here.
 HEAVY_ROUNDS = 8
 MEAN, STD = 0.1, 1.2

@@ -58,8 +58,7 @@ import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import data as bench_data  # noqa: E402  (benchmarks/data.py, next to this script)
 
 SECTION = "conversion"
-START_MARK = f"<!-- bench:{SECTION}:start -->"
-END_MARK = f"<!-- bench:{SECTION}:end -->"
+START_MARK, END_MARK = bench_doc.markers(SECTION)
 DATASET_ID = "bench/synthetic-v0"
 BATCH_SIZE = 256
 #: rlds must convert in at most this fraction of TorchRL's cache-build time.
