@@ -26,6 +26,7 @@ _LAZY = {
     "EpochSampler": "rlds_cli.loader",
     "SliceSampler": "rlds_cli.loader",
     "PrioritizedSampler": "rlds_cli.loader",
+    "resolve_name": "rlds_cli.names",
 }
 
 __all__ = ["__version__", *_LAZY]

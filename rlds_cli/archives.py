@@ -1,4 +1,5 @@
-"""Safe extraction of source archives (``.zip``, ``.tar``, ``.tar.gz``/``.tgz``).
+"""Safe extraction of source archives (``.zip``, ``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``/``.tbz2``,
+``.tar.xz``/``.txz``).
 
 An archive from the internet is untrusted input. Every member is checked before a byte of it
 is written:
@@ -7,28 +8,59 @@ is written:
   letters or backslash tricks;
 * symbolic links, hard links, devices and FIFOs are refused outright (a link could point
   outside the destination, or at a file written later);
-* the total unpacked size, the number of members and (for zip) each member's compression ratio
-  are limited, and sizes are counted while copying (a header may lie), so a zip bomb stops at the
-  limit instead of filling the disk.
+* the same size limits hold for every archive type, measured while extracting (bytes are
+  counted as they are written, so a lying header does not help, and the extraction stops at the
+  chunk that crosses a limit): the total unpacked size, the number of members, and the ratio of
+  bytes unpacked to archive bytes read (a decompression bomb: gzip, bzip2 or xz of zeros, or a
+  zip member). A zip also declares each member's sizes up front: a member whose declared ratio is
+  over :attr:`Limits.max_ratio` is refused before anything is written;
+* zip members must be stored or deflated (what every tool and ``numpy.savez`` write): Python's
+  zip reader inflates bzip2 and LZMA members without an output bound, so one read of a
+  bzip2 member could take gigabytes of memory.
 
-Tar archives are read as a stream (``tarfile`` mode ``r|*``), so a ``.tar.gz`` is inflated once,
-front to back. The caller owns the destination directory and removes it after conversion.
+Tar archives are read as a stream, front to back; the compression (gzip, bzip2, xz) is found
+from the file's first bytes and undone with a bounded-output reader. The caller owns the
+destination directory; on any error it is emptied before the error is raised.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
-from rlds_cli.errors import SourceFormatError
+from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError, from_os_error
 
 _COPY_CHUNK = 1 << 20
+#: File name endings of the tar archives rlds unpacks (any compression is found from the bytes).
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
+#: Every archive name ending rlds unpacks.
+ARCHIVE_SUFFIXES = (".zip", *TAR_SUFFIXES)
+#: Bytes unpacked before the ratio rule applies: a small archive of zeros is harmless.
+RATIO_FLOOR_BYTES = 64 << 20
+#: Default largest ratio of bytes unpacked to archive bytes read (``RLDS_ARCHIVE_MAX_RATIO``).
+DEFAULT_MAX_TOTAL_RATIO = 200.0
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise SourceFormatError(
+            f"{name}={raw!r} is not a number", hint=f"unset {name} or set a number"
+        ) from None
+    return value if value > 0 else default
 
 
 @dataclass(frozen=True)
@@ -38,8 +70,12 @@ class Limits:
     Attributes:
         max_total_bytes: Sum of all members' sizes (default 256 GiB, or ``$RLDS_ARCHIVE_MAX_BYTES``).
         max_members: Number of members.
-        max_ratio: Largest uncompressed/compressed ratio of one zip member (zip bombs exceed
-            1000; real data rarely 100).
+        max_ratio: Largest uncompressed/compressed ratio one zip member may declare in its header
+            (zip bombs exceed 1000; real data rarely 100).
+        max_total_ratio: Largest ratio of bytes unpacked so far to archive bytes read so far,
+            measured while extracting, for every archive type (default 200, or
+            ``$RLDS_ARCHIVE_MAX_RATIO``).
+        ratio_floor_bytes: Bytes unpacked before ``max_total_ratio`` applies (default 64 MiB).
     """
 
     max_total_bytes: int = field(
@@ -47,6 +83,10 @@ class Limits:
     )
     max_members: int = 1_000_000
     max_ratio: float = 1000.0
+    max_total_ratio: float = field(
+        default_factory=lambda: _env_float("RLDS_ARCHIVE_MAX_RATIO", DEFAULT_MAX_TOTAL_RATIO)
+    )
+    ratio_floor_bytes: int = field(default_factory=lambda: RATIO_FLOOR_BYTES)
 
 
 class UnsafeArchiveError(SourceFormatError):
@@ -60,7 +100,7 @@ def archive_kind(path: Path) -> str | None:
     name = path.name.lower()
     if name.endswith(".zip"):
         return "zip"
-    if name.endswith((".tar", ".tar.gz", ".tgz")):
+    if name.endswith(TAR_SUFFIXES):
         return "tar"
     return None
 
@@ -84,10 +124,16 @@ def safe_member_path(archive: Path, name: str, dest: Path) -> Path:
 
 
 class _Budget:
-    def __init__(self, archive: Path, limits: Limits) -> None:
-        self.archive, self.limits = archive, limits
+    """Counts members and unpacked bytes against the limits while extracting.
+
+    ``consumed`` says how many bytes of the archive file have been read so far.
+    """
+
+    def __init__(self, archive: Path, limits: Limits, consumed: Callable[[], int]) -> None:
+        self.archive, self.limits, self.consumed = archive, limits, consumed
         self.bytes = 0
         self.members = 0
+        self.files = 0
 
     def member(self) -> None:
         self.members += 1
@@ -102,25 +148,61 @@ class _Budget:
                 "refusing (zip bomb?)",
                 hint="raise the limit with RLDS_ARCHIVE_MAX_BYTES if the archive is trusted",
             )
+        if self.bytes > self.limits.ratio_floor_bytes:
+            read = max(self.consumed(), 1)
+            if self.bytes > self.limits.max_total_ratio * read:
+                raise UnsafeArchiveError(
+                    f"{self.archive}: unpacks {self.bytes:,} bytes from {read:,} bytes of archive "
+                    f"(ratio over {self.limits.max_total_ratio:g}, at {name!r}); refusing "
+                    "(a decompression bomb?)",
+                    hint="raise the ratio limit with RLDS_ARCHIVE_MAX_RATIO if the archive is trusted",
+                )
 
 
 def _copy(src: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "xb") as out:
-        while chunk := src.read(_COPY_CHUNK):
-            budget.add(len(chunk), name)
-            out.write(chunk)
-
-
-def _extract_zip(archive: Path, dest: Path, limits: Limits) -> None:
-    budget = _Budget(archive, limits)
+    """Copy one member, counting its bytes; a failed write (full disk, no permission) is the rlds
+    error for it, never taken for a damaged archive."""
+    budget.files += 1
+    out = None
     try:
-        zf = zipfile.ZipFile(archive)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        out = open(target, "xb")  # noqa: SIM115 - closed below
+        while chunk := src.read(_COPY_CHUNK):
+            budget.add(len(chunk), name)  # before the write: a chunk over a limit is never written
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise (from_os_error(exc) or exc) from exc
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if out is None:  # creating the target failed: the destination's fault, not the archive's
+            raise (from_os_error(exc) or exc) from exc
+        raise
+    finally:
+        if out is not None:
+            out.close()
+
+
+def _open_archive_file(archive: Path) -> IO[bytes]:
+    try:
+        return open(archive, "rb")
+    except PermissionError as exc:
+        raise SourceNotReadableError(f"cannot read archive {archive}: permission denied") from exc
+
+
+def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
+    done_compressed = 0  # compressed bytes of the members before the current one, and it
+    budget = _Budget(archive, limits, lambda: done_compressed)
+    raw = _open_archive_file(archive)
+    try:
+        zf = zipfile.ZipFile(raw)
     except (OSError, zipfile.BadZipFile) as exc:
+        raw.close()
         raise SourceFormatError(
             f"cannot open {archive} as a zip archive (truncated or corrupt?): {exc}"
         ) from exc
-    with zf:
+    with raw, zf:
         infos = zf.infolist()
         for info in infos:  # check every name first: nothing is written for a bad archive
             budget.member()
@@ -128,6 +210,12 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> None:
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
                 raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symbolic link; refused")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) and not info.is_dir():
+                raise UnsafeArchiveError(
+                    f"{archive}: member {info.filename!r} uses compression method {info.compress_type} "
+                    "(only stored and deflated members are read: others inflate without a bound)",
+                    hint="re-pack the archive with the default (deflate) compression",
+                )
             if info.compress_size and info.file_size / info.compress_size > limits.max_ratio:
                 raise UnsafeArchiveError(
                     f"{archive}: member {info.filename!r} has compression ratio "
@@ -145,27 +233,43 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> None:
             if info.is_dir():
                 target.mkdir(parents=True, exist_ok=True)
                 continue
+            done_compressed += info.compress_size
             try:
                 with zf.open(info) as src:
                     _copy(src, target, budget, info.filename)
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+                if isinstance(exc, RldsError):  # a full disk, an unwritable destination
+                    raise
                 if isinstance(exc, FileExistsError):
                     raise UnsafeArchiveError(f"{archive}: member {info.filename!r} appears twice") from exc
                 raise SourceFormatError(
                     f"{archive}: member {info.filename!r} is damaged (truncated or corrupt?): {exc}"
                 ) from exc
+    return budget.files
 
 
-def _extract_tar(archive: Path, dest: Path, limits: Limits) -> None:
-    budget = _Budget(archive, limits)
+def _decompressed(raw: IO[bytes]) -> IO[bytes]:
+    """``raw`` itself, or a reader undoing its gzip, bzip2 or xz compression (found from the
+    magic bytes) that inflates only as much as each read asks for."""
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    return raw
+
+
+def _extract_tar(archive: Path, dest: Path, limits: Limits) -> int:
+    raw = _open_archive_file(archive)
+    budget = _Budget(archive, limits, raw.tell)
     try:
-        tf = tarfile.open(archive, mode="r|*")  # noqa: SIM115 - a stream, read once front to back
-    except (OSError, tarfile.TarError) as exc:
-        raise SourceFormatError(
-            f"cannot open {archive} as a tar archive (truncated or corrupt?): {exc}"
-        ) from exc
-    try:
-        with tf:
+        stream: Any = _decompressed(raw)
+        # a stream, read once front to back, already decompressed (so "r|", not "r|*")
+        tf = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed below
+        with raw, stream, tf:
             for member in tf:
                 budget.member()
                 target = safe_member_path(archive, member.name, dest)
@@ -189,17 +293,23 @@ def _extract_tar(archive: Path, dest: Path, limits: Limits) -> None:
                     _copy(src, target, budget, member.name)
                 except FileExistsError as exc:
                     raise UnsafeArchiveError(f"{archive}: member {member.name!r} appears twice") from exc
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        if isinstance(exc, SourceFormatError):
+    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
+        raw.close()
+        if isinstance(exc, RldsError):  # a full disk, an unwritable destination, an unsafe member
             raise
         raise SourceFormatError(f"{archive}: damaged tar archive (truncated or corrupt?): {exc}") from exc
+    except BaseException:
+        raw.close()
+        raise
+    return budget.files
 
 
 def extract_archive(archive: Path, dest: Path, limits: Limits | None = None) -> Path:
     """Unpack ``archive`` into the empty directory ``dest`` after checking every member.
 
     Args:
-        archive: A ``.zip``, ``.tar``, ``.tar.gz`` or ``.tgz`` file.
+        archive: A ``.zip``, ``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``/``.tbz2`` or
+            ``.tar.xz``/``.txz`` file.
         dest: An existing, empty directory (the caller removes it afterwards).
         limits: Size limits (default :class:`Limits`).
 
@@ -209,18 +319,23 @@ def extract_archive(archive: Path, dest: Path, limits: Limits | None = None) -> 
 
     Raises:
         UnsafeArchiveError: A member escapes ``dest``, is a link or device, or the sizes exceed
-            the limits. Nothing outside ``dest`` is ever written.
-        SourceFormatError: The archive is damaged.
+            the limits. Nothing outside ``dest`` is ever written, and ``dest`` is left empty.
+        SourceFormatError: The archive is damaged, or holds no file.
     """
     limits = limits or Limits()
     kind = archive_kind(archive)
     try:
         if kind == "zip":
-            _extract_zip(archive, dest, limits)
+            files = _extract_zip(archive, dest, limits)
         elif kind == "tar":
-            _extract_tar(archive, dest, limits)
+            files = _extract_tar(archive, dest, limits)
         else:
-            raise SourceFormatError(f"{archive}: not a .zip, .tar, .tar.gz or .tgz archive")
+            raise SourceFormatError(f"{archive}: not a {', '.join(ARCHIVE_SUFFIXES)} archive")
+        if files == 0:
+            raise SourceFormatError(
+                f"{archive} holds no files (only folders, or nothing)",
+                hint="check that the archive holds the dataset's files",
+            )
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True, exist_ok=True)

@@ -241,7 +241,13 @@ def _build(
     facts: dict[str, Any],
 ) -> Manifest:
     """Stream the reader into the builder and commit, recording the source ``facts``."""
-    from rlds_cli.formats.select import parse_episodes, select_blocks
+    from rlds_cli.formats.select import (
+        SelectionRecord,
+        kept_episodes,
+        parse_episodes,
+        select_blocks,
+        subset_episode_arrays,
+    )
 
     cls = reader_class(fmt)
     if fmt == "d4rl" and len(paths) > 1:
@@ -255,17 +261,25 @@ def _build(
             progress("start", reader.total_rows())
         advance = (lambda rows: progress("advance", rows)) if progress else None
         nan_counts: dict[str, int] = {}
-        for block in select_blocks(reader.blocks(advance), episodes=episodes, keys=keys):
+        record = SelectionRecord()
+        blocks = select_blocks(
+            reader.blocks(advance), episodes=episodes, keys=keys, record=record, source=shown
+        )
+        for block in blocks:
             _count_nans(block, nan_counts)
             builder.append(block)
         if builder.num_steps == 0:
             raise SourceFormatError(
                 f"{shown} holds no complete transition (every row's next observation is unknown)",
-                hint="see docs/formats.md for the episode-boundary rules of this format",
+                hint="a row becomes a step only when its next observation is known (the next row of "
+                "its episode, or a next_observations key): check the file's episode ends",
             )
         reader.report.nan_counts = nan_counts
+        arrays = reader.source_arrays()
+        if episodes is not None:  # per-episode arrays keep the kept episodes' rows, row for row
+            arrays = subset_episode_arrays(arrays, kept_episodes(episodes, record.episodes_seen))
         return builder.commit(
             source={**facts, "metadata": reader.source_metadata(), "checks": reader.report.checks()},
             conversion=reader.report.to_dict(),
-            source_arrays=reader.source_arrays(),
+            source_arrays=arrays,
         )

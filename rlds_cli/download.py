@@ -2,6 +2,8 @@
 
 Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (resumed,
 retried, verified, published atomically) and then converted by :func:`rlds_cli.convert.convert`.
+A first-seen sha256 is pinned (made binding for later downloads) only once the conversion
+succeeded.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from rlds_cli import registry, settings
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError, UnsupportedSourceError
-from rlds_cli.net.fetch import PART_SUFFIX, FetchResult, RemoteFile, fetch_files
+from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
+from rlds_cli.net.http import discard_part
+from rlds_cli.net.layout import listing_path, part_path, raw_dir, stored_listing, url_dir, url_file_name
 from rlds_cli.net.progress import DownloadProgress
-from rlds_cli.net.status import LISTING_FILE
 
 _URL_PREFIXES = ("http://", "https://")
 #: Formats whose reader takes the dataset's folder rather than its files.
@@ -67,7 +69,8 @@ def download(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     offline = settings.offline() if offline is None else offline
-    fetch = {"force": force, "offline": offline, "progress": download_progress}
+    # pin=False: a first-seen hash binds later downloads only once the file converted
+    fetch = {"force": force, "offline": offline, "progress": download_progress, "pin": False}
     convert_args = {"root": cache, "backend": backend, "force": force, "progress": progress}
     path = Path(source).expanduser()
     if path.exists():
@@ -107,6 +110,7 @@ def download(
         expected_sha256=results[0].sha256 if len(results) == 1 else None,
         **convert_args,
     )
+    HashStore(folder).pin(r.name for r in results)
     if not keep_raw:
         drop_raw_files(folder, results)
     return result
@@ -136,6 +140,7 @@ def _download_url(
         expected_sha256=results[0].sha256,
         **convert_args,
     )
+    HashStore(folder).pin(r.name for r in results)
     if not keep_raw:
         drop_raw_files(folder, results)
     return result
@@ -143,22 +148,22 @@ def _download_url(
 
 def plan_files(entry: registry.RegistryEntry, folder: Path, *, offline: bool) -> list[RemoteFile]:
     """The files of a registry entry: its listed files plus, for a Hub folder, the folder's
-    files (listed online and remembered in ``listing.json``, so offline mode can use it)."""
+    files (listed online and remembered in ``.rlds/listing.json``, so offline mode can use it)."""
     files = [
         RemoteFile(f.name, f.urls, f.size, f.sha256, "registry") for f in entry.files if not f.is_bundled
     ]
     if entry.listing is None:
         return files
-    listing_path = folder / LISTING_FILE
-    if offline and not listing_path.is_file():
-        raise OfflineError(f"the file list of {entry.id!r} has never been fetched and offline mode is on")
     if not offline:
-        _list_online(entry, listing_path)
-    listed = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in json.loads(listing_path.read_text())]
+        _list_online(entry, folder)
+    known = stored_listing(folder)
+    if known is None:
+        raise OfflineError(f"the file list of {entry.id!r} has never been fetched and offline mode is on")
+    listed = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in json.loads(known.read_text())]
     return files + listed
 
 
-def _list_online(entry: registry.RegistryEntry, listing_path: Path) -> None:
+def _list_online(entry: registry.RegistryEntry, folder: Path) -> None:
     """Refresh ``listing.json`` from the Hub. When the Hub cannot be reached but an earlier
     listing exists, that one is used (the files it names are still verified by their hashes)."""
     from rlds_cli.net import hf
@@ -168,10 +173,10 @@ def _list_online(entry: registry.RegistryEntry, listing_path: Path) -> None:
     try:
         listed = hf.list_folder(lst.hf_repo, lst.path, revision=lst.revision, suffix=lst.suffix)
     except DownloadFailedError:
-        if listing_path.is_file():
+        if stored_listing(folder) is not None:
             return
         raise
-    _write_json(listing_path, [{**f.__dict__, "urls": list(f.urls)} for f in listed])
+    _write_json(listing_path(folder), [{**f.__dict__, "urls": list(f.urls)} for f in listed])
 
 
 def share_downloads(
@@ -188,9 +193,16 @@ def share_downloads(
             continue
         for theirs in other.files:
             mine = wanted.get(theirs.urls[0]) if theirs.urls else None
-            source = raw_dir(cache, other.cache_name) / theirs.name
-            record = HashStore(source.parent).get(theirs.name) if mine and source.is_file() else None
-            if mine is None or record is None or (mine.sha256 and mine.sha256 != record.sha256):
+            their_folder = raw_dir(cache, other.cache_name)
+            source = their_folder / theirs.name
+            record = HashStore(their_folder).get(theirs.name) if mine and source.is_file() else None
+            # only a pinned hash is shared: an unconverted first download proves nothing
+            if (
+                mine is None
+                or record is None
+                or not record.pinned
+                or (mine.sha256 and mine.sha256 != record.sha256)
+            ):
                 continue
             target = folder / mine.name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +238,7 @@ def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
     download of the same files is still checked against the hashes seen today."""
     for r in results:
         r.path.unlink(missing_ok=True)
-        r.path.with_name(r.path.name + PART_SUFFIX).unlink(missing_ok=True)
+        discard_part(part_path(folder, r.name))
     for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
         if sub != folder and sub.is_dir() and not any(sub.iterdir()):
             shutil.rmtree(sub, ignore_errors=True)
@@ -243,9 +255,33 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith((".", "~", os.sep)) or bool(Path(source).suffix)
 
 
+#: Suffixes of archives and compressed files, all stripped from a default name (x.tar.gz -> x).
+_ARCHIVE_SUFFIXES = (".tar", ".tgz", ".zip", ".gz", ".bz2", ".xz", ".zst")
+#: Data suffixes also stripped once an archive suffix went (hopper.hdf5.zip -> hopper).
+_DATA_SUFFIXES = (".hdf5", ".h5", ".npz", ".npy", ".traj")
+
+
+def _strip_suffixes(file_name: str) -> str:
+    """A file name without its archive suffixes (all of them) and data suffix, or else without
+    its one suffix: ``x.tar.gz`` -> ``x``, ``d.hdf5.zip`` -> ``d``, ``a-v2.1.hdf5`` -> ``a-v2.1``."""
+    name, stripped = file_name, False
+    while (suffix := Path(name).suffix.lower()) in _ARCHIVE_SUFFIXES and Path(name).stem:
+        name, stripped = name[: -len(suffix)], True
+    if not stripped:
+        return Path(name).stem if Path(name).suffix else name
+    suffix = Path(name).suffix.lower()
+    return name[: -len(suffix)] if suffix in _DATA_SUFFIXES and Path(name).stem else name
+
+
 def _default_name(path: Path) -> str:
-    """A cache name from a file name: its stem with characters names cannot hold replaced."""
-    stem = path.stem if path.suffix else path.name
+    """A cache name from a file name: its stem with characters names cannot hold replaced. A
+    Minari dataset is named by its ``dataset_id``, namespace included (``pendulum/random-v0``)."""
+    from rlds_cli.formats.minari import default_name
+
+    minari_name = default_name(path)
+    if minari_name is not None:
+        return minari_name
+    stem = _strip_suffixes(path.name)
     if path.exists() and not path.is_file():
         stem = path.name
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "dataset"

@@ -89,6 +89,34 @@ class LockTimeoutError(CacheError, TimeoutError):
     default_hint = "another rlds process is writing this dataset; wait for it or stop it"
 
 
+class DiskFullError(CacheError, OSError):
+    """The disk (or quota) holding the cache ran out of space while writing."""
+
+    default_hint = "free some space ('rlds gc', 'rlds rm', 'rlds du'), or set RLDS_HOME to a larger disk"
+
+
+class CacheNotWritableError(CacheError, PermissionError):
+    """The cache (or a file in it) cannot be written: read-only filesystem or no permission."""
+
+    default_hint = "use a cache you can write to: --root DIR or RLDS_HOME=DIR"
+
+
+class InvalidKeyError(CacheError, ValueError):
+    """An array key that cannot become a file path inside a dataset (``..``, an absolute path,
+    characters outside the key grammar, too long): refused before any file is opened."""
+
+    default_hint = (
+        "a key is '/'-separated parts of A-Z a-z 0-9 _ . - (not '.' or '..', at most 200 characters "
+        "each); if it comes from a manifest, the dataset was tampered with: convert it again"
+    )
+
+
+class CacheLocationError(CacheError, NotADirectoryError):
+    """The cache root is not a usable directory (e.g. ``RLDS_HOME`` names a file)."""
+
+    default_hint = "point --root or RLDS_HOME at a directory (it is created when missing)"
+
+
 # --------------------------------------------------------------------------- sources
 
 
@@ -100,6 +128,12 @@ class SourceNotFoundError(SourceError, FileNotFoundError):
     """The given path does not exist."""
 
     default_hint = "check the path, or pass a registry id ('rlds list --remote')"
+
+
+class SourceNotReadableError(SourceError, PermissionError):
+    """A source file exists but this user may not read it."""
+
+    default_hint = "check the file's permissions (e.g. chmod u+r FILE), or run as a user who can read it"
 
 
 class UnknownFormatError(SourceError, ValueError):
@@ -135,7 +169,7 @@ class RegistryError(RldsError):
 class UnknownDatasetIdError(RegistryError, KeyError):
     """The id is not in any registry file."""
 
-    default_hint = "run 'rlds list --remote' for the known ids, or pass a local path"
+    default_hint = "'rlds list --remote PATTERN' searches the registry's ids, aliases and descriptions"
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.message
@@ -177,7 +211,8 @@ class DownloadFailedError(DownloadError, ConnectionError):
 
     default_hint = (
         "check your connection and run the same command again: it resumes where it stopped "
-        "(RLDS_HTTP_RETRIES raises the number of retries)"
+        "(RLDS_HTTP_RETRIES raises the number of retries; without a network, --offline uses the "
+        "files already downloaded)"
     )
 
 
@@ -191,6 +226,42 @@ class InsufficientDiskSpaceError(DownloadError, OSError):
     """Not enough free disk space for a download."""
 
     default_hint = "free some space, or point RLDS_HOME (or --root) at a larger disk"
+
+
+class HostNotFoundError(DownloadFailedError):
+    """A server's host name does not resolve (no network, no DNS, or a wrong name); not retried."""
+
+    default_hint = (
+        "check the network connection and the host name; without a network, --offline "
+        "(or RLDS_OFFLINE=1) uses the files already downloaded"
+    )
+
+
+class DownloadTooSlowError(DownloadFailedError):
+    """A transfer stayed below the minimum speed (``RLDS_HTTP_MIN_SPEED``) through every retry."""
+
+    default_hint = (
+        "run the same command again later: it resumes where it stopped; on a slow link lower "
+        "RLDS_HTTP_MIN_SPEED (bytes/s, 0 turns the rule off) or raise RLDS_HTTP_SPEED_WINDOW"
+    )
+
+
+class RedirectError(DownloadError, ConnectionError):
+    """A redirect loop, too many redirects, or a redirect to a non-HTTP URL (``file://``, ``ftp://``)."""
+
+    default_hint = (
+        "the server (or a proxy or captive portal) redirects wrongly; check the URL in a browser, "
+        "or add a working mirror in your own registry file (RLDS_REGISTRY)"
+    )
+
+
+class ServerResponseError(DownloadError, OSError):
+    """A server's answer cannot be used as it is (e.g. a ``206`` for other bytes than asked)."""
+
+    default_hint = (
+        "the server misbehaves; run the command again later, or add a working mirror in your own "
+        "registry file (RLDS_REGISTRY)"
+    )
 
 
 # --------------------------------------------------------------------------- preprocessing
@@ -224,7 +295,7 @@ class UserFunctionError(PreprocessError, RuntimeError):
 class OutputSchemaError(PreprocessError, ValueError):
     """The function's output breaks the TED rules or changes schema between chunks."""
 
-    default_hint = "see docs/preprocessing.md, 'What the function must return'"
+    default_hint = "'rlds preprocess --help' says what the function must return"
 
 
 # --------------------------------------------------------------------------- extras and export
@@ -238,3 +309,60 @@ class ExportError(RldsError, ValueError):
     """An export cannot be written (the target exists, or the data has no place in the format)."""
 
     default_hint = "pass --force to replace the target, or pick another format"
+
+
+# --------------------------------------------------------------------------- loader
+
+
+class LoaderStateError(RldsError, ValueError):
+    """A sampler or loader state (``load_state_dict``) from another dataset, rank or world size."""
+
+    default_hint = "give each rank the state it saved itself, on the same dataset"
+
+
+class SeedError(RldsError, ValueError):
+    """A bad seed, or ``seed=None`` where the ranks of a run cannot agree on a fresh one."""
+
+    default_hint = "pass seed= (the same on every rank), or set RLDS_SEED"
+
+
+# --------------------------------------------------------------------------- OS errors
+
+#: errno -> (error class, what happened), for the operating-system errors a user can fix.
+_OS_ERRORS: dict[int, tuple[type[RldsError], str]] = {}
+
+
+def _os_errors() -> dict[int, tuple[type[RldsError], str]]:
+    import errno
+
+    if not _OS_ERRORS:
+        _OS_ERRORS.update(
+            {
+                errno.ENOSPC: (DiskFullError, "no space left on the device"),
+                errno.EDQUOT: (DiskFullError, "disk quota exceeded"),
+                errno.EROFS: (CacheNotWritableError, "read-only filesystem"),
+                errno.EACCES: (CacheNotWritableError, "permission denied"),
+                errno.EPERM: (CacheNotWritableError, "operation not permitted"),
+                errno.ENAMETOOLONG: (InvalidNameError, "file name too long"),
+            }
+        )
+    return _OS_ERRORS
+
+
+def from_os_error(exc: OSError) -> RldsError | None:
+    """The rlds error for an OS error a user can act on (full disk, read-only or unwritable
+    cache, name too long), naming the file; ``None`` for any other."""
+    found = _os_errors().get(exc.errno or 0)
+    if found is None:
+        return None
+    cls, what = found
+    where = exc.filename if exc.filename is not None else "(unknown file)"
+    hint = None
+    if cls is CacheNotWritableError:
+        hint = (
+            "check the permissions of that path; if it is in the cache, use a cache you can write "
+            "to (--root DIR or RLDS_HOME=DIR)"
+        )
+    elif cls is InvalidNameError:
+        hint = "use a shorter dataset name or a shorter cache path (--root, RLDS_HOME)"
+    return cls(f"{what}: {where}", hint)

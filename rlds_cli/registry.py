@@ -18,12 +18,20 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     size = 345375                       # bytes, when known
     sha256 = "..."                      # when known; else recorded on first download
 
+    [dataset.published]                 # optional: figures an upstream publishes, as rounded there
+    steps = 1000000                     # approximate step count ("1M" in Minari's table)
+    episodes = 4356
+    size_bytes = 1077700000             # approximate download size ("1,077.7 MB")
+    source = "Minari 'list remote' table (Minari#242)"
+
     [dataset.listing]                   # instead of (or besides) files: a Hugging Face folder
     hf_repo = "jdvakil/RoboSet_Sim"     # dataset repo, listed with the Hub's tree API
     path = "DAPG(expert)/door_v2d-v1"   # folder inside the repo
     suffix = ".h5"                      # keep files whose name ends so
     revision = "main"
 
+Exact facts (a file's ``size`` and ``sha256``) are checked against every download; ``published``
+figures are only shown (``rlds list --remote``, ``rlds info``), marked as approximate.
 URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the others must be
 ``http://`` or ``https://``. Any other key (``ids``, ``url_status``, counts, ...) is kept in
 :attr:`RegistryEntry.extra` and shown by ``rlds info``.
@@ -31,6 +39,8 @@ URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the 
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -77,6 +87,26 @@ class RegistryListing:
 
 
 @dataclass(frozen=True)
+class PublishedFigures:
+    """Sizes and counts an upstream publishes for a dataset, rounded as published (shown with a
+    ``~``, never used to check a download)."""
+
+    source: str
+    steps: int | None = None
+    episodes: int | None = None
+    size_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return {
+            "source": self.source,
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "size_bytes": self.size_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class RegistryEntry:
     """One dataset id and where its data comes from."""
 
@@ -90,6 +120,7 @@ class RegistryEntry:
     origin: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     listing: RegistryListing | None = None
+    published: PublishedFigures | None = None
 
     @property
     def cache_name(self) -> str:
@@ -134,7 +165,9 @@ def _registry_files() -> list[Path]:
 
 
 _OPTION_KEYS = ("max_episode_steps",)
-_KNOWN_KEYS = {"id", "aliases", "format", "description", "license", "files", "listing", *_OPTION_KEYS}
+_KNOWN_KEYS = {
+    "id", "aliases", "format", "description", "license", "files", "listing", "published", *_OPTION_KEYS,
+}  # fmt: skip
 
 
 def _check_lists(raw: Any) -> None:
@@ -177,6 +210,20 @@ def _parse_listing(raw: Any) -> RegistryListing | None:
     )
 
 
+def _parse_published(raw: Any) -> PublishedFigures | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("source"), str) or not raw["source"]:
+        raise ValueError("'published' (a table with a 'source' saying where the figures come from)")
+    figures: dict[str, int | None] = {}
+    for key in ("steps", "episodes", "size_bytes"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"'published.{key}' ({value!r} is not a positive integer)")
+        figures[key] = value
+    return PublishedFigures(source=raw["source"], **figures)
+
+
 def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
     try:
         _check_lists(raw)
@@ -202,6 +249,7 @@ def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
             origin=str(origin),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
             listing=_parse_listing(raw.get("listing")),
+            published=_parse_published(raw.get("published")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         ident = raw.get("id", "?") if isinstance(raw, dict) else "?"
@@ -236,12 +284,44 @@ def entries() -> list[RegistryEntry]:
 
 
 def resolve(dataset_id: str) -> RegistryEntry:
-    """The entry for an id or alias."""
+    """The entry for an id or alias.
+
+    Raises:
+        UnknownDatasetIdError: Neither an id nor an alias; the hint names close ones.
+    """
     table = _load(tuple(_registry_files()))
     try:
         return table[dataset_id]
     except KeyError:
-        raise UnknownDatasetIdError(f"unknown dataset id {dataset_id!r}") from None
+        close = suggestions(dataset_id)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise UnknownDatasetIdError(
+            f"unknown dataset id {dataset_id!r}",
+            hint=f"{hint}'rlds list --remote PATTERN' searches the registry's ids, aliases and descriptions",
+        ) from None
+
+
+def suggestions(name: str, limit: int = 3) -> list[str]:
+    """Registry ids and aliases that look like ``name`` (for "did you mean" hints)."""
+    keys = list(_load(tuple(_registry_files())))
+    by_lower = {k.lower(): k for k in keys}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=limit, cutoff=0.8)
+    return [by_lower[c] for c in close]
+
+
+def matches(pattern: str, *texts: str) -> bool:
+    """Whether any of ``texts`` matches ``pattern``, ignoring case: as a glob over the whole text
+    when the pattern holds ``*``, ``?`` or ``[`` (``D4RL/door/*``), else as a substring."""
+    needle = pattern.lower()
+    if any(ch in pattern for ch in "*?["):
+        return any(fnmatch.fnmatchcase(t.lower(), needle) for t in texts)
+    return any(needle in t.lower() for t in texts)
+
+
+def search(pattern: str) -> list[RegistryEntry]:
+    """Entries whose id, an alias or the description matches ``pattern`` (see :func:`matches`),
+    sorted by id."""
+    return [e for e in entries() if matches(pattern, e.id, *e.aliases, e.description)]
 
 
 def is_known(dataset_id: str) -> bool:

@@ -15,6 +15,8 @@ processes can change them.
 | RLDS_HTTP_TIMEOUT | connect and read timeouts in seconds (default 10,60; one value sets both) |
 | RLDS_HTTP_RETRIES | retries per mirror after a transient error (default 5)  |
 | RLDS_RETRY_BASE_DELAY | first back-off delay in seconds, doubled each retry (default 1) |
+| RLDS_HTTP_MIN_SPEED | bytes/s a transfer must average per window, else retried (default 1024; 0: off) |
+| RLDS_HTTP_SPEED_WINDOW | seconds of that window (default 60) |
 | RLDS_DOWNLOAD_WORKERS | files of one dataset fetched at once (default 4)      |
 | RLDS_NUMBA    | ``0``: never use the compiled (numba) kernels, even if installed |
 """
@@ -105,6 +107,17 @@ def http_retries() -> int:
 def retry_base_delay() -> float:
     """First back-off delay in seconds (``RLDS_RETRY_BASE_DELAY``, default 1; doubled per retry)."""
     return _number("RLDS_RETRY_BASE_DELAY", 1.0)
+
+
+def http_min_speed() -> float:
+    """Bytes per second a transfer must average over each speed window (``RLDS_HTTP_MIN_SPEED``,
+    default 1024; 0 turns the rule off): a slower one is cut and retried."""
+    return _number("RLDS_HTTP_MIN_SPEED", 1024.0)
+
+
+def http_speed_window() -> float:
+    """Seconds over which the minimum speed is measured (``RLDS_HTTP_SPEED_WINDOW``, default 60)."""
+    return _number("RLDS_HTTP_SPEED_WINDOW", 60.0, minimum=0.01)
 
 
 def download_workers() -> int:

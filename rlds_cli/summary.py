@@ -8,6 +8,7 @@ import numpy as np
 
 from rlds_cli.cache.backends import ARRAYS_DIR
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.preprocess import stats
 
 #: Steps read at a time when scanning a column (bounded memory for any dataset size).
 SCAN_ROWS = 1 << 20
@@ -56,9 +57,9 @@ def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
     dtype = np.dtype(spec.dtype)
     row_bytes = max(1, dtype.itemsize * int(np.prod(spec.shape, dtype=np.int64)))
     step = max(1, SCAN_BYTES // row_bytes)
-    count = nan = posinf = neginf = true = finite = 0
-    mean = m2 = 0.0  # running mean and sum of squared deviations (Chan et al.'s merge)
-    low, high = np.inf, -np.inf
+    count = nan = posinf = neginf = true = 0
+    # the accumulator of `preprocess --stats` and Normalize, over all elements: they agree
+    acc: stats.Partial | None = None
     for start in range(0, rows, step):
         chunk = np.asarray(column[start : min(start + step, rows)])
         count += chunk.size
@@ -73,14 +74,7 @@ def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
             posinf += int(np.isposinf(values).sum())
             neginf += int(np.isneginf(values).sum())
             values = values[np.isfinite(values)]
-        if values.size:
-            low, high = min(low, float(values.min())), max(high, float(values.max()))
-            n_b, mean_b = values.size, float(values.mean())
-            m2_b = float(np.square(values - mean_b).sum())
-            delta, total = mean_b - mean, finite + n_b
-            mean += delta * n_b / total
-            m2 += m2_b + delta * delta * finite * n_b / total
-            finite = total
+        acc = stats.merge(acc, stats.partial(values.reshape(-1, 1), quantiles=False))
     out: dict[str, Any] = {"count": count}
     if dtype.kind == "b":
         out["true"] = true
@@ -89,10 +83,10 @@ def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
         nan=nan,
         posinf=posinf,
         neginf=neginf,
-        min=low if finite else None,
-        max=high if finite else None,
-        mean=mean if finite else None,
-        std=float(np.sqrt(m2 / finite)) if finite else None,
+        min=float(acc.min[0]) if acc else None,
+        max=float(acc.max[0]) if acc else None,
+        mean=float(acc.mean[0]) if acc else None,
+        std=float(np.sqrt(acc.m2[0] / acc.count)) if acc else None,
     )
     return out
 

@@ -5,13 +5,17 @@ in chunks, so memory stays bounded; each violation names the episode and the ste
 
 Checks:
 
+* ``files``: every stored file is there at its full size (each ``.npy``; each zarr chunk),
+  checked without reading data. When one is missing, the data checks are not run.
 * ``index``: episodes are contiguous, non-empty and cover every step.
 * ``done``: ``next/done == next/terminated | next/truncated``, and it is true exactly at the
   last step of every episode.
 * ``continuity``: inside an episode, ``next/<key>[t] == <key>[t + 1]`` for every
   observation-like key (NaN equal to NaN).
 * ``counts``: steps and episodes match what the source declared (e.g. Minari's
-  ``total_steps``), where the converter recorded it (``source.checks.expected``).
+  ``total_steps``), where the converter recorded it (``source.checks.expected``); for an
+  ``--episodes A:B`` conversion, the episode count is the selection's share of the declared
+  total. Per-episode source arrays (``<format>/episode_<what>``) have one row per episode.
 * ``nan``: every key has exactly as many NaN values as the source had at conversion
   (``source.checks.nan_counts``), so no NaN appeared where the source had none.
 """
@@ -24,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.errors import InvalidSelectionError
+from rlds_cli.formats.select import is_episode_array, parse_episodes
 
 #: Steps read per chunk.
 CHUNK_STEPS = 1 << 16
@@ -131,6 +137,11 @@ def check_dataset(ds: Dataset, limit: int = 1000) -> CheckReport:
         A :class:`CheckReport`; ``report.ok`` is true when nothing is wrong.
     """
     c = _Collector(ds, limit)
+    c.report.checks.append("files")
+    for problem in ds.check_files():
+        c.add("files", problem)
+    if c.report.violations:
+        return c.report  # reading the data would only fail on the same damage
     for name, fn in (
         ("index", _check_index),
         ("done", _check_done),
@@ -213,6 +224,11 @@ def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _check_counts(ds: Dataset, c: _Collector) -> None:
     expected = ds.manifest.source.get("checks", {}).get("expected", {})
     dropped = int(ds.manifest.conversion.get("dropped_episodes", 0))
+    _check_episode_arrays(ds, c)
+    selection = (ds.manifest.source.get("options") or {}).get("episodes")
+    if selection is not None:
+        _check_subset_counts(ds, c, selection, expected, dropped)
+        return
     if "num_steps" in expected and expected["num_steps"] != ds.num_steps:
         c.add("counts", f"{ds.num_steps} steps, the source declares {expected['num_steps']}")
     if "num_episodes" in expected and expected["num_episodes"] != ds.num_episodes + dropped:
@@ -221,6 +237,36 @@ def _check_counts(ds: Dataset, c: _Collector) -> None:
             f"{ds.num_episodes} episodes (+{dropped} dropped), "
             f"the source declares {expected['num_episodes']}",
         )
+
+
+def _check_subset_counts(
+    ds: Dataset, c: _Collector, selection: Any, expected: dict[str, int], dropped: int
+) -> None:
+    """Counts of an ``--episodes A:B`` conversion: the source declares its totals, not the
+    subset's, so the episodes must be ``min(B, declared - dropped) - A`` (steps are not declared
+    per episode and are not checked)."""
+    try:
+        first, stop = parse_episodes(selection)
+    except InvalidSelectionError:
+        c.add("counts", f"the manifest's episode selection {selection!r} is not A:B")
+        return
+    if "num_episodes" not in expected:
+        return
+    available = int(expected["num_episodes"]) - dropped  # episodes a full conversion would keep
+    want = max(0, min(available if stop is None else stop, available) - first)
+    if ds.num_episodes != want:
+        c.add(
+            "counts",
+            f"{ds.num_episodes} episodes, but episodes {first}:{'' if stop is None else stop} of a source "
+            f"declaring {expected['num_episodes']} (-{dropped} dropped) are {want}",
+        )
+
+
+def _check_episode_arrays(ds: Dataset, c: _Collector) -> None:
+    """Per-episode source arrays (``<format>/episode_<what>``) have one row per episode."""
+    for name, value in ds.source_arrays.items():
+        if is_episode_array(name) and len(value) != ds.num_episodes:
+            c.add("counts", f"source array {name!r} has {len(value)} rows for {ds.num_episodes} episodes")
 
 
 def _check_nans(ds: Dataset, c: _Collector) -> None:

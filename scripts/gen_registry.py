@@ -6,9 +6,12 @@ Usage::
 
 The notes (``../shared/reference/datasets.md``) list every id with its literal or constructed
 URL; this script turns those tables into registry entries so that no URL is typed by hand.
-None of the sources publishes a checksum or a size, so no entry gets one: rlds records the
-sha256 and size it observes on the first download and verifies against them afterwards.
-The generated TOML is committed; re-run this script when the notes change.
+None of the sources publishes a checksum or an exact file size, so no file gets one: rlds
+records the sha256 and size it observes on the first download and verifies against them
+afterwards. The few rounded figures an upstream publishes (Minari's ``list remote`` table, as
+quoted in the notes' ``user-needs.md``) become ``[dataset.published]`` tables: shown with a
+``~``, never used to check a download. The generated TOML is committed; re-run this script
+when the notes change.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ HF = "https://huggingface.co/datasets"
 UNKNOWN_HASH = "# sha256 and size: not published anywhere; recorded on first download, verified after"
 
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
+#: The row of the notes' user-needs.md that quotes Minari's "list remote" figures.
+SIZES_ROW = "Minari D4RL-derived sizes"
+_FIGURES = re.compile(
+    r"^(?P<key>[\w/.-]+): (?:(?P<eps>[\d,]+) eps, )?(?P<steps>[\d.]+)(?P<unit>[KM]) steps, "
+    r"(?P<mb>[\d,.]+) MB$"
+)
 
 
 def sections(text: str) -> dict[str, str]:
@@ -59,6 +68,7 @@ def entry(
     aliases: list[str] | tuple[str, ...] = (),
     fields: dict[str, object] | None = None,
     listing: dict[str, str] | None = None,
+    published: dict[str, object] | None = None,
 ) -> str:
     lines = ["[[dataset]]", f"id = {q(dataset_id)}"]
     if aliases:
@@ -78,6 +88,9 @@ def entry(
         lines.append("")
         lines.append("[dataset.listing]")
         lines.extend(f"{k} = {q(v)}" for k, v in listing.items())
+    if published:
+        lines += ["", "[dataset.published]", "# rounded figures an upstream publishes: shown, never checked"]
+        lines.extend(f"{k} = {v if isinstance(v, int) else q(str(v))}" for k, v in published.items())
     for name, urls in files:
         lines += ["", "[[dataset.files]]", UNKNOWN_HASH, f"name = {q(name)}", f"urls = {toml_list(urls)}"]
     return "\n".join(lines) + "\n"
@@ -92,8 +105,9 @@ def header(title: str, source: str) -> str:
             f"Source of the ids and URLs: {source}", 100, initial_indent="# ", subsequent_indent="# "
         )
         + "\n"
-        "# No source publishes checksums or sizes: rlds records the sha256 and size of the first\n"
-        "# download in <root>/raw/<id>/hashes.json and verifies every later copy against them.\n\n"
+        "# No source publishes checksums or exact sizes: rlds records the sha256 and size of the first\n"
+        "# download in <root>/raw/<id>/hashes.json and verifies every later copy against them.\n"
+        "# [dataset.published] holds the rounded figures an upstream shows (never used as checks).\n\n"
     )
 
 
@@ -126,7 +140,8 @@ def d4rl(block: str) -> tuple[str, int]:
                 [(name, [url])],
                 aliases=[f"d4rl/{dataset_id}"],
                 fields={
-                    "description": f"D4RL {dataset_id} ({url.split('/offline_rl/')[1].split('/')[0]} suite)",
+                    "description": f"D4RL, {url.split('/offline_rl/')[1].split('/')[0]} suite, at most "
+                    f"{steps} steps per episode",
                     "license": "CC-BY-4.0",
                     "max_episode_steps": steps,
                     "ids": {"d4rl": dataset_id, "torchrl": dataset_id},
@@ -162,7 +177,7 @@ def roboset(block: str) -> tuple[str, int]:
                 [],
                 aliases=[cache_name],
                 fields={
-                    "description": f"RoboSet {dataset_id} (RoboHive, simulated)",
+                    "description": f"RoboSet (RoboHive), simulated, {dataset_id.split('/')[0]} data",
                     "license": "MIT",
                     "ids": {"torchrl": dataset_id, "robohive": dataset_id},
                     "url_status": "constructed",
@@ -174,7 +189,35 @@ def roboset(block: str) -> tuple[str, int]:
     return "\n".join(out), count
 
 
-def minari(block: str) -> tuple[str, int]:
+def published_figures(text: str, ids: list[str]) -> dict[str, dict[str, object]]:
+    """Rounded figures quoted from Minari's "list remote" table, by registry id: steps, episodes
+    and size (Minari's MB are 10**6 bytes). A quoted name that matches no single id (e.g.
+    ``antmaze-large``: diverse or play?) is left out."""
+    line = next((ln for ln in text.splitlines() if ln.startswith(f"| {SIZES_ROW} |")), None)
+    if line is None:
+        return {}
+    _, figures, where = (c.strip() for c in line.strip().strip("|").split("|"))
+    source = f"{where.replace('`', '')}, quoted in the reference notes; rounded as published"
+    found: dict[str, dict[str, object]] = {}
+    for part in figures.split("<br>"):
+        m = _FIGURES.match(part.strip())
+        if m is None:
+            continue
+        matching = [i for i in ids if i == m["key"] or i.endswith("/" + m["key"])]
+        if len(matching) != 1:
+            continue
+        fields: dict[str, object] = {
+            "steps": round(float(m["steps"]) * {"K": 1_000, "M": 1_000_000}[m["unit"]])
+        }
+        if m["eps"]:
+            fields["episodes"] = int(m["eps"].replace(",", ""))
+        fields["size_bytes"] = round(float(m["mb"].replace(",", "")) * 1_000_000)
+        fields["source"] = source
+        found[matching[0]] = fields
+    return found
+
+
+def minari(block: str, sizes_text: str = "") -> tuple[str, int]:
     out = [
         header(
             "Minari datasets on the Hugging Face remote hf://farama-minari (HDF5 backend files).",
@@ -196,6 +239,7 @@ def minari(block: str) -> tuple[str, int]:
     seen: dict[str, bool] = {}
     for dataset_id, first_party in expanded:
         seen[dataset_id] = seen.get(dataset_id, False) or first_party
+    published = published_figures(sizes_text, list(seen))
     for dataset_id, first_party in seen.items():
         first, rest = dataset_id.split("/", 1)
         base = f"{HF}/farama-minari/{first}/resolve/main/{urllib.parse.quote(rest)}/data"
@@ -208,12 +252,13 @@ def minari(block: str) -> tuple[str, int]:
                     ("data/main_data.hdf5", [f"{base}/main_data.hdf5"]),
                 ],
                 fields={
-                    "description": f"Minari {dataset_id}",
+                    "description": "Minari" + ("" if first_party else ", id seen only in third-party code"),
                     "license": "unknown (see the dataset card on the Hub)",
                     "ids": {"minari": dataset_id, "torchrl": dataset_id},
                     "url_status": "constructed",
                     "first_party": first_party,
                 },
+                published=published.get(dataset_id),
             )
         )
     return "\n".join(out), len(seen)
@@ -251,7 +296,7 @@ def ogbench(block: str) -> tuple[str, int]:
                 [(train.rsplit("/", 1)[1], [train]), (val.rsplit("/", 1)[1], [val])],
                 aliases=[f"ogbench/{dataset_id}"],
                 fields={
-                    "description": f"OGBench {dataset_id} (train and validation splits)",
+                    "description": "OGBench, train and validation splits",
                     "license": "unknown (see the OGBench README)",
                     "ids": {"ogbench": dataset_id},
                     "url_status": "constructed",
@@ -265,12 +310,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notes", nargs="?", type=Path, default=DEFAULT_NOTES)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "registry")
+    parser.add_argument(
+        "--sizes", type=Path, default=None, help="notes quoting published sizes (default: user-needs.md)"
+    )
     args = parser.parse_args()
     parts = sections(args.notes.read_text(encoding="utf-8"))
+    sizes = args.sizes or args.notes.parent / "user-needs.md"
+    sizes_text = sizes.read_text(encoding="utf-8") if sizes.is_file() else ""
     for family, (text, count) in {
         "d4rl": d4rl(parts["1"]),
         "roboset": roboset(parts["2"]),
-        "minari": minari(parts["3"]),
+        "minari": minari(parts["3"], sizes_text),
         "ogbench": ogbench(parts["4"]),
     }.items():
         (args.out / f"{family}.toml").write_text(text, encoding="utf-8")

@@ -2,15 +2,23 @@
 
 Serves ``server.files[path] = bytes`` with Range support, and a fake Hugging Face tree API
 (``server.trees[(repo, folder)] = [items]``). Each path has a queue of one-shot faults consumed
-by successive requests, plus sticky settings (``throttle``). Every request is logged.
+by successive requests, plus sticky settings (``throttle``, ``validators``, ``redirects``).
+Every request is logged.
+
+Like a real static file server, each body carries validators derived from its bytes (a strong
+``ETag`` by default; ``validators`` picks ``"last-modified"``, ``"weak-etag"`` or ``None``), and
+``If-Range`` is honoured: a Range request whose validator no longer matches gets the whole file.
 """
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
 import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,10 +30,13 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 class Fault:
     """What to do to one request.
 
-    kind: ``status`` (answer ``code`` with ``headers``), ``cut`` (send ``after`` body bytes and
-    close), ``ignore_range`` (answer 200 with the whole file), ``corrupt`` (flip a byte),
+    kind: ``status`` (answer ``code`` with ``headers``, after ``delay`` seconds), ``cut`` (send
+    ``after`` body bytes and close), ``ignore_range`` (answer 200 with the whole file), ``corrupt``
+    (flip a byte),
     ``bad_length`` (announce ``extra`` bytes more than sent, then close), ``slow`` (wait
-    ``delay`` seconds before the body).
+    ``delay`` seconds before the body), ``wrong_range`` (answer 206 for bytes starting ``shift``
+    before the asked one, or at ``shift`` for a request without Range), ``ignore_if_range``
+    (honour Range even when If-Range no longer matches: a buggy server).
     """
 
     kind: str
@@ -34,6 +45,7 @@ class Fault:
     after: int = 0
     extra: int = 100
     delay: float = 0.0
+    shift: int = 0
 
 
 @dataclass
@@ -42,6 +54,7 @@ class Logged:
     path: str
     range: str | None
     status: int
+    if_range: str | None = None
 
 
 class FaultServer:
@@ -54,10 +67,15 @@ class FaultServer:
         self.sticky: dict[str, list[Fault]] = {}
         self.log: list[Logged] = []
         self.throttle: tuple[int, float] | None = None  # (chunk bytes, seconds per chunk)
+        self.validators: str | None = "etag"  # "etag", "last-modified", "weak-etag" or None
+        self.redirects: dict[str, str] = {}  # path -> Location, answered with 302
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # a short poll interval: stop() (every test's teardown) waits up to one interval
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def base(self) -> str:
@@ -81,6 +99,18 @@ class FaultServer:
     def record(self, entry: Logged) -> None:
         with self._lock:
             self.log.append(entry)
+
+    def validator_headers(self, body: bytes) -> dict[str, str]:
+        """The ETag / Last-Modified a static server would send for ``body``."""
+        digest = hashlib.sha256(body).hexdigest()
+        if self.validators == "etag":
+            return {"ETag": f'"{digest[:20]}"'}
+        if self.validators == "weak-etag":
+            return {"ETag": f'W/"{digest[:20]}"'}
+        if self.validators == "last-modified":
+            when = 1_600_000_000 + int(digest[:6], 16)  # differs with the bytes
+            return {"Last-Modified": email.utils.formatdate(when, usegmt=True)}
+        return {}
 
     def requests_for(self, path: str) -> list[Logged]:
         with self._lock:
@@ -112,28 +142,48 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             if path.startswith("/api/datasets/"):
                 return self._tree(path)
+            rng = self.headers.get("Range")
+            if path in server.redirects:
+                return self._reply(path, rng, 302, b"", {"Location": server.redirects[path]})
             body = server.files.get(path)
             fault = server.next_fault(path)
-            rng = self.headers.get("Range")
             if fault and fault.kind == "status":
+                time.sleep(fault.delay)
                 return self._reply(path, rng, fault.code, b"busy\n", fault.headers)
             if body is None:
                 return self._reply(path, rng, 404, b"not found\n")
+            validators = server.validator_headers(body)
             if fault and fault.kind == "corrupt":
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
-            start, status, headers = 0, 200, {}
+            start, status, headers = 0, 200, dict(validators)
             m = _RANGE.match(rng or "")
-            if m and not (fault and fault.kind == "ignore_range"):
+            if_range = self.headers.get("If-Range")
+            # RFC 9110 13.1.5: a Range whose If-Range validator does not match (weak ETags never
+            # match) is ignored, and the whole file is sent
+            current = validators.get("ETag", "") if if_range and if_range.startswith(("W/", '"')) else None
+            stale = if_range is not None and (
+                (current is not None and (if_range != current or current.startswith("W/")))
+                or (current is None and if_range != validators.get("Last-Modified"))
+            )
+            if stale and fault and fault.kind == "ignore_if_range":
+                stale = False
+            if fault and fault.kind == "wrong_range":
+                start = max(0, int(m.group(1)) - fault.shift) if m else fault.shift
+                status = 206
+                headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+            elif m and not stale and not (fault and fault.kind == "ignore_range"):
                 start = int(m.group(1))
                 if start >= len(body):
-                    return self._reply(path, rng, 416, b"", {"Content-Range": f"bytes */{len(body)}"})
+                    return self._reply(
+                        path, rng, 416, b"", {"Content-Range": f"bytes */{len(body)}", **validators}
+                    )
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
             payload = body[start:]
             length = len(payload) + (fault.extra if fault and fault.kind == "bad_length" else 0)
             if fault and fault.kind == "cut":
                 payload = payload[: fault.after]
-            server.record(Logged("GET", path, rng, status))
+            server.record(Logged("GET", path, rng, status, if_range))
             self.send_response(status)
             for k, v in {**headers, "Content-Length": str(length), "Accept-Ranges": "bytes"}.items():
                 self.send_header(k, v)
@@ -178,7 +228,7 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _reply(
             self, path: str, rng: str | None, code: int, body: bytes, headers: dict[str, str] | None = None
         ) -> None:
-            server.record(Logged("GET", path, rng, code))
+            server.record(Logged("GET", path, rng, code, self.headers.get("If-Range")))
             self.send_response(code)
             for k, v in {**(headers or {}), "Content-Length": str(len(body))}.items():
                 self.send_header(k, v)
@@ -193,3 +243,23 @@ def _unquote(text: str) -> str:
     from urllib.parse import unquote
 
     return unquote(text)
+
+
+def bounded(operation: Callable[[], Any], seconds: float) -> Any:
+    """Run ``operation`` in a daemon thread; its result, or its exception re-raised. A call still
+    running after ``seconds`` (a hang, a deadlock) fails the test instead of stalling the suite."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = operation()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s (a hang or a deadlock)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")

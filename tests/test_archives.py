@@ -3,18 +3,21 @@ files; traversal, links, bombs and damaged archives are refused with nothing wri
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import re
 import shutil
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlds_cli.archives import Limits, UnsafeArchiveError, extract_archive
 from rlds_cli.convert import convert
-from rlds_cli.errors import SourceFormatError
+from rlds_cli.errors import DiskFullError, SourceFormatError
 from tests.formats_fixtures import (
     golden_ogbench,
     golden_roboset,
@@ -41,7 +44,8 @@ def _pack(src: Path, out: Path) -> Path:
                 if p.is_file():
                     z.write(p, p.relative_to(src.parent).as_posix())
     else:
-        mode = "w:gz" if name.endswith((".tar.gz", ".tgz")) else "w"
+        modes = {".tar.gz": "w:gz", ".tgz": "w:gz", ".tar.bz2": "w:bz2", ".tar.xz": "w:xz"}
+        mode = next((m for suffix, m in modes.items() if name.endswith(suffix)), "w")
         with tarfile.open(out, mode) as t:
             t.add(src, arcname=src.name)
     return out
@@ -51,7 +55,7 @@ def _arrays(path: Path) -> dict[str, bytes]:
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*.npy"))}
 
 
-@pytest.mark.parametrize("suffix", [".zip", ".tar", ".tar.gz"])
+@pytest.mark.parametrize("suffix", [".zip", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz"])
 def test_every_kind_converts_from_an_archive(tmp_path: Path, isolated_cache: Path, suffix: str) -> None:
     for kind, src in _sources(tmp_path).items():
         direct = convert(src, f"{kind}-direct")
@@ -157,3 +161,116 @@ def test_safe_paths_inside_are_fine(tmp_path: Path) -> None:
     assert (root / "b" / "c.npz").read_bytes() == b"1"
     shutil.rmtree(out)
     assert os.path.exists(archive)
+
+
+# ----------------------------------------------------------------------------- the same limits for every type
+
+
+def _zeros_archive(path: Path, nbytes: int) -> Path:
+    """An archive of one member of ``nbytes`` zero bytes, compressed by its type."""
+    if path.name.endswith(".zip"):
+        return _pack_bytes_zip(path, nbytes)
+    mode = {".gz": "w:gz", ".tgz": "w:gz", ".bz2": "w:bz2", ".xz": "w:xz", ".txz": "w:xz"}.get(
+        path.suffix, "w"
+    )
+    with tarfile.open(path, mode) as t:
+        info = tarfile.TarInfo("zeros.npz")
+        info.size = nbytes
+        t.addfile(info, io.BytesIO(bytes(nbytes)))
+    return path
+
+
+def _pack_bytes_zip(path: Path, nbytes: int) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("zeros.npz", bytes(nbytes))
+    return path
+
+
+@pytest.mark.parametrize("name", ["z.tar.gz", "z.tgz", "z.tar.bz2", "z.tar.xz", "z.txz", "z.zip"])
+def test_the_ratio_is_measured_while_extracting_for_every_type(tmp_path: Path, name: str) -> None:
+    """8 MiB of zeros from a few KB: refused as soon as the bytes unpacked pass the floor with a
+    ratio over the limit (here a 1 MiB floor), with nothing left in the destination."""
+    archive = _zeros_archive(tmp_path / name, 8 << 20)
+    out = tmp_path / "out"
+    out.mkdir()
+    limits = Limits(max_ratio=1e9, ratio_floor_bytes=1 << 20)  # the zip header check off: measured only
+    with pytest.raises(
+        UnsafeArchiveError, match=r"unpacks ([\d,]+) bytes from [\d,]+ bytes of archive"
+    ) as info:
+        extract_archive(archive, out, limits)
+    unpacked = int(re.search(r"unpacks ([\d,]+) bytes", str(info.value)).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert unpacked <= 3 << 20, "the extraction did not stop at the first chunk over the limit"
+    assert "RLDS_ARCHIVE_MAX_RATIO" in info.value.hint
+    assert list(out.iterdir()) == []
+    # the same archive, trusted: a higher ratio limit lets it through
+    (tmp_path / "ok").mkdir()
+    assert extract_archive(
+        archive, tmp_path / "ok", Limits(max_ratio=1e9, max_total_ratio=1e6, ratio_floor_bytes=1 << 20)
+    )
+
+
+def test_default_ratio_limit_and_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Limits().max_total_ratio == 200 and Limits().ratio_floor_bytes == 64 << 20
+    monkeypatch.setenv("RLDS_ARCHIVE_MAX_RATIO", "5000")
+    assert Limits().max_total_ratio == 5000
+
+
+def test_tar_bz2_and_tar_xz_are_archives(tmp_path: Path) -> None:
+    from rlds_cli.archives import ARCHIVE_SUFFIXES
+    from rlds_cli.formats import ARCHIVE_SUFFIXES as DETECTED
+    from rlds_cli.formats import is_archive
+
+    assert ARCHIVE_SUFFIXES == DETECTED
+    for name in ("a.tar.bz2", "a.tbz2", "a.tar.xz", "a.txz"):
+        (tmp_path / name).write_bytes(b"")
+        assert is_archive(tmp_path / name), name
+
+
+def test_zip_members_must_be_stored_or_deflated(tmp_path: Path) -> None:
+    """Python inflates bzip2 and LZMA zip members without an output bound: refused up front."""
+    for method in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+        archive = tmp_path / f"m{method}.zip"
+        with zipfile.ZipFile(archive, "w", method) as z:
+            z.writestr("a.npz", b"x" * 100)
+        (tmp_path / f"out{method}").mkdir()
+        with pytest.raises(UnsafeArchiveError, match=f"uses compression method {method}"):
+            extract_archive(archive, tmp_path / f"out{method}")
+
+
+def test_an_archive_of_folders_only_is_refused(tmp_path: Path, isolated_cache: Path) -> None:
+    archive = tmp_path / "folders.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(zipfile.ZipInfo("a/"), b"")
+        z.writestr(zipfile.ZipInfo("a/b/"), b"")
+    for fmt in (None, "ogbench"):
+        with pytest.raises(SourceFormatError, match=r"folders\.zip holds no files"):
+            convert(archive, "x", format=fmt)
+    assert [p for p in (isolated_cache / "tmp").iterdir()] == []
+
+
+@pytest.mark.parametrize("name", ["full.tar.gz", "full.zip"])
+def test_a_full_disk_is_not_a_damaged_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A write that fails (no space left) is reported as such, naming the file, not as damage."""
+    archive = _zeros_archive(tmp_path / name, 3 << 20)
+    real_open = open
+
+    class _Full:
+        def __init__(self, path: Path, mode: str) -> None:
+            self._fh = real_open(path, mode)
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self._fh.name))
+
+        def close(self) -> None:
+            self._fh.close()
+
+    def fake_open(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        return _Full(path, mode) if "x" in mode else real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("rlds_cli.archives.open", fake_open, raising=False)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(DiskFullError, match=r"no space left on the device: .*zeros\.npz"):
+        extract_archive(archive, tmp_path / "out", Limits(max_ratio=1e9))
+    assert list((tmp_path / "out").iterdir()) == []

@@ -5,9 +5,15 @@ Errors go to stderr as ``error: ...`` + ``hint: ...`` with exit code 1; results 
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
+import os
+import re
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +211,7 @@ def test_download_json_output(golden: Path, isolated_cache: Path) -> None:
 
 def test_download_detects_format_and_names_after_the_file(golden: Path) -> None:
     result = ok("download", golden)
-    assert result.stdout.startswith("golden: converted: 6 steps, 3 episodes, backend memmap -> ")
+    assert result.stdout.startswith("golden: converted: 6 steps, 3 episodes, storage memmap -> ")
     assert ok_json("inspect", "golden")["source"]["format"] == "d4rl"
 
 
@@ -227,13 +233,15 @@ def test_list_json_and_human(golden: Path, golden_next: Path, isolated_cache: Pa
         assert row["derived_from"] == []
     assert rows["golden"]["source"] == str(golden.resolve())
 
-    human = ok("list").stdout
-    assert f"datasets in {isolated_cache}" in human
-    golden_row = next(line for line in human.splitlines() if " golden " in line)
-    assert golden_row.split("│")[2].strip() == "6"
-    assert golden_row.split("│")[3].strip() == "3"
-    next_row = next(line for line in human.splitlines() if " golden-next " in line)
-    assert next_row.split("│")[2].strip() == "8"
+    human = ok("list").stdout  # not a terminal: plain, complete, aligned lines
+    lines = human.splitlines()
+    assert lines[0] == f"datasets in {isolated_cache}"
+    assert lines[1].split() == ["name", "steps", "episodes", "size", "storage", "source"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["golden"][1:3] == ["6", "3"]
+    assert rows["golden-next"][1:3] == ["8", "3"]
+    assert rows["golden"][-1] == str(golden.resolve())  # a long source path, whole
+    assert "│" not in human and "…" not in human
 
 
 def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
@@ -245,8 +253,9 @@ def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
     assert lines[1] == "steps 6   episodes 3   terminated 1   truncated 2"
     assert lines[2] == "episode length  min 1.0  mean 2.0  max 3.0  std 0.8"
     assert lines[3] == "episode return  min 6.00  mean 7.33  max 9.00  std 1.25"
+    keys = {line.split()[0] for line in lines if line.strip()}
     for key in GOLDEN_FIELDS:
-        assert f" {key} " in out
+        assert key in keys
     assert "dropped rows 2, synthesized final observations 1" in out
     assert f"source  d4rl: {golden.resolve()}" in out
 
@@ -254,11 +263,11 @@ def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
 def test_download_human_output_and_reuse(golden: Path, isolated_cache: Path) -> None:
     first = ok("download", golden, "--format", "d4rl", "--name", "golden")
     path = isolated_cache / "datasets" / "golden"
-    assert first.stdout == f"golden: converted: 6 steps, 3 episodes, backend memmap -> {path}\n"
+    assert first.stdout == f"golden: converted: 6 steps, 3 episodes, storage memmap -> {path}\n"
     assert first.stderr == ""
     manifest = (path / "manifest.json").read_bytes()
     second = ok("download", golden, "--format", "d4rl", "--name", "golden")
-    assert second.stdout == f"golden: already in the cache: 6 steps, 3 episodes, backend memmap -> {path}\n"
+    assert second.stdout == f"golden: already in the cache: 6 steps, 3 episodes, storage memmap -> {path}\n"
     assert (path / "manifest.json").read_bytes() == manifest  # untouched
 
 
@@ -268,7 +277,7 @@ def test_download_summary_is_one_line_on_a_narrow_terminal(
     monkeypatch.setattr(_output, "console", Console(highlight=False, width=30))
     out = ok("download", golden, "--name", "golden").stdout
     path = isolated_cache / "datasets" / "golden"
-    assert out == f"golden: converted: 6 steps, 3 episodes, backend memmap -> {path}\n"
+    assert out == f"golden: converted: 6 steps, 3 episodes, storage memmap -> {path}\n"
 
 
 def test_download_same_name_other_file_needs_force(golden: Path, golden_next: Path) -> None:
@@ -592,3 +601,313 @@ def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
 
 def test_demo_rejects_zero_batches(tmp_path: Path) -> None:
     assert invoke("demo", "--root", tmp_path / "r", "--batches", "0").exit_code == 2
+
+
+# --------------------------------------------------------------------------- tables and encodings
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> io.StringIO:
+    """Make stdout a terminal of ``width`` columns; return what gets printed."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=width, highlight=False, color_system=None)
+    monkeypatch.setattr(_output, "console", console)
+    return buffer
+
+
+def _has_token(text: str, token: str) -> bool:
+    """Whether ``token`` is printed whole (not cut, not folded over two lines)."""
+    return re.search(rf"(^|[\s│|]){re.escape(token)}($|[\s│|])", text, re.M) is not None
+
+
+@pytest.mark.parametrize("width", [40, 60, 200, None], ids=["w40", "w60", "w200", "piped"])
+def test_tables_never_cut_an_identifier(
+    golden: Path, monkeypatch: pytest.MonkeyPatch, width: int | None
+) -> None:
+    long_name = "a-rather-long-dataset-name/with-a-namespace-v0"
+    ok("download", golden, "--name", long_name)
+    ok("download", "demo")
+    buffer = _terminal(monkeypatch, width) if width else None
+    local = ok("list").stdout if buffer is None else (ok("list"), buffer.getvalue())[1]
+    for name in (long_name, "pointmass-demo-v0"):
+        assert _has_token(local, name), local
+    if buffer is not None:
+        buffer.truncate(0)
+        buffer.seek(0)
+    remote_result = ok("list", "--remote")
+    remote = remote_result.stdout if buffer is None else buffer.getvalue()
+    from rlds_cli import registry
+
+    ids = [e.id for e in registry.entries()]
+    missing = [i for i in ids if not _has_token(remote, i)]
+    assert not missing, (len(missing), missing[:5])
+    assert "…" not in local + remote and "?" not in remote.replace("'rlds info ID'", "")
+    if buffer is None:  # piped: plain lines, no box drawing
+        assert "│" not in remote and "┃" not in remote
+        assert remote.splitlines()[1].split() == ["id", "format", "size", "steps", "local", "description"]
+
+
+def test_a_narrow_terminal_leaves_out_optional_columns_not_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = _terminal(monkeypatch, 60)
+    ok("list", "--remote", "hopper-m")
+    out = buffer.getvalue()
+    assert "┃ id " in out  # a real table: the ids fit
+    assert all(len(line) <= 60 for line in out.splitlines())
+    hopper = [line for line in out.splitlines() if "hopper-medium" in line]
+    assert len(hopper) == len({line.split("│")[1].strip() for line in hopper}) == 12  # all distinct
+    assert "description left out: the terminal is 60 columns wide" in " ".join(out.split())
+
+
+def test_ascii_output_encoding(tmp_path: Path) -> None:
+    """``PYTHONIOENCODING=ascii``: every command prints ASCII stand-ins instead of crashing."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "RLDS_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+    code = "import sys; from rlds_cli.cli.app import main; sys.argv[0] = 'rlds'; main()"
+    for args in (
+        ["demo", "--batches", "1", "--batch-size", "4"],
+        ["list"],
+        ["inspect", "demo"],
+        ["list", "--remote", "door"],
+    ):
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, env=env)
+        assert done.returncode == 0, (args, done.stderr.decode())
+        assert done.stdout.isascii() and done.stderr.isascii(), args
+        if args[0] in ("demo", "inspect"):
+            assert b"#" in done.stdout  # the histogram bars, in ASCII
+    assert _output.glyph("block", Console(file=io.StringIO())) in ("█", "#")
+
+
+def test_ascii_terminal_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")  # strict: a non-ASCII glyph would raise
+    console = Console(file=stream, force_terminal=True, width=120, color_system=None)
+    monkeypatch.setattr(_output, "console", console)
+    ok("download", "demo")
+    ok("inspect", "demo")
+    stream.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "| observation " in text and "#" in text  # ASCII box lines, ASCII histogram bars
+
+
+# --------------------------------------------------------------------------- list --remote
+
+
+def test_remote_list_filters_and_describes() -> None:
+    hopper = ok_json("list", "--remote", "hopper")
+    assert hopper["pattern"] == "hopper"
+    assert hopper["datasets"] and all(
+        "hopper" in (r["id"] + " ".join(r["aliases"]) + r["description"]).lower() for r in hopper["datasets"]
+    )
+    assert "hopper-medium-v2" in [r["id"] for r in hopper["datasets"]]
+    door = [r["id"] for r in ok_json("list", "--remote", "D4RL/door/*")["datasets"]]
+    assert door == ["D4RL/door/cloned-v2", "D4RL/door/expert-v2", "D4RL/door/human-v2"]
+    assert [r["id"] for r in ok_json("list", "--remote", "pointmass")["datasets"]] == ["pointmass-demo-v0"]
+    out = ok("list", "--remote", "gym_mujoco_v2").stdout  # found by its description
+    assert "hopper-medium-v2" in out and "D4RL, gym_mujoco_v2 suite" in out
+    assert "no registry id, alias or description matches 'zzz'" in ok("list", "--remote", "zzz").stdout
+
+
+def test_remote_list_sizes_steps_and_unknowns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = {r["id"]: r for r in ok_json("list", "--remote")["datasets"]}
+    cloned = rows["D4RL/door/cloned-v2"]  # published, rounded (Minari's table)
+    assert (cloned["approx_num_steps"], cloned["approx_size_bytes"], cloned["num_episodes"]) == (
+        1_000_000,
+        1_077_700_000,
+        4356,
+    )
+    assert cloned["size_bytes"] is None and "Minari" in cloned["published"]["source"]
+    lines = {line.split()[0]: line.split() for line in ok("list", "--remote").stdout.splitlines()[2:-1]}
+    assert lines["D4RL/door/cloned-v2"][2:5] == ["~1.0", "GiB", "~1M"]
+    assert lines["hopper-medium-v2"][2:4] == ["-", "-"]  # nothing published: '-', never '?'
+
+    # an entry without published counts shows '-' until converted, then the cache's exact count
+    extra = tmp_path / "extra.toml"
+    demo = Path(__file__).resolve().parents[1] / "registry" / "demo.toml"
+    text = demo.read_text().replace('id = "pointmass-demo-v0"', 'id = "points-v9"')
+    text = text.replace('aliases = ["demo", "rlds/pointmass-demo-v0"]', "aliases = []")
+    extra.write_text(text.replace("source_rows = 5000\n", "").replace("num_episodes = 94\n", ""))
+    monkeypatch.setenv("RLDS_REGISTRY", str(extra))
+    from rlds_cli import registry
+
+    registry._load.cache_clear()
+    try:
+        before = ok_json("list", "--remote", "points-v9")["datasets"][0]
+        assert (before["num_steps"], before["cached"]) == (None, False)
+        ok("download", "points-v9")
+        after = ok_json("list", "--remote", "points-v9")["datasets"][0]
+        assert (after["num_steps"], after["num_episodes"], after["num_steps_origin"]) == (5000, 94, "cache")
+        listing = ok("list", "--remote", "points-v9").stdout.splitlines()
+        row = next(line for line in listing if line.startswith("points-v9"))
+        assert row.split()[4:6] == ["5,000", "converted"]
+    finally:
+        registry._load.cache_clear()
+
+
+# --------------------------------------------------------------------------- names
+
+
+def test_registry_aliases_work_in_every_command(tmp_path: Path, isolated_cache: Path) -> None:
+    ok("download", "demo")
+    assert ok_json("inspect", "demo", "--no-stats")["name"] == "pointmass-demo-v0"
+    assert ok("path", "demo").stdout == f"{isolated_cache / 'datasets' / 'pointmass-demo-v0'}\n"
+    assert ok_json("view", "demo", "--episodes", "0:2", "--name", "first2")["parent"] == "pointmass-demo-v0"
+    split = ok_json("split", "demo", "--val", "0.1", "--name", "d")
+    assert [r["name"] for r in split] == ["d-train", "d-val"]
+    assert ok_json("export", "demo", tmp_path / "d.npz", "--to", "npz")["num_steps"] == 5000
+    dry = ok_json("preprocess", "demo", "--fn", "tests.preprocess_fns:identity", "--dry-run")
+    assert dry["steps"] == 5000
+    assert ok("rm", "first2", "d-train", "d-val", "demo", "--yes", "-q").stdout.split() == [
+        "first2",
+        "d-train",
+        "d-val",
+        "pointmass-demo-v0",
+    ]
+
+
+def test_resolve_name(isolated_cache: Path, golden: Path) -> None:
+    import rlds_cli
+    from rlds_cli.names import resolve_name
+
+    assert rlds_cli.resolve_name is resolve_name
+    with pytest.raises(errors.DatasetNotFoundError) as missing:
+        resolve_name("demo")
+    assert "registry id 'pointmass-demo-v0', not downloaded yet" in str(missing.value)
+    assert missing.value.hint == "download and convert it first: rlds download demo"
+    ok("download", "demo")
+    assert resolve_name("demo") == resolve_name("rlds/pointmass-demo-v0") == "pointmass-demo-v0"
+    from rlds_cli import Loader, open_dataset
+
+    assert open_dataset("demo").name == "pointmass-demo-v0"  # the library follows the same rule
+    assert len(Loader("demo", batch_size=10)) == open_dataset("demo").num_steps // 10
+    ok("download", golden, "--name", "demo")  # a local name wins over the alias
+    assert resolve_name("demo") == "demo"
+    with pytest.raises(errors.DatasetNotFoundError) as typo:
+        resolve_name("pointmass-demo-v1")
+    assert "did you mean 'pointmass-demo-v0'" in typo.value.hint
+    with pytest.raises(errors.DatasetNotFoundError, match="not downloaded yet"):
+        resolve_name("DAPG(expert)/door_v2d-v1")  # not a valid cache name, but a registry id
+
+
+# --------------------------------------------------------------------------- hints
+
+
+def test_split_hints(golden_next: Path, isolated_cache: Path) -> None:
+    ok("download", golden_next, "--name", "g")
+    bad = invoke("split", "g", "--val", "1.5")
+    assert bad.exit_code == 2 and "not between 0 and 1" in bad.stderr and "episode range" not in bad.stderr
+    from rlds_cli.cache.views import split_dataset
+
+    with pytest.raises(errors.InvalidSelectionError) as fraction:
+        split_dataset("g", 1.5)
+    assert "fraction of episodes" in fraction.value.hint and "A:B" not in fraction.value.hint
+    ok("view", "g", "--episodes", "0:1", "--name", "g-val")
+    taken = invoke("split", "g", "--val", "0.4")
+    assert "'g-val' already exists" in error_line(taken)
+    assert "--name BASE" in hint_line(taken)
+    assert not (isolated_cache / "datasets" / "g-train").exists()  # neither view was made
+    assert [r["name"] for r in ok_json("split", "g", "--val", "0.4", "-n", "h")] == ["h-train", "h-val"]
+
+
+def test_info_on_a_cached_dataset_is_not_a_path_hint(golden: Path) -> None:
+    ok("download", golden, "--name", "hopper-norm")
+    result = invoke("info", "hopper-norm")
+    assert error_line(result) == "error: 'hopper-norm' is a dataset in the cache, not a registry id"
+    assert "rlds inspect hopper-norm" in hint_line(result) and "local path" not in result.stderr
+    ok("download", "demo", "--name", "mine")
+    assert "registry id 'pointmass-demo-v0'" in hint_line(invoke("info", "mine"))
+    typo = invoke("info", "hoper-medium-v2")
+    assert error_line(typo) == "error: unknown dataset id 'hoper-medium-v2'"
+    assert "did you mean 'hopper-medium-v2'" in hint_line(typo)
+
+
+def test_hints_name_no_docs_file_a_wheel_lacks() -> None:
+    """A wheel ships no docs/: default hints point at --help or commands instead."""
+    found = [
+        cls.__name__
+        for cls in _all_subclasses(errors.RldsError)
+        if "docs/" in cls.default_hint or ".md" in cls.default_hint
+    ]
+    assert not found, found
+    assert "returns a mapping of TED keys" in " ".join(ok("preprocess", "--help").stdout.split())
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_all_subclasses(sub)]
+    return out
+
+
+# --------------------------------------------------------------------------- rm
+
+
+@pytest.fixture
+def family(golden_next: Path) -> Path:
+    """``base`` and a view ``child`` of it."""
+    ok("download", golden_next, "--name", "base")
+    ok("view", "base", "--episodes", "0:1", "--name", "child")
+    return golden_next
+
+
+def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rlds_cli.cli.manage._can_ask", lambda: True)
+    result = invoke_input(["rm", "base"], "y\n")
+    assert error_line(result) == "error: dataset 'base' is the parent of child"
+    assert "remove base" not in result.output  # never asked
+    declined = invoke_input(["rm", "child"], "n\n")
+    assert declined.exit_code == 1
+    assert "kept child: nothing was removed" in declined.stderr
+    both = invoke_input(["rm", "base", "child"], "y\n")  # a parent with its children: no --force
+    assert both.exit_code == 0, both.output
+    removed = [line for line in both.stdout.splitlines() if "removed" in line]
+    assert removed == ["removed child", "removed base"]
+    assert ok_json("list")["datasets"] == []
+
+
+def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(golden: Path, isolated_cache: Path) -> None:
+    from rlds_cli.convert import convert
+
+    raw = isolated_cache / "raw" / "g"
+    raw.mkdir(parents=True)
+    (raw / "g.hdf5").write_bytes(golden.read_bytes())
+    convert(raw / "g.hdf5", "one", source_info={"raw_dir": str(raw)})
+    convert(raw / "g.hdf5", "two", source_info={"raw_dir": str(raw)}, options={"block_rows": 2})
+    kept = ok("rm", "one", "--yes")
+    assert "the downloaded files" in kept.stderr and str(raw) in kept.stderr and "--raw" in kept.stderr
+    ok("download", "demo")  # unrelated
+    result = ok_json("rm", "two", "--yes", "--raw")
+    assert result["removed"] == ["two"] and result["removed_raw"] == [str(raw)]
+    assert not raw.exists()
+    assert ok_json("list")["datasets"][0]["name"] == "pointmass-demo-v0"
+
+
+def test_rm_raw_keeps_files_another_dataset_uses(golden: Path, isolated_cache: Path) -> None:
+    from rlds_cli.convert import convert
+
+    raw = isolated_cache / "raw" / "g"
+    raw.mkdir(parents=True)
+    (raw / "g.hdf5").write_bytes(golden.read_bytes())
+    convert(raw / "g.hdf5", "one", source_info={"raw_dir": str(raw)})
+    convert(raw / "g.hdf5", "two", source_info={"raw_dir": str(raw)}, options={"block_rows": 2})
+    result = ok_json("rm", "one", "--yes", "--raw")
+    assert result["removed_raw"] == [] and result["kept_raw"] == [str(raw)]
+    assert raw.is_dir()
+
+
+def invoke_input(args: list[str], text: str) -> Result:
+    return runner.invoke(app, args, input=text)
+
+
+# --------------------------------------------------------------------------- names of new datasets, -f
+
+
+def test_archive_default_name_strips_every_suffix(golden: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "x.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(golden, arcname="golden.hdf5")
+    assert ok_json("download", archive)["name"] == "x"
+
+
+def test_short_f_is_force(golden: Path) -> None:
+    ok("download", golden, "--name", "g")
+    assert ok_json("download", golden, "--name", "g", "-f")["reused"] is False
+    bad = invoke("download", golden, "-f", "d4rl")  # not --format any more: 'd4rl' is an extra argument
+    assert bad.exit_code == 2

@@ -31,7 +31,7 @@ def test_verbose_logs_to_stderr(tmp_path: Path, restore_logging: None) -> None:
     result = runner.invoke(app, ["-v", "download", str(src), "--name", "g", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "converting" in result.stderr and "published 'g'" in result.stderr
-    assert result.stdout == ""
+    assert result.stdout == "g\n"  # -q: only the name
     again = runner.invoke(app, ["-v", "download", str(src), "--name", "g", "--quiet"])
     assert "reused" in again.stderr
     assert logging.getLogger("rlds_cli").level == logging.INFO

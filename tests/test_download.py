@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.download import download
 from rlds_cli.errors import OfflineError
-from tests.http_faults import Fault, FaultServer
+from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.layout import listing_path, part_path
+from tests.http_faults import Fault, FaultServer, bounded
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
 DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
@@ -84,6 +87,23 @@ format = "roboset"
 hf_repo = "org/repo"
 path = "Listed(x)/set-v0"
 suffix = ".h5"
+
+[[dataset]]
+id = "local-hashes-v0"
+format = "d4rl"
+max_episode_steps = 100
+
+[[dataset.files]]
+name = "hashes.json"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-unreachable-v0"
+format = "d4rl"
+
+[[dataset.files]]
+name = "hopper_medium-v2.hdf5"
+urls = ["http://nonexistent.invalid/d4rl/hopper_medium-v2.hdf5"]
 
 [[dataset]]
 id = "org/minari-like-v0"
@@ -229,7 +249,8 @@ def test_no_keep_raw_keeps_hashes(server: FaultServer, isolated_cache: Path) -> 
     assert invoke("download", "lp", "--no-keep-raw").exit_code == 0
     folder = raw(isolated_cache)
     assert not (folder / "pointmass.hdf5").exists()
-    assert json.loads((folder / "hashes.json").read_text())["files"]["pointmass.hdf5"]["sha256"] == DEMO_SHA
+    record = HashStore(folder).get("pointmass.hdf5")
+    assert record is not None and record.sha256 == DEMO_SHA and record.pinned
     report = ok_json("verify", "lp")
     assert report["ok"] and report["files"][0]["status"] == "not kept"
 
@@ -290,7 +311,7 @@ def test_hf_listing_entry_passes_files_to_convert(
     assert call["name"] == "org/listed-set-v0"  # the id holds '(': the first valid alias names it
     assert call["format"] == "roboset" and call["expected_sha256"] is None
     assert [d["hash_origin"] for d in call["source_info"]["downloads"]] == ["hub", "hub"]
-    assert (home / "listing.json").is_file()
+    assert listing_path(home).is_file()
     # offline, the remembered listing is used and nothing is requested
     n = len(server.log)
     download("org/listed-set-v0", offline=True)
@@ -352,7 +373,7 @@ def _rlds(home: Path, *args: str) -> subprocess.Popen[bytes]:
 def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> None:
     server.throttle = (4096, 0.02)  # about 1.7 s for the file
     proc = _rlds(isolated_cache, "download", "lp")
-    part = raw(isolated_cache) / "pointmass.hdf5.part"
+    part = part_path(raw(isolated_cache), "pointmass.hdf5")
     deadline = time.monotonic() + 60
     while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
@@ -482,7 +503,9 @@ suffix = ".h5"
         assert ok_json("verify", name)["ok"]
 
 
-def test_progress_bars_on_a_terminal(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_bars_on_a_terminal(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import io
 
     screen = io.StringIO()
@@ -492,5 +515,73 @@ def test_progress_bars_on_a_terminal(server: FaultServer, monkeypatch: pytest.Mo
     result = invoke("download", "lp")
     assert result.exit_code == 0, result.output
     text = screen.getvalue()
-    assert "pointmass.hdf5: transient error, retry 1" in text
     assert "pointmass.hdf5" in text and "converting" in text
+    # each retry is said once, by the library's log record with its reason (the CLI shows it);
+    # no second line from the progress bars, and no source location such as "x.py:62"
+    said = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(said) == 1 and "HTTP 503" in said[0] and "retry 1/5" in said[0], said
+    assert "retry" not in text
+    assert not re.search(r"\w\.py:\d+", text + result.stderr)
+
+
+def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cache: Path) -> None:
+    """Issue 11.5: the first download is an HTML page (a captive portal), so conversion fails.
+    Its hash must not become the trusted one: the next download of the real file succeeds."""
+    portal = b"<!DOCTYPE html><html><body>Please log in to the hotel Wi-Fi</body></html>\n" * 40
+    server.files["/d4rl/pointmass.hdf5"] = portal
+    first = invoke("download", "lp")
+    assert first.exit_code == 1 and "as HDF5" in first.stderr and "--force" in first.stderr
+    record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
+    assert record is not None and record.sha256 == hashlib.sha256(portal).hexdigest() and not record.pinned
+    assert ok_json("info", "lp")["files"][0]["sha256_origin"] == "unconfirmed"
+    assert published(isolated_cache) == []
+    server.files["/d4rl/pointmass.hdf5"] = DEMO  # the network works now
+    # another id of the same URL does not borrow the unconverted file
+    assert ok_json("download", "local-points-long-v0")["downloads"][0]["sha256"] == DEMO_SHA
+    second = invoke("download", "lp", "--force")
+    assert second.exit_code == 0, second.output
+    record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
+    assert record is not None and (record.sha256, record.pinned) == (DEMO_SHA, True)
+    assert ok_json("verify", "lp")["ok"]
+
+
+def test_a_registry_file_named_hashes_json(server: FaultServer, isolated_cache: Path) -> None:
+    """A dataset file called hashes.json took the hash store's lock and path (a deadlock)."""
+    result = bounded(lambda: download("local-hashes-v0"), 60)
+    assert result.manifest.num_steps == 5000
+    folder = raw(isolated_cache, "local-hashes-v0")
+    assert (folder / "hashes.json").read_bytes() == DEMO
+    assert HashStore(folder).get("hashes.json").sha256 == DEMO_SHA  # type: ignore[union-attr]
+    assert ok_json("verify", "local-hashes-v0")["ok"]
+
+
+def test_offline_without_dns_fails_at_once_and_names_offline(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 17.6: offline, a download failed after 25 s of retries printed twice, and the hint
+    did not mention --offline. getaddrinfo is replaced: no lookup leaves the machine."""
+    import socket
+
+    real = socket.getaddrinfo
+    lookups: list[str] = []
+
+    def offline_dns(host: Any, *args: Any, **kw: Any) -> Any:
+        if host == "nonexistent.invalid":
+            lookups.append(host)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline_dns)
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "1")  # the default: retries would take seconds
+    started = time.monotonic()
+    result = invoke("download", "local-unreachable-v0")
+    assert time.monotonic() - started < 5 and lookups == ["nonexistent.invalid"]
+    assert result.exit_code == 1
+    error, hint = result.stderr.splitlines()
+    url = "http://nonexistent.invalid/d4rl/hopper_medium-v2.hdf5"
+    assert error.startswith(f"error: GET {url}: cannot resolve the host name 'nonexistent.invalid'")
+    assert hint.startswith("hint: ") and "--offline" in hint and "RLDS_OFFLINE=1" in hint
+    assert not [r for r in caplog.records if "retry" in r.getMessage()]
+    assert not re.search(r"\w\.py:\d+", result.stderr)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,8 @@ from rlds_cli.errors import (
 from rlds_cli.net import hf
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.http import HttpConfig, PartInfo, write_part_info
+from rlds_cli.net.layout import part_path
 from rlds_cli.net.retry import backoff_delay, parse_retry_after
 from tests.http_faults import Fault, FaultServer
 
@@ -52,6 +52,17 @@ def remote(server: FaultServer, **kw: object) -> RemoteFile:
     return RemoteFile("data.bin", (server.url(PATH),), **kw)  # type: ignore[arg-type]
 
 
+def write_part(server: FaultServer, folder: Path, data: bytes, validator: bool = True) -> Path:
+    """A .part of data.bin as an interrupted download leaves it (with the server's ETag)."""
+    part = part_path(folder, "data.bin")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(data)
+    if validator:
+        etag = server.validator_headers(server.files[PATH])["ETag"]
+        write_part_info(part, PartInfo(server.url(PATH), etag, None, len(server.files[PATH])))
+    return part
+
+
 def fetch(server: FaultServer, folder: Path, config: HttpConfig, **kw: object):  # type: ignore[no-untyped-def]
     events: list[tuple[str, str, int]] = []
     spec = kw.pop("spec", None) or remote(server)
@@ -74,7 +85,7 @@ def test_plain_download_records_hash_then_reuses(
     assert sum(v for e, _, v in events if e == "advance") == len(DATA)
     record = HashStore(tmp_path).get("data.bin")
     assert record is not None and (record.sha256, record.origin) == (SHA, "recorded")
-    assert not list(tmp_path.glob("*.part"))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and "part" in p.name]
     again, events = fetch(server, tmp_path, config)
     assert again.action == "cached" and again.sha256 == SHA
     assert len(server.requests_for(PATH)) == 1  # no second request
@@ -145,11 +156,12 @@ def test_next_mirror_after_404_and_after_corruption(
 def test_server_ignoring_range_restarts_cleanly(
     server: FaultServer, tmp_path: Path, config: HttpConfig
 ) -> None:
-    (tmp_path / "data.bin.part").write_bytes(DATA[:1000])
+    write_part(server, tmp_path, DATA[:1000])
     server.add_faults(PATH, Fault("ignore_range"))
     result, events = fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
     assert result.path.read_bytes() == DATA
     assert server.requests_for(PATH)[0].range == "bytes=1000-"
+    assert server.requests_for(PATH)[0].if_range == server.validator_headers(DATA)["ETag"]
     assert ("reset", "data.bin", 0) in events
 
 
@@ -194,14 +206,14 @@ def test_slow_server_times_out_and_retries(server: FaultServer, tmp_path: Path, 
 
 
 def test_complete_part_gets_416_and_is_kept(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
-    (tmp_path / "data.bin.part").write_bytes(DATA)
+    write_part(server, tmp_path, DATA)
     result, _ = fetch(server, tmp_path, config)
     assert result.path.read_bytes() == DATA
     assert [(r.range, r.status) for r in server.requests_for(PATH)] == [(f"bytes={len(DATA)}-", 416)]
 
 
 def test_part_longer_than_file_restarts(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
-    (tmp_path / "data.bin.part").write_bytes(DATA + b"junk")
+    write_part(server, tmp_path, DATA + b"junk")
     result, _ = fetch(server, tmp_path, config)
     assert result.path.read_bytes() == DATA
 
@@ -293,7 +305,7 @@ def test_several_files_concurrently(server: FaultServer, tmp_path: Path, config:
     server.add_faults("/f2", Fault("status", code=502))
     results = fetch_files(specs, tmp_path, config=config, workers=3)
     assert [r.path.read_bytes() for r in results] == [DATA[i:] for i in range(4)]
-    assert set(json.loads((tmp_path / "hashes.json").read_text())["files"]) == {
+    assert set(HashStore(tmp_path).read()) == {
         f"sub/f{i}.bin" for i in range(4)
     }
 
@@ -339,11 +351,13 @@ def test_a_failing_file_stops_its_siblings_early(
     import time
 
     server.throttle = (4096, 0.05)  # the big file alone would take about 4 s
+    # the 404 comes once the big file is under way (else there would be no .part to keep)
+    server.add_faults("/gone.bin", Fault("status", code=404, delay=0.3))
     specs = [remote(server), RemoteFile("gone.bin", (server.url("/gone.bin"),))]
     started = time.monotonic()
     with pytest.raises(HTTPStatusError):
         fetch_files(specs, tmp_path, config=config, workers=2)
     assert time.monotonic() - started < 3.5  # did not wait for the big file
     assert not (tmp_path / "data.bin").exists()
-    part = tmp_path / "data.bin.part"
+    part = part_path(tmp_path, "data.bin")
     assert part.is_file() and 0 < part.stat().st_size < len(DATA)  # kept, for a resume

@@ -95,7 +95,7 @@ def test_ranks_shard_without_overlap(ds: Dataset) -> None:
     assert len({len(p) for p in parts}) == 1  # same number of steps on every rank
     assert set().union(*map(set, parts)) == set(range(N))
     assert sum(map(len, parts)) == -(-N // 3) * 3  # only DistributedSampler-style padding repeats
-    samplers = [list(EpochBatchSampler(N, 10, rank=r, world_size=3)) for r in range(3)]
+    samplers = [list(EpochBatchSampler(N, 10, seed=0, rank=r, world_size=3)) for r in range(3)]
     assert len({len(s) for s in samplers}) == 1
     with pytest.raises(ValueError, match="rank must be in"):
         TedIterableDataset(ds, 10, rank=3, world_size=3)

@@ -103,13 +103,16 @@ def test_cli_rm_unknown() -> None:
 def test_disk_usage(two_datasets: CacheRoot) -> None:
     usage = disk_usage(two_datasets)
     assert set(usage.datasets) == {"parent", "child"}
-    expected = sum(p.stat().st_size for p in two_datasets.dataset_dir("parent").rglob("*") if p.is_file())
+    # allocated blocks, as du counts them (see tests/test_cli_conventions.py for sparse files)
+    files = [p for p in two_datasets.dataset_dir("parent").rglob("*") if p.is_file()]
+    expected = sum(p.stat().st_blocks * 512 for p in files)
     assert usage.datasets["parent"] == expected
     assert usage.tmp == 0
     (two_datasets.tmp_dir / "x.abc.incomplete").mkdir(parents=True)
     (two_datasets.tmp_dir / "x.abc.incomplete" / "f").write_bytes(b"12345")
-    assert disk_usage(two_datasets).tmp == 5
-    assert disk_usage(two_datasets).total == usage.total + 5
+    small = (two_datasets.tmp_dir / "x.abc.incomplete" / "f").stat().st_blocks * 512
+    assert disk_usage(two_datasets).tmp == small
+    assert disk_usage(two_datasets).total == usage.total + small
 
 
 def test_cli_du_json(two_datasets: CacheRoot) -> None:

@@ -233,10 +233,18 @@ def test_metadata_kept(minari_root: Path) -> None:
     meta = m.source["metadata"]["minari"]
     assert meta["dataset_id"] == "rlds/toy-dict/random-v0"
     assert meta["author"] == ["rlds tests"]
-    assert meta["observation_space"]["type"] == "Dict"
-    assert meta["env_spec"]["id"] == "RldsToy-v0"
-    seeds = open_dataset("meta").source_arrays["minari/episode_seed"]
-    assert seeds.tolist() == list(range(10, 16))
+    # the spaces and env specs live beside it, under a name of their own
+    assert "observation_space" not in meta and "env_spec" not in meta
+    spaces = m.source["metadata"]["spaces"]
+    assert spaces["serializer"] == "minari"
+    assert spaces["observation_space"]["type"] == "Dict"
+    assert spaces["env_spec"]["id"] == "RldsToy-v0"
+    assert spaces["paths"]["observation/goal/xy"] == "observations/goal/xy"
+    assert spaces["paths"]["action"] == "actions"
+    arrays = open_dataset("meta").source_arrays
+    assert arrays["minari/episode_seed"].dtype == np.uint64
+    assert arrays["minari/episode_seed"].tolist() == list(range(10, 16))
+    assert arrays["minari/episode_seed_present"].all()
     assert [f["path"] for f in m.source["files"]] == ["metadata.json", "main_data.hdf5"]
 
 

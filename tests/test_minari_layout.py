@@ -1,5 +1,5 @@
 """Minari layout rules that minari's collector cannot produce (written with h5py): T-row infos,
-unflagged episode ends, JPEG frames without pillow, the arrow backend, and damaged datasets."""
+unflagged episode ends, JPEG frames without pillow, arrow without pyarrow, and damaged datasets."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.convert import convert
-from rlds_cli.errors import SourceError, SourceFormatError
+from rlds_cli.errors import MissingExtraError, SourceError, SourceFormatError
 from tests.formats_fixtures import minari_episode, write_minari_by_hand
 
 
@@ -89,11 +89,19 @@ def test_jpeg_without_pillow_names_the_extra(tmp_path: Path, monkeypatch: pytest
     assert "rlds-cli[images]" in info.value.hint
 
 
-def test_arrow_backend_refused_naming_the_extra(tmp_path: Path) -> None:
+def test_arrow_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = write_minari_by_hand(tmp_path / "ds", [minari_episode(2)], metadata={"data_format": "arrow"})
-    with pytest.raises(SourceFormatError, match=r"data_format 'arrow' is not supported") as info:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(MissingExtraError, match=r"data_format 'arrow' is read with pyarrow") as info:
         convert(d, "arrow")
-    assert "minari[arrow,hdf5]" in info.value.hint
+    assert "rlds-cli[arrow]" in info.value.hint
+
+
+def test_unknown_data_format_refused(tmp_path: Path) -> None:
+    d = write_minari_by_hand(tmp_path / "ds", [minari_episode(2)], metadata={"data_format": "zarr"})
+    with pytest.raises(SourceFormatError, match=r"metadata.json: unknown Minari data_format 'zarr'") as info:
+        convert(d, "z")
+    assert "'hdf5', 'arrow' or 'parquet'" in info.value.hint
 
 
 def test_damaged_datasets(tmp_path: Path) -> None:

@@ -225,12 +225,14 @@ def test_inconsistent_chunks_are_named(medium: str) -> None:
     with pytest.raises(OutputSchemaError) as info:
         preprocess.run(medium, f"{FNS}:bad_dtype_later", "out", workers=1, chunk_steps=16)
     msg = info.value.message
-    assert "chunk 1 (steps 16-31" in msg and "float64" in msg and "float32" in msg
+    # per-step chunks end on episode ends (7, 21) where one falls in the 16-step window
+    assert "chunk 2 (steps 21-36" in msg and "float64" in msg and "float32" in msg
 
 
 def test_flat_mismatch_across_chunk_boundary(medium: str) -> None:
     # consistent inside every chunk, but observation jumps at chunk boundaries inside episodes
-    with pytest.raises(OutputSchemaError, match=r"chunks 0 and 1: next/observation at step 9 differs"):
+    # chunk 1 is steps 7-16: episode 1 (steps 7-19) is longer than a 10-step chunk, so it is cut
+    with pytest.raises(OutputSchemaError, match=r"chunks 1 and 2: next/observation at step 16 differs"):
         preprocess.run(medium, f"{FNS}:per_chunk_offset", "out", workers=1, chunk_steps=10)
 
 
@@ -238,7 +240,7 @@ def test_user_exception_names_function_chunk_and_range(medium: str) -> None:
     with pytest.raises(UserFunctionError) as info:
         preprocess.run(medium, f"{FNS}:raises", "out", workers=1, chunk_steps=16)
     msg = info.value.message
-    assert f"function {FNS}:raises, chunk 1 (steps 16-31, episodes 1-3)" in msg
+    assert f"function {FNS}:raises, chunk 2 (steps 21-36, episodes 3-3)" in msg
     assert "ValueError: boom in user code" in msg
     tb = info.value.user_traceback
     assert "preprocess_fns.py" in tb and 'raise ValueError("boom in user code")' in tb

@@ -111,13 +111,14 @@ def test_cli_user_exception_prints_the_users_traceback() -> None:
     assert err.startswith("Traceback (most recent call last):")
     assert "preprocess_fns.py" in err and "ValueError: boom in user code" in err
     assert "rlds_cli/preprocess" not in err
-    assert f"error: function {FNS}:raises, chunk 2 (steps 16-23, episodes 1-2)" in err
+    # chunks of up to 8 steps end on episode ends: 0-7, 8-9, 10-17, 18-19, ...
+    assert f"error: function {FNS}:raises, chunk 3 (steps 18-19, episodes 1-1)" in err
 
 
 def test_cli_needs_out_unless_dry_run() -> None:
     make_dataset("small", [5])
     result = invoke("preprocess", "small", "--fn", f"{FNS}:identity")
-    assert result.exit_code == 1 and "--out NAME is required" in result.stderr
+    assert result.exit_code == 1 and "--name NAME (the new dataset's name) is required" in result.stderr
 
 
 # --------------------------------------------------------------------------- processes

@@ -348,3 +348,73 @@ def test_registry_checksum_is_checked(isolated_cache: Path, monkeypatch: pytest.
 def test_explicit_options_override_registry_hints(isolated_cache: Path) -> None:
     result = download("demo", name="demo-50", options={"max_episode_steps": 50, "unused": None})
     assert result.manifest.source["options"] == {"max_episode_steps": 50}
+
+
+# --------------------------------------------------------------------------- search, published figures
+
+
+def test_search_by_substring_glob_alias_and_description() -> None:
+    ids = [e.id for e in registry.search("HOPPER-MEDIUM-V2")]  # case is ignored
+    assert ids == ["hopper-medium-v2"]
+    hoppers = [e.id for e in registry.search("mujoco/hopper/*")]  # a glob over the whole id
+    assert hoppers == sorted(hoppers) and "mujoco/hopper/expert-v0" in hoppers
+    assert all(i.startswith("mujoco/hopper/") for i in hoppers)
+    assert {e.id for e in registry.search("mujoco/h*/simple-v0")} == {
+        "mujoco/halfcheetah/simple-v0",
+        "mujoco/hopper/simple-v0",
+    }
+    assert [e.id for e in registry.search("rlds/pointmass*")] == [DEMO_ID]  # an alias, as a glob
+    assert [e.id for e in registry.search("roboset/DAPG_expert/door")] == ["DAPG(expert)/door_v2d-v1"]
+    assert "hopper-medium-v2" in [e.id for e in registry.search("gym_mujoco_v2 suite")]  # description
+    assert registry.search("no-such-thing-anywhere") == []
+    assert registry.matches("a*c", "ABC") and not registry.matches("a*c", "abcd")
+    assert registry.matches("b", "abc") and not registry.matches("x", "abc", "def")
+
+
+def test_did_you_mean() -> None:
+    with pytest.raises(UnknownDatasetIdError) as info:
+        registry.resolve("hoper-medium-v2")
+    assert info.value.hint.startswith("did you mean 'hopper-medium-v2'")
+    assert "local path" not in info.value.hint
+
+
+def test_published_figures_are_parsed_and_shown_as_approximate() -> None:
+    entry = registry.resolve("D4RL/door/cloned-v2")
+    assert entry.published is not None
+    assert (entry.published.steps, entry.published.episodes, entry.published.size_bytes) == (
+        1_000_000,
+        4356,
+        1_077_700_000,
+    )
+    assert "Minari" in entry.published.source
+    assert all(f.size is None for f in entry.files)  # a rounded figure never checks a download
+    assert "published" not in entry.extra
+    counted = [e.id for e in registry.entries() if e.published is not None]
+    # the reference quotes five; "antmaze-large" names no single id and is left out
+    assert sorted(counted) == [
+        "D4RL/door/cloned-v2",
+        "D4RL/door/expert-v2",
+        "mujoco/halfcheetah/simple-v0",
+        "mujoco/hopper/expert-v0",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[dataset.published]\nsteps = 10\n', "'published' (a table with a 'source'"),
+        ('[dataset.published]\nsource = "x"\nsteps = -1\n', "'published.steps' (-1 is not a positive"),
+        ('[dataset.published]\nsource = "x"\nsize_bytes = "1 GB"\n', "'published.size_bytes' ('1 GB'"),
+    ],
+    ids=["no-source", "negative", "string"],
+)
+def test_bad_published_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, message: str
+) -> None:
+    path = tmp_path / "pub.toml"
+    files = '[[dataset.files]]\nname = "a"\nurls = ["https://x.org/a"]\n'
+    path.write_text(f'[[dataset]]\nid = "pub-v0"\nformat = "d4rl"\n{table}\n{files}')
+    use_registry(monkeypatch, path)
+    with pytest.raises(RegistryFormatError) as info:
+        registry.entries()
+    assert message in str(info.value)

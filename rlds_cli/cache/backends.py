@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CorruptDatasetError, InvalidKeyError
 
 ARRAYS_DIR = "arrays"
 
@@ -57,6 +57,11 @@ class Backend(ABC):
     def open_column(self, dataset_dir: Path, key: str) -> Any:
         """Open a column read-only. The result supports ``len``, ``shape``, ``dtype``, slices
         and integer-array indexing along the first axis, returning numpy arrays."""
+
+    @abstractmethod
+    def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
+        """Check that every file of a column is there, at its full size, without reading its
+        data; returns what is wrong, or ``None``."""
 
 
 # ----------------------------------------------------------------------------- memmap
@@ -107,6 +112,21 @@ class NpyColumnWriter(ColumnWriter):
 
 
 def _key_path(dataset_dir: Path, key: str, suffix: str) -> Path:
+    """Where the column ``key`` lives under ``dataset_dir``: the one place a key becomes a path.
+
+    Keys come from sources and manifests, both untrusted: a key that breaks the strict grammar
+    (``..``, an absolute path, an empty part, other characters, too long; see
+    :func:`rlds_cli.formats.keys.key_problem`) is refused before any file is opened, so no key
+    can name a file outside ``arrays/`` (nor another dataset's arrays).
+
+    Raises:
+        InvalidKeyError: The key breaks the grammar.
+    """
+    from rlds_cli.formats.keys import key_problem  # local: keeps the cache importable on its own
+
+    problem = key_problem(key)
+    if problem is not None:
+        raise InvalidKeyError(f"array key {key!r} under {dataset_dir} cannot be a file name: {problem}")
     return dataset_dir / ARRAYS_DIR / f"{key}{suffix}"
 
 
@@ -120,6 +140,15 @@ class MemmapBackend(Backend):
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
     ) -> ColumnWriter:
         return NpyColumnWriter(_key_path(dataset_dir, key, ".npy"), dtype, row_shape)
+
+    def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
+        try:
+            column = self.open_column(dataset_dir, key)
+        except CorruptDatasetError as exc:
+            return exc.message
+        if column.shape != (rows, *row_shape):
+            return f"array file of {key!r} has shape {column.shape}, expected {(rows, *row_shape)}"
+        return None
 
     def open_column(self, dataset_dir: Path, key: str) -> np.ndarray:
         path = _key_path(dataset_dir, key, ".npy")
@@ -191,11 +220,43 @@ class ZarrColumnWriter(ColumnWriter):
         return self.rows
 
 
-class ZarrColumn:
-    """Read-only view of a zarr array with numpy-style first-axis indexing."""
+#: Array attribute: every chunk of the array was written (even one equal to the fill value),
+#: so a chunk file that is missing is damage, not zeros. Arrays written before it was set may
+#: omit all-zero chunks and are read as zarr reads them.
+ALL_CHUNKS_ATTR = "rlds_all_chunks_written"
 
-    def __init__(self, array: Any) -> None:
+
+class MissingChunkError(CorruptDatasetError):
+    """A chunk file of a zarr array that wrote every chunk is gone."""
+
+
+def _is_chunk_key(key: str) -> bool:
+    """``arrays/<key>/c/0/1`` style keys (zarr v3's default chunk key encoding)."""
+    parts = key.split("/")
+    return "c" in parts and all(p.isdigit() for p in parts[len(parts) - parts[::-1].index("c") :])
+
+
+def _strict_store(path: Path) -> Any:
+    """A read-only local zarr store that refuses to pass off a missing chunk as fill values."""
+    from zarr.storage import LocalStore
+
+    class ChunkRequiredStore(LocalStore):
+        async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
+            data = await super().get(key, prototype, byte_range)
+            if data is None and _is_chunk_key(key):
+                raise MissingChunkError(f"zarr chunk {self.root / key} is missing")
+            return data
+
+    return ChunkRequiredStore(path, read_only=True)
+
+
+class ZarrColumn:
+    """Read-only view of a zarr array with numpy-style first-axis indexing; damaged chunks
+    (missing, truncated, garbage) raise :class:`CorruptDatasetError` naming the array."""
+
+    def __init__(self, array: Any, where: Path) -> None:
         self._array = array
+        self._where = where
         self.shape = tuple(array.shape)
         self.dtype = np.dtype(array.dtype)
 
@@ -203,14 +264,22 @@ class ZarrColumn:
         return self.shape[0]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
-            if index.size == 0:
-                return np.empty((0, *self.shape[1:]), self.dtype)
-            return np.asarray(self._array.oindex[index.ravel()]).reshape(index.shape + self.shape[1:])
-        return np.asarray(self._array[index])
+        try:
+            if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
+                if index.size == 0:
+                    return np.empty((0, *self.shape[1:]), self.dtype)
+                rows = self._array.oindex[index.ravel()]
+                return np.asarray(rows).reshape(index.shape + self.shape[1:])
+            return np.asarray(self._array[index])
+        except CorruptDatasetError:
+            raise
+        except (ValueError, RuntimeError, TypeError, OSError, EOFError) as exc:  # codec or store damage
+            raise CorruptDatasetError(
+                f"zarr array {self._where} is damaged: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        data = np.asarray(self._array[...])
+        data = self[slice(None)]
         return data.astype(dtype) if dtype is not None else data
 
 
@@ -225,11 +294,21 @@ class ZarrBackend(Backend):
 
         return zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode=mode)
 
+    def _open_array(self, dataset_dir: Path, key: str) -> Any:
+        import zarr
+
+        _key_path(dataset_dir, key, "")  # refuses a key that is no safe path
+        array = zarr.open_group(store=_strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
+        if not array.attrs.get(ALL_CHUNKS_ATTR):  # written before every chunk was
+            array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]
+        return array
+
     def create_column(
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
     ) -> ColumnWriter:
         from zarr.codecs import BloscCodec
 
+        _key_path(dataset_dir, key, "")  # refuses a key that is no safe path, before any write
         group = self._group(dataset_dir, "a")
         chunks = (zarr_chunk_rows(dtype, row_shape), *row_shape)
         array = group.create_array(
@@ -239,12 +318,33 @@ class ZarrBackend(Backend):
             dtype=np.dtype(dtype),
             compressors=BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
             fill_value=np.zeros((), dtype=dtype)[()],
+            # every chunk is written, so that a missing chunk file reads as damage, never as
+            # zeros (and writing skips comparing every chunk with the fill value)
+            config={"write_empty_chunks": True},
+            attributes={ALL_CHUNKS_ATTR: True},
         )
         return ZarrColumnWriter(array, tuple(row_shape))
 
+    def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
+        try:
+            array = self.open_column(dataset_dir, key)._array
+        except CorruptDatasetError as exc:
+            return exc.message
+        if tuple(array.shape) != (rows, *row_shape):
+            return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
+        if not array.attrs.get(ALL_CHUNKS_ATTR):
+            return None  # written when all-zero chunks were left out: nothing to count
+        grid = [-(-size // chunk) for size, chunk in zip(array.shape, array.chunks, strict=True)]
+        base = _key_path(dataset_dir, key, "") / "c"
+        for index in np.ndindex(*grid):
+            path = base.joinpath(*(str(i) for i in index)) if index else base
+            if not path.is_file():
+                return f"zarr chunk {path} is missing"
+        return None
+
     def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn:
         try:
-            return ZarrColumn(self._group(dataset_dir, "r")[key])
+            return ZarrColumn(self._open_array(dataset_dir, key), dataset_dir / ARRAYS_DIR / key)
         except (KeyError, FileNotFoundError) as exc:
             raise CorruptDatasetError(
                 f"zarr array {key!r} is missing under {dataset_dir / ARRAYS_DIR}"

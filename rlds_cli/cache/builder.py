@@ -20,7 +20,7 @@ import numpy as np
 from rlds_cli import settings
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend
 from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
-from rlds_cli.cache.root import CacheRoot, fsync_dir, validate_name
+from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import ConversionError, DatasetExistsError, LockTimeoutError
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 
@@ -143,7 +143,10 @@ class DatasetBuilder:
         self._open_episode = not (k and ends[-1] == n - 1)
 
     def _check_block(self, steps: dict[str, np.ndarray], observations: Any, ends: np.ndarray, n: int) -> None:
-        missing = [k for k in REQUIRED_STEP_KEYS if k not in steps]
+        # a Dict/Tuple action space is stored as keys under 'action/' (action/0, action/goal...)
+        missing = [
+            k for k in REQUIRED_STEP_KEYS if k not in steps and not any(s.startswith(f"{k}/") for s in steps)
+        ]
         if missing:
             raise ConversionError(f"block lacks required keys {missing}")
         if not observations:
@@ -241,9 +244,7 @@ class DatasetBuilder:
             lineage=lineage or [],
         )
         if fsync:
-            for path in sorted(self.build_dir.rglob("*"), reverse=True):
-                if path.is_dir():
-                    fsync_dir(path)
+            fsync_tree(self.build_dir)
         write_manifest(self.build_dir, manifest, fsync=fsync)
         self.root.publish(self.build_dir, self.name, replace=self.replace, fsync=fsync)
         self._committed = True

@@ -45,7 +45,8 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
     """Open a converted dataset read-only.
 
     Args:
-        name: The dataset's name in the cache (see ``rlds list``).
+        name: The dataset's name in the cache (see ``rlds list``), or a registry id or alias
+            of a downloaded dataset (see :func:`rlds_cli.resolve_name`).
         root: Cache root; ``None`` uses ``$RLDS_HOME`` or the platform cache dir.
 
     Returns:
@@ -56,6 +57,7 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
         CorruptDatasetError: The dataset's files do not match its manifest.
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    name = _cache_name(name, cache)
     directory = cache.dataset_dir(name)
     for attempt in range(_OPEN_ATTEMPTS):
         before = _identity(directory)
@@ -68,6 +70,19 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
                 raise
         time.sleep(_OPEN_RETRY_SECONDS)
     raise DatasetReplacedError(f"dataset {name!r} kept being replaced while it was opened")
+
+
+def _cache_name(name: str, cache: CacheRoot) -> str:
+    """The cache name ``name`` refers to (a registry alias resolves to its dataset's name).
+
+    A name found nowhere is returned as it is: the open that follows either finds it once a
+    replacement under way has finished, or raises with the name the user gave."""
+    from rlds_cli.names import resolve_name
+
+    try:
+        return resolve_name(name, cache)
+    except DatasetNotFoundError:
+        return name
 
 
 def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:
@@ -188,6 +203,35 @@ class Dataset:
     def size_bytes(self) -> int:
         """Bytes the dataset uses on disk."""
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+    def check_files(self) -> list[str]:
+        """Every stored file there at its full size (memmap files, every zarr chunk), checked
+        without reading data; returns the problems found (empty: complete). A view checks the
+        files of its parent."""
+        problems: list[str] = []
+        directory = self.directory
+        if self.manifest.layout == VIEW_LAYOUT:
+            for key in self.manifest.fields:
+                try:
+                    self.column(key)
+                except (CorruptDatasetError, KeyError) as exc:
+                    problems.append(str(exc))
+            view = ViewSpec.from_manifest(self.manifest)
+            directory = self.directory.parent / view.parent.replace("/", "--")
+            try:
+                parent = read_manifest(directory)
+            except (FileNotFoundError, CorruptDatasetError):
+                return problems
+            fields, steps, episodes = parent.fields, parent.num_steps, parent.num_episodes
+        else:
+            fields, steps, episodes = self.manifest.fields, self.num_steps, self.num_episodes
+        for key, spec in fields.items():
+            rows = steps + (episodes if spec.storage == "flat" else 0)
+            problem = self._backend.check_column(directory, key, rows, spec.shape)
+            if problem is not None:
+                problems.append(problem)
+        self._check_not_replaced()
+        return problems
 
     # ------------------------------------------------------------------ raw columns
 

@@ -11,10 +11,22 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
 
 
-def _tree_bytes(path: Path) -> int:
+def file_bytes(path: Path) -> int:
+    """Bytes a file takes on disk: its allocated blocks, which is less than its length for a
+    sparse file (a preallocated memmap column not yet written) and more for a tiny file.
+    ``st_size`` where the platform reports no blocks (Windows)."""
+    st = path.stat()
+    blocks = getattr(st, "st_blocks", None)
+    return st.st_size if blocks is None else blocks * 512
+
+
+def tree_bytes(path: Path) -> int:
+    """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed)."""
     if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+        return file_bytes(path)
+    if not path.is_dir():
+        return 0
+    return sum(file_bytes(p) for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def children_of(cache: CacheRoot, name: str) -> list[str]:
@@ -73,20 +85,21 @@ class DiskUsage:
 
 
 def disk_usage(cache: CacheRoot) -> DiskUsage:
-    """Disk use of every dataset, of temporary builds, of raw downloads and of the rest."""
+    """Disk use of every dataset, of temporary builds, of raw downloads and of the rest, in
+    allocated bytes (what ``du`` counts, not the files' lengths: see :func:`file_bytes`)."""
     usage = DiskUsage(cache.path)
     for manifest in cache.iter_manifests():
-        usage.datasets[manifest.name] = _tree_bytes(cache.dataset_dir(manifest.name))
-    usage.tmp = _tree_bytes(cache.tmp_dir)
-    usage.raw = _tree_bytes(cache.path / "raw")
+        usage.datasets[manifest.name] = tree_bytes(cache.dataset_dir(manifest.name))
+    usage.tmp = tree_bytes(cache.tmp_dir)
+    usage.raw = tree_bytes(cache.path / "raw")
     if cache.path.is_dir():
         counted = {cache.datasets_dir, cache.tmp_dir, cache.path / "raw"}
         for child in cache.path.iterdir():
             if child not in counted:
-                usage.other += _tree_bytes(child)
+                usage.other += tree_bytes(child)
         known = {cache.dataset_dir(n) for n in usage.datasets}
         if cache.datasets_dir.is_dir():  # directories without a manifest are not datasets
-            usage.other += sum(_tree_bytes(d) for d in cache.datasets_dir.iterdir() if d not in known)
+            usage.other += sum(tree_bytes(d) for d in cache.datasets_dir.iterdir() if d not in known)
     return usage
 
 
@@ -122,6 +135,12 @@ def collect_garbage(
     return found
 
 
+def interrupted_jobs(cache: CacheRoot) -> list[Path]:
+    """Directories of preprocess jobs that failed or were interrupted and that no running job
+    holds: ``--resume`` continues them, ``collect_garbage(jobs=True)`` removes them."""
+    return _stale_jobs(cache, dry_run=True)
+
+
 def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
     """Preprocess job directories (``tmp/<entry>.job-<id>``) whose output name is not locked."""
     from filelock import FileLock, Timeout
@@ -141,8 +160,26 @@ def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
     return found
 
 
-def _orphaned_raw(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
-    """Download folders no dataset's manifest names as its ``source.raw_dir``."""
+def raw_folder_of(cache: CacheRoot, name: str) -> Path | None:
+    """The download folder (``raw/...``) a cached dataset was converted from, when it still
+    exists (``None`` for views, derived datasets, local files and bundled data)."""
+    raw = cache.manifest(name).source.get("raw_dir")
+    return Path(raw) if raw and Path(raw).is_dir() else None
+
+
+def remove_unused_raw(cache: CacheRoot, folders: list[Path], *, dry_run: bool = False) -> list[Path]:
+    """Remove those of ``folders`` that no cached dataset was converted from and that no
+    download is writing to (``rlds rm --raw``).
+
+    Returns:
+        The folders removed (or that would be); the others are kept.
+    """
+    wanted = {f.resolve() for f in folders}
+    return _orphaned_raw(cache, dry_run=dry_run, only=wanted)
+
+
+def _orphaned_raw(cache: CacheRoot, *, dry_run: bool, only: set[Path] | None = None) -> list[Path]:
+    """Download folders no dataset's manifest names as its ``source.raw_dir`` (among ``only``)."""
     from filelock import FileLock, Timeout
 
     raw_root = cache.path / "raw"
@@ -151,7 +188,7 @@ def _orphaned_raw(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
     used = {Path(m.source["raw_dir"]).resolve() for m in cache.iter_manifests() if m.source.get("raw_dir")}
     found: list[Path] = []
     for folder in sorted(p for p in raw_root.iterdir() if p.is_dir()):
-        if folder.resolve() in used:
+        if folder.resolve() in used or (only is not None and folder.resolve() not in only):
             continue
         with ExitStack() as held:
             try:  # every file download holds ".<file>.lock" in its folder while it runs
@@ -178,5 +215,10 @@ __all__ = [
     "collect_garbage",
     "dataset_path",
     "disk_usage",
+    "file_bytes",
+    "interrupted_jobs",
+    "raw_folder_of",
     "remove_dataset",
+    "remove_unused_raw",
+    "tree_bytes",
 ]

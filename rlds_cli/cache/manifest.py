@@ -151,6 +151,17 @@ def read_manifest(directory: Path) -> Manifest:
             hint="upgrade rlds-cli ('pip install -U rlds-cli')",
         )
     try:
-        return Manifest.from_dict(data)
+        manifest = Manifest.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptDatasetError(f"manifest {path} is malformed: missing or bad {exc}") from exc
+    # every field key becomes a file path when read: a tampered manifest must not make a read
+    # open a file outside the dataset directory ('../../other/arrays/x')
+    from rlds_cli.formats.keys import key_problem
+
+    for key in manifest.fields:
+        problem = key_problem(key)
+        if problem is not None:
+            raise CorruptDatasetError(
+                f"manifest {path} names the array key {key!r}, which is no safe path: {problem}"
+            )
+    return manifest

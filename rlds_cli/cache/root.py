@@ -5,6 +5,7 @@ Layout under the root::
     datasets/<entry>/        published datasets (one directory each, manifest.json inside)
     tmp/<entry>.<id>.incomplete   builds in progress (never read by anyone)
     tmp/<entry>.<id>.trash        a replaced dataset on its way out
+    tmp/<entry>.<id>.publish      the journal of a replacement in progress (no atomic exchange)
     locks/<entry>.lock       one lock file per dataset name
 
 ``<entry>`` is the dataset name with ``/`` written as ``--`` (so ``D4RL/door/human-v2`` is
@@ -14,6 +15,9 @@ not allowed inside a name.
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
 import logging
 import os
 import re
@@ -21,11 +25,12 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlds_cli import settings
 from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, read_manifest
 from rlds_cli.errors import (
+    CacheLocationError,
     CorruptDatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
@@ -44,12 +49,21 @@ logger = logging.getLogger(__name__)
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
 _BUILD_SUFFIXES = (".incomplete", ".trash")
+_JOURNAL_SUFFIX = ".publish"
+#: Bytes of a directory entry name on common filesystems; a build directory's name adds a
+#: 12-character id and a suffix to the entry, so entries are kept well under it.
+_MAX_ENTRY_BYTES = 200
 
 
 def validate_name(name: str) -> str:
     """Return ``name`` if it can name a cache entry, else raise :class:`InvalidNameError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name or len(name) > 200:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name:
         raise InvalidNameError(f"invalid dataset name {name!r}")
+    if len(name.replace("/", "--").encode()) > _MAX_ENTRY_BYTES:
+        raise InvalidNameError(
+            f"dataset name {name[:40]!r}... is {len(name)} characters long",
+            hint=f"use a name of at most {_MAX_ENTRY_BYTES} bytes (each '/' counts as two)",
+        )
     return name
 
 
@@ -71,6 +85,44 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two directory entries in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Returns:
+        ``False`` where the OS or filesystem has no atomic exchange (nothing was changed);
+        the caller then falls back to a journalled pair of renames.
+    """
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not glibc >= 2.28, or not Linux
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def fsync_tree(root: Path) -> None:
+    """Make a finished build durable before its manifest commits it: every file's data (zarr
+    writes each chunk to a fresh file that nobody else syncs), then every directory's entries,
+    deepest first, ``root`` last."""
+    paths = sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+    for path in paths:
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    for path in paths:
+        if path.is_dir():
+            fsync_dir(path)
+    fsync_dir(root)
+
+
 class CacheRoot:
     """The local cache: a directory of converted datasets.
 
@@ -80,6 +132,8 @@ class CacheRoot:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.path = settings.cache_root(root)
+        if self.path.exists() and not self.path.is_dir():
+            raise CacheLocationError(f"the cache root {self.path} is a file, not a directory")
 
     def __repr__(self) -> str:
         return f"CacheRoot({str(self.path)!r})"
@@ -110,7 +164,22 @@ class CacheRoot:
         try:
             return read_manifest(directory)
         except FileNotFoundError:
-            raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {self.path}") from None
+            pass
+        if self._recover_if_journalled(name):
+            return self.manifest(name)
+        raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {self.path}")
+
+    def _recover_if_journalled(self, name: str) -> bool:
+        """A reader that finds a name missing while a crashed replacement of it has a journal
+        finishes that replacement (when no writer holds the name) and says so."""
+        entry = _entry(name)
+        if not self.tmp_dir.is_dir() or not any(self.tmp_dir.glob(f"{entry}.*{_JOURNAL_SUFFIX}")):
+            return False
+        try:
+            self.recover()
+        except OSError:
+            return False
+        return (self.dataset_dir(name) / MANIFEST_FILE).is_file()
 
     def iter_manifests(self) -> Iterator[Manifest]:
         """Manifests of every published dataset, sorted by name (unreadable ones skipped)."""
@@ -163,8 +232,14 @@ class CacheRoot:
         removed: list[Path] = []
         if not self.tmp_dir.is_dir():
             return removed
+        if not dry_run:  # a journalled replacement needs its build and trash: finish it first
+            if held is not None:
+                self.recover(_entry(held))
+            self.recover()
+        # entries whose replacement could not be finished (dry run, or a live writer holds them)
+        pending = {p.name.rsplit(".", 2)[0] for p in self.tmp_dir.glob(f"*{_JOURNAL_SUFFIX}")}
         for child in sorted(self.tmp_dir.iterdir()):
-            if not child.name.endswith(_BUILD_SUFFIXES):
+            if not child.name.endswith(_BUILD_SUFFIXES) or child.name.rsplit(".", 2)[0] in pending:
                 continue
             # "<entry>.<id>.incomplete": entries may contain dots, the id and suffix cannot
             entry = child.name.rsplit(".", 2)[0]
@@ -187,6 +262,13 @@ class CacheRoot:
     def publish(self, build_dir: Path, name: str, *, replace: bool, fsync: bool) -> Path:
         """Move a finished build into place. The caller must hold ``lock(name)``.
 
+        A replacement never passes through a moment where neither version can be found: the
+        new build and the old version are swapped in one atomic step where the OS can
+        (after which the old version sits at ``build_dir`` and is removed like any stale
+        build), else a journal records both renames so that :meth:`recover` (run by the next
+        writer, ``rlds gc`` and a reader that finds the name missing) rolls the replacement
+        forward after a crash.
+
         Args:
             build_dir: A directory from :meth:`new_build_dir` with its manifest written.
             name: Dataset name.
@@ -198,18 +280,102 @@ class CacheRoot:
         """
         final = self.dataset_dir(name)
         final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            if not replace:
-                raise DatasetExistsError(f"dataset {name!r} already exists at {final}")
-            trash = self.tmp_dir / f"{final.name}.{uuid.uuid4().hex[:12]}.trash"
-            os.replace(final, trash)
+        if not final.exists():
             os.replace(build_dir, final)
-            shutil.rmtree(trash, ignore_errors=True)
+            if fsync:
+                fsync_dir(final.parent)
+            return final
+        if not replace:
+            raise DatasetExistsError(f"dataset {name!r} already exists at {final}")
+        if exchange_paths(build_dir, final):
+            old = build_dir  # the swap left the old version where the build was
+            if fsync:
+                fsync_dir(final.parent)
+                fsync_dir(build_dir.parent)
         else:
-            os.replace(build_dir, final)
+            old = self._journalled_replace(build_dir, final, fsync)
+        self._discard(old, final.name)
+        return final
+
+    def _journalled_replace(self, build_dir: Path, final: Path, fsync: bool) -> Path:
+        """Replace ``final`` by ``build_dir`` in two renames, with a journal that says how to
+        finish (or undo) them; returns where the old version went."""
+        stem = f"{final.name}.{uuid.uuid4().hex[:12]}"
+        trash = self.tmp_dir / f"{stem}.trash"
+        journal = self.tmp_dir / f"{stem}{_JOURNAL_SUFFIX}"
+        # paths relative to the root: a preprocess job builds in a subdirectory of tmp/
+        record = {k: os.path.relpath(p, self.path) for k, p in (("final", final), ("build", build_dir))}
+        record["trash"] = os.path.relpath(trash, self.path)
+        _write_json_atomic(journal, record, fsync)
+        os.replace(final, trash)
+        os.replace(build_dir, final)
         if fsync:
             fsync_dir(final.parent)
-        return final
+        journal.unlink()
+        return trash
+
+    def _discard(self, path: Path, entry: str) -> None:
+        """Remove an old version: first out of reach of any name (an atomic rename to a
+        ``.trash`` entry, so a crash leaves only stale trash), then its files."""
+        if not path.name.endswith(".trash"):
+            trash = self.tmp_dir / f"{entry}.{uuid.uuid4().hex[:12]}.trash"
+            os.replace(path, trash)
+            path = trash
+        shutil.rmtree(path, ignore_errors=True)
+
+    def recover(self, entry: str | None = None) -> list[str]:
+        """Finish replacements that a crash interrupted (journals left in ``tmp/``).
+
+        The caller must hold the lock of every entry it recovers (``entry``), or pass ``None``
+        to recover each entry whose lock can be taken at once. A build that reached the
+        journal is complete (its manifest was written first), so recovery rolls forward: the
+        new version is renamed into place when it is still waiting; the old version is put
+        back only when the new one is gone.
+
+        Returns:
+            The entries whose journal was processed.
+        """
+        from filelock import FileLock, Timeout
+
+        done: list[str] = []
+        if not self.tmp_dir.is_dir():
+            return done
+        # a journal's temp file (".<entry>.<id>.publish.tmp") is torn: no rename happened yet
+        found = [*self.tmp_dir.glob(f".*{_JOURNAL_SUFFIX}.tmp"), *self.tmp_dir.glob(f"*{_JOURNAL_SUFFIX}")]
+        for journal in sorted(found):
+            owner = journal.name.lstrip(".").removesuffix(".tmp").rsplit(".", 2)[0]
+            if entry is not None:
+                if owner == entry:
+                    self._roll_forward(journal)
+                    done.append(owner)
+                continue
+            try:
+                with FileLock(str(self.locks_dir / f"{owner}.lock"), timeout=0):
+                    self._roll_forward(journal)
+                    done.append(owner)
+            except Timeout:
+                continue  # its writer is alive and finishing it
+        return done
+
+    def _roll_forward(self, journal: Path) -> None:
+        if journal.name.endswith(".tmp"):
+            journal.unlink(missing_ok=True)
+            return
+        try:
+            record = json.loads(journal.read_text(encoding="utf-8"))
+            final, build, trash = (self.path / record[k] for k in ("final", "build", "trash"))
+        except (OSError, ValueError, KeyError, TypeError):
+            journal.unlink(missing_ok=True)  # torn journal: written before any rename happened
+            return
+        if not (final / MANIFEST_FILE).is_file():
+            if (build / MANIFEST_FILE).is_file():
+                logger.info("finishing the interrupted replacement of %s", final.name)
+                os.replace(build, final)
+            elif (trash / MANIFEST_FILE).is_file():
+                logger.info("restoring %s: its replacement was lost", final.name)
+                os.replace(trash, final)
+            fsync_dir(final.parent)
+        journal.unlink(missing_ok=True)
 
     def remove(self, name: str, timeout: float = 10.0) -> None:
         """Delete a published dataset (atomically invisible first, then removed)."""
@@ -221,8 +387,19 @@ class CacheRoot:
         try:
             with self.lock(name, timeout=timeout):
                 self.tmp_dir.mkdir(parents=True, exist_ok=True)
-                trash = self.tmp_dir / f"{final.name}.{uuid.uuid4().hex[:12]}.trash"
-                os.replace(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                self._discard(final, final.name)
         except Timeout:
             raise LockTimeoutError(f"dataset {name!r} is locked by another process") from None
+
+
+def _write_json_atomic(path: Path, data: Any, fsync: bool) -> None:
+    """Write a small JSON file whole or not at all (temp file, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(path.parent)

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli import settings
 from rlds_cli._version import __version__
 from rlds_cli.cache.builder import EPISODE_DTYPE, EPISODES_FILE
 from rlds_cli.cache.manifest import Manifest, write_manifest
-from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError, LockTimeoutError
 
 VIEW_LAYOUT = "view"
@@ -171,8 +172,11 @@ def create_view(
                 raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}")
             build = cache.new_build_dir(name)
             np.save(build / EPISODES_FILE, index, allow_pickle=False)
-            write_manifest(build, manifest, fsync=False)
-            cache.publish(build, name, replace=replace, fsync=False)
+            fsync = settings.fsync_enabled()
+            if fsync:
+                fsync_tree(build)
+            write_manifest(build, manifest, fsync=fsync)
+            cache.publish(build, name, replace=replace, fsync=fsync)
     except Timeout:
         raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
     return manifest
@@ -196,13 +200,28 @@ def split_dataset(
     from rlds_cli.cache.dataset import open_dataset
 
     if not 0.0 < val_fraction < 1.0:
-        raise InvalidSelectionError(f"--val must be between 0 and 1, got {val_fraction}")
+        raise InvalidSelectionError(
+            f"--val must be between 0 and 1, got {val_fraction}",
+            hint="--val is the fraction of episodes for validation, e.g. --val 0.1",
+        )
     total = open_dataset(parent, root).num_episodes
     n_val = max(1, round(total * val_fraction))
     if n_val >= total:
-        raise InvalidSelectionError(f"dataset {parent!r} has {total} episode(s): too few to split")
+        raise InvalidSelectionError(
+            f"dataset {parent!r} has {total} episode(s): too few to split",
+            hint="a split needs at least 2 episodes; pick a smaller --val",
+        )
+    train_name = f"{parent}-train" if train_name is None else validate_name(train_name)
+    val_name = f"{parent}-val" if val_name is None else validate_name(val_name)
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    taken = [n for n in (train_name, val_name) if cache.exists(n)]
+    if taken and not replace:  # checked before either view is made: never half a split
+        raise DatasetExistsError(
+            f"dataset {' and '.join(repr(n) for n in taken)} already exists in {cache.path}",
+            hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
+        )
     train = create_view(
-        parent, train_name or f"{parent}-train", (0, total - n_val), root=root, replace=replace
+        parent, train_name, (0, total - n_val), root=root, replace=replace
     )
-    val = create_view(parent, val_name or f"{parent}-val", (total - n_val, total), root=root, replace=replace)
+    val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
     return train, val

@@ -56,9 +56,9 @@ def download_progress(
             elif event == "reset":
                 bars.reset(task)
             elif event == "wait" and show:
-                bars.log(f"{_output.escape(name)}: another rlds process is downloading it; waiting")
-            elif event == "retry" and show:
-                bars.log(f"{_output.escape(name)}: transient error, retry {value}")
+                # print, not log: Rich's log() adds this file's name and line number
+                bars.print(f"{_output.escape(name)}: another rlds process is downloading it; waiting")
+            # "retry": the library logs each retry once, with its reason (no second line here)
             elif event == "verify":
                 bars.update(task, description=f"{_output.escape(name)} (verifying)")
             elif event in ("done", "cached"):

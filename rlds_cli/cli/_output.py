@@ -2,15 +2,23 @@
 
 Text that comes from outside (paths, names, messages) goes through :func:`escape` before it is
 printed with Rich markup, so a ``[`` in a path is printed as is.
+
+Tables go through :func:`print_table`, which never cuts an identifier: on a terminal the other
+columns fold first (and optional ones are left out on a narrow one); when stdout is not a
+terminal (a pipe, a file, CI logs) it prints plain, complete, aligned lines. Glyphs outside ASCII
+(box lines, histogram blocks) fall back to ASCII when the output encoding cannot show them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,10 +31,15 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
+from rich.text import Text
 
 # Rich honours NO_COLOR and drops styling when stdout is not a terminal.
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+#: Glyphs with their ASCII stand-ins, for outputs whose encoding cannot show them.
+GLYPHS = {"block": ("█", "#"), "arrow": ("→", "->"), "ellipsis": ("…", "...")}
 
 
 def print_json(data: Any) -> None:
@@ -43,24 +56,198 @@ def error(message: str, hint: str = "") -> None:
 
 
 def warn(message: str) -> None:
+    """One yellow ``warning:`` line on stderr."""
     err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True, emoji=False)
 
 
+def note(message: str) -> None:
+    """A line on stderr that is neither a result nor a problem (what was kept, what to do next)."""
+    err_console.print(escape(message), soft_wrap=True, emoji=False)
+
+
+# --------------------------------------------------------------------------- encodings
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def can_show(text: str, target: Console | None = None) -> bool:
+    """Whether ``text`` can be written in the output encoding of ``target`` (default: stdout)."""
+    return _encodes(text, (target or console).encoding)
+
+
+def glyph(name: str, target: Console | None = None) -> str:
+    """The glyph ``name`` of :data:`GLYPHS`, or its ASCII stand-in when it cannot be shown."""
+    fancy, plain = GLYPHS[name]
+    return fancy if can_show(fancy, target) else plain
+
+
+def protect_streams() -> None:
+    """Make stdout replace what its encoding cannot show (``PYTHONIOENCODING=ascii``, a C locale)
+    instead of failing mid-output: our own glyphs have ASCII stand-ins, but a path or a message
+    may still hold any character. stderr already does so (Python's default)."""
+    stream = sys.stdout
+    reconfigure = getattr(stream, "reconfigure", None)
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    if reconfigure is None or all(_encodes(fancy, encoding) for fancy, _ in GLYPHS.values()):
+        return
+    with contextlib.suppress(ValueError, OSError):  # a closed or exotic stream stays as it is
+        reconfigure(errors="replace")
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class _LineHandler(logging.Handler):
+    """Log records as ``warning: message`` lines on stderr: no time stamps, no source file and
+    line (those mean nothing to a user); ``-vv`` adds the logger's name."""
+
+    def __init__(self, level: int, with_names: bool) -> None:
+        super().__init__(level)
+        self.with_names = with_names
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            where = f"{record.name}: " if self.with_names else ""
+            label = record.levelname.lower()
+            style = {"warning": "yellow", "error": "red", "critical": "red"}.get(label, "dim")
+            line = f"[{style}]{label}:[/] {escape(where + message)}"
+            err_console.print(line, soft_wrap=True, emoji=False, highlight=False)
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+
+
 def configure_logging(verbosity: int) -> None:
-    """Send the library's log records to stderr: ``1`` shows info, ``2`` and more debug."""
-    import logging
-
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    """Send the library's log records to stderr: ``0`` shows warnings, ``1`` info, ``2`` and more
+    debug (with the logger's name). Called once per command; a later call replaces the handler."""
     logger = logging.getLogger("rlds_cli")
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
-    logger.propagate = False
+    level = logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity == 1 else logging.WARNING
+    logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _LineHandler)]
+    logger.addHandler(_LineHandler(level, with_names=verbosity >= 2))
+    if verbosity:
+        logger.setLevel(level)
+        logger.propagate = False
+
+
+def format_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, *args: Any, **kwargs: Any
+) -> None:
+    """``warnings.showwarning`` for the command line: ``warning: message`` without the file and
+    line of the library that raised it."""
+    label = "warning" if category is UserWarning else f"warning ({category.__name__})"
+    err_console.print(f"[yellow]{label}:[/] {escape(str(message))}", soft_wrap=True, emoji=False)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of :func:`print_table`.
+
+    Attributes:
+        header: The column's title.
+        justify: ``left`` or ``right`` (numbers).
+        kind: ``key`` for identifiers (names, ids, keys: never cut, never wrapped), ``fixed`` for
+            short values kept on one line (numbers, sizes), ``text`` for prose that may fold.
+        optional: Left out first when a terminal is too narrow for the whole table.
+    """
+
+    header: str
+    justify: Literal["left", "right"] = "left"
+    kind: Literal["key", "fixed", "text"] = "text"
+    optional: bool = False
+
+
+#: A ``text`` column is given at least this many characters before columns are left out.
+TEXT_MIN_WIDTH = 12
+
+Cell = str | Text
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def print_table(
+    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, title: str | None = None
+) -> None:
+    """Print a table on stdout without ever cutting an identifier.
+
+    On a terminal: a Rich table whose ``key`` and ``fixed`` columns keep their full width while
+    ``text`` columns fold; ``optional`` columns are left out (and a note says so) when the
+    terminal is too narrow, and when even that does not fit (an id wider than the terminal),
+    plain lines of the remaining columns, which the terminal wraps. Elsewhere (a pipe, a file):
+    plain, complete, aligned lines of every column. ``str`` cells are printed literally.
+    """
+    out = console
+    widths = [max([len(c.header)] + [len(_plain(r[i])) for r in rows]) for i, c in enumerate(columns)]
+    if not out.is_terminal:
+        _plain_table(columns, widths, rows, title)
+        return
+    shown = list(range(len(columns)))
+
+    def needed(indices: list[int]) -> int:
+        text_min = TEXT_MIN_WIDTH
+        body = sum(min(widths[i], text_min) if columns[i].kind == "text" else widths[i] for i in indices)
+        return body + 3 * len(indices) + 1  # one padding space each side, one border each, plus one
+
+    while needed(shown) > out.width and any(columns[i].optional for i in shown):
+        shown.remove(max(i for i in shown if columns[i].optional))
+    if needed(shown) > out.width:  # an identifier wider than the terminal: lines it may wrap
+        kept = [columns[i] for i in shown]
+        _plain_table(kept, [widths[i] for i in shown], [[r[i] for i in shown] for r in rows], title)
+    else:
+        _rich_table(columns, widths, rows, title, shown)
+    hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
+    if hidden:
+        left_out = ", ".join(hidden)
+        out.print(Text(f"({left_out} left out: the terminal is {out.width} columns wide; --json shows all)"))
+
+
+def _rich_table(
+    columns: Sequence[Column],
+    widths: list[int],
+    rows: Sequence[Sequence[Cell]],
+    title: str | None,
+    shown: list[int],
+) -> None:
+    """A Rich table of the ``shown`` columns: keys and fixed columns at full width, text folds."""
+    table = Table(title=title, title_justify="left", title_style="", safe_box=True)
+    for i in shown:
+        col = columns[i]
+        if col.kind == "text":
+            table.add_column(col.header, justify=col.justify, overflow="fold")
+        else:
+            table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=widths[i])
+    for row in rows:
+        table.add_row(*(row[i] if isinstance(row[i], Text) else Text(row[i]) for i in shown))
+    console.print(table)
+
+
+def _plain_table(
+    columns: Sequence[Column], widths: list[int], rows: Sequence[Sequence[Cell]], title: str | None
+) -> None:
+    """Aligned lines, two spaces between columns, nothing cut or wrapped (for pipes and files)."""
+    lines = [title] if title else []
+    for cells in ([c.header for c in columns], *([_plain(c) for c in r] for r in rows)):
+        parts = [
+            cell.rjust(w) if col.justify == "right" else cell.ljust(w)
+            for cell, w, col in zip(cells, widths, columns, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    for line in lines:
+        console.print(Text(line), soft_wrap=True, highlight=False)
 
 
 def human_bytes(n: float) -> str:
+    """``1.5 MiB``: bytes in binary units, one decimal."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -88,7 +275,8 @@ def conversion_progress(enabled: bool) -> Iterator[Any]:
 
     def callback(event: str, amount: int) -> None:
         if event == "hash":
-            progress.log(f"hashed source ({human_bytes(amount)})") if show else None
+            # console.print, not progress.log: log() adds this file's name and line
+            progress.console.print(f"hashed source ({human_bytes(amount)})") if show else None
         elif event == "start":
             task.append(progress.add_task("converting", total=amount))
         elif event == "advance" and task:
@@ -99,13 +287,21 @@ def conversion_progress(enabled: bool) -> Iterator[Any]:
 
 
 __all__ = [
+    "Column",
     "DownloadColumn",
+    "can_show",
+    "configure_logging",
     "console",
     "conversion_progress",
     "err_console",
     "error",
     "escape",
+    "format_warning",
+    "glyph",
     "human_bytes",
+    "note",
     "print_json",
+    "print_table",
+    "protect_streams",
     "warn",
 ]

@@ -25,6 +25,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -40,7 +41,10 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
     verbose: Annotated[
-        int, typer.Option("--verbose", "-v", count=True, help="Log what happens (-v: info, -vv: debug).")
+        int,
+        typer.Option(
+            "--verbose", "-v", count=True, show_default=False, help="Log what happens (-v: info, -vv: debug)."
+        ),
     ] = 0,
 ) -> None:
     """Offline-RL datasets: download, convert to a TED cache, inspect, and sample fast."""
@@ -67,7 +71,15 @@ app.command("verify")(verify)
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: stdout that cannot show every character replaces it instead of
+    failing, and warnings and log records are one line each, without a source location."""
+    import warnings
+
+    from rlds_cli.cli import _output
+
+    _output.protect_streams()
+    warnings.showwarning = _output.format_warning
+    _output.configure_logging(0)
     app()
 
 

@@ -6,39 +6,54 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, RootOption, cached_name
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
+
+PatternArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help="Show only what contains PATTERN (or matches it as a glob: *, ?): names, or with "
+        "--remote ids, aliases and descriptions.",
+        metavar="PATTERN",
+        show_default=False,
+    ),
+]
 
 
 @handle_errors
 def list_datasets(
-    root: RootOption = None,
-    json: JsonOption = False,
+    pattern: PatternArgument = None,
     remote: Annotated[
         bool, typer.Option("--remote", help="List the registry (downloadable ids) instead of the cache.")
     ] = False,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
     """List the datasets in the cache (or, with --remote, in the registry)."""
     if remote:
         from rlds_cli.cli.remote import list_remote
 
-        return list_remote(root, json)
+        return list_remote(root, pattern, json=json, quiet=quiet)
+    from rlds_cli.cache.manage import tree_bytes
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.registry import matches
 
     cache = CacheRoot(root)
     rows = []
     for m in cache.iter_manifests():
-        directory = cache.dataset_dir(m.name)
-        size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+        if pattern is not None and not matches(pattern, m.name):
+            continue
         rows.append(
             {
                 "name": m.name,
                 "num_steps": m.num_steps,
                 "num_episodes": m.num_episodes,
-                "size_bytes": size,
+                "size_bytes": tree_bytes(cache.dataset_dir(m.name)),
                 "backend": m.backend,
                 "source": _source_label(m.source),
                 "format": m.source.get("format", ""),
@@ -49,38 +64,41 @@ def list_datasets(
     if json:
         _output.print_json({"root": str(cache.path), "datasets": rows})
         return
+    if quiet:
+        for r in rows:
+            _output.console.print(Text(r["name"]), soft_wrap=True)
+        return
     if not rows:
+        what = f"matching {pattern!r} " if pattern is not None else ""
         _output.console.print(
-            f"no datasets in {_output.escape(str(cache.path))} (add one with 'rlds download')"
+            Text(f"no datasets {what}in {cache.path} (add one with 'rlds download')"), soft_wrap=True
         )
         return
-    table = Table(title=f"datasets in {_output.escape(str(cache.path))}", title_justify="left")
-    for col, justify in (
-        ("name", "left"),
-        ("steps", "right"),
-        ("episodes", "right"),
-        ("size", "right"),
-        ("backend", "left"),
-        ("source", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for r in rows:
-        table.add_row(
+    columns = [
+        _output.Column("name", kind="key"),
+        _output.Column("steps", "right", kind="fixed"),
+        _output.Column("episodes", "right", kind="fixed"),
+        _output.Column("size", "right", kind="fixed"),
+        _output.Column("storage", kind="fixed", optional=True),
+        _output.Column("source", optional=True),
+    ]
+    table = [
+        [
             r["name"],
             f"{r['num_steps']:,}",
             f"{r['num_episodes']:,}",
             _output.human_bytes(r["size_bytes"]),
             r["backend"],
-            _output.escape(f"{r['format']}: {r['source']}"),
-        )
-    _output.console.print(table)
+            f"{r['format']}: {r['source']}",
+        ]
+        for r in rows
+    ]
+    _output.print_table(columns, table, title=f"datasets in {cache.path}")
 
 
 @handle_errors
 def inspect(
-    name: Annotated[str, typer.Argument(help="Dataset name in the cache.")],
-    root: RootOption = None,
-    json: JsonOption = False,
+    name: Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")],
     check: Annotated[
         bool,
         typer.Option("--check", help="Validate the TED invariants; exit 1 on any violation."),
@@ -94,13 +112,23 @@ def inspect(
             "--plot", help="Write a PNG of return/length histograms and episode traces (matplotlib)."
         ),
     ] = None,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
-    """Show a dataset's schema, counts, statistics, episode histograms and provenance."""
+    """Show a dataset's schema, counts, statistics, episode histograms and provenance.
+
+    With -q nothing is printed: the exit status tells whether --check passed, and --plot still
+    writes its file.
+    """
     from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.names import resolve_name
     from rlds_cli.summary import describe
 
-    dataset = open_dataset(cached_name(name, root), root)
-    info = describe(dataset, statistics=stats)
+    dataset = open_dataset(resolve_name(name, root), root)
+    # -q prints nothing: skip the scan unless --json asks for it
+    info: dict[str, Any] = describe(dataset, statistics=stats) if json or not quiet else {}
     if plot is not None:
         from rlds_cli.plot import plot_dataset
 
@@ -113,10 +141,12 @@ def inspect(
         info["check"] = report.to_dict()
     if json:
         _output.print_json(info)
-    else:
+    elif not quiet:
         render_summary(info)
         if report is not None:
             _render_check(report)
+        if plot is not None:
+            _output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
     if report is not None and not report.ok:
         raise typer.Exit(1)
 
@@ -166,9 +196,7 @@ def render_summary(info: dict[str, Any]) -> None:
     for label, key in (("episode lengths", "episode_length"), ("episode returns", "episode_return")):
         if info.get("histograms", {}).get(key, {}).get("counts"):
             _render_histogram(label, info["histograms"][key])
-    table = Table(title="TED fields (per step)", title_justify="left")
-    for col in ("key", "shape", "dtype", "storage", "disk"):
-        table.add_column(col, justify="right" if col == "disk" else "left")
+    rows = []
     for key, spec in info["fields"].items():
         stored = info["stored"].get(key)
         if stored:
@@ -178,19 +206,32 @@ def render_summary(info: dict[str, Any]) -> None:
             if info["backend"] == "zarr" and ratio:
                 disk += f" ({ratio:.1f}x)"
         elif key.startswith("next/") and info["stored"].get(key[5:], {}).get("storage") == "flat":
-            where, disk = _output.escape(f"= {key[5:]}[t+1]"), "-"
+            where, disk = f"= {key[5:]}[t+1]", "-"
         else:
             where, disk = "derived", "-"
-        table.add_row(_output.escape(key), str(tuple(spec["shape"])), spec["dtype"], where, disk)
-    out.print(table)
+        rows.append([key, str(tuple(spec["shape"])), spec["dtype"], where, disk])
+    _output.print_table(
+        [
+            _output.Column("key", kind="key"),
+            _output.Column("shape", kind="fixed"),
+            _output.Column("dtype", kind="fixed"),
+            _output.Column("storage"),
+            _output.Column("disk", "right", kind="fixed"),
+        ],
+        rows,
+        title="TED fields (per step)",
+    )
     with_stats = {k: v["stats"] for k, v in info["stored"].items() if v.get("stats")}
     if with_stats:
-        stats_table = Table(title="statistics (all elements)", title_justify="left")
-        for col in ("key", "min", "max", "mean", "std", "nan", "inf"):
-            stats_table.add_column(col, justify="left" if col == "key" else "right")
-        for key, stats in with_stats.items():
-            stats_table.add_row(_output.escape(key), *_stat_cells(stats))
-        out.print(stats_table)
+        _output.print_table(
+            [
+                _output.Column("key", kind="key"),
+                *(_output.Column(c, "right", kind="fixed") for c in ("min", "max", "mean", "std")),
+                *(_output.Column(c, "right", kind="fixed") for c in ("nan", "inf")),
+            ],
+            [[key, *_stat_cells(stats)] for key, stats in with_stats.items()],
+            title="statistics (all elements)",
+        )
     src = info["source"]
     out.print(
         f"source  {_output.escape(str(src.get('format', '?')))}: "
@@ -204,7 +245,8 @@ def render_summary(info: dict[str, Any]) -> None:
         if conv.get(k)
     ]
     if facts:
-        out.print("conversion  " + ", ".join(facts) + "  (rules: docs/formats.md)")
+        rules = f"  (format rules {conv['rules']})" if conv.get("rules") else ""
+        out.print("conversion  " + ", ".join(facts) + rules)
     for note in conv.get("notes", []):
         out.print(f"note  {_output.escape(note)}")
     for parent in info.get("lineage", []):
@@ -212,13 +254,15 @@ def render_summary(info: dict[str, Any]) -> None:
     out.print(f"written by {info['created_by']} at {info['created_at']}")
 
 
-def _stat_cells(stats: dict[str, Any]) -> list[str]:
-    """min, max, mean, std, NaN and inf cells of one stored key."""
+def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:
+    """min, max, mean, std, NaN and inf cells of one stored key (non-zero counts in red)."""
     if "true" in stats:
         return ["", "", f"{stats['true'] / max(stats['count'], 1):.3g} true", "", "", ""]
-    cells = [f"{stats[k]:.4g}" if stats.get(k) is not None else "-" for k in ("min", "max", "mean", "std")]
+    cells: list[str | Text] = [
+        f"{stats[k]:.4g}" if stats.get(k) is not None else "-" for k in ("min", "max", "mean", "std")
+    ]
     nan, inf = stats.get("nan", 0), stats.get("posinf", 0) + stats.get("neginf", 0)
-    return [*cells, f"[red]{nan}[/]" if nan else "0", f"[red]{inf}[/]" if inf else "0"]
+    return [*cells, Text(str(nan), style="red" if nan else ""), Text(str(inf), style="red" if inf else "")]
 
 
 def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30, lines: int = 10) -> None:
@@ -229,9 +273,10 @@ def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30,
     counts = [sum(counts[i : i + merge]) for i in range(0, len(counts), merge)]
     edges = edges[::merge] if (len(edges) - 1) % merge == 0 else [*edges[::merge], edges[-1]]
     top = max(counts) or 1
+    block = _output.glyph("block")
     out.print(f"[bold]{label}[/]")
     for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
-        bar = "█" * round(width * count / top)
+        bar = block * round(width * count / top)
         out.print(f"  {lo:>10.4g} .. {hi:<10.4g} {bar} {count}")
 
 

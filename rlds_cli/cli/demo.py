@@ -2,54 +2,97 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import BackendOption, RootOption
+from rlds_cli.cli.options import (
+    JsonOption,
+    LegacyBackendOption,
+    QuietOption,
+    RootOption,
+    StorageOption,
+    VerboseOption,
+    storage_choice,
+)
 
 DEMO_ID = "pointmass-demo-v0"
 
 
 @handle_errors
 def demo(
-    root: RootOption = None,
-    backend: BackendOption = "memmap",
+    storage: StorageOption = None,
     batches: Annotated[int, typer.Option("--batches", min=1, help="Batches to sample.")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Transitions per batch.")] = 256,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+    backend: LegacyBackendOption = None,
 ) -> None:
-    """Convert the bundled demo dataset, inspect it, and sample batches through the loader."""
+    """Convert the bundled demo dataset, inspect it, and sample batches through the loader.
+
+    With -q only the dataset's name is printed; --json prints what each step found.
+    """
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.cli.datasets import render_summary
     from rlds_cli.download import download
     from rlds_cli.summary import describe
 
+    storage = storage_choice(storage, backend)
+    show = not (json or quiet)
     out = _output.console
-    out.rule("1. download + convert (bundled registry entry, no network)")
-    with _output.conversion_progress(enabled=True) as progress:
-        result = download(DEMO_ID, root=root, backend=backend, progress=progress)
-    verb = "reused the cached copy of" if result.reused else "converted"
-    out.print(f"{verb} [green]{DEMO_ID}[/] into {_output.escape(str(result.path))}")
-
-    out.rule("2. inspect")
+    if show:
+        out.rule("1. download + convert (bundled registry entry, no network)")
+    with _output.conversion_progress(enabled=show) as progress:
+        result = download(DEMO_ID, root=root, backend=storage, progress=progress)
+    if show:
+        verb = "reused the cached copy of" if result.reused else "converted"
+        out.print(f"{verb} [green]{DEMO_ID}[/] into {_output.escape(str(result.path))}", soft_wrap=True)
+        out.rule("2. inspect")
     dataset = open_dataset(DEMO_ID, root)
-    render_summary(describe(dataset))
-
-    out.rule("3. sample through the loader (torch)")
+    if show:
+        render_summary(describe(dataset))
+        out.rule("3. sample through the loader (torch)")
     from rlds_cli.loader import Loader
 
     loader = Loader(dataset, batch_size=batch_size, seed=0, num_batches=batches)
+    sampled: list[dict[str, Any]] = []
     for i, batch in enumerate(loader):
-        shapes = ", ".join(
-            f"{k} {tuple(v.shape)}"
+        shapes = {
+            k: list(v.shape)
             for k, v in batch.items()
             if k in ("observation", "action", "next/observation", "next/reward")
-        )
+        }
         done = batch["next", "done"]
-        out.print(
-            f"batch {i}: {shapes}; mean reward {batch['next', 'reward'].mean().item():+.3f}, "
-            f"{int(done.sum())} episode ends, from {len(set(batch['episode'].tolist()))} episodes"
+        facts = {
+            "shapes": shapes,
+            "mean_reward": float(batch["next", "reward"].mean().item()),
+            "episode_ends": int(done.sum()),
+            "episodes": len(set(batch["episode"].tolist())),
+        }
+        sampled.append(facts)
+        if show:
+            text = ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items())
+            out.print(
+                f"batch {i}: {text}; mean reward {facts['mean_reward']:+.3f}, "
+                f"{facts['episode_ends']} episode ends, from {facts['episodes']} episodes"
+            )
+    if json:
+        _output.print_json(
+            {
+                "name": DEMO_ID,
+                "path": str(result.path),
+                "reused": result.reused,
+                "num_steps": dataset.num_steps,
+                "num_episodes": dataset.num_episodes,
+                "batches": sampled,
+            }
         )
-    out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(result.path.parent.parent))}")
+    elif quiet:
+        out.print(Text(DEMO_ID), soft_wrap=True)
+    else:
+        out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(result.path.parent.parent))}")

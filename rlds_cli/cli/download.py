@@ -6,10 +6,21 @@ import re
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import BackendOption, JsonOption, QuietOption, RootOption
+from rlds_cli.cli.options import (
+    JsonOption,
+    LegacyBackendOption,
+    NameOption,
+    QuietOption,
+    RootOption,
+    StorageOption,
+    VerboseOption,
+    force_option,
+    storage_choice,
+)
 
 
 def _check_sha256(value: str | None) -> str | None:
@@ -23,13 +34,13 @@ def download(
     source: Annotated[
         str, typer.Argument(help="A registry id or alias, an http(s) URL of one file, or a local path.")
     ],
-    name: Annotated[str | None, typer.Option("--name", "-n", help="Name in the cache.")] = None,
+    name: NameOption = None,
     format: Annotated[
-        str | None, typer.Option("--format", "-f", help="Source format (default: registry's, or detect).")
+        str | None, typer.Option("--format", help="Source format (default: registry's, or detect).")
     ] = None,
-    backend: BackendOption = "memmap",
+    storage: StorageOption = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Download again, re-convert and replace an existing dataset.")
+        bool, force_option("Download again, re-convert and replace an existing dataset.")
     ] = False,
     offline: Annotated[
         bool,
@@ -73,11 +84,22 @@ def download(
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+    backend: LegacyBackendOption = None,
 ) -> None:
-    """Download (resumable, verified) and convert a dataset into the TED cache."""
+    """Download (resumable, verified) and convert a dataset into the TED cache.
+
+    The default name is the registry entry's cache name, or for a file or URL its name without
+    its suffixes (x.tar.gz -> x). With -q only that name is printed.
+    """
     from rlds_cli.cli._download_progress import download_progress
     from rlds_cli.download import download as run_download
 
+    storage = storage_choice(storage, backend)
+    if name is not None:  # an empty --name is a mistake, never "use the default name"
+        from rlds_cli.cache.root import validate_name
+
+        validate_name(name)
     options: dict[str, object] = {"max_episode_steps": max_episode_steps, "workers": workers}
     if episodes is not None:
         options["episodes"] = episodes
@@ -91,7 +113,7 @@ def download(
             name=name,
             format=format,
             root=root,
-            backend=backend,
+            backend=storage,
             force=force,
             options=options,
             progress=on_convert,
@@ -116,6 +138,7 @@ def download(
         )
         return
     if quiet:
+        _output.console.print(Text(m.name), soft_wrap=True)
         return
     for note in m.conversion.get("notes", []):
         _output.warn(note)
@@ -127,6 +150,6 @@ def download(
     verb = "already in the cache" if result.reused else "converted"
     _output.console.print(
         f"[green]{_output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
-        f"backend {m.backend} -> {_output.escape(str(result.path))}",
+        f"storage {m.backend} -> {_output.escape(str(result.path))}",
         soft_wrap=True,
     )

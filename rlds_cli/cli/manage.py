@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, cached_name
+from rlds_cli.cli.options import (
+    JsonOption,
+    QuietOption,
+    RootOption,
+    VerboseOption,
+    force_option,
+)
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.root import CacheRoot
 
 
 def _can_ask() -> bool:
@@ -18,41 +26,121 @@ def _can_ask() -> bool:
     return sys.stdin.isatty()
 
 
-NameArgument = Annotated[str, typer.Argument(help="Dataset name in the cache.")]
+NameArgument = Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")]
 
 
 @handle_errors
 def rm(
-    name: NameArgument,
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            help="Datasets to remove (names in the cache, or registry ids or aliases).", metavar="NAME"
+        ),
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Remove it even if other datasets were derived from it.")
+        bool, force_option("Remove them even if other datasets were derived from them.")
+    ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Also remove the downloaded files they came from (unless others use them)."
+        ),
     ] = False,
     root: RootOption = None,
+    json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
-    """Remove a dataset from the cache."""
-    from rlds_cli.cache.manage import children_of, dataset_path, remove_dataset
+    """Remove datasets from the cache.
+
+    Everything is checked before anything is asked or removed: unknown names and datasets that
+    others were derived from (without --force) stop the command with nothing removed. Answering
+    no removes nothing, says so and exits 1. The downloaded files a dataset was converted from
+    are kept (a re-conversion needs no download) unless --raw is given; the command says where
+    they are and how much they take.
+    """
+    from rlds_cli.cache.manage import (
+        children_of,
+        raw_folder_of,
+        remove_dataset,
+        remove_unused_raw,
+        tree_bytes,
+    )
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.errors import DatasetInUseError
+    from rlds_cli.names import resolve_name
 
     cache = CacheRoot(root)
-    path = dataset_path(cache, name)
+    targets = list(dict.fromkeys(resolve_name(n, cache) for n in names))  # unknown names raise here
+    # derived datasets first, so removing a parent together with its children needs no --force
+    among = set(targets)  # not read inside the sort: a list being sorted looks empty
+    targets.sort(key=lambda n: -_depth(cache, n, among))
+    if not force:
+        for name in targets:
+            others = sorted(set(children_of(cache, name)) - set(targets))
+            if others:
+                raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(others)}")
+    raw_folders = {n: raw_folder_of(cache, n) for n in targets}
     if not yes:
         if not _can_ask():
-            _output.error(f"refusing to remove {name!r} without confirmation", "pass --yes")
+            listed = ", ".join(repr(n) for n in targets)
+            _output.error(f"refusing to remove {listed} without confirmation", "pass --yes")
             raise typer.Exit(1)
-        children = children_of(cache, name)
-        extra = f" (parent of {', '.join(children)})" if children else ""
-        if not typer.confirm(f"remove {name}{extra} at {path}?", default=False):
+        extra = " and their downloaded files" if raw and any(raw_folders.values()) else ""
+        what = ", ".join(targets)
+        if not typer.confirm(f"remove {what}{extra} from {cache.path}?", default=False, err=True):
+            _output.note(f"kept {what}: nothing was removed")
             raise typer.Exit(1)
-    remove_dataset(cache, name, force=force)
-    if not quiet:
-        _output.console.print(f"removed {_output.escape(name)}")
+    for name in targets:
+        remove_dataset(cache, name, force=force)
+    folders = sorted({f for f in raw_folders.values() if f is not None})
+    removed_raw = remove_unused_raw(cache, folders) if raw else []
+    kept_raw = [f for f in folders if f not in removed_raw and f.is_dir()]
+    if json:
+        _output.print_json(
+            {
+                "removed": targets,
+                "removed_raw": [str(f) for f in removed_raw],
+                "kept_raw": [str(f) for f in kept_raw],
+            }
+        )
+        return
+    if quiet:
+        for name in targets:
+            _output.console.print(name, markup=False, soft_wrap=True)
+        return
+    for name in targets:
+        _output.console.print(f"removed {_output.escape(name)}", soft_wrap=True)
+    for folder in removed_raw:
+        _output.console.print(f"removed downloaded files {_output.escape(str(folder))}", soft_wrap=True)
+    if kept_raw:
+        size = sum(tree_bytes(f) for f in kept_raw)
+        where = ", ".join(str(f) for f in kept_raw)
+        why = "still used by another dataset or a download" if raw else "kept for a re-conversion"
+        _output.note(
+            f"the downloaded files ({_output.human_bytes(size)}) are {why}: {where}"
+            + ("" if raw else "; 'rlds rm --raw' removes them too, 'rlds gc --raw' removes every unused one")
+        )
+
+
+def _depth(cache: CacheRoot, name: str, among: set[str]) -> int:
+    """How many of ``among`` a dataset derives from, through its lineage (children sort first)."""
+    depth, seen, current = 0, set(), name
+    while True:
+        parents = [p.get("name") for p in cache.manifest(current).lineage if p.get("name") in among]
+        if not parents or parents[0] in seen:
+            return depth
+        current = str(parents[0])
+        seen.add(current)
+        depth += 1
 
 
 @handle_errors
-def du(root: RootOption = None, json: JsonOption = False) -> None:
-    """Show how much disk the cache uses, by dataset."""
+def du(
+    root: RootOption = None, json: JsonOption = False, quiet: QuietOption = False, verbose: VerboseOption = 0
+) -> None:
+    """Show how much disk the cache uses, by dataset (allocated blocks, as du counts them)."""
     from rlds_cli.cache.manage import disk_usage
     from rlds_cli.cache.root import CacheRoot
 
@@ -60,20 +148,20 @@ def du(root: RootOption = None, json: JsonOption = False) -> None:
     if json:
         _output.print_json(usage.to_dict())
         return
-    table = Table(title=f"disk use of {_output.escape(str(usage.root))}", title_justify="left")
-    table.add_column("what")
-    table.add_column("size", justify="right")
-    for name, size in sorted(usage.datasets.items(), key=lambda kv: -kv[1]):
-        table.add_row(_output.escape(name), _output.human_bytes(size))
-    for label, size in (
-        ("(raw downloads)", usage.raw),
-        ("(temporary builds)", usage.tmp),
-        ("(other)", usage.other),
-    ):
+    if quiet:  # a report, not a list of names: -q leaves only errors
+        return
+    by_size = sorted(usage.datasets.items(), key=lambda kv: -kv[1])
+    rows = [[name, _output.human_bytes(size)] for name, size in by_size]
+    parts = (("(raw downloads)", usage.raw), ("(temporary builds)", usage.tmp), ("(other)", usage.other))
+    for label, size in parts:
         if size:
-            table.add_row(label, _output.human_bytes(size))
-    table.add_row("[bold]total[/]", f"[bold]{_output.human_bytes(usage.total)}[/]")
-    _output.console.print(table)
+            rows.append([label, _output.human_bytes(size)])
+    rows.append(["total", _output.human_bytes(usage.total)])
+    _output.print_table(
+        [_output.Column("what", kind="key"), _output.Column("size", "right", kind="fixed")],
+        rows,
+        title=f"disk use of {usage.root}",
+    )
 
 
 @handle_errors
@@ -88,28 +176,70 @@ def gc(
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
-    """Remove leftovers of killed builds and unpublished directories."""
-    from rlds_cli.cache.manage import collect_garbage
+    """Remove leftovers of killed builds and unpublished directories, with their sizes."""
+    from rlds_cli.cache.manage import collect_garbage, interrupted_jobs, tree_bytes
     from rlds_cli.cache.root import CacheRoot
 
-    removed = collect_garbage(CacheRoot(root), dry_run=dry_run, jobs=jobs, raw=raw)
+    cache = CacheRoot(root)
+    # sizes are measured before anything goes (a removed path has none)
+    sizes = {p: tree_bytes(p) for p in collect_garbage(cache, dry_run=True, jobs=jobs, raw=raw)}
+    removed = collect_garbage(cache, dry_run=dry_run, jobs=jobs, raw=raw) if sizes else []
+    removed_sizes = {p: sizes.get(p, 0) for p in removed}
+    kept = [] if jobs else interrupted_jobs(cache)
+    kept_size = sum(tree_bytes(job) for job in kept)
     if json:
-        _output.print_json({"dry_run": dry_run, "removed": [str(p) for p in removed]})
+        _output.print_json(
+            {
+                "dry_run": dry_run,
+                "removed": [str(p) for p in removed],
+                "removed_bytes": {str(p): n for p, n in removed_sizes.items()},
+                "total_bytes": sum(removed_sizes.values()),
+                "kept_jobs": [str(p) for p in kept],
+                "kept_jobs_bytes": kept_size,
+            }
+        )
         return
     if quiet:
+        for path in removed:
+            _output.console.print(str(path), markup=False, soft_wrap=True)
         return
     verb = "would remove" if dry_run else "removed"
-    for path in removed:
-        _output.console.print(f"{verb} {_output.escape(str(path))}")
-    if not removed:
+    for path, size in removed_sizes.items():
+        line = f"{verb} {_output.escape(str(path))} ({_output.human_bytes(size)})"
+        _output.console.print(line, soft_wrap=True)
+    if removed:
+        total = _output.human_bytes(sum(removed_sizes.values()))
+        _output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
+    else:
         _output.console.print("nothing to remove")
+    if kept:
+        _output.console.print(
+            f"kept {len(kept)} failed or interrupted preprocess job(s), {_output.human_bytes(kept_size)}, "
+            "for --resume; 'rlds gc --jobs' removes them",
+            soft_wrap=True,
+        )
 
 
 @handle_errors
-def path(name: NameArgument, root: RootOption = None) -> None:
+def path(
+    name: NameArgument,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+) -> None:
     """Print the directory of a dataset (for scripts: `cd $(rlds path NAME)`)."""
     from rlds_cli.cache.manage import dataset_path
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.names import resolve_name
 
-    sys.stdout.write(f"{dataset_path(CacheRoot(root), cached_name(name, root))}\n")
+    cache = CacheRoot(root)
+    resolved = resolve_name(name, cache)
+    directory = dataset_path(cache, resolved)
+    if json:
+        _output.print_json({"name": resolved, "path": str(directory)})
+        return
+    sys.stdout.write(f"{directory}\n")
+

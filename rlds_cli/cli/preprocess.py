@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from typing import Annotated, Any
 
 import typer
@@ -17,12 +19,19 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption
+from rlds_cli.cli.options import (
+    JsonOption,
+    NameOption,
+    QuietOption,
+    RootOption,
+    VerboseOption,
+    deprecated,
+    force_option,
+)
 
 
 class _StepsPerSecond(ProgressColumn):
@@ -53,7 +62,8 @@ def _progress(enabled: bool) -> Iterator[Any]:
         if event == "start":
             task.append(bar.add_task("preprocessing", total=amount))
         elif event == "resume" and task:
-            bar.log(f"resuming: {amount:,} steps already done") if show else None
+            # console.print, not log(): log() adds this file's name and line
+            bar.console.print(f"resuming: {amount:,} steps already done") if show else None
             bar.reset(task[0], total=bar.tasks[0].total, completed=amount)  # speed from here on
         elif event == "advance" and task:
             bar.advance(task[0], amount)
@@ -62,27 +72,32 @@ def _progress(enabled: bool) -> Iterator[Any]:
         yield callback
 
 
-def _schema_table(title: str, fields: dict[str, Any]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("key", "shape", "dtype", "stored as"):
-        table.add_column(col)
+def _print_schema(title: str, fields: dict[str, Any]) -> None:
+    rows = []
     for key, spec in fields.items():
         where = {"flat": "once + final per episode (key and next/key)", "step": "per step"}.get(
             spec.get("storage", ""), "-"
         )
-        table.add_row(_output.escape(key), str(tuple(spec["shape"])), spec["dtype"], where)
-    return table
+        rows.append([key, str(tuple(spec["shape"])), spec["dtype"], where])
+    _output.print_table(
+        [
+            _output.Column("key", kind="key"),
+            _output.Column("shape", kind="fixed"),
+            _output.Column("dtype", kind="fixed"),
+            _output.Column("stored as"),
+        ],
+        rows,
+        title=title,
+    )
 
 
 @handle_errors
 def preprocess(
-    name: Annotated[str, typer.Argument(help="The dataset to read (never modified).")],
+    name: Annotated[str, typer.Argument(help="The dataset to read (never modified; or a registry alias).")],
     fn: Annotated[
         str, typer.Option("--fn", help="The function: 'package.module:func' or 'path/to/file.py:func'.")
     ],
-    out: Annotated[
-        str | None, typer.Option("--out", "-o", help="Name of the derived dataset.", show_default=False)
-    ] = None,
+    out: NameOption = None,
     by: Annotated[
         str, typer.Option("--by", help="Chunks of steps (step) or whole episodes (episode).")
     ] = "step",
@@ -99,16 +114,19 @@ def preprocess(
     resume: Annotated[
         bool, typer.Option("--resume", help="Keep the chunks an interrupted run finished.")
     ] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing output dataset.")] = False,
+    force: Annotated[bool, force_option("Replace an existing output dataset.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Run the function on a small first chunk; show the schema.")
     ] = False,
     num_frames: Annotated[
         int | None, typer.Option("--num-frames", min=1, help="Process only the first N steps (debugging).")
     ] = None,
-    backend: Annotated[str, typer.Option("--backend", help="Where chunks run: local or ray.")] = "local",
+    executor: Annotated[
+        str | None,
+        typer.Option("--executor", help="Where chunks run: local (default) or ray.", show_default=False),
+    ] = None,
     address: Annotated[
-        str | None, typer.Option("--address", help="Ray cluster address (with --backend ray).")
+        str | None, typer.Option("--address", help="Ray cluster address (with --executor ray).")
     ] = None,
     storage: Annotated[
         str | None, typer.Option("--storage", help="Output storage: memmap or zarr (default: the input's).")
@@ -116,27 +134,63 @@ def preprocess(
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+    legacy_out: Annotated[
+        str | None, typer.Option("--out", "-o", hidden=True, help="Deprecated: use --name.")
+    ] = None,
+    legacy_backend: Annotated[
+        str | None, typer.Option("--backend", hidden=True, help="Deprecated: use --executor.")
+    ] = None,
 ) -> None:
-    """Apply a function to every chunk of a dataset and store the result as a new dataset."""
+    """Apply a function to every chunk of a dataset and store the result as a new dataset.
+
+    The function gets one chunk: a dict of numpy arrays (TED keys: observation, next/observation,
+    action, next/reward, next/terminated, next/truncated, next/done, episode, index, ...), the
+    arrays possibly read-only. It returns a mapping of TED keys to arrays with one row per step:
+    that mapping is the new dataset (keys left out are dropped, new keys are stored). action and
+    next/reward are required; next/done, episode and index are derived and not stored; a key K
+    returned with next/K must satisfy next/K[t] == K[t+1] inside each episode. With --by step the
+    function keeps every step; with --by episode it gets whole episodes and may drop steps. Every
+    chunk must return the same keys, shapes and dtypes. With -q only the new name is printed.
+    """
     from rlds_cli import preprocess as pp
     from rlds_cli.errors import PreprocessError, UserFunctionError
 
+    if legacy_out is not None:
+        deprecated("--out", "--name")
+        if out is not None and out != legacy_out:
+            raise typer.BadParameter(f"--name {out} and --out {legacy_out} disagree: give only --name")
+        out = legacy_out
+    if legacy_backend is not None:
+        deprecated("--backend", "--executor")
+        if executor is not None and executor != legacy_backend:
+            raise typer.BadParameter(
+                f"--executor {executor} and --backend {legacy_backend} disagree: give only --executor"
+            )
+        executor = legacy_backend
+    from rlds_cli.names import resolve_name
+
+    name = resolve_name(name, root)
     common: dict[str, Any] = {
         "by": by, "chunk_steps": chunk_steps, "keys": keys or None, "stats": stats,
         "num_frames": num_frames, "storage": storage, "root": root,
     }  # fmt: skip
     try:
         if dry_run:
-            _show_dry_run(pp.dry_run(name, fn, **common), json)
+            with _user_output_to_stderr():
+                info = pp.dry_run(name, fn, **common)
+            if not quiet or json:  # -q: the exit status says whether the function works
+                _show_dry_run(info, json)
             return
         if out is None:
             raise PreprocessError(
-                "--out NAME is required (or --dry-run)", hint="e.g. --out my-dataset-normalized"
+                "--name NAME (the new dataset's name) is required, or --dry-run",
+                hint=f"e.g. --name {name}-normalized",
             )
-        with _progress(enabled=not (quiet or json)) as progress:
+        with _progress(enabled=not (quiet or json)) as progress, _user_output_to_stderr():
             result = pp.run(
-                name, fn, out, workers=workers, backend=backend, ray_address=address, resume=resume,
-                force=force, progress=progress, **common,
+                name, fn, out, workers=workers, backend=executor or "local", ray_address=address,
+                resume=resume, force=force, progress=progress, **common,
             )  # fmt: skip
     except UserFunctionError as exc:
         if exc.user_traceback:
@@ -149,6 +203,26 @@ def preprocess(
         )
         raise typer.Exit(130) from None
     _show_result(result, json, quiet)
+
+
+@contextmanager
+def _user_output_to_stderr() -> Iterator[None]:
+    """While the user's function runs, what it prints (Python or C level, in this process or a
+    worker started here) goes to stderr: stdout carries only the command's result (--json)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _show_dry_run(info: Any, json: bool) -> None:
@@ -171,7 +245,7 @@ def _show_dry_run(info: Any, json: bool) -> None:
         f"dry run: the function turned {info.sample_steps_in:,} input steps into {info.sample_steps_out:,}; "
         f"the job would process {info.steps:,} steps in {info.num_chunks:,} chunks (by {info.by})"
     )
-    out.print(_schema_table("output schema", info.output))
+    _print_schema("output schema", info.output)
 
 
 def _show_result(result: Any, json: bool, quiet: bool) -> None:
@@ -194,6 +268,7 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
         )
         return
     if quiet:
+        _output.console.print(Text(m.name), soft_wrap=True)
         return
     if result.reused:
         _output.console.print(

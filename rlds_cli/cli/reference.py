@@ -15,8 +15,44 @@ WIDTH = 100
 HEADER = """# CLI reference
 
 Generated from the application by `python -m rlds_cli.cli.reference docs/cli.md`; a test
-fails when this page and the code disagree. Every command exits 0 on success and 1 on an
-error (one `error:` line on stderr, then a `hint:` line); `RLDS_DEBUG=1` shows the traceback.
+fails when this page and the code disagree, and `tests/test_cli_conventions.py` checks the
+conventions below over every command.
+
+## Conventions
+
+- **Exit codes.** `0` success; `1` an error (one `error:` line on stderr, then a `hint:`
+  line; `RLDS_DEBUG=1` shows the traceback instead), a failed check (`inspect --check`,
+  `verify`) or a declined confirmation (`rm` answered "n": `kept NAME: nothing was removed`);
+  `2` a usage error (unknown command or option, a missing or malformed argument: click's
+  message, no hint); `130` interrupted (Ctrl-C), with nothing published.
+- **Options every command has.** `-h/--help`; `--json` (one JSON document on stdout, nothing
+  else there); `-q/--quiet` (only the names or paths the command lists, creates or removes, one
+  per line: `list` the names, `list --remote` and `info` the ids, `download`/`demo`/`preprocess`/
+  `view`/`split` the new dataset's name, `rm` the removed names, `gc` the removed paths, `export`
+  and `path` the path; `inspect`, `verify` and `du` print nothing and keep their exit status);
+  `-v/--verbose` (`-v` info, `-vv` debug, on stderr), before or after the command name;
+  `--root DIR` (the cache; default `$RLDS_HOME`, else the user cache directory).
+- **Names.** A command that makes a dataset takes its name as `--name/-n` (`split`: the base of
+  `NAME-train` and `NAME-val`). A command that reads one takes a cache name or a registry id or
+  alias (`rlds inspect demo`): a name in the cache wins, else the registry entry's cache name
+  (`rlds_cli.resolve_name`, used by every command).
+- **Short options.** `-f` is `--force` (replace what exists), `-n` `--name`, `-q` `--quiet`,
+  `-v` `--verbose`, `-h` `--help`, `-y` `--yes`; `--format` has no short form.
+- **Storage.** `--storage memmap|zarr` is how a new dataset is stored (`download`, `demo`,
+  `preprocess`); `preprocess --executor local|ray` is where its chunks run.
+- **Deprecated spellings** (hidden, kept for one release, a warning on a terminal):
+  `download/demo --backend/-b` (now `--storage`), `preprocess --out/-o` (now `--name`),
+  `preprocess --backend` (now `--executor`), `view PARENT NAME` (now `--name NAME`),
+  `split --train-name/--val-name` (now `--name BASE`).
+- **Output.** Results go to stdout, messages (errors, warnings, progress, notes) to stderr. On a
+  terminal tables never cut a name or id: other columns fold, and optional ones are left out
+  (with a note) when the terminal is narrow; elsewhere (a pipe, a file, CI logs) tables are
+  plain, complete, aligned lines. Colours follow `NO_COLOR`; glyphs fall back to ASCII when
+  the output encoding cannot show them (`PYTHONIOENCODING=ascii`). Warnings and log lines carry
+  no source file or line.
+- **Sizes** are disk use: allocated blocks (as `du` counts them), so a sparse file counts what
+  it holds. In `rlds list --remote`, `-` is a figure nobody publishes (known after the first
+  download) and `~` a rounded figure an upstream publishes (`rlds info ID` says where).
 """
 
 

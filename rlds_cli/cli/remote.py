@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, RootOption
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
-
-def _size(value: int | None) -> str:
-    return "?" if value is None else _output.human_bytes(value)
+#: What an unknown figure looks like in a table.
+UNKNOWN = "-"
 
 
 def _state(row: dict[str, Any]) -> str:
@@ -22,26 +21,92 @@ def _state(row: dict[str, Any]) -> str:
     return "downloaded" if row["downloaded"] else "-"
 
 
-def list_remote(root: Any, json: bool) -> None:
-    """Print every registry entry with its size, steps, format and local state."""
-    from rlds_cli import registry
-    from rlds_cli.cache.root import CacheRoot
+def _approx_count(n: int) -> str:
+    """``~1M``, ``~999K``: a published, rounded count (as rounded as its source)."""
+    for div, unit in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
+        if n >= div:
+            value = n / div
+            return f"~{value:.0f}{unit}" if value >= 10 or value == int(value) else f"~{value:.1f}{unit}"
+    return f"~{n}"
+
+
+def remote_row(entry: Any, cache: Any) -> dict[str, Any]:
+    """One registry entry with what this machine knows of it: ``entry_status`` plus step and
+    episode counts from the cached dataset (exact), else the registry (exact), else the
+    figures an upstream publishes (``approx_*``, rounded as published)."""
     from rlds_cli.net.status import entry_status
 
+    row = entry_status(entry, cache)
+    row["num_steps_origin"] = "registry" if row["num_steps"] else None
+    if row["cached"]:
+        manifest = cache.manifest(entry.cache_name)
+        row["num_steps"], row["num_episodes"] = manifest.num_steps, manifest.num_episodes
+        row["num_steps_origin"] = "cache"
+    published = entry.published
+    row["published"] = published.to_dict() if published else None
+    row["approx_num_steps"] = published.steps if published else None
+    row["approx_size_bytes"] = published.size_bytes if published else None
+    if row["num_episodes"] is None and published and published.episodes:
+        row["num_episodes"] = published.episodes
+    return row
+
+
+def _size_cell(row: dict[str, Any]) -> str:
+    if row["size_bytes"] is not None:
+        return _output.human_bytes(row["size_bytes"])
+    if row["approx_size_bytes"]:
+        return "~" + _output.human_bytes(row["approx_size_bytes"])
+    return UNKNOWN
+
+
+def _steps_cell(row: dict[str, Any]) -> str:
+    if row["num_steps"]:
+        return f"{row['num_steps']:,}"
+    if row["approx_num_steps"]:
+        return _approx_count(row["approx_num_steps"])
+    return UNKNOWN
+
+
+def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> None:
+    """Print the registry entries (those matching ``pattern``) with size, steps, format, local
+    state and description."""
+    from rlds_cli import registry
+    from rlds_cli.cache.root import CacheRoot
+
     cache = CacheRoot(root)
-    rows = [entry_status(e, cache) for e in registry.entries()]
+    found = registry.entries() if pattern is None else registry.search(pattern)
+    rows = [remote_row(e, cache) for e in found]
     if json:
-        _output.print_json({"root": str(cache.path), "datasets": rows})
+        _output.print_json({"root": str(cache.path), "pattern": pattern, "datasets": rows})
         return
-    table = Table(title=f"registry datasets ({len(rows)})", title_justify="left")
-    for col, justify in (("id", "left"), ("format", "left"), ("size", "right"), ("steps", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    table.add_column("local")
-    for r in rows:
-        steps = f"{r['num_steps']:,}" if r["num_steps"] else "?"
-        table.add_row(_output.escape(r["id"]), r["format"], _size(r["size_bytes"]), steps, _state(r))
-    _output.console.print(table)
-    _output.console.print("size '?': not published; known after the first download ('rlds info ID')")
+    if quiet:
+        for r in rows:
+            _output.console.print(Text(r["id"]), soft_wrap=True)
+        return
+    if not rows:
+        _output.console.print(
+            Text(f"no registry id, alias or description matches {pattern!r}"), soft_wrap=True
+        )
+        return
+    columns = [
+        _output.Column("id", kind="key"),
+        _output.Column("format", kind="fixed", optional=True),
+        _output.Column("size", "right", kind="fixed"),
+        _output.Column("steps", "right", kind="fixed"),
+        _output.Column("local", kind="fixed", optional=True),
+        _output.Column("description", optional=True),
+    ]
+    table = [
+        [r["id"], r["format"], _size_cell(r), _steps_cell(r), _state(r), r["description"]] for r in rows
+    ]
+    what = f"matching {pattern!r}" if pattern is not None else "in the registry"
+    _output.print_table(columns, table, title=f"{len(rows)} dataset(s) {what}")
+    _output.console.print(
+        Text(
+            f"size: download size; {UNKNOWN}: not published, known after the first download; "
+            "~: rounded, as published upstream ('rlds info ID' says where)"
+        )
+    )
 
 
 @handle_errors
@@ -49,22 +114,38 @@ def info(
     dataset_id: Annotated[str, typer.Argument(help="A registry id or alias.", metavar="ID")],
     root: RootOption = None,
     json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
-    """Show a registry entry (files, URLs, hashes, local state) without downloading it."""
+    """Show a registry entry (files, URLs, hashes, local state) without downloading it.
+
+    With -q only the entry's id is printed (an alias resolved to its id).
+    """
     from rlds_cli import registry
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.net.status import entry_status
 
-    row = entry_status(registry.resolve(dataset_id), CacheRoot(root))
+    cache = CacheRoot(root)
+    if not registry.is_known(dataset_id):
+        _not_in_registry(dataset_id, cache)
+    row = remote_row(registry.resolve(dataset_id), cache)
     if json:
         _output.print_json(row)
+        return
+    if quiet:
+        _output.console.print(Text(row["id"]), soft_wrap=True)
         return
     out, esc = _output.console, _output.escape
     out.print(f"[bold]{esc(row['id'])}[/]  ({row['format']})  {esc(row['description'])}", soft_wrap=True)
     if row["aliases"]:
         out.print(f"aliases  {esc(', '.join(row['aliases']))}")
-    out.print(f"license  {esc(row['license'] or '?')}")
+    out.print(f"license  {esc(row['license'] or UNKNOWN)}")
     out.print(f"cache name  {esc(row['cache_name'])}   local: {_state(row)}")
+    steps = _steps_cell(row)
+    if steps != UNKNOWN or row["num_episodes"]:
+        episodes = f"{row['num_episodes']:,}" if row["num_episodes"] else UNKNOWN
+        out.print(f"steps  {steps}   episodes  {episodes}   download size  {_size_cell(row)}")
+    if row["published"]:
+        out.print(f"published figures (rounded)  from {esc(row['published']['source'])}", soft_wrap=True)
     if row["options"]:
         out.print("reader hints  " + ", ".join(f"{k}={v}" for k, v in row["options"].items()))
     if row["listing"]:
@@ -77,7 +158,28 @@ def info(
     for f in row["files"]:
         sha = f["sha256"] or "unknown (recorded on first download)"
         origin = f" ({f['sha256_origin']})" if f["sha256"] else ""
-        out.print(f"  {esc(f['name'])}  size {_size(f['size'])}  sha256 {sha}{origin}", soft_wrap=True)
+        size = UNKNOWN if f["size"] is None else _output.human_bytes(f["size"])
+        out.print(f"  {esc(f['name'])}  size {size}  sha256 {sha}{origin}", soft_wrap=True)
         for url in f["urls"]:
             out.print(f"    {esc(url)}", soft_wrap=True)
     out.print(f"defined in {esc(row['registry_file'])}", soft_wrap=True)
+
+
+def _not_in_registry(name: str, cache: Any) -> None:
+    """Raise the right error for a name the registry does not know: a cached dataset (made
+    locally, or renamed) is not a registry id, and the hint says what to run instead."""
+    from rlds_cli import registry
+    from rlds_cli.errors import InvalidNameError, UnknownDatasetIdError
+
+    try:
+        cached = cache.exists(name)
+    except InvalidNameError:
+        cached = False
+    if not cached:
+        registry.resolve(name)  # raises UnknownDatasetIdError with close ids in the hint
+    source = cache.manifest(name).source
+    origin = source.get("id")
+    hint = f"'rlds inspect {name}' shows it"
+    if origin and registry.is_known(str(origin)):
+        hint += f"; it was converted from registry id {origin!r}: 'rlds info {origin}'"
+    raise UnknownDatasetIdError(f"{name!r} is a dataset in the cache, not a registry id", hint=hint)

@@ -8,7 +8,7 @@ import typer
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, RootOption
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 
 @handle_errors
@@ -16,15 +16,18 @@ def verify(
     name: Annotated[str, typer.Argument(help="A dataset name in the cache, or a registry id.")],
     root: RootOption = None,
     json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
     """Re-hash a dataset's downloaded files and check them against the known or recorded
-    sha256 and against the cache manifest. Exits 1 on any mismatch."""
+    sha256 and against the cache manifest. Exits 1 on any mismatch (with -q: only the exit
+    status, and the error line)."""
     from rlds_cli.net.status import verify as run_verify
 
     report = run_verify(name, root)
     if json:
         _output.print_json(report)
-    else:
+    elif not quiet:
         esc = _output.escape
         for f in report["files"]:
             colour = {"ok": "green", "mismatch": "red"}.get(f["status"], "yellow")
@@ -45,5 +48,5 @@ def verify(
                 "re-download it with 'rlds download ID --force'",
             )
         raise typer.Exit(1)
-    if not json:
-        _output.console.print(f"[green]{esc(report['name'])}: verified[/]")
+    if not (json or quiet):
+        _output.console.print(f"[green]{_output.escape(report['name'])}: verified[/]")

@@ -2,56 +2,130 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption
+from rlds_cli.cli.options import (
+    JsonOption,
+    NameOption,
+    QuietOption,
+    RootOption,
+    VerboseOption,
+    deprecated,
+    force_option,
+)
 
-ParentArgument = Annotated[str, typer.Argument(help="The dataset to derive from.")]
-ForceOption = Annotated[bool, typer.Option("--force", help="Replace existing datasets of the new names.")]
+
+def _check_fraction(value: float) -> float:
+    if not 0.0 < value < 1.0:
+        raise typer.BadParameter(f"{value} is not between 0 and 1 (a fraction of the episodes, e.g. 0.1)")
+    return value
+
+
+ParentArgument = Annotated[str, typer.Argument(help="The dataset to derive from (or a registry alias).")]
+ForceOption = Annotated[bool, force_option("Replace existing datasets of the new names.")]
 
 
 @handle_errors
 def view(
     parent: ParentArgument,
-    name: Annotated[str, typer.Argument(help="Name of the new view.")],
-    episodes: Annotated[str, typer.Option("--episodes", "-e", help="Episode range A:B (slice rules).")],
+    legacy_name: Annotated[
+        str | None,
+        typer.Argument(hidden=True, metavar="NAME", help="Deprecated: the new view's name; use --name."),
+    ] = None,
+    name: NameOption = None,
+    episodes: Annotated[
+        str | None,
+        typer.Option("--episodes", "-e", help="Episode range A:B (Python slice rules).", show_default=False),
+    ] = None,
     force: ForceOption = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
-    """Create a view of a contiguous range of episodes (no data is copied)."""
+    """Create a view of a contiguous range of episodes (no data is copied).
+
+    Example: rlds view hopper-medium-v2 --episodes 0:100 --name hopper-first-100
+    """
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.cache.views import create_view, parse_episode_range
+    from rlds_cli.names import resolve_name
 
+    if legacy_name is not None:
+        deprecated("the positional NAME of 'rlds view'", "--name NAME")
+        if name is not None and name != legacy_name:
+            raise typer.BadParameter(f"NAME {legacy_name} and --name {name} disagree: give only --name")
+        name = legacy_name
+    if name is None:
+        raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
+    if episodes is None:
+        raise typer.BadParameter("a range A:B is required, e.g. 0:100", param_hint="'--episodes' / '-e'")
+    parent = resolve_name(parent, root)
     selection = parse_episode_range(episodes, open_dataset(parent, root).num_episodes)
     manifest = create_view(parent, name, selection, root=root, replace=force)
-    _report([manifest], json=json, quiet=quiet)
+    _report([manifest], json=json, quiet=quiet, many=False)
 
 
 @handle_errors
 def split(
     parent: ParentArgument,
-    val: Annotated[float, typer.Option("--val", help="Fraction of episodes (the last ones) for validation.")],
-    train_name: Annotated[str | None, typer.Option("--train-name", help="Default: PARENT-train.")] = None,
-    val_name: Annotated[str | None, typer.Option("--val-name", help="Default: PARENT-val.")] = None,
+    val: Annotated[
+        float,
+        typer.Option(
+            "--val",
+            help="Fraction of episodes (the last ones) for validation, between 0 and 1 (e.g. 0.1).",
+            callback=_check_fraction,
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name", "-n", help="Base of the new names: NAME-train and NAME-val (default: PARENT).",
+            show_default=False,
+        ),
+    ] = None,
     force: ForceOption = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+    train_name: Annotated[
+        str | None, typer.Option("--train-name", hidden=True, help="Deprecated: the train view's full name.")
+    ] = None,
+    val_name: Annotated[
+        str | None, typer.Option("--val-name", hidden=True, help="Deprecated: the validation view's name.")
+    ] = None,
 ) -> None:
-    """Split a dataset by episode into train and validation views (no data is copied)."""
+    """Split a dataset by episode into train and validation views (no data is copied).
+
+    Neither view is made when either name is taken (unless --force).
+    """
     from rlds_cli.cache.views import split_dataset
+    from rlds_cli.names import resolve_name
 
-    manifests = split_dataset(parent, val, train_name=train_name, val_name=val_name, root=root, replace=force)
-    _report(list(manifests), json=json, quiet=quiet)
+    if train_name is not None:
+        deprecated("--train-name", "--name BASE (BASE-train, BASE-val)")
+    if val_name is not None:
+        deprecated("--val-name", "--name BASE (BASE-train, BASE-val)")
+    parent = resolve_name(parent, root)
+    base = name if name is not None else parent
+    manifests = split_dataset(
+        parent,
+        val,
+        train_name=train_name if train_name is not None else f"{base}-train",
+        val_name=val_name if val_name is not None else f"{base}-val",
+        root=root,
+        replace=force,
+    )
+    _report(list(manifests), json=json, quiet=quiet, many=True)
 
 
-def _report(manifests: list, *, json: bool, quiet: bool) -> None:  # type: ignore[type-arg]
+def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> None:
     rows = [
         {
             "name": m.name,
@@ -63,8 +137,11 @@ def _report(manifests: list, *, json: bool, quiet: bool) -> None:  # type: ignor
         for m in manifests
     ]
     if json:
-        _output.print_json(rows if len(rows) > 1 else rows[0])
-    elif not quiet:
+        _output.print_json(rows if many else rows[0])
+    elif quiet:
+        for r in rows:
+            _output.console.print(Text(r["name"]), soft_wrap=True)
+    else:
         for r in rows:
             a, b = r["episodes"]
             _output.console.print(

@@ -2,58 +2,169 @@
 
 Each episode becomes an ``episode_{i}`` group: ``observations`` with T+1 rows (the episode's
 observations and its final one), ``actions``, ``rewards``, ``terminations`` and ``truncations``
-with T rows, and an ``infos`` group (``info/<k>`` keys). Nested observation keys
-(``observation/<k>``) become a Dict space. Spaces are serialised with Minari's own serializer,
-so ``minari`` (and gymnasium) must be installed. Load the result with
+with T rows, and an ``infos`` group (``info/<k>`` keys). Spaces are serialised with Minari's own
+serializer, so ``minari`` (and gymnasium) must be installed. Load the result with
 ``MINARI_DATASETS_PATH=<out's parent> minari.load_dataset("<out's name>")``, or convert it back
 with ``rlds download <out>``.
+
+Spaces (rules in ``docs/formats.md``, "Export to Minari"):
+
+* A dataset converted from Minari gets its source spaces back (kept in the manifest's
+  ``source.metadata.spaces`` at conversion; a view looks them up in its parent): Discrete ``n``
+  and ``start``, Box bounds, MultiDiscrete, MultiBinary, Tuple and Dict as they were, each array
+  written back at its source path (``observations/_index_0``, ``actions/goal``), and the
+  ``env_spec`` so ``recover_environment()`` works. They are used when the stored keys, shapes
+  and dtypes still match them, else the space of that role is inferred as below.
+* Otherwise spaces are inferred from the stored arrays: ``observation/<k>`` keys make a Dict,
+  floats an unbounded Box, integers a Box over their dtype's range, an integer scalar action a
+  Discrete from its smallest to its largest value.
+* Images are written as raw ``uint8`` arrays and ``jpeg_encoding`` is set to false, so minari
+  reads them back without JPEG decoding (lossless).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import ExportError, MissingExtraError
+from rlds_cli.cache.manifest import FieldSpec, read_manifest
+from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+from rlds_cli.errors import ExportError, MissingExtraError, RldsError
 from rlds_cli.export._common import atomic_target, flat_keys, step_keys
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
+#: Where each role's arrays live in a Minari episode group.
+_PREFIX = {"observation": "observations", "action": "actions"}
 
 
-def _space(gym: Any, shape: tuple[int, ...], dtype: np.dtype, values: Any = None) -> Any:
+def source_spaces(dataset: Dataset) -> dict[str, Any] | None:
+    """The spaces kept at conversion from a Minari source (``source.metadata.spaces``), looked up
+    in the parent for a view; ``None`` when the dataset did not come from Minari."""
+    manifest = dataset.manifest
+    if manifest.layout == VIEW_LAYOUT:
+        view = ViewSpec.from_manifest(manifest)
+        try:
+            manifest = read_manifest(dataset.directory.parent / view.parent.replace("/", "--"))
+        except (OSError, ValueError, RldsError):
+            return None
+        if manifest.digest() != view.parent_digest:  # the parent was replaced since
+            return None
+    metadata = manifest.source.get("metadata")
+    spaces = metadata.get("spaces") if isinstance(metadata, dict) else None
+    if isinstance(spaces, dict) and spaces.get("serializer") == "minari":
+        return spaces
+    return None
+
+
+def _leaves(gym: Any, space: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(HDF5 path, leaf space)`` of a space, with Minari's group names (``_index_<i>``)."""
+    if isinstance(space, gym.spaces.Dict):
+        for name, sub in space.spaces.items():
+            yield from _leaves(gym, sub, f"{path}/{name}")
+    elif isinstance(space, gym.spaces.Tuple):
+        for j, sub in enumerate(space.spaces):
+            yield from _leaves(gym, sub, f"{path}/_index_{j}")
+    else:
+        yield path, space
+
+
+def _fits(gym: Any, space: Any, spec: FieldSpec) -> bool:
+    """Whether stored arrays of ``spec`` are values of the leaf ``space``."""
+    dtype = np.dtype(spec.dtype)
+    if isinstance(space, gym.spaces.Discrete):
+        return spec.shape == () and dtype.kind in "iu"
+    if isinstance(space, gym.spaces.Box):
+        return spec.shape == tuple(space.shape) and dtype == space.dtype
+    if isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        return spec.shape == tuple(space.shape) and dtype.kind in "iub"
+    return False
+
+
+def _recorded_space(
+    gym: Any, role: str, keys: list[str], fields: dict[str, FieldSpec], recorded: dict[str, Any] | None
+) -> tuple[Any, dict[str, str]] | None:
+    """The source space of ``role`` and the source path of each key, if it still fits the data."""
+    from minari.serialization import deserialize_space
+
+    source = (recorded or {}).get(f"{role}_space")
+    if not isinstance(source, dict):
+        return None
+    try:
+        space = deserialize_space(json.dumps(source))
+    except Exception:  # a space this minari/gymnasium cannot build: infer one instead
+        return None
+    paths = (recorded or {}).get("paths") or {}
+    key_of = {p: k for k, p in paths.items() if k in keys}
+    leaves = list(_leaves(gym, space, _PREFIX[role]))
+    if {p for p, _ in leaves} != set(key_of) or set(key_of.values()) != set(keys):
+        return None
+    if not all(_fits(gym, leaf, fields[key_of[p]]) for p, leaf in leaves):
+        return None
+    return space, {key_of[p]: p for p, _ in leaves}
+
+
+def _inferred_leaf(gym: Any, spec: FieldSpec, values: Any = None) -> Any:
+    dtype = np.dtype(spec.dtype)
+    shape = spec.shape
     if dtype.kind == "f":
         return gym.spaces.Box(-np.inf, np.inf, shape, dtype)
-    if dtype.kind in "iu" and shape == () and values is not None:
-        return gym.spaces.Discrete(int(np.max(values)) + 1)
+    if dtype.kind in "iu" and shape == () and values is not None and len(values):
+        low, high = int(np.min(values)), int(np.max(values))
+        return gym.spaces.Discrete(high - low + 1, start=low)
     if dtype.kind in "iub":
         info = np.iinfo(dtype) if dtype.kind != "b" else np.iinfo(np.uint8)
         return gym.spaces.Box(info.min, info.max, shape, dtype if dtype.kind != "b" else np.uint8)
-    raise ExportError(f"dtype {dtype} has no Minari space")
+    raise ExportError(f"key {spec.key!r} has dtype {dtype}, which no Minari space holds")
 
 
-def _observation_space(gym: Any, dataset: Dataset) -> Any:
-    flats = [k for k in flat_keys(dataset) if k == "observation" or k.startswith("observation/")]
-    specs = dataset.stored_fields
-    if flats == ["observation"]:
-        return _space(gym, specs["observation"].shape, np.dtype(specs["observation"].dtype))
+def _inferred_space(
+    gym: Any, role: str, keys: list[str], fields: dict[str, FieldSpec], dataset: Dataset
+) -> tuple[Any, dict[str, str]]:
+    """A space built from the stored arrays: one leaf, or a Dict nested by ``/``."""
+    prefix = _PREFIX[role]
+
+    def leaf(key: str) -> Any:
+        values = np.asarray(dataset.column(key)) if role == "action" else None
+        return _inferred_leaf(gym, fields[key], values)
+
+    if keys == [role]:
+        return leaf(role), {role: prefix}
     tree: dict[str, Any] = {}
-    for key in flats:
-        *parents, leaf = key.split("/")[1:]
+    for key in keys:
+        *parents, name = key.split("/")[1:]
         node = tree
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = _space(gym, specs[key].shape, np.dtype(specs[key].dtype))
+        node[name] = leaf(key)
 
     def build(node: dict[str, Any]) -> Any:
         return gym.spaces.Dict({k: build(v) if isinstance(v, dict) else v for k, v in node.items()})
 
-    return build(tree)
+    return build(tree), {key: prefix + key[len(role) :] for key in keys}
+
+
+def _role_space(
+    gym: Any, role: str, dataset: Dataset, recorded: dict[str, Any] | None
+) -> tuple[Any, dict[str, str]]:
+    fields = dataset.stored_fields
+    keys = sorted(k for k in fields if k == role or k.startswith(f"{role}/"))
+    if not keys:
+        raise ExportError(f"dataset {dataset.name!r} has no {role!r} key to export")
+    found = _recorded_space(gym, role, keys, fields, recorded)
+    return found if found is not None else _inferred_space(gym, role, keys, fields, dataset)
+
+
+def _spec_json(value: Any) -> str | None:
+    """An env spec as metadata.json holds it (a JSON string)."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return value if isinstance(value, str) else None
 
 
 def export_minari(
@@ -82,43 +193,49 @@ def export_minari(
             f"{out.name!r} is not a Minari dataset id (NAME-vN)",
             hint="name the output directory like 'my-dataset-v0'; Minari loads it by that name",
         )
-    observation_keys = [k for k in flat_keys(dataset) if k == "observation" or k.startswith("observation/")]
-    info_keys = [k for k in [*flat_keys(dataset), *step_keys(dataset)] if k.startswith("info/")]
-    actions = np.asarray(dataset.column("action"))
+    recorded = source_spaces(dataset)
+    observation_space, observation_paths = _role_space(gym, "observation", dataset, recorded)
+    action_space, action_paths = _role_space(gym, "action", dataset, recorded)
+    recorded_paths = (recorded or {}).get("paths") or {}
+    info_paths = {
+        k: recorded_paths.get(k, "infos" + k[len("info") :])
+        for k in [*flat_keys(dataset), *step_keys(dataset)]
+        if k.startswith("info/")
+    }
     with atomic_target(out, overwrite=overwrite) as tmp:
         data_dir = tmp / "data"
         data_dir.mkdir(parents=True)
         with h5py.File(data_dir / "main_data.hdf5", "w") as f:
             for i in range(dataset.num_episodes):
                 ep = dataset.episode(i)
-                length = len(ep["action"])
+                length = len(ep["next/reward"])
                 group = f.create_group(f"episode_{i}")
                 group.attrs["id"] = i
                 group.attrs["total_steps"] = length
-                for key in observation_keys:
-                    rows = np.concatenate([ep[key], ep[f"next/{key}"][-1:]])
-                    name = "observations" if key == "observation" else "observations/" + key.split("/", 1)[1]
-                    group.create_dataset(name, data=rows)
-                group.create_dataset("actions", data=ep["action"])
+                for key, path in observation_paths.items():
+                    group.create_dataset(path, data=np.concatenate([ep[key], ep[f"next/{key}"][-1:]]))
+                for key, path in action_paths.items():
+                    group.create_dataset(path, data=ep[key])
                 group.create_dataset("rewards", data=ep["next/reward"].reshape(length))
                 group.create_dataset("terminations", data=ep["next/terminated"].reshape(length))
                 group.create_dataset("truncations", data=ep["next/truncated"].reshape(length))
-                infos = group.create_group("infos")
-                for key in info_keys:
+                group.create_group("infos")
+                for key, path in info_paths.items():
                     value = ep[key]
                     if f"next/{key}" in ep:  # T+1 infos: the reset info plus one per step
                         value = np.concatenate([value, ep[f"next/{key}"][-1:]])
-                    infos.create_dataset(key.split("/", 1)[1], data=value)
+                    group.create_dataset(path, data=value)
                 if progress:
                     progress(length)
-        spec = dataset.stored_fields["action"]
-        metadata = {
+        metadata: dict[str, Any] = {
             "dataset_id": dataset_id,
             "total_episodes": dataset.num_episodes,
             "total_steps": dataset.num_steps,
             "data_format": "hdf5",
-            "observation_space": serialize_space(_observation_space(gym, dataset)),
-            "action_space": serialize_space(_space(gym, spec.shape, np.dtype(spec.dtype), actions)),
+            # frames are written as raw uint8 arrays: minari must not JPEG-decode them
+            "jpeg_encoding": False,
+            "observation_space": serialize_space(observation_space),
+            "action_space": serialize_space(action_space),
             "algorithm_name": "exported by rlds-cli",
             "author": ["rlds-cli export"],
             "author_email": ["none@example.invalid"],
@@ -127,5 +244,9 @@ def export_minari(
             # Minari checks this against the versions it can read: name the installed one
             "minari_version": str(minari.__version__),
         }
+        for key in ("env_spec", "eval_env_spec"):
+            spec = _spec_json((recorded or {}).get(key))
+            if spec is not None:
+                metadata[key] = spec
         (data_dir / "metadata.json").write_text(json.dumps(metadata))
     return out

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.errors import SourceFormatError, UnknownFormatError
+from rlds_cli.errors import SourceFormatError, SourceNotReadableError, UnknownFormatError
 
 READERS: dict[str, str] = {
     "d4rl": "rlds_cli.formats.d4rl:D4RLReader",
@@ -23,8 +23,9 @@ READERS: dict[str, str] = {
     "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
 }
 
-#: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion.
-ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+#: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion (the same tuple as
+#: ``rlds_cli.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 _HDF5 = (".hdf5", ".h5")
 
 
@@ -47,7 +48,7 @@ def reader_class(format_name: str) -> Any:
 
 
 def is_archive(path: Path) -> bool:
-    """Whether ``path`` is a file with an archive suffix (``.zip``, ``.tar``, ``.tar.gz``)."""
+    """Whether ``path`` is a file with an archive suffix (``.zip``, ``.tar``, ``.tar.gz``, ...)."""
     return path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
@@ -68,13 +69,20 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
             f"{paths[0]} holds no {format_name} source files",
             hint="see docs/formats.md for the files each format expects",
         )
+    for f in files:  # an unreadable file fails here, naming it, not midway through a conversion
+        try:
+            with open(f, "rb"):
+                pass
+        except PermissionError:
+            raise SourceNotReadableError(f"cannot read source file {f}: permission denied") from None
     return files
 
 
 def _unknown(path: Path, why: str = "") -> UnknownFormatError:
     return UnknownFormatError(
         f"cannot tell the format of {path}{': ' + why if why else ''}",
-        hint=f"pass --format (known formats: {', '.join(known_formats())}; archives: .zip, .tar, .tar.gz)",
+        hint=f"pass --format (known formats: {', '.join(known_formats())}; archives: .zip, .tar, .tar.gz, "
+        ".tar.bz2, .tar.xz)",
     )
 
 
@@ -136,7 +144,7 @@ def _detect_file(path: Path) -> str:
 
 
 def _detect_dir(path: Path) -> str:
-    if (path / "meta.json").is_file():
+    if (path / "meta.json").is_file() or (path / "storage" / "meta.json").is_file():  # a buffer dump
         from rlds_cli.formats.torchrl_memmap import is_tensordict_memmap
 
         if is_tensordict_memmap(path):
@@ -149,7 +157,9 @@ def _detect_dir(path: Path) -> str:
     kinds = set()
     for f in files:
         low = f.name.lower()
-        if low.endswith((*_HDF5, ".npz", ".traj")):
+        if low == "metadata.json" and f.parent.name == "data":  # a Minari dataset below (a namespace)
+            kinds.add("minari")
+        elif low.endswith((*_HDF5, ".npz", ".traj")):
             kinds.add(_detect_file(f))
     if len(kinds) == 1:
         return kinds.pop()

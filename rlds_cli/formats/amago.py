@@ -33,7 +33,9 @@ from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+from rlds_cli.formats.untrusted import require_numeric
 
 OBS_PREFIX = "_OBS_KEY_"
 REQUIRED_KEYS = ("rews", "dones", "actions")
@@ -51,6 +53,15 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def _obs_key_map(obs_keys: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """``_OBS_KEY_<name>`` array -> TED key (``observation`` alone, else ``observation/<name>``
+    through the one key cleaner of every reader), and the key parts before cleaning."""
+    if obs_keys == [f"{OBS_PREFIX}observation"]:
+        return {obs_keys[0]: "observation"}, {obs_keys[0]: ("observation",)}
+    wanted = {key: ("observation", *key[len(OBS_PREFIX) :].split("/")) for key in obs_keys}
+    return clean_keys(wanted), wanted
+
+
 def _episode_from_arrays(arrays: dict[str, np.ndarray], label: str, index: int) -> Episode:
     obs_keys = sorted(k for k in arrays if k.startswith(OBS_PREFIX))
     missing = [k for k in REQUIRED_KEYS if k not in arrays]
@@ -63,6 +74,8 @@ def _episode_from_arrays(arrays: dict[str, np.ndarray], label: str, index: int) 
     unknown = sorted(set(arrays) - _KNOWN - set(obs_keys))
     if unknown:
         raise SourceFormatError(f"{label}: unknown arrays {unknown} (not in AMAGO's trajectory layout)")
+    for key in (*REQUIRED_KEYS, *obs_keys, *(["time_idxs"] if "time_idxs" in arrays else [])):
+        require_numeric(label, key, arrays[key].dtype)  # untrusted input: numbers (or bools) only
     t = int(arrays["actions"].shape[0]) if arrays["actions"].ndim else -1
     for key in REQUIRED_KEYS:
         if arrays[key].ndim == 0 or arrays[key].shape[0] != t:
@@ -70,11 +83,8 @@ def _episode_from_arrays(arrays: dict[str, np.ndarray], label: str, index: int) 
                 f"{label}: {key!r} has {arrays[key].shape[0] if arrays[key].ndim else 0} rows, "
                 f"'actions' has {t} (ragged trajectory)"
             )
-    obs: dict[str, np.ndarray] = {}
-    for key in obs_keys:
-        name = key[len(OBS_PREFIX) :]
-        ted = "observation" if obs_keys == [f"{OBS_PREFIX}observation"] else f"observation/{name}"
-        obs[ted] = arrays[key]
+    cleaned, _ = _obs_key_map(obs_keys)
+    obs: dict[str, np.ndarray] = {cleaned[key]: arrays[key] for key in obs_keys}
     if "time_idxs" in arrays:
         obs["time_idx"] = arrays["time_idxs"]
     for key, value in obs.items():
@@ -208,6 +218,15 @@ class AmagoReader(ReaderBase):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the trajectories in sorted file order (progress counts files)."""
+        if self.files[0].suffix == ".npz":  # list renamed observation keys once, from the first file
+            zf = open_npz(self.files[0])
+            try:
+                obs_keys = sorted(k for k in npz_keys(zf) if k.startswith(OBS_PREFIX))
+            finally:
+                zf.close()
+            renamed = renamed_note(*_obs_key_map(obs_keys)) if obs_keys else None
+            if renamed:
+                self.report.notes.append(renamed)
         packer = EpisodePacker(self.report)
         args = [(str(f), i, self.allow_pickle) for i, f in enumerate(self.files)]
         for ep in ordered_map(read_trajectory, args, self.workers, window=4 * self.workers):

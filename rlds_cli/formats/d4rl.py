@@ -27,7 +27,6 @@ terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,10 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
-from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error
+from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
+from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
@@ -88,6 +89,11 @@ class D4RLReader(ReaderBase):
                 f"{', '.join(REQUIRED_KEYS)} (found: {', '.join(sorted(f.keys())) or 'nothing'})",
                 hint="check the file, or pass --format for another source format",
             )
+        # untrusted input: every step array has a row axis and numbers (or bools) in it
+        for key in (*REQUIRED_KEYS, "timeouts", "next_observations"):
+            if _is_array(f.get(key)):
+                require_rows(self.path, key, f[key].shape)
+                require_numeric(self.path, key, f[key].dtype)
         self.n = int(f["observations"].shape[0])
         if self.n == 0:
             raise SourceFormatError(f"{self.path}: 'observations' is empty")
@@ -98,16 +104,33 @@ class D4RLReader(ReaderBase):
         arrays_meta: dict[str, np.ndarray] = {}
         self._meta: dict[str, Any] = {}
 
+        per_row: dict[str, tuple[str, ...]] = {}  # HDF5 path -> TED key parts before cleaning
+
         def visit(name: str, obj: Any) -> None:
             if not _is_array(obj) or name in _KNOWN or name.startswith(("metadata/", "virtual/")):
                 return
             if obj.shape[:1] == (self.n,):
-                self.info_keys[_ted_info_key(name)] = name
+                if is_text(obj.dtype):  # h5py vlen strings: object pointers, never stored
+                    self.report.notes.append(text_note(name, obj.dtype))
+                else:
+                    require_numeric(self.path, name, obj.dtype)
+                    per_row[name] = _ted_info_parts(name)
+                return
+            # a side array is read whole: only up to a size limit (docs/formats.md, "Untrusted input")
+            check_side_array(self.path, name, obj.shape, obj.dtype)
+            if is_text(obj.dtype):
+                self._meta[name] = to_jsonable(np.asarray(obj[()]))
             else:
                 arrays_meta[name] = np.asarray(obj[()])
                 self.extra_keys.append(name)
 
         f.visititems(visit)
+        # one cleaner for every reader: 'infos/a b' and 'infos/a_b' get distinct keys
+        cleaned = clean_keys(per_row)
+        self.info_keys = {cleaned[name]: name for name in sorted(per_row)}
+        renamed = renamed_note(cleaned, per_row)
+        if renamed:
+            self.report.notes.append(renamed)
         for key in (
             "actions",
             "rewards",
@@ -345,10 +368,11 @@ def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return same.all(axis=1)
 
 
-def _ted_info_key(h5_name: str) -> str:
-    """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/``."""
+def _ted_info_parts(h5_name: str) -> tuple[str, ...]:
+    """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/``
+    (as key parts, cleaned by :func:`rlds_cli.formats.keys.clean_keys`)."""
     name = h5_name[len("infos/") :] if h5_name.startswith("infos/") else h5_name
-    return "info/" + re.sub(r"[^A-Za-z0-9._/-]", "_", name)
+    return ("info", *name.split("/"))
 
 
 def collect_metadata_root_attrs(f: Any, meta: dict[str, Any]) -> None:

@@ -1,16 +1,26 @@
-"""Minari datasets (HDF5 storage), streamed episode by episode into flat TED.
+"""Minari datasets (HDF5, Arrow or Parquet storage), streamed episode by episode into flat TED.
 
-A Minari dataset directory holds ``data/metadata.json`` and ``data/main_data.hdf5`` with one
-``episode_{id}`` group per episode: ``observations`` (and ``infos/*``) with ``T + 1`` rows, the
-reset observation first; ``actions``, ``rewards``, ``terminations``, ``truncations`` with
-``T`` rows. The rules below are written out in ``docs/formats.md``:
+A Minari dataset directory holds ``data/metadata.json`` and, depending on its ``data_format``:
+
+* ``hdf5``: ``data/main_data.hdf5`` with one ``episode_{id}`` group per episode: ``observations``
+  (and ``infos/*``) with ``T + 1`` rows, the reset observation first; ``actions``, ``rewards``,
+  ``terminations``, ``truncations`` with ``T`` rows. Dict spaces are groups, Tuple spaces groups
+  of ``_index_<i>``.
+* ``arrow`` / ``parquet`` (read with pyarrow, the ``arrow`` extra): one directory
+  ``data/<id>/`` per episode with ``part-0.arrow`` (or ``.parquet``) and ``metadata.json``. Every
+  column has ``T + 1`` rows: ``actions``, ``rewards``, ``terminations`` and ``truncations`` carry a
+  zero padding row at the end, which is dropped exactly as minari's own reader drops it. Dict and
+  Tuple spaces are struct columns (Tuple fields named ``"0"``, ``"1"``...), Box, MultiDiscrete and
+  MultiBinary values fixed-size lists, images JPEG bytes.
+
+The rules below are written out in ``docs/formats.md``:
 
 * Step ``t`` of an episode is ``(observations[t], actions[t]) -> observations[t + 1]`` with
   ``rewards[t]``, ``terminations[t]``, ``truncations[t]``: the final observation is real, so
   nothing is dropped or made up.
-* Dict observation spaces become ``observation/<key>`` (nested dicts nest further), Tuple
-  spaces ``observation/0``, ``observation/1``...; a plain Box is ``observation``. Discrete
-  actions are stored as the integer index (``action`` of shape ``()``).
+* Dict spaces (observations and actions) become ``observation/<key>`` / ``action/<key>``
+  (nested dicts nest further), Tuple spaces ``observation/0``, ``observation/1``...; a plain Box
+  is ``observation``. Discrete actions are stored as the integer index (``action`` of shape ``()``).
 * ``infos/<k>`` with ``T + 1`` rows are observation-like: stored once as ``info/<k>`` and read
   back as ``info/<k>`` (at t) and ``next/info/<k>`` (at t + 1). ``infos/<k>`` with ``T`` rows
   are per-step values, stored as ``info/<k>`` only. No row is padded or invented (TorchRL pads a
@@ -19,49 +29,138 @@ reset observation first; ``actions``, ``rewards``, ``terminations``, ``truncatio
   arrays (needs pillow: ``pip install 'rlds-cli[images]'``).
 * An episode whose last step has neither flag (a collection stopped mid-episode) ends
   truncated, noted; a flag before the last step is an error.
+* Every episode's ``seed`` (DataCollector draws 64 random bits when ``reset()`` is given none) is
+  kept exactly in ``minari/episode_seed`` (uint64) with ``minari/episode_seed_present`` (bool).
+* The spaces, env specs and the source path of every TED key go to the manifest
+  (``source.metadata.spaces``), so ``rlds export --to minari`` can write the same spaces back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from rlds_cli.errors import SourceError, SourceFormatError
+from rlds_cli.errors import MissingExtraError, RldsError, SourceError, SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.hdf5_util import open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.hdf5_util import check_dataset, open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
+from rlds_cli.formats.untrusted import require_rows
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
+#: Written by minari in every namespace directory (``<root>/<namespace>/namespace_metadata.json``).
+NAMESPACE_FILE = "namespace_metadata.json"
+#: Minari's storages that are read with pyarrow: ``data/<episode id>/part-0.<format>``.
+ARROW_FORMATS = ("arrow", "parquet")
+#: The largest seed a Minari episode can carry (``DataCollector`` draws 64 random bits).
+SEED_MAX = 2**64 - 1
 _EPISODE_RE = re.compile(r"^episode_(\d+)$")
 _INDEX_RE = re.compile(r"^_index_(\d+)$")
+_EPISODE_DIR_RE = re.compile(r"^\d+$")
 _STEP_KEYS = ("actions", "rewards", "terminations", "truncations")
+_ARROW_COLUMNS = ("observations", *_STEP_KEYS, "infos")
 #: metadata.json entries that are JSON strings inside the JSON.
 _JSON_STRING_KEYS = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+#: metadata.json entries kept under the manifest's ``source.metadata.spaces`` (not ``minari``).
+_SPACE_KEYS = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+#: Space types whose arrow values are fixed-size lists (minari's ``_FIXEDLIST_SPACES``).
+_FIXED_LIST_SPACES = ("Box", "MultiDiscrete", "MultiBinary")
+
+
+def find_datasets(path: Path) -> list[Path]:
+    """The ``data/`` directories of the Minari datasets anywhere below the directory ``path``
+    (a namespace directory, or an unpacked archive of one), sorted."""
+    return sorted(p.parent for p in path.rglob(METADATA_FILE) if p.parent.name == "data" and p.is_file())
 
 
 def data_dir_of(path: Path) -> Path:
-    """The ``data/`` directory of a Minari dataset given its directory, ``data/`` or a file."""
+    """The ``data/`` directory of a Minari dataset given its directory, ``data/``, one of its
+    files, or a directory (a namespace) holding exactly one dataset somewhere below it.
+
+    Raises:
+        SourceFormatError: ``path`` holds several Minari datasets.
+    """
     if path.is_file():
-        return path.parent
+        parent = path.parent
+        # a file of an arrow episode: data/<id>/part-0.arrow
+        if _EPISODE_DIR_RE.match(parent.name) and (parent.parent / METADATA_FILE).is_file():
+            return parent.parent
+        return parent
     if (path / "data" / METADATA_FILE).is_file():
         return path / "data"
-    return path
+    if (path / METADATA_FILE).is_file() or not path.is_dir():
+        return path
+    found = find_datasets(path)
+    if len(found) > 1:
+        names = ", ".join(str(d.parent.relative_to(path)) for d in found[:4])
+        raise SourceFormatError(
+            f"{path} holds {len(found)} Minari datasets ({names}{', ...' if len(found) > 4 else ''})",
+            hint=f"convert one at a time: pass its directory, e.g. {found[0].parent}",
+        )
+    return found[0] if found else path
+
+
+def default_name(path: Path) -> str | None:
+    """The cache name a Minari dataset at ``path`` gets by default: its ``dataset_id`` with its
+    namespace (``pendulum/random-v0``), or ``None`` when ``path`` is no Minari dataset."""
+    from rlds_cli.cache.root import validate_name
+
+    try:
+        if (
+            path.is_file()
+            and path.name not in (METADATA_FILE, MAIN_FILE)
+            and path.suffix
+            not in (
+                ".arrow",
+                ".parquet",
+            )
+        ):
+            return None
+        data = data_dir_of(path)
+        meta = json.loads((data / METADATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RldsError):
+        return None
+    if not isinstance(meta, dict) or ("data_format" not in meta and "total_episodes" not in meta):
+        return None
+    candidates = []
+    if isinstance(meta.get("dataset_id"), str):
+        candidates.append(meta["dataset_id"])
+    # no usable id: the dataset's directory, under its namespace directories
+    parts, where = [data.parent.name], data.parent.parent
+    while (where / NAMESPACE_FILE).is_file() and where.name:
+        parts.insert(0, where.name)
+        where = where.parent
+    candidates.append("/".join(parts))
+    for name in candidates:
+        with contextlib.suppress(RldsError):
+            return validate_name(name)
+    return None
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
     """The files a Minari conversion reads (hashed into the manifest)."""
     data = data_dir_of(paths[0])
-    return [p for p in (data / METADATA_FILE, data / MAIN_FILE) if p.exists()]
+    files = [p for p in (data / METADATA_FILE, data / MAIN_FILE) if p.exists()]
+    if (data / MAIN_FILE).exists():
+        return files
+    # arrow/parquet: each episode directory's files, in episode order
+    episodes = sorted(
+        (int(d.name), d) for d in (data.iterdir() if data.is_dir() else []) if _EPISODE_DIR_RE.match(d.name)
+    )
+    for _, d in episodes:
+        files.extend(sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith((".", "_"))))
+    return files
 
 
 def is_image_space(space: dict[str, Any] | None) -> bool:
@@ -85,12 +184,46 @@ def _flat(value: Any) -> list[Any]:
     return [value]
 
 
+@dataclass(frozen=True)
+class _Leaf:
+    """An array read for every episode: where it is in the episode and its TED key.
+
+    ``path`` is the HDF5 path in the episode group (``observations/_index_0``, ``infos/x``); for
+    the arrow storage ``fields`` are the struct fields to follow inside the column ``path``
+    starts with.
+    """
+
+    path: bytes
+    key: str
+    space: dict[str, Any] | None
+    role: str  # obs | action | rewards | terminations | truncations | info
+    fields: tuple[str, ...] = ()
+
+
+class _Store(Protocol):
+    """One of Minari's storages, read episode by episode."""
+
+    where: Path
+
+    def episode_ids(self) -> list[int]: ...
+
+    def count_mismatch(self, declared: int, found: list[int]) -> str: ...
+
+    def plan(self, first: int, spaces: dict[str, Any]) -> list[_Leaf]: ...
+
+    def count_steps(self, ids: list[int]) -> int: ...
+
+    def read(self, i: int, leaves: list[_Leaf]) -> tuple[str, list[tuple[_Leaf, np.ndarray]], Any]: ...
+
+    def close(self) -> None: ...
+
+
 class MinariReader(ReaderBase):
-    """Streams a Minari HDF5 dataset as :class:`StepBlock` s.
+    """Streams a Minari dataset (HDF5, Arrow or Parquet storage) as :class:`StepBlock` s.
 
     Args:
-        path: The dataset directory (holding ``data/``), its ``data/`` directory, or one of its
-            files; a list of its files also works.
+        path: The dataset directory (holding ``data/``), its ``data/`` directory, one of its
+            files, or a namespace directory holding one dataset; a list of its files also works.
         block_rows: Ignored (blocks are sized in bytes); accepted for a uniform interface.
     """
 
@@ -100,26 +233,28 @@ class MinariReader(ReaderBase):
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         self.data_dir = data_dir_of(paths[0])
         self.path = self.data_dir
-        self.report = ConversionReport(rules="minari-v1")
+        self.report = ConversionReport(rules="minari-v2")
         self._meta = self._read_metadata()
         fmt = self._meta.get("data_format", "hdf5")
-        if fmt != "hdf5":
+        self.data_format = fmt
+        self._store: _Store
+        if fmt == "hdf5":
+            self._store = _Hdf5Store(self.data_dir / MAIN_FILE)
+        elif fmt in ARROW_FORMATS:
+            self._store = _ArrowStore(self.data_dir, fmt, self._spaces, self.jpeg_encoding)
+        else:
             raise SourceFormatError(
-                f"{self.data_dir}: Minari data_format {fmt!r} is not supported; rlds reads Minari's hdf5 "
-                "storage",
-                hint="re-save the dataset as hdf5 with minari (pip install 'minari[arrow,hdf5]'; "
-                "minari.create_dataset_from_buffers(..., data_format='hdf5'))",
+                f"{self.data_dir / METADATA_FILE}: unknown Minari data_format {fmt!r}",
+                hint="Minari writes 'hdf5', 'arrow' or 'parquet'; re-create the dataset with minari",
             )
-        self.h5_path = self.data_dir / MAIN_FILE
-        self._file = open_hdf5(self.h5_path)
         try:
             self._inspect()
         except BaseException:
-            self._file.close()
+            self._store.close()
             raise
 
     def close(self) -> None:
-        self._file.close()
+        self._store.close()
 
     # ------------------------------------------------------------------ metadata and schema
 
@@ -136,183 +271,112 @@ class MinariReader(ReaderBase):
             raise SourceFormatError(f"{meta_path}: not valid JSON ({exc})") from exc
         if not isinstance(meta, dict):
             raise SourceFormatError(f"{meta_path}: expected a JSON object")
-        self._spaces: dict[str, Any] = {}
         for key in _JSON_STRING_KEYS:
             value = meta.get(key)
             if isinstance(value, str):
                 with contextlib.suppress(ValueError):  # not JSON: keep the raw string
                     meta[key] = json.loads(value)
-        self._spaces = {"observations": meta.get("observation_space"), "actions": meta.get("action_space")}
+        for key in ("observation_space", "action_space"):  # read to plan the arrays: must be objects
+            value = meta.get(key)
+            if value is not None and not isinstance(value, dict):
+                raise SourceFormatError(
+                    f"{meta_path}: {key!r} is not a JSON object (minari's serialized space): "
+                    f"{str(value)[:60]!r}",
+                    hint="re-create the dataset with minari, or fix the named entry of metadata.json",
+                )
+        self._spaces: dict[str, Any] = {
+            "observations": meta.get("observation_space"),
+            "actions": meta.get("action_space"),
+        }
         self.jpeg_encoding = bool(meta.get("jpeg_encoding", True))
         return meta
 
     def _inspect(self) -> None:
-        import h5py
-
-        f = self._file
-        found: dict[int, str] = {}
-        for name in f:
-            m = _EPISODE_RE.match(name)
-            if m and isinstance(f[name], h5py.Group):
-                found[int(m.group(1))] = name
-        if not found:
-            raise SourceFormatError(f"{self.h5_path} has no episode_<id> groups (found: {sorted(f)[:5]})")
-        self.episode_ids = sorted(found)
+        store = self._store
+        ids = store.episode_ids()
+        self.episode_ids = ids
         declared = self._meta.get("total_episodes")
-        if isinstance(declared, int) and declared != len(found):
-            missing = [f"episode_{i}" for i in range(declared) if i not in found][:3]
-            raise SourceFormatError(
-                f"{self.h5_path}: metadata.json says total_episodes={declared} but the file has "
-                f"{len(found)} episode groups" + (f" (missing {', '.join(missing)})" if missing else "")
-            )
+        if isinstance(declared, int) and declared != len(ids):
+            raise SourceFormatError(store.count_mismatch(declared, ids))
         self.report.expected = {
             k: int(self._meta[m])
             for k, m in (("num_episodes", "total_episodes"), ("num_steps", "total_steps"))
             if isinstance(self._meta.get(m), int)
         }
-        first = f[found[self.episode_ids[0]]]
-        for key in ("observations", *_STEP_KEYS):
-            if key not in first:
-                raise SourceFormatError(f"{self.h5_path}: episode_{self.episode_ids[0]} has no {key!r}")
-        self._make_plan(first)
+        leaves = store.plan(ids[0], self._spaces)
+        # one cleaner for every reader: 'pos x' and 'pos_x' never share a key
+        wanted = {leaf.path.decode(): tuple(leaf.key.split("/")) for leaf in leaves}
+        cleaned = clean_keys(wanted)
+        self._leaves = [dataclasses.replace(leaf, key=cleaned[leaf.path.decode()]) for leaf in leaves]
+        renamed = renamed_note(cleaned, wanted)
+        if renamed:
+            self.report.notes.append(renamed)
         if "num_steps" in self.report.expected:
             self._total = self.report.expected["num_steps"]  # progress only; checked after conversion
         else:
-            self._total = sum(int(f[found[i]]["rewards"].shape[0]) for i in self.episode_ids)
+            self._total = store.count_steps(ids)
         self.report.source_rows = self._total
-        self._string_infos: set[str] = set()
+        self._text_keys: set[str] = set()
 
     def total_rows(self) -> int:
         return self._total
 
     def source_metadata(self) -> dict[str, Any]:
-        return {"minari": self._meta}
+        """``minari``: metadata.json (JSON strings inside it decoded) but for the spaces and env
+        specs, which are under ``spaces`` together with the source path of every TED key."""
+        spaces: dict[str, Any] = {
+            # each space is the JSON object minari.serialization.serialize_space writes
+            "serializer": "minari",
+            "observation_space": self._meta.get("observation_space"),
+            "action_space": self._meta.get("action_space"),
+            "env_spec": self._meta.get("env_spec"),
+            "jpeg_encoding": self.jpeg_encoding,
+            "paths": {
+                leaf.key: leaf.path.decode()
+                for leaf in self._leaves
+                if leaf.role in ("obs", "action", "info") and leaf.key not in self._text_keys
+            },
+        }
+        if "eval_env_spec" in self._meta:
+            spaces["eval_env_spec"] = self._meta["eval_env_spec"]
+        return {"minari": {k: v for k, v in self._meta.items() if k not in _SPACE_KEYS}, "spaces": spaces}
 
     def source_arrays(self) -> dict[str, np.ndarray]:
-        seeds = getattr(self, "_seeds", None)
-        if seeds is not None and (seeds >= 0).any():
-            return {"minari/episode_seed": seeds}
+        present = getattr(self, "_seed_present", None)
+        if present is not None and present.any():
+            return {"minari/episode_seed": self._seeds, "minari/episode_seed_present": present}
         return {}
 
     # ------------------------------------------------------------------ reading
 
-    def _leaf_data(self, gid: Any, path: bytes, label: str) -> np.ndarray:
-        """Read one dataset through h5py's low-level API (a fraction of the high-level cost per
-        call, which matters with thousands of small episodes)."""
-        import h5py
-        from h5py import h5d, h5s
-
-        try:
-            d = h5d.open(gid, path)
-        except KeyError:
-            raise SourceFormatError(f"{label} is missing (missing group or dataset)") from None
-        try:
-            if d.dtype.kind in "OSUV" or h5py.check_vlen_dtype(d.dtype) is not None:
-                return np.asarray(h5py.Dataset(d)[()])
-            out = np.empty(d.shape, d.dtype)
-            if out.size:
-                d.read(h5s.ALL, h5s.ALL, out)
-            return out
-        except (OSError, RuntimeError) as exc:
-            raise read_error(self.h5_path, label, exc) from exc
-
-    def _decode(self, data: np.ndarray, leaf: _Leaf, label: str) -> np.ndarray | None:
-        space = leaf.space
-        if (
-            space is not None
-            and is_image_space(space)
-            and (data.dtype == object or tuple(data.shape[1:]) != tuple(space["shape"]))
-        ):
-            return _decode_jpeg(data, self.h5_path, label)
-        if data.dtype.kind in "OSU":
-            return None  # text: cannot live in a numeric cache
-        return data
-
-    def _plan_tree(self, node: Any, path: str, key: str, space: dict[str, Any] | None, role: str) -> None:
-        """Record the datasets below ``node`` (of the first episode) as leaves to read."""
-        import h5py
-
-        if isinstance(node, h5py.Dataset):
-            self._leaves.append(_Leaf(path.encode(), key, space, role))
-            return
-        names = list(node.keys())
-        self._groups[path.encode()] = {n.encode() for n in names}
-        indexed = [m for m in (_INDEX_RE.match(n) for n in names) if m]
-        kind = (space or {}).get("type")
-        if names and len(indexed) == len(names) and kind != "Dict":  # a Tuple space
-            subs = (space or {}).get("subspaces") or []
-            for m in sorted(indexed, key=lambda m: int(m.group(1))):
-                j = int(m.group(1))
-                sub = subs[j] if isinstance(subs, list) and j < len(subs) else None
-                self._plan_tree(node[m.group(0)], f"{path}/{m.group(0)}", f"{key}/{j}", sub, role)
-            return
-        subs = (space or {}).get("subspaces") if kind == "Dict" else None
-        for name in names:
-            sub = subs.get(name) if isinstance(subs, dict) else None
-            self._plan_tree(node[name], f"{path}/{name}", f"{key}/{_clean(name)}", sub, role)
-
-    def _make_plan(self, first: Any) -> None:
-        import h5py
-
-        unknown = sorted(set(first) - {"observations", "infos", *_STEP_KEYS})
-        if unknown:
-            raise SourceFormatError(
-                f"{self.h5_path}:{first.name.lstrip('/')}: unknown datasets {unknown} (not in Minari's "
-                "episode layout)"
-            )
-        self._leaves: list[_Leaf] = []
-        self._groups: dict[bytes, set[bytes]] = {b".": {n.encode() for n in first}}
-        self._plan_tree(
-            first["observations"], "observations", "observation", self._spaces["observations"], "obs"
-        )
-        if isinstance(first["actions"], h5py.Group):
-            raise SourceFormatError(
-                f"{self.h5_path}: Dict/Tuple action spaces are not supported (TED needs one 'action' array)"
-            )
-        self._leaves.append(_Leaf(b"actions", "action", self._spaces["actions"], "action"))
-        for key in ("rewards", "terminations", "truncations"):
-            self._leaves.append(_Leaf(key.encode(), key, None, key))
-        if isinstance(first.get("infos"), h5py.Group):
-            self._plan_tree(first["infos"], "infos", "info", None, "info")
-
     def _episode(self, i: int) -> Episode:
-        from h5py import h5g
-
-        name = f"episode_{i}"
-        label = f"{self.h5_path}:{name}"
-        gid = h5g.open(self._file.id, name.encode())
-        for gpath, members in self._groups.items():
-            try:
-                got = set(gid if gpath == b"." else h5g.open(gid, gpath))
-            except KeyError:
-                raise SourceFormatError(f"{label} has no {gpath.decode()!r} group") from None
-            if got != members:
-                where = "" if gpath == b"." else f"{gpath.decode()}/"
-                missing = sorted(f"{where}{n.decode()}" for n in members - got)
-                unknown = sorted(f"{where}{n.decode()}" for n in got - members)
-                if missing:
-                    raise SourceFormatError(f"{label} has no {missing[0]!r} (missing group or dataset)")
-                raise SourceFormatError(
-                    f"{label}: unknown datasets {unknown} (not in Minari's episode layout)"
-                )
+        label, columns, seed = self._store.read(i, self._leaves)
         obs: dict[str, np.ndarray] = {}
         steps: dict[str, np.ndarray] = {}
         infos: dict[str, np.ndarray] = {}
         flags: dict[str, np.ndarray] = {}
-        for leaf in self._leaves:
-            where = f"{name}/{leaf.path.decode()}"
-            data = self._decode(self._leaf_data(gid, leaf.path, f"{label}/{leaf.path.decode()}"), leaf, where)
-            if data is None:
-                if leaf.role == "action":
-                    raise SourceFormatError(f"{label}: text actions are not supported")
-                if leaf.key not in self._string_infos:
-                    self._string_infos.add(leaf.key)
-                    self.report.notes.append(f"{leaf.key}: text values are not stored (numeric arrays only)")
+        actions: list[tuple[_Leaf, np.ndarray]] = []
+        for leaf, data in columns:
+            if is_text(data.dtype):  # strings: never stored as object pointers
+                if leaf.role not in ("obs", "info"):  # actions, rewards and flags must be numbers
+                    raise SourceFormatError(
+                        f"{label}: {leaf.path.decode()!r} holds text, which is not supported there "
+                        "(actions, rewards and flags must be numbers)",
+                        hint="rlds stores numeric arrays only; fix the named dataset of the file",
+                    )
+                if leaf.key not in self._text_keys:
+                    self._text_keys.add(leaf.key)
+                    self.report.notes.append(text_note(leaf.key, data.dtype))
                 continue
-            {"obs": obs, "info": infos, "action": steps}.get(leaf.role, flags)[leaf.key] = data
+            if leaf.role == "action":
+                actions.append((leaf, data))
+                steps[leaf.key] = data
+            else:
+                {"obs": obs, "info": infos}.get(leaf.role, flags)[leaf.key] = data
         rewards, term, trunc = flags["rewards"], flags["terminations"], flags["truncations"]
         t = int(rewards.shape[0])
-        for key, arr in (("actions", steps["action"]), ("terminations", term), ("truncations", trunc)):
+        checked = [(leaf.path.decode(), arr) for leaf, arr in actions]
+        for key, arr in (*checked, ("terminations", term), ("truncations", trunc)):
             if arr.shape[0] != t:
                 raise SourceFormatError(
                     f"{label}: {key!r} has {arr.shape[0]} rows, 'rewards' has {t} (ragged)"
@@ -347,13 +411,26 @@ class MinariReader(ReaderBase):
         if t and not (terminated or truncated):
             self._unflagged += 1
             truncated = True
-        self._seeds[self._index[i]] = _seed(gid)
+        self._record_seed(self._index[i], seed, label)
         return Episode(label, obs, steps, terminated, source_id=i, truncated=truncated)
+
+    def _record_seed(self, j: int, raw: Any, label: str) -> None:
+        if raw is None:
+            return
+        value = _as_seed(raw)
+        if value is None:
+            self._bad_seeds.append(f"{label}: {to_jsonable(raw)!r}")
+            return
+        self._seeds[j] = value
+        self._seed_present[j] = True
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the dataset as blocks of whole episodes, in episode-id order."""
         packer = EpisodePacker(self.report)
-        self._seeds = np.full(len(self.episode_ids), -1, np.int64)
+        # uint64 holds every seed minari can write; absent ones are 0 with present False
+        self._seeds = np.zeros(len(self.episode_ids), np.uint64)
+        self._seed_present = np.zeros(len(self.episode_ids), bool)
+        self._bad_seeds: list[str] = []
         self._index = {i: j for j, i in enumerate(self.episode_ids)}
         self._unflagged = 0
         for i in self.episode_ids:
@@ -367,36 +444,461 @@ class MinariReader(ReaderBase):
                 f"{self._unflagged} episode(s) end with neither terminations nor truncations set; "
                 "their last step is marked truncated"
             )
+        if self._bad_seeds:
+            self.report.notes.append(
+                f"{len(self._bad_seeds)} episode seed(s) are not integers in [0, 2**64 - 1] and are kept "
+                f"as absent (minari/episode_seed_present false); first: {self._bad_seeds[0]}"
+            )
 
 
-@dataclass(frozen=True)
-class _Leaf:
-    """A dataset read for every episode: its path in the episode group and its TED key."""
-
-    path: bytes
-    key: str
-    space: dict[str, Any] | None
-    role: str  # obs | action | rewards | terminations | truncations | info
+# ---------------------------------------------------------------------------------- HDF5
 
 
-def _seed(gid: Any) -> int:
-    """The episode's ``seed`` attribute, or -1."""
+class _Hdf5Store:
+    """Minari's ``hdf5`` storage: ``main_data.hdf5``, one ``episode_{id}`` group per episode."""
+
+    def __init__(self, h5_path: Path) -> None:
+        self.where = self.h5_path = h5_path
+        # links are checked here; each dataset's storage where it is read (_leaf_data)
+        self._file = open_hdf5(h5_path, check_datasets=False)
+        self._groups: dict[bytes, set[bytes]] = {}
+
+    def close(self) -> None:
+        self._file.close()
+
+    def episode_ids(self) -> list[int]:
+        import h5py
+
+        f = self._file
+        found = [
+            int(m.group(1)) for m in map(_EPISODE_RE.match, f) if m and isinstance(f[m.group(0)], h5py.Group)
+        ]
+        if not found:
+            raise SourceFormatError(f"{self.h5_path} has no episode_<id> groups (found: {sorted(f)[:5]})")
+        return sorted(found)
+
+    def count_mismatch(self, declared: int, found: list[int]) -> str:
+        have = set(found)
+        missing = [f"episode_{i}" for i in range(declared) if i not in have][:3]
+        return (
+            f"{self.h5_path}: metadata.json says total_episodes={declared} but the file has "
+            f"{len(found)} episode groups" + (f" (missing {', '.join(missing)})" if missing else "")
+        )
+
+    def count_steps(self, ids: list[int]) -> int:
+        return sum(int(self._file[f"episode_{i}"]["rewards"].shape[0]) for i in ids)
+
+    def plan(self, first_id: int, spaces: dict[str, Any]) -> list[_Leaf]:
+        """The datasets of the first episode, as leaves to read from every episode."""
+        first = self._file[f"episode_{first_id}"]
+        for key in ("observations", *_STEP_KEYS):
+            if key not in first:
+                raise SourceFormatError(f"{self.h5_path}: episode_{first_id} has no {key!r}")
+        unknown = sorted(set(first) - {"observations", "infos", *_STEP_KEYS})
+        if unknown:
+            raise SourceFormatError(
+                f"{self.h5_path}:{first.name.lstrip('/')}: unknown datasets {unknown} (not in Minari's "
+                "episode layout)"
+            )
+        import h5py
+
+        leaves: list[_Leaf] = []
+        self._groups = {b".": {n.encode() for n in first}}
+        self._plan_tree(
+            first["observations"], "observations", "observation", spaces["observations"], "obs", leaves
+        )
+        self._plan_tree(first["actions"], "actions", "action", spaces["actions"], "action", leaves)
+        for key in ("rewards", "terminations", "truncations"):
+            leaves.append(_Leaf(key.encode(), key, None, key))
+        if isinstance(first.get("infos"), h5py.Group):
+            self._plan_tree(first["infos"], "infos", "info", None, "info", leaves)
+        return leaves
+
+    def _plan_tree(
+        self, node: Any, path: str, key: str, space: dict[str, Any] | None, role: str, leaves: list[_Leaf]
+    ) -> None:
+        """Record the datasets below ``node`` (of the first episode) as leaves to read."""
+        import h5py
+
+        if isinstance(node, h5py.Dataset):
+            leaves.append(_Leaf(path.encode(), key, space, role))
+            return
+        names = list(node.keys())
+        self._groups[path.encode()] = {n.encode() for n in names}
+        indexed = [m for m in (_INDEX_RE.match(n) for n in names) if m]
+        kind = (space or {}).get("type")
+        if names and len(indexed) == len(names) and kind != "Dict":  # a Tuple space
+            subs = (space or {}).get("subspaces") or []
+            for m in sorted(indexed, key=lambda m: int(m.group(1))):
+                j = int(m.group(1))
+                sub = subs[j] if isinstance(subs, list) and j < len(subs) else None
+                self._plan_tree(node[m.group(0)], f"{path}/{m.group(0)}", f"{key}/{j}", sub, role, leaves)
+            return
+        subs = (space or {}).get("subspaces") if kind == "Dict" else None
+        for name in names:
+            sub = subs.get(name) if isinstance(subs, dict) else None
+            # raw names here; the reader cleans every leaf's key at once (formats/keys.py)
+            self._plan_tree(node[name], f"{path}/{name}", f"{key}/{name}", sub, role, leaves)
+
+    def _leaf_data(self, gid: Any, path: bytes, label: str) -> np.ndarray:
+        """Read one dataset through h5py's low-level API (a fraction of the high-level cost per
+        call, which matters with thousands of small episodes)."""
+        import h5py
+        from h5py import h5d, h5s
+
+        try:
+            d = h5d.open(gid, path)
+        except KeyError:
+            raise SourceFormatError(f"{label} is missing (missing group or dataset)") from None
+        where = label[len(str(self.h5_path)) + 1 :]  # episode_N/observations/...
+        shape, dtype = d.shape, d.dtype  # each is a call into HDF5: read once
+        # untrusted input: no data from other files, no bombs, no 0-d "steps"
+        check_dataset(self.h5_path, where, d, shape, dtype)
+        require_rows(self.h5_path, where, shape)
+        try:
+            if dtype.kind in "OSUV" or h5py.check_vlen_dtype(dtype) is not None:
+                return np.asarray(h5py.Dataset(d)[()])
+            out = np.empty(shape, dtype)
+            if out.size:
+                d.read(h5s.ALL, h5s.ALL, out)
+            return out
+        except (OSError, RuntimeError) as exc:
+            raise read_error(self.h5_path, label, exc) from exc
+
+    def read(self, i: int, leaves: list[_Leaf]) -> tuple[str, list[tuple[_Leaf, np.ndarray]], Any]:
+        from h5py import h5g
+
+        name = f"episode_{i}"
+        label = f"{self.h5_path}:{name}"
+        gid = h5g.open(self._file.id, name.encode())
+        for gpath, members in self._groups.items():
+            try:
+                got = set(gid if gpath == b"." else h5g.open(gid, gpath))
+            except KeyError:
+                raise SourceFormatError(f"{label} has no {gpath.decode()!r} group") from None
+            if got != members:
+                where = "" if gpath == b"." else f"{gpath.decode()}/"
+                missing = sorted(f"{where}{n.decode()}" for n in members - got)
+                unknown = sorted(f"{where}{n.decode()}" for n in got - members)
+                if missing:
+                    raise SourceFormatError(f"{label} has no {missing[0]!r} (missing group or dataset)")
+                raise SourceFormatError(
+                    f"{label}: unknown datasets {unknown} (not in Minari's episode layout)"
+                )
+        out = []
+        for leaf in leaves:
+            data = self._leaf_data(gid, leaf.path, f"{label}/{leaf.path.decode()}")
+            space = leaf.space
+            if (
+                space is not None
+                and is_image_space(space)
+                and (data.dtype == object or tuple(data.shape[1:]) != tuple(space["shape"]))
+            ):
+                data = _decode_jpeg(list(data), self.h5_path, f"{name}/{leaf.path.decode()}")
+            out.append((leaf, data))
+        return label, out, _hdf5_seed(gid)
+
+
+def _hdf5_seed(gid: Any) -> Any:
+    """The episode group's ``seed`` attribute as read (``None`` when absent)."""
     from h5py import h5a
 
     if not h5a.exists(gid, b"seed"):
-        return -1
+        return None
     attr = h5a.open(gid, b"seed")
+    if attr.dtype.kind not in "iufb":
+        return f"<{attr.dtype} attribute>"
     value = np.zeros(attr.shape, attr.dtype)
     attr.read(value)
-    return int(value.reshape(-1)[0])
+    return value
 
 
-def _clean(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+def _as_seed(raw: Any) -> int | None:
+    """``raw`` as a seed: an integer in ``[0, 2**64 - 1]`` (one value), else ``None``."""
+    if isinstance(raw, bool):
+        return None
+    value = np.asarray(raw) if not isinstance(raw, int) else raw
+    if isinstance(value, np.ndarray):
+        if value.size != 1 or value.dtype.kind not in "iu":
+            return None
+        value = int(value.reshape(-1)[0])
+    return value if 0 <= value <= SEED_MAX else None
 
 
-def _decode_jpeg(data: np.ndarray, path: Path, label: str) -> np.ndarray:
-    """JPEG bytes per frame (a 2-D uint8 array or a vlen array of them) -> uint8 images."""
+# ---------------------------------------------------------------------------------- Arrow
+
+
+class _ArrowStore:
+    """Minari's ``arrow`` and ``parquet`` storages: ``data/<id>/part-0.<format>`` per episode,
+    read with pyarrow one episode at a time (so memory holds one episode, not the dataset)."""
+
+    def __init__(self, data_dir: Path, fmt: str, spaces: dict[str, Any], jpeg_encoding: bool) -> None:
+        try:
+            import pyarrow
+            import pyarrow.dataset
+        except ImportError:
+            raise MissingExtraError(
+                f"{data_dir}: Minari data_format {fmt!r} is read with pyarrow, which is not installed",
+                hint="pip install 'rlds-cli[arrow]' (or pip install pyarrow)",
+            ) from None
+        self.pa = pyarrow
+        self.pads = pyarrow.dataset
+        self.where = data_dir
+        self.fmt = fmt
+        self.jpeg_encoding = jpeg_encoding
+        for role in ("observations", "actions"):
+            space = spaces.get(role)
+            if not isinstance(space, dict) or "type" not in space:
+                raise SourceFormatError(
+                    f"{data_dir / METADATA_FILE}: no readable {role[:-1]}_space; rlds needs it to read "
+                    f"Minari's {fmt} storage",
+                    hint="minari writes both spaces into metadata.json; re-create the dataset with minari",
+                )
+        self._dirs = {
+            int(d.name): d for d in data_dir.iterdir() if d.is_dir() and _EPISODE_DIR_RE.match(d.name)
+        }
+        self._info_paths: list[bytes] = []
+
+    def close(self) -> None:
+        """Nothing stays open between episodes."""
+
+    def episode_ids(self) -> list[int]:
+        if not self._dirs:
+            raise SourceFormatError(
+                f"{self.where} has no episode directories (data/<id>/part-0.{self.fmt})",
+                hint="pass the dataset directory that minari wrote (data/metadata.json and data/0/, ...)",
+            )
+        return sorted(self._dirs)
+
+    def count_mismatch(self, declared: int, found: list[int]) -> str:
+        have = set(found)
+        missing = [f"{i}/" for i in range(declared) if i not in have][:3]
+        return (
+            f"{self.where}: metadata.json says total_episodes={declared} but there are {len(found)} episode "
+            "directories" + (f" (missing {', '.join(missing)})" if missing else "")
+        )
+
+    def _files(self, i: int) -> list[Path]:
+        d = self._dirs[i]
+        # what minari's reader reads: every file but metadata.json and hidden/underscore ones
+        files = sorted(
+            f
+            for f in d.iterdir()
+            if f.is_file() and f.name != METADATA_FILE and not f.name.startswith(("_", "."))
+        )
+        if not files:
+            raise SourceFormatError(f"{d}: no {self.fmt} file (expected part-0.{self.fmt})")
+        return files
+
+    def count_steps(self, ids: list[int]) -> int:
+        total = 0
+        for i in ids:  # row counts come from the file footers; every episode has one padding row
+            total += max(0, int(self._dataset(i).count_rows()) - 1)
+        return total
+
+    def _dataset(self, i: int) -> Any:
+        try:
+            return self.pads.dataset([str(f) for f in self._files(i)], format=self.fmt)
+        except (self.pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceFormatError(
+                f"{self._dirs[i]}: not a readable {self.fmt} episode (truncated or corrupt?): "
+                f"{_first_line(exc)}"
+            ) from exc
+
+    def _table(self, i: int) -> Any:
+        dataset = self._dataset(i)
+        try:
+            return dataset.to_table()
+        except (self.pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceFormatError(
+                f"{self._dirs[i]}: not a readable {self.fmt} episode (truncated or corrupt?): "
+                f"{_first_line(exc)}"
+            ) from exc
+
+    def plan(self, first_id: int, spaces: dict[str, Any]) -> list[_Leaf]:
+        table = self._table(first_id)
+        self._check_columns(table, str(self._dirs[first_id]))
+        leaves: list[_Leaf] = []
+        _space_leaves(spaces["observations"], "observations", "observation", (), "obs", leaves)
+        _space_leaves(spaces["actions"], "actions", "action", (), "action", leaves)
+        for key in ("rewards", "terminations", "truncations"):
+            leaves.append(_Leaf(key.encode(), key, None, key))
+        if "infos" in table.column_names:
+            self._info_leaves(table.schema.field("infos").type, "infos", "info", (), leaves)
+        self._info_paths = [leaf.path for leaf in leaves if leaf.role == "info"]
+        return leaves
+
+    def _info_leaves(
+        self, type_: Any, path: str, key: str, fields: tuple[str, ...], leaves: list[_Leaf]
+    ) -> None:
+        for field in type_:
+            if self.pa.types.is_struct(field.type):
+                self._info_leaves(
+                    field.type, f"{path}/{field.name}", f"{key}/{field.name}", (*fields, field.name), leaves
+                )
+            else:
+                leaves.append(
+                    _Leaf(
+                        f"{path}/{field.name}".encode(),
+                        f"{key}/{field.name}",
+                        None,
+                        "info",
+                        (*fields, field.name),
+                    )
+                )
+
+    def _check_columns(self, table: Any, label: str) -> None:
+        names = table.column_names
+        missing = [c for c in ("observations", *_STEP_KEYS) if c not in names]
+        if missing:
+            raise SourceFormatError(f"{label} has no {missing[0]!r} column (missing column)")
+        unknown = sorted(set(names) - set(_ARROW_COLUMNS))
+        if unknown:
+            raise SourceFormatError(f"{label}: unknown columns {unknown} (not in Minari's episode layout)")
+
+    def read(self, i: int, leaves: list[_Leaf]) -> tuple[str, list[tuple[_Leaf, np.ndarray]], Any]:
+        label = str(self._dirs[i])
+        table = self._table(i)
+        self._check_columns(table, label)
+        n = table.num_rows
+        if n == 0:
+            raise SourceFormatError(f"{label}: no rows (an episode holds at least its reset observation)")
+        probe: list[_Leaf] = []
+        if "infos" in table.column_names:
+            self._info_leaves(table.schema.field("infos").type, "infos", "info", (), probe)
+        paths = [leaf.path for leaf in probe]
+        if paths != self._info_paths:
+            extra = sorted(p.decode() for p in set(paths) - set(self._info_paths))
+            missing = sorted(p.decode() for p in set(self._info_paths) - set(paths))
+            raise SourceFormatError(
+                f"{label}: infos differ from the first episode"
+                + (f"; unknown {extra}" if extra else "")
+                + (f"; missing {missing}" if missing else "")
+            )
+        columns: dict[str, Any] = {}
+        out = []
+        for leaf in leaves:
+            path = leaf.path.decode()
+            top = path.split("/", 1)[0]
+            if top not in columns:
+                columns[top] = table.column(top).combine_chunks()
+            values, field = columns[top], None
+            for name in leaf.fields:
+                field = values.type.field(name) if self.pa.types.is_struct(values.type) else None
+                if field is None:
+                    raise SourceFormatError(f"{label}: {path!r} is not a struct field of {top!r}")
+                values = values.field(name)
+            if leaf.role in ("action", "rewards", "terminations", "truncations"):
+                # minari pads these columns with one zero row so that every column has T + 1 rows
+                values = values.slice(0, n - 1)
+            out.append((leaf, self._decode(values, leaf, field, f"{label}/{path}")))
+        return label, out, self._episode_seed(i)
+
+    def _decode(self, values: Any, leaf: _Leaf, field: Any, where: str) -> np.ndarray:
+        """One column as minari's arrow reader decodes it (``_decode_space`` / ``_decode_info``)."""
+        pa = self.pa
+        space = leaf.space
+        kind = (space or {}).get("type")
+        if values.null_count and not (kind == "Text" or pa.types.is_string(values.type)):
+            raise SourceFormatError(f"{where}: {values.null_count} null value(s) (Minari writes none here)")
+        if leaf.role == "info":
+            return self._info(values, field, where)
+        if leaf.role in ("rewards", "terminations", "truncations"):
+            return values.to_numpy(zero_copy_only=False)
+        if self.jpeg_encoding and is_image_space(space) and pa.types.is_binary(values.type):
+            return _decode_jpeg(values.to_pylist(), self.where, where)
+        if kind in _FIXED_LIST_SPACES:
+            assert space is not None
+            return self._fixed_list(values, _space_shape(space), where)
+        if kind == "Discrete":
+            return values.to_numpy(zero_copy_only=False)
+        if kind == "Text":
+            return np.asarray(values.to_pylist(), dtype=object)
+        raise SourceFormatError(
+            f"{where}: {kind} spaces are not supported (rlds reads Box, Discrete, MultiDiscrete, "
+            "MultiBinary, Text, Dict and Tuple spaces)"
+        )
+
+    def _fixed_list(self, values: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+        if not self.pa.types.is_fixed_size_list(values.type):
+            raise SourceFormatError(f"{where}: expected fixed-size lists, found {values.type}")
+        # flatten() honours the array's offset (a slice), unlike .values
+        flat = values.flatten().to_numpy(zero_copy_only=False)
+        if flat.size != len(values) * int(np.prod(shape, dtype=np.int64)):
+            raise SourceFormatError(f"{where}: {values.type} does not hold values of shape {shape}")
+        return flat.reshape(len(values), *shape)
+
+    def _info(self, values: Any, field: Any, where: str) -> np.ndarray:
+        pa = self.pa
+        if pa.types.is_fixed_size_list(values.type):
+            data = values.flatten().to_numpy(zero_copy_only=False).reshape(len(values), -1)
+        elif pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+            try:  # minari stacks the rows: they must have one length
+                data = np.stack(values.to_numpy(zero_copy_only=False))
+            except ValueError:
+                raise SourceFormatError(f"{where}: rows are lists of different lengths") from None
+        elif pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
+            return np.asarray(values.to_pylist(), dtype=object)
+        else:
+            return values.to_numpy(zero_copy_only=False)
+        meta = field.metadata if field is not None else None
+        if meta and b"shape" in meta:
+            # minari's per-row shape; '' (a 0-d array per row) is a scalar, which minari itself
+            # fails to read
+            shape = tuple(int(d) for d in meta[b"shape"].split(b",") if d.strip())
+            try:
+                data = data.reshape(len(values), *shape)
+            except ValueError:
+                raise SourceFormatError(
+                    f"{where}: rows do not have the shape {shape} the file declares"
+                ) from None
+        return data
+
+    def _episode_seed(self, i: int) -> Any:
+        path = self._dirs[i] / METADATA_FILE
+        if not path.is_file():
+            return None
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SourceFormatError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(meta, dict):
+            raise SourceFormatError(f"{path}: expected a JSON object")
+        return meta.get("seed")
+
+
+def _space_leaves(
+    space: dict[str, Any], path: str, key: str, fields: tuple[str, ...], role: str, leaves: list[_Leaf]
+) -> None:
+    """The leaves of a space (JSON form), with the HDF5-style path and arrow fields of each."""
+    kind = space.get("type")
+    subs = space.get("subspaces")
+    if kind == "Dict" and isinstance(subs, dict):
+        for name, sub in subs.items():
+            _space_leaves(sub, f"{path}/{name}", f"{key}/{name}", (*fields, name), role, leaves)
+    elif kind == "Tuple" and isinstance(subs, list):
+        for j, sub in enumerate(subs):
+            _space_leaves(sub, f"{path}/_index_{j}", f"{key}/{j}", (*fields, str(j)), role, leaves)
+    else:
+        leaves.append(_Leaf(path.encode(), key, space, role, fields))
+
+
+def _space_shape(space: dict[str, Any]) -> tuple[int, ...]:
+    """The per-step shape of a Box, MultiDiscrete or MultiBinary space (JSON form)."""
+    if space["type"] == "Box":
+        return tuple(int(d) for d in space.get("shape", []))
+    if space["type"] == "MultiDiscrete":
+        return tuple(np.asarray(space["nvec"]).shape)
+    n = space.get("n")
+    return (int(n),) if isinstance(n, int) else tuple(int(d) for d in n)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _decode_jpeg(data: list[Any], path: Path, label: str) -> np.ndarray:
+    """JPEG bytes per frame (byte strings, or uint8 arrays of them) -> uint8 images."""
     try:
         from PIL import Image
     except ImportError:
@@ -406,8 +908,9 @@ def _decode_jpeg(data: np.ndarray, path: Path, label: str) -> np.ndarray:
         ) from None
     frames = []
     for j, raw in enumerate(data):
+        blob = raw if isinstance(raw, bytes) else np.asarray(raw, np.uint8).tobytes()
         try:
-            with Image.open(io.BytesIO(np.asarray(raw, np.uint8).tobytes())) as img:
+            with Image.open(io.BytesIO(blob)) as img:
                 frames.append(np.asarray(img, dtype=np.uint8))
         except Exception as exc:  # PIL raises many types for damaged data
             raise SourceFormatError(f"{path}: {label} frame {j} is not a readable JPEG ({exc})") from exc

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import SourceFormatError, SourceNotFoundError, SourceNotReadableError
+from rlds_cli.formats import untrusted
 
 
 def open_npz(path: Path) -> zipfile.ZipFile:
@@ -23,6 +24,8 @@ def open_npz(path: Path) -> zipfile.ZipFile:
         raise SourceNotFoundError(f"source file {path} does not exist")
     try:
         return zipfile.ZipFile(path)
+    except PermissionError as exc:
+        raise SourceNotReadableError(f"cannot read source file {path}: permission denied") from exc
     except (OSError, zipfile.BadZipFile) as exc:
         raise SourceFormatError(
             f"cannot open {path} as .npz (truncated or corrupt?): {exc}",
@@ -58,7 +61,18 @@ class NpyStream:
             raise SourceFormatError(
                 f"{path}: array {key!r} holds Python objects (pickled); rlds reads numeric arrays only"
             )
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.shape, self.dtype = untrusted.require_shape(path, key, shape), np.dtype(dtype)
+        # untrusted input: the header's shape must be backed by the member's bytes, and those by
+        # its compressed bytes, before a row is read or a buffer allocated
+        info = zf.getinfo(f"{key}.npy")
+        declared = untrusted.declared_bytes(self.shape, self.dtype)
+        if declared > info.file_size:
+            raise SourceFormatError(
+                f"{path}: array {key!r} declares {declared:,} bytes (shape {self.shape}) but its member "
+                f"holds {info.file_size:,} (truncated or corrupt?)",
+                hint="re-download the file",
+            )
+        untrusted.check_declared(path, key, info.file_size, info.compress_size, how="compresses into")
         self._whole: np.ndarray | None = None
         if fortran and len(shape) > 1:  # rare: rows are not contiguous, read it whole
             self._whole = self._read_bytes(int(np.prod(shape)) * dtype.itemsize).reshape(shape, order="F")

@@ -34,7 +34,9 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "terminals")
 #: Target source bytes per block.
@@ -68,8 +70,23 @@ class _File:
                 f"{path} has no {missing[0]!r} array; an OGBench file needs {', '.join(REQUIRED_KEYS)} "
                 f"(found: {', '.join(sorted(keys)) or 'nothing'})"
             )
-        self.streams = {k: NpyStream(self.zf, k, path) for k in sorted(keys)}
-        self.n = self.streams["observations"].shape[0] if self.streams["observations"].shape else 0
+        self.streams: dict[str, NpyStream] = {}
+        try:
+            for k in sorted(keys):
+                self.streams[k] = NpyStream(self.zf, k, path)
+            self._check()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self) -> None:
+        path = self.path
+        # untrusted input: the step arrays have a row axis and hold numbers (or bools)
+        for key in (*REQUIRED_KEYS, "rewards"):
+            if key in self.streams:
+                require_rows(path, key, self.streams[key].shape)
+                require_numeric(path, key, self.streams[key].dtype)
+        self.n = self.streams["observations"].shape[0]
         for key, s in self.streams.items():
             if not s.shape or s.shape[0] != self.n:
                 raise SourceFormatError(
@@ -115,6 +132,7 @@ class OGBenchReader(ReaderBase):
                 opened.close()
         self.report.source_rows = self._total
         self._episode_file: list[np.ndarray] = []
+        self._plan_info_keys()
         if not self._has_rewards:
             self.report.notes.append(
                 "OGBench files carry no rewards: next/reward is all zeros (relabel for your task)"
@@ -122,6 +140,25 @@ class OGBenchReader(ReaderBase):
         self.report.notes.append(
             "OGBench 'terminals' mark trajectory ends (terminated or truncated): every episode ends truncated"
         )
+
+    def _plan_info_keys(self) -> None:
+        """Array name -> TED key of the extra per-row arrays (``info/<name>``, one cleaner for
+        every reader); text arrays are dropped with a note."""
+        assert self._schema is not None
+        wanted: dict[str, tuple[str, ...]] = {}
+        for key, (_, dtype) in sorted(self._schema.items()):
+            if key in ("terminals", "actions", "observations", "rewards"):
+                continue
+            if is_text(np.dtype(dtype)):
+                self.report.notes.append(text_note(key, np.dtype(dtype)))
+            else:
+                require_numeric(self._first, key, np.dtype(dtype))
+                wanted[key] = ("info", *key.split("/"))
+        cleaned = clean_keys(wanted)
+        self._info_keys = {k: cleaned[k] for k in wanted}
+        renamed = renamed_note(cleaned, wanted)
+        if renamed:
+            self.report.notes.append(renamed)
 
     def _check_schema(self, f: _File) -> None:
         schema = {k: (s.shape[1:], s.dtype.str) for k, s in f.streams.items()}
@@ -166,7 +203,7 @@ class OGBenchReader(ReaderBase):
             int(np.prod(s.shape[1:], dtype=np.int64)) * s.dtype.itemsize for s in f.streams.values()
         )
         block = self.block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 256, 1 << 18))
-        others = [k for k in f.streams if k not in ("terminals", "actions", "observations", "rewards")]
+        others = list(self._info_keys)
         start = 0
         prev_end = True  # row -1 "ended", so row 0 starts a trajectory
         while start < f.n:
@@ -195,7 +232,7 @@ class OGBenchReader(ReaderBase):
             keep = ~orphan
             observations = {"observation": rows["observations"][keep]}
             for k in others:
-                observations[f"info/{k}"] = rows[k][keep]
+                observations[self._info_keys[k]] = rows[k][keep]
             rewards = _column(rows["rewards"][step]) if "rewards" in rows else np.zeros((n, 1), np.float32)
             trunc = np.zeros((n, 1), bool)
             trunc[ends, 0] = True

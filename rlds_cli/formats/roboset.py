@@ -36,6 +36,8 @@ from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import open_hdf5, read_error
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
+from rlds_cli.formats.untrusted import require_numeric
 
 _TRIAL_RE = re.compile(r"^Trial(\d+)$")
 _REQUIRED = ("observations", "actions", "rewards", "done")
@@ -53,9 +55,10 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def _ted_key(path: str) -> str:
+def _ted_parts(path: str) -> tuple[str, ...]:
+    """``env_infos/x`` -> the parts of ``info/x`` (cleaned by :func:`clean_keys`)."""
     name = path[len("env_infos/") :] if path.startswith("env_infos/") else path
-    return "info/" + re.sub(r"[^A-Za-z0-9._/-]", "_", name)
+    return ("info", *name.split("/"))
 
 
 def _trials(f: Any, path: Path) -> list[tuple[int, str]]:
@@ -90,18 +93,19 @@ def _read_group(group: Any, path: Path, name: str) -> dict[str, np.ndarray]:
     return data
 
 
-def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int]:
+def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int, list[str]]:
     """Read every trial of one file (runs in a worker process).
 
     Returns:
-        The episodes, the number of source rows, and the number of last-row actions that were
-        not NaN (dropped all the same).
+        The episodes, the number of source rows, the number of last-row actions that were
+        not NaN (dropped all the same), and conversion notes (text columns dropped, keys renamed).
     """
     import h5py
 
     path = Path(arg[0])
     episodes: list[Episode] = []
     rows = non_nan_last = 0
+    notes: list[str] = []
     with open_hdf5(path) as f:
         for number, name in _trials(f, path):
             group = f[name]
@@ -119,7 +123,9 @@ def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int]:
                     f"{label}: unknown datasets {unknown} (not in the RoboHive schema: "
                     f"{', '.join(sorted(_KNOWN))}, env_infos/*)"
                 )
-            length = int(data["actions"].shape[0])
+            for key in sorted(_KNOWN & set(data)):  # untrusted input: numbers (or bools) only
+                require_numeric(label, key, data[key].dtype)
+            length = int(data["actions"].shape[0]) if data["actions"].ndim else 0
             for key, value in data.items():
                 if value.ndim == 0 or value.shape[0] != length:
                     raise SourceFormatError(
@@ -136,9 +142,20 @@ def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int]:
                 non_nan_last += 1
             t = length - 1
             obs["observation"] = data["observations"]
+            infos: dict[str, tuple[str, ...]] = {}
             for key, value in data.items():
-                if key.startswith("env_infos/") and value.dtype.kind not in "OSU":
-                    obs[_ted_key(key)] = value
+                if not key.startswith("env_infos/"):
+                    continue
+                if is_text(value.dtype):  # strings: never stored as object pointers
+                    notes.append(text_note(key, value.dtype))
+                else:
+                    require_numeric(label, key, value.dtype)
+                    infos[key] = _ted_parts(key)
+            # one cleaner for every reader: distinct source names never share a key
+            cleaned = clean_keys(infos)
+            for key in infos:
+                obs[cleaned[key]] = data[key]
+            notes.append(renamed_note(cleaned, infos) or "")
             if "time" in data:
                 obs["time"] = data["time"]
             steps = {
@@ -147,7 +164,7 @@ def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int]:
             }
             terminated = bool(done[-1]) if t > 0 else False
             episodes.append(Episode(label, obs, steps, terminated, source_id=number))
-    return episodes, rows, non_nan_last
+    return episodes, rows, non_nan_last, list(dict.fromkeys(n for n in notes if n))
 
 
 class RobosetReader(ReaderBase):
@@ -193,8 +210,13 @@ class RobosetReader(ReaderBase):
         packer = EpisodePacker(self.report)
         non_nan = 0
         args = [(str(f), i) for i, f in enumerate(self.files)]
-        for index, (episodes, rows, non_nan_last) in enumerate(ordered_map(read_file, args, self.workers)):
+        for index, (episodes, rows, non_nan_last, notes) in enumerate(
+            ordered_map(read_file, args, self.workers)
+        ):
             non_nan += non_nan_last
+            for note in notes:  # the same note from every trial is kept once
+                if note not in self.report.notes:
+                    self.report.notes.append(note)
             for ep in episodes:
                 if ep.length:
                     self._episode_file.append(index)

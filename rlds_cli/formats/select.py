@@ -1,14 +1,67 @@
 """Subsets at conversion time (``rlds download --episodes A:B --keys K,...``): a filter between
-any reader and the builder, so the unselected data is never written."""
+any reader and the builder, so the unselected data is never written.
+
+Per-episode arrays of the source metadata (``source_metadata.npz``) follow the episodes: a
+reader names them ``<format>/episode_<what>`` (``minari/episode_seed``,
+``roboset/episode_file``, ``ogbench/episode_file``), with one row per episode of its block
+stream, in order; after an ``--episodes A:B`` conversion they hold the kept episodes' rows only
+(:func:`subset_episode_arrays`), so row ``i`` always describes the dataset's episode ``i``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from rlds_cli.errors import InvalidSelectionError
+from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormatError
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
+from rlds_cli.formats.keys import key_problem
+from rlds_cli.formats.untrusted import require_numeric, require_rows
+
+#: Source arrays with one row per episode (``<format>/episode_<what>``).
+EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
+
+
+@dataclass
+class SelectionRecord:
+    """What :func:`select_blocks` saw: the source episodes read (before selection), so the
+    per-episode source arrays can be cut to the kept ones."""
+
+    episodes_seen: int = 0
+
+
+def kept_episodes(episodes: tuple[int, int | None], seen: int) -> np.ndarray:
+    """Positions (in the source's episode stream) of the episodes ``A:B`` kept, of ``seen`` read."""
+    first, stop = episodes
+    last = seen if stop is None else min(stop, seen)
+    return np.arange(first, max(first, last), dtype=np.int64)
+
+
+def is_episode_array(name: str) -> bool:
+    """Whether a source array holds one row per episode (``<format>/episode_<what>``)."""
+    return EPISODE_ARRAY.search(name) is not None
+
+
+def subset_episode_arrays(arrays: Mapping[str, np.ndarray], kept: np.ndarray) -> dict[str, np.ndarray]:
+    """``arrays`` with every per-episode array cut to the ``kept`` episodes, row for row."""
+    out: dict[str, np.ndarray] = {}
+    need = int(kept[-1]) + 1 if len(kept) else 0
+    for name, value in arrays.items():
+        if not is_episode_array(name):
+            out[name] = value
+            continue
+        value = np.asarray(value)
+        if value.ndim == 0 or len(value) < need:
+            # a reader bug, not bad input: its array must cover every episode it streamed
+            raise ConversionError(
+                f"source array {name!r} has {len(value) if value.ndim else 0} rows, but episode "
+                f"{need - 1} was kept: it cannot be cut to the kept episodes"
+            )
+        out[name] = value[kept]
+    return out
 
 
 def parse_episodes(spec: str | tuple[int, int | None] | list[int | None]) -> tuple[int, int | None]:
@@ -36,6 +89,8 @@ def select_blocks(
     *,
     episodes: tuple[int, int | None] | None = None,
     keys: list[str] | None = None,
+    record: SelectionRecord | None = None,
+    source: object = None,
 ) -> Iterator[StepBlock]:
     """Keep the episodes ``[A, B)`` and the named keys of a block stream.
 
@@ -43,12 +98,17 @@ def select_blocks(
     number as its ``source_id``. ``keys`` names TED keys to keep besides the required ones
     (``action``, ``next/reward``, ``next/terminated``, ``next/truncated``); ``next/K`` selects
     the observation-like key ``K``, and naming none of those keeps them all. Reading stops as
-    soon as episode ``B`` has been seen.
+    soon as episode ``B`` has been seen. ``record`` (optional) gets the number of source
+    episodes read, for :func:`kept_episodes`.
+
+    Every block is also checked against the rules for untrusted input that hold for every reader
+    (:func:`check_block`), naming ``source`` (the file or directory converted) in the error.
     """
     first, stop = episodes if episodes is not None else (0, None)
     wanted = None if keys is None else {k.removeprefix("next/") for k in keys} | set(REQUIRED_STEP_KEYS)
     counter = 0  # number of the episode open at the start of the block
     for block in blocks:
+        check_block(block, source)
         if wanted is not None:
             block = _select_keys(block, wanted)
         if episodes is None:
@@ -56,24 +116,57 @@ def select_blocks(
             continue
         kept = _select_episodes(block, counter, first, stop)
         counter += len(block.ends)
+        if record is not None:
+            record.episodes_seen = counter
         if kept is not None:
             yield kept
         if stop is not None and counter >= stop:
             return
 
 
+def check_block(block: StepBlock, source: object = None) -> None:
+    """The rules every reader's output must follow before anything is written, whatever the
+    format (each reader also checks them earlier, naming the source's own names): every key is a
+    valid TED key (never a path out of the dataset), and every column holds numbers (or bools)
+    with one row per step.
+
+    Raises:
+        SourceFormatError: Naming ``source`` and the key.
+    """
+    where = source if source is not None else "the source"
+    for columns in (block.steps, block.observations):
+        for key, rows in columns.items():
+            problem = key_problem(key)
+            if problem is not None:
+                raise SourceFormatError(
+                    f"{where}: key {key!r} cannot be stored: {problem}",
+                    hint="rename the array in the source (keys are '/'-separated parts of A-Z a-z 0-9 _ . -)",
+                )
+            rows = np.asarray(rows)
+            require_numeric(where, key, rows.dtype)
+            require_rows(where, key, rows.shape)
+
+
 def _select_keys(block: StepBlock, wanted: set[str]) -> StepBlock:
     available = {*block.steps, *block.observations}
-    unknown = sorted(wanted - available)
+    # a name keeps the keys under it too: 'action' keeps action/0, action/1 of a Tuple action
+    unknown = sorted(k for k in wanted if not any(a == k or a.startswith(f"{k}/") for a in available))
     if unknown:
         raise InvalidSelectionError(
             f"--keys names {', '.join(unknown)}, which the source does not have",
             hint=f"available keys: {', '.join(sorted(available))}",
         )
     # naming no observation-like key keeps them all: a transition needs its observation
-    observations = {k: v for k, v in block.observations.items() if k in wanted} or dict(block.observations)
-    steps = {k: v for k, v in block.steps.items() if k in wanted}
+    observations = {k: v for k, v in block.observations.items() if _named(k, wanted)}
+    observations = observations or dict(block.observations)
+    steps = {k: v for k, v in block.steps.items() if _named(k, wanted)}
     return StepBlock(steps, observations, block.ends, block.final_known, block.episode_ids)
+
+
+def _named(key: str, wanted: set[str]) -> bool:
+    """Whether ``key`` or a group holding it (``action`` for ``action/0``) is in ``wanted``."""
+    parts = key.split("/")
+    return any("/".join(parts[:i]) in wanted for i in range(1, len(parts) + 1))
 
 
 def _select_episodes(block: StepBlock, counter: int, first: int, stop: int | None) -> StepBlock | None:

@@ -1,23 +1,42 @@
 """TorchRL / tensordict memmap directories (``TensorDict.memmap`` output, TED layout).
 
 Such a directory holds a ``meta.json`` per TensorDict level and one raw ``<key>.memmap`` per
-tensor (shape and dtype in ``meta.json``). This reader imports the TED data back (for example
-what ``rlds export --to torchrl`` or a TorchRL replay buffer wrote):
+tensor (shape and dtype in ``meta.json``; file names encoded the way tensordict encodes them).
+This reader imports the TED data back: what ``rlds export --to torchrl`` wrote, a
+``TensorDict.memmap`` directory, or a dumped TorchRL replay buffer (``rb.dumps(path)``: the
+dump directory or its ``storage/``). The rules below are written out in ``docs/formats.md``:
 
-* keys present at the root and under ``next/`` (``observation``, ``pixels``, ...) are
+* **Filled rows only.** A replay-buffer storage is allocated at its capacity; only the rows
+  counted by ``storage_metadata.json``'s ``len`` are read. A buffer that wrapped around (the
+  writer's ``write_count`` exceeds the capacity) is read in insertion order: from the write
+  cursor to the end, then from the start (``cursor == write_count % capacity`` is checked; a
+  buffer whose cursor does not say that is refused).
+* **Batch dimensions.** ``[N]`` storages are one stream of steps. ``[B, T]`` storages are ``B``
+  streams (or ``T``, time first, as TorchRL's ``ndim=2`` storages are): the time axis is the one
+  along which ``next/<key>[t] == <key>[t + 1]`` holds (ties: the last axis for a plain
+  tensordict, the first for a replay buffer with ``ndim=2``). Each stream is read in time order;
+  its last step ends an episode (truncated unless terminated). More batch dimensions are refused.
+* Keys present at the root and under ``next/`` (``observation``, ``pixels``, ...) are
   observation-like: stored once, the final observation of an episode taken from ``next/``;
-* ``next/reward``, ``next/terminated``, ``next/truncated`` become the TED step columns
-  (``next/done`` alone, without the other two, is read as ``terminated``);
-* root ``done``/``terminated``/``truncated`` (false after a reset), ``episode`` and ``index`` are
-  recomputed by rlds and not imported; other root keys (``action``, ``info/...``) are step keys;
-* an episode ends where ``next/done`` is true, where ``episode`` changes, and where
-  ``next/observation[t] != observation[t+1]`` (counted as inferred, like D4RL resets).
+  ``next/reward`` (every column of a ``[T, k]`` reward), ``next/terminated``, ``next/truncated``
+  become the TED step columns (``next/done`` alone, without the other two, is read as
+  ``terminated``); root ``done``/``terminated``/``truncated``, ``episode``, ``index`` and
+  ``_weight`` are recomputed by rlds and not imported; other keys (``action``, ``info/...``) are
+  step keys. Text (``NonTensorData``/``NonTensorStack``) and ragged (nested) tensors are dropped
+  with a note; key names go through the key cleaner of every reader (:mod:`.keys`).
+* An episode ends where ``next/done`` is true, where ``episode`` changes, where a stream ends,
+  and where ``next/<key>[t] != <key>[t + 1]`` (NaN equal to NaN; counted as inferred, like D4RL
+  resets).
+* **Zero-filled final observations.** TorchRL fills the next observation of an episode's last
+  step with zeros where it does not know it (e.g. its RoboSet datasets). An episode whose last
+  ``next/<key>`` is all zeros for every observation-like key, while its last observation is not,
+  gets ``final_known = false`` (counted in ``synthesized_final_observations``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,149 +44,437 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.keys import clean_keys, renamed_note
+from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
 
 _FLAGS = ("done", "terminated", "truncated")
 _SKIP_ROOT = {*_FLAGS, "episode", "index", "_weight"}
+#: TED keys this reader writes itself: reserved in the key cleaner so no source key takes them.
+_FIXED = ("next/reward", "next/terminated", "next/truncated", "next/done")
 BLOCK_ROWS = 1 << 16
+#: Target bytes of source rows per block (as the other readers): image rows make smaller blocks.
+BLOCK_BYTES = 8 * 1024 * 1024
+#: Deepest nesting of sub-tensordicts accepted.
+MAX_DEPTH = 32
+#: Rows per axis compared when telling the time axis of a ``[B, T]`` storage.
+_AXIS_SAMPLE = 64
+#: Characters tensordict percent-encodes in file names (``_encode_key_for_filesystem``).
+_UNSAFE = set('/<>:"|?*\\ \0%') | {chr(i) for i in range(32)} | {chr(127)}
 
 
-def _decode(part: str) -> str:
-    import urllib.parse
+def _encode(key: str) -> str:
+    """tensordict's file name for a key (robust encoding, tensordict >= 0.10)."""
+    if not key:
+        return "%"
+    if key in (".", ".."):
+        return "%2E" * len(key)
+    return "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in key)
 
-    return urllib.parse.unquote(part)
+
+def _entry_path(directory: Path, key: str, suffix: str) -> Path:
+    """Where tensordict put ``key``: its encoded name, else the raw (legacy) name."""
+    encoded = directory / f"{_encode(key)}{suffix}"
+    if encoded.exists() or "/" in key or "\\" in key or "\0" in key or key in ("", ".", ".."):
+        return encoded
+    legacy = directory / f"{key}{suffix}"
+    return legacy if legacy.exists() else encoded
+
+
+def _tensordict_type(directory: Path) -> str | None:
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return str(meta.get("_type", "")) if isinstance(meta, dict) else None
+
+
+def storage_dir(path: Path) -> Path | None:
+    """The tensordict directory of ``path``: itself, or the ``storage/`` of a replay-buffer dump."""
+    for candidate in (path, path / "storage"):
+        if (candidate / "meta.json").is_file() and "TensorDict" in (_tensordict_type(candidate) or ""):
+            return candidate
+    return None
 
 
 def is_tensordict_memmap(path: Path) -> bool:
-    """Whether ``path`` is a directory written by ``TensorDict.memmap``."""
-    meta = path / "meta.json"
-    if not meta.is_file():
-        return False
+    """Whether ``path`` is a directory written by ``TensorDict.memmap`` (or a replay-buffer dump)."""
+    return storage_dir(path) is not None
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The files a conversion reads (hashed into the manifest): the tensordict directory's files
+    and, for a replay-buffer dump, its writer metadata (the write cursor decides the row order)."""
+    out: list[Path] = []
+    for p in paths:
+        storage = storage_dir(p) if p.is_dir() else None
+        if storage is None:
+            out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+            continue
+        out += sorted(q for q in storage.rglob("*") if q.is_file())
+        writer = storage.parent / "writer" / "metadata.json"
+        if storage.name == "storage" and writer.is_file():
+            out.append(writer)
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
     try:
-        return "TensorDict" in str(json.loads(meta.read_text()).get("_type", ""))
-    except (OSError, ValueError):
-        return False
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SourceFormatError(f"{path} is unreadable: {exc}") from exc
+    return data if isinstance(data, dict) else None
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise exact equality, NaN equal to NaN (as the D4RL reader and ``inspect --check``)."""
+    a2 = a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
+    b2 = b.reshape(len(b), int(np.prod(b.shape[1:], dtype=np.int64)))
+    same = a2 == b2
+    if a2.dtype.kind in "fc":
+        same |= np.isnan(a2) & np.isnan(b2)
+    return same.all(axis=1)
 
 
 class TorchRLMemmapReader(ReaderBase):
-    """Streams a tensordict memmap directory in TED layout as :class:`StepBlock` s."""
+    """Streams a tensordict memmap directory (or a replay-buffer dump) in TED layout."""
 
     format_name = "torchrl"
 
-    def __init__(self, path: str | Path, *, block_rows: int = BLOCK_ROWS, **_: Any) -> None:
+    def __init__(self, path: str | Path, *, block_rows: int | None = None, **_: Any) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise SourceNotFoundError(f"source {self.path} does not exist")
-        if not is_tensordict_memmap(self.path):
+        storage = storage_dir(self.path)
+        if storage is None:
             raise SourceFormatError(
-                f"{self.path} is not a tensordict memmap directory (no TensorDict meta.json)"
+                f"{self.path} is not a tensordict memmap directory (no TensorDict meta.json)",
+                hint="pass the directory TensorDict.memmap wrote, or a replay buffer's dumps() directory",
             )
-        self.block_rows = block_rows
-        self.report = ConversionReport(rules="torchrl-memmap-v1")
-        self.tensors: dict[str, np.ndarray] = {}
-        self._walk(self.path, "")
-        lengths = {k: len(v) for k, v in self.tensors.items()}
-        self.n = lengths.get("next/reward", 0)
-        bad = [k for k, length in lengths.items() if length != self.n]
-        if "next/reward" not in self.tensors or bad:
+        self.storage = storage
+        self.block_rows: int = block_rows or BLOCK_ROWS
+        self.report = ConversionReport(rules="torchrl-memmap-v2")
+        meta = _read_json(storage / "meta.json") or {}
+        self.batch_shape = require_shape(storage / "meta.json", "shape", meta.get("shape", []))
+        if not 1 <= len(self.batch_shape) <= 2:
             raise SourceFormatError(
-                f"{self.path}: TED data needs next/reward and equal lengths for every tensor"
-                + (f" ({bad[0]!r} has {lengths[bad[0]]} rows, next/reward {self.n})" if bad else "")
+                f"{storage}: batch shape {list(self.batch_shape)}; rlds imports [N] (steps) or [B, T] "
+                "(trajectories) tensordicts",
+                hint="reshape the tensordict to [N] or [B, T] before TensorDict.memmap",
             )
-        self.flat = [
-            k
-            for k in self.tensors
-            if not k.startswith("next/") and f"next/{k}" in self.tensors and k not in _SKIP_ROOT
-        ]
-        if not self.flat:
-            raise SourceFormatError(f"{self.path}: no key is present both at the root and under next/")
+        raw: dict[tuple[str, ...], np.ndarray] = {}
+        self._walk(storage, (), raw)
+        self._plan_keys(raw)
+        self._plan_rows()
         self.report.source_rows = self.n
+        if not block_rows:  # about BLOCK_BYTES of source rows per block, at most BLOCK_ROWS rows
+            arrays = [*self.steps.values(), self.reward, *(a for pair in self.flat.values() for a in pair)]
+            row_bytes = sum(declared_bytes(a.shape[1:], a.dtype) for a in arrays)
+            self.block_rows = int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1, BLOCK_ROWS))
 
-    def _walk(self, directory: Path, prefix: str) -> None:
-        try:
-            meta = json.loads((directory / "meta.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise SourceFormatError(f"{directory / 'meta.json'} is unreadable: {exc}") from exc
+    # ------------------------------------------------------------------ layout
+
+    def _walk(self, directory: Path, prefix: tuple[str, ...], out: dict[tuple[str, ...], np.ndarray]) -> None:
+        if len(prefix) >= MAX_DEPTH:  # a sub-tensordict directory linking back to its parent
+            raise SourceFormatError(f"{directory}: tensordicts nested more than {MAX_DEPTH} levels deep")
+        meta = _read_json(directory / "meta.json")
+        if meta is None:
+            raise SourceFormatError(f"{directory / 'meta.json'} is missing or not a JSON object")
         for key, entry in meta.items():
-            if not isinstance(entry, dict) or key in ("shape", "device", "_type"):
+            if not isinstance(entry, dict) or key in ("shape", "device", "_type", "names"):
                 continue
-            name = prefix + _decode(key)
-            if entry.get("type") == "TensorDict":
-                self._walk(directory / key, name + "/")
-            elif "dtype" in entry and not entry.get("is_nested"):
-                dtype = np.dtype(str(entry["dtype"]).removeprefix("torch."))
-                shape = tuple(int(s) for s in entry["shape"])
-                file = directory / f"{key}.memmap"
-                expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if not file.is_file() or file.stat().st_size < expected:
-                    raise SourceFormatError(f"{file} is missing or shorter than its meta.json says")
-                self.tensors[name] = np.memmap(file, dtype=dtype, mode="r", shape=shape)
+            parts = (*prefix, key)
+            name = "/".join(parts)
+            kind = entry.get("type")
+            if kind is not None:
+                sub = _entry_path(directory, key, "")
+                sub_type = _tensordict_type(sub) or str(kind)
+                if "NonTensor" in sub_type or "NonTensor" in str(kind):
+                    self.report.notes.append(
+                        f"{name}: text/Python values (NonTensorData) are not stored (the cache holds "
+                        "numeric arrays only); column dropped"
+                    )
+                elif "TensorDict" in sub_type:
+                    self._walk(sub, parts, out)
+                else:
+                    self.report.notes.append(f"{name}: a {kind} entry is not a tensor; not imported")
+                continue
+            if "dtype" not in entry:
+                continue
+            if entry.get("is_nested"):
+                self.report.notes.append(f"{name}: a nested (ragged) tensor is not stored; column dropped")
+                continue
+            torch_dtype = str(entry["dtype"]).removeprefix("torch.")
+            try:
+                dtype = np.dtype(torch_dtype)
+            except (TypeError, ValueError, SyntaxError):
+                raise SourceFormatError(
+                    f"{directory / 'meta.json'}: {name!r} has dtype {entry['dtype']}, which numpy cannot "
+                    "hold",
+                    hint="convert it (e.g. td[key] = td[key].float()) and write the tensordict again",
+                ) from None
+            # untrusted input: numbers (or bools) only, and a shape of sizes (no int64 wrap-around)
+            require_numeric(directory / "meta.json", name, dtype)
+            shape = require_shape(directory / "meta.json", name, entry.get("shape"))
+            if shape[: len(self.batch_shape)] != self.batch_shape:
+                raise SourceFormatError(
+                    f"{directory}: {name!r} has shape {list(shape)}, not the tensordict's batch shape "
+                    f"{list(self.batch_shape)} first"
+                )
+            file = _entry_path(directory, key, ".memmap")
+            expected = declared_bytes(shape, dtype)
+            if expected and (not file.is_file() or file.stat().st_size < expected):  # 0 bytes: no file
+                raise SourceFormatError(f"{file} is missing or shorter than its meta.json says")
+            if expected == 0:
+                out[parts] = np.zeros(shape, dtype)
+            else:
+                out[parts] = np.memmap(file, dtype=dtype, mode="r", shape=shape)
+
+    def _plan_keys(self, raw: dict[tuple[str, ...], np.ndarray]) -> None:
+        """Sort the tensors into observation-like, step and flag columns; clean their names."""
+        if ("next", "reward") not in raw:
+            raise SourceFormatError(f"{self.storage}: TED data needs a next/reward tensor")
+        if ("action",) not in raw:
+            raise SourceFormatError(f"{self.storage}: TED data needs an 'action' tensor")
+        flat = [p for p in raw if p[0] != "next" and ("next", *p) in raw and not _skipped(p)]
+        if not flat:
+            raise SourceFormatError(f"{self.storage}: no key is present both at the root and under next/")
+        paired = {("next", *p) for p in flat}
+        steps = [
+            p
+            for p in raw
+            if p not in flat
+            and p not in paired
+            and not _skipped(p)
+            and not (len(p) == 2 and p[0] == "next" and p[1] in (*_FLAGS, "reward"))
+        ]
+        labels = {"/".join(p): p for p in (*flat, *steps)}
+        if len(labels) != len(flat) + len(steps):
+            raise SourceFormatError(f"{self.storage}: two keys differ only by a '/' inside a key name")
+        wanted: dict[str, tuple[str, ...]] = {f"\0{k}": tuple(k.split("/")) for k in _FIXED}
+        wanted.update(labels)
+        cleaned = clean_keys(wanted)
+        source = {k: v for k, v in wanted.items() if not k.startswith("\0")}
+        renamed = renamed_note({k: cleaned[k] for k in source}, source)
+        if renamed:
+            self.report.notes.append(renamed)
+        batch = int(np.prod(self.batch_shape))
+        flatten = lambda a: a.reshape(batch, *a.shape[len(self.batch_shape) :])  # noqa: E731
+        #: TED key -> (root rows, next rows) of each observation-like key
+        self.flat = {cleaned["/".join(p)]: (flatten(raw[p]), flatten(raw[("next", *p)])) for p in flat}
+        self.steps = {cleaned["/".join(p)]: flatten(raw[p]) for p in steps}
+        clash = sorted(set(self.steps) & {f"next/{k}" for k in self.flat})
+        if clash:
+            raise SourceFormatError(
+                f"{self.storage}: step key {clash[0]!r} is also the next/ twin of an observation-like key",
+                hint="rename one of the two keys in the tensordict and write it again",
+            )
+        self.reward = flatten(raw[("next", "reward")])
+        self.flags = {f: flatten(raw[("next", f)]) for f in _FLAGS if ("next", f) in raw}
+        self.episode = flatten(raw[("episode",)]) if ("episode",) in raw else None
+
+    def _plan_rows(self) -> None:
+        """Which storage rows to read, in which order, and where each stream of steps ends."""
+        dump = self.storage.parent if self.storage.name == "storage" else None
+        storage_meta = _read_json(self.storage / "storage_metadata.json")
+        writer = _read_json(dump / "writer" / "metadata.json") if dump is not None else None
+        cap0 = self.batch_shape[0]
+        inner = self.batch_shape[1] if len(self.batch_shape) == 2 else 1
+        filled0, start0 = self._filled(storage_meta, writer, cap0, inner)
+        if filled0 == 0 or inner == 0:
+            raise SourceFormatError(
+                f"{self.storage} holds no steps (batch shape {list(self.batch_shape)}, {filled0} filled rows)"
+            )
+        # dim-0 rows in insertion order (a wrapped buffer starts at its write cursor)
+        rows0 = (start0 + np.arange(filled0)) % cap0
+        if len(self.batch_shape) == 1:
+            self._order: np.ndarray | None = None if start0 == 0 else rows0.astype(np.int64)
+            self.n = filled0
+            self._stream_ends = np.array([filled0 - 1], np.int64)
+            return
+        # TorchRL's ndim=2 storages put time first; a [B, T] TED tensordict puts it last
+        by_elements = self._len_counts_elements(storage_meta, cap0, inner)
+        time_first = self._time_axis(rows0, default_first=by_elements)
+        grid = rows0[:, None] * inner + np.arange(inner)[None, :]  # [filled0, inner] flat indices
+        streams = grid.T if time_first else grid  # one stream of steps per row
+        self._order = np.ascontiguousarray(streams).reshape(-1).astype(np.int64)
+        self.n = int(streams.size)
+        length = streams.shape[1]
+        self._stream_ends = np.arange(length - 1, self.n, length, dtype=np.int64)
+        self.report.notes.append(
+            f"[{', '.join(map(str, self.batch_shape))}] storage read as {streams.shape[0]} streams of "
+            f"{length} steps (time along dimension {0 if time_first else 1}); each stream's last step "
+            "ends an episode"
+        )
+
+    @staticmethod
+    def _len_counts_elements(storage_meta: dict[str, Any] | None, cap0: int, inner: int) -> bool:
+        """Whether ``len`` counts elements (TorchRL ``ndim=2`` storage) rather than dim-0 rows."""
+        length = (storage_meta or {}).get("len")
+        return isinstance(length, int) and inner > 1 and length > cap0
+
+    def _filled(
+        self, storage_meta: dict[str, Any] | None, writer: dict[str, Any] | None, cap0: int, inner: int
+    ) -> tuple[int, int]:
+        """(rows filled along dimension 0, the oldest row) from the dump's metadata."""
+        if storage_meta is None:  # a plain TensorDict.memmap: every row holds data
+            return cap0, 0
+        length = storage_meta.get("len")
+        if not isinstance(length, int) or length < 0:
+            raise SourceFormatError(f"{self.storage / 'storage_metadata.json'}: 'len' is {length!r}")
+        count = writer.get("write_count") if writer else None
+        cursor = writer.get("cursor") if writer else None
+        if isinstance(count, int) and isinstance(cursor, int):
+            if count <= cap0:
+                return count, 0
+            if cursor != count % cap0:
+                raise SourceFormatError(
+                    f"{self.storage.parent}: the buffer wrapped around (write_count {count} > capacity "
+                    f"{cap0}) but its write cursor {cursor} is not write_count % capacity, so the "
+                    "insertion order is unknown",
+                    hint="re-create the buffer with a RoundRobinWriter, or export it with its rows in order",
+                )
+            self.report.notes.append(
+                f"the replay buffer wrapped around ({count} writes into {cap0} rows): read in insertion "
+                f"order from its write cursor {cursor}; the oldest episode may start mid-way"
+            )
+            return cap0, cursor
+        # no writer metadata: len alone (elements for an ndim=2 storage, else dim-0 rows)
+        rows = length // inner if self._len_counts_elements(storage_meta, cap0, inner) else length
+        if rows > cap0 or (inner > 1 and rows * inner != length and rows != length):
+            raise SourceFormatError(
+                f"{self.storage / 'storage_metadata.json'}: len {length} does not fit a storage of shape "
+                f"{list(self.batch_shape)}",
+                hint="pass the whole dump directory (with writer/metadata.json)",
+            )
+        if rows == cap0:
+            self.report.notes.append(
+                "full replay-buffer storage without writer metadata: rows read in storage order (if the "
+                "buffer wrapped around, pass the dump directory holding writer/metadata.json)"
+            )
+        return rows, 0
+
+    def _time_axis(self, rows0: np.ndarray, *, default_first: bool) -> bool:
+        """Whether time runs along dimension 0 of a ``[D0, D1]`` storage: the axis along which
+        ``next/<key>[t] == <key>[t + 1]`` holds on a sample of the rows."""
+        inner = self.batch_shape[1]
+        rows = rows0[:_AXIS_SAMPLE]
+        cols = np.arange(min(inner, _AXIS_SAMPLE))
+        idx = (rows[:, None] * inner + cols[None, :]).reshape(-1)
+        shape = (len(rows), len(cols))
+        done = np.zeros(len(idx), bool)
+        for flag in self.flags.values():
+            done |= np.asarray(flag[idx]).reshape(len(idx), -1).any(axis=1)
+        done = done.reshape(shape)
+        bad = [0, 0]  # continuity breaks (outside episode ends) with time along dimension 0, 1
+        for root, nxt in self.flat.values():
+            size = int(np.prod(root.shape[1:], dtype=np.int64))
+            cur = np.asarray(root[idx]).reshape(*shape, size)
+            new = np.asarray(nxt[idx]).reshape(*shape, size)
+            along0 = _rows_equal(new[:-1].reshape(-1, size), cur[1:].reshape(-1, size))
+            along1 = _rows_equal(new[:, :-1].reshape(-1, size), cur[:, 1:].reshape(-1, size))
+            bad[0] += int((~along0 & ~done[:-1].reshape(-1)).sum())
+            bad[1] += int((~along1 & ~done[:, :-1].reshape(-1)).sum())
+        if bad[0] == bad[1]:
+            return default_first
+        return bad[0] < bad[1]
+
+    # ------------------------------------------------------------------ reading
 
     def close(self) -> None:
-        self.tensors.clear()
+        self.flat.clear()
+        self.steps.clear()
 
     def total_rows(self) -> int:
         return self.n
 
     def source_metadata(self) -> dict[str, Any]:
-        return {"keys": sorted(self.tensors)}
+        return {
+            "torchrl": {
+                "batch_shape": list(self.batch_shape),
+                "keys": sorted([*self.flat, *self.steps]),
+                "rows": self.n,
+            }
+        }
 
     def source_arrays(self) -> dict[str, np.ndarray]:
         return {}
 
-    def _flag(self, key: str, start: int, stop: int) -> np.ndarray:
-        value = self.tensors.get(key)
-        return (
-            np.zeros(stop - start, bool) if value is None else np.asarray(value[start:stop]).reshape(-1) != 0
-        )
+    def _rows(self, array: np.ndarray, start: int, stop: int) -> np.ndarray:
+        if self._order is None:
+            return np.asarray(array[start:stop])
+        return np.asarray(array[self._order[start:stop]])
+
+    def _flag(self, name: str, start: int, stop: int) -> np.ndarray:
+        value = self.flags.get(name)
+        if value is None:
+            return np.zeros(stop - start, bool)
+        return self._rows(value, start, stop).reshape(stop - start, -1).any(axis=1)
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        t = self.tensors
-        has_split = "next/terminated" in t or "next/truncated" in t
+        """Yield the filled rows, in insertion and time order, as blocks."""
+        has_split = "terminated" in self.flags or "truncated" in self.flags
         for start in range(0, self.n, self.block_rows):
             stop = min(start + self.block_rows, self.n)
             look = min(stop + 1, self.n)
-            term = self._flag("next/terminated" if has_split else "next/done", start, stop)
-            trunc = self._flag("next/truncated", start, stop)
-            end = term | trunc | self._flag("next/done", start, stop)
+            rows = stop - start
+            term = self._flag("terminated" if has_split else "done", start, stop)
+            trunc = self._flag("truncated", start, stop)
+            end = term | trunc | self._flag("done", start, stop)
+            forced = np.zeros(rows, bool)
+            stream_ends = self._stream_ends[(self._stream_ends >= start) & (self._stream_ends < stop)]
+            forced[stream_ends - start] = True
             # unflagged boundaries: the episode id changes, or next/obs is not the next row's obs
-            jump = np.zeros(stop - start, bool)
-            if "episode" in t:
-                ep = np.asarray(t["episode"][start:look]).reshape(look - start, -1)[:, 0]
+            jump = np.zeros(rows, bool)
+            if self.episode is not None:
+                ep = self._rows(self.episode, start, look).reshape(look - start, -1)[:, 0]
                 jump[: len(ep) - 1] |= ep[1:] != ep[:-1]
+            roots = {k: self._rows(r, start, look) for k, (r, _) in self.flat.items()}
+            nexts = {k: self._rows(x, start, stop) for k, (_, x) in self.flat.items()}
             for key in self.flat:
-                root = np.asarray(t[key][start + 1 : look])
-                nxt = np.asarray(t[f"next/{key}"][start : look - 1])
-                same = (root.reshape(len(root), -1) == nxt.reshape(len(nxt), -1)).all(axis=1)
+                same = _rows_equal(nexts[key][: look - start - 1], roots[key][1:])
                 jump[: len(same)] |= ~same
-            inferred = jump & ~end
+            inferred = jump & ~end & ~forced
             self.report.inferred_boundaries += int(inferred.sum())
-            end |= inferred
-            if stop == self.n:
-                end[-1] = True
+            end |= inferred | forced
             trunc = trunc | (end & ~term)
             ends = np.flatnonzero(end)
             steps: dict[str, np.ndarray] = {
-                "next/reward": np.asarray(t["next/reward"][start:stop]).reshape(stop - start, -1)[:, :1],
+                "next/reward": _reward_columns(self._rows(self.reward, start, stop)),
                 "next/terminated": term[:, None],
                 "next/truncated": trunc[:, None],
             }
-            for key, value in t.items():
-                if key in self.flat or key in _SKIP_ROOT or key.removeprefix("next/") in self.flat:
-                    continue
-                if key.startswith("next/") and key.removeprefix("next/") in (*_FLAGS, "reward"):
-                    continue
-                steps[key] = np.asarray(value[start:stop])
-            if "action" not in steps:
-                raise SourceFormatError(f"{self.path}: TED data needs an 'action' tensor")
+            for key, value in self.steps.items():
+                steps[key] = self._rows(value, start, stop)
+            known = np.ones(len(ends), bool)
+            for key in self.flat:
+                finals_zero = _all_zero(nexts[key][ends])
+                known &= ~(finals_zero & ~_all_zero(roots[key][ends]))
+            self.report.synthesized_final_observations += int((~known).sum())
             observations = {
-                key: np.insert(
-                    np.asarray(t[key][start:stop]),
-                    ends + 1,
-                    np.asarray(t[f"next/{key}"][start:stop])[ends],
-                    axis=0,
-                )
-                for key in self.flat
+                key: np.insert(roots[key][:rows], ends + 1, nexts[key][ends], axis=0) for key in self.flat
             }
-            yield StepBlock(steps=steps, observations=observations, ends=ends)
+            yield StepBlock(
+                steps=steps, observations=observations, ends=ends, final_known=None if known.all() else known
+            )
             if progress is not None:
-                progress(stop - start)
+                progress(rows)
+        if self.report.synthesized_final_observations:
+            self.report.notes.append(
+                f"{self.report.synthesized_final_observations} episode(s) end with an all-zero next "
+                "observation (TorchRL's fill for an unknown final observation): final_known = false"
+            )
+
+
+def _skipped(parts: tuple[str, ...]) -> bool:
+    return len(parts) == 1 and parts[0] in _SKIP_ROOT
+
+
+def _reward_columns(reward: np.ndarray) -> np.ndarray:
+    """TED's ``[N, k]`` reward: a ``[N]`` reward gains the column axis, ``[N, k]`` keeps all k."""
+    return reward[:, None] if reward.ndim == 1 else reward
+
+
+def _all_zero(rows: np.ndarray) -> np.ndarray:
+    return ~rows.reshape(len(rows), -1).any(axis=1) if rows.size else np.ones(len(rows), bool)

@@ -11,7 +11,13 @@ from rlds_cli.loader.mixture import MixtureLoader
 from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
 from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
 from rlds_cli.loader.sumtree import SumTree
-from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
+from rlds_cli.loader.torch_data import (
+    EpochBatchSampler,
+    TedDataLoader,
+    TedIterableDataset,
+    TedMapDataset,
+    collate_ted,
+)
 from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn, compute_stats
 
 __all__ = [
@@ -28,6 +34,7 @@ __all__ = [
     "PrioritizedSliceSampler",
     "SliceSampler",
     "SumTree",
+    "TedDataLoader",
     "TedIterableDataset",
     "TedMapDataset",
     "UniformSampler",

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
+from rlds_cli.loader.samplers import load_shard_state, shard_state
 from rlds_cli.loader.sources import HostSource
 
 
@@ -130,17 +132,26 @@ class DeviceUniformSampler:
     Args:
         num_steps: Size of the dataset.
         batch_size: Indices per batch.
-        seed: Seed of the generator.
+        seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
         device: Where the generator (and the indices) live.
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
     """
 
-    def __init__(self, num_steps: int, batch_size: int, seed: int | None, device: torch.device) -> None:
+    def __init__(
+        self,
+        num_steps: int,
+        batch_size: int,
+        seed: int | None,
+        device: torch.device,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.num_steps, self.batch_size, self.device = int(num_steps), int(batch_size), device
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="DeviceUniformSampler")
         self._gen = torch.Generator(device=device)
-        if seed is None:
-            self._gen.seed()
-        else:
-            self._gen.manual_seed(int(seed))
+        self._gen.manual_seed(stream_seed(self.seed, self.rank, self.world_size))
 
     def sample(self) -> torch.Tensor:
         """``batch_size`` indices, an int64 tensor on the device."""
@@ -150,10 +161,10 @@ class DeviceUniformSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The generator's state (a CPU byte tensor)."""
-        return {"torch_generator": self._gen.get_state(), "num_steps": self.num_steps}
+        return {"torch_generator": self._gen.get_state(), **shard_state(self, self.num_steps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        if int(state["num_steps"]) != self.num_steps:
-            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
+        size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        load_shard_state(self, state, self.num_steps)
         self._gen.set_state(state["torch_generator"])

@@ -12,16 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.samplers import positive_int
 
 
 def seed_entropy(seed: int | None) -> int:
-    """A fixed integer seed: ``seed`` itself, or fresh entropy when ``None`` (kept in the state)."""
-    if seed is None:
-        return int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
-    return int(seed)
+    """A fixed integer seed: ``seed`` itself, or a fresh one when ``None`` (kept in the state).
+    See :func:`rlds_cli.loader.distributed.run_seed`, which also knows ranks."""
+    return run_seed(seed)
 
 
 def epoch_permutation(num_steps: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
@@ -53,7 +51,9 @@ class EpochSampler:
     Args:
         num_steps: Size of the dataset.
         batch_size: Indices per batch.
-        seed: Seed of the epochs' permutations (``None``: fresh entropy, kept in the state).
+        seed: Seed of the epochs' permutations, the same on every rank (``None``: ``$RLDS_SEED``,
+            else a fresh one, broadcast from rank 0 under ``torch.distributed``; kept in the
+            state). With ``world_size > 1`` outside ``torch.distributed`` a seed is required.
         drop_last: Skip an epoch's last batch when it would be short (then the next batch starts
             the next epoch); otherwise that batch is shorter.
         shuffle: ``False`` visits the steps in order (for evaluation passes).
@@ -65,7 +65,7 @@ class EpochSampler:
         self,
         num_steps: int,
         batch_size: int,
-        seed: int | None = 0,
+        seed: int | None = None,
         *,
         drop_last: bool = False,
         shuffle: bool = True,
@@ -76,11 +76,8 @@ class EpochSampler:
             raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
         self.num_steps = int(num_steps)
         self.batch_size = positive_int("batch_size", batch_size)
-        self.world_size = positive_int("world_size", world_size)
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank must be in [0, world_size={self.world_size}), got {rank!r}")
-        self.rank = int(rank)
-        self.seed = seed_entropy(seed)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, shared=True, what="EpochSampler")
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
         self.epoch = 0
@@ -141,9 +138,10 @@ class EpochSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        if int(state["num_steps"]) != self.num_steps:
-            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
+        size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        check_steps(state, self.num_steps)
+        check_shard(state, self.rank, self.world_size, "EpochSampler")
         self.seed = int(state["seed"])
         self.set_epoch(int(state["epoch"]))
         self.position = int(state["position"])

@@ -11,7 +11,7 @@ from rlds_cli.loader.samplers import Episodes, SliceSampler, UniformSampler, pos
 SAMPLERS = ("uniform", "epoch", "slice", "prioritized")
 _OPTIONS = {
     "uniform": set(),
-    "epoch": {"drop_last", "shuffle", "rank", "world_size"},
+    "epoch": {"drop_last", "shuffle"},
     "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned"},
     "prioritized": {"alpha", "beta", "eps", "fanout", "compiled", "slice_len", "num_slices", "short"},
 }
@@ -32,15 +32,26 @@ def _slices(batch_size: int, options: dict[str, Any]) -> tuple[int, int]:
     return batch_size // slice_len, slice_len
 
 
-def make_sampler(name: str, episodes: Episodes, batch_size: int, seed: int | None = 0, **options: Any) -> Any:
+def make_sampler(
+    name: str,
+    episodes: Episodes,
+    batch_size: int,
+    seed: int | None = None,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    **options: Any,
+) -> Any:
     """A sampler by name over a dataset with these ``episodes``.
 
     Args:
         name: ``"uniform"``, ``"epoch"``, ``"slice"`` or ``"prioritized"``.
         episodes: The dataset's episode boundaries.
         batch_size: Steps per batch (for slices: ``num_slices * slice_len``).
-        seed: Seed of the sampler's generator.
-        **options: Sampler options: ``epoch``: drop_last, shuffle, rank, world_size;
+        seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
+        rank, world_size: This process's shard: epoch samplers take one shard of each epoch,
+            the others draw a stream of their own from ``(seed, rank)``.
+        **options: Sampler options: ``epoch``: drop_last, shuffle;
             ``slice``: slice_len, num_slices, short, weight, start_aligned; ``prioritized``:
             alpha, beta, eps, fanout, compiled, and slice_len / num_slices / short for slices.
 
@@ -56,16 +67,17 @@ def make_sampler(name: str, episodes: Episodes, batch_size: int, seed: int | Non
     batch_size = positive_int("batch_size", batch_size)
     opts = dict(options)
     n = episodes.num_steps
+    shard = {"rank": rank, "world_size": world_size}
     if name == "uniform":
-        return UniformSampler(n, batch_size, seed)
+        return UniformSampler(n, batch_size, seed, **shard)
     if name == "epoch":
-        return EpochSampler(n, batch_size, seed, **opts)
+        return EpochSampler(n, batch_size, seed, **shard, **opts)
     if name == "slice":
         num_slices, slice_len = _slices(batch_size, opts)
-        return SliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **opts)
+        return SliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **shard, **opts)
     if "slice_len" in opts:
         num_slices, slice_len = _slices(batch_size, opts)
-        return PrioritizedSliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **opts)
+        return PrioritizedSliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **shard, **opts)
     if "short" in opts or "num_slices" in opts:
         raise ValueError("short and num_slices apply to prioritized slices: pass slice_len too")
-    return PrioritizedSampler(n, batch_size, seed=seed, **opts)
+    return PrioritizedSampler(n, batch_size, seed=seed, **shard, **opts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -13,12 +14,14 @@ import torch
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
+from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource
 
 Transform = Callable[[TedBatch], TedBatch]
+logger = logging.getLogger("rlds_cli.loader")
 
 
 def to_torch(
@@ -68,6 +71,11 @@ def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> 
 class Loader:
     """Batches of TED transitions sampled from a cached dataset, as torch tensors.
 
+    ``for batch in loader`` is one epoch by default (``epochs=1``): each step once for the
+    ``"epoch"`` sampler; for samplers with replacement as many batches as make one dataset's
+    worth of steps (per rank). ``len(loader)`` is that count. An endless stream is asked for
+    explicitly: :meth:`stream`, or ``epochs=None``.
+
     Example:
         >>> loader = Loader("pointmass-demo-v0", batch_size=256, sampler="uniform", seed=0)  # doctest: +SKIP
         >>> batch = loader.sample()
@@ -80,7 +88,13 @@ class Loader:
         sampler: ``"uniform"``, ``"epoch"``, ``"slice"``, ``"prioritized"``, or an object with
             ``sample()`` returning indices or a :class:`~rlds_cli.loader.samplers.Draw`
             (and ideally ``state_dict`` / ``load_state_dict``).
-        seed: Seed of the sampler built from a name.
+        seed: The run seed of a sampler given by name. ``None`` (default): ``$RLDS_SEED``, else a
+            fresh seed, drawn on rank 0 and broadcast when ``torch.distributed`` is initialised
+            (then every rank must build the loader); a fresh seed is logged (logger
+            ``rlds_cli.loader``, INFO) and kept as :attr:`seed` and in :meth:`state_dict`.
+            Each rank draws its own stream (or, for ``"epoch"``, its own shard) from it.
+        rank, world_size: This process's data-parallel shard (``None``: from an initialised
+            ``torch.distributed``, else 0 and 1).
         keys: TED keys to read (``None``: all); other arrays are never touched.
         device: Where batches go (``None``: stay on the CPU).
         in_memory: ``False``: read the cache (memory maps / zarr) at every batch; ``True``: copy
@@ -95,8 +109,10 @@ class Loader:
             :class:`~rlds_cli.cache.ted.TedBatch` before conversion; objects with a
             ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`).
         as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``.
-        num_batches: Length of one ``for batch in loader`` pass (``None``: one epoch for the
-            ``"epoch"`` sampler, else endless).
+        epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
+            epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
+        num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
+            ``epochs``).
         root: Cache root, when ``dataset`` is a name.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
@@ -108,7 +124,9 @@ class Loader:
         batch_size: int = 256,
         *,
         sampler: str | Any = "uniform",
-        seed: int | None = 0,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         device: torch.device | str | None = None,
         in_memory: bool | str = False,
@@ -117,6 +135,7 @@ class Loader:
         pin_memory: bool | None = None,
         transform: Transform | Sequence[Transform] | None = None,
         as_tensordict: bool = False,
+        epochs: int | None = 1,
         num_batches: int | None = None,
         root: str | os.PathLike[str] | None = None,
         **sampler_options: Any,
@@ -128,8 +147,12 @@ class Loader:
             raise ValueError(f"in_memory must be False, True or 'device', got {in_memory!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
-        if num_batches is not None and (not isinstance(num_batches, int) or num_batches < 0):
+        if num_batches is not None and (
+            isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0
+        ):
             raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
+            raise ValueError(f"epochs must be an integer >= 0, or None for an endless stream; got {epochs!r}")
         cuda = self.device is not None and self.device.type == "cuda"
         if pin_memory and not cuda:
             raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
@@ -139,12 +162,19 @@ class Loader:
         self.prefetch = prefetch
         self.as_tensordict = bool(as_tensordict)
         self.num_batches = num_batches
+        self.epochs = epochs
+        self.rank, self.world_size = rank_world(rank, world_size)
         self._host = HostSource(self.dataset, keys, in_memory=bool(in_memory), pack=pack)
         self._device_source: DeviceSource | None = None
         if in_memory == "device":
             self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
+        self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         self._epoch_done = getattr(self.sampler, "epoch_done", None)  # looked up once, not per batch
+        self._batches_per_epoch = self._epoch_length()
+        # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
+        # started now (e.g. after a restore) finds that epoch over and yields nothing for it
+        self._epoch_end_pending = False
         self.transforms = self._bind(transform)
         self._lock = threading.Lock()  # the sampler is shared with the prefetch thread
         self._prefetcher: Prefetcher | None = None
@@ -154,16 +184,36 @@ class Loader:
 
     def _make_sampler(self, sampler: Any, seed: int | None, options: dict[str, Any]) -> Any:
         if isinstance(sampler, str):
+            # one run seed for every rank (epoch shards need it); each rank's stream derives from it
+            self.seed = run_seed(seed, world_size=self.world_size, shared=sampler == "epoch", what="Loader")
+            shard = {"rank": self.rank, "world_size": self.world_size}
             if sampler == "uniform" and self._device_source is not None and not options:
                 return DeviceUniformSampler(
-                    self.dataset.num_steps, self.batch_size, seed, self._device_source.device
+                    self.dataset.num_steps, self.batch_size, self.seed, self._device_source.device, **shard
                 )
-            return make_sampler(sampler, Episodes.of(self.dataset), self.batch_size, seed, **options)
+            episodes = Episodes.of(self.dataset)
+            return make_sampler(sampler, episodes, self.batch_size, self.seed, **shard, **options)
         if options:
             raise ValueError(f"sampler options {sorted(options)} only apply to a sampler given by name")
         if not callable(getattr(sampler, "sample", None)):
             raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
+        self.seed = getattr(sampler, "seed", None)
         return sampler
+
+    def _epoch_length(self) -> int:
+        """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to
+        draw this rank's share of the dataset's steps."""
+        own = getattr(self.sampler, "batches_per_epoch", None)
+        if own is not None:
+            return max(1, int(own))
+        per_batch = int(getattr(self.sampler, "batch_size", self.batch_size))
+        share = -(-self.dataset.num_steps // self.world_size)
+        return max(1, -(-share // per_batch))
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Batches in one epoch (see the class docstring)."""
+        return self._batches_per_epoch
 
     def _bind(self, transform: Transform | Sequence[Transform] | None) -> list[Transform]:
         chain = (
@@ -226,14 +276,17 @@ class Loader:
 
     def _next(self) -> tuple[Any, bool]:
         if self.prefetch == 0:
-            out = self._draw()
+            batch, end = self._draw()
         else:
             if self._prefetcher is None:
                 self._prefetcher = Prefetcher(self._prepare, self.prefetch)
             item = self._prefetcher.get()
-            out = (item.batch, item.end_of_epoch)
+            batch, end = item.batch, item.end_of_epoch
         self.batches_drawn += 1
-        return out
+        if self._epoch_done is None:  # with replacement: epochs of a fixed number of batches
+            end = self.batches_drawn % self._batches_per_epoch == 0
+        self._epoch_end_pending = end
+        return batch, end
 
     def sample(self) -> Any:
         """One batch: the TED keys plus ``index`` (the sampled step indices) and the sampler's
@@ -241,21 +294,37 @@ class Loader:
         return self._next()[0]
 
     def __iter__(self) -> Iterator[Any]:
-        count = 0
-        epoch_mode = self.num_batches is None and hasattr(self.sampler, "epoch_done")
-        while self.num_batches is None or count < self.num_batches:
+        """One pass: ``num_batches`` batches if set, else ``epochs`` epochs (endless if None)."""
+        if self.num_batches is not None:
+            for _ in range(self.num_batches):
+                yield self._next()[0]
+            return
+        if self.epochs is None:
+            yield from self.stream()
+            return
+        left = self.epochs
+        if left and self._epoch_end_pending:  # the current epoch is over: it counts, with no batch
+            self._epoch_end_pending = False
+            left -= 1
+        while left > 0:
             batch, end = self._next()
             yield batch
-            count += 1
-            if epoch_mode and end:
-                return
+            self._epoch_end_pending = False  # the loop came back for more: it is past that batch
+            if end:
+                left -= 1
+
+    def stream(self) -> Iterator[Any]:
+        """An endless stream of batches (epochs follow each other), whatever ``epochs`` says."""
+        while True:
+            yield self._next()[0]
 
     def __len__(self) -> int:
+        """Batches of a full pass: ``num_batches``, else ``epochs`` times :attr:`batches_per_epoch`."""
         if self.num_batches is not None:
             return self.num_batches
-        if hasattr(self.sampler, "batches_per_epoch"):
-            return int(self.sampler.batches_per_epoch)
-        raise TypeError("an endless Loader has no length; pass num_batches")
+        if self.epochs is None:
+            raise TypeError("an endless Loader (epochs=None) has no length; pass epochs= or num_batches=")
+        return self.epochs * self._batches_per_epoch
 
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Forward new priorities to a prioritized sampler (safe while prefetching)."""
@@ -301,10 +370,22 @@ class Loader:
         """The sampler's state at the first batch not yet returned: a loader restored from it
         continues the same stream (with or without prefetch)."""
         self.close()  # a prefetched batch the caller never saw must come again after a restore
-        return {"sampler": self._sampler_state(), "batches_drawn": self.batches_drawn}
+        return {
+            "sampler": self._sampler_state(),
+            "batches_drawn": self.batches_drawn,
+            "epoch_end_pending": self._epoch_end_pending,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
+        """Restore a state from :meth:`state_dict`: the stream continues exactly (refused from
+        another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         self.close()
+        check_shard(state, self.rank, self.world_size, "Loader")
         self.sampler.load_state_dict(state["sampler"])
         self.batches_drawn = int(state.get("batches_drawn", 0))
+        self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
+        if state.get("seed") is not None:
+            self.seed = int(state["seed"])

@@ -18,6 +18,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
 from rlds_cli.loader.loader import to_tensordict, to_torch
 from rlds_cli.loader.samplers import positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
@@ -44,7 +45,11 @@ class MixtureLoader:
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
-        seed: Seed of the mixture's generator (each source's draws come from it too).
+        seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged and kept as
+            :attr:`seed`); each rank draws its own stream from it.
+        rank, world_size: This process's rank (``None``: from ``torch.distributed``, else 0, 1).
+        num_batches: Batches per ``for batch in mix`` pass. A mixture has no epochs, so plain
+            iteration needs it; :meth:`stream` is the endless alternative.
         in_memory: Load every source's needed columns into RAM.
         device: Where batches go.
         as_tensordict: Return ``tensordict.TensorDict`` batches.
@@ -59,7 +64,10 @@ class MixtureLoader:
         *,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         rename: Mapping[str, Mapping[str, str]] | None = None,
-        seed: int | None = 0,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_batches: int | None = None,
         in_memory: bool = False,
         device: torch.device | str | None = None,
         as_tensordict: bool = False,
@@ -86,7 +94,14 @@ class MixtureLoader:
         self.batch_size = positive_int("batch_size", batch_size)
         self._schedule = weights if callable(weights) else None
         self._fixed = None if callable(weights) else _check_weights(weights, len(self.names))
-        self._rng = np.random.default_rng(seed)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+        if num_batches is not None and (
+            isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0
+        ):
+            raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
+        self.num_batches = num_batches
         self.device = torch.device(device) if device is not None else None
         self.as_tensordict = bool(as_tensordict)
         self.batches_drawn = 0
@@ -151,6 +166,22 @@ class MixtureLoader:
         return to_tensordict(out, self.device) if self.as_tensordict else out
 
     def __iter__(self) -> Iterator[Any]:
+        """``num_batches`` batches (a mixture has no epochs: without it, a ``TypeError``)."""
+        if self.num_batches is None:
+            raise TypeError(
+                "a MixtureLoader has no epochs: pass num_batches= for finite passes, or iterate "
+                "mix.stream() for an endless stream"
+            )
+        return (self.sample() for _ in range(self.num_batches))
+
+    def __len__(self) -> int:
+        """``num_batches`` (a ``TypeError`` without it)."""
+        if self.num_batches is None:
+            raise TypeError("a MixtureLoader without num_batches has no length")
+        return self.num_batches
+
+    def stream(self) -> Iterator[Any]:
+        """An endless stream of batches."""
         while True:
             yield self.sample()
 
@@ -171,13 +202,20 @@ class MixtureLoader:
         """Generator, batch count and the mix so far: a restored loader continues the stream."""
         return {
             "bit_generator": self._rng.bit_generator.state,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
             "batches_drawn": self.batches_drawn,
             "counts": self._counts.copy(),
             "target": self._target.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
+        """Restore a state from :meth:`state_dict` (refused from another rank or world size:
+        :class:`~rlds_cli.errors.LoaderStateError`)."""
+        check_shard(state, self.rank, self.world_size, "MixtureLoader")
+        if state.get("seed") is not None:
+            self.seed = int(state["seed"])
         self._rng.bit_generator.state = state["bit_generator"]
         self.batches_drawn = int(state["batches_drawn"])
         self._counts = np.asarray(state["counts"], np.int64).copy()

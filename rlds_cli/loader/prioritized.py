@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlds_cli.loader.samplers import Draw, SliceSampler, _rng_state, positive_int
+from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
+from rlds_cli.loader.samplers import (
+    Draw,
+    SliceSampler,
+    _rng_state,
+    load_shard_state,
+    positive_int,
+    shard_state,
+)
 from rlds_cli.loader.sumtree import SumTree
 
 
@@ -32,7 +40,8 @@ class PrioritizedSampler:
         alpha: How much priorities matter (0: uniform).
         beta: Importance-weight correction (1: full); may be changed between batches.
         eps: Added to ``|priority|`` so that no item becomes impossible to draw.
-        seed: Seed of the sampler's own generator.
+        seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
         fanout: Fan-out of the sum tree.
         compiled: Run the sum tree's compiled kernels (numba, the ``fast`` extra): None (default)
             when installed; True requires them; False never. The stream is the same either way.
@@ -49,9 +58,11 @@ class PrioritizedSampler:
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
-        seed: int | None = 0,
+        seed: int | None = None,
         fanout: int = 32,
         compiled: bool | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if num_steps <= 0:
             raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
@@ -63,7 +74,9 @@ class PrioritizedSampler:
         self.max_priority = 1.0
         self._tree = SumTree(self.num_steps, fanout, compiled=compiled)
         self._tree.set_all(np.full(self.num_steps, self.max_priority**self.alpha))
-        self._rng = np.random.default_rng(seed)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what=type(self).__name__)
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
 
     @property
     def priorities(self) -> np.ndarray:
@@ -106,7 +119,7 @@ class PrioritizedSampler:
         """Generator state and every priority: a resumed run draws the same stream."""
         return {
             "bit_generator": _rng_state(self._rng),
-            "num_steps": self.num_steps,
+            **shard_state(self, self.num_steps),
             "priorities": np.array(self._tree.leaves),
             "max_priority": self.max_priority,
             "alpha": self.alpha,
@@ -114,9 +127,9 @@ class PrioritizedSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        if int(state["num_steps"]) != self.num_steps:
-            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
+        size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        load_shard_state(self, state, self.num_steps)
         self._tree.set_all(np.asarray(state["priorities"], np.float64))
         self.max_priority = float(state["max_priority"])
         self.alpha, self.beta = float(state["alpha"]), float(state["beta"])
@@ -136,7 +149,8 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         num_slices: Slices per batch.
         slice_len: Steps per slice.
         short: Policy for episodes shorter than ``slice_len`` (see :class:`SliceSampler`).
-        alpha, beta, eps, seed, fanout, compiled: As for :class:`PrioritizedSampler`.
+        alpha, beta, eps, seed, fanout, compiled, rank, world_size: As for
+            :class:`PrioritizedSampler`.
     """
 
     def __init__(
@@ -149,11 +163,14 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
-        seed: int | None = 0,
+        seed: int | None = None,
         fanout: int = 32,
         compiled: bool | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
-        self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short)  # type: ignore[arg-type]
+        # only its windows are used, never its generator: a fixed seed (no fresh one logged)
+        self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short, seed=0)  # type: ignore[arg-type]
         ep = self._slices.episodes
         super().__init__(
             ep.num_steps,
@@ -164,6 +181,8 @@ class PrioritizedSliceSampler(PrioritizedSampler):
             seed=seed,
             fanout=fanout,
             compiled=compiled,
+            rank=rank,
+            world_size=world_size,
         )
         self.num_slices, self.slice_len = self._slices.num_slices, self._slices.slice_len
         if self._slices.skipped_episodes:

@@ -16,6 +16,8 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
+
 ShortPolicy = Literal["pad", "skip", "error"]
 Weighting = Literal["steps", "episodes"]
 
@@ -71,21 +73,45 @@ def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
     return rng.bit_generator.state
 
 
+def shard_state(sampler: Any, num_steps: int) -> dict[str, Any]:
+    """The part of a sampler's state that says whose it is: dataset size, seed, rank, world."""
+    return {
+        "num_steps": int(num_steps),
+        "seed": sampler.seed,
+        "rank": sampler.rank,
+        "world_size": sampler.world_size,
+    }
+
+
+def load_shard_state(sampler: Any, state: dict[str, Any], num_steps: int) -> None:
+    """Check a state's dataset size, rank and world size against ``sampler``; take its seed."""
+    check_steps(state, num_steps)
+    check_shard(state, sampler.rank, sampler.world_size, type(sampler).__name__)
+    if state.get("seed") is not None:
+        sampler.seed = int(state["seed"])
+
+
 class UniformSampler:
     """Transitions drawn uniformly at random, with replacement.
 
     Args:
         num_steps: Size of the dataset.
         batch_size: Indices per call to :meth:`sample`.
-        seed: Seed of the sampler's own generator (``None``: fresh entropy).
+        seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged; see
+            :mod:`rlds_cli.loader.distributed`); kept as :attr:`seed`.
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
     """
 
-    def __init__(self, num_steps: int, batch_size: int, seed: int | None = 0) -> None:
+    def __init__(
+        self, num_steps: int, batch_size: int, seed: int | None = None, *, rank: int = 0, world_size: int = 1
+    ) -> None:
         if num_steps <= 0:
             raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
         self.num_steps = int(num_steps)
         self.batch_size = positive_int("batch_size", batch_size)
-        self._rng = np.random.default_rng(seed)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="UniformSampler")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
 
     def sample(self, n: int | None = None) -> np.ndarray:
         """One batch of step indices, shape ``[n or batch_size]``, int64."""
@@ -93,12 +119,12 @@ class UniformSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
-        return {"bit_generator": _rng_state(self._rng), "num_steps": self.num_steps}
+        return {"bit_generator": _rng_state(self._rng), **shard_state(self, self.num_steps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        if int(state["num_steps"]) != self.num_steps:
-            raise ValueError(f"state is for a dataset of {state['num_steps']} steps, not {self.num_steps}")
+        """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
+        size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        load_shard_state(self, state, self.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]
 
 
@@ -144,7 +170,8 @@ class SliceSampler:
         weight: ``"steps"``: every window is equally likely (long episodes are drawn more
             often); ``"episodes"``: an episode uniformly, then a window in it.
         start_aligned: Only windows starting at an episode's first step.
-        seed: Seed of the sampler's own generator.
+        seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
 
     ``sample()`` returns a :class:`Draw`: indices ``[num_slices, slice_len]`` and ``mask``.
     """
@@ -158,7 +185,9 @@ class SliceSampler:
         short: ShortPolicy = "pad",
         weight: Weighting = "steps",
         start_aligned: bool = False,
-        seed: int | None = 0,
+        seed: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.num_slices = positive_int("num_slices", num_slices)
         self.slice_len = positive_int("slice_len", slice_len)
@@ -182,7 +211,9 @@ class SliceSampler:
             raise ValueError(f"no episode has slice_len={self.slice_len} steps; nothing to sample")
         self._cum_windows = np.cumsum(windows)
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
-        self._rng = np.random.default_rng(seed)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="SliceSampler")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
 
     @property
     def batch_size(self) -> int:
@@ -213,12 +244,10 @@ class SliceSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of slices."""
-        return {"bit_generator": _rng_state(self._rng), "num_steps": self.episodes.num_steps}
+        return {"bit_generator": _rng_state(self._rng), **shard_state(self, self.episodes.num_steps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        if int(state["num_steps"]) != self.episodes.num_steps:
-            raise ValueError(
-                f"state is for a dataset of {state['num_steps']} steps, not {self.episodes.num_steps}"
-            )
+        """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
+        size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        load_shard_state(self, state, self.episodes.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]

@@ -2,9 +2,14 @@
 
 Both pickle only the dataset's path and their settings: each DataLoader worker (fork, spawn or
 forkserver) reopens the dataset and its memory maps lazily on first use, so no worker inherits a
-file handle or a copy of the data. Shuffling and sharding derive from ``(seed, epoch, rank,
-worker)``: every data-parallel rank and every worker sees a disjoint part of each epoch's
-permutation, without communication and without the global RNG.
+file handle or a copy of the data. Shuffling and sharding derive from ``(seed, epoch, rank)``:
+every data-parallel rank sees a disjoint shard of each epoch's permutation, without
+communication and without the global RNG. The batches of a rank are split among its DataLoader
+workers batch by batch (worker ``w`` of ``W`` makes batches ``w, w + W, ...``), which the
+DataLoader hands out in order: the stream is the same whatever the number of workers.
+
+:class:`TedDataLoader` is a ``DataLoader`` that counts the batches the training loop has taken,
+so that ``state_dict()`` resumes exactly (workers prefetch ahead of the loop).
 """
 
 from __future__ import annotations
@@ -15,28 +20,28 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, Sampler, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, Sampler, get_worker_info
 
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.loader.epoch import epoch_permutation, seed_entropy, shard
+from rlds_cli.errors import LoaderStateError
+from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
+from rlds_cli.loader.epoch import epoch_permutation, shard
 from rlds_cli.loader.loader import to_torch
 from rlds_cli.loader.samplers import positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource, resolve_keys
 
 
-def _dist_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """``(rank, world_size)``: given, else from ``torch.distributed`` when initialized, else (0, 1)."""
-    if rank is None or world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            rank = dist.get_rank() if rank is None else rank
-            world_size = dist.get_world_size() if world_size is None else world_size
-    world_size = positive_int("world_size", world_size if world_size is not None else 1)
-    rank = 0 if rank is None else int(rank)
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    return rank, world_size
+def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
+    """Refuse a state from another dataset, rank, world size or batch size (the position counts
+    batches, so it means nothing with another batch size)."""
+    check_steps(state, owner.num_steps)
+    check_shard(state, owner.rank, owner.world_size, what)
+    if int(state.get("batch_size", owner.batch_size)) != owner.batch_size:
+        raise LoaderStateError(
+            f"{what} state was saved with batch_size={state['batch_size']}, not {owner.batch_size}",
+            hint="restore it with the batch size it was saved with",
+        )
 
 
 def _open(dataset: str | Dataset, root: str | os.PathLike[str] | None) -> Dataset:
@@ -102,12 +107,16 @@ class TedMapDataset(torch.utils.data.Dataset):
 class EpochBatchSampler(Sampler[list[int]]):
     """Batches of a seeded permutation per epoch, sharded over data-parallel ranks.
 
-    Call :meth:`set_epoch` at the start of every epoch (as with ``DistributedSampler``).
+    A finished pass moves on to the next epoch; :meth:`set_epoch` selects one (as with
+    ``DistributedSampler``; selecting the current epoch keeps the position in it, so a restored
+    state survives the usual ``set_epoch`` at the top of the loop). With DataLoader workers, use
+    :class:`TedDataLoader` for an exact :meth:`state_dict` (workers prefetch ahead of the loop).
 
     Args:
         num_steps: Size of the dataset.
         batch_size: Indices per batch.
-        seed: Seed of the permutations (the same on every rank).
+        seed: Seed of the permutations, the same on every rank (``None``: ``$RLDS_SEED``, else a
+            fresh one broadcast from rank 0 under ``torch.distributed``, logged).
         rank, world_size: This process's shard (default: from ``torch.distributed`` if set up).
         drop_last: Drop a short last batch.
         shuffle: ``False``: in order.
@@ -118,7 +127,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         num_steps: int,
         batch_size: int,
         *,
-        seed: int | None = 0,
+        seed: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
@@ -126,53 +135,89 @@ class EpochBatchSampler(Sampler[list[int]]):
     ) -> None:
         self.num_steps = positive_int("num_steps", num_steps)
         self.batch_size = positive_int("batch_size", batch_size)
-        self.seed = seed_entropy(seed)
-        self.rank, self.world_size = _dist_rank_world(rank, world_size)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, shared=True, what="EpochBatchSampler")
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
         self.epoch = 0
+        self.position = 0  # batches of the epoch the training loop has taken
+        self._external = False  # a TedDataLoader with workers counts the batches taken
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose permutation the next pass uses."""
-        self.epoch = int(epoch)
+        """Select the epoch of the next pass (the current one: its position is kept)."""
+        if int(epoch) != self.epoch:
+            self.epoch, self.position = int(epoch), 0
 
-    def _indices(self) -> np.ndarray:
-        order = epoch_permutation(self.num_steps, self.seed, self.epoch, self.shuffle)
+    def _indices(self, epoch: int) -> np.ndarray:
+        order = epoch_permutation(self.num_steps, self.seed, epoch, self.shuffle)
         return shard(order, self.rank, self.world_size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        idx = self._indices()
-        for start in range(0, len(idx), self.batch_size):
-            batch = idx[start : start + self.batch_size]
-            if self.drop_last and len(batch) < self.batch_size:
-                return
-            yield batch.tolist()
+        epoch, start = self.epoch, self.position
+        idx = self._indices(epoch)
+        for b in range(start, len(self)):
+            if not self._external:  # in-process, the loop has the batch once it is yielded
+                self.position = b + 1
+            yield idx[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+        if not self._external and self.epoch == epoch:
+            self._end_pass()
 
     def __len__(self) -> int:
         per = -(-self.num_steps // self.world_size)
         return per // self.batch_size if self.drop_last else -(-per // self.batch_size)
 
+    def _took(self) -> None:
+        self.position += 1
+
+    def _end_pass(self) -> None:
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch and the batches of it already taken (plus what the state belongs to)."""
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_steps": self.num_steps,
+            "batch_size": self.batch_size,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.
+
+        Raises:
+            LoaderStateError: The state is from another dataset, rank, world size or batch size.
+        """
+        _check_cursor_state(state, self, "EpochBatchSampler")
+        self.seed = int(state["seed"])
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
 
 class TedIterableDataset(IterableDataset):
-    """Iterable: yields whole batches (numpy arrays; use ``DataLoader(ds, batch_size=None,
-    collate_fn=collate_ted)``), sharded over ranks and workers.
+    """Iterable: yields whole batches (numpy arrays; use :class:`TedDataLoader`, or
+    ``DataLoader(ds, batch_size=None, collate_fn=collate_ted)``), sharded over ranks.
 
     ``shuffle="epoch"``: each pass is one epoch without replacement; the epoch's permutation is
-    split across ranks (padded to equal length, as ``DistributedSampler`` does) and each rank's
-    part across its workers exactly, so within an epoch no step is repeated or missed.
-    ``shuffle="uniform"``: an endless stream (or ``num_batches`` per pass) with replacement,
-    seeded by ``(seed, epoch, rank, worker)``.
+    split across ranks (padded to equal length, as ``DistributedSampler`` does), so within an
+    epoch no step is repeated or missed. ``shuffle="uniform"``: ``num_batches`` batches per pass
+    (``None``: endless) drawn with replacement, batch ``b`` seeded by ``(seed, epoch, rank, b)``.
+    Either way a rank's batches are split among DataLoader workers batch by batch, so a pass has
+    ``len(ds)`` batches and the same stream whatever the number of workers.
 
-    With persistent workers each worker counts its own epochs; otherwise call
-    :meth:`set_epoch` before every pass (as with ``DistributedSampler``).
+    A finished pass moves on to the next epoch (each persistent worker counts for itself);
+    :meth:`set_epoch` selects one. :meth:`state_dict` is exact when the dataset is iterated in
+    this process, or through a :class:`TedDataLoader` with workers.
 
     Args:
         dataset: A dataset or its name.
         batch_size: Rows per batch.
         keys: TED keys to read (``None``: all).
         shuffle: ``"epoch"`` or ``"uniform"``.
-        seed: Base seed.
+        seed: Base seed, the same on every rank (``None``: ``$RLDS_SEED``, else a fresh one,
+            broadcast from rank 0 under ``torch.distributed``, logged).
         rank, world_size: Data-parallel shard (default: from ``torch.distributed`` if set up).
-        drop_last: Drop each shard's short last batch (epoch mode).
+        drop_last: Drop each rank's short last batch (epoch mode).
         num_batches: Batches per pass in uniform mode (``None``: endless).
         root: Cache root for a name.
     """
@@ -184,7 +229,7 @@ class TedIterableDataset(IterableDataset):
         *,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         shuffle: str = "epoch",
-        seed: int | None = 0,
+        seed: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
@@ -193,15 +238,26 @@ class TedIterableDataset(IterableDataset):
     ) -> None:
         if shuffle not in ("epoch", "uniform"):
             raise ValueError(f"shuffle must be 'epoch' or 'uniform', got {shuffle!r}")
+        if num_batches is not None:
+            if shuffle == "epoch":
+                raise ValueError(
+                    "num_batches applies to shuffle='uniform'; an epoch pass has len(ds) batches"
+                )
+            if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+                raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
         self.dataset = _open(dataset, root)
+        self.num_steps = self.dataset.num_steps
         self.keys = resolve_keys(self.dataset, keys)
         self.batch_size = positive_int("batch_size", batch_size)
         self.shuffle = shuffle
-        self.seed = seed_entropy(seed)
-        self.rank, self.world_size = _dist_rank_world(rank, world_size)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(
+            seed, world_size=self.world_size, shared=shuffle == "epoch", what="TedIterableDataset"
+        )
         self.drop_last = bool(drop_last)
         self.num_batches = num_batches
-        self._next_epoch = 0
+        self.epoch = 0
+        self.position = 0  # batches of the current pass the training loop has taken
         self._source: HostSource | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -210,39 +266,157 @@ class TedIterableDataset(IterableDataset):
         return state
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch of the next pass."""
-        self._next_epoch = int(epoch)
+        """Select the epoch of the next pass (the current one: its position is kept)."""
+        if int(epoch) != self.epoch:
+            self.epoch, self.position = int(epoch), 0
 
     def _worker(self) -> tuple[int, int]:
         info = get_worker_info()
         return (info.id, info.num_workers) if info is not None else (0, 1)
 
+    def _pass_length(self) -> int | None:
+        if self.shuffle == "uniform":
+            return self.num_batches
+        per = -(-self.num_steps // self.world_size)
+        return per // self.batch_size if self.drop_last else -(-per // self.batch_size)
+
+    def __len__(self) -> int:
+        """Batches of one pass on this rank (all workers together)."""
+        n = self._pass_length()
+        if n is None:
+            raise TypeError(
+                "an endless TedIterableDataset (shuffle='uniform' without num_batches) has no length"
+            )
+        return n
+
     def __iter__(self) -> Iterator[TedBatch]:
-        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        epoch, start = self.epoch, self.position
         if self._source is None:
             self._source = HostSource(self.dataset, self.keys)
         worker, workers = self._worker()
+        in_worker = get_worker_info() is not None
+        total = self._pass_length()
+        order = None
         if self.shuffle == "epoch":
-            # Ranks get equal shards (padded, so DDP ranks run the same number of batches); the
-            # workers of a rank split its shard exactly, without padding.
-            order = shard(
-                epoch_permutation(self.dataset.num_steps, self.seed, epoch), self.rank, self.world_size
-            )
-            order = order[worker::workers]
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                if self.drop_last and len(idx) < self.batch_size:
-                    return
-                yield self._batch(idx)
-            return
-        rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
-        produced = 0
-        while self.num_batches is None or produced < self.num_batches:
-            yield self._batch(uniform_ints(rng, self.dataset.num_steps, self.batch_size))
-            produced += 1
+            # ranks get equal shards (padded, so DDP ranks run the same number of batches)
+            order = shard(epoch_permutation(self.num_steps, self.seed, epoch), self.rank, self.world_size)
+        b = start + worker
+        while total is None or b < total:
+            if order is not None:
+                idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+            else:
+                rng = np.random.default_rng([self.seed, epoch, self.rank, b])
+                idx = uniform_ints(rng, self.num_steps, self.batch_size)
+            if not in_worker:  # in-process, the loop has the batch once it is yielded
+                self.position = b + 1
+            yield self._batch(idx)
+            b += workers
+        if in_worker or self.epoch == epoch:  # a finished pass: the next one is the next epoch
+            self._end_pass()
+
+    def _took(self) -> None:
+        self.position += 1
+
+    def _end_pass(self) -> None:
+        self.epoch, self.position = self.epoch + 1, 0
 
     def _batch(self, idx: np.ndarray) -> TedBatch:
         assert self._source is not None
         batch = self._source.gather(idx)
         batch["index"] = np.array(idx)
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch and the batches of its pass already taken (plus what the state belongs to)."""
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_steps": self.num_steps,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.
+
+        Raises:
+            LoaderStateError: The state is from another dataset, rank, world size, batch size
+                or shuffle mode.
+        """
+        _check_cursor_state(state, self, "TedIterableDataset")
+        if state.get("shuffle", self.shuffle) != self.shuffle:
+            raise LoaderStateError(
+                f"TedIterableDataset state was saved with shuffle={state['shuffle']!r}, not {self.shuffle!r}",
+                hint="restore it with the shuffle mode it was saved with",
+            )
+        self.seed = int(state["seed"])
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+class TedDataLoader(DataLoader):
+    """A ``torch.utils.data.DataLoader`` whose :meth:`state_dict` resumes exactly, with or
+    without worker processes.
+
+    Workers (and a batch sampler feeding them) run up to ``prefetch_factor * num_workers``
+    batches ahead of the training loop; this loader counts the batches the loop has *taken* and
+    keeps that count in its dataset's (or batch sampler's) state. Persistent workers are
+    restarted when the position they would start from is not the loader's (after a pass broken
+    off, :meth:`load_state_dict` or ``set_epoch``).
+
+    Args:
+        dataset: A :class:`TedIterableDataset`, or a :class:`TedMapDataset` with
+            ``batch_sampler=EpochBatchSampler(...)``.
+        **kwargs: ``DataLoader`` arguments; ``collate_fn`` defaults to :func:`collate_ted` and,
+            for an iterable dataset, ``batch_size`` to ``None`` (the dataset makes the batches).
+    """
+
+    def __init__(self, dataset: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("collate_fn", collate_ted)
+        if isinstance(dataset, TedIterableDataset):
+            kwargs.setdefault("batch_size", None)
+        super().__init__(dataset, **kwargs)
+        if isinstance(dataset, TedIterableDataset):
+            target: Any = dataset
+        elif isinstance(self.batch_sampler, EpochBatchSampler):
+            target = self.batch_sampler
+        else:
+            raise ValueError(
+                "TedDataLoader takes a TedIterableDataset, or a dataset with "
+                "batch_sampler=EpochBatchSampler(...)"
+            )
+        self._target = target
+        self._workers_at: tuple[int, int] | None = None  # where persistent workers start next
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        target = self._target
+        if self.num_workers == 0:  # no prefetching: the dataset or sampler counts by itself
+            yield from super().__iter__()
+            return
+        cursor = (target.epoch, target.position)
+        if self.persistent_workers and self._workers_at not in (None, cursor):
+            # the live workers' copies of the dataset would start elsewhere: start fresh ones
+            self._iterator = None
+        sampler = isinstance(target, EpochBatchSampler)
+        if sampler:
+            target._external = True  # it runs ahead of the loop here: counted below instead
+        try:
+            self._workers_at = cursor
+            for batch in super().__iter__():
+                target._took()
+                yield batch
+            target._end_pass()
+            self._workers_at = (target.epoch, target.position)  # the workers moved on likewise
+        finally:
+            if sampler:
+                target._external = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's (or batch sampler's) state at the first batch the loop has not taken."""
+        return self._target.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped."""
+        self._target.load_state_dict(state)

@@ -9,7 +9,8 @@ cache, vectorized, at the batch's ``index``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,16 +20,13 @@ from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 
-#: Rows read at a time when computing statistics (bounded memory on any dataset size).
-_STATS_CHUNK = 1 << 18
+logger = logging.getLogger("rlds_cli.loader")
 
 
 def _shipped_stats(dataset: Dataset) -> dict[str, Any]:
     """Statistics stored in the manifest by ``rlds preprocess --stats`` (empty when none)."""
-    try:
-        from rlds_cli.preprocess.stats import load
-    except ImportError:  # pragma: no cover - the preprocess package ships with rlds
-        return {}
+    from rlds_cli.preprocess.stats import load
+
     try:
         return load(dataset)
     except (KeyError, TypeError, ValueError):  # malformed statistics: compute them instead
@@ -38,17 +36,22 @@ def _shipped_stats(dataset: Dataset) -> dict[str, Any]:
 def compute_stats(
     dataset: Dataset, keys: Iterable[str | tuple[str, ...]] = ("observation",)
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Per-dimension ``mean``, ``std``, ``min`` and ``max`` of stored keys, over every step.
+    """Per-dimension ``mean``, ``std``, ``min`` and ``max`` of stored keys, over every step of
+    ``dataset`` itself (for a view: the view's steps; see :func:`statistics_dataset`).
 
     Statistics stored in the manifest (``rlds preprocess --stats``) are used when present;
-    otherwise they are computed in one streaming pass (float64 accumulators, chunks of rows, so
-    memory stays bounded). Observation-like keys are summarized over the steps (their final
-    observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s.
+    otherwise they are computed in one streaming pass with the accumulator of ``--stats`` and
+    ``rlds inspect`` (:func:`rlds_cli.preprocess.stats.scan`: float64, Chan et al.'s merge of
+    bounded chunks). Observation-like keys are summarized over the steps (their final
+    observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s. Keys
+    with more than 4,096 elements per step (images) get one value over all elements.
 
     Returns:
         ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
-        key's per-step shape.
+        key's per-step shape (``()`` for images).
     """
+    from rlds_cli.preprocess import stats as accumulator
+
     out: dict[str, dict[str, np.ndarray]] = {}
     shipped = _shipped_stats(dataset)
     for key in (join_key(k) for k in keys):
@@ -56,79 +59,114 @@ def compute_stats(
         if base not in dataset.manifest.fields:
             raise KeyError(f"dataset {dataset.name!r} stores no key {base!r} to compute statistics of")
         known = shipped.get(base)
-        if known is not None:
-            out[key] = {s: np.asarray(getattr(known, s), np.float32) for s in ("mean", "std", "min", "max")}
-        else:
-            out[key] = _stream_stats(dataset, base)
+        if known is None:
+            merged = accumulator.scan(dataset, base)
+            if merged is None:
+                raise ValueError(f"dataset {dataset.name!r} has no steps to compute statistics of")
+            known = accumulator.key_stats(merged, dataset.manifest.fields[base].shape)
+        out[key] = {s: np.asarray(getattr(known, s), np.float32) for s in ("mean", "std", "min", "max")}
     return out
 
 
-def _stream_stats(dataset: Dataset, key: str) -> dict[str, np.ndarray]:
-    column = dataset.column(key)
-    spec = dataset.manifest.fields[key]
-    keep = None
-    if spec.storage == "flat":  # leave out each episode's final row: statistics over steps
-        ends = np.cumsum(np.asarray(dataset.episodes["length"], np.int64))
-        keep = np.ones(len(column), bool)
-        keep[ends + np.arange(len(ends))] = False
-    total = np.zeros(spec.shape, np.float64)
-    squares = np.zeros(spec.shape, np.float64)
-    low = np.full(spec.shape, np.inf)
-    high = np.full(spec.shape, -np.inf)
-    for start in range(0, len(column), _STATS_CHUNK):
-        chunk = np.asarray(column[start : start + _STATS_CHUNK], np.float64)
-        if keep is not None:
-            chunk = chunk[keep[start : start + _STATS_CHUNK]]
-        if not len(chunk):
-            continue
-        total += chunk.sum(axis=0)
-        squares += np.square(chunk).sum(axis=0)
-        low = np.minimum(low, chunk.min(axis=0))
-        high = np.maximum(high, chunk.max(axis=0))
-    rows = dataset.num_steps
-    mean = total / rows
-    std = np.sqrt(np.maximum(squares / rows - np.square(mean), 0.0))
-    return {
-        "mean": mean.astype(np.float32),
-        "std": std.astype(np.float32),
-        "min": low.astype(np.float32),
-        "max": high.astype(np.float32),
-    }
+def statistics_dataset(dataset: Dataset) -> Dataset:
+    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view
+    (a split's train and validation views share the parent's, so validation data is never
+    normalized with its own statistics), else the dataset itself."""
+    from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+
+    if dataset.manifest.layout != VIEW_LAYOUT:
+        return dataset
+    dataset.column(next(iter(dataset.manifest.fields)))  # checks the parent is there, unchanged
+    spec = ViewSpec.from_manifest(dataset.manifest)
+    return Dataset(dataset.directory.parent / spec.parent.replace("/", "--"))
+
+
+StatsSource = str | Dataset | Mapping[str, Any] | None
 
 
 class Normalize:
     """``(x - mean) / (std + eps)`` on the given keys (``next/`` twins use the same statistics).
 
     Args:
-        stats: ``{key: {"mean": ..., "std": ...}}`` (e.g. from :func:`compute_stats`); ``None``:
-            computed from the dataset when the loader binds the transform.
-        keys: Keys to normalize (default: the keys of ``stats``, or ``observation``).
+        stats: Where the statistics come from:
+
+            * ``None`` or ``"parent"`` (default): the dataset the loader reads, or, for a view
+              (``rlds view`` / ``rlds split``), its parent: a validation view is normalized like
+              the training data, never with its own statistics;
+            * ``"self"``: the dataset the loader reads, even a view;
+            * a :class:`~rlds_cli.cache.dataset.Dataset`: that dataset's (e.g. a training view's);
+            * a mapping ``{key: stats}``, each ``stats`` a mapping with ``"mean"`` and ``"std"``
+              (:func:`compute_stats`) or an object with ``mean`` and ``std`` attributes (what
+              ``rlds_cli.preprocess.load_stats`` returns).
+
+            Statistics of a dataset are those stored by ``rlds preprocess --stats`` when
+            present, else computed (:func:`compute_stats`) when the loader binds the transform.
+        keys: Keys to normalize (default ``["observation"]``).
         eps: Added to the standard deviation.
+
+    Attributes:
+        source: Which statistics are in use, in words (after binding), e.g.
+            ``"dataset 'hopper' (the parent of view 'hopper-val')"``.
     """
 
-    def __init__(
-        self,
-        stats: dict[str, dict[str, Any]] | None = None,
-        keys: Iterable[str | tuple[str, ...]] | None = None,
-        eps: float = 1e-6,
-    ) -> None:
-        self.keys = [join_key(k) for k in keys] if keys is not None else list(stats or ["observation"])
+    def __init__(self, stats: StatsSource = None, keys: Iterable[str | tuple[str, ...]] | None = None,
+                 eps: float = 1e-6) -> None:  # fmt: skip
+        self.keys = [join_key(k) for k in keys] if keys is not None else ["observation"]
         self.eps = float(eps)
-        self.stats = self._prepare(stats) if stats is not None else None
+        self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        self.source = ""
+        if stats is None:
+            stats = "parent"
+        if isinstance(stats, str):
+            if stats not in ("parent", "self"):
+                raise ValueError(
+                    f"stats must be 'parent', 'self', a Dataset or a mapping of statistics; got {stats!r}"
+                )
+            self._from: str | Dataset = stats
+        elif isinstance(stats, Dataset):
+            self._from = stats
+        elif isinstance(stats, Mapping):
+            self._from = "given"
+            self.stats = self._prepare(stats)
+            self.source = "statistics given"
+        else:
+            raise ValueError(
+                f"stats must be 'parent', 'self', a Dataset or a mapping of statistics; "
+                f"got {type(stats).__name__}"
+            )
 
-    def _prepare(self, stats: dict[str, dict[str, Any]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _prepare(self, stats: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         missing = [k for k in self.keys if k not in stats]
         if missing:
-            raise ValueError(f"stats has no entry for {missing}")
-        return {
-            k: (np.asarray(stats[k]["mean"], np.float32), np.asarray(stats[k]["std"], np.float32) + self.eps)
-            for k in self.keys
-        }
+            raise ValueError(
+                f"stats has no entry for {missing} (it has {sorted(stats)}); pass keys=[...] to "
+                "choose the keys to normalize"
+            )
+        return {k: (_field(stats[k], "mean", k), _field(stats[k], "std", k) + np.float32(self.eps))
+                for k in self.keys}  # fmt: skip
 
     def bind(self, dataset: Dataset) -> None:
-        """Compute missing statistics from ``dataset`` (called by the loader)."""
+        """Find the statistics for ``dataset`` (called by the loader); given ones are kept."""
         if self.stats is None:
-            self.stats = self._prepare(compute_stats(dataset, self.keys))
+            if isinstance(self._from, Dataset):
+                origin, self.source = self._from, f"dataset {self._from.name!r}"
+            elif self._from == "self":
+                origin, self.source = dataset, f"dataset {dataset.name!r} itself"
+            else:
+                origin = statistics_dataset(dataset)
+                self.source = f"dataset {origin.name!r}" + (
+                    f" (the parent of view {dataset.name!r})" if origin is not dataset else ""
+                )
+            self.stats = self._prepare(compute_stats(origin, self.keys))
+            logger.info("Normalize %s with the statistics of %s", self.keys, self.source)
+        for key, (mean, _) in self.stats.items():
+            base = key[5:] if key.startswith("next/") else key
+            field = dataset.fields.get(base) or dataset.fields.get(key)
+            if field is not None and mean.shape and tuple(mean.shape) != tuple(field[0]):
+                raise ValueError(
+                    f"statistics of {key!r} have shape {tuple(mean.shape)}, but dataset "
+                    f"{dataset.name!r} stores it as {tuple(field[0])}"
+                )
 
     def __call__(self, batch: TedBatch) -> TedBatch:
         if self.stats is None:
@@ -140,11 +178,22 @@ class Normalize:
         return batch
 
 
+def _field(entry: Any, name: str, key: str) -> np.ndarray:
+    """``entry[name]`` or ``entry.name`` as float32: a dict of arrays or a ``KeyStats``."""
+    value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+    if value is None:
+        raise ValueError(f"the statistics of {key!r} have no {name!r}")
+    return np.asarray(value, np.float32)
+
+
 class NStepReturn:
     """n-step targets: ``next/reward`` becomes the discounted sum of up to ``n`` rewards inside the
-    episode, ``next/observation`` and the done flags become those of the last step summed, and
-    ``next/discount`` (float32, ``[..., 1]``) is ``gamma ** k`` for the ``k`` steps summed (use
-    ``target = reward + discount * (1 - terminated) * V(next_observation)``).
+    episode (each column of a ``[..., k]`` reward on its own), ``next/observation`` and the done
+    flags become those of the last step summed, ``next/discount`` (float32, ``[..., 1]``) is
+    ``gamma ** k`` for the ``k`` steps summed (use
+    ``target = reward + discount * (1 - terminated) * V(next_observation)``), and
+    ``steps_to_next_obs`` (int64, the batch shape) is ``k``: the key TorchRL's value estimators
+    and losses read (as its ``MultiStep`` transform writes it) to bootstrap with ``gamma ** k``.
 
     Args:
         n: Steps to sum.
@@ -176,9 +225,9 @@ class NStepReturn:
         steps = np.minimum(idx[..., None] + np.arange(self.n), last[..., None])  # [..., n]
         valid = idx[..., None] + np.arange(self.n) <= last[..., None]
         rewards = self._source.gather(steps)
-        reward = rewards["next/reward"][..., 0].astype(np.float64)  # [..., n]
-        discounts = self.gamma ** np.arange(self.n)
-        batch_reward = (reward * discounts * valid).sum(axis=-1, keepdims=True)
+        reward = rewards["next/reward"].astype(np.float64)  # [..., n, columns]
+        discounts = (self.gamma ** np.arange(self.n))[:, None]
+        batch_reward = (reward * discounts * valid[..., None]).sum(axis=-2)  # [..., columns]
         k = valid.sum(axis=-1)
         final = idx + k - 1
         tail = self._source.gather(final)
@@ -190,6 +239,8 @@ class NStepReturn:
         else:
             batch["next/reward"] = batch_reward.astype(np.float32)
         batch["next/discount"] = (self.gamma**k)[..., None].astype(np.float32)
+        # TorchRL's estimators bootstrap with gamma ** steps_to_next_obs (gamma without it)
+        batch["steps_to_next_obs"] = k.astype(np.int64)
         return batch
 
 

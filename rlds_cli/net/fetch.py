@@ -3,11 +3,14 @@
 For each file (several at once, in a bounded thread pool):
 
 1. take the file's lock, so two processes fetching the same file download it once;
-2. if the file is there and matches its known (or recorded) size and sha256: done;
-3. else, offline: fail; online: stream each mirror in turn into ``<file>.part``, resuming
-   what is there, with retries (see :mod:`rlds_cli.net.http`);
+2. if the file is there and matches its known (or pinned) size and sha256: done;
+3. else, offline: fail; online: stream each mirror in turn into its ``.part``, resuming
+   what is there when the server proves it unchanged, with retries (see :mod:`rlds_cli.net.http`);
 4. check size and sha256 of the ``.part``; a mismatch deletes it and tries the next mirror;
 5. fsync, rename to the final name, fsync the folder, record the hash in ``hashes.json``.
+
+Locks, partial downloads and ``hashes.json`` live in the folder's ``.rlds/`` (see
+:mod:`rlds_cli.net.layout`), so they never collide with a downloaded file's name.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ from rlds_cli.errors import (
     DownloadFailedError,
     InsufficientDiskSpaceError,
     OfflineError,
+    RegistryFormatError,
 )
 from rlds_cli.net.hashes import FileRecord, HashStore
-from rlds_cli.net.http import DISK_MARGIN, HttpConfig, download_url, fsync_file, new_session
+from rlds_cli.net.http import DISK_MARGIN, HttpConfig, discard_part, download_url, fsync_file, new_session
+from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
 from rlds_cli.net.progress import DownloadProgress, ignore
 
-PART_SUFFIX = ".part"
 _HASH_CHUNK = 4 * 1024 * 1024
 
 
@@ -47,7 +51,7 @@ class RemoteFile:
         name: Path relative to the download folder (may hold ``/``).
         urls: Mirrors, tried in order.
         size: Size in bytes, when known.
-        sha256: Hex digest, when known (else the first download's is recorded).
+        sha256: Hex digest, when known (else the first converted download's is pinned).
         hash_origin: Where ``sha256`` comes from (``"registry"``, ``"hub"``, ``"user"``).
     """
 
@@ -90,6 +94,7 @@ def fetch_files(
     workers: int | None = None,
     progress: DownloadProgress | None = None,
     config: HttpConfig | None = None,
+    pin: bool = True,
 ) -> list[FetchResult]:
     """Make every file of ``files`` present and verified under ``directory``.
 
@@ -101,6 +106,9 @@ def fetch_files(
         workers: Files fetched at once (default: ``RLDS_DOWNLOAD_WORKERS``, 4).
         progress: See :data:`~rlds_cli.net.progress.DownloadProgress`.
         config: Timeouts, retries and back-off (default: from the environment).
+        pin: Make a first-seen hash binding at once. :func:`rlds_cli.download.download` passes
+            ``False`` and pins after the conversion succeeded (a file that does not convert,
+            such as a captive portal's HTML page, must never become the trusted version).
 
     Returns:
         One :class:`FetchResult` per file, in the order of ``files``.
@@ -111,7 +119,15 @@ def fetch_files(
         HTTPStatusError: A 4xx (other than 429) from the only or the last mirror.
         DownloadFailedError: Transient errors outlasted the retries on every mirror.
         InsufficientDiskSpaceError: The files do not fit on the disk.
+        RegistryFormatError: A file name lies in the bookkeeping folder ``.rlds/``.
     """
+    for f in files:
+        if is_reserved(f.name):
+            raise RegistryFormatError(
+                f"file name {f.name!r} is reserved: '{META_DIR}/' holds rlds' own bookkeeping in a "
+                "download folder",
+                hint="rename the file in its registry entry",
+            )
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     offline = settings.offline() if offline is None else offline
@@ -130,7 +146,7 @@ def fetch_files(
         report(event, name, value)
 
     def one(file: RemoteFile) -> FetchResult:
-        return _fetch_one(file, folder, store, force, offline, guarded, config)
+        return _fetch_one(file, folder, store, force, offline, guarded, config, pin)
 
     if n == 1:
         return [one(f) for f in files]
@@ -160,7 +176,7 @@ def _check_disk_for(files: list[RemoteFile], folder: Path, force: bool) -> None:
     for f in files:
         if f.size is None or (not force and (folder / f.name).is_file()):
             continue
-        part = folder / (f.name + PART_SUFFIX)
+        part = part_path(folder, f.name)
         needed += f.size - (part.stat().st_size if part.is_file() and not force else 0)
     if needed <= 0:
         return
@@ -180,18 +196,22 @@ def _fetch_one(
     offline: bool,
     progress: DownloadProgress,
     config: HttpConfig,
+    pin: bool,
 ) -> FetchResult:
     final = folder / file.name
     final.parent.mkdir(parents=True, exist_ok=True)
-    part = final.with_name(final.name + PART_SUFFIX)
-    lock = FileLock(str(final.with_name(f".{final.name}.lock")))
+    part = part_path(folder, file.name)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    lock_file = lock_path(folder, file.name)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_file))
     try:
         lock.acquire(timeout=0.2)
     except Timeout:
         progress("wait", file.name, 0)  # another process is fetching it: wait, then reuse it
         lock.acquire()
     try:
-        return _fetch_locked(file, final, part, store, force, offline, progress, config)
+        return _fetch_locked(file, final, part, store, force, offline, progress, config, pin)
     finally:
         lock.release()
 
@@ -205,14 +225,15 @@ def _fetch_locked(
     offline: bool,
     progress: DownloadProgress,
     config: HttpConfig,
+    pin: bool,
 ) -> FetchResult:
-    folder = final.parent
+    folder = store.directory
     expected = _expected(file, store.get(file.name))
     if force and not offline:  # offline, --force re-converts but cannot re-download
         final.unlink(missing_ok=True)
-        part.unlink(missing_ok=True)
+        discard_part(part)
     if final.is_file():
-        done = _reuse(file, final, store, expected, progress)
+        done = _reuse(file, final, store, expected, progress, pin)
         if done is not None:
             return done
         if offline:
@@ -223,7 +244,7 @@ def _fetch_locked(
         final.unlink()
     if offline:
         raise OfflineError(f"{file.name} is not downloaded (in {folder}) and offline mode is on")
-    return _download(file, final, part, store, expected, progress, config)
+    return _download(file, final, part, store, expected, progress, config, pin)
 
 
 @dataclass(frozen=True)
@@ -234,16 +255,22 @@ class _Expected:
 
 
 def _expected(file: RemoteFile, record: FileRecord | None) -> _Expected:
-    """What the bytes must be: the registry's (or Hub's, or user's) hash, else the recorded one."""
+    """What the bytes must be: the registry's (or Hub's, or user's) hash, else the pinned one (a
+    hash seen on a download that never converted binds nothing)."""
     if file.sha256:
         return _Expected(file.sha256.lower(), file.size, file.hash_origin)
-    if record is not None:
+    if record is not None and record.pinned:
         return _Expected(record.sha256, file.size if file.size is not None else record.size, "recorded")
     return _Expected(None, file.size, "none")
 
 
 def _reuse(
-    file: RemoteFile, final: Path, store: HashStore, expected: _Expected, progress: DownloadProgress
+    file: RemoteFile,
+    final: Path,
+    store: HashStore,
+    expected: _Expected,
+    progress: DownloadProgress,
+    pin: bool,
 ) -> FetchResult | None:
     """The file already there, if it verifies (re-hashed only when it changed since last time)."""
     st = final.stat()
@@ -261,7 +288,10 @@ def _reuse(
     url = record.url if record else (file.urls[0] if file.urls else "")
     origin = expected.origin if expected.sha256 else "recorded"
     if not fresh:
-        store.put(file.name, FileRecord(sha256, st.st_size, origin, url, st.st_mtime_ns))
+        pinned = (
+            pin or bool(expected.sha256) or (record is not None and record.pinned and record.sha256 == sha256)
+        )
+        store.put(file.name, FileRecord(sha256, st.st_size, origin, url, st.st_mtime_ns, pinned=pinned))
     progress("cached", file.name, st.st_size)
     return FetchResult(file.name, final, sha256, st.st_size, url, "cached", origin)
 
@@ -274,6 +304,7 @@ def _download(
     expected: _Expected,
     progress: DownloadProgress,
     config: HttpConfig,
+    pin: bool,
 ) -> FetchResult:
     failures: list[DownloadError] = []
     for url in file.urls:
@@ -287,7 +318,7 @@ def _download(
                         session, url, part, name=file.name, expected_size=expected.size, config=config,
                         progress=progress,
                     )  # fmt: skip
-                return _publish(file, final, part, store, expected, url, progress)
+                return _publish(file, final, part, store, expected, url, progress, pin)
             except ChecksumMismatchError as exc:  # the .part is gone: a next try starts from 0
                 failures.append(exc)
             except InsufficientDiskSpaceError:
@@ -306,6 +337,7 @@ def _publish(
     expected: _Expected,
     url: str,
     progress: DownloadProgress,
+    pin: bool,
 ) -> FetchResult:
     size = part.stat().st_size
     progress("verify", file.name, size)
@@ -316,14 +348,18 @@ def _publish(
     elif expected.sha256 and sha256 != expected.sha256:
         problem = f"has sha256 {sha256}, expected {expected.sha256} ({_ORIGINS[expected.origin]})"
     if problem:
-        part.unlink(missing_ok=True)
+        discard_part(part)
         raise ChecksumMismatchError(f"{file.name} downloaded from {url} {problem}; the file was deleted")
     fsync_file(part)
     os.replace(part, final)
+    discard_part(part)  # its validator record
     if settings.fsync_enabled():
         fsync_dir(final.parent)
     origin = expected.origin if expected.sha256 else "recorded"
-    store.put(file.name, FileRecord(sha256, size, origin, url, final.stat().st_mtime_ns))
+    # a hash from an authority (or an already pinned one) binds at once; a first-seen one only
+    # when the caller says so (after the file converted)
+    pinned = pin or bool(expected.sha256)
+    store.put(file.name, FileRecord(sha256, size, origin, url, final.stat().st_mtime_ns, pinned=pinned))
     progress("done", file.name, size)
     return FetchResult(file.name, final, sha256, size, url, "downloaded", origin)
 
@@ -344,6 +380,9 @@ def _combine(file: RemoteFile, failures: list[DownloadError]) -> DownloadError:
     lines = "; ".join(str(f) for f in failures)
     if all(isinstance(f, ChecksumMismatchError) for f in failures):
         return ChecksumMismatchError(f"every mirror of {file.name} failed verification: {lines}")
+    kinds = {type(f) for f in failures}
+    if len(kinds) == 1 and issubclass(cls := kinds.pop(), DownloadFailedError):
+        return cls(f"every mirror of {file.name} failed: {lines}")  # keeps its hint (e.g. --offline)
     return DownloadFailedError(f"every mirror of {file.name} failed: {lines}")
 
 

@@ -1,8 +1,11 @@
 """``hashes.json``: the sizes and sha256 of a dataset's downloaded files.
 
-It sits beside the raw files (``<root>/raw/<entry>/hashes.json``). For files whose registry
-entry knows no sha256, the first verified download records what it saw ("trust on first
-use") and every later download or ``rlds verify`` must match it. It also remembers each
+It sits in the download folder's bookkeeping folder (``<root>/raw/<entry>/.rlds/hashes.json``),
+apart from the downloaded files, so no downloaded name can collide with it. For files whose
+registry entry knows no sha256, the first download that verifies *and converts* records what it
+saw ("trust on first use"), and every later download or ``rlds verify`` must match it. A hash
+seen but not yet converted is kept unpinned: it saves re-hashing, but is never enforced, so a
+captive portal's HTML page can never become the trusted hash. The store also remembers each
 file's mtime, so a file that was verified and not touched since is not hashed again.
 """
 
@@ -12,11 +15,14 @@ import datetime as _dt
 import json
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from rlds_cli.net.layout import meta_dir
 
 HASHES_FILE = "hashes.json"
 _THREAD_LOCK = threading.Lock()
@@ -34,6 +40,8 @@ class FileRecord:
         url: The URL the bytes came from.
         mtime_ns: The file's mtime when it was last verified.
         verified_at: UTC time of that verification.
+        pinned: Whether later downloads must match this hash. A ``"recorded"`` hash is pinned
+            only once the file converted; hashes from an authority are pinned at once.
     """
 
     sha256: str
@@ -42,6 +50,7 @@ class FileRecord:
     url: str = ""
     mtime_ns: int = 0
     verified_at: str = ""
+    pinned: bool = True
 
 
 class HashStore:
@@ -53,33 +62,60 @@ class HashStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.path = directory / HASHES_FILE
+        self.path = meta_dir(directory) / HASHES_FILE
+        #: where rlds 0.1 kept it, beside the files: read while the new one does not exist
+        self.legacy_path = directory / HASHES_FILE
 
     def _lock(self) -> FileLock:
-        return FileLock(str(self.directory / f".{HASHES_FILE}.lock"))
+        return FileLock(str(self.path.with_name(f"{HASHES_FILE}.lock")))
+
+    def exists(self) -> bool:
+        """Whether any record was ever written for this folder."""
+        return self.path.is_file() or bool(self._parse(self.legacy_path))
 
     def read(self) -> dict[str, FileRecord]:
         """Every record, by file name (an unreadable file counts as empty)."""
+        if self.path.is_file():
+            return self._parse(self.path)
+        return self._parse(self.legacy_path)
+
+    @staticmethod
+    def _parse(path: Path) -> dict[str, FileRecord]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
             return {k: FileRecord(**v) for k, v in data.get("files", {}).items()}
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, AttributeError):
             return {}
 
     def get(self, name: str) -> FileRecord | None:
+        """The record of one file, pinned or not."""
         return self.read().get(name)
 
     def put(self, name: str, record: FileRecord) -> None:
         """Add or replace one record (read-modify-write under a process and a thread lock)."""
         record.verified_at = record.verified_at or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._update(lambda records: records.__setitem__(name, record))
+
+    def pin(self, names: Iterable[str]) -> None:
+        """Make the records of ``names`` binding for later downloads (after their conversion)."""
+        wanted = set(names)
+
+        def change(records: dict[str, FileRecord]) -> None:
+            for name in wanted & set(records):
+                records[name].pinned = True
+
+        if wanted and any(not r.pinned for n, r in self.read().items() if n in wanted):
+            self._update(change)
+
+    def _update(self, change: Any) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with _THREAD_LOCK, self._lock():
             records = self.read()
-            records[name] = record
+            change(records)
             self._write(records)
 
     def _write(self, records: dict[str, FileRecord]) -> None:
         data: dict[str, Any] = {"files": {k: asdict(v) for k, v in sorted(records.items())}}
-        tmp = self.path.with_name(f".{HASHES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = self.path.with_name(f"{HASHES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)

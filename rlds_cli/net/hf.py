@@ -14,9 +14,10 @@ import urllib.parse
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli.errors import DownloadFailedError, HTTPStatusError, RegistryFormatError
+from rlds_cli.errors import DownloadFailedError, HostNotFoundError, HTTPStatusError, RegistryFormatError
 from rlds_cli.net.fetch import RemoteFile
-from rlds_cli.net.http import HttpConfig, new_session
+from rlds_cli.net.http import HttpConfig, describe_error, name_not_resolved, new_session, open_url
+from rlds_cli.net.layout import is_reserved
 from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -49,7 +50,9 @@ def list_folder(
 
     Raises:
         HTTPStatusError: The folder or repo does not exist (404) or is private (401/403).
+        HostNotFoundError: The endpoint's host name does not resolve (offline; not retried).
         DownloadFailedError: The API kept failing (network errors, 429, 5xx).
+        RedirectError: The API redirects in a loop or to a non-HTTP URL.
         RegistryFormatError: The folder holds no file ending in ``suffix``.
     """
     base = endpoint or settings.hf_endpoint()
@@ -80,8 +83,8 @@ def _to_remote(item: Any, repo: str, revision: str, prefix: str, suffix: str, ba
     if not full.startswith(prefix) or not full.endswith(suffix):
         return None
     name = full[len(prefix) :]
-    if not name or ".." in name.split("/") or name.startswith("/"):
-        return None  # never let a server-provided name escape the download folder
+    if not name or ".." in name.split("/") or name.startswith("/") or is_reserved(name):
+        return None  # never let a server-provided name escape the download folder or reach .rlds/
     lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
     oid = str(lfs.get("oid", "")).removeprefix("sha256:").lower()
     size = lfs.get("size", item.get("size"))
@@ -102,25 +105,31 @@ def _get_page(session: Any, url: str, config: HttpConfig) -> tuple[list[Any], st
     for attempt in range(config.retries + 1):
         retry_after = None
         try:
-            resp = session.get(url, timeout=config.timeout)
+            resp = open_url(session, url, {}, config)
         except (requests.ConnectionError, requests.Timeout) as exc:
-            last = f"{type(exc).__name__}: {exc}"
+            if name_not_resolved(exc):  # offline: retrying a name that does not resolve only waits
+                host = urllib.parse.urlsplit(url).hostname or url
+                raise HostNotFoundError(
+                    f"listing {url}: cannot resolve the host name {host!r} ({describe_error(exc)})"
+                ) from None
+            last = describe_error(exc)
         else:
-            if resp.status_code == 200:
-                m = _NEXT.search(resp.headers.get("Link", ""))
-                try:
-                    return list(resp.json()), (m.group(1) if m else None)
-                except ValueError:
-                    last = "the answer is not a JSON list"
-            elif is_retryable_status(resp.status_code):
-                last = f"HTTP {resp.status_code}"
-                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            else:
-                raise HTTPStatusError(
-                    f"listing {url} answered HTTP {resp.status_code} {resp.reason or ''}".strip(),
-                    url=url,
-                    status=resp.status_code,
-                )
+            with resp:
+                if resp.status_code == 200:
+                    m = _NEXT.search(resp.headers.get("Link", ""))
+                    try:
+                        return list(resp.json()), (m.group(1) if m else None)
+                    except (ValueError, requests.RequestException):
+                        last = "the answer is not a JSON list"
+                elif is_retryable_status(resp.status_code):
+                    last = f"HTTP {resp.status_code}"
+                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                else:
+                    raise HTTPStatusError(
+                        f"listing {url} answered HTTP {resp.status_code} {resp.reason or ''}".strip(),
+                        url=url,
+                        status=resp.status_code,
+                    )
         if attempt < config.retries:
             config.sleep(backoff_delay(attempt + 1, config.base_delay, retry_after))
     raise DownloadFailedError(f"listing {url} failed {config.retries + 1} times; last error: {last}")

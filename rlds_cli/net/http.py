@@ -1,19 +1,40 @@
-"""One URL into one ``.part`` file: streaming, Range resume, retries with back-off."""
+"""One URL into one ``.part`` file: streaming, guarded Range resume, checked redirects, retries
+with back-off and a minimum-speed rule.
+
+Resuming is only safe when the bytes on disk and the bytes to come are of one version of the
+file. The first response's validator (a strong ``ETag``, else ``Last-Modified``) is recorded
+beside the ``.part``; a resume sends it as ``If-Range``, so a server whose file changed answers
+``200`` with the whole new file. A ``.part`` without a validator, a ``206`` for other bytes than
+asked, or a ``206`` with another validator or total size restarts the file from byte 0.
+"""
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import re
 import shutil
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli.errors import DownloadFailedError, HTTPStatusError, InsufficientDiskSpaceError, RldsError
+from rlds_cli.errors import (
+    DownloadFailedError,
+    DownloadTooSlowError,
+    HostNotFoundError,
+    HTTPStatusError,
+    InsufficientDiskSpaceError,
+    RedirectError,
+    RldsError,
+    ServerResponseError,
+)
+from rlds_cli.net.layout import part_info_path
 from rlds_cli.net.progress import DownloadProgress, ignore
 from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
 
@@ -23,32 +44,114 @@ CHUNK = 1024 * 1024
 #: Head room kept free on the disk besides the file itself.
 DISK_MARGIN = 64 * 1024 * 1024
 USER_AGENT = "rlds-cli (+https://github.com/; offline-RL dataset manager)"
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-_UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)")
+#: Resets of a ``.part`` (its bytes proved unusable) tolerated in one call before giving up.
+MAX_RESTARTS = 3
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
+_REDIRECTS = {301, 302, 303, 307, 308}
 
 
 @dataclass
 class HttpConfig:
-    """Network knobs, read from the environment at call time (see :mod:`rlds_cli.settings`)."""
+    """Network knobs, read from the environment at call time (see :mod:`rlds_cli.settings`).
+
+    Attributes:
+        timeout: (connect, read) timeouts in seconds.
+        retries: Retries per mirror after a transient error.
+        base_delay: First back-off delay in seconds.
+        sleep: How to wait between retries (tests record instead).
+        min_speed: Bytes per second a transfer must average over each ``speed_window``; a
+            slower transfer is cut and retried (0 turns the rule off).
+        speed_window: Seconds over which ``min_speed`` is measured.
+        max_redirects: Redirects followed before giving up.
+        clock: Monotonic seconds (tests may replace it).
+    """
 
     timeout: tuple[float, float] = field(default_factory=settings.http_timeout)
     retries: int = field(default_factory=settings.http_retries)
     base_delay: float = field(default_factory=settings.retry_base_delay)
     sleep: Callable[[float], None] = time.sleep
+    min_speed: float = field(default_factory=settings.http_min_speed)
+    speed_window: float = field(default_factory=settings.http_speed_window)
+    max_redirects: int = 10
+    clock: Callable[[], float] = time.monotonic
 
 
 class _Transient(Exception):
-    """An error worth retrying: connection trouble, a timeout, 429 or 5xx.
+    """An error worth retrying: connection trouble, a timeout, 429, 5xx or a too slow transfer.
 
     Attributes:
         retry_after: The server's ``Retry-After``, in seconds.
-        received: Bytes that arrived before the error (progress resets the retry budget).
+        received: Bytes that arrived at a useful speed before the error (they reset the budget).
+        too_slow: The transfer broke the minimum-speed rule.
     """
 
-    def __init__(self, reason: str, retry_after: float | None = None, received: int = 0) -> None:
+    def __init__(
+        self, reason: str, retry_after: float | None = None, received: int = 0, too_slow: bool = False
+    ) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
         self.received = received
+        self.too_slow = too_slow
+
+
+@dataclass
+class PartInfo:
+    """What identifies the version of the file a ``.part`` holds bytes of.
+
+    Attributes:
+        url: The URL asked for (a ``.part`` is only resumed from the same URL).
+        etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
+        last_modified: Its ``Last-Modified``.
+        size: The file's total size, when the server said.
+    """
+
+    url: str
+    etag: str | None = None
+    last_modified: str | None = None
+    size: int | None = None
+
+    @property
+    def validator(self) -> str | None:
+        """The ``If-Range`` value: the strong ETag, else the date; ``None`` when neither."""
+        return self.etag or self.last_modified
+
+    @classmethod
+    def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
+        """The validators of a response."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
+        return cls(url, strong, (resp.headers.get("Last-Modified") or "").strip() or None, size)
+
+    def matches(self, resp: Any) -> bool:
+        """Whether a response's validators, where it sends them, are the recorded ones."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        if self.etag and etag and etag != self.etag:
+            return False
+        date = (resp.headers.get("Last-Modified") or "").strip()
+        return not (not self.etag and self.last_modified and date and date != self.last_modified)
+
+
+def read_part_info(part: Path) -> PartInfo | None:
+    """The validator record of a ``.part`` (``None`` when missing or unreadable)."""
+    try:
+        return PartInfo(**json.loads(part_info_path(part).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_part_info(part: Path, info: PartInfo) -> None:
+    """Record (atomically) which version of the file a ``.part`` holds bytes of."""
+    path = part_info_path(part)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(info)) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def discard_part(part: Path) -> None:
+    """Delete a partial download and its validator record."""
+    part.unlink(missing_ok=True)
+    part_info_path(part).unlink(missing_ok=True)
 
 
 def new_session() -> Any:
@@ -58,6 +161,41 @@ def new_session() -> Any:
     session = requests.Session()
     session.headers["User-Agent"] = USER_AGENT
     return session
+
+
+def open_url(session: Any, url: str, headers: dict[str, str], config: HttpConfig) -> Any:
+    """GET ``url`` (streamed), following redirects one hop at a time.
+
+    Only ``http``/``https`` targets are followed: a redirect to ``file://``, ``ftp://`` or any
+    other scheme, a loop, or more than ``config.max_redirects`` hops is an error naming the chain.
+
+    Raises:
+        RedirectError: As above.
+    """
+    chain = [url]
+    current = url
+    while True:
+        resp = session.get(
+            current, headers=headers, stream=True, timeout=config.timeout, allow_redirects=False
+        )
+        location = resp.headers.get("Location")
+        if resp.status_code not in _REDIRECTS or not location:
+            return resp
+        resp.close()
+        target = urllib.parse.urljoin(current, location.strip())
+        chain.append(target)
+        shown = " -> ".join(chain)
+        scheme = urllib.parse.urlsplit(target).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise RedirectError(
+                f"GET {url} was redirected to a {scheme or 'schemeless'}:// URL, which rlds never "
+                f"follows: {shown}"
+            )
+        if target in chain[:-1]:
+            raise RedirectError(f"GET {url} is a redirect loop: {shown}")
+        if len(chain) - 1 > config.max_redirects:
+            raise RedirectError(f"GET {url} was redirected more than {config.max_redirects} times: {shown}")
+        current = target
 
 
 def download_url(
@@ -70,41 +208,85 @@ def download_url(
     config: HttpConfig,
     progress: DownloadProgress = ignore,
 ) -> int:
-    """Bring ``part`` to the complete content of ``url``, resuming what is already there.
+    """Bring ``part`` to the complete content of ``url``, resuming what is already there when
+    the server proves it is the same version of the file.
 
     Returns:
         The number of bytes in ``part``.
 
     Raises:
         HTTPStatusError: A 4xx other than 429 (retrying will not help).
+        HostNotFoundError: The host name does not resolve (not retried).
+        DownloadTooSlowError: Below the minimum speed through every retry.
         DownloadFailedError: Still failing after ``config.retries`` retries.
+        RedirectError: A redirect loop, or to a non-HTTP URL.
+        ServerResponseError: The server keeps sending bytes that cannot be placed.
         InsufficientDiskSpaceError: The rest of the file does not fit on the disk.
     """
     failures = 0
+    restarts = 0
     while True:
-        have = part.stat().st_size if part.exists() else 0
+        have = _resumable(part, url, name, progress)
+        if expected_size is not None and have > expected_size:
+            discard_part(part)  # longer than the file can be: start over
+            have = 0
         if expected_size is not None and have == expected_size:
             return have
-        if expected_size is not None and have > expected_size:
-            part.unlink()  # longer than the file can be: start over
-            have = 0
         try:
             size = _one_request(session, url, part, have, name, expected_size, config, progress)
         except _Transient as exc:
-            # a retry budget per stall, not per file: any progress makes the next failure the first
+            # a retry budget per stall, not per file: useful progress makes the next failure the first
             failures = 1 if exc.received else failures + 1
             if failures > config.retries:
-                raise DownloadFailedError(
-                    f"GET {url} failed {failures} times in a row; last error: {exc}"
-                ) from None
-            progress("retry", name, failures)
+                cls = DownloadTooSlowError if exc.too_slow else DownloadFailedError
+                raise cls(f"GET {url} failed {failures} times in a row; last error: {exc}") from None
             delay = backoff_delay(failures, config.base_delay, exc.retry_after)
+            # logged once (the CLI shows it, without a source location); progress only counts
             logger.warning("GET %s: %s; retry %d/%d in %.1f s", url, exc, failures, config.retries, delay)
+            progress("retry", name, failures)
             config.sleep(delay)
             continue
         if size is not None:
             return size
-        # None: the part was found complete-or-wrong after a 416 and reset; look again
+        # None: the part was found complete-or-wrong and reset; look again (a bounded number of times)
+        restarts += 1
+        if restarts > MAX_RESTARTS:
+            raise ServerResponseError(
+                f"GET {url}: the server answered {restarts} times with bytes that do not continue "
+                f"the partial download of {name}; gave up"
+            )
+
+
+def _resumable(part: Path, url: str, name: str, progress: DownloadProgress) -> int:
+    """Bytes of ``part`` that may be resumed: all of them when a validator of ``url`` was
+    recorded for them, else none (the ``.part`` is deleted: bytes whose version nobody can
+    prove must not be spliced with bytes of a possibly newer file)."""
+    have = part.stat().st_size if part.is_file() else 0
+    if not have:
+        return 0
+    info = read_part_info(part)
+    if info is not None and info.url == url and info.validator:
+        return have
+    logger.info("%s: %d bytes on disk without a validator of %s; starting over", name, have, url)
+    discard_part(part)
+    progress("reset", name, 0)
+    return 0
+
+
+@dataclass
+class _Tally:
+    """Bytes received in one request, and when it started."""
+
+    started: float
+    received: int = 0
+
+    def useful(self, config: HttpConfig) -> int:
+        """The bytes received, when they came at least at the minimum speed; else 0 (so a
+        trickle does not reset the retry budget forever)."""
+        if not self.received:
+            return 0
+        elapsed = max(config.clock() - self.started, 1e-9)
+        return self.received if config.min_speed <= 0 or self.received / elapsed >= config.min_speed else 0
 
 
 def _one_request(
@@ -129,13 +311,22 @@ def _one_request(
         ConnectionError,
         TimeoutError,
     )
-    received = [0]
+    tally = _Tally(config.clock())
     try:
-        return _get(session, url, part, have, name, expected_size, config, progress, received)
+        return _get(session, url, part, have, name, expected_size, config, progress, tally)
+    except _Transient as exc:
+        exc.received = tally.useful(config)
+        raise
     except errors as exc:
         if isinstance(exc, RldsError):
             raise
-        raise _Transient(_describe(exc), None, received[0]) from exc
+        if name_not_resolved(exc):
+            # a name that does not resolve will not resolve a second later: offline, fail at once
+            host = urllib.parse.urlsplit(url).hostname or url
+            raise HostNotFoundError(
+                f"GET {url}: cannot resolve the host name {host!r} ({describe_error(exc)})"
+            ) from None
+        raise _Transient(describe_error(exc), None, tally.useful(config)) from exc
 
 
 def _get(
@@ -147,48 +338,132 @@ def _get(
     expected_size: int | None,
     config: HttpConfig,
     progress: DownloadProgress,
-    received: list[int],
+    tally: _Tally,
 ) -> int | None:
+    info = read_part_info(part) if have else None
     # identity: sizes and hashes are of the stored bytes, not of a gzip-decoded stream
     headers = {"Accept-Encoding": "identity"}
-    if have:
+    if have and info is not None and info.validator:
         headers["Range"] = f"bytes={have}-"
-    with session.get(url, headers=headers, stream=True, timeout=config.timeout) as resp:
+        # the server sends the rest only if the file is still the version we have bytes of,
+        # else the whole (new) file with 200
+        headers["If-Range"] = info.validator
+    with open_url(session, url, headers, config) as resp:
         status = resp.status_code
         if status == 416 and have:
-            return _range_not_satisfiable(resp, part, have, expected_size)
+            return _range_not_satisfiable(resp, part, have, info)
         if is_retryable_status(status):
             raise _Transient(
                 f"HTTP {status} {resp.reason or ''}".strip(),
                 parse_retry_after(resp.headers.get("Retry-After")),
             )
-        if status >= 400:
+        if status >= 300:
             raise HTTPStatusError(
                 f"GET {url} answered HTTP {status} {resp.reason or ''}".strip(), url=url, status=status
             )
-        start, total = _response_span(resp, have)
-        if start != have:
-            # 200 to a Range request (or a 206 for other bytes): the server restarts the file
-            progress("reset", name, 0)
+        limit: int | None = None
+        new_info: PartInfo | None = None
+        if status == 206:
+            header = resp.headers.get("Content-Range", "")
+            m = _CONTENT_RANGE.match(header)
+            start, end = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+            total = None if not m or m.group(3) == "*" else int(m.group(3))
+            changed = info is not None and (
+                not info.matches(resp) or (info.size is not None and total is not None and total != info.size)
+            )
+            if start != have or end < start or (total is not None and end >= total) or changed:
+                if not have:
+                    raise ServerResponseError(
+                        f"GET {url} answered 206 with Content-Range {header!r} to a request for the "
+                        "whole file; those bytes cannot be placed"
+                    )
+                # other bytes than asked, or bytes of another version: write none of them
+                logger.info("GET %s: 206 with Content-Range %r for byte %d; starting over", url, header, have)
+                discard_part(part)
+                progress("reset", name, 0)
+                return None
+            limit = end - start + 1  # never write more than the range the server announced
+            if not have:  # a 206 for the whole file (some servers): a new .part all the same
+                new_info = PartInfo.of(resp, url, total)
+        else:  # 200: the whole file, from byte 0 (the file changed, or Range was ignored)
+            if have:
+                progress("reset", name, 0)
             have = 0
+            length = resp.headers.get("Content-Length", "")
+            total = int(length) if length.isdigit() else None
+            new_info = PartInfo.of(resp, url, total)
         _check_disk(part.parent, (total or expected_size or 0) - have)
         progress("start", name, total or expected_size or 0)
         if have:
             logger.info("resuming %s at byte %d", url, have)
             progress("resume", name, have)
-        with open(part, "r+b" if have else "wb") as fh:
-            fh.seek(have)
-            fh.truncate()
-            for chunk in _chunks(resp):
-                fh.write(chunk)
-                received[0] += len(chunk)
-                progress("advance", name, len(chunk))
-        size = have + received[0]
+        _write_body(resp, part, have, limit, new_info, url, name, total, config, progress, tally)
+        size = have + tally.received
         # a body shorter than announced (or than the registry's size) is a cut connection
         expected = total if total is not None else expected_size
         if expected is not None and size < expected:
-            raise _Transient(f"connection closed after {size:,} of {expected:,} bytes", None, received[0])
+            raise _Transient(f"connection closed after {size:,} of {expected:,} bytes")
         return size
+
+
+def _write_body(
+    resp: Any,
+    part: Path,
+    have: int,
+    limit: int | None,
+    new_info: PartInfo | None,
+    url: str,
+    name: str,
+    total: int | None,
+    config: HttpConfig,
+    progress: DownloadProgress,
+    tally: _Tally,
+) -> None:
+    """Append the body to ``part`` at ``have`` (a new file: record ``new_info`` first), applying
+    the minimum-speed rule; a full disk keeps what was written, for a resume."""
+    part.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(part, "r+b" if have else "wb") as fh:
+            fh.seek(have)
+            fh.truncate()
+            if new_info is not None:
+                # after the truncation, before any byte: the .part never holds bytes of another
+                # version than its record names
+                write_part_info(part, new_info)
+            window_start, window_bytes = config.clock(), 0
+            for chunk in _chunks(resp):
+                if limit is not None:
+                    chunk = chunk[: limit - tally.received]
+                fh.write(chunk)
+                tally.received += len(chunk)
+                window_bytes += len(chunk)
+                progress("advance", name, len(chunk))
+                now = config.clock()
+                if config.min_speed > 0 and now - window_start >= config.speed_window:
+                    speed = window_bytes / (now - window_start)
+                    if speed < config.min_speed:
+                        raise _Transient(
+                            f"too slow: {speed:,.0f} B/s over {now - window_start:.1f} s "
+                            f"(minimum {config.min_speed:,.0f} B/s, RLDS_HTTP_MIN_SPEED)",
+                            too_slow=True,
+                        )
+                    window_start, window_bytes = now, 0
+                if limit is not None and tally.received >= limit:
+                    break
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        written = part.stat().st_size if part.is_file() else have
+        needed = f"{total - written:,} more bytes are needed" if total is not None else "its size is unknown"
+        info = read_part_info(part)
+        if info is not None and info.validator:
+            kept = "the partial file is kept: the same command resumes once there is space"
+        else:  # nothing could prove it unchanged at a resume: give the space back now
+            discard_part(part)
+            kept = "the partial file was deleted: the server sends no validator to resume it safely"
+        raise InsufficientDiskSpaceError(
+            f"the disk is full: {name} from {url} stopped at {written:,} bytes in {part}; {needed} ({kept})"
+        ) from None
 
 
 def _chunks(resp: Any) -> Iterator[bytes]:
@@ -202,26 +477,15 @@ def _chunks(resp: Any) -> Iterator[bytes]:
         yield chunk
 
 
-def _range_not_satisfiable(resp: Any, part: Path, have: int, expected_size: int | None) -> int | None:
-    """416 to ``Range: bytes=have-``: complete if the file is exactly ``have`` long, else restart."""
-    m = _UNSATISFIED_RANGE.search(resp.headers.get("Content-Range", ""))
-    total = int(m.group(1)) if m else expected_size
-    if total == have:
+def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | None) -> int | None:
+    """416 to ``Range: bytes=have-``: complete if the file is exactly ``have`` long (and still
+    the version we have), else restart."""
+    m = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
+    total = int(m.group(1)) if m else (info.size if info else None)
+    if total == have and (info is None or info.matches(resp)):
         return have
-    part.unlink(missing_ok=True)
+    discard_part(part)
     return None
-
-
-def _response_span(resp: Any, have: int) -> tuple[int, int | None]:
-    """(first byte, total size) of a 200/206 response; the total is ``None`` when unknown."""
-    if resp.status_code == 206:
-        m = _CONTENT_RANGE.search(resp.headers.get("Content-Range", ""))
-        if m:
-            total = None if m.group(3) == "*" else int(m.group(3))
-            return int(m.group(1)), total
-        return -1, None  # a 206 we cannot place: restart from 0
-    length = resp.headers.get("Content-Length")
-    return 0, int(length) if length and length.isdigit() else None
 
 
 def _check_disk(directory: Path, needed: int) -> None:
@@ -235,7 +499,30 @@ def _check_disk(directory: Path, needed: int) -> None:
         )
 
 
-def _describe(exc: BaseException) -> str:
+def name_not_resolved(exc: BaseException) -> bool:
+    """Whether a requests/urllib3 error comes from a failed DNS lookup (``socket.gaierror``,
+    which urllib3 wraps as ``NameResolutionError`` inside ``MaxRetryError``)."""
+    import socket
+
+    import urllib3
+
+    kinds: tuple[type[BaseException], ...] = (socket.gaierror,)
+    if hasattr(urllib3.exceptions, "NameResolutionError"):
+        kinds += (urllib3.exceptions.NameResolutionError,)
+    seen: set[int] = set()
+    stack: list[Any] = [exc]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kinds):
+            return True
+        stack.extend([e.__cause__, e.__context__, getattr(e, "reason", None), *e.args])
+    return False
+
+
+def describe_error(exc: BaseException) -> str:
     """A short reason: urllib3 nests the cause ("[Errno 111] Connection refused", "Read timed
     out") inside a long pool/URL preamble that the message already names."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -31,3 +31,50 @@ def url_file_name(url: str) -> str:
     last = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", last).strip("._")
     return cleaned or "download"
+
+
+#: The one name of a download folder that holds rlds' own bookkeeping (hashes, file list, locks,
+#: partial downloads). Every other name belongs to the downloaded files, so a dataset file named
+#: ``hashes.json`` or ``x.part`` never meets a file of ours.
+META_DIR = ".rlds"
+PART_SUFFIX = ".part"
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a downloaded file's relative name would land in the bookkeeping folder."""
+    return name.replace("\\", "/").split("/", 1)[0] == META_DIR
+
+
+def meta_dir(folder: Path) -> Path:
+    """The bookkeeping folder of a download folder."""
+    return folder / META_DIR
+
+
+def part_path(folder: Path, name: str) -> Path:
+    """Where the partial download of file ``name`` grows."""
+    return meta_dir(folder) / "parts" / (name + PART_SUFFIX)
+
+
+def part_info_path(part: Path) -> Path:
+    """The validator record (URL, ETag / Last-Modified, size) of a partial download."""
+    return part.with_name(part.name + ".json")
+
+
+def lock_path(folder: Path, name: str) -> Path:
+    """The lock taken while file ``name`` is fetched."""
+    return meta_dir(folder) / "locks" / (name + ".lock")
+
+
+def listing_path(folder: Path) -> Path:
+    """Where a Hugging Face folder's file list is remembered."""
+    return meta_dir(folder) / "listing.json"
+
+
+def legacy_listing_path(folder: Path) -> Path:
+    """Where rlds 0.1 kept the file list (read when the new one is missing; never written)."""
+    return folder / "listing.json"
+
+
+def stored_listing(folder: Path) -> Path | None:
+    """The remembered file list of a Hugging Face folder entry (``None`` if never fetched)."""
+    return next((p for p in (listing_path(folder), legacy_listing_path(folder)) if p.is_file()), None)

@@ -12,9 +12,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.net.fetch import sha256_of
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import raw_dir
-
-LISTING_FILE = "listing.json"
+from rlds_cli.net.layout import raw_dir, stored_listing
 
 
 def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
@@ -28,17 +26,20 @@ def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, A
     folder = raw_dir(cache, entry.cache_name)
     records = HashStore(folder).read() if not entry.is_bundled else {}
     files = [{"name": f.name, "urls": list(f.urls), "size": f.size, "sha256": f.sha256} for f in entry.files]
-    if entry.listing is not None and (folder / LISTING_FILE).is_file():
-        listed = json.loads((folder / LISTING_FILE).read_text(encoding="utf-8"))
+    known = stored_listing(folder) if entry.listing is not None else None
+    if known is not None:
+        listed = json.loads(known.read_text(encoding="utf-8"))
         files += [{k: f[k] for k in ("name", "urls", "size", "sha256")} for f in listed]
     for f in files:
         rec = records.get(f["name"])
-        f["sha256_origin"] = "registry" if f["sha256"] else ("recorded" if rec else None)
+        # a hash seen on a download that has not converted yet binds nothing: say so
+        seen = "recorded" if rec is not None and rec.pinned else "unconfirmed"
+        f["sha256_origin"] = "registry" if f["sha256"] else (seen if rec else None)
         f["sha256"] = f["sha256"] or (rec.sha256 if rec else None)
         f["size"] = f["size"] if f["size"] is not None else (rec.size if rec else None)
         f["downloaded"] = entry.is_bundled or (folder / f["name"]).is_file()
     sizes = [f["size"] for f in files]
-    listing_known = entry.listing is None or (folder / LISTING_FILE).is_file()
+    listing_known = entry.listing is None or known is not None
     return {
         "id": entry.id,
         "aliases": list(entry.aliases),
@@ -79,7 +80,7 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
     cache_name = entry.cache_name if entry else name
     manifest = cache.manifest(cache_name) if cache.exists(cache_name) else None
     folder = _raw_folder(cache, name, entry, manifest)
-    if manifest is None and (folder is None or not (folder / "hashes.json").is_file()):
+    if manifest is None and (folder is None or not HashStore(folder).exists()):
         raise DatasetNotFoundError(
             f"nothing to verify for {name!r}: no dataset of that name in the cache at {cache.path} "
             "and no downloaded files"
@@ -87,6 +88,8 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
     known = {f.name: f.sha256 for f in entry.files if f.sha256} if entry else {}
     files = _check_files(folder, known) if folder is not None else []
     checks = _check_manifest(manifest, {f["name"]: f for f in files}) if manifest else []
+    if manifest is not None:
+        checks.append(_check_cache_files(cache, cache_name))
     ok = all(f["status"] != "mismatch" for f in files) and all(c["ok"] for c in checks)
     return {
         "name": cache_name,
@@ -94,6 +97,19 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
         "files": files,
         "manifest": checks,
         "ok": ok,
+    }
+
+
+def _check_cache_files(cache: CacheRoot, name: str) -> dict[str, Any]:
+    """Every file of the cached dataset is there at its full size (no data is read)."""
+    from rlds_cli.cache.dataset import open_dataset
+
+    problems = open_dataset(name, cache).check_files()
+    return {
+        "check": "cache files complete",
+        "ok": not problems,
+        "actual": "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""),
+        "expected": "every array file and chunk",
     }
 
 

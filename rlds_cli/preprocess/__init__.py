@@ -8,6 +8,7 @@ Public API::
     preprocess.run("hopper-medium-v2", "mypkg.norm:normalize", "hopper-medium-v2-norm", workers=2)
     preprocess.dry_run("hopper-medium-v2", "mypkg.norm:normalize")   # the output schema only
     preprocess.load_stats(dataset)                                   # statistics from --stats
+    @preprocess.whole_episodes                                       # an episode-wise function
 
 The names are imported lazily: a spawned worker process imports only the submodules it runs
 (:mod:`~rlds_cli.preprocess.pool`, :mod:`~rlds_cli.preprocess.worker`), not the coordinator's,
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlds_cli.preprocess.job import DryRun, PreprocessResult, dry_run, run
+    from rlds_cli.preprocess.plan import whole_episodes
     from rlds_cli.preprocess.stats import KeyStats
     from rlds_cli.preprocess.stats import load as load_stats
 
@@ -31,9 +33,10 @@ _LAZY = {
     "run": ("rlds_cli.preprocess.job", "run"),
     "KeyStats": ("rlds_cli.preprocess.stats", "KeyStats"),
     "load_stats": ("rlds_cli.preprocess.stats", "load"),
+    "whole_episodes": ("rlds_cli.preprocess.plan", "whole_episodes"),
 }
 
-__all__ = ["DryRun", "KeyStats", "PreprocessResult", "dry_run", "load_stats", "run"]
+__all__ = ["DryRun", "KeyStats", "PreprocessResult", "dry_run", "load_stats", "run", "whole_episodes"]
 
 
 def __getattr__(name: str) -> Any:

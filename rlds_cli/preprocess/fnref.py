@@ -40,7 +40,10 @@ def split_ref(ref: str) -> tuple[str, str]:
 def _load_file_module(path: Path, ref: str) -> Any:
     if not path.is_file():
         raise FunctionImportError(f"--fn {ref!r}: file {path} does not exist")
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    # the file's bytes are part of the module's name: a file edited within one process (a
+    # notebook) is imported afresh, so the function that runs is the one its lineage hashes
+    source = path.read_bytes()
+    digest = hashlib.sha256(str(path.resolve()).encode() + b"\0" + source).hexdigest()[:12]
     mod_name = f"rlds_user_fn_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
@@ -50,7 +53,9 @@ def _load_file_module(path: Path, ref: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # so objects defined there pickle by reference
     try:
-        spec.loader.exec_module(module)
+        # compiled from the bytes just hashed, never from __pycache__: a .pyc is trusted on the
+        # source's mtime in whole seconds and its size, which an edit can leave unchanged
+        exec(compile(source, str(path), "exec"), module.__dict__)
     except BaseException as exc:
         del sys.modules[mod_name]
         raise _import_failed(ref, exc) from None
@@ -90,10 +95,15 @@ def resolve(ref: str) -> Callable[..., Any]:
             an object that is not callable.
         UserFunctionError: The module raised while being imported.
     """
-    fn = _CACHE.get(ref)
+    module_part, name = split_ref(ref)
+    key = ref
+    if _is_path_ref(module_part):  # a file may change between two calls: cache by its bytes
+        path = Path(module_part).expanduser()
+        if path.is_file():
+            key = f"{ref}@{sha256_file(path)}"
+    fn = _CACHE.get(key)
     if fn is not None:
         return fn
-    module_part, name = split_ref(ref)
     if _is_path_ref(module_part):
         module = _load_file_module(Path(module_part).expanduser(), ref)
     else:
@@ -108,7 +118,7 @@ def resolve(ref: str) -> Callable[..., Any]:
         raise FunctionImportError(
             f"--fn {ref!r}: {name!r} is not callable (it is of type {type(obj).__name__})"
         )
-    _CACHE[ref] = obj
+    _CACHE[key] = obj
     return obj
 
 

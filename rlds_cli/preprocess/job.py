@@ -34,11 +34,11 @@ from filelock import Timeout
 
 from rlds_cli import settings
 from rlds_cli._version import __version__
-from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.backends import ARRAYS_DIR, get_backend
 from rlds_cli.cache.builder import EPISODES_FILE
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.manifest import Manifest, write_manifest
-from rlds_cli.cache.root import CacheRoot, fsync_dir, validate_name
+from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import (
     DatasetExistsError,
     FunctionImportError,
@@ -49,16 +49,19 @@ from rlds_cli.errors import (
     UserFunctionError,
 )
 from rlds_cli.preprocess import executors, fnref, output, schema, stats
+from rlds_cli.preprocess.guard import stop_if_reimported
 from rlds_cli.preprocess.plan import (
-    INFER_STEPS,
     Plan,
     default_chunk_steps,
     describe_input,
+    inference_stop,
     make_plan,
+    needs_whole_episodes,
+    plan_digest,
     read_chunk,
 )
 from rlds_cli.preprocess.pool import LocalPool
-from rlds_cli.preprocess.worker import call_user, forget, read_npz, summary_path
+from rlds_cli.preprocess.worker import call_user, data_path, forget, read_npz, summary_path
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +165,10 @@ def _prepare(
     if on_plan is not None:
         on_plan(plan)
     ref, fn_sha = fnref.describe(fn)
+    if by == "step" and needs_whole_episodes(fnref.get(fn)):
+        # an episode-wise function: per-step chunks that never cut an episode (workers started
+        # above are only more than needed when chunks merge)
+        plan = make_plan(src.episodes, by, chunk_steps, num_frames, whole_episodes=True)
     args = {
         "by": by,
         "chunk_steps": chunk_steps,
@@ -177,6 +184,7 @@ def _prepare(
         "fn": ref,
         "fn_sha256": fn_sha,
         "args": args,
+        "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
     }
     job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     lineage = {**identity, "rlds_version": __version__, "job": job_id, "parent_lineage": src.manifest.lineage}
@@ -186,7 +194,7 @@ def _prepare(
 def _infer(job: _Job) -> tuple[schema.Schema, int, int]:
     """Run the function on a small first chunk: its output's schema, and rows in and out."""
     plan = job.plan
-    stop = min(INFER_STEPS, plan.limit) if plan.by == "step" else int(job.src.episodes["length"][0])
+    stop = inference_stop(plan, job.src.episodes)
     batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
     where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
     out = call_user(fnref.get(job.fn), batch, where)
@@ -279,6 +287,7 @@ def run(
         A :class:`PreprocessResult`.
     """
     t0 = time.perf_counter()
+    stop_if_reimported()  # a worker re-running a script without a main guard: it reports
     validate_name(out_name)
     if out_name == source_name:
         raise PreprocessError(f"the output name must differ from the source ({source_name!r})")
@@ -309,9 +318,13 @@ def run(
             raise LockTimeoutError(f"dataset {out_name!r} is being written by another process") from None
         try:
             existing = job.cache.manifest(out_name) if job.cache.exists(out_name) else None
+            made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
+            if existing is not None and made_here and (resume or not force):
+                # the very same job finished before (perhaps killed while cleaning up after
+                # itself): its output is complete, and what it left behind is only clutter
+                _discard_job_dir(job, out_name)
+                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
             if existing is not None and not force:
-                if existing.lineage and existing.lineage[0].get("job") == job.job_id:
-                    return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
                 raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
             job.cache.clean_stale_builds(held=out_name)
             result = _execute(
@@ -328,22 +341,73 @@ def run(
     return result
 
 
+def _job_path(job: _Job, out_name: str) -> Path:
+    return job.cache.tmp_dir / f"{job.cache.dataset_dir(out_name).name}.job-{job.job_id}"
+
+
+def _discard_job_dir(job: _Job, out_name: str) -> None:
+    """Remove a job directory so that no crash can leave part of it looking resumable: it is
+    first renamed out of reach (a ``.trash`` entry, which the stale-build cleanup removes)."""
+    path = _job_path(job, out_name)
+    if path.exists():
+        trash = job.cache.tmp_dir / f"{path.name.replace('.job-', '.')}.{uuid.uuid4().hex[:8]}.trash"
+        os.replace(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
 def _job_dir(job: _Job, out_name: str, resume: bool) -> tuple[Path, dict[str, Any] | None]:
     """The job directory (fresh unless resuming) and the saved job description, if resumed."""
-    entry = job.cache.dataset_dir(out_name).name
-    path = job.cache.tmp_dir / f"{entry}.job-{job.job_id}"
+    path = _job_path(job, out_name)
     saved = None
     if resume and (path / "job.json").is_file():
         try:
             saved = json.loads((path / "job.json").read_text())
         except (OSError, ValueError):
             saved = None
-        if saved is not None and saved.get("job") != job.job_id:
+        if saved is not None and (saved.get("job") != job.job_id or not _output_intact(path, saved, job)):
+            logger.info("the output of job %s is incomplete on disk: starting it over", job.job_id)
             saved = None
     if saved is None and path.exists():
-        shutil.rmtree(path)
+        _discard_job_dir(job, out_name)
     (path / "chunks").mkdir(parents=True, exist_ok=True)
     return path, saved
+
+
+def _output_intact(path: Path, saved: dict[str, Any], job: _Job) -> bool:
+    """Whether the preallocated output of a per-step job is still all there (every column at
+    its full size); chunk files are checked one by one in :func:`_finished_chunks`."""
+    if saved.get("mode") != "direct":
+        return True
+    for key, spec in schema.schema_from_json(saved["schema"]).items():
+        column = path / "out" / ARRAYS_DIR / f"{key}.npy"
+        rows = output.column_rows(job.plan, spec.storage)
+        try:
+            if column.stat().st_size != output.column_bytes(np.dtype(spec.dtype), spec.shape, rows):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
+    """Chunks whose results are all on disk. A summary (the done-marker, written after the
+    chunk's data) says how many rows the chunk wrote; a chunk that wrote rows to a chunk file
+    counts only while that file exists, so a half-deleted job never passes for a finished one."""
+    done = []
+    for i in range(num_chunks):
+        marker = summary_path(job_dir, i)
+        if not marker.is_file():
+            continue
+        try:
+            meta, _ = read_npz(marker)
+        except (OSError, ValueError, KeyError):
+            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
+            continue
+        if meta.get("data_file") and not data_path(job_dir, i).is_file():
+            marker.unlink()
+            continue
+        done.append(i)
+    return done
 
 
 def _execute(
@@ -367,7 +431,7 @@ def _execute(
         (job_dir / "job.json").write_text(json.dumps(saved, indent=2))
     inferred = schema.schema_from_json(saved["schema"])
     plan = job.plan
-    done = [i for i in range(plan.num_chunks) if summary_path(job_dir, i).is_file()]
+    done = _finished_chunks(job_dir, plan.num_chunks)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -407,7 +471,7 @@ def _execute(
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
     manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)
-    shutil.rmtree(job_dir, ignore_errors=True)
+    _discard_job_dir(job, out_name)
     return PreprocessResult(manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done))
 
 
@@ -422,12 +486,28 @@ def _finish(
     """Check chunk boundaries, merge statistics, write the episode index and manifest, publish."""
     plan = job.plan
     fsync = settings.fsync_enabled()
+    missing = sorted(set(range(plan.num_chunks)) - set(_finished_chunks(job_dir, plan.num_chunks)))
+    if missing:
+        raise PreprocessError(
+            f"job {job.job_id}: chunks {missing[:5]} have no result on disk; nothing was published",
+            hint="run the same command again with --resume: only the missing chunks are computed",
+        )
     summaries = [read_npz(summary_path(job_dir, i)) for i in range(plan.num_chunks)]
     _check_boundaries(job, summaries, inferred)
+    rows_in = sum(int(meta["rows_in"]) for meta, _ in summaries)
+    rows_out = sum(int(meta["rows_out"]) for meta, _ in summaries)
+    if rows_in != plan.limit:
+        raise PreprocessError(f"job {job.job_id}: its chunks read {rows_in} steps, expected {plan.limit}")
     out = job_dir / "out"
     if assembler is not None:
         assembler.pump()
         steps, ends, ids, known = assembler.close(fsync)
+        if steps != rows_out:
+            raise PreprocessError(
+                f"job {job.job_id}: assembled {steps} steps but the chunks wrote {rows_out}; "
+                "nothing was published",
+                hint="run the same command again without --resume",
+            )
         if steps == 0:
             raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
         ids = np.where(ids >= 0, ids, np.arange(len(ends)))
@@ -457,9 +537,7 @@ def _finish(
         stats=_merge_stats(summaries, inferred) if job.stats else {},
     )
     if fsync:
-        for path in sorted(out.rglob("*"), reverse=True):
-            if path.is_dir():
-                fsync_dir(path)
+        fsync_tree(out)
     write_manifest(out, manifest, fsync=fsync)
     job.cache.publish(out, out_name, replace=replace, fsync=fsync)
     return manifest

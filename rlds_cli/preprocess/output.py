@@ -3,6 +3,7 @@ in order (per-episode mode, zarr), and the episode index."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR, ColumnWriter, get_backend, npy_header
+from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES, ColumnWriter, get_backend, npy_header
 from rlds_cli.cache.builder import EPISODE_DTYPE
+from rlds_cli.errors import DiskFullError, PreprocessError
 from rlds_cli.preprocess import schema
 from rlds_cli.preprocess.plan import Plan
 from rlds_cli.preprocess.worker import data_path, read_npz, summary_path
@@ -22,17 +24,55 @@ def column_rows(plan: Plan, storage: str) -> int:
     return plan.limit + (plan.num_episodes if storage == "flat" else 0)
 
 
+def column_bytes(dtype: np.dtype, shape: tuple[int, ...], rows: int) -> int:
+    """Size of a preallocated ``.npy`` column file: header plus ``rows`` rows."""
+    return NPY_HEADER_BYTES + rows * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
+
+
 def preallocate(out: Path, inferred: schema.Schema, plan: Plan) -> None:
-    """Full-size ``.npy`` files (sparse until written) that workers fill region by region."""
+    """Full-size ``.npy`` files that workers fill region by region through memory maps.
+
+    The space is reserved on disk first (``posix_fallocate``): a full disk met while writing
+    through a memory map kills the process with SIGBUS and no message, so it must be an error
+    here, before any work, naming the bytes needed.
+    """
+    sizes = {
+        key: column_bytes(np.dtype(spec.dtype), spec.shape, column_rows(plan, spec.storage))
+        for key, spec in inferred.items()
+    }
+    (out / ARRAYS_DIR).mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(out).free
+    needed = sum(sizes.values())
+    if needed > free:
+        raise DiskFullError(
+            f"the output needs {needed:,} bytes and {out} has {free:,} free",
+            hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
+        )
     for key, spec in inferred.items():
-        rows = column_rows(plan, spec.storage)
         path = out / ARRAYS_DIR / f"{key}.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = npy_header(np.dtype(spec.dtype), (rows, *spec.shape))
-        row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
+        header = npy_header(np.dtype(spec.dtype), (column_rows(plan, spec.storage), *spec.shape))
         with open(path, "wb") as fh:
             fh.write(header)
-            fh.truncate(len(header) + rows * row_bytes)
+            fh.truncate(sizes[key])
+            fh.flush()
+            reserve(fh.fileno(), sizes[key], path, needed)
+
+
+def reserve(fd: int, size: int, path: Path, needed: int) -> None:
+    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`."""
+    if size <= NPY_HEADER_BYTES or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(
+                f"not enough disk space for the output {path} ({needed:,} bytes needed in all)",
+                hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
+            ) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
 
 
 class Assembler:
@@ -60,6 +100,11 @@ class Assembler:
     def pump(self) -> None:
         while self.next < self.num_chunks and summary_path(self.job_dir, self.next).is_file():
             path = data_path(self.job_dir, self.next)
+            if not path.is_file() and read_npz(summary_path(self.job_dir, self.next))[0].get("data_file"):
+                raise PreprocessError(
+                    f"chunk {self.next} wrote rows but its file {path} is gone; nothing was published",
+                    hint="run the same command again with --resume: the chunk is computed again",
+                )
             if path.is_file():  # absent when the function dropped every step of the chunk
                 meta, arrays = read_npz(path)
                 for j, key in enumerate(meta["keys"]):

@@ -1,15 +1,19 @@
 """Cutting a dataset into chunks, and reading one chunk as a full TED view.
 
-A chunk is a run of consecutive steps ``[start, stop)``. Per-step chunks have a fixed number
-of steps and may cut episodes; per-episode chunks hold whole episodes only (as many as fit in
+A chunk is a run of consecutive steps ``[start, stop)``. Per-step chunks hold up to
+``chunk_steps`` steps and end on an episode boundary whenever one falls inside that window, so
+an episode is cut only when it is longer than a chunk (a function that needs whole episodes,
+marked with :func:`whole_episodes`, gets whole episodes even then: the chunk grows to the
+episode's end). Per-episode chunks hold whole episodes only (as many as fit in
 ``chunk_steps``, at least one). The plan is a pure function of the source's episode index and
 the job's arguments, so every process (and a resumed job) computes the same chunks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,8 +33,33 @@ def default_chunk_steps(num_steps: int) -> int:
     return int(min(MAX_DEFAULT_CHUNK_STEPS, max(MIN_DEFAULT_CHUNK_STEPS, -(-num_steps // 16))))
 
 
-#: Steps the schema is inferred from in per-step mode.
+#: Steps the schema is inferred from in per-step mode (whole episodes: up to the episode's end).
 INFER_STEPS = 256
+
+#: The attribute :func:`whole_episodes` sets on a function.
+WHOLE_EPISODES_ATTR = "rlds_needs_whole_episodes"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def whole_episodes(fn: F) -> F:
+    """Mark a preprocessing function as episode-wise (returns-to-go, n-step returns, ...): in
+    per-step mode (``--by step``, the default) its chunks then never cut an episode.
+
+    Same as setting ``fn.rlds_needs_whole_episodes = True`` (which needs no rlds import)::
+
+        from rlds_cli.preprocess import whole_episodes
+
+        @whole_episodes
+        def returns_to_go(batch): ...
+    """
+    setattr(fn, WHOLE_EPISODES_ATTR, True)
+    return fn
+
+
+def needs_whole_episodes(fn: Any) -> bool:
+    """Whether ``fn`` says it needs whole episodes (see :func:`whole_episodes`)."""
+    return getattr(fn, WHOLE_EPISODES_ATTR, False) is True
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,8 @@ class Plan:
         limit: Steps processed (``num_frames`` applied: whole episodes in per-episode mode).
         num_episodes: Episodes touched by the processed steps (the last one may be cut).
         cut: Whether the last processed episode is cut short by ``num_frames``.
+        whole_episodes: No chunk cuts an episode (per-episode mode, or a function marked with
+            :func:`whole_episodes`).
     """
 
     by: str
@@ -50,6 +81,7 @@ class Plan:
     limit: int
     num_episodes: int
     cut: bool
+    whole_episodes: bool = False
 
     @property
     def num_chunks(self) -> int:
@@ -59,8 +91,24 @@ class Plan:
         return int(self.bounds[i]), int(self.bounds[i + 1])
 
 
-def make_plan(episodes: np.ndarray, by: str, chunk_steps: int, num_frames: int | None) -> Plan:
-    """Chunks over the episode index ``episodes`` (the cache's ``episodes.npy``)."""
+def make_plan(
+    episodes: np.ndarray,
+    by: str,
+    chunk_steps: int,
+    num_frames: int | None,
+    *,
+    whole_episodes: bool = False,
+) -> Plan:
+    """Chunks over the episode index ``episodes`` (the cache's ``episodes.npy``).
+
+    Args:
+        episodes: The episode index.
+        by: ``"step"`` or ``"episode"``.
+        chunk_steps: Most steps per chunk (exceeded only to keep a long episode whole).
+        num_frames: Steps to process (``None``: all).
+        whole_episodes: Per-step chunks never cut an episode (a chunk holds at least one whole
+            episode, however long).
+    """
     starts = episodes["start"].astype(np.int64)
     lengths = episodes["length"].astype(np.int64)
     total = int(lengths.sum())
@@ -76,12 +124,56 @@ def make_plan(episodes: np.ndarray, by: str, chunk_steps: int, num_frames: int |
                 cuts.append(int(starts[i]))
         cuts.append(limit)
         bounds = np.unique(np.asarray(cuts, np.int64))
-        return Plan(by, bounds, limit, last, False)
-    # strictly increasing as built (np.unique would also import numpy.ma on its first call)
-    bounds = np.append(np.arange(0, limit, chunk_steps, dtype=np.int64), limit)
+        return Plan(by, bounds, limit, last, False, True)
+    bounds = _step_bounds(ends, limit, chunk_steps, whole_episodes)
     num_episodes = int(np.searchsorted(starts, limit, side="left"))
     cut = limit < total and not np.isin(limit, ends)
-    return Plan(by, bounds, limit, num_episodes, bool(cut))
+    return Plan(by, bounds, limit, num_episodes, bool(cut), whole_episodes)
+
+
+def _step_bounds(ends: np.ndarray, limit: int, chunk_steps: int, whole: bool) -> np.ndarray:
+    """Per-step chunk bounds: each chunk ends at the last episode end within ``chunk_steps`` of
+    its start; with none there (a longer episode), after ``chunk_steps`` steps, or, with
+    ``whole``, at that episode's end. Strictly increasing as built."""
+    inner = ends[ends < limit]  # episode ends before the limit (the limit closes the last chunk)
+    cuts = [0]
+    at = 0
+    while at + chunk_steps < limit:
+        k = int(np.searchsorted(inner, at + chunk_steps, side="right"))  # inner[:k] <= window end
+        if k and int(inner[k - 1]) > at:
+            at = int(inner[k - 1])
+        elif whole:  # the episode running at `at` is longer than a chunk: all of it
+            k = int(np.searchsorted(inner, at, side="right"))
+            if k == len(inner):
+                break
+            at = int(inner[k])
+        else:
+            at += chunk_steps
+        cuts.append(at)
+    cuts.append(limit)
+    return np.asarray(cuts, np.int64)
+
+
+def inference_stop(plan: Plan, episodes: np.ndarray) -> int:
+    """Where the schema-inference chunk (which starts at step 0) stops: the first episode in
+    per-episode mode; in per-step mode :data:`INFER_STEPS` steps, extended to the end of the
+    episode they cut when the function needs whole episodes."""
+    ends = (episodes["start"] + episodes["length"]).astype(np.int64)
+    if plan.by == "episode":
+        return int(ends[0])
+    stop = min(INFER_STEPS, plan.limit)
+    if plan.whole_episodes:
+        k = int(np.searchsorted(ends, stop, side="left"))  # the first episode ending at or after stop
+        stop = min(int(ends[k]) if k < len(ends) else plan.limit, plan.limit)
+    return stop
+
+
+def plan_digest(plan: Plan) -> str:
+    """A short digest of the chunk bounds: part of a job's identity, so a job is only ever
+    resumed with the very chunks it started with."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(plan.bounds, np.int64).tobytes()).hexdigest()[:16]
 
 
 def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit: int) -> TedBatch:

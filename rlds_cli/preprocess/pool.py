@@ -29,11 +29,12 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from rlds_cli.errors import PreprocessError
-from rlds_cli.preprocess import fnref
+from rlds_cli.preprocess import fnref, guard
 from rlds_cli.preprocess.worker import forget, run_chunk
 
 Task = tuple[int, int, int]  # chunk index, first step, stop step
 OnDone = Callable[[dict[str, Any]], None]
+NOT_STARTED = -2  # a worker's slot in LocalPool._held before it runs _serve
 
 
 #: Thread-pool sizes of the numerical libraries a worker may load (numpy's OpenBLAS, OpenMP as
@@ -76,6 +77,9 @@ def _serve(conn: Connection, counter: Any, held: Any, slot: int, preload: str | 
     until none is left or the coordinator says stop (a message, or its end of the pipe closing)."""
     # Ctrl-C reaches the whole process group: the coordinator stops the job, workers stay quiet
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    held[slot] = -1  # started: past the import of the caller's main script (see guard.py)
+    # what the user's function prints is a log, never the command's output (which may be JSON)
+    os.dup2(2, 1)
     if preload is not None:
         # while the coordinator imports it too, infers the schema and preallocates the output; a
         # failure is reported by the coordinator's own import, or else by this worker's first chunk
@@ -125,7 +129,8 @@ class LocalPool:
     def __init__(self, procs: int, preload: str | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._counter = ctx.Value("q", 0)  # the next unclaimed task; its lock serializes claims
-        self._held = ctx.RawArray("q", [-1] * procs)  # per worker: the task it holds, -1 none
+        # per worker: the task it holds, -1 none, NOT_STARTED until it runs _serve
+        self._held = ctx.RawArray("q", [NOT_STARTED] * procs)
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._job_sent = False
@@ -170,6 +175,17 @@ class LocalPool:
                 pending -= 1
             # between two chunks of its own, or, with none left, waiting for the workers'
             pending -= self._collect(on_done, tasks, block=j < 0)
+        self._await_start()
+
+    def _await_start(self) -> None:
+        """Wait until every worker has started (or exited), and raise for one that died before:
+        whether the coordinator ran every chunk before the workers were up must not decide
+        between success and a script's missing main guard (guard.py)."""
+        for k, proc in enumerate(self._procs):
+            while int(self._held[k]) == NOT_STARTED and proc.exitcode is None:
+                wait([proc.sentinel], timeout=0.05)
+            if int(self._held[k]) == NOT_STARTED and proc.exitcode:
+                raise _died(proc.exitcode, None)
 
     def _collect(self, on_done: OnDone, tasks: Sequence[Task], block: bool) -> int:
         """Hand the results that have arrived to ``on_done`` (with ``block``, wait for at least
@@ -231,6 +247,8 @@ def _failure(task: Task, exc: Exception) -> dict[str, Any]:
 
 
 def _died(exitcode: int, task: Task | None) -> PreprocessError:
+    if exitcode == guard.REIMPORTED_EXIT:
+        return PreprocessError(guard.MESSAGE, hint=guard.HINT)
     where = f" in chunk {task[0]} (steps {task[1]}-{task[2] - 1})" if task else ""
     if exitcode < 0:  # killed by a signal, most often the kernel's out-of-memory killer
         hint = (

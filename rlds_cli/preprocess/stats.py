@@ -18,6 +18,10 @@ over all elements is kept instead, and quantiles are kept only up to
 :data:`MAX_QUANTILE_ELEMENTS` elements per step. Observation-like keys are summarized over
 ``K`` at every step (what a sampler normalizes), i.e. without the final observations.
 Bool keys (done flags) are skipped.
+
+The same accumulator serves every statistic rlds shows or uses: ``rlds preprocess --stats``
+(per chunk, in the workers), the loader's ``Normalize`` / ``compute_stats`` (:func:`scan`) and
+``rlds inspect`` (one value over all elements), so they agree up to float rounding.
 """
 
 from __future__ import annotations
@@ -79,8 +83,14 @@ def wants_stats(arr: np.ndarray) -> bool:
     return arr.dtype.kind in "iuf"
 
 
-def partial(values: np.ndarray) -> Partial | None:
-    """Statistics of ``values`` (rows x per-step shape); ``None`` for an empty chunk."""
+def partial(values: np.ndarray, *, quantiles: bool = True) -> Partial | None:
+    """Statistics of ``values`` (rows x per-step shape); ``None`` for an empty chunk.
+
+    Args:
+        values: The rows.
+        quantiles: Keep the quantile sketch (small per-step shapes only); ``False`` is cheaper
+            when only mean/std/min/max are needed.
+    """
     n = values.shape[0]
     if n == 0:
         return None
@@ -91,7 +101,7 @@ def partial(values: np.ndarray) -> Partial | None:
     mean = x64.mean(axis=0)
     m2 = ((x64 - mean) ** 2).sum(axis=0)
     sketch = None
-    if not reduced and elements <= MAX_QUANTILE_ELEMENTS:
+    if quantiles and not reduced and elements <= MAX_QUANTILE_ELEMENTS:
         sketch = np.quantile(x64, GRID, axis=0)
     return Partial(x.shape[0], mean, m2, x64.min(axis=0), x64.max(axis=0), sketch, reduced)
 
@@ -148,6 +158,50 @@ def finalize(p: Partial, shape: tuple[int, ...]) -> dict[str, Any]:
 
 def _quantile(sketch: np.ndarray, q: float) -> np.ndarray:
     return np.array([np.interp(q, GRID, sketch[:, j]) for j in range(sketch.shape[1])])
+
+
+#: Bytes of float64 values converted at a time by :func:`scan` (bounded memory on any dataset).
+SCAN_BYTES = 64 * 1024 * 1024
+
+
+def scan(dataset: Any, key: str, *, quantiles: bool = False) -> Partial | None:
+    """Statistics of a stored key of a dataset over its steps, read in bounded chunks and merged
+    in order with :func:`merge` (as ``--stats`` merges chunks). An observation-like (flat) key
+    leaves out each episode's final observation, as ``--stats`` does.
+
+    Args:
+        dataset: A :class:`~rlds_cli.cache.dataset.Dataset`.
+        key: A stored key (``dataset.manifest.fields``).
+        quantiles: Keep quantile sketches (see :func:`partial`).
+
+    Returns:
+        The merged :class:`Partial`, ``None`` for an empty dataset.
+    """
+    column = dataset.column(key)
+    spec = dataset.manifest.fields[key]
+    rows = int(column.shape[0])
+    keep = None
+    if spec.storage == "flat":  # flat row of step t is t + episode(t): final rows sit after each episode
+        ends = np.cumsum(np.asarray(dataset.episodes["length"], np.int64))
+        keep = np.ones(rows, bool)
+        keep[ends + np.arange(len(ends))] = False
+    elements = max(1, int(np.prod(spec.shape, dtype=np.int64)))
+    step = max(1, SCAN_BYTES // (8 * elements))
+    acc: Partial | None = None
+    for start in range(0, rows, step):
+        chunk = np.asarray(column[start : start + step])
+        if keep is not None:
+            chunk = chunk[keep[start : start + step]]
+        acc = merge(acc, partial(chunk, quantiles=quantiles))
+    return acc
+
+
+def key_stats(p: Partial, shape: tuple[int, ...]) -> KeyStats:
+    """A merged :class:`Partial` as :class:`KeyStats` (what :func:`load` returns)."""
+    data = finalize(p, shape)
+    arr = {f: np.asarray(data[f], np.float64) for f in ("mean", "std", "min", "max")}
+    quantiles = {float(q): np.asarray(v, np.float64) for q, v in data.get("quantiles", {}).items()}
+    return KeyStats(int(data["count"]), quantiles=quantiles, **arr)
 
 
 # ----------------------------------------------------------------------------- reading

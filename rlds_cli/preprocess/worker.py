@@ -93,6 +93,13 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
 def call_user(fn: Callable[..., Any], batch: Any, where: str) -> Any:
     try:
         return fn(batch)
+    except SystemExit as exc:
+        # the function's exit code must never become rlds's own (0 would "succeed" silently)
+        raise UserFunctionError(
+            f"{where}: the function called sys.exit({exc.code!r})",
+            hint="return the arrays, or raise an exception to stop the job",
+            user_traceback=user_traceback(exc, skip=1),
+        ) from None
     except Exception as exc:
         raise UserFunctionError(
             f"{where}: the function raised {type(exc).__name__}: {exc}",
@@ -141,6 +148,8 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
         "rows_out": n,
         "episodes_out": len(ends),
         "ends_done": bool(n and done[-1]),
+        # a positive record: the chunk's rows are in a chunk file that must still exist
+        "data_file": spec["mode"] != "direct" and bool(n),
     }
     _write_npz(summary_path(job_dir, i), {"meta": np.asarray(json.dumps(meta)), **extra}, spec["fsync"])
     return meta

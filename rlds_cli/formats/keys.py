@@ -1,0 +1,166 @@
+"""Source names -> TED keys: the one key cleaner every reader uses, and the text-column rule.
+
+A TED key is made of parts separated by ``/``; each part is one or more of ``A-Z a-z 0-9 _ . -``
+and is neither ``.`` nor ``..``, at most 200 characters a part and 32 parts (:func:`key_problem`;
+the storage backends refuse any other key before it becomes a file path). Source formats allow
+more: HDF5 names with spaces (``infos/pos x``), ``.npz`` member names with any character,
+tensordict keys. The rules, also written out in ``docs/formats.md`` ("Key names"):
+
+* Every part of a source name is cleaned on its own: each character outside
+  ``A-Z a-z 0-9 _ . -`` becomes ``_``; an empty part becomes ``_`` and a part ``.``/``..``
+  becomes ``_``/``__``.
+* Names are cleaned group by group (the parts under one parent). When several names of one
+  group clean to the same part, the one whose name is already clean keeps it; the others, in
+  order of their source names (by code point), get the first free suffix ``_2``, ``_3``, ...
+  (free: no other name in that group uses it). Two source names therefore never share a key,
+  and a leaf never shares a name with a group, whatever order the source lists them in.
+* Every key that differs from its source name is listed in the conversion notes.
+
+Text and other object values (HDF5 variable-length strings, fixed-width byte or unicode
+strings, numpy object arrays) cannot live in the numeric cache: readers drop such columns and
+say so in the conversion notes (:func:`is_text`), never storing raw object pointers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+_BAD_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
+_PART = re.compile(r"[A-Za-z0-9_.-]+")
+#: Longest part of a key: with the ``.npy`` suffix a file name stays far below the 255 bytes
+#: filesystems allow.
+MAX_KEY_PART_CHARS = 200
+#: Most parts in a key (directory levels under ``arrays/``).
+MAX_KEY_PARTS = 32
+
+
+def key_problem(key: object) -> str | None:
+    """What makes ``key`` break the strict TED key grammar, or ``None`` when it follows it.
+
+    The grammar: ``/``-separated parts (at most :data:`MAX_KEY_PARTS`), each one or more of
+    ``A-Z a-z 0-9 _ . -`` (at most :data:`MAX_KEY_PART_CHARS` of them) and neither ``.`` nor
+    ``..``. Such a key is always a relative path that stays below the directory it is joined to.
+    """
+    if not isinstance(key, str):
+        return f"it is a {type(key).__name__}, not a string"
+    parts = key.split("/")
+    if len(parts) > MAX_KEY_PARTS:
+        return f"it has {len(parts)} '/'-separated parts (at most {MAX_KEY_PARTS})"
+    for part in parts:
+        if not part:
+            return "it has an empty part (a leading, trailing or doubled '/')"
+        if part in (".", ".."):
+            return f"it has a {part!r} part"
+        if len(part) > MAX_KEY_PART_CHARS:
+            return f"a part is {len(part)} characters long (at most {MAX_KEY_PART_CHARS})"
+        if not _PART.fullmatch(part):
+            return f"part {part!r} has characters other than A-Z a-z 0-9 _ . -"
+    return None
+
+
+def is_valid_key(key: str) -> bool:
+    """Whether ``key`` follows the strict TED key grammar (see :func:`key_problem`)."""
+    return key_problem(key) is None
+
+
+def clean_part(name: str) -> str:
+    """One part of a source name made valid (not yet disambiguated from its siblings)."""
+    cleaned = _BAD_CHAR.sub("_", name)
+    if cleaned in ("", ".", ".."):
+        # '.' and '..' would be directory links on disk; '' an empty path part
+        return "_" * max(1, len(cleaned))
+    return cleaned
+
+
+def clean_keys(wanted: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Valid, distinct TED keys for the names of one source.
+
+    Args:
+        wanted: Per source name (any unique label, e.g. an HDF5 path), the parts of the key the
+            reader would give it before cleaning (``("info", "pos x")``).
+
+    Returns:
+        Per source name, its TED key. Distinct source names always get distinct keys, and no
+        key is a group (``/``-prefix) of another. The result depends only on ``wanted``'s
+        contents, not on its order.
+    """
+    out: dict[str, str] = {}
+    items = [(label, tuple(parts)) for label, parts in wanted.items()]
+    empty = [label for label, parts in items if not parts]
+    if empty:
+        raise ValueError(f"source name {empty[0]!r} maps to an empty key")
+    _assign(items, (), out)
+    return out
+
+
+def _assign(items: list[tuple[str, tuple[str, ...]]], prefix: tuple[str, ...], out: dict[str, str]) -> None:
+    """Name the entries of one group (its leaves and its subgroups), then recurse."""
+    groups: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    # an entry: (raw name, kind 0 leaf / 1 group, label of a leaf or the raw name of a group)
+    entries: list[tuple[str, int, str]] = []
+    for label, parts in items:
+        if len(parts) == 1:
+            entries.append((parts[0], 0, label))
+        else:
+            if parts[0] not in groups:
+                entries.append((parts[0], 1, parts[0]))
+            groups.setdefault(parts[0], []).append((label, parts[1:]))
+    # already-clean names first, so a clean name is never taken by another's suffix
+    entries.sort(key=lambda e: (clean_part(e[0]) != e[0], e[0], e[1], e[2]))
+    names: dict[tuple[str, int, str], str] = {}
+    taken: set[str] = set()
+    for entry in entries:
+        cleaned = clean_part(entry[0])
+        if cleaned not in taken:
+            taken.add(cleaned)
+            names[entry] = cleaned
+    for entry in entries:
+        if entry in names:
+            continue
+        cleaned, k = clean_part(entry[0]), 2
+        while f"{cleaned}_{k}" in taken:
+            k += 1
+        names[entry] = f"{cleaned}_{k}"
+        taken.add(names[entry])
+    for entry in entries:
+        raw, kind, label = entry
+        if kind == 0:
+            out[label] = "/".join((*prefix, names[entry]))
+        else:
+            _assign(groups[raw], (*prefix, names[entry]), out)
+
+
+def renamed_note(keys: Mapping[str, str], wanted: Mapping[str, Sequence[str]]) -> str | None:
+    """A conversion note listing the keys that differ from their source names (``None``: none).
+
+    ``keys`` is :func:`clean_keys`'s result for ``wanted``.
+    """
+    changed = sorted((label, key) for label, key in keys.items() if key != "/".join(wanted[label]))
+    if not changed:
+        return None
+    shown = ", ".join(f"{label!r} -> {key!r}" for label, key in changed)
+    return (
+        f"source names cleaned into TED keys (only A-Z a-z 0-9 _ . - per part; clashes get _2, _3...): "
+        f"{shown}"
+    )
+
+
+def is_text(dtype: np.dtype) -> bool:
+    """Whether values of ``dtype`` are text or Python objects (variable-length HDF5 strings and
+    arrays read as ``object``, fixed-width ``bytes``/``str``): not storable in the cache."""
+    return np.dtype(dtype).kind in "OSU"
+
+
+def text_note(key: str, dtype: np.dtype) -> str:
+    """The conversion note for a dropped text/object column."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "O":
+        what = "text values"
+    elif (dtype.metadata or {}).get("vlen") in (str, bytes):  # how h5py marks its string dtypes
+        what = "variable-length strings"
+    else:
+        what = "variable-length (object) values"
+    return f"{key}: {what} are not stored (the cache holds numeric arrays only); column dropped"

@@ -1,0 +1,184 @@
+"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write.
+
+A source file from the internet is untrusted input, like an archive (:mod:`rlds_cli.archives`).
+Every reader applies these rules before it reads data (written out in ``docs/formats.md``,
+"Untrusted input"):
+
+* **Numeric arrays only.** Observations, actions, rewards and done flags must be bool, integer,
+  float or complex arrays with one row per step (:func:`require_numeric`, :func:`require_rows`).
+  Strings, Python objects, structured (compound) records, opaque/void bytes and dates are
+  refused with the file and key named; only per-step *info* columns of text are dropped with a
+  note (``docs/formats.md``, "Text and other object values").
+* **Declared sizes must be backed by data.** An array that declares more than
+  :data:`RATIO_FLOOR_BYTES` and more than ``RLDS_SOURCE_MAX_RATIO`` (default 100) times the
+  bytes the file really stores for it (a gzip stream of zeros, an HDF5 dataset whose chunks
+  were never written, an ``.npz`` member that inflates 1000-fold) is refused before anything
+  is allocated or written (:func:`check_declared`): a 7 KB file cannot make rlds allocate or
+  write gigabytes.
+* **Side arrays are small.** Arrays that are not per-step (D4RL ``metadata/*``, arrays of
+  another length) are kept whole in the manifest or ``source_metadata.npz``; each may declare
+  at most ``RLDS_SIDE_ARRAY_MAX_BYTES`` (default 64 MiB, :func:`check_side_array`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError
+
+#: Below this many declared bytes an array is never called a bomb (small all-zero columns,
+#: such as a bool ``terminals`` array, compress extremely well and are harmless).
+RATIO_FLOOR_BYTES = 64 << 20
+#: Default largest ratio of declared bytes to stored bytes for one array above the floor.
+DEFAULT_MAX_RATIO = 100.0
+#: Default largest side array (not per step) read whole.
+DEFAULT_SIDE_ARRAY_MAX_BYTES = 64 << 20
+
+#: dtype kinds the cache stores: bool, signed and unsigned integers, floats, complex.
+NUMERIC_KINDS = "biufc"
+
+
+class UnsafeSourceError(SourceFormatError):
+    """A source file that points at data outside itself (HDF5 external or soft links, external
+    raw storage, virtual datasets mapping other files) or declares far more data than it holds
+    (a decompression bomb, a sparse dataset), or a side array over the size limit."""
+
+    default_hint = (
+        "the file is malicious or broken: get it from a trusted source; rlds reads only data stored "
+        "in the file itself"
+    )
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SourceFormatError(
+            f"{name}={raw!r} is not a number", hint=f"unset {name} or set it to a number"
+        ) from None
+    return value if value > 0 else default
+
+
+def max_ratio() -> float:
+    """Largest declared/stored ratio of one source array (``RLDS_SOURCE_MAX_RATIO``, default 100)."""
+    return _env_number("RLDS_SOURCE_MAX_RATIO", DEFAULT_MAX_RATIO)
+
+
+def side_array_max_bytes() -> int:
+    """Largest side array read whole (``RLDS_SIDE_ARRAY_MAX_BYTES``, default 64 MiB)."""
+    return int(_env_number("RLDS_SIDE_ARRAY_MAX_BYTES", DEFAULT_SIDE_ARRAY_MAX_BYTES))
+
+
+def declared_bytes(shape: Sequence[int], dtype: np.dtype) -> int:
+    """Bytes an array of ``shape`` and ``dtype`` takes in memory, in Python integers (a hostile
+    shape cannot wrap around as ``np.prod`` in int64 does)."""
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count * max(np.dtype(dtype).itemsize, 1)
+
+
+def check_declared(where: object, key: str, declared: int, stored: int, *, how: str = "stores") -> None:
+    """Refuse an array that declares far more bytes than the file holds for it.
+
+    Args:
+        where: The source file (named in the message).
+        key: The array's name in the source.
+        declared: Bytes the array takes once read (:func:`declared_bytes`).
+        stored: Bytes the file stores for it (compressed size, allocated HDF5 storage).
+        how: Verb for the message (``"stores"``, ``"compresses into"``).
+
+    Raises:
+        UnsafeSourceError: Over :data:`RATIO_FLOOR_BYTES` and over :func:`max_ratio` times
+            ``stored``.
+    """
+    if declared <= RATIO_FLOOR_BYTES:  # the common case, without reading the environment
+        return
+    ratio = max_ratio()
+    if declared > ratio * max(stored, 1):
+        raise UnsafeSourceError(
+            f"{where}: {key!r} declares {declared:,} bytes but the file {how} only {stored:,} for it "
+            f"(ratio over {ratio:g}); refusing (a decompression bomb or a sparse dataset?)",
+            hint="if you trust the file, raise RLDS_SOURCE_MAX_RATIO (declared/stored bytes per array)",
+        )
+
+
+def check_side_array(where: object, key: str, shape: Sequence[int], dtype: np.dtype) -> None:
+    """Refuse a side array (not per step, read whole) over :func:`side_array_max_bytes`."""
+    # variable-length values (strings, ragged arrays) count at least a pointer each
+    dtype = np.dtype(dtype)
+    nbytes = declared_bytes(shape, dtype if dtype.kind != "O" else np.dtype((np.void, 16)))
+    limit = side_array_max_bytes()
+    if nbytes > limit:
+        raise UnsafeSourceError(
+            f"{where}: {key!r} is a side array (not one row per step) of shape {tuple(shape)} taking "
+            f"{nbytes:,} bytes, over the limit of {limit:,} for arrays read whole",
+            hint="if you trust the file and want the array kept, raise RLDS_SIDE_ARRAY_MAX_BYTES",
+        )
+
+
+def describe_dtype(dtype: np.dtype) -> str:
+    """A dtype in words, for messages (``fixed-width byte strings (|S4)``)."""
+    dtype = np.dtype(dtype)
+    if dtype.fields is not None:
+        return f"structured (compound) records ({dtype})"
+    if dtype.subdtype is not None:
+        return f"sub-array elements ({dtype})"
+    if (dtype.metadata or {}).get("vlen") in (str, bytes):  # how h5py marks its string dtypes
+        return "variable-length strings"
+    words = {
+        "S": "fixed-width byte strings",
+        "U": "fixed-width unicode strings",
+        "O": "Python objects or variable-length values",
+        "V": "opaque (void) bytes",
+        "M": "dates",
+        "m": "time deltas",
+    }
+    return f"{words.get(dtype.kind, 'non-numeric values')} ({dtype.str})"
+
+
+def is_numeric(dtype: np.dtype) -> bool:
+    """Whether the cache can store values of ``dtype`` (bool, integer, float, complex)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in NUMERIC_KINDS and dtype.fields is None and dtype.subdtype is None
+
+
+def require_numeric(where: object, key: str, dtype: np.dtype) -> None:
+    """Refuse a step array (observation, action, reward, flag, info) that is not numeric.
+
+    Raises:
+        SourceFormatError: Naming ``where`` and ``key`` and what the values are.
+    """
+    if not is_numeric(dtype):
+        raise SourceFormatError(
+            f"{where}: {key!r} holds {describe_dtype(dtype)}; rlds stores numeric arrays only "
+            "(bool, integers, floats)",
+            hint="convert the array to numbers (e.g. floats) and write the file again",
+        )
+
+
+def require_shape(where: object, key: str, shape: object) -> tuple[int, ...]:
+    """A declared shape as a tuple of non-negative integers; anything else is refused."""
+    if not isinstance(shape, list | tuple) or not all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise SourceFormatError(
+            f"{where}: {key!r} declares the shape {shape!r}, which is not a list of sizes >= 0",
+            hint="the file is damaged or was not written by the format's library",
+        )
+    return tuple(int(d) for d in shape)
+
+
+def require_rows(where: object, key: str, shape: Sequence[int]) -> None:
+    """Refuse a step array without a row axis (a 0-d scalar where one row per step is needed)."""
+    if len(shape) == 0:
+        raise SourceFormatError(
+            f"{where}: {key!r} is a single value (0-d), not an array with one row per step",
+            hint="the file is not in the format's layout; check it, or pass --format for another format",
+        )

@@ -1,0 +1,141 @@
+"""``rlds download --episodes A:B``: every per-episode array of the source metadata
+(``minari/episode_seed``, ``roboset/episode_file``, ``ogbench/episode_file``) keeps the kept
+episodes' rows, row for row, and ``rlds inspect --check`` passes on the subset (the source's
+declared totals are scaled to the selection).
+
+Sources are written the way users write them: minari's ``DataCollector`` with its default
+(unseeded) resets, RoboHive-schema files with h5py, OGBench files with ``np.savez_compressed``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache import open_dataset
+from rlds_cli.cli.app import app
+from rlds_cli.validate import check_dataset
+from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
+
+runner = CliRunner()
+
+
+def _download(source: Path, name: str, *extra: str) -> None:
+    result = runner.invoke(app, ["download", str(source), "--name", name, *extra])
+    assert result.exit_code == 0, result.output
+
+
+def _check_passes(name: str) -> None:
+    result = runner.invoke(app, ["inspect", name, "--check"])
+    assert result.exit_code == 0, result.output
+    assert "check passed" in result.output
+
+
+def _same_episodes(sub: str, full: str, first: int) -> None:
+    """The subset's episodes are the full conversion's ``first, first + 1, ...``, step for step."""
+    a, b = open_dataset(sub), open_dataset(full)
+    for e in range(a.num_episodes):
+        start, length = int(a.episodes["start"][e]), int(a.episodes["length"][e])
+        f_start = int(b.episodes["start"][first + e])
+        assert length == int(b.episodes["length"][first + e])
+        got = a.gather(np.arange(start, start + length))
+        want = b.gather(np.arange(f_start, f_start + length))
+        for key in got:
+            if key not in ("index", "episode"):
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+# ----------------------------------------------------------------------------- Minari
+
+
+@pytest.fixture
+def minari_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[Any]]:
+    """Five Pendulum episodes recorded by minari's DataCollector with unseeded resets (so the
+    seeds are 64-bit random, about half of them >= 2**63); also minari's own per-episode seeds."""
+    minari = pytest.importorskip("minari")
+    gym = pytest.importorskip("gymnasium")
+    pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    collector = minari.DataCollector(gym.make("Pendulum-v1", max_episode_steps=3))
+    for _ in range(5):
+        collector.reset()
+        while True:
+            *_, term, trunc, _ = collector.step(collector.action_space.sample())
+            if term or trunc:
+                break
+    with pytest.warns(UserWarning):  # no eval_env given
+        collector.create_dataset(
+            dataset_id="rlds/pendulum/subset-v0",
+            algorithm_name="random",
+            author="rlds tests",
+            author_email="tests@example.invalid",
+            code_permalink="tests/test_subsets.py",
+            description="subsets",
+        )
+    collector.close()
+    dataset = minari.load_dataset("rlds/pendulum/subset-v0")
+    seeds = [m.get("seed") for m in dataset.storage.get_episode_metadata(range(5))]
+    return tmp_path / "minari" / "rlds" / "pendulum" / "subset-v0", seeds
+
+
+def test_minari_subset_keeps_its_seeds_and_checks(minari_source: tuple[Path, list[Any]]) -> None:
+    source, seeds = minari_source
+    _download(source, "full")
+    _download(source, "sub", "--episodes", "1:3")
+    _download(source, "tail", "--episodes", "3:")
+    full = open_dataset("full").source_arrays
+    assert full["minari/episode_seed"].tolist() == [int(s) for s in seeds]
+    for name, first, stop in (("sub", 1, 3), ("tail", 3, 5)):
+        ds = open_dataset(name)
+        assert ds.num_episodes == stop - first
+        arrays = ds.source_arrays
+        for key, value in full.items():
+            np.testing.assert_array_equal(arrays[key], value[first:stop], err_msg=key)
+            assert arrays[key].dtype == value.dtype
+        _same_episodes(name, "full", first)
+        _check_passes(name)
+
+
+# ----------------------------------------------------------------------------- Roboset, OGBench
+
+
+def test_roboset_subset_keeps_each_episodes_file(tmp_path: Path) -> None:
+    source = golden_roboset(tmp_path / "roboset")  # a_trace.h5: Trial0, Trial2; b_trace.h5: Trial60
+    _download(source, "full")
+    _download(source, "sub", "--episodes", "1:3")
+    assert open_dataset("full").source_arrays["roboset/episode_file"].tolist() == [0, 0, 1]
+    ds = open_dataset("sub")
+    assert ds.source_arrays["roboset/episode_file"].tolist() == [0, 1]
+    assert ds.episodes["source_id"].tolist() == [2, 60]
+    _same_episodes("sub", "full", 1)
+    _check_passes("sub")
+
+
+def test_ogbench_subset_keeps_each_episodes_file(tmp_path: Path) -> None:
+    (tmp_path / "og").mkdir()
+    write_ogbench(tmp_path / "og" / "task.npz", ogbench_arrays([2, 5], 6))
+    write_ogbench(tmp_path / "og" / "task-val.npz", ogbench_arrays([2, 5], 6))
+    _download(tmp_path / "og", "full", "--format", "ogbench")
+    _download(tmp_path / "og", "sub", "--format", "ogbench", "--episodes", "1:3")
+    assert open_dataset("full").source_arrays["ogbench/episode_file"].tolist() == [0, 0, 1, 1]
+    assert open_dataset("sub").source_arrays["ogbench/episode_file"].tolist() == [0, 1]
+    _same_episodes("sub", "full", 1)
+    _check_passes("sub")
+
+
+# ----------------------------------------------------------------------------- the check itself
+
+
+def test_check_reports_a_per_episode_array_out_of_step(tmp_path: Path) -> None:
+    _download(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
+    ds = open_dataset("r")
+    assert check_dataset(ds).ok
+    path = ds.directory / "source_metadata.npz"
+    np.savez(path, roboset__episode_file=np.array([0, 0, 1]))  # one row too many
+    report = check_dataset(open_dataset("r"))
+    assert [v.check for v in report.violations] == ["counts"]
+    assert "'roboset/episode_file' has 3 rows for 2 episodes" in report.violations[0].message
