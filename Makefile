@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BENCH_VENV ?= .venv-bench
 TORCH_VERSION ?= 2.13.0
-DEMO_ROOT ?= .rlds-demo
+# empty: the demo goes into the cache every rlds command uses ($RLDS_HOME, else the user cache)
+DEMO_ROOT ?=
 # The machine keeps its torch wheel in /opt/wheels; elsewhere pip uses the index as usual.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PY := $(VENV)/bin/python
@@ -34,10 +35,11 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 demo: install
-	$(VENV)/bin/rlds demo --root $(DEMO_ROOT)
+	$(VENV)/bin/rlds demo $(if $(DEMO_ROOT),--root $(DEMO_ROOT),)
 
 lint: install-test
 	$(VENV)/bin/ruff check rlds_cli tests scripts benchmarks
+	$(VENV)/bin/mypy --config-file pyproject.toml
 
 test: install-test lint
 	$(PY) -m pytest -n 2 -q
@@ -48,4 +50,4 @@ bench: install
 	$(BENCH_VENV)/bin/python benchmarks/run_all.py --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_ROOT) .pytest_cache .ruff_cache build dist
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache .mypy_cache build dist

@@ -667,7 +667,7 @@ def render(cases: dict[str, Case], scaling: list[Case], info: dict[str, Any]) ->
         "",
         "### How it is measured",
         "",
-        "```",
+        "```text",
         ".venv-bench/bin/python benchmarks/run_all.py --only loader --write docs/benchmarks.md",
         "```",
         "",

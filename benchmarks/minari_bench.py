@@ -219,7 +219,7 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
         "(TorchRL 0.14.1 writes its cache with `memmap_like`, which keeps shapes but not values; see the "
         "conversion section above).",
         "",
-        "```",
+        "```text",
         "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench",
         "```",
         "",

@@ -369,7 +369,7 @@ def render(res: dict[str, Any], elapsed: float) -> str:
         "- Per-episode mode writes finished chunks to files and appends them in order (the output size is "
         "not known in advance), so it does more I/O than per-step mode.",
         "",
-        "```",
+        "```text",
         "make bench   # or: .venv-bench/bin/python benchmarks/preprocess_bench.py --write docs/benchmarks.md",
         "```",
         "",

@@ -598,7 +598,7 @@ def render(
         "",
         "### How it is measured",
         "",
-        "```",
+        "```text",
         "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0",
         "             #   .venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md",
         "```",
@@ -753,6 +753,12 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     _log("cli start-up:")
     cli_bench.main(["--write", str(args.write)] if args.write else [])
+    # FrameStack on pixels vs the raw gather of 4x the frames (benchmarks/framestack_bench.py)
+    import framestack_bench
+
+    _log("frame stack:")
+    fs_argv = ["--work", str(work / "framestack")] + (["--quick"] if args.quick else [])
+    framestack_bench.main(fs_argv + (["--write", str(args.write)] if args.write else []))
     return run_loader(args)
 
 

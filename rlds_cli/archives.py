@@ -248,7 +248,7 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
     return budget.files
 
 
-def _decompressed(raw: IO[bytes]) -> IO[bytes]:
+def _decompressed(raw: IO[bytes]) -> IO[bytes] | gzip.GzipFile:
     """``raw`` itself, or a reader undoing its gzip, bzip2 or xz compression (found from the
     magic bytes) that inflates only as much as each read asks for."""
     magic = raw.read(6)
@@ -256,9 +256,9 @@ def _decompressed(raw: IO[bytes]) -> IO[bytes]:
     if magic.startswith(b"\x1f\x8b"):
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if magic.startswith(b"BZh"):
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
+        return bz2.BZ2File(raw)
     if magic.startswith(b"\xfd7zXZ\x00"):
-        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+        return lzma.LZMAFile(raw)
     return raw
 
 

@@ -143,6 +143,7 @@ def convert(
     options: dict[str, Any] | None = None,
     source_info: dict[str, Any] | None = None,
     expected_sha256: str | None = None,
+    expected_origin: str = "user",
     progress: Progress | None = None,
 ) -> ConvertResult:
     """Convert a local source into a cached TED dataset.
@@ -162,6 +163,8 @@ def convert(
             when generic (:data:`GENERIC_OPTIONS`), refused otherwise.
         source_info: Extra provenance for the manifest (e.g. the registry id).
         expected_sha256: Refuse a single-file source unless its sha256 is this.
+        expected_origin: Who gave ``expected_sha256`` (``"user"``, ``"registry"``, ``"hub"``,
+            ``"recorded"``): the hint of a mismatch depends on it.
         progress: Optional callback, see :data:`Progress`.
 
     Returns:
@@ -177,6 +180,7 @@ def convert(
         fmt = format or detect_format(paths[0] if len(paths) == 1 else paths)
         reader_class(fmt)  # an unknown --format fails before any hashing
         files = source_files(fmt, paths)
+        _check_one_file(fmt, paths, files)  # before hashing gigabytes that cannot be converted
         # relative to the files' common folder, so the digest does not depend on how the
         # source was named (a Minari dataset by its directory, its data/ or a file)
         base = Path(os.path.commonpath(files))
@@ -185,7 +189,13 @@ def convert(
     hashed = _hash_files(files, base)
     sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
     if expected_sha256 and sha256 != expected_sha256.lower():
-        raise ChecksumMismatchError(f"{files[0]} has sha256 {sha256}, expected {expected_sha256.lower()}")
+        from rlds_cli.net.hashes import mismatch_hint
+
+        raise ChecksumMismatchError(
+            f"{files[0]} has sha256 {sha256}, expected {expected_sha256.lower()}"
+            f"{' (given with --sha256)' if expected_origin == 'user' else ''}",
+            hint=mismatch_hint(expected_origin),
+        )
     if progress:
         progress("hash", sum(f["size"] for f in hashed))
     stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
@@ -196,9 +206,7 @@ def convert(
             if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
                 logger.info("dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12])
                 return ConvertResult(builder.existing, True, cache.dataset_dir(name))
-            raise DatasetExistsError(
-                f"dataset {name!r} already exists in {cache.path} (converted from {old.get('path', '?')})"
-            )
+            raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}{_origin(old)}")
         extracted: Path | None = None
         try:
             read_paths = paths
@@ -231,6 +239,43 @@ def convert(
     return ConvertResult(manifest, False, cache.dataset_dir(name))
 
 
+#: Formats whose reader reads exactly one file: a folder of several is converted file by file.
+_ONE_FILE_FORMATS = frozenset({"d4rl"})
+
+
+def _check_one_file(fmt: str, paths: list[Path], files: list[Path]) -> None:
+    """Refuse a source holding several files of a one-file format (a folder of D4RL files),
+    naming them and saying how to convert each; a plain "cannot open the folder as HDF5"
+    would send the user re-downloading a file that is fine."""
+    if fmt not in _ONE_FILE_FORMATS or len(files) <= 1:
+        return
+    where = str(paths[0]) if len(paths) == 1 else "the sources given"
+    names = [f.name for f in files]
+    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    if len(paths) == 1 and paths[0].is_file():  # an archive: its files are not paths yet
+        hint = f"unpack {paths[0].name} and convert each file on its own ('rlds download FILE')"
+    else:
+        first, second = (str(f) for f in files[:2])
+        hint = (
+            f"convert each file on its own, e.g. 'rlds download {first}' then 'rlds download {second}' "
+            "(each gets the name of its file; --name picks another)"
+        )
+    raise SourceFormatError(
+        f"{where} holds {len(files)} {fmt.upper()} files ({listed}); the {fmt} format reads one "
+        "file at a time",
+        hint=hint,
+    )
+
+
+def _origin(source: dict[str, Any]) -> str:
+    """What an existing dataset was made from, for the error that refuses to overwrite it."""
+    if source.get("format") == "view":
+        return f" (a view of {source.get('parent')!r})"
+    if source.get("format") == "rlds-preprocess":
+        return f" (preprocessed from {source.get('id')!r})"
+    return f" (converted from {source['path']})" if source.get("path") else ""
+
+
 def _build(
     builder: DatasetBuilder,
     fmt: str,
@@ -250,9 +295,11 @@ def _build(
     )
 
     cls = reader_class(fmt)
-    if fmt == "d4rl" and len(paths) > 1:
-        raise SourceError(f"the d4rl format reads one file, got {len(paths)}")
     arg: Any = paths[0] if len(paths) == 1 else paths
+    if fmt in _ONE_FILE_FORMATS:  # its reader takes a file: a folder (or an archive's) holds it
+        files = source_files(fmt, paths)
+        _check_one_file(fmt, [shown] if shown.is_file() else paths, files)
+        arg = files[0]
     episodes = parse_episodes(options["episodes"]) if options.get("episodes") is not None else None
     keys = list(options["keys"]) if options.get("keys") is not None else None
     reader_options = {k: v for k, v in options.items() if k not in _SELECTION_OPTIONS}

@@ -70,8 +70,8 @@ def download(
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     offline = settings.offline() if offline is None else offline
     # pin=False: a first-seen hash binds later downloads only once the file converted
-    fetch = {"force": force, "offline": offline, "progress": download_progress, "pin": False}
-    convert_args = {"root": cache, "backend": backend, "force": force, "progress": progress}
+    fetch: dict[str, Any] = {"force": force, "offline": offline, "progress": download_progress, "pin": False}
+    convert_args: dict[str, Any] = {"root": cache, "backend": backend, "force": force, "progress": progress}
     path = Path(source).expanduser()
     if path.exists():
         return convert(
@@ -94,7 +94,8 @@ def download(
         file = entry.files[0]
         return convert(
             file.bundled_path(), name or entry.cache_name, format=format or entry.format, options=merged,
-            source_info={"id": entry.id, "url": file.urls[0]}, expected_sha256=file.sha256, **convert_args,
+            source_info={"id": entry.id, "url": file.urls[0]}, expected_sha256=file.sha256,
+            expected_origin="registry", **convert_args,
         )  # fmt: skip
     folder = raw_dir(cache, entry.cache_name)
     planned = plan_files(entry, folder, offline=offline)
@@ -108,6 +109,7 @@ def download(
         options=merged,
         source_info=_provenance(results, folder, id=entry.id),
         expected_sha256=results[0].sha256 if len(results) == 1 else None,
+        expected_origin=results[0].hash_origin,
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
@@ -138,6 +140,7 @@ def _download_url(
         options=options,
         source_info=_provenance(results, folder, url=url),
         expected_sha256=results[0].sha256,
+        expected_origin=results[0].hash_origin,
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
@@ -256,7 +259,7 @@ def _looks_like_path(source: str) -> bool:
 
 
 #: Suffixes of archives and compressed files, all stripped from a default name (x.tar.gz -> x).
-_ARCHIVE_SUFFIXES = (".tar", ".tgz", ".zip", ".gz", ".bz2", ".xz", ".zst")
+_ARCHIVE_SUFFIXES = (".tar", ".tgz", ".tbz2", ".tbz", ".txz", ".zip", ".gz", ".bz2", ".xz", ".zst")
 #: Data suffixes also stripped once an archive suffix went (hopper.hdf5.zip -> hopper).
 _DATA_SUFFIXES = (".hdf5", ".h5", ".npz", ".npy", ".traj")
 

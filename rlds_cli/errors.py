@@ -298,6 +298,23 @@ class OutputSchemaError(PreprocessError, ValueError):
     default_hint = "'rlds preprocess --help' says what the function must return"
 
 
+class CacheNotVisibleError(PreprocessError, FileNotFoundError):
+    """A Ray node cannot see the job's dataset or job directory at the coordinator's path: the
+    cache is not on a filesystem shared by every node (checked before the chunk's work)."""
+
+    default_hint = (
+        "put the cache (RLDS_HOME or --root) on a shared filesystem mounted at the same path on "
+        "every Ray node: the chunks read the dataset and write their results there"
+    )
+
+
+class WorkerLostError(PreprocessError, RuntimeError):
+    """A chunk's Ray task failed for a system reason (its worker process or node died, an object
+    was lost) more times than it is retried."""
+
+    default_hint = "the finished chunks are kept: run the same command with --resume to continue"
+
+
 # --------------------------------------------------------------------------- extras and export
 
 

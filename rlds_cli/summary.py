@@ -123,7 +123,7 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
     last = ds.episodes["start"] + lengths - 1
     terminated = np.asarray(ds.column("next/terminated")[last]).reshape(-1)
     truncated = np.asarray(ds.column("next/truncated")[last]).reshape(-1)
-    stored = {
+    stored: dict[str, dict[str, Any]] = {
         key: {
             "shape": list(spec.shape),
             "dtype": spec.dtype,
@@ -161,6 +161,7 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         "source": m.source,
         "conversion": m.conversion,
         "lineage": m.lineage,
+        "content_digest": m.content_digest,
         "created_by": m.created_by,
         "created_at": m.created_at,
     }

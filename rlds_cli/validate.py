@@ -18,6 +18,11 @@ Checks:
   total. Per-episode source arrays (``<format>/episode_<what>``) have one row per episode.
 * ``nan``: every key has exactly as many NaN values as the source had at conversion
   (``source.checks.nan_counts``), so no NaN appeared where the source had none.
+* ``digest``: every stored array (read whole, in bounded blocks), the episode index and
+  ``source_metadata.npz`` have the sha256 recorded when the dataset was written, so a value
+  changed by hand in a ``.npy`` file or a zarr chunk is found and named (see
+  :mod:`rlds_cli.cache.digest`); a view's arrays are checked against its parent's digests.
+  Skipped, never failed, for datasets written before digests were recorded.
 """
 
 from __future__ import annotations
@@ -81,11 +86,14 @@ class CheckReport:
         violations: Every violation found (up to ``limit``).
         truncated: More violations existed than were kept.
         checks: The checks that ran.
+        skipped: Checks that did not run, with the reason (e.g. ``digest`` of a dataset
+            written before digests were recorded).
     """
 
     violations: list[Violation] = field(default_factory=list)
     truncated: bool = False
     checks: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -95,6 +103,7 @@ class CheckReport:
         return {
             "ok": self.ok,
             "checks": self.checks,
+            "skipped": self.skipped,
             "violations": [v.to_dict() for v in self.violations],
             "truncated": self.truncated,
         }
@@ -151,7 +160,24 @@ def check_dataset(ds: Dataset, limit: int = 1000) -> CheckReport:
     ):
         c.report.checks.append(name)
         fn(ds, c)
+    # last: the checks above say where an invariant breaks; this one finds any value changed
+    _check_digests(ds, c)
     return c.report
+
+
+def _check_digests(ds: Dataset, c: _Collector) -> None:
+    """Recompute every content digest; one violation per array that differs, naming its file."""
+    from rlds_cli.cache.digest import NOT_RECORDED, check_digests
+
+    result = check_digests(ds)
+    if not result.recorded and not result.checked:
+        c.report.skipped["digest"] = NOT_RECORDED
+        return
+    c.report.checks.append("digest")
+    if not result.recorded:  # a view made by this rlds of a parent written by an older one
+        c.report.skipped["digest of the parent's arrays"] = NOT_RECORDED
+    for problem in result.problems:
+        c.add("digest", f"{problem.path}: {problem.message}", key=problem.key)
 
 
 def _chunks(n: int) -> Any:

@@ -106,7 +106,7 @@ def header(title: str, source: str) -> str:
         )
         + "\n"
         "# No source publishes checksums or exact sizes: rlds records the sha256 and size of the first\n"
-        "# download in <root>/raw/<id>/hashes.json and verifies every later copy against them.\n"
+        "# download in <root>/raw/<entry>/.rlds/hashes.json and verifies every later copy against them.\n"
         "# [dataset.published] holds the rounded figures an upstream shows (never used as checks).\n\n"
     )
 

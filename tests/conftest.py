@@ -1,18 +1,129 @@
-"""Shared test set-up: every test gets its own cache root and never touches the network."""
+"""Shared test set-up: every test gets its own cache root, sees no ``RLDS_*`` setting of the shell
+that started pytest, and never reaches the network.
+
+* ``RLDS_*`` variables are removed for the whole session (so module fixtures such as the local
+  Ray instance start clean) and again at the start of each test; a test that needs one sets it
+  with ``monkeypatch.setenv`` (``isolated_cache`` sets ``RLDS_HOME`` and ``RLDS_FSYNC=0``).
+* Sockets of this process may only reach loopback (``127.0.0.0/8``, ``::1``, ``localhost``; Unix
+  sockets are not concerned): ``socket.getaddrinfo`` refuses any other host name with
+  :class:`NameLookupBlockedError` (a ``socket.gaierror``, so code under test sees an unresolvable
+  name and fails at once), ``socket.socket.connect`` refuses any other address with
+  :class:`NetworkBlockedError` (``ENETUNREACH``) and ``connect_ex`` returns ``ENETUNREACH``, as on a
+  machine without a network. ``socket.create_connection`` and ``requests`` go through these.
+  Tests that fake DNS failures wrap ``socket.getaddrinfo`` themselves and call this guarded one
+  for other hosts. Subprocesses (CLI runs, torchrun, Ray workers) are not covered: they are
+  started with loopback addresses.
+"""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+class NetworkBlockedError(OSError):
+    """A connection to an address other than loopback, refused by ``tests/conftest.py``."""
+
+
+class NameLookupBlockedError(socket.gaierror):
+    """A host-name lookup other than loopback, refused by ``tests/conftest.py``."""
+
+
+def is_local_host(host: Any) -> bool:
+    """Whether ``host`` (a name or an address, as given to ``getaddrinfo`` or ``connect``) is this
+    machine: loopback, ``localhost``, or the unspecified address (``None``, ``""``, ``0.0.0.0``)."""
+    if host is None:
+        return True
+    if isinstance(host, bytes | bytearray):
+        host = bytes(host).decode("ascii", "replace")
+    name = str(host).strip().strip("[]").lower().rstrip(".")
+    if not name or name in _LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])  # fe80::1%lo: the zone is no part of it
+    except ValueError:
+        return False  # any other name
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
+
+
+def _is_address(host: Any) -> bool:
+    """Whether ``host`` is a numeric IP address (``getaddrinfo`` needs no DNS for it)."""
+    if isinstance(host, bytes | bytearray):
+        host = bytes(host).decode("ascii", "replace")
+    try:
+        ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _inet_host(sock: socket.socket, address: Any) -> Any:
+    """The host of an AF_INET/AF_INET6 ``address``; ``None`` for other families (Unix sockets...)."""
+    if sock.family in _INET and isinstance(address, tuple) and address:
+        return address[0]
+    return None
+
+
+_real_getaddrinfo = socket.getaddrinfo
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if not is_local_host(host) and not _is_address(host):  # an address: connect() decides
+        raise NameLookupBlockedError(
+            socket.EAI_NONAME, f"tests/conftest.py blocks the network: no lookup of {host!r}"
+        )
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    host = _inet_host(self, address)
+    if host is not None and not is_local_host(host):
+        raise NetworkBlockedError(
+            errno.ENETUNREACH, f"tests/conftest.py blocks the network: no connection to {address!r}"
+        )
+    _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    host = _inet_host(self, address)
+    if host is not None and not is_local_host(host):
+        return errno.ENETUNREACH
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hermetic_session() -> Iterator[None]:
+    """For the whole session: no ``RLDS_*`` variable, and sockets limited to loopback."""
+    with pytest.MonkeyPatch.context() as mp:
+        for var in [v for v in os.environ if v.startswith("RLDS_")]:
+            mp.delenv(var)
+        mp.setattr(socket, "getaddrinfo", _guarded_getaddrinfo)
+        mp.setattr(socket.socket, "connect", _guarded_connect)
+        mp.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+        yield
 
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point the cache at a fresh temp dir; skip fsync (tests that need it turn it on)."""
+    """Unset every ``RLDS_*`` variable (a module fixture or another test may have left one), point
+    the cache at a fresh temp dir, and skip fsync (tests that need it turn it on)."""
+    for var in [v for v in os.environ if v.startswith("RLDS_")]:
+        monkeypatch.delenv(var)
     root = tmp_path / "rlds-home"
     monkeypatch.setenv("RLDS_HOME", str(root))
     monkeypatch.setenv("RLDS_FSYNC", "0")
-    monkeypatch.delenv("RLDS_REGISTRY", raising=False)
-    monkeypatch.delenv("RLDS_DEBUG", raising=False)
     return root

@@ -392,6 +392,20 @@ def test_builder_accepts_episodes_spanning_blocks() -> None:
     assert _tmp_entries() == []
 
 
+def test_source_arrays_keep_names_that_np_savez_would_take_as_its_own() -> None:
+    """``np.savez(path, **arrays)`` took an array named ``allow_pickle`` as its flag (the array
+    vanished from source_metadata.npz) and raised TypeError for one named ``file``."""
+    arrays = {"allow_pickle": np.arange(3), "file": np.ones(2), "meta/x": np.zeros((2, 2), np.float32)}
+    with DatasetBuilder("named") as builder:
+        builder.append(_block(4, [3]))
+        builder.commit(source_arrays=arrays)
+    got = open_dataset("named").source_arrays
+    assert sorted(got) == ["allow_pickle", "file", "meta/x"]
+    for key, value in arrays.items():
+        np.testing.assert_array_equal(got[key], value)
+        assert got[key].dtype == value.dtype
+
+
 BAD_BLOCKS: dict[str, list[StepBlock]] = {
     "done_before_end": [_block(4, [3], terminated=[1, 3])],
     "done_missing_at_end": [_block(4, [3], terminated=[])],

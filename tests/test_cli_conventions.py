@@ -254,6 +254,6 @@ def test_a_missing_torch_says_what_to_install(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[-2] == "error: this command needs torch, which is not installed", done.stderr
+    assert lines[-2] == "error: the rlds loader needs torch, which is not installed", done.stderr
     assert lines[-1].startswith("hint: install PyTorch first: pip install torch"), done.stderr
     assert "unexpected" not in done.stderr and "Traceback" not in done.stderr

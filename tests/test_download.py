@@ -239,7 +239,8 @@ def test_verify_detects_tampering(server: FaultServer, isolated_cache: Path) -> 
     (raw(isolated_cache) / "pointmass.hdf5").write_bytes(CORRUPT)
     result = invoke("verify", "lp")
     assert result.exit_code == 1
-    assert "mismatch  pointmass.hdf5" in result.stdout and f"expected {DEMO_SHA} (recorded)" in result.stdout
+    assert "fail    downloaded file pointmass.hdf5: " in result.stdout
+    assert f"expected {DEMO_SHA} (recorded)" in result.stdout
     assert "verification failed" in result.stderr
     assert invoke("verify", "--json", "local-points-v0").exit_code == 1
     assert "nothing to verify" in invoke("verify", "nothing-v0").stderr

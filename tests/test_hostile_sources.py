@@ -442,6 +442,27 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
         _torchrl(t, lambda out, meta: meta["action"].update(dtype="torch.float128x")),
         "which numpy cannot hold",
     )
+    # -- LeRobot: path templates that leave the dataset, links out of it, names that would be paths
+    c["lerobot-template-dotdot"] = lambda t: Case(
+        _lerobot(t, lambda info: info.update(data_path="../../{chunk_index}/{file_index}.parquet")),
+        "escapes the dataset directory",
+    )
+    c["lerobot-template-absolute"] = lambda t: Case(
+        _lerobot(t, lambda info: info.update(video_path="/etc/{video_key}.mp4")),
+        "escapes the dataset directory",
+    )
+    c["lerobot-template-attribute"] = lambda t: Case(
+        _lerobot(t, lambda info: info.update(data_path="{chunk_index.__class__.__mro__}")), "uses the field"
+    )
+    c["lerobot-symlink-out"] = lambda t: Case(_lerobot_symlink(t), "escapes the dataset directory")
+    c["lerobot-feature-dotdot"] = lambda t: Case(
+        _lerobot(t, lambda info: None, rename={"observation.state": "observation.../../../../X"}),
+        "-> 'observation/_/_/_/_/_/_/_/_/_X'",
+        refused=False,
+    )
+    c["lerobot-string-action"] = lambda t: Case(
+        _lerobot(t, lambda info: None, retype={"action": ["a", "b"]}), "holds string values"
+    )
     # -- archives: bombs of every type, and empty ones
     zeros = {"data/big.npz": bytes(8 * MIB)}
     for suffix, mode in ((".tar.gz", "w:gz"), (".tar.bz2", "w:bz2"), (".tar.xz", "w:xz")):
@@ -495,6 +516,47 @@ def _minari_all(t: Path, edit: Callable[[h5py.Group], None]) -> Path:
     with h5py.File(src / "data" / "main_data.hdf5", "a") as f:
         for name in f:
             edit(f[name])
+    return src
+
+
+LEROBOT = Path(__file__).resolve().parent / "fixtures" / "lerobot-v3-tiny"
+LEROBOT_DATA = Path("data/chunk-000/file-000.parquet")
+
+
+def _lerobot(
+    t: Path,
+    edit: Callable[[dict[str, Any]], None],
+    rename: dict[str, str] | None = None,
+    retype: dict[str, list[str]] | None = None,
+) -> Path:
+    """The golden LeRobot tree (written by lerobot itself) with ``edit`` applied to its info.json,
+    data columns renamed (in info.json too) or replaced by text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = t / "lerobot"
+    shutil.copytree(LEROBOT, src)
+    for p in src.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    info = json.loads((src / "meta" / "info.json").read_text())
+    edit(info)
+    table = pq.read_table(src / LEROBOT_DATA)
+    for old, new in (rename or {}).items():
+        table = table.rename_columns([new if n == old else n for n in table.column_names])
+        info["features"] = {(new if k == old else k): v for k, v in info["features"].items()}
+    for name, values in (retype or {}).items():
+        column = pa.array([values] * table.num_rows, pa.list_(pa.string()))
+        table = table.set_column(table.column_names.index(name), name, column)
+    pq.write_table(table, src / LEROBOT_DATA)
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    return src
+
+
+def _lerobot_symlink(t: Path) -> Path:
+    src = _lerobot(t, lambda info: None)
+    outside = t / "outside.parquet"
+    shutil.move(src / LEROBOT_DATA, outside)
+    (src / LEROBOT_DATA).symlink_to(outside)
     return src
 
 
@@ -552,7 +614,8 @@ def test_hostile_source(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_the_fixture_set_covers_every_reader_and_attack() -> None:
     """Every reader (and archives) meets hostile keys, links or bombs, and non-numeric arrays."""
     names = set(CASES)
-    for reader in ("d4rl", "d4rl-npz", "minari", "roboset", "ogbench", "amago", "torchrl", "archive"):
+    readers = ("d4rl", "d4rl-npz", "minari", "roboset", "ogbench", "amago", "torchrl", "lerobot", "archive")
+    for reader in readers:
         assert any(n.startswith(reader + "-") for n in names), reader
     for attack in ("dotdot", "absolute", "slash", "external-link", "external-storage", "virtual", "bomb"):
         assert any(attack in n for n in names), attack

@@ -214,3 +214,9 @@ def test_numba_is_imported_only_by_a_sum_tree(tmp_path: Path) -> None:
     assert _modules_loaded("from rlds_cli.loader import SumTree\nSumTree(10)", ("numba",), tmp_path) == [
         "numba"
     ]
+
+
+def test_the_package_is_marked_typed() -> None:
+    """PEP 561: ``py.typed`` ships (the wheel packs every file under rlds_cli/), so type checkers
+    of code that uses rlds_cli read its annotations."""
+    assert (Path(rlds_cli.__file__).parent / "py.typed").is_file()

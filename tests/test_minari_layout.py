@@ -132,3 +132,15 @@ def test_damaged_datasets(tmp_path: Path) -> None:
     (d / "data" / "metadata.json").write_text("{not json")
     with pytest.raises(SourceFormatError, match=r"metadata.json: not valid JSON"):
         convert(d, "bad")
+
+
+def test_a_multibinary_space_without_n_is_a_format_error() -> None:
+    """A damaged space description (an arrow/parquet column's shape comes from it) is refused
+    as a format error; it was a ``TypeError`` ('NoneType' object is not iterable)."""
+    from rlds_cli.formats.minari import _space_shape
+
+    assert _space_shape({"type": "MultiBinary", "n": 3}) == (3,)
+    assert _space_shape({"type": "MultiBinary", "n": [2, 4]}) == (2, 4)
+    for bad in ({"type": "MultiBinary"}, {"type": "MultiBinary", "n": "3"}):
+        with pytest.raises(SourceFormatError, match="MultiBinary space without a valid 'n'"):
+            _space_shape(bad)

@@ -255,7 +255,7 @@ def test_error_in_schema_inference(golden: str) -> None:
 def test_bad_arguments(golden: str) -> None:
     for kwargs, message in (
         ({"by": "row"}, "--by must be"),
-        ({"backend": "spark"}, "--backend must be"),
+        ({"backend": "spark"}, "--executor must be"),
         ({"keys": ["nope"]}, "has no keys"),
         ({"chunk_steps": 0}, "--chunk-steps"),
     ):

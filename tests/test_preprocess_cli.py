@@ -1,5 +1,5 @@
 """``rlds preprocess`` end to end: the CLI, worker processes, a job SIGKILLed halfway and
-resumed, and the Ray backend (skipped when Ray is not installed)."""
+resumed (the Ray executor is tested in tests/test_preprocess_ray.py)."""
 
 from __future__ import annotations
 
@@ -183,40 +183,6 @@ def test_run_without_resume_starts_over(isolated_cache: Path) -> None:
     job.mkdir(parents=True)
     preprocess.run("src", f"{FNS}:identity", "out", workers=1)
     assert open_dataset("out").num_steps == 32
-
-
-# --------------------------------------------------------------------------- Ray
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> object:
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rlds-cli[ray]')")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
-    )
-    yield ray
-    ray.shutdown()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("by", ["step", "episode"])
-def test_ray_backend_is_byte_identical_to_local(local_ray: object, by: str) -> None:
-    make_dataset("src", [30, 1, 45, 12, 60, 2, 50])
-    fn = f"{FNS}:returns_to_go" if by == "episode" else f"{FNS}:normalize"
-    local = preprocess.run("src", fn, "local", by=by, chunk_steps=16, workers=1, stats=True)
-    remote = preprocess.run("src", fn, "remote", by=by, chunk_steps=16, backend="ray", stats=True)
-    files = sorted(p.relative_to(local.path) for p in local.path.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(remote.path) for p in remote.path.rglob("*") if p.is_file())
-    for rel in files:
-        if rel.name != "manifest.json":
-            assert (local.path / rel).read_bytes() == (remote.path / rel).read_bytes(), rel
-    a, b = local.manifest.to_dict(), remote.manifest.to_dict()
-    for m in (a, b):
-        m.pop("created_at"), m.pop("name")
-    assert a == b
 
 
 def test_preprocess_help_stays_light() -> None:

@@ -9,6 +9,7 @@ Sources are written the way users write them: minari's ``DataCollector`` with it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
+from rlds_cli.errors import InvalidSelectionError
+from rlds_cli.formats.select import parse_episodes
 from rlds_cli.validate import check_dataset
 from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
 
@@ -137,5 +140,26 @@ def test_check_reports_a_per_episode_array_out_of_step(tmp_path: Path) -> None:
     path = ds.directory / "source_metadata.npz"
     np.savez(path, roboset__episode_file=np.array([0, 0, 1]))  # one row too many
     report = check_dataset(open_dataset("r"))
-    assert [v.check for v in report.violations] == ["counts"]
+    # the file was rewritten after the dataset was: its content digest says so too
+    assert [v.check for v in report.violations] == ["counts", "digest"]
     assert "'roboset/episode_file' has 3 rows for 2 episodes" in report.violations[0].message
+
+
+@pytest.mark.parametrize("spec", [[None, 2], [0, 2, 4], ["0", 2], [0, "2"], 3, None, {"start": 0}])
+def test_a_malformed_selection_is_an_invalid_selection(spec: Any) -> None:
+    """A selection read back from a manifest may be anything: it is refused as not ``A:B``
+    (it raised TypeError, AttributeError or ValueError, which crashed the check)."""
+    with pytest.raises(InvalidSelectionError, match="is not of the form A:B"):
+        parse_episodes(spec)
+    assert parse_episodes([1, None]) == (1, None) and parse_episodes((0, np.int64(2))) == (0, 2)
+
+
+def test_check_reports_a_malformed_selection_in_the_manifest(tmp_path: Path) -> None:
+    _download(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
+    path = open_dataset("r").directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    assert manifest["source"]["options"]["episodes"] in ([0, 2], "0:2")
+    manifest["source"]["options"]["episodes"] = [None, 2]
+    path.write_text(json.dumps(manifest))
+    report = check_dataset(open_dataset("r"))
+    assert "the manifest's episode selection [None, 2] is not A:B" in [v.message for v in report.violations]

@@ -48,7 +48,7 @@ def test_clean_datasets_pass(tmp_path: Path) -> None:
         convert(path, kind)
         report = check_dataset(open_dataset(kind))
         assert report.ok, (kind, [str(v) for v in report.violations])
-        assert report.checks == ["files", "index", "done", "continuity", "counts", "nan"]
+        assert report.checks == ["files", "index", "done", "continuity", "counts", "nan", "digest"]
 
 
 def _minari(tmp_path: Path) -> Path:

@@ -15,9 +15,11 @@ in use:
 from __future__ import annotations
 
 import os
+import zipfile
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal
 
 import numpy as np
 
@@ -82,6 +84,16 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return _NPY_MAGIC + body_len.to_bytes(2, "little") + body.encode("latin1")
 
 
+def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
+    """An uncompressed ``.npz`` of ``arrays``, like ``np.savez(file, **arrays)`` (the same zip
+    layout) but for any names: ``np.savez`` takes an array named ``allow_pickle`` or ``file`` as
+    its own argument (the first vanished from the file, the second raised ``TypeError``)."""
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:  # as np.savez does (gh-10776)
+                np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=True)
+
+
 class NpyColumnWriter(ColumnWriter):
     """Streams rows into a ``.npy`` file; the header is patched on close."""
 
@@ -98,7 +110,7 @@ class NpyColumnWriter(ColumnWriter):
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.shape[1:] != self.row_shape:
             raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
-        self._fh.write(memoryview(data).cast("B"))
+        self._fh.write(data.data.cast("B"))  # the array's buffer, as bytes
         self.rows += data.shape[0]
 
     def close(self, *, fsync: bool) -> int:
@@ -259,6 +271,8 @@ class ZarrColumn:
         self._where = where
         self.shape = tuple(array.shape)
         self.dtype = np.dtype(array.dtype)
+        #: Rows per chunk: a scan that reads whole chunks decodes each one once.
+        self.chunk_rows = int(array.chunks[0])
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -289,7 +303,7 @@ class ZarrBackend(Backend):
     name = "zarr"
     stable_once_open = False
 
-    def _group(self, dataset_dir: Path, mode: str) -> Any:
+    def _group(self, dataset_dir: Path, mode: Literal["r", "r+", "a", "w", "w-"]) -> Any:
         import zarr  # local import: zarr is only needed for this backend
 
         return zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode=mode)

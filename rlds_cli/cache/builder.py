@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli import settings
-from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend
-from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
+from rlds_cli.cache import digest
+from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
+from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage, write_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import ConversionError, DatasetExistsError, LockTimeoutError
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
@@ -66,6 +67,8 @@ class DatasetBuilder:
         self._lock = self.root.lock(name, timeout=lock_timeout)
         self._dir: Path | None = None
         self._columns: dict[str, ColumnWriter] = {}
+        # content digests, fed with the rows as they are appended (no second read at commit)
+        self._hashers: dict[str, digest.ColumnHasher] = {}
         self._specs: dict[str, FieldSpec] = {}
         self._ends: list[np.ndarray] = []
         self._final_known: list[np.ndarray] = []
@@ -128,8 +131,10 @@ class DatasetBuilder:
         self._check_schema(steps, block.observations)
         for key, rows in steps.items():
             self._columns[key].append(rows)
+            self._hashers[key].update(rows)
         for key, rows in block.observations.items():
             self._columns[key].append(rows)
+            self._hashers[key].update(rows)
         k = len(ends)
         self._ends.append(ends + self._num_steps)
         self._final_known.append(
@@ -173,13 +178,15 @@ class DatasetBuilder:
             )
 
     def _create_columns(self, steps: dict[str, np.ndarray], observations: Any) -> None:
-        for storage, columns in (("step", steps), ("flat", observations)):
+        kinds: tuple[tuple[Storage, Any], ...] = (("step", steps), ("flat", observations))
+        for storage, columns in kinds:
             for key, rows in columns.items():
                 rows = np.asarray(rows)
                 if storage == "flat" and key.startswith("next/"):
                     raise ConversionError(f"observation-like key {key!r} must not start with 'next/'")
-                spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)  # type: ignore[arg-type]
+                spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
                 self._specs[key] = spec
+                self._hashers[key] = digest.ColumnHasher(spec.dtype)
                 self._columns[key] = self.backend.create_column(
                     self.build_dir, key, np.dtype(spec.dtype), spec.shape
                 )
@@ -227,12 +234,17 @@ class DatasetBuilder:
             expected = self._num_steps + (self._num_episodes() if self._specs[key].storage == "flat" else 0)
             if rows != expected:  # pragma: no cover - guarded by append's checks
                 raise ConversionError(f"column {key!r} has {rows} rows, expected {expected}")
-        self._write_episodes(fsync)
+        index = self._write_episodes(fsync)
         if source_arrays:
-            np.savez(
+            save_npz(
                 self.build_dir / SOURCE_ARRAYS_FILE,
-                **{k.replace("/", "__"): v for k, v in source_arrays.items()},
+                {k.replace("/", "__"): v for k, v in source_arrays.items()},
             )
+        content = digest.record(
+            {key: hasher.hexdigest() for key, hasher in self._hashers.items()},
+            index,
+            self.build_dir / SOURCE_ARRAYS_FILE,
+        )
         manifest = Manifest(
             name=self.name,
             backend=self.backend.name,
@@ -242,6 +254,7 @@ class DatasetBuilder:
             source=source or {},
             conversion=conversion or {},
             lineage=lineage or [],
+            content_digest=content,
         )
         if fsync:
             fsync_tree(self.build_dir)
@@ -253,7 +266,7 @@ class DatasetBuilder:
     def _num_episodes(self) -> int:
         return int(sum(len(e) for e in self._ends))
 
-    def _write_episodes(self, fsync: bool) -> None:
+    def _write_episodes(self, fsync: bool) -> np.ndarray:
         ends = np.concatenate(self._ends)
         index = np.zeros(len(ends), EPISODE_DTYPE)
         index["start"][1:] = ends[:-1] + 1
@@ -267,6 +280,7 @@ class DatasetBuilder:
             fh.flush()
             if fsync:
                 os.fsync(fh.fileno())
+        return index
 
 
 def dtype_name(dtype: np.dtype) -> str:

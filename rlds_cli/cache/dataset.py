@@ -130,7 +130,7 @@ class Dataset:
         return {"directory": str(self.directory), "manifest": self.manifest.to_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["directory"])  # type: ignore[misc]
+        type(self).__init__(self, state["directory"])
         if self.manifest.to_dict() != state["manifest"]:
             raise DatasetReplacedError(
                 f"dataset {self.name!r} at {self.directory} was replaced after it was opened"
@@ -288,7 +288,9 @@ class Dataset:
         try:
             index = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise CorruptDatasetError(f"episode index {path} is unreadable: {exc}") from exc
+            # numpy's message on pickled data suggests allow_pickle=True: never the fix here
+            detail = "not a plain numeric .npy array" if "pickle" in str(exc) else str(exc).split("\n")[0]
+            raise CorruptDatasetError(f"episode index {path} is unreadable: {detail}") from exc
         if len(index) != self.num_episodes or int(index["length"].sum()) != self.num_steps:
             raise CorruptDatasetError(f"episode index {path} does not match the manifest")
         return index

@@ -58,6 +58,9 @@ class Manifest:
         lineage: Parents of a derived dataset (empty for a converted one).
         stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
             (read them with :func:`rlds_cli.preprocess.stats.load`); empty when not computed.
+        content_digest: sha256 of every stored array's logical values, of the episode index and
+            of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
+            empty for datasets written before digests existed.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.
     """
@@ -75,6 +78,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     layout: str = "flat-ted"
     stats: dict[str, Any] = field(default_factory=dict)
+    content_digest: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -94,6 +98,10 @@ class Manifest:
         }
         if self.stats:  # only derived datasets with --stats carry it
             out["stats"] = self.stats
+        # only when recorded: an older manifest read and written back keeps its digest(), which
+        # views and derived datasets pin
+        if self.content_digest:
+            out["content_digest"] = self.content_digest
         return out
 
     @classmethod
@@ -112,12 +120,21 @@ class Manifest:
             format_version=int(data["format_version"]),
             layout=data.get("layout", "flat-ted"),
             stats=data.get("stats", {}),
+            content_digest=_digest_dict(data.get("content_digest", {})),
         )
 
     def digest(self) -> str:
         """A sha256 of the canonical JSON, used by derived datasets to pin their parent."""
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digest_dict(value: Any) -> dict[str, Any]:
+    """``content_digest`` as read: a dict whose ``columns`` is a dict (a tampered one is a
+    malformed manifest, not a crash later)."""
+    if not isinstance(value, dict) or not isinstance(value.get("columns", {}), dict):
+        raise ValueError("'content_digest'")
+    return value
 
 
 def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool) -> None:

@@ -27,7 +27,7 @@ class TedBatch(dict[str, Any]):
     def __contains__(self, key: object) -> bool:
         return super().__contains__(join_key(key) if isinstance(key, tuple | str) else key)
 
-    def get(self, key: str | tuple[str, ...], default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str | tuple[str, ...], default: Any = None) -> Any:
         return super().get(join_key(key), default)
 
     @property

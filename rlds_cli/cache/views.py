@@ -19,6 +19,7 @@ import numpy as np
 
 from rlds_cli import settings
 from rlds_cli._version import __version__
+from rlds_cli.cache import digest
 from rlds_cli.cache.builder import EPISODE_DTYPE, EPISODES_FILE
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
@@ -152,6 +153,8 @@ def create_view(
             "format": "view",
             "parent": parent,
             "parent_digest": source.manifest.digest(),
+            # which version of the parent, in words a user can compare ('rlds inspect PARENT')
+            "parent_created_at": source.manifest.created_at,
             "episodes": [a, b],
             "step_offset": offset,
         },
@@ -159,12 +162,16 @@ def create_view(
             {
                 "name": parent,
                 "digest": source.manifest.digest(),
+                "created_at": source.manifest.created_at,
                 "op": "view",
                 "episodes": [a, b],
                 "rlds_version": __version__,
             }
         ],
         layout=VIEW_LAYOUT,
+        # the view's own data is its episode index; its columns are the parent's, whose
+        # digests the parent's manifest (pinned by parent_digest) holds
+        content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
     )
     try:
         with cache.lock(name, timeout=lock_timeout):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import typer
 from typer._click.exceptions import ClickException  # typer vendors click: its usage errors
@@ -77,7 +77,7 @@ def handle_errors(func: F) -> F:
         except Exception as exc:
             raise _unexpected(exc) from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps: the same call signature as func
 
 
 def _unexpected(exc: Exception) -> BaseException:

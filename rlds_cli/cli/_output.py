@@ -227,7 +227,7 @@ def _rich_table(
         else:
             table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=widths[i])
     for row in rows:
-        table.add_row(*(row[i] if isinstance(row[i], Text) else Text(row[i]) for i in shown))
+        table.add_row(*(cell if isinstance(cell := row[i], Text) else Text(cell) for i in shown))
     console.print(table)
 
 

@@ -101,7 +101,9 @@ def inspect(
     name: Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")],
     check: Annotated[
         bool,
-        typer.Option("--check", help="Validate the TED invariants; exit 1 on any violation."),
+        typer.Option(
+            "--check", help="Validate the TED invariants and content digests; exit 1 on any violation."
+        ),
     ] = False,
     stats: Annotated[
         bool, typer.Option("--stats/--no-stats", help="Scan every array for min/max/mean/std and NaN/inf.")
@@ -154,14 +156,16 @@ def inspect(
 def _source_label(source: dict[str, Any]) -> str:
     """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
     if source.get("format") == "view":
-        a, b = source.get("episodes", ["?", "?"])
-        return f"{source.get('parent', '?')} episodes {a}:{b}"
+        a, b = source.get("episodes") or ("", "")
+        return f"{source.get('parent', '')} episodes {a}:{b}"
     return str(source.get("id") or source.get("path", ""))
 
 
 def _render_check(report: Any) -> None:
     """Print the result of ``rlds inspect --check``: one line per violation."""
     out = _output.console
+    for check, why in report.skipped.items():
+        out.print(f"[yellow]skipped[/] {_output.escape(check)}: {_output.escape(why)}", soft_wrap=True)
     if report.ok:
         out.print(f"[green]check passed[/]: {', '.join(report.checks)}")
         return
@@ -232,12 +236,9 @@ def render_summary(info: dict[str, Any]) -> None:
             [[key, *_stat_cells(stats)] for key, stats in with_stats.items()],
             title="statistics (all elements)",
         )
-    src = info["source"]
-    out.print(
-        f"source  {_output.escape(str(src.get('format', '?')))}: "
-        f"{_output.escape(str(src.get('id') or src.get('path', '?')))}  "
-        f"sha256 {str(src.get('sha256', '?'))[:16]}..."
-    )
+    source_line = _source_line(info["source"])
+    if source_line:
+        out.print(source_line, soft_wrap=True)
     conv = info["conversion"]
     facts = [
         f"{k.replace('_', ' ')} {conv[k]}"
@@ -251,7 +252,9 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print(f"note  {_output.escape(note)}")
     for parent in info.get("lineage", []):
         _render_lineage(parent)
-    out.print(f"written by {info['created_by']} at {info['created_at']}")
+    out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
+    by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
+    out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
 
 
 def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:
@@ -280,13 +283,65 @@ def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30,
         out.print(f"  {lo:>10.4g} .. {hi:<10.4g} {bar} {count}")
 
 
-def _render_lineage(parent: dict[str, Any]) -> None:
-    """One line per parent of a derived dataset (``rlds preprocess``): what made it from what."""
-    args = ", ".join(f"{k}={v}" for k, v in parent.get("args", {}).items() if v is not None)
-    _output.console.print(
-        f"derived from {_output.escape(str(parent.get('name', '?')))} "
-        f"(manifest {str(parent.get('digest', '?'))[:12]}) by {_output.escape(str(parent.get('fn', '?')))} "
-        f"(sha256 {str(parent.get('fn_sha256') or '?')[:12]}; {_output.escape(args)}; "
-        f"rlds {parent.get('rlds_version', '?')})",
-        soft_wrap=True,
-    )
+def _source_line(src: dict[str, Any]) -> str:
+    """Where a converted dataset's data came from: format, registry id or path, download URL and
+    the source's sha256. Empty for views and preprocessed outputs, whose lineage says it."""
+    if src.get("format") in ("view", "rlds-preprocess") or not src:
+        return ""
+    esc = _output.escape
+    parts = [f"source  {esc(str(src.get('format', 'unknown format')))}:"]
+    if src.get("id"):
+        parts.append(esc(str(src["id"])))
+        if src.get("url"):
+            parts.append(f"from {esc(str(src['url']))}")
+    elif src.get("path"):
+        parts.append(esc(str(src["path"])) + (" (archive)" if src.get("archive") else ""))
+    files = src.get("files") or []
+    if len(files) > 1:
+        parts.append(f"({len(files)} files)")
+    if src.get("sha256"):
+        parts.append(f" sha256 {str(src['sha256'])[:16]}...")
+    return " ".join(parts)
+
+
+def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
+    """What the recorded content digests cover (``rlds verify`` and ``--check`` compare them)."""
+    columns = content.get("columns") or {}
+    algorithm = content.get("algorithm", "sha256")
+    if columns:
+        return f"content digest  {algorithm} of {len(columns)} arrays and the episode index"
+    if source.get("format") == "view" and content.get("episodes"):
+        parent = _output.escape(str(source.get("parent", "")))
+        return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"
+    return "content digest  none recorded (written by an older rlds)"
+
+
+def _render_lineage(parent: dict[str, Any], depth: int = 0) -> None:
+    """One line per parent of a derived dataset: which version of which dataset, and what made
+    it from that (a view's episode range; ``rlds preprocess``'s function, its sha256 and
+    arguments), then the parent's own lineage, indented. Facts not recorded are left out."""
+    esc = _output.escape
+    version = [f"manifest {str(parent['digest'])[:12]}"] if parent.get("digest") else []
+    if parent.get("created_at"):
+        version.append(f"written at {parent['created_at']}")
+    name = esc(str(parent.get("name", "")))
+    line = f"{name} ({', '.join(version)})" if version else name
+    rlds = f"rlds {parent['rlds_version']}" if parent.get("rlds_version") else ""
+    if parent.get("op") == "view":
+        episodes: list[Any] | tuple[Any, ...] = parent.get("episodes") or ()
+        selection = f" episodes {episodes[0]}:{episodes[1]}" if len(episodes) == 2 else ""
+        text = f"view of {line}{selection}" + (f"; {rlds}" if rlds else "")
+    elif parent.get("fn"):
+        args = ", ".join(f"{k}={v}" for k, v in parent.get("args", {}).items() if v is not None)
+        details = [f"sha256 {str(parent['fn_sha256'])[:12]}"] if parent.get("fn_sha256") else []
+        details += [esc(args)] if args else []
+        details += [rlds] if rlds else []
+        text = f"derived from {line} by {esc(str(parent['fn']))}"
+        text += f" ({'; '.join(details)})" if details else ""
+    else:
+        text = f"derived from {line}" + (f" ({rlds})" if rlds else "")
+    # a grandparent line continues the one above: 'which is a view of ...', 'which was derived ...'
+    prefix = ("  " * depth + ("which is a " if text.startswith("view") else "which was ")) if depth else ""
+    _output.console.print(prefix + text, soft_wrap=True)
+    for grandparent in parent.get("parent_lineage") or []:
+        _render_lineage(grandparent, depth + 1)

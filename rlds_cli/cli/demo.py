@@ -95,4 +95,6 @@ def demo(
     elif quiet:
         out.print(Text(DEMO_ID), soft_wrap=True)
     else:
-        out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(result.path.parent.parent))}")
+        cache = _output.escape(str(result.path.parent.parent))
+        out.print(f"[bold green]demo done[/]: cache at {cache}")
+        out.print("next: rlds list; rlds inspect demo (the README walks on from here)")

@@ -126,7 +126,11 @@ def preprocess(
         typer.Option("--executor", help="Where chunks run: local (default) or ray.", show_default=False),
     ] = None,
     address: Annotated[
-        str | None, typer.Option("--address", help="Ray cluster address (with --executor ray).")
+        str | None,
+        typer.Option(
+            "--address",
+            help="Ray cluster address (with --executor ray; default: RAY_ADDRESS, else a local instance).",
+        ),
     ] = None,
     storage: Annotated[
         str | None, typer.Option("--storage", help="Output storage: memmap or zarr (default: the input's).")

@@ -19,34 +19,43 @@ def verify(
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Re-hash a dataset's downloaded files and check them against the known or recorded
-    sha256 and against the cache manifest. Exits 1 on any mismatch (with -q: only the exit
-    status, and the error line)."""
+    """Check a dataset's source, parent, files and content digests; say what was checked.
+
+    By kind: a download's files against their sha256; a local conversion's source file, when it
+    is still there; a view's or preprocessed output's parent (still there, the same version).
+    For every dataset: every stored file is complete and every array has the content digest
+    recorded when it was written. Exits 1 when a check fails (with -q: only the exit status,
+    and the error line); --json lists every check with pass, fail or skipped and why.
+    """
     from rlds_cli.net.status import verify as run_verify
 
     report = run_verify(name, root)
+    checks = report["checks"]
     if json:
         _output.print_json(report)
     elif not quiet:
         esc = _output.escape
-        for f in report["files"]:
-            colour = {"ok": "green", "mismatch": "red"}.get(f["status"], "yellow")
-            line = f"[{colour}]{f['status']}[/]  {esc(f['name'])}"
-            if f["status"] == "mismatch":
-                line += f"  sha256 {f['actual']}, expected {f['expected']} ({f['origin']})"
-            _output.console.print(line, soft_wrap=True)
-        for c in report["manifest"]:
-            colour = "green" if c["ok"] else "red"
-            line = f"[{colour}]{'ok' if c['ok'] else 'mismatch'}[/]  {esc(c['check'])}"
-            if not c["ok"]:
-                line += f"  {c['actual']}, expected {c['expected']}"
-            _output.console.print(line, soft_wrap=True)
-    if not report["ok"]:
+        for c in checks:
+            colour = {"pass": "green", "fail": "red"}.get(c["status"], "yellow")
+            _output.console.print(
+                f"[{colour}]{c['status']:<7}[/] {esc(c['check'])}: {esc(c['detail'])}", soft_wrap=True
+            )
+    failed = [c for c in checks if c["status"] == "fail"]
+    if failed:
         if not json:
+            what = ", ".join(c["check"] for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
             _output.error(
-                f"{report['name']}: verification failed",
-                "re-download it with 'rlds download ID --force'",
+                f"{report['name']}: verification failed: {len(failed)} of {len(checks)} checks ({what})",
+                failed[0].get("hint", ""),
             )
         raise typer.Exit(1)
-    if not (json or quiet):
-        _output.console.print(f"[green]{_output.escape(report['name'])}: verified[/]")
+    if json or quiet:
+        return
+    passed = sum(c["status"] == "pass" for c in checks)
+    skipped = len(checks) - passed
+    label = f"{_output.escape(report['name'])} ({report['kind']})"
+    if not passed:  # never a bare "verified" after checking nothing
+        _output.console.print(f"[yellow]{label}: nothing could be checked ({skipped} skipped)[/]")
+        return
+    more = f", {skipped} skipped" if skipped else ""
+    _output.console.print(f"[green]{label}: verified[/] ({passed} checks passed{more})")

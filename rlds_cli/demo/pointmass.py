@@ -44,7 +44,7 @@ def _observe(pos: np.ndarray, vel: np.ndarray, goal: np.ndarray) -> np.ndarray:
 def simulate(total_steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED) -> Rollouts:
     """Roll out episodes until exactly ``total_steps`` rows exist (the last one is cut)."""
     rng = np.random.default_rng(seed)
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in Rollouts.__dataclass_fields__}
+    rows: dict[str, list[np.ndarray | np.generic]] = {k: [] for k in Rollouts.__dataclass_fields__}
     while len(rows["actions"]) < total_steps:
         pos = rng.uniform(-1, 1, 2)
         vel = np.zeros(2)

@@ -6,6 +6,7 @@
 | `d4rl`    | one D4RL HDF5 file, with `next_observations`      | `rlds download FILE --format d4rl`, h5py |
 | `npz`     | the same arrays as `d4rl`, in one `.npz`          | `numpy.load(path)`                      |
 | `minari`  | a Minari HDF5 dataset directory                   | `minari.load_dataset` / `rlds download`  |
+| `lerobot` | a LeRobot v3.0 directory (parquet + AV1 mp4)      | `LeRobotDataset` / `rlds download`       |
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ EXPORTERS: dict[str, str] = {
     "d4rl": "rlds_cli.export.d4rl:export_d4rl",
     "npz": "rlds_cli.export.d4rl:export_npz",
     "minari": "rlds_cli.export.minari:export_minari",
+    "lerobot": "rlds_cli.export.lerobot:export_lerobot",
 }
 
 

@@ -40,7 +40,7 @@ def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
     for key in [*step_keys(dataset), *(k for k in flats if k != "observation")]:
         name = key[len("info/") :] if key.startswith("info/") else key.replace("/", "_")
         cols[f"infos/{name}"] = (key, *fields[key])
-    return cols  # type: ignore[return-value]
+    return cols
 
 
 def _chunks(dataset: Dataset, key: str, shape: tuple[int, ...]) -> Iterator[tuple[int, np.ndarray]]:
@@ -87,7 +87,7 @@ def export_npz(
                 }
                 np.lib.format.write_array_header_2_0(fh, header)
                 for _, data in _chunks(dataset, key, shape):
-                    fh.write(memoryview(np.ascontiguousarray(data, dtype=np.dtype(dtype))).cast("B"))
+                    fh.write(np.ascontiguousarray(data, dtype=np.dtype(dtype)).data.cast("B"))
     if progress:
         progress(n)
     return out

@@ -86,7 +86,7 @@ def export_torchrl(
                         data = np.zeros((rows, 1), bool)
                     else:
                         data = np.ascontiguousarray(batch[source], dtype=np.dtype(specs[path][1]))
-                    handles[path].write(memoryview(data).cast("B"))
+                    handles[path].write(data.data.cast("B"))
                 if progress:
                     progress(rows)
         finally:

@@ -21,12 +21,26 @@ READERS: dict[str, str] = {
     "ogbench": "rlds_cli.formats.ogbench:OGBenchReader",
     "amago": "rlds_cli.formats.amago:AmagoReader",
     "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
+    "lerobot": "rlds_cli.formats.lerobot:LeRobotReader",
 }
 
 #: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion (the same tuple as
 #: ``rlds_cli.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 _HDF5 = (".hdf5", ".h5")
+
+#: What a source of each format looks like, said in hints (a wheel ships no docs/ to point at).
+EXPECTED_FILES: dict[str, str] = {
+    "d4rl": "one .hdf5/.h5 (or .npz) file with observations, actions, rewards and terminals",
+    "minari": "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
+    "numbered episode folders of an arrow/parquet dataset)",
+    "roboset": ".h5/.hdf5 files whose groups are named Trial0, Trial1, ...",
+    "ogbench": ".npz files with observations, actions and terminals",
+    "amago": ".traj (or .npz) trajectory files with _OBS_KEY_* arrays, rews, dones and actions",
+    "torchrl": "a TensorDict memmap folder (meta.json), or a replay-buffer dump holding storage/",
+    "lerobot": "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, "
+    "videos/",
+}
 
 
 def known_formats() -> list[str]:
@@ -65,9 +79,11 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
             f for p in paths for f in (sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p])
         ]
     if not files:
+        expected = EXPECTED_FILES.get(format_name, "a file or folder of that format")
         raise SourceFormatError(
             f"{paths[0]} holds no {format_name} source files",
-            hint="see docs/formats.md for the files each format expects",
+            hint=f"the {format_name} format reads {expected}; check the path, or pass --format "
+            f"(known formats: {', '.join(known_formats())})",
         )
     for f in files:  # an unreadable file fails here, naming it, not midway through a conversion
         try:
@@ -134,6 +150,11 @@ def _detect_file(path: Path) -> str:
     name = path.name.lower()
     if name == "metadata.json":
         return "minari"
+    if name == "info.json" and path.parent.name == "meta":
+        from rlds_cli.formats.lerobot import is_lerobot
+
+        if is_lerobot(path):
+            return "lerobot"
     if name.endswith(_HDF5):
         return _detect_hdf5(path)
     if name.endswith(".npz"):
@@ -144,6 +165,11 @@ def _detect_file(path: Path) -> str:
 
 
 def _detect_dir(path: Path) -> str:
+    if (path / "meta" / "info.json").is_file():  # a LeRobot dataset (info.json has a codebase_version)
+        from rlds_cli.formats.lerobot import is_lerobot
+
+        if is_lerobot(path):
+            return "lerobot"
     if (path / "meta.json").is_file() or (path / "storage" / "meta.json").is_file():  # a buffer dump
         from rlds_cli.formats.torchrl_memmap import is_tensordict_memmap
 

@@ -27,7 +27,7 @@ terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,21 @@ _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
 #: their temporaries) small enough that peak memory is the same for any file size, and is
 #: as fast as larger blocks (see docs/benchmarks.md).
 BLOCK_BYTES = 8 * 1024 * 1024
+#: Suffixes of the files a D4RL source folder is searched for.
+_SUFFIXES = (".hdf5", ".h5", ".npz")
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The D4RL files of a source: the given files, or a folder's ``.hdf5``/``.h5``/``.npz``
+    files (its README or other files are not D4RL data). The reader takes one of them; a
+    folder holding several is refused by :func:`rlds_cli.convert.convert`, naming them."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in _SUFFIXES)
+        else:
+            out.append(p)
+    return out
 
 
 class D4RLReader(ReaderBase):

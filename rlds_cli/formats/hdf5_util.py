@@ -131,19 +131,22 @@ def check_dataset(
             f"{path}: dataset {name!r} has an HDF5 type that numpy cannot hold ({_first_line(exc)})"
         ) from exc
     declared = untrusted.declared_bytes(shape or (), dtype)
-    stored = int(dsid.get_storage_size())
-    offset = dsid.get_offset()
     problem = None
-    if offset is not None:  # contiguous data inside this file (the cheap, common case)
-        # a small array is harmless even if its header lies (the read then fails cleanly)
-        if declared > untrusted.RATIO_FLOOR_BYTES and offset + stored > os.path.getsize(path):
-            problem = f"claims {stored:,} bytes at offset {offset:,}, past the end of the file"
-    else:  # chunked, compact, external or virtual: look at the layout
-        plist = dsid.get_create_plist()
-        if plist.get_layout() == h5d.VIRTUAL:
-            problem, stored = _virtual_problem(dsid, plist)
-        elif plist.get_external_count() > 0:
-            problem = f"keeps its data in an external file ({_text(plist.get_external(0)[0])})"
+    try:
+        stored = int(dsid.get_storage_size())
+        offset = dsid.get_offset()
+        if offset is not None:  # contiguous data inside this file (the cheap, common case)
+            # a small array is harmless even if its header lies (the read then fails cleanly)
+            if declared > untrusted.RATIO_FLOOR_BYTES and offset + stored > os.path.getsize(path):
+                problem = f"claims {stored:,} bytes at offset {offset:,}, past the end of the file"
+        else:  # chunked, compact, external or virtual: look at the layout
+            plist = dsid.get_create_plist()
+            if plist.get_layout() == h5d.VIRTUAL:
+                problem, stored = _virtual_problem(dsid, plist)
+            elif plist.get_external_count() > 0:
+                problem = f"keeps its data in an external file ({_text(plist.get_external(0)[0])})"
+    except (RuntimeError, OSError) as exc:  # h5py on a damaged header: "bad coordinate offset"
+        raise read_error(path, name, exc) from exc
     if problem is not None:
         raise untrusted.UnsafeSourceError(
             f"{path}: dataset {name!r} {problem}; rlds reads only data stored in the file itself"

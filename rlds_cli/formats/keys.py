@@ -159,7 +159,7 @@ def text_note(key: str, dtype: np.dtype) -> str:
     dtype = np.dtype(dtype)
     if dtype.kind != "O":
         what = "text values"
-    elif (dtype.metadata or {}).get("vlen") in (str, bytes):  # how h5py marks its string dtypes
+    elif dtype.metadata and dtype.metadata.get("vlen") in (str, bytes):  # how h5py marks its string dtypes
         what = "variable-length strings"
     else:
         what = "variable-length (object) values"

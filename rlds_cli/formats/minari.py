@@ -890,7 +890,11 @@ def _space_shape(space: dict[str, Any]) -> tuple[int, ...]:
     if space["type"] == "MultiDiscrete":
         return tuple(np.asarray(space["nvec"]).shape)
     n = space.get("n")
-    return (int(n),) if isinstance(n, int) else tuple(int(d) for d in n)
+    if isinstance(n, int):
+        return (int(n),)
+    if not isinstance(n, list | tuple):  # a damaged space description (minari always writes n)
+        raise SourceFormatError(f"a {space['type']} space without a valid 'n' (got {n!r})")
+    return tuple(int(d) for d in n)
 
 
 def _first_line(exc: BaseException) -> str:

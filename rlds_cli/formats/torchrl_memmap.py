@@ -410,7 +410,7 @@ class TorchRLMemmapReader(ReaderBase):
         value = self.flags.get(name)
         if value is None:
             return np.zeros(stop - start, bool)
-        return self._rows(value, start, stop).reshape(stop - start, -1).any(axis=1)
+        return np.asarray(self._rows(value, start, stop).reshape(stop - start, -1).any(axis=1))
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the filled rows, in insertion and time order, as blocks."""
@@ -477,4 +477,4 @@ def _reward_columns(reward: np.ndarray) -> np.ndarray:
 
 
 def _all_zero(rows: np.ndarray) -> np.ndarray:
-    return ~rows.reshape(len(rows), -1).any(axis=1) if rows.size else np.ones(len(rows), bool)
+    return np.asarray(~rows.reshape(len(rows), -1).any(axis=1)) if rows.size else np.ones(len(rows), bool)

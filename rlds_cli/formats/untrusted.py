@@ -130,7 +130,7 @@ def describe_dtype(dtype: np.dtype) -> str:
         return f"structured (compound) records ({dtype})"
     if dtype.subdtype is not None:
         return f"sub-array elements ({dtype})"
-    if (dtype.metadata or {}).get("vlen") in (str, bytes):  # how h5py marks its string dtypes
+    if dtype.metadata and dtype.metadata.get("vlen") in (str, bytes):  # how h5py marks its string dtypes
         return "variable-length strings"
     words = {
         "S": "fixed-width byte strings",

@@ -4,6 +4,8 @@ The front door is :class:`Loader`; samplers, transforms, mixtures and the ``torc
 adapters are importable from here too. See ``docs/loader.md``.
 """
 
+# first: without torch, this says what to install (every module below imports torch)
+from rlds_cli.loader import _requires  # noqa: F401
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.loader import Loader, to_tensordict, to_torch

@@ -14,11 +14,20 @@ level 0 has none); ``root``, 0 then the inclusive prefix sums of the top level's
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 from numba import njit
 
+
+class _JitOptions(TypedDict):
+    cache: bool
+    nogil: bool
+    boundscheck: bool
+
+
 # cache=True: compiled once per machine (a few seconds), then loaded from numba's cache.
-_JIT = {"cache": True, "nogil": True, "boundscheck": False}
+_JIT: _JitOptions = {"cache": True, "nogil": True, "boundscheck": False}
 
 
 @njit(**_JIT)

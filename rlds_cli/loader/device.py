@@ -9,7 +9,7 @@ get one tensor each. Works on any torch device (the tests use the CPU); CUDA is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -90,7 +90,7 @@ class DeviceSource:
         values: dict[str, torch.Tensor] = {}
         if self._pieces:
             source = self._window if self._wants_next else self._packed
-            block = source.index_select(0, rows)  # type: ignore[union-attr]
+            block = cast(torch.Tensor, source).index_select(0, rows)  # pieces exist only with a packed block
             views = torch.split(block, self._widths, 1)
             for name, (i, shape, is_bool) in self._pieces.items():
                 value = views[i] if flat and len(shape) == 1 else views[i].reshape(*lead, *shape)
@@ -104,7 +104,7 @@ class DeviceSource:
             if key in values:
                 out[key] = values[key]
             elif key == "episode":
-                out[key] = episode.reshape(lead)  # type: ignore[union-attr]
+                out[key] = cast(torch.Tensor, episode).reshape(lead)  # gathered when "episode" is a key
             elif key == "next/done":
                 out[key] = self._value("next/terminated", values, flat_idx, rows, lead) | self._value(
                     "next/truncated", values, flat_idx, rows, lead

@@ -21,7 +21,7 @@ import logging
 import os
 import secrets
 import sys
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def run_seed(seed: int | None, *, world_size: int = 1, shared: bool = False, wha
     if dist is not None and dist.get_world_size() > 1:
         box = [secrets.randbits(SEED_BITS) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)  # a collective: every rank builds its loader
-        value = int(box[0])  # type: ignore[arg-type]
+        value = int(cast(int, box[0]))  # the broadcast filled every rank's box with rank 0's int
         source = "drawn on rank 0 and broadcast"
     elif shared and world_size > 1:
         raise SeedError(

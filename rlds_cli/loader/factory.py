@@ -67,17 +67,20 @@ def make_sampler(
     batch_size = positive_int("batch_size", batch_size)
     opts = dict(options)
     n = episodes.num_steps
-    shard = {"rank": rank, "world_size": world_size}
     if name == "uniform":
-        return UniformSampler(n, batch_size, seed, **shard)
+        return UniformSampler(n, batch_size, seed, rank=rank, world_size=world_size)
     if name == "epoch":
-        return EpochSampler(n, batch_size, seed, **shard, **opts)
+        return EpochSampler(n, batch_size, seed, rank=rank, world_size=world_size, **opts)
     if name == "slice":
         num_slices, slice_len = _slices(batch_size, opts)
-        return SliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **shard, **opts)
+        return SliceSampler(
+            episodes.lengths, num_slices, slice_len, seed=seed, rank=rank, world_size=world_size, **opts
+        )
     if "slice_len" in opts:
         num_slices, slice_len = _slices(batch_size, opts)
-        return PrioritizedSliceSampler(episodes.lengths, num_slices, slice_len, seed=seed, **shard, **opts)
+        return PrioritizedSliceSampler(
+            episodes.lengths, num_slices, slice_len, seed=seed, rank=rank, world_size=world_size, **opts
+        )
     if "short" in opts or "num_slices" in opts:
         raise ValueError("short and num_slices apply to prioritized slices: pass slice_len too")
-    return PrioritizedSampler(n, batch_size, seed=seed, **shard, **opts)
+    return PrioritizedSampler(n, batch_size, seed=seed, rank=rank, world_size=world_size, **opts)

@@ -18,7 +18,7 @@ from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
-from rlds_cli.loader.sources import HostSource
+from rlds_cli.loader.sources import HostSource, resolve_keys
 
 Transform = Callable[[TedBatch], TedBatch]
 logger = logging.getLogger("rlds_cli.loader")
@@ -107,7 +107,9 @@ class Loader:
             device is CUDA).
         transform: A callable (or a list, applied in order) on each numpy
             :class:`~rlds_cli.cache.ted.TedBatch` before conversion; objects with a
-            ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`).
+            ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`);
+            keys the first one produces itself (its ``claim(keys, in_memory=...)``, e.g.
+            ``FrameStack``'s stacked keys) are not read by the loader.
         as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``.
         epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
             epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
@@ -164,7 +166,11 @@ class Loader:
         self.num_batches = num_batches
         self.epochs = epochs
         self.rank, self.world_size = rank_world(rank, world_size)
-        self._host = HostSource(self.dataset, keys, in_memory=bool(in_memory), pack=pack)
+        # transforms are bound first: the first one may produce some keys itself (its claim()),
+        # which the loader then never reads
+        self.transforms = self._bind(transform)
+        read = self._unclaimed(self.keys)
+        self._host = HostSource(self.dataset, read, in_memory=bool(in_memory), pack=pack)
         self._device_source: DeviceSource | None = None
         if in_memory == "device":
             self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
@@ -175,7 +181,6 @@ class Loader:
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
         # started now (e.g. after a restore) finds that epoch over and yields nothing for it
         self._epoch_end_pending = False
-        self.transforms = self._bind(transform)
         self._lock = threading.Lock()  # the sampler is shared with the prefetch thread
         self._prefetcher: Prefetcher | None = None
         self.batches_drawn = 0
@@ -223,12 +228,24 @@ class Loader:
             if not callable(t):
                 raise ValueError(f"transform must be callable, got {t!r}")
             if hasattr(t, "bind"):
-                if self._device_source is not None and getattr(t, "needs_host", False):
+                if self.in_memory == "device" and getattr(t, "needs_host", False):
                     raise ValueError(
                         f"transform {t!r} reads the cache and cannot run with in_memory='device'"
                     )
                 t.bind(self.dataset)
         return chain
+
+    def _unclaimed(self, keys: list[str | tuple[str, ...]] | None) -> Sequence[str | tuple[str, ...]] | None:
+        """The keys to gather: ``keys`` less those the first transform produces itself, when it
+        has ``claim(keys, in_memory=...)`` (e.g. :class:`~rlds_cli.loader.transforms.FrameStack`,
+        which builds the observation stacks from the batch's index alone). Later transforms may
+        read any key, so only the first one is asked."""
+        claim = getattr(self.transforms[0], "claim", None) if self.transforms else None
+        if claim is None or self.in_memory == "device":
+            return keys
+        wanted = resolve_keys(self.dataset, keys)
+        mine = set(claim(wanted, in_memory=bool(self.in_memory)))
+        return [k for k in wanted if k not in mine]
 
     # ------------------------------------------------------------------ sampling
 

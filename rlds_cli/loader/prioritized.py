@@ -16,6 +16,7 @@ import torch
 from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
 from rlds_cli.loader.samplers import (
     Draw,
+    ShortPolicy,
     SliceSampler,
     _rng_state,
     load_shard_state,
@@ -159,7 +160,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         num_slices: int,
         slice_len: int,
         *,
-        short: str = "pad",
+        short: ShortPolicy = "pad",
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
@@ -170,7 +171,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         world_size: int = 1,
     ) -> None:
         # only its windows are used, never its generator: a fixed seed (no fresh one logged)
-        self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short, seed=0)  # type: ignore[arg-type]
+        self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short, seed=0)
         ep = self._slices.episodes
         super().__init__(
             ep.num_steps,

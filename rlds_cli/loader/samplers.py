@@ -70,7 +70,7 @@ def choice_arg(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    return rng.bit_generator.state
+    return dict(rng.bit_generator.state)  # typed a Mapping; a fresh dict each call already
 
 
 def shard_state(sampler: Any, num_steps: int) -> dict[str, Any]:

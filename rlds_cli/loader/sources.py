@@ -227,6 +227,39 @@ class HostSource:
             return episode if episode.dtype == np.int64 else episode.astype(np.int64)
         return np.searchsorted(self._ends, idx, side="right")
 
+    def take_rows(self, key: str, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``rows`` (positions in the stored array, any shape) of the stored, unpacked key
+        ``key`` (for a flat key: step ``t``'s observation is row ``t + episode_of(t)``), as an
+        array of shape ``rows.shape + row shape``: ``out`` when given (C-contiguous, of that
+        shape and the key's dtype), else a new one.
+
+        From a numpy array or memory map this is one gather straight into that array, no
+        intermediate copy: what :class:`~rlds_cli.loader.transforms.FrameStack` builds its
+        stacks with.
+        """
+        column = self._columns[key]
+        rows = np.asarray(rows, np.int64)
+        shape = rows.shape + tuple(column.shape[1:])
+        if out is None:
+            out = np.empty(shape, column.dtype)
+        elif out.shape != shape or out.dtype != column.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {column.dtype} array of shape {shape}")
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= len(column)):
+            raise IndexError(f"rows of {key!r} out of range [0, {len(column)})")
+        try:
+            if isinstance(column, np.ndarray):
+                # mode="clip" (the rows are checked above): with the default "raise", numpy
+                # gathers into a temporary buffer and copies that into `out`
+                column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
+            else:
+                out[...] = _take(column, rows)
+        except OSError as exc:
+            self.dataset._after_read(exc)
+            raise
+        if self._check:
+            self.dataset._after_read()
+        return out
+
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""
         episode = self.episode_of(idx) if self._need_episode else None

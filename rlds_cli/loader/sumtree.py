@@ -37,6 +37,7 @@ rare, while a min tree would cost every update a second rebuild.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -143,9 +144,10 @@ class SumTree:
         leaves = self.leaves.copy()
         return {"size": self.size, "fanout": self.fanout, "compiled": self.compiled, "leaves": leaves}
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["size"], state["fanout"], compiled=None if state["compiled"] else False)  # type: ignore[misc, arg-type]
-        self.set_all(state["leaves"])  # type: ignore[arg-type]
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        compiled = None if state["compiled"] else False
+        type(self).__init__(self, state["size"], state["fanout"], compiled=compiled)
+        self.set_all(state["leaves"])
 
     @property
     def compiled(self) -> bool:
@@ -308,7 +310,7 @@ class SumTree:
             node[node >= len(self._top)] = with_mass[-1] if with_mass.size else len(self._top) - 1
         u -= self._root.take(node)
         for k in range(self.depth - 1, 0, -1):
-            rows = self._prefix[k].take(node, axis=0)  # type: ignore[union-attr]  # (n, f + 1)
+            rows = cast(np.ndarray, self._prefix[k]).take(node, axis=0)  # (n, f + 1); None only at k = 0
             # Rows never decrease, so rows <= u is True up to the child where u falls: argmin
             # finds the first False (j + 1 for child j), or 0 if there is none, which only
             # happens when rounding pushed u past the row's end: then the last child with mass.

@@ -10,7 +10,9 @@ cache, vectorized, at the batch's ``index``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -244,12 +246,65 @@ class NStepReturn:
         return batch
 
 
+class _BlockPool:
+    """Output arrays reused once nothing but the pool refers to them any more.
+
+    A stacked batch's arrays are views of one block, and whatever is made of them without a copy
+    (``torch.from_numpy`` tensors, their views, a TensorDict) holds a reference to it: while the
+    caller (or the prefetch queue) keeps any of that, the block stays taken. A block the pool
+    alone holds is written again instead of allocating a new one, because fresh memory costs
+    more than the gather: the kernel faults in and zeroes every page of it (2 MB pages where
+    numpy asks for transparent huge pages), thousands of faults for a batch of pixel stacks.
+
+    Args:
+        size: Blocks kept (more in use at once are allocated, and dropped when released).
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self._blocks: list[np.ndarray] = []
+        self._size = size
+        self._lock = threading.Lock()  # one prefetch thread, but a transform may be shared
+        # references to a block only the pool holds, counted the way _taken counts them (the
+        # interpreter may borrow some references, so the number is measured, not assumed)
+        self._free_refs = self._refs([np.empty(0)], 0)
+
+    @staticmethod
+    def _refs(blocks: list[np.ndarray], i: int) -> int:
+        return sys.getrefcount(blocks[i])
+
+    def get(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A C-contiguous array of ``shape`` and ``dtype`` that nothing else refers to."""
+        with self._lock:
+            for i in range(len(self._blocks)):
+                if self._refs(self._blocks, i) <= self._free_refs:
+                    if self._blocks[i].shape != shape or self._blocks[i].dtype != dtype:
+                        self._blocks[i] = np.empty(shape, dtype)  # e.g. an epoch's last, smaller batch
+                    return self._blocks[i]
+            block = np.empty(shape, dtype)
+            if len(self._blocks) < self._size:
+                self._blocks.append(block)
+            return block
+
+
 class FrameStack:
     """Stacks the last ``k`` observations (from flat storage; no stacked copy is ever stored).
 
     ``observation`` becomes ``[..., k, *shape]`` holding steps ``t-k+1 .. t`` of the episode
     (the first frame repeated before the episode's start) and ``next/observation`` the frames
-    ``t-k+2 .. t+1``.
+    ``t-k+2 .. t+1`` (``t+1`` being the step's next observation: the episode's final observation
+    at its last step).
+
+    A batch costs one gather: the flat rows of frames ``t-k+1 .. t+1`` of every sampled step,
+    clamped at its episode's first row by index arithmetic, go into one ``[..., k + 1, *shape]``
+    array, and ``observation`` and ``next/observation`` are views of its first and last ``k``
+    frames. So the two share their ``k - 1`` common frames: copy one (``.clone()``) before writing
+    into it in place. That array is preallocated: once nothing refers to a batch made from it
+    any more (its tensors, their views), the next batch is gathered into it again, so no batch
+    pays for fresh memory. As the first transform of a
+    :class:`~rlds_cli.loader.Loader`, the loader does not read the stacked keys at all (see
+    :meth:`claim`); further down a chain, the stacks are built from the index the same way and
+    ``next/observation``'s newest frame is the batch's own (another transform's, if it changed it).
+    :meth:`bind` and :meth:`claim` set the transform up for one loader: use one per loader.
 
     Args:
         k: Frames per stack.
@@ -261,8 +316,14 @@ class FrameStack:
     def __init__(self, k: int, keys: Iterable[str] = ("observation",)) -> None:
         self.k = positive_int("k", k)
         self.keys = [join_key(key) for key in keys]
+        self._dataset: Dataset | None = None
         self._source: HostSource | None = None
-        self._episodes: Episodes | None = None
+        self._first_row: np.ndarray | None = None
+        # row offsets of frames t-k+1 .. t+1 from step t's own row
+        self._offsets = np.arange(1 - self.k, 2, dtype=np.int64)
+        self._claimed: frozenset[str] = frozenset()
+        self._rows: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # each key's row shape, dtype
+        self._pools: dict[str, _BlockPool] = {}
 
     def bind(self, dataset: Dataset) -> None:
         """Open the stacked keys' flat arrays."""
@@ -272,23 +333,82 @@ class FrameStack:
             raise ValueError(
                 f"FrameStack keys must be observation-like (flat) keys of the dataset; not {bad}"
             )
+        self._dataset = dataset
         self._source = HostSource(dataset, self.keys)
-        self._episodes = Episodes.of(dataset)
+        lengths = np.asarray(dataset.episodes["length"], np.int64)
+        # the flat row of each episode's first observation: its first step plus one final
+        # observation row for each episode before it
+        self._first_row = np.cumsum(lengths) - lengths + np.arange(len(lengths), dtype=np.int64)
+        self._claimed = frozenset()
+        self._rows = {k: (tuple(fields[k].shape), np.dtype(fields[k].dtype)) for k in self.keys}
+        self._pools = {k: _BlockPool() for k in self.keys}
+
+    def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
+        """Of the TED ``keys`` a loader is about to read, those this transform produces itself:
+        the stacked keys and their ``next/`` twins. The :class:`~rlds_cli.loader.Loader` calls it
+        (after :meth:`bind`) when the transform is first in its chain, and then leaves those keys
+        out of its own gather.
+
+        Args:
+            keys: The keys the loader would read.
+            in_memory: The loader holds the dataset in RAM; the stacked keys, which it no longer
+                holds, are then copied into RAM here.
+        """
+        if self._dataset is None:
+            raise RuntimeError("FrameStack must be bound to a dataset before claim()")
+        mine = [k for k in keys if k in self.keys or (k.startswith("next/") and k[5:] in self.keys)]
+        self._claimed = frozenset(mine)
+        if in_memory and mine:
+            self._source = HostSource(self._dataset, self.keys, in_memory=True, pack=False)
+        return mine
 
     def __call__(self, batch: TedBatch) -> TedBatch:
-        if self._source is None or self._episodes is None:
+        if self._source is None or self._first_row is None:
             raise RuntimeError("FrameStack must be bound to a dataset (use it in a Loader)")
         idx = np.asarray(batch["index"], np.int64)
-        first = self._episodes.starts[self._episodes.episode_of(idx)]
-        steps = np.maximum(idx[..., None] - np.arange(self.k - 1, -1, -1), first[..., None])  # [..., k]
-        frames = self._source.gather(steps)
+        window: np.ndarray | None = None
         axis = idx.ndim  # the new frame axis, right after the batch dimensions
+        k = self.k
+        lead = (slice(None),) * axis
+        first_k, last_k = (*lead, slice(0, k)), (*lead, slice(1, k + 1))  # the two stacks of a block
+        newest_at: tuple[slice | int, ...] = (*lead, k)
         for key in self.keys:
-            stack = frames[key]
             nxt = f"next/{key}"
-            if nxt in batch:  # frames t-k+2 .. t, then the step's own next observation
-                newest = np.expand_dims(np.asarray(batch[nxt]), axis)
-                batch[nxt] = np.concatenate([np.take(stack, range(1, self.k), axis=axis), newest], axis=axis)
-            if key in batch:
+            want_obs = key in self._claimed or key in batch
+            want_next = nxt in self._claimed or nxt in batch
+            if not (want_obs or want_next):
+                continue
+            if window is None:
+                episode = self._source.episode_of(idx)
+                # flat rows of frames t-k+1 .. t+1, none before the episode's first row
+                window = np.maximum(
+                    (idx + episode)[..., None] + self._offsets, self._first_row.take(episode)[..., None]
+                )
+            if not want_next:
+                batch[key] = self._take(key, window[..., :k])
+                continue
+            if not want_obs and nxt in self._claimed:
+                batch[nxt] = self._take(key, window[..., 1:])
+                continue
+            block = self._take(key, window)  # [..., k + 1, *shape]
+            stack = block[first_k]
+            if nxt in self._claimed:
+                batch[nxt] = block[last_k]
+            else:  # the batch's own next observation is the newest frame (another transform's?)
+                newest = np.asarray(batch[nxt])
+                frame_shape = block.shape[:axis] + block.shape[axis + 1 :]
+                if newest.dtype == block.dtype and newest.shape == frame_shape:
+                    block[newest_at] = newest
+                    batch[nxt] = block[last_k]
+                else:  # what it always did: frames t-k+2 .. t, then that observation
+                    older = block[(*lead, slice(1, k))]
+                    batch[nxt] = np.concatenate([older, np.expand_dims(newest, axis)], axis=axis)
+            if want_obs:
                 batch[key] = stack
         return batch
+
+    def _take(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Flat rows ``rows`` of ``key`` gathered into a free block of the key's pool."""
+        assert self._source is not None
+        shape, dtype = self._rows[key]
+        return self._source.take_rows(key, rows, self._pools[key].get(rows.shape + shape, dtype))

@@ -35,7 +35,7 @@ from rlds_cli.errors import (
     OfflineError,
     RegistryFormatError,
 )
-from rlds_cli.net.hashes import FileRecord, HashStore
+from rlds_cli.net.hashes import FileRecord, HashStore, mismatch_hint
 from rlds_cli.net.http import DISK_MARGIN, HttpConfig, discard_part, download_url, fsync_file, new_session
 from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
 from rlds_cli.net.progress import DownloadProgress, ignore
@@ -238,7 +238,9 @@ def _fetch_locked(
             return done
         if offline:
             raise OfflineError(
-                f"{final} does not match its recorded hash and offline mode is on",
+                f"{final} does not match its expected size or sha256"
+                f"{' (' + _ORIGINS[expected.origin] + ')' if _ORIGINS[expected.origin] else ''} "
+                "and offline mode is on",
                 hint="run the command without --offline to download it again",
             )
         final.unlink()
@@ -306,7 +308,7 @@ def _download(
     config: HttpConfig,
     pin: bool,
 ) -> FetchResult:
-    failures: list[DownloadError] = []
+    failures: list[DownloadError | ChecksumMismatchError] = []
     for url in file.urls:
         # a .part left by an earlier process is resumed; if the result then fails verification,
         # the old bytes may be the cause, so that mirror gets one more try from byte 0
@@ -349,7 +351,10 @@ def _publish(
         problem = f"has sha256 {sha256}, expected {expected.sha256} ({_ORIGINS[expected.origin]})"
     if problem:
         discard_part(part)
-        raise ChecksumMismatchError(f"{file.name} downloaded from {url} {problem}; the file was deleted")
+        raise ChecksumMismatchError(
+            f"{file.name} downloaded from {url} {problem}; the file was deleted",
+            hint=mismatch_hint(expected.origin, store.path),
+        )
     fsync_file(part)
     os.replace(part, final)
     discard_part(part)  # its validator record
@@ -373,13 +378,18 @@ _ORIGINS = {
 }
 
 
-def _combine(file: RemoteFile, failures: list[DownloadError]) -> DownloadError:
+def _combine(
+    file: RemoteFile, failures: list[DownloadError | ChecksumMismatchError]
+) -> DownloadError | ChecksumMismatchError:
     """One error for a file every mirror failed: the last one if alone, else a summary."""
     if len(failures) == 1:
         return failures[0]
     lines = "; ".join(str(f) for f in failures)
     if all(isinstance(f, ChecksumMismatchError) for f in failures):
-        return ChecksumMismatchError(f"every mirror of {file.name} failed verification: {lines}")
+        # every mirror was checked against the same hash: the first one's hint fits them all
+        return ChecksumMismatchError(
+            f"every mirror of {file.name} failed verification: {lines}", hint=failures[0].hint
+        )
     kinds = {type(f) for f in failures}
     if len(kinds) == 1 and issubclass(cls := kinds.pop(), DownloadFailedError):
         return cls(f"every mirror of {file.name} failed: {lines}")  # keeps its hint (e.g. --offline)

@@ -28,6 +28,36 @@ HASHES_FILE = "hashes.json"
 _THREAD_LOCK = threading.Lock()
 
 
+def mismatch_hint(origin: str, hashes_file: Path | None = None) -> str | None:
+    """What to do about a file whose bytes differ from the sha256 of ``origin``
+    (:attr:`FileRecord.origin`): who is wrong depends on who gave the hash. ``None`` keeps
+    :class:`~rlds_cli.errors.ChecksumMismatchError`'s default (the registry's case).
+
+    Args:
+        origin: ``"user"``, ``"registry"``, ``"hub"`` or ``"recorded"``.
+        hashes_file: The ``hashes.json`` holding a ``"recorded"`` hash (named in the hint, as
+            deleting it is how a changed upstream file is accepted).
+    """
+    if origin == "user":
+        return (
+            "the file differs from the sha256 you gave: check the value passed to --sha256, or "
+            "drop --sha256 to skip that check"
+        )
+    if origin == "hub":
+        return (
+            "the file does not match the Hugging Face Hub's own sha256 of it: run the command again; "
+            "if it fails again, the file on the Hub is damaged: report it to the dataset's owners"
+        )
+    if origin == "recorded":
+        where = str(hashes_file) if hashes_file is not None else f"the download folder's .rlds/{HASHES_FILE}"
+        return (
+            "the file differs from the sha256 pinned at its first download: run the command again "
+            f"(a transfer error); if the file changed upstream on purpose, delete {where} to pin "
+            "the new version at the next download"
+        )
+    return None
+
+
 @dataclass
 class FileRecord:
     """What rlds knows about one downloaded file.

@@ -85,7 +85,9 @@ def _to_remote(item: Any, repo: str, revision: str, prefix: str, suffix: str, ba
     name = full[len(prefix) :]
     if not name or ".." in name.split("/") or name.startswith("/") or is_reserved(name):
         return None  # never let a server-provided name escape the download folder or reach .rlds/
-    lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
+    lfs = item.get("lfs")
+    if not isinstance(lfs, dict):
+        lfs = {}
     oid = str(lfs.get("oid", "")).removeprefix("sha256:").lower()
     size = lfs.get("size", item.get("size"))
     return RemoteFile(

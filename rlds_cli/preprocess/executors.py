@@ -8,14 +8,25 @@ per Ray worker are in flight, so memory stays bounded whatever the dataset size.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlds_cli.errors import PreprocessError
+from rlds_cli.errors import PreprocessError, WorkerLostError
+from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.worker import run_chunk
 
 Task = tuple[int, int, int]  # chunk index, first step, stop step
 OnDone = Callable[[dict[str, Any]], None]
+logger = logging.getLogger(__name__)
+
+#: How many times Ray runs a chunk again after a system failure (its worker process or node
+#: died, its result was lost). A chunk is idempotent: it rewrites the same bytes, and its
+#: done-marker is written last, so a retry never mixes two attempts. A failure of the user's
+#: function is no system failure: it comes back as data (or, for an unexpected exception, is
+#: not retried: ``retry_exceptions=False``) and stops the job at once.
+RAY_MAX_RETRIES = 3
 
 
 def run_inline(spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
@@ -24,39 +35,112 @@ def run_inline(spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) 
         on_done(run_chunk(spec, i, start, stop))
 
 
+def ray_init_kwargs(address: str | None, workers: int | None) -> dict[str, Any]:
+    """The arguments of ``ray.init``.
+
+    With ``--address`` or ``RAY_ADDRESS`` it connects to that cluster and passes no resources
+    (Ray refuses ``num_cpus`` when connecting: the cluster has its own). Otherwise it starts a
+    local instance of the job's own with ``workers`` CPUs: ``address="local"``, as without it
+    Ray would join a cluster that ``ray start`` left running on this machine.
+    """
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address == "local" or (address is None and not os.environ.get("RAY_ADDRESS")):
+        kwargs["address"] = "local"
+        if workers:
+            kwargs["num_cpus"] = workers
+    else:
+        kwargs["address"] = address  # None: Ray reads RAY_ADDRESS
+    return kwargs
+
+
+def _ray_options(spec: Mapping[str, Any], shipped: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Task options, and what the function needs on a node without the caller's files: a file
+    function's bytes go into ``shipped`` (the spec); a module found outside the installed
+    packages (the working directory, ``PYTHONPATH``) is returned, for Ray's ``py_modules``."""
+    options: dict[str, Any] = {"num_cpus": 1, "max_retries": RAY_MAX_RETRIES, "retry_exceptions": False}
+    fn = spec["fn"]
+    if not isinstance(fn, str):
+        return options, None  # a callable from Python: pickled by reference, its module must import
+    source = fnref.file_source(fn)
+    if source is not None:
+        if spec.get("fn_sha256") and source["sha256"] != spec["fn_sha256"]:
+            raise PreprocessError(
+                f"--fn {fn!r}: the file changed since the job started (its sha256 is in the lineage)",
+                hint="run the same command again",
+            )
+        shipped["fn_source"] = source
+    return options, fnref.module_root(fn)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
 def run_ray(
     spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone, workers: int | None, address: str | None
 ) -> None:
     """Ray tasks writing to the cache path, which every node must see (a shared filesystem)."""
     try:
         import ray
+        from ray.exceptions import RayError, RayTaskError
     except ImportError:
         raise PreprocessError(
-            "--backend ray needs Ray, which is not installed", hint="pip install 'rlds-cli[ray]'"
+            "--executor ray needs Ray, which is not installed", hint="pip install 'rlds-cli[ray]'"
         ) from None
+    shipped: dict[str, Any] = dict(spec)  # a plain dict for Ray to serialise
+    shipped["on_cluster"] = True  # tasks check that their node sees the cache before any work
+    options, module_root = _ray_options(spec, shipped)
     started = False
     if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address is None and workers:
-            kwargs["num_cpus"] = workers
-        ray.init(address=address, **kwargs)
+        kwargs = ray_init_kwargs(address, workers)
+        if module_root is not None:
+            # Ray uploads local modules only for a whole job (ray.init), never for one task; in
+            # a Ray session of the caller's own, its runtime_env says what the nodes import
+            kwargs["runtime_env"] = {"py_modules": [module_root]}
+        ray.init(**kwargs)
         started = True
+    elif module_root is not None:
+        logger.info(
+            "Ray is already initialized: %s is not shipped to the nodes (add it to the runtime_env's "
+            "py_modules of your ray.init, or install it on every node)",
+            module_root,
+        )
+    running: dict[Any, Task] = {}
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_chunk)
-        spec_ref = ray.put(dict(spec))
+        remote = ray.remote(**options)(run_chunk)
+        typed: Mapping[str, Any] = shipped  # typed as run_chunk's parameter, for Ray's stubs
+        spec_ref = ray.put(typed)
         window = 2 * max(1, workers or int(ray.cluster_resources().get("CPU", 1)))
         queue = list(reversed(tasks))
-        running: dict[Any, Task] = {}
         while queue or running:
             while queue and len(running) < window:
                 task = queue.pop()
                 running[remote.remote(spec_ref, *task)] = task
             ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
-                running.pop(ref)
-                on_done(ray.get(ref))
+                i, start, stop = running.pop(ref)
+                where = f"chunk {i} (steps {start}-{stop - 1})"
+                try:
+                    result = ray.get(ref)
+                except RayTaskError as exc:  # rlds's own code raised in the task (not retried)
+                    cause = exc.cause if exc.cause is not None else exc
+                    what = f"{type(cause).__name__}: {_first_line(cause)}"
+                    result = {
+                        "ok": False,
+                        "type": "PreprocessError",
+                        "message": f"a worker failed in {where}: {what}",
+                        "hint": "--resume keeps the finished chunks",
+                        "traceback": str(exc),
+                    }
+                except RayError as exc:  # a system failure, still there after the retries
+                    raise WorkerLostError(
+                        f"{where} failed {RAY_MAX_RETRIES + 1} times on Ray, its worker process or node "
+                        f"lost: {type(exc).__name__}: {_first_line(exc)}"
+                    ) from None
+                on_done(result)
     except BaseException:
-        for ref in list(locals().get("running", {})):
+        for ref in list(running):
             ray.cancel(ref)
         raise
     finally:

@@ -3,7 +3,10 @@
 A reference is ``"package.module:function"`` (imported with the working directory on
 ``sys.path``, as ``python -m`` would) or ``"path/to/file.py:function"`` (loaded from that file).
 Only the string travels to worker processes and Ray tasks; each resolves it once and caches
-the result, so the function itself never has to pickle.
+the result, so the function itself never has to pickle. A Ray node may not have the caller's
+files: the Ray executor ships a file's bytes with the job (:func:`file_source`, compiled there
+by :func:`resolve`) and a module found outside the installed packages as a Ray ``py_modules``
+entry (:func:`module_root`).
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import linecache
 import os
 import pickle
+import site
 import sys
-from collections.abc import Callable
+import sysconfig
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +46,15 @@ def split_ref(ref: str) -> tuple[str, str]:
 def _load_file_module(path: Path, ref: str) -> Any:
     if not path.is_file():
         raise FunctionImportError(f"--fn {ref!r}: file {path} does not exist")
+    return _module_from_source(path, str(path.resolve()), path.read_bytes(), ref)
+
+
+def _module_from_source(path: Path, resolved: str, source: bytes, ref: str) -> Any:
+    """Compile ``source`` (the bytes of the file at ``path``, ``resolved`` on the caller's
+    machine) as a module; the same module name in every process that got the same bytes."""
     # the file's bytes are part of the module's name: a file edited within one process (a
     # notebook) is imported afresh, so the function that runs is the one its lineage hashes
-    source = path.read_bytes()
-    digest = hashlib.sha256(str(path.resolve()).encode() + b"\0" + source).hexdigest()[:12]
+    digest = hashlib.sha256(resolved.encode() + b"\0" + source).hexdigest()[:12]
     mod_name = f"rlds_user_fn_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
@@ -52,6 +63,10 @@ def _load_file_module(path: Path, ref: str) -> Any:
         raise FunctionImportError(f"--fn {ref!r}: {path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # so objects defined there pickle by reference
+    text = source.decode("utf-8", "replace")
+    # tracebacks show the shipped lines, also on a node where the file is missing or differs
+    # (an entry without an mtime is never checked against the disk)
+    linecache.cache[str(path)] = (len(text), None, text.splitlines(keepends=True), str(path))
     try:
         # compiled from the bytes just hashed, never from __pycache__: a .pyc is trusted on the
         # source's mtime in whole seconds and its size, which an edit can leave unchanged
@@ -87,8 +102,11 @@ def _import_module(module_part: str, ref: str) -> Any:
         raise _import_failed(ref, exc) from None
 
 
-def resolve(ref: str) -> Callable[..., Any]:
+def resolve(ref: str, shipped: Mapping[str, Any] | None = None) -> Callable[..., Any]:
     """The callable named by ``ref`` (cached per process).
+
+    ``shipped`` is :func:`file_source`'s answer for a file reference, made where the file is:
+    the function is compiled from those bytes, whatever this machine has at that path.
 
     Raises:
         FunctionImportError: Malformed reference, missing module or file, missing name, or
@@ -97,14 +115,18 @@ def resolve(ref: str) -> Callable[..., Any]:
     """
     module_part, name = split_ref(ref)
     key = ref
-    if _is_path_ref(module_part):  # a file may change between two calls: cache by its bytes
+    if shipped is not None:
+        key = f"{ref}@{shipped['sha256']}"
+    elif _is_path_ref(module_part):  # a file may change between two calls: cache by its bytes
         path = Path(module_part).expanduser()
         if path.is_file():
             key = f"{ref}@{sha256_file(path)}"
     fn = _CACHE.get(key)
     if fn is not None:
         return fn
-    if _is_path_ref(module_part):
+    if shipped is not None:
+        module = _module_from_source(Path(shipped["path"]), shipped["resolved"], shipped["source"], ref)
+    elif _is_path_ref(module_part):
         module = _load_file_module(Path(module_part).expanduser(), ref)
     else:
         module = _import_module(module_part, ref)
@@ -149,6 +171,67 @@ def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
         return ref, None
 
 
-def get(fn: str | Callable[..., Any]) -> Callable[..., Any]:
-    """The callable itself: resolved when a reference, as is otherwise."""
-    return resolve(fn) if isinstance(fn, str) else fn
+def get(fn: str | Callable[..., Any], shipped: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """The callable itself: resolved when a reference (see :func:`resolve`), as is otherwise."""
+    return resolve(fn, shipped) if isinstance(fn, str) else fn
+
+
+def file_source(ref: str) -> dict[str, Any] | None:
+    """For a file reference, what a process that cannot read the file needs to compile it:
+    ``{"path", "resolved", "source", "sha256"}``; ``None`` for a module reference.
+
+    The bytes travel with the job rather than through Ray's ``working_dir`` (which would upload
+    the whole directory, datasets and all) or ``py_modules`` (which would import the file under
+    its own name): the function that runs on every node is exactly the one whose sha256 the
+    lineage records, however the file changes on disk meanwhile.
+    """
+    module_part, _ = split_ref(ref)
+    if not _is_path_ref(module_part):
+        return None
+    path = Path(module_part).expanduser()
+    if not path.is_file():
+        raise FunctionImportError(f"--fn {ref!r}: file {path} does not exist")
+    source = path.read_bytes()
+    return {
+        "path": str(path),
+        "resolved": str(path.resolve()),
+        "source": source,
+        "sha256": hashlib.sha256(source).hexdigest(),
+    }
+
+
+def _installed_dirs() -> list[Path]:
+    """Where installed packages and the standard library live (the same on every node of a
+    cluster whose environments match, which Ray requires anyway)."""
+    dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.update(site.getsitepackages())
+    dirs.add(site.getusersitepackages())
+    return [Path(d).resolve() for d in dirs if d]
+
+
+def module_root(ref: str) -> str | None:
+    """For a module reference whose top-level package was found outside the installed packages
+    (the working directory, a ``PYTHONPATH`` entry): that package's directory or single ``.py``
+    file, which the Ray executor ships with Ray's ``py_modules`` so that a node without the
+    caller's files imports the same code. ``None`` for a file reference, an installed package,
+    or one Ray cannot ship (a namespace package spread over several directories).
+
+    Call it after the reference was resolved in this process (the module is imported).
+    """
+    module_part, _ = split_ref(ref)
+    if _is_path_ref(module_part):
+        return None
+    top = sys.modules.get(module_part.split(".")[0])
+    if top is None:
+        return None
+    locations = list(getattr(top, "__path__", None) or [])
+    if not locations and getattr(top, "__file__", None):
+        locations = [top.__file__]
+    if len(locations) != 1:
+        return None
+    where = Path(locations[0]).resolve()
+    if where.suffix not in ("", ".py") or not where.exists():
+        return None  # an extension module or a zip import: leave it to the node's environment
+    if any(where.is_relative_to(d) for d in _installed_dirs()):
+        return None
+    return str(where)

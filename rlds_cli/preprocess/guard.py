@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+from types import FrameType
 
 #: Exit code of a worker whose import of the caller's script called ``preprocess.run``.
 REIMPORTED_EXIT = 86
@@ -31,11 +32,11 @@ def reimported() -> bool:
     only time code of that script runs as ``__mp_main__`` at module level)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         return True  # multiprocessing's own flag while a spawned child prepares (3.8 - 3.13)
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:  # a frame running the re-imported script's top level
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
 
 

@@ -34,12 +34,14 @@ from filelock import Timeout
 
 from rlds_cli import settings
 from rlds_cli._version import __version__
+from rlds_cli.cache import digest
 from rlds_cli.cache.backends import ARRAYS_DIR, get_backend
 from rlds_cli.cache.builder import EPISODES_FILE
 from rlds_cli.cache.dataset import Dataset, open_dataset
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import (
+    CacheNotVisibleError,
     DatasetExistsError,
     FunctionImportError,
     LockTimeoutError,
@@ -70,7 +72,14 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[str, int], None]
 FnLike = str | Callable[..., Any]
 _ERRORS: dict[str, type[RldsError]] = {
-    c.__name__: c for c in (UserFunctionError, OutputSchemaError, FunctionImportError, PreprocessError)
+    c.__name__: c
+    for c in (
+        UserFunctionError,
+        OutputSchemaError,
+        FunctionImportError,
+        PreprocessError,
+        CacheNotVisibleError,
+    )
 }
 
 
@@ -187,7 +196,13 @@ def _prepare(
         "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
     }
     job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    lineage = {**identity, "rlds_version": __version__, "job": job_id, "parent_lineage": src.manifest.lineage}
+    lineage = {
+        **identity,
+        "created_at": src.manifest.created_at,  # the parent's version in words (not in the job id)
+        "rlds_version": __version__,
+        "job": job_id,
+        "parent_lineage": src.manifest.lineage,
+    }
     return _Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage)
 
 
@@ -292,7 +307,7 @@ def run(
     if out_name == source_name:
         raise PreprocessError(f"the output name must differ from the source ({source_name!r})")
     if backend not in ("local", "ray"):
-        raise PreprocessError(f"--backend must be 'local' or 'ray', not {backend!r}")
+        raise PreprocessError(f"--executor must be 'local' or 'ray', not {backend!r}")
     if workers is not None and workers < 1:
         raise PreprocessError(f"--workers must be at least 1, not {workers}")
     pool: LocalPool | None = None
@@ -438,7 +453,8 @@ def _execute(
         if done:
             progress("resume", sum(plan.chunk(i)[1] - plan.chunk(i)[0] for i in done))
     spec = {
-        "run_id": uuid.uuid4().hex, "fn": job.fn, "fn_ref": job.ref, "source_dir": str(job.src.directory),
+        "run_id": uuid.uuid4().hex, "fn": job.fn, "fn_ref": job.ref, "fn_sha256": job.lineage["fn_sha256"],
+        "source_dir": str(job.src.directory),
         "source_digest": job.lineage["digest"], "job_dir": str(job_dir), "by": plan.by,
         "keys": job.keys, "limit": plan.limit, "schema": saved["schema"], "mode": mode,
         "stats": job.stats, "fsync": settings.fsync_enabled(), "cwd": os.getcwd(),
@@ -520,6 +536,10 @@ def _finish(
         if plan.cut:
             known[-1] = True  # the cut episode's last next/observation is real data
     output.write_episodes(out / EPISODES_FILE, ends, ids, known, fsync)
+    # chunks were written by several workers: the digests are read back from the finished output
+    content = digest.digest_directory(
+        out, job.storage, list(inferred), np.load(out / EPISODES_FILE, allow_pickle=False)
+    )
     manifest = Manifest(
         name=out_name,
         backend=job.storage,
@@ -535,6 +555,7 @@ def _finish(
         conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
         lineage=[job.lineage],
         stats=_merge_stats(summaries, inferred) if job.stats else {},
+        content_digest=content,
     )
     if fsync:
         fsync_tree(out)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,9 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES
+from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES, save_npz
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import DatasetReplacedError, OutputSchemaError, RldsError, UserFunctionError
+from rlds_cli.cache.manifest import MANIFEST_FILE
+from rlds_cli.errors import (
+    CacheNotVisibleError,
+    DatasetReplacedError,
+    OutputSchemaError,
+    RldsError,
+    UserFunctionError,
+)
 from rlds_cli.preprocess import fnref, schema, stats
 from rlds_cli.preprocess.plan import read_chunk
 
@@ -60,19 +69,46 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
     key = spec["run_id"]  # unique per run: a re-run of the same job never sees old memory maps
     st = _STATE.get(key)
     if st is None:
+        if spec.get("on_cluster"):
+            _check_visible(spec)
         cwd = spec.get("cwd")
-        if cwd and os.path.isdir(cwd):
-            import sys
-
-            if cwd not in sys.path:
-                sys.path.insert(0, cwd)
+        if cwd and os.path.isdir(cwd) and cwd not in sys.path:
+            # last: a module the Ray executor shipped (py_modules, early on sys.path) wins over
+            # the caller's directory, which only a node on the same filesystem sees
+            sys.path.append(cwd)
         ds = Dataset(spec["source_dir"])
         if ds.manifest.digest() != spec["source_digest"]:
             raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
-        st = {"ds": ds, "fn": fnref.get(spec["fn"]), "cols": {}}
+        st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source")), "cols": {}}
         _STATE.clear()  # one job per process at a time: drop memory maps of an older job
         _STATE[key] = st
     return st
+
+
+def node_name() -> str:
+    """This machine, as a user finds it in a cluster: host name, and the Ray node's IP address
+    in a Ray worker."""
+    host = socket.gethostname()
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        try:
+            return f"{host} ({ray.util.get_node_ip_address()})"
+        except Exception:  # not in a Ray process after all: the host name says enough
+            pass
+    return host
+
+
+def _check_visible(spec: Mapping[str, Any]) -> None:
+    """Before any work, that this process sees the source dataset and the job directory at the
+    coordinator's paths: a Ray node without the shared filesystem would otherwise fail with
+    "not an rlds dataset", which sends the user looking in the wrong place."""
+    source = Path(spec["source_dir"])
+    for path in (source / MANIFEST_FILE, Path(spec["job_dir"]) / "chunks"):
+        if not path.exists():
+            raise CacheNotVisibleError(
+                f"node {node_name()} cannot see {path}: the job needs the rlds cache at the same "
+                "path on every node (a shared filesystem)"
+            )
 
 
 def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, Any]:
@@ -255,7 +291,7 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool) -> Non
     """Write an uncompressed ``.npz`` atomically (temp file, then rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        save_npz(fh, arrays)
         fh.flush()
         if fsync:
             os.fsync(fh.fileno())

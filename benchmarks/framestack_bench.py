@@ -1,0 +1,462 @@
+"""Frame-stack benchmark: ``FrameStack(4)`` against the raw gather of 4x the frames, on pixels.
+
+Data: a generated pixel dataset (``uint8`` observations of shape (3, 84, 84), episodes of
+30-2,000 steps drawn from a fixed seed, random pixels) written into an rlds memmap cache with
+:class:`~rlds_cli.cache.builder.DatasetBuilder`, one episode block at a time. Batch 256, ``k = 4``.
+
+What is compared, in one process, with the configurations visited in turn, a few batches each, so
+that contention on a shared machine hits each alike; a round's rate is one over the median time
+of a call in that round, and the report gives the median of the rounds (range in brackets):
+
+* the raw gather of 4x the frames: ``np.take(frames, rows4, axis=0)`` where ``rows4`` are the
+  ``256 x 4`` flat rows the stacks need (each step's frames ``t-3..t``, clamped at its episode's
+  first frame), from the same file, read through an ``np.memmap`` and from a plain in-RAM copy;
+  the issue's reference ("a raw gather of 4x the frames from the same storage");
+* the raw gather of 1x the frames (``np.take(frames, rows, axis=0)``) and the rlds loader without
+  a transform (every TED key, no stacking), for scale;
+* ``Loader(ds, 256, transform=FrameStack(4))`` (observation and next/observation stacked, every
+  other TED key as usual), on the memmap and with ``in_memory=True``, for the implementation in
+  the tree and for the one before it (kept below as :class:`OldFrameStack`: a gather of the
+  stacked frames through ``HostSource.gather`` after the loader's own gather of both
+  observations, then a ``take`` and a ``concatenate`` for ``next/observation``).
+
+Minor page faults per batch (``ru_minflt``) are recorded alongside: fresh arrays that the allocator
+takes from the kernel show up there.
+
+Usage::
+
+    python benchmarks/framestack_bench.py [--write docs/benchmarks.md] [--steps 60000] [--quick]
+
+``--write FILE`` replaces the section between ``<!-- bench:frame-stack:start -->`` and
+``<!-- bench:frame-stack:end -->``. Work data goes to ``benchmarks/_work/framestack`` (git-ignored)
+and is deleted at the end unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+
+SECTION = "frame-stack"
+BATCH = 256
+K = 4
+FRAME = (3, 84, 84)
+#: Episode lengths are drawn uniformly from this range (short and long episodes alike).
+EPISODE_LENGTHS = (30, 2000)
+#: The issue's goal: frame stacking at this fraction of the raw gather of 4x the frames.
+TARGET = 0.5
+#: Calls per visit of a case: untimed ones (the allocator settles), then timed ones.
+SETTLE, TIMED = 2, 4
+
+
+def _log(message: str) -> None:
+    print(f"[framestack] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def ensure_dataset(steps: int, work: Path, backend: str = "memmap") -> Any:
+    """An rlds cache of about ``steps`` pixel steps (built once, kept in ``work``)."""
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.errors import DatasetNotFoundError
+    from rlds_cli.formats.base import StepBlock
+
+    root = work / "root"
+    name = f"pixels-{steps}-{backend}"
+    try:
+        return open_dataset(name, root)
+    except DatasetNotFoundError:
+        pass
+    os.environ.setdefault("RLDS_FSYNC", "0")
+    rng = np.random.default_rng(0)
+    done = 0
+    with DatasetBuilder(name, root=root, backend=backend) as builder:
+        while done < steps:  # one episode per block: memory stays at one episode of frames
+            n = min(int(rng.integers(EPISODE_LENGTHS[0], EPISODE_LENGTHS[1] + 1)), steps - done)
+            flags = np.zeros((n, 1), bool)
+            flags[-1] = True
+            builder.append(
+                StepBlock(
+                    steps={
+                        "action": rng.integers(0, 18, (n, 1)).astype(np.int64),
+                        "next/reward": rng.standard_normal((n, 1), np.float32),
+                        "next/terminated": np.zeros((n, 1), bool),
+                        "next/truncated": flags,
+                    },
+                    observations={"observation": rng.integers(0, 256, (n + 1, *FRAME), np.uint8)},
+                    ends=np.array([n - 1]),
+                )
+            )
+            done += n
+        builder.commit(source={"generator": "benchmarks/framestack_bench.py"})
+    return open_dataset(name, root)
+
+
+def warm(ds: Any) -> None:
+    """Read every array file once so that memmap runs start from the page cache."""
+    buf = bytearray(1 << 20)
+    for path in (ds.directory / "arrays").rglob("*.npy"):
+        with open(path, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+
+
+# ----------------------------------------------------------------------------- the old transform
+
+
+class OldFrameStack:
+    """``FrameStack`` as it was before the single-gather rewrite (the "before" figures): the
+    loader gathers observation and next/observation, this gathers the ``k`` frames of each step
+    through ``HostSource.gather`` and throws those away, then builds next/observation with a
+    ``take`` of ``k - 1`` frames and a ``concatenate``."""
+
+    needs_host = True
+
+    def __init__(self, k: int, keys: Iterable[str] = ("observation",)) -> None:
+        self.k = k
+        self.keys = list(keys)
+        self._source: Any = None
+        self._episodes: Any = None
+
+    def bind(self, dataset: Any) -> None:
+        from rlds_cli.loader.samplers import Episodes
+        from rlds_cli.loader.sources import HostSource
+
+        self._source = HostSource(dataset, self.keys)
+        self._episodes = Episodes.of(dataset)
+
+    def __call__(self, batch: Any) -> Any:
+        idx = np.asarray(batch["index"], np.int64)
+        first = self._episodes.starts[self._episodes.episode_of(idx)]
+        steps = np.maximum(idx[..., None] - np.arange(self.k - 1, -1, -1), first[..., None])
+        frames = self._source.gather(steps)
+        axis = idx.ndim
+        for key in self.keys:
+            stack = frames[key]
+            nxt = f"next/{key}"
+            if nxt in batch:
+                newest = np.expand_dims(np.asarray(batch[nxt]), axis)
+                batch[nxt] = np.concatenate([np.take(stack, range(1, self.k), axis=axis), newest], axis=axis)
+            if key in batch:
+                batch[key] = stack
+        return batch
+
+
+# ----------------------------------------------------------------------------- raw numpy
+
+
+class Raw:
+    """The least numpy code for the frames a batch of stacks needs (the limit)."""
+
+    def __init__(self, ds: Any) -> None:
+        self.memmap = np.load(ds.directory / "arrays" / "observation.npy", mmap_mode="r")
+        self.ram = np.array(self.memmap)
+        lengths = np.asarray(ds.episodes["length"], np.int64)
+        self.n = int(lengths.sum())
+        self.episode = np.repeat(np.arange(len(lengths)), lengths)
+        self.first_row = np.cumsum(lengths) - lengths + np.arange(len(lengths))
+        self.rng = np.random.default_rng(1)
+
+    def rows(self, k: int) -> np.ndarray:
+        """Flat rows of ``k`` frames per sampled step (``t-k+1..t``, clamped at the episode start)."""
+        i = self.rng.integers(0, self.n, BATCH)
+        e = self.episode.take(i)
+        r = i + e
+        return np.maximum(r[:, None] + np.arange(1 - k, 1), self.first_row.take(e)[:, None]).reshape(-1)
+
+    def gather(self, frames: np.ndarray, k: int) -> Callable[[], np.ndarray]:
+        def run() -> np.ndarray:
+            return np.take(frames, self.rows(k), axis=0)
+
+        return run
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+class Case:
+    """One measured configuration: a callable, the time of each of its calls, and the page faults
+    per call; a round's rate is one over the median call time of that round."""
+
+    def __init__(self, key: str, label: str, fn: Callable[[], Any]) -> None:
+        self.key, self.label, self.fn = key, label, fn
+        self.rates: list[float] = []
+        self.faults: list[float] = []
+        self._times: list[float] = []
+        self._faults = 0
+
+    def call(self) -> None:
+        """One timed call."""
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t = time.perf_counter()
+        self.fn()
+        self._times.append(time.perf_counter() - t)
+        self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+    def end_round(self) -> float:
+        """Close a round: its rate (batches/s at the median call time) and faults per call."""
+        self.rates.append(1.0 / statistics.median(self._times))
+        self.faults.append(self._faults / len(self._times))
+        self._times, self._faults = [], 0
+        return self.rates[-1]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def fmt(self) -> str:
+        return f"{self.median:,.0f} ({min(self.rates):,.0f}-{max(self.rates):,.0f})"
+
+    def ms(self) -> str:
+        return f"{1e3 / self.median:.1f}"
+
+
+def run_round(cases: list[Case], seconds: float) -> None:
+    """Visit the cases in turn, ``SETTLE + TIMED`` consecutive calls each visit (the first
+    ``SETTLE`` untimed, so that the allocator settles after the other cases' allocations), until
+    each case has had about ``seconds`` of calls: a burst of load from the machine's other users
+    then hits every case alike, and each is timed in its steady state."""
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds * len(cases) or len(cases[0]._times) < 10:
+        for case in cases:
+            for _ in range(SETTLE):
+                case.fn()
+            for _ in range(TIMED):
+                case.call()
+    for case in cases:
+        case.end_round()
+
+
+def build_cases(ds: Any) -> list[Case]:
+    from rlds_cli.loader import FrameStack, Loader
+
+    raw = Raw(ds)
+    return [
+        Case("raw-mm-4", "raw `np.take` of 4x the frames, `np.memmap`", raw.gather(raw.memmap, K)),
+        Case("raw-ram-4", "raw `np.take` of 4x the frames, in RAM", raw.gather(raw.ram, K)),
+        Case("raw-mm-1", "raw `np.take` of 1x the frames, `np.memmap`", raw.gather(raw.memmap, 1)),
+        Case(
+            "rlds-mm", "rlds `Loader`, memmap, no transform (every TED key)", Loader(ds, BATCH, seed=0).sample
+        ),
+        Case(
+            "old-mm",
+            "rlds `Loader`, memmap, `FrameStack(4)` before",
+            Loader(ds, BATCH, seed=0, transform=OldFrameStack(K)).sample,
+        ),
+        Case(
+            "new-mm",
+            "rlds `Loader`, memmap, `FrameStack(4)` now",
+            Loader(ds, BATCH, seed=0, transform=FrameStack(K)).sample,
+        ),
+        Case(
+            "old-ram",
+            "rlds `Loader`, `in_memory=True`, `FrameStack(4)` before",
+            Loader(ds, BATCH, seed=0, in_memory=True, transform=OldFrameStack(K)).sample,
+        ),
+        Case(
+            "new-ram",
+            "rlds `Loader`, `in_memory=True`, `FrameStack(4)` now",
+            Loader(ds, BATCH, seed=0, in_memory=True, transform=FrameStack(K)).sample,
+        ),
+    ]
+
+
+def check_same(ds: Any) -> None:
+    """The new and the old transform give the same batch (same seed, same indices)."""
+    from rlds_cli.loader import FrameStack, Loader
+
+    for in_memory in (False, True):
+        a = Loader(ds, BATCH, seed=5, in_memory=in_memory, transform=FrameStack(K)).sample()
+        b = Loader(ds, BATCH, seed=5, in_memory=in_memory, transform=OldFrameStack(K)).sample()
+        assert set(a) == set(b), (sorted(a), sorted(b))
+        for key in a:
+            assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype, key
+            assert bool((a[key] == b[key]).all()), key
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip() + " (with uncommitted changes)" * bool(
+            subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
+    by = {c.key: c for c in cases}
+    start, end = bench_doc.markers(SECTION)
+    gib = (ds.num_steps + ds.num_episodes) * int(np.prod(FRAME)) / 2**30
+    lines = [
+        start,
+        "## Frame stacking: `FrameStack(4)` vs the raw gather of 4x the frames",
+        "",
+        f"Workload: {ds.num_steps:,} steps of uint8 {FRAME} observations in {ds.num_episodes} episodes "
+        f"of {EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps ({gib:.2f} GiB of frames, memmap "
+        f"backend), batch {BATCH}, `k = {K}`, uniform sampler. Every rlds row returns the full TED "
+        "transition with `observation` and `next/observation` stacked to "
+        f"`[{BATCH}, {K}, 3, 84, 84]`. Batches/s: one over the median call time, "
+        f"median of {info['repeats']} rounds in one process (range in brackets).",
+        "",
+        f"- Measured {info['date']} on {info['cpu']} ({os.cpu_count()} CPUs, shared); Python "
+        f"{platform.python_version()}; numpy {_version('numpy')}, torch {_version('torch')} "
+        f"(1 intra-op thread).",
+        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
+        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
+        "",
+        "| workload | batches/s | ms/batch | page faults/batch | / raw 4x, memmap | / raw 4x, RAM |",
+        "|---|---|---|---|---|---|",
+    ]
+    mm, ram = by["raw-mm-4"].median, by["raw-ram-4"].median
+    for c in cases:
+        lines.append(
+            f"| {c.label} | {c.fmt()} | {c.ms()} | {statistics.median(c.faults):,.0f} | "
+            f"{c.median / mm:.2f}x | {c.median / ram:.2f}x |"
+        )
+    new_mm, new_ram = by["new-mm"].median / mm, by["new-ram"].median / ram
+    met = "**met**" if min(new_mm, new_ram) >= TARGET else "**not met**"
+    lines += [
+        "",
+        "### Goal (ratios measured in this run)",
+        "",
+        f"- `FrameStack(4)` at >= {TARGET}x of the raw gather of 4x the frames from the same storage: "
+        f"memmap {new_mm:.2f}x, in RAM {new_ram:.2f}x -> {met} (before: "
+        f"{by['old-mm'].median / mm:.2f}x and {by['old-ram'].median / ram:.2f}x; speed-up "
+        f"{by['new-mm'].median / by['old-mm'].median:.1f}x and "
+        f"{by['new-ram'].median / by['old-ram'].median:.1f}x).",
+        f"- Against the loader without a transform: {by['new-mm'].median / by['rlds-mm'].median:.2f}x "
+        f"(before {by['old-mm'].median / by['rlds-mm'].median:.2f}x).",
+        "",
+        "### How it is measured",
+        "",
+        "```text",
+        ".venv-bench/bin/python benchmarks/framestack_bench.py --write docs/benchmarks.md",
+        "```",
+        "",
+        "- Now: one gather of each stacked step's `k + 1` flat rows (`t-k+1..t+1`, clamped at the "
+        "episode's first frame by index arithmetic) into one preallocated `[256, k + 1, 3, 84, 84]` "
+        "array (reused once the batch made from it is dropped: no fresh memory, so no page faults); "
+        "`observation` and `next/observation` are views of its first and last `k` frames, and the "
+        "loader does not read either observation itself. Before: the loader's gather of both "
+        "observations, then a gather of `k` frames, a `take` of `k - 1` and a `concatenate`, each "
+        "into fresh memory.",
+        "- The raw references gather only the `256 x 4` frames of the observation stacks (their rows "
+        "are 4 consecutive frames per step, the access pattern of a stack): no next observation, no "
+        "other key, no torch conversion. The stacked loader gathers `k + 1 = 5` frames per step and "
+        "the other TED keys, so 0.8x is about its ceiling.",
+        "- The page cache holds the whole file (read once before timing). Each round visits the "
+        f"configurations in turn, {SETTLE} untimed then {TIMED} timed calls a visit (so a burst of "
+        "load from the machine's other users hits all alike, and each is timed once the allocator "
+        f"has settled after the others' allocations), for about {info['seconds']} s per "
+        "configuration; minor page faults from `getrusage` around each timed call.",
+        "",
+        end,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print (and optionally write) the Markdown section."""
+    parser = argparse.ArgumentParser(description="FrameStack vs the raw gather of 4x the frames")
+    parser.add_argument("--write", type=Path, help="Markdown file whose frame-stack section is replaced")
+    parser.add_argument("--steps", type=int, help="pixel steps to generate (default 60,000; quick: 10,000)")
+    parser.add_argument("--quick", action="store_true", help="a small dataset and short runs (a smoke test)")
+    parser.add_argument("--repeats", type=int, help="interleaved rounds (default 3)")
+    parser.add_argument("--seconds", type=float, help="seconds per configuration and round (default 2)")
+    parser.add_argument("--work", type=Path, default=HERE / "_work" / "framestack", help="work directory")
+    parser.add_argument("--keep", action="store_true", help="keep the generated dataset afterwards")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    import torch
+
+    torch.set_num_threads(1)
+    steps = args.steps or (10_000 if args.quick else 60_000)
+    repeats = args.repeats or 3
+    seconds = args.seconds or (0.3 if args.quick else 2.0)
+    work: Path = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    need = 1.2 * steps * int(np.prod(FRAME))
+    if shutil.disk_usage(work).free < need:
+        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}")
+    t = time.perf_counter()
+    ds = ensure_dataset(steps, work)
+    warm(ds)
+    _log(f"{ds.num_steps:,} steps, {ds.num_episodes} episodes ready ({time.perf_counter() - t:.1f} s)")
+    try:
+        check_same(ds)
+        cases = build_cases(ds)
+        for rep in range(repeats):
+            run_round(cases, seconds)
+            for case in cases:
+                _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+        info = {
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": _cpu_model(),
+            "commit": _commit(),
+            "repeats": repeats,
+            "seconds": seconds,
+            "minutes": (time.perf_counter() - t0) / 60,
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
+        }
+        section = render(ds, cases, info)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work / "root", ignore_errors=True)
+    print(section)
+    if args.write:
+        bench_doc.write_section(args.write, SECTION, section)
+        _log(f"wrote the '{SECTION}' section of {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Content digests: one sha256 per stored array, recorded in the manifest when a dataset is
+published and recomputed by ``rlds verify`` and ``rlds inspect --check``.
+
+A digest is defined over the array's *logical* values, not over its files: the sha256 of
+every element in C order (row after row), each in little-endian byte order. A memmap ``.npy``
+and a zarr copy of the same data (whatever the chunking and compression) therefore have the
+same digest, and a value changed by hand in a ``.npy`` file or a zarr chunk changes it.
+
+The manifest's ``content_digest`` holds::
+
+    {"algorithm": "sha256", "columns": {"<key>": "<hex>", ...}, "episodes": "<hex>",
+     "source_arrays": "<hex>"}
+
+``episodes`` covers the episode index (``episodes.npy``) the same way; ``source_arrays`` is the
+plain sha256 of ``source_metadata.npz``'s bytes, when the dataset has that file. A view stores
+no arrays: it records only its own ``episodes`` digest, and its columns are checked through
+its parent's digests (the view pins the parent's manifest, which holds them).
+
+Datasets written before digests existed have no ``content_digest``: their check is skipped,
+never failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlds_cli.errors import CorruptDatasetError
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.cache.manifest import Manifest
+
+ALGORITHM = "sha256"
+#: Bytes of one column read at a time while hashing (memory stays bounded for any dataset).
+BLOCK_BYTES = 16 * 1024 * 1024
+#: Why a dataset without digests is not checked (the words ``rlds verify`` and ``--check`` use).
+NOT_RECORDED = "no content digest recorded (written by an older rlds)"
+
+
+def _canonical(rows: np.ndarray, dtype: np.dtype) -> memoryview:
+    """The bytes the digest covers: ``rows`` as ``dtype``, C order, little-endian."""
+    little = np.dtype(dtype).newbyteorder("<")  # a no-op for bool, bytes, and on x86/ARM
+    data = np.ascontiguousarray(rows, dtype=little)
+    return data.reshape(-1).view(np.uint8).data
+
+
+class ColumnHasher:
+    """Digest of a column fed block by block, as it is written (no second read)."""
+
+    def __init__(self, dtype: np.dtype | str) -> None:
+        self.dtype = np.dtype(dtype)
+        self._hash = hashlib.sha256()
+
+    def update(self, rows: np.ndarray) -> None:
+        """Add the next rows (first axis = time)."""
+        self._hash.update(_canonical(rows, self.dtype))
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def column_digest(column: Any, dtype: np.dtype | str) -> str:
+    """Digest of a stored column (a memory map, a zarr column, any array-like with slices),
+    read in blocks of about :data:`BLOCK_BYTES` (a whole number of zarr chunks)."""
+    dtype = np.dtype(dtype)
+    rows = int(column.shape[0])
+    row_bytes = max(1, dtype.itemsize * int(np.prod(column.shape[1:], dtype=np.int64)))
+    block = max(1, BLOCK_BYTES // row_bytes)
+    chunk = int(getattr(column, "chunk_rows", 0) or 0)
+    if chunk > 0:  # never decode a zarr chunk twice
+        block = max(chunk, block - block % chunk)
+    hasher = ColumnHasher(dtype)
+    for start in range(0, rows, block):
+        hasher.update(np.asarray(column[start : min(start + block, rows)]))
+    return hasher.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """Plain sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def array_digest(array: np.ndarray) -> str:
+    """Digest of an in-memory array (the episode index)."""
+    hasher = ColumnHasher(array.dtype)
+    hasher.update(array)
+    return hasher.hexdigest()
+
+
+def record(
+    columns: dict[str, str], episodes: np.ndarray, source_arrays: Path | None = None
+) -> dict[str, Any]:
+    """The manifest's ``content_digest``: column digests, the episode index's, and the sha256
+    of ``source_metadata.npz`` when there is one."""
+    out: dict[str, Any] = {
+        "algorithm": ALGORITHM,
+        "columns": dict(sorted(columns.items())),
+        "episodes": array_digest(episodes),
+    }
+    if source_arrays is not None and source_arrays.is_file():
+        out["source_arrays"] = file_sha256(source_arrays)
+    return out
+
+
+def column_path(directory: Path, backend: str, key: str) -> Path:
+    """The file (memmap) or folder (zarr) that holds column ``key``: what a report names."""
+    from rlds_cli.cache.backends import ARRAYS_DIR
+
+    return directory / ARRAYS_DIR / (f"{key}.npy" if backend == "memmap" else key)
+
+
+def digest_directory(
+    directory: Path, backend: str, keys: list[str], episodes: np.ndarray, source_arrays: Path | None = None
+) -> dict[str, Any]:
+    """Read back the columns written under ``directory`` and return its ``content_digest``
+    (for outputs written by several processes, where no single writer sees every row)."""
+    from rlds_cli.cache.backends import get_backend
+
+    store = get_backend(backend)
+    columns = {}
+    for key in keys:
+        column = store.open_column(directory, key)
+        columns[key] = column_digest(column, column.dtype)
+    return record(columns, episodes, source_arrays)
+
+
+@dataclass(frozen=True)
+class DigestProblem:
+    """One digest that does not match: the key (a column, ``episodes`` or ``source_arrays``),
+    the file or folder that holds it, and what is wrong."""
+
+    key: str
+    path: Path
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.path}): {self.message}"
+
+
+@dataclass
+class DigestReport:
+    """The result of :func:`check_digests`.
+
+    Attributes:
+        recorded: Whether the dataset (for a view: its parent) has digests to compare with.
+        checked: What was compared (column keys, ``episodes``, ``source_arrays``).
+        problems: Every mismatch or unreadable array.
+        scope: Whose arrays were checked, in words, when not the dataset's own (a view's
+            columns are its parent's).
+    """
+
+    recorded: bool
+    checked: list[str] = field(default_factory=list)
+    problems: list[DigestProblem] = field(default_factory=list)
+    scope: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) -> DigestReport:
+    """Recompute the content digests of ``ds`` and compare them with its manifest.
+
+    A view's own episode index is compared with the view's digest and its columns with the
+    parent's digests (the whole parent columns: a view has no digest of its slice). Reads are
+    bounded blocks; nothing is loaded whole.
+
+    Args:
+        ds: An open dataset.
+        progress: Called with each key before it is hashed.
+
+    Returns:
+        A :class:`DigestReport`; ``recorded`` is false for datasets written before digests.
+    """
+    from rlds_cli.cache.builder import SOURCE_ARRAYS_FILE
+    from rlds_cli.cache.manifest import read_manifest
+    from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+
+    own = ds.manifest.content_digest
+    holder: Manifest = ds.manifest
+    directory = ds.directory
+    scope = ""
+    if ds.manifest.layout == VIEW_LAYOUT:
+        view = ViewSpec.from_manifest(ds.manifest)
+        # the parent lies next to the view (the cache's name-to-directory rule, as in Dataset)
+        directory = ds.directory.parent / view.parent.replace("/", "--")
+        try:
+            holder = read_manifest(directory)
+        except (FileNotFoundError, CorruptDatasetError):
+            # check_files already reports a missing or replaced parent
+            return DigestReport(recorded=bool(own), scope=f"parent {view.parent!r} unreadable")
+        scope = f"its parent {view.parent!r}"
+    report = DigestReport(recorded=bool(holder.content_digest.get("columns")), scope=scope)
+    recorded_columns: dict[str, str] = holder.content_digest.get("columns", {})
+    if report.recorded:
+        from rlds_cli.cache.backends import get_backend
+
+        store = get_backend(holder.backend)
+        for key in holder.fields:
+            path = column_path(directory, holder.backend, key)
+            want = recorded_columns.get(key)
+            if want is None:
+                report.problems.append(DigestProblem(key, path, "the manifest records no digest of it"))
+                continue
+            if progress is not None:
+                progress(key)
+            try:
+                column = store.open_column(directory, key)
+                got = column_digest(column, holder.fields[key].dtype)
+            except CorruptDatasetError as exc:
+                report.problems.append(DigestProblem(key, path, exc.message))
+                continue
+            report.checked.append(key)
+            if got != want:
+                report.problems.append(
+                    DigestProblem(
+                        key,
+                        path,
+                        f"content changed since it was written (sha256 {got[:16]}..., "
+                        f"recorded {want[:16]}...)",
+                    )
+                )
+    if own.get("episodes"):
+        from rlds_cli.cache.builder import EPISODES_FILE
+
+        report.checked.append("episodes")
+        got = array_digest(ds.episodes)
+        if got != own["episodes"]:
+            report.problems.append(
+                DigestProblem(
+                    "episodes",
+                    ds.directory / EPISODES_FILE,
+                    "the episode index changed since it "
+                    f"was written (sha256 {got[:16]}..., recorded {own['episodes'][:16]}...)",
+                )
+            )
+    if own.get("source_arrays"):
+        path = ds.directory / SOURCE_ARRAYS_FILE
+        report.checked.append("source_arrays")
+        if not path.is_file():
+            report.problems.append(DigestProblem("source_arrays", path, "the file is missing"))
+        elif file_sha256(path) != own["source_arrays"]:
+            report.problems.append(
+                DigestProblem("source_arrays", path, "the file changed since it was written")
+            )
+    return report

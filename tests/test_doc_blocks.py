@@ -1,0 +1,211 @@
+"""Every code block of README.md and docs/*.md runs as written (see tests/doc_blocks.py).
+
+Each page runs as one session in a fresh directory that looks like the checkout's root (its
+``.venv``, ``Makefile``, ``pyproject.toml`` and ``docs/`` are linked in) with a fresh cache. Bash
+blocks run offline (``RLDS_OFFLINE=1``); a block marked ``network`` runs with an HTTP proxy on
+127.0.0.1 that serves generated stand-ins for the real files it asks for, so the commands run
+exactly as printed and nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pytest
+
+from tests.d4rl_fixtures import write_d4rl
+from tests.doc_blocks import CODE_LANGUAGES, Block, blocks, runnable_script
+from tests.http_faults import FaultServer
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK_SECONDS = 300
+
+#: What the network blocks download, by URL (the registry's real URLs): small stand-ins.
+HOPPER_URL = "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"
+
+
+def _hopper_stand_in(path: Path) -> bytes:
+    """A D4RL file shaped like hopper-medium-v2 (11-d observations, 3-d actions), 3,000 steps:
+    episodes ended by a time limit, by termination, and one cut by the end of the file."""
+    rng = np.random.default_rng(0)
+    n = 3000
+    terminals = np.zeros(n, bool)
+    timeouts = np.zeros(n, bool)
+    terminals[1449] = True  # an episode of 450 steps that fell
+    timeouts[[999, 2449, n - 1]] = True
+    write_d4rl(
+        path,
+        observations=rng.normal(size=(n, 11)).astype(np.float32),
+        actions=rng.uniform(-1, 1, size=(n, 3)).astype(np.float32),
+        rewards=rng.normal(1.0, 0.5, size=n).astype(np.float32),
+        terminals=terminals,
+        timeouts=timeouts,
+    )
+    return path.read_bytes()
+
+
+def _pages_with_blocks() -> list[Path]:
+    return [p for p in PAGES if any(b.language in CODE_LANGUAGES for b in blocks(p))]
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
+    """A plain-HTTP proxy on 127.0.0.1: requests sends it absolute URLs, which it serves from
+    ``files`` by the full URL."""
+    server = FaultServer()
+    server.files[HOPPER_URL] = _hopper_stand_in(tmp_path_factory.mktemp("proxy") / "h.hdf5")
+    with server:
+        yield server
+
+
+def _session_dir(tmp_path: Path) -> Path:
+    work = tmp_path / "checkout"
+    work.mkdir()
+    for name in ("Makefile", "docs"):
+        (work / name).symlink_to(ROOT / name)
+    (work / ".venv").symlink_to(Path(sys.prefix))
+    # a copy older than every install stamp: `make demo` here must never reinstall into the
+    # suite's own venv (from this temporary directory)
+    shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+    os.utime(work / "pyproject.toml", (0, 0))
+    return work
+
+
+def _make_would_install(work: Path, env: dict[str, str]) -> bool:
+    """Whether `make` in the session would (re)install packages (a venv not made by make)."""
+    probe = subprocess.run(["make", "-q", "install"], cwd=work, env=env, capture_output=True)
+    return probe.returncode != 0
+
+
+def _env(home: Path, *, proxy_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLDS_") and "proxy" not in k.lower()}
+    env.update(RLDS_HOME=str(home), RLDS_FSYNC="0", NO_COLOR="1", COLUMNS="120", PYTHONUNBUFFERED="1")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if proxy_url is None:
+        env["RLDS_OFFLINE"] = "1"
+    else:
+        env["http_proxy"] = env["HTTP_PROXY"] = proxy_url
+    return env
+
+
+class PythonSession:
+    """The page's Python process (tests/doc_session.py), started at its first python block."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], log: IO[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "doc_session.py")],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+
+    def run(self, block: Block) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        code = block.code.encode()
+        self.proc.stdin.write(f"{block.where} {len(code)}\n".encode() + code)
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            return {"ok": False, "error": f"the Python session died (exit {self.proc.wait()})"}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _run_bash(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
+    proc = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", runnable_script(block)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_SECONDS,
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("page", _pages_with_blocks(), ids=lambda p: p.name)
+def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultServer) -> None:
+    work = _session_dir(tmp_path)
+    home = tmp_path / "rlds-home"
+    python_log = (tmp_path / "python.log").open("w")
+    python: PythonSession | None = None
+    try:
+        for block in blocks(page):
+            if block.language not in CODE_LANGUAGES or "skip" in block.options:
+                continue
+            if block.language == "json":
+                json.loads(block.code)
+            elif block.language == "toml":
+                tomllib.loads(block.code)
+            elif block.language == "bash":
+                env = _env(home, proxy_url=proxy.base if "network" in block.options else None)
+                if "make " in runnable_script(block) and _make_would_install(work, env):
+                    pytest.skip(f"{block.where}: the venv was not made by `make install`")
+                code, output = _run_bash(block, work, env)
+                expected = int(block.options.get("expect-exit", "0"))
+                assert code == expected, f"{block.where} exited {code}, not {expected}:\n{output}"
+            else:
+                if python is None:
+                    python = PythonSession(work, _env(home, proxy_url=None), python_log)
+                reply = python.run(block)
+                if not reply["ok"]:
+                    python_log.flush()
+                    printed = (tmp_path / "python.log").read_text()[-3000:]
+                    pytest.fail(f"{block.where} failed:\n{reply['error']}\nprinted:\n{printed}")
+    finally:
+        if python is not None:
+            python.close()
+        python_log.close()
+
+
+def test_skipped_blocks_are_few_and_say_why() -> None:
+    skipped = [b for p in PAGES for b in blocks(p) if "skip" in b.options]
+    assert all(b.options["skip"] for b in skipped), [b.where for b in skipped if not b.options["skip"]]
+    assert len(skipped) <= 3, [b.where for b in skipped]
+
+
+def test_fenced_code_has_a_language() -> None:
+    """A fence without a language would escape the runner: shown output is marked ``text``."""
+    bare = [b.where for p in PAGES for b in blocks(p) if not b.language]
+    assert not bare, f"fences without a language (use text for shown output): {bare}"
+
+
+def test_the_manifest_example_is_a_real_manifest(tmp_path: Path) -> None:
+    """docs/cache-format.md shows a manifest: it has the keys a real one has (and no others),
+    and each nested entry names only keys a real one has."""
+    from rlds_cli.download import download
+
+    (example,) = [b for b in blocks(ROOT / "docs" / "cache-format.md") if b.language == "json"]
+    shown = json.loads(example.code)
+    result = download("demo", root=tmp_path / "home")
+    real = json.loads((result.path / "manifest.json").read_text())
+    assert sorted(shown) == sorted(real)
+    for key in ("source", "conversion", "content_digest"):
+        assert set(shown[key]) <= set(real[key]), key
+    for name, spec in shown["fields"].items():
+        assert spec == real["fields"][name], name
+    assert (shown["name"], shown["num_steps"], shown["num_episodes"]) == (
+        real["name"],
+        real["num_steps"],
+        real["num_episodes"],
+    )

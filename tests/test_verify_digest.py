@@ -1,0 +1,398 @@
+"""Content digests and what ``rlds verify`` / ``rlds inspect --check`` check, per kind of dataset:
+a value changed by hand in a ``.npy`` file or a zarr chunk is caught and named; views,
+preprocessed outputs and local conversions list the checks that ran; datasets written before
+digests existed still pass; ``rlds inspect`` shows real provenance, never a ``?``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from rlds_cli import preprocess
+from rlds_cli.cache import digest
+from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.manifest import MANIFEST_FILE
+from rlds_cli.cache.views import create_view, split_dataset
+from rlds_cli.cli import _output
+from rlds_cli.cli.app import app
+from rlds_cli.convert import convert
+from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.validate import check_dataset
+from tests.d4rl_fixtures import golden_three_episodes
+from tests.formats_fixtures import minari_episode, write_minari_by_hand
+from tests.test_preprocess import make_dataset
+
+FNS = "tests.preprocess_fns"
+LENGTHS = [3, 5, 2, 6, 4]
+
+
+@pytest.fixture(autouse=True)
+def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=400))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+
+
+def rlds(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def verify_json(name: str) -> dict[str, Any]:
+    result = rlds("verify", name, "--json")
+    return dict(json.loads(result.stdout), exit_code=result.exit_code)
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {c["check"]: c["status"] for c in report["checks"]}
+
+
+def edit_npy(path: Path, row: int) -> None:
+    """Change one value of a .npy file in place, as a hand edit would."""
+    array = np.load(path, mmap_mode="r+")
+    array[row] = array[row] + 1
+    array.flush()
+    del array
+
+
+def edit_zarr(dataset_dir: Path, key: str, row: int) -> None:
+    """Change one value of a zarr array: zarr rewrites the chunk that holds it."""
+    import zarr
+
+    array = zarr.open_group(str(dataset_dir / "arrays"), mode="r+")[key]
+    array[row] = np.asarray(array[row]) + 1
+
+
+def drop_digests(name: str) -> None:
+    """Make the manifest look written by an rlds before content digests (and before views
+    recorded their parent's creation time)."""
+    path = open_dataset(name).directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    del data["content_digest"]
+    data["source"].pop("parent_created_at", None)
+    for parent in data["lineage"]:
+        parent.pop("created_at", None)
+    path.write_text(json.dumps(data))
+
+
+# ----------------------------------------------------------------------------- the digest itself
+
+
+def test_digest_is_the_sha256_of_the_logical_values_whatever_the_backend() -> None:
+    make_dataset("m", LENGTHS, backend="memmap")
+    make_dataset("z", LENGTHS, backend="zarr")
+    m, z = open_dataset("m"), open_dataset("z")
+    assert m.manifest.content_digest["columns"] == z.manifest.content_digest["columns"]
+    assert set(m.manifest.content_digest["columns"]) == set(m.stored_fields)
+    # defined independently of the code under test: little-endian C-order bytes of the values
+    obs = np.asarray(m.column("observation"))
+    want = hashlib.sha256(np.ascontiguousarray(obs, dtype="<f4").tobytes()).hexdigest()
+    assert m.manifest.content_digest["columns"]["observation"] == want
+    episodes = hashlib.sha256(np.ascontiguousarray(m.episodes).tobytes()).hexdigest()
+    assert m.manifest.content_digest["episodes"] == episodes
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_digest_does_not_depend_on_the_block_size(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_dataset("d", LENGTHS, backend=backend)
+    ds = open_dataset("d")
+    whole = digest.column_digest(ds.column("observation"), "float32")
+    monkeypatch.setattr(digest, "BLOCK_BYTES", 24)  # 3 rows of 8 bytes a block: many reads
+    assert digest.column_digest(ds.column("observation"), "float32") == whole
+    assert whole == ds.manifest.content_digest["columns"]["observation"]
+
+
+def test_preprocess_outputs_record_digests_of_what_they_wrote() -> None:
+    make_dataset("src", LENGTHS)
+    preprocess.run("src", f"{FNS}:normalize", "out", workers=1, chunk_steps=4)
+    out = open_dataset("out")
+    columns = out.manifest.content_digest["columns"]
+    assert set(columns) == set(out.stored_fields)
+    for key in columns:
+        assert columns[key] == digest.column_digest(out.column(key), out.stored_fields[key].dtype), key
+
+
+# ----------------------------------------------------------------------------- damage is caught
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_value_changed_by_hand_is_caught_and_named(backend: str) -> None:
+    make_dataset("d", LENGTHS, backend=backend)
+    assert rlds("verify", "d").exit_code == 0
+    directory = open_dataset("d").directory
+    if backend == "memmap":
+        edit_npy(directory / "arrays" / "info" / "qpos.npy", 4)
+        where = directory / "arrays" / "info" / "qpos.npy"
+    else:
+        edit_zarr(directory, "info/qpos", 4)
+        where = directory / "arrays" / "info" / "qpos"
+    # no TED invariant breaks (info/qpos is a plain step key): only the digest sees it
+    report = check_dataset(open_dataset("d"))
+    assert [(v.check, v.key) for v in report.violations] == [("digest", "info/qpos")]
+
+    check = rlds("inspect", "d", "--check", "--no-stats")
+    assert check.exit_code == 1
+    lines = [line for line in check.stdout.splitlines() if line.startswith("violation")]
+    assert len(lines) == 1 and "info/qpos" in lines[0] and str(where) in lines[0], check.stdout
+
+    verify = rlds("verify", "d")
+    assert verify.exit_code == 1
+    failed = [line for line in verify.stdout.splitlines() if line.startswith("fail")]
+    assert len(failed) == 1, verify.stdout
+    assert failed[0].startswith(f"fail    content digest of info/qpos: {where}: content changed since")
+    (error,) = [line for line in verify.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith("error: d: verification failed: 1 of ")
+    assert error.endswith("(content digest of info/qpos)")
+    assert "Traceback" not in verify.stderr
+    report = verify_json("d")
+    assert report["exit_code"] == 1 and not report["ok"]
+    (bad,) = [c for c in report["checks"] if c["status"] == "fail"]
+    assert bad["check"] == "content digest of info/qpos" and bad["hint"]
+
+
+def test_an_edited_episode_index_is_caught() -> None:
+    make_dataset("d", LENGTHS)
+    path = open_dataset("d").directory / "episodes.npy"
+    index = np.load(path)
+    index["source_id"][1] = 99  # no count or boundary changes: only the digest can tell
+    np.save(path, index)
+    report = verify_json("d")
+    assert statuses(report)["content digest of episodes"] == "fail"
+    assert str(path) in next(c["detail"] for c in report["checks"] if c["status"] == "fail")
+
+
+def test_a_tampered_digest_field_is_one_clear_error() -> None:
+    make_dataset("d", LENGTHS)
+    path = open_dataset("d").directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    data["content_digest"] = ["not", "a", "dict"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError, match=r"malformed.*content_digest"):
+        open_dataset("d")
+    result = rlds("verify", "d")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "content_digest" in error and str(path) in error
+
+
+# ----------------------------------------------------------------------------- checks by kind
+
+
+def test_a_local_file_conversion_checks_its_source_while_it_is_there(tmp_path: Path) -> None:
+    source = golden_three_episodes(tmp_path / "d.hdf5", with_next=False)
+    convert(source, "local")
+    report = verify_json("local")
+    assert report["kind"] == "converted" and report["exit_code"] == 0
+    assert statuses(report) == {
+        f"source file {source.resolve()}": "pass",
+        "files complete": "pass",
+        "content digests": "pass",
+    }
+    source.write_bytes(source.read_bytes() + b"\0")
+    changed = verify_json("local")
+    assert changed["exit_code"] == 1 and statuses(changed)[f"source file {source.resolve()}"] == "fail"
+    source.unlink()
+    gone = verify_json("local")
+    assert gone["exit_code"] == 0
+    (src,) = [c for c in gone["checks"] if c["check"].startswith("source")]
+    assert src["status"] == "skipped" and "gone" in src["detail"]
+
+
+def test_a_local_folder_conversion_checks_every_recorded_file(tmp_path: Path) -> None:
+    folder = write_minari_by_hand(tmp_path / "m", [minari_episode(3), minari_episode(4, terminated=False)])
+    convert(folder, "folder")
+    report = verify_json("folder")
+    (src,) = [c for c in report["checks"] if c["check"].startswith("source")]
+    assert src["status"] == "pass" and "have the sha256 recorded at conversion" in src["detail"]
+    data_file = next(p for p in folder.rglob("*.hdf5"))
+    data_file.write_bytes(data_file.read_bytes() + b"\0")
+    changed = verify_json("folder")
+    (src,) = [c for c in changed["checks"] if c["check"].startswith("source")]
+    assert changed["exit_code"] == 1 and src["status"] == "fail" and str(data_file) in src["detail"]
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_view_checks_its_parent_version_and_the_parents_data(backend: str) -> None:
+    make_dataset("p", LENGTHS, backend=backend)
+    create_view("p", "v", (1, 4))
+    report = verify_json("v")
+    assert report["kind"] == "view" and report["exit_code"] == 0
+    assert statuses(report) == {
+        "parent p": "pass",
+        "parent p version": "pass",
+        "files complete": "pass",
+        "content digests": "pass",
+    }
+    version = next(c for c in report["checks"] if c["check"] == "parent p version")
+    assert open_dataset("p").manifest.created_at in version["detail"]
+    # the parent's data changed under the view: caught, named in the parent's files
+    directory = open_dataset("p").directory
+    if backend == "memmap":
+        edit_npy(directory / "arrays" / "action.npy", 5)
+    else:
+        edit_zarr(directory, "action", 5)
+    damaged = verify_json("v")
+    (bad,) = [c for c in damaged["checks"] if c["status"] == "fail"]
+    assert bad["check"] == "content digest of action" and str(directory) in bad["detail"]
+    assert "rlds verify p" in bad["hint"]
+    # the parent rebuilt: the view is of a version that is gone
+    _replace("p", backend)
+    replaced = verify_json("v")
+    assert replaced["exit_code"] == 1 and statuses(replaced)["parent p version"] == "fail"
+
+
+def _replace(name: str, backend: str) -> None:
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.formats.base import StepBlock
+
+    n = 4
+    term = np.zeros(n, bool)
+    term[-1] = True
+    block = StepBlock(
+        steps={
+            "action": np.zeros((n, 1), np.float32),
+            "next/reward": np.ones(n, np.float32),
+            "next/terminated": term,
+            "next/truncated": np.zeros(n, bool),
+            "info/qpos": np.zeros(n, np.float32),
+        },
+        observations={"observation": np.ones((n + 1, 2), np.float32)},
+        ends=np.array([n - 1]),
+    )
+    with DatasetBuilder(name, backend=backend, replace=True) as builder:
+        builder.append(block)
+        builder.commit()
+
+
+def test_split_parts_verify_as_views() -> None:
+    make_dataset("p", LENGTHS)
+    split_dataset("p", 0.4)
+    for part in ("p-train", "p-val"):
+        report = verify_json(part)
+        assert report["kind"] == "view" and report["exit_code"] == 0
+        assert set(statuses(report).values()) == {"pass"}
+
+
+def test_a_preprocessed_output_checks_the_parent_in_its_lineage() -> None:
+    make_dataset("src", LENGTHS)
+    preprocess.run("src", f"{FNS}:identity", "out", workers=1)
+    report = verify_json("out")
+    assert report["kind"] == "preprocessed" and report["exit_code"] == 0
+    assert statuses(report) == {
+        "parent src": "pass",
+        "parent src version": "pass",
+        "files complete": "pass",
+        "content digests": "pass",
+    }
+    edit_npy(open_dataset("out").directory / "arrays" / "observation.npy", 2)
+    damaged = verify_json("out")
+    assert damaged["exit_code"] == 1 and statuses(damaged)["content digest of observation"] == "fail"
+
+
+def test_a_preprocessed_output_whose_parent_is_gone_still_verifies_its_own_data() -> None:
+    make_dataset("src", LENGTHS)
+    preprocess.run("src", f"{FNS}:identity", "out", workers=1)
+    assert rlds("rm", "src", "--yes", "--force").exit_code == 0
+    report = verify_json("out")
+    assert report["exit_code"] == 0
+    assert statuses(report) == {"parent src": "skipped", "files complete": "pass", "content digests": "pass"}
+    (parent,) = [c for c in report["checks"] if c["check"] == "parent src"]
+    assert "no longer in the cache" in parent["detail"]
+
+
+def test_a_preprocessed_output_of_a_replaced_parent_is_stale() -> None:
+    make_dataset("src", LENGTHS)
+    preprocess.run("src", f"{FNS}:identity", "out", workers=1)
+    _replace("src", "memmap")
+    report = verify_json("out")
+    assert report["exit_code"] == 1 and statuses(report)["parent src version"] == "fail"
+    (bad,) = [c for c in report["checks"] if c["status"] == "fail"]
+    assert "rlds preprocess src" in bad["hint"]
+
+
+# ----------------------------------------------------------------------------- older datasets
+
+
+def test_datasets_without_digests_pass_and_say_so() -> None:
+    make_dataset("old", LENGTHS)
+    drop_digests("old")
+    create_view("old", "old-view", (0, 2))
+    drop_digests("old-view")
+    create_view("old", "new-view", (0, 2))  # made today, of a parent written before digests
+    for name in ("old", "old-view", "new-view"):
+        report = verify_json(name)
+        assert report["exit_code"] == 0, report
+        skipped = {c["check"]: c["detail"] for c in report["checks"] if c["status"] == "skipped"}
+        assert digest.NOT_RECORDED in skipped.values(), (name, report["checks"])
+        assert "fail" not in statuses(report).values()
+        text = rlds("verify", name)
+        assert text.exit_code == 0 and digest.NOT_RECORDED in text.stdout
+        assert "checks passed" in text.stdout.splitlines()[-1]
+    check = rlds("inspect", "old", "--check", "--no-stats")
+    assert check.exit_code == 0 and f"skipped digest: {digest.NOT_RECORDED}" in check.stdout
+    assert "check passed: files, index, done, continuity, counts, nan" in check.stdout
+    # the other checks still run: a broken invariant still fails an older dataset
+    directory = open_dataset("old").directory
+    term = np.load(directory / "arrays" / "next" / "terminated.npy", mmap_mode="r+")
+    term[0, 0] = True
+    term.flush()
+    del term
+    assert rlds("inspect", "old", "--check", "--no-stats").exit_code == 1
+
+
+def test_verify_never_says_verified_without_saying_what_was_checked() -> None:
+    make_dataset("d", LENGTHS)
+    create_view("d", "v", (0, 2))
+    for name in ("d", "v"):
+        out = rlds("verify", name).stdout.splitlines()
+        assert out[-1].startswith(f"{name} (") and "checks passed" in out[-1], out
+        assert all(line.split()[0] in ("pass", "skipped") for line in out[:-1]), out
+
+
+# ----------------------------------------------------------------------------- provenance shown
+
+
+def test_refusing_to_overwrite_a_derived_dataset_names_what_it_is(tmp_path: Path) -> None:
+    from rlds_cli.errors import DatasetExistsError
+
+    source = golden_three_episodes(tmp_path / "d.hdf5", with_next=False)
+    make_dataset("p", LENGTHS)
+    create_view("p", "v", (0, 2))
+    preprocess.run("p", f"{FNS}:identity", "out", workers=1)
+    with pytest.raises(DatasetExistsError, match=r"already exists in .* \(a view of 'p'\)$"):
+        convert(source, "v")
+    with pytest.raises(DatasetExistsError, match=r"already exists in .* \(preprocessed from 'p'\)$"):
+        convert(source, "out")
+
+
+def test_inspect_shows_provenance_without_placeholders(tmp_path: Path) -> None:
+    source = golden_three_episodes(tmp_path / "d.hdf5", with_next=False)
+    convert(source, "file")
+    convert(write_minari_by_hand(tmp_path / "m", [minari_episode(3), minari_episode(4)]), "folder")
+    make_dataset("p", LENGTHS)
+    create_view("p", "v", (1, 3))
+    split_dataset("p", 0.4)
+    preprocess.run("v", f"{FNS}:identity", "out", workers=1)
+    parent = open_dataset("p").manifest
+    texts = {}
+    for name in ("file", "folder", "p", "v", "p-train", "p-val", "out"):
+        result = rlds("inspect", name, "--no-stats")
+        assert result.exit_code == 0, result.output
+        assert "?" not in result.stdout, (name, result.stdout)
+        texts[name] = result.stdout
+    assert f"source  d4rl: {source.resolve()}  sha256 " in texts["file"]
+    assert "source  minari: " in texts["folder"]
+    view_line = f"view of p (manifest {parent.digest()[:12]}, written at {parent.created_at}) episodes 1:3"
+    assert view_line in texts["v"] and "source  " not in texts["v"]
+    assert "view of p (manifest" in texts["p-val"] and "episodes 3:5" in texts["p-val"]
+    out = texts["out"]
+    assert f"derived from v (manifest {open_dataset('v').manifest.digest()[:12]}" in out
+    assert f"by {FNS}:identity (sha256 " in out
+    assert f"  which is a {view_line}" in out
+    assert "content digest  sha256 of 6 arrays and the episode index" in out
+    assert "content digest  sha256 of the episode index (the arrays: p's)" in texts["v"]
