@@ -759,6 +759,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     _log("frame stack:")
     fs_argv = ["--work", str(work / "framestack")] + (["--quick"] if args.quick else [])
     framestack_bench.main(fs_argv + (["--write", str(args.write)] if args.write else []))
+    # zarr against memmap: random access and conversion (benchmarks/zarr_bench.py)
+    import zarr_bench
+
+    _log("zarr:")
+    z_argv = ["--work", str(work / "zarr")] + (["--quick"] if args.quick else [])
+    zarr_bench.main(z_argv + (["--write", str(args.write)] if args.write else []))
     return run_loader(args)
 
 

@@ -328,6 +328,46 @@ class ExportError(RldsError, ValueError):
     default_hint = "pass --force to replace the target, or pick another format"
 
 
+# --------------------------------------------------------------------------- remote (push, pull)
+
+
+class RemoteError(RldsError):
+    """A dataset cannot be pushed to, or pulled from, object storage (``rlds push``/``pull``)."""
+
+
+class RemoteAccessError(RemoteError, OSError):
+    """The store behind a URL cannot be used: unknown protocol, missing bucket, no credentials,
+    access denied, no connection to the endpoint."""
+
+    default_hint = "check the URL, the endpoint (--endpoint-url, AWS_ENDPOINT_URL) and the credentials"
+
+
+class RemoteDatasetNotFoundError(RemoteError, FileNotFoundError):
+    """A URL without ``manifest.json``: no rlds dataset, or a push to it still in progress."""
+
+    default_hint = (
+        "check the URL (the dataset's own folder, e.g. s3://bucket/prefix/NAME); if a push to it "
+        "was interrupted, run that push again"
+    )
+
+
+class RemoteExistsError(RemoteError, FileExistsError):
+    """Another version of a dataset is already at the URL a push targets."""
+
+    default_hint = "pass --force to replace it (readers never see a mix: its manifest goes first)"
+
+
+class RemoteCorruptError(RemoteError, ValueError):
+    """A remote file does not match what the push recorded (size, sha256 or content digest), or
+    the remote index and manifest belong to different pushes."""
+
+    default_hint = "push the dataset again from a good copy: rlds push NAME URL --force"
+
+
+class NotPushableError(RemoteError, ValueError):
+    """A dataset that cannot be pushed as it is (a view: it holds no arrays of its own)."""
+
+
 # --------------------------------------------------------------------------- loader
 
 

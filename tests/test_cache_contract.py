@@ -558,6 +558,164 @@ def test_backends_identical_on_a_bigger_file(tmp_path: Path) -> None:
     _assert_batches_equal(m.episode(-1), z.episode(-1))
 
 
+# ----------------------------------------------------------------------------- zarr layouts
+
+#: Chunk and shard sizes small enough that 7 short episodes span many chunks and shards: the
+#: (3, 4, 4) uint8 frames are one row a chunk (the pixel path), the rest several rows a chunk.
+ZARR_LAYOUTS = {
+    "sharded": {"ZARR_CHUNK_BYTES": 40, "ZARR_SHARD_BYTES": 160},
+    # as rlds wrote zarr before sharding: one file per chunk (read by the same chunk reader)
+    "one-file-per-chunk": {"ZARR_CHUNK_BYTES": 40, "ZARR_SHARD_BYTES": 0},
+}
+
+
+def _pixel_blocks(lengths: tuple[int, ...]) -> list[Any]:
+    from rlds_cli.formats.base import StepBlock
+
+    rng = np.random.default_rng(7)
+    blocks = []
+    for n in lengths:
+        flags = np.zeros((n, 1), bool)
+        flags[-1] = True
+        blocks.append(
+            StepBlock(
+                steps={
+                    "action": rng.integers(0, 9, (n, 1)).astype(np.int64),
+                    "next/reward": rng.standard_normal((n, 1)).astype(np.float32),
+                    "next/terminated": flags & (rng.random((n, 1)) < 0.5),
+                    "next/truncated": flags,
+                },
+                observations={
+                    "pixels": rng.integers(0, 256, (n + 1, 3, 4, 4), dtype=np.uint8),
+                    "state": rng.standard_normal((n + 1, 2)).astype(np.float32),
+                },
+                ends=np.array([n - 1]),
+            )
+        )
+    return blocks
+
+
+@pytest.fixture(params=list(ZARR_LAYOUTS))
+def zarr_pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[Dataset, Dataset]:
+    """The same 7 episodes written with memmap and with zarr in the layout of the param."""
+    from rlds_cli.cache import DatasetBuilder, backends
+
+    for name, value in ZARR_LAYOUTS[request.param].items():
+        monkeypatch.setattr(backends, name, value)
+    blocks = _pixel_blocks((13, 1, 29, 5, 17, 2, 24))
+    for backend in BACKENDS:
+        with DatasetBuilder(backend, backend=backend) as builder:
+            for block in blocks:
+                builder.append(block)
+            builder.commit()
+    return open_dataset("memmap"), open_dataset("zarr")
+
+
+def test_zarr_layout_has_many_chunks_and_shards(zarr_pair: tuple[Dataset, Dataset]) -> None:
+    z = zarr_pair[1]
+    pixels = z.column("pixels")
+    reader = pixels._reader
+    assert reader is not None, "the layouts rlds writes are read by its own chunk reader"
+    assert reader.chunk_rows == 1
+    files = [p for p in (z.directory / "arrays" / "pixels" / "c").rglob("*") if p.is_file()]
+    if reader.per_shard:
+        assert reader.per_shard == 3 and len(files) == -(-len(pixels) // 3)
+    else:
+        assert len(files) == len(pixels)
+    assert z.column("state")._reader.chunk_rows == 5
+
+
+def test_zarr_gather_matches_memmap_at_chunk_edges_duplicates_and_negatives(
+    zarr_pair: tuple[Dataset, Dataset],
+) -> None:
+    m, z = zarr_pair
+    n = m.num_steps
+    edges = [0, 1, 2, 3, 4, 5, 9, 10, 11, 19, 20, 21, 39, 40, 41, n - 2, n - 1]
+    cases = [
+        np.array(edges),
+        np.array(edges[::-1]),  # unsorted
+        np.array([5, 5, 5, 0, 5, n - 1, n - 1]),  # duplicates
+        np.array([-1, -2, -n, 3, -n + 3]),  # negative: from the end
+        np.random.default_rng(3).integers(-n, n, size=(16, 5)),  # any shape
+        np.array([7]),
+    ]
+    for idx in cases:
+        _assert_batches_equal(m.gather(idx), z.gather(idx))
+    for i in range(m.num_episodes):
+        _assert_batches_equal(m.episode(i), z.episode(i))
+    _assert_batches_equal(m[3:50], z[3:50])
+    _assert_batches_equal(m[::7], z[::7])
+    _assert_batches_equal(m[:], z[:])
+
+
+def test_zarr_columns_match_memmap_and_zarr_itself(zarr_pair: tuple[Dataset, Dataset]) -> None:
+    """Every way of indexing a stored column gives the memmap values, and zarr's own reader
+    (``array[...]``) reads the files the builder wrote to the same values."""
+    m, z = zarr_pair
+    for key in m.manifest.fields:
+        mc, zc = np.asarray(m.column(key)), z.column(key)
+        n = len(mc)
+        np.testing.assert_array_equal(np.asarray(zc), mc, err_msg=key)
+        np.testing.assert_array_equal(zc._array[...], mc, err_msg=key)
+        for sl in (slice(0, 1), slice(4, 23), slice(n - 3, None), slice(2, n, 3), slice(5, 5)):
+            np.testing.assert_array_equal(zc[sl], mc[sl], err_msg=f"{key}[{sl}]")
+        for i in (0, 4, n - 1, -1, -n):
+            np.testing.assert_array_equal(zc[i], mc[i], err_msg=f"{key}[{i}]")
+        idx = np.array([[n - 1, 0], [3, 3]])
+        np.testing.assert_array_equal(zc[idx], mc[idx], err_msg=key)
+        np.testing.assert_array_equal(zc[np.array([], np.int64)], mc[np.array([], np.int64)])
+        with pytest.raises(IndexError):
+            zc[np.array([n])]
+        with pytest.raises(IndexError):
+            zc[np.array([-n - 1])]
+
+
+def test_zarr_missing_shard_or_chunk_is_damage(zarr_pair: tuple[Dataset, Dataset]) -> None:
+    from rlds_cli.cache.backends import MissingChunkError
+
+    z = zarr_pair[1]
+    reader = z.column("pixels")._reader
+    base = z.directory / "arrays" / "pixels" / "c"
+    victim = base / "2" / "0" / "0" / "0"  # rows 6-8 (sharded) or row 2 (one file per chunk)
+    victim.unlink()
+    row = 6 if reader.per_shard else 2
+    with pytest.raises(MissingChunkError, match="is missing"):
+        open_dataset("zarr").column("pixels")[np.array([0, row])]
+    with pytest.raises(MissingChunkError, match="is missing"):
+        open_dataset("zarr").column("pixels")[row : row + 1]
+    assert open_dataset("zarr").check_files() == [f"zarr chunk {victim} is missing"]
+    np.testing.assert_array_equal(  # the other chunks still read
+        open_dataset("zarr").column("pixels")[np.array([0, 1])], np.asarray(zarr_pair[0].column("pixels"))[:2]
+    )
+
+
+def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard whose index marks a chunk as not stored (zarr's way of leaving out a chunk of
+    fill values) is damage too: rlds writes every chunk."""
+    import google_crc32c
+
+    from rlds_cli.cache import DatasetBuilder, backends
+    from rlds_cli.cache.backends import MissingChunkError
+
+    for name, value in ZARR_LAYOUTS["sharded"].items():
+        monkeypatch.setattr(backends, name, value)
+    with DatasetBuilder("z", backend="zarr") as builder:
+        for block in _pixel_blocks((20,)):
+            builder.append(block)
+        builder.commit()
+    shard = open_dataset("z").directory / "arrays" / "pixels" / "c" / "1" / "0" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    index = np.frombuffer(bytes(data[-(3 * 16 + 4) : -4]), "<u8").reshape(3, 2).copy()
+    index[1] = 2**64 - 1  # row 4 (chunk 1 of shard 1): not stored
+    table = index.tobytes()
+    data[-(3 * 16 + 4) :] = table + google_crc32c.value(table).to_bytes(4, "little")
+    shard.write_bytes(bytes(data))
+    column = open_dataset("z").column("pixels")
+    np.testing.assert_array_equal(column[np.array([3, 5])].shape, (2, 3, 4, 4))  # its neighbours read
+    with pytest.raises(MissingChunkError, match=r"1 of shard .* is missing"):
+        column[np.array([4])]
+
+
 # ----------------------------------------------------------------------------- corruption
 
 

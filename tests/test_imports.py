@@ -220,3 +220,22 @@ def test_the_package_is_marked_typed() -> None:
     """PEP 561: ``py.typed`` ships (the wheel packs every file under rlds_cli/), so type checkers
     of code that uses rlds_cli read its annotations."""
     assert (Path(rlds_cli.__file__).parent / "py.typed").is_file()
+
+
+def test_fsspec_is_imported_only_by_a_transfer(tmp_path: Path) -> None:
+    """``rlds --help``, ``rlds push -h``/``pull -h`` and the remote modules themselves never
+    import fsspec (or s3fs): only a push or pull that runs does."""
+    remote = ("fsspec", "s3fs", "aiobotocore", "botocore")
+    code = """
+        from rlds_cli.cli.app import app
+        for argv in (["--help"], ["push", "--help"], ["pull", "-h"]):
+            try:
+                app(argv)
+            except SystemExit as exc:
+                assert exc.code in (0, None), (argv, exc.code)
+        import rlds_cli.remote.push, rlds_cli.remote.pull, rlds_cli.remote.store
+        """
+    assert _modules_loaded(textwrap.dedent(code), remote, tmp_path) == []
+    pytest.importorskip("fsspec")
+    pull = "from rlds_cli.remote.store import open_url\nopen_url('memory://x/y')"
+    assert _modules_loaded(pull, ("fsspec",), tmp_path) == ["fsspec"]

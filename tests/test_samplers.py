@@ -378,3 +378,19 @@ def test_sum_tree_draw_of_nothing_and_sampling_with_priorities(compiled: bool) -
     tree.set_all(np.zeros(100))
     with pytest.raises(ValueError, match="every priority is 0"):
         tree.sample(np.random.default_rng(0), 1)
+
+
+@FAST
+@given(lengths=st.lists(st.integers(8, 40), min_size=1, max_size=25), seed=st.integers(0, 2**16))
+def test_slice_fast_path_draws_what_the_general_one_does(lengths: list[int], seed: int) -> None:
+    """When every episode holds a whole slice, the sampler skips the mask and clipping work; its
+    draws (indices, mask, stream) are exactly those of the general path."""
+    fast = SliceSampler(np.array(lengths), 5, 8, seed=seed)
+    general = SliceSampler(np.array(lengths), 5, 8, seed=seed)
+    assert fast._all_fit
+    general._all_fit = False  # the general path: mask and clipping computed
+    for _ in range(3):
+        a, b = fast.sample(), general.sample()
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.extras["mask"], b.extras["mask"])
+        assert a.indices.dtype == b.indices.dtype == np.int64

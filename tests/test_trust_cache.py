@@ -123,12 +123,30 @@ def test_verify_and_check_pass_on_complete_datasets_and_catch_a_missing_file(bac
 def test_a_damaged_zarr_chunk_is_one_clear_error(zarr_demo: rlds_cli.Dataset, damage: str) -> None:
     chunk = _chunk(zarr_demo, "observation")
     data = chunk.read_bytes()
-    chunk.write_bytes(
-        {"garbage": os.urandom(len(data)), "truncated": data[: len(data) // 3], "empty": b""}[damage]
-    )
+    garbage = np.random.default_rng(0).bytes(len(data))
+    chunk.write_bytes({"garbage": garbage, "truncated": data[: len(data) // 3], "empty": b""}[damage])
     with pytest.raises(CorruptDatasetError, match=r"arrays/observation is damaged"):
         rlds_cli.Loader("dz", batch_size=8, seed=0).sample()
     assert "observation is damaged" in one_error_line(rlds("inspect", "dz", "--check"))
+
+
+def test_every_kind_of_garbage_chunk_is_one_clear_error(zarr_demo: rlds_cli.Dataset) -> None:
+    """Random bytes make the codec fail in many ways (a SystemError for a negative size in the
+    Blosc header was one that escaped): 128 fixed payloads, with and without a valid header."""
+    chunk = _chunk(zarr_demo, "observation")
+    data = chunk.read_bytes()
+    escaped = {}
+    for keep in (0, 16):  # 16: Blosc's header kept, a garbage body
+        for seed in range(64):
+            chunk.write_bytes(data[:keep] + np.random.default_rng(seed).bytes(len(data) - keep))
+            try:
+                rlds_cli.Loader("dz", batch_size=64, seed=0).sample()
+                escaped[(keep, seed)] = "no error"
+            except CorruptDatasetError:
+                pass
+            except Exception as exc:  # anything else is what this test is for
+                escaped[(keep, seed)] = f"{type(exc).__name__}: {exc}"
+    assert not escaped
 
 
 def test_zarr_arrays_written_before_the_marker_read_as_before(zarr_demo: rlds_cli.Dataset) -> None:

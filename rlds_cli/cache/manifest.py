@@ -154,10 +154,22 @@ def read_manifest(directory: Path) -> Manifest:
     """Read and check the manifest of a published dataset directory."""
     path = directory / MANIFEST_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as exc:
+        raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
+    return parse_manifest(text, path)
+
+
+def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
+    """Parse and check a manifest's JSON (``path`` names where it came from in messages: a
+    file, or the URL of a remote dataset)."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
         raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
     if data.get("format") != FORMAT_NAME:
         raise CorruptDatasetError(f"{path} is not an rlds manifest (format={data.get('format')!r})")

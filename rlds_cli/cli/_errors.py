@@ -25,6 +25,8 @@ INSTALL_HINTS = {
     "PIL": "pip install 'rlds-cli[images]' (pillow)",
     "tensordict": "pip install 'rlds-cli[torchrl]' (tensordict)",
     "numba": "pip install 'rlds-cli[fast]' (numba)",
+    "fsspec": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",
+    "s3fs": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",
     "h5py": "pip install h5py (a dependency of rlds-cli: reinstall rlds-cli)",
     "zarr": "pip install zarr (a dependency of rlds-cli: reinstall rlds-cli)",
 }

@@ -15,6 +15,7 @@ from rlds_cli.cli.export import export
 from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
 from rlds_cli.cli.remote import info
+from rlds_cli.cli.transfer import pull, push
 from rlds_cli.cli.verify import verify
 from rlds_cli.cli.views import split, view
 
@@ -68,6 +69,8 @@ app.command("view")(view)
 app.command("split")(split)
 app.command("info")(info)
 app.command("verify")(verify)
+app.command("push")(push)
+app.command("pull")(pull)
 
 
 def main() -> None:

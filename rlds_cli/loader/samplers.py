@@ -112,10 +112,15 @@ class UniformSampler:
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, what="UniformSampler")
         self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+        self._raw = self._rng.bit_generator.random_raw  # looked up once, not per batch
+        self._high = np.uint64(self.num_steps)
 
     def sample(self, n: int | None = None) -> np.ndarray:
         """One batch of step indices, shape ``[n or batch_size]``, int64."""
-        return uniform_ints(self._rng, self.num_steps, self.batch_size if n is None else n)
+        # uniform_ints inlined (the same words, so the same stream): it runs at every batch
+        words = self._raw(self.batch_size if n is None else n)
+        words %= self._high
+        return words.view(np.int64)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
@@ -211,6 +216,13 @@ class SliceSampler:
             raise ValueError(f"no episode has slice_len={self.slice_len} steps; nothing to sample")
         self._cum_windows = np.cumsum(windows)
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
+        # precomputed per episode, so that a draw is one take per array: window k of episode e
+        # starts at step k + _start_shift[e]; its last step is _last[e]
+        self._start_shift = ep.starts - (self._cum_windows - windows)
+        self._last = ep.ends - 1
+        # every episode holds a whole slice: no window (drawn here, or any in-episode start a
+        # prioritized sampler passes to windows()) needs padding, so the mask is all True
+        self._all_fit = bool((ep.lengths >= self.slice_len).all())
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, what="SliceSampler")
         self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
@@ -225,7 +237,7 @@ class SliceSampler:
         if self.weight == "steps":
             k = uniform_ints(self._rng, int(self._cum_windows[-1]), n)
             e = np.searchsorted(self._cum_windows, k, side="right")
-            offset = k - (self._cum_windows[e] - self._windows[e])
+            return k + self._start_shift.take(e), e
         else:
             e = self._eligible[uniform_ints(self._rng, self._eligible.size, n)]
             offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
@@ -234,7 +246,9 @@ class SliceSampler:
     def windows(self, starts: np.ndarray, episodes: np.ndarray) -> Draw:
         """Indices and mask of the slices starting at ``starts`` inside ``episodes``."""
         idx = starts[:, None] + self._offsets
-        last = (self.episodes.ends[episodes] - 1)[:, None]
+        if self._all_fit:  # what the general case gives when no window runs past its episode
+            return Draw(idx, {"mask": np.ones(idx.shape, np.bool_)})
+        last = self._last.take(episodes)[:, None]
         mask = idx <= last
         return Draw(np.minimum(idx, last), {"mask": mask})
 

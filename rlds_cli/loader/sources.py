@@ -18,7 +18,7 @@ float32 keys, the bool array is read with its own ``take``.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,13 @@ def resolve_keys(dataset: Dataset, keys: Iterable[str | tuple[str, ...]] | None)
 #: Datasets up to this many steps keep a step -> episode table in RAM (4 bytes a step) instead of
 #: a binary search over episode ends per batch (which costs more than a gather on 256 rows).
 EPISODE_TABLE_MAX_STEPS = 1 << 24
+#: Up to this many steps the disk path's table is int64 too (at most 32 MB): its values are the
+#: batch's ``episode`` as they are, with no ``astype`` per batch.
+EPISODE_TABLE_INT64_MAX_STEPS = 1 << 22
+
+_getitem = dict.__getitem__
+# where a key of an unpacked gather comes from (HostSource._plan_columns)
+_FROM_STEPS, _FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE, _FROM_DONE, _FROM_DONE_READ = range(6)
 
 
 def _take(column: Any, rows: np.ndarray) -> np.ndarray:
@@ -82,7 +89,9 @@ class HostSource:
         if "next/done" in self.keys:
             stored |= {"next/terminated", "next/truncated"}
         self._ends = np.cumsum(np.asarray(dataset.episodes["length"], np.int64))
-        self._check = not dataset._backend.stable_once_open
+        # zarr reads by path, so a read checks the dataset was not replaced under it; in RAM
+        # nothing is read after set-up (a stat per batch cost 10% of the in-RAM rate)
+        self._check = not dataset._backend.stable_once_open and not self.in_memory
         self._packed: np.ndarray | None = None
         self._layout: dict[str, tuple[int, int, str]] = {}
         self._flags: np.ndarray | None = None
@@ -114,6 +123,11 @@ class HostSource:
         self._block_plan = self._plan_block_reads()
         # every key comes from the packed block (or is the episode): gather skips _read
         self._blocks_only = self._packed is not None and len(self._block_plan) == len(self._order)
+        # no packed block at all (the disk path, or pack=False): one planned gather per key
+        self._column_plan = self._plan_columns() if not self._block_plan and not self._flag_plan else None
+        self._next_rows = any(p[1] == _FROM_NEXT_ROWS for p in self._column_plan or ())
+        table = self._episode_of_step  # an int64 table's values are the batch's episodes as they are
+        self._table64 = table if table is not None and table.dtype == np.int64 else None
 
     def _plan_block_reads(self) -> list[tuple[str, int, int, int, tuple[int, ...] | None]]:
         """``(name, half, start, end, shape)`` of each key a packed gather returns, in output order:
@@ -131,6 +145,30 @@ class HostSource:
 
     # ------------------------------------------------------------------ set-up
 
+    def _plan_columns(self) -> list[tuple[str, int, Any, bool]]:
+        """``(name, source, column, is_array)`` of each key, in output order, for
+        :meth:`_gather_columns`: ``source`` is one of the ``_FROM_*`` codes below, ``column`` the
+        opened array (``None`` for the episode and a computed ``next/done``), ``is_array`` whether
+        it is a numpy array (``take``) or a zarr column (indexing). Resolved once here, so that a
+        batch is a loop of gathers with no key lookups, string tests or dispatch per key."""
+        fields = self.dataset.manifest.fields
+        plan: list[tuple[str, int, Any, bool]] = []
+        for key in self._order:
+            column: Any = None
+            if key == "episode":
+                source = _FROM_EPISODE
+            elif key == "next/done":
+                # reuse the flags when they are read too (they come first: next/done is last)
+                both = {"next/terminated", "next/truncated"} <= set(self.keys)
+                source = _FROM_DONE if both else _FROM_DONE_READ
+            elif key in fields:
+                source = _FROM_ROWS if fields[key].storage == "flat" else _FROM_STEPS
+                column = self._columns[key]
+            else:  # next/<flat key>: the flat row after
+                source, column = _FROM_NEXT_ROWS, self._columns[key[5:]]
+            plan.append((key, source, column, isinstance(column, np.ndarray)))
+        return plan
+
     def _open(self, key: str) -> Any:
         column = self.dataset.column(key)
         if isinstance(column, np.ndarray):
@@ -140,8 +178,10 @@ class HostSource:
         return np.asarray(column) if self.in_memory else column
 
     def _episode_table(self) -> np.ndarray:
-        # int64 in RAM mode (no conversion per batch); int32 on the disk path (half the memory)
-        dtype = np.int64 if self.in_memory or self.dataset.num_episodes >= 2**31 else np.int32
+        # int64 in RAM mode and up to EPISODE_TABLE_INT64_MAX_STEPS (no conversion per batch);
+        # int32 on the disk path of larger datasets (half the memory)
+        wide = self.in_memory or self.dataset.num_steps <= EPISODE_TABLE_INT64_MAX_STEPS
+        dtype = np.int64 if wide or self.dataset.num_episodes >= 2**31 else np.int32
         return np.repeat(np.arange(self.dataset.num_episodes, dtype=dtype), self.dataset.episodes["length"])
 
     def _pack_flags(self, keys: list[str]) -> None:
@@ -260,8 +300,14 @@ class HostSource:
             self.dataset._after_read()
         return out
 
+    def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
+        """:meth:`gather`, or the method it would dispatch to at every call for this layout."""
+        return self._gather_columns if self._column_plan is not None else self.gather
+
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""
+        if self._column_plan is not None:
+            return self._gather_columns(idx)
         episode = self.episode_of(idx) if self._need_episode else None
         rows = idx + episode if episode is not None else idx
         if self._blocks_only:  # in-memory packed: views of the blocks, nothing else to read
@@ -278,6 +324,39 @@ class HostSource:
             for key in self._order:
                 value = packed.get(key)
                 out[key] = value if value is not None else self._read(key, idx, rows, episode, out, fields)
+        except OSError as exc:
+            self.dataset._after_read(exc)
+            raise
+        if self._check:
+            self.dataset._after_read()
+        return out
+
+    def _gather_columns(self, idx: np.ndarray) -> TedBatch:
+        """:meth:`gather` without a packed block: the plan of :meth:`_plan_columns`, one gather
+        per key (the same arrays as :meth:`_read` gives, in the same order)."""
+        table = self._table64
+        if not self._need_episode:
+            episode = None
+            rows = idx
+        elif table is not None:  # episode_of inlined: one take
+            episode = table.take(idx)
+            rows = idx + episode
+        else:
+            episode = self.episode_of(idx)
+            rows = idx + episode
+        out = TedBatch()
+        # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
+        at = (idx, rows, rows + 1 if self._next_rows else rows)
+        try:
+            for key, source, column, is_array in self._column_plan or ():
+                if source <= _FROM_NEXT_ROWS:
+                    out[key] = column.take(at[source], 0) if is_array else column[at[source]]
+                elif source == _FROM_EPISODE:
+                    out[key] = episode
+                elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
+                    out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
+                else:  # _FROM_DONE_READ
+                    out[key] = self._read(key, idx, rows, episode, out, self.dataset.manifest.fields)
         except OSError as exc:
             self.dataset._after_read(exc)
             raise

@@ -9,7 +9,9 @@ workers batch by batch (worker ``w`` of ``W`` makes batches ``w, w + W, ...``), 
 DataLoader hands out in order: the stream is the same whatever the number of workers.
 
 :class:`TedDataLoader` is a ``DataLoader`` that counts the batches the training loop has taken,
-so that ``state_dict()`` resumes exactly (workers prefetch ahead of the loop).
+so that ``state_dict()`` resumes exactly (workers prefetch ahead of the loop), and whose workers
+hand image batches over through a ring of shared-memory buffers instead of torch's copy into
+fresh shared memory (:mod:`rlds_cli.loader.ring`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.epoch import epoch_permutation, shard
 from rlds_cli.loader.loader import to_torch
+from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource, resolve_keys
 
@@ -48,9 +51,12 @@ def _open(dataset: str | Dataset, root: str | os.PathLike[str] | None) -> Datase
     return dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
 
 
-def collate_ted(items: Any) -> TedBatch:
+def collate_ted(items: Any) -> Any:
     """``collate_fn`` for these datasets: a batch already gathered passes through (as tensors); a
-    list of single steps is stacked."""
+    list of single steps is stacked. (A batch gathered into a :class:`TedDataLoader`'s shared
+    ring passes through as is: the main process wraps it.)"""
+    if isinstance(items, SlotBatch):
+        return items
     if isinstance(items, dict):
         return to_torch(TedBatch(items))
     keys = list(items[0])
@@ -79,9 +85,12 @@ class TedMapDataset(torch.utils.data.Dataset):
         self.dataset = _open(dataset, root)
         self.keys = resolve_keys(self.dataset, keys)
         self._source: HostSource | None = None
+        self._ring: BatchRing | None = None  # set by a TedDataLoader for its workers
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "keys": self.keys, "_source": None}  # Dataset pickles by path
+        # the Dataset pickles by path; a ring (only while a TedDataLoader starts its workers)
+        # travels by file descriptor
+        return {"dataset": self.dataset, "keys": self.keys, "_source": None, "_ring": self._ring}
 
     def _reader(self) -> HostSource:
         if self._source is None:  # opened lazily, in the process (worker) that reads
@@ -94,11 +103,20 @@ class TedMapDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> TedBatch:
         if not -len(self) <= index < len(self):
             raise IndexError(f"step {index} out of range for {len(self)} steps")
-        batch = self.__getitems__([index % len(self)])
+        batch = self._gather(np.asarray([index % len(self)], np.int64))
         return TedBatch({k: v[0] for k, v in batch.items()})
 
-    def __getitems__(self, indices: Sequence[int]) -> TedBatch:
+    def __getitems__(self, indices: Sequence[int]) -> TedBatch | SlotBatch:
         idx = np.asarray(indices, np.int64)
+        info = get_worker_info() if self._ring is not None else None
+        if info is not None:  # in a TedDataLoader worker: into a shared slot when one is free
+            assert self._ring is not None
+            slot = self._ring.gather(info.id, self.dataset, idx)
+            if slot is not None:
+                return slot
+        return self._gather(idx)
+
+    def _gather(self, idx: np.ndarray) -> TedBatch:
         batch = self._reader().gather(idx)
         batch["index"] = idx
         return batch
@@ -259,6 +277,7 @@ class TedIterableDataset(IterableDataset):
         self.epoch = 0
         self.position = 0  # batches of the current pass the training loop has taken
         self._source: HostSource | None = None
+        self._ring: BatchRing | None = None  # set by a TedDataLoader for its workers
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -289,7 +308,7 @@ class TedIterableDataset(IterableDataset):
             )
         return n
 
-    def __iter__(self) -> Iterator[TedBatch]:
+    def __iter__(self) -> Iterator[TedBatch | SlotBatch]:
         epoch, start = self.epoch, self.position
         if self._source is None:
             self._source = HostSource(self.dataset, self.keys)
@@ -309,7 +328,7 @@ class TedIterableDataset(IterableDataset):
                 idx = uniform_ints(rng, self.num_steps, self.batch_size)
             if not in_worker:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
-            yield self._batch(idx)
+            yield self._batch(idx, worker if in_worker else -1)
             b += workers
         if in_worker or self.epoch == epoch:  # a finished pass: the next one is the next epoch
             self._end_pass()
@@ -320,7 +339,11 @@ class TedIterableDataset(IterableDataset):
     def _end_pass(self) -> None:
         self.epoch, self.position = self.epoch + 1, 0
 
-    def _batch(self, idx: np.ndarray) -> TedBatch:
+    def _batch(self, idx: np.ndarray, worker: int = -1) -> TedBatch | SlotBatch:
+        if worker >= 0 and self._ring is not None:  # into a shared slot when one is free
+            slot = self._ring.gather(worker, self.dataset, idx)
+            if slot is not None:
+                return slot
         assert self._source is not None
         batch = self._source.gather(idx)
         batch["index"] = np.array(idx)
@@ -366,18 +389,40 @@ class TedDataLoader(DataLoader):
     restarted when the position they would start from is not the loader's (after a pass broken
     off, :meth:`load_state_dict` or ``set_epoch``).
 
+    With workers, the large keys of a batch (rows of 1 KiB or more: image observations) go
+    through a ring of shared-memory batch buffers allocated before the workers start (see
+    :mod:`rlds_cli.loader.ring`): a worker gathers into a free slot of its own and returns the
+    slot number, instead of torch copying the batch into fresh shared memory. A slot is reused
+    only once every tensor of the batch built from it (views included) has been freed, so a batch
+    the loop keeps is never overwritten; while all of a worker's slots are held, its batches come
+    the ordinary way (slower, same values). Values, order and :meth:`state_dict` are the same
+    with the ring as without.
+
     Args:
         dataset: A :class:`TedIterableDataset`, or a :class:`TedMapDataset` with
             ``batch_sampler=EpochBatchSampler(...)``.
+        ring_slots: Shared batch buffers per worker (``None``: ``prefetch_factor + 2``, enough
+            for the batches in flight plus the ones the loop holds; ``0``: no ring, torch's own
+            transfer). Not used without workers, with a ``collate_fn`` of your own, or when no
+            key has rows of 1 KiB or more.
         **kwargs: ``DataLoader`` arguments; ``collate_fn`` defaults to :func:`collate_ted` and,
             for an iterable dataset, ``batch_size`` to ``None`` (the dataset makes the batches).
     """
 
-    def __init__(self, dataset: Any, **kwargs: Any) -> None:
+    def __init__(self, dataset: Any, *, ring_slots: int | None = None, **kwargs: Any) -> None:
+        if ring_slots is not None and (
+            isinstance(ring_slots, bool) or not isinstance(ring_slots, int) or ring_slots < 0
+        ):
+            raise ValueError(f"ring_slots must be an integer >= 0 or None, got {ring_slots!r}")
+        own_collate = kwargs.get("collate_fn", collate_ted) is not collate_ted
         kwargs.setdefault("collate_fn", collate_ted)
         if isinstance(dataset, TedIterableDataset):
             kwargs.setdefault("batch_size", None)
         super().__init__(dataset, **kwargs)
+        # a collate_fn of the user's expects gathered batches, not slot numbers
+        per_worker = ring_slots if ring_slots is not None else (self.prefetch_factor or 2) + 2
+        self._ring_slots = 0 if own_collate or self.num_workers == 0 else per_worker
+        self._ring: BatchRing | None = None  # the ring of the live persistent workers
         if isinstance(dataset, TedIterableDataset):
             target: Any = dataset
         elif isinstance(self.batch_sampler, EpochBatchSampler):
@@ -399,12 +444,30 @@ class TedDataLoader(DataLoader):
         if self.persistent_workers and self._workers_at not in (None, cursor):
             # the live workers' copies of the dataset would start elsewhere: start fresh ones
             self._iterator = None
+        fresh = not self.persistent_workers or self._iterator is None  # workers start now
+        if fresh:
+            # a new ring for new workers: the old one lives on while batches made in it are held
+            self._ring = self._new_ring()
+        ring = self._ring
         sampler = isinstance(target, EpochBatchSampler)
         if sampler:
             target._external = True  # it runs ahead of the loop here: counted below instead
         try:
             self._workers_at = cursor
-            for batch in super().__iter__():
+            if fresh and ring is not None:
+                # on the dataset only while the workers start (fork copies it, spawn pickles it)
+                data: Any = self.dataset
+                data._ring = ring
+                try:
+                    batches = super().__iter__()
+                finally:
+                    data._ring = None
+            else:
+                batches = super().__iter__()
+            for batch in batches:
+                if isinstance(batch, SlotBatch):
+                    assert ring is not None
+                    batch = self._wrap(ring, batch)
                 target._took()
                 yield batch
             target._end_pass()
@@ -412,6 +475,36 @@ class TedDataLoader(DataLoader):
         finally:
             if sampler:
                 target._external = False
+
+    def _new_ring(self) -> BatchRing | None:
+        """A ring for workers about to start, or ``None`` where it would not help."""
+        if not self._ring_slots:
+            return None
+        data = self.dataset
+        if isinstance(data, TedIterableDataset):
+            rows = data.batch_size
+        elif isinstance(data, TedMapDataset) and isinstance(self.batch_sampler, EpochBatchSampler):
+            rows = self.batch_sampler.batch_size
+        else:
+            return None
+        ring = BatchRing(data.dataset, data.keys, rows, self.num_workers, self._ring_slots)
+        return ring if ring.useful else None
+
+    def _wrap(self, ring: BatchRing, batch: SlotBatch) -> TedBatch:
+        out = to_torch(ring.wrap(batch))
+        if self.pin_memory and torch.cuda.is_available():
+            # a pinned copy: the slot goes back to its worker as soon as the views are dropped
+            out = TedBatch({key: value.pin_memory() for key, value in out.items()})
+        return out
+
+    def close(self) -> None:
+        """Shut down persistent workers now and drop the shared ring (its memory is freed once
+        the batches built from it are). Workers of a pass in progress stop with its iterator."""
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._ring = None
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's (or batch sampler's) state at the first batch the loop has not taken."""

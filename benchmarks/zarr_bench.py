@@ -1,0 +1,521 @@
+"""zarr benchmark: random access and conversion, zarr against memmap on the same data.
+
+Data, generated and written with :class:`~rlds_cli.cache.builder.DatasetBuilder` one episode block
+at a time (the same blocks for each backend):
+
+* pixels: ``uint8`` observations of shape (3, 84, 84), episodes of 30-2,000 steps from a fixed
+  seed; each episode has a random background and every frame changes one random 12 x 12 patch of
+  it (so LZ4 finds some redundancy, as in game frames, unlike pure noise);
+* low-dim: 17 float32 observations, 6 float32 actions, 1,000-step episodes.
+
+What is measured, in one process:
+
+* conversion CPU time (``time.process_time`` around the builder's appends and commit, every
+  thread included; the data generation is outside) and files written, memmap against zarr;
+* uniform batches of 256 through ``Loader(ds, 256).sample`` (every TED key), memmap against
+  zarr: the layout written now (64 KiB chunks in 16 MiB shards, read by rlds's own chunk reader),
+  and for the "before" figure the layout written before (512 KiB chunks, one file each) read
+  through zarr's indexing as it was;
+* low-dim: the in-RAM loader (``in_memory=True``) on a zarr dataset against one on memmap, and the
+  zarr load time (opening the loader) against the zarr conversion time.
+
+Cases are visited in turn, a few calls each, so that load from other users hits each alike; a
+round's rate is one over the median call time, and the report gives the median of the rounds.
+
+Usage::
+
+    python benchmarks/zarr_bench.py [--write docs/benchmarks.md] [--quick]
+
+``--write FILE`` replaces the section between ``<!-- bench:zarr:start -->`` and
+``<!-- bench:zarr:end -->``. Work data goes to ``benchmarks/_work/zarr`` (git-ignored) and is
+deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import framestack_bench  # noqa: E402  (its CPU model, version and commit helpers)
+
+SECTION = "zarr"
+BATCH = 256
+FRAME = (3, 84, 84)
+EPISODE_LENGTHS = (30, 2000)
+#: The issue's goals: zarr uniform pixel batches at this fraction of memmap's rate, conversion
+#: CPU within this factor of memmap's.
+RATE_TARGET, CONVERSION_TARGET = 0.25, 1.5
+#: Calls per visit of a case: untimed, then timed.
+SETTLE, TIMED = 1, 4
+
+
+def _log(message: str) -> None:
+    print(f"[zarr] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def pixel_blocks(steps: int) -> Iterator[Any]:
+    """One StepBlock per episode of generated pixel data (same seed: same blocks every time)."""
+    from rlds_cli.formats.base import StepBlock
+
+    rng = np.random.default_rng(0)
+    done = 0
+    while done < steps:
+        n = min(int(rng.integers(EPISODE_LENGTHS[0], EPISODE_LENGTHS[1] + 1)), steps - done)
+        frames = np.empty((n + 1, *FRAME), np.uint8)
+        frames[:] = rng.integers(0, 256, FRAME, np.uint8)
+        ys, xs = rng.integers(0, FRAME[1] - 12, n + 1), rng.integers(0, FRAME[2] - 12, n + 1)
+        patch = rng.integers(0, 256, (n + 1, FRAME[0], 12, 12), np.uint8)
+        for t in range(n + 1):
+            frames[t, :, ys[t] : ys[t] + 12, xs[t] : xs[t] + 12] = patch[t]
+        flags = np.zeros((n, 1), bool)
+        flags[-1] = True
+        yield StepBlock(
+            steps={
+                "action": rng.integers(0, 18, (n, 1)).astype(np.int64),
+                "next/reward": rng.standard_normal((n, 1), np.float32),
+                "next/terminated": np.zeros((n, 1), bool),
+                "next/truncated": flags,
+            },
+            observations={"observation": frames},
+            ends=np.array([n - 1]),
+        )
+        done += n
+
+
+def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
+    """Blocks of 100 episodes of generated low-dim data."""
+    from rlds_cli.formats.base import StepBlock
+
+    rng = np.random.default_rng(0)
+    done = 0
+    while done < steps:
+        episodes = min(100, -(-(steps - done) // length))
+        n = min(episodes * length, steps - done)
+        ends = np.arange(length - 1, n, length)
+        if len(ends) == 0 or ends[-1] != n - 1:
+            ends = np.append(ends, n - 1)
+        flags = np.zeros((n, 1), bool)
+        flags[ends] = True
+        yield StepBlock(
+            steps={
+                "action": rng.standard_normal((n, 6), np.float32),
+                "next/reward": rng.standard_normal((n, 1), np.float32),
+                "next/terminated": np.zeros((n, 1), bool),
+                "next/truncated": flags,
+            },
+            observations={"observation": rng.standard_normal((n + len(ends), 17), np.float32)},
+            ends=ends,
+        )
+        done += n
+
+
+@contextlib.contextmanager
+def old_layout() -> Iterator[None]:
+    """Write zarr as before this change: 512 KiB chunks, one file each, no shards."""
+    from rlds_cli.cache import backends
+
+    saved = backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS
+    backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS = (
+        512 * 1024,
+        0,
+        1 << 16,
+    )
+    try:
+        yield
+    finally:
+        backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS = saved
+
+
+def build(root: Path, name: str, backend: str, blocks: Callable[[], Iterator[Any]]) -> dict[str, Any]:
+    """Write one dataset; returns the CPU seconds of the builder's work and the files written."""
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.dataset import open_dataset
+
+    cpu = 0.0
+    wall = 0.0
+    # the previous run's copy goes first, untimed: a replacement's clean-up is not conversion work
+    shutil.rmtree(root / "datasets" / name, ignore_errors=True)
+    with DatasetBuilder(name, root=root, backend=backend) as builder:
+        for block in blocks():
+            c, w = time.process_time(), time.perf_counter()
+            builder.append(block)
+            cpu += time.process_time() - c
+            wall += time.perf_counter() - w
+        c, w = time.process_time(), time.perf_counter()
+        builder.commit(source={"generator": "benchmarks/zarr_bench.py"})
+        cpu += time.process_time() - c
+        wall += time.perf_counter() - w
+    ds = open_dataset(name, root)
+    files = [p for p in (ds.directory / "arrays").rglob("*") if p.is_file()]
+    return {"cpu": cpu, "wall": wall, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def warm(ds: Any) -> None:
+    """Read every file of the dataset once (runs start from the page cache)."""
+    buf = bytearray(1 << 20)
+    for path in ds.directory.rglob("*"):
+        if path.is_file():
+            with open(path, "rb", buffering=0) as fh:
+                while fh.readinto(buf):
+                    pass
+
+
+def convert_d4rl(work: Path, steps: int, repeats: int) -> dict[str, float]:
+    """CPU seconds of ``rlds_cli.convert.convert`` of one generated D4RL file (``benchmarks/
+    data.py``, the conversion benchmark's data) per backend, median of ``repeats``: the whole
+    conversion (HDF5 reads, source hash, checks, digest, writes), not only the builder."""
+    import subprocess
+
+    from rlds_cli.convert import convert
+
+    source = work / "d4rl.hdf5"
+    if not source.exists():
+        cmd = [sys.executable, str(HERE / "data.py"), "d4rl", str(source), "--steps", str(steps)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    times: dict[str, list[float]] = {"memmap": [], "zarr": [], "zarr-old": []}
+    walls: list[float] = []
+    for _ in range(repeats):
+        for label, cpu in times.items():
+            root = work / f"convert-{label}"
+            shutil.rmtree(root, ignore_errors=True)
+            with old_layout() if label == "zarr-old" else contextlib.nullcontext():
+                t, w = time.process_time(), time.perf_counter()
+                convert(source, "bench", format="d4rl", root=root, backend=label.split("-")[0])
+                cpu.append(time.process_time() - t)
+                if label == "zarr":
+                    walls.append(time.perf_counter() - w)
+            shutil.rmtree(root, ignore_errors=True)
+            _log(f"convert {label}: {cpu[-1]:.2f} s CPU")
+    source.unlink()
+    out = {label: statistics.median(cpu) for label, cpu in times.items()}
+    out["zarr-wall"] = statistics.median(walls)
+    return out
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+class Case:
+    """One configuration: a callable and a rate per round (one over the median call time)."""
+
+    def __init__(self, key: str, label: str, fn: Callable[[], Any]) -> None:
+        self.key, self.label, self.fn = key, label, fn
+        self.rates: list[float] = []
+        self._times: list[float] = []
+
+    def call(self) -> None:
+        t = time.perf_counter()
+        self.fn()
+        self._times.append(time.perf_counter() - t)
+
+    def end_round(self) -> None:
+        self.rates.append(1.0 / statistics.median(self._times))
+        self._times = []
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def fmt(self) -> str:
+        return f"{self.median:,.1f} ({min(self.rates):,.1f}-{max(self.rates):,.1f})"
+
+
+def run_rounds(cases: list[Case], repeats: int, seconds: float) -> None:
+    """``repeats`` rounds; in each, the cases are visited in turn until each had ``seconds``."""
+    for rep in range(repeats):
+        spent = dict.fromkeys(range(len(cases)), 0.0)
+        while min(spent.values()) < seconds:
+            for i, case in enumerate(cases):
+                if spent[i] >= seconds:  # a slow case is not visited again for each fast one's
+                    continue
+                t = time.perf_counter()
+                for _ in range(SETTLE):
+                    case.fn()
+                for _ in range(TIMED):
+                    case.call()
+                spent[i] += time.perf_counter() - t
+        for case in cases:
+            case.end_round()
+            _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, seconds: float) -> dict[str, Any]:
+    """Build, check and time everything; returns the figures for :func:`render`."""
+    from rlds_cli.cache import backends
+    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.loader import Loader
+
+    os.environ.setdefault("RLDS_FSYNC", "0")
+    root = work / "root"
+    out: dict[str, Any] = {"pixel_steps": pixel_steps, "lowdim_steps": lowdim_steps}
+    conv: dict[str, dict[str, Any]] = {}
+    for label in ("memmap", "zarr"):  # untimed: one-time costs (zarr's import, ...) stay out
+        build(root, f"warm-up-{label}", label, lambda: pixel_blocks(200))
+    for kind, blocks in (
+        ("pixels", lambda: pixel_blocks(pixel_steps)),
+        ("lowdim", lambda: lowdim_blocks(lowdim_steps)),
+    ):
+        runs: dict[str, list[dict[str, Any]]] = {"memmap": [], "zarr": [], "zarr-old": []}
+        for _ in range(repeats):  # interleaved: a burst of load hits each backend alike
+            for label in runs:
+                backend = "zarr" if label.startswith("zarr") else "memmap"
+                with old_layout() if label == "zarr-old" else contextlib.nullcontext():
+                    runs[label].append(build(root, f"{kind}-{label}", backend, blocks))
+                _log(f"{kind} {label}: {runs[label][-1]['cpu']:.2f} s CPU")
+        conv[kind] = {
+            label: {
+                "cpu": statistics.median(r["cpu"] for r in rs),
+                "wall": statistics.median(r["wall"] for r in rs),
+                "files": rs[-1]["files"],
+                "bytes": rs[-1]["bytes"],
+            }
+            for label, rs in runs.items()
+        }
+    out["conversion"] = conv
+    out["convert"] = convert_d4rl(work, lowdim_steps, repeats)
+
+    # same values through every path
+    pix = {label: open_dataset(f"pixels-{label}", root) for label in ("memmap", "zarr", "zarr-old")}
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, pixel_steps, BATCH)
+    want = pix["memmap"].gather(idx)
+    for ds in (pix["zarr"], pix["zarr-old"]):
+        got = ds.gather(idx)
+        assert all(np.array_equal(want[k], got[k]) for k in want), ds.name
+    for ds in pix.values():
+        warm(ds)
+
+    # the "before" read path: zarr's own indexing (no chunk reader), on the layout written before
+    before = open_dataset("pixels-zarr-old", root)
+    for key in before.manifest.fields:
+        column = before.column(key)
+        assert isinstance(column, backends.ZarrColumn)
+        column._reader = None
+    zarr_old_before = Loader(before, BATCH, seed=0)
+    cases = [
+        Case("mm", "memmap", Loader(pix["memmap"], BATCH, seed=0).sample),
+        Case(
+            "z",
+            "zarr, layout now (16 KiB chunks, 16 MiB shards), rlds chunk reader",
+            Loader(pix["zarr"], BATCH, seed=0).sample,
+        ),
+        Case(
+            "z-old-new",
+            "zarr, layout before (512 KiB chunks), rlds chunk reader",
+            Loader(pix["zarr-old"], BATCH, seed=0).sample,
+        ),
+        Case("z-old", "zarr, layout before, zarr indexing (before this change)", zarr_old_before.sample),
+    ]
+    _log("pixels, uniform batches:")
+    run_rounds(cases, repeats, seconds)
+    out["pixels"] = cases
+
+    low = {label: open_dataset(f"lowdim-{label}", root) for label in ("memmap", "zarr")}
+    for ds in low.values():
+        warm(ds)
+    loads: dict[str, list[float]] = {"memmap": [], "zarr": []}
+    for _ in range(repeats):
+        for label, load in loads.items():
+            ds = open_dataset(f"lowdim-{label}", root)  # fresh: nothing read yet
+            t = time.perf_counter()
+            ram = Loader(ds, BATCH, seed=0, in_memory=True)
+            load.append(time.perf_counter() - t)
+            if label == "zarr":
+                ram_z = ram
+    out["lowdim_load"] = statistics.median(loads["zarr"])
+    out["lowdim_load_memmap"] = statistics.median(loads["memmap"])
+    zarr_disk = Loader(low["zarr"], BATCH, seed=0)
+    cases = [
+        Case(
+            "mm-ram", "memmap, `in_memory=True`", Loader(low["memmap"], BATCH, seed=0, in_memory=True).sample
+        ),
+        Case("z-ram", "zarr, `in_memory=True`", ram_z.sample),
+        Case("mm", "memmap, on disk", Loader(low["memmap"], BATCH, seed=0).sample),
+        Case("z", "zarr, on disk (rlds chunk reader)", zarr_disk.sample),
+    ]
+    _log("low-dim, uniform batches:")
+    run_rounds(cases, repeats, seconds)
+    out["lowdim"] = cases
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def render(r: dict[str, Any], info: dict[str, Any]) -> str:
+    start, end = bench_doc.markers(SECTION)
+    conv = r["conversion"]
+    pix = {c.key: c for c in r["pixels"]}
+    low = {c.key: c for c in r["lowdim"]}
+    lines = [
+        start,
+        "## zarr: random access and conversion against memmap",
+        "",
+        f"Workloads: pixels, {r['pixel_steps']:,} steps of uint8 {FRAME} observations in episodes of "
+        f"{EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps (random background per episode, one "
+        f"changing 12 x 12 patch per frame); low-dim, {r['lowdim_steps']:,} steps of 17 float32 "
+        "observations and 6 float32 actions in 1,000-step episodes. Batch "
+        f"{BATCH}, uniform sampler, every TED key (`Loader(ds, {BATCH}).sample()`). Batches/s: one "
+        f"over the median call time, median of {info['repeats']} interleaved rounds (range in brackets).",
+        "",
+        f"- Measured {info['date']} on {info['cpu']} ({os.cpu_count()} CPUs, shared); Python "
+        f"{platform.python_version()}; numpy {framestack_bench._version('numpy')}, zarr "
+        f"{framestack_bench._version('zarr')}, numcodecs {framestack_bench._version('numcodecs')}.",
+        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
+        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
+        "",
+        "### Conversion (CPU seconds of the builder, median of the runs)",
+        "",
+        "| data | memmap | zarr now | zarr before | zarr now / memmap | zarr before / memmap "
+        "| files: memmap / zarr now / zarr before |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in ("pixels", "lowdim"):
+        c = conv[kind]
+        cpu = {label: c[label]["cpu"] for label in c}
+        lines.append(
+            f"| {kind} | {cpu['memmap']:.2f} | {cpu['zarr']:.2f} | {cpu['zarr-old']:.2f} | "
+            f"{cpu['zarr'] / cpu['memmap']:.2f}x | {cpu['zarr-old'] / cpu['memmap']:.2f}x | "
+            f"{c['memmap']['files']} / {c['zarr']['files']} / {c['zarr-old']['files']} |"
+        )
+    full = r["convert"]
+    lines += [
+        "",
+        f"Whole `rlds_cli.convert.convert` of a generated D4RL file of {r['lowdim_steps']:,} steps "
+        "(`benchmarks/data.py`, as in the conversion section), CPU seconds: memmap "
+        f"{full['memmap']:.2f}, zarr now {full['zarr']:.2f} ({full['zarr'] / full['memmap']:.2f}x), "
+        f"zarr before {full['zarr-old']:.2f} ({full['zarr-old'] / full['memmap']:.2f}x).",
+        "",
+        "### Pixels: uniform batches",
+        "",
+        "| read path | batches/s | / memmap |",
+        "|---|---|---|",
+    ]
+    mm = pix["mm"].median
+    for c in r["pixels"]:
+        lines.append(f"| {c.label} | {c.fmt()} | {c.median / mm:.3f}x |")
+    lines += [
+        "",
+        "### Low-dim: uniform batches",
+        "",
+        "| read path | batches/s | / memmap in RAM |",
+        "|---|---|---|",
+    ]
+    ram = low["mm-ram"].median
+    for c in r["lowdim"]:
+        lines.append(f"| {c.label} | {c.fmt()} | {c.median / ram:.2f}x |")
+    rate = pix["z"].median / mm
+    conv_pix = conv["pixels"]["zarr"]["cpu"] / conv["pixels"]["memmap"]["cpu"]
+    conv_low = conv["lowdim"]["zarr"]["cpu"] / conv["lowdim"]["memmap"]["cpu"]
+    z_ram = low["z-ram"].median / ram
+    load, build_wall = r["lowdim_load"], r["convert"]["zarr-wall"]
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**not met**"
+
+    lines += [
+        "",
+        "### Goals (ratios measured in this run)",
+        "",
+        f"- zarr uniform pixel batches at >= {RATE_TARGET}x of memmap: {rate:.2f}x -> "
+        f"{verdict(rate >= RATE_TARGET)} "
+        f"(before: {pix['z-old'].median / mm:.3f}x; speed-up {pix['z'].median / pix['z-old'].median:.0f}x).",
+        f"- low-dim zarr sampling at the in-RAM rate: `in_memory=True` on zarr at {z_ram:.2f}x of it on "
+        f"memmap -> {verdict(z_ram >= 0.9)}; its load (opening the loader) took {load:.2f} s (memmap: "
+        f"{r['lowdim_load_memmap']:.2f} s) against {build_wall:.2f} s (wall) to convert the D4RL file "
+        f"-> {verdict(load <= build_wall)}.",
+        f"- zarr conversion CPU within {CONVERSION_TARGET}x of memmap's: builder, pixels {conv_pix:.2f}x, "
+        f"low-dim {conv_low:.2f}x; whole D4RL `convert` {full['zarr'] / full['memmap']:.2f}x -> "
+        f"{verdict(max(conv_pix, conv_low, full['zarr'] / full['memmap']) <= CONVERSION_TARGET)}.",
+        "",
+        "### How it is measured",
+        "",
+        "```text",
+        "python benchmarks/zarr_bench.py --write docs/benchmarks.md",
+        "```",
+        "",
+        "- Conversion: `DatasetBuilder(name, backend=...)` fed the same generated blocks, `RLDS_FSYNC=0`; "
+        "CPU time (`time.process_time`, all threads) around `append` and `commit` only.",
+        '- The page cache holds every file (read once before timing). "Layout before" datasets are '
+        'written with 512 KiB chunks and no shards, as rlds wrote zarr before; "zarr indexing" '
+        "reads them through zarr's `oindex`, as rlds read them before.",
+        "",
+        end,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print (and optionally write) the Markdown section."""
+    parser = argparse.ArgumentParser(description="zarr against memmap: random access and conversion")
+    parser.add_argument("--write", type=Path, help="Markdown file whose zarr section is replaced")
+    parser.add_argument("--pixel-steps", type=int, help="pixel steps (default 30,000; quick: 5,000)")
+    parser.add_argument("--lowdim-steps", type=int, help="low-dim steps (default 1,000,000; quick: 100,000)")
+    parser.add_argument("--quick", action="store_true", help="small data, short runs (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--seconds", type=float, help="seconds per case and round (default 1.5)")
+    parser.add_argument("--work", type=Path, default=HERE / "_work" / "zarr", help="work directory")
+    parser.add_argument("--keep", action="store_true", help="keep the generated datasets")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    import torch
+
+    torch.set_num_threads(1)
+    pixel_steps = args.pixel_steps or (5_000 if args.quick else 30_000)
+    lowdim_steps = args.lowdim_steps or (100_000 if args.quick else 1_000_000)
+    seconds = args.seconds or (0.3 if args.quick else 1.5)
+    work: Path = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    need = 3.5 * pixel_steps * int(np.prod(FRAME)) + 4 * lowdim_steps * 110
+    if shutil.disk_usage(work).free < need:
+        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}")
+    try:
+        results = run(
+            work, pixel_steps=pixel_steps, lowdim_steps=lowdim_steps, repeats=args.repeats, seconds=seconds
+        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(work / "root", ignore_errors=True)
+    info = {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": framestack_bench._cpu_model(),
+        "commit": framestack_bench._commit(),
+        "repeats": args.repeats,
+        "minutes": (time.perf_counter() - t0) / 60,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
+    section = render(results, info)
+    print(section)
+    if args.write:
+        bench_doc.write_section(args.write, SECTION, section)
+        _log(f"wrote the '{SECTION}' section of {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""``rlds pull URL``: download a pushed dataset into the cache, checked, published atomically.
+
+The files arrive in a private build directory under the cache's ``tmp/`` whose name is stable
+for one URL and one pushed version (``tmp/<entry>.<id>.incomplete``, ``id`` from the URL and the
+manifest's sha256): a pull killed half way keeps every file it finished there, and the same pull
+run again continues. Each file is written to ``<file>.part`` and renamed once its size and sha256
+match the remote index; the manifest is written last, the content digests it records are
+recomputed, and only then is the directory published with the same atomic rename as a
+conversion, under the name's lock. Nothing is visible in the cache before that rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli import settings
+from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, parse_manifest
+from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
+from rlds_cli.errors import (
+    CorruptDatasetError,
+    DatasetExistsError,
+    LockTimeoutError,
+    RemoteCorruptError,
+)
+from rlds_cli.remote import store
+from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex
+
+
+@dataclass
+class PullResult:
+    """What :func:`pull` did.
+
+    Attributes:
+        name: The dataset's name in the cache.
+        url: Where it came from.
+        path: Its directory in the cache.
+        backend: ``memmap`` or ``zarr``.
+        files: Files of the dataset (the manifest not counted).
+        downloaded: Files downloaded by this run.
+        skipped: Files kept from an interrupted pull of the same version.
+        bytes_total: Bytes of every file.
+        bytes_downloaded: Bytes downloaded by this run.
+        digests_checked: The content digests were recomputed and matched (``False`` for a
+            dataset written before digests existed, and when nothing was pulled).
+        replaced: A dataset of that name was replaced (``force``).
+        up_to_date: The cache already held this very version: nothing was downloaded.
+        seconds: Wall time of the run.
+    """
+
+    name: str
+    url: str
+    path: str
+    backend: str
+    files: int
+    downloaded: int
+    skipped: int
+    bytes_total: int
+    bytes_downloaded: int
+    digests_checked: bool
+    replaced: bool
+    up_to_date: bool
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pull(
+    url: str,
+    name: str | None = None,
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    force: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
+    progress: Progress | None = None,
+    lock_timeout: float = 10.0,
+) -> PullResult:
+    """Download the dataset at ``url`` into the cache.
+
+    Args:
+        url: The dataset's folder on the store (what ``rlds push`` was given).
+        name: Its name in the cache (default: the name it was pushed under); another name is
+            written into the pulled manifest, nothing else changes.
+        root: Cache root.
+        force: Replace a different dataset of that name in the cache.
+        storage_options: Keyword arguments of the fsspec filesystem (credentials...).
+        endpoint_url: An S3-compatible server (else s3fs reads ``AWS_ENDPOINT_URL``).
+        progress: Called with ``("start", bytes_to_fetch)`` then ``("advance", n)``.
+        lock_timeout: Seconds to wait for another writer of the same name.
+
+    Raises:
+        RemoteDatasetNotFoundError: No manifest at ``url`` (not a dataset, or a push under way).
+        RemoteCorruptError: A remote file differs from what was pushed (names the key).
+        DatasetExistsError: ``name`` holds another dataset and ``force`` is false.
+        RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
+    """
+    started = time.monotonic()
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    fs, base = store.open_url(url, storage_options, endpoint_url)
+    remote_manifest = store.require_manifest(fs, base, url)
+    try:
+        manifest = parse_manifest(remote_manifest, f"{url}/{MANIFEST_FILE}")
+    except CorruptDatasetError as exc:  # its hint speaks of the cache: this one is remote
+        raise RemoteCorruptError(exc.message, hint=exc.hint if "upgrade" in exc.hint else None) from None
+    index_bytes = store.read_bytes(fs, store.join(base, INDEX_FILE), url)
+    if index_bytes is None:
+        raise RemoteCorruptError(
+            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push'",
+            hint="push the dataset with 'rlds push NAME URL' (it uploads the files index, then the manifest)",
+        )
+    index = RemoteIndex.from_json(index_bytes, f"{url}/{INDEX_FILE}")
+    manifest_sha = store.manifest_sha256(remote_manifest)
+    if index.manifest_sha256 != manifest_sha:
+        raise RemoteCorruptError(
+            f"{url}: {INDEX_FILE} and {MANIFEST_FILE} belong to different pushes (a push to it is "
+            "in progress, or was interrupted)",
+            hint="wait for the push to finish, or run it again, then pull",
+        )
+    name = validate_name(name or manifest.name)
+    local_manifest = remote_manifest if name == manifest.name else _renamed(manifest, name)
+    total = sum(e.size for e in index.files.values())
+    result = PullResult(
+        name, url, str(cache.dataset_dir(name)), manifest.backend, len(index.files), 0, 0, total, 0,
+        bool(manifest.content_digest.get("columns")), False, False, 0.0,
+    )  # fmt: skip
+    if _same_as_published(cache, name, local_manifest):
+        result.up_to_date, result.digests_checked = True, False
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+    from filelock import Timeout
+
+    try:
+        with cache.lock(name, timeout=lock_timeout):
+            _pull_locked(cache, fs, base, url, name, manifest, local_manifest, index, force, progress, result)
+    except Timeout:
+        raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _pull_locked(
+    cache: CacheRoot,
+    fs: Any,
+    base: str,
+    url: str,
+    name: str,
+    manifest: Manifest,
+    local_manifest: bytes,
+    index: RemoteIndex,
+    force: bool,
+    progress: Progress | None,
+    result: PullResult,
+) -> None:
+    entry = cache.dataset_dir(name).name
+    cache.recover(entry)  # a replacement of this name a crash interrupted: finish it first
+    if cache.exists(name):
+        if _same_as_published(cache, name, local_manifest):
+            result.up_to_date, result.digests_checked = True, False
+            return
+        if not force:
+            raise DatasetExistsError(
+                f"dataset {name!r} already exists in the cache at {cache.dataset_dir(name)} (pulling {url})",
+                hint="pass --force to replace it, or --name to pull it under another name",
+            )
+        result.replaced = True
+    ident = hashlib.sha256(f"{fs.unstrip_protocol(base)}|{index.manifest_sha256}".encode()).hexdigest()[:12]
+    build = cache.tmp_dir / f"{entry}.{ident}.incomplete"
+    build.mkdir(parents=True, exist_ok=True)
+    (build / MANIFEST_FILE).unlink(missing_ok=True)  # a check that failed last time wrote it
+    todo = [
+        rel for rel, e in sorted(index.files.items())
+        if not ((build / rel).is_file() and (build / rel).stat().st_size == e.size)
+    ]  # fmt: skip
+    result.skipped = len(index.files) - len(todo)
+    if progress is not None:
+        progress("start", sum(index.files[rel].size for rel in todo))
+    for rel in todo:
+        _download_file(fs, store.join(base, rel), build / rel, index.files[rel], url, rel, manifest, progress)
+        result.downloaded += 1
+        result.bytes_downloaded += index.files[rel].size
+    _check_build(build, local_manifest, url, manifest)
+    fsync = settings.fsync_enabled()
+    if fsync:
+        fsync_tree(build)
+    cache.publish(build, name, replace=force, fsync=fsync)
+
+
+def _download_file(
+    fs: Any,
+    source: str,
+    target: Path,
+    entry: FileEntry,
+    url: str,
+    rel: str,
+    manifest: Manifest,
+    progress: Progress | None,
+) -> None:
+    """Fetch one file into ``<target>.part``, check its size and sha256 against the index, then
+    rename it to ``target`` (so a file under its own name is always a verified one)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    with store.translated(url):
+        try:
+            # one GET per file (fs.open would ask for the object's size first)
+            fs.get_file(source, str(part))
+        except FileNotFoundError:
+            raise RemoteCorruptError(
+                f"{url}/{rel} ({_what(rel, manifest)}) is missing, though {INDEX_FILE} lists it"
+            ) from None
+    size = part.stat().st_size
+    sha = store.sha256_of(part)
+    if progress is not None:
+        progress("advance", size)
+    if size != entry.size or sha != entry.sha256:
+        part.unlink(missing_ok=True)
+        found = f"{size} bytes" if size != entry.size else f"sha256 {sha[:16]}..."
+        raise RemoteCorruptError(
+            f"{url}/{rel} ({_what(rel, manifest)}) differs from the file pushed: {found}, the push "
+            f"recorded {entry.size} bytes, sha256 {entry.sha256[:16]}..."
+        )
+    os.replace(part, target)
+
+
+def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifest) -> None:
+    """Write the manifest into the build, then check every file's size and recompute the
+    content digests; on a mismatch the manifest and the bad files go (a run again fetches them)."""
+    from rlds_cli.cache import digest
+    from rlds_cli.cache.dataset import Dataset
+
+    tmp = build / f".{MANIFEST_FILE}.tmp"
+    tmp.write_bytes(manifest_bytes)
+    os.replace(tmp, build / MANIFEST_FILE)
+    problems: list[tuple[str, str]] = []
+    try:
+        ds = Dataset(build)
+        problems += [("files", p) for p in ds.check_files()]
+        if not problems:
+            report = digest.check_digests(ds)
+            problems += [(p.key, p.message) for p in report.problems]
+        del ds
+    except CorruptDatasetError as exc:
+        problems.append(("files", exc.message))
+    if not problems:
+        return
+    (build / MANIFEST_FILE).unlink(missing_ok=True)
+    for key, _ in problems:
+        _discard_key(build, key, manifest)
+    key, message = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    raise RemoteCorruptError(f"{url}: content digest of {key}: {message}{more}")
+
+
+def _discard_key(build: Path, key: str, manifest: Manifest) -> None:
+    from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
+    from rlds_cli.cache.digest import column_path
+
+    if key == "episodes":
+        (build / EPISODES_FILE).unlink(missing_ok=True)
+    elif key == "source_arrays":
+        (build / SOURCE_ARRAYS_FILE).unlink(missing_ok=True)
+    elif key in manifest.fields:
+        path = column_path(build, manifest.backend, key)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _what(rel: str, manifest: Manifest) -> str:
+    """The key a dataset file holds, for messages (``arrays/info/qpos.npy`` -> ``key info/qpos``)."""
+    from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
+
+    if rel == EPISODES_FILE:
+        return "the episode index"
+    if rel == SOURCE_ARRAYS_FILE:
+        return "the source's arrays"
+    inner = rel.removeprefix("arrays/")
+    for key in sorted(manifest.fields, key=len, reverse=True):
+        if inner == f"{key}.npy" or inner.startswith(f"{key}/"):
+            return f"key {key}"
+    return "zarr metadata" if rel.endswith("zarr.json") else "a dataset file"
+
+
+def _renamed(manifest: Manifest, name: str) -> bytes:
+    """The manifest under another name, as ``write_manifest`` writes it."""
+    import json
+
+    manifest.name = name
+    return (json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n").encode()
+
+
+def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes) -> bool:
+    try:
+        return (cache.dataset_dir(name) / MANIFEST_FILE).read_bytes() == manifest_bytes
+    except OSError:
+        return False

@@ -1,0 +1,333 @@
+"""``rlds push NAME URL``: copy a published dataset to object storage, manifest last.
+
+Order of writes at the URL: every data file, then ``rlds-files.json`` (sizes and sha256 of
+the files, and the sha256 of the manifest they belong to), then ``manifest.json``, the commit
+marker. A push killed at any point leaves no manifest of the new version, so the URL never looks
+complete before it is. Replacing another version (``force``) removes the old manifest (and
+index) first, so a reader sees the old version whole, then no dataset, then the new one whole.
+
+Resuming: after each file is uploaded, a journal in the local cache (``tmp/.push-<id>.journal``,
+one per URL) records its size and sha256. A run again skips a file only when the store has it at
+that size and the journal (or the committed remote index) says it holds these very bytes; every
+other file is uploaded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.cache.manifest import MANIFEST_FILE, parse_manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import (
+    CorruptDatasetError,
+    DatasetReplacedError,
+    LockTimeoutError,
+    NotPushableError,
+    RemoteCorruptError,
+    RemoteExistsError,
+)
+from rlds_cli.remote import store
+from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, Progress, RemoteIndex
+
+
+@dataclass
+class PushResult:
+    """What :func:`push` did.
+
+    Attributes:
+        name: The dataset pushed.
+        url: Where it is now.
+        backend: ``memmap`` or ``zarr``.
+        files: Files of the dataset (the manifest and index not counted).
+        uploaded: Files uploaded by this run.
+        skipped: Files already at the URL, complete (from an interrupted run, or unchanged).
+        bytes_total: Bytes of every file.
+        bytes_uploaded: Bytes uploaded by this run.
+        replaced: Another version was at the URL and was replaced (``force``).
+        up_to_date: This very version was already there, complete: nothing was written.
+        seconds: Wall time of the run.
+    """
+
+    name: str
+    url: str
+    backend: str
+    files: int
+    uploaded: int
+    skipped: int
+    bytes_total: int
+    bytes_uploaded: int
+    replaced: bool
+    up_to_date: bool
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def push(
+    name: str,
+    url: str,
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    force: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
+    progress: Progress | None = None,
+) -> PushResult:
+    """Copy the published dataset ``name`` to ``url`` (its own folder on the store).
+
+    Args:
+        name: A dataset in the cache (or a registry alias of one).
+        url: Any fsspec URL: ``s3://bucket/prefix/NAME``, ``gcs://...``, ``file:///dir/NAME``.
+        root: Cache root.
+        force: Replace another version already at ``url``.
+        storage_options: Keyword arguments of the fsspec filesystem (credentials...).
+        endpoint_url: An S3-compatible server (else s3fs reads ``AWS_ENDPOINT_URL``).
+        progress: Called with ``("start", total_bytes)`` then ``("advance", n)``.
+
+    Raises:
+        DatasetNotFoundError: No such dataset in the cache.
+        NotPushableError: ``name`` is a view (it has no arrays of its own).
+        RemoteExistsError: Another version is at ``url`` and ``force`` is false.
+        RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
+        DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
+    """
+    from rlds_cli.cache.views import VIEW_LAYOUT
+    from rlds_cli.names import resolve_name
+
+    started = time.monotonic()
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    name = resolve_name(name, cache)
+    directory = cache.dataset_dir(name)
+    manifest_bytes = (directory / MANIFEST_FILE).read_bytes()
+    manifest = parse_manifest(manifest_bytes, directory / MANIFEST_FILE)
+    if manifest.layout == VIEW_LAYOUT:
+        parent = manifest.source.get("parent", "?")
+        raise NotPushableError(
+            f"dataset {name!r} is a view of {parent!r}: it holds no arrays of its own to push",
+            hint=f"push its parent ('rlds push {parent} URL') and make the view again after pulling it, "
+            f"or copy it into a dataset of its own first ('rlds export {name} DIR --to torchrl', then "
+            f"'rlds download DIR --name NEW')",
+        )
+    local = _local_files(directory)
+    fs, base = store.open_url(url, storage_options, endpoint_url)
+    journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
+    with journal.locked(url):
+        result = _push(
+            fs, base, url, name, manifest.backend, directory, manifest_bytes, local, journal, force, progress
+        )
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _push(
+    fs: Any,
+    base: str,
+    url: str,
+    name: str,
+    backend: str,
+    directory: Path,
+    manifest_bytes: bytes,
+    local: dict[str, FileEntry],
+    journal: _Journal,
+    force: bool,
+    progress: Progress | None,
+) -> PushResult:
+    total = sum(e.size for e in local.values())
+    index = RemoteIndex(store.manifest_sha256(manifest_bytes), local)
+    result = PushResult(name, url, backend, len(local), 0, 0, total, 0, False, False, 0.0)
+    committed = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
+    known: dict[str, FileEntry] = {}  # remote files whose bytes are known (committed index)
+    old_files: set[str] = set()
+    if committed is not None:
+        old_index = _read_index(fs, base, url)
+        if old_index is not None and old_index.manifest_sha256 == store.manifest_sha256(committed):
+            known = dict(old_index.files)
+            old_files = set(old_index.files)
+        if committed != manifest_bytes:
+            if not force:
+                raise RemoteExistsError(f"{url} holds another version of {_describe(committed)}")
+            # readers must never see the old manifest over new files: it goes first
+            with store.translated(url):
+                fs.rm_file(store.join(base, MANIFEST_FILE))
+                if fs.exists(store.join(base, INDEX_FILE)):
+                    fs.rm_file(store.join(base, INDEX_FILE))
+            result.replaced = True
+    known.update(journal.entries())
+    remote = store.list_files(fs, base, url)
+    todo = []
+    for rel, entry in sorted(local.items()):
+        info = remote.get(rel)
+        there = info is not None and int(info.get("size", -1)) == entry.size and known.get(rel) == entry
+        if there:
+            result.skipped += 1
+        else:
+            todo.append(rel)
+    if committed == manifest_bytes and not todo:
+        result.up_to_date = True
+        journal.remove()
+        return result
+    if progress is not None:
+        progress("start", sum(local[rel].size for rel in todo))
+    with store.translated(url):
+        # object stores have no directories; local and NFS targets do (never makedirs on a
+        # bucket: s3fs would create a missing bucket instead of saying it is missing)
+        if _is_local(fs):
+            for folder in sorted({posixpath.dirname(store.join(base, rel)) for rel in local}):
+                fs.makedirs(folder, exist_ok=True)
+        for rel in todo:
+            _upload_file(fs, directory / rel, store.join(base, rel), local[rel], progress)
+            journal.add(rel, local[rel])
+            result.uploaded += 1
+            result.bytes_uploaded += local[rel].size
+        for rel in sorted(old_files - set(local)):  # files of the replaced version only
+            if fs.exists(store.join(base, rel)):
+                fs.rm_file(store.join(base, rel))
+        if not _unchanged(directory, manifest_bytes):
+            raise DatasetReplacedError(
+                f"dataset {name!r} was replaced or removed in the cache during the push; nothing was "
+                f"committed at {url}",
+                hint="run the push again: files already uploaded are kept when they did not change",
+            )
+        _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
+        _put_bytes(fs, store.join(base, MANIFEST_FILE), manifest_bytes)
+    journal.remove()
+    return result
+
+
+def _unchanged(directory: Path, manifest_bytes: bytes) -> bool:
+    """Whether the local dataset is still the version whose files were uploaded (a rebuild
+    writes a new manifest: its creation time and digests differ)."""
+    try:
+        return (directory / MANIFEST_FILE).read_bytes() == manifest_bytes
+    except OSError:
+        return False
+
+
+def _describe(manifest_bytes: bytes) -> str:
+    try:
+        m = json.loads(manifest_bytes)
+        return f"dataset {m.get('name')!r} (created {m.get('created_at')})"
+    except ValueError:
+        return "a dataset (its manifest is unreadable)"
+
+
+def _read_index(fs: Any, base: str, url: str) -> RemoteIndex | None:
+    data = store.read_bytes(fs, store.join(base, INDEX_FILE), url)
+    if data is None:
+        return None
+    try:
+        return RemoteIndex.from_json(data, f"{url}/{INDEX_FILE}")
+    except RemoteCorruptError:
+        return None  # an unreadable old index only means its files are uploaded again
+
+
+def _local_files(directory: Path) -> dict[str, FileEntry]:
+    """Every file of a published dataset but its manifest, with size and sha256."""
+    out: dict[str, FileEntry] = {}
+    for path in sorted(directory.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(directory).as_posix()
+        if rel == MANIFEST_FILE:
+            continue
+        if not store.safe_relpath(rel):
+            raise CorruptDatasetError(f"{path} is no file rlds writes in a dataset (a stray file?)")
+        out[rel] = FileEntry(path.stat().st_size, store.sha256_of(path))
+    return out
+
+
+def _is_local(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocols))
+
+
+def _upload_file(fs: Any, source: Path, target: str, entry: FileEntry, progress: Progress | None) -> None:
+    """Stream one file to the store, hashing what is sent: the bytes uploaded are checked
+    against the sha256 recorded in the index (a file rebuilt under the push is caught)."""
+    digest = hashlib.sha256()
+    try:
+        src = open(source, "rb")  # noqa: SIM115 - closed by the 'with' below
+    except FileNotFoundError:
+        raise DatasetReplacedError(
+            f"{source} disappeared during the push (the dataset was rebuilt or removed); nothing "
+            "was committed",
+            hint="run the push again once the dataset is no longer being rebuilt",
+        ) from None
+    with src, fs.open(target, "wb") as dst:
+        while block := src.read(BLOCK_BYTES):
+            digest.update(block)
+            dst.write(block)
+            if progress is not None:
+                progress("advance", len(block))
+    if digest.hexdigest() != entry.sha256:
+        raise DatasetReplacedError(
+            f"{source} changed during the push; nothing was committed",
+            hint="run the push again once the dataset is no longer being rebuilt",
+        )
+
+
+def _put_bytes(fs: Any, target: str, data: bytes) -> None:
+    """Write a small file whole or not at all: to a temporary name, then moved into place (a
+    rename on a filesystem, a server-side copy on an object store)."""
+    part = f"{target}.part"
+    fs.pipe_file(part, data)
+    fs.mv(part, target)
+
+
+class _Journal:
+    """The files a push to one URL has uploaded, kept in the local cache between runs."""
+
+    def __init__(self, cache: CacheRoot, key: str) -> None:
+        ident = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.cache = cache
+        self.path = cache.tmp_dir / f".push-{ident}.journal"
+        self.lock_path = cache.locks_dir / f".push-{ident}.lock"
+
+    @contextmanager
+    def locked(self, url: str) -> Iterator[None]:
+        """Hold the lock of this URL: two pushes to one URL would interleave their files."""
+        from filelock import FileLock, Timeout
+
+        self.cache.locks_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.lock_path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise LockTimeoutError(f"another rlds push to {url} is running") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def entries(self) -> dict[str, FileEntry]:
+        out: dict[str, FileEntry] = {}
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return out
+        for line in lines:
+            try:  # a line torn by a kill is skipped: its file is uploaded again
+                rec = json.loads(line)
+                out[str(rec["rel"])] = FileEntry(int(rec["size"]), str(rec["sha256"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def add(self, rel: str, entry: FileEntry) -> None:
+        self.cache.tmp_dir.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"rel": rel, "size": entry.size, "sha256": entry.sha256})
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

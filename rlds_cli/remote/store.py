@@ -1,0 +1,267 @@
+"""What push and pull share: opening an fsspec URL, turning the store's errors into one clear
+line, the remote files index (``rlds-files.json``) and small file helpers.
+
+fsspec (and s3fs, gcsfs...) are imported here, when a transfer starts, never at import time of
+the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.cache.manifest import MANIFEST_FILE
+from rlds_cli.errors import (
+    MissingExtraError,
+    RemoteAccessError,
+    RemoteCorruptError,
+    RemoteDatasetNotFoundError,
+)
+
+#: The remote files index: uploaded just before the manifest, read by pull.
+INDEX_FILE = "rlds-files.json"
+INDEX_FORMAT = "rlds-remote-files"
+INDEX_VERSION = 1
+#: Bytes read or written at a time while copying (memory stays bounded for any file size).
+BLOCK_BYTES = 8 * 1024 * 1024
+EXTRA_HINT = "pip install 'rlds-cli[remote]' (fsspec and s3fs; gcs:// needs gcsfs, az:// adlfs)"
+
+#: A progress callback: ``(event, amount)`` with events ``start`` (total bytes to copy),
+#: ``advance`` (bytes copied) and ``skip`` (bytes already there).
+Progress = Callable[[str, int], None]
+
+_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
+    """``["anon=true", "client_kwargs={...}"]`` -> keyword arguments of the fsspec filesystem
+    (each value read as JSON when it parses, else kept as a string)."""
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RemoteAccessError(
+                f"storage option {item!r} is not KEY=VALUE",
+                hint="e.g. --storage-option anon=true (values are read as JSON when they parse)",
+            )
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return options
+
+
+def open_url(
+    url: str, storage_options: dict[str, Any] | None = None, endpoint_url: str | None = None
+) -> tuple[Any, str]:
+    """The fsspec filesystem and path of ``url``.
+
+    Args:
+        url: Any fsspec URL (``s3://bucket/prefix/name``, ``file:///data/x``, a local path).
+        storage_options: Keyword arguments of the filesystem (credentials, ``anon``...).
+        endpoint_url: An S3-compatible server (MinIO, Ceph...): passed to s3fs as
+            ``endpoint_url``; s3fs also reads ``AWS_ENDPOINT_URL``.
+
+    Raises:
+        MissingExtraError: fsspec, or the package of the URL's protocol, is not installed.
+        RemoteAccessError: The URL names no known protocol.
+    """
+    try:
+        import fsspec
+    except ModuleNotFoundError:
+        raise MissingExtraError(
+            "pushing and pulling datasets needs fsspec, which is not installed", hint=EXTRA_HINT
+        ) from None
+    options = dict(storage_options or {})
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **options)
+    except ImportError as exc:
+        raise MissingExtraError(f"{url}: {_first_line(exc)}", hint=EXTRA_HINT) from None
+    except (ValueError, TypeError) as exc:
+        raise RemoteAccessError(
+            f"cannot open {url}: {_first_line(exc)}",
+            hint="give an fsspec URL such as s3://bucket/prefix/NAME or file:///data/NAME; "
+            "--storage-option KEY=VALUE passes options to its filesystem",
+        ) from None
+    # a listing cached by an earlier call in this process may predate another process's writes
+    fs.invalidate_cache()
+    return fs, path.rstrip("/")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextmanager
+def translated(url: str) -> Iterator[None]:
+    """Turn what a store raises (missing bucket, no credentials, refused connection, a bad
+    endpoint) into a :class:`RemoteAccessError` naming ``url``."""
+    from rlds_cli.errors import RldsError
+
+    try:
+        yield
+    except RldsError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError(f"{url}: needs {exc.name}, which is not installed", hint=EXTRA_HINT) from None
+    except Exception as exc:
+        raise _access_error(url, exc) from None
+
+
+def _access_error(url: str, exc: Exception) -> RemoteAccessError:
+    kind = type(exc).__name__
+    text = _first_line(exc)
+    if kind in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
+        hint = (
+            "give credentials the way the store's library reads them: AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://, or --storage-option key=... "
+            "secret=...; --storage-option anon=true reads a public bucket"
+        )
+        return RemoteAccessError(f"{url}: no credentials found ({text})", hint=hint)
+    if isinstance(exc, PermissionError):
+        return RemoteAccessError(
+            f"{url}: access denied ({text})", hint="check the credentials and the bucket's permissions"
+        )
+    if isinstance(exc, FileNotFoundError):
+        return RemoteAccessError(
+            f"{url}: not found ({text})",
+            hint="check the bucket and path; a bucket is not created by rlds: create it first",
+        )
+    if kind in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError") or isinstance(
+        exc, ConnectionError | TimeoutError
+    ):
+        return RemoteAccessError(
+            f"{url}: cannot reach the store ({text})",
+            hint="check the network and the endpoint (--endpoint-url or AWS_ENDPOINT_URL)",
+        )
+    return RemoteAccessError(
+        f"{url}: the store failed: {kind}: {text}",
+        hint="check the URL, the endpoint and the credentials; RLDS_DEBUG=1 shows the traceback",
+    )
+
+
+def join(base: str, rel: str) -> str:
+    """The remote path of the dataset file ``rel`` (always ``/``-separated)."""
+    return f"{base}/{rel}" if base else rel
+
+
+def sha256_of(path: Path) -> str:
+    """Plain sha256 of a local file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(BLOCK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def safe_relpath(rel: str) -> bool:
+    """Whether ``rel`` (a path from a remote index) stays inside the dataset directory: a
+    hostile index must not make a pull write ``../../.bashrc``."""
+    parts = rel.split("/")
+    return (
+        bool(rel) and all(p not in ("", ".", "..") and _PART.match(p) for p in parts) and rel != MANIFEST_FILE
+    )
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One dataset file in the remote index."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RemoteIndex:
+    """``rlds-files.json``: the files of one pushed version, tied to its manifest's bytes."""
+
+    manifest_sha256: str
+    files: dict[str, FileEntry]
+
+    def to_json(self) -> bytes:
+        data = {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "manifest_sha256": self.manifest_sha256,
+            "files": {k: {"size": e.size, "sha256": e.sha256} for k, e in sorted(self.files.items())},
+        }
+        return (json.dumps(data, indent=1) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> RemoteIndex:
+        """Parse and check an index read from ``where`` (every path safe, every entry typed)."""
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != INDEX_FORMAT or int(doc["version"]) > INDEX_VERSION:
+                raise ValueError("format")
+            files = {str(rel): FileEntry(int(e["size"]), str(e["sha256"])) for rel, e in doc["files"].items()}
+            index = cls(str(doc["manifest_sha256"]), files)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise RemoteCorruptError(
+                f"{where} is not a readable rlds files index",
+                hint="push the dataset again (rlds push NAME URL --force)",
+            ) from None
+        bad = [rel for rel in index.files if not safe_relpath(rel)]
+        if bad:
+            raise RemoteCorruptError(f"{where} names the file {bad[0]!r}, which is no safe path")
+        return index
+
+
+def read_bytes(fs: Any, path: str, url: str) -> bytes | None:
+    """A small remote file's bytes, or ``None`` when it does not exist."""
+    with translated(url):
+        try:
+            return bytes(fs.cat_file(path))
+        except FileNotFoundError:
+            # s3fs says FileNotFoundError for a missing bucket too: tell the two apart
+            if not _parent_exists(fs, path):
+                raise
+            return None
+
+
+def _parent_exists(fs: Any, path: str) -> bool:
+    bucket = path.split("/", 1)[0]
+    if getattr(fs, "protocol", None) in ("s3", "s3a", ("s3", "s3a"), "gcs", "gs", ("gcs", "gs")):
+        return bool(fs.exists(bucket))
+    return True
+
+
+def require_manifest(fs: Any, base: str, url: str) -> bytes:
+    """The remote manifest's bytes; a URL without one is no dataset (or a push in progress)."""
+    data = read_bytes(fs, join(base, MANIFEST_FILE), url)
+    if data is None:
+        raise RemoteDatasetNotFoundError(
+            f"{url} holds no {MANIFEST_FILE}: it is not an rlds dataset, or a push to it is still in "
+            "progress (or was interrupted)"
+        )
+    return data
+
+
+def manifest_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def list_files(fs: Any, base: str, url: str) -> dict[str, dict[str, Any]]:
+    """Remote files under ``base`` by relative path, with their fsspec info (size, stamps)."""
+    with translated(url):
+        try:
+            found = fs.find(base, detail=True)
+        except FileNotFoundError:
+            return {}
+    # fsspec may give paths with or without a leading slash (memory://): compare without it
+    prefix = base.strip("/") + "/"
+    out: dict[str, dict[str, Any]] = {}
+    for path, info in found.items():
+        name = str(path).lstrip("/")
+        if info.get("type", "file") == "file" and name.startswith(prefix):
+            out[name[len(prefix) :]] = info
+    return out
