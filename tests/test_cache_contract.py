@@ -671,7 +671,7 @@ def test_zarr_columns_match_memmap_and_zarr_itself(zarr_pair: tuple[Dataset, Dat
 
 
 def test_zarr_missing_shard_or_chunk_is_damage(zarr_pair: tuple[Dataset, Dataset]) -> None:
-    from rlds_cli.cache.backends import MissingChunkError
+    from rlds_cli.cache.zarr_read import MissingChunkError
 
     z = zarr_pair[1]
     reader = z.column("pixels")._reader
@@ -695,7 +695,7 @@ def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch:
     import google_crc32c
 
     from rlds_cli.cache import DatasetBuilder, backends
-    from rlds_cli.cache.backends import MissingChunkError
+    from rlds_cli.cache.zarr_read import MissingChunkError
 
     for name, value in ZARR_LAYOUTS["sharded"].items():
         monkeypatch.setattr(backends, name, value)
@@ -922,3 +922,48 @@ def test_open_dataset_with_explicit_root(tmp_path: Path, monkeypatch: pytest.Mon
         np.testing.assert_array_equal(ds[:]["next/reward"], _expected_column(True, "next/reward"))
     monkeypatch.setenv("RLDS_HOME", str(other))
     assert open_dataset("elsewhere").num_steps == 8
+
+
+def _blosc_chunk_flags(shard: Path, chunks: int) -> list[int]:
+    """The Blosc flags byte of each stored chunk of a shard file (index at its end)."""
+    data = shard.read_bytes()
+    index = np.frombuffer(data[-(16 * chunks + 4) : -4], "<u8").reshape(chunks, 2)
+    return [data[int(offset) + 2] for offset, _ in index if offset != 2**64 - 1]
+
+
+def test_zarr_shards_that_do_not_compress_are_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard is compressed only when a sample of its chunks shrinks: noise frames are stored
+    as Blosc's uncompressed frames (a copy, not LZ4's work for nothing), flat frames compressed;
+    both read back exactly, by rlds's reader and by zarr's own."""
+    from rlds_cli.cache import DatasetBuilder, backends
+    from rlds_cli.formats.base import StepBlock
+
+    # one (3, 8, 8) frame a chunk (Blosc stores anything under 128 bytes as it is), 8 a shard
+    monkeypatch.setattr(backends, "ZARR_CHUNK_BYTES", 192)
+    monkeypatch.setattr(backends, "ZARR_SHARD_BYTES", 192 * 8)
+    rng = np.random.default_rng(5)
+    n = 40  # 41 frames: shards 0, 2, 4 noise, 1, 3 flat, 5 the last frame (noise)
+    frames = rng.integers(0, 256, (n + 1, 3, 8, 8), dtype=np.uint8)
+    flat = (np.arange(n + 1) // 8) % 2 == 1
+    frames[flat] = 7
+    flags = np.zeros((n, 1), bool)
+    flags[-1] = True
+    block = StepBlock(
+        steps={"action": np.zeros((n, 1), np.int64), "next/reward": np.zeros((n, 1), np.float32),
+               "next/terminated": flags, "next/truncated": np.zeros((n, 1), bool)},
+        observations={"pixels": frames},
+        ends=np.array([n - 1]),
+    )  # fmt: skip
+    with DatasetBuilder("z", backend="zarr") as builder:
+        builder.append(block)
+        builder.commit()
+    ds = open_dataset("z")
+    column = ds.column("pixels")
+    np.testing.assert_array_equal(np.asarray(column), frames)
+    np.testing.assert_array_equal(column._array[...], frames)
+    np.testing.assert_array_equal(column[np.array([40, 0, 9, 8, 17])], frames[[40, 0, 9, 8, 17]])
+    memcpyed = 0x02  # Blosc's flag for a chunk stored as it is
+    shards = ds.directory / "arrays" / "pixels" / "c"
+    for s in range(6):
+        stored = {bool(f & memcpyed) for f in _blosc_chunk_flags(shards / str(s) / "0" / "0" / "0", 8)}
+        assert stored == {s % 2 == 0}, f"shard {s}"

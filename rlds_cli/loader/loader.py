@@ -16,6 +16,7 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.factory import make_sampler
+from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
@@ -100,7 +101,11 @@ class Loader:
         device: Where batches go (``None``: stay on the CPU).
         in_memory: ``False``: read the cache (memory maps / zarr) at every batch; ``True``: copy
             the needed columns into RAM once (packed row-wise, see ``pack``); ``"device"``: keep
-            them on ``device`` and gather there (uniform indices are drawn there too).
+            them on ``device`` and gather there (uniform indices are drawn there too);
+            ``"auto"`` (default): ``True`` for a zarr dataset whose needed columns fit the memory
+            budget (``$RLDS_MEMORY_BUDGET``, else a quarter of the free memory, at most 8 GiB),
+            else ``False`` (see :mod:`rlds_cli.loader.memory`); the choice is logged and kept as
+            :attr:`in_memory`.
         pack: With ``in_memory``, pack float32/bool columns into one row-major array so a batch
             is one gather.
         prefetch: Batches prepared ahead by a background thread (0: none).
@@ -132,7 +137,7 @@ class Loader:
         world_size: int | None = None,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         device: torch.device | str | None = None,
-        in_memory: bool | str = False,
+        in_memory: bool | str = "auto",
         pack: bool = True,
         prefetch: int = 0,
         pin_memory: bool | None = None,
@@ -146,8 +151,11 @@ class Loader:
         self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
-        if in_memory not in (False, True, "device"):
-            raise ValueError(f"in_memory must be False, True or 'device', got {in_memory!r}")
+        if in_memory not in (False, True, "device", "auto"):
+            raise ValueError(f"in_memory must be False, True, 'device' or 'auto', got {in_memory!r}")
+        self.keys = list(keys) if keys is not None else None
+        if in_memory == "auto":
+            in_memory = auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
         if num_batches is not None and (
@@ -160,7 +168,6 @@ class Loader:
         if pin_memory and not cuda:
             raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
         self.pin_memory = cuda and pin_memory is not False and in_memory != "device"
-        self.keys = list(keys) if keys is not None else None
         self.in_memory = in_memory
         self.prefetch = prefetch
         self.as_tensordict = bool(as_tensordict)
