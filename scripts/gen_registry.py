@@ -1,4 +1,4 @@
-"""Generate registry/{d4rl,minari,roboset,ogbench}.toml from the reference notes on datasets.
+"""Generate registry/{d4rl,minari,roboset,ogbench,vd4rl}.toml from the reference notes on datasets.
 
 Usage::
 
@@ -306,6 +306,54 @@ def ogbench(block: str) -> tuple[str, int]:
     return "\n".join(out), count
 
 
+#: V-D4RL's ids: the Hugging Face folders of conglu/vd4rl that TorchRL lists (pytorch/rl
+#: torchrl/data/datasets/vd4rl_datasets.json@de4aee13; the notes name two of them, more-formats.md).
+VD4RL_IDS = (
+    "distracting/walker_walk_random/64px/easy",
+    "distracting/walker_walk_random/64px/hard",
+    "distracting/walker_walk_random/64px/medium",
+    *(
+        f"main/{task}/{level}/64px"
+        for task in ("cheetah_run", "humanoid_walk", "walker_walk")
+        for level in ("expert", "medium", "medium_expert", "medium_replay", "random")
+    ),
+    "multitask/cheetah_run_random/64px",
+    "multitask/walker_walk_random/64px",
+)
+
+
+def vd4rl() -> tuple[str, int]:
+    out = [
+        header(
+            "V-D4RL (pixel DeepMind Control): Hugging Face dataset repo conglu/vd4rl.",
+            "ids literal in pytorch/rl torchrl/data/datasets/vd4rl_datasets.json@de4aee13 (the "
+            "folders VD4RLExperienceReplay lists). The 64px folders hold DreamerV2 episode .npz "
+            "files, one per episode, whose names appear in no source: rlds lists the folder with "
+            "the Hub's public tree API when online, then fetches each .npz through its plain "
+            "'resolve' URL. The Hub's LFS metadata gives each file's sha256 and size.",
+        )
+    ]
+    for dataset_id in VD4RL_IDS:
+        quoted = urllib.parse.quote(dataset_id)
+        out.append(
+            entry(
+                dataset_id,
+                "vd4rl",
+                [],
+                aliases=[f"vd4rl/{dataset_id}"],
+                fields={
+                    "description": f"V-D4RL, pixel DMC, {dataset_id.replace('/64px', '').replace('/', ' ')}",
+                    "license": "unknown (see the V-D4RL README)",
+                    "ids": {"torchrl": dataset_id},
+                    "url_status": "constructed",
+                    "folder_url": f"{HF}/conglu/vd4rl/tree/main/{quoted}",
+                },
+                listing={"hf_repo": "conglu/vd4rl", "path": dataset_id, "suffix": ".npz"},
+            )
+        )
+    return "\n".join(out), len(VD4RL_IDS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notes", nargs="?", type=Path, default=DEFAULT_NOTES)
@@ -322,6 +370,7 @@ def main() -> None:
         "roboset": roboset(parts["2"]),
         "minari": minari(parts["3"], sizes_text),
         "ogbench": ogbench(parts["4"]),
+        "vd4rl": vd4rl(),
     }.items():
         (args.out / f"{family}.toml").write_text(text, encoding="utf-8")
         print(f"{family}: {count} entries")

@@ -120,6 +120,8 @@ class NpyColumnWriter(ColumnWriter):
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.shape[1:] != self.row_shape:
             raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
+        if data.size == 0:  # an empty block: nothing to write (its buffer cannot be cast to bytes)
+            return
         self._fh.write(data.data.cast("B"))  # the array's buffer, as bytes
         self.rows += data.shape[0]
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+from rlds_cli.loader.protocols import Sampler
 from rlds_cli.loader.samplers import Episodes, SliceSampler, UniformSampler, positive_int
 
 SAMPLERS = ("uniform", "epoch", "slice", "prioritized")
@@ -41,7 +42,7 @@ def make_sampler(
     rank: int = 0,
     world_size: int = 1,
     **options: Any,
-) -> Any:
+) -> Sampler:
     """A sampler by name over a dataset with these ``episodes``.
 
     Args:

@@ -18,6 +18,15 @@ from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
+from rlds_cli.loader.protocols import (
+    Bindable,
+    Checkpointable,
+    Claiming,
+    Epochal,
+    Prioritized,
+    Sampler,
+    Streamable,
+)
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 
@@ -131,7 +140,7 @@ class Loader:
         dataset: str | Dataset,
         batch_size: int = 256,
         *,
-        sampler: str | Any = "uniform",
+        sampler: str | Sampler = "uniform",
         seed: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -186,7 +195,8 @@ class Loader:
             self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
-        self._epoch_done = getattr(self.sampler, "epoch_done", None)  # looked up once, not per batch
+        # looked up once, not per batch
+        self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
         # host batches to CPU tensors, untransformed, as a TedBatch (the common case): _draw takes
         # a path with the per-batch dispatch of the general one resolved here, once
         self._plain = (
@@ -206,7 +216,7 @@ class Loader:
 
     # ------------------------------------------------------------------ set-up
 
-    def _make_sampler(self, sampler: Any, seed: int | None, options: dict[str, Any]) -> Any:
+    def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:
         if isinstance(sampler, str):
             # one run seed for every rank (epoch shards need it); each rank's stream derives from it
             self.seed = run_seed(seed, world_size=self.world_size, shared=sampler == "epoch", what="Loader")
@@ -219,7 +229,7 @@ class Loader:
             return make_sampler(sampler, episodes, self.batch_size, self.seed, **shard, **options)
         if options:
             raise ValueError(f"sampler options {sorted(options)} only apply to a sampler given by name")
-        if not callable(getattr(sampler, "sample", None)):
+        if not isinstance(sampler, Sampler):
             raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
         self.seed = getattr(sampler, "seed", None)
         return sampler
@@ -227,9 +237,8 @@ class Loader:
     def _epoch_length(self) -> int:
         """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to
         draw this rank's share of the dataset's steps."""
-        own = getattr(self.sampler, "batches_per_epoch", None)
-        if own is not None:
-            return max(1, int(own))
+        if isinstance(self.sampler, Epochal):
+            return max(1, int(self.sampler.batches_per_epoch))
         per_batch = int(getattr(self.sampler, "batch_size", self.batch_size))
         share = -(-self.dataset.num_steps // self.world_size)
         return max(1, -(-share // per_batch))
@@ -246,7 +255,7 @@ class Loader:
         for t in chain:
             if not callable(t):
                 raise ValueError(f"transform must be callable, got {t!r}")
-            if hasattr(t, "bind"):
+            if isinstance(t, Bindable):
                 if self.in_memory == "device" and getattr(t, "needs_host", False):
                     raise ValueError(
                         f"transform {t!r} reads the cache and cannot run with in_memory='device'"
@@ -259,11 +268,11 @@ class Loader:
         has ``claim(keys, in_memory=...)`` (e.g. :class:`~rlds_cli.loader.transforms.FrameStack`,
         which builds the observation stacks from the batch's index alone). Later transforms may
         read any key, so only the first one is asked."""
-        claim = getattr(self.transforms[0], "claim", None) if self.transforms else None
-        if claim is None or self.in_memory == "device":
+        first = self.transforms[0] if self.transforms else None
+        if not isinstance(first, Claiming) or self.in_memory == "device":
             return keys
         wanted = resolve_keys(self.dataset, keys)
-        mine = set(claim(wanted, in_memory=bool(self.in_memory)))
+        mine = set(first.claim(wanted, in_memory=bool(self.in_memory)))
         return [k for k in wanted if k not in mine]
 
     # ------------------------------------------------------------------ sampling
@@ -399,7 +408,7 @@ class Loader:
 
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Forward new priorities to a prioritized sampler (safe while prefetching)."""
-        if not hasattr(self.sampler, "update_priority"):
+        if not isinstance(self.sampler, Prioritized):
             raise ValueError(f"the sampler {type(self.sampler).__name__} has no priorities")
         with self._lock:
             self.sampler.update_priority(indices, priority)
@@ -421,19 +430,20 @@ class Loader:
     # ------------------------------------------------------------------ state
 
     def _stream_state(self) -> Any:
-        light = getattr(self.sampler, "stream_state", None)
-        if light is not None:
-            return light()
-        return self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else None
+        if isinstance(self.sampler, Streamable):
+            return self.sampler.stream_state()
+        return self.sampler.state_dict() if isinstance(self.sampler, Checkpointable) else None
 
     def _load_stream_state(self, state: Any) -> None:
         if state is None:  # a sampler without state: nothing to rewind
             return
-        light = getattr(self.sampler, "load_stream_state", None)
-        (light or self.sampler.load_state_dict)(state)
+        if isinstance(self.sampler, Streamable):
+            self.sampler.load_stream_state(state)
+        elif isinstance(self.sampler, Checkpointable):
+            self.sampler.load_state_dict(state)
 
     def _sampler_state(self) -> dict[str, Any]:
-        if not hasattr(self.sampler, "state_dict"):
+        if not isinstance(self.sampler, Checkpointable):
             raise TypeError(f"sampler {type(self.sampler).__name__} has no state_dict(); cannot checkpoint")
         return self.sampler.state_dict()
 
@@ -455,6 +465,8 @@ class Loader:
         another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         self.close()
         check_shard(state, self.rank, self.world_size, "Loader")
+        if not isinstance(self.sampler, Checkpointable):
+            raise TypeError(f"sampler {type(self.sampler).__name__} has no load_state_dict(); cannot restore")
         self.sampler.load_state_dict(state["sampler"])
         self.batches_drawn = int(state.get("batches_drawn", 0))
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))

@@ -1,0 +1,92 @@
+"""The contract every storage backend keeps, as a base class to subclass (like zarr's
+``StoreTests``): a subclass says which backend (:meth:`BackendContract.backend`) and inherits one
+test per promise of :class:`rlds_cli.cache.backends.Backend`: columns written in appends of any
+size read back exactly by every kind of index; a column missing a file is reported by
+``check_column``; a key that is no safe path is refused before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache.backends import Backend
+from rlds_cli.errors import CorruptDatasetError, InvalidKeyError
+
+#: (key, dtype, row shape): a scalar column, float vectors, bools, pixel frames, a nested key.
+COLUMNS = (
+    ("next/reward", np.float32, ()),
+    ("observation", np.float32, (17,)),
+    ("next/terminated", np.bool_, (1,)),
+    ("pixels", np.uint8, (3, 8, 8)),
+    ("info/deep/counter", np.int64, (2,)),
+)
+ROWS = 203
+#: Appends of uneven sizes, one empty, so no chunk or shard edge lines up with one.
+APPENDS = (1, 0, 50, 7, 100, 45)
+
+
+def column_values(dtype: type, shape: tuple[int, ...], rows: int = ROWS) -> np.ndarray:
+    rng = np.random.default_rng(abs(hash((np.dtype(dtype).str, shape))) % 2**32)
+    if np.dtype(dtype) == np.bool_:
+        return rng.random((rows, *shape)) < 0.3
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal((rows, *shape)).astype(dtype)
+    return rng.integers(0, 200, (rows, *shape)).astype(dtype)
+
+
+class BackendContract:
+    """Tests every backend passes; subclasses implement :meth:`backend`."""
+
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    def write(self, where: Path, key: str, values: np.ndarray) -> None:
+        writer = self.backend().create_column(where, key, values.dtype, values.shape[1:])
+        start = 0
+        for n in APPENDS:
+            writer.append(values[start : start + n])
+            start += n
+        assert start == len(values)
+        assert writer.close(fsync=False) == len(values)
+
+    @pytest.mark.parametrize(("key", "dtype", "shape"), COLUMNS)
+    def test_a_column_reads_back_exactly(
+        self, tmp_path: Path, key: str, dtype: type, shape: tuple[int, ...]
+    ) -> None:
+        values = column_values(dtype, shape)
+        self.write(tmp_path, key, values)
+        column = self.backend().open_column(tmp_path, key)
+        assert len(column) == ROWS and tuple(column.shape) == values.shape
+        assert np.dtype(column.dtype) == values.dtype
+        np.testing.assert_array_equal(np.asarray(column[:]), values)
+        for sl in (slice(0, 1), slice(49, 58), slice(ROWS - 3, None), slice(2, ROWS, 9), slice(7, 7)):
+            np.testing.assert_array_equal(np.asarray(column[sl]), values[sl], err_msg=str(sl))
+        idx = np.array([[ROWS - 1, 0, 51], [51, 50, 100]])
+        np.testing.assert_array_equal(np.asarray(column[idx]), values[idx])
+        assert self.backend().check_column(tmp_path, key, ROWS, shape) is None
+
+    def test_a_missing_file_is_reported_by_check_column(self, tmp_path: Path) -> None:
+        values = column_values(np.uint8, (3, 8, 8))
+        self.write(tmp_path, "pixels", values)
+        arrays = (tmp_path / "arrays").rglob("*")
+        files = sorted(p for p in arrays if p.is_file() and p.name != "zarr.json")
+        assert files
+        files[-1].unlink()
+        problem = self.backend().check_column(tmp_path, "pixels", ROWS, (3, 8, 8))
+        if problem is None:  # a backend may only find it on reading, but then it must say so
+            with pytest.raises(CorruptDatasetError):
+                np.asarray(self.backend().open_column(tmp_path, "pixels")[:])
+        else:
+            assert "pixels" in problem or str(tmp_path) in problem
+
+    def test_a_wrong_row_count_is_reported(self, tmp_path: Path) -> None:
+        self.write(tmp_path, "observation", column_values(np.float32, (17,)))
+        assert self.backend().check_column(tmp_path, "observation", ROWS + 1, (17,)) is not None
+
+    @pytest.mark.parametrize("key", ["../escape", "/abs", "a//b", "a/./b", "sp ace", ""])
+    def test_a_key_that_is_no_safe_path_is_refused_before_any_write(self, tmp_path: Path, key: str) -> None:
+        with pytest.raises(InvalidKeyError):
+            self.backend().create_column(tmp_path / "ds", key, np.dtype(np.float32), ())
+        assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused key wrote a file"
