@@ -9,8 +9,10 @@ from pathlib import Path
 INTRO = """# Benchmarks
 
 Side-by-side measurements of rlds against its peers (TorchRL, Minari), run in one session on one
-machine so the ratios are comparable. Regenerate with `make bench`; each section is rewritten
-between its `<!-- bench:NAME:start/end -->` markers.
+machine so the ratios are comparable. Regenerate with `make bench` (`benchmarks/run_all.py`: the
+conversion, minari, preprocess, cli, pixel, zarr and loader sections, about 10 minutes; `--only
+NAME...` runs some, and the frame-stack and dataloader sections run only when named); each section
+is rewritten between its `<!-- bench:NAME:start/end -->` markers.
 
 """
 

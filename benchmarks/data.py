@@ -25,10 +25,17 @@ multiple of ``episode_len``.
   namespaced id. ``minari.load_dataset`` and TorchRL's ``MinariExperienceReplay`` with
   ``load_from_local_minari=True`` (``MINARI_DATASETS_PATH=<root>``) read it.
 
-Run as a script to write either file by hand::
+Pixel data (:func:`iter_pixel_episodes`, :func:`write_pixel_d4rl`): ``uint8`` frames of shape
+(3, 84, 84) in episodes of 30-2,000 steps drawn from the seed; each episode has a random background
+and every frame changes one random 12 x 12 patch of it (so LZ4 finds some redundancy, as in game
+frames, unlike pure noise); actions are one int64 in ``[0, 18)``, rewards standard normal. The same
+generator feeds the zarr benchmark (as builder blocks) and the pixel section (as a D4RL file).
+
+Run as a script to write a file by hand::
 
     python benchmarks/data.py d4rl OUT.hdf5 --steps 1000000
     python benchmarks/data.py minari ROOT --dataset-id bench/synthetic-v0 --steps 1000000
+    python benchmarks/data.py pixels OUT.hdf5 --steps 30000
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ EPISODE_LEN = 1000
 CHUNK_EPISODES = 100
 #: The Minari version whose layout is written (one of those minari 0.5.4 supports).
 MINARI_VERSION = "0.5.4"
+#: Pixel frames: shape, and the range episode lengths are drawn from (short and long alike).
+FRAME = (3, 84, 84)
+PIXEL_EPISODE_LENGTHS = (30, 2000)
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,69 @@ def write_d4rl(
     return path
 
 
+def iter_pixel_episodes(
+    n_steps: int, *, seed: int = 0, lengths: tuple[int, int] = PIXEL_EPISODE_LENGTHS
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield ``(frames, actions, rewards)`` per episode until ``n_steps`` steps (the last episode is
+    cut short to fit): ``T + 1`` frames (the last is the final observation), ``T`` actions of shape
+    (1,) int64 and ``T`` rewards of shape (1,) float32. Memory: one episode at a time."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    done = 0
+    while done < n_steps:
+        n = min(int(rng.integers(lengths[0], lengths[1] + 1)), n_steps - done)
+        frames = np.empty((n + 1, *FRAME), np.uint8)
+        frames[:] = rng.integers(0, 256, FRAME, np.uint8)
+        ys, xs = rng.integers(0, FRAME[1] - 12, n + 1), rng.integers(0, FRAME[2] - 12, n + 1)
+        patch = rng.integers(0, 256, (n + 1, FRAME[0], 12, 12), np.uint8)
+        for t in range(n + 1):
+            frames[t, :, ys[t] : ys[t] + 12, xs[t] : xs[t] + 12] = patch[t]
+        actions = rng.integers(0, 18, (n, 1)).astype(np.int64)
+        rewards = rng.standard_normal((n, 1), np.float32)
+        yield frames, actions, rewards
+        done += n
+
+
+def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
+    """Write the pixel episodes of :func:`iter_pixel_episodes` as a D4RL-format file: root datasets
+    ``observations`` and ``next_observations`` (N, 3, 84, 84) uint8, ``actions`` (N, 1) int64,
+    ``rewards`` (N,) float32, ``terminals`` and ``timeouts`` (N,) bool (every episode ends by a time
+    limit), contiguous and uncompressed, written one episode at a time.
+
+    Returns:
+        The path written.
+    """
+    import h5py
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        obs_ds = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
+        next_ds = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
+        act_ds = f.create_dataset("actions", (n_steps, 1), np.int64)
+        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
+        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
+        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
+        row = 0
+        for frames, actions, rewards in iter_pixel_episodes(n_steps, seed=seed):
+            n = len(actions)
+            rows = slice(row, row + n)
+            obs_ds[rows] = frames[:-1]
+            next_ds[rows] = frames[1:]
+            act_ds[rows] = actions
+            rew_ds[rows] = rewards.reshape(-1)
+            term_ds[rows] = False
+            timeouts = np.zeros(n, bool)
+            timeouts[-1] = True
+            tout_ds[rows] = timeouts
+            row += n
+    tmp.replace(path)
+    return path
+
+
 def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:
     """A Box space serialised as ``minari.serialization.serialize_space`` does (float32)."""
     size = math.prod(shape)
@@ -276,14 +349,16 @@ def write_minari(
 def main(argv: list[str] | None = None) -> None:
     """Command line: write one D4RL file or one Minari dataset."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["d4rl", "minari"])
-    parser.add_argument("out", type=Path, help="D4RL: the .hdf5 file; Minari: the datasets root")
+    parser.add_argument("kind", choices=["d4rl", "minari", "pixels"])
+    parser.add_argument("out", type=Path, help="d4rl, pixels: the .hdf5 file; minari: the datasets root")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--dataset-id", default="bench/synthetic-v0")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.kind == "d4rl":
         print(write_d4rl(args.out, args.steps, seed=args.seed))
+    elif args.kind == "pixels":
+        print(write_pixel_d4rl(args.out, args.steps, seed=args.seed))
     else:
         print(write_minari(args.out, args.dataset_id, args.steps, seed=args.seed))
 

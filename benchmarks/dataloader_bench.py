@@ -30,12 +30,7 @@ and is deleted at the end unless ``--keep``.
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import os
-import platform
 import resource
-import shutil
 import statistics
 import sys
 import time
@@ -46,6 +41,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
 import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import framestack_bench as fsb  # noqa: E402  (the pixel dataset and the report helpers)
 
@@ -109,6 +105,14 @@ def run_round(cases: list[Case], seconds: float) -> None:
             case.visit(TIMED)
     for case in cases:
         case.end_round()
+
+
+def measure(cases: list[Case], repeats: int, seconds: float) -> None:
+    """``repeats`` rounds of :func:`run_round`, each case's rate logged per round."""
+    for rep in range(repeats):
+        run_round(cases, seconds)
+        for case in cases:
+            _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
 
 
 def _dataloader(ds: Any, workers: int, ring_slots: int | None) -> Any:
@@ -175,11 +179,9 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         f"over the visits of a round, median of {info['repeats']} rounds in one process (range in "
         "brackets). Workers: fork, persistent, `prefetch_factor=2`.",
         "",
-        f"- Measured {info['date']} on {info['cpu']} ({os.cpu_count()} CPUs, shared); Python "
-        f"{platform.python_version()}; numpy {fsb._version('numpy')}, torch {fsb._version('torch')} "
-        "(1 intra-op thread).",
-        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
-        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
+        *_harness.header(
+            info, f"numpy {_harness.version('numpy')}, torch {_harness.version('torch')} (1 intra-op thread)"
+        ),
         "",
         "| workload | batches/s | ms/batch | page faults/batch (training process) | / in-process |",
         "|---|---|---|---|---|",
@@ -228,59 +230,25 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
-    parser = argparse.ArgumentParser(description="TedDataLoader workers vs the in-process Loader")
-    parser.add_argument("--write", type=Path, help="Markdown file whose dataloader section is replaced")
-    parser.add_argument("--steps", type=int, help="pixel steps to generate (default 30,000; quick: 5,000)")
-    parser.add_argument("--quick", action="store_true", help="a small dataset and short runs (a smoke test)")
-    parser.add_argument("--repeats", type=int, help="interleaved rounds (default 3)")
-    parser.add_argument("--seconds", type=float, help="seconds per configuration and round (default 2)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work" / "dataloader", help="work directory")
-    parser.add_argument("--keep", action="store_true", help="keep the generated dataset afterwards")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    import torch
-
-    torch.set_num_threads(1)
-    steps = args.steps or (5_000 if args.quick else 30_000)
-    repeats = args.repeats or 3
-    seconds = args.seconds or (0.3 if args.quick else 2.0)
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    need = 1.2 * steps * 3 * 84 * 84
-    if shutil.disk_usage(work).free < need:
-        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}")
-    ds = fsb.ensure_dataset(steps, work)
+    p = _harness.parser(
+        "TedDataLoader workers vs the in-process Loader", SECTION, work="dataloader", steps=(30_000, 5_000)
+    )
+    run = _harness.start(p.parse_args(argv))
+    run.need_disk(1.2 * run.steps * 3 * 84 * 84)
+    ds = fsb.ensure_dataset(run.steps, run.work)
     fsb.warm(ds)
     _log(f"{ds.num_steps:,} steps, {ds.num_episodes} episodes ready")
     loaders: list[Any] = []
     try:
         check_same(ds)
         cases, loaders = build_cases(ds)
-        for rep in range(repeats):
-            run_round(cases, seconds)
-            for case in cases:
-                _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
-        info = {
-            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "cpu": fsb._cpu_model(),
-            "commit": fsb._commit(),
-            "repeats": repeats,
-            "seconds": seconds,
-            "minutes": (time.perf_counter() - t0) / 60,
-            "load_before": load_before,
-            "load_after": os.getloadavg()[0],
-        }
-        section = render(ds, cases, info)
+        measure(cases, run.repeats, run.seconds)
+        section = render(ds, cases, run.info())
     finally:
         for loader in loaders:
             loader.close()
-        if not args.keep:
-            shutil.rmtree(work / "root", ignore_errors=True)
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
+        run.remove(run.work / "root")
+    run.publish(SECTION, section, _log)
     return 0
 
 

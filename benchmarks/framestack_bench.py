@@ -34,15 +34,10 @@ and is deleted at the end unless ``--keep``.
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import importlib.metadata
+import functools
 import os
-import platform
 import resource
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
 import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 
 SECTION = "frame-stack"
@@ -172,12 +168,16 @@ class Raw:
 
     def __init__(self, ds: Any) -> None:
         self.memmap = np.load(ds.directory / "arrays" / "observation.npy", mmap_mode="r")
-        self.ram = np.array(self.memmap)
         lengths = np.asarray(ds.episodes["length"], np.int64)
         self.n = int(lengths.sum())
         self.episode = np.repeat(np.arange(len(lengths)), lengths)
         self.first_row = np.cumsum(lengths) - lengths + np.arange(len(lengths))
         self.rng = np.random.default_rng(1)
+
+    @functools.cached_property
+    def ram(self) -> np.ndarray:
+        """A plain in-RAM copy of the frames (made on first use)."""
+        return np.array(self.memmap)
 
     def rows(self, k: int) -> np.ndarray:
         """Flat rows of ``k`` frames per sampled step (``t-k+1..t``, clamped at the episode start)."""
@@ -299,36 +299,6 @@ def check_same(ds: Any) -> None:
 # ----------------------------------------------------------------------------- report
 
 
-def _cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip() + " (with uncommitted changes)" * bool(
-            subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
     by = {c.key: c for c in cases}
     start, end = bench_doc.markers(SECTION)
@@ -344,11 +314,9 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         f"`[{BATCH}, {K}, 3, 84, 84]`. Batches/s: one over the median call time, "
         f"median of {info['repeats']} rounds in one process (range in brackets).",
         "",
-        f"- Measured {info['date']} on {info['cpu']} ({os.cpu_count()} CPUs, shared); Python "
-        f"{platform.python_version()}; numpy {_version('numpy')}, torch {_version('torch')} "
-        f"(1 intra-op thread).",
-        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
-        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
+        *_harness.header(
+            info, f"numpy {_harness.version('numpy')}, torch {_harness.version('torch')} (1 intra-op thread)"
+        ),
         "",
         "| workload | batches/s | ms/batch | page faults/batch | / raw 4x, memmap | / raw 4x, RAM |",
         "|---|---|---|---|---|---|",
@@ -404,57 +372,26 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
-    parser = argparse.ArgumentParser(description="FrameStack vs the raw gather of 4x the frames")
-    parser.add_argument("--write", type=Path, help="Markdown file whose frame-stack section is replaced")
-    parser.add_argument("--steps", type=int, help="pixel steps to generate (default 60,000; quick: 10,000)")
-    parser.add_argument("--quick", action="store_true", help="a small dataset and short runs (a smoke test)")
-    parser.add_argument("--repeats", type=int, help="interleaved rounds (default 3)")
-    parser.add_argument("--seconds", type=float, help="seconds per configuration and round (default 2)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work" / "framestack", help="work directory")
-    parser.add_argument("--keep", action="store_true", help="keep the generated dataset afterwards")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    import torch
-
-    torch.set_num_threads(1)
-    steps = args.steps or (10_000 if args.quick else 60_000)
-    repeats = args.repeats or 3
-    seconds = args.seconds or (0.3 if args.quick else 2.0)
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    need = 1.2 * steps * int(np.prod(FRAME))
-    if shutil.disk_usage(work).free < need:
-        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}")
+    p = _harness.parser(
+        "FrameStack vs the raw gather of 4x the frames", SECTION, work="framestack", steps=(60_000, 10_000)
+    )
+    run = _harness.start(p.parse_args(argv))
+    run.need_disk(1.2 * run.steps * int(np.prod(FRAME)))
     t = time.perf_counter()
-    ds = ensure_dataset(steps, work)
+    ds = ensure_dataset(run.steps, run.work)
     warm(ds)
     _log(f"{ds.num_steps:,} steps, {ds.num_episodes} episodes ready ({time.perf_counter() - t:.1f} s)")
     try:
         check_same(ds)
         cases = build_cases(ds)
-        for rep in range(repeats):
-            run_round(cases, seconds)
+        for rep in range(run.repeats):
+            run_round(cases, run.seconds)
             for case in cases:
-                _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
-        info = {
-            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "cpu": _cpu_model(),
-            "commit": _commit(),
-            "repeats": repeats,
-            "seconds": seconds,
-            "minutes": (time.perf_counter() - t0) / 60,
-            "load_before": load_before,
-            "load_after": os.getloadavg()[0],
-        }
-        section = render(ds, cases, info)
+                _log(f"  [{rep + 1}/{run.repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+        section = render(ds, cases, run.info())
     finally:
-        if not args.keep:
-            shutil.rmtree(work / "root", ignore_errors=True)
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
+        run.remove(run.work / "root")
+    run.publish(SECTION, section, _log)
     return 0
 
 

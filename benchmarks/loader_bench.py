@@ -381,6 +381,8 @@ PAIRS = [
     ("rlds-ram", "trl-uniform"),
     ("rlds-slice", "trl-slice-cached"),
     ("rlds-slice", "trl-compat-slice"),
+    ("rlds-prio", "trl-prio"),
+    ("rlds-prio-np", "trl-prio"),
 ]
 
 
@@ -921,7 +923,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")
+    parser.add_argument(
+        "--build-extension-only",
+        action="store_true",
+        help="make torchrl's C++ extension load (rebuild it if needed), then exit: 0 if it loads",
+    )
     args = parser.parse_args(argv)
+    if args.build_extension_only:
+        ensure_torchrl_extension(args.work.resolve(), _log)
+        check = [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"]
+        loads = subprocess.run(check, capture_output=True).returncode == 0  # a fresh process
+        _log(f"torchrl's C++ extension {'loads' if loads else 'does NOT load'}")
+        return 0 if loads else 1
     t0 = time.perf_counter()
     load_before = os.getloadavg()[0]
     import torch

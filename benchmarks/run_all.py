@@ -21,13 +21,17 @@ how much of the source file is in the page cache (``mincore``). "Warm" runs read
 in the page cache; "cold" runs evict the source first with ``posix_fadvise(DONTNEED)`` (the only
 cache drop possible without root; the hypervisor may still cache the disk).
 
+This module is also ``make bench``'s driver: after its own section it runs the other sections'
+scripts in turn (minari, preprocess, cli, pixel, zarr, loader; ``--only NAME...`` picks some, and
+the extra sections ``framestack`` and ``dataloader`` run only when named).
+
 Usage::
 
-    python benchmarks/run_all.py [--write docs/benchmarks.md] [--quick]
+    python benchmarks/run_all.py [--write docs/benchmarks.md] [--quick] [--only pixel loader]
 
 ``--write FILE`` replaces the section between ``<!-- bench:conversion:start -->`` and
-``<!-- bench:conversion:end -->`` in FILE (creating the file if needed), so other benchmark
-sections can live in the same file. Work data goes to ``benchmarks/_work/`` (git-ignored) and
+``<!-- bench:conversion:end -->`` in FILE (creating the file if needed), and each other section
+between its own markers. Work data goes to ``benchmarks/_work/`` (git-ignored) and
 the generated sources are deleted at the end unless ``--keep``.
 """
 
@@ -155,7 +159,10 @@ def _hwm_mb() -> float:
 
 
 def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
-    """Convert the D4RL file with rlds (runs in the child)."""
+    """Convert the D4RL file with rlds (runs in the child); ``spec["fsync"] = False`` sets
+    ``RLDS_FSYNC=0`` (the default, fsync on, is what the other rows measure)."""
+    if spec.get("fsync") is False:
+        os.environ["RLDS_FSYNC"] = "0"
     t0 = time.perf_counter()
     from rlds_cli.convert import convert
 
@@ -241,9 +248,11 @@ WORKERS = {"rlds": worker_rlds, "torchrl": worker_torchrl}
 
 
 def worker_main(spec_json: str, out: str) -> None:
-    """Child entry point: run one operation and write its result as JSON."""
+    """Child entry point: run one operation and write its result as JSON. ``spec["module"]``
+    names another benchmark module whose own ``WORKERS`` table has the operation."""
     spec = json.loads(spec_json)
-    result = WORKERS[spec["kind"]](spec)
+    table = importlib.import_module(spec["module"]).WORKERS if "module" in spec else WORKERS
+    result = table[spec["kind"]](spec)
     Path(out).write_text(json.dumps(result))
 
 
@@ -309,8 +318,9 @@ def run_once(cfg: Config, work: Path) -> dict[str, Any]:
     return result
 
 
-def run_configs(configs: list[Config], repeats: int, work: Path, log: Any) -> None:
-    """Run every configuration ``repeats`` times, interleaved."""
+def run_configs(configs: list[Config], repeats: int, work: Path, log: Any, *, keep: bool = False) -> None:
+    """Run every configuration ``repeats`` times, interleaved; ``keep``: leave the last run's
+    outputs in place (for the caller to read), else delete them."""
     for rep in range(repeats):
         for cfg in configs:
             r = run_once(cfg, work)
@@ -320,16 +330,17 @@ def run_configs(configs: list[Config], repeats: int, work: Path, log: Any) -> No
                 f"(process {r['wall']:.2f} s), peak RSS {r['peak_rss_mb']:.0f} MB "
                 f"(ru_maxrss {r['ru_maxrss_mb']:.0f}), source cached {100 * r['cached']:.0f}%"
             )
-    for cfg in configs:
-        shutil.rmtree(cfg.output, ignore_errors=True)
+    if not keep:
+        for cfg in configs:
+            shutil.rmtree(cfg.output, ignore_errors=True)
 
 
 def rlds_config(
-    key: str, label: str, source: Path, backend: str, work: Path, *, cold: bool = False
+    key: str, label: str, source: Path, backend: str, work: Path, *, cold: bool = False, fsync: bool = True
 ) -> Config:
     """An rlds conversion of the D4RL file ``source`` with ``backend``."""
     root = work / "out" / key
-    spec = {"kind": "rlds", "source": str(source), "root": str(root), "backend": backend}
+    spec = {"kind": "rlds", "source": str(source), "root": str(root), "backend": backend, "fsync": fsync}
     return Config(key, label, "rlds", source, spec, root, cold=cold)
 
 
@@ -650,28 +661,72 @@ def _timed(label: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     return out
 
 
+#: What ``make bench`` runs, in this order (``--only`` picks some).
+SECTIONS = ("conversion", "minari", "preprocess", "cli", "pixel", "zarr", "loader")
+#: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
+#: changes. The pixel section measures both paths again (as they are now) in every ``make bench``.
+EXTRA_SECTIONS = ("framestack", "dataloader")
+
+
 def main(argv: Iterable[str] | None = None) -> int:
-    """Run the benchmark; print progress and the resulting Markdown."""
-    parser = argparse.ArgumentParser(description="rlds vs TorchRL conversion benchmark")
-    parser.add_argument("--write", type=Path, help="Markdown file whose conversion section is replaced")
-    parser.add_argument("--quick", action="store_true", help="1e5/1e6 steps, 1 repeat (a smoke test)")
+    """Run the benchmarks; print progress and the resulting Markdown."""
+    parser = argparse.ArgumentParser(description="rlds vs its peers: every section of docs/benchmarks.md")
+    parser.add_argument("--write", type=Path, help="Markdown file whose sections are replaced")
+    parser.add_argument("--quick", action="store_true", help="small data, 1 repeat (a smoke test)")
     parser.add_argument("--repeats", type=int, help="runs per configuration (default 3; quick: 1)")
     parser.add_argument("--work", type=Path, default=HERE / "_work", help="work directory")
     parser.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
     parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
-        "--only", choices=["loader"], help="run only this section (default: every section, loader last)"
+        "--only",
+        nargs="+",
+        choices=SECTIONS + EXTRA_SECTIONS,
+        help=f"run only these sections (default: {', '.join(SECTIONS)}, in that order)",
     )
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.worker:
         worker_main(*args.worker)
         return 0
-    if args.only == "loader":
-        return run_loader(args)
+    t0 = time.perf_counter()
+    chosen = args.only or SECTIONS
+    status = 0
+    for name in (*SECTIONS, *EXTRA_SECTIONS):
+        if name in chosen:
+            t = time.perf_counter()
+            _log(f"== {name}")
+            status |= RUNNERS[name](args) or 0
+            _log(f"== {name} took {(time.perf_counter() - t) / 60:.1f} min")
+    _log(
+        f"all sections ({', '.join(n for n in SECTIONS + EXTRA_SECTIONS if n in chosen)}) took "
+        f"{(time.perf_counter() - t0) / 60:.1f} min"
+    )
+    return status
 
+
+def _repeats(args: argparse.Namespace) -> int:
+    return int(args.repeats or (1 if args.quick else 3))
+
+
+def _n_main(args: argparse.Namespace) -> int:
+    return 100_000 if args.quick else 1_000_000
+
+
+def _section_argv(args: argparse.Namespace, work: Path | None = None) -> list[str]:
+    """The shared options, as a section script's own command line takes them."""
+    return (
+        (["--work", str(work)] if work is not None else [])
+        + (["--quick"] if args.quick else [])
+        + (["--write", str(args.write)] if args.write else [])
+        + (["--keep"] if args.keep else [])
+    )
+
+
+def run_conversion(args: argparse.Namespace) -> int:
+    """This module's own section: D4RL file -> cache, rlds vs TorchRL's Minari cache build."""
     t_start = time.perf_counter()
-    repeats = args.repeats or (1 if args.quick else 3)
-    n_main, n_big = (100_000, 1_000_000) if args.quick else (1_000_000, 10_000_000)
+    repeats = _repeats(args)
+    n_main = _n_main(args)
+    n_big = 10 * n_main
     work: Path = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(work).free
@@ -733,39 +788,66 @@ def main(argv: Iterable[str] | None = None) -> int:
     if args.write:
         bench_doc.write_section(args.write, SECTION, section)
         _log(f"wrote the '{SECTION}' section of {args.write}")
-    # rlds reading a Minari dataset itself vs TorchRL, same session (benchmarks/minari_bench.py)
+    return 0
+
+
+def run_minari(args: argparse.Namespace) -> int:
+    """rlds reading a Minari dataset itself vs TorchRL, same session (benchmarks/minari_bench.py)."""
     import minari_bench
 
-    _log(f"Minari source, {n_main:,} steps, {repeats} repeats:")
-    minari_section = minari_bench.run(work, steps=n_main, repeats=repeats, log=_log)
-    print(minari_section)
+    work: Path = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    section = minari_bench.run(work, steps=_n_main(args), repeats=_repeats(args), log=_log)
+    print(section)
     if args.write:
-        bench_doc.write_section(args.write, minari_bench.SECTION, minari_section)
+        bench_doc.write_section(args.write, minari_bench.SECTION, section)
         _log(f"wrote the '{minari_bench.SECTION}' section of {args.write}")
-    # rlds preprocess vs TorchRL preprocess, same session (benchmarks/preprocess_bench.py)
+    return 0
+
+
+def run_preprocess(args: argparse.Namespace) -> int:
+    """rlds preprocess vs TorchRL preprocess (benchmarks/preprocess_bench.py)."""
     import preprocess_bench
 
-    _log("preprocessing:")
-    pp_argv = ["--work", str(work), "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
-    preprocess_bench.main(pp_argv + (["--write", str(args.write)] if args.write else []))
-    # CLI start-up time (benchmarks/cli_bench.py)
+    argv = ["--work", str(args.work.resolve()), "--repeats", str(_repeats(args))]
+    argv += ["--quick"] if args.quick else []
+    return preprocess_bench.main(argv + (["--write", str(args.write)] if args.write else []))
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """CLI start-up time (benchmarks/cli_bench.py)."""
     import cli_bench
 
-    _log("cli start-up:")
-    cli_bench.main(["--write", str(args.write)] if args.write else [])
-    # FrameStack on pixels vs the raw gather of 4x the frames (benchmarks/framestack_bench.py)
-    import framestack_bench
+    return cli_bench.main(["--write", str(args.write)] if args.write else []) or 0
 
-    _log("frame stack:")
-    fs_argv = ["--work", str(work / "framestack")] + (["--quick"] if args.quick else [])
-    framestack_bench.main(fs_argv + (["--write", str(args.write)] if args.write else []))
-    # zarr against memmap: random access and conversion (benchmarks/zarr_bench.py)
+
+def run_pixel(args: argparse.Namespace) -> int:
+    """The pixel section: conversion, disk and every sampling path on pixels, side by side with
+    TorchRL and the lean raw gather (benchmarks/pixel_bench.py)."""
+    import pixel_bench
+
+    return pixel_bench.main(_section_argv(args, args.work.resolve() / "pixel"))
+
+
+def run_zarr(args: argparse.Namespace) -> int:
+    """zarr against memmap: conversion CPU, pixel and low-dim random access (benchmarks/zarr_bench.py)."""
     import zarr_bench
 
-    _log("zarr:")
-    z_argv = ["--work", str(work / "zarr")] + (["--quick"] if args.quick else [])
-    zarr_bench.main(z_argv + (["--write", str(args.write)] if args.write else []))
-    return run_loader(args)
+    return zarr_bench.main(_section_argv(args, args.work.resolve() / "zarr"))
+
+
+def run_framestack(args: argparse.Namespace) -> int:
+    """FrameStack before/after vs the raw gather of 4x the frames (benchmarks/framestack_bench.py)."""
+    import framestack_bench
+
+    return framestack_bench.main(_section_argv(args, args.work.resolve() / "framestack"))
+
+
+def run_dataloader(args: argparse.Namespace) -> int:
+    """DataLoader workers with and without the ring (benchmarks/dataloader_bench.py)."""
+    import dataloader_bench
+
+    return dataloader_bench.main(_section_argv(args, args.work.resolve() / "dataloader"))
 
 
 def run_loader(args: argparse.Namespace) -> int:
@@ -775,6 +857,19 @@ def run_loader(args: argparse.Namespace) -> int:
     _log("loader (sampling):")
     lb_argv = (["--quick"] if args.quick else []) + (["--write", str(args.write)] if args.write else [])
     return loader_bench.main(lb_argv)
+
+
+RUNNERS = {
+    "conversion": run_conversion,
+    "minari": run_minari,
+    "preprocess": run_preprocess,
+    "cli": run_cli,
+    "pixel": run_pixel,
+    "zarr": run_zarr,
+    "framestack": run_framestack,
+    "dataloader": run_dataloader,
+    "loader": run_loader,
+}
 
 
 if __name__ == "__main__":

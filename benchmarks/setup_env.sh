@@ -19,7 +19,7 @@ GYMNASIUM_VERSION=1.4.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="pillow fast torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
+WANT="pillow fast torchrl-ext torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -47,6 +47,13 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 "${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
 # the project with its `fast` extra (numba: the compiled sum tree the prioritized rows measure)
 "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[fast]"
+
+# TorchRL 0.14.1's prebuilt C++ extension (the segment trees behind its PrioritizedSampler) does
+# not load against torch 2.13: rebuild it from the C++ sources the wheel ships (about 2 minutes,
+# once; needs a C++ compiler). Without it, the prioritized rows of the sampling section are skipped.
+if ! "$VENV/bin/python" "$ROOT/benchmarks/loader_bench.py" --build-extension-only; then
+    echo "warning: torchrl's C++ extension does not load; TorchRL's prioritized sampler will not be measured" >&2
+fi
 
 "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF'
 import sys

@@ -12,7 +12,9 @@ What is measured, in one process:
 
 * conversion CPU time (``time.process_time`` around the builder's appends and commit, every
   thread included; the data generation is outside) and files written, memmap against zarr;
-* uniform batches of 256 through ``Loader(ds, 256).sample`` (every TED key), memmap against
+* uniform batches of 256 through ``Loader(ds, 256, in_memory=False).sample`` (every TED key;
+  ``in_memory=False``: read from the files at every batch, not the default ``"auto"``, which loads a
+  zarr dataset that fits the memory budget into RAM), memmap against
   zarr: the layout written now (64 KiB chunks in 16 MiB shards, read by rlds's own chunk reader),
   and for the "before" figure the layout written before (512 KiB chunks, one file each) read
   through zarr's indexing as it was;
@@ -33,11 +35,8 @@ deleted at the end.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as _dt
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -51,13 +50,14 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
 import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import framestack_bench  # noqa: E402  (its CPU model, version and commit helpers)
+import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)
 
 SECTION = "zarr"
 BATCH = 256
-FRAME = (3, 84, 84)
-EPISODE_LENGTHS = (30, 2000)
+FRAME = bench_data.FRAME
+EPISODE_LENGTHS = bench_data.PIXEL_EPISODE_LENGTHS
 #: The issue's goals: zarr uniform pixel batches at this fraction of memmap's rate, conversion
 #: CPU within this factor of memmap's.
 RATE_TARGET, CONVERSION_TARGET = 0.25, 1.5
@@ -73,32 +73,24 @@ def _log(message: str) -> None:
 
 
 def pixel_blocks(steps: int) -> Iterator[Any]:
-    """One StepBlock per episode of generated pixel data (same seed: same blocks every time)."""
+    """One StepBlock per episode of generated pixel data (``benchmarks/data.py``; same seed: same
+    blocks every time)."""
     from rlds_cli.formats.base import StepBlock
 
-    rng = np.random.default_rng(0)
-    done = 0
-    while done < steps:
-        n = min(int(rng.integers(EPISODE_LENGTHS[0], EPISODE_LENGTHS[1] + 1)), steps - done)
-        frames = np.empty((n + 1, *FRAME), np.uint8)
-        frames[:] = rng.integers(0, 256, FRAME, np.uint8)
-        ys, xs = rng.integers(0, FRAME[1] - 12, n + 1), rng.integers(0, FRAME[2] - 12, n + 1)
-        patch = rng.integers(0, 256, (n + 1, FRAME[0], 12, 12), np.uint8)
-        for t in range(n + 1):
-            frames[t, :, ys[t] : ys[t] + 12, xs[t] : xs[t] + 12] = patch[t]
+    for frames, actions, rewards in bench_data.iter_pixel_episodes(steps):
+        n = len(actions)
         flags = np.zeros((n, 1), bool)
         flags[-1] = True
         yield StepBlock(
             steps={
-                "action": rng.integers(0, 18, (n, 1)).astype(np.int64),
-                "next/reward": rng.standard_normal((n, 1), np.float32),
+                "action": actions,
+                "next/reward": rewards,
                 "next/terminated": np.zeros((n, 1), bool),
                 "next/truncated": flags,
             },
             observations={"observation": frames},
             ends=np.array([n - 1]),
         )
-        done += n
 
 
 def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
@@ -313,18 +305,18 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
         column = before.column(key)
         assert isinstance(column, backends.ZarrColumn)
         column._reader = None
-    zarr_old_before = Loader(before, BATCH, seed=0)
+    zarr_old_before = Loader(before, BATCH, seed=0, in_memory=False)
     cases = [
-        Case("mm", "memmap", Loader(pix["memmap"], BATCH, seed=0).sample),
+        Case("mm", "memmap", Loader(pix["memmap"], BATCH, seed=0, in_memory=False).sample),
         Case(
             "z",
             "zarr, layout now (16 KiB chunks, 16 MiB shards), rlds chunk reader",
-            Loader(pix["zarr"], BATCH, seed=0).sample,
+            Loader(pix["zarr"], BATCH, seed=0, in_memory=False).sample,
         ),
         Case(
             "z-old-new",
             "zarr, layout before (512 KiB chunks), rlds chunk reader",
-            Loader(pix["zarr-old"], BATCH, seed=0).sample,
+            Loader(pix["zarr-old"], BATCH, seed=0, in_memory=False).sample,
         ),
         Case("z-old", "zarr, layout before, zarr indexing (before this change)", zarr_old_before.sample),
     ]
@@ -346,13 +338,13 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
                 ram_z = ram
     out["lowdim_load"] = statistics.median(loads["zarr"])
     out["lowdim_load_memmap"] = statistics.median(loads["memmap"])
-    zarr_disk = Loader(low["zarr"], BATCH, seed=0)
+    zarr_disk = Loader(low["zarr"], BATCH, seed=0, in_memory=False)
     cases = [
         Case(
             "mm-ram", "memmap, `in_memory=True`", Loader(low["memmap"], BATCH, seed=0, in_memory=True).sample
         ),
         Case("z-ram", "zarr, `in_memory=True`", ram_z.sample),
-        Case("mm", "memmap, on disk", Loader(low["memmap"], BATCH, seed=0).sample),
+        Case("mm", "memmap, on disk", Loader(low["memmap"], BATCH, seed=0, in_memory=False).sample),
         Case("z", "zarr, on disk (rlds chunk reader)", zarr_disk.sample),
     ]
     _log("low-dim, uniform batches:")
@@ -377,14 +369,15 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         f"{EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps (random background per episode, one "
         f"changing 12 x 12 patch per frame); low-dim, {r['lowdim_steps']:,} steps of 17 float32 "
         "observations and 6 float32 actions in 1,000-step episodes. Batch "
-        f"{BATCH}, uniform sampler, every TED key (`Loader(ds, {BATCH}).sample()`). Batches/s: one "
+        f"{BATCH}, uniform sampler, every TED key (`Loader(ds, {BATCH}, in_memory=False).sample()`: "
+        "the files read at every batch; the default `in_memory='auto'` would load these zarr datasets "
+        "into RAM). Batches/s: one "
         f"over the median call time, median of {info['repeats']} interleaved rounds (range in brackets).",
         "",
-        f"- Measured {info['date']} on {info['cpu']} ({os.cpu_count()} CPUs, shared); Python "
-        f"{platform.python_version()}; numpy {framestack_bench._version('numpy')}, zarr "
-        f"{framestack_bench._version('zarr')}, numcodecs {framestack_bench._version('numcodecs')}.",
-        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
-        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
+        *_harness.header(
+            info,
+            ", ".join(f"{d} {_harness.version(d)}" for d in ("numpy", "zarr", "numcodecs")),
+        ),
         "",
         "### Conversion (CPU seconds of the builder, median of the runs)",
         "",
@@ -470,50 +463,27 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
-    parser = argparse.ArgumentParser(description="zarr against memmap: random access and conversion")
-    parser.add_argument("--write", type=Path, help="Markdown file whose zarr section is replaced")
-    parser.add_argument("--pixel-steps", type=int, help="pixel steps (default 30,000; quick: 5,000)")
-    parser.add_argument("--lowdim-steps", type=int, help="low-dim steps (default 1,000,000; quick: 100,000)")
-    parser.add_argument("--quick", action="store_true", help="small data, short runs (a smoke test)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
-    parser.add_argument("--seconds", type=float, help="seconds per case and round (default 1.5)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work" / "zarr", help="work directory")
-    parser.add_argument("--keep", action="store_true", help="keep the generated datasets")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    import torch
-
-    torch.set_num_threads(1)
-    pixel_steps = args.pixel_steps or (5_000 if args.quick else 30_000)
-    lowdim_steps = args.lowdim_steps or (100_000 if args.quick else 1_000_000)
-    seconds = args.seconds or (0.3 if args.quick else 1.5)
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    need = 3.5 * pixel_steps * int(np.prod(FRAME)) + 4 * lowdim_steps * 110
-    if shutil.disk_usage(work).free < need:
-        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}")
+    p = _harness.parser(
+        "zarr against memmap: random access and conversion", SECTION, work="zarr", seconds=(1.5, 0.3)
+    )
+    p.add_argument("--pixel-steps", type=int, help="pixel steps (default 30,000; quick: 5,000)")
+    p.add_argument("--lowdim-steps", type=int, help="low-dim steps (default 1,000,000; quick: 100,000)")
+    args = p.parse_args(argv)
+    bench = _harness.start(args)
+    pixel_steps = args.pixel_steps or (5_000 if bench.quick else 30_000)
+    lowdim_steps = args.lowdim_steps or (100_000 if bench.quick else 1_000_000)
+    bench.need_disk(3.5 * pixel_steps * int(np.prod(FRAME)) + 4 * lowdim_steps * 110)
     try:
         results = run(
-            work, pixel_steps=pixel_steps, lowdim_steps=lowdim_steps, repeats=args.repeats, seconds=seconds
+            bench.work,
+            pixel_steps=pixel_steps,
+            lowdim_steps=lowdim_steps,
+            repeats=bench.repeats,
+            seconds=bench.seconds,
         )
     finally:
-        if not args.keep:
-            shutil.rmtree(work / "root", ignore_errors=True)
-    info = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": framestack_bench._cpu_model(),
-        "commit": framestack_bench._commit(),
-        "repeats": args.repeats,
-        "minutes": (time.perf_counter() - t0) / 60,
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-    }
-    section = render(results, info)
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
+        bench.remove(bench.work / "root")
+    bench.publish(SECTION, render(results, bench.info()), _log)
     return 0
 
 

@@ -174,6 +174,8 @@ def convert(
     options = {k: v for k, v in (options or {}).items() if v is not None}
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
+    if archive is not None and _reads_archive_itself(archive, format):
+        archive, format = None, "gen_dgrl"  # from here on, a source file like any other
     if archive is not None:
         fmt, files, base = format, [archive], archive.parent
     else:
@@ -237,6 +239,21 @@ def convert(
             if extracted is not None:
                 shutil.rmtree(extracted, ignore_errors=True)
     return ConvertResult(manifest, False, cache.dataset_dir(name))
+
+
+def _reads_archive_itself(archive: Path, fmt: str | None) -> bool:
+    """Whether ``archive`` goes to its reader as it is instead of being unpacked first.
+
+    Only Gen-DGRL's tar archives (Procgen ``<game>.tar.xz``): thousands of trajectory files,
+    tens of GB once unpacked, which its reader streams member by member (never writing them to
+    disk). Such an archive is then hashed and recorded as one source file. ``--format gen_dgrl``
+    says so for any tar; without ``--format``, the reader's sniffer peeks at the first member.
+    """
+    from rlds_cli.formats import gen_dgrl
+
+    if not archive.name.lower().endswith(gen_dgrl.TAR_SUFFIXES):
+        return False
+    return fmt == "gen_dgrl" if fmt is not None else gen_dgrl.sniff(archive)
 
 
 #: Formats whose reader reads exactly one file: a folder of several is converted file by file.

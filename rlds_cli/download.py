@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import registry, settings
+from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError, UnsupportedSourceError
@@ -179,7 +180,9 @@ def _list_online(entry: registry.RegistryEntry, folder: Path) -> None:
         if stored_listing(folder) is not None:
             return
         raise
-    _write_json(listing_path(folder), [{**f.__dict__, "urls": list(f.urls)} for f in listed])
+    path = listing_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps([{**f.__dict__, "urls": list(f.urls)} for f in listed], indent=2) + "\n")
 
 
 def share_downloads(
@@ -245,13 +248,6 @@ def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
     for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
         if sub != folder and sub.is_dir() and not any(sub.iterdir()):
             shutil.rmtree(sub, ignore_errors=True)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _looks_like_path(source: str) -> bool:

@@ -1,17 +1,8 @@
-"""File hashing."""
+"""File hashing: the one copy is :func:`rlds_cli._io.sha256_file`; this name stays for its
+importers (``convert.py``, ``preprocess/fnref.py``) until they import it from there."""
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
+from rlds_cli._io import sha256_file as sha256_file
 
-_CHUNK = 4 * 1024 * 1024
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 4 MiB chunks (hashlib releases the GIL on large updates)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+__all__ = ["sha256_file"]

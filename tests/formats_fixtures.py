@@ -11,6 +11,7 @@ AMAGO ``FrozenTraj.to_dict`` files (``_OBS_KEY_*``, ``rl2s``, ``time_idxs``, ``r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,18 @@ def minari_episode(
         "terminations": term,
         "truncations": trunc,
     }
+
+
+def refused(result: Any, *needles: str) -> str:
+    """A CLI result that is a one-line refusal (exit 1) naming ``needles``, with nothing published
+    or left in the cache's tmp/; returns the error line."""
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("error: ") and len(lines) <= 2, lines
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    home = Path(os.environ["RLDS_HOME"])
+    for sub in ("datasets", "tmp"):
+        folder = home / sub
+        assert not (folder.exists() and any(folder.iterdir())), (sub, list(folder.iterdir()))
+    return lines[0]

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -384,9 +385,9 @@ def test_a_real_full_disk(
     the next run resumes once space is freed."""
     filler = small_disk / "other-program.bin"
     filler.write_bytes(b"\0" * 300_000)
-    usage = http_module.shutil.disk_usage(small_disk)
+    usage = shutil.disk_usage(small_disk)
     # the space check passed when the download began; the disk fills afterwards
-    monkeypatch.setattr(http_module.shutil, "disk_usage", lambda p: usage._replace(free=10**12))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=10**12))
     with pytest.raises(InsufficientDiskSpaceError) as info:
         fetch(server, small_disk / "raw", config)
     part = part_path(small_disk / "raw", "data.bin")

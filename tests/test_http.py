@@ -263,12 +263,10 @@ def test_a_changed_local_file_is_downloaded_again(
 def test_disk_space_checked_before_any_request(
     server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil as real_shutil
+    import shutil
 
-    from rlds_cli.net import fetch as fetch_module
-
-    usage = real_shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(fetch_module.shutil, "disk_usage", lambda p: usage._replace(free=1000))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=1000))
     with pytest.raises(InsufficientDiskSpaceError) as info:
         fetch(server, tmp_path, config, spec=remote(server, size=len(DATA)))
     assert f"needs {len(DATA):,} bytes" in str(info.value) and "RLDS_HOME" in info.value.hint

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,13 +107,11 @@ def test_torchrl_cached_slice_sampler_reads_no_full_storage(
     assert sizes and set(sizes) == {12}  # batches (TorchRL may read one twice), never storage[:]
 
 
-def test_torchrl_slice_sampler_cost_within_10x_of_rlds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """TorchRL's SliceSampler over the rlds replay buffer costs < 10x rlds's own slice sampler per
-    batch (issue 16). A ratio of two costs measured side by side, each the best of several
-    repeats, so that a busy machine slows both rather than failing the test; uncached, TorchRL
-    read the whole dataset at every sample (~100x here)."""
+def test_torchrl_slice_sampler_reads_only_its_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchRL's SliceSampler over the rlds replay buffer reads only the rows of each batch
+    (issue 16): uncached, it read ``storage[:]["episode"]``, the whole dataset, at every sample
+    (~100x the cost of rlds's own slice sampler). Counted in rows, not timed: the cost ratio
+    against rlds's sampler is measured in ``make bench``, where timings belong."""
     pytest.importorskip("torchrl")
     from torchrl.data import SliceSampler
 
@@ -122,26 +119,17 @@ def test_torchrl_slice_sampler_cost_within_10x_of_rlds(
 
     monkeypatch.setenv("RLDS_FSYNC", "0")
     big = make_ted(tmp_path, "slices", [250] * 200)  # 50,000 steps
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the benchmark: no thread synchronisation in either
-    try:
-        rb = make_replay_buffer(big, batch_size=256, sampler=SliceSampler(num_slices=8, traj_key="episode"))
-        loader = Loader(big, 256, sampler="slice", slice_len=32, seed=0)
+    rb = make_replay_buffer(big, batch_size=256, sampler=SliceSampler(num_slices=8, traj_key="episode"))
+    source = rb._storage._source
+    gather = source.gather
+    rows: list[int] = []
 
-        def best(fn: Any, calls: int = 20, repeats: int = 7) -> float:
-            fn()  # warm-up
-            times = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                times.append((time.perf_counter() - t) / calls)
-            return min(times)
+    def counting(idx: Any) -> Any:
+        rows.append(int(np.asarray(idx).size))
+        return gather(idx)
 
-        ratios = []
-        for _ in range(3):  # interleaved, so drift hits both alike
-            ratios.append(best(rb.sample) / best(loader.sample))
-        assert min(ratios) < 10, ratios
-    finally:
-        torch.set_num_threads(threads)
+    monkeypatch.setattr(source, "gather", counting)
+    for _ in range(5):
+        rb.sample()
+    assert rows and max(rows) <= 256, rows  # the batch's rows; uncached: 50,000 a sample
     _slices_within_episodes(rb.sample(), 8)

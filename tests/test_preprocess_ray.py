@@ -35,6 +35,15 @@ from tests.test_preprocess import make_dataset
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rlds-cli[ray]')")
 
+try:  # the local S3 server of the remote tests (they need fsspec; these tests need Ray only)
+    from tests.test_remote import moto_endpoint
+except pytest.skip.Exception:
+
+    @pytest.fixture(scope="module")
+    def moto_endpoint() -> str:
+        pytest.skip("the remote extra (fsspec, s3fs) is not installed")
+
+
 FNS = "tests.preprocess_fns"
 LOOPBACK = "127.0.0.1"
 VICTIM_VAR = "PREPROCESS_TEST_VICTIM_NODE"  # set in the second node's processes only
@@ -89,6 +98,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             finally:
                 os.chdir(caller)
                 del os.environ[VICTIM_VAR]
+            started.wait_for_nodes()  # both nodes registered before a job is scheduled
             yield started
         finally:
             if ray.is_initialized():
@@ -224,6 +234,9 @@ def scale(batch):
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
             time.sleep(120)
+    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
+    # node is still starting its first worker (a cold node, when this test runs on its own)
+    time.sleep(0.5)
     return dict(batch)
 """
 
@@ -357,8 +370,89 @@ def scale(batch):
         else:
             os.close(fd)
         time.sleep(120)
+    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
+    # node is still starting its first worker (a cold node, when this test runs on its own)
+    time.sleep(0.5)
     return dict(batch)
 """
+
+
+@pytest.mark.slow
+def test_remote_zarr_in_and_out_survives_a_node_loss_with_no_shared_disk(
+    cluster: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    moto_endpoint: str,
+) -> None:
+    """Source and output on the local S3 server: tasks read the source's chunks from the store
+    and put their chunks there; a node lost mid-job still gives the files of a local run."""
+    import s3fs
+
+    from rlds_cli.remote.push import push
+    from tests.test_remote import s3_env
+
+    env = s3_env(moto_endpoint)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("rayjob")
+    make_dataset("src", [10] * 8, backend="zarr")
+    push("src", "s3://rayjob/src")
+    # a third node (1 CPU) that this test takes away while its tasks stall
+    marker = tmp_path / "stalled"
+    var = "PREPROCESS_TEST_S3_VICTIM"
+    fns = tmp_path / "s3nodefns.py"
+    fns.write_text(NODE_LOST.format(marker=str(marker), var=var))
+    caller = os.getcwd()
+    os.chdir(tmp_path)
+    os.environ[var] = "1"
+    try:
+        victim = cluster.add_node(node_ip_address=LOOPBACK, num_cpus=1, object_store_memory=80 * 2**20)
+    finally:
+        os.chdir(caller)
+        del os.environ[var]
+    cluster.wait_for_nodes()
+    removed: list[bool] = []
+
+    def kill_the_node() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if marker.exists():
+                cluster.remove_node(victim, allow_graceful=False)
+                removed.append(True)
+                return
+            time.sleep(0.05)
+
+    # the nodes get the store's endpoint and credentials from the job's runtime environment
+    ray.init(
+        address=cluster.address, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env}
+    )
+    killer = threading.Thread(target=kill_the_node, daemon=True)
+    killer.start()
+    try:
+        remote = preprocess.run(
+            "s3://rayjob/src", f"{fns}:scale", "s3://rayjob/out", chunk_steps=10, backend="ray", stats=True
+        )
+    finally:
+        killer.join(timeout=30)
+        if victim in cluster.worker_nodes:
+            cluster.remove_node(victim, allow_graceful=False)
+        ray.shutdown()
+    assert removed, "no task ran on the node taken away"
+    assert remote.url == "s3://rayjob/out"
+    local = preprocess.run("src", f"{fns}:scale", "local", chunk_steps=10, workers=1, stats=True)
+    fs.invalidate_cache()
+    pushed = {p.removeprefix("rayjob/out/"): fs.cat_file(p) for p in fs.find("rayjob/out")}
+    mine = {
+        p.relative_to(local.path).as_posix(): p.read_bytes() for p in local.path.rglob("*") if p.is_file()
+    }
+    assert set(pushed) == set(mine) | {"rlds-files.json"}
+    for rel, data in mine.items():
+        if rel != "manifest.json":
+            assert pushed[rel] == data, rel
+    assert not [p for p in fs.find("rayjob") if ".rlds-job-" in p]  # the job's area is gone
 
 
 @pytest.mark.slow

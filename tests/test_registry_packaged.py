@@ -20,7 +20,15 @@ from rlds_cli.formats import known_formats
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO.parent / "shared" / "reference" / "datasets.md"
-FAMILIES = {"d4rl.toml": 183, "roboset.toml": 20, "minari.toml": 28, "ogbench.toml": 85, "demo.toml": 1}
+FAMILIES = {
+    "d4rl.toml": 183,
+    "roboset.toml": 20,
+    "minari.toml": 28,
+    "ogbench.toml": 85,
+    "vd4rl.toml": 20,
+    "gen_dgrl.toml": 128,
+    "demo.toml": 1,
+}
 
 
 @pytest.fixture(autouse=True)

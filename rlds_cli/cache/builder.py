@@ -22,14 +22,11 @@ from rlds_cli.cache import digest
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
 from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage, write_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
+from rlds_cli.cache.ted import EPISODE_DTYPE, REQUIRED_STEP_KEYS, StepBlock
 from rlds_cli.errors import ConversionError, DatasetExistsError, LockTimeoutError
-from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 
 EPISODES_FILE = "episodes.npy"
 SOURCE_ARRAYS_FILE = "source_metadata.npz"
-
-#: One row per episode: first step, number of steps, the source's id, real final observation.
-EPISODE_DTYPE = np.dtype([("start", "<i8"), ("length", "<i8"), ("source_id", "<i8"), ("final_known", "?")])
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")

@@ -41,13 +41,26 @@ def _identity(directory: Path) -> tuple[int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
-def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Dataset:
+def open_dataset(
+    name: str,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
+) -> Dataset:
     """Open a converted dataset read-only.
 
     Args:
         name: The dataset's name in the cache (see ``rlds list``), or a registry id or alias
-            of a downloaded dataset (see :func:`rlds_cli.resolve_name`).
+            of a downloaded dataset (see :func:`rlds_cli.resolve_name`), or the URL of a zarr
+            dataset pushed with ``rlds push`` (``s3://bucket/prefix/NAME``, any fsspec URL): it
+            is then read where it lies (see :class:`rlds_cli.remote.reader.RemoteDataset`).
         root: Cache root; ``None`` uses ``$RLDS_HOME`` or the platform cache dir.
+        cache: For a URL: a folder where the files read are kept, so that a second pass reads
+            nothing from the store (default ``$RLDS_REMOTE_CACHE``; none: ranged reads only).
+        storage_options: For a URL: keyword arguments of its fsspec filesystem (credentials...).
+        endpoint_url: For an ``s3://`` URL: an S3-compatible server.
 
     Returns:
         A :class:`Dataset`.
@@ -55,18 +68,25 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
     Raises:
         DatasetNotFoundError: No dataset of that name in the cache.
         CorruptDatasetError: The dataset's files do not match its manifest.
+        RemoteNotReadableError: A URL of a memmap dataset (pull it instead).
     """
-    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    name = _cache_name(name, cache)
-    directory = cache.dataset_dir(name)
+    from rlds_cli.remote.reader import is_url
+
+    if is_url(name):
+        from rlds_cli.remote.reader import open_remote
+
+        return open_remote(name, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)
+    cache_root = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    name = _cache_name(name, cache_root)
+    directory = cache_root.dataset_dir(name)
     for attempt in range(_OPEN_ATTEMPTS):
         before = _identity(directory)
         try:
-            dataset = Dataset(directory, cache.manifest(name))
+            dataset = Dataset(directory, cache_root.manifest(name))
             if dataset._identity == before:  # manifest, index and directory of one version
                 return dataset
         except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
-            if attempt + 1 == _OPEN_ATTEMPTS or not _being_replaced(cache, directory, before):
+            if attempt + 1 == _OPEN_ATTEMPTS or not _being_replaced(cache_root, directory, before):
                 raise
         time.sleep(_OPEN_RETRY_SECONDS)
     raise DatasetReplacedError(f"dataset {name!r} kept being replaced while it was opened")

@@ -206,7 +206,8 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
     if report.recorded:
         from rlds_cli.cache.backends import get_backend
 
-        store = get_backend(holder.backend)
+        # the dataset's own backend reads its own columns (a remote dataset's reads the store)
+        store = ds._backend if holder is ds.manifest else get_backend(holder.backend)
         for key in holder.fields:
             path = column_path(directory, holder.backend, key)
             want = recorded_columns.get(key)

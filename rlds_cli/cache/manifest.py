@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlds_cli._io import atomic_write
 from rlds_cli._version import __version__
 from rlds_cli.errors import CorruptDatasetError
 
@@ -139,15 +139,9 @@ def _digest_dict(value: Any) -> dict[str, Any]:
 
 def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
     """Write ``manifest.json`` atomically (temp file + rename) into ``directory``."""
-    target = directory / MANIFEST_FILE
-    tmp = directory / f".{MANIFEST_FILE}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(manifest.to_dict(), fh, indent=2, sort_keys=False)
-        fh.write("\n")
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n"
+    # one writer per build folder: a fixed temp name (.manifest.json.tmp, as remote pulls write)
+    atomic_write(directory / MANIFEST_FILE, text, fsync=fsync, unique=False)
 
 
 def read_manifest(directory: Path) -> Manifest:

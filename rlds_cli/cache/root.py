@@ -25,9 +25,10 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlds_cli import settings
+from rlds_cli._io import atomic_write, fsync_dir, fsync_file
 from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, read_manifest
 from rlds_cli.errors import (
     CacheLocationError,
@@ -71,20 +72,6 @@ def _entry(name: str) -> str:
     return validate_name(name).replace("/", "--")
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
@@ -115,8 +102,7 @@ def fsync_tree(root: Path) -> None:
     paths = sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True)
     for path in paths:
         if path.is_file() and not path.is_symlink():
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_file(path)
     for path in paths:
         if path.is_dir():
             fsync_dir(path)
@@ -306,7 +292,8 @@ class CacheRoot:
         # paths relative to the root: a preprocess job builds in a subdirectory of tmp/
         record = {k: os.path.relpath(p, self.path) for k, p in (("final", final), ("build", build_dir))}
         record["trash"] = os.path.relpath(trash, self.path)
-        _write_json_atomic(journal, record, fsync)
+        # a fixed temp name: recover() treats a left-over ".<journal>.tmp" as torn
+        atomic_write(journal, json.dumps(record), fsync=fsync, sync_dir=fsync, unique=False)
         os.replace(final, trash)
         os.replace(build_dir, final)
         if fsync:
@@ -390,16 +377,3 @@ class CacheRoot:
                 self._discard(final, final.name)
         except Timeout:
             raise LockTimeoutError(f"dataset {name!r} is locked by another process") from None
-
-
-def _write_json_atomic(path: Path, data: Any, fsync: bool) -> None:
-    """Write a small JSON file whole or not at all (temp file, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    if fsync:
-        fsync_dir(path.parent)

@@ -1,13 +1,60 @@
-"""TED key helpers and the batch mapping returned by every read."""
+"""The TED vocabulary shared by every layer: key names, the block a reader streams into the cache
+(:class:`StepBlock`), the episode index's dtype, and the batch mapping every read returns.
+
+It imports nothing of the package: the readers, the cache and the loader all stand on it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 #: Keys that are derived at read time rather than stored.
 DERIVED_KEYS = ("next/done", "episode")
+
+#: One row per episode in ``episodes.npy``: its first step, its length, the source's own id, and
+#: whether its final observation is the real one.
+EPISODE_DTYPE = np.dtype([("start", "<i8"), ("length", "<i8"), ("source_id", "<i8"), ("final_known", "?")])
+
+#: Keys every block must carry (per step, N rows).
+REQUIRED_STEP_KEYS = ("action", "next/reward", "next/terminated", "next/truncated")
+
+
+def column(values: np.ndarray) -> np.ndarray:
+    """A per-step scalar as TED's ``[N, 1]`` column (``(N,)`` gains the trailing axis)."""
+    values = np.asarray(values)
+    return values[:, None] if values.ndim == 1 else values
+
+
+@dataclass
+class StepBlock:
+    """A run of consecutive transitions, in the flat layout the cache stores.
+
+    Attributes:
+        steps: Per-step columns with ``n`` rows each (``action``, ``next/reward``,
+            ``next/terminated``, ``next/truncated``, ``info/...``).
+        observations: Observation-like columns in flat layout: the observation of each step,
+            plus, right after the last step of every episode that ends in this block, that
+            episode's final observation. So ``n + len(ends)`` rows each.
+        ends: Sorted positions (in ``[0, n)``) of the last step of each episode that ends in
+            this block. An episode may start in an earlier block.
+        final_known: Per end, whether the final observation is the real one (``False`` where a
+            format rule had to fill it in; see ``docs/formats.md``). ``None`` means all real.
+        episode_ids: Per end, the source's own id of that episode (``None``: numbered in order).
+    """
+
+    steps: Mapping[str, np.ndarray]
+    observations: Mapping[str, np.ndarray]
+    ends: np.ndarray
+    final_known: np.ndarray | None = None
+    episode_ids: np.ndarray | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return int(next(iter(self.steps.values())).shape[0]) if self.steps else 0
 
 
 def join_key(key: str | tuple[str, ...]) -> str:

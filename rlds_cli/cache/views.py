@@ -11,8 +11,10 @@ remove a parent while views of it exist.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -56,15 +58,37 @@ class SlicedColumn:
         return data.astype(dtype) if dtype is not None else data
 
 
+def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None]:
+    """The one parser of episode ranges: ``"A:B"`` -> ``(A, B)`` (``None`` for an empty side), or
+    ``[A, B]`` as a manifest stores it (``A`` an int, ``B`` an int or ``None``).
+
+    ``negative=True`` allows any values, read as a Python slice (a view knows its parent's episode
+    count); ``negative=False`` requires ``0 <= A < B`` (a conversion's stream does not know its
+    count in advance).
+
+    Raises:
+        InvalidSelectionError: ``spec`` is not of that form, or breaks those rules.
+    """
+    parts: list[Any] = []
+    if isinstance(spec, str):
+        with contextlib.suppress(ValueError):  # a side that is no integer: not of the form
+            parts = [int(p) if p.strip() else None for p in spec.split(":")]
+    elif isinstance(spec, tuple | list) and spec and isinstance(spec[0], Integral):
+        parts = list(spec)
+    if len(parts) != 2 or not all(p is None or isinstance(p, Integral) for p in parts):
+        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B")
+    start, stop = (None if p is None else int(p) for p in parts)
+    if not negative and ((start or 0) < 0 or (stop is not None and stop <= (start or 0))):
+        raise InvalidSelectionError(
+            f"episode range {spec!r} must be A:B with 0 <= A < B (B empty: to the end)",
+            hint="for a range counted from the end, convert everything and make a view ('rlds view')",
+        )
+    return start, stop
+
+
 def parse_episode_range(spec: str, num_episodes: int) -> tuple[int, int]:
     """``"A:B"`` (either side may be empty or negative, as a Python slice) -> ``(a, b)``."""
-    try:
-        parts = [int(p) if p.strip() else None for p in spec.split(":")]
-        if len(parts) != 2:
-            raise ValueError
-    except ValueError:
-        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B") from None
-    start, stop, _ = slice(*parts).indices(num_episodes)
+    start, stop, _ = slice(*parse_range(spec, negative=True)).indices(num_episodes)
     if stop <= start:
         raise InvalidSelectionError(f"episode range {spec!r} selects no episode of {num_episodes}")
     return start, stop
@@ -227,8 +251,6 @@ def split_dataset(
             f"dataset {' and '.join(repr(n) for n in taken)} already exists in {cache.path}",
             hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
         )
-    train = create_view(
-        parent, train_name, (0, total - n_val), root=root, replace=replace
-    )
+    train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
     val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
     return train, val

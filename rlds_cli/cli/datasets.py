@@ -98,7 +98,12 @@ def list_datasets(
 
 @handle_errors
 def inspect(
-    name: Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="Dataset name in the cache (or a registry id or alias), or the URL of a pushed zarr dataset."
+        ),
+    ],
     check: Annotated[
         bool,
         typer.Option(
@@ -126,11 +131,15 @@ def inspect(
     """
     from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.names import resolve_name
+    from rlds_cli.remote.reader import RemoteDataset, is_url
     from rlds_cli.summary import describe
 
-    dataset = open_dataset(resolve_name(name, root), root)
+    # a URL: the pushed zarr dataset, read where it lies (credentials from the environment)
+    dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
     # -q prints nothing: skip the scan unless --json asks for it
     info: dict[str, Any] = describe(dataset, statistics=stats) if json or not quiet else {}
+    if info and isinstance(dataset, RemoteDataset):
+        dataset.fix_summary(info)
     if plot is not None:
         from rlds_cli.plot import plot_dataset
 

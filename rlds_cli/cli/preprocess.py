@@ -25,7 +25,6 @@ from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
-    NameOption,
     QuietOption,
     RootOption,
     VerboseOption,
@@ -93,11 +92,24 @@ def _print_schema(title: str, fields: dict[str, Any]) -> None:
 
 @handle_errors
 def preprocess(
-    name: Annotated[str, typer.Argument(help="The dataset to read (never modified; or a registry alias).")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The dataset to read (never modified; or a registry alias), or a pushed zarr dataset's URL."
+        ),
+    ],
     fn: Annotated[
         str, typer.Option("--fn", help="The function: 'package.module:func' or 'path/to/file.py:func'.")
     ],
-    out: NameOption = None,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            "-n",
+            help="Name of the new dataset in the cache, or a URL to push it to (no shared disk needed).",
+            show_default=False,
+        ),
+    ] = None,
     by: Annotated[
         str, typer.Option("--by", help="Chunks of steps (step) or whole episodes (episode).")
     ] = "step",
@@ -173,8 +185,9 @@ def preprocess(
             )
         executor = legacy_backend
     from rlds_cli.names import resolve_name
+    from rlds_cli.remote.reader import is_url
 
-    name = resolve_name(name, root)
+    name = name if is_url(name) else resolve_name(name, root)
     common: dict[str, Any] = {
         "by": by, "chunk_steps": chunk_steps, "keys": keys or None, "stats": stats,
         "num_frames": num_frames, "storage": storage, "root": root,
@@ -258,7 +271,7 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
         _output.print_json(
             {
                 "name": m.name,
-                "path": str(result.path),
+                "path": result.url or str(result.path),
                 "reused": result.reused,
                 "num_steps": m.num_steps,
                 "num_episodes": m.num_episodes,
@@ -286,6 +299,6 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
     _output.console.print(
         f"[green]{m.name}[/]: {m.num_steps:,} steps, {m.num_episodes:,} episodes from "
         f"{result.num_chunks} chunks{resumed} in {result.seconds:.1f} s ({rate:,.0f} steps/s) "
-        f"-> {_output.escape(str(result.path))}",
+        f"-> {_output.escape(result.url or str(result.path))}",
         soft_wrap=True,
     )

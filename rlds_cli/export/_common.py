@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from rlds_cli._io import atomic_path
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError
@@ -28,24 +27,16 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
 
 @contextmanager
 def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary path beside ``out``; on success it replaces ``out``."""
+    """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``."""
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
-    try:
+    with atomic_path(out, suffix=".partial") as tmp:
         yield tmp
-        if out.exists():
-            if out.is_dir():
-                shutil.rmtree(out)
-            else:
-                out.unlink()
-        os.replace(tmp, out)
-    finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+        if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder
+            shutil.rmtree(out)
+        elif out.exists():
+            out.unlink()
 
 
 def step_keys(dataset: Dataset) -> list[str]:

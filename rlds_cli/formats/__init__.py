@@ -22,6 +22,21 @@ READERS: dict[str, str] = {
     "amago": "rlds_cli.formats.amago:AmagoReader",
     "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
     "lerobot": "rlds_cli.formats.lerobot:LeRobotReader",
+    "rlds": "rlds_cli.formats.rlds_tfrecord:RldsTFRecordReader",
+    "vd4rl": "rlds_cli.formats.vd4rl:VD4RLReader",
+    "atari_dqn": "rlds_cli.formats.atari_dqn:AtariDQNReader",
+    "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
+}
+
+#: Formats that recognise their own files and folders: ``"module:function"``, the function taking
+#: a path (file or directory) and returning whether it is of that format. A sniffer is cheap,
+#: imports nothing heavy at module level and never raises on a path of another format. They are
+#: tried in this order, before the layout rules of the older formats below.
+SNIFFERS: dict[str, str] = {
+    "rlds": "rlds_cli.formats.rlds_tfrecord:sniff",
+    "atari_dqn": "rlds_cli.formats.atari_dqn:sniff",
+    "vd4rl": "rlds_cli.formats.vd4rl:sniff",
+    "gen_dgrl": "rlds_cli.formats.gen_dgrl:sniff",
 }
 
 #: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion (the same tuple as
@@ -40,7 +55,23 @@ EXPECTED_FILES: dict[str, str] = {
     "torchrl": "a TensorDict memmap folder (meta.json), or a replay-buffer dump holding storage/",
     "lerobot": "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, "
     "videos/",
+    "rlds": "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards",
+    "vd4rl": "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
+    "drqbc .hdf5 with observation, action, reward, discount and step_type",
+    "atari_dqn": "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
+    "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)",
+    "gen_dgrl": "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
+    "observations, actions, rewards and dones",
 }
+
+
+def sniff_format(path: Path) -> str | None:
+    """The first format of :data:`SNIFFERS` that recognises ``path``, or ``None``."""
+    for fmt, target in SNIFFERS.items():
+        module, _, attr = target.partition(":")
+        if getattr(importlib.import_module(module), attr)(path):
+            return fmt
+    return None
 
 
 def known_formats() -> list[str]:
@@ -147,6 +178,9 @@ def _detect_npz(path: Path) -> str:
 
 
 def _detect_file(path: Path) -> str:
+    sniffed = sniff_format(path)
+    if sniffed is not None:
+        return sniffed
     name = path.name.lower()
     if name == "metadata.json":
         return "minari"
@@ -165,6 +199,9 @@ def _detect_file(path: Path) -> str:
 
 
 def _detect_dir(path: Path) -> str:
+    sniffed = sniff_format(path)
+    if sniffed is not None:
+        return sniffed
     if (path / "meta" / "info.json").is_file():  # a LeRobot dataset (info.json has a codebase_version)
         from rlds_cli.formats.lerobot import is_lerobot
 

@@ -1,50 +1,23 @@
-"""What every source reader produces: a stream of :class:`StepBlock` in the flat TED layout."""
+"""What every source reader produces: a stream of :class:`StepBlock` in the flat TED layout.
+
+:class:`StepBlock`, :data:`REQUIRED_STEP_KEYS` and :func:`column` belong to the TED vocabulary
+(:mod:`rlds_cli.cache.ted`), shared by the readers and the cache; they are importable from here
+too, where a reader looks for them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
 import numpy as np
 
-#: Keys every block must carry (per step, N rows).
-REQUIRED_STEP_KEYS = ("action", "next/reward", "next/terminated", "next/truncated")
-
-
-def column(values: np.ndarray) -> np.ndarray:
-    """A per-step scalar as TED's ``[N, 1]`` column (``(N,)`` gains the trailing axis)."""
-    values = np.asarray(values)
-    return values[:, None] if values.ndim == 1 else values
-
-
-@dataclass
-class StepBlock:
-    """A run of consecutive transitions, in the flat layout the cache stores.
-
-    Attributes:
-        steps: Per-step columns with ``n`` rows each (``action``, ``next/reward``,
-            ``next/terminated``, ``next/truncated``, ``info/...``).
-        observations: Observation-like columns in flat layout: the observation of each step,
-            plus, right after the last step of every episode that ends in this block, that
-            episode's final observation. So ``n + len(ends)`` rows each.
-        ends: Sorted positions (in ``[0, n)``) of the last step of each episode that ends in
-            this block. An episode may start in an earlier block.
-        final_known: Per end, whether the final observation is the real one (``False`` where a
-            format rule had to fill it in; see ``docs/formats.md``). ``None`` means all real.
-        episode_ids: Per end, the source's own id of that episode (``None``: numbered in order).
-    """
-
-    steps: Mapping[str, np.ndarray]
-    observations: Mapping[str, np.ndarray]
-    ends: np.ndarray
-    final_known: np.ndarray | None = None
-    episode_ids: np.ndarray | None = None
-
-    @property
-    def num_steps(self) -> int:
-        return int(next(iter(self.steps.values())).shape[0]) if self.steps else 0
+# re-exported: the reader's side of the TED vocabulary
+from rlds_cli.cache.ted import REQUIRED_STEP_KEYS as REQUIRED_STEP_KEYS
+from rlds_cli.cache.ted import StepBlock as StepBlock
+from rlds_cli.cache.ted import column as column
 
 
 @dataclass

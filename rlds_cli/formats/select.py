@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlds_cli.cache.views import parse_range
 from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormatError
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 from rlds_cli.formats.keys import key_problem
@@ -68,27 +69,8 @@ def parse_episodes(spec: str | tuple[int, int | None] | list[int | None]) -> tup
     """``"A:B"`` (``B`` may be empty: to the end) -> ``(A, B)``. Negative values are refused:
     a stream does not know its episode count in advance. ``spec`` may also be read back from a
     manifest (``[A, B]``), so anything else is an :class:`InvalidSelectionError` too."""
-    start: object
-    stop: object
-    if isinstance(spec, str):
-        try:
-            left, right = spec.split(":")
-            start = int(left) if left.strip() else 0
-            stop = int(right) if right.strip() else None
-        except ValueError:
-            raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B") from None
-    elif isinstance(spec, tuple | list) and len(spec) == 2:
-        start, stop = spec
-    else:
-        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B")
-    if not isinstance(start, int | np.integer) or not (stop is None or isinstance(stop, int | np.integer)):
-        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B")
-    if start < 0 or (stop is not None and stop <= start):
-        raise InvalidSelectionError(
-            f"episode range {spec!r} must be A:B with 0 <= A < B (B empty: to the end)",
-            hint="for a range counted from the end, convert everything and make a view ('rlds view')",
-        )
-    return int(start), None if stop is None else int(stop)
+    start, stop = parse_range(spec, negative=False)
+    return start or 0, stop
 
 
 def select_blocks(

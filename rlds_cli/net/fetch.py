@@ -15,9 +15,7 @@ Locks, partial downloads and ``hashes.json`` live in the folder's ``.rlds/`` (se
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from rlds_cli import settings
-from rlds_cli.cache.root import fsync_dir
+from rlds_cli._io import check_disk, fsync_dir, fsync_file, sha256_file
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DownloadError,
@@ -36,11 +34,9 @@ from rlds_cli.errors import (
     RegistryFormatError,
 )
 from rlds_cli.net.hashes import FileRecord, HashStore, mismatch_hint
-from rlds_cli.net.http import DISK_MARGIN, HttpConfig, discard_part, download_url, fsync_file, new_session
+from rlds_cli.net.http import HttpConfig, discard_part, download_url, new_session
 from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
 from rlds_cli.net.progress import DownloadProgress, ignore
-
-_HASH_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -178,14 +174,7 @@ def _check_disk_for(files: list[RemoteFile], folder: Path, force: bool) -> None:
             continue
         part = part_path(folder, f.name)
         needed += f.size - (part.stat().st_size if part.is_file() and not force else 0)
-    if needed <= 0:
-        return
-    free = shutil.disk_usage(folder).free
-    if free < needed + DISK_MARGIN:
-        raise InsufficientDiskSpaceError(
-            f"not enough disk space in {folder}: the download needs {needed:,} bytes and "
-            f"{free:,} are free (plus {DISK_MARGIN // 2**20} MiB kept spare)"
-        )
+    check_disk(folder, needed, "the download")
 
 
 def _fetch_one(
@@ -282,7 +271,7 @@ def _reuse(
         sha256 = record.sha256
     else:
         progress("verify", file.name, st.st_size)
-        sha256 = sha256_of(final)
+        sha256 = sha256_file(final)
     if (expected.sha256 and sha256 != expected.sha256) or (
         expected.size is not None and st.st_size != expected.size
     ):
@@ -343,7 +332,7 @@ def _publish(
 ) -> FetchResult:
     size = part.stat().st_size
     progress("verify", file.name, size)
-    sha256 = sha256_of(part)
+    sha256 = sha256_file(part)
     problem = None
     if expected.size is not None and size != expected.size:
         problem = f"is {size:,} bytes, expected {expected.size:,}"
@@ -355,10 +344,12 @@ def _publish(
             f"{file.name} downloaded from {url} {problem}; the file was deleted",
             hint=mismatch_hint(expected.origin, store.path),
         )
-    fsync_file(part)
+    sync = settings.fsync_enabled()
+    if sync:
+        fsync_file(part)
     os.replace(part, final)
     discard_part(part)  # its validator record
-    if settings.fsync_enabled():
+    if sync:
         fsync_dir(final.parent)
     origin = expected.origin if expected.sha256 else "recorded"
     # a hash from an authority (or an already pinned one) binds at once; a first-seen one only
@@ -394,12 +385,3 @@ def _combine(
     if len(kinds) == 1 and issubclass(cls := kinds.pop(), DownloadFailedError):
         return cls(f"every mirror of {file.name} failed: {lines}")  # keeps its hint (e.g. --offline)
     return DownloadFailedError(f"every mirror of {file.name} failed: {lines}")
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

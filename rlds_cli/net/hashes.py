@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from rlds_cli._io import atomic_write
 from rlds_cli.net.layout import meta_dir
 
 HASHES_FILE = "hashes.json"
@@ -146,6 +146,4 @@ class HashStore:
 
     def _write(self, records: dict[str, FileRecord]) -> None:
         data: dict[str, Any] = {"files": {k: asdict(v) for k, v in sorted(records.items())}}
-        tmp = self.path.with_name(f"{HASHES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(data, indent=2) + "\n")

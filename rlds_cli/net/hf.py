@@ -18,7 +18,7 @@ from rlds_cli.errors import DownloadFailedError, HostNotFoundError, HTTPStatusEr
 from rlds_cli.net.fetch import RemoteFile
 from rlds_cli.net.http import HttpConfig, describe_error, name_not_resolved, new_session, open_url
 from rlds_cli.net.layout import is_reserved
-from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
+from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
@@ -104,7 +104,8 @@ def _get_page(session: Any, url: str, config: HttpConfig) -> tuple[list[Any], st
     import requests
 
     last = ""
-    for attempt in range(config.retries + 1):
+    budget = RetryBudget(config.retries, config.base_delay)
+    while True:
         retry_after = None
         try:
             resp = open_url(session, url, {}, config)
@@ -132,6 +133,7 @@ def _get_page(session: Any, url: str, config: HttpConfig) -> tuple[list[Any], st
                         url=url,
                         status=resp.status_code,
                     )
-        if attempt < config.retries:
-            config.sleep(backoff_delay(attempt + 1, config.base_delay, retry_after))
-    raise DownloadFailedError(f"listing {url} failed {config.retries + 1} times; last error: {last}")
+        delay = budget.next_delay(retry_after)
+        if delay is None:
+            raise DownloadFailedError(f"listing {url} failed {budget.failures} times; last error: {last}")
+        config.sleep(delay)

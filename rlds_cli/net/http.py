@@ -13,9 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import re
-import shutil
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli._io import atomic_write, check_disk
 from rlds_cli.errors import (
     DownloadFailedError,
     DownloadTooSlowError,
@@ -36,13 +35,11 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.layout import part_info_path
 from rlds_cli.net.progress import DownloadProgress, ignore
-from rlds_cli.net.retry import backoff_delay, is_retryable_status, parse_retry_after
+from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after
 
 logger = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
-#: Head room kept free on the disk besides the file itself.
-DISK_MARGIN = 64 * 1024 * 1024
 USER_AGENT = "rlds-cli (+https://github.com/; offline-RL dataset manager)"
 #: Resets of a ``.part`` (its bytes proved unusable) tolerated in one call before giving up.
 MAX_RESTARTS = 3
@@ -142,10 +139,7 @@ def read_part_info(part: Path) -> PartInfo | None:
 
 def write_part_info(part: Path, info: PartInfo) -> None:
     """Record (atomically) which version of the file a ``.part`` holds bytes of."""
-    path = part_info_path(part)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(info)) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(part_info_path(part), json.dumps(asdict(info)) + "\n")
 
 
 def discard_part(part: Path) -> None:
@@ -223,7 +217,7 @@ def download_url(
         ServerResponseError: The server keeps sending bytes that cannot be placed.
         InsufficientDiskSpaceError: The rest of the file does not fit on the disk.
     """
-    failures = 0
+    budget = RetryBudget(config.retries, config.base_delay)
     restarts = 0
     while True:
         have = _resumable(part, url, name, progress)
@@ -235,15 +229,14 @@ def download_url(
         try:
             size = _one_request(session, url, part, have, name, expected_size, config, progress)
         except _Transient as exc:
-            # a retry budget per stall, not per file: useful progress makes the next failure the first
-            failures = 1 if exc.received else failures + 1
-            if failures > config.retries:
+            delay = budget.next_delay(exc.retry_after, progressed=bool(exc.received))
+            if delay is None:
                 cls = DownloadTooSlowError if exc.too_slow else DownloadFailedError
-                raise cls(f"GET {url} failed {failures} times in a row; last error: {exc}") from None
-            delay = backoff_delay(failures, config.base_delay, exc.retry_after)
+                raise cls(f"GET {url} failed {budget.failures} times in a row; last error: {exc}") from None
+            n = budget.failures
             # logged once (the CLI shows it, without a source location); progress only counts
-            logger.warning("GET %s: %s; retry %d/%d in %.1f s", url, exc, failures, config.retries, delay)
-            progress("retry", name, failures)
+            logger.warning("GET %s: %s; retry %d/%d in %.1f s", url, exc, n, config.retries, delay)
+            progress("retry", name, n)
             config.sleep(delay)
             continue
         if size is not None:
@@ -392,7 +385,7 @@ def _get(
             length = resp.headers.get("Content-Length", "")
             total = int(length) if length.isdigit() else None
             new_info = PartInfo.of(resp, url, total)
-        _check_disk(part.parent, (total or expected_size or 0) - have)
+        check_disk(part.parent, (total or expected_size or 0) - have, f"the download of {name}")
         progress("start", name, total or expected_size or 0)
         if have:
             logger.info("resuming %s at byte %d", url, have)
@@ -488,17 +481,6 @@ def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | No
     return None
 
 
-def _check_disk(directory: Path, needed: int) -> None:
-    if needed <= 0:
-        return
-    free = shutil.disk_usage(directory).free
-    if free < needed + DISK_MARGIN:
-        raise InsufficientDiskSpaceError(
-            f"not enough disk space in {directory}: {needed:,} bytes to download, "
-            f"{free:,} bytes free (and {DISK_MARGIN // 2**20} MiB kept spare)"
-        )
-
-
 def name_not_resolved(exc: BaseException) -> bool:
     """Whether a requests/urllib3 error comes from a failed DNS lookup (``socket.gaierror``,
     which urllib3 wraps as ``NameResolutionError`` inside ``MaxRetryError``)."""
@@ -530,14 +512,3 @@ def describe_error(exc: BaseException) -> str:
         r"(Read timed out|Connection broken)", text
     )
     return f"{type(exc).__name__}: {m.group(1) if m else text}"[:300]
-
-
-def fsync_file(path: Path) -> None:
-    """Flush a file's bytes to disk (skipped when ``RLDS_FSYNC=0``)."""
-    if not settings.fsync_enabled():
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+from dataclasses import dataclass
 
 #: Retry-After values above this are treated as this (a misbehaving server must not park us).
 MAX_RETRY_AFTER = 300.0
@@ -22,6 +23,25 @@ def backoff_delay(attempt: int, base: float, retry_after: float | None = None) -
     if retry_after is not None:
         delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
     return delay
+
+
+@dataclass
+class RetryBudget:
+    """The one retry policy of rlds' HTTP calls: ``retries`` tries more after a failure, with
+    :func:`backoff_delay` between them."""
+
+    retries: int
+    base_delay: float
+    failures: int = 0
+
+    def next_delay(self, retry_after: float | None = None, *, progressed: bool = False) -> float | None:
+        """Count a failed try and return the seconds to wait before the next one, or ``None`` when
+        no try is left. A try that ``progressed`` (useful bytes arrived) makes its failure the
+        first again: a budget per stall, not per operation."""
+        self.failures = 1 if progressed else self.failures + 1
+        if self.failures > self.retries:
+            return None
+        return backoff_delay(self.failures, self.base_delay, retry_after)
 
 
 def parse_retry_after(value: str | None) -> float | None:

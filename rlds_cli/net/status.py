@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import registry
+from rlds_cli._io import sha256_file
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetNotFoundError
-from rlds_cli.net.fetch import sha256_of
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import raw_dir, stored_listing
 
@@ -316,7 +316,7 @@ def _local_source_check(manifest: Any, kind: str) -> dict[str, Any]:
         + _redo_hint(kind, manifest)
     )
     if where.is_file():
-        actual = sha256_of(where)
+        actual = sha256_file(where)
         want = source.get("sha256")
         label = f"source file {path}"
         if actual == want:
@@ -337,7 +337,7 @@ def _local_source_check(manifest: Any, kind: str) -> dict[str, Any]:
         found = _find_source_file(where, source.get("format"), str(entry.get("path", "")))
         if found is None:
             gone.append(str(entry.get("path")))
-        elif sha256_of(found) != entry.get("sha256"):
+        elif sha256_file(found) != entry.get("sha256"):
             changed.append(str(found))
     if changed:
         return _check(
@@ -470,7 +470,7 @@ def _check_files(folder: Path, known: dict[str, str]) -> list[dict[str, Any]]:
         if not path.is_file():
             row["status"] = "not kept"
         else:
-            row["actual"] = sha256_of(path)
+            row["actual"] = sha256_file(path)
             clash = rec is not None and file_name in known and rec.sha256 != known[file_name]
             row["status"] = "ok" if row["actual"] == expected and not clash else "mismatch"
         out.append(row)

@@ -44,13 +44,15 @@ from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetExistsError,
     FunctionImportError,
+    InvalidNameError,
     LockTimeoutError,
     OutputSchemaError,
     PreprocessError,
+    RemoteExistsError,
     RldsError,
     UserFunctionError,
 )
-from rlds_cli.preprocess import executors, fnref, output, schema, stats
+from rlds_cli.preprocess import executors, fnref, output, remote_io, schema, stats
 from rlds_cli.preprocess.guard import stop_if_reimported
 from rlds_cli.preprocess.plan import (
     Plan,
@@ -64,6 +66,7 @@ from rlds_cli.preprocess.plan import (
 )
 from rlds_cli.preprocess.pool import LocalPool
 from rlds_cli.preprocess.worker import call_user, data_path, forget, read_npz, summary_path
+from rlds_cli.remote.reader import is_url
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +97,8 @@ class PreprocessResult:
         num_chunks: Chunks of the job.
         resumed_chunks: Chunks finished by an earlier, interrupted run and kept.
         seconds: Wall time of the job.
+        url: Where the output was pushed, for a job whose output is a URL (``path`` is then
+            where it would be in the cache, and holds nothing).
     """
 
     manifest: Manifest
@@ -102,6 +107,7 @@ class PreprocessResult:
     num_chunks: int = 0
     resumed_chunks: int = 0
     seconds: float = 0.0
+    url: str | None = None
 
 
 @dataclass
@@ -129,6 +135,10 @@ class _Job:
     storage: str
     stats: bool
     lineage: dict[str, Any]
+    #: The source's URL (read where it lies), or ``None`` for a dataset of the cache.
+    source_url: str | None = None
+    #: The output's URL (pushed there, not published in the cache), or ``None``.
+    out_url: str | None = None
 
     @property
     def job_id(self) -> str:
@@ -147,6 +157,7 @@ def _prepare(
     storage: str | None,
     root: Any,
     on_plan: Callable[[Plan], None] | None = None,
+    out_url: str | None = None,
 ) -> _Job:
     """Check the arguments, open the source, plan the chunks, resolve the function.
 
@@ -195,6 +206,11 @@ def _prepare(
         "args": args,
         "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
     }
+    source_url = source_name.rstrip("/") if is_url(source_name) else None
+    if source_url is not None:
+        identity["url"] = source_url
+    if out_url is not None:
+        identity["to"] = out_url
     job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     lineage = {
         **identity,
@@ -203,7 +219,7 @@ def _prepare(
         "job": job_id,
         "parent_lineage": src.manifest.lineage,
     }
-    return _Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage)
+    return _Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage, source_url, out_url)
 
 
 def _infer(job: _Job) -> tuple[schema.Schema, int, int]:
@@ -272,12 +288,17 @@ def run(
     """Apply ``fn`` to every chunk of ``source_name`` and publish the result as ``out_name``.
 
     Args:
-        source_name: The input dataset (never modified).
+        source_name: The input dataset (never modified): a name in the cache, or the URL of a
+            zarr dataset pushed with ``rlds push`` (read where it lies: the workers need no
+            copy of it).
         fn: ``"package.module:function"``, ``"path/to/file.py:function"``, or (from Python) a
             callable that pickles by reference. It gets a :class:`~rlds_cli.cache.ted.TedBatch`
             of numpy arrays and returns a mapping of TED keys to arrays
             (see ``docs/preprocessing.md``).
-        out_name: Name of the derived dataset.
+        out_name: Name of the derived dataset, or a URL: the output is then pushed there
+            (manifest last, as ``rlds push`` does) instead of published in the cache, and the
+            workers write their chunks to the store, so that Ray nodes need no shared
+            filesystem. Its name is the URL's last part.
         by: ``"step"`` (chunks of consecutive steps; the step count is kept) or ``"episode"``
             (chunks of whole episodes; steps and episodes may be dropped).
         chunk_steps: Steps per chunk (per-episode chunks hold whole episodes up to this many
@@ -303,8 +324,12 @@ def run(
     """
     t0 = time.perf_counter()
     stop_if_reimported()  # a worker re-running a script without a main guard: it reports
-    validate_name(out_name)
-    if out_name == source_name:
+    out_url = _output_url(out_name)
+    if out_url is not None:
+        out_name = out_url.rsplit("/", 1)[-1]
+    else:
+        validate_name(out_name)
+    if (out_url or out_name) == source_name.rstrip("/"):
         raise PreprocessError(f"the output name must differ from the source ({source_name!r})")
     if backend not in ("local", "ray"):
         raise PreprocessError(f"--executor must be 'local' or 'ray', not {backend!r}")
@@ -324,22 +349,30 @@ def run(
     try:
         job = _prepare(
             source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
-            num_frames=num_frames, storage=storage, root=root, on_plan=start_workers,
+            num_frames=num_frames, storage=storage, root=root, on_plan=start_workers, out_url=out_url,
         )  # fmt: skip
-        lock = job.cache.lock(out_name, timeout=0)
+        lock = _output_lock(job, out_name)
         try:
             lock.acquire()
         except Timeout:
-            raise LockTimeoutError(f"dataset {out_name!r} is being written by another process") from None
+            what = out_url or f"dataset {out_name!r}"
+            raise LockTimeoutError(f"{what} is being written by another process") from None
         try:
-            existing = job.cache.manifest(out_name) if job.cache.exists(out_name) else None
+            existing = _existing_output(job, out_name)
             made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
             if existing is not None and made_here and (resume or not force):
                 # the very same job finished before (perhaps killed while cleaning up after
                 # itself): its output is complete, and what it left behind is only clutter
                 _discard_job_dir(job, out_name)
-                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True)
+                if out_url is not None:
+                    remote_io.remove(remote_io.job_url(out_url, job.job_id))
+                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
             if existing is not None and not force:
+                if out_url is not None:
+                    raise RemoteExistsError(
+                        f"{out_url} holds another dataset, not made by this job",
+                        hint="pass --force to replace it (readers never see a mix: its manifest goes first)",
+                    )
                 raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
             job.cache.clean_stale_builds(held=out_name)
             result = _execute(
@@ -354,6 +387,50 @@ def run(
             pool.close()  # when the job stopped before taking the lock (a no-op otherwise)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _output_url(out_name: str) -> str | None:
+    """The output's URL when ``out_name`` is one (its last part, the name, checked)."""
+    if not is_url(out_name):
+        return None
+    url = out_name.rstrip("/")
+    name = url.rsplit("/", 1)[-1]
+    try:
+        validate_name(name)
+    except InvalidNameError:
+        raise PreprocessError(
+            f"{out_name}: its last part {name!r} cannot be a dataset name",
+            hint="end the URL with the new dataset's name, e.g. s3://bucket/prefix/NAME",
+        ) from None
+    return url
+
+
+def _output_lock(job: _Job, out_name: str) -> Any:
+    """The lock of the output: its name in the cache, or its URL (in this cache's locks)."""
+    if job.out_url is None:
+        return job.cache.lock(out_name, timeout=0)
+    from filelock import FileLock
+
+    job.cache.locks_dir.mkdir(parents=True, exist_ok=True)
+    ident = hashlib.sha256(job.out_url.encode()).hexdigest()[:16]
+    return FileLock(str(job.cache.locks_dir / f".preprocess-{ident}.lock"), timeout=0)
+
+
+def _existing_output(job: _Job, out_name: str) -> Manifest | None:
+    """The manifest of what is already at the output (in the cache, or at its URL)."""
+    if job.out_url is None:
+        return job.cache.manifest(out_name) if job.cache.exists(out_name) else None
+    from rlds_cli.cache.manifest import parse_manifest
+    from rlds_cli.remote import store
+
+    fs, base = store.open_url(job.out_url)
+    data = store.read_bytes(fs, store.join(base, "manifest.json"), job.out_url)
+    if data is None:
+        return None
+    try:
+        return parse_manifest(data, f"{job.out_url}/manifest.json")
+    except RldsError:
+        return None  # unreadable: replaced only with --force, as any other dataset there
 
 
 def _job_path(job: _Job, out_name: str) -> Path:
@@ -437,7 +514,15 @@ def _execute(
     progress: Progress | None,
 ) -> PreprocessResult:
     job_dir, saved = _job_dir(job, out_name, resume)
-    mode = "direct" if job.plan.by == "step" and job.storage == "memmap" else "files"
+    # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
+    direct = job.plan.by == "step" and job.storage == "memmap" and job.out_url is None
+    mode = "direct" if direct else "files"
+    area = remote_io.job_url(job.out_url, job.job_id) if job.out_url is not None else None
+    if area is not None:
+        if resume:  # the chunks that finished, wherever the interrupted run was coordinated
+            remote_io.fetch_finished(area, job_dir)
+        else:
+            remote_io.remove(area)
     if saved is None:
         inferred = _infer(job)[0]
         saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}
@@ -454,7 +539,7 @@ def _execute(
             progress("resume", sum(plan.chunk(i)[1] - plan.chunk(i)[0] for i in done))
     spec = {
         "run_id": uuid.uuid4().hex, "fn": job.fn, "fn_ref": job.ref, "fn_sha256": job.lineage["fn_sha256"],
-        "source_dir": str(job.src.directory),
+        "source_dir": str(job.src.directory), "source_url": job.source_url, "job_url": area,
         "source_digest": job.lineage["digest"], "job_dir": str(job_dir), "by": plan.by,
         "keys": job.keys, "limit": plan.limit, "schema": saved["schema"], "mode": mode,
         "stats": job.stats, "fsync": settings.fsync_enabled(), "cwd": os.getcwd(),
@@ -470,6 +555,11 @@ def _execute(
             if res.get("traceback"):  # rlds's own error in a worker: its traceback, for -vv
                 logger.debug("traceback of the worker:\n%s", res["traceback"])
             raise cls(res["message"], res["hint"])
+        if area is not None:  # the chunk's files, from the store into the local job directory
+            names = [summary_path(job_dir, res["i"]).name]
+            if res.get("data_file"):
+                names.append(data_path(job_dir, res["i"]).name)
+            remote_io.fetch(area, job_dir, names)
         if progress:
             progress("advance", res["rows_in"])
         if assembler is not None:
@@ -488,7 +578,11 @@ def _execute(
         forget()  # this process ran chunks too: unmap the output before it is published
     manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)
     _discard_job_dir(job, out_name)
-    return PreprocessResult(manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done))
+    if area is not None:
+        remote_io.remove(area)
+    return PreprocessResult(
+        manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done), url=job.out_url
+    )
 
 
 def _finish(
@@ -549,7 +643,7 @@ def _finish(
         source={
             "format": "rlds-preprocess",
             "id": job.src.name,
-            "path": str(job.src.directory),
+            "path": job.source_url or str(job.src.directory),
             "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
         },
         conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
@@ -560,7 +654,12 @@ def _finish(
     if fsync:
         fsync_tree(out)
     write_manifest(out, manifest, fsync=fsync)
-    job.cache.publish(out, out_name, replace=replace, fsync=fsync)
+    if job.out_url is not None:  # files, index, then the manifest: as rlds push
+        from rlds_cli.remote.push import push_directory
+
+        push_directory(out, job.out_url, cache=job.cache, force=replace)
+    else:
+        job.cache.publish(out, out_name, replace=replace, fsync=fsync)
     return manifest
 
 

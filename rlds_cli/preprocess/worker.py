@@ -76,7 +76,12 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
             # last: a module the Ray executor shipped (py_modules, early on sys.path) wins over
             # the caller's directory, which only a node on the same filesystem sees
             sys.path.append(cwd)
-        ds = Dataset(spec["source_dir"])
+        if spec.get("source_url"):  # read where it lies: no node needs the coordinator's cache
+            from rlds_cli.remote.reader import open_remote
+
+            ds: Dataset = open_remote(spec["source_url"])
+        else:
+            ds = Dataset(spec["source_dir"])
         if ds.manifest.digest() != spec["source_digest"]:
             raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
         st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source")), "cols": {}}
@@ -102,12 +107,18 @@ def _check_visible(spec: Mapping[str, Any]) -> None:
     """Before any work, that this process sees the source dataset and the job directory at the
     coordinator's paths: a Ray node without the shared filesystem would otherwise fail with
     "not an rlds dataset", which sends the user looking in the wrong place."""
-    source = Path(spec["source_dir"])
-    for path in (source / MANIFEST_FILE, Path(spec["job_dir"]) / "chunks"):
+    paths = []
+    if not spec.get("source_url"):
+        paths.append(Path(spec["source_dir"]) / MANIFEST_FILE)
+    if not spec.get("job_url"):  # else chunks go to the job's area on the store
+        paths.append(Path(spec["job_dir"]) / "chunks")
+    for path in paths:
         if not path.exists():
             raise CacheNotVisibleError(
                 f"node {node_name()} cannot see {path}: the job needs the rlds cache at the same "
-                "path on every node (a shared filesystem)"
+                "path on every node (a shared filesystem)",
+                hint=CacheNotVisibleError.default_hint + "; or push the source (rlds push NAME URL) "
+                "and give the job URLs (rlds preprocess URL --name URL): then no node needs the cache",
             )
 
 
@@ -177,7 +188,9 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
         _write_direct(st, spec, arrays, expected, ends, start, e0)
     elif n:
         ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
-        _write_file(data_path(job_dir, i), arrays, expected, ends, ids, known, spec["fsync"])
+        _write_file(
+            data_path(job_dir, i), arrays, expected, ends, ids, known, spec["fsync"], spec.get("job_url")
+        )
     meta = {
         "i": i,
         "rows_in": stop - start,
@@ -187,7 +200,8 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
         # a positive record: the chunk's rows are in a chunk file that must still exist
         "data_file": spec["mode"] != "direct" and bool(n),
     }
-    _write_npz(summary_path(job_dir, i), {"meta": np.asarray(json.dumps(meta)), **extra}, spec["fsync"])
+    summary = {"meta": np.asarray(json.dumps(meta)), **extra}
+    _write_npz(summary_path(job_dir, i), summary, spec["fsync"], spec.get("job_url"))
     return meta
 
 
@@ -276,6 +290,7 @@ def _write_file(
     ids: np.ndarray,
     known: np.ndarray,
     fsync: bool,
+    job_url: str | None = None,
 ) -> None:
     """The chunk as a block for the coordinator: flat keys with their final rows inserted."""
     keys = sorted(expected)
@@ -284,11 +299,17 @@ def _write_file(
         for j, k in enumerate(keys)
     }
     meta = np.asarray(json.dumps({"keys": keys, "rows": len(arrays["action"])}))
-    _write_npz(path, {"meta": meta, "ends": ends, "ids": ids, "known": known, **cols}, fsync)
+    _write_npz(path, {"meta": meta, "ends": ends, "ids": ids, "known": known, **cols}, fsync, job_url)
 
 
-def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool) -> None:
-    """Write an uncompressed ``.npz`` atomically (temp file, then rename)."""
+def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool, job_url: str | None = None) -> None:
+    """Write an uncompressed ``.npz`` atomically (temp file, then rename), or, for a job whose
+    output goes to a URL, as one object in the job's area on the store (same name)."""
+    if job_url:
+        from rlds_cli.preprocess import remote_io
+
+        remote_io.put_npz(job_url, path.name, arrays)
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
         save_npz(fh, arrays)

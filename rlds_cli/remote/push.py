@@ -101,15 +101,35 @@ def push(
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
         DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
     """
-    from rlds_cli.cache.views import VIEW_LAYOUT
     from rlds_cli.names import resolve_name
 
-    started = time.monotonic()
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     name = resolve_name(name, cache)
-    directory = cache.dataset_dir(name)
+    return push_directory(
+        cache.dataset_dir(name), url, cache=cache, force=force, storage_options=storage_options,
+        endpoint_url=endpoint_url, progress=progress,
+    )  # fmt: skip
+
+
+def push_directory(
+    directory: Path,
+    url: str,
+    *,
+    cache: CacheRoot,
+    force: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
+    progress: Progress | None = None,
+) -> PushResult:
+    """:func:`push` of a dataset folder with its manifest written last (a published dataset,
+    or a finished build, as a preprocessing job that writes to a URL pushes its output); the
+    push's journal and lock live in ``cache``. Raises what :func:`push` raises."""
+    from rlds_cli.cache.views import VIEW_LAYOUT
+
+    started = time.monotonic()
     manifest_bytes = (directory / MANIFEST_FILE).read_bytes()
     manifest = parse_manifest(manifest_bytes, directory / MANIFEST_FILE)
+    name = manifest.name
     if manifest.layout == VIEW_LAYOUT:
         parent = manifest.source.get("parent", "?")
         raise NotPushableError(

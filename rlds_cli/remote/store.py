@@ -149,6 +149,13 @@ def _access_error(url: str, exc: Exception) -> RemoteAccessError:
     )
 
 
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is a filesystem with directories and renames (``file://``), not an
+    object store."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocols))
+
+
 def join(base: str, rel: str) -> str:
     """The remote path of the dataset file ``rel`` (always ``/``-separated)."""
     return f"{base}/{rel}" if base else rel

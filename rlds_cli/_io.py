@@ -1,0 +1,115 @@
+"""Small file helpers shared by every writer: replace a file (or folder) whole or not at all,
+make bytes and renames durable, hash a file, check the free space before a download.
+
+Nothing here imports the rest of rlds but its errors, so any layer may use it. Whether to fsync
+is the caller's decision (most pass :func:`rlds_cli.settings.fsync_enabled`, ``RLDS_FSYNC``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from rlds_cli.errors import InsufficientDiskSpaceError
+
+#: Head room kept free on the disk besides what a download needs.
+DISK_MARGIN = 64 * 1024 * 1024
+
+
+def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp") -> Path:
+    """Where ``path`` is written before its rename: ``.<name>.<pid>.<thread>.tmp`` beside it, or
+    ``.<name>.tmp`` when not ``unique`` (for a writer that holds a lock, and a name that crash
+    recovery looks for: see :meth:`rlds_cli.cache.root.CacheRoot.recover`)."""
+    writer = f".{os.getpid()}.{threading.get_ident()}" if unique else ""
+    return path.with_name(f".{path.name}{writer}{suffix}")
+
+
+@contextmanager
+def atomic_path(
+    path: Path, *, unique: bool = True, suffix: str = ".tmp", sync_dir: bool = False
+) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for the block to write (a file or a folder); when
+    the block succeeds it is renamed over ``path`` (then ``path``'s folder is fsynced when
+    ``sync_dir``), else it is removed. A crash before the rename leaves ``path`` as it was."""
+    tmp = temp_path(path, unique=unique, suffix=suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def atomic_write(
+    path: Path,
+    data: str | bytes | Callable[[BinaryIO], object],
+    *,
+    fsync: bool = False,
+    sync_dir: bool = False,
+    unique: bool = True,
+) -> None:
+    """Replace the file ``path`` by ``data`` (``str``: UTF-8; a callable: writes into the open
+    file, e.g. ``lambda fh: np.save(fh, a)``) whole or not at all: write a temp file beside it
+    (fsynced before the rename when ``fsync``), rename it over ``path``, fsync the folder when
+    ``sync_dir``. See :func:`temp_path` for ``unique``."""
+    with atomic_path(path, unique=unique, sync_dir=sync_dir) as tmp, open(tmp, "wb") as fh:
+        if callable(data):
+            data(fh)
+        else:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's bytes to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes (``hashlib.file_digest`` releases the GIL while hashing)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def check_disk(directory: Path, needed: int, what: str) -> None:
+    """Raise :class:`InsufficientDiskSpaceError` unless ``directory``'s disk has ``needed``
+    bytes free besides :data:`DISK_MARGIN`; ``what`` names who needs them ("the download")."""
+    if needed <= 0:
+        return
+    free = shutil.disk_usage(directory).free
+    if free < needed + DISK_MARGIN:
+        raise InsufficientDiskSpaceError(
+            f"not enough disk space in {directory}: {what} needs {needed:,} bytes and "
+            f"{free:,} are free (plus {DISK_MARGIN // 2**20} MiB kept spare)"
+        )

@@ -1,0 +1,878 @@
+"""V-D4RL (pixel DeepMind Control, Lu et al. 2022): Dreamer ``.npz`` episodes and drqbc ``.hdf5``
+shards, streamed into TED with the dataset's one-step action/reward shift applied.
+
+Two layouts hold the same data (``conglu/vd4rl`` on the Hugging Face hub, read by TorchRL's
+``VD4RLExperienceReplay``):
+
+* **Dreamer episodes** (64px): one ``np.savez_compressed`` file per episode, named
+  ``<YYYYmmddTHHMMSS>-<uuid hex>-<rows>.npz``, with ``image (R, 64, 64, 3) uint8`` (HWC),
+  ``action (R, A)`` whose row 0 is zeros, ``reward (R,)`` (row 0 is 0), ``discount (R,)`` and the
+  bool flags ``is_first``, ``is_last``, ``is_terminal`` (older files have no ``is_terminal``:
+  it is ``discount == 0``). R is 501: the reset observation and 500 steps.
+* **drqbc shards** (84px): ``observation (N, 3, 84, 84) uint8`` (CHW), ``action``, ``reward``,
+  ``discount`` and ``step_type`` (0 first, 1 mid, 2 last; ``float64`` in the files the V-D4RL
+  scripts write) concatenated over many episodes; ``split_hdf5_shards.py`` cuts a file into
+  shards by rows, so an episode may run from one shard into the next.
+
+The rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
+
+* **The shift.** Both layouts follow the dm_env/Dreamer convention: row ``t`` holds the
+  observation *after* action ``t``; ``action[t]`` and ``reward[t]`` led to ``obs[t]``. An
+  episode of rows ``0..T`` is ``T`` TED transitions: ``observation = obs[t]``,
+  ``action = action[t + 1]``, ``next/reward = reward[t + 1]``, ``next/observation = obs[t + 1]``.
+  Row 0's action and reward (zero padding) are not stored; row ``T`` is the real final
+  observation (``final_known = true``). TorchRL keeps ``action[t]``/``reward[t]`` on row ``t``
+  unshifted; rlds follows the dataset's own loader (drqbc pairs ``obs[i - 1]`` with
+  ``action[i]``, ``reward[i]``).
+* **Episode ends.** The last step is **terminated** when the environment terminated on the
+  last row (``is_terminal``, else ``discount == 0``), else **truncated** (DMC's 500-step limit:
+  every V-D4RL episode). A terminal flag before an episode's last row is refused.
+* **Dreamer files**: one episode per file, files in name order (timestamp order). ``is_first``
+  must be set on row 0 and only there, ``is_last`` nowhere but on the last row: anything else
+  is refused (a Dreamer episode file holds one episode). A name that follows Dreamer's pattern
+  must give the file's row count.
+* **drqbc shards**, in natural name order (``2.hdf5`` before ``10.hdf5``): an episode starts at
+  ``step_type`` 0 (or after a 2) and ends at 2 (or before a 0). A shard ending without 2 whose
+  successor starts without 0 continues the same episode; an episode that ends without 2 (the
+  last shard's end, a 0 not preceded by 2) ends truncated there, and one that starts without 0
+  loses its first row's action and reward (no observation before it): both counted and noted.
+* **Keys.** The frames become ``observation`` (uint8, the source's layout unless the option
+  ``image_layout`` asks for ``"hwc"`` or ``"chw"``). Any other per-row array (proprioceptive
+  state in some files) is observation-like too: then the frames are ``observation/image`` and
+  the others ``observation/<name>``. ``discount``, ``step_type`` and the flags are consumed.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError, SourceNotFoundError
+from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock, column
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
+from rlds_cli.formats.untrusted import require_numeric, require_rows
+
+RULES = "vd4rl-v1"
+#: Target source bytes per block (a 64px Dreamer episode is about 6 MB of frames).
+BLOCK_BYTES = 8 * 1024 * 1024
+_MAX_CHUNK_ROWS = 1 << 16
+#: Frame array names, in order of preference (Dreamer writes ``image``; drqbc ``observation``).
+PIXEL_KEYS = ("image", "observation")
+#: Dreamer arrays the reader consumes (never stored as keys of their own).
+NPZ_FLAGS = ("is_first", "is_last", "is_terminal", "discount")
+NPZ_REQUIRED = ("action", "reward", "is_first", "is_last")
+HDF5_REQUIRED = ("observation", "action", "reward", "discount", "step_type")
+HDF5_CONSUMED = ("discount", "step_type")
+IMAGE_LAYOUTS = ("hwc", "chw")
+#: ``<YYYYmmddTHHMMSS>-<uuid4 hex>-<rows>.npz``, as Dreamer's ``save_episodes`` names a file.
+DREAMER_NAME = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{32}-(\d+)\.npz$")
+_HDF5_SUFFIXES = (".hdf5", ".h5")
+_SHIFT_NOTE = (
+    "V-D4RL rows follow the dm_env convention (row t: the observation after action t): transition "
+    "t pairs obs[t] with action[t+1] and reward[t+1] (TorchRL's VD4RLExperienceReplay does not "
+    "shift); each episode's first-row action and reward (zero padding) are not stored"
+)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _zip_keys(path: Path) -> set[str] | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return {n[:-4] for n in z.namelist() if n.endswith(".npy")}
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def _is_dreamer_npz(path: Path) -> bool:
+    keys = _zip_keys(path)
+    return keys is not None and set(NPZ_REQUIRED) <= keys and bool(keys & set(PIXEL_KEYS))
+
+
+def _is_drqbc_hdf5(path: Path) -> bool:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return "step_type" in f and "observation" in f
+    except (OSError, ValueError):
+        return False
+
+
+def _candidates(folder: Path) -> list[Path]:
+    """The ``.npz`` and ``.hdf5``/``.h5`` files under ``folder``; hidden files and folders (such
+    as the ``.rlds/`` bookkeeping of a download folder) are left out."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.name.lower().endswith((".npz", *_HDF5_SUFFIXES))
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def _sniff_file(path: Path) -> bool:
+    name = path.name.lower()
+    if name.endswith(".npz"):
+        return _is_dreamer_npz(path)
+    if name.endswith(_HDF5_SUFFIXES):
+        return _is_drqbc_hdf5(path)
+    return False
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is V-D4RL data: a Dreamer episode ``.npz`` (``image`` or
+    ``observation``, ``action``, ``reward``, ``is_first``, ``is_last``), a drqbc ``.hdf5``
+    (``step_type`` and ``observation``), or a folder whose first such file (by name) is one."""
+    try:
+        if path.is_dir():
+            files = _candidates(path)
+            return bool(files) and _sniff_file(files[0])
+        return path.is_file() and _sniff_file(path)
+    except Exception:  # a sniffer never raises on another format's path
+        return False
+
+
+def _natural(path: Path) -> tuple[Any, ...]:
+    """Sort key giving ``2.hdf5`` before ``10.hdf5`` (the shard writer numbers them)."""
+    parts = re.split(r"(\d+)", path.as_posix())
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The files a conversion reads, in reading order: Dreamer ``.npz`` episodes by name
+    (timestamp order), drqbc shards in natural name order (``2.hdf5`` before ``10.hdf5``)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files = _candidates(p)
+            out += sorted((f for f in files if f.suffix.lower() == ".npz"), key=lambda f: f.as_posix())
+            out += sorted((f for f in files if f.suffix.lower() != ".npz"), key=_natural)
+        else:
+            out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _layout(where: object, key: str, shape: tuple[int, ...], prefer: str) -> str:
+    """``"HWC"`` or ``"CHW"`` for a frame of ``shape`` (the axis of 1, 3 or 4 is the channel
+    axis; ``prefer`` when both could be); anything else is refused."""
+    if len(shape) != 3:
+        raise SourceFormatError(
+            f"{where}: {key!r} has frames of shape {list(shape)}, not an image (H, W, C) or (C, H, W)",
+            hint="V-D4RL frames are (64, 64, 3) HWC in Dreamer .npz files, (3, 84, 84) CHW in drqbc .hdf5",
+        )
+    hwc, chw = shape[-1] in (1, 3, 4), shape[0] in (1, 3, 4)
+    if hwc and chw:
+        return prefer
+    if hwc or chw:
+        return "HWC" if hwc else "CHW"
+    raise SourceFormatError(
+        f"{where}: {key!r} has frames of shape {list(shape)}, with no channel axis of 1, 3 or 4",
+        hint="V-D4RL frames are (64, 64, 3) HWC in Dreamer .npz files, (3, 84, 84) CHW in drqbc .hdf5",
+    )
+
+
+def _check_pixels(where: object, key: str, shape: tuple[int, ...], dtype: np.dtype, prefer: str) -> str:
+    if np.dtype(dtype) != np.uint8:
+        raise SourceFormatError(
+            f"{where}: {key!r} holds {np.dtype(dtype)} frames; V-D4RL frames are uint8",
+            hint="rlds keeps frames as uint8 from source to cache; convert the file's frames to uint8",
+        )
+    return _layout(where, key, shape[1:], prefer)
+
+
+def _one_per_row(where: object, key: str, shape: tuple[int, ...]) -> None:
+    if shape[1:] not in ((), (1,)):
+        raise SourceFormatError(f"{where}: {key!r} has shape {list(shape)}; it needs one value per row")
+
+
+@dataclass
+class _Chunk:
+    """Consecutive source rows of one file, with where episodes start and end.
+
+    ``start[r]``: row ``r`` begins an episode (its action and reward are not a transition's);
+    ``end[r]``: row ``r`` is an episode's last (its observation is the final one);
+    ``terminal[r]``: the environment terminated on row ``r``.
+    """
+
+    file: int
+    obs: dict[str, np.ndarray]
+    action: np.ndarray
+    reward: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    terminal: np.ndarray
+
+
+class _Stitcher:
+    """Turns chunks of rows into flat TED blocks, applying the shift: the step of row ``r``
+    (not an episode's first) is ``obs[r - 1]``, ``action[r]``, ``reward[r]``. One observation
+    row is carried from chunk to chunk while an episode continues."""
+
+    def __init__(self, pixel_key: str, transpose: tuple[int, ...] | None) -> None:
+        self.pixel_key = pixel_key
+        self.transpose = transpose
+        self.carry: dict[str, np.ndarray] | None = None
+        self.start_file = -1
+        #: Per episode emitted, the file where it started.
+        self.episode_file: list[np.ndarray] = []
+
+    def feed(self, c: _Chunk) -> StepBlock | None:
+        step = ~c.start
+        rows = np.flatnonzero(step)
+        ends_rows = np.flatnonzero(c.end & step)
+        off = 0 if self.carry is None else 1
+        if step[0] and self.carry is None:  # the flags say an episode continues but nothing was read
+            raise AssertionError("vd4rl: a chunk continues an episode without its previous observation")
+        # files of the episodes ending here: this chunk's file once an episode started in it
+        opened = np.flatnonzero(c.start & ~c.end)
+        first_open = int(opened[0]) if len(opened) else len(c.start)
+        files = np.where(ends_rows > first_open, c.file, self.start_file).astype(np.int64)
+        if len(opened):
+            self.start_file = c.file
+        carry = self.carry
+        self.carry = None if c.end[-1] else {k: v[-1:].copy() for k, v in c.obs.items()}
+        if not len(rows):
+            return None
+        self.episode_file.append(files)
+        ends = np.searchsorted(rows, ends_rows)
+        # the flat rows: each step's observation (row r - 1), and after an episode's last step
+        # its final observation (row e); offset by one when the carried row leads
+        idx = np.insert(rows - 1 + off, ends + 1, ends_rows + off)
+        observations = {k: self._gather(k, v, carry, idx) for k, v in c.obs.items()}
+        n = len(rows)
+        term = np.zeros((n, 1), bool)
+        trunc = np.zeros((n, 1), bool)
+        term[ends, 0] = c.terminal[ends_rows]
+        trunc[ends, 0] = ~c.terminal[ends_rows]
+        steps = {
+            "action": c.action[rows],
+            "next/reward": column(c.reward[rows]),
+            "next/terminated": term,
+            "next/truncated": trunc,
+        }
+        return StepBlock(steps=steps, observations=observations, ends=ends.astype(np.int64))
+
+    def _gather(
+        self, key: str, rows: np.ndarray, carry: dict[str, np.ndarray] | None, idx: np.ndarray
+    ) -> np.ndarray:
+        if carry is None and len(idx) == len(rows) and idx[0] == 0 and idx[-1] == len(rows) - 1:
+            out = rows  # idx is strictly increasing: it is every row, in order (no copy)
+        else:
+            out = (rows if carry is None else np.concatenate([carry[key], rows]))[idx]
+        if key == self.pixel_key and self.transpose is not None:
+            out = np.ascontiguousarray(out.transpose(self.transpose))
+        return out
+
+
+class _Packer:
+    """Gathers small blocks (short episodes) into blocks of about :data:`BLOCK_BYTES` (or
+    ``block_rows`` steps); a block that would overflow the pending ones goes out alone, so a
+    full-size block is never copied."""
+
+    def __init__(self, block_rows: int | None) -> None:
+        self.block_rows = block_rows
+        self.pending: list[StepBlock] = []
+        self.bytes = 0
+        self.steps = 0
+
+    def _full(self, nbytes: int, steps: int, *, over: bool = False) -> bool:
+        """Whether ``nbytes``/``steps`` reach the budget (``over``: go past it)."""
+        rows = self.block_rows if self.block_rows is not None else steps + 1
+        return (nbytes > BLOCK_BYTES or steps > rows) if over else (nbytes >= BLOCK_BYTES or steps >= rows)
+
+    def add(self, block: StepBlock) -> Iterator[StepBlock]:
+        nbytes = sum(v.nbytes for v in (*block.steps.values(), *block.observations.values()))
+        if self.pending and self._full(self.bytes + nbytes, self.steps + block.num_steps, over=True):
+            yield self._flush()
+        self.pending.append(block)
+        self.bytes += nbytes
+        self.steps += block.num_steps
+        if self._full(self.bytes, self.steps):
+            yield self._flush()
+
+    def finish(self) -> Iterator[StepBlock]:
+        if self.pending:
+            yield self._flush()
+
+    def _flush(self) -> StepBlock:
+        blocks, self.pending, self.bytes, self.steps = self.pending, [], 0, 0
+        if len(blocks) == 1:
+            return blocks[0]
+        offsets = np.cumsum([0, *(b.num_steps for b in blocks[:-1])])
+        return StepBlock(
+            steps={k: np.concatenate([b.steps[k] for b in blocks]) for k in blocks[0].steps},
+            observations={
+                k: np.concatenate([b.observations[k] for b in blocks]) for k in blocks[0].observations
+            },
+            ends=np.concatenate([b.ends + o for b, o in zip(blocks, offsets, strict=True)]),
+        )
+
+
+@dataclass
+class _Schema:
+    """What every file of a source must agree on: the stored arrays' per-row shapes and dtypes."""
+
+    pixel: str
+    layout: str
+    frame: tuple[int, ...]
+    extras: dict[str, tuple[tuple[int, ...], str]]
+    action: tuple[tuple[int, ...], str]
+    reward: tuple[tuple[int, ...], str]
+    first: Path
+
+    def _specs(self) -> dict[str, object]:
+        return {self.pixel: self.frame, **self.extras, "action": self.action, "reward": self.reward}
+
+    def same(self, other: _Schema) -> str | None:
+        """What differs from ``other`` (``None``: nothing)."""
+        mine, theirs = self._specs(), other._specs()
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        return ", ".join(diff) if diff else None
+
+    def row_bytes(self) -> int:
+        """Bytes of one source row of the stored arrays."""
+        specs = [(self.frame, "|u1"), *self.extras.values(), self.action, self.reward]
+        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize for shape, dt in specs)
+
+
+# --------------------------------------------------------------------------- Dreamer .npz
+
+
+class _NpzEpisode:
+    """One Dreamer episode file, its arrays opened as row streams (headers checked)."""
+
+    def __init__(self, path: Path) -> None:
+        from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+
+        self.path = path
+        self.zf = open_npz(path)
+        self.streams: dict[str, Any] = {}
+        try:
+            keys = npz_keys(self.zf)
+            missing = [k for k in NPZ_REQUIRED if k not in keys]
+            pixel = next((k for k in PIXEL_KEYS if k in keys), None)
+            if missing or pixel is None:
+                what = missing[0] if missing else "image"
+                raise SourceFormatError(
+                    f"{path} has no {what!r} array; a Dreamer episode file needs image (or observation), "
+                    f"{', '.join(NPZ_REQUIRED)} (found: {', '.join(sorted(keys)) or 'nothing'})"
+                )
+            if "is_terminal" not in keys and "discount" not in keys:
+                raise SourceFormatError(
+                    f"{path} has neither 'is_terminal' nor 'discount'; one of them says whether the "
+                    f"episode terminated (found: {', '.join(sorted(keys))})"
+                )
+            self.pixel = pixel
+            for k in sorted(keys):
+                self.streams[k] = NpyStream(self.zf, k, path)
+            self.rows = self._check()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self) -> int:
+        path, streams = self.path, self.streams
+        for key, s in streams.items():
+            require_rows(path, key, s.shape)
+        rows = streams[self.pixel].shape[0]
+        for key, s in streams.items():
+            if s.shape[0] != rows:
+                raise SourceFormatError(
+                    f"{path}: {key!r} has {s.shape[0]} rows but {self.pixel!r} has {rows} "
+                    "(arrays of one episode must have one row each per time step)"
+                )
+        for key in (*NPZ_REQUIRED, *(k for k in NPZ_FLAGS if k in streams)):
+            require_numeric(path, key, streams[key].dtype)
+        for key in ("reward", *(k for k in NPZ_FLAGS if k in streams)):
+            _one_per_row(path, key, streams[key].shape)
+        if rows == 0:
+            raise SourceFormatError(f"{path}: the episode holds no rows")
+        named = DREAMER_NAME.match(path.name)
+        if named and int(named.group(1)) != rows:
+            raise SourceFormatError(
+                f"{path}: the file name says {int(named.group(1))} rows, but its arrays hold {rows} "
+                "(a truncated or renamed episode?)",
+                hint="re-download the file",
+            )
+        return rows
+
+    def schema(self, report: ConversionReport) -> _Schema:
+        """The stored arrays' shapes and dtypes; text arrays are noted as dropped."""
+        s = self.streams
+        layout = _check_pixels(self.path, self.pixel, s[self.pixel].shape, s[self.pixel].dtype, "HWC")
+        extras: dict[str, tuple[tuple[int, ...], str]] = {}
+        for key, stream in s.items():
+            if key in (self.pixel, "action", "reward", *NPZ_FLAGS):
+                continue
+            if is_text(stream.dtype):
+                note = text_note(key, stream.dtype)
+                if note not in report.notes:
+                    report.notes.append(note)
+                continue
+            require_numeric(self.path, key, stream.dtype)
+            extras[key] = (tuple(stream.shape[1:]), stream.dtype.str)
+        return _Schema(
+            pixel=self.pixel,
+            layout=layout,
+            frame=tuple(s[self.pixel].shape[1:]),
+            extras=extras,
+            action=(tuple(s["action"].shape[1:]), s["action"].dtype.str),
+            reward=(tuple(s["reward"].shape[1:]), s["reward"].dtype.str),
+            first=self.path,
+        )
+
+    def read(self, keys: Sequence[str], rows: int) -> dict[str, np.ndarray]:
+        """The next ``rows`` rows of the arrays ``keys``."""
+        return {k: self.streams[k].read(rows) for k in keys}
+
+    def close(self) -> None:
+        for s in self.streams.values():
+            s.close()
+        self.zf.close()
+
+
+# --------------------------------------------------------------------------- drqbc .hdf5
+
+
+class _Shard:
+    """One drqbc shard, its datasets checked (no links out, no bombs, equal lengths)."""
+
+    def __init__(self, path: Path) -> None:
+        from rlds_cli.formats.hdf5_util import open_hdf5
+
+        self.path = path
+        self.f = open_hdf5(path)
+        try:
+            self.datasets = self._datasets()
+            self.rows = self._check()
+        except BaseException:
+            self.f.close()
+            raise
+
+    def _datasets(self) -> dict[str, Any]:
+        import h5py
+
+        found: dict[str, Any] = {}
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                found[name] = obj
+
+        self.f.visititems(visit)
+        missing = [k for k in HDF5_REQUIRED if k not in found]
+        if missing:
+            raise SourceFormatError(
+                f"{self.path} has no {missing[0]!r} dataset; a drqbc shard needs {', '.join(HDF5_REQUIRED)} "
+                f"(found: {', '.join(sorted(found)) or 'nothing'})"
+            )
+        return found
+
+    def _check(self) -> int:
+        path, ds = self.path, self.datasets
+        for key, d in ds.items():
+            require_rows(path, key, d.shape)
+        rows = int(ds["observation"].shape[0])
+        for key, d in ds.items():
+            if d.shape[0] != rows:
+                raise SourceFormatError(
+                    f"{path}: {key!r} has {d.shape[0]} rows but 'observation' has {rows} (ragged datasets)"
+                )
+        for key in HDF5_REQUIRED:
+            require_numeric(path, key, ds[key].dtype)
+        for key in ("reward", *HDF5_CONSUMED):
+            _one_per_row(path, key, ds[key].shape)
+        if rows == 0:
+            raise SourceFormatError(f"{path}: the shard holds no rows")
+        return rows
+
+    def schema(self, report: ConversionReport) -> _Schema:
+        ds = self.datasets
+        obs = ds["observation"]
+        layout = _check_pixels(self.path, "observation", obs.shape, obs.dtype, "CHW")
+        extras: dict[str, tuple[tuple[int, ...], str]] = {}
+        for key, d in ds.items():
+            if key in ("observation", "action", "reward", *HDF5_CONSUMED):
+                continue
+            if is_text(d.dtype):
+                note = text_note(key, d.dtype)
+                if note not in report.notes:
+                    report.notes.append(note)
+                continue
+            require_numeric(self.path, key, d.dtype)
+            extras[key] = (tuple(d.shape[1:]), d.dtype.str)
+        return _Schema(
+            pixel="observation",
+            layout=layout,
+            frame=tuple(obs.shape[1:]),
+            extras=extras,
+            action=(tuple(ds["action"].shape[1:]), ds["action"].dtype.str),
+            reward=(tuple(ds["reward"].shape[1:]), ds["reward"].dtype.str),
+            first=self.path,
+        )
+
+    def step_type(self, start: int, stop: int) -> np.ndarray:
+        st = self.read("step_type", start, stop).reshape(-1)
+        bad = np.flatnonzero(~np.isin(st, (0, 1, 2)))
+        if len(bad):
+            raise SourceFormatError(
+                f"{self.path}: step_type is {st[bad[0]].item()!r} at row {start + int(bad[0])}; drqbc step "
+                "types are 0 (first), 1 (mid) and 2 (last)"
+            )
+        return st.astype(np.int8)
+
+    def read(self, key: str, start: int, stop: int) -> np.ndarray:
+        from rlds_cli.formats.hdf5_util import read_error
+
+        try:
+            return np.asarray(self.datasets[key][start:stop])
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise read_error(self.path, key, exc) from exc
+
+    def close(self) -> None:
+        self.f.close()
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class VD4RLReader(ReaderBase):
+    """Streams V-D4RL data (Dreamer ``.npz`` episodes or drqbc ``.hdf5`` shards) in TED layout.
+
+    Args:
+        path: A file, a folder of them, or a list of files (one layout per conversion).
+        image_layout: ``None`` (default): frames stay as the source stores them (Dreamer HWC,
+            drqbc CHW). ``"hwc"`` or ``"chw"``: transposed to that layout while streaming.
+        block_rows: Source rows per read (default: about :data:`BLOCK_BYTES`).
+    """
+
+    format_name = "vd4rl"
+
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        image_layout: str | None = None,
+        block_rows: int | None = None,
+    ) -> None:
+        paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
+        for p in paths:
+            if not p.exists():
+                raise SourceNotFoundError(f"source {p} does not exist")
+        self.path = paths[0]
+        if image_layout is not None and str(image_layout).lower() not in IMAGE_LAYOUTS:
+            raise SourceFormatError(
+                f"image_layout is {image_layout!r}; the vd4rl format takes 'hwc', 'chw' or none "
+                "(keep the source's layout)"
+            )
+        if block_rows is not None and (isinstance(block_rows, bool) or int(block_rows) < 1):
+            raise SourceFormatError(f"block_rows is {block_rows!r}; it must be a positive integer")
+        self.block_rows = None if block_rows is None else int(block_rows)
+        self.files = source_files(paths)
+        self.report = ConversionReport(rules=RULES)
+        self.kind = self._kind()
+        self._counts: dict[str, int] = {}
+        self._note_at: dict[str, int] = {}
+        self._prev_end = True  # the row before the first one "ended": the stream starts an episode
+        self._schema = self._plan()
+        self.stored_layout = (image_layout or self._schema.layout).upper()
+        self._transpose = self._transpose_for(self._schema.layout, self.stored_layout)
+        self._plan_keys()
+        self.report.notes.append(_SHIFT_NOTE)
+        self._stitcher = _Stitcher(self._keys[self._schema.pixel], self._transpose)
+
+    # ------------------------------------------------------------------ planning
+
+    def _kind(self) -> str:
+        if not self.files:
+            raise SourceFormatError(f"{self.path} holds no .npz or .hdf5 files")
+        npz = [f for f in self.files if f.name.lower().endswith(".npz")]
+        if npz and len(npz) < len(self.files):
+            other = next(f for f in self.files if f not in npz)
+            raise SourceFormatError(
+                f"{self.path} holds both Dreamer .npz episodes ({npz[0].name}) and drqbc shards "
+                f"({other.name}); the two layouts are two copies of a dataset at different sizes",
+                hint="convert the folder of one layout (e.g. .../64px for the .npz, .../84px for the .hdf5)",
+            )
+        unknown = [f for f in self.files if not f.name.lower().endswith((".npz", *_HDF5_SUFFIXES))]
+        if unknown:
+            raise SourceFormatError(
+                f"{unknown[0]} is neither a Dreamer .npz episode nor a drqbc .hdf5 shard",
+                hint="pass the .npz/.hdf5 files (or their folder) only",
+            )
+        return "npz" if npz else "hdf5"
+
+    def _open(self, path: Path) -> _NpzEpisode | _Shard:
+        return _NpzEpisode(path) if self.kind == "npz" else _Shard(path)
+
+    def _plan(self) -> _Schema:
+        """Check every file's arrays (headers only) before anything is written."""
+        schema: _Schema | None = None
+        self._rows: list[int] = []
+        self._edges: list[tuple[int, int]] = []  # drqbc: each shard's first and last step_type
+        for f in self.files:
+            opened = self._open(f)
+            try:
+                mine = opened.schema(self.report)
+                if schema is None:
+                    schema = mine
+                else:
+                    diff = schema.same(mine)
+                    if diff:
+                        raise SourceFormatError(
+                            f"{f}: arrays {diff} differ in presence, shape or dtype from {schema.first} "
+                            "(files of different datasets?)"
+                        )
+                self._rows.append(opened.rows)
+                if isinstance(opened, _Shard):
+                    n = opened.rows
+                    self._edges.append((int(opened.step_type(0, 1)[0]), int(opened.step_type(n - 1, n)[0])))
+            finally:
+                opened.close()
+        assert schema is not None
+        self.report.source_rows = sum(self._rows)
+        if self.kind == "npz" and all(DREAMER_NAME.match(f.name) for f in self.files):
+            # Dreamer names declare each episode's rows: inspect --check compares
+            self.report.expected = {
+                "num_steps": sum(r - 1 for r in self._rows),
+                "num_episodes": len(self.files),
+            }
+        return schema
+
+    def _plan_keys(self) -> None:
+        """Source array -> TED key: the frames are ``observation`` alone, or
+        ``observation/image`` beside ``observation/<name>`` for other per-row arrays."""
+        s = self._schema
+        if not s.extras:
+            self._keys = {s.pixel: "observation"}
+            return
+        wanted: dict[str, tuple[str, ...]] = {s.pixel: ("observation", "image")}
+        for key in s.extras:
+            wanted[key] = ("observation", *key.split("/"))
+        cleaned = clean_keys(wanted)
+        self._keys = {k: cleaned[k] for k in wanted}
+        extras = {k: v for k, v in wanted.items() if k != s.pixel}  # the frames' key is chosen, not cleaned
+        renamed = renamed_note({k: cleaned[k] for k in extras}, extras)
+        if renamed:
+            self.report.notes.append(renamed)
+
+    @staticmethod
+    def _transpose_for(source: str, stored: str) -> tuple[int, ...] | None:
+        if source == stored:
+            return None
+        return (0, 3, 1, 2) if stored == "CHW" else (0, 2, 3, 1)
+
+    # ------------------------------------------------------------------ protocol
+
+    def total_rows(self) -> int:
+        return self.report.source_rows
+
+    def source_metadata(self) -> dict[str, Any]:
+        s = self._schema
+        return {
+            "vd4rl": {
+                "layout": "dreamer-npz" if self.kind == "npz" else "drqbc-hdf5",
+                "image_key": self._keys[s.pixel],
+                "source_image_layout": s.layout,
+                "image_layout": self.stored_layout,
+                "keys": {src: key for src, key in sorted(self._keys.items())},
+            }
+        }
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        """``vd4rl/episode_file``: per episode, the index (into ``source.files``) of the file
+        where it starts, for a source of several files."""
+        if len(self.files) < 2:
+            return {}
+        parts = self._stitcher.episode_file
+        return {"vd4rl/episode_file": np.concatenate(parts) if parts else np.zeros(0, np.int64)}
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield every file's rows as TED blocks, file by file, chunk by chunk."""
+        packer = _Packer(self.block_rows)
+        chunks = self._npz_chunks if self.kind == "npz" else self._hdf5_chunks
+        for index, path in enumerate(self.files):
+            for chunk in chunks(index, path):
+                if progress is not None:
+                    progress(len(chunk.start))
+                block = self._stitcher.feed(chunk)
+                if block is not None:
+                    yield from packer.add(block)
+        yield from packer.finish()
+
+    def _chunk_rows(self) -> int:
+        if self.block_rows is not None:
+            return self.block_rows
+        return int(np.clip(BLOCK_BYTES // max(self._schema.row_bytes(), 1), 1, _MAX_CHUNK_ROWS))
+
+    # ------------------------------------------------------------------ Dreamer rows
+
+    def _npz_chunks(self, index: int, path: Path) -> Iterator[_Chunk]:
+        ep = _NpzEpisode(path)
+        try:
+            if ep.rows != self._rows[index]:
+                raise SourceFormatError(f"{path} changed while it was converted")
+            if ep.rows == 1:
+                self._count("single", 1)
+                self.report.dropped_rows += 1
+            size = self._chunk_rows()
+            stored = [ep.pixel, *self._schema.extras]
+            wanted = [*stored, "action", "reward", *(k for k in NPZ_FLAGS if k in ep.streams)]
+            for a in range(0, ep.rows, size):
+                b = min(a + size, ep.rows)
+                data = ep.read(wanted, b - a)
+                flags = self._npz_flags(path, data, a, ep.rows)
+                if a == 0:
+                    self._first_row(data["action"][:1], data["reward"][:1])
+                yield _Chunk(
+                    file=index,
+                    obs={self._keys[k]: data[k] for k in stored},
+                    action=data["action"],
+                    reward=data["reward"],
+                    **flags,
+                )
+        finally:
+            ep.close()
+
+    def _npz_flags(self, path: Path, data: dict[str, np.ndarray], a: int, rows: int) -> dict[str, np.ndarray]:
+        """``start``/``end``/``terminal`` of rows ``a..`` of a Dreamer episode, checked: one
+        episode per file, is_first on row 0 only, is_last and is_terminal on the last row only."""
+        n = len(data["is_first"])
+        pos = np.arange(a, a + n)
+        first = data["is_first"].reshape(n) != 0
+        last = data["is_last"].reshape(n) != 0
+        if "is_terminal" in data:
+            terminal = data["is_terminal"].reshape(n) != 0
+        else:  # older Dreamer files: the environment terminated where the discount is 0
+            terminal = data["discount"].reshape(n) == 0
+        if a == 0 and not first[0]:
+            raise SourceFormatError(
+                f"{path}: is_first is not set on row 0; a Dreamer episode file starts with its reset row",
+                hint="the file is not a Dreamer episode (or is damaged)",
+            )
+        for name, flag, allowed in (
+            ("is_first", first, pos == 0),
+            ("is_last", last, pos == rows - 1),
+            (
+                "is_terminal" if "is_terminal" in data else "discount == 0 (no is_terminal)",
+                terminal,
+                pos == rows - 1,
+            ),
+        ):
+            wrong = np.flatnonzero(flag & ~allowed)
+            if len(wrong):
+                raise SourceFormatError(
+                    f"{path}: {name} is set on row {a + int(wrong[0])} of {rows}; a Dreamer episode file "
+                    "holds one episode (is_first on row 0 only; is_last, is_terminal on the last row only)",
+                    hint="the file is not a Dreamer episode (or is damaged); rlds does not split it",
+                )
+        end = pos == rows - 1
+        if end[-1] and not last[-1]:
+            self._count("no_is_last", 1)
+        return {"start": pos == 0, "end": end, "terminal": terminal}
+
+    def _first_row(self, action: np.ndarray, reward: np.ndarray) -> None:
+        """Count first rows whose action or reward is not zero padding (the shift assumes it is)."""
+        if np.any(action != 0) or np.any(reward != 0):
+            self._count("first_nonzero", 1)
+
+    # ------------------------------------------------------------------ drqbc rows
+
+    def _hdf5_chunks(self, index: int, path: Path) -> Iterator[_Chunk]:
+        shard = _Shard(path)
+        try:
+            n = shard.rows
+            if n != self._rows[index]:
+                raise SourceFormatError(f"{path} changed while it was converted")
+            # does the episode at this shard's end go on in the next shard?
+            following = self._edges[index + 1][0] if index + 1 < len(self.files) else 0
+            goes_on = self._edges[index][1] != 2 and following != 0
+            if goes_on:
+                self._count("joined", 1)
+            size = self._chunk_rows()
+            stored = ["observation", *self._schema.extras]
+            for a in range(0, n, size):
+                b = min(a + size, n)
+                st = shard.step_type(a, min(b + 1, n))
+                end = st[: b - a] == 2
+                end[: len(st) - 1] |= st[1:] == 0
+                if b == n:
+                    end[-1] = st[b - a - 1] == 2 or not goes_on
+                start = np.empty(b - a, bool)
+                start[0] = self._prev_end
+                start[1:] = end[:-1]
+                self._prev_end = bool(end[-1])
+                discount = shard.read("discount", a, b).reshape(b - a)
+                terminal = discount == 0
+                early = np.flatnonzero(terminal & ~end)
+                if len(early):
+                    row = a + int(early[0])
+                    raise SourceFormatError(
+                        f"{path}: discount is 0 at row {row} (step_type {int(st[early[0]])}), which does "
+                        "not end an episode; an episode terminates on its last row only"
+                    )
+                action, reward = shard.read("action", a, b), shard.read("reward", a, b)
+                st = st[: b - a]
+                self._count("inferred_end", int(np.count_nonzero(end & (st != 2))))
+                self._count("inferred_start", int(np.count_nonzero(start & (st != 0))))
+                self._count("single", int(np.count_nonzero(start & end)))
+                self.report.dropped_rows += int(np.count_nonzero(start & ((st != 0) | end)))
+                for r in np.flatnonzero(start & (st == 0)):
+                    self._first_row(action[r : r + 1], reward[r : r + 1])
+                yield _Chunk(
+                    file=index,
+                    obs={self._keys[k]: shard.read(k, a, b) for k in stored},
+                    action=action,
+                    reward=reward,
+                    start=start,
+                    end=end,
+                    terminal=terminal,
+                )
+        finally:
+            shard.close()
+
+    # ------------------------------------------------------------------ notes
+
+    def _count(self, kind: str, k: int) -> None:
+        """Add ``k`` to a counted irregularity and keep its note current (a conversion of
+        ``--episodes A:B`` stops reading early: nothing waits for the end)."""
+        if not k:
+            return
+        self._counts[kind] = self._counts.get(kind, 0) + k
+        text = _NOTES[kind].format(n=self._counts[kind])
+        if kind in self._note_at:
+            self.report.notes[self._note_at[kind]] = text
+        else:
+            self._note_at[kind] = len(self.report.notes)
+            self.report.notes.append(text)
+        if kind in ("inferred_end", "inferred_start"):
+            self.report.inferred_boundaries += k
+        if kind == "single":
+            self.report.dropped_episodes += k
+
+
+#: Notes of the counted irregularities (``{n}``: how many so far).
+_NOTES = {
+    "first_nonzero": "{n} episode(s) have a nonzero action or reward on their first row, which Dreamer fills "
+    "with zeros: the one-step shift assumes that convention, check the source",
+    "no_is_last": "{n} episode file(s) do not set is_last on their last row: ended there, truncated unless "
+    "is_terminal says otherwise",
+    "single": "{n} episode(s) of one row have no transition: dropped (dropped_episodes)",
+    "joined": "{n} episode(s) run from one shard into the next (a shard ending without step_type 2, the next "
+    "starting without 0): joined",
+    "inferred_end": "{n} episode(s) end without step_type 2 (at the last shard's end, or before a "
+    "step_type 0): ended there (inferred_boundaries)",
+    "inferred_start": "{n} episode(s) start without step_type 0 (a shard starting mid-episode, or a row "
+    "after step_type 2): that row's action and reward have no observation before them and are dropped "
+    "(dropped_rows)",
+}
