@@ -569,10 +569,11 @@ ZARR_LAYOUTS = {
 }
 
 
-def _pixel_blocks(lengths: tuple[int, ...]) -> list[Any]:
+def _pixel_blocks(lengths: tuple[int, ...], seed: int = 7) -> list[Any]:
+    """Episodes with one-row chunks (``pixels``: 48 bytes a row) and multi-row chunks (the rest)."""
     from rlds_cli.formats.base import StepBlock
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     blocks = []
     for n in lengths:
         flags = np.zeros((n, 1), bool)

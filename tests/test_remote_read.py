@@ -25,6 +25,7 @@ from rlds_cli.errors import (
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
 )
+from tests.test_cache_contract import _pixel_blocks
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -51,31 +52,7 @@ def _fresh_memory_store() -> Iterator[None]:
     MemoryFileSystem.pseudo_dirs[:] = [""]
 
 
-def blocks(lengths: tuple[int, ...], seed: int = 7) -> list[Any]:
-    """Episodes with one-row chunks (``pixels``: 48 bytes a row) and multi-row chunks (the rest)."""
-    from rlds_cli.formats.base import StepBlock
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for n in lengths:
-        flags = np.zeros((n, 1), bool)
-        flags[-1] = True
-        out.append(
-            StepBlock(
-                steps={
-                    "action": rng.integers(0, 9, (n, 1)).astype(np.int64),
-                    "next/reward": rng.standard_normal((n, 1)).astype(np.float32),
-                    "next/terminated": flags & (rng.random((n, 1)) < 0.5),
-                    "next/truncated": flags,
-                },
-                observations={
-                    "pixels": rng.integers(0, 256, (n + 1, 3, 4, 4), dtype=np.uint8),
-                    "state": rng.standard_normal((n + 1, 2)).astype(np.float32),
-                },
-                ends=np.array([n - 1]),
-            )
-        )
-    return out
+blocks = _pixel_blocks  # the zarr layout tests' episodes
 
 
 def build(

@@ -148,4 +148,5 @@ class EpisodePacker:
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """Rows of several parts in one array (one part is passed on as it is, without a copy)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)

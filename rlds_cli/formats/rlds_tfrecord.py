@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats._episodes import _concat
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
@@ -1077,8 +1078,3 @@ class RldsTFRecordReader(ReaderBase):
             final_known=np.array([p.final_known for p in ended], bool),
             episode_ids=np.array([p.episode for p in ended], np.int64),
         )
-
-
-def _concat(arrays: list[np.ndarray]) -> np.ndarray:
-    """Rows of several parts in one array (one part is passed on as it is, without a copy)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
