@@ -99,7 +99,7 @@ def download(
             expected_origin="registry", **convert_args,
         )  # fmt: skip
     folder = raw_dir(cache, entry.cache_name)
-    planned = plan_files(entry, folder, offline=offline)
+    planned = plan_files(entry, folder, offline=offline, options=merged)
     if not force:
         share_downloads(cache, entry, folder, planned)
     results = fetch_files(planned, folder, **fetch)
@@ -150,11 +150,16 @@ def _download_url(
     return result
 
 
-def plan_files(entry: registry.RegistryEntry, folder: Path, *, offline: bool) -> list[RemoteFile]:
-    """The files of a registry entry: its listed files plus, for a Hub folder, the folder's
-    files (listed online and remembered in ``.rlds/listing.json``, so offline mode can use it)."""
+def plan_files(
+    entry: registry.RegistryEntry, folder: Path, *, offline: bool, options: dict[str, Any] | None = None
+) -> list[RemoteFile]:
+    """The files of a registry entry: its listed files, the files of its file set that the reader
+    ``options`` pick (``checkpoints``), plus, for a Hub folder, the folder's files (listed online
+    and remembered in ``.rlds/listing.json``, so offline mode can use it)."""
     files = [
-        RemoteFile(f.name, f.urls, f.size, f.sha256, "registry") for f in entry.files if not f.is_bundled
+        RemoteFile(f.name, f.urls, f.size, f.sha256, "registry")
+        for f in entry.files_for(options)
+        if not f.is_bundled
     ]
     if entry.listing is None:
         return files
@@ -195,11 +200,12 @@ def share_downloads(
     if not wanted:
         return
     for other in registry.entries():
-        if other.id == entry.id or other.is_bundled:
+        their_folder = raw_dir(cache, other.cache_name)
+        # (an entry never downloaded has nothing to share: its file set is not even expanded)
+        if other.id == entry.id or other.is_bundled or not their_folder.is_dir():
             continue
         for theirs in other.files:
             mine = wanted.get(theirs.urls[0]) if theirs.urls else None
-            their_folder = raw_dir(cache, other.cache_name)
             source = their_folder / theirs.name
             record = HashStore(their_folder).get(theirs.name) if mine and source.is_file() else None
             # only a pinned hash is shared: an unconverted first download proves nothing

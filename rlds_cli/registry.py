@@ -24,11 +24,26 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     size_bytes = 1077700000             # approximate download size ("1,077.7 MB")
     source = "Minari 'list remote' table (Minari#242)"
 
+    [dataset.file_set]                  # instead of (or besides) files: many files as a pattern
+    name = "logs/{part}_ckpt.{n}.gz"    # {var} fields; every variable must appear in the name
+    urls = ["https://host/run/logs/{part}_ckpt.{n}.gz"]   # values are percent-encoded here
+    vars = { n = { start = 0, stop = 51 }, part = ["obs", "action"] }   # first varies slowest
+    options = { checkpoints = "n" }     # a reader option that narrows a variable's values
+
     [dataset.listing]                   # instead of (or besides) files: a Hugging Face folder
     hf_repo = "jdvakil/RoboSet_Sim"     # dataset repo, listed with the Hub's tree API
     path = "DAPG(expert)/door_v2d-v1"   # folder inside the repo
     suffix = ".h5"                      # keep files whose name ends so
     revision = "main"
+
+A file set stands for every combination of its variables' values (the Atari DQN replay logs: 51
+checkpoints x 6 files for each of 250 runs would be 13 MB of TOML written out). Its files are
+expanded when an entry is used, never at load; an option it names (``--option checkpoints=0:2``)
+picks which values, and so which files are downloaded, by :func:`rlds_cli.numbers.parse_numbers`'s
+rule, the one the reader applies to the same option.
+
+A file may start with a ``[defaults]`` table: its keys fill in every entry of that file that
+does not set them (tables, such as ``file_set``, are merged one level deep).
 
 Exact facts (a file's ``size`` and ``sha256``) are checked against every download; ``published``
 figures are only shown (``rlds list --remote``, ``rlds info``), marked as approximate.
@@ -41,10 +56,14 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import itertools
 import re
+import string
 import tomllib
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +106,62 @@ class RegistryListing:
 
 
 @dataclass(frozen=True)
+class RegistryFileSet:
+    """Many files of an entry written once as a pattern (see the module docstring).
+
+    ``variables`` keeps the TOML order: the files are every combination of the values, the
+    first variable varying slowest. ``options`` maps a reader option to the variable whose
+    values it narrows."""
+
+    name: str
+    urls: tuple[str, ...]
+    variables: tuple[tuple[str, tuple[str, ...]], ...]
+    options: tuple[tuple[str, str], ...] = ()
+
+    def expand(self, options: Mapping[str, Any] | None = None) -> tuple[RegistryFile, ...]:
+        """The files, all of them or those the narrowing ``options`` pick.
+
+        Raises:
+            RegistryError: An option's value is not a number selection, or picks no value.
+        """
+        values = dict(self.variables)
+        for option, var in self.options:
+            spec = (options or {}).get(option)
+            if spec is not None:
+                values[var] = self._narrow(option, var, spec, values[var])
+        names = [var for var, _ in self.variables]
+        files = []
+        for combo in itertools.product(*(values[var] for var in names)):
+            fields = dict(zip(names, combo, strict=True))
+            quoted = {k: urllib.parse.quote(v, safe="") for k, v in fields.items()}
+            files.append(
+                RegistryFile(self.name.format(**fields), tuple(u.format(**quoted) for u in self.urls))
+            )
+        return tuple(files)
+
+    def _narrow(self, option: str, var: str, spec: object, values: tuple[str, ...]) -> tuple[str, ...]:
+        from rlds_cli.errors import RegistryError
+        from rlds_cli.numbers import parse_numbers
+
+        try:
+            keep, named = parse_numbers(spec)
+        except ValueError:
+            raise RegistryError(
+                f"{option}={spec!r} is not a range 'A:B' or a list of numbers",
+                hint=f"e.g. {option}=0:2 (A <= N < B) or {option}=49,50",
+            ) from None
+        picked = tuple(v for v in values if keep is None or keep(int(v)))
+        missing = sorted(named - {int(v) for v in values}) if named else []
+        if missing or not picked:
+            raise RegistryError(
+                f"{option}={spec!r} picks {'no file' if not picked else f'missing {var} {missing}'}: "
+                f"this entry has {var} {values[0]}..{values[-1]}",
+                hint=f"choose {option} among {values[0]}..{values[-1]}",
+            )
+        return picked
+
+
+@dataclass(frozen=True)
 class PublishedFigures:
     """Sizes and counts an upstream publishes for a dataset, rounded as published (shown with a
     ``~``, never used to check a download)."""
@@ -112,7 +187,7 @@ class RegistryEntry:
 
     id: str
     format: str
-    files: tuple[RegistryFile, ...]
+    listed_files: tuple[RegistryFile, ...]
     aliases: tuple[str, ...] = ()
     description: str = ""
     license: str = ""
@@ -121,6 +196,19 @@ class RegistryEntry:
     extra: dict[str, Any] = field(default_factory=dict)
     listing: RegistryListing | None = None
     published: PublishedFigures | None = None
+    file_set: RegistryFileSet | None = None
+
+    @cached_property
+    def files(self) -> tuple[RegistryFile, ...]:
+        """Every file: the listed ones, then the file set's (expanded on first use)."""
+        return self.files_for()
+
+    def files_for(self, options: Mapping[str, Any] | None = None) -> tuple[RegistryFile, ...]:
+        """The files to download with these reader options: a file set's options (such as
+        ``checkpoints``) pick which of its files; listed files are always all downloaded."""
+        if self.file_set is None:
+            return self.listed_files
+        return self.listed_files + self.file_set.expand(options)
 
     @property
     def cache_name(self) -> str:
@@ -139,7 +227,7 @@ class RegistryEntry:
     @property
     def is_bundled(self) -> bool:
         """Whether every file ships inside the package (nothing to download)."""
-        return self.listing is None and all(f.is_bundled for f in self.files)
+        return self.listing is None and self.file_set is None and all(f.is_bundled for f in self.listed_files)
 
 
 def packaged_registry_dir() -> Path:
@@ -166,14 +254,16 @@ def _registry_files() -> list[Path]:
 
 _OPTION_KEYS = ("max_episode_steps",)
 _KNOWN_KEYS = {
-    "id", "aliases", "format", "description", "license", "files", "listing", "published", *_OPTION_KEYS,
+    "id", "aliases", "format", "description", "license", "files", "file_set", "listing", "published",
+    *_OPTION_KEYS,
 }  # fmt: skip
 
 
 def _check_lists(raw: Any) -> None:
     """Reject list fields given as something else (a string would be read letter by letter)."""
-    files = raw["files"] if "listing" not in raw else raw.get("files", [])
-    if not isinstance(files, list) or (not files and "listing" not in raw):
+    elsewhere = "listing" in raw or "file_set" in raw
+    files = raw.get("files", []) if elsewhere else raw["files"]
+    if not isinstance(files, list) or (not files and not elsewhere):
         raise ValueError("'files' (a non-empty list of [[dataset.files]] tables)")
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("urls"), list) or not f["urls"]:
@@ -210,6 +300,81 @@ def _parse_listing(raw: Any) -> RegistryListing | None:
     )
 
 
+def _parse_file_set(raw: Any) -> RegistryFileSet | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise ValueError("'file_set' (a table with name, urls and vars)")
+    urls = raw.get("urls")
+    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+        raise ValueError("'file_set.urls' (a non-empty list of URL patterns)")
+    variables = tuple((str(k), _file_set_values(k, _frozen(v))) for k, v in _table(raw, "vars").items())
+    if not variables:
+        raise ValueError("'file_set.vars' (a table of at least one variable)")
+    known = dict(variables)
+    for pattern in (raw["name"], *urls):
+        if _fields(pattern) - set(known):
+            raise ValueError(
+                f"'file_set' ({pattern!r} uses {sorted(_fields(pattern) - set(known))}, not in vars)"
+            )
+    if set(known) - _fields(raw["name"]):
+        raise ValueError(f"'file_set.name' (must use every variable, so names differ: {sorted(known)})")
+    options = tuple((str(k), str(v)) for k, v in _table(raw, "options").items())
+    for option, var in options:
+        if var not in known or not all(v.isdigit() for v in known[var]):
+            raise ValueError(f"'file_set.options' ({option!r} must name a variable of numbers)")
+    file_set = RegistryFileSet(raw["name"], tuple(urls), variables, options)
+    # the patterns are checked on their first and last files (every value is checked alone by
+    # _file_set_values), not on all 76k files of the Atari registry at every load
+    for pick in (0, -1):
+        corner = RegistryFileSet(file_set.name, file_set.urls, tuple((k, (v[pick],)) for k, v in variables))
+        _check_file(corner.expand()[0])
+    return file_set
+
+
+def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"'file_set.{key}' (a table)")
+    return value
+
+
+@cache
+def _fields(pattern: str) -> frozenset[str]:
+    """The ``{field}`` names a pattern uses."""
+    return frozenset(f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None)
+
+
+def _frozen(raw: Any) -> Any:
+    """A TOML value as a hashable one (so a file's shared ``vars`` are checked once)."""
+    if isinstance(raw, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in raw.items()))
+    if isinstance(raw, list):
+        return ("list", *(_frozen(v) for v in raw))
+    return raw
+
+
+@cache
+def _file_set_values(name: str, raw: Any) -> tuple[str, ...]:
+    """A variable's values: a list, or ``{ start = A, stop = B }`` for the numbers A..B-1 (both
+    given here as :func:`_frozen` made them)."""
+    if isinstance(raw, tuple) and raw[:1] != ("list",):
+        bounds = dict(raw)
+        start, stop = bounds.get("start", 0), bounds.get("stop")
+        if type(start) is not int or type(stop) is not int or not 0 <= start < stop:
+            raise ValueError(f"'file_set.vars.{name}' ({{ start = A, stop = B }} with 0 <= A < B)")
+        return tuple(str(n) for n in range(start, stop))
+    items = raw[1:] if isinstance(raw, tuple) else None
+    if not items or not all(isinstance(v, str | int) for v in items):
+        raise ValueError(f"'file_set.vars.{name}' (a non-empty list, or {{ start = A, stop = B }})")
+    values = tuple(str(v) for v in items)
+    for value in values:
+        # no separator and not only dots: no combination can climb out of the download folder
+        if not value.strip(".") or "/" in value or "\\" in value:
+            raise ValueError(f"'file_set.vars.{name}' ({value!r} is not a plain file-name part)")
+    return values
+
+
 def _parse_published(raw: Any) -> PublishedFigures | None:
     if raw is None:
         return None
@@ -241,7 +406,7 @@ def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
         return RegistryEntry(
             id=str(raw["id"]),
             format=str(raw["format"]),
-            files=files,
+            listed_files=files,
             aliases=tuple(str(a) for a in raw.get("aliases", ())),
             description=str(raw.get("description", "")),
             license=str(raw.get("license", "")),
@@ -250,12 +415,25 @@ def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
             listing=_parse_listing(raw.get("listing")),
             published=_parse_published(raw.get("published")),
+            file_set=_parse_file_set(raw.get("file_set")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         ident = raw.get("id", "?") if isinstance(raw, dict) else "?"
         raise RegistryFormatError(
             f"registry file {origin}: entry {ident!r} is missing or has a bad {exc}"
         ) from exc
+
+
+def _with_defaults(defaults: dict[str, Any], raw: Any) -> Any:
+    """An entry with its file's ``[defaults]`` filled in: the entry's own keys win, and a table
+    both give (``file_set``) is merged one level deep."""
+    if not defaults or not isinstance(raw, dict):
+        return raw
+    merged = {**defaults, **raw}
+    for key, value in defaults.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            merged[key] = {**value, **raw[key]}
+    return merged
 
 
 @cache
@@ -266,8 +444,11 @@ def _load(paths: tuple[Path, ...]) -> dict[str, RegistryEntry]:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise RegistryFormatError(f"cannot read registry file {path}: {exc}") from exc
+        defaults = data.get("defaults", {})
+        if not isinstance(defaults, dict):
+            raise RegistryFormatError(f"registry file {path}: 'defaults' must be a table")
         for raw in data.get("dataset", []):
-            entry = _parse_entry(raw, path)
+            entry = _parse_entry(_with_defaults(defaults, raw), path)
             for key in (entry.id, *entry.aliases):
                 if key in by_name:
                     raise RegistryFormatError(

@@ -52,6 +52,7 @@ FILES = (
     "invalid_range",
 )
 
+WHAT = "Dopamine replay logs of a DQN agent"
 HEADER = """\
 # The DQN Replay Dataset (Agarwal et al., ICML 2020): Dopamine replay logs of a DQN agent, one id
 # per Atari game and run (50 games x runs 1..5), read by the atari_dqn format.
@@ -60,11 +61,11 @@ HEADER = """\
 # Source of the ids: TorchRL 0.14.1 torchrl/data/datasets/atari_dqn.py (available_datasets). The
 # files of checkpoint N (N = {first}..{last}) follow Dopamine's names ($store$_<array>_ckpt.N.gz,
 # add_count_ckpt.N.gz, invalid_range_ckpt.N.gz) in the public bucket gs://atari-replay-datasets,
-# read over HTTPS (storage.googleapis.com, '$' written %24). The URLs are constructed from that
+# read over HTTPS (storage.googleapis.com, '$' as %24). The URLs are constructed from that
 # pattern, not fetched; no source publishes checksums or sizes: rlds records the sha256 and size
 # of the first download in <root>/raw/<entry>/.rlds/hashes.json and verifies every later copy.
-# A run is about 50 checkpoints of 1,000,000 frames (7 GB of frames each, about 350 GB decoded);
-# convert a part with the reader's checkpoints option.
+# A run is about 50 checkpoints of 1,000,000 frames (7 GB of frames each, about 350 GB decoded):
+# --option checkpoints=A:B downloads and converts only checkpoints A..B-1 (file_set.options).
 """
 
 
@@ -73,25 +74,37 @@ def q(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def entry(game: str, run: int, checkpoints: range) -> str:
-    """One registry entry: every file of every checkpoint of ``game``/``run``."""
-    lines = [
-        "[[dataset]]",
-        f"id = {q(f'atari_dqn/{game}/{run}')}",
-        'format = "atari_dqn"',
-        f"description = {q(f'DQN Replay Dataset, {game}, run {run}: Dopamine replay logs of a DQN agent')}",
-        'license = "unknown (not stated by google-research/batch_rl)"',
-        f"ids = {{ torchrl = {q(f'{game}/{run}')} }}",
-        'url_status = "constructed"',
-        "files = [",
-    ]
-    for n in checkpoints:
-        for name in FILES:
-            file = f"{name}_ckpt.{n}.gz"
-            url = f"{BUCKET}/{game}/{run}/replay_logs/{file.replace('$', '%24')}"
-            lines.append(f"  {{ name = {q('replay_logs/' + file)}, urls = [{q(url)}] }},")
-    lines.append("]")
-    return "\n".join(lines)
+def defaults(checkpoints: range) -> str:
+    """What every entry shares: format, license, and the file set without its URL."""
+    files = "[" + ", ".join(q(f) for f in FILES) + "]"
+    return "\n".join(
+        [
+            "[defaults]",
+            'format = "atari_dqn"',
+            'license = "unknown (not stated by google-research/batch_rl)"',
+            'url_status = "constructed"',
+            "",
+            "[defaults.file_set]",
+            'name = "replay_logs/{file}_ckpt.{n}.gz"',
+            f"vars = {{ n = {{ start = {checkpoints.start}, stop = {checkpoints.stop} }}, file = {files} }}",
+            'options = { checkpoints = "n" }',
+        ]
+    )
+
+
+def entry(game: str, run: int) -> str:
+    """One registry entry: the six files of every checkpoint of ``game``/``run``, as a file set
+    (written out, the 250 entries would be 13.5 MB of TOML read at every registry load)."""
+    url = f"{BUCKET}/{game}/{run}/replay_logs/{{file}}_ckpt.{{n}}.gz"
+    return "\n".join(
+        [
+            "[[dataset]]",
+            f"id = {q(f'atari_dqn/{game}/{run}')}",
+            f"description = {q(f'DQN Replay Dataset, {game}, run {run}: {WHAT}')}",
+            f"ids = {{ torchrl = {q(f'{game}/{run}')} }}",
+            f"file_set.urls = [{q(url)}]",
+        ]
+    )
 
 
 def parse_range(spec: str) -> range:
@@ -108,7 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     checkpoints: range = args.checkpoints
     text = HEADER.format(first=checkpoints.start, last=checkpoints.stop - 1)
-    text += "\n" + "\n\n".join(entry(game, run, checkpoints) for game in GAMES for run in RUNS) + "\n"
+    text += "\n" + defaults(checkpoints) + "\n\n"
+    text += "\n\n".join(entry(game, run) for game in GAMES for run in RUNS) + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out}: {len(GAMES) * len(RUNS)} ids, {len(checkpoints)} checkpoints each")
 

@@ -240,8 +240,6 @@ def _converted(path: Path, name: str) -> None:
     assert check.exit_code == 0 and "check passed" in check.output, check.output
 
 
-
-
 def _lengths(seed: int, count: int, lo: int = 3, hi: int = 40) -> list[int]:
     return np.random.default_rng(seed).integers(lo, hi, size=count).tolist()
 
@@ -684,31 +682,25 @@ def test_a_tar_of_the_run_folder(logged: tuple[Path, Run], tmp_path: Path) -> No
 
 def test_registry_file_is_generated_and_matches_torchrl(tmp_path: Path) -> None:
     """scripts/gen_registry_atari.py writes TorchRL's ``AtariDQNExperienceReplay.available_datasets``
-    as ids, each listing the six files of checkpoints 0..50 under Dopamine's names. (Not packaged
-    yet: written out in full it is 13.5 MB and slows every registry load ~3x; it waits for a
-    templated many-file registry entry.)"""
-    import tomllib
+    as ids (the committed registry/atari_dqn.toml is its output), each a file set that expands
+    to the six files of checkpoints 0..50 under Dopamine's names."""
     import urllib.parse
+
+    from rlds_cli import registry
 
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "atari_dqn.toml"
     subprocess.run(
         [sys.executable, str(repo / "scripts" / "gen_registry_atari.py"), "--out", str(out)], check=True
     )
-    entries = tomllib.loads(out.read_text())["dataset"]
-    torchrl_datasets = pytest.importorskip("torchrl.data.datasets")
-    assert {e["id"] for e in entries} == {
-        f"atari_dqn/{i}" for i in torchrl_datasets.AtariDQNExperienceReplay.available_datasets
-    }
+    assert out.read_text() == (repo / "registry" / "atari_dqn.toml").read_text()
+    registry._load.cache_clear()
+    entries = [e for e in registry.entries() if e.format == "atari_dqn"]
+    assert len(entries) == 250
     for e in entries[:: len(entries) // 7]:
-        game_run = e["id"].removeprefix("atari_dqn/")
-        assert (
-            e["format"] == "atari_dqn"
-            and e["url_status"] == "constructed"
-            and e["ids"]["torchrl"] == game_run
-        )
-        names = [f["name"] for f in e["files"]]
-        assert names == [
+        game_run = e.id.removeprefix("atari_dqn/")
+        assert e.extra["url_status"] == "constructed" and e.extra["ids"]["torchrl"] == game_run
+        assert [f.name for f in e.files] == [
             f"replay_logs/{name}_ckpt.{n}.gz"
             for n in range(51)
             for name in (
@@ -717,8 +709,12 @@ def test_registry_file_is_generated_and_matches_torchrl(tmp_path: Path) -> None:
                 "invalid_range",
             )
         ]
-        for f in e["files"]:
-            (url,) = f["urls"]
-            assert "sha256" not in f and "size" not in f
+        for f in e.files:
+            (url,) = f.urls
+            assert f.sha256 is None and f.size is None and "$" not in url
             path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
-            assert path == f"/atari-replay-datasets/dqn/{game_run}/{f['name']}", url
+            assert path == f"/atari-replay-datasets/dqn/{game_run}/{f.name}", url
+    torchrl_datasets = pytest.importorskip("torchrl.data.datasets")
+    assert {e.id for e in entries} == {
+        f"atari_dqn/{i}" for i in torchrl_datasets.AtariDQNExperienceReplay.available_datasets
+    }

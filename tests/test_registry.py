@@ -329,7 +329,7 @@ def test_download_extra_bundled_entry(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_registry_checksum_is_checked(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = registry.resolve("demo")
     wrong = "0" * 64
-    patched = dataclasses.replace(real, files=(dataclasses.replace(real.files[0], sha256=wrong),))
+    patched = dataclasses.replace(real, listed_files=(dataclasses.replace(real.files[0], sha256=wrong),))
     monkeypatch.setattr(registry, "resolve", lambda key: patched)
     with pytest.raises(ChecksumMismatchError) as info:
         download("demo")

@@ -27,6 +27,7 @@ FAMILIES = {
     "ogbench.toml": 85,
     "vd4rl.toml": 20,
     "gen_dgrl.toml": 128,
+    "atari_dqn.toml": 250,
     "demo.toml": 1,
 }
 

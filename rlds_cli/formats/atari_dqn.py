@@ -57,6 +57,7 @@ import numpy as np
 from rlds_cli.errors import RldsError, SourceError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
+from rlds_cli.numbers import NumberSelection, parse_numbers
 
 RULES = "atari-dqn-v1"
 #: Dopamine's prefix of the files of its store arrays (``STORE_FILENAME_PREFIX``).
@@ -447,46 +448,20 @@ def _run_length(sorted_positions: np.ndarray, start: int, step: int) -> int:
     return k
 
 
-def parse_checkpoints(spec: object) -> tuple[Callable[[int], bool] | None, set[int] | None]:
+def parse_checkpoints(spec: object) -> NumberSelection:
     """``checkpoints`` option -> a predicate on checkpoint numbers (``None``: all of them), and
     the numbers it names one by one (``None`` for a range), which must all exist.
 
     Accepts ``"A:B"`` (numbers ``A <= N < B``; either side may be empty), ``"3,5,9"``, one
-    number, or a list of numbers."""
-    if spec is None:
-        return None, None
-    bad = SourceError(
-        f"checkpoints={spec!r} is not a range 'A:B' or a list of checkpoint numbers",
-        hint="e.g. checkpoints='0:10' (A <= N < B), checkpoints='49,50' or checkpoints=[49, 50]",
-    )
-    if isinstance(spec, str) and ":" in spec:
-        left, _, right = spec.partition(":")
-        try:
-            lo = int(left) if left.strip() else 0
-            hi = int(right) if right.strip() else None
-        except ValueError:
-            raise bad from None
-        if lo < 0 or (hi is not None and hi <= lo):
-            raise bad
-        return (lambda n: n >= lo and (hi is None or n < hi)), None
-    parts: list[Any]
-    if isinstance(spec, str):
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
-    elif isinstance(spec, int | np.integer) and not isinstance(spec, bool):
-        parts = [spec]
-    elif isinstance(spec, list | tuple):
-        parts = list(spec)
-    else:
-        raise bad
-    if any(isinstance(p, bool | float) for p in parts):
-        raise bad
+    number, or a list of numbers (:func:`rlds_cli.numbers.parse_numbers`: the registry picks
+    which files to download by the same rule)."""
     try:
-        wanted = {int(p) for p in parts}
-    except (TypeError, ValueError):
-        raise bad from None
-    if not wanted or min(wanted) < 0:
-        raise bad
-    return wanted.__contains__, wanted
+        return parse_numbers(spec)
+    except ValueError:
+        raise SourceError(
+            f"checkpoints={spec!r} is not a range 'A:B' or a list of checkpoint numbers",
+            hint="e.g. checkpoints='0:10' (A <= N < B), checkpoints='49,50' or checkpoints=[49, 50]",
+        ) from None
 
 
 # --------------------------------------------------------------------------- the reader
