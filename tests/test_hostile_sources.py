@@ -19,6 +19,7 @@ The rules are written out in ``docs/formats.md`` ("Untrusted input").
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -43,6 +44,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.formats.keys import is_valid_key
+from tests.atari_dqn_fixtures import STORE_PREFIX, file_name, write_run
 from tests.formats_fixtures import (
     golden_roboset,
     minari_episode,
@@ -50,6 +52,9 @@ from tests.formats_fixtures import (
     write_amago,
     write_minari_by_hand,
 )
+from tests.gen_dgrl_fixtures import members_of, npy_bytes, npz_bytes, procgen_trajectory, write_tar
+from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+from tests.vd4rl_fixtures import dreamer_episode, drqbc_arrays, save_episode, write_drqbc
 
 runner = CliRunner()
 N = 6  # rows of the small D4RL files
@@ -463,6 +468,52 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
     c["lerobot-string-action"] = lambda t: Case(
         _lerobot(t, lambda info: None, retype={"action": ["a", "b"]}), "holds string values"
     )
+    # -- the pixel sources: names from the source, links, lying headers, damaged framing
+    c["rlds-tfrecord-feature-dotdot"] = lambda t: Case(
+        write_rlds_dataset(t / "oxe", (3, 2), side=8, state_name="../../../../X").root,
+        "'steps/observation/../../../../X' -> 'observation/",
+        refused=False,
+    )
+    c["rlds-tfrecord-crc"] = lambda t: Case(_flip_byte(write_rlds_dataset(t / "oxe", (3, 2), side=8)), "CRC")
+    c["vd4rl-npz-key-dotdot"] = lambda t: Case(
+        _vd4rl_npz(t, {"../../../../X": np.zeros(9, np.float32)}),
+        "'../../../../X' -> 'observation/",
+        refused=False,
+    )
+    c["vd4rl-npz-string-array"] = lambda t: Case(
+        _vd4rl_npz(t, {"label": np.array(["a"] * 9)}), "label: text values are not stored", refused=False
+    )
+    c["vd4rl-hdf5-external-link"] = lambda t: Case(_vd4rl_hdf5(t, "external-link"), _UNSAFE)
+    c["vd4rl-hdf5-virtual"] = lambda t: Case(_vd4rl_hdf5(t, "virtual"), _UNSAFE)
+    c["atari-dqn-lying-header"] = lambda t: Case(
+        _atari(
+            t,
+            lambda logs: _gzip_to(
+                logs / file_name(STORE_PREFIX + "observation", 0), _lying_npy((1 << 40, 84, 84), "|u1")
+            ),
+        ),
+        "header declares 7,758,154,045,587,584",
+    )
+    c["atari-dqn-pickled-array"] = lambda t: Case(
+        _atari(
+            t,
+            lambda logs: _gzip_to(
+                logs / file_name("add_count", 0), npy_bytes(np.array([{"x": 1}], dtype=object))
+            ),
+        ),
+        file_name("add_count", 0),
+    )
+    c["gen-dgrl-member-dotdot"] = lambda t: Case(
+        _gen_dgrl(t, extra=[("../../../../X.npz", npz_bytes({"x": np.zeros(3)}))]), "escapes the archive"
+    )
+    c["gen-dgrl-key-dotdot"] = lambda t: Case(
+        _gen_dgrl(t, add={"../../../../X": np.zeros(3, np.float32)}),
+        "keys other than observations, actions, rewards and dones are not stored: ['../../../../X']",
+        refused=False,
+    )
+    c["gen-dgrl-pickled-callable"] = lambda t: Case(
+        _gen_dgrl(t, extra=[("g/evil.npy", npy_bytes({"x": os.system}))]), "asks for"
+    )
     # -- archives: bombs of every type, and empty ones
     zeros = {"data/big.npz": bytes(8 * MIB)}
     for suffix, mode in ((".tar.gz", "w:gz"), (".tar.bz2", "w:bz2"), (".tar.xz", "w:xz")):
@@ -484,6 +535,54 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
         _UNSAFE,
     )
     return c
+
+
+def _flip_byte(fx: Any) -> Path:
+    """Flip one byte in the middle of the first shard's second record (its data CRC fails)."""
+    shard = fx.shards[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) * 3 // 4] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return Path(fx.root)
+
+
+def _vd4rl_npz(t: Path, extra: dict[str, np.ndarray]) -> Path:
+    """One Dreamer episode file (8 steps) with ``extra`` arrays, under V-D4RL's folder names."""
+    episode = {**dreamer_episode(9, side=8), **extra}
+    return save_episode(
+        t / "vd4rl" / "main" / "walker_walk" / "medium" / "64px" / "20220109T010000-x-9.npz", episode
+    ).parent
+
+
+def _vd4rl_hdf5(t: Path, how: str) -> Path:
+    path = write_drqbc(t / "walker_walk_medium.hdf5", drqbc_arrays([dreamer_episode(9, side=8)]))
+    with h5py.File(path, "a") as f:
+        _replace_with(f, "observation", how, t)
+    return path
+
+
+def _gzip_to(path: Path, payload: bytes) -> None:
+    with gzip.open(path, "wb") as f:
+        f.write(payload)
+
+
+def _atari(t: Path, edit: Callable[[Path], None]) -> Path:
+    logs = t / "Pong" / "1" / "replay_logs"
+    write_run(logs, capacity=40, episode_lengths=[7, 9, 5], obs_shape=(8, 8))
+    edit(logs)
+    return logs
+
+
+def _gen_dgrl(
+    t: Path, extra: list[tuple[str, bytes]] | None = None, add: dict[str, np.ndarray] | None = None
+) -> Path:
+    """A ``bigfish.tar.xz`` of two trajectories (one npz, one pickled dict), plus ``extra``
+    members; ``add``: more arrays in every trajectory."""
+    rng = np.random.default_rng(0)
+    trajectories = [procgen_trajectory(rng, 6 + i, index=i, side=8) for i in range(2)]
+    for traj in trajectories:
+        traj.arrays.update(add or {})
+    return write_tar(t / "bigfish.tar.xz", [*members_of(trajectories, game="g"), *(extra or [])])
 
 
 def _zip(path: Path, members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> Path:
@@ -614,7 +713,10 @@ def test_hostile_source(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_the_fixture_set_covers_every_reader_and_attack() -> None:
     """Every reader (and archives) meets hostile keys, links or bombs, and non-numeric arrays."""
     names = set(CASES)
-    readers = ("d4rl", "d4rl-npz", "minari", "roboset", "ogbench", "amago", "torchrl", "lerobot", "archive")
+    readers = (
+        "d4rl", "d4rl-npz", "minari", "roboset", "ogbench", "amago", "torchrl", "lerobot", "rlds-tfrecord",
+        "vd4rl", "atari-dqn", "gen-dgrl", "archive",
+    )  # fmt: skip
     for reader in readers:
         assert any(n.startswith(reader + "-") for n in names), reader
     for attack in ("dotdot", "absolute", "slash", "external-link", "external-storage", "virtual", "bomb"):
