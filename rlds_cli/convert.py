@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,8 @@ class ConvertResult:
 
 
 #: Progress callback: ``(event, amount)`` with events ``"start"`` (total rows),
-#: ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed).
+#: ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed: the source is hashed on a
+#: thread beside the conversion, so this comes once its digest is checked, before the commit).
 Progress = Callable[[str, int], None]
 
 #: Options any caller may pass (the CLI passes them whatever the format); a reader that does
@@ -188,23 +190,13 @@ def convert(
         base = Path(os.path.commonpath(files))
         if base.is_file():
             base = base.parent
-    hashed = _hash_files(files, base)
-    sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
-    if expected_sha256 and sha256 != expected_sha256.lower():
-        from rlds_cli.net.hashes import mismatch_hint
-
-        raise ChecksumMismatchError(
-            f"{files[0]} has sha256 {sha256}, expected {expected_sha256.lower()}"
-            f"{' (given with --sha256)' if expected_origin == 'user' else ''}",
-            hint=mismatch_hint(expected_origin),
-        )
-    if progress:
-        progress("hash", sum(f["size"] for f in hashed))
+    source_hash = SourceHash(files, base, expected_sha256, expected_origin, progress)
     stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
     with DatasetBuilder(name, root=cache, backend=backend, replace=force) as builder:
         if builder.existing is not None and not force:
             old = builder.existing.source
             same_format = old.get("format") == fmt or (archive is not None and fmt is None)
+            sha256 = source_hash.checked()[1]  # the reuse check needs the digest first
             if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
                 logger.info("dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12])
                 return ConvertResult(builder.existing, True, cache.dataset_dir(name))
@@ -223,15 +215,17 @@ def convert(
             facts = {
                 "format": fmt,
                 "path": str(shown.resolve()),
-                "sha256": sha256,
-                "size": sum(f["size"] for f in hashed),
-                "files": hashed,
+                **dict.fromkeys(("sha256", "size", "files")),  # (from the hash, before the commit)
                 "options": stored_options,
                 **({"archive": True} if archive is not None else {}),
                 **(source_info or {}),
             }
             logger.info("converting %s (%s) into %r, backend %s", shown, fmt, name, backend)
-            manifest = _build(builder, fmt, read_paths, options, progress, shown, facts)
+            try:
+                manifest = _build(builder, fmt, read_paths, options, progress, shown, facts, source_hash)
+            except Exception:
+                source_hash.checked()  # a file that is not the expected one: say that, not why it fails
+                raise
             logger.info(
                 "published %r: %d steps, %d episodes", name, manifest.num_steps, manifest.num_episodes
             )
@@ -239,6 +233,65 @@ def convert(
             if extracted is not None:
                 shutil.rmtree(extracted, ignore_errors=True)
     return ConvertResult(manifest, False, cache.dataset_dir(name))
+
+
+class SourceHash:
+    """The sha256 of the source files, computed on a thread beside the conversion.
+
+    Hashing a pixel source (~1.3 GB/s on one core) took as long as converting it; on its own
+    thread it overlaps the reading and writing, and the digest is still known, and checked
+    against ``expected_sha256``, before anything is published (:meth:`checked` is called before
+    the commit, and before the existing-dataset reuse check, which needs it)."""
+
+    def __init__(
+        self,
+        files: list[Path],
+        base: Path,
+        expected: str | None,
+        origin: str,
+        progress: Progress | None,
+    ) -> None:
+        from concurrent.futures import Future
+
+        self._expected, self._origin, self._progress = expected, origin, progress
+        self._future: Future[list[dict[str, Any]]] = Future()
+        # a daemon thread: an interrupted conversion exits without waiting for the hash
+        threading.Thread(target=self._run, args=(files, base), name="rlds-hash", daemon=True).start()
+        self._first = files[0]
+        self._done: tuple[list[dict[str, Any]], str] | None = None
+
+    def _run(self, files: list[Path], base: Path) -> None:
+        try:
+            self._future.set_result(_hash_files(files, base))
+        except BaseException as exc:  # handed to the caller of checked()
+            self._future.set_exception(exc)
+
+    def checked(self) -> tuple[list[dict[str, Any]], str]:
+        """(per-file records, the source's digest), once hashed; waits for the thread.
+
+        Raises:
+            ChecksumMismatchError: The digest is not the expected one.
+        """
+        if self._done is None:
+            hashed = self._future.result()
+            sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
+            if self._expected and sha256 != self._expected.lower():
+                from rlds_cli.net.hashes import mismatch_hint
+
+                raise ChecksumMismatchError(
+                    f"{self._first} has sha256 {sha256}, expected {self._expected.lower()}"
+                    f"{' (given with --sha256)' if self._origin == 'user' else ''}",
+                    hint=mismatch_hint(self._origin),
+                )
+            if self._progress:
+                self._progress("hash", sum(f["size"] for f in hashed))
+            self._done = (hashed, sha256)
+        return self._done
+
+    def facts(self) -> dict[str, Any]:
+        """The manifest's source fields that come from the hash."""
+        hashed, sha256 = self.checked()
+        return {"sha256": sha256, "size": sum(f["size"] for f in hashed), "files": hashed}
 
 
 def _reads_archive_itself(archive: Path, fmt: str | None) -> bool:
@@ -301,8 +354,10 @@ def _build(
     progress: Progress | None,
     shown: Path,
     facts: dict[str, Any],
+    source_hash: SourceHash,
 ) -> Manifest:
-    """Stream the reader into the builder and commit, recording the source ``facts``."""
+    """Stream the reader into the builder and commit, recording the source ``facts`` and its
+    digest (waited for, and checked, before the commit)."""
     from rlds_cli.formats.select import (
         SelectionRecord,
         kept_episodes,
@@ -342,6 +397,7 @@ def _build(
         arrays = reader.source_arrays()
         if episodes is not None:  # per-episode arrays keep the kept episodes' rows, row for row
             arrays = subset_episode_arrays(arrays, kept_episodes(episodes, record.episodes_seen))
+        facts = {**facts, **source_hash.facts()}
         return builder.commit(
             source={**facts, "metadata": reader.source_metadata(), "checks": reader.report.checks()},
             conversion=reader.report.to_dict(),

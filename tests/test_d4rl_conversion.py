@@ -949,18 +949,34 @@ def test_expected_sha256_is_checked(tmp_path: Path) -> None:
     assert result.manifest.source["sha256"] == digest
     assert result.manifest.source["size"] == path.stat().st_size
     assert result.manifest.source["id"] == "golden-v0"
+    assert list(result.manifest.source)[:5] == ["format", "path", "sha256", "size", "files"]
+
+
+def test_a_wrong_file_is_named_as_such_even_when_it_does_not_convert(tmp_path: Path) -> None:
+    """The source is hashed beside the conversion: when the bytes are not the expected ones,
+    the error says so (the hint is about the download), not why the reader choked on them,
+    and nothing is published or left behind."""
+    from rlds_cli.errors import ChecksumMismatchError
+
+    path = tmp_path / "portal.hdf5"
+    path.write_bytes(b"<html>captive portal</html>" * 1000)
+    with pytest.raises(ChecksumMismatchError, match="has sha256"):
+        convert(path, "g", expected_sha256="0" * 64, format="d4rl")
+    assert not CacheRoot().exists("g") and not any(CacheRoot().tmp_dir.iterdir())
 
 
 def test_progress_events(tmp_path: Path) -> None:
     path = _streaming_file(tmp_path / "s.hdf5", with_next=True)
     events: list[tuple[str, int]] = []
     convert(path, "s", options={"block_rows": 40}, progress=lambda e, k: events.append((e, k)))
+    # the source is hashed beside the conversion: its event comes when the digest is checked,
+    # before the commit
     assert events == [
-        ("hash", path.stat().st_size),
         ("start", 97),
         ("advance", 40),
         ("advance", 40),
         ("advance", 17),
+        ("hash", path.stat().st_size),
     ]
 
 
