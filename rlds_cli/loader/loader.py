@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -195,8 +195,12 @@ class Loader:
             self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
-        # looked up once, not per batch
+        # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
+        # a sixth of a prioritized sample+update)
         self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
+        self._prioritized = isinstance(self.sampler, Prioritized)
+        self._streamable = isinstance(self.sampler, Streamable)
+        self._checkpointable = isinstance(self.sampler, Checkpointable)
         # host batches to CPU tensors, untransformed, as a TedBatch (the common case): _draw takes
         # a path with the per-batch dispatch of the general one resolved here, once
         self._plain = (
@@ -408,10 +412,10 @@ class Loader:
 
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Forward new priorities to a prioritized sampler (safe while prefetching)."""
-        if not isinstance(self.sampler, Prioritized):
+        if not self._prioritized:
             raise ValueError(f"the sampler {type(self.sampler).__name__} has no priorities")
         with self._lock:
-            self.sampler.update_priority(indices, priority)
+            cast(Prioritized, self.sampler).update_priority(indices, priority)
 
     def close(self) -> None:
         """Stop the prefetch thread (batches it made are dropped; the sampler is rewound so the
@@ -430,17 +434,17 @@ class Loader:
     # ------------------------------------------------------------------ state
 
     def _stream_state(self) -> Any:
-        if isinstance(self.sampler, Streamable):
-            return self.sampler.stream_state()
-        return self.sampler.state_dict() if isinstance(self.sampler, Checkpointable) else None
+        if self._streamable:
+            return cast(Streamable, self.sampler).stream_state()
+        return cast(Checkpointable, self.sampler).state_dict() if self._checkpointable else None
 
     def _load_stream_state(self, state: Any) -> None:
         if state is None:  # a sampler without state: nothing to rewind
             return
-        if isinstance(self.sampler, Streamable):
-            self.sampler.load_stream_state(state)
-        elif isinstance(self.sampler, Checkpointable):
-            self.sampler.load_state_dict(state)
+        if self._streamable:
+            cast(Streamable, self.sampler).load_stream_state(state)
+        elif self._checkpointable:
+            cast(Checkpointable, self.sampler).load_state_dict(state)
 
     def _sampler_state(self) -> dict[str, Any]:
         if not isinstance(self.sampler, Checkpointable):
