@@ -27,7 +27,7 @@ from rlds_cli import errors
 from rlds_cli._version import __version__
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
-from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+from tests.d4rl_fixtures import GOLDEN_TED_FIELDS, golden_expected, golden_three_episodes, write_d4rl
 
 runner = CliRunner()
 
@@ -41,43 +41,32 @@ def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=40))
 
 
+#: ``rlds inspect --json``'s fields of the golden file: the golden table's TED fields.
 GOLDEN_FIELDS = {
-    "action": {"shape": [1], "dtype": "float32"},
-    "episode": {"shape": [], "dtype": "int64"},
-    "info/qpos": {"shape": [], "dtype": "float32"},
-    "observation": {"shape": [2], "dtype": "float32"},
-    "next/done": {"shape": [1], "dtype": "bool"},
-    "next/observation": {"shape": [2], "dtype": "float32"},
-    "next/reward": {"shape": [1], "dtype": "float32"},
-    "next/terminated": {"shape": [1], "dtype": "bool"},
-    "next/truncated": {"shape": [1], "dtype": "bool"},
+    key: {"shape": list(shape), "dtype": dtype} for key, (shape, dtype) in GOLDEN_TED_FIELDS.items()
 }
 
-# Expected `rlds inspect --json` facts for the golden file, per variant (see d4rl_fixtures):
-# without next_observations the timeout row 5 and the last row 7 are dropped (their next state is
-# unknown), so episodes keep rows 0-2, 3-4 and 6; with next_observations every row stays.
-GOLDEN_EXPECTED: dict[bool, dict[str, Any]] = {
-    False: {
-        "num_steps": 6,
-        "num_episodes": 3,
-        "episodes_terminated": 1,
-        "episodes_truncated": 2,
-        "final_observations_synthesized": 1,
-        "lengths": [3, 2, 1],
-        "returns": [1 + 2 + 3, 4 + 5, 7],
-        "dropped_rows": 2,
-    },
-    True: {
-        "num_steps": 8,
-        "num_episodes": 3,
-        "episodes_terminated": 1,
-        "episodes_truncated": 2,
-        "final_observations_synthesized": 0,
-        "lengths": [3, 3, 2],
-        "returns": [1 + 2 + 3, 4 + 5 + 6, 7 + 8],
-        "dropped_rows": 0,
-    },
-}
+
+def golden_facts(with_next: bool) -> dict[str, Any]:
+    """Expected ``rlds inspect --json`` facts of the golden file, read off the golden table (see
+    d4rl_fixtures): without next_observations the timeout row 5 and the last row 7 are dropped
+    (their next state is unknown), so episodes keep rows 0-2, 3-4 and 6; with them every row stays."""
+    exp = golden_expected(with_next)
+    columns = {key: np.asarray(values) for key, values in exp["columns"].items()}
+    last = np.asarray(exp["start"]) + np.asarray(exp["length"]) - 1
+    return {
+        "num_steps": exp["num_steps"],
+        "num_episodes": exp["num_episodes"],
+        "episodes_terminated": int(columns["next/terminated"][last].sum()),
+        "episodes_truncated": int(columns["next/truncated"][last].sum()),
+        "final_observations_synthesized": exp["conversion"]["synthesized_final_observations"],
+        "lengths": exp["length"],
+        "returns": [
+            float(columns["next/reward"][start : start + n].sum())
+            for start, n in zip(exp["start"], exp["length"], strict=True)
+        ],
+        "dropped_rows": exp["conversion"]["dropped_rows"],
+    }
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -159,7 +148,7 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     src = golden_three_episodes(tmp_path / "g.hdf5", with_next=with_next)
     ok("download", src, "--format", "d4rl", "--name", "golden")
     info = ok_json("inspect", "golden")
-    exp = GOLDEN_EXPECTED[with_next]
+    exp = golden_facts(with_next)
     assert info["name"] == "golden"
     assert info["path"] == str(isolated_cache / "datasets" / "golden")
     assert info["backend"] == "memmap"
@@ -309,7 +298,7 @@ def test_backend_zarr(golden: Path, isolated_cache: Path) -> None:
     assert info["backend"] == "zarr"
     assert (info["num_steps"], info["num_episodes"]) == (6, 3)
     assert info["fields"] == GOLDEN_FIELDS
-    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    assert info["episode_return"] == pytest.approx(stats(golden_facts(False)["returns"]))
     directory = isolated_cache / "datasets" / "golden"
     assert [p.name for p in directory.rglob("*.npy")] == ["episodes.npy"]  # no memmap columns
     assert (directory / "arrays" / "zarr.json").is_file()
@@ -477,7 +466,7 @@ def test_no_timeouts_no_next_needs_max_episode_steps(golden: Path, isolated_cach
     info = ok_json("inspect", "nt")
     assert info["conversion"]["inferred_boundaries"] == 1
     assert info["source"]["options"] == {"max_episode_steps": 3}
-    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    assert info["episode_return"] == pytest.approx(stats(golden_facts(False)["returns"]))
     # the same file with the same option is reused; with another option it is another dataset
     assert ok_json("download", golden, "--name", "nt", "--max-episode-steps", "3")["reused"] is True
     assert "--force" in hint_line(invoke("download", golden, "--name", "nt", "--max-episode-steps", "4"))
