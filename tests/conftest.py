@@ -127,3 +127,18 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RLDS_HOME", str(root))
     monkeypatch.setenv("RLDS_FSYNC", "0")
     return root
+
+
+@pytest.fixture
+def consoles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed widths for the CLI's consoles, whatever the terminal (xdist workers get COLUMNS=80):
+    250 columns for stdout and stderr, or what the test's ``console_widths(out, err)`` marker
+    says. A module turns it on with ``pytestmark = pytest.mark.usefixtures("consoles")``."""
+    from rich.console import Console
+
+    from rlds_cli.cli import _output
+
+    marker = request.node.get_closest_marker("console_widths")
+    out, err = marker.args if marker is not None else (250, 250)
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=out))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=err))

@@ -32,13 +32,9 @@ from tests.d4rl_fixtures import GOLDEN_TED_FIELDS, golden_expected, golden_three
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed console widths, whatever the terminal (xdist workers get COLUMNS=80): stdout wide, so
-    tables never truncate what the tests look for; stderr narrow, so a message that Rich would
-    wrap shows up as a second line."""
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=40))
+# stdout wide, so tables never truncate what the tests look for; stderr narrow, so a message that Rich
+# would wrap shows up as a second line
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(250, 40)]
 
 
 #: ``rlds inspect --json``'s fields of the golden file: the golden table's TED fields.

@@ -8,11 +8,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import Dataset, open_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import ExportError, UnknownFormatError
@@ -24,10 +22,7 @@ runner = CliRunner()
 GOLDEN = GOLDEN_NO_NEXT["columns"]
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 @pytest.fixture(params=["memmap", "zarr"])

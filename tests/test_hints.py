@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import errors, registry
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.download import _default_name
 from tests.d4rl_fixtures import golden_three_episodes
@@ -37,11 +35,8 @@ WRONG_SHA = "0" * 64
 ONE_AT_A_TIME = "the d4rl format reads one file at a time"
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Wide consoles: a message is one line whatever its length, so line counts mean something."""
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=400))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+# wide consoles: a message is one line whatever its length, so line counts mean something
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(400, 400)]
 
 
 def invoke(*args: object) -> Result:

@@ -135,6 +135,7 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
     assert "torch" in report["Loader"]
 
 
+@pytest.mark.slow
 def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
     """Every name in ``rlds_cli.__all__`` is the same object before and after the package's
     submodules are imported (a submodule of the same name would replace a lazy attribute)."""
@@ -219,6 +220,7 @@ def test_spawned_preprocess_workers_import_little(tmp_path: Path) -> None:
     assert _modules_loaded("import rlds_cli.preprocess.pool", heavy, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_numba_is_imported_only_by_a_sum_tree(tmp_path: Path) -> None:
     """The compiled kernels' numba (~0.3 s to import) loads only when a prioritized sampler is made."""
     pytest.importorskip("numba")
