@@ -142,3 +142,20 @@ def consoles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     out, err = marker.args if marker is not None else (250, 250)
     monkeypatch.setattr(_output, "console", Console(highlight=False, width=out))
     monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=err))
+
+
+@pytest.fixture
+def golden_file(tmp_path: Path) -> Path:
+    """The golden 3-episode D4RL file without next_observations (``tests/d4rl_fixtures.py``,
+    expected conversion: ``GOLDEN_NO_NEXT``)."""
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    return golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+
+
+@pytest.fixture
+def golden_next_file(tmp_path: Path) -> Path:
+    """The golden file with next_observations (expected conversion: ``GOLDEN_NEXT``)."""
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)

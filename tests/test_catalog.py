@@ -15,7 +15,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.download import download
 from rlds_cli.errors import UnknownDatasetIdError
-from tests.d4rl_fixtures import golden_expected, golden_three_episodes
+from tests.d4rl_fixtures import golden_expected
 
 
 def cli_json(*args: str) -> dict[str, object]:
@@ -33,11 +33,13 @@ def test_the_records_are_public_lazy_names() -> None:
     assert rlds_cli.RegistryDataset is catalog.RegistryDataset
 
 
-def test_list_datasets(tmp_path: Path, isolated_cache: Path) -> None:
+def test_list_datasets(
+    tmp_path: Path, isolated_cache: Path, golden_file: Path, golden_next_file: Path
+) -> None:
     assert catalog.list_datasets() == []
-    source = golden_three_episodes(tmp_path / "g.hdf5", with_next=False)
+    source = golden_file
     convert(source, "golden")
-    convert(golden_three_episodes(tmp_path / "n.hdf5", with_next=True), "golden-next", backend="zarr")
+    convert(golden_next_file, "golden-next", backend="zarr")
     convert(source, "other")
 
     found = catalog.list_datasets()
