@@ -235,6 +235,9 @@ def test_the_numpy_samplers_import_without_torch(tmp_path: Path) -> None:
     loads neither torch nor the package's torch-using modules."""
     code = "import rlds_cli.loader.samplers, rlds_cli.loader.epoch"
     assert _modules_loaded(code, ("torch", "rlds_cli.loader.loader"), tmp_path) == []
+    # the package's names from its torch-free modules skip the torch check too
+    code = "from rlds_cli.loader import UniformSampler, EpochSampler, FrameStack, compute_stats"
+    assert _modules_loaded(code, ("torch",), tmp_path) == []
 
 
 def test_the_package_is_marked_typed() -> None:
