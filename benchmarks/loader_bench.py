@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import _harness  # noqa: E402  (benchmarks/_harness.py: the shared command-line flags)
 import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 import data as bench_data  # noqa: E402  (benchmarks/data.py)
 
@@ -915,11 +916,14 @@ def _log(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
     parser = argparse.ArgumentParser(description="rlds loader vs TorchRL vs raw numpy sampling benchmark")
-    parser.add_argument("--write", type=Path, help="Markdown file whose loader section is replaced")
-    parser.add_argument("--quick", action="store_true", help="1e4/1e5/1e6 steps, short runs (a smoke test)")
-    parser.add_argument("--repeats", type=int, help="rounds per configuration (default 5; quick: 2)")
+    _harness.add_common_flags(
+        parser,
+        write="Markdown file whose loader section is replaced",
+        quick="1e4/1e5/1e6 steps, short runs (a smoke test)",
+        repeats="rounds per configuration (default 5; quick: 2)",
+        work=HERE / "_work" / "loader",
+    )
     parser.add_argument("--seconds", type=float, help="seconds per rate measurement (default 0.5)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work" / "loader", help="work directory")
     parser.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")

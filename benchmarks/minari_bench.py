@@ -36,8 +36,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import _harness  # noqa: E402  (benchmarks/_harness.py: page-cache helpers, the TorchRL worker)
 import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import run_all  # noqa: E402  (benchmarks/run_all.py: page-cache helpers, the TorchRL worker)
 
 SECTION = "minari"
 START_MARK, END_MARK = bench_doc.markers(SECTION)
@@ -52,7 +52,7 @@ def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     """Convert the Minari dataset with rlds, then (untimed) compare it with the source."""
     from rlds_cli.convert import convert
 
-    rss_before = run_all._hwm_mb()
+    rss_before = _harness.hwm_mb()
     cpu0 = time.process_time()
     start = time.perf_counter()
     result = convert(
@@ -60,7 +60,7 @@ def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - start
     cpu = time.process_time() - cpu0
-    peak = run_all._hwm_mb()
+    peak = _harness.hwm_mb()
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
@@ -94,7 +94,7 @@ def _same_as_source(spec: dict[str, Any], path: Path) -> bool:
     return True
 
 
-WORKERS = {"rlds": worker_rlds, "torchrl": run_all.worker_torchrl}
+WORKERS = {"rlds": worker_rlds, "torchrl": _harness.worker_torchrl}
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -103,8 +103,8 @@ WORKERS = {"rlds": worker_rlds, "torchrl": run_all.worker_torchrl}
 def _run_once(kind: str, spec: dict[str, Any], source: Path, output: Path, work: Path) -> dict[str, Any]:
     shutil.rmtree(output, ignore_errors=True)
     os.sync()
-    run_all.warm(source)
-    cached = run_all.page_cache_fraction(source)
+    _harness.warm(source)
+    cached = _harness.page_cache_fraction(source)
     out = work / "minari-result.json"
     out.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
@@ -123,7 +123,7 @@ def _run_once(kind: str, spec: dict[str, Any], source: Path, output: Path, work:
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} worker failed:\n{log.read_text()[-3000:]}")
     result = json.loads(out.read_text())
-    result.update(wall=wall, cached=cached, disk=run_all.disk_usage(output))
+    result.update(wall=wall, cached=cached, disk=_harness.disk_usage(output))
     shutil.rmtree(output, ignore_errors=True)
     return result
 
@@ -171,7 +171,7 @@ def _median(rs: list[dict[str, Any]], key: str) -> float:
 
 def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float) -> str:
     """The Markdown section."""
-    info = run_all.machine_info()
+    info = _harness.machine_info()
     trl, rl = runs["torchrl"], runs["rlds"]
     ratio = _median(trl, "seconds") / _median(rl, "seconds")
     wall_ratio = _median(trl, "wall") / _median(rl, "wall")
@@ -230,10 +230,13 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="rlds vs TorchRL: Minari dataset to cache")
-    parser.add_argument("--write", type=Path, help="Markdown file whose minari section is replaced")
-    parser.add_argument("--quick", action="store_true", help="100,000 steps, 1 repeat (a smoke test)")
-    parser.add_argument("--repeats", type=int, help="runs per side (default 3; quick: 1)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work", help="work directory")
+    _harness.add_common_flags(
+        parser,
+        write="Markdown file whose minari section is replaced",
+        quick="100,000 steps, 1 repeat (a smoke test)",
+        repeats="runs per side (default 3; quick: 1)",
+        work=HERE / "_work",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:

@@ -7,7 +7,7 @@ Data: ``benchmarks/data.py pixels`` writes a D4RL-format HDF5 file of generated 
 
 What is measured, composed from the other benchmark scripts' measuring code:
 
-* **conversion** (``run_all.run_configs``: every run in a fresh process, repeats interleaved,
+* **conversion** (``_harness.run_configs``: every run in a fresh process, repeats interleaved,
   peak RSS from ``VmHWM``, disk from the output): rlds ``convert`` of the file into a memmap and
   a zarr cache (defaults: source hashed, files fsynced), the memmap one again with
   ``RLDS_FSYNC=0``, and TorchRL filling a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage``
@@ -58,7 +58,6 @@ import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generato
 import dataloader_bench  # noqa: E402  (DataLoader cases and their rounds)
 import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
 import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
-import run_all  # noqa: E402  (conversion runs in fresh processes: time, CPU, peak RSS, disk)
 import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
 
 SECTION = "pixel"
@@ -146,7 +145,7 @@ def torchrl_fill(source: Path, storage: Any, rows: int = FILL_ROWS) -> Any:
 
 
 def worker_torchrl_fill(spec: dict[str, Any]) -> dict[str, Any]:
-    """TorchRL's fill of a ``LazyMemmapStorage`` from the D4RL file (runs in ``run_all``'s child)."""
+    """TorchRL's fill of a ``LazyMemmapStorage`` from the D4RL file (in ``_harness.run_once``'s child)."""
     t0 = time.perf_counter()
     import h5py
     from torchrl.data import LazyMemmapStorage
@@ -154,13 +153,13 @@ def worker_torchrl_fill(spec: dict[str, Any]) -> dict[str, Any]:
     imported = time.perf_counter()
     with h5py.File(spec["source"], "r") as f:
         n = int(f["observations"].shape[0])
-    rss_before = run_all._hwm_mb()
+    rss_before = _harness.hwm_mb()
     cpu0 = time.process_time()
     start = time.perf_counter()
     rb = torchrl_fill(Path(spec["source"]), LazyMemmapStorage(n, scratch_dir=Path(spec["root"]) / "storage"))
     seconds = time.perf_counter() - start
     cpu = time.process_time() - cpu0
-    peak = run_all._hwm_mb()
+    peak = _harness.hwm_mb()
     return {
         "seconds": seconds,
         "import_seconds": imported - t0,
@@ -171,7 +170,7 @@ def worker_torchrl_fill(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-#: Operations ``run_all.worker_main`` runs for this module (``spec["module"] = "pixel_bench"``).
+#: Operations ``_harness.worker_main`` runs for this module (``spec["module"] = "pixel_bench"``).
 WORKERS = {"torchrl-fill": worker_torchrl_fill}
 
 
@@ -217,10 +216,10 @@ def check_catframes(rb: Any, frames: np.ndarray, first_row: np.ndarray, episode:
 
 
 def convert_all(source: Path, work: Path, repeats: int) -> list[Any]:
-    """Conversion runs (``run_all``'s machinery); the last run's rlds caches are kept."""
-    rl = run_all.rlds_config
+    """Conversion runs (``_harness.run_configs``); the last run's rlds caches are kept."""
+    rl = _harness.rlds_config
     out = work / "out"
-    fill = run_all.Config(
+    fill = _harness.Config(
         "torchrl-fill",
         f"TorchRL `LazyMemmapStorage` fill (`rb.extend`, {FILL_ROWS:,} rows a call)",
         "torchrl-fill",
@@ -246,7 +245,7 @@ def convert_all(source: Path, work: Path, repeats: int) -> list[Any]:
         ),
         fill,
     ]
-    run_all.run_configs(configs, repeats, work, _log, keep=True)
+    _harness.run_configs(configs, repeats, work, _log, keep=True)
     for cfg in configs[2:]:
         shutil.rmtree(cfg.output, ignore_errors=True)
     return configs
@@ -398,7 +397,7 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     trl_ram = torchrl_fill(source, LazyTensorStorage(n))
     storage = trl_mm._storage
     for path in (work / "torchrl-mm").rglob("*.memmap"):
-        run_all.warm(path)
+        _harness.warm(path)
     rbs = {
         "uniform": trl_mm,
         "slice": _buffer(storage, SliceSampler(num_slices=NUM_SLICES, traj_key="episode", cache_values=True)),
@@ -536,7 +535,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     conv_ratio = trl.median("seconds") / conv["rlds-memmap"].median("seconds")
     lines += [
         "",
-        "Every run is a fresh process (`run_all.run_configs`: runs interleaved, source in the page "
+        "Every run is a fresh process (`_harness.run_configs`: runs interleaved, source in the page "
         "cache, peak RSS = `VmHWM` with interpreter and imports). rlds hashes the source (sha256), "
         "checks `next_observations[i] == observations[i+1]` inside episodes, stores the frames once, "
         "writes content digests and fsyncs before publishing (`RLDS_FSYNC=0` row: without the fsync); "
@@ -756,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.need_disk(7.5 * bench.steps * 3 * 84 * 84)
     try:
         results = run(bench)
-        info = bench.info(ram=run_all.machine_info()["ram"])
+        info = bench.info(ram=_harness.machine_info()["ram"])
         save(results, info, bench.work / "results.json")
         section = render(results, info)
     finally:

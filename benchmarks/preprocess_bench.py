@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _harness  # benchmarks/_harness.py: the shared command-line flags
 import bench_doc
 
 HERE = Path(__file__).resolve().parent
@@ -380,10 +381,13 @@ def render(res: dict[str, Any], elapsed: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="rlds preprocess vs TorchRL preprocess")
-    parser.add_argument("--write", type=Path, help="Markdown file whose preprocess section is replaced")
-    parser.add_argument("--quick", action="store_true", help="100,000 steps, 1 repeat (a smoke test)")
-    parser.add_argument("--repeats", type=int, help="runs per configuration (default 3; quick: 1)")
-    parser.add_argument("--work", type=Path, default=HERE / "_work", help="work directory")
+    _harness.add_common_flags(
+        parser,
+        write="Markdown file whose preprocess section is replaced",
+        quick="100,000 steps, 1 repeat (a smoke test)",
+        repeats="runs per configuration (default 3; quick: 1)",
+        work=HERE / "_work",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -27,6 +27,11 @@ _LAZY = {
     "SliceSampler": "rlds_cli.loader",
     "PrioritizedSampler": "rlds_cli.loader",
     "resolve_name": "rlds_cli.names",
+    "list_datasets": "rlds_cli.catalog",
+    "list_registry": "rlds_cli.catalog",
+    "registry_status": "rlds_cli.catalog",
+    "CachedDataset": "rlds_cli.catalog",
+    "RegistryDataset": "rlds_cli.catalog",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -127,3 +127,35 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RLDS_HOME", str(root))
     monkeypatch.setenv("RLDS_FSYNC", "0")
     return root
+
+
+@pytest.fixture
+def consoles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed widths for the CLI's consoles, whatever the terminal (xdist workers get COLUMNS=80):
+    250 columns for stdout and stderr, or what the test's ``console_widths(out, err)`` marker
+    says. A module turns it on with ``pytestmark = pytest.mark.usefixtures("consoles")``."""
+    from rich.console import Console
+
+    from rlds_cli.cli import _output
+
+    marker = request.node.get_closest_marker("console_widths")
+    out, err = marker.args if marker is not None else (250, 250)
+    monkeypatch.setattr(_output, "console", Console(highlight=False, width=out))
+    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=err))
+
+
+@pytest.fixture
+def golden_file(tmp_path: Path) -> Path:
+    """The golden 3-episode D4RL file without next_observations (``tests/d4rl_fixtures.py``,
+    expected conversion: ``GOLDEN_NO_NEXT``)."""
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    return golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+
+
+@pytest.fixture
+def golden_next_file(tmp_path: Path) -> Path:
+    """The golden file with next_observations (expected conversion: ``GOLDEN_NEXT``)."""
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)

@@ -638,6 +638,7 @@ def _constant_checkpoint(logs: Path, rows: int, add_count: int, frame: tuple[int
     return rows * int(np.prod(frame))
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_under_an_address_space_cap(tmp_path: Path) -> None:
     """1.34 GB of decoded frames, rotated (two passes over the file), converted under a 900 MB
     address-space cap: reading the observation file whole could not fit."""

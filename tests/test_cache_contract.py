@@ -26,132 +26,17 @@ from rlds_cli.errors import (
     DatasetNotFoundError,
     InvalidNameError,
 )
-from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+from tests.d4rl_fixtures import (
+    GOLDEN_KEYS,
+    GOLDEN_STORED_FIELDS,
+    GOLDEN_TED_FIELDS,
+    golden_column,
+    golden_expected,
+    golden_three_episodes,
+    write_d4rl,
+)
 
 BACKENDS = ("memmap", "zarr")
-
-# ----------------------------------------------------------------------------- expected values
-
-# Without next_observations: episode 0 (rows 0-2) terminates at row 2, so all 3 rows stay and
-# the final observation repeats row 2 (final_known False); episode 1 (rows 3-5) times out at
-# row 5, so row 5 is dropped and its observation becomes the final one; episode 2 (rows 6-7) is
-# cut by the end of the file, so row 7 is dropped the same way.
-EXPECTED_NO_NEXT: dict[str, Any] = {
-    "num_steps": 6,
-    "num_episodes": 3,
-    "columns": {
-        "observation": [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [6, 60]],
-        "action": [[0.0], [0.5], [1.0], [1.5], [2.0], [3.0]],
-        "next/observation": [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]],
-        "next/reward": [[1], [2], [3], [4], [5], [7]],
-        "next/done": [[False], [False], [True], [False], [True], [True]],
-        "next/terminated": [[False], [False], [True], [False], [False], [False]],
-        "next/truncated": [[False], [False], [False], [False], [True], [True]],
-        "episode": [0, 0, 0, 1, 1, 2],
-        "info/qpos": [-0.0, -1.0, -2.0, -3.0, -4.0, -6.0],
-    },
-    "start": [0, 3, 5],
-    "length": [3, 2, 1],
-    "source_id": [0, 1, 2],
-    "final_known": [False, True, True],
-    "flat_observation": [[0, 0], [1, 10], [2, 20], [2, 20], [3, 30], [4, 40], [5, 50], [6, 60], [7, 70]],
-    "conversion": {
-        "rules": "d4rl-v1",
-        "source_rows": 8,
-        "dropped_rows": 2,
-        "dropped_episodes": 0,
-        "synthesized_final_observations": 1,
-        "inferred_boundaries": 0,
-        "notes": [],
-    },
-}
-
-# With next_observations every row is a transition and each episode's final observation is
-# next_observations at its last row ([102, 0], [105, 0], [107, 0]).
-EXPECTED_NEXT: dict[str, Any] = {
-    "num_steps": 8,
-    "num_episodes": 3,
-    "columns": {
-        "observation": [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [5, 50], [6, 60], [7, 70]],
-        "action": [[0.0], [0.5], [1.0], [1.5], [2.0], [2.5], [3.0], [3.5]],
-        "next/observation": [[1, 10], [2, 20], [102, 0], [4, 40], [5, 50], [105, 0], [7, 70], [107, 0]],
-        "next/reward": [[1], [2], [3], [4], [5], [6], [7], [8]],
-        "next/done": [[False], [False], [True], [False], [False], [True], [False], [True]],
-        "next/terminated": [[False], [False], [True], [False], [False], [False], [False], [False]],
-        "next/truncated": [[False], [False], [False], [False], [False], [True], [False], [True]],
-        "episode": [0, 0, 0, 1, 1, 1, 2, 2],
-        "info/qpos": [-0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0],
-    },
-    "start": [0, 3, 6],
-    "length": [3, 3, 2],
-    "source_id": [0, 1, 2],
-    "final_known": [True, True, True],
-    "flat_observation": [
-        [0, 0],
-        [1, 10],
-        [2, 20],
-        [102, 0],
-        [3, 30],
-        [4, 40],
-        [5, 50],
-        [105, 0],
-        [6, 60],
-        [7, 70],
-        [107, 0],
-    ],
-    "conversion": {
-        "rules": "d4rl-v1",
-        "source_rows": 8,
-        "dropped_rows": 0,
-        "dropped_episodes": 0,
-        "synthesized_final_observations": 0,
-        "inferred_boundaries": 0,
-        "notes": [],
-    },
-}
-
-EXPECTED_DTYPES = {
-    "observation": np.float32,
-    "action": np.float32,
-    "next/observation": np.float32,
-    "next/reward": np.float32,
-    "next/done": np.bool_,
-    "next/terminated": np.bool_,
-    "next/truncated": np.bool_,
-    "episode": np.int64,
-    "info/qpos": np.float32,
-}
-
-EXPECTED_STORED_FIELDS = {
-    "action": {"shape": [1], "dtype": "float32", "storage": "step"},
-    "next/reward": {"shape": [1], "dtype": "float32", "storage": "step"},
-    "info/qpos": {"shape": [], "dtype": "float32", "storage": "step"},
-    "next/terminated": {"shape": [1], "dtype": "bool", "storage": "step"},
-    "next/truncated": {"shape": [1], "dtype": "bool", "storage": "step"},
-    "observation": {"shape": [2], "dtype": "float32", "storage": "flat"},
-}
-
-EXPECTED_TED_FIELDS = {
-    "action": ((1,), "float32"),
-    "episode": ((), "int64"),
-    "info/qpos": ((), "float32"),
-    "observation": ((2,), "float32"),
-    "next/done": ((1,), "bool"),
-    "next/observation": ((2,), "float32"),
-    "next/reward": ((1,), "float32"),
-    "next/terminated": ((1,), "bool"),
-    "next/truncated": ((1,), "bool"),
-}
-
-ALL_KEYS = tuple(EXPECTED_DTYPES)
-
-
-def _expected(with_next: bool) -> dict[str, Any]:
-    return EXPECTED_NEXT if with_next else EXPECTED_NO_NEXT
-
-
-def _expected_column(with_next: bool, key: str) -> np.ndarray:
-    return np.asarray(_expected(with_next)["columns"][key], dtype=EXPECTED_DTYPES[key])
 
 
 def _stored_paths(ds: Dataset) -> list[Path]:
@@ -191,9 +76,9 @@ def golden(tmp_path: Path, backend: str, with_next: bool) -> Dataset:
 # ----------------------------------------------------------------------------- columns
 
 
-@pytest.mark.parametrize("key", ALL_KEYS)
+@pytest.mark.parametrize("key", GOLDEN_KEYS)
 def test_every_ted_column_matches_the_golden_values(golden: Dataset, with_next: bool, key: str) -> None:
-    expected = _expected_column(with_next, key)
+    expected = golden_column(with_next, key)
     got = golden.gather(np.arange(golden.num_steps))[key]
     assert isinstance(got, np.ndarray)
     assert got.dtype == expected.dtype
@@ -206,8 +91,8 @@ def test_every_ted_column_matches_the_golden_values(golden: Dataset, with_next: 
 def test_full_read_has_exactly_the_ted_keys(golden: Dataset) -> None:
     batch = golden[:]
     assert isinstance(batch, TedBatch)
-    assert sorted(batch) == sorted(ALL_KEYS)
-    assert golden.fields == EXPECTED_TED_FIELDS
+    assert sorted(batch) == sorted(GOLDEN_KEYS)
+    assert golden.fields == GOLDEN_TED_FIELDS
     assert list(golden.fields) == [
         "action",
         "episode",
@@ -222,7 +107,7 @@ def test_full_read_has_exactly_the_ted_keys(golden: Dataset) -> None:
 
 
 def test_episode_index(golden: Dataset, with_next: bool) -> None:
-    exp = _expected(with_next)
+    exp = golden_expected(with_next)
     index = golden.episodes
     assert index.dtype.names == ("start", "length", "source_id", "final_known")
     assert index["start"].tolist() == exp["start"]
@@ -235,7 +120,7 @@ def test_episode_index(golden: Dataset, with_next: bool) -> None:
 
 
 def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bool) -> None:
-    exp = _expected(with_next)
+    exp = golden_expected(with_next)
     m = golden.manifest
     assert (m.num_steps, m.num_episodes) == (exp["num_steps"], exp["num_episodes"])
     assert (golden.num_steps, golden.num_episodes, len(golden)) == (
@@ -249,7 +134,7 @@ def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bo
     assert m.layout == "flat-ted"
     assert m.lineage == []
     assert m.created_by.startswith("rlds-cli ")
-    assert {k: spec.to_dict() for k, spec in m.fields.items()} == EXPECTED_STORED_FIELDS
+    assert {k: spec.to_dict() for k, spec in m.fields.items()} == GOLDEN_STORED_FIELDS
     assert m.conversion == exp["conversion"]
     assert m.source["format"] == "d4rl"
     assert m.source["options"] == {}
@@ -260,7 +145,7 @@ def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bo
     assert raw["format_version"] == 1
     assert raw["num_steps"] == exp["num_steps"]
     assert raw["num_episodes"] == exp["num_episodes"]
-    assert raw["fields"] == EXPECTED_STORED_FIELDS
+    assert raw["fields"] == GOLDEN_STORED_FIELDS
     assert CacheRoot().manifest("golden/three-v0").to_dict() == m.to_dict()
 
 
@@ -268,7 +153,7 @@ def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bo
 
 
 def test_episode_equals_gather_of_its_indices(golden: Dataset, with_next: bool) -> None:
-    exp = _expected(with_next)
+    exp = golden_expected(with_next)
     for i, (start, length) in enumerate(zip(exp["start"], exp["length"], strict=True)):
         by_episode = golden.episode(i)
         by_gather = golden.gather(np.arange(start, start + length))
@@ -292,40 +177,36 @@ def test_episode_out_of_range(golden: Dataset) -> None:
 def test_gather_any_index_shape(golden: Dataset, with_next: bool) -> None:
     idx = np.array([[0, 5], [2, 2], [1, 3]])
     batch = golden.gather(idx)
-    for key in ALL_KEYS:
-        full = _expected_column(with_next, key)
+    for key in GOLDEN_KEYS:
+        full = golden_column(with_next, key)
         assert batch[key].shape == (3, 2, *full.shape[1:]), key
         np.testing.assert_array_equal(batch[key], full[idx], err_msg=key)
     # 3-D index, a list, a scalar, and an empty index
     idx3 = np.arange(4).reshape(2, 1, 2)
     np.testing.assert_array_equal(
-        golden.gather(idx3)["observation"], _expected_column(with_next, "observation")[idx3]
+        golden.gather(idx3)["observation"], golden_column(with_next, "observation")[idx3]
     )
-    np.testing.assert_array_equal(
-        golden.gather([4, 1])["action"], _expected_column(with_next, "action")[[4, 1]]
-    )
+    np.testing.assert_array_equal(golden.gather([4, 1])["action"], golden_column(with_next, "action")[[4, 1]])
     scalar = golden.gather(2)
     assert scalar["next/observation"].shape == (2,)
-    np.testing.assert_array_equal(
-        scalar["next/observation"], _expected_column(with_next, "next/observation")[2]
-    )
+    np.testing.assert_array_equal(scalar["next/observation"], golden_column(with_next, "next/observation")[2])
     assert scalar["episode"].shape == ()
     assert int(scalar["episode"]) == 0
     empty = golden.gather(np.zeros((0,), np.int64))
-    for key in ALL_KEYS:
-        assert empty[key].shape == (0, *_expected_column(with_next, key).shape[1:]), key
+    for key in GOLDEN_KEYS:
+        assert empty[key].shape == (0, *golden_column(with_next, key).shape[1:]), key
     # unsigned and narrow integer dtypes work too
     np.testing.assert_array_equal(
         golden.gather(np.array([3, 0], np.uint8))["next/reward"],
-        _expected_column(with_next, "next/reward")[[3, 0]],
+        golden_column(with_next, "next/reward")[[3, 0]],
     )
 
 
 def test_gather_negative_indices_count_from_the_end(golden: Dataset, with_next: bool) -> None:
     n = golden.num_steps
     batch = golden.gather([-1, -n, -2])
-    for key in ALL_KEYS:
-        full = _expected_column(with_next, key)
+    for key in GOLDEN_KEYS:
+        full = golden_column(with_next, key)
         np.testing.assert_array_equal(batch[key], full[[n - 1, 0, n - 2]], err_msg=key)
     np.testing.assert_array_equal(golden[-1]["episode"], 2)
 
@@ -364,7 +245,7 @@ def test_keys_selection_reads_only_the_named_keys(golden: Dataset, backend: str,
     batch = ds.gather([0, 3], keys=["observation", ("next", "observation"), "next/reward", "episode"])
     assert list(batch) == ["observation", "next/observation", "next/reward", "episode"]
     for key in batch:
-        np.testing.assert_array_equal(batch[key], _expected_column(with_next, key)[[0, 3]], err_msg=key)
+        np.testing.assert_array_equal(batch[key], golden_column(with_next, key)[[0, 3]], err_msg=key)
     assert sorted(ds.episode(1, keys=["action"])) == ["action"]
     with pytest.raises(CorruptDatasetError):
         ds.gather([0])
@@ -385,9 +266,7 @@ def test_ted_batch_tuple_keys(golden: Dataset, with_next: bool) -> None:
     assert sorted(nested) == ["action", "episode", "info", "next", "observation"]
     assert sorted(nested["next"]) == ["done", "observation", "reward", "terminated", "truncated"]
     assert nested["info"]["qpos"] is batch["info/qpos"]
-    np.testing.assert_array_equal(
-        nested["next"]["reward"], _expected_column(with_next, "next/reward")[[1, 2]]
-    )
+    np.testing.assert_array_equal(nested["next"]["reward"], golden_column(with_next, "next/reward")[[1, 2]])
     copy = batch.to_numpy()
     assert isinstance(copy, TedBatch)
     _assert_batches_equal(copy, batch)
@@ -413,7 +292,7 @@ def test_dataset_pickles_by_path(golden: Dataset, with_next: bool) -> None:
 
 
 def test_repr_names_the_dataset(golden: Dataset, backend: str, with_next: bool) -> None:
-    n = _expected(with_next)["num_steps"]
+    n = golden_expected(with_next)["num_steps"]
     assert repr(golden) == f"Dataset(name='golden/three-v0', steps={n}, episodes=3, backend='{backend}')"
 
 
@@ -425,7 +304,7 @@ def test_memmap_arrays_open_with_plain_numpy(tmp_path: Path, with_next: bool) ->
     source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
     convert(source, "plain", backend="memmap")
     ds = open_dataset("plain")
-    exp = _expected(with_next)
+    exp = golden_expected(with_next)
     n, e = exp["num_steps"], exp["num_episodes"]
     arrays = ds.directory / "arrays"
     assert sorted(p.relative_to(arrays).as_posix() for p in _stored_paths(ds)) == [
@@ -438,11 +317,11 @@ def test_memmap_arrays_open_with_plain_numpy(tmp_path: Path, with_next: bool) ->
     ]
     expected_plain = {
         "observation.npy": np.asarray(exp["flat_observation"], np.float32),
-        "action.npy": _expected_column(with_next, "action"),
-        "next/reward.npy": _expected_column(with_next, "next/reward"),
-        "next/terminated.npy": _expected_column(with_next, "next/terminated"),
-        "next/truncated.npy": _expected_column(with_next, "next/truncated"),
-        "info/qpos.npy": _expected_column(with_next, "info/qpos"),
+        "action.npy": golden_column(with_next, "action"),
+        "next/reward.npy": golden_column(with_next, "next/reward"),
+        "next/terminated.npy": golden_column(with_next, "next/terminated"),
+        "next/truncated.npy": golden_column(with_next, "next/truncated"),
+        "info/qpos.npy": golden_column(with_next, "info/qpos"),
     }
     for rel, expected in expected_plain.items():
         arr = np.load(arrays / rel, mmap_mode="r")
@@ -468,7 +347,7 @@ def test_zarr_stores_the_same_flat_arrays(tmp_path: Path, with_next: bool) -> No
     source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
     convert(source, "z", backend="zarr")
     ds = open_dataset("z")
-    exp = _expected(with_next)
+    exp = golden_expected(with_next)
     group = zarr.open_group(str(ds.directory / "arrays"), mode="r")
     obs = group["observation"]
     assert obs.shape == (exp["num_steps"] + exp["num_episodes"], 2)
@@ -904,7 +783,7 @@ def test_names_with_slashes_map_to_double_dash_directories(tmp_path: Path, backe
     assert [m.name for m in root.iter_manifests()] == ["D4RL/door/human-v2"]
     ds = open_dataset("D4RL/door/human-v2")
     assert ds.name == "D4RL/door/human-v2"
-    np.testing.assert_array_equal(ds[:]["observation"], _expected_column(True, "observation"))
+    np.testing.assert_array_equal(ds[:]["observation"], golden_column(True, "observation"))
     # the lock file uses the same entry name
     assert (root.locks_dir / "D4RL--door--human-v2.lock").exists()
     # a different name with the same parts in another order is another dataset
@@ -920,7 +799,7 @@ def test_open_dataset_with_explicit_root(tmp_path: Path, monkeypatch: pytest.Mon
         open_dataset("elsewhere")  # not in $RLDS_HOME
     for root in (other, str(other), CacheRoot(other)):
         ds = open_dataset("elsewhere", root=root)
-        np.testing.assert_array_equal(ds[:]["next/reward"], _expected_column(True, "next/reward"))
+        np.testing.assert_array_equal(ds[:]["next/reward"], golden_column(True, "next/reward"))
     monkeypatch.setenv("RLDS_HOME", str(other))
     assert open_dataset("elsewhere").num_steps == 8
 

@@ -27,57 +27,42 @@ from rlds_cli import errors
 from rlds_cli._version import __version__
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
-from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+from tests.d4rl_fixtures import GOLDEN_TED_FIELDS, golden_expected, golden_three_episodes, write_d4rl
 
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed console widths, whatever the terminal (xdist workers get COLUMNS=80): stdout wide, so
-    tables never truncate what the tests look for; stderr narrow, so a message that Rich would
-    wrap shows up as a second line."""
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=40))
+# stdout wide, so tables never truncate what the tests look for; stderr narrow, so a message that Rich
+# would wrap shows up as a second line
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(250, 40)]
 
 
+#: ``rlds inspect --json``'s fields of the golden file: the golden table's TED fields.
 GOLDEN_FIELDS = {
-    "action": {"shape": [1], "dtype": "float32"},
-    "episode": {"shape": [], "dtype": "int64"},
-    "info/qpos": {"shape": [], "dtype": "float32"},
-    "observation": {"shape": [2], "dtype": "float32"},
-    "next/done": {"shape": [1], "dtype": "bool"},
-    "next/observation": {"shape": [2], "dtype": "float32"},
-    "next/reward": {"shape": [1], "dtype": "float32"},
-    "next/terminated": {"shape": [1], "dtype": "bool"},
-    "next/truncated": {"shape": [1], "dtype": "bool"},
+    key: {"shape": list(shape), "dtype": dtype} for key, (shape, dtype) in GOLDEN_TED_FIELDS.items()
 }
 
-# Expected `rlds inspect --json` facts for the golden file, per variant (see d4rl_fixtures):
-# without next_observations the timeout row 5 and the last row 7 are dropped (their next state is
-# unknown), so episodes keep rows 0-2, 3-4 and 6; with next_observations every row stays.
-GOLDEN_EXPECTED: dict[bool, dict[str, Any]] = {
-    False: {
-        "num_steps": 6,
-        "num_episodes": 3,
-        "episodes_terminated": 1,
-        "episodes_truncated": 2,
-        "final_observations_synthesized": 1,
-        "lengths": [3, 2, 1],
-        "returns": [1 + 2 + 3, 4 + 5, 7],
-        "dropped_rows": 2,
-    },
-    True: {
-        "num_steps": 8,
-        "num_episodes": 3,
-        "episodes_terminated": 1,
-        "episodes_truncated": 2,
-        "final_observations_synthesized": 0,
-        "lengths": [3, 3, 2],
-        "returns": [1 + 2 + 3, 4 + 5 + 6, 7 + 8],
-        "dropped_rows": 0,
-    },
-}
+
+def golden_facts(with_next: bool) -> dict[str, Any]:
+    """Expected ``rlds inspect --json`` facts of the golden file, read off the golden table (see
+    d4rl_fixtures): without next_observations the timeout row 5 and the last row 7 are dropped
+    (their next state is unknown), so episodes keep rows 0-2, 3-4 and 6; with them every row stays."""
+    exp = golden_expected(with_next)
+    columns = {key: np.asarray(values) for key, values in exp["columns"].items()}
+    last = np.asarray(exp["start"]) + np.asarray(exp["length"]) - 1
+    return {
+        "num_steps": exp["num_steps"],
+        "num_episodes": exp["num_episodes"],
+        "episodes_terminated": int(columns["next/terminated"][last].sum()),
+        "episodes_truncated": int(columns["next/truncated"][last].sum()),
+        "final_observations_synthesized": exp["conversion"]["synthesized_final_observations"],
+        "lengths": exp["length"],
+        "returns": [
+            float(columns["next/reward"][start : start + n].sum())
+            for start, n in zip(exp["start"], exp["length"], strict=True)
+        ],
+        "dropped_rows": exp["conversion"]["dropped_rows"],
+    }
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -131,16 +116,6 @@ def assert_nothing_published(root: Path) -> None:
         assert not folder.exists() or list(folder.iterdir()) == [], (sub, list(folder.iterdir()))
 
 
-@pytest.fixture
-def golden(tmp_path: Path) -> Path:
-    return golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
-
-
-@pytest.fixture
-def golden_next(tmp_path: Path) -> Path:
-    return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)
-
-
 def _arrays(n: int = 8) -> dict[str, np.ndarray]:
     return {
         "observations": np.stack([np.arange(n), np.arange(n)], axis=1).astype(np.float32),
@@ -159,7 +134,7 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     src = golden_three_episodes(tmp_path / "g.hdf5", with_next=with_next)
     ok("download", src, "--format", "d4rl", "--name", "golden")
     info = ok_json("inspect", "golden")
-    exp = GOLDEN_EXPECTED[with_next]
+    exp = golden_facts(with_next)
     assert info["name"] == "golden"
     assert info["path"] == str(isolated_cache / "datasets" / "golden")
     assert info["backend"] == "memmap"
@@ -184,9 +159,9 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     assert info["lineage"] == []
 
 
-def test_golden_exact_stat_values(golden: Path) -> None:
+def test_golden_exact_stat_values(golden_file: Path) -> None:
     """The same numbers as above, written out, so a bug in ``stats`` cannot hide one in describe."""
-    ok("download", golden, "--format", "d4rl", "--name", "golden")
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden")
     info = ok_json("inspect", "golden")
     assert info["episode_length"] == pytest.approx(
         {"min": 1.0, "max": 3.0, "mean": 2.0, "std": math.sqrt(2 / 3)}
@@ -196,30 +171,30 @@ def test_golden_exact_stat_values(golden: Path) -> None:
     )
 
 
-def test_download_json_output(golden: Path, isolated_cache: Path) -> None:
-    out = ok_json("download", golden, "--format", "d4rl", "--name", "golden")
+def test_download_json_output(golden_file: Path, isolated_cache: Path) -> None:
+    out = ok_json("download", golden_file, "--format", "d4rl", "--name", "golden")
     assert out["name"] == "golden"
     assert out["path"] == str(isolated_cache / "datasets" / "golden")
     assert out["reused"] is False
     assert (out["num_steps"], out["num_episodes"], out["backend"]) == (6, 3, "memmap")
     assert out["conversion"]["dropped_rows"] == 2
     assert out["conversion"]["synthesized_final_observations"] == 1
-    again = ok_json("download", golden, "--format", "d4rl", "--name", "golden")
+    again = ok_json("download", golden_file, "--format", "d4rl", "--name", "golden")
     assert again["reused"] is True
     assert again["num_steps"] == 6
 
 
-def test_download_detects_format_and_names_after_the_file(golden: Path) -> None:
-    result = ok("download", golden)
+def test_download_detects_format_and_names_after_the_file(golden_file: Path) -> None:
+    result = ok("download", golden_file)
     assert result.stdout.startswith("golden: converted: 6 steps, 3 episodes, storage memmap -> ")
     assert ok_json("inspect", "golden")["source"]["format"] == "d4rl"
 
 
-def test_list_json_and_human(golden: Path, golden_next: Path, isolated_cache: Path) -> None:
+def test_list_json_and_human(golden_file: Path, golden_next_file: Path, isolated_cache: Path) -> None:
     assert ok_json("list") == {"root": str(isolated_cache), "datasets": []}
     assert "no datasets in" in ok("list").stdout
-    ok("download", golden, "--format", "d4rl", "--name", "golden")
-    ok("download", golden_next, "--format", "d4rl", "--name", "golden-next")
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden")
+    ok("download", golden_next_file, "--format", "d4rl", "--name", "golden-next")
     listing = ok_json("list")
     assert listing["root"] == str(isolated_cache)
     rows = {r["name"]: r for r in listing["datasets"]}
@@ -231,7 +206,7 @@ def test_list_json_and_human(golden: Path, golden_next: Path, isolated_cache: Pa
         assert row["format"] == "d4rl"
         assert row["size_bytes"] > 0
         assert row["derived_from"] == []
-    assert rows["golden"]["source"] == str(golden.resolve())
+    assert rows["golden"]["source"] == str(golden_file.resolve())
 
     human = ok("list").stdout  # not a terminal: plain, complete, aligned lines
     lines = human.splitlines()
@@ -240,12 +215,12 @@ def test_list_json_and_human(golden: Path, golden_next: Path, isolated_cache: Pa
     rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert rows["golden"][1:3] == ["6", "3"]
     assert rows["golden-next"][1:3] == ["8", "3"]
-    assert rows["golden"][-1] == str(golden.resolve())  # a long source path, whole
+    assert rows["golden"][-1] == str(golden_file.resolve())  # a long source path, whole
     assert "│" not in human and "…" not in human
 
 
-def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
-    ok("download", golden, "--format", "d4rl", "--name", "golden")
+def test_inspect_human(golden_file: Path, isolated_cache: Path) -> None:
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden")
     out = ok("inspect", "golden").stdout
     lines = out.splitlines()
     assert lines[0].startswith("golden  (memmap, ")
@@ -257,68 +232,68 @@ def test_inspect_human(golden: Path, isolated_cache: Path) -> None:
     for key in GOLDEN_FIELDS:
         assert key in keys
     assert "dropped rows 2, synthesized final observations 1" in out
-    assert f"source  d4rl: {golden.resolve()}" in out
+    assert f"source  d4rl: {golden_file.resolve()}" in out
 
 
-def test_download_human_output_and_reuse(golden: Path, isolated_cache: Path) -> None:
-    first = ok("download", golden, "--format", "d4rl", "--name", "golden")
+def test_download_human_output_and_reuse(golden_file: Path, isolated_cache: Path) -> None:
+    first = ok("download", golden_file, "--format", "d4rl", "--name", "golden")
     path = isolated_cache / "datasets" / "golden"
     assert first.stdout == f"golden: converted: 6 steps, 3 episodes, storage memmap -> {path}\n"
     assert first.stderr == ""
     manifest = (path / "manifest.json").read_bytes()
-    second = ok("download", golden, "--format", "d4rl", "--name", "golden")
+    second = ok("download", golden_file, "--format", "d4rl", "--name", "golden")
     assert second.stdout == f"golden: already in the cache: 6 steps, 3 episodes, storage memmap -> {path}\n"
     assert (path / "manifest.json").read_bytes() == manifest  # untouched
 
 
 def test_download_summary_is_one_line_on_a_narrow_terminal(
-    golden: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+    golden_file: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_output, "console", Console(highlight=False, width=30))
-    out = ok("download", golden, "--name", "golden").stdout
+    out = ok("download", golden_file, "--name", "golden").stdout
     path = isolated_cache / "datasets" / "golden"
     assert out == f"golden: converted: 6 steps, 3 episodes, storage memmap -> {path}\n"
 
 
-def test_download_same_name_other_file_needs_force(golden: Path, golden_next: Path) -> None:
-    ok("download", golden, "--format", "d4rl", "--name", "golden")
-    result = invoke("download", golden_next, "--format", "d4rl", "--name", "golden")
+def test_download_same_name_other_file_needs_force(golden_file: Path, golden_next_file: Path) -> None:
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden")
+    result = invoke("download", golden_next_file, "--format", "d4rl", "--name", "golden")
     line = error_line(result)
     assert "'golden'" in line and "already exists" in line
     assert "--force" in hint_line(result)
     assert ok_json("inspect", "golden")["num_steps"] == 6  # the old one is still there
 
-    forced = ok("download", golden_next, "--format", "d4rl", "--name", "golden", "--force")
+    forced = ok("download", golden_next_file, "--format", "d4rl", "--name", "golden", "--force")
     assert "golden: converted: 8 steps, 3 episodes" in forced.stdout
     info = ok_json("inspect", "golden")
     assert info["num_steps"] == 8
-    assert info["source"]["path"] == str(golden_next.resolve())
+    assert info["source"]["path"] == str(golden_next_file.resolve())
     assert [r["name"] for r in ok_json("list")["datasets"]] == ["golden"]
 
 
-def test_force_on_same_file_rebuilds(golden: Path) -> None:
-    ok("download", golden, "--name", "golden")
-    out = ok_json("download", golden, "--name", "golden", "--force")
+def test_force_on_same_file_rebuilds(golden_file: Path) -> None:
+    ok("download", golden_file, "--name", "golden")
+    out = ok_json("download", golden_file, "--name", "golden", "--force")
     assert out["reused"] is False
     assert out["num_steps"] == 6
 
 
-def test_backend_zarr(golden: Path, isolated_cache: Path) -> None:
-    ok("download", golden, "--format", "d4rl", "--name", "golden", "--backend", "zarr")
+def test_backend_zarr(golden_file: Path, isolated_cache: Path) -> None:
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden", "--backend", "zarr")
     info = ok_json("inspect", "golden")
     assert info["backend"] == "zarr"
     assert (info["num_steps"], info["num_episodes"]) == (6, 3)
     assert info["fields"] == GOLDEN_FIELDS
-    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    assert info["episode_return"] == pytest.approx(stats(golden_facts(False)["returns"]))
     directory = isolated_cache / "datasets" / "golden"
     assert [p.name for p in directory.rglob("*.npy")] == ["episodes.npy"]  # no memmap columns
     assert (directory / "arrays" / "zarr.json").is_file()
     assert ok_json("list")["datasets"][0]["backend"] == "zarr"
 
 
-def test_root_option_overrides_rlds_home(golden: Path, tmp_path: Path, isolated_cache: Path) -> None:
+def test_root_option_overrides_rlds_home(golden_file: Path, tmp_path: Path, isolated_cache: Path) -> None:
     other = tmp_path / "other-root"
-    out = ok_json("download", golden, "--name", "golden", "--root", other)
+    out = ok_json("download", golden_file, "--name", "golden", "--root", other)
     assert out["path"] == str(other / "datasets" / "golden")
     assert (other / "datasets" / "golden" / "manifest.json").is_file()
     assert not (isolated_cache / "datasets").exists()
@@ -345,8 +320,8 @@ def test_paths_with_brackets_are_printed_verbatim(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- bad inputs
 
 
-def test_truncated_hdf5(golden: Path, tmp_path: Path, isolated_cache: Path) -> None:
-    data = golden.read_bytes()
+def test_truncated_hdf5(golden_file: Path, tmp_path: Path, isolated_cache: Path) -> None:
+    data = golden_file.read_bytes()
     for cut in (len(data) // 2, len(data) - 1):
         bad = tmp_path / f"cut{cut}.hdf5"
         bad.write_bytes(data[:cut])
@@ -389,12 +364,12 @@ def test_mismatched_lengths(tmp_path: Path, isolated_cache: Path) -> None:
 
 
 def test_failure_midway_publishes_nothing_and_keeps_the_old_dataset(
-    golden: Path, golden_next: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+    golden_file: Path, golden_next_file: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rlds_cli.formats import d4rl
     from rlds_cli.formats.hdf5_util import read_error
 
-    ok("download", golden, "--name", "golden")
+    ok("download", golden_file, "--name", "golden")
     manifest = (isolated_cache / "datasets" / "golden" / "manifest.json").read_bytes()
     real_blocks = d4rl.D4RLReader.blocks
 
@@ -404,9 +379,9 @@ def test_failure_midway_publishes_nothing_and_keeps_the_old_dataset(
 
     monkeypatch.setattr(d4rl.D4RLReader, "blocks", failing_blocks)
     for name, extra in (("fresh", []), ("golden", ["--force"])):
-        result = invoke("download", golden_next, "--name", name, "--format", "d4rl", *extra)
+        result = invoke("download", golden_next_file, "--name", name, "--format", "d4rl", *extra)
         line = error_line(result)
-        assert str(golden_next) in line and "'observations'" in line
+        assert str(golden_next_file) in line and "'observations'" in line
     assert [p.name for p in (isolated_cache / "datasets").iterdir()] == ["golden"]
     assert (isolated_cache / "datasets" / "golden" / "manifest.json").read_bytes() == manifest
     assert list((isolated_cache / "tmp").iterdir()) == []
@@ -439,37 +414,37 @@ def test_inspect_unknown_name(isolated_cache: Path) -> None:
     assert "rlds list" in hint_line(result)
 
 
-def test_unknown_format(golden: Path, isolated_cache: Path) -> None:
-    result = invoke("download", golden, "--format", "parquet-xyz")
+def test_unknown_format(golden_file: Path, isolated_cache: Path) -> None:
+    result = invoke("download", golden_file, "--format", "parquet-xyz")
     assert "'parquet-xyz'" in error_line(result)
     assert "d4rl" in hint_line(result)
     assert_nothing_published(isolated_cache)
 
 
-def test_invalid_backend(golden: Path, isolated_cache: Path) -> None:
-    result = invoke("download", golden, "--backend", "tape")
+def test_invalid_backend(golden_file: Path, isolated_cache: Path) -> None:
+    result = invoke("download", golden_file, "--backend", "tape")
     assert "'tape'" in error_line(result)
     assert "memmap" in hint_line(result) and "zarr" in hint_line(result)
     assert_nothing_published(isolated_cache)
 
 
 @pytest.mark.parametrize("name", ["a b", "a--b", "/abs", "-dash", "x/../y"])
-def test_invalid_name(golden: Path, isolated_cache: Path, name: str) -> None:
-    result = invoke("download", golden, "--name", name)
+def test_invalid_name(golden_file: Path, isolated_cache: Path, name: str) -> None:
+    result = invoke("download", golden_file, "--name", name)
     assert error_line(result) == f"error: invalid dataset name {name!r}"
     assert_nothing_published(isolated_cache)
 
 
-def test_no_timeouts_no_next_needs_max_episode_steps(golden: Path, isolated_cache: Path) -> None:
-    with h5py.File(golden, "a") as f:
+def test_no_timeouts_no_next_needs_max_episode_steps(golden_file: Path, isolated_cache: Path) -> None:
+    with h5py.File(golden_file, "a") as f:
         del f["timeouts"]
-    result = invoke("download", golden, "--format", "d4rl", "--name", "nt")
+    result = invoke("download", golden_file, "--format", "d4rl", "--name", "nt")
     line = error_line(result)
-    assert str(golden) in line and "'timeouts'" in line
+    assert str(golden_file) in line and "'timeouts'" in line
     assert "--max-episode-steps" in hint_line(result)
     assert_nothing_published(isolated_cache)
 
-    done = ok("download", golden, "--format", "d4rl", "--name", "nt", "--max-episode-steps", "3")
+    done = ok("download", golden_file, "--format", "d4rl", "--name", "nt", "--max-episode-steps", "3")
     # the time limit cuts rows 3-5 after row 5, exactly where the timeout was
     assert "nt: converted: 6 steps, 3 episodes" in done.stdout
     assert "warning: no 'timeouts' in the file" in done.stderr
@@ -477,10 +452,10 @@ def test_no_timeouts_no_next_needs_max_episode_steps(golden: Path, isolated_cach
     info = ok_json("inspect", "nt")
     assert info["conversion"]["inferred_boundaries"] == 1
     assert info["source"]["options"] == {"max_episode_steps": 3}
-    assert info["episode_return"] == pytest.approx(stats(GOLDEN_EXPECTED[False]["returns"]))
+    assert info["episode_return"] == pytest.approx(stats(golden_facts(False)["returns"]))
     # the same file with the same option is reused; with another option it is another dataset
-    assert ok_json("download", golden, "--name", "nt", "--max-episode-steps", "3")["reused"] is True
-    assert "--force" in hint_line(invoke("download", golden, "--name", "nt", "--max-episode-steps", "4"))
+    assert ok_json("download", golden_file, "--name", "nt", "--max-episode-steps", "3")["reused"] is True
+    assert "--force" in hint_line(invoke("download", golden_file, "--name", "nt", "--max-episode-steps", "4"))
 
 
 def test_hf_scheme_not_supported(isolated_cache: Path) -> None:
@@ -500,8 +475,8 @@ def test_url_offline(url: str, isolated_cache: Path) -> None:
     assert_nothing_published(isolated_cache)
 
 
-def test_usage_errors_exit_2(golden: Path) -> None:
-    assert invoke("download", golden, "--max-episode-steps", "0").exit_code == 2
+def test_usage_errors_exit_2(golden_file: Path) -> None:
+    assert invoke("download", golden_file, "--max-episode-steps", "0").exit_code == 2
     assert invoke("download").exit_code == 2
     assert invoke("no-such-command").exit_code == 2
 
@@ -520,28 +495,28 @@ def test_debug_lets_the_exception_through(tmp_path: Path) -> None:
     assert error_line(invoke("inspect", "nope", env={"RLDS_DEBUG": "0"}))
 
 
-def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, golden: Path) -> None:
+def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, golden_file: Path) -> None:
     import rlds_cli.download
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("disk on fire\nsecond line")
 
     monkeypatch.setattr(rlds_cli.download, "download", boom)
-    result = invoke("download", golden)
+    result = invoke("download", golden_file)
     assert error_line(result) == "error: unexpected RuntimeError: disk on fire"
     assert "RLDS_DEBUG=1" in hint_line(result)
-    debug = invoke("download", golden, env={"RLDS_DEBUG": "1"})
+    debug = invoke("download", golden_file, env={"RLDS_DEBUG": "1"})
     assert isinstance(debug.exception, RuntimeError)
 
 
-def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden: Path) -> None:
+def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden_file: Path) -> None:
     import rlds_cli.download
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(rlds_cli.download, "download", interrupted)
-    result = invoke("download", golden)
+    result = invoke("download", golden_file)
     assert result.exit_code == 130
     assert result.stderr.splitlines()[0] == "error: interrupted; nothing was published"
 
@@ -621,10 +596,10 @@ def _has_token(text: str, token: str) -> bool:
 
 @pytest.mark.parametrize("width", [40, 60, 200, None], ids=["w40", "w60", "w200", "piped"])
 def test_tables_never_cut_an_identifier(
-    golden: Path, monkeypatch: pytest.MonkeyPatch, width: int | None
+    golden_file: Path, monkeypatch: pytest.MonkeyPatch, width: int | None
 ) -> None:
     long_name = "a-rather-long-dataset-name/with-a-namespace-v0"
-    ok("download", golden, "--name", long_name)
+    ok("download", golden_file, "--name", long_name)
     ok("download", "demo")
     buffer = _terminal(monkeypatch, width) if width else None
     local = ok("list").stdout if buffer is None else (ok("list"), buffer.getvalue())[1]
@@ -762,7 +737,7 @@ def test_registry_aliases_work_in_every_command(tmp_path: Path, isolated_cache: 
     ]
 
 
-def test_resolve_name(isolated_cache: Path, golden: Path) -> None:
+def test_resolve_name(isolated_cache: Path, golden_file: Path) -> None:
     import rlds_cli
     from rlds_cli.names import resolve_name
 
@@ -777,7 +752,7 @@ def test_resolve_name(isolated_cache: Path, golden: Path) -> None:
 
     assert open_dataset("demo").name == "pointmass-demo-v0"  # the library follows the same rule
     assert len(Loader("demo", batch_size=10)) == open_dataset("demo").num_steps // 10
-    ok("download", golden, "--name", "demo")  # a local name wins over the alias
+    ok("download", golden_file, "--name", "demo")  # a local name wins over the alias
     assert resolve_name("demo") == "demo"
     with pytest.raises(errors.DatasetNotFoundError) as typo:
         resolve_name("pointmass-demo-v1")
@@ -789,8 +764,8 @@ def test_resolve_name(isolated_cache: Path, golden: Path) -> None:
 # --------------------------------------------------------------------------- hints
 
 
-def test_split_hints(golden_next: Path, isolated_cache: Path) -> None:
-    ok("download", golden_next, "--name", "g")
+def test_split_hints(golden_next_file: Path, isolated_cache: Path) -> None:
+    ok("download", golden_next_file, "--name", "g")
     bad = invoke("split", "g", "--val", "1.5")
     assert bad.exit_code == 2 and "not between 0 and 1" in bad.stderr and "episode range" not in bad.stderr
     from rlds_cli.cache.views import split_dataset
@@ -806,8 +781,8 @@ def test_split_hints(golden_next: Path, isolated_cache: Path) -> None:
     assert [r["name"] for r in ok_json("split", "g", "--val", "0.4", "-n", "h")] == ["h-train", "h-val"]
 
 
-def test_info_on_a_cached_dataset_is_not_a_path_hint(golden: Path) -> None:
-    ok("download", golden, "--name", "hopper-norm")
+def test_info_on_a_cached_dataset_is_not_a_path_hint(golden_file: Path) -> None:
+    ok("download", golden_file, "--name", "hopper-norm")
     result = invoke("info", "hopper-norm")
     assert error_line(result) == "error: 'hopper-norm' is a dataset in the cache, not a registry id"
     assert "rlds inspect hopper-norm" in hint_line(result) and "local path" not in result.stderr
@@ -840,11 +815,11 @@ def _all_subclasses(cls: type) -> list[type]:
 
 
 @pytest.fixture
-def family(golden_next: Path) -> Path:
+def family(golden_next_file: Path) -> Path:
     """``base`` and a view ``child`` of it."""
-    ok("download", golden_next, "--name", "base")
+    ok("download", golden_next_file, "--name", "base")
     ok("view", "base", "--episodes", "0:1", "--name", "child")
-    return golden_next
+    return golden_next_file
 
 
 def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -862,12 +837,14 @@ def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch)
     assert ok_json("list")["datasets"] == []
 
 
-def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(golden: Path, isolated_cache: Path) -> None:
+def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(
+    golden_file: Path, isolated_cache: Path
+) -> None:
     from rlds_cli.convert import convert
 
     raw = isolated_cache / "raw" / "g"
     raw.mkdir(parents=True)
-    (raw / "g.hdf5").write_bytes(golden.read_bytes())
+    (raw / "g.hdf5").write_bytes(golden_file.read_bytes())
     convert(raw / "g.hdf5", "one", source_info={"raw_dir": str(raw)})
     convert(raw / "g.hdf5", "two", source_info={"raw_dir": str(raw)}, options={"block_rows": 2})
     kept = ok("rm", "one", "--yes")
@@ -879,12 +856,12 @@ def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(golden: Path, i
     assert ok_json("list")["datasets"][0]["name"] == "pointmass-demo-v0"
 
 
-def test_rm_raw_keeps_files_another_dataset_uses(golden: Path, isolated_cache: Path) -> None:
+def test_rm_raw_keeps_files_another_dataset_uses(golden_file: Path, isolated_cache: Path) -> None:
     from rlds_cli.convert import convert
 
     raw = isolated_cache / "raw" / "g"
     raw.mkdir(parents=True)
-    (raw / "g.hdf5").write_bytes(golden.read_bytes())
+    (raw / "g.hdf5").write_bytes(golden_file.read_bytes())
     convert(raw / "g.hdf5", "one", source_info={"raw_dir": str(raw)})
     convert(raw / "g.hdf5", "two", source_info={"raw_dir": str(raw)}, options={"block_rows": 2})
     result = ok_json("rm", "one", "--yes", "--raw")
@@ -899,15 +876,15 @@ def invoke_input(args: list[str], text: str) -> Result:
 # --------------------------------------------------------------------------- names of new datasets, -f
 
 
-def test_archive_default_name_strips_every_suffix(golden: Path, tmp_path: Path) -> None:
+def test_archive_default_name_strips_every_suffix(golden_file: Path, tmp_path: Path) -> None:
     archive = tmp_path / "x.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        tar.add(golden, arcname="golden.hdf5")
+        tar.add(golden_file, arcname="golden.hdf5")
     assert ok_json("download", archive)["name"] == "x"
 
 
-def test_short_f_is_force(golden: Path) -> None:
-    ok("download", golden, "--name", "g")
-    assert ok_json("download", golden, "--name", "g", "-f")["reused"] is False
-    bad = invoke("download", golden, "-f", "d4rl")  # not --format any more: 'd4rl' is an extra argument
+def test_short_f_is_force(golden_file: Path) -> None:
+    ok("download", golden_file, "--name", "g")
+    assert ok_json("download", golden_file, "--name", "g", "-f")["reused"] is False
+    bad = invoke("download", golden_file, "-f", "d4rl")  # not --format any more: 'd4rl' is an extra argument
     assert bad.exit_code == 2

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rlds_cli.loader import EpochSampler
 from rlds_cli.loader.epoch import epoch_permutation, shard
@@ -94,6 +95,7 @@ def _torchrun(script: Path, out: Path, kill_at: int) -> subprocess.CompletedProc
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_two_ranks_disjoint_shards_and_exact_resume_after_sigkill(
     isolated_cache: Path, tmp_path: Path
 ) -> None:

@@ -143,6 +143,7 @@ def _run_bash(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", _pages_with_blocks(), ids=lambda p: p.name)
 def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultServer) -> None:
     work = _session_dir(tmp_path)

@@ -137,10 +137,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultSer
     registry._load.cache_clear()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 def invoke(*args: object, env: dict[str, str] | None = None) -> Result:

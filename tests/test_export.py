@@ -8,24 +8,21 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import Dataset, open_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import ExportError, UnknownFormatError
 from rlds_cli.export import export_dataset
-from tests.d4rl_fixtures import golden_three_episodes
+from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_three_episodes
 
 runner = CliRunner()
+#: The golden file's TED columns without next_observations (what the ``golden`` fixture holds).
+GOLDEN = GOLDEN_NO_NEXT["columns"]
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 @pytest.fixture(params=["memmap", "zarr"])
@@ -55,13 +52,13 @@ def test_d4rl_export_columns(golden: Dataset, tmp_path: Path) -> None:
             "terminals",
             "timeouts",
         ]
-        assert f["observations"][:].tolist() == [[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [6, 60]]
-        assert f["next_observations"][:].tolist() == [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]]
-        assert f["rewards"][:].tolist() == [1, 2, 3, 4, 5, 7]
-        assert f["terminals"][:].tolist() == [False, False, True, False, False, False]
-        assert f["timeouts"][:].tolist() == [False, False, False, False, True, True]
-        assert f["infos/qpos"][:].tolist() == [0, -1, -2, -3, -4, -6]
-        assert f["actions"].shape == (6, 1)
+        assert f["observations"][:].tolist() == GOLDEN["observation"]
+        assert f["next_observations"][:].tolist() == GOLDEN["next/observation"]
+        assert f["rewards"][:].tolist() == [r for (r,) in GOLDEN["next/reward"]]  # D4RL: 1-D
+        assert f["terminals"][:].tolist() == [t for (t,) in GOLDEN["next/terminated"]]
+        assert f["timeouts"][:].tolist() == [t for (t,) in GOLDEN["next/truncated"]]
+        assert f["infos/qpos"][:].tolist() == GOLDEN["info/qpos"]
+        assert f["actions"][:].tolist() == GOLDEN["action"]
 
 
 def test_d4rl_round_trip(golden: Dataset, tmp_path: Path) -> None:
@@ -102,17 +99,10 @@ def test_torchrl_memmap_layout(golden: Dataset, tmp_path: Path) -> None:
         "truncated",
     ]
     obs = np.fromfile(out / "next" / "observation.memmap", np.float32).reshape(6, 2)
-    assert obs.tolist() == [[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]]
-    assert np.fromfile(out / "episode.memmap", np.int64).tolist() == [0, 0, 0, 1, 1, 2]
+    assert obs.tolist() == GOLDEN["next/observation"]
+    assert np.fromfile(out / "episode.memmap", np.int64).tolist() == GOLDEN["episode"]
     assert np.fromfile(out / "done.memmap", np.bool_).tolist() == [False] * 6
-    assert np.fromfile(out / "next" / "done.memmap", np.bool_).tolist() == [
-        False,
-        False,
-        True,
-        False,
-        True,
-        True,
-    ]
+    assert np.fromfile(out / "next" / "done.memmap", np.bool_).tolist() == [d for (d,) in GOLDEN["next/done"]]
 
 
 def test_torchrl_memmap_loads_with_tensordict(golden: Dataset, tmp_path: Path) -> None:

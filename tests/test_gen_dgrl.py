@@ -468,6 +468,7 @@ def _constant_archive(path: Path, members: int, steps: int = 300, dtype: Any = n
     return write_tar(path, items, preset=0)
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_a_trajectory_not_the_source(tmp_path: Path) -> None:
     """48 trajectories of 15 MB of float32 frames (710 MB decoded) convert in a process whose
     address space is capped at 320 MB: members are read one at a time, never all at once."""

@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import errors, registry
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.download import _default_name
 from tests.d4rl_fixtures import golden_three_episodes
@@ -37,11 +35,8 @@ WRONG_SHA = "0" * 64
 ONE_AT_A_TIME = "the d4rl format reads one file at a time"
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Wide consoles: a message is one line whatever its length, so line counts mean something."""
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=400))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+# wide consoles: a message is one line whatever its length, so line counts mean something
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(400, 400)]
 
 
 def invoke(*args: object) -> Result:
@@ -235,8 +230,10 @@ def test_the_library_loader_says_torch_is_missing(monkeypatch: pytest.MonkeyPatc
     for name in [m for m in sys.modules if m == "rlds_cli.loader" or m.startswith("rlds_cli.loader.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "torch", None)
+    import rlds_cli.loader.samplers  # noqa: F401  (numpy only: no torch needed)
+
     with pytest.raises(errors.MissingExtraError, match="the rlds loader needs torch") as info:
-        import rlds_cli.loader  # noqa: F401
+        from rlds_cli.loader import Loader  # noqa: F401
     assert isinstance(info.value, ImportError) and "pip install torch" in info.value.hint
 
 

@@ -3,6 +3,7 @@ and the lazy public names resolve. The ``sys.modules`` checks run in fresh inter
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -134,6 +135,7 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
     assert "torch" in report["Loader"]
 
 
+@pytest.mark.slow
 def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
     """Every name in ``rlds_cli.__all__`` is the same object before and after the package's
     submodules are imported (a submodule of the same name would replace a lazy attribute)."""
@@ -180,6 +182,17 @@ def test_lazy_attributes_in_process() -> None:
         from rlds_cli import not_here  # noqa: F401
 
 
+@pytest.mark.parametrize("package", ["rlds_cli", "rlds_cli.cache", "rlds_cli.loader"])
+def test_every_lazy_public_name_resolves(package: str) -> None:
+    """A lazy package lists exactly the names it can import, and each one imports."""
+    module = importlib.import_module(package)
+    assert set(module.__all__) - {"__version__"} == set(module._LAZY)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        _ = module.missing
+
+
 def test_version_is_consistent() -> None:
     from rlds_cli._version import __version__
 
@@ -207,6 +220,7 @@ def test_spawned_preprocess_workers_import_little(tmp_path: Path) -> None:
     assert _modules_loaded("import rlds_cli.preprocess.pool", heavy, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_numba_is_imported_only_by_a_sum_tree(tmp_path: Path) -> None:
     """The compiled kernels' numba (~0.3 s to import) loads only when a prioritized sampler is made."""
     pytest.importorskip("numba")
@@ -214,6 +228,16 @@ def test_numba_is_imported_only_by_a_sum_tree(tmp_path: Path) -> None:
     assert _modules_loaded("from rlds_cli.loader import SumTree\nSumTree(10)", ("numba",), tmp_path) == [
         "numba"
     ]
+
+
+def test_the_numpy_samplers_import_without_torch(tmp_path: Path) -> None:
+    """The samplers only draw indices: importing them (which runs ``rlds_cli/loader/__init__``)
+    loads neither torch nor the package's torch-using modules."""
+    code = "import rlds_cli.loader.samplers, rlds_cli.loader.epoch"
+    assert _modules_loaded(code, ("torch", "rlds_cli.loader.loader"), tmp_path) == []
+    # the package's names from its torch-free modules skip the torch check too
+    code = "from rlds_cli.loader import UniformSampler, EpochSampler, FrameStack, compute_stats"
+    assert _modules_loaded(code, ("torch",), tmp_path) == []
 
 
 def test_the_package_is_marked_typed() -> None:

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import open_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.summary import describe, histogram, key_statistics
@@ -20,10 +18,7 @@ from tests.d4rl_fixtures import write_d4rl
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=200))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=200))
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(200, 200)]
 
 
 def _file_with_nans(path: Path) -> Path:

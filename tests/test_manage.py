@@ -6,13 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.manage import children_of, collect_garbage, disk_usage, remove_dataset
 from rlds_cli.cache.manifest import read_manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
@@ -21,10 +19,7 @@ from tests.d4rl_fixtures import golden_three_episodes
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 @pytest.fixture

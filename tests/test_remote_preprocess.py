@@ -107,6 +107,7 @@ def test_memory_in_memory_out_matches_a_local_job(by: str) -> None:
     assert not preprocess.run("src", fn, "local", by=by, chunk_steps=16, workers=1, stats=True).num_chunks
 
 
+@pytest.mark.slow
 def test_spawned_workers_write_their_chunks_to_the_store(tmp_path: Path) -> None:
     make_dataset("src", [30, 1, 45, 12, 60, 2, 50], backend="zarr")
     src, out = f"file://{tmp_path}/store/src", f"file://{tmp_path}/store/out"

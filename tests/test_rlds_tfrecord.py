@@ -488,6 +488,7 @@ print(result.manifest.num_steps, open("/proc/self/status").read().split("VmPeak:
 """
 
 
+@pytest.mark.slow
 def test_conversion_streams_under_an_address_space_cap(tmp_path: Path) -> None:
     """1,600 steps of two 256x256 cameras (629 MB decoded, 7 MB of shards) convert in a process
     whose address space is capped at 448 MiB (its peak is about 340 MB, whatever the source's

@@ -542,6 +542,7 @@ print("converted")
 """
 
 
+@pytest.mark.slow
 def test_conversion_memory_is_bounded_by_the_block_not_the_source(tmp_path: Path) -> None:
     """A 300 MB (decoded) shard of zero frames converts under an address-space cap of 150 MB
     above the interpreter's: the reader holds a block, never the file."""

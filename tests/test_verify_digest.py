@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli import preprocess
@@ -20,7 +19,6 @@ from rlds_cli.cache import digest
 from rlds_cli.cache.dataset import open_dataset
 from rlds_cli.cache.manifest import MANIFEST_FILE
 from rlds_cli.cache.views import create_view, split_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError
@@ -33,10 +31,7 @@ FNS = "tests.preprocess_fns"
 LENGTHS = [3, 5, 2, 6, 4]
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=400))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(400, 400)]
 
 
 def rlds(*args: str) -> Any:

@@ -1,10 +1,33 @@
-"""The TED cache: layout, atomic builds, and read access."""
+"""The TED cache: layout, atomic builds, and read access.
 
-from rlds_cli.cache.builder import DatasetBuilder
-from rlds_cli.cache.dataset import Dataset, open_dataset
-from rlds_cli.cache.manifest import FieldSpec, Manifest
-from rlds_cli.cache.root import CacheRoot, validate_name
-from rlds_cli.cache.ted import TedBatch
+The public names are imported lazily (as in ``rlds_cli/__init__.py``): importing one submodule,
+such as ``rlds_cli.cache.dataset`` for reading, runs this file first and must not pull in the
+writers (``builder``) with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.dataset import Dataset, open_dataset
+    from rlds_cli.cache.manifest import FieldSpec, Manifest
+    from rlds_cli.cache.root import CacheRoot, validate_name
+    from rlds_cli.cache.ted import TedBatch
+
+#: Public name -> the submodule that defines it.
+_LAZY = {
+    "CacheRoot": "root",
+    "validate_name": "root",
+    "Dataset": "dataset",
+    "open_dataset": "dataset",
+    "DatasetBuilder": "builder",
+    "FieldSpec": "manifest",
+    "Manifest": "manifest",
+    "TedBatch": "ted",
+}
 
 __all__ = [
     "CacheRoot",
@@ -16,3 +39,16 @@ __all__ = [
     "open_dataset",
     "validate_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlds_cli.cache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rlds_cli.cache.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

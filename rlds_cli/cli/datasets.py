@@ -39,28 +39,11 @@ def list_datasets(
         from rlds_cli.cli.remote import list_remote
 
         return list_remote(root, pattern, json=json, quiet=quiet)
-    from rlds_cli.cache.manage import tree_bytes
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.registry import matches
+    from rlds_cli.catalog import list_datasets as cached_datasets
 
     cache = CacheRoot(root)
-    rows = []
-    for m in cache.iter_manifests():
-        if pattern is not None and not matches(pattern, m.name):
-            continue
-        rows.append(
-            {
-                "name": m.name,
-                "num_steps": m.num_steps,
-                "num_episodes": m.num_episodes,
-                "size_bytes": tree_bytes(cache.dataset_dir(m.name)),
-                "backend": m.backend,
-                "source": _source_label(m.source),
-                "format": m.source.get("format", ""),
-                "derived_from": [p.get("name") for p in m.lineage],
-                "created_at": m.created_at,
-            }
-        )
+    rows = [d.to_dict() for d in cached_datasets(pattern, cache)]
     if json:
         _output.print_json({"root": str(cache.path), "datasets": rows})
         return
@@ -160,14 +143,6 @@ def inspect(
             _output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
     if report is not None and not report.ok:
         raise typer.Exit(1)
-
-
-def _source_label(source: dict[str, Any]) -> str:
-    """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
-    if source.get("format") == "view":
-        a, b = source.get("episodes") or ("", "")
-        return f"{source.get('parent', '')} episodes {a}:{b}"
-    return str(source.get("id") or source.get("path", ""))
 
 
 def _render_check(report: Any) -> None:

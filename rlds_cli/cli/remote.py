@@ -30,27 +30,6 @@ def _approx_count(n: int) -> str:
     return f"~{n}"
 
 
-def remote_row(entry: Any, cache: Any) -> dict[str, Any]:
-    """One registry entry with what this machine knows of it: ``entry_status`` plus step and
-    episode counts from the cached dataset (exact), else the registry (exact), else the
-    figures an upstream publishes (``approx_*``, rounded as published)."""
-    from rlds_cli.net.status import entry_status
-
-    row = entry_status(entry, cache)
-    row["num_steps_origin"] = "registry" if row["num_steps"] else None
-    if row["cached"]:
-        manifest = cache.manifest(entry.cache_name)
-        row["num_steps"], row["num_episodes"] = manifest.num_steps, manifest.num_episodes
-        row["num_steps_origin"] = "cache"
-    published = entry.published
-    row["published"] = published.to_dict() if published else None
-    row["approx_num_steps"] = published.steps if published else None
-    row["approx_size_bytes"] = published.size_bytes if published else None
-    if row["num_episodes"] is None and published and published.episodes:
-        row["num_episodes"] = published.episodes
-    return row
-
-
 def _size_cell(row: dict[str, Any]) -> str:
     if row["size_bytes"] is not None:
         return _output.human_bytes(row["size_bytes"])
@@ -70,12 +49,11 @@ def _steps_cell(row: dict[str, Any]) -> str:
 def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> None:
     """Print the registry entries (those matching ``pattern``) with size, steps, format, local
     state and description."""
-    from rlds_cli import registry
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.catalog import list_registry
 
     cache = CacheRoot(root)
-    found = registry.entries() if pattern is None else registry.search(pattern)
-    rows = [remote_row(e, cache) for e in found]
+    rows = [d.to_dict() for d in list_registry(pattern, cache)]
     if json:
         _output.print_json({"root": str(cache.path), "pattern": pattern, "datasets": rows})
         return
@@ -123,11 +101,12 @@ def info(
     """
     from rlds_cli import registry
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.catalog import registry_status
 
     cache = CacheRoot(root)
     if not registry.is_known(dataset_id):
         _not_in_registry(dataset_id, cache)
-    row = remote_row(registry.resolve(dataset_id), cache)
+    row = registry_status(dataset_id, cache).to_dict()
     if json:
         _output.print_json(row)
         return

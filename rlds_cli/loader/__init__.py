@@ -2,25 +2,63 @@
 
 The front door is :class:`Loader`; samplers, transforms, mixtures and the ``torch.utils.data``
 adapters are importable from here too. See ``docs/loader.md``.
+
+The public names are imported lazily (as in ``rlds_cli/__init__.py``): importing a submodule such
+as ``rlds_cli.loader.samplers`` runs this file first, and an eager import of every module here
+would drag torch into code that only draws indices with numpy.
 """
 
-# first: without torch, this says what to install (every module below imports torch)
-from rlds_cli.loader import _requires  # noqa: F401
-from rlds_cli.loader.epoch import EpochSampler
-from rlds_cli.loader.factory import make_sampler
-from rlds_cli.loader.loader import Loader, to_tensordict, to_torch
-from rlds_cli.loader.mixture import MixtureLoader
-from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
-from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
-from rlds_cli.loader.sumtree import SumTree
-from rlds_cli.loader.torch_data import (
-    EpochBatchSampler,
-    TedDataLoader,
-    TedIterableDataset,
-    TedMapDataset,
-    collate_ted,
-)
-from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn, compute_stats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from rlds_cli.loader.epoch import EpochSampler
+    from rlds_cli.loader.factory import make_sampler
+    from rlds_cli.loader.loader import Loader, to_tensordict, to_torch
+    from rlds_cli.loader.mixture import MixtureLoader
+    from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+    from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
+    from rlds_cli.loader.sumtree import SumTree
+    from rlds_cli.loader.torch_data import (
+        EpochBatchSampler,
+        TedDataLoader,
+        TedIterableDataset,
+        TedMapDataset,
+        collate_ted,
+    )
+    from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn, compute_stats
+
+#: Public name -> the submodule that defines it.
+_LAZY = {
+    "Draw": "samplers",
+    "Episodes": "samplers",
+    "SliceSampler": "samplers",
+    "UniformSampler": "samplers",
+    "EpochSampler": "epoch",
+    "FrameStack": "transforms",
+    "NStepReturn": "transforms",
+    "Normalize": "transforms",
+    "compute_stats": "transforms",
+    "make_sampler": "factory",
+    "Loader": "loader",
+    "to_tensordict": "loader",
+    "to_torch": "loader",
+    "MixtureLoader": "mixture",
+    "PrioritizedSampler": "prioritized",
+    "PrioritizedSliceSampler": "prioritized",
+    "SumTree": "sumtree",
+    "EpochBatchSampler": "torch_data",
+    "TedDataLoader": "torch_data",
+    "TedIterableDataset": "torch_data",
+    "TedMapDataset": "torch_data",
+    "collate_ted": "torch_data",
+}
+
+#: Submodules that import without torch; every other one imports it, so torch is checked first
+#: and a missing or broken install is one error saying what to install.
+_TORCH_FREE = frozenset({"samplers", "epoch", "transforms"})
 
 __all__ = [
     "Draw",
@@ -46,3 +84,20 @@ __all__ = [
     "to_tensordict",
     "to_torch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlds_cli.loader' has no attribute {name!r}")
+    if module not in _TORCH_FREE:
+        from rlds_cli.loader._requires import require_torch
+
+        require_torch()
+    value = getattr(importlib.import_module(f"rlds_cli.loader.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

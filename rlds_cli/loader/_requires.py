@@ -1,4 +1,5 @@
-"""The loader's one hard requirement, checked before any of its modules imports torch.
+"""The loader's one hard requirement, checked before any of its torch-using modules is imported
+(``rlds_cli.loader.__getattr__`` calls :func:`require_torch`).
 
 torch is not a dependency of rlds-cli (its build depends on the machine: CPU, CUDA version), so
 importing the loader without it must say what to install rather than fail on a bare
@@ -35,6 +36,3 @@ def _broken(exc: ImportError) -> MissingExtraError:
         hint="reinstall PyTorch for this machine (pip install --force-reinstall torch); "
         "RLDS_DEBUG=1 shows the full traceback",
     )
-
-
-require_torch()

@@ -57,10 +57,10 @@ def compiled_kernels() -> ModuleType | None:
     if not settings.numba_enabled():
         return None
     try:
-        from rlds_cli.loader import _sumtree_numba
+        import rlds_cli.loader._sumtree_numba as kernels
     except ImportError:
         return None
-    return _sumtree_numba
+    return kernels
 
 
 def _cumsum_rows(mass: np.ndarray) -> np.ndarray:

@@ -1,0 +1,179 @@
+"""What is there: the datasets in the cache and the entries of the registry, as typed records.
+
+``rlds list``, ``rlds list --remote`` and ``rlds info`` render these; ``--json`` prints their
+``to_dict()``. A script gets the same facts without the CLI::
+
+    import rlds_cli
+    for ds in rlds_cli.list_datasets("hopper*"):
+        print(ds.name, ds.num_steps, ds.size_bytes)
+
+Nothing here touches the network: registry entries are reported with what this machine has of
+them (downloaded files, a converted dataset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.registry import RegistryEntry
+
+__all__ = ["CachedDataset", "RegistryDataset", "list_datasets", "list_registry", "registry_status"]
+
+Root = str | os.PathLike[str] | None
+
+
+@dataclass(frozen=True)
+class CachedDataset:
+    """One dataset in the cache, as ``rlds list`` shows it."""
+
+    name: str
+    num_steps: int
+    num_episodes: int
+    #: Disk use of its directory (allocated blocks, as ``du`` counts them).
+    size_bytes: int
+    #: Storage: ``memmap`` or ``zarr``.
+    backend: str
+    #: Where it came from, in a few words: registry id, file, or a view's parent and range.
+    source: str
+    #: Source format (``d4rl``, ``minari``, ``view``, ``rlds-preprocess``, ...).
+    format: str
+    #: Names of the datasets it was derived from (views, preprocessed outputs).
+    derived_from: list[str | None]
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the rows of ``rlds list --json``)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class RegistryDataset:
+    """One registry entry with what this machine has of it, as ``rlds list --remote`` and
+    ``rlds info`` show it. Counts come from the cached dataset (exact), else the registry
+    (exact); ``approx_*`` are the figures an upstream publishes, rounded as published."""
+
+    id: str
+    aliases: list[str]
+    #: The name ``rlds download`` gives the converted dataset in the cache.
+    cache_name: str
+    format: str
+    description: str
+    license: str | None
+    #: Reader hints from the registry.
+    options: dict[str, Any]
+    #: The Hugging Face folder the files are listed from at download time, if any.
+    listing: dict[str, Any] | None
+    #: Each file: name, urls, size, sha256, sha256_origin, downloaded.
+    files: list[dict[str, Any]]
+    #: Total download size; None when some file's size is not known yet.
+    size_bytes: int | None
+    num_steps: int | None
+    num_episodes: int | None
+    #: Every file is in the raw download folder.
+    downloaded: bool
+    #: The converted dataset is in the cache.
+    cached: bool
+    raw_dir: str | None
+    #: The registry file that defines the entry.
+    registry_file: str
+    extra: dict[str, Any]
+    #: Where ``num_steps`` comes from: ``cache``, ``registry`` or None (not known).
+    num_steps_origin: str | None
+    #: The upstream's published figures (with their source), if the registry records them.
+    published: dict[str, Any] | None
+    approx_num_steps: int | None
+    approx_size_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``rlds info --json``, the rows of ``rlds list --remote --json``)."""
+        return dataclasses.asdict(self)
+
+
+def _cache(root: Root | CacheRoot) -> CacheRoot:
+    from rlds_cli.cache.root import CacheRoot
+
+    return root if isinstance(root, CacheRoot) else CacheRoot(root)
+
+
+def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> list[CachedDataset]:
+    """The datasets in the cache, sorted by name.
+
+    Args:
+        pattern: Keep only names that contain it, or match it as a glob when it holds ``*``,
+            ``?`` or ``[`` (ignoring case).
+        root: Cache root (a path or a :class:`~rlds_cli.cache.root.CacheRoot`; default: the
+            configured one).
+    """
+    from rlds_cli.cache.manage import tree_bytes
+    from rlds_cli.registry import matches
+
+    cache = _cache(root)
+    return [
+        CachedDataset(
+            name=m.name,
+            num_steps=m.num_steps,
+            num_episodes=m.num_episodes,
+            size_bytes=tree_bytes(cache.dataset_dir(m.name)),
+            backend=m.backend,
+            source=_source_label(m.source),
+            format=m.source.get("format", ""),
+            derived_from=[p.get("name") for p in m.lineage],
+            created_at=m.created_at,
+        )
+        for m in cache.iter_manifests()
+        if pattern is None or matches(pattern, m.name)
+    ]
+
+
+def _source_label(source: dict[str, Any]) -> str:
+    """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
+    if source.get("format") == "view":
+        a, b = source.get("episodes") or ("", "")
+        return f"{source.get('parent', '')} episodes {a}:{b}"
+    return str(source.get("id") or source.get("path", ""))
+
+
+def list_registry(pattern: str | None = None, root: Root | CacheRoot = None) -> list[RegistryDataset]:
+    """The registry's entries (those whose id, an alias or the description matches ``pattern``,
+    as :func:`list_datasets` matches names), sorted by id, each with its local state."""
+    from rlds_cli import registry
+
+    cache = _cache(root)
+    found = registry.entries() if pattern is None else registry.search(pattern)
+    return [_status(entry, cache) for entry in found]
+
+
+def registry_status(dataset_id: str, root: Root | CacheRoot = None) -> RegistryDataset:
+    """One registry entry, by id or alias, with its local state.
+
+    Raises:
+        UnknownDatasetIdError: The registry does not know ``dataset_id``; the hint names close ids.
+    """
+    from rlds_cli import registry
+
+    return _status(registry.resolve(dataset_id), _cache(root))
+
+
+def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
+    from rlds_cli.net.status import entry_status
+
+    row = entry_status(entry, cache)
+    origin = "registry" if row["num_steps"] else None
+    if row["cached"]:
+        manifest = cache.manifest(entry.cache_name)
+        row["num_steps"], row["num_episodes"], origin = manifest.num_steps, manifest.num_episodes, "cache"
+    published = entry.published
+    if row["num_episodes"] is None and published and published.episodes:
+        row["num_episodes"] = published.episodes
+    return RegistryDataset(
+        **row,
+        num_steps_origin=origin,
+        published=published.to_dict() if published else None,
+        approx_num_steps=published.steps if published else None,
+        approx_size_bytes=published.size_bytes if published else None,
+    )
