@@ -33,6 +33,18 @@ def open_npz(path: Path) -> zipfile.ZipFile:
         ) from exc
 
 
+def npz_names(path: Path) -> list[str] | None:
+    """The member names of an ``.npz`` file (``.npy`` left off), or ``None`` when it is no
+    readable zip: what the format sniffers look at."""
+    if path.is_dir() or not path.name.lower().endswith(".npz"):
+        return None
+    try:
+        with zipfile.ZipFile(path) as z:
+            return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
 def npz_keys(zf: zipfile.ZipFile) -> list[str]:
     """Array names in an ``.npz`` (member names without ``.npy``)."""
     return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
