@@ -50,8 +50,8 @@ class TinyReader(Reader):
     expected_files = "a .tiny file"
     Options = TinyOptions
 
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
+    @staticmethod
+    def sniff(path: Path) -> bool:
         return path.suffix == ".tiny" and path.is_file()
 
     def __init__(self, path: Path, *, scale: float = 1.0) -> None:

@@ -96,8 +96,8 @@ def download(
         typer.Option(
             "--option",
             metavar="KEY=VALUE",
-            help="A reader option of the format, key=value (repeatable; e.g. last_step=drop): see "
-            "docs/formats.md. Overrides the registry's.",
+            help="A reader option of the format, key=value (repeatable; e.g. last_step=drop; an unknown "
+            "key lists the format's options). Overrides the registry's.",
             show_default=False,
             callback=_parse_options,
         ),

@@ -197,14 +197,8 @@ class AmagoReader(Reader):
     format_name = "amago"
     expected_files = ".traj (or .npz) trajectory files with _OBS_KEY_* arrays, rews, dones and actions"
     Options = AmagoOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

@@ -539,14 +539,8 @@ class AtariDQNReader(Reader):
         "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)"
     )
     Options = AtariDQNOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

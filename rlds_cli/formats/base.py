@@ -111,14 +111,14 @@ class Reader(ABC):
         """Open ``path`` (a file, a folder, or a list of files) with the options of
         :attr:`Options` as keyword arguments, and plan the conversion (failing early on bad input)."""
 
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
+    @staticmethod
+    def sniff(path: Path) -> bool:
         """Whether ``path`` (a file or a folder) is of this format. Cheap, and never raises on a
         path of another format (default: recognises nothing; ``--format`` names the format)."""
         return False
 
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
+    @staticmethod
+    def source_files(paths: Sequence[Path]) -> list[Path]:
         """The files a conversion of ``paths`` reads, in reading order (default: every file, a
         folder's in sorted order)."""
         files: list[Path] = []

@@ -106,14 +106,8 @@ class D4RLReader(Reader):
     expected_files = "one .hdf5/.h5 (or .npz) file with observations, actions, rewards and terminals"
     Options = D4RLOptions
     reads_one_file = True
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self, path: str | Path, *, max_episode_steps: int | None = None, block_rows: int | None = None

@@ -599,14 +599,8 @@ class GenDGRLReader(Reader):
         "observations, actions, rewards and dones"
     )
     Options = GenDGRLOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, allow_pickle: bool = False) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

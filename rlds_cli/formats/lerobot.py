@@ -272,14 +272,8 @@ class LeRobotReader(Reader):
         "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, videos/"
     )
     Options = LeRobotOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

@@ -253,14 +253,8 @@ class MinariReader(Reader):
         "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
         "numbered episode folders of an arrow/parquet dataset)"
     )
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path]) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

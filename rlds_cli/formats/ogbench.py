@@ -129,14 +129,8 @@ class OGBenchReader(Reader):
     format_name = "ogbench"
     expected_files = ".npz files with observations, actions and terminals"
     Options = OGBenchOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, block_rows: int | None = None) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

@@ -192,14 +192,8 @@ class RobosetReader(Reader):
     format_name = "roboset"
     expected_files = ".h5/.hdf5 files whose groups are named Trial0, Trial1, ..."
     Options = RobosetOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, workers: int | None = None) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

@@ -156,14 +156,8 @@ class TorchRLMemmapReader(Reader):
     format_name = "torchrl"
     expected_files = "a TensorDict memmap folder (meta.json), or a replay-buffer dump holding storage/"
     Options = TorchRLOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path, *, block_rows: int | None = None) -> None:
         self.path = Path(path)

@@ -570,14 +570,8 @@ class VD4RLReader(Reader):
         "drqbc .hdf5 with observation, action, reward, discount and step_type"
     )
     Options = VD4RLOptions
-
-    @classmethod
-    def sniff(cls, path: Path) -> bool:
-        return sniff(path)
-
-    @classmethod
-    def source_files(cls, paths: Sequence[Path]) -> list[Path]:
-        return source_files(paths)
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,
