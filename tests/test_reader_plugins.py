@@ -175,3 +175,13 @@ def test_options_from_the_cli_are_typed_in_the_manifest(tmp_path: Path, wide: No
     assert result.exit_code == 0, result.stderr
     ds = open_dataset("d")
     assert ds.manifest.source["options"] == {"max_episode_steps": 2, "block_rows": 3}
+
+
+def test_a_cli_option_overrides_the_registry_entrys(wide: None) -> None:
+    """The demo entry says max_episode_steps = 100; the command line's value wins, typed."""
+    result = CliRunner().invoke(
+        app, ["download", "demo", "--name", "d50", "--option", "max_episode_steps=50"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert open_dataset("d50").manifest.source["options"] == {"max_episode_steps": 50}
+    assert open_dataset("d50").manifest.source["id"] == "pointmass-demo-v0"
