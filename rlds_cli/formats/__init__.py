@@ -138,7 +138,7 @@ def _detect_file(path: Path) -> str:
     if sniffed is not None:
         return sniffed
     if is_hdf5_name(path):
-        keys = hdf5_top_keys(path) or []
+        keys = hdf5_top_keys(path) or ()
         why = f"an HDF5 file with none of the known layouts (top-level keys: {sorted(keys)[:8]})"
         raise _unknown(path, why)
     if path.name.lower().endswith(".npz"):

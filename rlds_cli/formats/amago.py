@@ -48,7 +48,7 @@ def sniff(path: Path) -> bool:
     ``_OBS_KEY_*`` arrays or ``rews`` and ``dones``."""
     if path.name.lower().endswith(".traj"):
         return not path.is_dir()
-    names = npz_names(path) or []
+    names = npz_names(path) or ()
     return any(k.startswith("_OBS_KEY_") for k in names) or {"rews", "dones"} <= set(names)
 
 

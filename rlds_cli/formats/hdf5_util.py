@@ -25,7 +25,7 @@ def is_hdf5_name(path: Path) -> bool:
     return path.name.lower().endswith(HDF5_SUFFIXES) and not path.is_dir()
 
 
-def hdf5_top_keys(path: Path) -> list[str] | None:
+def hdf5_top_keys(path: Path) -> tuple[str, ...] | None:
     """The names at the root of an HDF5 file, or ``None`` when it will not open: what the
     format sniffers look at (remembered per file version, as several sniffers ask in turn)."""
     try:
@@ -36,12 +36,12 @@ def hdf5_top_keys(path: Path) -> list[str] | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _top_keys(path: str, mtime_ns: int, size: int) -> list[str] | None:
+def _top_keys(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            return list(f.keys())
+            return tuple(f.keys())
     except OSError:
         return None
 
