@@ -9,7 +9,6 @@ these, which is unpacked safely into a private directory under the cache root fi
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import os
 import shutil
@@ -27,12 +26,11 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DatasetExistsError,
-    SourceError,
     SourceFormatError,
     SourceNotFoundError,
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
-from rlds_cli.formats.base import StepBlock
+from rlds_cli.formats.base import StepBlock, parse_options
 from rlds_cli.hashing import sha256_file
 
 logger = logging.getLogger(__name__)
@@ -59,9 +57,6 @@ class ConvertResult:
 #: thread beside the conversion, so this comes once its digest is checked, before the commit).
 Progress = Callable[[str, int], None]
 
-#: Options any caller may pass (the CLI passes them whatever the format); a reader that does
-#: not take one simply does not get it. Any other unknown option is an error.
-GENERIC_OPTIONS = frozenset({"workers", "allow_pickle", "max_episode_steps", "block_rows"})
 #: Options convert() applies itself, between the reader and the builder (formats/select.py).
 _SELECTION_OPTIONS = frozenset({"episodes", "keys"})
 #: Options that change how a conversion runs, not what it produces (left out of reuse checks).
@@ -108,20 +103,12 @@ def _tree_sha256(files: list[dict[str, Any]]) -> str:
     return digest.hexdigest()
 
 
-def _reader_options(cls: Any, options: dict[str, Any]) -> dict[str, Any]:
-    params = inspect.signature(cls.__init__).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    out = {}
-    for key, value in options.items():
-        if takes_any or key in params:
-            out[key] = value
-        elif key not in GENERIC_OPTIONS:
-            accepted = sorted(k for k in params if k not in ("self", "path"))
-            raise SourceError(
-                f"option {key!r} does not apply to the {cls.format_name} format",
-                hint=f"options of this format: {', '.join(accepted) or 'none'}",
-            )
-    return out
+def _checked_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the reader's own checked against its ``Options`` (a string, as the CLI
+    gives it, becomes the option's type); the selection options and the generic options the
+    reader does not take pass as they are."""
+    reader = {k: v for k, v in options.items() if k not in _SELECTION_OPTIONS}
+    return {**options, **parse_options(reader_class(fmt), reader)}
 
 
 def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
@@ -161,8 +148,10 @@ def convert(
         backend: ``"memmap"`` or ``"zarr"``.
         force: Rebuild and replace an existing dataset of this name.
         options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``,
-            ``{"allow_pickle": True}``); options that do not apply to the format are ignored
-            when generic (:data:`GENERIC_OPTIONS`), refused otherwise.
+            ``{"allow_pickle": True}``), checked against the reader's ``Options`` (a string
+            value becomes the option's type); options that do not apply to the format are
+            ignored when generic (:data:`rlds_cli.formats.base.GENERIC_OPTIONS`), refused
+            otherwise.
         source_info: Extra provenance for the manifest (e.g. the registry id).
         expected_sha256: Refuse a single-file source unless its sha256 is this.
         expected_origin: Who gave ``expected_sha256`` (``"user"``, ``"registry"``, ``"hub"``,
@@ -180,9 +169,11 @@ def convert(
         archive, format = None, "gen_dgrl"  # from here on, a source file like any other
     if archive is not None:
         fmt, files, base = format, [archive], archive.parent
+        if fmt is not None:
+            options = _checked_options(fmt, options)
     else:
         fmt = format or detect_format(paths[0] if len(paths) == 1 else paths)
-        reader_class(fmt)  # an unknown --format fails before any hashing
+        options = _checked_options(fmt, options)  # an unknown --format or option fails before any hashing
         files = source_files(fmt, paths)
         _check_one_file(fmt, paths, files)  # before hashing gigabytes that cannot be converted
         # relative to the files' common folder, so the digest does not depend on how the
@@ -309,15 +300,11 @@ def _reads_archive_itself(archive: Path, fmt: str | None) -> bool:
     return fmt == "gen_dgrl" if fmt is not None else gen_dgrl.sniff(archive)
 
 
-#: Formats whose reader reads exactly one file: a folder of several is converted file by file.
-_ONE_FILE_FORMATS = frozenset({"d4rl"})
-
-
 def _check_one_file(fmt: str, paths: list[Path], files: list[Path]) -> None:
     """Refuse a source holding several files of a one-file format (a folder of D4RL files),
     naming them and saying how to convert each; a plain "cannot open the folder as HDF5"
     would send the user re-downloading a file that is fine."""
-    if fmt not in _ONE_FILE_FORMATS or len(files) <= 1:
+    if not reader_class(fmt).reads_one_file or len(files) <= 1:
         return
     where = str(paths[0]) if len(paths) == 1 else "the sources given"
     names = [f.name for f in files]
@@ -367,15 +354,16 @@ def _build(
     )
 
     cls = reader_class(fmt)
+    options = _checked_options(fmt, options)  # the format of an archive is known only now
     arg: Any = paths[0] if len(paths) == 1 else paths
-    if fmt in _ONE_FILE_FORMATS:  # its reader takes a file: a folder (or an archive's) holds it
+    if cls.reads_one_file:  # a folder (or an archive's) holds the file
         files = source_files(fmt, paths)
         _check_one_file(fmt, [shown] if shown.is_file() else paths, files)
         arg = files[0]
     episodes = parse_episodes(options["episodes"]) if options.get("episodes") is not None else None
     keys = list(options["keys"]) if options.get("keys") is not None else None
-    reader_options = {k: v for k, v in options.items() if k not in _SELECTION_OPTIONS}
-    with cls(arg, **_reader_options(cls, reader_options)) as reader:
+    reader_options = {k: v for k, v in options.items() if k in cls.Options.names()}
+    with cls(arg, **reader_options) as reader:
         if progress:
             progress("start", reader.total_rows())
         advance = (lambda rows: progress("advance", rows)) if progress else None

@@ -43,6 +43,7 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
+from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.keys import is_valid_key
 from tests.atari_dqn_fixtures import STORE_PREFIX, file_name, write_run
 from tests.formats_fixtures import (
@@ -802,29 +803,19 @@ def test_a_reader_that_yields_a_path_as_a_key_is_stopped(
     assert not (home / "datasets").exists() or not list((home / "datasets").iterdir())
 
 
-class _EvilReader:
+class _EvilReader(Reader):
     """A reader that hands the builder a key that is a path out of the dataset."""
 
     format_name = "evil"
 
-    def __init__(self, path: Path, **_: Any) -> None:
-        from rlds_cli.formats.base import ConversionReport
-
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.report = ConversionReport(rules="evil")
-
-    def __enter__(self) -> _EvilReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
     def total_rows(self) -> int:
         return 2
 
     def blocks(self, progress: Any = None) -> Any:
-        from rlds_cli.formats.base import StepBlock
-
         yield StepBlock(
             steps={
                 "action": np.zeros((2, 1), np.float32),

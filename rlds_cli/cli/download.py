@@ -23,6 +23,16 @@ from rlds_cli.cli.options import (
 )
 
 
+def _parse_options(values: list[str] | None) -> list[str] | None:
+    """Check that each ``--option`` is ``key=value`` (the key and value are checked against
+    the format's options once the format is known)."""
+    for value in values or []:
+        key, eq, _ = value.partition("=")
+        if not eq or not key.strip():
+            raise typer.BadParameter(f"{value!r} is not key=value (e.g. --option last_step=drop)")
+    return values
+
+
 def _check_sha256(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
         raise typer.BadParameter(f"{value!r} is not 64 hex digits")
@@ -81,6 +91,17 @@ def download(
             "--keys", help="Comma-separated keys to keep besides action, reward and the done flags."
         ),
     ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            metavar="KEY=VALUE",
+            help="A reader option of the format, key=value (repeatable; e.g. last_step=drop; an unknown "
+            "key lists the format's options). Overrides the registry's.",
+            show_default=False,
+            callback=_parse_options,
+        ),
+    ] = None,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
@@ -107,6 +128,9 @@ def download(
         options["keys"] = [k.strip() for k in keys.split(",") if k.strip()]
     if allow_pickle:
         options["allow_pickle"] = True
+    for pair in option or []:  # strings: the reader's Options turn them into its types
+        key, _, value = pair.partition("=")
+        options[key.strip()] = value
     with download_progress(enabled=not (quiet or json)) as (on_download, on_convert):
         result = run_download(
             source,

@@ -1,18 +1,24 @@
 """Source format readers, found by name through a lazy registry, and format auto-detection.
 
-Each entry maps a format name to ``"module:Class"``; the module is imported only when that
-format is used, so h5py and friends stay out of ``rlds --help``.
+Each entry maps a format name to ``"module:Class"``, a :class:`~rlds_cli.formats.base.Reader`;
+the module is imported only when that format is used (or detection asks it), so h5py and
+friends stay out of ``rlds --help``. Each reader recognises its own files (``sniff``); this
+module only asks them in order. Other packages add readers through the ``rlds_cli.readers``
+entry-point group.
 """
 
 from __future__ import annotations
 
 import importlib
-import zipfile
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rlds_cli.errors import SourceFormatError, SourceNotReadableError, UnknownFormatError
+from rlds_cli.formats.base import Reader
+from rlds_cli.formats.hdf5_util import HDF5_SUFFIXES, hdf5_top_keys, is_hdf5_name
+from rlds_cli.formats.npz_util import npz_names
 
 READERS: dict[str, str] = {
     "d4rl": "rlds_cli.formats.d4rl:D4RLReader",
@@ -28,68 +34,71 @@ READERS: dict[str, str] = {
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
 }
 
-#: Formats that recognise their own files and folders: ``"module:function"``, the function taking
-#: a path (file or directory) and returning whether it is of that format. A sniffer is cheap,
-#: imports nothing heavy at module level and never raises on a path of another format. They are
-#: tried in this order, before the layout rules of the older formats below.
-SNIFFERS: dict[str, str] = {
-    "rlds": "rlds_cli.formats.rlds_tfrecord:sniff",
-    "atari_dqn": "rlds_cli.formats.atari_dqn:sniff",
-    "vd4rl": "rlds_cli.formats.vd4rl:sniff",
-    "gen_dgrl": "rlds_cli.formats.gen_dgrl:sniff",
-}
+#: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): a
+#: format whose files another format's rules would also accept comes first (an HDF5 file with
+#: ``Trial`` groups is Roboset's, even with D4RL's keys). Readers of other packages come after.
+DETECTION_ORDER = (
+    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "torchrl", "roboset", "minari", "amago", "d4rl",
+    "ogbench",
+)  # fmt: skip
+
+#: The entry-point group through which other packages add readers: ``name = "module:Class"``,
+#: the class a :class:`~rlds_cli.formats.base.Reader`. Looked up only for a format name that is
+#: not built in, and when no built-in format recognises a source.
+ENTRY_POINT_GROUP = "rlds_cli.readers"
 
 #: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion (the same tuple as
 #: ``rlds_cli.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
-_HDF5 = (".hdf5", ".h5")
-
-#: What a source of each format looks like, said in hints (a wheel ships no docs/ to point at).
-EXPECTED_FILES: dict[str, str] = {
-    "d4rl": "one .hdf5/.h5 (or .npz) file with observations, actions, rewards and terminals",
-    "minari": "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
-    "numbered episode folders of an arrow/parquet dataset)",
-    "roboset": ".h5/.hdf5 files whose groups are named Trial0, Trial1, ...",
-    "ogbench": ".npz files with observations, actions and terminals",
-    "amago": ".traj (or .npz) trajectory files with _OBS_KEY_* arrays, rews, dones and actions",
-    "torchrl": "a TensorDict memmap folder (meta.json), or a replay-buffer dump holding storage/",
-    "lerobot": "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, "
-    "videos/",
-    "rlds": "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards",
-    "vd4rl": "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
-    "drqbc .hdf5 with observation, action, reward, discount and step_type",
-    "atari_dqn": "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
-    "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)",
-    "gen_dgrl": "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
-    "observations, actions, rewards and dones",
-}
 
 
-def sniff_format(path: Path) -> str | None:
-    """The first format of :data:`SNIFFERS` that recognises ``path``, or ``None``."""
-    for fmt, target in SNIFFERS.items():
-        module, _, attr = target.partition(":")
-        if getattr(importlib.import_module(module), attr)(path):
-            return fmt
-    return None
+def _plugins() -> dict[str, EntryPoint]:
+    """Readers of other packages, by format name (a built-in name cannot be taken over)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in READERS}
 
 
 def known_formats() -> list[str]:
-    """Names accepted by ``--format``."""
-    return sorted(READERS)
+    """Names accepted by ``--format``: the built-in formats and those of installed plugins."""
+    return sorted({*READERS, *_plugins()})
 
 
-def reader_class(format_name: str) -> Any:
-    """The reader class registered for ``format_name``."""
-    try:
-        target = READERS[format_name]
-    except KeyError:
+def reader_class(format_name: str) -> type[Reader]:
+    """The reader class registered for ``format_name`` (built in, or through
+    :data:`ENTRY_POINT_GROUP`)."""
+    if format_name in READERS:
+        module, _, attr = READERS[format_name].partition(":")
+        cls: Any = getattr(importlib.import_module(module), attr)
+        return cast(type[Reader], cls)
+    plugin = _plugins().get(format_name)
+    if plugin is None:
         raise UnknownFormatError(
             f"unknown source format {format_name!r}",
             hint=f"known formats: {', '.join(known_formats())}",
-        ) from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+        )
+    cls = plugin.load()
+    if not (isinstance(cls, type) and issubclass(cls, Reader)):
+        raise UnknownFormatError(
+            f"format {format_name!r} of the {ENTRY_POINT_GROUP} entry points is {plugin.value}, "
+            "which is not a subclass of rlds_cli.formats.base.Reader",
+            hint=f"fix the plugin's entry point, or uninstall the package {_dist_name(plugin)}",
+        )
+    return cls
+
+
+def _dist_name(plugin: EntryPoint) -> str:
+    return plugin.dist.name if plugin.dist is not None else "that provides it"
+
+
+def sniff_format(path: Path) -> str | None:
+    """The first format that recognises ``path`` (built in, in :data:`DETECTION_ORDER`, then
+    plugins), or ``None``."""
+    for fmt in DETECTION_ORDER:
+        if reader_class(fmt).sniff(path):
+            return fmt
+    for fmt in sorted(_plugins()):
+        if reader_class(fmt).sniff(path):
+            return fmt
+    return None
 
 
 def is_archive(path: Path) -> bool:
@@ -99,21 +108,12 @@ def is_archive(path: Path) -> bool:
 
 def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
     """The files a conversion of ``paths`` in ``format_name`` reads, in reading order."""
-    module = (
-        importlib.import_module(READERS[format_name].partition(":")[0]) if format_name in READERS else None
-    )
-    finder = getattr(module, "source_files", None)
-    if finder is not None:
-        files = finder(list(paths))
-    else:  # every file, a directory's in sorted order
-        files = [
-            f for p in paths for f in (sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p])
-        ]
+    reader = reader_class(format_name)
+    files = reader.source_files(list(paths))
     if not files:
-        expected = EXPECTED_FILES.get(format_name, "a file or folder of that format")
         raise SourceFormatError(
             f"{paths[0]} holds no {format_name} source files",
-            hint=f"the {format_name} format reads {expected}; check the path, or pass --format "
+            hint=f"the {format_name} format reads {reader.expected_files}; check the path, or pass --format "
             f"(known formats: {', '.join(known_formats())})",
         )
     for f in files:  # an unreadable file fails here, naming it, not midway through a conversion
@@ -133,68 +133,19 @@ def _unknown(path: Path, why: str = "") -> UnknownFormatError:
     )
 
 
-def _npz_keys(path: Path) -> list[str] | None:
-    try:
-        with zipfile.ZipFile(path) as z:
-            return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
-    except (OSError, zipfile.BadZipFile):
-        return None
-
-
-def _detect_hdf5(path: Path) -> str:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            keys = list(f.keys())
-    except OSError:
-        # an HDF5 name that will not open: let the likeliest reader report why
-        return "minari" if (path.name == "main_data.hdf5") else "d4rl"
-    if any(k.startswith("Trial") for k in keys):
-        return "roboset"
-    if any(k.startswith("episode_") for k in keys):
-        return "minari"
-    # Any of D4RL's root datasets: a file missing one of them still goes to the D4RL reader,
-    # whose error then names the missing key.
-    if any(key in keys for key in ("observations", "actions", "rewards", "terminals")):
-        return "d4rl"
-    raise _unknown(path, f"an HDF5 file with none of the known layouts (top-level keys: {sorted(keys)[:8]})")
-
-
-def _detect_npz(path: Path) -> str:
-    keys = _npz_keys(path)
-    if keys is None:
-        raise SourceFormatError(f"{path}: not a readable .npz (zip) file (truncated or corrupt?)")
-    if any(k.startswith("_OBS_KEY_") for k in keys) or {"rews", "dones"} <= set(keys):
-        return "amago"
-    # the D4RL layout in an .npz ('rlds export --to npz'): OGBench files have no rewards/timeouts
-    if {"observations", "actions", "rewards", "terminals"} <= set(keys) and (
-        "timeouts" in keys or "next_observations" in keys
-    ):
-        return "d4rl"
-    if "observations" in keys and "terminals" in keys:
-        return "ogbench"
-    raise _unknown(path, f"an .npz with none of the known layouts (keys: {sorted(keys)[:8]})")
-
-
 def _detect_file(path: Path) -> str:
     sniffed = sniff_format(path)
     if sniffed is not None:
         return sniffed
-    name = path.name.lower()
-    if name == "metadata.json":
-        return "minari"
-    if name == "info.json" and path.parent.name == "meta":
-        from rlds_cli.formats.lerobot import is_lerobot
-
-        if is_lerobot(path):
-            return "lerobot"
-    if name.endswith(_HDF5):
-        return _detect_hdf5(path)
-    if name.endswith(".npz"):
-        return _detect_npz(path)
-    if name.endswith(".traj"):
-        return "amago"
+    if is_hdf5_name(path):
+        keys = hdf5_top_keys(path) or ()
+        why = f"an HDF5 file with none of the known layouts (top-level keys: {sorted(keys)[:8]})"
+        raise _unknown(path, why)
+    if path.name.lower().endswith(".npz"):
+        names = npz_names(path)
+        if names is None:
+            raise SourceFormatError(f"{path}: not a readable .npz (zip) file (truncated or corrupt?)")
+        raise _unknown(path, f"an .npz with none of the known layouts (keys: {sorted(names)[:8]})")
     raise _unknown(path)
 
 
@@ -202,18 +153,7 @@ def _detect_dir(path: Path) -> str:
     sniffed = sniff_format(path)
     if sniffed is not None:
         return sniffed
-    if (path / "meta" / "info.json").is_file():  # a LeRobot dataset (info.json has a codebase_version)
-        from rlds_cli.formats.lerobot import is_lerobot
-
-        if is_lerobot(path):
-            return "lerobot"
-    if (path / "meta.json").is_file() or (path / "storage" / "meta.json").is_file():  # a buffer dump
-        from rlds_cli.formats.torchrl_memmap import is_tensordict_memmap
-
-        if is_tensordict_memmap(path):
-            return "torchrl"
-    if (path / "data" / "metadata.json").is_file() or (path / "metadata.json").is_file():
-        return "minari"
+    # a folder of files: of one format, whichever recognises them
     files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
     if not files:
         raise _unknown(path, "an empty directory")
@@ -222,7 +162,7 @@ def _detect_dir(path: Path) -> str:
         low = f.name.lower()
         if low == "metadata.json" and f.parent.name == "data":  # a Minari dataset below (a namespace)
             kinds.add("minari")
-        elif low.endswith((*_HDF5, ".npz", ".traj")):
+        elif low.endswith((*HDF5_SUFFIXES, ".npz", ".traj")):
             kinds.add(_detect_file(f))
     if len(kinds) == 1:
         return kinds.pop()

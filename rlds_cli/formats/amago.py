@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,24 @@ import numpy as np
 from rlds_cli.errors import SourceError, SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.keys import clean_keys, renamed_note
-from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
 from rlds_cli.formats.untrusted import require_numeric
 
 OBS_PREFIX = "_OBS_KEY_"
 REQUIRED_KEYS = ("rews", "dones", "actions")
 _KNOWN = {*REQUIRED_KEYS, "time_idxs", "rl2s"}
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is an AMAGO trajectory: a ``.traj`` file, or an ``.npz`` with
+    ``_OBS_KEY_*`` arrays or ``rews`` and ``dones``."""
+    if path.name.lower().endswith(".traj"):
+        return not path.is_dir()
+    names = npz_names(path) or ()
+    return any(k.startswith("_OBS_KEY_") for k in names) or {"rews", "dones"} <= set(names)
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
@@ -167,7 +177,15 @@ def read_trajectory(arg: tuple[str, int, bool]) -> Episode:
     return _episode_from_arrays(arrays, str(path), index)
 
 
-class AmagoReader(ReaderBase):
+@dataclass(frozen=True)
+class AmagoOptions(ReaderOptions):
+    """Options of :class:`AmagoReader` (its keyword arguments)."""
+
+    workers: int | None = None
+    allow_pickle: bool = False
+
+
+class AmagoReader(Reader):
     """Streams an AMAGO trajectory folder as :class:`StepBlock` s.
 
     Args:
@@ -177,6 +195,10 @@ class AmagoReader(ReaderBase):
     """
 
     format_name = "amago"
+    expected_files = ".traj (or .npz) trajectory files with _OBS_KEY_* arrays, rews, dones and actions"
+    Options = AmagoOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import RldsError, SourceError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
 from rlds_cli.numbers import NumberSelection, parse_numbers
 
@@ -137,7 +137,7 @@ def sniff(path: Path) -> bool:
         return False
 
 
-def source_files(paths: list[Path]) -> list[Path]:
+def source_files(paths: Sequence[Path]) -> list[Path]:
     """The checkpoint files a conversion reads (all checkpoints of the folder, or those of the
     files named), by checkpoint then in :data:`FILE_NAMES` order."""
     out: list[Path] = []
@@ -496,10 +496,26 @@ class _Rows:
         return _Rows(**{k: np.concatenate([v, getattr(b, k)]) for k, v in a.__dict__.items()})
 
 
-class AtariDQNReader(ReaderBase):
+@dataclass(frozen=True)
+class AtariDQNOptions(ReaderOptions):
+    """Options of :class:`AtariDQNReader` (its keyword arguments)."""
+
+    checkpoints: str | int | Sequence[Any] | None = None  # the reader checks the numbers
+    stack_size: int = DEFAULT_STACK_SIZE
+    block_rows: int | None = None
+
+
+class AtariDQNReader(Reader):
     """Streams Dopamine replay logs (a ``replay_logs`` folder, its run folder, or files of it)."""
 
     format_name = "atari_dqn"
+    expected_files = (
+        "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
+        "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)"
+    )
+    Options = AtariDQNOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

@@ -1,4 +1,6 @@
-"""What every source reader produces: a stream of :class:`StepBlock` in the flat TED layout.
+"""The source reader plug point: the :class:`Reader` ABC every format implements, its typed
+:class:`ReaderOptions`, and what a reader produces: a stream of :class:`StepBlock` in the flat
+TED layout, with a :class:`ConversionReport`.
 
 :class:`StepBlock`, :data:`REQUIRED_STEP_KEYS` and :func:`column` belong to the TED vocabulary
 (:mod:`rlds_cli.cache.ted`), shared by the readers and the cache; they are importable from here
@@ -7,10 +9,12 @@ too, where a reader looks for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol, Self
+from types import UnionType
+from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -18,6 +22,7 @@ import numpy as np
 from rlds_cli.cache.ted import REQUIRED_STEP_KEYS as REQUIRED_STEP_KEYS
 from rlds_cli.cache.ted import StepBlock as StepBlock
 from rlds_cli.cache.ted import column as column
+from rlds_cli.errors import SourceError, SourceFormatError
 
 
 @dataclass
@@ -56,10 +61,88 @@ class ConversionReport:
         return {"expected": dict(self.expected), "nan_counts": dict(self.nan_counts)}
 
 
-class ReaderBase:
-    """What every reader shares: use as a context manager; ``close`` releases its files."""
+@dataclass(frozen=True)
+class ReaderOptions:
+    """A reader's options: subclass as a frozen dataclass with one field per keyword argument of
+    the reader's ``__init__``, of the same name, type and default (the reader contract test
+    checks that they agree). :func:`parse_options` checks what a caller gives against it: the
+    names, and the values (a string, as ``--option key=value`` gives it, becomes the field's
+    type)."""
 
-    def close(self) -> None:
+    @classmethod
+    def names(cls) -> list[str]:
+        """The option names, in declaration order."""
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def describe(cls) -> str:
+        """``name (type)`` per option, for hints."""
+        hints = get_type_hints(cls)
+        return ", ".join(f"{f.name} ({_type_words(hints[f.name])})" for f in fields(cls)) or "none"
+
+
+class Reader(ABC):
+    """A reader of one source format, streaming it as :class:`StepBlock` s with bounded memory.
+
+    A subclass names its format (:attr:`format_name`), recognises its own files
+    (:meth:`sniff`), says which files of a source it reads (:meth:`source_files`), declares its
+    options (:attr:`Options`) and streams blocks (:meth:`blocks`). It is built as
+    ``Reader(path, **options)``, where ``path`` is a file, a folder or a list of files, and used
+    as a context manager; :meth:`close` releases its files. Register it in
+    :data:`rlds_cli.formats.READERS`, or from another package under the ``rlds_cli.readers``
+    entry-point group (docs/formats.md, "A reader of your own").
+    """
+
+    #: The name ``--format`` takes.
+    format_name: ClassVar[str]
+    #: What a source of this format looks like, said in hints.
+    expected_files: ClassVar[str] = "a file or folder of that format"
+    #: The reader's options (keyword arguments of ``__init__``).
+    Options: ClassVar[type[ReaderOptions]] = ReaderOptions
+    #: Whether the reader takes exactly one file: ``convert`` hands it the file of a folder, and
+    #: refuses a folder of several, saying to convert them one by one.
+    reads_one_file: ClassVar[bool] = False
+
+    path: Path
+    report: ConversionReport
+
+    @abstractmethod
+    def __init__(self, path: Any, **options: Any) -> None:
+        """Open ``path`` (a file, a folder, or a list of files) with the options of
+        :attr:`Options` as keyword arguments, and plan the conversion (failing early on bad input)."""
+
+    @staticmethod
+    def sniff(path: Path) -> bool:
+        """Whether ``path`` (a file or a folder) is of this format. Cheap, and never raises on a
+        path of another format (default: recognises nothing; ``--format`` names the format)."""
+        return False
+
+    @staticmethod
+    def source_files(paths: Sequence[Path]) -> list[Path]:
+        """The files a conversion of ``paths`` reads, in reading order (default: every file, a
+        folder's in sorted order)."""
+        files: list[Path] = []
+        for p in paths:
+            files += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+        return files
+
+    @abstractmethod
+    def total_rows(self) -> int:
+        """Rows the source holds (for progress bars)."""
+
+    @abstractmethod
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield the whole source as blocks; ``progress`` gets the source rows consumed."""
+
+    @abstractmethod
+    def source_metadata(self) -> dict[str, Any]:
+        """Small JSON-serialisable facts from the source (stored in the manifest)."""
+
+    @abstractmethod
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        """Larger non-step arrays from the source (stored in ``source_metadata.npz``)."""
+
+    def close(self) -> None:  # noqa: B027 (optional: a reader that opens files per block has none)
         """Release open files (nothing to do for readers that open files per block)."""
 
     def __enter__(self) -> Self:
@@ -69,25 +152,110 @@ class ReaderBase:
         self.close()
 
 
-class SourceReader(Protocol):
-    """A reader of one source format, streaming blocks with bounded memory."""
+# ------------------------------------------------------------------------------- options
 
-    format_name: str
-    path: Path
-    report: ConversionReport
 
-    def total_rows(self) -> int:
-        """Rows the source holds (for progress bars)."""
-        ...
+def parse_options(reader: type[Reader], given: Mapping[str, object]) -> dict[str, object]:
+    """``given`` checked against ``reader.Options``: each value of the field's type (a string,
+    as the CLI's ``--option key=value`` gives it, converted). Options of :data:`GENERIC_OPTIONS`
+    the reader does not take are dropped.
 
-    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        """Yield the whole source as blocks; ``progress`` gets the source rows consumed."""
-        ...
+    Raises:
+        SourceError: An option the format does not take (a :class:`SourceFormatError` for a
+            value of the wrong type); the message names the option and the format, the hint
+            lists the format's options.
+    """
+    options = reader.Options
+    hints = get_type_hints(options)
+    out: dict[str, object] = {}
+    for key, value in given.items():
+        if key not in hints:
+            if key in GENERIC_OPTIONS:
+                continue
+            raise SourceError(
+                f"option {key!r} does not apply to the {reader.format_name} format",
+                hint=f"options of this format: {options.describe()}",
+            )
+        try:
+            out[key] = _coerce(hints[key], value)
+        except ValueError:
+            raise SourceFormatError(
+                f"{key} is {value!r}; the {reader.format_name} format takes {_type_words(hints[key])}",
+                hint=f"options of this format: {options.describe()}",
+            ) from None
+    return out
 
-    def source_metadata(self) -> dict[str, Any]:
-        """Small JSON-serialisable facts from the source (stored in the manifest)."""
-        ...
 
-    def source_arrays(self) -> dict[str, np.ndarray]:
-        """Larger non-step arrays from the source (stored in ``source_metadata.npz``)."""
-        ...
+#: Options any caller may pass whatever the format (the CLI passes its --workers, --allow-pickle
+#: and --max-episode-steps so); a reader that does not take one simply does not get it.
+GENERIC_OPTIONS = frozenset({"workers", "allow_pickle", "max_episode_steps", "block_rows"})
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _members(tp: Any) -> tuple[Any, ...]:
+    return get_args(tp) if get_origin(tp) in (Union, UnionType) else (tp,)
+
+
+def _coerce(tp: Any, value: object) -> object:
+    """``value`` as type ``tp`` (a string parsed), or ValueError. Of a union's members a string
+    tries ``None`` first (for ``none``), then the string-like ones, so ``checkpoints=3`` stays
+    the text the reader parses where the option takes text."""
+    members = _members(tp)
+    if len(members) > 1:
+        rank = {type(None): 0, str: 1}
+        order = sorted(members, key=lambda m: rank.get(m, 1 if get_origin(m) is Literal else 2))
+        for member in order:
+            try:
+                return _coerce(member, value)
+            except ValueError:
+                continue
+        raise ValueError(value)
+    if tp is Any:
+        return value
+    if tp is type(None):
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            return None
+    elif get_origin(tp) is Literal:
+        for choice in get_args(tp):  # the spelling the reader takes, whatever the case given
+            if value == choice or (isinstance(value, str) and str(choice).lower() == value.lower()):
+                return choice
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return int(value)
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif get_origin(tp) in (Sequence, list, tuple) and isinstance(value, list | tuple):
+        (item,) = get_args(tp)[:1] or (Any,)
+        return [_coerce(item, v) for v in value]
+    raise ValueError(value)
+
+
+def _type_words(tp: Any) -> str:
+    """A type as a hint says it: ``an integer or none``, ``'keep' or 'drop'``."""
+    words = []
+    for member in _members(tp):
+        if get_origin(member) is Literal:
+            words += [repr(c) for c in get_args(member)]
+        elif get_origin(member) in (Sequence, list, tuple):
+            words.append("a list")
+        else:
+            words.append(
+                {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+                    member, "none" if member is type(None) else getattr(member, "__name__", str(member))
+                )
+            )
+    return " or ".join(words)

@@ -28,16 +28,25 @@ terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
-from rlds_cli.formats.hdf5_util import collect_metadata, open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.hdf5_util import (
+    collect_metadata,
+    hdf5_top_keys,
+    is_hdf5_name,
+    open_hdf5,
+    read_error,
+    to_jsonable,
+)
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
+from rlds_cli.formats.npz_util import npz_names
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -48,6 +57,18 @@ _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
 BLOCK_BYTES = 8 * 1024 * 1024
 #: Suffixes of the files a D4RL source folder is searched for.
 _SUFFIXES = (".hdf5", ".h5", ".npz")
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a D4RL file: an HDF5 file with any of D4RL's root datasets (one
+    missing others still is, so that this reader names what is missing), one that will not open
+    (this reader then says why; Minari's ``main_data.hdf5`` excepted), or an ``.npz`` of the
+    D4RL layout (what ``rlds export --to npz`` writes; OGBench files have no rewards/timeouts)."""
+    if is_hdf5_name(path):
+        keys = hdf5_top_keys(path)
+        return path.name != "main_data.hdf5" if keys is None else any(k in keys for k in REQUIRED_KEYS)
+    names = set(npz_names(path) or ())
+    return set(REQUIRED_KEYS) <= names and bool(names & {"timeouts", "next_observations"})
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
@@ -63,7 +84,15 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-class D4RLReader(ReaderBase):
+@dataclass(frozen=True)
+class D4RLOptions(ReaderOptions):
+    """Options of :class:`D4RLReader` (its keyword arguments)."""
+
+    max_episode_steps: int | None = None
+    block_rows: int | None = None
+
+
+class D4RLReader(Reader):
     """Streams a D4RL-format HDF5 file as :class:`StepBlock` s.
 
     Args:
@@ -74,6 +103,11 @@ class D4RLReader(ReaderBase):
     """
 
     format_name = "d4rl"
+    expected_files = "one .hdf5/.h5 (or .npz) file with observations, actions, rewards and terminals"
+    Options = D4RLOptions
+    reads_one_file = True
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self, path: str | Path, *, max_episode_steps: int | None = None, block_rows: int | None = None

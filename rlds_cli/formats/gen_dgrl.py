@@ -59,7 +59,7 @@ import numpy as np
 from rlds_cli.archives import TAR_SUFFIXES, Limits, UnsafeArchiveError
 from rlds_cli.errors import RldsError, SourceError, SourceFormatError, SourceNotReadableError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
 from rlds_cli.formats.untrusted import UnsafeSourceError, require_numeric, require_rows
@@ -576,7 +576,14 @@ def trajectory_episodes(arrays: Any, where: str) -> Trajectory:
 # ----------------------------------------------------------------------------- the reader
 
 
-class GenDGRLReader(ReaderBase):
+@dataclass(frozen=True)
+class GenDGRLOptions(ReaderOptions):
+    """Options of :class:`GenDGRLReader` (its keyword arguments)."""
+
+    allow_pickle: bool = False
+
+
+class GenDGRLReader(Reader):
     """Streams Gen-DGRL (Procgen) trajectories as :class:`StepBlock` s.
 
     Args:
@@ -587,6 +594,13 @@ class GenDGRLReader(ReaderBase):
     """
 
     format_name = "gen_dgrl"
+    expected_files = (
+        "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
+        "observations, actions, rewards and dones"
+    )
+    Options = GenDGRLOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, allow_pickle: bool = False) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,38 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError, SourceNotReadableError
 from rlds_cli.formats import untrusted
 
+#: File name suffixes of HDF5 sources.
+HDF5_SUFFIXES = (".hdf5", ".h5")
 #: Arrays at most this many elements go into the manifest as JSON; larger ones into an npz.
 SMALL_ARRAY_ELEMENTS = 16
 #: Deepest group nesting accepted in a source file (real files nest a few levels).
 MAX_DEPTH = 64
+
+
+def is_hdf5_name(path: Path) -> bool:
+    """Whether ``path`` is named like an HDF5 file (and is no folder)."""
+    return path.name.lower().endswith(HDF5_SUFFIXES) and not path.is_dir()
+
+
+def hdf5_top_keys(path: Path) -> tuple[str, ...] | None:
+    """The names at the root of an HDF5 file, or ``None`` when it will not open: what the
+    format sniffers look at (remembered per file version, as several sniffers ask in turn)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _top_keys(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _top_keys(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return tuple(f.keys())
+    except OSError:
+        return None
 
 
 def open_hdf5(path: Path, *, check_datasets: bool = True) -> Any:

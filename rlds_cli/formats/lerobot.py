@@ -46,12 +46,12 @@ import string
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note, text_note
 from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, declared_bytes, require_shape
 
@@ -140,6 +140,11 @@ def _inside(root: Path, file: Path, where: object, what: str) -> Path:
             hint="rlds reads only files inside the dataset directory; the dataset is malicious or broken",
         )
     return file
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a LeRobot dataset (the folder or its ``meta/info.json``)."""
+    return is_lerobot(path)
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
@@ -251,10 +256,24 @@ def _channels_first(name: str, shape: tuple[int, ...], names: object, where: Pat
     return shape[-1] not in (1, 3, 4) and shape[0] in (1, 3, 4)
 
 
-class LeRobotReader(ReaderBase):
+@dataclass(frozen=True)
+class LeRobotOptions(ReaderOptions):
+    """Options of :class:`LeRobotReader` (its keyword arguments)."""
+
+    last_step: Literal["keep", "drop"] = "keep"
+    block_rows: int | None = None
+
+
+class LeRobotReader(Reader):
     """Streams a LeRobot v3.0 or v2.1 dataset directory in TED layout, episode by episode."""
 
     format_name = "lerobot"
+    expected_files = (
+        "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, videos/"
+    )
+    Options = LeRobotOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,
@@ -262,7 +281,6 @@ class LeRobotReader(ReaderBase):
         *,
         last_step: str = "keep",
         block_rows: int | None = None,
-        **_: Any,
     ) -> None:
         """Plan a conversion of the dataset at ``path`` (its directory or its ``meta/info.json``).
 

@@ -51,9 +51,16 @@ import numpy as np
 
 from rlds_cli.errors import MissingExtraError, RldsError, SourceError, SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.hdf5_util import check_dataset, open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.hdf5_util import (
+    check_dataset,
+    hdf5_top_keys,
+    is_hdf5_name,
+    open_hdf5,
+    read_error,
+    to_jsonable,
+)
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_rows
 
@@ -148,6 +155,20 @@ def default_name(path: Path) -> str | None:
     return None
 
 
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a Minari dataset: a folder holding ``data/metadata.json`` or
+    ``metadata.json``, such a ``metadata.json``, or an HDF5 file with ``episode_*`` groups (a
+    ``main_data.hdf5`` that will not open too, so that this reader says why)."""
+    if path.is_dir():
+        return (path / "data" / "metadata.json").is_file() or (path / "metadata.json").is_file()
+    if path.name.lower() == "metadata.json":
+        return True
+    if not is_hdf5_name(path):
+        return False
+    keys = hdf5_top_keys(path)
+    return path.name == "main_data.hdf5" if keys is None else any(k.startswith("episode_") for k in keys)
+
+
 def source_files(paths: Sequence[Path]) -> list[Path]:
     """The files a Minari conversion reads (hashed into the manifest)."""
     data = data_dir_of(paths[0])
@@ -218,7 +239,7 @@ class _Store(Protocol):
     def close(self) -> None: ...
 
 
-class MinariReader(ReaderBase):
+class MinariReader(Reader):
     """Streams a Minari dataset (HDF5, Arrow or Parquet storage) as :class:`StepBlock` s.
 
     Args:
@@ -228,8 +249,14 @@ class MinariReader(ReaderBase):
     """
 
     format_name = "minari"
+    expected_files = (
+        "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
+        "numbered episode folders of an arrow/parquet dataset)"
+    )
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
-    def __init__(self, path: str | Path | Sequence[str | Path], *, block_rows: int | None = None) -> None:
+    def __init__(self, path: str | Path | Sequence[str | Path]) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         self.data_dir = data_dir_of(paths[0])
         self.path = self.data_dir

@@ -7,6 +7,7 @@ rows on demand through :mod:`zipfile`'s streaming reader, so memory is one block
 
 from __future__ import annotations
 
+import functools
 import zipfile
 import zlib
 from pathlib import Path
@@ -31,6 +32,28 @@ def open_npz(path: Path) -> zipfile.ZipFile:
             f"cannot open {path} as .npz (truncated or corrupt?): {exc}",
             hint="re-download the file or check that it is an .npz",
         ) from exc
+
+
+def npz_names(path: Path) -> tuple[str, ...] | None:
+    """The member names of an ``.npz`` file (``.npy`` left off), or ``None`` when it is no
+    readable zip: what the format sniffers look at (remembered per file version, as several
+    sniffers ask in turn)."""
+    if not path.name.lower().endswith(".npz"):
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return None if path.is_dir() else _names(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return tuple(n[:-4] if n.endswith(".npy") else n for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return None
 
 
 def npz_keys(zf: zipfile.ZipFile) -> list[str]:

@@ -26,21 +26,28 @@ out in ``docs/formats.md``:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
-from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "terminals")
 #: Target source bytes per block.
 BLOCK_BYTES = 8 * 1024 * 1024
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is an OGBench file: an ``.npz`` with ``observations`` and ``terminals``
+    (asked after AMAGO and D4RL, whose ``.npz`` layouts have them too)."""
+    return {"observations", "terminals"} <= set(npz_names(path) or ())
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
@@ -104,7 +111,14 @@ class _File:
         self.zf.close()
 
 
-class OGBenchReader(ReaderBase):
+@dataclass(frozen=True)
+class OGBenchOptions(ReaderOptions):
+    """Options of :class:`OGBenchReader` (its keyword arguments)."""
+
+    block_rows: int | None = None
+
+
+class OGBenchReader(Reader):
     """Streams OGBench ``.npz`` files as :class:`StepBlock` s.
 
     Args:
@@ -113,6 +127,10 @@ class OGBenchReader(ReaderBase):
     """
 
     format_name = "ogbench"
+    expected_files = ".npz files with observations, actions and terminals"
+    Options = OGBenchOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, block_rows: int | None = None) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

@@ -50,14 +50,14 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats._episodes import _concat
 from rlds_cli.formats._parallel import default_workers, ordered_map
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.tfds_features import IMAGE, TEXT, Features, Leaf, parse_features
 from rlds_cli.formats.tfrecord_io import (
@@ -568,10 +568,26 @@ def decode_unit(unit: _Unit) -> list[_Decoded]:
 # --------------------------------------------------------------------------- the reader
 
 
-class RldsTFRecordReader(ReaderBase):
+@dataclass(frozen=True)
+class RldsOptions(ReaderOptions):
+    """Options of :class:`RldsTFRecordReader` (its keyword arguments)."""
+
+    split: str | None = None
+    last_step: Literal["auto", "observation", "transition"] = "auto"
+    workers: int | None = None
+    block_rows: int | None = None
+
+
+class RldsTFRecordReader(Reader):
     """Streams an RLDS/TFDS TFRecord dataset (a version folder, or one shard) in TED layout."""
 
     format_name = "rlds"
+    expected_files = (
+        "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards"
+    )
+    Options = RldsOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

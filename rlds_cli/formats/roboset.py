@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,21 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.hdf5_util import open_hdf5, read_error
+from rlds_cli.formats.hdf5_util import hdf5_top_keys, is_hdf5_name, open_hdf5, read_error
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric
 
 _TRIAL_RE = re.compile(r"^Trial(\d+)$")
 _REQUIRED = ("observations", "actions", "rewards", "done")
 _KNOWN = {*_REQUIRED, "time"}
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a Roboset file: an HDF5 file with ``Trial*`` groups at its root."""
+    keys = hdf5_top_keys(path) if is_hdf5_name(path) else None
+    return keys is not None and any(k.startswith("Trial") for k in keys)
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
@@ -167,7 +174,14 @@ def read_file(arg: tuple[str, int]) -> tuple[list[Episode], int, int, list[str]]
     return episodes, rows, non_nan_last, list(dict.fromkeys(n for n in notes if n))
 
 
-class RobosetReader(ReaderBase):
+@dataclass(frozen=True)
+class RobosetOptions(ReaderOptions):
+    """Options of :class:`RobosetReader` (its keyword arguments)."""
+
+    workers: int | None = None
+
+
+class RobosetReader(Reader):
     """Streams a set of Roboset (RoboHive schema) ``.h5`` files as :class:`StepBlock` s.
 
     Args:
@@ -176,6 +190,10 @@ class RobosetReader(ReaderBase):
     """
 
     format_name = "roboset"
+    expected_files = ".h5/.hdf5 files whose groups are named Trial0, Trial1, ..."
+    Options = RobosetOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path], *, workers: int | None = None) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]

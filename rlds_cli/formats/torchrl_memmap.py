@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
 
@@ -101,6 +102,11 @@ def is_tensordict_memmap(path: Path) -> bool:
     return storage_dir(path) is not None
 
 
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``TensorDict.memmap`` or a replay-buffer dump."""
+    return path.is_dir() and is_tensordict_memmap(path)
+
+
 def source_files(paths: Sequence[Path]) -> list[Path]:
     """The files a conversion reads (hashed into the manifest): the tensordict directory's files
     and, for a replay-buffer dump, its writer metadata (the write cursor decides the row order)."""
@@ -137,12 +143,23 @@ def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return same.all(axis=1)
 
 
-class TorchRLMemmapReader(ReaderBase):
+@dataclass(frozen=True)
+class TorchRLOptions(ReaderOptions):
+    """Options of :class:`TorchRLMemmapReader` (its keyword arguments)."""
+
+    block_rows: int | None = None
+
+
+class TorchRLMemmapReader(Reader):
     """Streams a tensordict memmap directory (or a replay-buffer dump) in TED layout."""
 
     format_name = "torchrl"
+    expected_files = "a TensorDict memmap folder (meta.json), or a replay-buffer dump holding storage/"
+    Options = TorchRLOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
-    def __init__(self, path: str | Path, *, block_rows: int | None = None, **_: Any) -> None:
+    def __init__(self, path: str | Path, *, block_rows: int | None = None) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise SourceNotFoundError(f"source {self.path} does not exist")

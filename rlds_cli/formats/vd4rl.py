@@ -49,12 +49,12 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, ReaderBase, StepBlock, column
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
@@ -546,7 +546,15 @@ class _Shard:
 # --------------------------------------------------------------------------- the reader
 
 
-class VD4RLReader(ReaderBase):
+@dataclass(frozen=True)
+class VD4RLOptions(ReaderOptions):
+    """Options of :class:`VD4RLReader` (its keyword arguments)."""
+
+    image_layout: Literal["hwc", "chw"] | None = None
+    block_rows: int | None = None
+
+
+class VD4RLReader(Reader):
     """Streams V-D4RL data (Dreamer ``.npz`` episodes or drqbc ``.hdf5`` shards) in TED layout.
 
     Args:
@@ -557,6 +565,13 @@ class VD4RLReader(ReaderBase):
     """
 
     format_name = "vd4rl"
+    expected_files = (
+        "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
+        "drqbc .hdf5 with observation, action, reward, discount and step_type"
+    )
+    Options = VD4RLOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
 
     def __init__(
         self,

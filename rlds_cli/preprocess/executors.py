@@ -1,25 +1,104 @@
-"""Running a job's chunks: in this process, or as Ray tasks (spawned local worker processes are
-:class:`rlds_cli.preprocess.pool.LocalPool`).
+"""Running a job's chunks: the :class:`Executor` plug point and its registry.
 
-Every executor runs :func:`rlds_cli.preprocess.worker.run_chunk` on the same chunks and hands
-each result to ``on_done`` in the coordinator, which raises to stop the job. At most two chunks
-per Ray worker are in flight, so memory stays bounded whatever the dataset size.
+Every executor runs :func:`rlds_cli.preprocess.worker.run_chunk` on the job's chunks and hands
+each result to ``on_done`` in the coordinator, exactly once, in any order; ``on_done`` raising
+stops the job. The registry :data:`EXECUTORS` names them:
+
+* ``"inline"``: in this process (:class:`InlineExecutor`);
+* ``"local"``: spawned worker processes with the coordinator working as one more
+  (:class:`rlds_cli.preprocess.pool.LocalPool`), or inline when one process is enough;
+* ``"ray"``: Ray tasks (:class:`RayExecutor`), at most two chunks per Ray worker in flight, so
+  memory stays bounded whatever the dataset size.
+
+The job starts its executor with :func:`start` as soon as it knows the number of chunks (local
+workers then import the user's module while the coordinator plans), runs it once, and closes it.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rlds_cli.errors import PreprocessError, WorkerLostError
 from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.worker import run_chunk
 
-Task = tuple[int, int, int]  # chunk index, first step, stop step
+#: A chunk to run: its index, first step and stop step (the arguments of ``run_chunk`` after
+#: the spec).
+Task = tuple[int, int, int]
+#: Called in the coordinator with each chunk's result (``run_chunk``'s dict); raising stops the job.
 OnDone = Callable[[dict[str, Any]], None]
 logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs one job's chunks. Made by a factory of :data:`EXECUTORS`; :meth:`run` once, then
+    :meth:`close` (also when the job stopped before it ran)."""
+
+    def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
+        """Run ``run_chunk(spec, *task)`` for every task and give each result to ``on_done``
+        here, exactly once; an exception of ``on_done`` stops the job and propagates."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (worker processes); safe to call twice."""
+        ...
+
+
+#: Executors by name: ``"module:Class"``, imported when used. A class's ``for_job(*, workers,
+#: num_chunks, preload, address)`` makes the executor of one job (see :func:`start`).
+EXECUTORS: dict[str, str] = {
+    "inline": "rlds_cli.preprocess.executors:InlineExecutor",
+    "local": "rlds_cli.preprocess.pool:LocalPool",
+    "ray": "rlds_cli.preprocess.executors:RayExecutor",
+}
+
+
+def start(
+    name: str, *, workers: int | None, num_chunks: int, preload: str | None = None, address: str | None = None
+) -> Executor:
+    """The executor ``name`` for a job of ``num_chunks`` chunks.
+
+    Args:
+        name: A key of :data:`EXECUTORS`.
+        workers: Processes (local) or CPUs of a local Ray instance; ``None``: all cores.
+        num_chunks: The job's chunks (no more local processes than chunks are started).
+        preload: The function reference, imported by local workers as soon as they start.
+        address: The Ray cluster's address (``None``: ``RAY_ADDRESS``, else a local instance).
+    """
+    try:
+        target = EXECUTORS[name]
+    except KeyError:
+        raise PreprocessError(
+            f"unknown executor {name!r}", hint=f"known executors: {', '.join(sorted(EXECUTORS))}"
+        ) from None
+    module, _, attr = target.partition(":")
+    factory: Any = getattr(importlib.import_module(module), attr)
+    executor: Executor = factory.for_job(
+        workers=workers, num_chunks=num_chunks, preload=preload, address=address
+    )
+    return executor
+
+
+class InlineExecutor:
+    """One worker, this process: no process to spawn, so small jobs and cheap functions pay no
+    start-up."""
+
+    @classmethod
+    def for_job(cls, **_: Any) -> InlineExecutor:
+        return cls()
+
+    def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
+        for i, first, stop in tasks:
+            on_done(run_chunk(spec, i, first, stop))
+
+    def close(self) -> None:
+        pass
+
 
 #: How many times Ray runs a chunk again after a system failure (its worker process or node
 #: died, its result was lost). A chunk is idempotent: it rewrites the same bytes, and its
@@ -27,12 +106,6 @@ logger = logging.getLogger(__name__)
 #: function is no system failure: it comes back as data (or, for an unexpected exception, is
 #: not retried: ``retry_exceptions=False``) and stops the job at once.
 RAY_MAX_RETRIES = 3
-
-
-def run_inline(spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
-    """One worker: no process to spawn, so small jobs and cheap functions pay no start-up."""
-    for i, start, stop in tasks:
-        on_done(run_chunk(spec, i, start, stop))
 
 
 def ray_init_kwargs(address: str | None, workers: int | None) -> dict[str, Any]:
@@ -146,3 +219,22 @@ def run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+class RayExecutor:
+    """Ray tasks writing to the cache path, which every node must see (a shared filesystem), or
+    to the job's area on object storage. Ray starts (or is joined) in :meth:`run`."""
+
+    def __init__(self, workers: int | None, address: str | None) -> None:
+        self.workers = workers
+        self.address = address
+
+    @classmethod
+    def for_job(cls, *, workers: int | None, address: str | None, **_: Any) -> RayExecutor:
+        return cls(workers, address)
+
+    def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
+        run_ray(spec, tasks, on_done, self.workers, self.address)
+
+    def close(self) -> None:
+        pass  # run shuts down a Ray instance it started

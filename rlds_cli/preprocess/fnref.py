@@ -7,6 +7,11 @@ the result, so the function itself never has to pickle. A Ray node may not have 
 files: the Ray executor ships a file's bytes with the job (:func:`file_source`, compiled there
 by :func:`resolve`) and a module found outside the installed packages as a Ray ``py_modules``
 entry (:func:`module_root`).
+
+This module is the boundary with user code: :func:`call_user` calls the function and turns what
+it raises into a :class:`~rlds_cli.errors.UserFunctionError` carrying the user's traceback
+(:func:`user_traceback`). It imports nothing of the job's, so the worker and the coordinator
+both depend on it and it on neither.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pickle
 import site
 import sys
 import sysconfig
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,8 +85,6 @@ def _module_from_source(path: Path, resolved: str, source: bytes, ref: str) -> A
 
 def _import_failed(ref: str, exc: BaseException) -> UserFunctionError:
     """The module exists but raised while being imported: that is the user's code failing."""
-    from rlds_cli.preprocess.worker import user_traceback
-
     return UserFunctionError(
         f"importing the module of --fn {ref!r} raised {type(exc).__name__}: {exc}",
         user_traceback=user_traceback(exc),
@@ -235,3 +239,34 @@ def module_root(ref: str) -> str | None:
     if any(where.is_relative_to(d) for d in _installed_dirs()):
         return None
     return str(where)
+
+
+# --------------------------------------------------------------------- the boundary with user code
+
+
+def user_traceback(exc: BaseException, skip: int = 0) -> str:
+    """The traceback of ``exc`` with the first ``skip`` frames (rlds's own) left out."""
+    tb = exc.__traceback__
+    for _ in range(skip):
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def call_user(fn: Callable[..., Any], batch: Any, where: str) -> Any:
+    """``fn(batch)``; anything it raises (``sys.exit`` too) becomes a :class:`UserFunctionError`
+    naming ``where``, with the user's traceback (this frame left out)."""
+    try:
+        return fn(batch)
+    except SystemExit as exc:
+        # the function's exit code must never become rlds's own (0 would "succeed" silently)
+        raise UserFunctionError(
+            f"{where}: the function called sys.exit({exc.code!r})",
+            hint="return the arrays, or raise an exception to stop the job",
+            user_traceback=user_traceback(exc, skip=1),
+        ) from None
+    except Exception as exc:
+        raise UserFunctionError(
+            f"{where}: the function raised {type(exc).__name__}: {exc}",
+            user_traceback=user_traceback(exc, skip=1),
+        ) from None

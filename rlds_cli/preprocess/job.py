@@ -64,8 +64,7 @@ from rlds_cli.preprocess.plan import (
     plan_digest,
     read_chunk,
 )
-from rlds_cli.preprocess.pool import LocalPool
-from rlds_cli.preprocess.worker import call_user, data_path, forget, read_npz, summary_path
+from rlds_cli.preprocess.worker import data_path, forget, read_npz, summary_path
 from rlds_cli.remote.reader import is_url
 
 logger = logging.getLogger(__name__)
@@ -228,7 +227,7 @@ def _infer(job: _Job) -> tuple[schema.Schema, int, int]:
     stop = inference_stop(plan, job.src.episodes)
     batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
     where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
-    out = call_user(fnref.get(job.fn), batch, where)
+    out = fnref.call_user(fnref.get(job.fn), batch, where)
     arrays = schema.normalize(out, batch, where)
     return schema.infer(arrays), stop, len(arrays["action"])
 
@@ -335,16 +334,17 @@ def run(
         raise PreprocessError(f"--executor must be 'local' or 'ray', not {backend!r}")
     if workers is not None and workers < 1:
         raise PreprocessError(f"--workers must be at least 1, not {workers}")
-    pool: LocalPool | None = None
+    executor: executors.Executor | None = None
 
     def start_workers(plan: Plan) -> None:
         # as early as the number of chunks is known: the workers start up and import the
         # function's module while this process does the job's serial work (resolving the
         # function, hashing its file, inferring the schema, preallocating the output)
-        nonlocal pool
-        procs = min(workers or os.cpu_count() or 1, plan.num_chunks) - 1
-        if backend == "local" and procs > 0:
-            pool = LocalPool(procs, preload=fn if isinstance(fn, str) else None)
+        nonlocal executor
+        executor = executors.start(
+            backend, workers=workers, num_chunks=plan.num_chunks,
+            preload=fn if isinstance(fn, str) else None, address=ray_address,
+        )  # fmt: skip
 
     try:
         job = _prepare(
@@ -375,16 +375,15 @@ def run(
                     )
                 raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
             job.cache.clean_stale_builds(held=out_name)
-            result = _execute(
-                job, out_name, existing is not None, pool, workers, backend, ray_address, resume, progress
-            )
+            assert executor is not None  # started by _prepare, through on_plan
+            result = _execute(job, out_name, existing is not None, executor, resume, progress)
         finally:
-            if pool is not None:
-                pool.close()  # no worker may write into the job directory once the lock is released
+            if executor is not None:
+                executor.close()  # no worker may write into the job directory once the lock is released
             lock.release()
     finally:
-        if pool is not None:
-            pool.close()  # when the job stopped before taking the lock (a no-op otherwise)
+        if executor is not None:
+            executor.close()  # when the job stopped before taking the lock (a no-op otherwise)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -506,10 +505,7 @@ def _execute(
     job: _Job,
     out_name: str,
     replace: bool,
-    pool: LocalPool | None,
-    workers: int | None,
-    backend: str,
-    address: str | None,
+    executor: executors.Executor,
     resume: bool,
     progress: Progress | None,
 ) -> PreprocessResult:
@@ -568,12 +564,7 @@ def _execute(
     if assembler is not None:
         assembler.pump()
     try:
-        if backend == "ray":
-            executors.run_ray(spec, tasks, on_done, workers, address)
-        elif pool is None or len(tasks) <= 1:
-            executors.run_inline(spec, tasks, on_done)
-        else:
-            pool.run(spec, tasks, on_done)
+        executor.run(spec, tasks, on_done)
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
     manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)

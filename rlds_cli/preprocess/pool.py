@@ -24,16 +24,15 @@ import multiprocessing
 import os
 import signal
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from rlds_cli.errors import PreprocessError
 from rlds_cli.preprocess import fnref, guard
+from rlds_cli.preprocess.executors import Executor, InlineExecutor, OnDone, Task
 from rlds_cli.preprocess.worker import forget, run_chunk
 
-Task = tuple[int, int, int]  # chunk index, first step, stop step
-OnDone = Callable[[dict[str, Any]], None]
 NOT_STARTED = -2  # a worker's slot in LocalPool._held before it runs _serve
 
 
@@ -151,8 +150,19 @@ class LocalPool:
             self.close()
             raise
 
+    @classmethod
+    def for_job(
+        cls, *, workers: int | None, num_chunks: int, preload: str | None = None, **_: Any
+    ) -> Executor:
+        """The ``"local"`` executor of :data:`~rlds_cli.preprocess.executors.EXECUTORS`:
+        ``workers`` processes (default: all cores) counting the coordinator, at most one per
+        chunk; inline when that is the coordinator alone."""
+        procs = min(workers or os.cpu_count() or 1, num_chunks) - 1
+        return cls(procs, preload=preload) if procs > 0 else InlineExecutor()
+
     def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
-        """Run ``tasks`` on the workers and in this process, once per pool.
+        """Run ``tasks`` on the workers and in this process, once per pool (one task, e.g. the
+        last one left of a resumed job, runs here alone: the workers are not worth waiting for).
 
         Args:
             spec: The job's spec (plain data, see :func:`~rlds_cli.preprocess.worker.run_chunk`).
@@ -163,6 +173,9 @@ class LocalPool:
         if self._job_sent:
             raise RuntimeError("a LocalPool runs one job")
         tasks = list(tasks)
+        if len(tasks) <= 1:
+            InlineExecutor().run(spec, tasks, on_done)
+            return
         self._job_sent = True
         for conn in self._conns:
             with contextlib.suppress(OSError):  # a worker that died starting up is reported below

@@ -14,8 +14,7 @@ import json
 import os
 import socket
 import sys
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from rlds_cli.errors import (
     DatasetReplacedError,
     OutputSchemaError,
     RldsError,
-    UserFunctionError,
 )
 from rlds_cli.preprocess import fnref, schema, stats
 from rlds_cli.preprocess.plan import read_chunk
@@ -48,15 +46,6 @@ def summary_path(job_dir: Path, i: int) -> Path:
 
 def data_path(job_dir: Path, i: int) -> Path:
     return job_dir / "chunks" / f"{chunk_name(i)}.data.npz"
-
-
-def user_traceback(exc: BaseException, skip: int = 0) -> str:
-    """The traceback of ``exc`` with the first ``skip`` frames (rlds's own) left out."""
-    tb = exc.__traceback__
-    for _ in range(skip):
-        if tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def forget() -> None:
@@ -137,30 +126,13 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
         }
 
 
-def call_user(fn: Callable[..., Any], batch: Any, where: str) -> Any:
-    try:
-        return fn(batch)
-    except SystemExit as exc:
-        # the function's exit code must never become rlds's own (0 would "succeed" silently)
-        raise UserFunctionError(
-            f"{where}: the function called sys.exit({exc.code!r})",
-            hint="return the arrays, or raise an exception to stop the job",
-            user_traceback=user_traceback(exc, skip=1),
-        ) from None
-    except Exception as exc:
-        raise UserFunctionError(
-            f"{where}: the function raised {type(exc).__name__}: {exc}",
-            user_traceback=user_traceback(exc, skip=1),
-        ) from None
-
-
 def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, Any]:
     st = _state(spec)
     ds: Dataset = st["ds"]
     batch = read_chunk(ds, start, stop, spec["keys"], spec["limit"])
     e0, e1 = int(batch["episode"][0]), int(batch["episode"][-1])
     where = f"function {spec['fn_ref']}, chunk {i} (steps {start}-{stop - 1}, episodes {e0}-{e1})"
-    out = call_user(st["fn"], batch, where)
+    out = fnref.call_user(st["fn"], batch, where)
     episode_out = out.get("episode") if isinstance(out, Mapping) else None
     arrays = schema.normalize(out, batch, where)
     expected = schema.schema_from_json(spec["schema"])
