@@ -23,8 +23,6 @@ PACKAGE = ROOT / "rlds_cli"
 KNOWN_CYCLES = {
     # cache/views creates views by opening datasets, and cache/dataset reads views' layout
     ("rlds_cli.cache.views", "rlds_cli.cache.dataset"),
-    # preprocess/fnref reports user tracebacks with preprocess/worker's helper
-    ("rlds_cli.preprocess.fnref", "rlds_cli.preprocess.worker"),
     # found with the two above, in the same cache modules (not this branch's files): cache/digest
     # takes file names from cache/builder and the view layout from cache/views (both import
     # digest), and open_dataset opens URLs with remote/reader, whose RemoteDataset is a Dataset

@@ -186,3 +186,23 @@ def test_a_checkpoint_outside_the_entry_is_refused_before_any_request(
     with pytest.raises(RegistryError, match="picks missing n"):
         download("atari-local/Pong/1", name="x", options={"checkpoints": "0,40"})
     assert not srv.log
+
+
+def test_the_cli_option_picks_the_checkpoints(atari_server: tuple[FaultServer, Path]) -> None:
+    srv, _ = atari_server
+    args = ["download", "atari-local/Pong/1", "--name", "pong-cli", "--option", "checkpoints=2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    fetched = {e.path for e in srv.log if e.method == "GET"}
+    assert len(fetched) == 6 and all(p.endswith("_ckpt.2.gz") for p in fetched)
+    meta = open_dataset("pong-cli").manifest.source["metadata"]["atari_dqn"]["checkpoints"]
+    assert [c["checkpoint"] for c in meta] == [2]
+
+
+def test_a_cli_option_that_picks_nothing_is_one_line(atari_server: tuple[FaultServer, Path]) -> None:
+    srv, _ = atari_server
+    result = runner.invoke(app, ["download", "atari-local/Pong/1", "--option", "checkpoints=7:9"])
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: checkpoints='7:9' picks no file: this entry has n 0..2" and len(lines) <= 2
+    assert not srv.log
