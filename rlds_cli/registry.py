@@ -11,6 +11,7 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     description = "..."
     license = "..."
     max_episode_steps = 100             # optional reader hint
+    options = { last_step = "transition" }   # optional reader options (the user's override them)
 
     [[dataset.files]]
     name = "pointmass-demo-v0.hdf5"     # local file name (may hold '/': "data/main_data.hdf5")
@@ -255,7 +256,7 @@ def _registry_files() -> list[Path]:
 _OPTION_KEYS = ("max_episode_steps",)
 _KNOWN_KEYS = {
     "id", "aliases", "format", "description", "license", "files", "file_set", "listing", "published",
-    *_OPTION_KEYS,
+    "options", *_OPTION_KEYS,
 }  # fmt: skip
 
 
@@ -285,6 +286,15 @@ def _check_file(file: RegistryFile) -> RegistryFile:
     if file.size is not None and file.size < 0:
         raise ValueError(f"'size' ({file.size} is negative)")
     return file
+
+
+def _reader_options(raw: dict[str, Any]) -> dict[str, Any]:
+    """The entry's ``options`` table: reader options (checked against the format's options
+    when the entry is converted, and overridden by the user's)."""
+    options = raw.get("options", {})
+    if not isinstance(options, dict):
+        raise ValueError("'options' (a table of reader options, e.g. { last_step = \"transition\" })")
+    return options
 
 
 def _parse_listing(raw: Any) -> RegistryListing | None:
@@ -410,7 +420,7 @@ def _parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
             aliases=tuple(str(a) for a in raw.get("aliases", ())),
             description=str(raw.get("description", "")),
             license=str(raw.get("license", "")),
-            options={k: raw[k] for k in _OPTION_KEYS if k in raw},
+            options={**{k: raw[k] for k in _OPTION_KEYS if k in raw}, **_reader_options(raw)},
             origin=str(origin),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
             listing=_parse_listing(raw.get("listing")),

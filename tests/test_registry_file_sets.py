@@ -206,3 +206,20 @@ def test_a_cli_option_that_picks_nothing_is_one_line(atari_server: tuple[FaultSe
     lines = result.stderr.splitlines()
     assert lines[0] == "error: checkpoints='7:9' picks no file: this entry has n 0..2" and len(lines) <= 2
     assert not srv.log
+
+
+def test_an_entry_may_carry_reader_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = file_set_toml("https://example.org").replace(
+        'license = "l"', 'license = "l"\noptions = { stack_size = 1, checkpoints = "0:2" }'
+    )
+    use(monkeypatch, tmp_path, text)
+    entry = registry.resolve("atari-local/Pong/1")
+    assert entry.options == {"stack_size": 1, "checkpoints": "0:2"}
+    assert len(entry.files_for(entry.options)) == 12
+
+
+def test_entry_options_must_be_a_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = file_set_toml("https://example.org").replace('license = "l"', 'license = "l"\noptions = 3')
+    use(monkeypatch, tmp_path, text)
+    with pytest.raises(RegistryFormatError, match=r"a bad 'options' \(a table of reader options"):
+        registry.entries()
