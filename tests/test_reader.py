@@ -11,7 +11,7 @@ import pytest
 
 from rlds_cli.cache.dataset import open_dataset
 from rlds_cli.cache.manifest import FieldSpec
-from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn
+from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, ted_fields
 from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetReplacedError
 from rlds_cli.loader.sources import HostSource
@@ -73,7 +73,7 @@ def test_the_step_to_episode_lookup_is_one_rule_with_or_without_a_table(table: A
 @pytest.mark.parametrize(
     "keys",
     [
-        ["observation", "next/observation", "action", "next/terminated", "next/truncated", "next/done", "episode"],
+        list(ted_fields(FIELDS)),  # every key
         ["next/done", "next/observation"],  # next/done reads the flags itself
         ["action"],  # no key needs the episode
     ],
