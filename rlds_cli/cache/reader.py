@@ -204,6 +204,13 @@ class TedReader:
         the ``_FROM_*`` codes, ``column`` the opened column (``None`` for a derived key, or the
         two flags for a ``next/done`` that reads them), ``is_array`` whether it is a numpy array
         (``take``) or not (indexing)."""
+
+        def column_of(key: str) -> Any:
+            col = column(key)
+            # a memory map as a plain ndarray over the same buffer: its gathers are plain arrays,
+            # and np.memmap's subclass hooks cost more than the gather itself on small batches
+            return col.view(np.ndarray) if isinstance(col, np.ndarray) else col
+
         plan: list[tuple[str, int, Any, bool]] = []
         for key in self._order:
             col: Any = None
@@ -213,12 +220,12 @@ class TedReader:
                 if set(DONE_FLAGS) <= set(self.keys):
                     source = _FROM_DONE  # the flags come first: next/done is last
                 else:
-                    source, col = _FROM_DONE_READ, tuple(column(k) for k in DONE_FLAGS)
+                    source, col = _FROM_DONE_READ, tuple(column_of(k) for k in DONE_FLAGS)
             elif key in self.fields:
                 source = _FROM_ROWS if self.fields[key].storage == "flat" else _FROM_STEPS
-                col = column(key)
+                col = column_of(key)
             else:  # next/<flat key>: the flat row after
-                source, col = _FROM_NEXT_ROWS, column(key[5:])
+                source, col = _FROM_NEXT_ROWS, column_of(key[5:])
             plan.append((key, source, col, isinstance(col, np.ndarray)))
         return plan
 
