@@ -4,7 +4,10 @@ A ``--force`` rebuild replaces a dataset's directory by a rename while readers m
 open. A :class:`Dataset` is bound to the directory it opened (inode and ctime): it never
 mixes the files of two versions. :func:`open_dataset` retries when a replacement races with
 it, and a read that would need files of a replaced version raises
-:class:`DatasetReplacedError`.
+:class:`DatasetReplacedError`: :meth:`Dataset.column` checks the file it opens, and hands out
+the columns of a backend that reads by path at every access (zarr) as
+:class:`~rlds_cli.cache.reader.VersionedColumn`, which checks after every read. TED reads go
+through :class:`~rlds_cli.cache.reader.TedReader`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import numpy as np
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.cache.ted import TedBatch
 from rlds_cli.cache.views import VIEW_LAYOUT, SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
@@ -139,8 +143,10 @@ class Dataset:
         self._backend = get_backend(manifest.backend)
         self._columns: dict[str, Any] = {}
         self._parent_checked: Path | None = None
+        self._readers: dict[tuple[str, ...], TedReader] = {}
         self.episodes = self._load_episode_index()
-        self._starts = np.ascontiguousarray(self.episodes["start"])
+        #: Episode bounds and the step -> episode lookup (see :class:`~rlds_cli.cache.reader.Episodes`).
+        self.episode_bounds = Episodes(self.episodes["length"])
         self._check_not_replaced()
 
     # ------------------------------------------------------------------ pickling (workers)
@@ -161,12 +167,6 @@ class Dataset:
             raise DatasetReplacedError(
                 f"dataset {self.name!r} at {self.directory} was replaced while it was open"
             )
-
-    def _after_read(self, error: OSError | None = None) -> None:
-        """Make sure rows just read (or a read that failed) belong to this version: memory maps
-        keep reading the files they opened, zarr reads its chunks by path at every access."""
-        if error is not None or not self._backend.stable_once_open:
-            self._check_not_replaced()
 
     # ------------------------------------------------------------------ facts
 
@@ -199,14 +199,7 @@ class Dataset:
     @property
     def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """The TED view: every readable key -> (per-step shape, dtype)."""
-        out: dict[str, tuple[tuple[int, ...], str]] = {}
-        for key, spec in self.manifest.fields.items():
-            out[key] = (spec.shape, spec.dtype)
-            if spec.storage == "flat":
-                out[f"next/{key}"] = (spec.shape, spec.dtype)
-        out["next/done"] = ((1,), "bool")
-        out["episode"] = ((), "int64")
-        return dict(sorted(out.items(), key=lambda kv: (kv[0].startswith("next/"), kv[0])))
+        return ted_fields(self.manifest.fields)
 
     @property
     def source_arrays(self) -> dict[str, np.ndarray]:
@@ -256,7 +249,10 @@ class Dataset:
     # ------------------------------------------------------------------ raw columns
 
     def column(self, key: str) -> Any:
-        """The stored array for ``key`` (memory-mapped or zarr), opened once and checked."""
+        """The stored array for ``key``, opened once and checked: a memory map (it keeps reading
+        the file it opened), or, for a backend that reads by path at every access (zarr), a
+        :class:`~rlds_cli.cache.reader.VersionedColumn` that checks after every read that the
+        dataset was not replaced."""
         col = self._columns.get(key)
         if col is None:
             spec = self.manifest.fields.get(key)
@@ -274,6 +270,8 @@ class Dataset:
                 self._check_not_replaced()  # a replaced dataset explains a missing or odd file
                 raise
             self._check_not_replaced()  # the file opened is this version's
+            if not self._backend.stable_once_open:
+                col = VersionedColumn(col, self._check_not_replaced)
             self._columns[key] = col
         return col
 
@@ -311,7 +309,8 @@ class Dataset:
             # numpy's message on pickled data suggests allow_pickle=True: never the fix here
             detail = "not a plain numeric .npy array" if "pickle" in str(exc) else str(exc).split("\n")[0]
             raise CorruptDatasetError(f"episode index {path} is unreadable: {detail}") from exc
-        if len(index) != self.num_episodes or int(index["length"].sum()) != self.num_steps:
+        lengths = index["length"]
+        if len(index) != self.num_episodes or int(lengths.sum()) != self.num_steps or (lengths <= 0).any():
             raise CorruptDatasetError(f"episode index {path} does not match the manifest")
         return index
 
@@ -319,17 +318,18 @@ class Dataset:
 
     def episode_of(self, steps: np.ndarray) -> np.ndarray:
         """The episode (position in the dataset) each step index belongs to."""
-        return np.searchsorted(self._starts, steps, side="right") - 1
+        return self.episode_bounds.episode_of(steps)
 
-    def _resolve_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
-        available = self.fields
-        if keys is None:
-            return list(available)
-        wanted = [join_key(k) for k in keys]
-        unknown = [k for k in wanted if k not in available]
-        if unknown:
-            raise KeyError(f"dataset {self.name!r} has no keys {unknown}; it has {sorted(available)}")
-        return wanted
+    def reader(self, keys: Iterable[str | tuple[str, ...]] | None = None) -> TedReader:
+        """A :class:`~rlds_cli.cache.reader.TedReader` of ``keys`` (``None``: all) over this
+        dataset's stored columns (made once per key list)."""
+        wanted = tuple(resolve_keys(self.manifest.fields, keys, self.name))
+        reader = self._readers.get(wanted)
+        if reader is None:
+            reader = self._readers[wanted] = TedReader(
+                self.manifest.fields, self.episode_bounds, self.column, wanted
+            )
+        return reader
 
     def gather(self, indices: Any, keys: Iterable[str | tuple[str, ...]] | None = None) -> TedBatch:
         """Read the transitions at ``indices`` (any int array-like) as TED columns.
@@ -344,26 +344,7 @@ class Dataset:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (idx.min() < -self.num_steps or idx.max() >= self.num_steps):
             raise IndexError(f"step index out of range for dataset {self.name!r} with {self.num_steps} steps")
-        idx = np.where(idx < 0, idx + self.num_steps, idx)
-        wanted = self._resolve_keys(keys)
-        episode = self.episode_of(idx)
-        out = TedBatch()
-        try:
-            for key in wanted:
-                if key == "episode":
-                    out[key] = episode
-                elif key == "next/done":
-                    out[key] = self.column("next/terminated")[idx] | self.column("next/truncated")[idx]
-                elif key in self.manifest.fields:
-                    spec = self.manifest.fields[key]
-                    out[key] = self.column(key)[idx + episode if spec.storage == "flat" else idx]
-                else:  # next/<flat key>
-                    out[key] = self.column(key[5:])[idx + episode + 1]
-        except OSError as exc:
-            self._after_read(exc)
-            raise
-        self._after_read()
-        return out
+        return self.reader(keys).gather(np.where(idx < 0, idx + self.num_steps, idx))
 
     def __getitem__(self, index: Any) -> TedBatch:
         """``ds[i]``, ``ds[a:b]`` or ``ds[int_array]``: transitions as TED columns."""
@@ -377,26 +358,4 @@ class Dataset:
             raise IndexError(
                 f"episode {i} out of range for dataset {self.name!r} with {self.num_episodes} episodes"
             )
-        i = i % self.num_episodes
-        start, length = int(self.episodes["start"][i]), int(self.episodes["length"][i])
-        steps = slice(start, start + length)
-        out = TedBatch()
-        try:
-            for key in self._resolve_keys(keys):
-                if key == "episode":
-                    out[key] = np.full(length, i, np.int64)
-                elif key == "next/done":
-                    out[key] = np.asarray(self.column("next/terminated")[steps]) | np.asarray(
-                        self.column("next/truncated")[steps]
-                    )
-                elif key in self.manifest.fields:
-                    spec = self.manifest.fields[key]
-                    rows = slice(start + i, start + i + length) if spec.storage == "flat" else steps
-                    out[key] = np.asarray(self.column(key)[rows])
-                else:
-                    out[key] = np.asarray(self.column(key[5:])[start + i + 1 : start + i + 1 + length])
-        except OSError as exc:
-            self._after_read(exc)
-            raise
-        self._after_read()
-        return out
+        return self.reader(keys).episode(i % self.num_episodes)

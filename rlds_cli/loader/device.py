@@ -24,30 +24,31 @@ class DeviceSource:
     """Gathers TED keys on ``device`` from tensors that live there.
 
     Args:
-        host: A packed in-memory :class:`HostSource` to copy to the device (then dropped).
+        host: A packed in-memory :class:`HostSource`: its :attr:`~HostSource.layout` is copied
+            to the device (then dropped).
         device: The device.
     """
 
     def __init__(self, host: HostSource, device: torch.device) -> None:
+        layout = host.layout
         self.device = device
-        self.keys = list(host.keys)
+        self.keys = list(layout.keys)
         self.dataset = host.dataset
-        self._layout = dict(host._layout)
-        self._dtypes = {k: spec.dtype for k, spec in host.dataset.manifest.fields.items()}
-        self._storage = {k: spec.storage for k, spec in host.dataset.manifest.fields.items()}
-        self._shapes = {k: spec.shape for k, spec in host.dataset.manifest.fields.items()}
-        packed = host._packed
-        self._packed = torch.from_numpy(packed).to(device) if packed is not None else None
+        self._layout = dict(layout.offsets)
+        self._dtypes = {k: spec.dtype for k, spec in layout.fields.items()}
+        self._storage = {k: spec.storage for k, spec in layout.fields.items()}
+        self._shapes = {k: spec.shape for k, spec in layout.fields.items()}
+        self._packed = torch.from_numpy(layout.rows).to(device) if layout.rows is not None else None
         self._window = None
         if self._packed is not None:
             rows, width = self._packed.shape
             self._window = torch.as_strided(self._packed, (rows - 1, 2 * width), (width, 1))
         self._columns = {
-            k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in host._columns.items()
+            k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in layout.columns.items()
         }
-        self._flags = torch.from_numpy(host._flags).to(device) if host._flags is not None else None
-        self._flag_plan = list(host._flag_plan)
-        table = host._episode_of_step
+        self._flags = torch.from_numpy(layout.flags).to(device) if layout.flags is not None else None
+        self._flag_plan = list(layout.flag_plan)
+        table = layout.episode_of_step
         self._episode = torch.from_numpy(table.astype(np.int64)).to(device) if table is not None else None
         self._wants_next = any(k.startswith("next/") and k[5:] in self._layout for k in self.keys)
         self._widths, self._pieces = self._plan_pieces()

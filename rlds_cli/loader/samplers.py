@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
 
 ShortPolicy = Literal["pad", "skip", "error"]
@@ -131,31 +132,6 @@ class UniformSampler:
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         load_shard_state(self, state, self.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]
-
-
-class Episodes:
-    """Episode boundaries as arrays: where each episode starts and how long it is.
-
-    Args:
-        lengths: Steps per episode, in dataset order (episodes are contiguous).
-    """
-
-    def __init__(self, lengths: np.ndarray) -> None:
-        self.lengths = np.asarray(lengths, np.int64).ravel()
-        if self.lengths.size == 0 or (self.lengths <= 0).any():
-            raise ValueError("episodes must be a non-empty list of positive lengths")
-        self.ends = np.cumsum(self.lengths)
-        self.starts = self.ends - self.lengths
-        self.num_steps = int(self.ends[-1])
-
-    @classmethod
-    def of(cls, dataset: Any) -> Episodes:
-        """The episodes of an opened :class:`~rlds_cli.cache.dataset.Dataset`."""
-        return cls(dataset.episodes["length"])
-
-    def episode_of(self, steps: np.ndarray) -> np.ndarray:
-        """The episode each step belongs to (a binary search: O(log episodes) per step)."""
-        return np.searchsorted(self.ends, steps, side="right")
 
 
 class SliceSampler:

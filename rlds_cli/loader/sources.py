@@ -3,7 +3,9 @@
 A source turns step indices (any shape) into a :class:`~rlds_cli.cache.ted.TedBatch` of the
 requested TED keys. The flat layout stores an observation-like key once, ``N + E`` rows, with
 ``observation[t] = flat[t + e(t)]`` and ``next/observation[t] = flat[t + e(t) + 1]`` where
-``e(t)`` is the step's episode; a source reads exactly the rows it needs, nothing else.
+``e(t)`` is the step's episode (the rule lives in :mod:`rlds_cli.cache.reader`, whose
+:class:`~rlds_cli.cache.reader.TedReader` reads every key that is not packed); a source reads
+exactly the rows it needs, nothing else.
 
 :class:`HostSource` with ``in_memory=True, pack=True`` copies every float32 column into one
 row-major float32 array aligned with the flat rows: row ``t + e(t)`` holds step ``t``'s
@@ -13,18 +15,23 @@ the second) instead of one gather per key, which is what dominates a naive loade
 columns (the done flags, plus ``next/done`` precomputed) are packed side by side in one bool array,
 whose bytes are also copied into trailing float32 columns of the packed rows (never read as floats)
 so that the same ``take`` brings them; every key of the batch is a view of that one block. (Without
-float32 keys, the bool array is read with its own ``take``.)
+float32 keys, the bool array is read with its own ``take``.) :attr:`HostSource.layout` hands
+that packing out as a :class:`PackedLayout` (what :mod:`rlds_cli.loader.device` copies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache import reader
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.cache.reader import Episodes, TedReader, stored_keys
+from rlds_cli.cache.ted import TedBatch
 
 #: dtypes copied into the packed float32 array; bool step columns go to a packed flags array.
 _PACKABLE = (np.dtype(np.float32),)
@@ -32,14 +39,7 @@ _PACKABLE = (np.dtype(np.float32),)
 
 def resolve_keys(dataset: Dataset, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
     """The TED keys to read: ``keys`` checked against the dataset (``None``: all)."""
-    available = dataset.fields
-    if keys is None:
-        return list(available)
-    wanted = list(dict.fromkeys(join_key(k) for k in keys))
-    unknown = [k for k in wanted if k not in available]
-    if unknown:
-        raise KeyError(f"dataset {dataset.name!r} has no keys {unknown}; it has {sorted(available)}")
-    return wanted
+    return reader.resolve_keys(dataset.manifest.fields, keys, dataset.name)
 
 
 #: Datasets up to this many steps keep a step -> episode table in RAM (4 bytes a step) instead of
@@ -49,19 +49,39 @@ EPISODE_TABLE_MAX_STEPS = 1 << 24
 #: batch's ``episode`` as they are, with no ``astype`` per batch.
 EPISODE_TABLE_INT64_MAX_STEPS = 1 << 22
 
-_getitem = dict.__getitem__
-# where a key of an unpacked gather comes from (HostSource._plan_columns)
-_FROM_STEPS, _FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE, _FROM_DONE, _FROM_DONE_READ = range(6)
 
+@dataclass(frozen=True)
+class PackedLayout:
+    """What an in-memory :class:`HostSource` holds, for a copy of it elsewhere
+    (:class:`~rlds_cli.loader.device.DeviceSource` copies it to a device).
 
-def _take(column: Any, rows: np.ndarray) -> np.ndarray:
-    if isinstance(column, np.ndarray):
-        return column.take(rows, axis=0)
-    return column[rows]  # zarr: ZarrColumn handles integer arrays of any shape
+    Attributes:
+        keys: The TED keys the source reads.
+        fields: The dataset's stored fields.
+        rows: The packed float32 block, ``(N + E, width)``, aligned with the flat rows (step
+            ``t``'s values at row ``t + e(t)``), or ``None``.
+        offsets: Stored key -> ``(first column, width, storage)`` of its values in ``rows``.
+        flags: Bool step columns (and ``next/done``) side by side, ``(N, flag width)``, or ``None``.
+        flag_plan: ``(name, first column, width, shape)`` of each key in ``flags``.
+        columns: The other stored columns the keys need, by key.
+        episode_of_step: The step -> episode table, when the source keeps one.
+    """
+
+    keys: tuple[str, ...]
+    fields: Mapping[str, FieldSpec]
+    rows: np.ndarray | None
+    offsets: Mapping[str, tuple[int, int, str]]
+    flags: np.ndarray | None
+    flag_plan: tuple[tuple[str, int, int, tuple[int, ...]], ...]
+    columns: Mapping[str, Any]
+    episode_of_step: np.ndarray | None
 
 
 class HostSource:
     """Gathers TED keys from a dataset into numpy arrays (CPU memory).
+
+    Keys that are not packed are read by one :class:`~rlds_cli.cache.reader.TedReader` over the
+    dataset's columns (memory maps, versioned zarr columns) or their copies in RAM.
 
     Args:
         dataset: An opened dataset.
@@ -84,34 +104,24 @@ class HostSource:
         self._order = sorted(self.keys, key=lambda k: k == "next/done")
         self.in_memory = bool(in_memory)
         fields = dataset.manifest.fields
-        stored = {k for k in self.keys if k in fields}
-        stored |= {k[5:] for k in self.keys if k.startswith("next/") and k[5:] in fields}
-        if "next/done" in self.keys:
-            stored |= {"next/terminated", "next/truncated"}
-        self._ends = np.cumsum(np.asarray(dataset.episodes["length"], np.int64))
-        # zarr reads by path, so a read checks the dataset was not replaced under it; in RAM
-        # nothing is read after set-up (a stat per batch cost 10% of the in-RAM rate)
-        self._check = not dataset._backend.stable_once_open and not self.in_memory
+        stored = stored_keys(fields, self.keys)
+        packs = stored if self.in_memory and pack else set()
+        packable = {k for k in packs if np.dtype(fields[k].dtype) in _PACKABLE}
+        flags = {k for k in packs if fields[k].dtype == "bool" and fields[k].storage == "step"}
+        # the packed block is aligned with the flat rows: its keys need the episode too
+        flat_needed = bool(packable) or any(fields[k].storage == "flat" for k in stored)
+        self._need_episode = flat_needed or "episode" in self.keys
+        self.episode_bounds = Episodes(dataset.episodes["length"], table=self._table_dtype())
         self._packed: np.ndarray | None = None
         self._layout: dict[str, tuple[int, int, str]] = {}
         self._flags: np.ndarray | None = None
         self._flag_plan: list[tuple[str, int, int, tuple[int, ...]]] = []
-        self._episode_of_step: np.ndarray | None = None
-        packable = {k for k in stored if np.dtype(fields[k].dtype) in _PACKABLE}
-        flags = {k for k in stored if fields[k].dtype == "bool" and fields[k].storage == "step"}
         self._flag_bytes = -1  # byte offset of the flags inside a packed row, when they are there
-        if self.in_memory and pack and flags:
+        if flags:
             self._pack_flags(sorted(flags))
-            stored -= flags
-        if self.in_memory and pack and packable:
+        if packable:
             self._pack(sorted(packable))  # with the flags' bytes at the end of each row
-            stored -= packable
-        self._columns = {k: self._open(k) for k in sorted(stored)}
-        flat_needed = any(fields[k].storage == "flat" for k in stored) or bool(self._layout)
-        small = dataset.num_steps <= EPISODE_TABLE_MAX_STEPS
-        if (self.in_memory or small) and (flat_needed or "episode" in self.keys):
-            self._episode_of_step = self._episode_table()
-        self._need_episode = flat_needed or "episode" in self.keys
+        self._columns = {k: self._open(k) for k in sorted(stored - flags - packable)}
         self._packed_plan = self._plan_packed()
         self._wants_window = any(start >= self._width for _, start, _, _, _ in self._packed_plan)
         self._packed_views = self._plan_views()
@@ -121,13 +131,27 @@ class HostSource:
             for name, start, w, shape in self._flag_plan
         ]
         self._block_plan = self._plan_block_reads()
-        # every key comes from the packed block (or is the episode): gather skips _read
+        from_blocks = {p[0] for p in self._block_plan} | {p[0] for p in self._flag_plan}
+        # every key comes from the packed block (or is the episode): gather reads nothing else
         self._blocks_only = self._packed is not None and len(self._block_plan) == len(self._order)
-        # no packed block at all (the disk path, or pack=False): one planned gather per key
-        self._column_plan = self._plan_columns() if not self._block_plan and not self._flag_plan else None
-        self._next_rows = any(p[1] == _FROM_NEXT_ROWS for p in self._column_plan or ())
-        table = self._episode_of_step  # an int64 table's values are the batch's episodes as they are
-        self._table64 = table if table is not None and table.dtype == np.int64 else None
+        # the keys no block holds (all of them on the disk path, or with pack=False)
+        rest = [k for k in self._order if k not in from_blocks]
+        self._reader = TedReader(fields, self.episode_bounds, self._columns.__getitem__, rest)
+        self._unpacked = not self._block_plan and not self._flag_plan
+
+    @property
+    def layout(self) -> PackedLayout:
+        """What this source holds in RAM, as a public value (see :class:`PackedLayout`)."""
+        return PackedLayout(
+            keys=tuple(self.keys),
+            fields=self.dataset.manifest.fields,
+            rows=self._packed,
+            offsets=dict(self._layout),
+            flags=self._flags,
+            flag_plan=tuple(self._flag_plan),
+            columns=dict(self._columns),
+            episode_of_step=self.episode_bounds.table,
+        )
 
     def _plan_block_reads(self) -> list[tuple[str, int, int, int, tuple[int, ...] | None]]:
         """``(name, half, start, end, shape)`` of each key a packed gather returns, in output order:
@@ -145,30 +169,6 @@ class HostSource:
 
     # ------------------------------------------------------------------ set-up
 
-    def _plan_columns(self) -> list[tuple[str, int, Any, bool]]:
-        """``(name, source, column, is_array)`` of each key, in output order, for
-        :meth:`_gather_columns`: ``source`` is one of the ``_FROM_*`` codes below, ``column`` the
-        opened array (``None`` for the episode and a computed ``next/done``), ``is_array`` whether
-        it is a numpy array (``take``) or a zarr column (indexing). Resolved once here, so that a
-        batch is a loop of gathers with no key lookups, string tests or dispatch per key."""
-        fields = self.dataset.manifest.fields
-        plan: list[tuple[str, int, Any, bool]] = []
-        for key in self._order:
-            column: Any = None
-            if key == "episode":
-                source = _FROM_EPISODE
-            elif key == "next/done":
-                # reuse the flags when they are read too (they come first: next/done is last)
-                both = {"next/terminated", "next/truncated"} <= set(self.keys)
-                source = _FROM_DONE if both else _FROM_DONE_READ
-            elif key in fields:
-                source = _FROM_ROWS if fields[key].storage == "flat" else _FROM_STEPS
-                column = self._columns[key]
-            else:  # next/<flat key>: the flat row after
-                source, column = _FROM_NEXT_ROWS, self._columns[key[5:]]
-            plan.append((key, source, column, isinstance(column, np.ndarray)))
-        return plan
-
     def _open(self, key: str) -> Any:
         column = self.dataset.column(key)
         if isinstance(column, np.ndarray):
@@ -177,12 +177,15 @@ class HostSource:
             return np.array(column) if self.in_memory else np.asarray(column).view(np.ndarray)
         return np.asarray(column) if self.in_memory else column
 
-    def _episode_table(self) -> np.ndarray:
-        # int64 in RAM mode and up to EPISODE_TABLE_INT64_MAX_STEPS (no conversion per batch);
-        # int32 on the disk path of larger datasets (half the memory)
-        wide = self.in_memory or self.dataset.num_steps <= EPISODE_TABLE_INT64_MAX_STEPS
-        dtype = np.int64 if wide or self.dataset.num_episodes >= 2**31 else np.int32
-        return np.repeat(np.arange(self.dataset.num_episodes, dtype=dtype), self.dataset.episodes["length"])
+    def _table_dtype(self) -> Any:
+        """The dtype of the step -> episode table kept, or ``None`` (a binary search per batch):
+        int64 in RAM mode and up to :data:`EPISODE_TABLE_INT64_MAX_STEPS` (no conversion per
+        batch), int32 on the disk path of larger datasets (half the memory)."""
+        ds = self.dataset
+        if not self._need_episode or not (self.in_memory or ds.num_steps <= EPISODE_TABLE_MAX_STEPS):
+            return None
+        wide = self.in_memory or ds.num_steps <= EPISODE_TABLE_INT64_MAX_STEPS
+        return np.int64 if wide or ds.num_episodes >= 2**31 else np.int32
 
     def _pack_flags(self, keys: list[str]) -> None:
         """Bool step columns side by side in one ``(N, width)`` bool array, plus ``next/done``
@@ -213,7 +216,7 @@ class HostSource:
         # random gather that misses the caches once more per row
         flag_width = self._flags.shape[1] if self._flags is not None else 0
         packed = np.zeros((n + e, width + -(-flag_width // 4)), np.float32)
-        step_rows = np.arange(n, dtype=np.int64) + np.repeat(np.arange(e), ds.episodes["length"])
+        step_rows = self.episode_bounds.flat_rows(np.arange(n, dtype=np.int64))
         offset = 0
         for key in keys:
             spec, w = fields[key], widths[key]
@@ -262,10 +265,7 @@ class HostSource:
 
     def episode_of(self, idx: np.ndarray) -> np.ndarray:
         """The episode of each step index."""
-        if self._episode_of_step is not None:
-            episode = self._episode_of_step.take(idx)
-            return episode if episode.dtype == np.int64 else episode.astype(np.int64)
-        return np.searchsorted(self._ends, idx, side="right")
+        return self.episode_bounds.episode_of(idx)
 
     def take_rows(self, key: str, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``rows`` (positions in the stored array, any shape) of the stored, unpacked key
@@ -286,98 +286,35 @@ class HostSource:
             raise ValueError(f"out must be a C-contiguous {column.dtype} array of shape {shape}")
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= len(column)):
             raise IndexError(f"rows of {key!r} out of range [0, {len(column)})")
-        try:
-            if isinstance(column, np.ndarray):
-                # mode="clip" (the rows are checked above): with the default "raise", numpy
-                # gathers into a temporary buffer and copies that into `out`
-                column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
-            else:
-                out[...] = _take(column, rows)
-        except OSError as exc:
-            self.dataset._after_read(exc)
-            raise
-        if self._check:
-            self.dataset._after_read()
+        if isinstance(column, np.ndarray):
+            # mode="clip" (the rows are checked above): with the default "raise", numpy
+            # gathers into a temporary buffer and copies that into `out`
+            column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
+        else:  # a versioned column: checks the dataset was not replaced
+            out[...] = column[rows]
         return out
 
     def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
         """:meth:`gather`, or the method it would dispatch to at every call for this layout."""
-        return self._gather_columns if self._column_plan is not None else self.gather
+        return self._reader.gather if self._unpacked else self.gather
 
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""
-        if self._column_plan is not None:
-            return self._gather_columns(idx)
-        episode = self.episode_of(idx) if self._need_episode else None
+        if self._unpacked:
+            return self._reader.gather(idx)
+        episode = self.episode_bounds.episode_of(idx) if self._need_episode else None
         rows = idx + episode if episode is not None else idx
         if self._blocks_only:  # in-memory packed: views of the blocks, nothing else to read
-            out = self._gather_packed(rows, episode)
-            if self._check:
-                self.dataset._after_read()
-            return out
+            return self._gather_packed(rows, episode)
         packed = self._gather_packed(rows, episode) if self._block_plan else TedBatch()
         if self._flag_plan and self._flag_bytes < 0:
             packed.update(self._gather_flags(idx))
-        fields = self.dataset.manifest.fields
+        rest = self._reader.gather_located(idx, episode, rows)
         out = TedBatch()
-        try:
-            for key in self._order:
-                value = packed.get(key)
-                out[key] = value if value is not None else self._read(key, idx, rows, episode, out, fields)
-        except OSError as exc:
-            self.dataset._after_read(exc)
-            raise
-        if self._check:
-            self.dataset._after_read()
+        for key in self._order:
+            value = packed.get(key)
+            out[key] = value if value is not None else rest[key]
         return out
-
-    def _gather_columns(self, idx: np.ndarray) -> TedBatch:
-        """:meth:`gather` without a packed block: the plan of :meth:`_plan_columns`, one gather
-        per key (the same arrays as :meth:`_read` gives, in the same order)."""
-        table = self._table64
-        if not self._need_episode:
-            episode = None
-            rows = idx
-        elif table is not None:  # episode_of inlined: one take
-            episode = table.take(idx)
-            rows = idx + episode
-        else:
-            episode = self.episode_of(idx)
-            rows = idx + episode
-        out = TedBatch()
-        # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
-        at = (idx, rows, rows + 1 if self._next_rows else rows)
-        try:
-            for key, source, column, is_array in self._column_plan or ():
-                if source <= _FROM_NEXT_ROWS:
-                    out[key] = column.take(at[source], 0) if is_array else column[at[source]]
-                elif source == _FROM_EPISODE:
-                    out[key] = episode
-                elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
-                    out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
-                else:  # _FROM_DONE_READ
-                    out[key] = self._read(key, idx, rows, episode, out, self.dataset.manifest.fields)
-        except OSError as exc:
-            self.dataset._after_read(exc)
-            raise
-        if self._check:
-            self.dataset._after_read()
-        return out
-
-    def _read(
-        self, key: str, idx: np.ndarray, rows: np.ndarray, episode: Any, done: TedBatch, fields: Any
-    ) -> np.ndarray:
-        """One key that is not packed, as numpy."""
-        if key == "episode":
-            return episode
-        if key == "next/done":  # reuse the flags when they were read already
-            term, trunc = done.get("next/terminated"), done.get("next/truncated")
-            term = term if term is not None else _take(self._columns["next/terminated"], idx)
-            trunc = trunc if trunc is not None else _take(self._columns["next/truncated"], idx)
-            return term | trunc
-        if key in fields:
-            return _take(self._columns[key], rows if fields[key].storage == "flat" else idx)
-        return _take(self._columns[key[5:]], rows + 1)  # next/<flat key>
 
     def _gather_flags(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         assert self._flags is not None

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.reader import DONE_FLAGS
 from rlds_cli.cache.ted import TedBatch
 
 #: Most steps per chunk by default: large enough that per-chunk overhead vanishes for cheap
@@ -179,48 +180,34 @@ def plan_digest(plan: Plan) -> str:
 def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit: int) -> TedBatch:
     """The TED view of steps ``[start, stop)``, with ``index``; numpy arrays in memory.
 
-    Observation-like keys are read as one contiguous slab of flat rows and split into
-    ``key`` and ``next/key`` with one gather each. When the job stops early (``limit`` below
-    the dataset's size) and cuts an episode, its last processed step is marked truncated, so
-    the chunk is a valid TED on its own.
+    Read with :meth:`~rlds_cli.cache.reader.TedReader.range`: observation-like keys as one
+    contiguous slab of flat rows, the others as read-only views where the backend allows it
+    (memmap: no copy for keys the function passes through; writing into one in place raises
+    instead of touching the source). When the job stops early (``limit`` below the dataset's
+    size) and cuts an episode, its last processed step is marked truncated, so the chunk is a
+    valid TED on its own.
     """
-    idx = np.arange(start, stop, dtype=np.int64)
-    ep = ds.episode_of(idx)
-    e0 = int(ep[0])
-    wanted = _wanted(ds, keys)
-    out = TedBatch()
-    local = (idx - start) + (ep - e0)
-    for key, spec in ds.manifest.fields.items():
-        if spec.storage == "flat":
-            if key not in wanted and f"next/{key}" not in wanted:
-                continue
-            slab = np.asarray(ds.column(key)[start + e0 : stop + int(ep[-1]) + 1])
-            if key in wanted:
-                out[key] = slab.take(local, axis=0)
-            if f"next/{key}" in wanted:
-                out[f"next/{key}"] = slab.take(local + 1, axis=0)
-        elif key in wanted:
-            # a read-only view where the backend allows it (memmap): no copy for keys the
-            # function passes through; writing into it in place raises instead of touching the source
-            out[key] = np.asarray(ds.column(key)[start:stop])
-    if stop == limit and limit < ds.num_steps:
-        last_end = int(ds.episodes["start"][ep[-1]] + ds.episodes["length"][ep[-1]])
-        if last_end != stop:  # cut by num_frames: the step is the last one processed
-            out["next/truncated"] = out["next/truncated"].copy()
-            out["next/truncated"][-1] = True
-    out["next/done"] = out["next/terminated"] | out["next/truncated"]
-    out["episode"] = ep
-    out["index"] = idx
-    ds._after_read()
+    out = ds.reader(_wanted(ds, keys)).range(start, stop)
+    last = int(out["episode"][-1])
+    if stop == limit and limit < ds.num_steps and int(ds.episode_bounds.ends[last]) != stop:
+        # cut by num_frames: the step is the last one processed (so its episode is done)
+        for flag in ("next/truncated", "next/done"):
+            out[flag] = out[flag].copy()
+            out[flag][-1] = True
+    out["index"] = np.arange(start, stop, dtype=np.int64)
     return out
 
 
-def _wanted(ds: Dataset, keys: list[str] | None) -> set[str]:
-    available = ds.fields
-    if keys is None:
-        return set(available)
-    # the flags are always read: they define the episode structure the output must keep
-    return {*keys, "next/terminated", "next/truncated"}
+def _wanted(ds: Dataset, keys: list[str] | None) -> list[str]:
+    """The keys of a chunk, in the order its batch has always had: stored keys in manifest order
+    (a flat key followed by its ``next/`` one), then ``next/done`` and ``episode``. The flags are
+    always read: they define the episode structure the output must keep."""
+    wanted = set(ds.fields) if keys is None else {*keys, *DONE_FLAGS}
+    order: list[str] = []
+    for key, spec in ds.manifest.fields.items():
+        names = [key, f"next/{key}"] if spec.storage == "flat" else [key]
+        order += [name for name in names if name in wanted]
+    return [*order, "next/done", "episode"]
 
 
 def describe_input(ds: Dataset) -> dict[str, Any]:

@@ -1,0 +1,299 @@
+"""The one TED read path: step indices -> TED columns, from the flat layout the cache stores.
+
+The cache stores an observation-like key once, ``N + E`` rows (``storage="flat"``): step
+``t`` of episode ``e(t)`` has ``key[t] = flat[t + e(t)]`` and ``next/key[t] = flat[t + e(t) + 1]``
+(the row after; at an episode's end, its final observation). Step keys (``storage="step"``)
+have ``N`` rows. Two keys are derived, never stored: ``next/done = next/terminated |
+next/truncated`` and ``episode = e(t)``. This module holds that arithmetic once:
+
+* :class:`Episodes`: episode bounds and the step -> episode lookup (a binary search, or a
+  table when the caller can afford 4-8 bytes a step);
+* :class:`VersionedColumn`: a stored column whose every read checks, after reading, that the
+  dataset was not replaced under it (what :class:`~rlds_cli.cache.dataset.Dataset` hands out
+  for backends that read files by path at each access, e.g. zarr), so no reader can forget;
+* :class:`TedReader`: the TED keys of one dataset over any column cache (the backend's
+  columns, copies in RAM, ...), read at random steps (:meth:`TedReader.gather`) or over a run
+  of consecutive steps (:meth:`TedReader.range`, :meth:`TedReader.episode`).
+
+The packed in-RAM and on-device layouts of :mod:`rlds_cli.loader.sources` and
+:mod:`rlds_cli.loader.device` copy the columns once into one block; they take their rows from
+:meth:`Episodes.flat_rows` and read the keys they did not pack through a :class:`TedReader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.cache.ted import TedBatch, join_key
+
+#: The two stored flags ``next/done`` is derived from.
+DONE_FLAGS = ("next/terminated", "next/truncated")
+
+_getitem = dict.__getitem__
+# where a key comes from (TedReader's plan)
+_FROM_STEPS, _FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE, _FROM_DONE, _FROM_DONE_READ = range(6)
+
+
+def ted_fields(fields: Mapping[str, FieldSpec]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The TED view of stored ``fields``: every readable key -> (per-step shape, dtype), root
+    keys first, then the ``next/`` ones, each group sorted."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for key, spec in fields.items():
+        out[key] = (spec.shape, spec.dtype)
+        if spec.storage == "flat":
+            out[f"next/{key}"] = (spec.shape, spec.dtype)
+    out["next/done"] = ((1,), "bool")
+    out["episode"] = ((), "int64")
+    return dict(sorted(out.items(), key=lambda kv: (kv[0].startswith("next/"), kv[0])))
+
+
+def resolve_keys(
+    fields: Mapping[str, FieldSpec], keys: Iterable[str | tuple[str, ...]] | None, name: str
+) -> list[str]:
+    """The TED keys to read: ``keys`` (strings or tuples, duplicates dropped) checked against the
+    dataset ``name`` storing ``fields`` (``None``: every key, in :func:`ted_fields` order)."""
+    available = ted_fields(fields)
+    if keys is None:
+        return list(available)
+    wanted = list(dict.fromkeys(join_key(k) for k in keys))
+    unknown = [k for k in wanted if k not in available]
+    if unknown:
+        raise KeyError(f"dataset {name!r} has no keys {unknown}; it has {sorted(available)}")
+    return wanted
+
+
+def stored_keys(fields: Mapping[str, FieldSpec], keys: Iterable[str]) -> set[str]:
+    """The stored columns the TED ``keys`` are read from."""
+    keys = set(keys)
+    stored = {k for k in keys if k in fields}
+    stored |= {k[5:] for k in keys if k.startswith("next/") and k[5:] in fields}
+    if "next/done" in keys:
+        stored |= set(DONE_FLAGS)
+    return stored
+
+
+class Episodes:
+    """Episode boundaries as arrays, and the step -> episode lookup.
+
+    Args:
+        lengths: Steps per episode, in dataset order (episodes are contiguous).
+        table: Keep a step -> episode table of this dtype (4 or 8 bytes a step: one ``take``
+            per lookup) instead of a binary search over the episode ends (``None``).
+    """
+
+    def __init__(self, lengths: np.ndarray, table: Any = None) -> None:
+        self.lengths = np.asarray(lengths, np.int64).ravel()
+        if self.lengths.size == 0 or (self.lengths <= 0).any():
+            raise ValueError("episodes must be a non-empty list of positive lengths")
+        self.ends = np.cumsum(self.lengths)
+        self.starts = self.ends - self.lengths
+        self.num_steps = int(self.ends[-1])
+        #: The step -> episode table, when asked for (int64 values are a batch's ``episode`` as
+        #: they are; int32 halves the memory of a large dataset).
+        self.table: np.ndarray | None = None
+        if table is not None:
+            self.table = np.repeat(np.arange(len(self.lengths), dtype=table), self.lengths)
+
+    @classmethod
+    def of(cls, dataset: Any) -> Episodes:
+        """The episodes of an opened :class:`~rlds_cli.cache.dataset.Dataset`."""
+        return cls(dataset.episodes["length"])
+
+    def episode_of(self, steps: np.ndarray) -> np.ndarray:
+        """The episode each step belongs to, int64 (a binary search, O(log episodes) per step,
+        without a table)."""
+        if self.table is not None:
+            episode = self.table.take(steps)
+            return episode if episode.dtype == np.int64 else episode.astype(np.int64)
+        return np.searchsorted(self.ends, steps, side="right")
+
+    def flat_rows(self, steps: np.ndarray) -> np.ndarray:
+        """The flat row of each step: ``t + e(t)`` (its observation; the next one is the row after)."""
+        return steps + self.episode_of(steps)
+
+
+class VersionedColumn:
+    """A stored column whose reads check, after reading, that its dataset was not replaced.
+
+    A backend that reads files by path at every access (zarr) would read the files of a new
+    version once a ``--force`` rebuild renamed it into place; ``check`` raises
+    :class:`~rlds_cli.errors.DatasetReplacedError` then, so rows of two versions never mix
+    silently. A read that fails with ``OSError`` is checked too: a replaced dataset explains a
+    missing file better than the error does. Any other attribute (``chunk_rows``...) is the
+    column's own.
+
+    Args:
+        column: The backend's column (numpy-style first-axis indexing, ``shape``, ``dtype``).
+        check: Raises when the dataset was replaced.
+    """
+
+    __slots__ = ("_check", "column", "dtype", "shape")
+
+    def __init__(self, column: Any, check: Callable[[], None]) -> None:
+        self.column = column
+        self.shape = tuple(column.shape)
+        self.dtype = np.dtype(column.dtype)
+        self._check = check
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.column, name)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        try:
+            data = self.column[index]
+        except OSError:
+            self._check()
+            raise
+        self._check()
+        return data
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self[slice(None)]
+        return data.astype(dtype) if dtype is not None else np.asarray(data)
+
+
+def take(column: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (any shape) of a column: ``take`` from a numpy array, indexing otherwise
+    (zarr and versioned columns handle integer arrays of any shape)."""
+    if isinstance(column, np.ndarray):
+        return column.take(rows, axis=0)
+    return column[rows]
+
+
+class TedReader:
+    """The TED ``keys`` of one dataset, read from a column cache.
+
+    The plan (where each key comes from, which column) is resolved once here, so that a
+    :meth:`gather` is a loop of gathers with no key lookups, string tests or dispatch per key.
+
+    Args:
+        fields: The dataset's stored fields (its manifest's).
+        episodes: Its episodes (with a table, lookups are one ``take``).
+        column: The stored column of a key: the backend's (memory maps, versioned zarr
+            columns), copies in RAM, anything with numpy-style first-axis indexing.
+        keys: TED keys, resolved (see :func:`resolve_keys`); the output keeps their order.
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, FieldSpec],
+        episodes: Episodes,
+        column: Callable[[str], Any],
+        keys: Iterable[str],
+    ) -> None:
+        self.fields = fields
+        self.episodes = episodes
+        self.keys = list(keys)
+        # next/done last, so that it reuses the flags when those are read too
+        self._order = sorted(self.keys, key=lambda k: k == "next/done")
+        self._plan = self._make_plan(column)
+        self.need_episode = any(p[1] in (_FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE) for p in self._plan)
+        self._next_rows = any(p[1] == _FROM_NEXT_ROWS for p in self._plan)
+        table = episodes.table  # an int64 table's values are the batch's episodes as they are
+        self._table64 = table if table is not None and table.dtype == np.int64 else None
+
+    def _make_plan(self, column: Callable[[str], Any]) -> list[tuple[str, int, Any, bool]]:
+        """``(name, source, column, is_array)`` of each key, in output order: ``source`` one of
+        the ``_FROM_*`` codes, ``column`` the opened column (``None`` for a derived key, or the
+        two flags for a ``next/done`` that reads them), ``is_array`` whether it is a numpy array
+        (``take``) or not (indexing)."""
+
+        def column_of(key: str) -> Any:
+            col = column(key)
+            # a memory map as a plain ndarray over the same buffer: its gathers are plain arrays,
+            # and np.memmap's subclass hooks cost more than the gather itself on small batches
+            return col.view(np.ndarray) if isinstance(col, np.ndarray) else col
+
+        plan: list[tuple[str, int, Any, bool]] = []
+        for key in self._order:
+            col: Any = None
+            if key == "episode":
+                source = _FROM_EPISODE
+            elif key == "next/done":
+                if set(DONE_FLAGS) <= set(self.keys):
+                    source = _FROM_DONE  # the flags come first: next/done is last
+                else:
+                    source, col = _FROM_DONE_READ, tuple(column_of(k) for k in DONE_FLAGS)
+            elif key in self.fields:
+                source = _FROM_ROWS if self.fields[key].storage == "flat" else _FROM_STEPS
+                col = column_of(key)
+            else:  # next/<flat key>: the flat row after
+                source, col = _FROM_NEXT_ROWS, column_of(key[5:])
+            plan.append((key, source, col, isinstance(col, np.ndarray)))
+        return plan
+
+    def locate(self, idx: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(episode, flat rows)`` of step indices ``idx`` (``None`` and ``idx`` when no key
+        needs them)."""
+        if not self.need_episode:
+            return None, idx
+        table = self._table64
+        episode = table.take(idx) if table is not None else self.episodes.episode_of(idx)
+        return episode, idx + episode
+
+    def gather(self, idx: np.ndarray) -> TedBatch:
+        """The keys at step indices ``idx`` (int64, any shape, in range), as numpy arrays of
+        ``idx``'s shape in front."""
+        episode, rows = self.locate(idx)
+        return self.gather_located(idx, episode, rows)
+
+    def gather_located(self, idx: np.ndarray, episode: np.ndarray | None, rows: np.ndarray) -> TedBatch:
+        """:meth:`gather` with the episodes and flat rows of :meth:`locate` computed already."""
+        out = TedBatch()
+        # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
+        at = (idx, rows, rows + 1 if self._next_rows else rows)
+        for key, source, column, is_array in self._plan:
+            if source <= _FROM_NEXT_ROWS:
+                out[key] = column.take(at[source], 0) if is_array else column[at[source]]
+            elif source == _FROM_EPISODE:
+                out[key] = episode
+            elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
+                out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
+            else:  # _FROM_DONE_READ
+                out[key] = take(column[0], idx) | take(column[1], idx)
+        return out
+
+    def range(self, start: int, stop: int) -> TedBatch:
+        """The keys over the consecutive steps ``[start, stop)`` (in range, not empty), with
+        contiguous reads: a step key is one slice (a read-only view of a memory map, no copy:
+        writing into it raises instead of touching the cache), a flat key one slab of flat rows
+        read once and split into ``key`` and ``next/key`` (new arrays) with one gather each."""
+        e0, e1 = (int(e) for e in self.episodes.episode_of(np.array([start, stop - 1])))
+        steps = slice(start, stop)
+        episode: np.ndarray | None = None
+        local: np.ndarray | None = None
+        slabs: dict[str, np.ndarray] = {}  # by stored key: key and next/key share one
+        out = TedBatch()
+        for key, source, column, _ in self._plan:
+            if source == _FROM_STEPS:
+                out[key] = np.asarray(column[steps])
+            elif source in (_FROM_ROWS, _FROM_NEXT_ROWS):
+                stored = key[5:] if source == _FROM_NEXT_ROWS else key
+                slab = slabs.get(stored)
+                if slab is None:
+                    slab = slabs[stored] = np.asarray(column[start + e0 : stop + e1 + 1])
+                if local is None:
+                    idx = np.arange(start, stop, dtype=np.int64)
+                    local = (idx - start) + (self.episodes.episode_of(idx) - e0)
+                out[key] = slab.take(local + 1 if source == _FROM_NEXT_ROWS else local, axis=0)
+            elif source == _FROM_EPISODE:
+                if episode is None:
+                    episode = self.episodes.episode_of(np.arange(start, stop, dtype=np.int64))
+                out[key] = episode
+            elif source == _FROM_DONE:
+                out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
+            else:
+                out[key] = np.asarray(column[0][steps]) | np.asarray(column[1][steps])
+        return out
+
+    def episode(self, i: int) -> TedBatch:
+        """The keys over every step of episode ``i`` (in ``[0, num_episodes)``)."""
+        start = int(self.episodes.starts[i])
+        return self.range(start, start + int(self.episodes.lengths[i]))
