@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.cache.views import VIEW_LAYOUT, SlicedColumn, ViewSpec
+from rlds_cli.cache.views import SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
 #: How often :func:`open_dataset` tries again while a replacement of the dataset is under way.
