@@ -62,6 +62,9 @@ META_DIR = ".rlds"
 PART_SUFFIX = ".part"
 HASHES_FILE = "hashes.json"
 LISTING_FILE = "listing.json"
+#: Under META_DIR: partial downloads, and the lock each file's download holds while it runs.
+PARTS_DIR = "parts"
+DOWNLOAD_LOCKS_DIR = "locks"
 
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
@@ -100,6 +103,13 @@ def tmp_owner(path: Path) -> str:
     if JOB_MARK in name:
         return name.rsplit(JOB_MARK, 1)[0]
     return name.lstrip(".").removesuffix(".tmp").rsplit(".", 2)[0]
+
+
+def download_locks(folder: Path) -> list[Path]:
+    """The lock files of a download folder, one per file ever fetched into it (held while that
+    file's download runs): ``.rlds/locks/<file>.lock``, and rlds 0.1's ``.<file>.lock``."""
+    current = folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}")
+    return [*current, *folder.glob(f".*{LOCK_SUFFIX}")]
 
 
 @dataclass(frozen=True)
