@@ -531,7 +531,10 @@ class ZarrBackend(Backend):
 
         _key_path(dataset_dir, key, "")
         array: Any = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r+")[key]
-        align = self.region_rows(array.dtype, tuple(array.shape[1:]))
+        # every chunk is written, as by create_column (the setting is not stored with the array)
+        array = array.with_config({"write_empty_chunks": True})
+        # the array's own files (a worker process may not share the writer's settings)
+        align = int((getattr(array, "shards", None) or array.chunks)[0])
         total = int(array.shape[0])
         if not 0 <= start <= stop <= total:
             raise ValueError(f"rows {start}:{stop} are outside column {key!r} of {total} rows")
