@@ -11,7 +11,9 @@ Layout under the root::
     tmp/<entry>.<id>.trash              a replaced dataset on its way out
     tmp/<entry>.<id>.publish            the journal of a replacement in progress
     tmp/<entry>.job-<id>/               a preprocess job: job.json, out/ (the output), chunks/
+    tmp/.push-<id>.journal              what a push to one URL has uploaded so far
     locks/<entry>.lock                  one lock file per dataset name
+    locks/.push-<id>.lock, locks/.preprocess-<id>.lock   pushes and jobs to a URL
     raw/<entry>/, raw/url-<hash>/       download folders, their bookkeeping in ``.rlds/``
 
 ``<entry>`` is the dataset name with ``/`` written as ``--`` (so ``D4RL/door/human-v2`` is
@@ -54,6 +56,7 @@ JOB_FILE = "job.json"
 JOB_OUTPUT_DIR = "out"
 JOB_CHUNKS_DIR = "chunks"
 LOCK_SUFFIX = ".lock"
+PUSH_JOURNAL_SUFFIX = ".journal"
 
 # ---- a download folder (raw/<entry>/): every name but META_DIR belongs to the downloaded files
 #: The one name of a download folder that holds rlds' own bookkeeping (hashes, file list, locks,
@@ -158,6 +161,10 @@ class CacheLayout:
     def job_dir(self, entry: str, job_id: str) -> Path:
         """The directory of a preprocess job whose output is ``entry``."""
         return self.tmp_dir / f"{entry}{JOB_MARK}{job_id}"
+
+    def push_journal(self, ident: str) -> Path:
+        """What a push to one URL (``ident`` hashes it) has uploaded, kept between runs."""
+        return self.tmp_dir / f".push-{ident}{PUSH_JOURNAL_SUFFIX}"
 
     def job_dirs(self) -> list[Path]:
         """Every preprocess job directory, sorted."""

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import save_npz
+from rlds_cli.cache.layout import JOB_CHUNKS_DIR
 from rlds_cli.remote import store
 
 #: Per process: the store of each job area (opened once per task process, not per chunk).
@@ -49,7 +50,7 @@ def put_npz(url: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
     target = store.join(base, f"chunks/{name}")
     with store.translated(url):
         if store.is_local(fs):  # a filesystem: a temporary name, then a rename
-            fs.makedirs(store.join(base, "chunks"), exist_ok=True)
+            fs.makedirs(store.join(base, JOB_CHUNKS_DIR), exist_ok=True)
             part = f"{target}.{os.getpid()}.part"
             fs.pipe_file(part, buffer.getvalue())
             fs.mv(part, target)
@@ -61,7 +62,7 @@ def fetch(url: str, job_dir: Path, names: list[str]) -> None:
     """Copy chunk files from the job area into ``job_dir/chunks`` (each under a temporary name,
     then renamed: a local file is always whole), data files before summaries."""
     fs, base = _open(url)
-    chunks = job_dir / "chunks"
+    chunks = job_dir / JOB_CHUNKS_DIR
     chunks.mkdir(parents=True, exist_ok=True)
     for name in sorted(names, key=lambda n: n.endswith(".done.npz")):
         part = chunks / f".{name}.{os.getpid()}.fetch"
@@ -76,7 +77,7 @@ def fetch_finished(url: str, job_dir: Path) -> int:
     fs, base = _open(url)
     remote = store.list_files(fs, base, url)
     names = {rel.split("/", 1)[1] for rel in remote if rel.startswith("chunks/") and rel.endswith(".npz")}
-    local = job_dir / "chunks"
+    local = job_dir / JOB_CHUNKS_DIR
     wanted = []
     for name in names:
         if name.endswith(".done.npz") and not (local / name).is_file():

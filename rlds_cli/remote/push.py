@@ -313,8 +313,8 @@ class _Journal:
     def __init__(self, cache: CacheRoot, key: str) -> None:
         ident = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.cache = cache
-        self.path = cache.tmp_dir / f".push-{ident}.journal"
-        self.lock_path = cache.locks_dir / f".push-{ident}.lock"
+        self.path = cache.layout.push_journal(ident)
+        self.lock_path = cache.layout.lock_file(f".push-{ident}")
 
     @contextmanager
     def locked(self, url: str) -> Iterator[None]:
