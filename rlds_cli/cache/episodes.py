@@ -1,5 +1,6 @@
 """The episode index (``episodes.npy``): one row per episode, written once per dataset by
-whichever writer built it (conversion, a view, a preprocess job) and read by every reader.
+whichever writer built it (conversion, a view, a preprocess job); read, and checked against
+the manifest, by :class:`~rlds_cli.cache.dataset.Dataset`.
 
 A row is :data:`~rlds_cli.cache.ted.EPISODE_DTYPE`: the episode's first step, its length, the
 source's own id of it, and whether its final observation is the real one.
@@ -51,8 +52,3 @@ def write_index(directory: Path, index: np.ndarray, *, fsync: bool) -> None:
         if fsync:
             os.fsync(fh.fileno())
 
-
-def read_index(directory: Path) -> np.ndarray:
-    """The episode index of the dataset in ``directory``."""
-    index: np.ndarray = np.load(directory / EPISODES_FILE, allow_pickle=False)
-    return index
