@@ -86,9 +86,7 @@ def split(
     name: Annotated[
         str | None,
         typer.Option(
-            "--name",
-            "-n",
-            help="Base of the new names: NAME-train and NAME-val (default: PARENT).",
+            "--name", "-n", help="Base of the new names: NAME-train and NAME-val (default: PARENT).",
             show_default=False,
         ),
     ] = None,

@@ -47,7 +47,7 @@ def put_npz(url: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
     buffer = io.BytesIO()
     save_npz(buffer, arrays)
     fs, base = _open(url)
-    target = store.join(base, f"chunks/{name}")
+    target = store.join(base, f"{JOB_CHUNKS_DIR}/{name}")
     with store.translated(url):
         if store.is_local(fs):  # a filesystem: a temporary name, then a rename
             fs.makedirs(store.join(base, JOB_CHUNKS_DIR), exist_ok=True)
@@ -67,7 +67,7 @@ def fetch(url: str, job_dir: Path, names: list[str]) -> None:
     for name in sorted(names, key=lambda n: n.endswith(".done.npz")):
         part = chunks / f".{name}.{os.getpid()}.fetch"
         with store.translated(url):
-            fs.get_file(store.join(base, f"chunks/{name}"), str(part))
+            fs.get_file(store.join(base, f"{JOB_CHUNKS_DIR}/{name}"), str(part))
         os.replace(part, chunks / name)
 
 
@@ -76,7 +76,8 @@ def fetch_finished(url: str, job_dir: Path) -> int:
     returns how many chunks were copied."""
     fs, base = _open(url)
     remote = store.list_files(fs, base, url)
-    names = {rel.split("/", 1)[1] for rel in remote if rel.startswith("chunks/") and rel.endswith(".npz")}
+    prefix = f"{JOB_CHUNKS_DIR}/"
+    names = {rel.split("/", 1)[1] for rel in remote if rel.startswith(prefix) and rel.endswith(".npz")}
     local = job_dir / JOB_CHUNKS_DIR
     wanted = []
     for name in names:
