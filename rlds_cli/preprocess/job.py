@@ -358,27 +358,10 @@ def run(
             out_name, root=job.cache, replace=force, lock_timeout=0, lock=_url_lock(job), what=out_url
         )
         with txn:
-            existing = _existing_output(job, out_name)
-            made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
-            if existing is not None and made_here and (resume or not force):
-                # the very same job finished before (perhaps killed while cleaning up after
-                # itself): its output is complete, and what it left behind is only clutter
-                _discard_job_dir(job, out_name)
-                if out_url is not None:
-                    remote_io.remove(remote_io.job_url(out_url, job.job_id))
-                result = PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
-                if pool is not None:
-                    pool.close()
-                return result
-            if existing is not None and not force:
-                if out_url is not None:
-                    raise RemoteExistsError(
-                        f"{out_url} holds another dataset, not made by this job",
-                        hint="pass --force to replace it (readers never see a mix: its manifest goes first)",
-                    )
-                raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
             try:
-                result = _execute(job, out_name, txn, pool, workers, backend, ray_address, resume, progress)
+                result = _run_locked(
+                    job, out_name, txn, pool, workers, backend, ray_address, resume, progress
+                )
             finally:
                 if pool is not None:
                     pool.close()  # no worker may write into the job directory once the lock is released
@@ -387,6 +370,39 @@ def run(
             pool.close()  # when the job stopped before taking the lock (a no-op otherwise)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _run_locked(
+    job: _Job,
+    out_name: str,
+    txn: CacheTransaction,
+    pool: LocalPool | None,
+    workers: int | None,
+    backend: str,
+    address: str | None,
+    resume: bool,
+    progress: Progress | None,
+) -> PreprocessResult:
+    """The job, once its output is locked: reuse what the very same job published, refuse to
+    replace another dataset without ``--force``, else run it."""
+    out_url = job.out_url
+    existing = _existing_output(job, out_name)
+    made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
+    if existing is not None and made_here and (resume or not txn.replace):
+        # the very same job finished before (perhaps killed while cleaning up after
+        # itself): its output is complete, and what it left behind is only clutter
+        _discard_job_dir(job, out_name)
+        if out_url is not None:
+            remote_io.remove(remote_io.job_url(out_url, job.job_id))
+        return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
+    if existing is not None and not txn.replace:
+        if out_url is not None:
+            raise RemoteExistsError(
+                f"{out_url} holds another dataset, not made by this job",
+                hint="pass --force to replace it (readers never see a mix: its manifest goes first)",
+            )
+        raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
+    return _execute(job, out_name, txn, pool, workers, backend, address, resume, progress)
 
 
 def _output_url(out_name: str) -> str | None:
