@@ -75,7 +75,7 @@ def _log(message: str) -> None:
 def ensure_dataset(steps: int, work: Path, backend: str = "memmap") -> Any:
     """An rlds cache of about ``steps`` pixel steps (built once, kept in ``work``)."""
     from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.errors import DatasetNotFoundError
     from rlds_cli.formats.base import StepBlock
 

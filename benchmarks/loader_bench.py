@@ -59,7 +59,7 @@ WINDOWS = 10
 
 def ensure_dataset(steps: int, work: Path) -> Any:
     """An rlds memmap cache of ``steps`` benchmark steps (built once, kept in ``work``)."""
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.convert import convert
     from rlds_cli.errors import DatasetNotFoundError
 

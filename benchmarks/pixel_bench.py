@@ -359,7 +359,7 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     """Generate, convert, sample; the figures for :func:`render`."""
     from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
 
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
 
     work = bench.work

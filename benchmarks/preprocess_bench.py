@@ -103,7 +103,7 @@ def _setup(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from tensordict import TensorDict
 
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.convert import convert
 
     convert(spec["d4rl"], "bench", format="d4rl", root=spec["root"])

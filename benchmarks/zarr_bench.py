@@ -140,7 +140,7 @@ def old_layout() -> Iterator[None]:
 def build(root: Path, name: str, backend: str, blocks: Callable[[], Iterator[Any]]) -> dict[str, Any]:
     """Write one dataset; returns the CPU seconds of the builder's work and the files written."""
     from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
 
     cpu = 0.0
     wall = 0.0
@@ -256,7 +256,7 @@ def run_rounds(cases: list[Case], repeats: int, seconds: float) -> None:
 def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, seconds: float) -> dict[str, Any]:
     """Build, check and time everything; returns the figures for :func:`render`."""
     from rlds_cli.cache import backends
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
 
     os.environ.setdefault("RLDS_FSYNC", "0")

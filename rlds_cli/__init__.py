@@ -16,7 +16,7 @@ from typing import Any
 from rlds_cli._version import __version__
 
 _LAZY = {
-    "open_dataset": "rlds_cli.cache.dataset",
+    "open_dataset": "rlds_cli.cache.opening",
     "Dataset": "rlds_cli.cache.dataset",
     "TedBatch": "rlds_cli.cache.ted",
     "CacheRoot": "rlds_cli.cache.root",

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import ARRAYS_DIR
 from rlds_cli.preprocess import stats
 
 #: Steps read at a time when scanning a column (bounded memory for any dataset size).

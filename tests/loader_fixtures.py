@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 

@@ -299,7 +299,7 @@ def test_open_dataset_retries_while_a_replacement_is_under_way(
 ) -> None:
     """Between the two renames of a replacement the name has no directory for a moment; a
     reader that opens right then waits for the new version instead of reporting it missing."""
-    import rlds_cli.cache.dataset as dataset_module
+    import rlds_cli.cache.opening as dataset_module
 
     convert(golden_three_episodes(tmp_path / "a.hdf5", with_next=True), "gap")
     root = CacheRoot()

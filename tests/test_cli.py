@@ -768,7 +768,7 @@ def test_split_hints(golden_next_file: Path, isolated_cache: Path) -> None:
     ok("download", golden_next_file, "--name", "g")
     bad = invoke("split", "g", "--val", "1.5")
     assert bad.exit_code == 2 and "not between 0 and 1" in bad.stderr and "episode range" not in bad.stderr
-    from rlds_cli.cache.views import split_dataset
+    from rlds_cli.cache.derive import split_dataset
 
     with pytest.raises(errors.InvalidSelectionError) as fraction:
         split_dataset("g", 1.5)

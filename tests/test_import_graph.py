@@ -17,22 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rlds_cli"
 
-#: Imports that close cycles being removed on other branches of the core redesign (issue 13);
-#: the cycle check leaves them out. Temporary: the lead deletes this allowance after merging
-#: those branches (an entry whose import is gone fails the test, so none outlives its fix).
-KNOWN_CYCLES = {
-    # cache/views creates views by opening datasets, and cache/dataset reads views' layout
-    ("rlds_cli.cache.views", "rlds_cli.cache.dataset"),
-    # found with the two above, in the same cache modules (not this branch's files): cache/digest
-    # takes file names from cache/builder and the view layout from cache/views (both import
-    # digest), and open_dataset opens URLs with remote/reader, whose RemoteDataset is a Dataset
-    ("rlds_cli.cache.digest", "rlds_cli.cache.builder"),
-    ("rlds_cli.cache.digest", "rlds_cli.cache.views"),
-    ("rlds_cli.cache.dataset", "rlds_cli.remote.reader"),
-}
-#: Temporary too (same branches): cache/dataset takes file names and the view layout from
-#: cache/builder and cache/views, so opening a dataset imports the builder.
-KNOWN_READ_PATH_IMPORTS = {"rlds_cli.cache.builder"}
 
 
 def module_name(path: Path) -> str:
@@ -139,11 +123,11 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     """The parser resolves what the cycle check relies on (on the package's own files)."""
     graph = import_graph()
     # function-level, absolute
-    assert "rlds_cli.names" in graph["rlds_cli.cache.dataset"]
+    assert "rlds_cli.names" in graph["rlds_cli.cache.opening"]
     # `from pkg import mod` is the module, not the package
     assert "rlds_cli.cache.digest" in graph["rlds_cli.cache.builder"]
     assert "rlds_cli.cache" not in graph["rlds_cli.cache.builder"]
-    assert "rlds_cli.settings" in graph["rlds_cli.cache.builder"]  # from rlds_cli import settings
+    assert "rlds_cli.settings" in graph["rlds_cli.cache.transaction"]  # from rlds_cli import settings
     # under `if TYPE_CHECKING:`: never runs, not an edge
     assert "rlds_cli.loader.loader" not in graph["rlds_cli.loader"]
 
@@ -166,12 +150,7 @@ def test_cycles_are_found() -> None:
 
 
 def test_the_package_has_no_import_cycles() -> None:
-    graph = import_graph()
-    stale = sorted((a, b) for a, b in KNOWN_CYCLES if b not in graph.get(a, ()))
-    assert not stale, f"fixed: delete these from KNOWN_CYCLES: {stale}"
-    for importer, imported in KNOWN_CYCLES:
-        graph[importer].discard(imported)
-    found = cycles(graph)
+    found = cycles(import_graph())
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
@@ -201,7 +180,7 @@ def _imported_by(statement: str) -> set[str]:
 
 
 def test_opening_a_dataset_does_not_import_the_writers() -> None:
-    loaded = _imported_by("import rlds_cli.cache.dataset")
+    loaded = _imported_by("import rlds_cli.cache.opening")
     assert {"rlds_cli", "rlds_cli.cache.manifest"} <= loaded, "the -X importtime output was not parsed"
-    writers = loaded & {"rlds_cli.formats", "rlds_cli.cache.builder"}
-    assert not writers - KNOWN_READ_PATH_IMPORTS, sorted(writers)
+    writers = loaded & {"rlds_cli.formats", "rlds_cli.cache.builder", "rlds_cli.cache.transaction"}
+    assert not writers, sorted(writers)

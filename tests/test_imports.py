@@ -168,7 +168,7 @@ def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
 
 
 def test_lazy_attributes_in_process() -> None:
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
 
     assert rlds_cli.open_dataset is open_dataset

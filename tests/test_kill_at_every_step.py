@@ -19,8 +19,8 @@ import pytest
 
 import rlds_cli.cache.root as cache_root
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
+from rlds_cli.cache.derive import create_view
 from rlds_cli.cache.manage import collect_garbage, remove_dataset
-from rlds_cli.cache.views import create_view
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.preprocess import job as preprocess_job
 from rlds_cli.validate import check_dataset

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from rlds_cli.download import download
 from rlds_cli.errors import DatasetNotFoundError

@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlds_cli import preprocess
-from rlds_cli.cache.dataset import Dataset, open_dataset
-from rlds_cli.cache.views import split_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.derive import split_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from rlds_cli.errors import LoaderStateError, SeedError
 from rlds_cli.loader import (

@@ -79,7 +79,7 @@ def test_every_mode_and_sampler_matches_gather(ted: Dataset, mode: dict, sampler
 @pytest.fixture(scope="module")
 def scalars(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     """A dataset with per-step keys of shape () (float32 and bool), made by preprocess."""
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.preprocess import run
 
     root = tmp_path_factory.mktemp("scalars")

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from rlds_cli.cache.builder import DatasetBuilder
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.loader.ring import BatchRing

@@ -195,6 +195,24 @@ def test_gc_raw_removes_only_orphaned_download_folders(two_datasets: CacheRoot) 
     assert used.exists() and busy.exists() and not orphan.exists()
 
 
+def test_gc_raw_keeps_a_folder_whose_download_holds_its_lock(two_datasets: CacheRoot) -> None:
+    """The lock a running download holds, where net/fetch.py takes it (gc once looked for the
+    old ``.<file>.lock`` only, and removed folders with a download in progress)."""
+    from filelock import FileLock
+
+    from rlds_cli.net.layout import lock_path
+
+    busy = two_datasets.path / "raw" / "busy-v0"
+    busy.mkdir(parents=True)
+    (busy / "f.hdf5").write_bytes(b"x")
+    lock = lock_path(busy, "sub/f.hdf5")
+    lock.parent.mkdir(parents=True)
+    with FileLock(str(lock)):
+        assert collect_garbage(two_datasets, raw=True) == []
+    assert busy.exists()
+    assert collect_garbage(two_datasets, raw=True) == [busy]
+
+
 def test_registry_aliases_name_their_cached_dataset() -> None:
     from rlds_cli.download import download
 

@@ -34,7 +34,7 @@ pytest.importorskip("PIL", reason="minari's JPEG frames need pillow")
 from gymnasium import spaces  # noqa: E402
 
 from rlds_cli.cache import open_dataset  # noqa: E402
-from rlds_cli.cache.views import create_view  # noqa: E402
+from rlds_cli.cache.derive import create_view  # noqa: E402
 from rlds_cli.cli.app import app  # noqa: E402
 from rlds_cli.convert import convert  # noqa: E402
 from rlds_cli.errors import SourceFormatError  # noqa: E402

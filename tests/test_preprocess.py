@@ -11,7 +11,7 @@ import pytest
 
 from rlds_cli import preprocess
 from rlds_cli.cache.builder import DatasetBuilder
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import (
     DatasetExistsError,
     FunctionImportError,
@@ -145,6 +145,44 @@ def test_memmap_and_zarr_outputs_agree(medium: str) -> None:
     preprocess.run(medium, fn, "ep-mm", by="episode", workers=1, chunk_steps=16, num_frames=60)
     preprocess.run(medium, fn, "ep-zz", by="episode", chunk_steps=16, num_frames=60, storage="zarr")
     assert_same(everything("ep-mm"), everything("ep-zz"))
+
+
+@pytest.mark.parametrize("shards", ["one-row-shards", "default-shards"])
+def test_zarr_direct_mode_equals_files_mode_byte_for_byte(
+    medium: str, shards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-step chunks written in place, each into its own regions of the preallocated zarr
+    columns (Backend.open_region): with shards of one row every chunk's region is aligned, so
+    the job runs in direct mode; with the default shards the chunks of a multi-chunk plan share
+    a shard, so it falls back to chunk files. Either way the output is the files mode's, file
+    for file."""
+    from rlds_cli.cache import backends
+    from rlds_cli.preprocess import output
+
+    if shards == "one-row-shards":
+        monkeypatch.setattr(backends, "ZARR_CHUNK_BYTES", 1)
+        monkeypatch.setattr(backends, "ZARR_SHARD_BYTES", 1)
+    preallocated: list[Path] = []
+    real_preallocate = output.preallocate
+
+    def spy(out: Path, *args: object) -> None:
+        preallocated.append(out)
+        real_preallocate(out, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(output, "preallocate", spy)
+    fn = f"{FNS}:add_features"
+    preprocess.run(medium, fn, "direct", workers=2, chunk_steps=16, storage="zarr")
+    assert len(preallocated) == (1 if shards == "one-row-shards" else 0)
+    monkeypatch.setattr(output, "direct_possible", lambda *args: False)
+    preprocess.run(medium, fn, "files", workers=2, chunk_steps=16, storage="zarr")
+    assert len(preallocated) <= 1
+    direct, files = open_dataset("direct"), open_dataset("files")
+    assert direct.manifest.content_digest == files.manifest.content_digest
+    written = {p.relative_to(files.directory) for p in files.directory.rglob("*") if p.is_file()}
+    assert written == {p.relative_to(direct.directory) for p in direct.directory.rglob("*") if p.is_file()}
+    for rel in sorted(written - {Path("manifest.json")}):
+        assert (direct.directory / rel).read_bytes() == (files.directory / rel).read_bytes(), rel
+    assert_same(everything("direct"), everything("files"))
 
 
 def test_source_is_never_modified(medium: str) -> None:

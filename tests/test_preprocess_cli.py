@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import preprocess
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from tests.test_preprocess import everything, make_dataset

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rlds_cli import preprocess
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import FunctionImportError, PreprocessError, UserFunctionError
 from rlds_cli.preprocess.pool import THREAD_VARIABLES
 from tests.test_preprocess import make_dataset

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlds_cli.cache.dataset import open_dataset
 from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, ted_fields
 from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetReplacedError

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli import preprocess
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import PreprocessError, RemoteExistsError, UserFunctionError
 from tests.test_preprocess import make_dataset

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
     CorruptDatasetError,

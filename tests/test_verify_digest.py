@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from rlds_cli import preprocess
 from rlds_cli.cache import digest
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.derive import create_view, split_dataset
 from rlds_cli.cache.manifest import MANIFEST_FILE
-from rlds_cli.cache.views import create_view, split_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError

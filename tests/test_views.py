@@ -10,10 +10,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.derive import create_view, split_dataset
 from rlds_cli.cache.manage import remove_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.views import create_view, parse_episode_range, split_dataset
+from rlds_cli.cache.views import parse_episode_range
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.dataset import Dataset, open_dataset
+    from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.manifest import FieldSpec, Manifest
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.root import CacheRoot, validate_name
     from rlds_cli.cache.ted import TedBatch
 
@@ -22,7 +23,7 @@ _LAZY = {
     "CacheRoot": "root",
     "validate_name": "root",
     "Dataset": "dataset",
-    "open_dataset": "dataset",
+    "open_dataset": "opening",
     "DatasetBuilder": "builder",
     "FieldSpec": "manifest",
     "Manifest": "manifest",

@@ -12,10 +12,15 @@ in use:
   per file) and compressed with Blosc/LZ4 + byte shuffle (fast to decode, which matters more
   for sampling than the last percent of ratio). Datasets written before sharding (512 KiB
   chunks, one file each) keep reading.
+
+Besides appending, a column can be preallocated at its final size and then written region by
+region (:meth:`Backend.preallocate`, :meth:`Backend.open_region`): parallel workers each fill
+their own rows, as a per-step preprocess job does.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import zipfile
 from abc import ABC, abstractmethod
@@ -25,6 +30,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
+from rlds_cli.cache.layout import ARRAYS_DIR
 from rlds_cli.cache.zarr_read import (
     _ABSENT,
     ALL_CHUNKS_ATTR,
@@ -33,9 +39,7 @@ from rlds_cli.cache.zarr_read import (
     _ChunkReader,
     _strict_store,
 )
-from rlds_cli.errors import CorruptDatasetError, InvalidKeyError
-
-ARRAYS_DIR = "arrays"
+from rlds_cli.errors import CorruptDatasetError, DiskFullError, InvalidKeyError
 
 
 class ColumnWriter(ABC):
@@ -48,6 +52,17 @@ class ColumnWriter(ABC):
     @abstractmethod
     def close(self, *, fsync: bool) -> int:
         """Finish the column and return its row count."""
+
+
+class RegionWriter(ABC):
+    """Rows ``[start, stop)`` of a preallocated column, written by one writer: fill
+    :attr:`rows` (a writable array of the region's shape), then :meth:`close`."""
+
+    rows: np.ndarray
+
+    @abstractmethod
+    def close(self, *, fsync: bool) -> None:
+        """Store the rows (``fsync``: make them durable now)."""
 
 
 class Backend(ABC):
@@ -74,6 +89,40 @@ class Backend(ABC):
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
         """Check that every file of a column is there, at its full size, without reading its
         data; returns what is wrong, or ``None``."""
+
+    def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
+        """The rows a region of :meth:`open_region` must start at a multiple of (or end at the
+        column's end), so that two regions never write the same file."""
+        return 1
+
+    @abstractmethod
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        """Create column ``key`` with ``rows`` rows, to be written by :meth:`open_region`.
+
+        Raises:
+            DiskFullError: The disk cannot hold the column (where the backend can tell).
+        """
+
+    def preallocated_bytes(self, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
+        """Disk bytes :meth:`preallocate` takes at once (0: files grow as regions are written)."""
+        return 0
+
+    @abstractmethod
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        """Rows ``[start, stop)`` of a preallocated column, for writing (see :meth:`region_rows`).
+
+        Raises:
+            ValueError: The region is not aligned, or outside the column.
+        """
+
+    def check_preallocated(
+        self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]
+    ) -> str | None:
+        """Whether a preallocated column is still there at its full size (a resumed job keeps
+        writing into it); returns what is wrong, or ``None``."""
+        return self.check_column(dataset_dir, key, rows, row_shape)
 
 
 # ----------------------------------------------------------------------------- memmap
@@ -154,6 +203,36 @@ def _key_path(dataset_dir: Path, key: str, suffix: str) -> Path:
     return dataset_dir / ARRAYS_DIR / f"{key}{suffix}"
 
 
+def reserve(fd: int, size: int, path: Path) -> None:
+    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`:
+    a full disk met while writing through a memory map kills the process with SIGBUS and no
+    message, so it must be an error before any work, naming the bytes needed."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(
+                f"not enough disk space for {path} ({size:,} bytes)",
+                hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
+            ) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+
+
+class _ArrayRegion(RegionWriter):
+    """A region that is a slice of a writable memory map: written in place."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def close(self, *, fsync: bool) -> None:
+        if fsync and isinstance(self.rows, np.memmap):
+            self.rows.flush()
+        del self.rows  # unmapped once the last slice of the map goes
+
+
 class MemmapBackend(Backend):
     """One plain ``.npy`` file per key, opened as a read-only memory map."""
 
@@ -173,6 +252,28 @@ class MemmapBackend(Backend):
         if column.shape != (rows, *row_shape):
             return f"array file of {key!r} has shape {column.shape}, expected {(rows, *row_shape)}"
         return None
+
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        path = _key_path(dataset_dir, key, ".npy")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = self.preallocated_bytes(dtype, row_shape, rows)
+        with open(path, "wb") as fh:
+            fh.write(npy_header(np.dtype(dtype), (rows, *row_shape)))
+            fh.truncate(size)
+            fh.flush()
+            if size > NPY_HEADER_BYTES:
+                reserve(fh.fileno(), size, path)
+
+    def preallocated_bytes(self, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
+        return NPY_HEADER_BYTES + rows * np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        column = np.load(_key_path(dataset_dir, key, ".npy"), mmap_mode="r+", allow_pickle=False)
+        if not 0 <= start <= stop <= len(column):
+            raise ValueError(f"rows {start}:{stop} are outside column {key!r} of {len(column)} rows")
+        return _ArrayRegion(column[start:stop])
 
     def open_column(self, dataset_dir: Path, key: str) -> np.ndarray:
         path = _key_path(dataset_dir, key, ".npy")
@@ -327,6 +428,25 @@ class ZarrColumnWriter(ColumnWriter):
         return self.rows
 
 
+class _ZarrRegion(RegionWriter):
+    """Rows of a preallocated zarr array, staged in memory and written at :meth:`close` as
+    whole shards (by the builder's own shard encoder, so the files equal an appended build's)."""
+
+    def __init__(self, array: Any, where: Path, start: int, stop: int) -> None:
+        self._array, self._where, self._start = array, where, start
+        self.rows = np.empty((stop - start, *array.shape[1:]), array.dtype)
+
+    def close(self, *, fsync: bool) -> None:
+        # durability comes from the commit's fsync of the whole tree, as for appended columns
+        writer = ZarrColumnWriter(self._array, tuple(self._array.shape[1:]), self._where)
+        if writer._where is None:  # no shards: zarr writes the (whole) chunks
+            self._array[self._start : self._start + len(self.rows)] = self.rows
+            return
+        per = writer.stage_rows
+        for offset in range(0, len(self.rows), per):
+            writer._write_shard((self._start + offset) // per, self.rows[offset : offset + per])
+
+
 class _ChunkEncoder:
     """Blosc-encodes the equal chunks of one staged shard into a buffer: LZ4 with byte shuffle,
     or level 0 (stored). The ctypes path costs about 1 us a chunk; addresses are taken once."""
@@ -391,15 +511,63 @@ class ZarrBackend(Backend):
     def create_column(
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
     ) -> ColumnWriter:
+        array = self._create_array(dataset_dir, key, dtype, row_shape, 0)
+        return ZarrColumnWriter(array, tuple(row_shape), _key_path(dataset_dir, key, ""))
+
+    def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
+        # a region writes whole files: whole shards (each written once, by one writer), or
+        # whole chunks of an array written without shards
+        return zarr_shard_rows(dtype, row_shape) or zarr_chunk_rows(dtype, row_shape)
+
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        # nothing to reserve: compressed sizes are unknown before the data, and a full disk
+        # met by a file write is an ordinary error (not a memory map's SIGBUS)
+        self._create_array(dataset_dir, key, dtype, row_shape, rows)
+
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        import zarr
+
+        _key_path(dataset_dir, key, "")
+        array: Any = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r+")[key]
+        # every chunk is written, as by create_column (the setting is not stored with the array)
+        array = array.with_config({"write_empty_chunks": True})
+        # the array's own files (a worker process may not share the writer's settings)
+        align = int((getattr(array, "shards", None) or array.chunks)[0])
+        total = int(array.shape[0])
+        if not 0 <= start <= stop <= total:
+            raise ValueError(f"rows {start}:{stop} are outside column {key!r} of {total} rows")
+        if start % align or (stop % align and stop != total):
+            raise ValueError(
+                f"rows {start}:{stop} of column {key!r} are not aligned to its {align}-row shards"
+            )
+        return _ZarrRegion(array, _key_path(dataset_dir, key, ""), start, stop)
+
+    def check_preallocated(
+        self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]
+    ) -> str | None:
+        # its files appear as regions are written: only the array itself can be checked
+        try:
+            array = self._open_array(dataset_dir, key)
+        except (KeyError, FileNotFoundError):
+            return f"zarr array {key!r} is missing under {dataset_dir / ARRAYS_DIR}"
+        if tuple(array.shape) != (rows, *row_shape):
+            return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
+        return None
+
+    def _create_array(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> Any:
         from zarr.codecs import BloscCodec
 
         _key_path(dataset_dir, key, "")  # refuses a key that is no safe path, before any write
         group = self._group(dataset_dir, "a")
         chunks = (zarr_chunk_rows(dtype, row_shape), *row_shape)
         shard_rows = zarr_shard_rows(dtype, row_shape)
-        array = group.create_array(
+        return group.create_array(
             key,
-            shape=(0, *row_shape),
+            shape=(rows, *row_shape),
             chunks=chunks,
             shards=(shard_rows, *row_shape) if shard_rows else None,
             dtype=np.dtype(dtype),
@@ -410,7 +578,6 @@ class ZarrBackend(Backend):
             config={"write_empty_chunks": True},
             attributes={ALL_CHUNKS_ATTR: True},
         )
-        return ZarrColumnWriter(array, tuple(row_shape), _key_path(dataset_dir, key, ""))
 
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
         try:

@@ -1,32 +1,28 @@
 """Atomic, streaming construction of a cached dataset.
 
-A :class:`DatasetBuilder` takes the dataset's lock, builds in a private directory under
-``tmp/``, appends :class:`~rlds_cli.formats.base.StepBlock` s as they stream in (memory use
-is one block), and on :meth:`DatasetBuilder.commit` writes the episode index, then the
-manifest, then renames the directory into place. Killed at any point before the rename, it
-leaves nothing visible, and the next writer removes its temporary directory.
+A :class:`DatasetBuilder` opens a :class:`~rlds_cli.cache.transaction.CacheTransaction` (lock,
+private build directory), appends :class:`~rlds_cli.cache.ted.StepBlock` s as they stream in
+(memory use is one block), and on :meth:`DatasetBuilder.commit` writes the episode index and
+commits the transaction (manifest, then the rename into place).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from rlds_cli import settings
-from rlds_cli.cache import digest
+from rlds_cli.cache import digest, episodes
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
-from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage, write_manifest
-from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
-from rlds_cli.cache.ted import EPISODE_DTYPE, REQUIRED_STEP_KEYS, StepBlock
-from rlds_cli.errors import ConversionError, DatasetExistsError, LockTimeoutError
-
-EPISODES_FILE = "episodes.npy"
-SOURCE_ARRAYS_FILE = "source_metadata.npz"
+from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
+from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.ted import REQUIRED_STEP_KEYS, StepBlock
+from rlds_cli.cache.transaction import CacheTransaction
+from rlds_cli.errors import ConversionError
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")
@@ -56,13 +52,12 @@ class DatasetBuilder:
         replace: bool = False,
         lock_timeout: float = -1,
     ) -> None:
-        self.name = validate_name(name)
-        self.root = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        self._txn = CacheTransaction(name, root=root, replace=replace, lock_timeout=lock_timeout)
+        self.name = self._txn.name
+        self.root = self._txn.cache
         self.backend: Backend = get_backend(backend)
         self.replace = replace
         self.existing: Manifest | None = None
-        self._lock = self.root.lock(name, timeout=lock_timeout)
-        self._dir: Path | None = None
         self._columns: dict[str, ColumnWriter] = {}
         # content digests, fed with the rows as they are appended (no second read at commit)
         self._hashers: dict[str, digest.ColumnHasher] = {}
@@ -72,35 +67,23 @@ class DatasetBuilder:
         self._episode_ids: list[np.ndarray] = []
         self._num_steps = 0
         self._open_episode = False
-        self._committed = False
 
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> DatasetBuilder:
-        from filelock import Timeout  # imported where needed, as in CacheRoot.lock
-
+        self._txn.__enter__()
         try:
-            self._lock.acquire()
-        except Timeout:
-            raise LockTimeoutError(f"dataset {self.name!r} is being written by another process") from None
-        try:
-            self.root.clean_stale_builds(held=self.name)
-            if self.root.exists(self.name):
-                self.existing = self.root.manifest(self.name)
-            self._dir = self.root.new_build_dir(self.name)
+            self.existing = self._txn.existing
+            self._txn.new_build_dir()
         except BaseException:
-            self._lock.release()
+            self._txn.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            if not self._committed and self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-        finally:
-            self._lock.release()
+        self._txn.__exit__(exc_type, exc, tb)
 
     @property
     def num_steps(self) -> int:
@@ -109,9 +92,11 @@ class DatasetBuilder:
 
     @property
     def build_dir(self) -> Path:
-        if self._dir is None:
-            raise RuntimeError("DatasetBuilder used outside its 'with' block")
-        return self._dir
+        """The private directory the dataset is built in."""
+        try:
+            return self._txn.build_dir
+        except RuntimeError:
+            raise RuntimeError("DatasetBuilder used outside its 'with' block") from None
 
     # ------------------------------------------------------------------ appending
 
@@ -221,17 +206,17 @@ class DatasetBuilder:
             raise ConversionError(f"no transitions to write for dataset {self.name!r}")
         if self._open_episode:
             raise ConversionError("the last episode was never closed (its last step has no end flag)")
-        if self.existing is not None and not self.replace:
-            raise DatasetExistsError(
-                f"dataset {self.name!r} already exists at {self.root.dataset_dir(self.name)}"
-            )
-        fsync = settings.fsync_enabled()
+        self._txn.check_free()
+        fsync = self._txn.fsync
         for key, column in self._columns.items():
             rows = column.close(fsync=fsync)
             expected = self._num_steps + (self._num_episodes() if self._specs[key].storage == "flat" else 0)
             if rows != expected:  # pragma: no cover - guarded by append's checks
                 raise ConversionError(f"column {key!r} has {rows} rows, expected {expected}")
-        index = self._write_episodes(fsync)
+        index = episodes.build_index(
+            np.concatenate(self._ends), np.concatenate(self._episode_ids), np.concatenate(self._final_known)
+        )
+        episodes.write_index(self.build_dir, index, fsync=fsync)
         if source_arrays:
             save_npz(
                 self.build_dir / SOURCE_ARRAYS_FILE,
@@ -253,31 +238,11 @@ class DatasetBuilder:
             lineage=lineage or [],
             content_digest=content,
         )
-        if fsync:
-            fsync_tree(self.build_dir)
-        write_manifest(self.build_dir, manifest, fsync=fsync)
-        self.root.publish(self.build_dir, self.name, replace=self.replace, fsync=fsync)
-        self._committed = True
+        self._txn.commit(manifest)
         return manifest
 
     def _num_episodes(self) -> int:
         return int(sum(len(e) for e in self._ends))
-
-    def _write_episodes(self, fsync: bool) -> np.ndarray:
-        ends = np.concatenate(self._ends)
-        index = np.zeros(len(ends), EPISODE_DTYPE)
-        index["start"][1:] = ends[:-1] + 1
-        index["length"] = ends + 1 - index["start"]
-        ids = np.concatenate(self._episode_ids)
-        index["source_id"] = np.where(ids >= 0, ids, np.arange(len(ends)))
-        index["final_known"] = np.concatenate(self._final_known)
-        path = self.build_dir / EPISODES_FILE
-        with open(path, "wb") as fh:
-            np.save(fh, index, allow_pickle=False)
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-        return index
 
 
 def dtype_name(dtype: np.dtype) -> str:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli._io import sha256_file
+from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.errors import CorruptDatasetError
 
 if TYPE_CHECKING:
@@ -81,15 +83,6 @@ def column_digest(column: Any, dtype: np.dtype | str) -> str:
     return hasher.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    """Plain sha256 of a file's bytes, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def array_digest(array: np.ndarray) -> str:
     """Digest of an in-memory array (the episode index)."""
     hasher = ColumnHasher(array.dtype)
@@ -108,14 +101,12 @@ def record(
         "episodes": array_digest(episodes),
     }
     if source_arrays is not None and source_arrays.is_file():
-        out["source_arrays"] = file_sha256(source_arrays)
+        out["source_arrays"] = sha256_file(source_arrays)
     return out
 
 
 def column_path(directory: Path, backend: str, key: str) -> Path:
     """The file (memmap) or folder (zarr) that holds column ``key``: what a report names."""
-    from rlds_cli.cache.backends import ARRAYS_DIR
-
     return directory / ARRAYS_DIR / (f"{key}.npy" if backend == "memmap" else key)
 
 
@@ -183,9 +174,8 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
     Returns:
         A :class:`DigestReport`; ``recorded`` is false for datasets written before digests.
     """
-    from rlds_cli.cache.builder import SOURCE_ARRAYS_FILE
     from rlds_cli.cache.manifest import read_manifest
-    from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+    from rlds_cli.cache.views import ViewSpec
 
     own = ds.manifest.content_digest
     holder: Manifest = ds.manifest
@@ -233,8 +223,6 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
                     )
                 )
     if own.get("episodes"):
-        from rlds_cli.cache.builder import EPISODES_FILE
-
         report.checked.append("episodes")
         got = array_digest(ds.episodes)
         if got != own["episodes"]:
@@ -251,7 +239,7 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
         report.checked.append("source_arrays")
         if not path.is_file():
             report.problems.append(DigestProblem("source_arrays", path, "the file is missing"))
-        elif file_sha256(path) != own["source_arrays"]:
+        elif sha256_file(path) != own["source_arrays"]:
             report.problems.append(
                 DigestProblem("source_arrays", path, "the file changed since it was written")
             )

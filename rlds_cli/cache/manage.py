@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
 
@@ -91,9 +92,9 @@ def disk_usage(cache: CacheRoot) -> DiskUsage:
     for manifest in cache.iter_manifests():
         usage.datasets[manifest.name] = tree_bytes(cache.dataset_dir(manifest.name))
     usage.tmp = tree_bytes(cache.tmp_dir)
-    usage.raw = tree_bytes(cache.path / "raw")
+    usage.raw = tree_bytes(cache.layout.raw_dir)
     if cache.path.is_dir():
-        counted = {cache.datasets_dir, cache.tmp_dir, cache.path / "raw"}
+        counted = {cache.datasets_dir, cache.tmp_dir, cache.layout.raw_dir}
         for child in cache.path.iterdir():
             if child not in counted:
                 usage.other += tree_bytes(child)
@@ -128,7 +129,7 @@ def collect_garbage(
         found.extend(_orphaned_raw(cache, dry_run=dry_run))
     if cache.datasets_dir.is_dir():
         for child in sorted(cache.datasets_dir.iterdir()):
-            if child.is_dir() and not (child / "manifest.json").exists():
+            if child.is_dir() and not (child / MANIFEST_FILE).exists():
                 found.append(child)
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
@@ -142,16 +143,13 @@ def interrupted_jobs(cache: CacheRoot) -> list[Path]:
 
 
 def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
-    """Preprocess job directories (``tmp/<entry>.job-<id>``) whose output name is not locked."""
+    """Preprocess job directories whose output name is not locked."""
     from filelock import FileLock, Timeout
 
     found: list[Path] = []
-    if not cache.tmp_dir.is_dir():
-        return found
-    for child in sorted(cache.tmp_dir.glob("*.job-*")):
-        entry = child.name.rsplit(".job-", 1)[0]
+    for child in cache.layout.job_dirs():
         try:
-            with FileLock(str(cache.locks_dir / f"{entry}.lock"), timeout=0):
+            with FileLock(str(cache.layout.lock_file(tmp_owner(child))), timeout=0):
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
                 found.append(child)
@@ -182,7 +180,7 @@ def _orphaned_raw(cache: CacheRoot, *, dry_run: bool, only: set[Path] | None = N
     """Download folders no dataset's manifest names as its ``source.raw_dir`` (among ``only``)."""
     from filelock import FileLock, Timeout
 
-    raw_root = cache.path / "raw"
+    raw_root = cache.layout.raw_dir
     if not raw_root.is_dir():
         return []
     used = {Path(m.source["raw_dir"]).resolve() for m in cache.iter_manifests() if m.source.get("raw_dir")}
@@ -191,8 +189,8 @@ def _orphaned_raw(cache: CacheRoot, *, dry_run: bool, only: set[Path] | None = N
         if folder.resolve() in used or (only is not None and folder.resolve() not in only):
             continue
         with ExitStack() as held:
-            try:  # every file download holds ".<file>.lock" in its folder while it runs
-                for lock in folder.glob(".*.lock"):
+            try:  # every file download holds its lock while it runs
+                for lock in download_locks(folder):
                     held.enter_context(FileLock(str(lock), timeout=0))
             except Timeout:
                 continue

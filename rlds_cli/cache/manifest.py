@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from rlds_cli._io import atomic_write
 from rlds_cli._version import __version__
+from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import CorruptDatasetError
 
 FORMAT_NAME = "rlds-ted"
 FORMAT_VERSION = 1
-MANIFEST_FILE = "manifest.json"
 
 #: ``flat``: stored once per step plus one final row per episode (N + E rows); read back as
 #: ``key`` and ``next/key``. ``step``: stored once per step (N rows), read back as is.

@@ -1,16 +1,5 @@
-"""The cache root on disk: where datasets live, how they are named, locked and published.
-
-Layout under the root::
-
-    datasets/<entry>/        published datasets (one directory each, manifest.json inside)
-    tmp/<entry>.<id>.incomplete   builds in progress (never read by anyone)
-    tmp/<entry>.<id>.trash        a replaced dataset on its way out
-    tmp/<entry>.<id>.publish      the journal of a replacement in progress (no atomic exchange)
-    locks/<entry>.lock       one lock file per dataset name
-
-``<entry>`` is the dataset name with ``/`` written as ``--`` (so ``D4RL/door/human-v2`` is
-``D4RL--door--human-v2``), the same convention as the Hugging Face cache; ``--`` is therefore
-not allowed inside a name.
+"""The cache root on disk: where datasets live (see :mod:`rlds_cli.cache.layout` for every
+path), how they are locked, published, replaced, recovered and removed.
 """
 
 from __future__ import annotations
@@ -20,22 +9,29 @@ import errno
 import json
 import logging
 import os
-import re
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlds_cli import settings
 from rlds_cli._io import atomic_write, fsync_dir, fsync_file
-from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, read_manifest
+from rlds_cli.cache.layout import (
+    BUILD_SUFFIX,
+    JOURNAL_SUFFIX,
+    MANIFEST_FILE,
+    TRASH_SUFFIX,
+    CacheLayout,
+    entry_name,
+    tmp_owner,
+    validate_name,
+)
+from rlds_cli.cache.manifest import Manifest, read_manifest
 from rlds_cli.errors import (
     CacheLocationError,
     CorruptDatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
-    InvalidNameError,
     LockTimeoutError,
 )
 
@@ -47,29 +43,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
-_BUILD_SUFFIXES = (".incomplete", ".trash")
-_JOURNAL_SUFFIX = ".publish"
-#: Bytes of a directory entry name on common filesystems; a build directory's name adds a
-#: 12-character id and a suffix to the entry, so entries are kept well under it.
-_MAX_ENTRY_BYTES = 200
+_BUILD_SUFFIXES = (BUILD_SUFFIX, TRASH_SUFFIX)
 
-
-def validate_name(name: str) -> str:
-    """Return ``name`` if it can name a cache entry, else raise :class:`InvalidNameError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name:
-        raise InvalidNameError(f"invalid dataset name {name!r}")
-    if len(name.replace("/", "--").encode()) > _MAX_ENTRY_BYTES:
-        raise InvalidNameError(
-            f"dataset name {name[:40]!r}... is {len(name)} characters long",
-            hint=f"use a name of at most {_MAX_ENTRY_BYTES} bytes (each '/' counts as two)",
-        )
-    return name
-
-
-def _entry(name: str) -> str:
-    return validate_name(name).replace("/", "--")
+__all__ = ["CacheRoot", "exchange_paths", "fsync_tree", "validate_name"]
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -118,6 +94,7 @@ class CacheRoot:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.path = settings.cache_root(root)
+        self.layout = CacheLayout(self.path)
         if self.path.exists() and not self.path.is_dir():
             raise CacheLocationError(f"the cache root {self.path} is a file, not a directory")
 
@@ -126,19 +103,19 @@ class CacheRoot:
 
     @property
     def datasets_dir(self) -> Path:
-        return self.path / "datasets"
+        return self.layout.datasets_dir
 
     @property
     def tmp_dir(self) -> Path:
-        return self.path / "tmp"
+        return self.layout.tmp_dir
 
     @property
     def locks_dir(self) -> Path:
-        return self.path / "locks"
+        return self.layout.locks_dir
 
     def dataset_dir(self, name: str) -> Path:
         """The directory a dataset of this name is (or would be) published at."""
-        return self.datasets_dir / _entry(name)
+        return self.layout.dataset_dir(name)
 
     def exists(self, name: str) -> bool:
         """Whether a complete dataset of this name is published."""
@@ -158,8 +135,8 @@ class CacheRoot:
     def _recover_if_journalled(self, name: str) -> bool:
         """A reader that finds a name missing while a crashed replacement of it has a journal
         finishes that replacement (when no writer holds the name) and says so."""
-        entry = _entry(name)
-        if not self.tmp_dir.is_dir() or not any(self.tmp_dir.glob(f"{entry}.*{_JOURNAL_SUFFIX}")):
+        entry = entry_name(name)
+        if not self.tmp_dir.is_dir() or not any(self.tmp_dir.glob(f"{entry}.*{JOURNAL_SUFFIX}")):
             return False
         try:
             self.recover()
@@ -189,13 +166,13 @@ class CacheRoot:
         from filelock import FileLock
 
         self.locks_dir.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.locks_dir / f"{_entry(name)}.lock"), timeout=timeout)
+        return FileLock(str(self.layout.lock_file(entry_name(name))), timeout=timeout)
 
     def new_build_dir(self, name: str) -> Path:
         """Create an empty private directory to build a dataset in (same filesystem as the
         final location, so publishing is a rename)."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        path = self.tmp_dir / f"{_entry(name)}.{uuid.uuid4().hex[:12]}.incomplete"
+        path = self.layout.build_dir(entry_name(name))
         path.mkdir()
         return path
 
@@ -220,21 +197,20 @@ class CacheRoot:
             return removed
         if not dry_run:  # a journalled replacement needs its build and trash: finish it first
             if held is not None:
-                self.recover(_entry(held))
+                self.recover(entry_name(held))
             self.recover()
         # entries whose replacement could not be finished (dry run, or a live writer holds them)
-        pending = {p.name.rsplit(".", 2)[0] for p in self.tmp_dir.glob(f"*{_JOURNAL_SUFFIX}")}
+        pending = {tmp_owner(p) for p in self.tmp_dir.glob(f"*{JOURNAL_SUFFIX}")}
         for child in sorted(self.tmp_dir.iterdir()):
-            if not child.name.endswith(_BUILD_SUFFIXES) or child.name.rsplit(".", 2)[0] in pending:
+            if not child.name.endswith(_BUILD_SUFFIXES) or tmp_owner(child) in pending:
                 continue
-            # "<entry>.<id>.incomplete": entries may contain dots, the id and suffix cannot
-            entry = child.name.rsplit(".", 2)[0]
-            if held is not None and entry == _entry(held):
+            entry = tmp_owner(child)
+            if held is not None and entry == entry_name(held):
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
                 continue
-            lock = FileLock(str(self.locks_dir / f"{entry}.lock"), timeout=0)
+            lock = FileLock(str(self.layout.lock_file(entry)), timeout=0)
             try:
                 with lock:
                     if not dry_run:
@@ -286,9 +262,8 @@ class CacheRoot:
     def _journalled_replace(self, build_dir: Path, final: Path, fsync: bool) -> Path:
         """Replace ``final`` by ``build_dir`` in two renames, with a journal that says how to
         finish (or undo) them; returns where the old version went."""
-        stem = f"{final.name}.{uuid.uuid4().hex[:12]}"
-        trash = self.tmp_dir / f"{stem}.trash"
-        journal = self.tmp_dir / f"{stem}{_JOURNAL_SUFFIX}"
+        journal = self.layout.journal_file(final.name)
+        trash = journal.with_name(journal.name.removesuffix(JOURNAL_SUFFIX) + TRASH_SUFFIX)
         # paths relative to the root: a preprocess job builds in a subdirectory of tmp/
         record = {k: os.path.relpath(p, self.path) for k, p in (("final", final), ("build", build_dir))}
         record["trash"] = os.path.relpath(trash, self.path)
@@ -304,8 +279,8 @@ class CacheRoot:
     def _discard(self, path: Path, entry: str) -> None:
         """Remove an old version: first out of reach of any name (an atomic rename to a
         ``.trash`` entry, so a crash leaves only stale trash), then its files."""
-        if not path.name.endswith(".trash"):
-            trash = self.tmp_dir / f"{entry}.{uuid.uuid4().hex[:12]}.trash"
+        if not path.name.endswith(TRASH_SUFFIX):
+            trash = self.layout.trash_dir(entry)
             os.replace(path, trash)
             path = trash
         shutil.rmtree(path, ignore_errors=True)
@@ -328,16 +303,16 @@ class CacheRoot:
         if not self.tmp_dir.is_dir():
             return done
         # a journal's temp file (".<entry>.<id>.publish.tmp") is torn: no rename happened yet
-        found = [*self.tmp_dir.glob(f".*{_JOURNAL_SUFFIX}.tmp"), *self.tmp_dir.glob(f"*{_JOURNAL_SUFFIX}")]
+        found = [*self.tmp_dir.glob(f".*{JOURNAL_SUFFIX}.tmp"), *self.tmp_dir.glob(f"*{JOURNAL_SUFFIX}")]
         for journal in sorted(found):
-            owner = journal.name.lstrip(".").removesuffix(".tmp").rsplit(".", 2)[0]
+            owner = tmp_owner(journal)
             if entry is not None:
                 if owner == entry:
                     self._roll_forward(journal)
                     done.append(owner)
                 continue
             try:
-                with FileLock(str(self.locks_dir / f"{owner}.lock"), timeout=0):
+                with FileLock(str(self.layout.lock_file(owner)), timeout=0):
                     self._roll_forward(journal)
                     done.append(owner)
             except Timeout:

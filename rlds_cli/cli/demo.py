@@ -37,7 +37,7 @@ def demo(
 
     With -q only the dataset's name is printed; --json prints what each step found.
     """
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cli.datasets import render_summary
     from rlds_cli.download import download
     from rlds_cli.summary import describe

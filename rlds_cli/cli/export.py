@@ -30,7 +30,7 @@ def export(
 
     With -q only the path written is printed.
     """
-    from rlds_cli.cache.dataset import open_dataset
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.export import export_dataset
     from rlds_cli.names import resolve_name
 

@@ -52,8 +52,9 @@ def view(
 
     Example: rlds view hopper-medium-v2 --episodes 0:100 --name hopper-first-100
     """
-    from rlds_cli.cache.dataset import open_dataset
-    from rlds_cli.cache.views import create_view, parse_episode_range
+    from rlds_cli.cache.derive import create_view
+    from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.names import resolve_name
 
     if legacy_name is not None:
@@ -105,7 +106,7 @@ def split(
 
     Neither view is made when either name is taken (unless --force).
     """
-    from rlds_cli.cache.views import split_dataset
+    from rlds_cli.cache.derive import split_dataset
     from rlds_cli.names import resolve_name
 
     if train_name is not None:

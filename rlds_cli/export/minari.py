@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
-from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, MissingExtraError, RldsError
 from rlds_cli.export._common import atomic_target, flat_keys, step_keys
 

@@ -11,7 +11,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
 from rlds_cli.loader.loader import to_tensordict, to_torch

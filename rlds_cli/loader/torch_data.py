@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler, get_worker_info
 
-from rlds_cli.cache.dataset import Dataset, open_dataset
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed

@@ -74,7 +74,8 @@ def statistics_dataset(dataset: Dataset) -> Dataset:
     """The dataset whose statistics normalize ``dataset`` by default: the parent of a view
     (a split's train and validation views share the parent's, so validation data is never
     normalized with its own statistics), else the dataset itself."""
-    from rlds_cli.cache.views import VIEW_LAYOUT, ViewSpec
+    from rlds_cli.cache.layout import VIEW_LAYOUT
+    from rlds_cli.cache.views import ViewSpec
 
     if dataset.manifest.layout != VIEW_LAYOUT:
         return dataset

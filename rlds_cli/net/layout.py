@@ -1,29 +1,47 @@
-"""Where downloads live: ``<root>/raw/<entry>/`` (``/`` in a name written as ``--``)."""
+"""Where downloads live: ``<root>/raw/<entry>/`` (``/`` in a name written as ``--``), and the
+files inside a download folder (the names are :mod:`rlds_cli.cache.layout`'s)."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import urllib.parse
 from pathlib import Path
 
-from rlds_cli.cache.root import CacheRoot, validate_name
+from rlds_cli.cache.layout import (
+    DOWNLOAD_LOCKS_DIR,
+    LISTING_FILE,
+    LOCK_SUFFIX,
+    META_DIR,
+    PART_SUFFIX,
+    PARTS_DIR,
+)
+from rlds_cli.cache.root import CacheRoot
 
-
-def raw_root(cache: CacheRoot) -> Path:
-    """The folder of every download."""
-    return cache.path / "raw"
+__all__ = [
+    "META_DIR",
+    "PART_SUFFIX",
+    "is_reserved",
+    "legacy_listing_path",
+    "listing_path",
+    "lock_path",
+    "meta_dir",
+    "part_info_path",
+    "part_path",
+    "raw_dir",
+    "stored_listing",
+    "url_dir",
+    "url_file_name",
+]
 
 
 def raw_dir(cache: CacheRoot, key: str) -> Path:
     """The download folder of a registry entry (``key`` is its cache name)."""
-    return raw_root(cache) / validate_name(key).replace("/", "--")
+    return cache.layout.download_dir(key)
 
 
 def url_dir(cache: CacheRoot, url: str) -> Path:
     """The download folder of an ad-hoc URL: one per URL, so recorded hashes never collide."""
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    return raw_root(cache) / f"url-{digest}"
+    return cache.layout.url_download_dir(url)
 
 
 def url_file_name(url: str) -> str:
@@ -31,13 +49,6 @@ def url_file_name(url: str) -> str:
     last = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", last).strip("._")
     return cleaned or "download"
-
-
-#: The one name of a download folder that holds rlds' own bookkeeping (hashes, file list, locks,
-#: partial downloads). Every other name belongs to the downloaded files, so a dataset file named
-#: ``hashes.json`` or ``x.part`` never meets a file of ours.
-META_DIR = ".rlds"
-PART_SUFFIX = ".part"
 
 
 def is_reserved(name: str) -> bool:
@@ -52,7 +63,7 @@ def meta_dir(folder: Path) -> Path:
 
 def part_path(folder: Path, name: str) -> Path:
     """Where the partial download of file ``name`` grows."""
-    return meta_dir(folder) / "parts" / (name + PART_SUFFIX)
+    return meta_dir(folder) / PARTS_DIR / (name + PART_SUFFIX)
 
 
 def part_info_path(part: Path) -> Path:
@@ -62,17 +73,17 @@ def part_info_path(part: Path) -> Path:
 
 def lock_path(folder: Path, name: str) -> Path:
     """The lock taken while file ``name`` is fetched."""
-    return meta_dir(folder) / "locks" / (name + ".lock")
+    return meta_dir(folder) / DOWNLOAD_LOCKS_DIR / (name + LOCK_SUFFIX)
 
 
 def listing_path(folder: Path) -> Path:
     """Where a Hugging Face folder's file list is remembered."""
-    return meta_dir(folder) / "listing.json"
+    return meta_dir(folder) / LISTING_FILE
 
 
 def legacy_listing_path(folder: Path) -> Path:
     """Where rlds 0.1 kept the file list (read when the new one is missing; never written)."""
-    return folder / "listing.json"
+    return folder / LISTING_FILE
 
 
 def stored_listing(folder: Path) -> Path | None:

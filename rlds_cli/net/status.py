@@ -9,6 +9,7 @@ from typing import Any
 
 from rlds_cli import registry
 from rlds_cli._io import sha256_file
+from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.net.hashes import HashStore
@@ -70,7 +71,7 @@ KINDS = ("downloaded", "converted", "view", "preprocessed", "download only")
 def dataset_kind(manifest: Any) -> str:
     """``view``, ``preprocessed``, ``downloaded`` (from the network, with a download folder) or
     ``converted`` (from a local file or folder, or a file bundled with rlds)."""
-    from rlds_cli.cache.views import VIEW_LAYOUT
+    from rlds_cli.cache.layout import VIEW_LAYOUT
 
     if manifest.layout == VIEW_LAYOUT:
         return "view"
@@ -381,8 +382,8 @@ def _dataset_checks(
     cache: CacheRoot, name: str, kind: str, legacy: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The cached dataset's own files: complete, and with the content recorded at write."""
-    from rlds_cli.cache.dataset import open_dataset
     from rlds_cli.cache.digest import NOT_RECORDED, check_digests
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.errors import CorruptDatasetError
 
     manifest = cache.manifest(name)
@@ -430,7 +431,7 @@ def _dataset_checks(
         arrays = [k for k in report.checked if k not in ("episodes", "source_arrays")]
         covered = [f"{len(arrays)} arrays{' of ' + report.scope if report.scope else ''}"] if arrays else []
         covered += ["the episode index"] if "episodes" in report.checked else []
-        covered += ["source_metadata.npz"] if "source_arrays" in report.checked else []
+        covered += [SOURCE_ARRAYS_FILE] if "source_arrays" in report.checked else []
         listed = " and ".join([", ".join(covered[:-1]), covered[-1]] if len(covered) > 1 else covered)
         out.append(_check("content digests", "pass", f"the sha256 of {listed} match those recorded at write"))
     return out

@@ -12,7 +12,10 @@ Where things live while a job runs (``<entry>`` is the output's cache entry)::
 arguments that change the output, so ``--resume`` only ever continues the very same job. The
 directory does not end in ``.incomplete``: the cache's stale-build cleanup leaves it alone, and
 it survives a crash until the job is resumed (or run again without ``--resume``, which starts
-over). It is removed once the output is published.
+over). The names are :mod:`rlds_cli.cache.layout`'s. The job holds a
+:class:`~rlds_cli.cache.transaction.CacheTransaction` of its output from start to end; ``out/``
+is that transaction's build directory, published by its commit. The directory is removed once
+the output is published.
 """
 
 from __future__ import annotations
@@ -30,22 +33,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import Timeout
 
 from rlds_cli import settings
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
-from rlds_cli.cache.backends import ARRAYS_DIR, get_backend
-from rlds_cli.cache.builder import EPISODES_FILE
-from rlds_cli.cache.dataset import Dataset, open_dataset
-from rlds_cli.cache.manifest import Manifest, write_manifest
-from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episodes import build_index, write_index
+from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, validate_name
+from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.transaction import CacheTransaction, seal
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetExistsError,
     FunctionImportError,
     InvalidNameError,
-    LockTimeoutError,
     OutputSchemaError,
     PreprocessError,
     RemoteExistsError,
@@ -351,41 +355,51 @@ def run(
             source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
             num_frames=num_frames, storage=storage, root=root, on_plan=start_workers, out_url=out_url,
         )  # fmt: skip
-        lock = _output_lock(job, out_name)
-        try:
-            lock.acquire()
-        except Timeout:
-            what = out_url or f"dataset {out_name!r}"
-            raise LockTimeoutError(f"{what} is being written by another process") from None
-        try:
-            existing = _existing_output(job, out_name)
-            made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
-            if existing is not None and made_here and (resume or not force):
-                # the very same job finished before (perhaps killed while cleaning up after
-                # itself): its output is complete, and what it left behind is only clutter
-                _discard_job_dir(job, out_name)
-                if out_url is not None:
-                    remote_io.remove(remote_io.job_url(out_url, job.job_id))
-                return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
-            if existing is not None and not force:
-                if out_url is not None:
-                    raise RemoteExistsError(
-                        f"{out_url} holds another dataset, not made by this job",
-                        hint="pass --force to replace it (readers never see a mix: its manifest goes first)",
-                    )
-                raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
-            job.cache.clean_stale_builds(held=out_name)
-            assert executor is not None  # started by _prepare, through on_plan
-            result = _execute(job, out_name, existing is not None, executor, resume, progress)
-        finally:
-            if executor is not None:
-                executor.close()  # no worker may write into the job directory once the lock is released
-            lock.release()
+        txn = CacheTransaction(
+            out_name, root=job.cache, replace=force, lock_timeout=0, lock=_url_lock(job), what=out_url
+        )
+        with txn:
+            try:
+                assert executor is not None  # started by _prepare, through on_plan
+                result = _run_locked(job, out_name, txn, executor, resume, progress)
+            finally:
+                if executor is not None:
+                    executor.close()  # no worker may write into the job directory once the lock is released
     finally:
         if executor is not None:
             executor.close()  # when the job stopped before taking the lock (a no-op otherwise)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _run_locked(
+    job: _Job,
+    out_name: str,
+    txn: CacheTransaction,
+    executor: executors.Executor,
+    resume: bool,
+    progress: Progress | None,
+) -> PreprocessResult:
+    """The job, once its output is locked: reuse what the very same job published, refuse to
+    replace another dataset without ``--force``, else run it."""
+    out_url = job.out_url
+    existing = _existing_output(job, out_name)
+    made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
+    if existing is not None and made_here and (resume or not txn.replace):
+        # the very same job finished before (perhaps killed while cleaning up after
+        # itself): its output is complete, and what it left behind is only clutter
+        _discard_job_dir(job, out_name)
+        if out_url is not None:
+            remote_io.remove(remote_io.job_url(out_url, job.job_id))
+        return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
+    if existing is not None and not txn.replace:
+        if out_url is not None:
+            raise RemoteExistsError(
+                f"{out_url} holds another dataset, not made by this job",
+                hint="pass --force to replace it (readers never see a mix: its manifest goes first)",
+            )
+        raise DatasetExistsError(f"dataset {out_name!r} already exists and was not made by this job")
+    return _execute(job, out_name, txn, executor, resume, progress)
 
 
 def _output_url(out_name: str) -> str | None:
@@ -404,15 +418,16 @@ def _output_url(out_name: str) -> str | None:
     return url
 
 
-def _output_lock(job: _Job, out_name: str) -> Any:
-    """The lock of the output: its name in the cache, or its URL (in this cache's locks)."""
+def _url_lock(job: _Job) -> Any:
+    """The lock of an output that goes to a URL (in this cache's locks), or ``None`` for an
+    output in the cache (locked by its name)."""
     if job.out_url is None:
-        return job.cache.lock(out_name, timeout=0)
+        return None
     from filelock import FileLock
 
     job.cache.locks_dir.mkdir(parents=True, exist_ok=True)
     ident = hashlib.sha256(job.out_url.encode()).hexdigest()[:16]
-    return FileLock(str(job.cache.locks_dir / f".preprocess-{ident}.lock"), timeout=0)
+    return FileLock(str(job.cache.layout.lock_file(f".preprocess-{ident}")), timeout=0)
 
 
 def _existing_output(job: _Job, out_name: str) -> Manifest | None:
@@ -423,17 +438,17 @@ def _existing_output(job: _Job, out_name: str) -> Manifest | None:
     from rlds_cli.remote import store
 
     fs, base = store.open_url(job.out_url)
-    data = store.read_bytes(fs, store.join(base, "manifest.json"), job.out_url)
+    data = store.read_bytes(fs, store.join(base, MANIFEST_FILE), job.out_url)
     if data is None:
         return None
     try:
-        return parse_manifest(data, f"{job.out_url}/manifest.json")
+        return parse_manifest(data, f"{job.out_url}/{MANIFEST_FILE}")
     except RldsError:
         return None  # unreadable: replaced only with --force, as any other dataset there
 
 
 def _job_path(job: _Job, out_name: str) -> Path:
-    return job.cache.tmp_dir / f"{job.cache.dataset_dir(out_name).name}.job-{job.job_id}"
+    return job.cache.layout.job_dir(job.cache.dataset_dir(out_name).name, job.job_id)
 
 
 def _discard_job_dir(job: _Job, out_name: str) -> None:
@@ -441,7 +456,7 @@ def _discard_job_dir(job: _Job, out_name: str) -> None:
     first renamed out of reach (a ``.trash`` entry, which the stale-build cleanup removes)."""
     path = _job_path(job, out_name)
     if path.exists():
-        trash = job.cache.tmp_dir / f"{path.name.replace('.job-', '.')}.{uuid.uuid4().hex[:8]}.trash"
+        trash = job.cache.layout.trash_dir(job.cache.dataset_dir(out_name).name)
         os.replace(path, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -450,9 +465,9 @@ def _job_dir(job: _Job, out_name: str, resume: bool) -> tuple[Path, dict[str, An
     """The job directory (fresh unless resuming) and the saved job description, if resumed."""
     path = _job_path(job, out_name)
     saved = None
-    if resume and (path / "job.json").is_file():
+    if resume and (path / JOB_FILE).is_file():
         try:
-            saved = json.loads((path / "job.json").read_text())
+            saved = json.loads((path / JOB_FILE).read_text())
         except (OSError, ValueError):
             saved = None
         if saved is not None and (saved.get("job") != job.job_id or not _output_intact(path, saved, job)):
@@ -460,7 +475,7 @@ def _job_dir(job: _Job, out_name: str, resume: bool) -> tuple[Path, dict[str, An
             saved = None
     if saved is None and path.exists():
         _discard_job_dir(job, out_name)
-    (path / "chunks").mkdir(parents=True, exist_ok=True)
+    (path / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
     return path, saved
 
 
@@ -469,15 +484,8 @@ def _output_intact(path: Path, saved: dict[str, Any], job: _Job) -> bool:
     its full size); chunk files are checked one by one in :func:`_finished_chunks`."""
     if saved.get("mode") != "direct":
         return True
-    for key, spec in schema.schema_from_json(saved["schema"]).items():
-        column = path / "out" / ARRAYS_DIR / f"{key}.npy"
-        rows = output.column_rows(job.plan, spec.storage)
-        try:
-            if column.stat().st_size != output.column_bytes(np.dtype(spec.dtype), spec.shape, rows):
-                return False
-        except OSError:
-            return False
-    return True
+    inferred = schema.schema_from_json(saved["schema"])
+    return output.preallocated_intact(path / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
 
 
 def _finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
@@ -504,15 +512,12 @@ def _finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
 def _execute(
     job: _Job,
     out_name: str,
-    replace: bool,
+    txn: CacheTransaction,
     executor: executors.Executor,
     resume: bool,
     progress: Progress | None,
 ) -> PreprocessResult:
     job_dir, saved = _job_dir(job, out_name, resume)
-    # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
-    direct = job.plan.by == "step" and job.storage == "memmap" and job.out_url is None
-    mode = "direct" if direct else "files"
     area = remote_io.job_url(job.out_url, job.job_id) if job.out_url is not None else None
     if area is not None:
         if resume:  # the chunks that finished, wherever the interrupted run was coordinated
@@ -521,11 +526,17 @@ def _execute(
             remote_io.remove(area)
     if saved is None:
         inferred = _infer(job)[0]
+        # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
+        direct = job.out_url is None and output.direct_possible(
+            job.storage, inferred, job.plan, job.src.episodes
+        )
+        mode = "direct" if direct else "files"
         saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}
-        if mode == "direct":
-            output.preallocate(job_dir / "out", inferred, job.plan)
-        (job_dir / "job.json").write_text(json.dumps(saved, indent=2))
+        if direct:
+            output.preallocate(job_dir / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
+        (job_dir / JOB_FILE).write_text(json.dumps(saved, indent=2))
     inferred = schema.schema_from_json(saved["schema"])
+    mode = saved["mode"]
     plan = job.plan
     done = _finished_chunks(job_dir, plan.num_chunks)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
@@ -539,7 +550,7 @@ def _execute(
         "source_digest": job.lineage["digest"], "job_dir": str(job_dir), "by": plan.by,
         "keys": job.keys, "limit": plan.limit, "schema": saved["schema"], "mode": mode,
         "stats": job.stats, "fsync": settings.fsync_enabled(), "cwd": os.getcwd(),
-        "rows": {k: output.column_rows(plan, s.storage) for k, s in inferred.items()},
+        "storage": job.storage,
     }  # fmt: skip
     assembler = output.Assembler(job_dir, inferred, job.storage, plan.num_chunks) if mode == "files" else None
 
@@ -567,7 +578,7 @@ def _execute(
         executor.run(spec, tasks, on_done)
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
-    manifest = _finish(job, out_name, job_dir, inferred, assembler, replace)
+    manifest = _finish(job, out_name, job_dir, inferred, assembler, txn)
     _discard_job_dir(job, out_name)
     if area is not None:
         remote_io.remove(area)
@@ -582,11 +593,12 @@ def _finish(
     job_dir: Path,
     inferred: schema.Schema,
     assembler: output.Assembler | None,
-    replace: bool,
+    txn: CacheTransaction,
 ) -> Manifest:
-    """Check chunk boundaries, merge statistics, write the episode index and manifest, publish."""
+    """Check chunk boundaries, merge statistics, write the episode index, commit the output's
+    transaction (or push it, for an output at a URL)."""
     plan = job.plan
-    fsync = settings.fsync_enabled()
+    fsync = txn.fsync
     missing = sorted(set(range(plan.num_chunks)) - set(_finished_chunks(job_dir, plan.num_chunks)))
     if missing:
         raise PreprocessError(
@@ -599,7 +611,7 @@ def _finish(
     rows_out = sum(int(meta["rows_out"]) for meta, _ in summaries)
     if rows_in != plan.limit:
         raise PreprocessError(f"job {job.job_id}: its chunks read {rows_in} steps, expected {plan.limit}")
-    out = job_dir / "out"
+    out = job_dir / JOB_OUTPUT_DIR
     if assembler is not None:
         assembler.pump()
         steps, ends, ids, known = assembler.close(fsync)
@@ -611,7 +623,6 @@ def _finish(
             )
         if steps == 0:
             raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
-        ids = np.where(ids >= 0, ids, np.arange(len(ends)))
     else:
         steps = plan.limit
         index = job.src.episodes[: plan.num_episodes]
@@ -620,11 +631,10 @@ def _finish(
         ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)
         if plan.cut:
             known[-1] = True  # the cut episode's last next/observation is real data
-    output.write_episodes(out / EPISODES_FILE, ends, ids, known, fsync)
+    index = build_index(ends, ids, known)
+    write_index(out, index, fsync=fsync)
     # chunks were written by several workers: the digests are read back from the finished output
-    content = digest.digest_directory(
-        out, job.storage, list(inferred), np.load(out / EPISODES_FILE, allow_pickle=False)
-    )
+    content = digest.digest_directory(out, job.storage, list(inferred), index)
     manifest = Manifest(
         name=out_name,
         backend=job.storage,
@@ -642,15 +652,14 @@ def _finish(
         stats=_merge_stats(summaries, inferred) if job.stats else {},
         content_digest=content,
     )
-    if fsync:
-        fsync_tree(out)
-    write_manifest(out, manifest, fsync=fsync)
     if job.out_url is not None:  # files, index, then the manifest: as rlds push
         from rlds_cli.remote.push import push_directory
 
-        push_directory(out, job.out_url, cache=job.cache, force=replace)
+        seal(out, manifest, fsync=fsync)
+        push_directory(out, job.out_url, cache=job.cache, force=txn.replace)
     else:
-        job.cache.publish(out, out_name, replace=replace, fsync=fsync)
+        txn.adopt(out)
+        txn.commit(manifest)
     return manifest
 
 

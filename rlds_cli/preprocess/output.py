@@ -1,18 +1,17 @@
-"""Writing a job's output: preallocated columns (per-step mode, memmap), chunk files appended
-in order (per-episode mode, zarr), and the episode index."""
+"""Writing a job's output: preallocated columns written in place, region by region (per-step
+mode, "direct"), or chunk files appended in order (per-episode mode, and per-step chunks a
+backend cannot write in place)."""
 
 from __future__ import annotations
 
-import errno
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES, ColumnWriter, get_backend, npy_header
-from rlds_cli.cache.builder import EPISODE_DTYPE
+from rlds_cli.cache.backends import ColumnWriter, get_backend
+from rlds_cli.cache.layout import JOB_OUTPUT_DIR
 from rlds_cli.errors import DiskFullError, PreprocessError
 from rlds_cli.preprocess import schema
 from rlds_cli.preprocess.plan import Plan
@@ -24,55 +23,55 @@ def column_rows(plan: Plan, storage: str) -> int:
     return plan.limit + (plan.num_episodes if storage == "flat" else 0)
 
 
-def column_bytes(dtype: np.dtype, shape: tuple[int, ...], rows: int) -> int:
-    """Size of a preallocated ``.npy`` column file: header plus ``rows`` rows."""
-    return NPY_HEADER_BYTES + rows * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
+def direct_possible(storage: str, inferred: schema.Schema, plan: Plan, episodes: np.ndarray) -> bool:
+    """Whether the workers can write their chunks in place, each into its own region of every
+    preallocated output column: per-step chunks whose regions all start where the backend
+    allows (any row for memmap; a shard boundary for zarr, which a plan of small chunks rarely
+    meets: two workers would then rewrite one shard, so the job uses chunk files instead)."""
+    if plan.by != "step":
+        return False
+    backend = get_backend(storage)
+    starts = np.asarray(plan.bounds[1:-1], np.int64)
+    # the flat rows before step t: t, plus a final row per episode ended before t
+    ended = np.searchsorted(np.asarray(episodes["start"]), starts, side="right") - 1
+    for spec in inferred.values():
+        align = backend.region_rows(np.dtype(spec.dtype), spec.shape)
+        firsts = starts + ended if spec.storage == "flat" else starts
+        if np.any(firsts % align):
+            return False
+    return True
 
 
-def preallocate(out: Path, inferred: schema.Schema, plan: Plan) -> None:
-    """Full-size ``.npy`` files that workers fill region by region through memory maps.
+def preallocate(out: Path, inferred: schema.Schema, plan: Plan, storage: str) -> None:
+    """Full-size output columns that workers fill region by region.
 
-    The space is reserved on disk first (``posix_fallocate``): a full disk met while writing
-    through a memory map kills the process with SIGBUS and no message, so it must be an error
-    here, before any work, naming the bytes needed.
+    The disk space a backend takes at once (memmap: every column, reserved with
+    ``posix_fallocate``) is checked first, so that a full disk is an error here, before any
+    work, naming the bytes needed. Not :func:`rlds_cli._io.check_disk`: that keeps a margin for a
+    download that grows; these bytes are taken at once, so exactly they must be free.
     """
-    sizes = {
-        key: column_bytes(np.dtype(spec.dtype), spec.shape, column_rows(plan, spec.storage))
-        for key, spec in inferred.items()
-    }
-    (out / ARRAYS_DIR).mkdir(parents=True, exist_ok=True)
+    backend = get_backend(storage)
+    rows = {key: column_rows(plan, spec.storage) for key, spec in inferred.items()}
+    needed = sum(backend.preallocated_bytes(np.dtype(s.dtype), s.shape, rows[k]) for k, s in inferred.items())
+    out.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(out).free
-    needed = sum(sizes.values())
     if needed > free:
         raise DiskFullError(
             f"the output needs {needed:,} bytes and {out} has {free:,} free",
             hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
         )
     for key, spec in inferred.items():
-        path = out / ARRAYS_DIR / f"{key}.npy"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        header = npy_header(np.dtype(spec.dtype), (column_rows(plan, spec.storage), *spec.shape))
-        with open(path, "wb") as fh:
-            fh.write(header)
-            fh.truncate(sizes[key])
-            fh.flush()
-            reserve(fh.fileno(), sizes[key], path, needed)
+        backend.preallocate(out, key, np.dtype(spec.dtype), spec.shape, rows[key])
 
 
-def reserve(fd: int, size: int, path: Path, needed: int) -> None:
-    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`."""
-    if size <= NPY_HEADER_BYTES or not hasattr(os, "posix_fallocate"):
-        return
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise DiskFullError(
-                f"not enough disk space for the output {path} ({needed:,} bytes needed in all)",
-                hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
-            ) from None
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
+def preallocated_intact(out: Path, inferred: schema.Schema, plan: Plan, storage: str) -> bool:
+    """Whether the preallocated output of a per-step job is still all there (a resumed job
+    keeps writing into it)."""
+    backend = get_backend(storage)
+    return all(
+        backend.check_preallocated(out, key, column_rows(plan, spec.storage), spec.shape) is None
+        for key, spec in inferred.items()
+    )
 
 
 class Assembler:
@@ -84,7 +83,7 @@ class Assembler:
         self.inferred = inferred
         self.num_chunks = num_chunks
         self.next = 0
-        out = job_dir / "out"
+        out = job_dir / JOB_OUTPUT_DIR
         if out.exists():  # a resumed job rebuilds its output from the chunk files
             shutil.rmtree(out)
         out.mkdir(parents=True)
@@ -123,16 +122,3 @@ class Assembler:
 
 def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-
-def write_episodes(path: Path, ends: np.ndarray, ids: np.ndarray, known: np.ndarray, fsync: bool) -> None:
-    index = np.zeros(len(ends), EPISODE_DTYPE)
-    index["start"][1:] = ends[:-1] + 1
-    index["length"] = ends + 1 - index["start"]
-    index["source_id"] = ids
-    index["final_known"] = known
-    with open(path, "wb") as fh:
-        np.save(fh, index, allow_pickle=False)
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import save_npz
+from rlds_cli.cache.layout import JOB_CHUNKS_DIR
 from rlds_cli.remote import store
 
 #: Per process: the store of each job area (opened once per task process, not per chunk).
@@ -46,10 +47,10 @@ def put_npz(url: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
     buffer = io.BytesIO()
     save_npz(buffer, arrays)
     fs, base = _open(url)
-    target = store.join(base, f"chunks/{name}")
+    target = store.join(base, f"{JOB_CHUNKS_DIR}/{name}")
     with store.translated(url):
         if store.is_local(fs):  # a filesystem: a temporary name, then a rename
-            fs.makedirs(store.join(base, "chunks"), exist_ok=True)
+            fs.makedirs(store.join(base, JOB_CHUNKS_DIR), exist_ok=True)
             part = f"{target}.{os.getpid()}.part"
             fs.pipe_file(part, buffer.getvalue())
             fs.mv(part, target)
@@ -61,12 +62,12 @@ def fetch(url: str, job_dir: Path, names: list[str]) -> None:
     """Copy chunk files from the job area into ``job_dir/chunks`` (each under a temporary name,
     then renamed: a local file is always whole), data files before summaries."""
     fs, base = _open(url)
-    chunks = job_dir / "chunks"
+    chunks = job_dir / JOB_CHUNKS_DIR
     chunks.mkdir(parents=True, exist_ok=True)
     for name in sorted(names, key=lambda n: n.endswith(".done.npz")):
         part = chunks / f".{name}.{os.getpid()}.fetch"
         with store.translated(url):
-            fs.get_file(store.join(base, f"chunks/{name}"), str(part))
+            fs.get_file(store.join(base, f"{JOB_CHUNKS_DIR}/{name}"), str(part))
         os.replace(part, chunks / name)
 
 
@@ -75,8 +76,9 @@ def fetch_finished(url: str, job_dir: Path) -> int:
     returns how many chunks were copied."""
     fs, base = _open(url)
     remote = store.list_files(fs, base, url)
-    names = {rel.split("/", 1)[1] for rel in remote if rel.startswith("chunks/") and rel.endswith(".npz")}
-    local = job_dir / "chunks"
+    prefix = f"{JOB_CHUNKS_DIR}/"
+    names = {rel.split("/", 1)[1] for rel in remote if rel.startswith(prefix) and rel.endswith(".npz")}
+    local = job_dir / JOB_CHUNKS_DIR
     wanted = []
     for name in names:
         if name.endswith(".done.npz") and not (local / name).is_file():

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR, NPY_HEADER_BYTES, save_npz
+from rlds_cli._io import atomic_write
+from rlds_cli.cache.backends import get_backend, save_npz
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.manifest import MANIFEST_FILE
+from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_OUTPUT_DIR, MANIFEST_FILE
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetReplacedError,
@@ -32,7 +33,7 @@ from rlds_cli.errors import (
 from rlds_cli.preprocess import fnref, schema, stats
 from rlds_cli.preprocess.plan import read_chunk
 
-#: Per-process state: the opened source, the resolved function and open output columns.
+#: Per-process state: the opened source and the resolved function.
 _STATE: dict[str, Any] = {}
 
 
@@ -41,16 +42,15 @@ def chunk_name(i: int) -> str:
 
 
 def summary_path(job_dir: Path, i: int) -> Path:
-    return job_dir / "chunks" / f"{chunk_name(i)}.done.npz"
+    return job_dir / JOB_CHUNKS_DIR / f"{chunk_name(i)}.done.npz"
 
 
 def data_path(job_dir: Path, i: int) -> Path:
-    return job_dir / "chunks" / f"{chunk_name(i)}.data.npz"
+    return job_dir / JOB_CHUNKS_DIR / f"{chunk_name(i)}.data.npz"
 
 
 def forget() -> None:
-    """Drop this process's per-job state (memory maps of the output must not outlive a run:
-    a later run of the same job writes into new files)."""
+    """Drop this process's per-job state (the opened source of a finished run)."""
     _STATE.clear()
 
 
@@ -73,8 +73,8 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
             ds = Dataset(spec["source_dir"])
         if ds.manifest.digest() != spec["source_digest"]:
             raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
-        st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source")), "cols": {}}
-        _STATE.clear()  # one job per process at a time: drop memory maps of an older job
+        st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source"))}
+        _STATE.clear()  # one job per process at a time: drop an older job's source
         _STATE[key] = st
     return st
 
@@ -100,7 +100,7 @@ def _check_visible(spec: Mapping[str, Any]) -> None:
     if not spec.get("source_url"):
         paths.append(Path(spec["source_dir"]) / MANIFEST_FILE)
     if not spec.get("job_url"):  # else chunks go to the job's area on the store
-        paths.append(Path(spec["job_dir"]) / "chunks")
+        paths.append(Path(spec["job_dir"]) / JOB_CHUNKS_DIR)
     for path in paths:
         if not path.exists():
             raise CacheNotVisibleError(
@@ -157,7 +157,7 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
                 extra[f"last/{key}"] = arrays[f"next/{key}"][-1]
     job_dir = Path(spec["job_dir"])
     if spec["mode"] == "direct":
-        _write_direct(st, spec, arrays, expected, ends, start, e0)
+        _write_direct(spec, arrays, expected, ends, start, e0)
     elif n:
         ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
         _write_file(
@@ -221,20 +221,7 @@ def _episode_facts(
     return ds.episodes["source_id"][parent].astype(np.int64), ds.episodes["final_known"][parent].astype(bool)
 
 
-def _column(
-    st: dict[str, Any], spec: Mapping[str, Any], key: str, dtype: str, shape: tuple[int, ...]
-) -> np.memmap:
-    col = st["cols"].get(key)
-    if col is None:
-        path = Path(spec["job_dir"]) / "out" / ARRAYS_DIR / f"{key}.npy"
-        rows = spec["rows"][key]
-        col = np.memmap(path, dtype=np.dtype(dtype), mode="r+", offset=NPY_HEADER_BYTES, shape=(rows, *shape))
-        st["cols"][key] = col
-    return col
-
-
 def _write_direct(
-    st: dict[str, Any],
     spec: Mapping[str, Any],
     arrays: Mapping[str, np.ndarray],
     expected: schema.Schema,
@@ -243,15 +230,19 @@ def _write_direct(
     e0: int,
 ) -> None:
     """Write the chunk's disjoint region of every preallocated column (per-step mode): steps
-    ``[start, stop)`` of step keys, flat rows ``[start + e0, stop + e_after)`` of flat keys."""
+    ``[start, stop)`` of step keys, flat rows ``[start + e0, stop + e0 + episode ends)`` of flat
+    keys, through the output's backend."""
+    backend = get_backend(spec["storage"])
+    out = Path(spec["job_dir"]) / JOB_OUTPUT_DIR
     for key, fs in expected.items():
-        col = _column(st, spec, key, fs.dtype, fs.shape)
+        n = len(arrays[key])
         if fs.storage == "flat":
-            schema.write_flat(col, start + e0, key, arrays, ends)
+            region = backend.open_region(out, key, start + e0, start + e0 + n + len(ends))
+            schema.write_flat(region.rows, 0, key, arrays, ends)
         else:
-            col[start : start + len(arrays[key])] = arrays[key]
-        if spec["fsync"]:
-            col.flush()
+            region = backend.open_region(out, key, start, start + n)
+            region.rows[:] = arrays[key]
+        region.close(fsync=spec["fsync"])
 
 
 def _write_file(
@@ -282,13 +273,7 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool, job_ur
 
         remote_io.put_npz(job_url, path.name, arrays)
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        save_npz(fh, arrays)
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: save_npz(fh, arrays), fsync=fsync)
 
 
 def read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

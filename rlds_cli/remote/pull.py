@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, parse_manifest
+from rlds_cli._io import atomic_write, sha256_file
+from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -171,7 +173,9 @@ def _pull_locked(
             )
         result.replaced = True
     ident = hashlib.sha256(f"{fs.unstrip_protocol(base)}|{index.manifest_sha256}".encode()).hexdigest()[:12]
-    build = cache.tmp_dir / f"{entry}.{ident}.incomplete"
+    # a build directory of its own per URL and version (not a CacheTransaction's fresh one):
+    # an interrupted pull of the same version continues with the files it has
+    build = cache.layout.build_dir(entry, ident)
     build.mkdir(parents=True, exist_ok=True)
     (build / MANIFEST_FILE).unlink(missing_ok=True)  # a check that failed last time wrote it
     todo = [
@@ -215,7 +219,7 @@ def _download_file(
                 f"{url}/{rel} ({_what(rel, manifest)}) is missing, though {INDEX_FILE} lists it"
             ) from None
     size = part.stat().st_size
-    sha = store.sha256_of(part)
+    sha = sha256_file(part)
     if progress is not None:
         progress("advance", size)
     if size != entry.size or sha != entry.sha256:
@@ -234,9 +238,7 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
     from rlds_cli.cache import digest
     from rlds_cli.cache.dataset import Dataset
 
-    tmp = build / f".{MANIFEST_FILE}.tmp"
-    tmp.write_bytes(manifest_bytes)
-    os.replace(tmp, build / MANIFEST_FILE)
+    atomic_write(build / MANIFEST_FILE, manifest_bytes, unique=False)
     problems: list[tuple[str, str]] = []
     try:
         ds = Dataset(build)
@@ -258,7 +260,6 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
 
 
 def _discard_key(build: Path, key: str, manifest: Manifest) -> None:
-    from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
     from rlds_cli.cache.digest import column_path
 
     if key == "episodes":
@@ -275,8 +276,6 @@ def _discard_key(build: Path, key: str, manifest: Manifest) -> None:
 
 def _what(rel: str, manifest: Manifest) -> str:
     """The key a dataset file holds, for messages (``arrays/info/qpos.npy`` -> ``key info/qpos``)."""
-    from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
-
     if rel == EPISODES_FILE:
         return "the episode index"
     if rel == SOURCE_ARRAYS_FILE:

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.cache.manifest import MANIFEST_FILE, parse_manifest
+from rlds_cli._io import sha256_file
+from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.manifest import parse_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -124,7 +126,7 @@ def push_directory(
     """:func:`push` of a dataset folder with its manifest written last (a published dataset,
     or a finished build, as a preprocessing job that writes to a URL pushes its output); the
     push's journal and lock live in ``cache``. Raises what :func:`push` raises."""
-    from rlds_cli.cache.views import VIEW_LAYOUT
+    from rlds_cli.cache.layout import VIEW_LAYOUT
 
     started = time.monotonic()
     manifest_bytes = (directory / MANIFEST_FILE).read_bytes()
@@ -262,7 +264,7 @@ def _local_files(directory: Path) -> dict[str, FileEntry]:
             continue
         if not store.safe_relpath(rel):
             raise CorruptDatasetError(f"{path} is no file rlds writes in a dataset (a stray file?)")
-        out[rel] = FileEntry(path.stat().st_size, store.sha256_of(path))
+        out[rel] = FileEntry(path.stat().st_size, sha256_file(path))
     return out
 
 
@@ -273,7 +275,8 @@ def _is_local(fs: Any) -> bool:
 
 def _upload_file(fs: Any, source: Path, target: str, entry: FileEntry, progress: Progress | None) -> None:
     """Stream one file to the store, hashing what is sent: the bytes uploaded are checked
-    against the sha256 recorded in the index (a file rebuilt under the push is caught)."""
+    against the sha256 recorded in the index (a file rebuilt under the push is caught). Not
+    :func:`~rlds_cli._io.sha256_file`: the hash must be of the very bytes sent, read once."""
     digest = hashlib.sha256()
     try:
         src = open(source, "rb")  # noqa: SIM115 - closed by the 'with' below
@@ -310,8 +313,8 @@ class _Journal:
     def __init__(self, cache: CacheRoot, key: str) -> None:
         ident = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.cache = cache
-        self.path = cache.tmp_dir / f".push-{ident}.journal"
-        self.lock_path = cache.locks_dir / f".push-{ident}.lock"
+        self.path = cache.layout.push_journal(ident)
+        self.lock_path = cache.layout.lock_file(f".push-{ident}")
 
     @contextmanager
     def locked(self, url: str) -> Iterator[None]:

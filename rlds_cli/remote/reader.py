@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends import ARRAYS_DIR, Backend, ColumnWriter
-from rlds_cli.cache.builder import EPISODES_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli._io import atomic_write, sha256_file
+from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.manifest import MANIFEST_FILE, Manifest, parse_manifest
-from rlds_cli.cache.views import VIEW_LAYOUT
+from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
+from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, MissingChunkError, ZarrColumn, _ChunkReader
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -289,7 +289,7 @@ class RemoteFiles:
             total = 0
             for rel, part in zip(todo, parts, strict=True):
                 size = part.stat().st_size
-                self._verify(rel, size, store.sha256_of(part))
+                self._verify(rel, size, sha256_file(part))
                 total += size
                 os.replace(part, self.cache_dir / rel)
             self._count(len(todo), total)
@@ -404,7 +404,18 @@ class RemoteZarrBackend(Backend):
     def create_column(
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
     ) -> ColumnWriter:
-        raise RemoteNotReadableError(
+        raise self._read_only()
+
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        raise self._read_only()
+
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        raise self._read_only()
+
+    def _read_only(self) -> RemoteNotReadableError:
+        return RemoteNotReadableError(
             f"{self.files.url} is read-only: rlds writes datasets into the cache, then pushes them",
             hint="build it locally, then rlds push NAME URL",
         )
@@ -619,8 +630,8 @@ class RemoteDataset(Dataset):
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    """Write a small file of the mirror unless it is there already (several readers of one URL
+    may share the mirror: each writes its own temp file)."""
     if path.is_file() and path.stat().st_size == len(data):
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write(path, data)

@@ -13,10 +13,9 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from rlds_cli.cache.manifest import MANIFEST_FILE
+from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
     MissingExtraError,
     RemoteAccessError,
@@ -159,15 +158,6 @@ def is_local(fs: Any) -> bool:
 def join(base: str, rel: str) -> str:
     """The remote path of the dataset file ``rel`` (always ``/``-separated)."""
     return f"{base}/{rel}" if base else rel
-
-
-def sha256_of(path: Path) -> str:
-    """Plain sha256 of a local file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(BLOCK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def safe_relpath(rel: str) -> bool:

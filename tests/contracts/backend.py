@@ -2,10 +2,14 @@
 ``StoreTests``): a subclass says which backend (:meth:`BackendContract.backend`) and inherits one
 test per promise of :class:`rlds_cli.cache.backends.Backend`: columns written in appends of any
 size read back exactly by every kind of index; a column missing a file is reported by
-``check_column``; a key that is no safe path is refused before anything is written."""
+``check_column``; a key that is no safe path is refused before anything is written; a
+preallocated column written region by region (in any order) equals the appended one, file for
+file, and a region that could share a file with another is refused."""
 
 from __future__ import annotations
 
+import itertools
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +32,8 @@ APPENDS = (1, 0, 50, 7, 100, 45)
 
 
 def column_values(dtype: type, shape: tuple[int, ...], rows: int = ROWS) -> np.ndarray:
-    rng = np.random.default_rng(abs(hash((np.dtype(dtype).str, shape))) % 2**32)
+    # a seed that is the same in every process (hash() of a str is not)
+    rng = np.random.default_rng(zlib.crc32(repr((np.dtype(dtype).str, shape)).encode()))
     if np.dtype(dtype) == np.bool_:
         return rng.random((rows, *shape)) < 0.3
     if np.dtype(dtype).kind == "f":
@@ -90,3 +95,70 @@ class BackendContract:
         with pytest.raises(InvalidKeyError):
             self.backend().create_column(tmp_path / "ds", key, np.dtype(np.float32), ())
         assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused key wrote a file"
+
+    # ------------------------------------------------------------------ regions
+
+    def regions(self, dtype: type, shape: tuple[int, ...], rows: int = ROWS) -> list[tuple[int, int]]:
+        """Aligned regions covering ``rows``, of uneven sizes where the alignment allows."""
+        align = self.backend().region_rows(np.dtype(dtype), shape)
+        assert align >= 1
+        cuts = sorted({0, rows, *(c for c in (align, 3 * align, 4 * align, 10 * align) if c < rows)})
+        return list(itertools.pairwise(cuts))
+
+    @pytest.mark.parametrize(("key", "dtype", "shape"), COLUMNS)
+    def test_regions_in_any_order_equal_an_appended_column_file_for_file(
+        self, tmp_path: Path, key: str, dtype: type, shape: tuple[int, ...]
+    ) -> None:
+        values = column_values(dtype, shape)
+        backend = self.backend()
+        backend.preallocate(tmp_path / "regions", key, np.dtype(dtype), shape, ROWS)
+        assert backend.check_preallocated(tmp_path / "regions", key, ROWS, shape) is None
+        for start, stop in reversed(self.regions(dtype, shape)):
+            region = backend.open_region(tmp_path / "regions", key, start, stop)
+            assert region.rows.shape == (stop - start, *shape)
+            region.rows[:] = values[start:stop]
+            region.close(fsync=True)
+        assert backend.check_column(tmp_path / "regions", key, ROWS, shape) is None
+        np.testing.assert_array_equal(np.asarray(backend.open_column(tmp_path / "regions", key)[:]), values)
+        self.write(tmp_path / "appended", key, values)
+        files = {
+            p.relative_to(tmp_path / "appended"): p.read_bytes()
+            for p in sorted((tmp_path / "appended").rglob("*"))
+            if p.is_file()
+        }
+        assert files
+        for rel, data in files.items():
+            assert (tmp_path / "regions" / rel).read_bytes() == data, rel
+
+    def test_regions_of_zeros_write_every_file(self, tmp_path: Path) -> None:
+        """A region equal to the fill value is stored too: a missing file reads as damage."""
+        values = np.zeros((ROWS, 1), np.bool_)
+        backend = self.backend()
+        backend.preallocate(tmp_path / "regions", "done", values.dtype, (1,), ROWS)
+        for start, stop in self.regions(np.bool_, (1,)):
+            region = backend.open_region(tmp_path / "regions", "done", start, stop)
+            region.rows[:] = values[start:stop]
+            region.close(fsync=False)
+        assert backend.check_column(tmp_path / "regions", "done", ROWS, (1,)) is None
+        self.write(tmp_path / "appended", "done", values)
+        for path in (tmp_path / "appended").rglob("*"):
+            if path.is_file():
+                rel = path.relative_to(tmp_path / "appended")
+                assert (tmp_path / "regions" / rel).read_bytes() == path.read_bytes(), rel
+
+    def test_a_preallocated_column_of_another_size_is_reported(self, tmp_path: Path) -> None:
+        self.backend().preallocate(tmp_path, "observation", np.dtype(np.float32), (17,), ROWS)
+        assert self.backend().check_preallocated(tmp_path, "observation", ROWS + 1, (17,)) is not None
+        assert self.backend().check_preallocated(tmp_path, "action", ROWS, (17,)) is not None
+
+    def test_a_region_outside_the_column_or_off_its_alignment_is_refused(self, tmp_path: Path) -> None:
+        backend = self.backend()
+        backend.preallocate(tmp_path, "pixels", np.dtype(np.uint8), (3, 8, 8), ROWS)
+        with pytest.raises(ValueError, match="outside"):
+            backend.open_region(tmp_path, "pixels", 0, ROWS + 1)
+        align = backend.region_rows(np.dtype(np.uint8), (3, 8, 8))
+        if align > 1 and align + 1 < ROWS:
+            with pytest.raises(ValueError, match="aligned"):
+                backend.open_region(tmp_path, "pixels", 1, ROWS)
+            with pytest.raises(ValueError, match="aligned"):
+                backend.open_region(tmp_path, "pixels", 0, align + 1)

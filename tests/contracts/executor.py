@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from rlds_cli import preprocess
-from rlds_cli.cache.dataset import open_dataset
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import DatasetNotFoundError, UserFunctionError
 from rlds_cli.preprocess import executors
 from rlds_cli.preprocess.executors import Executor, OnDone, Task

@@ -1,0 +1,179 @@
+"""Every path and file name of the cache, in one place.
+
+Layout under the root::
+
+    datasets/<entry>/                   published datasets (one directory each)
+        manifest.json                   written last: a directory without it is no dataset
+        episodes.npy                    the episode index (see :mod:`rlds_cli.cache.episodes`)
+        source_metadata.npz             the source's non-step arrays (optional)
+        arrays/                         the columns (one ``<key>.npy`` each, or a zarr group)
+    tmp/<entry>.<id>.incomplete         builds in progress (never read by anyone)
+    tmp/<entry>.<id>.trash              a replaced dataset on its way out
+    tmp/<entry>.<id>.publish            the journal of a replacement in progress
+    tmp/<entry>.job-<id>/               a preprocess job: job.json, out/ (the output), chunks/
+    tmp/.push-<id>.journal              what a push to one URL has uploaded so far
+    locks/<entry>.lock                  one lock file per dataset name
+    locks/.push-<id>.lock, locks/.preprocess-<id>.lock   pushes and jobs to a URL
+    raw/<entry>/, raw/url-<hash>/       download folders, their bookkeeping in ``.rlds/``
+
+``<entry>`` is the dataset name with ``/`` written as ``--`` (so ``D4RL/door/human-v2`` is
+``D4RL--door--human-v2``), the same convention as the Hugging Face cache; ``--`` is therefore
+not allowed inside a name.
+
+This module only names paths: it creates, reads and removes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlds_cli.errors import InvalidNameError
+
+DATASETS_DIR = "datasets"
+TMP_DIR = "tmp"
+LOCKS_DIR = "locks"
+RAW_DIR = "raw"
+
+# ---- inside a dataset directory
+MANIFEST_FILE = "manifest.json"
+EPISODES_FILE = "episodes.npy"
+SOURCE_ARRAYS_FILE = "source_metadata.npz"
+ARRAYS_DIR = "arrays"
+#: The manifest's ``layout`` of a view (its columns are its parent's).
+VIEW_LAYOUT = "view"
+
+# ---- under tmp/
+BUILD_SUFFIX = ".incomplete"
+TRASH_SUFFIX = ".trash"
+JOURNAL_SUFFIX = ".publish"
+#: What separates the output's entry from the job id in a preprocess job directory's name.
+JOB_MARK = ".job-"
+JOB_FILE = "job.json"
+JOB_OUTPUT_DIR = "out"
+JOB_CHUNKS_DIR = "chunks"
+LOCK_SUFFIX = ".lock"
+PUSH_JOURNAL_SUFFIX = ".journal"
+
+# ---- a download folder (raw/<entry>/): every name but META_DIR belongs to the downloaded files
+#: The one name of a download folder that holds rlds' own bookkeeping (hashes, file list, locks,
+#: partial downloads), so a dataset file named ``hashes.json`` or ``x.part`` never meets ours.
+META_DIR = ".rlds"
+PART_SUFFIX = ".part"
+HASHES_FILE = "hashes.json"
+LISTING_FILE = "listing.json"
+#: Under META_DIR: partial downloads, and the lock each file's download holds while it runs.
+PARTS_DIR = "parts"
+DOWNLOAD_LOCKS_DIR = "locks"
+
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
+#: Bytes of a directory entry name on common filesystems; a build directory's name adds a
+#: 12-character id and a suffix to the entry, so entries are kept well under it.
+_MAX_ENTRY_BYTES = 200
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it can name a cache entry, else raise :class:`InvalidNameError`."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name:
+        raise InvalidNameError(f"invalid dataset name {name!r}")
+    if len(name.replace("/", "--").encode()) > _MAX_ENTRY_BYTES:
+        raise InvalidNameError(
+            f"dataset name {name[:40]!r}... is {len(name)} characters long",
+            hint=f"use a name of at most {_MAX_ENTRY_BYTES} bytes (each '/' counts as two)",
+        )
+    return name
+
+
+def entry_name(name: str) -> str:
+    """The directory entry of a dataset name (``a/b`` -> ``a--b``), after checking the name."""
+    return validate_name(name).replace("/", "--")
+
+
+def new_id() -> str:
+    """A fresh id for a temporary entry (12 hex digits)."""
+    return uuid.uuid4().hex[:12]
+
+
+def tmp_owner(path: Path) -> str:
+    """The entry a ``tmp/`` item belongs to: ``<entry>.<id>.<suffix>`` (entries may hold dots,
+    the id and the suffix cannot), ``<entry>.job-<id>``, or a journal's temp file
+    ``.<entry>.<id>.publish.tmp``."""
+    name = path.name
+    if JOB_MARK in name:
+        return name.rsplit(JOB_MARK, 1)[0]
+    return name.lstrip(".").removesuffix(".tmp").rsplit(".", 2)[0]
+
+
+def download_locks(folder: Path) -> list[Path]:
+    """The lock files of a download folder, one per file ever fetched into it (held while that
+    file's download runs): ``.rlds/locks/<file>.lock``, and rlds 0.1's ``.<file>.lock``."""
+    current = folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}")
+    return [*current, *folder.glob(f".*{LOCK_SUFFIX}")]
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where everything lies under one cache root (see the module docstring)."""
+
+    root: Path
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.root / DATASETS_DIR
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / TMP_DIR
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / LOCKS_DIR
+
+    @property
+    def raw_dir(self) -> Path:
+        """The folder of every download."""
+        return self.root / RAW_DIR
+
+    def dataset_dir(self, name: str) -> Path:
+        """The directory a dataset of this name is (or would be) published at."""
+        return self.datasets_dir / entry_name(name)
+
+    def lock_file(self, entry: str) -> Path:
+        """The lock file of a dataset entry (or of a private lock name like ``.push-<id>``)."""
+        return self.locks_dir / f"{entry}{LOCK_SUFFIX}"
+
+    def build_dir(self, entry: str, ident: str | None = None) -> Path:
+        """A build directory of ``entry`` (a fresh id unless ``ident`` is given)."""
+        return self.tmp_dir / f"{entry}.{ident or new_id()}{BUILD_SUFFIX}"
+
+    def trash_dir(self, entry: str) -> Path:
+        """A fresh place for an old version of ``entry`` on its way out."""
+        return self.tmp_dir / f"{entry}.{new_id()}{TRASH_SUFFIX}"
+
+    def journal_file(self, entry: str) -> Path:
+        """A fresh journal of a replacement of ``entry``."""
+        return self.tmp_dir / f"{entry}.{new_id()}{JOURNAL_SUFFIX}"
+
+    def job_dir(self, entry: str, job_id: str) -> Path:
+        """The directory of a preprocess job whose output is ``entry``."""
+        return self.tmp_dir / f"{entry}{JOB_MARK}{job_id}"
+
+    def push_journal(self, ident: str) -> Path:
+        """What a push to one URL (``ident`` hashes it) has uploaded, kept between runs."""
+        return self.tmp_dir / f".push-{ident}{PUSH_JOURNAL_SUFFIX}"
+
+    def job_dirs(self) -> list[Path]:
+        """Every preprocess job directory, sorted."""
+        return sorted(self.tmp_dir.glob(f"*{JOB_MARK}*")) if self.tmp_dir.is_dir() else []
+
+    def download_dir(self, name: str) -> Path:
+        """The download folder of a registry entry (``name`` is its cache name)."""
+        return self.raw_dir / entry_name(name)
+
+    def url_download_dir(self, url: str) -> Path:
+        """The download folder of an ad-hoc URL: one per URL, so recorded hashes never collide."""
+        return self.raw_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()[:16]}"

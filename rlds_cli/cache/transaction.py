@@ -1,0 +1,140 @@
+"""The one way a dataset is written into the cache: every writer (conversion, views and splits,
+preprocess jobs, pulls) goes through the same steps, in the same order.
+
+1. take the name's lock (writers of one name are serialized; readers never lock);
+2. finish or clean what a killed writer of that name left (journals, builds, trash);
+3. build in a private directory under ``tmp/`` on the same filesystem (nobody reads it);
+4. commit: make every file durable (``fsync``), then write ``manifest.json`` (the commit
+   record: a directory without it is no dataset);
+5. publish by an atomic rename (or exchange, for a replacement; see
+   :meth:`~rlds_cli.cache.root.CacheRoot.publish`).
+
+Killed at any point before step 5, a writer leaves nothing visible, and the next writer of the
+name (or ``rlds gc``) removes its leftovers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rlds_cli import settings
+from rlds_cli.cache.layout import validate_name
+from rlds_cli.cache.manifest import Manifest, write_manifest
+from rlds_cli.cache.root import CacheRoot, fsync_tree
+from rlds_cli.errors import DatasetExistsError, LockTimeoutError
+
+
+def seal(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
+    """Commit a finished build: its files made durable first, then its manifest written."""
+    if fsync:
+        fsync_tree(directory)
+    write_manifest(directory, manifest, fsync=fsync)
+
+
+class CacheTransaction:
+    """Write one dataset atomically. Use as a context manager, then :meth:`commit`.
+
+    Args:
+        name: Dataset name in the cache.
+        root: Cache root (a :class:`CacheRoot`, a path, or ``None`` for the default).
+        replace: Replace a dataset of the same name when committing.
+        lock_timeout: Seconds to wait for another writer of the same name (``-1``: forever).
+        lock: A lock to hold instead of the name's (a preprocess job whose output goes to a
+            URL is locked by that URL); the stale builds of the name are then only cleaned
+            where their writer is gone.
+        what: How errors name what is written (default: ``dataset 'NAME'``).
+
+    Attributes:
+        existing: The manifest of the dataset already published under ``name`` (read once the
+            lock is held), or ``None``.
+        fsync: Whether this write is made durable (``RLDS_FSYNC``, read once).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        root: CacheRoot | str | os.PathLike[str] | None = None,
+        replace: bool = False,
+        lock_timeout: float = -1,
+        lock: Any = None,
+        what: str | None = None,
+    ) -> None:
+        self.name = validate_name(name)
+        self.cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        self.replace = replace
+        self.existing: Manifest | None = None
+        self.fsync = settings.fsync_enabled()
+        self._what = what or f"dataset {self.name!r}"
+        self._own_lock = lock is None
+        self._lock = self.cache.lock(name, timeout=lock_timeout) if lock is None else lock
+        self._dir: Path | None = None
+        self._discard_on_abort = True
+        self._committed = False
+
+    def __enter__(self) -> CacheTransaction:
+        from filelock import Timeout  # imported where needed, as in CacheRoot.lock
+
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise LockTimeoutError(f"{self._what} is being written by another process") from None
+        try:
+            self.cache.clean_stale_builds(held=self.name if self._own_lock else None)
+            if self.cache.exists(self.name):
+                self.existing = self.cache.manifest(self.name)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if not self._committed and self._dir is not None and self._discard_on_abort:
+                shutil.rmtree(self._dir, ignore_errors=True)
+        finally:
+            self._lock.release()
+
+    @property
+    def build_dir(self) -> Path:
+        """The directory the dataset is built in (see :meth:`new_build_dir`, :meth:`adopt`)."""
+        if self._dir is None:
+            raise RuntimeError(f"the transaction of {self.name!r} has no build directory yet")
+        return self._dir
+
+    def new_build_dir(self) -> Path:
+        """A fresh, empty build directory, removed unless the transaction commits."""
+        self._dir = self.cache.new_build_dir(self.name)
+        return self._dir
+
+    def adopt(self, directory: Path) -> Path:
+        """Build in ``directory`` instead, which its owner keeps on failure (a preprocess job's
+        output, continued by ``--resume``); it must lie on the cache's filesystem."""
+        self._dir = directory
+        self._discard_on_abort = False
+        return directory
+
+    def check_free(self) -> None:
+        """Raise :class:`DatasetExistsError` when the name is taken and not to be replaced."""
+        if self.existing is not None and not self.replace:
+            raise DatasetExistsError(
+                f"dataset {self.name!r} already exists at {self.cache.dataset_dir(self.name)}"
+            )
+
+    def commit(self, manifest: Manifest) -> Path:
+        """Seal the build (durable files, then the manifest) and publish it under the name.
+
+        Returns:
+            The published directory.
+        """
+        self.check_free()
+        seal(self.build_dir, manifest, fsync=self.fsync)
+        final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
+        self._committed = True
+        return final
