@@ -346,16 +346,21 @@ def test_backoff_and_retry_after() -> None:
 def test_a_failing_file_stops_its_siblings_early(
     server: FaultServer, tmp_path: Path, config: HttpConfig
 ) -> None:
-    import time
-
     server.throttle = (4096, 0.05)  # the big file alone would take about 4 s
-    # the 404 comes once the big file is under way (else there would be no .part to keep)
-    server.add_faults("/gone.bin", Fault("status", code=404, delay=0.3))
+    # the 404 comes once the big file's first chunk is in its .part (so there is one to keep)
+    big_file_under_way = threading.Event()
+
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "advance" and name == "data.bin":
+            big_file_under_way.set()
+
+    server.add_faults("/gone.bin", Fault("status", code=404, wait=big_file_under_way))
     specs = [remote(server), RemoteFile("gone.bin", (server.url("/gone.bin"),))]
-    started = time.monotonic()
     with pytest.raises(HTTPStatusError):
-        fetch_files(specs, tmp_path, config=config, workers=2)
-    assert time.monotonic() - started < 3.5  # did not wait for the big file
+        fetch_files(specs, tmp_path, config=config, workers=2, progress=progress)
+    assert big_file_under_way.is_set()
     assert not (tmp_path / "data.bin").exists()
     part = part_path(tmp_path, "data.bin")
     assert part.is_file() and 0 < part.stat().st_size < len(DATA)  # kept, for a resume
+    # did not wait for the big file: the server never got to send all of it
+    assert server.sent[PATH] < len(DATA)
