@@ -41,7 +41,9 @@ class Fault:
     ``bad_length`` (announce ``extra`` bytes more than sent, then close), ``slow`` (wait
     ``delay`` seconds before the body), ``wrong_range`` (answer 206 for bytes starting ``shift``
     before the asked one, or at ``shift`` for a request without Range), ``ignore_if_range``
-    (honour Range even when If-Range no longer matches: a buggy server).
+    (honour Range even when If-Range no longer matches: a buggy server), ``pause`` (send
+    ``after`` body bytes, then the rest once ``wait`` is set: the download is surely under way
+    and surely unfinished until the test says so).
     """
 
     kind: str
@@ -204,6 +206,10 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if fault and fault.kind == "slow":
                 time.sleep(fault.delay)
+            if fault and fault.kind == "pause" and fault.wait is not None:
+                self._send_body(path, payload[: fault.after])
+                fault.wait.wait(_WAIT_LIMIT)
+                payload = payload[fault.after :]
             self._send_body(path, payload)
             if fault and fault.kind in ("cut", "bad_length"):
                 self.close_connection = True

@@ -369,17 +369,21 @@ def _rlds(home: Path, *args: str) -> subprocess.Popen[bytes]:
 
 @pytest.mark.slow
 def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> None:
-    server.throttle = (4096, 0.02)  # about 1.7 s for the file
+    # the server holds the rest of the file until the download is killed: it cannot finish first
+    sent_before_kill = len(DEMO) // 2
+    release = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=sent_before_kill, wait=release))
     proc = _rlds(isolated_cache, "download", "lp")
     part = part_path(raw(isolated_cache), "pointmass.hdf5")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # only a bound on a hang: the loop ends on the bytes
     while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    release.set()
     have = part.stat().st_size
-    assert 0 < have < len(DEMO)
+    assert 40_000 <= have <= sent_before_kill
     assert published(isolated_cache) == []
     server.throttle = None
     result = invoke("download", "lp")

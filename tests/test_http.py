@@ -198,7 +198,9 @@ def test_wrong_content_length_recovers(
 
 
 def test_slow_server_times_out_and_retries(server: FaultServer, tmp_path: Path, sleeps: list[float]) -> None:
-    server.add_faults(PATH, Fault("slow", delay=1.0))
+    # the read timeout (0.2 s) trips long before the body would come: a wide margin on a busy
+    # machine, and no cost (the client hangs up; the server thread is a daemon)
+    server.add_faults(PATH, Fault("slow", delay=5.0))
     config = HttpConfig(timeout=(2.0, 0.2), retries=2, base_delay=0.01, sleep=sleeps.append)
     result, _ = fetch(server, tmp_path, config)
     assert result.path.read_bytes() == DATA
