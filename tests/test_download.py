@@ -396,13 +396,25 @@ def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> N
 
 
 def test_two_threads_download_once(server: FaultServer, isolated_cache: Path) -> None:
-    server.throttle = (32 * 1024, 0.02)
+    # the first download holds half the file until the other thread has found it locked (its
+    # "wait" event): the two surely overlap
+    other_is_waiting = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=len(DEMO) // 2, wait=other_is_waiting))
+
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "wait":
+            other_is_waiting.set()
+
     results: list[Any] = []
-    threads = [threading.Thread(target=lambda: results.append(download("lp"))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(download("lp", download_progress=progress)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert other_is_waiting.is_set()
     assert sorted(r.reused for r in results) == [False, True]
     assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
 

@@ -276,13 +276,20 @@ def test_disk_space_checked_before_any_request(
 
 
 def test_two_threads_download_once(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
-    server.throttle = (32 * 1024, 0.01)
+    # the first download holds half the file until the other thread has found the file locked
+    # (its "wait" event): the two surely overlap, and the second must reuse the first's file
+    other_is_waiting = threading.Event()
+    server.add_faults(PATH, Fault("pause", after=len(DATA) // 2, wait=other_is_waiting))
     results: list[object] = []
     errors: list[BaseException] = []
 
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "wait":
+            other_is_waiting.set()
+
     def run() -> None:
         try:
-            results.append(fetch(server, tmp_path, config)[0])
+            results.extend(fetch_files([remote(server)], tmp_path, config=config, progress=progress))
         except BaseException as exc:
             errors.append(exc)
 
@@ -292,6 +299,7 @@ def test_two_threads_download_once(server: FaultServer, tmp_path: Path, config: 
     for t in threads:
         t.join()
     assert not errors
+    assert other_is_waiting.is_set()
     assert sorted(r.action for r in results) == ["cached", "downloaded"]  # type: ignore[attr-defined]
     assert len(server.requests_for(PATH)) == 1
 
