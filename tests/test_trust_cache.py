@@ -169,7 +169,7 @@ def test_every_file_is_synced_before_the_manifest_commits_it(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Order of durability: every data file, then every directory (deepest first), then the
-    manifest, then the rename into place, then the parent directory."""
+    manifest and its folder, then the rename into place, then the parent directory."""
     monkeypatch.setenv("RLDS_FSYNC", "1")
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -218,6 +218,7 @@ def test_every_file_is_synced_before_the_manifest_commits_it(
     first_dir = min(i for i, p in enumerate(synced) if p in dirs)
     assert last_file < first_dir, "a directory was synced before the files in it"
     assert manifest_commit < publish
+    assert ("fsync", str(build)) in events[manifest_commit:publish], "the manifest rename is not durable"
     assert ("fsync", str(final.parent)) in events[publish:], "the rename into place was not made durable"
 
 
