@@ -32,6 +32,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats.base import StepBlock
 from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+from tests.durability import DurabilityTrace, check_durable_publish
 
 REPO = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).resolve().parent / "_helper_convert.py"
@@ -541,80 +542,9 @@ def test_source_error_midway_leaves_nothing(tmp_path: Path, monkeypatch: pytest.
 # ----------------------------------------------------------------------------- fsync
 
 
-class _DurabilityTrace:
-    """Records, in order, every ``os.fsync`` (as the path its fd names) and every rename
-    (``os.rename``/``os.replace``), so a test can check what was made durable before what."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.events: list[tuple[str, Path, Path | None]] = []
-        real_fsync, real_rename, real_replace = os.fsync, os.rename, os.replace
-
-        def fsync(fd: int) -> None:
-            self.events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}")), None))
-            real_fsync(fd)
-
-        def rename(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            real_rename(src, dst, *args, **kwargs)
-            self.events.append(("rename", Path(src).resolve(), Path(dst).resolve()))
-
-        def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            real_replace(src, dst, *args, **kwargs)
-            self.events.append(("rename", Path(src).resolve(), Path(dst).resolve()))
-
-        monkeypatch.setattr(os, "fsync", fsync)
-        monkeypatch.setattr(os, "rename", rename)
-        monkeypatch.setattr(os, "replace", replace)
-
-    def fsyncs(self) -> list[tuple[int, Path]]:
-        return [(i, path) for i, (kind, path, _) in enumerate(self.events) if kind == "fsync"]
-
-    def where_it_ends(self, path: Path, index: int) -> Path:
-        """Where the entry that ``path`` named at event ``index`` lies once every later rename
-        is done (a temp file renamed to its name, a build folder renamed into place)."""
-        for kind, src, dst in self.events[index + 1 :]:
-            if kind == "rename" and dst is not None and path.is_relative_to(src):
-                path = dst / path.relative_to(src)
-        return path
-
-
-def _check_durable_publish(trace: _DurabilityTrace, final: Path) -> None:
-    """Assert the order that makes a published dataset survive a power cut: every file of the
-    build (arrays, episode index, manifest) and every folder in it fsynced, then the build
-    folder itself (after its last rename inside, the manifest's), then the rename into
-    ``datasets/``, then an fsync of ``datasets/``."""
-    final = final.resolve()
-    publish = [
-        i for i, (kind, _, dst) in enumerate(trace.events) if kind == "rename" and dst == final
-    ]
-    assert len(publish) == 1, f"expected one rename onto {final}: {trace.events}"
-    (at,) = publish
-    build = trace.events[at][1]
-    build_syncs = [i for i, path in trace.fsyncs() if i < at and path == build]
-    assert build_syncs, f"the build folder {build} was never fsynced before its rename"
-    last_build_sync = build_syncs[-1]
-    # where each fsync before the build folder's last one ends up in the published dataset
-    synced = {
-        trace.where_it_ends(path, i).relative_to(final)
-        for i, path in trace.fsyncs()
-        if i < last_build_sync and trace.where_it_ends(path, i).is_relative_to(final)
-    }
-    entries = {p.relative_to(final) for p in final.rglob("*")}
-    assert {"manifest.json", "episodes.npy"} <= {str(p) for p in entries}
-    missing = sorted(str(p) for p in entries - synced)
-    assert not missing, f"not fsynced before the build folder: {missing}"
-    late = [
-        (src.name, dst.name)
-        for kind, src, dst in trace.events[last_build_sync:at]
-        if kind == "rename" and dst is not None and dst.is_relative_to(build)
-    ]
-    assert not late, f"renamed inside the build folder after its last fsync: {late}"
-    after = [path for i, path in trace.fsyncs() if i > at]
-    assert final.parent in after, f"{final.parent} was not fsynced after the publish rename"
-
-
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
 def test_conversion_with_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
-    trace = _DurabilityTrace(monkeypatch)
+    trace = DurabilityTrace(monkeypatch)
     source = golden_three_episodes(tmp_path / "g.hdf5", with_next=True)
     monkeypatch.setenv("RLDS_FSYNC", "0")
     convert(source, "nosync", backend=backend)
@@ -622,7 +552,7 @@ def test_conversion_with_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("RLDS_FSYNC", "1")
     result = convert(source, "synced", backend=backend)
     assert result.reused is False
-    _check_durable_publish(trace, CacheRoot().dataset_dir("synced"))
+    check_durable_publish(trace, CacheRoot().dataset_dir("synced"))
     a, b = open_dataset("nosync")[:], open_dataset("synced")[:]
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -631,7 +561,7 @@ def test_conversion_with_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.delenv("RLDS_FSYNC")
     trace.events.clear()
     convert(source, "default", backend=backend)
-    _check_durable_publish(trace, CacheRoot().dataset_dir("default"))
+    check_durable_publish(trace, CacheRoot().dataset_dir("default"))
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
@@ -646,9 +576,9 @@ def test_the_fsync_order_check_fails_without_directory_fsyncs(
     for name, module in list(sys.modules.items()):
         if name.startswith("rlds_cli") and getattr(module, "fsync_dir", None) is real:
             monkeypatch.setattr(module, "fsync_dir", lambda path: None)
-    trace = _DurabilityTrace(monkeypatch)
+    trace = DurabilityTrace(monkeypatch)
     monkeypatch.setenv("RLDS_FSYNC", "1")
     convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=True), "synced", backend=backend)
     assert trace.fsyncs(), "the files are still fsynced"
     with pytest.raises(AssertionError, match="never fsynced"):
-        _check_durable_publish(trace, CacheRoot().dataset_dir("synced"))
+        check_durable_publish(trace, CacheRoot().dataset_dir("synced"))
