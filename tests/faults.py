@@ -75,6 +75,7 @@ def _run_child(operation: Callable[[], Any], kill_before: int | None, wfd: int) 
 
 def _fork(operation: Callable[[], Any], kill_before: int | None, timeout: float = 60.0) -> tuple[int, str]:
     """Run ``operation`` in a forked child; returns its exit code and its report line(s)."""
+    import select
     import time
 
     rfd, wfd = os.pipe()
@@ -83,18 +84,25 @@ def _fork(operation: Callable[[], Any], kill_before: int | None, timeout: float 
         os.close(rfd)
         _run_child(operation, kill_before, wfd)
     os.close(wfd)
+    # the child holds the pipe's only write end: its end of file is the child's exit, so the
+    # parent sleeps until then (and drains the pipe, which a long report could otherwise fill)
     deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"the child did not finish in {timeout} s (kill_before={kill_before})")
-        time.sleep(0.002)
-    with os.fdopen(rfd, "r") as fh:
-        report = fh.read()
+    received = bytearray()
+    try:
+        while True:
+            ready, _, _ = select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise AssertionError(f"the child did not finish in {timeout} s (kill_before={kill_before})")
+            data = os.read(rfd, 65536)
+            if not data:
+                break
+            received += data
+    finally:
+        os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    report = received.decode()
     return os.waitstatus_to_exitcode(status), report
 
 

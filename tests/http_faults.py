@@ -3,7 +3,8 @@
 Serves ``server.files[path] = bytes`` with Range support, and a fake Hugging Face tree API
 (``server.trees[(repo, folder)] = [items]``). Each path has a queue of one-shot faults consumed
 by successive requests, plus sticky settings (``throttle``, ``validators``, ``redirects``).
-Every request is logged.
+Every request is logged, and so is how many body bytes each path got out (``sent``), so a test
+can tell how far a download went without timing it.
 
 Like a real static file server, each body carries validators derived from its bytes (a strong
 ``ETag`` by default; ``validators`` picks ``"last-modified"``, ``"weak-etag"`` or ``None``), and
@@ -24,19 +25,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+#: How long a fault waits for its event: long enough for any loaded machine, short enough that
+#: a test whose event never comes fails instead of hanging.
+_WAIT_LIMIT = 60.0
 
 
 @dataclass
 class Fault:
     """What to do to one request.
 
-    kind: ``status`` (answer ``code`` with ``headers``, after ``delay`` seconds), ``cut`` (send
+    kind: ``status`` (answer ``code`` with ``headers``, after ``delay`` seconds, and once ``wait``
+    is set when one is given: a test orders the answer after an event), ``cut`` (send
     ``after`` body bytes and close), ``ignore_range`` (answer 200 with the whole file), ``corrupt``
     (flip a byte),
     ``bad_length`` (announce ``extra`` bytes more than sent, then close), ``slow`` (wait
     ``delay`` seconds before the body), ``wrong_range`` (answer 206 for bytes starting ``shift``
     before the asked one, or at ``shift`` for a request without Range), ``ignore_if_range``
-    (honour Range even when If-Range no longer matches: a buggy server).
+    (honour Range even when If-Range no longer matches: a buggy server), ``pause`` (send
+    ``after`` body bytes, then the rest once ``wait`` is set: the download is surely under way
+    and surely unfinished until the test says so).
     """
 
     kind: str
@@ -46,6 +53,7 @@ class Fault:
     extra: int = 100
     delay: float = 0.0
     shift: int = 0
+    wait: threading.Event | None = None
 
 
 @dataclass
@@ -66,6 +74,7 @@ class FaultServer:
         self.faults: dict[str, list[Fault]] = {}
         self.sticky: dict[str, list[Fault]] = {}
         self.log: list[Logged] = []
+        self.sent: dict[str, int] = {}  # path -> body bytes written to its sockets
         self.throttle: tuple[int, float] | None = None  # (chunk bytes, seconds per chunk)
         self.validators: str | None = "etag"  # "etag", "last-modified", "weak-etag" or None
         self.redirects: dict[str, str] = {}  # path -> Location, answered with 302
@@ -112,6 +121,10 @@ class FaultServer:
             return {"Last-Modified": email.utils.formatdate(when, usegmt=True)}
         return {}
 
+    def count_sent(self, path: str, nbytes: int) -> None:
+        with self._lock:
+            self.sent[path] = self.sent.get(path, 0) + nbytes
+
     def requests_for(self, path: str) -> list[Logged]:
         with self._lock:
             return [e for e in self.log if e.path == path]
@@ -149,6 +162,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             fault = server.next_fault(path)
             if fault and fault.kind == "status":
                 time.sleep(fault.delay)
+                if fault.wait is not None:
+                    fault.wait.wait(_WAIT_LIMIT)  # unset by then: the test's own checks fail
                 return self._reply(path, rng, fault.code, b"busy\n", fault.headers)
             if body is None:
                 return self._reply(path, rng, 404, b"not found\n")
@@ -191,20 +206,26 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if fault and fault.kind == "slow":
                 time.sleep(fault.delay)
-            self._send_body(payload)
+            if fault and fault.kind == "pause" and fault.wait is not None:
+                self._send_body(path, payload[: fault.after])
+                fault.wait.wait(_WAIT_LIMIT)
+                payload = payload[fault.after :]
+            self._send_body(path, payload)
             if fault and fault.kind in ("cut", "bad_length"):
                 self.close_connection = True
 
-        def _send_body(self, payload: bytes) -> None:
+        def _send_body(self, path: str, payload: bytes) -> None:
             throttle = server.throttle
             try:
                 if throttle is None:
                     self.wfile.write(payload)
+                    server.count_sent(path, len(payload))
                     return
                 size, pause = throttle
                 for i in range(0, len(payload), size):
                     self.wfile.write(payload[i : i + size])
                     self.wfile.flush()
+                    server.count_sent(path, len(payload[i : i + size]))
                     time.sleep(pause)
             except (BrokenPipeError, ConnectionResetError):
                 pass

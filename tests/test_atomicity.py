@@ -32,6 +32,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats.base import StepBlock
 from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
+from tests.durability import DurabilityTrace, check_durable_publish
 
 REPO = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).resolve().parent / "_helper_convert.py"
@@ -543,29 +544,41 @@ def test_source_error_midway_leaves_nothing(tmp_path: Path, monkeypatch: pytest.
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
 def test_conversion_with_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
-    calls: list[int] = []
-    real_fsync = os.fsync
-
-    def counting_fsync(fd: int) -> None:
-        calls.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", counting_fsync)
+    trace = DurabilityTrace(monkeypatch)
     source = golden_three_episodes(tmp_path / "g.hdf5", with_next=True)
     monkeypatch.setenv("RLDS_FSYNC", "0")
     convert(source, "nosync", backend=backend)
-    assert calls == []
+    assert trace.fsyncs() == []
     monkeypatch.setenv("RLDS_FSYNC", "1")
     result = convert(source, "synced", backend=backend)
     assert result.reused is False
-    # memmap: 6 arrays + episodes + manifest + directories; zarr: episodes + manifest + dirs
-    assert len(calls) >= (8 if backend == "memmap" else 2)
+    check_durable_publish(trace, CacheRoot().dataset_dir("synced"))
     a, b = open_dataset("nosync")[:], open_dataset("synced")[:]
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert _tmp_entries() == []
     # fsync is the default when the variable is unset
     monkeypatch.delenv("RLDS_FSYNC")
-    calls.clear()
+    trace.events.clear()
     convert(source, "default", backend=backend)
-    assert calls
+    check_durable_publish(trace, CacheRoot().dataset_dir("default"))
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_the_fsync_order_check_fails_without_directory_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """The check above can fail: with every directory fsync gone (wherever the writers import
+    ``fsync_dir`` from) the files are still synced, and it must still object."""
+    from rlds_cli import _io
+
+    real = _io.fsync_dir
+    for name, module in list(sys.modules.items()):
+        if name.startswith("rlds_cli") and getattr(module, "fsync_dir", None) is real:
+            monkeypatch.setattr(module, "fsync_dir", lambda path: None)
+    trace = DurabilityTrace(monkeypatch)
+    monkeypatch.setenv("RLDS_FSYNC", "1")
+    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=True), "synced", backend=backend)
+    assert trace.fsyncs(), "the files are still fsynced"
+    with pytest.raises(AssertionError, match="never fsynced"):
+        check_durable_publish(trace, CacheRoot().dataset_dir("synced"))

@@ -369,17 +369,21 @@ def _rlds(home: Path, *args: str) -> subprocess.Popen[bytes]:
 
 @pytest.mark.slow
 def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> None:
-    server.throttle = (4096, 0.02)  # about 1.7 s for the file
+    # the server holds the rest of the file until the download is killed: it cannot finish first
+    sent_before_kill = len(DEMO) // 2
+    release = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=sent_before_kill, wait=release))
     proc = _rlds(isolated_cache, "download", "lp")
     part = part_path(raw(isolated_cache), "pointmass.hdf5")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # only a bound on a hang: the loop ends on the bytes
     while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    release.set()
     have = part.stat().st_size
-    assert 0 < have < len(DEMO)
+    assert 40_000 <= have <= sent_before_kill
     assert published(isolated_cache) == []
     server.throttle = None
     result = invoke("download", "lp")
@@ -392,13 +396,25 @@ def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> N
 
 
 def test_two_threads_download_once(server: FaultServer, isolated_cache: Path) -> None:
-    server.throttle = (32 * 1024, 0.02)
+    # the first download holds half the file until the other thread has found it locked (its
+    # "wait" event): the two surely overlap
+    other_is_waiting = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=len(DEMO) // 2, wait=other_is_waiting))
+
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "wait":
+            other_is_waiting.set()
+
     results: list[Any] = []
-    threads = [threading.Thread(target=lambda: results.append(download("lp"))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(download("lp", download_progress=progress)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert other_is_waiting.is_set()
     assert sorted(r.reused for r in results) == [False, True]
     assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
 

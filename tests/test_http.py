@@ -198,7 +198,9 @@ def test_wrong_content_length_recovers(
 
 
 def test_slow_server_times_out_and_retries(server: FaultServer, tmp_path: Path, sleeps: list[float]) -> None:
-    server.add_faults(PATH, Fault("slow", delay=1.0))
+    # the read timeout (0.2 s) trips long before the body would come: a wide margin on a busy
+    # machine, and no cost (the client hangs up; the server thread is a daemon)
+    server.add_faults(PATH, Fault("slow", delay=5.0))
     config = HttpConfig(timeout=(2.0, 0.2), retries=2, base_delay=0.01, sleep=sleeps.append)
     result, _ = fetch(server, tmp_path, config)
     assert result.path.read_bytes() == DATA
@@ -274,13 +276,20 @@ def test_disk_space_checked_before_any_request(
 
 
 def test_two_threads_download_once(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
-    server.throttle = (32 * 1024, 0.01)
+    # the first download holds half the file until the other thread has found the file locked
+    # (its "wait" event): the two surely overlap, and the second must reuse the first's file
+    other_is_waiting = threading.Event()
+    server.add_faults(PATH, Fault("pause", after=len(DATA) // 2, wait=other_is_waiting))
     results: list[object] = []
     errors: list[BaseException] = []
 
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "wait":
+            other_is_waiting.set()
+
     def run() -> None:
         try:
-            results.append(fetch(server, tmp_path, config)[0])
+            results.extend(fetch_files([remote(server)], tmp_path, config=config, progress=progress))
         except BaseException as exc:
             errors.append(exc)
 
@@ -290,6 +299,7 @@ def test_two_threads_download_once(server: FaultServer, tmp_path: Path, config: 
     for t in threads:
         t.join()
     assert not errors
+    assert other_is_waiting.is_set()
     assert sorted(r.action for r in results) == ["cached", "downloaded"]  # type: ignore[attr-defined]
     assert len(server.requests_for(PATH)) == 1
 
@@ -346,16 +356,21 @@ def test_backoff_and_retry_after() -> None:
 def test_a_failing_file_stops_its_siblings_early(
     server: FaultServer, tmp_path: Path, config: HttpConfig
 ) -> None:
-    import time
-
     server.throttle = (4096, 0.05)  # the big file alone would take about 4 s
-    # the 404 comes once the big file is under way (else there would be no .part to keep)
-    server.add_faults("/gone.bin", Fault("status", code=404, delay=0.3))
+    # the 404 comes once the big file's first chunk is in its .part (so there is one to keep)
+    big_file_under_way = threading.Event()
+
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "advance" and name == "data.bin":
+            big_file_under_way.set()
+
+    server.add_faults("/gone.bin", Fault("status", code=404, wait=big_file_under_way))
     specs = [remote(server), RemoteFile("gone.bin", (server.url("/gone.bin"),))]
-    started = time.monotonic()
     with pytest.raises(HTTPStatusError):
-        fetch_files(specs, tmp_path, config=config, workers=2)
-    assert time.monotonic() - started < 3.5  # did not wait for the big file
+        fetch_files(specs, tmp_path, config=config, workers=2, progress=progress)
+    assert big_file_under_way.is_set()
     assert not (tmp_path / "data.bin").exists()
     part = part_path(tmp_path, "data.bin")
     assert part.is_file() and 0 < part.stat().st_size < len(DATA)  # kept, for a resume
+    # did not wait for the big file: the server never got to send all of it
+    assert server.sent[PATH] < len(DATA)

@@ -24,6 +24,7 @@ from rlds_cli.cache.backends import ALL_CHUNKS_ATTR
 from rlds_cli.download import download
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.formats.base import StepBlock
+from tests.durability import DurabilityTrace, check_durable_publish
 from tests.test_preprocess import make_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,21 +170,9 @@ def test_every_file_is_synced_before_the_manifest_commits_it(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Order of durability: every data file, then every directory (deepest first), then the
-    manifest, then the rename into place, then the parent directory."""
+    manifest and its folder, then the rename into place, then the parent directory."""
     monkeypatch.setenv("RLDS_FSYNC", "1")
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        events.append(("replace", f"{src} -> {dst}"))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    trace = DurabilityTrace(monkeypatch)
     n = 40
     term = np.zeros(n, bool)
     term[[9, 39]] = True
@@ -199,26 +188,17 @@ def test_every_file_is_synced_before_the_manifest_commits_it(
     )
     with DatasetBuilder("durable", backend=backend) as builder:
         builder.append(block)
-        build = builder.build_dir
+        build = builder.build_dir.resolve()
         builder.commit()
     final = CacheRoot().dataset_dir("durable")
-    files = {str(build / p.relative_to(final)) for p in final.rglob("*") if p.is_file()}
-    dirs = {str(build / p.relative_to(final)) for p in final.rglob("*") if p.is_dir()} | {str(build)}
-    synced = [path for kind, path in events if kind == "fsync"]
-    manifest_commit = next(
-        i for i, (kind, what) in enumerate(events) if kind == "replace" and what.endswith("/manifest.json")
-    )
-    publish = next(
-        i for i, (kind, what) in enumerate(events) if kind == "replace" and what.endswith(f"-> {final}")
-    )
-    before = {path for kind, path in events[:manifest_commit] if kind == "fsync"}
-    assert files - {str(build / "manifest.json")} <= before, sorted(files - before)
-    assert dirs <= before, sorted(dirs - before)
-    last_file = max(i for i, p in enumerate(synced) if p in files and not p.endswith("manifest.json.tmp"))
+    check_durable_publish(trace, final)
+    # and, beyond what durability needs: no directory before the last data file
+    files = {build / p.relative_to(final) for p in final.rglob("*") if p.is_file()}
+    dirs = {build / p.relative_to(final) for p in final.rglob("*") if p.is_dir()} | {build}
+    synced = [path for _, path in trace.fsyncs()]
+    last_file = max(i for i, p in enumerate(synced) if p in files and p.name != "manifest.json")
     first_dir = min(i for i, p in enumerate(synced) if p in dirs)
     assert last_file < first_dir, "a directory was synced before the files in it"
-    assert manifest_commit < publish
-    assert ("fsync", str(final.parent)) in events[publish:], "the rename into place was not made durable"
 
 
 # ----------------------------------------------------------------------------- locations, names

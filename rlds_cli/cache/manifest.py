@@ -140,8 +140,9 @@ def _digest_dict(value: Any) -> dict[str, Any]:
 def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
     """Write ``manifest.json`` atomically (temp file + rename) into ``directory``."""
     text = json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n"
-    # one writer per build folder: a fixed temp name (.manifest.json.tmp, as remote pulls write)
-    atomic_write(directory / MANIFEST_FILE, text, fsync=fsync, unique=False)
+    # one writer per build folder: a fixed temp name (.manifest.json.tmp, as remote pulls write);
+    # the folder is fsynced after the rename, else a publish could outlive its manifest
+    atomic_write(directory / MANIFEST_FILE, text, fsync=fsync, sync_dir=fsync, unique=False)
 
 
 def read_manifest(directory: Path) -> Manifest:
