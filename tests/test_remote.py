@@ -332,6 +332,12 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.Mon
 def test_a_missing_protocol_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     make_demo("d", "memmap")
     monkeypatch.setitem(sys.modules, "s3fs", None)
+    # fsspec keeps each protocol's class once imported (an earlier test in this process may have
+    # used s3://): forget it, so the import is tried again and fails
+    import fsspec.registry  # noqa: F401 (the module; fsspec.registry is also a mapping's name)
+
+    for protocol in ("s3", "s3a"):
+        monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
     with pytest.raises(MissingExtraError, match="s3fs") as info:
         push("d", "s3://bucket/d")
     assert "rlds-cli[remote]" in info.value.hint
