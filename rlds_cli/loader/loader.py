@@ -1,9 +1,12 @@
 """The :class:`Loader` front door used by training code: source + sampler + transforms + prefetch.
 
-A loader draws indices from its sampler, gathers their rows from its source (made from a dataset
-by :func:`open_source`, or given: a :class:`~rlds_cli.loader.mixture.MixtureSource`), applies the
-transforms, converts to torch (and moves to the device) and, with ``prefetch``, does all of that
-in a background thread (:mod:`rlds_cli.loader.prefetch`).
+A loader draws indices from its sampler, gathers their rows from its source (one it makes for a
+dataset: a :class:`~rlds_cli.loader.sources.HostSource`, or a
+:class:`~rlds_cli.loader.device.DeviceSource` over it; or one it is given, such as a
+:class:`~rlds_cli.loader.mixture.MixtureSource`), applies the transforms, converts to torch (and
+moves to the device) and, with ``prefetch``, does all of that in a background thread
+(:mod:`rlds_cli.loader.prefetch`). Sources and samplers meet only through the protocols of
+:mod:`rlds_cli.loader.protocols`.
 """
 
 from __future__ import annotations
@@ -169,11 +172,10 @@ class Loader:
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
-        if isinstance(dataset, str | Dataset):
-            self.dataset: Dataset | None = (
-                dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
-            )
-        elif isinstance(dataset, IndexedSource):
+        self.dataset: Dataset | None = None
+        if isinstance(dataset, Dataset):
+            self.dataset = dataset
+        elif isinstance(dataset, IndexedSource):  # a source of rows, with its own keys and storage
             dataset_only = {"keys": keys is not None, "in_memory": in_memory != "auto", "pack": not pack}
             misplaced = [name for name, set_here in dataset_only.items() if set_here] + (
                 ["root"] if root else []
@@ -182,9 +184,9 @@ class Loader:
                 raise ValueError(
                     f"{', '.join(misplaced)} apply to a dataset; give them to the source instead"
                 )
-            given, self.dataset, in_memory = dataset, None, False
+            given, in_memory = dataset, False
         else:
-            raise ValueError(f"dataset must be a name, a Dataset or a source with gather(), got {dataset!r}")
+            self.dataset = open_dataset(dataset, root)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         if in_memory not in (False, True, "device", "auto"):
