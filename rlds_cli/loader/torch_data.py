@@ -391,7 +391,13 @@ class TedIterableDataset(IterableDataset):
                 idx, extras = split_draw(sampler.sample())
             if not in_worker:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
-            yield self._batch(idx, extras, worker if in_worker else -1)
+            if extras:  # a draw with extras (slices' mask, weights) comes the ordinary way
+                batch = self._batch(idx)  # no worker: never a slot
+                assert isinstance(batch, TedBatch)
+                batch.update(extras)
+                yield batch
+            else:
+                yield self._batch(idx, worker if in_worker else -1)
             b += workers
         if in_worker or self.epoch == epoch:  # a finished pass: the next one is the next epoch
             self._end_pass()
@@ -402,17 +408,14 @@ class TedIterableDataset(IterableDataset):
     def _end_pass(self) -> None:
         self.epoch, self.position = self.epoch + 1, 0
 
-    def _batch(
-        self, idx: np.ndarray, extras: dict[str, np.ndarray], worker: int = -1
-    ) -> TedBatch | SlotBatch:
-        if worker >= 0 and self._ring is not None and not extras:  # into a free shared slot
+    def _batch(self, idx: np.ndarray, worker: int = -1) -> TedBatch | SlotBatch:
+        if worker >= 0 and self._ring is not None:  # into a shared slot when one is free
             slot = self._ring.gather(worker, self.dataset, idx)
             if slot is not None:
                 return slot
         assert self._source is not None
         batch = self._source.gather(idx)
         batch["index"] = np.array(idx)
-        batch.update(extras)
         return batch
 
     def state_dict(self) -> dict[str, Any]:
