@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.loader.mixture import MixtureLoader
+from rlds_cli.cache.ted import TedBatch
+from rlds_cli.loader import Loader, Normalize
+from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler, MixtureSource
 from tests.loader_fixtures import make_ted
 
 
@@ -95,3 +97,53 @@ def test_errors(pair: tuple[Dataset, Dataset]) -> None:
         MixtureLoader(
             {"a": a, "b": b}, [1, 1], keys=["x"], rename={"a": {"observation": "x"}, "b": {"action": "x"}}
         )
+
+
+def test_mixture_composes_into_a_loader(pair: tuple[Dataset, Dataset]) -> None:
+    """A MixtureSource and MixtureSampler in a Loader: prefetch and transforms, the same stream
+    as the MixtureLoader of the same seed, and a state that continues it."""
+    source = MixtureSource(list(pair), keys=["observation"])
+    mix = MixtureLoader(list(pair), [0.3, 0.7], batch_size=16, seed=4, keys=["observation"])
+    want = [mix.sample() for _ in range(4)]
+
+    def double(batch: TedBatch) -> TedBatch:
+        batch["observation"] = batch["observation"] * 2
+        return batch
+
+    sampler = MixtureSampler(source.sizes, [0.3, 0.7], 16, seed=4)
+    loader = Loader(source, 16, sampler=sampler, prefetch=2, transform=double, num_batches=4)
+    got = list(loader)
+    for a, b in zip(want, got, strict=True):
+        assert a["index"].tolist() == b["index"].tolist() and a["source"].tolist() == b["source"].tolist()
+        np.testing.assert_array_equal(a["observation"].numpy() * 2, b["observation"].numpy())
+    loader.close()  # the prefetch thread drew ahead: closing rewinds the sampler to the loop's
+    assert sampler.report(source.names) == mix.report()
+    with pytest.raises(ValueError, match="keys apply to a dataset"):
+        Loader(source, 16, keys=["observation"])
+    with pytest.raises(ValueError, match="binds to a dataset"):
+        Loader(source, 16, transform=Normalize(keys=["observation"]))
+
+
+def test_any_sampler_over_a_mixture(pair: tuple[Dataset, Dataset]) -> None:
+    a, b = pair
+    source = MixtureSource({"a": a, "b": b}, keys=["observation"])
+    assert source.num_steps == a.num_steps + b.num_steps
+    # an epoch over the mixture: every step of every source once, in any order of sources
+    loader = Loader(source, 7, sampler="epoch", seed=1)
+    rows = [
+        (s, i)
+        for batch in loader
+        for s, i in zip(batch["source"].tolist(), batch["index"].tolist(), strict=True)
+    ]
+    assert sorted(rows) == [(0, i) for i in range(a.num_steps)] + [(1, i) for i in range(b.num_steps)]
+    for batch in Loader(source, 7, sampler="epoch", seed=1, num_batches=3):
+        for s, ds in enumerate(pair):  # rows in their places, whatever the order of sources
+            here = batch["source"].numpy() == s
+            got = ds.gather(batch["index"].numpy()[here], ["observation"])["observation"]
+            np.testing.assert_array_equal(batch["observation"].numpy()[here], got)
+    # slices never cross an episode, hence never a source
+    batch = Loader(source, 12, sampler="slice", slice_len=4, seed=2).sample()
+    assert batch["index"].shape == (3, 4) and batch["observation"].shape[:2] == (3, 4)
+    assert (batch["source"] == batch["source"][:, :1]).all()
+    with pytest.raises(IndexError, match="out of range"):
+        source.gather(np.array([source.num_steps]))

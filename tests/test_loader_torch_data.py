@@ -11,6 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.loader.epoch import EpochSampler, epoch_permutation, shard
+from rlds_cli.loader.samplers import uniform_ints
 from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
 from tests.loader_fixtures import make_ted
 
@@ -124,3 +126,44 @@ def test_map_style_items(ds: Dataset) -> None:
     # the default collate also works (items stacked one by one)
     batch = next(iter(DataLoader(m, batch_size=4, collate_fn=collate_ted)))
     assert batch["index"].tolist() == [0, 1, 2, 3]
+
+
+def test_epoch_orders_are_the_epoch_samplers(ds: Dataset) -> None:
+    """Both adapters take their permutation and shard from EpochSampler: the same indices, in
+    the same order, as the loader's "epoch" sampler (and as the (seed, epoch) permutation)."""
+    for rank in range(3):
+        batches = EpochBatchSampler(N, 10, seed=5, rank=rank, world_size=3)
+        sampler = EpochSampler(N, 10, 5, rank=rank, world_size=3)
+        iterable = TedIterableDataset(ds, 10, keys=[], seed=5, rank=rank, world_size=3)
+        for epoch in range(2):
+            batches.set_epoch(epoch)
+            iterable.set_epoch(epoch)
+            want = shard(epoch_permutation(N, 5, epoch), rank, 3).tolist()
+            assert [i for batch in batches for i in batch] == want
+            assert _indices(list(iterable)) == want
+            assert [i for _ in range(len(batches)) for i in sampler.sample().tolist()] == want
+
+
+def test_uniform_batches_seeded_by_seed_epoch_rank_and_batch(ds: Dataset) -> None:
+    it = TedIterableDataset(ds, 8, keys=[], shuffle="uniform", seed=7, rank=1, world_size=2, num_batches=3)
+    it.set_epoch(4)
+    want = [uniform_ints(np.random.default_rng([7, 4, 1, b]), N, 8) for b in range(3)]
+    assert _indices(list(it)) == np.concatenate(want).tolist()
+
+
+def test_iterable_takes_any_sampler_with_replacement(ds: Dataset) -> None:
+    it = TedIterableDataset(ds, 12, keys=["next/reward"], shuffle="slice", slice_len=4, seed=3, num_batches=4)
+    batches = list(it)
+    assert [tuple(b["index"].shape) for b in batches] == [(3, 4)] * 4
+    assert all(b["mask"].shape == (3, 4) and b["next", "reward"].shape[:2] == (3, 4) for b in batches)
+    # the same batches with two workers: batch b's draw depends on (seed, epoch, rank, b) only
+    it.set_epoch(0)  # the pass above moved it on to epoch 1
+    loader = DataLoader(it, batch_size=None, num_workers=2, collate_fn=collate_ted)
+    again = list(loader)
+    assert [b["index"].tolist() for b in again] == [b["index"].tolist() for b in batches]
+    prioritized = TedIterableDataset(ds, 8, keys=[], shuffle="prioritized", seed=3, num_batches=2)
+    assert [b["weight"].shape for b in prioritized] == [(8,), (8,)]
+    with pytest.raises(ValueError, match="slice_len"):
+        TedIterableDataset(ds, 12, shuffle="slice")
+    with pytest.raises(ValueError, match="shuffle='epoch' has no option"):
+        TedIterableDataset(ds, 12, slice_len=4)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.epoch import EpochSampler
     from rlds_cli.loader.factory import make_sampler
     from rlds_cli.loader.loader import Loader, to_tensordict, to_torch
-    from rlds_cli.loader.mixture import MixtureLoader
+    from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler, MixtureSource
     from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
     from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
     from rlds_cli.loader.sumtree import SumTree
@@ -46,6 +46,8 @@ _LAZY = {
     "to_tensordict": "loader",
     "to_torch": "loader",
     "MixtureLoader": "mixture",
+    "MixtureSampler": "mixture",
+    "MixtureSource": "mixture",
     "PrioritizedSampler": "prioritized",
     "PrioritizedSliceSampler": "prioritized",
     "SumTree": "sumtree",
@@ -68,6 +70,8 @@ __all__ = [
     "FrameStack",
     "Loader",
     "MixtureLoader",
+    "MixtureSampler",
+    "MixtureSource",
     "NStepReturn",
     "Normalize",
     "PrioritizedSampler",

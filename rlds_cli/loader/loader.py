@@ -1,4 +1,13 @@
-"""The :class:`Loader` front door used by training code: store + sampler + transforms + prefetch."""
+"""The :class:`Loader` front door used by training code: source + sampler + transforms + prefetch.
+
+A loader draws indices from its sampler, gathers their rows from its source (one it makes for a
+dataset: a :class:`~rlds_cli.loader.sources.HostSource`, or a
+:class:`~rlds_cli.loader.device.DeviceSource` over it; or one it is given, such as a
+:class:`~rlds_cli.loader.mixture.MixtureSource`), applies the transforms, converts to torch (and
+moves to the device) and, with ``prefetch``, does all of that in a background thread
+(:mod:`rlds_cli.loader.prefetch`). Sources and samplers meet only through the protocols of
+:mod:`rlds_cli.loader.protocols`.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +33,7 @@ from rlds_cli.loader.protocols import (
     Checkpointable,
     Claiming,
     Epochal,
+    IndexedSource,
     Prioritized,
     Sampler,
     Streamable,
@@ -95,7 +105,11 @@ class Loader:
         torch.Size([256, 1])
 
     Args:
-        dataset: A dataset name in the cache, or an opened :class:`Dataset`.
+        dataset: A dataset name in the cache, an opened :class:`Dataset`, or a source of rows
+            with its own keys and storage (an
+            :class:`~rlds_cli.loader.protocols.IndexedSource` such as a
+            :class:`~rlds_cli.loader.mixture.MixtureSource`; then ``keys``, ``in_memory``,
+            ``pack`` and ``root`` are the source's business, and transforms are not bound).
         batch_size: Steps per batch (slices: ``num_slices * slice_len``).
         sampler: ``"uniform"``, ``"epoch"``, ``"slice"``, ``"prioritized"``, or an object with
             ``sample()`` returning indices or a :class:`~rlds_cli.loader.samplers.Draw`
@@ -138,7 +152,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: str | Dataset,
+        dataset: str | Dataset | IndexedSource,
         batch_size: int = 256,
         *,
         sampler: str | Sampler = "uniform",
@@ -158,13 +172,29 @@ class Loader:
         root: str | os.PathLike[str] | None = None,
         **sampler_options: Any,
     ) -> None:
-        self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
+        given: IndexedSource | None = None
+        self.dataset: Dataset | None = None
+        if isinstance(dataset, Dataset):
+            self.dataset = dataset
+        elif isinstance(dataset, IndexedSource):  # a source of rows, with its own keys and storage
+            dataset_only = {"keys": keys is not None, "in_memory": in_memory != "auto", "pack": not pack}
+            misplaced = [name for name, set_here in dataset_only.items() if set_here] + (
+                ["root"] if root else []
+            )
+            if misplaced:
+                raise ValueError(
+                    f"{', '.join(misplaced)} apply to a dataset; give them to the source instead"
+                )
+            given, in_memory = dataset, False
+        else:
+            self.dataset = open_dataset(dataset, root)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         if in_memory not in (False, True, "device", "auto"):
             raise ValueError(f"in_memory must be False, True, 'device' or 'auto', got {in_memory!r}")
         self.keys = list(keys) if keys is not None else None
         if in_memory == "auto":
+            assert self.dataset is not None
             in_memory = auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
@@ -187,13 +217,30 @@ class Loader:
         # transforms are bound first: the first one may produce some keys itself (its claim()),
         # which the loader then never reads
         self.transforms = self._bind(transform)
-        read = self._unclaimed(self.keys)
-        self._host = HostSource(self.dataset, read, in_memory=bool(in_memory), pack=pack)
-        # the host gather, resolved once (HostSource.gather dispatches on its layout per call)
-        self._gather = self._host.gather_function()
+        self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
-        if in_memory == "device":
-            self._device_source = DeviceSource(self._host, self.device or torch.device("cpu"))
+        if given is not None:
+            self.source: IndexedSource | HostSource | DeviceSource = given
+            self.num_steps = given.num_steps
+            self._episodes: Episodes | None = given.episodes
+            self._gather: Callable[[Any], TedBatch] = given.gather
+        else:
+            assert self.dataset is not None
+            self._host = HostSource(
+                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack
+            )
+            self.source = self._host
+            self.num_steps, self._episodes = self.dataset.num_steps, None
+            # the host gather, resolved once (HostSource.gather dispatches on its layout per call)
+            self._gather = self._host.gather_function()
+            if in_memory == "device":
+                self.source = self._device_source = DeviceSource(
+                    self._host, self.device or torch.device("cpu")
+                )
+                self._gather = self._device_source.gather
+        # the batch's index is the sampled indices, unless the source writes its own (a mixture's
+        # rows say their step in their own dataset)
+        self._write_index = not getattr(self.source, "owns_index", False)
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
@@ -205,7 +252,8 @@ class Loader:
         # host batches to CPU tensors, untransformed, as a TedBatch (the common case): _draw takes
         # a path with the per-batch dispatch of the general one resolved here, once
         self._plain = (
-            self._device_source is None
+            self._write_index  # a source that writes its own index takes the general path
+            and self._device_source is None
             and self.device is None
             and not self.pin_memory
             and not self.transforms
@@ -228,9 +276,9 @@ class Loader:
             shard = {"rank": self.rank, "world_size": self.world_size}
             if sampler == "uniform" and self._device_source is not None and not options:
                 return DeviceUniformSampler(
-                    self.dataset.num_steps, self.batch_size, self.seed, self._device_source.device, **shard
+                    self.num_steps, self.batch_size, self.seed, self._device_source.device, **shard
                 )
-            episodes = Episodes.of(self.dataset)
+            episodes = self._episodes if self._episodes is not None else Episodes.of(self.dataset)
             return make_sampler(sampler, episodes, self.batch_size, self.seed, **shard, **options)
         if options:
             raise ValueError(f"sampler options {sorted(options)} only apply to a sampler given by name")
@@ -245,7 +293,7 @@ class Loader:
         if isinstance(self.sampler, Epochal):
             return max(1, int(self.sampler.batches_per_epoch))
         per_batch = int(getattr(self.sampler, "batch_size", self.batch_size))
-        share = -(-self.dataset.num_steps // self.world_size)
+        share = -(-self.num_steps // self.world_size)
         return max(1, -(-share // per_batch))
 
     @property
@@ -261,6 +309,11 @@ class Loader:
             if not callable(t):
                 raise ValueError(f"transform must be callable, got {t!r}")
             if isinstance(t, Bindable):
+                if self.dataset is None:
+                    raise ValueError(
+                        f"transform {t!r} binds to a dataset, and a source of several has none: "
+                        "bind it to the dataset you mean (t.bind(ds)) and pass a plain function"
+                    )
                 if self.in_memory == "device" and getattr(t, "needs_host", False):
                     raise ValueError(
                         f"transform {t!r} reads the cache and cannot run with in_memory='device'"
@@ -274,7 +327,7 @@ class Loader:
         which builds the observation stacks from the batch's index alone). Later transforms may
         read any key, so only the first one is asked."""
         first = self.transforms[0] if self.transforms else None
-        if not isinstance(first, Claiming) or self.in_memory == "device":
+        if not isinstance(first, Claiming) or self.in_memory == "device" or self.dataset is None:
             return keys
         wanted = resolve_keys(self.dataset, keys)
         mine = set(first.claim(wanted, in_memory=bool(self.in_memory)))
@@ -289,16 +342,14 @@ class Loader:
         with self._lock:
             indices, extras = self._indices()
             end = self._epoch_done is not None and self._epoch_done()
-        if self._device_source is not None:
-            batch = self._device_source.gather(indices)
+        batch = self._gather(indices)
+        if self._write_index:
             batch["index"] = indices
+        if self._device_source is not None:
             for key, value in extras.items():
                 batch[key] = torch.as_tensor(value, device=indices.device)
-        else:
-            batch = self._host.gather(indices)
-            batch["index"] = indices
-            if extras:
-                batch.update(extras)
+        elif extras:
+            batch.update(extras)
         for t in self.transforms:
             batch = t(batch)
         return self._finish(batch), end

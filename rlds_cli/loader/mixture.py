@@ -1,14 +1,23 @@
 """Mixtures: one batch drawn from several datasets with weights, in a common schema.
 
-Each batch splits its ``batch_size`` rows among the sources by a multinomial draw with the
-current weights (fixed, or a schedule of the step), gathers each part from its own source,
-renames keys to the common schema and concatenates. Every row says where it came from in
-``source`` (int64) and ``index`` (its step in that source). :meth:`MixtureLoader.report` gives
-the achieved mix next to the targets.
+A mixture is a source and a sampler that plug into :class:`~rlds_cli.loader.Loader` like any
+other, so it gets prefetch, transforms, a device and checkpoints from the loader:
+
+* :class:`MixtureSource` puts the datasets end to end in one index space (step ``j`` of source
+  ``i`` is index ``offsets[i] + j``), gathers each row from its own dataset, renames keys to the
+  common schema, and says where every row came from in ``source`` (int64) and ``index`` (its step
+  in that source). Its episodes are the sources' episodes in order, so any sampler works on it
+  (uniform over all steps, epochs, slices, which never cross an episode, hence a source);
+* :class:`MixtureSampler` splits each batch's rows among the sources by a multinomial draw with
+  the current weights (fixed, or a schedule of the batch count) and draws each part uniformly in
+  its source; :meth:`MixtureSampler.report` gives the achieved mix next to the targets.
+
+:class:`MixtureLoader` is the one-line form: both, composed into a loader.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -20,8 +29,8 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
-from rlds_cli.loader.loader import to_tensordict, to_torch
-from rlds_cli.loader.samplers import positive_int, uniform_ints
+from rlds_cli.loader.loader import Loader
+from rlds_cli.loader.samplers import Episodes, positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
 
 Weights = Sequence[float] | Callable[[int], Sequence[float]]
@@ -36,8 +45,215 @@ def _check_weights(weights: Any, count: int) -> np.ndarray:
     return w / w.sum()
 
 
+class MixtureSource:
+    """Several datasets as one source of rows in a common schema.
+
+    Args:
+        sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
+        keys: Keys of the common schema (after renaming); ``None``: those every source has.
+        rename: ``{source name: {its key: common key}}``.
+        in_memory: Load every source's needed columns into RAM.
+        root: Cache root for names.
+    """
+
+    #: A batch's ``index`` is each row's step in its own source (written here, not by the loader).
+    owns_index = True
+
+    def __init__(
+        self,
+        sources: Mapping[str, str | Dataset] | Sequence[str | Dataset],
+        *,
+        keys: Iterable[str | tuple[str, ...]] | None = None,
+        rename: Mapping[str, Mapping[str, str]] | None = None,
+        in_memory: bool = False,
+        root: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not isinstance(sources, Mapping):
+            opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
+            sources = {ds.name: ds for ds in opened}
+        if not sources:
+            raise ValueError("sources must name at least one dataset")
+        self.names = list(sources)
+        self.datasets = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources.values()]
+        rename = dict(rename or {})
+        unknown = sorted(set(rename) - set(self.names))
+        if unknown:
+            raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
+        self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
+        self.keys = self._common_keys(keys)
+        self._sources = [
+            HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
+            for i, ds in enumerate(self.datasets)
+        ]
+        self._check_shapes()
+        self.sizes = [ds.num_steps for ds in self.datasets]
+        #: Where each source starts in the mixture's index space (and, last, its size).
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self.num_steps = int(self.offsets[-1])
+        self.episodes = Episodes(np.concatenate([Episodes.of(ds).lengths for ds in self.datasets]))
+
+    def _original(self, source: int, key: str) -> str:
+        back = {v: k for k, v in self._renames[source].items()}
+        return back.get(key, key)
+
+    def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
+        per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
+        if keys is None:
+            common = set.intersection(*per_source)
+            return sorted(common, key=lambda k: (k.startswith("next/"), k))
+        wanted = list(dict.fromkeys(join_key(k) for k in keys))
+        for name, have in zip(self.names, per_source, strict=True):
+            missing = [k for k in wanted if k not in have]
+            if missing:
+                raise KeyError(
+                    f"source {name!r} has no keys {missing} (after renaming); map them with rename="
+                )
+        return wanted
+
+    def _check_shapes(self) -> None:
+        ref = {k: self.datasets[0].fields[self._original(0, k)] for k in self.keys}
+        for i, ds in enumerate(self.datasets[1:], start=1):
+            for key in self.keys:
+                got = ds.fields[self._original(i, key)]
+                if got != ref[key]:
+                    raise ValueError(
+                        f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
+                        f"{self.names[0]!r}; a common schema needs equal shapes and dtypes"
+                    )
+
+    def _part(self, source: int, local: np.ndarray) -> TedBatch:
+        got = self._sources[source].gather(local)
+        part = TedBatch({self._renames[source].get(k, k): v for k, v in got.items()})
+        part["index"] = local
+        part["source"] = np.full(len(local), source, np.int64)
+        return part
+
+    def gather(self, indices: np.ndarray) -> TedBatch:
+        """The rows at mixture ``indices`` (any shape), with ``index`` and ``source``."""
+        flat = np.asarray(indices, np.int64).reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.num_steps):
+            raise IndexError(f"mixture index out of range [0, {self.num_steps})")
+        source = np.searchsorted(self.offsets, flat, side="right") - 1
+        local = flat - self.offsets.take(source)
+        if (np.diff(source) >= 0).all():  # rows grouped by source (a MixtureSampler's): concatenate
+            cuts = np.searchsorted(source, np.arange(len(self.names) + 1))
+            parts = [
+                self._part(i, local[a:b])
+                for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist()))
+                if b > a
+            ]
+            batch = TedBatch({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+        else:  # any order (another sampler's): each source's rows go back to their places
+            batch = TedBatch()
+            for i in np.unique(source).tolist():
+                rows = np.flatnonzero(source == i)
+                for key, value in self._part(i, local[rows]).items():
+                    if key not in batch:
+                        batch[key] = np.empty((flat.size, *value.shape[1:]), value.dtype)
+                    batch[key][rows] = value
+        if np.ndim(indices) != 1:
+            lead = np.shape(indices)
+            batch = TedBatch({k: v.reshape(lead + v.shape[1:]) for k, v in batch.items()})
+        return batch
+
+
+class MixtureSampler:
+    """Mixture indices: each batch's rows split among the sources by a multinomial draw with the
+    weights in force, each part uniform in its source (rows grouped by source, in source order).
+
+    Args:
+        sizes: Steps of each source (:attr:`MixtureSource.sizes`).
+        weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
+            with the number of batches drawn so far.
+        batch_size: Rows per batch.
+        seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged).
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Weights,
+        batch_size: int,
+        seed: int | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.sizes = [positive_int("source size", n) for n in sizes]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self._schedule = weights if callable(weights) else None
+        self._fixed = None if callable(weights) else _check_weights(weights, len(self.sizes))
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="MixtureSampler")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+        self.batches_drawn = 0
+        self.counts = np.zeros(len(self.sizes), np.int64)  # rows drawn per source
+        self.target = np.zeros(len(self.sizes), np.float64)  # rows the weights asked for
+
+    def weights(self) -> np.ndarray:
+        """The normalized weights for the next batch."""
+        if self._schedule is not None:
+            return _check_weights(self._schedule(self.batches_drawn), len(self.sizes))
+        assert self._fixed is not None
+        return self._fixed
+
+    def sample(self) -> np.ndarray:
+        """One batch of mixture indices, int64, grouped by source."""
+        w = self.weights()
+        counts = self._rng.multinomial(self.batch_size, w)
+        parts = [
+            uniform_ints(self._rng, self.sizes[i], n) + self.offsets[i]
+            for i, n in enumerate(counts.tolist())
+            if n
+        ]
+        self.counts += counts
+        self.target += w * self.batch_size
+        self.batches_drawn += 1
+        return np.concatenate(parts)
+
+    def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Per source (by ``names``): rows drawn, the achieved fraction, and the target fraction
+        (the mean of the weights in force over the batches drawn)."""
+        total = max(int(self.counts.sum()), 1)
+        return {
+            name: {
+                "rows": int(self.counts[i]),
+                "achieved": float(self.counts[i] / total),
+                "target": float(self.target[i] / total),
+            }
+            for i, name in enumerate(names)
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Generator, batch count and the mix so far: a restored sampler continues the stream."""
+        return {
+            "bit_generator": self._rng.bit_generator.state,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batches_drawn": self.batches_drawn,
+            "counts": self.counts.copy(),
+            "target": self.target.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` (refused from another rank or world size:
+        :class:`~rlds_cli.errors.LoaderStateError`)."""
+        check_shard(state, self.rank, self.world_size, "MixtureLoader")
+        if state.get("seed") is not None:
+            self.seed = int(state["seed"])
+        self._rng.bit_generator.state = state["bit_generator"]
+        self.batches_drawn = int(state["batches_drawn"])
+        self.counts = np.asarray(state["counts"], np.int64).copy()
+        self.target = np.asarray(state["target"], np.float64).copy()
+
+
 class MixtureLoader:
-    """Uniform transitions from several datasets, mixed with weights.
+    """Uniform transitions from several datasets, mixed with weights: a :class:`Loader` over a
+    :class:`MixtureSource` with a :class:`MixtureSampler` (compose those for prefetch or
+    transforms).
 
     Args:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
@@ -74,97 +290,46 @@ class MixtureLoader:
         as_tensordict: bool = False,
         root: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(sources, Mapping):
-            opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
-            sources = {ds.name: ds for ds in opened}
-        if not sources:
-            raise ValueError("sources must name at least one dataset")
-        self.names = list(sources)
-        self.datasets = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources.values()]
-        rename = dict(rename or {})
-        unknown = sorted(set(rename) - set(self.names))
-        if unknown:
-            raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
-        self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
-        self.keys = self._common_keys(keys)
-        self._sources = [
-            HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
-            for i, ds in enumerate(self.datasets)
-        ]
-        self._check_shapes()
-        self.batch_size = positive_int("batch_size", batch_size)
-        self._schedule = weights if callable(weights) else None
-        self._fixed = None if callable(weights) else _check_weights(weights, len(self.names))
+        self.source = MixtureSource(sources, keys=keys, rename=rename, in_memory=in_memory, root=root)
+        self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
         self.rank, self.world_size = rank_world(rank, world_size)
-        self.seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
-        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
-        if num_batches is not None and (
-            isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0
-        ):
-            raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
-        self.num_batches = num_batches
-        self.device = torch.device(device) if device is not None else None
-        self.as_tensordict = bool(as_tensordict)
-        self.batches_drawn = 0
-        self._counts = np.zeros(len(self.names), np.int64)
-        self._target = np.zeros(len(self.names), np.float64)
+        batch_size = positive_int("batch_size", batch_size)
+        seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
+        rank, world_size = self.rank, self.world_size
+        self.sampler = MixtureSampler(
+            self.source.sizes, weights, batch_size, seed, rank=rank, world_size=world_size
+        )
+        self.loader = Loader(
+            self.source,
+            batch_size,
+            sampler=self.sampler,
+            device=device,
+            as_tensordict=as_tensordict,
+            epochs=None,
+            num_batches=num_batches,
+            rank=rank,
+            world_size=world_size,
+        )
+        self.batch_size, self.num_batches = batch_size, num_batches
+        self.device, self.as_tensordict = self.loader.device, self.loader.as_tensordict
 
-    def _original(self, source: int, key: str) -> str:
-        back = {v: k for k, v in self._renames[source].items()}
-        return back.get(key, key)
+    @property
+    def seed(self) -> int:
+        """The run seed (the sampler's)."""
+        return self.sampler.seed
 
-    def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
-        per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
-        if keys is None:
-            common = set.intersection(*per_source)
-            return sorted(common, key=lambda k: (k.startswith("next/"), k))
-        wanted = list(dict.fromkeys(join_key(k) for k in keys))
-        for name, have in zip(self.names, per_source, strict=True):
-            missing = [k for k in wanted if k not in have]
-            if missing:
-                raise KeyError(
-                    f"source {name!r} has no keys {missing} (after renaming); map them with rename="
-                )
-        return wanted
-
-    def _check_shapes(self) -> None:
-        ref = {k: self.datasets[0].fields[self._original(0, k)] for k in self.keys}
-        for i, ds in enumerate(self.datasets[1:], start=1):
-            for key in self.keys:
-                got = ds.fields[self._original(i, key)]
-                if got != ref[key]:
-                    raise ValueError(
-                        f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
-                        f"{self.names[0]!r}; a common schema needs equal shapes and dtypes"
-                    )
+    @property
+    def batches_drawn(self) -> int:
+        """Batches drawn so far."""
+        return self.sampler.batches_drawn
 
     def weights(self) -> np.ndarray:
         """The normalized weights for the next batch."""
-        if self._schedule is not None:
-            return _check_weights(self._schedule(self.batches_drawn), len(self.names))
-        assert self._fixed is not None
-        return self._fixed
+        return self.sampler.weights()
 
     def sample(self) -> Any:
         """One batch in the common schema, plus ``index`` and ``source``."""
-        w = self.weights()
-        counts = self._rng.multinomial(self.batch_size, w)
-        parts: list[TedBatch] = []
-        for i, n in enumerate(counts.tolist()):
-            if n == 0:
-                continue
-            idx = uniform_ints(self._rng, self.datasets[i].num_steps, n)
-            got = self._sources[i].gather(idx)
-            part = TedBatch({self._renames[i].get(k, k): v for k, v in got.items()})
-            part["index"] = idx
-            part["source"] = np.full(n, i, np.int64)
-            parts.append(part)
-        batch = TedBatch({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
-        self._counts += counts
-        self._target += w * self.batch_size
-        self.batches_drawn += 1
-        out = to_torch(batch, self.device)
-        return to_tensordict(out, self.device) if self.as_tensordict else out
+        return self.loader.sample()
 
     def __iter__(self) -> Iterator[Any]:
         """``num_batches`` batches (a mixture has no epochs: without it, a ``TypeError``)."""
@@ -173,7 +338,7 @@ class MixtureLoader:
                 "a MixtureLoader has no epochs: pass num_batches= for finite passes, or iterate "
                 "mix.stream() for an endless stream"
             )
-        return (self.sample() for _ in range(self.num_batches))
+        return iter(self.loader)
 
     def __len__(self) -> int:
         """``num_batches`` (a ``TypeError`` without it)."""
@@ -183,41 +348,18 @@ class MixtureLoader:
 
     def stream(self) -> Iterator[Any]:
         """An endless stream of batches."""
-        while True:
-            yield self.sample()
+        return self.loader.stream()
 
     def report(self) -> dict[str, dict[str, float]]:
         """Per source: rows drawn, the achieved fraction, and the target fraction (the mean of
         the weights in force over the batches drawn)."""
-        total = max(int(self._counts.sum()), 1)
-        return {
-            name: {
-                "rows": int(self._counts[i]),
-                "achieved": float(self._counts[i] / total),
-                "target": float(self._target[i] / total),
-            }
-            for i, name in enumerate(self.names)
-        }
+        return self.sampler.report(self.names)
 
     def state_dict(self) -> dict[str, Any]:
         """Generator, batch count and the mix so far: a restored loader continues the stream."""
-        return {
-            "bit_generator": self._rng.bit_generator.state,
-            "seed": self.seed,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "batches_drawn": self.batches_drawn,
-            "counts": self._counts.copy(),
-            "target": self._target.copy(),
-        }
+        return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another rank or world size:
         :class:`~rlds_cli.errors.LoaderStateError`)."""
-        check_shard(state, self.rank, self.world_size, "MixtureLoader")
-        if state.get("seed") is not None:
-            self.seed = int(state["seed"])
-        self._rng.bit_generator.state = state["bit_generator"]
-        self.batches_drawn = int(state["batches_drawn"])
-        self._counts = np.asarray(state["counts"], np.int64).copy()
-        self._target = np.asarray(state["target"], np.float64).copy()
+        self.sampler.load_state_dict(state)

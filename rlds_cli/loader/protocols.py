@@ -11,6 +11,9 @@ with ``isinstance`` once, when the loader is made:
 * :class:`Streamable`: a cheaper state for rewinding a prefetch queue than the full
   ``state_dict`` (a prioritized sampler's priorities are not copied for every batch).
 
+A source (:class:`RowSource`) turns step indices into a batch; a :class:`~rlds_cli.loader.Loader`
+takes a dataset (and makes its source) or an :class:`IndexedSource` such as a mixture.
+
 A transform is any ``TedBatch -> TedBatch`` callable; :class:`Bindable` ones are bound to the
 dataset first, and a first transform that is :class:`Claiming` produces some keys itself (the
 loader then never reads them). Every sampler of this package passes the shared contract suite in
@@ -28,7 +31,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
-    from rlds_cli.loader.samplers import Draw
+    from rlds_cli.cache.ted import TedBatch
+    from rlds_cli.loader.samplers import Draw, Episodes
 
 
 @runtime_checkable
@@ -107,3 +111,25 @@ class Claiming(Protocol):
     def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
         """Which of ``keys`` it produces; the loader does not read those."""
         ...
+
+
+@runtime_checkable
+class RowSource(Protocol):
+    """Where a batch's rows come from: the cache on disk or in RAM
+    (:class:`~rlds_cli.loader.sources.HostSource`), a device
+    (:class:`~rlds_cli.loader.device.DeviceSource`), several datasets
+    (:class:`~rlds_cli.loader.mixture.MixtureSource`)."""
+
+    def gather(self, indices: Any) -> TedBatch:
+        """The rows at step ``indices`` (any shape)."""
+        ...
+
+
+@runtime_checkable
+class IndexedSource(RowSource, Protocol):
+    """A source a :class:`~rlds_cli.loader.Loader` takes in place of a dataset: it also says how
+    many steps it has and their episodes, for the sampler. One with ``owns_index = True`` writes
+    the batch's ``index`` itself (else the loader writes the sampled indices)."""
+
+    num_steps: int
+    episodes: Episodes

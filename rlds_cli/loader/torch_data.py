@@ -17,7 +17,7 @@ fresh shared memory (:mod:`rlds_cli.loader.ring`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,10 +29,13 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
-from rlds_cli.loader.epoch import epoch_permutation, shard
+from rlds_cli.loader.epoch import EpochSampler
+from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.loader import to_torch
+from rlds_cli.loader.protocols import Checkpointable, Streamable
+from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
-from rlds_cli.loader.samplers import positive_int, uniform_ints
+from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 
 
@@ -50,6 +53,26 @@ def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
 
 def _open(dataset: str | Dataset, root: str | os.PathLike[str] | None) -> Dataset:
     return dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
+
+
+def _epoch_order(epochs: EpochSampler, seed: int, epoch: int) -> np.ndarray:
+    """This shard's order of ``epoch``, from ``epochs`` (which caches the current epoch's)."""
+    if epochs.epoch != epoch or epochs.seed != seed:
+        epochs.seed = seed
+        epochs.set_epoch(epoch)
+    return epochs.order()
+
+
+def _restart(sampler: IndexSampler, bit_generator: Mapping[str, Any]) -> None:
+    """Put ``sampler``'s generator in the state ``bit_generator`` (its other state is kept): a
+    batch's draw then depends on the batch alone, not on the worker that drew the ones before."""
+    if isinstance(sampler, Streamable):
+        sampler.load_stream_state({"bit_generator": bit_generator})
+        return
+    assert isinstance(sampler, Checkpointable)
+    state = sampler.state_dict()
+    state["bit_generator"] = bit_generator
+    sampler.load_state_dict(state)
 
 
 def collate_ted(items: Any) -> Any:
@@ -157,6 +180,16 @@ class EpochBatchSampler(Sampler[list[int]]):
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, shared=True, what="EpochBatchSampler")
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
+        # the epochs' permutations and this rank's shard of them are EpochSampler's; this class
+        # keeps the cursor of the DataLoader (batches taken), which TedDataLoader moves
+        self._epochs = EpochSampler(
+            self.num_steps,
+            self.batch_size,
+            self.seed,
+            shuffle=self.shuffle,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
         self.epoch = 0
         self.position = 0  # batches of the epoch the training loop has taken
         self._external = False  # a TedDataLoader with workers counts the batches taken
@@ -166,13 +199,9 @@ class EpochBatchSampler(Sampler[list[int]]):
         if int(epoch) != self.epoch:
             self.epoch, self.position = int(epoch), 0
 
-    def _indices(self, epoch: int) -> np.ndarray:
-        order = epoch_permutation(self.num_steps, self.seed, epoch, self.shuffle)
-        return shard(order, self.rank, self.world_size)
-
     def __iter__(self) -> Iterator[list[int]]:
         epoch, start = self.epoch, self.position
-        idx = self._indices(epoch)
+        idx = _epoch_order(self._epochs, self.seed, epoch)
         for b in range(start, len(self)):
             if not self._external:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
@@ -181,8 +210,10 @@ class EpochBatchSampler(Sampler[list[int]]):
             self._end_pass()
 
     def __len__(self) -> int:
-        per = -(-self.num_steps // self.world_size)
-        return per // self.batch_size if self.drop_last else -(-per // self.batch_size)
+        # the sampler never drops (a drop_last pass shorter than a batch is empty here, not an error)
+        if self.drop_last:
+            return self._epochs.steps_per_epoch // self.batch_size
+        return self._epochs.batches_per_epoch
 
     def _took(self) -> None:
         self.position += 1
@@ -219,8 +250,11 @@ class TedIterableDataset(IterableDataset):
 
     ``shuffle="epoch"``: each pass is one epoch without replacement; the epoch's permutation is
     split across ranks (padded to equal length, as ``DistributedSampler`` does), so within an
-    epoch no step is repeated or missed. ``shuffle="uniform"``: ``num_batches`` batches per pass
-    (``None``: endless) drawn with replacement, batch ``b`` seeded by ``(seed, epoch, rank, b)``.
+    epoch no step is repeated or missed. ``shuffle="uniform"`` (or ``"slice"``, ``"prioritized"``:
+    any sampler of :func:`~rlds_cli.loader.factory.make_sampler` by name, with its options):
+    ``num_batches`` batches per pass (``None``: endless) drawn with replacement by that sampler,
+    its generator set for batch ``b`` from ``(seed, epoch, rank, b)``. (A prioritized sampler
+    here keeps its initial priorities: the training loop cannot update a worker's.)
     Either way a rank's batches are split among DataLoader workers batch by batch, so a pass has
     ``len(ds)`` batches and the same stream whatever the number of workers.
 
@@ -232,13 +266,15 @@ class TedIterableDataset(IterableDataset):
         dataset: A dataset or its name.
         batch_size: Rows per batch.
         keys: TED keys to read (``None``: all).
-        shuffle: ``"epoch"`` or ``"uniform"``.
+        shuffle: ``"epoch"``, or a sampler with replacement by name (``"uniform"``, ...).
         seed: Base seed, the same on every rank (``None``: ``$RLDS_SEED``, else a fresh one,
             broadcast from rank 0 under ``torch.distributed``, logged).
         rank, world_size: Data-parallel shard (default: from ``torch.distributed`` if set up).
         drop_last: Drop each rank's short last batch (epoch mode).
         num_batches: Batches per pass in uniform mode (``None``: endless).
         root: Cache root for a name.
+        **sampler_options: Options of the named sampler, e.g. ``slice_len=32`` (not for
+            ``"epoch"``, whose one option is ``drop_last``).
     """
 
     def __init__(
@@ -254,13 +290,17 @@ class TedIterableDataset(IterableDataset):
         drop_last: bool = False,
         num_batches: int | None = None,
         root: str | os.PathLike[str] | None = None,
+        **sampler_options: Any,
     ) -> None:
-        if shuffle not in ("epoch", "uniform"):
-            raise ValueError(f"shuffle must be 'epoch' or 'uniform', got {shuffle!r}")
+        if shuffle not in SAMPLERS:
+            raise ValueError(f"shuffle must be one of {', '.join(map(repr, SAMPLERS))}, got {shuffle!r}")
+        if shuffle == "epoch" and sampler_options:
+            raise ValueError(f"shuffle='epoch' has no option(s) {', '.join(sorted(sampler_options))}")
         if num_batches is not None:
             if shuffle == "epoch":
                 raise ValueError(
-                    "num_batches applies to shuffle='uniform'; an epoch pass has len(ds) batches"
+                    "num_batches applies to shuffle='uniform' (or another sampler with replacement); "
+                    "an epoch pass has len(ds) batches"
                 )
             if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
                 raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
@@ -275,6 +315,10 @@ class TedIterableDataset(IterableDataset):
         )
         self.drop_last = bool(drop_last)
         self.num_batches = num_batches
+        self.sampler_options = sampler_options
+        # made here to check the options; rebuilt in a worker (it is not pickled: the epoch order
+        # or the episode table it holds would travel to every worker)
+        self._sampler: IndexSampler | None = self._make_sampler()
         self.epoch = 0
         self.position = 0  # batches of the current pass the training loop has taken
         self._source: HostSource | None = None
@@ -283,7 +327,24 @@ class TedIterableDataset(IterableDataset):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_source"] = None  # reopened in the worker; the Dataset itself pickles by path
+        state["_sampler"] = None
         return state
+
+    def _make_sampler(self) -> IndexSampler:
+        """The sampler of the epochs' order (epoch mode) or of the draws (the others)."""
+        rank, world_size = self.rank, self.world_size
+        if self.shuffle == "epoch":
+            return EpochSampler(self.num_steps, self.batch_size, self.seed, rank=rank, world_size=world_size)
+        episodes = Episodes.of(self.dataset)
+        return make_sampler(
+            self.shuffle,
+            episodes,
+            self.batch_size,
+            self.seed,
+            rank=rank,
+            world_size=world_size,
+            **self.sampler_options,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (the current one: its position is kept)."""
@@ -295,7 +356,7 @@ class TedIterableDataset(IterableDataset):
         return (info.id, info.num_workers) if info is not None else (0, 1)
 
     def _pass_length(self) -> int | None:
-        if self.shuffle == "uniform":
+        if self.shuffle != "epoch":
             return self.num_batches
         per = -(-self.num_steps // self.world_size)
         return per // self.batch_size if self.drop_last else -(-per // self.batch_size)
@@ -305,7 +366,7 @@ class TedIterableDataset(IterableDataset):
         n = self._pass_length()
         if n is None:
             raise TypeError(
-                "an endless TedIterableDataset (shuffle='uniform' without num_batches) has no length"
+                "an endless TedIterableDataset (a sampler with replacement, no num_batches) has no length"
             )
         return n
 
@@ -316,20 +377,28 @@ class TedIterableDataset(IterableDataset):
         worker, workers = self._worker()
         in_worker = get_worker_info() is not None
         total = self._pass_length()
-        order = None
-        if self.shuffle == "epoch":
-            # ranks get equal shards (padded, so DDP ranks run the same number of batches)
-            order = shard(epoch_permutation(self.num_steps, self.seed, epoch), self.rank, self.world_size)
+        if self._sampler is None:
+            self._sampler = self._make_sampler()
+        sampler = self._sampler
+        # ranks get equal shards (padded, so DDP ranks run the same number of batches)
+        order = _epoch_order(sampler, self.seed, epoch) if isinstance(sampler, EpochSampler) else None
         b = start + worker
         while total is None or b < total:
+            extras: dict[str, np.ndarray] = {}
             if order is not None:
                 idx = order[b * self.batch_size : (b + 1) * self.batch_size]
             else:
-                rng = np.random.default_rng([self.seed, epoch, self.rank, b])
-                idx = uniform_ints(rng, self.num_steps, self.batch_size)
+                _restart(sampler, np.random.default_rng([self.seed, epoch, self.rank, b]).bit_generator.state)
+                idx, extras = split_draw(sampler.sample())
             if not in_worker:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
-            yield self._batch(idx, worker if in_worker else -1)
+            if extras:  # a draw with extras (slices' mask, weights) comes the ordinary way
+                batch = self._batch(idx)  # no worker: never a slot
+                assert isinstance(batch, TedBatch)
+                batch.update(extras)
+                yield batch
+            else:
+                yield self._batch(idx, worker if in_worker else -1)
             b += workers
         if in_worker or self.epoch == epoch:  # a finished pass: the next one is the next epoch
             self._end_pass()
