@@ -112,8 +112,8 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
     report = loaded_heavy(
         """
         import rlds_cli
-        from rlds_cli.cache import dataset
-        assert rlds_cli.open_dataset is dataset.open_dataset
+        from rlds_cli.cache import dataset, opening
+        assert rlds_cli.open_dataset is opening.open_dataset
         assert rlds_cli.Dataset is dataset.Dataset
         mark("open_dataset")
         from rlds_cli.cache import root, ted
