@@ -543,16 +543,6 @@ def machine_info() -> dict[str, str]:
                 break
     except OSError:
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        commit += " (with uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "?"
     fs = "?"
     try:
         out = subprocess.run(["df", "-T", str(HERE)], capture_output=True, text=True).stdout.splitlines()
@@ -579,7 +569,7 @@ def machine_info() -> dict[str, str]:
                 "zarr",
             )
         ),
-        "commit": commit,
+        "commit": commit(),
     }
 
 

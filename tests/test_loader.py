@@ -17,7 +17,7 @@ from rlds_cli.convert import convert
 from rlds_cli.download import download
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.loader import Loader, UniformSampler
-from tests.d4rl_fixtures import golden_three_episodes
+from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_column, golden_three_episodes
 
 TED_KEYS = {
     "action",
@@ -31,20 +31,9 @@ TED_KEYS = {
     "next/truncated",
 }
 
-# The golden file without next_observations, step by step (see d4rl_fixtures and docs/formats.md):
-# steps 0-5 are source rows 0, 1, 2, 3, 4, 6; rows 5 and 7 are dropped, their observations become
-# the final observations of episodes 1 and 2, and the terminal episode 0 repeats observations[2].
-GOLDEN = {
-    "observation": np.array([[0, 0], [1, 10], [2, 20], [3, 30], [4, 40], [6, 60]], np.float32),
-    "next/observation": np.array([[1, 10], [2, 20], [2, 20], [4, 40], [5, 50], [7, 70]], np.float32),
-    "action": np.array([[0.0], [0.5], [1.0], [1.5], [2.0], [3.0]], np.float32),
-    "next/reward": np.array([[1], [2], [3], [4], [5], [7]], np.float32),
-    "next/terminated": np.array([[0], [0], [1], [0], [0], [0]], bool),
-    "next/truncated": np.array([[0], [0], [0], [0], [1], [1]], bool),
-    "next/done": np.array([[0], [0], [1], [0], [1], [1]], bool),
-    "episode": np.array([0, 0, 0, 1, 1, 2], np.int64),
-    "info/qpos": np.array([0, -1, -2, -3, -4, -6], np.float32),
-}
+# The golden file without next_observations, step by step: the one hand-written table
+# (tests/d4rl_fixtures.py, docs/formats.md)
+GOLDEN = {key: golden_column(False, key) for key in GOLDEN_NO_NEXT["columns"]}
 DTYPES = {
     "observation": torch.float32,
     "next/observation": torch.float32,
