@@ -22,7 +22,7 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli._io import atomic_write, sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
-from rlds_cli.cache.manifest import Manifest, parse_manifest
+from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -106,25 +106,7 @@ def pull(
     started = time.monotonic()
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     fs, base = store.open_url(url, storage_options, endpoint_url)
-    remote_manifest = store.require_manifest(fs, base, url)
-    try:
-        manifest = parse_manifest(remote_manifest, f"{url}/{MANIFEST_FILE}")
-    except CorruptDatasetError as exc:  # its hint speaks of the cache: this one is remote
-        raise RemoteCorruptError(exc.message, hint=exc.hint if "upgrade" in exc.hint else None) from None
-    index_bytes = store.read_bytes(fs, store.join(base, INDEX_FILE), url)
-    if index_bytes is None:
-        raise RemoteCorruptError(
-            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push'",
-            hint="push the dataset with 'rlds push NAME URL' (it uploads the files index, then the manifest)",
-        )
-    index = RemoteIndex.from_json(index_bytes, f"{url}/{INDEX_FILE}")
-    manifest_sha = store.manifest_sha256(remote_manifest)
-    if index.manifest_sha256 != manifest_sha:
-        raise RemoteCorruptError(
-            f"{url}: {INDEX_FILE} and {MANIFEST_FILE} belong to different pushes (a push to it is "
-            "in progress, or was interrupted)",
-            hint="wait for the push to finish, or run it again, then pull",
-        )
+    remote_manifest, manifest, index = store.read_version(fs, base, url, then="pull")
     name = validate_name(name or manifest.name)
     local_manifest = remote_manifest if name == manifest.name else _renamed(manifest, name)
     total = sum(e.size for e in index.files.values())

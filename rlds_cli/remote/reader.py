@@ -47,13 +47,11 @@ from rlds_cli._io import atomic_write, sha256_file
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
-from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, MissingChunkError, ZarrColumn, _ChunkReader
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetReplacedError,
     InvalidKeyError,
-    RemoteCorruptError,
     RemoteError,
 )
 from rlds_cli.remote import store
@@ -89,34 +87,6 @@ def open_remote(
 ) -> RemoteDataset:
     """Open the zarr dataset pushed to ``url``, read-only (see :class:`RemoteDataset`)."""
     return RemoteDataset(url, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)
-
-
-def read_version(fs: Any, base: str, url: str) -> tuple[bytes, Manifest, RemoteIndex]:
-    """The manifest (bytes and parsed) and files index of the version pushed to ``url``.
-
-    Raises:
-        RemoteDatasetNotFoundError: No manifest (no dataset, or a push under way).
-        RemoteCorruptError: No index, an unreadable one, or one of another push.
-    """
-    manifest_bytes = store.require_manifest(fs, base, url)
-    try:
-        manifest = parse_manifest(manifest_bytes, f"{url}/{MANIFEST_FILE}")
-    except CorruptDatasetError as exc:
-        raise RemoteCorruptError(exc.message, hint=exc.hint if "upgrade" in exc.hint else None) from None
-    index_bytes = store.read_bytes(fs, store.join(base, INDEX_FILE), url)
-    if index_bytes is None:
-        raise RemoteCorruptError(
-            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push'",
-            hint="push the dataset with 'rlds push NAME URL' (it uploads the files index, then the manifest)",
-        )
-    index = RemoteIndex.from_json(index_bytes, f"{url}/{INDEX_FILE}")
-    if index.manifest_sha256 != store.manifest_sha256(manifest_bytes):
-        raise RemoteCorruptError(
-            f"{url}: {INDEX_FILE} and {MANIFEST_FILE} belong to different pushes (a push to it is "
-            "in progress, or was interrupted)",
-            hint="wait for the push to finish, or run it again, then open it",
-        )
-    return manifest_bytes, manifest, index
 
 
 class RemoteFiles:
@@ -496,7 +466,7 @@ class RemoteDataset(Dataset):
     ) -> None:
         url = url.rstrip("/")
         fs, base = store.open_url(url, storage_options, endpoint_url)
-        manifest_bytes, manifest, index = read_version(fs, base, url)
+        manifest_bytes, manifest, index = store.read_version(fs, base, url, then="open it")
         if manifest.backend != "zarr" or manifest.layout == VIEW_LAYOUT:
             what = "a view" if manifest.layout == VIEW_LAYOUT else f"a {manifest.backend} dataset"
             raise RemoteNotReadableError(

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.errors import (
+    CorruptDatasetError,
     MissingExtraError,
     RemoteAccessError,
     RemoteCorruptError,
@@ -262,3 +264,32 @@ def list_files(fs: Any, base: str, url: str) -> dict[str, dict[str, Any]]:
         if info.get("type", "file") == "file" and name.startswith(prefix):
             out[name[len(prefix) :]] = info
     return out
+
+
+def read_version(fs: Any, base: str, url: str, *, then: str) -> tuple[bytes, Manifest, RemoteIndex]:
+    """The manifest (bytes and parsed) and files index of the version pushed to ``url``, checked
+    to be of one push (``then``: what the hint says to do once the push is whole, e.g. "pull").
+
+    Raises:
+        RemoteDatasetNotFoundError: No manifest (no dataset, or a push under way).
+        RemoteCorruptError: No index, an unreadable one, or one of another push.
+    """
+    manifest_bytes = require_manifest(fs, base, url)
+    try:
+        manifest = parse_manifest(manifest_bytes, f"{url}/{MANIFEST_FILE}")
+    except CorruptDatasetError as exc:  # its hint speaks of the cache: this one is remote
+        raise RemoteCorruptError(exc.message, hint=exc.hint if "upgrade" in exc.hint else None) from None
+    index_bytes = read_bytes(fs, join(base, INDEX_FILE), url)
+    if index_bytes is None:
+        raise RemoteCorruptError(
+            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push'",
+            hint="push the dataset with 'rlds push NAME URL' (it uploads the files index, then the manifest)",
+        )
+    index = RemoteIndex.from_json(index_bytes, f"{url}/{INDEX_FILE}")
+    if index.manifest_sha256 != manifest_sha256(manifest_bytes):
+        raise RemoteCorruptError(
+            f"{url}: {INDEX_FILE} and {MANIFEST_FILE} belong to different pushes (a push to it is "
+            "in progress, or was interrupted)",
+            hint=f"wait for the push to finish, or run it again, then {then}",
+        )
+    return manifest_bytes, manifest, index
