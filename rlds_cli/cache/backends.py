@@ -24,7 +24,7 @@ import errno
 import os
 import zipfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -488,6 +488,25 @@ class _ChunkEncoder:
         return _BLOSC_CLEVEL if 0 < packed <= ZARR_MIN_SAVING * self.nbytes * len(picks) else 0
 
 
+def check_zarr_grid(
+    array: Any,
+    key: str,
+    rows: int,
+    row_shape: tuple[int, ...],
+    missing: Callable[[tuple[int, ...]], str | None],
+) -> str | None:
+    """What is wrong with a zarr column's shape, or with its chunk (or shard) files: every cell of
+    its grid is asked of ``missing`` (the local files, or a pushed files index), which says what
+    is wrong with it; ``None`` when nothing is."""
+    if tuple(array.shape) != (rows, *row_shape):
+        return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
+    if not array.attrs.get(ALL_CHUNKS_ATTR):
+        return None  # written when all-zero chunks were left out: nothing to count
+    files = getattr(array, "shards", None) or array.chunks  # one file per shard, if sharded
+    grid = [-(-size // chunk) for size, chunk in zip(array.shape, files, strict=True)]
+    return next((problem for index in np.ndindex(*grid) if (problem := missing(index))), None)
+
+
 class ZarrBackend(Backend):
     """zarr v3 arrays, chunked along time, Blosc/LZ4-compressed."""
 
@@ -584,18 +603,13 @@ class ZarrBackend(Backend):
             array = self.open_column(dataset_dir, key)._array
         except CorruptDatasetError as exc:
             return exc.message
-        if tuple(array.shape) != (rows, *row_shape):
-            return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
-        if not array.attrs.get(ALL_CHUNKS_ATTR):
-            return None  # written when all-zero chunks were left out: nothing to count
-        files = getattr(array, "shards", None) or array.chunks  # one file per shard, if sharded
-        grid = [-(-size // chunk) for size, chunk in zip(array.shape, files, strict=True)]
         base = _key_path(dataset_dir, key, "") / "c"
-        for index in np.ndindex(*grid):
+
+        def missing(index: tuple[int, ...]) -> str | None:
             path = base.joinpath(*(str(i) for i in index)) if index else base
-            if not path.is_file():
-                return f"zarr chunk {path} is missing"
-        return None
+            return None if path.is_file() else f"zarr chunk {path} is missing"
+
+        return check_zarr_grid(array, key, rows, row_shape, missing)
 
     def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn:
         where = dataset_dir / ARRAYS_DIR / key

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._io import atomic_write, sha256_file
-from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter
+from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, MissingChunkError, ZarrColumn, _ChunkReader
@@ -421,17 +421,14 @@ class RemoteZarrBackend(Backend):
             array = self.open_column(dataset_dir, key)._array
         except CorruptDatasetError as exc:
             return exc.message
-        if tuple(array.shape) != (rows, *row_shape):
-            return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
-        if not array.attrs.get(ALL_CHUNKS_ATTR):
-            return None
-        files = getattr(array, "shards", None) or array.chunks
-        grid = [-(-size // chunk) for size, chunk in zip(array.shape, files, strict=True)]
-        for index in np.ndindex(*grid):
+
+        def missing(index: tuple[int, ...]) -> str | None:
             rel = "/".join([ARRAYS_DIR, key, "c", *(str(i) for i in index)])
-            if rel not in self.files.index.files:
-                return f"zarr chunk {self.files.where(rel)} is missing (not in {INDEX_FILE})"
-        return None
+            if rel in self.files.index.files:
+                return None
+            return f"zarr chunk {self.files.where(rel)} is missing (not in {INDEX_FILE})"
+
+        return check_zarr_grid(array, key, rows, row_shape, missing)
 
 
 class RemoteDataset(Dataset):
