@@ -575,3 +575,28 @@ def machine_info() -> dict[str, str]:
 
 if __name__ == "__main__":  # the child of run_once
     worker_main(*sys.argv[1:3])
+
+
+_CONVERT_CHILD = """
+import json, sys, time
+from rlds_cli.convert import convert
+t = time.perf_counter()
+convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap", options=json.loads(sys.argv[3]))
+seconds = time.perf_counter() - t
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps({"seconds": seconds, "peak_kb": peak}))
+"""
+
+
+def convert_in_child(src: Path, home: Path, options: dict[str, Any] | None = None) -> dict[str, float]:
+    """Convert ``src`` (memmap backend, reader ``options``) in a fresh interpreter: its wall
+    seconds and peak RSS (``VmHWM`` of that process, interpreter and imports included)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    args = [sys.executable, "-c", _CONVERT_CHILD, str(src), str(home), json.dumps(options or {})]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return dict(json.loads(out.stdout.splitlines()[-1]))

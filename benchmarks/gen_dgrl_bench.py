@@ -18,9 +18,6 @@ Prints a Markdown table. "source MB" is the decoded size of the members' frames 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _harness import convert_in_child  # noqa: E402 (the one fresh-process conversion of the benches)
 
 FRAME_BYTES = 3 * 64 * 64  # one uint8 frame
 
@@ -41,28 +40,6 @@ def write_archive(path: Path, frames: int, steps: int, textured: bool) -> tuple[
     written = sum(t.steps for t in trajectories)
     decoded = sum(t.arrays["observations"].nbytes for t in trajectories)
     return written, decoded
-
-
-_CHILD = """
-import json, sys, time
-from rlds_cli.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap")
-seconds = time.perf_counter() - t
-peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_kb": peak}))
-"""
-
-
-def convert_in_child(src: Path, home: Path) -> dict[str, float]:
-    """Convert ``src`` in a fresh interpreter; its wall seconds and peak RSS."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(home)], capture_output=True, text=True, env=env
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
 def reader_seconds(src: Path, repeats: int = 2) -> tuple[float, int]:

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from _harness import convert_in_child
 
 FPS = 30
 EPISODE = 200
@@ -117,25 +116,6 @@ def write_tree(root: Path, frames: int, side: int) -> int:
     }
     (root / "meta/info.json").write_text(json.dumps(info))
     return video.stat().st_size
-
-
-_CHILD = """
-import json, sys, time
-from rlds_cli.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap")
-seconds = time.perf_counter() - t
-peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_kb": peak}))
-"""
-
-
-def convert_in_child(src: Path, home: Path) -> dict[str, float]:
-    """Convert ``src`` in a fresh interpreter; its wall seconds and peak RSS."""
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(home)], capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
 def reader_rate(src: Path, repeats: int = 3) -> float:

@@ -16,14 +16,14 @@ Needs the ``rlds`` extra (crc32c, pillow) and, to write the source, the ``tfreco
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _harness import convert_in_child
 
 EPISODE = 100
 
@@ -40,27 +40,6 @@ def reader_seconds(src: Path, workers: int, repeats: int = 2) -> float:
                 pass
         best = min(best, time.perf_counter() - t)
     return best
-
-
-_CHILD = """
-import json, sys, time
-from rlds_cli.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap", options={"workers": int(sys.argv[3])})
-seconds = time.perf_counter() - t
-peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_kb": peak}))
-"""
-
-
-def convert_in_child(src: Path, home: Path, workers: int) -> dict[str, float]:
-    """Convert ``src`` in a fresh interpreter; its wall seconds and peak RSS (the main process)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(home), str(workers)], capture_output=True, text=True
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
 def main() -> None:
@@ -91,7 +70,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|")
         for workers in args.workers:
             seconds = reader_seconds(src, workers)
-            run = convert_in_child(src, Path(tmp) / f"home-{workers}", workers)
+            run = convert_in_child(src, Path(tmp) / f"home-{workers}", {"workers": workers})
             print(
                 f"| {workers} | {seconds:.2f} | {frames / seconds:,.0f} | {frame_mb / seconds:,.0f} | "
                 f"{run['seconds']:.2f} | {frames / run['seconds']:,.0f} | {frame_mb / run['seconds']:,.0f} | "

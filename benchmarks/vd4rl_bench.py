@@ -20,8 +20,6 @@ Prints a Markdown table.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _harness import convert_in_child  # noqa: E402 (the one fresh-process conversion of the benches)
 
 from tests.vd4rl_fixtures import (  # noqa: E402 - the repository root is put on the path first
     dreamer_episode,
@@ -76,27 +76,6 @@ def write_hdf5(path: Path, episodes: int, side: int = 84, per_write: int = 5) ->
                 d.resize(d.shape[0] + len(v), axis=0)
                 d[-len(v) :] = v
     return episodes * ROWS * side * side * 3
-
-
-_CHILD = """
-import json, sys, time
-from rlds_cli.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap")
-seconds = time.perf_counter() - t
-peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_kb": peak}))
-"""
-
-
-def convert_in_child(src: Path, home: Path) -> dict[str, float]:
-    """Convert ``src`` in a fresh interpreter; its wall seconds and peak RSS."""
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(home)], capture_output=True, text=True, cwd=ROOT
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
 def reader_seconds(src: Path, repeats: int) -> tuple[float, int]:
