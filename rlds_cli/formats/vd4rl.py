@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -180,6 +180,26 @@ def _layout(where: object, key: str, shape: tuple[int, ...], prefer: str) -> str
         f"{where}: {key!r} has frames of shape {list(shape)}, with no channel axis of 1, 3 or 4",
         hint="V-D4RL frames are (64, 64, 3) HWC in Dreamer .npz files, (3, 84, 84) CHW in drqbc .hdf5",
     )
+
+
+def _extra_arrays(
+    path: Path, arrays: Mapping[str, Any], consumed: Sequence[str], report: ConversionReport
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The arrays of a file (npz streams or hdf5 datasets) stored besides the ones the layout
+    consumes: row shape and dtype of each; text arrays are noted as dropped, other non-numeric
+    ones refused."""
+    extras: dict[str, tuple[tuple[int, ...], str]] = {}
+    for key, array in arrays.items():
+        if key in consumed:
+            continue
+        if is_text(array.dtype):
+            note = text_note(key, array.dtype)
+            if note not in report.notes:
+                report.notes.append(note)
+            continue
+        require_numeric(path, key, array.dtype)
+        extras[key] = (tuple(array.shape[1:]), array.dtype.str)
+    return extras
 
 
 def _check_pixels(where: object, key: str, shape: tuple[int, ...], dtype: np.dtype, prefer: str) -> str:
@@ -411,17 +431,7 @@ class _NpzEpisode:
         """The stored arrays' shapes and dtypes; text arrays are noted as dropped."""
         s = self.streams
         layout = _check_pixels(self.path, self.pixel, s[self.pixel].shape, s[self.pixel].dtype, "HWC")
-        extras: dict[str, tuple[tuple[int, ...], str]] = {}
-        for key, stream in s.items():
-            if key in (self.pixel, "action", "reward", *NPZ_FLAGS):
-                continue
-            if is_text(stream.dtype):
-                note = text_note(key, stream.dtype)
-                if note not in report.notes:
-                    report.notes.append(note)
-                continue
-            require_numeric(self.path, key, stream.dtype)
-            extras[key] = (tuple(stream.shape[1:]), stream.dtype.str)
+        extras = _extra_arrays(self.path, s, (self.pixel, "action", "reward", *NPZ_FLAGS), report)
         return _Schema(
             pixel=self.pixel,
             layout=layout,
@@ -500,17 +510,7 @@ class _Shard:
         ds = self.datasets
         obs = ds["observation"]
         layout = _check_pixels(self.path, "observation", obs.shape, obs.dtype, "CHW")
-        extras: dict[str, tuple[tuple[int, ...], str]] = {}
-        for key, d in ds.items():
-            if key in ("observation", "action", "reward", *HDF5_CONSUMED):
-                continue
-            if is_text(d.dtype):
-                note = text_note(key, d.dtype)
-                if note not in report.notes:
-                    report.notes.append(note)
-                continue
-            require_numeric(self.path, key, d.dtype)
-            extras[key] = (tuple(d.shape[1:]), d.dtype.str)
+        extras = _extra_arrays(self.path, ds, ("observation", "action", "reward", *HDF5_CONSUMED), report)
         return _Schema(
             pixel="observation",
             layout=layout,
