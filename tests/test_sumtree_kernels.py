@@ -27,7 +27,9 @@ def _assert_same_tree(a: SumTree, b: SumTree) -> None:
 
 @needs_numba
 @pytest.mark.parametrize(
-    ("size", "fanout"), [(1, 2), (5, 2), (33, 4), (1000, 32), (10_000, 2), (70_001, 8), (200_000, 32)]
+    ("size", "fanout"),
+    # roots of 1, 3, 9, 32 (one whole block of 32 sums), 1,250, 1,094 and 196 rows
+    [(1, 2), (5, 2), (33, 4), (1024, 32), (10_000, 2), (70_001, 8), (200_000, 32)],
 )
 def test_compiled_and_numpy_trees_are_bit_identical(size: int, fanout: int) -> None:
     rng = np.random.default_rng(size + fanout)
@@ -39,9 +41,11 @@ def test_compiled_and_numpy_trees_are_bit_identical(size: int, fanout: int) -> N
     slow.set_all(p)
     _assert_same_tree(fast, slow)
     for step in range(12):
-        # duplicates, zeros, and (every third step) the current minimum zeroed
-        idx = rng.integers(0, size, 64)
-        val = rng.random(64) * (rng.random(64) > 0.25)
+        # duplicates, zeros, and (every third step) the current minimum zeroed; batch sizes of
+        # every remainder mod 4 (the kernels work on four rows or draws at a time)
+        n = 61 + step % 4
+        idx = rng.integers(0, size, n)
+        val = rng.random(n) * (rng.random(n) > 0.25)
         if step % 3 == 0:
             idx[0], val[0] = int(np.argmin(np.where(slow.leaves > 0, slow.leaves, np.inf))), 0.0
         if not (val > 0).any() and slow.total == 0:
@@ -51,7 +55,7 @@ def test_compiled_and_numpy_trees_are_bit_identical(size: int, fanout: int) -> N
         _assert_same_tree(fast, slow)
         if slow.total == 0:
             continue
-        u = rng.random(500) * slow.total
+        u = rng.random(497 + step % 4) * slow.total
         # the edges: 0, exactly the total, and past it (rounding): the last leaf with mass
         u[:3] = [0.0, slow.total, slow.total * (1 + 1e-12)]
         leaf_fast, pri_fast = fast.draw(u)

@@ -4,7 +4,12 @@ They walk the same arrays as the tree's numpy code and add in the same order (se
 left to right, in float64), so both give bit-identical trees and draws: a run resumed on a
 machine without numba continues the same stream. What they save is the numpy call overhead and
 the temporaries: a descent of 256 draws over 10^6 leaves is ~20 numpy calls over (256, 33)
-blocks, here one pass per draw that reads only the rows it needs.
+blocks, here a few passes over the draws that read only the rows they need.
+
+Three things make them fast, and none changes a result: a sum over a row is a chain of dependent
+additions, so rows are summed four at a time (four independent chains overlap); a binary search's
+branches are unpredictable, so the root is searched by counting compares (vector instructions);
+and the rows a level will read are touched in a first pass, so their cache misses overlap.
 
 Layout (see ``SumTree``): ``leaves`` (rows of ``f``); ``totals``, every level's row masses one
 after another (level ``k`` at ``tot_off[k]:tot_off[k + 1]``); ``prefix``, the prefix rows of the
@@ -60,21 +65,31 @@ def descend(
     top_rows = len(root) - 1
     top_start = tot_off[depth - 1]
     node = np.empty(n, np.int64)
+    # root: the number of inclusive sums <= x (searchsorted, side="right"), counted in two
+    # steps without branches (a binary search's branches are unpredictable: 60 ns a draw):
+    # the blocks of 32 sums whose last sum is <= x (the sums never decrease, so every sum
+    # before them is too), then the sums <= x in the next block. Compares that are added up
+    # run as vector instructions; the blocks' last sums are copied together first.
+    ends = root[1:]
+    full = top_rows // 32
+    block_last = np.empty(full, np.float64)
+    for b in range(full):
+        block_last[b] = ends[b * 32 + 31]
     for i in range(n):
         x = u[i]
-        # root: the number of inclusive sums <= x (searchsorted, side="right")
-        lo, m = 0, top_rows
-        while m > 0:
-            half = m >> 1
-            if root[lo + half + 1] <= x:
-                lo += half + 1
-                m -= half + 1
-            else:
-                m = half
+        c = 0
+        for b in range(full):
+            c += block_last[b] <= x
+        lo = c * 32
+        for r in range(lo, min(lo + 32, top_rows)):
+            lo += ends[r] <= x
+        node[i] = lo
+    for i in range(n):
+        lo = node[i]
         if lo >= top_rows:  # past the end (rounding): the last top row with mass
             lo = _last_with_mass(totals, top_start, top_rows)
-        u[i] = x - root[lo]
-        node[i] = lo
+            node[i] = lo
+        u[i] -= root[lo]
     # Level by level, for all draws: the rows one level reads are known before it starts, so a
     # first pass touches them all (independent loads, which the CPU overlaps) and the second
     # finds the children in rows that are then in cache. The inner loops count instead of
@@ -104,19 +119,29 @@ def descend(
         base = node[i] * f
         for c in range(0, f, 8):
             touched += leaves[base + c]
-    for i in range(n):
-        # leaves: their prefix sums, on the fly; the count of those <= x is the leaf's column
-        x = u[i]
-        base = node[i] * f
-        s = 0.0
-        j = 0
+    # leaves: their prefix sums, on the fly; the count of those <= x is the leaf's column. Each
+    # draw's sum is a chain of dependent additions (left to right, as numpy's): four draws at a
+    # time overlap four chains. Past the end, the last draw is done again (same writes).
+    for i in range(0, n, 4):
+        i0, i1, i2, i3 = i, min(i + 1, n - 1), min(i + 2, n - 1), min(i + 3, n - 1)
+        x0, x1, x2, x3 = u[i0], u[i1], u[i2], u[i3]
+        a0, a1, a2, a3 = node[i0] * f, node[i1] * f, node[i2] * f, node[i3] * f
+        s0 = s1 = s2 = s3 = 0.0
+        j0 = j1 = j2 = j3 = 0
         for c in range(f):
-            s += leaves[base + c]
-            j += s <= x
-        if j == f:
-            j = _last_with_mass(leaves, base, f)
-        out_leaf[i] = base + j
-        out_priority[i] = leaves[base + j]
+            s0 += leaves[a0 + c]
+            j0 += s0 <= x0
+            s1 += leaves[a1 + c]
+            j1 += s1 <= x1
+            s2 += leaves[a2 + c]
+            j2 += s2 <= x2
+            s3 += leaves[a3 + c]
+            j3 += s3 <= x3
+        for at, a, j in ((i0, a0, j0), (i1, a1, j1), (i2, a2, j2), (i3, a3, j3)):
+            if j == f:  # past the row's end (rounding): the last leaf with mass
+                j = _last_with_mass(leaves, a, f)
+            out_leaf[at] = a + j
+            out_priority[at] = leaves[a + j]
     return touched
 
 
@@ -162,20 +187,36 @@ def set_and_rebuild(
                 nodes[i] //= f
         start = tot_off[k]
         below = tot_off[k - 1] if k else 0
-        for i in range(n):
-            node = nodes[i]
-            s = 0.0
+        # Four rows at a time: each row's sum is a chain of dependent additions (left to right),
+        # and four chains overlap. Past the end, the last row is done again (same writes).
+        for i in range(0, n, 4):
+            i1, i2, i3 = min(i + 1, n - 1), min(i + 2, n - 1), min(i + 3, n - 1)
+            n0, n1, n2, n3 = nodes[i], nodes[i1], nodes[i2], nodes[i3]
+            s0 = s1 = s2 = s3 = 0.0
             if k == 0:
-                base = node * f
+                a0, a1, a2, a3 = n0 * f, n1 * f, n2 * f, n3 * f
                 for c in range(f):
-                    s += leaves[base + c]
+                    s0 += leaves[a0 + c]
+                    s1 += leaves[a1 + c]
+                    s2 += leaves[a2 + c]
+                    s3 += leaves[a3 + c]
             else:
-                base = below + node * f
-                row = pref_off[k] + node * (f + 1)
+                a0, a1, a2, a3 = below + n0 * f, below + n1 * f, below + n2 * f, below + n3 * f
+                p, w = pref_off[k] + 1, f + 1  # row r's prefix sums after its leading 0
+                r0, r1, r2, r3 = p + n0 * w, p + n1 * w, p + n2 * w, p + n3 * w
                 for c in range(f):
-                    s += totals[base + c]
-                    prefix[row + c + 1] = s
-            totals[start + node] = s
+                    s0 += totals[a0 + c]
+                    prefix[r0 + c] = s0
+                    s1 += totals[a1 + c]
+                    prefix[r1 + c] = s1
+                    s2 += totals[a2 + c]
+                    prefix[r2 + c] = s2
+                    s3 += totals[a3 + c]
+                    prefix[r3 + c] = s3
+            totals[start + n0] = s0
+            totals[start + n1] = s1
+            totals[start + n2] = s2
+            totals[start + n3] = s3
     top = tot_off[depth - 1]
     s = 0.0
     for r in range(len(root) - 1):
