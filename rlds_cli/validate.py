@@ -35,6 +35,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
+from rlds_cli.rows import rows_equal
 
 #: Steps read per chunk.
 CHUNK_STEPS = 1 << 16
@@ -234,17 +235,8 @@ def _check_continuity(ds: Dataset, c: _Collector) -> None:
         for key in flat:
             nxt = np.asarray(ds.gather(inner, [f"next/{key}"])[f"next/{key}"])
             cur = np.asarray(ds.gather(inner + 1, [key])[key])
-            same = _rows_equal(nxt, cur)
+            same = rows_equal(nxt, cur)
             c.add_steps("continuity", f"next/{key}[t] != {key}[t+1]", inner[~same], key)
-
-
-def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a2 = a.reshape(len(a), -1) if len(a) else a.reshape(0, 1)
-    b2 = b.reshape(len(b), -1) if len(b) else b.reshape(0, 1)
-    same = a2 == b2
-    if a2.dtype.kind in "fc":
-        same |= np.isnan(a2) & np.isnan(b2)
-    return same.all(axis=1)
 
 
 def _check_counts(ds: Dataset, c: _Collector) -> None:

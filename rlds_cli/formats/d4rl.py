@@ -48,6 +48,7 @@ from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
 from rlds_cli.formats.npz_util import npz_names
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
+from rlds_cli.rows import rows_equal
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
@@ -280,7 +281,7 @@ class D4RLReader(Reader):
         if self.has_next:
             nxt = self._read("next_observations", start, look)
             # a row whose next observation is not the following row: an unflagged reset
-            inferred[:-1] = ~_rows_equal(nxt[:-1], obs[1:])
+            inferred[:-1] = ~rows_equal(nxt[:-1], obs[1:])
             state.next_obs = nxt
         elif not self.has_timeouts:
             inferred = _time_limit_ends(term, state.steps_in_episode, int(self.max_episode_steps or 0))
@@ -404,17 +405,6 @@ def _is_array(obj: Any) -> bool:
     import h5py
 
     return isinstance(obj, h5py.Dataset | NpzColumn)
-
-
-def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise exact equality, NaN equal to NaN."""
-    # explicit row sizes: reshape(0, -1) is ambiguous and fails on an empty block
-    a2 = a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
-    b2 = b.reshape(len(b), int(np.prod(b.shape[1:], dtype=np.int64)))
-    same = a2 == b2
-    if a2.dtype.kind == "f":
-        same |= np.isnan(a2) & np.isnan(b2)
-    return same.all(axis=1)
 
 
 def _ted_info_parts(h5_name: str) -> tuple[str, ...]:

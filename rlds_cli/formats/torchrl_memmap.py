@@ -47,6 +47,7 @@ from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
+from rlds_cli.rows import rows_equal
 
 _FLAGS = ("done", "terminated", "truncated")
 _SKIP_ROOT = {*_FLAGS, "episode", "index", "_weight"}
@@ -131,16 +132,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise SourceFormatError(f"{path} is unreadable: {exc}") from exc
     return data if isinstance(data, dict) else None
-
-
-def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise exact equality, NaN equal to NaN (as the D4RL reader and ``inspect --check``)."""
-    a2 = a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
-    b2 = b.reshape(len(b), int(np.prod(b.shape[1:], dtype=np.int64)))
-    same = a2 == b2
-    if a2.dtype.kind in "fc":
-        same |= np.isnan(a2) & np.isnan(b2)
-    return same.all(axis=1)
 
 
 @dataclass(frozen=True)
@@ -389,8 +380,8 @@ class TorchRLMemmapReader(Reader):
             size = int(np.prod(root.shape[1:], dtype=np.int64))
             cur = np.asarray(root[idx]).reshape(*shape, size)
             new = np.asarray(nxt[idx]).reshape(*shape, size)
-            along0 = _rows_equal(new[:-1].reshape(-1, size), cur[1:].reshape(-1, size))
-            along1 = _rows_equal(new[:, :-1].reshape(-1, size), cur[:, 1:].reshape(-1, size))
+            along0 = rows_equal(new[:-1].reshape(-1, size), cur[1:].reshape(-1, size))
+            along1 = rows_equal(new[:, :-1].reshape(-1, size), cur[:, 1:].reshape(-1, size))
             bad[0] += int((~along0 & ~done[:-1].reshape(-1)).sum())
             bad[1] += int((~along1 & ~done[:, :-1].reshape(-1)).sum())
         if bad[0] == bad[1]:
@@ -450,7 +441,7 @@ class TorchRLMemmapReader(Reader):
             roots = {k: self._rows(r, start, look) for k, (r, _) in self.flat.items()}
             nexts = {k: self._rows(x, start, stop) for k, (_, x) in self.flat.items()}
             for key in self.flat:
-                same = _rows_equal(nexts[key][: look - start - 1], roots[key][1:])
+                same = rows_equal(nexts[key][: look - start - 1], roots[key][1:])
                 jump[: len(same)] |= ~same
             inferred = jump & ~end & ~forced
             self.report.inferred_boundaries += int(inferred.sum())

@@ -1,0 +1,54 @@
+"""Row-wise comparison of arrays, for the checks that ``next/obs[t] == obs[t + 1]``.
+
+Readers compare every observation row with the next row's (a reset shows up as a row that
+differs), and ``rlds inspect --check`` does it again on the cache, so on pixel data this runs over
+every byte of the dataset. Comparing values element by element costs a bool per element (a 1.3 GB
+file of frames: 0.8 s); comparing the rows' bytes as 8-byte words costs an eighth of that. Bytes
+that are equal mean values that are equal; bytes that differ mean values that differ only for
+integers, so for other kinds (floats: ``-0.0 == 0.0``, NaNs with other payloads) the few rows whose
+bytes differ are compared again by value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: dtype kinds whose values are equal exactly when their bytes are
+_BYTES_ARE_VALUES = frozenset("iuSV")
+
+
+def rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether each row of ``a`` equals the same row of ``b`` (first axis = rows), exactly, with
+    NaN equal to NaN. Both have the same shape; a bool per row."""
+    n = len(a)
+    size = int(np.prod(a.shape[1:], dtype=np.int64))
+    a2, b2 = a.reshape(n, size), b.reshape(n, size)
+    if n == 0 or size == 0:
+        return np.ones(n, bool)
+    if a2.dtype != b2.dtype or a2.dtype.hasobject:
+        return _values_equal(a2, b2)
+    same = _bytes_equal(a2, b2)
+    if a2.dtype.kind not in _BYTES_ARE_VALUES:
+        differ = np.flatnonzero(~same)
+        if len(differ):
+            same[differ] = _values_equal(a2[differ], b2[differ])
+    return same
+
+
+def _bytes_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise equality of the bytes of two 2-D arrays of one dtype, compared in the widest
+    unsigned words that divide a row."""
+    row_bytes = a.shape[1] * a.dtype.itemsize
+    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    as_words = np.dtype(f"u{word}")
+    aw = np.ascontiguousarray(a).view(np.uint8).reshape(len(a), row_bytes).view(as_words)
+    bw = np.ascontiguousarray(b).view(np.uint8).reshape(len(b), row_bytes).view(as_words)
+    return np.asarray((aw == bw).all(axis=1))
+
+
+def _values_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise equality of values, NaN equal to NaN."""
+    same = a == b
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        same |= np.isnan(a) & np.isnan(b)
+    return np.asarray(same.all(axis=1))

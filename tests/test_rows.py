@@ -1,0 +1,58 @@
+"""rows_equal: row-wise exact equality (NaN equal to NaN) by bytes, with values where bytes differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlds_cli.rows import rows_equal
+
+
+def _by_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The statement, one row at a time."""
+    out = []
+    for x, y in zip(a.reshape(len(a), -1), b.reshape(len(b), -1), strict=True):
+        both_nan = np.isnan(x) & np.isnan(y) if x.dtype.kind in "fc" else np.zeros(x.shape, bool)
+        out.append(bool(np.all((x == y) | both_nan)))
+    return np.array(out, bool)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", ">i4", "float32", ">f8", "float16", "complex64", "bool"])
+@pytest.mark.parametrize("row_shape", [(3, 5, 7), (8,), (1,), (6, 2)])
+def test_rows_equal_matches_the_row_at_a_time_statement(dtype: str, row_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(row_shape))
+    a = (rng.random((40, *row_shape)) * 4).astype(dtype)
+    b = a.copy()
+    flat = b.reshape(40, -1)
+    flat[3, 0] = flat[3, 0] + 1 if dtype != "bool" else not flat[3, 0]  # one value changed
+    flat[7, -1] = flat[7, -1] + 1 if dtype != "bool" else not flat[7, -1]
+    np.testing.assert_array_equal(rows_equal(a, b), _by_values(a, b))
+    assert not rows_equal(a, b)[3] and rows_equal(a, b)[0]
+
+
+def test_floats_equal_by_value_whose_bytes_differ() -> None:
+    a = np.array([[0.0, 1.0], [np.nan, 2.0], [1.0, 2.0], [np.nan, 3.0]], np.float32)
+    b = a.copy()
+    b[0, 0] = -0.0  # -0.0 == 0.0, other bytes
+    b[1, 0] = np.frombuffer(np.uint32(0x7FC00001).tobytes(), np.float32)[0]  # a NaN, other payload
+    b[2, 1] = 2.5  # a real difference
+    np.testing.assert_array_equal(rows_equal(a, b), [True, True, False, True])
+
+
+def test_complex_nan_and_mixed_dtypes_compare_by_value() -> None:
+    a = np.array([[complex(np.nan, 0)], [1 + 2j]], np.complex128)
+    np.testing.assert_array_equal(rows_equal(a, a.copy()), [True, True])
+    ints = np.array([[1, 2], [3, 4]], np.int64)
+    np.testing.assert_array_equal(rows_equal(ints, np.array([[1, 2], [3, 5]], np.float64)), [True, False])
+
+
+def test_empty_blocks_and_empty_rows() -> None:
+    assert rows_equal(np.zeros((0, 3, 4), np.uint8), np.zeros((0, 3, 4), np.uint8)).shape == (0,)
+    np.testing.assert_array_equal(rows_equal(np.zeros((2, 0)), np.zeros((2, 0))), [True, True])
+
+
+def test_non_contiguous_rows() -> None:
+    base = np.arange(60, dtype=np.uint8).reshape(5, 12)
+    a, b = base[:, ::2], base.copy()[:, ::2]
+    b[2, 1] = 0
+    np.testing.assert_array_equal(rows_equal(a, b), [True, True, False, True, True])
