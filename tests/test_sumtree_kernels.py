@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from rlds_cli.loader import PrioritizedSampler, PrioritizedSliceSampler, SumTree
 from rlds_cli.loader.sumtree import compiled_kernels
@@ -116,6 +117,36 @@ def test_prioritized_stream_is_the_same_with_either_kernel(slices: bool) -> None
     resumed.load_state_dict(fast.state_dict())
     for _ in range(5):
         np.testing.assert_array_equal(resumed.sample().indices, fast.sample().indices)
+
+
+@needs_numba
+def test_priority_updates_of_every_input_kind_are_the_same_with_either_kernel() -> None:
+    """The compiled update turns ``|priority| + eps`` into one pass: the same priorities and the
+    same largest priority as numpy's three calls, for every input the sampler takes."""
+    fast = PrioritizedSampler(50, 4, seed=1, eps=1e-3, compiled=True)
+    slow = PrioritizedSampler(50, 4, seed=1, eps=1e-3, compiled=False)
+    idx = np.array([[3, 7], [7, 49]])
+    inputs: list[object] = [
+        torch.tensor([[-0.5, 2.0], [0.25, -3.0]], dtype=torch.float32),  # negative TD errors, 2-D
+        np.array([[1e-9, 0.0], [7.5, -0.0]]),
+        [[1, -2], [3, 4]],  # integers
+        np.array([[True, False], [False, True]]),
+        0.75,  # one value for every index
+        np.array([1.0 + 2.0j, 0.5, 3.0j, 1.0]).reshape(2, 2),  # complex: the modulus, as np.abs
+        np.array([[2.0, 1.0]], np.float16),  # broadcast along the first axis
+    ]
+    for value in inputs:
+        fast.update_priority(idx, value)
+        slow.update_priority(idx, value)
+        np.testing.assert_array_equal(fast.priorities, slow.priorities)
+        assert fast.max_priority == slow.max_priority
+    for bad in (np.nan, np.inf, -np.inf):
+        for sampler in (fast, slow):
+            before = sampler.priorities.copy()
+            with pytest.raises(ValueError, match="finite"):
+                sampler.update_priority(idx, np.full(idx.shape, bad))
+            np.testing.assert_array_equal(sampler.priorities, before)
+    assert fast.max_priority == slow.max_priority == 7.5
 
 
 def test_compiled_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,6 +163,19 @@ def check(indices: np.ndarray, values: np.ndarray, size: int) -> int:
 
 
 @njit(**_JIT)
+def magnitudes(values: np.ndarray, eps: float, out: np.ndarray) -> float:
+    """``out = |values| + eps`` (as numpy computes them: exact ``abs``, then one addition), and
+    the largest ``|value|`` (0 when there is none; a NaN is skipped: the tree refuses it after)."""
+    top = 0.0
+    for i in range(len(values)):
+        a = abs(values[i])
+        out[i] = a + eps
+        if a > top:
+            top = a
+    return top
+
+
+@njit(**_JIT)
 def set_and_rebuild(
     indices: np.ndarray,
     values: np.ndarray,
@@ -222,3 +235,26 @@ def set_and_rebuild(
     for r in range(len(root) - 1):
         s += totals[top + r]
         root[r + 1] = s
+
+
+@njit(**_JIT)
+def check_and_set(
+    indices: np.ndarray,
+    values: np.ndarray,
+    size: int,
+    leaves: np.ndarray,
+    totals: np.ndarray,
+    tot_off: np.ndarray,
+    prefix: np.ndarray,
+    pref_off: np.ndarray,
+    root: np.ndarray,
+    depth: int,
+    f: int,
+) -> int:
+    """:func:`check`, then :func:`set_and_rebuild` when it passes, in one call (each call from
+    Python is a few microseconds, and far more when the caches are cold): where the smallest
+    value is, or :func:`check`'s negative code, with nothing written."""
+    at = check(indices, values, size)
+    if at >= 0:
+        set_and_rebuild(indices, values, leaves, totals, tot_off, prefix, pref_off, root, depth, f)
+    return at

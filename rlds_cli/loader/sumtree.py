@@ -155,6 +155,11 @@ class SumTree:
         return self._kernels is not None
 
     @property
+    def kernels(self) -> ModuleType | None:
+        """The compiled kernels this tree runs (:func:`compiled_kernels`), or None."""
+        return self._kernels
+
+    @property
     def leaves(self) -> np.ndarray:
         """The priorities (a read-only view of the first ``size`` leaves)."""
         view = self._leaves[: self.size]
@@ -212,14 +217,12 @@ class SumTree:
         """:meth:`set` with the compiled kernels (the same checks, tree and minimum)."""
         kernels = self._kernels
         assert kernels is not None
-        idx = np.ascontiguousarray(idx)
-        val = np.ascontiguousarray(val)
-        at = kernels.check(idx, val, self.size)
+        # (``ravel`` made both C-contiguous; the checks run before anything is written)
+        at = kernels.check_and_set(idx, val, self.size, *self._kernel_tree)
         if at == -1:
             raise IndexError(f"priority index out of range [0, {self.size})")
         if at == -2:
             raise ValueError("priorities must be finite and >= 0")
-        kernels.set_and_rebuild(idx, val, *self._kernel_tree)
         if not self._min_stale:
             self._update_min(idx, val, at)
 
