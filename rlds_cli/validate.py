@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
 from rlds_cli.rows import rows_equal
@@ -308,14 +309,8 @@ def _check_nans(ds: Dataset, c: _Collector) -> None:
         message = f"{count} NaN values, the source had {want}"
         if not positions:
             c.add("nan", message, key=key)
-        for row in positions:
-            step = row if spec.storage == "step" else _flat_row_to_step(ds, row)
+        steps = np.asarray(positions, np.int64)
+        if spec.storage == "flat":
+            steps = Episodes.of(ds).steps_of_flat_rows(steps)
+        for step in steps.tolist():
             c.add("nan", message, step, key)
-
-
-def _flat_row_to_step(ds: Dataset, row: int) -> int:
-    """The step whose observation (or, for a final row, next observation) a flat row holds."""
-    # flat row of step s in episode e is s + e; the final row of episode e is end_e + e + 1
-    starts = ds.episodes["start"] + np.arange(len(ds.episodes))
-    e = int(np.searchsorted(starts, row, side="right") - 1)
-    return min(row - e, int(ds.episodes["start"][e] + ds.episodes["length"][e] - 1))

@@ -70,6 +70,18 @@ def test_the_step_to_episode_lookup_is_one_rule_with_or_without_a_table(table: A
         Episodes(np.array([2, 0]))
 
 
+def test_final_rows_and_the_step_of_every_flat_row() -> None:
+    """Written out by hand for LENGTHS = [3, 1, 4, 2]: flat rows 0-2 are steps 0-2 and row 3 is
+    episode 0's final observation (its last step's next one), and so on."""
+    episodes = Episodes(np.array(LENGTHS))
+    np.testing.assert_array_equal(episodes.final_rows(), [3, 5, 10, 13])
+    by_hand = [0, 1, 2, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9, 9]
+    np.testing.assert_array_equal(episodes.steps_of_flat_rows(np.arange(14)), by_hand)
+    # the forward rule and its inverse agree on every step
+    steps = np.arange(sum(LENGTHS))
+    np.testing.assert_array_equal(episodes.steps_of_flat_rows(episodes.flat_rows(steps)), steps)
+
+
 @pytest.mark.parametrize(
     "keys",
     [

@@ -115,6 +115,16 @@ class Episodes:
         """The flat row of each step: ``t + e(t)`` (its observation; the next one is the row after)."""
         return steps + self.episode_of(steps)
 
+    def final_rows(self) -> np.ndarray:
+        """The flat row of each episode's final observation (the row after its last step's)."""
+        return self.ends + np.arange(len(self.ends))
+
+    def steps_of_flat_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The step whose observation each flat row holds; an episode's final row (its last
+        step's next observation) maps to that last step."""
+        episode = np.searchsorted(self.starts + np.arange(len(self.starts)), rows, side="right") - 1
+        return np.minimum(rows - episode, self.ends[episode] - 1)
+
 
 class VersionedColumn:
     """A stored column whose reads check, after reading, that its dataset was not replaced.

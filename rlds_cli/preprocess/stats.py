@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.reader import Episodes
+
 #: Points of the per-chunk quantile sketch (0, 1/256, ..., 1).
 GRID = np.linspace(0.0, 1.0, 257)
 #: Quantiles reported in the manifest.
@@ -181,10 +183,9 @@ def scan(dataset: Any, key: str, *, quantiles: bool = False) -> Partial | None:
     spec = dataset.manifest.fields[key]
     rows = int(column.shape[0])
     keep = None
-    if spec.storage == "flat":  # flat row of step t is t + episode(t): final rows sit after each episode
-        ends = np.cumsum(np.asarray(dataset.episodes["length"], np.int64))
+    if spec.storage == "flat":  # leave out each episode's final observation
         keep = np.ones(rows, bool)
-        keep[ends + np.arange(len(ends))] = False
+        keep[Episodes.of(dataset).final_rows()] = False
     elements = max(1, int(np.prod(spec.shape, dtype=np.int64)))
     step = max(1, SCAN_BYTES // (8 * elements))
     acc: Partial | None = None
