@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from rlds_cli import preprocess
-from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import (
     DatasetExistsError,
@@ -19,53 +18,12 @@ from rlds_cli.errors import (
     PreprocessError,
     UserFunctionError,
 )
-from rlds_cli.formats.base import StepBlock
 from rlds_cli.preprocess import stats as pstats
 from rlds_cli.preprocess.plan import make_plan
+from tests.dataset_fixtures import assert_same, everything, make_dataset
 
 FNS = "tests.preprocess_fns"
 FNS_FILE = str(Path(__file__).with_name("preprocess_fns.py"))
-
-
-def make_dataset(name: str, lengths: list[int], *, backend: str = "memmap", terminated: bool = True) -> None:
-    """Episodes of the given lengths; step t (global) has observation [t, 10 t] (+ 0.5 for an
-    episode's final observation), action [t / 2], reward t + 1. Odd episodes are truncated."""
-    steps = sum(lengths)
-    obs, ends, term, trunc = [], [], np.zeros(steps, bool), np.zeros(steps, bool)
-    t = 0
-    for e, length in enumerate(lengths):
-        rows = np.arange(t, t + length + 1, dtype=np.float32)
-        rows[-1] = t + length - 1 + 0.5
-        obs.append(np.stack([rows, 10 * rows], axis=1))
-        t += length
-        ends.append(t - 1)
-        (term if (e % 2 == 0 and terminated) else trunc)[t - 1] = True
-    block = StepBlock(
-        steps={
-            "action": (np.arange(steps, dtype=np.float32) / 2)[:, None],
-            "next/reward": np.arange(steps, dtype=np.float32) + 1,
-            "next/terminated": term,
-            "next/truncated": trunc,
-            "info/qpos": -np.arange(steps, dtype=np.float32),
-        },
-        observations={"observation": np.concatenate(obs)},
-        ends=np.asarray(ends) - 0,
-    )
-    with DatasetBuilder(name, backend=backend) as builder:
-        builder.append(block)
-        builder.commit()
-
-
-def everything(name: str) -> dict[str, np.ndarray]:
-    ds = open_dataset(name)
-    return dict(ds[:]) | {"_episodes": ds.episodes}
-
-
-def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
-    assert sorted(a) == sorted(b)
-    for key in a:
-        assert a[key].dtype == b[key].dtype, key
-        assert np.array_equal(a[key], b[key]), key
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
-from tests.test_preprocess import everything, make_dataset
+from tests.dataset_fixtures import everything, make_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 FNS = "tests.preprocess_fns"

@@ -20,7 +20,7 @@ from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import FunctionImportError, PreprocessError, UserFunctionError
 from rlds_cli.preprocess.pool import THREAD_VARIABLES
-from tests.test_preprocess import make_dataset
+from tests.dataset_fixtures import make_dataset
 
 HERE = "tests.test_preprocess_pool"
 REPO = Path(__file__).resolve().parent.parent

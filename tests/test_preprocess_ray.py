@@ -31,7 +31,7 @@ from rlds_cli import preprocess
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CacheNotVisibleError
 from rlds_cli.preprocess import executors, fnref
-from tests.test_preprocess import make_dataset
+from tests.dataset_fixtures import make_dataset
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rlds-cli[ray]')")
 

@@ -21,7 +21,7 @@ from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import PreprocessError, RemoteExistsError, UserFunctionError
-from tests.test_preprocess import make_dataset
+from tests.dataset_fixtures import make_dataset
 
 fsspec = pytest.importorskip("fsspec")
 

@@ -24,8 +24,8 @@ from rlds_cli.cache.backends import ALL_CHUNKS_ATTR
 from rlds_cli.download import download
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.formats.base import StepBlock
+from tests.dataset_fixtures import make_dataset
 from tests.durability import DurabilityTrace, check_durable_publish
-from tests.test_preprocess import make_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 FNS = "tests.preprocess_fns"

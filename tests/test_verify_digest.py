@@ -24,8 +24,8 @@ from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.validate import check_dataset
 from tests.d4rl_fixtures import golden_three_episodes
+from tests.dataset_fixtures import make_dataset
 from tests.formats_fixtures import minari_episode, write_minari_by_hand
-from tests.test_preprocess import make_dataset
 
 FNS = "tests.preprocess_fns"
 LENGTHS = [3, 5, 2, 6, 4]
