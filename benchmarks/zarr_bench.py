@@ -265,6 +265,13 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
     conv: dict[str, dict[str, Any]] = {}
     for label in ("memmap", "zarr"):  # untimed: one-time costs (zarr's import, ...) stay out
         build(root, f"warm-up-{label}", label, lambda: pixel_blocks(200))
+    # what every dataset costs whatever its size (creating the arrays and their metadata, the
+    # manifest, the publish): a build of 1,000 low-dim steps, the same keys as the low-dim runs
+    fixed: dict[str, list[float]] = {"memmap": [], "zarr": []}
+    for _ in range(repeats):
+        for label, cpus in fixed.items():
+            cpus.append(build(root, f"fixed-{label}", label, lambda: lowdim_blocks(1_000))["cpu"])
+    out["fixed"] = {label: statistics.median(cpus) for label, cpus in fixed.items()}
     for kind, blocks in (
         ("pixels", lambda: pixel_blocks(pixel_steps)),
         ("lowdim", lambda: lowdim_blocks(lowdim_steps)),
@@ -423,6 +430,13 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     rate = pix["z"].median / mm
     conv_pix = conv["pixels"]["zarr"]["cpu"] / conv["pixels"]["memmap"]["cpu"]
     conv_low = conv["lowdim"]["zarr"]["cpu"] / conv["lowdim"]["memmap"]["cpu"]
+    fixed = r["fixed"]
+
+    def without_fixed(kind: str) -> float:
+        zarr, memmap = (conv[kind][label]["cpu"] - fixed[label] for label in ("zarr", "memmap"))
+        return zarr / memmap if memmap > 0 else float("nan")
+
+    per_byte_low, per_byte_pix = without_fixed("lowdim"), without_fixed("pixels")
     z_ram = low["z-ram"].median / ram
     load, build_wall = r["lowdim_load"], r["convert"]["zarr-wall"]
 
@@ -442,7 +456,12 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         f"-> {verdict(load <= build_wall)}.",
         f"- zarr conversion CPU within {CONVERSION_TARGET}x of memmap's: builder, pixels {conv_pix:.2f}x, "
         f"low-dim {conv_low:.2f}x; whole D4RL `convert` {full['zarr'] / full['memmap']:.2f}x -> "
-        f"{verdict(max(conv_pix, conv_low, full['zarr'] / full['memmap']) <= CONVERSION_TARGET)}.",
+        f"{verdict(max(conv_pix, conv_low, full['zarr'] / full['memmap']) <= CONVERSION_TARGET)}. "
+        f"Every dataset has a cost that does not depend on its size (a build of 1,000 low-dim steps: "
+        f"memmap {fixed['memmap']:.3f} s, zarr {fixed['zarr']:.3f} s CPU; zarr's part is mostly its "
+        "own metadata calls, each a round trip through its event-loop thread); without it the "
+        f"low-dim build's zarr/memmap ratio is {per_byte_low:.2f}x and the pixel build's "
+        f"{per_byte_pix:.2f}x.",
         "",
         "### How it is measured",
         "",
