@@ -327,6 +327,24 @@ def hwm_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def timed(call: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    """Run ``call`` once in a benchmark child, measured as every conversion row reports it: wall
+    and CPU seconds (``process_time``: all threads), and the peak RSS (``VmHWM``) just before and
+    right after. Returns what ``call`` returned and those measures."""
+    rss_before = hwm_mb()
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    result = call()
+    seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
+    return result, {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "rss_before_mb": rss_before,
+        "peak_rss_mb": hwm_mb(),
+    }
+
+
 def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     """Convert the D4RL file with rlds (runs in the child); ``spec["fsync"] = False`` sets
     ``RLDS_FSYNC=0`` (the default, fsync on, is what the other rows measure)."""
@@ -336,20 +354,13 @@ def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     from rlds_cli.convert import convert
 
     imported = time.perf_counter()
-    rss_before = hwm_mb()
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    result = convert(spec["source"], "bench", format="d4rl", root=spec["root"], backend=spec["backend"])
-    seconds = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    peak = hwm_mb()
+    result, measured = timed(
+        lambda: convert(spec["source"], "bench", format="d4rl", root=spec["root"], backend=spec["backend"])
+    )
     m = result.manifest
     return {
-        "seconds": seconds,
+        **measured,
         "import_seconds": imported - t0,
-        "cpu_seconds": cpu,
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": peak,
         "steps": m.num_steps,
         "episodes": m.num_episodes,
         "dataset_dir": str(result.path),
@@ -386,15 +397,12 @@ def worker_torchrl(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("with_content"):
         _patch_memmap_like()
     imported = time.perf_counter()
-    rss_before = hwm_mb()
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    rb = MinariExperienceReplay(
-        spec["dataset_id"], batch_size=BATCH_SIZE, load_from_local_minari=True, root=spec["root"]
+    # (the peak RSS is taken before the check below maps the cache's files in)
+    rb, measured = timed(
+        lambda: MinariExperienceReplay(
+            spec["dataset_id"], batch_size=BATCH_SIZE, load_from_local_minari=True, root=spec["root"]
+        )
     )
-    seconds = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    peak = hwm_mb()  # before the check below maps the cache's files in
     # untimed check: does the cache hold the source's first episode?
     td = rb._storage._storage
     h5 = Path(spec["minari_root"]) / spec["dataset_id"] / "data" / "main_data.hdf5"
@@ -402,11 +410,8 @@ def worker_torchrl(spec: dict[str, Any]) -> dict[str, Any]:
         first = torch.from_numpy(f["episode_0/observations"][:-1])
     obs = torch.as_tensor(td["observation"][: len(first)])
     return {
-        "seconds": seconds,
+        **measured,
         "import_seconds": imported - t0,
-        "cpu_seconds": cpu,
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": peak,
         "steps": int(td.shape[0]),
         "content_ok": bool(torch.equal(obs, first)),
         "observation_all_zero": bool(not torch.as_tensor(td["observation"]).any()),
@@ -532,15 +537,11 @@ def torchrl_config(
 def machine_info() -> dict[str, str]:
     """What the numbers were measured on."""
     mem_kb = 0
-    model = platform.processor() or "?"
+    model = cpu_model()
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 mem_kb = int(line.split()[1])
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     except OSError:
         pass
     fs = "?"

@@ -615,15 +615,7 @@ def _version(dist: str) -> str:
 
 
 def _machine() -> str:
-    model = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{len(os.sched_getaffinity(0))} usable CPUs ({model})"
+    return f"{len(os.sched_getaffinity(0))} usable CPUs ({_harness.cpu_model()})"
 
 
 def _commit() -> str:

@@ -52,20 +52,12 @@ def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     """Convert the Minari dataset with rlds, then (untimed) compare it with the source."""
     from rlds_cli.convert import convert
 
-    rss_before = _harness.hwm_mb()
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    result = convert(
-        Path(spec["minari_root"]) / DATASET_ID, "bench", format="minari", root=spec["root"], backend="memmap"
+    source = Path(spec["minari_root"]) / DATASET_ID
+    result, measured = _harness.timed(
+        lambda: convert(source, "bench", format="minari", root=spec["root"], backend="memmap")
     )
-    seconds = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    peak = _harness.hwm_mb()
     return {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": peak,
+        **measured,
         "steps": result.manifest.num_steps,
         "episodes": result.manifest.num_episodes,
         "content_ok": _same_as_source(spec, result.path),

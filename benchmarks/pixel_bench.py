@@ -153,21 +153,9 @@ def worker_torchrl_fill(spec: dict[str, Any]) -> dict[str, Any]:
     imported = time.perf_counter()
     with h5py.File(spec["source"], "r") as f:
         n = int(f["observations"].shape[0])
-    rss_before = _harness.hwm_mb()
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    rb = torchrl_fill(Path(spec["source"]), LazyMemmapStorage(n, scratch_dir=Path(spec["root"]) / "storage"))
-    seconds = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    peak = _harness.hwm_mb()
-    return {
-        "seconds": seconds,
-        "import_seconds": imported - t0,
-        "cpu_seconds": cpu,
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": peak,
-        "steps": len(rb),
-    }
+    storage = LazyMemmapStorage(n, scratch_dir=Path(spec["root"]) / "storage")
+    rb, measured = _harness.timed(lambda: torchrl_fill(Path(spec["source"]), storage))
+    return {**measured, "import_seconds": imported - t0, "steps": len(rb)}
 
 
 #: Operations ``_harness.worker_main`` runs for this module (``spec["module"] = "pixel_bench"``).
