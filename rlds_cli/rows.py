@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: dtype kinds whose values are equal exactly when their bytes are
-_BYTES_ARE_VALUES = frozenset("iuSV")
+#: dtype kinds whose values are equal exactly when their bytes are (integers; for the others,
+#: e.g. a structured dtype with float fields, rows whose bytes differ are compared by value)
+_BYTES_ARE_VALUES = frozenset("iu")
 
 
 def rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:

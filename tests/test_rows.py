@@ -56,3 +56,12 @@ def test_non_contiguous_rows() -> None:
     a, b = base[:, ::2], base.copy()[:, ::2]
     b[2, 1] = 0
     np.testing.assert_array_equal(rows_equal(a, b), [True, True, False, True, True])
+
+
+def test_structured_rows_whose_bytes_differ_compare_by_value() -> None:
+    kind = np.dtype([("x", "<f4"), ("n", "<i2")])
+    a = np.array([[(0.0, 1)], [(1.5, 2)]], kind)
+    b = a.copy()
+    b["x"][0, 0] = -0.0  # other bytes, an equal value
+    b["n"][1, 0] = 3
+    np.testing.assert_array_equal(rows_equal(a, b), [True, False])
