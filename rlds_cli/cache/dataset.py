@@ -266,7 +266,10 @@ class Dataset:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (idx.min() < -self.num_steps or idx.max() >= self.num_steps):
             raise IndexError(f"step index out of range for dataset {self.name!r} with {self.num_steps} steps")
-        return self.reader(keys).gather(np.where(idx < 0, idx + self.num_steps, idx))
+        out = self.reader(keys).gather(np.where(idx < 0, idx + self.num_steps, idx))
+        if self._backend.stable_once_open:  # memory maps read on after a replacement: say so
+            self._check_not_replaced()
+        return out
 
     def __getitem__(self, index: Any) -> TedBatch:
         """``ds[i]``, ``ds[a:b]`` or ``ds[int_array]``: transitions as TED columns."""
@@ -280,4 +283,7 @@ class Dataset:
             raise IndexError(
                 f"episode {i} out of range for dataset {self.name!r} with {self.num_episodes} episodes"
             )
-        return self.reader(keys).episode(i % self.num_episodes)
+        out = self.reader(keys).episode(i % self.num_episodes)
+        if self._backend.stable_once_open:
+            self._check_not_replaced()
+        return out

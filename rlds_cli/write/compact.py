@@ -169,11 +169,13 @@ def _merge(
                 step0 = int(part.episodes["start"][skip])
                 start = step0 + skip if spec.storage == "flat" else step0
                 stop = part.num_steps + (part.num_episodes if spec.storage == "flat" else 0)
-                col = part.column(key)
+                # opened for this copy only: a map per segment kept open would hold a descriptor each
+                col = backend.open_column(part.directory, key)
                 for lo in range(start, stop, 65536):  # bounded memory on large runs
                     rows = np.asarray(col[lo : min(stop, lo + 65536)])
                     column.append(rows)
                     hasher.update(rows)
+                del col
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
