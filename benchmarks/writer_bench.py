@@ -64,13 +64,15 @@ def rate(fn: Any, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
-def bench_append(work: Path, episodes: list[dict[str, np.ndarray]], fsync: bool) -> float:
+def bench_append(
+    work: Path, episodes: list[dict[str, np.ndarray]], fsync: bool, per_commit: int = 1
+) -> float:
     import rlds_cli
 
     os.environ["RLDS_FSYNC"] = "1" if fsync else "0"
     root = work / f"append-{fsync}"
     start = time.perf_counter()
-    with rlds_cli.DatasetWriter("a", root=root) as w:
+    with rlds_cli.DatasetWriter("a", root=root, episodes_per_commit=per_commit) as w:
         for ep in episodes:
             w.add_episode(ep)
     elapsed = time.perf_counter() - start
@@ -185,14 +187,26 @@ def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, fl
         b.commit()
     rng = np.random.default_rng(0)
     out: dict[str, float] = {"commits": commits, "write_commits_per_s": commits / write_s}
-    for label in ("converted", "before_compact", "after_compact"):
-        if label == "after_compact":
-            start = time.perf_counter()
-            rlds_cli.compact("m", root)
-            out["compact_s"] = time.perf_counter() - start
-        ds = rlds_cli.open_dataset("conv" if label == "converted" else "m", root)
-        n = ds.num_steps
-        out[f"{label}_gathers_per_s"] = rate(lambda ds=ds, n=n: ds.gather(rng.integers(0, n, BATCH)), seconds)
+    before = rlds_cli.open_dataset("m", root)
+    before.column("observation")  # opened (its in-RAM tail read) before the compaction retires it
+    start = time.perf_counter()
+    rlds_cli.compact("m", root)
+    out["compact_s"] = time.perf_counter() - start
+    views = {
+        "converted": rlds_cli.open_dataset("conv", root),
+        "before_compact": before,
+        "after_compact": rlds_cli.open_dataset("m", root),
+    }
+    # interleaved rounds, best of 5: a busy machine slows one window, not one dataset
+    best = dict.fromkeys(views, 0.0)
+    for _ in range(5):
+        for label, ds in views.items():
+            n = ds.num_steps
+            best[label] = max(
+                best[label], rate(lambda ds=ds, n=n: ds.gather(rng.integers(0, n, BATCH)), seconds / 3)
+            )
+    for label, value in best.items():
+        out[f"{label}_gathers_per_s"] = value
     out["after_vs_converted"] = out["after_compact_gathers_per_s"] / out["converted_gathers_per_s"]
     out["before_vs_converted"] = out["before_compact_gathers_per_s"] / out["converted_gathers_per_s"]
     return out
@@ -219,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             results[f"append_{label}"] = {
                 "rlds_fsync_steps_per_s": bench_append(work, eps, True),
                 "rlds_nofsync_steps_per_s": bench_append(work, eps, False),
+                "rlds_fsync_10_per_commit_steps_per_s": bench_append(work, eps, True, 10),
                 "torchrl_lazymemmap_steps_per_s": bench_torchrl(work, eps),
             }
             print(label, json.dumps({k: round(v) for k, v in results[f"append_{label}"].items()}), flush=True)

@@ -315,3 +315,24 @@ def test_a_refreshed_view_reads_what_a_fresh_open_reads(isolated_cache: Path, ba
         olds.append((snapshot, snapshot[:]))
     for old, rows in olds:
         assert_identical(old[:], rows)
+
+
+def test_push_and_export_of_a_growing_dataset_take_one_view(isolated_cache: Path, tmp_path: Path) -> None:
+    from rlds_cli.remote.pull import pull
+    from rlds_cli.remote.push import push
+
+    with rlds_cli.DatasetWriter("pu", capacity_episodes=3, grace_seconds=3600) as w:
+        for uid in range(5):
+            w.add_episode(episode(2 + uid, 10.0 * uid, uid=uid))
+    expected = rlds_cli.open_dataset("pu")[:]
+    url = (tmp_path / "store" / "pu").as_uri()
+    push("pu", url)
+    with rlds_cli.DatasetWriter("pu", mode="append") as w:  # appended after the push: not in it
+        w.add_episode(episode(2, 99.0, uid=99))
+    pull(url, name="pulled")
+    pulled = rlds_cli.open_dataset("pulled")
+    assert isinstance(pulled, GrowingDataset)
+    assert_identical(pulled[:], expected)
+    assert pulled.check_files() == []
+    leftovers = list((isolated_cache / "tmp").iterdir()) if (isolated_cache / "tmp").is_dir() else []
+    assert [p for p in leftovers if p.name.startswith("pu.")] == []
