@@ -270,7 +270,11 @@ class DatasetWriter:
         if not self._pending:
             return
         if self.head is None:
-            self._create(self._pending[0])
+            try:
+                self._create(self._pending[0])
+            except BaseException:  # e.g. another writer made the dataset with another schema
+                self._pending.clear()
+                raise
         assert self.head is not None
         batch, self._pending = self._pending, []
         record = segments.commit_segment(
