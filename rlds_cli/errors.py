@@ -118,7 +118,7 @@ class EpisodeFormatError(CacheError, ValueError):
 
     default_hint = (
         "pass TED keys (observation, action, next/observation, next/reward, next/terminated, "
-        "next/truncated as bool) with one row per step; see docs/recording.md"
+        "next/truncated as bool) with one row per step; nothing of this episode was written"
     )
 
 
