@@ -350,3 +350,28 @@ def test_two_writers_with_different_schemas_creating_one_dataset(isolated_cache:
     second.close()  # the refused episode is not tried again
     assert rlds_cli.open_dataset("race").num_episodes == 1
     assert [d.num_steps for d in rlds_cli.list_datasets() if d.name == "race"] == [3]
+
+
+def test_schema_given_up_front(isolated_cache: Path) -> None:
+    make_dataset("src2", [3, 2])
+    src = rlds_cli.open_dataset("src2")
+    with rlds_cli.DatasetWriter("given", schema=src.fields) as w:
+        assert rlds_cli.open_dataset("given").num_steps == 0  # created at once, empty
+        with pytest.raises(ValueError, match="no steps yet"):
+            rlds_cli.Loader("given")
+        bad = dict(src.episode(0))
+        bad["action"] = bad["action"].astype(np.float64)
+        with pytest.raises(SchemaMismatchError, match="'action'"):
+            w.add_episode(bad)
+        w.add_episode(src.episode(1))
+    got, want = rlds_cli.open_dataset("given").episode(0), src.episode(1)
+    assert want.pop("episode").tolist() == [1, 1] and got.pop("episode").tolist() == [0, 0]
+    assert_identical(got, want)
+    with pytest.raises(SchemaMismatchError, match="info/qpos"):
+        rlds_cli.DatasetWriter(
+            "given", mode="append", schema={k: v for k, v in src.fields.items() if k != "info/qpos"}
+        )
+    with pytest.raises(rlds_cli.errors.EpisodeFormatError, match="missing key 'action'"):
+        rlds_cli.DatasetWriter(
+            "other", schema={"observation": ((2,), "float32"), "next/observation": ((2,), "float32")}
+        )

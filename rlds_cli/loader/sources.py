@@ -98,6 +98,11 @@ class HostSource:
         in_memory: bool = False,
         pack: bool = True,
     ) -> None:
+        if dataset.num_steps == 0:  # a growing dataset before its first commit
+            raise ValueError(
+                f"dataset {dataset.name!r} has no steps yet: sample it once it is ready "
+                "(Dataset.ready, after Dataset.refresh())"
+            )
         self.dataset = dataset
         self.keys = resolve_keys(dataset, keys)
         # next/done last, so that it reuses the flags when those are read too

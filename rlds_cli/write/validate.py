@@ -230,3 +230,30 @@ def check_schema(got: dict[str, FieldSpec], schema: dict[str, FieldSpec], name: 
                 f"dataset {name!r}: key {key!r} is {g.shape} {g.dtype} ({g.storage}), "
                 f"the dataset stores {spec.shape} {spec.dtype} ({spec.storage})"
             )
+
+
+def schema_fields(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
+    """The stored fields of a schema given as TED keys -> ``(shape, dtype)`` (what
+    ``Dataset.fields`` returns): a key with its ``next/`` key is stored once (flat), the
+    derived ``episode`` and ``next/done`` are not stored."""
+    from rlds_cli.cache.builder import dtype_name
+
+    keys = {"/".join(k) if isinstance(k, tuple) else str(k): v for k, v in schema.items()}
+    out: dict[str, FieldSpec] = {}
+    for key, value in keys.items():
+        if key in DERIVED or (key.startswith("next/") and key[5:] in keys):
+            continue
+        try:
+            shape, dtype = value
+            spec = FieldSpec(key, tuple(int(d) for d in shape), dtype_name(np.dtype(dtype)), "step")
+        except (TypeError, ValueError):
+            raise EpisodeFormatError(f"schema: key {key!r} is not (shape, dtype): {value!r}") from None
+        if f"next/{key}" in keys:
+            spec = FieldSpec(key, spec.shape, spec.dtype, "flat")
+        out[key] = spec
+    for key in ("action", REWARD, *FLAGS):
+        if key not in out and not any(k.startswith(f"{key}/") for k in out):
+            raise EpisodeFormatError(f"schema: missing key {key!r}")
+    if not any(s.storage == "flat" for s in out.values()):
+        raise EpisodeFormatError("schema: no observation (a key with its next/ key, e.g. 'observation')")
+    return dict(sorted(out.items()))

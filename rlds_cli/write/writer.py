@@ -28,7 +28,15 @@ from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
 from rlds_cli.write import segments
-from rlds_cli.write.validate import EpisodeColumns, check_schema, drop_extras, episode_columns, flatten, split
+from rlds_cli.write.validate import (
+    EpisodeColumns,
+    check_schema,
+    drop_extras,
+    episode_columns,
+    flatten,
+    schema_fields,
+    split,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +81,9 @@ class DatasetWriter:
             visible as soon as it ends; more: fewer, larger segments and fewer fsyncs).
         grace_seconds: How long the files of evicted or compacted segments are kept for readers
             of older views.
+        schema: The dataset's keys as TED keys -> ``(shape, dtype)`` per step (what
+            ``Dataset.fields`` returns); ``None``: from the first episode. Given, the dataset is
+            created at once (empty) and every episode is checked against it.
 
     The settings (capacity, min_size, grace) are the dataset's: fixed by its creator, read by
     every later writer.
@@ -93,6 +104,7 @@ class DatasetWriter:
         protected: bool = False,
         episodes_per_commit: int = 1,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        schema: dict[Any, Any] | None = None,
     ) -> None:
         if mode not in ("create", "append"):
             raise ValueError(f"mode must be 'create' or 'append', not {mode!r}")
@@ -133,6 +145,12 @@ class DatasetWriter:
                     hint="open it with mode='append', or pick another name",
                 )
             self._adopt(self.cache.manifest(self.name))
+        if schema is not None:
+            fields = schema_fields(schema)
+            if self.head is None:
+                self._create_with(fields)
+            else:
+                check_schema(fields, self.head.fields, self.name)
         self._pending: list[EpisodeColumns] = []
         self._steps: list[dict[str, np.ndarray]] = []
         self._tail: dict[str, np.ndarray] | None = None
@@ -320,16 +338,19 @@ class DatasetWriter:
         return got
 
     def _create(self, first: EpisodeColumns) -> None:
+        self._create_with(first.fields())
+
+    def _create_with(self, fields: dict[str, Any]) -> None:
         storage = self._storage or "memmap"
         get_backend(storage)  # an unknown name fails before anything is written
         try:
-            self._adopt(segments.create_head(self.cache, self.name, storage, first.fields(), self._source))
+            self._adopt(segments.create_head(self.cache, self.name, storage, fields, self._source))
         except DatasetExistsError:
             if self.mode == "create":
                 raise
             self._adopt(self.cache.manifest(self.name))  # another writer created it meanwhile
         assert self.head is not None
-        check_schema(first.fields(), self.head.fields, self.name)
+        check_schema(fields, self.head.fields, self.name)
 
     def _adopt(self, head: Manifest) -> None:
         if head.layout != SEGMENTED_LAYOUT:
