@@ -198,7 +198,16 @@ class LogState:
 
     def live(self) -> list[tuple[SegmentEntry, int]]:
         """Each segment with live episodes and the number of its first (logical) episodes that
-        are evicted, in log order. Eviction counts unprotected episodes only."""
+        are evicted, in log order. Eviction counts unprotected episodes only. (Computed once
+        per log position: a view asks several times.)"""
+        memo = self.__dict__.get("_live_memo")
+        if memo is not None and memo[0] == (self.records, self.evicted, len(self.segments)):
+            return list(memo[1])
+        out = self._live()
+        self.__dict__["_live_memo"] = ((self.records, self.evicted, len(self.segments)), out)
+        return list(out)
+
+    def _live(self) -> list[tuple[SegmentEntry, int]]:
         out: list[tuple[SegmentEntry, int]] = []
         remaining = self.evicted
         for s in self.segments:

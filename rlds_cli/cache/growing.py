@@ -273,8 +273,9 @@ class GrowingDataset(Dataset):
             del self._segments[seg]
             self._facts.pop(seg, None)
         facts = []
+        opened = self._segments
         for entry, first in live:
-            ds = self.segment(entry.seg)
+            ds = opened.get(entry.seg) or self.segment(entry.seg)
             fact = self._facts.get(entry.seg)
             if fact is None:  # plain arrays of the segment's index, made once per segment
                 if ds.num_episodes != entry.episodes - entry.dropped:
