@@ -375,3 +375,16 @@ def test_schema_given_up_front(isolated_cache: Path) -> None:
         rlds_cli.DatasetWriter(
             "other", schema={"observation": ((2,), "float32"), "next/observation": ((2,), "float32")}
         )
+
+
+def test_a_pickled_view_is_the_same_view(isolated_cache: Path) -> None:
+    import pickle
+
+    with rlds_cli.DatasetWriter("pk") as w:
+        w.add_episode(episode(3, uid=0))
+    ds = rlds_cli.open_dataset("pk")
+    with rlds_cli.DatasetWriter("pk", mode="append") as w:
+        w.add_episode(episode(2, uid=1))
+    copy = pickle.loads(pickle.dumps(ds))  # a worker process gets the view, not the latest
+    assert isinstance(copy, GrowingDataset) and copy.num_steps == 3
+    assert_identical(copy[:], ds[:])
