@@ -12,9 +12,10 @@ makes it again with gymnasium.
 1. the manifest's ``env`` (written by rlds itself);
 2. a Minari source's ``env_spec`` and ``eval_env_spec``, which a conversion keeps as Minari wrote
    them under ``source.metadata.spaces`` (with ``requirements`` under ``source.metadata.minari``);
-3. the registry entry the dataset was downloaded as (``source.id``): its ``env`` key, or a D4RL
-   entry's D4RL id, which is also the id of the environment the ``d4rl`` package registers (for
-   the old ``gym`` API), with the entry's ``max_episode_steps``.
+3. the registry entry the dataset was downloaded as (``source.id``), for a D4RL entry: its D4RL
+   id, which is also the id of the environment the ``d4rl`` package registers (for the old
+   ``gym`` API), with the entry's ``max_episode_steps``. (The bundled demo's ``env`` names a
+   numpy simulation, no gymnasium environment: it is not offered.)
 
 A view has its parent's environment. A dataset written by ``rlds preprocess`` has none: its
 function may have changed what the observations are.
@@ -127,7 +128,7 @@ def _record(
 
 
 def _from_registry(dataset_id: str) -> RecordedEnvSpec | None:
-    """The environment a registry entry names (``env``, or a D4RL entry's D4RL id)."""
+    """The environment a D4RL registry entry names (its D4RL id)."""
     from rlds_cli import registry
 
     try:
@@ -137,16 +138,14 @@ def _from_registry(dataset_id: str) -> RecordedEnvSpec | None:
     except RegistryError:  # a broken extra registry file: no environment, not a failed inspect
         return None
     ids = entry.extra.get("ids")
-    env_id = entry.extra.get("env")
-    what = "env"
-    if not isinstance(env_id, str) and entry.format == "d4rl" and isinstance(ids, dict):
-        env_id, what = ids.get("d4rl"), "D4RL id, registered as an environment by the d4rl package"
+    env_id = ids.get("d4rl") if entry.format == "d4rl" and isinstance(ids, dict) else None
     if not isinstance(env_id, str):
         return None
     steps = entry.extra.get("max_episode_steps")
     raw: dict[str, Any] = {"id": env_id}
     if isinstance(steps, int):
         raw["max_episode_steps"] = steps
+    what = "D4RL id, registered as an environment by the d4rl package"
     return _record(raw, None, f"registry entry {entry.id!r} ({what})", "registry")
 
 
