@@ -141,7 +141,7 @@ def _from_registry(dataset_id: str) -> RecordedEnvSpec | None:
     env_id = ids.get("d4rl") if entry.format == "d4rl" and isinstance(ids, dict) else None
     if not isinstance(env_id, str):
         return None
-    steps = entry.extra.get("max_episode_steps")
+    steps = entry.options.get("max_episode_steps", entry.extra.get("max_episode_steps"))
     raw: dict[str, Any] = {"id": env_id}
     if isinstance(steps, int):
         raw["max_episode_steps"] = steps

@@ -110,6 +110,11 @@ def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None
     from_registry = _from_entry(name_or_id)
     if from_registry is not None:
         return from_registry
+    if registry.is_known(name_or_id) and registry.resolve(name_or_id).format == "d4rl":
+        raise NoReferenceScoresError(  # the registry's scores are D4RL's whole table
+            f"D4RL id {registry.resolve(name_or_id).id!r} has no reference scores in D4RL's "
+            "REF_MIN_SCORE/REF_MAX_SCORE (d4rl/infos.py)"
+        )
     name = resolve_name(name_or_id, root)
     from rlds_cli.cache.opening import open_dataset
 

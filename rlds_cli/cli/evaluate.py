@@ -28,9 +28,9 @@ def score(
 
     The reference scores are D4RL's (from the registry: no download needed) or a Minari
     dataset's own (ref_min_score, ref_max_score: download it first). With -q only the scores
-    are printed, one per line.
+    are printed, one per line. Negative returns go after --.
 
-    Example: rlds score hopper-medium-v2 1000 2500.5
+    Example: rlds score hopper-medium-v2 1000 2500.5; rlds score pendulum -- -300
     """
     from rlds_cli.scores import reference_scores
 
