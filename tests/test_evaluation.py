@@ -109,7 +109,9 @@ def _edit_manifest(ds: rlds_cli.Dataset, **changes: Any) -> rlds_cli.Dataset:
 # ----------------------------------------------------------------------------- env_spec
 
 
-def test_recover_environment_makes_the_recording_env(pendulum: rlds_cli.Dataset, minari_root: Path) -> None:
+def test_recover_environment_makes_the_recording_env(
+    pendulum: rlds_cli.Dataset, minari_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     recorded = _recording_env().spec
     spec = pendulum.env_spec
     assert spec is not None
@@ -121,11 +123,8 @@ def test_recover_environment_makes_the_recording_env(pendulum: rlds_cli.Dataset,
     )  # fmt: skip
     assert env.unwrapped.g == 9.0
     # the same environment as minari's own recover_environment
-    os.environ["MINARI_DATASETS_PATH"] = str(minari_root)
-    try:
-        theirs = minari.load_dataset(DATASET_ID).recover_environment()
-    finally:
-        os.environ.pop("MINARI_DATASETS_PATH")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(minari_root))
+    theirs = minari.load_dataset(DATASET_ID).recover_environment()
     assert env.spec == theirs.spec
     # a working environment: an episode ends at the recorded time limit
     obs, _ = env.reset(seed=0)
@@ -323,3 +322,16 @@ def test_rlds_score_and_inspect(pendulum: rlds_cli.Dataset, golden: rlds_cli.Dat
     plain = runner.invoke(app, ["inspect", "golden", "--no-stats"]).stdout
     assert "environment" not in plain and "reference scores" not in plain
     assert json.loads(runner.invoke(app, ["inspect", "golden", "--json", "--no-stats"]).stdout)["env"] is None
+
+
+def test_an_env_in_the_manifest_is_exported_to_minari(
+    golden: rlds_cli.Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.export import export_dataset
+
+    ds = _edit_manifest(golden, env=env_entry(gym.spec("CartPole-v1")))
+    export_dataset(ds, tmp_path / "out" / "golden-v0", "minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "out"))
+    back = minari.load_dataset("golden-v0")
+    assert back.spec.env_spec == gym.spec("CartPole-v1")
+    assert back.recover_environment().spec.id == "CartPole-v1"
