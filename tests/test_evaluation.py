@@ -150,6 +150,7 @@ def test_a_view_has_its_parents_environment(pendulum: rlds_cli.Dataset) -> None:
     view = open_dataset("pendulum-first")
     assert view.env_spec == pendulum.env_spec
     assert view.recover_environment().spec.id == "Pendulum-v1"
+    assert rlds_cli.normalized_score("pendulum-first", -100.0) == 100.0  # the parent's numbers too
 
 
 def test_no_environment_is_a_clear_error(golden: rlds_cli.Dataset) -> None:
