@@ -5,7 +5,11 @@ makes it again with gymnasium.
 **Where it lives.** A writer that knows the environment stores it in the manifest's top-level
 ``env`` object (:func:`env_entry` makes it from a gymnasium ``EnvSpec``)::
 
-    "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "..."}
+    "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "...",
+            "requirements": ["mujoco>=3"]}
+
+(``eval_spec`` and ``requirements`` optional; ``Manifest.env``, checked to be an object whose
+``spec`` is an object when the manifest is read.)
 
 :func:`read_env_spec` is the one reader. It looks, in order, at:
 
@@ -41,7 +45,15 @@ if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.manifest import Manifest
 
-__all__ = ["RecordedEnvSpec", "env_entry", "env_spec_to_json", "read_env_spec", "recover_environment"]
+__all__ = [
+    "RecordedEnvSpec",
+    "dataset_env_spec",
+    "env_entry",
+    "env_spec_to_json",
+    "own_manifest",
+    "read_env_spec",
+    "recover_environment",
+]
 
 #: The manifest's key for the environment (see the module docstring).
 ENV_KEY = "env"
