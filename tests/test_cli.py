@@ -143,7 +143,8 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     assert info["fields"] == GOLDEN_FIELDS
     assert list(info["fields"]) == list(GOLDEN_FIELDS)  # next/* after the others, sorted
     assert info["size_bytes"] > 0
-    assert info["size_bytes"] == sum(p.stat().st_size for p in Path(info["path"]).rglob("*") if p.is_file())
+    # disk use, as `du` and `rlds list` count it: allocated blocks
+    assert info["size_bytes"] == sum(p.stat().st_blocks * 512 for p in Path(info["path"]).rglob("*") if p.is_file())
     assert info["episodes_terminated"] == exp["episodes_terminated"]
     assert info["episodes_truncated"] == exp["episodes_truncated"]
     assert info["final_observations_synthesized"] == exp["final_observations_synthesized"]

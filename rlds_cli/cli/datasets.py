@@ -171,8 +171,11 @@ def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
 def render_summary(info: dict[str, Any]) -> None:
     """Print the tables of ``rlds inspect``."""
     out = _output.console
+    # a local dataset's size is disk use (allocated blocks, as 'rlds list' shows it); a dataset
+    # read at a URL has no blocks: its size is the bytes of its files on the store
+    where = "on the store" if "://" in info["path"] else "on disk"
     out.print(
-        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])})  "
+        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])} {where})  "
         f"{_output.escape(info['path'])}"
     )
     out.print(
@@ -204,7 +207,7 @@ def render_summary(info: dict[str, Any]) -> None:
             _output.Column("shape", kind="fixed"),
             _output.Column("dtype", kind="fixed"),
             _output.Column("storage"),
-            _output.Column("disk", "right", kind="fixed"),
+            _output.Column("bytes", "right", kind="fixed"),  # the key's files (not blocks)
         ],
         rows,
         title="TED fields (per step)",
