@@ -111,7 +111,7 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
             configured one).
     """
     from rlds_cli._io import tree_bytes
-    from rlds_cli.registry import matches
+    from rlds_cli.matching import matches
 
     cache = _cache(root)
     return [

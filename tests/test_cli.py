@@ -144,7 +144,8 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     assert list(info["fields"]) == list(GOLDEN_FIELDS)  # next/* after the others, sorted
     assert info["size_bytes"] > 0
     # disk use, as `du` and `rlds list` count it: allocated blocks
-    assert info["size_bytes"] == sum(p.stat().st_blocks * 512 for p in Path(info["path"]).rglob("*") if p.is_file())
+    files = [p for p in Path(info["path"]).rglob("*") if p.is_file()]
+    assert info["size_bytes"] == sum(p.stat().st_blocks * 512 for p in files)
     assert info["episodes_terminated"] == exp["episodes_terminated"]
     assert info["episodes_truncated"] == exp["episodes_truncated"]
     assert info["final_observations_synthesized"] == exp["final_observations_synthesized"]

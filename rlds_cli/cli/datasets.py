@@ -16,7 +16,8 @@ PatternArgument = Annotated[
     str | None,
     typer.Argument(
         help="Show only what contains PATTERN (or matches it as a glob: *, ?): names, or with "
-        "--remote ids, aliases and descriptions.",
+        "--remote ids, aliases and descriptions (best matches first: the id, ids starting with "
+        "it, ids where it starts a word, then the rest).",
         metavar="PATTERN",
         show_default=False,
     ),
