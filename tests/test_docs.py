@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 from rlds_cli.cli.reference import command_names, render
@@ -33,3 +34,18 @@ def test_readme_opens_with_the_two_commands() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     block = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
     assert block[0].startswith("make demo") and block[1].startswith("make test")
+
+
+def test_torchrl_extra_installs_torchrl_and_tensordict() -> None:
+    """The ``torchrl`` extra brings both packages the TorchRL interop imports, in ranges the
+    installed (tested) versions satisfy."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        extra = tomllib.load(fh)["project"]["optional-dependencies"]["torchrl"]
+    requirements = {r.name: r for r in map(Requirement, extra)}
+    assert set(requirements) == {"torchrl", "tensordict"}
+    for name, requirement in requirements.items():
+        assert requirement.specifier.contains(version(name)), (name, str(requirement.specifier))
