@@ -128,3 +128,4 @@ def test_list_and_inspect_show_one_size(isolated_cache: Path, golden_file: Path)
         assert rlds_cli.open_dataset(name).size_bytes() == size
         human = CliRunner().invoke(app, ["inspect", name, "--no-stats"]).stdout.splitlines()[0]
         assert f"{human_bytes(size)} on disk" in human, human
+        assert human.endswith(str(directory)), human  # the path whole on the first line, not wrapped

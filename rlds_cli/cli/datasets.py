@@ -177,7 +177,8 @@ def render_summary(info: dict[str, Any]) -> None:
     where = "on the store" if "://" in info["path"] else "on disk"
     out.print(
         f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])} {where})  "
-        f"{_output.escape(info['path'])}"
+        f"{_output.escape(info['path'])}",
+        soft_wrap=True,  # the path whole on the line, never broken at the console's width
     )
     out.print(
         f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
