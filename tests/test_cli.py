@@ -563,7 +563,9 @@ def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
     assert "steps 5,000   episodes 94" in first
     assert "batch 0: action (8, 2), observation (8, 6), next/observation (8, 6), next/reward (8, 1)" in first
     assert "batch 1: " in first and "batch 2: " not in first
-    assert f"demo done: cache at {root}" in first
+    batch_lines = [line for line in first.splitlines() if line.startswith("batch ")]
+    assert len(batch_lines) == 2 and all(line.endswith(" episodes") for line in batch_lines)  # unwrapped
+    assert f"demo done: cache at {root}\n" in first
     assert not (isolated_cache / "datasets").exists()  # --root was honoured
     manifest = (path / "manifest.json").read_bytes()
 
