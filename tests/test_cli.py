@@ -548,6 +548,7 @@ def test_no_args_shows_help() -> None:
 # --------------------------------------------------------------------------- demo
 
 
+@pytest.mark.console_widths(80, 40)  # a pipe's width: nothing may break at it
 def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
     root = tmp_path / "demo-root"
     first = ok("demo", "--root", root, "--batches", "2", "--batch-size", "8").stdout
