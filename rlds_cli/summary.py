@@ -100,7 +100,10 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
 
 
 def stored_key_bytes(ds: Dataset, key: str) -> int:
-    """Bytes one stored key uses on disk (its .npy file or its zarr array directory)."""
+    """Bytes of one stored key's files (its .npy file or its zarr array directory): their
+    lengths, what its codec wrote, so ``logical / stored`` is the compression ratio. The
+    dataset's size (:meth:`~rlds_cli.Dataset.size_bytes`) is disk use instead: allocated
+    blocks, which round each small file up to a whole block."""
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
     if npy.is_file():

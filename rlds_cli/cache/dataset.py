@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli._io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
@@ -166,8 +167,10 @@ class Dataset:
         return recover_environment(self, eval_env, **kwargs)
 
     def size_bytes(self) -> int:
-        """Bytes the dataset uses on disk."""
-        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+        """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds
+        list`` count them (:func:`rlds_cli._io.tree_bytes`). A view counts its own small
+        directory, not its parent's arrays."""
+        return tree_bytes(self.directory)
 
     def check_files(self) -> list[str]:
         """Every stored file there at its full size (memmap files, every zarr chunk), checked

@@ -52,8 +52,12 @@ conventions below over every command.
   the output encoding cannot show them (`PYTHONIOENCODING=ascii`). Warnings and log lines carry
   no source file or line.
 - **Sizes** are disk use: allocated blocks (as `du` counts them), so a sparse file counts what
-  it holds. In `rlds list --remote`, `-` is a figure nobody publishes (known after the first
-  download) and `~` a rounded figure an upstream publishes (`rlds info ID` says where).
+  it holds. A dataset shows one size everywhere: `rlds list`, the first line of `rlds inspect`
+  ("on disk"), `rlds du`, `rm` and `gc`. Only `inspect`'s per-key `bytes` column counts file
+  lengths (what the codec wrote, so a zarr key's ratio is its compression), and a dataset read
+  at a URL shows the bytes of its files on the store. In `rlds list --remote` the size is the
+  download; `-` is a figure nobody publishes (known after the first download) and `~` a rounded
+  figure an upstream publishes (`rlds info ID` says where).
 """
 
 
