@@ -383,6 +383,16 @@ class SeedError(RldsError, ValueError):
     default_hint = "pass seed= (the same on every rank), or set RLDS_SEED"
 
 
+# --------------------------------------------------------------------------- recording
+
+
+class RecordingError(RldsError, ValueError):
+    """Bad input to recording from an environment: a space rlds cannot store, a value outside its
+    space, an info key that comes and goes, or bad arguments to ``record``."""
+
+    default_hint = "see docs/recording.md for what record() and RecordEpisodes accept"
+
+
 # --------------------------------------------------------------------------- OS errors
 
 #: errno -> (error class, what happened), for the operating-system errors a user can fix.
