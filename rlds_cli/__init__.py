@@ -32,6 +32,8 @@ _LAZY = {
     "registry_status": "rlds_cli.catalog",
     "CachedDataset": "rlds_cli.catalog",
     "RegistryDataset": "rlds_cli.catalog",
+    "record": "rlds_cli.recording.recorder",
+    "RecordEpisodes": "rlds_cli.recording.wrapper",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,0 +1,209 @@
+"""``rlds_cli.record``: run a policy in a gymnasium environment and save the episodes as a dataset.
+
+::
+
+    ds = rlds_cli.record("CartPole-v1", None, name="cartpole-random", episodes=10)
+
+What is stored, beside the episodes (see :mod:`rlds_cli.recording.episode` for their keys):
+
+* the environment's spec (``EnvSpec.to_json()``), so ``Dataset.recover_environment()`` makes
+  the environment again, and its spaces in the form Minari serializes them, so ``rlds export
+  NAME DIR --to minari`` writes a dataset minari loads with the same spaces and spec;
+* the reset seed of every episode (``seed + i`` for the i-th episode when ``seed`` is given,
+  else 64 random bits, as Minari's ``DataCollector`` draws them), so any episode can be replayed.
+
+With ``steps=N`` the recording stops after exactly N steps; an episode the budget cuts is kept
+with its last step marked truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlds_cli.errors import RecordingError
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.recording.wrapper import RecordEpisodes
+
+
+def env_spec_json(env: Any) -> str | None:
+    """The environment's spec as ``EnvSpec.to_json()`` writes it (``None``: the environment was
+    not made by ``gym.make`` and has no spec).
+
+    Raises:
+        RecordingError: the spec holds arguments JSON cannot write (a callable, an object).
+    """
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        return None
+    try:
+        return str(spec.to_json())
+    except Exception as exc:  # gymnasium raises ValueError (or TypeError) for such kwargs
+        raise RecordingError(
+            f"the env spec of {spec.id!r} cannot be saved as JSON ({exc})",
+            hint="make the environment with JSON-serializable keyword arguments (numbers, strings, lists)",
+        ) from None
+
+
+def recording_metadata(recorder: RecordEpisodes, spec_json: str | None, policy: Any) -> dict[str, Any]:
+    """What the manifest keeps about a recording: the spaces as Minari serializes them (with the
+    Minari path of every TED key, as a converted Minari dataset has them) and who recorded."""
+    from rlds_cli.recording.spaces import serialize_space
+
+    assembler = recorder.assembler
+    paths = {leaf.key: leaf.minari_path for leaf in (*assembler.obs_leaves, *assembler.action_leaves)}
+    spaces = {
+        "serializer": "minari",
+        "observation_space": serialize_space(recorder.observation_space),
+        "action_space": serialize_space(recorder.action_space),
+        "env_spec": json.loads(spec_json) if spec_json else None,
+        "jpeg_encoding": False,
+        "paths": paths,
+        "text_keys": [leaf.key for leaf in assembler.obs_leaves if leaf.kind == "Text"],
+    }
+    who = getattr(policy, "__qualname__", None) or type(policy).__name__
+    return {"spaces": spaces, "recording": {"recorder": "rlds_cli.record", "policy": who}}
+
+
+def record(
+    env: Any,
+    policy: Callable[[Any], Any] | None = None,
+    *,
+    name: str,
+    episodes: int | None = None,
+    steps: int | None = None,
+    root: str | os.PathLike[str] | None = None,
+    storage: str = "memmap",
+    seed: int | None = None,
+    info_keys: Sequence[str] | str | None = None,
+    mode: str = "create",
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Dataset:
+    """Run ``policy`` in ``env`` for ``episodes`` episodes or ``steps`` steps and save them.
+
+    Args:
+        env: A gymnasium environment, or an id for ``gym.make`` (then made here with
+            ``env_kwargs`` and closed at the end; a given environment is left open).
+        policy: ``policy(observation) -> action``; ``None`` samples the action space.
+        name: The dataset's cache name.
+        episodes: Record this many whole episodes. Exactly one of ``episodes`` and ``steps``.
+        steps: Record exactly this many steps (the last episode may be cut: truncated).
+        root: The cache root (default: ``RLDS_HOME`` or the user cache).
+        storage: ``"memmap"`` or ``"zarr"``.
+        seed: Episode ``i`` is reset with ``seed + i`` and the random policy's action space is
+            seeded with ``seed``; ``None`` draws a 64-bit seed per episode (stored either way).
+        info_keys: ``info`` entries to keep: ``None``, ``"all"`` or a list of names.
+        mode: ``"create"`` a new dataset or ``"append"`` to an existing one.
+        env_kwargs: Keyword arguments for ``gym.make`` when ``env`` is an id.
+
+    Returns:
+        The dataset, opened.
+
+    Raises:
+        RecordingError: bad arguments, a space rlds cannot store, or values outside their space.
+    """
+    for label, value in (("episodes", episodes), ("steps", steps)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise RecordingError(f"record(): {label}={value!r} is not a positive integer")
+    if (episodes is None) == (steps is None):
+        raise RecordingError(
+            "record() takes exactly one of episodes= and steps=",
+            hint="e.g. record(env, policy, name='mine', episodes=10)",
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise RecordingError(f"record(): seed={seed!r} is not a non-negative integer")
+    if policy is not None and not callable(policy):
+        raise RecordingError(
+            f"record(): policy is a {type(policy).__name__}, not a callable observation -> action",
+            hint="pass a function (or None for random actions)",
+        )
+    from rlds_cli.recording.wrapper import RecordEpisodes
+
+    owned = isinstance(env, str)
+    if owned:
+        import gymnasium as gym
+
+        try:
+            env = gym.make(env, **dict(env_kwargs or {}))
+        except gym.error.Error as exc:
+            raise RecordingError(f"record(): gymnasium cannot make {env!r}: {exc}") from None
+    elif env_kwargs:
+        raise RecordingError("record(): env_kwargs= applies only when env is an id for gym.make")
+    try:
+        return _record(
+            env, policy, name, episodes, steps, root, storage, seed, info_keys, mode, RecordEpisodes
+        )
+    finally:
+        if owned:
+            env.close()
+
+
+def _record(
+    env: Any,
+    policy: Callable[[Any], Any] | None,
+    name: str,
+    episodes: int | None,
+    steps: int | None,
+    root: str | os.PathLike[str] | None,
+    storage: str,
+    seed: int | None,
+    info_keys: Sequence[str] | str | None,
+    mode: str,
+    wrapper: type[RecordEpisodes],
+) -> Dataset:
+    from rlds_cli import DatasetWriter, open_dataset
+
+    spec_json = env_spec_json(env)
+    if policy is None:
+        space = env.action_space
+        if seed is not None:
+            space.seed(seed)
+        policy = _random_policy(space)
+    # spaces are checked before anything is created
+    probe = wrapper(env, _NoSink(), info_keys=info_keys)
+    metadata = recording_metadata(probe, spec_json, policy)
+    with DatasetWriter(
+        name, root=root, storage=storage, mode=mode, env_spec=spec_json, metadata=metadata
+    ) as w:
+        recorder = wrapper(env, w, info_keys=info_keys)
+        _run(recorder, policy, episodes, steps, seed)
+        recorder.finish_episode()  # the step budget cut an episode: truncated
+    return open_dataset(name, root=root)
+
+
+def _random_policy(space: Any) -> Callable[[Any], Any]:
+    def random_policy(observation: Any) -> Any:
+        return space.sample()
+
+    return random_policy
+
+
+class _NoSink:
+    def add_episode(self, episode: Any, *, seed: int | None = None) -> None:
+        raise AssertionError("the probe recorder commits nothing")
+
+
+def _run(
+    recorder: RecordEpisodes,
+    policy: Callable[[Any], Any],
+    episodes: int | None,
+    steps: int | None,
+    seed: int | None,
+) -> None:
+    finished = taken = 0
+    i = 0
+    while (episodes is None or finished < episodes) and (steps is None or taken < steps):
+        obs, _ = recorder.reset(seed=None if seed is None else seed + i)
+        i += 1
+        while True:
+            obs, _, terminated, truncated, _ = recorder.step(policy(obs))
+            taken += 1
+            if terminated or truncated:
+                finished += 1
+                break
+            if steps is not None and taken >= steps:
+                break
