@@ -190,15 +190,16 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         "",
         *_harness.header(info, versions),
         "",
-        "| environment | steps (episodes) | bare loop | rlds (assembly only) | rlds (written, fsync) | Minari "
-        "DataCollector | Minari / rlds overhead |",
+        "| environment | steps (episodes) | bare loop | rlds (assembly only) | rlds (written, fsync) "
+        "| Minari DataCollector | Minari / rlds overhead |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for env_id, res in results.items():
         o, s = res["overhead_us"], res["seconds"]
         ratio = o["minari"] / o["rlds"] if o["rlds"] > 0 else float("inf")
         lines.append(
-            f"| `{env_id}` | {res['steps']:,} ({res['episodes']}) | {s['bare'] * 1e6 / res['steps']:.1f} us/step "
+            f"| `{env_id}` | {res['steps']:,} ({res['episodes']}) "
+            f"| {s['bare'] * 1e6 / res['steps']:.1f} us/step "
             f"| +{o['rlds (assembly)']:.1f} us/step | +{o['rlds']:.1f} us/step | +{o['minari']:.1f} us/step "
             f"| {ratio:.1f}x |"
         )
