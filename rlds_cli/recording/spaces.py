@@ -157,13 +157,18 @@ def stack_leaf(leaf: Leaf, values: list[Any], key: str) -> np.ndarray:
     """One leaf's values over an episode as one array of the leaf's dtype and shape."""
     if leaf.kind == "Text":
         return encode_text(values, leaf.shape[0], key)
+    arr: np.ndarray | None = None
+    problem = ""
     try:
         arr = np.asarray(values, dtype=leaf.dtype) if values else np.zeros((0, *leaf.shape), leaf.dtype)
     except (TypeError, ValueError) as exc:
-        raise RecordingError(f"{key}: values do not fit the {leaf.kind} space ({exc})") from None
-    if arr.shape[1:] != leaf.shape:
+        problem = str(exc)
+    if arr is None or arr.shape[1:] != leaf.shape:
+        # name the first value that does not fit (the reset observation is row 0)
+        bad = next((i for i, v in enumerate(values) if np.shape(v) != leaf.shape), None)
+        where = f"row {bad} has shape {np.shape(values[bad])}" if bad is not None else problem
         raise RecordingError(
-            f"{key}: values have shape {arr.shape[1:]}, the {leaf.kind} space has {leaf.shape}",
+            f"{key}: values do not fit the {leaf.kind} space of shape {leaf.shape} ({where})",
             hint="the environment returned values outside its declared space",
         )
     return arr
