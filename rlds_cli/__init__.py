@@ -32,6 +32,8 @@ _LAZY = {
     "registry_status": "rlds_cli.catalog",
     "CachedDataset": "rlds_cli.catalog",
     "RegistryDataset": "rlds_cli.catalog",
+    "DatasetWriter": "rlds_cli.write.writer",
+    "compact": "rlds_cli.write.compact",
     "record": "rlds_cli.recording.recorder",
     "RecordEpisodes": "rlds_cli.recording.wrapper",
 }

@@ -111,6 +111,27 @@ class InvalidKeyError(CacheError, ValueError):
     )
 
 
+class EpisodeFormatError(CacheError, ValueError):
+    """An episode or step given to :class:`rlds_cli.DatasetWriter` that breaks the TED rules
+    (wrong shape or dtype, non-bool or NaN flags, no steps, no final observation, lengths that
+    differ, a key given twice): nothing of it is written."""
+
+    default_hint = (
+        "pass TED keys (observation, action, next/observation, next/reward, next/terminated, "
+        "next/truncated as bool) with one row per step; see docs/recording.md"
+    )
+
+
+class SchemaMismatchError(CacheError, ValueError):
+    """An episode, or a writer, whose keys, shapes or dtypes differ from the growing dataset's
+    schema (fixed by its first episode), or a dataset that cannot be appended to."""
+
+    default_hint = (
+        "write the same keys, shapes and dtypes as the dataset's first episode ('rlds inspect NAME'), "
+        "or write to a new dataset name"
+    )
+
+
 class CacheLocationError(CacheError, NotADirectoryError):
     """The cache root is not a usable directory (e.g. ``RLDS_HOME`` names a file)."""
 
