@@ -141,6 +141,9 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         if statistics:
             entry["stats"] = key_statistics(ds, key)
     returns = episode_returns(ds)
+    from rlds_cli.scores import dataset_scores
+
+    env, scores = ds.env_spec, dataset_scores(ds)
     return {
         "name": m.name,
         "path": str(ds.directory),
@@ -159,6 +162,10 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         "episodes_truncated": int((truncated & ~terminated).sum()),
         "final_observations_synthesized": int((~ds.episodes["final_known"]).sum()),
         "source": m.source,
+        # the environment the data was recorded in (Dataset.recover_environment makes it) and the
+        # reference returns of normalized scores; None when unknown
+        "env": env.to_dict() if env is not None else None,
+        "reference_scores": scores.to_dict() if scores is not None else None,
         "conversion": m.conversion,
         "lineage": m.lineage,
         "content_digest": m.content_digest,

@@ -11,6 +11,7 @@ from rlds_cli._version import __version__
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download
+from rlds_cli.cli.evaluate import score
 from rlds_cli.cli.export import export
 from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
@@ -71,6 +72,7 @@ app.command("info")(info)
 app.command("verify")(verify)
 app.command("push")(push)
 app.command("pull")(pull)
+app.command("score")(score)
 
 
 def main() -> None:

@@ -223,6 +223,8 @@ def render_summary(info: dict[str, Any]) -> None:
     source_line = _source_line(info["source"])
     if source_line:
         out.print(source_line, soft_wrap=True)
+    for line in _evaluation_lines(info):
+        out.print(line, soft_wrap=True)
     conv = info["conversion"]
     facts = [
         f"{k.replace('_', ' ')} {conv[k]}"
@@ -239,6 +241,23 @@ def render_summary(info: dict[str, Any]) -> None:
     out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
     by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
     out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
+
+
+def _evaluation_lines(info: dict[str, Any]) -> list[str]:
+    """The environment (with where it came from) and the reference scores, when known."""
+    lines = []
+    env = info.get("env")
+    if env:
+        steps = f", at most {env['max_episode_steps']} steps" if env.get("max_episode_steps") else ""
+        kwargs = f", kwargs {env['kwargs']}" if env.get("kwargs") else ""
+        lines.append(f"environment  {env['id']}{steps}{kwargs}  (from {env['origin']})")
+    scores = info.get("reference_scores")
+    if scores:
+        lines.append(
+            f"reference scores  min {scores['ref_min_score']:.6g}, max {scores['ref_max_score']:.6g}  "
+            f"(from {scores['origin']}; 'rlds score NAME RETURN' normalizes a return)"
+        )
+    return [_output.escape(line) for line in lines]
 
 
 def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:

@@ -29,7 +29,8 @@ conventions below over every command.
   else there); `-q/--quiet` (only the names or paths the command lists, creates or removes, one
   per line: `list` the names, `list --remote` and `info` the ids, `download`/`demo`/`preprocess`/
   `view`/`split` the new dataset's name, `rm` the removed names, `gc` the removed paths, `export`
-  and `path` the path; `inspect`, `verify` and `du` print nothing and keep their exit status);
+  and `path` the path, `score` the normalized scores; `inspect`, `verify` and `du` print nothing
+  and keep their exit status);
   `-v/--verbose` (`-v` info, `-vv` debug, on stderr), before or after the command name;
   `--root DIR` (the cache; default `$RLDS_HOME`, else the user cache directory).
 - **Names.** A command that makes a dataset takes its name as `--name/-n` (`split`: the base of
