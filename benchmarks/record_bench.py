@@ -89,7 +89,7 @@ def _drive(env: Any, seeds: list[int], actions: list[Any]) -> int:
 
 
 class _Sink:
-    def add_episode(self, episode: Any, *, seed: int | None = None) -> None:
+    def add_episode(self, episode: Any) -> None:
         self.last = episode
 
 

@@ -110,9 +110,10 @@ class MemorySink:
         self.episodes: list[dict[str, np.ndarray]] = []
         self.seeds: list[int | None] = []
 
-    def add_episode(self, episode: Any, *, seed: int | None = None) -> None:
+    def add_episode(self, episode: Any) -> None:
         self.episodes.append(episode)
-        self.seeds.append(seed)
+        present = bool(episode["reset_seed_present"][0])
+        self.seeds.append(int(episode["reset_seed"][0]) if present else None)
 
 
 def action_plan(space: gym.Space, n: int, seed: int) -> list[Any]:  # type: ignore[type-arg]

@@ -10,6 +10,11 @@ to ``DatasetWriter.add_episode`` as it is:
   reset observation first, the final observation last: nothing is dropped or made up);
 * ``action...``, ``next/reward`` ``(T, 1)``, ``next/terminated`` / ``next/truncated`` /
   ``next/done`` ``(T, 1)`` bool;
+* ``reset_seed`` (``uint64``) and ``reset_seed_present`` (bool): the seed the episode was reset
+  with, on every step of the episode (a growing dataset has no per-episode table yet, so the
+  seed rides along with each step; :func:`episode_seeds` reads one per episode). An episode
+  reset without a seed has ``reset_seed`` 0 and ``reset_seed_present`` false, as a converted
+  Minari dataset's ``minari/episode_seed`` and ``minari/episode_seed_present``.
 * ``info/<k>`` for the selected info keys. A key the reset info and every step's info hold is
   observation-like (``info/<k>`` at t, ``next/info/<k>`` at t + 1, as Minari records infos); a
   key only the steps return is a per-step value (``info/<k>``, the info ``step()`` returned).
@@ -29,6 +34,9 @@ from rlds_cli.errors import RecordingError
 from rlds_cli.formats.keys import clean_keys
 from rlds_cli.recording.spaces import getter, space_leaves, stack_leaf
 
+#: Per-step columns holding the episode's reset seed (see the module docstring).
+SEED_KEY = "reset_seed"
+SEED_PRESENT_KEY = "reset_seed_present"
 #: ``info_keys="all"``: every info key the environment returns (Minari's ``record_infos=True``).
 ALL_INFOS = "all"
 
@@ -204,6 +212,8 @@ class EpisodeAssembler:
         truncated = np.asarray(self._truncated, bool).reshape(t, 1)
         ep["next/terminated"], ep["next/truncated"] = terminated, truncated
         ep["next/done"] = terminated | truncated
+        ep[SEED_KEY] = np.full(t, 0 if self.seed is None else self.seed, np.uint64)
+        ep[SEED_PRESENT_KEY] = np.full(t, self.seed is not None, bool)
         for key, values in self._infos.items():
             arr = _stack_info(values, key)
             if len(values) == t + 1:
@@ -247,3 +257,13 @@ def _stack_info(values: list[Any], key: str) -> np.ndarray:
             hint="leave this key out of info_keys, or return numbers of a fixed shape",
         )
     return arr
+
+
+def episode_seeds(dataset: Any) -> list[int | None]:
+    """The reset seed of every episode of a recorded dataset (``None`` where it had none)."""
+    starts = np.asarray(dataset.episodes["start"], np.int64)
+    if SEED_KEY not in dataset.fields:
+        return [None] * len(starts)
+    rows = dataset.gather(starts, [SEED_KEY, SEED_PRESENT_KEY])
+    seeds, present = np.asarray(rows[SEED_KEY]).reshape(-1), np.asarray(rows[SEED_PRESENT_KEY]).reshape(-1)
+    return [int(s) if p else None for s, p in zip(seeds, present, strict=True)]

@@ -183,7 +183,7 @@ def _random_policy(space: Any) -> Callable[[Any], Any]:
 
 
 class _NoSink:
-    def add_episode(self, episode: Any, *, seed: int | None = None) -> None:
+    def add_episode(self, episode: Any) -> None:
         raise AssertionError("the probe recorder commits nothing")
 
 

@@ -40,7 +40,7 @@ class EpisodeSink(Protocol):
     """Where finished episodes go: a :class:`~rlds_cli.DatasetWriter`, or anything with
     ``add_episode``."""
 
-    def add_episode(self, episode: Any, *, seed: int | None = None) -> Any: ...
+    def add_episode(self, episode: Any) -> Any: ...
 
 
 class RecordEpisodes(gym.Wrapper):
@@ -114,7 +114,7 @@ class RecordEpisodes(gym.Wrapper):
         episode = self.assembler.finish()
         if episode is None:
             return False
-        self.writer.add_episode(episode, seed=seed)
+        self.writer.add_episode(episode)
         self.seeds.append(seed)
         self.steps += len(episode["next/reward"])
         return True
