@@ -101,6 +101,9 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
 
 def stored_key_bytes(ds: Dataset, key: str) -> int:
     """Bytes one stored key uses on disk (its .npy file or its zarr array directory)."""
+    parts = getattr(ds, "segment_datasets", None)  # a growing dataset: its segments' files
+    if parts is not None:
+        return sum(stored_key_bytes(part, key) for part in parts())
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
     if npy.is_file():
@@ -144,7 +147,9 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
     from rlds_cli.scores import dataset_scores
 
     env, scores = ds.env_spec, dataset_scores(ds)
+    growth = getattr(ds, "growth", None)
     return {
+        **({"growing": growth()} if growth is not None else {}),
         "name": m.name,
         "path": str(ds.directory),
         "backend": m.backend,

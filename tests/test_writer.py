@@ -226,3 +226,36 @@ def test_one_compacted_segment_reads_the_segment_columns(isolated_cache: Path) -
     rlds_cli.compact("one")
     ds = rlds_cli.open_dataset("one")
     assert isinstance(ds.column("action"), np.ndarray)  # the memory map itself, no concatenation
+
+
+def test_compact_keeps_retired_files_for_the_grace_period(isolated_cache: Path) -> None:
+    with rlds_cli.DatasetWriter("gr", grace_seconds=3600) as w:
+        for uid in range(3):
+            w.add_episode(episode(2, uid=uid))
+    old = rlds_cli.open_dataset("gr")
+    report = rlds_cli.compact("gr")
+    assert report.removed == [] and report.segments_after == 1
+    assert old.growth()["segments_on_disk"] == 4 and old[:]["info/episode_uid"].tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlds_cli.cli.app import app
+
+    with rlds_cli.DatasetWriter("cli", min_size=100, capacity=50) as w:
+        for uid in range(3):
+            w.add_episode(episode(2, uid=uid))
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", "cli", "--check"])
+    assert result.exit_code == 0, result.output
+    assert "3 segments" in result.output and "not ready" in result.output and "check passed" in result.output
+    result = runner.invoke(app, ["compact", "cli", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["segments_after"] == 1
+    info = json.loads(runner.invoke(app, ["inspect", "cli", "--json"]).stdout)
+    assert info["growing"]["segments"] == 1 and info["growing"]["ready"] is False
+    make_dataset("conv", [2])
+    result = runner.invoke(app, ["compact", "conv"])
+    assert result.exit_code == 1 and "not a growing dataset" in result.output

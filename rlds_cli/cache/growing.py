@@ -216,6 +216,39 @@ class GrowingDataset(Dataset):
         """``(segment, episodes of its files skipped)`` for every segment in the view."""
         return [(s, skip - s.dropped) for s, skip in self._state.live()]
 
+    def segment_datasets(self) -> list[Dataset]:
+        """The live segments, opened, in log order (each a plain :class:`Dataset` with its own
+        manifest and content digests)."""
+        return [ds for ds, _ in self._parts]
+
+    def growth(self) -> dict[str, Any]:
+        """What ``rlds inspect`` shows of a growing dataset: segments, writers, eviction,
+        readiness (JSON-able)."""
+        writers: dict[str, dict[str, int]] = {}
+        protected = 0
+        for (entry, first), ds in zip(self.live_segments(), self.segment_datasets(), strict=True):
+            who = ds.manifest.source.get("writer", {})
+            label = f"{who.get('host', '?')}:{who.get('pid', '?')}" + (
+                " (compacted)" if who.get("compacted") else ""
+            )
+            row = writers.setdefault(label, {"segments": 0, "episodes": 0, "steps": 0})
+            row["segments"] += 1
+            row["episodes"] += ds.num_episodes - first
+            row["steps"] += ds.num_steps - int(ds.episodes["start"][first])
+            if entry.protected:
+                protected += ds.num_episodes - first
+        segments_dir = self.directory / SEGMENTS_DIR
+        return {
+            "segments": len(self._parts),
+            "segments_on_disk": sum(1 for _ in segments_dir.iterdir()) if segments_dir.is_dir() else 0,
+            "log_records": self._state.records,
+            "evicted_episodes": self._state.evicted,
+            "protected_episodes": protected,
+            "writers": writers,
+            "ready": self.ready,
+            **self.settings,
+        }
+
     def _rebuild(self) -> None:
         parts: list[tuple[Dataset, int]] = []
         live = self.live_segments()

@@ -185,7 +185,7 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
     segments = directory / SEGMENTS_DIR
     doomed = [seg_name(s) for s, t in state.retired.items() if t < now - grace]
     if scan:
-        known = {seg_name(s.seg) for s in state.segments}
+        known = {seg_name(s.seg) for s in state.segments} | {seg_name(s) for s in state.retired}
         for path in segments.iterdir() if segments.is_dir() else ():
             if path.name not in known and path.name not in doomed and _older(path, now - grace):
                 doomed.append(path.name)
