@@ -177,3 +177,34 @@ def test_torchrl_rollouts_written_whole() -> None:
             "next/truncated",
         ):
             assert _same(got[key], ep[key]), key
+
+
+def test_writer_extend_takes_a_collector_rollout_in_one_call() -> None:
+    """``DatasetWriter.extend(rollout)`` on a real collector's ``[T]`` batches gives the same
+    dataset as :class:`RolloutEpisodes` (episodes spanning batches joined, bookkeeping dropped)."""
+    pytest.importorskip("torchrl")
+    from torchrl.envs import GymEnv
+
+    from rlds_cli.recording.torchrl import RolloutEpisodes
+
+    try:
+        from torchrl.collectors import Collector
+    except ImportError:
+        from torchrl.collectors import SyncDataCollector as Collector
+    env = GymEnv("CartPole-v1")
+    env.set_seed(1)
+    batches = list(Collector(env, None, frames_per_batch=24, total_frames=240))
+    with rlds_cli.DatasetWriter("by-extend") as writer:
+        completed = sum(writer.extend(batch) for batch in batches)
+    episodes = RolloutEpisodes()
+    with rlds_cli.DatasetWriter("by-splitter") as writer:
+        for batch in batches:
+            for ep in episodes.add(batch):
+                writer.add_episode(ep)
+    a, b = open_dataset("by-extend"), open_dataset("by-splitter")
+    assert a.num_episodes == b.num_episodes == completed > 3
+    assert a.num_steps == b.num_steps < 240  # the last, unfinished episode waits in both
+    for i in range(a.num_episodes):
+        x, y = a.episode(i), b.episode(i)
+        assert set(x) == set(y)
+        assert all(_same(x[k], y[k]) for k in x)
