@@ -121,6 +121,8 @@ def test_export_round_trip_read_by_minari(tmp_path: Path) -> None:
         env = gym.make("RldsMixed-v0", kind="dict")
         assert mds.observation_space == env.observation_space
         assert mds.action_space == env.action_space
+        seeds = [m.get("seed") for m in mds.storage.get_episode_metadata(range(mds.total_episodes))]
+        assert seeds == episode_seeds(ds) == [7, 8, 9, 10]
         recovered = mds.recover_environment()
         assert recovered.spec.id == "RldsMixed-v0" and recovered.spec.kwargs["kind"] == "dict"
     assert len(episodes) == ds.num_episodes

@@ -20,7 +20,8 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   Discrete from its smallest to its largest value.
 * A dataset recorded by ``rlds_cli.record`` keeps its spaces the same way (``recording/``); its
   Text leaves, stored as ``uint32`` code points, are written back as the UTF-8 strings minari
-  stores for a Text space.
+  stores for a Text space, and the reset seed of each episode as the episode's ``seed``
+  attribute (as ``DataCollector`` writes it).
 * Images are written as raw ``uint8`` arrays and ``jpeg_encoding`` is set to false, so minari
   reads them back without JPEG decoding (lossless).
 """
@@ -41,6 +42,7 @@ from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, MissingExtraError, RldsError
 from rlds_cli.export._common import atomic_target, flat_keys, step_keys
+from rlds_cli.recording.episode import SEED_KEY, SEED_PRESENT_KEY
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.
@@ -238,6 +240,9 @@ def export_minari(
                 group = f.create_group(f"episode_{i}")
                 group.attrs["id"] = i
                 group.attrs["total_steps"] = length
+                if bool(ep.get(SEED_PRESENT_KEY, np.zeros(1, bool))[0]):
+                    # a recorded episode's reset seed, where DataCollector keeps it
+                    group.attrs["seed"] = np.uint64(ep[SEED_KEY][0])
                 for key, path in observation_paths.items():
                     _write_leaf(group, path, np.concatenate([ep[key], ep[f"next/{key}"][-1:]]), text_paths)
                 for key, path in action_paths.items():
