@@ -198,6 +198,7 @@ def test_leaf_keys_follow_the_minari_reader() -> None:
         ({"steps": 2.5}, "steps=2.5 is not a positive integer"),
         ({"episodes": 1, "seed": -1}, "seed=-1 is not a non-negative integer"),
         ({"episodes": 1, "policy": "greedy"}, "policy is a str, not a callable"),
+        ({"episodes": 1, "episodes_per_commit": 0}, "episodes_per_commit=0 is not a positive integer"),
     ],
 )
 def test_record_argument_errors(kwargs: dict[str, Any], message: str) -> None:

@@ -57,6 +57,14 @@ def test_record_steps_budget_and_append() -> None:
     assert bool(last["next/truncated"][-1, 0]) and len(last["next/reward"]) == 50
     ds = rlds_cli.record("Pendulum-v1", None, name="pend", episodes=1, seed=9, mode="append")
     assert ds.num_episodes == 3 and ds.num_steps == 450
+    assert episode_seeds(ds) == [1, 2, 9]
+    # several episodes a commit: the same data, fewer segments
+    batched = rlds_cli.record("CartPole-v1", None, name="batched", episodes=7, seed=0, episodes_per_commit=3)
+    single = rlds_cli.record("CartPole-v1", None, name="single", episodes=7, seed=0)
+    assert batched.num_episodes == single.num_episodes == 7
+    for i in range(7):
+        a, b = batched.episode(i), single.episode(i)
+        assert all(_same(a[k], b[k]) for k in a)
 
 
 def _record_both(root: Path, kind: str, episodes: int) -> tuple[str, str]:

@@ -82,6 +82,7 @@ def record(
     info_keys: Sequence[str] | str | None = None,
     mode: str = "create",
     env_kwargs: Mapping[str, Any] | None = None,
+    episodes_per_commit: int = 1,
 ) -> Dataset:
     """Run ``policy`` in ``env`` for ``episodes`` episodes or ``steps`` steps and save them.
 
@@ -99,6 +100,8 @@ def record(
         info_keys: ``info`` entries to keep: ``None``, ``"all"`` or a list of names.
         mode: ``"create"`` a new dataset or ``"append"`` to an existing one.
         env_kwargs: Keyword arguments for ``gym.make`` when ``env`` is an id.
+        episodes_per_commit: Episodes the writer commits together (1: each episode is durable
+            and visible as it ends; more: fewer, larger commits, less overhead per step).
 
     Returns:
         The dataset, opened.
@@ -106,7 +109,11 @@ def record(
     Raises:
         RecordingError: bad arguments, a space rlds cannot store, or values outside their space.
     """
-    for label, value in (("episodes", episodes), ("steps", steps)):
+    for label, value in (
+        ("episodes", episodes),
+        ("steps", steps),
+        ("episodes_per_commit", episodes_per_commit),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise RecordingError(f"record(): {label}={value!r} is not a positive integer")
     if (episodes is None) == (steps is None):
@@ -134,9 +141,13 @@ def record(
     elif env_kwargs:
         raise RecordingError("record(): env_kwargs= applies only when env is an id for gym.make")
     try:
-        return _record(
-            env, policy, name, episodes, steps, root, storage, seed, info_keys, mode, RecordEpisodes
-        )
+        writer_args = {
+            "root": root,
+            "storage": storage,
+            "mode": mode,
+            "episodes_per_commit": episodes_per_commit,
+        }
+        return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
     finally:
         if owned:
             env.close()
@@ -148,11 +159,9 @@ def _record(
     name: str,
     episodes: int | None,
     steps: int | None,
-    root: str | os.PathLike[str] | None,
-    storage: str,
     seed: int | None,
     info_keys: Sequence[str] | str | None,
-    mode: str,
+    writer_args: dict[str, Any],
     wrapper: type[RecordEpisodes],
 ) -> Dataset:
     from rlds_cli import DatasetWriter, open_dataset
@@ -166,13 +175,11 @@ def _record(
     # spaces are checked before anything is created
     probe = wrapper(env, _NoSink(), info_keys=info_keys)
     metadata = recording_metadata(probe, spec_json, policy)
-    with DatasetWriter(
-        name, root=root, storage=storage, mode=mode, env_spec=spec_json, metadata=metadata
-    ) as w:
+    with DatasetWriter(name, env_spec=spec_json, metadata=metadata, **writer_args) as w:
         recorder = wrapper(env, w, info_keys=info_keys)
         _run(recorder, policy, episodes, steps, seed)
         recorder.finish_episode()  # the step budget cut an episode: truncated
-    return open_dataset(name, root=root)
+    return open_dataset(name, root=writer_args["root"])
 
 
 def _random_policy(space: Any) -> Callable[[Any], Any]:
