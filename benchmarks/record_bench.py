@@ -212,11 +212,12 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         "timed from the first `reset()` to the dataset on disk (rlds: the `DatasetWriter` closed, fsync on, "
         "each commit a sealed segment; "
         "Minari: `create_dataset`, HDF5, `jpeg_encoding=False`, no fsync). Overhead per step = (run - bare "
-        "loop in the same round) / steps; medians of the rounds (`benchmarks/record_bench.py`).",
+        "loop in the same round) / steps; medians of the rounds (`benchmarks/record_bench.py`). "
+        "In parentheses: Minari's overhead over that of rlds.",
         "",
         *_harness.header(info, versions),
         "",
-        "| environment | steps (episodes) | bare loop per step | rlds: wrapper + assembly (Minari / rlds) "
+        "| environment | steps (episodes) | bare loop per step | rlds: wrapper + assembly "
         "| rlds: commit per episode, fsync | rlds: one commit, fsync | Minari DataCollector |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
