@@ -212,3 +212,10 @@ def test_record_environment_errors() -> None:
         rlds_cli.record("NoSuchEnv-v0", None, name="x", episodes=1)
     with pytest.raises(RecordingError, match="env_kwargs= applies only when env is an id"):
         rlds_cli.record(gym.make("CartPole-v1"), None, name="x", episodes=1, env_kwargs={"a": 1})
+
+
+def test_vector_envs_are_refused() -> None:
+    vec = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(RecordingError, match="wraps one gymnasium environment, not a SyncVectorEnv"):
+        RecordEpisodes(vec, MemorySink())
+    vec.close()

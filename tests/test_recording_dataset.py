@@ -218,3 +218,29 @@ def test_writer_extend_takes_a_collector_rollout_in_one_call() -> None:
         x, y = a.episode(i), b.episode(i)
         assert set(x) == set(y)
         assert all(_same(x[k], y[k]) for k in x)
+
+
+def test_recording_writer_keeps_spec_and_spaces(tmp_path: Path) -> None:
+    """RecordEpisodes into ``recording_writer``: the same manifest facts as ``record`` (env spec,
+    spaces), so the environment is recovered and the export keeps a Discrete action space."""
+    from rlds_cli.recording.recorder import recording_writer
+
+    env = gym.make("CartPole-v1", max_episode_steps=30)
+    with recording_writer(env, "own-loop") as writer:
+        rec = RecordEpisodes(env, writer)
+        rec.reset(seed=0)
+        for _ in range(70):
+            _, _, term, trunc, _ = rec.step(rec.action_space.sample())
+            if term or trunc:
+                rec.reset()
+        rec.close()
+    ds = open_dataset("own-loop")
+    assert ds.num_steps == 70
+    assert ds.recover_environment().spec.max_episode_steps == 30
+    spaces = ds.manifest.source["metadata"]["spaces"]
+    assert spaces["action_space"] == {"type": "Discrete", "dtype": "int64", "start": 0, "n": 2}
+    export_minari(ds, tmp_path / "own-loop-v0")
+    with minari_path(tmp_path):
+        mds = minari.load_dataset("own-loop-v0")
+        assert mds.action_space == env.action_space and mds.observation_space == env.observation_space
+        assert mds.total_steps == 70

@@ -28,6 +28,7 @@ from rlds_cli.errors import RecordingError
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.recording.wrapper import RecordEpisodes
+    from rlds_cli.write.writer import DatasetWriter
 
 
 def env_spec_json(env: Any) -> str | None:
@@ -49,24 +50,49 @@ def env_spec_json(env: Any) -> str | None:
         ) from None
 
 
-def recording_metadata(recorder: RecordEpisodes, spec_json: str | None, policy: Any) -> dict[str, Any]:
+def recording_metadata(
+    observation_space: Any, action_space: Any, spec_json: str | None, recorder: str, policy: Any = None
+) -> dict[str, Any]:
     """What the manifest keeps about a recording: the spaces as Minari serializes them (with the
-    Minari path of every TED key, as a converted Minari dataset has them) and who recorded."""
-    from rlds_cli.recording.spaces import serialize_space
+    Minari path of every TED key, as a converted Minari dataset has them) and who recorded.
 
-    assembler = recorder.assembler
-    paths = {leaf.key: leaf.minari_path for leaf in (*assembler.obs_leaves, *assembler.action_leaves)}
+    Raises:
+        RecordingError: a space rlds cannot store.
+    """
+    from rlds_cli.recording.spaces import serialize_space, space_leaves
+
+    leaves = [*space_leaves(observation_space, "observation"), *space_leaves(action_space, "action")]
     spaces = {
         "serializer": "minari",
-        "observation_space": serialize_space(recorder.observation_space),
-        "action_space": serialize_space(recorder.action_space),
+        "observation_space": serialize_space(observation_space),
+        "action_space": serialize_space(action_space),
         "env_spec": json.loads(spec_json) if spec_json else None,
         "jpeg_encoding": False,
-        "paths": paths,
-        "text_keys": [leaf.key for leaf in assembler.obs_leaves if leaf.kind == "Text"],
+        "paths": {leaf.key: leaf.minari_path for leaf in leaves},
+        "text_keys": [leaf.key for leaf in leaves if leaf.kind == "Text"],
     }
-    who = getattr(policy, "__qualname__", None) or type(policy).__name__
-    return {"spaces": spaces, "recording": {"recorder": "rlds_cli.record", "policy": who}}
+    about: dict[str, Any] = {"recorder": recorder}
+    if policy is not None:
+        about["policy"] = getattr(policy, "__qualname__", None) or type(policy).__name__
+    return {"spaces": spaces, "recording": about}
+
+
+def recording_writer(env: Any, name: str, **writer_kwargs: Any) -> DatasetWriter:
+    """A :class:`~rlds_cli.DatasetWriter` for recording ``env`` with
+    :class:`~rlds_cli.RecordEpisodes`: the manifest keeps the env spec (so
+    ``Dataset.recover_environment()`` works) and the spaces (so ``rlds export --to minari`` writes
+    them back). ``writer_kwargs`` go to the writer (``mode``, ``root``, ``episodes_per_commit``...).
+
+    Raises:
+        RecordingError: a space rlds cannot store, or a spec JSON cannot hold.
+    """
+    from rlds_cli import DatasetWriter
+
+    spec_json = env_spec_json(env)
+    policy = writer_kwargs.pop("policy", None)
+    recorder = writer_kwargs.pop("recorder", "rlds_cli.RecordEpisodes")
+    metadata = recording_metadata(env.observation_space, env.action_space, spec_json, recorder, policy)
+    return DatasetWriter(name, env_spec=spec_json, metadata=metadata, **writer_kwargs)
 
 
 def record(
@@ -164,18 +190,16 @@ def _record(
     writer_args: dict[str, Any],
     wrapper: type[RecordEpisodes],
 ) -> Dataset:
-    from rlds_cli import DatasetWriter, open_dataset
+    from rlds_cli import open_dataset
 
-    spec_json = env_spec_json(env)
     if policy is None:
         space = env.action_space
         if seed is not None:
             space.seed(seed)
         policy = _random_policy(space)
-    # spaces are checked before anything is created
-    probe = wrapper(env, _NoSink(), info_keys=info_keys)
-    metadata = recording_metadata(probe, spec_json, policy)
-    with DatasetWriter(name, env_spec=spec_json, metadata=metadata, **writer_args) as w:
+    # spaces and info_keys are checked before anything is created
+    wrapper(env, _NoSink(), info_keys=info_keys)
+    with recording_writer(env, name, policy=policy, recorder="rlds_cli.record", **writer_args) as w:
         recorder = wrapper(env, w, info_keys=info_keys)
         _run(recorder, policy, episodes, steps, seed)
         recorder.finish_episode()  # the step budget cut an episode: truncated

@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from rlds_cli.errors import MissingExtraError
+from rlds_cli.errors import MissingExtraError, RecordingError
 from rlds_cli.recording.episode import EpisodeAssembler
 
 try:
@@ -73,6 +73,12 @@ class RecordEpisodes(gym.Wrapper):
         info_keys: Sequence[str] | str | None = None,
         autoseed: bool = True,
     ) -> None:
+        if isinstance(env, gym.vector.VectorEnv) or not isinstance(env, gym.Env):
+            raise RecordingError(
+                f"RecordEpisodes wraps one gymnasium environment, not a {type(env).__name__}",
+                hint="wrap each environment before vectorizing it, or pass a TorchRL rollout to "
+                "rlds_cli.recording.torchrl.RolloutEpisodes",
+            )
         super().__init__(env)
         self.writer = writer
         self.autoseed = autoseed
