@@ -259,3 +259,34 @@ def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
     make_dataset("conv", [2])
     result = runner.invoke(app, ["compact", "conv"])
     assert result.exit_code == 1 and "not a growing dataset" in result.output
+
+
+def test_loader_refresh_follows_commits_and_evictions(isolated_cache: Path) -> None:
+    with rlds_cli.DatasetWriter("lr", capacity_episodes=3) as w:
+        w.add_episode(episode(3, 0.0, uid=0))
+    loader = rlds_cli.Loader("lr", batch_size=64, seed=1, refresh=1, keys=["info/episode_uid", "observation"])
+    assert set(loader.sample()["info/episode_uid"].tolist()) == {0}
+    with rlds_cli.DatasetWriter("lr", mode="append") as w:
+        for uid in range(1, 6):
+            w.add_episode(episode(3, 10.0 * uid, uid=uid))
+    batch = loader.sample()  # refreshed before drawing: the view of uids 3, 4, 5
+    assert set(batch["info/episode_uid"].tolist()) == {3, 4, 5}
+    assert batch["index"].max() < 9 and loader.num_steps == 9
+    slices = rlds_cli.Loader("lr", batch_size=8, seed=1, refresh=2, sampler="slice", slice_len=2)
+    for _ in range(4):
+        b = slices.sample()
+        assert (
+            b["info/episode_uid"].reshape(-1, 2)[:, 0] == b["info/episode_uid"].reshape(-1, 2)[:, 1]
+        ).all()
+
+
+def test_loader_refresh_needs_a_growing_dataset_and_a_sampler_with_replacement(isolated_cache: Path) -> None:
+    make_dataset("conv", [3, 4])
+    with pytest.raises(ValueError, match="growing dataset"):
+        rlds_cli.Loader("conv", refresh=1)
+    with rlds_cli.DatasetWriter("g2") as w:
+        w.add_episode(episode(3))
+    with pytest.raises(ValueError, match="with replacement"):
+        rlds_cli.Loader("g2", refresh=1, sampler="epoch")
+    with pytest.raises(ValueError, match=">= 1"):
+        rlds_cli.Loader("g2", refresh=0)
