@@ -5,7 +5,11 @@ makes it again with gymnasium.
 **Where it lives.** A writer that knows the environment stores it in the manifest's top-level
 ``env`` object (:func:`env_entry` makes it from a gymnasium ``EnvSpec``)::
 
-    "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "..."}
+    "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "...",
+            "requirements": ["mujoco>=3"]}
+
+(``eval_spec`` and ``requirements`` optional; ``Manifest.env``, checked to be an object whose
+``spec`` is an object when the manifest is read.)
 
 :func:`read_env_spec` is the one reader. It looks, in order, at:
 
@@ -41,7 +45,15 @@ if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.manifest import Manifest
 
-__all__ = ["RecordedEnvSpec", "env_entry", "env_spec_to_json", "read_env_spec", "recover_environment"]
+__all__ = [
+    "RecordedEnvSpec",
+    "dataset_env_spec",
+    "env_entry",
+    "env_spec_to_json",
+    "own_manifest",
+    "read_env_spec",
+    "recover_environment",
+]
 
 #: The manifest's key for the environment (see the module docstring).
 ENV_KEY = "env"
@@ -176,24 +188,30 @@ def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
     return None
 
 
-def dataset_env_spec(dataset: Dataset) -> RecordedEnvSpec | None:
-    """:func:`read_env_spec` of a dataset, looked up in the parent for a view (``None`` when the
-    parent is gone or was replaced since the view was made)."""
+def own_manifest(dataset: Dataset) -> Manifest | None:
+    """The manifest whose facts (environment, reference scores) describe ``dataset``: its own,
+    or a view's parent's (``None`` when the parent is gone or was replaced since the view was
+    made)."""
     from rlds_cli.cache.layout import VIEW_LAYOUT
 
     manifest = dataset.manifest
-    if manifest.layout == VIEW_LAYOUT:
-        from rlds_cli.cache.manifest import read_manifest
-        from rlds_cli.cache.views import ViewSpec
+    if manifest.layout != VIEW_LAYOUT:
+        return manifest
+    from rlds_cli.cache.manifest import read_manifest
+    from rlds_cli.cache.views import ViewSpec
 
-        view = ViewSpec.from_manifest(manifest)
-        try:
-            manifest = read_manifest(dataset.directory.parent / view.parent.replace("/", "--"))
-        except (OSError, ValueError, RldsError):
-            return None
-        if manifest.digest() != view.parent_digest:
-            return None
-    return read_env_spec(manifest)
+    view = ViewSpec.from_manifest(manifest)
+    try:
+        parent = read_manifest(dataset.directory.parent / view.parent.replace("/", "--"))
+    except (OSError, ValueError, RldsError):
+        return None
+    return parent if parent.digest() == view.parent_digest else None
+
+
+def dataset_env_spec(dataset: Dataset) -> RecordedEnvSpec | None:
+    """:func:`read_env_spec` of a dataset (of the parent for a view: :func:`own_manifest`)."""
+    manifest = own_manifest(dataset)
+    return read_env_spec(manifest) if manifest is not None else None
 
 
 # ----------------------------------------------------------------------------- gymnasium side

@@ -143,8 +143,8 @@ class NormalizationStats:
             tables["mean"][key], tables["std"][key] = mean, std
             for name in ("min", "max"):  # optional: not needed to normalize
                 value = _get(stats[key], name)
-                missing = np.full_like(mean, np.nan)
-                tables[name][key] = np.asarray(value, np.float32) if value is not None else missing
+                absent = np.full_like(mean, np.nan)
+                tables[name][key] = np.asarray(value, np.float32) if value is not None else absent
         return cls(**tables, eps=eps, source=source)
 
     @classmethod

@@ -81,18 +81,10 @@ def scores_of_manifest(manifest: Any) -> ReferenceScores | None:
 def dataset_scores(dataset: Any) -> ReferenceScores | None:
     """:func:`scores_of_manifest` of a :class:`~rlds_cli.cache.dataset.Dataset` (its parent's
     for a view)."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
-    from rlds_cli.cache.manifest import read_manifest
-    from rlds_cli.cache.views import ViewSpec
+    from rlds_cli.envspec import own_manifest
 
-    manifest = dataset.manifest
-    if manifest.layout == VIEW_LAYOUT:
-        view = ViewSpec.from_manifest(manifest)
-        try:
-            manifest = read_manifest(dataset.directory.parent / view.parent.replace("/", "--"))
-        except (OSError, ValueError):
-            return None
-    return scores_of_manifest(manifest)
+    manifest = own_manifest(dataset)
+    return scores_of_manifest(manifest) if manifest is not None else None
 
 
 def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None) -> ReferenceScores:

@@ -109,7 +109,9 @@ def _edit_manifest(ds: rlds_cli.Dataset, **changes: Any) -> rlds_cli.Dataset:
 # ----------------------------------------------------------------------------- env_spec
 
 
-def test_recover_environment_makes_the_recording_env(pendulum: rlds_cli.Dataset, minari_root: Path) -> None:
+def test_recover_environment_makes_the_recording_env(
+    pendulum: rlds_cli.Dataset, minari_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     recorded = _recording_env().spec
     spec = pendulum.env_spec
     assert spec is not None
@@ -121,11 +123,8 @@ def test_recover_environment_makes_the_recording_env(pendulum: rlds_cli.Dataset,
     )  # fmt: skip
     assert env.unwrapped.g == 9.0
     # the same environment as minari's own recover_environment
-    os.environ["MINARI_DATASETS_PATH"] = str(minari_root)
-    try:
-        theirs = minari.load_dataset(DATASET_ID).recover_environment()
-    finally:
-        os.environ.pop("MINARI_DATASETS_PATH")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(minari_root))
+    theirs = minari.load_dataset(DATASET_ID).recover_environment()
     assert env.spec == theirs.spec
     # a working environment: an episode ends at the recorded time limit
     obs, _ = env.reset(seed=0)
@@ -151,6 +150,7 @@ def test_a_view_has_its_parents_environment(pendulum: rlds_cli.Dataset) -> None:
     view = open_dataset("pendulum-first")
     assert view.env_spec == pendulum.env_spec
     assert view.recover_environment().spec.id == "Pendulum-v1"
+    assert rlds_cli.normalized_score("pendulum-first", -100.0) == 100.0  # the parent's numbers too
 
 
 def test_no_environment_is_a_clear_error(golden: rlds_cli.Dataset) -> None:
@@ -186,14 +186,14 @@ def test_a_spec_with_a_python_object_cannot_be_stored() -> None:
 def test_a_missing_env_package_is_named(golden: rlds_cli.Dataset) -> None:
     ds = _edit_manifest(golden, env=env_entry(gym.spec("Hopper-v5")))
     assert ds.env_spec is not None and ds.env_spec.id == "Hopper-v5"
-    with pytest.raises(MissingExtraError, match="environment 'Hopper-v5' of dataset 'golden' cannot be made") as err:
+    with pytest.raises(MissingExtraError, match="'Hopper-v5' of dataset 'golden' cannot be made") as err:
         ds.recover_environment()
     assert "mujoco" in str(err.value).lower()
 
 
 def test_a_missing_module_names_it_and_the_requirements(golden: rlds_cli.Dataset) -> None:
-    raw = json.loads(gym.spec("CartPole-v1").to_json()) | {"id": "RldsNowhere-v0",
-                                                         "entry_point": "rlds_no_such_pkg.envs:Env"}  # fmt: skip
+    nowhere = {"id": "RldsNowhere-v0", "entry_point": "rlds_no_such_pkg.envs:Env"}
+    raw = json.loads(gym.spec("CartPole-v1").to_json()) | nowhere
     ds = _edit_manifest(golden, env={"spec": raw, "requirements": ["rlds-no-such-pkg>=1.0"]})
     with pytest.raises(MissingExtraError, match="needs the module 'rlds_no_such_pkg'") as err:
         ds.recover_environment()
@@ -208,7 +208,8 @@ def test_a_spec_this_gymnasium_cannot_read(golden: rlds_cli.Dataset) -> None:
 
 
 def test_retired_spec_keys_are_dropped_as_minari_does(golden: rlds_cli.Dataset) -> None:
-    raw = json.loads(gym.spec("CartPole-v1").to_json()) | {"apply_api_compatibility": False, "autoreset": False}
+    retired = {"apply_api_compatibility": False, "autoreset": False}
+    raw = json.loads(gym.spec("CartPole-v1").to_json()) | retired
     ds = _edit_manifest(golden, env={"spec": raw})
     assert ds.recover_environment().spec.id == "CartPole-v1"
 
@@ -220,7 +221,8 @@ def test_a_d4rl_download_names_its_d4rl_environment(golden: rlds_cli.Dataset) ->
     assert spec is not None
     assert (spec.id, spec.max_episode_steps, spec.source) == ("hopper-medium-v2", 1000, "registry")
     assert "registry entry 'hopper-medium-v2'" in spec.origin
-    with pytest.raises(EnvironmentUnavailableError, match="'hopper-medium-v2' of dataset 'golden' is not registered") as err:
+    unregistered = "'hopper-medium-v2' of dataset 'golden' is not registered"
+    with pytest.raises(EnvironmentUnavailableError, match=unregistered) as err:
         ds.recover_environment()
     assert "d4rl package" in err.value.hint
     # the registry's reference scores follow the dataset too
@@ -287,7 +289,7 @@ def test_normalized_score_of_a_minari_dataset_from_its_metadata(pendulum: rlds_c
 def test_unknown_reference_scores_are_a_clear_error(golden: rlds_cli.Dataset) -> None:
     with pytest.raises(NoReferenceScoresError, match="dataset 'golden' has no reference scores"):
         rlds_cli.normalized_score("golden", 1.0)
-    with pytest.raises(NoReferenceScoresError, match="D4RL id 'ant-random-expert-v0' has no reference scores"):
+    with pytest.raises(NoReferenceScoresError, match="D4RL id 'ant-random-expert-v0' has no reference"):
         rlds_cli.normalized_score("ant-random-expert-v0", 1.0)
     with pytest.raises(DatasetNotFoundError, match="'D4RL/door/human-v2', not downloaded yet"):
         rlds_cli.normalized_score("D4RL/door/human-v2", 1.0)  # a Minari id: its metadata has them
@@ -321,3 +323,16 @@ def test_rlds_score_and_inspect(pendulum: rlds_cli.Dataset, golden: rlds_cli.Dat
     plain = runner.invoke(app, ["inspect", "golden", "--no-stats"]).stdout
     assert "environment" not in plain and "reference scores" not in plain
     assert json.loads(runner.invoke(app, ["inspect", "golden", "--json", "--no-stats"]).stdout)["env"] is None
+
+
+def test_an_env_in_the_manifest_is_exported_to_minari(
+    golden: rlds_cli.Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.export import export_dataset
+
+    ds = _edit_manifest(golden, env=env_entry(gym.spec("CartPole-v1")))
+    export_dataset(ds, tmp_path / "out" / "golden-v0", "minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "out"))
+    back = minari.load_dataset("golden-v0")
+    assert back.spec.env_spec == gym.spec("CartPole-v1")
+    assert back.recover_environment().spec.id == "CartPole-v1"

@@ -34,7 +34,8 @@ def test_from_dataset_is_what_the_loaders_normalize_uses(ds: Dataset) -> None:
     assert isinstance(norm.statistics, NormalizationStats)
     assert norm.statistics.keys == stats.keys == ["observation"]
     for name in ("mean", "std", "min", "max"):
-        np.testing.assert_array_equal(getattr(norm.statistics, name)["observation"], getattr(stats, name)["observation"])
+        ours, theirs = getattr(norm.statistics, name), getattr(stats, name)
+        np.testing.assert_array_equal(ours["observation"], theirs["observation"])
     # normalizing an environment observation by hand equals what the loader fed the policy
     np.testing.assert_array_equal(stats.normalize(raw), batch["observation"].numpy())
     np.testing.assert_allclose(stats.denormalize(stats.normalize(raw)), raw, rtol=1e-5)
@@ -42,7 +43,7 @@ def test_from_dataset_is_what_the_loaders_normalize_uses(ds: Dataset) -> None:
     np.testing.assert_array_equal(stats.min["observation"], expected["min"])
     assert stats.source == "dataset 'ted'" and norm.source == "dataset 'ted'"
     # the old attribute keeps its shape: {key: (mean, std + eps)}
-    mean, std = norm.stats["observation"]  # type: ignore[index]
+    _, std = norm.stats["observation"]  # type: ignore[index]
     np.testing.assert_array_equal(std, expected["std"] + np.float32(1e-6))
 
 
@@ -77,11 +78,11 @@ def test_a_path_without_suffix_is_saved_as_npz(ds: Dataset, tmp_path: Path) -> N
 def test_loading_something_else_is_a_clear_error(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text('{"mean": [1]}')
-    with pytest.raises(ValueError, match="other.json is not normalization statistics saved by rlds"):
+    with pytest.raises(ValueError, match=r"other\.json is not normalization statistics saved by rlds"):
         NormalizationStats.load(other)
     arrays = tmp_path / "arrays.npz"
     np.savez(arrays, mean=np.zeros(3))
-    with pytest.raises(ValueError, match="arrays.npz is not normalization statistics saved by rlds"):
+    with pytest.raises(ValueError, match=r"arrays\.npz is not normalization statistics saved by rlds"):
         NormalizationStats.load(arrays)
     with pytest.raises(FileNotFoundError):
         NormalizationStats.load(tmp_path / "missing.npz")

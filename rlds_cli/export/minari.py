@@ -13,7 +13,8 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   ``source.metadata.spaces`` at conversion; a view looks them up in its parent): Discrete ``n``
   and ``start``, Box bounds, MultiDiscrete, MultiBinary, Tuple and Dict as they were, each array
   written back at its source path (``observations/_index_0``, ``actions/goal``), and the
-  ``env_spec`` so ``recover_environment()`` works. They are used when the stored keys, shapes
+  ``env_spec`` so ``recover_environment()`` works (a dataset whose manifest records an ``env``,
+  :mod:`rlds_cli.envspec`, gets that one). They are used when the stored keys, shapes
   and dtypes still match them, else the space of that role is inferred as below.
 * Otherwise spaces are inferred from the stored arrays: ``observation/<k>`` keys make a Dict,
   floats an unbounded Box, integers a Box over their dtype's range, an integer scalar action a
@@ -275,8 +276,13 @@ def export_minari(
             # Minari checks this against the versions it can read: name the installed one
             "minari_version": str(minari.__version__),
         }
+        # the full gymnasium specs the dataset records (a Minari source's, or what a writer put in
+        # the manifest's 'env'), so recover_environment() works; not a registry's bare D4RL id
+        env = dataset.env_spec
+        full = env is not None and env.source != "registry"
+        specs = {"env_spec": env.raw, "eval_env_spec": env.eval_raw} if env and full else {}
         for key in ("env_spec", "eval_env_spec"):
-            spec = _spec_json((recorded or {}).get(key))
+            spec = _spec_json(specs.get(key))
             if spec is not None:
                 metadata[key] = spec
         (data_dir / "metadata.json").write_text(json.dumps(metadata))
