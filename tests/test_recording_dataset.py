@@ -250,3 +250,25 @@ def test_recording_writer_keeps_spec_and_spaces(tmp_path: Path) -> None:
         mds = minari.load_dataset("own-loop-v0")
         assert mds.action_space == env.action_space and mds.observation_space == env.observation_space
         assert mds.total_steps == 70
+
+
+def test_env_spec_of_a_plain_writer() -> None:
+    """``DatasetWriter(env_spec=...)`` without recording metadata: ``Dataset.env_spec`` finds the
+    spec the writer keeps, and says where it came from."""
+    env = gym.make("CartPole-v1", max_episode_steps=20)
+    with rlds_cli.DatasetWriter("plain", env_spec=env.spec) as writer:
+        obs, _ = env.reset(seed=0)
+        done = False
+        while not done:
+            action = env.action_space.sample()
+            nxt, reward, term, trunc, _ = env.step(action)
+            writer.add_step(observation=obs, action=np.int64(action), reward=np.float32(reward),
+                            terminated=term, truncated=trunc, next_observation=nxt)  # fmt: skip
+            obs, done = nxt, term or trunc
+    for name in ("plain", "cartpole-rec"):
+        if name == "cartpole-rec":
+            rlds_cli.record("CartPole-v1", None, name=name, episodes=1, seed=0)
+        spec = open_dataset(name).env_spec
+        assert spec is not None and spec.id == "CartPole-v1"
+        assert spec.origin == "the writer's env_spec (manifest source.metadata.spaces)"
+    assert open_dataset("plain").recover_environment().spec.max_episode_steps == 20
