@@ -272,3 +272,31 @@ def test_env_spec_of_a_plain_writer() -> None:
         assert spec is not None and spec.id == "CartPole-v1"
         assert spec.origin == "the writer's env_spec (manifest source.metadata.spaces)"
     assert open_dataset("plain").recover_environment().spec.max_episode_steps == 20
+
+
+def test_a_failing_policy_keeps_the_whole_episodes_before_it() -> None:
+    """The policy raises in the middle of episode 3: its error comes out as it is, the three
+    episodes committed before stay, whole and exact, and the cut episode is not written."""
+
+    def make_policy(fail_at: int | None) -> Any:
+        rng = np.random.default_rng(0)
+        steps = {"n": 0}
+
+        def policy(obs: Any) -> int:
+            steps["n"] += 1
+            if fail_at is not None and steps["n"] > fail_at:
+                raise RuntimeError("policy crashed")
+            return int(rng.integers(2))
+
+        return policy
+
+    full = rlds_cli.record("CartPole-v1", make_policy(None), name="full", episodes=5, seed=0)
+    lengths = np.asarray(full.episodes["length"])
+    fail_at = int(lengths[:3].sum()) + 2
+    with pytest.raises(RuntimeError, match="policy crashed"):
+        rlds_cli.record("CartPole-v1", make_policy(fail_at), name="crashy", episodes=5, seed=0)
+    ds = open_dataset("crashy")
+    assert ds.num_episodes == 3 and ds.num_steps == int(lengths[:3].sum())
+    for i in range(3):
+        a, b = ds.episode(i), full.episode(i)
+        assert all(_same(a[k], b[k]) for k in a)
