@@ -112,7 +112,7 @@ class MemorySink:
 
     def add_episode(self, episode: Any) -> None:
         self.episodes.append(episode)
-        present = bool(episode["reset_seed_present"][0])
+        present = "reset_seed" in episode and bool(episode["reset_seed_present"][0])
         self.seeds.append(int(episode["reset_seed"][0]) if present else None)
 
 

@@ -129,3 +129,22 @@ def test_env_rollout_without_trajectory_ids() -> None:
     assert len(episodes) == int(rollout["next", "done"].sum()) >= 3
     for ep in episodes:
         _check_episode(ep)
+
+
+def test_extend_from_rollout_one_call_per_batch() -> None:
+    """``extend_from_rollout(writer, rollout, episodes)``: one call per ``[n_envs, T]`` batch
+    commits exactly the episodes :class:`RolloutEpisodes` completes; without ``episodes`` the
+    batch's unfinished episodes are committed truncated."""
+    from rlds_cli.recording.torchrl import extend_from_rollout
+    from tests.recording_fixtures import MemorySink
+
+    batches = list(_collector(2, frames=40, total=400, seed=4))
+    joined, sink = RolloutEpisodes(), MemorySink()
+    counts = [extend_from_rollout(sink, batch, joined) for batch in batches]
+    reference = RolloutEpisodes()
+    assert counts == [len(reference.add(batch)) for batch in batches]
+    assert len(sink.episodes) == sum(counts) > 5
+    alone = MemorySink()
+    n = extend_from_rollout(alone, batches[0])
+    assert n == len(alone.episodes) == len(from_rollout(batches[0]))
+    assert sum(len(ep["next/reward"]) for ep in alone.episodes) == 40
