@@ -50,6 +50,17 @@ def test_record_in_three_lines() -> None:
         assert all(_same(a[k], b[k]) for k in a)
 
 
+def test_record_on_zarr_equals_memmap() -> None:
+    register()
+    kwargs = {"kind": "dict", "max_episode_steps": 6}
+    a = rlds_cli.record("RldsMixed-v0", None, name="z", episodes=3, seed=2, storage="zarr", env_kwargs=kwargs)
+    b = rlds_cli.record("RldsMixed-v0", None, name="m", episodes=3, seed=2, env_kwargs=kwargs)
+    assert a.manifest.backend == "zarr" and b.manifest.backend == "memmap"
+    for i in range(3):
+        x, y = a.episode(i), b.episode(i)
+        assert set(x) == set(y) and all(_same(x[k], y[k]) for k in x)
+
+
 def test_record_steps_budget_and_append() -> None:
     ds = rlds_cli.record("Pendulum-v1", None, name="pend", steps=250, seed=1)
     assert ds.num_steps == 250 and ds.num_episodes == 2  # 200 + 50, the second cut: truncated
