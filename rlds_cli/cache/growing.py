@@ -20,6 +20,7 @@ reader that lags further finds them gone and gets :class:`DatasetReplacedError` 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import numpy as np
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import LogState, SegmentEntry, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity
+from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.reader import Episodes
@@ -73,6 +75,8 @@ class ConcatColumn:
         self._opened: list[Any] = [None] * len(parts)
         sizes = np.array([stop - start for _, start, stop in parts], np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        # global row -> row of its part's column: minus the part's offset, plus its first row
+        self._shift = self.offsets[:-1] - np.array([start for _, start, _ in parts], np.int64)
         self.shape = (int(self.offsets[-1]), *row_shape)
         self.dtype = np.dtype(dtype)
 
@@ -109,13 +113,23 @@ class ConcatColumn:
         if flat.size and (flat.min() < 0 or flat.max() >= self.shape[0]):
             raise IndexError(f"row index out of range for a column of {self.shape[0]} rows")
         which = np.searchsorted(self.offsets, flat, side="right") - 1
+        rows = flat - self._shift[which]
+        if flat.size and which.min() == which.max():  # one part: one take
+            out = self._take(int(which[0]), rows)
+            return out.reshape(*idx.shape, *self.shape[1:])
         out = np.empty((flat.size, *self.shape[1:]), self.dtype)
-        for p in np.unique(which):
-            sel = which == p
-            rows = flat[sel] - self.offsets[p] + self._parts[p][1]
-            col = self._col(int(p))
-            out[sel] = col.take(rows, axis=0) if isinstance(col, np.ndarray) else col[rows]
+        # group the rows by part with one sort, not one mask per part
+        order = np.argsort(which, kind="stable")
+        parts, firsts = np.unique(which[order], return_index=True)
+        bounds = [*firsts.tolist(), flat.size]
+        for j, p in enumerate(parts.tolist()):
+            sel = order[bounds[j] : bounds[j + 1]]
+            out[sel] = self._take(p, rows[sel])
         return out.reshape(*idx.shape, *self.shape[1:])
+
+    def _take(self, p: int, rows: np.ndarray) -> np.ndarray:
+        col = self._col(p)
+        return col.take(rows, axis=0) if isinstance(col, np.ndarray) else np.asarray(col[rows])
 
 
 class GrowingDataset(Dataset):
@@ -147,6 +161,8 @@ class GrowingDataset(Dataset):
         self._backend = get_backend(manifest.backend)
         self._parent_checked = None
         self._segments: dict[bytes, Dataset] = {}
+        self._tails: dict[str, TailRun] = {}
+        self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._state = LogState()
         self._state.follow(self.directory / COMMIT_LOG_FILE, until=position)
         self._rebuild()
@@ -255,18 +271,37 @@ class GrowingDataset(Dataset):
         keep = {s.seg for s, _ in live}
         for seg in [k for k in self._segments if k not in keep]:
             del self._segments[seg]
+            self._facts.pop(seg, None)
+        facts = []
         for entry, first in live:
             ds = self.segment(entry.seg)
-            if ds.num_episodes != entry.episodes - entry.dropped:
-                raise CorruptDatasetError(
-                    f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
-                    f"{entry.episodes - entry.dropped}"
+            fact = self._facts.get(entry.seg)
+            if fact is None:  # plain arrays of the segment's index, made once per segment
+                if ds.num_episodes != entry.episodes - entry.dropped:
+                    raise CorruptDatasetError(
+                        f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
+                        f"{entry.episodes - entry.dropped}"
+                    )
+                index = ds.episodes
+                fact = self._facts[entry.seg] = (
+                    np.asarray(index["start"], np.int64),
+                    np.asarray(index["length"], np.int64),
+                    np.asarray(index["source_id"], np.int64),
+                    np.asarray(index["final_known"], bool),
                 )
             parts.append((ds, first))
+            facts.append((fact, first))
         self._parts = parts
-        lengths = [ds.episodes[first:] for ds, first in parts]
-        index = np.concatenate(lengths) if lengths else np.zeros(0, EPISODE_DTYPE)
-        index = np.array(index, EPISODE_DTYPE)
+        self._part_ids = [entry.seg for entry, _ in live]
+        # per part: first step, steps and episodes of the segment (for the columns' row spans)
+        self._step0 = np.array([int(f[0][first]) for f, first in facts], np.int64)
+        self._firsts = np.array([first for _, first in facts], np.int64)
+        self._nsteps = np.array([ds.num_steps for ds, _ in parts], np.int64)
+        self._neps = np.array([ds.num_episodes for ds, _ in parts], np.int64)
+        index = np.zeros(int(sum(len(f[1]) - first for f, first in facts)), EPISODE_DTYPE)
+        if len(index):
+            for field, k in (("length", 1), ("source_id", 2), ("final_known", 3)):
+                index[field] = np.concatenate([f[k][first:] for f, first in facts])
         lens = index["length"]
         index["start"] = np.cumsum(lens) - lens
         self.episodes = index
@@ -289,15 +324,45 @@ class GrowingDataset(Dataset):
 
     def _open_column(self, key: str, spec: FieldSpec) -> Any:
         flat = spec.storage == "flat"
-        pieces: list[tuple[Any, int, int]] = []
-        for ds, first in self._parts:
-            step0 = int(ds.episodes["start"][first]) if first < ds.num_episodes else ds.num_steps
-            start = step0 + first if flat else step0
-            stop = ds.num_steps + (ds.num_episodes if flat else 0)
-            pieces.append((lambda ds=ds: ds.column(key), start, stop))
+        row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
+        starts = self._step0 + self._firsts if flat else self._step0
+        stops = self._nsteps + self._neps if flat else self._nsteps
+        # the run of small segments at the end (the newest commits) is read from RAM, in one array
+        big = np.flatnonzero(~((stops <= SMALL_ROWS) & (stops * row_bytes <= SMALL_BYTES)))
+        cut = int(big[-1]) + 1 if len(big) else 0
+        pieces: list[tuple[Any, int, int]] = [
+            (lambda ds=ds: ds.column(key), int(starts[i]), int(stops[i]))
+            for i, (ds, _) in enumerate(self._parts[:cut])
+        ]
+        if cut < len(self._parts):
+            run = self._tails.get(key)
+            if run is None:
+                run = self._tails[key] = TailRun(spec.shape, np.dtype(spec.dtype))
+            tail = _TailSpec(self, key, cut, starts, stops)
+            rows = run.view(tail)
+            if not pieces:
+                return rows  # the whole view in one array
+            pieces.append((lambda rows=rows: rows, 0, len(rows)))
         if len(pieces) == 1 and pieces[0][1] == 0:
             return pieces[0][0]()  # one whole segment: its own column, as fast as converted
         return ConcatColumn(pieces, spec.shape, spec.dtype)
+
+    def _reader_of(self, ds: Dataset, key: str, stop: int) -> Callable[[], np.ndarray]:
+        """Reads a small segment's column whole (once: a tail keeps it), without keeping the
+        file open."""
+
+        def read() -> np.ndarray:
+            try:
+                return np.array(self._backend.open_column(ds.directory, key)[:stop])
+            except (OSError, CorruptDatasetError):
+                self._check_not_replaced()
+                raise DatasetReplacedError(
+                    f"segment {ds.directory.name} of growing dataset {self.name!r} was removed "
+                    "after this reader's view was taken",
+                    hint="call refresh() more often than the dataset's grace_seconds",
+                ) from None
+
+        return read
 
     def _load_episode_index(self) -> np.ndarray:  # pragma: no cover - built by _rebuild
         return self.episodes
@@ -315,3 +380,18 @@ class GrowingDataset(Dataset):
             f"GrowingDataset(name={self.name!r}, steps={self.num_steps}, episodes={self.num_episodes}, "
             f"segments={len(self._parts)}, backend={self.manifest.backend!r})"
         )
+
+
+class _TailSpec:
+    """The small segments from part ``cut`` on, as :meth:`TailRun.view` takes them: ids, the
+    rows of each one skipped, and a reader of each one's rows (called for new ones only)."""
+
+    def __init__(self, ds: GrowingDataset, key: str, cut: int, starts: np.ndarray, stops: np.ndarray) -> None:
+        self._ds, self._key, self._cut = ds, key, cut
+        self.ids = ds._part_ids[cut:]
+        self.first_skip = int(starts[cut])
+        self._stops = stops
+
+    def read(self, i: int) -> np.ndarray:
+        part, _ = self._ds._parts[self._cut + i]
+        return self._ds._reader_of(part, self._key, int(self._stops[self._cut + i]))()
