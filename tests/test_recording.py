@@ -219,3 +219,11 @@ def test_vector_envs_are_refused() -> None:
     with pytest.raises(RecordingError, match="wraps one gymnasium environment, not a SyncVectorEnv"):
         RecordEpisodes(vec, MemorySink())
     vec.close()
+
+
+def test_env_spec_that_json_cannot_hold() -> None:
+    register()
+    env = gym.make("RldsMixed-v0", kind=("tuple", object()))
+    with pytest.raises(RecordingError, match="the env spec of 'RldsMixed-v0' cannot be saved as JSON"):
+        rlds_cli.record(env, None, name="x", episodes=1)
+    assert not rlds_cli.CacheRoot().exists("x")  # nothing was created
