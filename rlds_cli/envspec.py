@@ -14,9 +14,11 @@ makes it again with gymnasium.
 :func:`read_env_spec` is the one reader. It looks, in order, at:
 
 1. the manifest's ``env`` (written by rlds itself);
-2. a Minari source's ``env_spec`` and ``eval_env_spec``, which a conversion keeps as Minari wrote
+2. a growing dataset's (``source.format`` ``rlds-writer``): the spec ``DatasetWriter(env_spec=...)``
+   keeps under ``source.metadata.spaces.env_spec`` (``rlds_cli.record`` passes it);
+3. a Minari source's ``env_spec`` and ``eval_env_spec``, which a conversion keeps as Minari wrote
    them under ``source.metadata.spaces`` (with ``requirements`` under ``source.metadata.minari``);
-3. the registry entry the dataset was downloaded as (``source.id``), for a D4RL entry: its D4RL
+4. the registry entry the dataset was downloaded as (``source.id``), for a D4RL entry: its D4RL
    id, which is also the id of the environment the ``d4rl`` package registers (for the old
    ``gym`` API), with the entry's ``max_episode_steps``. (The bundled demo's ``env`` names a
    numpy simulation, no gymnasium environment: it is not offered.)
@@ -174,6 +176,16 @@ def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
     metadata = manifest.source.get("metadata")
     if isinstance(metadata, dict):
         spaces = metadata.get("spaces")
+        if (
+            isinstance(spaces, dict)
+            and spaces.get("env_spec")
+            and manifest.source.get("format") == "rlds-writer"
+        ):
+            # DatasetWriter(env_spec=...) keeps it there, with or without the spaces of a recording
+            origin = "the writer's env_spec (manifest source.metadata.spaces)"
+            found = _record(spaces.get("env_spec"), spaces.get("eval_env_spec"), origin, "manifest", ())
+            if found is not None:
+                return found
         if isinstance(spaces, dict) and spaces.get("serializer") == "minari" and spaces.get("env_spec"):
             minari = metadata.get("minari")
             requirements = minari.get("requirements", ()) if isinstance(minari, dict) else ()

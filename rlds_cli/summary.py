@@ -104,6 +104,9 @@ def stored_key_bytes(ds: Dataset, key: str) -> int:
     lengths, what its codec wrote, so ``logical / stored`` is the compression ratio. The
     dataset's size (:meth:`~rlds_cli.Dataset.size_bytes`) is disk use instead: allocated
     blocks, which round each small file up to a whole block."""
+    parts = getattr(ds, "segment_datasets", None)  # a growing dataset: its segments' files
+    if parts is not None:
+        return sum(stored_key_bytes(part, key) for part in parts())
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
     if npy.is_file():
@@ -147,7 +150,9 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
     from rlds_cli.scores import dataset_scores
 
     env, scores = ds.env_spec, dataset_scores(ds)
+    growth = getattr(ds, "growth", None)
     return {
+        **({"growing": growth()} if growth is not None else {}),
         "name": m.name,
         "path": str(ds.directory),
         "backend": m.backend,

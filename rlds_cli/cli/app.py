@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rlds_cli._version import __version__
+from rlds_cli.cli.compact import compact
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download
@@ -73,6 +74,7 @@ app.command("verify")(verify)
 app.command("push")(push)
 app.command("pull")(pull)
 app.command("score")(score)
+app.command("compact")(compact)
 
 
 def main() -> None:

@@ -243,6 +243,8 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print(f"note  {_output.escape(note)}")
     for parent in info.get("lineage", []):
         _render_lineage(parent)
+    if "growing" in info:
+        _render_growing(info["growing"])
     out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
     by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
     out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
@@ -263,6 +265,30 @@ def _evaluation_lines(info: dict[str, Any]) -> list[str]:
             f"(from {scores['origin']}; 'rlds score NAME RETURN' normalizes a return)"
         )
     return [_output.escape(line) for line in lines]
+
+
+def _render_growing(g: dict[str, Any]) -> None:
+    """A growing dataset's segments, writers, eviction and readiness (``rlds inspect``)."""
+    out = _output.console
+    ready = "[green]ready[/]" if g["ready"] else f"[yellow]not ready[/] (min_size {g['min_size']:,} steps)"
+    caps = [
+        f"{g[k]:,} {unit}"
+        for k, unit in (("capacity", "steps"), ("capacity_episodes", "episodes"))
+        if g.get(k)
+    ]
+    out.print(
+        f"growing  {g['segments']:,} segments ({g['segments_on_disk']:,} on disk), "
+        f"{g['log_records']:,} commits, "
+        f"{ready}; capacity {', '.join(caps) or 'none'}; {g['evicted_episodes']:,} episodes evicted, "
+        f"{g['protected_episodes']:,} protected",
+        soft_wrap=True,
+    )
+    for label, row in g["writers"].items():
+        out.print(
+            f"  writer {_output.escape(label)}: {row['segments']:,} segments, {row['episodes']:,} episodes, "
+            f"{row['steps']:,} steps",
+            soft_wrap=True,
+        )
 
 
 def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:
@@ -318,6 +344,8 @@ def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
     algorithm = content.get("algorithm", "sha256")
     if columns:
         return f"content digest  {algorithm} of {len(columns)} arrays and the episode index"
+    if source.get("format") == "rlds-writer":
+        return f"content digest  {algorithm} of every array and episode index, per segment"
     if source.get("format") == "view" and content.get("episodes"):
         parent = _output.escape(str(source.get("parent", "")))
         return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"
