@@ -34,7 +34,8 @@ class CachedDataset:
     name: str
     num_steps: int
     num_episodes: int
-    #: Disk use of its directory (allocated blocks, as ``du`` counts them).
+    #: Disk use of its directory (allocated blocks, as ``du`` counts them): the figure ``rlds
+    #: inspect`` shows too (:meth:`rlds_cli.Dataset.size_bytes`).
     size_bytes: int
     #: Storage: ``memmap`` or ``zarr``.
     backend: str
@@ -109,8 +110,8 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
         root: Cache root (a path or a :class:`~rlds_cli.cache.root.CacheRoot`; default: the
             configured one).
     """
-    from rlds_cli.cache.manage import tree_bytes
-    from rlds_cli.registry import matches
+    from rlds_cli._io import tree_bytes
+    from rlds_cli.matching import matches
 
     cache = _cache(root)
     return [

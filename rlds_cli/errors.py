@@ -343,6 +343,30 @@ class MissingExtraError(RldsError, ImportError):
     """An optional dependency (an extra of rlds-cli) is not installed."""
 
 
+class NoEnvSpecError(RldsError, LookupError):
+    """A dataset records no environment (``Dataset.recover_environment()`` has nothing to make)."""
+
+    default_hint = (
+        "only datasets whose source names its environment have one (Minari's env_spec, a D4RL "
+        "registry id); make the environment yourself with gymnasium.make(ID)"
+    )
+
+
+class EnvironmentUnavailableError(RldsError, RuntimeError):
+    """The environment a dataset records cannot be made here (its id is not registered with
+    gymnasium, or its spec cannot be read)."""
+
+
+class NoReferenceScoresError(RldsError, LookupError):
+    """No reference scores (D4RL's ``REF_MIN_SCORE``/``REF_MAX_SCORE``, Minari's
+    ``ref_min_score``/``ref_max_score``) are known for a dataset."""
+
+    default_hint = (
+        "normalized scores exist only for D4RL ids with reference scores in the registry and "
+        "Minari datasets whose metadata has ref_min_score and ref_max_score"
+    )
+
+
 class ExportError(RldsError, ValueError):
     """An export cannot be written (the target exists, or the data has no place in the format)."""
 
@@ -402,6 +426,16 @@ class SeedError(RldsError, ValueError):
     """A bad seed, or ``seed=None`` where the ranks of a run cannot agree on a fresh one."""
 
     default_hint = "pass seed= (the same on every rank), or set RLDS_SEED"
+
+
+# --------------------------------------------------------------------------- recording
+
+
+class RecordingError(RldsError, ValueError):
+    """Bad input to recording from an environment: a space rlds cannot store, a value outside its
+    space, an info key that comes and goes, or bad arguments to ``record``."""
+
+    default_hint = "see docs/recording.md for what record() and RecordEpisodes accept"
 
 
 # --------------------------------------------------------------------------- OS errors

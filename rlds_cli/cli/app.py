@@ -12,6 +12,7 @@ from rlds_cli.cli.compact import compact
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download
+from rlds_cli.cli.evaluate import score
 from rlds_cli.cli.export import export
 from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
@@ -72,6 +73,7 @@ app.command("info")(info)
 app.command("verify")(verify)
 app.command("push")(push)
 app.command("pull")(pull)
+app.command("score")(score)
 app.command("compact")(compact)
 
 

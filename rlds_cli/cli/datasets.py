@@ -16,7 +16,8 @@ PatternArgument = Annotated[
     str | None,
     typer.Argument(
         help="Show only what contains PATTERN (or matches it as a glob: *, ?): names, or with "
-        "--remote ids, aliases and descriptions.",
+        "--remote ids, aliases and descriptions (best matches first: the id, ids starting with "
+        "it, ids where it starts a word, then the rest).",
         metavar="PATTERN",
         show_default=False,
     ),
@@ -171,9 +172,13 @@ def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
 def render_summary(info: dict[str, Any]) -> None:
     """Print the tables of ``rlds inspect``."""
     out = _output.console
+    # a local dataset's size is disk use (allocated blocks, as 'rlds list' shows it); a dataset
+    # read at a URL has no blocks: its size is the bytes of its files on the store
+    where = "on the store" if "://" in info["path"] else "on disk"
     out.print(
-        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])})  "
-        f"{_output.escape(info['path'])}"
+        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])} {where})  "
+        f"{_output.escape(info['path'])}",
+        soft_wrap=True,  # the path whole on the line, never broken at the console's width
     )
     out.print(
         f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
@@ -204,7 +209,7 @@ def render_summary(info: dict[str, Any]) -> None:
             _output.Column("shape", kind="fixed"),
             _output.Column("dtype", kind="fixed"),
             _output.Column("storage"),
-            _output.Column("disk", "right", kind="fixed"),
+            _output.Column("bytes", "right", kind="fixed"),  # the key's files (not blocks)
         ],
         rows,
         title="TED fields (per step)",
@@ -223,6 +228,8 @@ def render_summary(info: dict[str, Any]) -> None:
     source_line = _source_line(info["source"])
     if source_line:
         out.print(source_line, soft_wrap=True)
+    for line in _evaluation_lines(info):
+        out.print(line, soft_wrap=True)
     conv = info["conversion"]
     facts = [
         f"{k.replace('_', ' ')} {conv[k]}"
@@ -241,6 +248,23 @@ def render_summary(info: dict[str, Any]) -> None:
     out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
     by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
     out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
+
+
+def _evaluation_lines(info: dict[str, Any]) -> list[str]:
+    """The environment (with where it came from) and the reference scores, when known."""
+    lines = []
+    env = info.get("env")
+    if env:
+        steps = f", at most {env['max_episode_steps']} steps" if env.get("max_episode_steps") else ""
+        kwargs = f", kwargs {env['kwargs']}" if env.get("kwargs") else ""
+        lines.append(f"environment  {env['id']}{steps}{kwargs}  (from {env['origin']})")
+    scores = info.get("reference_scores")
+    if scores:
+        lines.append(
+            f"reference scores  min {scores['ref_min_score']:.6g}, max {scores['ref_max_score']:.6g}  "
+            f"(from {scores['origin']}; 'rlds score NAME RETURN' normalizes a return)"
+        )
+    return [_output.escape(line) for line in lines]
 
 
 def _render_growing(g: dict[str, Any]) -> None:

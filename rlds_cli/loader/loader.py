@@ -84,7 +84,7 @@ def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> 
         from tensordict import TensorDict
     except ImportError as exc:  # an optional dependency
         raise ImportError(
-            "as_tensordict=True needs the 'tensordict' package (pip install tensordict)"
+            "as_tensordict=True needs the 'tensordict' package (pip install 'rlds-cli[torchrl]')"
         ) from exc
     lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
     return TensorDict(batch.nested(), batch_size=lead, device=device)
