@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -40,6 +40,7 @@ from rlds_cli.loader.protocols import (
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)
@@ -146,6 +147,9 @@ class Loader:
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
             ``epochs``).
         root: Cache root, when ``dataset`` is a name.
+        windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
+            ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
+            :mod:`rlds_cli.loader.windows`); applied before ``transform``.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -170,6 +174,7 @@ class Loader:
         epochs: int | None = 1,
         num_batches: int | None = None,
         root: str | os.PathLike[str] | None = None,
+        windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -216,7 +221,7 @@ class Loader:
         self.rank, self.world_size = rank_world(rank, world_size)
         # transforms are bound first: the first one may produce some keys itself (its claim()),
         # which the loader then never reads
-        self.transforms = self._bind(transform)
+        self.transforms = self._bind(with_windows(windows, transform, given))
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
         if given is not None:
