@@ -35,6 +35,7 @@ MODES = ("none", "both", "left", "right")
 
 def amago_starts(length_of_episode: int, length: int, mode: str) -> list[int]:
     """AMAGO's candidate starts for one trajectory (each equally likely), as its code reads."""
+
     def safe_range(lo: int, hi: int) -> range:
         return range(lo, max(hi, lo + 1))
 
@@ -87,7 +88,7 @@ class _Counter:
     """A stand-in generator whose raw words are 0, 1, 2, ...: ``sample(total)`` then draws window
     ``k`` for every ``k`` exactly once."""
 
-    class bit_generator:  # noqa: N801 - mirrors numpy's attribute name
+    class bit_generator:
         @staticmethod
         def random_raw(n: int) -> np.ndarray:
             return np.arange(n, dtype=np.uint64)
@@ -104,7 +105,9 @@ LENGTH_LISTS = st.lists(st.integers(1, 14), min_size=1, max_size=7)
     weight=st.sampled_from(("steps", "episodes")),
     short=st.sampled_from(("pad", "skip")),
 )
-def test_start_table_is_amagos_rule(lengths: list[int], length: int, mode: str, weight: str, short: str) -> None:
+def test_start_table_is_amagos_rule(
+    lengths: list[int], length: int, mode: str, weight: str, short: str
+) -> None:
     want = statement_table(lengths, length, mode, weight, short)
     if not want:
         with pytest.raises(ValueError, match="nothing to sample"):
@@ -174,7 +177,7 @@ def test_loader_padded_slices_and_resume(tmp_path: Path) -> None:
     again.load_state_dict(state)
     for a, b in zip(rest, [again.sample() for _ in range(4)], strict=True):
         assert a.keys() == b.keys()
-        for key in a.keys():
+        for key in a:
             assert (a[key] == b[key]).all(), key
     batch = first[0]
     assert batch["index"].shape == batch["mask"].shape == (3, 4)
@@ -184,7 +187,9 @@ def test_loader_padded_slices_and_resume(tmp_path: Path) -> None:
 
 
 def test_padded_option_errors() -> None:
-    with pytest.raises(ValueError, match="padded must be one of 'none', 'both', 'left', 'right'; got 'middle'"):
+    with pytest.raises(
+        ValueError, match="padded must be one of 'none', 'both', 'left', 'right'; got 'middle'"
+    ):
         SliceSampler(np.array([5]), 1, 2, padded="middle")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="start_aligned=True and padded='both' contradict"):
         SliceSampler(np.array([5]), 1, 2, padded="both", start_aligned=True)
