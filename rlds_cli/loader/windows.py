@@ -199,3 +199,11 @@ def with_windows(
         return [made, *chain]
     made.bind_source(source)
     return [made.__call__, *chain]
+
+
+def lerobot_names(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """``batch`` under LeRobot's key names: the converter keeps a LeRobot dataset's feature names
+    with ``/`` for their dots (``observation.state`` is ``observation/state``), so a windowed
+    batch of such a dataset becomes ``{"observation.state": ..., "observation.state_is_pad": ...,
+    "action": ..., "action_is_pad": ...}``, the keys a LeRobot policy reads."""
+    return {key.replace("/", "."): value for key, value in batch.items()}
