@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.reader import Episodes
+from rlds_cli.cache.reader import Episodes, stored_keys
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.sources import HostSource
 
@@ -104,7 +104,9 @@ class Windows:
             raise ValueError(f"fps must be > 0, got {fps!r}")
         self.fps = fps
         self.steps: dict[str, np.ndarray] = {}
-        self._groups: list[tuple[np.ndarray, list[str], Callable[[np.ndarray], TedBatch]]] = []
+        # per group of keys with the same offsets: the offsets, the keys, and how to read them at
+        # (steps, episode): one gather of the group's rows
+        self._groups: list[tuple[np.ndarray, list[str], Callable[[np.ndarray, np.ndarray], TedBatch]]] = []
         self._episodes: Episodes | None = None
         self._dataset: Dataset | None = None
         self._mixture_offsets: np.ndarray | None = None
@@ -125,15 +127,40 @@ class Windows:
         """Convert the offsets and open the windowed keys of ``dataset``."""
         self._convert(dataset_fps(dataset), dataset.fields, f"dataset {dataset.name!r}")
         self._dataset, self._mixture_offsets = dataset, None
-        self._episodes = Episodes.of(dataset)
         self._open(in_memory=False)
 
     def _open(self, *, in_memory: bool) -> None:
-        assert self._dataset is not None
+        """Read plans: a stored key's rows straight from its column (a flat key's row of step
+        ``t`` is ``t + episode``, the episode being known already), any other key (derived, such
+        as ``next/observation``) through the source's gather. Unpacked: a packed block is aligned
+        with the flat rows, so a step key read from it would need every window step's episode."""
+        dataset = self._dataset
+        assert dataset is not None
+        fields = dataset.manifest.fields
+        source = HostSource(dataset, list(self.steps), in_memory=in_memory, pack=False)
+        self._episodes = source.episode_bounds  # with its step -> episode table, when it has one
+        stored = stored_keys(fields, list(self.steps))
         self._groups = []
         for steps, keys in self._grouped().items():
-            source = HostSource(self._dataset, keys, in_memory=in_memory)
-            self._groups.append((np.asarray(steps, np.int64), keys, source.gather_function()))
+            direct = [(k, fields[k].storage == "flat") for k in keys if k in stored]
+            rest = [k for k in keys if k not in stored]
+            other = HostSource(dataset, rest, in_memory=in_memory, pack=False) if rest else None
+            self._groups.append((np.asarray(steps, np.int64), keys, self._reader(source, direct, other)))
+
+    @staticmethod
+    def _reader(
+        source: HostSource, direct: list[tuple[str, bool]], other: HostSource | None
+    ) -> Callable[[np.ndarray, np.ndarray], TedBatch]:
+        def read(steps: np.ndarray, episode: np.ndarray) -> TedBatch:
+            out = other.gather(steps) if other is not None else TedBatch()
+            flat_rows = None
+            for key, flat in direct:
+                if flat and flat_rows is None:
+                    flat_rows = steps + episode[..., None]
+                out[key] = source.take_rows(key, flat_rows if flat else steps)
+            return out
+
+        return read
 
     def bind_source(self, source: Any) -> None:
         """Bind to a :class:`~rlds_cli.loader.mixture.MixtureSource`: windows never cross from
@@ -152,7 +179,14 @@ class Windows:
         datasets = dict(zip(source.names, source.datasets, strict=True))
         for steps, keys in self._grouped().items():
             part = MixtureSource(datasets, keys=keys, rename=source.renames(), in_memory=source.in_memory)
-            self._groups.append((np.asarray(steps, np.int64), keys, part.gather))
+            self._groups.append((np.asarray(steps, np.int64), keys, self._mixture_reader(part)))
+
+    @staticmethod
+    def _mixture_reader(part: Any) -> Callable[[np.ndarray, np.ndarray], TedBatch]:
+        def read(steps: np.ndarray, episode: np.ndarray) -> TedBatch:
+            return TedBatch(part.gather(steps))
+
+        return read
 
     def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
         """Of the ``keys`` a loader is about to read, the windowed ones (built here instead);
@@ -175,7 +209,7 @@ class Windows:
         last = self._episodes.ends.take(episode)[..., None] - 1
         for offsets, keys, gather in self._groups:
             wanted = idx[..., None] + offsets
-            got = gather(np.minimum(np.maximum(wanted, first), last))  # LeRobot: clamp to the episode
+            got = gather(np.minimum(np.maximum(wanted, first), last), episode)  # LeRobot: clamp
             pad = (wanted < first) | (wanted > last)
             for key in keys:
                 batch[key] = got[key]
