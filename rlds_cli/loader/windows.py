@@ -153,10 +153,9 @@ class Windows:
     ) -> Callable[[np.ndarray, np.ndarray], TedBatch]:
         def read(steps: np.ndarray, episode: np.ndarray) -> TedBatch:
             out = other.gather(steps) if other is not None else TedBatch()
-            flat_rows = None
+            # a flat key's row of step t is t + episode (one final observation per episode before)
+            flat_rows = steps + episode[..., None] if any(flat for _, flat in direct) else steps
             for key, flat in direct:
-                if flat and flat_rows is None:
-                    flat_rows = steps + episode[..., None]
                 out[key] = source.take_rows(key, flat_rows if flat else steps)
             return out
 
