@@ -225,3 +225,22 @@ def test_windows_refuse_device_gathers_and_unbound_use(ds: Dataset) -> None:
         Windows({"action": [0]})({"index": np.zeros(1, np.int64)})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fps must be > 0"):
         Windows({"action": [0.0]}, fps=0)
+
+
+class _Rows:
+    """A source of rows of its own (not a dataset, not a mixture)."""
+
+    def __init__(self, ds: Dataset) -> None:
+        from rlds_cli.loader.sources import HostSource
+
+        self._host = HostSource(ds, ["action"])
+        self.num_steps = ds.num_steps
+        self.episodes = self._host.episode_bounds
+
+    def gather(self, indices: Any) -> Any:
+        return self._host.gather(indices)
+
+
+def test_windows_need_a_dataset_or_a_mixture(ds: Dataset) -> None:
+    with pytest.raises(ValueError, match="windows need a dataset or a MixtureSource to read from, not _Rows"):
+        Loader(_Rows(ds), batch_size=4, seed=0, windows={"action": [0]})

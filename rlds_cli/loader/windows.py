@@ -164,9 +164,9 @@ class Windows:
     def bind_source(self, source: Any) -> None:
         """Bind to a :class:`~rlds_cli.loader.mixture.MixtureSource`: windows never cross from
         one dataset into the next (each dataset's episodes are the mixture's)."""
-        from rlds_cli.loader.mixture import MixtureSource
-
-        if not isinstance(source, MixtureSource):
+        # duck-typed, and the mixture's own class makes the parts: windows must not import the
+        # mixture module (it imports the loader, which imports this one)
+        if not all(hasattr(source, a) for a in ("datasets", "names", "renames", "offsets", "episodes")):
             raise ValueError(
                 f"windows need a dataset or a MixtureSource to read from, not {type(source).__name__}"
             )
@@ -177,7 +177,7 @@ class Windows:
         self._groups = []
         datasets = dict(zip(source.names, source.datasets, strict=True))
         for steps, keys in self._grouped().items():
-            part = MixtureSource(datasets, keys=keys, rename=source.renames(), in_memory=source.in_memory)
+            part = type(source)(datasets, keys=keys, rename=source.renames(), in_memory=source.in_memory)
             self._groups.append((np.asarray(steps, np.int64), keys, self._mixture_reader(part)))
 
     @staticmethod
