@@ -62,3 +62,38 @@ def test_act_batch_matches_lerobots_rule_on_its_own_fixture(tmp_path: Path) -> N
             pad = [idx + d < ep_start or idx + d >= ep_end for d in delta[key]]
             np.testing.assert_array_equal(batch[key][i].numpy(), np.asarray(want, np.float32), err_msg=key)
             assert batch[f"{key}_is_pad"][i].tolist() == pad, key
+
+
+def test_same_batch_as_lerobots_own_dataset_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where lerobot runs (it is not a dependency; e.g. ``pip install lerobot``): every frame of
+    the fixture through ``LeRobotDataset(delta_timestamps=...)`` and torch's default collate,
+    against one windowed batch of all the frames in order, key for key and value for value.
+    Videos are left out on both sides (``_query_videos`` answers nothing): the windows of the
+    state and the actions are what is compared."""
+    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    src = tmp_path / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, src)
+    for p in src.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    monkeypatch.setattr(lerobot_dataset.LeRobotDataset, "_query_videos", lambda self, *a: {})
+    theirs = lerobot_dataset.LeRobotDataset(
+        "local/lerobot-v3-tiny", root=src, delta_timestamps=DELTA_TIMESTAMPS
+    )
+    convert(src, "lr", format="lerobot")
+    n = open_dataset("lr").num_steps
+    assert len(theirs) == n
+    windows = {k.replace(".", "/"): v for k, v in DELTA_TIMESTAMPS.items()}
+    ours = Loader("lr", batch_size=n, sampler="epoch", shuffle=False, seed=0, windows=windows,
+                  keys=["observation/state", "action"])  # fmt: skip
+    batch = lerobot_names(ours.sample())
+    import torch.utils.data
+
+    want = torch.utils.data.default_collate([theirs[i] for i in range(n)])
+    keys = ["observation.state", "action", "observation.state_is_pad", "action_is_pad"]
+    for key in keys:
+        assert batch[key].shape == want[key].shape and batch[key].dtype == want[key].dtype, key
+        assert torch.equal(batch[key], want[key]), key
+    assert torch.equal(batch["index"], want["index"])
