@@ -15,7 +15,11 @@ over rounds (range in brackets):
   clamped steps and pad masks, ``np.take`` of the observation rows (flat rows: ``step + episode``)
   and of the action rows, from the same arrays (the memmaps, or plain in-RAM copies);
 * **rlds**: ``Loader(ds, 256, keys=["observation", "action"], windows=...).sample()``, as torch
-  tensors, on the memmap and with ``in_memory=True``.
+  tensors, on the memmap and with ``in_memory=True``;
+* **LeRobot** (only where ``lerobot`` imports; ``--lerobot`` adds it): the dataset exported with
+  ``rlds export --to lerobot``, read by ``LeRobotDataset(root, delta_timestamps=...)``: 256
+  ``dataset[i]`` and ``torch.utils.data.default_collate``, what a ``DataLoader`` batch costs it
+  in one process.
 
 Usage::
 
@@ -118,11 +122,34 @@ def rlds(ds: Any, in_memory: bool) -> Callable[[], Any]:
     return loader.sample
 
 
+def lerobot(ds: Any, work: Path) -> Callable[[], Any]:
+    """256 items of ``LeRobotDataset`` over the same data (exported), collated."""
+    import torch.utils.data
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from rlds_cli.export import export_dataset
+
+    out = work / "lerobot"
+    if not out.exists():
+        export_dataset(ds, out, "lerobot")
+    fps = 30  # what the export writes for a source without a frame rate
+    delta = {"observation.state": [-1 / fps, 0.0], "action": [i / fps for i in range(50)]}
+    theirs = LeRobotDataset("local/windows-bench", root=out, delta_timestamps=delta)
+    rng = np.random.default_rng(0)
+
+    def call() -> Any:
+        idx = rng.integers(0, len(theirs), BATCH)
+        return torch.utils.data.default_collate([theirs[int(i)] for i in idx])
+
+    return call
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200_000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--lerobot", action="store_true", help="also time LeRobotDataset (needs lerobot)")
     args = p.parse_args()
     work = HERE / "_work" / "windows"
     ds = build(args.steps, work)
@@ -131,6 +158,8 @@ def main() -> None:
         for mem in (False, True)
         for kind, make in (("lean numpy", lean), ("rlds", rlds))
     }
+    if args.lerobot:
+        cases[("lerobot", False)] = lerobot(ds, work)
     for call in cases.values():  # warm up: page cache, allocator
         for _ in range(5):
             call()
@@ -147,6 +176,11 @@ def main() -> None:
           "windows: 2 observations (14 float32) + 50 actions (7 float32)")  # fmt: skip
     print("| storage | lean numpy (batches/s) | rlds windows (batches/s) | rlds / lean |")
     print("|---|---|---|---|")
+    if args.lerobot:
+        a, b = rates[("lean numpy", False)], rates[("lerobot", False)]
+        ratio = [y / x for x, y in zip(a, b, strict=True)]
+        print(f"LeRobotDataset + default_collate: {statistics.median(b):,.1f} batches/s "
+              f"[{min(b):,.1f}-{max(b):,.1f}], {statistics.median(ratio):.4f}x the lean memmap gather")  # fmt: skip
     for mem in (False, True):
         a, b = rates[("lean numpy", mem)], rates[("rlds", mem)]
         ratio = [y / x for x, y in zip(a, b, strict=True)]
