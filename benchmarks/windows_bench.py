@@ -179,8 +179,10 @@ def main() -> None:
     if args.lerobot:
         a, b = rates[("lean numpy", False)], rates[("lerobot", False)]
         ratio = [y / x for x, y in zip(a, b, strict=True)]
-        print(f"LeRobotDataset + default_collate: {statistics.median(b):,.1f} batches/s "
-              f"[{min(b):,.1f}-{max(b):,.1f}], {statistics.median(ratio):.4f}x the lean memmap gather")  # fmt: skip
+        print(
+            f"LeRobotDataset + default_collate: {statistics.median(b):,.1f} batches/s "
+            f"[{min(b):,.1f}-{max(b):,.1f}], {statistics.median(ratio):.4f}x the lean memmap gather"
+        )
     for mem in (False, True):
         a, b = rates[("lean numpy", mem)], rates[("rlds", mem)]
         ratio = [y / x for x, y in zip(a, b, strict=True)]
