@@ -244,3 +244,18 @@ class _Rows:
 def test_windows_need_a_dataset_or_a_mixture(ds: Dataset) -> None:
     with pytest.raises(ValueError, match="windows need a dataset or a MixtureSource to read from, not _Rows"):
         Loader(_Rows(ds), batch_size=4, seed=0, windows={"action": [0]})
+
+
+@pytest.mark.parametrize("sampler", ["prioritized", "epoch"])
+def test_windows_with_other_samplers_and_tensordicts(ds: Dataset, sampler: str) -> None:
+    windows = {"observation": [-2, -1, 0], "action": range(0, 6)}
+    loader = Loader(ds, batch_size=10, sampler=sampler, seed=2, windows=windows, as_tensordict=True)
+    td = loader.sample()
+    assert td.batch_size == (10,)
+    assert td["action"].shape == (10, 6, 2) and td["observation_is_pad"].shape == (10, 3)
+    check(
+        {k: td[k] for k in ("observation", "action", "observation_is_pad", "action_is_pad")},
+        {k: list(v) for k, v in windows.items()},
+        LENGTHS,
+        td["index"].numpy(),
+    )

@@ -111,6 +111,9 @@ class Windows:
         self._dataset: Dataset | None = None
         self._mixture_offsets: np.ndarray | None = None
 
+    def __repr__(self) -> str:
+        return f"Windows({self.offsets!r})"
+
     def _convert(self, fps: float | None, known: Iterable[str], where: str) -> None:
         missing = sorted(set(self.offsets) - set(known))
         if missing:
