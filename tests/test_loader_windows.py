@@ -259,3 +259,30 @@ def test_windows_with_other_samplers_and_tensordicts(ds: Dataset, sampler: str) 
         LENGTHS,
         td["index"].numpy(),
     )
+
+
+def test_windows_in_dataloader_workers(ds: Dataset) -> None:
+    """``collate_fn=windows.collate``: the windows are added in the workers (Windows pickles by
+    the dataset's path and reopens its columns there), the same batches as in-process."""
+    from rlds_cli.loader import TedDataLoader
+
+    windows = Windows({"observation": [-1, 0], "action": range(4)})
+    windows.bind(ds)
+
+    def batches(workers: int) -> list[Any]:
+        it = TedIterableDataset(ds, batch_size=8, shuffle="uniform", seed=4, num_batches=4)
+        return list(TedDataLoader(it, num_workers=workers, collate_fn=windows.collate))
+
+    here, there = batches(0), batches(2)
+    for a, b in zip(here, there, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), key
+        check(a, {"observation": [-1, 0], "action": [0, 1, 2, 3]}, LENGTHS, a["index"].numpy())
+    assert isinstance(here[0]["action_is_pad"], torch.Tensor)
+    mixture = Windows({"action": [0]})
+    from rlds_cli.loader import MixtureSource
+
+    mixture.bind_source(MixtureSource({"a": ds}))
+    with pytest.raises(TypeError, match="Windows bound to a mixture cannot be pickled"):
+        pickle.dumps(mixture)

@@ -110,9 +110,24 @@ class Windows:
         self._episodes: Episodes | None = None
         self._dataset: Dataset | None = None
         self._mixture_offsets: np.ndarray | None = None
+        self._in_memory = False
 
     def __repr__(self) -> str:
         return f"Windows({self.offsets!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # to a DataLoader worker: the dataset travels by path and the columns are opened again
+        # there (a mixture's parts would carry their arrays: bind those in the worker instead)
+        if self._mixture_offsets is not None:
+            raise TypeError("Windows bound to a mixture cannot be pickled; bind it where it runs")
+        state = dict(self.__dict__)
+        state["_groups"], state["_episodes"] = [], None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._dataset is not None:
+            self._open(in_memory=self._in_memory)
 
     def _convert(self, fps: float | None, known: Iterable[str], where: str) -> None:
         missing = sorted(set(self.offsets) - set(known))
@@ -139,6 +154,7 @@ class Windows:
         with the flat rows, so a step key read from it would need every window step's episode."""
         dataset = self._dataset
         assert dataset is not None
+        self._in_memory = in_memory
         fields = dataset.manifest.fields
         source = HostSource(dataset, list(self.steps), in_memory=in_memory, pack=False)
         self._episodes = source.episode_bounds  # with its step -> episode table, when it has one
@@ -189,6 +205,15 @@ class Windows:
             return TedBatch(part.gather(steps))
 
         return read
+
+    def collate(self, batch: TedBatch) -> TedBatch:
+        """``collate_fn`` for the batches of the ``torch.utils.data`` adapters (e.g.
+        ``TedDataLoader(TedIterableDataset(...), collate_fn=windows.collate)``): the windows
+        added in the worker, then every array as a tensor. Bind to the dataset first."""
+        import torch
+
+        out = self(TedBatch(batch))
+        return TedBatch({key: torch.as_tensor(value) for key, value in out.items()})
 
     def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
         """Of the ``keys`` a loader is about to read, the windowed ones (built here instead);
