@@ -286,3 +286,12 @@ def test_windows_in_dataloader_workers(ds: Dataset) -> None:
     mixture.bind_source(MixtureSource({"a": ds}))
     with pytest.raises(TypeError, match="Windows bound to a mixture cannot be pickled"):
         pickle.dumps(mixture)
+
+
+def test_unbound_claim_and_unknown_mixture_keys(ds: Dataset) -> None:
+    with pytest.raises(RuntimeError, match=r"Windows must be bound to a dataset before claim\(\)"):
+        Windows({"action": [0]}).claim(["action"])
+    from rlds_cli.loader import MixtureSource
+
+    with pytest.raises(KeyError, match=r"windows name key\(s\) \['pixels'\] that the mixture does not have"):
+        Windows({"pixels": [0]}).bind_source(MixtureSource({"a": ds}))
