@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
         collate_ted,
     )
     from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn, compute_stats
+    from rlds_cli.loader.windows import Windows
 
 #: Public name -> the submodule that defines it.
 _LAZY = {
@@ -41,6 +42,7 @@ _LAZY = {
     "NStepReturn": "transforms",
     "Normalize": "transforms",
     "compute_stats": "transforms",
+    "Windows": "windows",
     "make_sampler": "factory",
     "Loader": "loader",
     "to_tensordict": "loader",
@@ -60,7 +62,7 @@ _LAZY = {
 
 #: Submodules that import without torch; every other one imports it, so torch is checked first
 #: and a missing or broken install is one error saying what to install.
-_TORCH_FREE = frozenset({"samplers", "epoch", "transforms"})
+_TORCH_FREE = frozenset({"samplers", "epoch", "transforms", "windows"})
 
 __all__ = [
     "Draw",
@@ -82,6 +84,7 @@ __all__ = [
     "TedIterableDataset",
     "TedMapDataset",
     "UniformSampler",
+    "Windows",
     "collate_ted",
     "compute_stats",
     "make_sampler",

@@ -13,7 +13,7 @@ SAMPLERS = ("uniform", "epoch", "slice", "prioritized")
 _OPTIONS = {
     "uniform": set(),
     "epoch": {"drop_last", "shuffle"},
-    "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned"},
+    "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned", "padded"},
     "prioritized": {"alpha", "beta", "eps", "fanout", "compiled", "slice_len", "num_slices", "short"},
 }
 
@@ -53,7 +53,7 @@ def make_sampler(
         rank, world_size: This process's shard: epoch samplers take one shard of each epoch,
             the others draw a stream of their own from ``(seed, rank)``.
         **options: Sampler options: ``epoch``: drop_last, shuffle;
-            ``slice``: slice_len, num_slices, short, weight, start_aligned; ``prioritized``:
+            ``slice``: slice_len, num_slices, short, weight, start_aligned, padded; ``prioritized``:
             alpha, beta, eps, fanout, compiled, and slice_len / num_slices / short for slices.
 
     Raises:

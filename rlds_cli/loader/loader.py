@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -40,6 +40,7 @@ from rlds_cli.loader.protocols import (
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)
@@ -148,6 +149,9 @@ class Loader:
         refresh: For a growing dataset: follow its commits every ``refresh`` batches (``1``: every
             batch; see :mod:`rlds_cli.loader.refresh`). ``None``: the view it was opened with.
         root: Cache root, when ``dataset`` is a name.
+        windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
+            ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
+            :mod:`rlds_cli.loader.windows`); applied before ``transform``.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -173,6 +177,7 @@ class Loader:
         num_batches: int | None = None,
         refresh: int | None = None,
         root: str | os.PathLike[str] | None = None,
+        windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -221,7 +226,7 @@ class Loader:
         self.rank, self.world_size = rank_world(rank, world_size)
         # transforms are bound first: the first one may produce some keys itself (its claim()),
         # which the loader then never reads
-        self.transforms = self._bind(transform)
+        self.transforms = self._bind(with_windows(windows, transform, given))
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
         if given is not None:

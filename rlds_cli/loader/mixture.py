@@ -81,6 +81,7 @@ class MixtureSource:
             raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
         self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
         self.keys = self._common_keys(keys)
+        self.in_memory = bool(in_memory)
         self._sources = [
             HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
             for i, ds in enumerate(self.datasets)
@@ -91,6 +92,10 @@ class MixtureSource:
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.num_steps = int(self.offsets[-1])
         self.episodes = Episodes(np.concatenate([Episodes.of(ds).lengths for ds in self.datasets]))
+
+    def renames(self) -> dict[str, dict[str, str]]:
+        """The ``rename=`` this source was made with (keys joined), to make another like it."""
+        return {name: dict(r) for name, r in zip(self.names, self._renames, strict=True) if r}
 
     def _original(self, source: int, key: str) -> str:
         back = {v: k for k, v in self._renames[source].items()}
@@ -271,6 +276,8 @@ class MixtureLoader:
         device: Where batches go.
         as_tensordict: Return ``tensordict.TensorDict`` batches.
         root: Cache root for names.
+        windows: Per-key temporal windows (see :class:`~rlds_cli.loader.Loader`); a window never
+            runs from one dataset into the next.
     """
 
     def __init__(
@@ -289,6 +296,7 @@ class MixtureLoader:
         device: torch.device | str | None = None,
         as_tensordict: bool = False,
         root: str | os.PathLike[str] | None = None,
+        windows: Mapping[str | tuple[str, ...], Any] | None = None,
     ) -> None:
         self.source = MixtureSource(sources, keys=keys, rename=rename, in_memory=in_memory, root=root)
         self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
@@ -309,6 +317,7 @@ class MixtureLoader:
             num_batches=num_batches,
             rank=rank,
             world_size=world_size,
+            windows=windows,
         )
         self.batch_size, self.num_batches = batch_size, num_batches
         self.device, self.as_tensordict = self.loader.device, self.loader.as_tensordict

@@ -18,6 +18,7 @@ import numpy as np
 
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
+from rlds_cli.loader.padded import PADDED_MODES, Padded, padded_windows, start_ranges
 
 ShortPolicy = Literal["pad", "skip", "error"]
 Weighting = Literal["steps", "episodes"]
@@ -137,7 +138,8 @@ class UniformSampler:
 class SliceSampler:
     """``num_slices`` sub-trajectories of ``slice_len`` steps that never cross an episode's end.
 
-    Windows inside an episode of length ``L`` start at its first ``L - slice_len + 1`` steps.
+    Windows inside an episode of length ``L`` start at its first ``L - slice_len + 1`` steps (with
+    ``padded="none"``; see ``padded`` for the others).
     Episodes shorter than ``slice_len`` follow ``short``: ``"pad"`` (one window, the whole
     episode, padded at its end by repeating the last step, with ``mask`` False there),
     ``"skip"`` (never sampled; counted in :attr:`skipped_episodes`) or ``"error"``
@@ -151,6 +153,10 @@ class SliceSampler:
         weight: ``"steps"``: every window is equally likely (long episodes are drawn more
             often); ``"episodes"``: an episode uniformly, then a window in it.
         start_aligned: Only windows starting at an episode's first step.
+        padded: AMAGO's ``padded_sampling``: ``"none"`` (default: whole windows), or windows
+            that may run past the episode's start and end (``"both"``), start only
+            (``"left"``) or end only (``"right"``); their steps inside the episode come first
+            and the rest is padding (see :mod:`rlds_cli.loader.padded`).
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
 
@@ -166,6 +172,7 @@ class SliceSampler:
         short: ShortPolicy = "pad",
         weight: Weighting = "steps",
         start_aligned: bool = False,
+        padded: Padded = "none",
         seed: int | None = None,
         rank: int = 0,
         world_size: int = 1,
@@ -175,6 +182,9 @@ class SliceSampler:
         self.short = choice_arg("short", short, ("pad", "skip", "error"))
         self.weight = choice_arg("weight", weight, ("steps", "episodes"))
         self.start_aligned = bool(start_aligned)
+        self.padded = choice_arg("padded", padded, PADDED_MODES)
+        if self.start_aligned and self.padded != "none":
+            raise ValueError(f"start_aligned=True and padded={padded!r} contradict each other; pick one")
         self.episodes = ep = Episodes(episode_lengths)
         is_short = ep.lengths < self.slice_len
         self.skipped_episodes = int(is_short.sum()) if self.short == "skip" else 0
@@ -183,7 +193,10 @@ class SliceSampler:
                 f"slice_len={self.slice_len} is longer than {int(is_short.sum())} episode(s) "
                 f"(the shortest has {int(ep.lengths.min())} steps); use short='pad' or short='skip'"
             )
-        windows = np.maximum(ep.lengths - self.slice_len + 1, 0 if self.short == "skip" else 1)
+        # window k of episode e starts _first[e] + k steps after the episode's first step
+        first, windows = start_ranges(ep.lengths, self.slice_len, self.padded)
+        if self.short == "skip":
+            windows = np.where(is_short, 0, windows)
         if self.start_aligned:
             windows = np.minimum(windows, 1)
         self._windows = windows
@@ -194,7 +207,8 @@ class SliceSampler:
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
         # precomputed per episode, so that a draw is one take per array: window k of episode e
         # starts at step k + _start_shift[e]; its last step is _last[e]
-        self._start_shift = ep.starts - (self._cum_windows - windows)
+        self._start_shift = ep.starts + first - (self._cum_windows - windows)
+        self._first = first
         self._last = ep.ends - 1
         # every episode holds a whole slice: no window (drawn here, or any in-episode start a
         # prioritized sampler passes to windows()) needs padding, so the mask is all True
@@ -217,10 +231,33 @@ class SliceSampler:
         else:
             e = self._eligible[uniform_ints(self._rng, self._eligible.size, n)]
             offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
-        return self.episodes.starts[e] + offset, e
+        return self.episodes.starts[e] + self._first[e] + offset, e
+
+    def start_distribution(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every start the sampler can draw and its probability: ``(episode, start, p)``, with
+        ``start`` relative to the episode's first step (negative: a window cut at its start).
+
+        Computed from the same tables :meth:`sample` draws with: ``weight="steps"`` maps a
+        uniform draw ``k`` in ``[0, total)`` to the start of window ``k``; ``"episodes"`` draws
+        an episode uniformly, then one of its windows.
+        """
+        total = int(self._cum_windows[-1])
+        k = np.arange(total, dtype=np.int64)
+        e = np.searchsorted(self._cum_windows, k, side="right")
+        start = k + self._start_shift.take(e) - self.episodes.starts[e]
+        if self.weight == "steps":
+            p = np.full(total, 1.0 / total)
+        else:
+            p = 1.0 / (self._eligible.size * self._windows[e])
+        return e, start, p
 
     def windows(self, starts: np.ndarray, episodes: np.ndarray) -> Draw:
         """Indices and mask of the slices starting at ``starts`` inside ``episodes``."""
+        if self.padded != "none":
+            idx, mask = padded_windows(
+                starts, self.episodes.starts.take(episodes), self._last.take(episodes) + 1, self._offsets
+            )
+            return Draw(idx, {"mask": mask})
         idx = starts[:, None] + self._offsets
         if self._all_fit:  # what the general case gives when no window runs past its episode
             return Draw(idx, {"mask": np.ones(idx.shape, np.bool_)})

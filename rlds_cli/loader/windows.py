@@ -1,0 +1,270 @@
+"""Per-key temporal windows: ``Loader(..., windows={key: offsets})``, LeRobot's ``delta_timestamps``.
+
+For each sampled step ``t`` in an episode spanning steps ``[first, end)``, a windowed ``key``
+becomes the stack of its values at steps ``t + d`` for each offset ``d`` (shape
+``[..., len(offsets), *key shape]``), and ``<key>_is_pad`` (bool, ``[..., len(offsets)]``) is
+True where ``t + d`` lies outside the episode. The padding value rule is LeRobot's
+(``LeRobotDataset._get_query_indices``: query indices clamped to the episode's bounds, and
+``{key}_is_pad`` marking the clamped ones): a padded entry repeats the episode's edge step, its
+first step before the start and its last step after the end. So
+``{"observation": range(-1, 1), "action": range(0, 50)}`` gives an ACT / diffusion-policy batch:
+``observation`` ``[B, 2, ...]`` (steps ``t-1, t``), ``action`` ``[B, 50, A]`` (steps
+``t .. t+49``), ``observation_is_pad`` ``[B, 2]``, ``action_is_pad`` ``[B, 50]``.
+
+Offsets are whole steps, or seconds (floats, as ``delta_timestamps`` gives them) for a dataset
+with a frame rate (a LeRobot source records its ``fps``; else pass ``fps=``): converted once to
+steps, and refused when a time is not a whole number of frames (LeRobot's ``tolerance_s``,
+1e-4 s).
+
+Keys with the same offsets share one gather: their rows at every window step in one read per
+group (from the memory maps, or from RAM with ``in_memory``), index arithmetic only, no Python
+per item. With slices (``[S, T]`` indices) every step of every slice gets its window
+(``[S, T, W, ...]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.reader import Episodes, stored_keys
+from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.loader.sources import HostSource
+
+PAD_SUFFIX = "_is_pad"
+TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s: a time this close to a frame is that frame
+
+Offsets = Iterable[int] | Iterable[float]
+
+
+def dataset_fps(dataset: Dataset) -> float | None:
+    """The frame rate a dataset's source recorded (a LeRobot source's ``fps``), if any."""
+    meta = dataset.manifest.source.get("metadata")
+    lerobot = meta.get("lerobot") if isinstance(meta, dict) else None
+    fps = lerobot.get("fps") if isinstance(lerobot, dict) else None
+    return float(fps) if isinstance(fps, int | float) and fps > 0 else None
+
+
+def to_steps(key: str, offsets: Sequence[Any], fps: float | None) -> np.ndarray:
+    """``offsets`` as int64 steps: integers as they are, seconds (floats) times ``fps``."""
+    if any(isinstance(o, bool) or not isinstance(o, int | float | np.integer | np.floating) for o in offsets):
+        raise ValueError(f"windows[{key!r}] must hold integer steps or float seconds; got {list(offsets)!r}")
+    if all(isinstance(o, int | np.integer) for o in offsets):
+        return np.asarray(offsets, np.int64)
+    if fps is None:
+        raise ValueError(
+            f"windows[{key!r}] gives times in seconds, and the dataset records no frame rate: "
+            "pass fps= (Windows(..., fps=...)) or whole steps"
+        )
+    frames = np.asarray(offsets, np.float64) * fps
+    steps = np.round(frames)
+    off = np.abs(frames - steps) / fps
+    if (off > TOLERANCE_S).any():
+        bad = [float(t) for t, o in zip(offsets, off, strict=True) if o > TOLERANCE_S]
+        raise ValueError(
+            f"windows[{key!r}]: times {bad} are not whole frames at {fps:g} fps "
+            f"(tolerance {TOLERANCE_S} s); use multiples of 1/{fps:g} s"
+        )
+    return steps.astype(np.int64)
+
+
+class Windows:
+    """The transform behind ``Loader(..., windows=...)`` (see the module docs).
+
+    As the first transform of a :class:`~rlds_cli.loader.Loader` (where ``windows=`` puts it),
+    the loader never reads the windowed keys itself (:meth:`claim`). Bound to a dataset
+    (:meth:`bind`) it also works on any batch with an ``index`` (e.g. the numpy batches of
+    :class:`~rlds_cli.loader.torch_data.TedIterableDataset`); bound to a
+    :class:`~rlds_cli.loader.mixture.MixtureSource` (:meth:`bind_source`) on a mixture's batches
+    (their ``source`` and ``index``).
+
+    Args:
+        windows: ``{key: offsets}``, offsets in steps (ints) or seconds (floats).
+        fps: Frame rate for offsets in seconds (default: the one the dataset records).
+    """
+
+    needs_host = True
+
+    def __init__(self, windows: Mapping[str | tuple[str, ...], Offsets], fps: float | None = None) -> None:
+        if not isinstance(windows, Mapping) or not windows:
+            raise ValueError(f"windows must be a non-empty mapping {{key: offsets}}; got {windows!r}")
+        self.offsets: dict[str, list[Any]] = {}
+        for key, offs in windows.items():
+            name = join_key(key)
+            if isinstance(offs, str | bytes) or not isinstance(offs, Iterable):
+                raise ValueError(f"windows[{name!r}] must be a sequence of offsets; got {offs!r}")
+            listed = list(offs)
+            if not listed:
+                raise ValueError(f"windows[{name!r}] is empty; give at least one offset")
+            self.offsets[name] = listed
+        if fps is not None and not fps > 0:
+            raise ValueError(f"fps must be > 0, got {fps!r}")
+        self.fps = fps
+        self.steps: dict[str, np.ndarray] = {}
+        # per group of keys with the same offsets: the offsets, the keys, and how to read them at
+        # (steps, episode): one gather of the group's rows
+        self._groups: list[tuple[np.ndarray, list[str], Callable[[np.ndarray, np.ndarray], TedBatch]]] = []
+        self._episodes: Episodes | None = None
+        self._dataset: Dataset | None = None
+        self._mixture_offsets: np.ndarray | None = None
+        self._in_memory = False
+
+    def __repr__(self) -> str:
+        return f"Windows({self.offsets!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # to a DataLoader worker: the dataset travels by path and the columns are opened again
+        # there (a mixture's parts would carry their arrays: bind those in the worker instead)
+        if self._mixture_offsets is not None:
+            raise TypeError("Windows bound to a mixture cannot be pickled; bind it where it runs")
+        state = dict(self.__dict__)
+        state["_groups"], state["_episodes"] = [], None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._dataset is not None:
+            self._open(in_memory=self._in_memory)
+
+    def _convert(self, fps: float | None, known: Iterable[str], where: str) -> None:
+        missing = sorted(set(self.offsets) - set(known))
+        if missing:
+            raise KeyError(f"windows name key(s) {missing} that {where} does not have")
+        self.steps = {k: to_steps(k, v, self.fps or fps) for k, v in self.offsets.items()}
+
+    def _grouped(self) -> dict[tuple[int, ...], list[str]]:
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for key, steps in self.steps.items():
+            groups.setdefault(tuple(steps.tolist()), []).append(key)
+        return groups
+
+    def bind(self, dataset: Dataset) -> None:
+        """Convert the offsets and open the windowed keys of ``dataset``."""
+        self._convert(dataset_fps(dataset), dataset.fields, f"dataset {dataset.name!r}")
+        self._dataset, self._mixture_offsets = dataset, None
+        self._open(in_memory=False)
+
+    def _open(self, *, in_memory: bool) -> None:
+        """Read plans: a stored key's rows straight from its column (a flat key's row of step
+        ``t`` is ``t + episode``, the episode being known already), any other key (derived, such
+        as ``next/observation``) through the source's gather. Unpacked: a packed block is aligned
+        with the flat rows, so a step key read from it would need every window step's episode."""
+        dataset = self._dataset
+        assert dataset is not None
+        self._in_memory = in_memory
+        fields = dataset.manifest.fields
+        source = HostSource(dataset, list(self.steps), in_memory=in_memory, pack=False)
+        self._episodes = source.episode_bounds  # with its step -> episode table, when it has one
+        stored = stored_keys(fields, list(self.steps))
+        self._groups = []
+        for steps, keys in self._grouped().items():
+            direct = [(k, fields[k].storage == "flat") for k in keys if k in stored]
+            rest = [k for k in keys if k not in stored]
+            other = HostSource(dataset, rest, in_memory=in_memory, pack=False) if rest else None
+            self._groups.append((np.asarray(steps, np.int64), keys, self._reader(source, direct, other)))
+
+    @staticmethod
+    def _reader(
+        source: HostSource, direct: list[tuple[str, bool]], other: HostSource | None
+    ) -> Callable[[np.ndarray, np.ndarray], TedBatch]:
+        def read(steps: np.ndarray, episode: np.ndarray) -> TedBatch:
+            out = other.gather(steps) if other is not None else TedBatch()
+            # a flat key's row of step t is t + episode (one final observation per episode before)
+            flat_rows = steps + episode[..., None] if any(flat for _, flat in direct) else steps
+            for key, flat in direct:
+                out[key] = source.take_rows(key, flat_rows if flat else steps)
+            return out
+
+        return read
+
+    def bind_source(self, source: Any) -> None:
+        """Bind to a :class:`~rlds_cli.loader.mixture.MixtureSource`: windows never cross from
+        one dataset into the next (each dataset's episodes are the mixture's)."""
+        # duck-typed, and the mixture's own class makes the parts: windows must not import the
+        # mixture module (it imports the loader, which imports this one)
+        if not all(hasattr(source, a) for a in ("datasets", "names", "renames", "offsets", "episodes")):
+            raise ValueError(
+                f"windows need a dataset or a MixtureSource to read from, not {type(source).__name__}"
+            )
+        fps = {dataset_fps(ds) for ds in source.datasets}
+        self._convert(fps.pop() if len(fps) == 1 else None, source.keys, "the mixture")
+        self._dataset, self._episodes = None, source.episodes
+        self._mixture_offsets = source.offsets
+        self._groups = []
+        datasets = dict(zip(source.names, source.datasets, strict=True))
+        for steps, keys in self._grouped().items():
+            part = type(source)(datasets, keys=keys, rename=source.renames(), in_memory=source.in_memory)
+            self._groups.append((np.asarray(steps, np.int64), keys, self._mixture_reader(part)))
+
+    @staticmethod
+    def _mixture_reader(part: Any) -> Callable[[np.ndarray, np.ndarray], TedBatch]:
+        def read(steps: np.ndarray, episode: np.ndarray) -> TedBatch:
+            return TedBatch(part.gather(steps))
+
+        return read
+
+    def collate(self, batch: TedBatch) -> TedBatch:
+        """``collate_fn`` for the batches of the ``torch.utils.data`` adapters (e.g.
+        ``TedDataLoader(TedIterableDataset(...), collate_fn=windows.collate)``): the windows
+        added in the worker, then every array as a tensor. Bind to the dataset first."""
+        import torch
+
+        out = self(TedBatch(batch))
+        return TedBatch({key: torch.as_tensor(value) for key, value in out.items()})
+
+    def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
+        """Of the ``keys`` a loader is about to read, the windowed ones (built here instead);
+        with ``in_memory``, their columns are copied into RAM here."""
+        if self._dataset is None:
+            raise RuntimeError("Windows must be bound to a dataset before claim()")
+        mine = [k for k in keys if k in self.steps]
+        if in_memory and mine:
+            self._open(in_memory=True)
+        return mine
+
+    def __call__(self, batch: TedBatch) -> TedBatch:
+        if self._episodes is None:
+            raise RuntimeError("Windows must be bound to a dataset (use Loader(..., windows=...))")
+        idx = np.asarray(batch["index"], np.int64)
+        if self._mixture_offsets is not None:  # a mixture's index is each row's step in its dataset
+            idx = idx + self._mixture_offsets.take(np.asarray(batch["source"], np.int64))
+        episode = self._episodes.episode_of(idx)
+        first = self._episodes.starts.take(episode)[..., None]
+        last = self._episodes.ends.take(episode)[..., None] - 1
+        for offsets, keys, gather in self._groups:
+            wanted = idx[..., None] + offsets
+            got = gather(np.minimum(np.maximum(wanted, first), last), episode)  # LeRobot: clamp
+            pad = (wanted < first) | (wanted > last)
+            for key in keys:
+                batch[key] = got[key]
+                batch[key + PAD_SUFFIX] = pad
+        return batch
+
+
+def with_windows(
+    windows: Mapping[str | tuple[str, ...], Offsets] | None, transform: Any, source: Any = None
+) -> Any:
+    """``transform`` (``None``, one or a list) with a :class:`Windows` first, when ``windows``.
+
+    For a loader over a given ``source`` (a mixture), the windows are bound to it here and go in
+    as a plain function (the loader binds transforms to a dataset only).
+    """
+    if windows is None:
+        return transform
+    chain = [] if transform is None else list(transform) if isinstance(transform, Sequence) else [transform]
+    made = windows if isinstance(windows, Windows) else Windows(windows)
+    if source is None:
+        return [made, *chain]
+    made.bind_source(source)
+    return [made.__call__, *chain]
+
+
+def lerobot_names(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """``batch`` under LeRobot's key names: the converter keeps a LeRobot dataset's feature names
+    with ``/`` for their dots (``observation.state`` is ``observation/state``), so a windowed
+    batch of such a dataset becomes ``{"observation.state": ..., "observation.state_is_pad": ...,
+    "action": ..., "action_is_pad": ...}``, the keys a LeRobot policy reads."""
+    return {key.replace("/", "."): value for key, value in batch.items()}
