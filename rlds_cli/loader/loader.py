@@ -25,6 +25,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
+from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
@@ -40,6 +41,7 @@ from rlds_cli.loader.protocols import (
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.td_keys import torchrl_extras
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)
@@ -140,7 +142,11 @@ class Loader:
             ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`);
             keys the first one produces itself (its ``claim(keys, in_memory=...)``, e.g.
             ``FrameStack``'s stacked keys) are not read by the loader.
-        as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``.
+        as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``; the
+            sampler's ``weight`` and ``mask`` are then under TorchRL's keys, ``priority_weight``
+            and ``("collector", "mask")`` (see :mod:`rlds_cli.loader.td_keys`).
+        float_dtype: Cast floating keys to this torch dtype (``None``: keep the stored dtypes),
+            or ``{key: dtype}`` for some keys only (see :mod:`rlds_cli.loader.dtypes`).
         epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
             epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
@@ -167,6 +173,7 @@ class Loader:
         pin_memory: bool | None = None,
         transform: Transform | Sequence[Transform] | None = None,
         as_tensordict: bool = False,
+        float_dtype: FloatDtype = None,
         epochs: int | None = 1,
         num_batches: int | None = None,
         root: str | os.PathLike[str] | None = None,
@@ -211,6 +218,7 @@ class Loader:
         self.in_memory = in_memory
         self.prefetch = prefetch
         self.as_tensordict = bool(as_tensordict)
+        self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
         self.num_batches = num_batches
         self.epochs = epochs
         self.rank, self.world_size = rank_world(rank, world_size)
@@ -258,6 +266,7 @@ class Loader:
             and not self.pin_memory
             and not self.transforms
             and not self.as_tensordict
+            and not self._dtypes
         )
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -352,7 +361,9 @@ class Loader:
             batch.update(extras)
         for t in self.transforms:
             batch = t(batch)
-        return self._finish(batch), end
+        if self._dtypes:  # after the transforms: the keys they make (windows, returns) too
+            batch = self._dtypes.cast(batch)
+        return self._finish(batch, extras), end
 
     def _draw_plain(self) -> tuple[TedBatch, bool]:
         """:meth:`_draw` when :attr:`_plain`: the same batch, with fewer Python steps per batch
@@ -391,12 +402,14 @@ class Loader:
             return torch.from_numpy(indices).to(self._device_source.device), extras
         return indices, extras
 
-    def _finish(self, batch: TedBatch) -> Any:
+    def _finish(self, batch: TedBatch, extras: Iterable[str] = ()) -> Any:
         if self._device_source is not None and not self.transforms:
             out = batch  # tensors on the device already (the sampler's extras too): nothing to do
         else:
             out = to_torch(batch, self.device, pin_memory=self.pin_memory)
-        return to_tensordict(out, self.device) if self.as_tensordict else out
+        if not self.as_tensordict:
+            return out
+        return to_tensordict(torchrl_extras(out, extras), self.device)
 
     def _prepare(self) -> Prepared:
         state = self._stream_state()
