@@ -97,7 +97,5 @@ class DtypePolicy:
 def _floating(name: str, dtype: Any) -> torch.dtype:
     # the casts happen while batches are numpy, so only dtypes numpy has (not bfloat16)
     if dtype not in _NUMPY:
-        raise ValueError(
-            f"{name} must be torch.float16, torch.float32 or torch.float64, got {dtype!r}"
-        )
+        raise ValueError(f"{name} must be torch.float16, torch.float32 or torch.float64, got {dtype!r}")
     return dtype

@@ -14,6 +14,7 @@ carries them there, and a TorchRL loss weights and masks it with no ``set_keys``
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rlds_cli.cache.ted import TedBatch
 
@@ -28,3 +29,16 @@ def torchrl_extras(batch: TedBatch, extras: Iterable[str]) -> TedBatch:
     if not moved:
         return batch
     return TedBatch({(TORCHRL_KEYS[k] if k in moved else k): v for k, v in batch.items()})
+
+
+def drop_padding(td: Any) -> Any:
+    """The real steps of a TensorDict batch of slices: its rows where ``("collector", "mask")``
+    is True, as a one-dimensional batch (a copy; a batch without the mask is returned as is).
+
+    For losses that do not see the mask: TorchRL 0.14.1's ``IQLLoss.qvalue_loss`` reduces over a
+    ``select`` of the batch that leaves the mask out, so its ``loss_qvalue`` counts the padding.
+    On ``drop_padding(td)`` every loss term is the masked one (one-step losses do not need the
+    slice shape; the importance weights travel with their rows).
+    """
+    mask = td.get(("collector", "mask"), None)
+    return td if mask is None else td[mask].exclude(("collector", "mask"))

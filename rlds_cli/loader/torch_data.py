@@ -29,9 +29,9 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
+from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
-from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import to_torch
 from rlds_cli.loader.protocols import Checkpointable, Streamable
 from rlds_cli.loader.protocols import Sampler as IndexSampler
@@ -127,9 +127,8 @@ class TedMapDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         # the Dataset pickles by path; a ring (only while a TedDataLoader starts its workers)
         # travels by file descriptor
-        return {
-            "dataset": self.dataset, "keys": self.keys, "dtypes": self.dtypes, "_source": None, "_ring": self._ring
-        }
+        keep = {"dataset": self.dataset, "keys": self.keys, "dtypes": self.dtypes}
+        return {**keep, "_source": None, "_ring": self._ring}
 
     def _reader(self) -> HostSource:
         if self._source is None:  # opened lazily, in the process (worker) that reads
