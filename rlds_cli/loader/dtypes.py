@@ -28,7 +28,7 @@ from rlds_cli.cache.ted import TedBatch, join_key
 FloatDtype = torch.dtype | Mapping[Any, torch.dtype] | None
 
 #: torch dtype -> numpy dtype, for the casts done while the batch is numpy
-_NUMPY = {
+_NUMPY: dict[torch.dtype, np.dtype] = {
     torch.float16: np.dtype(np.float16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
