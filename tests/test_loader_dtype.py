@@ -63,6 +63,9 @@ def test_float_dtype_reaches_a_float32_model(data: tuple[Dataset, Dataset], in_m
     loader = Loader(f64, 8, seed=0, float_dtype=torch.float32, in_memory=in_memory)
     plain = Loader(f64, 8, seed=0, in_memory=in_memory)
     batch, ref = loader.sample(), plain.sample()
+    if in_memory:  # float64 columns were cast once, into the packed float32 block
+        assert loader._host is not None and loader._host.layout.rows is not None
+        assert {"observation", "action", "next/reward"} <= set(loader._host.layout.offsets)
     for key, value in batch.items():
         want = torch.float32 if ref[key].is_floating_point() else ref[key].dtype
         assert value.dtype == want, key

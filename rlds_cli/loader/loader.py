@@ -235,7 +235,11 @@ class Loader:
         else:
             assert self.dataset is not None
             self._host = HostSource(
-                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack
+                self.dataset,
+                self._unclaimed(self.keys),
+                in_memory=bool(in_memory),
+                pack=pack,
+                float32=self._dtypes.all == torch.float32,  # in RAM, cast once when loading
             )
             self.source = self._host
             self.num_steps, self._episodes = self.dataset.num_steps, None
