@@ -158,9 +158,12 @@ def test_mixture_of_float32_and_float64(data: tuple[Dataset, Dataset]) -> None:
 def test_torch_datasets_cast(data: tuple[Dataset, Dataset]) -> None:
     f64, _ = data
     it = TedIterableDataset(f64, 4, shuffle="uniform", num_batches=2, seed=0, float_dtype=torch.float32)
-    for batch in TedDataLoader(it):
-        assert batch["observation"].dtype == torch.float32 and batch["next", "reward"].dtype == torch.float32
-        assert batch["index"].dtype == torch.int64
+    for workers in (0, 1):  # cast in this process, then in a worker
+        batches = list(TedDataLoader(it, num_workers=workers))
+        assert len(batches) == 2
+        for batch in batches:
+            assert batch["observation"].dtype == torch.float32
+            assert batch["next", "reward"].dtype == torch.float32 and batch["index"].dtype == torch.int64
     mapped = TedMapDataset(f64, float_dtype=torch.float32)
     from rlds_cli.loader.torch_data import collate_ted
 
@@ -168,3 +171,45 @@ def test_torch_datasets_cast(data: tuple[Dataset, Dataset]) -> None:
     assert batch["observation"].dtype == torch.float32
     with pytest.raises(KeyError, match="nope"):
         TedMapDataset(f64, float_dtype={"nope": torch.float32})
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
+def test_minari_float64_dataset_trains_a_float32_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: a Minari dataset written by minari's DataCollector with float64
+    observations (as the MuJoCo datasets store them) reaches a float32 model with float_dtype."""
+    pytest.importorskip("minari")
+    pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
+    import gymnasium as gym
+    from minari import DataCollector
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    monkeypatch.setenv("RLDS_FSYNC", "0")
+    env = gym.wrappers.DtypeObservation(gym.make("Pendulum-v1", max_episode_steps=6), np.float64)
+    collector = DataCollector(env)
+    collector.action_space.seed(0)
+    for i in range(3):
+        collector.reset(seed=i)
+        while True:
+            _, _, term, trunc, _ = collector.step(collector.action_space.sample())
+            if term or trunc:
+                break
+    collector.create_dataset(
+        dataset_id="rlds/pendulum64/random-v0",
+        algorithm_name="random",
+        author="rlds tests",
+        author_email="tests@example.invalid",
+        code_permalink="tests/test_loader_dtype.py",
+        description="float64 observations",
+    )
+    collector.close()
+    convert(tmp_path / "minari" / "rlds/pendulum64/random-v0", "pendulum64", root=tmp_path / "cache")
+    ds = open_dataset("pendulum64", tmp_path / "cache")
+    assert ds.fields["observation"][1] == "float64"
+    batch = Loader(ds, 8, seed=0, float_dtype=torch.float32).sample()
+    assert batch["observation"].dtype == torch.float32 and batch["next", "reward"].dtype == torch.float32
+    model = torch.nn.Linear(3, 1)
+    loss = ((model(batch["observation"]) - batch["next", "reward"]) ** 2).mean()
+    loss.backward()
+    assert model.weight.grad is not None and torch.isfinite(model.weight.grad).all()
