@@ -57,12 +57,14 @@ def test_float64_cache_keeps_its_dtype_by_default(data: tuple[Dataset, Dataset])
         torch.nn.Linear(3, 2)(batch["observation"])
 
 
-@pytest.mark.parametrize("in_memory", [False, True])
-def test_float_dtype_reaches_a_float32_model(data: tuple[Dataset, Dataset], in_memory: bool) -> None:
+@pytest.mark.parametrize("in_memory", [False, True, "device"])
+def test_float_dtype_reaches_a_float32_model(data: tuple[Dataset, Dataset], in_memory: bool | str) -> None:
     f64, _ = data
     loader = Loader(f64, 8, seed=0, float_dtype=torch.float32, in_memory=in_memory)
     plain = Loader(f64, 8, seed=0, in_memory=in_memory)
     batch, ref = loader.sample(), plain.sample()
+    # held as float32 in RAM: nothing left to cast per batch (the plain path, on the host)
+    assert loader._plain is (in_memory is True)
     if in_memory:  # float64 columns were cast once, into the packed float32 block
         assert loader._host is not None and loader._host.layout.rows is not None
         assert {"observation", "action", "next/reward"} <= set(loader._host.layout.offsets)
@@ -102,6 +104,14 @@ def test_float_dtype_covers_transforms_and_tensordict_extras(data: tuple[Dataset
         k: torch.float32 for k, v in batch.items() if v.is_floating_point()
     }
     assert batch["next", "reward"].dtype == torch.float32
+
+
+def test_float32_data_keeps_the_plain_path(data: tuple[Dataset, Dataset]) -> None:
+    _, f32 = data
+    assert Loader(f32, 4, seed=0, float_dtype=torch.float32)._plain  # nothing to cast
+    assert not Loader(f32, 4, seed=0, float_dtype=torch.float64)._plain
+    batch = Loader(f32, 4, seed=0, float_dtype=torch.float64).sample()
+    assert batch["observation"].dtype == torch.float64
 
 
 def test_per_key_float_dtype(data: tuple[Dataset, Dataset]) -> None:

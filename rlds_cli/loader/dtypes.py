@@ -71,6 +71,16 @@ class DtypePolicy:
         np_want = _NUMPY[want]
         return None if np_want == dtype else np_want
 
+    def changes(self, dtypes: Mapping[str, Any]) -> bool:
+        """Whether a batch of keys of these (numpy) ``dtypes`` would have any key cast (the
+        prioritized ``weight``, float32, counts as a float32 key)."""
+        if not self:
+            return False
+        if self.per_key:
+            return True  # checked and applied per batch
+        every = {**dtypes, "weight": np.dtype(np.float32)}
+        return any(self.numpy_target(key, np.dtype(d)) is not None for key, d in every.items())
+
     def check_keys(self, keys: Any) -> None:
         """Refuse a per-key mapping that names keys the batches never have."""
         have = {join_key(k) for k in keys}

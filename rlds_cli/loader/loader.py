@@ -270,7 +270,7 @@ class Loader:
             and not self.pin_memory
             and not self.transforms
             and not self.as_tensordict
-            and not self._dtypes
+            and not self._casts()
         )
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -299,6 +299,14 @@ class Loader:
             raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
         self.seed = getattr(sampler, "seed", None)
         return sampler
+
+    def _casts(self) -> bool:
+        """Whether ``float_dtype`` changes a key of the source's batches (a float32 dataset, or
+        one held as float32 in RAM, needs no cast for ``torch.float32``)."""
+        if self._host is None:
+            return bool(self._dtypes)
+        held = {k: self._host.held_dtype(k) for k in self._host.keys}
+        return self._dtypes.changes(held)
 
     def _epoch_length(self) -> int:
         """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to

@@ -174,6 +174,10 @@ class HostSource:
 
     # ------------------------------------------------------------------ set-up
 
+    def held_dtype(self, key: str) -> np.dtype:
+        """The dtype of ``key`` (a TED key this source reads) in its batches."""
+        return self._held_dtype(self.dataset.fields[key][1])
+
     def _held_dtype(self, stored: str) -> np.dtype:
         """The dtype a column stored as ``stored`` has in this source."""
         dtype = np.dtype(stored)
