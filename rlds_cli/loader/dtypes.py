@@ -38,7 +38,7 @@ _NUMPY: dict[torch.dtype, np.dtype] = {
 class DtypePolicy:
     """A checked ``float_dtype`` (see the module docstring), applied to batches by :meth:`cast`."""
 
-    def __init__(self, float_dtype: FloatDtype) -> None:
+    def __init__(self, float_dtype: FloatDtype, keys: Any = None) -> None:
         self.all: torch.dtype | None = None
         self.per_key: dict[str, torch.dtype] = {}
         if isinstance(float_dtype, torch.dtype):
@@ -51,6 +51,8 @@ class DtypePolicy:
                 "float_dtype must be a torch floating dtype (e.g. torch.float32), a mapping "
                 f"{{key: torch dtype}}, or None; got {float_dtype!r}"
             )
+        if keys is not None and self.per_key:  # the batches' keys, when known up front
+            self.check_keys(keys)
 
     def __bool__(self) -> bool:
         return self.all is not None or bool(self.per_key)
@@ -71,14 +73,15 @@ class DtypePolicy:
         np_want = _NUMPY[want]
         return None if np_want == dtype else np_want
 
-    def changes(self, dtypes: Mapping[str, Any]) -> bool:
-        """Whether a batch of keys of these (numpy) ``dtypes`` would have any key cast (the
-        prioritized ``weight``, float32, counts as a float32 key)."""
+    def changes_host(self, host: Any) -> bool:
+        """Whether a batch of ``host`` (a :class:`~rlds_cli.loader.sources.HostSource`, or
+        ``None``: unknown) would have a key cast: a float32 dataset, or one held as float32 in
+        RAM, needs no cast for ``torch.float32`` (the prioritized ``weight`` is float32 too)."""
         if not self:
             return False
-        if self.per_key:
+        if self.per_key or host is None:
             return True  # checked and applied per batch
-        every = {**dtypes, "weight": np.dtype(np.float32)}
+        every = {**{k: host.held_dtype(k) for k in host.keys}, "weight": np.dtype(np.float32)}
         return any(self.numpy_target(key, np.dtype(d)) is not None for key, d in every.items())
 
     def check_keys(self, keys: Any) -> None:

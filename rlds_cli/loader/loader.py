@@ -234,12 +234,9 @@ class Loader:
             self._gather: Callable[[Any], TedBatch] = given.gather
         else:
             assert self.dataset is not None
+            f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
             self._host = HostSource(
-                self.dataset,
-                self._unclaimed(self.keys),
-                in_memory=bool(in_memory),
-                pack=pack,
-                float32=self._dtypes.all == torch.float32,  # in RAM, cast once when loading
+                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack, float32=f32
             )
             self.source = self._host
             self.num_steps, self._episodes = self.dataset.num_steps, None
@@ -270,7 +267,7 @@ class Loader:
             and not self.pin_memory
             and not self.transforms
             and not self.as_tensordict
-            and not self._casts()
+            and not self._dtypes.changes_host(self._host)
         )
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -299,14 +296,6 @@ class Loader:
             raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
         self.seed = getattr(sampler, "seed", None)
         return sampler
-
-    def _casts(self) -> bool:
-        """Whether ``float_dtype`` changes a key of the source's batches (a float32 dataset, or
-        one held as float32 in RAM, needs no cast for ``torch.float32``)."""
-        if self._host is None:
-            return bool(self._dtypes)
-        held = {k: self._host.held_dtype(k) for k in self._host.keys}
-        return self._dtypes.changes(held)
 
     def _epoch_length(self) -> int:
         """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to
@@ -419,9 +408,7 @@ class Loader:
             out = batch  # tensors on the device already (the sampler's extras too): nothing to do
         else:
             out = to_torch(batch, self.device, pin_memory=self.pin_memory)
-        if not self.as_tensordict:
-            return out
-        return to_tensordict(torchrl_extras(out, extras), self.device)
+        return to_tensordict(torchrl_extras(out, extras), self.device) if self.as_tensordict else out
 
     def _prepare(self) -> Prepared:
         state = self._stream_state()

@@ -52,13 +52,6 @@ def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
         )
 
 
-def _policy(float_dtype: FloatDtype, keys: Iterable[str]) -> DtypePolicy:
-    policy = DtypePolicy(float_dtype)
-    if policy.per_key:
-        policy.check_keys([*keys, "index"])
-    return policy
-
-
 def _open(dataset: str | Dataset, root: str | os.PathLike[str] | None) -> Dataset:
     return dataset if isinstance(dataset, Dataset) else open_dataset(dataset, root)
 
@@ -106,8 +99,7 @@ class TedMapDataset(torch.utils.data.Dataset):
         dataset: A dataset or its name.
         keys: TED keys to read (``None``: all).
         root: Cache root for a name.
-        float_dtype: Cast floating keys to this torch dtype (or ``{key: dtype}``; see
-            :mod:`rlds_cli.loader.dtypes`): in the worker, on the gathered numpy rows.
+        float_dtype: As :class:`TedIterableDataset`'s.
     """
 
     def __init__(
@@ -120,7 +112,7 @@ class TedMapDataset(torch.utils.data.Dataset):
     ) -> None:
         self.dataset = _open(dataset, root)
         self.keys = resolve_keys(self.dataset, keys)
-        self.dtypes = _policy(float_dtype, self.keys)
+        self.dtypes = DtypePolicy(float_dtype, keys=[*self.keys, "index"])
         self._source: HostSource | None = None
         self._ring: BatchRing | None = None  # set by a TedDataLoader for its workers
 
@@ -324,7 +316,7 @@ class TedIterableDataset(IterableDataset):
         self.dataset = _open(dataset, root)
         self.num_steps = self.dataset.num_steps
         self.keys = resolve_keys(self.dataset, keys)
-        self.dtypes = _policy(float_dtype, self.keys)
+        self.dtypes = DtypePolicy(float_dtype, keys=[*self.keys, "index"])
         self.batch_size = positive_int("batch_size", batch_size)
         self.shuffle = shuffle
         self.rank, self.world_size = rank_world(rank, world_size)
