@@ -23,7 +23,7 @@ cache drop possible without root; the hypervisor may still cache the disk).
 
 This module is also ``make bench``'s driver: after its own section it runs the other sections'
 scripts in turn (minari, preprocess, cli, pixel, zarr, loader; ``--only NAME...`` picks some, and
-the extra sections ``framestack`` and ``dataloader`` run only when named).
+the extra sections ``framestack``, ``dataloader`` and ``record`` run only when named).
 
 Usage::
 
@@ -316,8 +316,9 @@ def _timed(label: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
 #: What ``make bench`` runs, in this order (``--only`` picks some).
 SECTIONS = ("conversion", "minari", "preprocess", "cli", "pixel", "zarr", "loader")
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
-#: changes. The pixel section measures both paths again (as they are now) in every ``make bench``.
-EXTRA_SECTIONS = ("framestack", "dataloader")
+#: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
+#: and the recording overhead against Minari's DataCollector (issue 25).
+EXTRA_SECTIONS = ("framestack", "dataloader", "record")
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -510,6 +511,15 @@ def run_loader(args: argparse.Namespace) -> int:
     return loader_bench.main(lb_argv)
 
 
+def run_record(args: argparse.Namespace) -> int:
+    """Recording overhead per step: RecordEpisodes + DatasetWriter vs Minari's DataCollector
+    (benchmarks/record_bench.py)."""
+    import record_bench
+
+    record_bench.main(_section_argv(args, args.work.resolve() / "record"))
+    return 0
+
+
 RUNNERS = {
     "conversion": run_conversion,
     "minari": run_minari,
@@ -520,6 +530,7 @@ RUNNERS = {
     "framestack": run_framestack,
     "dataloader": run_dataloader,
     "loader": run_loader,
+    "record": run_record,
 }
 
 

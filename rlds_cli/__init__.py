@@ -32,6 +32,15 @@ _LAZY = {
     "registry_status": "rlds_cli.catalog",
     "CachedDataset": "rlds_cli.catalog",
     "RegistryDataset": "rlds_cli.catalog",
+    "DatasetWriter": "rlds_cli.write.writer",
+    "compact": "rlds_cli.write.compact",
+    "record": "rlds_cli.recording.recorder",
+    "RecordEpisodes": "rlds_cli.recording.wrapper",
+    "normalized_score": "rlds_cli.scores",
+    "reference_scores": "rlds_cli.scores",
+    "ReferenceScores": "rlds_cli.scores",
+    "NormalizationStats": "rlds_cli.normalization",
+    "RecordedEnvSpec": "rlds_cli.envspec",
 }
 
 __all__ = ["__version__", *_LAZY]

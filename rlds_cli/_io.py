@@ -1,5 +1,6 @@
 """Small file helpers shared by every writer: replace a file (or folder) whole or not at all,
-make bytes and renames durable, hash a file, check the free space before a download.
+make bytes and renames durable, hash a file, check the free space before a download, measure
+the disk a file or a folder uses.
 
 Nothing here imports the rest of rlds but its errors, so any layer may use it. Whether to fsync
 is the caller's decision (most pass :func:`rlds_cli.settings.fsync_enabled`, ``RLDS_FSYNC``).
@@ -113,3 +114,23 @@ def check_disk(directory: Path, needed: int, what: str) -> None:
             f"not enough disk space in {directory}: {what} needs {needed:,} bytes and "
             f"{free:,} are free (plus {DISK_MARGIN // 2**20} MiB kept spare)"
         )
+
+
+def file_bytes(path: Path) -> int:
+    """Bytes a file takes on disk: its allocated blocks, which is less than its length for a
+    sparse file (a preallocated memmap column not yet written) and more for a tiny file.
+    ``st_size`` where the platform reports no blocks (Windows)."""
+    st = path.stat()
+    blocks = getattr(st, "st_blocks", None)
+    return st.st_size if blocks is None else blocks * 512
+
+
+def tree_bytes(path: Path) -> int:
+    """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed).
+    This is the one measure of "size" of everything in a local cache: ``rlds list``, ``rlds
+    inspect`` (a dataset and each of its keys), ``rlds du``, ``rm`` and ``gc`` all count with it."""
+    if path.is_file():
+        return file_bytes(path)
+    if not path.is_dir():
+        return 0
+    return sum(file_bytes(p) for p in path.rglob("*") if p.is_file() and not p.is_symlink())

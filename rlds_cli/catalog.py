@@ -34,7 +34,8 @@ class CachedDataset:
     name: str
     num_steps: int
     num_episodes: int
-    #: Disk use of its directory (allocated blocks, as ``du`` counts them).
+    #: Disk use of its directory (allocated blocks, as ``du`` counts them): the figure ``rlds
+    #: inspect`` shows too (:meth:`rlds_cli.Dataset.size_bytes`).
     size_bytes: int
     #: Storage: ``memmap`` or ``zarr``.
     backend: str
@@ -109,15 +110,15 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
         root: Cache root (a path or a :class:`~rlds_cli.cache.root.CacheRoot`; default: the
             configured one).
     """
-    from rlds_cli.cache.manage import tree_bytes
-    from rlds_cli.registry import matches
+    from rlds_cli._io import tree_bytes
+    from rlds_cli.matching import matches
 
     cache = _cache(root)
     return [
         CachedDataset(
             name=m.name,
-            num_steps=m.num_steps,
-            num_episodes=m.num_episodes,
+            num_steps=counts[0],
+            num_episodes=counts[1],
             size_bytes=tree_bytes(cache.dataset_dir(m.name)),
             backend=m.backend,
             source=_source_label(m.source),
@@ -127,7 +128,25 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
         )
         for m in cache.iter_manifests()
         if pattern is None or matches(pattern, m.name)
+        for counts in (_counts(cache, m),)
     ]
+
+
+def _counts(cache: CacheRoot, m: Any) -> tuple[int, int]:
+    """Steps and episodes of a dataset: its manifest's, or for a growing dataset (whose head
+    manifest holds none) those of its view now."""
+    from rlds_cli.cache.layout import SEGMENTED_LAYOUT
+
+    if m.layout != SEGMENTED_LAYOUT:
+        return m.num_steps, m.num_episodes
+    from rlds_cli.cache.growing import GrowingDataset
+    from rlds_cli.errors import CacheError
+
+    try:
+        ds = GrowingDataset(cache.dataset_dir(m.name), m)
+    except CacheError:  # being compacted or damaged: 'rlds inspect' says which
+        return m.num_steps, m.num_episodes
+    return ds.num_steps, ds.num_episodes
 
 
 def _source_label(source: dict[str, Any]) -> str:
@@ -135,6 +154,8 @@ def _source_label(source: dict[str, Any]) -> str:
     if source.get("format") == "view":
         a, b = source.get("episodes") or ("", "")
         return f"{source.get('parent', '')} episodes {a}:{b}"
+    if source.get("format") == "rlds-writer":
+        return "growing (DatasetWriter)"
     return str(source.get("id") or source.get("path", ""))
 
 

@@ -111,6 +111,27 @@ class InvalidKeyError(CacheError, ValueError):
     )
 
 
+class EpisodeFormatError(CacheError, ValueError):
+    """An episode or step given to :class:`rlds_cli.DatasetWriter` that breaks the TED rules
+    (wrong shape or dtype, non-bool or NaN flags, no steps, no final observation, lengths that
+    differ, a key given twice): nothing of it is written."""
+
+    default_hint = (
+        "pass TED keys (observation, action, next/observation, next/reward, next/terminated, "
+        "next/truncated as bool) with one row per step; nothing of this episode was written"
+    )
+
+
+class SchemaMismatchError(CacheError, ValueError):
+    """An episode, or a writer, whose keys, shapes or dtypes differ from the growing dataset's
+    schema (fixed by its first episode), or a dataset that cannot be appended to."""
+
+    default_hint = (
+        "write the same keys, shapes and dtypes as the dataset's first episode ('rlds inspect NAME'), "
+        "or write to a new dataset name"
+    )
+
+
 class CacheLocationError(CacheError, NotADirectoryError):
     """The cache root is not a usable directory (e.g. ``RLDS_HOME`` names a file)."""
 
@@ -322,6 +343,30 @@ class MissingExtraError(RldsError, ImportError):
     """An optional dependency (an extra of rlds-cli) is not installed."""
 
 
+class NoEnvSpecError(RldsError, LookupError):
+    """A dataset records no environment (``Dataset.recover_environment()`` has nothing to make)."""
+
+    default_hint = (
+        "only datasets whose source names its environment have one (Minari's env_spec, a D4RL "
+        "registry id); make the environment yourself with gymnasium.make(ID)"
+    )
+
+
+class EnvironmentUnavailableError(RldsError, RuntimeError):
+    """The environment a dataset records cannot be made here (its id is not registered with
+    gymnasium, or its spec cannot be read)."""
+
+
+class NoReferenceScoresError(RldsError, LookupError):
+    """No reference scores (D4RL's ``REF_MIN_SCORE``/``REF_MAX_SCORE``, Minari's
+    ``ref_min_score``/``ref_max_score``) are known for a dataset."""
+
+    default_hint = (
+        "normalized scores exist only for D4RL ids with reference scores in the registry and "
+        "Minari datasets whose metadata has ref_min_score and ref_max_score"
+    )
+
+
 class ExportError(RldsError, ValueError):
     """An export cannot be written (the target exists, or the data has no place in the format)."""
 
@@ -381,6 +426,16 @@ class SeedError(RldsError, ValueError):
     """A bad seed, or ``seed=None`` where the ranks of a run cannot agree on a fresh one."""
 
     default_hint = "pass seed= (the same on every rank), or set RLDS_SEED"
+
+
+# --------------------------------------------------------------------------- recording
+
+
+class RecordingError(RldsError, ValueError):
+    """Bad input to recording from an environment: a space rlds cannot store, a value outside its
+    space, an info key that comes and goes, or bad arguments to ``record``."""
+
+    default_hint = "see docs/recording.md for what record() and RecordEpisodes accept"
 
 
 # --------------------------------------------------------------------------- OS errors

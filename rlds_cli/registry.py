@@ -56,7 +56,6 @@ URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the 
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import itertools
 import re
 import string
@@ -70,6 +69,8 @@ from typing import Any
 
 from rlds_cli import settings
 from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
+from rlds_cli.matching import match_rank
+from rlds_cli.matching import matches as matches  # its old home: callers of registry.matches keep working
 
 BUNDLED_SCHEME = "bundled:"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -500,19 +501,17 @@ def suggestions(name: str, limit: int = 3) -> list[str]:
     return [by_lower[c] for c in close]
 
 
-def matches(pattern: str, *texts: str) -> bool:
-    """Whether any of ``texts`` matches ``pattern``, ignoring case: as a glob over the whole text
-    when the pattern holds ``*``, ``?`` or ``[`` (``D4RL/door/*``), else as a substring."""
-    needle = pattern.lower()
-    if any(ch in pattern for ch in "*?["):
-        return any(fnmatch.fnmatchcase(t.lower(), needle) for t in texts)
-    return any(needle in t.lower() for t in texts)
-
-
 def search(pattern: str) -> list[RegistryEntry]:
-    """Entries whose id, an alias or the description matches ``pattern`` (see :func:`matches`),
-    sorted by id."""
-    return [e for e in entries() if matches(pattern, e.id, *e.aliases, e.description)]
+    """Entries whose id, an alias or the description matches ``pattern`` (see
+    :func:`rlds_cli.matching.matches`), best matches first (:func:`rlds_cli.matching.match_rank`:
+    the id itself, ids that start with it, ids where it starts a word, ids that merely contain
+    it, then descriptions), by id within a rank."""
+    ranked = [
+        (rank, e.id, e)
+        for e in entries()
+        if (rank := match_rank(pattern, [e.id, *e.aliases], e.description)) is not None
+    ]
+    return [e for _, _, e in sorted(ranked, key=lambda r: r[:2])]
 
 
 def is_known(dataset_id: str) -> bool:

@@ -100,7 +100,13 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
 
 
 def stored_key_bytes(ds: Dataset, key: str) -> int:
-    """Bytes one stored key uses on disk (its .npy file or its zarr array directory)."""
+    """Bytes of one stored key's files (its .npy file or its zarr array directory): their
+    lengths, what its codec wrote, so ``logical / stored`` is the compression ratio. The
+    dataset's size (:meth:`~rlds_cli.Dataset.size_bytes`) is disk use instead: allocated
+    blocks, which round each small file up to a whole block."""
+    parts = getattr(ds, "segment_datasets", None)  # a growing dataset: its segments' files
+    if parts is not None:
+        return sum(stored_key_bytes(part, key) for part in parts())
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
     if npy.is_file():
@@ -141,7 +147,12 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         if statistics:
             entry["stats"] = key_statistics(ds, key)
     returns = episode_returns(ds)
+    from rlds_cli.scores import dataset_scores
+
+    env, scores = ds.env_spec, dataset_scores(ds)
+    growth = getattr(ds, "growth", None)
     return {
+        **({"growing": growth()} if growth is not None else {}),
         "name": m.name,
         "path": str(ds.directory),
         "backend": m.backend,
@@ -159,6 +170,10 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         "episodes_truncated": int((truncated & ~terminated).sum()),
         "final_observations_synthesized": int((~ds.episodes["final_known"]).sum()),
         "source": m.source,
+        # the environment the data was recorded in (Dataset.recover_environment makes it) and the
+        # reference returns of normalized scores; None when unknown
+        "env": env.to_dict() if env is not None else None,
+        "reference_scores": scores.to_dict() if scores is not None else None,
         "conversion": m.conversion,
         "lineage": m.lineage,
         "content_digest": m.content_digest,

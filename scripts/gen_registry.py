@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import textwrap
 import urllib.parse
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a file: its sibling module
+from d4rl_ref_scores import SOURCE as REF_SCORES_SOURCE
+from d4rl_ref_scores import reference_scores
 
 DEFAULT_NOTES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "datasets.md"
 HF = "https://huggingface.co/datasets"
@@ -77,6 +82,8 @@ def entry(
     for key, value in (fields or {}).items():
         if isinstance(value, bool):
             lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, float):  # repr is a valid TOML float (12135.0, -0.8503839912088142)
+            lines.append(f"{key} = {value!r}")
         elif isinstance(value, int):
             lines.append(f"{key} = {value}")
         elif isinstance(value, dict):
@@ -118,7 +125,9 @@ def d4rl(block: str) -> tuple[str, int]:
             "pytorch/rl torchrl/data/datasets/d4rl_infos.py@ae9719f1 (literal URLs), checked against "
             "Farama-Foundation/D4RL@89141a68; max_episode_steps from d4rl's register() calls. The ids "
             "are the same in D4RL and TorchRL (D4RLExperienceReplay). Plain http only: the server has "
-            "no https. Several ids share one file (e.g. *-human-v0 and *-human-longhorizon-v0).",
+            "no https. Several ids share one file (e.g. *-human-v0 and *-human-longhorizon-v0). "
+            f"ref_min_score/ref_max_score (normalized scores): {REF_SCORES_SOURCE}, transcribed in "
+            "scripts/d4rl_ref_scores.py; ids that file does not name have none.",
         )
     ]
     by_id: dict[str, tuple[str, int]] = {}
@@ -131,8 +140,10 @@ def d4rl(block: str) -> tuple[str, int]:
             base = cells[0].split("`")[1]
             task = dataset_id.split("-")[0]
             by_id[dataset_id] = (by_id[base][0], long_horizon[task])
+    scores = reference_scores()
     for dataset_id, (url, steps) in by_id.items():
         name = url.rsplit("/", 1)[1]
+        ref = scores.get(dataset_id)
         out.append(
             entry(
                 dataset_id,
@@ -146,6 +157,7 @@ def d4rl(block: str) -> tuple[str, int]:
                     "max_episode_steps": steps,
                     "ids": {"d4rl": dataset_id, "torchrl": dataset_id},
                     "url_status": "literal",
+                    **({"ref_min_score": ref[0], "ref_max_score": ref[1]} if ref else {}),
                 },
             )
         )

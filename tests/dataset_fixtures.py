@@ -11,7 +11,9 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.formats.base import StepBlock
 
 
-def make_dataset(name: str, lengths: list[int], *, backend: str = "memmap", terminated: bool = True) -> None:
+def make_dataset(
+    name: str, lengths: list[int], *, backend: str = "memmap", terminated: bool = True, replace: bool = False
+) -> None:
     """Episodes of the given lengths; step t (global) has observation [t, 10 t] (+ 0.5 for an
     episode's final observation), action [t / 2], reward t + 1. Odd episodes are truncated."""
     steps = sum(lengths)
@@ -35,7 +37,7 @@ def make_dataset(name: str, lengths: list[int], *, backend: str = "memmap", term
         observations={"observation": np.concatenate(obs)},
         ends=np.asarray(ends) - 0,
     )
-    with DatasetBuilder(name, backend=backend) as builder:
+    with DatasetBuilder(name, backend=backend, replace=replace) as builder:
         builder.append(block)
         builder.commit()
 

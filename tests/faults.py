@@ -2,11 +2,12 @@
 
 A *step* is one call that changes what is on disk or makes it durable: ``os.replace``,
 ``os.rename``, ``os.unlink``/``os.remove``, ``os.rmdir``, ``os.mkdir``, ``os.fsync``,
-``os.posix_fallocate`` and the cache's atomic exchange. :func:`count_steps` runs the operation
-to the end and counts them; :func:`kill_at` runs it again and ends the process with
-``os._exit(137)`` (no cleanup, no ``finally``, no ``atexit``: what SIGKILL does) just before
-step ``k``. Tests enumerate ``k = 1 .. count`` and check what each kill leaves, so every bad
-moment of publish, resume and cleanup is tried, not only random ones.
+``os.posix_fallocate``, the cache's atomic exchange and the append of a commit-log record.
+:func:`count_steps` runs the operation to the end and counts them; :func:`kill_at` runs it
+again and ends the process with ``os._exit(137)`` (no cleanup, no ``finally``, no
+``atexit``: what SIGKILL does) just before step ``k``. Tests enumerate ``k = 1 .. count`` and
+check what each kill leaves, so every bad moment of publish, resume and cleanup is tried, not
+only random ones.
 
 The child is forked, so it starts in microseconds with everything the test imported; the
 operation must not need threads started before the fork.
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import rlds_cli.cache.commit_log as commit_log
 import rlds_cli.cache.root as cache_root
 
 KILLED = 137
@@ -45,6 +47,7 @@ def _stepping(on_step: Callable[[str, tuple[Any, ...]], None]) -> Iterator[None]
         if hasattr(os, name):
             wrap(os, name)
     wrap(cache_root, "exchange_paths")
+    wrap(commit_log, "append")  # a growing dataset's commit: one O_APPEND write of a record
     try:
         yield
     finally:

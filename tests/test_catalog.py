@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli import catalog
+from rlds_cli.cli._output import human_bytes
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.download import download
@@ -109,3 +110,22 @@ def test_registry_status(isolated_cache: Path) -> None:
 
     with pytest.raises(UnknownDatasetIdError):
         catalog.registry_status("no-such-dataset-v0")
+
+
+def test_list_and_inspect_show_one_size(isolated_cache: Path, golden_file: Path) -> None:
+    """One dataset has one size: ``rlds list`` and ``rlds inspect`` (and ``rlds du``) show the
+    same figure, its directory's disk use in allocated blocks, for memmap, zarr and a view."""
+    convert(golden_file, "golden")
+    convert(golden_file, "golden-zarr", backend="zarr")
+    CliRunner().invoke(app, ["split", "golden", "--val", "0.34"])
+    listed = {row["name"]: row["size_bytes"] for row in cli_json("list")["datasets"]}  # type: ignore[index, union-attr]
+    assert set(listed) == {"golden", "golden-zarr", "golden-train", "golden-val"}
+    usage = cli_json("du")["datasets"]
+    for name, size in listed.items():
+        directory = isolated_cache / "datasets" / name
+        blocks = sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
+        assert size == blocks == cli_json("inspect", name)["size_bytes"] == usage[name]  # type: ignore[index]
+        assert rlds_cli.open_dataset(name).size_bytes() == size
+        human = CliRunner().invoke(app, ["inspect", name, "--no-stats"]).stdout.splitlines()[0]
+        assert f"{human_bytes(size)} on disk" in human, human
+        assert human.endswith(str(directory)), human  # the path whole on the first line, not wrapped

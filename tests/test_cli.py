@@ -143,7 +143,9 @@ def test_download_then_inspect_json_golden(tmp_path: Path, isolated_cache: Path,
     assert info["fields"] == GOLDEN_FIELDS
     assert list(info["fields"]) == list(GOLDEN_FIELDS)  # next/* after the others, sorted
     assert info["size_bytes"] > 0
-    assert info["size_bytes"] == sum(p.stat().st_size for p in Path(info["path"]).rglob("*") if p.is_file())
+    # disk use, as `du` and `rlds list` count it: allocated blocks
+    files = [p for p in Path(info["path"]).rglob("*") if p.is_file()]
+    assert info["size_bytes"] == sum(p.stat().st_blocks * 512 for p in files)
     assert info["episodes_terminated"] == exp["episodes_terminated"]
     assert info["episodes_truncated"] == exp["episodes_truncated"]
     assert info["final_observations_synthesized"] == exp["final_observations_synthesized"]
@@ -546,6 +548,7 @@ def test_no_args_shows_help() -> None:
 # --------------------------------------------------------------------------- demo
 
 
+@pytest.mark.console_widths(80, 40)  # a pipe's width: nothing may break at it
 def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
     root = tmp_path / "demo-root"
     first = ok("demo", "--root", root, "--batches", "2", "--batch-size", "8").stdout
@@ -561,7 +564,9 @@ def test_demo_runs_and_reuses(tmp_path: Path, isolated_cache: Path) -> None:
     assert "steps 5,000   episodes 94" in first
     assert "batch 0: action (8, 2), observation (8, 6), next/observation (8, 6), next/reward (8, 1)" in first
     assert "batch 1: " in first and "batch 2: " not in first
-    assert f"demo done: cache at {root}" in first
+    batch_lines = [line for line in first.splitlines() if line.startswith("batch ")]
+    assert len(batch_lines) == 2 and all(line.endswith(" episodes") for line in batch_lines)  # unwrapped
+    assert f"demo done: cache at {root}\n" in first
     assert not (isolated_cache / "datasets").exists()  # --root was honoured
     manifest = (path / "manifest.json").read_bytes()
 

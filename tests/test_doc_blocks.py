@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -183,6 +185,61 @@ def test_skipped_blocks_are_few_and_say_why() -> None:
     skipped = [b for p in PAGES for b in blocks(p) if "skip" in b.options]
     assert all(b.options["skip"] for b in skipped), [b.where for b in skipped if not b.options["skip"]]
     assert len(skipped) <= 3, [b.where for b in skipped]
+
+
+def _datasets_downloaded(script: str) -> set[str]:
+    """The cache names the ``rlds download`` lines of a script make: ``--name``, else the id."""
+    names: set[str] = set()
+    for line in script.splitlines():
+        if not line.startswith("rlds download "):
+            continue
+        args = shlex.split(line.split(" #")[0])[2:]
+        if "--name" in args:
+            names.add(args[args.index("--name") + 1])
+        else:
+            names.update(a for a in args[:1] if not a.startswith("-"))
+    return names
+
+
+def _stranded(pages: list[Path]) -> list[str]:
+    """``page:line: name`` for each block that uses a dataset only a ``network`` block made."""
+    stranded: list[str] = []
+    for page in pages:
+        online: set[str] = set()
+        for block in blocks(page):
+            if block.language not in ("bash", "python") or "skip" in block.options:
+                continue
+            code = runnable_script(block) if block.language == "bash" else block.code
+            if "network" in block.options:
+                online |= _datasets_downloaded(code)
+                continue
+            online -= _datasets_downloaded(code)  # made offline too, from then on
+            stranded += [
+                f"{block.where}: {name}"
+                for name in sorted(online)
+                if re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", code)
+            ]
+    return stranded
+
+
+def test_pages_can_be_followed_offline() -> None:
+    """A reader without a network skips the blocks marked ``network``: no later block may use a
+    dataset that only such a block downloads (getting-started once converted an offline file,
+    then inspected and opened ``hopper-medium-v2``, which only its download made)."""
+    assert _stranded(PAGES) == [], "blocks that need a dataset only a network block downloads"
+
+
+def test_the_offline_check_finds_a_stranded_dataset(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- doc-test: network -->\n```bash\nrlds download hopper-medium-v2\n```\n\n"
+        "```python\nds = rlds_cli.open_dataset('hopper-medium-v2')\n```\n\n"
+        "```bash\nrlds download ./f.hdf5 --name hopper-medium-v2\nrlds inspect hopper-medium-v2\n```\n",
+        encoding="utf-8",
+    )
+    assert _stranded([page]) == ["page.md:6: hopper-medium-v2"]  # the last block makes it offline
+    assert _datasets_downloaded("rlds download ./f.hdf5 --format d4rl --name my-data  # x") == {"my-data"}
+    assert _datasets_downloaded("rlds download 'DAPG(expert)/door_v2d-v1'") == {"DAPG(expert)/door_v2d-v1"}
 
 
 def test_fenced_code_has_a_language() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from collections import Counter
 from pathlib import Path
 
 from rlds_cli.cli.reference import command_names, render
@@ -33,3 +35,41 @@ def test_readme_opens_with_the_two_commands() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     block = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
     assert block[0].startswith("make demo") and block[1].startswith("make test")
+
+
+def test_torchrl_extra_installs_torchrl_and_tensordict() -> None:
+    """The ``torchrl`` extra brings both packages the TorchRL interop imports, in ranges the
+    installed (tested) versions satisfy."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        extra = tomllib.load(fh)["project"]["optional-dependencies"]["torchrl"]
+    requirements = {r.name: r for r in map(Requirement, extra)}
+    assert set(requirements) == {"torchrl", "tensordict"}
+    for name, requirement in requirements.items():
+        assert requirement.specifier.contains(version(name)), (name, str(requirement.specifier))
+
+
+def test_readme_registry_figure_is_the_registrys() -> None:
+    """"The registry knows N datasets" in the README is the packaged registry's number of ids
+    (one dataset each, aliases not counted), the figure ``rlds list --remote`` opens with; the
+    per-file counts of docs/downloads.md add up to it."""
+    from typer.testing import CliRunner
+
+    from rlds_cli import registry
+    from rlds_cli.cli.app import app
+
+    ids = [e.id for e in registry.entries()]
+    assert len(ids) == len(set(ids))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    figure = re.search(r"The registry knows ([\d,]+) datasets", readme)
+    assert figure, "README.md no longer says how many datasets the registry knows"
+    assert int(figure.group(1).replace(",", "")) == len(ids)
+    listing = CliRunner().invoke(app, ["list", "--remote"])
+    assert listing.exit_code == 0
+    assert listing.stdout.splitlines()[0] == f"{len(ids)} dataset(s) in the registry"
+    table = re.findall(r"^\| `(\w+\.toml)` \| (\d+) \|", (ROOT / "docs" / "downloads.md").read_text(), re.M)
+    by_file = Counter(Path(entry.origin).name for entry in registry.entries())
+    assert {name: int(n) for name, n in table} == by_file

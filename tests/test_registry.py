@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli import registry
+from rlds_cli import matching, registry
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.download import download
@@ -369,6 +369,48 @@ def test_search_by_substring_glob_alias_and_description() -> None:
     assert registry.search("no-such-thing-anywhere") == []
     assert registry.matches("a*c", "ABC") and not registry.matches("a*c", "abcd")
     assert registry.matches("b", "abc") and not registry.matches("x", "abc", "def")
+
+
+def test_search_ranks_whole_words_before_letters_inside_a_word() -> None:
+    """``hopper`` lists the Hopper datasets first, ChopperCommand (whose id only contains the
+    letters) after every id where the word starts, and description-only matches last."""
+    ids = [e.id for e in registry.search("hopper")]
+    chopper = [i for i in ids if "ChopperCommand" in i]
+    assert chopper and ids[-len(chopper) :] == sorted(chopper)
+    first = ids[: len(ids) - len(chopper)]
+    prefix = [i for i in first if i.startswith("hopper")]
+    assert first[: len(prefix)] == sorted(prefix) and "hopper-medium-v2" in prefix
+    assert {"bullet-hopper-medium-v0", "mujoco/hopper/expert-v0"} <= set(first[len(prefix) :])
+    # an exact id or alias comes first of all, whatever its name sorts as
+    assert next(e.id for e in registry.search("demo")) == DEMO_ID
+    exact = [e.id for e in registry.search("hopper-medium-v2")]
+    assert exact[0] == "hopper-medium-v2"
+    # a word that only descriptions hold is found, after every id that holds it
+    suite = [e.id for e in registry.search("suite")]
+    assert suite and all(registry.resolve(i).description for i in suite)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "names", "description", "rank"),
+    [
+        ("hopper-medium-v2", ["hopper-medium-v2"], "", matching.EXACT),
+        ("DEMO", ["pointmass-demo-v0", "demo"], "", matching.EXACT),  # an alias, any case
+        ("hopper", ["hopper-medium-v2"], "", matching.PREFIX),
+        ("hopper", ["bullet-hopper-medium-v0"], "", matching.WORD),
+        ("hopper", ["D4RL/hopper/x"], "", matching.WORD),
+        ("command", ["atari_dqn/ChopperCommand/1"], "", matching.WORD),  # a capital starts a word
+        ("hopper", ["atari_dqn/ChopperCommand/1"], "", matching.INSIDE),
+        ("suite", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION_WORD),
+        ("ujoco", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION),
+        ("walker", ["x"], "D4RL, gym_mujoco suite", None),
+        ("mujoco/h*", ["mujoco/hopper/simple-v0"], "", matching.EXACT),  # a glob: whole names
+        ("*suite", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION),
+        ("mujoco/h*", ["x/mujoco/hopper"], "", None),
+    ],
+)
+def test_match_rank(pattern: str, names: list[str], description: str, rank: int | None) -> None:
+    assert matching.match_rank(pattern, names, description) == rank
+    assert matching.matches(pattern, *names, description) == (rank is not None)
 
 
 def test_did_you_mean() -> None:

@@ -8,10 +8,10 @@ in use:
   are appended as they stream in; the header is written with room to spare and patched with
   the final row count when the column is closed.
 * ``zarr``: one zarr v3 group at ``arrays/`` with one array per key, chunked along time in
-  small chunks (about 64 KiB, so a random row decodes little) grouped into shards (about 16 MiB
-  per file) and compressed with Blosc/LZ4 + byte shuffle (fast to decode, which matters more
-  for sampling than the last percent of ratio). Datasets written before sharding (512 KiB
-  chunks, one file each) keep reading.
+  small chunks (about 16 KiB, so a random row decodes little) grouped into shards (about 16 MiB
+  per file; a smaller column is one shard of just its chunks) and compressed with Blosc/LZ4 +
+  byte shuffle (fast to decode, which matters more for sampling than the last percent of
+  ratio). Datasets written before sharding (512 KiB chunks, one file each) keep reading.
 
 Besides appending, a column can be preallocated at its final size and then written region by
 region (:meth:`Backend.preallocate`, :meth:`Backend.open_region`): parallel workers each fill
@@ -331,6 +331,19 @@ def zarr_shard_rows(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
     return chunk * int(max(1, min(ZARR_MAX_CHUNKS_PER_SHARD, ZARR_SHARD_BYTES // (chunk * row_bytes))))
 
 
+def zarr_fitted_shard_rows(dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
+    """Rows per shard of an array of ``rows`` rows: :func:`zarr_shard_rows`, or, when the whole
+    array fits in one shard, just the whole chunks that hold it. A shard's index has an entry
+    (16 bytes) for every chunk the shard could hold, stored or not: a 5,000-row column in a
+    1,024-chunk shard carried 16 KiB of index for its 5 chunks, which made the zarr copy of the
+    demo (8 columns) larger than the memmap one."""
+    full = zarr_shard_rows(dtype, row_shape)
+    if not full or rows <= 0 or rows >= full:
+        return full
+    chunk = zarr_chunk_rows(dtype, row_shape)
+    return -(-rows // chunk) * chunk
+
+
 class ZarrColumnWriter(ColumnWriter):
     """Stages rows in one fixed buffer of whole chunks (of a whole shard, for a sharded array)
     and writes it when full, so no chunk or shard is ever rewritten and the same buffer is
@@ -339,8 +352,16 @@ class ZarrColumnWriter(ColumnWriter):
     #: Chunks staged before a write, for an array without shards.
     STAGE_CHUNKS = 8
 
-    def __init__(self, array: Any, row_shape: tuple[int, ...], where: Path | None = None) -> None:
+    def __init__(
+        self,
+        array: Any,
+        row_shape: tuple[int, ...],
+        where: Path | None = None,
+        refit: Callable[[int], Any] | None = None,
+    ) -> None:
         self.array = array
+        #: Makes the (still empty) array again with its shard fitted to a row count (see close).
+        self._refit = refit
         self.row_shape = row_shape
         shards = getattr(array, "shards", None)
         # a write of whole shards: a shard is written once, never read back to merge
@@ -454,6 +475,11 @@ class ZarrColumnWriter(ColumnWriter):
         return True
 
     def close(self, *, fsync: bool) -> int:
+        if self._refit is not None and self._where is not None and not self.rows and self._staged:
+            # the whole column is staged and smaller than a shard: before its one shard is
+            # written, give the array a shard of just the chunks it needs (a smaller index)
+            self.array = self._refit(self._staged)
+            self.stage_rows = int(self.array.shards[0])
         self._flush()
         self._stage = None
         if self._where is not None:  # the shards were written directly: give the array its shape
@@ -587,7 +613,11 @@ class ZarrBackend(Backend):
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
     ) -> ColumnWriter:
         array = self._create_array(dataset_dir, key, dtype, row_shape, 0)
-        return ZarrColumnWriter(array, tuple(row_shape), _key_path(dataset_dir, key, ""))
+
+        def refit(rows: int) -> Any:
+            return self._create_array(dataset_dir, key, dtype, row_shape, 0, fit_rows=rows)
+
+        return ZarrColumnWriter(array, tuple(row_shape), _key_path(dataset_dir, key, ""), refit)
 
     def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
         # a region writes whole files: whole shards (each written once, by one writer), or
@@ -632,14 +662,23 @@ class ZarrBackend(Backend):
         return None
 
     def _create_array(
-        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+        self,
+        dataset_dir: Path,
+        key: str,
+        dtype: np.dtype,
+        row_shape: tuple[int, ...],
+        rows: int,
+        *,
+        fit_rows: int | None = None,
     ) -> Any:
+        """An array of ``rows`` rows (0: appended to), its shard fitted to ``fit_rows`` (default
+        ``rows``), replacing the empty array made before when ``fit_rows`` is given."""
         from zarr.codecs import BloscCodec
 
         _key_path(dataset_dir, key, "")  # refuses a key that is no safe path, before any write
         group = self._group(dataset_dir, "a")
         chunks = (zarr_chunk_rows(dtype, row_shape), *row_shape)
-        shard_rows = zarr_shard_rows(dtype, row_shape)
+        shard_rows = zarr_fitted_shard_rows(dtype, row_shape, rows if fit_rows is None else fit_rows)
         return group.create_array(
             key,
             shape=(rows, *row_shape),
@@ -652,6 +691,7 @@ class ZarrBackend(Backend):
             # zeros (and writing skips comparing every chunk with the fill value)
             config={"write_empty_chunks": True},
             attributes={ALL_CHUNKS_ATTR: True},
+            overwrite=fit_rows is not None,
         )
 
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:

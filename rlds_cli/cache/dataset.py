@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli._io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
@@ -26,6 +27,9 @@ from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.cache.views import SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
+
+if TYPE_CHECKING:
+    from rlds_cli.envspec import RecordedEnvSpec
 
 
 def _identity(directory: Path) -> tuple[int, int, int] | None:
@@ -135,9 +139,38 @@ class Dataset:
         self._check_not_replaced()
         return arrays
 
+    @property
+    def env_spec(self) -> RecordedEnvSpec | None:
+        """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
+        gymnasium spec and where it came from), or ``None`` when the dataset records none. See
+        :mod:`rlds_cli.envspec` for the places it is read from; a view has its parent's."""
+        from rlds_cli.envspec import dataset_env_spec
+
+        return dataset_env_spec(self)
+
+    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
+        """Make the gymnasium environment the data was recorded in, as Minari's
+        ``recover_environment`` does (``gymnasium.make(spec, **kwargs)``).
+
+        Args:
+            eval_env: Make the environment meant for evaluation when the source names one
+                (Minari's ``eval_env_spec``), else the recording one.
+            **kwargs: Passed to ``gymnasium.make`` (``render_mode="rgb_array"``, ...).
+
+        Raises:
+            NoEnvSpecError: The dataset records no environment.
+            MissingExtraError: gymnasium or a package the environment needs is not installed.
+            EnvironmentUnavailableError: The environment id is not registered with gymnasium.
+        """
+        from rlds_cli.envspec import recover_environment
+
+        return recover_environment(self, eval_env, **kwargs)
+
     def size_bytes(self) -> int:
-        """Bytes the dataset uses on disk."""
-        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+        """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds
+        list`` count them (:func:`rlds_cli._io.tree_bytes`). A view counts its own small
+        directory, not its parent's arrays."""
+        return tree_bytes(self.directory)
 
     def check_files(self) -> list[str]:
         """Every stored file there at its full size (memmap files, every zarr chunk), checked
@@ -266,7 +299,10 @@ class Dataset:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (idx.min() < -self.num_steps or idx.max() >= self.num_steps):
             raise IndexError(f"step index out of range for dataset {self.name!r} with {self.num_steps} steps")
-        return self.reader(keys).gather(np.where(idx < 0, idx + self.num_steps, idx))
+        out = self.reader(keys).gather(np.where(idx < 0, idx + self.num_steps, idx))
+        if self._backend.stable_once_open:  # memory maps read on after a replacement: say so
+            self._check_not_replaced()
+        return out
 
     def __getitem__(self, index: Any) -> TedBatch:
         """``ds[i]``, ``ds[a:b]`` or ``ds[int_array]``: transitions as TED columns."""
@@ -280,4 +316,7 @@ class Dataset:
             raise IndexError(
                 f"episode {i} out of range for dataset {self.name!r} with {self.num_episodes} episodes"
             )
-        return self.reader(keys).episode(i % self.num_episodes)
+        out = self.reader(keys).episode(i % self.num_episodes)
+        if self._backend.stable_once_open:
+            self._check_not_replaced()
+        return out

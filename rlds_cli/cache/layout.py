@@ -7,6 +7,7 @@ Layout under the root::
         episodes.npy                    the episode index (see :mod:`rlds_cli.cache.episodes`)
         source_metadata.npz             the source's non-step arrays (optional)
         arrays/                         the columns (one ``<key>.npy`` each, or a zarr group)
+    commits.log, segments/<id>/, building/   a growing dataset (``layout: "segmented"``)
     tmp/<entry>.<id>.incomplete         builds in progress (never read by anyone)
     tmp/<entry>.<id>.trash              a replaced dataset on its way out
     tmp/<entry>.<id>.publish            the journal of a replacement in progress
@@ -45,6 +46,16 @@ SOURCE_ARRAYS_FILE = "source_metadata.npz"
 ARRAYS_DIR = "arrays"
 #: The manifest's ``layout`` of a view (its columns are its parent's).
 VIEW_LAYOUT = "view"
+
+# ---- inside a growing dataset (layout "segmented"; see cache/commit_log.py)
+SEGMENTED_LAYOUT = "segmented"
+SEGMENTS_DIR = "segments"
+COMMIT_LOG_FILE = "commits.log"
+#: Segment builds in progress (inside the dataset: a rename away from segments/).
+SEGMENT_BUILDS_DIR = "building"
+#: Added to a growing dataset's entry: the lock a compaction holds in locks/ (one compaction at
+#: a time; writers never take it).
+COMPACT_LOCK_SUFFIX = ".compact"
 
 # ---- under tmp/
 BUILD_SUFFIX = ".incomplete"

@@ -7,27 +7,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlds_cli._io import file_bytes, tree_bytes
 from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
-
-
-def file_bytes(path: Path) -> int:
-    """Bytes a file takes on disk: its allocated blocks, which is less than its length for a
-    sparse file (a preallocated memmap column not yet written) and more for a tiny file.
-    ``st_size`` where the platform reports no blocks (Windows)."""
-    st = path.stat()
-    blocks = getattr(st, "st_blocks", None)
-    return st.st_size if blocks is None else blocks * 512
-
-
-def tree_bytes(path: Path) -> int:
-    """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed)."""
-    if path.is_file():
-        return file_bytes(path)
-    if not path.is_dir():
-        return 0
-    return sum(file_bytes(p) for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def children_of(cache: CacheRoot, name: str) -> list[str]:

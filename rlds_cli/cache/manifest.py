@@ -61,6 +61,9 @@ class Manifest:
         content_digest: sha256 of every stored array's logical values, of the episode index and
             of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
             empty for datasets written before digests existed.
+        env: The environment the data was recorded in: ``{"spec": <gymnasium EnvSpec as JSON>,
+            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.envspec`, which reads and
+            writes it); empty when the writer knew none.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.
     """
@@ -79,6 +82,7 @@ class Manifest:
     layout: str = "flat-ted"
     stats: dict[str, Any] = field(default_factory=dict)
     content_digest: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,6 +106,8 @@ class Manifest:
         # views and derived datasets pin
         if self.content_digest:
             out["content_digest"] = self.content_digest
+        if self.env:  # only when a writer recorded one: older manifests keep their digest()
+            out["env"] = self.env
         return out
 
     @classmethod
@@ -121,6 +127,7 @@ class Manifest:
             layout=data.get("layout", "flat-ted"),
             stats=data.get("stats", {}),
             content_digest=_digest_dict(data.get("content_digest", {})),
+            env=_env_dict(data.get("env", {})),
         )
 
     def digest(self) -> str:
@@ -134,6 +141,13 @@ def _digest_dict(value: Any) -> dict[str, Any]:
     malformed manifest, not a crash later)."""
     if not isinstance(value, dict) or not isinstance(value.get("columns", {}), dict):
         raise ValueError("'content_digest'")
+    return value
+
+
+def _env_dict(value: Any) -> dict[str, Any]:
+    """``env`` as read: a dict whose ``spec`` is a JSON object (else a malformed manifest)."""
+    if not isinstance(value, dict) or not isinstance(value.get("spec", {}), dict):
+        raise ValueError("'env'")
     return value
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.dataset import Dataset, _identity
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
@@ -66,7 +67,8 @@ def open_dataset(
     for attempt in range(_OPEN_ATTEMPTS):
         before = _identity(directory)
         try:
-            dataset = Dataset(directory, cache_root.manifest(name))
+            manifest = cache_root.manifest(name)
+            dataset = _dataset_class(manifest)(directory, manifest)
             if dataset._identity == before:  # manifest, index and directory of one version
                 return dataset
         except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
@@ -74,6 +76,16 @@ def open_dataset(
                 raise
         time.sleep(_OPEN_RETRY_SECONDS)
     raise DatasetReplacedError(f"dataset {name!r} kept being replaced while it was opened")
+
+
+def _dataset_class(manifest: Any) -> type[Dataset]:
+    """The reader class of a manifest's layout: a growing dataset's segments and commit log
+    are read by :class:`~rlds_cli.cache.growing.GrowingDataset`."""
+    if manifest.layout == SEGMENTED_LAYOUT:
+        from rlds_cli.cache.growing import GrowingDataset
+
+        return GrowingDataset
+    return Dataset
 
 
 def _cache_name(name: str, cache: CacheRoot) -> str:

@@ -8,9 +8,11 @@ from typing import Annotated
 import typer
 
 from rlds_cli._version import __version__
+from rlds_cli.cli.compact import compact
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download
+from rlds_cli.cli.evaluate import score
 from rlds_cli.cli.export import export
 from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
@@ -71,6 +73,8 @@ app.command("info")(info)
 app.command("verify")(verify)
 app.command("push")(push)
 app.command("pull")(pull)
+app.command("score")(score)
+app.command("compact")(compact)
 
 
 def main() -> None:

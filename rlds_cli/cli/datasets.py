@@ -16,7 +16,8 @@ PatternArgument = Annotated[
     str | None,
     typer.Argument(
         help="Show only what contains PATTERN (or matches it as a glob: *, ?): names, or with "
-        "--remote ids, aliases and descriptions.",
+        "--remote ids, aliases and descriptions (best matches first: the id, ids starting with "
+        "it, ids where it starts a word, then the rest).",
         metavar="PATTERN",
         show_default=False,
     ),
@@ -171,9 +172,13 @@ def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
 def render_summary(info: dict[str, Any]) -> None:
     """Print the tables of ``rlds inspect``."""
     out = _output.console
+    # a local dataset's size is disk use (allocated blocks, as 'rlds list' shows it); a dataset
+    # read at a URL has no blocks: its size is the bytes of its files on the store
+    where = "on the store" if "://" in info["path"] else "on disk"
     out.print(
-        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])})  "
-        f"{_output.escape(info['path'])}"
+        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])} {where})  "
+        f"{_output.escape(info['path'])}",
+        soft_wrap=True,  # the path whole on the line, never broken at the console's width
     )
     out.print(
         f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
@@ -204,7 +209,7 @@ def render_summary(info: dict[str, Any]) -> None:
             _output.Column("shape", kind="fixed"),
             _output.Column("dtype", kind="fixed"),
             _output.Column("storage"),
-            _output.Column("disk", "right", kind="fixed"),
+            _output.Column("bytes", "right", kind="fixed"),  # the key's files (not blocks)
         ],
         rows,
         title="TED fields (per step)",
@@ -223,6 +228,8 @@ def render_summary(info: dict[str, Any]) -> None:
     source_line = _source_line(info["source"])
     if source_line:
         out.print(source_line, soft_wrap=True)
+    for line in _evaluation_lines(info):
+        out.print(line, soft_wrap=True)
     conv = info["conversion"]
     facts = [
         f"{k.replace('_', ' ')} {conv[k]}"
@@ -236,9 +243,52 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print(f"note  {_output.escape(note)}")
     for parent in info.get("lineage", []):
         _render_lineage(parent)
+    if "growing" in info:
+        _render_growing(info["growing"])
     out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
     by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
     out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
+
+
+def _evaluation_lines(info: dict[str, Any]) -> list[str]:
+    """The environment (with where it came from) and the reference scores, when known."""
+    lines = []
+    env = info.get("env")
+    if env:
+        steps = f", at most {env['max_episode_steps']} steps" if env.get("max_episode_steps") else ""
+        kwargs = f", kwargs {env['kwargs']}" if env.get("kwargs") else ""
+        lines.append(f"environment  {env['id']}{steps}{kwargs}  (from {env['origin']})")
+    scores = info.get("reference_scores")
+    if scores:
+        lines.append(
+            f"reference scores  min {scores['ref_min_score']:.6g}, max {scores['ref_max_score']:.6g}  "
+            f"(from {scores['origin']}; 'rlds score NAME RETURN' normalizes a return)"
+        )
+    return [_output.escape(line) for line in lines]
+
+
+def _render_growing(g: dict[str, Any]) -> None:
+    """A growing dataset's segments, writers, eviction and readiness (``rlds inspect``)."""
+    out = _output.console
+    ready = "[green]ready[/]" if g["ready"] else f"[yellow]not ready[/] (min_size {g['min_size']:,} steps)"
+    caps = [
+        f"{g[k]:,} {unit}"
+        for k, unit in (("capacity", "steps"), ("capacity_episodes", "episodes"))
+        if g.get(k)
+    ]
+    out.print(
+        f"growing  {g['segments']:,} segments ({g['segments_on_disk']:,} on disk), "
+        f"{g['log_records']:,} commits, "
+        f"{ready}; capacity {', '.join(caps) or 'none'}; {g['evicted_episodes']:,} episodes evicted, "
+        f"{g['protected_episodes']:,} protected",
+        soft_wrap=True,
+    )
+    for label, row in g["writers"].items():
+        out.print(
+            f"  writer {_output.escape(label)}: {row['segments']:,} segments, {row['episodes']:,} episodes, "
+            f"{row['steps']:,} steps",
+            soft_wrap=True,
+        )
 
 
 def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:
@@ -294,6 +344,8 @@ def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
     algorithm = content.get("algorithm", "sha256")
     if columns:
         return f"content digest  {algorithm} of {len(columns)} arrays and the episode index"
+    if source.get("format") == "rlds-writer":
+        return f"content digest  {algorithm} of every array and episode index, per segment"
     if source.get("format") == "view" and content.get("episodes"):
         parent = _output.escape(str(source.get("parent", "")))
         return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"

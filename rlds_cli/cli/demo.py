@@ -79,7 +79,8 @@ def demo(
             text = ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items())
             out.print(
                 f"batch {i}: {text}; mean reward {facts['mean_reward']:+.3f}, "
-                f"{facts['episode_ends']} episode ends, from {facts['episodes']} episodes"
+                f"{facts['episode_ends']} episode ends, from {facts['episodes']} episodes",
+                soft_wrap=True,  # one line a batch, whatever the console's width
             )
     if json:
         _output.print_json(
@@ -96,5 +97,5 @@ def demo(
         out.print(Text(DEMO_ID), soft_wrap=True)
     else:
         cache = _output.escape(str(result.path.parent.parent))
-        out.print(f"[bold green]demo done[/]: cache at {cache}")
+        out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(cache))}", soft_wrap=True)
         out.print("next: rlds list; rlds inspect demo (the README walks on from here)")

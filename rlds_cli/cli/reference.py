@@ -29,7 +29,8 @@ conventions below over every command.
   else there); `-q/--quiet` (only the names or paths the command lists, creates or removes, one
   per line: `list` the names, `list --remote` and `info` the ids, `download`/`demo`/`preprocess`/
   `view`/`split` the new dataset's name, `rm` the removed names, `gc` the removed paths, `export`
-  and `path` the path; `inspect`, `verify` and `du` print nothing and keep their exit status);
+  and `path` the path, `score` the normalized scores; `inspect`, `verify` and `du` print nothing
+  and keep their exit status);
   `-v/--verbose` (`-v` info, `-vv` debug, on stderr), before or after the command name;
   `--root DIR` (the cache; default `$RLDS_HOME`, else the user cache directory).
 - **Names.** A command that makes a dataset takes its name as `--name/-n` (`split`: the base of
@@ -51,8 +52,12 @@ conventions below over every command.
   the output encoding cannot show them (`PYTHONIOENCODING=ascii`). Warnings and log lines carry
   no source file or line.
 - **Sizes** are disk use: allocated blocks (as `du` counts them), so a sparse file counts what
-  it holds. In `rlds list --remote`, `-` is a figure nobody publishes (known after the first
-  download) and `~` a rounded figure an upstream publishes (`rlds info ID` says where).
+  it holds. A dataset shows one size everywhere: `rlds list`, the first line of `rlds inspect`
+  ("on disk"), `rlds du`, `rm` and `gc`. Only `inspect`'s per-key `bytes` column counts file
+  lengths (what the codec wrote, so a zarr key's ratio is its compression), and a dataset read
+  at a URL shows the bytes of its files on the store. In `rlds list --remote` the size is the
+  download; `-` is a figure nobody publishes (known after the first download) and `~` a rounded
+  figure an upstream publishes (`rlds info ID` says where).
 """
 
 

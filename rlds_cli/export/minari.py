@@ -13,11 +13,16 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   ``source.metadata.spaces`` at conversion; a view looks them up in its parent): Discrete ``n``
   and ``start``, Box bounds, MultiDiscrete, MultiBinary, Tuple and Dict as they were, each array
   written back at its source path (``observations/_index_0``, ``actions/goal``), and the
-  ``env_spec`` so ``recover_environment()`` works. They are used when the stored keys, shapes
+  ``env_spec`` so ``recover_environment()`` works (a dataset whose manifest records an ``env``,
+  :mod:`rlds_cli.envspec`, gets that one). They are used when the stored keys, shapes
   and dtypes still match them, else the space of that role is inferred as below.
 * Otherwise spaces are inferred from the stored arrays: ``observation/<k>`` keys make a Dict,
   floats an unbounded Box, integers a Box over their dtype's range, an integer scalar action a
   Discrete from its smallest to its largest value.
+* A dataset recorded by ``rlds_cli.record`` keeps its spaces the same way (``recording/``); its
+  Text leaves, stored as ``uint32`` code points, are written back as the UTF-8 strings minari
+  stores for a Text space, and the reset seed of each episode as the episode's ``seed``
+  attribute (as ``DataCollector`` writes it).
 * Images are written as raw ``uint8`` arrays and ``jpeg_encoding`` is set to false, so minari
   reads them back without JPEG decoding (lossless).
 """
@@ -38,6 +43,7 @@ from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, MissingExtraError, RldsError
 from rlds_cli.export._common import atomic_target, flat_keys, step_keys
+from rlds_cli.recording.episode import SEED_KEY, SEED_PRESENT_KEY
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.
@@ -84,6 +90,8 @@ def _fits(gym: Any, space: Any, spec: FieldSpec) -> bool:
         return spec.shape == tuple(space.shape) and dtype == space.dtype
     if isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
         return spec.shape == tuple(space.shape) and dtype.kind in "iub"
+    if isinstance(space, gym.spaces.Text):  # recorded text: uint32 code points (recording/spaces.py)
+        return spec.shape == (space.max_length,) and dtype == np.uint32
     return False
 
 
@@ -161,6 +169,19 @@ def _role_space(
     return found if found is not None else _inferred_space(gym, role, keys, fields, dataset)
 
 
+def _write_leaf(group: Any, path: str, data: np.ndarray, text_paths: set[str]) -> None:
+    """One leaf of an episode; a Text leaf as UTF-8 strings, which minari's reader decodes."""
+    if path in text_paths:
+        import h5py
+
+        from rlds_cli.recording.spaces import decode_text
+
+        strings = [s.encode("utf-8") for s in decode_text(np.asarray(data))]
+        group.create_dataset(path, data=strings, dtype=h5py.string_dtype(encoding="utf-8"))
+    else:
+        group.create_dataset(path, data=data)
+
+
 def _spec_json(value: Any) -> str | None:
     """An env spec as metadata.json holds it (a JSON string)."""
     if isinstance(value, dict):
@@ -197,6 +218,13 @@ def export_minari(
     recorded = source_spaces(dataset)
     observation_space, observation_paths = _role_space(gym, "observation", dataset, recorded)
     action_space, action_paths = _role_space(gym, "action", dataset, recorded)
+    # Text leaves (recorded as code points) are written back as the strings minari stores
+    text_paths = {
+        path
+        for space, prefix in ((observation_space, "observations"), (action_space, "actions"))
+        for path, leaf in _leaves(gym, space, prefix)
+        if isinstance(leaf, gym.spaces.Text)
+    }
     recorded_paths = (recorded or {}).get("paths") or {}
     info_paths = {
         k: recorded_paths.get(k, "infos" + k[len("info") :])
@@ -213,10 +241,13 @@ def export_minari(
                 group = f.create_group(f"episode_{i}")
                 group.attrs["id"] = i
                 group.attrs["total_steps"] = length
+                if bool(ep.get(SEED_PRESENT_KEY, np.zeros(1, bool))[0]):
+                    # a recorded episode's reset seed, where DataCollector keeps it
+                    group.attrs["seed"] = np.uint64(ep[SEED_KEY][0])
                 for key, path in observation_paths.items():
-                    group.create_dataset(path, data=np.concatenate([ep[key], ep[f"next/{key}"][-1:]]))
+                    _write_leaf(group, path, np.concatenate([ep[key], ep[f"next/{key}"][-1:]]), text_paths)
                 for key, path in action_paths.items():
-                    group.create_dataset(path, data=ep[key])
+                    _write_leaf(group, path, ep[key], text_paths)
                 group.create_dataset("rewards", data=ep["next/reward"].reshape(length))
                 group.create_dataset("terminations", data=ep["next/terminated"].reshape(length))
                 group.create_dataset("truncations", data=ep["next/truncated"].reshape(length))
@@ -245,8 +276,13 @@ def export_minari(
             # Minari checks this against the versions it can read: name the installed one
             "minari_version": str(minari.__version__),
         }
+        # the full gymnasium specs the dataset records (a Minari source's, or what a writer put in
+        # the manifest's 'env'), so recover_environment() works; not a registry's bare D4RL id
+        env = dataset.env_spec
+        full = env is not None and env.source != "registry"
+        specs = {"env_spec": env.raw, "eval_env_spec": env.eval_raw} if env and full else {}
         for key in ("env_spec", "eval_env_spec"):
-            spec = _spec_json((recorded or {}).get(key))
+            spec = _spec_json(specs.get(key))
             if spec is not None:
                 metadata[key] = spec
         (data_dir / "metadata.json").write_text(json.dumps(metadata))

@@ -86,7 +86,7 @@ def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> 
         from tensordict import TensorDict
     except ImportError as exc:  # an optional dependency
         raise ImportError(
-            "as_tensordict=True needs the 'tensordict' package (pip install tensordict)"
+            "as_tensordict=True needs the 'tensordict' package (pip install 'rlds-cli[torchrl]')"
         ) from exc
     lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
     return TensorDict(batch.nested(), batch_size=lead, device=device)
@@ -151,6 +151,8 @@ class Loader:
             epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
             ``epochs``).
+        refresh: For a growing dataset: follow its commits every ``refresh`` batches (``1``: every
+            batch; see :mod:`rlds_cli.loader.refresh`). ``None``: the view it was opened with.
         root: Cache root, when ``dataset`` is a name.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
@@ -176,6 +178,7 @@ class Loader:
         float_dtype: FloatDtype = None,
         epochs: int | None = 1,
         num_batches: int | None = None,
+        refresh: int | None = None,
         root: str | os.PathLike[str] | None = None,
         **sampler_options: Any,
     ) -> None:
@@ -200,6 +203,8 @@ class Loader:
         if in_memory not in (False, True, "device", "auto"):
             raise ValueError(f"in_memory must be False, True, 'device' or 'auto', got {in_memory!r}")
         self.keys = list(keys) if keys is not None else None
+        if in_memory == "auto" and refresh:
+            in_memory = False  # a copy in RAM would be made again at every refresh that changes
         if in_memory == "auto":
             assert self.dataset is not None
             in_memory = auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
@@ -254,6 +259,11 @@ class Loader:
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
         # a sixth of a prioritized sample+update)
+        self._refresher = None
+        if refresh is not None:
+            from rlds_cli.loader.refresh import Refresher
+
+            self._refresher = Refresher(self, refresh, sampler, sampler_options, pack)
         self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
         self._prioritized = isinstance(self.sampler, Prioritized)
         self._streamable = isinstance(self.sampler, Streamable)
@@ -268,6 +278,7 @@ class Loader:
             and not self.transforms
             and not self.as_tensordict
             and not self._dtypes.changes_host(self._host)
+            and self._refresher is None
         )
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -350,6 +361,8 @@ class Loader:
         if self._plain:
             return self._draw_plain()
         with self._lock:
+            if self._refresher is not None:
+                self._refresher.tick()
             indices, extras = self._indices()
             end = self._epoch_done is not None and self._epoch_done()
         batch = self._gather(indices)

@@ -102,6 +102,11 @@ class HostSource:
         pack: bool = True,
         float32: bool = False,
     ) -> None:
+        if dataset.num_steps == 0:  # a growing dataset before its first commit
+            raise ValueError(
+                f"dataset {dataset.name!r} has no steps yet: sample it once it is ready "
+                "(Dataset.ready, after Dataset.refresh())"
+            )
         self.dataset = dataset
         self._float32 = bool(float32) and bool(in_memory)
         self.keys = resolve_keys(dataset, keys)
@@ -311,8 +316,23 @@ class HostSource:
         return out
 
     def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
-        """:meth:`gather`, or the method it would dispatch to at every call for this layout."""
-        return self._reader.gather if self._unpacked else self.gather
+        """:meth:`gather`, or the method it would dispatch to at every call for this layout.
+
+        Read from memory maps, it checks after every batch that the dataset was not replaced
+        (:class:`~rlds_cli.errors.DatasetReplacedError`, as zarr columns do after every read):
+        a map keeps reading the version it opened, which must not go on silently. A copy in RAM
+        is a snapshot of one version and reads on."""
+        gather = self._reader.gather if self._unpacked else self.gather
+        if self.in_memory or not getattr(self.dataset._backend, "stable_once_open", False):
+            return gather
+        check = self.dataset._check_not_replaced
+
+        def checked(idx: np.ndarray) -> TedBatch:
+            out = gather(idx)
+            check()  # one stat per batch
+            return out
+
+        return checked
 
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The configured keys at step indices ``idx`` (int64, any shape, in range), as numpy."""

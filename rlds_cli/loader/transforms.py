@@ -21,70 +21,12 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
+from rlds_cli.normalization import DEFAULT_EPS, NormalizationStats, compute_stats, statistics_dataset
 
 logger = logging.getLogger("rlds_cli.loader")
 
 
-def _shipped_stats(dataset: Dataset) -> dict[str, Any]:
-    """Statistics stored in the manifest by ``rlds preprocess --stats`` (empty when none)."""
-    from rlds_cli.preprocess.stats import load
-
-    try:
-        return load(dataset)
-    except (KeyError, TypeError, ValueError):  # malformed statistics: compute them instead
-        return {}
-
-
-def compute_stats(
-    dataset: Dataset, keys: Iterable[str | tuple[str, ...]] = ("observation",)
-) -> dict[str, dict[str, np.ndarray]]:
-    """Per-dimension ``mean``, ``std``, ``min`` and ``max`` of stored keys, over every step of
-    ``dataset`` itself (for a view: the view's steps; see :func:`statistics_dataset`).
-
-    Statistics stored in the manifest (``rlds preprocess --stats``) are used when present;
-    otherwise they are computed in one streaming pass with the accumulator of ``--stats`` and
-    ``rlds inspect`` (:func:`rlds_cli.preprocess.stats.scan`: float64, Chan et al.'s merge of
-    bounded chunks). Observation-like keys are summarized over the steps (their final
-    observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s. Keys
-    with more than 4,096 elements per step (images) get one value over all elements.
-
-    Returns:
-        ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
-        key's per-step shape (``()`` for images).
-    """
-    from rlds_cli.preprocess import stats as accumulator
-
-    out: dict[str, dict[str, np.ndarray]] = {}
-    shipped = _shipped_stats(dataset)
-    for key in (join_key(k) for k in keys):
-        base = key[5:] if key.startswith("next/") and key[5:] in dataset.manifest.fields else key
-        if base not in dataset.manifest.fields:
-            raise KeyError(f"dataset {dataset.name!r} stores no key {base!r} to compute statistics of")
-        known = shipped.get(base)
-        if known is None:
-            merged = accumulator.scan(dataset, base)
-            if merged is None:
-                raise ValueError(f"dataset {dataset.name!r} has no steps to compute statistics of")
-            known = accumulator.key_stats(merged, dataset.manifest.fields[base].shape)
-        out[key] = {s: np.asarray(getattr(known, s), np.float32) for s in ("mean", "std", "min", "max")}
-    return out
-
-
-def statistics_dataset(dataset: Dataset) -> Dataset:
-    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view
-    (a split's train and validation views share the parent's, so validation data is never
-    normalized with its own statistics), else the dataset itself."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
-    from rlds_cli.cache.views import ViewSpec
-
-    if dataset.manifest.layout != VIEW_LAYOUT:
-        return dataset
-    dataset.column(next(iter(dataset.manifest.fields)))  # checks the parent is there, unchanged
-    spec = ViewSpec.from_manifest(dataset.manifest)
-    return Dataset(dataset.directory.parent / spec.parent.replace("/", "--"))
-
-
-StatsSource = str | Dataset | Mapping[str, Any] | None
+StatsSource = str | Dataset | NormalizationStats | Mapping[str, Any] | None
 
 
 class Normalize:
@@ -98,24 +40,35 @@ class Normalize:
               the training data, never with its own statistics;
             * ``"self"``: the dataset the loader reads, even a view;
             * a :class:`~rlds_cli.cache.dataset.Dataset`: that dataset's (e.g. a training view's);
+            * a :class:`~rlds_cli.NormalizationStats` (e.g. loaded from a file: its ``eps`` too,
+              unless ``eps`` is given);
             * a mapping ``{key: stats}``, each ``stats`` a mapping with ``"mean"`` and ``"std"``
               (:func:`compute_stats`) or an object with ``mean`` and ``std`` attributes (what
               ``rlds_cli.preprocess.load_stats`` returns).
 
             Statistics of a dataset are those stored by ``rlds preprocess --stats`` when
             present, else computed (:func:`compute_stats`) when the loader binds the transform.
-        keys: Keys to normalize (default ``["observation"]``).
-        eps: Added to the standard deviation.
+        keys: Keys to normalize (default ``["observation"]``, or every key of a given
+            ``NormalizationStats``).
+        eps: Added to the standard deviation (default ``1e-6``).
 
     Attributes:
+        statistics: The :class:`~rlds_cli.NormalizationStats` in use (after binding): save it with
+            the policy and normalize the environment's observations with it at evaluation time.
+        stats: The same as ``{key: (mean, std + eps)}`` (kept for older code).
         source: Which statistics are in use, in words (after binding), e.g.
             ``"dataset 'hopper' (the parent of view 'hopper-val')"``.
     """
 
     def __init__(self, stats: StatsSource = None, keys: Iterable[str | tuple[str, ...]] | None = None,
-                 eps: float = 1e-6) -> None:  # fmt: skip
+                 eps: float | None = None) -> None:  # fmt: skip
+        if isinstance(stats, NormalizationStats) and keys is None:
+            keys = stats.keys
         self.keys = [join_key(k) for k in keys] if keys is not None else ["observation"]
+        if eps is None:
+            eps = stats.eps if isinstance(stats, NormalizationStats) else DEFAULT_EPS
         self.eps = float(eps)
+        self.statistics: NormalizationStats | None = None
         self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self.source = ""
         if stats is None:
@@ -128,40 +81,39 @@ class Normalize:
             self._from: str | Dataset = stats
         elif isinstance(stats, Dataset):
             self._from = stats
+        elif isinstance(stats, NormalizationStats):
+            self._from = "given"
+            self._use(stats.to_dict()["keys"], stats.source or "statistics given")
         elif isinstance(stats, Mapping):
             self._from = "given"
-            self.stats = self._prepare(stats)
-            self.source = "statistics given"
+            self._use(stats, "statistics given")
         else:
             raise ValueError(
                 f"stats must be 'parent', 'self', a Dataset or a mapping of statistics; "
                 f"got {type(stats).__name__}"
             )
 
-    def _prepare(self, stats: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        missing = [k for k in self.keys if k not in stats]
-        if missing:
-            raise ValueError(
-                f"stats has no entry for {missing} (it has {sorted(stats)}); pass keys=[...] to "
-                "choose the keys to normalize"
-            )
-        return {k: (_field(stats[k], "mean", k), _field(stats[k], "std", k) + np.float32(self.eps))
-                for k in self.keys}  # fmt: skip
+    def _use(self, stats: Mapping[str, Any], source: str) -> None:
+        self.statistics = NormalizationStats.from_mapping(stats, self.keys, eps=self.eps, source=source)
+        self.source = source
+        self.stats = {k: (self.statistics.mean[k], self.statistics.std[k] + np.float32(self.eps))
+                      for k in self.keys}  # fmt: skip
 
     def bind(self, dataset: Dataset) -> None:
         """Find the statistics for ``dataset`` (called by the loader); given ones are kept."""
         if self.stats is None:
             if isinstance(self._from, Dataset):
-                origin, self.source = self._from, f"dataset {self._from.name!r}"
+                origin, source = self._from, f"dataset {self._from.name!r}"
             elif self._from == "self":
-                origin, self.source = dataset, f"dataset {dataset.name!r} itself"
+                origin, source = dataset, f"dataset {dataset.name!r} itself"
             else:
                 origin = statistics_dataset(dataset)
-                self.source = f"dataset {origin.name!r}" + (
+                source = f"dataset {origin.name!r}" + (
                     f" (the parent of view {dataset.name!r})" if origin is not dataset else ""
                 )
-            self.stats = self._prepare(compute_stats(origin, self.keys))
+            self._use(compute_stats(origin, self.keys), source)
             logger.info("Normalize %s with the statistics of %s", self.keys, self.source)
+        assert self.stats is not None
         for key, (mean, _) in self.stats.items():
             base = key[5:] if key.startswith("next/") else key
             field = dataset.fields.get(base) or dataset.fields.get(key)
@@ -179,14 +131,6 @@ class Normalize:
                 if name in batch:
                     batch[name] = (batch[name] - mean) / std
         return batch
-
-
-def _field(entry: Any, name: str, key: str) -> np.ndarray:
-    """``entry[name]`` or ``entry.name`` as float32: a dict of arrays or a ``KeyStats``."""
-    value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
-    if value is None:
-        raise ValueError(f"the statistics of {key!r} have no {name!r}")
-    return np.asarray(value, np.float32)
 
 
 class NStepReturn:

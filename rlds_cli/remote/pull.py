@@ -219,16 +219,24 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
     content digests; on a mismatch the manifest and the bad files go (a run again fetches them)."""
     from rlds_cli.cache import digest
     from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 
     atomic_write(build / MANIFEST_FILE, manifest_bytes, unique=False)
     problems: list[tuple[str, str]] = []
     try:
-        ds = Dataset(build)
+        if manifest.layout == SEGMENTED_LAYOUT:  # a growing dataset: its segments carry the digests
+            from rlds_cli.cache.growing import GrowingDataset
+
+            ds: Dataset = GrowingDataset(build)
+            parts = ds.segment_datasets()  # type: ignore[attr-defined]
+        else:
+            ds = Dataset(build)
+            parts = [ds]
         problems += [("files", p) for p in ds.check_files()]
         if not problems:
-            report = digest.check_digests(ds)
-            problems += [(p.key, p.message) for p in report.problems]
-        del ds
+            for part in parts:
+                problems += [(p.key, p.message) for p in digest.check_digests(part).problems]
+        del ds, parts
     except CorruptDatasetError as exc:
         problems.append(("files", exc.message))
     if not problems:

@@ -122,11 +122,12 @@ def push_directory(
     storage_options: dict[str, Any] | None = None,
     endpoint_url: str | None = None,
     progress: Progress | None = None,
+    _snapshot: bool = False,
 ) -> PushResult:
     """:func:`push` of a dataset folder with its manifest written last (a published dataset,
     or a finished build, as a preprocessing job that writes to a URL pushes its output); the
     push's journal and lock live in ``cache``. Raises what :func:`push` raises."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
+    from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 
     started = time.monotonic()
     manifest_bytes = (directory / MANIFEST_FILE).read_bytes()
@@ -140,6 +141,15 @@ def push_directory(
             f"or copy it into a dataset of its own first ('rlds export {name} DIR --to torchrl', then "
             f"'rlds download DIR --name NEW')",
         )
+    if manifest.layout == SEGMENTED_LAYOUT and not _snapshot:  # a growing dataset: as of one view
+        from rlds_cli.cache.growing import GrowingDataset
+        from rlds_cli.write.snapshot import snapshot_copy
+
+        with snapshot_copy(GrowingDataset(directory), cache) as snapshot:
+            return push_directory(
+                snapshot, url, cache=cache, force=force, storage_options=storage_options,
+                endpoint_url=endpoint_url, progress=progress, _snapshot=True,
+            )  # fmt: skip
     local = _local_files(directory)
     fs, base = store.open_url(url, storage_options, endpoint_url)
     journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")

@@ -1,0 +1,253 @@
+"""Growing datasets (issue 25): append throughput, sampling while writers append, reading after
+many small commits before and after ``rlds compact``.
+
+Run: ``python benchmarks/writer_bench.py [--quick] [--commits N] [--json OUT]``. Prints one
+line per figure. What it measures:
+
+* **append**: steps/s of ``DatasetWriter.add_episode`` (one commit per episode) with
+  ``RLDS_FSYNC=1`` (per commit: every file and folder of the segment, its manifest, the
+  ``segments/`` folder and the commit log are fsynced) and with ``RLDS_FSYNC=0``, next to TorchRL
+  ``ReplayBuffer.extend`` of the same episodes on a ``LazyMemmapStorage`` (which syncs nothing);
+  low-dim (17 float32 observations, 6 float32 actions, 200-step episodes) and pixels (84x84x3
+  uint8, 100-step episodes);
+* **sampling**: uniform batches of 256 per second from a growing dataset, static (no refresh)
+  and while 4 writer processes append (``Loader(refresh=1)``), and the cost of a refresh that
+  finds nothing new;
+* **reading after many commits**: ``Dataset.gather`` of 256 random steps per second on a
+  dataset of ``--commits`` one-episode commits, before and after ``compact``, next to the same
+  episodes converted in one build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BATCH = 256
+
+
+def episode(length: int, obs_shape: tuple[int, ...], obs_dtype: Any, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if np.dtype(obs_dtype) == np.uint8:
+        obs = rng.integers(0, 255, (length + 1, *obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((length + 1, *obs_shape)).astype(obs_dtype)
+    flags = np.zeros((length, 1), bool)
+    flags[-1] = True
+    return {
+        "observation": obs[:-1],
+        "next/observation": obs[1:],
+        "action": rng.standard_normal((length, 6)).astype(np.float32),
+        "next/reward": rng.standard_normal((length, 1)).astype(np.float32),
+        "next/terminated": flags,
+        "next/truncated": np.zeros_like(flags),
+    }
+
+
+def rate(fn: Any, seconds: float) -> float:
+    """Calls of ``fn`` per second over about ``seconds`` (after one warm-up call)."""
+    fn()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def bench_append(
+    work: Path, episodes: list[dict[str, np.ndarray]], fsync: bool, per_commit: int = 1
+) -> float:
+    import rlds_cli
+
+    os.environ["RLDS_FSYNC"] = "1" if fsync else "0"
+    root = work / f"append-{fsync}"
+    start = time.perf_counter()
+    with rlds_cli.DatasetWriter("a", root=root, episodes_per_commit=per_commit) as w:
+        for ep in episodes:
+            w.add_episode(ep)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(root)
+    return sum(len(ep["action"]) for ep in episodes) / elapsed
+
+
+def bench_torchrl(work: Path, episodes: list[dict[str, np.ndarray]]) -> float:
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data import LazyMemmapStorage, ReplayBuffer
+
+    steps = sum(len(ep["action"]) for ep in episodes)
+    rb = ReplayBuffer(storage=LazyMemmapStorage(steps, scratch_dir=str(work / "trl")))
+    tds = []
+    for ep in episodes:
+        n = len(ep["action"])
+        tds.append(
+            TensorDict(
+                {
+                    "observation": torch.from_numpy(ep["observation"]),
+                    "action": torch.from_numpy(ep["action"]),
+                    "next": {
+                        "observation": torch.from_numpy(ep["next/observation"]),
+                        "reward": torch.from_numpy(ep["next/reward"]),
+                        "terminated": torch.from_numpy(ep["next/terminated"]),
+                        "truncated": torch.from_numpy(ep["next/truncated"]),
+                        "done": torch.from_numpy(ep["next/terminated"]),
+                    },
+                },
+                batch_size=[n],
+            )
+        )
+    start = time.perf_counter()
+    for td in tds:
+        rb.extend(td)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(work / "trl", ignore_errors=True)
+    return steps / elapsed
+
+
+def _append_forever(root: str, wid: int, stop: Any) -> None:
+    import rlds_cli
+
+    os.environ["RLDS_FSYNC"] = "1"
+    with rlds_cli.DatasetWriter("s", root=root, mode="append", capacity=200_000) as w:
+        i = 0
+        while not stop.is_set():
+            w.add_episode(episode(200, (17,), np.float32, 10_000 * (wid + 1) + i))
+            i += 1
+
+
+def bench_sampling(work: Path, seconds: float) -> dict[str, float]:
+    import rlds_cli
+
+    os.environ["RLDS_FSYNC"] = "0"
+    root = work / "sampling"
+    with rlds_cli.DatasetWriter("s", root=root, capacity=200_000, episodes_per_commit=50) as w:
+        for i in range(500):
+            w.add_episode(episode(200, (17,), np.float32, i))
+    rlds_cli.compact("s", root)
+    static = rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0)
+    out = {"static_batches_per_s": rate(static.sample, seconds)}
+    growing = rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0, refresh=1)
+    out["static_refresh1_batches_per_s"] = rate(growing.sample, seconds)
+    ds = rlds_cli.open_dataset("s", root)
+    out["refresh_nothing_new_us"] = 1e6 / rate(ds.refresh, seconds)
+    ctx = mp.get_context("fork")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_append_forever, args=(str(root), i, stop)) for i in range(4)]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(0.5)
+        out["while_4_writers_refresh1_batches_per_s"] = rate(growing.sample, seconds)
+        out["while_4_writers_refresh100_batches_per_s"] = rate(
+            rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0, refresh=100).sample, seconds
+        )
+        out["while_4_writers_no_refresh_batches_per_s"] = rate(
+            rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0).sample, seconds
+        )
+    finally:
+        stop.set()
+        for p in procs:
+            p.join()
+    out["commits_during"] = growing._refresher.rebuilds if growing._refresher else 0  # type: ignore[attr-defined]
+    return out
+
+
+def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, float]:
+    import rlds_cli
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.ted import StepBlock
+
+    os.environ["RLDS_FSYNC"] = "0"
+    root = work / "many"
+    eps = [episode(10, (17,), np.float32, i) for i in range(commits)]
+    start = time.perf_counter()
+    with rlds_cli.DatasetWriter("m", root=root) as w:
+        for ep in eps:
+            w.add_episode(ep)
+    write_s = time.perf_counter() - start
+    cat = {k: np.concatenate([ep[k] for ep in eps]) for k in eps[0] if k != "next/observation"}
+    obs = np.concatenate([np.concatenate([ep["observation"], ep["next/observation"][-1:]]) for ep in eps])
+    block = StepBlock(
+        steps={k: v for k, v in cat.items() if k != "observation"},
+        observations={"observation": obs},
+        ends=np.cumsum([10] * commits) - 1,
+    )
+    with DatasetBuilder("conv", root=root) as b:
+        b.append(block)
+        b.commit()
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {"commits": commits, "write_commits_per_s": commits / write_s}
+    before = rlds_cli.open_dataset("m", root)
+    before.column("observation")  # opened (its in-RAM tail read) before the compaction retires it
+    start = time.perf_counter()
+    rlds_cli.compact("m", root)
+    out["compact_s"] = time.perf_counter() - start
+    views = {
+        "converted": rlds_cli.open_dataset("conv", root),
+        "before_compact": before,
+        "after_compact": rlds_cli.open_dataset("m", root),
+    }
+    # interleaved rounds, best of 5: a busy machine slows one window, not one dataset
+    best = dict.fromkeys(views, 0.0)
+    for _ in range(5):
+        for label, ds in views.items():
+            n = ds.num_steps
+            best[label] = max(
+                best[label], rate(lambda ds=ds, n=n: ds.gather(rng.integers(0, n, BATCH)), seconds / 3)
+            )
+    for label, value in best.items():
+        out[f"{label}_gathers_per_s"] = value
+    out["after_vs_converted"] = out["after_compact_gathers_per_s"] / out["converted_gathers_per_s"]
+    out["before_vs_converted"] = out["before_compact_gathers_per_s"] / out["converted_gathers_per_s"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    p.add_argument("--commits", type=int, default=None, help="one-episode commits for the read test (10,000)")
+    p.add_argument("--seconds", type=float, default=None, help="seconds per rate measurement")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    args = p.parse_args(argv)
+    seconds = args.seconds or (0.5 if args.quick else 3.0)
+    commits = args.commits or (300 if args.quick else 10_000)
+    n_low, n_pix = (5, 3) if args.quick else (50, 20)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="writer-bench-") as tmp:
+        work = Path(tmp)
+        for label, shape, dtype, length, count in (
+            ("lowdim", (17,), np.float32, 200, n_low),
+            ("pixels", (84, 84, 3), np.uint8, 100, n_pix),
+        ):
+            eps = [episode(length, shape, dtype, i) for i in range(count)]
+            results[f"append_{label}"] = {
+                "rlds_fsync_steps_per_s": bench_append(work, eps, True),
+                "rlds_nofsync_steps_per_s": bench_append(work, eps, False),
+                "rlds_fsync_10_per_commit_steps_per_s": bench_append(work, eps, True, 10),
+                "torchrl_lazymemmap_steps_per_s": bench_torchrl(work, eps),
+            }
+            print(label, json.dumps({k: round(v) for k, v in results[f"append_{label}"].items()}), flush=True)
+        results["sampling"] = bench_sampling(work, seconds)
+        print("sampling", json.dumps({k: round(v, 1) for k, v in results["sampling"].items()}), flush=True)
+        results["many_commits"] = bench_many_commits(work, commits, seconds)
+        print(
+            "many_commits",
+            json.dumps({k: round(v, 3) for k, v in results["many_commits"].items()}),
+            flush=True,
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

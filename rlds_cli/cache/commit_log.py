@@ -1,0 +1,234 @@
+"""The commit log of a growing (``segmented``) dataset: what readers follow, writers append.
+
+A growing dataset is a directory with a head manifest (``layout: "segmented"``: the schema,
+the settings), sealed *segments* (each a small complete TED dataset under ``segments/<id>/``)
+and this log, ``commits.log``: fixed-size records, appended with ``O_APPEND`` so several writer
+processes commit without sharing a lock. A record is :data:`RECORD_SIZE` bytes with a crc32 of
+its own bytes; a record that fails its check (a torn write after a machine crash, or the zero
+padding a later writer adds to realign the file) is skipped. Readers follow the log cheaply:
+``fstat`` and a read of the new bytes.
+
+Records (``kind``):
+
+* ``ADD`` segment ``seg`` with ``episodes`` episodes and ``steps`` steps (flag bit 0: protected,
+  never evicted);
+* ``EVICT``: the first ``count`` unprotected episodes (in log order) are evicted. The count is
+  absolute, so two writers deciding the same eviction write the same record, and a view takes
+  the largest one seen;
+* ``COMPACT``: the live segments from ``first`` to ``last`` (consecutive in the view) are
+  replaced by ``seg``, which holds their episodes but the first ``dropped`` (evicted ones that
+  the compaction did not copy).
+
+A reader's view is always a prefix of the log, so always a consistent set of whole episodes.
+:class:`LogState` is that view, without any segment's files: :mod:`rlds_cli.cache.growing` opens
+those.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlds_cli.errors import CorruptDatasetError
+
+MAGIC = b"RLG1"
+ADD, EVICT, COMPACT = 1, 2, 3
+PROTECTED = 1
+#: magic, kind, flags, seg, first, last, episodes, steps, count, time (float64), pad, crc32
+_FORMAT = "<4sBB2x16s16s16sqqqd4xI"
+RECORD_SIZE = struct.calcsize(_FORMAT)
+_NO_ID = b"\0" * 16
+
+
+def new_segment_id() -> bytes:
+    """A fresh segment id (16 random bytes; its hex is the segment's directory name)."""
+    return uuid.uuid4().bytes
+
+
+def seg_name(seg: bytes) -> str:
+    """A segment's directory name."""
+    return seg.hex()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One commit-log record (see the module docstring for the kinds)."""
+
+    kind: int
+    seg: bytes = _NO_ID
+    first: bytes = _NO_ID
+    last: bytes = _NO_ID
+    episodes: int = 0
+    steps: int = 0
+    count: int = 0
+    flags: int = 0
+    time: float = 0.0
+
+    def pack(self) -> bytes:
+        body = struct.pack(
+            _FORMAT,
+            MAGIC,
+            self.kind,
+            self.flags,
+            self.seg,
+            self.first,
+            self.last,
+            self.episodes,
+            self.steps,
+            self.count,
+            self.time or time.time(),
+            0,
+        )[:-4]
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Record | None:
+        """The record in ``data`` (``RECORD_SIZE`` bytes), or ``None`` where its check fails."""
+        if data[:4] != MAGIC or struct.unpack("<I", data[-4:])[0] != zlib.crc32(data[:-4]):
+            return None
+        _, kind, flags, seg, first, last, episodes, steps, count, t, _ = struct.unpack(_FORMAT, data)
+        if kind not in (ADD, EVICT, COMPACT):
+            return None
+        return cls(kind, seg, first, last, episodes, steps, count, flags, t)
+
+
+def append(path: Path, record: Record, *, fsync: bool) -> None:
+    """Append one record to the log at ``path`` with a single ``O_APPEND`` write (whole, or
+    nothing: a process killed around it leaves no torn record; only a machine crash can, and
+    the check skips it). A log whose size is not a whole number of records (a torn record of a
+    crash) is first padded with zeros to the next record, which readers skip."""
+    data = record.pack()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        size = os.fstat(fd).st_size
+        if size % RECORD_SIZE:
+            data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
+        written = os.write(fd, data)
+        if written != len(data):  # pragma: no cover - a regular file takes a small write whole
+            raise OSError(f"short write to {path}")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SegmentEntry:
+    """One segment of a view: its id, whether it is protected, its logical episode count (what
+    the log says it holds, evicted ones included), and ``dropped``: how many of those first
+    episodes its files do not hold (a compaction left out evicted ones)."""
+
+    seg: bytes
+    protected: bool
+    episodes: int
+    steps: int
+    dropped: int = 0
+    added_at: float = 0.0
+
+
+@dataclass
+class LogState:
+    """The view of a growing dataset as of a log position: its live segments in log order, the
+    eviction count, and the segments retired (evicted whole or compacted away) with when."""
+
+    segments: list[SegmentEntry] = field(default_factory=list)
+    evicted: int = 0
+    retired: dict[bytes, float] = field(default_factory=dict)
+    position: int = 0
+    records: int = 0
+
+    def apply(self, rec: Record) -> None:
+        self.records += 1
+        if rec.kind == ADD:
+            if any(s.seg == rec.seg for s in self.segments):
+                return  # a duplicate (never written by rlds): the first one counts
+            self.segments.append(
+                SegmentEntry(rec.seg, bool(rec.flags & PROTECTED), rec.episodes, rec.steps, 0, rec.time)
+            )
+        elif rec.kind == EVICT:
+            if rec.count > self.evicted:
+                self.evicted = rec.count
+                for s in self.fully_evicted():
+                    self.retired.setdefault(s.seg, rec.time)
+        else:
+            ids = [s.seg for s in self.segments]
+            if rec.first not in ids or rec.last not in ids:
+                return  # compacted already by another compaction: this one lost the race
+            a, b = ids.index(rec.first), ids.index(rec.last)
+            old = self.segments[a : b + 1]
+            logical = sum(s.episodes for s in old)
+            merged = SegmentEntry(
+                rec.seg, old[0].protected, logical, rec.steps, logical - rec.episodes, rec.time
+            )
+            self.segments[a : b + 1] = [merged]
+            for s in old:
+                self.retired.setdefault(s.seg, rec.time)
+
+    def follow(self, path: Path, until: int | None = None) -> int:
+        """Apply the records appended to the log at ``path`` since :attr:`position` (up to byte
+        ``until``, when given: a snapshot handed to another process); returns how many were
+        read."""
+        try:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                whole = size - size % RECORD_SIZE
+                if until is not None:
+                    whole = min(whole, until)
+                if whole <= self.position:
+                    if whole < self.position:
+                        raise CorruptDatasetError(f"commit log {path} shrank under its reader")
+                    return 0
+                fh.seek(self.position)
+                data = fh.read(whole - self.position)
+        except FileNotFoundError:
+            raise CorruptDatasetError(f"growing dataset {path.parent} has no commit log") from None
+        n = 0
+        for off in range(0, len(data) - len(data) % RECORD_SIZE, RECORD_SIZE):
+            rec = Record.unpack(data[off : off + RECORD_SIZE])
+            if rec is not None:
+                self.apply(rec)
+                n += 1
+        self.position += len(data) - len(data) % RECORD_SIZE
+        return n
+
+    def live(self) -> list[tuple[SegmentEntry, int]]:
+        """Each segment with live episodes and the number of its first (logical) episodes that
+        are evicted, in log order. Eviction counts unprotected episodes only. (Computed once
+        per log position: a view asks several times.)"""
+        memo = self.__dict__.get("_live_memo")
+        if memo is not None and memo[0] == (self.records, self.evicted, len(self.segments)):
+            return list(memo[1])
+        out = self._live()
+        self.__dict__["_live_memo"] = ((self.records, self.evicted, len(self.segments)), out)
+        return list(out)
+
+    def _live(self) -> list[tuple[SegmentEntry, int]]:
+        out: list[tuple[SegmentEntry, int]] = []
+        remaining = self.evicted
+        for s in self.segments:
+            skip = 0
+            if not s.protected:
+                skip = min(remaining, s.episodes)
+                remaining -= skip
+            if skip < s.episodes:
+                out.append((s, max(skip, s.dropped)))
+        return out
+
+    def fully_evicted(self) -> list[SegmentEntry]:
+        """Segments whose every episode is evicted (their files can go after a grace period)."""
+        live = {s.seg for s, _ in self.live()}
+        return [s for s in self.segments if s.seg not in live]
+
+    def copy(self) -> LogState:
+        return LogState(
+            [SegmentEntry(**vars(s)) for s in self.segments],
+            self.evicted,
+            dict(self.retired),
+            self.position,
+            self.records,
+        )

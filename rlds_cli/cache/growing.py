@@ -1,0 +1,398 @@
+"""Reading a growing dataset (``layout: "segmented"``): one :class:`Dataset` over its segments.
+
+:class:`GrowingDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` with the same API
+(``num_steps``, ``gather``, ``episode``, ``column``, ``reader``...) over the live episodes of
+the segments as of the commit-log position it opened at (see
+:mod:`rlds_cli.cache.commit_log`). Its columns are :class:`ConcatColumn` s that map a row to
+the segment holding it; a dataset of one segment (after ``rlds compact``) hands out that
+segment's columns themselves, so it reads as fast as a converted dataset.
+
+:meth:`GrowingDataset.refresh` follows the log to its end (an ``fstat`` and a read of the new
+records when nothing changed; opening each new segment's manifest and episode index
+otherwise) and moves the view forward. The view never changes without it, so a reader's
+indices stay valid until it asks.
+
+Segments that leave the view (evicted whole, or replaced by a compaction) keep their files for
+a grace period (the dataset's ``grace_seconds``) so readers of older views keep reading; a
+reader that lags further finds them gone and gets :class:`DatasetReplacedError` (refresh).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.commit_log import LogState, SegmentEntry, seg_name
+from rlds_cli.cache.dataset import Dataset, _identity
+from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
+from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.reader import Episodes
+from rlds_cli.cache.ted import EPISODE_DTYPE
+from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
+
+#: Defaults of the growing-dataset settings stored in the head manifest's ``source.growing``.
+DEFAULT_GRACE_SECONDS = 60.0
+
+
+def growing_settings(manifest: Manifest) -> dict[str, Any]:
+    """The head manifest's settings (capacity, min_size, grace_seconds), with defaults."""
+    got = manifest.source.get("growing", {}) if isinstance(manifest.source, dict) else {}
+    return {
+        "capacity": got.get("capacity"),
+        "capacity_episodes": got.get("capacity_episodes"),
+        "min_size": int(got.get("min_size", 0) or 0),
+        "grace_seconds": float(got.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
+    }
+
+
+def _empty_episodes() -> Episodes:
+    """An :class:`Episodes` of no episode (a growing dataset before its first commit)."""
+    ep = Episodes.__new__(Episodes)
+    ep.lengths = ep.ends = ep.starts = np.zeros(0, np.int64)
+    ep.num_steps = 0
+    ep.table = None
+    return ep
+
+
+class ConcatColumn:
+    """One stored key over several segments, end to end: numpy-style first-axis reads
+    (integer arrays of any shape, integers, slices of step 1) that go to the segment holding
+    each row.
+
+    Args:
+        parts: Per segment: ``(column getter, first row, stop row)`` in that segment's column.
+        row_shape: The per-row shape; ``dtype``: the dtype.
+    """
+
+    def __init__(self, parts: list[tuple[Any, int, int]], row_shape: tuple[int, ...], dtype: Any) -> None:
+        self._parts = parts
+        self._opened: list[Any] = [None] * len(parts)
+        sizes = np.array([stop - start for _, start, stop in parts], np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        # global row -> row of its part's column: minus the part's offset, plus its first row
+        self._shift = self.offsets[:-1] - np.array([start for _, start, _ in parts], np.int64)
+        self.shape = (int(self.offsets[-1]), *row_shape)
+        self.dtype = np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _col(self, p: int) -> Any:
+        col = self._opened[p]
+        if col is None:
+            getter, _, _ = self._parts[p]
+            col = self._opened[p] = getter()
+        return col
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self[slice(None)]
+        return data.astype(dtype) if dtype is not None else data
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.shape[0])
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            pieces = []
+            for p in range(len(self._parts)):
+                lo, hi = max(start, int(self.offsets[p])), min(stop, int(self.offsets[p + 1]))
+                if lo < hi:
+                    base = self._parts[p][1] - int(self.offsets[p])
+                    pieces.append(np.asarray(self._col(p)[lo + base : hi + base]))
+            if not pieces:
+                return np.empty((0, *self.shape[1:]), self.dtype)
+            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        idx = np.asarray(index, dtype=np.int64)
+        flat = idx.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.shape[0]):
+            raise IndexError(f"row index out of range for a column of {self.shape[0]} rows")
+        which = np.searchsorted(self.offsets, flat, side="right") - 1
+        rows = flat - self._shift[which]
+        if flat.size and which.min() == which.max():  # one part: one take
+            out = self._take(int(which[0]), rows)
+            return out.reshape(*idx.shape, *self.shape[1:])
+        out = np.empty((flat.size, *self.shape[1:]), self.dtype)
+        # group the rows by part with one sort, not one mask per part
+        order = np.argsort(which, kind="stable")
+        parts, firsts = np.unique(which[order], return_index=True)
+        bounds = [*firsts.tolist(), flat.size]
+        for j, p in enumerate(parts.tolist()):
+            sel = order[bounds[j] : bounds[j + 1]]
+            out[sel] = self._take(p, rows[sel])
+        return out.reshape(*idx.shape, *self.shape[1:])
+
+    def _take(self, p: int, rows: np.ndarray) -> np.ndarray:
+        col = self._col(p)
+        return col.take(rows, axis=0) if isinstance(col, np.ndarray) else np.asarray(col[rows])
+
+
+class GrowingDataset(Dataset):
+    """A growing dataset as of one commit-log position (see the module docstring).
+
+    Args:
+        directory: The dataset's directory (``datasets/<entry>``).
+        manifest: Its head manifest (read from ``directory`` when ``None``).
+        position: Follow the log only up to this byte (a snapshot made elsewhere); ``None``:
+            to its end.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        manifest: Manifest | None = None,
+        *,
+        position: int | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self._identity = _identity(self.directory)
+        if manifest is None:
+            try:
+                manifest = read_manifest(self.directory)
+            except FileNotFoundError:
+                raise DatasetNotFoundError(f"{self.directory} is not an rlds dataset (no manifest)") from None
+        self.head = manifest
+        self.settings = growing_settings(manifest)
+        self._backend = get_backend(manifest.backend)
+        self._parent_checked = None
+        self._segments: dict[bytes, Dataset] = {}
+        self._tails: dict[str, TailRun] = {}
+        self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._state = LogState()
+        self._state.follow(self.directory / COMMIT_LOG_FILE, until=position)
+        self._rebuild()
+        self._check_not_replaced()
+
+    # ------------------------------------------------------------------ pickling (workers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "position": self._state.position}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        GrowingDataset.__init__(self, state["directory"], position=state["position"])
+
+    # ------------------------------------------------------------------ the view
+
+    @property
+    def log_position(self) -> int:
+        """The commit-log byte this view is as of."""
+        return self._state.position
+
+    @property
+    def state(self) -> LogState:
+        """The commit-log view (segments, eviction count), a copy."""
+        return self._state.copy()
+
+    def refresh(self) -> bool:
+        """Follow the commit log to its end; returns whether the view changed.
+
+        Cost: one ``open`` + ``fstat`` when nothing was committed; otherwise a read of the new
+        records and, per new segment, its manifest and episode index, then the episode index of
+        the view is rebuilt (linear in the episodes). Indices taken before a refresh that
+        changed the view must not be used after it."""
+        self._check_not_replaced()
+        if self._state.follow(self.directory / COMMIT_LOG_FILE) == 0:
+            return False
+        self._rebuild()
+        return True
+
+    @property
+    def ready(self) -> bool:
+        """Whether the dataset holds at least its ``min_size`` steps (``DatasetWriter``'s
+        ``min_size``; always ``True`` without one)."""
+        return self.num_steps >= self.settings["min_size"] and self.num_steps > 0
+
+    def segment(self, seg: bytes) -> Dataset:
+        """The opened segment ``seg`` (a plain :class:`Dataset`)."""
+        ds = self._segments.get(seg)
+        if ds is None:
+            path = self.directory / SEGMENTS_DIR / seg_name(seg)
+            try:
+                ds = Dataset(path)
+            except (DatasetNotFoundError, FileNotFoundError):
+                self._check_not_replaced()
+                raise DatasetReplacedError(
+                    f"segment {seg_name(seg)} of growing dataset {self.name!r} was removed "
+                    "(evicted or compacted) after this reader's view was taken",
+                    hint="call refresh() more often than the dataset's grace_seconds",
+                ) from None
+            if ds.manifest.backend != self.head.backend:
+                raise CorruptDatasetError(
+                    f"segment {path} is stored as {ds.manifest.backend}, not {self.head.backend}"
+                )
+            self._segments[seg] = ds
+        return ds
+
+    def live_segments(self) -> list[tuple[SegmentEntry, int]]:
+        """``(segment, episodes of its files skipped)`` for every segment in the view."""
+        return [(s, skip - s.dropped) for s, skip in self._state.live()]
+
+    def segment_datasets(self) -> list[Dataset]:
+        """The live segments, opened, in log order (each a plain :class:`Dataset` with its own
+        manifest and content digests)."""
+        return [ds for ds, _ in self._parts]
+
+    def growth(self) -> dict[str, Any]:
+        """What ``rlds inspect`` shows of a growing dataset: segments, writers, eviction,
+        readiness (JSON-able)."""
+        writers: dict[str, dict[str, int]] = {}
+        protected = 0
+        for (entry, first), ds in zip(self.live_segments(), self.segment_datasets(), strict=True):
+            who = ds.manifest.source.get("writer", {})
+            label = f"{who.get('host', '?')}:{who.get('pid', '?')}" + (
+                " (compacted)" if who.get("compacted") else ""
+            )
+            row = writers.setdefault(label, {"segments": 0, "episodes": 0, "steps": 0})
+            row["segments"] += 1
+            row["episodes"] += ds.num_episodes - first
+            row["steps"] += ds.num_steps - int(ds.episodes["start"][first])
+            if entry.protected:
+                protected += ds.num_episodes - first
+        segments_dir = self.directory / SEGMENTS_DIR
+        return {
+            "segments": len(self._parts),
+            "segments_on_disk": sum(1 for _ in segments_dir.iterdir()) if segments_dir.is_dir() else 0,
+            "log_records": self._state.records,
+            "evicted_episodes": self._state.evicted,
+            "protected_episodes": protected,
+            "writers": writers,
+            "ready": self.ready,
+            **self.settings,
+        }
+
+    def _rebuild(self) -> None:
+        parts: list[tuple[Dataset, int]] = []
+        live = self.live_segments()
+        keep = {s.seg for s, _ in live}
+        for seg in [k for k in self._segments if k not in keep]:
+            del self._segments[seg]
+            self._facts.pop(seg, None)
+        facts = []
+        opened = self._segments
+        for entry, first in live:
+            ds = opened.get(entry.seg) or self.segment(entry.seg)
+            fact = self._facts.get(entry.seg)
+            if fact is None:  # plain arrays of the segment's index, made once per segment
+                if ds.num_episodes != entry.episodes - entry.dropped:
+                    raise CorruptDatasetError(
+                        f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
+                        f"{entry.episodes - entry.dropped}"
+                    )
+                index = ds.episodes
+                fact = self._facts[entry.seg] = (
+                    np.asarray(index["start"], np.int64),
+                    np.asarray(index["length"], np.int64),
+                    np.asarray(index["source_id"], np.int64),
+                    np.asarray(index["final_known"], bool),
+                )
+            parts.append((ds, first))
+            facts.append((fact, first))
+        self._parts = parts
+        self._part_ids = [entry.seg for entry, _ in live]
+        # per part: first step, steps and episodes of the segment (for the columns' row spans)
+        self._step0 = np.array([int(f[0][first]) for f, first in facts], np.int64)
+        self._firsts = np.array([first for _, first in facts], np.int64)
+        self._nsteps = np.array([ds.num_steps for ds, _ in parts], np.int64)
+        self._neps = np.array([ds.num_episodes for ds, _ in parts], np.int64)
+        index = np.zeros(int(sum(len(f[1]) - first for f, first in facts)), EPISODE_DTYPE)
+        if len(index):
+            for field, k in (("length", 1), ("source_id", 2), ("final_known", 3)):
+                index[field] = np.concatenate([f[k][first:] for f, first in facts])
+        lens = index["length"]
+        index["start"] = np.cumsum(lens) - lens
+        self.episodes = index
+        self.episode_bounds = Episodes(lens) if len(lens) else _empty_episodes()
+        self.manifest = Manifest(
+            name=self.head.name,
+            backend=self.head.backend,
+            num_steps=int(lens.sum()),
+            num_episodes=len(lens),
+            fields=self.head.fields,
+            source=self.head.source,
+            conversion=self.head.conversion,
+            lineage=self.head.lineage,
+            created_by=self.head.created_by,
+            created_at=self.head.created_at,
+            layout=self.head.layout,
+        )
+        self._columns = {}
+        self._readers = {}
+
+    def _open_column(self, key: str, spec: FieldSpec) -> Any:
+        flat = spec.storage == "flat"
+        row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
+        starts = self._step0 + self._firsts if flat else self._step0
+        stops = self._nsteps + self._neps if flat else self._nsteps
+        # the run of small segments at the end (the newest commits) is read from RAM, in one array
+        big = np.flatnonzero(~((stops <= SMALL_ROWS) & (stops * row_bytes <= SMALL_BYTES)))
+        cut = int(big[-1]) + 1 if len(big) else 0
+        pieces: list[tuple[Any, int, int]] = [
+            (lambda ds=ds: ds.column(key), int(starts[i]), int(stops[i]))
+            for i, (ds, _) in enumerate(self._parts[:cut])
+        ]
+        if cut < len(self._parts):
+            run = self._tails.get(key)
+            if run is None:
+                run = self._tails[key] = TailRun(spec.shape, np.dtype(spec.dtype))
+            tail = _TailSpec(self, key, cut, starts, stops)
+            rows = run.view(tail)
+            if not pieces:
+                return rows  # the whole view in one array
+            pieces.append((lambda rows=rows: rows, 0, len(rows)))
+        if len(pieces) == 1 and pieces[0][1] == 0:
+            return pieces[0][0]()  # one whole segment: its own column, as fast as converted
+        return ConcatColumn(pieces, spec.shape, spec.dtype)
+
+    def _reader_of(self, ds: Dataset, key: str, stop: int) -> Callable[[], np.ndarray]:
+        """Reads a small segment's column whole (once: a tail keeps it), without keeping the
+        file open."""
+
+        def read() -> np.ndarray:
+            try:
+                return np.array(self._backend.open_column(ds.directory, key)[:stop])
+            except (OSError, CorruptDatasetError):
+                self._check_not_replaced()
+                raise DatasetReplacedError(
+                    f"segment {ds.directory.name} of growing dataset {self.name!r} was removed "
+                    "after this reader's view was taken",
+                    hint="call refresh() more often than the dataset's grace_seconds",
+                ) from None
+
+        return read
+
+    def _load_episode_index(self) -> np.ndarray:  # pragma: no cover - built by _rebuild
+        return self.episodes
+
+    def check_files(self) -> list[str]:
+        """Every live segment's files at full size (see :meth:`Dataset.check_files`)."""
+        problems: list[str] = []
+        for ds, _ in self._parts:
+            problems += [f"segment {ds.directory.name}: {p}" for p in ds.check_files()]
+        self._check_not_replaced()
+        return problems
+
+    def __repr__(self) -> str:
+        return (
+            f"GrowingDataset(name={self.name!r}, steps={self.num_steps}, episodes={self.num_episodes}, "
+            f"segments={len(self._parts)}, backend={self.manifest.backend!r})"
+        )
+
+
+class _TailSpec:
+    """The small segments from part ``cut`` on, as :meth:`TailRun.view` takes them: ids, the
+    rows of each one skipped, and a reader of each one's rows (called for new ones only)."""
+
+    def __init__(self, ds: GrowingDataset, key: str, cut: int, starts: np.ndarray, stops: np.ndarray) -> None:
+        self._ds, self._key, self._cut = ds, key, cut
+        self.ids = ds._part_ids[cut:]
+        self.first_skip = int(starts[cut])
+        self._stops = stops
+
+    def read(self, i: int) -> np.ndarray:
+        part, _ = self._ds._parts[self._cut + i]
+        return self._ds._reader_of(part, self._key, int(self._stops[self._cut + i]))()

@@ -1,0 +1,260 @@
+"""Normalization statistics as one public, saveable object: the numbers a policy trained on
+normalized batches needs again at evaluation time, to normalize the environment's observations.
+
+:class:`NormalizationStats` holds per-key ``mean``, ``std``, ``min`` and ``max`` (float32 arrays
+of the key's per-step shape) and the ``eps`` added to ``std``. ``normalize(x)`` is exactly what
+:class:`~rlds_cli.loader.Normalize` does to a batch, ``(x - mean) / (std + eps)``; a loader's
+``Normalize`` hands its statistics out as ``Normalize.statistics``. ``save``/``load`` write and
+read a ``.npz`` (arrays, no pickle) or a ``.json`` file.
+
+:func:`compute_stats` and :func:`statistics_dataset` (also importable from
+``rlds_cli.loader``) decide which dataset's statistics are used and compute them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.ted import join_key
+
+__all__ = ["NormalizationStats", "compute_stats", "statistics_dataset"]
+
+_FIELDS = ("mean", "std", "min", "max")
+#: Written into every saved file, so a file from something else is refused clearly.
+_FORMAT = "rlds-normalization-stats"
+DEFAULT_EPS = 1e-6
+
+
+def _shipped_stats(dataset: Dataset) -> dict[str, Any]:
+    """Statistics stored in the manifest by ``rlds preprocess --stats`` (empty when none)."""
+    from rlds_cli.preprocess.stats import load
+
+    try:
+        return load(dataset)
+    except (KeyError, TypeError, ValueError):  # malformed statistics: compute them instead
+        return {}
+
+
+def compute_stats(
+    dataset: Dataset, keys: Iterable[str | tuple[str, ...]] = ("observation",)
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per-dimension ``mean``, ``std``, ``min`` and ``max`` of stored keys, over every step of
+    ``dataset`` itself (for a view: the view's steps; see :func:`statistics_dataset`).
+
+    Statistics stored in the manifest (``rlds preprocess --stats``) are used when present;
+    otherwise they are computed in one streaming pass with the accumulator of ``--stats`` and
+    ``rlds inspect`` (:func:`rlds_cli.preprocess.stats.scan`: float64, Chan et al.'s merge of
+    bounded chunks). Observation-like keys are summarized over the steps (their final
+    observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s. Keys
+    with more than 4,096 elements per step (images) get one value over all elements.
+
+    Returns:
+        ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
+        key's per-step shape (``()`` for images).
+    """
+    from rlds_cli.preprocess import stats as accumulator
+
+    out: dict[str, dict[str, np.ndarray]] = {}
+    shipped = _shipped_stats(dataset)
+    for key in (join_key(k) for k in keys):
+        base = key[5:] if key.startswith("next/") and key[5:] in dataset.manifest.fields else key
+        if base not in dataset.manifest.fields:
+            raise KeyError(f"dataset {dataset.name!r} stores no key {base!r} to compute statistics of")
+        known = shipped.get(base)
+        if known is None:
+            merged = accumulator.scan(dataset, base)
+            if merged is None:
+                raise ValueError(f"dataset {dataset.name!r} has no steps to compute statistics of")
+            known = accumulator.key_stats(merged, dataset.manifest.fields[base].shape)
+        out[key] = {s: np.asarray(getattr(known, s), np.float32) for s in _FIELDS}
+    return out
+
+
+def statistics_dataset(dataset: Dataset) -> Dataset:
+    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view
+    (a split's train and validation views share the parent's, so validation data is never
+    normalized with its own statistics), else the dataset itself."""
+    from rlds_cli.cache.layout import VIEW_LAYOUT
+    from rlds_cli.cache.views import ViewSpec
+
+    if dataset.manifest.layout != VIEW_LAYOUT:
+        return dataset
+    dataset.column(next(iter(dataset.manifest.fields)))  # checks the parent is there, unchanged
+    spec = ViewSpec.from_manifest(dataset.manifest)
+    return Dataset(dataset.directory.parent / spec.parent.replace("/", "--"))
+
+
+@dataclass
+class NormalizationStats:
+    """Per-key normalization statistics: ``{key: {"mean", "std", "min", "max"}}`` as float32
+    arrays of the key's per-step shape, and the ``eps`` added to ``std``.
+
+    Attributes:
+        keys: The TED keys, in order (``next/<key>`` is normalized with ``<key>``'s statistics).
+        mean, std, min, max: ``{key: array}``.
+        eps: Added to ``std`` when normalizing.
+        source: Where the numbers came from, in words (``"dataset 'hopper'"``).
+    """
+
+    mean: dict[str, np.ndarray]
+    std: dict[str, np.ndarray]
+    min: dict[str, np.ndarray]
+    max: dict[str, np.ndarray]
+    eps: float = DEFAULT_EPS
+    source: str = ""
+    keys: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = list(self.mean)
+        for name in _FIELDS:
+            table = getattr(self, name)
+            if list(table) != self.keys:
+                raise ValueError(f"NormalizationStats: {name!r} has keys {list(table)}, mean has {self.keys}")
+            setattr(self, name, {k: np.asarray(v, np.float32) for k, v in table.items()})
+        self.eps = float(self.eps)
+
+    # ------------------------------------------------------------------ making
+
+    @classmethod
+    def from_mapping(
+        cls, stats: Mapping[str, Any], keys: Iterable[str] | None = None, *,
+        eps: float = DEFAULT_EPS, source: str = "statistics given",
+    ) -> NormalizationStats:  # fmt: skip
+        """From ``{key: stats}``, each ``stats`` a mapping with ``"mean"`` and ``"std"`` (and
+        optionally ``"min"``, ``"max"``) or an object with those attributes (``KeyStats``)."""
+        wanted = [join_key(k) for k in keys] if keys is not None else list(stats)
+        missing = [k for k in wanted if k not in stats]
+        if missing:
+            raise ValueError(
+                f"stats has no entry for {missing} (it has {sorted(stats)}); pass keys=[...] to "
+                "choose the keys to normalize"
+            )
+        tables: dict[str, dict[str, np.ndarray]] = {name: {} for name in _FIELDS}
+        for key in wanted:
+            mean, std = _field(stats[key], "mean", key), _field(stats[key], "std", key)
+            tables["mean"][key], tables["std"][key] = mean, std
+            for name in ("min", "max"):  # optional: not needed to normalize
+                value = _get(stats[key], name)
+                absent = np.full_like(mean, np.nan)
+                tables[name][key] = np.asarray(value, np.float32) if value is not None else absent
+        return cls(**tables, eps=eps, source=source)
+
+    @classmethod
+    def from_dataset(cls, dataset: str | Dataset, keys: Iterable[str | tuple[str, ...]] = ("observation",),
+                     *, of: str = "parent", eps: float = DEFAULT_EPS) -> NormalizationStats:  # fmt: skip
+        """The statistics a :class:`~rlds_cli.loader.Normalize` with the same arguments would use.
+
+        Args:
+            dataset: A :class:`~rlds_cli.cache.dataset.Dataset`, or a cache name, alias or
+                registry id (opened with :func:`rlds_cli.open_dataset`).
+            keys: TED keys.
+            of: ``"parent"`` (default): a view's parent (a validation view is normalized like the
+                training data); ``"self"``: the dataset itself, even a view.
+            eps: Added to ``std``.
+        """
+        if of not in ("parent", "self"):
+            raise ValueError(f"of must be 'parent' or 'self', got {of!r}")
+        if not isinstance(dataset, Dataset):
+            from rlds_cli.cache.opening import open_dataset
+
+            dataset = open_dataset(dataset)
+        origin = statistics_dataset(dataset) if of == "parent" else dataset
+        source = f"dataset {origin.name!r}" + (
+            f" (the parent of view {dataset.name!r})" if origin is not dataset else ""
+        )
+        return cls.from_mapping(compute_stats(origin, keys), eps=eps, source=source)
+
+    # ------------------------------------------------------------------ using
+
+    def _key(self, key: str | tuple[str, ...]) -> str:
+        name = join_key(key)
+        if name not in self.mean and name.startswith("next/") and name[5:] in self.mean:
+            name = name[5:]
+        if name not in self.mean:
+            raise KeyError(f"no normalization statistics for {name!r} (they cover {self.keys})")
+        return name
+
+    def normalize(self, x: Any, key: str | tuple[str, ...] = "observation") -> np.ndarray:
+        """``(x - mean) / (std + eps)`` with ``key``'s statistics (float32 when ``x`` is float32):
+        what :class:`~rlds_cli.loader.Normalize` does to a batch, for one observation or many."""
+        k = self._key(key)
+        return (np.asarray(x) - self.mean[k]) / (self.std[k] + np.float32(self.eps))
+
+    def denormalize(self, x: Any, key: str | tuple[str, ...] = "observation") -> np.ndarray:
+        """The inverse of :meth:`normalize`: ``x * (std + eps) + mean``."""
+        k = self._key(key)
+        return np.asarray(x) * (self.std[k] + np.float32(self.eps)) + self.mean[k]
+
+    # ------------------------------------------------------------------ files
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{"format", "eps", "source", "keys": {key: {"mean": [...], ...}}}``."""
+        return {
+            "format": _FORMAT,
+            "eps": self.eps,
+            "source": self.source,
+            "keys": {k: {name: getattr(self, name)[k].tolist() for name in _FIELDS} for k in self.keys},
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write to ``path``: ``.json`` as :meth:`to_dict`, anything else as ``.npz`` (arrays
+        ``<key>//<stat>``, read back without pickle). Returns the path written."""
+        from rlds_cli._io import atomic_write
+
+        target = Path(path)
+        if target.suffix == ".json":
+            atomic_write(target, json.dumps(self.to_dict(), indent=2) + "\n", fsync=False)
+            return target
+        if target.suffix != ".npz":
+            target = target.with_name(target.name + ".npz")  # np.savez would add it anyway
+        arrays = {f"{k}//{name}": getattr(self, name)[k] for k in self.keys for name in _FIELDS}
+        meta = json.dumps({"format": _FORMAT, "eps": self.eps, "source": self.source, "keys": self.keys})
+        atomic_write(target, lambda f: np.savez(f, __meta__=np.array(meta), **arrays), fsync=False)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NormalizationStats:
+        """Read what :meth:`save` wrote (``.json`` or ``.npz``).
+
+        Raises:
+            ValueError: The file is not normalization statistics saved by rlds.
+        """
+        source = Path(path)
+        try:
+            if source.suffix == ".json":
+                data = json.loads(source.read_text(encoding="utf-8"))
+                if not isinstance(data, dict) or data.get("format") != _FORMAT:
+                    raise ValueError("no 'format': 'rlds-normalization-stats'")
+                keys = data["keys"]
+                tables = {name: {k: keys[k][name] for k in keys} for name in _FIELDS}
+                return cls(**tables, eps=data["eps"], source=data.get("source", ""))
+            with np.load(source, allow_pickle=False) as npz:
+                meta = json.loads(str(npz["__meta__"]))
+                if meta.get("format") != _FORMAT:
+                    raise ValueError("no 'format': 'rlds-normalization-stats'")
+                tables = {name: {k: npz[f"{k}//{name}"] for k in meta["keys"]} for name in _FIELDS}
+                return cls(**tables, eps=meta["eps"], source=meta.get("source", ""))
+        except FileNotFoundError:
+            raise
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source} is not normalization statistics saved by rlds: {exc}") from exc
+
+
+def _get(entry: Any, name: str) -> Any:
+    return entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+
+
+def _field(entry: Any, name: str, key: str) -> np.ndarray:
+    """``entry[name]`` or ``entry.name`` as float32: a dict of arrays or a ``KeyStats``."""
+    value = _get(entry, name)
+    if value is None:
+        raise ValueError(f"the statistics of {key!r} have no {name!r}")
+    return np.asarray(value, np.float32)

@@ -1,0 +1,240 @@
+"""``rlds_cli.record``: run a policy in a gymnasium environment and save the episodes as a dataset.
+
+::
+
+    ds = rlds_cli.record("CartPole-v1", None, name="cartpole-random", episodes=10)
+
+What is stored, beside the episodes (see :mod:`rlds_cli.recording.episode` for their keys):
+
+* the environment's spec (``EnvSpec.to_json()``), so ``Dataset.recover_environment()`` makes
+  the environment again, and its spaces in the form Minari serializes them, so ``rlds export
+  NAME DIR --to minari`` writes a dataset minari loads with the same spaces and spec;
+* the reset seed of every episode (``seed + i`` for the i-th episode when ``seed`` is given,
+  else 64 random bits, as Minari's ``DataCollector`` draws them), so any episode can be replayed.
+
+With ``steps=N`` the recording stops after exactly N steps; an episode the budget cuts is kept
+with its last step marked truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlds_cli.errors import RecordingError
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.recording.wrapper import RecordEpisodes
+    from rlds_cli.write.writer import DatasetWriter
+
+
+def env_spec_json(env: Any) -> str | None:
+    """The environment's spec as ``EnvSpec.to_json()`` writes it (``None``: the environment was
+    not made by ``gym.make`` and has no spec).
+
+    Raises:
+        RecordingError: the spec holds arguments JSON cannot write (a callable, an object).
+    """
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        return None
+    try:
+        return str(spec.to_json())
+    except Exception as exc:  # gymnasium raises ValueError (or TypeError) for such kwargs
+        raise RecordingError(
+            f"the env spec of {spec.id!r} cannot be saved as JSON ({exc})",
+            hint="make the environment with JSON-serializable keyword arguments (numbers, strings, lists)",
+        ) from None
+
+
+def recording_metadata(
+    observation_space: Any, action_space: Any, spec_json: str | None, recorder: str, policy: Any = None
+) -> dict[str, Any]:
+    """What the manifest keeps about a recording: the spaces as Minari serializes them (with the
+    Minari path of every TED key, as a converted Minari dataset has them) and who recorded.
+
+    Raises:
+        RecordingError: a space rlds cannot store.
+    """
+    from rlds_cli.recording.spaces import serialize_space, space_leaves
+
+    leaves = [*space_leaves(observation_space, "observation"), *space_leaves(action_space, "action")]
+    spaces = {
+        "serializer": "minari",
+        "observation_space": serialize_space(observation_space),
+        "action_space": serialize_space(action_space),
+        "env_spec": json.loads(spec_json) if spec_json else None,
+        "jpeg_encoding": False,
+        "paths": {leaf.key: leaf.minari_path for leaf in leaves},
+        "text_keys": [leaf.key for leaf in leaves if leaf.kind == "Text"],
+    }
+    about: dict[str, Any] = {"recorder": recorder}
+    if policy is not None:
+        about["policy"] = getattr(policy, "__qualname__", None) or type(policy).__name__
+    return {"spaces": spaces, "recording": about}
+
+
+def recording_writer(env: Any, name: str, **writer_kwargs: Any) -> DatasetWriter:
+    """A :class:`~rlds_cli.DatasetWriter` for recording ``env`` with
+    :class:`~rlds_cli.RecordEpisodes`: the manifest keeps the env spec (so
+    ``Dataset.recover_environment()`` works) and the spaces (so ``rlds export --to minari`` writes
+    them back). ``writer_kwargs`` go to the writer (``mode``, ``root``, ``episodes_per_commit``...).
+
+    Raises:
+        RecordingError: a space rlds cannot store, or a spec JSON cannot hold.
+    """
+    from rlds_cli import DatasetWriter
+
+    spec_json = env_spec_json(env)
+    policy = writer_kwargs.pop("policy", None)
+    recorder = writer_kwargs.pop("recorder", "rlds_cli.RecordEpisodes")
+    metadata = recording_metadata(env.observation_space, env.action_space, spec_json, recorder, policy)
+    return DatasetWriter(name, env_spec=spec_json, metadata=metadata, **writer_kwargs)
+
+
+def record(
+    env: Any,
+    policy: Callable[[Any], Any] | None = None,
+    *,
+    name: str,
+    episodes: int | None = None,
+    steps: int | None = None,
+    root: str | os.PathLike[str] | None = None,
+    storage: str = "memmap",
+    seed: int | None = None,
+    info_keys: Sequence[str] | str | None = None,
+    mode: str = "create",
+    env_kwargs: Mapping[str, Any] | None = None,
+    episodes_per_commit: int = 1,
+) -> Dataset:
+    """Run ``policy`` in ``env`` for ``episodes`` episodes or ``steps`` steps and save them.
+
+    Args:
+        env: A gymnasium environment, or an id for ``gym.make`` (then made here with
+            ``env_kwargs`` and closed at the end; a given environment is left open).
+        policy: ``policy(observation) -> action``; ``None`` samples the action space.
+        name: The dataset's cache name.
+        episodes: Record this many whole episodes. Exactly one of ``episodes`` and ``steps``.
+        steps: Record exactly this many steps (the last episode may be cut: truncated).
+        root: The cache root (default: ``RLDS_HOME`` or the user cache).
+        storage: ``"memmap"`` or ``"zarr"``.
+        seed: Episode ``i`` is reset with ``seed + i`` and the random policy's action space is
+            seeded with ``seed``; ``None`` draws a 64-bit seed per episode (stored either way).
+        info_keys: ``info`` entries to keep: ``None``, ``"all"`` or a list of names.
+        mode: ``"create"`` a new dataset or ``"append"`` to an existing one.
+        env_kwargs: Keyword arguments for ``gym.make`` when ``env`` is an id.
+        episodes_per_commit: Episodes the writer commits together (1: each episode is durable
+            and visible as it ends; more: fewer, larger commits, less overhead per step).
+
+    Returns:
+        The dataset, opened.
+
+    Raises:
+        RecordingError: bad arguments, a space rlds cannot store, or values outside their space.
+    """
+    for label, value in (
+        ("episodes", episodes),
+        ("steps", steps),
+        ("episodes_per_commit", episodes_per_commit),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise RecordingError(f"record(): {label}={value!r} is not a positive integer")
+    if (episodes is None) == (steps is None):
+        raise RecordingError(
+            "record() takes exactly one of episodes= and steps=",
+            hint="e.g. record(env, policy, name='mine', episodes=10)",
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise RecordingError(f"record(): seed={seed!r} is not a non-negative integer")
+    if policy is not None and not callable(policy):
+        raise RecordingError(
+            f"record(): policy is a {type(policy).__name__}, not a callable observation -> action",
+            hint="pass a function (or None for random actions)",
+        )
+    from rlds_cli.recording.wrapper import RecordEpisodes
+
+    owned = isinstance(env, str)
+    if owned:
+        import gymnasium as gym
+
+        try:
+            env = gym.make(env, **dict(env_kwargs or {}))
+        except gym.error.Error as exc:
+            raise RecordingError(f"record(): gymnasium cannot make {env!r}: {exc}") from None
+    elif env_kwargs:
+        raise RecordingError("record(): env_kwargs= applies only when env is an id for gym.make")
+    try:
+        writer_args = {
+            "root": root,
+            "storage": storage,
+            "mode": mode,
+            "episodes_per_commit": episodes_per_commit,
+        }
+        return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
+    finally:
+        if owned:
+            env.close()
+
+
+def _record(
+    env: Any,
+    policy: Callable[[Any], Any] | None,
+    name: str,
+    episodes: int | None,
+    steps: int | None,
+    seed: int | None,
+    info_keys: Sequence[str] | str | None,
+    writer_args: dict[str, Any],
+    wrapper: type[RecordEpisodes],
+) -> Dataset:
+    from rlds_cli import open_dataset
+
+    if policy is None:
+        space = env.action_space
+        if seed is not None:
+            space.seed(seed)
+        policy = _random_policy(space)
+    # spaces and info_keys are checked before anything is created
+    wrapper(env, _NoSink(), info_keys=info_keys)
+    with recording_writer(env, name, policy=policy, recorder="rlds_cli.record", **writer_args) as w:
+        recorder = wrapper(env, w, info_keys=info_keys)
+        _run(recorder, policy, episodes, steps, seed)
+        recorder.finish_episode()  # the step budget cut an episode: truncated
+    return open_dataset(name, root=writer_args["root"])
+
+
+def _random_policy(space: Any) -> Callable[[Any], Any]:
+    def random_policy(observation: Any) -> Any:
+        return space.sample()
+
+    return random_policy
+
+
+class _NoSink:
+    def add_episode(self, episode: Any) -> None:
+        raise AssertionError("the probe recorder commits nothing")
+
+
+def _run(
+    recorder: RecordEpisodes,
+    policy: Callable[[Any], Any],
+    episodes: int | None,
+    steps: int | None,
+    seed: int | None,
+) -> None:
+    finished = taken = 0
+    i = 0
+    while (episodes is None or finished < episodes) and (steps is None or taken < steps):
+        obs, _ = recorder.reset(seed=None if seed is None else seed + i)
+        i += 1
+        while True:
+            obs, _, terminated, truncated, _ = recorder.step(policy(obs))
+            taken += 1
+            if terminated or truncated:
+                finished += 1
+                break
+            if steps is not None and taken >= steps:
+                break

@@ -1,0 +1,211 @@
+"""``rlds compact``: merge a growing dataset's segments so it reads as fast as a converted one.
+
+A compaction takes the dataset's compaction lock (one at a time; writers never take it), opens
+a view, and for every run of consecutive segments of the same kind (protected or not) with
+more than one segment, or with evicted episodes still on disk, writes one segment holding
+their live episodes, in order. Steps, in order:
+
+1. ``mkdir building/<id>.<pid>``; write the columns (read from the view) and the episode index;
+2. ``seal`` (fsync the build, write ``manifest.json`` last);
+3. ``rename`` it to ``segments/<id>``, fsync ``segments/``;
+4. append a ``COMPACT`` record ("segments A..B replaced by C") and fsync the log;
+5. remove the files of segments retired more than the grace period ago (:func:`collect`).
+
+Readers of older views keep reading the old segments (kept for the grace period); a refresh
+moves them to the compacted one. Writers keep appending meanwhile: their segments come after
+the run in the log, and evictions count logical episodes, which a compaction keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlds_cli import settings
+from rlds_cli.cache import commit_log, digest, episodes
+from rlds_cli.cache.backends import Backend, get_backend
+from rlds_cli.cache.commit_log import COMPACT, Record, SegmentEntry, new_segment_id, seg_name
+from rlds_cli.cache.growing import GrowingDataset
+from rlds_cli.cache.layout import (
+    COMMIT_LOG_FILE,
+    COMPACT_LOCK_SUFFIX,
+    SEGMENT_BUILDS_DIR,
+    SEGMENTS_DIR,
+    entry_name,
+)
+from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.transaction import seal
+from rlds_cli.errors import LockTimeoutError, SchemaMismatchError
+from rlds_cli.write.segments import collect, writer_identity
+
+
+@dataclass
+class CompactReport:
+    """What :func:`compact` did."""
+
+    name: str
+    segments_before: int
+    segments_after: int
+    merged_runs: int
+    episodes: int
+    steps: int
+    removed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(vars(self))
+
+
+def compact(
+    name: str,
+    root: CacheRoot | str | os.PathLike[str] | None = None,
+    *,
+    grace_seconds: float | None = None,
+    lock_timeout: float = -1,
+) -> CompactReport:
+    """Merge the segments of the growing dataset ``name`` (see the module docstring).
+
+    Args:
+        name: A growing dataset (written by :class:`rlds_cli.DatasetWriter`).
+        root: Cache root.
+        grace_seconds: Keep retired segments' files this long for readers of older views
+            (``None``: the dataset's setting; ``0``: remove them now: readers that do not
+            refresh first get :class:`~rlds_cli.errors.DatasetReplacedError`).
+        lock_timeout: Seconds to wait for a compaction already running (``-1``: forever).
+
+    Returns:
+        A :class:`CompactReport`.
+    """
+    from filelock import FileLock, Timeout
+
+    from rlds_cli.cache.opening import open_dataset
+
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    ds = open_dataset(name, cache)
+    if not isinstance(ds, GrowingDataset):
+        raise SchemaMismatchError(
+            f"dataset {name!r} is not a growing dataset: nothing to compact",
+            hint="'rlds compact' merges the segments of datasets written with DatasetWriter",
+        )
+    try:
+        # in locks/, not in the dataset: a new file there would change the directory's identity
+        cache.locks_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(
+            str(cache.layout.lock_file(entry_name(ds.name) + COMPACT_LOCK_SUFFIX)), timeout=lock_timeout
+        )
+        lock.acquire()
+    except Timeout:
+        raise LockTimeoutError(f"dataset {name!r} is being compacted by another process") from None
+    try:
+        ds.refresh()  # the view as of the lock: no other compaction can move it now
+        return _compact_locked(ds, grace_seconds)
+    finally:
+        lock.release()
+
+
+def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
+    """Runs of consecutive live segments of one kind worth merging: more than one segment, or
+    one whose files still hold evicted episodes."""
+    live = ds.live_segments()
+    state = ds.state
+    order = {s.seg: i for i, s in enumerate(state.segments)}
+    runs: list[list[tuple[SegmentEntry, int]]] = []
+    for entry, first in live:
+        run = runs[-1] if runs else None
+        if (
+            run is not None
+            and run[-1][0].protected == entry.protected
+            and order[entry.seg] == order[run[-1][0].seg] + 1
+        ):
+            run.append((entry, first))
+        else:
+            runs.append([(entry, first)])
+    return [r for r in runs if len(r) > 1 or r[0][1] > 0]
+
+
+def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactReport:
+    fsync = settings.fsync_enabled()
+    before = len(ds.live_segments())
+    runs = _runs(ds)
+    backend = get_backend(ds.head.backend)
+    state = ds.state
+    order = [s.seg for s in state.segments]
+    for run in runs:
+        # a run starts after the fully evicted segments before it: those are dropped with it
+        first_entry = run[0][0]
+        i = order.index(first_entry.seg)
+        while (
+            i > 0
+            and state.segments[i - 1].protected == first_entry.protected
+            and state.segments[i - 1].seg not in {s.seg for s, _ in ds.live_segments()}
+        ):
+            i -= 1
+        _merge(ds, run, state.segments[i].seg, backend, fsync)
+    ds.refresh()
+    grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
+    removed = collect(ds.directory, ds.state, grace, scan=True)
+    return CompactReport(
+        ds.name, before, len(ds.live_segments()), len(runs), ds.num_episodes, ds.num_steps, removed
+    )
+
+
+def _merge(
+    ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], first: bytes, backend: Backend, fsync: bool
+) -> None:
+    seg = new_segment_id()
+    build = ds.directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
+    os.mkdir(build)
+    try:
+        parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
+        hashes: dict[str, str] = {}
+        for key, spec in ds.head.fields.items():
+            column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
+            hasher = digest.ColumnHasher(spec.dtype)
+            for part, skip in parts:
+                step0 = int(part.episodes["start"][skip])
+                start = step0 + skip if spec.storage == "flat" else step0
+                stop = part.num_steps + (part.num_episodes if spec.storage == "flat" else 0)
+                # opened for this copy only: a map per segment kept open would hold a descriptor each
+                col = backend.open_column(part.directory, key)
+                for lo in range(start, stop, 65536):  # bounded memory on large runs
+                    rows = np.asarray(col[lo : min(stop, lo + 65536)])
+                    column.append(rows)
+                    hasher.update(rows)
+                del col
+            column.close(fsync=False)
+            hashes[key] = hasher.hexdigest()
+        lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
+        index = episodes.build_index(
+            np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
+        )
+        episodes.write_index(build, index, fsync=False)
+        manifest = Manifest(
+            name=ds.name,
+            backend=backend.name,
+            num_steps=int(lengths.sum()),
+            num_episodes=len(lengths),
+            fields=dict(ds.head.fields),
+            source={"format": "rlds-writer", "writer": {**writer_identity(), "compacted": len(run)}},
+            content_digest=digest.record(hashes, index),
+        )
+        seal(build, manifest, fsync=fsync)
+        final: Path = ds.directory / SEGMENTS_DIR / seg_name(seg)
+        os.rename(build, final)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    if fsync:
+        from rlds_cli._io import fsync_dir
+
+        fsync_dir(final.parent)
+    record = Record(
+        COMPACT, seg, first=first, last=run[-1][0].seg, episodes=len(lengths), steps=int(lengths.sum())
+    )
+    commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
+
+
+__all__ = ["CompactReport", "compact"]

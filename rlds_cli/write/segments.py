@@ -1,0 +1,212 @@
+"""The disk steps of a growing dataset: its head, a segment's commit, eviction, cleanup.
+
+A commit (:func:`commit_segment`), in order:
+
+1. ``mkdir building/<id>.<pid>`` (private to this writer: nobody reads ``building/``);
+2. write every column through the storage backend, then the episode index;
+3. ``seal``: fsync every file and folder of the build, then write ``manifest.json`` (temp
+   file, fsync, rename, fsync of the folder);
+4. ``rename`` the build to ``segments/<id>`` and fsync ``segments/``;
+5. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
+
+The episodes become visible at step 5 and only there: killed before it, the writer leaves a
+build folder or an unreferenced segment, which no reader looks at and :func:`collect` removes
+once older than the grace period; killed after it, the episodes are committed. Several writers
+commit at once: each has its own build folder and segment id, and the log takes whole records.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli._io import fsync_dir
+from rlds_cli._version import __version__
+from rlds_cli.cache import commit_log, digest, episodes
+from rlds_cli.cache.backends import Backend
+from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENT_BUILDS_DIR, SEGMENTED_LAYOUT, SEGMENTS_DIR
+from rlds_cli.cache.manifest import FieldSpec, Manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.transaction import CacheTransaction, seal
+from rlds_cli.write.validate import EpisodeColumns
+
+
+def writer_identity() -> dict[str, Any]:
+    """What wrote a segment: host, process, rlds version (its manifest's ``source.writer``)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "created_by": f"rlds-cli {__version__}"}
+
+
+def create_head(
+    cache: CacheRoot, name: str, backend: str, fields: dict[str, FieldSpec], source: dict[str, Any]
+) -> Manifest:
+    """Publish an empty growing dataset (head manifest, empty log, ``segments/``) through the
+    cache's transaction. Raises :class:`~rlds_cli.errors.DatasetExistsError` when the name was
+    taken meanwhile."""
+    with CacheTransaction(name, root=cache) as txn:
+        txn.check_free()
+        build = txn.new_build_dir()
+        (build / SEGMENTS_DIR).mkdir()
+        (build / SEGMENT_BUILDS_DIR).mkdir()
+        (build / COMMIT_LOG_FILE).touch()
+        manifest = Manifest(
+            name=txn.name,
+            backend=backend,
+            num_steps=0,
+            num_episodes=0,
+            fields=dict(fields),
+            source=source,
+            layout=SEGMENTED_LAYOUT,
+        )
+        txn.commit(manifest)
+    return manifest
+
+
+def commit_segment(
+    directory: Path,
+    head: Manifest,
+    backend: Backend,
+    batch: list[EpisodeColumns],
+    *,
+    protected: bool,
+    fsync: bool,
+    writer: dict[str, Any],
+) -> Record:
+    """Write ``batch`` (whole episodes) as one segment and commit it (see the module docstring);
+    returns the ``ADD`` record appended."""
+    seg = new_segment_id()
+    build = directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
+    os.mkdir(build)
+    try:
+        manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
+        final = directory / SEGMENTS_DIR / seg_name(seg)
+        os.rename(build, final)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    if fsync:
+        fsync_dir(final.parent)
+    record = Record(
+        ADD,
+        seg,
+        episodes=manifest.num_episodes,
+        steps=manifest.num_steps,
+        flags=PROTECTED if protected else 0,
+    )
+    commit_log.append(directory / COMMIT_LOG_FILE, record, fsync=fsync)
+    return record
+
+
+def _write_segment(
+    build: Path,
+    head: Manifest,
+    backend: Backend,
+    batch: list[EpisodeColumns],
+    writer: dict[str, Any],
+    *,
+    fsync: bool,
+) -> Manifest:
+    fields = head.fields
+    hashes: dict[str, str] = {}
+    for key, spec in fields.items():
+        part = "flat" if spec.storage == "flat" else "steps"
+        rows = [getattr(ep, part)[key] for ep in batch]
+        data = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
+        column.append(data)
+        column.close(fsync=False)  # seal fsyncs the whole build once
+        hasher = digest.ColumnHasher(spec.dtype)
+        hasher.update(data)
+        hashes[key] = hasher.hexdigest()
+    lengths = np.array([ep.num_steps for ep in batch], np.int64)
+    index = episodes.build_index(
+        np.cumsum(lengths) - 1, np.full(len(batch), -1, np.int64), np.ones(len(batch), bool)
+    )
+    episodes.write_index(build, index, fsync=False)
+    manifest = Manifest(
+        name=head.name,
+        backend=backend.name,
+        num_steps=int(lengths.sum()),
+        num_episodes=len(batch),
+        fields=dict(fields),
+        source={"format": "rlds-writer", "writer": writer},
+        content_digest=digest.record(hashes, index),
+    )
+    seal(build, manifest, fsync=fsync)
+    return manifest
+
+
+def evict_to(
+    directory: Path,
+    state: LogState,
+    lengths_of: Any,
+    *,
+    capacity: int | None,
+    capacity_episodes: int | None,
+    fsync: bool,
+) -> int | None:
+    """Append an ``EVICT`` record that brings the unprotected live episodes of ``state`` under
+    ``capacity`` steps and ``capacity_episodes`` episodes (oldest first; the newest episode is
+    always kept). ``lengths_of(seg)`` gives a segment's episode lengths. Returns the new
+    eviction count, or ``None`` when nothing had to go."""
+    lengths: list[np.ndarray] = []
+    for entry, skip in state.live():
+        if not entry.protected:
+            lengths.append(np.asarray(lengths_of(entry.seg))[skip - entry.dropped :])
+    live = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    k = 0
+    if capacity_episodes is not None:
+        k = max(k, len(live) - capacity_episodes)
+    if capacity is not None and live.sum() > capacity:
+        # the fewest oldest episodes whose removal leaves at most `capacity` steps
+        removed = np.cumsum(live)
+        k = max(k, int(np.searchsorted(removed, live.sum() - capacity, side="left")) + 1)
+    k = min(k, len(live) - 1)
+    if k <= 0:
+        return None
+    count = state.evicted + k
+    commit_log.append(directory / COMMIT_LOG_FILE, Record(EVICT, count=count), fsync=fsync)
+    return count
+
+
+def collect(directory: Path, state: LogState, grace: float, *, scan: bool = False) -> list[str]:
+    """Remove the segments ``state`` retired (evicted whole, or compacted away) more than
+    ``grace`` seconds ago; with ``scan``, also builds and unreferenced segments (a killed
+    writer's) older than that. Each goes by a rename into ``building/`` first (a reader sees a
+    segment whole or not at all), then is deleted. Returns the names removed."""
+    now = time.time()
+    removed: list[str] = []
+    segments = directory / SEGMENTS_DIR
+    doomed = [seg_name(s) for s, t in state.retired.items() if t < now - grace]
+    if scan:
+        known = {seg_name(s.seg) for s in state.segments} | {seg_name(s) for s in state.retired}
+        for path in segments.iterdir() if segments.is_dir() else ():
+            if path.name not in known and path.name not in doomed and _older(path, now - grace):
+                doomed.append(path.name)
+        for path in (directory / SEGMENT_BUILDS_DIR).iterdir():
+            if _older(path, now - grace):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
+    for name in doomed:
+        src = segments / name
+        trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
+        try:
+            os.rename(src, trash)
+        except FileNotFoundError:
+            continue  # gone already (another writer collected it)
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.stat().st_mtime < cutoff
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,259 @@
+"""What a writer accepts: a batch of TED columns (numpy, torch, a TensorDict, nested or
+``/``-joined keys) turned into the stored columns of whole episodes, or one clear error.
+
+:func:`flatten` gives every leaf a ``/``-joined key (tuple keys and nested mappings alike) as a
+numpy array; :func:`split` cuts a run of steps at its episode ends; :func:`episode_columns`
+checks one whole episode against the TED rules and returns what the cache stores: step keys
+(``N`` rows) and observation-like keys (``N + 1`` rows: every observation and the final one).
+Every check names the key at fault and raises :class:`~rlds_cli.errors.EpisodeFormatError`
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
+from rlds_cli.rows import rows_equal
+
+#: Read-time keys a batch may carry (``Dataset.episode`` returns them): checked, not stored.
+DERIVED = ("episode", "next/done")
+#: TorchRL's flags at time t (the previous step's ``next/`` flags) and collector bookkeeping:
+#: a collector rollout carries them; TED stores only the ``next/`` flags.
+TORCHRL_EXTRAS = ("done", "terminated", "truncated")
+FLAGS = ("next/terminated", "next/truncated")
+REWARD = "next/reward"
+
+
+def _to_numpy(value: Any, key: str) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise EpisodeFormatError(
+            f"key {key!r}: values of type {type(value).__name__} are not an array of numbers"
+        )
+    return arr
+
+
+def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
+    """Every leaf of ``batch`` (a mapping with ``/``-joined or tuple keys, nested mappings, or a
+    TensorDict) as a numpy array under its ``/``-joined key."""
+    out: dict[str, np.ndarray] = {}
+
+    def put(key: str, value: Any) -> None:
+        if not key or any(not part for part in key.split("/")):
+            raise EpisodeFormatError(f"{what}: empty key part in {key!r}")
+        if key in out:
+            raise EpisodeFormatError(f"{what}: key {key!r} is given twice")
+        out[key] = _to_numpy(value, key)
+
+    def walk(prefix: str, node: Any) -> None:
+        if type(node).__module__.startswith("tensordict"):
+            for k, v in node.items(include_nested=True, leaves_only=True):
+                put(prefix + ("/".join(k) if isinstance(k, tuple) else str(k)), v)
+            return
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                name = "/".join(k) if isinstance(k, tuple) else str(k)
+                if isinstance(v, Mapping) or type(v).__module__.startswith("tensordict"):
+                    walk(f"{prefix}{name}/", v)
+                else:
+                    put(prefix + name, v)
+            return
+        raise EpisodeFormatError(f"{what} is a {type(node).__name__}, not a mapping of TED keys")
+
+    walk("", batch)
+    keys = sorted(out)
+    for a, b in itertools.pairwise(keys):
+        if b.startswith(a + "/"):
+            raise EpisodeFormatError(f"{what}: key {a!r} is both an array and a group ({b!r})")
+    return out
+
+
+def _flags(cols: dict[str, np.ndarray], n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    out = []
+    for key in FLAGS:
+        if key not in cols:
+            raise EpisodeFormatError(f"{what}: missing key {key!r}")
+        v = cols[key]
+        if v.dtype != np.bool_:
+            raise EpisodeFormatError(f"{what}: {key!r} must be bool, got {v.dtype}")
+        if v.shape not in ((n,), (n, 1)):
+            raise EpisodeFormatError(f"{what}: {key!r} has shape {v.shape}, expected ({n},) or ({n}, 1)")
+        out.append(v.reshape(n))
+    return out[0], out[1]
+
+
+def length(cols: dict[str, np.ndarray], what: str) -> int:
+    """The number of steps of ``cols`` (the rows of ``action``), checked on every key."""
+    ref = "action" if "action" in cols else next((k for k in cols if k.startswith("action/")), None)
+    if ref is None:
+        raise EpisodeFormatError(f"{what}: missing key 'action'")
+    if cols[ref].ndim == 0:
+        raise EpisodeFormatError(f"{what}: {ref!r} is a scalar, expected one row per step")
+    n = int(cols[ref].shape[0])
+    for key, v in cols.items():
+        if v.ndim == 0 or v.shape[0] != n:
+            rows = "a scalar" if v.ndim == 0 else f"{v.shape[0]} rows"
+            raise EpisodeFormatError(f"{what}: key {key!r} has {rows}, {ref!r} has {n}")
+    return n
+
+
+def drop_extras(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``cols`` without TorchRL's root flags and ``collector/`` keys."""
+    return {k: v for k, v in cols.items() if k not in TORCHRL_EXTRAS and not k.startswith("collector/")}
+
+
+def split(cols: dict[str, np.ndarray], what: str) -> tuple[list[int], int]:
+    """Where the episodes of a run of steps end: ``(ends, n)`` with ``ends`` the positions of
+    every step with ``terminated | truncated`` (steps after the last end belong to an episode
+    that is still open)."""
+    n = length(cols, what)
+    term, trunc = _flags(cols, n, what)
+    return [int(i) for i in np.flatnonzero(term | trunc)], n
+
+
+@dataclass
+class EpisodeColumns:
+    """One whole episode as the cache stores it: ``steps`` (``N`` rows each) and ``flat``
+    (observation-like keys, ``N + 1`` rows: each step's observation, then the final one)."""
+
+    steps: dict[str, np.ndarray]
+    flat: dict[str, np.ndarray]
+    num_steps: int
+
+    def fields(self) -> dict[str, FieldSpec]:
+        from rlds_cli.cache.builder import dtype_name
+
+        out = {
+            k: FieldSpec(k, tuple(v.shape[1:]), dtype_name(v.dtype), "step") for k, v in self.steps.items()
+        }
+        out.update(
+            {k: FieldSpec(k, tuple(v.shape[1:]), dtype_name(v.dtype), "flat") for k, v in self.flat.items()}
+        )
+        return dict(sorted(out.items()))
+
+
+def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> EpisodeColumns:
+    """Check one whole episode (flattened TED columns, its last step the only one with
+    ``terminated | truncated``) and return its stored columns."""
+    cols = drop_extras(cols)
+    n = length(cols, what)
+    if n == 0:
+        raise EpisodeFormatError(f"{what} has no steps")
+    term, trunc = _flags(cols, n, what)
+    done = term | trunc
+    if not done[-1]:
+        raise EpisodeFormatError(
+            f"{what}: its last step has neither 'next/terminated' nor 'next/truncated' set",
+            hint="an episode ends with terminated=True or truncated=True on its last step",
+        )
+    if done[:-1].any():
+        raise EpisodeFormatError(
+            f"{what}: step {int(np.flatnonzero(done)[0])} of {n} is marked terminated/truncated "
+            "but the episode goes on",
+            hint="pass one episode at a time to add_episode, or use extend() for several",
+        )
+    if "next/done" in cols:
+        given = cols["next/done"]
+        if (
+            given.dtype != np.bool_
+            or given.reshape(-1).shape != (n,)
+            or not np.array_equal(given.reshape(n), done)
+        ):
+            raise EpisodeFormatError(
+                f"{what}: 'next/done' is not bool or differs from terminated | truncated"
+            )
+    if REWARD not in cols:
+        raise EpisodeFormatError(f"{what}: missing key {REWARD!r}")
+    reward = cols[REWARD]
+    if reward.dtype.kind not in "fiu" or reward.shape not in ((n,), (n, 1)):
+        raise EpisodeFormatError(
+            f"{what}: {REWARD!r} has shape {reward.shape} {reward.dtype}, expected ({n}, 1) numbers"
+        )
+    steps: dict[str, np.ndarray] = {REWARD: reward.reshape(n, 1)}
+    steps.update({k: cols[k].reshape(n, 1) for k in FLAGS})
+    flat: dict[str, np.ndarray] = {}
+    roots = [k for k in cols if not k.startswith("next/") and k not in DERIVED]
+    for key in roots:
+        if f"next/{key}" in cols:
+            now, after = cols[key], cols[f"next/{key}"]
+            if now.shape != after.shape or now.dtype != after.dtype:
+                raise EpisodeFormatError(
+                    f"{what}: 'next/{key}' is {after.shape} {after.dtype}, {key!r} is {now.shape} {now.dtype}"
+                )
+            same = rows_equal(after[:-1], now[1:])
+            if not same.all():
+                t = int(np.flatnonzero(~same)[0])
+                raise EpisodeFormatError(
+                    f"{what}: 'next/{key}'[{t}] differs from {key!r}[{t + 1}] inside the episode",
+                    hint="inside an episode next/observation[t] must equal observation[t+1]",
+                )
+            flat[key] = np.concatenate([now, after[-1:]])
+        elif key == "observation" or key.startswith("observation/"):
+            raise EpisodeFormatError(
+                f"{what}: {key!r} has no 'next/{key}' (the final observation is missing)",
+                hint="pass next/observation too: its last row is the episode's final observation",
+            )
+        else:
+            steps[key] = cols[key]
+    if not flat:
+        raise EpisodeFormatError(f"{what}: no observation (a key with its next/ key, e.g. 'observation')")
+    for key in cols:
+        if key.startswith("next/") and key not in (REWARD, *FLAGS, "next/done") and key[5:] not in cols:
+            steps[key] = cols[key]  # a per-step extra under next/ (e.g. next/info/...)
+    return EpisodeColumns(steps, flat, n)
+
+
+def check_schema(got: dict[str, FieldSpec], schema: dict[str, FieldSpec], name: str) -> None:
+    """Raise :class:`SchemaMismatchError` naming the first key where ``got`` differs from the
+    dataset ``name``'s ``schema``."""
+    missing = sorted(set(schema) - set(got))
+    extra = sorted(set(got) - set(schema))
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"dataset {name!r}: the episode's keys differ from the dataset's"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; not in the dataset {extra}" if extra else "")
+        )
+    for key, spec in schema.items():
+        g = got[key]
+        if (g.shape, g.dtype, g.storage) != (spec.shape, spec.dtype, spec.storage):
+            raise SchemaMismatchError(
+                f"dataset {name!r}: key {key!r} is {g.shape} {g.dtype} ({g.storage}), "
+                f"the dataset stores {spec.shape} {spec.dtype} ({spec.storage})"
+            )
+
+
+def schema_fields(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
+    """The stored fields of a schema given as TED keys -> ``(shape, dtype)`` (what
+    ``Dataset.fields`` returns): a key with its ``next/`` key is stored once (flat), the
+    derived ``episode`` and ``next/done`` are not stored."""
+    from rlds_cli.cache.builder import dtype_name
+
+    keys = {"/".join(k) if isinstance(k, tuple) else str(k): v for k, v in schema.items()}
+    out: dict[str, FieldSpec] = {}
+    for key, value in keys.items():
+        if key in DERIVED or (key.startswith("next/") and key[5:] in keys):
+            continue
+        try:
+            shape, dtype = value
+            spec = FieldSpec(key, tuple(int(d) for d in shape), dtype_name(np.dtype(dtype)), "step")
+        except (TypeError, ValueError):
+            raise EpisodeFormatError(f"schema: key {key!r} is not (shape, dtype): {value!r}") from None
+        if f"next/{key}" in keys:
+            spec = FieldSpec(key, spec.shape, spec.dtype, "flat")
+        out[key] = spec
+    for key in ("action", REWARD, *FLAGS):
+        if key not in out and not any(k.startswith(f"{key}/") for k in out):
+            raise EpisodeFormatError(f"schema: missing key {key!r}")
+    if not any(s.storage == "flat" for s in out.values()):
+        raise EpisodeFormatError("schema: no observation (a key with its next/ key, e.g. 'observation')")
+    return dict(sorted(out.items()))

@@ -1,0 +1,368 @@
+"""``rlds_cli.DatasetWriter``: write episodes into a growing dataset of the cache.
+
+A growing dataset (``layout: "segmented"``, see ``docs/cache-format.md``) is made of sealed
+segments and a commit log. A writer validates each episode (:mod:`rlds_cli.write.validate`),
+buffers ``episodes_per_commit`` of them, and commits them as one segment
+(:func:`rlds_cli.write.segments.commit_segment`): they become visible to readers whole, at
+once, and a writer killed at any moment loses only what it had not committed. Several writer
+processes append to one dataset at the same time; none waits for another.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+
+from rlds_cli import settings
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.commit_log import LogState, seg_name
+from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTED_LAYOUT, SEGMENTS_DIR
+from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
+from rlds_cli.write import segments
+from rlds_cli.write.validate import (
+    EpisodeColumns,
+    check_schema,
+    drop_extras,
+    episode_columns,
+    flatten,
+    schema_fields,
+    split,
+)
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["create", "append"]
+
+
+def _env_spec_json(env_spec: Any) -> Any:
+    """A gymnasium ``EnvSpec`` (or its JSON, or a dict) as the JSON object Minari conversions
+    keep under ``source.metadata.spaces.env_spec``."""
+    if env_spec is None or isinstance(env_spec, dict):
+        return env_spec
+    if hasattr(env_spec, "to_json"):
+        env_spec = env_spec.to_json()
+    if isinstance(env_spec, str):
+        try:
+            return json.loads(env_spec)
+        except ValueError:
+            return env_spec
+    raise TypeError(
+        f"env_spec must be a gymnasium EnvSpec, its JSON or a dict, not {type(env_spec).__name__}"
+    )
+
+
+class DatasetWriter:
+    """Write episodes into a growing dataset (create it, or append to it). A context manager.
+
+    Args:
+        name: The dataset's name in the cache.
+        root: Cache root (``None``: ``$RLDS_HOME`` or the default).
+        storage: ``"memmap"`` or ``"zarr"`` (appending: ``None`` takes the dataset's).
+        mode: ``"create"`` (the name must be free) or ``"append"`` (a growing dataset of that
+            name, created by the first commit when there is none yet).
+        env_spec: The environment's gymnasium ``EnvSpec`` (or its JSON): kept in the manifest's
+            ``source.metadata.spaces.env_spec``, where Minari conversions keep theirs.
+        metadata: JSON-able facts about the data (kept in ``source.metadata``).
+        capacity: Keep at most this many unprotected steps: older episodes are evicted first
+            in, first out, after each commit (``None``: no limit).
+        capacity_episodes: The same in episodes.
+        min_size: Steps before the dataset counts as ready (``Dataset.ready``).
+        protected: This writer's episodes are never evicted (demonstrations).
+        episodes_per_commit: Episodes committed together as one segment (1: each episode is
+            visible as soon as it ends; more: fewer, larger segments and fewer fsyncs).
+        grace_seconds: How long the files of evicted or compacted segments are kept for readers
+            of older views.
+        schema: The dataset's keys as TED keys -> ``(shape, dtype)`` per step (what
+            ``Dataset.fields`` returns); ``None``: from the first episode. Given, the dataset is
+            created at once (empty) and every episode is checked against it.
+
+    The settings (capacity, min_size, grace) are the dataset's: fixed by its creator, read by
+    every later writer.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        root: CacheRoot | str | os.PathLike[str] | None = None,
+        storage: str | None = None,
+        mode: Mode = "create",
+        env_spec: Any = None,
+        metadata: dict[str, Any] | None = None,
+        capacity: int | None = None,
+        capacity_episodes: int | None = None,
+        min_size: int = 0,
+        protected: bool = False,
+        episodes_per_commit: int = 1,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        schema: dict[Any, Any] | None = None,
+    ) -> None:
+        if mode not in ("create", "append"):
+            raise ValueError(f"mode must be 'create' or 'append', not {mode!r}")
+        if episodes_per_commit < 1:
+            raise ValueError("episodes_per_commit must be at least 1")
+        self.cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        from rlds_cli.cache.layout import validate_name
+
+        self.name = validate_name(name)
+        self.mode = mode
+        self.protected = protected
+        self.episodes_per_commit = episodes_per_commit
+        self.fsync = settings.fsync_enabled()
+        self.directory: Path = self.cache.dataset_dir(self.name)
+        self._storage = storage
+        growing: dict[str, Any] = {
+            "capacity": capacity,
+            "capacity_episodes": capacity_episodes,
+            "min_size": int(min_size),
+            "grace_seconds": float(grace_seconds),
+        }
+        meta = dict(metadata or {})
+        spec = _env_spec_json(env_spec)
+        if spec is not None:
+            meta.setdefault("spaces", {})["env_spec"] = spec
+        self._writer = segments.writer_identity()
+        self._source: dict[str, Any] = {
+            "format": "rlds-writer",
+            "writer": self._writer,
+            "metadata": meta,
+            "growing": {k: v for k, v in growing.items() if v is not None},
+        }
+        self.head: Manifest | None = None
+        if self.cache.exists(self.name):
+            if mode == "create":
+                raise DatasetExistsError(
+                    f"dataset {self.name!r} already exists at {self.directory}",
+                    hint="open it with mode='append', or pick another name",
+                )
+            self._adopt(self.cache.manifest(self.name))
+        if schema is not None:
+            fields = schema_fields(schema)
+            if self.head is None:
+                self._create_with(fields)
+            else:
+                check_schema(fields, self.head.fields, self.name)
+        self._pending: list[EpisodeColumns] = []
+        self._steps: list[dict[str, np.ndarray]] = []
+        self._tail: dict[str, np.ndarray] | None = None
+        self._state = LogState()
+        self._lengths: dict[bytes, np.ndarray] = {}
+        self._closed = False
+        #: Episodes and steps this writer committed.
+        self.episodes_written = 0
+        self.steps_written = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # an error inside the block: what was not committed is dropped, not half-written
+            self._pending.clear()
+            self._closed = True
+
+    def close(self) -> None:
+        """Commit the episodes still buffered. Steps of an episode that has not ended are
+        dropped (logged): an episode is written whole or not at all."""
+        if self._closed:
+            return
+        self.flush()
+        open_steps = len(self._steps) + (0 if self._tail is None else len(next(iter(self._tail.values()))))
+        if open_steps:
+            log.warning(
+                "dataset %r: %d steps of an unfinished episode were not written", self.name, open_steps
+            )
+        self._closed = True
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The dataset's growing settings (capacity, min_size, grace_seconds)."""
+        if self.head is not None:
+            return growing_settings(self.head)
+        return growing_settings(Manifest(self.name, "memmap", 0, 0, {}, source=self._source))
+
+    # ------------------------------------------------------------------ adding
+
+    def add_episode(self, episode: Any) -> None:
+        """Add one whole episode: a mapping of TED keys (what ``Dataset.episode(i)`` returns;
+        numpy arrays, torch tensors or a TensorDict; nested or tuple keys). Its last step, and
+        only it, has ``next/terminated`` or ``next/truncated`` set. Checked whole before
+        anything is written (:class:`~rlds_cli.errors.EpisodeFormatError`,
+        :class:`~rlds_cli.errors.SchemaMismatchError`)."""
+        self._check_open()
+        self._add(episode_columns(flatten(episode)))
+
+    def add_step(
+        self,
+        *,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        next_observation: Any,
+        **extra: Any,
+    ) -> None:
+        """Add one transition; the episode is committed when a step ends it (``terminated`` or
+        ``truncated``). ``extra`` keys are stored per step (``info={"qpos": ...}`` becomes
+        ``info/qpos``); a mapping observation becomes ``observation/<key>`` columns."""
+        self._check_open()
+        step: dict[str, Any] = {
+            "observation": observation,
+            "next/observation": next_observation,
+            "action": action,
+            **extra,
+        }
+        for key, value in (("next/terminated", terminated), ("next/truncated", truncated)):
+            flag = np.asarray(value)
+            if flag.dtype != np.bool_ or flag.size != 1:
+                raise EpisodeFormatError(f"add_step: {key!r} must be one bool, got {flag.dtype} {flag.shape}")
+            step[key] = flag.reshape(1)
+        r = np.asarray(reward, dtype=np.float32) if isinstance(reward, int | float) else np.asarray(reward)
+        step["next/reward"] = r.reshape(1)
+        self._steps.append(flatten(step, "step"))
+        if step["next/terminated"][0] or step["next/truncated"][0]:
+            rows, self._steps = self._steps, []
+            keys = rows[0].keys()
+            if any(r.keys() != keys for r in rows):
+                raise EpisodeFormatError("add_step: the steps of this episode have different keys")
+            self._add(
+                episode_columns({k: np.stack([r[k] for r in rows]) for k in keys}, "episode (add_step)")
+            )
+
+    def extend(self, batch: Any) -> int:
+        """Add a run of consecutive steps (TED layout; e.g. a TorchRL collector's rollout
+        TensorDict, reshaped to one time axis). Every episode that ends in it is committed;
+        the steps after the last end are kept for the next ``extend``. TorchRL's root
+        ``done``/``terminated``/``truncated`` and ``collector/`` keys are ignored. Returns the
+        number of episodes completed."""
+        self._check_open()
+        cols = drop_extras(flatten(batch, "batch"))
+        if self._tail is not None:
+            if self._tail.keys() != cols.keys():
+                raise EpisodeFormatError("extend: the batch's keys differ from the previous batch's")
+            cols = {k: np.concatenate([self._tail[k], v]) for k, v in cols.items()}
+        ends, n = split(cols, "batch")
+        episodes = []
+        start = 0
+        for end in ends:
+            episodes.append(episode_columns({k: v[start : end + 1] for k, v in cols.items()}, "batch"))
+            start = end + 1
+        self._tail = {k: v[start:] for k, v in cols.items()} if start < n else None
+        for ep in episodes:
+            self._add(ep)
+        return len(episodes)
+
+    def _add(self, episode: EpisodeColumns) -> None:
+        fields = episode.fields()
+        if self.head is not None:
+            check_schema(fields, self.head.fields, self.name)
+        elif self._pending:
+            check_schema(fields, self._pending[0].fields(), self.name)
+        self._pending.append(episode)
+        if len(self._pending) >= self.episodes_per_commit:
+            self.flush()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the writer of dataset {self.name!r} is closed")
+
+    # ------------------------------------------------------------------ committing
+
+    def flush(self) -> None:
+        """Commit the buffered whole episodes now, as one segment."""
+        if not self._pending:
+            return
+        if self.head is None:
+            try:
+                self._create(self._pending[0])
+            except BaseException:  # e.g. another writer made the dataset with another schema
+                self._pending.clear()
+                raise
+        assert self.head is not None
+        batch, self._pending = self._pending, []
+        record = segments.commit_segment(
+            self.directory,
+            self.head,
+            get_backend(self.head.backend),
+            batch,
+            protected=self.protected,
+            fsync=self.fsync,
+            writer=self._writer,
+        )
+        self._lengths[record.seg] = np.array([ep.num_steps for ep in batch], np.int64)
+        self.episodes_written += record.episodes
+        self.steps_written += record.steps
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """Evict past the capacity, then remove the files of segments retired long enough."""
+        conf = self.settings
+        if conf["capacity"] is None and conf["capacity_episodes"] is None and not self._state.retired:
+            return
+        self._state.follow(self.directory / COMMIT_LOG_FILE)
+        if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
+            count = segments.evict_to(
+                self.directory,
+                self._state,
+                self._segment_lengths,
+                capacity=conf["capacity"],
+                capacity_episodes=conf["capacity_episodes"],
+                fsync=self.fsync,
+            )
+            if count is not None:
+                self._state.follow(self.directory / COMMIT_LOG_FILE)
+        if self._state.retired:
+            for name in segments.collect(self.directory, self._state, conf["grace_seconds"]):
+                self._state.retired.pop(bytes.fromhex(name), None)
+
+    def _segment_lengths(self, seg: bytes) -> np.ndarray:
+        got = self._lengths.get(seg)
+        if got is None:
+            index = np.load(self.directory / SEGMENTS_DIR / seg_name(seg) / EPISODES_FILE, allow_pickle=False)
+            got = self._lengths[seg] = np.asarray(index["length"], np.int64)
+        return got
+
+    def _create(self, first: EpisodeColumns) -> None:
+        self._create_with(first.fields())
+
+    def _create_with(self, fields: dict[str, Any]) -> None:
+        storage = self._storage or "memmap"
+        get_backend(storage)  # an unknown name fails before anything is written
+        try:
+            self._adopt(segments.create_head(self.cache, self.name, storage, fields, self._source))
+        except DatasetExistsError:
+            if self.mode == "create":
+                raise
+            self._adopt(self.cache.manifest(self.name))  # another writer created it meanwhile
+        assert self.head is not None
+        check_schema(fields, self.head.fields, self.name)
+
+    def _adopt(self, head: Manifest) -> None:
+        if head.layout != SEGMENTED_LAYOUT:
+            raise SchemaMismatchError(
+                f"dataset {self.name!r} is a converted dataset ({head.layout}), not a growing one",
+                hint="write to a new name; a converted dataset cannot be appended to",
+            )
+        if self._storage is not None and self._storage != head.backend:
+            raise SchemaMismatchError(
+                f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
+            )
+        self.head = head
+
+
+__all__ = ["DatasetWriter"]

@@ -1,0 +1,109 @@
+"""``rlds_cli.NormalizationStats``: the statistics ``Normalize`` uses, as a public object that is
+saved with a policy and normalizes the environment's observations at evaluation time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlds_cli
+from rlds_cli import NormalizationStats
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.derive import split_dataset
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.loader import Loader, Normalize, compute_stats
+from tests.loader_fixtures import make_ted
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture
+def ds(isolated_cache: Path) -> Dataset:
+    isolated_cache.mkdir(parents=True, exist_ok=True)
+    return make_ted(isolated_cache, "ted", [5, 7, 4, 9])
+
+
+def test_from_dataset_is_what_the_loaders_normalize_uses(ds: Dataset) -> None:
+    norm = Normalize()
+    loader = Loader("ted", 16, seed=3, transform=norm, keys=["observation"])
+    batch = loader.sample()
+    raw = Loader("ted", 16, seed=3, keys=["observation"]).sample()["observation"].numpy()
+    stats = NormalizationStats.from_dataset("ted")
+    assert isinstance(norm.statistics, NormalizationStats)
+    assert norm.statistics.keys == stats.keys == ["observation"]
+    for name in ("mean", "std", "min", "max"):
+        ours, theirs = getattr(norm.statistics, name), getattr(stats, name)
+        np.testing.assert_array_equal(ours["observation"], theirs["observation"])
+    # normalizing an environment observation by hand equals what the loader fed the policy
+    np.testing.assert_array_equal(stats.normalize(raw), batch["observation"].numpy())
+    np.testing.assert_allclose(stats.denormalize(stats.normalize(raw)), raw, rtol=1e-5)
+    expected = compute_stats(ds)["observation"]
+    np.testing.assert_array_equal(stats.min["observation"], expected["min"])
+    assert stats.source == "dataset 'ted'" and norm.source == "dataset 'ted'"
+    # the old attribute keeps its shape: {key: (mean, std + eps)}
+    _, std = norm.stats["observation"]  # type: ignore[index]
+    np.testing.assert_array_equal(std, expected["std"] + np.float32(1e-6))
+
+
+def test_next_keys_use_their_keys_statistics(ds: Dataset) -> None:
+    stats = NormalizationStats.from_dataset(ds)
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(stats.normalize(x, "next/observation"), stats.normalize(x))
+    with pytest.raises(KeyError, match="no normalization statistics for 'action'"):
+        stats.normalize(x, "action")
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".json"])
+def test_save_and_load_round_trip(ds: Dataset, tmp_path: Path, suffix: str) -> None:
+    stats = NormalizationStats.from_dataset(ds, ["observation", "next/reward"], eps=1e-3)
+    path = stats.save(tmp_path / f"stats{suffix}")
+    back = NormalizationStats.load(path)
+    assert back.keys == stats.keys and back.eps == 1e-3 and back.source == stats.source
+    for name in ("mean", "std", "min", "max"):
+        for key in stats.keys:
+            np.testing.assert_array_equal(getattr(back, name)[key], getattr(stats, name)[key])
+    # a loaded file drives a loader exactly as the statistics it was saved from
+    via_file = Loader("ted", 8, seed=1, transform=Normalize(stats=back), keys=["observation"]).sample()
+    direct = Loader("ted", 8, seed=1, transform=Normalize(stats=stats), keys=["observation"]).sample()
+    np.testing.assert_array_equal(via_file["observation"].numpy(), direct["observation"].numpy())
+
+
+def test_a_path_without_suffix_is_saved_as_npz(ds: Dataset, tmp_path: Path) -> None:
+    written = NormalizationStats.from_dataset(ds).save(tmp_path / "stats")
+    assert written == tmp_path / "stats.npz" and written.is_file()
+
+
+def test_loading_something_else_is_a_clear_error(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"mean": [1]}')
+    with pytest.raises(ValueError, match=r"other\.json is not normalization statistics saved by rlds"):
+        NormalizationStats.load(other)
+    arrays = tmp_path / "arrays.npz"
+    np.savez(arrays, mean=np.zeros(3))
+    with pytest.raises(ValueError, match=r"arrays\.npz is not normalization statistics saved by rlds"):
+        NormalizationStats.load(arrays)
+    with pytest.raises(FileNotFoundError):
+        NormalizationStats.load(tmp_path / "missing.npz")
+
+
+def test_a_views_statistics_are_its_parents(ds: Dataset) -> None:
+    split_dataset("ted", 0.3)
+    val = open_dataset("ted-val")
+    parent = NormalizationStats.from_dataset(val)
+    own = NormalizationStats.from_dataset(val, of="self")
+    np.testing.assert_array_equal(parent.mean["observation"], compute_stats(ds)["observation"]["mean"])
+    assert not np.allclose(parent.mean["observation"], own.mean["observation"])
+    assert parent.source == "dataset 'ted' (the parent of view 'ted-val')"
+    with pytest.raises(ValueError, match="of must be 'parent' or 'self'"):
+        NormalizationStats.from_dataset(val, of="train")
+
+
+def test_mismatched_tables_are_refused() -> None:
+    with pytest.raises(ValueError, match="'std' has keys"):
+        NormalizationStats(mean={"a": [0.0]}, std={}, min={"a": [0.0]}, max={"a": [0.0]})
+
+
+def test_the_front_door_exports_it() -> None:
+    assert rlds_cli.NormalizationStats is NormalizationStats

@@ -1,0 +1,229 @@
+"""``RecordEpisodes`` and the episode assembler on real gymnasium environments: seeds given and
+drawn (and replayed), episodes cut by the user, info selection, Text encoding, and every error
+path of the wrapper and of ``record``'s arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium")
+
+import rlds_cli  # noqa: E402
+from rlds_cli.errors import RecordingError  # noqa: E402
+from rlds_cli.recording.episode import EpisodeAssembler  # noqa: E402
+from rlds_cli.recording.spaces import decode_text, encode_text, space_leaves  # noqa: E402
+from rlds_cli.recording.wrapper import RecordEpisodes  # noqa: E402
+from tests.recording_fixtures import MemorySink, MixedEnv, register  # noqa: E402
+
+spaces = gym.spaces
+
+
+def _play(env: Any, episodes: int, seed: int | None = None) -> None:
+    env.action_space.seed(0)
+    for i in range(episodes):
+        env.reset(seed=None if seed is None else seed + i)
+        while True:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                break
+
+
+def test_drawn_seeds_are_stored_and_replay_the_episode() -> None:
+    sink = MemorySink()
+    env = RecordEpisodes(gym.make("Pendulum-v1", max_episode_steps=5), sink)
+    _play(env, 3)
+    assert len(sink.seeds) == 3 and all(isinstance(s, int) and 0 <= s < 2**64 for s in sink.seeds)
+    assert len(set(sink.seeds)) == 3
+    # the stored seed gives the same first observation back
+    plain = gym.make("Pendulum-v1")
+    for seed, ep in zip(sink.seeds, sink.episodes, strict=True):
+        obs, _ = plain.reset(seed=seed)
+        assert np.array_equal(obs, ep["observation"][0])
+
+
+def test_autoseed_off() -> None:
+    sink = MemorySink()
+    env = RecordEpisodes(gym.make("CartPole-v1"), sink, autoseed=False)
+    _play(env, 1)
+    env.reset(options={"minari_autoseed": False})
+    env.step(0)
+    env.close()
+    assert sink.seeds == [None, None]
+    sink2 = MemorySink()
+    env2 = RecordEpisodes(gym.make("CartPole-v1"), sink2)
+    env2.reset(options={"minari_autoseed": False})
+    env2.step(0)
+    env2.close()
+    assert sink2.seeds == [None]
+
+
+def test_cut_episodes_are_kept_truncated_and_empty_ones_dropped() -> None:
+    sink = MemorySink()
+    env = RecordEpisodes(gym.make("Pendulum-v1"), sink)  # 200-step episodes
+    env.reset(seed=1)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    env.reset(seed=2)  # cuts the first episode
+    env.reset(seed=3)  # an episode without a step: dropped
+    env.step(env.action_space.sample())
+    assert env.finish_episode() is True
+    assert env.finish_episode() is False
+    env.reset(seed=4)
+    env.step(env.action_space.sample())
+    env.close()  # commits the running one
+    lengths = [len(ep["next/reward"]) for ep in sink.episodes]
+    assert lengths == [3, 1, 1]
+    assert sink.seeds == [1, 3, 4]
+    for ep in sink.episodes:
+        assert ep["next/truncated"][-1, 0] and not ep["next/terminated"].any()
+        assert ep["next/done"].sum() == 1
+        assert np.array_equal(ep["observation"][1:], ep["next/observation"][:-1])
+    assert env.steps == 5
+
+
+def test_step_order_errors() -> None:
+    env = RecordEpisodes(gym.make("CartPole-v1", max_episode_steps=2), MemorySink())
+    with pytest.raises(RecordingError, match="step\\(\\) before reset\\(\\)"):
+        env.step(0)
+    env.reset(seed=0)
+    env.step(0)
+    env.step(0)  # truncated by the time limit
+    with pytest.raises(RecordingError, match="step\\(\\) after the episode ended; call reset\\(\\) first"):
+        env.step(0)
+
+
+def test_info_selection() -> None:
+    register()
+    sink = MemorySink()
+    env = RecordEpisodes(gym.make("RldsMixed-v0", kind="tuple", step_only_info=True), sink, info_keys="all")
+    _play(env, 2, seed=5)
+    ep = sink.episodes[0]
+    t = len(ep["next/reward"])
+    # at reset and every step: observation-like; only at steps: one row per step
+    assert ep["info/count"].shape == (t,) and ep["next/info/count"].shape == (t,)
+    assert ep["next/info/count"].tolist() == list(range(1, t + 1))
+    assert ep["info/step_only"].tolist() == [k / 2 for k in range(1, t + 1)]
+    assert "next/info/step_only" not in ep
+    sink = MemorySink()
+    env = RecordEpisodes(gym.make("RldsMixed-v0", kind="tuple"), sink, info_keys=["noise"])
+    _play(env, 1, seed=5)
+    assert {k for k in sink.episodes[0] if "info" in k} == {"info/noise", "next/info/noise"}
+
+
+def test_nested_and_text_infos() -> None:
+    class InfoEnv(MixedEnv):
+        def _info(self, at_reset: bool) -> dict[str, Any]:
+            return {"deep": {"a": np.int32(self._t), "b b": np.ones(2)}, "label": "x", "count": self._t}
+
+    sink = MemorySink()
+    env = RecordEpisodes(InfoEnv("tuple"), sink, info_keys="all")
+    _play(env, 1, seed=1)
+    keys = {k for k in sink.episodes[0] if k.startswith("info/")}
+    assert keys == {"info/deep/a", "info/deep/b_b", "info/count"}  # names cleaned as the reader does
+    assert env.assembler.skipped_info == ["label"]
+    with pytest.raises(RecordingError, match="info/label: the values are not numbers"):
+        bad = RecordEpisodes(InfoEnv("tuple"), MemorySink(), info_keys=["label"])
+        _play(bad, 1, seed=1)
+
+
+def test_info_errors() -> None:
+    register()
+    env = RecordEpisodes(gym.make("RldsMixed-v0", kind="tuple"), MemorySink(), info_keys=["nope"])
+    env.reset(seed=0)
+    with pytest.raises(RecordingError, match="info 'nope' is not in the info step\\(\\) returned"):
+        env.step(env.action_space.sample())
+    with pytest.raises(RecordingError, match="info_keys='count': pass a list of names"):
+        RecordEpisodes(gym.make("RldsMixed-v0"), MemorySink(), info_keys="count")
+
+    class Flaky(MixedEnv):
+        def _info(self, at_reset: bool) -> dict[str, Any]:
+            return {"count": self._t} if self._t < 2 else {}
+
+    env = RecordEpisodes(Flaky("tuple"), MemorySink(), info_keys="all")
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    with pytest.raises(RecordingError, match="info 'count' is missing at step 1 of episode 0"):
+        env.step(env.action_space.sample())
+
+
+def test_unsupported_space_and_values_outside_the_space() -> None:
+    graph = spaces.Graph(spaces.Box(0, 1, (2,)), None)
+    with pytest.raises(RecordingError, match="observation space: Graph spaces cannot be recorded"):
+        EpisodeAssembler(spaces.Dict({"g": graph}), spaces.Discrete(2))
+    a = EpisodeAssembler(spaces.Dict({"pos": spaces.Box(-1, 1, (3,), np.float32)}), spaces.Discrete(2))
+    a.start({"pos": np.zeros(3, np.float32)}, {}, 0)
+    a.step(1, {"pos": np.zeros(2, np.float32)}, 0.0, True, False, {})
+    with pytest.raises(
+        RecordingError,
+        match=r"observation/pos: values do not fit the Box space of shape \(3,\) \(row 1 has shape \(2,\)\)",
+    ):
+        a.finish()
+
+
+def test_text_codes_round_trip_and_errors() -> None:
+    codes = encode_text(["ab", "", "h\u00e9llo"], 6, "observation/note")
+    assert codes.dtype == np.uint32 and codes.shape == (3, 6)
+    assert decode_text(codes) == ["ab", "", "h\u00e9llo"]
+    with pytest.raises(
+        RecordingError, match="observation/note: step 0 holds 7 characters, the Text space allows 6"
+    ):
+        encode_text(["abcdefg"], 6, "observation/note")
+    with pytest.raises(RecordingError, match="step 1 holds a int, the Text space needs a str"):
+        encode_text(["a", 3], 6, "observation/note")
+    with pytest.raises(RecordingError, match="NUL character"):
+        encode_text(["a\x00"], 6, "observation/note")
+
+
+def test_leaf_keys_follow_the_minari_reader() -> None:
+    space = spaces.Dict(
+        {"pos x": spaces.Box(0, 1, (1,)), "t": spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(2)))}
+    )
+    leaves = {leaf.key: leaf.minari_path for leaf in space_leaves(space, "observation")}
+    assert leaves == {
+        "observation/pos_x": "observations/pos x",
+        "observation/t/0": "observations/t/_index_0",
+        "observation/t/1": "observations/t/_index_1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "exactly one of episodes= and steps="),
+        ({"episodes": 2, "steps": 5}, "exactly one of episodes= and steps="),
+        ({"episodes": 0}, "episodes=0 is not a positive integer"),
+        ({"steps": 2.5}, "steps=2.5 is not a positive integer"),
+        ({"episodes": 1, "seed": -1}, "seed=-1 is not a non-negative integer"),
+        ({"episodes": 1, "policy": "greedy"}, "policy is a str, not a callable"),
+        ({"episodes": 1, "episodes_per_commit": 0}, "episodes_per_commit=0 is not a positive integer"),
+    ],
+)
+def test_record_argument_errors(kwargs: dict[str, Any], message: str) -> None:
+    policy = kwargs.pop("policy", None)
+    with pytest.raises(RecordingError, match=message):
+        rlds_cli.record("CartPole-v1", policy, name="x", **kwargs)
+
+
+def test_record_environment_errors() -> None:
+    with pytest.raises(RecordingError, match="gymnasium cannot make 'NoSuchEnv-v0'"):
+        rlds_cli.record("NoSuchEnv-v0", None, name="x", episodes=1)
+    with pytest.raises(RecordingError, match="env_kwargs= applies only when env is an id"):
+        rlds_cli.record(gym.make("CartPole-v1"), None, name="x", episodes=1, env_kwargs={"a": 1})
+
+
+def test_vector_envs_are_refused() -> None:
+    vec = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(RecordingError, match="wraps one gymnasium environment, not a SyncVectorEnv"):
+        RecordEpisodes(vec, MemorySink())
+    vec.close()
+
+
+def test_env_spec_that_json_cannot_hold() -> None:
+    register()
+    env = gym.make("RldsMixed-v0", kind=("tuple", object()))
+    with pytest.raises(RecordingError, match="the env spec of 'RldsMixed-v0' cannot be saved as JSON"):
+        rlds_cli.record(env, None, name="x", episodes=1)
+    assert not rlds_cli.CacheRoot().exists("x")  # nothing was created

@@ -1,0 +1,37 @@
+"""A dataset rebuilt (``--force``) under a reader: one behaviour for memmap and zarr (issue 25).
+
+Reading from disk, the next batch raises DatasetReplacedError for both backends (memory maps
+would read the old version on silently); a loader that copied the dataset into RAM serves its
+snapshot of one version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlds_cli
+from rlds_cli.errors import DatasetReplacedError
+from tests.dataset_fixtures import make_dataset
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_replaced_under_a_loader_and_a_dataset(isolated_cache: Path, backend: str) -> None:
+    make_dataset("r", [40, 30, 50, 20], backend=backend)
+    on_disk = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=False)
+    in_ram = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=True, pack=False)
+    ds = rlds_cli.open_dataset("r")
+    old = ds[:]
+    on_disk.sample()
+    make_dataset("r", [3, 4], backend=backend, replace=True)  # what 'rlds download --force' does
+    with pytest.raises(DatasetReplacedError, match="replaced"):
+        on_disk.sample()
+    with pytest.raises(DatasetReplacedError, match="replaced"):
+        ds.gather(np.arange(10))
+    with pytest.raises(DatasetReplacedError, match="replaced"):
+        ds.episode(0)
+    batch = in_ram.sample()  # a copy in RAM: a snapshot of the old version, read on
+    idx = batch["index"].numpy()
+    assert np.array_equal(batch["observation"].numpy(), old["observation"][idx])
+    assert rlds_cli.open_dataset("r").num_steps == 7

@@ -1,0 +1,140 @@
+"""Load: writer processes append with FIFO eviction while sampling processes read (issue 25).
+
+Every served row must belong to an episode that was committed and, as of the sampler's view,
+not evicted; each row carries its episode's uid (``info/episode_uid``) and its step inside the
+episode in its observation, so a torn or mixed row shows. Samplers refresh before every batch.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlds_cli
+
+WRITERS = 4
+SAMPLERS = 2
+SECONDS = 8.0
+#: Batches each sampler draws at least (while the writers write), however slow the machine.
+MIN_BATCHES = 40
+CAPACITY = 1_500
+
+
+def _episode(uid: int, length: int) -> dict[str, np.ndarray]:
+    t = np.arange(length + 1, dtype=np.float32)
+    obs = np.stack([np.full_like(t, uid), t], axis=1)
+    flags = np.zeros((length, 1), bool)
+    flags[-1] = True
+    return {
+        "observation": obs[:-1],
+        "next/observation": obs[1:],
+        "action": np.zeros((length, 1), np.float32),
+        "next/reward": np.ones((length, 1), np.float32),
+        "next/terminated": flags,
+        "next/truncated": np.zeros_like(flags),
+        "info/episode_uid": np.full(length, uid, np.int64),
+    }
+
+
+def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
+    rng = np.random.default_rng(wid)
+    committed = []
+    with rlds_cli.DatasetWriter("load", root=root, mode="append", capacity=CAPACITY, grace_seconds=30) as w:
+        n = 0
+        while not stop.is_set():
+            uid = 1_000 * (wid + 1) + n
+            w.add_episode(_episode(uid, int(rng.integers(5, 40))))
+            committed.append(uid)
+            n += 1
+    out.put(("writer", wid, committed))
+
+
+def _sampler(root: str, sid: int, deadline: float, out: Any) -> None:
+    loader = rlds_cli.Loader(
+        "load",
+        root=root,
+        batch_size=128,
+        seed=sid,
+        refresh=1,
+        keys=["observation", "next/observation", "info/episode_uid"],
+    )
+    fds0 = len(os.listdir("/proc/self/fd"))
+    served: set[int] = set()
+    problems: list[str] = []
+    batches = 0
+    while batches < MIN_BATCHES or time.time() < deadline:
+        batch = loader.sample()
+        ds = loader.dataset
+        assert ds is not None
+        live = set(ds.gather(ds.episodes["start"], keys=["info/episode_uid"])["info/episode_uid"].tolist())
+        uid = batch["info/episode_uid"].numpy()
+        obs, nxt = batch["observation"].numpy(), batch["next/observation"].numpy()
+        if (
+            not (obs[:, 0] == uid).all()
+            or not (nxt[:, 0] == uid).all()
+            or not (nxt[:, 1] == obs[:, 1] + 1).all()
+        ):
+            problems.append(f"batch {batches}: a row mixes episodes or steps")
+        if not set(uid.tolist()) <= live:
+            problems.append(
+                f"batch {batches}: rows of evicted episodes {sorted(set(uid.tolist()) - live)[:5]}"
+            )
+        if batch["index"].max() >= ds.num_steps:
+            problems.append(f"batch {batches}: index past the end")
+        served |= set(uid.tolist())
+        batches += 1
+    # open memory maps hold a file each (Python's mmap keeps a descriptor): one per live
+    # segment and key, and none once the loader is gone
+    in_use = len(os.listdir("/proc/self/fd")) - fds0
+    segments = len(loader.dataset.live_segments())  # type: ignore[union-attr]
+    del loader, ds
+    gc.collect()
+    fds = {"in_use": in_use, "segments": segments, "after": len(os.listdir("/proc/self/fd")) - fds0}
+    out.put(("sampler", sid, {"batches": batches, "served": served, "problems": problems, "fds": fds}))
+
+
+@pytest.mark.slow
+def test_writers_and_samplers_under_load(isolated_cache: Path) -> None:
+    root = str(isolated_cache)
+    with rlds_cli.DatasetWriter("load", root=root, capacity=CAPACITY, grace_seconds=30) as w:
+        w.add_episode(_episode(1, 10))
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    stop = ctx.Event()
+    deadline = time.time() + SECONDS
+    writers = [ctx.Process(target=_writer, args=(root, i, stop, out)) for i in range(WRITERS)]
+    samplers = [ctx.Process(target=_sampler, args=(root, i, deadline, out)) for i in range(SAMPLERS)]
+    procs = writers + samplers
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=120) for _ in samplers]  # the writers write until the samplers end
+    finally:
+        stop.set()
+    results += [out.get(timeout=60) for _ in writers]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    committed = {1}
+    for kind, _, value in results:
+        if kind == "writer":
+            committed |= set(value)
+    reports = [value for kind, _, value in results if kind == "sampler"]
+    assert len(committed) > 4 * WRITERS
+    for s in reports:
+        assert s["problems"] == []
+        assert s["batches"] >= MIN_BATCHES
+        assert s["served"] <= committed  # nothing served that was not committed
+        assert len(s["served"]) > 10  # the samplers saw the dataset grow
+        assert s["fds"]["in_use"] <= 2 * s["fds"]["segments"] + 16  # evicted segments' files let go
+        assert s["fds"]["after"] <= 4
+    ds = rlds_cli.open_dataset("load", root)
+    assert ds.num_steps <= CAPACITY + 40 and rlds_cli.compact("load", root).segments_after == 1
+    assert rlds_cli.open_dataset("load", root).num_steps == ds.num_steps
