@@ -444,7 +444,7 @@ class Loader:
 
     def sample(self) -> Any:
         """One batch: the TED keys plus ``index`` (the sampled step indices) and the sampler's
-        extras (``mask`` for slices, ``weight`` for prioritized), as torch tensors."""
+        extras (``mask`` for slices, ``weight`` for prioritized; TorchRL's names in a TensorDict)."""
         if self._plain and self.prefetch == 0:  # _next inlined: one call less in every sample()
             batch, end = self._draw_plain()
             self.batches_drawn += 1
