@@ -35,7 +35,8 @@ def test_loader_returns_tensordicts(ds: Dataset) -> None:
     np.testing.assert_array_equal(td["next", "observation"].numpy(), want["next/observation"])
     np.testing.assert_array_equal(td["next", "done"].numpy(), want["next/done"])
     slices = Loader(ds, 6, sampler="slice", slice_len=3, as_tensordict=True).sample()
-    assert tuple(slices.batch_size) == (2, 3) and slices["mask"].dtype == torch.bool
+    # the slice padding mask under the key TorchRL's losses read
+    assert tuple(slices.batch_size) == (2, 3) and slices["collector", "mask"].dtype == torch.bool
 
 
 def test_torchrl_replay_buffer_over_the_cache(ds: Dataset) -> None:

@@ -25,6 +25,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
+from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
@@ -41,6 +42,7 @@ from rlds_cli.loader.protocols import (
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.windows import Offsets, with_windows
+from rlds_cli.loader.td_keys import torchrl_extras
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)
@@ -141,7 +143,11 @@ class Loader:
             ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`);
             keys the first one produces itself (its ``claim(keys, in_memory=...)``, e.g.
             ``FrameStack``'s stacked keys) are not read by the loader.
-        as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``.
+        as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``; the
+            sampler's ``weight`` and ``mask`` are then under TorchRL's keys, ``priority_weight``
+            and ``("collector", "mask")`` (see :mod:`rlds_cli.loader.td_keys`).
+        float_dtype: Cast floating keys to this torch dtype (``None``: keep the stored dtypes),
+            or ``{key: dtype}`` for some keys only (see :mod:`rlds_cli.loader.dtypes`).
         epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
             epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
@@ -173,6 +179,7 @@ class Loader:
         pin_memory: bool | None = None,
         transform: Transform | Sequence[Transform] | None = None,
         as_tensordict: bool = False,
+        float_dtype: FloatDtype = None,
         epochs: int | None = 1,
         num_batches: int | None = None,
         refresh: int | None = None,
@@ -221,6 +228,7 @@ class Loader:
         self.in_memory = in_memory
         self.prefetch = prefetch
         self.as_tensordict = bool(as_tensordict)
+        self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
         self.num_batches = num_batches
         self.epochs = epochs
         self.rank, self.world_size = rank_world(rank, world_size)
@@ -236,8 +244,9 @@ class Loader:
             self._gather: Callable[[Any], TedBatch] = given.gather
         else:
             assert self.dataset is not None
+            f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
             self._host = HostSource(
-                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack
+                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack, float32=f32
             )
             self.source = self._host
             self.num_steps, self._episodes = self.dataset.num_steps, None
@@ -273,6 +282,7 @@ class Loader:
             and not self.pin_memory
             and not self.transforms
             and not self.as_tensordict
+            and not self._dtypes.changes_host(self._host)
             and self._refresher is None
         )
         self._batches_per_epoch = self._epoch_length()
@@ -370,7 +380,9 @@ class Loader:
             batch.update(extras)
         for t in self.transforms:
             batch = t(batch)
-        return self._finish(batch), end
+        if self._dtypes:  # after the transforms: the keys they make (windows, returns) too
+            batch = self._dtypes.cast(batch)
+        return self._finish(batch, extras), end
 
     def _draw_plain(self) -> tuple[TedBatch, bool]:
         """:meth:`_draw` when :attr:`_plain`: the same batch, with fewer Python steps per batch
@@ -409,12 +421,12 @@ class Loader:
             return torch.from_numpy(indices).to(self._device_source.device), extras
         return indices, extras
 
-    def _finish(self, batch: TedBatch) -> Any:
+    def _finish(self, batch: TedBatch, extras: Iterable[str] = ()) -> Any:
         if self._device_source is not None and not self.transforms:
             out = batch  # tensors on the device already (the sampler's extras too): nothing to do
         else:
             out = to_torch(batch, self.device, pin_memory=self.pin_memory)
-        return to_tensordict(out, self.device) if self.as_tensordict else out
+        return to_tensordict(torchrl_extras(out, extras), self.device) if self.as_tensordict else out
 
     def _prepare(self) -> Prepared:
         state = self._stream_state()
@@ -437,7 +449,7 @@ class Loader:
 
     def sample(self) -> Any:
         """One batch: the TED keys plus ``index`` (the sampled step indices) and the sampler's
-        extras (``mask`` for slices, ``weight`` for prioritized), as torch tensors."""
+        extras (``mask`` for slices, ``weight`` for prioritized; TorchRL's names in a TensorDict)."""
         if self._plain and self.prefetch == 0:  # _next inlined: one call less in every sample()
             batch, end = self._draw_plain()
             self.batches_drawn += 1

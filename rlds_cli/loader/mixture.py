@@ -29,6 +29,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
+from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.samplers import Episodes, positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
@@ -53,6 +54,10 @@ class MixtureSource:
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
         in_memory: Load every source's needed columns into RAM.
+        float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
+            :mod:`rlds_cli.loader.dtypes`), so sources that store a key as float32 and float64
+            mix; each source's rows are cast as they are concatenated (one copy, the
+            concatenation's own).
         root: Cache root for names.
     """
 
@@ -66,8 +71,10 @@ class MixtureSource:
         keys: Iterable[str | tuple[str, ...]] | None = None,
         rename: Mapping[str, Mapping[str, str]] | None = None,
         in_memory: bool = False,
+        float_dtype: FloatDtype = None,
         root: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._dtypes = DtypePolicy(float_dtype)
         if not isinstance(sources, Mapping):
             opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
             sources = {ds.name: ds for ds in opened}
@@ -82,6 +89,8 @@ class MixtureSource:
         self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
         self.keys = self._common_keys(keys)
         self.in_memory = bool(in_memory)
+        if self._dtypes.per_key:
+            self._dtypes.check_keys(self.keys)
         self._sources = [
             HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
             for i, ds in enumerate(self.datasets)
@@ -120,11 +129,24 @@ class MixtureSource:
         for i, ds in enumerate(self.datasets[1:], start=1):
             for key in self.keys:
                 got = ds.fields[self._original(i, key)]
-                if got != ref[key]:
-                    raise ValueError(
-                        f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
-                        f"{self.names[0]!r}; a common schema needs equal shapes and dtypes"
-                    )
+                if got[0] == ref[key][0] and self._in_batch(key, got[1]) == self._in_batch(key, ref[key][1]):
+                    continue  # equal, or made equal by float_dtype
+                hint = ""
+                if got[0] == ref[key][0] and {np.dtype(got[1]).kind, np.dtype(ref[key][1]).kind} == {"f"}:
+                    hint = " (to mix them, cast every floating key: pass float_dtype=torch.float32)"
+                raise ValueError(
+                    f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
+                    f"{self.names[0]!r}; a common schema needs equal shapes and dtypes{hint}"
+                )
+
+    def _in_batch(self, key: str, dtype: Any) -> np.dtype:
+        """The dtype rows of ``key`` stored as ``dtype`` have in a batch (``float_dtype``'s
+        when it casts them)."""
+        stored = np.dtype(dtype)
+        if not self._dtypes:
+            return stored
+        cast = self._dtypes.numpy_target(key, stored)
+        return stored if cast is None else cast
 
     def _part(self, source: int, local: np.ndarray) -> TedBatch:
         got = self._sources[source].gather(local)
@@ -132,6 +154,10 @@ class MixtureSource:
         part["index"] = local
         part["source"] = np.full(len(local), source, np.int64)
         return part
+
+    def _concatenate(self, key: str, parts: list[np.ndarray]) -> np.ndarray:
+        # with float_dtype, each part is cast as it is copied into the result: no other copy
+        return np.concatenate(parts, dtype=self._in_batch(key, parts[0].dtype))
 
     def gather(self, indices: np.ndarray) -> TedBatch:
         """The rows at mixture ``indices`` (any shape), with ``index`` and ``source``."""
@@ -147,14 +173,15 @@ class MixtureSource:
                 for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist()))
                 if b > a
             ]
-            batch = TedBatch({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+            batch = TedBatch({k: self._concatenate(k, [p[k] for p in parts]) for k in parts[0]})
         else:  # any order (another sampler's): each source's rows go back to their places
             batch = TedBatch()
             for i in np.unique(source).tolist():
                 rows = np.flatnonzero(source == i)
                 for key, value in self._part(i, local[rows]).items():
-                    if key not in batch:
-                        batch[key] = np.empty((flat.size, *value.shape[1:]), value.dtype)
+                    if key not in batch:  # in the batch's dtype: the assignment below casts
+                        dtype = self._in_batch(key, value.dtype)
+                        batch[key] = np.empty((flat.size, *value.shape[1:]), dtype)
                     batch[key][rows] = value
         if np.ndim(indices) != 1:
             lead = np.shape(indices)
@@ -275,6 +302,8 @@ class MixtureLoader:
         in_memory: Load every source's needed columns into RAM.
         device: Where batches go.
         as_tensordict: Return ``tensordict.TensorDict`` batches.
+        float_dtype: Cast floating keys to this dtype (or ``{key: dtype}``), e.g.
+            ``torch.float32`` to mix float32 and float64 sources (see :class:`MixtureSource`).
         root: Cache root for names.
         windows: Per-key temporal windows (see :class:`~rlds_cli.loader.Loader`); a window never
             runs from one dataset into the next.
@@ -295,10 +324,13 @@ class MixtureLoader:
         in_memory: bool = False,
         device: torch.device | str | None = None,
         as_tensordict: bool = False,
+        float_dtype: FloatDtype = None,
         root: str | os.PathLike[str] | None = None,
         windows: Mapping[str | tuple[str, ...], Any] | None = None,
     ) -> None:
-        self.source = MixtureSource(sources, keys=keys, rename=rename, in_memory=in_memory, root=root)
+        self.source = MixtureSource(
+            sources, keys=keys, rename=rename, in_memory=in_memory, float_dtype=float_dtype, root=root
+        )
         self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
         self.rank, self.world_size = rank_world(rank, world_size)
         batch_size = positive_int("batch_size", batch_size)
@@ -313,6 +345,7 @@ class MixtureLoader:
             sampler=self.sampler,
             device=device,
             as_tensordict=as_tensordict,
+            float_dtype=float_dtype,  # the index, source and any other key the source did not cast
             epochs=None,
             num_batches=num_batches,
             rank=rank,

@@ -88,6 +88,9 @@ class HostSource:
         keys: TED keys to read (``None``: all).
         in_memory: Copy the needed columns into RAM once (else read the memory maps / zarr).
         pack: With ``in_memory``, pack float32 and bool columns (see the module docs).
+        float32: With ``in_memory``, hold float64 columns as float32 (cast once, in the copy to
+            RAM; packed with the float32 ones): what a loader with ``float_dtype=torch.float32``
+            asks, so its batches need no cast.
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class HostSource:
         *,
         in_memory: bool = False,
         pack: bool = True,
+        float32: bool = False,
     ) -> None:
         if dataset.num_steps == 0:  # a growing dataset before its first commit
             raise ValueError(
@@ -104,6 +108,7 @@ class HostSource:
                 "(Dataset.ready, after Dataset.refresh())"
             )
         self.dataset = dataset
+        self._float32 = bool(float32) and bool(in_memory)
         self.keys = resolve_keys(dataset, keys)
         # next/done last, so that it reuses the flags when those are read too
         self._order = sorted(self.keys, key=lambda k: k == "next/done")
@@ -111,7 +116,7 @@ class HostSource:
         fields = dataset.manifest.fields
         stored = stored_keys(fields, self.keys)
         packs = stored if self.in_memory and pack else set()
-        packable = {k for k in packs if np.dtype(fields[k].dtype) in _PACKABLE}
+        packable = {k for k in packs if self._held_dtype(fields[k].dtype) in _PACKABLE}
         flags = {k for k in packs if fields[k].dtype == "bool" and fields[k].storage == "step"}
         # the packed block is aligned with the flat rows: its keys need the episode too
         flat_needed = bool(packable) or any(fields[k].storage == "flat" for k in stored)
@@ -174,8 +179,19 @@ class HostSource:
 
     # ------------------------------------------------------------------ set-up
 
+    def held_dtype(self, key: str) -> np.dtype:
+        """The dtype of ``key`` (a TED key this source reads) in its batches."""
+        return self._held_dtype(self.dataset.fields[key][1])
+
+    def _held_dtype(self, stored: str) -> np.dtype:
+        """The dtype a column stored as ``stored`` has in this source."""
+        dtype = np.dtype(stored)
+        return np.dtype(np.float32) if self._float32 and dtype == np.float64 else dtype
+
     def _open(self, key: str) -> Any:
         column = self.dataset.column(key)
+        if self._float32 and np.dtype(column.dtype) == np.float64:
+            return np.asarray(column).astype(np.float32)  # in RAM, cast in the one copy
         if isinstance(column, np.ndarray):
             # A plain ndarray over the same buffer: np.memmap's subclass hooks cost more than
             # the gather itself on small batches.

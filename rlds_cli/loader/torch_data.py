@@ -29,6 +29,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
+from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.loader import to_torch
@@ -98,6 +99,7 @@ class TedMapDataset(torch.utils.data.Dataset):
         dataset: A dataset or its name.
         keys: TED keys to read (``None``: all).
         root: Cache root for a name.
+        float_dtype: As :class:`TedIterableDataset`'s.
     """
 
     def __init__(
@@ -105,16 +107,20 @@ class TedMapDataset(torch.utils.data.Dataset):
         dataset: str | Dataset,
         keys: Iterable[str | tuple[str, ...]] | None = None,
         root: str | os.PathLike[str] | None = None,
+        *,
+        float_dtype: FloatDtype = None,
     ) -> None:
         self.dataset = _open(dataset, root)
         self.keys = resolve_keys(self.dataset, keys)
+        self.dtypes = DtypePolicy(float_dtype, keys=[*self.keys, "index"])
         self._source: HostSource | None = None
         self._ring: BatchRing | None = None  # set by a TedDataLoader for its workers
 
     def __getstate__(self) -> dict[str, Any]:
         # the Dataset pickles by path; a ring (only while a TedDataLoader starts its workers)
         # travels by file descriptor
-        return {"dataset": self.dataset, "keys": self.keys, "_source": None, "_ring": self._ring}
+        keep = {"dataset": self.dataset, "keys": self.keys, "dtypes": self.dtypes}
+        return {**keep, "_source": None, "_ring": self._ring}
 
     def _reader(self) -> HostSource:
         if self._source is None:  # opened lazily, in the process (worker) that reads
@@ -143,7 +149,7 @@ class TedMapDataset(torch.utils.data.Dataset):
     def _gather(self, idx: np.ndarray) -> TedBatch:
         batch = self._reader().gather(idx)
         batch["index"] = idx
-        return batch
+        return self.dtypes.cast(batch) if self.dtypes else batch
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -273,6 +279,8 @@ class TedIterableDataset(IterableDataset):
         drop_last: Drop each rank's short last batch (epoch mode).
         num_batches: Batches per pass in uniform mode (``None``: endless).
         root: Cache root for a name.
+        float_dtype: Cast floating keys to this torch dtype (or ``{key: dtype}``; see
+            :mod:`rlds_cli.loader.dtypes`): in the worker, on the gathered numpy rows.
         **sampler_options: Options of the named sampler, e.g. ``slice_len=32`` (not for
             ``"epoch"``, whose one option is ``drop_last``).
     """
@@ -290,6 +298,7 @@ class TedIterableDataset(IterableDataset):
         drop_last: bool = False,
         num_batches: int | None = None,
         root: str | os.PathLike[str] | None = None,
+        float_dtype: FloatDtype = None,
         **sampler_options: Any,
     ) -> None:
         if shuffle not in SAMPLERS:
@@ -307,6 +316,7 @@ class TedIterableDataset(IterableDataset):
         self.dataset = _open(dataset, root)
         self.num_steps = self.dataset.num_steps
         self.keys = resolve_keys(self.dataset, keys)
+        self.dtypes = DtypePolicy(float_dtype, keys=[*self.keys, "index"])
         self.batch_size = positive_int("batch_size", batch_size)
         self.shuffle = shuffle
         self.rank, self.world_size = rank_world(rank, world_size)
@@ -396,7 +406,7 @@ class TedIterableDataset(IterableDataset):
                 batch = self._batch(idx)  # no worker: never a slot
                 assert isinstance(batch, TedBatch)
                 batch.update(extras)
-                yield batch
+                yield self.dtypes.cast(batch) if self.dtypes else batch
             else:
                 yield self._batch(idx, worker if in_worker else -1)
             b += workers
@@ -417,7 +427,7 @@ class TedIterableDataset(IterableDataset):
         assert self._source is not None
         batch = self._source.gather(idx)
         batch["index"] = np.array(idx)
-        return batch
+        return self.dtypes.cast(batch) if self.dtypes else batch
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch and the batches of its pass already taken (plus what the state belongs to)."""
@@ -562,6 +572,9 @@ class TedDataLoader(DataLoader):
 
     def _wrap(self, ring: BatchRing, batch: SlotBatch) -> TedBatch:
         out = to_torch(ring.wrap(batch))
+        dtypes = getattr(self.dataset, "dtypes", None)
+        if dtypes:  # a slot holds the stored dtypes: the cast (a copy) is made here, once
+            out = dtypes.cast(out)
         if self.pin_memory and torch.cuda.is_available():
             # a pinned copy: the slot goes back to its worker as soon as the views are dropped
             out = TedBatch({key: value.pin_memory() for key, value in out.items()})
