@@ -388,3 +388,24 @@ def test_a_pickled_view_is_the_same_view(isolated_cache: Path) -> None:
     copy = pickle.loads(pickle.dumps(ds))  # a worker process gets the view, not the latest
     assert isinstance(copy, GrowingDataset) and copy.num_steps == 3
     assert_identical(copy[:], ds[:])
+
+
+def test_refresh_keeps_the_loaders_float_dtype_cast_in_ram(isolated_cache: Path) -> None:
+    """A rebuilt in-RAM source casts float64 columns once, as the loader's first one did."""
+
+    def as_float64(ep: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in ep.items()}
+
+    with rlds_cli.DatasetWriter("f64") as w:
+        w.add_episode(as_float64(episode(3, 0.0, uid=0)))
+    loader = rlds_cli.Loader(
+        "f64", batch_size=16, seed=1, refresh=1, in_memory=True, float_dtype=torch.float32
+    )
+    assert loader.sample()["observation"].dtype == torch.float32
+    with rlds_cli.DatasetWriter("f64", mode="append") as w:
+        w.add_episode(as_float64(episode(4, 10.0, uid=1)))
+    batch = loader.sample()  # refreshed: the new host source holds float32 columns already
+    assert loader.num_steps == 7 and batch["observation"].dtype == torch.float32
+    assert not loader._dtypes.changes_host(loader._host)
+    expected = torch.tensor(rlds_cli.open_dataset("f64").gather(batch["index"].numpy())["observation"])
+    assert torch.equal(batch["observation"], expected.float())

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from rlds_cli.loader.protocols import Bindable, Epochal
 from rlds_cli.loader.sources import HostSource
@@ -63,7 +64,8 @@ class Refresher:
             return
         self.rebuilds += 1
         keys = loader._unclaimed(loader.keys)
-        host = HostSource(loader.dataset, keys, in_memory=bool(loader.in_memory), pack=self.pack)
+        f32 = loader._dtypes.all == torch.float32  # as the loader's own source: cast once, when loaded
+        host = HostSource(loader.dataset, keys, in_memory=bool(loader.in_memory), pack=self.pack, float32=f32)
         seed = loader.seed
         derived = int(np.random.SeedSequence([seed or 0, self.rebuilds]).generate_state(1)[0])
         loader._host = host
