@@ -435,7 +435,7 @@ class RecordingError(RldsError, ValueError):
     """Bad input to recording from an environment: a space rlds cannot store, a value outside its
     space, an info key that comes and goes, or bad arguments to ``record``."""
 
-    default_hint = "see docs/recording.md for what record() and RecordEpisodes accept"
+    default_hint = "fix the named space, value or argument; help(rlds_cli.record) lists what it accepts"
 
 
 # --------------------------------------------------------------------------- OS errors
