@@ -29,8 +29,9 @@ The rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
   every V-D4RL episode). A terminal flag before an episode's last row is refused.
 * **Dreamer files**: one episode per file, files in name order (timestamp order). ``is_first``
   must be set on row 0 and only there, ``is_last`` nowhere but on the last row: anything else
-  is refused (a Dreamer episode file holds one episode). A name that follows Dreamer's pattern
-  must give the file's row count.
+  is refused (a Dreamer episode file holds one episode). The count in a writer's name is a
+  label: ``rows - 1`` (DreamerV2, DrQ-v2) or ``rows`` (V-D4RL's ``hdf5_to_npz.py``) is accepted,
+  any other is a warning in the conversion notes (:mod:`rlds_cli.formats.episode_names`).
 * **drqbc shards**, in natural name order (``2.hdf5`` before ``10.hdf5``): an episode starts at
   ``step_type`` 0 (or after a 2) and ends at 2 (or before a 0). A shard ending without 2 whose
   successor starts without 0 continues the same episode; an episode that ends without 2 (the
@@ -44,6 +45,7 @@ The rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
 
 from __future__ import annotations
 
+import logging
 import re
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,8 +57,11 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column
+from rlds_cli.formats.episode_names import DREAMER_NAME, name_mismatch
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
+
+logger = logging.getLogger(__name__)
 
 RULES = "vd4rl-v1"
 #: Target source bytes per block (a 64px Dreamer episode is about 6 MB of frames).
@@ -70,8 +75,6 @@ NPZ_REQUIRED = ("action", "reward", "is_first", "is_last")
 HDF5_REQUIRED = ("observation", "action", "reward", "discount", "step_type")
 HDF5_CONSUMED = ("discount", "step_type")
 IMAGE_LAYOUTS = ("hwc", "chw")
-#: ``<YYYYmmddTHHMMSS>-<uuid4 hex>-<rows>.npz``, as Dreamer's ``save_episodes`` names a file.
-DREAMER_NAME = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{32}-(\d+)\.npz$")
 _HDF5_SUFFIXES = (".hdf5", ".h5")
 _SHIFT_NOTE = (
     "V-D4RL rows follow the dm_env convention (row t: the observation after action t): transition "
@@ -418,13 +421,7 @@ class _NpzEpisode:
             _one_per_row(path, key, streams[key].shape)
         if rows == 0:
             raise SourceFormatError(f"{path}: the episode holds no rows")
-        named = DREAMER_NAME.match(path.name)
-        if named and int(named.group(1)) != rows:
-            raise SourceFormatError(
-                f"{path}: the file name says {int(named.group(1))} rows, but its arrays hold {rows} "
-                "(a truncated or renamed episode?)",
-                hint="re-download the file",
-            )
+        self.name_note = name_mismatch(path, rows)  # a label only: the arrays decide
         return rows
 
     def schema(self, report: ConversionReport) -> _Schema:
@@ -649,6 +646,10 @@ class VD4RLReader(Reader):
                             "(files of different datasets?)"
                         )
                 self._rows.append(opened.rows)
+                note = getattr(opened, "name_note", None)
+                if note:
+                    logger.warning("%s", note)
+                    self.report.notes.append(note)
                 if isinstance(opened, _Shard):
                     n = opened.rows
                     self._edges.append((int(opened.step_type(0, 1)[0]), int(opened.step_type(n - 1, n)[0])))
