@@ -59,6 +59,7 @@ from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
 from rlds_cli.formats.safe_pickle import unpickle
 from rlds_cli.formats.untrusted import UnsafeSourceError, require_numeric, require_rows
@@ -158,11 +159,7 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(
-                q
-                for q in p.rglob("*")
-                if q.is_file() and q.suffix.lower() in TRAJECTORY_SUFFIXES and not q.name.startswith(".")
-            )
+            out += folder_files(p, lambda q: q.suffix.lower() in TRAJECTORY_SUFFIXES)
         else:
             out.append(p)
     return out
@@ -518,6 +515,7 @@ class GenDGRLOptions(ReaderOptions):
     """Options of :class:`GenDGRLReader` (its keyword arguments)."""
 
     allow_pickle: bool = False
+    skip_bad_files: bool = False
 
 
 class GenDGRLReader(Reader):
@@ -539,7 +537,13 @@ class GenDGRLReader(Reader):
     sniff = staticmethod(sniff)
     source_files = staticmethod(source_files)
 
-    def __init__(self, path: str | Path | Sequence[str | Path], *, allow_pickle: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        allow_pickle: bool = False,
+        skip_bad_files: bool = False,
+    ) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         self.path = paths[0]
         self.files = source_files(paths)
@@ -552,6 +556,7 @@ class GenDGRLReader(Reader):
                     "trajectory)"
                 )
         self.allow_pickle = allow_pickle
+        self._bad = BadFiles(skip_bad_files)  # loose files only: an archive is one file
         self.report = ConversionReport(rules=RULES)
         self._seeds: list[int] = []
         self._trajectory_of: list[int] = []
@@ -600,7 +605,12 @@ class GenDGRLReader(Reader):
                 if progress is not None:
                     progress(f.stat().st_size - done)
             else:
-                yield str(f), f.name, _read_loose(f, self.allow_pickle), None
+                try:
+                    decoded = _read_loose(f, self.allow_pickle)
+                except SourceFormatError as exc:  # half-written or corrupt: stop, or skip if asked
+                    self._bad.handle(f, exc)
+                    continue
+                yield str(f), f.name, decoded, None
                 if progress is not None:
                     progress(f.stat().st_size)
 
@@ -653,4 +663,7 @@ class GenDGRLReader(Reader):
                 f" and {len(self._ignored) - 3} more" if len(self._ignored) > 3 else ""
             )
             notes.append(f"{len(self._ignored)} archive members that are not .npy/.npz were ignored: {shown}")
+        skipped = self._bad.note()
+        if skipped:
+            notes.append(skipped)
         self.report.notes[:] = notes

@@ -58,6 +58,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column
 from rlds_cli.formats.episode_names import DREAMER_NAME, name_mismatch
+from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
@@ -111,14 +112,9 @@ def _is_drqbc_hdf5(path: Path) -> bool:
 
 def _candidates(folder: Path) -> list[Path]:
     """The ``.npz`` and ``.hdf5``/``.h5`` files under ``folder``; hidden files and folders (such
-    as the ``.rlds/`` bookkeeping of a download folder) are left out."""
-    return sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.name.lower().endswith((".npz", *_HDF5_SUFFIXES))
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    as the ``.rlds/`` bookkeeping of a download folder) and in-progress names are left out
+    (:mod:`rlds_cli.formats.folders`)."""
+    return folder_files(folder, lambda p: p.name.lower().endswith((".npz", *_HDF5_SUFFIXES)))
 
 
 def _sniff_file(path: Path) -> bool:
@@ -549,6 +545,7 @@ class VD4RLOptions(ReaderOptions):
 
     image_layout: Literal["hwc", "chw"] | None = None
     block_rows: int | None = None
+    skip_bad_files: bool = False
 
 
 class VD4RLReader(Reader):
@@ -559,6 +556,8 @@ class VD4RLReader(Reader):
         image_layout: ``None`` (default): frames stay as the source stores them (Dreamer HWC,
             drqbc CHW). ``"hwc"`` or ``"chw"``: transposed to that layout while streaming.
         block_rows: Source rows per read (default: about :data:`BLOCK_BYTES`).
+        skip_bad_files: Skip unreadable (half-written, corrupt) files, naming them in the
+            conversion notes, instead of stopping at the first (:mod:`rlds_cli.formats.folders`).
     """
 
     format_name = "vd4rl"
@@ -576,6 +575,7 @@ class VD4RLReader(Reader):
         *,
         image_layout: str | None = None,
         block_rows: int | None = None,
+        skip_bad_files: bool = False,
     ) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         for p in paths:
@@ -596,6 +596,7 @@ class VD4RLReader(Reader):
         self._counts: dict[str, int] = {}
         self._note_at: dict[str, int] = {}
         self._prev_end = True  # the row before the first one "ended": the stream starts an episode
+        self._bad = BadFiles(skip_bad_files)
         self._schema = self._plan()
         self.stored_layout = (image_layout or self._schema.layout).upper()
         self._transpose = self._transpose_for(self._schema.layout, self.stored_layout)
@@ -632,8 +633,14 @@ class VD4RLReader(Reader):
         schema: _Schema | None = None
         self._rows: list[int] = []
         self._edges: list[tuple[int, int]] = []  # drqbc: each shard's first and last step_type
+        kept: list[Path] = []
         for f in self.files:
-            opened = self._open(f)
+            try:
+                opened = self._open(f)
+            except SourceFormatError as exc:  # unreadable: stop, or skip when the user asked
+                self._bad.handle(f, exc)
+                continue
+            kept.append(f)
             try:
                 mine = opened.schema(self.report)
                 if schema is None:
@@ -655,7 +662,13 @@ class VD4RLReader(Reader):
                     self._edges.append((int(opened.step_type(0, 1)[0]), int(opened.step_type(n - 1, n)[0])))
             finally:
                 opened.close()
-        assert schema is not None
+        self.files = kept
+        skipped = self._bad.note()
+        if skipped:
+            logger.warning("%s", skipped)
+            self.report.notes.append(skipped)
+        if schema is None:
+            raise SourceFormatError(f"{self.path}: none of its {len(self._bad.skipped)} files is readable")
         self.report.source_rows = sum(self._rows)
         if self.kind == "npz" and all(DREAMER_NAME.match(f.name) for f in self.files):
             # Dreamer names declare each episode's rows: inspect --check compares
