@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from tests.formats_fixtures import refused, write_amago
+from rlds_cli.formats import source_files
+from tests.formats_fixtures import golden_ogbench, refused, write_amago
 from tests.gen_dgrl_fixtures import npy_bytes, procgen_trajectory, write_folder
 from tests.vd4rl_fixtures import dreamer_episode, dreamerv2_save_episode
 
@@ -111,3 +112,21 @@ def test_a_hostile_file_is_never_skipped(tmp_path: Path, skip: bool) -> None:
     extra = ["--option", "skip_bad_files=true"] if skip else []
     line = refused(_download(folder, "--format", "gen_dgrl", *extra), "zz_evil.npy", "builtins.eval")
     assert SKIP not in line
+
+
+def test_dataset_folders_skip_hidden_and_in_progress_npz_too(tmp_path: Path) -> None:
+    """OGBench and D4RL folders (one dataset file, not episodes) leave the same names out: a
+    hidden copy of the dataset would otherwise be a second dataset file in the folder."""
+    folder = tmp_path / "og"
+    folder.mkdir()
+    good = golden_ogbench(folder / "toy-v0.npz")
+    (folder / f".{good.name}.Xy12Ab").write_bytes(good.read_bytes()[:64])
+    (folder / f".{good.name}").write_bytes(good.read_bytes()[:64])
+    (folder / "toy-v0.npz.part").write_bytes(good.read_bytes()[:64])
+    assert source_files("ogbench", [folder]) == [good]
+    d4rl = tmp_path / "d4rl"
+    d4rl.mkdir()
+    (d4rl / "hopper.hdf5").write_bytes(b"x")
+    (d4rl / ".hopper.hdf5.tmp").write_bytes(b"x")
+    (d4rl / ".hidden.hdf5").write_bytes(b"x")
+    assert source_files("d4rl", [d4rl]) == [d4rl / "hopper.hdf5"]
