@@ -64,7 +64,7 @@ class BadFiles:
             raise exc
         if not self.skip:
             raise SourceFormatError(f"{exc.message} ({SKIP_HOW})", hint=exc.hint) from exc
-        self.skipped.append(f"{path.name}: {exc.message}")
+        self.skipped.append(exc.message if path.name in exc.message else f"{path}: {exc.message}")
 
     def note(self) -> str | None:
         """The conversion note naming every skipped file, or ``None``."""

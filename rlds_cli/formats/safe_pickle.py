@@ -116,8 +116,9 @@ def checked_dtype_state(where: str, dtype: np.dtype, state: Any) -> None:
         canonical.str,
     ):
         raise _refuse_dtype(
-            where, state, f"whose flags or sizes differ from numpy's own for {canonical.str} "
-            f"(flags {canonical.flags})",
+            where,
+            state,
+            f"whose flags or sizes differ from numpy's own for {canonical.str} (flags {canonical.flags})",
         )
 
 

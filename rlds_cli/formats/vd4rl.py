@@ -45,7 +45,6 @@ The rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
 
 from __future__ import annotations
 
-import logging
 import re
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -61,8 +60,6 @@ from rlds_cli.formats.episode_names import DREAMER_NAME, name_mismatch
 from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
-
-logger = logging.getLogger(__name__)
 
 RULES = "vd4rl-v1"
 #: Target source bytes per block (a 64px Dreamer episode is about 6 MB of frames).
@@ -654,8 +651,7 @@ class VD4RLReader(Reader):
                         )
                 self._rows.append(opened.rows)
                 note = getattr(opened, "name_note", None)
-                if note:
-                    logger.warning("%s", note)
+                if note:  # the CLI shows every note as a warning
                     self.report.notes.append(note)
                 if isinstance(opened, _Shard):
                     n = opened.rows
@@ -665,7 +661,6 @@ class VD4RLReader(Reader):
         self.files = kept
         skipped = self._bad.note()
         if skipped:
-            logger.warning("%s", skipped)
             self.report.notes.append(skipped)
         if schema is None:
             raise SourceFormatError(f"{self.path}: none of its {len(self._bad.skipped)} files is readable")
