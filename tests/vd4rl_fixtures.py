@@ -135,3 +135,34 @@ def write_drqbc_shards(folder: Path, arrays: dict[str, np.ndarray], shards: int)
     (episodes cut anywhere), written as ``0.hdf5``, ``1.hdf5``, ..."""
     split = {k: np.array_split(v, shards) for k, v in arrays.items()}
     return [write_drqbc(folder / f"{i}.hdf5", {k: v[i] for k, v in split.items()}) for i in range(shards)]
+
+
+def dreamerv2_save_episode(directory: Path, episode: dict[str, np.ndarray], timestamp: str) -> Path:
+    """DreamerV2's ``save_episode`` (``dreamerv2/common/replay.py``), restated: the name counts
+    ``eplen(episode) = len(episode['action']) - 1`` (the reset row is not counted); the
+    timestamp (``datetime.now()`` there) is given so that name order is save order."""
+    identifier = str(uuid.uuid4().hex)
+    length = len(episode["action"]) - 1
+    filename = directory / f"{timestamp}-{identifier}-{length}.npz"
+    with io.BytesIO() as f1:
+        arrays: dict[str, Any] = dict(episode)
+        np.savez_compressed(f1, **arrays)
+        f1.seek(0)
+        with filename.open("wb") as f2:
+            f2.write(f1.read())
+    return filename
+
+
+def vd4rl_script_save_episode(directory: Path, episode: dict[str, np.ndarray], timestamp: str) -> Path:
+    """V-D4RL's ``conversion_scripts/hdf5_to_npz.py`` ``save_episode``, restated: the same
+    pattern, but the name counts ``len(episode['action'])`` (every row, 501 for 500 steps)."""
+    identifier = str(uuid.uuid4().hex)
+    length = len(episode["action"])
+    filename = directory / f"{timestamp}-{identifier}-{length}.npz"
+    with io.BytesIO() as f1:
+        arrays: dict[str, Any] = dict(episode)
+        np.savez_compressed(f1, **arrays)
+        f1.seek(0)
+        with filename.open("wb") as f2:
+            f2.write(f1.read())
+    return filename

@@ -34,6 +34,7 @@ from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
 from rlds_cli.formats.untrusted import require_numeric
@@ -57,10 +58,25 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix in (".npz", ".traj"))
+            out += folder_files(p, lambda q: q.suffix in (".npz", ".traj"))
         else:
             out.append(p)
     return out
+
+
+def _readable(files: list[Path], bad: BadFiles) -> tuple[list[Path], str | None]:
+    """``files`` whose ``.npz`` opens (a half-written one has no zip directory yet); an
+    unreadable one stops the conversion or, when the user asked, is skipped and noted."""
+    kept = []
+    for f in files:
+        if f.suffix == ".npz":
+            try:
+                open_npz(f).close()
+            except SourceFormatError as exc:
+                bad.handle(f, exc)
+                continue
+        kept.append(f)
+    return kept, bad.note()
 
 
 def _obs_key_map(obs_keys: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
@@ -183,6 +199,7 @@ class AmagoOptions(ReaderOptions):
 
     workers: int | None = None
     allow_pickle: bool = False
+    skip_bad_files: bool = False
 
 
 class AmagoReader(Reader):
@@ -206,10 +223,11 @@ class AmagoReader(Reader):
         *,
         workers: int | None = None,
         allow_pickle: bool = False,
+        skip_bad_files: bool = False,
     ) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         self.path = paths[0]
-        self.files = source_files(paths)
+        self.files, skipped = _readable(source_files(paths), BadFiles(skip_bad_files))
         if not self.files:
             raise SourceFormatError(f"{self.path} holds no .npz or .traj trajectory files")
         self.allow_pickle = allow_pickle
@@ -228,6 +246,8 @@ class AmagoReader(Reader):
         self.report = ConversionReport(rules="amago-v1")
         self.report.expected = {"num_episodes": len(self.files)}
         self.report.notes.append("'rl2s' is not stored: it repeats each step's previous reward and action")
+        if skipped:
+            self.report.notes.append(skipped)
 
     def total_rows(self) -> int:
         return len(self.files)

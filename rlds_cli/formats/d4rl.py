@@ -36,6 +36,7 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.folders import folder_files
 from rlds_cli.formats.hdf5_util import (
     collect_metadata,
     hdf5_top_keys,
@@ -79,7 +80,7 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in _SUFFIXES)
+            out += folder_files(p, lambda q: q.suffix.lower() in _SUFFIXES)  # hidden, .tmp: not read
         else:
             out.append(p)
     return out

@@ -10,12 +10,13 @@ loose files (a file, or a folder of them). Keys: ``observations`` ``(T + 1, 3, 6
 ``actions`` ``(T, 1)``, ``rewards`` ``(T, 1)``, ``dones`` ``(T,)``. The rules below are written
 out in ``docs/formats.md`` ("Gen-DGRL"):
 
-* **Pickles are read by a restricted unpickler**: it builds numpy arrays, dtypes and scalars
-  and nothing else (the globals a pickled dict of arrays asks for, in numpy 1.x and 2.x
-  spellings, pickle protocols 2 to 5). Any other global (``os.system``, ``builtins.eval``, a
-  class of some package) is refused, naming the file, the member and the global, before it is
-  looked up. The ``allow_pickle`` option (CLI ``--allow-pickle``) lifts the restriction for
-  trusted files.
+* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.safe_pickle`): it
+  builds numpy arrays, checked dtypes and scalars and nothing else (the globals a pickled dict of
+  arrays asks for, in numpy 1.x and 2.x spellings, pickle protocols 2 to 5), and ``latin1``
+  encodes within a budget of the pickle's size. Any other global (``os.system``,
+  ``builtins.eval``, a class of some package) is refused, naming the file, the member and the
+  global, before it is looked up. The ``allow_pickle`` option (CLI ``--allow-pickle``) lifts
+  the restriction for trusted files.
 * **Mapping** (rules ``gen-dgrl-v1``): ``observations`` -> ``observation`` (flat, uint8, layout as
   stored: CHW for Procgen); ``actions`` -> ``action`` as stored; ``rewards`` -> ``next/reward``
   ``[T, 1]``; ``dones`` -> ``next/terminated`` (Procgen data carries no truncation signal). The
@@ -40,11 +41,8 @@ out in ``docs/formats.md`` ("Gen-DGRL"):
 
 from __future__ import annotations
 
-import codecs
-import importlib
 import io
 import lzma
-import pickle
 import re
 import tarfile
 import zipfile
@@ -57,11 +55,13 @@ from typing import IO, Any, cast
 import numpy as np
 
 from rlds_cli.archives import TAR_SUFFIXES, Limits, UnsafeArchiveError
-from rlds_cli.errors import RldsError, SourceError, SourceFormatError, SourceNotReadableError
+from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
 from rlds_cli.formats._episodes import Episode, EpisodePacker
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
+from rlds_cli.formats.safe_pickle import unpickle
 from rlds_cli.formats.untrusted import UnsafeSourceError, require_numeric, require_rows
 
 RULES = "gen-dgrl-v1"
@@ -159,79 +159,13 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(
-                q
-                for q in p.rglob("*")
-                if q.is_file() and q.suffix.lower() in TRAJECTORY_SUFFIXES and not q.name.startswith(".")
-            )
+            out += folder_files(p, lambda q: q.suffix.lower() in TRAJECTORY_SUFFIXES)
         else:
             out.append(p)
     return out
 
 
 # ----------------------------------------------------------------------------- pickles
-
-
-def _numpy_module(name: str) -> Any:
-    """``numpy._core.<name>`` (numpy 2), else ``numpy.core.<name>`` (numpy 1.x)."""
-    try:
-        return importlib.import_module(f"numpy._core.{name}")
-    except ImportError:  # pragma: no cover - numpy < 1.26
-        return importlib.import_module(f"numpy.core.{name}")
-
-
-def _allowed_global(module: str, name: str) -> Any:
-    """The object a pickle of numpy arrays may ask for, or ``None``: ``ndarray``, ``dtype`` and its
-    classes (``numpy.dtypes.Float32DType``...), ``_reconstruct`` and ``scalar`` (protocols 2-4),
-    ``_frombuffer`` (protocol 5), and ``_codecs.encode`` (protocol 2 writes bytes through it)."""
-    if module == "numpy" and name in ("ndarray", "dtype"):
-        return getattr(np, name)
-    if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
-        return getattr(_numpy_module("multiarray"), name)
-    if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
-        return _numpy_module("numeric")._frombuffer
-    if module == "numpy.dtypes" and name.endswith("DType"):
-        found = getattr(importlib.import_module("numpy.dtypes"), name, None)
-        return found if isinstance(found, type) and issubclass(found, np.dtype) else None
-    if (module, name) == ("_codecs", "encode"):
-        return codecs.encode
-    return None
-
-
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays, dtypes, scalars and plain containers; refuses every other global
-    before it is imported (so no code of the pickle's choosing runs)."""
-
-    def __init__(self, file: IO[bytes], where: str) -> None:
-        super().__init__(file, encoding="ASCII")
-        self.where = where
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = _allowed_global(module, name)
-        if found is None:
-            raise UnsafeSourceError(
-                f"{self.where}: the pickle asks for {module}.{name}, which is not part of a numpy array; "
-                "refused (unpickling it could run code)",
-                hint="pass --allow-pickle (options={'allow_pickle': True}) only if you trust the file",
-            )
-        return found
-
-
-def _unpickle(fh: IO[bytes], where: str, allow_pickle: bool) -> Any:
-    try:
-        if allow_pickle:  # trusted files only: this runs whatever the pickle asks for
-            return pickle.Unpickler(fh, encoding="ASCII").load()
-        return _NumpyOnlyUnpickler(fh, where).load()
-    except RldsError:
-        raise
-    except ModuleNotFoundError as exc:  # only with allow_pickle: the pickle names a missing module
-        raise SourceError(
-            f"{where}: unpickling needs the module {exc.name!r}, which is not installed"
-        ) from exc
-    except Exception as exc:  # a damaged pickle raises many types
-        raise SourceFormatError(
-            f"{where}: not a readable pickle (truncated or corrupt?): {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 # ----------------------------------------------------------------------------- trajectory files
@@ -254,7 +188,7 @@ def _load_npy(data: bytes, where: str, allow_pickle: bool) -> Any:
             f"trajectory ({_TRAJECTORY_KEYS})",
             hint="Gen-DGRL .npy files are written by np.save(f, {'observations': ..., ...})",
         )
-    obj = _unpickle(fh, where, allow_pickle)
+    obj = unpickle(fh, where, allow_pickle)
     # numpy pickles the 0-d object array itself; its one element is the dict (TorchRL's .tolist())
     return obj.item() if isinstance(obj, np.ndarray) and obj.shape == () and obj.dtype.hasobject else obj
 
@@ -581,6 +515,7 @@ class GenDGRLOptions(ReaderOptions):
     """Options of :class:`GenDGRLReader` (its keyword arguments)."""
 
     allow_pickle: bool = False
+    skip_bad_files: bool = False
 
 
 class GenDGRLReader(Reader):
@@ -602,7 +537,13 @@ class GenDGRLReader(Reader):
     sniff = staticmethod(sniff)
     source_files = staticmethod(source_files)
 
-    def __init__(self, path: str | Path | Sequence[str | Path], *, allow_pickle: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        allow_pickle: bool = False,
+        skip_bad_files: bool = False,
+    ) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         self.path = paths[0]
         self.files = source_files(paths)
@@ -615,6 +556,7 @@ class GenDGRLReader(Reader):
                     "trajectory)"
                 )
         self.allow_pickle = allow_pickle
+        self._bad = BadFiles(skip_bad_files)  # loose files only: an archive is one file
         self.report = ConversionReport(rules=RULES)
         self._seeds: list[int] = []
         self._trajectory_of: list[int] = []
@@ -663,7 +605,12 @@ class GenDGRLReader(Reader):
                 if progress is not None:
                     progress(f.stat().st_size - done)
             else:
-                yield str(f), f.name, _read_loose(f, self.allow_pickle), None
+                try:
+                    decoded = _read_loose(f, self.allow_pickle)
+                except SourceFormatError as exc:  # half-written or corrupt: stop, or skip if asked
+                    self._bad.handle(f, exc)
+                    continue
+                yield str(f), f.name, decoded, None
                 if progress is not None:
                     progress(f.stat().st_size)
 
@@ -716,4 +663,7 @@ class GenDGRLReader(Reader):
                 f" and {len(self._ignored) - 3} more" if len(self._ignored) > 3 else ""
             )
             notes.append(f"{len(self._ignored)} archive members that are not .npy/.npz were ignored: {shown}")
+        skipped = self._bad.note()
+        if skipped:
+            notes.append(skipped)
         self.report.notes[:] = notes

@@ -35,6 +35,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.folders import folder_files
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
 from rlds_cli.formats.untrusted import require_numeric, require_rows
@@ -55,9 +56,8 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(
-                (q for q in p.rglob("*.npz") if q.is_file()), key=lambda q: (q.stem.endswith("-val"), q)
-            )
+            found = folder_files(p, lambda q: q.name.endswith(".npz"))  # hidden, .tmp: not read
+            out += sorted(found, key=lambda q: (q.stem.endswith("-val"), q))
         else:
             out.append(p)
     return out

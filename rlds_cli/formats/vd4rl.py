@@ -29,8 +29,9 @@ The rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
   every V-D4RL episode). A terminal flag before an episode's last row is refused.
 * **Dreamer files**: one episode per file, files in name order (timestamp order). ``is_first``
   must be set on row 0 and only there, ``is_last`` nowhere but on the last row: anything else
-  is refused (a Dreamer episode file holds one episode). A name that follows Dreamer's pattern
-  must give the file's row count.
+  is refused (a Dreamer episode file holds one episode). The count in a writer's name is a
+  label: ``rows - 1`` (DreamerV2, DrQ-v2) or ``rows`` (V-D4RL's ``hdf5_to_npz.py``) is accepted,
+  any other is a warning in the conversion notes (:mod:`rlds_cli.formats.episode_names`).
 * **drqbc shards**, in natural name order (``2.hdf5`` before ``10.hdf5``): an episode starts at
   ``step_type`` 0 (or after a 2) and ends at 2 (or before a 0). A shard ending without 2 whose
   successor starts without 0 continues the same episode; an episode that ends without 2 (the
@@ -55,6 +56,8 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column
+from rlds_cli.formats.episode_names import DREAMER_NAME, name_mismatch
+from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
@@ -70,8 +73,6 @@ NPZ_REQUIRED = ("action", "reward", "is_first", "is_last")
 HDF5_REQUIRED = ("observation", "action", "reward", "discount", "step_type")
 HDF5_CONSUMED = ("discount", "step_type")
 IMAGE_LAYOUTS = ("hwc", "chw")
-#: ``<YYYYmmddTHHMMSS>-<uuid4 hex>-<rows>.npz``, as Dreamer's ``save_episodes`` names a file.
-DREAMER_NAME = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{32}-(\d+)\.npz$")
 _HDF5_SUFFIXES = (".hdf5", ".h5")
 _SHIFT_NOTE = (
     "V-D4RL rows follow the dm_env convention (row t: the observation after action t): transition "
@@ -108,14 +109,9 @@ def _is_drqbc_hdf5(path: Path) -> bool:
 
 def _candidates(folder: Path) -> list[Path]:
     """The ``.npz`` and ``.hdf5``/``.h5`` files under ``folder``; hidden files and folders (such
-    as the ``.rlds/`` bookkeeping of a download folder) are left out."""
-    return sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.name.lower().endswith((".npz", *_HDF5_SUFFIXES))
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    as the ``.rlds/`` bookkeeping of a download folder) and in-progress names are left out
+    (:mod:`rlds_cli.formats.folders`)."""
+    return folder_files(folder, lambda p: p.name.lower().endswith((".npz", *_HDF5_SUFFIXES)))
 
 
 def _sniff_file(path: Path) -> bool:
@@ -418,13 +414,7 @@ class _NpzEpisode:
             _one_per_row(path, key, streams[key].shape)
         if rows == 0:
             raise SourceFormatError(f"{path}: the episode holds no rows")
-        named = DREAMER_NAME.match(path.name)
-        if named and int(named.group(1)) != rows:
-            raise SourceFormatError(
-                f"{path}: the file name says {int(named.group(1))} rows, but its arrays hold {rows} "
-                "(a truncated or renamed episode?)",
-                hint="re-download the file",
-            )
+        self.name_note = name_mismatch(path, rows)  # a label only: the arrays decide
         return rows
 
     def schema(self, report: ConversionReport) -> _Schema:
@@ -552,6 +542,7 @@ class VD4RLOptions(ReaderOptions):
 
     image_layout: Literal["hwc", "chw"] | None = None
     block_rows: int | None = None
+    skip_bad_files: bool = False
 
 
 class VD4RLReader(Reader):
@@ -562,6 +553,8 @@ class VD4RLReader(Reader):
         image_layout: ``None`` (default): frames stay as the source stores them (Dreamer HWC,
             drqbc CHW). ``"hwc"`` or ``"chw"``: transposed to that layout while streaming.
         block_rows: Source rows per read (default: about :data:`BLOCK_BYTES`).
+        skip_bad_files: Skip unreadable (half-written, corrupt) files, naming them in the
+            conversion notes, instead of stopping at the first (:mod:`rlds_cli.formats.folders`).
     """
 
     format_name = "vd4rl"
@@ -579,6 +572,7 @@ class VD4RLReader(Reader):
         *,
         image_layout: str | None = None,
         block_rows: int | None = None,
+        skip_bad_files: bool = False,
     ) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
         for p in paths:
@@ -599,6 +593,7 @@ class VD4RLReader(Reader):
         self._counts: dict[str, int] = {}
         self._note_at: dict[str, int] = {}
         self._prev_end = True  # the row before the first one "ended": the stream starts an episode
+        self._bad = BadFiles(skip_bad_files)
         self._schema = self._plan()
         self.stored_layout = (image_layout or self._schema.layout).upper()
         self._transpose = self._transpose_for(self._schema.layout, self.stored_layout)
@@ -635,8 +630,14 @@ class VD4RLReader(Reader):
         schema: _Schema | None = None
         self._rows: list[int] = []
         self._edges: list[tuple[int, int]] = []  # drqbc: each shard's first and last step_type
+        kept: list[Path] = []
         for f in self.files:
-            opened = self._open(f)
+            try:
+                opened = self._open(f)
+            except SourceFormatError as exc:  # unreadable: stop, or skip when the user asked
+                self._bad.handle(f, exc)
+                continue
+            kept.append(f)
             try:
                 mine = opened.schema(self.report)
                 if schema is None:
@@ -649,12 +650,20 @@ class VD4RLReader(Reader):
                             "(files of different datasets?)"
                         )
                 self._rows.append(opened.rows)
+                note = getattr(opened, "name_note", None)
+                if note:  # the CLI shows every note as a warning
+                    self.report.notes.append(note)
                 if isinstance(opened, _Shard):
                     n = opened.rows
                     self._edges.append((int(opened.step_type(0, 1)[0]), int(opened.step_type(n - 1, n)[0])))
             finally:
                 opened.close()
-        assert schema is not None
+        self.files = kept
+        skipped = self._bad.note()
+        if skipped:
+            self.report.notes.append(skipped)
+        if schema is None:
+            raise SourceFormatError(f"{self.path}: none of its {len(self._bad.skipped)} files is readable")
         self.report.source_rows = sum(self._rows)
         if self.kind == "npz" and all(DREAMER_NAME.match(f.name) for f in self.files):
             # Dreamer names declare each episode's rows: inspect --check compares

@@ -1,0 +1,74 @@
+"""Folders of episode files that a writer may still be filling (V-D4RL, Gen-DGRL, AMAGO).
+
+The rules (``docs/formats.md``, "Folders of episode files"):
+
+* **Ignored names.** A file or folder whose name starts with ``.`` (hidden: an editor's or a
+  copy tool's temporary file such as rsync's ``.name.npz.Xy12Ab``, or rlds's own ``.rlds/``)
+  and a name ending in an in-progress suffix (:data:`IN_PROGRESS_SUFFIXES`: ``.tmp``,
+  ``.part``...) are never read.
+* **Half-written files.** The writers open the final name and write into it: DreamerV2's
+  ``save_episode`` and DrQ-v2's and Gen-DGRL's ``save_episode`` write ``np.savez_compressed``
+  into a ``BytesIO`` and then its bytes to ``<final name>.npz``; AMAGO's ``save_to_disk`` calls
+  ``np.savez(path)`` (or ``pickle.dump`` into ``<path>.traj``) directly. So while an actor
+  writes, the folder holds a truncated file under its final name. Such a file (unreadable,
+  truncated, corrupt) stops the conversion with one line naming it, unless the user asks to
+  convert the rest (``--option skip_bad_files=true``): then it is skipped, and every skipped
+  file is named in the conversion notes. A hostile file (a bomb, links out) is never skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rlds_cli.errors import RldsError, SourceFormatError
+from rlds_cli.formats.untrusted import UnsafeSourceError
+
+#: Name endings of files still being written or downloaded (never read from a folder).
+IN_PROGRESS_SUFFIXES = (".tmp", ".temp", ".part", ".partial", ".crdownload", ".download", ".swp", "~")
+#: What the user passes to convert a folder's readable files and skip the broken ones.
+SKIP_OPTION = "skip_bad_files"
+SKIP_HOW = f"pass --option {SKIP_OPTION}=true to convert the rest"
+
+
+def ignored_name(relative: Path) -> bool:
+    """Whether a path inside a source folder is never read: a hidden part, or in progress."""
+    if any(part.startswith(".") for part in relative.parts):
+        return True
+    return relative.name.lower().endswith(IN_PROGRESS_SUFFIXES)
+
+
+def folder_files(folder: Path, wanted: Callable[[Path], bool]) -> list[Path]:
+    """The files under ``folder`` that ``wanted`` accepts, hidden and in-progress names left
+    out, in sorted path order."""
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and not ignored_name(p.relative_to(folder)) and wanted(p)
+    )
+
+
+class BadFiles:
+    """The broken files of one conversion: skipped (when the user asked) or the one error line."""
+
+    def __init__(self, skip: bool) -> None:
+        self.skip = bool(skip)
+        self.skipped: list[str] = []
+
+    def handle(self, path: Path, exc: RldsError) -> None:
+        """Record ``path`` as skipped, or raise ``exc`` saying how to convert the rest.
+
+        Raises:
+            UnsafeSourceError: A hostile file, never skipped.
+            SourceFormatError: ``exc``'s message with :data:`SKIP_HOW` (when not skipping).
+        """
+        if isinstance(exc, UnsafeSourceError) or not isinstance(exc, SourceFormatError):
+            raise exc
+        if not self.skip:
+            raise SourceFormatError(f"{exc.message} ({SKIP_HOW})", hint=exc.hint) from exc
+        self.skipped.append(exc.message if path.name in exc.message else f"{path}: {exc.message}")
+
+    def note(self) -> str | None:
+        """The conversion note naming every skipped file, or ``None``."""
+        if not self.skipped:
+            return None
+        head = f"{len(self.skipped)} unreadable files skipped ({SKIP_OPTION}=true): "
+        return head + "; ".join(self.skipped)
