@@ -8,9 +8,10 @@ other, so it gets prefetch, transforms, a device and checkpoints from the loader
   common schema, and says where every row came from in ``source`` (int64) and ``index`` (its step
   in that source). Its episodes are the sources' episodes in order, so any sampler works on it
   (uniform over all steps, epochs, slices, which never cross an episode, hence a source);
-* :class:`MixtureSampler` splits each batch's rows among the sources by a multinomial draw with
-  the current weights (fixed, or a schedule of the batch count) and draws each part uniformly in
-  its source; :meth:`MixtureSampler.report` gives the achieved mix next to the targets.
+* :class:`MixtureSampler` splits each batch's rows among the sources with the current weights
+  (fixed, or a schedule of the batch count; a multinomial draw, or exact counts with
+  ``split="fixed"``) and draws each part uniformly in its source. Sources that grow are followed
+  with ``refresh=``; one not ready weighs 0 (rules: :mod:`rlds_cli.loader.mixture_growth`).
 
 :class:`MixtureLoader` is the one-line form: both, composed into a loader.
 """
@@ -30,19 +31,21 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
 from rlds_cli.loader.loader import Loader
+from rlds_cli.loader.mixture_growth import (
+    FROM_START,
+    NOT_READY,
+    MixtureRefresher,
+    check_split,
+    check_weights,
+    effective_weights,
+    fixed_counts,
+    named_weights,
+    ready_since,
+)
 from rlds_cli.loader.samplers import Episodes, positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
 
 Weights = Sequence[float] | Callable[[int], Sequence[float]]
-
-
-def _check_weights(weights: Any, count: int) -> np.ndarray:
-    w = np.asarray(weights, np.float64)
-    if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(
-            f"weights must be {count} finite non-negative numbers with a positive sum, got {weights!r}"
-        )
-    return w / w.sum()
 
 
 class MixtureSource:
@@ -80,49 +83,98 @@ class MixtureSource:
         if unknown:
             raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
         self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
+        self._in_memory = in_memory
+        # a growing dataset before its first commit may have no schema yet: checked when it has
+        self._schemed = [bool(ds.fields) for ds in self.datasets]
+        if not any(self._schemed):
+            raise ValueError(
+                f"no dataset of the mixture {self.names} has a schema yet: commit an episode to one "
+                "first, or create it with DatasetWriter(schema=...)"
+            )
         self.keys = self._common_keys(keys)
-        self._sources = [
-            HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
-            for i, ds in enumerate(self.datasets)
-        ]
-        self._check_shapes()
+        self._ref: dict[str, Any] = {}  # the first member with a schema: the reference
+        for i in range(len(self.datasets)):
+            if self._schemed[i]:
+                self._check_member(i)
+        self._sources = [self._host(i) for i in range(len(self.datasets))]
+        self._index()
+
+    def _host(self, i: int) -> HostSource | None:
+        """Member ``i``'s rows (``None`` while it has no steps: a growing dataset, not ready)."""
+        ds = self.datasets[i]
+        if ds.num_steps == 0:
+            return None
+        return HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=self._in_memory)
+
+    def _index(self) -> None:
         self.sizes = [ds.num_steps for ds in self.datasets]
         #: Where each source starts in the mixture's index space (and, last, its size).
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.num_steps = int(self.offsets[-1])
         self.episodes = Episodes(np.concatenate([Episodes.of(ds).lengths for ds in self.datasets]))
 
+    def ready(self) -> list[bool]:
+        """Per member: whether it may be sampled (it has steps and, for a growing dataset,
+        ``Dataset.ready``: its ``min_size`` reached)."""
+        return [ds.num_steps > 0 and bool(getattr(ds, "ready", True)) for ds in self.datasets]
+
+    def refresh(self) -> bool:
+        """Refresh every growing member's view (:meth:`GrowingDataset.refresh`); rebuild the
+        members whose view changed, and the index space. Returns whether anything changed.
+        Indices drawn before a refresh that changed something must not be gathered after it."""
+        changed = False
+        for i, ds in enumerate(self.datasets):
+            refresh = getattr(ds, "refresh", None)
+            if refresh is None or not refresh():
+                continue
+            changed = True
+            if not self._schemed[i] and ds.fields:
+                self._schemed[i] = True
+                self._check_member(i)  # its first commit: does it fit the common schema?
+            self._sources[i] = self._host(i)
+        if changed:
+            self._index()
+        return changed
+
     def _original(self, source: int, key: str) -> str:
         back = {v: k for k, v in self._renames[source].items()}
         return back.get(key, key)
 
     def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
-        per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
+        per_source = [
+            {self._renames[i].get(k, k) for k in ds.fields}
+            for i, ds in enumerate(self.datasets)
+            if self._schemed[i]
+        ]
         if keys is None:
             common = set.intersection(*per_source)
             return sorted(common, key=lambda k: (k.startswith("next/"), k))
-        wanted = list(dict.fromkeys(join_key(k) for k in keys))
-        for name, have in zip(self.names, per_source, strict=True):
-            missing = [k for k in wanted if k not in have]
-            if missing:
-                raise KeyError(
-                    f"source {name!r} has no keys {missing} (after renaming); map them with rename="
-                )
-        return wanted
+        return list(dict.fromkeys(join_key(k) for k in keys))
 
-    def _check_shapes(self) -> None:
-        ref = {k: self.datasets[0].fields[self._original(0, k)] for k in self.keys}
-        for i, ds in enumerate(self.datasets[1:], start=1):
-            for key in self.keys:
-                got = ds.fields[self._original(i, key)]
-                if got != ref[key]:
-                    raise ValueError(
-                        f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
-                        f"{self.names[0]!r}; a common schema needs equal shapes and dtypes"
-                    )
+    def _check_member(self, i: int) -> None:
+        """Member ``i`` has every key of the common schema, with the reference's shape and dtype."""
+        have = {self._renames[i].get(k, k) for k in self.datasets[i].fields}
+        missing = [k for k in self.keys if k not in have]
+        if missing:
+            raise KeyError(
+                f"source {self.names[i]!r} has no keys {missing} (after renaming); map them with rename="
+            )
+        if not self._ref:
+            self._ref = {k: self.datasets[i].fields[self._original(i, k)] for k in self.keys}
+            self._ref_name = self.names[i]
+            return
+        for key in self.keys:
+            got = self.datasets[i].fields[self._original(i, key)]
+            if got != self._ref[key]:
+                raise ValueError(
+                    f"key {key!r} is {got} in source {self.names[i]!r} but {self._ref[key]} in "
+                    f"{self._ref_name!r}; a common schema needs equal shapes and dtypes"
+                )
 
     def _part(self, source: int, local: np.ndarray) -> TedBatch:
-        got = self._sources[source].gather(local)
+        host = self._sources[source]
+        assert host is not None  # a member without steps has no index to be drawn
+        got = host.gather(local)
         part = TedBatch({self._renames[source].get(k, k): v for k, v in got.items()})
         part["index"] = local
         part["source"] = np.full(len(local), source, np.int64)
@@ -158,16 +210,25 @@ class MixtureSource:
 
 
 class MixtureSampler:
-    """Mixture indices: each batch's rows split among the sources by a multinomial draw with the
-    weights in force, each part uniform in its source (rows grouped by source, in source order).
+    """Mixture indices: each batch's rows split among the sources with the weights in force,
+    each part uniform in its source (rows grouped by source, in source order).
+
+    The weights in force are the given ones with the rules of
+    :mod:`rlds_cli.loader.mixture_growth`: a source that is not ready weighs 0 (the others are
+    renormalized), a source that becomes ready mid-run is annealed in over ``anneal`` batches.
 
     Args:
-        sizes: Steps of each source (:attr:`MixtureSource.sizes`).
+        sizes: Steps of each source (:attr:`MixtureSource.sizes`; 0 for a source not ready).
         weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
             with the number of batches drawn so far.
         batch_size: Rows per batch.
         seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged).
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
+        split: ``"random"``: the rows per source are a multinomial draw with the weights;
+            ``"fixed"``: exactly the weights times ``batch_size``, rounded by largest remainder.
+        anneal: Batches over which a source that becomes ready mid-run ramps up to its weight
+            (``None``: its full weight at once).
+        ready: Per source, whether it is ready now (``None``: all are).
     """
 
     def __init__(
@@ -179,12 +240,19 @@ class MixtureSampler:
         *,
         rank: int = 0,
         world_size: int = 1,
+        split: str = "random",
+        anneal: int | None = None,
+        ready: Sequence[bool] | None = None,
     ) -> None:
-        self.sizes = [positive_int("source size", n) for n in sizes]
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        check_split(split, anneal)
+        self.split, self.anneal = split, anneal
         self.batch_size = positive_int("batch_size", batch_size)
         self._schedule = weights if callable(weights) else None
-        self._fixed = None if callable(weights) else _check_weights(weights, len(self.sizes))
+        self._count = len(sizes)
+        self._fixed = None if callable(weights) else check_weights(weights, len(sizes))
+        self.set_sizes(sizes, [True] * len(sizes) if ready is None else ready)
+        #: Per source: the batch it was first seen ready before (FROM_START, NOT_READY).
+        self.ready_at = np.where(self._ready, FROM_START, NOT_READY).astype(np.int64)
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, what="MixtureSampler")
         self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
@@ -192,17 +260,40 @@ class MixtureSampler:
         self.counts = np.zeros(len(self.sizes), np.int64)  # rows drawn per source
         self.target = np.zeros(len(self.sizes), np.float64)  # rows the weights asked for
 
-    def weights(self) -> np.ndarray:
-        """The normalized weights for the next batch."""
+    def set_sizes(self, sizes: Sequence[int], ready: Sequence[bool]) -> None:
+        """New sizes and readiness of the sources (their views changed: a refresh)."""
+        sizes = [int(n) for n in sizes]
+        if len(sizes) != len(ready) or len(sizes) != self._count or any(n < 0 for n in sizes):
+            raise ValueError(f"sizes must be one non-negative count per source, got {sizes}")
+        self.sizes = sizes
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        # a source without steps is never ready, whatever it says
+        self._ready = np.asarray(ready, bool) & (np.asarray(self.sizes) > 0)
+
+    def _base(self) -> np.ndarray:
         if self._schedule is not None:
-            return _check_weights(self._schedule(self.batches_drawn), len(self.sizes))
+            return check_weights(self._schedule(self.batches_drawn), len(self.sizes))
         assert self._fixed is not None
         return self._fixed
+
+    def weights(self) -> np.ndarray:
+        """The normalized weights for the next batch (all zero when no source is ready)."""
+        since = ready_since(self.ready_at, self._ready, self.batches_drawn)
+        return effective_weights(self._base(), self._ready, since, self.batches_drawn, self.anneal)
 
     def sample(self) -> np.ndarray:
         """One batch of mixture indices, int64, grouped by source."""
         w = self.weights()
-        counts = self._rng.multinomial(self.batch_size, w)
+        if not w.any():
+            raise ValueError(
+                "no dataset of the mixture is ready (none has steps and its min_size, or the ready "
+                "ones weigh 0): sample once one is (Dataset.ready)"
+            )
+        self.ready_at = ready_since(self.ready_at, self._ready, self.batches_drawn)
+        if self.split == "fixed":
+            counts = fixed_counts(w, self.batch_size)
+        else:
+            counts = self._rng.multinomial(self.batch_size, w)
         parts = [
             uniform_ints(self._rng, self.sizes[i], n) + self.offsets[i]
             for i, n in enumerate(counts.tolist())
@@ -214,20 +305,25 @@ class MixtureSampler:
         return np.concatenate(parts)
 
     def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
-        """Per source (by ``names``): rows drawn, the achieved fraction, and the target fraction
-        (the mean of the weights in force over the batches drawn)."""
+        """Per source (by ``names``): rows drawn, the achieved fraction, the target fraction
+        (the mean of the weights in force over the batches drawn), the ``weight`` in force for
+        the next batch (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
         total = max(int(self.counts.sum()), 1)
+        now = self.weights()
         return {
             name: {
                 "rows": int(self.counts[i]),
                 "achieved": float(self.counts[i] / total),
                 "target": float(self.target[i] / total),
+                "weight": float(now[i]),
+                "ready": float(self._ready[i]),
             }
             for i, name in enumerate(names)
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Generator, batch count and the mix so far: a restored sampler continues the stream."""
+        """Generator, batch count, when each source became ready, and the mix so far: a restored
+        sampler continues the stream (given the same views of the sources)."""
         return {
             "bit_generator": self._rng.bit_generator.state,
             "seed": self.seed,
@@ -236,6 +332,7 @@ class MixtureSampler:
             "batches_drawn": self.batches_drawn,
             "counts": self.counts.copy(),
             "target": self.target.copy(),
+            "ready_at": self.ready_at.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -248,6 +345,8 @@ class MixtureSampler:
         self.batches_drawn = int(state["batches_drawn"])
         self.counts = np.asarray(state["counts"], np.int64).copy()
         self.target = np.asarray(state["target"], np.float64).copy()
+        if "ready_at" in state:  # states saved before growing mixtures have none
+            self.ready_at = np.asarray(state["ready_at"], np.int64).copy()
 
 
 class MixtureLoader:
@@ -257,8 +356,9 @@ class MixtureLoader:
 
     Args:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
-        weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
-            with the number of batches drawn so far (e.g. to anneal from offline to new data).
+        weights: One weight per source (normalized), ``{source name: weight}`` (a name left
+            out weighs 0), or ``schedule(step) -> weights``, called with the number of batches
+            drawn so far (e.g. to anneal from offline to new data).
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
@@ -271,6 +371,15 @@ class MixtureLoader:
         device: Where batches go.
         as_tensordict: Return ``tensordict.TensorDict`` batches.
         root: Cache root for names.
+        split: ``"random"`` (rows per source drawn from a multinomial) or ``"fixed"`` (exactly
+            the weights times ``batch_size`` in every batch, rounded by largest remainder: RLPD's
+            half-offline, half-online batches). See :mod:`rlds_cli.loader.mixture_growth`.
+        anneal: Batches over which a source that becomes ready mid-run ramps linearly up to its
+            weight (``None``: at once).
+        refresh: Follow the growing sources' commits every ``refresh`` batches (``1``: before
+            every batch); ``None``: the views they were opened with. A source that is not ready
+            (no steps, or fewer than its ``min_size``) is never sampled; the others' weights are
+            renormalized.
     """
 
     def __init__(
@@ -289,7 +398,11 @@ class MixtureLoader:
         device: torch.device | str | None = None,
         as_tensordict: bool = False,
         root: str | os.PathLike[str] | None = None,
+        split: str = "random",
+        anneal: int | None = None,
+        refresh: int | None = None,
     ) -> None:
+        check_split(split, anneal)
         self.source = MixtureSource(sources, keys=keys, rename=rename, in_memory=in_memory, root=root)
         self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
         self.rank, self.world_size = rank_world(rank, world_size)
@@ -297,8 +410,17 @@ class MixtureLoader:
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
         rank, world_size = self.rank, self.world_size
         self.sampler = MixtureSampler(
-            self.source.sizes, weights, batch_size, seed, rank=rank, world_size=world_size
+            self.source.sizes,
+            named_weights(weights, self.names),  # type: ignore[arg-type]
+            batch_size,
+            seed,
+            rank=rank,
+            world_size=world_size,
+            split=split,
+            anneal=anneal,
+            ready=self.source.ready(),
         )
+        self._refresher = None if refresh is None else MixtureRefresher(self.source, self.sampler, refresh)
         self.loader = Loader(
             self.source,
             batch_size,
@@ -310,6 +432,8 @@ class MixtureLoader:
             rank=rank,
             world_size=world_size,
         )
+        # the loader calls it under its lock before each batch, as its own Refresher
+        self.loader._refresher = self._refresher  # type: ignore[assignment]
         self.batch_size, self.num_batches = batch_size, num_batches
         self.device, self.as_tensordict = self.loader.device, self.loader.as_tensordict
 
@@ -351,15 +475,22 @@ class MixtureLoader:
         return self.loader.stream()
 
     def report(self) -> dict[str, dict[str, float]]:
-        """Per source: rows drawn, the achieved fraction, and the target fraction (the mean of
-        the weights in force over the batches drawn)."""
+        """Per source: rows drawn, the achieved fraction, the target fraction (the mean of the
+        weights in force over the batches drawn), the effective ``weight`` of the next batch
+        (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
         return self.sampler.report(self.names)
 
     def state_dict(self) -> dict[str, Any]:
-        """Generator, batch count and the mix so far: a restored loader continues the stream."""
-        return self.sampler.state_dict()
+        """Generator, batch count, readiness and the mix so far (and the refresh count): a
+        restored loader continues the stream, given the same views of the sources."""
+        state = self.sampler.state_dict()
+        if self._refresher is not None:
+            state["refresh_batches"] = self._refresher.batches
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another rank or world size:
         :class:`~rlds_cli.errors.LoaderStateError`)."""
         self.sampler.load_state_dict(state)
+        if self._refresher is not None and "refresh_batches" in state:
+            self._refresher.batches = int(state["refresh_batches"])
