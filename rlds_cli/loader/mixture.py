@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
@@ -111,7 +112,9 @@ class MixtureSource:
         #: Where each source starts in the mixture's index space (and, last, its size).
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.num_steps = int(self.offsets[-1])
-        self.episodes = Episodes(np.concatenate([Episodes.of(ds).lengths for ds in self.datasets]))
+        lengths = np.concatenate([np.asarray(ds.episodes["length"], np.int64) for ds in self.datasets])
+        # every member may still be empty (growing datasets before their first commit)
+        self.episodes = Episodes(lengths) if lengths.size else empty_episodes()
 
     def ready(self) -> list[bool]:
         """Per member: whether it may be sampled (it has steps and, for a growing dataset,
