@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from rlds_cli.loader.mixture_growth import (
     FROM_START,
     NOT_READY,
     MixtureRefresher,
+    Weights,
     check_split,
     check_weights,
     effective_weights,
@@ -45,8 +46,6 @@ from rlds_cli.loader.mixture_growth import (
 )
 from rlds_cli.loader.samplers import Episodes, positive_int, uniform_ints
 from rlds_cli.loader.sources import HostSource
-
-Weights = Sequence[float] | Callable[[int], Sequence[float]]
 
 
 class MixtureSource:
@@ -388,7 +387,7 @@ class MixtureLoader:
     def __init__(
         self,
         sources: Mapping[str, str | Dataset] | Sequence[str | Dataset],
-        weights: Weights,
+        weights: Weights | Mapping[str, float],
         batch_size: int = 256,
         *,
         keys: Iterable[str | tuple[str, ...]] | None = None,
@@ -414,7 +413,7 @@ class MixtureLoader:
         rank, world_size = self.rank, self.world_size
         self.sampler = MixtureSampler(
             self.source.sizes,
-            named_weights(weights, self.names),  # type: ignore[arg-type]
+            named_weights(weights, self.names),
             batch_size,
             seed,
             rank=rank,

@@ -29,7 +29,7 @@ rows of one batch therefore come from one view: no index past a member's end, no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,9 @@ FROM_START = -1
 NOT_READY = -2
 
 SPLITS = ("random", "fixed")
+
+#: A mixture's weights: one per member, or ``schedule(batches drawn) -> weights``.
+Weights = Sequence[float] | Callable[[int], Sequence[float]]
 
 
 def check_weights(weights: Any, count: int) -> np.ndarray:
@@ -99,10 +102,10 @@ def check_split(split: str, anneal: int | None) -> None:
         raise ValueError(f"anneal must be a number of batches >= 1 or None, got {anneal!r}")
 
 
-def named_weights(weights: object, names: Sequence[str]) -> object:
+def named_weights(weights: Weights | Mapping[str, float], names: Sequence[str]) -> Weights:
     """``{name: weight}`` as a list in ``names`` order (a missing name weighs 0); anything
     else as given."""
-    if not isinstance(weights, dict):
+    if not isinstance(weights, Mapping):
         return weights
     unknown = sorted(set(weights) - set(names))
     if unknown:
