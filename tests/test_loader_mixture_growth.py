@@ -165,6 +165,8 @@ def test_refresh_every_n_batches(tmp_path: Path) -> None:
 
 
 def test_resume_is_exact(tmp_path: Path) -> None:
+    """A restored mixture draws the same batches: the generator, when each member became ready
+    (the anneal ramp) and the refresh count (which batch sees the next commit) are restored."""
     _write(tmp_path, "off", [1, 2, 3])
     _write(tmp_path, "on", [100], min_size=20)
     kw = {"batch_size": 16, "root": tmp_path, "anneal": 5, "refresh": 2}
@@ -172,15 +174,17 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     for _ in range(3):
         mix.sample()
     _write(tmp_path, "on", [101, 102])
-    for _ in range(3):  # online became ready: annealing
+    for _ in range(2):  # batch 4 refreshes: online is ready, annealing from batch 3
         mix.sample()
-    state = pickle.loads(pickle.dumps(mix.state_dict()))
-    want = [(b["source"].tolist(), b["index"].tolist()) for b in (mix.sample() for _ in range(6))]
+    state = pickle.loads(pickle.dumps(mix.state_dict()))  # 5 batches: the next one refreshes
     other = MixtureLoader(["off", "on"], [0.5, 0.5], seed=99, **kw)  # type: ignore[arg-type]
     other.load_state_dict(state)
+    _write(tmp_path, "on", [103], length=100)  # seen by the next batch of both
+    want = [(b["source"].tolist(), b["index"].tolist()) for b in (mix.sample() for _ in range(6))]
     got = [(b["source"].tolist(), b["index"].tolist()) for b in (other.sample() for _ in range(6))]
     assert got == want
     assert other.report() == mix.report()
+    assert mix.source.sizes == other.source.sizes == [30, 130]
 
 
 def test_a_member_created_with_a_schema_and_no_steps(tmp_path: Path) -> None:

@@ -84,18 +84,12 @@ class MixtureSource:
             raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
         self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
         self._in_memory = in_memory
-        # a growing dataset before its first commit may have no schema yet: checked when it has
-        self._schemed = [bool(ds.fields) for ds in self.datasets]
-        if not any(self._schemed):
-            raise ValueError(
-                f"no dataset of the mixture {self.names} has a schema yet: commit an episode to one "
-                "first, or create it with DatasetWriter(schema=...)"
-            )
         self.keys = self._common_keys(keys)
-        self._ref: dict[str, Any] = {}  # the first member with a schema: the reference
+        # a growing dataset has its schema from its creation (first episode or schema=), even
+        # before it has steps: every member is checked now
+        self._ref: dict[str, Any] = {}  # the first member's keys: the reference
         for i in range(len(self.datasets)):
-            if self._schemed[i]:
-                self._check_member(i)
+            self._check_member(i)
         self._sources = [self._host(i) for i in range(len(self.datasets))]
         self._index()
 
@@ -130,9 +124,6 @@ class MixtureSource:
             if refresh is None or not refresh():
                 continue
             changed = True
-            if not self._schemed[i] and ds.fields:
-                self._schemed[i] = True
-                self._check_member(i)  # its first commit: does it fit the common schema?
             self._sources[i] = self._host(i)
         if changed:
             self._index()
@@ -143,11 +134,7 @@ class MixtureSource:
         return back.get(key, key)
 
     def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
-        per_source = [
-            {self._renames[i].get(k, k) for k in ds.fields}
-            for i, ds in enumerate(self.datasets)
-            if self._schemed[i]
-        ]
+        per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
         if keys is None:
             common = set.intersection(*per_source)
             return sorted(common, key=lambda k: (k.startswith("next/"), k))
@@ -163,14 +150,13 @@ class MixtureSource:
             )
         if not self._ref:
             self._ref = {k: self.datasets[i].fields[self._original(i, k)] for k in self.keys}
-            self._ref_name = self.names[i]
             return
         for key in self.keys:
             got = self.datasets[i].fields[self._original(i, key)]
             if got != self._ref[key]:
                 raise ValueError(
                     f"key {key!r} is {got} in source {self.names[i]!r} but {self._ref[key]} in "
-                    f"{self._ref_name!r}; a common schema needs equal shapes and dtypes"
+                    f"{self.names[0]!r}; a common schema needs equal shapes and dtypes"
                 )
 
     def _part(self, source: int, local: np.ndarray) -> TedBatch:
