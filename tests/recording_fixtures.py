@@ -84,9 +84,9 @@ class MixedEnv(gym.Env):  # type: ignore[type-arg]
 
 
 def register() -> None:
-    """Register ``RldsRecMixed-v0`` (idempotent), so environments have an env spec."""
-    if "RldsRecMixed-v0" not in gym.registry:
-        gym.register("RldsRecMixed-v0", entry_point=f"{__name__}:MixedEnv", disable_env_checker=True)
+    """Register ``RecMixed-v0`` (idempotent), so environments have an env spec."""
+    if "RecMixed-v0" not in gym.registry:
+        gym.register("RecMixed-v0", entry_point=f"{__name__}:MixedEnv", disable_env_checker=True)
 
 
 @contextmanager

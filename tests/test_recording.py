@@ -98,7 +98,7 @@ def test_step_order_errors() -> None:
 def test_info_selection() -> None:
     register()
     sink = MemorySink()
-    env = RecordEpisodes(gym.make("RldsRecMixed-v0", kind="tuple", step_only_info=True), sink, info_keys="all")
+    env = RecordEpisodes(gym.make("RecMixed-v0", kind="tuple", step_only_info=True), sink, info_keys="all")
     _play(env, 2, seed=5)
     ep = sink.episodes[0]
     t = len(ep["next/reward"])
@@ -108,7 +108,7 @@ def test_info_selection() -> None:
     assert ep["info/step_only"].tolist() == [k / 2 for k in range(1, t + 1)]
     assert "next/info/step_only" not in ep
     sink = MemorySink()
-    env = RecordEpisodes(gym.make("RldsRecMixed-v0", kind="tuple"), sink, info_keys=["noise"])
+    env = RecordEpisodes(gym.make("RecMixed-v0", kind="tuple"), sink, info_keys=["noise"])
     _play(env, 1, seed=5)
     assert {k for k in sink.episodes[0] if "info" in k} == {"info/noise", "next/info/noise"}
 
@@ -131,12 +131,12 @@ def test_nested_and_text_infos() -> None:
 
 def test_info_errors() -> None:
     register()
-    env = RecordEpisodes(gym.make("RldsRecMixed-v0", kind="tuple"), MemorySink(), info_keys=["nope"])
+    env = RecordEpisodes(gym.make("RecMixed-v0", kind="tuple"), MemorySink(), info_keys=["nope"])
     env.reset(seed=0)
     with pytest.raises(RecordingError, match="info 'nope' is not in the info step\\(\\) returned"):
         env.step(env.action_space.sample())
     with pytest.raises(RecordingError, match="info_keys='count': pass a list of names"):
-        RecordEpisodes(gym.make("RldsRecMixed-v0"), MemorySink(), info_keys="count")
+        RecordEpisodes(gym.make("RecMixed-v0"), MemorySink(), info_keys="count")
 
     class Flaky(MixedEnv):
         def _info(self, at_reset: bool) -> dict[str, Any]:
@@ -223,7 +223,7 @@ def test_vector_envs_are_refused() -> None:
 
 def test_env_spec_that_json_cannot_hold() -> None:
     register()
-    env = gym.make("RldsRecMixed-v0", kind=("tuple", object()))
-    with pytest.raises(RecordingError, match="the env spec of 'RldsRecMixed-v0' cannot be saved as JSON"):
+    env = gym.make("RecMixed-v0", kind=("tuple", object()))
+    with pytest.raises(RecordingError, match="the env spec of 'RecMixed-v0' cannot be saved as JSON"):
         rlds_cli.record(env, None, name="x", episodes=1)
     assert not rlds_cli.CacheRoot().exists("x")  # nothing was created

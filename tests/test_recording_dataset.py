@@ -53,8 +53,8 @@ def test_record_in_three_lines() -> None:
 def test_record_on_zarr_equals_memmap() -> None:
     register()
     kwargs = {"kind": "dict", "max_episode_steps": 6}
-    a = rlds_cli.record("RldsRecMixed-v0", None, name="z", episodes=3, seed=2, storage="zarr", env_kwargs=kwargs)
-    b = rlds_cli.record("RldsRecMixed-v0", None, name="m", episodes=3, seed=2, env_kwargs=kwargs)
+    a = rlds_cli.record("RecMixed-v0", None, name="z", episodes=3, seed=2, storage="zarr", env_kwargs=kwargs)
+    b = rlds_cli.record("RecMixed-v0", None, name="m", episodes=3, seed=2, env_kwargs=kwargs)
     assert a.manifest.backend == "zarr" and b.manifest.backend == "memmap"
     for i in range(3):
         x, y = a.episode(i), b.episode(i)
@@ -85,7 +85,7 @@ def _record_both(root: Path, kind: str, episodes: int) -> tuple[str, str]:
     register()
     kwargs = {"kind": kind, "max_episode_steps": 5}
     seeds = [40 + i for i in range(episodes)]
-    actions = action_plan(gym.make("RldsRecMixed-v0", **kwargs).action_space, 100, seed=1)
+    actions = action_plan(gym.make("RecMixed-v0", **kwargs).action_space, 100, seed=1)
 
     def drive(env: Any) -> None:
         it = iter(actions)
@@ -98,15 +98,15 @@ def _record_both(root: Path, kind: str, episodes: int) -> tuple[str, str]:
 
     dataset_id = f"rlds/mixed-{kind}/rec-v0"
     with minari_path(root):
-        collector = DataCollector(gym.make("RldsRecMixed-v0", **kwargs), record_infos=True)
+        collector = DataCollector(gym.make("RecMixed-v0", **kwargs), record_infos=True)
         drive(collector)
         collector.create_dataset(dataset_id=dataset_id, algorithm_name="plan", description="parity")
         collector.close()
     convert(root / dataset_id, f"conv-{kind}")
     with rlds_cli.DatasetWriter(
-        f"rec-{kind}", env_spec=gym.make("RldsRecMixed-v0", **kwargs).spec.to_json()
+        f"rec-{kind}", env_spec=gym.make("RecMixed-v0", **kwargs).spec.to_json()
     ) as w:
-        env = RecordEpisodes(gym.make("RldsRecMixed-v0", **kwargs), w, info_keys="all")
+        env = RecordEpisodes(gym.make("RecMixed-v0", **kwargs), w, info_keys="all")
         drive(env)
         env.close()
     return f"conv-{kind}", f"rec-{kind}"
@@ -130,20 +130,20 @@ def test_recorded_dataset_equals_minari_converted(tmp_path: Path, kind: str) -> 
 def test_export_round_trip_read_by_minari(tmp_path: Path) -> None:
     register()
     ds = rlds_cli.record(
-        "RldsRecMixed-v0", None, name="mixed", episodes=4, seed=7, info_keys="all", env_kwargs={"kind": "dict"}
+        "RecMixed-v0", None, name="mixed", episodes=4, seed=7, info_keys="all", env_kwargs={"kind": "dict"}
     )
     out = tmp_path / "minari" / "mixed-v0"
     export_minari(ds, out)
     with minari_path(out.parent):
         mds = minari.load_dataset("mixed-v0")
         episodes = list(mds.iterate_episodes())
-        env = gym.make("RldsRecMixed-v0", kind="dict")
+        env = gym.make("RecMixed-v0", kind="dict")
         assert mds.observation_space == env.observation_space
         assert mds.action_space == env.action_space
         seeds = [m.get("seed") for m in mds.storage.get_episode_metadata(range(mds.total_episodes))]
         assert seeds == episode_seeds(ds) == [7, 8, 9, 10]
         recovered = mds.recover_environment()
-        assert recovered.spec.id == "RldsRecMixed-v0" and recovered.spec.kwargs["kind"] == "dict"
+        assert recovered.spec.id == "RecMixed-v0" and recovered.spec.kwargs["kind"] == "dict"
     assert len(episodes) == ds.num_episodes
     for i, ep in enumerate(episodes):
         ours = ds.episode(i)

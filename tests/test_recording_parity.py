@@ -28,8 +28,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWa
 CASES = {
     "pendulum": ("Pendulum-v1", {"max_episode_steps": 7}, 4, None),
     "cartpole": ("CartPole-v1", {"max_episode_steps": 12}, 5, None),
-    "mixed-dict": ("RldsRecMixed-v0", {"kind": "dict", "max_episode_steps": 5}, 6, "all"),
-    "mixed-tuple": ("RldsRecMixed-v0", {"kind": "tuple", "max_episode_steps": 6}, 5, "all"),
+    "mixed-dict": ("RecMixed-v0", {"kind": "dict", "max_episode_steps": 5}, 6, "all"),
+    "mixed-tuple": ("RecMixed-v0", {"kind": "tuple", "max_episode_steps": 6}, 5, "all"),
 }
 
 

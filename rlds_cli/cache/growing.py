@@ -51,7 +51,7 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _empty_episodes() -> Episodes:
+def empty_episodes() -> Episodes:
     """An :class:`Episodes` of no episode (a growing dataset before its first commit)."""
     ep = Episodes.__new__(Episodes)
     ep.lengths = ep.ends = ep.starts = np.zeros(0, np.int64)
@@ -306,7 +306,7 @@ class GrowingDataset(Dataset):
         lens = index["length"]
         index["start"] = np.cumsum(lens) - lens
         self.episodes = index
-        self.episode_bounds = Episodes(lens) if len(lens) else _empty_episodes()
+        self.episode_bounds = Episodes(lens) if len(lens) else empty_episodes()
         self.manifest = Manifest(
             name=self.head.name,
             backend=self.head.backend,

@@ -41,8 +41,8 @@ from rlds_cli.loader.protocols import (
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
-from rlds_cli.loader.windows import Offsets, with_windows
 from rlds_cli.loader.td_keys import torchrl_extras
+from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)

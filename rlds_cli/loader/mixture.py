@@ -8,9 +8,11 @@ other, so it gets prefetch, transforms, a device and checkpoints from the loader
   common schema, and says where every row came from in ``source`` (int64) and ``index`` (its step
   in that source). Its episodes are the sources' episodes in order, so any sampler works on it
   (uniform over all steps, epochs, slices, which never cross an episode, hence a source);
-* :class:`MixtureSampler` splits each batch's rows among the sources by a multinomial draw with
-  the current weights (fixed, or a schedule of the batch count) and draws each part uniformly in
-  its source; :meth:`MixtureSampler.report` gives the achieved mix next to the targets.
+* :class:`MixtureSampler` (:mod:`rlds_cli.loader.mixture_sampler`) splits each batch's rows
+  among the sources with the current weights (fixed, or a schedule of the batch count; a
+  multinomial draw, or exact counts with ``split="fixed"``) and draws each part uniformly in
+  its source. Sources that grow are followed with ``refresh=``; one not ready weighs 0 (rules:
+  :mod:`rlds_cli.loader.mixture_growth`).
 
 :class:`MixtureLoader` is the one-line form: both, composed into a loader.
 """
@@ -19,31 +21,28 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
+from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import Loader
-from rlds_cli.loader.samplers import Episodes, positive_int, uniform_ints
+from rlds_cli.loader.mixture_growth import (
+    MixtureRefresher,
+    Weights,
+    check_split,
+    named_weights,
+)
+from rlds_cli.loader.mixture_sampler import MixtureSampler
+from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
-
-Weights = Sequence[float] | Callable[[int], Sequence[float]]
-
-
-def _check_weights(weights: Any, count: int) -> np.ndarray:
-    w = np.asarray(weights, np.float64)
-    if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(
-            f"weights must be {count} finite non-negative numbers with a positive sum, got {weights!r}"
-        )
-    return w / w.sum()
 
 
 class MixtureSource:
@@ -87,20 +86,54 @@ class MixtureSource:
         if unknown:
             raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
         self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
+        self._in_memory = in_memory
         self.keys = self._common_keys(keys)
         self.in_memory = bool(in_memory)
         if self._dtypes.per_key:
             self._dtypes.check_keys(self.keys)
-        self._sources = [
-            HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=in_memory)
-            for i, ds in enumerate(self.datasets)
-        ]
-        self._check_shapes()
+        # a growing dataset has its schema from its creation (first episode or schema=), even
+        # before it has steps: every member is checked now
+        self._ref: dict[str, Any] = {}  # the first member's keys: the reference
+        for i in range(len(self.datasets)):
+            self._check_member(i)
+        self._sources = [self._host(i) for i in range(len(self.datasets))]
+        self._index()
+
+    def _host(self, i: int) -> HostSource | None:
+        """Member ``i``'s rows (``None`` while it has no steps: a growing dataset, not ready)."""
+        ds = self.datasets[i]
+        if ds.num_steps == 0:
+            return None
+        return HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=self._in_memory)
+
+    def _index(self) -> None:
         self.sizes = [ds.num_steps for ds in self.datasets]
         #: Where each source starts in the mixture's index space (and, last, its size).
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.num_steps = int(self.offsets[-1])
-        self.episodes = Episodes(np.concatenate([Episodes.of(ds).lengths for ds in self.datasets]))
+        lengths = np.concatenate([np.asarray(ds.episodes["length"], np.int64) for ds in self.datasets])
+        # every member may still be empty (growing datasets before their first commit)
+        self.episodes = Episodes(lengths) if lengths.size else empty_episodes()
+
+    def ready(self) -> list[bool]:
+        """Per member: whether it may be sampled (it has steps and, for a growing dataset,
+        ``Dataset.ready``: its ``min_size`` reached)."""
+        return [ds.num_steps > 0 and bool(getattr(ds, "ready", True)) for ds in self.datasets]
+
+    def refresh(self) -> bool:
+        """Refresh every growing member's view (:meth:`GrowingDataset.refresh`); rebuild the
+        members whose view changed, and the index space. Returns whether anything changed.
+        Indices drawn before a refresh that changed something must not be gathered after it."""
+        changed = False
+        for i, ds in enumerate(self.datasets):
+            refresh = getattr(ds, "refresh", None)
+            if refresh is None or not refresh():
+                continue
+            changed = True
+            self._sources[i] = self._host(i)
+        if changed:
+            self._index()
+        return changed
 
     def renames(self) -> dict[str, dict[str, str]]:
         """The ``rename=`` this source was made with (keys joined), to make another like it."""
@@ -115,29 +148,31 @@ class MixtureSource:
         if keys is None:
             common = set.intersection(*per_source)
             return sorted(common, key=lambda k: (k.startswith("next/"), k))
-        wanted = list(dict.fromkeys(join_key(k) for k in keys))
-        for name, have in zip(self.names, per_source, strict=True):
-            missing = [k for k in wanted if k not in have]
-            if missing:
-                raise KeyError(
-                    f"source {name!r} has no keys {missing} (after renaming); map them with rename="
-                )
-        return wanted
+        return list(dict.fromkeys(join_key(k) for k in keys))
 
-    def _check_shapes(self) -> None:
-        ref = {k: self.datasets[0].fields[self._original(0, k)] for k in self.keys}
-        for i, ds in enumerate(self.datasets[1:], start=1):
-            for key in self.keys:
-                got = ds.fields[self._original(i, key)]
-                if got[0] == ref[key][0] and self._in_batch(key, got[1]) == self._in_batch(key, ref[key][1]):
-                    continue  # equal, or made equal by float_dtype
-                hint = ""
-                if got[0] == ref[key][0] and {np.dtype(got[1]).kind, np.dtype(ref[key][1]).kind} == {"f"}:
-                    hint = " (to mix them, cast every floating key: pass float_dtype=torch.float32)"
-                raise ValueError(
-                    f"key {key!r} is {got} in source {self.names[i]!r} but {ref[key]} in "
-                    f"{self.names[0]!r}; a common schema needs equal shapes and dtypes{hint}"
-                )
+    def _check_member(self, i: int) -> None:
+        """Member ``i`` has every key of the common schema, with the reference's shape and the
+        reference's dtype in a batch (equal, or made equal by ``float_dtype``)."""
+        have = {self._renames[i].get(k, k) for k in self.datasets[i].fields}
+        missing = [k for k in self.keys if k not in have]
+        if missing:
+            raise KeyError(
+                f"source {self.names[i]!r} has no keys {missing} (after renaming); map them with rename="
+            )
+        if not self._ref:
+            self._ref = {k: self.datasets[i].fields[self._original(i, k)] for k in self.keys}
+            return
+        for key in self.keys:
+            got, ref = self.datasets[i].fields[self._original(i, key)], self._ref[key]
+            if got[0] == ref[0] and self._in_batch(key, got[1]) == self._in_batch(key, ref[1]):
+                continue
+            hint = ""
+            if got[0] == ref[0] and {np.dtype(got[1]).kind, np.dtype(ref[1]).kind} == {"f"}:
+                hint = " (to mix them, cast every floating key: pass float_dtype=torch.float32)"
+            raise ValueError(
+                f"key {key!r} is {got} in source {self.names[i]!r} but {ref} in "
+                f"{self.names[0]!r}; a common schema needs equal shapes and dtypes{hint}"
+            )
 
     def _in_batch(self, key: str, dtype: Any) -> np.dtype:
         """The dtype rows of ``key`` stored as ``dtype`` have in a batch (``float_dtype``'s
@@ -149,7 +184,9 @@ class MixtureSource:
         return stored if cast is None else cast
 
     def _part(self, source: int, local: np.ndarray) -> TedBatch:
-        got = self._sources[source].gather(local)
+        host = self._sources[source]
+        assert host is not None  # a member without steps has no index to be drawn
+        got = host.gather(local)
         part = TedBatch({self._renames[source].get(k, k): v for k, v in got.items()})
         part["index"] = local
         part["source"] = np.full(len(local), source, np.int64)
@@ -189,99 +226,6 @@ class MixtureSource:
         return batch
 
 
-class MixtureSampler:
-    """Mixture indices: each batch's rows split among the sources by a multinomial draw with the
-    weights in force, each part uniform in its source (rows grouped by source, in source order).
-
-    Args:
-        sizes: Steps of each source (:attr:`MixtureSource.sizes`).
-        weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
-            with the number of batches drawn so far.
-        batch_size: Rows per batch.
-        seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged).
-        rank, world_size: This process's rank: each rank draws its own stream from the seed.
-    """
-
-    def __init__(
-        self,
-        sizes: Sequence[int],
-        weights: Weights,
-        batch_size: int,
-        seed: int | None = None,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        self.sizes = [positive_int("source size", n) for n in sizes]
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        self.batch_size = positive_int("batch_size", batch_size)
-        self._schedule = weights if callable(weights) else None
-        self._fixed = None if callable(weights) else _check_weights(weights, len(self.sizes))
-        self.rank, self.world_size = rank_world(rank, world_size)
-        self.seed = run_seed(seed, world_size=self.world_size, what="MixtureSampler")
-        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
-        self.batches_drawn = 0
-        self.counts = np.zeros(len(self.sizes), np.int64)  # rows drawn per source
-        self.target = np.zeros(len(self.sizes), np.float64)  # rows the weights asked for
-
-    def weights(self) -> np.ndarray:
-        """The normalized weights for the next batch."""
-        if self._schedule is not None:
-            return _check_weights(self._schedule(self.batches_drawn), len(self.sizes))
-        assert self._fixed is not None
-        return self._fixed
-
-    def sample(self) -> np.ndarray:
-        """One batch of mixture indices, int64, grouped by source."""
-        w = self.weights()
-        counts = self._rng.multinomial(self.batch_size, w)
-        parts = [
-            uniform_ints(self._rng, self.sizes[i], n) + self.offsets[i]
-            for i, n in enumerate(counts.tolist())
-            if n
-        ]
-        self.counts += counts
-        self.target += w * self.batch_size
-        self.batches_drawn += 1
-        return np.concatenate(parts)
-
-    def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
-        """Per source (by ``names``): rows drawn, the achieved fraction, and the target fraction
-        (the mean of the weights in force over the batches drawn)."""
-        total = max(int(self.counts.sum()), 1)
-        return {
-            name: {
-                "rows": int(self.counts[i]),
-                "achieved": float(self.counts[i] / total),
-                "target": float(self.target[i] / total),
-            }
-            for i, name in enumerate(names)
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Generator, batch count and the mix so far: a restored sampler continues the stream."""
-        return {
-            "bit_generator": self._rng.bit_generator.state,
-            "seed": self.seed,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "batches_drawn": self.batches_drawn,
-            "counts": self.counts.copy(),
-            "target": self.target.copy(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict` (refused from another rank or world size:
-        :class:`~rlds_cli.errors.LoaderStateError`)."""
-        check_shard(state, self.rank, self.world_size, "MixtureLoader")
-        if state.get("seed") is not None:
-            self.seed = int(state["seed"])
-        self._rng.bit_generator.state = state["bit_generator"]
-        self.batches_drawn = int(state["batches_drawn"])
-        self.counts = np.asarray(state["counts"], np.int64).copy()
-        self.target = np.asarray(state["target"], np.float64).copy()
-
-
 class MixtureLoader:
     """Uniform transitions from several datasets, mixed with weights: a :class:`Loader` over a
     :class:`MixtureSource` with a :class:`MixtureSampler` (compose those for prefetch or
@@ -289,8 +233,9 @@ class MixtureLoader:
 
     Args:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
-        weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
-            with the number of batches drawn so far (e.g. to anneal from offline to new data).
+        weights: One weight per source (normalized), ``{source name: weight}`` (a name left
+            out weighs 0), or ``schedule(step) -> weights``, called with the number of batches
+            drawn so far (e.g. to anneal from offline to new data).
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
@@ -307,12 +252,21 @@ class MixtureLoader:
         root: Cache root for names.
         windows: Per-key temporal windows (see :class:`~rlds_cli.loader.Loader`); a window never
             runs from one dataset into the next.
+        split: ``"random"`` (rows per source drawn from a multinomial) or ``"fixed"`` (exactly
+            the weights times ``batch_size`` in every batch, rounded by largest remainder: RLPD's
+            half-offline, half-online batches). See :mod:`rlds_cli.loader.mixture_growth`.
+        anneal: Batches over which a source that becomes ready mid-run ramps linearly up to its
+            weight (``None``: at once).
+        refresh: Follow the growing sources' commits every ``refresh`` batches (``1``: before
+            every batch); ``None``: the views they were opened with. A source that is not ready
+            (no steps, or fewer than its ``min_size``) is never sampled; the others' weights are
+            renormalized.
     """
 
     def __init__(
         self,
         sources: Mapping[str, str | Dataset] | Sequence[str | Dataset],
-        weights: Weights,
+        weights: Weights | Mapping[str, float],
         batch_size: int = 256,
         *,
         keys: Iterable[str | tuple[str, ...]] | None = None,
@@ -327,7 +281,11 @@ class MixtureLoader:
         float_dtype: FloatDtype = None,
         root: str | os.PathLike[str] | None = None,
         windows: Mapping[str | tuple[str, ...], Any] | None = None,
+        split: str = "random",
+        anneal: int | None = None,
+        refresh: int | None = None,
     ) -> None:
+        check_split(split, anneal)
         self.source = MixtureSource(
             sources, keys=keys, rename=rename, in_memory=in_memory, float_dtype=float_dtype, root=root
         )
@@ -337,8 +295,17 @@ class MixtureLoader:
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
         rank, world_size = self.rank, self.world_size
         self.sampler = MixtureSampler(
-            self.source.sizes, weights, batch_size, seed, rank=rank, world_size=world_size
+            self.source.sizes,
+            named_weights(weights, self.names),
+            batch_size,
+            seed,
+            rank=rank,
+            world_size=world_size,
+            split=split,
+            anneal=anneal,
+            ready=self.source.ready(),
         )
+        self._refresher = None if refresh is None else MixtureRefresher(self.source, self.sampler, refresh)
         self.loader = Loader(
             self.source,
             batch_size,
@@ -352,6 +319,8 @@ class MixtureLoader:
             world_size=world_size,
             windows=windows,
         )
+        # the loader calls it under its lock before each batch, as its own Refresher
+        self.loader._refresher = self._refresher  # type: ignore[assignment]
         self.batch_size, self.num_batches = batch_size, num_batches
         self.device, self.as_tensordict = self.loader.device, self.loader.as_tensordict
 
@@ -393,15 +362,22 @@ class MixtureLoader:
         return self.loader.stream()
 
     def report(self) -> dict[str, dict[str, float]]:
-        """Per source: rows drawn, the achieved fraction, and the target fraction (the mean of
-        the weights in force over the batches drawn)."""
+        """Per source: rows drawn, the achieved fraction, the target fraction (the mean of the
+        weights in force over the batches drawn), the effective ``weight`` of the next batch
+        (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
         return self.sampler.report(self.names)
 
     def state_dict(self) -> dict[str, Any]:
-        """Generator, batch count and the mix so far: a restored loader continues the stream."""
-        return self.sampler.state_dict()
+        """Generator, batch count, readiness and the mix so far (and the refresh count): a
+        restored loader continues the stream, given the same views of the sources."""
+        state = self.sampler.state_dict()
+        if self._refresher is not None:
+            state["refresh_batches"] = self._refresher.batches
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another rank or world size:
         :class:`~rlds_cli.errors.LoaderStateError`)."""
         self.sampler.load_state_dict(state)
+        if self._refresher is not None and "refresh_batches" in state:
+            self._refresher.batches = int(state["refresh_batches"])

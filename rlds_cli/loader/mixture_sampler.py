@@ -1,0 +1,165 @@
+"""The mixture's sampler: each batch's rows split among the sources with the weights in force.
+
+Apart from :mod:`rlds_cli.loader.mixture` (the source and the one-line loader) because it needs
+only the sizes of the sources, never their data: any index space laid end to end takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
+from rlds_cli.loader.mixture_growth import (
+    FROM_START,
+    NOT_READY,
+    Weights,
+    check_split,
+    check_weights,
+    effective_weights,
+    fixed_counts,
+    ready_since,
+)
+from rlds_cli.loader.samplers import positive_int, uniform_ints
+
+
+class MixtureSampler:
+    """Mixture indices: each batch's rows split among the sources with the weights in force,
+    each part uniform in its source (rows grouped by source, in source order).
+
+    The weights in force are the given ones with the rules of
+    :mod:`rlds_cli.loader.mixture_growth`: a source that is not ready weighs 0 (the others are
+    renormalized), a source that becomes ready mid-run is annealed in over ``anneal`` batches.
+
+    Args:
+        sizes: Steps of each source (:attr:`MixtureSource.sizes`; 0 for a source not ready).
+        weights: One weight per source (normalized), or ``schedule(step) -> weights``, called
+            with the number of batches drawn so far.
+        batch_size: Rows per batch.
+        seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged).
+        rank, world_size: This process's rank: each rank draws its own stream from the seed.
+        split: ``"random"``: the rows per source are a multinomial draw with the weights;
+            ``"fixed"``: exactly the weights times ``batch_size``, rounded by largest remainder.
+        anneal: Batches over which a source that becomes ready mid-run ramps up to its weight
+            (``None``: its full weight at once).
+        ready: Per source, whether it is ready now (``None``: all are).
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Weights,
+        batch_size: int,
+        seed: int | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "random",
+        anneal: int | None = None,
+        ready: Sequence[bool] | None = None,
+    ) -> None:
+        check_split(split, anneal)
+        self.split, self.anneal = split, anneal
+        self.batch_size = positive_int("batch_size", batch_size)
+        self._schedule = weights if callable(weights) else None
+        self._count = len(sizes)
+        self._fixed = None if callable(weights) else check_weights(weights, len(sizes))
+        self.set_sizes(sizes, [True] * len(sizes) if ready is None else ready)
+        #: Per source: the batch it was first seen ready before (FROM_START, NOT_READY).
+        self.ready_at = np.where(self._ready, FROM_START, NOT_READY).astype(np.int64)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="MixtureSampler")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+        self.batches_drawn = 0
+        self.counts = np.zeros(len(self.sizes), np.int64)  # rows drawn per source
+        self.target = np.zeros(len(self.sizes), np.float64)  # rows the weights asked for
+
+    def set_sizes(self, sizes: Sequence[int], ready: Sequence[bool]) -> None:
+        """New sizes and readiness of the sources (their views changed: a refresh)."""
+        sizes = [int(n) for n in sizes]
+        if len(sizes) != len(ready) or len(sizes) != self._count or any(n < 0 for n in sizes):
+            raise ValueError(f"sizes must be one non-negative count per source, got {sizes}")
+        self.sizes = sizes
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        # a source without steps is never ready, whatever it says
+        self._ready = np.asarray(ready, bool) & (np.asarray(self.sizes) > 0)
+
+    def _base(self) -> np.ndarray:
+        if self._schedule is not None:
+            return check_weights(self._schedule(self.batches_drawn), len(self.sizes))
+        assert self._fixed is not None
+        return self._fixed
+
+    def weights(self) -> np.ndarray:
+        """The normalized weights for the next batch (all zero when no source is ready)."""
+        since = ready_since(self.ready_at, self._ready, self.batches_drawn)
+        return effective_weights(self._base(), self._ready, since, self.batches_drawn, self.anneal)
+
+    def sample(self) -> np.ndarray:
+        """One batch of mixture indices, int64, grouped by source."""
+        w = self.weights()
+        if not w.any():
+            raise ValueError(
+                "no dataset of the mixture is ready (none has steps and its min_size, or the ready "
+                "ones weigh 0): sample once one is (Dataset.ready)"
+            )
+        self.ready_at = ready_since(self.ready_at, self._ready, self.batches_drawn)
+        if self.split == "fixed":
+            counts = fixed_counts(w, self.batch_size)
+        else:
+            counts = self._rng.multinomial(self.batch_size, w)
+        parts = [
+            uniform_ints(self._rng, self.sizes[i], n) + self.offsets[i]
+            for i, n in enumerate(counts.tolist())
+            if n
+        ]
+        self.counts += counts
+        self.target += w * self.batch_size
+        self.batches_drawn += 1
+        return np.concatenate(parts)
+
+    def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Per source (by ``names``): rows drawn, the achieved fraction, the target fraction
+        (the mean of the weights in force over the batches drawn), the ``weight`` in force for
+        the next batch (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
+        total = max(int(self.counts.sum()), 1)
+        now = self.weights()
+        return {
+            name: {
+                "rows": int(self.counts[i]),
+                "achieved": float(self.counts[i] / total),
+                "target": float(self.target[i] / total),
+                "weight": float(now[i]),
+                "ready": float(self._ready[i]),
+            }
+            for i, name in enumerate(names)
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Generator, batch count, when each source became ready, and the mix so far: a restored
+        sampler continues the stream (given the same views of the sources)."""
+        return {
+            "bit_generator": self._rng.bit_generator.state,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batches_drawn": self.batches_drawn,
+            "counts": self.counts.copy(),
+            "target": self.target.copy(),
+            "ready_at": self.ready_at.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` (refused from another rank or world size:
+        :class:`~rlds_cli.errors.LoaderStateError`)."""
+        check_shard(state, self.rank, self.world_size, "MixtureLoader")
+        if state.get("seed") is not None:
+            self.seed = int(state["seed"])
+        self._rng.bit_generator.state = state["bit_generator"]
+        self.batches_drawn = int(state["batches_drawn"])
+        self.counts = np.asarray(state["counts"], np.int64).copy()
+        self.target = np.asarray(state["target"], np.float64).copy()
+        if "ready_at" in state:  # states saved before growing mixtures have none
+            self.ready_at = np.asarray(state["ready_at"], np.int64).copy()
