@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from rlds_cli.loader.data_loader import TedDataLoader
     from rlds_cli.loader.epoch import EpochSampler
     from rlds_cli.loader.factory import make_sampler
     from rlds_cli.loader.loader import Loader
@@ -25,7 +26,6 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.tensors import to_tensordict, to_torch
     from rlds_cli.loader.torch_data import (
         EpochBatchSampler,
-        TedDataLoader,
         TedIterableDataset,
         TedMapDataset,
         collate_ted,
@@ -56,7 +56,7 @@ _LAZY = {
     "PrioritizedSliceSampler": "prioritized",
     "SumTree": "sumtree",
     "EpochBatchSampler": "torch_data",
-    "TedDataLoader": "torch_data",
+    "TedDataLoader": "data_loader",
     "TedIterableDataset": "torch_data",
     "TedMapDataset": "torch_data",
     "collate_ted": "torch_data",
