@@ -9,7 +9,7 @@
 
 Knobs: a gated repo answers 401 without ``Authorization: Bearer <token>``; :attr:`throttle`
 answers 429 with ``Retry-After`` a number of times; :attr:`corrupt` serves other bytes than the
-listed sha256; :attr:`cut` ends a file's first answer after some bytes (the client resumes).
+listed sha256; :attr:`cut` ends a file's next answers after some bytes each (the client resumes).
 Every request is logged (method, path, Range, whether a token came) in :attr:`log`.
 """
 
@@ -70,7 +70,7 @@ class HubStandin:
         self.throttle: dict[str, int] = {}  # substring of a request path -> 429s left
         self.retry_after = "1"
         self.corrupt: dict[str, bytes] = {}  # repo path -> bytes served instead
-        self.cut: dict[str, int] = {}  # repo path -> bytes sent on its first full GET
+        self.cut: dict[str, list[int]] = {}  # repo path -> bytes sent by its next GETs, one each
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -243,7 +243,8 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 body, status = body[lo:], 206
             headers["Content-Length"] = str(len(body))
             with hub._lock:
-                cut = hub.cut.pop(path, None) if not head and status == 200 else None
+                left = hub.cut.get(path) if not head else None
+                cut = left.pop(0) if left else None
             if cut is not None:  # an interrupted transfer: the promised length, fewer bytes, then close
                 self.send_response(200)
                 for k, v in headers.items():

@@ -1,11 +1,13 @@
 """Fetching a Hub repo's files into a download folder, with rlds's guarantees on top of the client.
 
 ``huggingface_hub.hf_hub_download`` does the transfer (endpoint, token, redirects to the Xet or
-LFS storage, retries, and resume: its partial file stays under the staging folder
-``<folder>/.rlds/hub/`` and a re-run continues it with a range request). rlds then checks the
-bytes against the sha256 the Hub lists for the LFS file (and the size for every file), and only a
-file that verifies is moved (one ``os.replace``) to its place in the folder and recorded in
-``hashes.json``: a file that does not verify is deleted and never seen by a conversion.
+LFS storage, retries with ``Retry-After``, and resume: a transfer cut mid-file continues with a
+range request, within the run) into the staging folder ``<folder>/.rlds/hub/``. rlds then checks
+the bytes against the sha256 the Hub lists for the LFS file (and the size of every file), and only
+a file that verifies is moved (one ``os.replace``) to its place in the folder and recorded in
+``hashes.json``: a file that does not verify is deleted and never seen by a conversion. Across
+runs, resume is per file: a re-run fetches only the files not yet verified (the client, since
+huggingface_hub 1.x, deletes a failed transfer's partial file instead of keeping it).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from rlds_cli.errors import (
     DownloadFailedError,
@@ -21,7 +22,11 @@ from rlds_cli.errors import (
     RldsError,
     UnsupportedSourceError,
 )
+from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import is_reserved
+from rlds_cli.net.retry import RetryBudget, parse_retry_after
+
+T = TypeVar("T")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -112,7 +117,7 @@ def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
     """
     api = hf_api()
     with translated(where):
-        info = api.dataset_info(where.repo, revision=where.revision)
+        info = with_rate_limit(lambda: api.dataset_info(where.repo, revision=where.revision))
         sha = str(info.sha or "")
         if not re.fullmatch(r"[0-9a-f]{40}", sha):
             raise DownloadFailedError(f"the Hub gave no commit sha for {where}")
@@ -125,6 +130,27 @@ def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
             f"{where} holds no files", hint="check the folder and the revision on the Hub", status=404
         )
     return sha, sorted(files, key=lambda f: f.path)
+
+
+def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> T:
+    """``call()``, again after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
+    within rlds's retry budget. The client already does this for listings and downloads
+    (``http_backoff``); its revision lookup is one plain GET, so rlds keeps this one loop."""
+    from huggingface_hub import errors as hf_errors
+
+    config = config or HttpConfig()
+    budget = RetryBudget(config.retries, config.base_delay)
+    while True:
+        try:
+            return call()
+        except hf_errors.HfHubHTTPError as exc:
+            resp = getattr(exc, "response", None)
+            if resp is None or resp.status_code != 429:
+                raise
+            delay = budget.next_delay(parse_retry_after(resp.headers.get("Retry-After")))
+            if delay is None:
+                raise
+            config.sleep(delay)
 
 
 def _to_file(entry: Any) -> HubFile | None:
