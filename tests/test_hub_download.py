@@ -25,7 +25,7 @@ from rlds_cli.errors import (
     OfflineError,
     UnsupportedSourceError,
 )
-from tests.hub_standin import HubStandin, Repo, folder_files
+from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("pyarrow")
@@ -215,30 +215,10 @@ def test_gated_repo_needs_a_token_that_is_never_shown(hub: HubStandin, isolated_
 def test_minari_repo_written_by_minari_converts_end_to_end(
     hub: HubStandin, isolated_cache: Path, tmp_path: Path
 ) -> None:
-    gym = pytest.importorskip("gymnasium")
-    minari = pytest.importorskip("minari")
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("minari")
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
-    from tests.recording_fixtures import minari_path
-
-    with minari_path(tmp_path / "minari"):
-        collector = minari.DataCollector(gym.make("Pendulum-v1", max_episode_steps=15))
-        for seed in range(3):
-            collector.reset(seed=seed)
-            while True:
-                _, _, term, trunc, _ = collector.step(collector.action_space.sample())
-                if term or trunc:
-                    break
-        collector.create_dataset(
-            dataset_id="hubtest/pendulum/random-v0",
-            eval_env=gym.make("Pendulum-v1", max_episode_steps=15),
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
-            code_permalink="tests/test_hub_download.py",
-            description="rlds Hub download test",
-        )
-        collector.close()
-    local = tmp_path / "minari" / "hubtest" / "pendulum" / "random-v0"
+    local = record_minari(tmp_path / "minari", "hubtest/pendulum/random-v0")
     repo = Repo()
     repo.add_commit({**folder_files(local, "pendulum/random-v0/"), "README.md": b"# mirror\n"})
     hub.repos["minari-test/pendulum"] = repo
