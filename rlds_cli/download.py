@@ -87,7 +87,7 @@ def download(
 
         return download_hub(
             source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,
-            convert_args=convert_args,
+            keep_raw=keep_raw, convert_args=convert_args,
         )  # fmt: skip
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")

@@ -41,6 +41,7 @@ def download_hub(
     options: dict[str, Any] | None,
     force: bool,
     offline: bool,
+    keep_raw: bool,
     convert_args: dict[str, Any],
 ) -> ConvertResult:
     """Resolve, fetch, verify and convert a Hub dataset repo (see :func:`rlds_cli.download`)."""
@@ -65,6 +66,10 @@ def download_hub(
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
+    if not keep_raw:
+        from rlds_cli.download import drop_raw_files
+
+        drop_raw_files(folder, results)
     return result
 
 

@@ -23,6 +23,7 @@ from rlds_cli.errors import (
     DownloadFailedError,
     HTTPStatusError,
     OfflineError,
+    SourceFormatError,
     UnsupportedSourceError,
 )
 from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
@@ -155,6 +156,24 @@ def test_a_failed_run_keeps_its_verified_files_and_the_rerun_fetches_the_rest(
     hub.log.clear()
     download("hf://datasets/lerobot-test/tiny")
     assert hub.downloads() == [VIDEO]
+
+
+def test_nothing_is_written_outside_the_cache_and_no_keep_raw_drops_the_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    before = {p for p in tmp_path.rglob("*") if not p.is_relative_to(isolated_cache)}
+    download("hf://datasets/lerobot-test/tiny", keep_raw=False)
+    after = {p for p in tmp_path.rglob("*") if not p.is_relative_to(isolated_cache)}
+    assert after == before  # HF_HOME (the client's cache and token folder) included
+    raw = [p for p in (isolated_cache / "raw").rglob("*") if p.is_file() and ".rlds" not in p.parts]
+    assert raw == []
+    assert (isolated_cache / "datasets" / "tiny" / "manifest.json").is_file()
+
+
+def test_format_option_overrides_the_layout(hub: HubStandin) -> None:
+    # read as D4RL, not LeRobot: every file but the Hub's own is handed to the d4rl reader
+    with pytest.raises(SourceFormatError, match="6 D4RL files"):
+        download("hf://datasets/lerobot-test/tiny", format="d4rl")
 
 
 def test_a_second_download_fetches_nothing(hub: HubStandin, isolated_cache: Path) -> None:
