@@ -176,6 +176,14 @@ def test_format_option_overrides_the_layout(hub: HubStandin) -> None:
         download("hf://datasets/lerobot-test/tiny", format="d4rl")
 
 
+def test_reader_options_apply_to_a_hub_source(hub: HubStandin, isolated_cache: Path) -> None:
+    download("hf://datasets/lerobot-test/tiny", options={"episodes": "1:2"})
+    convert(FIXTURE, "local", options={"episodes": "1:2"})
+    assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
+    manifest = json.loads((isolated_cache / "datasets" / "tiny" / "manifest.json").read_text())
+    assert manifest["num_episodes"] == 1 and manifest["num_steps"] == 25
+
+
 def test_a_second_download_fetches_nothing(hub: HubStandin, isolated_cache: Path) -> None:
     download("hf://datasets/lerobot-test/tiny")
     hub.log.clear()
