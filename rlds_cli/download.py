@@ -21,7 +21,7 @@ from rlds_cli import registry, settings
 from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
-from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError, UnsupportedSourceError
+from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
 from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import discard_part
@@ -52,7 +52,8 @@ def download(
 
     Args:
         source: A registry id or alias (``rlds list --remote``), an ``http(s)://`` URL of one
-            file, or a local path (file, folder, or archive).
+            file, a Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@REVISION]``, or a local
+            path (file, folder, or archive).
         name: Name in the cache (default: the registry id, or the file's stem).
         format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
@@ -82,11 +83,12 @@ def download(
     if source.startswith(_URL_PREFIXES):
         return _download_url(source, name, format, sha256, options, cache, keep_raw, fetch, convert_args)
     if source.startswith("hf://"):
-        raise UnsupportedSourceError(
-            f"cannot fetch {source}: hf:// paths are not supported",
-            hint="use the file's https URL (https://huggingface.co/datasets/<repo>/resolve/main/<path>) "
-            "or a registry id",
-        )
+        from rlds_cli.hub_download import download_hub
+
+        return download_hub(
+            source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,
+            keep_raw=keep_raw, convert_args=convert_args,
+        )  # fmt: skip
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
