@@ -22,10 +22,9 @@ from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
-from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
+from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import discard_part
-from rlds_cli.net.layout import listing_path, part_path, raw_dir, stored_listing, url_dir, url_file_name
+from rlds_cli.net.layout import listing_path, raw_dir, stored_listing, url_dir, url_file_name
 from rlds_cli.net.progress import DownloadProgress
 
 _URL_PREFIXES = ("http://", "https://")
@@ -245,17 +244,6 @@ def _provenance(results: list[FetchResult], folder: Path, **extra: str) -> dict[
             for r in results
         ],
     }
-
-
-def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
-    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later
-    download of the same files is still checked against the hashes seen today."""
-    for r in results:
-        r.path.unlink(missing_ok=True)
-        discard_part(part_path(folder, r.name))
-    for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
-        if sub != folder and sub.is_dir() and not any(sub.iterdir()):
-            shutil.rmtree(sub, ignore_errors=True)
 
 
 def _looks_like_path(source: str) -> bool:

@@ -18,7 +18,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, convert
 from rlds_cli.errors import OfflineError
 from rlds_cli.formats import detect_format
-from rlds_cli.net.fetch import FetchResult
+from rlds_cli.net.fetch import FetchResult, drop_raw_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.hub.fetch import fetch_hub_files
 from rlds_cli.net.hub.plan import layout_format, needed_files
@@ -67,8 +67,6 @@ def download_hub(
     )
     HashStore(folder).pin(r.name for r in results)
     if not keep_raw:
-        from rlds_cli.download import drop_raw_files
-
         drop_raw_files(folder, results)
     return result
 
