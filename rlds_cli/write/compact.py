@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rlds_cli import settings
-from rlds_cli.cache import commit_log, digest, episodes
+from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
 from rlds_cli.cache.commit_log import COMPACT, Record, SegmentEntry, new_segment_id, seg_name
 from rlds_cli.cache.growing import GrowingDataset
@@ -37,11 +37,9 @@ from rlds_cli.cache.layout import (
     SEGMENTS_DIR,
     entry_name,
 )
-from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.transaction import seal
 from rlds_cli.errors import LockTimeoutError, SchemaMismatchError
-from rlds_cli.write.segments import collect, writer_identity
+from rlds_cli.write.segments import collect, seal_segment, writer_identity
 
 
 @dataclass
@@ -179,20 +177,8 @@ def _merge(
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
-        index = episodes.build_index(
-            np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
-        )
-        episodes.write_index(build, index, fsync=False)
-        manifest = Manifest(
-            name=ds.name,
-            backend=backend.name,
-            num_steps=int(lengths.sum()),
-            num_episodes=len(lengths),
-            fields=dict(ds.head.fields),
-            source={"format": "rlds-writer", "writer": {**writer_identity(), "compacted": len(run)}},
-            content_digest=digest.record(hashes, index),
-        )
-        seal(build, manifest, fsync=fsync)
+        writer = {**writer_identity(), "compacted": len(run)}
+        seal_segment(build, ds.head, backend, lengths, hashes, writer, fsync=fsync)
         final: Path = ds.directory / SEGMENTS_DIR / seg_name(seg)
         os.rename(build, final)
     except BaseException:

@@ -125,16 +125,32 @@ def _write_segment(
         hasher.update(data)
         hashes[key] = hasher.hexdigest()
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
+    return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
+
+
+def seal_segment(
+    build: Path,
+    head: Manifest,
+    backend: Backend,
+    lengths: np.ndarray,
+    hashes: dict[str, str],
+    writer: dict[str, Any],
+    *,
+    fsync: bool,
+) -> Manifest:
+    """Finish a segment whose columns are written: its episode index (every episode ends by
+    its flags, none sliced), its manifest with the content digest, then the seal (fsync, the
+    manifest last). Written and compacted segments end the same way."""
     index = episodes.build_index(
-        np.cumsum(lengths) - 1, np.full(len(batch), -1, np.int64), np.ones(len(batch), bool)
+        np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
     )
     episodes.write_index(build, index, fsync=False)
     manifest = Manifest(
         name=head.name,
         backend=backend.name,
         num_steps=int(lengths.sum()),
-        num_episodes=len(batch),
-        fields=dict(fields),
+        num_episodes=len(lengths),
+        fields=dict(head.fields),
         source={"format": "rlds-writer", "writer": writer},
         content_digest=digest.record(hashes, index),
     )
