@@ -19,9 +19,9 @@ import pytest
 
 import rlds_cli
 
-WRITERS = 4
+WRITERS = 8
 SAMPLERS = 2
-SECONDS = 8.0
+SECONDS = 60.0  # the load: 8 writer processes and 2 samplers for 60 s
 #: Batches each sampler draws at least (while the writers write), however slow the machine.
 MIN_BATCHES = 40
 CAPACITY = 1_500
