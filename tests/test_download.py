@@ -552,7 +552,7 @@ def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cac
     server.files["/d4rl/pointmass.hdf5"] = DEMO  # the network works now
     # another id of the same URL does not borrow the unconverted file
     assert ok_json("download", "local-points-long-v0")["downloads"][0]["sha256"] == DEMO_SHA
-    second = invoke("download", "lp", "--force")
+    second = invoke("download", "lp")  # the same command: the failed file is fetched again
     assert second.exit_code == 0, second.output
     record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
     assert record is not None and (record.sha256, record.pinned) == (DEMO_SHA, True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -222,3 +223,30 @@ def test_a_length_larger_than_the_body_ends(server: FaultServer, isolated_cache:
     url = server.url(PATH)
     assert download(url).exit_code == 0
     assert len(server.requests_for(PATH)) == 2
+
+
+def test_a_length_larger_than_the_body_without_validators_stops(
+    server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same lie from a server with no validator (nothing can be resumed safely): every answer
+    starts from byte 0 and ends at the same byte, which is no progress; the retries run out."""
+    monkeypatch.setenv("RLDS_HTTP_RETRIES", "5")
+    server.files[PATH] = DEMO
+    server.sticky[PATH] = [Fault("bad_length", extra=1000)]
+    server.validators = None
+    url = server.url(PATH)
+    line = one_error_line(download(url))
+    assert url in line and "6 times in a row" in line
+    assert len(server.requests_for(PATH)) == 6
+    assert published(isolated_cache) == []
+
+
+def test_an_older_rlds_can_still_read_the_hashes(tmp_path: Path) -> None:
+    """The failure mark is written only when set: records without it keep rlds 0.2's keys."""
+    store = HashStore(tmp_path)
+    store.put("a", FileRecord("0" * 64, 3, "recorded", pinned=False))
+    store.put("b", FileRecord("1" * 64, 3, "recorded", pinned=False))
+    store.mark_failed(["b"])
+    files = json.loads(store.path.read_text())["files"]
+    assert "convert_failed" not in files["a"] and files["b"]["convert_failed"] is True
+    assert store.get("b").convert_failed and not store.get("a").convert_failed  # type: ignore[union-attr]

@@ -159,5 +159,14 @@ class HashStore:
             self._write(records)
 
     def _write(self, records: dict[str, FileRecord]) -> None:
-        data: dict[str, Any] = {"files": {k: asdict(v) for k, v in sorted(records.items())}}
+        data: dict[str, Any] = {"files": {k: _as_json(v) for k, v in sorted(records.items())}}
         atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+
+
+def _as_json(record: FileRecord) -> dict[str, Any]:
+    """A record as stored; ``convert_failed`` only when set, so an older rlds (which does not
+    know the key) still reads every other record of the folder."""
+    data = asdict(record)
+    if not data["convert_failed"]:
+        del data["convert_failed"]
+    return data
