@@ -123,7 +123,7 @@ def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
 @contextlib.contextmanager
 def old_layout() -> Iterator[None]:
     """Write zarr as before this change: 512 KiB chunks, one file each, no shards."""
-    from rlds_cli.cache import backends
+    from rlds_cli.cache import zarr_backend as backends
 
     saved = backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS
     backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS = (

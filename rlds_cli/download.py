@@ -22,11 +22,10 @@ from rlds_cli import registry, settings
 from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
-from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError, UnsupportedSourceError
-from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
+from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
+from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import discard_part
-from rlds_cli.net.layout import listing_path, part_path, raw_dir, stored_listing, url_dir, url_file_name
+from rlds_cli.net.layout import listing_path, raw_dir, stored_listing, url_dir, url_file_name
 from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.net.progress import DownloadProgress
 
@@ -54,7 +53,8 @@ def download(
 
     Args:
         source: A registry id or alias (``rlds list --remote``), an ``http(s)://`` URL of one
-            file, or a local path (file, folder, or archive).
+            file, a Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@REVISION]``, or a local
+            path (file, folder, or archive).
         name: Name in the cache (default: the registry id, or the file's stem).
         format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
@@ -84,11 +84,12 @@ def download(
     if source.startswith(_URL_PREFIXES):
         return _download_url(source, name, format, sha256, options, cache, keep_raw, fetch, convert_args)
     if source.startswith("hf://"):
-        raise UnsupportedSourceError(
-            f"cannot fetch {source}: hf:// paths are not supported",
-            hint="use the file's https URL (https://huggingface.co/datasets/<repo>/resolve/main/<path>) "
-            "or a registry id",
-        )
+        from rlds_cli.hub_download import download_hub
+
+        return download_hub(
+            source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,
+            keep_raw=keep_raw, convert_args=convert_args,
+        )  # fmt: skip
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
@@ -245,17 +246,6 @@ def _provenance(results: list[FetchResult], folder: Path, **extra: str) -> dict[
             for r in results
         ],
     }
-
-
-def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
-    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later
-    download of the same files is still checked against the hashes seen today."""
-    for r in results:
-        r.path.unlink(missing_ok=True)
-        discard_part(part_path(folder, r.name))
-    for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
-        if sub != folder and sub.is_dir() and not any(sub.iterdir()):
-            shutil.rmtree(sub, ignore_errors=True)
 
 
 def _looks_like_path(source: str) -> bool:

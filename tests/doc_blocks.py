@@ -9,6 +9,8 @@ An HTML comment on the line just before a fence changes how its block runs (it i
 rendered page)::
 
     <!-- doc-test: network -->            downloads: run against a local server (see the test)
+    <!-- doc-test: hub -->                hf:// downloads: run against the local Hub stand-in
+                                           (tests/hub_standin.py; repos in tests/test_doc_blocks.py)
     <!-- doc-test: skip-line=make test --> lines containing this text are not run (the reason
                                            must be obvious: here, the suite itself)
     <!-- doc-test: expect-exit=1 -->      the block shows a failure; it must exit with this code
@@ -54,7 +56,7 @@ def parse_options(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(";"))):
         key, _, value = item.partition("=")
         key = key.strip()
-        if key not in ("network", "skip-line", "expect-exit", "skip"):
+        if key not in ("network", "hub", "skip-line", "expect-exit", "skip"):
             raise ValueError(f"unknown doc-test option {key!r}")
         if key in options and key == "skip-line":
             value = options[key] + "|" + value.strip()

@@ -478,7 +478,8 @@ def _pixel_blocks(lengths: tuple[int, ...], seed: int = 7) -> list[Any]:
 @pytest.fixture(params=list(ZARR_LAYOUTS))
 def zarr_pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[Dataset, Dataset]:
     """The same 7 episodes written with memmap and with zarr in the layout of the param."""
-    from rlds_cli.cache import DatasetBuilder, backends
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache import zarr_backend as backends
 
     for name, value in ZARR_LAYOUTS[request.param].items():
         monkeypatch.setattr(backends, name, value)
@@ -574,7 +575,8 @@ def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch:
     fill values) is damage too: rlds writes every chunk."""
     import google_crc32c
 
-    from rlds_cli.cache import DatasetBuilder, backends
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache import zarr_backend as backends
     from rlds_cli.cache.zarr_read import MissingChunkError
 
     for name, value in ZARR_LAYOUTS["sharded"].items():
@@ -815,7 +817,8 @@ def test_zarr_shards_that_do_not_compress_are_stored(tmp_path: Path, monkeypatch
     """Each shard is compressed only when a sample of its chunks shrinks: noise frames are stored
     as Blosc's uncompressed frames (a copy, not LZ4's work for nothing), flat frames compressed;
     both read back exactly, by rlds's reader and by zarr's own."""
-    from rlds_cli.cache import DatasetBuilder, backends
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache import zarr_backend as backends
     from rlds_cli.formats.base import StepBlock
 
     # one (3, 8, 8) frame a chunk (Blosc stores anything under 128 bytes as it is), 8 a shard

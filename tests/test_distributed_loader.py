@@ -34,7 +34,8 @@ WORKER = textwrap.dedent(
     import torch.distributed as dist
 
     from rlds_cli.loader import Loader
-    from rlds_cli.loader.torch_data import TedDataLoader, TedIterableDataset
+    from rlds_cli.loader.data_loader import TedDataLoader
+    from rlds_cli.loader.torch_data import TedIterableDataset
 
     def save(path, data):
         tmp = path.with_suffix(".tmp")

@@ -27,6 +27,7 @@ import pytest
 from tests.d4rl_fixtures import write_d4rl
 from tests.doc_blocks import CODE_LANGUAGES, Block, blocks, runnable_script
 from tests.http_faults import FaultServer
+from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -70,6 +71,32 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStandin]:
+    """The Hub stand-in with the repos docs/downloads.md names: ``lerobot/pusht`` (the LeRobot
+    fixture written by lerobot) and ``farama-minari/D4RL`` (``door/human-v2``: a dataset written
+    by minari's DataCollector; the content is a stand-in, the layout is the real repo's)."""
+    with HubStandin() as server:
+        lerobot = Repo()
+        lerobot.add_commit(folder_files(ROOT / "tests" / "fixtures" / "lerobot-v3-tiny"))
+        server.repos["lerobot/pusht"] = lerobot
+        if _has_minari_create():
+            local = record_minari(tmp_path_factory.mktemp("minari"), "rlds/door/human-v2")
+            minari = Repo()
+            minari.add_commit(folder_files(local, "door/human-v2/"))
+            server.repos["farama-minari/D4RL"] = minari
+        yield server
+
+
+def _has_minari_create() -> bool:
+    try:
+        import jax  # noqa: F401
+        import minari  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _session_dir(tmp_path: Path) -> Path:
     work = tmp_path / "checkout"
     work.mkdir()
@@ -89,11 +116,16 @@ def _make_would_install(work: Path, env: dict[str, str]) -> bool:
     return probe.returncode != 0
 
 
-def _env(home: Path, *, proxy_url: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLDS_") and "proxy" not in k.lower()}
+def _env(home: Path, *, proxy_url: str | None, hub_url: str | None = None) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("RLDS_", "HF_")) and "proxy" not in k.lower()
+    }
     env.update(RLDS_HOME=str(home), RLDS_FSYNC="0", NO_COLOR="1", COLUMNS="120", PYTHONUNBUFFERED="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    if proxy_url is None:
+    env["HF_HOME"] = str(home.parent / "hf-home")  # no token file of the machine's user
+    if hub_url is not None:
+        env.update(HF_ENDPOINT=hub_url, HF_HUB_DISABLE_TELEMETRY="1")
+    elif proxy_url is None:
         env["RLDS_OFFLINE"] = "1"
     else:
         env["http_proxy"] = env["HTTP_PROXY"] = proxy_url
@@ -147,7 +179,7 @@ def _run_bash(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", _pages_with_blocks(), ids=lambda p: p.name)
-def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultServer) -> None:
+def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultServer, hub: HubStandin) -> None:
     work = _session_dir(tmp_path)
     home = tmp_path / "rlds-home"
     python_log = (tmp_path / "python.log").open("w")
@@ -161,7 +193,11 @@ def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultSer
             elif block.language == "toml":
                 tomllib.loads(block.code)
             elif block.language == "bash":
-                env = _env(home, proxy_url=proxy.base if "network" in block.options else None)
+                env = _env(
+                    home,
+                    proxy_url=proxy.base if "network" in block.options else None,
+                    hub_url=hub.endpoint if "hub" in block.options else None,
+                )
                 if "make " in runnable_script(block) and _make_would_install(work, env):
                     pytest.skip(f"{block.where}: the venv was not made by `make install`")
                 code, output = _run_bash(block, work, env)

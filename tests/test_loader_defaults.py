@@ -38,8 +38,8 @@ from rlds_cli.loader import (
     UniformSampler,
     compute_stats,
 )
+from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.device import DeviceUniformSampler
-from rlds_cli.loader.torch_data import TedDataLoader
 from rlds_cli.preprocess.plan import make_plan
 from rlds_cli.summary import describe
 from tests.d4rl_fixtures import write_d4rl

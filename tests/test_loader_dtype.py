@@ -14,8 +14,9 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from rlds_cli.loader import Loader
+from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.mixture import MixtureLoader
-from rlds_cli.loader.torch_data import TedDataLoader, TedIterableDataset, TedMapDataset
+from rlds_cli.loader.torch_data import TedIterableDataset, TedMapDataset
 from tests.d4rl_fixtures import write_d4rl
 from tests.loader_fixtures import make_ted
 

@@ -20,8 +20,9 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.formats.base import StepBlock
+from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.ring import BatchRing
-from rlds_cli.loader.torch_data import EpochBatchSampler, TedDataLoader, TedIterableDataset, TedMapDataset
+from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset
 
 LENGTHS = [40, 13, 77, 5, 64, 1, 50]  # 250 steps: not a multiple of the batch size
 N = sum(LENGTHS)

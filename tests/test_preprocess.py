@@ -114,7 +114,7 @@ def test_zarr_direct_mode_equals_files_mode_byte_for_byte(
     the job runs in direct mode; with the default shards the chunks of a multi-chunk plan share
     a shard, so it falls back to chunk files. Either way the output is the files mode's, file
     for file."""
-    from rlds_cli.cache import backends
+    from rlds_cli.cache import zarr_backend as backends
     from rlds_cli.preprocess import output
 
     if shards == "one-row-shards":

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlds_cli import open_dataset
-from rlds_cli.cache import backends
+from rlds_cli.cache import zarr_backend as backends
 from rlds_cli.cache.backends import (
     get_backend,
     zarr_chunk_rows,

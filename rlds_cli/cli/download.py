@@ -42,7 +42,11 @@ def _check_sha256(value: str | None) -> str | None:
 @handle_errors
 def download(
     source: Annotated[
-        str, typer.Argument(help="A registry id or alias, an http(s) URL of one file, or a local path.")
+        str,
+        typer.Argument(
+            help="A registry id or alias, an http(s) URL of one file, a Hub dataset repo "
+            "hf://datasets/ORG/REPO[/PATH][@REVISION], or a local path."
+        ),
     ],
     name: NameOption = None,
     format: Annotated[

@@ -14,16 +14,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from rlds_cli.loader.data_loader import TedDataLoader
     from rlds_cli.loader.epoch import EpochSampler
     from rlds_cli.loader.factory import make_sampler
-    from rlds_cli.loader.loader import Loader, to_tensordict, to_torch
-    from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler, MixtureSource
+    from rlds_cli.loader.loader import Loader
+    from rlds_cli.loader.mixture import MixtureLoader, MixtureSource
+    from rlds_cli.loader.mixture_sampler import MixtureSampler
     from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
     from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
     from rlds_cli.loader.sumtree import SumTree
+    from rlds_cli.loader.tensors import to_tensordict, to_torch
     from rlds_cli.loader.torch_data import (
         EpochBatchSampler,
-        TedDataLoader,
         TedIterableDataset,
         TedMapDataset,
         collate_ted,
@@ -45,16 +47,16 @@ _LAZY = {
     "Windows": "windows",
     "make_sampler": "factory",
     "Loader": "loader",
-    "to_tensordict": "loader",
-    "to_torch": "loader",
+    "to_tensordict": "tensors",
+    "to_torch": "tensors",
     "MixtureLoader": "mixture",
-    "MixtureSampler": "mixture",
+    "MixtureSampler": "mixture_sampler",
     "MixtureSource": "mixture",
     "PrioritizedSampler": "prioritized",
     "PrioritizedSliceSampler": "prioritized",
     "SumTree": "sumtree",
     "EpochBatchSampler": "torch_data",
-    "TedDataLoader": "torch_data",
+    "TedDataLoader": "data_loader",
     "TedIterableDataset": "torch_data",
     "TedMapDataset": "torch_data",
     "collate_ted": "torch_data",

@@ -28,6 +28,7 @@ from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
+from rlds_cli.loader.options import check_counts, check_source_options
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.protocols import (
     Bindable,
@@ -42,55 +43,12 @@ from rlds_cli.loader.protocols import (
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.td_keys import torchrl_extras
+from rlds_cli.loader.tensors import to_tensordict, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)
 logger = logging.getLogger("rlds_cli.loader")
-
-
-def to_torch(
-    batch: TedBatch, device: torch.device | str | None = None, *, pin_memory: bool = False
-) -> TedBatch:
-    """Numpy arrays -> torch tensors (no copy), optionally pinned and moved without blocking.
-
-    Tensors already on ``device`` pass through.
-    """
-    if device is None and not pin_memory:  # the common CPU case: zero-copy views, nothing else
-        values = batch.values()
-        if values and type(next(iter(values))) is np.ndarray:
-            try:  # map with the builtin: no Python code per key (~3 us a batch less than a loop)
-                return TedBatch(zip(batch.keys(), map(torch.from_numpy, values), strict=True))
-            except TypeError:  # a tensor or a non-array further on: the loop below
-                pass
-        return TedBatch(
-            {
-                key: value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
-                for key, value in batch.items()
-            }
-        )
-    out = TedBatch()
-    target = torch.device(device) if device is not None else None
-    for key, value in batch.items():
-        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
-        if pin_memory and tensor.device.type == "cpu":
-            tensor = tensor.pin_memory()  # GPU path: page-locked, so the copy below is asynchronous
-        if target is not None and tensor.device != target:
-            tensor = tensor.to(target, non_blocking=True)
-        out[key] = tensor
-    return out
-
-
-def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> Any:
-    """A :class:`tensordict.TensorDict` with the batch's nested keys (needs ``tensordict``)."""
-    try:
-        from tensordict import TensorDict
-    except ImportError as exc:  # an optional dependency
-        raise ImportError(
-            "as_tensordict=True needs the 'tensordict' package (pip install 'rlds-cli[torchrl]')"
-        ) from exc
-    lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
-    return TensorDict(batch.nested(), batch_size=lead, device=device)
 
 
 class Loader:
@@ -192,35 +150,19 @@ class Loader:
         if isinstance(dataset, Dataset):
             self.dataset = dataset
         elif isinstance(dataset, IndexedSource):  # a source of rows, with its own keys and storage
-            dataset_only = {"keys": keys is not None, "in_memory": in_memory != "auto", "pack": not pack}
-            misplaced = [name for name, set_here in dataset_only.items() if set_here] + (
-                ["root"] if root else []
-            )
-            if misplaced:
-                raise ValueError(
-                    f"{', '.join(misplaced)} apply to a dataset; give them to the source instead"
-                )
+            check_source_options(keys=keys, in_memory=in_memory, pack=pack, root=root)
             given, in_memory = dataset, False
         else:
             self.dataset = open_dataset(dataset, root)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
-        if in_memory not in (False, True, "device", "auto"):
-            raise ValueError(f"in_memory must be False, True, 'device' or 'auto', got {in_memory!r}")
+        check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)
         self.keys = list(keys) if keys is not None else None
         if in_memory == "auto" and refresh:
             in_memory = False  # a copy in RAM would be made again at every refresh that changes
         if in_memory == "auto":
             assert self.dataset is not None
             in_memory = auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
-        if num_batches is not None and (
-            isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0
-        ):
-            raise ValueError(f"num_batches must be an integer >= 0 or None, got {num_batches!r}")
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
-            raise ValueError(f"epochs must be an integer >= 0, or None for an endless stream; got {epochs!r}")
         cuda = self.device is not None and self.device.type == "cuda"
         if pin_memory and not cuda:
             raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
@@ -293,8 +235,6 @@ class Loader:
         self._prefetcher: Prefetcher | None = None
         self.batches_drawn = 0
 
-    # ------------------------------------------------------------------ set-up
-
     def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:
         if isinstance(sampler, str):
             # one run seed for every rank (epoch shards need it); each rank's stream derives from it
@@ -358,8 +298,6 @@ class Loader:
         wanted = resolve_keys(self.dataset, keys)
         mine = set(first.claim(wanted, in_memory=bool(self.in_memory)))
         return [k for k in wanted if k not in mine]
-
-    # ------------------------------------------------------------------ sampling
 
     def _draw(self) -> tuple[TedBatch, bool]:
         """One batch (converted) and whether it ends an epoch."""
@@ -512,8 +450,6 @@ class Loader:
         prefetcher = getattr(self, "_prefetcher", None)
         if prefetcher is not None:
             prefetcher.stop()
-
-    # ------------------------------------------------------------------ state
 
     def _stream_state(self) -> Any:
         if self._streamable:

@@ -8,10 +8,8 @@ communication and without the global RNG. The batches of a rank are split among 
 workers batch by batch (worker ``w`` of ``W`` makes batches ``w, w + W, ...``), which the
 DataLoader hands out in order: the stream is the same whatever the number of workers.
 
-:class:`TedDataLoader` is a ``DataLoader`` that counts the batches the training loop has taken,
-so that ``state_dict()`` resumes exactly (workers prefetch ahead of the loop), and whose workers
-hand image batches over through a ring of shared-memory buffers instead of torch's copy into
-fresh shared memory (:mod:`rlds_cli.loader.ring`).
+:class:`~rlds_cli.loader.data_loader.TedDataLoader` is the ``DataLoader`` that drives them with
+exact resume and a shared-memory ring.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, Sampler, get_worker_info
+from torch.utils.data import IterableDataset, Sampler, get_worker_info
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
@@ -32,12 +30,12 @@ from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, ru
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
-from rlds_cli.loader.loader import to_torch
 from rlds_cli.loader.protocols import Checkpointable, Streamable
 from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.tensors import to_torch
 
 
 def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
@@ -457,142 +455,3 @@ class TedIterableDataset(IterableDataset):
             )
         self.seed = int(state["seed"])
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-
-class TedDataLoader(DataLoader):
-    """A ``torch.utils.data.DataLoader`` whose :meth:`state_dict` resumes exactly, with or
-    without worker processes.
-
-    Workers (and a batch sampler feeding them) run up to ``prefetch_factor * num_workers``
-    batches ahead of the training loop; this loader counts the batches the loop has *taken* and
-    keeps that count in its dataset's (or batch sampler's) state. Persistent workers are
-    restarted when the position they would start from is not the loader's (after a pass broken
-    off, :meth:`load_state_dict` or ``set_epoch``).
-
-    With workers, the large keys of a batch (rows of 1 KiB or more: image observations) go
-    through a ring of shared-memory batch buffers allocated before the workers start (see
-    :mod:`rlds_cli.loader.ring`): a worker gathers into a free slot of its own and returns the
-    slot number, instead of torch copying the batch into fresh shared memory. A slot is reused
-    only once every tensor of the batch built from it (views included) has been freed, so a batch
-    the loop keeps is never overwritten; while all of a worker's slots are held, its batches come
-    the ordinary way (slower, same values). Values, order and :meth:`state_dict` are the same
-    with the ring as without.
-
-    Args:
-        dataset: A :class:`TedIterableDataset`, or a :class:`TedMapDataset` with
-            ``batch_sampler=EpochBatchSampler(...)``.
-        ring_slots: Shared batch buffers per worker (``None``: ``prefetch_factor + 2``, enough
-            for the batches in flight plus the ones the loop holds; ``0``: no ring, torch's own
-            transfer). Not used without workers, with a ``collate_fn`` of your own, or when no
-            key has rows of 1 KiB or more.
-        **kwargs: ``DataLoader`` arguments; ``collate_fn`` defaults to :func:`collate_ted` and,
-            for an iterable dataset, ``batch_size`` to ``None`` (the dataset makes the batches).
-    """
-
-    def __init__(self, dataset: Any, *, ring_slots: int | None = None, **kwargs: Any) -> None:
-        if ring_slots is not None and (
-            isinstance(ring_slots, bool) or not isinstance(ring_slots, int) or ring_slots < 0
-        ):
-            raise ValueError(f"ring_slots must be an integer >= 0 or None, got {ring_slots!r}")
-        own_collate = kwargs.get("collate_fn", collate_ted) is not collate_ted
-        kwargs.setdefault("collate_fn", collate_ted)
-        if isinstance(dataset, TedIterableDataset):
-            kwargs.setdefault("batch_size", None)
-        super().__init__(dataset, **kwargs)
-        # a collate_fn of the user's expects gathered batches, not slot numbers
-        per_worker = ring_slots if ring_slots is not None else (self.prefetch_factor or 2) + 2
-        self._ring_slots = 0 if own_collate or self.num_workers == 0 else per_worker
-        self._ring: BatchRing | None = None  # the ring of the live persistent workers
-        if isinstance(dataset, TedIterableDataset):
-            target: Any = dataset
-        elif isinstance(self.batch_sampler, EpochBatchSampler):
-            target = self.batch_sampler
-        else:
-            raise ValueError(
-                "TedDataLoader takes a TedIterableDataset, or a dataset with "
-                "batch_sampler=EpochBatchSampler(...)"
-            )
-        self._target = target
-        self._workers_at: tuple[int, int] | None = None  # where persistent workers start next
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        target = self._target
-        if self.num_workers == 0:  # no prefetching: the dataset or sampler counts by itself
-            yield from super().__iter__()
-            return
-        cursor = (target.epoch, target.position)
-        if self.persistent_workers and self._workers_at not in (None, cursor):
-            # the live workers' copies of the dataset would start elsewhere: start fresh ones
-            self._iterator = None
-        fresh = not self.persistent_workers or self._iterator is None  # workers start now
-        if fresh:
-            # a new ring for new workers: the old one lives on while batches made in it are held
-            self._ring = self._new_ring()
-        ring = self._ring
-        sampler = isinstance(target, EpochBatchSampler)
-        if sampler:
-            target._external = True  # it runs ahead of the loop here: counted below instead
-        try:
-            self._workers_at = cursor
-            if fresh and ring is not None:
-                # on the dataset only while the workers start (fork copies it, spawn pickles it)
-                data: Any = self.dataset
-                data._ring = ring
-                try:
-                    batches = super().__iter__()
-                finally:
-                    data._ring = None
-            else:
-                batches = super().__iter__()
-            for batch in batches:
-                if isinstance(batch, SlotBatch):
-                    assert ring is not None
-                    batch = self._wrap(ring, batch)
-                target._took()
-                yield batch
-            target._end_pass()
-            self._workers_at = (target.epoch, target.position)  # the workers moved on likewise
-        finally:
-            if sampler:
-                target._external = False
-
-    def _new_ring(self) -> BatchRing | None:
-        """A ring for workers about to start, or ``None`` where it would not help."""
-        if not self._ring_slots:
-            return None
-        data = self.dataset
-        if isinstance(data, TedIterableDataset):
-            rows = data.batch_size
-        elif isinstance(data, TedMapDataset) and isinstance(self.batch_sampler, EpochBatchSampler):
-            rows = self.batch_sampler.batch_size
-        else:
-            return None
-        ring = BatchRing(data.dataset, data.keys, rows, self.num_workers, self._ring_slots)
-        return ring if ring.useful else None
-
-    def _wrap(self, ring: BatchRing, batch: SlotBatch) -> TedBatch:
-        out = to_torch(ring.wrap(batch))
-        dtypes = getattr(self.dataset, "dtypes", None)
-        if dtypes:  # a slot holds the stored dtypes: the cast (a copy) is made here, once
-            out = dtypes.cast(out)
-        if self.pin_memory and torch.cuda.is_available():
-            # a pinned copy: the slot goes back to its worker as soon as the views are dropped
-            out = TedBatch({key: value.pin_memory() for key, value in out.items()})
-        return out
-
-    def close(self) -> None:
-        """Shut down persistent workers now and drop the shared ring (its memory is freed once
-        the batches built from it are). Workers of a pass in progress stop with its iterator."""
-        iterator, self._iterator = self._iterator, None
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        self._ring = None
-
-    def state_dict(self) -> dict[str, Any]:
-        """The dataset's (or batch sampler's) state at the first batch the loop has not taken."""
-        return self._target.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped."""
-        self._target.load_state_dict(state)

@@ -22,8 +22,8 @@ import torch
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.loader.loader import to_tensordict, to_torch
 from rlds_cli.loader.sources import HostSource
+from rlds_cli.loader.tensors import to_tensordict, to_torch
 
 
 def _index_array(index: Any, size: int) -> np.ndarray:

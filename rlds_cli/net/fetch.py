@@ -17,6 +17,7 @@ Locks, partial downloads and ``hashes.json`` live in the folder's ``.rlds/`` (se
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -390,3 +391,14 @@ def _combine(
     if len(kinds) == 1 and issubclass(cls := kinds.pop(), DownloadFailedError):
         return cls(f"every mirror of {file.name} failed: {lines}")  # keeps its hint (e.g. --offline)
     return DownloadFailedError(f"every mirror of {file.name} failed: {lines}")
+
+
+def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
+    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later
+    download of the same files is still checked against the hashes seen today."""
+    for r in results:
+        r.path.unlink(missing_ok=True)
+        discard_part(part_path(folder, r.name))
+    for sub in sorted({r.path.parent for r in results}, key=lambda p: len(p.parts), reverse=True):
+        if sub != folder and sub.is_dir() and not any(sub.iterdir()):
+            shutil.rmtree(sub, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlds_cli.cache import backends
+from rlds_cli.cache import zarr_backend as backends
 from rlds_cli.cache.backends import Backend, get_backend
 from tests.contracts.backend import BackendContract
 

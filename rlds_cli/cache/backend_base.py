@@ -1,0 +1,121 @@
+"""The storage backend interface: how one column (one TED key) is written and read, whatever
+the backend, and where a key's files live.
+
+The two implementations are :mod:`rlds_cli.cache.memmap_backend` and
+:mod:`rlds_cli.cache.zarr_backend`; :mod:`rlds_cli.cache.backends` names them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.layout import ARRAYS_DIR
+from rlds_cli.errors import InvalidKeyError
+
+
+class ColumnWriter(ABC):
+    """Appends rows of one key during a build."""
+
+    @abstractmethod
+    def append(self, rows: np.ndarray) -> None:
+        """Append rows (first axis = time) of the column's dtype and row shape."""
+
+    @abstractmethod
+    def close(self, *, fsync: bool) -> int:
+        """Finish the column and return its row count."""
+
+
+class RegionWriter(ABC):
+    """Rows ``[start, stop)`` of a preallocated column, written by one writer: fill
+    :attr:`rows` (a writable array of the region's shape), then :meth:`close`."""
+
+    rows: np.ndarray
+
+    @abstractmethod
+    def close(self, *, fsync: bool) -> None:
+        """Store the rows (``fsync``: make them durable now)."""
+
+
+class Backend(ABC):
+    """A way of storing columns in a dataset directory."""
+
+    name: str
+    #: Whether an opened column keeps reading the files it opened (``True``: a memory map) or
+    #: reads by path at every access (``False``: zarr chunks), which matters when the dataset
+    #: directory is replaced under a reader.
+    stable_once_open: bool
+
+    @abstractmethod
+    def create_column(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+    ) -> ColumnWriter:
+        """Start a new column for ``key`` inside a build directory."""
+
+    @abstractmethod
+    def open_column(self, dataset_dir: Path, key: str) -> Any:
+        """Open a column read-only. The result supports ``len``, ``shape``, ``dtype``, slices
+        and integer-array indexing along the first axis, returning numpy arrays."""
+
+    @abstractmethod
+    def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
+        """Check that every file of a column is there, at its full size, without reading its
+        data; returns what is wrong, or ``None``."""
+
+    def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
+        """The rows a region of :meth:`open_region` must start at a multiple of (or end at the
+        column's end), so that two regions never write the same file."""
+        return 1
+
+    @abstractmethod
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        """Create column ``key`` with ``rows`` rows, to be written by :meth:`open_region`.
+
+        Raises:
+            DiskFullError: The disk cannot hold the column (where the backend can tell).
+        """
+
+    def preallocated_bytes(self, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
+        """Disk bytes :meth:`preallocate` takes at once (0: files grow as regions are written)."""
+        return 0
+
+    @abstractmethod
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        """Rows ``[start, stop)`` of a preallocated column, for writing (see :meth:`region_rows`).
+
+        Raises:
+            ValueError: The region is not aligned, or outside the column.
+        """
+
+    def check_preallocated(
+        self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]
+    ) -> str | None:
+        """Whether a preallocated column is still there at its full size (a resumed job keeps
+        writing into it); returns what is wrong, or ``None``."""
+        return self.check_column(dataset_dir, key, rows, row_shape)
+
+
+# ----------------------------------------------------------------------------- memmap
+
+def key_path(dataset_dir: Path, key: str, suffix: str) -> Path:
+    """Where the column ``key`` lives under ``dataset_dir``: the one place a key becomes a path.
+
+    Keys come from sources and manifests, both untrusted: a key that breaks the strict grammar
+    (``..``, an absolute path, an empty part, other characters, too long; see
+    :func:`rlds_cli.formats.keys.key_problem`) is refused before any file is opened, so no key
+    can name a file outside ``arrays/`` (nor another dataset's arrays).
+
+    Raises:
+        InvalidKeyError: The key breaks the grammar.
+    """
+    from rlds_cli.formats.keys import key_problem  # local: keeps the cache importable on its own
+
+    problem = key_problem(key)
+    if problem is not None:
+        raise InvalidKeyError(f"array key {key!r} under {dataset_dir} cannot be a file name: {problem}")
+    return dataset_dir / ARRAYS_DIR / f"{key}{suffix}"

@@ -1,0 +1,167 @@
+"""The ``memmap`` backend: one ``.npy`` file per key under ``arrays/``, uncompressed and
+C-contiguous, that plain ``numpy.load(path, mmap_mode="r")`` opens.
+
+Rows are appended as they stream in; the header is written with room to spare and patched with
+the final row count when the column is closed. A preallocated column is a writable memory map
+that parallel writers fill region by region.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from rlds_cli.cache.backend_base import Backend, ColumnWriter, RegionWriter, key_path
+from rlds_cli.errors import CorruptDatasetError, DiskFullError
+
+_NPY_MAGIC = b"\x93NUMPY\x01\x00"
+#: Bytes reserved for the .npy preamble + header; a multiple of 64 so the data stays aligned.
+NPY_HEADER_BYTES = 256
+
+
+def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 ``.npy`` header padded to exactly :data:`NPY_HEADER_BYTES` bytes."""
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
+    body_len = NPY_HEADER_BYTES - len(_NPY_MAGIC) - 2
+    if len(text) + 1 > body_len:
+        raise ValueError(f"npy header too long for shape {shape} and dtype {dtype}")
+    body = text.ljust(body_len - 1) + "\n"
+    return _NPY_MAGIC + body_len.to_bytes(2, "little") + body.encode("latin1")
+
+
+def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
+    """An uncompressed ``.npz`` of ``arrays``, like ``np.savez(file, **arrays)`` (the same zip
+    layout) but for any names: ``np.savez`` takes an array named ``allow_pickle`` or ``file`` as
+    its own argument (the first vanished from the file, the second raised ``TypeError``)."""
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:  # as np.savez does (gh-10776)
+                np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=True)
+
+
+class NpyColumnWriter(ColumnWriter):
+    """Streams rows into a ``.npy`` file; the header is patched on close."""
+
+    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.row_shape = tuple(row_shape)
+        self.rows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._fh.write(npy_header(self.dtype, (0, *self.row_shape)))
+
+    def append(self, rows: np.ndarray) -> None:
+        data = np.ascontiguousarray(rows, dtype=self.dtype)
+        if data.shape[1:] != self.row_shape:
+            raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
+        if data.size == 0:  # an empty block: nothing to write (its buffer cannot be cast to bytes)
+            return
+        self._fh.write(data.data.cast("B"))  # the array's buffer, as bytes
+        self.rows += data.shape[0]
+
+    def close(self, *, fsync: bool) -> int:
+        self._fh.seek(0)
+        self._fh.write(npy_header(self.dtype, (self.rows, *self.row_shape)))
+        self._fh.flush()
+        if fsync:
+            os.fsync(self._fh.fileno())
+        self._fh.close()
+        return self.rows
+
+
+def reserve(fd: int, size: int, path: Path) -> None:
+    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`:
+    a full disk met while writing through a memory map kills the process with SIGBUS and no
+    message, so it must be an error before any work, naming the bytes needed."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(
+                f"not enough disk space for {path} ({size:,} bytes)",
+                hint="free some space (e.g. 'rlds gc', 'rlds rm'), or set RLDS_HOME to a larger disk",
+            ) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+
+
+class _ArrayRegion(RegionWriter):
+    """A region that is a slice of a writable memory map: written in place."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def close(self, *, fsync: bool) -> None:
+        if fsync and isinstance(self.rows, np.memmap):
+            self.rows.flush()
+        del self.rows  # unmapped once the last slice of the map goes
+
+
+class MemmapBackend(Backend):
+    """One plain ``.npy`` file per key, opened as a read-only memory map."""
+
+    name = "memmap"
+    stable_once_open = True
+
+    def create_column(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+    ) -> ColumnWriter:
+        return NpyColumnWriter(key_path(dataset_dir, key, ".npy"), dtype, row_shape)
+
+    def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
+        try:
+            column = self.open_column(dataset_dir, key)
+        except CorruptDatasetError as exc:
+            return exc.message
+        if column.shape != (rows, *row_shape):
+            return f"array file of {key!r} has shape {column.shape}, expected {(rows, *row_shape)}"
+        return None
+
+    def preallocate(
+        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
+    ) -> None:
+        path = key_path(dataset_dir, key, ".npy")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = self.preallocated_bytes(dtype, row_shape, rows)
+        with open(path, "wb") as fh:
+            fh.write(npy_header(np.dtype(dtype), (rows, *row_shape)))
+            fh.truncate(size)
+            fh.flush()
+            if size > NPY_HEADER_BYTES:
+                reserve(fh.fileno(), size, path)
+
+    def preallocated_bytes(self, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
+        return NPY_HEADER_BYTES + rows * np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+
+    def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
+        column = np.load(key_path(dataset_dir, key, ".npy"), mmap_mode="r+", allow_pickle=False)
+        if not 0 <= start <= stop <= len(column):
+            raise ValueError(f"rows {start}:{stop} are outside column {key!r} of {len(column)} rows")
+        return _ArrayRegion(column[start:stop])
+
+    def open_column(self, dataset_dir: Path, key: str) -> np.ndarray:
+        path = key_path(dataset_dir, key, ".npy")
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise CorruptDatasetError(f"array file {path} is missing") from None
+        except ValueError as exc:  # a header that promises more bytes than the file has
+            raise CorruptDatasetError(f"array file {path} is damaged: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- zarr
+
+#: Uncompressed bytes per zarr chunk of a newly written array (at least one row). A uniform
+#: random batch needs one chunk per row and decodes all of it, at about 3 GB/s: with 512 KiB
+#: chunks a batch of 256 (3, 84, 84) uint8 frames decoded 130 MB to use 5 MB; now a frame is a
+#: chunk, decoded straight into the batch.

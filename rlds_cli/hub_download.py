@@ -1,0 +1,116 @@
+"""``rlds download hf://datasets/ORG/REPO[/PATH][@REVISION]``: a Hub dataset repo into the cache.
+
+The revision is resolved to a commit sha first, and everything after that is read at that sha
+(a branch moving mid-download cannot mix two versions); the sha is recorded in the dataset's
+provenance. Files land in a download folder of their own per repo, path and commit
+(``<root>/raw/urls/...``), verified (:mod:`rlds_cli.net.hub.fetch`), then converted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rlds_cli._io import atomic_write
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.convert import ConvertResult, convert
+from rlds_cli.errors import OfflineError
+from rlds_cli.formats import detect_format
+from rlds_cli.net.fetch import FetchResult, drop_raw_files
+from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.hub.fetch import fetch_hub_files
+from rlds_cli.net.hub.plan import layout_format, needed_files
+from rlds_cli.net.hub.repo import HubFile, HubPath, parse_hf_url, resolve
+from rlds_cli.net.layout import meta_dir, url_dir
+
+#: Formats whose reader takes the dataset's folder rather than its files.
+_FOLDER_FORMATS = {"minari", "lerobot"}
+#: The listing of one commit, kept so that an offline re-run of a pinned sha needs no Hub.
+_LISTING = "hub-listing.json"
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def download_hub(
+    source: str,
+    *,
+    name: str | None,
+    format: str | None,
+    cache: CacheRoot,
+    options: dict[str, Any] | None,
+    force: bool,
+    offline: bool,
+    keep_raw: bool,
+    convert_args: dict[str, Any],
+) -> ConvertResult:
+    """Resolve, fetch, verify and convert a Hub dataset repo (see :func:`rlds_cli.download`)."""
+    where = parse_hf_url(source)
+    sha, files = _listing(where, cache, offline)
+    folder = _folder(cache, where, sha)
+    fmt = format or layout_format(where, files)
+    results = fetch_hub_files(
+        where, sha, needed_files(where, files, fmt), folder, force=force, offline=offline
+    )
+    paths = [r.path for r in results]
+    fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
+    src: Path | list[Path] = folder if fmt in _FOLDER_FORMATS or len(paths) != 1 else paths[0]
+    if fmt not in _FOLDER_FORMATS and len(paths) > 1:
+        src = paths
+    result = convert(
+        src,
+        name or _default_name(where),
+        format=fmt,
+        options=options,
+        source_info=_provenance(where, sha, folder, results),
+        **convert_args,
+    )
+    HashStore(folder).pin(r.name for r in results)
+    if not keep_raw:
+        drop_raw_files(folder, results)
+    return result
+
+
+def _folder(cache: CacheRoot, where: HubPath, sha: str) -> Path:
+    """One download folder per repo, path and commit: files of another commit never mix in."""
+    tail = f"/{where.path}" if where.path else ""
+    return url_dir(cache, f"hf://datasets/{where.repo}{tail}@{sha}")
+
+
+def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list[HubFile]]:
+    """The commit sha and files of ``where``: from the Hub, or offline from the listing a
+    previous download of that very sha kept."""
+    if offline:
+        stored = meta_dir(_folder(cache, where, where.revision)) / _LISTING
+        if not _SHA.match(where.revision) or not stored.is_file():
+            raise OfflineError(
+                f"{where} must be resolved on the Hub and offline mode is on",
+                hint="download it online once; offline, name the commit: hf://datasets/ORG/REPO@<sha>",
+            )
+        data = json.loads(stored.read_text())
+        return where.revision, [HubFile(**f) for f in data["files"]]
+    sha, files = resolve(where)
+    path = meta_dir(_folder(cache, where, sha)) / _LISTING
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"sha": sha, "files": [f.__dict__ for f in files]}, indent=1) + "\n")
+    return sha, files
+
+
+def _default_name(where: HubPath) -> str:
+    last = where.path.rstrip("/").rsplit("/", 1)[-1] if where.path else where.repo.split("/")[1]
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", last).strip("-.")
+    return cleaned or "dataset"
+
+
+def _provenance(where: HubPath, sha: str, folder: Path, results: list[FetchResult]) -> dict[str, Any]:
+    """The source record: repo, path, revision asked for and the commit it resolved to."""
+    tail = f"/{where.path}" if where.path else ""
+    return {
+        "url": f"hf://datasets/{where.repo}{tail}@{sha}",
+        "hub": {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha},
+        "raw_dir": str(folder),
+        "downloads": [
+            {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}
+            for r in results
+        ],
+    }

@@ -1,0 +1,209 @@
+"""Naming a Hub dataset repo and listing its files at one commit.
+
+``hf://datasets/ORG/REPO[/PATH][@REVISION]`` is parsed by :func:`parse_hf_url`; :func:`resolve`
+asks the Hub (``HfApi.dataset_info`` and ``HfApi.list_repo_tree``, paged and retried by the
+client, 429s waited out as their ``Retry-After`` asks) for the commit sha the revision points at
+and the files below ``PATH`` at that sha. The token is the client's (``HF_TOKEN`` or its token
+file); no message built here ever holds it: errors name the repo, the revision and the status.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from rlds_cli.errors import (
+    DownloadFailedError,
+    HTTPStatusError,
+    MissingExtraError,
+    RldsError,
+    UnsupportedSourceError,
+)
+from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.layout import is_reserved
+from rlds_cli.net.retry import RetryBudget, parse_retry_after
+
+T = TypeVar("T")
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+PREFIX = "hf://"
+
+
+@dataclass(frozen=True)
+class HubPath:
+    """A dataset repo, a folder inside it and a revision (branch, tag or commit sha)."""
+
+    repo: str
+    path: str = ""
+    revision: str = "main"
+
+    def __str__(self) -> str:
+        tail = f"/{self.path}" if self.path else ""
+        return f"hf://datasets/{self.repo}{tail}@{self.revision}"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repo at a commit: its path in the repo, its size and, for an LFS (or Xet)
+    file, the sha256 the Hub publishes for its bytes (``None`` for a small git file)."""
+
+    path: str
+    size: int
+    sha256: str | None
+
+
+def is_hf_url(source: str) -> bool:
+    """Whether ``source`` names something on the Hub (``hf://...``)."""
+    return source.startswith(PREFIX)
+
+
+def parse_hf_url(source: str) -> HubPath:
+    """``hf://datasets/ORG/REPO[/PATH][@REVISION]`` -> :class:`HubPath`.
+
+    Raises:
+        UnsupportedSourceError: Not a dataset repo URL of that shape.
+    """
+    rest = source[len(PREFIX) :] if is_hf_url(source) else source
+    revision = "main"
+    if "@" in rest:
+        rest, revision = rest.rsplit("@", 1)
+    parts = [p for p in rest.split("/") if p]
+    if len(parts) < 3 or parts[0] != "datasets" or not revision:
+        raise UnsupportedSourceError(
+            f"cannot read {source!r}: rlds fetches Hub dataset repos named "
+            "hf://datasets/ORG/REPO[/PATH][@REVISION]",
+            hint="models and spaces are not datasets; name the dataset repo, e.g. hf://datasets/lerobot/pusht",
+        )
+    org, name, sub = parts[1], parts[2], parts[3:]
+    if not (_REPO_PART.match(org) and _REPO_PART.match(name)) or ".." in sub or ".." in revision.split("/"):
+        raise UnsupportedSourceError(f"cannot read {source!r}: {org}/{name} is not a valid repo id")
+    return HubPath(f"{org}/{name}", "/".join(sub), revision)
+
+
+def endpoint() -> str:
+    """The Hub's base URL, read at each call (the client reads ``HF_ENDPOINT`` once, at import):
+    ``RLDS_HF_ENDPOINT``, else ``HF_ENDPOINT``, else https://huggingface.co."""
+    return (
+        os.environ.get("RLDS_HF_ENDPOINT", "").rstrip("/")
+        or os.environ.get("HF_ENDPOINT", "").rstrip("/")
+        or "https://huggingface.co"
+    )
+
+
+def hf_api() -> Any:
+    """A ``huggingface_hub.HfApi`` on :func:`endpoint` (its token: ``HF_TOKEN`` or the client's
+    token file)."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise MissingExtraError(
+            "hf:// sources are fetched with huggingface_hub, which is not installed",
+            hint="pip install 'rlds-cli[hub]'",
+        ) from None
+    return HfApi(endpoint=endpoint())
+
+
+def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
+    """The commit sha ``where.revision`` points at, and the files below ``where.path`` there.
+
+    Raises:
+        HTTPStatusError: No such repo, revision or folder (404), or a gated/private repo without
+            a token that may read it (401/403).
+        DownloadFailedError: The Hub kept failing (network errors, 429 and 5xx after retries).
+    """
+    api = hf_api()
+    with translated(where):
+        info = with_rate_limit(lambda: api.dataset_info(where.repo, revision=where.revision))
+        sha = str(info.sha or "")
+        if not re.fullmatch(r"[0-9a-f]{40}", sha):
+            raise DownloadFailedError(f"the Hub gave no commit sha for {where}")
+        entries = api.list_repo_tree(
+            where.repo, path_in_repo=where.path or None, recursive=True, revision=sha, repo_type="dataset"
+        )
+        files = [f for e in entries if (f := _to_file(e)) is not None]
+    if not files:
+        raise HTTPStatusError(
+            f"{where} holds no files", hint="check the folder and the revision on the Hub", status=404
+        )
+    return sha, sorted(files, key=lambda f: f.path)
+
+
+def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> T:
+    """``call()``, again after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
+    within rlds's retry budget. The client already does this for listings and downloads
+    (``http_backoff``); its revision lookup is one plain GET, so rlds keeps this one loop."""
+    from huggingface_hub import errors as hf_errors
+
+    config = config or HttpConfig()
+    budget = RetryBudget(config.retries, config.base_delay)
+    while True:
+        try:
+            return call()
+        except hf_errors.HfHubHTTPError as exc:
+            resp = getattr(exc, "response", None)
+            if resp is None or resp.status_code != 429:
+                raise
+            delay = budget.next_delay(parse_retry_after(resp.headers.get("Retry-After")))
+            if delay is None:
+                raise
+            config.sleep(delay)
+
+
+def _to_file(entry: Any) -> HubFile | None:
+    path = getattr(entry, "path", None)
+    size = getattr(entry, "size", None)
+    if not isinstance(path, str) or not isinstance(size, int):
+        return None  # a folder
+    if path.startswith("/") or ".." in path.split("/") or is_reserved(path):
+        return None  # a server-provided name never escapes the download folder or reaches .rlds/
+    lfs = getattr(entry, "lfs", None)
+    sha = getattr(lfs, "sha256", None) if lfs is not None else None
+    sha = str(sha).lower() if sha else None
+    return HubFile(path, size, sha if sha and _SHA256.match(sha) else None)
+
+
+class translated:
+    """Turn the client's exceptions into rlds errors whose text rlds wrote (the client's own
+    messages may quote server text; none of ours holds a token)."""
+
+    def __init__(self, where: HubPath, file: str = "") -> None:
+        self.where = where
+        self.file = file
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if exc is None or isinstance(exc, RldsError):
+            return
+        from huggingface_hub import errors as hf_errors
+
+        what = f"{self.where}" + (f" file {self.file!r}" if self.file else "")
+        if isinstance(exc, hf_errors.HfHubHTTPError) and getattr(exc, "response", None) is not None:
+            status = int(exc.response.status_code)
+            if status in (401, 403):
+                raise HTTPStatusError(
+                    f"the Hub refused {what} (HTTP {status}): the repo is gated or private",
+                    hint="accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a "
+                    "token that may read it",
+                    status=status,
+                ) from None
+            if status == 404:
+                raise HTTPStatusError(
+                    f"the Hub has no {what} (HTTP 404)",
+                    hint="check the repo id, the revision and the path",
+                    status=404,
+                ) from None
+            raise DownloadFailedError(f"the Hub answered HTTP {status} for {what}") from None
+        if isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError):
+            raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
+        if _is_httpx_error(exc):
+            raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
+
+
+def _is_httpx_error(exc: BaseException) -> bool:
+    return any(c.__module__.startswith(("httpx", "httpcore")) for c in type(exc).__mro__)

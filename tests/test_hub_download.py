@@ -1,0 +1,255 @@
+"""``rlds download hf://datasets/ORG/REPO[/PATH][@REVISION]`` (issue 28, parts 1-2), offline
+against a local stand-in for the Hub (tests/hub_standin.py) that serves the API calls
+huggingface_hub makes. The LeRobot repo is the fixture written by lerobot itself; the Minari repo
+is a dataset written by minari's own DataCollector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlds_cli.convert import convert
+from rlds_cli.download import download
+from rlds_cli.errors import (
+    ChecksumMismatchError,
+    DownloadFailedError,
+    HTTPStatusError,
+    OfflineError,
+    SourceFormatError,
+    UnsupportedSourceError,
+)
+from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
+
+pytest.importorskip("huggingface_hub")
+pytest.importorskip("pyarrow")
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lerobot-v3-tiny"
+TOKEN = "hf_standinSecretToken0123456789"
+DATA = "data/chunk-000/file-000.parquet"
+VIDEO = "videos/observation.image/chunk-000/file-000.mp4"
+
+
+@pytest.fixture
+def hub(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
+    """The stand-in with ``lerobot-test/tiny`` (the fixture plus the Hub's own files), the
+    client pointed at it, and no token anywhere."""
+    with HubStandin(token=TOKEN) as server:
+        repo = Repo()
+        repo.add_commit(
+            {**folder_files(FIXTURE), ".gitattributes": b"*.parquet filter=lfs\n", "README.md": b"# tiny\n"}
+        )
+        server.repos["lerobot-test/tiny"] = repo
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("HF_HOME", str(isolated_cache.parent / "hf-home"))  # no token file
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        yield server
+
+
+def _arrays(root: Path, name: str) -> dict[str, bytes]:
+    folder = root / "datasets" / name
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
+def _source(root: Path, name: str) -> dict[str, object]:
+    manifest = json.loads((root / "datasets" / name / "manifest.json").read_text())
+    source = manifest["source"]
+    assert isinstance(source, dict)
+    return source
+
+
+def test_lerobot_repo_converts_like_the_local_files(hub: HubStandin, isolated_cache: Path) -> None:
+    download("hf://datasets/lerobot-test/tiny")
+    convert(FIXTURE, "local")
+    assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
+    # the listing came in pages (3 entries each), and only the reader's folders were fetched
+    assert sum("/tree/" in e["path"] for e in hub.log) > 2
+    fetched = set(hub.downloads())
+    assert fetched == {p for p in folder_files(FIXTURE)}
+    assert ".gitattributes" not in fetched and "README.md" not in fetched
+    sha = hub.repos["lerobot-test/tiny"].refs["main"]
+    source = _source(isolated_cache, "tiny")
+    assert source["hub"] == {"repo": "lerobot-test/tiny", "path": "", "revision": "main", "commit": sha}
+    assert source["url"] == f"hf://datasets/lerobot-test/tiny@{sha}"
+
+
+def test_revision_is_pinned_to_its_commit(hub: HubStandin, isolated_cache: Path) -> None:
+    repo = hub.repos["lerobot-test/tiny"]
+    first = repo.refs["main"]
+    files = folder_files(FIXTURE)
+    files["meta/extra.json"] = b"{}\n"  # a later commit on main
+    later = repo.add_commit(files)
+    download(f"hf://datasets/lerobot-test/tiny@{first}", name="old")
+    download("hf://datasets/lerobot-test/tiny", name="new")
+    assert _source(isolated_cache, "old")["hub"]["commit"] == first  # type: ignore[index]
+    assert _source(isolated_cache, "new")["hub"]["commit"] == later  # type: ignore[index]
+    # every file was read at the commit, never at the moving branch
+    assert all(first in e["path"] or later in e["path"] for e in hub.log if "/resolve/" in e["path"])
+    # offline, a pinned commit that was downloaded needs no Hub; a branch name does
+    hub.log.clear()
+    download(f"hf://datasets/lerobot-test/tiny@{first}", name="again", offline=True)
+    assert hub.log == []
+    with pytest.raises(OfflineError, match="offline"):
+        download("hf://datasets/lerobot-test/tiny", name="x", offline=True)
+
+
+def test_rate_limit_is_waited_out(hub: HubStandin, isolated_cache: Path) -> None:
+    hub.throttle = {"/revision/": 1, "/tree/": 1, "/resolve/": 1}
+    download("hf://datasets/lerobot-test/tiny")
+    # each 429 was followed by the same request again, answered
+    for key in ("/revision/", "/tree/", "/resolve/"):
+        hits = [e for e in hub.log if key in e["path"]]
+        assert hits[0].get("status") == 429 and len(hits) > 1
+
+
+def test_lfs_sha_mismatch_publishes_nothing_and_a_rerun_recovers(
+    hub: HubStandin, isolated_cache: Path
+) -> None:
+    good = (FIXTURE / DATA).read_bytes()
+    hub.corrupt[DATA] = bytes(len(good))  # same size, other bytes
+    with pytest.raises(ChecksumMismatchError, match="sha256"):
+        download("hf://datasets/lerobot-test/tiny")
+    assert not (isolated_cache / "datasets" / "tiny").exists()
+    assert not any(p.name == "file-000.parquet" and p.parent.name == "chunk-000" and "data" in p.parts
+                   and ".rlds" not in p.parts for p in isolated_cache.rglob("*"))  # fmt: skip
+    del hub.corrupt[DATA]
+    download("hf://datasets/lerobot-test/tiny")
+    assert (isolated_cache / "datasets" / "tiny" / "manifest.json").is_file()
+
+
+def test_an_interrupted_transfer_resumes_where_it_stopped(
+    hub: HubStandin, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    # small chunks, so that a cut transfer leaves whole chunks written (as 10 MB chunks of a large file do)
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 8192)
+    hub.cut[VIDEO] = [50_000]
+    download("hf://datasets/lerobot-test/tiny")
+    gets = [e for e in hub.log if e["method"] == "GET" and e.get("file") == VIDEO]
+    assert [g["range"] for g in gets] == [None, "bytes=49152-"]  # the 6 whole 8 KiB chunks received
+    convert(FIXTURE, "local")
+    assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
+
+
+def test_a_failed_run_keeps_its_verified_files_and_the_rerun_fetches_the_rest(
+    hub: HubStandin, isolated_cache: Path
+) -> None:
+    # the video's answers send nothing: the client's retries (5 without progress) run out
+    hub.cut[VIDEO] = [0] * 6
+    with pytest.raises(DownloadFailedError, match=r"file-000\.mp4"):
+        download("hf://datasets/lerobot-test/tiny")
+    assert not (isolated_cache / "datasets" / "tiny").exists()
+    hub.cut[VIDEO] = []
+    hub.log.clear()
+    download("hf://datasets/lerobot-test/tiny")
+    assert hub.downloads() == [VIDEO]
+
+
+def test_nothing_is_written_outside_the_cache_and_no_keep_raw_drops_the_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    before = {p for p in tmp_path.rglob("*") if not p.is_relative_to(isolated_cache)}
+    download("hf://datasets/lerobot-test/tiny", keep_raw=False)
+    after = {p for p in tmp_path.rglob("*") if not p.is_relative_to(isolated_cache)}
+    assert after == before  # HF_HOME (the client's cache and token folder) included
+    raw = [p for p in (isolated_cache / "raw").rglob("*") if p.is_file() and ".rlds" not in p.parts]
+    assert raw == []
+    assert (isolated_cache / "datasets" / "tiny" / "manifest.json").is_file()
+
+
+def test_format_option_overrides_the_layout(hub: HubStandin) -> None:
+    # read as D4RL, not LeRobot: every file but the Hub's own is handed to the d4rl reader
+    with pytest.raises(SourceFormatError, match="6 D4RL files"):
+        download("hf://datasets/lerobot-test/tiny", format="d4rl")
+
+
+def test_reader_options_apply_to_a_hub_source(hub: HubStandin, isolated_cache: Path) -> None:
+    download("hf://datasets/lerobot-test/tiny", options={"episodes": "1:2"})
+    convert(FIXTURE, "local", options={"episodes": "1:2"})
+    assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
+    manifest = json.loads((isolated_cache / "datasets" / "tiny" / "manifest.json").read_text())
+    assert manifest["num_episodes"] == 1 and manifest["num_steps"] == 25
+
+
+def test_a_second_download_fetches_nothing(hub: HubStandin, isolated_cache: Path) -> None:
+    download("hf://datasets/lerobot-test/tiny")
+    hub.log.clear()
+    download("hf://datasets/lerobot-test/tiny", name="twice")
+    assert hub.downloads() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "hf://models/org/x",
+        "hf://datasets/org",
+        "hf://datasets/org/../x",
+        "hf://datasets/org/x/a/../../y",
+        "hf://datasets/org/x@",
+    ],
+)
+def test_malformed_hub_urls_are_refused(hub: HubStandin, source: str) -> None:
+    with pytest.raises(UnsupportedSourceError, match=f"cannot read '{re.escape(source)}'"):
+        download(source)
+
+
+def test_missing_repo_and_revision_name_what_is_missing(hub: HubStandin) -> None:
+    with pytest.raises(HTTPStatusError, match="no hf://datasets/lerobot-test/nope@main"):
+        download("hf://datasets/lerobot-test/nope")
+    with pytest.raises(HTTPStatusError, match="HTTP 404"):
+        download("hf://datasets/lerobot-test/tiny@v9")
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    code = "from rlds_cli.cli.app import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_gated_repo_needs_a_token_that_is_never_shown(hub: HubStandin, isolated_cache: Path) -> None:
+    hub.repos["lerobot-test/tiny"].gated = True
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    refused = _cli(env, "download", "hf://datasets/lerobot-test/tiny")
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    lines = refused.stderr.strip().splitlines()
+    assert "gated or private" in lines[0] and "HF_TOKEN" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    ok = _cli({**env, "HF_TOKEN": TOKEN}, "download", "hf://datasets/lerobot-test/tiny")
+    assert ok.returncode == 0, ok.stderr
+    assert any(e["auth"] for e in hub.log)
+    for text in (refused.stdout, refused.stderr, ok.stdout, ok.stderr):
+        assert TOKEN not in text
+    for path in isolated_cache.rglob("*"):  # manifests, provenance, hashes, listings, logs
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_minari_repo_written_by_minari_converts_end_to_end(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("minari")
+    pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
+    local = record_minari(tmp_path / "minari", "hubtest/pendulum/random-v0")
+    repo = Repo()
+    repo.add_commit({**folder_files(local, "pendulum/random-v0/"), "README.md": b"# mirror\n"})
+    hub.repos["minari-test/pendulum"] = repo
+    download("hf://datasets/minari-test/pendulum/pendulum/random-v0", name="hub-pendulum")
+    convert(local, "local-pendulum")
+    assert _arrays(isolated_cache, "hub-pendulum") == _arrays(isolated_cache, "local-pendulum")
+    assert set(hub.downloads()) == {f"pendulum/random-v0/{p}" for p in folder_files(local)}
