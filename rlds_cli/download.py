@@ -3,7 +3,8 @@
 Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (resumed,
 retried, verified, published atomically) and then converted by :func:`rlds_cli.convert.convert`.
 A first-seen sha256 is pinned (made binding for later downloads) only once the conversion
-succeeded.
+succeeded; a file that failed to convert is fetched again by the next run
+(:mod:`rlds_cli.net.pinning`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundErr
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import listing_path, raw_dir, stored_listing, url_dir, url_file_name
+from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.net.progress import DownloadProgress
 
 _URL_PREFIXES = ("http://", "https://")
@@ -104,17 +106,17 @@ def download(
     if not force:
         share_downloads(cache, entry, folder, planned)
     results = fetch_files(planned, folder, **fetch)
-    result = convert(
-        _convert_source(entry.format, folder, results),
-        name or entry.cache_name,
-        format=format or entry.format,
-        options=merged,
-        source_info=_provenance(results, folder, id=entry.id),
-        expected_sha256=results[0].sha256 if len(results) == 1 else None,
-        expected_origin=results[0].hash_origin,
-        **convert_args,
-    )
-    HashStore(folder).pin(r.name for r in results)
+    with confirmed_by_conversion(folder, [r.name for r in results]):
+        result = convert(
+            _convert_source(entry.format, folder, results),
+            name or entry.cache_name,
+            format=format or entry.format,
+            options=merged,
+            source_info=_provenance(results, folder, id=entry.id),
+            expected_sha256=results[0].sha256 if len(results) == 1 else None,
+            expected_origin=results[0].hash_origin,
+            **convert_args,
+        )
     if not keep_raw:
         drop_raw_files(folder, results)
     return result
@@ -135,17 +137,17 @@ def _download_url(
     folder = url_dir(cache, url)
     remote = RemoteFile(file_name, (url,), sha256=sha256.lower() if sha256 else None, hash_origin="user")
     results = fetch_files([remote], folder, **fetch)
-    result = convert(
-        results[0].path,
-        name or _default_name(Path(file_name)),
-        format=format,
-        options=options,
-        source_info=_provenance(results, folder, url=url),
-        expected_sha256=results[0].sha256,
-        expected_origin=results[0].hash_origin,
-        **convert_args,
-    )
-    HashStore(folder).pin(r.name for r in results)
+    with confirmed_by_conversion(folder, [r.name for r in results]):
+        result = convert(
+            results[0].path,
+            name or _default_name(Path(file_name)),
+            format=format,
+            options=options,
+            source_info=_provenance(results, folder, url=url),
+            expected_sha256=results[0].sha256,
+            expected_origin=results[0].hash_origin,
+            **convert_args,
+        )
     if not keep_raw:
         drop_raw_files(folder, results)
     return result

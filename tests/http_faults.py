@@ -43,7 +43,8 @@ class Fault:
     before the asked one, or at ``shift`` for a request without Range), ``ignore_if_range``
     (honour Range even when If-Range no longer matches: a buggy server), ``pause`` (send
     ``after`` body bytes, then the rest once ``wait`` is set: the download is surely under way
-    and surely unfinished until the test says so).
+    and surely unfinished until the test says so), ``headers`` (the usual answer with ``headers``
+    added, e.g. a ``Content-Encoding`` the client did not ask for).
     """
 
     kind: str
@@ -171,6 +172,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             if fault and fault.kind == "corrupt":
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
             start, status, headers = 0, 200, dict(validators)
+            if fault and fault.kind == "headers":  # the body as usual, with extra headers
+                headers.update(fault.headers)
             m = _RANGE.match(rng or "")
             if_range = self.headers.get("If-Range")
             # RFC 9110 13.1.5: a Range whose If-Range validator does not match (weak ETags never

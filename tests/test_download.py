@@ -544,7 +544,7 @@ def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cac
     portal = b"<!DOCTYPE html><html><body>Please log in to the hotel Wi-Fi</body></html>\n" * 40
     server.files["/d4rl/pointmass.hdf5"] = portal
     first = invoke("download", "lp")
-    assert first.exit_code == 1 and "as HDF5" in first.stderr and "--force" in first.stderr
+    assert first.exit_code == 1 and "as HDF5" in first.stderr and "run the same command again" in first.stderr
     record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
     assert record is not None and record.sha256 == hashlib.sha256(portal).hexdigest() and not record.pinned
     assert ok_json("info", "lp")["files"][0]["sha256_origin"] == "unconfirmed"
@@ -552,7 +552,7 @@ def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cac
     server.files["/d4rl/pointmass.hdf5"] = DEMO  # the network works now
     # another id of the same URL does not borrow the unconverted file
     assert ok_json("download", "local-points-long-v0")["downloads"][0]["sha256"] == DEMO_SHA
-    second = invoke("download", "lp", "--force")
+    second = invoke("download", "lp")  # the same command: the failed file is fetched again
     assert second.exit_code == 0, second.output
     record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
     assert record is not None and (record.sha256, record.pinned) == (DEMO_SHA, True)

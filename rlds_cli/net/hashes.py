@@ -72,6 +72,8 @@ class FileRecord:
         verified_at: UTC time of that verification.
         pinned: Whether later downloads must match this hash. A ``"recorded"`` hash is pinned
             only once the file converted; hashes from an authority are pinned at once.
+        convert_failed: An unpinned file whose conversion failed: the next run fetches it
+            again instead of reusing it (see :mod:`rlds_cli.net.pinning`).
     """
 
     sha256: str
@@ -81,6 +83,7 @@ class FileRecord:
     mtime_ns: int = 0
     verified_at: str = ""
     pinned: bool = True
+    convert_failed: bool = False
 
 
 class HashStore:
@@ -133,9 +136,20 @@ class HashStore:
         def change(records: dict[str, FileRecord]) -> None:
             for name in wanted & set(records):
                 records[name].pinned = True
+                records[name].convert_failed = False
 
         if wanted and any(not r.pinned for n, r in self.read().items() if n in wanted):
             self._update(change)
+
+    def mark_failed(self, names: Iterable[str]) -> None:
+        """Record that the (unpinned) files ``names`` did not convert."""
+        wanted = set(names)
+
+        def change(records: dict[str, FileRecord]) -> None:
+            for name in wanted & set(records):
+                records[name].convert_failed = True
+
+        self._update(change)
 
     def _update(self, change: Any) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,5 +159,14 @@ class HashStore:
             self._write(records)
 
     def _write(self, records: dict[str, FileRecord]) -> None:
-        data: dict[str, Any] = {"files": {k: asdict(v) for k, v in sorted(records.items())}}
+        data: dict[str, Any] = {"files": {k: _as_json(v) for k, v in sorted(records.items())}}
         atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+
+
+def _as_json(record: FileRecord) -> dict[str, Any]:
+    """A record as stored; ``convert_failed`` only when set, so an older rlds (which does not
+    know the key) still reads every other record of the folder."""
+    data = asdict(record)
+    if not data["convert_failed"]:
+        del data["convert_failed"]
+    return data

@@ -35,7 +35,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.layout import part_info_path
 from rlds_cli.net.progress import DownloadProgress, ignore
-from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after
+from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after, size_of
 
 logger = logging.getLogger(__name__)
 
@@ -229,10 +229,10 @@ def download_url(
         try:
             size = _one_request(session, url, part, have, name, expected_size, config, progress)
         except _Transient as exc:
-            delay = budget.next_delay(exc.retry_after, progressed=bool(exc.received))
+            delay = budget.next_delay(exc.retry_after, progressed=bool(exc.received), reached=size_of(part))
             if delay is None:
                 cls = DownloadTooSlowError if exc.too_slow else DownloadFailedError
-                raise cls(f"GET {url} failed {budget.failures} times in a row; last error: {exc}") from None
+                raise cls(budget.give_up(f"GET {url}", exc)) from None
             n = budget.failures
             # logged once (the CLI shows it, without a source location); progress only counts
             logger.warning("GET %s: %s; retry %d/%d in %.1f s", url, exc, n, config.retries, delay)
@@ -241,8 +241,7 @@ def download_url(
             continue
         if size is not None:
             return size
-        # None: the part was found complete-or-wrong and reset; look again (a bounded number of times)
-        restarts += 1
+        restarts += 1  # None: the part was complete-or-wrong and reset; look again (bounded)
         if restarts > MAX_RESTARTS:
             raise ServerResponseError(
                 f"GET {url}: the server answered {restarts} times with bytes that do not continue "

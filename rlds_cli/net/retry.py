@@ -6,6 +6,7 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Retry-After values above this are treated as this (a misbehaving server must not park us).
 MAX_RETRY_AFTER = 300.0
@@ -25,23 +26,67 @@ def backoff_delay(attempt: int, base: float, retry_after: float | None = None) -
     return delay
 
 
+#: Requests one download of one URL may make in one command, whatever the server announces: a
+#: server whose every answer ends early but brings a few new bytes would otherwise reset the
+#: stall budget forever. What arrived is kept: the next command resumes from there.
+MAX_REQUESTS = 64
+#: Every this many requests, the back-off's floor doubles (also while progress is made).
+_SLOWER_EVERY = 16
+
+
 @dataclass
 class RetryBudget:
-    """The one retry policy of rlds' HTTP calls: ``retries`` tries more after a failure, with
-    :func:`backoff_delay` between them."""
+    """The one retry policy of rlds' HTTP calls: ``retries`` tries more after a failure without
+    progress, at most ``max_requests`` requests in all, with :func:`backoff_delay` between them.
+
+    Attributes:
+        requests: Requests made so far (the first one included).
+        best: The furthest byte any try reached (progress is only a new furthest byte: a server
+            resending the same beginning makes none).
+    """
 
     retries: int
     base_delay: float
     failures: int = 0
+    max_requests: int = MAX_REQUESTS
+    requests: int = 1
+    best: int = 0
 
-    def next_delay(self, retry_after: float | None = None, *, progressed: bool = False) -> float | None:
+    def next_delay(
+        self, retry_after: float | None = None, *, progressed: bool = False, reached: int | None = None
+    ) -> float | None:
         """Count a failed try and return the seconds to wait before the next one, or ``None`` when
-        no try is left. A try that ``progressed`` (useful bytes arrived) makes its failure the
-        first again: a budget per stall, not per operation."""
+        no try is left. A try that ``progressed`` (useful bytes arrived), up to a byte further
+        than any before when ``reached`` is given, makes its failure the first again: a budget
+        per stall. :attr:`max_requests` bounds the whole operation."""
+        if reached is not None:
+            progressed = progressed and reached > self.best
+            self.best = max(self.best, reached)
         self.failures = 1 if progressed else self.failures + 1
-        if self.failures > self.retries:
+        if self.failures > self.retries or self.out_of_requests:
             return None
-        return backoff_delay(self.failures, self.base_delay, retry_after)
+        self.requests += 1
+        attempt = max(self.failures, 1 + (self.requests - 1) // _SLOWER_EVERY)
+        return backoff_delay(attempt, self.base_delay, retry_after)
+
+    @property
+    def out_of_requests(self) -> bool:
+        """Whether the request cap, rather than a stall, ends the operation."""
+        return self.requests >= self.max_requests
+
+    def give_up(self, what: str, last: object) -> str:
+        """The error message once :meth:`next_delay` returned ``None``."""
+        if self.out_of_requests and self.failures <= self.retries:
+            return (
+                f"{what}: gave up after {self.requests} requests, each answer ending before the "
+                f"end it announced (last error: {last}); a server keeps sending less than it says"
+            )
+        return f"{what} failed {self.failures} times in a row; last error: {last}"
+
+
+def size_of(part: Path) -> int:
+    """How far a partial download reached (0 when there is none)."""
+    return part.stat().st_size if part.is_file() else 0
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -171,6 +171,10 @@ def safe_relpath(rel: str) -> bool:
     )
 
 
+#: The largest file size an index may give (1 PiB): anything above is damage, not data.
+MAX_FILE_SIZE = 2**50
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """One dataset file in the remote index."""
@@ -202,7 +206,7 @@ class RemoteIndex:
             doc = json.loads(data)
             if doc.get("format") != INDEX_FORMAT or int(doc["version"]) > INDEX_VERSION:
                 raise ValueError("format")
-            files = {str(rel): FileEntry(int(e["size"]), str(e["sha256"])) for rel, e in doc["files"].items()}
+            files = {str(rel): FileEntry(e["size"], str(e["sha256"])) for rel, e in doc["files"].items()}
             index = cls(str(doc["manifest_sha256"]), files)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RemoteCorruptError(
@@ -212,6 +216,14 @@ class RemoteIndex:
         bad = [rel for rel in index.files if not safe_relpath(rel)]
         if bad:
             raise RemoteCorruptError(f"{where} names the file {bad[0]!r}, which is no safe path")
+        for rel, entry in index.files.items():
+            # a size is used to seek, read and allocate: one no file can have (negative, huge,
+            # a bool, a float) fails here, naming the index, not deep in a read
+            if type(entry.size) is not int or not 0 <= entry.size <= MAX_FILE_SIZE:
+                raise RemoteCorruptError(
+                    f"{where} gives the file {rel!r} a size of {entry.size!r}, which no file can have "
+                    f"(a whole number of bytes from 0 to 2**50)"
+                )
         return index
 
 
