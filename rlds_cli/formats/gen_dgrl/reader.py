@@ -1,0 +1,234 @@
+"""Gen-DGRL (Procgen) trajectories: a ``.tar.xz`` of one ``.npy`` or ``.npz`` file per trajectory,
+read as a stream, member by member, never unpacked to disk.
+
+The released archives (``<game>.tar.xz`` at ``dl.fbaipublicfiles.com/DGRL/Procgen/...``) hold one
+file per trajectory. TorchRL reads each member with ``np.load(member, allow_pickle=True).tolist()``:
+a ``.npy`` of a **pickled dict** (what ``np.save(f, dict)`` writes, a 0-d object array). The
+gen_dgrl collector writes ``np.savez_compressed`` episodes named
+``{timestamp}_{idx}_{len}_{level_seed}_{return:.2f}.npz``. Both are read, in one archive or as
+loose files (a file, or a folder of them). Keys: ``observations`` ``(T + 1, 3, 64, 64)``,
+``actions`` ``(T, 1)``, ``rewards`` ``(T, 1)``, ``dones`` ``(T,)``. The rules below are written
+out in ``docs/formats.md`` ("Gen-DGRL"); the package's modules apply them
+(:mod:`~rlds_cli.formats.gen_dgrl.files`, :mod:`~rlds_cli.formats.gen_dgrl.decode`,
+:mod:`~rlds_cli.formats.gen_dgrl.tar`, :mod:`~rlds_cli.formats.gen_dgrl.episodes`), this one
+reads a source with them:
+
+* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.safe_pickle`): it
+  builds numpy arrays, checked dtypes and scalars and nothing else (the globals a pickled dict of
+  arrays asks for, in numpy 1.x and 2.x spellings, pickle protocols 2 to 5), and ``latin1``
+  encodes within a budget of the pickle's size. Any other global (``os.system``,
+  ``builtins.eval``, a class of some package) is refused, naming the file, the member and the
+  global, before it is looked up. The ``allow_pickle`` option (CLI ``--allow-pickle``) lifts
+  the restriction for trusted files.
+* **Mapping** (rules ``gen-dgrl-v1``): ``observations`` -> ``observation`` (flat, uint8, layout as
+  stored: CHW for Procgen); ``actions`` -> ``action`` as stored; ``rewards`` -> ``next/reward``
+  ``[T, 1]``; ``dones`` -> ``next/terminated`` (Procgen data carries no truncation signal). The
+  collector stores frames as floats: they become uint8 only when every value is a whole number in
+  0..255 (a lossless cast); anything else is refused naming the value and where it is.
+* **The last observation is not used.** Procgen resets by itself, so ``observations[T]`` (recorded
+  with ``done``) is the *next* episode's first frame. An episode that ends with ``done`` gets its
+  last observation repeated as its final observation, ``final_known = false`` (counted in
+  ``synthesized_final_observations``). A trajectory whose last ``done`` is false was cut without
+  a reset: it ends **truncated** and ``observations[T]`` is its real final observation.
+* **``done`` before the last step** (several episodes in one file): the trajectory is split there,
+  each part an episode of its own (the frame after a ``done`` starts the next episode).
+* The level seed (from the collector's file name) goes to the per-episode source array
+  ``gen_dgrl/episode_level_seed`` (-1 when the name has none, or the file holds several
+  episodes); ``gen_dgrl/episode_trajectory`` is the index of each episode's file or member.
+* **Tar safety**: members with absolute paths or ``..``, links, devices, a member appearing twice,
+  more members than :class:`rlds_cli.archives.Limits` allows, a member over
+  :data:`~rlds_cli.formats.gen_dgrl.decode.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio of
+  bytes to archive bytes) than the archive limits are refused, naming the archive and the
+  member. Nothing is written to disk: each member is read into memory, decoded and dropped, so
+  memory is one trajectory plus one block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.folders import BadFiles
+from rlds_cli.formats.gen_dgrl.decode import read_loose
+from rlds_cli.formats.gen_dgrl.episodes import trajectory_episodes
+from rlds_cli.formats.gen_dgrl.files import (
+    TRAJECTORY_KEYS,
+    TRAJECTORY_SUFFIXES,
+    is_tar,
+    level_seed,
+    sniff,
+    source_files,
+)
+from rlds_cli.formats.gen_dgrl.tar import TarTrajectories
+
+RULES = "gen-dgrl-v1"
+
+
+def _nbytes(ep: Episode) -> int:
+    return sum(v.nbytes for v in ep.observations.values()) + sum(v.nbytes for v in ep.steps.values())
+
+
+@dataclass(frozen=True)
+class GenDGRLOptions(ReaderOptions):
+    """Options of :class:`GenDGRLReader` (its keyword arguments)."""
+
+    allow_pickle: bool = False
+    skip_bad_files: bool = False
+
+
+class GenDGRLReader(Reader):
+    """Streams Gen-DGRL (Procgen) trajectories as :class:`StepBlock` s.
+
+    Args:
+        path: A tar archive (``.tar.xz``; any tar compression) of trajectory files, one
+            trajectory ``.npy``/``.npz``, a folder of them, or a list of archives and files.
+        allow_pickle: Unpickle ``.npy`` trajectories without restriction (runs code: trusted
+            files only). Without it, pickles may build numpy arrays and nothing else.
+    """
+
+    format_name = "gen_dgrl"
+    expected_files = (
+        "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
+        "observations, actions, rewards and dones"
+    )
+    Options = GenDGRLOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
+
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        allow_pickle: bool = False,
+        skip_bad_files: bool = False,
+    ) -> None:
+        paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
+        self.path = paths[0]
+        self.files = source_files(paths)
+        if not self.files:
+            raise SourceFormatError(f"{self.path} holds no .npy or .npz trajectory files")
+        for f in self.files:
+            if not (is_tar(f) or f.suffix.lower() in TRAJECTORY_SUFFIXES):
+                raise SourceFormatError(
+                    f"{f} is not a Gen-DGRL source file (a .tar.xz of trajectories, or a .npy/.npz "
+                    "trajectory)"
+                )
+        self.allow_pickle = allow_pickle
+        self._bad = BadFiles(skip_bad_files)  # loose files only: an archive is one file
+        self.report = ConversionReport(rules=RULES)
+        self._seeds: list[int] = []
+        self._trajectory_of: list[int] = []
+        self._trajectories = 0
+        self._split = 0
+        self._ignored: list[str] = []
+        self._extra_keys: set[str] = set()
+        self._observation_dtypes: set[str] = set()
+
+    def total_rows(self) -> int:
+        """Bytes of the source files (progress counts archive and file bytes read)."""
+        return sum(f.stat().st_size for f in self.files)
+
+    def source_metadata(self) -> dict[str, Any]:
+        return {
+            "gen_dgrl": {
+                "trajectories": self._trajectories,
+                "split_trajectories": self._split,
+                "observation_dtypes_in_source": sorted(self._observation_dtypes),
+                "ignored_members": len(self._ignored),
+            }
+        }
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "gen_dgrl/episode_level_seed": np.asarray(self._seeds, np.int64),
+            "gen_dgrl/episode_trajectory": np.asarray(self._trajectory_of, np.int64),
+        }
+
+    def _raw_trajectories(
+        self, progress: Callable[[int], None] | None
+    ) -> Iterator[tuple[str, str, Any, TarTrajectories | None]]:
+        """``(where, name, decoded object, its archive or None)`` per trajectory file, in order."""
+        for f in self.files:
+            if is_tar(f):
+                members = TarTrajectories(f, self.allow_pickle)
+                done = 0
+                try:
+                    for where, name, decoded in members:
+                        yield where, name, decoded, members
+                        if progress is not None:
+                            progress(members.consumed - done)
+                        done = members.consumed
+                finally:
+                    self._ignored += [f"{f.name}: {name}" for name in members.ignored]
+                if progress is not None:
+                    progress(f.stat().st_size - done)
+            else:
+                try:
+                    decoded = read_loose(f, self.allow_pickle)
+                except SourceFormatError as exc:  # half-written or corrupt: stop, or skip if asked
+                    self._bad.handle(f, exc)
+                    continue
+                yield str(f), f.name, decoded, None
+                if progress is not None:
+                    progress(f.stat().st_size)
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield the trajectories in archive (or sorted file) order, split at every ``done``."""
+        packer = EpisodePacker(self.report)
+        self._update_notes()
+        for where, name, arrays, archive in self._raw_trajectories(progress):
+            trajectory = trajectory_episodes(arrays, where)
+            episodes = trajectory.episodes
+            if archive is not None:  # what the archive makes rlds write, against its ratio limit
+                archive.take(sum(_nbytes(ep) for ep in episodes), name)
+            self._extra_keys.update(trajectory.unused_keys)
+            self._observation_dtypes.add(np.dtype(trajectory.observation_dtype).name)
+            self.report.source_rows += sum(ep.length for ep in episodes)
+            if not episodes:
+                self.report.dropped_episodes += 1  # one observation and no step
+            seed = level_seed(name) if len(episodes) == 1 else -1
+            self._split += len(episodes) > 1
+            for ep in episodes:
+                ep.source_id = len(self._seeds)
+                self._seeds.append(seed)
+                self._trajectory_of.append(self._trajectories)
+                self.report.synthesized_final_observations += not ep.final_known
+                yield from packer.add(ep)
+            self._trajectories += 1
+            self._update_notes()  # kept current: a subset (--episodes) may stop reading at any point
+        self._update_notes()
+        yield from packer.finish()
+
+    def _update_notes(self) -> None:
+        notes = [
+            "Procgen resets by itself: each episode ending with 'dones' has its last observation repeated as "
+            "its final observation (final_known false; the file's last frame is the next episode's first)",
+            "'dones' is stored as next/terminated: Gen-DGRL records no truncation",
+        ]
+        converted = sorted(d for d in self._observation_dtypes if d != "uint8")
+        if converted:
+            notes.append(
+                f"observations cast from {', '.join(converted)} to uint8 (every value a whole number 0..255)"
+            )
+        if self._split:
+            notes.append(
+                f"{self._split} trajectories hold several episodes ('dones' before the last step): split"
+            )
+        if self._extra_keys:
+            notes.append(f"keys other than {TRAJECTORY_KEYS} are not stored: {sorted(self._extra_keys)}")
+        if self._ignored:
+            shown = ", ".join(self._ignored[:3]) + (
+                f" and {len(self._ignored) - 3} more" if len(self._ignored) > 3 else ""
+            )
+            notes.append(f"{len(self._ignored)} archive members that are not .npy/.npz were ignored: {shown}")
+        skipped = self._bad.note()
+        if skipped:
+            notes.append(skipped)
+        self.report.notes[:] = notes

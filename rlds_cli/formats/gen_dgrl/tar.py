@@ -1,0 +1,143 @@
+"""A Gen-DGRL archive read as a stream: each tar member checked as the unpacker checks it
+(:mod:`rlds_cli.archives`), read into memory within the archive limits, decoded and dropped;
+nothing is written to disk."""
+
+from __future__ import annotations
+
+import lzma
+import tarfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from rlds_cli.archives import Limits, UnsafeArchiveError
+from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
+from rlds_cli.formats.gen_dgrl.decode import MAX_MEMBER_BYTES, decode_member
+from rlds_cli.formats.gen_dgrl.files import TRAJECTORY_SUFFIXES
+
+#: Bytes read from an archive at a time, each counted against the archive limits before the next.
+_CHUNK = 1 << 20
+
+
+class TarTrajectories:
+    """The trajectory members of one tar archive, read front to back as a stream.
+
+    Every member is checked as the unpacker checks it (:mod:`rlds_cli.archives`: the same
+    :class:`Limits`, the same member rules), then read into memory in chunks (at most
+    :data:`MAX_MEMBER_BYTES`); nothing is written to disk. The archive limits hold for what the
+    conversion takes from the archive: every byte read counts against the total, and the bytes
+    kept (each trajectory's arrays as stored in the cache, frames as uint8) plus the bytes of
+    skipped members count against the ratio to archive bytes read (a decompression bomb).
+    Trajectory members are counted as kept rather than as read because Procgen frames stored as
+    float32 take four times their uint8 bytes, and xz packs them very tightly.
+    """
+
+    def __init__(self, archive: Path, allow_pickle: bool) -> None:
+        self.archive, self.allow_pickle = archive, allow_pickle
+        self.limits = Limits()
+        self.unpacked = 0  # member bytes read
+        self.taken = 0  # bytes kept of trajectories, plus skipped members' bytes
+        self.members = 0
+        self.ignored: list[str] = []
+        self.consumed = 0  # archive bytes read so far (progress, and the ratio)
+
+    def _refuse(self, name: str, why: str) -> UnsafeArchiveError:
+        return UnsafeArchiveError(f"{self.archive}: member {name!r} {why}; refused")
+
+    def _check(self, member: tarfile.TarInfo, seen: set[str]) -> None:
+        """Refuse what the unpacker refuses: escaping names, links, devices, duplicates, sizes."""
+        name = member.name
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise UnsafeArchiveError(f"{self.archive}: more than {self.limits.max_members} members")
+        pure = PurePosixPath(name)
+        if "\\" in name or "\x00" in name:
+            raise self._refuse(name, "has a backslash or NUL in its name")
+        if pure.is_absolute():
+            raise self._refuse(name, "has an absolute path")
+        if ".." in pure.parts:
+            raise self._refuse(name, "escapes the archive ('..')")
+        if pure.parts and ":" in pure.parts[0]:
+            raise self._refuse(name, "has a drive-letter path")
+        if member.issym() or member.islnk():
+            raise self._refuse(name, f"is a link (to {member.linkname!r})")
+        if not (member.isfile() or member.isdir()):
+            raise self._refuse(name, "is a device or FIFO")
+        if member.isfile():
+            if name in seen:
+                raise self._refuse(name, "appears twice")
+            seen.add(name)
+            if member.size > MAX_MEMBER_BYTES:
+                raise self._refuse(
+                    name,
+                    f"declares {member.size:,} bytes, over the {MAX_MEMBER_BYTES:,} a trajectory may take",
+                )
+
+    def _unpack(self, n: int, name: str) -> None:
+        """Member bytes read so far against the archive's total limit."""
+        self.unpacked += n
+        if self.unpacked > self.limits.max_total_bytes:
+            raise UnsafeArchiveError(
+                f"{self.archive}: unpacks to more than {self.limits.max_total_bytes:,} bytes (at {name!r}); "
+                "refusing (a decompression bomb?)",
+                hint="raise the limit with RLDS_ARCHIVE_MAX_BYTES if the archive is trusted",
+            )
+
+    def take(self, n: int, name: str) -> None:
+        """Count ``n`` bytes taken from the archive (kept, or skipped) against the ratio limit."""
+        self.taken += n
+        if self.taken > self.limits.ratio_floor_bytes:
+            read = max(self.consumed, 1)
+            if self.taken > self.limits.max_total_ratio * read:
+                raise UnsafeArchiveError(
+                    f"{self.archive}: yields {self.taken:,} bytes from {read:,} bytes of archive (ratio "
+                    f"over {self.limits.max_total_ratio:g}, at {name!r}); refusing (a decompression bomb?)",
+                    hint="raise the ratio limit with RLDS_ARCHIVE_MAX_RATIO if the archive is trusted",
+                )
+
+    def _read(self, fh: IO[bytes], member: tarfile.TarInfo, raw: IO[bytes], keep: bool) -> bytes:
+        parts = []
+        while chunk := fh.read(_CHUNK):
+            self._unpack(len(chunk), member.name)
+            self.consumed = raw.tell()
+            if keep:
+                parts.append(chunk)
+            else:  # a skipped member yields nothing: all of it counts against the ratio
+                self.take(len(chunk), member.name)
+        if keep and sum(len(p) for p in parts) != member.size:
+            raise tarfile.ReadError(f"member {member.name!r} ended early")
+        return b"".join(parts)
+
+    def __iter__(self) -> Iterator[tuple[str, str, Any]]:
+        """``(where, member name, decoded object)`` per trajectory member, in archive order."""
+        from rlds_cli.archives import _decompressed  # the unpacker's bounded decompressing reader
+
+        try:
+            raw = open(self.archive, "rb")  # noqa: SIM115 - closed below
+        except PermissionError as exc:
+            raise SourceNotReadableError(f"cannot read archive {self.archive}: permission denied") from exc
+        seen: set[str] = set()
+        try:
+            with raw, _decompressed(raw) as stream, tarfile.open(fileobj=stream, mode="r|") as tf:
+                for member in tf:
+                    self._check(member, seen)
+                    self.consumed = raw.tell()
+                    if member.isdir():
+                        continue
+                    kind = PurePosixPath(member.name).suffix.lower()
+                    keep = kind in TRAJECTORY_SUFFIXES
+                    fh = tf.extractfile(member)
+                    data = self._read(fh, member, raw, keep) if fh is not None else b""
+                    self.consumed = raw.tell()
+                    if not keep:
+                        self.ignored.append(member.name)
+                        continue
+                    where = f"{self.archive}: member {member.name!r}"
+                    yield where, member.name, decode_member(kind, data, where, self.allow_pickle)
+        except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
+            if isinstance(exc, RldsError):
+                raise
+            raise SourceFormatError(
+                f"{self.archive}: damaged tar archive (truncated or corrupt?): {exc}"
+            ) from exc
