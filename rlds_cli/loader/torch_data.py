@@ -38,6 +38,7 @@ from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.state_checks import check_cursor_state
 
 
 def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
@@ -245,6 +246,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         Raises:
             LoaderStateError: The state is from another dataset, rank, world size or batch size.
         """
+        check_cursor_state(state, "EpochBatchSampler", len(self))
         _check_cursor_state(state, self, "EpochBatchSampler")
         self.seed = int(state["seed"])
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
@@ -449,6 +451,7 @@ class TedIterableDataset(IterableDataset):
             LoaderStateError: The state is from another dataset, rank, world size, batch size
                 or shuffle mode.
         """
+        check_cursor_state(state, "TedIterableDataset", self._pass_length())
         _check_cursor_state(state, self, "TedIterableDataset")
         if state.get("shuffle", self.shuffle) != self.shuffle:
             raise LoaderStateError(
