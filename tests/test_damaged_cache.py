@@ -174,3 +174,30 @@ def test_a_growing_head_need_not_declare_every_field() -> None:
     check_manifest_data(head, "g/manifest.json")
     with pytest.raises(CorruptDatasetError, match="declares no 'action'"):
         check_manifest_data({**head, "layout": "flat-ted"}, "g/manifest.json")
+
+
+@pytest.mark.parametrize("case", ["fields a list", "dtype float99", "starts shuffled", "plain int64 rows"])
+def test_rm_removes_a_damaged_dataset(case: str) -> None:
+    """The hint's way out works: 'rlds rm' does not need a readable manifest."""
+    path, _ = _damage(case)
+    result = runner.invoke(app, ["rm", "d", "--yes"])
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    assert not path.parent.exists()
+
+
+def test_a_damaged_segment_of_a_growing_dataset_is_refused() -> None:
+    from tests.test_writer import episode
+
+    with rlds_cli.DatasetWriter("g") as writer:
+        writer.add_episode(episode(3))
+        writer.add_episode(episode(4, 10.0))
+    grown = open_dataset("g")
+    assert grown.num_episodes == 2
+    index_file = sorted(grown.directory.glob("segments/*/episodes.npy"))[0]
+    index = np.load(index_file)
+    index["start"] += 1
+    np.save(index_file, index, allow_pickle=False)
+    with pytest.raises(
+        CorruptDatasetError, match=r"segments/.*episodes\.npy is damaged: episode 0 starts at step 1"
+    ):
+        open_dataset("g")
