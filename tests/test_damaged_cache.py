@@ -201,3 +201,40 @@ def test_a_damaged_segment_of_a_growing_dataset_is_refused() -> None:
         CorruptDatasetError, match=r"segments/.*episodes\.npy is damaged: episode 0 starts at step 1"
     ):
         open_dataset("g")
+
+
+def test_a_pushed_dataset_with_a_damaged_index_is_refused_where_it_lies() -> None:
+    """A dataset read in place from a store (rlds_cli.remote.reader) passes the same check: here
+    an index whose starts were shuffled, its files-index entry made to match (a store the push
+    did not write that way)."""
+    import hashlib
+    import io
+
+    fsspec = pytest.importorskip("fsspec")
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from rlds_cli.remote.push import push
+    from rlds_cli.remote.store import INDEX_FILE
+
+    url = "memory://bucket/damaged/z"
+    try:
+        make_dataset("z", LENGTHS, backend="zarr")
+        push("z", url)
+        assert open_dataset(url).num_episodes == 3
+        fs = fsspec.filesystem("memory")
+        index = np.load(io.BytesIO(fs.cat(f"{url}/episodes.npy")))
+        index["start"] = [0, 7, 3]
+        buffer = io.BytesIO()
+        np.save(buffer, index, allow_pickle=False)
+        data = buffer.getvalue()
+        fs.pipe(f"{url}/episodes.npy", data)
+        files = json.loads(fs.cat(f"{url}/{INDEX_FILE}"))
+        files["files"]["episodes.npy"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        fs.pipe(f"{url}/{INDEX_FILE}", json.dumps(files).encode())
+        with pytest.raises(
+            CorruptDatasetError, match=r"episodes\.npy is damaged: episode 2 starts at step 3"
+        ):
+            open_dataset(url)
+    finally:
+        MemoryFileSystem.store.clear()
+        MemoryFileSystem.pseudo_dirs[:] = [""]
