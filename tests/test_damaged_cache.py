@@ -238,3 +238,16 @@ def test_a_pushed_dataset_with_a_damaged_index_is_refused_where_it_lies() -> Non
     finally:
         MemoryFileSystem.store.clear()
         MemoryFileSystem.pseudo_dirs[:] = [""]
+
+
+def test_list_says_which_dataset_it_cannot_list() -> None:
+    path, says = _damage("fields a list")
+    make_dataset("ok", [2, 2])
+    result = runner.invoke(app, ["list"], env={"NO_COLOR": "1", "COLUMNS": "400"})
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert "ok" in result.stdout and "\nd " not in result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("warning: not listed: ") and str(path) in line and says in line
+    assert "rlds verify d" in line
+    result = runner.invoke(app, ["list", "--json"], env={"NO_COLOR": "1", "COLUMNS": "400"})
+    assert [d["name"] for d in json.loads(result.stdout)["datasets"]] == ["ok"]
