@@ -417,7 +417,8 @@ class NotPushableError(RemoteError, ValueError):
 
 
 class LoaderStateError(RldsError, ValueError):
-    """A sampler or loader state (``load_state_dict``) from another dataset, rank or world size."""
+    """A sampler or loader state (``load_state_dict``) from another dataset, rank or world size,
+    or with a missing or malformed field (named in the message)."""
 
     default_hint = "give each rank the state it saved itself, on the same dataset"
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from rlds_cli._io import tree_bytes
 from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.integrity import check_episode_index, damage_hint
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
@@ -263,10 +264,12 @@ class Dataset:
         except (OSError, ValueError) as exc:
             # numpy's message on pickled data suggests allow_pickle=True: never the fix here
             detail = "not a plain numeric .npy array" if "pickle" in str(exc) else str(exc).split("\n")[0]
-            raise CorruptDatasetError(f"episode index {path} is unreadable: {detail}") from exc
-        lengths = index["length"]
-        if len(index) != self.num_episodes or int(lengths.sum()) != self.num_steps or (lengths <= 0).any():
-            raise CorruptDatasetError(f"episode index {path} does not match the manifest")
+            raise CorruptDatasetError(
+                f"episode index {path} is unreadable: {detail}", hint=damage_hint(self.manifest.name)
+            ) from exc
+        # dtype, count, starts strictly increasing and contiguous, lengths >= 1 summing to the
+        # step count: a shuffled or hand-edited index is refused here, never served
+        check_episode_index(index, self.num_steps, self.num_episodes, path, name=self.manifest.name)
         return index
 
     # ------------------------------------------------------------------ reading

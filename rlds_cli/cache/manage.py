@@ -10,7 +10,7 @@ from pathlib import Path
 from rlds_cli._io import file_bytes, tree_bytes
 from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
+from rlds_cli.errors import CorruptDatasetError, DatasetInUseError, DatasetNotFoundError
 
 
 def children_of(cache: CacheRoot, name: str) -> list[str]:
@@ -144,7 +144,10 @@ def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
 def raw_folder_of(cache: CacheRoot, name: str) -> Path | None:
     """The download folder (``raw/...``) a cached dataset was converted from, when it still
     exists (``None`` for views, derived datasets, local files and bundled data)."""
-    raw = cache.manifest(name).source.get("raw_dir")
+    try:
+        raw = cache.manifest(name).source.get("raw_dir")
+    except CorruptDatasetError:  # a damaged manifest: the dataset can still be removed
+        return None
     return Path(raw) if raw and Path(raw).is_dir() else None
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from rlds_cli._io import atomic_write
 from rlds_cli._version import __version__
+from rlds_cli.cache.integrity import check_manifest_data, damage_hint, manifest_name
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import CorruptDatasetError
 
@@ -188,10 +189,13 @@ def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
             f"{path} has format_version {version!r}, newer than this rlds understands ({FORMAT_VERSION})",
             hint="upgrade rlds-cli ('pip install -U rlds-cli')",
         )
+    check_manifest_data(data, path)
     try:
         manifest = Manifest.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptDatasetError(f"manifest {path} is malformed: missing or bad {exc}") from exc
+        raise CorruptDatasetError(
+            f"manifest {path} is malformed: missing or bad {exc}", hint=damage_hint(manifest_name(data, path))
+        ) from exc
     # every field key becomes a file path when read: a tampered manifest must not make a read
     # open a file outside the dataset directory ('../../other/arrays/x')
     from rlds_cli.formats.keys import key_problem

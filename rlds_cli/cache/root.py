@@ -156,6 +156,19 @@ class CacheRoot:
             except CorruptDatasetError:
                 continue
 
+    def damaged_manifests(self) -> list[tuple[str, CorruptDatasetError]]:
+        """The published datasets whose manifest cannot be read (those :meth:`iter_manifests`
+        skips), by directory name, with the error reading it gives."""
+        damaged = []
+        if self.datasets_dir.is_dir():
+            for child in sorted(self.datasets_dir.iterdir()):
+                if (child / MANIFEST_FILE).is_file():
+                    try:
+                        read_manifest(child)
+                    except CorruptDatasetError as exc:
+                        damaged.append((child.name, exc))
+        return damaged
+
     def lock(self, name: str, timeout: float = -1) -> FileLock:
         """The inter-process lock that serializes writers of one dataset name.
 

@@ -45,6 +45,12 @@ def list_datasets(
 
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in cached_datasets(pattern, cache)]
+    if not quiet:  # a dataset whose manifest is damaged is not listed: say so, not nothing
+        from rlds_cli.matching import matches
+
+        for name, exc in cache.damaged_manifests():
+            if pattern is None or matches(pattern, name):
+                _output.warn(f"not listed: {exc.message} ({exc.hint})")
     if json:
         _output.print_json({"root": str(cache.path), "datasets": rows})
         return

@@ -126,9 +126,15 @@ def rm(
 
 def _depth(cache: CacheRoot, name: str, among: set[str]) -> int:
     """How many of ``among`` a dataset derives from, through its lineage (children sort first)."""
+    from rlds_cli.errors import CorruptDatasetError
+
     depth, seen, current = 0, set(), name
     while True:
-        parents = [p.get("name") for p in cache.manifest(current).lineage if p.get("name") in among]
+        try:
+            lineage = cache.manifest(current).lineage
+        except CorruptDatasetError:  # a damaged manifest names no parent: 'rlds rm' still removes it
+            return depth
+        parents = [p.get("name") for p in lineage if p.get("name") in among]
         if not parents or parents[0] in seen:
             return depth
         current = str(parents[0])

@@ -15,9 +15,11 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
 from rlds_cli.loader.samplers import load_shard_state, shard_state
 from rlds_cli.loader.sources import HostSource
+from rlds_cli.loader.state_checks import check_shard_fields, check_state
 
 
 class DeviceSource:
@@ -167,5 +169,15 @@ class DeviceUniformSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        what = "DeviceUniformSampler"
+        check_shard_fields(check_state(state, what), what)
+        if "torch_generator" not in state:
+            raise LoaderStateError(f"{what} state has no field 'torch_generator'")
+        try:  # on a scratch generator: a refused state leaves this one as it was
+            torch.Generator(device=self.device).set_state(state["torch_generator"])
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise LoaderStateError(
+                f"{what} state field 'torch_generator' is no generator state ({exc})"
+            ) from None
         load_shard_state(self, state, self.num_steps)
         self._gen.set_state(state["torch_generator"])

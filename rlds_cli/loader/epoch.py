@@ -14,6 +14,7 @@ import numpy as np
 
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.samplers import positive_int
+from rlds_cli.loader.state_checks import check_int, check_shard_fields, check_state
 
 
 def seed_entropy(seed: int | None) -> int:
@@ -140,8 +141,12 @@ class EpochSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        what = "EpochSampler"
+        check_shard_fields(check_state(state, what), what, seed=True)
+        check_int(state, "epoch", what)
+        check_int(state, "position", what, high=self.steps_per_epoch)  # a negative one drew forever
         check_steps(state, self.num_steps)
-        check_shard(state, self.rank, self.world_size, "EpochSampler")
+        check_shard(state, self.rank, self.world_size, what)
         self.seed = int(state["seed"])
         self.set_epoch(int(state["epoch"]))
         self.position = int(state["position"])

@@ -43,6 +43,7 @@ from rlds_cli.loader.mixture_growth import (
 from rlds_cli.loader.mixture_sampler import MixtureSampler
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
+from rlds_cli.loader.state_checks import check_int, check_state
 
 
 class MixtureSource:
@@ -378,6 +379,7 @@ class MixtureLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another rank or world size:
         :class:`~rlds_cli.errors.LoaderStateError`)."""
+        check_int(check_state(state, "MixtureLoader"), "refresh_batches", "MixtureLoader", required=False)
         self.sampler.load_state_dict(state)
         if self._refresher is not None and "refresh_batches" in state:
             self._refresher.batches = int(state["refresh_batches"])

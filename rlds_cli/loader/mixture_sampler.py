@@ -23,6 +23,13 @@ from rlds_cli.loader.mixture_growth import (
     ready_since,
 )
 from rlds_cli.loader.samplers import positive_int, uniform_ints
+from rlds_cli.loader.state_checks import (
+    check_array,
+    check_bit_generator,
+    check_int,
+    check_shard_fields,
+    check_state,
+)
 
 
 class MixtureSampler:
@@ -154,7 +161,14 @@ class MixtureSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another rank or world size:
         :class:`~rlds_cli.errors.LoaderStateError`)."""
-        check_shard(state, self.rank, self.world_size, "MixtureLoader")
+        what, k = "MixtureLoader", len(self.sizes)
+        check_shard_fields(check_state(state, what), what, num_steps=False)
+        check_bit_generator(state, "bit_generator", what, self._rng)
+        check_int(state, "batches_drawn", what)
+        check_array(state, "counts", what, kind="iu", length=k)
+        check_array(state, "target", what, kind="iuf", length=k)
+        check_array(state, "ready_at", what, kind="iu", length=k, low=NOT_READY, required=False)
+        check_shard(state, self.rank, self.world_size, what)
         if state.get("seed") is not None:
             self.seed = int(state["seed"])
         self._rng.bit_generator.state = state["bit_generator"]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
+from rlds_cli.loader.distributed import check_steps, rank_world, run_seed, stream_seed
 from rlds_cli.loader.samplers import (
     Draw,
     ShortPolicy,
@@ -22,6 +22,13 @@ from rlds_cli.loader.samplers import (
     load_shard_state,
     positive_int,
     shard_state,
+)
+from rlds_cli.loader.state_checks import (
+    check_array,
+    check_bit_generator,
+    check_number,
+    check_shard_fields,
+    check_state,
 )
 from rlds_cli.loader.sumtree import SumTree
 
@@ -143,6 +150,13 @@ class PrioritizedSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        what = type(self).__name__
+        check_shard_fields(check_state(state, what), what)
+        check_bit_generator(state, "bit_generator", what, self._rng)
+        check_steps(state, self.num_steps)  # another dataset: say so before the priorities' length
+        check_array(state, "priorities", what, kind="iuf", length=self.num_steps)
+        for key in ("max_priority", "alpha", "beta"):
+            check_number(state, key, what)
         load_shard_state(self, state, self.num_steps)
         self._tree.set_all(np.asarray(state["priorities"], np.float64))
         self.max_priority = float(state["max_priority"])

@@ -19,6 +19,7 @@ import numpy as np
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
 from rlds_cli.loader.padded import PADDED_MODES, Padded, padded_windows, start_ranges
+from rlds_cli.loader.state_checks import check_bit_generator, check_shard_fields, check_state
 
 ShortPolicy = Literal["pad", "skip", "error"]
 Weighting = Literal["steps", "episodes"]
@@ -85,6 +86,13 @@ def shard_state(sampler: Any, num_steps: int) -> dict[str, Any]:
     }
 
 
+def _check_rng_state(state: Any, what: str, rng: np.random.Generator) -> None:
+    """The whole state of a sampler that is a generator and a shard, checked before any of
+    it is taken (:mod:`rlds_cli.loader.state_checks`)."""
+    check_shard_fields(check_state(state, what), what)
+    check_bit_generator(state, "bit_generator", what, rng)
+
+
 def load_shard_state(sampler: Any, state: dict[str, Any], num_steps: int) -> None:
     """Check a state's dataset size, rank and world size against ``sampler``; take its seed."""
     check_steps(state, num_steps)
@@ -131,6 +139,7 @@ class UniformSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        _check_rng_state(state, type(self).__name__, self._rng)
         load_shard_state(self, state, self.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]
 
@@ -276,5 +285,6 @@ class SliceSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        _check_rng_state(state, type(self).__name__, self._rng)
         load_shard_state(self, state, self.episodes.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]

@@ -35,6 +35,7 @@ from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
+from rlds_cli.loader.state_checks import check_cursor_state
 from rlds_cli.loader.tensors import to_torch
 
 
@@ -243,6 +244,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         Raises:
             LoaderStateError: The state is from another dataset, rank, world size or batch size.
         """
+        check_cursor_state(state, "EpochBatchSampler", len(self))
         _check_cursor_state(state, self, "EpochBatchSampler")
         self.seed = int(state["seed"])
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
@@ -447,6 +449,7 @@ class TedIterableDataset(IterableDataset):
             LoaderStateError: The state is from another dataset, rank, world size, batch size
                 or shuffle mode.
         """
+        check_cursor_state(state, "TedIterableDataset", self._pass_length())
         _check_cursor_state(state, self, "TedIterableDataset")
         if state.get("shuffle", self.shuffle) != self.shuffle:
             raise LoaderStateError(
