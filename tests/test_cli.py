@@ -460,11 +460,15 @@ def test_no_timeouts_no_next_needs_max_episode_steps(golden_file: Path, isolated
     assert "--force" in hint_line(invoke("download", golden_file, "--name", "nt", "--max-episode-steps", "4"))
 
 
-def test_hf_scheme_not_supported(isolated_cache: Path) -> None:
+def test_hf_url_that_names_no_dataset_repo(isolated_cache: Path) -> None:
+    """hf:// URLs name dataset repos (tests/test_hub_download.py downloads them); another shape
+    is one line saying which shape, before any request."""
     result = invoke("download", "hf://org/x")
-    line = error_line(result)
-    assert line.startswith("error: cannot fetch hf://org/x: ")
-    assert "https://huggingface.co/datasets/" in hint_line(result)
+    assert error_line(result) == (
+        "error: cannot read 'hf://org/x': rlds fetches Hub dataset repos named "
+        "hf://datasets/ORG/REPO[/PATH][@REVISION]"
+    )
+    assert "hf://datasets/lerobot/pusht" in hint_line(result)
     assert_nothing_published(isolated_cache)
 
 

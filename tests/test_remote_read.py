@@ -70,7 +70,7 @@ def build(
 @pytest.fixture(params=list(LAYOUTS))
 def local(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Dataset:
     """The same episodes as a cached memmap dataset and (pushed to :data:`URL`) as zarr."""
-    from rlds_cli.cache import backends
+    from rlds_cli.cache import zarr_backend as backends
 
     for name, value in LAYOUTS[request.param].items():
         monkeypatch.setattr(backends, name, value)

@@ -10,7 +10,7 @@ import pytest
 from filelock import FileLock
 
 from rlds_cli.cache.episodes import build_index, write_index
-from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
@@ -18,8 +18,12 @@ from rlds_cli.errors import DatasetExistsError, LockTimeoutError
 
 
 def _manifest(name: str) -> Manifest:
-    """A dataset of one episode of two steps and no columns (enough for the cache's rules)."""
-    return Manifest(name=name, backend="memmap", num_steps=2, num_episodes=1, fields={})
+    """A dataset of one episode of two steps whose manifest declares the TED keys (opening checks
+    them) but whose columns are never read: the transaction's rules need no data."""
+    declared = [("observation", "flat"), ("action", "step"), ("next/reward", "step")]
+    declared += [("next/terminated", "step"), ("next/truncated", "step")]
+    fields = {key: FieldSpec(key, (1,), "float32", storage) for key, storage in declared}
+    return Manifest(name=name, backend="memmap", num_steps=2, num_episodes=1, fields=fields)
 
 
 def _write(name: str, *, replace: bool = False) -> Path:
