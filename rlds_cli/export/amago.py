@@ -42,7 +42,8 @@ def export_amago(
     """Write ``dataset`` as an AMAGO trajectory folder at ``out`` (see the module docstring)."""
     names = _obs_names(dataset)
     has_time = "time_idx" in dataset.stored_fields
-    keys = [*names, "action", "next/reward", "next/terminated", *(["time_idx"] if has_time else [])]
+    flat = [*names, *(["time_idx"] if has_time else [])]
+    keys = [*flat, *(f"next/{k}" for k in flat), "action", "next/reward", "next/terminated"]
     with atomic_target(Path(out), overwrite=overwrite) as tmp:
         fifo = tmp / "buffer" / "fifo"
         fifo.mkdir(parents=True)
