@@ -120,7 +120,8 @@ def test_reward_fn_and_positive_rewards(ds: Dataset) -> None:
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_resume_exact(ds: Dataset, sampler: dict, prefetch: int) -> None:
     def make(seed: int) -> Loader:
-        return Loader(ds, 16, seed=seed, epochs=None, prefetch=prefetch, transform=GoalRelabel(seed=5), **sampler)
+        relabel = GoalRelabel(seed=5)
+        return Loader(ds, 16, seed=seed, epochs=None, prefetch=prefetch, transform=relabel, **sampler)
 
     first = make(0)
     it = iter(first)

@@ -70,8 +70,9 @@ def test_matches_amago_files(tmp_path: Path) -> None:
     ds = open_dataset("am", tmp_path / "cache")
     b = next(iter(Loader(ds, ds.num_steps, sampler="epoch", shuffle=False, transform=PrevActionReward())))
     # AMAGO's own rl2s and time_idxs at the timesteps that are steps (all but the last)
-    want_rl2s = np.concatenate([amago_arrays(i, n, terminal=t)["rl2s"][:-1] for i, (n, t) in enumerate(specs)])
-    want_time = np.concatenate([amago_arrays(i, n, terminal=t)["time_idxs"][:-1, 0] for i, (n, t) in enumerate(specs)])
+    files = [amago_arrays(i, n, terminal=t) for i, (n, t) in enumerate(specs)]
+    want_rl2s = np.concatenate([f["rl2s"][:-1] for f in files])
+    want_time = np.concatenate([f["time_idxs"][:-1, 0] for f in files])
     assert b["rl2s"].numpy() == pytest.approx(want_rl2s)
     assert b["time_idx"].tolist() == want_time.tolist()
 

@@ -56,15 +56,15 @@ def export_amago(
                 arrays[name] = np.concatenate([ep[key], ep[f"next/{key}"][-1:]])
             rews = np.asarray(ep["next/reward"], np.float32).reshape(t, -1)
             actions = np.asarray(ep["action"])
-            rl2s = np.zeros((t + 1, rews.shape[1] + int(np.prod(actions.shape[1:], dtype=np.int64))), np.float32)
-            rl2s[1:] = np.concatenate([rews, actions.reshape(t, -1).astype(np.float32)], axis=1)
+            prev = np.concatenate([rews, actions.reshape(t, -1).astype(np.float32)], axis=1)
+            rl2s = np.concatenate([np.zeros((1, prev.shape[1]), np.float32), prev])
             if has_time:
                 time = np.concatenate([ep["time_idx"], ep["next/time_idx"][-1:]]).astype(np.int64)
             else:
                 time = np.arange(t + 1, dtype=np.int64)[:, None]
-            arrays.update(actions=actions, rews=rews, dones=np.asarray(ep["next/terminated"], bool).reshape(t, 1),
-                          time_idxs=time, rl2s=rl2s)  # fmt: skip
-            np.savez(fifo / f"{dataset.name.replace('/', '--')}_{i:08d}_0.npz", **arrays)
+            dones = np.asarray(ep["next/terminated"], bool).reshape(t, 1)
+            arrays.update(actions=actions, rews=rews, dones=dones, time_idxs=time, rl2s=rl2s)
+            np.savez(fifo / f"{dataset.name.replace('/', '--')}_{i:08d}_0.npz", **arrays)  # type: ignore[arg-type]
             done += t
             if progress:
                 progress(done)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
