@@ -103,3 +103,20 @@ def test_export_round_trips(tmp_path: Path, ds: Dataset) -> None:
 def test_unbound() -> None:
     with pytest.raises(RuntimeError, match="bound"):
         PrevActionReward()({"index": np.arange(2)})
+
+
+def test_export_needs_an_observation(tmp_path: Path) -> None:
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.formats.base import StepBlock
+
+    with DatasetBuilder("noobs", root=tmp_path, backend="memmap") as builder:
+        builder.append(StepBlock(
+            steps={"action": np.zeros((3, 1), np.float32), "next/reward": np.zeros((3, 1), np.float32),
+                   "next/terminated": np.zeros((3, 1), bool), "next/truncated": np.array([[False], [False], [True]])},
+            observations={"state": np.zeros((4, 2), np.float32)},
+            ends=np.array([2]),
+        ))  # fmt: skip
+        builder.commit(source={"generator": "test"})
+    with pytest.raises(ExportError, match="no observation key to export to AMAGO"):
+        export_dataset(open_dataset("noobs", tmp_path), tmp_path / "out", "amago")
+    assert not (tmp_path / "out").exists()
