@@ -112,7 +112,8 @@ def test_export_needs_an_observation(tmp_path: Path) -> None:
     with DatasetBuilder("noobs", root=tmp_path, backend="memmap") as builder:
         builder.append(StepBlock(
             steps={"action": np.zeros((3, 1), np.float32), "next/reward": np.zeros((3, 1), np.float32),
-                   "next/terminated": np.zeros((3, 1), bool), "next/truncated": np.array([[False], [False], [True]])},
+                   "next/terminated": np.zeros((3, 1), bool),
+                   "next/truncated": np.array([[False], [False], [True]])},
             observations={"state": np.zeros((4, 2), np.float32)},
             ends=np.array([2]),
         ))  # fmt: skip
