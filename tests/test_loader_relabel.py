@@ -161,3 +161,42 @@ def test_bad_arguments(ds: Dataset, tmp_path: Path) -> None:
         Loader(ds, 4, transform=GoalRelabel(goal_key="info/goal"))
     with pytest.raises(RuntimeError, match="bound"):
         GoalRelabel()({"index": np.arange(3)})
+
+
+def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
+    from rlds_cli.loader.mixture import MixtureSampler, MixtureSource
+
+    other = make_ted(tmp_path, "gc2", [3, 8, 2])
+    other_ends = np.cumsum([3, 8, 2])
+
+    def make(seed: int) -> Loader:
+        source = MixtureSource([ds, other])
+        relabel = GoalRelabel("ogbench", seed=2).for_mixture(source)
+        sampler = MixtureSampler(source.sizes, [0.5, 0.5], 32, seed)
+        return Loader(source, 32, sampler=sampler, epochs=None, prefetch=2, transform=relabel)
+
+    first = make(0)
+    it = iter(first)
+    next(it)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    want = [next(it) for _ in range(3)]
+    second = make(1)
+    second.load_state_dict(state)
+    it2 = iter(second)
+    for w in want:
+        g = next(it2)
+        for key in ("index", "source", "value_goal", "actor_goal", "next/reward", "mask"):
+            assert g[key].tolist() == w[key].tolist()
+        src, idx = w["source"].numpy(), w["index"].numpy()
+        ai, vi = w["actor_goal_index"].numpy(), w["value_goal_index"].numpy()
+        assert set(src.tolist()) == {0, 1}
+        # actor goals (trajectory only) stay in the row's own episode of its own dataset
+        for s, ends in ((0, np.cumsum(LENGTHS)), (1, other_ends)):
+            rows = src == s
+            ep = np.searchsorted(ends, idx[rows], side="right")
+            assert (np.searchsorted(ends, ai[rows], side="right") == ep).all()
+            assert (vi[rows] < ends[-1]).all()
+        # goal observations are the goal steps' ([i, episode, i / 2] in both datasets)
+        assert w["actor_goal"].numpy()[:, 0].tolist() == ai.tolist()
+    first.close()
+    second.close()

@@ -33,9 +33,11 @@ indices twice (a sequential sampler's epochs) gets the same goals.
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +46,7 @@ from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.samplers import Episodes
 from rlds_cli.loader.sources import HostSource
 
+_OUTPUT_KEYS = ("value_goal", "actor_goal", "value_goal_index", "actor_goal_index", "next/reward", "mask")
 RewardFn = Callable[[TedBatch, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
@@ -167,6 +170,46 @@ class GoalRelabel:
             )
         self._source = HostSource(dataset, [self.goal_key])
         self._episodes = Episodes.of(dataset)
+
+    def for_mixture(self, datasets: Sequence[Dataset] | Any) -> Callable[[TedBatch], TedBatch]:
+        """A plain transform (nothing left to bind) for a mixture's batches: each row's goals are
+        chosen in its own dataset (by the batch's ``source`` and ``index``), with that dataset's
+        episodes and steps, and ``value_goal_index`` / ``actor_goal_index`` are steps of it.
+        ``goal_key`` must have the same name in every dataset.
+
+        Args:
+            datasets: The mixture's datasets in source order, or a
+                :class:`~rlds_cli.loader.mixture.MixtureSource` (its ``datasets``).
+        """
+        parts = []
+        for dataset in getattr(datasets, "datasets", datasets):
+            part = copy.copy(self)
+            part.reward_fn = None  # the user's rule runs once, on the whole batch
+            part.bind(dataset)
+            parts.append(part)
+
+        def relabel(batch: TedBatch) -> TedBatch:
+            shape = np.shape(batch["index"])  # slices: [B, L]; rows are relabeled one by one
+            source = np.asarray(batch["source"], np.int64).reshape(-1)
+            idx = np.asarray(batch["index"], np.int64).reshape(-1)
+            pieces = []
+            for s, part in enumerate(parts):
+                rows = np.flatnonzero(source == s)
+                if len(rows):
+                    pieces.append((rows, part(TedBatch(index=idx[rows]))))
+            for key in _OUTPUT_KEYS:
+                first = pieces[0][1][key]
+                full = np.empty((len(idx), *first.shape[1:]), first.dtype)
+                for rows, piece in pieces:
+                    full[rows] = piece[key]
+                batch[key] = full.reshape(*shape, *first.shape[1:])
+            if self.reward_fn is not None:  # the user's rule sees the whole batch
+                reward, mask = self.reward_fn(batch, batch["value_goal"])
+                batch["next/reward"] = np.asarray(reward, np.float32).reshape(*shape, -1)
+                batch["mask"] = np.asarray(mask, np.float32).reshape(shape)
+            return batch
+
+        return relabel
 
     def goal_indices(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The value and actor goal steps of the steps ``idx`` (one vectorized draw)."""
