@@ -18,7 +18,7 @@ def export(
     name: Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")],
     out: Annotated[Path, typer.Argument(help="File (d4rl, npz) or directory (torchrl, minari) to create.")],
     to: Annotated[
-        str, typer.Option("--to", "-t", help="Target format: torchrl, d4rl, npz, minari or lerobot.")
+        str, typer.Option("--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot or amago.")
     ] = "torchrl",
     force: Annotated[bool, force_option("Replace OUT if it exists.")] = False,
     root: RootOption = None,

@@ -7,6 +7,7 @@
 | `npz`     | the same arrays as `d4rl`, in one `.npz`          | `numpy.load(path)`                      |
 | `minari`  | a Minari HDF5 dataset directory                   | `minari.load_dataset` / `rlds download`  |
 | `lerobot` | a LeRobot v3.0 directory (parquet + AV1 mp4)      | `LeRobotDataset` / `rlds download`       |
+| `amago`   | an AMAGO trajectory folder (one `.npz` each)      | AMAGO's loader / `rlds download`         |
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ EXPORTERS: dict[str, str] = {
     "npz": "rlds_cli.export.d4rl:export_npz",
     "minari": "rlds_cli.export.minari:export_minari",
     "lerobot": "rlds_cli.export.lerobot:export_lerobot",
+    "amago": "rlds_cli.export.amago:export_amago",
 }
 
 

@@ -1,0 +1,202 @@
+"""Goal relabeling at sample time: OGBench's ``GCDataset.sample_goals`` rules against a
+row-at-a-time statement of them (given the same random numbers), HER "future", the reward and
+mask rule, a user reward function, and exact resume with prefetch."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.loader import Loader
+from rlds_cli.loader.relabel import GoalRelabel, GoalRule, her_future_indices, ogbench_goal_indices
+from tests.loader_fixtures import make_ted
+
+LENGTHS = [5, 1, 9, 3, 14, 2]
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    return make_ted(tmp_path_factory.mktemp("relabel"), "gc", LENGTHS)
+
+
+def sample_goal_row(t: int, terminal_locs: list[int], rule: GoalRule, random_idx: int, offset: int,
+                    distance: float, u_traj: float, u_cur: float) -> int:  # fmt: skip
+    """OGBench's sample_goals for one row, written out: the episode end is the first terminal
+    location at or after ``t``."""
+    final = next(loc for loc in terminal_locs if loc >= t)
+    if rule.geom_sample:
+        traj = min(t + offset, final)
+    else:
+        traj = round(min(t + 1, final) * distance + final * (1 - distance))
+    if rule.p_curgoal == 1.0:
+        return t
+    goal = traj if u_traj < rule.p_trajgoal / (1.0 - rule.p_curgoal) else random_idx
+    return t if u_cur < rule.p_curgoal else goal
+
+
+RULES = [
+    GoalRule(0.2, 0.5, 0.3, True, 0.9),
+    GoalRule(0.0, 1.0, 0.0, False),
+    GoalRule(0.3, 0.0, 0.7, True),
+    GoalRule(1.0, 0.0, 0.0, True),
+    GoalRule(0.1, 0.6, 0.3, False),
+]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_ogbench_rule_against_row_statement(rule: GoalRule) -> None:
+    rng = np.random.default_rng(1)
+    ends = np.cumsum(LENGTHS)
+    n = int(ends[-1])
+    terminal_locs = (ends - 1).tolist()
+    idx = np.tile(np.arange(n), 20)  # every step, many draws each
+    last = (ends - 1)[np.searchsorted(ends - 1, idx)]
+    random_idx = rng.integers(0, n, idx.shape)
+    offsets = rng.geometric(1 - rule.discount, idx.shape)
+    d, u1, u2 = rng.random((3, *idx.shape))
+    got = ogbench_goal_indices(idx, last, rule, random_idx, offsets, d, u1, u2)
+    want = [sample_goal_row(int(t), terminal_locs, rule, int(r), int(o), float(a), float(b), float(c))
+            for t, r, o, a, b, c in zip(idx, random_idx, offsets, d, u1, u2, strict=True)]  # fmt: skip
+    assert got.tolist() == want
+
+
+def test_her_future_against_row_statement() -> None:
+    rng = np.random.default_rng(2)
+    ends = np.cumsum(LENGTHS)
+    idx = np.tile(np.arange(int(ends[-1])), 10)
+    last = (ends - 1)[np.searchsorted(ends - 1, idx)]
+    u = rng.random(idx.shape)
+    got = her_future_indices(idx, last, u)
+    for t, end, x, g in zip(idx, last, u, got, strict=True):
+        steps = list(range(int(t), int(end) + 1))  # the future of t, t itself included
+        assert g == steps[int(x * len(steps))]
+    # u = 0 is the step itself, u just below 1 the episode's last step
+    assert her_future_indices(idx, last, np.zeros(idx.shape)).tolist() == idx.tolist()
+    assert her_future_indices(idx, last, np.full(idx.shape, 1 - 1e-12)).tolist() == last.tolist()
+
+
+def episode_of(i: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.cumsum(LENGTHS), i, side="right")
+
+
+@pytest.mark.parametrize("strategy", ["ogbench", "her_future"])
+def test_loader_goals_rewards_masks(ds: Dataset, strategy: str) -> None:
+    t = GoalRelabel(strategy, gc_negative=True, seed=3)
+    loader = Loader(ds, 64, seed=0, transform=t)
+    b = next(iter(loader))
+    idx = b["index"].numpy()
+    vi, ai = b["value_goal_index"].numpy(), b["actor_goal_index"].numpy()
+    # goals are the goal steps' observations (observation[i] = [i, episode, i / 2])
+    assert b["value_goal"].numpy()[:, 0].tolist() == vi.tolist()
+    assert b["actor_goal"].numpy()[:, 0].tolist() == ai.tolist()
+    success = (idx == vi).astype(np.float32)
+    assert b["mask"].numpy().tolist() == (1 - success).tolist()
+    assert b["next/reward"].numpy()[:, 0].tolist() == (success - 1).tolist()
+    assert (vi >= 0).all() and (vi < ds.num_steps).all()
+    if strategy == "her_future":
+        assert (episode_of(vi) == episode_of(idx)).all() and (vi >= idx).all()
+    else:  # the default actor rule: trajectory goals only
+        assert (episode_of(ai) == episode_of(idx)).all() and (ai > idx).sum() > 0
+
+
+def test_reward_fn_and_positive_rewards(ds: Dataset) -> None:
+    def near(batch: dict, goal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        close = np.abs(batch["observation"][:, 0] - goal[:, 0]) <= 1
+        return close.astype(np.float32), (~close).astype(np.float32)
+
+    b = next(iter(Loader(ds, 64, seed=0, transform=GoalRelabel(reward_fn=near, seed=1))))
+    gap = (b["observation"][:, 0] - b["value_goal"][:, 0]).abs()
+    assert b["next/reward"][:, 0].tolist() == (gap <= 1).float().tolist()
+    b = next(iter(Loader(ds, 64, seed=0, transform=GoalRelabel(gc_negative=False, seed=1))))
+    assert set(b["next/reward"][:, 0].tolist()) <= {0.0, 1.0}
+    assert b["next/reward"][:, 0].tolist() == (b["index"] == b["value_goal_index"]).float().tolist()
+
+
+@pytest.mark.parametrize("sampler", [{"sampler": "uniform"}, {"sampler": "slice", "slice_len": 4}])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_resume_exact(ds: Dataset, sampler: dict, prefetch: int) -> None:
+    def make(seed: int) -> Loader:
+        relabel = GoalRelabel(seed=5)
+        return Loader(ds, 16, seed=seed, epochs=None, prefetch=prefetch, transform=relabel, **sampler)
+
+    first = make(0)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    expected = [next(it) for _ in range(4)]
+    second = make(1)
+    second.load_state_dict(state)
+    it2 = iter(second)
+    for want in expected:
+        got = next(it2)
+        for key in ("index", "value_goal", "actor_goal", "next/reward", "mask"):
+            assert got[key].tolist() == want[key].tolist()
+    first.close()
+    second.close()
+
+
+def test_seed_changes_goals(ds: Dataset) -> None:
+    a = GoalRelabel(seed=0)
+    b = GoalRelabel(seed=1)
+    a.bind(ds)
+    b.bind(ds)
+    idx = np.arange(ds.num_steps)
+    assert a.goal_indices(idx)[0].tolist() == a.goal_indices(idx)[0].tolist()
+    assert a.goal_indices(idx)[0].tolist() != b.goal_indices(idx)[0].tolist()
+
+
+def test_bad_arguments(ds: Dataset, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sum to 1"):
+        GoalRule(0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="discount"):
+        GoalRule(discount=1.0)
+    with pytest.raises(ValueError, match="strategy"):
+        GoalRelabel("final")
+    with pytest.raises(ValueError, match="goal_key 'info/goal'"):
+        Loader(ds, 4, transform=GoalRelabel(goal_key="info/goal"))
+    with pytest.raises(RuntimeError, match="bound"):
+        GoalRelabel()({"index": np.arange(3)})
+
+
+def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
+    from rlds_cli.loader.mixture import MixtureSampler, MixtureSource
+
+    other = make_ted(tmp_path, "gc2", [3, 8, 2])
+    other_ends = np.cumsum([3, 8, 2])
+
+    def make(seed: int) -> Loader:
+        source = MixtureSource([ds, other])
+        relabel = GoalRelabel("ogbench", seed=2).for_mixture(source)
+        sampler = MixtureSampler(source.sizes, [0.5, 0.5], 32, seed)
+        return Loader(source, 32, sampler=sampler, epochs=None, prefetch=2, transform=relabel)
+
+    first = make(0)
+    it = iter(first)
+    next(it)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    want = [next(it) for _ in range(3)]
+    second = make(1)
+    second.load_state_dict(state)
+    it2 = iter(second)
+    for w in want:
+        g = next(it2)
+        for key in ("index", "source", "value_goal", "actor_goal", "next/reward", "mask"):
+            assert g[key].tolist() == w[key].tolist()
+        src, idx = w["source"].numpy(), w["index"].numpy()
+        ai, vi = w["actor_goal_index"].numpy(), w["value_goal_index"].numpy()
+        assert set(src.tolist()) == {0, 1}
+        # actor goals (trajectory only) stay in the row's own episode of its own dataset
+        for s, ends in ((0, np.cumsum(LENGTHS)), (1, other_ends)):
+            rows = src == s
+            ep = np.searchsorted(ends, idx[rows], side="right")
+            assert (np.searchsorted(ends, ai[rows], side="right") == ep).all()
+            assert (vi[rows] < ends[-1]).all()
+        # goal observations are the goal steps' ([i, episode, i / 2] in both datasets)
+        assert w["actor_goal"].numpy()[:, 0].tolist() == ai.tolist()
+    first.close()
+    second.close()
