@@ -20,8 +20,9 @@ from rlds_cli.errors import (
 from rlds_cli.net import hf
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import HttpConfig, PartInfo, write_part_info
+from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import part_path
+from rlds_cli.net.partfile import PartInfo, write_part_info
 from rlds_cli.net.retry import backoff_delay, parse_retry_after
 from tests.http_faults import Fault, FaultServer
 

@@ -16,8 +16,9 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli.errors import DownloadFailedError, HostNotFoundError, HTTPStatusError, RegistryFormatError
 from rlds_cli.net.fetch import RemoteFile
-from rlds_cli.net.http import HttpConfig, describe_error, name_not_resolved, new_session, open_url
+from rlds_cli.net.http import HttpConfig, new_session, open_url
 from rlds_cli.net.layout import is_reserved
+from rlds_cli.net.request_errors import describe_error, name_not_resolved
 from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

@@ -11,18 +11,17 @@ asked, or a ``206`` with another validator or total size restarts the file from 
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._io import atomic_write, check_disk
+from rlds_cli._io import check_disk
 from rlds_cli.errors import (
     DownloadFailedError,
     DownloadTooSlowError,
@@ -33,8 +32,9 @@ from rlds_cli.errors import (
     RldsError,
     ServerResponseError,
 )
-from rlds_cli.net.layout import part_info_path
+from rlds_cli.net.partfile import PartInfo, discard_part, read_part_info, write_part_info
 from rlds_cli.net.progress import DownloadProgress, ignore
+from rlds_cli.net.request_errors import describe_error, name_not_resolved
 from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after, size_of
 
 logger = logging.getLogger(__name__)
@@ -90,62 +90,6 @@ class _Transient(Exception):
         self.retry_after = retry_after
         self.received = received
         self.too_slow = too_slow
-
-
-@dataclass
-class PartInfo:
-    """What identifies the version of the file a ``.part`` holds bytes of.
-
-    Attributes:
-        url: The URL asked for (a ``.part`` is only resumed from the same URL).
-        etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
-        last_modified: Its ``Last-Modified``.
-        size: The file's total size, when the server said.
-    """
-
-    url: str
-    etag: str | None = None
-    last_modified: str | None = None
-    size: int | None = None
-
-    @property
-    def validator(self) -> str | None:
-        """The ``If-Range`` value: the strong ETag, else the date; ``None`` when neither."""
-        return self.etag or self.last_modified
-
-    @classmethod
-    def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
-        """The validators of a response."""
-        etag = (resp.headers.get("ETag") or "").strip()
-        strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
-        return cls(url, strong, (resp.headers.get("Last-Modified") or "").strip() or None, size)
-
-    def matches(self, resp: Any) -> bool:
-        """Whether a response's validators, where it sends them, are the recorded ones."""
-        etag = (resp.headers.get("ETag") or "").strip()
-        if self.etag and etag and etag != self.etag:
-            return False
-        date = (resp.headers.get("Last-Modified") or "").strip()
-        return not (not self.etag and self.last_modified and date and date != self.last_modified)
-
-
-def read_part_info(part: Path) -> PartInfo | None:
-    """The validator record of a ``.part`` (``None`` when missing or unreadable)."""
-    try:
-        return PartInfo(**json.loads(part_info_path(part).read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def write_part_info(part: Path, info: PartInfo) -> None:
-    """Record (atomically) which version of the file a ``.part`` holds bytes of."""
-    atomic_write(part_info_path(part), json.dumps(asdict(info)) + "\n")
-
-
-def discard_part(part: Path) -> None:
-    """Delete a partial download and its validator record."""
-    part.unlink(missing_ok=True)
-    part_info_path(part).unlink(missing_ok=True)
 
 
 def new_session() -> Any:
@@ -478,36 +422,3 @@ def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | No
         return have
     discard_part(part)
     return None
-
-
-def name_not_resolved(exc: BaseException) -> bool:
-    """Whether a requests/urllib3 error comes from a failed DNS lookup (``socket.gaierror``,
-    which urllib3 wraps as ``NameResolutionError`` inside ``MaxRetryError``)."""
-    import socket
-
-    import urllib3
-
-    kinds: tuple[type[BaseException], ...] = (socket.gaierror,)
-    if hasattr(urllib3.exceptions, "NameResolutionError"):
-        kinds += (urllib3.exceptions.NameResolutionError,)
-    seen: set[int] = set()
-    stack: list[Any] = [exc]
-    while stack:
-        e = stack.pop()
-        if not isinstance(e, BaseException) or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, kinds):
-            return True
-        stack.extend([e.__cause__, e.__context__, getattr(e, "reason", None), *e.args])
-    return False
-
-
-def describe_error(exc: BaseException) -> str:
-    """A short reason: urllib3 nests the cause ("[Errno 111] Connection refused", "Read timed
-    out") inside a long pool/URL preamble that the message already names."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text) or re.search(
-        r"(Read timed out|Connection broken)", text
-    )
-    return f"{type(exc).__name__}: {m.group(1) if m else text}"[:300]
