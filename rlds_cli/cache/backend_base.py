@@ -60,6 +60,11 @@ class Backend(ABC):
         """Open a column read-only. The result supports ``len``, ``shape``, ``dtype``, slices
         and integer-array indexing along the first axis, returning numpy arrays."""
 
+    def read_column(self, dataset_dir: Path, key: str, stop: int) -> np.ndarray:
+        """Rows ``[0, stop)`` of a stored column, read into RAM (for small columns read whole:
+        a backend can do it cheaper than opening the column for random reads)."""
+        return np.array(self.open_column(dataset_dir, key)[:stop])
+
     @abstractmethod
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
         """Check that every file of a column is there, at its full size, without reading its

@@ -354,7 +354,7 @@ class GrowingDataset(Dataset):
 
         def read() -> np.ndarray:
             try:
-                return np.array(self._backend.open_column(ds.directory, key)[:stop])
+                return self._backend.read_column(ds.directory, key, stop)
             except (OSError, CorruptDatasetError):
                 self._check_not_replaced()
                 raise DatasetReplacedError(

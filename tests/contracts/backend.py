@@ -72,6 +72,21 @@ class BackendContract:
         np.testing.assert_array_equal(np.asarray(column[idx]), values[idx])
         assert self.backend().check_column(tmp_path, key, ROWS, shape) is None
 
+    @pytest.mark.parametrize(("key", "dtype", "shape"), COLUMNS)
+    def test_read_column_reads_the_first_rows_into_ram(
+        self, tmp_path: Path, key: str, dtype: type, shape: tuple[int, ...]
+    ) -> None:
+        values = column_values(dtype, shape)
+        self.write(tmp_path, key, values)
+        for stop in (ROWS, 51, 0):
+            rows = self.backend().read_column(tmp_path, key, stop)
+            assert isinstance(rows, np.ndarray) and not isinstance(rows, np.memmap)
+            np.testing.assert_array_equal(rows, values[:stop])
+
+    def test_read_column_of_a_missing_column_is_corrupt(self, tmp_path: Path) -> None:
+        with pytest.raises(CorruptDatasetError):
+            self.backend().read_column(tmp_path, "observation", 1)
+
     def test_a_missing_file_is_reported_by_check_column(self, tmp_path: Path) -> None:
         values = column_values(np.uint8, (3, 8, 8))
         self.write(tmp_path, "pixels", values)
