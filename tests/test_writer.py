@@ -303,14 +303,20 @@ def test_a_refreshed_view_reads_what_a_fresh_open_reads(isolated_cache: Path, ba
     olds: list[tuple[GrowingDataset, dict[str, np.ndarray]]] = []
     uid = 1
     for round_ in range(12):
-        with rlds_cli.DatasetWriter("tv", mode="append") as w:
+        # a protected writer now and then: its segments stay live before the eviction front
+        with rlds_cli.DatasetWriter("tv", mode="append", protected=round_ in (2, 9)) as w:
             for _ in range(int(rng.integers(1, 4))):
                 w.add_episode(episode(int(rng.integers(1, 9)), 10.0 * uid, uid=uid))
                 uid += 1
         if round_ == 6:
             rlds_cli.compact("tv", grace_seconds=3600)
-        reader.refresh()
-        assert_identical(reader[:], rlds_cli.open_dataset("tv")[:])
+        reader.refresh()  # kept from the last view (appends, evictions) or rebuilt (compaction)
+        fresh = rlds_cli.open_dataset("tv")
+        assert_identical(reader[:], fresh[:])
+        assert np.array_equal(reader.episodes, fresh.episodes)
+        assert np.array_equal(reader.episode_bounds.ends, fresh.episode_bounds.ends)
+        parts = [ds.directory for ds in reader.segment_datasets()]
+        assert parts == [ds.directory for ds in fresh.segment_datasets()]
         snapshot = rlds_cli.open_dataset("tv")
         olds.append((snapshot, snapshot[:]))
     for old, rows in olds:

@@ -142,19 +142,52 @@ class LogState:
     position: int = 0
     records: int = 0
 
+    def __post_init__(self) -> None:
+        # every segment id ever added: a duplicate ADD is found without a scan of the view
+        self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired)
+        self._reset_front()
+        self._advance_front(None)
+
+    def _reset_front(self) -> None:
+        # The front: segments[:_front] hold no live unprotected episode (each unprotected one
+        # is evicted whole; the protected ones are listed in _front_protected), and
+        # _front_evicted counts their unprotected episodes. It only moves forward (eviction is
+        # oldest first), so the view costs the segments past it, not every segment ever added.
+        self._front = 0
+        self._front_evicted = 0
+        self._front_protected: list[SegmentEntry] = []
+        self._tail_memo: tuple[tuple[int, int], list[tuple[SegmentEntry, int]], int] | None = None
+
+    def _advance_front(self, when: float | None) -> None:
+        """Move the front past the segments now evicted whole (retired from ``when``; ``None``:
+        a copy's front, whose retired segments are the original's)."""
+        segments = self.segments
+        while self._front < len(segments):
+            s = segments[self._front]
+            if s.protected:
+                self._front_protected.append(s)
+            elif self._front_evicted + s.episodes <= self.evicted:
+                self._front_evicted += s.episodes
+                if when is not None:
+                    self.retired.setdefault(s.seg, when)
+            else:
+                break
+            self._front += 1
+
     def apply(self, rec: Record) -> None:
         self.records += 1
         if rec.kind == ADD:
-            if any(s.seg == rec.seg for s in self.segments):
+            if rec.seg in self._added:
                 return  # a duplicate (never written by rlds): the first one counts
+            self._added.add(rec.seg)
             self.segments.append(
                 SegmentEntry(rec.seg, bool(rec.flags & PROTECTED), rec.episodes, rec.steps, 0, rec.time)
             )
+            self._advance_front(rec.time)
         elif rec.kind == EVICT:
             if rec.count > self.evicted:
                 self.evicted = rec.count
-                for s in self.fully_evicted():
-                    self.retired.setdefault(s.seg, rec.time)
+                self._advance_front(rec.time)
         else:
             ids = [s.seg for s in self.segments]
             if rec.first not in ids or rec.last not in ids:
@@ -166,8 +199,11 @@ class LogState:
                 rec.seg, old[0].protected, logical, rec.steps, logical - rec.episodes, rec.time
             )
             self.segments[a : b + 1] = [merged]
+            self._added.add(rec.seg)
             for s in old:
                 self.retired.setdefault(s.seg, rec.time)
+            self._reset_front()  # positions moved: found again, once per compaction
+            self._advance_front(rec.time)
 
     def follow(self, path: Path, until: int | None = None) -> int:
         """Apply the records appended to the log at ``path`` since :attr:`position` (up to byte
@@ -208,21 +244,29 @@ class LogState:
         return list(out)
 
     def _live(self) -> list[tuple[SegmentEntry, int]]:
-        out: list[tuple[SegmentEntry, int]] = []
-        remaining = self.evicted
-        for s in self.segments:
+        out = [(s, s.dropped) for s in self._front_protected]
+        start, remaining = self._front, self.evicted - self._front_evicted
+        memo = self._tail_memo
+        if memo is not None and memo[0] == (self._front, self.evicted) and memo[2] <= len(self.segments):
+            # only segments added since: the walk goes on from where it stopped
+            tail, start = list(memo[1]), memo[2]
+            remaining = self._tail_remaining
+        else:
+            tail = []
+        for s in self.segments[start:]:
             skip = 0
             if not s.protected:
                 skip = min(remaining, s.episodes)
                 remaining -= skip
             if skip < s.episodes:
-                out.append((s, max(skip, s.dropped)))
-        return out
+                tail.append((s, max(skip, s.dropped)))
+        self._tail_memo = ((self._front, self.evicted), tail, len(self.segments))
+        self._tail_remaining = remaining
+        return out + tail
 
     def fully_evicted(self) -> list[SegmentEntry]:
         """Segments whose every episode is evicted (their files can go after a grace period)."""
-        live = {s.seg for s, _ in self.live()}
-        return [s for s in self.segments if s.seg not in live]
+        return [s for s in self.segments[: self._front] if not s.protected]
 
     def copy(self) -> LogState:
         return LogState(

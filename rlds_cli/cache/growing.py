@@ -266,46 +266,15 @@ class GrowingDataset(Dataset):
         }
 
     def _rebuild(self) -> None:
-        parts: list[tuple[Dataset, int]] = []
         live = self.live_segments()
-        keep = {s.seg for s, _ in live}
-        for seg in [k for k in self._segments if k not in keep]:
-            del self._segments[seg]
-            self._facts.pop(seg, None)
-        facts = []
-        opened = self._segments
-        for entry, first in live:
-            ds = opened.get(entry.seg) or self.segment(entry.seg)
-            fact = self._facts.get(entry.seg)
-            if fact is None:  # plain arrays of the segment's index, made once per segment
-                if ds.num_episodes != entry.episodes - entry.dropped:
-                    raise CorruptDatasetError(
-                        f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
-                        f"{entry.episodes - entry.dropped}"
-                    )
-                index = ds.episodes
-                fact = self._facts[entry.seg] = (
-                    np.asarray(index["start"], np.int64),
-                    np.asarray(index["length"], np.int64),
-                    np.asarray(index["source_id"], np.int64),
-                    np.asarray(index["final_known"], bool),
-                )
-            parts.append((ds, first))
-            facts.append((fact, first))
-        self._parts = parts
-        self._part_ids = [entry.seg for entry, _ in live]
-        # per part: first step, steps and episodes of the segment (for the columns' row spans)
-        self._step0 = np.array([int(f[0][first]) for f, first in facts], np.int64)
-        self._firsts = np.array([first for _, first in facts], np.int64)
-        self._nsteps = np.array([ds.num_steps for ds, _ in parts], np.int64)
-        self._neps = np.array([ds.num_episodes for ds, _ in parts], np.int64)
-        index = np.zeros(int(sum(len(f[1]) - first for f, first in facts)), EPISODE_DTYPE)
-        if len(index):
-            for field, k in (("length", 1), ("source_id", 2), ("final_known", 3)):
-                index[field] = np.concatenate([f[k][first:] for f, first in facts])
-        lens = index["length"]
-        index["start"] = np.cumsum(lens) - lens
-        self.episodes = index
+        ids = [entry.seg for entry, _ in live]
+        firsts = np.fromiter((first for _, first in live), np.int64, len(live))
+        if not self._grow(live, ids, firsts):
+            self._build(live, ids, firsts)
+        self._part_ids = ids
+        self._firsts = firsts
+        lens = self.episodes["length"]
+        self.episodes["start"] = np.cumsum(lens) - lens
         self.episode_bounds = Episodes(lens) if len(lens) else empty_episodes()
         self.manifest = Manifest(
             name=self.head.name,
@@ -323,6 +292,95 @@ class GrowingDataset(Dataset):
         self._columns = {}
         self._readers = {}
 
+    def _build(self, live: list[tuple[SegmentEntry, int]], ids: list[bytes], firsts: np.ndarray) -> None:
+        """The view made whole from its segments (linear in the segments)."""
+        keep = set(ids)
+        for seg in [k for k in self._segments if k not in keep]:
+            del self._segments[seg]
+            self._facts.pop(seg, None)
+        for entry, _ in live:
+            if entry.seg not in self._facts:
+                self._index_segment(entry)
+        facts = self._facts
+        n = len(ids)
+        self._neps = np.fromiter((len(facts[seg][1]) for seg in ids), np.int64, n)
+        self._nsteps = np.fromiter((self._segments[seg].num_steps for seg in ids), np.int64, n)
+        pairs = list(zip(ids, firsts.tolist(), strict=True))
+        self._step0 = np.fromiter((facts[seg][0][f] for seg, f in pairs), np.int64, n)
+        self._parts = [(self._segments[seg], f) for seg, f in pairs]
+        index = np.zeros(int((self._neps - firsts).sum()), EPISODE_DTYPE)
+        if len(index):
+            for field, k in (("length", 1), ("source_id", 2), ("final_known", 3)):
+                index[field] = np.concatenate([facts[seg][k][f:] for seg, f in pairs])
+        self.episodes = index
+
+    def _grow(self, live: list[tuple[SegmentEntry, int]], ids: list[bytes], firsts: np.ndarray) -> bool:
+        """The view made from the last one when it only lost episodes at its front and gained
+        segments at its end (what appends and FIFO eviction do): the kept parts and episode
+        rows sliced, the new segments' appended. A refresh then costs the new segments, not the
+        dataset. ``False`` (nothing changed) for any other change, e.g. a compaction."""
+        old_ids: list[bytes] | None = getattr(self, "_part_ids", None)
+        if not old_ids or not ids:
+            return False
+        try:
+            d = 0 if old_ids[0] == ids[0] else old_ids.index(ids[0])
+        except ValueError:
+            return False
+        m = len(old_ids) - d  # the old parts kept
+        old_firsts = self._firsts
+        if (
+            m > len(ids)
+            or old_ids[d:] != ids[:m]
+            or not np.array_equal(old_firsts[d + 1 :], firsts[1:m])
+            or firsts[0] < old_firsts[d]
+        ):
+            return False
+        for entry, _ in live[m:]:
+            self._index_segment(entry)
+        facts = self._facts
+        drop = int((self._neps[:d] - old_firsts[:d]).sum()) + int(firsts[0] - old_firsts[d])
+        for seg in old_ids[:d]:
+            del self._segments[seg]
+            self._facts.pop(seg, None)
+        new = list(zip(ids[m:], firsts[m:].tolist(), strict=True))
+        self._neps = np.concatenate([self._neps[d:], [len(facts[seg][1]) for seg, _ in new]]).astype(np.int64)
+        self._nsteps = np.concatenate(
+            [self._nsteps[d:], [self._segments[seg].num_steps for seg, _ in new]]
+        ).astype(np.int64)
+        self._step0 = np.concatenate([self._step0[d:], [facts[seg][0][f] for seg, f in new]]).astype(np.int64)
+        self._step0[0] = facts[ids[0]][0][firsts[0]]
+        self._parts = [(self._segments[ids[0]], int(firsts[0])), *self._parts[d + 1 :]]
+        self._parts += [(self._segments[seg], f) for seg, f in new]
+        kept = len(self.episodes) - drop
+        grown = np.zeros(kept + sum(len(facts[seg][1]) - f for seg, f in new), EPISODE_DTYPE)
+        grown[:kept] = self.episodes[drop:]
+        at = kept
+        for seg, f in new:
+            _, length, source_id, final_known = facts[seg]
+            n = len(length) - f
+            grown["length"][at : at + n] = length[f:]
+            grown["source_id"][at : at + n] = source_id[f:]
+            grown["final_known"][at : at + n] = final_known[f:]
+            at += n
+        self.episodes = grown
+        return True
+
+    def _index_segment(self, entry: SegmentEntry) -> None:
+        """Open a segment of the view and keep its episode index as plain arrays."""
+        ds = self.segment(entry.seg)
+        if ds.num_episodes != entry.episodes - entry.dropped:
+            raise CorruptDatasetError(
+                f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
+                f"{entry.episodes - entry.dropped}"
+            )
+        index = ds.episodes
+        self._facts[entry.seg] = (
+            np.asarray(index["start"], np.int64),
+            np.asarray(index["length"], np.int64),
+            np.asarray(index["source_id"], np.int64),
+            np.asarray(index["final_known"], bool),
+        )
+
     def _open_column(self, key: str, spec: FieldSpec) -> Any:
         flat = spec.storage == "flat"
         row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
@@ -331,6 +389,12 @@ class GrowingDataset(Dataset):
         # the run of small segments at the end (the newest commits) is read from RAM, in one array
         big = np.flatnonzero(~((stops <= SMALL_ROWS) & (stops * row_bytes <= SMALL_BYTES)))
         cut = int(big[-1]) + 1 if len(big) else 0
+        # The tail skips evicted rows of its first segment only. A partly evicted segment
+        # further on (protected segments before it stay live) starts the tail itself; the
+        # small segments before it are read as pieces of their own.
+        partial = np.flatnonzero(starts[cut + 1 :] > 0)
+        if len(partial):
+            cut += 1 + int(partial[-1])
         pieces: list[tuple[Any, int, int]] = [
             (lambda ds=ds: ds.column(key), int(starts[i]), int(stops[i]))
             for i, (ds, _) in enumerate(self._parts[:cut])
