@@ -28,7 +28,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import os
 import shutil
 import stat
 import tarfile
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from rlds_cli import settings
 from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError, from_os_error
 
 _COPY_CHUNK = 1 << 20
@@ -50,17 +50,6 @@ ARCHIVE_SUFFIXES = (".zip", *TAR_SUFFIXES)
 RATIO_FLOOR_BYTES = 64 << 20
 #: Default largest ratio of bytes unpacked to archive bytes read (``RLDS_ARCHIVE_MAX_RATIO``).
 DEFAULT_MAX_TOTAL_RATIO = 200.0
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        raise SourceFormatError(
-            f"{name}={raw!r} is not a number", hint=f"unset {name} or set a number"
-        ) from None
-    return value if value > 0 else default
 
 
 @dataclass(frozen=True)
@@ -79,12 +68,12 @@ class Limits:
     """
 
     max_total_bytes: int = field(
-        default_factory=lambda: int(os.environ.get("RLDS_ARCHIVE_MAX_BYTES", 256 << 30))
+        default_factory=lambda: settings.archive_max_bytes()
     )
     max_members: int = 1_000_000
     max_ratio: float = 1000.0
     max_total_ratio: float = field(
-        default_factory=lambda: _env_float("RLDS_ARCHIVE_MAX_RATIO", DEFAULT_MAX_TOTAL_RATIO)
+        default_factory=lambda: settings.archive_max_ratio(DEFAULT_MAX_TOTAL_RATIO)
     )
     ratio_floor_bytes: int = field(default_factory=lambda: RATIO_FLOOR_BYTES)
 

@@ -28,6 +28,11 @@ class RldsError(Exception):
         return self.message
 
 
+class SettingError(RldsError, ValueError):
+    """An ``RLDS_*`` environment variable whose value cannot be used (parsed in
+    :mod:`rlds_cli.settings`, the one place that reads them)."""
+
+
 # --------------------------------------------------------------------------- cache
 
 

@@ -19,14 +19,27 @@ processes can change them.
 | RLDS_HTTP_SPEED_WINDOW | seconds of that window (default 60) |
 | RLDS_DOWNLOAD_WORKERS | files of one dataset fetched at once (default 4)      |
 | RLDS_NUMBA    | ``0``: never use the compiled (numba) kernels, even if installed |
+| RLDS_MEMORY_BUDGET | bytes a loader copies into RAM by itself (``2G``; 0: never) |
+| RLDS_SEED     | the seed of loaders given none (the same on every rank)    |
+| RLDS_REMOTE_CACHE | folder of the local copy of remote datasets' chunks     |
+| RLDS_ARCHIVE_MAX_BYTES | largest total an archive may unpack to (default 256G) |
+| RLDS_ARCHIVE_MAX_RATIO | largest unpacked/read ratio of an archive (default 200) |
+| RLDS_SOURCE_MAX_RATIO | largest declared/stored ratio of a source array (default 100) |
+| RLDS_SIDE_ARRAY_MAX_BYTES | largest side array read whole (default 64M) |
+
+A value that cannot be used (not a number, a size or a seed, or out of range) is one
+:class:`~rlds_cli.errors.SettingError` naming the variable, never a silent default.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import platformdirs
+
+from rlds_cli.errors import SettingError
 
 APP_NAME = "rlds"
 
@@ -79,24 +92,55 @@ def hf_endpoint() -> str:
     return os.environ.get("RLDS_HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
 
 
-def _number(name: str, default: float, minimum: float = 0.0) -> float:
-    value = os.environ.get(name, "").strip()
+def _bad(name: str, raw: str, want: str) -> SettingError:
+    return SettingError(f"{name}={raw!r} is not {want}", hint=f"unset {name}, or set it to {want}")
+
+
+def _parse_number(name: str, raw: str, minimum: float) -> float:
     try:
-        return max(minimum, float(value)) if value else default
+        value = float(raw)
     except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < minimum:
+        raise _bad(name, raw, f"a number >= {minimum:g}")
+    return value
+
+
+def _number(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name, "").strip()
+    return _parse_number(name, raw, minimum) if raw else default
+
+
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(name: str, default: int | None) -> int | None:
+    """Bytes: a number, or one with a K, M, G or T suffix (``2G``, ``512MiB``)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    number, suffix = raw.upper().removesuffix("IB").removesuffix("B"), ""
+    if number and number[-1] in _SIZE_SUFFIXES:
+        number, suffix = number[:-1], number[-1]
+    try:
+        value = float(number) * _SIZE_SUFFIXES[suffix]
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise _bad(name, raw, "a size: bytes, or a number with K, M, G or T (e.g. 2G)")
+    return int(value)
 
 
 def http_timeout() -> tuple[float, float]:
     """(connect, read) timeouts in seconds: ``RLDS_HTTP_TIMEOUT`` as ``10,60`` or one number."""
-    parts = [p for p in os.environ.get("RLDS_HTTP_TIMEOUT", "").split(",") if p.strip()]
-    try:
-        values = [max(0.01, float(p)) for p in parts]
-    except ValueError:
-        values = []
-    if len(values) == 1:
-        return values[0], values[0]
-    return (values[0], values[1]) if len(values) == 2 else (10.0, 60.0)
+    raw = os.environ.get("RLDS_HTTP_TIMEOUT", "").strip()
+    if not raw:
+        return 10.0, 60.0
+    parts = raw.split(",")
+    if len(parts) > 2:
+        raise _bad("RLDS_HTTP_TIMEOUT", raw, "one number of seconds, or two (connect,read)")
+    values = [_parse_number("RLDS_HTTP_TIMEOUT", p.strip(), 0.01) for p in parts]
+    return (values[0], values[-1])
 
 
 def http_retries() -> int:
@@ -123,3 +167,43 @@ def http_speed_window() -> float:
 def download_workers() -> int:
     """How many files of one dataset download at once (``RLDS_DOWNLOAD_WORKERS``, default 4)."""
     return int(_number("RLDS_DOWNLOAD_WORKERS", 4, minimum=1))
+
+
+def memory_budget() -> int | None:
+    """Bytes a loader may copy into RAM by itself (``RLDS_MEMORY_BUDGET``; ``None``: unset)."""
+    return _size("RLDS_MEMORY_BUDGET", None)
+
+
+def seed() -> int | None:
+    """The seed of loaders given none (``RLDS_SEED``; ``None``: unset)."""
+    raw = os.environ.get("RLDS_SEED", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise _bad("RLDS_SEED", raw, "a non-negative integer such as 1234")
+    return int(raw)
+
+
+def remote_cache() -> str | None:
+    """Folder for the local copy of remote datasets' chunks (``RLDS_REMOTE_CACHE``)."""
+    return os.environ.get("RLDS_REMOTE_CACHE", "").strip() or None
+
+
+def archive_max_bytes() -> int:
+    """Largest total an archive may unpack to (``RLDS_ARCHIVE_MAX_BYTES``, default 256 GiB)."""
+    return int(_size("RLDS_ARCHIVE_MAX_BYTES", 256 << 30) or 0)
+
+
+def archive_max_ratio(default: float) -> float:
+    """Largest ratio of bytes unpacked to archive bytes read (``RLDS_ARCHIVE_MAX_RATIO``)."""
+    return _number("RLDS_ARCHIVE_MAX_RATIO", default, minimum=1.0)
+
+
+def source_max_ratio(default: float) -> float:
+    """Largest declared/stored ratio of one source array (``RLDS_SOURCE_MAX_RATIO``)."""
+    return _number("RLDS_SOURCE_MAX_RATIO", default, minimum=1.0)
+
+
+def side_array_max_bytes(default: int) -> int:
+    """Largest side array read whole (``RLDS_SIDE_ARRAY_MAX_BYTES``)."""
+    return int(_size("RLDS_SIDE_ARRAY_MAX_BYTES", default) or 0)

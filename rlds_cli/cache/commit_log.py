@@ -157,6 +157,7 @@ class LogState:
         self._front_evicted = 0
         self._front_protected: list[SegmentEntry] = []
         self._tail_memo: tuple[tuple[int, int], list[tuple[SegmentEntry, int]], int] | None = None
+        self._tail_remaining = 0
 
     def _advance_front(self, when: float | None) -> None:
         """Move the front past the segments now evicted whole (retired from ``when``; ``None``:

@@ -22,11 +22,11 @@ Every reader applies these rules before it reads data (written out in ``docs/for
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
+from rlds_cli import settings
 from rlds_cli.errors import SourceFormatError
 
 #: Below this many declared bytes an array is never called a bomb (small all-zero columns,
@@ -52,27 +52,14 @@ class UnsafeSourceError(SourceFormatError):
     )
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SourceFormatError(
-            f"{name}={raw!r} is not a number", hint=f"unset {name} or set it to a number"
-        ) from None
-    return value if value > 0 else default
-
-
 def max_ratio() -> float:
     """Largest declared/stored ratio of one source array (``RLDS_SOURCE_MAX_RATIO``, default 100)."""
-    return _env_number("RLDS_SOURCE_MAX_RATIO", DEFAULT_MAX_RATIO)
+    return settings.source_max_ratio(DEFAULT_MAX_RATIO)
 
 
 def side_array_max_bytes() -> int:
     """Largest side array read whole (``RLDS_SIDE_ARRAY_MAX_BYTES``, default 64 MiB)."""
-    return int(_env_number("RLDS_SIDE_ARRAY_MAX_BYTES", DEFAULT_SIDE_ARRAY_MAX_BYTES))
+    return settings.side_array_max_bytes(DEFAULT_SIDE_ARRAY_MAX_BYTES)
 
 
 def declared_bytes(shape: Sequence[int], dtype: np.dtype) -> int:

@@ -18,14 +18,14 @@ imported already (it cannot be initialised otherwise).
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import sys
 from typing import Any, cast
 
 import numpy as np
 
-from rlds_cli.errors import LoaderStateError, SeedError
+from rlds_cli import settings
+from rlds_cli.errors import LoaderStateError, SeedError, SettingError
 
 logger = logging.getLogger("rlds_cli.loader")
 
@@ -85,15 +85,12 @@ def run_seed(seed: int | None, *, world_size: int = 1, shared: bool = False, wha
     """
     if seed is not None:
         return check_seed(seed)
-    env = os.environ.get(SEED_ENV, "").strip()
-    if env:
-        try:
-            value = check_seed(int(env))
-        except (ValueError, SeedError):
-            raise SeedError(
-                f"{SEED_ENV}={env!r} is not a non-negative integer",
-                hint=f"set {SEED_ENV} to an integer such as 1234, or unset it for a fresh seed",
-            ) from None
+    try:
+        env = settings.seed()
+    except SettingError as exc:
+        raise SeedError(exc.message, hint=exc.hint) from None
+    if env is not None:
+        value = check_seed(env)
         logger.info("%s: seed %d from $%s", what, value, SEED_ENV)
         return value
     dist = _dist()

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from rlds_cli import settings
 from rlds_cli.cache.dataset import Dataset
 
 logger = logging.getLogger("rlds_cli.loader")
@@ -25,26 +26,13 @@ BUDGET_ENV = "RLDS_MEMORY_BUDGET"
 #: The default budget never passes this, however much memory is free (other processes, the
 #: DataLoader workers and the model need it too).
 MAX_DEFAULT_BUDGET = 8 << 30
-_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def memory_budget() -> int:
     """Bytes a loader may copy into RAM on its own (see the module docs)."""
-    text = os.environ.get(BUDGET_ENV, "").strip()
-    if text:
-        number, suffix = text.upper().rstrip("IB"), ""
-        if number and number[-1] in _SUFFIXES:
-            number, suffix = number[:-1], number[-1]
-        try:
-            value = float(number) * _SUFFIXES[suffix]
-        except ValueError:
-            raise ValueError(
-                f"{BUDGET_ENV}={text!r} is not a size: give bytes, or a number with K, M, G or T "
-                "(e.g. 2G); 0 never loads a dataset into RAM by itself"
-            ) from None
-        if value < 0:
-            raise ValueError(f"{BUDGET_ENV}={text!r} is negative; give a size, or 0")
-        return int(value)
+    budget = settings.memory_budget()
+    if budget is not None:
+        return budget
     return min(MAX_DEFAULT_BUDGET, _available_memory() // 4)
 
 
@@ -88,7 +76,7 @@ def auto_in_memory(dataset: Dataset, keys: Iterable[str] | None) -> bool:
         dataset.name,
         need / 1e6,
         budget / 1e6,
-        f"${BUDGET_ENV}" if os.environ.get(BUDGET_ENV) else "a quarter of the free memory",
+        f"${BUDGET_ENV}" if settings.memory_budget() is not None else "a quarter of the free memory",
         "loaded into RAM" if load else "read from disk",
     )
     return load

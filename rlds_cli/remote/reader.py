@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli import settings
 from rlds_cli._io import atomic_write, sha256_file
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.dataset import Dataset
@@ -473,7 +474,7 @@ class RemoteDataset(Dataset):
         self.url = url
         self._options = storage_options
         self._endpoint = endpoint_url
-        self._cache_root = cache if cache is not None else (os.environ.get(CACHE_ENV) or None)
+        self._cache_root = cache if cache is not None else settings.remote_cache()
         sha = store.manifest_sha256(manifest_bytes)
         mirror = self._mirror(fs, base, sha)
         self._files = RemoteFiles(url, index, manifest_bytes, mirror if self._cache_root else None,
