@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._io import sha256_file
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
@@ -31,7 +32,6 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock, parse_options
-from rlds_cli.hashing import sha256_file
 
 logger = logging.getLogger(__name__)
 

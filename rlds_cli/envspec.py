@@ -57,8 +57,6 @@ __all__ = [
     "recover_environment",
 ]
 
-#: The manifest's key for the environment (see the module docstring).
-ENV_KEY = "env"
 #: Keys of older gymnasium specs that gymnasium 1.x no longer has; Minari drops them the same way
 #: when it loads a spec (``MinariDataset.__init__``).
 _RETIRED_KEYS = ("order_enforce", "apply_api_compatibility", "autoreset")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlds_cli._io import sha256_file
 from rlds_cli.demo.pointmass import bundled_path, simulate, write_d4rl_file
-from rlds_cli.hashing import sha256_file
 
 
 def main() -> None:

@@ -281,7 +281,7 @@ def test_force_on_same_file_rebuilds(golden_file: Path) -> None:
 
 
 def test_backend_zarr(golden_file: Path, isolated_cache: Path) -> None:
-    ok("download", golden_file, "--format", "d4rl", "--name", "golden", "--backend", "zarr")
+    ok("download", golden_file, "--format", "d4rl", "--name", "golden", "--storage", "zarr")
     info = ok_json("inspect", "golden")
     assert info["backend"] == "zarr"
     assert (info["num_steps"], info["num_episodes"]) == (6, 3)
@@ -424,7 +424,7 @@ def test_unknown_format(golden_file: Path, isolated_cache: Path) -> None:
 
 
 def test_invalid_backend(golden_file: Path, isolated_cache: Path) -> None:
-    result = invoke("download", golden_file, "--backend", "tape")
+    result = invoke("download", golden_file, "--storage", "tape")
     assert "'tape'" in error_line(result)
     assert "memmap" in hint_line(result) and "zarr" in hint_line(result)
     assert_nothing_published(isolated_cache)

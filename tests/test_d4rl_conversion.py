@@ -984,8 +984,8 @@ def test_progress_events(tmp_path: Path) -> None:
 
 
 def test_bundled_demo_file_is_regenerated_exactly(tmp_path: Path) -> None:
+    from rlds_cli._io import sha256_file
     from rlds_cli.demo.pointmass import bundled_path, simulate, write_d4rl_file
-    from rlds_cli.hashing import sha256_file
 
     shipped = bundled_path()
     assert shipped == REPO / "rlds_cli" / "data" / "pointmass-demo-v0.hdf5"

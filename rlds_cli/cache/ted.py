@@ -12,9 +12,6 @@ from typing import Any
 
 import numpy as np
 
-#: Keys that are derived at read time rather than stored.
-DERIVED_KEYS = ("next/done", "episode")
-
 #: One row per episode in ``episodes.npy``: its first step, its length, the source's own id, and
 #: whether its final observation is the real one.
 EPISODE_DTYPE = np.dtype([("start", "<i8"), ("length", "<i8"), ("source_id", "<i8"), ("final_known", "?")])

@@ -11,12 +11,10 @@ from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
-    LegacyBackendOption,
     QuietOption,
     RootOption,
     StorageOption,
     VerboseOption,
-    storage_choice,
 )
 
 DEMO_ID = "pointmass-demo-v0"
@@ -31,7 +29,6 @@ def demo(
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
-    backend: LegacyBackendOption = None,
 ) -> None:
     """Convert the bundled demo dataset, inspect it, and sample batches through the loader.
 
@@ -42,7 +39,7 @@ def demo(
     from rlds_cli.download import download
     from rlds_cli.summary import describe
 
-    storage = storage_choice(storage, backend)
+    storage = storage or "memmap"
     show = not (json or quiet)
     out = _output.console
     if show:

@@ -12,14 +12,12 @@ from rlds_cli.cli import _output
 from rlds_cli.cli._errors import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
-    LegacyBackendOption,
     NameOption,
     QuietOption,
     RootOption,
     StorageOption,
     VerboseOption,
     force_option,
-    storage_choice,
 )
 
 
@@ -110,7 +108,6 @@ def download(
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
-    backend: LegacyBackendOption = None,
 ) -> None:
     """Download (resumable, verified) and convert a dataset into the TED cache.
 
@@ -120,7 +117,7 @@ def download(
     from rlds_cli.cli._download_progress import download_progress
     from rlds_cli.download import download as run_download
 
-    storage = storage_choice(storage, backend)
+    storage = storage or "memmap"
     if name is not None:  # an empty --name is a mistake, never "use the default name"
         from rlds_cli.cache.root import validate_name
 

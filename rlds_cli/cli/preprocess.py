@@ -28,7 +28,6 @@ from rlds_cli.cli.options import (
     QuietOption,
     RootOption,
     VerboseOption,
-    deprecated,
     force_option,
 )
 
@@ -151,12 +150,6 @@ def preprocess(
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
-    legacy_out: Annotated[
-        str | None, typer.Option("--out", "-o", hidden=True, help="Deprecated: use --name.")
-    ] = None,
-    legacy_backend: Annotated[
-        str | None, typer.Option("--backend", hidden=True, help="Deprecated: use --executor.")
-    ] = None,
 ) -> None:
     """Apply a function to every chunk of a dataset and store the result as a new dataset.
 
@@ -171,19 +164,6 @@ def preprocess(
     """
     from rlds_cli import preprocess as pp
     from rlds_cli.errors import PreprocessError, UserFunctionError
-
-    if legacy_out is not None:
-        deprecated("--out", "--name")
-        if out is not None and out != legacy_out:
-            raise typer.BadParameter(f"--name {out} and --out {legacy_out} disagree: give only --name")
-        out = legacy_out
-    if legacy_backend is not None:
-        deprecated("--backend", "--executor")
-        if executor is not None and executor != legacy_backend:
-            raise typer.BadParameter(
-                f"--executor {executor} and --backend {legacy_backend} disagree: give only --executor"
-            )
-        executor = legacy_backend
     from rlds_cli.names import resolve_name
     from rlds_cli.remote.reader import is_url
 

@@ -15,7 +15,6 @@ from rlds_cli.cli.options import (
     QuietOption,
     RootOption,
     VerboseOption,
-    deprecated,
     force_option,
 )
 
@@ -33,10 +32,6 @@ ForceOption = Annotated[bool, force_option("Replace existing datasets of the new
 @handle_errors
 def view(
     parent: ParentArgument,
-    legacy_name: Annotated[
-        str | None,
-        typer.Argument(hidden=True, metavar="NAME", help="Deprecated: the new view's name; use --name."),
-    ] = None,
     name: NameOption = None,
     episodes: Annotated[
         str | None,
@@ -57,11 +52,6 @@ def view(
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.names import resolve_name
 
-    if legacy_name is not None:
-        deprecated("the positional NAME of 'rlds view'", "--name NAME")
-        if name is not None and name != legacy_name:
-            raise typer.BadParameter(f"NAME {legacy_name} and --name {name} disagree: give only --name")
-        name = legacy_name
     if name is None:
         raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
     if episodes is None:
@@ -95,12 +85,6 @@ def split(
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
-    train_name: Annotated[
-        str | None, typer.Option("--train-name", hidden=True, help="Deprecated: the train view's full name.")
-    ] = None,
-    val_name: Annotated[
-        str | None, typer.Option("--val-name", hidden=True, help="Deprecated: the validation view's name.")
-    ] = None,
 ) -> None:
     """Split a dataset by episode into train and validation views (no data is copied).
 
@@ -109,17 +93,13 @@ def split(
     from rlds_cli.cache.derive import split_dataset
     from rlds_cli.names import resolve_name
 
-    if train_name is not None:
-        deprecated("--train-name", "--name BASE (BASE-train, BASE-val)")
-    if val_name is not None:
-        deprecated("--val-name", "--name BASE (BASE-train, BASE-val)")
     parent = resolve_name(parent, root)
     base = name if name is not None else parent
     manifests = split_dataset(
         parent,
         val,
-        train_name=train_name if train_name is not None else f"{base}-train",
-        val_name=val_name if val_name is not None else f"{base}-val",
+        train_name=f"{base}-train",
+        val_name=f"{base}-val",
         root=root,
         replace=force,
     )

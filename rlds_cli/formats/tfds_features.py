@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rlds_cli.errors import SourceFormatError
 
 TENSOR, IMAGE, TEXT = "tensor", "image", "text"
@@ -317,9 +315,3 @@ def parse_features(doc: Any, where: Path) -> Features:
             f"{', '.join(names) or 'none'}); an RLDS dataset holds its steps there"
         )
     return features
-
-
-def element_dtype(leaf: Leaf) -> np.dtype:
-    """numpy dtype of a numeric leaf's values."""
-    assert leaf.dtype is not None
-    return np.dtype(leaf.dtype)

@@ -116,10 +116,6 @@ class RecordInfo:
     offset: int
     length: int
 
-    @property
-    def data_offset(self) -> int:
-        return self.offset + HEADER_BYTES
-
 
 class MappedRecord:
     """One record's data mapped read-only: ``view`` is a memoryview of exactly its bytes.

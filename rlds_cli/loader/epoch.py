@@ -17,12 +17,6 @@ from rlds_cli.loader.samplers import positive_int
 from rlds_cli.loader.state_checks import check_int, check_shard_fields, check_state
 
 
-def seed_entropy(seed: int | None) -> int:
-    """A fixed integer seed: ``seed`` itself, or a fresh one when ``None`` (kept in the state).
-    See :func:`rlds_cli.loader.distributed.run_seed`, which also knows ranks."""
-    return run_seed(seed)
-
-
 def epoch_permutation(num_steps: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
     """The order of the steps in ``epoch`` (the same for every process given the same seed)."""
     if not shuffle:

@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rlds_cli._io import sha256_file
 from rlds_cli.errors import FunctionImportError, UserFunctionError
-from rlds_cli.hashing import sha256_file
 
 _CACHE: dict[str, Callable[..., Any]] = {}
 

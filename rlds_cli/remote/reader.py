@@ -58,8 +58,6 @@ from rlds_cli.errors import (
 from rlds_cli.remote import store
 from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
 
-#: The default file cache of remote datasets (a folder), when ``open_dataset`` gets no ``cache``.
-CACHE_ENV = "RLDS_REMOTE_CACHE"
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
 #: them cost less than another round trip to an object store).
 MERGE_GAP = 256 * 1024
