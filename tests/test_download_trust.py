@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
 import socket
@@ -34,7 +33,7 @@ from rlds_cli.errors import (
 from rlds_cli.net import hf
 from rlds_cli.net import http as http_module
 from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
-from rlds_cli.net.hashes import FileRecord, HashStore
+from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import part_info_path, part_path
 from tests.http_faults import Fault, FaultServer, bounded
@@ -480,17 +479,6 @@ def test_files_named_like_bookkeeping_do_not_collide(
 def test_the_bookkeeping_folder_is_reserved(tmp_path: Path, config: HttpConfig) -> None:
     with pytest.raises(RegistryFormatError, match=r"file name '\.rlds/hashes\.json' is reserved"):
         fetch_files([RemoteFile(".rlds/hashes.json", ("http://127.0.0.1:9/x",))], tmp_path, config=config)
-
-
-def test_a_hashes_json_of_rlds_0_1_is_still_enforced(
-    server: FaultServer, tmp_path: Path, config: HttpConfig
-) -> None:
-    """rlds 0.1 kept hashes.json beside the files; its pinned hashes still bind."""
-    record = FileRecord(hashlib.sha256(V1).hexdigest(), len(V1), "recorded", server.url(PATH))
-    (tmp_path / "hashes.json").write_text(json.dumps({"files": {"data.bin": record.__dict__}}))
-    server.files[PATH] = V2
-    with pytest.raises(ChecksumMismatchError, match="recorded at the first download"):
-        fetch(server, tmp_path, config)
 
 
 # --------------------------------------------------------------------------- 5: pin after conversion

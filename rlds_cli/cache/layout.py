@@ -121,9 +121,8 @@ def tmp_owner(path: Path) -> str:
 
 def download_locks(folder: Path) -> list[Path]:
     """The lock files of a download folder, one per file ever fetched into it (held while that
-    file's download runs): ``.rlds/locks/<file>.lock``, and rlds 0.1's ``.<file>.lock``."""
-    current = folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}")
-    return [*current, *folder.glob(f".*{LOCK_SUFFIX}")]
+    file's download runs): ``.rlds/locks/<file>.lock``."""
+    return list(folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}"))
 
 
 @dataclass(frozen=True)

@@ -96,21 +96,17 @@ class HashStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = meta_dir(directory) / HASHES_FILE
-        #: where rlds 0.1 kept it, beside the files: read while the new one does not exist
-        self.legacy_path = directory / HASHES_FILE
 
     def _lock(self) -> FileLock:
         return FileLock(str(self.path.with_name(f"{HASHES_FILE}.lock")))
 
     def exists(self) -> bool:
         """Whether any record was ever written for this folder."""
-        return self.path.is_file() or bool(self._parse(self.legacy_path))
+        return self.path.is_file()
 
     def read(self) -> dict[str, FileRecord]:
         """Every record, by file name (an unreadable file counts as empty)."""
-        if self.path.is_file():
-            return self._parse(self.path)
-        return self._parse(self.legacy_path)
+        return self._parse(self.path)
 
     @staticmethod
     def _parse(path: Path) -> dict[str, FileRecord]:

@@ -21,7 +21,6 @@ __all__ = [
     "META_DIR",
     "PART_SUFFIX",
     "is_reserved",
-    "legacy_listing_path",
     "listing_path",
     "lock_path",
     "meta_dir",
@@ -81,11 +80,7 @@ def listing_path(folder: Path) -> Path:
     return meta_dir(folder) / LISTING_FILE
 
 
-def legacy_listing_path(folder: Path) -> Path:
-    """Where rlds 0.1 kept the file list (read when the new one is missing; never written)."""
-    return folder / LISTING_FILE
-
-
 def stored_listing(folder: Path) -> Path | None:
     """The remembered file list of a Hugging Face folder entry (``None`` if never fetched)."""
-    return next((p for p in (listing_path(folder), legacy_listing_path(folder)) if p.is_file()), None)
+    path = listing_path(folder)
+    return path if path.is_file() else None
