@@ -7,18 +7,33 @@
   ``ETag`` (an LFS file's sha256), ``X-Linked-Etag``, ``X-Linked-Size``, ``Content-Length`` and
   ``Range`` support.
 
+Writes, as ``HfApi.create_commit`` makes them (every one needs the stand-in's token):
+
+- ``POST /api/datasets/{repo}/preupload/{rev}``: each file's upload mode (``lfs`` as :func:`is_lfs`
+  says, else ``regular``).
+- ``POST /datasets/{repo}.git/info/lfs/objects/batch``: the basic LFS batch API; an object the
+  stand-in already holds gets no upload action (an interrupted push's uploads are kept).
+- ``PUT /lfs-upload/{oid}``: an LFS object's bytes, checked against its sha256 and size.
+- ``POST /api/datasets/{repo}/commit/{rev}``: the NDJSON commit (``file``, ``lfsFile``,
+  ``deletedFile``), refused with 412 when ``parentCommit`` is not the branch's head.
+- ``POST /api/datasets/{repo}/paths-info/{rev}``: files' info (what ``HfFileSystem.info`` asks).
+
 Knobs: a gated repo answers 401 without ``Authorization: Bearer <token>``; :attr:`throttle`
 answers 429 with ``Retry-After`` a number of times; :attr:`corrupt` serves other bytes than the
-listed sha256; :attr:`cut` ends a file's next answers after some bytes each (the client resumes).
+listed sha256; :attr:`fail_commits` answers the next commits with 500 (a push that dies before
+its commit); :attr:`on_upload` is called before each LFS upload is taken (a test kills the pushing
+process there); :attr:`cut` ends a file's next answers after some bytes each (the client resumes).
 Every request is logged (method, path, Range, whether a token came) in :attr:`log`.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -107,6 +122,9 @@ class HubStandin:
         self.retry_after = "1"
         self.corrupt: dict[str, bytes] = {}  # repo path -> bytes served instead
         self.cut: dict[str, list[int]] = {}  # repo path -> bytes sent by its next GETs, one each
+        self.fail_commits = 0
+        self.on_upload: Callable[[str], None] | None = None  # called with the oid of each upload
+        self.lfs: dict[str, bytes] = {}  # sha256 -> bytes of every LFS object uploaded
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -119,6 +137,14 @@ class HubStandin:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def uploads(self) -> list[str]:
+        """The sha256 of every LFS object uploaded (successful PUTs)."""
+        return [e["oid"] for e in self.log if e.get("oid") and e.get("status") == 200]
+
+    def commits(self) -> list[dict[str, Any]]:
+        """The commits made (their operations: path -> ``add``/``delete``)."""
+        return [e["commit"] for e in self.log if "commit" in e]
 
     def downloads(self, method: str = "GET") -> list[str]:
         """The repo paths of the files fetched with ``method`` (resolve requests)."""
@@ -137,6 +163,12 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._serve(head=False)
+
+        def do_POST(self) -> None:
+            self._write()
+
+        def do_PUT(self) -> None:
+            self._write()
 
         def _send(
             self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False
@@ -231,19 +263,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                     continue
                 for i in range(1, tail.count("/") + 1):
                     dirs.add(prefix + "/".join(tail.split("/")[:i]))
-                item: dict[str, Any] = {
-                    "type": "file",
-                    "oid": hashlib.sha1(data).hexdigest(),
-                    "size": len(data),
-                    "path": p,
-                }
-                if is_lfs(p):
-                    item["lfs"] = {
-                        "oid": hashlib.sha256(data).hexdigest(),
-                        "size": len(data),
-                        "pointerSize": 134,
-                    }
-                entries.append(item)
+                entries.append(_file_entry(p, data))
             entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in sorted(dirs)]
             if not entries and prefix:
                 return self._json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
@@ -266,7 +286,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 )
             entry["file"] = path
             data = files[path]
-            etag = hashlib.sha256(data).hexdigest() if is_lfs(path) else hashlib.sha1(data).hexdigest()
+            etag = hashlib.sha256(data).hexdigest() if is_lfs(path) else _git_oid(data)
             body = hub.corrupt.get(path, data)
             headers = {"X-Repo-Commit": sha, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
             if is_lfs(path):
@@ -274,9 +294,13 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
             rng = self.headers.get("Range")
             status = 200
             if rng and rng.startswith("bytes=") and not head:
-                lo = int(rng[6:].split("-")[0])
-                headers["Content-Range"] = f"bytes {lo}-{len(body) - 1}/{len(body)}"
-                body, status = body[lo:], 206
+                lo_text, _, hi_text = rng[6:].partition("-")
+                lo = int(lo_text)
+                hi = min(int(hi_text), len(body) - 1) if hi_text else len(body) - 1
+                if lo >= len(body):
+                    return self._send(416, b"", {"Content-Range": f"bytes */{len(body)}"})
+                headers["Content-Range"] = f"bytes {lo}-{hi}/{len(body)}"
+                body, status = body[lo : hi + 1], 206
             headers["Content-Length"] = str(len(body))
             with hub._lock:
                 left = hub.cut.get(path) if not head else None
@@ -292,4 +316,151 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(status, body, headers, head)
 
+        # ------------------------------------------------------------------ writes
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                out = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        return out
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _write(self) -> None:
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            body = self._body()
+            auth = self.headers.get("Authorization", "")
+            entry: dict[str, Any] = {"method": self.command, "path": path, "auth": bool(auth)}
+            with hub._lock:
+                hub.log.append(entry)
+            parts = path.strip("/").split("/")
+            if self.command == "PUT" and parts[0] == "lfs-upload" and len(parts) == 2:
+                return self._lfs_put(parts[1], body, entry)
+            if parts[0] == "datasets" and parts[-4:] == ["info", "lfs", "objects", "batch"]:
+                repo_id = "/".join(parts[1:-4]).removesuffix(".git")
+                kind, rev = "batch", "main"
+            elif parts[:2] == ["api", "datasets"] and len(parts) >= 6:
+                repo_id, kind, rev = "/".join(parts[2:4]), parts[4], "/".join(parts[5:])
+            else:
+                return self._send(404, b"not found")
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                return self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+            if kind == "paths-info":  # a read: gated like the others
+                if repo.gated and auth != f"Bearer {hub.token}":
+                    entry["status"] = 401
+                    return self._json(401, {"error": "Access restricted"}, {"X-Error-Code": "GatedRepo"})
+                return self._paths_info(repo, rev, body)
+            if not hub.token or auth != f"Bearer {hub.token}":
+                entry["status"] = 401
+                return self._json(401, {"error": "Invalid credentials in Authorization header"})
+            if kind == "preupload":
+                files = json.loads(body)["files"]
+                modes = [
+                    {"path": f["path"], "uploadMode": "lfs" if is_lfs(f["path"]) else "regular",
+                     "shouldIgnore": False}
+                    for f in files
+                ]  # fmt: skip
+                return self._json(200, {"files": modes})
+            if kind == "batch":
+                return self._lfs_batch(json.loads(body))
+            if kind == "commit":
+                return self._commit(repo, repo_id, urllib.parse.unquote(rev), body, entry)
+            return self._send(404, b"not found")
+
+        def _paths_info(self, repo: Repo, rev: str, body: bytes) -> None:
+            sha = repo.commit(urllib.parse.unquote(rev))
+            if sha is None:
+                return self._json(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
+            form = urllib.parse.parse_qs(body.decode())
+            files = repo.commits[sha]
+            out: list[dict[str, Any]] = []
+            for p in form.get("paths", []):
+                p = p.strip("/")
+                if p in files:
+                    out.append(_file_entry(p, files[p]))
+                elif any(f.startswith(p + "/") for f in files):
+                    out.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": p})
+            self._json(200, out)
+
+        def _lfs_batch(self, request: dict[str, Any]) -> None:
+            objects = []
+            for obj in request.get("objects", []):
+                oid, size = str(obj["oid"]), int(obj["size"])
+                item: dict[str, Any] = {"oid": oid, "size": size}
+                with hub._lock:
+                    have = oid in hub.lfs
+                if not have:
+                    item["actions"] = {"upload": {"href": f"{hub.endpoint}/lfs-upload/{oid}", "header": {}}}
+                objects.append(item)
+            self._json(200, {"transfer": "basic", "objects": objects})
+
+        def _lfs_put(self, oid: str, body: bytes, entry: dict[str, Any]) -> None:
+            entry["oid"] = oid
+            if hub.on_upload is not None:
+                hub.on_upload(oid)
+            if hashlib.sha256(body).hexdigest() != oid:
+                entry["status"] = 400
+                return self._send(400, b"sha256 mismatch")
+            with hub._lock:
+                hub.lfs[oid] = body
+            entry["status"] = 200
+            self._send(200)
+
+        def _commit(self, repo: Repo, repo_id: str, branch: str, body: bytes, entry: dict[str, Any]) -> None:
+            lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+            header = next((x["value"] for x in lines if x["key"] == "header"), {})
+            with hub._lock:
+                fail = hub.fail_commits > 0
+                hub.fail_commits -= 1 if fail else 0
+                if fail:
+                    entry["status"] = 500
+                    return self._json(500, {"error": "Internal Error"})
+                head = repo.refs.get(branch)
+                parent = header.get("parentCommit")
+                if parent and parent != head:
+                    entry["status"] = 412
+                    return self._json(
+                        412, {"error": "A commit has happened since. Please refresh and try again."}
+                    )
+                files = dict(repo.commits[head]) if head else {}
+                ops: dict[str, str] = {}
+                for line in lines:
+                    key, value = line["key"], line["value"]
+                    if key == "file":
+                        files[value["path"]] = base64.b64decode(value["content"])
+                    elif key == "lfsFile":
+                        if value["oid"] not in hub.lfs:
+                            entry["status"] = 422
+                            return self._json(422, {"error": f"LFS object {value['oid']} not uploaded"})
+                        files[value["path"]] = hub.lfs[value["oid"]]
+                    elif key == "deletedFile":
+                        files.pop(value["path"], None)
+                    else:
+                        continue
+                    ops[value["path"]] = "delete" if key == "deletedFile" else "add"
+                sha = repo.add_commit(files, branch)
+                entry["commit"], entry["status"] = ops, 200
+            self._json(
+                200, {"commitUrl": f"{hub.endpoint}/datasets/{repo_id}/commit/{sha}", "commitOid": sha,
+                      "success": True},
+            )  # fmt: skip
+
     return Handler
+
+
+def _file_entry(path: str, data: bytes) -> dict[str, Any]:
+    """A file as the tree and paths-info endpoints describe it."""
+    item: dict[str, Any] = {"type": "file", "oid": _git_oid(data), "size": len(data), "path": path}
+    if is_lfs(path):
+        item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+    return item
+
+
+def _git_oid(data: bytes) -> str:
+    """The git blob id of ``data`` (what the Hub lists as a file's ``oid``)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

@@ -89,7 +89,9 @@ def push(
 
     Args:
         name: A dataset in the cache (or a registry alias of one).
-        url: Any fsspec URL: ``s3://bucket/prefix/NAME``, ``gcs://...``, ``file:///dir/NAME``.
+        url: Any fsspec URL: ``s3://bucket/prefix/NAME``, ``gcs://...``, ``file:///dir/NAME``, or a
+            Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@BRANCH]`` (one commit, see
+            :mod:`rlds_cli.net.hub.push`; the token from ``HF_TOKEN`` or the client's token file).
         root: Cache root.
         force: Replace another version already at ``url``.
         storage_options: Keyword arguments of the fsspec filesystem (credentials...).
@@ -151,6 +153,17 @@ def push_directory(
                 endpoint_url=endpoint_url, progress=progress, _snapshot=True,
             )  # fmt: skip
     local = _local_files(directory)
+    if url.startswith("hf://"):  # a Hub dataset repo: one commit, not files then a manifest
+        from rlds_cli.net.hub.push import push_hub
+
+        counts = push_hub(
+            directory, url, name=name, manifest_bytes=manifest_bytes, local=local, force=force,
+            progress=progress,
+        )  # fmt: skip
+        total = sum(e.size for e in local.values())
+        result = PushResult(name, url, manifest.backend, len(local), bytes_total=total, seconds=0.0, **counts)
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
     fs, base = store.open_url(url, storage_options, endpoint_url)
     journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
     with journal.locked(url):

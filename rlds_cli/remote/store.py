@@ -79,6 +79,10 @@ def open_url(
         raise MissingExtraError(
             "pushing and pulling datasets needs fsspec, which is not installed", hint=EXTRA_HINT
         ) from None
+    if url.startswith("hf://"):  # a Hub dataset repo, at the commit its revision points at now
+        from rlds_cli.net.hub.store import open_hub
+
+        return open_hub(url, storage_options)
     options = dict(storage_options or {})
     if endpoint_url:
         options["endpoint_url"] = endpoint_url
@@ -115,6 +119,12 @@ def translated(url: str) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         raise MissingExtraError(f"{url}: needs {exc.name}, which is not installed", hint=EXTRA_HINT) from None
     except Exception as exc:
+        if url.startswith("hf://"):
+            from rlds_cli.net.hub.store import access_error, hub_cause
+
+            cause = hub_cause(exc)
+            if cause is not None:  # the Hub's status in a line of rlds's, never the client's text
+                raise access_error(url, cause) from None
         raise _access_error(url, exc) from None
 
 

@@ -1,0 +1,281 @@
+"""``rlds push NAME hf://datasets/ORG/REPO[/PATH]``: a dataset into a Hub dataset repo, one commit.
+
+The whole push is one Hub commit (``HfApi.create_commit``): the data files, the files index
+(``rlds-files.json``) and the manifest appear on the branch together or not at all, so a reader
+never sees a half-pushed dataset, and a push killed during its uploads leaves the branch as it
+was. The commit names its parent (the branch's head when the push started): if another commit
+landed meanwhile the Hub refuses it and nothing changes.
+
+Only what changed is sent: the branch's files under ``PATH`` are listed first
+(``HfApi.list_repo_tree``) and a file whose size and sha256 (the LFS sha256 the Hub publishes, or
+the git blob id of a small file) equal the local file's gets no operation. A re-push of an
+unchanged dataset uploads nothing and makes no commit. LFS objects an interrupted push uploaded
+stay on the Hub: the LFS batch API says they are there and the client does not send them again.
+
+The token is the client's (``HF_TOKEN`` or its token file); no message here holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
+from rlds_cli.net.hub.repo import HubPath, hf_api, parse_hf_url
+from rlds_cli.net.hub.store import head_commit, translated
+from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, manifest_sha256
+
+
+@dataclass(frozen=True)
+class _RemoteFile:
+    """A file on the branch: its size, the LFS sha256 (``None`` for a git file) and its git blob id."""
+
+    size: int
+    sha256: str | None
+    blob_id: str | None
+
+
+@dataclass
+class HubPushPlan:
+    """What a push to the Hub changes: files to add (repo path -> local path or bytes) and
+    files of a replaced version to delete."""
+
+    add: dict[str, Path | bytes]
+    delete: list[str]
+    replaced: bool
+
+
+def push_hub(
+    directory: Path,
+    url: str,
+    *,
+    name: str,
+    manifest_bytes: bytes,
+    local: dict[str, FileEntry],
+    force: bool,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """Push the dataset folder ``directory`` (its files ``local``, its manifest ``manifest_bytes``)
+    to ``url`` as one commit; returns the counts of :class:`~rlds_cli.remote.push.PushResult`.
+
+    Raises:
+        RemoteExistsError: Another version is at ``url`` and ``force`` is false.
+        RemoteAccessError: No such repo or branch, no token that may write to it, the branch
+            moved during the push, the Hub unreachable.
+        DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
+    """
+    where = parse_hf_url(url)
+    if _is_sha(where.revision):
+        raise RemoteAccessError(
+            f"cannot push to {url}: {where.revision[:12]}... is a commit, not a branch",
+            hint="push to a branch: hf://datasets/ORG/REPO[/PATH] (main) or ...@BRANCH",
+        )
+    parent = head_commit(where, write=True)
+    remote = _remote_files(where, parent)
+    plan = plan_push(where, directory, manifest_bytes, local, remote, force, url)
+    sent = [rel for rel in local if _repo_path(where, rel) in plan.add]
+    counts: dict[str, Any] = {
+        "uploaded": len(sent),
+        "skipped": len(local) - len(sent),
+        "bytes_uploaded": sum(local[rel].size for rel in sent),
+        "replaced": plan.replaced,
+        "up_to_date": not plan.add and not plan.delete,
+    }
+    if counts["up_to_date"]:
+        return counts  # nothing changed: no upload, no commit
+    if progress is not None:
+        progress("start", counts["bytes_uploaded"])
+    _commit(where, url, plan, parent, name, directory, manifest_bytes, local)
+    if progress is not None:
+        progress("advance", counts["bytes_uploaded"])
+    return counts
+
+
+def plan_push(
+    where: HubPath,
+    directory: Path,
+    manifest_bytes: bytes,
+    local: dict[str, FileEntry],
+    remote: dict[str, _RemoteFile],
+    force: bool,
+    url: str,
+) -> HubPushPlan:
+    """The operations of a push: every local file the branch does not hold as is, the index and
+    manifest when they differ, and (replacing another version) the old version's data files."""
+    index = RemoteIndex(manifest_sha256(manifest_bytes), local).to_json()
+    old_manifest = remote.get(MANIFEST_FILE)
+    replaced = old_manifest is not None and not _same_bytes(old_manifest, manifest_bytes)
+    if replaced and not force:
+        raise RemoteExistsError(f"{url} holds another version of a dataset (its {MANIFEST_FILE} differs)")
+    add: dict[str, Path | bytes] = {}
+    for rel, entry in sorted(local.items()):
+        there = remote.get(rel)
+        if there is None or not _same_file(there, entry, directory / rel):
+            add[_repo_path(where, rel)] = directory / rel
+    for rel, data in ((INDEX_FILE, index), (MANIFEST_FILE, manifest_bytes)):
+        there = remote.get(rel)
+        if there is None or not _same_bytes(there, data):
+            add[_repo_path(where, rel)] = data
+    delete = [
+        _repo_path(where, rel)
+        for rel in sorted(remote)
+        if rel not in local and rel not in (INDEX_FILE, MANIFEST_FILE) and _is_dataset_file(rel)
+    ]
+    return HubPushPlan(add, delete, replaced)
+
+
+def _commit(
+    where: HubPath,
+    url: str,
+    plan: HubPushPlan,
+    parent: str,
+    name: str,
+    directory: Path,
+    manifest_bytes: bytes,
+    local: dict[str, FileEntry],
+) -> None:
+    """Upload the new files (LFS objects first), check the local dataset did not change under
+    the push, then make the one commit."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    api = hf_api()
+    adds = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=_source(v)) for p, v in plan.add.items()]
+    deletes = [CommitOperationDelete(path_in_repo=p) for p in plan.delete]
+    with _quiet_client(), translated(url, write=True):
+        api.preupload_lfs_files(where.repo, additions=adds, repo_type="dataset", revision=where.revision)
+        _check_unchanged(directory, manifest_bytes, local, adds, where, name, url)
+        api.create_commit(
+            where.repo,
+            operations=[*adds, *deletes],
+            commit_message=f"rlds push {name}",
+            repo_type="dataset",
+            revision=where.revision,
+            parent_commit=parent,
+        )
+
+
+def _check_unchanged(
+    directory: Path,
+    manifest_bytes: bytes,
+    local: dict[str, FileEntry],
+    adds: list[Any],
+    where: HubPath,
+    name: str,
+    url: str,
+) -> None:
+    """Refuse to commit when the local dataset changed after its files were hashed: its manifest
+    was rewritten, or an uploaded file's sha256 is not the one the index records."""
+    try:
+        same = (directory / MANIFEST_FILE).read_bytes() == manifest_bytes
+    except OSError:
+        same = False
+    by_path = {_repo_path(where, rel): e for rel, e in local.items()}
+    for op in adds:
+        entry = by_path.get(op.path_in_repo)
+        info = op.upload_info
+        if entry is not None and (
+            info.size != entry.size or (info.is_hashed and info.sha256.hex() != entry.sha256)
+        ):
+            same = False
+    if not same:
+        raise DatasetReplacedError(
+            f"dataset {name!r} was replaced or changed in the cache during the push; nothing was committed "
+            f"at {url}",
+            hint="run the push again once the dataset is no longer being rebuilt",
+        )
+
+
+def _remote_files(where: HubPath, sha: str) -> dict[str, _RemoteFile]:
+    """The branch's files under ``where.path`` at ``sha``, by path relative to it."""
+    from huggingface_hub import errors as hf_errors
+
+    api = hf_api()
+    prefix = f"{where.path}/" if where.path else ""
+    out: dict[str, _RemoteFile] = {}
+    with translated(str(where), write=True):
+        try:
+            entries = list(
+                api.list_repo_tree(
+                    where.repo,
+                    path_in_repo=where.path or None,
+                    recursive=True,
+                    revision=sha,
+                    repo_type="dataset",
+                )
+            )
+        except hf_errors.EntryNotFoundError:
+            return out  # a folder not there yet
+    for entry in entries:
+        path, size = getattr(entry, "path", None), getattr(entry, "size", None)
+        if not isinstance(path, str) or not isinstance(size, int) or not path.startswith(prefix):
+            continue
+        lfs = getattr(entry, "lfs", None)
+        sha256 = str(getattr(lfs, "sha256", "") or "").lower() or None
+        out[path[len(prefix) :]] = _RemoteFile(size, sha256, getattr(entry, "blob_id", None))
+    return out
+
+
+def _same_file(there: _RemoteFile, entry: FileEntry, path: Path) -> bool:
+    if there.size != entry.size:
+        return False
+    if there.sha256 is not None:
+        return there.sha256 == entry.sha256
+    return there.blob_id == _git_blob_id(path.read_bytes())  # a small file kept in git
+
+
+def _same_bytes(there: _RemoteFile, data: bytes) -> bool:
+    if there.size != len(data):
+        return False
+    if there.sha256 is not None:
+        return there.sha256 == hashlib.sha256(data).hexdigest()
+    return there.blob_id == _git_blob_id(data)
+
+
+def _git_blob_id(data: bytes) -> str:
+    """The id git gives a file's bytes (what the Hub lists as a small file's ``oid``)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _is_dataset_file(rel: str) -> bool:
+    """A file rlds writes in a dataset folder (a replaced version's leftover is deleted; a
+    README or ``.gitattributes`` beside the dataset is the repo owner's and stays)."""
+    return rel.startswith("arrays/") or rel in (EPISODES_FILE, SOURCE_ARRAYS_FILE)
+
+
+def _repo_path(where: HubPath, rel: str) -> str:
+    return f"{where.path}/{rel}" if where.path else rel
+
+
+def _source(value: Path | bytes) -> str | bytes:
+    return str(value) if isinstance(value, Path) else value
+
+
+def _is_sha(revision: str) -> bool:
+    return len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
+
+
+@contextmanager
+def _quiet_client() -> Iterator[None]:
+    """The client's own progress bars and retry warnings off while it uploads (the library never
+    prints; the CLI draws its own bar, a failure is raised as one line), restored after."""
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+        logging,
+    )
+
+    was, level = are_progress_bars_disabled(), logging.get_verbosity()
+    disable_progress_bars()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if not was:
+            enable_progress_bars()
