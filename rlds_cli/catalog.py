@@ -89,6 +89,10 @@ class RegistryDataset:
     published: dict[str, Any] | None
     approx_num_steps: int | None
     approx_size_bytes: int | None
+    #: The Hugging Face Hub dataset repo the files come from (``None``: not from the Hub).
+    hub_repo: str | None = None
+    #: Its folder as ``rlds download`` takes it: ``hf://datasets/ORG/REPO/PATH``.
+    hub_url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``rlds info --json``, the rows of ``rlds list --remote --json``)."""
@@ -161,11 +165,16 @@ def _source_label(source: dict[str, Any]) -> str:
 
 def list_registry(pattern: str | None = None, root: Root | CacheRoot = None) -> list[RegistryDataset]:
     """The registry's entries (those whose id, an alias or the description matches ``pattern``,
-    as :func:`list_datasets` matches names), sorted by id, each with its local state."""
+    as :func:`list_datasets` matches names, or whose Hugging Face Hub repo or folder it names:
+    ``farama-minari/D4RL``), sorted by id, each with its local state."""
     from rlds_cli import registry
+    from rlds_cli.registry_hub import matches_repo
 
     cache = _cache(root)
     found = registry.entries() if pattern is None else registry.search(pattern)
+    if pattern is not None:
+        ids = {e.id for e in found}
+        found = [*found, *(e for e in registry.entries() if e.id not in ids and matches_repo(pattern, e))]
     return [_status(entry, cache) for entry in found]
 
 
@@ -188,6 +197,9 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
     if row["cached"]:
         manifest = cache.manifest(entry.cache_name)
         row["num_steps"], row["num_episodes"], origin = manifest.num_steps, manifest.num_episodes, "cache"
+    from rlds_cli.registry_hub import hub_source
+
+    hub = hub_source(entry)
     published = entry.published
     if row["num_episodes"] is None and published and published.episodes:
         row["num_episodes"] = published.episodes
@@ -197,4 +209,6 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
         published=published.to_dict() if published else None,
         approx_num_steps=published.steps if published else None,
         approx_size_bytes=published.size_bytes if published else None,
+        hub_repo=hub.repo if hub else None,
+        hub_url=hub.url if hub else None,
     )

@@ -627,7 +627,15 @@ def test_tables_never_cut_an_identifier(
     assert "…" not in local + remote and "?" not in remote.replace("'rlds info ID'", "")
     if buffer is None:  # piped: plain lines, no box drawing
         assert "│" not in remote and "┃" not in remote
-        assert remote.splitlines()[1].split() == ["id", "format", "size", "steps", "local", "description"]
+        assert remote.splitlines()[1].split() == [
+            "id",
+            "format",
+            "size",
+            "steps",
+            "local",
+            "hub",
+            "description",
+        ]
 
 
 def test_a_narrow_terminal_leaves_out_optional_columns_not_ids(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,10 +72,20 @@ def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> N
         _output.Column("size", "right", kind="fixed"),
         _output.Column("steps", "right", kind="fixed"),
         _output.Column("local", kind="fixed", optional=True),
+        _output.Column("hub", kind="fixed", optional=True),
         _output.Column("description", optional=True),
     ]
     table = [
-        [r["id"], r["format"], _size_cell(r), _steps_cell(r), _state(r), r["description"]] for r in rows
+        [
+            r["id"],
+            r["format"],
+            _size_cell(r),
+            _steps_cell(r),
+            _state(r),
+            r["hub_repo"] or UNKNOWN,
+            r["description"],
+        ]
+        for r in rows
     ]
     what = f"matching {pattern!r}" if pattern is not None else "in the registry"
     _output.print_table(columns, table, title=f"{len(rows)} dataset(s) {what}")
@@ -84,6 +94,26 @@ def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> N
             f"size: download size; {UNKNOWN}: not published, known after the first download; "
             "~: rounded, as published upstream ('rlds info ID' says where)"
         )
+    )
+    _hub_note(rows)
+
+
+def _hub_note(rows: list[dict[str, Any]]) -> None:
+    """Which of the ids listed come from the Hugging Face Hub, by repo."""
+    repos: dict[str, int] = {}
+    for r in rows:
+        if r["hub_repo"]:
+            repos[r["hub_repo"]] = repos.get(r["hub_repo"], 0) + 1
+    if not repos:
+        return
+    listed = ", ".join(f"{repo} ({n})" for repo, n in sorted(repos.items()))
+    _output.console.print(
+        Text(
+            f"hub: {sum(repos.values())} of {len(rows)} id(s) come from the Hugging Face Hub: {listed}; "
+            "'rlds list --remote ORG/REPO' lists one repo's ids, 'rlds download hf://datasets/ORG/REPO/PATH' "
+            "fetches any folder of a Hub dataset repo"
+        ),
+        soft_wrap=True,
     )
 
 
@@ -127,6 +157,8 @@ def info(
         out.print(f"published figures (rounded)  from {esc(row['published']['source'])}", soft_wrap=True)
     if row["options"]:
         out.print("reader hints  " + ", ".join(f"{k}={v}" for k, v in row["options"].items()))
+    if row["hub_url"]:
+        out.print(f"hugging face hub  {esc(row['hub_url'])}  (repo {esc(row['hub_repo'])})", soft_wrap=True)
     if row["listing"]:
         lst = row["listing"]
         out.print(

@@ -1,4 +1,5 @@
-"""``rlds push`` and ``rlds pull``: datasets to and from object storage (any fsspec URL).
+"""``rlds push`` and ``rlds pull``: datasets to and from object storage (any fsspec URL) and
+Hugging Face Hub dataset repos (``hf://datasets/ORG/REPO[/PATH]``).
 
 The work is in :mod:`rlds_cli.remote`; this module parses options and renders results.
 fsspec is imported only when one of these commands runs.
@@ -43,7 +44,11 @@ EndpointOption = Annotated[
 def push(
     name: Annotated[str, typer.Argument(help="A dataset in the cache (or a registry alias).")],
     url: Annotated[
-        str, typer.Argument(help="Its folder on the store: s3://bucket/prefix/NAME, file:///dir/NAME, ...")
+        str,
+        typer.Argument(
+            help="Its folder on the store: s3://bucket/prefix/NAME, file:///dir/NAME, "
+            "hf://datasets/ORG/REPO/NAME, ..."
+        ),
     ],
     force: Annotated[bool, force_option("Replace another version already at URL.")] = False,
     storage_option: StorageOptions = None,
@@ -60,6 +65,10 @@ def push(
     are skipped). Credentials come from the store's own configuration (for S3:
     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE...). Needs the extra: pip install
     'rlds-cli[remote]'.
+
+    To a Hugging Face Hub dataset repo (hf://datasets/ORG/REPO[/PATH][@BRANCH], the repo made
+    first): the push is one commit of the files that changed, so readers never see half of it and
+    an unchanged dataset sends nothing; the token comes from HF_TOKEN or `hf auth login`.
 
     Example: rlds push hopper-medium-v2 s3://my-bucket/rlds/hopper-medium-v2
     """
@@ -93,7 +102,12 @@ def push(
 
 @handle_errors
 def pull(
-    url: Annotated[str, typer.Argument(help="A pushed dataset's folder: s3://bucket/prefix/NAME, ...")],
+    url: Annotated[
+        str,
+        typer.Argument(
+            help="A pushed dataset's folder: s3://bucket/prefix/NAME, hf://datasets/ORG/REPO/NAME, ..."
+        ),
+    ],
     name: NameOption = None,
     force: Annotated[bool, force_option("Replace a different dataset of that name in the cache.")] = False,
     storage_option: StorageOptions = None,
@@ -108,7 +122,8 @@ def pull(
     Every file is checked against the size and sha256 the push recorded, and the content digests
     of the manifest are recomputed before the dataset appears in the cache (under the name it was
     pushed with, or --name). A pull killed half way leaves nothing visible; run it again to
-    continue where it stopped.
+    continue where it stopped. From the Hub (hf://datasets/ORG/REPO[/PATH][@REVISION]) every file
+    is read at the one commit the revision points at when the pull starts.
 
     Example: rlds pull s3://my-bucket/rlds/hopper-medium-v2
     """
