@@ -34,6 +34,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK_SECONDS = 300
 
 #: What the network blocks download, by URL (the registry's real URLs): small stand-ins.
+#: The write token of the Hub stand-in, in ``HF_TOKEN`` for the blocks marked ``hub``.
+DOC_TOKEN = "hf_docStandinWriteToken000000000000"
 HOPPER_URL = "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"
 
 
@@ -73,10 +75,17 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStandin]:
-    """The Hub stand-in with the repos docs/downloads.md names: ``lerobot/pusht`` (the LeRobot
-    fixture written by lerobot) and ``farama-minari/D4RL`` (``door/human-v2``: a dataset written
-    by minari's DataCollector; the content is a stand-in, the layout is the real repo's)."""
-    with HubStandin() as server:
+    """The Hub stand-in with the repos docs/downloads.md names: ``my-org/offline-rl`` (the push
+    examples' repo; writes need :data:`DOC_TOKEN`, which hub blocks get in ``HF_TOKEN``),
+    ``lerobot/pusht`` (the LeRobot fixture written by lerobot) and ``farama-minari/D4RL``
+    (``door/human-v2``: a dataset written by minari's DataCollector; the content is a stand-in,
+    the layout is the real repo's)."""
+    with HubStandin(token=DOC_TOKEN) as server:
+        shared = Repo()  # the repo the push examples write to, as the Hub makes a new one
+        shared.add_commit(
+            {".gitattributes": b"*.npy filter=lfs diff=lfs merge=lfs -text\n", "README.md": b"# rl\n"}
+        )
+        server.repos["my-org/offline-rl"] = shared
         lerobot = Repo()
         lerobot.add_commit(folder_files(ROOT / "tests" / "fixtures" / "lerobot-v3-tiny"))
         server.repos["lerobot/pusht"] = lerobot
@@ -124,7 +133,10 @@ def _env(home: Path, *, proxy_url: str | None, hub_url: str | None = None) -> di
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HF_HOME"] = str(home.parent / "hf-home")  # no token file of the machine's user
     if hub_url is not None:
-        env.update(HF_ENDPOINT=hub_url, HF_HUB_DISABLE_TELEMETRY="1")
+        # the stand-in speaks the basic LFS upload protocol, not Xet
+        env.update(
+            HF_ENDPOINT=hub_url, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1", HF_TOKEN=DOC_TOKEN
+        )
     elif proxy_url is None:
         env["RLDS_OFFLINE"] = "1"
     else:
@@ -204,8 +216,10 @@ def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultSer
                 expected = int(block.options.get("expect-exit", "0"))
                 assert code == expected, f"{block.where} exited {code}, not {expected}:\n{output}"
             else:
-                if python is None:
-                    python = PythonSession(work, _env(home, proxy_url=None), python_log)
+                if python is None:  # a page with hub blocks reads the stand-in from Python too
+                    on_hub = any("hub" in b.options for b in blocks(page))
+                    env = _env(home, proxy_url=None, hub_url=hub.endpoint if on_hub else None)
+                    python = PythonSession(work, env, python_log)
                 reply = python.run(block)
                 if not reply["ok"]:
                     python_log.flush()
