@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cli.app import app
 from rlds_cli.errors import RemoteAccessError, RemoteDatasetNotFoundError, RemoteExistsError
 from tests.hub_standin import HubStandin, Repo
-from tests.test_remote import make_demo, tree
+from tests.test_remote import make_demo, runner, tree
 
 pytest.importorskip("huggingface_hub")
 
@@ -143,9 +144,6 @@ def test_a_push_killed_during_its_uploads_leaves_nothing_visible(hub: HubStandin
 def test_another_version_needs_force_and_is_replaced_whole(hub: HubStandin) -> None:
     make_demo("demo", "zarr")
     push("demo", URL)
-    from rlds_cli.cli.app import app
-    from tests.test_remote import runner
-
     result = runner.invoke(
         app, ["download", "demo", "--storage", "memmap", "--name", "demo", "--force", "-q"]
     )
@@ -199,3 +197,36 @@ def test_no_token_is_one_line_and_the_token_is_never_printed(
         assert TOKEN not in run.stdout + run.stderr
     manifest = (CacheRoot().dataset_dir("copy") / "manifest.json").read_text()
     assert TOKEN not in manifest and "hf_" not in manifest
+
+
+def test_a_commit_landing_during_the_push_stops_it_whole(hub: HubStandin) -> None:
+    make_demo("demo", "zarr")
+    repo = hub.repos["rlds-test/shared"]
+
+    def someone_else_commits(oid: str) -> None:
+        if repo.refs["main"] == first:
+            repo.add_commit({**main_files(hub), "notes.md": b"another writer\n"})
+
+    first = repo.refs["main"]
+    hub.on_upload = someone_else_commits
+    with pytest.raises(RemoteAccessError, match="changed during the push") as caught:
+        push("demo", URL)
+    assert "run the push again" in (caught.value.hint or "")
+    assert set(main_files(hub)) == {".gitattributes", "README.md", "notes.md"}  # nothing of the push
+    hub.on_upload = None
+    push("demo", URL)
+    assert "notes.md" in main_files(hub) and "demo/manifest.json" in main_files(hub)
+
+
+def test_pull_at_a_revision_reads_that_commit(hub: HubStandin, tmp_path: Path) -> None:
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    first = hub.repos["rlds-test/shared"].refs["main"]
+    first_tree = tree(CacheRoot().dataset_dir("demo"))
+    args = ["download", "demo", "--storage", "memmap", "--name", "demo", "--force", "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    push("demo", URL, force=True)
+    other = CacheRoot(tmp_path / "other")
+    old = pull(f"{URL}@{first}", root=other)
+    assert old.backend == "zarr" and tree(other.dataset_dir("demo")) == first_tree
+    assert pull(URL, "now", root=other).backend == "memmap"

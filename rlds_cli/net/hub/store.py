@@ -80,7 +80,10 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> RldsEr
             hint=_WRITE_HINT if write else _READ_HINT,
         )
     if status == 404:
-        hint = "check the repo id, the branch and the path"
+        hint = (
+            "check the repo id, the branch and the path (a private repo looks missing without a token "
+            "that may read it: set HF_TOKEN)"
+        )
         if write:
             hint += "; rlds does not create repos: hf repo create ORG/REPO --repo-type dataset"
         return RemoteAccessError(f"the Hub has no {url} (HTTP 404)", hint=hint)
