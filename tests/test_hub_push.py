@@ -230,3 +230,19 @@ def test_pull_at_a_revision_reads_that_commit(hub: HubStandin, tmp_path: Path) -
     old = pull(f"{URL}@{first}", root=other)
     assert old.backend == "zarr" and tree(other.dataset_dir("demo")) == first_tree
     assert pull(URL, "now", root=other).backend == "memmap"
+
+
+def test_a_remote_read_stays_on_its_commit_while_main_moves(hub: HubStandin) -> None:
+    from rlds_cli import open_dataset
+
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    remote = open_dataset(URL)
+    rows = np.array([1, 30, 200])
+    want = {k: np.asarray(v) for k, v in open_dataset("demo").gather(rows).items()}
+    args = ["download", "demo", "--storage", "zarr", "--name", "demo", "--force", "-q"]
+    assert runner.invoke(app, args).exit_code == 0  # a new version (another manifest) ...
+    push("demo", URL, force=True)  # ... on main now
+    got = remote.gather(rows)  # the commit opened: whole, never a mix
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(got[key]), want[key], err_msg=key)

@@ -129,7 +129,8 @@ class RemoteFiles:
         """The filesystem, opened again in a forked process (fsspec's async ones are not
         fork-safe: a DataLoader worker would inherit a dead event loop)."""
         if self._pid != os.getpid():
-            self._fs, self.base = store.open_url(self.url, self._options, self._endpoint)
+            # the path stays the one opened first: on the Hub it names the commit being read
+            self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
             self._pid = os.getpid()
             self._lock = threading.Lock()
         return self._fs
