@@ -47,7 +47,8 @@ def export_dataset(
         out: The file (``d4rl``, ``npz``) or directory (``torchrl``, ``minari``) to create.
         format: One of :data:`EXPORTERS`.
         overwrite: Replace ``out`` if it exists.
-        progress: Called with the number of steps written after each chunk.
+        progress: Called after each chunk with the number of steps it wrote (the calls add up to
+            the dataset's steps); an exception it raises breaks the export off, leaving nothing.
 
     Returns:
         The path written.
