@@ -332,7 +332,8 @@ def test_archive_default_names_drop_every_suffix(file_name: str) -> None:
 
 def test_the_generated_registry_comments_name_the_bookkeeping_folder() -> None:
     """Hashes live in ``<raw>/<entry>/.rlds/`` (rlds_cli.net.layout), not beside the files."""
-    for path in [ROOT / "scripts" / "gen_registry.py", *sorted((ROOT / "registry").glob("*.toml"))]:
+    scripts = sorted((ROOT / "scripts").glob("*registry*.py"))
+    for path in [*scripts, *sorted((ROOT / "registry").glob("*.toml"))]:
         text = path.read_text(encoding="utf-8")
         assert "raw/<id>/hashes.json" not in text, path
     assert "<root>/raw/<entry>/.rlds/hashes.json" in (ROOT / "scripts" / "gen_registry.py").read_text()
