@@ -141,13 +141,13 @@ def test_bad_selections(parent: Dataset) -> None:
 
 
 def test_cli_view_and_split(parent: Dataset) -> None:
-    result = runner.invoke(app, ["view", "ten", "last3", "--episodes", "-3:", "--json"])
+    result = runner.invoke(app, ["view", "ten", "--name", "last3", "--episodes", "-3:", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["episodes"] == [7, 10]
     result = runner.invoke(app, ["split", "ten", "--val", "0.3"])
     assert result.exit_code == 0, result.output
     assert "ten-train" in result.stdout and "ten-val" in result.stdout
-    bad = runner.invoke(app, ["view", "ten", "y", "--episodes", "3"])
+    bad = runner.invoke(app, ["view", "ten", "--name", "y", "--episodes", "3"])
     assert bad.exit_code == 1
     assert bad.stderr.splitlines()[0] == "error: episode range '3' is not of the form A:B"
 
