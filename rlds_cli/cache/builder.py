@@ -207,16 +207,17 @@ class DatasetBuilder:
         if self._open_episode:
             raise ConversionError("the last episode was never closed (its last step has no end flag)")
         self._txn.check_free()
-        fsync = self._txn.fsync
+        # not fsynced here: the commit's seal fsyncs every file of the build once (a second fsync
+        # per file was 6 of a small conversion's 18)
         for key, column in self._columns.items():
-            rows = column.close(fsync=fsync)
+            rows = column.close(fsync=False)
             expected = self._num_steps + (self._num_episodes() if self._specs[key].storage == "flat" else 0)
             if rows != expected:  # pragma: no cover - guarded by append's checks
                 raise ConversionError(f"column {key!r} has {rows} rows, expected {expected}")
         index = episodes.build_index(
             np.concatenate(self._ends), np.concatenate(self._episode_ids), np.concatenate(self._final_known)
         )
-        episodes.write_index(self.build_dir, index, fsync=fsync)
+        episodes.write_index(self.build_dir, index, fsync=False)
         if source_arrays:
             save_npz(
                 self.build_dir / SOURCE_ARRAYS_FILE,
