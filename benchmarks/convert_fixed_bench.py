@@ -69,19 +69,35 @@ def worker_td_memmap(spec: dict[str, Any]) -> dict[str, Any]:
     return {**measured, "steps": steps}
 
 
-WORKERS = {"td-memmap": worker_td_memmap}
+def worker_rlds_at(spec: dict[str, Any]) -> dict[str, Any]:
+    """``_harness.worker_rlds`` with the rlds_cli package of ``spec["code"]`` (a checkout of
+    another commit: the before of a before/after pair run in one session)."""
+    sys.path.insert(0, spec["code"])
+    import rlds_cli
+
+    assert rlds_cli.__file__.startswith(spec["code"]), rlds_cli.__file__
+    return _harness.worker_rlds(spec)
 
 
-def configs(src: Path, work: Path, n: int) -> list[_harness.Config]:
-    """rlds's conversion, TorchRL's replay-buffer fill and the plain memmap fill of ``src``."""
+WORKERS = {"td-memmap": worker_td_memmap, "rlds-at": worker_rlds_at}
+
+
+def configs(src: Path, work: Path, n: int, before: Path | None) -> list[_harness.Config]:
+    """rlds's conversion, TorchRL's replay-buffer fill and the plain memmap fill of ``src``, and
+    rlds's conversion with the code under ``before`` when given."""
     rlds = _harness.rlds_config(f"rlds-{n}", f"rlds convert {n:,}", src, "memmap", work)
+    extra = []
+    if before is not None:
+        old = _harness.rlds_config(f"before-{n}", f"rlds before {n:,}", src, "memmap", work)
+        old.spec.update(module="convert_fixed_bench", kind="rlds-at", code=str(before))
+        extra.append(old)
     root = work / "out" / f"torchrl-{n}"
     spec = {"module": "pixel_bench", "kind": "torchrl-fill", "source": str(src), "root": str(root)}
     trl = _harness.Config(f"torchrl-{n}", f"TorchRL rb fill {n:,}", "torchrl-fill", src, spec, root)
     root = work / "out" / f"td-{n}"
     spec = {"module": "convert_fixed_bench", "kind": "td-memmap", "source": str(src), "root": str(root)}
     td = _harness.Config(f"td-{n}", f"TensorDict memmap_ {n:,}", "td-memmap", src, spec, root)
-    return [rlds, trl, td]
+    return [rlds, trl, td, *extra]
 
 
 def profile(src: Path, work: Path) -> None:
@@ -108,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--work", type=Path, default=HERE / "_work" / "convert_fixed")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--before", type=Path, help="a folder holding another commit's rlds_cli package")
     args = p.parse_args(argv)
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
@@ -122,13 +139,17 @@ def main(argv: list[str] | None = None) -> int:
         profile(sources[sizes[0]], work)
     all_cfgs: list[_harness.Config] = []
     for n in sizes:
-        all_cfgs += configs(sources[n], work, n)
+        all_cfgs += configs(sources[n], work, n, args.before)
     _harness.run_configs(all_cfgs, args.repeats, work, print)
-    print("\nsteps | rlds s (peak MB) | rb fill s (peak MB), rlds speed | memmap_ s (peak MB), rlds speed")
-    for i in range(0, len(all_cfgs), 3):
+    print(
+        "\nsteps | rlds s (peak MB) | rb fill s (peak MB), rlds speed | memmap_ s (peak MB), rlds speed"
+        + (" | before s (peak MB), speed-up" if args.before else "")
+    )
+    per = 4 if args.before else 3
+    for i in range(0, len(all_cfgs), per):
         r = all_cfgs[i]
-        cells = [f"{sizes[i // 3]:,} | {r.median('seconds'):.3f} ({r.median('peak_rss_mb'):.0f})"]
-        for t in all_cfgs[i + 1 : i + 3]:
+        cells = [f"{sizes[i // per]:,} | {r.median('seconds'):.3f} ({r.median('peak_rss_mb'):.0f})"]
+        for t in all_cfgs[i + 1 : i + per]:
             ratio = [b["seconds"] / a["seconds"] for a, b in zip(r.runs, t.runs, strict=True)]
             cells.append(
                 f"{t.median('seconds'):.3f} ({t.median('peak_rss_mb'):.0f}), "
