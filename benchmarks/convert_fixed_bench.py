@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--work", type=Path, default=HERE / "_work" / "convert_fixed")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--pixels", action="store_true", help="pixel files (data.write_pixel_d4rl) instead")
     p.add_argument("--before", type=Path, help="a folder holding another commit's rlds_cli package")
     args = p.parse_args(argv)
     work: Path = args.work
@@ -131,16 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     sources = {}
     for n in sizes:
-        src = work / f"d4rl-{n}.hdf5"
+        src = work / f"{'pixels' if args.pixels else 'd4rl'}-{n}.hdf5"
         if not src.exists():
-            bench_data.write_d4rl(src, n)
+            (bench_data.write_pixel_d4rl if args.pixels else bench_data.write_d4rl)(src, n)
         sources[n] = src
     if args.profile:
         profile(sources[sizes[0]], work)
     all_cfgs: list[_harness.Config] = []
     for n in sizes:
         all_cfgs += configs(sources[n], work, n, args.before)
-    _harness.run_configs(all_cfgs, args.repeats, work, print)
+    for rep in range(args.repeats):  # the order turns every round: no configuration always runs first
+        shift = rep % len(all_cfgs)
+        _harness.run_configs(all_cfgs[shift:] + all_cfgs[:shift], 1, work, print)
     print(
         "\nsteps | rlds s (peak MB) | rb fill s (peak MB), rlds speed | memmap_ s (peak MB), rlds speed"
         + (" | before s (peak MB), speed-up" if args.before else "")
