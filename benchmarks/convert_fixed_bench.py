@@ -76,20 +76,24 @@ def worker_rlds_at(spec: dict[str, Any]) -> dict[str, Any]:
     import rlds_cli
 
     assert rlds_cli.__file__.startswith(spec["code"]), rlds_cli.__file__
+    if spec.get("preimport"):  # what the TorchRL workers import before their timer
+        import h5py  # noqa: F401
     return _harness.worker_rlds(spec)
 
 
 WORKERS = {"td-memmap": worker_td_memmap, "rlds-at": worker_rlds_at}
 
 
-def configs(src: Path, work: Path, n: int, before: Path | None) -> list[_harness.Config]:
+def configs(src: Path, work: Path, n: int, before: Path | None, preimport: bool) -> list[_harness.Config]:
     """rlds's conversion, TorchRL's replay-buffer fill and the plain memmap fill of ``src``, and
-    rlds's conversion with the code under ``before`` when given."""
+    rlds's conversion with the code under ``before`` when given (``preimport``: rlds's runs
+    import h5py before their timer, as the TorchRL ones do)."""
     rlds = _harness.rlds_config(f"rlds-{n}", f"rlds convert {n:,}", src, "memmap", work)
+    rlds.spec.update(module="convert_fixed_bench", kind="rlds-at", code=str(HERE.parent), preimport=preimport)
     extra = []
     if before is not None:
         old = _harness.rlds_config(f"before-{n}", f"rlds before {n:,}", src, "memmap", work)
-        old.spec.update(module="convert_fixed_bench", kind="rlds-at", code=str(before))
+        old.spec.update(module="convert_fixed_bench", kind="rlds-at", code=str(before), preimport=preimport)
         extra.append(old)
     root = work / "out" / f"torchrl-{n}"
     spec = {"module": "pixel_bench", "kind": "torchrl-fill", "source": str(src), "root": str(root)}
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=HERE / "_work" / "convert_fixed")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--pixels", action="store_true", help="pixel files (data.write_pixel_d4rl) instead")
+    p.add_argument("--preimport", action="store_true", help="rlds's runs import h5py before the timer")
     p.add_argument("--before", type=Path, help="a folder holding another commit's rlds_cli package")
     args = p.parse_args(argv)
     work: Path = args.work
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         profile(sources[sizes[0]], work)
     all_cfgs: list[_harness.Config] = []
     for n in sizes:
-        all_cfgs += configs(sources[n], work, n, args.before)
+        all_cfgs += configs(sources[n], work, n, args.before, args.preimport)
     for rep in range(args.repeats):  # the order turns every round: no configuration always runs first
         shift = rep % len(all_cfgs)
         _harness.run_configs(all_cfgs[shift:] + all_cfgs[:shift], 1, work, print)
