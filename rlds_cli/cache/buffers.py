@@ -33,8 +33,9 @@ import numpy as np
 #: 84x84 frames, 225 KB a key, faults no more after its first batch; 128 frames, 900 KB, ~200
 #: faults a batch), and the pool's few microseconds would cost more than they save.
 MIN_BYTES = 256 * 1024
-#: Buffers a pool keeps (per source: one for each key's batch in flight, times batches held).
-MAX_BUFFERS = 16
+#: Buffers a pool keeps: one per large key (image keys, their next/ keys) per batch held at once
+#: (the loop's, the one being made, prefetched ones): 3 cameras x 2 x 4 batches fit.
+MAX_BUFFERS = 32
 # references to a free buffer seen by sys.getrefcount in _take: the pool's list, the local
 # variable and getrefcount's own argument
 _FREE_REFS = 3

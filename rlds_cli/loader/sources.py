@@ -92,7 +92,7 @@ class HostSource:
         float32: With ``in_memory``, hold float64 columns as float32 (cast once, in the copy to
             RAM; packed with the float32 ones): what a loader with ``float_dtype=torch.float32``
             asks, so its batches need no cast.
-        reuse_buffers: Gather large outputs (64 KiB or more: image keys, big batches) into
+        reuse_buffers: Gather large outputs (256 KiB or more: image keys, big batches) into
             arrays reused once nothing references them any more, so batches do not page-fault
             (see :mod:`rlds_cli.cache.buffers`). A batch that is kept is never overwritten.
     """
