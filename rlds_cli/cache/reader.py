@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import TedBatch, join_key
 
@@ -189,6 +190,9 @@ class TedReader:
         column: The stored column of a key: the backend's (memory maps, versioned zarr
             columns), copies in RAM, anything with numpy-style first-axis indexing.
         keys: TED keys, resolved (see :func:`resolve_keys`); the output keeps their order.
+        pool: Where :meth:`gather` takes its large outputs from (numpy columns only): arrays
+            reused once nothing references them (see :mod:`rlds_cli.cache.buffers`); ``None``:
+            new arrays every time.
     """
 
     def __init__(
@@ -197,8 +201,10 @@ class TedReader:
         episodes: Episodes,
         column: Callable[[str], Any],
         keys: Iterable[str],
+        pool: BufferPool | None = None,
     ) -> None:
         self.fields = fields
+        self.pool = pool
         self.episodes = episodes
         self.keys = list(keys)
         # next/done last, so that it reuses the flags when those are read too
@@ -259,9 +265,17 @@ class TedReader:
         out = TedBatch()
         # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
         at = (idx, rows, rows + 1 if self._next_rows else rows)
+        pool = self.pool
+        # steps in [0, N) put every row read in range: checked once here, not per key
+        checked = pool is not None and in_range(idx, self.episodes.num_steps)
         for key, source, column, is_array in self._plan:
             if source <= _FROM_NEXT_ROWS:
-                out[key] = column.take(at[source], 0) if is_array else column[at[source]]
+                if not is_array:
+                    out[key] = column[at[source]]
+                elif pool is None:
+                    out[key] = column.take(at[source], 0)
+                else:
+                    out[key] = gather_into(column, at[source], pool, checked=checked)
             elif source == _FROM_EPISODE:
                 out[key] = episode
             elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
