@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import Dataset
@@ -16,7 +15,6 @@ from rlds_cli.cache.manage import remove_dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.views import parse_episode_range
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError, DatasetExistsError, DatasetInUseError, InvalidSelectionError
@@ -26,10 +24,7 @@ from tests.d4rl_fixtures import write_d4rl
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 def _ten_episodes(path: Path) -> Path:
