@@ -5,7 +5,7 @@ for the layout and the writer).
 
 Where the bytes come from is a :class:`ByteSource`: :class:`LocalFiles` memory-maps the files of
 a cached array (the fast path: a chunk is decoded straight from the page cache), and
-:class:`rlds_cli.remote.reader.RemoteArrayFiles` reads an array on object storage, either by
+:class:`rlds_cli.remote.files.RemoteArrayFiles` reads an array on object storage, either by
 ranged reads of just the chunks a read needs (``whole_files = False``: each shard's index once,
 then the chunks' byte ranges, fetched together) or through a local cache of whole files.
 """
