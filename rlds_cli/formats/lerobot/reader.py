@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats._episodes import BLOCK_BYTES
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.lerobot.features import Feature, plan_features
 from rlds_cli.formats.lerobot.frames import VideoCursor
@@ -28,8 +29,8 @@ from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
 from rlds_cli.formats.lerobot.transitions import Part, pack, rule_notes, split_part
 from rlds_cli.formats.untrusted import declared_bytes
 
-#: Target source bytes per block (decoded frames included), as the other readers.
-BLOCK_BYTES = 8 * 1024 * 1024
+#: Most rows a block holds, however small they are (blocks target :data:`BLOCK_BYTES` of
+#: decoded rows, frames included: the readers' one budget).
 BLOCK_ROWS = 1 << 16
 
 
