@@ -55,7 +55,7 @@ from rlds_cli.formats.minari.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.minari.metadata import SEED_MAX, episode_attrs_jsonable
+from rlds_cli.formats.minari.metadata import SEED_MAX
 from rlds_cli.formats.minari.reader import MinariReader
 from rlds_cli.formats.minari.spaces import is_image_space
 
@@ -68,7 +68,6 @@ __all__ = [
     "MinariReader",
     "data_dir_of",
     "default_name",
-    "episode_attrs_jsonable",
     "find_datasets",
     "is_image_space",
     "sniff",

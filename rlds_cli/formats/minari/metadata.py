@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.minari.layout import METADATA_FILE
 
 #: The largest seed a Minari episode can carry (``DataCollector`` draws 64 random bits).
@@ -62,8 +61,3 @@ def as_seed(raw: Any) -> int | None:
             return None
         value = int(value.reshape(-1)[0])
     return value if 0 <= value <= SEED_MAX else None
-
-
-def episode_attrs_jsonable(group: Any) -> dict[str, Any]:
-    """An episode group's attributes as JSON values (used by tests and ``inspect``)."""
-    return {k: to_jsonable(v) for k, v in group.attrs.items()}
