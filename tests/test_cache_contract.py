@@ -552,7 +552,7 @@ def test_zarr_columns_match_memmap_and_zarr_itself(zarr_pair: tuple[Dataset, Dat
 
 
 def test_zarr_missing_shard_or_chunk_is_damage(zarr_pair: tuple[Dataset, Dataset]) -> None:
-    from rlds_cli.cache.zarr_read import MissingChunkError
+    from rlds_cli.cache.zarr_source import MissingChunkError
 
     z = zarr_pair[1]
     reader = z.column("pixels")._reader
@@ -577,7 +577,7 @@ def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch:
 
     from rlds_cli.cache import DatasetBuilder
     from rlds_cli.cache import zarr_backend as backends
-    from rlds_cli.cache.zarr_read import MissingChunkError
+    from rlds_cli.cache.zarr_source import MissingChunkError
 
     for name, value in ZARR_LAYOUTS["sharded"].items():
         monkeypatch.setattr(backends, name, value)

@@ -44,7 +44,8 @@ from rlds_cli.cache.zarr_backend import (
     zarr_fitted_shard_rows,
     zarr_shard_rows,
 )
-from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, ZarrColumn
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR
 
 __all__ = [
     "ALL_CHUNKS_ATTR",

@@ -6,7 +6,7 @@ of ratio).
 
 The builder's own shard encoder writes the shards (:class:`ZarrColumnWriter`), so an appended
 column and one filled region by region by parallel writers are byte-identical; reading is
-:mod:`rlds_cli.cache.zarr_read`.
+:mod:`rlds_cli.cache.zarr_read` (columns), :mod:`rlds_cli.cache.zarr_chunks` (decoding).
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ import numpy as np
 
 from rlds_cli.cache.backend_base import Backend, ColumnWriter, RegionWriter, key_path
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.cache.zarr_read import (
-    _ABSENT,
-    ALL_CHUNKS_ATTR,
-    ZarrColumn,
-    _blosc_function,
-    _ChunkReader,
-    _strict_store,
-)
+from rlds_cli.cache.zarr_blosc import _blosc_function
+from rlds_cli.cache.zarr_chunks import _ChunkReader
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_shards import _ABSENT
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, _strict_store
 from rlds_cli.errors import CorruptDatasetError
 
 ZARR_CHUNK_BYTES = 16 * 1024

@@ -2,7 +2,7 @@
 
 A :class:`RemoteDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` whose arrays are read
 from the store through the same chunk reader as a cached zarr dataset
-(:class:`~rlds_cli.cache.zarr_read._ChunkReader`): a read fetches the index of each shard it
+(:class:`~rlds_cli.cache.zarr_chunks._ChunkReader`): a read fetches the index of each shard it
 needs once (kept in memory), then the byte ranges of exactly the chunks it needs, adjacent ranges
 merged and all of them requested together (concurrently on an async store such as s3fs), and
 decodes them with Blosc on threads. What is read is what was pushed: the manifest, the files
@@ -48,7 +48,9 @@ from rlds_cli._io import atomic_write, sha256_file
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
-from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, MissingChunkError, ZarrColumn, _ChunkReader
+from rlds_cli.cache.zarr_chunks import _ChunkReader
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, MissingChunkError
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetReplacedError,
@@ -287,7 +289,7 @@ class RemoteFiles:
 
 class RemoteArrayFiles:
     """The files of one array of a remote dataset, as a
-    :class:`~rlds_cli.cache.zarr_read.ByteSource` for the chunk reader."""
+    :class:`~rlds_cli.cache.zarr_source.ByteSource` for the chunk reader."""
 
     remote = True
 
