@@ -55,6 +55,17 @@ def _assert_batches_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- fixtures
 
 
+@pytest.fixture(autouse=True)
+def _zarr_columns_on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every zarr column read through its chunks, however small (by default a small column is
+    read whole into RAM at open, and these datasets are all small): the chunk reader, its
+    layouts and its damage checks are what these tests are about. The in-RAM columns are
+    checked against the chunk reader in ``tests/test_zarr_read_layout.py``."""
+    from rlds_cli.cache import zarr_backend
+
+    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", 0)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param

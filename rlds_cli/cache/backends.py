@@ -35,7 +35,9 @@ from rlds_cli.cache.memmap_backend import (
 )
 from rlds_cli.cache.zarr_backend import (
     ZARR_CHUNK_BYTES,
+    ZARR_IN_RAM_BYTES,
     ZARR_MAX_CHUNK_ROWS,
+    ZARR_ROW_CHUNK_BYTES,
     ZARR_SHARD_BYTES,
     ZarrBackend,
     ZarrColumnWriter,
@@ -52,7 +54,9 @@ __all__ = [
     "BACKENDS",
     "NPY_HEADER_BYTES",
     "ZARR_CHUNK_BYTES",
+    "ZARR_IN_RAM_BYTES",
     "ZARR_MAX_CHUNK_ROWS",
+    "ZARR_ROW_CHUNK_BYTES",
     "ZARR_SHARD_BYTES",
     "Backend",
     "ColumnWriter",

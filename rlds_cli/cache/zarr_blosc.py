@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when a read needs threads: preprocess workers import this module
@@ -16,24 +17,71 @@ ZARR_READ_THREADS = 4
 #: Chunks a read needs before it is split across threads (below that, threads cost more).
 _POOL_MIN_CHUNKS = 32
 _pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
 _pool_lock = threading.Lock()
+#: Threads a read uses, counted once (``None``: not yet): ``os.cpu_count()`` on every read was a
+#: visible share of a small read's time.
+_threads: int | None = None
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def read_threads() -> int:
+    """Threads that decode the chunks of one read, the caller's included (1: no pool)."""
+    global _threads
+    if _threads is None:
+        _threads = max(1, min(ZARR_READ_THREADS, _usable_cpus()))
+    return _threads
+
+
+def _forget_pool() -> None:
+    """In a forked child (a DataLoader worker): the pool object was inherited but none of its
+    threads, so the next read makes a new one."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _read_pool() -> ThreadPoolExecutor | None:
-    """The process's chunk-decoding threads (``None`` on one CPU). Made again after a fork: a
-    forked child (a DataLoader worker) inherits the pool object but none of its threads."""
+    """The process's chunk-decoding threads besides the caller's (``None`` on one CPU)."""
+    global _pool
+    if read_threads() < 2:
+        return None
+    pool = _pool
+    if pool is not None:
+        return pool
     from concurrent.futures import ThreadPoolExecutor
 
-    global _pool, _pool_pid
-    threads = min(ZARR_READ_THREADS, os.cpu_count() or 1)
-    if threads < 2:
-        return None
     with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(threads, thread_name_prefix="rlds-zarr")
-            _pool_pid = os.getpid()
+        if _pool is None:
+            _pool = ThreadPoolExecutor(read_threads() - 1, thread_name_prefix="rlds-zarr")
         return _pool
+
+
+def run_split(count: int, work: Callable[[int, int], None]) -> None:
+    """``work(a, b)`` over ``[0, count)``: in one call on the caller's thread for a small read,
+    else cut into one contiguous part per decoding thread, the caller's thread doing the last
+    (a few large tasks: each thread's loop of Blosc calls runs without waiting on the others)."""
+    pool = _read_pool() if count >= _POOL_MIN_CHUNKS else None
+    if pool is None:
+        work(0, count)
+        return
+    parts = min(read_threads(), count)
+    bounds = [count * p // parts for p in range(parts + 1)]
+    futures = [pool.submit(work, bounds[p], bounds[p + 1]) for p in range(parts - 1)]
+    try:
+        work(bounds[-2], bounds[-1])
+    finally:
+        for future in futures:
+            future.result()  # re-raises a decoding thread's error here (after all have ended)
 
 
 def _blosc_function(name: str) -> Any:

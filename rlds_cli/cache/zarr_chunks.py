@@ -5,14 +5,14 @@ decoded with Blosc on threads, into the caller's batch (where the bytes are:
 
 from __future__ import annotations
 
-import itertools
+import ctypes
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.zarr_blosc import _POOL_MIN_CHUNKS, _decompressor, _read_pool
+from rlds_cli.cache.zarr_blosc import _decompressor, run_split
 from rlds_cli.cache.zarr_shards import _ABSENT, _ShardIndex
 from rlds_cli.cache.zarr_source import ByteSource, LocalFiles, _address
 
@@ -155,18 +155,42 @@ class _ChunkReader(_ShardIndex):
 
     # ------------------------------------------------------------------ reads
 
-    def _run(self, chunks: np.ndarray, work: Any) -> None:
-        """``work(positions)`` over the positions of ``chunks``, split across the decoding threads
-        when there are enough of them."""
-        pool = _read_pool() if len(chunks) >= _POOL_MIN_CHUNKS else None
-        if pool is None:
-            work(range(len(chunks)))
+    def _decode_all(self, chunks: np.ndarray, targets: np.ndarray) -> None:
+        """Decode each of ``chunks`` to the address in ``targets`` (:attr:`chunk_nbytes` bytes
+        each, in buffers the caller keeps alive), split across the decoding threads.
+
+        When every chunk is in a mapped shard and stored (:meth:`_addresses`), the per-chunk work
+        is one bare decoder call on two integers: every lookup was done once for the batch, in
+        numpy. Otherwise (no shards, a remote source, a chunk not stored) each chunk is decoded
+        by :meth:`decode_to`, which finds it, fills it or raises."""
+        addr = self._addresses(chunks)
+        nbytes = self.chunk_nbytes
+        if addr is not None:
+            fn = _decompressor()
+            sources, dests = addr.tolist(), targets.tolist()
+
+            def bare(a: int, b: int) -> None:
+                for k in range(a, b):
+                    if fn(sources[k], dests[k], nbytes, 1) != nbytes:
+                        raise ValueError(
+                            f"chunk {int(chunks[k])} of {self.source.describe('c')} does not decode"
+                        )
+
+            run_split(len(chunks), bare)
             return
-        parts = min(pool._max_workers, len(chunks))
-        bounds = np.linspace(0, len(chunks), parts + 1).astype(int)
-        futures = [pool.submit(work, range(a, b)) for a, b in itertools.pairwise(bounds)]
-        for future in futures:
-            future.result()  # re-raises a decoding thread's error here
+        decode = self._decoder(chunks) if self.source.remote else None
+        dests = targets.tolist()
+
+        def one_by_one(a: int, b: int) -> None:
+            for k in range(a, b):
+                # a view of the target bytes (the caller's buffer lives until the read returns)
+                dest = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(dests[k]))
+                if decode is not None:
+                    decode(k, int(chunks[k]), dest)
+                else:
+                    self.decode_to(int(chunks[k]), dest)
+
+        run_split(len(chunks), one_by_one)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (1-D, in range) as a new array: each needed chunk decoded once, and not
@@ -186,20 +210,7 @@ class _ChunkReader(_ShardIndex):
             at, hit = np.zeros(len(needed), np.int64), np.zeros(len(needed), bool)
         fresh = needed[~hit]
         stage = np.empty((len(fresh), self.chunk_nbytes), np.uint8)
-        if self.source.remote:
-            decode = self._decoder(fresh)
-
-            def work(positions: range) -> None:
-                for k in positions:
-                    decode(k, int(fresh[k]), stage[k])
-
-        else:
-
-            def work(positions: range) -> None:
-                for k in positions:
-                    self.decode_to(int(fresh[k]), stage[k])
-
-        self._run(fresh, work)
+        self._decode_all(fresh, stage.ctypes.data + np.arange(len(fresh), dtype=np.int64) * self.chunk_nbytes)
         decoded = stage.view(self.dtype).reshape(len(fresh) * cr, *self.row_shape)
         self._last = (fresh, decoded)
         if not hit.any():
@@ -217,61 +228,36 @@ class _ChunkReader(_ShardIndex):
         """:meth:`gather` for chunks of one row (pixels): each decodes straight into its place in
         the output, no staging copy; a row asked for twice is decoded once and copied."""
         out = np.empty((len(rows), *self.row_shape), self.dtype)
+        if len(rows) < 2 or bool((rows[1:] > rows[:-1]).all()):  # distinct already (sorted)
+            self._decode_all(rows, out.ctypes.data + np.arange(len(rows), dtype=np.int64) * self.chunk_nbytes)
+            return out
         needed, first, where = np.unique(rows, return_index=True, return_inverse=True)
-        flat = out.reshape(len(rows), -1).view(np.uint8)
-        addr = self._addresses(needed)
-        if addr is not None:  # every chunk mapped and stored: bare decoder calls
-            fn, nbytes = _decompressor(), self.chunk_nbytes
-            sources = addr.tolist()
-            targets = (out.ctypes.data + first * nbytes).tolist()
-
-            def work(positions: range) -> None:
-                for k in positions:
-                    if fn(sources[k], targets[k], nbytes, 1) != nbytes:
-                        raise ValueError(f"chunk {int(needed[k])} does not decode")
-
-        elif self.source.remote:
-            decode = self._decoder(needed)
-
-            def work(positions: range) -> None:
-                for k in positions:
-                    decode(k, int(needed[k]), flat[first[k]])
-
-        else:
-
-            def work(positions: range) -> None:
-                for k in positions:
-                    self.decode_to(int(needed[k]), flat[first[k]])
-
-        self._run(needed, work)
+        self._decode_all(needed, out.ctypes.data + first.astype(np.int64) * self.chunk_nbytes)
         if len(needed) < len(rows):
-            copies = np.flatnonzero(first[where.reshape(-1)] != np.arange(len(rows)))
-            out[copies] = out[first[where.reshape(-1)[copies]]]
+            source = first[where.reshape(-1)]
+            copies = np.flatnonzero(source != np.arange(len(rows)))
+            out[copies] = out[source[copies]]
         return out
 
     def range(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` (in range) as a new array; whole chunks decode in place."""
+        """Rows ``[start, stop)`` (in range) as a new array: whole chunks decode in place, a
+        chunk cut by either end through a spare chunk."""
         out = np.empty((max(0, stop - start), *self.row_shape), self.dtype)
         if stop <= start:
             return out
-        cr = self.chunk_rows
-        chunks = np.arange(start // cr, (stop - 1) // cr + 1)
-        flat = out.reshape(len(out), -1).view(np.uint8)
-        decode = self._decoder(chunks) if self.source.remote else lambda k, i, dest: self.decode_to(i, dest)
-
-        def work(positions: range) -> None:
-            spare: np.ndarray | None = None
-            for k in positions:
-                i = int(chunks[k])
-                lo, hi = max(start, i * cr), min(stop, (i + 1) * cr)
-                if hi - lo == cr:  # the whole chunk is wanted: decode it straight into the output
-                    decode(k, i, flat[lo - start : hi - start].reshape(-1))
-                    continue
-                if spare is None:
-                    spare = np.empty(self.chunk_nbytes, np.uint8)
-                decode(k, i, spare)
-                whole = spare.view(self.dtype).reshape(cr, *self.row_shape)
-                out[lo - start : hi - start] = whole[lo - i * cr : hi - i * cr]
-
-        self._run(chunks, work)
+        cr, nbytes = self.chunk_rows, self.chunk_nbytes
+        first, last = start // cr, (stop - 1) // cr
+        chunks = np.arange(first, last + 1, dtype=np.int64)
+        row_bytes = nbytes // cr
+        # the chunks cut by an end go to spare buffers, then their wanted rows are copied out
+        cut = [i for i in dict.fromkeys((first, last)) if start > i * cr or stop < (i + 1) * cr]
+        spare = np.empty((len(cut), nbytes), np.uint8)
+        targets = out.ctypes.data + (chunks * cr - start) * row_bytes
+        for n, i in enumerate(cut):
+            targets[i - first] = spare.ctypes.data + n * nbytes
+        self._decode_all(chunks, targets)
+        for n, i in enumerate(cut):
+            lo, hi = max(start, i * cr), min(stop, (i + 1) * cr)
+            whole = spare[n].view(self.dtype).reshape(cr, *self.row_shape)
+            out[lo - start : hi - start] = whole[lo - i * cr : hi - i * cr]
         return out

@@ -45,11 +45,11 @@ class _ShardIndex:
         self._ranged = not source.whole_files
         #: Whole files come from far away: fetch every file a read needs together, first.
         self._prefetch = source.remote and source.whole_files
-        #: Sharded one-row chunks (pixels) with the ctypes decoder: each chunk's address in its
-        #: mapped shard (0: shard not mapped yet, -1: not stored), headers checked when the shard
-        #: is mapped, so a gather is a loop of bare decoder calls (8 bytes a row).
+        #: Sharded chunks with the ctypes decoder: each chunk's address in its mapped shard (0:
+        #: shard not mapped yet, -1: not stored), headers checked when the shard is mapped, so a
+        #: read is a loop of bare decoder calls (8 bytes a chunk), no lookups per chunk.
         self._addr: np.ndarray | None = None
-        if self.per_shard and chunk_rows == 1 and _decompressor() is not None and not self._ranged:
+        if self.per_shard and _decompressor() is not None and not self._ranged:
             self._addr = np.zeros(-(-self.rows // chunk_rows), np.int64)
         #: The chunks the last gather decoded (sorted ids, their rows): the loader reads
         #: ``observation`` at rows ``r`` then ``next/observation`` at ``r + 1``, mostly in the same
