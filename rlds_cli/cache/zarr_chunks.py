@@ -192,12 +192,16 @@ class _ChunkReader(_ShardIndex):
 
         run_split(len(chunks), one_by_one)
 
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (1-D, in range) as a new array: each needed chunk decoded once, and not
-        at all when the previous gather decoded it."""
+    def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``rows`` (1-D, in range) as a new array, or in ``out`` (C-contiguous, of the
+        rows' shape and dtype): each needed chunk decoded once, and not at all when the previous
+        gather decoded it."""
         cr = self.chunk_rows
         if cr == 1:
-            return self._gather_rows(rows)
+            return self._gather_rows(rows, out)
+        if out is not None:
+            out[...] = self.gather(rows)
+            return out
         chunk = rows // cr
         offsets = rows - chunk * cr
         needed, where = np.unique(chunk, return_inverse=True)
@@ -224,10 +228,11 @@ class _ChunkReader(_ShardIndex):
         out[other] = decoded.take(new_at[where[other]] * cr + offsets[other], axis=0)
         return out
 
-    def _gather_rows(self, rows: np.ndarray) -> np.ndarray:
+    def _gather_rows(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """:meth:`gather` for chunks of one row (pixels): each decodes straight into its place in
         the output, no staging copy; a row asked for twice is decoded once and copied."""
-        out = np.empty((len(rows), *self.row_shape), self.dtype)
+        if out is None:
+            out = np.empty((len(rows), *self.row_shape), self.dtype)
         if len(rows) < 2 or bool((rows[1:] > rows[:-1]).all()):  # distinct already (sorted)
             self._decode_all(rows, out.ctypes.data + np.arange(len(rows), dtype=np.int64) * self.chunk_nbytes)
             return out

@@ -34,6 +34,13 @@ class ZarrColumn:
         shards = getattr(array, "shards", None)
         self.chunk_rows = int(shards[0]) if shards else int(array.chunks[0])
 
+    @property
+    def one_row_chunks(self) -> bool:
+        """Each row is a chunk of its own, read by the chunk reader (frames): a read of rows
+        ``r`` and ``r + 1`` together decodes their common rows once (see
+        :class:`~rlds_cli.cache.reader.TedReader`)."""
+        return self._reader is not None and self._reader.chunk_rows == 1
+
     def __len__(self) -> int:
         return self.shape[0]
 
@@ -71,6 +78,27 @@ class ZarrColumn:
             raise CorruptDatasetError(
                 f"zarr array {self._where} is damaged: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (int64, any shape, in range ``[0, len)``) into ``out`` (C-contiguous, of
+        shape ``rows.shape + row shape`` and this dtype): chunks of one row decode straight into
+        it (a frame-stack block), no intermediate batch."""
+        if self._reader is None or rows.size == 0:
+            out[...] = self[rows]
+            return out
+        flat = rows.reshape(-1)
+        if not out.flags.c_contiguous:
+            out[...] = self[rows]
+            return out
+        try:
+            self._reader.gather(flat, out.reshape(len(flat), *self.shape[1:]))
+        except RldsError:
+            raise
+        except (ValueError, RuntimeError, TypeError, OSError, EOFError, SystemError, MemoryError) as exc:
+            raise CorruptDatasetError(
+                f"zarr array {self._where} is damaged: {type(exc).__name__}: {exc}"
+            ) from exc
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = self[slice(None)]
