@@ -13,12 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from tests.dataset_fixtures import everything, make_dataset
 
@@ -27,10 +25,7 @@ FNS = "tests.preprocess_fns"
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 def invoke(*args: str) -> Result:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import TedBatch, join_key
 
@@ -208,6 +209,9 @@ class TedReader:
         column: The stored column of a key: the backend's (memory maps, versioned zarr
             columns), copies in RAM, anything with numpy-style first-axis indexing.
         keys: TED keys, resolved (see :func:`resolve_keys`); the output keeps their order.
+        pool: Where :meth:`gather` takes its large outputs from (numpy columns only): arrays
+            reused once nothing references them (see :mod:`rlds_cli.cache.buffers`); ``None``:
+            new arrays every time.
     """
 
     def __init__(
@@ -216,8 +220,10 @@ class TedReader:
         episodes: Episodes,
         column: Callable[[str], Any],
         keys: Iterable[str],
+        pool: BufferPool | None = None,
     ) -> None:
         self.fields = fields
+        self.pool = pool
         self.episodes = episodes
         self.keys = list(keys)
         # next/done last, so that it reuses the flags when those are read too
@@ -274,6 +280,7 @@ class TedReader:
                 source == _FROM_ROWS
                 and not is_array
                 and getattr(column, "one_row_chunks", False)
+                and hasattr(column, "read_into")
                 and twin is not None
                 and twin[1] is column
             ):
@@ -300,16 +307,29 @@ class TedReader:
         out = TedBatch()
         # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
         at = (idx, rows, rows + 1 if self._next_rows else rows)
+        pool = self.pool
+        # steps in [0, N) put every row read in range: checked once here, not per key
+        checked = pool is not None and in_range(idx, self.episodes.num_steps)
         twins: dict[str, np.ndarray] = {}  # the twin of a pair read already, until its turn
         for key, source, column, is_array in self._plan:
             if key in self._paired:
                 if key not in twins:
-                    both = column[np.stack([at[source], at[_FROM_ROWS + _FROM_NEXT_ROWS - source]])]
+                    pair = np.stack([at[source], at[_FROM_ROWS + _FROM_NEXT_ROWS - source]])
+                    if checked:  # rows in range: decoded straight into a pooled buffer
+                        assert pool is not None
+                        both = column.read_into(pair, pool.empty(pair.shape + column.shape[1:], column.dtype))
+                    else:
+                        both = column[pair]
                     out[key], twins[self._paired[key]] = both[0], both[1]
                 else:
                     out[key] = twins.pop(key)
             elif source <= _FROM_NEXT_ROWS:
-                out[key] = column.take(at[source], 0) if is_array else column[at[source]]
+                if not is_array:
+                    out[key] = column[at[source]]
+                elif pool is None:
+                    out[key] = column.take(at[source], 0)
+                else:
+                    out[key] = gather_into(column, at[source], pool, checked=checked)
             elif source == _FROM_EPISODE:
                 out[key] = episode
             elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
