@@ -220,6 +220,11 @@ def test_the_old_layout_of_several_frames_a_chunk_is_still_read(
             np.testing.assert_array_equal(np.asarray(ds.gather(idx)[key]), np.asarray(value), err_msg=key)
         for key, value in memmap[10:60].items():
             np.testing.assert_array_equal(np.asarray(ds[10:60][key]), np.asarray(value), err_msg=key)
+        plain_mm, plain = Loader(memmap, 64, seed=2, in_memory=False), Loader(ds, 64, seed=2, in_memory=False)
+        for _ in range(3):  # batches into reused buffers: each equals memmap's
+            want, got = plain_mm.sample(), plain.sample()
+            for key in want:
+                np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want[key]), err_msg=key)
         a = Loader(memmap, 32, seed=1, in_memory=False, transform=FrameStack(4)).sample()
         b = Loader(ds, 32, seed=1, in_memory=False, transform=FrameStack(4)).sample()
         for key in a:
