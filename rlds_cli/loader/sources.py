@@ -317,7 +317,9 @@ class HostSource:
             # mode="clip" (the rows are checked above): with the default "raise", numpy
             # gathers into a temporary buffer and copies that into `out`
             column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
-        else:  # a versioned column: checks the dataset was not replaced
+        elif hasattr(column, "read_into"):  # a versioned column: decodes into `out`, then checks
+            column.read_into(rows, out)
+        else:
             out[...] = column[rows]
         return out
 

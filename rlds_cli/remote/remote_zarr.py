@@ -12,7 +12,9 @@ import numpy as np
 
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, MissingChunkError, ZarrColumn, _ChunkReader
+from rlds_cli.cache.zarr_chunks import _ChunkReader
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, MissingChunkError
 from rlds_cli.errors import (
     CorruptDatasetError,
     InvalidKeyError,
