@@ -58,12 +58,12 @@ from rlds_cli.formats.atari_dqn.layout import (
     source_files,
 )
 from rlds_cli.formats.atari_dqn.plan import (
+    MAX_INVALID_RANGE,
     parse_checkpoints,
 )
 from rlds_cli.formats.atari_dqn.reader import (
     BLOCK_BYTES,
     DEFAULT_STACK_SIZE,
-    MAX_INVALID_RANGE,
     RULES,
     AtariDQNOptions,
     AtariDQNReader,

@@ -1,4 +1,4 @@
-"""Checkpoints planned: the store arrays checked, each checkpoint's circular buffer as slots in
+"""Checkpoints planned: each checkpoint's six files opened and checked, its circular buffer as slots in
 chronological order, and the ``checkpoints`` option parsed.
 """
 
@@ -11,10 +11,13 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError
-from rlds_cli.formats.atari_dqn.layout import _REDOWNLOAD
+from rlds_cli.formats.atari_dqn.layout import _REDOWNLOAD, FILE_NAMES, STORE, STORE_PREFIX, file_name
 from rlds_cli.formats.atari_dqn.stream import _GzipNpy
 from rlds_cli.formats.untrusted import describe_dtype
 from rlds_cli.numbers import NumberSelection, parse_numbers
+
+#: Largest ``invalid_range`` read (Dopamine's holds ``stack_size + update_horizon`` values).
+MAX_INVALID_RANGE = 1024
 
 
 def _check_store(stream: _GzipNpy, name: str) -> None:
@@ -122,6 +125,82 @@ def _run_length(sorted_positions: np.ndarray, start: int, step: int) -> int:
     while start + k * step in wanted:
         k += 1
     return k
+
+
+def _open_checkpoint(folder: Path, number: int, files: dict[str, Path]) -> _Checkpoint:
+    """One checkpoint's six files checked: every file present, the store arrays alike in length
+    and sound, ``add_count`` and ``invalid_range`` read."""
+    missing = [file_name(name, number) for name in FILE_NAMES if name not in files]
+    if missing:
+        raise SourceFormatError(
+            f"{folder}: checkpoint {number} lacks {', '.join(missing)}",
+            hint="download every file of the checkpoint ($store$_observation, _action, _reward, "
+            "_terminal, add_count and invalid_range), or leave it out with the checkpoints option",
+        )
+    ck = _Checkpoint(number, files)
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, np.dtype] = {}
+    for name in STORE:
+        stream = _GzipNpy(files[STORE_PREFIX + name], name)
+        try:
+            _check_store(stream, name)
+            shapes[name], dtypes[name] = stream.shape, stream.dtype
+        finally:
+            stream.close()
+    ck.schema = (shapes["observation"][1:], dtypes["observation"], dtypes["action"].newbyteorder("="))
+    rows = {name: shape[0] for name, shape in shapes.items()}
+    if len(set(rows.values())) != 1:
+        first = rows["observation"]
+        other = next(n for n in STORE if rows[n] != first)
+        raise SourceFormatError(
+            f"{files[STORE_PREFIX + other]}: {other!r} has {rows[other]:,} rows but "
+            f"{files[STORE_PREFIX + 'observation'].name} has {first:,} (arrays of different lengths)",
+            hint=_REDOWNLOAD,
+        )
+    ck.capacity = rows["observation"]
+    ck.add_count = _read_add_count(files["add_count"])
+    ck.invalid_range = _read_invalid_range(files["invalid_range"], ck.capacity)
+    if ck.capacity == 0:
+        raise SourceFormatError(f"{files[STORE_PREFIX + 'observation']}: the buffer has no rows")
+    return ck
+
+
+def _small(path: Path, name: str, max_values: int) -> np.ndarray:
+    stream = _GzipNpy(path, name)
+    try:
+        if int(np.prod(stream.shape, dtype=np.float64)) > max_values:
+            raise SourceFormatError(
+                f"{path}: {name!r} has shape {stream.shape}; Dopamine writes at most {max_values} "
+                "value(s) here",
+                hint=_REDOWNLOAD,
+            )
+        values = stream.read_all()
+        stream.finish()
+        return values
+    finally:
+        stream.close()
+
+
+def _read_add_count(path: Path) -> int:
+    value = _small(path, "add_count", 1)
+    if value.dtype.kind not in "iu" or value.size != 1 or int(value.reshape(-1)[0]) < 0:
+        raise SourceFormatError(
+            f"{path}: add_count is {value!r}; Dopamine writes one integer >= 0 (rows ever added)",
+            hint=_REDOWNLOAD,
+        )
+    return int(value.reshape(-1)[0])
+
+
+def _read_invalid_range(path: Path, capacity: int) -> list[int]:
+    value = _small(path, "invalid_range", MAX_INVALID_RANGE).reshape(-1)
+    # before the first add Dopamine's invalid_range is np.zeros(stack_size): floats
+    whole = value.dtype.kind in "iu" or (value.dtype.kind == "f" and bool(np.all(np.mod(value, 1) == 0)))
+    if not whole or (value.size and (value.min() < 0 or value.max() >= capacity)):
+        raise SourceFormatError(
+            f"{path}: invalid_range {value.tolist()[:8]} is not a list of slots 0 .. {capacity - 1}",
+            hint=_REDOWNLOAD,
+        )
+    return [int(v) for v in value]
 
 
 def parse_checkpoints(spec: object) -> NumberSelection:

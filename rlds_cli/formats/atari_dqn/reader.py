@@ -14,18 +14,21 @@ import numpy as np
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.atari_dqn.decide import _Decider, _Rows
 from rlds_cli.formats.atari_dqn.layout import (
-    _REDOWNLOAD,
-    FILE_NAMES,
     STORE,
     STORE_PREFIX,
     _parse_name,
     _scan,
-    file_name,
     logs_folder,
     sniff,
     source_files,
 )
-from rlds_cli.formats.atari_dqn.plan import _check_store, _Checkpoint, _listed, _run_length, parse_checkpoints
+from rlds_cli.formats.atari_dqn.plan import (
+    _Checkpoint,
+    _listed,
+    _open_checkpoint,
+    _run_length,
+    parse_checkpoints,
+)
 from rlds_cli.formats.atari_dqn.stream import _GzipNpy
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.untrusted import declared_bytes
@@ -35,8 +38,6 @@ RULES = "atari-dqn-v1"
 DEFAULT_STACK_SIZE = 4
 #: Target decoded frame bytes per block, as the other readers.
 BLOCK_BYTES = 8 << 20
-#: Largest ``invalid_range`` read (Dopamine's holds ``stack_size + update_horizon`` values).
-MAX_INVALID_RANGE = 1024
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class AtariDQNReader(Reader):
         self.report = ConversionReport(rules=RULES)
         found = _scan(self.folder)
         self.checkpoints = [
-            self._open_checkpoint(n, found[n]) for n in self._select(found, only, checkpoints)
+            _open_checkpoint(self.folder, n, found[n]) for n in self._select(found, only, checkpoints)
         ]
         self._check_alike()
         self._plan_edges()
@@ -159,76 +160,6 @@ class AtariDQNReader(Reader):
                 hint="check the checkpoints option; files are named like $store$_observation_ckpt.0.gz",
             )
         return numbers
-
-    def _open_checkpoint(self, number: int, files: dict[str, Path]) -> _Checkpoint:
-        missing = [file_name(name, number) for name in FILE_NAMES if name not in files]
-        if missing:
-            raise SourceFormatError(
-                f"{self.folder}: checkpoint {number} lacks {', '.join(missing)}",
-                hint="download every file of the checkpoint ($store$_observation, _action, _reward, "
-                "_terminal, add_count and invalid_range), or leave it out with the checkpoints option",
-            )
-        ck = _Checkpoint(number, files)
-        shapes: dict[str, tuple[int, ...]] = {}
-        dtypes: dict[str, np.dtype] = {}
-        for name in STORE:
-            stream = _GzipNpy(files[STORE_PREFIX + name], name)
-            try:
-                _check_store(stream, name)
-                shapes[name], dtypes[name] = stream.shape, stream.dtype
-            finally:
-                stream.close()
-        ck.schema = (shapes["observation"][1:], dtypes["observation"], dtypes["action"].newbyteorder("="))
-        rows = {name: shape[0] for name, shape in shapes.items()}
-        if len(set(rows.values())) != 1:
-            first = rows["observation"]
-            other = next(n for n in STORE if rows[n] != first)
-            raise SourceFormatError(
-                f"{files[STORE_PREFIX + other]}: {other!r} has {rows[other]:,} rows but "
-                f"{files[STORE_PREFIX + 'observation'].name} has {first:,} (arrays of different lengths)",
-                hint=_REDOWNLOAD,
-            )
-        ck.capacity = rows["observation"]
-        ck.add_count = self._read_add_count(files["add_count"])
-        ck.invalid_range = self._read_invalid_range(files["invalid_range"], ck.capacity)
-        if ck.capacity == 0:
-            raise SourceFormatError(f"{files[STORE_PREFIX + 'observation']}: the buffer has no rows")
-        return ck
-
-    def _small(self, path: Path, name: str, max_values: int) -> np.ndarray:
-        stream = _GzipNpy(path, name)
-        try:
-            if int(np.prod(stream.shape, dtype=np.float64)) > max_values:
-                raise SourceFormatError(
-                    f"{path}: {name!r} has shape {stream.shape}; Dopamine writes at most {max_values} "
-                    "value(s) here",
-                    hint=_REDOWNLOAD,
-                )
-            values = stream.read_all()
-            stream.finish()
-            return values
-        finally:
-            stream.close()
-
-    def _read_add_count(self, path: Path) -> int:
-        value = self._small(path, "add_count", 1)
-        if value.dtype.kind not in "iu" or value.size != 1 or int(value.reshape(-1)[0]) < 0:
-            raise SourceFormatError(
-                f"{path}: add_count is {value!r}; Dopamine writes one integer >= 0 (rows ever added)",
-                hint=_REDOWNLOAD,
-            )
-        return int(value.reshape(-1)[0])
-
-    def _read_invalid_range(self, path: Path, capacity: int) -> list[int]:
-        value = self._small(path, "invalid_range", MAX_INVALID_RANGE).reshape(-1)
-        # before the first add Dopamine's invalid_range is np.zeros(stack_size): floats
-        whole = value.dtype.kind in "iu" or (value.dtype.kind == "f" and bool(np.all(np.mod(value, 1) == 0)))
-        if not whole or (value.size and (value.min() < 0 or value.max() >= capacity)):
-            raise SourceFormatError(
-                f"{path}: invalid_range {value.tolist()[:8]} is not a list of slots 0 .. {capacity - 1}",
-                hint=_REDOWNLOAD,
-            )
-        return [int(v) for v in value]
 
     def _check_alike(self) -> None:
         """Every checkpoint's frames (and actions) have the first one's shape and dtype."""

@@ -41,9 +41,10 @@ The rules below are written out in ``docs/formats.md`` ("RLDS / Open X-Embodimen
   workers and memory is bounded by a few pieces, never by a shard or an episode.
 
 The package, by responsibility: :mod:`.layout` (the folder's files, shards and splits),
-:mod:`.columns` (features.json mapped to TED keys), :mod:`.decode` (worker-side decoding of a
+:mod:`.columns` (features.json mapped to TED keys), :mod:`.scan` (each shard checked, episodes
+cut into pieces for the workers), :mod:`.decode` (worker-side decoding of a
 piece), :mod:`.assemble` (the flag checks, the last-step rule and block packing) and
-:mod:`.reader` (:class:`RldsTFRecordReader`: metadata, the shard scan and the block stream).
+:mod:`.reader` (:class:`RldsTFRecordReader`: metadata, shard selection, the block stream).
 """
 
 from rlds_cli.formats.rlds_tfrecord.decode import decode_unit
@@ -52,10 +53,10 @@ from rlds_cli.formats.rlds_tfrecord.reader import (
     BLOCK_BYTES,
     LAST_STEP_RULES,
     RULES,
-    UNIT_BYTES,
     RldsOptions,
     RldsTFRecordReader,
 )
+from rlds_cli.formats.rlds_tfrecord.scan import UNIT_BYTES
 
 __all__ = [
     "BLOCK_BYTES",
