@@ -28,9 +28,9 @@ READERS: dict[str, str] = {
     "amago": "rlds_cli.formats.amago:AmagoReader",
     "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
     "lerobot": "rlds_cli.formats.lerobot:LeRobotReader",
-    "rlds": "rlds_cli.formats.rlds_tfrecord:RldsTFRecordReader",
+    "rlds": "rlds_cli.formats.rlds_tfrecord.reader:RldsTFRecordReader",
     "vd4rl": "rlds_cli.formats.vd4rl:VD4RLReader",
-    "atari_dqn": "rlds_cli.formats.atari_dqn:AtariDQNReader",
+    "atari_dqn": "rlds_cli.formats.atari_dqn.reader:AtariDQNReader",
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
 }
 
