@@ -114,10 +114,15 @@ def _logger_error() -> Any:
 
 def cache_path(mode: str, steps: int, seed: int, games: tuple[str, ...] = GAMES) -> Path:
     """Where the file for these parameters is cached."""
-    return CACHE / f"atari-{mode}-{'+'.join(games)}-{steps}-skip{FRAME_SKIP}-sticky{STICKY}-seed{seed}-v{FORMAT}.hdf5"
+    return (
+        CACHE
+        / f"atari-{mode}-{'+'.join(games)}-{steps}-skip{FRAME_SKIP}-sticky{STICKY}-seed{seed}-v{FORMAT}.hdf5"
+    )
 
 
-def generate(path: Path, mode: str, steps: int, seed: int = 0, games: tuple[str, ...] = GAMES) -> dict[str, Any]:
+def generate(
+    path: Path, mode: str, steps: int, seed: int = 0, games: tuple[str, ...] = GAMES
+) -> dict[str, Any]:
     """Write ``steps`` steps of random-policy play (equal shares per game) to ``path`` (D4RL
     layout, written to a ``.partial`` file then renamed). Returns counts for the log."""
     import h5py

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 pytest.importorskip("PIL")
 
-import real_frames  # noqa: E402
+import real_frames
 
 
 def test_preprocess_pools_the_two_screens_then_area_averages() -> None:
