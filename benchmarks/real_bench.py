@@ -277,6 +277,11 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
         start,
         "## Real frames: pixel batches on real Atari frames",
         "",
+        *(
+            ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
+            if info["quick"]
+            else []
+        ),
         f"Data: `benchmarks/real_frames.py`, ale-py {_harness.version('ale-py')} (ROMs from the wheel): a "
         f"random policy over {', '.join(real_frames.GAMES)} (equal shares), sticky actions "
         f"{real_frames.STICKY}, frame skip {real_frames.FRAME_SKIP} with the max of the last two screens, "
