@@ -353,6 +353,14 @@ def main(argv: list[str] | None = None) -> int:
         "--modes", nargs="+", choices=MODES, default=list(MODES), help="frame kinds (default both)"
     )
     args = p.parse_args(argv)
+    import importlib.util
+
+    missing = [m for m in ("ale_py", "cpprb", "torchrl") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(
+            f"real_bench: {', '.join(missing)} not installed; create the bench environment with "
+            "`bash benchmarks/setup_env.sh VENV TORCH_VERSION` and run with its python"
+        )
     bench = _harness.start(args)
     results = {mode: run_mode(bench, mode) for mode in args.modes}
     info = bench.info()
