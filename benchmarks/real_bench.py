@@ -81,7 +81,7 @@ def cpprb_fill(source: Path, rows: int = pixel_bench.FILL_ROWS) -> Any:
     """A cpprb ``ReplayBuffer(next_of="obs")`` holding the D4RL file, added episode by episode
     (``on_episode_end`` after each, so no next frame crosses an episode)."""
     import h5py
-    from cpprb import ReplayBuffer
+    from cpprb import ReplayBuffer  # type: ignore[import-not-found]
 
     with h5py.File(source, "r") as f:
         n = int(f["observations"].shape[0])
@@ -93,7 +93,7 @@ def cpprb_fill(source: Path, rows: int = pixel_bench.FILL_ROWS) -> Any:
             "trunc": {},
         }
         rb = ReplayBuffer(n, env, next_of="obs")
-        ends = np.flatnonzero(f["terminals"][:] | f["timeouts"][:]) + 1
+        ends = (np.flatnonzero(f["terminals"][:] | f["timeouts"][:]) + 1).tolist()
         start = 0
         for end in ends:
             for a in range(start, end, rows):
@@ -119,7 +119,7 @@ def cases_for(mm: Any, zr: Any, trl: Any, trl_slice: Any, cpprb: Any) -> list[An
     case = framestack_bench.Case
     raw = loader_bench.Raw(mm)
     stacks = framestack_bench.Raw(mm)
-    slc = {"sampler": "slice", "slice_len": loader_bench.SLICE_LEN}
+    slc: dict[str, Any] = {"sampler": "slice", "slice_len": loader_bench.SLICE_LEN}
     return [
         case("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
         case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),

@@ -69,7 +69,12 @@ class Game:
         self.ale.setFloat("repeat_action_probability", STICKY)
         self.ale.setInt("frame_skip", 1)  # the skip and max are done here, as DQN's wrapper does
         self.ale.setLoggerMode(_logger_error())
-        self.ale.loadROM(roms.get_rom_path(name))
+        rom = roms.get_rom_path(name)
+        if rom is None:
+            raise SystemExit(
+                f"real_frames: ale-py has no ROM named {name!r}; pick one of {GAMES}"
+            )
+        self.ale.loadROM(rom)
         self.actions = list(self.ale.getMinimalActionSet())
         h, w = self.ale.getScreenDims()
         self.rgb = mode == "rgb"
