@@ -298,7 +298,8 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
         f"- Batches of {BATCH} with every key (obs, next obs, action, reward, flags); {info['repeats']} "
         f"rounds of {info['seconds']:g} s per configuration, interleaved; rates are the median over rounds "
         "(range); "
-        "ratios come from calls alternating one by one (median call times), median (range) over rounds.",
+        "ratios come from calls alternating one by one (median call times), median (range) over rounds; "
+        "GB/s counts the 2 x 256 frames of obs and next obs (not given for stacks).",
         "",
     ]
     for mode, r in results.items():
@@ -307,13 +308,14 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
         lines += [
             f"### {mode}: {r['steps']:,} frames of {r['frame_bytes']:,} bytes",
             "",
-            "| configuration | batches/s (range) | ms a batch | obs+next GB/s |",
+            "| configuration | batches/s (range) | ms a batch | obs + next obs GB/s |",
             "|---|---:|---:|---:|",
         ]
         for key, (label, values) in r["rates"].items():
+            stack = key.endswith(("fs", "4x"))  # 4 frames a step: not the 2 x 256 frames of the others
             lines.append(
                 f"| {label} | {statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) | "
-                f"{1e3 / rates[key]:.2f} | {gbps * rates[key]:.2f} |"
+                f"{1e3 / rates[key]:.2f} | {'-' if stack else f'{gbps * rates[key]:.2f}'} |"
             )
         lines += ["", "| paired ratio | value |", "|---|---:|"]
         for pair, values in r["pairs"].items():
@@ -331,7 +333,7 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
             "batch glibc maps every allocation whatever the settings); the last column is the shipped "
             "steady rate over the warmed one, per round.",
             "",
-            "| batch | ns/frame shipped | ns/frame warmed | first batch ms shipped / warmed "
+            "| batch | ns a step shipped | ns a step warmed | first batch ms shipped / warmed "
             "| faults/batch | shipped / warmed |",
             "|---:|---:|---:|---:|---:|---:|",
         ]
