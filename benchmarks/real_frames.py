@@ -71,9 +71,7 @@ class Game:
         self.ale.setLoggerMode(_logger_error())
         rom = roms.get_rom_path(name)
         if rom is None:
-            raise SystemExit(
-                f"real_frames: ale-py has no ROM named {name!r}; pick one of {GAMES}"
-            )
+            raise SystemExit(f"real_frames: ale-py has no ROM named {name!r}; pick one of {GAMES}")
         self.ale.loadROM(rom)
         self.actions = list(self.ale.getMinimalActionSet())
         h, w = self.ale.getScreenDims()
