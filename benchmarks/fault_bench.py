@@ -91,7 +91,7 @@ def worker_batches(spec: dict[str, Any]) -> dict[str, Any]:
     from rlds_cli.loader.loader import Loader
 
     torch.set_num_threads(1)
-    ds = open_dataset("gray", spec["root"])
+    ds = open_dataset(spec.get("name", "gray"), spec["root"])
     loader = Loader(ds, batch_size=spec["batch"], sampler="uniform", seed=0, in_memory=False, epochs=None)
     if not spec["reuse"]:  # the path before buffer reuse: new output arrays every batch
         assert loader._host is not None
@@ -108,7 +108,7 @@ def worker_batches(spec: dict[str, Any]) -> dict[str, Any]:
         t1 = time.perf_counter()
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         times.append(t1 - t0)
-    assert batch is not None and batch["observation"].shape == (spec["batch"], *FRAME)
+    assert batch is not None and batch["observation"].shape == (spec["batch"], *spec.get("frame", FRAME))
     return {"times": times, "faults": faults}
 
 
