@@ -62,7 +62,7 @@ mode, src, home, checkpoints = sys.argv[1:5]
 checkpoints = [int(c) for c in checkpoints.split(",")]
 t = time.perf_counter()
 if mode == "reader":
-    from rlds_cli.formats.atari_dqn import AtariDQNReader
+    from rlds_cli.formats.atari_dqn.reader import AtariDQNReader
     with AtariDQNReader(src, checkpoints=checkpoints) as reader:
         steps = sum(block.num_steps for block in reader.blocks())
         rows = reader.report.source_rows

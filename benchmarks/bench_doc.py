@@ -10,7 +10,7 @@ INTRO = """# Benchmarks
 
 Side-by-side measurements of rlds against its peers (TorchRL, Minari), run in one session on one
 machine so the ratios are comparable. Regenerate with `make bench` (`benchmarks/run_all.py`: the
-conversion, minari, preprocess, cli, pixel, zarr and loader sections, about 10 minutes; `--only
+conversion, minari, preprocess, cli, pixel, real, zarr and loader sections, about 15 minutes; `--only
 NAME...` runs some, and the frame-stack, dataloader and record sections run only when named); each section
 is rewritten between its `<!-- bench:NAME:start/end -->` markers.
 

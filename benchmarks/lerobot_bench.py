@@ -120,7 +120,7 @@ def write_tree(root: Path, frames: int, side: int) -> int:
 
 def reader_rate(src: Path, repeats: int = 3) -> float:
     """Frames per second of the reader alone (best of ``repeats``)."""
-    from rlds_cli.formats.lerobot import LeRobotReader
+    from rlds_cli.formats.lerobot.reader import LeRobotReader
 
     best = float("inf")
     for _ in range(repeats):

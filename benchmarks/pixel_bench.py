@@ -481,6 +481,10 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         start,
         "## Pixels: conversion and every sampling path, rlds vs TorchRL vs the lean raw gather",
         "",
+        "> Generated frames (a random background per episode and one changing patch a frame): the "
+        "worst case for compression and for reads from compressed chunks. The *Real frames* section "
+        "measures the same paths on real Atari frames.",
+        "",
     ]
     if info["quick"]:
         lines += ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]

@@ -30,7 +30,7 @@ EPISODE = 100
 
 def reader_seconds(src: Path, workers: int, repeats: int = 2) -> float:
     """Best wall time of the reader alone over the whole source."""
-    from rlds_cli.formats.rlds_tfrecord import RldsTFRecordReader
+    from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
 
     best = float("inf")
     for _ in range(repeats):

@@ -22,7 +22,7 @@ in the page cache; "cold" runs evict the source first with ``posix_fadvise(DONTN
 cache drop possible without root; the hypervisor may still cache the disk).
 
 This module is also ``make bench``'s driver: after its own section it runs the other sections'
-scripts in turn (minari, preprocess, cli, pixel, zarr, loader; ``--only NAME...`` picks some, and
+scripts in turn (minari, preprocess, cli, pixel, real, zarr, loader; ``--only NAME...`` picks some, and
 the extra sections ``framestack``, ``dataloader`` and ``record`` run only when named).
 
 Usage::
@@ -314,7 +314,7 @@ def _timed(label: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 #: What ``make bench`` runs, in this order (``--only`` picks some).
-SECTIONS = ("conversion", "minari", "preprocess", "cli", "pixel", "zarr", "loader")
+SECTIONS = ("conversion", "minari", "preprocess", "cli", "pixel", "real", "zarr", "loader")
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
 #: and the recording overhead against Minari's DataCollector (issue 25).
@@ -481,6 +481,14 @@ def run_pixel(args: argparse.Namespace) -> int:
     return pixel_bench.main(_section_argv(args, args.work.resolve() / "pixel"))
 
 
+def run_real(args: argparse.Namespace) -> int:
+    """Pixel batches on real Atari frames (ale-py), every store side by side, disk sizes, the
+    fresh-process and batch-size sweeps (benchmarks/real_bench.py)."""
+    import real_bench
+
+    return real_bench.main(_section_argv(args, args.work.resolve() / "real"))
+
+
 def run_zarr(args: argparse.Namespace) -> int:
     """zarr against memmap: conversion CPU, pixel and low-dim random access (benchmarks/zarr_bench.py)."""
     import zarr_bench
@@ -526,6 +534,7 @@ RUNNERS = {
     "preprocess": run_preprocess,
     "cli": run_cli,
     "pixel": run_pixel,
+    "real": run_real,
     "zarr": run_zarr,
     "framestack": run_framestack,
     "dataloader": run_dataloader,

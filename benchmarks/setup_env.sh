@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create the benchmark environment: torch (pinned, installed first), the peers (TorchRL,
-# tensordict, Minari with its HDF5 reader), and this project, editable.
+# tensordict, Minari with its HDF5 reader, cpprb), ale-py (real Atari frames), and this project,
+# editable.
 #
 #   bash benchmarks/setup_env.sh VENV TORCH_VERSION
 #
@@ -16,10 +17,12 @@ TORCHRL_VERSION=0.14.1
 TENSORDICT_VERSION=0.14.3
 MINARI_VERSION=0.5.4
 GYMNASIUM_VERSION=1.4.0
+ALE_PY_VERSION=0.12.1
+CPPRB_VERSION=11.0.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="pillow fast torchrl-ext torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION project=$ROOT"
+WANT="pillow fast torchrl-ext torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION ale-py=$ALE_PY_VERSION cpprb=$CPPRB_VERSION project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -45,6 +48,9 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 # spaces in metadata.json) and pillow: minari 0.5.4 imports PIL in its HDF5 storage module but no
 # extra declares it. DataCollector (minari[create], jax) is not needed.
 "${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
+# Real Atari frames for the pixel benchmarks (benchmarks/real_frames.py): ale-py ships the ROMs
+# in its wheel. cpprb is a peer replay buffer (ReplayBuffer(next_of="obs")).
+"${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_PY_VERSION" "cpprb==$CPPRB_VERSION"
 # the project with its `fast` extra (numba: the compiled sum tree the prioritized rows measure)
 "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[fast]"
 

@@ -376,6 +376,10 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         start,
         "## zarr: random access and conversion against memmap",
         "",
+        "> Generated frames (a random background per episode and one changing patch a frame): the "
+        "worst case for compression and for reads from compressed chunks. The *Real frames* section "
+        "measures the same paths on real Atari frames.",
+        "",
         f"Workloads: pixels, {r['pixel_steps']:,} steps of uint8 {FRAME} observations in episodes of "
         f"{EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps (random background per episode, one "
         f"changing 12 x 12 patch per frame); low-dim, {r['lowdim_steps']:,} steps of 17 float32 "

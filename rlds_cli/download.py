@@ -273,7 +273,7 @@ def _strip_suffixes(file_name: str) -> str:
 def _default_name(path: Path) -> str:
     """A cache name from a file name: its stem with characters names cannot hold replaced. A
     Minari dataset is named by its ``dataset_id``, namespace included (``pendulum/random-v0``)."""
-    from rlds_cli.formats.minari import default_name
+    from rlds_cli.formats.minari.layout import default_name
 
     minari_name = default_name(path)
     if minari_name is not None:

@@ -1,389 +1,69 @@
-"""Generate registry/{d4rl,minari,roboset,ogbench,vd4rl}.toml from the reference notes on datasets.
+"""Generate the registry's family files (registry/<family>.toml), one generator for every family.
 
 Usage::
 
-    python scripts/gen_registry.py [path/to/datasets.md] [--out registry]
+    python scripts/gen_registry.py [--family NAME ...] [--notes datasets.md] [--out registry]
+                                   [--checkpoints 0:51]
 
-The notes (``../shared/reference/datasets.md``) list every id with its literal or constructed
-URL; this script turns those tables into registry entries so that no URL is typed by hand.
-None of the sources publishes a checksum or an exact file size, so no file gets one: rlds
-records the sha256 and size it observes on the first download and verifies against them
-afterwards. The few rounded figures an upstream publishes (Minari's ``list remote`` table, as
-quoted in the notes' ``user-needs.md``) become ``[dataset.published]`` tables: shown with a
-``~``, never used to check a download. The generated TOML is committed; re-run this script
-when the notes change.
+Each family's facts come from one source module beside this script, which says where every id
+and URL comes from (no id, URL or checksum is typed by hand or invented):
+
+* ``registry_notes.py``: D4RL, RoboSet, Minari, OGBench and V-D4RL, from the reference notes on
+  datasets (``../shared/reference/datasets.md``; published sizes from ``user-needs.md``);
+* ``registry_atari_dqn.py``: the DQN Replay Dataset, from TorchRL's list and Dopamine's names;
+* ``registry_gen_dgrl.py``: Gen-DGRL (Procgen), from TorchRL's ``GenDGRLExperienceReplay``.
+
+No source publishes checksums or exact sizes: rlds records the sha256 and size of the first
+download in <root>/raw/<entry>/.rlds/hashes.json and verifies every later copy against them. The
+generated TOML is committed; re-run this script when a source changes.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import textwrap
-import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a file: its sibling module
-from d4rl_ref_scores import SOURCE as REF_SCORES_SOURCE
-from d4rl_ref_scores import reference_scores
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a file: the family modules beside it
+import registry_atari_dqn
+import registry_gen_dgrl
+import registry_notes
 
-DEFAULT_NOTES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "datasets.md"
-HF = "https://huggingface.co/datasets"
-UNKNOWN_HASH = "# sha256 and size: not published anywhere; recorded on first download, verified after"
-
-_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
-#: The row of the notes' user-needs.md that quotes Minari's "list remote" figures.
-SIZES_ROW = "Minari D4RL-derived sizes"
-_FIGURES = re.compile(
-    r"^(?P<key>[\w/.-]+): (?:(?P<eps>[\d,]+) eps, )?(?P<steps>[\d.]+)(?P<unit>[KM]) steps, "
-    r"(?P<mb>[\d,.]+) MB$"
-)
+NOTES_FAMILIES = ("d4rl", "roboset", "minari", "ogbench", "vd4rl")
+FAMILIES = (*NOTES_FAMILIES, "atari_dqn", "gen_dgrl")
 
 
-def sections(text: str) -> dict[str, str]:
-    """Split the notes into their '## N. Title' sections, keyed by the number."""
-    parts = re.split(r"^## (\d+)\. ", text, flags=re.M)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-
-
-def table_rows(block: str) -> list[tuple[str, list[str]]]:
-    """Rows of the markdown tables in ``block`` whose first cell is a backquoted id."""
-    rows = []
-    for line in block.splitlines():
-        m = _ROW.match(line.strip())
-        if m:
-            rows.append((m.group(1), [c.strip() for c in m.group(2).split("|")]))
-    return rows
-
-
-def q(value: str) -> str:
-    """A TOML basic string."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def toml_list(values: list[str]) -> str:
-    return "[" + ", ".join(q(v) for v in values) + "]"
-
-
-def entry(
-    dataset_id: str,
-    fmt: str,
-    files: list[tuple[str, list[str]]],
-    *,
-    aliases: list[str] | tuple[str, ...] = (),
-    fields: dict[str, object] | None = None,
-    listing: dict[str, str] | None = None,
-    published: dict[str, object] | None = None,
-) -> str:
-    lines = ["[[dataset]]", f"id = {q(dataset_id)}"]
-    if aliases:
-        lines.append(f"aliases = {toml_list(list(aliases))}")
-    lines.append(f"format = {q(fmt)}")
-    for key, value in (fields or {}).items():
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, float):  # repr is a valid TOML float (12135.0, -0.8503839912088142)
-            lines.append(f"{key} = {value!r}")
-        elif isinstance(value, int):
-            lines.append(f"{key} = {value}")
-        elif isinstance(value, dict):
-            inner = ", ".join(f"{k} = {q(str(v))}" for k, v in value.items())
-            lines.append(f"{key} = {{ {inner} }}")
-        else:
-            lines.append(f"{key} = {q(str(value))}")
-    if listing:
-        lines.append("")
-        lines.append("[dataset.listing]")
-        lines.extend(f"{k} = {q(v)}" for k, v in listing.items())
-    if published:
-        lines += ["", "[dataset.published]", "# rounded figures an upstream publishes: shown, never checked"]
-        lines.extend(f"{k} = {v if isinstance(v, int) else q(str(v))}" for k, v in published.items())
-    for name, urls in files:
-        lines += ["", "[[dataset.files]]", UNKNOWN_HASH, f"name = {q(name)}", f"urls = {toml_list(urls)}"]
-    return "\n".join(lines) + "\n"
-
-
-def header(title: str, source: str) -> str:
-    return (
-        f"# {title}\n"
-        "# GENERATED by scripts/gen_registry.py from the reference notes on datasets; edit the\n"
-        "# script (or the notes) and re-run it rather than editing this file by hand.\n"
-        + textwrap.fill(
-            f"Source of the ids and URLs: {source}", 100, initial_indent="# ", subsequent_indent="# "
-        )
-        + "\n"
-        "# No source publishes checksums or exact sizes: rlds records the sha256 and size of the first\n"
-        "# download in <root>/raw/<entry>/.rlds/hashes.json and verifies every later copy against them.\n"
-        "# [dataset.published] holds the rounded figures an upstream shows (never used as checks).\n\n"
-    )
-
-
-def d4rl(block: str) -> tuple[str, int]:
-    out = [
-        header(
-            "D4RL: one HDF5 file per id (deprecated upstream in favour of Minari).",
-            "pytorch/rl torchrl/data/datasets/d4rl_infos.py@ae9719f1 (literal URLs), checked against "
-            "Farama-Foundation/D4RL@89141a68; max_episode_steps from d4rl's register() calls. The ids "
-            "are the same in D4RL and TorchRL (D4RLExperienceReplay). Plain http only: the server has "
-            "no https. Several ids share one file (e.g. *-human-v0 and *-human-longhorizon-v0). "
-            f"ref_min_score/ref_max_score (normalized scores): {REF_SCORES_SOURCE}, transcribed in "
-            "scripts/d4rl_ref_scores.py; ids that file does not name have none.",
-        )
-    ]
-    by_id: dict[str, tuple[str, int]] = {}
-    for dataset_id, cells in table_rows(block):
-        if len(cells) == 3 and cells[0].startswith("http"):
-            by_id[dataset_id] = (cells[0], int(cells[1]))
-    long_horizon = {"door": 300, "hammer": 600, "pen": 200, "relocate": 500}
-    for dataset_id, cells in table_rows(block):
-        if cells and cells[0].startswith("same as"):
-            base = cells[0].split("`")[1]
-            task = dataset_id.split("-")[0]
-            by_id[dataset_id] = (by_id[base][0], long_horizon[task])
-    scores = reference_scores()
-    for dataset_id, (url, steps) in by_id.items():
-        name = url.rsplit("/", 1)[1]
-        ref = scores.get(dataset_id)
-        out.append(
-            entry(
-                dataset_id,
-                "d4rl",
-                [(name, [url])],
-                aliases=[f"d4rl/{dataset_id}"],
-                fields={
-                    "description": f"D4RL, {url.split('/offline_rl/')[1].split('/')[0]} suite, at most "
-                    f"{steps} steps per episode",
-                    "license": "CC-BY-4.0",
-                    "max_episode_steps": steps,
-                    "ids": {"d4rl": dataset_id, "torchrl": dataset_id},
-                    "url_status": "literal",
-                    **({"ref_min_score": ref[0], "ref_max_score": ref[1]} if ref else {}),
-                },
-            )
-        )
-    return "\n".join(out), len(by_id)
-
-
-def roboset(block: str) -> tuple[str, int]:
-    out = [
-        header(
-            "RoboSet (RoboHive) simulation data: Hugging Face dataset repo jdvakil/RoboSet_Sim.",
-            "ids literal in pytorch/rl torchrl/data/datasets/roboset.py@ae9719f1 "
-            "(RobosetExperienceReplay.available_datasets). The .h5 file names appear in no source: "
-            "rlds lists the id's folder with the Hub's public tree API when online (and remembers the "
-            "listing for offline use), then fetches each .h5 through its plain 'resolve' URL. The "
-            "Hub's LFS metadata gives each file's sha256 and size.",
-        )
-    ]
-    count = 0
-    for dataset_id, cells in table_rows(block):
-        if not cells or not cells[0].startswith("https://huggingface.co/"):
-            continue
-        count += 1
-        cache_name = "roboset/" + re.sub(r"[^A-Za-z0-9._/-]+", "_", dataset_id).replace("_/", "/").strip("_")
-        cache_name = re.sub(r"_+", "_", cache_name)
-        out.append(
-            entry(
-                dataset_id,
-                "roboset",
-                [],
-                aliases=[cache_name],
-                fields={
-                    "description": f"RoboSet (RoboHive), simulated, {dataset_id.split('/')[0]} data",
-                    "license": "MIT",
-                    "ids": {"torchrl": dataset_id, "robohive": dataset_id},
-                    "url_status": "constructed",
-                    "folder_url": cells[0],
-                },
-                listing={"hf_repo": "jdvakil/RoboSet_Sim", "path": dataset_id, "suffix": ".h5"},
-            )
-        )
-    return "\n".join(out), count
-
-
-def published_figures(text: str, ids: list[str]) -> dict[str, dict[str, object]]:
-    """Rounded figures quoted from Minari's "list remote" table, by registry id: steps, episodes
-    and size (Minari's MB are 10**6 bytes). A quoted name that matches no single id (e.g.
-    ``antmaze-large``: diverse or play?) is left out."""
-    line = next((ln for ln in text.splitlines() if ln.startswith(f"| {SIZES_ROW} |")), None)
-    if line is None:
-        return {}
-    _, figures, where = (c.strip() for c in line.strip().strip("|").split("|"))
-    source = f"{where.replace('`', '')}, quoted in the reference notes; rounded as published"
-    found: dict[str, dict[str, object]] = {}
-    for part in figures.split("<br>"):
-        m = _FIGURES.match(part.strip())
-        if m is None:
-            continue
-        matching = [i for i in ids if i == m["key"] or i.endswith("/" + m["key"])]
-        if len(matching) != 1:
-            continue
-        fields: dict[str, object] = {
-            "steps": round(float(m["steps"]) * {"K": 1_000, "M": 1_000_000}[m["unit"]])
-        }
-        if m["eps"]:
-            fields["episodes"] = int(m["eps"].replace(",", ""))
-        fields["size_bytes"] = round(float(m["mb"].replace(",", "")) * 1_000_000)
-        fields["source"] = source
-        found[matching[0]] = fields
-    return found
-
-
-def minari(block: str, sizes_text: str = "") -> tuple[str, int]:
-    out = [
-        header(
-            "Minari datasets on the Hugging Face remote hf://farama-minari (HDF5 backend files).",
-            "Farama-Foundation/Minari@1880118a (remote hf://farama-minari) and the ids seen in Minari "
-            "docs/tests, TorchRL docs/tests and third-party code. URLs are constructed with the Hub's "
-            "'resolve' pattern; 'first_party = false' marks ids seen only in third-party code. The "
-            "ids are the same in Minari and TorchRL (MinariExperienceReplay).",
-        )
-    ]
-    # cells with several ids are written `a`, `b`, `c` or with {x,y} brace patterns
-    expanded: list[tuple[str, bool]] = []
-    for line in block.splitlines():
-        if not line.startswith("| `"):
-            continue
-        first_cell = line.split("|")[1]
-        first_party = line.split("|")[3].strip().startswith("yes")
-        for token in re.findall(r"`([^`]+)`", first_cell):
-            expanded.extend((i, first_party) for i in expand_braces(token))
-    seen: dict[str, bool] = {}
-    for dataset_id, first_party in expanded:
-        seen[dataset_id] = seen.get(dataset_id, False) or first_party
-    published = published_figures(sizes_text, list(seen))
-    for dataset_id, first_party in seen.items():
-        first, rest = dataset_id.split("/", 1)
-        base = f"{HF}/farama-minari/{first}/resolve/main/{urllib.parse.quote(rest)}/data"
-        out.append(
-            entry(
-                dataset_id,
-                "minari",
-                [
-                    ("data/metadata.json", [f"{base}/metadata.json"]),
-                    ("data/main_data.hdf5", [f"{base}/main_data.hdf5"]),
-                ],
-                fields={
-                    "description": "Minari" + ("" if first_party else ", id seen only in third-party code"),
-                    "license": "unknown (see the dataset card on the Hub)",
-                    "ids": {"minari": dataset_id, "torchrl": dataset_id},
-                    "url_status": "constructed",
-                    "first_party": first_party,
-                },
-                published=published.get(dataset_id),
-            )
-        )
-    return "\n".join(out), len(seen)
-
-
-def expand_braces(token: str) -> list[str]:
-    m = re.search(r"\{([^}]*)\}", token)
-    if not m:
-        return [token]
-    return [
-        x for opt in m.group(1).split(",") for x in expand_braces(token[: m.start()] + opt + token[m.end() :])
-    ]
-
-
-def ogbench(block: str) -> tuple[str, int]:
-    out = [
-        header(
-            "OGBench: a train .npz and a -val .npz per dataset.",
-            "base URL literal in seohongpark/ogbench ogbench/utils.py@1d414099 (DATASET_URL), names from "
-            "data_gen_scripts/commands.sh; URLs constructed with the '{name}.npz' / '{name}-val.npz' "
-            "rule. The 100M-transition sets (README) are left out: whether each URL is a file or a "
-            "folder is unknown. '-singletask[-taskN]' and '-oraclerep' env names load these files.",
-        )
-    ]
-    count = 0
-    for dataset_id, cells in table_rows(block):
-        if len(cells) != 2 or not cells[1].endswith("-val.npz"):
-            continue
-        count += 1
-        train, val = cells
-        out.append(
-            entry(
-                dataset_id,
-                "ogbench",
-                [(train.rsplit("/", 1)[1], [train]), (val.rsplit("/", 1)[1], [val])],
-                aliases=[f"ogbench/{dataset_id}"],
-                fields={
-                    "description": "OGBench, train and validation splits",
-                    "license": "unknown (see the OGBench README)",
-                    "ids": {"ogbench": dataset_id},
-                    "url_status": "constructed",
-                },
-            )
-        )
-    return "\n".join(out), count
-
-
-#: V-D4RL's ids: the Hugging Face folders of conglu/vd4rl that TorchRL lists (pytorch/rl
-#: torchrl/data/datasets/vd4rl_datasets.json@de4aee13; the notes name two of them, more-formats.md).
-VD4RL_IDS = (
-    "distracting/walker_walk_random/64px/easy",
-    "distracting/walker_walk_random/64px/hard",
-    "distracting/walker_walk_random/64px/medium",
-    *(
-        f"main/{task}/{level}/64px"
-        for task in ("cheetah_run", "humanoid_walk", "walker_walk")
-        for level in ("expert", "medium", "medium_expert", "medium_replay", "random")
-    ),
-    "multitask/cheetah_run_random/64px",
-    "multitask/walker_walk_random/64px",
-)
-
-
-def vd4rl() -> tuple[str, int]:
-    out = [
-        header(
-            "V-D4RL (pixel DeepMind Control): Hugging Face dataset repo conglu/vd4rl.",
-            "ids literal in pytorch/rl torchrl/data/datasets/vd4rl_datasets.json@de4aee13 (the "
-            "folders VD4RLExperienceReplay lists). The 64px folders hold DreamerV2 episode .npz "
-            "files, one per episode, whose names appear in no source: rlds lists the folder with "
-            "the Hub's public tree API when online, then fetches each .npz through its plain "
-            "'resolve' URL. The Hub's LFS metadata gives each file's sha256 and size.",
-        )
-    ]
-    for dataset_id in VD4RL_IDS:
-        quoted = urllib.parse.quote(dataset_id)
-        out.append(
-            entry(
-                dataset_id,
-                "vd4rl",
-                [],
-                aliases=[f"vd4rl/{dataset_id}"],
-                fields={
-                    "description": f"V-D4RL, pixel DMC, {dataset_id.replace('/64px', '').replace('/', ' ')}",
-                    "license": "unknown (see the V-D4RL README)",
-                    "ids": {"torchrl": dataset_id},
-                    "url_status": "constructed",
-                    "folder_url": f"{HF}/conglu/vd4rl/tree/main/{quoted}",
-                },
-                listing={"hf_repo": "conglu/vd4rl", "path": dataset_id, "suffix": ".npz"},
-            )
-        )
-    return "\n".join(out), len(VD4RL_IDS)
+def render(families: list[str], args: argparse.Namespace) -> dict[str, tuple[str, int]]:
+    """File stem -> (TOML text, entries) for each family asked for."""
+    out: dict[str, tuple[str, int]] = {}
+    if set(families) & set(NOTES_FAMILIES):
+        notes = registry_notes.render(args.notes, args.sizes)
+        out.update({f: notes[f] for f in families if f in notes})
+    makers: dict[str, Callable[[], tuple[str, int]]] = {
+        "atari_dqn": lambda: registry_atari_dqn.render(args.checkpoints),
+        "gen_dgrl": registry_gen_dgrl.render,
+    }
+    out.update({f: makers[f]() for f in families if f in makers})
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notes", nargs="?", type=Path, default=DEFAULT_NOTES)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "registry")
+    parser.add_argument("--family", action="append", choices=FAMILIES, help="(repeatable; default: all)")
+    parser.add_argument("--notes", type=Path, default=registry_notes.DEFAULT_NOTES)
     parser.add_argument(
         "--sizes", type=Path, default=None, help="notes quoting published sizes (default: user-needs.md)"
     )
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "registry")
+    parser.add_argument(
+        "--checkpoints",
+        type=registry_atari_dqn.parse_range,
+        default=registry_atari_dqn.CHECKPOINTS,
+        help="atari_dqn: checkpoints A:B of every run (default 0:51)",
+    )
     args = parser.parse_args()
-    parts = sections(args.notes.read_text(encoding="utf-8"))
-    sizes = args.sizes or args.notes.parent / "user-needs.md"
-    sizes_text = sizes.read_text(encoding="utf-8") if sizes.is_file() else ""
-    for family, (text, count) in {
-        "d4rl": d4rl(parts["1"]),
-        "roboset": roboset(parts["2"]),
-        "minari": minari(parts["3"], sizes_text),
-        "ogbench": ogbench(parts["4"]),
-        "vd4rl": vd4rl(),
-    }.items():
+    for family, (text, count) in render(args.family or list(FAMILIES), args).items():
         (args.out / f"{family}.toml").write_text(text, encoding="utf-8")
         print(f"{family}: {count} entries")
 

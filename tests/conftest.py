@@ -159,3 +159,21 @@ def golden_next_file(tmp_path: Path) -> Path:
     from tests.d4rl_fixtures import golden_three_episodes
 
     return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)
+
+
+# ----------------------------------------------------------------------------- HTTP client tests
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """The back-off delays a download asked for (recorded, never slept)."""
+    return []
+
+
+@pytest.fixture
+def config(sleeps: list[float]) -> Any:
+    """An ``HttpConfig``: tiny timeouts, four retries, no real sleeping (the delays asked for go
+    to ``sleeps``)."""
+    from rlds_cli.net.http import HttpConfig
+
+    return HttpConfig(timeout=(2.0, 2.0), retries=4, base_delay=0.01, sleep=sleeps.append)

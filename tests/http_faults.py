@@ -19,10 +19,14 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 #: How long a fault waits for its event: long enough for any loaded machine, short enough that
@@ -287,3 +291,37 @@ def bounded(operation: Callable[[], Any], seconds: float) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+# ----------------------------------------------------------------------------- shared fixtures
+
+
+@contextmanager
+def serving(
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    registry: Callable[[str], str] | None = None,
+    where: Path | None = None,
+    retry_delay: str = "0.01",
+) -> Iterator[FaultServer]:
+    """A :class:`FaultServer` holding ``files``, with the downloader's retries fast and its
+    timeouts short, the network allowed; with ``registry`` (the base URL -> a registry TOML),
+    that registry file written into ``where`` and read instead of the packaged one."""
+    from rlds_cli import registry as registry_module
+
+    with FaultServer() as srv:
+        srv.files.update(files)
+        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", retry_delay)
+        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
+        monkeypatch.delenv("RLDS_OFFLINE", raising=False)
+        if registry is not None:
+            assert where is not None
+            path = where / "registry-under-test.toml"
+            path.write_text(registry(srv.base))
+            monkeypatch.setenv("RLDS_REGISTRY", str(path))
+            registry_module._load.cache_clear()
+        try:
+            yield srv
+        finally:
+            registry_module._load.cache_clear()

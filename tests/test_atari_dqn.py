@@ -588,7 +588,7 @@ def test_bad_options(logged: tuple[Path, Run]) -> None:
 
 
 def test_other_folders_are_not_detected(tmp_path: Path) -> None:
-    from rlds_cli.formats.atari_dqn import sniff
+    from rlds_cli.formats.atari_dqn.layout import sniff
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "observation_ckpt.0.gz").write_bytes(b"x")  # no $store$_ prefix
@@ -682,7 +682,8 @@ def test_a_tar_of_the_run_folder(logged: tuple[Path, Run], tmp_path: Path) -> No
 
 
 def test_registry_file_is_generated_and_matches_torchrl(tmp_path: Path) -> None:
-    """scripts/gen_registry_atari.py writes TorchRL's ``AtariDQNExperienceReplay.available_datasets``
+    """scripts/gen_registry.py --family atari_dqn writes TorchRL's
+    ``AtariDQNExperienceReplay.available_datasets``
     as ids (the committed registry/atari_dqn.toml is its output), each a file set that expands
     to the six files of checkpoints 0..50 under Dopamine's names."""
     import urllib.parse
@@ -691,9 +692,8 @@ def test_registry_file_is_generated_and_matches_torchrl(tmp_path: Path) -> None:
 
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "atari_dqn.toml"
-    subprocess.run(
-        [sys.executable, str(repo / "scripts" / "gen_registry_atari.py"), "--out", str(out)], check=True
-    )
+    script = repo / "scripts" / "gen_registry.py"
+    subprocess.run([sys.executable, str(script), "--family", "atari_dqn", "--out", str(tmp_path)], check=True)
     assert out.read_text() == (repo / "registry" / "atari_dqn.toml").read_text()
     registry._load.cache_clear()
     entries = [e for e in registry.entries() if e.format == "atari_dqn"]

@@ -55,6 +55,17 @@ def _assert_batches_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- fixtures
 
 
+@pytest.fixture(autouse=True)
+def _zarr_columns_on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every zarr column read through its chunks, however small (by default a small column is
+    read whole into RAM at open, and these datasets are all small): the chunk reader, its
+    layouts and its damage checks are what these tests are about. The in-RAM columns are
+    checked against the chunk reader in ``tests/test_zarr_read_layout.py``."""
+    from rlds_cli.cache import zarr_backend
+
+    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", 0)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -552,7 +563,7 @@ def test_zarr_columns_match_memmap_and_zarr_itself(zarr_pair: tuple[Dataset, Dat
 
 
 def test_zarr_missing_shard_or_chunk_is_damage(zarr_pair: tuple[Dataset, Dataset]) -> None:
-    from rlds_cli.cache.zarr_read import MissingChunkError
+    from rlds_cli.cache.zarr_source import MissingChunkError
 
     z = zarr_pair[1]
     reader = z.column("pixels")._reader
@@ -577,7 +588,7 @@ def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch:
 
     from rlds_cli.cache import DatasetBuilder
     from rlds_cli.cache import zarr_backend as backends
-    from rlds_cli.cache.zarr_read import MissingChunkError
+    from rlds_cli.cache.zarr_source import MissingChunkError
 
     for name, value in ZARR_LAYOUTS["sharded"].items():
         monkeypatch.setattr(backends, name, value)

@@ -27,7 +27,7 @@ from rlds_cli.download import download
 from rlds_cli.errors import OfflineError
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import listing_path, part_path
-from tests.http_faults import Fault, FaultServer, bounded
+from tests.http_faults import Fault, FaultServer, bounded, serving
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
 DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
@@ -121,20 +121,10 @@ urls = ["{base}/m/main_data.hdf5"]
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    with FaultServer() as srv:
-        srv.files["/d4rl/pointmass.hdf5"] = DEMO
-        srv.files["/d4rl/known.hdf5"] = DEMO
-        srv.files["/d4rl/corrupt.hdf5"] = CORRUPT
-        path = tmp_path / "local.toml"
-        path.write_text(registry_toml(srv.base))
-        monkeypatch.setenv("RLDS_REGISTRY", str(path))
-        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.01")
-        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
+    files = {"/d4rl/pointmass.hdf5": DEMO, "/d4rl/known.hdf5": DEMO, "/d4rl/corrupt.hdf5": CORRUPT}
+    with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
         monkeypatch.setenv("RLDS_HF_ENDPOINT", srv.base)
-        monkeypatch.delenv("RLDS_OFFLINE", raising=False)
-        registry._load.cache_clear()
         yield srv
-    registry._load.cache_clear()
 
 
 pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths

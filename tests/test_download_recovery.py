@@ -25,7 +25,7 @@ from rlds_cli.net.hashes import FileRecord, HashStore
 from rlds_cli.net.layout import part_path, url_dir, url_file_name
 from rlds_cli.net.pinning import REFETCH_HINT, confirmed_by_conversion, must_refetch
 from rlds_cli.net.retry import MAX_REQUESTS
-from tests.http_faults import Fault, FaultServer
+from tests.http_faults import Fault, FaultServer, serving
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
 DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
@@ -37,9 +37,7 @@ pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed con
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    with FaultServer() as srv:
-        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.001")
-        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
+    with serving({}, monkeypatch, retry_delay="0.001") as srv:
         yield srv
 
 

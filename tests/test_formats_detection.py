@@ -9,10 +9,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetExistsError, SourceError, UnknownFormatError
@@ -31,12 +29,10 @@ from tests.formats_fixtures import (
     write_roboset,
 )
 
-
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+pytestmark = [
+    pytest.mark.usefixtures("consoles"),  # tests/conftest.py: fixed console widths
+    pytest.mark.console_widths(250, 400),  # a wide stderr, so one error line stays one line
+]
 
 
 def test_detect_each_layout(tmp_path: Path) -> None:

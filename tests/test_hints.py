@@ -25,7 +25,7 @@ from rlds_cli import errors, registry
 from rlds_cli.cli.app import app
 from rlds_cli.download import _default_name
 from tests.d4rl_fixtures import golden_three_episodes
-from tests.http_faults import Fault, FaultServer
+from tests.http_faults import Fault, FaultServer, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
@@ -77,20 +77,9 @@ urls = ["{base}/a/changing.hdf5", "{base}/b/changing.hdf5"]
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    with FaultServer() as srv:
-        srv.files["/a/demo.hdf5"] = DEMO
-        srv.files["/a/other.hdf5"] = OTHER
-        srv.files["/a/changing.hdf5"] = DEMO
-        srv.files["/b/changing.hdf5"] = DEMO
-        path = tmp_path / "hints.toml"
-        path.write_text(registry_toml(srv.base))
-        monkeypatch.setenv("RLDS_REGISTRY", str(path))
-        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.01")
-        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
-        monkeypatch.delenv("RLDS_OFFLINE", raising=False)
-        registry._load.cache_clear()
+    files = {"/a/demo.hdf5": DEMO, "/a/other.hdf5": OTHER, "/a/changing.hdf5": DEMO, "/b/changing.hdf5": DEMO}
+    with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
         yield srv
-    registry._load.cache_clear()
 
 
 # --------------------------------------------------------------------------- 1: whose sha256
@@ -332,7 +321,8 @@ def test_archive_default_names_drop_every_suffix(file_name: str) -> None:
 
 def test_the_generated_registry_comments_name_the_bookkeeping_folder() -> None:
     """Hashes live in ``<raw>/<entry>/.rlds/`` (rlds_cli.net.layout), not beside the files."""
-    for path in [ROOT / "scripts" / "gen_registry.py", *sorted((ROOT / "registry").glob("*.toml"))]:
+    scripts = sorted((ROOT / "scripts").glob("*registry*.py"))
+    for path in [*scripts, *sorted((ROOT / "registry").glob("*.toml"))]:
         text = path.read_text(encoding="utf-8")
         assert "raw/<id>/hashes.json" not in text, path
     assert "<root>/raw/<entry>/.rlds/hashes.json" in (ROOT / "scripts" / "gen_registry.py").read_text()

@@ -38,15 +38,6 @@ def server() -> Iterator[FaultServer]:
         yield srv
 
 
-@pytest.fixture
-def sleeps() -> list[float]:
-    return []
-
-
-@pytest.fixture
-def config(sleeps: list[float]) -> HttpConfig:
-    """Tiny timeouts, no real sleeping (the delays asked for are recorded)."""
-    return HttpConfig(timeout=(2.0, 2.0), retries=4, base_delay=0.01, sleep=sleeps.append)
 
 
 def remote(server: FaultServer, **kw: object) -> RemoteFile:

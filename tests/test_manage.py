@@ -189,7 +189,11 @@ def test_gc_raw_removes_only_orphaned_download_folders(two_datasets: CacheRoot) 
     write_manifest(directory, manifest, fsync=False)
     from filelock import FileLock
 
-    with FileLock(str(busy / ".f.hdf5.lock")):  # a download in progress
+    from rlds_cli.net.layout import lock_path
+
+    lock = lock_path(busy, "f.hdf5")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):  # a download in progress
         assert collect_garbage(two_datasets) == []
         assert collect_garbage(two_datasets, raw=True) == [orphan]
     assert used.exists() and busy.exists() and not orphan.exists()

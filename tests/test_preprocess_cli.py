@@ -13,12 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from tests.dataset_fixtures import everything, make_dataset
 
@@ -27,10 +25,7 @@ FNS = "tests.preprocess_fns"
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 def invoke(*args: str) -> Result:
@@ -50,7 +45,7 @@ def test_cli_end_to_end_on_the_demo_with_two_workers() -> None:
     from rlds_cli.download import download
 
     name = download("demo").manifest.name
-    result = invoke("preprocess", name, "--fn", f"{FNS}:normalize", "--out", "demo-norm", "--workers", "2")
+    result = invoke("preprocess", name, "--fn", f"{FNS}:normalize", "--name", "demo-norm", "--workers", "2")
     assert result.exit_code == 0, (result.stdout, result.stderr)
     assert "demo-norm: 5,000 steps, 94 episodes from 2 chunks" in result.stdout
     src, out = open_dataset(name)[:], open_dataset("demo-norm")[:]
@@ -60,7 +55,7 @@ def test_cli_end_to_end_on_the_demo_with_two_workers() -> None:
     shown = invoke("inspect", "demo-norm")
     assert shown.exit_code == 0
     assert f"derived from {name}" in shown.stdout and f"by {FNS}:normalize" in shown.stdout
-    again = invoke("preprocess", name, "--fn", f"{FNS}:normalize", "--out", "demo-norm", "--json")
+    again = invoke("preprocess", name, "--fn", f"{FNS}:normalize", "--name", "demo-norm", "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["reused"] is True
 
 
@@ -74,7 +69,7 @@ def test_cli_json_stats_and_dry_run() -> None:
     shown = invoke("preprocess", "small", "--fn", f"{FNS}:add_features", "--dry-run")
     assert "output schema" in shown.stdout and "obs_norm" in shown.stdout
     done = invoke(
-        "preprocess", "small", "--fn", f"{FNS}:identity", "--out", "out", "--stats", "-w", "1", "--json"
+        "preprocess", "small", "--fn", f"{FNS}:identity", "--name", "out", "--stats", "-w", "1", "--json"
     )
     assert done.exit_code == 0, done.stderr
     data = json.loads(done.stdout)
@@ -93,7 +88,7 @@ def test_cli_json_stats_and_dry_run() -> None:
 )
 def test_cli_import_errors_are_one_line(ref: str, message: str) -> None:
     make_dataset("small", [5, 6])
-    result = invoke("preprocess", "small", "--fn", ref, "--out", "out")
+    result = invoke("preprocess", "small", "--fn", ref, "--name", "out")
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: --fn ") and lines[1].startswith("hint: ")
@@ -104,7 +99,7 @@ def test_cli_import_errors_are_one_line(ref: str, message: str) -> None:
 def test_cli_user_exception_prints_the_users_traceback() -> None:
     make_dataset("small", [10, 10, 10])
     result = invoke(
-        "preprocess", "small", "--fn", f"{FNS}:raises", "--out", "out", "--chunk-steps", "8", "-w", "1"
+        "preprocess", "small", "--fn", f"{FNS}:raises", "--name", "out", "--chunk-steps", "8", "-w", "1"
     )
     assert result.exit_code == 1
     err = result.stderr

@@ -273,7 +273,7 @@ def test_preprocess_into_a_full_disk_fails_before_any_work(small_disk: Path) -> 
     free = shutil.disk_usage(small_disk).free
     with open(filler, "wb") as fh:
         fh.write(b"\0" * max(0, free - 40_000))
-    proc = rlds("preprocess", "src", "--fn", fn, "--out", "out", "--root", str(small_disk), "--workers", "1")
+    proc = rlds("preprocess", "src", "--fn", fn, "--name", "out", "--root", str(small_disk), "--workers", "1")
     line = one_error_line(proc)
     assert "bytes" in line and ("free" in line or "space" in line), line
     assert not CacheRoot(small_disk).exists("out")
@@ -289,8 +289,8 @@ def test_read_only_cache(small_disk: Path) -> None:
     for command in (
         ["download", "demo", "--force"],
         ["rm", "pointmass-demo-v0", "--yes"],
-        ["view", "pointmass-demo-v0", "v", "--episodes", "0:3"],
-        ["preprocess", "pointmass-demo-v0", "--fn", f"{FNS}:identity", "--out", "p"],
+        ["view", "pointmass-demo-v0", "--name", "v", "--episodes", "0:3"],
+        ["preprocess", "pointmass-demo-v0", "--fn", f"{FNS}:identity", "--name", "p"],
     ):
         line = one_error_line(rlds(*command, *root))
         assert "read-only filesystem" in line, (command, line)
@@ -304,7 +304,8 @@ def test_read_only_cache(small_disk: Path) -> None:
 def test_sys_exit_in_a_user_function_is_a_user_error(workers: str) -> None:
     make_dataset("src", [30] * 8)
     proc = rlds(
-        "preprocess", "src", "--fn", f"{FNS}:calls_exit", "--out", "out", "--chunk-steps", "40", "-w", workers
+        "preprocess", "src", "--fn", f"{FNS}:calls_exit", "--name", "out", "--chunk-steps", "40",
+        "-w", workers
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)  # never the function's own 0
     assert "unexpected" not in proc.stderr
@@ -321,7 +322,7 @@ def test_what_a_user_function_prints_never_corrupts_json(workers: str) -> None:
         "src",
         "--fn",
         f"{FNS}:chatty",
-        "--out",
+        "--name",
         "out",
         "--chunk-steps",
         "40",
@@ -341,7 +342,7 @@ def test_what_a_user_function_prints_never_corrupts_json(workers: str) -> None:
 def test_gc_names_failed_jobs_and_collects_them_with_jobs() -> None:
     make_dataset("src", [30] * 8)
     failed = rlds(
-        "preprocess", "src", "--fn", f"{FNS}:always_raises", "--out", "out", "--chunk-steps", "40", "-w", "1"
+        "preprocess", "src", "--fn", f"{FNS}:always_raises", "--name", "out", "--chunk-steps", "40", "-w", "1"
     )
     assert failed.returncode == 1
     (job,) = CacheRoot().tmp_dir.glob("out.job-*")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import Dataset
@@ -16,7 +15,6 @@ from rlds_cli.cache.manage import remove_dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.views import parse_episode_range
-from rlds_cli.cli import _output
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError, DatasetExistsError, DatasetInUseError, InvalidSelectionError
@@ -26,10 +24,7 @@ from tests.d4rl_fixtures import write_d4rl
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def consoles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=250))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=250))
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
 
 
 def _ten_episodes(path: Path) -> Path:
@@ -141,13 +136,13 @@ def test_bad_selections(parent: Dataset) -> None:
 
 
 def test_cli_view_and_split(parent: Dataset) -> None:
-    result = runner.invoke(app, ["view", "ten", "last3", "--episodes", "-3:", "--json"])
+    result = runner.invoke(app, ["view", "ten", "--name", "last3", "--episodes", "-3:", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["episodes"] == [7, 10]
     result = runner.invoke(app, ["split", "ten", "--val", "0.3"])
     assert result.exit_code == 0, result.output
     assert "ten-train" in result.stdout and "ten-val" in result.stdout
-    bad = runner.invoke(app, ["view", "ten", "y", "--episodes", "3"])
+    bad = runner.invoke(app, ["view", "ten", "--name", "y", "--episodes", "3"])
     assert bad.exit_code == 1
     assert bad.stderr.splitlines()[0] == "error: episode range '3' is not of the form A:B"
 

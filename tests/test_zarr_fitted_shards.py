@@ -41,7 +41,10 @@ def test_fitted_shard_rows_without_shards(monkeypatch: pytest.MonkeyPatch) -> No
     assert zarr_fitted_shard_rows(np.dtype(np.float32), (2,), 10) == 0
 
 
-def test_demo_in_zarr_is_one_fitted_shard_a_column_and_smaller_than_memmap(isolated_cache: Path) -> None:
+def test_demo_in_zarr_is_one_fitted_shard_a_column_and_smaller_than_memmap(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backends, "ZARR_IN_RAM_BYTES", 0)  # the columns as their chunk readers
     memmap = open_dataset(download("demo").manifest.name)
     zarr = open_dataset(download("demo", name="demo-zarr", backend="zarr").manifest.name)
     for key in zarr.manifest.fields:
@@ -58,9 +61,12 @@ def test_demo_in_zarr_is_one_fitted_shard_a_column_and_smaller_than_memmap(isola
     assert _file_bytes(zarr.directory) < _file_bytes(memmap.directory)
 
 
-def test_a_preallocated_column_gets_the_same_fitted_shard(tmp_path: Path) -> None:
+def test_a_preallocated_column_gets_the_same_fitted_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A column written region by region (preallocated at its final size, as a per-step
     preprocess job writes) is the same files as the same rows appended."""
+    monkeypatch.setattr(backends, "ZARR_IN_RAM_BYTES", 0)  # the column as its chunk reader
     backend = get_backend("zarr")
     rows = np.arange(3000 * 3, dtype=np.float32).reshape(3000, 3)
     appended, preallocated = tmp_path / "a", tmp_path / "b"
@@ -78,6 +84,8 @@ def test_a_preallocated_column_gets_the_same_fitted_shard(tmp_path: Path) -> Non
         assert (appended / name).read_bytes() == (preallocated / name).read_bytes(), name
     column = backend.open_column(appended, "x")
     np.testing.assert_array_equal(np.asarray(column[np.arange(3000)]), rows)
-    assert column._array.shards[0] == zarr_fitted_shard_rows(rows.dtype, (3,), 3000) < zarr_shard_rows(
-        rows.dtype, (3,)
+    assert (
+        column._array.shards[0]
+        == zarr_fitted_shard_rows(rows.dtype, (3,), 3000)
+        < zarr_shard_rows(rows.dtype, (3,))
     )

@@ -35,7 +35,9 @@ from rlds_cli.cache.memmap_backend import (
 )
 from rlds_cli.cache.zarr_backend import (
     ZARR_CHUNK_BYTES,
+    ZARR_IN_RAM_BYTES,
     ZARR_MAX_CHUNK_ROWS,
+    ZARR_ROW_CHUNK_BYTES,
     ZARR_SHARD_BYTES,
     ZarrBackend,
     ZarrColumnWriter,
@@ -44,14 +46,17 @@ from rlds_cli.cache.zarr_backend import (
     zarr_fitted_shard_rows,
     zarr_shard_rows,
 )
-from rlds_cli.cache.zarr_read import ALL_CHUNKS_ATTR, ZarrColumn
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR
 
 __all__ = [
     "ALL_CHUNKS_ATTR",
     "BACKENDS",
     "NPY_HEADER_BYTES",
     "ZARR_CHUNK_BYTES",
+    "ZARR_IN_RAM_BYTES",
     "ZARR_MAX_CHUNK_ROWS",
+    "ZARR_ROW_CHUNK_BYTES",
     "ZARR_SHARD_BYTES",
     "Backend",
     "ColumnWriter",

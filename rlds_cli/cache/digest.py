@@ -67,6 +67,48 @@ class ColumnHasher:
         return self._hash.hexdigest()
 
 
+#: Blocks of at least this many bytes are hashed on a helper thread while they are written.
+PARALLEL_MIN_BYTES = 1 << 20
+
+
+def _feed(work: list[tuple[ColumnHasher, Any]]) -> None:
+    for hasher, rows in work:
+        hasher.update(np.asarray(rows))
+
+
+class BlockHasher:
+    """Feeds a block's rows to their column hashers on one helper thread while the caller
+    writes the same rows (sha256 and file writes both release the GIL, so the digest stops
+    adding its time to a conversion's: ~20% of a 1M-step low-dim one). Small blocks are hashed
+    inline (a hand-off costs more than it saves). The caller must not change the rows before
+    the wait :meth:`start` returns has been called; :meth:`close` ends the thread."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+
+    def start(self, work: list[tuple[ColumnHasher, Any]]) -> Callable[[], None]:
+        """Begin hashing ``(hasher, rows)`` pairs, in order; returns the wait for them (it raises
+        what the hashing raised)."""
+        if sum(int(getattr(rows, "nbytes", 0)) for _, rows in work) < PARALLEL_MIN_BYTES:
+            _feed(work)
+            return _done
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlds-digest")
+        return self._pool.submit(_feed, work).result
+
+    def close(self) -> None:
+        """Stop the helper thread (after the work given to it)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _done() -> None:
+    return None
+
+
 def column_digest(column: Any, dtype: np.dtype | str) -> str:
     """Digest of a stored column (a memory map, a zarr column, any array-like with slices),
     read in blocks of about :data:`BLOCK_BYTES` (a whole number of zarr chunks)."""

@@ -43,6 +43,82 @@ def remove_dataset(cache: CacheRoot, name: str, *, force: bool = False) -> Path:
     return directory
 
 
+@dataclass(frozen=True)
+class RemovalPlan:
+    """What :func:`remove_datasets` removes, checked whole before anything goes.
+
+    Attributes:
+        targets: The datasets, derived ones first (a parent removed with its children needs no
+            ``force``).
+        raw_folders: Per dataset, the folder of downloaded files it was converted from (or
+            ``None``).
+    """
+
+    targets: list[str]
+    raw_folders: dict[str, Path | None]
+
+
+@dataclass(frozen=True)
+class RemovalResult:
+    """What :func:`remove_datasets` did: the datasets removed, the download folders removed
+    (``raw``) and those kept (used by another dataset or a download, or ``raw`` not asked)."""
+
+    removed: list[str]
+    removed_raw: list[Path]
+    kept_raw: list[Path]
+
+
+def plan_removal(cache: CacheRoot, names: list[str], *, force: bool = False) -> RemovalPlan:
+    """Check a removal of ``names`` (cache names, already resolved) before anything is removed.
+
+    Raises:
+        DatasetNotFoundError: A name is not in the cache.
+        DatasetInUseError: A dataset not among ``names`` was derived from one of them and
+            ``force`` is false.
+    """
+    targets = list(dict.fromkeys(names))
+    for name in targets:
+        if not cache.exists(name):
+            raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}")
+    among = set(targets)  # not read inside the sort: a list being sorted looks empty
+    targets.sort(key=lambda n: -_depth(cache, n, among))
+    if not force:
+        for name in targets:
+            others = sorted(set(children_of(cache, name)) - among)
+            if others:
+                raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(others)}")
+    return RemovalPlan(targets, {n: raw_folder_of(cache, n) for n in targets})
+
+
+def remove_datasets(
+    cache: CacheRoot, plan: RemovalPlan, *, force: bool = False, raw: bool = False
+) -> RemovalResult:
+    """Remove the datasets of ``plan`` and, with ``raw``, the download folders no other dataset
+    or download uses."""
+    for name in plan.targets:
+        remove_dataset(cache, name, force=force)
+    folders = sorted({f for f in plan.raw_folders.values() if f is not None})
+    removed_raw = remove_unused_raw(cache, folders) if raw else []
+    kept_raw = [f for f in folders if f not in removed_raw and f.is_dir()]
+    return RemovalResult(list(plan.targets), removed_raw, kept_raw)
+
+
+def _depth(cache: CacheRoot, name: str, among: set[str]) -> int:
+    """How many of ``among`` a dataset derives from, through its lineage (children sort first)."""
+    depth, seen, current = 0, set(), name
+    while True:
+        try:
+            lineage = cache.manifest(current).lineage
+        except CorruptDatasetError:  # a damaged manifest names no parent: it is still removed
+            return depth
+        parents = [p.get("name") for p in lineage if p.get("name") in among]
+        if not parents or parents[0] in seen:
+            return depth
+        current = str(parents[0])
+        seen.add(current)
+        depth += 1
+
+
 @dataclass
 class DiskUsage:
     """Bytes used under a cache root, by part."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import TedBatch, join_key
 
@@ -153,6 +154,10 @@ class VersionedColumn:
         return self.shape[0]
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            # never numpy's protocols of the column (``__array_interface__`` of a column held in
+            # RAM): numpy would read the array through them, past the check of __array__
+            raise AttributeError(name)
         return getattr(self.column, name)
 
     def __getitem__(self, index: Any) -> np.ndarray:
@@ -163,6 +168,21 @@ class VersionedColumn:
             raise
         self._check()
         return data
+
+    def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (int64, in range) into ``out`` (C-contiguous, of their shape): through
+        the column's own ``read_into`` where it has one (no intermediate batch), then checked."""
+        read_into = getattr(self.column, "read_into", None)
+        try:
+            if read_into is not None:
+                read_into(rows, out)
+            else:
+                out[...] = self.column[rows]
+        except OSError:
+            self._check()
+            raise
+        self._check()
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = self[slice(None)]
@@ -189,6 +209,9 @@ class TedReader:
         column: The stored column of a key: the backend's (memory maps, versioned zarr
             columns), copies in RAM, anything with numpy-style first-axis indexing.
         keys: TED keys, resolved (see :func:`resolve_keys`); the output keeps their order.
+        pool: Where :meth:`gather` takes its large outputs from (numpy columns only): arrays
+            reused once nothing references them (see :mod:`rlds_cli.cache.buffers`); ``None``:
+            new arrays every time.
     """
 
     def __init__(
@@ -197,8 +220,10 @@ class TedReader:
         episodes: Episodes,
         column: Callable[[str], Any],
         keys: Iterable[str],
+        pool: BufferPool | None = None,
     ) -> None:
         self.fields = fields
+        self.pool = pool
         self.episodes = episodes
         self.keys = list(keys)
         # next/done last, so that it reuses the flags when those are read too
@@ -206,6 +231,11 @@ class TedReader:
         self._plan = self._make_plan(column)
         self.need_episode = any(p[1] in (_FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE) for p in self._plan)
         self._next_rows = any(p[1] == _FROM_NEXT_ROWS for p in self._plan)
+        #: Flat keys read with their ``next/`` twin in one read (a column of one-row chunks, zarr
+        #: frames): rows ``r`` and ``r + 1`` overlap in a slice or an episode, and one read decodes
+        #: each row once (copying the repeats) where two reads decoded them twice. (A column of
+        #: multi-row chunks reuses the chunks its last read decoded instead.)
+        self._paired = self._pairs()
         table = episodes.table  # an int64 table's values are the batch's episodes as they are
         self._table64 = table if table is not None and table.dtype == np.int64 else None
 
@@ -239,6 +269,24 @@ class TedReader:
             plan.append((key, source, col, isinstance(col, np.ndarray)))
         return plan
 
+    def _pairs(self) -> dict[str, str]:
+        """``{key: twin}`` both ways for each flat key read with its ``next/`` twin from one
+        column of one-row chunks (``one_row_chunks``)."""
+        by_key = {key: (source, column, is_array) for key, source, column, is_array in self._plan}
+        pairs: dict[str, str] = {}
+        for key, (source, column, is_array) in by_key.items():
+            twin = by_key.get(f"next/{key}")
+            if (
+                source == _FROM_ROWS
+                and not is_array
+                and getattr(column, "one_row_chunks", False)
+                and hasattr(column, "read_into")
+                and twin is not None
+                and twin[1] is column
+            ):
+                pairs[key], pairs[f"next/{key}"] = f"next/{key}", key
+        return pairs
+
     def locate(self, idx: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
         """``(episode, flat rows)`` of step indices ``idx`` (``None`` and ``idx`` when no key
         needs them)."""
@@ -259,9 +307,29 @@ class TedReader:
         out = TedBatch()
         # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
         at = (idx, rows, rows + 1 if self._next_rows else rows)
+        pool = self.pool
+        # steps in [0, N) put every row read in range: checked once here, not per key
+        checked = pool is not None and in_range(idx, self.episodes.num_steps)
+        twins: dict[str, np.ndarray] = {}  # the twin of a pair read already, until its turn
         for key, source, column, is_array in self._plan:
-            if source <= _FROM_NEXT_ROWS:
-                out[key] = column.take(at[source], 0) if is_array else column[at[source]]
+            if key in self._paired:
+                if key not in twins:
+                    pair = np.stack([at[source], at[_FROM_ROWS + _FROM_NEXT_ROWS - source]])
+                    if checked:  # rows in range: decoded straight into a pooled buffer
+                        assert pool is not None
+                        both = column.read_into(pair, pool.empty(pair.shape + column.shape[1:], column.dtype))
+                    else:
+                        both = column[pair]
+                    out[key], twins[self._paired[key]] = both[0], both[1]
+                else:
+                    out[key] = twins.pop(key)
+            elif source <= _FROM_NEXT_ROWS:
+                if not is_array:
+                    out[key] = column[at[source]]
+                elif pool is None:
+                    out[key] = column.take(at[source], 0)
+                else:
+                    out[key] = gather_into(column, at[source], pool, checked=checked)
             elif source == _FROM_EPISODE:
                 out[key] = episode
             elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already

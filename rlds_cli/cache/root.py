@@ -12,7 +12,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._io import atomic_write, fsync_dir, fsync_file
@@ -26,6 +26,7 @@ from rlds_cli.cache.layout import (
     tmp_owner,
     validate_name,
 )
+from rlds_cli.cache.locking import file_lock, is_timeout
 from rlds_cli.cache.manifest import Manifest, read_manifest
 from rlds_cli.errors import (
     CacheLocationError,
@@ -35,11 +36,8 @@ from rlds_cli.errors import (
     LockTimeoutError,
 )
 
-if TYPE_CHECKING:
-    from filelock import FileLock
-
-# filelock is imported where a lock is taken: it costs ~40 ms to import, and processes that only
-# read datasets (the workers of 'rlds preprocess') never lock.
+# Locks are rlds_cli.cache.locking's (fcntl.flock on POSIX, as filelock's): filelock costs ~16 ms
+# to import, and processes that only read datasets (the workers of 'rlds preprocess') never lock.
 
 logger = logging.getLogger(__name__)
 
@@ -169,17 +167,16 @@ class CacheRoot:
                         damaged.append((child.name, exc))
         return damaged
 
-    def lock(self, name: str, timeout: float = -1) -> FileLock:
+    def lock(self, name: str, timeout: float = -1) -> Any:
         """The inter-process lock that serializes writers of one dataset name.
 
         Args:
             name: Dataset name.
-            timeout: Seconds to wait when acquired; ``-1`` waits forever.
+            timeout: Seconds to wait when acquired; ``-1`` waits forever (a timeout raises what
+                :func:`~rlds_cli.cache.locking.is_timeout` recognises).
         """
-        from filelock import FileLock
-
         self.locks_dir.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.layout.lock_file(entry_name(name))), timeout=timeout)
+        return file_lock(self.layout.lock_file(entry_name(name)), timeout=timeout)
 
     def new_build_dir(self, name: str) -> Path:
         """Create an empty private directory to build a dataset in (same filesystem as the
@@ -203,8 +200,6 @@ class CacheRoot:
         Returns:
             The directories removed (or, with ``dry_run``, that would be).
         """
-        from filelock import FileLock, Timeout
-
         removed: list[Path] = []
         if not self.tmp_dir.is_dir():
             return removed
@@ -223,14 +218,16 @@ class CacheRoot:
                     shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
                 continue
-            lock = FileLock(str(self.layout.lock_file(entry)), timeout=0)
+            lock = file_lock(self.layout.lock_file(entry), timeout=0)
             try:
                 with lock:
                     if not dry_run:
                         logger.info("removing stale build %s", child)
                         shutil.rmtree(child, ignore_errors=True)
                     removed.append(child)
-            except Timeout:
+            except Exception as exc:
+                if not is_timeout(exc):
+                    raise
                 continue  # a live writer owns it
         return removed
 
@@ -310,8 +307,6 @@ class CacheRoot:
         Returns:
             The entries whose journal was processed.
         """
-        from filelock import FileLock, Timeout
-
         done: list[str] = []
         if not self.tmp_dir.is_dir():
             return done
@@ -325,10 +320,12 @@ class CacheRoot:
                     done.append(owner)
                 continue
             try:
-                with FileLock(str(self.layout.lock_file(owner)), timeout=0):
+                with file_lock(self.layout.lock_file(owner), timeout=0):
                     self._roll_forward(journal)
                     done.append(owner)
-            except Timeout:
+            except Exception as exc:
+                if not is_timeout(exc):
+                    raise
                 continue  # its writer is alive and finishing it
         return done
 
@@ -354,8 +351,6 @@ class CacheRoot:
 
     def remove(self, name: str, timeout: float = 10.0) -> None:
         """Delete a published dataset (atomically invisible first, then removed)."""
-        from filelock import Timeout
-
         final = self.dataset_dir(name)
         if not final.exists():
             raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {self.path}")
@@ -363,5 +358,7 @@ class CacheRoot:
             with self.lock(name, timeout=timeout):
                 self.tmp_dir.mkdir(parents=True, exist_ok=True)
                 self._discard(final, final.name)
-        except Timeout:
+        except Exception as exc:
+            if not is_timeout(exc):
+                raise
             raise LockTimeoutError(f"dataset {name!r} is locked by another process") from None

@@ -23,6 +23,7 @@ from typing import Any
 
 from rlds_cli import settings
 from rlds_cli.cache.layout import validate_name
+from rlds_cli.cache.locking import is_timeout
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot, fsync_tree
 from rlds_cli.errors import DatasetExistsError, LockTimeoutError
@@ -77,11 +78,11 @@ class CacheTransaction:
         self._committed = False
 
     def __enter__(self) -> CacheTransaction:
-        from filelock import Timeout  # imported where needed, as in CacheRoot.lock
-
         try:
             self._lock.acquire()
-        except Timeout:
+        except Exception as exc:
+            if not is_timeout(exc):  # the cache's lock, or a filelock.FileLock the caller gave
+                raise
             raise LockTimeoutError(f"{self._what} is being written by another process") from None
         try:
             self.cache.clean_stale_builds(held=self.name if self._own_lock else None)

@@ -1,12 +1,13 @@
 """The ``zarr`` backend: one zarr v3 group at ``arrays/`` with one array per key, chunked along
-time in small chunks (about 16 KiB, so a random row decodes little) grouped into shards (about
+time in small chunks of whole rows (about 16 KiB, so a random row decodes little; a row of a few
+KiB or more, a frame, is a chunk of its own) grouped into shards (about
 16 MiB per file; a smaller column is one shard of just its chunks) and compressed with
 Blosc/LZ4 + byte shuffle (fast to decode, which matters more for sampling than the last percent
 of ratio).
 
 The builder's own shard encoder writes the shards (:class:`ZarrColumnWriter`), so an appended
 column and one filled region by region by parallel writers are byte-identical; reading is
-:mod:`rlds_cli.cache.zarr_read`.
+:mod:`rlds_cli.cache.zarr_read` (columns), :mod:`rlds_cli.cache.zarr_chunks` (decoding).
 """
 
 from __future__ import annotations
@@ -20,17 +21,23 @@ import numpy as np
 
 from rlds_cli.cache.backend_base import Backend, ColumnWriter, RegionWriter, key_path
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.cache.zarr_read import (
-    _ABSENT,
-    ALL_CHUNKS_ATTR,
-    ZarrColumn,
-    _blosc_function,
-    _ChunkReader,
-    _strict_store,
-)
+from rlds_cli.cache.zarr_blosc import _blosc_function
+from rlds_cli.cache.zarr_chunks import _ChunkReader
+from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.zarr_shards import _ABSENT
+from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, _strict_store
 from rlds_cli.errors import CorruptDatasetError
 
 ZARR_CHUNK_BYTES = 16 * 1024
+#: A row of at least this many bytes (an image) is a chunk of its own: a uniform batch needs one
+#: row of each chunk it reads, so a chunk of two 7 KB frames decoded twice the bytes asked for,
+#: and chunks of one row are decoded straight into their place in the batch. Compression is
+#: still per chunk (real 84x84 Atari frames: about 23x as one-frame chunks).
+ZARR_ROW_CHUNK_BYTES = 4 * 1024
+#: A column of at most this many (uncompressed) bytes is read whole into RAM when it is opened
+#: (actions, rewards, flags): a random batch from it then costs what a memory map's costs (a
+#: ``take``), not a chunk decode per row.
+ZARR_IN_RAM_BYTES = 16 * 1024 * 1024
 #: Uncompressed bytes per zarr shard (one file holding many chunks, see zarr's sharding codec):
 #: small chunks without sharding would be one file each (70,000 files for 200k frames). 0 writes
 #: no shards (one file per chunk, the layout before sharding).
@@ -55,8 +62,11 @@ ZARR_MIN_SAVING = 0.9
 
 
 def zarr_chunk_rows(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
-    """Rows per chunk so that one chunk holds about :data:`ZARR_CHUNK_BYTES` (at least one row)."""
+    """Rows per chunk: whole rows, about :data:`ZARR_CHUNK_BYTES` of them, and one row for a row
+    of :data:`ZARR_ROW_CHUNK_BYTES` or more (a row is never split across chunks)."""
     row_bytes = max(1, np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64)))
+    if row_bytes >= ZARR_ROW_CHUNK_BYTES:
+        return 1
     return int(max(1, min(ZARR_MAX_CHUNK_ROWS, ZARR_CHUNK_BYTES // row_bytes)))
 
 
@@ -435,7 +445,7 @@ class ZarrBackend(Backend):
 
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
         try:
-            array = self.open_column(dataset_dir, key)._array
+            array = self._open_checked(dataset_dir, key)
         except CorruptDatasetError as exc:
             return exc.message
         base = key_path(dataset_dir, key, "") / "c"
@@ -446,13 +456,25 @@ class ZarrBackend(Backend):
 
         return check_zarr_grid(array, key, rows, row_shape, missing)
 
-    def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn:
-        where = dataset_dir / ARRAYS_DIR / key
+    def _open_checked(self, dataset_dir: Path, key: str) -> Any:
+        """The zarr array of ``key``; a missing one is :class:`CorruptDatasetError`."""
         try:
-            array = self._open_array(dataset_dir, key)
-            strict = bool(array.attrs.get(ALL_CHUNKS_ATTR))
-            return ZarrColumn(array, where, _ChunkReader.of(array, where, strict=strict))
+            return self._open_array(dataset_dir, key)
         except (KeyError, FileNotFoundError) as exc:
             raise CorruptDatasetError(
                 f"zarr array {key!r} is missing under {dataset_dir / ARRAYS_DIR}"
             ) from exc
+
+    def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn | np.ndarray:
+        """The column of ``key``: a :class:`ZarrColumn` reading its chunks, or, for a column of at
+        most :data:`ZARR_IN_RAM_BYTES`, all of it read now as a read-only ndarray."""
+        where = dataset_dir / ARRAYS_DIR / key
+        array = self._open_checked(dataset_dir, key)
+        strict = bool(array.attrs.get(ALL_CHUNKS_ATTR))
+        column = ZarrColumn(array, where, _ChunkReader.of(array, where, strict=strict))
+        nbytes = column.dtype.itemsize * int(np.prod(column.shape, dtype=np.int64))
+        if nbytes > ZARR_IN_RAM_BYTES:
+            return column
+        data = column[:]  # damage is CorruptDatasetError naming the array, as for any read
+        data.flags.writeable = False  # as a read-only memory map: a snapshot, never written
+        return data

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -16,9 +16,6 @@ from rlds_cli.cli.options import (
     VerboseOption,
     force_option,
 )
-
-if TYPE_CHECKING:
-    from rlds_cli.cache.root import CacheRoot
 
 
 def _can_ask() -> bool:
@@ -60,43 +57,26 @@ def rm(
     are kept (a re-conversion needs no download) unless --raw is given; the command says where
     they are and how much they take.
     """
-    from rlds_cli.cache.manage import (
-        children_of,
-        raw_folder_of,
-        remove_dataset,
-        remove_unused_raw,
-        tree_bytes,
-    )
+    from rlds_cli.cache.manage import plan_removal, remove_datasets, tree_bytes
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.errors import DatasetInUseError
     from rlds_cli.names import resolve_name
 
     cache = CacheRoot(root)
-    targets = list(dict.fromkeys(resolve_name(n, cache) for n in names))  # unknown names raise here
-    # derived datasets first, so removing a parent together with its children needs no --force
-    among = set(targets)  # not read inside the sort: a list being sorted looks empty
-    targets.sort(key=lambda n: -_depth(cache, n, among))
-    if not force:
-        for name in targets:
-            others = sorted(set(children_of(cache, name)) - set(targets))
-            if others:
-                raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(others)}")
-    raw_folders = {n: raw_folder_of(cache, n) for n in targets}
+    # unknown names and datasets in use stop here, before anything is asked or removed
+    plan = plan_removal(cache, [resolve_name(n, cache) for n in names], force=force)
+    targets = plan.targets
     if not yes:
         if not _can_ask():
             listed = ", ".join(repr(n) for n in targets)
             _output.error(f"refusing to remove {listed} without confirmation", "pass --yes")
             raise typer.Exit(1)
-        extra = " and their downloaded files" if raw and any(raw_folders.values()) else ""
+        extra = " and their downloaded files" if raw and any(plan.raw_folders.values()) else ""
         what = ", ".join(targets)
         if not typer.confirm(f"remove {what}{extra} from {cache.path}?", default=False, err=True):
             _output.note(f"kept {what}: nothing was removed")
             raise typer.Exit(1)
-    for name in targets:
-        remove_dataset(cache, name, force=force)
-    folders = sorted({f for f in raw_folders.values() if f is not None})
-    removed_raw = remove_unused_raw(cache, folders) if raw else []
-    kept_raw = [f for f in folders if f not in removed_raw and f.is_dir()]
+    result = remove_datasets(cache, plan, force=force, raw=raw)
+    removed_raw, kept_raw = result.removed_raw, result.kept_raw
     if json:
         _output.print_json(
             {
@@ -122,24 +102,6 @@ def rm(
             f"the downloaded files ({_output.human_bytes(size)}) are {why}: {where}"
             + ("" if raw else "; 'rlds rm --raw' removes them too, 'rlds gc --raw' removes every unused one")
         )
-
-
-def _depth(cache: CacheRoot, name: str, among: set[str]) -> int:
-    """How many of ``among`` a dataset derives from, through its lineage (children sort first)."""
-    from rlds_cli.errors import CorruptDatasetError
-
-    depth, seen, current = 0, set(), name
-    while True:
-        try:
-            lineage = cache.manifest(current).lineage
-        except CorruptDatasetError:  # a damaged manifest names no parent: 'rlds rm' still removes it
-            return depth
-        parents = [p.get("name") for p in lineage if p.get("name") in among]
-        if not parents or parents[0] in seen:
-            return depth
-        current = str(parents[0])
-        seen.add(current)
-        depth += 1
 
 
 @handle_errors
@@ -248,4 +210,3 @@ def path(
         _output.print_json({"name": resolved, "path": str(directory)})
         return
     sys.stdout.write(f"{directory}\n")
-

@@ -41,10 +41,6 @@ conventions below over every command.
   `-v` `--verbose`, `-h` `--help`, `-y` `--yes`; `--format` has no short form.
 - **Storage.** `--storage memmap|zarr` is how a new dataset is stored (`download`, `demo`,
   `preprocess`); `preprocess --executor local|ray` is where its chunks run.
-- **Deprecated spellings** (hidden, kept for one release, a warning on a terminal):
-  `download/demo --backend/-b` (now `--storage`), `preprocess --out/-o` (now `--name`),
-  `preprocess --backend` (now `--executor`), `view PARENT NAME` (now `--name NAME`),
-  `split --train-name/--val-name` (now `--name BASE`).
 - **Output.** Results go to stdout, messages (errors, warnings, progress, notes) to stderr. On a
   terminal tables never cut a name or id: other columns fold, and optional ones are left out
   (with a note) when the terminal is narrow; elsewhere (a pipe, a file, CI logs) tables are

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import UnknownFormatError
+from rlds_cli.plugins import resolve
 
 EXPORTERS: dict[str, str] = {
     "torchrl": "rlds_cli.export.torchrl_memmap:export_torchrl",
@@ -47,19 +48,11 @@ def export_dataset(
         out: The file (``d4rl``, ``npz``) or directory (``torchrl``, ``minari``) to create.
         format: One of :data:`EXPORTERS`.
         overwrite: Replace ``out`` if it exists.
-        progress: Called with the number of steps written after each chunk.
+        progress: Called after each chunk with the number of steps it wrote (the calls add up to
+            the dataset's steps); an exception it raises breaks the export off, leaving nothing.
 
     Returns:
         The path written.
     """
-    import importlib
-
-    try:
-        target = EXPORTERS[format]
-    except KeyError:
-        raise UnknownFormatError(
-            f"unknown export format {format!r}", hint=f"use one of: {', '.join(EXPORTERS)}"
-        ) from None
-    module, _, attr = target.partition(":")
-    exporter = getattr(importlib.import_module(module), attr)
+    exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress)

@@ -47,7 +47,6 @@ def export_amago(
     with atomic_target(Path(out), overwrite=overwrite) as tmp:
         fifo = tmp / "buffer" / "fifo"
         fifo.mkdir(parents=True)
-        done = 0
         for i in range(dataset.num_episodes):
             ep = dataset.episode(i, keys)
             t = len(ep["action"])
@@ -65,7 +64,6 @@ def export_amago(
             dones = np.asarray(ep["next/terminated"], bool).reshape(t, 1)
             arrays.update(actions=actions, rews=rews, dones=dones, time_idxs=time, rl2s=rl2s)
             np.savez(fifo / f"{dataset.name.replace('/', '--')}_{i:08d}_0.npz", **arrays)  # type: ignore[arg-type]
-            done += t
             if progress:
-                progress(done)
+                progress(t)
     return Path(out)

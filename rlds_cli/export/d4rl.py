@@ -65,8 +65,8 @@ def export_d4rl(
                 target[start : start + len(data)] = data
         f.attrs["exported_by"] = "rlds-cli"
         f.attrs["source_dataset"] = dataset.name
-    if progress:
-        progress(n)
+        if progress:  # every step is in once all columns are: an error here publishes nothing
+            progress(n)
     return out
 
 
@@ -88,6 +88,6 @@ def export_npz(
                 np.lib.format.write_array_header_2_0(fh, header)
                 for _, data in _chunks(dataset, key, shape):
                     fh.write(np.ascontiguousarray(data, dtype=np.dtype(dtype)).data.cast("B"))
-    if progress:
-        progress(n)
+        if progress:  # every step is in once all arrays are: an error here publishes nothing
+            progress(n)
     return out

@@ -9,16 +9,16 @@ entry-point group.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from rlds_cli.errors import SourceFormatError, SourceNotReadableError, UnknownFormatError
 from rlds_cli.formats.base import Reader
 from rlds_cli.formats.hdf5_util import HDF5_SUFFIXES, hdf5_top_keys, is_hdf5_name
 from rlds_cli.formats.npz_util import npz_names
+from rlds_cli.plugins import resolve
 
 READERS: dict[str, str] = {
     "d4rl": "rlds_cli.formats.d4rl:D4RLReader",
@@ -28,9 +28,9 @@ READERS: dict[str, str] = {
     "amago": "rlds_cli.formats.amago:AmagoReader",
     "torchrl": "rlds_cli.formats.torchrl_memmap:TorchRLMemmapReader",
     "lerobot": "rlds_cli.formats.lerobot:LeRobotReader",
-    "rlds": "rlds_cli.formats.rlds_tfrecord:RldsTFRecordReader",
+    "rlds": "rlds_cli.formats.rlds_tfrecord.reader:RldsTFRecordReader",
     "vd4rl": "rlds_cli.formats.vd4rl:VD4RLReader",
-    "atari_dqn": "rlds_cli.formats.atari_dqn:AtariDQNReader",
+    "atari_dqn": "rlds_cli.formats.atari_dqn.reader:AtariDQNReader",
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
 }
 
@@ -66,8 +66,7 @@ def reader_class(format_name: str) -> type[Reader]:
     """The reader class registered for ``format_name`` (built in, or through
     :data:`ENTRY_POINT_GROUP`)."""
     if format_name in READERS:
-        module, _, attr = READERS[format_name].partition(":")
-        cls: Any = getattr(importlib.import_module(module), attr)
+        cls = resolve(READERS, format_name, what="source format", error=UnknownFormatError)
         return cast(type[Reader], cls)
     plugin = _plugins().get(format_name)
     if plugin is None:

@@ -117,6 +117,7 @@ class D4RLReader(Reader):
         self.path = Path(path)
         self.max_episode_steps = max_episode_steps
         self.report = ConversionReport(rules="d4rl-v1")
+        self._datasets: dict[str, Any] = {}
         # the same layout in an .npz (what 'rlds export --to npz' writes) reads through a facade
         self._file = NpzAsH5(self.path) if self.path.suffix.lower() == ".npz" else open_hdf5(self.path)
         try:
@@ -143,9 +144,9 @@ class D4RLReader(Reader):
         # untrusted input: every step array has a row axis and numbers (or bools) in it
         for key in (*REQUIRED_KEYS, "timeouts", "next_observations"):
             if _is_array(f.get(key)):
-                require_rows(self.path, key, f[key].shape)
-                require_numeric(self.path, key, f[key].dtype)
-        self.n = int(f["observations"].shape[0])
+                require_rows(self.path, key, self._dataset(key).shape)
+                require_numeric(self.path, key, self._dataset(key).dtype)
+        self.n = int(self._dataset("observations").shape[0])
         if self.n == 0:
             raise SourceFormatError(f"{self.path}: 'observations' is empty")
         self.has_next = _is_array(f.get("next_observations"))
@@ -190,20 +191,24 @@ class D4RLReader(Reader):
             "next_observations",
             *self.info_keys.values(),
         ):
-            if key in f and f[key].shape[:1] != (self.n,):
+            if key in f and self._dataset(key).shape[:1] != (self.n,):
                 raise SourceFormatError(
-                    f"{self.path}: {key!r} has {f[key].shape[0]} rows but 'observations' has {self.n}",
+                    f"{self.path}: {key!r} has {self._dataset(key).shape[0]} rows but 'observations' "
+                    f"has {self.n}",
                     hint="the file is inconsistent; re-download it",
                 )
-        if self.has_next and f["next_observations"].shape[1:] != f["observations"].shape[1:]:
+        if (
+            self.has_next
+            and self._dataset("next_observations").shape[1:] != self._dataset("observations").shape[1:]
+        ):
             raise SourceFormatError(
                 f"{self.path}: 'next_observations' has shape {f['next_observations'].shape[1:]} per row, "
                 f"'observations' {f['observations'].shape[1:]}"
             )
         for key in ("rewards", "terminals", "timeouts"):
-            if key in f and f[key].shape[1:] not in ((), (1,)):
+            if key in f and self._dataset(key).shape[1:] not in ((), (1,)):
                 raise SourceFormatError(
-                    f"{self.path}: {key!r} must have one value per row, has shape {f[key].shape}"
+                    f"{self.path}: {key!r} must have one value per row, has shape {self._dataset(key).shape}"
                 )
         if not self.has_timeouts:
             if self.has_next:
@@ -225,12 +230,12 @@ class D4RLReader(Reader):
         if "virtual" in f:
             self.report.notes.append("the 'virtual/' chunk group is ignored (it repeats the main arrays)")
         if "metadata" in f and not isinstance(f, NpzAsH5):
-            collect_metadata(f["metadata"], "metadata", self._meta, arrays_meta)
+            collect_metadata(self._dataset("metadata"), "metadata", self._meta, arrays_meta)
         collect_metadata_root_attrs(f, self._meta)
         self._arrays = arrays_meta
         row_bytes = (
             sum(
-                int(np.prod(f[k].shape[1:], dtype=np.int64)) * f[k].dtype.itemsize
+                int(np.prod(self._dataset(k).shape[1:], dtype=np.int64)) * self._dataset(k).dtype.itemsize
                 for k in ("observations", "actions", "rewards", *self.info_keys.values())
             )
             * (2 if self.has_next else 1)
@@ -250,9 +255,17 @@ class D4RLReader(Reader):
 
     # ------------------------------------------------------------------ streaming
 
+    def _dataset(self, key: str) -> Any:
+        """``self._file[key]``, looked up once: an h5py lookup costs ~60 us, and a conversion
+        makes it for every key of every block (and dozens of times while inspecting)."""
+        found = self._datasets.get(key)
+        if found is None:
+            found = self._datasets[key] = self._file[key]
+        return found
+
     def _read(self, key: str, start: int, stop: int) -> np.ndarray:
         try:
-            return np.asarray(self._file[key][start:stop])
+            return np.asarray(self._dataset(key)[start:stop])
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, key, exc) from exc
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import reader
+from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.reader import Episodes, TedReader, stored_keys
@@ -91,6 +92,9 @@ class HostSource:
         float32: With ``in_memory``, hold float64 columns as float32 (cast once, in the copy to
             RAM; packed with the float32 ones): what a loader with ``float_dtype=torch.float32``
             asks, so its batches need no cast.
+        reuse_buffers: Gather large outputs (256 KiB or more: image keys, big batches) into
+            arrays reused once nothing references them any more, so batches do not page-fault
+            (see :mod:`rlds_cli.cache.buffers`). A batch that is kept is never overwritten.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class HostSource:
         in_memory: bool = False,
         pack: bool = True,
         float32: bool = False,
+        reuse_buffers: bool = True,
     ) -> None:
         if dataset.num_steps == 0:  # a growing dataset before its first commit
             raise ValueError(
@@ -108,6 +113,7 @@ class HostSource:
                 "(Dataset.ready, after Dataset.refresh())"
             )
         self.dataset = dataset
+        self.pool = BufferPool() if reuse_buffers else None
         self._float32 = bool(float32) and bool(in_memory)
         self.keys = resolve_keys(dataset, keys)
         # next/done last, so that it reuses the flags when those are read too
@@ -146,7 +152,7 @@ class HostSource:
         self._blocks_only = self._packed is not None and len(self._block_plan) == len(self._order)
         # the keys no block holds (all of them on the disk path, or with pack=False)
         rest = [k for k in self._order if k not in from_blocks]
-        self._reader = TedReader(fields, self.episode_bounds, self._columns.__getitem__, rest)
+        self._reader = TedReader(fields, self.episode_bounds, self._columns.__getitem__, rest, self.pool)
         self._unpacked = not self._block_plan and not self._flag_plan
 
     @property
@@ -311,7 +317,9 @@ class HostSource:
             # mode="clip" (the rows are checked above): with the default "raise", numpy
             # gathers into a temporary buffer and copies that into `out`
             column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
-        else:  # a versioned column: checks the dataset was not replaced
+        elif hasattr(column, "read_into"):  # a versioned column: decodes into `out`, then checks
+            column.read_into(rows, out)
+        else:
             out[...] = column[rows]
         return out
 
@@ -369,12 +377,16 @@ class HostSource:
         lead = rows.shape
         flat_rows = rows.reshape(-1)
         n = len(flat_rows)
+        # flat rows of steps in range are in range (the rows r + 1 too): one check, not a take's
+        checked = self.pool is not None and in_range(flat_rows, len(packed) - 1)
         if self._wants_window:
             # Rows r and r + 1 in one take (np.take beats fancy indexing about 2x on fresh random
             # rows); root values come from the first n rows, next/ ones from the last n.
-            block = packed.take(np.concatenate([flat_rows, flat_rows + 1]), axis=0)
+            block = gather_into(
+                packed, np.concatenate([flat_rows, flat_rows + 1]), self.pool, checked=checked
+            )
         else:
-            block = packed.take(flat_rows, axis=0)
+            block = gather_into(packed, flat_rows, self.pool, checked=checked)
         flags = block.view(np.bool_)  # the flags' bytes, at the end of rows r
         # Each key is one 2-D slice of the block (one indexing call), reshaped only when the
         # batch or the key has more than one dimension.

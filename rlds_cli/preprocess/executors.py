@@ -16,13 +16,13 @@ workers then import the user's module while the coordinator plans), runs it once
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from rlds_cli.errors import PreprocessError, WorkerLostError
+from rlds_cli.plugins import resolve
 from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.worker import run_chunk
 
@@ -70,14 +70,7 @@ def start(
         preload: The function reference, imported by local workers as soon as they start.
         address: The Ray cluster's address (``None``: ``RAY_ADDRESS``, else a local instance).
     """
-    try:
-        target = EXECUTORS[name]
-    except KeyError:
-        raise PreprocessError(
-            f"unknown executor {name!r}", hint=f"known executors: {', '.join(sorted(EXECUTORS))}"
-        ) from None
-    module, _, attr = target.partition(":")
-    factory: Any = getattr(importlib.import_module(module), attr)
+    factory = resolve(EXECUTORS, name, what="executor", error=PreprocessError)
     executor: Executor = factory.for_job(
         workers=workers, num_chunks=num_chunks, preload=preload, address=address
     )

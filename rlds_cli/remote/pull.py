@@ -118,12 +118,14 @@ def pull(
         result.up_to_date, result.digests_checked = True, False
         result.seconds = round(time.monotonic() - started, 3)
         return result
-    from filelock import Timeout
+    from rlds_cli.cache.locking import is_timeout
 
     try:
         with cache.lock(name, timeout=lock_timeout):
             _pull_locked(cache, fs, base, url, name, manifest, local_manifest, index, force, progress, result)
-    except Timeout:
+    except Exception as exc:
+        if not is_timeout(exc):
+            raise
         raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
     result.seconds = round(time.monotonic() - started, 3)
     return result

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from rlds_cli.formats.amago import AmagoReader
-from rlds_cli.formats.atari_dqn import AtariDQNReader
+from rlds_cli.formats.atari_dqn.reader import AtariDQNReader
 from rlds_cli.formats.d4rl import D4RLReader
 from rlds_cli.formats.gen_dgrl import GenDGRLReader
-from rlds_cli.formats.lerobot import LeRobotReader
-from rlds_cli.formats.minari import MinariReader
+from rlds_cli.formats.lerobot.reader import LeRobotReader
+from rlds_cli.formats.minari.reader import MinariReader
 from rlds_cli.formats.ogbench import OGBenchReader
-from rlds_cli.formats.rlds_tfrecord import RldsTFRecordReader
+from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
 from rlds_cli.formats.roboset import RobosetReader
 from rlds_cli.formats.torchrl_memmap import TorchRLMemmapReader
 from rlds_cli.formats.vd4rl import VD4RLReader

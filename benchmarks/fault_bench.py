@@ -1,0 +1,207 @@
+"""Pixel batches in fresh processes: time and page faults per batch, across batch sizes.
+
+Each configuration runs in a fresh child process (``_harness.run_once``): it opens a memmap
+dataset of gray 84x84 frames, maps every page of its columns in once (so the faults counted are
+the batches' own, not first touches of the dataset's file), then draws batches with
+``Loader.sample()`` the way a training loop does (the previous batch is still held while the next
+one is made) and records, per batch, the wall time and the minor page faults
+(``getrusage(RUSAGE_SELF).ru_minflt``).
+
+Configurations, interleaved over rounds:
+
+* ``reuse``: the library as shipped (output buffers reused, :mod:`rlds_cli.cache.buffers`),
+  default allocator settings: what a training job gets;
+* ``fresh``: no reuse (every batch new arrays, as before), default allocator settings;
+* ``warmed``: no reuse, with glibc's thresholds raised for the process
+  (``MALLOC_MMAP_THRESHOLD_`` at its 32 MiB maximum, ``MALLOC_TRIM_THRESHOLD_`` at 4 GiB):
+  the allocator keeps and recycles freed batches, which is the rate a long-warmed process reaches
+  below 32 MiB a batch (above it glibc maps every allocation whatever the settings).
+
+The rate of a configuration is its median batch time over the batches after the first two
+(a fresh process's pool fills with the first two); the first batch is reported apart.
+
+Usage::
+
+    python benchmarks/fault_bench.py [--steps 30000] [--quick] [--repeats 3] [--sizes 32,256,4096]
+
+Frames: smooth synthetic gray frames (a moving gradient plus a patch per frame): page faults do
+not depend on content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _harness  # noqa: E402
+
+SIZES = (32, 128, 256, 1024, 2048, 4096, 8192)
+WARM_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+FRAME = (84, 84)
+
+
+def write_gray_d4rl(path: Path, n_steps: int, episode_len: int = 1000, seed: int = 0) -> Path:
+    """A D4RL-format file of smooth gray 84x84 uint8 frames (``observations`` and
+    ``next_observations``), one action and reward per step, episodes ending by time limit."""
+    import h5py
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0 : FRAME[0], 0 : FRAME[1]].astype(np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        obs = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
+        nxt = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
+        f["actions"] = rng.integers(0, 18, (n_steps, 1)).astype(np.int64)
+        f["rewards"] = rng.standard_normal(n_steps).astype(np.float32)
+        f["terminals"] = np.zeros(n_steps, bool)
+        timeouts = np.zeros(n_steps, bool)
+        timeouts[episode_len - 1 :: episode_len] = True
+        timeouts[-1] = True
+        f["timeouts"] = timeouts
+        for start in range(0, n_steps, episode_len):
+            n = min(episode_len, n_steps - start)
+            t = np.arange(n + 1, dtype=np.float32)[:, None, None]
+            frames = (127 + 100 * np.sin((xx + 2 * t) / 9) * np.cos((yy - t) / 13)).astype(np.uint8)
+            for i in range(n + 1):
+                y, x = (7 * i + start) % 72, (5 * i) % 72
+                frames[i, y : y + 12, x : x + 12] = 255
+            obs[start : start + n] = frames[:-1]
+            nxt[start : start + n] = frames[1:]
+    tmp.replace(path)
+    return path
+
+
+def worker_batches(spec: dict[str, Any]) -> dict[str, Any]:
+    """In the child: draw ``spec["batches"]`` batches of ``spec["batch"]``, time and faults each."""
+    import torch
+
+    from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.loader.loader import Loader
+
+    torch.set_num_threads(1)
+    ds = open_dataset(spec.get("name", "gray"), spec["root"])
+    loader = Loader(ds, batch_size=spec["batch"], sampler="uniform", seed=0, in_memory=False, epochs=None)
+    if not spec["reuse"]:  # the path before buffer reuse: new output arrays every batch
+        assert loader._host is not None
+        loader._host.pool = None
+        loader._host._reader.pool = None
+    for key in ds.manifest.fields:  # map the dataset's pages in, untimed
+        np.asarray(ds.column(key)).sum()
+    times, faults = [], []
+    batch = None
+    for _ in range(spec["batches"]):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t0 = time.perf_counter()
+        batch = loader.sample()  # the previous batch is still held, as in a training loop
+        t1 = time.perf_counter()
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        times.append(t1 - t0)
+    assert batch is not None and batch["observation"].shape == (spec["batch"], *spec.get("frame", FRAME))
+    return {"times": times, "faults": faults}
+
+
+WORKERS = {"batches": worker_batches}
+
+
+def run_child(spec: dict[str, Any], env: dict[str, str], work: Path) -> dict[str, Any]:
+    """One configuration in a fresh process, with ``env`` added to its environment."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        cfg = _harness.Config(spec["key"], spec["key"], "batches", Path(spec["source"]), spec, work / "none")
+        return _harness.run_once(cfg, work)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    p.add_argument("--frames", type=int, default=200_000, help="frames drawn per configuration")
+    p.add_argument("--work", type=Path, default=HERE / "_work" / "fault")
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.repeats, args.frames = 5_000, 1, 20_000
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / f"gray-{args.steps}.hdf5"
+    root = work / f"cache-{args.steps}"
+    if not src.exists():
+        write_gray_d4rl(src, args.steps)
+    if not (root / "gray").exists() and not any(root.glob("**/gray*")):
+        from rlds_cli.convert import convert
+
+        convert(src, "gray", format="d4rl", root=root)
+    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    modes = {"reuse": (True, {}), "fresh": (False, {}), "warmed": (False, WARM_ENV)}
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in modes}
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for rep in range(args.repeats):
+        for size in sizes:
+            for mode, (reuse, env) in modes.items():
+                batches = max(12, min(200, args.frames // size))
+                spec = {
+                    "module": "fault_bench",
+                    "kind": "batches",
+                    "key": f"{mode}-{size}",
+                    "source": str(dataset_file),
+                    "root": str(root),
+                    "batch": size,
+                    "batches": batches,
+                    "reuse": reuse,
+                }
+                r = run_child(spec, env, work)
+                results[mode].setdefault(size, []).append(r)
+                steady = statistics.median(r["times"][2:])
+                print(
+                    f"[{rep + 1}] {mode:6s} {size:5d}: {steady * 1e3:8.3f} ms/batch "
+                    f"({steady / size * 1e9:6.0f} ns/frame), first {r['times'][0] * 1e3:.2f} ms, "
+                    f"faults/batch {statistics.median(r['faults'][2:]):.0f} (first {r['faults'][0]})",
+                    flush=True,
+                )
+    summary = []
+    for size in sizes:
+        row: dict[str, Any] = {"batch": size}
+        for mode in modes:
+            runs = results[mode][size]
+            row[mode] = statistics.median(statistics.median(r["times"][2:]) for r in runs)
+            row[f"{mode}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in runs)
+            row[f"{mode}_first"] = statistics.median(r["times"][0] for r in runs)
+        summary.append(row)
+    print("\nbatch | reuse ms (ns/frame, faults) | fresh ms (faults) | warmed ms (faults) | rate vs warmed")
+    for row in summary:
+        b = row["batch"]
+        print(
+            f"{b:5d} | {row['reuse'] * 1e3:.3f} ({row['reuse'] / b * 1e9:.0f}, {row['reuse_faults']:.0f}) | "
+            f"{row['fresh'] * 1e3:.3f} ({row['fresh_faults']:.0f}) | {row['warmed'] * 1e3:.3f} "
+            f"({row['warmed_faults']:.0f}) | reuse {row['warmed'] / row['reuse']:.2f}x, "
+            f"fresh {row['warmed'] / row['fresh']:.2f}x"
+        )
+    (work / "results.json").write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

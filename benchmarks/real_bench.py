@@ -1,0 +1,377 @@
+"""Real-frames section of ``make bench``: pixel batches on real Atari frames, every store side by side.
+
+Data: ``benchmarks/real_frames.py`` (ale-py, a random policy over four games, DQN preprocessing),
+100,000 gray 84x84 frames and 30,000 RGB 84x84x3 frames (quick: a tenth), cached under
+``benchmarks/_work/real_frames``. The noise frames of the pixel and zarr sections never compress
+and never change between steps the way real frames do; they stay there as the compression worst
+case, and this section is the one that says how the stores do on real data.
+
+Per frame kind (gray, RGB), in this process, batch 256 with every key (obs, next obs, action,
+reward, flags):
+
+* rates of the configurations visited in turn (``framestack_bench.run_round``): the lean raw gather
+  (``loader_bench.Raw``: ``np.take`` on the memory-mapped ``.npy`` files, the limit), rlds memmap,
+  rlds zarr on disk (``in_memory=False``), rlds zarr decoded into RAM (``in_memory=True``),
+  TorchRL (``LazyMemmapStorage``, TED keys, filled by ``pixel_bench.torchrl_fill``), cpprb
+  (``ReplayBuffer(next_of="obs")``); slices 8x32 (lean, rlds memmap and zarr, TorchRL
+  ``SliceSampler``) and ``FrameStack(4)`` (rlds memmap and zarr against the raw gather of 4x the
+  frames, ``framestack_bench.Raw``);
+* ratios from calls alternating one by one (``loader_bench.measure_pairs``), medians over rounds;
+* disk bytes of each store (allocated blocks) and the compression ratio against the memmap dataset;
+* the fresh-process and batch-size sweeps: ``fault_bench.worker_batches`` in a fresh child process
+  per configuration (rlds memmap, ``Loader.sample()``), as shipped (buffers reused) against
+  fault_bench's warmed reference (no reuse, glibc thresholds raised: ``fault_bench.WARM_ENV``),
+  first batch apart, sizes 32..8192, rounds interleaved.
+
+Usage::
+
+    python benchmarks/real_bench.py [--write docs/benchmarks.md] [--quick] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _harness  # noqa: E402  (command line, run settings, report facts, disk usage)
+import bench_doc  # noqa: E402
+import fault_bench  # noqa: E402  (the fresh-process batch worker and its child runner)
+import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
+import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
+import pixel_bench  # noqa: E402  (TorchRL's fill from a D4RL file)
+import real_frames  # noqa: E402  (the real Atari frames)
+import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
+
+SECTION = "real"
+BATCH = pixel_bench.BATCH
+K = 4
+MODES = ("gray", "rgb")
+#: Batch sizes of the sweeps (quick: three of them).
+SIZES = ((32, 128, 256, 1024, 2048, 4096, 8192), (32, 256, 4096))
+PAIRS = [
+    ("rlds-mm", "raw-mm"),
+    ("rlds-zarr", "rlds-mm"),
+    ("rlds-zarr-ram", "rlds-mm"),
+    ("rlds-mm", "trl"),
+    ("rlds-mm", "cpprb"),
+    ("rlds-slice", "raw-slice"),
+    ("rlds-zarr-slice", "rlds-slice"),
+    ("rlds-slice", "trl-slice"),
+    ("rlds-fs", "raw-4x"),
+    ("rlds-zarr-fs", "rlds-fs"),
+]
+MB = 1e6
+
+
+def _log(message: str) -> None:
+    print(f"[real] {message}", file=sys.stderr, flush=True)
+
+
+def cpprb_fill(source: Path, rows: int = pixel_bench.FILL_ROWS) -> Any:
+    """A cpprb ``ReplayBuffer(next_of="obs")`` holding the D4RL file, added episode by episode
+    (``on_episode_end`` after each, so no next frame crosses an episode)."""
+    import h5py
+    from cpprb import ReplayBuffer  # type: ignore[import-not-found]
+
+    with h5py.File(source, "r") as f:
+        n = int(f["observations"].shape[0])
+        env = {
+            "obs": {"shape": f["observations"].shape[1:], "dtype": np.uint8},
+            "act": {"dtype": np.int64},
+            "rew": {},
+            "done": {},
+            "trunc": {},
+        }
+        rb = ReplayBuffer(n, env, next_of="obs")
+        ends = (np.flatnonzero(f["terminals"][:] | f["timeouts"][:]) + 1).tolist()
+        start = 0
+        for end in ends:
+            for a in range(start, end, rows):
+                b = min(a + rows, end)
+                rb.add(
+                    obs=f["observations"][a:b],
+                    next_obs=f["next_observations"][a:b],
+                    act=f["actions"][a:b],
+                    rew=f["rewards"][a:b],
+                    done=f["terminals"][a:b].astype(np.float32),
+                    trunc=f["timeouts"][a:b].astype(np.float32),
+                )
+            rb.on_episode_end()
+            start = end
+    assert rb.get_stored_size() == n
+    return rb
+
+
+def cases_for(mm: Any, zr: Any, trl: Any, trl_slice: Any, cpprb: Any) -> list[Any]:
+    """The rate cases of one frame kind."""
+    from rlds_cli.loader import FrameStack, Loader
+
+    case = framestack_bench.Case
+    raw = loader_bench.Raw(mm)
+    stacks = framestack_bench.Raw(mm)
+    slc: dict[str, Any] = {"sampler": "slice", "slice_len": loader_bench.SLICE_LEN}
+    return [
+        case("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
+        case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
+        case(
+            "rlds-zarr",
+            "rlds `Loader`, zarr on disk (`in_memory=False`)",
+            Loader(zr, BATCH, seed=0, in_memory=False).sample,
+        ),
+        case(
+            "rlds-zarr-ram",
+            "rlds `Loader`, zarr decoded into RAM (`in_memory=True`)",
+            Loader(zr, BATCH, seed=0, in_memory=True).sample,
+        ),
+        case("trl", "TorchRL `RandomSampler`, `LazyMemmapStorage`", trl.sample),
+        case("cpprb", 'cpprb `ReplayBuffer(next_of="obs")` (RAM)', lambda: cpprb.sample(BATCH)),
+        case("raw-slice", "lean raw gather, slices 8x32, memmap", raw.slices_memmap),
+        case("rlds-slice", "rlds slices 8x32, memmap", Loader(mm, BATCH, seed=0, **slc).sample),
+        case(
+            "rlds-zarr-slice",
+            "rlds slices 8x32, zarr on disk",
+            Loader(zr, BATCH, seed=0, in_memory=False, **slc).sample,
+        ),
+        case("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", trl_slice.sample),
+        case("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
+        case(
+            "rlds-fs",
+            "rlds `FrameStack(4)`, memmap",
+            Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
+        ),
+        case(
+            "rlds-zarr-fs",
+            "rlds `FrameStack(4)`, zarr on disk",
+            Loader(zr, BATCH, seed=0, in_memory=False, transform=FrameStack(K)).sample,
+        ),
+    ]
+
+
+def sweep(
+    mode: str,
+    root: Path,
+    frame: tuple[int, ...],
+    sizes: tuple[int, ...],
+    repeats: int,
+    work: Path,
+    quick: bool,
+) -> list[dict[str, Any]]:
+    """Fresh-process batches per size: as shipped (``reuse``) and with the allocator warmed."""
+    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    frames = 20_000 if quick else 200_000
+    # warmed as fault_bench defines it: no buffer reuse, glibc keeping freed batches for reuse
+    modes = {"shipped": (True, {}), "warmed": (False, fault_bench.WARM_ENV)}
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rep in range(repeats):
+        for size in sizes:
+            for m, (reuse, env) in modes.items():
+                spec = {
+                    "module": "fault_bench",
+                    "kind": "batches",
+                    "key": f"{mode}-{m}-{size}",
+                    "source": str(dataset_file),
+                    "root": str(root),
+                    "name": "bench",
+                    "batch": size,
+                    "frame": list(frame),
+                    "batches": max(12, min(200, frames // size)),
+                    "reuse": reuse,
+                }
+                r = fault_bench.run_child(spec, env, work)
+                runs.setdefault((m, size), []).append(r)
+                steady = statistics.median(r["times"][2:])
+                first, per_frame = r["times"][0] * 1e3, steady / size * 1e9
+                _log(
+                    f"  [{rep + 1}/{repeats}] {mode} {m} {size}: {per_frame:,.0f} ns/f, first {first:.2f} ms"
+                )
+    out = []
+    for size in sizes:
+        row: dict[str, Any] = {"batch": size}
+        for m in modes:
+            rs = runs[(m, size)]
+            row[m] = statistics.median(statistics.median(r["times"][2:]) for r in rs)
+            row[f"{m}_first"] = statistics.median(r["times"][0] for r in rs)
+            row[f"{m}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in rs)
+            # per round, shipped over warmed steady time, so each ratio is from one round's pair
+        row["ratios"] = [
+            statistics.median(w["times"][2:]) / statistics.median(s["times"][2:])
+            for s, w in zip(runs[("shipped", size)], runs[("warmed", size)], strict=True)
+        ]
+        out.append(row)
+    return out
+
+
+def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
+    """Generate (or reuse), convert, fill the peers, measure one frame kind."""
+    from torchrl.data import LazyMemmapStorage, SliceSampler
+
+    from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.convert import convert
+
+    steps = real_frames.STEPS[mode][1 if bench.quick else 0]
+    source = real_frames.ensure(mode, steps, log=_log)
+    work = bench.work / mode
+    out: dict[str, Any] = {"steps": steps, "source": source.name, "disk": {}}
+    for backend in ("memmap", "zarr"):
+        root = work / backend
+        bench.remove(root)
+        t = time.perf_counter()
+        convert(source, "bench", format="d4rl", root=root, backend=backend)
+        _log(f"{mode}: converted to {backend} ({time.perf_counter() - t:.1f} s)")
+        out["disk"][f"rlds {backend}"] = _harness.disk_usage(root)["allocated"]
+    mm, zr = open_dataset("bench", work / "memmap"), open_dataset("bench", work / "zarr")
+    first = np.asarray(mm.column("observation")[0])
+    frame, out["frame_bytes"] = tuple(first.shape), int(first.nbytes)
+    for ds in (mm, zr):
+        zarr_bench.warm(ds)
+    bench.remove(work / "torchrl")
+    trl = pixel_bench.torchrl_fill(source, LazyMemmapStorage(steps, scratch_dir=work / "torchrl"))
+    for path in (work / "torchrl").rglob("*.memmap"):
+        _harness.warm(path)
+    out["disk"]["TorchRL LazyMemmapStorage"] = _harness.disk_usage(work / "torchrl")["allocated"]
+    trl_slice = pixel_bench._buffer(
+        trl._storage, SliceSampler(num_slices=loader_bench.NUM_SLICES, traj_key="episode", cache_values=True)
+    )
+    cpprb = cpprb_fill(source)
+    out["disk"]["cpprb (RAM: one frame a step)"] = steps * out["frame_bytes"]
+    out["disk"]["source HDF5 (obs + next obs)"] = source.stat().st_size
+    cases = cases_for(mm, zr, trl, trl_slice, cpprb)
+    _log(f"{mode}: {bench.repeats} rounds of rates, then paired ratios:")
+    for rep in range(bench.repeats):
+        framestack_bench.run_round(cases, bench.seconds)
+        for c in cases:
+            _log(f"  [{rep + 1}/{bench.repeats}] {c.label}: {c.rates[-1]:,.1f} batches/s")
+    pairs = loader_bench.measure_pairs({c.key: c for c in cases}, bench.repeats, bench.seconds, _log, PAIRS)
+    out["rates"] = {c.key: (c.label, c.rates) for c in cases}
+    out["pairs"] = {f"{a}/{b}": v for (a, b), v in pairs.items()}
+    _log(f"{mode}: fresh-process sweep:")
+    out["sweep"] = sweep(
+        mode, work / "memmap", frame, SIZES[1 if bench.quick else 0], bench.repeats, work, bench.quick
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _ratio(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def render(results: dict[str, Any], info: dict[str, Any]) -> str:
+    """The Markdown section."""
+    start, end = bench_doc.markers(SECTION)
+    steps = {mode: f"{r['steps']:,}" for mode, r in results.items()}
+    lines = [
+        start,
+        "## Real frames: pixel batches on real Atari frames",
+        "",
+        *(
+            ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
+            if info["quick"]
+            else []
+        ),
+        f"Data: `benchmarks/real_frames.py`, ale-py {_harness.version('ale-py')} (ROMs from the wheel): a "
+        f"random policy over {', '.join(real_frames.GAMES)} (equal shares), sticky actions "
+        f"{real_frames.STICKY}, frame skip {real_frames.FRAME_SKIP} with the max of the last two screens, "
+        f"area-resized (PIL `BOX`) to 84x84 gray ({steps.get('gray', '-')} frames) and 84x84x3 RGB "
+        f"({steps.get('rgb', '-')} frames); episodes end at the game's end or are cut. Converted with "
+        "`rlds convert --format d4rl` (memmap and zarr, defaults). The pixel and zarr sections' noise "
+        "frames stay as the compression worst case; these are the real-data figures.",
+        "",
+        *_harness.header(
+            info,
+            f"TorchRL {_harness.version('torchrl')}, tensordict {_harness.version('tensordict')}, "
+            f"cpprb {_harness.version('cpprb')}",
+        ),
+        f"- Batches of {BATCH} with every key (obs, next obs, action, reward, flags); {info['repeats']} "
+        f"rounds of {info['seconds']:g} s per configuration, interleaved; rates are the median over rounds "
+        "(range); "
+        "ratios come from calls alternating one by one (median call times), median (range) over rounds; "
+        "GB/s counts the 2 x 256 frames of obs and next obs (not given for stacks).",
+        "",
+    ]
+    for mode, r in results.items():
+        rates = {k: statistics.median(v[1]) for k, v in r["rates"].items()}
+        gbps = r["frame_bytes"] * 2 * BATCH / 1e9
+        lines += [
+            f"### {mode}: {r['steps']:,} frames of {r['frame_bytes']:,} bytes",
+            "",
+            "| configuration | batches/s (range) | ms a batch | obs + next obs GB/s |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, (label, values) in r["rates"].items():
+            stack = key.endswith(("fs", "4x"))  # 4 frames a step: not the 2 x 256 frames of the others
+            lines.append(
+                f"| {label} | {statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) | "
+                f"{1e3 / rates[key]:.2f} | {'-' if stack else f'{gbps * rates[key]:.2f}'} |"
+            )
+        lines += ["", "| paired ratio | value |", "|---|---:|"]
+        for pair, values in r["pairs"].items():
+            lines.append(f"| {pair} | {_ratio(values)} |")
+        base = r["disk"]["rlds memmap"]
+        lines += ["", "| store | disk MB | memmap / store |", "|---|---:|---:|"]
+        for store, nbytes in r["disk"].items():
+            if nbytes:
+                lines.append(f"| {store} | {nbytes / MB:,.0f} | {base / nbytes:.1f}x |")
+        lines += [
+            "",
+            "Fresh process per configuration, rlds memmap `Loader.sample()` (fault_bench's worker): "
+            "steady = median batch after the first two; shipped = output buffers reused (as shipped); "
+            "warmed = fault_bench's reference, no reuse with glibc's thresholds raised (above 32 MiB a "
+            "batch glibc maps every allocation whatever the settings); the last column is the shipped "
+            "steady rate over the warmed one, per round.",
+            "",
+            "| batch | ns a step shipped | ns a step warmed | first batch ms shipped / warmed "
+            "| faults/batch | shipped / warmed |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in r["sweep"]:
+            b = row["batch"]
+            lines.append(
+                f"| {b:,} | {row['shipped'] / b * 1e9:,.0f} | {row['warmed'] / b * 1e9:,.0f} | "
+                f"{row['shipped_first'] * 1e3:.2f} / {row['warmed_first'] * 1e3:.2f} | "
+                f"{row['shipped_faults']:.0f} | {_ratio(row['ratios'])} |"
+            )
+        lines.append("")
+    lines.append(end)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _harness.parser(__doc__.splitlines()[0], SECTION, work="real", repeats=3, seconds=(2.0, 0.3))
+    p.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES), help="frame kinds (default both)"
+    )
+    args = p.parse_args(argv)
+    import importlib.util
+
+    missing = [m for m in ("ale_py", "cpprb", "torchrl") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(
+            f"real_bench: {', '.join(missing)} not installed; create the bench environment with "
+            "`bash benchmarks/setup_env.sh VENV TORCH_VERSION` and run with its python"
+        )
+    bench = _harness.start(args)
+    results = {mode: run_mode(bench, mode) for mode in args.modes}
+    info = bench.info()
+    (bench.work / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    bench.publish(SECTION, render(results, info), _log)
+    for mode in args.modes:
+        bench.remove(bench.work / mode)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Decoding zarr chunks: the Blosc functions of the c-blosc that numcodecs bundles, called
+through ctypes, and the process's pool of decoding threads (see :mod:`rlds_cli.cache.zarr_chunks`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported when a read needs threads: preprocess workers import this module
+    from concurrent.futures import ThreadPoolExecutor
+
+#: Most threads that decode the chunks of one read (they release the GIL in Blosc).
+ZARR_READ_THREADS = 4
+#: Chunks a read needs before it is split across threads (below that, threads cost more).
+_POOL_MIN_CHUNKS = 32
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+#: Threads a read uses, counted once (``None``: not yet): ``os.cpu_count()`` on every read was a
+#: visible share of a small read's time.
+_threads: int | None = None
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def read_threads() -> int:
+    """Threads that decode the chunks of one read, the caller's included (1: no pool)."""
+    global _threads
+    if _threads is None:
+        _threads = max(1, min(ZARR_READ_THREADS, _usable_cpus()))
+    return _threads
+
+
+def _forget_pool() -> None:
+    """In a forked child (a DataLoader worker): the pool object was inherited but none of its
+    threads, so the next read makes a new one."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _read_pool() -> ThreadPoolExecutor | None:
+    """The process's chunk-decoding threads besides the caller's (``None`` on one CPU)."""
+    global _pool
+    if read_threads() < 2:
+        return None
+    pool = _pool
+    if pool is not None:
+        return pool
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(read_threads() - 1, thread_name_prefix="rlds-zarr")
+        return _pool
+
+
+def run_split(count: int, work: Callable[[int, int], None]) -> None:
+    """``work(a, b)`` over ``[0, count)``: in one call on the caller's thread for a small read,
+    else cut into one contiguous part per decoding thread, the caller's thread doing the last
+    (a few large tasks: each thread's loop of Blosc calls runs without waiting on the others)."""
+    pool = _read_pool() if count >= _POOL_MIN_CHUNKS else None
+    if pool is None:
+        work(0, count)
+        return
+    parts = min(read_threads(), count)
+    bounds = [count * p // parts for p in range(parts + 1)]
+    futures = [pool.submit(work, bounds[p], bounds[p + 1]) for p in range(parts - 1)]
+    try:
+        work(bounds[-2], bounds[-1])
+    finally:
+        for future in futures:
+            future.result()  # re-raises a decoding thread's error here (after all have ended)
+
+
+def _blosc_function(name: str) -> Any:
+    """``blosc_decompress_ctx`` / ``blosc_compress_ctx`` of the c-blosc that numcodecs bundles,
+    called through ctypes: about 1 us a call against 10 for numcodecs' functions (whose checks
+    and wrapping outweigh the coding of a small chunk), ctypes releases the GIL around it (so
+    decoding threads run in parallel), and it writes where it is told (no copy). ``None`` when the
+    symbol is not exported; the callers then use numcodecs' functions."""
+    if name in _BLOSC_FUNCTIONS:
+        return _BLOSC_FUNCTIONS[name]
+    import ctypes
+
+    from numcodecs import blosc
+
+    c = ctypes
+    signatures = {
+        # (src, dest, destsize, numinternalthreads) -> bytes decoded, or < 0
+        "blosc_decompress_ctx": [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int],
+        # (clevel, doshuffle, typesize, nbytes, src, dest, destsize, compressor, blocksize,
+        #  numinternalthreads) -> bytes written, 0 when they do not fit, < 0 on error
+        "blosc_compress_ctx": [
+            c.c_int, c.c_int, c.c_size_t, c.c_size_t, c.c_void_p, c.c_void_p, c.c_size_t,
+            c.c_char_p, c.c_size_t, c.c_int,
+        ],
+    }  # fmt: skip
+    try:
+        fn = getattr(ctypes.CDLL(blosc.__file__), name)
+        fn.argtypes = signatures[name]
+        fn.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        fn = None
+    _BLOSC_FUNCTIONS[name] = fn
+    return fn
+
+
+_BLOSC_FUNCTIONS: dict[str, Any] = {}
+
+
+def _decompressor() -> Any:
+    return _blosc_function("blosc_decompress_ctx")

@@ -1,0 +1,82 @@
+"""Where a run's replay logs lie: checkpoint file names, the ``replay_logs/`` folder, sniffing
+and the source files of a conversion."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlds_cli.formats.atari_dqn.constants import FILE_NAMES, FILE_RE, LOGS_DIR, STORE_PREFIX
+
+
+def file_name(name: str, checkpoint: int) -> str:
+    """Dopamine's file name of array ``name`` in checkpoint ``checkpoint``."""
+    return f"{name}_ckpt.{checkpoint}.gz"
+
+
+def parse_name(name: str) -> tuple[str, int] | None:
+    m = FILE_RE.match(name)
+    if m is None or m["name"] not in FILE_NAMES:
+        return None
+    return m["name"], int(m["n"])
+
+
+def scan_folder(folder: Path) -> dict[int, dict[str, Path]]:
+    """The checkpoint files in ``folder``: number -> {name: path}."""
+    found: dict[int, dict[str, Path]] = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            parsed = parse_name(entry.name)
+            if parsed is not None and entry.is_file():
+                found.setdefault(parsed[1], {})[parsed[0]] = Path(entry.path)
+    return found
+
+
+def has_logs(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(
+                entry.name.startswith(STORE_PREFIX + "observation_ckpt.") and parse_name(entry.name)
+                for entry in entries
+            )
+    except OSError:
+        return False
+
+
+def logs_folder(path: Path) -> Path | None:
+    """The ``replay_logs`` folder ``path`` names: itself, its ``replay_logs/`` (a run folder), or
+    the folder of one of its files; ``None`` when ``path`` is none of these."""
+    if path.is_file():
+        return path.parent if parse_name(path.name) is not None else None
+    if path.is_dir():
+        if has_logs(path):
+            return path
+        if has_logs(path / LOGS_DIR):
+            return path / LOGS_DIR
+    return None
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a Dopamine ``replay_logs`` folder, a run folder holding one, or one of
+    its ``*_ckpt.N.gz`` files."""
+    try:
+        return logs_folder(path) is not None
+    except OSError:
+        return False
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The checkpoint files a conversion reads (all checkpoints of the folder, or those of the
+    files named), by checkpoint then in :data:`FILE_NAMES` order."""
+    out: list[Path] = []
+    for p in paths:
+        folder = logs_folder(p)
+        if folder is None:  # not ours: the reader says what is wrong
+            out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+            continue
+        only = parse_name(p.name) if p.is_file() else None
+        for number, files in sorted(scan_folder(folder).items()):
+            if only is None or number == only[1]:
+                out += [files[name] for name in FILE_NAMES if name in files]
+    return list(dict.fromkeys(out))

@@ -1,0 +1,156 @@
+"""Where a LeRobot dataset's files are, and which of them may be read.
+
+The dataset directory is found from the folder or its ``meta/info.json``; ``data_path`` and
+``video_path`` templates are filled by a restricted formatter (known fields, integer widths only);
+every file named or found must stay inside the dataset directory once symlinks are followed (a
+Hugging Face hub snapshot may also point into its repository's ``blobs/``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.untrusted import UnsafeSourceError
+
+#: ``codebase_version`` values this reader understands.
+VERSIONS = ("v2.1", "v3.0")
+INFO_FILE = Path("meta") / "info.json"
+#: Largest JSON metadata file read (info.json, episodes.jsonl, tasks.jsonl).
+MAX_JSON_BYTES = 64 << 20
+#: Fields a path template may use, per version, and the integer width a spec may ask for.
+_TEMPLATE_FIELDS = {
+    "v3.0": {"chunk_index", "file_index", "video_key"},
+    "v2.1": {"episode_chunk", "episode_index", "video_key"},
+}
+_SPEC = re.compile(r"(0?[0-9]{1,2})?d")
+INCOMPLETE = "the dataset is incomplete: download the whole dataset folder again (meta/, data/ and videos/)"
+
+
+def dataset_root(path: Path) -> Path | None:
+    """The LeRobot dataset directory of ``path`` (the directory, or its ``meta/info.json``)."""
+    if path.is_dir() and (path / INFO_FILE).is_file():
+        return path
+    if path.is_file() and path.name == "info.json" and path.parent.name == "meta":
+        return path.parent.parent
+    return None
+
+
+def read_json_file(path: Path) -> Any:
+    """A metadata JSON file (at most :data:`MAX_JSON_BYTES`), parsed; a format error otherwise."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise SourceFormatError(
+                f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,} read for metadata"
+            )
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None
+
+
+def is_lerobot(path: Path) -> bool:
+    """Whether ``path`` looks like a LeRobot dataset: a ``meta/info.json`` with a
+    ``codebase_version`` (or one that does not parse, so that this reader names the problem)."""
+    root = dataset_root(path)
+    if root is None:
+        return False
+    try:
+        info = read_json_file(root / INFO_FILE)
+    except SourceFormatError:
+        return True
+    return isinstance(info, dict) and "codebase_version" in info
+
+
+def _allowed_roots(root: Path) -> list[Path]:
+    """Where the dataset's files may really be: its directory, and for a Hugging Face hub cache
+    snapshot (``.../datasets--org--name/snapshots/<revision>/``), whose files are symlinks into
+    that repository's own ``blobs/`` folder, that folder too."""
+    roots = [root.resolve()]
+    blobs = root.parent.parent / "blobs"
+    if root.parent.name == "snapshots" and blobs.is_dir():
+        roots.append(blobs.resolve())
+    return roots
+
+
+def inside(root: Path, file: Path, where: object, what: str) -> Path:
+    """``file`` if it stays inside ``root`` once symlinks are followed; refused otherwise
+    (``where``: the metadata file that named it, ``None`` for a file found in the tree)."""
+    try:
+        real = file.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise UnsafeSourceError(f"{where}: {what} {file} cannot be resolved: {exc}") from None
+    if not any(real.is_relative_to(allowed) for allowed in _allowed_roots(root)):
+        said = f"{where}: {what} {file}" if where is not None else str(file)
+        raise UnsafeSourceError(
+            f"{said} escapes the dataset directory {root} (to {real})",
+            hint="rlds reads only files inside the dataset directory; the dataset is malicious or broken",
+        )
+    return file
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a LeRobot dataset (the folder or its ``meta/info.json``)."""
+    return is_lerobot(path)
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The files a conversion reads and hashes: everything under ``meta/``, ``data/`` and
+    ``videos/`` of the dataset, in sorted order (a file linking outside it is refused)."""
+    out: list[Path] = []
+    for p in paths:
+        root = dataset_root(p)
+        if root is None:
+            out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+            continue
+        for sub in ("meta", "data", "videos"):
+            if (root / sub).is_dir():
+                files = sorted(q for q in (root / sub).rglob("*") if q.is_file())
+                out += [inside(root, q, None, "file") for q in files]
+    return out
+
+
+def fill_template(template: object, values: dict[str, Any], where: Path, what: str, version: str) -> str:
+    """A path template filled like ``str.format``, but only with the known fields and integer
+    widths: ``str.format`` on an untrusted template could read attributes (``{x.__class__}``)
+    or ask for a gigabyte of padding."""
+    if not isinstance(template, str) or not template:
+        raise SourceFormatError(f"{where}: {what} is {template!r}, not a path template")
+    allowed = _TEMPLATE_FIELDS[version]
+    out: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise SourceFormatError(f"{where}: {what} {template!r} is not a valid template: {exc}") from None
+    for literal, name, spec, conversion in parsed:
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in allowed or conversion or (spec and not _SPEC.fullmatch(spec)):
+            raise SourceFormatError(
+                f"{where}: {what} {template!r} uses the field "
+                f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}; "
+                f"LeRobot {version} templates use {sorted(allowed)} with integer widths only",
+                hint="info.json is damaged or malicious: get the dataset from a trusted source",
+            )
+        value = values[name]
+        if spec and not isinstance(value, int):
+            raise SourceFormatError(f"{where}: {what} {template!r} gives the text field {name!r} a width")
+        out.append(format(value, spec) if spec else str(value))
+    return "".join(out)
+
+
+def resolve_file(root: Path, rel: str, where: Path, what: str) -> Path:
+    """The file a filled template names, refused when it leaves the dataset directory."""
+    pure = Path(rel)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in rel or "\0" in rel:
+        raise UnsafeSourceError(
+            f"{where}: {what} {rel!r} escapes the dataset directory {root}",
+            hint="rlds reads only files inside the dataset directory; the dataset is malicious or broken",
+        )
+    return inside(root, root / pure, where, what)

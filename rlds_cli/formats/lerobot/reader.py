@@ -1,0 +1,273 @@
+""":class:`LeRobotReader`: a LeRobot v3.0 or v2.1 dataset directory streamed in TED layout,
+episode by episode (the rules: :mod:`rlds_cli.formats.lerobot`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats._episodes import BLOCK_BYTES
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.lerobot.features import Feature, plan_features
+from rlds_cli.formats.lerobot.frames import VideoCursor
+from rlds_cli.formats.lerobot.layout import (
+    INFO_FILE,
+    VERSIONS,
+    dataset_root,
+    inside,
+    read_json_file,
+    sniff,
+    source_files,
+)
+from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array
+from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
+from rlds_cli.formats.lerobot.transitions import Part, pack, rule_notes, split_part
+from rlds_cli.formats.untrusted import declared_bytes
+
+#: Most rows a block holds, however small they are (blocks target :data:`BLOCK_BYTES` of
+#: decoded rows, frames included: the readers' one budget).
+BLOCK_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class LeRobotOptions(ReaderOptions):
+    """Options of :class:`LeRobotReader` (its keyword arguments)."""
+
+    last_step: Literal["keep", "drop"] = "keep"
+    block_rows: int | None = None
+
+
+class LeRobotReader(Reader):
+    """Streams a LeRobot v3.0 or v2.1 dataset directory in TED layout, episode by episode."""
+
+    format_name = "lerobot"
+    expected_files = (
+        "a LeRobot v3.0 or v2.1 dataset folder: meta/info.json (with codebase_version), data/, videos/"
+    )
+    Options = LeRobotOptions
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
+
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        last_step: str = "keep",
+        block_rows: int | None = None,
+    ) -> None:
+        """Plan a conversion of the dataset at ``path`` (its directory or its ``meta/info.json``).
+
+        Args:
+            path: The dataset directory.
+            last_step: ``"keep"`` (default): each episode's last frame stays a transition and its
+                final observation repeats that frame (``final_known = false``). ``"drop"``: that
+                transition is dropped and the last frame is the real final observation, its
+                reward and success moved onto the transition before (docs/formats.md, "LeRobot").
+            block_rows: Rows per block (default: about :data:`BLOCK_BYTES` of decoded rows).
+        """
+        if last_step not in ("keep", "drop"):
+            raise SourceFormatError(f"last_step is {last_step!r}; the lerobot format takes 'keep' or 'drop'")
+        self.last_step = last_step
+        if not isinstance(path, str | Path):
+            raise SourceFormatError("the lerobot format reads one dataset directory, got several paths")
+        self.path = Path(path)
+        if not self.path.exists():
+            raise SourceNotFoundError(f"source {self.path} does not exist")
+        root = dataset_root(self.path)
+        if root is None:
+            raise SourceFormatError(
+                f"{self.path} is not a LeRobot dataset (no meta/info.json)",
+                hint="pass the dataset directory (the one holding meta/, data/ and videos/)",
+            )
+        self.root = root
+        try:
+            import pyarrow
+            import pyarrow.parquet
+        except ImportError:
+            raise MissingExtraError(
+                f"{root}: LeRobot datasets are read with pyarrow, which is not installed",
+                hint="pip install 'rlds-cli[lerobot]' (pyarrow and av)",
+            ) from None
+        self.pa = pyarrow
+        self.pq = pyarrow.parquet
+        self.report = ConversionReport(rules="lerobot-v1")
+        self.info_path = root / INFO_FILE
+        info = read_json_file(inside(root, self.info_path, None, "file"))
+        if not isinstance(info, dict):
+            raise SourceFormatError(f"{self.info_path} is not a JSON object")
+        self.info = info
+        version = info.get("codebase_version")
+        if version not in VERSIONS:
+            raise SourceFormatError(
+                f"{self.info_path}: codebase_version {version!r} is not one rlds reads "
+                f"({', '.join(VERSIONS)})",
+                hint="convert the dataset with lerobot's own conversion script to v3.0 first",
+            )
+        self.version = str(version)
+        self.fps = as_float(info.get("fps"), self.info_path, "fps")
+        if self.fps <= 0:
+            raise SourceFormatError(f"{self.info_path}: fps is {self.fps}, not > 0")
+        self.plan = plan_features(info, self.info_path, self.report)
+        self.features, self.videos, self.columns = self.plan.features, self.plan.videos, self.plan.columns
+        self.axis_names, self.success = self.plan.axis_names, self.plan.success
+        tables = EpisodeTables(root, info, self.version, self.fps, self.plan, self.report, self.pa, self.pq)
+        self.tasks = tables.read_tasks()
+        self.episodes = tables.read_episodes()
+        tables.check_files(self.episodes)
+        self.n = sum(e.length for e in self.episodes)
+        self.report.source_rows = self.n
+        declared_frames = info.get("total_frames")
+        if isinstance(declared_frames, int) and declared_frames != self.n:
+            raise SourceFormatError(
+                f"{self.info_path} says total_frames={declared_frames} but the episodes table sums "
+                f"to {self.n}"
+            )
+        kept = sum(e.length - 1 for e in self.episodes if e.length) if last_step == "drop" else self.n
+        self.report.expected = {"num_steps": kept, "num_episodes": len(self.episodes)}
+        row_bytes = sum(
+            declared_bytes(f.shape, np.dtype(np.float64)) for f in self.features if f.kind != "video"
+        )
+        row_bytes += sum(
+            declared_bytes(f.shape, np.dtype(np.uint8)) for f in self.features if f.kind == "video"
+        )
+        self.block_rows: int = block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1, BLOCK_ROWS))
+        self._av: Any = None
+        self._early_done = 0
+        self._early_note: int | None = None
+        rule_notes(self.plan, self.last_step, self.report)
+        self._videos: dict[str, VideoCursor] = {}
+        columns = [*(f.name for f in self.columns), "episode_index"]
+        if self.videos and "timestamp" not in columns:
+            columns.append("timestamp")
+        self._data = ParquetCursor(self.pa, self.pq, list(dict.fromkeys(columns)), self.block_rows)
+
+    # ------------------------------------------------------------------ reading
+
+    def total_rows(self) -> int:
+        return self.n
+
+    def source_metadata(self) -> dict[str, Any]:
+        return {
+            "lerobot": {
+                "codebase_version": self.version,
+                "fps": self.fps,
+                "robot_type": self.info.get("robot_type"),
+                "tasks": {str(k): v for k, v in sorted(self.tasks.items())},
+                "keys": {f.name: f.key for f in self.features if f.key},
+                "video_layout": {f.key: "CHW" if f.channels_first else "HWC" for f in self.videos},
+                "names": {n: v for n, v in self.axis_names.items() if any(f.name == n for f in self.columns)},
+            }
+        }
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def close(self) -> None:
+        for cursor in self._videos.values():
+            cursor.close()
+        self._videos.clear()
+        self._data.close()
+
+    def _video(self, feature: Feature) -> VideoCursor:
+        if self._av is None:
+            try:
+                import av
+            except ImportError:
+                raise MissingExtraError(
+                    f"{self.root}: LeRobot videos are decoded with PyAV (av), which is not installed",
+                    hint="pip install 'rlds-cli[lerobot]' (pyarrow and av)",
+                ) from None
+            self._av = av
+        if feature.name not in self._videos:
+            self._videos[feature.name] = VideoCursor(self._av, feature)
+        return self._videos[feature.name]
+
+    def _segment(self, ep: Episode, start: int, count: int) -> dict[str, np.ndarray]:
+        """Rows ``start .. start + count`` of one episode: every column, frames included."""
+        table = self._data.read(ep.data_file, ep.row_offset + start, count)
+        where = ep.data_file
+        ids = column_array(self.pa, table.column("episode_index"), (), where, "episode_index")
+        if (ids.reshape(-1) != ep.index).any():
+            bad = int(ids.reshape(-1)[np.flatnonzero(ids.reshape(-1) != ep.index)[0]])
+            raise SourceFormatError(
+                f"{where}: a row of episode {ep.index} (by the episodes table) has episode_index {bad}"
+            )
+        out: dict[str, np.ndarray] = {}
+        for f in self.columns:
+            if f.kind == "consumed" and f.name != "next.done":
+                continue
+            values = column_array(self.pa, table.column(f.name), f.shape, where, f.name)
+            out[f.name] = values
+        if self.videos:
+            if "timestamp" not in table.column_names:
+                raise SourceFormatError(f"{where} has no 'timestamp' column; video frames are matched by it")
+            stamps = column_array(self.pa, table.column("timestamp"), (), where, "timestamp").reshape(-1)
+            for f in self.videos:
+                video, lo, hi = ep.videos[f.name]
+                times = lo + stamps.astype(np.float64)
+                out[f.name] = self._video(f).frames(video, times, ep.index, lo, hi, ep.length)
+        return out
+
+    def _starts(self, length: int) -> list[int]:
+        """Where each segment of an episode starts: blocks of ``block_rows`` rows, never leaving
+        the last segment one row long when that row is dropped (``last_step="drop"`` moves its
+        reward onto the row before, which must be in the same segment)."""
+        starts = list(range(0, length, self.block_rows))
+        if self.last_step == "drop" and len(starts) > 1 and length - starts[-1] == 1:
+            starts.pop()
+        return starts
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield the episodes in ``episode_index`` order, as blocks of about :data:`BLOCK_BYTES`."""
+        pending: list[Part] = []
+        rows = steps = 0
+        drop = self.last_step == "drop"
+        for ep in self.episodes:
+            if ep.length == 0 or (drop and ep.length == 1):  # no transition to keep
+                self.report.dropped_episodes += 1
+                self.report.dropped_rows += ep.length
+                if progress is not None and ep.length:
+                    progress(ep.length)
+                continue
+            starts = self._starts(ep.length)
+            for start, stop in zip(starts, [*starts[1:], ep.length], strict=True):
+                count = stop - start
+                seg = self._segment(ep, start, count)
+                last = stop == ep.length
+                if "next.done" in seg:
+                    done = np.asarray(seg.pop("next.done")).reshape(count, -1).any(axis=1).reshape(count)
+                    self._count_early_done(int(done[: count - 1 if last else count].sum()))
+                part = split_part(ep, seg, last, self.plan, self.last_step, self.report)
+                pending.append(part)
+                rows += count
+                steps += part.num_steps
+                if steps >= self.block_rows:
+                    yield pack(pending, self.plan, self.last_step, self.report)
+                    if progress is not None:
+                        progress(rows)
+                    pending, rows, steps = [], 0, 0
+        if pending:
+            yield pack(pending, self.plan, self.last_step, self.report)
+            if progress is not None:
+                progress(rows)
+
+    def _count_early_done(self, count: int) -> None:
+        """Add ``count`` frames whose ``next.done`` is set before their episode's last frame to
+        the note that says so (kept current block by block)."""
+        if not count:
+            return
+        self._early_done += count
+        note = (
+            f"next.done is true on {self._early_done} frame(s) that are not an episode's last; episodes "
+            "are cut by episode_index only"
+        )
+        if self._early_note is None:
+            self._early_note = len(self.report.notes)
+            self.report.notes.append(note)
+        else:
+            self.report.notes[self._early_note] = note

@@ -1,0 +1,287 @@
+"""Decoding in worker processes: one piece of an episode (a record's steps ``start:stop``) read
+from a memory-mapped record into arrays, checked against ``features.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.rlds_tfrecord.columns import _Plan
+from rlds_cli.formats.tfds_features import IMAGE, Leaf
+from rlds_cli.formats.tfrecord_io import (
+    BYTES_LIST,
+    FLOAT_LIST,
+    HEADER_BYTES,
+    INT64_LIST,
+    MappedRecord,
+    RawFeature,
+    WireError,
+    bytes_spans,
+    float_values,
+    int64_values,
+    parse_example,
+)
+
+#: Largest decoded frame of an image of unknown size (a header claiming more is refused).
+MAX_FRAME_BYTES = 256 << 20
+_REDOWNLOAD = "the shard is damaged: download it again"
+
+
+@dataclass(frozen=True)
+class _PieceRef:
+    """Steps ``start .. stop`` of one episode (record) of ``steps`` steps."""
+
+    shard: str
+    record: int
+    offset: int
+    length: int
+    steps: int
+    start: int
+    stop: int
+    episode: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.shard}: record {self.record} (byte {self.offset})"
+
+
+@dataclass
+class _Unit:
+    plan: _Plan
+    pieces: list[_PieceRef]
+
+
+@dataclass
+class _Decoded:
+    """A piece decoded by a worker: columns by TED key (text as strings), and the flags."""
+
+    ref: _PieceRef
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    flags: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _values_per_step(leaf: Leaf, count: int, steps: int, where: str) -> int:
+    """Values one step holds in the Example (an unknown dimension is inferred from ``count``)."""
+    per = leaf.known_values
+    if not any(d < 0 for d in leaf.shape) or leaf.kind != "tensor":
+        if count != steps * per:
+            raise SourceFormatError(
+                f"{where}: feature {leaf.name!r} holds {count} values, but features.json declares "
+                f"{per} per step ({leaf.kind} of shape {list(leaf.shape)}) and the episode has {steps} steps"
+            )
+        return per
+    if steps == 0:
+        if count:
+            raise SourceFormatError(f"{where}: feature {leaf.name!r} holds {count} values for 0 steps")
+        return 0
+    if count % (steps * per):
+        raise SourceFormatError(
+            f"{where}: feature {leaf.name!r} holds {count} values, not a multiple of {steps} steps x "
+            f"{per} (its known dimensions {list(leaf.shape)})"
+        )
+    return count // steps
+
+
+def _resolved_shape(leaf: Leaf, per_step: int) -> tuple[int, ...]:
+    known = leaf.known_values
+    return tuple(d if d >= 0 else per_step // max(known, 1) for d in leaf.shape)
+
+
+def _check_kind(leaf: Leaf, raw: RawFeature, where: str) -> None:
+    if leaf.kind == "tensor" and leaf.encoding == "none":
+        assert leaf.dtype is not None
+        want = FLOAT_LIST if np.dtype(leaf.dtype).kind == "f" else INT64_LIST
+    else:
+        want = BYTES_LIST
+    if raw.kind is not None and raw.kind != want:
+        raise SourceFormatError(
+            f"{where}: feature {leaf.name!r} is a {raw.kind}_list, but features.json declares "
+            f"{leaf.dtype or 'text'} {leaf.kind} values (stored as a {want}_list)"
+        )
+
+
+def _numeric(buf: memoryview, raw: RawFeature, leaf: Leaf) -> np.ndarray:
+    """All values of a numeric feature, in its declared dtype (TFDS's casts: floats were stored
+    as float32, integers and bools as int64, uint64 bit-cast)."""
+    assert leaf.dtype is not None
+    dtype = np.dtype(leaf.dtype)
+    if raw.kind is None:
+        return np.zeros(0, dtype)
+    if raw.kind == FLOAT_LIST:
+        return float_values(buf, raw)
+    values = int64_values(buf, raw)
+    if dtype == np.bool_:
+        return values != 0
+    return values.view(np.uint64) if dtype == np.uint64 else values
+
+
+def _tensor_rows(
+    buf: memoryview, raw: RawFeature, leaf: Leaf, steps: int, start: int, stop: int, where: str
+) -> np.ndarray:
+    """Rows ``start .. stop`` of a tensor feature, as ``[rows, *shape]`` in its dtype (a copy)."""
+    assert leaf.dtype is not None
+    dtype = np.dtype(leaf.dtype)
+    _check_kind(leaf, raw, where)
+    if leaf.encoding == "none":
+        values = _numeric(buf, raw, leaf)
+        per = _values_per_step(leaf, len(values), steps, where)
+        rows = values[start * per : stop * per]
+        return np.array(rows, dtype=dtype, copy=True).reshape(stop - start, *_resolved_shape(leaf, per))
+    spans = bytes_spans(buf, raw) if raw.kind is not None else []
+    _values_per_step(leaf, len(spans), steps, where)
+    size = int(np.prod(leaf.shape, dtype=np.int64)) * dtype.itemsize  # shapes are known (tfds_features)
+    out = np.empty((stop - start, *leaf.shape), dtype)
+    raw_dtype = dtype.newbyteorder("<")  # TFDS writes tobytes() of little-endian machines
+    for t in range(start, stop):
+        a, b = spans[t]
+        data = bytes(buf[a:b])
+        if leaf.encoding == "zlib":
+            inflater = zlib.decompressobj()
+            try:
+                data = inflater.decompress(data, size + 1)  # bounded: a bomb stops here
+            except zlib.error as exc:
+                raise SourceFormatError(
+                    f"{where}: step {t} of {leaf.name!r} is not zlib data: {exc}"
+                ) from None
+            if not inflater.eof:
+                data += b"\0"  # more bytes than declared: reported below
+        if len(data) != size:
+            raise SourceFormatError(
+                f"{where}: step {t} of {leaf.name!r} holds {len(data)} bytes, but features.json declares "
+                f"{list(leaf.shape)} {leaf.dtype} ({size} bytes)"
+            )
+        out[t - start] = np.frombuffer(data, raw_dtype).reshape(leaf.shape)
+    return out
+
+
+def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
+    """One encoded frame as ``(H, W, C)`` in the leaf's dtype, converted to its channel count."""
+    from PIL import Image
+
+    height, width, channels = leaf.shape
+    what = f"{where}: step {step} of {leaf.name!r}"
+    try:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG")) as img:
+            w, h = img.size
+            if (height >= 0 and h != height) or (width >= 0 and w != width):
+                raise SourceFormatError(
+                    f"{what} is a {h}x{w} image, but features.json declares {list(leaf.shape)}"
+                )
+            if h * w * channels * np.dtype(str(leaf.dtype)).itemsize > MAX_FRAME_BYTES:
+                raise SourceFormatError(f"{what} is a {h}x{w} image, over {MAX_FRAME_BYTES:,} bytes decoded")
+            if leaf.dtype == "uint16":
+                if img.mode not in ("I;16", "I;16B", "I;16L", "I", "L"):
+                    raise SourceFormatError(f"{what} is a {img.mode} image, not a 16-bit grayscale PNG")
+                frame = np.asarray(img)
+                if frame.dtype.kind != "u" and (frame.min(initial=0) < 0 or frame.max(initial=0) > 0xFFFF):
+                    raise SourceFormatError(f"{what} holds values outside 0..65535")
+                return frame.astype(np.uint16).reshape(h, w, 1)
+            mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+            if img.mode != mode:
+                img.load()
+                converted = img.convert(mode)
+                return np.asarray(converted, np.uint8).reshape(h, w, channels)
+            return np.asarray(img, np.uint8).reshape(h, w, channels)
+    except SourceFormatError:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {exc}") from None
+
+
+def _image_rows(
+    buf: memoryview, raw: RawFeature, leaf: Leaf, steps: int, start: int, stop: int, where: str
+) -> np.ndarray:
+    _check_kind(leaf, raw, where)
+    spans = bytes_spans(buf, raw) if raw.kind is not None else []
+    _values_per_step(leaf, len(spans), steps, where)
+    out: np.ndarray | None = None
+    for t in range(start, stop):
+        a, b = spans[t]
+        frame = _decode_image(bytes(buf[a:b]), leaf, where, t)
+        if out is None:
+            out = np.empty((stop - start, *frame.shape), frame.dtype)
+        elif frame.shape != out.shape[1:]:
+            raise SourceFormatError(
+                f"{where}: step {t} of {leaf.name!r} is {frame.shape[0]}x{frame.shape[1]}, step {start} "
+                f"{out.shape[1]}x{out.shape[2]} (frames of one feature must have one size)"
+            )
+        out[t - start] = frame
+    assert out is not None
+    return out
+
+
+def _text_rows(
+    buf: memoryview, raw: RawFeature, leaf: Leaf, steps: int, start: int, stop: int, where: str
+) -> list[str]:
+    _check_kind(leaf, raw, where)
+    spans = bytes_spans(buf, raw) if raw.kind is not None else []
+    _values_per_step(leaf, len(spans), steps, where)
+    return [bytes(buf[a:b]).decode("utf-8", errors="replace") for a, b in spans[start:stop]]
+
+
+def _feature(feats: dict[str, RawFeature], leaf: Leaf, where: str) -> RawFeature:
+    raw = feats.get(leaf.name)
+    if raw is None:
+        raise SourceFormatError(f"{where} has no feature {leaf.name!r}, which features.json declares")
+    return raw
+
+
+def _parse(buf: memoryview, where: str) -> dict[str, RawFeature]:
+    try:
+        return parse_example(buf)
+    except WireError as exc:
+        raise SourceFormatError(f"{where} is not a tf.train.Example: {exc}", hint=_REDOWNLOAD) from None
+
+
+def _decode_piece(plan: _Plan, ref: _PieceRef, fd: int) -> _Decoded:
+    out = _Decoded(ref)
+    if ref.start == ref.stop:
+        return out
+    where = ref.where
+    with MappedRecord(fd, ref.offset + HEADER_BYTES, ref.length) as rec:
+        buf = rec.view
+        feats = _parse(buf, where)
+        for col in plan.columns:
+            if col.role == "episode":
+                continue
+            leaf = col.leaf
+            raw = _feature(feats, leaf, where)
+            if col.text:
+                out.texts[col.key] = _text_rows(buf, raw, leaf, ref.steps, ref.start, ref.stop, where)
+            elif leaf.kind == IMAGE:
+                out.columns[col.key] = _image_rows(buf, raw, leaf, ref.steps, ref.start, ref.stop, where)
+            else:
+                rows = _tensor_rows(buf, raw, leaf, ref.steps, ref.start, ref.stop, where)
+                if col.role == "flag":
+                    out.flags[col.key] = np.asarray(rows.reshape(len(rows), -1).any(axis=1), bool)
+                else:
+                    out.columns[col.key] = (
+                        rows.reshape(len(rows), *col.row_shape) if col.row_shape == (1,) else rows
+                    )
+        del feats, buf
+    return out
+
+
+def decode_unit(unit: _Unit) -> list[_Decoded]:
+    """Decode the pieces of one task (runs in a worker process; module level to be pickled)."""
+    out: list[_Decoded] = []
+    files: dict[str, int] = {}
+    try:
+        for ref in unit.pieces:
+            if ref.start == ref.stop:
+                out.append(_Decoded(ref))
+                continue
+            if ref.shard not in files:
+                files[ref.shard] = os.open(ref.shard, os.O_RDONLY)
+            out.append(_decode_piece(unit.plan, ref, files[ref.shard]))
+    finally:
+        for fd in files.values():
+            os.close(fd)
+    return out

@@ -1,0 +1,104 @@
+"""The files of an RLDS/TFDS dataset folder: shard names, splits, the sniff and the files a
+conversion reads, and the bounded JSON read of its metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.untrusted import UnsafeSourceError
+
+FEATURES_FILE = "features.json"
+INFO_FILE = "dataset_info.json"
+#: Largest JSON metadata file read.
+MAX_JSON_BYTES = 64 << 20
+_SHARD = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecord(?:-(?P<index>\d+)-of-(?P<count>\d+))?$")
+
+
+def _is_shard_name(name: str) -> bool:
+    return ".tfrecord" in name and not name.startswith(".")
+
+
+@dataclass(frozen=True)
+class _Shard:
+    path: Path
+    split: str
+    index: int
+    count: int  # shards of the split its name declares (0: not said)
+
+
+def _shard(path: Path) -> _Shard:
+    match = _SHARD.match(path.name)
+    if match is None:
+        return _Shard(path, "", 0, 0)
+    index, count = match.group("index"), match.group("count")
+    return _Shard(path, match.group("split"), int(index or 0), int(count or 0))
+
+
+def _root_and_shards(path: Path) -> tuple[Path, list[Path], bool]:
+    """The dataset folder of ``path``, its shard files (sorted), and whether ``path`` named a
+    single shard (then only that one is read)."""
+    if path.is_dir():
+        root = path
+    elif path.name in (FEATURES_FILE, INFO_FILE):
+        root = path.parent
+    else:
+        return path.parent, [path], True
+    shards = sorted(p for p in root.iterdir() if _is_shard_name(p.name) and p.is_file())
+    return root, shards, False
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is an RLDS/TFDS folder (``features.json`` next to ``*.tfrecord*`` shards),
+    one of its shards, or its ``features.json``."""
+    try:
+        if path.is_dir():
+            return (path / FEATURES_FILE).is_file() and any(_is_shard_name(p.name) for p in path.iterdir())
+        if path.is_file():
+            if path.name == FEATURES_FILE:
+                return any(_is_shard_name(p.name) for p in path.parent.iterdir())
+            return _is_shard_name(path.name) and (path.parent / FEATURES_FILE).is_file()
+    except OSError:
+        return False
+    return False
+
+
+def _inside(root: Path, file: Path) -> Path:
+    """``file`` if it stays inside the dataset folder once symlinks are followed."""
+    try:
+        real = file.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise UnsafeSourceError(f"{file} cannot be resolved: {exc}") from None
+    if not real.is_relative_to(root.resolve()):
+        raise UnsafeSourceError(
+            f"{file} escapes the dataset folder {root} (to {real})",
+            hint="rlds reads only files inside the dataset folder; the dataset is malicious or broken",
+        )
+    return file
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The files a conversion reads and hashes: ``features.json``, ``dataset_info.json`` and the
+    shards (all of the folder's, or the one shard named)."""
+    out: list[Path] = []
+    for p in paths:
+        root, shards, _ = _root_and_shards(p)
+        meta = [root / name for name in (FEATURES_FILE, INFO_FILE) if (root / name).is_file()]
+        out += [_inside(root, f) for f in (*meta, *shards)]
+    return list(dict.fromkeys(out))
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise SourceFormatError(f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,} read for {what}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None

@@ -1,0 +1,262 @@
+"""The files of one dataset version pushed to a URL, read with checks: sizes and sha256 from the
+files index, ranged reads with adjacent ranges merged, and an optional local file cache (see
+:mod:`rlds_cli.remote.reader`, which opens a dataset on them)."""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlds_cli._io import atomic_write, sha256_file
+from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.errors import (
+    CorruptDatasetError,
+)
+from rlds_cli.remote import store
+from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
+
+#: Two byte ranges of one file closer than this are fetched as one request (the bytes between
+#: them cost less than another round trip to an object store).
+MERGE_GAP = 256 * 1024
+#: Largest merged request.
+MERGE_MAX = 32 * 1024 * 1024
+class RemoteFiles:
+    """The files of one pushed version at a URL: sizes and sha256 from its index, ranged reads,
+    and the optional local file cache.
+
+    Args:
+        url: The dataset's URL.
+        index: Its files index.
+        manifest_bytes: The manifest it belongs to.
+        cache_dir: This version's folder in the file cache (``None``: no cache).
+        storage_options: Keyword arguments of the fsspec filesystem.
+        endpoint_url: An S3-compatible server.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        index: RemoteIndex,
+        manifest_bytes: bytes,
+        cache_dir: Path | None,
+        storage_options: dict[str, Any] | None,
+        endpoint_url: str | None,
+    ) -> None:
+        self.url = url
+        self.index = index
+        self.manifest_bytes = manifest_bytes
+        self.cache_dir = cache_dir
+        self._options = storage_options
+        self._endpoint = endpoint_url
+        self._fs, self.base = store.open_url(url, storage_options, endpoint_url)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        #: Requests made to the store (a read that made any is checked against replacement).
+        self.requests = 0
+        #: Bytes fetched from the store.
+        self.bytes_fetched = 0
+
+    @property
+    def fs(self) -> Any:
+        """The filesystem, opened again in a forked process (fsspec's async ones are not
+        fork-safe: a DataLoader worker would inherit a dead event loop)."""
+        if self._pid != os.getpid():
+            # the path stays the one opened first: on the Hub it names the commit being read
+            self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+        return self._fs
+
+    def where(self, rel: str) -> str:
+        return f"{self.url}/{rel}"
+
+    def _count(self, requests: int, nbytes: int) -> None:
+        with self._lock:
+            self.requests += requests
+            self.bytes_fetched += nbytes
+
+    def size(self, rel: str) -> int | None:
+        entry = self.index.files.get(rel)
+        return entry.size if entry is not None else None
+
+    # ------------------------------------------------------------------ ranged reads
+
+    def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[start, end)`` of each file, one batch of requests: ranges of one file that are
+        near each other are merged into one request first.
+
+        Raises:
+            CorruptDatasetError: A file the index lists is gone, or shorter than pushed.
+            RemoteAccessError: The store cannot be reached (names the URL).
+        """
+        order = sorted(range(len(rels)), key=lambda k: (rels[k], starts[k]))
+        groups: list[tuple[str, int, int, list[int]]] = []  # rel, start, end, members
+        for k in order:
+            rel, start, end = rels[k], int(starts[k]), int(ends[k])
+            if groups:
+                g_rel, g_start, g_end, members = groups[-1]
+                if g_rel == rel and start <= g_end + MERGE_GAP and max(end, g_end) - g_start <= MERGE_MAX:
+                    groups[-1] = (g_rel, g_start, max(end, g_end), [*members, k])
+                    continue
+            groups.append((rel, start, end, [k]))
+        fs = self.fs
+        paths = [store.join(self.base, g[0]) for g in groups]
+        with store.translated(self.url):
+            blobs = fs.cat_ranges(paths, [g[1] for g in groups], [g[2] for g in groups], on_error="return")
+        out: list[bytes] = [b""] * len(rels)
+        total = 0
+        for (rel, g_start, g_end, members), blob in zip(groups, blobs, strict=True):
+            if isinstance(blob, FileNotFoundError):
+                raise CorruptDatasetError(f"{self.where(rel)} is missing, though {INDEX_FILE} lists it")
+            if isinstance(blob, BaseException):
+                with store.translated(self.url):
+                    raise blob
+            if len(blob) != g_end - g_start:
+                raise CorruptDatasetError(
+                    f"{self.where(rel)} is shorter than the file pushed (bytes {g_start}-{g_end} asked, "
+                    f"{len(blob)} read)"
+                )
+            total += len(blob)
+            view = memoryview(blob)
+            for k in members:
+                out[k] = bytes(view[int(starts[k]) - g_start : int(ends[k]) - g_start])
+        self._count(len(groups), total)
+        return out
+
+    def read_file(self, rel: str) -> bytes | None:
+        """A whole (small) file, checked against its size and sha256 in the index; ``None`` when
+        the index does not list it. With a file cache, kept there too."""
+        entry = self.index.files.get(rel)
+        if entry is None:
+            return None
+        if self.cache_dir is not None:
+            path = self.local_file(rel)
+            return path.read_bytes() if path is not None else None
+        with store.translated(self.url):
+            try:
+                data = bytes(self.fs.cat_file(store.join(self.base, rel)))
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"{self.where(rel)} is missing, though {INDEX_FILE} lists it"
+                ) from None
+        self._count(1, len(data))
+        self._verify(rel, len(data), hashlib.sha256(data).hexdigest())
+        return data
+
+    def _verify(self, rel: str, size: int, sha: str) -> None:
+        entry = self.index.files[rel]
+        if size != entry.size or sha != entry.sha256:
+            found = f"{size} bytes" if size != entry.size else f"sha256 {sha[:16]}..."
+            raise CorruptDatasetError(
+                f"{self.where(rel)} differs from the file pushed: {found}, the push recorded "
+                f"{entry.size} bytes, sha256 {entry.sha256[:16]}..."
+            )
+
+    # ------------------------------------------------------------------ the file cache
+
+    def local_file(self, rel: str) -> Path | None:
+        """The file's checked copy in the file cache, downloaded first if need be; ``None`` when
+        the index does not list it."""
+        assert self.cache_dir is not None
+        if rel not in self.index.files:
+            return None
+        path = self.cache_dir / rel
+        if not path.is_file():
+            self.prepare([rel])
+        return path
+
+    def prepare(self, rels: Sequence[str]) -> None:
+        """Download every file of ``rels`` the cache lacks, together (concurrently on an async
+        store), each checked against its size and sha256, then renamed into place (a copy under
+        its own name is always a complete, checked one)."""
+        assert self.cache_dir is not None
+        todo = [
+            r for r in dict.fromkeys(rels) if r in self.index.files and not (self.cache_dir / r).is_file()
+        ]
+        if not todo:
+            return
+        tag = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        parts = [self.cache_dir / f"{rel}.{tag}.part" for rel in todo]
+        for part in parts:
+            part.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with store.translated(self.url):
+                try:
+                    self.fs.get([store.join(self.base, r) for r in todo], [str(p) for p in parts])
+                except FileNotFoundError as exc:
+                    gone = next((r for r in todo if r in str(exc)), todo[0])
+                    raise CorruptDatasetError(
+                        f"{self.where(gone)} is missing, though {INDEX_FILE} lists it"
+                    ) from None
+            total = 0
+            for rel, part in zip(todo, parts, strict=True):
+                size = part.stat().st_size
+                self._verify(rel, size, sha256_file(part))
+                total += size
+                os.replace(part, self.cache_dir / rel)
+            self._count(len(todo), total)
+        finally:
+            for part in parts:
+                part.unlink(missing_ok=True)
+
+    def map(self, rel: str) -> memoryview | None:
+        """The cached copy of ``rel``, memory-mapped (downloaded first if need be)."""
+        path = self.local_file(rel)
+        if path is None:
+            return None
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return memoryview(b"")
+            return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+
+    # ------------------------------------------------------------------ replacement
+
+    def manifest_now(self) -> bytes | None:
+        """The manifest at the URL now (``None``: gone, a push ``--force`` under way)."""
+        data = store.read_bytes(self.fs, store.join(self.base, MANIFEST_FILE), self.url)
+        self._count(1, len(data or b""))
+        return data
+
+
+class RemoteArrayFiles:
+    """The files of one array of a remote dataset, as a
+    :class:`~rlds_cli.cache.zarr_source.ByteSource` for the chunk reader."""
+
+    remote = True
+
+    def __init__(self, files: RemoteFiles, prefix: str) -> None:
+        self.files = files
+        self.prefix = prefix
+        self.whole_files = files.cache_dir is not None
+
+    def _rel(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}"
+
+    def describe(self, rel: str) -> str:
+        return self.files.where(self._rel(rel))
+
+    def map(self, rel: str) -> memoryview | None:
+        return self.files.map(self._rel(rel))
+
+    def prepare(self, rels: Sequence[str]) -> None:
+        self.files.prepare([self._rel(r) for r in rels])
+
+    def size(self, rel: str) -> int | None:
+        return self.files.size(self._rel(rel))
+
+    def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        return self.files.read_ranges([self._rel(r) for r in rels], starts, ends)
+
+
+def write_small_file(path: Path, data: bytes) -> None:
+    """Write a small file of the mirror unless it is there already (several readers of one URL
+    may share the mirror: each writes its own temp file)."""
+    if path.is_file() and path.stat().st_size == len(data):
+        return
+    atomic_write(path, data)

@@ -1,0 +1,83 @@
+"""The dataset-name lock without filelock (rlds_cli/cache/locking.py): it excludes filelock's own
+locks on the same file (both flock), in this process and in another one; it is reentrant within
+one object; a timeout is a Timeout that is_timeout recognises, as is filelock's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from filelock import FileLock as PortableLock
+from filelock import Timeout as PortableTimeout
+
+from rlds_cli.cache.locking import FileLock, Timeout, file_lock, is_timeout
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the flock lock is POSIX's")
+
+
+def test_excludes_filelock_both_ways(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    with PortableLock(str(path), timeout=0):
+        with pytest.raises(Timeout) as caught:
+            FileLock(path, timeout=0).acquire()
+        assert is_timeout(caught.value) and str(path) in str(caught.value)
+    with FileLock(path, timeout=0):
+        with pytest.raises(PortableTimeout) as other:
+            PortableLock(str(path), timeout=0).acquire()
+        assert is_timeout(other.value)
+    with PortableLock(str(path), timeout=0):  # both released: free again
+        pass
+
+
+def test_reentrant_and_released_by_the_last_hold(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    lock = file_lock(path, timeout=0)
+    with lock:
+        with lock:
+            assert lock.is_locked
+        assert lock.is_locked  # one hold left
+        with pytest.raises(Timeout):
+            FileLock(path, timeout=0).acquire()
+    assert not lock.is_locked
+    FileLock(path, timeout=0).acquire().release()
+
+
+def test_waits_for_another_process(tmp_path: Path) -> None:
+    """Held by another process: a short timeout fails; once that process exits, it is taken."""
+    path = tmp_path / "x.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from filelock import FileLock
+                with FileLock({str(path)!r}):
+                    print("held", flush=True)
+                    sys.stdin.readline()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(Timeout):
+            FileLock(path).acquire(timeout=0.1)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(30)
+    FileLock(path).acquire(timeout=5).release()
+
+
+def test_other_errors_are_not_timeouts() -> None:
+    assert not is_timeout(OSError("disk"))
+    assert not is_timeout(TimeoutError("a socket's"))
