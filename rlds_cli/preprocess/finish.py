@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache import digest
+from rlds_cli.cache import digest, stats
 from rlds_cli.cache.episodes import build_index, write_index
 from rlds_cli.cache.layout import JOB_OUTPUT_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.transaction import CacheTransaction, seal
 from rlds_cli.errors import OutputSchemaError, PreprocessError
-from rlds_cli.preprocess import output, schema, stats
+from rlds_cli.preprocess import output, schema
 from rlds_cli.preprocess.prepare import Job
 from rlds_cli.preprocess.resume import finished_chunks
 from rlds_cli.preprocess.worker import read_npz, summary_path
