@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, validate_name
+from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, is_url, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import (
@@ -54,7 +54,6 @@ from rlds_cli.preprocess.guard import stop_if_reimported
 from rlds_cli.preprocess.plan import Plan, describe_input
 from rlds_cli.preprocess.prepare import FnLike, Job, infer, prepare
 from rlds_cli.preprocess.worker import data_path, forget, summary_path
-from rlds_cli.remote.reader import is_url
 
 logger = logging.getLogger(__name__)
 

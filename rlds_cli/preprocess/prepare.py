@@ -16,6 +16,7 @@ from typing import Any
 from rlds_cli._version import __version__
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import PreprocessError
@@ -29,7 +30,6 @@ from rlds_cli.preprocess.plan import (
     plan_digest,
     read_chunk,
 )
-from rlds_cli.remote.reader import is_url
 
 FnLike = str | Callable[..., Any]
 
