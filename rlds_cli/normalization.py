@@ -35,7 +35,7 @@ DEFAULT_EPS = 1e-6
 
 def _shipped_stats(dataset: Dataset) -> dict[str, Any]:
     """Statistics stored in the manifest by ``rlds preprocess --stats`` (empty when none)."""
-    from rlds_cli.preprocess.stats import load
+    from rlds_cli.cache.stats import load
 
     try:
         return load(dataset)
@@ -51,7 +51,7 @@ def compute_stats(
 
     Statistics stored in the manifest (``rlds preprocess --stats``) are used when present;
     otherwise they are computed in one streaming pass with the accumulator of ``--stats`` and
-    ``rlds inspect`` (:func:`rlds_cli.preprocess.stats.scan`: float64, Chan et al.'s merge of
+    ``rlds inspect`` (:func:`rlds_cli.cache.stats.scan`: float64, Chan et al.'s merge of
     bounded chunks). Observation-like keys are summarized over the steps (their final
     observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s. Keys
     with more than 4,096 elements per step (images) get one value over all elements.
@@ -60,7 +60,7 @@ def compute_stats(
         ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
         key's per-step shape (``()`` for images).
     """
-    from rlds_cli.preprocess import stats as accumulator
+    from rlds_cli.cache import stats as accumulator
 
     out: dict[str, dict[str, np.ndarray]] = {}
     shipped = _shipped_stats(dataset)

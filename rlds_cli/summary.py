@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache import stats
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.preprocess import stats
 
 #: Steps read at a time when scanning a column (bounded memory for any dataset size).
 SCAN_ROWS = 1 << 20

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlds_cli import preprocess
+from rlds_cli.cache import stats as pstats
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import (
     DatasetExistsError,
@@ -18,7 +19,6 @@ from rlds_cli.errors import (
     PreprocessError,
     UserFunctionError,
 )
-from rlds_cli.preprocess import stats as pstats
 from rlds_cli.preprocess.plan import make_plan
 from tests.dataset_fixtures import assert_same, everything, make_dataset
 

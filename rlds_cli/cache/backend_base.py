@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.layout import ARRAYS_DIR
+from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import InvalidKeyError
 
 
@@ -107,19 +108,18 @@ class Backend(ABC):
 
 # ----------------------------------------------------------------------------- memmap
 
+
 def key_path(dataset_dir: Path, key: str, suffix: str) -> Path:
     """Where the column ``key`` lives under ``dataset_dir``: the one place a key becomes a path.
 
     Keys come from sources and manifests, both untrusted: a key that breaks the strict grammar
     (``..``, an absolute path, an empty part, other characters, too long; see
-    :func:`rlds_cli.formats.keys.key_problem`) is refused before any file is opened, so no key
+    :func:`rlds_cli.cache.ted.key_problem`) is refused before any file is opened, so no key
     can name a file outside ``arrays/`` (nor another dataset's arrays).
 
     Raises:
         InvalidKeyError: The key breaks the grammar.
     """
-    from rlds_cli.formats.keys import key_problem  # local: keeps the cache importable on its own
-
     problem = key_problem(key)
     if problem is not None:
         raise InvalidKeyError(f"array key {key!r} under {dataset_dir} cannot be a file name: {problem}")

@@ -51,4 +51,3 @@ def write_index(directory: Path, index: np.ndarray, *, fsync: bool) -> None:
         fh.flush()
         if fsync:
             os.fsync(fh.fileno())
-

@@ -27,6 +27,7 @@ This module only names paths: it creates, reads and removes nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -85,6 +86,15 @@ _NAME_RE = re.compile(rf"^{_PART}(/{_PART})*$")
 #: Bytes of a directory entry name on common filesystems; a build directory's name adds a
 #: 12-character id and a suffix to the entry, so entries are kept well under it.
 _MAX_ENTRY_BYTES = 200
+
+
+#: A URL's scheme (``s3://``, ``file:///``, ``memory://``): what tells a URL from a dataset name.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(name: str | os.PathLike[str]) -> bool:
+    """Whether ``name`` is a URL (``s3://...``, ``file:///...``, ``memory://...``), not a name."""
+    return isinstance(name, str) and bool(_URL.match(name))
 
 
 def validate_name(name: str) -> str:

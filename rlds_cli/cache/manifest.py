@@ -17,6 +17,7 @@ from rlds_cli._io import atomic_write
 from rlds_cli._version import __version__
 from rlds_cli.cache.integrity import check_manifest_data, damage_hint, manifest_name
 from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import CorruptDatasetError
 
 FORMAT_NAME = "rlds-ted"
@@ -58,7 +59,7 @@ class Manifest:
         conversion: What the converter decided (dropped rows, inferred boundaries, notes).
         lineage: Parents of a derived dataset (empty for a converted one).
         stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
-            (read them with :func:`rlds_cli.preprocess.stats.load`); empty when not computed.
+            (read them with :func:`rlds_cli.cache.stats.load`); empty when not computed.
         content_digest: sha256 of every stored array's logical values, of the episode index and
             of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
             empty for datasets written before digests existed.
@@ -198,8 +199,6 @@ def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
         ) from exc
     # every field key becomes a file path when read: a tampered manifest must not make a read
     # open a file outside the dataset directory ('../../other/arrays/x')
-    from rlds_cli.formats.keys import key_problem
-
     for key in manifest.fields:
         problem = key_problem(key)
         if problem is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.dataset import Dataset, _identity
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT, is_url
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
@@ -55,9 +55,7 @@ def open_dataset(
         CorruptDatasetError: The dataset's files do not match its manifest.
         RemoteNotReadableError: A URL of a memmap dataset (pull it instead).
     """
-    from rlds_cli.remote.reader import is_url
-
-    if is_url(name):
+    if is_url(name):  # the remote reader is imported only for a URL
         from rlds_cli.remote.reader import open_remote
 
         return open_remote(name, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)

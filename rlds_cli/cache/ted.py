@@ -1,16 +1,56 @@
 """The TED vocabulary shared by every layer: key names, the block a reader streams into the cache
-(:class:`StepBlock`), the episode index's dtype, and the batch mapping every read returns.
+(:class:`StepBlock`), the key grammar (:func:`key_problem`), the episode index's dtype, and the
+batch mapping every read returns.
 
 It imports nothing of the package: the readers, the cache and the loader all stand on it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+#: One part of a TED key (see :func:`key_problem`).
+_PART = re.compile(r"[A-Za-z0-9_.-]+")
+#: Longest part of a key: with the ``.npy`` suffix a file name stays far below the 255 bytes
+#: filesystems allow.
+MAX_KEY_PART_CHARS = 200
+#: Most parts in a key (directory levels under ``arrays/``).
+MAX_KEY_PARTS = 32
+
+
+def key_problem(key: object) -> str | None:
+    """What makes ``key`` break the strict TED key grammar, or ``None`` when it follows it.
+
+    The grammar: ``/``-separated parts (at most :data:`MAX_KEY_PARTS`), each one or more of
+    ``A-Z a-z 0-9 _ . -`` (at most :data:`MAX_KEY_PART_CHARS` of them) and neither ``.`` nor
+    ``..``. Such a key is always a relative path that stays below the directory it is joined to.
+    """
+    if not isinstance(key, str):
+        return f"it is a {type(key).__name__}, not a string"
+    parts = key.split("/")
+    if len(parts) > MAX_KEY_PARTS:
+        return f"it has {len(parts)} '/'-separated parts (at most {MAX_KEY_PARTS})"
+    for part in parts:
+        if not part:
+            return "it has an empty part (a leading, trailing or doubled '/')"
+        if part in (".", ".."):
+            return f"it has a {part!r} part"
+        if len(part) > MAX_KEY_PART_CHARS:
+            return f"a part is {len(part)} characters long (at most {MAX_KEY_PART_CHARS})"
+        if not _PART.fullmatch(part):
+            return f"part {part!r} has characters other than A-Z a-z 0-9 _ . -"
+    return None
+
+
+def is_valid_key(key: str) -> bool:
+    """Whether ``key`` follows the strict TED key grammar (see :func:`key_problem`)."""
+    return key_problem(key) is None
+
 
 #: One row per episode in ``episodes.npy``: its first step, its length, the source's own id, and
 #: whether its final observation is the real one.

@@ -163,9 +163,9 @@ def preprocess(
     chunk must return the same keys, shapes and dtypes. With -q only the new name is printed.
     """
     from rlds_cli import preprocess as pp
+    from rlds_cli.cache.layout import is_url
     from rlds_cli.errors import PreprocessError, UserFunctionError
     from rlds_cli.names import resolve_name
-    from rlds_cli.remote.reader import is_url
 
     name = name if is_url(name) else resolve_name(name, root)
     common: dict[str, Any] = {

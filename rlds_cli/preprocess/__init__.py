@@ -21,18 +21,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rlds_cli.cache.stats import KeyStats
+    from rlds_cli.cache.stats import load as load_stats
     from rlds_cli.preprocess.job import DryRun, PreprocessResult, dry_run, run
     from rlds_cli.preprocess.plan import whole_episodes
-    from rlds_cli.preprocess.stats import KeyStats
-    from rlds_cli.preprocess.stats import load as load_stats
 
 _LAZY = {
     "DryRun": ("rlds_cli.preprocess.job", "DryRun"),
     "PreprocessResult": ("rlds_cli.preprocess.job", "PreprocessResult"),
     "dry_run": ("rlds_cli.preprocess.job", "dry_run"),
     "run": ("rlds_cli.preprocess.job", "run"),
-    "KeyStats": ("rlds_cli.preprocess.stats", "KeyStats"),
-    "load_stats": ("rlds_cli.preprocess.stats", "load"),
+    "KeyStats": ("rlds_cli.cache.stats", "KeyStats"),
+    "load_stats": ("rlds_cli.cache.stats", "load"),
     "whole_episodes": ("rlds_cli.preprocess.plan", "whole_episodes"),
 }
 

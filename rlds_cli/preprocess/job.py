@@ -12,7 +12,9 @@ Where things live while a job runs (``<entry>`` is the output's cache entry)::
 arguments that change the output, so ``--resume`` only ever continues the very same job. The
 directory does not end in ``.incomplete``: the cache's stale-build cleanup leaves it alone, and
 it survives a crash until the job is resumed (or run again without ``--resume``, which starts
-over). The names are :mod:`rlds_cli.cache.layout`'s. The job holds a
+over). The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs is
+:mod:`rlds_cli.preprocess.resume`'s, the job's identity :mod:`rlds_cli.preprocess.prepare`'s, and
+the checks and publication at the end :mod:`rlds_cli.preprocess.finish`'s. The job holds a
 :class:`~rlds_cli.cache.transaction.CacheTransaction` of its output from start to end; ``out/``
 is that transaction's build directory, published by its commit. The directory is removed once
 the output is published.
@@ -24,7 +26,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,19 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rlds_cli import settings
-from rlds_cli._version import __version__
-from rlds_cli.cache import digest
-from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.episodes import build_index, write_index
-from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, validate_name
+from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, is_url, validate_name
 from rlds_cli.cache.manifest import Manifest
-from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.transaction import CacheTransaction, seal
+from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetExistsError,
@@ -56,27 +48,18 @@ from rlds_cli.errors import (
     RldsError,
     UserFunctionError,
 )
-from rlds_cli.preprocess import executors, fnref, output, remote_io, schema, stats
+from rlds_cli.preprocess import executors, finish, output, remote_io, schema
+from rlds_cli.preprocess import resume as job_dirs
 from rlds_cli.preprocess.guard import stop_if_reimported
-from rlds_cli.preprocess.plan import (
-    Plan,
-    default_chunk_steps,
-    describe_input,
-    inference_stop,
-    make_plan,
-    needs_whole_episodes,
-    plan_digest,
-    read_chunk,
-)
-from rlds_cli.preprocess.worker import data_path, forget, read_npz, summary_path
-from rlds_cli.remote.reader import is_url
+from rlds_cli.preprocess.plan import Plan, describe_input
+from rlds_cli.preprocess.prepare import FnLike, Job, infer, prepare
+from rlds_cli.preprocess.worker import data_path, forget, summary_path
 
 logger = logging.getLogger(__name__)
 
 #: ``progress(event, amount)``: ``"start"`` (steps to process), ``"advance"`` (steps done),
 #: ``"resume"`` (steps already done by an earlier run of the same job).
 Progress = Callable[[str, int], None]
-FnLike = str | Callable[..., Any]
 _ERRORS: dict[str, type[RldsError]] = {
     c.__name__: c
     for c in (
@@ -127,115 +110,6 @@ class DryRun:
     lineage: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class _Job:
-    cache: CacheRoot
-    src: Dataset
-    fn: FnLike
-    ref: str
-    plan: Plan
-    keys: list[str] | None
-    storage: str
-    stats: bool
-    lineage: dict[str, Any]
-    #: The source's URL (read where it lies), or ``None`` for a dataset of the cache.
-    source_url: str | None = None
-    #: The output's URL (pushed there, not published in the cache), or ``None``.
-    out_url: str | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.lineage["job"]
-
-
-def _prepare(
-    source_name: str,
-    fn: FnLike,
-    *,
-    by: str,
-    chunk_steps: int | None,
-    keys: Sequence[str] | None,
-    stats_: bool,
-    num_frames: int | None,
-    storage: str | None,
-    root: Any,
-    on_plan: Callable[[Plan], None] | None = None,
-    out_url: str | None = None,
-) -> _Job:
-    """Check the arguments, open the source, plan the chunks, resolve the function.
-
-    ``on_plan`` is called with the plan before the function is resolved (which imports its
-    module): :func:`run` starts its worker processes there.
-    """
-    if by not in ("step", "episode"):
-        raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
-    if chunk_steps is not None and chunk_steps < 1:
-        raise PreprocessError(f"--chunk-steps must be at least 1, not {chunk_steps}")
-    if num_frames is not None and num_frames < 1:
-        raise PreprocessError(f"--num-frames must be at least 1, not {num_frames}")
-    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    src = open_dataset(source_name, cache)
-    storage = storage or src.manifest.backend
-    get_backend(storage)
-    key_list = sorted(set(keys)) if keys is not None else None
-    unknown = sorted(set(key_list or ()) - set(src.fields) - {"index"})
-    if unknown:
-        raise PreprocessError(
-            f"dataset {source_name!r} has no keys {unknown}", hint=f"it has {sorted(src.fields)}"
-        )
-    chunk_steps = chunk_steps or default_chunk_steps(src.num_steps)
-    plan = make_plan(src.episodes, by, chunk_steps, num_frames)
-    if on_plan is not None:
-        on_plan(plan)
-    ref, fn_sha = fnref.describe(fn)
-    if by == "step" and needs_whole_episodes(fnref.get(fn)):
-        # an episode-wise function: per-step chunks that never cut an episode (workers started
-        # above are only more than needed when chunks merge)
-        plan = make_plan(src.episodes, by, chunk_steps, num_frames, whole_episodes=True)
-    args = {
-        "by": by,
-        "chunk_steps": chunk_steps,
-        "keys": key_list,
-        "num_frames": num_frames,
-        "stats": stats_,
-        "storage": storage,
-    }
-    # "name" and "digest" identify the parent (``rlds rm`` looks for "name" in lineage entries)
-    identity = {
-        "name": src.name,
-        "digest": src.manifest.digest(),
-        "fn": ref,
-        "fn_sha256": fn_sha,
-        "args": args,
-        "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
-    }
-    source_url = source_name.rstrip("/") if is_url(source_name) else None
-    if source_url is not None:
-        identity["url"] = source_url
-    if out_url is not None:
-        identity["to"] = out_url
-    job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    lineage = {
-        **identity,
-        "created_at": src.manifest.created_at,  # the parent's version in words (not in the job id)
-        "rlds_version": __version__,
-        "job": job_id,
-        "parent_lineage": src.manifest.lineage,
-    }
-    return _Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage, source_url, out_url)
-
-
-def _infer(job: _Job) -> tuple[schema.Schema, int, int]:
-    """Run the function on a small first chunk: its output's schema, and rows in and out."""
-    plan = job.plan
-    stop = inference_stop(plan, job.src.episodes)
-    batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
-    where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
-    out = fnref.call_user(fnref.get(job.fn), batch, where)
-    arrays = schema.normalize(out, batch, where)
-    return schema.infer(arrays), stop, len(arrays["action"])
-
-
 def dry_run(
     source_name: str,
     fn: FnLike,
@@ -252,11 +126,11 @@ def dry_run(
 
     Arguments are those of :func:`run`.
     """
-    job = _prepare(
+    job = prepare(
         source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
         num_frames=num_frames, storage=storage, root=root,
     )  # fmt: skip
-    inferred, rows_in, rows_out = _infer(job)
+    inferred, rows_in, rows_out = infer(job)
     return DryRun(
         describe_input(job.src),
         schema.schema_to_json(inferred),
@@ -351,7 +225,7 @@ def run(
         )  # fmt: skip
 
     try:
-        job = _prepare(
+        job = prepare(
             source_name, fn, by=by, chunk_steps=chunk_steps, keys=keys, stats_=stats,
             num_frames=num_frames, storage=storage, root=root, on_plan=start_workers, out_url=out_url,
         )  # fmt: skip
@@ -373,7 +247,7 @@ def run(
 
 
 def _run_locked(
-    job: _Job,
+    job: Job,
     out_name: str,
     txn: CacheTransaction,
     executor: executors.Executor,
@@ -388,7 +262,7 @@ def _run_locked(
     if existing is not None and made_here and (resume or not txn.replace):
         # the very same job finished before (perhaps killed while cleaning up after
         # itself): its output is complete, and what it left behind is only clutter
-        _discard_job_dir(job, out_name)
+        job_dirs.discard_job_dir(job, out_name)
         if out_url is not None:
             remote_io.remove(remote_io.job_url(out_url, job.job_id))
         return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
@@ -418,7 +292,7 @@ def _output_url(out_name: str) -> str | None:
     return url
 
 
-def _url_lock(job: _Job) -> Any:
+def _url_lock(job: Job) -> Any:
     """The lock of an output that goes to a URL (in this cache's locks), or ``None`` for an
     output in the cache (locked by its name)."""
     if job.out_url is None:
@@ -430,7 +304,7 @@ def _url_lock(job: _Job) -> Any:
     return FileLock(str(job.cache.layout.lock_file(f".preprocess-{ident}")), timeout=0)
 
 
-def _existing_output(job: _Job, out_name: str) -> Manifest | None:
+def _existing_output(job: Job, out_name: str) -> Manifest | None:
     """The manifest of what is already at the output (in the cache, or at its URL)."""
     if job.out_url is None:
         return job.cache.manifest(out_name) if job.cache.exists(out_name) else None
@@ -447,77 +321,15 @@ def _existing_output(job: _Job, out_name: str) -> Manifest | None:
         return None  # unreadable: replaced only with --force, as any other dataset there
 
 
-def _job_path(job: _Job, out_name: str) -> Path:
-    return job.cache.layout.job_dir(job.cache.dataset_dir(out_name).name, job.job_id)
-
-
-def _discard_job_dir(job: _Job, out_name: str) -> None:
-    """Remove a job directory so that no crash can leave part of it looking resumable: it is
-    first renamed out of reach (a ``.trash`` entry, which the stale-build cleanup removes)."""
-    path = _job_path(job, out_name)
-    if path.exists():
-        trash = job.cache.layout.trash_dir(job.cache.dataset_dir(out_name).name)
-        os.replace(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-
-
-def _job_dir(job: _Job, out_name: str, resume: bool) -> tuple[Path, dict[str, Any] | None]:
-    """The job directory (fresh unless resuming) and the saved job description, if resumed."""
-    path = _job_path(job, out_name)
-    saved = None
-    if resume and (path / JOB_FILE).is_file():
-        try:
-            saved = json.loads((path / JOB_FILE).read_text())
-        except (OSError, ValueError):
-            saved = None
-        if saved is not None and (saved.get("job") != job.job_id or not _output_intact(path, saved, job)):
-            logger.info("the output of job %s is incomplete on disk: starting it over", job.job_id)
-            saved = None
-    if saved is None and path.exists():
-        _discard_job_dir(job, out_name)
-    (path / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
-    return path, saved
-
-
-def _output_intact(path: Path, saved: dict[str, Any], job: _Job) -> bool:
-    """Whether the preallocated output of a per-step job is still all there (every column at
-    its full size); chunk files are checked one by one in :func:`_finished_chunks`."""
-    if saved.get("mode") != "direct":
-        return True
-    inferred = schema.schema_from_json(saved["schema"])
-    return output.preallocated_intact(path / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
-
-
-def _finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
-    """Chunks whose results are all on disk. A summary (the done-marker, written after the
-    chunk's data) says how many rows the chunk wrote; a chunk that wrote rows to a chunk file
-    counts only while that file exists, so a half-deleted job never passes for a finished one."""
-    done = []
-    for i in range(num_chunks):
-        marker = summary_path(job_dir, i)
-        if not marker.is_file():
-            continue
-        try:
-            meta, _ = read_npz(marker)
-        except (OSError, ValueError, KeyError):
-            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
-            continue
-        if meta.get("data_file") and not data_path(job_dir, i).is_file():
-            marker.unlink()
-            continue
-        done.append(i)
-    return done
-
-
 def _execute(
-    job: _Job,
+    job: Job,
     out_name: str,
     txn: CacheTransaction,
     executor: executors.Executor,
     resume: bool,
     progress: Progress | None,
 ) -> PreprocessResult:
-    job_dir, saved = _job_dir(job, out_name, resume)
+    job_dir, saved = job_dirs.job_dir(job, out_name, resume)
     area = remote_io.job_url(job.out_url, job.job_id) if job.out_url is not None else None
     if area is not None:
         if resume:  # the chunks that finished, wherever the interrupted run was coordinated
@@ -525,7 +337,7 @@ def _execute(
         else:
             remote_io.remove(area)
     if saved is None:
-        inferred = _infer(job)[0]
+        inferred = infer(job)[0]
         # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
         direct = job.out_url is None and output.direct_possible(
             job.storage, inferred, job.plan, job.src.episodes
@@ -538,7 +350,7 @@ def _execute(
     inferred = schema.schema_from_json(saved["schema"])
     mode = saved["mode"]
     plan = job.plan
-    done = _finished_chunks(job_dir, plan.num_chunks)
+    done = job_dirs.finished_chunks(job_dir, plan.num_chunks)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -578,117 +390,10 @@ def _execute(
         executor.run(spec, tasks, on_done)
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
-    manifest = _finish(job, out_name, job_dir, inferred, assembler, txn)
-    _discard_job_dir(job, out_name)
+    manifest = finish.finish(job, out_name, job_dir, inferred, assembler, txn)
+    job_dirs.discard_job_dir(job, out_name)
     if area is not None:
         remote_io.remove(area)
     return PreprocessResult(
         manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done), url=job.out_url
     )
-
-
-def _finish(
-    job: _Job,
-    out_name: str,
-    job_dir: Path,
-    inferred: schema.Schema,
-    assembler: output.Assembler | None,
-    txn: CacheTransaction,
-) -> Manifest:
-    """Check chunk boundaries, merge statistics, write the episode index, commit the output's
-    transaction (or push it, for an output at a URL)."""
-    plan = job.plan
-    fsync = txn.fsync
-    missing = sorted(set(range(plan.num_chunks)) - set(_finished_chunks(job_dir, plan.num_chunks)))
-    if missing:
-        raise PreprocessError(
-            f"job {job.job_id}: chunks {missing[:5]} have no result on disk; nothing was published",
-            hint="run the same command again with --resume: only the missing chunks are computed",
-        )
-    summaries = [read_npz(summary_path(job_dir, i)) for i in range(plan.num_chunks)]
-    _check_boundaries(job, summaries, inferred)
-    rows_in = sum(int(meta["rows_in"]) for meta, _ in summaries)
-    rows_out = sum(int(meta["rows_out"]) for meta, _ in summaries)
-    if rows_in != plan.limit:
-        raise PreprocessError(f"job {job.job_id}: its chunks read {rows_in} steps, expected {plan.limit}")
-    out = job_dir / JOB_OUTPUT_DIR
-    if assembler is not None:
-        assembler.pump()
-        steps, ends, ids, known = assembler.close(fsync)
-        if steps != rows_out:
-            raise PreprocessError(
-                f"job {job.job_id}: assembled {steps} steps but the chunks wrote {rows_out}; "
-                "nothing was published",
-                hint="run the same command again without --resume",
-            )
-        if steps == 0:
-            raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
-    else:
-        steps = plan.limit
-        index = job.src.episodes[: plan.num_episodes]
-        ends = (index["start"] + index["length"] - 1).astype(np.int64)
-        ends[-1] = min(int(ends[-1]), steps - 1)
-        ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)
-        if plan.cut:
-            known[-1] = True  # the cut episode's last next/observation is real data
-    index = build_index(ends, ids, known)
-    write_index(out, index, fsync=fsync)
-    # chunks were written by several workers: the digests are read back from the finished output
-    content = digest.digest_directory(out, job.storage, list(inferred), index)
-    manifest = Manifest(
-        name=out_name,
-        backend=job.storage,
-        num_steps=steps,
-        num_episodes=len(ends),
-        fields=dict(inferred),
-        source={
-            "format": "rlds-preprocess",
-            "id": job.src.name,
-            "path": job.source_url or str(job.src.directory),
-            "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
-        },
-        conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
-        lineage=[job.lineage],
-        stats=_merge_stats(summaries, inferred) if job.stats else {},
-        content_digest=content,
-    )
-    if job.out_url is not None:  # files, index, then the manifest: as rlds push
-        from rlds_cli.remote.push import push_directory
-
-        seal(out, manifest, fsync=fsync)
-        push_directory(out, job.out_url, cache=job.cache, force=txn.replace)
-    else:
-        txn.adopt(out)
-        txn.commit(manifest)
-    return manifest
-
-
-def _check_boundaries(job: _Job, summaries: list[Any], inferred: schema.Schema) -> None:
-    """Across chunk boundaries inside an episode: ``next/K`` of a chunk's last step must be
-    ``K`` of the next chunk's first step."""
-    flat = [k for k, s in inferred.items() if s.storage == "flat"]
-    for i in range(len(summaries) - 1):
-        meta, arrays = summaries[i]
-        if meta["ends_done"] or not meta["rows_out"]:
-            continue
-        nxt = summaries[i + 1][1]
-        for key in flat:
-            if schema.row_bytes(arrays[f"last/{key}"]) != schema.row_bytes(nxt[f"first/{key}"]):
-                step = int(job.plan.bounds[i + 1])
-                raise OutputSchemaError(
-                    f"function {job.ref}, chunks {i} and {i + 1}: next/{key} at step {step - 1} differs "
-                    f"from {key} at step {step} inside one episode, so they cannot be stored once (flat)",
-                    hint=f"return the same transform for {key} and next/{key} (a function of the step alone)",
-                )
-
-
-def _merge_stats(summaries: list[Any], inferred: schema.Schema) -> dict[str, Any]:
-    keys: dict[str, Any] = {}
-    for key, spec in inferred.items():
-        merged = None
-        for _, arrays in summaries:
-            if f"stats/{key}/count" in arrays:
-                merged = stats.merge(merged, stats.Partial.from_arrays(arrays, f"stats/{key}/"))
-        if merged is not None:
-            keys[key] = stats.finalize(merged, spec.shape)
-    return {"method": stats.METHOD, "quantile_rank_error": 1 / (len(stats.GRID) - 1), "keys": keys}

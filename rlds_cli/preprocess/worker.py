@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._io import atomic_write
+from rlds_cli.cache import stats
 from rlds_cli.cache.backends import get_backend, save_npz
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_OUTPUT_DIR, MANIFEST_FILE
@@ -30,7 +31,7 @@ from rlds_cli.errors import (
     OutputSchemaError,
     RldsError,
 )
-from rlds_cli.preprocess import fnref, schema, stats
+from rlds_cli.preprocess import fnref, schema
 from rlds_cli.preprocess.plan import read_chunk
 
 #: Per-process state: the opened source and the resolved function.

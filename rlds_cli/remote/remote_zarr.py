@@ -12,6 +12,7 @@ import numpy as np
 
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.layout import ARRAYS_DIR
+from rlds_cli.cache.ted import key_problem
 from rlds_cli.cache.zarr_chunks import _ChunkReader
 from rlds_cli.cache.zarr_read import ZarrColumn
 from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, MissingChunkError
@@ -107,8 +108,6 @@ class RemoteZarrBackend(Backend):
     def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn:
         import zarr
 
-        from rlds_cli.formats.keys import key_problem
-
         problem = key_problem(key)
         if problem is not None:
             raise InvalidKeyError(f"array key {key!r} of {self.files.url} cannot be a file name: {problem}")
@@ -143,5 +142,3 @@ class RemoteZarrBackend(Backend):
             return f"zarr chunk {self.files.where(rel)} is missing (not in {INDEX_FILE})"
 
         return check_zarr_grid(array, key, rows, row_shape, missing)
-
-
