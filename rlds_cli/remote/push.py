@@ -91,7 +91,7 @@ def push(
         name: A dataset in the cache (or a registry alias of one).
         url: Any fsspec URL: ``s3://bucket/prefix/NAME``, ``gcs://...``, ``file:///dir/NAME``, or a
             Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@BRANCH]`` (one commit, see
-            :mod:`rlds_cli.net.hub.push`; the token from ``HF_TOKEN`` or the client's token file).
+            :mod:`rlds_cli.remote.hub_push`; the token from ``HF_TOKEN`` or the client's token file).
         root: Cache root.
         force: Replace another version already at ``url``.
         storage_options: Keyword arguments of the fsspec filesystem (credentials...).
@@ -154,7 +154,7 @@ def push_directory(
             )  # fmt: skip
     local = _local_files(directory)
     if url.startswith("hf://"):  # a Hub dataset repo: one commit, not files then a manifest
-        from rlds_cli.net.hub.push import push_hub
+        from rlds_cli.remote.hub_push import push_hub
 
         counts = push_hub(
             directory, url, name=name, manifest_bytes=manifest_bytes, local=local, force=force,

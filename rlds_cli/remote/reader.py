@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 import weakref
@@ -39,6 +38,7 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
+from rlds_cli.cache.layout import is_url as is_url  # re-exported: callers ask here too
 from rlds_cli.errors import (
     DatasetReplacedError,
 )
@@ -46,14 +46,6 @@ from rlds_cli.remote import store
 from rlds_cli.remote.files import RemoteFiles, write_small_file
 from rlds_cli.remote.remote_zarr import RemoteNotReadableError, RemoteZarrBackend
 from rlds_cli.remote.store import INDEX_FILE
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-
-def is_url(name: str | os.PathLike[str]) -> bool:
-    """Whether ``name`` is a URL (``s3://...``, ``file:///...``, ``memory://...``), not a name."""
-    return isinstance(name, str) and bool(_URL.match(name))
 
 
 def open_remote(

@@ -80,7 +80,7 @@ def open_url(
             "pushing and pulling datasets needs fsspec, which is not installed", hint=EXTRA_HINT
         ) from None
     if url.startswith("hf://"):  # a Hub dataset repo, at the commit its revision points at now
-        from rlds_cli.net.hub.store import open_hub
+        from rlds_cli.remote.hub_store import open_hub
 
         return open_hub(url, storage_options)
     options = dict(storage_options or {})
@@ -120,7 +120,7 @@ def translated(url: str) -> Iterator[None]:
         raise MissingExtraError(f"{url}: needs {exc.name}, which is not installed", hint=EXTRA_HINT) from None
     except Exception as exc:
         if url.startswith("hf://"):
-            from rlds_cli.net.hub.store import access_error, hub_cause
+            from rlds_cli.remote.hub_store import access_error, hub_cause
 
             cause = hub_cause(exc)
             if cause is not None:  # the Hub's status in a line of rlds's, never the client's text

@@ -27,7 +27,7 @@ from typing import Any
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub.repo import HubPath, hf_api, parse_hf_url
-from rlds_cli.net.hub.store import head_commit, translated
+from rlds_cli.remote.hub_store import head_commit, translated
 from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, manifest_sha256
 
 
