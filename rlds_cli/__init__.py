@@ -10,9 +10,7 @@ name would silently change type. Use ``from rlds_cli.convert import convert``.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from rlds_cli._lazy import lazy_names
 from rlds_cli._version import __version__
 
 _LAZY = {
@@ -46,14 +44,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlds_cli' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -46,3 +46,35 @@ def make_ted(root: Path, name: str, lengths: list[int], backend: str = "memmap")
     ds = open_dataset(name, root)
     assert ds.num_steps == n and list(ds.episodes["length"]) == list(lengths)
     return ds
+
+
+def make_pixels(root: Path, lengths: list[int], frame: tuple[int, ...], generator: str) -> Dataset:
+    """A memmap dataset ``pix`` in ``root``: random-byte uint8 frames of shape ``frame`` (so any
+    misplaced or overwritten row shows) and random low-dim keys, episodes of ``lengths`` ending
+    truncated."""
+    import pytest
+
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.formats.base import StepBlock
+
+    rng = np.random.default_rng(0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLDS_FSYNC", "0")
+        with DatasetBuilder("pix", root=root, backend="memmap") as builder:
+            for n in lengths:
+                truncated = np.zeros((n, 1), bool)
+                truncated[-1] = True
+                builder.append(
+                    StepBlock(
+                        steps={
+                            "action": rng.standard_normal((n, 2)).astype(np.float32),
+                            "next/reward": rng.standard_normal((n, 1)).astype(np.float32),
+                            "next/terminated": np.zeros((n, 1), bool),
+                            "next/truncated": truncated,
+                        },
+                        observations={"observation": rng.integers(0, 256, (n + 1, *frame), np.uint8)},
+                        ends=np.array([n - 1]),
+                    )
+                )
+            builder.commit(source={"generator": generator})
+    return open_dataset("pix", root)

@@ -13,13 +13,10 @@ import pytest
 import torch
 
 from rlds_cli.cache.buffers import BufferPool, gather_into
-from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.opening import open_dataset
-from rlds_cli.formats.base import StepBlock
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.sources import HostSource
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import make_pixels, make_ted
 
 LENGTHS = [40, 13, 77, 5, 64, 1, 50]
 FRAME = (16, 16, 16)  # 4 KiB a row: a batch of 64 or more is pooled
@@ -30,27 +27,7 @@ BATCH = 96
 def pix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     """Random-byte frames (a misplaced or overwritten row shows) and low-dim keys."""
     root = tmp_path_factory.mktemp("reuse")
-    rng = np.random.default_rng(0)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        with DatasetBuilder("pix", root=root, backend="memmap") as builder:
-            for n in LENGTHS:
-                truncated = np.zeros((n, 1), bool)
-                truncated[-1] = True
-                builder.append(
-                    StepBlock(
-                        steps={
-                            "action": rng.standard_normal((n, 2)).astype(np.float32),
-                            "next/reward": rng.standard_normal((n, 1)).astype(np.float32),
-                            "next/terminated": np.zeros((n, 1), bool),
-                            "next/truncated": truncated,
-                        },
-                        observations={"observation": rng.integers(0, 256, (n + 1, *FRAME), np.uint8)},
-                        ends=np.array([n - 1]),
-                    )
-                )
-            builder.commit(source={"generator": "tests/test_buffer_reuse.py"})
-        yield open_dataset("pix", root)
+    yield make_pixels(root, LENGTHS, FRAME, "tests/test_buffer_reuse.py")
 
 
 # ----------------------------------------------------------------------------- the pool

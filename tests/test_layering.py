@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.test_import_graph import PACKAGE, import_graph, modules
 
 #: The bottom layer: imports nothing of rlds above it.
-BOTTOM = frozenset({"errors", "settings", "_io", "_version", "numbers", "rows", "plugins"})
+BOTTOM = frozenset({"errors", "settings", "_io", "_version", "_lazy", "numbers", "rows", "plugins"})
 #: Names, aliases and the registry's records: read by the cache's opening and by the services.
 CATALOG = frozenset({"registry", "registry_schema", "registry_hub", "matching", "names", "envspec"})
 #: Read-side services over a cached dataset (inspect, listing, scores, statistics).
@@ -29,6 +29,7 @@ SERVICES = frozenset({"normalization", "summary", "scores", "validate", "plot", 
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "_version": frozenset(),
+    "_lazy": frozenset(),
     "settings": frozenset({"errors"}),
     **{unit: frozenset({"errors", "settings"}) for unit in ("_io", "numbers", "rows", "plugins")},
     "archives": BOTTOM,

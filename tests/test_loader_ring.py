@@ -15,14 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.formats.base import StepBlock
 from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.ring import BatchRing
 from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset
+from tests.loader_fixtures import make_pixels
 
 LENGTHS = [40, 13, 77, 5, 64, 1, 50]  # 250 steps: not a multiple of the batch size
 N = sum(LENGTHS)
@@ -34,27 +32,7 @@ BATCH = 16
 def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     """Pixel observations (random bytes, so any misplaced row shows) and low-dim keys."""
     root = tmp_path_factory.mktemp("ring")
-    rng = np.random.default_rng(0)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        with DatasetBuilder("pix", root=root, backend="memmap") as builder:
-            for n in LENGTHS:
-                truncated = np.zeros((n, 1), bool)
-                truncated[-1] = True
-                builder.append(
-                    StepBlock(
-                        steps={
-                            "action": rng.standard_normal((n, 2)).astype(np.float32),
-                            "next/reward": rng.standard_normal((n, 1)).astype(np.float32),
-                            "next/terminated": np.zeros((n, 1), bool),
-                            "next/truncated": truncated,
-                        },
-                        observations={"observation": rng.integers(0, 256, (n + 1, *FRAME), np.uint8)},
-                        ends=np.array([n - 1]),
-                    )
-                )
-            builder.commit(source={"generator": "tests/test_loader_ring.py"})
-        yield open_dataset("pix", root)
+    yield make_pixels(root, LENGTHS, FRAME, "tests/test_loader_ring.py")
 
 
 def _iterable(ds: Dataset, workers: int, **kw: Any) -> TedDataLoader:

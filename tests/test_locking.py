@@ -81,3 +81,12 @@ def test_waits_for_another_process(tmp_path: Path) -> None:
 def test_other_errors_are_not_timeouts() -> None:
     assert not is_timeout(OSError("disk"))
     assert not is_timeout(TimeoutError("a socket's"))
+
+
+def test_a_lock_in_a_folder_not_made_yet_makes_it(tmp_path: Path) -> None:
+    """As filelock does: ``rlds gc`` on a cache with no ``locks/`` folder yet takes its locks."""
+    path = tmp_path / "locks" / "deeper" / "x.lock"
+    with FileLock(path, timeout=0) as lock:
+        assert lock.is_locked and path.is_file()
+        with pytest.raises(PortableTimeout):
+            PortableLock(str(path), timeout=0).acquire()

@@ -7,8 +7,9 @@ writers (``builder``) with it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlds_cli._lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.cache.builder import DatasetBuilder
@@ -42,14 +43,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlds_cli.cache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rlds_cli.cache.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, {k: "." + v for k, v in _LAZY.items()}, globals(), __all__)

@@ -58,7 +58,11 @@ class FileLock:
 
     def _try(self) -> bool:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(self.lock_file, flags, 0o644)
+        try:
+            fd = os.open(self.lock_file, flags, 0o644)
+        except FileNotFoundError:  # its folder is made on first use, as filelock does
+            os.makedirs(os.path.dirname(self.lock_file) or ".", exist_ok=True)
+            fd = os.open(self.lock_file, flags, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -7,7 +7,7 @@ fsspec is imported only when one of these commands runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -76,28 +76,24 @@ def push(
     from rlds_cli.remote.store import parse_storage_options
 
     options = parse_storage_options(storage_option)
-    with _transfer_progress(not (json or quiet), "uploading") as progress:
-        result = run_push(
+    _report(
+        lambda progress: run_push(
             name, url, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
             progress=progress,
-        )  # fmt: skip
-    row = result.to_dict()
-    if json:
-        _output.print_json(row)
-    elif quiet:
-        _output.console.print(Text(result.url), soft_wrap=True)
-    elif result.up_to_date:
-        _output.console.print(
+        ),
+        "uploading",
+        json=json,
+        quiet=quiet,
+        quiet_text=lambda result: result.url,
+        up_to_date=lambda result: (
             f"[green]{_output.escape(result.name)}[/]: already at {_output.escape(result.url)} "
-            f"({result.files} files, {_output.human_bytes(result.bytes_total)}): nothing to upload",
-            soft_wrap=True,
-        )
-    else:
-        _output.console.print(
+            f"({result.files} files, {_output.human_bytes(result.bytes_total)}): nothing to upload"
+        ),
+        done=lambda result, row: (
             f"[green]pushed {_output.escape(result.name)}[/] to {_output.escape(result.url)}: "
-            f"{_summary(row, 'uploaded')}",
-            soft_wrap=True,
-        )
+            f"{_summary(row, 'uploaded')}"
+        ),
+    )
 
 
 @handle_errors
@@ -131,29 +127,48 @@ def pull(
     from rlds_cli.remote.store import parse_storage_options
 
     options = parse_storage_options(storage_option)
-    with _transfer_progress(not (json or quiet), "downloading") as progress:
-        result = run_pull(
+    _report(
+        lambda progress: run_pull(
             url, name, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
             progress=progress,
-        )  # fmt: skip
+        ),
+        "downloading",
+        json=json,
+        quiet=quiet,
+        quiet_text=lambda result: result.name,
+        up_to_date=lambda result: (
+            f"[green]{_output.escape(result.name)}[/]: the cache already holds this version of "
+            f"{_output.escape(result.url)}"
+        ),
+        done=lambda result, row: (
+            f"[green]pulled {_output.escape(result.name)}[/] from {_output.escape(result.url)}: "
+            f"{_summary(row, 'downloaded')}; "
+            + ("content digests checked" if result.digests_checked else "no content digests recorded")
+        ),
+    )
+
+
+def _report(
+    run: Callable[[Any], Any],
+    verb: str,
+    *,
+    json: bool,
+    quiet: bool,
+    quiet_text: Callable[[Any], str],
+    up_to_date: Callable[[Any], str],
+    done: Callable[[Any, dict[str, Any]], str],
+) -> None:
+    """Run a push or pull under a progress bar (``verb``), then say what it did: the JSON
+    document, the one name of ``-q``, or a line (``up_to_date`` when nothing moved, else ``done``)."""
+    with _transfer_progress(not (json or quiet), verb) as progress:
+        result = run(progress)
     row = result.to_dict()
     if json:
         _output.print_json(row)
     elif quiet:
-        _output.console.print(Text(result.name), soft_wrap=True)
-    elif result.up_to_date:
-        _output.console.print(
-            f"[green]{_output.escape(result.name)}[/]: the cache already holds this version of "
-            f"{_output.escape(result.url)}",
-            soft_wrap=True,
-        )
+        _output.console.print(Text(quiet_text(result)), soft_wrap=True)
     else:
-        checked = "content digests checked" if result.digests_checked else "no content digests recorded"
-        _output.console.print(
-            f"[green]pulled {_output.escape(result.name)}[/] from {_output.escape(result.url)}: "
-            f"{_summary(row, 'downloaded')}; {checked}",
-            soft_wrap=True,
-        )
+        _output.console.print(up_to_date(result) if result.up_to_date else done(result, row), soft_wrap=True)
 
 
 def _summary(row: dict[str, Any], verb: str) -> str:

@@ -10,8 +10,9 @@ would drag torch into code that only draws indices with numpy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlds_cli._lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.loader.data_loader import TedDataLoader
@@ -95,18 +96,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlds_cli.loader' has no attribute {name!r}")
-    if module not in _TORCH_FREE:
+def _torch_first(module: str) -> None:
+    if module.rsplit(".", 1)[-1] not in _TORCH_FREE:
         from rlds_cli.loader._requires import require_torch
 
         require_torch()
-    value = getattr(importlib.import_module(f"rlds_cli.loader.{module}"), name)
-    globals()[name] = value
-    return value
 
 
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(
+    __name__, {k: "." + v for k, v in _LAZY.items()}, globals(), __all__, before=_torch_first
+)

@@ -17,8 +17,9 @@ so that it starts quickly.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlds_cli._lazy import lazy_names
 
 if TYPE_CHECKING:
     from rlds_cli.cache.stats import KeyStats
@@ -39,14 +40,4 @@ _LAZY = {
 __all__ = ["DryRun", "KeyStats", "PreprocessResult", "dry_run", "load_stats", "run", "whole_episodes"]
 
 
-def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'rlds_cli.preprocess' has no attribute {name!r}")
-    value = getattr(importlib.import_module(target[0]), target[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -1,0 +1,52 @@
+"""Lazy public names of a package (PEP 562): a name is imported from its module on first use.
+
+The front door (``rlds_cli``) and the packages ``cache``, ``loader`` and ``preprocess`` name their
+public API without importing it: importing one submodule (``rlds_cli.cache.dataset`` to read)
+runs the package's ``__init__`` first, which must not pull in the writers, torch or the readers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+
+def lazy_names(
+    package: str,
+    table: Mapping[str, str | tuple[str, str]],
+    namespace: dict[str, Any],
+    exported: Iterable[str],
+    *,
+    before: Callable[[str], None] | None = None,
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__``.
+
+    Args:
+        package: The package's name (``__name__``).
+        table: Public name -> its module (``".sources"``: relative to ``package``), or
+            ``(module, attribute)`` where the attribute has another name.
+        namespace: The package's ``globals()``: a name, once imported, is kept there.
+        exported: What ``dir()`` lists (``__all__``).
+        before: Called with the module's full name before it is imported (e.g. to say that an
+            extra is missing in one clear line).
+    """
+    listed = sorted(set(exported))
+
+    def __getattr__(name: str) -> Any:
+        target = table.get(name)
+        if target is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, attr = target if isinstance(target, tuple) else (target, name)
+        if module.startswith("."):
+            module = package + module
+        if before is not None:
+            before(module)
+        value = getattr(importlib.import_module(module), attr)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return listed
+
+    return __getattr__, __dir__
