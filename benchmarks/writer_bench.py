@@ -148,9 +148,10 @@ def bench_sampling(work: Path, seconds: float) -> dict[str, float]:
     try:
         time.sleep(0.5)
         out["while_4_writers_refresh1_batches_per_s"] = rate(growing.sample, seconds)
-        out["while_4_writers_refresh100_batches_per_s"] = rate(
-            rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0, refresh=100).sample, seconds
-        )
+        for every in (100, 1000):
+            out[f"while_4_writers_refresh{every}_batches_per_s"] = rate(
+                rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0, refresh=every).sample, seconds
+            )
         out["while_4_writers_no_refresh_batches_per_s"] = rate(
             rlds_cli.Loader("s", root=root, batch_size=BATCH, seed=0).sample, seconds
         )
