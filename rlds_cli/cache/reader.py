@@ -22,6 +22,7 @@ The packed in-RAM and on-device layouts of :mod:`rlds_cli.loader.sources` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -236,6 +237,16 @@ class TedReader:
         #: each row once (copying the repeats) where two reads decoded them twice. (A column of
         #: multi-row chunks reuses the chunks its last read decoded instead.)
         self._paired = self._pairs()
+        # the largest row any pooled output is made of: a batch of small rows never asks the
+        # pool (nor pays its bounds check), so low-dim batches cost what they did without it
+        self._pooled_row_bytes = max(
+            (
+                np.dtype(col.dtype).itemsize * math.prod(col.shape[1:])
+                for key, _, col, is_array in self._plan
+                if is_array or key in self._paired
+            ),
+            default=0,
+        )
         table = episodes.table  # an int64 table's values are the batch's episodes as they are
         self._table64 = table if table is not None and table.dtype == np.int64 else None
 
@@ -308,6 +319,8 @@ class TedReader:
         # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
         at = (idx, rows, rows + 1 if self._next_rows else rows)
         pool = self.pool
+        if pool is not None and idx.size * self._pooled_row_bytes < pool.min_bytes:
+            pool = None
         # steps in [0, N) put every row read in range: checked once here, not per key
         checked = pool is not None and in_range(idx, self.episodes.num_steps)
         twins: dict[str, np.ndarray] = {}  # the twin of a pair read already, until its turn

@@ -377,16 +377,19 @@ class HostSource:
         lead = rows.shape
         flat_rows = rows.reshape(-1)
         n = len(flat_rows)
+        # a block too small to pool is a plain take: no bounds check of the pool's to pay
+        taken = 2 * n if self._wants_window else n
+        pool = self.pool
+        if pool is not None and taken * packed.strides[0] < pool.min_bytes:
+            pool = None
         # flat rows of steps in range are in range (the rows r + 1 too): one check, not a take's
-        checked = self.pool is not None and in_range(flat_rows, len(packed) - 1)
+        checked = pool is not None and in_range(flat_rows, len(packed) - 1)
         if self._wants_window:
             # Rows r and r + 1 in one take (np.take beats fancy indexing about 2x on fresh random
             # rows); root values come from the first n rows, next/ ones from the last n.
-            block = gather_into(
-                packed, np.concatenate([flat_rows, flat_rows + 1]), self.pool, checked=checked
-            )
+            block = gather_into(packed, np.concatenate([flat_rows, flat_rows + 1]), pool, checked=checked)
         else:
-            block = gather_into(packed, flat_rows, self.pool, checked=checked)
+            block = gather_into(packed, flat_rows, pool, checked=checked)
         flags = block.view(np.bool_)  # the flags' bytes, at the end of rows r
         # Each key is one 2-D slice of the block (one indexing call), reshaped only when the
         # batch or the key has more than one dimension.
