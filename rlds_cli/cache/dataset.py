@@ -44,6 +44,16 @@ def _identity(directory: Path) -> tuple[int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
+def manifest_of(directory: Path, manifest: Manifest | None) -> Manifest:
+    """``manifest``, or the one ``directory`` holds (one clear error when it holds none)."""
+    if manifest is not None:
+        return manifest
+    try:
+        return read_manifest(directory)
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"{directory} is not an rlds dataset (no manifest)") from None
+
+
 class Dataset:
     """A read-only TED dataset backed by the cache.
 
@@ -61,12 +71,7 @@ class Dataset:
     def __init__(self, directory: str | os.PathLike[str], manifest: Manifest | None = None) -> None:
         self.directory = Path(directory)
         self._identity = _identity(self.directory)
-        if manifest is None:
-            try:
-                manifest = read_manifest(self.directory)
-            except FileNotFoundError:
-                raise DatasetNotFoundError(f"{self.directory} is not an rlds dataset (no manifest)") from None
-        self.manifest = manifest
+        self.manifest = manifest = manifest_of(self.directory, manifest)
         self._backend = get_backend(manifest.backend)
         self._columns: dict[str, Any] = {}
         self._parent_checked: Path | None = None

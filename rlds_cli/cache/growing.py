@@ -28,10 +28,10 @@ import numpy as np
 
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import LogState, SegmentEntry, seg_name
-from rlds_cli.cache.dataset import Dataset, _identity
+from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
 from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
-from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
@@ -151,12 +151,7 @@ class GrowingDataset(Dataset):
     ) -> None:
         self.directory = Path(directory)
         self._identity = _identity(self.directory)
-        if manifest is None:
-            try:
-                manifest = read_manifest(self.directory)
-            except FileNotFoundError:
-                raise DatasetNotFoundError(f"{self.directory} is not an rlds dataset (no manifest)") from None
-        self.head = manifest
+        self.head = manifest = manifest_of(self.directory, manifest)
         self.settings = growing_settings(manifest)
         self._backend = get_backend(manifest.backend)
         self._parent_checked = None

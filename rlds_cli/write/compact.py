@@ -19,27 +19,23 @@ the run in the log, and evictions count logical episodes, which a compaction kee
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
-from rlds_cli.cache.commit_log import COMPACT, Record, SegmentEntry, new_segment_id, seg_name
+from rlds_cli.cache.commit_log import COMPACT, Record, SegmentEntry, new_segment_id
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
-    SEGMENT_BUILDS_DIR,
-    SEGMENTS_DIR,
     entry_name,
 )
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import LockTimeoutError, SchemaMismatchError
-from rlds_cli.write.segments import collect, seal_segment, writer_identity
+from rlds_cli.write.segments import building_segment, collect, seal_segment, writer_identity
 
 
 @dataclass
@@ -155,9 +151,7 @@ def _merge(
     ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], first: bytes, backend: Backend, fsync: bool
 ) -> None:
     seg = new_segment_id()
-    build = ds.directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
-    os.mkdir(build)
-    try:
+    with building_segment(ds.directory, seg, fsync=fsync) as build:
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
         hashes: dict[str, str] = {}
         for key, spec in ds.head.fields.items():
@@ -179,15 +173,6 @@ def _merge(
         lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
         writer = {**writer_identity(), "compacted": len(run)}
         seal_segment(build, ds.head, backend, lengths, hashes, writer, fsync=fsync)
-        final: Path = ds.directory / SEGMENTS_DIR / seg_name(seg)
-        os.rename(build, final)
-    except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
-        raise
-    if fsync:
-        from rlds_cli._io import fsync_dir
-
-        fsync_dir(final.parent)
     record = Record(
         COMPACT, seg, first=first, last=run[-1][0].seg, episodes=len(lengths), steps=int(lengths.sum())
     )

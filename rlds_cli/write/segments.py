@@ -21,6 +21,8 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,24 @@ def create_head(
     return manifest
 
 
+@contextmanager
+def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Path]:
+    """A build folder for segment ``seg`` of the growing dataset at ``directory``: what the block
+    writes there is renamed into ``segments/`` whole when it ends (the folder fsynced after), and
+    removed if it raises. The caller commits the segment (a log record) afterwards."""
+    build = directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
+    os.mkdir(build)
+    try:
+        yield build
+        final = directory / SEGMENTS_DIR / seg_name(seg)
+        os.rename(build, final)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    if fsync:
+        fsync_dir(final.parent)
+
+
 def commit_segment(
     directory: Path,
     head: Manifest,
@@ -81,17 +101,8 @@ def commit_segment(
     """Write ``batch`` (whole episodes) as one segment and commit it (see the module docstring);
     returns the ``ADD`` record appended."""
     seg = new_segment_id()
-    build = directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
-    os.mkdir(build)
-    try:
+    with building_segment(directory, seg, fsync=fsync) as build:
         manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
-        final = directory / SEGMENTS_DIR / seg_name(seg)
-        os.rename(build, final)
-    except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
-        raise
-    if fsync:
-        fsync_dir(final.parent)
     record = Record(
         ADD,
         seg,
