@@ -52,3 +52,22 @@ def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     for key in a:
         assert a[key].dtype == b[key].dtype, key
         assert np.array_equal(a[key], b[key]), key
+
+
+def uid_episode(uid: int, length: int) -> dict[str, np.ndarray]:
+    """An episode for ``DatasetWriter.add_episode`` whose every row says which episode it is
+    (``info/episode_uid`` and ``observation[:, 0]``) and its step (``observation[:, 1]``): a
+    served row that belongs to no committed, live episode shows."""
+    t = np.arange(length + 1, dtype=np.float32)
+    obs = np.stack([np.full_like(t, uid), t], axis=1)
+    flags = np.zeros((length, 1), bool)
+    flags[-1] = True
+    return {
+        "observation": obs[:-1],
+        "next/observation": obs[1:],
+        "action": np.zeros((length, 1), np.float32),
+        "next/reward": np.ones((length, 1), np.float32),
+        "next/terminated": flags,
+        "next/truncated": np.zeros_like(flags),
+        "info/episode_uid": np.full(length, uid, np.int64),
+    }

@@ -73,36 +73,16 @@ def folder_files(root: Path, prefix: str = "") -> dict[str, bytes]:
 def record_minari(root: Path, dataset_id: str) -> Path:
     """A small Pendulum dataset recorded by minari's own ``DataCollector`` under ``root``; returns
     its folder (``data/main_data.hdf5``, ``data/metadata.json``). Needs minari[create] (jax)."""
-    import os
-
     import gymnasium as gym
-    import minari
 
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        collector = minari.DataCollector(gym.make("Pendulum-v1", max_episode_steps=15))
-        for seed in range(3):
-            collector.reset(seed=seed)
-            while True:
-                _, _, term, trunc, _ = collector.step(collector.action_space.sample())
-                if term or trunc:
-                    break
-        collector.create_dataset(
-            dataset_id=dataset_id,
+    from tests.minari_fixtures import minari_path, record_random
+
+    with minari_path(root):
+        record_random(
+            gym.make("Pendulum-v1", max_episode_steps=15), dataset_id, 3,
             eval_env=gym.make("Pendulum-v1", max_episode_steps=15),
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
-            code_permalink="tests/hub_standin.py",
-            description="rlds Hub stand-in dataset",
-        )
-        collector.close()
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
+            code_permalink="tests/hub_standin.py", description="rlds Hub stand-in dataset",
+        )  # fmt: skip
     return root.joinpath(*dataset_id.split("/"))
 
 

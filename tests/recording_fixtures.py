@@ -9,10 +9,6 @@ reset and at every step, one of them (``step_only``) only at steps.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -89,18 +85,6 @@ def register() -> None:
         gym.register("RecMixed-v0", entry_point=f"{__name__}:MixedEnv", disable_env_checker=True)
 
 
-@contextmanager
-def minari_path(root: Path) -> Iterator[None]:
-    """``MINARI_DATASETS_PATH`` set to ``root`` for the block."""
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
 
 
 class MemorySink:

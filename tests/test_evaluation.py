@@ -8,7 +8,6 @@ a real gymnasium environment, then converted by rlds.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from rlds_cli.errors import (
     NoReferenceScoresError,
 )
 from tests.d4rl_fixtures import golden_three_episodes
+from tests.minari_fixtures import minari_path, record_random
 
 gym = pytest.importorskip("gymnasium")
 minari = pytest.importorskip("minari")
@@ -53,33 +53,13 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Pendulum dataset recorded by minari's DataCollector, with an evaluation env and
     reference scores in its metadata."""
     root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        collector = minari.DataCollector(_recording_env())
-        for i in range(3):
-            collector.reset(seed=i)
-            while True:
-                _, _, term, trunc, _ = collector.step(collector.action_space.sample())
-                if term or trunc:
-                    break
-        collector.create_dataset(
-            dataset_id=DATASET_ID,
+    with minari_path(root):
+        record_random(
+            _recording_env(), DATASET_ID, 3,
             eval_env=gym.make("Pendulum-v1", g=10.0, max_episode_steps=30),
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
-            code_permalink="tests/test_evaluation.py",
-            description="rlds evaluation test",
-            ref_min_score=-1500.0,
-            ref_max_score=-100.0,
-        )
-        collector.close()
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
+            code_permalink="tests/test_evaluation.py", description="rlds evaluation test",
+            ref_min_score=-1500.0, ref_max_score=-100.0,
+        )  # fmt: skip
     return root
 
 

@@ -193,28 +193,16 @@ def test_minari_float64_dataset_trains_a_float32_model(
     pytest.importorskip("minari")
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
     import gymnasium as gym
-    from minari import DataCollector
+
+    from tests.minari_fixtures import record_random
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     monkeypatch.setenv("RLDS_FSYNC", "0")
     env = gym.wrappers.DtypeObservation(gym.make("Pendulum-v1", max_episode_steps=6), np.float64)
-    collector = DataCollector(env)
-    collector.action_space.seed(0)
-    for i in range(3):
-        collector.reset(seed=i)
-        while True:
-            _, _, term, trunc, _ = collector.step(collector.action_space.sample())
-            if term or trunc:
-                break
-    collector.create_dataset(
-        dataset_id="rlds/pendulum64/random-v0",
-        algorithm_name="random",
-        author="rlds tests",
-        author_email="tests@example.invalid",
-        code_permalink="tests/test_loader_dtype.py",
-        description="float64 observations",
-    )
-    collector.close()
+    record_random(
+        env, "rlds/pendulum64/random-v0", 3, seed=0,
+        code_permalink="tests/test_loader_dtype.py", description="float64 observations",
+    )  # fmt: skip
     convert(tmp_path / "minari" / "rlds/pendulum64/random-v0", "pendulum64", root=tmp_path / "cache")
     ds = open_dataset("pendulum64", tmp_path / "cache")
     assert ds.fields["observation"][1] == "float64"

@@ -17,6 +17,7 @@ import pytest
 import rlds_cli
 from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler
 from rlds_cli.loader.mixture_growth import fixed_counts
+from tests.dataset_fixtures import uid_episode
 from tests.loader_fixtures import make_ted
 
 
@@ -26,26 +27,11 @@ def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _episode(uid: int, length: int) -> dict[str, np.ndarray]:
-    t = np.arange(length + 1, dtype=np.float32)
-    obs = np.stack([np.full_like(t, uid), t], axis=1)
-    flags = np.zeros((length, 1), bool)
-    flags[-1] = True
-    return {
-        "observation": obs[:-1],
-        "next/observation": obs[1:],
-        "action": np.zeros((length, 1), np.float32),
-        "next/reward": np.ones((length, 1), np.float32),
-        "next/terminated": flags,
-        "next/truncated": np.zeros_like(flags),
-        "info/episode_uid": np.full(length, uid, np.int64),
-    }
-
 
 def _write(root: Path, name: str, uids: list[int], length: int = 10, **settings: object) -> None:
     with rlds_cli.DatasetWriter(name, root=root, mode="append", **settings) as w:  # type: ignore[arg-type]
         for uid in uids:
-            w.add_episode(_episode(uid, length))
+            w.add_episode(uid_episode(uid, length))
 
 
 def _per_batch(mix: MixtureLoader) -> np.ndarray:
@@ -225,7 +211,7 @@ def test_a_member_whose_schema_differs(tmp_path: Path) -> None:
     _write(tmp_path, "off", [1])
     t = np.arange(11, dtype=np.float32)
     with rlds_cli.DatasetWriter("on", root=tmp_path, mode="append") as w:
-        episode = _episode(100, 10)
+        episode = uid_episode(100, 10)
         episode["observation"] = np.stack([t, t, t], axis=1)[:-1]
         episode["next/observation"] = np.stack([t, t, t], axis=1)[1:]
         w.add_episode(episode)

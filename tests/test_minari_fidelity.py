@@ -9,7 +9,6 @@ Zero differences are allowed. Skipped, with the reason, where minari[create] is 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gymnasium import spaces  # noqa: E402
 
 from rlds_cli.cache import open_dataset  # noqa: E402
 from rlds_cli.convert import convert  # noqa: E402
+from tests.minari_fixtures import minari_path, record_random  # noqa: E402
 
 # minari warns that no evaluation environment was given; the tests do not need one
 pytestmark = pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWarning")
@@ -86,34 +86,17 @@ class ToyEnv(gym.Env):
 
 
 def _collect(root: Path, dataset_id: str, env: Any, episodes: int, seed: int, infos: bool) -> None:
-    from minari import DataCollector
-
-    collector = DataCollector(env, record_infos=infos)
-    collector.action_space.seed(seed)
-    for i in range(episodes):
-        collector.reset(seed=seed + i)
-        while True:
-            _, _, term, trunc, _ = collector.step(collector.action_space.sample())
-            if term or trunc:
-                break
-    collector.create_dataset(
-        dataset_id=dataset_id,
-        algorithm_name="random",
-        author="rlds tests",
-        author_email="tests@example.invalid",
-        code_permalink="tests/test_minari_fidelity.py",
-        description="rlds fidelity test",
-    )
-    collector.close()
+    record_random(
+        env, dataset_id, episodes, seed=seed, record_infos=infos,
+        code_permalink="tests/test_minari_fidelity.py", description="rlds fidelity test",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four datasets, made once per module with minari's DataCollector."""
     root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
+    with minari_path(root):
         gym.register("RldsToy-v0", entry_point=f"{__name__}:ToyEnv", disable_env_checker=True)
         # Box observations, Box actions, truncation only (Pendulum never terminates)
         _collect(root, "rlds/pendulum/random-v0", gym.make("Pendulum-v1", max_episode_steps=7), 4, 0, True)
@@ -122,11 +105,6 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for kind, limit in (("dict", 5), ("tuple", 5), ("image", 4)):
             env = gym.make("RldsToy-v0", kind=kind, max_episode_steps=limit)
             _collect(root, f"rlds/toy-{kind}/random-v0", env, 6, 10, True)
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
     return root
 
 
@@ -149,16 +127,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _differences(root: Path, dataset_id: str, name: str) -> tuple[list[str], int, int]:
     """Every mismatch between minari's reader and the converted dataset."""
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
+    with minari_path(root):
         mds = minari.load_dataset(dataset_id)
         episodes = list(mds.iterate_episodes())
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
     ds = open_dataset(name)
     diffs: list[str] = []
     if ds.num_episodes != len(episodes):

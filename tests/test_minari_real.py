@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import tarfile
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,7 @@ from rlds_cli.cli.app import app  # noqa: E402
 from rlds_cli.convert import convert  # noqa: E402
 from rlds_cli.errors import SourceFormatError  # noqa: E402
 from rlds_cli.export import export_dataset  # noqa: E402
+from tests.minari_fixtures import minari_path  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWarning")
 
@@ -126,18 +124,6 @@ class MixedEnv(gym.Env):
         return self._obs(), float(self.np_random.normal()), self._t >= self._limit, False, self._info()
 
 
-@contextmanager
-def minari_path(root: Path) -> Iterator[None]:
-    """``MINARI_DATASETS_PATH`` pointed at ``root`` for minari's own reader and writer."""
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = old
 
 
 def _collect(dataset_id: str, env: Any, data_format: str, *, action: Any = None, infos: bool = True) -> None:

@@ -22,7 +22,8 @@ from rlds_cli.export.minari import export_minari  # noqa: E402
 from rlds_cli.recording.episode import episode_seeds  # noqa: E402
 from rlds_cli.recording.spaces import decode_text  # noqa: E402
 from rlds_cli.recording.wrapper import RecordEpisodes  # noqa: E402
-from tests.recording_fixtures import action_plan, minari_path, register  # noqa: E402
+from tests.minari_fixtures import minari_path  # noqa: E402
+from tests.recording_fixtures import action_plan, register  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWarning")
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import rlds_cli
+from tests.dataset_fixtures import uid_episode
 
 WRITERS = 8
 SAMPLERS = 2
@@ -27,21 +28,6 @@ MIN_BATCHES = 40
 CAPACITY = 1_500
 
 
-def _episode(uid: int, length: int) -> dict[str, np.ndarray]:
-    t = np.arange(length + 1, dtype=np.float32)
-    obs = np.stack([np.full_like(t, uid), t], axis=1)
-    flags = np.zeros((length, 1), bool)
-    flags[-1] = True
-    return {
-        "observation": obs[:-1],
-        "next/observation": obs[1:],
-        "action": np.zeros((length, 1), np.float32),
-        "next/reward": np.ones((length, 1), np.float32),
-        "next/terminated": flags,
-        "next/truncated": np.zeros_like(flags),
-        "info/episode_uid": np.full(length, uid, np.int64),
-    }
-
 
 def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
     rng = np.random.default_rng(wid)
@@ -50,7 +36,7 @@ def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
         n = 0
         while not stop.is_set():
             uid = 1_000 * (wid + 1) + n
-            w.add_episode(_episode(uid, int(rng.integers(5, 40))))
+            w.add_episode(uid_episode(uid, int(rng.integers(5, 40))))
             committed.append(uid)
             n += 1
     out.put(("writer", wid, committed))
@@ -104,7 +90,7 @@ def _sampler(root: str, sid: int, deadline: float, out: Any) -> None:
 def test_writers_and_samplers_under_load(isolated_cache: Path) -> None:
     root = str(isolated_cache)
     with rlds_cli.DatasetWriter("load", root=root, capacity=CAPACITY, grace_seconds=30) as w:
-        w.add_episode(_episode(1, 10))
+        w.add_episode(uid_episode(1, 10))
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     stop = ctx.Event()
