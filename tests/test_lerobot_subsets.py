@@ -201,3 +201,10 @@ def test_local_folder_episodes_read_the_same_as_before(isolated_cache: Path, tre
         match=r"file-000\.mp4 is missing \(named by meta/info.json.s video_path for episode 1\)",
     ):
         convert(partial, "head", options={"episodes": "1:2"})
+
+
+def test_a_format_that_cannot_tell_fetches_every_file(hub: HubStandin, trees: dict[str, Path]) -> None:
+    """A reader without the hooks (D4RL, named by --format) gets every file, as without --episodes."""
+    with pytest.raises(SourceFormatError, match="8 D4RL files"):
+        download("hf://datasets/lr/split", format="d4rl", options={"episodes": "2:3"})
+    assert sorted(hub.downloads()) == sorted(folder_files(trees["split"]))
