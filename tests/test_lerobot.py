@@ -4,11 +4,11 @@ The golden source is ``tests/fixtures/lerobot-v3-tiny/``, written by lerobot 0.4
 of ``../shared/fixtures/lerobot-v3-tiny/``: 3 episodes of 20/25/30 frames, fps 10, one 64x64 AV1
 camera). Every converted value is compared with the parquet read by pyarrow here, and every frame
 with the mp4 decoded by PyAV here (the same decoder, so equality is exact). The v2.1 tree is
-*derived* from that fixture in :func:`v21_tree`, following lerobot's v2.1 layout (one parquet and
-one mp4 per episode, ``meta/episodes.jsonl``, ``meta/tasks.jsonl``); its mp4s are the v3 file's
-packets remuxed (not re-encoded), so their frames are bit-identical. The export tests write the
-converted fixture back as LeRobot v3.0 (``rlds export --to lerobot``), compare its files and
-schemas with the fixture's, and convert it again.
+*derived* from that fixture (:func:`tests.lerobot_fixtures.v21_tree`), following lerobot's v2.1
+layout (one parquet and one mp4 per episode, ``meta/episodes.jsonl``, ``meta/tasks.jsonl``); its
+mp4s are the v3 file's packets remuxed (not re-encoded), so their frames are bit-identical. The
+export tests write the converted fixture back as LeRobot v3.0 (``rlds export --to lerobot``),
+compare its files and schemas with the fixture's, and convert it again.
 """
 
 from __future__ import annotations
@@ -30,16 +30,22 @@ from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
+from tests.lerobot_fixtures import (
+    DATA,
+    EPISODES,
+    FIXTURE,
+    LENGTHS,
+    VIDEO,
+    episode_windows,
+    remux,
+    split_v3_tree,
+    v21_tree,
+)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lerobot-v3-tiny"
-VIDEO = Path("videos/observation.image/chunk-000/file-000.mp4")
-DATA = Path("data/chunk-000/file-000.parquet")
-EPISODES = Path("meta/episodes/chunk-000/file-000.parquet")
-LENGTHS = [20, 25, 30]
 runner = CliRunner()
 
 
@@ -68,12 +74,6 @@ def _write_info(root: Path, info: dict[str, Any]) -> None:
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
 
 
-def _episode_windows() -> list[tuple[float, float]]:
-    eps = pq.read_table(FIXTURE / EPISODES).to_pydict()
-    col = "videos/observation.image/"
-    return list(zip(eps[col + "from_timestamp"], eps[col + "to_timestamp"], strict=True))
-
-
 def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.ndarray]]:
     """Every frame of ``video`` as (time in seconds, HWC uint8 RGB), decoded by PyAV here."""
     with av.open(str(video)) as container:
@@ -81,65 +81,6 @@ def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.nda
         return [
             (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24")) for f in container.decode(stream)
         ]
-
-
-def _remux(src: Path, dst: Path, start: float, stop: float, *, drop_last: int = 0) -> int:
-    """Copy the packets of ``src`` timed in ``[start, stop)`` into ``dst``, shifted to start at 0
-    (no re-encoding: the frames decode bit-identical). Returns the packets written."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(src)) as inp:
-        stream = inp.streams.video[0]
-        packets = [
-            p
-            for p in inp.demux(stream)
-            if p.pts is not None and start - 1e-4 <= float(p.pts * stream.time_base) < stop - 1e-4
-        ]
-        packets = packets[: len(packets) - drop_last]
-        assert packets[0].is_keyframe  # lerobot encodes each episode on its own: it starts on a keyframe
-        offset = round(start / stream.time_base)
-        with av.open(str(dst), "w") as out:
-            ostream = out.add_stream_from_template(stream, opaque=True)
-            for p in packets:
-                p.pts -= offset
-                p.dts -= offset
-                p.stream = ostream
-                out.mux(p)
-    return len(packets)
-
-
-def v21_tree(v3_root: Path, dst: Path) -> Path:
-    """The v3 fixture rewritten in lerobot's v2.1 layout: ``data/chunk-000/episode_00000e.parquet``
-    and ``videos/chunk-000/observation.image/episode_00000e.mp4`` per episode, ``meta/episodes.jsonl``
-    and ``meta/tasks.jsonl``, and info.json with v2.1's templates."""
-    (dst / "meta").mkdir(parents=True)
-    table = pq.read_table(v3_root / DATA)
-    windows = _episode_windows()
-    tasks = pq.read_table(v3_root / "meta" / "tasks.parquet").to_pydict()
-    with open(dst / "meta" / "tasks.jsonl", "w") as f:
-        for index, text in zip(tasks["task_index"], tasks["__index_level_0__"], strict=True):
-            f.write(json.dumps({"task_index": index, "task": text}) + "\n")
-    start = 0
-    with open(dst / "meta" / "episodes.jsonl", "w") as f:
-        for e, length in enumerate(LENGTHS):
-            f.write(json.dumps({"episode_index": e, "tasks": ["push the T"], "length": length}) + "\n")
-            path = dst / "data" / "chunk-000" / f"episode_{e:06d}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table.slice(start, length), path)
-            video = dst / "videos" / "chunk-000" / "observation.image" / f"episode_{e:06d}.mp4"
-            assert _remux(v3_root / VIDEO, video, *windows[e]) == length
-            start += length
-    info = _info(v3_root)
-    info.update(
-        codebase_version="v2.1",
-        total_chunks=1,
-        total_videos=len(LENGTHS),
-        data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-        video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-    )
-    for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
-        info.pop(key)
-    _write_info(dst, info)
-    return dst
 
 
 def _download(path: Path, name: str = "lr", *extra: str) -> Any:
@@ -206,7 +147,7 @@ def _check_against_fixture(name: str, *, chw: bool = False) -> None:
     frames = _reference_frames()
     per_episode = [
         np.stack([img for when, img in frames if lo - 1e-4 <= when < hi - 1e-4])
-        for lo, hi in _episode_windows()
+        for lo, hi in episode_windows()
     ]
     images = np.concatenate([np.concatenate([f, f[-1:]]) for f in per_episode])
     if chw:
@@ -350,24 +291,7 @@ def test_v3_tree_split_over_several_data_and_video_files(v3: Path, tmp_path: Pat
     """Episodes 0-1 in ``file-000``, episode 2 in ``file-001`` (parquet and mp4, as lerobot does
     once a file reaches its size limit): rows found by ``dataset_from_index`` within each file,
     frames by each file's own timestamps."""
-    table = pq.read_table(v3 / DATA)
-    first = sum(LENGTHS[:2])
-    pq.write_table(table.slice(0, first), v3 / DATA)
-    pq.write_table(table.slice(first), v3 / DATA.with_name("file-001.parquet"))
-    lo, hi = _episode_windows()[2]
-    _remux(FIXTURE / VIDEO, v3 / VIDEO, 0.0, lo)
-    _remux(FIXTURE / VIDEO, v3 / VIDEO.with_name("file-001.mp4"), lo, hi)
-    episodes = pq.read_table(v3 / EPISODES)
-    col = "videos/observation.image/"
-    for name, values in (
-        ("data/file_index", [0, 0, 1]),
-        (col + "file_index", [0, 0, 1]),
-        (col + "from_timestamp", [0.0, 2.0, 0.0]),
-        (col + "to_timestamp", [2.0, 4.5, hi - lo]),
-    ):
-        column = pa.array(values, episodes.schema.field(name).type)
-        episodes = episodes.set_column(episodes.column_names.index(name), name, column)
-    pq.write_table(episodes, v3 / EPISODES)
+    split_v3_tree(v3)
     result = _download(v3, "split")
     assert result.exit_code == 0, result.output
     _check_against_fixture("split")
@@ -408,7 +332,7 @@ def test_without_codebase_version_it_is_not_detected(v3: Path) -> None:
 
 def test_a_video_with_fewer_frames_than_the_parquet(v3: Path, tmp_path: Path) -> None:
     short = tmp_path / "short.mp4"
-    assert _remux(v3 / VIDEO, short, 0.0, 7.5, drop_last=3) == 72
+    assert remux(v3 / VIDEO, short, 0.0, 7.5, drop_last=3) == 72
     shutil.copyfile(short, v3 / VIDEO)
     line = _refused(_download(v3), str(v3 / VIDEO), "episode 2 has 27 frames", "parquet has 30 rows")
     assert "error: " in line
@@ -417,7 +341,7 @@ def test_a_video_with_fewer_frames_than_the_parquet(v3: Path, tmp_path: Path) ->
 def test_a_v21_episode_video_with_fewer_frames(v3: Path, tmp_path: Path) -> None:
     src = v21_tree(v3, tmp_path / "v21")
     video = src / "videos" / "chunk-000" / "observation.image" / "episode_000001.mp4"
-    _remux(v3 / VIDEO, video, 2.0, 4.5, drop_last=1)
+    remux(v3 / VIDEO, video, 2.0, 4.5, drop_last=1)
     _refused(_download(src), str(video), "episode 1 has 24 frames", "parquet has 25 rows")
 
 
