@@ -233,10 +233,7 @@ def scale(batch):
         else:
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            time.sleep(120)
-    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
-    # node is still starting its first worker (a cold node, when this test runs on its own)
-    time.sleep(0.5)
+            time.sleep(120)  # the stall the test ends by killing this process
     return dict(batch)
 """
 
@@ -369,10 +366,16 @@ def scale(batch):
             pass
         else:
             os.close(fd)
-        time.sleep(120)
-    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
-    # node is still starting its first worker (a cold node, when this test runs on its own)
-    time.sleep(0.5)
+        time.sleep(120)  # the stall the test ends by taking the node away
+    # on the head node, a chunk after step 0 (not schema inference, in the caller) waits until
+    # the second node has taken a chunk, however long that cold node takes to start a worker:
+    # the head cannot finish them all first (the mark ends the wait; the deadline bounds a hang)
+    if batch["index"][0] > 0:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(MARKER):
+            if time.monotonic() > deadline:
+                raise AssertionError("the second node took no chunk in 120 s")
+            time.sleep(0.01)
     return dict(batch)
 """
 
