@@ -24,6 +24,7 @@ from rlds_cli.formats.select import parse_episodes
 from rlds_cli.validate import check_dataset
 from tests.cli_fixtures import download_ok
 from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
+from tests.minari_fixtures import record_random
 
 runner = CliRunner()
 
@@ -59,23 +60,15 @@ def minari_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
     gym = pytest.importorskip("gymnasium")
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    collector = minari.DataCollector(gym.make("Pendulum-v1", max_episode_steps=3))
-    for _ in range(5):
-        collector.reset()
-        while True:
-            *_, term, trunc, _ = collector.step(collector.action_space.sample())
-            if term or trunc:
-                break
     with pytest.warns(UserWarning):  # no eval_env given
-        collector.create_dataset(
-            dataset_id="rlds/pendulum/subset-v0",
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
+        record_random(
+            gym.make("Pendulum-v1", max_episode_steps=3),
+            "rlds/pendulum/subset-v0",
+            5,
+            unseeded=True,
             code_permalink="tests/test_subsets.py",
             description="subsets",
         )
-    collector.close()
     dataset = minari.load_dataset("rlds/pendulum/subset-v0")
     seeds = [m.get("seed") for m in dataset.storage.get_episode_metadata(range(5))]
     return tmp_path / "minari" / "rlds" / "pendulum" / "subset-v0", seeds
