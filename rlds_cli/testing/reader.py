@@ -2,7 +2,11 @@
 class to subclass: a subclass names its reader class and writes a small source of its format
 (:meth:`ReaderContract.write_source`), and inherits one test per promise of the ABC.
 
-A reader of your own passes it by subclassing ``ReaderContract`` in a ``test_*.py`` file::
+A reader of your own (added through the ``rlds_cli.readers`` entry-point group) passes it by
+subclassing ``ReaderContract`` in a ``test_*.py`` file::
+
+    from rlds_cli.testing.reader import ReaderContract
+
 
     class TestMyReader(ReaderContract):
         reader_cls = MyReader
@@ -25,7 +29,7 @@ import pytest
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, Reader, StepBlock, parse_options
 from rlds_cli.formats.select import select_blocks
-from tests.formats_fixtures import golden_ogbench
+from rlds_cli.testing.sources import ogbench_file
 
 
 class ReaderContract:
@@ -47,7 +51,7 @@ class ReaderContract:
     def write_other_source(self, tmp_path: Path) -> Path:
         """A source of another format, which this reader must not claim (default: OGBench)."""
         tmp_path.mkdir(parents=True, exist_ok=True)
-        return golden_ogbench(tmp_path / "other.npz")
+        return ogbench_file(tmp_path / "other.npz")
 
     def sniffed(self, source: Path) -> Path:
         """What :meth:`Reader.sniff` recognises in ``source``: the source itself, or, for a
