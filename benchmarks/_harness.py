@@ -1,16 +1,20 @@
-"""What every in-process benchmark script repeats: its command line (``--write``, ``--quick``,
+"""The one benchmark harness every section uses: its command line (``--write``, ``--quick``,
 ``--repeats``, ``--seconds``, ``--work``, ``--keep``, usually ``--steps``), its run settings (one
 torch intra-op thread, the load average before and after, the defaults of a quick run, a disk
-check), the facts its report opens with (date, CPU model, commit, versions) and the end of a run
-(print the section, write it into the Markdown file through :mod:`bench_doc`).
+check), the in-process measuring (cases visited in rounds, paired ratios), the report's pieces
+(header facts, tables, verdicts) and the end of a run (print the section, write it into the
+Markdown file through :mod:`bench_doc`); below those, the measured runs in fresh child processes.
 
 A script builds its parser with :func:`parser`, turns the parsed arguments into a :class:`Run`
 with :func:`start`, and ends with :meth:`Run.publish`::
 
     p = _harness.parser("what it measures", "frame-stack", work="framestack", steps=(60_000, 10_000))
-    run = _harness.start(p.parse_args(argv), seconds=(2.0, 0.3))
+    run = _harness.start(p.parse_args(argv))
     ...
     run.publish("frame-stack", section, log)
+
+Every script takes ``--write FILE`` (replace its ``<!-- bench:NAME:start/end -->`` section of FILE)
+and keeps its work data under ``benchmarks/_work/NAME`` (git-ignored, deleted unless ``--keep``).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,25 +43,19 @@ import data as bench_data
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+MB = 1e6
 
 
 # ----------------------------------------------------------------------------- facts for the report
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``, else ``lscpu``, else ``platform``)."""
+    """The CPU's model name (``/proc/cpuinfo``, else ``platform``)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
-        pass
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
         pass
     return platform.processor() or "unknown CPU"
 
@@ -74,16 +73,22 @@ def version(dist: str) -> str:
         return "not installed"
 
 
+def versions(*dists: str) -> str:
+    """``name version, ...`` of ``dists``."""
+    return ", ".join(f"{d} {version(d)}" for d in dists)
+
+
 def commit() -> str:
     """The short commit, marked when tracked files have uncommitted changes."""
     try:
+        git = ["git", "-C", str(REPO)]
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        return out + (" (with uncommitted changes)" if dirty else "")
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        )
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -93,16 +98,22 @@ def now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def logger(name: str) -> Callable[[str], None]:
+    """Progress lines of section ``name`` on stderr (stdout carries the section)."""
+    return lambda message: print(f"[{name}] {message}", file=sys.stderr, flush=True)
+
+
 # ----------------------------------------------------------------------------- command line and run
 
 
 def add_common_flags(p: argparse.ArgumentParser, *, write: str, quick: str, repeats: str, work: Path) -> None:
-    """The flags every benchmark script takes, with its own help texts: ``--write FILE``,
-    ``--quick``, ``--repeats N`` and ``--work DIR`` (default ``work``)."""
+    """The flags every benchmark script takes: ``--write FILE``, ``--quick``, ``--repeats N``,
+    ``--work DIR`` and ``--keep``."""
     p.add_argument("--write", type=Path, help=write)
     p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--repeats", type=int, help=repeats)
     p.add_argument("--work", type=Path, default=work, help="work directory")
+    p.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
 
 
 def parser(
@@ -111,7 +122,7 @@ def parser(
     *,
     work: str,
     steps: tuple[int, int] | None = None,
-    repeats: int = 3,
+    repeats: int | tuple[int, int] = 3,
     seconds: tuple[float, float] = (2.0, 0.3),
 ) -> argparse.ArgumentParser:
     """The shared command line of a benchmark script writing section ``section``.
@@ -119,15 +130,16 @@ def parser(
     Args:
         work: The work directory's name under ``benchmarks/_work``.
         steps: ``(default, quick)`` generated steps, when the script takes ``--steps``.
-        repeats: Default rounds.
+        repeats: Default rounds, or ``(default, quick)``.
         seconds: ``(default, quick)`` seconds per configuration and round.
     """
     p = argparse.ArgumentParser(description=description)
+    reps = repeats if isinstance(repeats, tuple) else (repeats, repeats)
     add_common_flags(
         p,
         write=f"Markdown file whose '{section}' section is replaced",
         quick="a small dataset and short runs (a smoke test)",
-        repeats=f"interleaved rounds (default {repeats})",
+        repeats=f"interleaved rounds (default {reps[0]}; quick: {reps[1]})",
         work=HERE / "_work" / work,
     )
     if steps is not None:
@@ -137,8 +149,7 @@ def parser(
     p.add_argument(
         "--seconds", type=float, help=f"seconds per configuration and round (default {seconds[0]:g})"
     )
-    p.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
-    p.set_defaults(_steps=steps, _repeats=repeats, _seconds=seconds)
+    p.set_defaults(_steps=steps, _repeats=reps, _seconds=seconds)
     return p
 
 
@@ -166,7 +177,7 @@ class Run:
 
     def info(self, **extra: Any) -> dict[str, Any]:
         """What the report's header says: date, CPU, commit, settings, duration and load."""
-        out = {
+        return {
             "date": now(),
             "cpu": cpu_model(),
             "cpus": cpus(),
@@ -178,9 +189,8 @@ class Run:
             "minutes": (time.perf_counter() - self.t0) / 60,
             "load_before": self.load_before,
             "load_after": os.getloadavg()[0],
+            **extra,
         }
-        out.update(extra)
-        return out
 
     def remove(self, *paths: Path) -> None:
         """Delete generated data, unless ``--keep``."""
@@ -203,13 +213,15 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
     """Resolve the defaults (quick or not), set torch's intra-op threads, create the work directory.
 
     One intra-op thread for every configuration: with torch's default on these small shared
-    machines, per-batch ops spend their time synchronizing threads.
+    machines, per-batch ops spend their time synchronizing threads (41-396 batches/s for TorchRL's
+    `RandomSampler` in a trial run against 1,600-3,800 with one thread), which would flatter rlds.
     """
+    q = 1 if args.quick else 0
     run = Run(
         args=args,
-        repeats=args.repeats or args._repeats,
-        seconds=args.seconds or args._seconds[1 if args.quick else 0],
-        steps=(getattr(args, "steps", None) or args._steps[1 if args.quick else 0]) if args._steps else 0,
+        repeats=args.repeats or args._repeats[q],
+        seconds=args.seconds or args._seconds[q],
+        steps=(getattr(args, "steps", None) or args._steps[q]) if args._steps else 0,
         work=args.work.resolve(),
     )
     import torch
@@ -217,6 +229,9 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
     torch.set_num_threads(threads)
     run.work.mkdir(parents=True, exist_ok=True)
     return run
+
+
+# ----------------------------------------------------------------------------- report pieces
 
 
 def header(info: dict[str, Any], versions: str) -> list[str]:
@@ -227,6 +242,199 @@ def header(info: dict[str, Any], versions: str) -> list[str]:
         f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
         f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
     ]
+
+
+def opening(section: str, title: str, quick: bool, *notes: str) -> list[str]:
+    """A section's first lines: its start marker, its title, its notes as quotes, the quick-run note."""
+    lines = [bench_doc.markers(section)[0], "", f"## {title}", ""]
+    for note in notes:
+        lines += [f"> {note}", ""]
+    if quick:
+        lines += ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
+    return lines
+
+
+def closing(section: str, command: str, notes: Iterable[str] = ()) -> list[str]:
+    """A section's last lines: how it is measured (the command, then ``notes``) and its end marker."""
+    return [
+        "",
+        "### How it is measured",
+        "",
+        "```text",
+        command,
+        "```",
+        "",
+        *notes,
+        "",
+        bench_doc.markers(section)[1],
+        "",
+    ]
+
+
+def verdict(ok: bool) -> str:
+    """Markdown verdict for a goal."""
+    return "**met**" if ok else "**not met**"
+
+
+def span(values: Iterable[float], fmt: str = ",.0f", unit: str = "") -> str:
+    """``median (min-max)`` of ``values``."""
+    v = list(values)
+    return f"{statistics.median(v):{fmt}}{unit} ({min(v):{fmt}}-{max(v):{fmt}})"
+
+
+def table(head: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+    """A Markdown table."""
+    head = list(head)
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(map(str, r)) + " |" for r in rows
+    ]
+
+
+PAIRED_NOTE = (
+    "- Paired ratios: the two sides' calls alternate one by one for about {seconds:g} s, and the ratio "
+    "is that of their median call times (both see the same moments of the shared machine); median "
+    "of the rounds, range in brackets. Ratios to TorchRL are those of the rates, the paired ones "
+    "beside them."
+)
+
+
+# ----------------------------------------------------------------------------- in-process measuring
+
+
+class Case:
+    """One measured configuration: a callable, its rate (batches/s) per round and its minor page
+    faults per call (``epoch`` cases: seconds per epoch instead of a rate)."""
+
+    def __init__(self, key: str, label: str, fn: Callable[[], Any], *, epoch: bool = False) -> None:
+        self.key, self.label, self.fn, self.epoch = key, label, fn, epoch
+        self.rates: list[float] = []
+        self.faults: list[float] = []
+        self._samples: list[float] = []
+        self._faults = self._calls = 0
+
+    def visit(self, settle: int, timed: int, per_visit: bool) -> None:
+        """``settle`` untimed calls (the allocator settles after the other cases' allocations), then
+        ``timed`` timed ones: each timed alone, or (``per_visit``) all together as one rate."""
+        for _ in range(settle):
+            self.fn()
+        if per_visit:
+            faults, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+            for _ in range(timed):
+                self.fn()
+            self._samples.append(timed / (time.perf_counter() - t))
+            self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        else:
+            for _ in range(timed):
+                faults, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+                self.fn()
+                self._samples.append(time.perf_counter() - t)
+                self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        self._calls += timed
+
+    def end_round(self, per_visit: bool) -> float:
+        """Close a round: its rate (the median visit's, else one over the median call time)."""
+        med = statistics.median(self._samples)
+        self.rates.append(med if per_visit else 1.0 / med)
+        self.faults.append(self._faults / self._calls)
+        self._samples, self._faults, self._calls = [], 0, 0
+        return self.rates[-1]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def fmt(self, digits: int = 0) -> str:
+        return span(self.rates, f".{digits}f", " s") if self.epoch else span(self.rates, f",.{digits}f")
+
+    def ms(self) -> str:
+        return f"{1e3 / self.median:.1f}"
+
+
+def run_round(
+    cases: list[Case],
+    seconds: float,
+    *,
+    settle: int = 2,
+    timed: int = 4,
+    per_visit: bool = False,
+    budget: bool = False,
+) -> None:
+    """One round: visit the cases in turn (see :meth:`Case.visit`), so that a burst of load from the
+    machine's other users hits every case alike, until each has had about ``seconds`` of calls
+    (``budget``: a case that has had them is not visited again for each slower one's visits; else
+    the round lasts ``seconds`` per case and at least 3 visits)."""
+    spent, visits, t0 = [0.0] * len(cases), 0, time.perf_counter()
+    while min(spent) < seconds if budget else (time.perf_counter() - t0 < seconds * len(cases) or visits < 3):
+        for i, case in enumerate(cases):
+            if not (budget and spent[i] >= seconds):
+                t = time.perf_counter()
+                case.visit(settle, timed, per_visit)
+                spent[i] += time.perf_counter() - t
+        visits += 1
+    for case in cases:
+        case.end_round(per_visit)
+
+
+def rounds(cases: list[Case], repeats: int, seconds: float, log: Callable[[str], None], **how: Any) -> None:
+    """``repeats`` rounds of :func:`run_round`, each case's rate logged per round."""
+    for rep in range(repeats):
+        run_round(cases, seconds, **how)
+        for case in cases:
+            log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+
+
+def paired_ratio(
+    mine: Callable[[], Any], peer: Callable[[], Any], seconds: float
+) -> tuple[float, float, float]:
+    """``mine``'s rate over ``peer``'s, from calls that alternate one by one for about ``seconds``:
+    the ratio of their median call times (returned too, in microseconds). Both see the same
+    moments of a shared machine, and the medians drop the calls another job interrupted."""
+    for _ in range(10):
+        mine()
+        peer()
+    a: list[int] = []
+    b: list[int] = []
+    clock = time.perf_counter_ns
+    end = clock() + int(seconds * 1e9)
+    while clock() < end:
+        for _ in range(10):
+            t0 = clock()
+            mine()
+            t1 = clock()
+            peer()
+            t2 = clock()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+    ma, mb = statistics.median(a), statistics.median(b)
+    return mb / ma, ma / 1e3, mb / 1e3
+
+
+def measure_pairs(
+    cases: dict[str, Case],
+    pairs: list[tuple[str, str]],
+    repeats: int,
+    seconds: float,
+    log: Callable[[str], None],
+) -> dict[tuple[str, str], list[float]]:
+    """The ``pairs`` of cases (both present) measured with :func:`paired_ratio`, ``repeats`` rounds."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for rep in range(repeats):
+        for mine, peer in pairs:
+            if mine in cases and peer in cases:
+                value, us_mine, us_peer = paired_ratio(cases[mine].fn, cases[peer].fn, seconds)
+                out.setdefault((mine, peer), []).append(value)
+                log(
+                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} "
+                    f"(median calls {us_mine:.1f} / {us_peer:.1f} us)"
+                )
+    return out
+
+
+def warm_dataset(ds: Any) -> None:
+    """Read every file of a dataset once, so that runs start from the page cache."""
+    for path in ds.directory.rglob("*"):
+        if path.is_file():
+            warm(path)
 
 
 # ----------------------------------------------------------------------------- measured runs
@@ -468,22 +676,8 @@ def run_once(cfg: Config, work: Path) -> dict[str, Any]:
         warm(cfg.source)
     cached = page_cache_fraction(cfg.source)
     load1 = os.getloadavg()[0]
-    result_path = work / "result.json"
-    result_path.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
-    log_path = work / f"{cfg.key}.log"
-    cmd = [sys.executable, str(Path(__file__).resolve()), json.dumps(cfg.spec), str(result_path)]
-    with open(log_path, "w") as log:
-        wall0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - wall0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        tail = log_path.read_text()[-4000:]
-        raise RuntimeError(f"{cfg.label}: worker failed with exit code {proc.returncode}:\n{tail}")
-    result = json.loads(result_path.read_text())
-    result.update(wall=wall, ru_maxrss_mb=usage.ru_maxrss / 1024, cached=cached, load1=load1)
+    result = spawn(cfg.spec, work, work / f"{cfg.key}.log")
+    result.update(cached=cached, load1=load1)
     if cfg.disk is None:
         cfg.disk = disk_usage(cfg.output)
         if cfg.kind == "torchrl":
@@ -535,43 +729,41 @@ def torchrl_config(
 
 
 def machine_info() -> dict[str, str]:
-    """What the numbers were measured on."""
-    mem_kb = 0
-    model = cpu_model()
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kb = int(line.split()[1])
-    except OSError:
-        pass
-    fs = "?"
-    try:
-        out = subprocess.run(["df", "-T", str(HERE)], capture_output=True, text=True).stdout.splitlines()
-        fs = out[1].split()[1] if len(out) > 1 else "?"
-    except OSError:
-        pass
+    """What the numbers were measured on (the conversion and minari sections' header)."""
+    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else "MemTotal: 0 kB"
+    mem_kb = int(next(line for line in meminfo.splitlines() if line.startswith("MemTotal:")).split()[1])
+    df = subprocess.run(["df", "-T", str(HERE)], capture_output=True, text=True).stdout.splitlines()
     return {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": f"{len(os.sched_getaffinity(0))} usable ({os.cpu_count()} online), {model}",
+        "date": now(),
+        "cpus": f"{len(os.sched_getaffinity(0))} usable ({os.cpu_count()} online), {cpu_model()}",
         "ram": f"{mem_kb / 2**20:.1f} GiB",
-        "os": f"{platform.system()} {platform.release()}, work dir on {fs}",
+        "os": f"{platform.system()} {platform.release()}, "
+        f"work dir on {df[-1].split()[1] if len(df) > 1 else '?'}",
         "python": platform.python_version(),
-        "versions": ", ".join(
-            f"{d} {version(d)}"
-            for d in (
-                "rlds-cli",
-                "torch",
-                "torchrl",
-                "tensordict",
-                "minari",
-                "gymnasium",
-                "h5py",
-                "numpy",
-                "zarr",
-            )
+        "versions": versions(
+            "rlds-cli", "torch", "torchrl", "tensordict", "minari", "gymnasium", "h5py", "numpy", "zarr"
         ),
         "commit": commit(),
     }
+
+
+def spawn(spec: dict[str, Any], work: Path, log_path: Path | None = None) -> dict[str, Any]:
+    """Run ``WORKERS[spec["kind"]]`` (of module ``spec["module"]``, else this one's) on ``spec`` in
+    a fresh process (this file's ``__main__``), without ``RLDS_FSYNC`` and ``MINARI_DATASETS_PATH``
+    from this environment; its result, with the process's ``wall`` seconds and ``ru_maxrss_mb``."""
+    result_path = work / "result.json"
+    result_path.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
+    cmd = [sys.executable, str(Path(__file__).resolve()), json.dumps(spec), str(result_path)]
+    log_path = log_path or work / f"{spec['kind']}.log"
+    with open(log_path, "w") as log:
+        wall0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - wall0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{spec['kind']}: worker failed:\n{log_path.read_text()[-4000:]}")
+    return {**json.loads(result_path.read_text()), "wall": wall, "ru_maxrss_mb": usage.ru_maxrss / 1024}
 
 
 if __name__ == "__main__":  # the child of run_once
