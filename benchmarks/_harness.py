@@ -344,7 +344,7 @@ class Case:
         return statistics.median(self.rates)
 
     def fmt(self, digits: int = 0) -> str:
-        return span(self.rates, f".{digits}f", " s") if self.epoch else span(self.rates, f",.{digits}f")
+        return span(self.rates, ".2f", " s") if self.epoch else span(self.rates, f",.{digits}f")
 
     def ms(self) -> str:
         return f"{1e3 / self.median:.1f}"

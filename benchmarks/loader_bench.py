@@ -7,12 +7,8 @@ range. TorchRL runs a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage`` hold
 (``observation``, ``action``, ``episode``, ``next/{observation,reward,done,terminated,truncated}``).
 Raw numpy is the least code that gathers the same arrays from the same layout (the limit).
 
-Usage (in the benchmark environment, see ``benchmarks/setup_env.sh``)::
-
-    python benchmarks/loader_bench.py [--write docs/benchmarks.md] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:loader:start -->`` and
-``<!-- bench:loader:end -->``. Work data goes to ``benchmarks/_work/loader`` (git-ignored).
+Usage: ``python benchmarks/loader_bench.py [--write docs/benchmarks.md] [--quick]`` (in the
+benchmark environment, see ``benchmarks/setup_env.sh``).
 TorchRL's prioritized sampler needs its C++ extension, whose prebuilt binary does not load
 against torch 2.13; ``--build-extension`` (the default when it fails to load) rebuilds it from
 the sources the wheel ships and installs it into the running environment.
@@ -20,11 +16,8 @@ the sources the wheel ships and installs it into the running environment.
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import importlib.metadata
+import importlib.util
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -41,12 +34,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import _harness  # noqa: E402  (benchmarks/_harness.py: the shared command-line flags)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, pairs, report)
 import data as bench_data  # noqa: E402  (benchmarks/data.py)
 
 SECTION = "loader"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 BATCH = 256
 NUM_SLICES, SLICE_LEN = 8, 32
 TED_KEYS = 9  # what every rlds row returns: 8 TED keys + index
@@ -75,15 +66,6 @@ def ensure_dataset(steps: int, work: Path) -> Any:
     convert(src, name, format="d4rl", root=root, backend="memmap")
     src.unlink()
     return open_dataset(name, root)
-
-
-def warm(ds: Any) -> None:
-    """Read every array file once so that memmap runs start from the page cache."""
-    buf = bytearray(1 << 20)
-    for path in (ds.directory / "arrays").rglob("*.npy"):
-        with open(path, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
 
 
 # ----------------------------------------------------------------------------- TorchRL
@@ -127,6 +109,12 @@ def ensure_torchrl_extension(work: Path, log: Callable[[str], None]) -> bool:
     shutil.copy2(built[0], pkg / built[0].name)
     log(f"installed {built[0].name} into {pkg}")
     return False  # loadable in a fresh process only; the caller re-executes
+
+
+def _extension_loads() -> bool:
+    """Whether torchrl's C++ extension loads in a fresh process."""
+    check = [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"]
+    return subprocess.run(check, capture_output=True).returncode == 0
 
 
 def torchrl_buffers(ds: Any, work: Path, with_prioritized: bool) -> dict[str, Any]:
@@ -321,53 +309,38 @@ class Raw:
 # ----------------------------------------------------------------------------- measuring
 
 
-class Case:
-    """One measured configuration: a callable and the runs' rates."""
+Case = _harness.Case
 
-    def __init__(self, key: str, label: str, fn: Callable[[], Any], *, epoch: bool = False) -> None:
-        self.key, self.label, self.fn, self.epoch = key, label, fn, epoch
-        self.values: list[float] = []
 
-    def run(self, seconds: float) -> float:
-        """Batches per second over about ``seconds`` (epoch cases: seconds per epoch).
+def run_case(case: Case, seconds: float) -> float:
+    """One rate of ``case``: batches per second over about ``seconds`` (epoch cases: seconds per epoch).
 
-        The time is cut into :data:`WINDOWS` windows and the run's rate is that of the fastest
-        window: on a machine shared with other jobs, the least disturbed stretch is the closest to
-        what the code costs, and every configuration is measured the same way.
-        """
-        if self.epoch:
-            t = time.perf_counter()
-            self.fn()
-            value = time.perf_counter() - t
-        else:
-            for _ in range(10):
-                self.fn()
-            value, end = 0.0, time.perf_counter() + seconds
-            window = seconds / WINDOWS
+    The time is cut into :data:`WINDOWS` windows and the run's rate is that of the fastest
+    window: on a machine shared with other jobs, the least disturbed stretch is the closest to
+    what the code costs, and every configuration is measured the same way.
+    """
+    if case.epoch:
+        t = time.perf_counter()
+        case.fn()
+        value = time.perf_counter() - t
+    else:
+        for _ in range(10):
+            case.fn()
+        value, end = 0.0, time.perf_counter() + seconds
+        while True:
+            calls, t = 0, time.perf_counter()
             while True:
-                calls, t = 0, time.perf_counter()
-                while True:
-                    for _ in range(10):
-                        self.fn()
-                    calls += 10
-                    elapsed = time.perf_counter() - t
-                    if elapsed >= window:
-                        break
-                value = max(value, calls / elapsed)
-                if t + elapsed >= end:
+                for _ in range(10):
+                    case.fn()
+                calls += 10
+                elapsed = time.perf_counter() - t
+                if elapsed >= seconds / WINDOWS:
                     break
-        self.values.append(value)
-        return value
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    def fmt(self) -> str:
-        lo, hi = min(self.values), max(self.values)
-        if self.epoch:
-            return f"{self.median:.2f} s ({lo:.2f}-{hi:.2f})"
-        return f"{self.median:,.0f} ({lo:,.0f}-{hi:,.0f})"
+            value = max(value, calls / elapsed)
+            if t + elapsed >= end:
+                break
+    case.rates.append(value)
+    return value
 
 
 #: (rlds case, reference case) pairs whose ratio is also measured paired (see ``paired_ratio``)
@@ -387,58 +360,11 @@ PAIRS = [
 ]
 
 
-def paired_ratio(
-    mine: Callable[[], Any], peer: Callable[[], Any], seconds: float
-) -> tuple[float, float, float]:
-    """``mine``'s rate over ``peer``'s, from calls that alternate one by one for about ``seconds``:
-    the ratio of their median call times (returned too, in microseconds). Both see the same
-    moments of a shared machine, and the medians drop the calls another job interrupted."""
-    for _ in range(10):
-        mine()
-        peer()
-    a: list[int] = []
-    b: list[int] = []
-    clock = time.perf_counter_ns
-    end = clock() + int(seconds * 1e9)
-    while clock() < end:
-        for _ in range(10):
-            t0 = clock()
-            mine()
-            t1 = clock()
-            peer()
-            t2 = clock()
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-    ma, mb = statistics.median(a), statistics.median(b)
-    return mb / ma, ma / 1e3, mb / 1e3
-
-
-def measure_pairs(
-    cases: dict[str, Case],
-    repeats: int,
-    seconds: float,
-    log: Callable[[str], None],
-    pairs: list[tuple[str, str]] | None = None,
-) -> dict[tuple[str, str], list[float]]:
-    """``pairs`` (default :data:`PAIRS`) measured with :func:`paired_ratio`, ``repeats`` rounds."""
-    out: dict[tuple[str, str], list[float]] = {}
-    for rep in range(repeats):
-        for mine, peer in PAIRS if pairs is None else pairs:
-            if mine in cases and peer in cases:
-                value, us_mine, us_peer = paired_ratio(cases[mine].fn, cases[peer].fn, seconds)
-                out.setdefault((mine, peer), []).append(value)
-                log(
-                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} "
-                    f"(median calls {us_mine:.1f} / {us_peer:.1f} us)"
-                )
-    return out
-
-
 def interleave(cases: list[Case], repeats: int, seconds: float, log: Callable[[str], None]) -> None:
     """Run every case ``repeats`` times, all cases per round."""
     for rep in range(repeats):
         for case in cases:
-            value = case.run(seconds)
+            value = run_case(case, seconds)
             unit = "s/epoch" if case.epoch else "batches/s"
             log(f"  [{rep + 1}/{repeats}] {case.label}: {value:,.2f} {unit}")
 
@@ -607,34 +533,6 @@ def scaling_cases(datasets: dict[int, Any]) -> list[Case]:
 # ----------------------------------------------------------------------------- report
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _machine() -> str:
-    return f"{len(os.sched_getaffinity(0))} usable CPUs ({_harness.cpu_model()})"
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        )
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except OSError:
-        return "?"
-
-
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**not met**"
-
-
 def render(
     cases: dict[str, Case],
     scaling: list[Case],
@@ -707,14 +605,9 @@ def render(
         ("epoch over 1M (seconds), RAM", "rlds-epoch-ram", "trl-epoch", "raw-epoch-ram", True),
     ]
     lines = [
-        START_MARK,
-        "",
-        "## Sampling: rlds loader vs TorchRL replay buffers vs raw numpy",
-        "",
-    ]
-    if info["quick"]:
-        lines += ["> **Quick run** (`--quick`): fewer repeats and shorter runs; not the reference run.", ""]
-    lines += [
+        *_harness.opening(
+            SECTION, "Sampling: rlds loader vs TorchRL replay buffers vs raw numpy", info["quick"]
+        ),
         f"Workload: {info['steps']:,} steps (observation {bench_data.OBS_DIM} float32, action "
         f"{bench_data.ACT_DIM} float32, {bench_data.EPISODE_LEN}-step episodes), batch {BATCH}, "
         f"slices {NUM_SLICES}x{SLICE_LEN}. Every row returns the full TED transition (rlds: observation, "
@@ -728,9 +621,7 @@ def render(
         "rows, next/done, episode, index, the slices' mask), then one `torch.from_numpy` per key: no "
         'dict, no checks. Every "x of raw" below is against it.',
         "",
-        f"- Measured {info['date']} on {info['machine']}; Python {info['python']}; {info['versions']}.",
-        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
-        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f} on {os.cpu_count()} CPUs.",
+        *_harness.header(info, info["versions"]),
         "",
         "| workload | rlds | TorchRL 0.14.1 | lean raw gather (same layout) | rlds / TorchRL | rlds / raw |",
         "|---|---|---|---|---|---|",
@@ -778,13 +669,14 @@ def render(
     lines += ["", "### Goals (ratios measured in this run)", ""]
     if trl:
         lines += [
-            f"- {name}: " + ("not run" if "prioritized" in name and "trl-prio" not in c else _verdict(ok))
+            f"- {name}: "
+            + ("not run" if "prioritized" in name and "trl-prio" not in c else _harness.verdict(ok))
             for name, ok in goals
         ]
     else:
         lines += ["- TorchRL was not installed in this environment: no ratios to TorchRL."]
     lines += [
-        f"- {name} >= {target}x of the lean raw gather: {text} {_verdict(v >= target)}"
+        f"- {name} >= {target}x of the lean raw gather: {text} {_harness.verdict(v >= target)}"
         for name, v, target, text in within
     ]
     lines.append(
@@ -838,30 +730,27 @@ def render(
     lines += [
         "",
         "- Sampling cost (the samplers alone, no data) the same at every size (largest/smallest >= 0.7): "
-        f"uniform {change['idx-uniform']:.2f}, slice {change['idx-slice']:.2f}: {_verdict(samplers_flat)}. "
+        f"uniform {change['idx-uniform']:.2f}, slice {change['idx-slice']:.2f}: "
+        f"{_harness.verdict(samplers_flat)}. "
         "Their index generation is O(batch): a draw per index, a `searchsorted` over per-episode window "
         f"counts for slices. Prioritized {change['idx-prio']:.2f}: "
-        f"{_verdict(change['idx-prio'] >= 0.7)}. Its work per batch grows only with the tree's depth "
+        f"{_harness.verdict(change['idx-prio'] >= 0.7)}. Its work per batch grows only with the tree's depth "
         "(log32 N levels: 2 at 10^5 and 10^6 steps, 3 at 10^7), but the tree holds a priority per step "
         "(8 bytes; 80 MB at 10^7 steps), and each draw and update reads a random 256-byte row of it: "
         "at 10^5 steps the whole tree sits in the CPU caches, at 10^7 every row is a cache miss, the "
         "same cost any replay buffer's sum tree pays (TorchRL's included) and the same effect as the "
         "data rows below.",
-        f"- Whole batches (indices and data) the same at every size: {_verdict(batches_flat)} "
+        f"- Whole batches (indices and data) the same at every size: {_harness.verdict(batches_flat)} "
         f"(uniform memmap {change['uniform-mm']:.2f}, uniform RAM {change['uniform-ram']:.2f}, slice "
         f"{change['slice-mm']:.2f}, prioritized {change['prio-mm']:.2f}). Raw numpy on the same arrays "
         f"loses as much ({change['raw-mm']:.2f} on memmap, {change['raw-packed']:.2f} in RAM): random rows "
         "of a 10^5-step dataset (7 MB of observations) stay in the CPU caches, those of 10^7 steps (680 "
         "MB) miss the caches and the TLB on nearly every row, whatever reads them. The loader's share of "
         "raw numpy falls by at most 15% from the smallest size to the largest: "
-        f"{_verdict(tracks_raw)}.",
+        f"{_harness.verdict(tracks_raw)}.",
         "",
-        "### How it is measured",
-        "",
-        "```text",
-        info["command"],
-        "```",
-        "",
+    ]
+    notes = [
         "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap backend); the "
         "TorchRL buffers are filled with the same transitions (`rb.extend` of the full TED TensorDict "
         "into `LazyMemmapStorage`). All files are read once before timing (page cache warm).",
@@ -895,95 +784,63 @@ def render(
         "ratios to TorchRL are those of the rates, as in earlier runs, with the paired ratio beside "
         "them: alternating with TorchRL's calls, which allocate and touch far more memory per batch, "
         "slows the rlds calls that follow them, so the paired ratios to TorchRL come out lower.",
-        "",
-        END_MARK,
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines[:-1] + _harness.closing(SECTION, info["command"], notes))
 
 
-def _log(message: str) -> None:
-    print(message, flush=True)
+_log = _harness.logger("loader")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
-    parser = argparse.ArgumentParser(description="rlds loader vs TorchRL vs raw numpy sampling benchmark")
-    _harness.add_common_flags(
-        parser,
-        write="Markdown file whose loader section is replaced",
-        quick="1e4/1e5/1e6 steps, short runs (a smoke test)",
-        repeats="rounds per configuration (default 5; quick: 2)",
-        work=HERE / "_work" / "loader",
+    p = _harness.parser(
+        "rlds loader vs TorchRL vs raw numpy sampling",
+        SECTION,
+        work="loader",
+        repeats=(5, 2),
+        seconds=(0.5, 0.2),
     )
-    parser.add_argument("--seconds", type=float, help="seconds per rate measurement (default 0.5)")
-    parser.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
-    parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")
-    parser.add_argument(
+    p.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")
+    p.add_argument(
         "--build-extension-only",
         action="store_true",
         help="make torchrl's C++ extension load (rebuild it if needed), then exit: 0 if it loads",
     )
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     if args.build_extension_only:
         ensure_torchrl_extension(args.work.resolve(), _log)
-        check = [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"]
-        loads = subprocess.run(check, capture_output=True).returncode == 0  # a fresh process
+        loads = _extension_loads()
         _log(f"torchrl's C++ extension {'loads' if loads else 'does NOT load'}")
         return 0 if loads else 1
-    t0 = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    import torch
-
     from rlds_cli.loader.sumtree import compiled_kernels
 
-    # One intra-op thread for everyone: with torch's default (2 here) on 2 shared cores, TorchRL's
-    # small per-batch ops spent most of their time synchronizing threads (41-396 batches/s in a
-    # trial run against 1,600-3,800 with one thread), which would flatter rlds.
-    torch.set_num_threads(args.torch_threads)
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    repeats = args.repeats or (2 if args.quick else 5)
-    seconds = args.seconds or (0.2 if args.quick else 0.5)
+    run = _harness.start(args, threads=args.torch_threads)
+    work, repeats, seconds = run.work, run.repeats, run.seconds
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
     main_steps = sizes[-1] if args.quick else 1_000_000
 
-    torchrl = not args.no_torchrl
-    prioritized = False
-    if torchrl:
-        try:
-            import torchrl as _torchrl  # noqa: F401
-        except ImportError:
-            _log("torchrl is not installed here: rlds and raw numpy only")
-            torchrl = False
-    if torchrl:
-        prioritized = ensure_torchrl_extension(work, _log) if not args.no_build_extension else False
-        if not prioritized and not args.no_build_extension:
-            try:  # a freshly built extension loads in a new process: re-run once
-                out = subprocess.run(
-                    [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"],
-                    capture_output=True,
-                )
-                prioritized = out.returncode == 0
-            except OSError:
-                prioritized = False
-            if prioritized:
-                os.execv(
-                    sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
-                )
+    torchrl = not args.no_torchrl and importlib.util.find_spec("torchrl") is not None
+    if not torchrl:
+        _log("TorchRL skipped or not installed here: rlds and raw numpy only")
+    build = torchrl and not args.no_build_extension
+    prioritized = build and ensure_torchrl_extension(work, _log)
+    if build and not prioritized and _extension_loads():  # a fresh build loads in a new process only
+        os.execv(sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])])
 
     datasets = {}
     for steps in sizes:
         t = time.perf_counter()
         datasets[steps] = ensure_dataset(steps, work)
-        warm(datasets[steps])
+        _harness.warm_dataset(datasets[steps])
         _log(f"dataset of {steps:,} steps ready ({time.perf_counter() - t:.1f} s)")
     ds = datasets[main_steps]
     cases = build_cases(ds, work, torchrl, prioritized)
     _log(f"side by side on {main_steps:,} steps, {repeats} rounds:")
     interleave(cases, repeats, seconds, _log)
     _log(f"paired ratios, {repeats} rounds:")
-    pairs = measure_pairs({c.key: c for c in cases}, repeats, 2 * seconds, _log)
+    pairs = _harness.measure_pairs({c.key: c for c in cases}, PAIRS, repeats, 2 * seconds, _log)
     scaling = scaling_cases(datasets)
     _log("batch rate vs dataset size:")
     interleave(scaling, repeats, seconds, _log)
@@ -992,40 +849,21 @@ def main(argv: list[str] | None = None) -> int:
         for steps in sizes
         for kind, ref in (("uniform-mm", "raw-mm"), ("uniform-ram", "raw-packed"))
     ]
-    pairs.update(measure_pairs({c.key: c for c in scaling}, repeats, 2 * seconds, _log, sizes_pairs))
+    pairs.update(_harness.measure_pairs({c.key: c for c in scaling}, sizes_pairs, repeats, 2 * seconds, _log))
     shutil.rmtree(work / "torchrl", ignore_errors=True)
 
-    versions = (
-        ", ".join(f"{d} {_version(d)}" for d in ("rlds-cli", "torchrl", "tensordict", "numpy"))
-        + f", torch {torch.__version__}"
-    )
-    info = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": _machine(),
-        "python": platform.python_version(),
-        "versions": versions,
-        "commit": _commit(),
-        "minutes": (time.perf_counter() - t0) / 60,
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-        "steps": main_steps,
-        "repeats": repeats,
-        "seconds": seconds,
-        "quick": args.quick,
-        "prioritized": prioritized or not torchrl,
-        "threads": torch.get_num_threads(),
-        "command": "python benchmarks/loader_bench.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "kernels": "compiled sum tree, the `fast` extra"
+    info = run.info(
+        versions=_harness.versions("rlds-cli", "torchrl", "tensordict", "numpy")
+        + f", torch {torch.__version__}",
+        steps=main_steps,
+        prioritized=prioritized or not torchrl,
+        threads=torch.get_num_threads(),
+        command="python benchmarks/loader_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        kernels="compiled sum tree, the `fast` extra"
         if compiled_kernels() is not None
         else "numpy sum tree: numba is not installed",
-    }
-    section = render({c.key: c for c in cases}, scaling, info, pairs)
-    print()
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
+    )
+    run.publish(SECTION, render({c.key: c for c in cases}, scaling, info, pairs), _log)
     return 0
 
 
