@@ -430,6 +430,27 @@ def measure_pairs(
     return out
 
 
+#: The keys of a TED transition, rlds-style.
+TED_KEYS = (
+    "observation",
+    "action",
+    "episode",
+    *(f"next/{k}" for k in ("observation", "reward", "done", "terminated", "truncated")),
+)
+
+
+def ted(columns: dict[str, Any]) -> Any:
+    """TorchRL's TED ``TensorDict`` of rlds-keyed columns (``next/K`` nested under ``next``)."""
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+
+    t = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in columns.items()}
+    root = {k: v for k, v in t.items() if not k.startswith("next/")}
+    nxt = {k[5:]: v for k, v in t.items() if k.startswith("next/")}
+    return TensorDict({**root, "next": nxt}, batch_size=[len(t["action"])])
+
+
 def warm_dataset(ds: Any) -> None:
     """Read every file of a dataset once, so that runs start from the page cache."""
     for path in ds.directory.rglob("*"):

@@ -119,8 +119,6 @@ def _extension_loads() -> bool:
 
 def torchrl_buffers(ds: Any, work: Path, with_prioritized: bool) -> dict[str, Any]:
     """TorchRL replay buffers over ``LazyMemmapStorage`` holding ``ds`` as full TED."""
-    import torch
-    from tensordict import TensorDict
     from torchrl.data import (
         LazyMemmapStorage,
         PrioritizedSampler,
@@ -132,22 +130,7 @@ def torchrl_buffers(ds: Any, work: Path, with_prioritized: bool) -> dict[str, An
 
     n = ds.num_steps
     full = ds.gather(np.arange(n))
-    t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in full.items()}
-    td = TensorDict(
-        {
-            "observation": t["observation"],
-            "action": t["action"],
-            "episode": t["episode"],
-            "next": {
-                "observation": t["next/observation"],
-                "reward": t["next/reward"],
-                "done": t["next/done"],
-                "terminated": t["next/terminated"],
-                "truncated": t["next/truncated"],
-            },
-        },
-        batch_size=[n],
-    )
+    td = _harness.ted({k: full[k] for k in _harness.TED_KEYS})
     samplers: dict[str, Callable[[], Any]] = {
         "uniform": RandomSampler,
         "slice": lambda: SliceSampler(num_slices=NUM_SLICES, traj_key="episode"),

@@ -25,13 +25,8 @@ What is measured, composed from the other benchmark scripts' measuring code:
   ``dataloader_bench.run_round`` (visits of consecutive ``next`` calls), measured first, before
   the in-RAM copies exist.
 
-Usage::
-
-    python benchmarks/pixel_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:pixel:start -->`` and
-``<!-- bench:pixel:end -->``. Work data goes to ``benchmarks/_work/pixel`` (git-ignored) and is
-deleted at the end unless ``--keep``; the raw figures are also saved there as ``results.json``.
+Usage: ``python benchmarks/pixel_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]``; the
+raw figures are also saved in the work directory as ``results.json``.
 """
 
 from __future__ import annotations
@@ -52,13 +47,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
 import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)
 import dataloader_bench  # noqa: E402  (DataLoader cases and their rounds)
-import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
-import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
-import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
+import framestack_bench  # noqa: E402  (its rounds; the raw gather of 4x the frames)
+import loader_bench  # noqa: E402  (the lean raw gather)
+import zarr_bench  # noqa: E402  (the note on generated frames)
 
 SECTION = "pixel"
 BATCH = 256
@@ -97,8 +91,7 @@ PAIRS = [
 MB = 1e6
 
 
-def _log(message: str) -> None:
-    print(f"[pixel] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("pixel")
 
 
 # ----------------------------------------------------------------------------- TorchRL's side
@@ -109,8 +102,7 @@ def torchrl_fill(source: Path, storage: Any, rows: int = FILL_ROWS) -> Any:
     (``observation``, ``action``, ``episode``; ``next/`` ``observation``, ``reward``, ``done``,
     ``terminated``, ``truncated``), filled ``rows`` rows per ``rb.extend``."""
     import h5py
-    import torch
-    from tensordict import TensorDict
+    import numpy as np
     from torchrl.data import TensorDictReplayBuffer
 
     rb = TensorDictReplayBuffer(storage=storage, batch_size=BATCH)
@@ -118,27 +110,18 @@ def torchrl_fill(source: Path, storage: Any, rows: int = FILL_ROWS) -> Any:
     with h5py.File(source, "r") as f:
         n = int(f["observations"].shape[0])
         for start in range(0, n, rows):
-            stop = min(start + rows, n)
-            term = torch.from_numpy(f["terminals"][start:stop]).reshape(-1, 1)
-            trunc = torch.from_numpy(f["timeouts"][start:stop]).reshape(-1, 1)
-            done = term | trunc
-            ends = done.reshape(-1).long()
-            ep = episode + torch.cumsum(ends, 0) - ends
+            cut = slice(start, min(start + rows, n))
+            term, trunc = f["terminals"][cut].reshape(-1, 1), f["timeouts"][cut].reshape(-1, 1)
+            ends = (term | trunc).reshape(-1).astype(np.int64)
+            ep = episode + np.cumsum(ends) - ends
             episode = int(ep[-1]) + int(ends[-1])
-            td = TensorDict(
-                {
-                    "observation": torch.from_numpy(f["observations"][start:stop]),
-                    "action": torch.from_numpy(f["actions"][start:stop]),
-                    "episode": ep,
-                    "next": {
-                        "observation": torch.from_numpy(f["next_observations"][start:stop]),
-                        "reward": torch.from_numpy(f["rewards"][start:stop]).reshape(-1, 1),
-                        "done": done,
-                        "terminated": term,
-                        "truncated": trunc,
-                    },
-                },
-                batch_size=[stop - start],
+            columns = {"observation": f["observations"][cut], "action": f["actions"][cut], "episode": ep}
+            columns |= {
+                "next/observation": f["next_observations"][cut],
+                "next/reward": f["rewards"][cut].reshape(-1, 1),
+            }
+            td = _harness.ted(
+                columns | {"next/done": term | trunc, "next/terminated": term, "next/truncated": trunc}
             )
             rb.extend(td)
     return rb
@@ -297,46 +280,45 @@ def dataloader_cases(ds: Any) -> tuple[list[Any], list[Any]]:
     dataloader_bench.check_same(ds)
     two = dataloader_bench._dataloader(ds, 2, None)
     cases = [
-        dataloader_bench.Case("inproc", "in-process `Loader`", Loader(ds, BATCH, seed=0).sample),
-        dataloader_bench.Case("w2", "`TedDataLoader`, 2 workers, shared ring", iter(two).__next__),
+        _harness.Case("inproc", "in-process `Loader`", Loader(ds, BATCH, seed=0).sample),
+        _harness.Case("w2", "`TedDataLoader`, 2 workers, shared ring", iter(two).__next__),
     ]
     return cases, [two]
 
 
 def sampling_cases(mm: Any, zr: Any, rbs: dict[str, Any], zarr_auto: Any) -> list[Any]:
-    """The rate cases: rlds, TorchRL and the raw gathers (``framestack_bench.Case``)."""
+    """The rate cases: rlds, TorchRL and the raw gathers."""
     from rlds_cli.loader import FrameStack, Loader
 
-    case = framestack_bench.Case
     raw = loader_bench.Raw(mm)
     raw.load_ram()
     stacks = framestack_bench.Raw(mm)
+    slices = {"sampler": "slice", "slice_len": SLICE_LEN}
     return [
-        case("raw-mm", "lean raw gather, memmap", raw.uniform_memmap),
-        case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
-        case("trl-uniform", "TorchRL `RandomSampler`, `LazyMemmapStorage`", rbs["uniform"].sample),
-        case("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
-        case(
-            "rlds-slice",
-            "rlds slices, memmap",
-            Loader(mm, BATCH, sampler="slice", slice_len=SLICE_LEN, seed=0).sample,
-        ),
-        case("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", rbs["slice"].sample),
-        case("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
-        case(
-            "rlds-fs",
-            "rlds `FrameStack(4)`, memmap",
-            Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
-        ),
-        case(
-            "rlds-zarr",
-            "rlds `Loader`, zarr, `in_memory=False`",
-            Loader(zr, BATCH, seed=0, in_memory=False).sample,
-        ),
-        case("rlds-zarr-auto", "rlds `Loader`, zarr, default `in_memory='auto'`", zarr_auto.sample),
-        case("raw-ram", "lean raw gather, RAM", raw.uniform_ram),
-        case("rlds-ram", "rlds `Loader`, `in_memory=True`", Loader(mm, BATCH, seed=0, in_memory=True).sample),
-        case("trl-ram", "TorchRL `RandomSampler`, `LazyTensorStorage`", rbs["ram"].sample),
+        _harness.Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather, memmap", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
+            ("trl-uniform", "TorchRL `RandomSampler`, `LazyMemmapStorage`", rbs["uniform"].sample),
+            ("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
+            ("rlds-slice", "rlds slices, memmap", Loader(mm, BATCH, seed=0, **slices).sample),
+            ("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", rbs["slice"].sample),
+            ("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
+            (
+                "rlds-fs",
+                "rlds `FrameStack(4)`, memmap",
+                Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
+            ),
+            (
+                "rlds-zarr",
+                "rlds `Loader`, zarr, `in_memory=False`",
+                Loader(zr, BATCH, seed=0, in_memory=False).sample,
+            ),
+            ("rlds-zarr-auto", "rlds `Loader`, zarr, default `in_memory='auto'`", zarr_auto.sample),
+            ("raw-ram", "lean raw gather, RAM", raw.uniform_ram),
+            ("rlds-ram", "rlds `Loader`, `in_memory=True`", Loader(mm, BATCH, seed=0, in_memory=True).sample),
+            ("trl-ram", "TorchRL `RandomSampler`, `LazyTensorStorage`", rbs["ram"].sample),
+        ]
     ]
 
 
@@ -377,7 +359,7 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     zr = open_dataset("bench", work / "out" / "rlds-zarr")
     out["dataset"] = {"steps": mm.num_steps, "episodes": mm.num_episodes}
     for ds in (mm, zr):
-        zarr_bench.warm(ds)
+        _harness.warm_dataset(ds)
 
     _log("DataLoader, 2 workers against in-process:")
     dl, loaders = dataloader_cases(mm)
@@ -429,7 +411,7 @@ def run(bench: _harness.Run) -> dict[str, Any]:
             _log(f"  [{rep + 1}/{bench.repeats}] {c.label}: {c.rates[-1]:,.1f} batches/s")
         for key, values in slow.items():
             _log(f"  [{rep + 1}/{bench.repeats}] TorchRL {key}: {values[-1]:.3f} s a batch")
-    out["pairs"] = loader_bench.measure_pairs(by_key, bench.repeats, bench.seconds, _log, PAIRS)
+    out["pairs"] = _harness.measure_pairs(by_key, PAIRS, bench.repeats, bench.seconds, _log)
     out["loads"].append(os.getloadavg()[0])
     out["sampling"] = cases
     out["slow"] = slow
@@ -446,13 +428,8 @@ def _buffer(storage: Any, sampler: Any) -> Any:
 # ----------------------------------------------------------------------------- report
 
 
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**not met**"
-
-
 def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    start, end = bench_doc.markers(SECTION)
     c = {x.key: x for x in r["sampling"]}
     conv = {x.key: x for x in r["conversion"]}
     dl = {x.key: x for x in r["dataloader"]}
@@ -465,8 +442,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         return statistics.median(pairs[a, b])
 
     def paired_text(a: str, b: str) -> str:
-        v = pairs[a, b]
-        return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
+        return _harness.span(pairs[a, b], ".2f", "x")
 
     def rate(key: str) -> float:
         return c[key].median if key in c else slow[key]
@@ -474,21 +450,11 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     def fmt(key: str) -> str:
         if key in c:
             return c[key].fmt()
-        v = [1 / s for s in r["slow"][key]]
-        return f"{statistics.median(v):,.2f} ({min(v):,.2f}-{max(v):,.2f})"
+        return _harness.span([1 / s for s in r["slow"][key]], ",.2f")
 
+    title = "Pixels: conversion and every sampling path, rlds vs TorchRL vs the lean raw gather"
     lines = [
-        start,
-        "## Pixels: conversion and every sampling path, rlds vs TorchRL vs the lean raw gather",
-        "",
-        "> Generated frames (a random background per episode and one changing patch a frame): the "
-        "worst case for compression and for reads from compressed chunks. The *Real frames* section "
-        "measures the same paths on real Atari frames.",
-        "",
-    ]
-    if info["quick"]:
-        lines += ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
-    lines += [
+        *_harness.opening(SECTION, title, info["quick"], zarr_bench.NOISE_NOTE),
         f"Workload: {steps:,} steps of uint8 (3, 84, 84) observations in {episodes} episodes of "
         f"{bench_data.PIXEL_EPISODE_LENGTHS[0]}-{bench_data.PIXEL_EPISODE_LENGTHS[1]:,} steps (a random "
         "background per episode, one changing 12 x 12 patch per frame; `benchmarks/data.py pixels`), "
@@ -500,10 +466,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "",
         *_harness.header(
             info,
-            ", ".join(
-                f"{d} {_harness.version(d)}"
-                for d in ("torch", "torchrl", "tensordict", "numpy", "zarr", "h5py")
-            )
+            _harness.versions("torch", "torchrl", "tensordict", "numpy", "zarr", "h5py")
             + " (1 torch intra-op thread when sampling)",
         ),
         "- 1-minute load average at the start of each sampling round and after the paired ratios: "
@@ -666,24 +629,17 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
             conv_ratio >= TARGETS["trl-conversion"],
         ),
     ]
-    lines += [f"- {text} -> {_verdict(ok)}" for text, ok in goals]
+    lines += [f"- {text} -> {_harness.verdict(ok)}" for text, ok in goals]
     lines += [
         "- prioritized >= 4x TorchRL: low-dim only, see the sampling section.",
         "",
-        "### How it is measured",
-        "",
-        "```text",
-        ".venv-bench/bin/python benchmarks/pixel_bench.py --write docs/benchmarks.md   # part of make bench",
-        "```",
-        "",
+    ]
+    notes = [
         "- Rates: the configurations are visited in turn, "
         f"{framestack_bench.SETTLE} untimed then {framestack_bench.TIMED} timed calls a visit, for about "
         f"{info['seconds']:g} s each a round; a round's rate is one over its median call time. TorchRL "
         "`CatFrames` (seconds a batch) gets one timed call a round, after the others' visits.",
-        "- Paired ratios: the two sides' calls alternate one by one for about "
-        f"{info['seconds']:g} s, and the ratio is that of their median call times (both see the same "
-        "moments of the shared machine); median of the rounds, range in brackets. Ratios to TorchRL "
-        "are those of the rates, the paired ones beside them.",
+        _harness.PAIRED_NOTE.format(seconds=info["seconds"]),
         "- Lean raw gather: `loader_bench.Raw` (`np.take` per key with one index vector on plain "
         "ndarray views of the cache's files, or plain arrays in RAM, the same keys as rlds, then "
         "`torch.from_numpy`); for stacks, `framestack_bench.Raw`: one `np.take` of the `256 x 4` "
@@ -707,27 +663,27 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "",
         "```text",
     ]
+    raw = notes[-3:]
+    notes = notes[:-4]
     for x in r["sampling"]:
-        lines.append(f"{x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
+        raw.append(f"{x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
     for key, values in r["slow"].items():
-        lines.append(f"{'trl-' + key:<13} " + " ".join(f"{1 / v:,.3f}" for v in values))
+        raw.append(f"{'trl-' + key:<13} " + " ".join(f"{1 / v:,.3f}" for v in values))
     for x in r["dataloader"]:
-        lines.append(f"{'dl-' + x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
+        raw.append(f"{'dl-' + x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
     for (a, b), values in pairs.items():
-        lines.append(f"{a} / {b}: " + " ".join(f"{v:.3f}" for v in values))
+        raw.append(f"{a} / {b}: " + " ".join(f"{v:.3f}" for v in values))
     for cfg in r["conversion"]:
-        lines.append(
-            f"{cfg.key}: s "
-            + " ".join(f"{x['seconds']:.2f}" for x in cfg.runs)
-            + "; CPU s "
-            + " ".join(f"{x['cpu_seconds']:.2f}" for x in cfg.runs)
-            + "; peak MB "
-            + " ".join(f"{x['peak_rss_mb']:.0f}" for x in cfg.runs)
-            + "; load "
-            + " ".join(f"{x['load1']:.1f}" for x in cfg.runs)
+        each = [("s", "seconds", ".2f"), ("CPU s", "cpu_seconds", ".2f"), ("peak MB", "peak_rss_mb", ".0f")]
+        parts = [f"{name} " + " ".join(f"{x[k]:{f}}" for x in cfg.runs) for name, k, f in each]
+        raw.append(
+            f"{cfg.key}: " + "; ".join([*parts, "load " + " ".join(f"{x['load1']:.1f}" for x in cfg.runs)])
         )
-    lines += ["```", "", end, ""]
-    return "\n".join(lines)
+    command = (
+        ".venv-bench/bin/python benchmarks/pixel_bench.py --write docs/benchmarks.md   # part of make bench"
+    )
+    closing = _harness.closing(SECTION, command, notes)
+    return "\n".join(lines[:-1] + closing[:-2] + [*raw, "```", "", *closing[-2:]])
 
 
 def save(r: dict[str, Any], info: dict[str, Any], path: Path) -> None:
