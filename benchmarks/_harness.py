@@ -283,11 +283,10 @@ def span(values: Iterable[float], fmt: str = ",.0f", unit: str = "") -> str:
 
 
 def table(head: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
-    """A Markdown table."""
+    """A Markdown table (a row: its cells, or its line)."""
     head = list(head)
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
-        "| " + " | ".join(map(str, r)) + " |" for r in rows
-    ]
+    lines = ["| " + " | ".join(map(str, r)) + " |" if not isinstance(r, str) else r for r in rows]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines]
 
 
 PAIRED_NOTE = (
@@ -449,6 +448,16 @@ def ted(columns: dict[str, Any]) -> Any:
     root = {k: v for k, v in t.items() if not k.startswith("next/")}
     nxt = {k[5:]: v for k, v in t.items() if k.startswith("next/")}
     return TensorDict({**root, "next": nxt}, batch_size=[len(t["action"])])
+
+
+def generate(kind: str, out: Path, steps: int, dataset_id: str | None = None) -> Path:
+    """Write benchmark data (``benchmarks/data.py KIND``) in a child process, so that this process
+    never holds its arrays (its RSS is what a spawned child's ``ru_maxrss`` starts from)."""
+    cmd = [sys.executable, str(HERE / "data.py"), kind, str(out), "--steps", str(steps)]
+    subprocess.run(
+        cmd + (["--dataset-id", dataset_id] if dataset_id else []), check=True, stdout=subprocess.DEVNULL
+    )
+    return out
 
 
 def warm_dataset(ds: Any) -> None:

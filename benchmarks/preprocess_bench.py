@@ -25,24 +25,19 @@ It needs the bench environment (``make bench``: torch, torchrl 0.14.1, tensordic
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import _harness  # benchmarks/_harness.py: the shared command-line flags
-import bench_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+import _harness
+
 SECTION = "preprocess"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 #: The heavy function's iterations: about 2 s for 1M steps on one core here.
 HEAVY_ROUNDS = 8
 MEAN, STD = 0.1, 1.2
@@ -99,10 +94,6 @@ def trl_obs_norm(td: Any) -> Any:
 
 def _setup(spec: dict[str, Any]) -> dict[str, Any]:
     """Convert the D4RL file into the rlds cache and write TorchRL's TED memmap of the same data."""
-    import numpy as np
-    import torch
-    from tensordict import TensorDict
-
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.convert import convert
 
@@ -110,25 +101,7 @@ def _setup(spec: dict[str, Any]) -> dict[str, Any]:
     ds = open_dataset("bench", spec["root"])
     data = ds[:]
     n = ds.num_steps
-
-    def t(key: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(data[key]))
-
-    td = TensorDict(
-        {
-            "observation": t("observation"),
-            "action": t("action"),
-            "episode": t("episode"),
-            "next": {
-                "observation": t("next/observation"),
-                "reward": t("next/reward"),
-                "done": t("next/done"),
-                "terminated": t("next/terminated"),
-                "truncated": t("next/truncated"),
-            },
-        },
-        batch_size=[n],
-    )
+    td = _harness.ted({k: data[k] for k in _harness.TED_KEYS})
     td.memmap(spec["trl_src"])
     return {"steps": n, "episodes": ds.num_episodes}
 
@@ -208,23 +181,12 @@ def _machine(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": two, "one": one, "parallelism": 2 * one / two}
 
 
-CHILDREN = {"setup": _setup, "rlds": _rlds, "torchrl": _torchrl, "machine": _machine}
-
-
-def _child(spec_json: str, out: str) -> None:
-    spec = json.loads(spec_json)
-    Path(out).write_text(json.dumps(CHILDREN[spec["kind"]](spec)))
+#: Operations ``_harness.spawn`` runs for this module in a fresh process.
+WORKERS = {"setup": _setup, "rlds": _rlds, "torchrl": _torchrl, "machine": _machine}
 
 
 def _spawn(spec: dict[str, Any], work: Path) -> dict[str, Any]:
-    result = work / "result.json"
-    result.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "RLDS_FSYNC"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec), str(result)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['kind']} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(result.read_text())
+    return _harness.spawn({**spec, "module": "preprocess_bench"}, work)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -252,9 +214,7 @@ def measure(steps: int, repeats: int, work: Path) -> dict[str, Any]:
     d4rl, root = work / f"pp_d4rl_{steps}.hdf5", work / "pp-root"
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(work / "trl-src", ignore_errors=True)
-    subprocess.run(
-        [sys.executable, str(HERE / "data.py"), "d4rl", str(d4rl), "--steps", str(steps)], check=True
-    )
+    _harness.generate("d4rl", d4rl, steps)
     facts = _spawn(
         {"kind": "setup", "d4rl": str(d4rl), "root": str(root), "trl_src": str(work / "trl-src")}, work
     )
@@ -309,12 +269,10 @@ def render(res: dict[str, Any], elapsed: float) -> str:
         f"CPU-bound limit here: {one:.2f} CPU s for 1 worker vs a largest share of {share:.2f} CPU s for 2 "
         f"({one / share:.2f}x). A shortfall in wall time comes from the other processes on these 2 cores."
     )
-    ok = lambda cond: "**met**" if cond else "**not met**"  # noqa: E731
+    ok = _harness.verdict
+    title = "Preprocessing: `rlds preprocess` vs TorchRL `BaseDatasetExperienceReplay.preprocess`"
     lines = [
-        START_MARK,
-        "",
-        "## Preprocessing: `rlds preprocess` vs TorchRL `BaseDatasetExperienceReplay.preprocess`",
-        "",
+        *_harness.opening(SECTION, title, False),
         f"Workload: {steps:,} steps ({res['facts']['episodes']:,} episodes of 1000 steps), observation 17 "
         "float32, action 6 float32 (`benchmarks/data.py`), in the rlds cache (memmap) and, for TorchRL, as a "
         "`TensorStorage` over a memory-mapped TED TensorDict of the same arrays. Each number is the median "
@@ -374,33 +332,17 @@ def render(res: dict[str, Any], elapsed: float) -> str:
         "make bench   # or: .venv-bench/bin/python benchmarks/preprocess_bench.py --write docs/benchmarks.md",
         "```",
         "",
-        END_MARK,
+        _harness.bench_doc.markers(SECTION)[1],
     ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="rlds preprocess vs TorchRL preprocess")
-    _harness.add_common_flags(
-        parser,
-        write="Markdown file whose preprocess section is replaced",
-        quick="100,000 steps, 1 repeat (a smoke test)",
-        repeats="runs per configuration (default 3; quick: 1)",
-        work=HERE / "_work",
-    )
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        _child(*args.child)
-        return 0
-    t0 = time.perf_counter()
-    steps = 100_000 if args.quick else 1_000_000
-    res = measure(steps, args.repeats or (1 if args.quick else 3), args.work.resolve())
-    section = render(res, time.perf_counter() - t0)
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        print(f"wrote the '{SECTION}' section of {args.write}")
+    """Run the section and print (and optionally write) its Markdown."""
+    p = _harness.parser("rlds preprocess vs TorchRL preprocess", SECTION, work="preprocess", repeats=(3, 1))
+    run = _harness.start(p.parse_args(argv))
+    res = measure(100_000 if run.quick else 1_000_000, run.repeats, run.work)
+    run.publish(SECTION, render(res, time.perf_counter() - run.t0), _harness.logger(SECTION))
     return 0
 
 
