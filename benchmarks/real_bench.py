@@ -43,14 +43,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import _harness  # noqa: E402  (command line, run settings, report facts, disk usage)
-import bench_doc  # noqa: E402
+import _harness  # noqa: E402  (command line, run settings, rounds, pairs, report, disk usage)
 import fault_bench  # noqa: E402  (the fresh-process batch worker and its child runner)
-import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
-import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
+import framestack_bench  # noqa: E402  (its rounds; the raw gather of 4x the frames)
+import loader_bench  # noqa: E402  (the lean raw gather)
 import pixel_bench  # noqa: E402  (TorchRL's fill from a D4RL file)
 import real_frames  # noqa: E402  (the real Atari frames)
-import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
 
 SECTION = "real"
 BATCH = pixel_bench.BATCH
@@ -73,8 +71,7 @@ PAIRS = [
 MB = 1e6
 
 
-def _log(message: str) -> None:
-    print(f"[real] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("real")
 
 
 def cpprb_fill(source: Path, rows: int = pixel_bench.FILL_ROWS) -> Any:
@@ -116,44 +113,43 @@ def cases_for(mm: Any, zr: Any, trl: Any, trl_slice: Any, cpprb: Any) -> list[An
     """The rate cases of one frame kind."""
     from rlds_cli.loader import FrameStack, Loader
 
-    case = framestack_bench.Case
     raw = loader_bench.Raw(mm)
     stacks = framestack_bench.Raw(mm)
     slc: dict[str, Any] = {"sampler": "slice", "slice_len": loader_bench.SLICE_LEN}
+    fs = {"transform": FrameStack(K)}
     return [
-        case("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
-        case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
-        case(
-            "rlds-zarr",
-            "rlds `Loader`, zarr on disk (`in_memory=False`)",
-            Loader(zr, BATCH, seed=0, in_memory=False).sample,
-        ),
-        case(
-            "rlds-zarr-ram",
-            "rlds `Loader`, zarr decoded into RAM (`in_memory=True`)",
-            Loader(zr, BATCH, seed=0, in_memory=True).sample,
-        ),
-        case("trl", "TorchRL `RandomSampler`, `LazyMemmapStorage`", trl.sample),
-        case("cpprb", 'cpprb `ReplayBuffer(next_of="obs")` (RAM)', lambda: cpprb.sample(BATCH)),
-        case("raw-slice", "lean raw gather, slices 8x32, memmap", raw.slices_memmap),
-        case("rlds-slice", "rlds slices 8x32, memmap", Loader(mm, BATCH, seed=0, **slc).sample),
-        case(
-            "rlds-zarr-slice",
-            "rlds slices 8x32, zarr on disk",
-            Loader(zr, BATCH, seed=0, in_memory=False, **slc).sample,
-        ),
-        case("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", trl_slice.sample),
-        case("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
-        case(
-            "rlds-fs",
-            "rlds `FrameStack(4)`, memmap",
-            Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
-        ),
-        case(
-            "rlds-zarr-fs",
-            "rlds `FrameStack(4)`, zarr on disk",
-            Loader(zr, BATCH, seed=0, in_memory=False, transform=FrameStack(K)).sample,
-        ),
+        _harness.Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
+            (
+                "rlds-zarr",
+                "rlds `Loader`, zarr on disk (`in_memory=False`)",
+                Loader(zr, BATCH, seed=0, in_memory=False).sample,
+            ),
+            (
+                "rlds-zarr-ram",
+                "rlds `Loader`, zarr decoded into RAM (`in_memory=True`)",
+                Loader(zr, BATCH, seed=0, in_memory=True).sample,
+            ),
+            ("trl", "TorchRL `RandomSampler`, `LazyMemmapStorage`", trl.sample),
+            ("cpprb", 'cpprb `ReplayBuffer(next_of="obs")` (RAM)', lambda: cpprb.sample(BATCH)),
+            ("raw-slice", "lean raw gather, slices 8x32, memmap", raw.slices_memmap),
+            ("rlds-slice", "rlds slices 8x32, memmap", Loader(mm, BATCH, seed=0, **slc).sample),
+            (
+                "rlds-zarr-slice",
+                "rlds slices 8x32, zarr on disk",
+                Loader(zr, BATCH, seed=0, in_memory=False, **slc).sample,
+            ),
+            ("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", trl_slice.sample),
+            ("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
+            ("rlds-fs", "rlds `FrameStack(4)`, memmap", Loader(mm, BATCH, seed=0, **fs).sample),
+            (
+                "rlds-zarr-fs",
+                "rlds `FrameStack(4)`, zarr on disk",
+                Loader(zr, BATCH, seed=0, in_memory=False, **fs).sample,
+            ),
+        ]
     ]
 
 
@@ -234,7 +230,7 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     first = np.asarray(mm.column("observation")[0])
     frame, out["frame_bytes"] = tuple(first.shape), int(first.nbytes)
     for ds in (mm, zr):
-        zarr_bench.warm(ds)
+        _harness.warm_dataset(ds)
     bench.remove(work / "torchrl")
     trl = pixel_bench.torchrl_fill(source, LazyMemmapStorage(steps, scratch_dir=work / "torchrl"))
     for path in (work / "torchrl").rglob("*.memmap"):
@@ -248,11 +244,15 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     out["disk"]["source HDF5 (obs + next obs)"] = source.stat().st_size
     cases = cases_for(mm, zr, trl, trl_slice, cpprb)
     _log(f"{mode}: {bench.repeats} rounds of rates, then paired ratios:")
-    for rep in range(bench.repeats):
-        framestack_bench.run_round(cases, bench.seconds)
-        for c in cases:
-            _log(f"  [{rep + 1}/{bench.repeats}] {c.label}: {c.rates[-1]:,.1f} batches/s")
-    pairs = loader_bench.measure_pairs({c.key: c for c in cases}, bench.repeats, bench.seconds, _log, PAIRS)
+    _harness.rounds(
+        cases,
+        bench.repeats,
+        bench.seconds,
+        _log,
+        settle=framestack_bench.SETTLE,
+        timed=framestack_bench.TIMED,
+    )
+    pairs = _harness.measure_pairs({c.key: c for c in cases}, PAIRS, bench.repeats, bench.seconds, _log)
     out["rates"] = {c.key: (c.label, c.rates) for c in cases}
     out["pairs"] = {f"{a}/{b}": v for (a, b), v in pairs.items()}
     _log(f"{mode}: fresh-process sweep:")
@@ -266,22 +266,14 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
 
 
 def _ratio(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+    return _harness.span(values, ".2f", "x")
 
 
 def render(results: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    start, end = bench_doc.markers(SECTION)
     steps = {mode: f"{r['steps']:,}" for mode, r in results.items()}
     lines = [
-        start,
-        "## Real frames: pixel batches on real Atari frames",
-        "",
-        *(
-            ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
-            if info["quick"]
-            else []
-        ),
+        *_harness.opening(SECTION, "Real frames: pixel batches on real Atari frames", info["quick"]),
         f"Data: `benchmarks/real_frames.py`, ale-py {_harness.version('ale-py')} (ROMs from the wheel): a "
         f"random policy over {', '.join(real_frames.GAMES)} (equal shares), sticky actions "
         f"{real_frames.STICKY}, frame skip {real_frames.FRAME_SKIP} with the max of the last two screens, "
@@ -317,9 +309,10 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
                 f"| {label} | {statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) | "
                 f"{1e3 / rates[key]:.2f} | {'-' if stack else f'{gbps * rates[key]:.2f}'} |"
             )
-        lines += ["", "| paired ratio | value |", "|---|---:|"]
-        for pair, values in r["pairs"].items():
-            lines.append(f"| {pair} | {_ratio(values)} |")
+        lines += [
+            "",
+            *_harness.table(["paired ratio", "value"], [[p, _ratio(v)] for p, v in r["pairs"].items()]),
+        ]
         base = r["disk"]["rlds memmap"]
         lines += ["", "| store | disk MB | memmap / store |", "|---|---:|---:|"]
         for store, nbytes in r["disk"].items():
@@ -345,7 +338,7 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
                 f"{row['shipped_faults']:.0f} | {_ratio(row['ratios'])} |"
             )
         lines.append("")
-    lines.append(end)
+    lines.append(_harness.bench_doc.markers(SECTION)[1])
     return "\n".join(lines) + "\n"
 
 
