@@ -1,25 +1,8 @@
-"""DataLoader benchmark: ``TedDataLoader`` with 0, 1 and 2 worker processes against the
-in-process ``Loader``, on pixels, with and without the shared-memory batch ring.
-
-Data: the generated pixel dataset of ``benchmarks/framestack_bench.py`` (``uint8`` observations of
-shape (3, 84, 84), episodes of 30-2,000 steps, random pixels, memmap backend; built with its
-:func:`ensure_dataset`). Batch 256, uniform sampling with replacement, every TED key (so a batch
-is 10.8 MB of observations and next observations plus the low-dimensional keys).
-
-What is compared, in one process, the configurations visited in turn so that contention on a
-shared machine hits each alike (a round's rate is one over the median time of a ``next(...)``;
-the report gives the median of the rounds, range in brackets):
-
-* ``Loader(ds, 256, seed=0).sample`` (the in-process loader, the reference), and with
-  ``prefetch=2`` (its background thread: the "gather in a thread of the main process" design);
-* ``TedDataLoader(TedIterableDataset(ds, 256, shuffle="uniform"), num_workers=W)`` for
-  ``W = 0, 1, 2`` (fork, persistent workers), with the ring (``ring_slots=None``, the default)
-  and without it (``ring_slots=0``: torch copies each batch into fresh shared memory, the
-  "before" figures).
-
-Before timing, the ring's stream is checked to equal the stream without workers.
-
-Usage: ``python benchmarks/dataloader_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]``.
+"""DataLoader section: ``TedDataLoader`` with 0, 1 and 2 fork workers, with the shared-memory batch
+ring and without it (torch's own transfer, the "before" figures), against the in-process
+``Loader`` (and its ``prefetch=2`` thread), on framestack_bench's pixel dataset; the ring's stream
+is checked to equal the stream without workers first. The section's "How it is measured" says
+how. Usage: ``python benchmarks/dataloader_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
-"""Frame-stack benchmark: ``FrameStack(4)`` against the raw gather of 4x the frames, on pixels.
-
-Data: a generated pixel dataset (``uint8`` observations of shape (3, 84, 84), episodes of
-30-2,000 steps drawn from a fixed seed, random pixels) written into an rlds memmap cache with
-:class:`~rlds_cli.cache.builder.DatasetBuilder`, one episode block at a time. Batch 256, ``k = 4``.
-
-What is compared, in one process, with the configurations visited in turn, a few batches each, so
-that contention on a shared machine hits each alike; a round's rate is one over the median time
-of a call in that round, and the report gives the median of the rounds (range in brackets):
-
-* the raw gather of 4x the frames: ``np.take(frames, rows4, axis=0)`` where ``rows4`` are the
-  ``256 x 4`` flat rows the stacks need (each step's frames ``t-3..t``, clamped at its episode's
-  first frame), from the same file, read through an ``np.memmap`` and from a plain in-RAM copy;
-  the issue's reference ("a raw gather of 4x the frames from the same storage");
-* the raw gather of 1x the frames (``np.take(frames, rows, axis=0)``) and the rlds loader without
-  a transform (every TED key, no stacking), for scale;
-* ``Loader(ds, 256, transform=FrameStack(4))`` (observation and next/observation stacked, every
-  other TED key as usual), on the memmap and with ``in_memory=True``, for the implementation in
-  the tree and for the one before it (kept below as :class:`OldFrameStack`: a gather of the
-  stacked frames through ``HostSource.gather`` after the loader's own gather of both
-  observations, then a ``take`` and a ``concatenate`` for ``next/observation``).
-
-Minor page faults per batch (``ru_minflt``) are recorded alongside: fresh arrays that the allocator
-takes from the kernel show up there.
-
-Usage: ``python benchmarks/framestack_bench.py [--write docs/benchmarks.md] [--steps 60000] [--quick]``.
+"""Frame-stack section: ``FrameStack(4)`` now and before its single-gather rewrite (kept here as
+:class:`OldFrameStack`), on memmap and in RAM, against the raw gather of 4x (and 1x) the frames
+and the loader without a transform, on a generated pixel dataset (random ``uint8`` (3, 84, 84)
+frames, episodes of 30-2,000 steps); rates and page faults per batch. The section's "How it is
+measured" says how. Usage: ``python benchmarks/framestack_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import sys
 import time
@@ -44,13 +22,14 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
+import data as bench_data  # noqa: E402  (benchmarks/data.py: the random-pixel blocks)
 
 SECTION = "frame-stack"
 BATCH = 256
 K = 4
 FRAME = (3, 84, 84)
 #: Episode lengths are drawn uniformly from this range (short and long episodes alike).
-EPISODE_LENGTHS = (30, 2000)
+EPISODE_LENGTHS = bench_data.PIXEL_EPISODE_LENGTHS
 #: The issue's goal: frame stacking at this fraction of the raw gather of 4x the frames.
 TARGET = 0.5
 #: Calls per visit of a case: untimed ones (the allocator settles), then timed ones.
@@ -63,42 +42,11 @@ _log = _harness.logger("framestack")
 # ----------------------------------------------------------------------------- data
 
 
-def ensure_dataset(steps: int, work: Path, backend: str = "memmap") -> Any:
-    """An rlds cache of about ``steps`` pixel steps (built once, kept in ``work``)."""
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.errors import DatasetNotFoundError
-    from rlds_cli.formats.base import StepBlock
-
-    root = work / "root"
-    name = f"pixels-{steps}-{backend}"
-    try:
-        return open_dataset(name, root)
-    except DatasetNotFoundError:
-        pass
-    os.environ.setdefault("RLDS_FSYNC", "0")
-    rng = np.random.default_rng(0)
-    done = 0
-    with DatasetBuilder(name, root=root, backend=backend) as builder:
-        while done < steps:  # one episode per block: memory stays at one episode of frames
-            n = min(int(rng.integers(EPISODE_LENGTHS[0], EPISODE_LENGTHS[1] + 1)), steps - done)
-            flags = np.zeros((n, 1), bool)
-            flags[-1] = True
-            builder.append(
-                StepBlock(
-                    steps={
-                        "action": rng.integers(0, 18, (n, 1)).astype(np.int64),
-                        "next/reward": rng.standard_normal((n, 1), np.float32),
-                        "next/terminated": np.zeros((n, 1), bool),
-                        "next/truncated": flags,
-                    },
-                    observations={"observation": rng.integers(0, 256, (n + 1, *FRAME), np.uint8)},
-                    ends=np.array([n - 1]),
-                )
-            )
-            done += n
-        builder.commit(source={"generator": "benchmarks/framestack_bench.py"})
-    return open_dataset(name, root)
+def ensure_dataset(steps: int, work: Path) -> Any:
+    """An rlds memmap cache of ``steps`` random-pixel steps (built once, kept in ``work``)."""
+    return bench_data.ensure(
+        work / "root", f"pixels-{steps}-memmap", lambda: bench_data.noise_pixel_blocks(steps)
+    )
 
 
 # ----------------------------------------------------------------------------- the old transform

@@ -1,17 +1,11 @@
-"""Side-by-side sampling benchmark: the rlds loader vs TorchRL 0.14.1 replay buffers vs raw numpy.
-
-Same data for all (``benchmarks/data.py``: observation 17 float32, action 6 float32, 1000-step
-episodes ending by timeout), batch 256, one process, configurations interleaved over repeats so
-that drift on a shared machine hits every configuration alike; medians are reported with their
-range. TorchRL runs a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage`` holding the TED data
-(``observation``, ``action``, ``episode``, ``next/{observation,reward,done,terminated,truncated}``).
-Raw numpy is the least code that gathers the same arrays from the same layout (the limit).
-
-Usage: ``python benchmarks/loader_bench.py [--write docs/benchmarks.md] [--quick]`` (in the
-benchmark environment, see ``benchmarks/setup_env.sh``).
-TorchRL's prioritized sampler needs its C++ extension, whose prebuilt binary does not load
-against torch 2.13; ``--build-extension`` (the default when it fails to load) rebuilds it from
-the sources the wheel ships and installs it into the running environment.
+"""Sampling section: the rlds loader vs TorchRL 0.14.1 replay buffers vs the lean raw gather, on
+the same generated low-dim data (``benchmarks/data.py``), batch 256: uniform, slices, prioritized
+and epochs, memmap and in RAM, side by side and as paired ratios, then batch rates against the
+dataset's size. Usage: ``python benchmarks/loader_bench.py [--write FILE] [--quick]`` (in the
+bench environment). TorchRL's prioritized sampler needs its C++ extension, whose prebuilt binary
+does not load against torch 2.13; ``--build-extension-only`` (and, unless
+``--no-build-extension``, every run) rebuilds it from the sources the wheel ships into the
+running environment.
 """
 
 from __future__ import annotations
@@ -393,61 +387,64 @@ def build_cases(ds: Any, work: Path, torchrl: bool, prioritized: bool) -> list[C
     raw = Raw(ds, ram._host._packed, ram._host._block_plan)
     raw.load_ram()
     rng = np.random.default_rng(1)
+    slc = {"sampler": "slice", "slice_len": SLICE_LEN}
+    numpy_tree = PrioritizedSampler(ds.num_steps, BATCH, compiled=False)
     cases = [
-        Case("raw-mm", "lean raw gather, memmap (plain views)", raw.uniform_memmap),
-        Case("rlds-mm", "rlds `Loader`, memmap", Loader(ds, BATCH).sample),
-        Case("rlds-mm-pf", "rlds `Loader`, memmap, prefetch=2", Loader(ds, BATCH, prefetch=2).sample),
-        Case("raw-ram", "lean raw gather, RAM, one take per key", raw.uniform_ram),
-        Case(
-            "rlds-ram-unpacked",
-            "rlds `Loader`, in_memory=True, pack=False",
-            Loader(ds, BATCH, in_memory=True, pack=False).sample,
-        ),
-        Case("raw-packed", "lean raw gather, RAM, rlds packed layout", raw.uniform_packed),
-        Case("rlds-ram", "rlds `Loader`, in_memory=True (packed)", ram.sample),
-        Case(
-            "rlds-dev",
-            "rlds `Loader`, in_memory='device' (CPU tensors)",
-            Loader(ds, BATCH, in_memory="device").sample,
-        ),
-        Case("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
-        Case("raw-slice-ram", "lean raw gather, slices, RAM", raw.slices_ram),
-        Case(
-            "rlds-slice",
-            "rlds slices, memmap",
-            Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sample,
-        ),
-        Case(
-            "rlds-slice-ram",
-            "rlds slices, in_memory=True",
-            Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN, in_memory=True).sample,
-        ),
-        Case(
-            "rlds-prio",
-            "rlds prioritized sample+update, memmap",
-            _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
-        ),
-        Case(
-            "rlds-prio-np",
-            "rlds prioritized sample+update, memmap, numpy kernels",
-            _sample_update(
-                Loader(ds, BATCH, sampler=PrioritizedSampler(ds.num_steps, BATCH, compiled=False)), rng
+        Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather, memmap (plain views)", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(ds, BATCH).sample),
+            ("rlds-mm-pf", "rlds `Loader`, memmap, prefetch=2", Loader(ds, BATCH, prefetch=2).sample),
+            ("raw-ram", "lean raw gather, RAM, one take per key", raw.uniform_ram),
+            (
+                "rlds-ram-unpacked",
+                "rlds `Loader`, in_memory=True, pack=False",
+                Loader(ds, BATCH, in_memory=True, pack=False).sample,
             ),
-        ),
-        Case(
-            "rlds-prio-ram",
-            "rlds prioritized sample+update, in_memory=True",
-            _sample_update(Loader(ds, BATCH, sampler="prioritized", in_memory=True), rng),
-        ),
-        Case("raw-epoch", "lean raw gather epoch, memmap", raw.epoch_memmap, epoch=True),
-        Case("raw-epoch-ram", "lean raw gather epoch, RAM", raw.epoch_ram, epoch=True),
-        Case("rlds-epoch", "rlds epoch, memmap", _epoch(Loader(ds, BATCH, sampler="epoch")), epoch=True),
-        Case(
-            "rlds-epoch-ram",
-            "rlds epoch, in_memory=True",
-            _epoch(Loader(ds, BATCH, sampler="epoch", in_memory=True)),
-            epoch=True,
-        ),
+            ("raw-packed", "lean raw gather, RAM, rlds packed layout", raw.uniform_packed),
+            ("rlds-ram", "rlds `Loader`, in_memory=True (packed)", ram.sample),
+            (
+                "rlds-dev",
+                "rlds `Loader`, in_memory='device' (CPU tensors)",
+                Loader(ds, BATCH, in_memory="device").sample,
+            ),
+            ("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
+            ("raw-slice-ram", "lean raw gather, slices, RAM", raw.slices_ram),
+            ("rlds-slice", "rlds slices, memmap", Loader(ds, BATCH, **slc).sample),
+            (
+                "rlds-slice-ram",
+                "rlds slices, in_memory=True",
+                Loader(ds, BATCH, **slc, in_memory=True).sample,
+            ),
+            (
+                "rlds-prio",
+                "rlds prioritized sample+update, memmap",
+                _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
+            ),
+            (
+                "rlds-prio-np",
+                "rlds prioritized sample+update, memmap, numpy kernels",
+                _sample_update(Loader(ds, BATCH, sampler=numpy_tree), rng),
+            ),
+            (
+                "rlds-prio-ram",
+                "rlds prioritized sample+update, in_memory=True",
+                _sample_update(Loader(ds, BATCH, sampler="prioritized", in_memory=True), rng),
+            ),
+        ]
+    ]
+    cases += [
+        Case(*c, epoch=True)
+        for c in [
+            ("raw-epoch", "lean raw gather epoch, memmap", raw.epoch_memmap),
+            ("raw-epoch-ram", "lean raw gather epoch, RAM", raw.epoch_ram),
+            ("rlds-epoch", "rlds epoch, memmap", _epoch(Loader(ds, BATCH, sampler="epoch"))),
+            (
+                "rlds-epoch-ram",
+                "rlds epoch, in_memory=True",
+                _epoch(Loader(ds, BATCH, sampler="epoch", in_memory=True)),
+            ),
+        ]
     ]
     if torchrl:
         rbs = torchrl_buffers(ds, work, prioritized)
@@ -461,13 +458,8 @@ def build_cases(ds: Any, work: Path, torchrl: bool, prioritized: bool) -> list[C
             ),
         ]
         if prioritized:
-            cases.append(
-                Case(
-                    "trl-prio",
-                    "TorchRL `PrioritizedSampler` sample+update",
-                    _trl_sample_update(rbs["prioritized"], rng),
-                )
-            )
+            update = _trl_sample_update(rbs["prioritized"], rng)
+            cases.append(Case("trl-prio", "TorchRL `PrioritizedSampler` sample+update", update))
     return cases
 
 
@@ -481,34 +473,30 @@ def scaling_cases(datasets: dict[int, Any]) -> list[Case]:
         tag = f"{steps:.0e}".replace("+0", "")
         ram = Loader(ds, BATCH, in_memory=True)
         raw = Raw(ds, ram._host._packed, ram._host._block_plan)
+        slc = {"sampler": "slice", "slice_len": SLICE_LEN}
         cases += [
-            Case(f"raw-mm-{steps}", f"lean raw memmap {tag}", raw.uniform_memmap),
-            Case(f"raw-packed-{steps}", f"lean raw packed {tag}", raw.uniform_packed),
-            Case(f"uniform-mm-{steps}", f"uniform memmap {tag}", Loader(ds, BATCH).sample),
-            Case(f"uniform-ram-{steps}", f"uniform RAM {tag}", ram.sample),
-            Case(
-                f"slice-mm-{steps}",
-                f"slice memmap {tag}",
-                Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sample,
-            ),
-            Case(
-                f"prio-mm-{steps}",
-                f"prioritized s+u memmap {tag}",
-                _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
-            ),
-            # the samplers alone (indices, no data): what "sampling cost" is, without the memory
-            # system's cost of fetching random rows from a larger array
-            Case(f"idx-uniform-{steps}", f"uniform indices {tag}", Loader(ds, BATCH).sampler.sample),
-            Case(
-                f"idx-slice-{steps}",
-                f"slice indices {tag}",
-                Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sampler.sample,
-            ),
-            Case(
-                f"idx-prio-{steps}",
-                f"prioritized indices + update {tag}",
-                _sampler_update(Loader(ds, BATCH, sampler="prioritized").sampler, rng),
-            ),
+            Case(f"{key}-{steps}", f"{label} {tag}", fn)
+            for key, label, fn in [
+                ("raw-mm", "lean raw memmap", raw.uniform_memmap),
+                ("raw-packed", "lean raw packed", raw.uniform_packed),
+                ("uniform-mm", "uniform memmap", Loader(ds, BATCH).sample),
+                ("uniform-ram", "uniform RAM", ram.sample),
+                ("slice-mm", "slice memmap", Loader(ds, BATCH, **slc).sample),
+                (
+                    "prio-mm",
+                    "prioritized s+u memmap",
+                    _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
+                ),
+                # the samplers alone (indices, no data): what "sampling cost" is, without the memory
+                # system's cost of fetching random rows from a larger array
+                ("idx-uniform", "uniform indices", Loader(ds, BATCH).sampler.sample),
+                ("idx-slice", "slice indices", Loader(ds, BATCH, **slc).sampler.sample),
+                (
+                    "idx-prio",
+                    "prioritized indices + update",
+                    _sampler_update(Loader(ds, BATCH, sampler="prioritized").sampler, rng),
+                ),
+            ]
         ]
     return cases
 

@@ -1,22 +1,8 @@
-"""Side-by-side benchmark: rlds converts a Minari dataset vs TorchRL's ``MinariExperienceReplay``.
-
-Both read the same Minari 0.5.x HDF5 dataset (1,000 episodes, 1,000,000 steps, observation 17
-float32, action 6 float32; written by ``benchmarks/data.py``) and build their cache from it:
-
-* rlds: ``rlds_cli.convert.convert(<root>/<id>, ..., format="minari")`` (sha256 of the source,
-  fsync before publishing: the defaults);
-* TorchRL: ``MinariExperienceReplay(<id>, load_from_local_minari=True)``.
-
-Each run is a fresh process (``--worker``), configurations interleaved across repeats, source
-in the page cache (read once before each run); medians are reported. The rlds cache is checked
-against the source (every episode's observations, actions and rewards), untimed.
-
-Usage::
-
-    python benchmarks/minari_bench.py [--write docs/benchmarks.md] [--quick] [--repeats N]
-
-``--write FILE`` replaces the section between ``<!-- bench:minari:start -->`` and
-``<!-- bench:minari:end -->``. ``run_all.py`` calls :func:`run` so ``make bench`` includes it.
+"""Minari section: rlds converting a Minari dataset (``convert(..., format="minari")``, its
+defaults: sha256 and fsync) vs TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)``
+on the same generated Minari 0.5.x dataset; each run a fresh process (``_harness.spawn``), the
+source in the page cache, sides interleaved; the rlds cache is checked against the source,
+untimed. Usage: ``python benchmarks/minari_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
-"""Pixel section of ``make bench``: rlds against TorchRL and the lean raw gather on pixel data.
+"""Pixel section of ``make bench``: rlds against TorchRL and the lean raw gather on pixel data
+(``benchmarks/data.py pixels``: a D4RL-format HDF5 file of ``uint8`` (3, 84, 84) patch frames,
+30,000 steps by default, see :data:`STEPS`).
 
-Data: ``benchmarks/data.py pixels`` writes a D4RL-format HDF5 file of generated ``uint8``
-(3, 84, 84) frames (episodes of 30-2,000 steps, a random background per episode and one changing
-12 x 12 patch per frame; ``observations`` and ``next_observations``, uncompressed). Default size
-30,000 steps (see :data:`STEPS` for why).
-
-What is measured, composed from the other benchmark scripts' measuring code:
-
-* **conversion** (``_harness.run_configs``: every run in a fresh process, repeats interleaved,
-  peak RSS from ``VmHWM``, disk from the output): rlds ``convert`` of the file into a memmap and
-  a zarr cache (defaults: source hashed, files fsynced), the memmap one again with
-  ``RLDS_FSYNC=0``, and TorchRL filling a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage``
-  from the same file (TED keys, :data:`FILL_ROWS` rows per ``rb.extend``: bounded memory, the
-  fastest way we found; TorchRL does not fsync);
-* **sampling**, in this process, batch 256, every TED key: uniform, slices 8x32, ``FrameStack(4)``
-  (TorchRL: ``CatFrames(N=4).make_rb_transform_and_sampler``), zarr uniform (against memmap),
-  in RAM (rlds ``in_memory=True``; TorchRL ``LazyTensorStorage``), each beside the lean raw gather
-  of ``loader_bench.Raw`` (``np.take`` per key with one index vector on plain arrays, then
-  ``torch.from_numpy``) or, for stacks, ``framestack_bench.Raw``'s gather of 4x the frames.
-  Rates: ``framestack_bench.run_round`` (configurations visited in turn, one over the median call
-  time); ratios to the raw gather and zarr/memmap: ``loader_bench.measure_pairs`` (calls of the
-  two sides alternating one by one, ratio of their median call times);
-* **DataLoader** with 2 workers (the shared-memory ring) against the in-process loader:
-  ``dataloader_bench.run_round`` (visits of consecutive ``next`` calls), measured first, before
-  the in-RAM copies exist.
-
-Usage: ``python benchmarks/pixel_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]``; the
-raw figures are also saved in the work directory as ``results.json``.
+Measured: the conversion in fresh processes (``_harness.run_configs``; rlds memmap, zarr and
+memmap without fsync against TorchRL's ``LazyMemmapStorage`` fill, :data:`FILL_ROWS` rows a
+``rb.extend``) and where rlds's time goes (cProfile); every sampling path in this process
+(uniform, slices, ``FrameStack(4)`` against TorchRL's ``CatFrames``, zarr, in RAM) beside the
+lean raw gathers, as rates and paired ratios; ``TedDataLoader`` with 2 workers against the
+in-process loader. Usage: ``python benchmarks/pixel_bench.py [--write FILE] [--quick]``; the raw
+figures are also saved in the work directory as ``results.json``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """Real-frames section of ``make bench``: pixel batches on real Atari frames, every store side by side.
 
 Data: ``benchmarks/real_frames.py`` (ale-py, a random policy over four games, DQN preprocessing),
-100,000 gray 84x84 frames and 30,000 RGB 84x84x3 frames (quick: a tenth), cached under
-``benchmarks/_work/real_frames``. The noise frames of the pixel and zarr sections never compress
-and never change between steps the way real frames do; they stay there as the compression worst
-case, and this section is the one that says how the stores do on real data.
-
-Per frame kind (gray, RGB), in this process, batch 256 with every key (obs, next obs, action,
-reward, flags):
-
-* rates of the configurations visited in turn (``framestack_bench.run_round``): the lean raw gather
-  (``loader_bench.Raw``: ``np.take`` on the memory-mapped ``.npy`` files, the limit), rlds memmap,
-  rlds zarr on disk (``in_memory=False``), rlds zarr decoded into RAM (``in_memory=True``),
-  TorchRL (``LazyMemmapStorage``, TED keys, filled by ``pixel_bench.torchrl_fill``), cpprb
-  (``ReplayBuffer(next_of="obs")``); slices 8x32 (lean, rlds memmap and zarr, TorchRL
-  ``SliceSampler``) and ``FrameStack(4)`` (rlds memmap and zarr against the raw gather of 4x the
-  frames, ``framestack_bench.Raw``);
-* ratios from calls alternating one by one (``loader_bench.measure_pairs``), medians over rounds;
-* disk bytes of each store (allocated blocks) and the compression ratio against the memmap dataset;
-* the fresh-process and batch-size sweeps: ``fault_bench.worker_batches`` in a fresh child process
-  per configuration (rlds memmap, ``Loader.sample()``), as shipped (buffers reused) against
-  fault_bench's warmed reference (no reuse, glibc thresholds raised: ``fault_bench.WARM_ENV``),
-  first batch apart, sizes 32..8192, rounds interleaved.
-
-Usage::
-
-    python benchmarks/real_bench.py [--write docs/benchmarks.md] [--quick] [--repeats 3]
+100,000 gray 84x84 and 30,000 RGB 84x84x3 frames (quick: a tenth), the real-data counterpart of
+the pixel and zarr sections' generated frames. Per frame kind: rates and paired ratios of the
+lean raw gather, rlds memmap and zarr (on disk and in RAM), TorchRL and cpprb (uniform, slices
+8x32, ``FrameStack(4)``); disk bytes per store; and the fresh-process batch-size sweep
+(``fault_bench``'s worker, as shipped against its warmed reference). Needs ale-py, cpprb and
+torchrl. Usage: ``python benchmarks/real_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
-"""zarr benchmark: random access and conversion, zarr against memmap on the same data.
-
-Data, generated and written with :class:`~rlds_cli.cache.builder.DatasetBuilder` one episode block
-at a time (the same blocks for each backend):
-
-* pixels: ``uint8`` observations of shape (3, 84, 84), episodes of 30-2,000 steps from a fixed
-  seed; each episode has a random background and every frame changes one random 12 x 12 patch of
-  it (so LZ4 finds some redundancy, as in game frames, unlike pure noise);
-* low-dim: 17 float32 observations, 6 float32 actions, 1,000-step episodes.
-
-What is measured, in one process:
-
-* conversion CPU time (``time.process_time`` around the builder's appends and commit, every
-  thread included; the data generation is outside) and files written, memmap against zarr;
-* uniform batches of 256 through ``Loader(ds, 256, in_memory=False).sample`` (every TED key;
-  ``in_memory=False``: read from the files at every batch, not the default ``"auto"``, which loads a
-  zarr dataset that fits the memory budget into RAM), memmap against
-  zarr: the layout written now (64 KiB chunks in 16 MiB shards, read by rlds's own chunk reader),
-  and for the "before" figure the layout written before (512 KiB chunks, one file each) read
-  through zarr's indexing as it was;
-* low-dim: the in-RAM loader (``in_memory=True``) on a zarr dataset against one on memmap, and the
-  zarr load time (opening the loader) against the zarr conversion time.
-
-Cases are visited in turn, a few calls each, so that load from other users hits each alike; a
-round's rate is one over the median call time, and the report gives the median of the rounds.
-Usage: ``python benchmarks/zarr_bench.py [--write docs/benchmarks.md] [--quick]``.
+"""zarr section: zarr against memmap on the same generated data (pixels: ``benchmarks/data.py``'s
+patch frames; low-dim: 17 + 6 float32 columns, 1,000-step episodes), written one block at a time
+with ``DatasetBuilder``: conversion CPU time and files (the builder alone and the whole
+``convert`` of a D4RL file), uniform batches read from the files (``in_memory=False``) with the
+layout and reader now and before (512 KiB chunks, zarr's own indexing), and the low-dim in-RAM
+loader on zarr against memmap with its load time. Usage: ``python benchmarks/zarr_bench.py
+[--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
@@ -69,52 +50,7 @@ _log = _harness.logger("zarr")
 # ----------------------------------------------------------------------------- data
 
 
-def pixel_blocks(steps: int) -> Iterator[Any]:
-    """One StepBlock per episode of generated pixel data (``benchmarks/data.py``; same seed: same
-    blocks every time)."""
-    from rlds_cli.formats.base import StepBlock
-
-    for frames, actions, rewards in bench_data.iter_pixel_episodes(steps):
-        n = len(actions)
-        flags = np.zeros((n, 1), bool)
-        flags[-1] = True
-        yield StepBlock(
-            steps={
-                "action": actions,
-                "next/reward": rewards,
-                "next/terminated": np.zeros((n, 1), bool),
-                "next/truncated": flags,
-            },
-            observations={"observation": frames},
-            ends=np.array([n - 1]),
-        )
-
-
-def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
-    """Blocks of 100 episodes of generated low-dim data."""
-    from rlds_cli.formats.base import StepBlock
-
-    rng = np.random.default_rng(0)
-    done = 0
-    while done < steps:
-        episodes = min(100, -(-(steps - done) // length))
-        n = min(episodes * length, steps - done)
-        ends = np.arange(length - 1, n, length)
-        if len(ends) == 0 or ends[-1] != n - 1:
-            ends = np.append(ends, n - 1)
-        flags = np.zeros((n, 1), bool)
-        flags[ends] = True
-        yield StepBlock(
-            steps={
-                "action": rng.standard_normal((n, 6), np.float32),
-                "next/reward": rng.standard_normal((n, 1), np.float32),
-                "next/terminated": np.zeros((n, 1), bool),
-                "next/truncated": flags,
-            },
-            observations={"observation": rng.standard_normal((n + len(ends), 17), np.float32)},
-            ends=ends,
-        )
-        done += n
+pixel_blocks, lowdim_blocks = bench_data.pixel_blocks, bench_data.lowdim_blocks
 
 
 @contextlib.contextmanager
@@ -135,41 +71,19 @@ def old_layout() -> Iterator[None]:
 
 
 def build(root: Path, name: str, backend: str, blocks: Callable[[], Iterator[Any]]) -> dict[str, Any]:
-    """Write one dataset; returns the CPU seconds of the builder's work and the files written."""
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-
-    cpu = 0.0
-    wall = 0.0
-    # the previous run's copy goes first, untimed: a replacement's clean-up is not conversion work
-    shutil.rmtree(root / "datasets" / name, ignore_errors=True)
-    with DatasetBuilder(name, root=root, backend=backend) as builder:
-        for block in blocks():
-            c, w = time.process_time(), time.perf_counter()
-            builder.append(block)
-            cpu += time.process_time() - c
-            wall += time.perf_counter() - w
-        c, w = time.process_time(), time.perf_counter()
-        builder.commit(source={"generator": "benchmarks/zarr_bench.py"})
-        cpu += time.process_time() - c
-        wall += time.perf_counter() - w
-    ds = open_dataset(name, root)
-    files = [p for p in (ds.directory / "arrays").rglob("*") if p.is_file()]
-    return {"cpu": cpu, "wall": wall, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    """Write one dataset; the CPU seconds of the builder's work and the files written."""
+    return bench_data.build(root, name, blocks(), backend)
 
 
 def convert_d4rl(work: Path, steps: int, repeats: int) -> dict[str, float]:
     """CPU seconds of ``rlds_cli.convert.convert`` of one generated D4RL file (``benchmarks/
     data.py``, the conversion benchmark's data) per backend, the fewest of ``repeats``: the whole
     conversion (HDF5 reads, source hash, checks, digest, writes), not only the builder."""
-    import subprocess
-
     from rlds_cli.convert import convert
 
     source = work / "d4rl.hdf5"
     if not source.exists():
-        cmd = [sys.executable, str(HERE / "data.py"), "d4rl", str(source), "--steps", str(steps)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        _harness.generate("d4rl", source, steps)
     times: dict[str, list[float]] = {"memmap": [], "zarr": [], "zarr-old": []}
     walls: list[float] = []
     for _ in range(repeats):
