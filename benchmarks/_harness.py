@@ -793,6 +793,24 @@ if __name__ == "__main__":  # the child of run_once
     worker_main(*sys.argv[1:3])
 
 
+def read_seconds(
+    reader: Callable[..., Any],
+    src: Path,
+    repeats: int = 2,
+    count: Callable[[Any], int] | None = None,
+    **kw: Any,
+) -> tuple[float, int]:
+    """Best wall seconds of a format reader alone (``reader(src, **kw)``) over ``repeats`` passes of
+    all its blocks, and the rows they held (``count`` of a block, default its steps)."""
+    best, rows = float("inf"), 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with reader(src, **kw) as r:
+            rows = sum(count(b) if count else b.num_steps for b in r.blocks())
+        best = min(best, time.perf_counter() - t)
+    return best, rows
+
+
 _CONVERT_CHILD = """
 import json, sys, time
 from rlds_cli.convert import convert

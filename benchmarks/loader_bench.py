@@ -541,39 +541,24 @@ def render(
         v = ratio(a, b, epoch)
         return "-" if v != v else f"{v:.2f}x{spread(a, b, 2)}"
 
-    rows = [
-        ("uniform, memmap", "rlds-mm", "trl-uniform", "raw-mm", False),
-        ("uniform, memmap, prefetch=2", "rlds-mm-pf", "trl-uniform", "raw-mm", False),
-        ("uniform, RAM unpacked", "rlds-ram-unpacked", "trl-uniform", "raw-ram", False),
-        ("uniform, RAM packed (`in_memory=True`)", "rlds-ram", "trl-uniform", "raw-packed", False),
-        ("uniform, device-resident (CPU)", "rlds-dev", "trl-uniform", "raw-packed", False),
-        ("slice 8x32, memmap", "rlds-slice", "trl-slice", "raw-slice", False),
-        (
-            "slice 8x32, memmap (vs TorchRL cache_values=True)",
-            "rlds-slice",
-            "trl-slice-cached",
-            "raw-slice",
-            False,
-        ),
-        ("slice 8x32, RAM", "rlds-slice-ram", "trl-slice-cached", "raw-slice-ram", False),
-        (
-            "slice 8x32: rlds vs TorchRL `SliceSampler` over rlds's `make_replay_buffer`",
-            "rlds-slice",
-            "trl-compat-slice",
-            "raw-slice",
-            False,
-        ),
-        ("prioritized sample+update, memmap", "rlds-prio", "trl-prio", None, False),
-        (
-            "prioritized sample+update, memmap, numpy kernels (no `fast` extra)",
-            "rlds-prio-np",
-            "trl-prio",
-            None,
-            False,
-        ),
-        ("prioritized sample+update, RAM", "rlds-prio-ram", "trl-prio", None, False),
-        ("epoch over 1M (seconds), memmap", "rlds-epoch", "trl-epoch", "raw-epoch", True),
-        ("epoch over 1M (seconds), RAM", "rlds-epoch-ram", "trl-epoch", "raw-epoch-ram", True),
+    rows = [  # label | rlds case | TorchRL case | lean raw gather case ("-": none) | epoch (seconds)?
+        [cell.strip() for cell in row.split("|")]
+        for row in """
+        uniform, memmap | rlds-mm | trl-uniform | raw-mm |
+        uniform, memmap, prefetch=2 | rlds-mm-pf | trl-uniform | raw-mm |
+        uniform, RAM unpacked | rlds-ram-unpacked | trl-uniform | raw-ram |
+        uniform, RAM packed (`in_memory=True`) | rlds-ram | trl-uniform | raw-packed |
+        uniform, device-resident (CPU) | rlds-dev | trl-uniform | raw-packed |
+        slice 8x32, memmap | rlds-slice | trl-slice | raw-slice |
+        slice 8x32, memmap (vs TorchRL cache_values=True) | rlds-slice | trl-slice-cached | raw-slice |
+        slice 8x32, RAM | rlds-slice-ram | trl-slice-cached | raw-slice-ram |
+        slice 8x32 vs `SliceSampler` on `make_replay_buffer` | rlds-slice | trl-compat-slice | raw-slice |
+        prioritized sample+update, memmap | rlds-prio | trl-prio | - |
+        prioritized sample+update, memmap, numpy kernels (no `fast` extra) | rlds-prio-np | trl-prio | - |
+        prioritized sample+update, RAM | rlds-prio-ram | trl-prio | - |
+        epoch over 1M (seconds), memmap | rlds-epoch | trl-epoch | raw-epoch | epoch
+        epoch over 1M (seconds), RAM | rlds-epoch-ram | trl-epoch | raw-epoch-ram | epoch
+        """.strip().splitlines()
     ]
     lines = [
         *_harness.opening(
@@ -597,7 +582,8 @@ def render(
         "| workload | rlds | TorchRL 0.14.1 | lean raw gather (same layout) | rlds / TorchRL | rlds / raw |",
         "|---|---|---|---|---|---|",
     ]
-    for label, mine, peer, limit, epoch in rows:
+    for label, mine, peer, limit, epoch_mark in rows:
+        epoch, limit = bool(epoch_mark), None if limit == "-" else limit
         if mine not in c:
             continue
         lines.append(
