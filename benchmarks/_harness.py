@@ -177,10 +177,16 @@ class Run:
 
     def info(self, **extra: Any) -> dict[str, Any]:
         """What the report's header says: date, CPU, commit, settings, duration and load."""
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem_kb = int(next((line for line in meminfo if line.startswith("MemTotal:")), "0 0").split()[1])
+        df = subprocess.run(["df", "-T", str(self.work)], capture_output=True, text=True).stdout.splitlines()
         return {
             "date": now(),
             "cpu": cpu_model(),
             "cpus": cpus(),
+            "ram": f"{mem_kb / 2**20:.1f} GiB",
+            "os": f"{platform.system()} {platform.release()}, "
+            f"work dir on {df[-1].split()[1] if df[1:] else '?'}",
             "python": platform.python_version(),
             "commit": commit(),
             "repeats": self.repeats,
@@ -237,8 +243,8 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
 def header(info: dict[str, Any], versions: str) -> list[str]:
     """The two lines under a section's workload paragraph: where, when, with what, under which load."""
     return [
-        f"- Measured {info['date']} on {info['cpu']} ({info['cpus']} CPUs, shared); Python "
-        f"{info['python']}; {versions}.",
+        f"- Measured {info['date']} on {info['cpu']} ({info['cpus']} CPUs, shared), {info['ram']} RAM, "
+        f"{info['os']}; Python {info['python']}; {versions}.",
         f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
         f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
     ]
@@ -749,25 +755,6 @@ def torchrl_config(
     }
     source = bench_data.minari_data_dir(minari_root, DATASET_ID) / "main_data.hdf5"
     return Config(key, label, "torchrl", source, spec, root, cold=cold)
-
-
-def machine_info() -> dict[str, str]:
-    """What the numbers were measured on (the conversion and minari sections' header)."""
-    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else "MemTotal: 0 kB"
-    mem_kb = int(next(line for line in meminfo.splitlines() if line.startswith("MemTotal:")).split()[1])
-    df = subprocess.run(["df", "-T", str(HERE)], capture_output=True, text=True).stdout.splitlines()
-    return {
-        "date": now(),
-        "cpus": f"{len(os.sched_getaffinity(0))} usable ({os.cpu_count()} online), {cpu_model()}",
-        "ram": f"{mem_kb / 2**20:.1f} GiB",
-        "os": f"{platform.system()} {platform.release()}, "
-        f"work dir on {df[-1].split()[1] if len(df) > 1 else '?'}",
-        "python": platform.python_version(),
-        "versions": versions(
-            "rlds-cli", "torch", "torchrl", "tensordict", "minari", "gymnasium", "h5py", "numpy", "zarr"
-        ),
-        "commit": commit(),
-    }
 
 
 def spawn(spec: dict[str, Any], work: Path, log_path: Path | None = None) -> dict[str, Any]:

@@ -47,6 +47,9 @@ TARGET_RATIO = 3.0
 #: Peak RSS at 10x the steps may be at most this factor of the 1x peak to count as flat.
 FLAT_FACTOR = 1.10
 MB = _harness.MB
+VERSIONS = _harness.versions(
+    "rlds-cli", "torch", "torchrl", "tensordict", "minari", "gymnasium", "h5py", "numpy", "zarr"
+)
 
 
 # ----------------------------------------------------------------------------- report
@@ -107,8 +110,7 @@ def render(
         f"{repeats} runs (range in brackets), each run in a fresh process; the timed part excludes "
         "interpreter start and imports (the process column includes them).",
         "",
-        f"- Measured {info['date']} on {info['cpus']}; {info['ram']} RAM; {info['os']}.",
-        f"- Python {info['python']}; {info['versions']}.",
+        *_harness.header(info, info["versions"])[:1],
         f"- rlds commit {info['commit']}.",
         f"- Whole benchmark run (data generation included): {total_seconds / 60:.1f} min.",
         f"- 1-minute load average just before the runs: {min(loads):.1f}-{max(loads):.1f} on "
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     memory = {"memmap": (by_key["rlds-memmap"], big[0]), "zarr": (by_key["rlds-zarr"], big[1])}
 
     section = render(
-        _harness.machine_info(),
+        run.info(versions=VERSIONS),
         {"main": n_main, "big": n_big},
         speed,
         memory,

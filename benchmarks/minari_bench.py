@@ -107,16 +107,20 @@ def measure(run: _harness.Run, log: Any) -> str:
                 log(f"  [{rep + 1}/{repeats}] {kind}: {r['seconds']:.3f} s, peak {r['peak_rss_mb']:.0f} MB")
     finally:
         shutil.rmtree(minari_root, ignore_errors=True)
-    return render(runs, steps, repeats=repeats, total=run.info()["minutes"] * 60)
+    info = run.info(
+        versions=_harness.versions("rlds-cli", "torch", "torchrl", "tensordict", "minari", "h5py")
+    )
+    return render(runs, steps, repeats=repeats, total=info["minutes"] * 60, info=info)
 
 
 def _median(rs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
 
-def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float) -> str:
+def render(
+    runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float, info: dict[str, Any]
+) -> str:
     """The Markdown section."""
-    info = _harness.machine_info()
     trl, rl = runs["torchrl"], runs["rlds"]
     ratio = _median(trl, "seconds") / _median(rl, "seconds")
     wall_ratio = _median(trl, "wall") / _median(rl, "wall")
@@ -143,8 +147,7 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
         f"Median of {repeats} runs per side, interleaved, each in a fresh process; the timed part excludes "
         "interpreter start and imports (the process column includes them).",
         "",
-        f"- Measured {info['date']} on {info['cpus']}; {info['ram']} RAM; {info['os']}.",
-        f"- Python {info['python']}; {info['versions']}.",
+        *_harness.header(info, info["versions"])[:1],
         f"- rlds commit {info['commit']}. Whole run (data generation included): {total / 60:.1f} min.",
         "",
         *_harness.table(

@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.need_disk(7.5 * bench.steps * 3 * 84 * 84)
     try:
         results = run(bench)
-        info = bench.info(ram=_harness.machine_info()["ram"])
+        info = bench.info()
         save(results, info, bench.work / "results.json")
         section = render(results, info)
     finally:
