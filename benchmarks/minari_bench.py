@@ -7,7 +7,6 @@ untimed. Usage: ``python benchmarks/minari_bench.py [--write FILE] [--quick]``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import sys
@@ -75,42 +74,28 @@ WORKERS = {
 # ----------------------------------------------------------------------------- parent side
 
 
-def _run_once(kind: str, spec: dict[str, Any], source: Path, output: Path, work: Path) -> dict[str, Any]:
-    """One side once, in a fresh process (``_harness.spawn``), its source in the page cache."""
-    shutil.rmtree(output, ignore_errors=True)
-    os.sync()
-    _harness.warm(source)
-    cached = _harness.page_cache_fraction(source)
-    result = _harness.spawn(
-        {**spec, "module": "minari_bench", "kind": kind}, work, work / f"minari-{kind}.log"
-    )
-    result.update(cached=cached, disk=_harness.disk_usage(output))
-    shutil.rmtree(output, ignore_errors=True)
-    return result
-
-
 def measure(run: _harness.Run, log: Any) -> str:
-    """Generate the dataset, run both sides interleaved, and return the Markdown section."""
-    steps, repeats, work = (100_000 if run.quick else 1_000_000), run.repeats, run.work
+    """Generate the dataset, run both sides interleaved (``_harness.run_configs``: each run a fresh
+    process, the source in the page cache), and return the Markdown section."""
+    steps, work = (100_000 if run.quick else 1_000_000), run.work
     minari_root = _harness.generate("minari", work / "minari-bench", steps, DATASET_ID)
     source = minari_root / DATASET_ID / "data" / "main_data.hdf5"
-    specs = {
-        "torchrl": {"minari_root": str(minari_root), "dataset_id": DATASET_ID, "root": str(work / "out-trl")},
-        "rlds": {"minari_root": str(minari_root), "root": str(work / "out-rlds")},
-    }
-    runs: dict[str, list[dict[str, Any]]] = {"torchrl": [], "rlds": []}
+    spec = {"module": "minari_bench", "minari_root": str(minari_root), "dataset_id": DATASET_ID}
+    configs = [
+        _harness.Config(
+            kind, kind, kind, source, {**spec, "kind": kind, "root": str(work / kind)}, work / kind
+        )
+        for kind in ("torchrl", "rlds")
+    ]
     try:
-        for rep in range(repeats):
-            for kind, spec in specs.items():
-                r = _run_once(kind, spec, source, Path(spec["root"]), work)
-                runs[kind].append(r)
-                log(f"  [{rep + 1}/{repeats}] {kind}: {r['seconds']:.3f} s, peak {r['peak_rss_mb']:.0f} MB")
+        _harness.run_configs(configs, run.repeats, work, log)
     finally:
         shutil.rmtree(minari_root, ignore_errors=True)
     info = run.info(
         versions=_harness.versions("rlds-cli", "torch", "torchrl", "tensordict", "minari", "h5py")
     )
-    return render(runs, steps, repeats=repeats, total=info["minutes"] * 60, info=info)
+    runs = {c.key: [{**r, "disk": c.disk} for r in c.runs] for c in configs}
+    return render(runs, steps, repeats=run.repeats, total=info["minutes"] * 60, info=info)
 
 
 def _median(rs: list[dict[str, Any]], key: str) -> float:
