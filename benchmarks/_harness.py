@@ -240,6 +240,22 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
 # ----------------------------------------------------------------------------- report pieces
 
 
+def save_json(path: Path, figures: Any) -> None:
+    """The raw figures as JSON: measured objects (cases, configurations) as their data fields,
+    pair keys as ``a / b``."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {" / ".join(k) if isinstance(k, tuple) else str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        if hasattr(x, "__dict__"):
+            return {k: plain(v) for k, v in vars(x).items() if not k.startswith("_") and not callable(v)}
+        return x if isinstance(x, int | float | str | bool | None) else str(x)
+
+    path.write_text(json.dumps(plain(figures), indent=1))
+
+
 def header(info: dict[str, Any], versions: str) -> list[str]:
     """The two lines under a section's workload paragraph: where, when, with what, under which load."""
     return [

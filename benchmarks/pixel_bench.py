@@ -13,7 +13,6 @@ figures are also saved in the work directory as ``results.json``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -524,22 +523,14 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
             f"| {ratio_trl} | {paired_text(mine, ref) if ref and (mine, ref) in pairs else '-'} | {target} |"
         )
 
-    row("uniform, memmap", "rlds-mm", "trl-uniform", "raw-mm", ">= 0.9x raw, >= 5x TorchRL")
-    row("slice 8x32, memmap", "rlds-slice", "trl-slice", "raw-slice", ">= 0.9x raw, >= 10x TorchRL")
-    row(
-        "`FrameStack(4)`, memmap (TorchRL: `CatFrames(N=4)`)",
-        "rlds-fs",
-        "catframes",
-        "raw-4x",
-        ">= 0.5x raw 4x",
-    )
-    row(
-        "zarr uniform, from the files (reference: rlds on memmap)",
-        "rlds-zarr",
-        None,
-        "rlds-mm",
-        ">= 0.25x memmap",
-    )
+    for line in """
+        uniform, memmap | rlds-mm | trl-uniform | raw-mm | >= 0.9x raw, >= 5x TorchRL
+        slice 8x32, memmap | rlds-slice | trl-slice | raw-slice | >= 0.9x raw, >= 10x TorchRL
+        `FrameStack(4)`, memmap (TorchRL: `CatFrames(N=4)`) | rlds-fs | catframes | raw-4x | >= 0.5x raw 4x
+        zarr uniform, from the files (reference: rlds on memmap) | rlds-zarr | - | rlds-mm | >= 0.25x memmap
+        """.strip().splitlines():
+        label, mine, peer, ref, target = (cell.strip() for cell in line.split("|"))
+        row(label, mine, None if peer == "-" else peer, ref, target)
     auto = c["rlds-zarr-auto"]
     lines.append(
         f"| zarr uniform, default `in_memory='auto'` "
@@ -622,20 +613,16 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         f"{info['seconds']:g} s each a round; a round's rate is one over its median call time. TorchRL "
         "`CatFrames` (seconds a batch) gets one timed call a round, after the others' visits.",
         _harness.PAIRED_NOTE.format(seconds=info["seconds"]),
-        "- Lean raw gather: `loader_bench.Raw` (`np.take` per key with one index vector on plain "
-        "ndarray views of the cache's files, or plain arrays in RAM, the same keys as rlds, then "
-        "`torch.from_numpy`); for stacks, `framestack_bench.Raw`: one `np.take` of the `256 x 4` "
-        "frames of the observation stacks (no next observation, no other key), so about 0.8x is the "
-        "stacked loader's ceiling.",
+        "- Lean raw gather: the sampling section's (`loader_bench.Raw`); for stacks, the frame-stack "
+        "section's (`framestack_bench.Raw`: the `256 x 4` frames of the observation stacks alone, so "
+        "about 0.8x is the stacked loader's ceiling).",
         "- TorchRL `CatFrames`: `CatFrames(N=4, dim=-3).make_rb_transform_and_sampler(256, "
         "traj_key='episode', cache_values=True)`: it samples 256 slices of 4 steps inside an episode "
         "(so never the first 3 steps of one, where rlds pads), gathers every key of the 1,024 steps, "
         "concatenates the frames and keeps the last step of each slice; its output was checked "
         "against the frames. Its `next/observation` path builds full-size masks with `cumsum` and "
         "`flip` over the stacked frames, which is where its seconds go.",
-        "- DataLoader: `dataloader_bench`'s method (fork, persistent workers, `prefetch_factor=2`; "
-        f"{dataloader_bench.SETTLE} untimed then {dataloader_bench.TIMED} timed `next(...)` a visit, a "
-        "visit's rate is its calls over their time), measured before the in-RAM copies are made.",
+        "- DataLoader: the DataLoader section's method, measured before the in-RAM copies are made.",
         "- The frame-stack and DataLoader sections below keep the before/after figures of those two "
         "changes (the old `FrameStack`, torch's own batch transfer); `make bench` re-measures both "
         "paths here and runs those sections only when asked: `.venv-bench/bin/python "
@@ -668,26 +655,6 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     return "\n".join(lines[:-1] + closing[:-2] + [*raw, "```", "", *closing[-2:]])
 
 
-def save(r: dict[str, Any], info: dict[str, Any], path: Path) -> None:
-    """The raw figures as JSON (kept in the work directory)."""
-    data = {
-        "info": info,
-        "dataset": r["dataset"],
-        "source_bytes": r["source_bytes"],
-        "loads": r["loads"],
-        "rates": {x.key: x.rates for x in r["sampling"]},
-        "faults": {x.key: x.faults for x in r["sampling"]},
-        "slow_seconds": r["slow"],
-        "dataloader": {x.key: x.rates for x in r["dataloader"]},
-        "zarr_auto_load": r["zarr_auto_load"],
-        "profile": r["profile"],
-        "zarr_auto_in_memory": r["zarr_auto_in_memory"],
-        "pairs": {f"{a} / {b}": v for (a, b), v in r["pairs"].items()},
-        "conversion": {x.key: {"runs": x.runs, "disk": x.disk} for x in r["conversion"]},
-    }
-    path.write_text(json.dumps(data, indent=1))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the section and print (and optionally write) its Markdown."""
     p = _harness.parser(
@@ -703,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = run(bench)
         info = bench.info()
-        save(results, info, bench.work / "results.json")
+        _harness.save_json(bench.work / "results.json", {"info": info, **results})
         section = render(results, info)
     finally:
         bench.remove(*(path for path in bench.work.iterdir() if path.name != "results.json"))

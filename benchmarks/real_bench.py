@@ -11,7 +11,6 @@ torchrl. Usage: ``python benchmarks/real_bench.py [--write FILE] [--quick]``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -340,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = _harness.start(args)
     results = {mode: run_mode(bench, mode) for mode in args.modes}
     info = bench.info()
-    (bench.work / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    _harness.save_json(bench.work / "results.json", results)
     bench.publish(SECTION, render(results, info), _log)
     for mode in args.modes:
         bench.remove(bench.work / mode)
