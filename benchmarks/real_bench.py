@@ -11,7 +11,6 @@ torchrl. Usage: ``python benchmarks/real_bench.py [--write FILE] [--quick]``.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -142,50 +141,13 @@ def sweep(
     work: Path,
     quick: bool,
 ) -> list[dict[str, Any]]:
-    """Fresh-process batches per size: as shipped (``reuse``) and with the allocator warmed."""
-    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
-    frames = 20_000 if quick else 200_000
-    # warmed as fault_bench defines it: no buffer reuse, glibc keeping freed batches for reuse
+    """Fresh-process batches per size: as shipped (buffers reused) and warmed as fault_bench
+    defines it (no buffer reuse, glibc keeping freed batches for reuse)."""
     modes = {"shipped": (True, {}), "warmed": (False, fault_bench.WARM_ENV)}
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for rep in range(repeats):
-        for size in sizes:
-            for m, (reuse, env) in modes.items():
-                spec = {
-                    "module": "fault_bench",
-                    "kind": "batches",
-                    "key": f"{mode}-{m}-{size}",
-                    "source": str(dataset_file),
-                    "root": str(root),
-                    "name": "bench",
-                    "batch": size,
-                    "frame": list(frame),
-                    "batches": max(12, min(200, frames // size)),
-                    "reuse": reuse,
-                }
-                r = fault_bench.run_child(spec, env, work)
-                runs.setdefault((m, size), []).append(r)
-                steady = statistics.median(r["times"][2:])
-                first, per_frame = r["times"][0] * 1e3, steady / size * 1e9
-                _log(
-                    f"  [{rep + 1}/{repeats}] {mode} {m} {size}: {per_frame:,.0f} ns/f, first {first:.2f} ms"
-                )
-    out = []
-    for size in sizes:
-        row: dict[str, Any] = {"batch": size}
-        for m in modes:
-            rs = runs[(m, size)]
-            row[m] = statistics.median(statistics.median(r["times"][2:]) for r in rs)
-            row[f"{m}_first"] = statistics.median(r["times"][0] for r in rs)
-            row[f"{m}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in rs)
-            # per round, shipped over warmed steady time, so each ratio is from one round's pair
-        row["ratios"] = [
-            statistics.median(w["times"][2:]) / statistics.median(s["times"][2:])
-            for s, w in zip(runs[("shipped", size)], runs[("warmed", size)], strict=True)
-        ]
-        out.append(row)
-    return out
+    frames = 20_000 if quick else 200_000
+    return fault_bench.sweep(
+        root, list(sizes), modes, repeats, frames, work, _log, name="bench", frame=list(frame)
+    )
 
 
 def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
@@ -315,7 +277,7 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
             lines.append(
                 f"| {b:,} | {row['shipped'] / b * 1e9:,.0f} | {row['warmed'] / b * 1e9:,.0f} | "
                 f"{row['shipped_first'] * 1e3:.2f} / {row['warmed_first'] * 1e3:.2f} | "
-                f"{row['shipped_faults']:.0f} | {_ratio(row['ratios'])} |"
+                f"{row['shipped_faults']:.0f} | {_ratio(row['shipped_ratios'])} |"
             )
         lines.append("")
     lines.append(_harness.bench_doc.markers(SECTION)[1])
