@@ -1,25 +1,11 @@
-"""Side-by-side conversion benchmark: rlds (D4RL file -> cache) vs TorchRL (Minari -> TED cache).
+"""Conversion section: rlds (D4RL file -> cache) vs TorchRL (Minari -> TED cache).
 
-What it measures, in one run on one machine:
-
-* time to convert a 1,000,000-step D4RL file (obs 17 float32, action 6 float32, 1000-step
-  episodes) with ``rlds_cli.convert.convert`` (memmap and zarr backends, fsync on: the default),
-  and time for TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)`` to build
-  its TED cache from a Minari dataset holding the same episodes; their ratio;
-* peak RSS of the rlds conversion at 1e6 and 1e7 steps (is memory flat as the file grows?);
-* disk bytes of each cache.
-
-Every measured operation runs in a fresh Python process (``benchmarks/_harness.py``), so
-imports, allocator state and peak RSS belong to that operation alone. Peak RSS is the child's
-``VmHWM`` (its own address space); its ``ru_maxrss`` from ``wait4`` is logged as a cross-check
-but can read high, because Linux starts a spawned child's ``ru_maxrss`` at its parent's RSS
-(so this driver keeps no data in memory: it generates the files in child processes too).
-Repeats are interleaved (all configurations, then all again) so drift on a shared machine hits
-every configuration alike; medians are reported. Before each run the parent deletes
-the previous output, calls ``sync()`` (so no earlier write-back overlaps the run) and records
-how much of the source file is in the page cache (``mincore``). "Warm" runs read a source that is
-in the page cache; "cold" runs evict the source first with ``posix_fadvise(DONTNEED)`` (the only
-cache drop possible without root; the hypervisor may still cache the disk).
+Measured: the time to convert a 1,000,000-step D4RL file (obs 17 float32, action 6 float32,
+1000-step episodes) with ``rlds_cli.convert.convert`` (memmap and zarr backends, fsync on: the
+default) against TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)`` building
+its TED cache from a Minari dataset of the same episodes, warm and cold source; the peak RSS of
+the rlds conversion at 1e6 and 1e7 steps (is memory flat as the file grows?); the disk bytes of
+each cache. Every run in a fresh process, configurations interleaved (``_child_runs``).
 
 Usage: ``python benchmarks/conversion_bench.py [--write docs/benchmarks.md] [--quick]``.
 """

@@ -36,7 +36,7 @@ def measure(cases: list[Case], repeats: int, seconds: float) -> None:
     prefetched batches drained) then ``TIMED`` timed ones a visit. A visit's rate is its timed
     calls over their total time (not one over the median call: with workers, a call that finds a
     batch ready returns at once, so only the total is a throughput); a round's, the median visit's."""
-    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, timed=TIMED, per_visit=True)
+    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, calls=TIMED, per_visit=True)
 
 
 def _dataloader(ds: Any, workers: int, ring_slots: int | None) -> Any:

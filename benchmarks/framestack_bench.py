@@ -130,7 +130,7 @@ def run_round(cases: list[_harness.Case], seconds: float) -> None:
     """One round of this section's way (and the pixel and real sections'): the cases visited in
     turn, ``SETTLE`` untimed then ``TIMED`` timed calls a visit; a round's rate is one over its
     median call time."""
-    _harness.run_round(cases, seconds, settle=SETTLE, timed=TIMED)
+    _harness.run_round(cases, seconds, settle=SETTLE, calls=TIMED)
 
 
 def build_cases(ds: Any) -> list[_harness.Case]:
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_same(ds)
         cases = build_cases(ds)
-        _harness.rounds(cases, run.repeats, run.seconds, _log, settle=SETTLE, timed=TIMED)
+        _harness.rounds(cases, run.repeats, run.seconds, _log, settle=SETTLE, calls=TIMED)
         section = render(ds, cases, run.info())
     finally:
         run.remove(run.work / "root")

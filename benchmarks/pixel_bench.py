@@ -318,7 +318,7 @@ def time_slow(fn: Any, calls: int) -> list[float]:
 
 def run(bench: _harness.Run) -> dict[str, Any]:
     """Generate, convert, sample; the figures for :func:`render`."""
-    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
+    from torchrl.data import LazyTensorStorage, RandomSampler
 
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
@@ -354,15 +354,10 @@ def run(bench: _harness.Run) -> dict[str, Any]:
 
     t = time.perf_counter()
     n = mm.num_steps
-    trl_mm = torchrl_fill(source, LazyMemmapStorage(n, scratch_dir=work / "torchrl-mm"))
-    trl_ram = torchrl_fill(source, LazyTensorStorage(n))
-    storage = trl_mm._storage
-    for path in (work / "torchrl-mm").rglob("*.memmap"):
-        _harness.warm(path)
-    rbs = {
-        "uniform": trl_mm,
-        "slice": _buffer(storage, SliceSampler(num_slices=NUM_SLICES, traj_key="episode", cache_values=True)),
-        "ram": _buffer(trl_ram._storage, RandomSampler()),
+    rbs = torchrl_buffers(source, n, work / "torchrl-mm")
+    storage = rbs["uniform"]._storage
+    rbs |= {
+        "ram": _buffer(torchrl_fill(source, LazyTensorStorage(n))._storage, RandomSampler()),
         "catframes": catframes_buffer(storage),
         "catframes-obs": catframes_buffer(storage, next_too=False),
     }
@@ -397,6 +392,19 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     out["sampling"] = cases
     out["slow"] = slow
     return out
+
+
+def torchrl_buffers(source: Path, n: int, scratch: Path) -> dict[str, Any]:
+    """TorchRL's buffers over one ``LazyMemmapStorage`` filled from ``source`` (its files read
+    once): ``uniform`` (``RandomSampler``) and ``slice`` (``SliceSampler(cache_values=True)``)."""
+    from torchrl.data import LazyMemmapStorage, SliceSampler
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    rb = torchrl_fill(source, LazyMemmapStorage(n, scratch_dir=scratch))
+    for path in scratch.rglob("*.memmap"):
+        _harness.warm(path)
+    slices = SliceSampler(num_slices=NUM_SLICES, traj_key="episode", cache_values=True)
+    return {"uniform": rb, "slice": _buffer(rb._storage, slices)}
 
 
 def _buffer(storage: Any, sampler: Any) -> Any:

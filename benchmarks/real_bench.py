@@ -152,7 +152,6 @@ def sweep(
 
 def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     """Generate (or reuse), convert, fill the peers, measure one frame kind."""
-    from torchrl.data import LazyMemmapStorage, SliceSampler
 
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.convert import convert
@@ -173,14 +172,9 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     frame, out["frame_bytes"] = tuple(first.shape), int(first.nbytes)
     for ds in (mm, zr):
         _harness.warm_dataset(ds)
-    bench.remove(work / "torchrl")
-    trl = pixel_bench.torchrl_fill(source, LazyMemmapStorage(steps, scratch_dir=work / "torchrl"))
-    for path in (work / "torchrl").rglob("*.memmap"):
-        _harness.warm(path)
+    rbs = pixel_bench.torchrl_buffers(source, steps, work / "torchrl")
+    trl, trl_slice = rbs["uniform"], rbs["slice"]
     out["disk"]["TorchRL LazyMemmapStorage"] = _harness.disk_usage(work / "torchrl")["allocated"]
-    trl_slice = pixel_bench._buffer(
-        trl._storage, SliceSampler(num_slices=loader_bench.NUM_SLICES, traj_key="episode", cache_values=True)
-    )
     cpprb = cpprb_fill(source)
     out["disk"]["cpprb (RAM: one frame a step)"] = steps * out["frame_bytes"]
     out["disk"]["source HDF5 (obs + next obs)"] = source.stat().st_size
@@ -192,7 +186,7 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
         bench.seconds,
         _log,
         settle=framestack_bench.SETTLE,
-        timed=framestack_bench.TIMED,
+        calls=framestack_bench.TIMED,
     )
     pairs = _harness.measure_pairs({c.key: c for c in cases}, PAIRS, bench.repeats, bench.seconds, _log)
     out["rates"] = {c.key: (c.label, c.rates) for c in cases}

@@ -109,7 +109,7 @@ Case = _harness.Case
 
 def run_rounds(cases: list[Case], repeats: int, seconds: float) -> None:
     """``repeats`` rounds; in each, the cases are visited in turn until each had ``seconds``."""
-    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, timed=TIMED, budget=True)
+    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, calls=TIMED, budget=True)
 
 
 # ----------------------------------------------------------------------------- the run
