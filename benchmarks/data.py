@@ -41,6 +41,7 @@ Run as a script to write a file by hand::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shutil
@@ -135,6 +136,28 @@ def iter_chunks(
         yield EpisodeChunk(first, lens, obs, actions, rewards)
 
 
+@contextlib.contextmanager
+def d4rl_file(path: str | Path, n_steps: int, obs: tuple[Any, ...], act: tuple[Any, ...]) -> Iterator[Any]:
+    """An HDF5 file in the D4RL layout being written: root datasets ``observations`` and
+    ``next_observations`` (``obs``: shape then dtype of a row), ``actions`` (``act``: the same),
+    ``rewards`` float32, ``terminals`` and ``timeouts`` bool, ``n_steps`` rows each, contiguous and
+    uncompressed, for the caller to fill; written as ``.partial`` and renamed once complete."""
+    import h5py
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        for key, (shape, dtype) in [("observations", (obs[:-1], obs[-1])), ("actions", (act[:-1], act[-1]))]:
+            f.create_dataset(key, (n_steps, *shape), dtype)
+        for key, dtype in [("rewards", np.float32), ("terminals", np.bool_), ("timeouts", np.bool_)]:
+            f.create_dataset(key, (n_steps,), dtype)
+        f.create_dataset("next_observations", (n_steps, *obs[:-1]), obs[-1])
+        yield f
+    tmp.replace(path)
+
+
 def write_d4rl(
     path: str | Path,
     n_steps: int,
@@ -149,19 +172,11 @@ def write_d4rl(
     Returns:
         The path written.
     """
-    import h5py
     import numpy as np
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs_ds = f.create_dataset("observations", (n_steps, obs_dim), np.float32)
-        act_ds = f.create_dataset("actions", (n_steps, act_dim), np.float32)
-        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
-        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
-        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
-        next_ds = f.create_dataset("next_observations", (n_steps, obs_dim), np.float32)
+    with d4rl_file(path, n_steps, (obs_dim, np.float32), (act_dim, np.float32)) as f:
+        obs_ds, act_ds, rew_ds = f["observations"], f["actions"], f["rewards"]
+        term_ds, tout_ds, next_ds = f["terminals"], f["timeouts"], f["next_observations"]
         row = 0
         for chunk in iter_chunks(
             n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed
@@ -181,8 +196,7 @@ def write_d4rl(
             term_ds[row : row + n] = False
             tout_ds[row : row + n] = timeouts
             row += n
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def iter_pixel_episodes(
@@ -322,19 +336,11 @@ def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
     Returns:
         The path written.
     """
-    import h5py
     import numpy as np
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs_ds = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
-        next_ds = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
-        act_ds = f.create_dataset("actions", (n_steps, 1), np.int64)
-        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
-        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
-        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
+    with d4rl_file(path, n_steps, (*FRAME, np.uint8), (1, np.int64)) as f:
+        obs_ds, next_ds, act_ds = f["observations"], f["next_observations"], f["actions"]
+        rew_ds, term_ds, tout_ds = f["rewards"], f["terminals"], f["timeouts"]
         row = 0
         for frames, actions, rewards in iter_pixel_episodes(n_steps, seed=seed):
             n = len(actions)
@@ -348,8 +354,7 @@ def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
             timeouts[-1] = True
             tout_ds[rows] = timeouts
             row += n
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:

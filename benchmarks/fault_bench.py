@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402
+import data as bench_data  # noqa: E402  (benchmarks/data.py: the D4RL file layout)
 
 SIZES = (32, 128, 256, 1024, 2048, 4096, 8192)
 WARM_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
@@ -54,22 +55,16 @@ FRAME = (84, 84)
 def write_gray_d4rl(path: Path, n_steps: int, episode_len: int = 1000, seed: int = 0) -> Path:
     """A D4RL-format file of smooth gray 84x84 uint8 frames (``observations`` and
     ``next_observations``), one action and reward per step, episodes ending by time limit."""
-    import h5py
-
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0 : FRAME[0], 0 : FRAME[1]].astype(np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
-        nxt = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
-        f["actions"] = rng.integers(0, 18, (n_steps, 1)).astype(np.int64)
-        f["rewards"] = rng.standard_normal(n_steps).astype(np.float32)
-        f["terminals"] = np.zeros(n_steps, bool)
+    with bench_data.d4rl_file(path, n_steps, (*FRAME, np.uint8), (1, np.int64)) as f:
+        obs, nxt = f["observations"], f["next_observations"]
+        f["actions"][:] = rng.integers(0, 18, (n_steps, 1)).astype(np.int64)
+        f["rewards"][:] = rng.standard_normal(n_steps).astype(np.float32)
         timeouts = np.zeros(n_steps, bool)
         timeouts[episode_len - 1 :: episode_len] = True
         timeouts[-1] = True
-        f["timeouts"] = timeouts
+        f["timeouts"][:] = timeouts
         for start in range(0, n_steps, episode_len):
             n = min(episode_len, n_steps - start)
             t = np.arange(n + 1, dtype=np.float32)[:, None, None]
@@ -79,7 +74,6 @@ def write_gray_d4rl(path: Path, n_steps: int, episode_len: int = 1000, seed: int
                 frames[i, y : y + 12, x : x + 12] = 255
             obs[start : start + n] = frames[:-1]
             nxt[start : start + n] = frames[1:]
-    tmp.replace(path)
     return path
 
 

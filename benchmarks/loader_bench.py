@@ -688,59 +688,44 @@ def render(
         "",
         "- Sampling cost (the samplers alone, no data) the same at every size (largest/smallest >= 0.7): "
         f"uniform {change['idx-uniform']:.2f}, slice {change['idx-slice']:.2f}: "
-        f"{_harness.verdict(samplers_flat)}. "
-        "Their index generation is O(batch): a draw per index, a `searchsorted` over per-episode window "
-        f"counts for slices. Prioritized {change['idx-prio']:.2f}: "
-        f"{_harness.verdict(change['idx-prio'] >= 0.7)}. Its work per batch grows only with the tree's depth "
-        "(log32 N levels: 2 at 10^5 and 10^6 steps, 3 at 10^7), but the tree holds a priority per step "
-        "(8 bytes; 80 MB at 10^7 steps), and each draw and update reads a random 256-byte row of it: "
-        "at 10^5 steps the whole tree sits in the CPU caches, at 10^7 every row is a cache miss, the "
-        "same cost any replay buffer's sum tree pays (TorchRL's included) and the same effect as the "
-        "data rows below.",
-        f"- Whole batches (indices and data) the same at every size: {_harness.verdict(batches_flat)} "
-        f"(uniform memmap {change['uniform-mm']:.2f}, uniform RAM {change['uniform-ram']:.2f}, slice "
-        f"{change['slice-mm']:.2f}, prioritized {change['prio-mm']:.2f}). Raw numpy on the same arrays "
-        f"loses as much ({change['raw-mm']:.2f} on memmap, {change['raw-packed']:.2f} in RAM): random rows "
-        "of a 10^5-step dataset (7 MB of observations) stay in the CPU caches, those of 10^7 steps (680 "
-        "MB) miss the caches and the TLB on nearly every row, whatever reads them. The loader's share of "
-        "raw numpy falls by at most 15% from the smallest size to the largest: "
+        f"{_harness.verdict(samplers_flat)} "
+        "(O(batch): a draw per index, a `searchsorted` over per-episode window counts for slices). "
+        f"Prioritized {change['idx-prio']:.2f}: {_harness.verdict(change['idx-prio'] >= 0.7)}: its work "
+        "grows only with the tree's depth (log32 N), but each draw and update reads a random row of a "
+        "tree holding 8 bytes a step (80 MB at 10^7 steps): in the CPU caches at 10^5 steps, a cache "
+        "miss a row at 10^7, as for any sum tree (TorchRL's included) and for the data rows below.",
+        f"- Whole batches the same at every size: {_harness.verdict(batches_flat)} (uniform memmap "
+        f"{change['uniform-mm']:.2f}, uniform RAM {change['uniform-ram']:.2f}, slice "
+        f"{change['slice-mm']:.2f}, "
+        f"prioritized {change['prio-mm']:.2f}). Raw numpy on the same arrays loses as much "
+        f"({change['raw-mm']:.2f} on memmap, {change['raw-packed']:.2f} in RAM): random rows of 10^5 "
+        "steps (7 MB) stay in the CPU caches, those of 10^7 steps (680 MB) miss the caches and the TLB. The "
+        "loader's share of raw numpy falls by at most 15% from the smallest size to the largest: "
         f"{_harness.verdict(tracks_raw)}.",
         "",
     ]
     notes = [
-        "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap backend); the "
-        "TorchRL buffers are filled with the same transitions (`rb.extend` of the full TED TensorDict "
-        "into `LazyMemmapStorage`). All files are read once before timing (page cache warm).",
-        "- rlds: `Loader(ds, 256, sampler=..., in_memory=...)`, `loader.sample()`; prioritized: "
-        "`loader.sample()` then `loader.update_priority(batch['index'], new)`; epoch: `for b in loader` "
-        "(one epoch, 3,907 batches). TorchRL: `rb.sample()`, `rb.update_priority(td['index'], new)`, "
-        "`for td in rb` with `SamplerWithoutReplacement`"
+        "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap); TorchRL's "
+        "buffers hold the same transitions (`rb.extend` of the full TED TensorDict into "
+        "`LazyMemmapStorage`). Every file is read once before timing.",
+        "- rlds: `Loader(ds, 256, sampler=..., in_memory=...).sample()`; prioritized: then "
+        "`loader.update_priority(batch['index'], new)`; epoch: `for b in loader` (3,907 batches). "
+        "TorchRL: `rb.sample()`, `rb.update_priority(td['index'], new)`, `for td in rb` with "
+        "`SamplerWithoutReplacement`"
         + (
-            "; its prioritized sampler runs on the C++ extension rebuilt against torch 2.13 "
-            "(`--build-extension`)."
+            "; its prioritized sampler on the C++ extension rebuilt against torch 2.13."
             if info["prioritized"]
-            else "; its prioritized sampler did not run in this run (its prebuilt C++ extension does not "
-            "load against torch 2.13, and `--no-build-extension` kept it from being rebuilt into the "
-            "environment)."
+            else "; its prioritized sampler did not run (its prebuilt C++ extension does not load "
+            "against torch 2.13, and `--no-build-extension` kept it from being rebuilt)."
         ),
-        f"- torch intra-op threads: {info['threads']} for every configuration (`torch.set_num_threads`); "
-        "with torch's default of 2 threads on these 2 shared cores, TorchRL's per-batch ops spent most "
-        "of their time synchronizing threads (41-396 batches/s for `RandomSampler` in a trial run), "
-        "which would flatter rlds.",
-        "- Rates: 10 warm-up calls, then calls for about "
-        f"{info['seconds']} s in {WINDOWS} windows, the run's rate being its fastest window's (this "
-        "machine is shared with other jobs: the least disturbed window is the closest to the code's "
-        "cost); each configuration runs once per round, "
-        f"{info['repeats']} rounds; the table gives the median round and the range of the rounds.",
-        "- Ratios marked *paired* (and the goals built on them) are measured pairwise: the two "
-        "configurations' calls alternate one by one for about "
-        f"{2 * info['seconds']} s and the ratio is that of their median call times, so both see the "
-        "same moments of the shared machine; median of the rounds, range in brackets. Rates measured "
-        "minutes apart on this machine differ by up to 2x, which separate medians cannot average out. "
-        "The ratios to the lean raw gather (two gathers of the same footprint) are the paired ones. The "
-        "ratios to TorchRL are those of the rates, as in earlier runs, with the paired ratio beside "
-        "them: alternating with TorchRL's calls, which allocate and touch far more memory per batch, "
-        "slows the rlds calls that follow them, so the paired ratios to TorchRL come out lower.",
+        f"- torch intra-op threads: {info['threads']} for every configuration (see `_harness.start`).",
+        f"- Rates: 10 warm-up calls, then calls for about {info['seconds']} s in {WINDOWS} windows, the "
+        "run's rate its fastest window's (the least disturbed stretch of this shared machine); "
+        f"{info['repeats']} rounds, each configuration once a round; median round (range).",
+        _harness.PAIRED_NOTE.format(seconds=2 * info["seconds"])
+        + " Alternating with TorchRL's calls, which touch far more memory a batch, slows the rlds calls "
+        "after them, so the paired ratios to TorchRL come out lower; those to the lean raw gather (the "
+        "same footprint) are the ones the goals use.",
     ]
     return "\n".join(lines[:-1] + _harness.closing(SECTION, info["command"], notes))
 
