@@ -10,9 +10,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness
 

@@ -16,18 +16,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (command line, run settings; measured runs in child processes)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import data as bench_data  # noqa: E402  (benchmarks/data.py)
-from _harness import DATASET_ID, Config, hwm_mb, rlds_config, run_configs, torchrl_config  # noqa: E402
+import _harness
+import data as bench_data
+from _harness import DATASET_ID, Config, hwm_mb, rlds_config, run_configs, torchrl_config
 
 SECTION = "conversion"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 #: rlds must convert in at most this fraction of TorchRL's cache-build time.
 TARGET_RATIO = 3.0
 #: Peak RSS at 10x the steps may be at most this factor of the 1x peak to count as flat.
@@ -81,10 +75,8 @@ def render(
     by_key = {c.key: c for c in speed}
     trl = by_key["torchrl"]
     n_main, n_big = sizes["main"], sizes["big"]
-    lines: list[str] = [START_MARK, "", "## Conversion: rlds vs TorchRL `MinariExperienceReplay`", ""]
-    if quick:
-        lines += ["> **Quick run** (`--quick`): less data, fewer repeats; not the reference workload.", ""]
-    lines += [
+    lines = [
+        *_harness.opening(SECTION, "Conversion: rlds vs TorchRL `MinariExperienceReplay`", quick),
         f"Workload: {n_main:,} steps, observation {bench_data.OBS_DIM} float32, action "
         f"{bench_data.ACT_DIM} float32, reward float32, {bench_data.EPISODE_LEN}-step episodes ending "
         f"by timeout ({n_main // bench_data.EPISODE_LEN:,} episodes), synthetic data from "
@@ -218,13 +210,11 @@ def render(
         ]
     lines += [
         "",
-        "### How it is measured",
-        "",
-        "```text",
-        "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0",
-        "             #   .venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md",
-        "```",
-        "",
+    ]
+    command = "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0\n             #   " + (
+        ".venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md"
+    )
+    notes = [
         "- rlds, timed: `rlds_cli.convert.convert(path, 'bench', format='d4rl', root=DIR, "
         "backend='memmap'|'zarr')` with `RLDS_FSYNC` unset, i.e. the default: the source is hashed "
         "(sha256) and every file is fsynced before the dataset is published.",
@@ -241,10 +231,8 @@ def render(
         f"({driver_rss:.0f} MB), which Linux copies into a spawned child's `ru_maxrss`.",
         "- Disk: apparent = sum of file sizes, allocated = blocks actually used (sparse files "
         "count only what was written).",
-        "",
-        END_MARK,
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines[:-1] + _harness.closing(SECTION, command, notes))
 
 
 _log = _harness.logger("conversion")

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
-import framestack_bench as fsb  # noqa: E402  (the pixel dataset)
+import _harness
+import framestack_bench as fsb
 
 SECTION = "dataloader"
 BATCH = 256

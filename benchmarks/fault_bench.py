@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,6 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402
 import data as bench_data  # noqa: E402  (benchmarks/data.py: the D4RL file layout)

@@ -15,14 +15,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
-import data as bench_data  # noqa: E402  (benchmarks/data.py: the random-pixel blocks)
 
 SECTION = "frame-stack"
 BATCH = 256

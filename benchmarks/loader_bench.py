@@ -21,15 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
 import torch
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, pairs, report)
-import data as bench_data  # noqa: E402  (benchmarks/data.py)
 
 SECTION = "loader"
 BATCH = 256

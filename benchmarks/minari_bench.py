@@ -13,11 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: page-cache helpers, the TorchRL worker)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import _harness
 
 SECTION = "minari"
 DATASET_ID = "bench/minari-synthetic-v0"
@@ -159,14 +155,9 @@ def render(
         f"TorchRL's cache holds the data: **{'yes' if all(r['content_ok'] for r in trl) else 'no'}** "
         "(TorchRL 0.14.1 writes its cache with `memmap_like`, which keeps shapes but not values; see the "
         "conversion section above).",
-        "",
-        "```text",
-        "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench",
-        "```",
-        "",
-        bench_doc.markers(SECTION)[1],
     ]
-    return "\n".join(lines) + "\n"
+    command = "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench"
+    return "\n".join(lines + _harness.closing(SECTION, command))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
 import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import _harness
 
 SECTION = "preprocess"
@@ -311,14 +309,11 @@ def render(res: dict[str, Any], elapsed: float) -> str:
         "checks, writing the output, the episode index and manifest, and the atomic publish.",
         "- Per-episode mode writes finished chunks to files and appends them in order (the output size is "
         "not known in advance), so it does more I/O than per-step mode.",
-        "",
-        "```text",
-        "make bench   # or: .venv-bench/bin/python benchmarks/preprocess_bench.py --write docs/benchmarks.md",
-        "```",
-        "",
-        _harness.bench_doc.markers(SECTION)[1],
     ]
-    return "\n".join(lines) + "\n"
+    command = (
+        "make bench   # or: .venv-bench/bin/python benchmarks/preprocess_bench.py --write docs/benchmarks.md"
+    )
+    return "\n".join(lines + _harness.closing(SECTION, command))
 
 
 def main(argv: list[str] | None = None) -> int:

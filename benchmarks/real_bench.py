@@ -12,22 +12,17 @@ torchrl. Usage: ``python benchmarks/real_bench.py [--write FILE] [--quick]``.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _harness
+import fault_bench
+import framestack_bench
+import loader_bench
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (command line, run settings, rounds, pairs, report, disk usage)
-import fault_bench  # noqa: E402  (the fresh-process batch worker and its child runner)
-import framestack_bench  # noqa: E402  (its rounds; the raw gather of 4x the frames)
-import loader_bench  # noqa: E402  (the lean raw gather)
-import pixel_bench  # noqa: E402  (TorchRL's fill from a D4RL file)
-import real_frames  # noqa: E402  (the real Atari frames)
+import pixel_bench
+import real_frames
 
 SECTION = "real"
 BATCH = pixel_bench.BATCH

@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402  (benchmarks/_harness.py: the shared flags)
 

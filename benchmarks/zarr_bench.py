@@ -19,13 +19,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
-import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)
 
 SECTION = "zarr"
 BATCH = 256
