@@ -445,6 +445,11 @@ def paired_ratio(
     return mb / ma, ma / 1e3, mb / 1e3
 
 
+def pairs(text: str) -> list[tuple[str, str]]:
+    """``"a/b c/d"`` -> ``[("a", "b"), ("c", "d")]``: pairs of case keys, mine over my reference."""
+    return [(mine, ref) for mine, ref in (pair.split("/") for pair in text.split())]
+
+
 def measure_pairs(
     cases: dict[str, Case],
     pairs: list[tuple[str, str]],

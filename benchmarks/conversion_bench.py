@@ -208,9 +208,6 @@ def render(
             "read time), and a small episode index. TorchRL's cache as shipped allocates almost "
             "nothing because its files are never written (see above).",
         ]
-    lines += [
-        "",
-    ]
     command = "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0\n             #   " + (
         ".venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md"
     )
@@ -232,7 +229,7 @@ def render(
         "- Disk: apparent = sum of file sizes, allocated = blocks actually used (sparse files "
         "count only what was written).",
     ]
-    return "\n".join(lines[:-1] + _harness.closing(SECTION, command, notes))
+    return "\n".join(lines + _harness.closing(SECTION, command, notes))
 
 
 _log = _harness.logger("conversion")

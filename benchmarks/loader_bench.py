@@ -316,20 +316,12 @@ def run_case(case: Case, seconds: float) -> float:
 
 
 #: (rlds case, reference case) pairs whose ratio is also measured paired (see ``paired_ratio``)
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-ram-unpacked", "raw-ram"),
-    ("rlds-ram", "raw-packed"),
-    ("rlds-ram", "raw-ram"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-slice-ram", "raw-slice-ram"),
-    ("rlds-mm", "trl-uniform"),
-    ("rlds-ram", "trl-uniform"),
-    ("rlds-slice", "trl-slice-cached"),
-    ("rlds-slice", "trl-compat-slice"),
-    ("rlds-prio", "trl-prio"),
-    ("rlds-prio-np", "trl-prio"),
-]
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-ram-unpacked/raw-ram rlds-ram/raw-packed rlds-ram/raw-ram "
+    "rlds-slice/raw-slice rlds-slice-ram/raw-slice-ram rlds-mm/trl-uniform rlds-ram/trl-uniform "
+    "rlds-slice/trl-slice-cached rlds-slice/trl-compat-slice rlds-prio/trl-prio "
+    "rlds-prio-np/trl-prio"
+)
 
 
 def interleave(cases: list[Case], repeats: int, seconds: float, log: Callable[[str], None]) -> None:

@@ -47,27 +47,13 @@ STEPS = (30_000, 3_000)
 #: Rows per ``rb.extend`` call in TorchRL's fill (42 MB of frames per key a call).
 FILL_ROWS = 2_000
 #: The issue's targets, checked on the ratios measured in this run.
-TARGETS = {
-    "zarr": 0.25,
-    "framestack": 0.5,
-    "dataloader": 0.5,
-    "ram": 0.8,
-    "memmap": 0.9,
-    "trl-uniform": 5.0,
-    "trl-slice": 10.0,
-    "trl-conversion": 4.0,
-}
-#: (rlds, reference) pairs measured by alternating their calls (``loader_bench.paired_ratio``).
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-fs", "raw-4x"),
-    ("rlds-zarr", "rlds-mm"),
-    ("rlds-ram", "raw-ram"),
-    ("rlds-mm", "trl-uniform"),
-    ("rlds-slice", "trl-slice"),
-    ("rlds-ram", "trl-ram"),
-]
+TARGETS = {"zarr": 0.25, "framestack": 0.5, "dataloader": 0.5, "ram": 0.8, "memmap": 0.9}
+TARGETS |= {"trl-uniform": 5.0, "trl-slice": 10.0, "trl-conversion": 4.0}
+#: (rlds, reference) pairs measured by alternating their calls (``_harness.paired_ratio``).
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-slice/raw-slice rlds-fs/raw-4x rlds-zarr/rlds-mm rlds-ram/raw-ram "
+    "rlds-mm/trl-uniform rlds-slice/trl-slice rlds-ram/trl-ram"
+)
 MB = 1e6
 
 
@@ -610,10 +596,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         ),
     ]
     lines += [f"- {text} -> {_harness.verdict(ok)}" for text, ok in goals]
-    lines += [
-        "- prioritized >= 4x TorchRL: low-dim only, see the sampling section.",
-        "",
-    ]
+    lines += ["- prioritized >= 4x TorchRL: low-dim only, see the sampling section.", ""]
     notes = [
         "- Rates: the configurations are visited in turn, "
         f"{framestack_bench.SETTLE} untimed then {framestack_bench.TIMED} timed calls a visit, for about "

@@ -30,18 +30,11 @@ K = 4
 MODES = ("gray", "rgb")
 #: Batch sizes of the sweeps (quick: three of them).
 SIZES = ((32, 128, 256, 1024, 2048, 4096, 8192), (32, 256, 4096))
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-zarr", "rlds-mm"),
-    ("rlds-zarr-ram", "rlds-mm"),
-    ("rlds-mm", "trl"),
-    ("rlds-mm", "cpprb"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-zarr-slice", "rlds-slice"),
-    ("rlds-slice", "trl-slice"),
-    ("rlds-fs", "raw-4x"),
-    ("rlds-zarr-fs", "rlds-fs"),
-]
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-zarr/rlds-mm rlds-zarr-ram/rlds-mm rlds-mm/trl rlds-mm/cpprb "
+    "rlds-slice/raw-slice rlds-zarr-slice/rlds-slice rlds-slice/trl-slice rlds-fs/raw-4x "
+    "rlds-zarr-fs/rlds-fs"
+)
 MB = 1e6
 
 

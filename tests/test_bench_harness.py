@@ -51,6 +51,7 @@ def test_report_pieces() -> None:
         "| raw | line |",
     ]
     assert _harness.span([1.0, 3.0, 2.0], ".1f", "x") == "2.0x (1.0-3.0)"
+    assert _harness.pairs("a/b c-d/e") == [("a", "b"), ("c-d", "e")]
     assert _harness.verdict(True) == "**met**" and _harness.verdict(False) == "**not met**"
     start, end = bench_doc.markers("s")
     assert _harness.opening("s", "Title", True)[0] == start
