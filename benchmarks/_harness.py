@@ -281,6 +281,12 @@ def header(info: dict[str, Any], versions: str) -> list[str]:
     ]
 
 
+def load_note(loads: list[float], when: str, busy: str) -> str:
+    """The 1-minute load averages taken ``when``, and ``busy`` when other jobs kept the CPUs busy."""
+    text = f"- 1-minute load average {when}: {', '.join(f'{v:.1f}' for v in loads)} on {os.cpu_count()} CPUs"
+    return text + (f" ({busy})." if max(loads) > 0.75 * (os.cpu_count() or 1) else ".")
+
+
 def opening(section: str, title: str, quick: bool, *notes: str) -> list[str]:
     """A section's first lines: its start marker, its title, its notes as quotes, the quick-run note."""
     lines = [bench_doc.markers(section)[0], "", f"## {title}", ""]

@@ -12,7 +12,6 @@ Usage: ``python benchmarks/conversion_bench.py [--write docs/benchmarks.md] [--q
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -91,13 +90,11 @@ def render(
         *_harness.header(info, info["versions"])[:1],
         f"- rlds commit {info['commit']}.",
         f"- Whole benchmark run (data generation included): {total_seconds / 60:.1f} min.",
-        f"- 1-minute load average just before the runs: {min(loads):.1f}-{max(loads):.1f} on "
-        f"{os.cpu_count()} CPUs (this benchmark's own previous run adds up to about 1)"
-        + (
-            "; other processes were competing for the CPUs, so wall times (zarr's, which uses "
-            "threads, most) are noisier than the CPU-time column."
-            if max(loads) > 0.75 * (os.cpu_count() or 1)
-            else "."
+        _harness.load_note(
+            [min(loads), max(loads)],
+            "just before the runs, lowest and highest (this benchmark's own previous run adds up to 1)",
+            "other processes were competing for the CPUs, so wall times (zarr's, which uses threads, "
+            "most) are noisier than the CPU-time column",
         ),
         "",
         "### Time to build the cache",

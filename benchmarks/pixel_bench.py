@@ -443,13 +443,10 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
             _harness.versions("torch", "torchrl", "tensordict", "numpy", "zarr", "h5py")
             + " (1 torch intra-op thread when sampling)",
         ),
-        "- 1-minute load average at the start of each sampling round and after the paired ratios: "
-        + ", ".join(f"{v:.1f}" for v in r["loads"])
-        + f" on {os.cpu_count()} CPUs"
-        + (
-            " (other jobs were running on this machine: trust the paired ratios over the rates)."
-            if max(r["loads"]) > 0.75 * (os.cpu_count() or 1)
-            else "."
+        _harness.load_note(
+            r["loads"],
+            "at the start of each sampling round and after the paired ratios",
+            "other jobs were running on this machine: trust the paired ratios over the rates",
         ),
         "",
         "### Conversion and disk",
@@ -475,27 +472,20 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     conv_ratio = trl.median("seconds") / conv["rlds-memmap"].median("seconds")
     lines += [
         "",
-        "Every run is a fresh process (`_harness.run_configs`: runs interleaved, source in the page "
-        "cache, peak RSS = `VmHWM` with interpreter and imports). rlds hashes the source (sha256), "
-        "checks `next_observations[i] == observations[i+1]` inside episodes, stores the frames once, "
-        "writes content digests and fsyncs before publishing (`RLDS_FSYNC=0` row: without the fsync); "
-        f"TorchRL stores `observation` and `next/observation` ({FILL_ROWS:,} rows a `rb.extend`, which "
-        "keeps its memory bounded; one `extend` of the whole file needs the whole file in RAM) and "
-        "does not fsync.",
+        "Every run a fresh process (`_harness.run_configs`, source in the page cache, peak RSS = `VmHWM` "
+        "with interpreter and imports). rlds hashes the source (sha256), checks `next_observations[i] == "
+        "observations[i+1]` inside episodes, stores the frames once, writes content digests and fsyncs "
+        f"(the `RLDS_FSYNC=0` row: without); TorchRL stores `observation` and `next/observation` "
+        f"({FILL_ROWS:,} rows a `rb.extend`, which bounds its memory) and does not fsync.",
         "",
         "Where rlds's time goes (one more memmap conversion under cProfile, `RLDS_FSYNC=0`): "
-        f"{prof['total']:.2f} s in all. The source's sha256 ({prof['source sha256']:.2f} s on one core, "
-        "timed apart) runs on its own thread beside the reading and writing; the conversion then "
-        f"waited {prof['hash wait']:.2f} s for it before the commit. sha256 content digests of the "
-        f"written arrays {prof['content digests']:.2f} s, file writes {prof['writes']:.2f} s, HDF5 "
-        f"reads {prof['hdf5 reads']:.2f} s. TorchRL's fill hashes nothing: its time is reading the "
-        "file and writing the frames twice. Without the hash wait and the content digests, rlds's "
-        f"memmap conversion without fsync would take about {no_hash:.2f} s, "
-        f"{trl.median('seconds') / no_hash:.1f}x TorchRL's fill. On pixels both sides are bound by "
-        "memory bandwidth (a few copies of 1.3 GB) "
-        "and rlds must also hash every source byte (provenance, and the check against a registry "
-        "or recorded sha256): one core hashes at about 1.3 GB/s, so the 4x of the low-dim "
-        "conversion (above, against TorchRL's per-episode Minari build) cannot be reached here.",
+        f"{prof['total']:.2f} s in all; the source's sha256 ({prof['source sha256']:.2f} s on one core, "
+        f"timed apart) runs on its own thread, and the conversion waited {prof['hash wait']:.2f} s for it "
+        f"before the commit; content digests {prof['content digests']:.2f} s, file writes "
+        f"{prof['writes']:.2f} s, HDF5 reads {prof['hdf5 reads']:.2f} s. Without the hash wait and the "
+        f"digests it would take about {no_hash:.2f} s, {trl.median('seconds') / no_hash:.1f}x TorchRL's "
+        "fill, which hashes nothing: on pixels both sides are bound by memory bandwidth, and hashing "
+        "every source byte (about 1.3 GB/s on one core) keeps the low-dim section's 4x out of reach.",
         "",
         "### Sampling",
         "",

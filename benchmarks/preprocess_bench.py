@@ -226,7 +226,7 @@ def _cell(runs: list[dict[str, Any]]) -> str:
     return f"{_med(runs):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def render(res: dict[str, Any], elapsed: float) -> str:
+def render(res: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
     runs, steps = res["runs"], res["steps"]
     trl, norm = _med(runs["trl-norm"]), _med(runs["rlds-norm"])
@@ -263,10 +263,9 @@ def render(res: dict[str, Any], elapsed: float) -> str:
         "(the calling process's imports are excluded; a spawned worker's start-up, imports included, is "
         "timed).",
         "",
-        f"- Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} CPUs; "
-        f"whole benchmark {elapsed / 60:.1f} min.",
-        f"- 1-minute load average before the runs: {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs "
-        "(other processes share this machine; ratios measured in one run are steadier than absolute times).",
+        *_harness.header(info, _harness.versions("torch", "torchrl", "tensordict", "numpy")),
+        f"- 1-minute load average before the runs: {min(load):.1f}-{max(load):.1f} (other processes share "
+        "this machine; ratios measured in one run are steadier than absolute times).",
         "",
         "| operation | seconds, median (range) | steps/s | CPU s: coordinator + workers |",
         "|---|---|---|---|",
@@ -321,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     p = _harness.parser("rlds preprocess vs TorchRL preprocess", SECTION, work="preprocess", repeats=(3, 1))
     run = _harness.start(p.parse_args(argv))
     res = measure(100_000 if run.quick else 1_000_000, run.repeats, run.work)
-    run.publish(SECTION, render(res, time.perf_counter() - run.t0), _harness.logger(SECTION))
+    run.publish(SECTION, render(res, run.info()), _harness.logger(SECTION))
     return 0
 
 
