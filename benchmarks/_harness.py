@@ -3,7 +3,8 @@
 torch intra-op thread, the load average before and after, the defaults of a quick run, a disk
 check), the in-process measuring (cases visited in rounds, paired ratios), the report's pieces
 (header facts, tables, verdicts) and the end of a run (print the section, write it into the
-Markdown file through :mod:`bench_doc`); below those, the measured runs in fresh child processes.
+Markdown file through :mod:`bench_doc`); and, from :mod:`_child_runs`, the measured runs in
+fresh child processes.
 
 A script builds its parser with :func:`parser`, turns the parsed arguments into a :class:`Run`
 with :func:`start`, and ends with :meth:`Run.publish`::
