@@ -332,6 +332,34 @@ if __name__ == "__main__":  # the child of run_once
     worker_main(*sys.argv[1:3])
 
 
+def generate(kind: str, out: Path, steps: int, dataset_id: str | None = None) -> Path:
+    """Write benchmark data (``benchmarks/data.py KIND``) in a child process, so that this process
+    never holds its arrays (its RSS is what a spawned child's ``ru_maxrss`` starts from)."""
+    cmd = [sys.executable, str(HERE / "data.py"), kind, str(out), "--steps", str(steps)]
+    subprocess.run(
+        cmd + (["--dataset-id", dataset_id] if dataset_id else []), check=True, stdout=subprocess.DEVNULL
+    )
+    return out
+
+
+def read_seconds(
+    reader: Callable[..., Any],
+    src: Path,
+    repeats: int = 2,
+    count: Callable[[Any], int] | None = None,
+    **kw: Any,
+) -> tuple[float, int]:
+    """Best wall seconds of a format reader alone (``reader(src, **kw)``) over ``repeats`` passes of
+    all its blocks, and the rows they held (``count`` of a block, default its steps)."""
+    best, rows = float("inf"), 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with reader(src, **kw) as r:
+            rows = sum(count(b) if count else b.num_steps for b in r.blocks())
+        best = min(best, time.perf_counter() - t)
+    return best, rows
+
+
 _CONVERT_CHILD = """
 import json, sys, time
 from rlds_cli.convert import convert

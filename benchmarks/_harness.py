@@ -44,8 +44,10 @@ from _child_runs import (  # noqa: F401  (the measured runs in child processes, 
     convert_in_child,
     disk_usage,
     evict,
+    generate,
     hwm_mb,
     page_cache_fraction,
+    read_seconds,
     rlds_config,
     run_configs,
     run_once,
@@ -76,11 +78,6 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def cpus() -> str:
-    """``N usable of M online``: what this process may run on."""
-    return f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} online"
-
-
 def version(dist: str) -> str:
     """Installed version of a distribution, or ``not installed``."""
     try:
@@ -107,11 +104,6 @@ def commit() -> str:
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def now() -> str:
-    """The current UTC time as the reports print it."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def logger(name: str) -> Callable[[str], None]:
@@ -197,9 +189,9 @@ class Run:
         mem_kb = int(next((line for line in meminfo if line.startswith("MemTotal:")), "0 0").split()[1])
         df = subprocess.run(["df", "-T", str(self.work)], capture_output=True, text=True).stdout.splitlines()
         return {
-            "date": now(),
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": cpu_model(),
-            "cpus": cpus(),
+            "cpus": f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} online",
             "ram": f"{mem_kb / 2**20:.1f} GiB",
             "os": f"{platform.system()} {platform.release()}, "
             f"work dir on {df[-1].split()[1] if df[1:] else '?'}",
@@ -499,36 +491,8 @@ def ted(columns: dict[str, Any]) -> Any:
     return TensorDict({**root, "next": nxt}, batch_size=[len(t["action"])])
 
 
-def generate(kind: str, out: Path, steps: int, dataset_id: str | None = None) -> Path:
-    """Write benchmark data (``benchmarks/data.py KIND``) in a child process, so that this process
-    never holds its arrays (its RSS is what a spawned child's ``ru_maxrss`` starts from)."""
-    cmd = [sys.executable, str(HERE / "data.py"), kind, str(out), "--steps", str(steps)]
-    subprocess.run(
-        cmd + (["--dataset-id", dataset_id] if dataset_id else []), check=True, stdout=subprocess.DEVNULL
-    )
-    return out
-
-
 def warm_dataset(ds: Any) -> None:
     """Read every file of a dataset once, so that runs start from the page cache."""
     for path in ds.directory.rglob("*"):
         if path.is_file():
             warm(path)
-
-
-def read_seconds(
-    reader: Callable[..., Any],
-    src: Path,
-    repeats: int = 2,
-    count: Callable[[Any], int] | None = None,
-    **kw: Any,
-) -> tuple[float, int]:
-    """Best wall seconds of a format reader alone (``reader(src, **kw)``) over ``repeats`` passes of
-    all its blocks, and the rows they held (``count`` of a block, default its steps)."""
-    best, rows = float("inf"), 0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with reader(src, **kw) as r:
-            rows = sum(count(b) if count else b.num_steps for b in r.blocks())
-        best = min(best, time.perf_counter() - t)
-    return best, rows
