@@ -1,69 +1,81 @@
-"""What every in-process benchmark script repeats: its command line (``--write``, ``--quick``,
+"""The one benchmark harness every section uses: its command line (``--write``, ``--quick``,
 ``--repeats``, ``--seconds``, ``--work``, ``--keep``, usually ``--steps``), its run settings (one
 torch intra-op thread, the load average before and after, the defaults of a quick run, a disk
-check), the facts its report opens with (date, CPU model, commit, versions) and the end of a run
-(print the section, write it into the Markdown file through :mod:`bench_doc`).
+check), the in-process measuring (cases visited in rounds, paired ratios), the report's pieces
+(header facts, tables, verdicts) and the end of a run (print the section, write it into the
+Markdown file through :mod:`bench_doc`); and, from :mod:`_child_runs`, the measured runs in
+fresh child processes.
 
 A script builds its parser with :func:`parser`, turns the parsed arguments into a :class:`Run`
 with :func:`start`, and ends with :meth:`Run.publish`::
 
     p = _harness.parser("what it measures", "frame-stack", work="framestack", steps=(60_000, 10_000))
-    run = _harness.start(p.parse_args(argv), seconds=(2.0, 0.3))
+    run = _harness.start(p.parse_args(argv))
     ...
     run.publish("frame-stack", section, log)
+
+Every script takes ``--write FILE`` (replace its ``<!-- bench:NAME:start/end -->`` section of FILE)
+and keeps its work data under ``benchmarks/_work/NAME`` (git-ignored, deleted unless ``--keep``).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime as _dt
-import importlib
 import importlib.metadata
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import bench_doc
-import data as bench_data
+from _child_runs import (  # noqa: F401  (the measured runs in child processes, one harness to import)
+    DATASET_ID,
+    Config,
+    convert_in_child,
+    disk_usage,
+    evict,
+    generate,
+    hwm_mb,
+    page_cache_fraction,
+    read_seconds,
+    rlds_config,
+    run_configs,
+    run_once,
+    spawn,
+    timed,
+    torchrl_config,
+    warm,
+    worker_rlds,
+    worker_torchrl,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+MB = 1e6
 
 
 # ----------------------------------------------------------------------------- facts for the report
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``, else ``lscpu``, else ``platform``)."""
+    """The CPU's model name (``/proc/cpuinfo``, else ``platform``)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
     return platform.processor() or "unknown CPU"
-
-
-def cpus() -> str:
-    """``N usable of M online``: what this process may run on."""
-    return f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} online"
 
 
 def version(dist: str) -> str:
@@ -74,35 +86,42 @@ def version(dist: str) -> str:
         return "not installed"
 
 
+def versions(*dists: str) -> str:
+    """``name version, ...`` of ``dists``."""
+    return ", ".join(f"{d} {version(d)}" for d in dists)
+
+
 def commit() -> str:
     """The short commit, marked when tracked files have uncommitted changes."""
     try:
+        git = ["git", "-C", str(REPO)]
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        return out + (" (with uncommitted changes)" if dirty else "")
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        )
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
-def now() -> str:
-    """The current UTC time as the reports print it."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def logger(name: str) -> Callable[[str], None]:
+    """Progress lines of section ``name`` on stderr (stdout carries the section)."""
+    return lambda message: print(f"[{name}] {message}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------- command line and run
 
 
 def add_common_flags(p: argparse.ArgumentParser, *, write: str, quick: str, repeats: str, work: Path) -> None:
-    """The flags every benchmark script takes, with its own help texts: ``--write FILE``,
-    ``--quick``, ``--repeats N`` and ``--work DIR`` (default ``work``)."""
+    """The flags every benchmark script takes: ``--write FILE``, ``--quick``, ``--repeats N``,
+    ``--work DIR`` and ``--keep``."""
     p.add_argument("--write", type=Path, help=write)
     p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--repeats", type=int, help=repeats)
     p.add_argument("--work", type=Path, default=work, help="work directory")
+    p.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
 
 
 def parser(
@@ -111,7 +130,7 @@ def parser(
     *,
     work: str,
     steps: tuple[int, int] | None = None,
-    repeats: int = 3,
+    repeats: int | tuple[int, int] = 3,
     seconds: tuple[float, float] = (2.0, 0.3),
 ) -> argparse.ArgumentParser:
     """The shared command line of a benchmark script writing section ``section``.
@@ -119,15 +138,16 @@ def parser(
     Args:
         work: The work directory's name under ``benchmarks/_work``.
         steps: ``(default, quick)`` generated steps, when the script takes ``--steps``.
-        repeats: Default rounds.
+        repeats: Default rounds, or ``(default, quick)``.
         seconds: ``(default, quick)`` seconds per configuration and round.
     """
     p = argparse.ArgumentParser(description=description)
+    reps = repeats if isinstance(repeats, tuple) else (repeats, repeats)
     add_common_flags(
         p,
         write=f"Markdown file whose '{section}' section is replaced",
         quick="a small dataset and short runs (a smoke test)",
-        repeats=f"interleaved rounds (default {repeats})",
+        repeats=f"interleaved rounds (default {reps[0]}; quick: {reps[1]})",
         work=HERE / "_work" / work,
     )
     if steps is not None:
@@ -137,8 +157,7 @@ def parser(
     p.add_argument(
         "--seconds", type=float, help=f"seconds per configuration and round (default {seconds[0]:g})"
     )
-    p.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
-    p.set_defaults(_steps=steps, _repeats=repeats, _seconds=seconds)
+    p.set_defaults(_steps=steps, _repeats=reps, _seconds=seconds)
     return p
 
 
@@ -166,10 +185,16 @@ class Run:
 
     def info(self, **extra: Any) -> dict[str, Any]:
         """What the report's header says: date, CPU, commit, settings, duration and load."""
-        out = {
-            "date": now(),
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem_kb = int(next((line for line in meminfo if line.startswith("MemTotal:")), "0 0").split()[1])
+        df = subprocess.run(["df", "-T", str(self.work)], capture_output=True, text=True).stdout.splitlines()
+        return {
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": cpu_model(),
-            "cpus": cpus(),
+            "cpus": f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} online",
+            "ram": f"{mem_kb / 2**20:.1f} GiB",
+            "os": f"{platform.system()} {platform.release()}, "
+            f"work dir on {df[-1].split()[1] if df[1:] else '?'}",
             "python": platform.python_version(),
             "commit": commit(),
             "repeats": self.repeats,
@@ -178,9 +203,8 @@ class Run:
             "minutes": (time.perf_counter() - self.t0) / 60,
             "load_before": self.load_before,
             "load_after": os.getloadavg()[0],
+            **extra,
         }
-        out.update(extra)
-        return out
 
     def remove(self, *paths: Path) -> None:
         """Delete generated data, unless ``--keep``."""
@@ -203,13 +227,15 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
     """Resolve the defaults (quick or not), set torch's intra-op threads, create the work directory.
 
     One intra-op thread for every configuration: with torch's default on these small shared
-    machines, per-batch ops spend their time synchronizing threads.
+    machines, per-batch ops spend their time synchronizing threads (41-396 batches/s for TorchRL's
+    `RandomSampler` in a trial run against 1,600-3,800 with one thread), which would flatter rlds.
     """
+    q = 1 if args.quick else 0
     run = Run(
         args=args,
-        repeats=args.repeats or args._repeats,
-        seconds=args.seconds or args._seconds[1 if args.quick else 0],
-        steps=(getattr(args, "steps", None) or args._steps[1 if args.quick else 0]) if args._steps else 0,
+        repeats=args.repeats or args._repeats[q],
+        seconds=args.seconds or args._seconds[q],
+        steps=(getattr(args, "steps", None) or args._steps[q]) if args._steps else 0,
         work=args.work.resolve(),
     )
     import torch
@@ -219,385 +245,254 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
     return run
 
 
+# ----------------------------------------------------------------------------- report pieces
+
+
+def save_json(path: Path, figures: Any) -> None:
+    """The raw figures as JSON: measured objects (cases, configurations) as their data fields,
+    pair keys as ``a / b``."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {" / ".join(k) if isinstance(k, tuple) else str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        if hasattr(x, "__dict__"):
+            return {k: plain(v) for k, v in vars(x).items() if not k.startswith("_") and not callable(v)}
+        return x if isinstance(x, int | float | str | bool | None) else str(x)
+
+    path.write_text(json.dumps(plain(figures), indent=1))
+
+
 def header(info: dict[str, Any], versions: str) -> list[str]:
     """The two lines under a section's workload paragraph: where, when, with what, under which load."""
     return [
-        f"- Measured {info['date']} on {info['cpu']} ({info['cpus']} CPUs, shared); Python "
-        f"{info['python']}; {versions}.",
+        f"- Measured {info['date']} on {info['cpu']} ({info['cpus']} CPUs, shared), {info['ram']} RAM, "
+        f"{info['os']}; Python {info['python']}; {versions}.",
         f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
         f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f}.",
     ]
 
 
-# ----------------------------------------------------------------------------- measured runs
-# Each measured operation runs in a fresh child process (``python benchmarks/_harness.py SPEC
-# OUT``), so imports, allocator state and peak RSS belong to that operation alone; the page
-# cache state of its source is set and recorded first. run_all (conversion), minari_bench and
-# pixel_bench share these.
-
-#: The Minari dataset id of the conversion section's TorchRL side.
-DATASET_ID = "bench/synthetic-v0"
-#: TorchRL's replay-buffer batch size (only its cache build is timed).
-BATCH_SIZE = 256
+def load_note(loads: list[float], when: str, busy: str) -> str:
+    """The 1-minute load averages taken ``when``, and ``busy`` when other jobs kept the CPUs busy."""
+    text = f"- 1-minute load average {when}: {', '.join(f'{v:.1f}' for v in loads)} on {os.cpu_count()} CPUs"
+    return text + (f" ({busy})." if max(loads) > 0.75 * (os.cpu_count() or 1) else ".")
 
 
-# ----------------------------------------------------------------------------- page cache
+def opening(section: str, title: str, quick: bool, *notes: str) -> list[str]:
+    """A section's first lines: its start marker, its title, its notes as quotes, the quick-run note."""
+    lines = [bench_doc.markers(section)[0], "", f"## {title}", ""]
+    for note in notes:
+        lines += [f"> {note}", ""]
+    if quick:
+        lines += ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
+    return lines
 
 
-def page_cache_fraction(path: Path) -> float:
-    """Fraction of ``path``'s pages that are in the page cache (``mincore`` on a mapping)."""
-    size = path.stat().st_size
-    if size == 0:
-        return 1.0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
+def closing(section: str, command: str, notes: Iterable[str] = ()) -> list[str]:
+    """A section's last lines: how it is measured (the command, then ``notes``) and its end marker."""
+    return [
+        "",
+        "### How it is measured",
+        "",
+        "```text",
+        command,
+        "```",
+        "",
+        *notes,
+        "",
+        bench_doc.markers(section)[1],
+        "",
     ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    page = os.sysconf("SC_PAGE_SIZE")
-    pages = (size + page - 1) // page
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            if libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore on {path} failed")
-            resident = sum(1 for v in bytes(vec) if v & 1)
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return resident / pages
 
 
-def evict(path: Path) -> None:
-    """Drop ``path``'s clean pages from the page cache (no root needed)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+def verdict(ok: bool) -> str:
+    """Markdown verdict for a goal."""
+    return "**met**" if ok else "**not met**"
 
 
-def warm(path: Path) -> None:
-    """Read ``path`` once so that it is in the page cache (through one small reused buffer)."""
-    buf = bytearray(1 << 20)
-    with open(path, "rb", buffering=0) as fh:
-        while fh.readinto(buf):
-            pass
+def span(values: Iterable[float], fmt: str = ",.0f", unit: str = "") -> str:
+    """``median (min-max)`` of ``values``."""
+    v = list(values)
+    return f"{statistics.median(v):{fmt}}{unit} ({min(v):{fmt}}-{max(v):{fmt}})"
 
 
-def disk_usage(path: Path) -> dict[str, float]:
-    """Apparent bytes (sum of sizes), allocated bytes (blocks) and file count under ``path``."""
-    apparent = allocated = files = 0
-    for p in [path, *path.rglob("*")] if path.exists() else []:
-        st = p.lstat()
-        if p.is_file():
-            apparent += st.st_size
-            allocated += st.st_blocks * 512
-            files += 1
-    return {"apparent": apparent, "allocated": allocated, "files": files}
+def table(head: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+    """A Markdown table (a row: its cells, or its line)."""
+    head = list(head)
+    lines = ["| " + " | ".join(map(str, r)) + " |" if not isinstance(r, str) else r for r in rows]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines]
 
 
-# ----------------------------------------------------------------------------- workers (child side)
+PAIRED_NOTE = (
+    "- Paired ratios: the two sides' calls alternate one by one for about {seconds:g} s, and the ratio "
+    "is that of their median call times (both see the same moments of the shared machine); median "
+    "of the rounds, range in brackets. Ratios to TorchRL are those of the rates, the paired ones "
+    "beside them."
+)
 
 
-def hwm_mb() -> float:
-    """Peak RSS of this process's own address space (``VmHWM``), in MiB.
-
-    Unlike ``ru_maxrss``, it starts afresh at ``exec``: Linux carries the parent's peak RSS over
-    into a spawned child's ``ru_maxrss``, so a child can never report less than its parent had.
-    """
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource  # not Linux: fall back to ru_maxrss
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# ----------------------------------------------------------------------------- in-process measuring
 
 
-def timed(call: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
-    """Run ``call`` once in a benchmark child, measured as every conversion row reports it: wall
-    and CPU seconds (``process_time``: all threads), and the peak RSS (``VmHWM``) just before and
-    right after. Returns what ``call`` returned and those measures."""
-    rss_before = hwm_mb()
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    result = call()
-    seconds = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    return result, {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": hwm_mb(),
-    }
+class Case:
+    """One measured configuration: a callable, its rate (batches/s) per round and its minor page
+    faults per call (``epoch`` cases: seconds per epoch instead of a rate)."""
+
+    def __init__(self, key: str, label: str, fn: Callable[[], Any], *, epoch: bool = False) -> None:
+        self.key, self.label, self.fn, self.epoch = key, label, fn, epoch
+        self.rates: list[float] = []
+        self.faults: list[float] = []
+        self._samples: list[float] = []
+        self._faults = self._calls = 0
+
+    def visit(self, settle: int, calls: int, per_visit: bool) -> None:
+        """``settle`` untimed calls (the allocator settles after the other cases' allocations), then
+        ``calls`` timed ones: each timed alone, or (``per_visit``) all together as one rate."""
+        for _ in range(settle):
+            self.fn()
+        if per_visit:
+            faults, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+            for _ in range(calls):
+                self.fn()
+            self._samples.append(calls / (time.perf_counter() - t))
+            self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        else:
+            for _ in range(calls):
+                faults, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+                self.fn()
+                self._samples.append(time.perf_counter() - t)
+                self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        self._calls += calls
+
+    def end_round(self, per_visit: bool) -> float:
+        """Close a round: its rate (the median visit's, else one over the median call time)."""
+        med = statistics.median(self._samples)
+        self.rates.append(med if per_visit else 1.0 / med)
+        self.faults.append(self._faults / self._calls)
+        self._samples, self._faults, self._calls = [], 0, 0
+        return self.rates[-1]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def fmt(self, digits: int = 0) -> str:
+        return span(self.rates, ".2f", " s") if self.epoch else span(self.rates, f",.{digits}f")
+
+    def ms(self) -> str:
+        return f"{1e3 / self.median:.1f}"
 
 
-def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
-    """Convert the D4RL file with rlds (runs in the child); ``spec["fsync"] = False`` sets
-    ``RLDS_FSYNC=0`` (the default, fsync on, is what the other rows measure)."""
-    if spec.get("fsync") is False:
-        os.environ["RLDS_FSYNC"] = "0"
-    t0 = time.perf_counter()
-    from rlds_cli.convert import convert
-
-    imported = time.perf_counter()
-    result, measured = timed(
-        lambda: convert(spec["source"], "bench", format="d4rl", root=spec["root"], backend=spec["backend"])
-    )
-    m = result.manifest
-    return {
-        **measured,
-        "import_seconds": imported - t0,
-        "steps": m.num_steps,
-        "episodes": m.num_episodes,
-        "dataset_dir": str(result.path),
-        "conversion": m.conversion,
-    }
-
-
-def _patch_memmap_like() -> None:
-    """Make tensordict's ``memmap_like`` (content-less) write the content, like ``memmap``.
-
-    TorchRL 0.14.1 builds the TED data in RAM and then calls ``td.memmap_like(path)``, which
-    creates zero-filled files of the right shapes and drops the data; this patch shows what a
-    cache that holds the data costs (time and disk).
-    """
-    from tensordict import TensorDict, TensorDictBase
-
-    def memmap_with_content(self: Any, prefix: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """``memmap_like`` that keeps the data."""
-        return self.memmap(prefix)
-
-    for cls in (TensorDictBase, TensorDict):
-        if "memmap_like" in vars(cls):
-            cls.memmap_like = memmap_with_content  # type: ignore[method-assign]
+def run_round(
+    cases: list[Case],
+    seconds: float,
+    *,
+    settle: int = 2,
+    calls: int = 4,
+    per_visit: bool = False,
+    budget: bool = False,
+) -> None:
+    """One round: visit the cases in turn (see :meth:`Case.visit`), so that a burst of load from the
+    machine's other users hits every case alike, until each has had about ``seconds`` of calls
+    (``budget``: a case that has had them is not visited again for each slower one's visits; else
+    the round lasts ``seconds`` per case and at least 3 visits)."""
+    spent, visits, t0 = [0.0] * len(cases), 0, time.perf_counter()
+    while min(spent) < seconds if budget else (time.perf_counter() - t0 < seconds * len(cases) or visits < 3):
+        for i, case in enumerate(cases):
+            if not (budget and spent[i] >= seconds):
+                t = time.perf_counter()
+                case.visit(settle, calls, per_visit)
+                spent[i] += time.perf_counter() - t
+        visits += 1
+    for case in cases:
+        case.end_round(per_visit)
 
 
-def worker_torchrl(spec: dict[str, Any]) -> dict[str, Any]:
-    """Build TorchRL's TED cache from the local Minari dataset (runs in the child)."""
-    os.environ["MINARI_DATASETS_PATH"] = spec["minari_root"]
-    t0 = time.perf_counter()
-    import h5py
-    import torch
-    from torchrl.data.datasets.minari_data import MinariExperienceReplay
-
-    if spec.get("with_content"):
-        _patch_memmap_like()
-    imported = time.perf_counter()
-    # (the peak RSS is taken before the check below maps the cache's files in)
-    rb, measured = timed(
-        lambda: MinariExperienceReplay(
-            spec["dataset_id"], batch_size=BATCH_SIZE, load_from_local_minari=True, root=spec["root"]
-        )
-    )
-    # untimed check: does the cache hold the source's first episode?
-    td = rb._storage._storage
-    h5 = Path(spec["minari_root"]) / spec["dataset_id"] / "data" / "main_data.hdf5"
-    with h5py.File(h5, "r") as f:
-        first = torch.from_numpy(f["episode_0/observations"][:-1])
-    obs = torch.as_tensor(td["observation"][: len(first)])
-    return {
-        **measured,
-        "import_seconds": imported - t0,
-        "steps": int(td.shape[0]),
-        "content_ok": bool(torch.equal(obs, first)),
-        "observation_all_zero": bool(not torch.as_tensor(td["observation"]).any()),
-    }
-
-
-WORKERS = {"rlds": worker_rlds, "torchrl": worker_torchrl}
-
-
-def worker_main(spec_json: str, out: str) -> None:
-    """Child entry point: run one operation and write its result as JSON. ``spec["module"]``
-    names another benchmark module whose own ``WORKERS`` table has the operation."""
-    spec = json.loads(spec_json)
-    table = importlib.import_module(spec["module"]).WORKERS if "module" in spec else WORKERS
-    result = table[spec["kind"]](spec)
-    Path(out).write_text(json.dumps(result))
-
-
-# ----------------------------------------------------------------------------- parent side
-
-
-@dataclass
-class Config:
-    """One measured configuration."""
-
-    key: str
-    label: str
-    kind: str  # "rlds" | "torchrl"
-    source: Path  # the file whose page-cache state matters
-    spec: dict[str, Any]
-    output: Path  # removed before each run
-    cold: bool = False
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    disk: dict[str, float] | None = None
-    extra_disk: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def median(self, name: str) -> float:
-        """Median of one measurement over the runs."""
-        return statistics.median(r[name] for r in self.runs)
-
-    def span(self, name: str) -> tuple[float, float]:
-        """Smallest and largest value of one measurement over the runs."""
-        values = [r[name] for r in self.runs]
-        return min(values), max(values)
-
-
-def run_once(cfg: Config, work: Path) -> dict[str, Any]:
-    """Run one configuration once in a fresh child process; return its measurements."""
-    shutil.rmtree(cfg.output, ignore_errors=True)
-    os.sync()
-    if cfg.cold:
-        evict(cfg.source)
-    else:
-        warm(cfg.source)
-    cached = page_cache_fraction(cfg.source)
-    load1 = os.getloadavg()[0]
-    result_path = work / "result.json"
-    result_path.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
-    log_path = work / f"{cfg.key}.log"
-    cmd = [sys.executable, str(Path(__file__).resolve()), json.dumps(cfg.spec), str(result_path)]
-    with open(log_path, "w") as log:
-        wall0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - wall0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        tail = log_path.read_text()[-4000:]
-        raise RuntimeError(f"{cfg.label}: worker failed with exit code {proc.returncode}:\n{tail}")
-    result = json.loads(result_path.read_text())
-    result.update(wall=wall, ru_maxrss_mb=usage.ru_maxrss / 1024, cached=cached, load1=load1)
-    if cfg.disk is None:
-        cfg.disk = disk_usage(cfg.output)
-        if cfg.kind == "torchrl":
-            nxt = cfg.output / DATASET_ID / "next" / "observation.memmap"
-            cfg.extra_disk["next/observation"] = disk_usage(nxt) if nxt.exists() else {}
-    return result
-
-
-def run_configs(configs: list[Config], repeats: int, work: Path, log: Any, *, keep: bool = False) -> None:
-    """Run every configuration ``repeats`` times, interleaved; ``keep``: leave the last run's
-    outputs in place (for the caller to read), else delete them."""
+def rounds(cases: list[Case], repeats: int, seconds: float, log: Callable[[str], None], **how: Any) -> None:
+    """``repeats`` rounds of :func:`run_round`, each case's rate logged per round."""
     for rep in range(repeats):
-        for cfg in configs:
-            r = run_once(cfg, work)
-            cfg.runs.append(r)
-            log(
-                f"  [{rep + 1}/{repeats}] {cfg.label}: {r['seconds']:.3f} s (CPU {r['cpu_seconds']:.2f} s) "
-                f"(process {r['wall']:.2f} s), peak RSS {r['peak_rss_mb']:.0f} MB "
-                f"(ru_maxrss {r['ru_maxrss_mb']:.0f}), source cached {100 * r['cached']:.0f}%"
-            )
-    if not keep:
-        for cfg in configs:
-            shutil.rmtree(cfg.output, ignore_errors=True)
+        run_round(cases, seconds, **how)
+        for case in cases:
+            log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
 
 
-def rlds_config(
-    key: str, label: str, source: Path, backend: str, work: Path, *, cold: bool = False, fsync: bool = True
-) -> Config:
-    """An rlds conversion of the D4RL file ``source`` with ``backend``."""
-    root = work / "out" / key
-    spec = {"kind": "rlds", "source": str(source), "root": str(root), "backend": backend, "fsync": fsync}
-    return Config(key, label, "rlds", source, spec, root, cold=cold)
+def paired_ratio(
+    mine: Callable[[], Any], peer: Callable[[], Any], seconds: float
+) -> tuple[float, float, float]:
+    """``mine``'s rate over ``peer``'s, from calls that alternate one by one for about ``seconds``:
+    the ratio of their median call times (returned too, in microseconds). Both see the same
+    moments of a shared machine, and the medians drop the calls another job interrupted."""
+    for _ in range(10):
+        mine()
+        peer()
+    a: list[int] = []
+    b: list[int] = []
+    clock = time.perf_counter_ns
+    end = clock() + int(seconds * 1e9)
+    while clock() < end:
+        for _ in range(10):
+            t0 = clock()
+            mine()
+            t1 = clock()
+            peer()
+            t2 = clock()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+    ma, mb = statistics.median(a), statistics.median(b)
+    return mb / ma, ma / 1e3, mb / 1e3
 
 
-def torchrl_config(
-    key: str, label: str, minari_root: Path, work: Path, *, with_content: bool = False, cold: bool = False
-) -> Config:
-    """A TorchRL cache build from the Minari dataset under ``minari_root``."""
-    root = work / "out" / key
-    spec = {
-        "kind": "torchrl",
-        "minari_root": str(minari_root),
-        "dataset_id": DATASET_ID,
-        "root": str(root),
-        "with_content": with_content,
-    }
-    source = bench_data.minari_data_dir(minari_root, DATASET_ID) / "main_data.hdf5"
-    return Config(key, label, "torchrl", source, spec, root, cold=cold)
+def pairs(text: str) -> list[tuple[str, str]]:
+    """``"a/b c/d"`` -> ``[("a", "b"), ("c", "d")]``: pairs of case keys, mine over my reference."""
+    return [(mine, ref) for mine, ref in (pair.split("/") for pair in text.split())]
 
 
-def machine_info() -> dict[str, str]:
-    """What the numbers were measured on."""
-    mem_kb = 0
-    model = cpu_model()
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kb = int(line.split()[1])
-    except OSError:
-        pass
-    fs = "?"
-    try:
-        out = subprocess.run(["df", "-T", str(HERE)], capture_output=True, text=True).stdout.splitlines()
-        fs = out[1].split()[1] if len(out) > 1 else "?"
-    except OSError:
-        pass
-    return {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": f"{len(os.sched_getaffinity(0))} usable ({os.cpu_count()} online), {model}",
-        "ram": f"{mem_kb / 2**20:.1f} GiB",
-        "os": f"{platform.system()} {platform.release()}, work dir on {fs}",
-        "python": platform.python_version(),
-        "versions": ", ".join(
-            f"{d} {version(d)}"
-            for d in (
-                "rlds-cli",
-                "torch",
-                "torchrl",
-                "tensordict",
-                "minari",
-                "gymnasium",
-                "h5py",
-                "numpy",
-                "zarr",
-            )
-        ),
-        "commit": commit(),
-    }
+def measure_pairs(
+    cases: dict[str, Case],
+    pairs: list[tuple[str, str]],
+    repeats: int,
+    seconds: float,
+    log: Callable[[str], None],
+) -> dict[tuple[str, str], list[float]]:
+    """The ``pairs`` of cases (both present) measured with :func:`paired_ratio`, ``repeats`` rounds."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for rep in range(repeats):
+        for mine, peer in pairs:
+            if mine in cases and peer in cases:
+                value, us_mine, us_peer = paired_ratio(cases[mine].fn, cases[peer].fn, seconds)
+                out.setdefault((mine, peer), []).append(value)
+                log(
+                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} "
+                    f"(median calls {us_mine:.1f} / {us_peer:.1f} us)"
+                )
+    return out
 
 
-if __name__ == "__main__":  # the child of run_once
-    worker_main(*sys.argv[1:3])
+#: The keys of a TED transition, rlds-style.
+TED_KEYS = (
+    "observation",
+    "action",
+    "episode",
+    *(f"next/{k}" for k in ("observation", "reward", "done", "terminated", "truncated")),
+)
 
 
-_CONVERT_CHILD = """
-import json, sys, time
-from rlds_cli.convert import convert
-t = time.perf_counter()
-convert(sys.argv[1], "bench", root=sys.argv[2], backend="memmap", options=json.loads(sys.argv[3]))
-seconds = time.perf_counter() - t
-peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_kb": peak}))
-"""
+def ted(columns: dict[str, Any]) -> Any:
+    """TorchRL's TED ``TensorDict`` of rlds-keyed columns (``next/K`` nested under ``next``)."""
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+
+    t = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in columns.items()}
+    root = {k: v for k, v in t.items() if not k.startswith("next/")}
+    nxt = {k[5:]: v for k, v in t.items() if k.startswith("next/")}
+    return TensorDict({**root, "next": nxt}, batch_size=[len(t["action"])])
 
 
-def convert_in_child(src: Path, home: Path, options: dict[str, Any] | None = None) -> dict[str, float]:
-    """Convert ``src`` (memmap backend, reader ``options``) in a fresh interpreter: its wall
-    seconds and peak RSS (``VmHWM`` of that process, interpreter and imports included)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    args = [sys.executable, "-c", _CONVERT_CHILD, str(src), str(home), json.dumps(options or {})]
-    out = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env)
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return dict(json.loads(out.stdout.splitlines()[-1]))
+def warm_dataset(ds: Any) -> None:
+    """Read every file of a dataset once, so that runs start from the page cache."""
+    for path in ds.directory.rglob("*"):
+        if path.is_file():
+            warm(path)

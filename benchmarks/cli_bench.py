@@ -6,17 +6,14 @@ Runs each command in fresh processes (10 each, median), writes the
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import bench_doc
+import _harness
 
 SECTION = "cli"
-START, END = bench_doc.markers(SECTION)
 RUNS = 10
 
 
@@ -41,30 +38,26 @@ def render() -> str:
         "`python -c 'pass'` (interpreter start)": wall([py, "-c", "pass"]),
     }
     lines = [
-        START,
-        "",
-        "## CLI start-up",
-        "",
+        *_harness.opening(SECTION, "CLI start-up", False),
         f"Median wall time of {RUNS} fresh processes each (`benchmarks/cli_bench.py`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). `rlds --help` imports neither torch, "
         "zarr, h5py nor requests (a test checks it): the commands import what they need when run.",
         "",
-        "| command | median s | min s |",
-        "|---|---|---|",
+        *_harness.table(
+            ["command", "median s", "min s"],
+            [[k, f"{statistics.median(v):.3f}", f"{min(v):.3f}"] for k, v in rows.items()],
+        ),
+        "",
+        _harness.bench_doc.markers(SECTION)[1],
+        "",
     ]
-    lines += [f"| {k} | {statistics.median(v):.3f} | {min(v):.3f} |" for k, v in rows.items()]
-    lines += ["", END, ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", type=Path, help="Markdown file whose cli section is replaced")
-    args = parser.parse_args(argv)
-    section = render()
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
+    """Measure and print (and optionally write) the section."""
+    run = _harness.start(_harness.parser(__doc__.split("\n\n")[0], SECTION, work="cli").parse_args(argv))
+    run.publish(SECTION, render(), _harness.logger(SECTION))
     return 0
 
 

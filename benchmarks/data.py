@@ -41,13 +41,14 @@ Run as a script to write a file by hand::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # numpy and h5py are imported where they are used, so that the benchmark driver can read the
 # constants below without loading them (its own memory stays small; see run_all.py).
@@ -135,6 +136,28 @@ def iter_chunks(
         yield EpisodeChunk(first, lens, obs, actions, rewards)
 
 
+@contextlib.contextmanager
+def d4rl_file(path: str | Path, n_steps: int, obs: tuple[Any, ...], act: tuple[Any, ...]) -> Iterator[Any]:
+    """An HDF5 file in the D4RL layout being written: root datasets ``observations`` and
+    ``next_observations`` (``obs``: shape then dtype of a row), ``actions`` (``act``: the same),
+    ``rewards`` float32, ``terminals`` and ``timeouts`` bool, ``n_steps`` rows each, contiguous and
+    uncompressed, for the caller to fill; written as ``.partial`` and renamed once complete."""
+    import h5py
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        for key, (shape, dtype) in [("observations", (obs[:-1], obs[-1])), ("actions", (act[:-1], act[-1]))]:
+            f.create_dataset(key, (n_steps, *shape), dtype)
+        for key, dtype in [("rewards", np.float32), ("terminals", np.bool_), ("timeouts", np.bool_)]:
+            f.create_dataset(key, (n_steps,), dtype)
+        f.create_dataset("next_observations", (n_steps, *obs[:-1]), obs[-1])
+        yield f
+    tmp.replace(path)
+
+
 def write_d4rl(
     path: str | Path,
     n_steps: int,
@@ -149,19 +172,11 @@ def write_d4rl(
     Returns:
         The path written.
     """
-    import h5py
     import numpy as np
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs_ds = f.create_dataset("observations", (n_steps, obs_dim), np.float32)
-        act_ds = f.create_dataset("actions", (n_steps, act_dim), np.float32)
-        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
-        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
-        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
-        next_ds = f.create_dataset("next_observations", (n_steps, obs_dim), np.float32)
+    with d4rl_file(path, n_steps, (obs_dim, np.float32), (act_dim, np.float32)) as f:
+        obs_ds, act_ds, rew_ds = f["observations"], f["actions"], f["rewards"]
+        term_ds, tout_ds, next_ds = f["terminals"], f["timeouts"], f["next_observations"]
         row = 0
         for chunk in iter_chunks(
             n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed
@@ -181,8 +196,7 @@ def write_d4rl(
             term_ds[row : row + n] = False
             tout_ds[row : row + n] = timeouts
             row += n
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def iter_pixel_episodes(
@@ -209,6 +223,110 @@ def iter_pixel_episodes(
         done += n
 
 
+def noise_pixel_blocks(steps: int) -> Iterator[Any]:
+    """Builder blocks of random ``uint8`` (3, 84, 84) pixels, one episode of 30-2,000 steps each
+    (the frame-stack and DataLoader sections' data: frames whose content does not matter)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    done = 0
+    while done < steps:  # one episode per block: memory stays at one episode of frames
+        n = min(int(rng.integers(PIXEL_EPISODE_LENGTHS[0], PIXEL_EPISODE_LENGTHS[1] + 1)), steps - done)
+        action, reward = rng.integers(0, 18, (n, 1)).astype(np.int64), rng.standard_normal((n, 1), np.float32)
+        yield step_block(action, reward, rng.integers(0, 256, (n + 1, *FRAME), np.uint8), [n - 1])
+        done += n
+
+
+def pixel_blocks(steps: int) -> Iterator[Any]:
+    """Builder blocks of :func:`iter_pixel_episodes`, one episode each (same seed: same blocks)."""
+    for frames, actions, rewards in iter_pixel_episodes(steps):
+        yield step_block(actions, rewards, frames, [len(actions) - 1])
+
+
+def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
+    """Builder blocks of 100 low-dim episodes (17 float32 observations, 6 float32 actions)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    done = 0
+    while done < steps:
+        episodes = min(100, -(-(steps - done) // length))
+        n = min(episodes * length, steps - done)
+        ends = np.arange(length - 1, n, length)
+        if len(ends) == 0 or ends[-1] != n - 1:
+            ends = np.append(ends, n - 1)
+        action, reward = rng.standard_normal((n, 6), np.float32), rng.standard_normal((n, 1), np.float32)
+        yield step_block(action, reward, rng.standard_normal((n + len(ends), 17), np.float32), ends)
+        done += n
+
+
+def step_block(action: Any, reward: Any, observation: Any, ends: Any, *, terminated: bool = False) -> Any:
+    """One ``DatasetBuilder`` block whose episodes end at rows ``ends``: by a time limit
+    (``next/truncated``), or by termination with ``terminated``."""
+    import numpy as np
+
+    from rlds_cli.formats.base import StepBlock
+
+    flags, other = np.zeros((len(action), 1), bool), np.zeros((len(action), 1), bool)
+    flags[np.asarray(ends)] = True
+    done = (flags, other) if terminated else (other, flags)
+    return StepBlock(
+        steps={
+            "action": action,
+            "next/reward": reward,
+            "next/terminated": done[0],
+            "next/truncated": done[1],
+        },
+        observations={"observation": observation},
+        ends=np.asarray(ends),
+    )
+
+
+def build(root: Path, name: str, blocks: Iterable[Any], backend: str = "memmap", **kw: Any) -> dict[str, Any]:
+    """Write dataset ``name`` under ``root`` from ``blocks`` (any previous copy removed first,
+    untimed): the CPU and wall seconds of the builder's appends and commit (the generation of
+    the blocks left out), and the files and bytes written."""
+    import time
+
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.opening import open_dataset
+
+    spent = [0.0, 0.0]  # CPU, wall
+
+    def timed(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        c, w = time.process_time(), time.perf_counter()
+        call(*args, **kwargs)
+        spent[0], spent[1] = spent[0] + time.process_time() - c, spent[1] + time.perf_counter() - w
+
+    shutil.rmtree(Path(root) / "datasets" / name, ignore_errors=True)
+    with DatasetBuilder(name, root=root, backend=backend, **kw) as builder:
+        for block in blocks:
+            timed(builder.append, block)
+        timed(builder.commit, source={"generator": "benchmarks/data.py"})
+    files = [p for p in (Path(open_dataset(name, root).directory) / "arrays").rglob("*") if p.is_file()]
+    return {
+        "cpu": spent[0],
+        "wall": spent[1],
+        "files": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+    }
+
+
+def ensure(root: Path, name: str, blocks: Callable[[], Iterable[Any]], backend: str = "memmap") -> Any:
+    """Dataset ``name`` under ``root``, built from ``blocks()`` (``RLDS_FSYNC=0``) the first time."""
+    import os
+
+    from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.errors import DatasetNotFoundError
+
+    try:
+        return open_dataset(name, root)
+    except DatasetNotFoundError:
+        os.environ.setdefault("RLDS_FSYNC", "0")
+        build(root, name, blocks(), backend)
+        return open_dataset(name, root)
+
+
 def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
     """Write the pixel episodes of :func:`iter_pixel_episodes` as a D4RL-format file: root datasets
     ``observations`` and ``next_observations`` (N, 3, 84, 84) uint8, ``actions`` (N, 1) int64,
@@ -218,19 +336,11 @@ def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
     Returns:
         The path written.
     """
-    import h5py
     import numpy as np
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs_ds = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
-        next_ds = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
-        act_ds = f.create_dataset("actions", (n_steps, 1), np.int64)
-        rew_ds = f.create_dataset("rewards", (n_steps,), np.float32)
-        term_ds = f.create_dataset("terminals", (n_steps,), np.bool_)
-        tout_ds = f.create_dataset("timeouts", (n_steps,), np.bool_)
+    with d4rl_file(path, n_steps, (*FRAME, np.uint8), (1, np.int64)) as f:
+        obs_ds, next_ds, act_ds = f["observations"], f["next_observations"], f["actions"]
+        rew_ds, term_ds, tout_ds = f["rewards"], f["terminals"], f["timeouts"]
         row = 0
         for frames, actions, rewards in iter_pixel_episodes(n_steps, seed=seed):
             n = len(actions)
@@ -244,8 +354,7 @@ def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
             timeouts[-1] = True
             tout_ds[rows] = timeouts
             row += n
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:

@@ -1,49 +1,18 @@
-"""DataLoader benchmark: ``TedDataLoader`` with 0, 1 and 2 worker processes against the
-in-process ``Loader``, on pixels, with and without the shared-memory batch ring.
-
-Data: the generated pixel dataset of ``benchmarks/framestack_bench.py`` (``uint8`` observations of
-shape (3, 84, 84), episodes of 30-2,000 steps, random pixels, memmap backend; built with its
-:func:`ensure_dataset`). Batch 256, uniform sampling with replacement, every TED key (so a batch
-is 10.8 MB of observations and next observations plus the low-dimensional keys).
-
-What is compared, in one process, the configurations visited in turn so that contention on a
-shared machine hits each alike (a round's rate is one over the median time of a ``next(...)``;
-the report gives the median of the rounds, range in brackets):
-
-* ``Loader(ds, 256, seed=0).sample`` (the in-process loader, the reference), and with
-  ``prefetch=2`` (its background thread: the "gather in a thread of the main process" design);
-* ``TedDataLoader(TedIterableDataset(ds, 256, shuffle="uniform"), num_workers=W)`` for
-  ``W = 0, 1, 2`` (fork, persistent workers), with the ring (``ring_slots=None``, the default)
-  and without it (``ring_slots=0``: torch copies each batch into fresh shared memory, the
-  "before" figures).
-
-Before timing, the ring's stream is checked to equal the stream without workers.
-
-Usage::
-
-    python benchmarks/dataloader_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:dataloader:start -->`` and
-``<!-- bench:dataloader:end -->``. Work data goes to ``benchmarks/_work/dataloader`` (git-ignored)
-and is deleted at the end unless ``--keep``.
+"""DataLoader section: ``TedDataLoader`` with 0, 1 and 2 fork workers, with the shared-memory batch
+ring and without it (torch's own transfer, the "before" figures), against the in-process
+``Loader`` (and its ``prefetch=2`` thread), on framestack_bench's pixel dataset; the ring's stream
+is checked to equal the stream without workers first. The section's "How it is measured" says
+how. Usage: ``python benchmarks/dataloader_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
 
-import resource
 import statistics
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import framestack_bench as fsb  # noqa: E402  (the pixel dataset and the report helpers)
+import _harness
+import framestack_bench as fsb
 
 SECTION = "dataloader"
 BATCH = 256
@@ -54,65 +23,16 @@ TARGET = 0.5
 SETTLE, TIMED = 6, 8
 
 
-def _log(message: str) -> None:
-    print(f"[dataloader] {message}", file=sys.stderr, flush=True)
-
-
-class Case:
-    """One configuration: a callable returning a batch, its visits' rates and page faults.
-
-    A visit's rate is its timed calls over their total time (not one over the median call: with
-    workers, a call that finds a batch ready returns at once, so only the total is a throughput);
-    a round's rate is the median over its visits."""
-
-    def __init__(self, key: str, label: str, fn: Callable[[], Any]) -> None:
-        self.key, self.label, self.fn = key, label, fn
-        self.rates: list[float] = []
-        self.faults: list[float] = []
-        self._visits: list[float] = []
-        self._faults = 0
-
-    def visit(self, calls: int) -> None:
-        """``calls`` timed calls in a row (each batch dropped at once, as a training step would)."""
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        t = time.perf_counter()
-        for _ in range(calls):
-            self.fn()
-        self._visits.append(calls / (time.perf_counter() - t))
-        self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-
-    def end_round(self) -> None:
-        self.rates.append(statistics.median(self._visits))
-        self.faults.append(self._faults / (TIMED * len(self._visits)))
-        self._visits, self._faults = [], 0
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
-
-    def fmt(self) -> str:
-        return f"{self.median:,.0f} ({min(self.rates):,.0f}-{max(self.rates):,.0f})"
-
-
-def run_round(cases: list[Case], seconds: float) -> None:
-    """Visit the cases in turn (``SETTLE`` untimed, ``TIMED`` timed calls a visit) until each has
-    had about ``seconds`` of calls."""
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds * len(cases) or len(cases[0]._visits) < 3:
-        for case in cases:
-            for _ in range(SETTLE):
-                case.fn()
-            case.visit(TIMED)
-    for case in cases:
-        case.end_round()
+_log = _harness.logger("dataloader")
+Case = _harness.Case
 
 
 def measure(cases: list[Case], repeats: int, seconds: float) -> None:
-    """``repeats`` rounds of :func:`run_round`, each case's rate logged per round."""
-    for rep in range(repeats):
-        run_round(cases, seconds)
-        for case in cases:
-            _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+    """``repeats`` rounds: the cases visited in turn, ``SETTLE`` untimed calls (a DataLoader's
+    prefetched batches drained) then ``TIMED`` timed ones a visit. A visit's rate is its timed
+    calls over their total time (not one over the median call: with workers, a call that finds a
+    batch ready returns at once, so only the total is a throughput); a round's, the median visit's."""
+    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, calls=TIMED, per_visit=True)
 
 
 def _dataloader(ds: Any, workers: int, ring_slots: int | None) -> Any:
@@ -164,14 +84,14 @@ def check_same(ds: Any) -> None:
 
 
 def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
-    by = {c.key: c for c in cases}
-    ref = by["inproc"].median
-    start, end = bench_doc.markers(SECTION)
+    by = {c.key: c.median for c in cases}
+    ref = by["inproc"]
     gib = (ds.num_steps + ds.num_episodes) * 3 * 84 * 84 / 2**30
+    now, before = by["w2"] / ref, by["w2-old"] / ref
     lines = [
-        start,
-        "## DataLoader workers: `TedDataLoader` vs the in-process `Loader`, on pixels",
-        "",
+        *_harness.opening(
+            SECTION, "DataLoader workers: `TedDataLoader` vs the in-process `Loader`, on pixels", False
+        ),
         f"Workload: {ds.num_steps:,} steps of uint8 (3, 84, 84) observations in {ds.num_episodes} "
         f"episodes ({gib:.2f} GiB of frames, memmap backend, in the page cache), batch {BATCH}, "
         "uniform sampling, every TED key (10.8 MB of observations and next observations a batch). "
@@ -179,34 +99,24 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         f"over the visits of a round, median of {info['repeats']} rounds in one process (range in "
         "brackets). Workers: fork, persistent, `prefetch_factor=2`.",
         "",
-        *_harness.header(
-            info, f"numpy {_harness.version('numpy')}, torch {_harness.version('torch')} (1 intra-op thread)"
-        ),
+        *_harness.header(info, _harness.versions("numpy", "torch") + " (1 intra-op thread)"),
         "",
-        "| workload | batches/s | ms/batch | page faults/batch (training process) | / in-process |",
-        "|---|---|---|---|---|",
-    ]
-    for c in cases:
-        lines.append(
-            f"| {c.label} | {c.fmt()} | {1e3 / c.median:.1f} | {statistics.median(c.faults):,.0f} | "
-            f"{c.median / ref:.2f}x |"
-        )
-    now, before = by["w2"].median / ref, by["w2-old"].median / ref
-    met = "**met**" if now >= TARGET else "**not met**"
-    lines += [
+        *_harness.table(
+            ["workload", "batches/s", "ms/batch", "page faults/batch (training process)", "/ in-process"],
+            [
+                [c.label, c.fmt(), c.ms(), f"{statistics.median(c.faults):,.0f}", f"{c.median / ref:.2f}x"]
+                for c in cases
+            ],
+        ),
         "",
         "### Goal (ratios measured in this run)",
         "",
         f"- `TedDataLoader` with 2 workers at >= {TARGET}x of the in-process loader: {now:.2f}x "
-        f"-> {met} (without the ring: {before:.2f}x; 1 worker {by['w1'].median / ref:.2f}x, "
-        f"before {by['w1-old'].median / ref:.2f}x).",
-        "",
-        "### How it is measured",
-        "",
-        "```text",
-        ".venv-bench/bin/python benchmarks/dataloader_bench.py --write docs/benchmarks.md",
-        "```",
-        "",
+        f"-> {_harness.verdict(now >= TARGET)} (without the ring: {before:.2f}x; 1 worker "
+        f"{by['w1'] / ref:.2f}x, "
+        f"before {by['w1-old'] / ref:.2f}x).",
+    ]
+    notes = [
         "- Without the ring, torch pickles each batch a worker returns: every tensor is copied into "
         "a fresh shared-memory segment, whose file descriptor the main process receives and maps "
         "(a page fault per 4 KiB page), then unmaps once the batch is dropped. With the ring, the "
@@ -221,11 +131,9 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         f"prefetched batches drained) then {TIMED} timed ones a visit, for about {info['seconds']} s "
         "per configuration; minor page faults are those of the training process "
         "(`getrusage(RUSAGE_SELF)`), not of the workers.",
-        "",
-        end,
-        "",
     ]
-    return "\n".join(lines)
+    command = ".venv-bench/bin/python benchmarks/dataloader_bench.py --write docs/benchmarks.md"
+    return "\n".join(lines + _harness.closing(SECTION, command, notes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     run = _harness.start(p.parse_args(argv))
     run.need_disk(1.2 * run.steps * 3 * 84 * 84)
     ds = fsb.ensure_dataset(run.steps, run.work)
-    fsb.warm(ds)
+    _harness.warm_dataset(ds)
     _log(f"{ds.num_steps:,} steps, {ds.num_episodes} episodes ready")
     loaders: list[Any] = []
     try:

@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,9 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 import _harness  # noqa: E402
+import data as bench_data  # noqa: E402  (benchmarks/data.py: the D4RL file layout)
 
 SIZES = (32, 128, 256, 1024, 2048, 4096, 8192)
 WARM_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
@@ -54,22 +53,16 @@ FRAME = (84, 84)
 def write_gray_d4rl(path: Path, n_steps: int, episode_len: int = 1000, seed: int = 0) -> Path:
     """A D4RL-format file of smooth gray 84x84 uint8 frames (``observations`` and
     ``next_observations``), one action and reward per step, episodes ending by time limit."""
-    import h5py
-
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0 : FRAME[0], 0 : FRAME[1]].astype(np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
-        obs = f.create_dataset("observations", (n_steps, *FRAME), np.uint8)
-        nxt = f.create_dataset("next_observations", (n_steps, *FRAME), np.uint8)
-        f["actions"] = rng.integers(0, 18, (n_steps, 1)).astype(np.int64)
-        f["rewards"] = rng.standard_normal(n_steps).astype(np.float32)
-        f["terminals"] = np.zeros(n_steps, bool)
+    with bench_data.d4rl_file(path, n_steps, (*FRAME, np.uint8), (1, np.int64)) as f:
+        obs, nxt = f["observations"], f["next_observations"]
+        f["actions"][:] = rng.integers(0, 18, (n_steps, 1)).astype(np.int64)
+        f["rewards"][:] = rng.standard_normal(n_steps).astype(np.float32)
         timeouts = np.zeros(n_steps, bool)
         timeouts[episode_len - 1 :: episode_len] = True
         timeouts[-1] = True
-        f["timeouts"] = timeouts
+        f["timeouts"][:] = timeouts
         for start in range(0, n_steps, episode_len):
             n = min(episode_len, n_steps - start)
             t = np.arange(n + 1, dtype=np.float32)[:, None, None]
@@ -79,7 +72,6 @@ def write_gray_d4rl(path: Path, n_steps: int, episode_len: int = 1000, seed: int
                 frames[i, y : y + 12, x : x + 12] = 255
             obs[start : start + n] = frames[:-1]
             nxt[start : start + n] = frames[1:]
-    tmp.replace(path)
     return path
 
 
@@ -130,6 +122,56 @@ def run_child(spec: dict[str, Any], env: dict[str, str], work: Path) -> dict[str
                 os.environ[k] = v
 
 
+def sweep(
+    root: Path,
+    sizes: list[int],
+    modes: dict[str, Any],
+    repeats: int,
+    frames: int,
+    work: Path,
+    log: Any,
+    **spec: Any,
+) -> list[dict[str, Any]]:
+    """Each mode (name -> (reuse, extra environment)) at each batch size in a fresh process, rounds
+    interleaved, ``frames`` frames drawn a run (12-200 batches); per size the medians over rounds
+    of the steady batch seconds (after the first two), the first batch's and the faults a steady
+    batch, and per round each mode's steady time over the last mode's (``MODE_ratios``)."""
+    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rep in range(repeats):
+        for size in sizes:
+            for mode, (reuse, env) in modes.items():
+                batches = max(12, min(200, frames // size))
+                key = f"{spec.get('name', 'gray')}-{mode}-{size}"
+                config = {"module": "fault_bench", "kind": "batches", "key": key, "source": str(dataset_file)}
+                config |= {"root": str(root), "batch": size, "batches": batches, "reuse": reuse, **spec}
+                r = run_child(config, env, work)
+                runs.setdefault((mode, size), []).append(r)
+                steady = statistics.median(r["times"][2:])
+                log(
+                    f"  [{rep + 1}/{repeats}] {key}: {steady * 1e3:.3f} ms/batch ({steady / size * 1e9:,.0f} "
+                    f"ns/frame), first {r['times'][0] * 1e3:.2f} ms, faults/batch "
+                    f"{statistics.median(r['faults'][2:]):.0f} (first {r['faults'][0]})"
+                )
+    rows = []
+    last = list(modes)[-1]
+    for size in sizes:
+        row: dict[str, Any] = {"batch": size}
+        for mode in modes:
+            rs = runs[mode, size]
+            row[mode] = statistics.median(statistics.median(r["times"][2:]) for r in rs)
+            row[f"{mode}_first"] = statistics.median(r["times"][0] for r in rs)
+            row[f"{mode}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in rs)
+            row[f"{mode}_ratios"] = [  # per round, so each ratio is from one round's pair
+                statistics.median(w["times"][2:]) / statistics.median(x["times"][2:])
+                for x, w in zip(rs, runs[last, size], strict=True)
+            ]
+            row[f"{mode}_runs"] = rs
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -153,43 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         from rlds_cli.convert import convert
 
         convert(src, "gray", format="d4rl", root=root)
-    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     modes = {"reuse": (True, {}), "fresh": (False, {}), "warmed": (False, WARM_ENV)}
-    results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in modes}
     sizes = [int(s) for s in args.sizes.split(",")]
-    for rep in range(args.repeats):
-        for size in sizes:
-            for mode, (reuse, env) in modes.items():
-                batches = max(12, min(200, args.frames // size))
-                spec = {
-                    "module": "fault_bench",
-                    "kind": "batches",
-                    "key": f"{mode}-{size}",
-                    "source": str(dataset_file),
-                    "root": str(root),
-                    "batch": size,
-                    "batches": batches,
-                    "reuse": reuse,
-                }
-                r = run_child(spec, env, work)
-                results[mode].setdefault(size, []).append(r)
-                steady = statistics.median(r["times"][2:])
-                print(
-                    f"[{rep + 1}] {mode:6s} {size:5d}: {steady * 1e3:8.3f} ms/batch "
-                    f"({steady / size * 1e9:6.0f} ns/frame), first {r['times'][0] * 1e3:.2f} ms, "
-                    f"faults/batch {statistics.median(r['faults'][2:]):.0f} (first {r['faults'][0]})",
-                    flush=True,
-                )
-    summary = []
-    for size in sizes:
-        row: dict[str, Any] = {"batch": size}
-        for mode in modes:
-            runs = results[mode][size]
-            row[mode] = statistics.median(statistics.median(r["times"][2:]) for r in runs)
-            row[f"{mode}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in runs)
-            row[f"{mode}_first"] = statistics.median(r["times"][0] for r in runs)
-        summary.append(row)
+    summary = sweep(root, sizes, modes, args.repeats, args.frames, work, lambda m: print(m, flush=True))
     print("\nbatch | reuse ms (ns/frame, faults) | fresh ms (faults) | warmed ms (faults) | rate vs warmed")
     for row in summary:
         b = row["batch"]
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({row['warmed_faults']:.0f}) | reuse {row['warmed'] / row['reuse']:.2f}x, "
             f"fresh {row['warmed'] / row['fresh']:.2f}x"
         )
-    (work / "results.json").write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+    (work / "results.json").write_text(json.dumps({"summary": summary}, indent=1))
     return 0
 
 

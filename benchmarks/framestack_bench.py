@@ -1,42 +1,13 @@
-"""Frame-stack benchmark: ``FrameStack(4)`` against the raw gather of 4x the frames, on pixels.
-
-Data: a generated pixel dataset (``uint8`` observations of shape (3, 84, 84), episodes of
-30-2,000 steps drawn from a fixed seed, random pixels) written into an rlds memmap cache with
-:class:`~rlds_cli.cache.builder.DatasetBuilder`, one episode block at a time. Batch 256, ``k = 4``.
-
-What is compared, in one process, with the configurations visited in turn, a few batches each, so
-that contention on a shared machine hits each alike; a round's rate is one over the median time
-of a call in that round, and the report gives the median of the rounds (range in brackets):
-
-* the raw gather of 4x the frames: ``np.take(frames, rows4, axis=0)`` where ``rows4`` are the
-  ``256 x 4`` flat rows the stacks need (each step's frames ``t-3..t``, clamped at its episode's
-  first frame), from the same file, read through an ``np.memmap`` and from a plain in-RAM copy;
-  the issue's reference ("a raw gather of 4x the frames from the same storage");
-* the raw gather of 1x the frames (``np.take(frames, rows, axis=0)``) and the rlds loader without
-  a transform (every TED key, no stacking), for scale;
-* ``Loader(ds, 256, transform=FrameStack(4))`` (observation and next/observation stacked, every
-  other TED key as usual), on the memmap and with ``in_memory=True``, for the implementation in
-  the tree and for the one before it (kept below as :class:`OldFrameStack`: a gather of the
-  stacked frames through ``HostSource.gather`` after the loader's own gather of both
-  observations, then a ``take`` and a ``concatenate`` for ``next/observation``).
-
-Minor page faults per batch (``ru_minflt``) are recorded alongside: fresh arrays that the allocator
-takes from the kernel show up there.
-
-Usage::
-
-    python benchmarks/framestack_bench.py [--write docs/benchmarks.md] [--steps 60000] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:frame-stack:start -->`` and
-``<!-- bench:frame-stack:end -->``. Work data goes to ``benchmarks/_work/framestack`` (git-ignored)
-and is deleted at the end unless ``--keep``.
+"""Frame-stack section: ``FrameStack(4)`` now and before its single-gather rewrite (kept here as
+:class:`OldFrameStack`), on memmap and in RAM, against the raw gather of 4x (and 1x) the frames
+and the loader without a transform, on a generated pixel dataset (random ``uint8`` (3, 84, 84)
+frames, episodes of 30-2,000 steps); rates and page faults per batch. The section's "How it is
+measured" says how. Usage: ``python benchmarks/framestack_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import resource
 import statistics
 import sys
 import time
@@ -44,79 +15,33 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
 
 SECTION = "frame-stack"
 BATCH = 256
 K = 4
 FRAME = (3, 84, 84)
 #: Episode lengths are drawn uniformly from this range (short and long episodes alike).
-EPISODE_LENGTHS = (30, 2000)
+EPISODE_LENGTHS = bench_data.PIXEL_EPISODE_LENGTHS
 #: The issue's goal: frame stacking at this fraction of the raw gather of 4x the frames.
 TARGET = 0.5
 #: Calls per visit of a case: untimed ones (the allocator settles), then timed ones.
 SETTLE, TIMED = 2, 4
 
 
-def _log(message: str) -> None:
-    print(f"[framestack] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("framestack")
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def ensure_dataset(steps: int, work: Path, backend: str = "memmap") -> Any:
-    """An rlds cache of about ``steps`` pixel steps (built once, kept in ``work``)."""
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.errors import DatasetNotFoundError
-    from rlds_cli.formats.base import StepBlock
-
-    root = work / "root"
-    name = f"pixels-{steps}-{backend}"
-    try:
-        return open_dataset(name, root)
-    except DatasetNotFoundError:
-        pass
-    os.environ.setdefault("RLDS_FSYNC", "0")
-    rng = np.random.default_rng(0)
-    done = 0
-    with DatasetBuilder(name, root=root, backend=backend) as builder:
-        while done < steps:  # one episode per block: memory stays at one episode of frames
-            n = min(int(rng.integers(EPISODE_LENGTHS[0], EPISODE_LENGTHS[1] + 1)), steps - done)
-            flags = np.zeros((n, 1), bool)
-            flags[-1] = True
-            builder.append(
-                StepBlock(
-                    steps={
-                        "action": rng.integers(0, 18, (n, 1)).astype(np.int64),
-                        "next/reward": rng.standard_normal((n, 1), np.float32),
-                        "next/terminated": np.zeros((n, 1), bool),
-                        "next/truncated": flags,
-                    },
-                    observations={"observation": rng.integers(0, 256, (n + 1, *FRAME), np.uint8)},
-                    ends=np.array([n - 1]),
-                )
-            )
-            done += n
-        builder.commit(source={"generator": "benchmarks/framestack_bench.py"})
-    return open_dataset(name, root)
-
-
-def warm(ds: Any) -> None:
-    """Read every array file once so that memmap runs start from the page cache."""
-    buf = bytearray(1 << 20)
-    for path in (ds.directory / "arrays").rglob("*.npy"):
-        with open(path, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
+def ensure_dataset(steps: int, work: Path) -> Any:
+    """An rlds memmap cache of ``steps`` random-pixel steps (built once, kept in ``work``)."""
+    return bench_data.ensure(
+        work / "root", f"pixels-{steps}-memmap", lambda: bench_data.noise_pixel_blocks(steps)
+    )
 
 
 # ----------------------------------------------------------------------------- the old transform
@@ -196,63 +121,18 @@ class Raw:
 # ----------------------------------------------------------------------------- measuring
 
 
-class Case:
-    """One measured configuration: a callable, the time of each of its calls, and the page faults
-    per call; a round's rate is one over the median call time of that round."""
-
-    def __init__(self, key: str, label: str, fn: Callable[[], Any]) -> None:
-        self.key, self.label, self.fn = key, label, fn
-        self.rates: list[float] = []
-        self.faults: list[float] = []
-        self._times: list[float] = []
-        self._faults = 0
-
-    def call(self) -> None:
-        """One timed call."""
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        t = time.perf_counter()
-        self.fn()
-        self._times.append(time.perf_counter() - t)
-        self._faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-
-    def end_round(self) -> float:
-        """Close a round: its rate (batches/s at the median call time) and faults per call."""
-        self.rates.append(1.0 / statistics.median(self._times))
-        self.faults.append(self._faults / len(self._times))
-        self._times, self._faults = [], 0
-        return self.rates[-1]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
-
-    def fmt(self) -> str:
-        return f"{self.median:,.0f} ({min(self.rates):,.0f}-{max(self.rates):,.0f})"
-
-    def ms(self) -> str:
-        return f"{1e3 / self.median:.1f}"
+def run_round(cases: list[_harness.Case], seconds: float) -> None:
+    """One round of this section's way (and the pixel and real sections'): the cases visited in
+    turn, ``SETTLE`` untimed then ``TIMED`` timed calls a visit; a round's rate is one over its
+    median call time."""
+    _harness.run_round(cases, seconds, settle=SETTLE, calls=TIMED)
 
 
-def run_round(cases: list[Case], seconds: float) -> None:
-    """Visit the cases in turn, ``SETTLE + TIMED`` consecutive calls each visit (the first
-    ``SETTLE`` untimed, so that the allocator settles after the other cases' allocations), until
-    each case has had about ``seconds`` of calls: a burst of load from the machine's other users
-    then hits every case alike, and each is timed in its steady state."""
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds * len(cases) or len(cases[0]._times) < 10:
-        for case in cases:
-            for _ in range(SETTLE):
-                case.fn()
-            for _ in range(TIMED):
-                case.call()
-    for case in cases:
-        case.end_round()
-
-
-def build_cases(ds: Any) -> list[Case]:
+def build_cases(ds: Any) -> list[_harness.Case]:
     from rlds_cli.loader import FrameStack, Loader
 
     raw = Raw(ds)
+    Case = _harness.Case
     return [
         Case("raw-mm-4", "raw `np.take` of 4x the frames, `np.memmap`", raw.gather(raw.memmap, K)),
         Case("raw-ram-4", "raw `np.take` of 4x the frames, in RAM", raw.gather(raw.ram, K)),
@@ -299,14 +179,15 @@ def check_same(ds: Any) -> None:
 # ----------------------------------------------------------------------------- report
 
 
-def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
-    by = {c.key: c for c in cases}
-    start, end = bench_doc.markers(SECTION)
+def render(ds: Any, cases: list[_harness.Case], info: dict[str, Any]) -> str:
+    by = {c.key: c.median for c in cases}
     gib = (ds.num_steps + ds.num_episodes) * int(np.prod(FRAME)) / 2**30
+    mm, ram = by["raw-mm-4"], by["raw-ram-4"]
+    new_mm, new_ram = by["new-mm"] / mm, by["new-ram"] / ram
     lines = [
-        start,
-        "## Frame stacking: `FrameStack(4)` vs the raw gather of 4x the frames",
-        "",
+        *_harness.opening(
+            SECTION, "Frame stacking: `FrameStack(4)` vs the raw gather of 4x the frames", False
+        ),
         f"Workload: {ds.num_steps:,} steps of uint8 {FRAME} observations in {ds.num_episodes} episodes "
         f"of {EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps ({gib:.2f} GiB of frames, memmap "
         f"backend), batch {BATCH}, `k = {K}`, uniform sampler. Every rlds row returns the full TED "
@@ -314,39 +195,33 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         f"`[{BATCH}, {K}, 3, 84, 84]`. Batches/s: one over the median call time, "
         f"median of {info['repeats']} rounds in one process (range in brackets).",
         "",
-        *_harness.header(
-            info, f"numpy {_harness.version('numpy')}, torch {_harness.version('torch')} (1 intra-op thread)"
-        ),
+        *_harness.header(info, _harness.versions("numpy", "torch") + " (1 intra-op thread)"),
         "",
-        "| workload | batches/s | ms/batch | page faults/batch | / raw 4x, memmap | / raw 4x, RAM |",
-        "|---|---|---|---|---|---|",
-    ]
-    mm, ram = by["raw-mm-4"].median, by["raw-ram-4"].median
-    for c in cases:
-        lines.append(
-            f"| {c.label} | {c.fmt()} | {c.ms()} | {statistics.median(c.faults):,.0f} | "
-            f"{c.median / mm:.2f}x | {c.median / ram:.2f}x |"
-        )
-    new_mm, new_ram = by["new-mm"].median / mm, by["new-ram"].median / ram
-    met = "**met**" if min(new_mm, new_ram) >= TARGET else "**not met**"
-    lines += [
+        *_harness.table(
+            ["workload", "batches/s", "ms/batch", "page faults/batch", "/ raw 4x, memmap", "/ raw 4x, RAM"],
+            [
+                [
+                    c.label,
+                    c.fmt(),
+                    c.ms(),
+                    f"{statistics.median(c.faults):,.0f}",
+                    f"{c.median / mm:.2f}x",
+                    f"{c.median / ram:.2f}x",
+                ]
+                for c in cases
+            ],
+        ),
         "",
         "### Goal (ratios measured in this run)",
         "",
         f"- `FrameStack(4)` at >= {TARGET}x of the raw gather of 4x the frames from the same storage: "
-        f"memmap {new_mm:.2f}x, in RAM {new_ram:.2f}x -> {met} (before: "
-        f"{by['old-mm'].median / mm:.2f}x and {by['old-ram'].median / ram:.2f}x; speed-up "
-        f"{by['new-mm'].median / by['old-mm'].median:.1f}x and "
-        f"{by['new-ram'].median / by['old-ram'].median:.1f}x).",
-        f"- Against the loader without a transform: {by['new-mm'].median / by['rlds-mm'].median:.2f}x "
-        f"(before {by['old-mm'].median / by['rlds-mm'].median:.2f}x).",
-        "",
-        "### How it is measured",
-        "",
-        "```text",
-        ".venv-bench/bin/python benchmarks/framestack_bench.py --write docs/benchmarks.md",
-        "```",
-        "",
+        f"memmap {new_mm:.2f}x, in RAM {new_ram:.2f}x -> {_harness.verdict(min(new_mm, new_ram) >= TARGET)} "
+        f"(before: {by['old-mm'] / mm:.2f}x and {by['old-ram'] / ram:.2f}x; speed-up "
+        f"{by['new-mm'] / by['old-mm']:.1f}x and {by['new-ram'] / by['old-ram']:.1f}x).",
+        f"- Against the loader without a transform: {by['new-mm'] / by['rlds-mm']:.2f}x "
+        f"(before {by['old-mm'] / by['rlds-mm']:.2f}x).",
+    ]
+    notes = [
         "- Now: one gather of each stacked step's `k + 1` flat rows (`t-k+1..t+1`, clamped at the "
         "episode's first frame by index arithmetic) into one preallocated `[256, k + 1, 3, 84, 84]` "
         "array (reused once the batch made from it is dropped: no fresh memory, so no page faults); "
@@ -363,11 +238,9 @@ def render(ds: Any, cases: list[Case], info: dict[str, Any]) -> str:
         "load from the machine's other users hits all alike, and each is timed once the allocator "
         f"has settled after the others' allocations), for about {info['seconds']} s per "
         "configuration; minor page faults from `getrusage` around each timed call.",
-        "",
-        end,
-        "",
     ]
-    return "\n".join(lines)
+    command = ".venv-bench/bin/python benchmarks/framestack_bench.py --write docs/benchmarks.md"
+    return "\n".join(lines + _harness.closing(SECTION, command, notes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,15 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     run.need_disk(1.2 * run.steps * int(np.prod(FRAME)))
     t = time.perf_counter()
     ds = ensure_dataset(run.steps, run.work)
-    warm(ds)
+    _harness.warm_dataset(ds)
     _log(f"{ds.num_steps:,} steps, {ds.num_episodes} episodes ready ({time.perf_counter() - t:.1f} s)")
     try:
         check_same(ds)
         cases = build_cases(ds)
-        for rep in range(run.repeats):
-            run_round(cases, run.seconds)
-            for case in cases:
-                _log(f"  [{rep + 1}/{run.repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+        _harness.rounds(cases, run.repeats, run.seconds, _log, settle=SETTLE, calls=TIMED)
         section = render(ds, cases, run.info())
     finally:
         run.remove(run.work / "root")

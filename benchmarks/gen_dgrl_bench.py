@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _harness import convert_in_child  # noqa: E402 (the one fresh-process conversion of the benches)
+from _harness import convert_in_child, read_seconds  # noqa: E402 (fresh-process conversion; reader passes)
 
 FRAME_BYTES = 3 * 64 * 64  # one uint8 frame
 
@@ -40,19 +39,6 @@ def write_archive(path: Path, frames: int, steps: int, textured: bool) -> tuple[
     written = sum(t.steps for t in trajectories)
     decoded = sum(t.arrays["observations"].nbytes for t in trajectories)
     return written, decoded
-
-
-def reader_seconds(src: Path, repeats: int = 2) -> tuple[float, int]:
-    """Best wall seconds of the reader alone over ``repeats`` runs, and the steps it yielded."""
-    from rlds_cli.formats.gen_dgrl import GenDGRLReader
-
-    best, rows = float("inf"), 0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with GenDGRLReader(src) as reader:
-            rows = sum(block.num_steps for block in reader.blocks())
-        best = min(best, time.perf_counter() - t)
-    return best, rows
 
 
 def main() -> None:
@@ -72,7 +58,9 @@ def main() -> None:
         for frames in args.frames:
             src = Path(tmp) / f"bigfish-{frames}.tar.xz"
             steps, decoded = write_archive(src, frames, args.steps, textured=not args.flat)
-            seconds, rows = reader_seconds(src)
+            from rlds_cli.formats.gen_dgrl import GenDGRLReader
+
+            seconds, rows = read_seconds(GenDGRLReader, src)
             assert rows == steps, (rows, steps)
             run = convert_in_child(src, Path(tmp) / f"home-{frames}")
             out_mb = steps * FRAME_BYTES / 1e6

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from _harness import convert_in_child
+from _harness import convert_in_child, read_seconds
 
 FPS = 30
 EPISODE = 200
@@ -118,19 +117,6 @@ def write_tree(root: Path, frames: int, side: int) -> int:
     return video.stat().st_size
 
 
-def reader_rate(src: Path, repeats: int = 3) -> float:
-    """Frames per second of the reader alone (best of ``repeats``)."""
-    from rlds_cli.formats.lerobot.reader import LeRobotReader
-
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with LeRobotReader(src) as reader:
-            rows = sum(block.num_steps for block in reader.blocks())
-        best = min(best, time.perf_counter() - t)
-    return rows / best
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, nargs="+", default=[2000, 8000])
@@ -143,7 +129,10 @@ def main() -> None:
         for frames in args.frames:
             src = Path(tmp) / f"src-{frames}"
             size = write_tree(src, frames, args.side)
-            rate = reader_rate(src)
+            from rlds_cli.formats.lerobot.reader import LeRobotReader
+
+            seconds, rows = read_seconds(LeRobotReader, src, 3)
+            rate = rows / seconds
             run = convert_in_child(src, Path(tmp) / f"home-{frames}")
             n = frames // EPISODE * EPISODE
             print(

@@ -1,30 +1,17 @@
-"""Side-by-side sampling benchmark: the rlds loader vs TorchRL 0.14.1 replay buffers vs raw numpy.
-
-Same data for all (``benchmarks/data.py``: observation 17 float32, action 6 float32, 1000-step
-episodes ending by timeout), batch 256, one process, configurations interleaved over repeats so
-that drift on a shared machine hits every configuration alike; medians are reported with their
-range. TorchRL runs a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage`` holding the TED data
-(``observation``, ``action``, ``episode``, ``next/{observation,reward,done,terminated,truncated}``).
-Raw numpy is the least code that gathers the same arrays from the same layout (the limit).
-
-Usage (in the benchmark environment, see ``benchmarks/setup_env.sh``)::
-
-    python benchmarks/loader_bench.py [--write docs/benchmarks.md] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:loader:start -->`` and
-``<!-- bench:loader:end -->``. Work data goes to ``benchmarks/_work/loader`` (git-ignored).
-TorchRL's prioritized sampler needs its C++ extension, whose prebuilt binary does not load
-against torch 2.13; ``--build-extension`` (the default when it fails to load) rebuilds it from
-the sources the wheel ships and installs it into the running environment.
+"""Sampling section: the rlds loader vs TorchRL 0.14.1 replay buffers vs the lean raw gather, on
+the same generated low-dim data (``benchmarks/data.py``), batch 256: uniform, slices, prioritized
+and epochs, memmap and in RAM, side by side and as paired ratios, then batch rates against the
+dataset's size. Usage: ``python benchmarks/loader_bench.py [--write FILE] [--quick]`` (in the
+bench environment). TorchRL's prioritized sampler needs its C++ extension, whose prebuilt binary
+does not load against torch 2.13; ``--build-extension-only`` (and, unless
+``--no-build-extension``, every run) rebuilds it from the sources the wheel ships into the
+running environment.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import importlib.metadata
+import importlib.util
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -34,19 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: the shared command-line flags)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import data as bench_data  # noqa: E402  (benchmarks/data.py)
-
 SECTION = "loader"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 BATCH = 256
 NUM_SLICES, SLICE_LEN = 8, 32
 TED_KEYS = 9  # what every rlds row returns: 8 TED keys + index
@@ -75,15 +55,6 @@ def ensure_dataset(steps: int, work: Path) -> Any:
     convert(src, name, format="d4rl", root=root, backend="memmap")
     src.unlink()
     return open_dataset(name, root)
-
-
-def warm(ds: Any) -> None:
-    """Read every array file once so that memmap runs start from the page cache."""
-    buf = bytearray(1 << 20)
-    for path in (ds.directory / "arrays").rglob("*.npy"):
-        with open(path, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
 
 
 # ----------------------------------------------------------------------------- TorchRL
@@ -129,10 +100,14 @@ def ensure_torchrl_extension(work: Path, log: Callable[[str], None]) -> bool:
     return False  # loadable in a fresh process only; the caller re-executes
 
 
+def _extension_loads() -> bool:
+    """Whether torchrl's C++ extension loads in a fresh process."""
+    check = [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"]
+    return subprocess.run(check, capture_output=True).returncode == 0
+
+
 def torchrl_buffers(ds: Any, work: Path, with_prioritized: bool) -> dict[str, Any]:
     """TorchRL replay buffers over ``LazyMemmapStorage`` holding ``ds`` as full TED."""
-    import torch
-    from tensordict import TensorDict
     from torchrl.data import (
         LazyMemmapStorage,
         PrioritizedSampler,
@@ -144,22 +119,7 @@ def torchrl_buffers(ds: Any, work: Path, with_prioritized: bool) -> dict[str, An
 
     n = ds.num_steps
     full = ds.gather(np.arange(n))
-    t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in full.items()}
-    td = TensorDict(
-        {
-            "observation": t["observation"],
-            "action": t["action"],
-            "episode": t["episode"],
-            "next": {
-                "observation": t["next/observation"],
-                "reward": t["next/reward"],
-                "done": t["next/done"],
-                "terminated": t["next/terminated"],
-                "truncated": t["next/truncated"],
-            },
-        },
-        batch_size=[n],
-    )
+    td = _harness.ted({k: full[k] for k in _harness.TED_KEYS})
     samplers: dict[str, Callable[[], Any]] = {
         "uniform": RandomSampler,
         "slice": lambda: SliceSampler(num_slices=NUM_SLICES, traj_key="episode"),
@@ -321,124 +281,54 @@ class Raw:
 # ----------------------------------------------------------------------------- measuring
 
 
-class Case:
-    """One measured configuration: a callable and the runs' rates."""
+Case = _harness.Case
 
-    def __init__(self, key: str, label: str, fn: Callable[[], Any], *, epoch: bool = False) -> None:
-        self.key, self.label, self.fn, self.epoch = key, label, fn, epoch
-        self.values: list[float] = []
 
-    def run(self, seconds: float) -> float:
-        """Batches per second over about ``seconds`` (epoch cases: seconds per epoch).
+def run_case(case: Case, seconds: float) -> float:
+    """One rate of ``case``: batches per second over about ``seconds`` (epoch cases: seconds per epoch).
 
-        The time is cut into :data:`WINDOWS` windows and the run's rate is that of the fastest
-        window: on a machine shared with other jobs, the least disturbed stretch is the closest to
-        what the code costs, and every configuration is measured the same way.
-        """
-        if self.epoch:
-            t = time.perf_counter()
-            self.fn()
-            value = time.perf_counter() - t
-        else:
-            for _ in range(10):
-                self.fn()
-            value, end = 0.0, time.perf_counter() + seconds
-            window = seconds / WINDOWS
+    The time is cut into :data:`WINDOWS` windows and the run's rate is that of the fastest
+    window: on a machine shared with other jobs, the least disturbed stretch is the closest to
+    what the code costs, and every configuration is measured the same way.
+    """
+    if case.epoch:
+        t = time.perf_counter()
+        case.fn()
+        value = time.perf_counter() - t
+    else:
+        for _ in range(10):
+            case.fn()
+        value, end = 0.0, time.perf_counter() + seconds
+        while True:
+            calls, t = 0, time.perf_counter()
             while True:
-                calls, t = 0, time.perf_counter()
-                while True:
-                    for _ in range(10):
-                        self.fn()
-                    calls += 10
-                    elapsed = time.perf_counter() - t
-                    if elapsed >= window:
-                        break
-                value = max(value, calls / elapsed)
-                if t + elapsed >= end:
+                for _ in range(10):
+                    case.fn()
+                calls += 10
+                elapsed = time.perf_counter() - t
+                if elapsed >= seconds / WINDOWS:
                     break
-        self.values.append(value)
-        return value
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    def fmt(self) -> str:
-        lo, hi = min(self.values), max(self.values)
-        if self.epoch:
-            return f"{self.median:.2f} s ({lo:.2f}-{hi:.2f})"
-        return f"{self.median:,.0f} ({lo:,.0f}-{hi:,.0f})"
+            value = max(value, calls / elapsed)
+            if t + elapsed >= end:
+                break
+    case.rates.append(value)
+    return value
 
 
 #: (rlds case, reference case) pairs whose ratio is also measured paired (see ``paired_ratio``)
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-ram-unpacked", "raw-ram"),
-    ("rlds-ram", "raw-packed"),
-    ("rlds-ram", "raw-ram"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-slice-ram", "raw-slice-ram"),
-    ("rlds-mm", "trl-uniform"),
-    ("rlds-ram", "trl-uniform"),
-    ("rlds-slice", "trl-slice-cached"),
-    ("rlds-slice", "trl-compat-slice"),
-    ("rlds-prio", "trl-prio"),
-    ("rlds-prio-np", "trl-prio"),
-]
-
-
-def paired_ratio(
-    mine: Callable[[], Any], peer: Callable[[], Any], seconds: float
-) -> tuple[float, float, float]:
-    """``mine``'s rate over ``peer``'s, from calls that alternate one by one for about ``seconds``:
-    the ratio of their median call times (returned too, in microseconds). Both see the same
-    moments of a shared machine, and the medians drop the calls another job interrupted."""
-    for _ in range(10):
-        mine()
-        peer()
-    a: list[int] = []
-    b: list[int] = []
-    clock = time.perf_counter_ns
-    end = clock() + int(seconds * 1e9)
-    while clock() < end:
-        for _ in range(10):
-            t0 = clock()
-            mine()
-            t1 = clock()
-            peer()
-            t2 = clock()
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-    ma, mb = statistics.median(a), statistics.median(b)
-    return mb / ma, ma / 1e3, mb / 1e3
-
-
-def measure_pairs(
-    cases: dict[str, Case],
-    repeats: int,
-    seconds: float,
-    log: Callable[[str], None],
-    pairs: list[tuple[str, str]] | None = None,
-) -> dict[tuple[str, str], list[float]]:
-    """``pairs`` (default :data:`PAIRS`) measured with :func:`paired_ratio`, ``repeats`` rounds."""
-    out: dict[tuple[str, str], list[float]] = {}
-    for rep in range(repeats):
-        for mine, peer in PAIRS if pairs is None else pairs:
-            if mine in cases and peer in cases:
-                value, us_mine, us_peer = paired_ratio(cases[mine].fn, cases[peer].fn, seconds)
-                out.setdefault((mine, peer), []).append(value)
-                log(
-                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} "
-                    f"(median calls {us_mine:.1f} / {us_peer:.1f} us)"
-                )
-    return out
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-ram-unpacked/raw-ram rlds-ram/raw-packed rlds-ram/raw-ram "
+    "rlds-slice/raw-slice rlds-slice-ram/raw-slice-ram rlds-mm/trl-uniform rlds-ram/trl-uniform "
+    "rlds-slice/trl-slice-cached rlds-slice/trl-compat-slice rlds-prio/trl-prio "
+    "rlds-prio-np/trl-prio"
+)
 
 
 def interleave(cases: list[Case], repeats: int, seconds: float, log: Callable[[str], None]) -> None:
     """Run every case ``repeats`` times, all cases per round."""
     for rep in range(repeats):
         for case in cases:
-            value = case.run(seconds)
+            value = run_case(case, seconds)
             unit = "s/epoch" if case.epoch else "batches/s"
             log(f"  [{rep + 1}/{repeats}] {case.label}: {value:,.2f} {unit}")
 
@@ -484,61 +374,64 @@ def build_cases(ds: Any, work: Path, torchrl: bool, prioritized: bool) -> list[C
     raw = Raw(ds, ram._host._packed, ram._host._block_plan)
     raw.load_ram()
     rng = np.random.default_rng(1)
+    slc = {"sampler": "slice", "slice_len": SLICE_LEN}
+    numpy_tree = PrioritizedSampler(ds.num_steps, BATCH, compiled=False)
     cases = [
-        Case("raw-mm", "lean raw gather, memmap (plain views)", raw.uniform_memmap),
-        Case("rlds-mm", "rlds `Loader`, memmap", Loader(ds, BATCH).sample),
-        Case("rlds-mm-pf", "rlds `Loader`, memmap, prefetch=2", Loader(ds, BATCH, prefetch=2).sample),
-        Case("raw-ram", "lean raw gather, RAM, one take per key", raw.uniform_ram),
-        Case(
-            "rlds-ram-unpacked",
-            "rlds `Loader`, in_memory=True, pack=False",
-            Loader(ds, BATCH, in_memory=True, pack=False).sample,
-        ),
-        Case("raw-packed", "lean raw gather, RAM, rlds packed layout", raw.uniform_packed),
-        Case("rlds-ram", "rlds `Loader`, in_memory=True (packed)", ram.sample),
-        Case(
-            "rlds-dev",
-            "rlds `Loader`, in_memory='device' (CPU tensors)",
-            Loader(ds, BATCH, in_memory="device").sample,
-        ),
-        Case("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
-        Case("raw-slice-ram", "lean raw gather, slices, RAM", raw.slices_ram),
-        Case(
-            "rlds-slice",
-            "rlds slices, memmap",
-            Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sample,
-        ),
-        Case(
-            "rlds-slice-ram",
-            "rlds slices, in_memory=True",
-            Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN, in_memory=True).sample,
-        ),
-        Case(
-            "rlds-prio",
-            "rlds prioritized sample+update, memmap",
-            _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
-        ),
-        Case(
-            "rlds-prio-np",
-            "rlds prioritized sample+update, memmap, numpy kernels",
-            _sample_update(
-                Loader(ds, BATCH, sampler=PrioritizedSampler(ds.num_steps, BATCH, compiled=False)), rng
+        Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather, memmap (plain views)", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(ds, BATCH).sample),
+            ("rlds-mm-pf", "rlds `Loader`, memmap, prefetch=2", Loader(ds, BATCH, prefetch=2).sample),
+            ("raw-ram", "lean raw gather, RAM, one take per key", raw.uniform_ram),
+            (
+                "rlds-ram-unpacked",
+                "rlds `Loader`, in_memory=True, pack=False",
+                Loader(ds, BATCH, in_memory=True, pack=False).sample,
             ),
-        ),
-        Case(
-            "rlds-prio-ram",
-            "rlds prioritized sample+update, in_memory=True",
-            _sample_update(Loader(ds, BATCH, sampler="prioritized", in_memory=True), rng),
-        ),
-        Case("raw-epoch", "lean raw gather epoch, memmap", raw.epoch_memmap, epoch=True),
-        Case("raw-epoch-ram", "lean raw gather epoch, RAM", raw.epoch_ram, epoch=True),
-        Case("rlds-epoch", "rlds epoch, memmap", _epoch(Loader(ds, BATCH, sampler="epoch")), epoch=True),
-        Case(
-            "rlds-epoch-ram",
-            "rlds epoch, in_memory=True",
-            _epoch(Loader(ds, BATCH, sampler="epoch", in_memory=True)),
-            epoch=True,
-        ),
+            ("raw-packed", "lean raw gather, RAM, rlds packed layout", raw.uniform_packed),
+            ("rlds-ram", "rlds `Loader`, in_memory=True (packed)", ram.sample),
+            (
+                "rlds-dev",
+                "rlds `Loader`, in_memory='device' (CPU tensors)",
+                Loader(ds, BATCH, in_memory="device").sample,
+            ),
+            ("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
+            ("raw-slice-ram", "lean raw gather, slices, RAM", raw.slices_ram),
+            ("rlds-slice", "rlds slices, memmap", Loader(ds, BATCH, **slc).sample),
+            (
+                "rlds-slice-ram",
+                "rlds slices, in_memory=True",
+                Loader(ds, BATCH, **slc, in_memory=True).sample,
+            ),
+            (
+                "rlds-prio",
+                "rlds prioritized sample+update, memmap",
+                _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
+            ),
+            (
+                "rlds-prio-np",
+                "rlds prioritized sample+update, memmap, numpy kernels",
+                _sample_update(Loader(ds, BATCH, sampler=numpy_tree), rng),
+            ),
+            (
+                "rlds-prio-ram",
+                "rlds prioritized sample+update, in_memory=True",
+                _sample_update(Loader(ds, BATCH, sampler="prioritized", in_memory=True), rng),
+            ),
+        ]
+    ]
+    cases += [
+        Case(*c, epoch=True)
+        for c in [
+            ("raw-epoch", "lean raw gather epoch, memmap", raw.epoch_memmap),
+            ("raw-epoch-ram", "lean raw gather epoch, RAM", raw.epoch_ram),
+            ("rlds-epoch", "rlds epoch, memmap", _epoch(Loader(ds, BATCH, sampler="epoch"))),
+            (
+                "rlds-epoch-ram",
+                "rlds epoch, in_memory=True",
+                _epoch(Loader(ds, BATCH, sampler="epoch", in_memory=True)),
+            ),
+        ]
     ]
     if torchrl:
         rbs = torchrl_buffers(ds, work, prioritized)
@@ -552,13 +445,8 @@ def build_cases(ds: Any, work: Path, torchrl: bool, prioritized: bool) -> list[C
             ),
         ]
         if prioritized:
-            cases.append(
-                Case(
-                    "trl-prio",
-                    "TorchRL `PrioritizedSampler` sample+update",
-                    _trl_sample_update(rbs["prioritized"], rng),
-                )
-            )
+            update = _trl_sample_update(rbs["prioritized"], rng)
+            cases.append(Case("trl-prio", "TorchRL `PrioritizedSampler` sample+update", update))
     return cases
 
 
@@ -572,67 +460,35 @@ def scaling_cases(datasets: dict[int, Any]) -> list[Case]:
         tag = f"{steps:.0e}".replace("+0", "")
         ram = Loader(ds, BATCH, in_memory=True)
         raw = Raw(ds, ram._host._packed, ram._host._block_plan)
+        slc = {"sampler": "slice", "slice_len": SLICE_LEN}
         cases += [
-            Case(f"raw-mm-{steps}", f"lean raw memmap {tag}", raw.uniform_memmap),
-            Case(f"raw-packed-{steps}", f"lean raw packed {tag}", raw.uniform_packed),
-            Case(f"uniform-mm-{steps}", f"uniform memmap {tag}", Loader(ds, BATCH).sample),
-            Case(f"uniform-ram-{steps}", f"uniform RAM {tag}", ram.sample),
-            Case(
-                f"slice-mm-{steps}",
-                f"slice memmap {tag}",
-                Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sample,
-            ),
-            Case(
-                f"prio-mm-{steps}",
-                f"prioritized s+u memmap {tag}",
-                _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
-            ),
-            # the samplers alone (indices, no data): what "sampling cost" is, without the memory
-            # system's cost of fetching random rows from a larger array
-            Case(f"idx-uniform-{steps}", f"uniform indices {tag}", Loader(ds, BATCH).sampler.sample),
-            Case(
-                f"idx-slice-{steps}",
-                f"slice indices {tag}",
-                Loader(ds, BATCH, sampler="slice", slice_len=SLICE_LEN).sampler.sample,
-            ),
-            Case(
-                f"idx-prio-{steps}",
-                f"prioritized indices + update {tag}",
-                _sampler_update(Loader(ds, BATCH, sampler="prioritized").sampler, rng),
-            ),
+            Case(f"{key}-{steps}", f"{label} {tag}", fn)
+            for key, label, fn in [
+                ("raw-mm", "lean raw memmap", raw.uniform_memmap),
+                ("raw-packed", "lean raw packed", raw.uniform_packed),
+                ("uniform-mm", "uniform memmap", Loader(ds, BATCH).sample),
+                ("uniform-ram", "uniform RAM", ram.sample),
+                ("slice-mm", "slice memmap", Loader(ds, BATCH, **slc).sample),
+                (
+                    "prio-mm",
+                    "prioritized s+u memmap",
+                    _sample_update(Loader(ds, BATCH, sampler="prioritized"), rng),
+                ),
+                # the samplers alone (indices, no data): what "sampling cost" is, without the memory
+                # system's cost of fetching random rows from a larger array
+                ("idx-uniform", "uniform indices", Loader(ds, BATCH).sampler.sample),
+                ("idx-slice", "slice indices", Loader(ds, BATCH, **slc).sampler.sample),
+                (
+                    "idx-prio",
+                    "prioritized indices + update",
+                    _sampler_update(Loader(ds, BATCH, sampler="prioritized").sampler, rng),
+                ),
+            ]
         ]
     return cases
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _machine() -> str:
-    return f"{len(os.sched_getaffinity(0))} usable CPUs ({_harness.cpu_model()})"
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
-        )
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except OSError:
-        return "?"
-
-
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**not met**"
 
 
 def render(
@@ -672,49 +528,29 @@ def render(
         v = ratio(a, b, epoch)
         return "-" if v != v else f"{v:.2f}x{spread(a, b, 2)}"
 
-    rows = [
-        ("uniform, memmap", "rlds-mm", "trl-uniform", "raw-mm", False),
-        ("uniform, memmap, prefetch=2", "rlds-mm-pf", "trl-uniform", "raw-mm", False),
-        ("uniform, RAM unpacked", "rlds-ram-unpacked", "trl-uniform", "raw-ram", False),
-        ("uniform, RAM packed (`in_memory=True`)", "rlds-ram", "trl-uniform", "raw-packed", False),
-        ("uniform, device-resident (CPU)", "rlds-dev", "trl-uniform", "raw-packed", False),
-        ("slice 8x32, memmap", "rlds-slice", "trl-slice", "raw-slice", False),
-        (
-            "slice 8x32, memmap (vs TorchRL cache_values=True)",
-            "rlds-slice",
-            "trl-slice-cached",
-            "raw-slice",
-            False,
-        ),
-        ("slice 8x32, RAM", "rlds-slice-ram", "trl-slice-cached", "raw-slice-ram", False),
-        (
-            "slice 8x32: rlds vs TorchRL `SliceSampler` over rlds's `make_replay_buffer`",
-            "rlds-slice",
-            "trl-compat-slice",
-            "raw-slice",
-            False,
-        ),
-        ("prioritized sample+update, memmap", "rlds-prio", "trl-prio", None, False),
-        (
-            "prioritized sample+update, memmap, numpy kernels (no `fast` extra)",
-            "rlds-prio-np",
-            "trl-prio",
-            None,
-            False,
-        ),
-        ("prioritized sample+update, RAM", "rlds-prio-ram", "trl-prio", None, False),
-        ("epoch over 1M (seconds), memmap", "rlds-epoch", "trl-epoch", "raw-epoch", True),
-        ("epoch over 1M (seconds), RAM", "rlds-epoch-ram", "trl-epoch", "raw-epoch-ram", True),
+    rows = [  # label | rlds case | TorchRL case | lean raw gather case ("-": none) | epoch (seconds)?
+        [cell.strip() for cell in row.split("|")]
+        for row in """
+        uniform, memmap | rlds-mm | trl-uniform | raw-mm |
+        uniform, memmap, prefetch=2 | rlds-mm-pf | trl-uniform | raw-mm |
+        uniform, RAM unpacked | rlds-ram-unpacked | trl-uniform | raw-ram |
+        uniform, RAM packed (`in_memory=True`) | rlds-ram | trl-uniform | raw-packed |
+        uniform, device-resident (CPU) | rlds-dev | trl-uniform | raw-packed |
+        slice 8x32, memmap | rlds-slice | trl-slice | raw-slice |
+        slice 8x32, memmap (vs TorchRL cache_values=True) | rlds-slice | trl-slice-cached | raw-slice |
+        slice 8x32, RAM | rlds-slice-ram | trl-slice-cached | raw-slice-ram |
+        slice 8x32 vs `SliceSampler` on `make_replay_buffer` | rlds-slice | trl-compat-slice | raw-slice |
+        prioritized sample+update, memmap | rlds-prio | trl-prio | - |
+        prioritized sample+update, memmap, numpy kernels (no `fast` extra) | rlds-prio-np | trl-prio | - |
+        prioritized sample+update, RAM | rlds-prio-ram | trl-prio | - |
+        epoch over 1M (seconds), memmap | rlds-epoch | trl-epoch | raw-epoch | epoch
+        epoch over 1M (seconds), RAM | rlds-epoch-ram | trl-epoch | raw-epoch-ram | epoch
+        """.strip().splitlines()
     ]
     lines = [
-        START_MARK,
-        "",
-        "## Sampling: rlds loader vs TorchRL replay buffers vs raw numpy",
-        "",
-    ]
-    if info["quick"]:
-        lines += ["> **Quick run** (`--quick`): fewer repeats and shorter runs; not the reference run.", ""]
-    lines += [
+        *_harness.opening(
+            SECTION, "Sampling: rlds loader vs TorchRL replay buffers vs raw numpy", info["quick"]
+        ),
         f"Workload: {info['steps']:,} steps (observation {bench_data.OBS_DIM} float32, action "
         f"{bench_data.ACT_DIM} float32, {bench_data.EPISODE_LEN}-step episodes), batch {BATCH}, "
         f"slices {NUM_SLICES}x{SLICE_LEN}. Every row returns the full TED transition (rlds: observation, "
@@ -728,14 +564,13 @@ def render(
         "rows, next/done, episode, index, the slices' mask), then one `torch.from_numpy` per key: no "
         'dict, no checks. Every "x of raw" below is against it.',
         "",
-        f"- Measured {info['date']} on {info['machine']}; Python {info['python']}; {info['versions']}.",
-        f"- rlds commit {info['commit']}; run took {info['minutes']:.1f} min; 1-minute load average "
-        f"before/after: {info['load_before']:.1f}/{info['load_after']:.1f} on {os.cpu_count()} CPUs.",
+        *_harness.header(info, info["versions"]),
         "",
         "| workload | rlds | TorchRL 0.14.1 | lean raw gather (same layout) | rlds / TorchRL | rlds / raw |",
         "|---|---|---|---|---|---|",
     ]
-    for label, mine, peer, limit, epoch in rows:
+    for label, mine, peer, limit, epoch_mark in rows:
+        epoch, limit = bool(epoch_mark), None if limit == "-" else limit
         if mine not in c:
             continue
         lines.append(
@@ -778,13 +613,14 @@ def render(
     lines += ["", "### Goals (ratios measured in this run)", ""]
     if trl:
         lines += [
-            f"- {name}: " + ("not run" if "prioritized" in name and "trl-prio" not in c else _verdict(ok))
+            f"- {name}: "
+            + ("not run" if "prioritized" in name and "trl-prio" not in c else _harness.verdict(ok))
             for name, ok in goals
         ]
     else:
         lines += ["- TorchRL was not installed in this environment: no ratios to TorchRL."]
     lines += [
-        f"- {name} >= {target}x of the lean raw gather: {text} {_verdict(v >= target)}"
+        f"- {name} >= {target}x of the lean raw gather: {text} {_harness.verdict(v >= target)}"
         for name, v, target, text in within
     ]
     lines.append(
@@ -838,152 +674,102 @@ def render(
     lines += [
         "",
         "- Sampling cost (the samplers alone, no data) the same at every size (largest/smallest >= 0.7): "
-        f"uniform {change['idx-uniform']:.2f}, slice {change['idx-slice']:.2f}: {_verdict(samplers_flat)}. "
-        "Their index generation is O(batch): a draw per index, a `searchsorted` over per-episode window "
-        f"counts for slices. Prioritized {change['idx-prio']:.2f}: "
-        f"{_verdict(change['idx-prio'] >= 0.7)}. Its work per batch grows only with the tree's depth "
-        "(log32 N levels: 2 at 10^5 and 10^6 steps, 3 at 10^7), but the tree holds a priority per step "
-        "(8 bytes; 80 MB at 10^7 steps), and each draw and update reads a random 256-byte row of it: "
-        "at 10^5 steps the whole tree sits in the CPU caches, at 10^7 every row is a cache miss, the "
-        "same cost any replay buffer's sum tree pays (TorchRL's included) and the same effect as the "
-        "data rows below.",
-        f"- Whole batches (indices and data) the same at every size: {_verdict(batches_flat)} "
-        f"(uniform memmap {change['uniform-mm']:.2f}, uniform RAM {change['uniform-ram']:.2f}, slice "
-        f"{change['slice-mm']:.2f}, prioritized {change['prio-mm']:.2f}). Raw numpy on the same arrays "
-        f"loses as much ({change['raw-mm']:.2f} on memmap, {change['raw-packed']:.2f} in RAM): random rows "
-        "of a 10^5-step dataset (7 MB of observations) stay in the CPU caches, those of 10^7 steps (680 "
-        "MB) miss the caches and the TLB on nearly every row, whatever reads them. The loader's share of "
-        "raw numpy falls by at most 15% from the smallest size to the largest: "
-        f"{_verdict(tracks_raw)}.",
+        f"uniform {change['idx-uniform']:.2f}, slice {change['idx-slice']:.2f}: "
+        f"{_harness.verdict(samplers_flat)} "
+        "(O(batch): a draw per index, a `searchsorted` over per-episode window counts for slices). "
+        f"Prioritized {change['idx-prio']:.2f}: {_harness.verdict(change['idx-prio'] >= 0.7)}: its work "
+        "grows only with the tree's depth (log32 N), but each draw and update reads a random row of a "
+        "tree holding 8 bytes a step (80 MB at 10^7 steps): in the CPU caches at 10^5 steps, a cache "
+        "miss a row at 10^7, as for any sum tree (TorchRL's included) and for the data rows below.",
+        f"- Whole batches the same at every size: {_harness.verdict(batches_flat)} (uniform memmap "
+        f"{change['uniform-mm']:.2f}, uniform RAM {change['uniform-ram']:.2f}, slice "
+        f"{change['slice-mm']:.2f}, "
+        f"prioritized {change['prio-mm']:.2f}). Raw numpy on the same arrays loses as much "
+        f"({change['raw-mm']:.2f} on memmap, {change['raw-packed']:.2f} in RAM): random rows of 10^5 "
+        "steps (7 MB) stay in the CPU caches, those of 10^7 steps (680 MB) miss the caches and the TLB. The "
+        "loader's share of raw numpy falls by at most 15% from the smallest size to the largest: "
+        f"{_harness.verdict(tracks_raw)}.",
         "",
-        "### How it is measured",
-        "",
-        "```text",
-        info["command"],
-        "```",
-        "",
-        "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap backend); the "
-        "TorchRL buffers are filled with the same transitions (`rb.extend` of the full TED TensorDict "
-        "into `LazyMemmapStorage`). All files are read once before timing (page cache warm).",
-        "- rlds: `Loader(ds, 256, sampler=..., in_memory=...)`, `loader.sample()`; prioritized: "
-        "`loader.sample()` then `loader.update_priority(batch['index'], new)`; epoch: `for b in loader` "
-        "(one epoch, 3,907 batches). TorchRL: `rb.sample()`, `rb.update_priority(td['index'], new)`, "
-        "`for td in rb` with `SamplerWithoutReplacement`"
-        + (
-            "; its prioritized sampler runs on the C++ extension rebuilt against torch 2.13 "
-            "(`--build-extension`)."
-            if info["prioritized"]
-            else "; its prioritized sampler did not run in this run (its prebuilt C++ extension does not "
-            "load against torch 2.13, and `--no-build-extension` kept it from being rebuilt into the "
-            "environment)."
-        ),
-        f"- torch intra-op threads: {info['threads']} for every configuration (`torch.set_num_threads`); "
-        "with torch's default of 2 threads on these 2 shared cores, TorchRL's per-batch ops spent most "
-        "of their time synchronizing threads (41-396 batches/s for `RandomSampler` in a trial run), "
-        "which would flatter rlds.",
-        "- Rates: 10 warm-up calls, then calls for about "
-        f"{info['seconds']} s in {WINDOWS} windows, the run's rate being its fastest window's (this "
-        "machine is shared with other jobs: the least disturbed window is the closest to the code's "
-        "cost); each configuration runs once per round, "
-        f"{info['repeats']} rounds; the table gives the median round and the range of the rounds.",
-        "- Ratios marked *paired* (and the goals built on them) are measured pairwise: the two "
-        "configurations' calls alternate one by one for about "
-        f"{2 * info['seconds']} s and the ratio is that of their median call times, so both see the "
-        "same moments of the shared machine; median of the rounds, range in brackets. Rates measured "
-        "minutes apart on this machine differ by up to 2x, which separate medians cannot average out. "
-        "The ratios to the lean raw gather (two gathers of the same footprint) are the paired ones. The "
-        "ratios to TorchRL are those of the rates, as in earlier runs, with the paired ratio beside "
-        "them: alternating with TorchRL's calls, which allocate and touch far more memory per batch, "
-        "slows the rlds calls that follow them, so the paired ratios to TorchRL come out lower.",
-        "",
-        END_MARK,
     ]
-    return "\n".join(lines) + "\n"
+    notes = [
+        "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap); TorchRL's "
+        "buffers hold the same transitions (`rb.extend` of the full TED TensorDict into "
+        "`LazyMemmapStorage`). Every file is read once before timing.",
+        "- rlds: `Loader(ds, 256, sampler=..., in_memory=...).sample()`; prioritized: then "
+        "`loader.update_priority(batch['index'], new)`; epoch: `for b in loader` (3,907 batches). "
+        "TorchRL: `rb.sample()`, `rb.update_priority(td['index'], new)`, `for td in rb` with "
+        "`SamplerWithoutReplacement`"
+        + (
+            "; its prioritized sampler on the C++ extension rebuilt against torch 2.13."
+            if info["prioritized"]
+            else "; its prioritized sampler did not run (its prebuilt C++ extension does not load "
+            "against torch 2.13, and `--no-build-extension` kept it from being rebuilt)."
+        ),
+        f"- torch intra-op threads: {info['threads']} for every configuration (see `_harness.start`).",
+        f"- Rates: 10 warm-up calls, then calls for about {info['seconds']} s in {WINDOWS} windows, the "
+        "run's rate its fastest window's (the least disturbed stretch of this shared machine); "
+        f"{info['repeats']} rounds, each configuration once a round; median round (range).",
+        _harness.PAIRED_NOTE.format(seconds=2 * info["seconds"])
+        + " Alternating with TorchRL's calls, which touch far more memory a batch, slows the rlds calls "
+        "after them, so the paired ratios to TorchRL come out lower; those to the lean raw gather (the "
+        "same footprint) are the ones the goals use.",
+    ]
+    return "\n".join(lines[:-1] + _harness.closing(SECTION, info["command"], notes))
 
 
-def _log(message: str) -> None:
-    print(message, flush=True)
+_log = _harness.logger("loader")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (and optionally write) the Markdown section."""
-    parser = argparse.ArgumentParser(description="rlds loader vs TorchRL vs raw numpy sampling benchmark")
-    _harness.add_common_flags(
-        parser,
-        write="Markdown file whose loader section is replaced",
-        quick="1e4/1e5/1e6 steps, short runs (a smoke test)",
-        repeats="rounds per configuration (default 5; quick: 2)",
-        work=HERE / "_work" / "loader",
+    p = _harness.parser(
+        "rlds loader vs TorchRL vs raw numpy sampling",
+        SECTION,
+        work="loader",
+        repeats=(5, 2),
+        seconds=(0.5, 0.2),
     )
-    parser.add_argument("--seconds", type=float, help="seconds per rate measurement (default 0.5)")
-    parser.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
-    parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")
-    parser.add_argument(
+    p.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL side")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--no-build-extension", action="store_true", help="never rebuild torchrl's extension")
+    p.add_argument(
         "--build-extension-only",
         action="store_true",
         help="make torchrl's C++ extension load (rebuild it if needed), then exit: 0 if it loads",
     )
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     if args.build_extension_only:
         ensure_torchrl_extension(args.work.resolve(), _log)
-        check = [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"]
-        loads = subprocess.run(check, capture_output=True).returncode == 0  # a fresh process
+        loads = _extension_loads()
         _log(f"torchrl's C++ extension {'loads' if loads else 'does NOT load'}")
         return 0 if loads else 1
-    t0 = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    import torch
-
     from rlds_cli.loader.sumtree import compiled_kernels
 
-    # One intra-op thread for everyone: with torch's default (2 here) on 2 shared cores, TorchRL's
-    # small per-batch ops spent most of their time synchronizing threads (41-396 batches/s in a
-    # trial run against 1,600-3,800 with one thread), which would flatter rlds.
-    torch.set_num_threads(args.torch_threads)
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    repeats = args.repeats or (2 if args.quick else 5)
-    seconds = args.seconds or (0.2 if args.quick else 0.5)
+    run = _harness.start(args, threads=args.torch_threads)
+    work, repeats, seconds = run.work, run.repeats, run.seconds
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
     main_steps = sizes[-1] if args.quick else 1_000_000
 
-    torchrl = not args.no_torchrl
-    prioritized = False
-    if torchrl:
-        try:
-            import torchrl as _torchrl  # noqa: F401
-        except ImportError:
-            _log("torchrl is not installed here: rlds and raw numpy only")
-            torchrl = False
-    if torchrl:
-        prioritized = ensure_torchrl_extension(work, _log) if not args.no_build_extension else False
-        if not prioritized and not args.no_build_extension:
-            try:  # a freshly built extension loads in a new process: re-run once
-                out = subprocess.run(
-                    [sys.executable, "-c", "from torchrl._torchrl import SumSegmentTreeFp32"],
-                    capture_output=True,
-                )
-                prioritized = out.returncode == 0
-            except OSError:
-                prioritized = False
-            if prioritized:
-                os.execv(
-                    sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
-                )
+    torchrl = not args.no_torchrl and importlib.util.find_spec("torchrl") is not None
+    if not torchrl:
+        _log("TorchRL skipped or not installed here: rlds and raw numpy only")
+    build = torchrl and not args.no_build_extension
+    prioritized = build and ensure_torchrl_extension(work, _log)
+    if build and not prioritized and _extension_loads():  # a fresh build loads in a new process only
+        os.execv(sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])])
 
     datasets = {}
     for steps in sizes:
         t = time.perf_counter()
         datasets[steps] = ensure_dataset(steps, work)
-        warm(datasets[steps])
+        _harness.warm_dataset(datasets[steps])
         _log(f"dataset of {steps:,} steps ready ({time.perf_counter() - t:.1f} s)")
     ds = datasets[main_steps]
     cases = build_cases(ds, work, torchrl, prioritized)
     _log(f"side by side on {main_steps:,} steps, {repeats} rounds:")
     interleave(cases, repeats, seconds, _log)
     _log(f"paired ratios, {repeats} rounds:")
-    pairs = measure_pairs({c.key: c for c in cases}, repeats, 2 * seconds, _log)
+    pairs = _harness.measure_pairs({c.key: c for c in cases}, PAIRS, repeats, 2 * seconds, _log)
     scaling = scaling_cases(datasets)
     _log("batch rate vs dataset size:")
     interleave(scaling, repeats, seconds, _log)
@@ -992,40 +778,21 @@ def main(argv: list[str] | None = None) -> int:
         for steps in sizes
         for kind, ref in (("uniform-mm", "raw-mm"), ("uniform-ram", "raw-packed"))
     ]
-    pairs.update(measure_pairs({c.key: c for c in scaling}, repeats, 2 * seconds, _log, sizes_pairs))
+    pairs.update(_harness.measure_pairs({c.key: c for c in scaling}, sizes_pairs, repeats, 2 * seconds, _log))
     shutil.rmtree(work / "torchrl", ignore_errors=True)
 
-    versions = (
-        ", ".join(f"{d} {_version(d)}" for d in ("rlds-cli", "torchrl", "tensordict", "numpy"))
-        + f", torch {torch.__version__}"
-    )
-    info = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": _machine(),
-        "python": platform.python_version(),
-        "versions": versions,
-        "commit": _commit(),
-        "minutes": (time.perf_counter() - t0) / 60,
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-        "steps": main_steps,
-        "repeats": repeats,
-        "seconds": seconds,
-        "quick": args.quick,
-        "prioritized": prioritized or not torchrl,
-        "threads": torch.get_num_threads(),
-        "command": "python benchmarks/loader_bench.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "kernels": "compiled sum tree, the `fast` extra"
+    info = run.info(
+        versions=_harness.versions("rlds-cli", "torchrl", "tensordict", "numpy")
+        + f", torch {torch.__version__}",
+        steps=main_steps,
+        prioritized=prioritized or not torchrl,
+        threads=torch.get_num_threads(),
+        command="python benchmarks/loader_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        kernels="compiled sum tree, the `fast` extra"
         if compiled_kernels() is not None
         else "numpy sum tree: numba is not installed",
-    }
-    section = render({c.key: c for c in cases}, scaling, info, pairs)
-    print()
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
+    )
+    run.publish(SECTION, render({c.key: c for c in cases}, scaling, info, pairs), _log)
     return 0
 
 

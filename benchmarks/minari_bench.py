@@ -1,46 +1,21 @@
-"""Side-by-side benchmark: rlds converts a Minari dataset vs TorchRL's ``MinariExperienceReplay``.
-
-Both read the same Minari 0.5.x HDF5 dataset (1,000 episodes, 1,000,000 steps, observation 17
-float32, action 6 float32; written by ``benchmarks/data.py``) and build their cache from it:
-
-* rlds: ``rlds_cli.convert.convert(<root>/<id>, ..., format="minari")`` (sha256 of the source,
-  fsync before publishing: the defaults);
-* TorchRL: ``MinariExperienceReplay(<id>, load_from_local_minari=True)``.
-
-Each run is a fresh process (``--worker``), configurations interleaved across repeats, source
-in the page cache (read once before each run); medians are reported. The rlds cache is checked
-against the source (every episode's observations, actions and rewards), untimed.
-
-Usage::
-
-    python benchmarks/minari_bench.py [--write docs/benchmarks.md] [--quick] [--repeats N]
-
-``--write FILE`` replaces the section between ``<!-- bench:minari:start -->`` and
-``<!-- bench:minari:end -->``. ``run_all.py`` calls :func:`run` so ``make bench`` includes it.
+"""Minari section: rlds converting a Minari dataset (``convert(..., format="minari")``, its
+defaults: sha256 and fsync) vs TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)``
+on the same generated Minari 0.5.x dataset; each run a fresh process (``_harness.spawn``), the
+source in the page cache, sides interleaved; the rlds cache is checked against the source,
+untimed. Usage: ``python benchmarks/minari_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: page-cache helpers, the TorchRL worker)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import _harness
 
 SECTION = "minari"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 DATASET_ID = "bench/minari-synthetic-v0"
 TARGET_RATIO = 3.0
 
@@ -86,104 +61,65 @@ def _same_as_source(spec: dict[str, Any], path: Path) -> bool:
     return True
 
 
-WORKERS = {"rlds": worker_rlds, "torchrl": _harness.worker_torchrl}
+WORKERS = {
+    "rlds": worker_rlds,
+    "torchrl": lambda spec: _harness.worker_torchrl({**spec, "with_content": False}),
+}
 
 
 # ----------------------------------------------------------------------------- parent side
 
 
-def _run_once(kind: str, spec: dict[str, Any], source: Path, output: Path, work: Path) -> dict[str, Any]:
-    shutil.rmtree(output, ignore_errors=True)
-    os.sync()
-    _harness.warm(source)
-    cached = _harness.page_cache_fraction(source)
-    out = work / "minari-result.json"
-    out.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RLDS_FSYNC", "MINARI_DATASETS_PATH")}
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        json.dumps({**spec, "kind": kind}),
-        str(out),
-    ]
-    log = work / f"minari-{kind}.log"
-    with open(log, "w") as fh:
-        wall0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        wall = time.perf_counter() - wall0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} worker failed:\n{log.read_text()[-3000:]}")
-    result = json.loads(out.read_text())
-    result.update(wall=wall, cached=cached, disk=_harness.disk_usage(output))
-    shutil.rmtree(output, ignore_errors=True)
-    return result
-
-
-def run(work: Path, *, steps: int = 1_000_000, repeats: int = 3, log: Any = print) -> str:
-    """Generate the dataset, run both sides interleaved, and return the Markdown section."""
-    t0 = time.perf_counter()
-    work.mkdir(parents=True, exist_ok=True)
-    minari_root = work / "minari-bench"
-    subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "data.py"),
-            "minari",
-            str(minari_root),
-            "--steps",
-            str(steps),
-            "--dataset-id",
-            DATASET_ID,
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+def measure(run: _harness.Run, log: Any) -> str:
+    """Generate the dataset, run both sides interleaved (``_harness.run_configs``: each run a fresh
+    process, the source in the page cache), and return the Markdown section."""
+    steps, work = (100_000 if run.quick else 1_000_000), run.work
+    minari_root = _harness.generate("minari", work / "minari-bench", steps, DATASET_ID)
     source = minari_root / DATASET_ID / "data" / "main_data.hdf5"
-    specs = {
-        "torchrl": {"minari_root": str(minari_root), "dataset_id": DATASET_ID, "root": str(work / "out-trl")},
-        "rlds": {"minari_root": str(minari_root), "root": str(work / "out-rlds")},
-    }
-    runs: dict[str, list[dict[str, Any]]] = {"torchrl": [], "rlds": []}
+    spec = {"module": "minari_bench", "minari_root": str(minari_root), "dataset_id": DATASET_ID}
+    configs = [
+        _harness.Config(
+            kind, kind, kind, source, {**spec, "kind": kind, "root": str(work / kind)}, work / kind
+        )
+        for kind in ("torchrl", "rlds")
+    ]
     try:
-        for rep in range(repeats):
-            for kind, spec in specs.items():
-                r = _run_once(kind, spec, source, Path(spec["root"]), work)
-                runs[kind].append(r)
-                secs, rss = r["seconds"], r["peak_rss_mb"]
-                log(f"  [{rep + 1}/{repeats}] {kind}: {secs:.3f} s, peak RSS {rss:.0f} MB")
+        _harness.run_configs(configs, run.repeats, work, log)
     finally:
         shutil.rmtree(minari_root, ignore_errors=True)
-    return render(runs, steps, repeats=repeats, total=time.perf_counter() - t0)
+    info = run.info(
+        versions=_harness.versions("rlds-cli", "torch", "torchrl", "tensordict", "minari", "h5py")
+    )
+    runs = {c.key: [{**r, "disk": c.disk} for r in c.runs] for c in configs}
+    return render(runs, steps, repeats=run.repeats, total=info["minutes"] * 60, info=info)
 
 
 def _median(rs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
 
-def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float) -> str:
+def render(
+    runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, total: float, info: dict[str, Any]
+) -> str:
     """The Markdown section."""
-    info = _harness.machine_info()
     trl, rl = runs["torchrl"], runs["rlds"]
     ratio = _median(trl, "seconds") / _median(rl, "seconds")
     wall_ratio = _median(trl, "wall") / _median(rl, "wall")
     ok = ratio >= TARGET_RATIO
 
     def row(name: str, rs: list[dict[str, Any]], base: float) -> str:
-        secs = [r["seconds"] for r in rs]
+        m = {k: _median(rs, k) for k in ("seconds", "cpu_seconds", "wall", "peak_rss_mb")}
         return (
-            f"| {name} | {statistics.median(secs):.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
-            f"{_median(rs, 'cpu_seconds'):.2f} | {_median(rs, 'wall'):.2f} | "
-            f"{_median(rs, 'peak_rss_mb'):.0f} | "
-            f"{rs[0]['disk']['allocated'] / 1e6:.1f} | {base / statistics.median(secs):.1f}x |"
+            f"| {name} | {_harness.span([r['seconds'] for r in rs], '.2f')} | {m['cpu_seconds']:.2f} | "
+            f"{m['wall']:.2f} | {m['peak_rss_mb']:.0f} | {rs[0]['disk']['allocated'] / 1e6:.1f} | "
+            f"{base / m['seconds']:.1f}x |"
         )
 
     base = _median(trl, "seconds")
     lines = [
-        START_MARK,
-        "",
-        "## Minari dataset -> cache: rlds vs TorchRL `MinariExperienceReplay`",
-        "",
+        *_harness.opening(
+            SECTION, "Minari dataset -> cache: rlds vs TorchRL `MinariExperienceReplay`", False
+        ),
         f"Workload: one Minari 0.5.x HDF5 dataset (`benchmarks/data.py minari`), {steps // 1000:,} "
         f"episodes of 1,000 steps ({steps:,} steps), observation 17 float32, action 6 float32, read from "
         "the page cache by both sides. rlds converts it (`convert(<dataset dir>, format='minari')`, with "
@@ -192,15 +128,24 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
         f"Median of {repeats} runs per side, interleaved, each in a fresh process; the timed part excludes "
         "interpreter start and imports (the process column includes them).",
         "",
-        f"- Measured {info['date']} on {info['cpus']}; {info['ram']} RAM; {info['os']}.",
-        f"- Python {info['python']}; {info['versions']}.",
+        *_harness.header(info, info["versions"])[:1],
         f"- rlds commit {info['commit']}. Whole run (data generation included): {total / 60:.1f} min.",
         "",
-        "| operation | seconds, median (range) | CPU s | process wall s | peak RSS MB | cache MB "
-        "| TorchRL time / this |",
-        "|---|---|---|---|---|---|---|",
-        row("TorchRL `MinariExperienceReplay` build", trl, base),
-        row("rlds `convert` (format minari, memmap)", rl, base),
+        *_harness.table(
+            [
+                "operation",
+                "seconds, median (range)",
+                "CPU s",
+                "process wall s",
+                "peak RSS MB",
+                "cache MB",
+                "TorchRL / this",
+            ],
+            [
+                row("TorchRL `MinariExperienceReplay` build", trl, base),
+                row("rlds `convert` (format minari, memmap)", rl, base),
+            ],
+        ),
         "",
         f"Goal: rlds at least {TARGET_RATIO:.0f}x faster than TorchRL: **{ratio:.1f}x**, "
         f"**{'met' if ok else 'NOT met'}** (whole processes, imports included: {wall_ratio:.1f}x).",
@@ -210,38 +155,17 @@ def render(runs: dict[str, list[dict[str, Any]]], steps: int, repeats: int, tota
         f"TorchRL's cache holds the data: **{'yes' if all(r['content_ok'] for r in trl) else 'no'}** "
         "(TorchRL 0.14.1 writes its cache with `memmap_like`, which keeps shapes but not values; see the "
         "conversion section above).",
-        "",
-        "```text",
-        "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench",
-        "```",
-        "",
-        END_MARK,
     ]
-    return "\n".join(lines) + "\n"
+    command = "python benchmarks/minari_bench.py --write docs/benchmarks.md   # also run by make bench"
+    return "\n".join(lines + _harness.closing(SECTION, command))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="rlds vs TorchRL: Minari dataset to cache")
-    _harness.add_common_flags(
-        parser,
-        write="Markdown file whose minari section is replaced",
-        quick="100,000 steps, 1 repeat (a smoke test)",
-        repeats="runs per side (default 3; quick: 1)",
-        work=HERE / "_work",
-    )
-    parser.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        spec = json.loads(args.worker[0])
-        if spec["kind"] == "torchrl":
-            spec["with_content"] = False
-        Path(args.worker[1]).write_text(json.dumps(WORKERS[spec["kind"]](spec)))
-        return 0
-    steps = 100_000 if args.quick else 1_000_000
-    section = run(args.work.resolve(), steps=steps, repeats=args.repeats or (1 if args.quick else 3))
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
+    """Run the section and print (and optionally write) its Markdown."""
+    p = _harness.parser("rlds vs TorchRL: Minari dataset to cache", SECTION, work="minari", repeats=(3, 1))
+    run = _harness.start(p.parse_args(argv))
+    log = _harness.logger(SECTION)
+    run.publish(SECTION, measure(run, log), log)
     return 0
 
 

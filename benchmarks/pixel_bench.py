@@ -1,42 +1,18 @@
-"""Pixel section of ``make bench``: rlds against TorchRL and the lean raw gather on pixel data.
+"""Pixel section of ``make bench``: rlds against TorchRL and the lean raw gather on pixel data
+(``benchmarks/data.py pixels``: a D4RL-format HDF5 file of ``uint8`` (3, 84, 84) patch frames,
+30,000 steps by default, see :data:`STEPS`).
 
-Data: ``benchmarks/data.py pixels`` writes a D4RL-format HDF5 file of generated ``uint8``
-(3, 84, 84) frames (episodes of 30-2,000 steps, a random background per episode and one changing
-12 x 12 patch per frame; ``observations`` and ``next_observations``, uncompressed). Default size
-30,000 steps (see :data:`STEPS` for why).
-
-What is measured, composed from the other benchmark scripts' measuring code:
-
-* **conversion** (``_harness.run_configs``: every run in a fresh process, repeats interleaved,
-  peak RSS from ``VmHWM``, disk from the output): rlds ``convert`` of the file into a memmap and
-  a zarr cache (defaults: source hashed, files fsynced), the memmap one again with
-  ``RLDS_FSYNC=0``, and TorchRL filling a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage``
-  from the same file (TED keys, :data:`FILL_ROWS` rows per ``rb.extend``: bounded memory, the
-  fastest way we found; TorchRL does not fsync);
-* **sampling**, in this process, batch 256, every TED key: uniform, slices 8x32, ``FrameStack(4)``
-  (TorchRL: ``CatFrames(N=4).make_rb_transform_and_sampler``), zarr uniform (against memmap),
-  in RAM (rlds ``in_memory=True``; TorchRL ``LazyTensorStorage``), each beside the lean raw gather
-  of ``loader_bench.Raw`` (``np.take`` per key with one index vector on plain arrays, then
-  ``torch.from_numpy``) or, for stacks, ``framestack_bench.Raw``'s gather of 4x the frames.
-  Rates: ``framestack_bench.run_round`` (configurations visited in turn, one over the median call
-  time); ratios to the raw gather and zarr/memmap: ``loader_bench.measure_pairs`` (calls of the
-  two sides alternating one by one, ratio of their median call times);
-* **DataLoader** with 2 workers (the shared-memory ring) against the in-process loader:
-  ``dataloader_bench.run_round`` (visits of consecutive ``next`` calls), measured first, before
-  the in-RAM copies exist.
-
-Usage::
-
-    python benchmarks/pixel_bench.py [--write docs/benchmarks.md] [--steps 30000] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:pixel:start -->`` and
-``<!-- bench:pixel:end -->``. Work data goes to ``benchmarks/_work/pixel`` (git-ignored) and is
-deleted at the end unless ``--keep``; the raw figures are also saved there as ``results.json``.
+Measured: the conversion in fresh processes (``_harness.run_configs``; rlds memmap, zarr and
+memmap without fsync against TorchRL's ``LazyMemmapStorage`` fill, :data:`FILL_ROWS` rows a
+``rb.extend``) and where rlds's time goes (cProfile); every sampling path in this process
+(uniform, slices, ``FrameStack(4)`` against TorchRL's ``CatFrames``, zarr, in RAM) beside the
+lean raw gathers, as rates and paired ratios; ``TedDataLoader`` with 2 workers against the
+in-process loader. Usage: ``python benchmarks/pixel_bench.py [--write FILE] [--quick]``; the raw
+figures are also saved in the work directory as ``results.json``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -50,15 +26,13 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
+import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, rounds, report)
 import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)
 import dataloader_bench  # noqa: E402  (DataLoader cases and their rounds)
-import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
-import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
-import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
+import framestack_bench  # noqa: E402  (its rounds; the raw gather of 4x the frames)
+import loader_bench  # noqa: E402  (the lean raw gather)
+import zarr_bench  # noqa: E402  (the note on generated frames)
 
 SECTION = "pixel"
 BATCH = 256
@@ -73,32 +47,17 @@ STEPS = (30_000, 3_000)
 #: Rows per ``rb.extend`` call in TorchRL's fill (42 MB of frames per key a call).
 FILL_ROWS = 2_000
 #: The issue's targets, checked on the ratios measured in this run.
-TARGETS = {
-    "zarr": 0.25,
-    "framestack": 0.5,
-    "dataloader": 0.5,
-    "ram": 0.8,
-    "memmap": 0.9,
-    "trl-uniform": 5.0,
-    "trl-slice": 10.0,
-    "trl-conversion": 4.0,
-}
-#: (rlds, reference) pairs measured by alternating their calls (``loader_bench.paired_ratio``).
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-fs", "raw-4x"),
-    ("rlds-zarr", "rlds-mm"),
-    ("rlds-ram", "raw-ram"),
-    ("rlds-mm", "trl-uniform"),
-    ("rlds-slice", "trl-slice"),
-    ("rlds-ram", "trl-ram"),
-]
+TARGETS = {"zarr": 0.25, "framestack": 0.5, "dataloader": 0.5, "ram": 0.8, "memmap": 0.9}
+TARGETS |= {"trl-uniform": 5.0, "trl-slice": 10.0, "trl-conversion": 4.0}
+#: (rlds, reference) pairs measured by alternating their calls (``_harness.paired_ratio``).
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-slice/raw-slice rlds-fs/raw-4x rlds-zarr/rlds-mm rlds-ram/raw-ram "
+    "rlds-mm/trl-uniform rlds-slice/trl-slice rlds-ram/trl-ram"
+)
 MB = 1e6
 
 
-def _log(message: str) -> None:
-    print(f"[pixel] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("pixel")
 
 
 # ----------------------------------------------------------------------------- TorchRL's side
@@ -109,8 +68,7 @@ def torchrl_fill(source: Path, storage: Any, rows: int = FILL_ROWS) -> Any:
     (``observation``, ``action``, ``episode``; ``next/`` ``observation``, ``reward``, ``done``,
     ``terminated``, ``truncated``), filled ``rows`` rows per ``rb.extend``."""
     import h5py
-    import torch
-    from tensordict import TensorDict
+    import numpy as np
     from torchrl.data import TensorDictReplayBuffer
 
     rb = TensorDictReplayBuffer(storage=storage, batch_size=BATCH)
@@ -118,27 +76,18 @@ def torchrl_fill(source: Path, storage: Any, rows: int = FILL_ROWS) -> Any:
     with h5py.File(source, "r") as f:
         n = int(f["observations"].shape[0])
         for start in range(0, n, rows):
-            stop = min(start + rows, n)
-            term = torch.from_numpy(f["terminals"][start:stop]).reshape(-1, 1)
-            trunc = torch.from_numpy(f["timeouts"][start:stop]).reshape(-1, 1)
-            done = term | trunc
-            ends = done.reshape(-1).long()
-            ep = episode + torch.cumsum(ends, 0) - ends
+            cut = slice(start, min(start + rows, n))
+            term, trunc = f["terminals"][cut].reshape(-1, 1), f["timeouts"][cut].reshape(-1, 1)
+            ends = (term | trunc).reshape(-1).astype(np.int64)
+            ep = episode + np.cumsum(ends) - ends
             episode = int(ep[-1]) + int(ends[-1])
-            td = TensorDict(
-                {
-                    "observation": torch.from_numpy(f["observations"][start:stop]),
-                    "action": torch.from_numpy(f["actions"][start:stop]),
-                    "episode": ep,
-                    "next": {
-                        "observation": torch.from_numpy(f["next_observations"][start:stop]),
-                        "reward": torch.from_numpy(f["rewards"][start:stop]).reshape(-1, 1),
-                        "done": done,
-                        "terminated": term,
-                        "truncated": trunc,
-                    },
-                },
-                batch_size=[stop - start],
+            columns = {"observation": f["observations"][cut], "action": f["actions"][cut], "episode": ep}
+            columns |= {
+                "next/observation": f["next_observations"][cut],
+                "next/reward": f["rewards"][cut].reshape(-1, 1),
+            }
+            td = _harness.ted(
+                columns | {"next/done": term | trunc, "next/terminated": term, "next/truncated": trunc}
             )
             rb.extend(td)
     return rb
@@ -297,46 +246,45 @@ def dataloader_cases(ds: Any) -> tuple[list[Any], list[Any]]:
     dataloader_bench.check_same(ds)
     two = dataloader_bench._dataloader(ds, 2, None)
     cases = [
-        dataloader_bench.Case("inproc", "in-process `Loader`", Loader(ds, BATCH, seed=0).sample),
-        dataloader_bench.Case("w2", "`TedDataLoader`, 2 workers, shared ring", iter(two).__next__),
+        _harness.Case("inproc", "in-process `Loader`", Loader(ds, BATCH, seed=0).sample),
+        _harness.Case("w2", "`TedDataLoader`, 2 workers, shared ring", iter(two).__next__),
     ]
     return cases, [two]
 
 
 def sampling_cases(mm: Any, zr: Any, rbs: dict[str, Any], zarr_auto: Any) -> list[Any]:
-    """The rate cases: rlds, TorchRL and the raw gathers (``framestack_bench.Case``)."""
+    """The rate cases: rlds, TorchRL and the raw gathers."""
     from rlds_cli.loader import FrameStack, Loader
 
-    case = framestack_bench.Case
     raw = loader_bench.Raw(mm)
     raw.load_ram()
     stacks = framestack_bench.Raw(mm)
+    slices = {"sampler": "slice", "slice_len": SLICE_LEN}
     return [
-        case("raw-mm", "lean raw gather, memmap", raw.uniform_memmap),
-        case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
-        case("trl-uniform", "TorchRL `RandomSampler`, `LazyMemmapStorage`", rbs["uniform"].sample),
-        case("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
-        case(
-            "rlds-slice",
-            "rlds slices, memmap",
-            Loader(mm, BATCH, sampler="slice", slice_len=SLICE_LEN, seed=0).sample,
-        ),
-        case("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", rbs["slice"].sample),
-        case("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
-        case(
-            "rlds-fs",
-            "rlds `FrameStack(4)`, memmap",
-            Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
-        ),
-        case(
-            "rlds-zarr",
-            "rlds `Loader`, zarr, `in_memory=False`",
-            Loader(zr, BATCH, seed=0, in_memory=False).sample,
-        ),
-        case("rlds-zarr-auto", "rlds `Loader`, zarr, default `in_memory='auto'`", zarr_auto.sample),
-        case("raw-ram", "lean raw gather, RAM", raw.uniform_ram),
-        case("rlds-ram", "rlds `Loader`, `in_memory=True`", Loader(mm, BATCH, seed=0, in_memory=True).sample),
-        case("trl-ram", "TorchRL `RandomSampler`, `LazyTensorStorage`", rbs["ram"].sample),
+        _harness.Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather, memmap", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
+            ("trl-uniform", "TorchRL `RandomSampler`, `LazyMemmapStorage`", rbs["uniform"].sample),
+            ("raw-slice", "lean raw gather, slices, memmap", raw.slices_memmap),
+            ("rlds-slice", "rlds slices, memmap", Loader(mm, BATCH, seed=0, **slices).sample),
+            ("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", rbs["slice"].sample),
+            ("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
+            (
+                "rlds-fs",
+                "rlds `FrameStack(4)`, memmap",
+                Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
+            ),
+            (
+                "rlds-zarr",
+                "rlds `Loader`, zarr, `in_memory=False`",
+                Loader(zr, BATCH, seed=0, in_memory=False).sample,
+            ),
+            ("rlds-zarr-auto", "rlds `Loader`, zarr, default `in_memory='auto'`", zarr_auto.sample),
+            ("raw-ram", "lean raw gather, RAM", raw.uniform_ram),
+            ("rlds-ram", "rlds `Loader`, `in_memory=True`", Loader(mm, BATCH, seed=0, in_memory=True).sample),
+            ("trl-ram", "TorchRL `RandomSampler`, `LazyTensorStorage`", rbs["ram"].sample),
+        ]
     ]
 
 
@@ -355,7 +303,7 @@ def time_slow(fn: Any, calls: int) -> list[float]:
 
 def run(bench: _harness.Run) -> dict[str, Any]:
     """Generate, convert, sample; the figures for :func:`render`."""
-    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
+    from torchrl.data import LazyTensorStorage, RandomSampler
 
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
@@ -377,7 +325,7 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     zr = open_dataset("bench", work / "out" / "rlds-zarr")
     out["dataset"] = {"steps": mm.num_steps, "episodes": mm.num_episodes}
     for ds in (mm, zr):
-        zarr_bench.warm(ds)
+        _harness.warm_dataset(ds)
 
     _log("DataLoader, 2 workers against in-process:")
     dl, loaders = dataloader_cases(mm)
@@ -391,15 +339,10 @@ def run(bench: _harness.Run) -> dict[str, Any]:
 
     t = time.perf_counter()
     n = mm.num_steps
-    trl_mm = torchrl_fill(source, LazyMemmapStorage(n, scratch_dir=work / "torchrl-mm"))
-    trl_ram = torchrl_fill(source, LazyTensorStorage(n))
-    storage = trl_mm._storage
-    for path in (work / "torchrl-mm").rglob("*.memmap"):
-        _harness.warm(path)
-    rbs = {
-        "uniform": trl_mm,
-        "slice": _buffer(storage, SliceSampler(num_slices=NUM_SLICES, traj_key="episode", cache_values=True)),
-        "ram": _buffer(trl_ram._storage, RandomSampler()),
+    rbs = torchrl_buffers(source, n, work / "torchrl-mm")
+    storage = rbs["uniform"]._storage
+    rbs |= {
+        "ram": _buffer(torchrl_fill(source, LazyTensorStorage(n))._storage, RandomSampler()),
         "catframes": catframes_buffer(storage),
         "catframes-obs": catframes_buffer(storage, next_too=False),
     }
@@ -429,11 +372,24 @@ def run(bench: _harness.Run) -> dict[str, Any]:
             _log(f"  [{rep + 1}/{bench.repeats}] {c.label}: {c.rates[-1]:,.1f} batches/s")
         for key, values in slow.items():
             _log(f"  [{rep + 1}/{bench.repeats}] TorchRL {key}: {values[-1]:.3f} s a batch")
-    out["pairs"] = loader_bench.measure_pairs(by_key, bench.repeats, bench.seconds, _log, PAIRS)
+    out["pairs"] = _harness.measure_pairs(by_key, PAIRS, bench.repeats, bench.seconds, _log)
     out["loads"].append(os.getloadavg()[0])
     out["sampling"] = cases
     out["slow"] = slow
     return out
+
+
+def torchrl_buffers(source: Path, n: int, scratch: Path) -> dict[str, Any]:
+    """TorchRL's buffers over one ``LazyMemmapStorage`` filled from ``source`` (its files read
+    once): ``uniform`` (``RandomSampler``) and ``slice`` (``SliceSampler(cache_values=True)``)."""
+    from torchrl.data import LazyMemmapStorage, SliceSampler
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    rb = torchrl_fill(source, LazyMemmapStorage(n, scratch_dir=scratch))
+    for path in scratch.rglob("*.memmap"):
+        _harness.warm(path)
+    slices = SliceSampler(num_slices=NUM_SLICES, traj_key="episode", cache_values=True)
+    return {"uniform": rb, "slice": _buffer(rb._storage, slices)}
 
 
 def _buffer(storage: Any, sampler: Any) -> Any:
@@ -446,13 +402,8 @@ def _buffer(storage: Any, sampler: Any) -> Any:
 # ----------------------------------------------------------------------------- report
 
 
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**not met**"
-
-
 def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    start, end = bench_doc.markers(SECTION)
     c = {x.key: x for x in r["sampling"]}
     conv = {x.key: x for x in r["conversion"]}
     dl = {x.key: x for x in r["dataloader"]}
@@ -465,8 +416,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         return statistics.median(pairs[a, b])
 
     def paired_text(a: str, b: str) -> str:
-        v = pairs[a, b]
-        return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
+        return _harness.span(pairs[a, b], ".2f", "x")
 
     def rate(key: str) -> float:
         return c[key].median if key in c else slow[key]
@@ -474,21 +424,11 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     def fmt(key: str) -> str:
         if key in c:
             return c[key].fmt()
-        v = [1 / s for s in r["slow"][key]]
-        return f"{statistics.median(v):,.2f} ({min(v):,.2f}-{max(v):,.2f})"
+        return _harness.span([1 / s for s in r["slow"][key]], ",.2f")
 
+    title = "Pixels: conversion and every sampling path, rlds vs TorchRL vs the lean raw gather"
     lines = [
-        start,
-        "## Pixels: conversion and every sampling path, rlds vs TorchRL vs the lean raw gather",
-        "",
-        "> Generated frames (a random background per episode and one changing patch a frame): the "
-        "worst case for compression and for reads from compressed chunks. The *Real frames* section "
-        "measures the same paths on real Atari frames.",
-        "",
-    ]
-    if info["quick"]:
-        lines += ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
-    lines += [
+        *_harness.opening(SECTION, title, info["quick"], zarr_bench.NOISE_NOTE),
         f"Workload: {steps:,} steps of uint8 (3, 84, 84) observations in {episodes} episodes of "
         f"{bench_data.PIXEL_EPISODE_LENGTHS[0]}-{bench_data.PIXEL_EPISODE_LENGTHS[1]:,} steps (a random "
         "background per episode, one changing 12 x 12 patch per frame; `benchmarks/data.py pixels`), "
@@ -500,19 +440,13 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "",
         *_harness.header(
             info,
-            ", ".join(
-                f"{d} {_harness.version(d)}"
-                for d in ("torch", "torchrl", "tensordict", "numpy", "zarr", "h5py")
-            )
+            _harness.versions("torch", "torchrl", "tensordict", "numpy", "zarr", "h5py")
             + " (1 torch intra-op thread when sampling)",
         ),
-        "- 1-minute load average at the start of each sampling round and after the paired ratios: "
-        + ", ".join(f"{v:.1f}" for v in r["loads"])
-        + f" on {os.cpu_count()} CPUs"
-        + (
-            " (other jobs were running on this machine: trust the paired ratios over the rates)."
-            if max(r["loads"]) > 0.75 * (os.cpu_count() or 1)
-            else "."
+        _harness.load_note(
+            r["loads"],
+            "at the start of each sampling round and after the paired ratios",
+            "other jobs were running on this machine: trust the paired ratios over the rates",
         ),
         "",
         "### Conversion and disk",
@@ -538,27 +472,20 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     conv_ratio = trl.median("seconds") / conv["rlds-memmap"].median("seconds")
     lines += [
         "",
-        "Every run is a fresh process (`_harness.run_configs`: runs interleaved, source in the page "
-        "cache, peak RSS = `VmHWM` with interpreter and imports). rlds hashes the source (sha256), "
-        "checks `next_observations[i] == observations[i+1]` inside episodes, stores the frames once, "
-        "writes content digests and fsyncs before publishing (`RLDS_FSYNC=0` row: without the fsync); "
-        f"TorchRL stores `observation` and `next/observation` ({FILL_ROWS:,} rows a `rb.extend`, which "
-        "keeps its memory bounded; one `extend` of the whole file needs the whole file in RAM) and "
-        "does not fsync.",
+        "Every run a fresh process (`_harness.run_configs`, source in the page cache, peak RSS = `VmHWM` "
+        "with interpreter and imports). rlds hashes the source (sha256), checks `next_observations[i] == "
+        "observations[i+1]` inside episodes, stores the frames once, writes content digests and fsyncs "
+        f"(the `RLDS_FSYNC=0` row: without); TorchRL stores `observation` and `next/observation` "
+        f"({FILL_ROWS:,} rows a `rb.extend`, which bounds its memory) and does not fsync.",
         "",
         "Where rlds's time goes (one more memmap conversion under cProfile, `RLDS_FSYNC=0`): "
-        f"{prof['total']:.2f} s in all. The source's sha256 ({prof['source sha256']:.2f} s on one core, "
-        "timed apart) runs on its own thread beside the reading and writing; the conversion then "
-        f"waited {prof['hash wait']:.2f} s for it before the commit. sha256 content digests of the "
-        f"written arrays {prof['content digests']:.2f} s, file writes {prof['writes']:.2f} s, HDF5 "
-        f"reads {prof['hdf5 reads']:.2f} s. TorchRL's fill hashes nothing: its time is reading the "
-        "file and writing the frames twice. Without the hash wait and the content digests, rlds's "
-        f"memmap conversion without fsync would take about {no_hash:.2f} s, "
-        f"{trl.median('seconds') / no_hash:.1f}x TorchRL's fill. On pixels both sides are bound by "
-        "memory bandwidth (a few copies of 1.3 GB) "
-        "and rlds must also hash every source byte (provenance, and the check against a registry "
-        "or recorded sha256): one core hashes at about 1.3 GB/s, so the 4x of the low-dim "
-        "conversion (above, against TorchRL's per-episode Minari build) cannot be reached here.",
+        f"{prof['total']:.2f} s in all; the source's sha256 ({prof['source sha256']:.2f} s on one core, "
+        f"timed apart) runs on its own thread, and the conversion waited {prof['hash wait']:.2f} s for it "
+        f"before the commit; content digests {prof['content digests']:.2f} s, file writes "
+        f"{prof['writes']:.2f} s, HDF5 reads {prof['hdf5 reads']:.2f} s. Without the hash wait and the "
+        f"digests it would take about {no_hash:.2f} s, {trl.median('seconds') / no_hash:.1f}x TorchRL's "
+        "fill, which hashes nothing: on pixels both sides are bound by memory bandwidth, and hashing "
+        "every source byte (about 1.3 GB/s on one core) keeps the low-dim section's 4x out of reach.",
         "",
         "### Sampling",
         "",
@@ -579,22 +506,14 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
             f"| {ratio_trl} | {paired_text(mine, ref) if ref and (mine, ref) in pairs else '-'} | {target} |"
         )
 
-    row("uniform, memmap", "rlds-mm", "trl-uniform", "raw-mm", ">= 0.9x raw, >= 5x TorchRL")
-    row("slice 8x32, memmap", "rlds-slice", "trl-slice", "raw-slice", ">= 0.9x raw, >= 10x TorchRL")
-    row(
-        "`FrameStack(4)`, memmap (TorchRL: `CatFrames(N=4)`)",
-        "rlds-fs",
-        "catframes",
-        "raw-4x",
-        ">= 0.5x raw 4x",
-    )
-    row(
-        "zarr uniform, from the files (reference: rlds on memmap)",
-        "rlds-zarr",
-        None,
-        "rlds-mm",
-        ">= 0.25x memmap",
-    )
+    for line in """
+        uniform, memmap | rlds-mm | trl-uniform | raw-mm | >= 0.9x raw, >= 5x TorchRL
+        slice 8x32, memmap | rlds-slice | trl-slice | raw-slice | >= 0.9x raw, >= 10x TorchRL
+        `FrameStack(4)`, memmap (TorchRL: `CatFrames(N=4)`) | rlds-fs | catframes | raw-4x | >= 0.5x raw 4x
+        zarr uniform, from the files (reference: rlds on memmap) | rlds-zarr | - | rlds-mm | >= 0.25x memmap
+        """.strip().splitlines():
+        label, mine, peer, ref, target = (cell.strip() for cell in line.split("|"))
+        row(label, mine, None if peer == "-" else peer, ref, target)
     auto = c["rlds-zarr-auto"]
     lines.append(
         f"| zarr uniform, default `in_memory='auto'` "
@@ -666,38 +585,24 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
             conv_ratio >= TARGETS["trl-conversion"],
         ),
     ]
-    lines += [f"- {text} -> {_verdict(ok)}" for text, ok in goals]
-    lines += [
-        "- prioritized >= 4x TorchRL: low-dim only, see the sampling section.",
-        "",
-        "### How it is measured",
-        "",
-        "```text",
-        ".venv-bench/bin/python benchmarks/pixel_bench.py --write docs/benchmarks.md   # part of make bench",
-        "```",
-        "",
+    lines += [f"- {text} -> {_harness.verdict(ok)}" for text, ok in goals]
+    lines += ["- prioritized >= 4x TorchRL: low-dim only, see the sampling section.", ""]
+    notes = [
         "- Rates: the configurations are visited in turn, "
         f"{framestack_bench.SETTLE} untimed then {framestack_bench.TIMED} timed calls a visit, for about "
         f"{info['seconds']:g} s each a round; a round's rate is one over its median call time. TorchRL "
         "`CatFrames` (seconds a batch) gets one timed call a round, after the others' visits.",
-        "- Paired ratios: the two sides' calls alternate one by one for about "
-        f"{info['seconds']:g} s, and the ratio is that of their median call times (both see the same "
-        "moments of the shared machine); median of the rounds, range in brackets. Ratios to TorchRL "
-        "are those of the rates, the paired ones beside them.",
-        "- Lean raw gather: `loader_bench.Raw` (`np.take` per key with one index vector on plain "
-        "ndarray views of the cache's files, or plain arrays in RAM, the same keys as rlds, then "
-        "`torch.from_numpy`); for stacks, `framestack_bench.Raw`: one `np.take` of the `256 x 4` "
-        "frames of the observation stacks (no next observation, no other key), so about 0.8x is the "
-        "stacked loader's ceiling.",
+        _harness.PAIRED_NOTE.format(seconds=info["seconds"]),
+        "- Lean raw gather: the sampling section's (`loader_bench.Raw`); for stacks, the frame-stack "
+        "section's (`framestack_bench.Raw`: the `256 x 4` frames of the observation stacks alone, so "
+        "about 0.8x is the stacked loader's ceiling).",
         "- TorchRL `CatFrames`: `CatFrames(N=4, dim=-3).make_rb_transform_and_sampler(256, "
         "traj_key='episode', cache_values=True)`: it samples 256 slices of 4 steps inside an episode "
         "(so never the first 3 steps of one, where rlds pads), gathers every key of the 1,024 steps, "
         "concatenates the frames and keeps the last step of each slice; its output was checked "
         "against the frames. Its `next/observation` path builds full-size masks with `cumsum` and "
         "`flip` over the stacked frames, which is where its seconds go.",
-        "- DataLoader: `dataloader_bench`'s method (fork, persistent workers, `prefetch_factor=2`; "
-        f"{dataloader_bench.SETTLE} untimed then {dataloader_bench.TIMED} timed `next(...)` a visit, a "
-        "visit's rate is its calls over their time), measured before the in-RAM copies are made.",
+        "- DataLoader: the DataLoader section's method, measured before the in-RAM copies are made.",
         "- The frame-stack and DataLoader sections below keep the before/after figures of those two "
         "changes (the old `FrameStack`, torch's own batch transfer); `make bench` re-measures both "
         "paths here and runs those sections only when asked: `.venv-bench/bin/python "
@@ -707,47 +612,27 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "",
         "```text",
     ]
+    raw = notes[-3:]
+    notes = notes[:-4]
     for x in r["sampling"]:
-        lines.append(f"{x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
+        raw.append(f"{x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
     for key, values in r["slow"].items():
-        lines.append(f"{'trl-' + key:<13} " + " ".join(f"{1 / v:,.3f}" for v in values))
+        raw.append(f"{'trl-' + key:<13} " + " ".join(f"{1 / v:,.3f}" for v in values))
     for x in r["dataloader"]:
-        lines.append(f"{'dl-' + x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
+        raw.append(f"{'dl-' + x.key:<13} " + " ".join(f"{v:,.1f}" for v in x.rates))
     for (a, b), values in pairs.items():
-        lines.append(f"{a} / {b}: " + " ".join(f"{v:.3f}" for v in values))
+        raw.append(f"{a} / {b}: " + " ".join(f"{v:.3f}" for v in values))
     for cfg in r["conversion"]:
-        lines.append(
-            f"{cfg.key}: s "
-            + " ".join(f"{x['seconds']:.2f}" for x in cfg.runs)
-            + "; CPU s "
-            + " ".join(f"{x['cpu_seconds']:.2f}" for x in cfg.runs)
-            + "; peak MB "
-            + " ".join(f"{x['peak_rss_mb']:.0f}" for x in cfg.runs)
-            + "; load "
-            + " ".join(f"{x['load1']:.1f}" for x in cfg.runs)
+        each = [("s", "seconds", ".2f"), ("CPU s", "cpu_seconds", ".2f"), ("peak MB", "peak_rss_mb", ".0f")]
+        parts = [f"{name} " + " ".join(f"{x[k]:{f}}" for x in cfg.runs) for name, k, f in each]
+        raw.append(
+            f"{cfg.key}: " + "; ".join([*parts, "load " + " ".join(f"{x['load1']:.1f}" for x in cfg.runs)])
         )
-    lines += ["```", "", end, ""]
-    return "\n".join(lines)
-
-
-def save(r: dict[str, Any], info: dict[str, Any], path: Path) -> None:
-    """The raw figures as JSON (kept in the work directory)."""
-    data = {
-        "info": info,
-        "dataset": r["dataset"],
-        "source_bytes": r["source_bytes"],
-        "loads": r["loads"],
-        "rates": {x.key: x.rates for x in r["sampling"]},
-        "faults": {x.key: x.faults for x in r["sampling"]},
-        "slow_seconds": r["slow"],
-        "dataloader": {x.key: x.rates for x in r["dataloader"]},
-        "zarr_auto_load": r["zarr_auto_load"],
-        "profile": r["profile"],
-        "zarr_auto_in_memory": r["zarr_auto_in_memory"],
-        "pairs": {f"{a} / {b}": v for (a, b), v in r["pairs"].items()},
-        "conversion": {x.key: {"runs": x.runs, "disk": x.disk} for x in r["conversion"]},
-    }
-    path.write_text(json.dumps(data, indent=1))
+    command = (
+        ".venv-bench/bin/python benchmarks/pixel_bench.py --write docs/benchmarks.md   # part of make bench"
+    )
+    closing = _harness.closing(SECTION, command, notes)
+    return "\n".join(lines[:-1] + closing[:-2] + [*raw, "```", "", *closing[-2:]])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -764,8 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.need_disk(7.5 * bench.steps * 3 * 84 * 84)
     try:
         results = run(bench)
-        info = bench.info(ram=_harness.machine_info()["ram"])
-        save(results, info, bench.work / "results.json")
+        info = bench.info()
+        _harness.save_json(bench.work / "results.json", {"info": info, **results})
         section = render(results, info)
     finally:
         bench.remove(*(path for path in bench.work.iterdir() if path.name != "results.json"))

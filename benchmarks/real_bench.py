@@ -1,56 +1,28 @@
 """Real-frames section of ``make bench``: pixel batches on real Atari frames, every store side by side.
 
 Data: ``benchmarks/real_frames.py`` (ale-py, a random policy over four games, DQN preprocessing),
-100,000 gray 84x84 frames and 30,000 RGB 84x84x3 frames (quick: a tenth), cached under
-``benchmarks/_work/real_frames``. The noise frames of the pixel and zarr sections never compress
-and never change between steps the way real frames do; they stay there as the compression worst
-case, and this section is the one that says how the stores do on real data.
-
-Per frame kind (gray, RGB), in this process, batch 256 with every key (obs, next obs, action,
-reward, flags):
-
-* rates of the configurations visited in turn (``framestack_bench.run_round``): the lean raw gather
-  (``loader_bench.Raw``: ``np.take`` on the memory-mapped ``.npy`` files, the limit), rlds memmap,
-  rlds zarr on disk (``in_memory=False``), rlds zarr decoded into RAM (``in_memory=True``),
-  TorchRL (``LazyMemmapStorage``, TED keys, filled by ``pixel_bench.torchrl_fill``), cpprb
-  (``ReplayBuffer(next_of="obs")``); slices 8x32 (lean, rlds memmap and zarr, TorchRL
-  ``SliceSampler``) and ``FrameStack(4)`` (rlds memmap and zarr against the raw gather of 4x the
-  frames, ``framestack_bench.Raw``);
-* ratios from calls alternating one by one (``loader_bench.measure_pairs``), medians over rounds;
-* disk bytes of each store (allocated blocks) and the compression ratio against the memmap dataset;
-* the fresh-process and batch-size sweeps: ``fault_bench.worker_batches`` in a fresh child process
-  per configuration (rlds memmap, ``Loader.sample()``), as shipped (buffers reused) against
-  fault_bench's warmed reference (no reuse, glibc thresholds raised: ``fault_bench.WARM_ENV``),
-  first batch apart, sizes 32..8192, rounds interleaved.
-
-Usage::
-
-    python benchmarks/real_bench.py [--write docs/benchmarks.md] [--quick] [--repeats 3]
+100,000 gray 84x84 and 30,000 RGB 84x84x3 frames (quick: a tenth), the real-data counterpart of
+the pixel and zarr sections' generated frames. Per frame kind: rates and paired ratios of the
+lean raw gather, rlds memmap and zarr (on disk and in RAM), TorchRL and cpprb (uniform, slices
+8x32, ``FrameStack(4)``); disk bytes per store; and the fresh-process batch-size sweep
+(``fault_bench``'s worker, as shipped against its warmed reference). Needs ale-py, cpprb and
+torchrl. Usage: ``python benchmarks/real_bench.py [--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _harness
+import fault_bench
+import framestack_bench
+import loader_bench
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (command line, run settings, report facts, disk usage)
-import bench_doc  # noqa: E402
-import fault_bench  # noqa: E402  (the fresh-process batch worker and its child runner)
-import framestack_bench  # noqa: E402  (rate cases and rounds; the raw gather of 4x the frames)
-import loader_bench  # noqa: E402  (the lean raw gather; paired ratios)
-import pixel_bench  # noqa: E402  (TorchRL's fill from a D4RL file)
-import real_frames  # noqa: E402  (the real Atari frames)
-import zarr_bench  # noqa: E402  (warm: read every file of a dataset)
+import pixel_bench
+import real_frames
 
 SECTION = "real"
 BATCH = pixel_bench.BATCH
@@ -58,23 +30,15 @@ K = 4
 MODES = ("gray", "rgb")
 #: Batch sizes of the sweeps (quick: three of them).
 SIZES = ((32, 128, 256, 1024, 2048, 4096, 8192), (32, 256, 4096))
-PAIRS = [
-    ("rlds-mm", "raw-mm"),
-    ("rlds-zarr", "rlds-mm"),
-    ("rlds-zarr-ram", "rlds-mm"),
-    ("rlds-mm", "trl"),
-    ("rlds-mm", "cpprb"),
-    ("rlds-slice", "raw-slice"),
-    ("rlds-zarr-slice", "rlds-slice"),
-    ("rlds-slice", "trl-slice"),
-    ("rlds-fs", "raw-4x"),
-    ("rlds-zarr-fs", "rlds-fs"),
-]
+PAIRS = _harness.pairs(
+    "rlds-mm/raw-mm rlds-zarr/rlds-mm rlds-zarr-ram/rlds-mm rlds-mm/trl rlds-mm/cpprb "
+    "rlds-slice/raw-slice rlds-zarr-slice/rlds-slice rlds-slice/trl-slice rlds-fs/raw-4x "
+    "rlds-zarr-fs/rlds-fs"
+)
 MB = 1e6
 
 
-def _log(message: str) -> None:
-    print(f"[real] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("real")
 
 
 def cpprb_fill(source: Path, rows: int = pixel_bench.FILL_ROWS) -> Any:
@@ -116,44 +80,43 @@ def cases_for(mm: Any, zr: Any, trl: Any, trl_slice: Any, cpprb: Any) -> list[An
     """The rate cases of one frame kind."""
     from rlds_cli.loader import FrameStack, Loader
 
-    case = framestack_bench.Case
     raw = loader_bench.Raw(mm)
     stacks = framestack_bench.Raw(mm)
     slc: dict[str, Any] = {"sampler": "slice", "slice_len": loader_bench.SLICE_LEN}
+    fs = {"transform": FrameStack(K)}
     return [
-        case("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
-        case("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
-        case(
-            "rlds-zarr",
-            "rlds `Loader`, zarr on disk (`in_memory=False`)",
-            Loader(zr, BATCH, seed=0, in_memory=False).sample,
-        ),
-        case(
-            "rlds-zarr-ram",
-            "rlds `Loader`, zarr decoded into RAM (`in_memory=True`)",
-            Loader(zr, BATCH, seed=0, in_memory=True).sample,
-        ),
-        case("trl", "TorchRL `RandomSampler`, `LazyMemmapStorage`", trl.sample),
-        case("cpprb", 'cpprb `ReplayBuffer(next_of="obs")` (RAM)', lambda: cpprb.sample(BATCH)),
-        case("raw-slice", "lean raw gather, slices 8x32, memmap", raw.slices_memmap),
-        case("rlds-slice", "rlds slices 8x32, memmap", Loader(mm, BATCH, seed=0, **slc).sample),
-        case(
-            "rlds-zarr-slice",
-            "rlds slices 8x32, zarr on disk",
-            Loader(zr, BATCH, seed=0, in_memory=False, **slc).sample,
-        ),
-        case("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", trl_slice.sample),
-        case("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
-        case(
-            "rlds-fs",
-            "rlds `FrameStack(4)`, memmap",
-            Loader(mm, BATCH, seed=0, transform=FrameStack(K)).sample,
-        ),
-        case(
-            "rlds-zarr-fs",
-            "rlds `FrameStack(4)`, zarr on disk",
-            Loader(zr, BATCH, seed=0, in_memory=False, transform=FrameStack(K)).sample,
-        ),
+        _harness.Case(*c)
+        for c in [
+            ("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
+            ("rlds-mm", "rlds `Loader`, memmap", Loader(mm, BATCH, seed=0).sample),
+            (
+                "rlds-zarr",
+                "rlds `Loader`, zarr on disk (`in_memory=False`)",
+                Loader(zr, BATCH, seed=0, in_memory=False).sample,
+            ),
+            (
+                "rlds-zarr-ram",
+                "rlds `Loader`, zarr decoded into RAM (`in_memory=True`)",
+                Loader(zr, BATCH, seed=0, in_memory=True).sample,
+            ),
+            ("trl", "TorchRL `RandomSampler`, `LazyMemmapStorage`", trl.sample),
+            ("cpprb", 'cpprb `ReplayBuffer(next_of="obs")` (RAM)', lambda: cpprb.sample(BATCH)),
+            ("raw-slice", "lean raw gather, slices 8x32, memmap", raw.slices_memmap),
+            ("rlds-slice", "rlds slices 8x32, memmap", Loader(mm, BATCH, seed=0, **slc).sample),
+            (
+                "rlds-zarr-slice",
+                "rlds slices 8x32, zarr on disk",
+                Loader(zr, BATCH, seed=0, in_memory=False, **slc).sample,
+            ),
+            ("trl-slice", "TorchRL `SliceSampler(cache_values=True)`", trl_slice.sample),
+            ("raw-4x", "raw `np.take` of 4x the frames, memmap", stacks.gather(stacks.memmap, K)),
+            ("rlds-fs", "rlds `FrameStack(4)`, memmap", Loader(mm, BATCH, seed=0, **fs).sample),
+            (
+                "rlds-zarr-fs",
+                "rlds `FrameStack(4)`, zarr on disk",
+                Loader(zr, BATCH, seed=0, in_memory=False, **fs).sample,
+            ),
+        ]
     ]
 
 
@@ -166,55 +129,17 @@ def sweep(
     work: Path,
     quick: bool,
 ) -> list[dict[str, Any]]:
-    """Fresh-process batches per size: as shipped (``reuse``) and with the allocator warmed."""
-    dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
-    frames = 20_000 if quick else 200_000
-    # warmed as fault_bench defines it: no buffer reuse, glibc keeping freed batches for reuse
+    """Fresh-process batches per size: as shipped (buffers reused) and warmed as fault_bench
+    defines it (no buffer reuse, glibc keeping freed batches for reuse)."""
     modes = {"shipped": (True, {}), "warmed": (False, fault_bench.WARM_ENV)}
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for rep in range(repeats):
-        for size in sizes:
-            for m, (reuse, env) in modes.items():
-                spec = {
-                    "module": "fault_bench",
-                    "kind": "batches",
-                    "key": f"{mode}-{m}-{size}",
-                    "source": str(dataset_file),
-                    "root": str(root),
-                    "name": "bench",
-                    "batch": size,
-                    "frame": list(frame),
-                    "batches": max(12, min(200, frames // size)),
-                    "reuse": reuse,
-                }
-                r = fault_bench.run_child(spec, env, work)
-                runs.setdefault((m, size), []).append(r)
-                steady = statistics.median(r["times"][2:])
-                first, per_frame = r["times"][0] * 1e3, steady / size * 1e9
-                _log(
-                    f"  [{rep + 1}/{repeats}] {mode} {m} {size}: {per_frame:,.0f} ns/f, first {first:.2f} ms"
-                )
-    out = []
-    for size in sizes:
-        row: dict[str, Any] = {"batch": size}
-        for m in modes:
-            rs = runs[(m, size)]
-            row[m] = statistics.median(statistics.median(r["times"][2:]) for r in rs)
-            row[f"{m}_first"] = statistics.median(r["times"][0] for r in rs)
-            row[f"{m}_faults"] = statistics.median(statistics.median(r["faults"][2:]) for r in rs)
-            # per round, shipped over warmed steady time, so each ratio is from one round's pair
-        row["ratios"] = [
-            statistics.median(w["times"][2:]) / statistics.median(s["times"][2:])
-            for s, w in zip(runs[("shipped", size)], runs[("warmed", size)], strict=True)
-        ]
-        out.append(row)
-    return out
+    frames = 20_000 if quick else 200_000
+    return fault_bench.sweep(
+        root, list(sizes), modes, repeats, frames, work, _log, name="bench", frame=list(frame)
+    )
 
 
 def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     """Generate (or reuse), convert, fill the peers, measure one frame kind."""
-    from torchrl.data import LazyMemmapStorage, SliceSampler
 
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.convert import convert
@@ -234,25 +159,24 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     first = np.asarray(mm.column("observation")[0])
     frame, out["frame_bytes"] = tuple(first.shape), int(first.nbytes)
     for ds in (mm, zr):
-        zarr_bench.warm(ds)
-    bench.remove(work / "torchrl")
-    trl = pixel_bench.torchrl_fill(source, LazyMemmapStorage(steps, scratch_dir=work / "torchrl"))
-    for path in (work / "torchrl").rglob("*.memmap"):
-        _harness.warm(path)
+        _harness.warm_dataset(ds)
+    rbs = pixel_bench.torchrl_buffers(source, steps, work / "torchrl")
+    trl, trl_slice = rbs["uniform"], rbs["slice"]
     out["disk"]["TorchRL LazyMemmapStorage"] = _harness.disk_usage(work / "torchrl")["allocated"]
-    trl_slice = pixel_bench._buffer(
-        trl._storage, SliceSampler(num_slices=loader_bench.NUM_SLICES, traj_key="episode", cache_values=True)
-    )
     cpprb = cpprb_fill(source)
     out["disk"]["cpprb (RAM: one frame a step)"] = steps * out["frame_bytes"]
     out["disk"]["source HDF5 (obs + next obs)"] = source.stat().st_size
     cases = cases_for(mm, zr, trl, trl_slice, cpprb)
     _log(f"{mode}: {bench.repeats} rounds of rates, then paired ratios:")
-    for rep in range(bench.repeats):
-        framestack_bench.run_round(cases, bench.seconds)
-        for c in cases:
-            _log(f"  [{rep + 1}/{bench.repeats}] {c.label}: {c.rates[-1]:,.1f} batches/s")
-    pairs = loader_bench.measure_pairs({c.key: c for c in cases}, bench.repeats, bench.seconds, _log, PAIRS)
+    _harness.rounds(
+        cases,
+        bench.repeats,
+        bench.seconds,
+        _log,
+        settle=framestack_bench.SETTLE,
+        calls=framestack_bench.TIMED,
+    )
+    pairs = _harness.measure_pairs({c.key: c for c in cases}, PAIRS, bench.repeats, bench.seconds, _log)
     out["rates"] = {c.key: (c.label, c.rates) for c in cases}
     out["pairs"] = {f"{a}/{b}": v for (a, b), v in pairs.items()}
     _log(f"{mode}: fresh-process sweep:")
@@ -266,22 +190,14 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
 
 
 def _ratio(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+    return _harness.span(values, ".2f", "x")
 
 
 def render(results: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    start, end = bench_doc.markers(SECTION)
     steps = {mode: f"{r['steps']:,}" for mode, r in results.items()}
     lines = [
-        start,
-        "## Real frames: pixel batches on real Atari frames",
-        "",
-        *(
-            ["> **Quick run** (`--quick`): a small dataset and short runs; not the reference run.", ""]
-            if info["quick"]
-            else []
-        ),
+        *_harness.opening(SECTION, "Real frames: pixel batches on real Atari frames", info["quick"]),
         f"Data: `benchmarks/real_frames.py`, ale-py {_harness.version('ale-py')} (ROMs from the wheel): a "
         f"random policy over {', '.join(real_frames.GAMES)} (equal shares), sticky actions "
         f"{real_frames.STICKY}, frame skip {real_frames.FRAME_SKIP} with the max of the last two screens, "
@@ -317,9 +233,10 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
                 f"| {label} | {statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) | "
                 f"{1e3 / rates[key]:.2f} | {'-' if stack else f'{gbps * rates[key]:.2f}'} |"
             )
-        lines += ["", "| paired ratio | value |", "|---|---:|"]
-        for pair, values in r["pairs"].items():
-            lines.append(f"| {pair} | {_ratio(values)} |")
+        lines += [
+            "",
+            *_harness.table(["paired ratio", "value"], [[p, _ratio(v)] for p, v in r["pairs"].items()]),
+        ]
         base = r["disk"]["rlds memmap"]
         lines += ["", "| store | disk MB | memmap / store |", "|---|---:|---:|"]
         for store, nbytes in r["disk"].items():
@@ -342,10 +259,10 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
             lines.append(
                 f"| {b:,} | {row['shipped'] / b * 1e9:,.0f} | {row['warmed'] / b * 1e9:,.0f} | "
                 f"{row['shipped_first'] * 1e3:.2f} / {row['warmed_first'] * 1e3:.2f} | "
-                f"{row['shipped_faults']:.0f} | {_ratio(row['ratios'])} |"
+                f"{row['shipped_faults']:.0f} | {_ratio(row['shipped_ratios'])} |"
             )
         lines.append("")
-    lines.append(end)
+    lines.append(_harness.bench_doc.markers(SECTION)[1])
     return "\n".join(lines) + "\n"
 
 
@@ -366,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = _harness.start(args)
     results = {mode: run_mode(bench, mode) for mode in args.modes}
     info = bench.info()
-    (bench.work / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    _harness.save_json(bench.work / "results.json", results)
     bench.publish(SECTION, render(results, info), _log)
     for mode in args.modes:
         bench.remove(bench.work / mode)

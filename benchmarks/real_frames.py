@@ -128,18 +128,15 @@ def generate(
 ) -> dict[str, Any]:
     """Write ``steps`` steps of random-policy play (equal shares per game) to ``path`` (D4RL
     layout, written to a ``.partial`` file then renamed). Returns counts for the log."""
-    import h5py
+    import data as bench_data  # benchmarks/data.py: the D4RL file layout
 
     if mode not in STEPS:
         raise SystemExit(f"real_frames: mode must be one of {sorted(STEPS)}, not {mode!r}")
     shape = (SIZE, SIZE, 3) if mode == "rgb" else (SIZE, SIZE)
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
     counts = {"episodes": 0, "terminated": 0, "truncated": 0}
-    with h5py.File(tmp, "w") as f:
-        obs = f.create_dataset("observations", (steps, *shape), np.uint8)
-        nxt = f.create_dataset("next_observations", (steps, *shape), np.uint8)
+    with bench_data.d4rl_file(path, steps, (*shape, np.uint8), (np.int64,)) as f:
+        obs, nxt = f["observations"], f["next_observations"]
         actions = np.zeros(steps, np.int64)
         rewards = np.zeros(steps, np.float32)
         terminals = np.zeros(steps, bool)
@@ -166,10 +163,14 @@ def generate(
                 obs[start:row], nxt[start:row] = block[:-1], block[1:]
                 counts["episodes"] += 1
                 counts["terminated" if terminals[row - 1] else "truncated"] += 1
-        f["actions"], f["rewards"], f["terminals"], f["timeouts"] = actions, rewards, terminals, timeouts
+        for key, values in zip(
+            ("actions", "rewards", "terminals", "timeouts"),
+            (actions, rewards, terminals, timeouts),
+            strict=True,
+        ):
+            f[key][:] = values
         f.attrs["games"] = ",".join(games)
         f.attrs["preprocessing"] = f"sticky {STICKY}, skip {FRAME_SKIP}, max of last 2, {mode} {shape} BOX"
-    tmp.replace(path)
     return counts
 
 

@@ -31,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,16 +42,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _harness  # noqa: E402
-import bench_doc  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 SECTION = "record"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
 TARGET = 10.0
 
 
@@ -131,7 +129,7 @@ def _rlds_runner(episodes_per_commit: int | None) -> Callable[[str, list[int], l
             env = RecordEpisodes(_make(env_id), writer)
             _drive(env, seeds, actions)
         elapsed = time.perf_counter() - t0
-        _harness_remove(root)
+        shutil.rmtree(root, ignore_errors=True)
         return elapsed
 
     return run
@@ -148,14 +146,8 @@ def _run_minari(env_id: str, seeds: list[int], actions: list[Any], work: Path) -
     env.create_dataset(dataset_id="bench/rec-v0", algorithm_name="bench", description="record_bench")
     elapsed = time.perf_counter() - t0
     env.close()
-    _harness_remove(root)
+    shutil.rmtree(root, ignore_errors=True)
     return elapsed
-
-
-def _harness_remove(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 RUNNERS: dict[str, Callable[[str, list[int], list[Any], Path], float]] = {
@@ -203,11 +195,10 @@ def _cell(overhead: dict[str, float], name: str) -> str:
 
 
 def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
-    versions = ", ".join(f"{d} {_harness.version(d)}" for d in ("gymnasium", "minari", "h5py", "numpy"))
+    versions = _harness.versions("gymnasium", "minari", "h5py", "numpy")
+    title = "Recording from an environment: rlds `RecordEpisodes` vs Minari `DataCollector`"
     lines = [
-        START_MARK,
-        "## Recording from an environment: rlds `RecordEpisodes` vs Minari `DataCollector`",
-        "",
+        *_harness.opening(SECTION, title, info["quick"]),
         "The same episodes (same environment, reset seeds and pre-drawn actions) recorded by each; a run is "
         "timed from the first `reset()` to the dataset on disk (rlds: the `DatasetWriter` closed, fsync on, "
         "each commit a sealed segment; "
@@ -243,7 +234,8 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         + " here (commit per episode minus assembly, per episode), so short episodes pay it over few steps; "
         "`episodes_per_commit=N` (a `DatasetWriter` argument, and `record(..., episodes_per_commit=N)`) "
         "spreads it over N episodes.",
-        END_MARK,
+        "",
+        _harness.bench_doc.markers(SECTION)[1],
         "",
     ]
     return "\n".join(lines)
@@ -253,9 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     p = _harness.parser("recording overhead: rlds vs Minari DataCollector", SECTION, work="record", repeats=3)
     run = _harness.start(p.parse_args(argv))
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    log = _harness.logger(SECTION)
     warnings.filterwarnings("ignore")
     episodes = {
         "Pendulum-v1": 10 if run.quick else 50,

@@ -22,39 +22,29 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import data as bench_data  # benchmarks/data.py: builder blocks, datasets built once
 import numpy as np
 
 OBS, ACT, EPISODE = 29, 8, 1000
 
 
 def build(root: Path, steps: int):  # type: ignore[no-untyped-def]
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.formats.base import StepBlock
-
-    os.environ.setdefault("RLDS_FSYNC", "0")
     rng = np.random.default_rng(0)
-    with DatasetBuilder("ogb", root=root, backend="memmap") as builder:
+
+    def blocks():  # type: ignore[no-untyped-def]
         for start in range(0, steps, EPISODE):
             n = min(EPISODE, steps - start)
-            flags = np.zeros((n, 1), bool)
-            flags[-1] = True
-            builder.append(StepBlock(
-                steps={"action": rng.uniform(-1, 1, (n, ACT)).astype(np.float32),
-                       "next/reward": np.zeros((n, 1), np.float32),
-                       "next/terminated": np.zeros((n, 1), bool), "next/truncated": flags},
-                observations={"observation": rng.standard_normal((n + 1, OBS)).astype(np.float32)},
-                ends=np.array([n - 1]),
-            ))  # fmt: skip
-        builder.commit(source={"generator": "benchmarks/relabel_bench.py"})
-    return open_dataset("ogb", root)
+            action = rng.uniform(-1, 1, (n, ACT)).astype(np.float32)
+            obs = rng.standard_normal((n + 1, OBS)).astype(np.float32)
+            yield bench_data.step_block(action, np.zeros((n, 1), np.float32), obs, [n - 1])
+
+    return bench_data.ensure(root, "ogb", blocks)
 
 
 class LeanOGBench:

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import data as bench_data  # benchmarks/data.py: builder blocks
 import numpy as np
 
 BATCH = 256
@@ -50,28 +51,16 @@ RANK_BATCHES = 100
 
 def build(name: str, backend: str, steps: int = 200_000, obs_dim: int = 100, episode: int = 1000) -> None:
     from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.formats.base import StepBlock
 
     rng = np.random.default_rng(0)
     block = min(20_000, steps)
     with DatasetBuilder(name, backend=backend, replace=True) as builder:
         for _ in range(0, steps, block):
             ends = np.arange(episode - 1, block, episode)
-            terminated = np.zeros((block, 1), bool)
-            terminated[ends] = True
-            observations = rng.standard_normal((block + len(ends), obs_dim), dtype=np.float32)
-            builder.append(
-                StepBlock(
-                    steps={
-                        "action": rng.standard_normal((block, 6), dtype=np.float32),
-                        "next/reward": rng.standard_normal((block, 1), dtype=np.float32),
-                        "next/terminated": terminated,
-                        "next/truncated": np.zeros((block, 1), bool),
-                    },
-                    observations={"observation": observations},
-                    ends=ends,
-                )
-            )
+            obs = rng.standard_normal((block + len(ends), obs_dim), dtype=np.float32)
+            action = rng.standard_normal((block, 6), dtype=np.float32)
+            reward = rng.standard_normal((block, 1), dtype=np.float32)
+            builder.append(bench_data.step_block(action, reward, obs, ends, terminated=True))
         builder.commit()
 
 

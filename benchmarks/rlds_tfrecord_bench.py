@@ -23,23 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import convert_in_child
+from _harness import convert_in_child, read_seconds
 
 EPISODE = 100
-
-
-def reader_seconds(src: Path, workers: int, repeats: int = 2) -> float:
-    """Best wall time of the reader alone over the whole source."""
-    from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
-
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with RldsTFRecordReader(src, workers=workers) as reader:
-            for _block in reader.blocks():
-                pass
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main() -> None:
@@ -69,7 +55,9 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|")
         for workers in args.workers:
-            seconds = reader_seconds(src, workers)
+            from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
+
+            seconds, _ = read_seconds(RldsTFRecordReader, src, workers=workers)
             run = convert_in_child(src, Path(tmp) / f"home-{workers}", {"workers": workers})
             print(
                 f"| {workers} | {seconds:.2f} | {frames / seconds:,.0f} | {frame_mb / seconds:,.0f} | "

@@ -1,546 +1,81 @@
-"""Side-by-side conversion benchmark: rlds (D4RL file -> cache) vs TorchRL (Minari -> TED cache).
-
-What it measures, in one run on one machine:
-
-* time to convert a 1,000,000-step D4RL file (obs 17 float32, action 6 float32, 1000-step
-  episodes) with ``rlds_cli.convert.convert`` (memmap and zarr backends, fsync on: the default),
-  and time for TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)`` to build
-  its TED cache from a Minari dataset holding the same episodes; their ratio;
-* peak RSS of the rlds conversion at 1e6 and 1e7 steps (is memory flat as the file grows?);
-* disk bytes of each cache.
-
-Every measured operation runs in a fresh Python process (``benchmarks/_harness.py``), so
-imports, allocator state and peak RSS belong to that operation alone. Peak RSS is the child's
-``VmHWM`` (its own address space); its ``ru_maxrss`` from ``wait4`` is logged as a cross-check
-but can read high, because Linux starts a spawned child's ``ru_maxrss`` at its parent's RSS
-(so this driver keeps no data in memory: it generates the files in child processes too).
-Repeats are interleaved (all configurations, then all again) so drift on a shared machine hits
-every configuration alike; medians are reported. Before each run the parent deletes
-the previous output, calls ``sync()`` (so no earlier write-back overlaps the run) and records
-how much of the source file is in the page cache (``mincore``). "Warm" runs read a source that is
-in the page cache; "cold" runs evict the source first with ``posix_fadvise(DONTNEED)`` (the only
-cache drop possible without root; the hypervisor may still cache the disk).
-
-This module is also ``make bench``'s driver: after its own section it runs the other sections'
-scripts in turn (minari, preprocess, cli, pixel, real, zarr, loader; ``--only NAME...`` picks some, and
-the extra sections ``framestack``, ``dataloader`` and ``record`` run only when named).
+"""``make bench``'s driver: runs the sections' scripts in turn, each with the shared options
+(``--write``, ``--quick``, ``--repeats``, ``--keep``; its work directory under ``--work``).
 
 Usage::
 
     python benchmarks/run_all.py [--write docs/benchmarks.md] [--quick] [--only pixel loader]
 
-``--write FILE`` replaces the section between ``<!-- bench:conversion:start -->`` and
-``<!-- bench:conversion:end -->`` in FILE (creating the file if needed), and each other section
-between its own markers. Work data goes to ``benchmarks/_work/`` (git-ignored) and
-the generated sources are deleted at the end unless ``--keep``.
+``--only NAME...`` picks some sections; the extra sections run only when named.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import statistics
-import subprocess
+import importlib
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
 
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import data as bench_data  # noqa: E402  (benchmarks/data.py, next to this script)
-from _harness import (  # noqa: E402  (measured runs in child processes, shared with other sections)
-    DATASET_ID,
-    Config,
-    add_common_flags,
-    hwm_mb,
-    machine_info,
-    rlds_config,
-    run_configs,
-    torchrl_config,
-)
+import _harness  # noqa: E402  (benchmarks/_harness.py: the shared flags)
 
-SECTION = "conversion"
-START_MARK, END_MARK = bench_doc.markers(SECTION)
-#: rlds must convert in at most this fraction of TorchRL's cache-build time.
-TARGET_RATIO = 3.0
-#: Peak RSS at 10x the steps may be at most this factor of the 1x peak to count as flat.
-FLAT_FACTOR = 1.10
-MB = 1e6
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def _fmt_s(cfg: Config) -> str:
-    """Median seconds with the range."""
-    lo, hi = cfg.span("seconds")
-    return f"{cfg.median('seconds'):.2f} ({lo:.2f}-{hi:.2f})"
-
-
-def _cached(cfg: Config) -> str:
-    """Page-cache residency of the source over the runs."""
-    lo, hi = cfg.span("cached")
-    return f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
-
-
-def _steps(n: int) -> str:
-    """``1000000`` -> ``1M``, ``100000`` -> ``100k``."""
-    if n % 1_000_000 == 0:
-        return f"{n // 1_000_000}M"
-    return f"{n // 1000}k" if n % 1000 == 0 else f"{n:,}"
-
-
-def _mb(n: float) -> str:
-    """Bytes as MB (10^6) with one decimal."""
-    return f"{n / MB:,.1f}"
-
-
-def _verdict(ok: bool) -> str:
-    """Markdown verdict for a goal."""
-    return "**met**" if ok else "**NOT met**"
-
-
-def render(
-    info: dict[str, str],
-    sizes: dict[str, int],
-    speed: list[Config],
-    memory: dict[str, tuple[Config, Config]],
-    source_bytes: dict[str, int],
-    repeats: int,
-    quick: bool,
-    total_seconds: float,
-) -> str:
-    """The Markdown section (between the markers)."""
-    driver_rss = hwm_mb()
-    loads = [r["load1"] for c in [*speed, *(b for pair in memory.values() for b in pair)] for r in c.runs]
-    by_key = {c.key: c for c in speed}
-    trl = by_key["torchrl"]
-    n_main, n_big = sizes["main"], sizes["big"]
-    lines: list[str] = [START_MARK, "", "## Conversion: rlds vs TorchRL `MinariExperienceReplay`", ""]
-    if quick:
-        lines += ["> **Quick run** (`--quick`): less data, fewer repeats; not the reference workload.", ""]
-    lines += [
-        f"Workload: {n_main:,} steps, observation {bench_data.OBS_DIM} float32, action "
-        f"{bench_data.ACT_DIM} float32, reward float32, {bench_data.EPISODE_LEN}-step episodes ending "
-        f"by timeout ({n_main // bench_data.EPISODE_LEN:,} episodes), synthetic data from "
-        "`benchmarks/data.py`. rlds converts the D4RL-format file "
-        f"({_mb(source_bytes['d4rl'])} MB: observations, actions, rewards, terminals, timeouts, "
-        "next_observations; contiguous, uncompressed); TorchRL builds its TED cache from a Minari 0.5.x "
-        f"HDF5 dataset with the same episodes ({_mb(source_bytes['minari'])} MB, T+1 observations per "
-        "episode). Each number is the median of "
-        f"{repeats} runs (range in brackets), each run in a fresh process; the timed part excludes "
-        "interpreter start and imports (the process column includes them).",
-        "",
-        f"- Measured {info['date']} on {info['cpus']}; {info['ram']} RAM; {info['os']}.",
-        f"- Python {info['python']}; {info['versions']}.",
-        f"- rlds commit {info['commit']}.",
-        f"- Whole benchmark run (data generation included): {total_seconds / 60:.1f} min.",
-        f"- 1-minute load average just before the runs: {min(loads):.1f}-{max(loads):.1f} on "
-        f"{os.cpu_count()} CPUs (this benchmark's own previous run adds up to about 1)"
-        + (
-            "; other processes were competing for the CPUs, so wall times (zarr's, which uses "
-            "threads, most) are noisier than the CPU-time column."
-            if max(loads) > 0.75 * (os.cpu_count() or 1)
-            else "."
-        ),
-        "",
-        "### Time to build the cache",
-        "",
-        "| operation | seconds, median (range) | CPU s | process wall s | RSS after imports MB | "
-        "peak RSS MB | source in page cache | TorchRL time / this |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for cfg in speed:
-        ref = by_key["torchrl-cold"] if cfg.cold and "torchrl-cold" in by_key else trl
-        ratio = ref.median("seconds") / cfg.median("seconds")
-        lines.append(
-            f"| {cfg.label} | {_fmt_s(cfg)} | {cfg.median('cpu_seconds'):.2f} | {cfg.median('wall'):.2f} | "
-            f"{cfg.median('rss_before_mb'):,.0f} | {cfg.median('peak_rss_mb'):,.0f} | "
-            f"{_cached(cfg)} | {ratio:.1f}x |"
-        )
-    mm, zr = by_key["rlds-memmap"], by_key["rlds-zarr"]
-    r_mm = trl.median("seconds") / mm.median("seconds")
-    r_zr = trl.median("seconds") / zr.median("seconds")
-    w_mm = trl.median("wall") / mm.median("wall")
-    w_zr = trl.median("wall") / zr.median("wall")
-    lines += [
-        "",
-        f"Goal: rlds converts in at most 1/{TARGET_RATIO:.0f} of TorchRL's time. memmap backend: "
-        f"{r_mm:.1f}x faster, {_verdict(r_mm >= TARGET_RATIO)}; zarr backend: {r_zr:.1f}x faster, "
-        f"{_verdict(r_zr >= TARGET_RATIO)}. Whole processes, imports included: {w_mm:.1f}x and "
-        f"{w_zr:.1f}x (TorchRL's imports alone take about "
-        f"{statistics.median(r['import_seconds'] for r in trl.runs):.1f} s).",
-    ]
-    shipped_zero = all(r.get("observation_all_zero") for r in trl.runs)
-    patched = by_key.get("torchrl-content")
-    lines += [
-        "",
-        "The foundation issue quotes 7.8 s for TorchRL's build, measured in an earlier session on "
-        "this machine type; absolute times drift between sessions on these shared machines, which "
-        "is why the goal is checked against TorchRL measured in the same run.",
-        "",
-        "TorchRL check: the cache TorchRL 0.14.1 writes here "
-        + (
-            "**holds only zeros** (every run): it builds the TED data in RAM, then calls "
-            "`td.memmap_like(path)`, which makes zero-filled (sparse) files of the right shapes and "
-            "drops the data. Its time therefore leaves out writing the data, so the ratio above "
-            "favours TorchRL."
-            if shipped_zero
-            else "holds the source's data."
-        ),
-    ]
-    if patched is not None:
-        ok = all(r.get("content_ok") for r in patched.runs)
-        lines.append(
-            "The row *with content* swaps `memmap_like` for `memmap` (same TorchRL code otherwise) to "
-            f"show what a cache that holds the data costs; its first episode "
-            f"{'matches' if ok else 'does NOT match'} the source."
-        )
-    lines += [
-        "",
-        "### Peak memory as the file grows (rlds)",
-        "",
-        f"Peak RSS (`VmHWM` of the converting process, interpreter and imports included) for "
-        f"{n_main:,} and {n_big:,} steps (the larger file is {_mb(source_bytes['d4rl_big'])} MB, "
-        "generated in chunks and deleted afterwards).",
-        "",
-        f"| backend | RSS after imports MB | peak RSS {_steps(n_main)} MB | peak RSS {_steps(n_big)} MB | "
-        f"growth | seconds {_steps(n_main)} | seconds {_steps(n_big)} |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    flat_ok = True
-    for backend, (small, big) in memory.items():
-        growth = big.median("peak_rss_mb") / small.median("peak_rss_mb")
-        flat_ok &= growth <= FLAT_FACTOR
-        lines.append(
-            f"| {backend} | {small.median('rss_before_mb'):.0f} | {small.median('peak_rss_mb'):.0f} | "
-            f"{big.median('peak_rss_mb'):.0f} | {100 * (growth - 1):+.1f}% | {_fmt_s(small)} | "
-            f"{_fmt_s(big)} |"
-        )
-    lines += [
-        "",
-        f"Goal: peak memory flat from {_steps(n_main)} to {_steps(n_big)} steps (growth at most "
-        f"{100 * (FLAT_FACTOR - 1):.0f}%): {_verdict(flat_ok)}. For contrast, TorchRL's build peaks at "
-        f"{trl.median('peak_rss_mb'):,.0f} MB for {_steps(n_main)} steps: it reads the whole HDF5 file into "
-        "memory (`PersistentTensorDict.from_h5(...).to_tensordict()`) and builds the TED in RAM, so its "
-        "memory grows with the dataset.",
-        "",
-        "### Disk use of the caches",
-        "",
-        "| cache | apparent MB | allocated MB | files |",
-        "|---|---|---|---|",
-    ]
-    for cfg in speed:
-        if cfg.cold or cfg.disk is None:
-            continue
-        d = cfg.disk
-        lines.append(f"| {cfg.label} | {_mb(d['apparent'])} | {_mb(d['allocated'])} | {d['files']:.0f} |")
-    if patched is not None and patched.disk:
-        nxt = patched.extra_disk.get("next/observation", {})
-        full = patched.disk["allocated"]
-        less = full - nxt.get("allocated", 0)
-        mine = mm.disk["allocated"] if mm.disk else 0
-        lines += [
-            "",
-            f"TorchRL's TED stores observations twice (`observation` and `next/observation`, "
-            f"{_mb(nxt.get('allocated', 0))} MB each) plus an int64 `episode` column and three done "
-            f"flags. Its cache with content, minus `next/observation`, is {_mb(less)} MB; the rlds "
-            f"memmap cache is {_mb(mine)} MB ({100 * mine / full:.0f}% of TorchRL's, "
-            f"{100 * mine / less:.0f}% of TorchRL's without `next/observation`): observations once "
-            "plus one final observation per episode, two flags (`done` and `episode` are derived at "
-            "read time), and a small episode index. TorchRL's cache as shipped allocates almost "
-            "nothing because its files are never written (see above).",
-        ]
-    lines += [
-        "",
-        "### How it is measured",
-        "",
-        "```text",
-        "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0",
-        "             #   .venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md",
-        "```",
-        "",
-        "- rlds, timed: `rlds_cli.convert.convert(path, 'bench', format='d4rl', root=DIR, "
-        "backend='memmap'|'zarr')` with `RLDS_FSYNC` unset, i.e. the default: the source is hashed "
-        "(sha256) and every file is fsynced before the dataset is published.",
-        "- TorchRL, timed: `MinariExperienceReplay('bench/synthetic-v0', batch_size=256, "
-        "load_from_local_minari=True, root=DIR)` with `MINARI_DATASETS_PATH` pointing at the "
-        "generated Minari root (TorchRL does not fsync).",
-        "- Each run: previous output deleted, `sync()`, then the source is read once (warm) or "
-        "evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` (cold); the page-cache column is the "
-        "`mincore` residency of the source just before the run. Configurations are interleaved "
-        "across repeats. CPU s is the child's `process_time()` (all threads) over the timed call.",
-        "- Peak RSS is the child's `VmHWM` right after the timed call (interpreter and imports "
-        "included; the 'after imports' figure is `VmHWM` just before the call). The child's "
-        "`ru_maxrss` (from `wait4`) agrees where it exceeds the driver's own RSS "
-        f"({driver_rss:.0f} MB), which Linux copies into a spawned child's `ru_maxrss`.",
-        "- Disk: apparent = sum of file sizes, allocated = blocks actually used (sparse files "
-        "count only what was written).",
-        "",
-        END_MARK,
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------- main
-
-
-def _log(message: str) -> None:
-    """Progress line on stdout."""
-    print(message, flush=True)
-
-
-def generate(kind: str, out: Path, steps: int) -> None:
-    """Write benchmark data with ``benchmarks/data.py`` in a child process, so that this process
-    never holds numpy arrays (its RSS is what a spawned child's ``ru_maxrss`` starts from)."""
-    cmd = [sys.executable, str(HERE / "data.py"), kind, str(out), "--steps", str(steps)]
-    if kind == "minari":
-        cmd += ["--dataset-id", DATASET_ID]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-
-
-def _timed(label: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` and log how long it took."""
-    t = time.perf_counter()
-    out = fn(*args, **kwargs)
-    _log(f"{label} ({time.perf_counter() - t:.1f} s)")
-    return out
-
-
-#: What ``make bench`` runs, in this order (``--only`` picks some).
-SECTIONS = ("conversion", "minari", "preprocess", "cli", "pixel", "real", "zarr", "loader")
+#: What ``make bench`` runs, in this order (``--only`` picks some): section -> script.
+SECTIONS = {
+    "conversion": "conversion_bench",  # D4RL file -> cache, rlds vs TorchRL's Minari cache build
+    "minari": "minari_bench",  # rlds reading a Minari dataset itself vs TorchRL
+    "preprocess": "preprocess_bench",  # rlds preprocess vs TorchRL preprocess
+    "cli": "cli_bench",  # CLI start-up time
+    "pixel": "pixel_bench",  # conversion, disk and every sampling path on pixels
+    "real": "real_bench",  # pixel batches on real Atari frames, every store side by side
+    "zarr": "zarr_bench",  # zarr against memmap: conversion CPU, pixel and low-dim random access
+    "loader": "loader_bench",  # rlds loader vs TorchRL vs the lean raw gather
+}
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
 #: and the recording overhead against Minari's DataCollector (issue 25).
-EXTRA_SECTIONS = ("framestack", "dataloader", "record")
+EXTRA_SECTIONS = {
+    "framestack": "framestack_bench",
+    "dataloader": "dataloader_bench",
+    "record": "record_bench",
+}
+_log = _harness.logger("run_all")
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """Run the benchmarks; print progress and the resulting Markdown."""
+    """Run the chosen sections; each prints (and with ``--write`` writes) its Markdown."""
     parser = argparse.ArgumentParser(description="rlds vs its peers: every section of docs/benchmarks.md")
-    add_common_flags(
+    _harness.add_common_flags(
         parser,
         write="Markdown file whose sections are replaced",
         quick="small data, 1 repeat (a smoke test)",
-        repeats="runs per configuration (default 3; quick: 1)",
+        repeats="rounds per configuration (default: each section's own)",
         work=HERE / "_work",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the generated data afterwards")
+    everything = SECTIONS | EXTRA_SECTIONS
     parser.add_argument(
-        "--only",
-        nargs="+",
-        choices=SECTIONS + EXTRA_SECTIONS,
-        help=f"run only these sections (default: {', '.join(SECTIONS)}, in that order)",
+        "--only", nargs="+", choices=list(everything), help=f"run only these (default: {', '.join(SECTIONS)})"
     )
     args = parser.parse_args(list(argv) if argv is not None else None)
-    t0 = time.perf_counter()
-    chosen = args.only or SECTIONS
-    status = 0
-    for name in (*SECTIONS, *EXTRA_SECTIONS):
-        if name in chosen:
-            t = time.perf_counter()
-            _log(f"== {name}")
-            status |= RUNNERS[name](args) or 0
-            _log(f"== {name} took {(time.perf_counter() - t) / 60:.1f} min")
-    _log(
-        f"all sections ({', '.join(n for n in SECTIONS + EXTRA_SECTIONS if n in chosen)}) took "
-        f"{(time.perf_counter() - t0) / 60:.1f} min"
+    shared = (["--quick"] if args.quick else []) + (["--keep"] if args.keep else [])
+    shared += (["--write", str(args.write)] if args.write else []) + (
+        ["--repeats", str(args.repeats)] if args.repeats else []
     )
+    t0, status = time.perf_counter(), 0
+    chosen = [name for name in everything if name in (args.only or SECTIONS)]
+    for name in chosen:
+        t = time.perf_counter()
+        _log(f"== {name}")
+        status |= (
+            importlib.import_module(everything[name]).main(
+                [*shared, "--work", str(args.work.resolve() / name)]
+            )
+            or 0
+        )
+        _log(f"== {name} took {(time.perf_counter() - t) / 60:.1f} min")
+    _log(f"all sections ({', '.join(chosen)}) took {(time.perf_counter() - t0) / 60:.1f} min")
     return status
-
-
-def _repeats(args: argparse.Namespace) -> int:
-    return int(args.repeats or (1 if args.quick else 3))
-
-
-def _n_main(args: argparse.Namespace) -> int:
-    return 100_000 if args.quick else 1_000_000
-
-
-def _section_argv(args: argparse.Namespace, work: Path | None = None) -> list[str]:
-    """The shared options, as a section script's own command line takes them."""
-    return (
-        (["--work", str(work)] if work is not None else [])
-        + (["--quick"] if args.quick else [])
-        + (["--write", str(args.write)] if args.write else [])
-        + (["--keep"] if args.keep else [])
-    )
-
-
-def run_conversion(args: argparse.Namespace) -> int:
-    """This module's own section: D4RL file -> cache, rlds vs TorchRL's Minari cache build."""
-    t_start = time.perf_counter()
-    repeats = _repeats(args)
-    n_main = _n_main(args)
-    n_big = 10 * n_main
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(work).free
-    need = 2.2 * 166 * n_big + 3 * 166 * n_main  # the big file, one big cache, the 1x files
-    if free < need:
-        raise SystemExit(f"need about {need / 1e9:.1f} GB free in {work}, have {free / 1e9:.1f} GB")
-
-    d4rl_main = work / f"d4rl_{n_main}.hdf5"
-    d4rl_big = work / f"d4rl_{n_big}.hdf5"
-    minari_root = work / "minari"
-    _timed(f"wrote {d4rl_main.name}", generate, "d4rl", d4rl_main, n_main)
-    _timed(f"wrote Minari dataset {DATASET_ID}", generate, "minari", minari_root, n_main)
-    minari_file = bench_data.minari_data_dir(minari_root, DATASET_ID) / "main_data.hdf5"
-    source_bytes = {"d4rl": d4rl_main.stat().st_size, "minari": minari_file.stat().st_size}
-
-    trl, rlds = torchrl_config, rlds_config
-    speed = [
-        trl("torchrl", "TorchRL `MinariExperienceReplay` build (as shipped)", minari_root, work),
-        trl("torchrl-content", "TorchRL build, written with content", minari_root, work, with_content=True),
-        rlds("rlds-memmap", "rlds `convert`, memmap backend", d4rl_main, "memmap", work),
-        rlds("rlds-zarr", "rlds `convert`, zarr backend", d4rl_main, "zarr", work),
-        trl("torchrl-cold", "cold source: TorchRL build (as shipped)", minari_root, work, cold=True),
-        rlds("rlds-memmap-cold", "cold source: rlds `convert`, memmap", d4rl_main, "memmap", work, cold=True),
-    ]
-    _log(f"conversion of {n_main:,} steps, {repeats} repeats:")
-    run_configs(speed, repeats, work, _log)
-
-    _timed(f"wrote {d4rl_big.name}", generate, "d4rl", d4rl_big, n_big)
-    source_bytes["d4rl_big"] = d4rl_big.stat().st_size
-    by_key = {c.key: c for c in speed}
-    big = [
-        rlds_config("rlds-memmap-big", f"rlds memmap {n_big:.0e}", d4rl_big, "memmap", work),
-        rlds_config("rlds-zarr-big", f"rlds zarr {n_big:.0e}", d4rl_big, "zarr", work),
-    ]
-    _log(f"conversion of {n_big:,} steps, {repeats} repeats:")
-    try:
-        run_configs(big, repeats, work, _log)
-    finally:
-        if not args.keep:
-            d4rl_big.unlink(missing_ok=True)
-    memory = {"memmap": (by_key["rlds-memmap"], big[0]), "zarr": (by_key["rlds-zarr"], big[1])}
-
-    section = render(
-        machine_info(),
-        {"main": n_main, "big": n_big},
-        speed,
-        memory,
-        source_bytes,
-        repeats,
-        args.quick,
-        time.perf_counter() - t_start,
-    )
-    if not args.keep:
-        shutil.rmtree(work / "out", ignore_errors=True)
-        d4rl_main.unlink(missing_ok=True)
-        shutil.rmtree(minari_root, ignore_errors=True)
-    print()
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, SECTION, section)
-        _log(f"wrote the '{SECTION}' section of {args.write}")
-    return 0
-
-
-def run_minari(args: argparse.Namespace) -> int:
-    """rlds reading a Minari dataset itself vs TorchRL, same session (benchmarks/minari_bench.py)."""
-    import minari_bench
-
-    work: Path = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    section = minari_bench.run(work, steps=_n_main(args), repeats=_repeats(args), log=_log)
-    print(section)
-    if args.write:
-        bench_doc.write_section(args.write, minari_bench.SECTION, section)
-        _log(f"wrote the '{minari_bench.SECTION}' section of {args.write}")
-    return 0
-
-
-def run_preprocess(args: argparse.Namespace) -> int:
-    """rlds preprocess vs TorchRL preprocess (benchmarks/preprocess_bench.py)."""
-    import preprocess_bench
-
-    argv = ["--work", str(args.work.resolve()), "--repeats", str(_repeats(args))]
-    argv += ["--quick"] if args.quick else []
-    return preprocess_bench.main(argv + (["--write", str(args.write)] if args.write else []))
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """CLI start-up time (benchmarks/cli_bench.py)."""
-    import cli_bench
-
-    return cli_bench.main(["--write", str(args.write)] if args.write else []) or 0
-
-
-def run_pixel(args: argparse.Namespace) -> int:
-    """The pixel section: conversion, disk and every sampling path on pixels, side by side with
-    TorchRL and the lean raw gather (benchmarks/pixel_bench.py)."""
-    import pixel_bench
-
-    return pixel_bench.main(_section_argv(args, args.work.resolve() / "pixel"))
-
-
-def run_real(args: argparse.Namespace) -> int:
-    """Pixel batches on real Atari frames (ale-py), every store side by side, disk sizes, the
-    fresh-process and batch-size sweeps (benchmarks/real_bench.py)."""
-    import real_bench
-
-    return real_bench.main(_section_argv(args, args.work.resolve() / "real"))
-
-
-def run_zarr(args: argparse.Namespace) -> int:
-    """zarr against memmap: conversion CPU, pixel and low-dim random access (benchmarks/zarr_bench.py)."""
-    import zarr_bench
-
-    return zarr_bench.main(_section_argv(args, args.work.resolve() / "zarr"))
-
-
-def run_framestack(args: argparse.Namespace) -> int:
-    """FrameStack before/after vs the raw gather of 4x the frames (benchmarks/framestack_bench.py)."""
-    import framestack_bench
-
-    return framestack_bench.main(_section_argv(args, args.work.resolve() / "framestack"))
-
-
-def run_dataloader(args: argparse.Namespace) -> int:
-    """DataLoader workers with and without the ring (benchmarks/dataloader_bench.py)."""
-    import dataloader_bench
-
-    return dataloader_bench.main(_section_argv(args, args.work.resolve() / "dataloader"))
-
-
-def run_loader(args: argparse.Namespace) -> int:
-    """The sampling benchmark (benchmarks/loader_bench.py): rlds loader vs TorchRL vs raw numpy."""
-    import loader_bench
-
-    _log("loader (sampling):")
-    lb_argv = (["--quick"] if args.quick else []) + (["--write", str(args.write)] if args.write else [])
-    return loader_bench.main(lb_argv)
-
-
-def run_record(args: argparse.Namespace) -> int:
-    """Recording overhead per step: RecordEpisodes + DatasetWriter vs Minari's DataCollector
-    (benchmarks/record_bench.py)."""
-    import record_bench
-
-    record_bench.main(_section_argv(args, args.work.resolve() / "record"))
-    return 0
-
-
-RUNNERS = {
-    "conversion": run_conversion,
-    "minari": run_minari,
-    "preprocess": run_preprocess,
-    "cli": run_cli,
-    "pixel": run_pixel,
-    "real": run_real,
-    "zarr": run_zarr,
-    "framestack": run_framestack,
-    "dataloader": run_dataloader,
-    "loader": run_loader,
-    "record": run_record,
-}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _harness import convert_in_child  # noqa: E402 (the one fresh-process conversion of the benches)
+from _harness import convert_in_child, read_seconds  # noqa: E402 (fresh-process conversion; reader passes)
 
 from tests.vd4rl_fixtures import (  # noqa: E402 - the repository root is put on the path first
     dreamer_episode,
@@ -78,19 +77,6 @@ def write_hdf5(path: Path, episodes: int, side: int = 84, per_write: int = 5) ->
     return episodes * ROWS * side * side * 3
 
 
-def reader_seconds(src: Path, repeats: int) -> tuple[float, int]:
-    """Best wall seconds of the reader alone over ``repeats``, and the frames it yields."""
-    from rlds_cli.formats.vd4rl import VD4RLReader
-
-    best, frames = float("inf"), 0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with VD4RLReader(src) as reader:
-            frames = sum(len(next(iter(b.observations.values()))) for b in reader.blocks())
-        best = min(best, time.perf_counter() - t)
-    return best, frames
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--npz-episodes", type=int, default=60)
@@ -110,7 +96,10 @@ def main() -> None:
             sources.append(("drqbc .hdf5, 3x84x84", path, write_hdf5(path, args.hdf5_episodes)))
         for label, src, decoded in sources:
             on_disk = sum(p.stat().st_size for p in ([src] if src.is_file() else src.iterdir()))
-            seconds, frames = reader_seconds(src, args.repeats)
+            from rlds_cli.formats.vd4rl import VD4RLReader
+
+            first_key = lambda b: len(next(iter(b.observations.values())))  # noqa: E731
+            seconds, frames = read_seconds(VD4RLReader, src, args.repeats, first_key)
             child = convert_in_child(src, base / f"home-{len(rows)}")
             wall, peak_mb = child["seconds"], child["peak_kb"] / 1024
             rows.append(

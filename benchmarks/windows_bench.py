@@ -31,7 +31,6 @@ Work data goes to ``benchmarks/_work/windows`` (git-ignored) and is deleted unle
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -46,46 +45,27 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
+import data as bench_data  # noqa: E402  (benchmarks/data.py: builder blocks, datasets built once)
+
 BATCH, OBS, ACT = 256, 14, 7
 WINDOWS = {"observation": range(-1, 1), "action": range(0, 50)}
 TARGET = 0.8  # the issue's goal: windowed batches at this fraction of the lean gather, or better
 CALLS = 20
 
 
-def build(steps: int, work: Path) -> Any:
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.errors import DatasetNotFoundError
-    from rlds_cli.formats.base import StepBlock
-
-    root, name = work / "root", f"states-{steps}"
-    try:
-        return open_dataset(name, root)
-    except DatasetNotFoundError:
-        pass
-    os.environ.setdefault("RLDS_FSYNC", "0")
+def blocks(steps: int) -> Any:
+    """One builder block per episode of 50-500 steps of random states and actions."""
     rng = np.random.default_rng(0)
     done = 0
-    with DatasetBuilder(name, root=root) as builder:
-        while done < steps:
-            n = min(int(rng.integers(50, 501)), steps - done)
-            flags = np.zeros((n, 1), bool)
-            flags[-1] = True
-            builder.append(
-                StepBlock(
-                    steps={
-                        "action": rng.standard_normal((n, ACT), np.float32),
-                        "next/reward": rng.standard_normal((n, 1), np.float32),
-                        "next/terminated": np.zeros((n, 1), bool),
-                        "next/truncated": flags,
-                    },
-                    observations={"observation": rng.standard_normal((n + 1, OBS), np.float32)},
-                    ends=np.array([n - 1]),
-                )
-            )
-            done += n
-        builder.commit(source={"generator": "benchmarks/windows_bench.py"})
-    return open_dataset(name, root)
+    while done < steps:
+        n = min(int(rng.integers(50, 501)), steps - done)
+        action, reward = rng.standard_normal((n, ACT), np.float32), rng.standard_normal((n, 1), np.float32)
+        yield bench_data.step_block(action, reward, rng.standard_normal((n + 1, OBS), np.float32), [n - 1])
+        done += n
+
+
+def build(steps: int, work: Path) -> Any:
+    return bench_data.ensure(work / "root", f"states-{steps}", lambda: blocks(steps))
 
 
 def lean(ds: Any, in_memory: bool) -> Callable[[], Any]:

@@ -1,36 +1,10 @@
-"""zarr benchmark: random access and conversion, zarr against memmap on the same data.
-
-Data, generated and written with :class:`~rlds_cli.cache.builder.DatasetBuilder` one episode block
-at a time (the same blocks for each backend):
-
-* pixels: ``uint8`` observations of shape (3, 84, 84), episodes of 30-2,000 steps from a fixed
-  seed; each episode has a random background and every frame changes one random 12 x 12 patch of
-  it (so LZ4 finds some redundancy, as in game frames, unlike pure noise);
-* low-dim: 17 float32 observations, 6 float32 actions, 1,000-step episodes.
-
-What is measured, in one process:
-
-* conversion CPU time (``time.process_time`` around the builder's appends and commit, every
-  thread included; the data generation is outside) and files written, memmap against zarr;
-* uniform batches of 256 through ``Loader(ds, 256, in_memory=False).sample`` (every TED key;
-  ``in_memory=False``: read from the files at every batch, not the default ``"auto"``, which loads a
-  zarr dataset that fits the memory budget into RAM), memmap against
-  zarr: the layout written now (64 KiB chunks in 16 MiB shards, read by rlds's own chunk reader),
-  and for the "before" figure the layout written before (512 KiB chunks, one file each) read
-  through zarr's indexing as it was;
-* low-dim: the in-RAM loader (``in_memory=True``) on a zarr dataset against one on memmap, and the
-  zarr load time (opening the loader) against the zarr conversion time.
-
-Cases are visited in turn, a few calls each, so that load from other users hits each alike; a
-round's rate is one over the median call time, and the report gives the median of the rounds.
-
-Usage::
-
-    python benchmarks/zarr_bench.py [--write docs/benchmarks.md] [--quick]
-
-``--write FILE`` replaces the section between ``<!-- bench:zarr:start -->`` and
-``<!-- bench:zarr:end -->``. Work data goes to ``benchmarks/_work/zarr`` (git-ignored) and is
-deleted at the end.
+"""zarr section: zarr against memmap on the same generated data (pixels: ``benchmarks/data.py``'s
+patch frames; low-dim: 17 + 6 float32 columns, 1,000-step episodes), written one block at a time
+with ``DatasetBuilder``: conversion CPU time and files (the builder alone and the whole
+``convert`` of a D4RL file), uniform batches read from the files (``in_memory=False``) with the
+layout and reader now and before (512 KiB chunks, zarr's own indexing), and the low-dim in-RAM
+loader on zarr against memmap with its load time. Usage: ``python benchmarks/zarr_bench.py
+[--write FILE] [--quick]``.
 """
 
 from __future__ import annotations
@@ -45,14 +19,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _harness  # noqa: E402  (benchmarks/_harness.py: command line, run settings, report facts)
-import bench_doc  # noqa: E402  (benchmarks/bench_doc.py)
-import data as bench_data  # noqa: E402  (benchmarks/data.py: the pixel generator)
 
 SECTION = "zarr"
 BATCH = 256
@@ -61,63 +30,23 @@ EPISODE_LENGTHS = bench_data.PIXEL_EPISODE_LENGTHS
 #: The issue's goals: zarr uniform pixel batches at this fraction of memmap's rate, conversion
 #: CPU within this factor of memmap's.
 RATE_TARGET, CONVERSION_TARGET = 0.25, 1.5
+#: The note the generated-frame sections open with.
+NOISE_NOTE = (
+    "Generated frames (a random background per episode and one changing patch a frame): the "
+    "worst case for compression and for reads from compressed chunks. The *Real frames* section "
+    "measures the same paths on real Atari frames."
+)
 #: Calls per visit of a case: untimed, then timed.
 SETTLE, TIMED = 1, 4
 
 
-def _log(message: str) -> None:
-    print(f"[zarr] {message}", file=sys.stderr, flush=True)
+_log = _harness.logger("zarr")
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def pixel_blocks(steps: int) -> Iterator[Any]:
-    """One StepBlock per episode of generated pixel data (``benchmarks/data.py``; same seed: same
-    blocks every time)."""
-    from rlds_cli.formats.base import StepBlock
-
-    for frames, actions, rewards in bench_data.iter_pixel_episodes(steps):
-        n = len(actions)
-        flags = np.zeros((n, 1), bool)
-        flags[-1] = True
-        yield StepBlock(
-            steps={
-                "action": actions,
-                "next/reward": rewards,
-                "next/terminated": np.zeros((n, 1), bool),
-                "next/truncated": flags,
-            },
-            observations={"observation": frames},
-            ends=np.array([n - 1]),
-        )
-
-
-def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
-    """Blocks of 100 episodes of generated low-dim data."""
-    from rlds_cli.formats.base import StepBlock
-
-    rng = np.random.default_rng(0)
-    done = 0
-    while done < steps:
-        episodes = min(100, -(-(steps - done) // length))
-        n = min(episodes * length, steps - done)
-        ends = np.arange(length - 1, n, length)
-        if len(ends) == 0 or ends[-1] != n - 1:
-            ends = np.append(ends, n - 1)
-        flags = np.zeros((n, 1), bool)
-        flags[ends] = True
-        yield StepBlock(
-            steps={
-                "action": rng.standard_normal((n, 6), np.float32),
-                "next/reward": rng.standard_normal((n, 1), np.float32),
-                "next/terminated": np.zeros((n, 1), bool),
-                "next/truncated": flags,
-            },
-            observations={"observation": rng.standard_normal((n + len(ends), 17), np.float32)},
-            ends=ends,
-        )
-        done += n
+pixel_blocks, lowdim_blocks = bench_data.pixel_blocks, bench_data.lowdim_blocks
 
 
 @contextlib.contextmanager
@@ -138,51 +67,19 @@ def old_layout() -> Iterator[None]:
 
 
 def build(root: Path, name: str, backend: str, blocks: Callable[[], Iterator[Any]]) -> dict[str, Any]:
-    """Write one dataset; returns the CPU seconds of the builder's work and the files written."""
-    from rlds_cli.cache.builder import DatasetBuilder
-    from rlds_cli.cache.opening import open_dataset
-
-    cpu = 0.0
-    wall = 0.0
-    # the previous run's copy goes first, untimed: a replacement's clean-up is not conversion work
-    shutil.rmtree(root / "datasets" / name, ignore_errors=True)
-    with DatasetBuilder(name, root=root, backend=backend) as builder:
-        for block in blocks():
-            c, w = time.process_time(), time.perf_counter()
-            builder.append(block)
-            cpu += time.process_time() - c
-            wall += time.perf_counter() - w
-        c, w = time.process_time(), time.perf_counter()
-        builder.commit(source={"generator": "benchmarks/zarr_bench.py"})
-        cpu += time.process_time() - c
-        wall += time.perf_counter() - w
-    ds = open_dataset(name, root)
-    files = [p for p in (ds.directory / "arrays").rglob("*") if p.is_file()]
-    return {"cpu": cpu, "wall": wall, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
-
-
-def warm(ds: Any) -> None:
-    """Read every file of the dataset once (runs start from the page cache)."""
-    buf = bytearray(1 << 20)
-    for path in ds.directory.rglob("*"):
-        if path.is_file():
-            with open(path, "rb", buffering=0) as fh:
-                while fh.readinto(buf):
-                    pass
+    """Write one dataset; the CPU seconds of the builder's work and the files written."""
+    return bench_data.build(root, name, blocks(), backend)
 
 
 def convert_d4rl(work: Path, steps: int, repeats: int) -> dict[str, float]:
     """CPU seconds of ``rlds_cli.convert.convert`` of one generated D4RL file (``benchmarks/
     data.py``, the conversion benchmark's data) per backend, the fewest of ``repeats``: the whole
     conversion (HDF5 reads, source hash, checks, digest, writes), not only the builder."""
-    import subprocess
-
     from rlds_cli.convert import convert
 
     source = work / "d4rl.hdf5"
     if not source.exists():
-        cmd = [sys.executable, str(HERE / "data.py"), "d4rl", str(source), "--steps", str(steps)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        _harness.generate("d4rl", source, steps)
     times: dict[str, list[float]] = {"memmap": [], "zarr": [], "zarr-old": []}
     walls: list[float] = []
     for _ in range(repeats):
@@ -203,51 +100,12 @@ def convert_d4rl(work: Path, steps: int, repeats: int) -> dict[str, float]:
     return out
 
 
-# ----------------------------------------------------------------------------- measuring
-
-
-class Case:
-    """One configuration: a callable and a rate per round (one over the median call time)."""
-
-    def __init__(self, key: str, label: str, fn: Callable[[], Any]) -> None:
-        self.key, self.label, self.fn = key, label, fn
-        self.rates: list[float] = []
-        self._times: list[float] = []
-
-    def call(self) -> None:
-        t = time.perf_counter()
-        self.fn()
-        self._times.append(time.perf_counter() - t)
-
-    def end_round(self) -> None:
-        self.rates.append(1.0 / statistics.median(self._times))
-        self._times = []
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
-
-    def fmt(self) -> str:
-        return f"{self.median:,.1f} ({min(self.rates):,.1f}-{max(self.rates):,.1f})"
+Case = _harness.Case
 
 
 def run_rounds(cases: list[Case], repeats: int, seconds: float) -> None:
     """``repeats`` rounds; in each, the cases are visited in turn until each had ``seconds``."""
-    for rep in range(repeats):
-        spent = dict.fromkeys(range(len(cases)), 0.0)
-        while min(spent.values()) < seconds:
-            for i, case in enumerate(cases):
-                if spent[i] >= seconds:  # a slow case is not visited again for each fast one's
-                    continue
-                t = time.perf_counter()
-                for _ in range(SETTLE):
-                    case.fn()
-                for _ in range(TIMED):
-                    case.call()
-                spent[i] += time.perf_counter() - t
-        for case in cases:
-            case.end_round()
-            _log(f"  [{rep + 1}/{repeats}] {case.label}: {case.rates[-1]:,.1f} batches/s")
+    _harness.rounds(cases, repeats, seconds, _log, settle=SETTLE, calls=TIMED, budget=True)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -307,15 +165,17 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
         got = ds.gather(idx)
         assert all(np.array_equal(want[k], got[k]) for k in want), ds.name
     for ds in pix.values():
-        warm(ds)
+        _harness.warm_dataset(ds)
 
-    # the "before" read path: zarr's own indexing (no chunk reader), on the layout written before
+    # the "before" read path: zarr's own indexing (no chunk reader), on the layout written before;
+    # columns small enough are read into RAM when opened (ndarrays), by either read path
     before = open_dataset("pixels-zarr-old", root)
     for key in before.manifest.fields:
         column = before.column(key)
         column = getattr(column, "column", column)  # under the replaced-dataset check's wrapper
-        assert isinstance(column, backends.ZarrColumn)
-        column._reader = None
+        assert isinstance(column, backends.ZarrColumn | np.ndarray), type(column)
+        if isinstance(column, backends.ZarrColumn):
+            column._reader = None
     zarr_old_before = Loader(before, BATCH, seed=0, in_memory=False)
     cases = [
         Case("mm", "memmap", Loader(pix["memmap"], BATCH, seed=0, in_memory=False).sample),
@@ -337,7 +197,7 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
 
     low = {label: open_dataset(f"lowdim-{label}", root) for label in ("memmap", "zarr")}
     for ds in low.values():
-        warm(ds)
+        _harness.warm_dataset(ds)
     loads: dict[str, list[float]] = {"memmap": [], "zarr": []}
     for _ in range(repeats):
         for label, load in loads.items():
@@ -368,18 +228,11 @@ def run(work: Path, *, pixel_steps: int, lowdim_steps: int, repeats: int, second
 
 
 def render(r: dict[str, Any], info: dict[str, Any]) -> str:
-    start, end = bench_doc.markers(SECTION)
     conv = r["conversion"]
     pix = {c.key: c for c in r["pixels"]}
     low = {c.key: c for c in r["lowdim"]}
     lines = [
-        start,
-        "## zarr: random access and conversion against memmap",
-        "",
-        "> Generated frames (a random background per episode and one changing patch a frame): the "
-        "worst case for compression and for reads from compressed chunks. The *Real frames* section "
-        "measures the same paths on real Atari frames.",
-        "",
+        *_harness.opening(SECTION, "zarr: random access and conversion against memmap", False, NOISE_NOTE),
         f"Workloads: pixels, {r['pixel_steps']:,} steps of uint8 {FRAME} observations in episodes of "
         f"{EPISODE_LENGTHS[0]}-{EPISODE_LENGTHS[1]:,} steps (random background per episode, one "
         f"changing 12 x 12 patch per frame); low-dim, {r['lowdim_steps']:,} steps of 17 float32 "
@@ -389,25 +242,21 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "into RAM). Batches/s: one "
         f"over the median call time, median of {info['repeats']} interleaved rounds (range in brackets).",
         "",
-        *_harness.header(
-            info,
-            ", ".join(f"{d} {_harness.version(d)}" for d in ("numpy", "zarr", "numcodecs")),
-        ),
+        *_harness.header(info, _harness.versions("numpy", "zarr", "numcodecs")),
         "",
         "### Conversion (CPU seconds of the builder, fewest of the runs)",
         "",
-        "| data | memmap | zarr now | zarr before | zarr now / memmap | zarr before / memmap "
-        "| files: memmap / zarr now / zarr before |",
-        "|---|---|---|---|---|---|---|",
     ]
+    head = ["data", "memmap", "zarr now", "zarr before", "zarr now / memmap", "zarr before / memmap"]
+    rows = []
     for kind in ("pixels", "lowdim"):
         c = conv[kind]
-        cpu = {label: c[label]["cpu"] for label in c}
-        lines.append(
-            f"| {kind} | {cpu['memmap']:.2f} | {cpu['zarr']:.2f} | {cpu['zarr-old']:.2f} | "
-            f"{cpu['zarr'] / cpu['memmap']:.2f}x | {cpu['zarr-old'] / cpu['memmap']:.2f}x | "
-            f"{c['memmap']['files']} / {c['zarr']['files']} / {c['zarr-old']['files']} |"
+        mm, z, old = (c[label]["cpu"] for label in ("memmap", "zarr", "zarr-old"))
+        files = " / ".join(str(c[label]["files"]) for label in ("memmap", "zarr", "zarr-old"))
+        rows.append(
+            [kind, f"{mm:.2f}", f"{z:.2f}", f"{old:.2f}", f"{z / mm:.2f}x", f"{old / mm:.2f}x", files]
         )
+    lines += _harness.table([*head, "files: memmap / zarr now / zarr before"], rows)
     full = r["convert"]
     lines += [
         "",
@@ -418,22 +267,17 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "",
         "### Pixels: uniform batches",
         "",
-        "| read path | batches/s | / memmap |",
-        "|---|---|---|",
     ]
-    mm = pix["mm"].median
-    for c in r["pixels"]:
-        lines.append(f"| {c.label} | {c.fmt()} | {c.median / mm:.3f}x |")
-    lines += [
-        "",
-        "### Low-dim: uniform batches",
-        "",
-        "| read path | batches/s | / memmap in RAM |",
-        "|---|---|---|",
-    ]
-    ram = low["mm-ram"].median
-    for c in r["lowdim"]:
-        lines.append(f"| {c.label} | {c.fmt()} | {c.median / ram:.2f}x |")
+    mm, ram = pix["mm"].median, low["mm-ram"].median
+    lines += _harness.table(
+        ["read path", "batches/s", "/ memmap"],
+        [[c.label, c.fmt(1), f"{c.median / mm:.3f}x"] for c in r["pixels"]],
+    )
+    lines += ["", "### Low-dim: uniform batches", ""]
+    lines += _harness.table(
+        ["read path", "batches/s", "/ memmap in RAM"],
+        [[c.label, c.fmt(1), f"{c.median / ram:.2f}x"] for c in r["lowdim"]],
+    )
     rate = pix["z"].median / mm
     conv_pix = conv["pixels"]["zarr"]["cpu"] / conv["pixels"]["memmap"]["cpu"]
     conv_low = conv["lowdim"]["zarr"]["cpu"] / conv["lowdim"]["memmap"]["cpu"]
@@ -446,9 +290,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     per_byte_low, per_byte_pix = without_fixed("lowdim"), without_fixed("pixels")
     z_ram = low["z-ram"].median / ram
     load, build_wall = r["lowdim_load"], r["convert"]["zarr-wall"]
-
-    def verdict(ok: bool) -> str:
-        return "**met**" if ok else "**not met**"
+    verdict = _harness.verdict
 
     lines += [
         "",
@@ -470,12 +312,8 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         f"low-dim build's zarr/memmap ratio is {per_byte_low:.2f}x and the pixel build's "
         f"{per_byte_pix:.2f}x.",
         "",
-        "### How it is measured",
-        "",
-        "```text",
-        "python benchmarks/zarr_bench.py --write docs/benchmarks.md",
-        "```",
-        "",
+    ]
+    notes = [
         "- Conversion: `DatasetBuilder(name, backend=...)` fed the same generated blocks, `RLDS_FSYNC=0`; "
         "CPU time (`time.process_time`, all threads) around `append` and `commit` only; runs "
         "interleaved, the fewest CPU seconds of each kept (interference on this shared machine only "
@@ -483,11 +321,9 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         '- The page cache holds every file (read once before timing). "Layout before" datasets are '
         'written with 512 KiB chunks and no shards, as rlds wrote zarr before; "zarr indexing" '
         "reads them through zarr's `oindex`, as rlds read them before.",
-        "",
-        end,
-        "",
     ]
-    return "\n".join(lines)
+    command = "python benchmarks/zarr_bench.py --write docs/benchmarks.md"
+    return "\n".join(lines[:-1] + _harness.closing(SECTION, command, notes))
 
 
 def main(argv: list[str] | None = None) -> int:
