@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.folders import BadFiles
 from rlds_cli.formats.gen_dgrl.decode import read_loose
@@ -67,6 +67,7 @@ from rlds_cli.formats.gen_dgrl.files import (
     source_files,
 )
 from rlds_cli.formats.gen_dgrl.tar import TarTrajectories
+from rlds_cli.formats.packing import BlockPacker
 
 RULES = "gen-dgrl-v1"
 
@@ -181,7 +182,7 @@ class GenDGRLReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the trajectories in archive (or sorted file) order, split at every ``done``."""
-        packer = EpisodePacker(self.report)
+        packer = BlockPacker(admit=EpisodeSchema(self.report))
         self._update_notes()
         for where, name, arrays, archive in self._raw_trajectories(progress):
             trajectory = trajectory_episodes(arrays, where)

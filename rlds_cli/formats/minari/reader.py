@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import to_jsonable
@@ -29,6 +29,7 @@ from rlds_cli.formats.minari.layout import (
 from rlds_cli.formats.minari.metadata import SPACE_KEYS, as_seed, read_metadata
 from rlds_cli.formats.minari.spaces import Leaf
 from rlds_cli.formats.minari.store import Store
+from rlds_cli.formats.packing import BlockPacker
 
 
 class MinariReader(Reader):
@@ -216,7 +217,7 @@ class MinariReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the dataset as blocks of whole episodes, in episode-id order."""
-        packer = EpisodePacker(self.report)
+        packer = BlockPacker(admit=EpisodeSchema(self.report))
         # uint64 holds every seed minari can write; absent ones are 0 with present False
         self._seeds = np.zeros(len(self.episode_ids), np.uint64)
         self._seed_present = np.zeros(len(self.episode_ids), bool)
