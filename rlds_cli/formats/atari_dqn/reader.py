@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats.atari_dqn import layout
 from rlds_cli.formats.atari_dqn.constants import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
@@ -26,12 +27,11 @@ from rlds_cli.formats.atari_dqn.layout import (
     logs_folder,
     parse_name,
     scan_folder,
-    sniff,
-    source_files,
 )
 from rlds_cli.formats.atari_dqn.plan import Checkpoint, Rows, listed, parse_checkpoints, run_length
 from rlds_cli.formats.atari_dqn.stream import GzipNpy, check_store
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes
 
@@ -45,17 +45,12 @@ class AtariDQNOptions(ReaderOptions):
     block_rows: int | None = None
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/atari_dqn/layout.py
 class AtariDQNReader(Reader):
     """Streams Dopamine replay logs (a ``replay_logs`` folder, its run folder, or files of it)."""
 
     format_name = "atari_dqn"
-    expected_files = (
-        "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
-        "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)"
-    )
     Options = AtariDQNOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,

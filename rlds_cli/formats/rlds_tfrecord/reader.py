@@ -15,8 +15,10 @@ import numpy as np
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.keys import renamed_note
 from rlds_cli.formats.packing import BlockPacker
+from rlds_cli.formats.rlds_tfrecord import layout
 from rlds_cli.formats.rlds_tfrecord.assemble import _Assembly
 from rlds_cli.formats.rlds_tfrecord.columns import _episode_columns, _Plan, _plan_columns
 from rlds_cli.formats.rlds_tfrecord.decode import (
@@ -31,8 +33,6 @@ from rlds_cli.formats.rlds_tfrecord.layout import (
     _root_and_shards,
     _Shard,
     _shard,
-    sniff,
-    source_files,
 )
 from rlds_cli.formats.rlds_tfrecord.scan import _ShardScan
 from rlds_cli.formats.tfds_features import IMAGE, parse_features
@@ -56,16 +56,12 @@ class RldsOptions(ReaderOptions):
     block_rows: int | None = None
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/rlds_tfrecord/layout.py
 class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
     """Streams an RLDS/TFDS TFRecord dataset (a version folder, or one shard) in TED layout."""
 
     format_name = "rlds"
-    expected_files = (
-        "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards"
-    )
     Options = RldsOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,

@@ -43,10 +43,12 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.episode_names import DREAMER_NAME
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.folders import BadFiles
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
-from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, sniff, source_files
+from rlds_cli.formats.vd4rl import files as layout
+from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, source_files
 from rlds_cli.formats.vd4rl.stitch import Chunk, Stitcher
 from rlds_cli.formats.vd4rl.streams import NpzEpisode, Schema, Shard
 
@@ -69,6 +71,7 @@ class VD4RLOptions(ReaderOptions):
     skip_bad_files: bool = False
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/vd4rl/files.py
 class VD4RLReader(Reader):
     """Streams V-D4RL data (Dreamer ``.npz`` episodes or drqbc ``.hdf5`` shards) in TED layout.
 
@@ -82,13 +85,7 @@ class VD4RLReader(Reader):
     """
 
     format_name = "vd4rl"
-    expected_files = (
-        "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
-        "drqbc .hdf5 with observation, action, reward, discount and step_type"
-    )
     Options = VD4RLOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,
