@@ -10,11 +10,12 @@ name would silently change type. Use ``from rlds_cli.convert import convert``.
 
 from __future__ import annotations
 
+from rlds_cli import plugins as _plugins
 from rlds_cli._lazy import lazy_names
 from rlds_cli._version import __version__
 
 _LAZY = {
-    "open_dataset": "rlds_cli.cache.opening",
+    "open_dataset": "rlds_cli.opening",
     "Dataset": "rlds_cli.cache.dataset",
     "TedBatch": "rlds_cli.cache.ted",
     "CacheRoot": "rlds_cli.cache.root",
@@ -42,6 +43,11 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+#: The plug points of the lower layers, filled with the modules above them (imported when used):
+#: a :class:`Dataset` reads its environment through :mod:`rlds_cli.envspec`, which asks the registry.
+_plugins.provide("dataset.env_spec", "rlds_cli.envspec:dataset_env_spec")
+_plugins.provide("dataset.recover_environment", "rlds_cli.envspec:recover_environment")
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

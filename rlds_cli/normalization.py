@@ -163,7 +163,7 @@ class NormalizationStats:
         if of not in ("parent", "self"):
             raise ValueError(f"of must be 'parent' or 'self', got {of!r}")
         if not isinstance(dataset, Dataset):
-            from rlds_cli.cache.opening import open_dataset
+            from rlds_cli.opening import open_dataset
 
             dataset = open_dataset(dataset)
         origin = statistics_dataset(dataset) if of == "parent" else dataset

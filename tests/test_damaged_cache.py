@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli.cache import open_dataset
+from rlds_cli import open_dataset
 from rlds_cli.cache.integrity import check_episode_index, check_manifest_data
 from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.cli.app import app

@@ -112,7 +112,8 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
     report = loaded_heavy(
         """
         import rlds_cli
-        from rlds_cli.cache import dataset, opening
+        from rlds_cli import opening
+        from rlds_cli.cache import dataset
         assert rlds_cli.open_dataset is opening.open_dataset
         assert rlds_cli.Dataset is dataset.Dataset
         mark("open_dataset")
@@ -168,8 +169,8 @@ def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
 
 
 def test_lazy_attributes_in_process() -> None:
-    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import Loader
+    from rlds_cli.opening import open_dataset
 
     assert rlds_cli.open_dataset is open_dataset
     assert rlds_cli.Loader is Loader

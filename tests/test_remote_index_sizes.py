@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import RemoteCorruptError
+from rlds_cli.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 

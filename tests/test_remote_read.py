@@ -18,7 +18,6 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -26,6 +25,7 @@ from rlds_cli.errors import (
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
 )
+from rlds_cli.opening import open_dataset
 from tests.test_cache_contract import _pixel_blocks
 
 fsspec = pytest.importorskip("fsspec")

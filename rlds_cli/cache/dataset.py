@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli import plugins
 from rlds_cli._io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
@@ -150,9 +151,7 @@ class Dataset:
         """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
         gymnasium spec and where it came from), or ``None`` when the dataset records none. See
         :mod:`rlds_cli.envspec` for the places it is read from; a view has its parent's."""
-        from rlds_cli.envspec import dataset_env_spec
-
-        return dataset_env_spec(self)
+        return plugins.provided("dataset.env_spec")(self)  # rlds_cli.envspec: it reads the registry
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
         """Make the gymnasium environment the data was recorded in, as Minari's
@@ -168,9 +167,7 @@ class Dataset:
             MissingExtraError: gymnasium or a package the environment needs is not installed.
             EnvironmentUnavailableError: The environment id is not registered with gymnasium.
         """
-        from rlds_cli.envspec import recover_environment
-
-        return recover_environment(self, eval_env, **kwargs)
+        return plugins.provided("dataset.recover_environment")(self, eval_env, **kwargs)
 
     def size_bytes(self) -> int:
         """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds

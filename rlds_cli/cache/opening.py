@@ -1,10 +1,12 @@
-"""Opening a dataset by name or URL: the one entry point every reader of the cache goes through.
+"""Opening a cached dataset by its cache name: the one way the cache's own datasets are opened.
 
-:func:`open_dataset` resolves a registry alias to its cache name, retries while a replacement of
-the dataset is being published (so a reader never sees half of one version), and hands a URL to
-:mod:`rlds_cli.remote.reader`. It lives apart from :mod:`rlds_cli.cache.dataset` because the
-remote reader's dataset *is* a :class:`~rlds_cli.cache.dataset.Dataset`: with the opener in
-``dataset.py`` the two modules would import each other.
+:func:`open_dataset` opens the local dataset of a cache name, retrying while a replacement of the
+dataset is being published (so a reader never sees half of one version). Registry aliases and
+URLs are the front door's (:func:`rlds_cli.opening.open_dataset`, ``rlds_cli.open_dataset``),
+which resolves an alias with :mod:`rlds_cli.names` and reads a URL with
+:mod:`rlds_cli.remote.reader` before it comes here: the cache imports neither. It lives apart
+from :mod:`rlds_cli.cache.dataset` because the growing dataset's reader is a subclass of
+:class:`~rlds_cli.cache.dataset.Dataset` opened from here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.dataset import Dataset, _identity
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT, is_url
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
@@ -26,26 +28,13 @@ _OPEN_ATTEMPTS = 20
 _OPEN_RETRY_SECONDS = 0.005
 
 
-def open_dataset(
-    name: str,
-    root: str | os.PathLike[str] | CacheRoot | None = None,
-    *,
-    cache: str | os.PathLike[str] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    endpoint_url: str | None = None,
-) -> Dataset:
-    """Open a converted dataset read-only.
+def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Dataset:
+    """Open the cached dataset ``name`` read-only (a cache name: see ``rlds list``).
 
     Args:
-        name: The dataset's name in the cache (see ``rlds list``), or a registry id or alias
-            of a downloaded dataset (see :func:`rlds_cli.resolve_name`), or the URL of a zarr
-            dataset pushed with ``rlds push`` (``s3://bucket/prefix/NAME``, any fsspec URL): it
-            is then read where it lies (see :class:`rlds_cli.remote.reader.RemoteDataset`).
+        name: The dataset's name in the cache. A registry alias or a URL is opened by
+            :func:`rlds_cli.open_dataset`, which resolves it first.
         root: Cache root; ``None`` uses ``$RLDS_HOME`` or the platform cache dir.
-        cache: For a URL: a folder where the files read are kept, so that a second pass reads
-            nothing from the store (default ``$RLDS_REMOTE_CACHE``; none: ranged reads only).
-        storage_options: For a URL: keyword arguments of its fsspec filesystem (credentials...).
-        endpoint_url: For an ``s3://`` URL: an S3-compatible server.
 
     Returns:
         A :class:`Dataset`.
@@ -53,14 +42,8 @@ def open_dataset(
     Raises:
         DatasetNotFoundError: No dataset of that name in the cache.
         CorruptDatasetError: The dataset's files do not match its manifest.
-        RemoteNotReadableError: A URL of a memmap dataset (pull it instead).
     """
-    if is_url(name):  # the remote reader is imported only for a URL
-        from rlds_cli.remote.reader import open_remote
-
-        return open_remote(name, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)
     cache_root = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    name = _cache_name(name, cache_root)
     directory = cache_root.dataset_dir(name)
     for attempt in range(_OPEN_ATTEMPTS):
         before = _identity(directory)
@@ -84,19 +67,6 @@ def _dataset_class(manifest: Any) -> type[Dataset]:
 
         return GrowingDataset
     return Dataset
-
-
-def _cache_name(name: str, cache: CacheRoot) -> str:
-    """The cache name ``name`` refers to (a registry alias resolves to its dataset's name).
-
-    A name found nowhere is returned as it is: the open that follows either finds it once a
-    replacement under way has finished, or raises with the name the user gave."""
-    from rlds_cli.names import resolve_name
-
-    try:
-        return resolve_name(name, cache)
-    except DatasetNotFoundError:
-        return name
 
 
 def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:

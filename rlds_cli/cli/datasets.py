@@ -119,8 +119,8 @@ def inspect(
     With -q nothing is printed: the exit status tells whether --check passed, and --plot still
     writes its file.
     """
-    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.names import resolve_name
+    from rlds_cli.opening import open_dataset
     from rlds_cli.remote.reader import RemoteDataset, is_url
     from rlds_cli.summary import describe
 

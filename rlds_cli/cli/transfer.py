@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -73,27 +74,11 @@ def push(
     Example: rlds push hopper-medium-v2 s3://my-bucket/rlds/hopper-medium-v2
     """
     from rlds_cli.remote.push import push as run_push
-    from rlds_cli.remote.store import parse_storage_options
 
-    options = parse_storage_options(storage_option)
     _report(
-        lambda progress: run_push(
-            name, url, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
-            progress=progress,
-        ),
-        "uploading",
-        json=json,
-        quiet=quiet,
-        quiet_text=lambda result: result.url,
-        up_to_date=lambda result: (
-            f"[green]{_output.escape(result.name)}[/]: already at {_output.escape(result.url)} "
-            f"({result.files} files, {_output.human_bytes(result.bytes_total)}): nothing to upload"
-        ),
-        done=lambda result, row: (
-            f"[green]pushed {_output.escape(result.name)}[/] to {_output.escape(result.url)}: "
-            f"{_summary(row, 'uploaded')}"
-        ),
-    )
+        run_push, name, url, verb="uploading", force=force, storage_option=storage_option,
+        endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
+    )  # fmt: skip
 
 
 @handle_errors
@@ -124,51 +109,56 @@ def pull(
     Example: rlds pull s3://my-bucket/rlds/hopper-medium-v2
     """
     from rlds_cli.remote.pull import pull as run_pull
-    from rlds_cli.remote.store import parse_storage_options
 
-    options = parse_storage_options(storage_option)
     _report(
-        lambda progress: run_pull(
-            url, name, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
-            progress=progress,
-        ),
-        "downloading",
-        json=json,
-        quiet=quiet,
-        quiet_text=lambda result: result.name,
-        up_to_date=lambda result: (
-            f"[green]{_output.escape(result.name)}[/]: the cache already holds this version of "
-            f"{_output.escape(result.url)}"
-        ),
-        done=lambda result, row: (
-            f"[green]pulled {_output.escape(result.name)}[/] from {_output.escape(result.url)}: "
-            f"{_summary(row, 'downloaded')}; "
-            + ("content digests checked" if result.digests_checked else "no content digests recorded")
-        ),
-    )
+        run_pull, url, name, verb="downloading", force=force, storage_option=storage_option,
+        endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
+    )  # fmt: skip
 
 
 def _report(
-    run: Callable[[Any], Any],
+    run: Callable[..., Any],
+    *args: str | None,
     verb: str,
-    *,
+    force: bool,
+    storage_option: list[str] | None,
+    endpoint_url: str | None,
+    root: Path | None,
     json: bool,
     quiet: bool,
-    quiet_text: Callable[[Any], str],
-    up_to_date: Callable[[Any], str],
-    done: Callable[[Any, dict[str, Any]], str],
 ) -> None:
-    """Run a push or pull under a progress bar (``verb``), then say what it did: the JSON
-    document, the one name of ``-q``, or a line (``up_to_date`` when nothing moved, else ``done``)."""
+    """Run a push or pull (``run(*args, ...)``) under a progress bar (``verb``), then say what it
+    did: the JSON document, the one name of ``-q`` (a push's URL, a pull's cache name), or a line."""
+    from rlds_cli.remote.push import PushResult
+    from rlds_cli.remote.store import parse_storage_options
+
+    options = parse_storage_options(storage_option)
     with _transfer_progress(not (json or quiet), verb) as progress:
-        result = run(progress)
-    row = result.to_dict()
+        result = run(*args, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
+                     progress=progress)  # fmt: skip
+    row, pushed = result.to_dict(), isinstance(result, PushResult)
     if json:
         _output.print_json(row)
     elif quiet:
-        _output.console.print(Text(quiet_text(result)), soft_wrap=True)
+        _output.console.print(Text(result.url if pushed else result.name), soft_wrap=True)
     else:
-        _output.console.print(up_to_date(result) if result.up_to_date else done(result, row), soft_wrap=True)
+        _output.console.print(_line(result, row, pushed=pushed), soft_wrap=True)
+
+
+def _line(result: Any, row: dict[str, Any], *, pushed: bool) -> str:
+    """The line a push or a pull ends with: nothing to do, or what moved."""
+    name, url = _output.escape(result.name), _output.escape(result.url)
+    if pushed and result.up_to_date:
+        return (
+            f"[green]{name}[/]: already at {url} ({result.files} files, "
+            f"{_output.human_bytes(result.bytes_total)}): nothing to upload"
+        )
+    if pushed:
+        return f"[green]pushed {name}[/] to {url}: {_summary(row, 'uploaded')}"
+    if result.up_to_date:
+        return f"[green]{name}[/]: the cache already holds this version of {url}"
+    digests = "content digests checked" if result.digests_checked else "no content digests recorded"
+    return f"[green]pulled {name}[/] from {url}: {_summary(row, 'downloaded')}; {digests}"
 
 
 def _summary(row: dict[str, Any], verb: str) -> str:

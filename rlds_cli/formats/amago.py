@@ -30,13 +30,14 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
+from rlds_cli.formats.packing import BlockPacker
 from rlds_cli.formats.untrusted import require_numeric
 
 OBS_PREFIX = "_OBS_KEY_"
@@ -269,7 +270,7 @@ class AmagoReader(Reader):
             renamed = renamed_note(*_obs_key_map(obs_keys)) if obs_keys else None
             if renamed:
                 self.report.notes.append(renamed)
-        packer = EpisodePacker(self.report)
+        packer = BlockPacker(admit=EpisodeSchema(self.report))
         args = [(str(f), i, self.allow_pickle) for i, f in enumerate(self.files)]
         for ep in ordered_map(read_trajectory, args, self.workers, window=4 * self.workers):
             self.report.source_rows += ep.length + 1

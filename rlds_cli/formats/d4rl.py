@@ -48,15 +48,12 @@ from rlds_cli.formats.hdf5_util import (
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
 from rlds_cli.formats.npz_util import npz_names
+from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 from rlds_cli.rows import rows_equal
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
-#: Target bytes of source data held in memory per block. 8 MiB keeps a block's arrays (and
-#: their temporaries) small enough that peak memory is the same for any file size, and is
-#: as fast as larger blocks (see docs/benchmarks.md).
-BLOCK_BYTES = 8 * 1024 * 1024
 #: Suffixes of the files a D4RL source folder is searched for.
 _SUFFIXES = (".hdf5", ".h5", ".npz")
 
@@ -241,7 +238,7 @@ class D4RLReader(Reader):
             * (2 if self.has_next else 1)
             + 2
         )
-        self.block_rows = block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1024, 1 << 18))
+        self.block_rows = block_rows or rows_per_block(row_bytes, 1024, 1 << 18)
         self.report.source_rows = self.n
 
     def total_rows(self) -> int:

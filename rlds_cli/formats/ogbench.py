@@ -38,11 +38,10 @@ from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import folder_files
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
+from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "terminals")
-#: Target source bytes per block.
-BLOCK_BYTES = 8 * 1024 * 1024
 
 
 def sniff(path: Path) -> bool:
@@ -220,7 +219,7 @@ class OGBenchReader(Reader):
         row_bytes = sum(
             int(np.prod(s.shape[1:], dtype=np.int64)) * s.dtype.itemsize for s in f.streams.values()
         )
-        block = self.block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 256, 1 << 18))
+        block = self.block_rows or rows_per_block(row_bytes, 256, 1 << 18)
         others = list(self._info_keys)
         start = 0
         prev_end = True  # row -1 "ended", so row 0 starts a trajectory

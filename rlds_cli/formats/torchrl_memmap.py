@@ -46,6 +46,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
+from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
 from rlds_cli.rows import rows_equal
 
@@ -54,8 +55,6 @@ _SKIP_ROOT = {*_FLAGS, "episode", "index", "_weight"}
 #: TED keys this reader writes itself: reserved in the key cleaner so no source key takes them.
 _FIXED = ("next/reward", "next/terminated", "next/truncated", "next/done")
 BLOCK_ROWS = 1 << 16
-#: Target bytes of source rows per block (as the other readers): image rows make smaller blocks.
-BLOCK_BYTES = 8 * 1024 * 1024
 #: Deepest nesting of sub-tensordicts accepted.
 MAX_DEPTH = 32
 #: Rows per axis compared when telling the time axis of a ``[B, T]`` storage.
@@ -179,7 +178,7 @@ class TorchRLMemmapReader(Reader):
         if not block_rows:  # about BLOCK_BYTES of source rows per block, at most BLOCK_ROWS rows
             arrays = [*self.steps.values(), self.reward, *(a for pair in self.flat.values() for a in pair)]
             row_bytes = sum(declared_bytes(a.shape[1:], a.dtype) for a in arrays)
-            self.block_rows = int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1, BLOCK_ROWS))
+            self.block_rows = rows_per_block(row_bytes, 1, BLOCK_ROWS)
 
     # ------------------------------------------------------------------ layout
 

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
@@ -46,6 +45,7 @@ from rlds_cli.loader.state_checks import check_loader_state
 from rlds_cli.loader.td_keys import torchrl_extras
 from rlds_cli.loader.tensors import to_tensordict, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
+from rlds_cli.opening import open_dataset
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)

@@ -29,7 +29,6 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
@@ -44,6 +43,7 @@ from rlds_cli.loader.mixture_sampler import MixtureSampler
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.state_checks import check_int, check_state
+from rlds_cli.opening import open_dataset
 
 
 class MixtureSource:

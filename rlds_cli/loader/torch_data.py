@@ -23,7 +23,6 @@ import torch
 from torch.utils.data import IterableDataset, Sampler, get_worker_info
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
@@ -37,6 +36,7 @@ from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_cursor_state
 from rlds_cli.loader.tensors import to_torch
+from rlds_cli.opening import open_dataset
 
 
 def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:

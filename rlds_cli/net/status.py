@@ -1,5 +1,5 @@
 """What is known and what is on disk for a registry entry (``rlds info``, ``rlds list --remote``);
-re-checking a dataset's files is :mod:`rlds_cli.net.verify`."""
+re-checking a dataset's files is :mod:`rlds_cli.verify`."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from rlds_cli._version import __version__
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
-from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import PreprocessError
+from rlds_cli.opening import open_dataset
 from rlds_cli.preprocess import fnref, schema
 from rlds_cli.preprocess.plan import (
     Plan,

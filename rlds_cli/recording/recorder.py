@@ -86,7 +86,7 @@ def recording_writer(env: Any, name: str, **writer_kwargs: Any) -> DatasetWriter
     Raises:
         RecordingError: a space rlds cannot store, or a spec JSON cannot hold.
     """
-    from rlds_cli import DatasetWriter
+    from rlds_cli.write.writer import DatasetWriter
 
     spec_json = env_spec_json(env)
     policy = writer_kwargs.pop("policy", None)
@@ -190,7 +190,7 @@ def _record(
     writer_args: dict[str, Any],
     wrapper: type[RecordEpisodes],
 ) -> Dataset:
-    from rlds_cli import open_dataset
+    from rlds_cli.cache.opening import open_dataset  # the cache name just written
 
     if policy is None:
         space = env.action_space

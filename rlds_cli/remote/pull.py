@@ -15,7 +15,7 @@ import hashlib
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,46 +31,26 @@ from rlds_cli.errors import (
     RemoteCorruptError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex
+from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, TransferResult
 
 
-@dataclass
-class PullResult:
-    """What :func:`pull` did.
+@dataclass(kw_only=True)
+class PullResult(TransferResult):
+    """What :func:`pull` did (the rest: :class:`~rlds_cli.remote.store.TransferResult`; ``skipped``
+    counts the files kept from an interrupted pull of the same version).
 
     Attributes:
-        name: The dataset's name in the cache.
-        url: Where it came from.
         path: Its directory in the cache.
-        backend: ``memmap`` or ``zarr``.
-        files: Files of the dataset (the manifest not counted).
         downloaded: Files downloaded by this run.
-        skipped: Files kept from an interrupted pull of the same version.
-        bytes_total: Bytes of every file.
         bytes_downloaded: Bytes downloaded by this run.
         digests_checked: The content digests were recomputed and matched (``False`` for a
             dataset written before digests existed, and when nothing was pulled).
-        replaced: A dataset of that name was replaced (``force``).
-        up_to_date: The cache already held this very version: nothing was downloaded.
-        seconds: Wall time of the run.
     """
 
-    name: str
-    url: str
     path: str
-    backend: str
-    files: int
-    downloaded: int
-    skipped: int
-    bytes_total: int
-    bytes_downloaded: int
-    digests_checked: bool
-    replaced: bool
-    up_to_date: bool
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    downloaded: int = 0
+    bytes_downloaded: int = 0
+    digests_checked: bool = False
 
 
 def pull(
@@ -111,32 +91,28 @@ def pull(
     local_manifest = remote_manifest if name == manifest.name else _renamed(manifest, name)
     total = sum(e.size for e in index.files.values())
     result = PullResult(
-        name, url, str(cache.dataset_dir(name)), manifest.backend, len(index.files), 0, 0, total, 0,
-        bool(manifest.content_digest.get("columns")), False, False, 0.0,
+        name, url, manifest.backend, len(index.files), path=str(cache.dataset_dir(name)), bytes_total=total,
+        digests_checked=bool(manifest.content_digest.get("columns")),
     )  # fmt: skip
     if _same_as_published(cache, name, local_manifest):
         result.up_to_date, result.digests_checked = True, False
-        result.seconds = round(time.monotonic() - started, 3)
-        return result
+        return result.timed(started)
     from rlds_cli.cache.locking import is_timeout
 
     try:
         with cache.lock(name, timeout=lock_timeout):
-            _pull_locked(cache, fs, base, url, name, manifest, local_manifest, index, force, progress, result)
+            _pull_locked(cache, fs, base, manifest, local_manifest, index, force, progress, result)
     except Exception as exc:
         if not is_timeout(exc):
             raise
         raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
-    result.seconds = round(time.monotonic() - started, 3)
-    return result
+    return result.timed(started)
 
 
 def _pull_locked(
     cache: CacheRoot,
     fs: Any,
     base: str,
-    url: str,
-    name: str,
     manifest: Manifest,
     local_manifest: bytes,
     index: RemoteIndex,
@@ -144,6 +120,7 @@ def _pull_locked(
     progress: Progress | None,
     result: PullResult,
 ) -> None:
+    name, url = result.name, result.url
     entry = cache.dataset_dir(name).name
     cache.recover(entry)  # a replacement of this name a crash interrupted: finish it first
     if cache.exists(name):

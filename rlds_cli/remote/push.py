@@ -21,7 +21,7 @@ import posixpath
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,41 +38,20 @@ from rlds_cli.errors import (
     RemoteExistsError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, Progress, RemoteIndex
+from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, Progress, RemoteIndex, TransferResult
 
 
-@dataclass
-class PushResult:
-    """What :func:`push` did.
+@dataclass(kw_only=True)
+class PushResult(TransferResult):
+    """What :func:`push` did (the rest: :class:`~rlds_cli.remote.store.TransferResult`).
 
     Attributes:
-        name: The dataset pushed.
-        url: Where it is now.
-        backend: ``memmap`` or ``zarr``.
-        files: Files of the dataset (the manifest and index not counted).
         uploaded: Files uploaded by this run.
-        skipped: Files already at the URL, complete (from an interrupted run, or unchanged).
-        bytes_total: Bytes of every file.
         bytes_uploaded: Bytes uploaded by this run.
-        replaced: Another version was at the URL and was replaced (``force``).
-        up_to_date: This very version was already there, complete: nothing was written.
-        seconds: Wall time of the run.
     """
 
-    name: str
-    url: str
-    backend: str
-    files: int
-    uploaded: int
-    skipped: int
-    bytes_total: int
-    bytes_uploaded: int
-    replaced: bool
-    up_to_date: bool
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    uploaded: int = 0
+    bytes_uploaded: int = 0
 
 
 def push(
@@ -161,17 +140,15 @@ def push_directory(
             progress=progress,
         )  # fmt: skip
         total = sum(e.size for e in local.values())
-        result = PushResult(name, url, manifest.backend, len(local), bytes_total=total, seconds=0.0, **counts)
-        result.seconds = round(time.monotonic() - started, 3)
-        return result
+        result = PushResult(name, url, manifest.backend, len(local), bytes_total=total, **counts)
+        return result.timed(started)
     fs, base = store.open_url(url, storage_options, endpoint_url)
     journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
     with journal.locked(url):
         result = _push(
             fs, base, url, name, manifest.backend, directory, manifest_bytes, local, journal, force, progress
         )
-    result.seconds = round(time.monotonic() - started, 3)
-    return result
+    return result.timed(started)
 
 
 def _push(
@@ -189,7 +166,7 @@ def _push(
 ) -> PushResult:
     total = sum(e.size for e in local.values())
     index = RemoteIndex(store.manifest_sha256(manifest_bytes), local)
-    result = PushResult(name, url, backend, len(local), 0, 0, total, 0, False, False, 0.0)
+    result = PushResult(name, url, backend, len(local), bytes_total=total)
     committed = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
     known: dict[str, FileEntry] = {}  # remote files whose bytes are known (committed index)
     old_files: set[str] = set()

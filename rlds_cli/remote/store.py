@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import KW_ONLY, asdict, dataclass
+from typing import Any, Self
 
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest, parse_manifest
@@ -179,6 +180,44 @@ def safe_relpath(rel: str) -> bool:
     return (
         bool(rel) and all(p not in ("", ".", "..") and _PART.match(p) for p in parts) and rel != MANIFEST_FILE
     )
+
+
+@dataclass
+class TransferResult:
+    """What a push or a pull did: what both report (:class:`~rlds_cli.remote.push.PushResult`
+    and :class:`~rlds_cli.remote.pull.PullResult` add what moved, in their own words).
+
+    Attributes:
+        name: The dataset (its name in the cache).
+        url: Where it is now (push) or came from (pull).
+        backend: ``memmap`` or ``zarr``.
+        files: Files of the dataset (the manifest and index not counted).
+        skipped: Files already where they were going, complete (an interrupted run, or unchanged).
+        bytes_total: Bytes of every file.
+        replaced: Another version was replaced (``force``).
+        up_to_date: This very version was already there: nothing was written.
+        seconds: Wall time of the run.
+    """
+
+    name: str
+    url: str
+    backend: str
+    files: int
+    _: KW_ONLY
+    skipped: int = 0
+    bytes_total: int = 0
+    replaced: bool = False
+    up_to_date: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values (``rlds push/pull --json``)."""
+        return asdict(self)
+
+    def timed(self, started: float) -> Self:
+        """The result, its :attr:`seconds` counted from ``started`` (a ``time.monotonic()``)."""
+        self.seconds = round(time.monotonic() - started, 3)
+        return self
 
 
 #: The largest file size an index may give (1 PiB): anything above is damage, not data.

@@ -15,8 +15,6 @@ FILE_NAMES = (*(STORE_PREFIX + n for n in STORE), *SIDE)
 LOGS_DIR = "replay_logs"
 #: Dopamine's Atari frame stack (``stack_size``): ``stack_size - 1`` zero rows precede an episode.
 DEFAULT_STACK_SIZE = 4
-#: Target decoded frame bytes per block, as the other readers.
-BLOCK_BYTES = 8 << 20
 #: Largest ``invalid_range`` read (Dopamine's holds ``stack_size + update_horizon`` values).
 MAX_INVALID_RANGE = 1024
 #: Compressed bytes read from a file at a time.

@@ -57,6 +57,13 @@ def logs_folder(path: Path) -> Path | None:
     return None
 
 
+#: What a source of this format looks like, said in hints (the reader's ``expected_files``).
+EXPECTED_FILES = (
+    "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
+    "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)"
+)
+
+
 def sniff(path: Path) -> bool:
     """Whether ``path`` is a Dopamine ``replay_logs`` folder, a run folder holding one, or one of
     its ``*_ckpt.N.gz`` files."""

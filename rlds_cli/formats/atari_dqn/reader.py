@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats.atari_dqn import layout
 from rlds_cli.formats.atari_dqn.constants import (
-    BLOCK_BYTES,
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
     MAX_INVALID_RANGE,
@@ -27,12 +27,12 @@ from rlds_cli.formats.atari_dqn.layout import (
     logs_folder,
     parse_name,
     scan_folder,
-    sniff,
-    source_files,
 )
 from rlds_cli.formats.atari_dqn.plan import Checkpoint, Rows, listed, parse_checkpoints, run_length
 from rlds_cli.formats.atari_dqn.stream import GzipNpy, check_store
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.file_rules import from_layout
+from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes
 
 
@@ -45,17 +45,12 @@ class AtariDQNOptions(ReaderOptions):
     block_rows: int | None = None
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/atari_dqn/layout.py
 class AtariDQNReader(Reader):
     """Streams Dopamine replay logs (a ``replay_logs`` folder, its run folder, or files of it)."""
 
     format_name = "atari_dqn"
-    expected_files = (
-        "a Dopamine replay_logs folder of gzip'd .npy files ($store$_observation_ckpt.N.gz, "
-        "$store$_action_ckpt.N.gz, ..., add_count_ckpt.N.gz, invalid_range_ckpt.N.gz)"
-    )
     Options = AtariDQNOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,
@@ -74,7 +69,7 @@ class AtariDQNReader(Reader):
                 ``"3,5"`` or a list. Episodes are never continued into a checkpoint left out.
             stack_size: Dopamine's frame stack: ``stack_size - 1`` zero rows precede each episode
                 in the buffer (4 for the DQN Replay Dataset; 1 for a buffer without padding).
-            block_rows: Rows per block (default: about :data:`BLOCK_BYTES` of frames).
+            block_rows: Rows per block (default: about ``packing.BLOCK_BYTES`` of frames).
         """
         for option, value in (("stack_size", stack_size), ("block_rows", block_rows)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -102,7 +97,7 @@ class AtariDQNReader(Reader):
         #: hold data instead of Dopamine's padding
         self.start_with_data: set[int] = set()
         frame = declared_bytes(self.obs_shape, self.obs_dtype)
-        self.block_rows = block_rows or int(np.clip(BLOCK_BYTES // max(frame, 1), 64, 1 << 16))
+        self.block_rows = block_rows or rows_per_block(frame, 64, 1 << 16)
 
     # ------------------------------------------------------------------ planning
 
@@ -300,7 +295,7 @@ class AtariDQNReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield every converted checkpoint's transitions, in order, as blocks of about
-        :data:`BLOCK_BYTES` of frames.
+        ``packing.BLOCK_BYTES`` of frames.
 
         While a checkpoint is read, one background thread inflates the next checkpoint's files up
         to where its reading starts (the write cursor), so that the rotation's extra pass overlaps

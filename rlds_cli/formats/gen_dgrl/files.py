@@ -95,6 +95,13 @@ def _sniff_file(path: Path) -> bool:
     return False
 
 
+#: What a source of this format looks like, said in hints (the reader's ``expected_files``).
+EXPECTED_FILES = (
+    "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
+    "observations, actions, rewards and dones"
+)
+
+
 def sniff(path: Path) -> bool:
     """Whether ``path`` is a Gen-DGRL source: a tar archive whose first file is a trajectory
     ``.npy`` (pickled dict) or ``.npz``, such a loose file, or a folder of them (judged by its

@@ -53,9 +53,11 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.folders import BadFiles
+from rlds_cli.formats.gen_dgrl import files as layout
 from rlds_cli.formats.gen_dgrl.decode import read_loose
 from rlds_cli.formats.gen_dgrl.episodes import trajectory_episodes
 from rlds_cli.formats.gen_dgrl.files import (
@@ -63,10 +65,10 @@ from rlds_cli.formats.gen_dgrl.files import (
     TRAJECTORY_SUFFIXES,
     is_tar,
     level_seed,
-    sniff,
     source_files,
 )
 from rlds_cli.formats.gen_dgrl.tar import TarTrajectories
+from rlds_cli.formats.packing import BlockPacker
 
 RULES = "gen-dgrl-v1"
 
@@ -83,6 +85,7 @@ class GenDGRLOptions(ReaderOptions):
     skip_bad_files: bool = False
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/gen_dgrl/files.py
 class GenDGRLReader(Reader):
     """Streams Gen-DGRL (Procgen) trajectories as :class:`StepBlock` s.
 
@@ -94,13 +97,7 @@ class GenDGRLReader(Reader):
     """
 
     format_name = "gen_dgrl"
-    expected_files = (
-        "a Gen-DGRL (Procgen) .tar.xz of per-trajectory .npy (pickled dict) or .npz files with "
-        "observations, actions, rewards and dones"
-    )
     Options = GenDGRLOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,
@@ -181,7 +178,7 @@ class GenDGRLReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the trajectories in archive (or sorted file) order, split at every ``done``."""
-        packer = EpisodePacker(self.report)
+        packer = BlockPacker(admit=EpisodeSchema(self.report))
         self._update_notes()
         for where, name, arrays, archive in self._raw_trajectories(progress):
             trajectory = trajectory_episodes(arrays, where)

@@ -59,7 +59,8 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.reader import BLOCK_BYTES, BLOCK_ROWS, LeRobotOptions, LeRobotReader
+from rlds_cli.formats.lerobot.reader import BLOCK_ROWS, LeRobotOptions, LeRobotReader
+from rlds_cli.formats.packing import BLOCK_BYTES
 
 __all__ = [
     "BLOCK_BYTES",

@@ -11,7 +11,6 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats._episodes import BLOCK_BYTES
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.lerobot.features import Feature, plan_features
 from rlds_cli.formats.lerobot.frames import VideoCursor
@@ -27,10 +26,11 @@ from rlds_cli.formats.lerobot.layout import (
 )
 from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array
 from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
-from rlds_cli.formats.lerobot.transitions import Part, pack, rule_notes, split_part
+from rlds_cli.formats.lerobot.transitions import rule_notes, split_part
+from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes
 
-#: Most rows a block holds, however small they are (blocks target :data:`BLOCK_BYTES` of
+#: Most rows a block holds, however small they are (blocks target ``packing.BLOCK_BYTES`` of
 #: decoded rows, frames included: the readers' one budget).
 BLOCK_ROWS = 1 << 16
 
@@ -69,7 +69,7 @@ class LeRobotReader(Reader):
                 final observation repeats that frame (``final_known = false``). ``"drop"``: that
                 transition is dropped and the last frame is the real final observation, its
                 reward and success moved onto the transition before (docs/formats.md, "LeRobot").
-            block_rows: Rows per block (default: about :data:`BLOCK_BYTES` of decoded rows).
+            block_rows: Rows per block (default: about ``packing.BLOCK_BYTES`` of decoded rows).
         """
         if last_step not in ("keep", "drop"):
             raise SourceFormatError(f"last_step is {last_step!r}; the lerobot format takes 'keep' or 'drop'")
@@ -137,7 +137,7 @@ class LeRobotReader(Reader):
         row_bytes += sum(
             declared_bytes(f.shape, np.dtype(np.uint8)) for f in self.features if f.kind == "video"
         )
-        self.block_rows: int = block_rows or int(np.clip(BLOCK_BYTES // max(row_bytes, 1), 1, BLOCK_ROWS))
+        self.block_rows: int = block_rows or rows_per_block(row_bytes, 1, BLOCK_ROWS)
         self._av: Any = None
         self._early_done = 0
         self._early_note: int | None = None
@@ -249,9 +249,8 @@ class LeRobotReader(Reader):
         return starts
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        """Yield the episodes in ``episode_index`` order, as blocks of about :data:`BLOCK_BYTES`."""
-        pending: list[Part] = []
-        rows = steps = 0
+        """Yield the episodes in ``episode_index`` order, as blocks of about ``packing.BLOCK_BYTES``."""
+        packer = BlockPacker(self.block_rows)
         if not self._checked:
             self._tables.check_files(self._all, self.episodes)
             self._checked = True
@@ -270,19 +269,10 @@ class LeRobotReader(Reader):
                 if "next.done" in seg:
                     done = np.asarray(seg.pop("next.done")).reshape(count, -1).any(axis=1).reshape(count)
                     self._count_early_done(int(done[: count - 1 if last else count].sum()))
-                part = split_part(ep, seg, last, self.plan, self.last_step, self.report)
-                pending.append(part)
-                rows += count
-                steps += part.num_steps
-                if steps >= self.block_rows:
-                    yield pack(pending, self.plan, self.last_step, self.report)
-                    if progress is not None:
-                        progress(rows)
-                    pending, rows, steps = [], 0, 0
-        if pending:
-            yield pack(pending, self.plan, self.last_step, self.report)
-            if progress is not None:
-                progress(rows)
+                yield from packer.add(split_part(ep, seg, last, self.plan, self.last_step, self.report))
+                if progress is not None:
+                    progress(count)
+        yield from packer.finish()
 
     def _skipped(self, ep: Episode) -> bool:
         """Whether ``ep`` has no transition to keep (no row, or one row dropped as the last)."""

@@ -6,30 +6,12 @@ frame, truncated otherwise."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport
 from rlds_cli.formats.lerobot.features import FeaturePlan
 from rlds_cli.formats.lerobot.tables import Episode
-
-
-@dataclass
-class Part:
-    """A run of rows of one episode, ready to pack: step columns and observation columns (plus
-    the final observation when ``last``), by LeRobot feature name."""
-
-    episode: int
-    steps: dict[str, np.ndarray]
-    observations: dict[str, np.ndarray]
-    last: bool
-    success: bool
-
-    @property
-    def num_steps(self) -> int:
-        """The number of transitions (rows kept) in the part."""
-        return len(next(iter(self.steps.values())))
+from rlds_cli.formats.packing import Piece
 
 
 def split_part(
@@ -39,8 +21,10 @@ def split_part(
     plan: FeaturePlan,
     last_step: str,
     report: ConversionReport,
-) -> Part:
-    """One segment split into step and observation columns, with the last-row rule applied."""
+) -> Piece:
+    """One segment as a piece of its episode for the packer: step and observation columns by TED
+    key, the last-row rule applied, the episode's end terminated where ``next.success`` is true on
+    the last frame, truncated otherwise."""
     steps = {f.name: seg[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
     obs = {f.name: seg[f.name] for f in plan.features if f.kind in ("observation", "video")}
     success = last and plan.success and bool(np.asarray(seg["next.success"][-1]).any())
@@ -59,7 +43,20 @@ def split_part(
         report.dropped_rows += 1
     elif last:  # the final observation is not recorded: repeat the last frame (final_known = false)
         obs = {k: np.concatenate([v, v[-1:]], axis=0) for k, v in obs.items()}
-    return Part(ep.index, steps, obs, last, success)
+    keyed_steps = {f.key: steps[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
+    if "next/reward" not in keyed_steps:
+        keyed_steps["next/reward"] = np.zeros((len(next(iter(steps.values()))), 1), np.float32)
+    if last and last_step == "keep":
+        report.synthesized_final_observations += 1
+    return Piece(
+        f"episode {ep.index}",
+        {f.key: obs[f.name] for f in plan.features if f.kind in ("observation", "video")},
+        keyed_steps,
+        success,
+        source_id=ep.index,
+        final_known=last_step == "drop",
+        last=last,
+    )
 
 
 def rule_notes(plan: FeaturePlan, last_step: str, report: ConversionReport) -> None:
@@ -82,37 +79,4 @@ def rule_notes(plan: FeaturePlan, last_step: str, report: ConversionReport) -> N
         "episode ends: terminated where next.success is true on the last frame, else truncated"
         if plan.success
         else "episode ends: no next.success column, so every episode ends truncated"
-    )
-
-
-def pack(parts: list[Part], plan: FeaturePlan, last_step: str, report: ConversionReport) -> StepBlock:
-    """Parts (whole episodes or runs of one) -> one TED block: the episode ends are marked
-    terminated where ``next.success`` is true on the last frame, truncated otherwise."""
-    n = sum(p.num_steps for p in parts)
-    ends = np.cumsum([p.num_steps for p in parts]) - 1
-    ends = ends[[p.last for p in parts]].astype(np.int64)
-    success = np.array([p.success for p in parts if p.last], bool)
-    steps: dict[str, np.ndarray] = {}
-    observations: dict[str, np.ndarray] = {}
-    for f in plan.features:
-        if f.kind in ("observation", "video"):
-            observations[f.key] = np.concatenate([p.observations[f.name] for p in parts], axis=0)
-        elif f.kind in ("action", "reward", "info"):
-            steps[f.key] = np.concatenate([p.steps[f.name] for p in parts], axis=0)
-    if "next/reward" not in steps:
-        steps["next/reward"] = np.zeros((n, 1), np.float32)
-    term = np.zeros((n, 1), bool)
-    trunc = np.zeros((n, 1), bool)
-    term[ends, 0] = success
-    trunc[ends, 0] = ~success
-    steps["next/terminated"] = term
-    steps["next/truncated"] = trunc
-    if last_step == "keep":
-        report.synthesized_final_observations += len(ends)
-    return StepBlock(
-        steps=steps,
-        observations=observations,
-        ends=ends,
-        final_known=np.full(len(ends), last_step == "drop"),
-        episode_ids=np.array([p.episode for p in parts if p.last], np.int64),
     )

@@ -95,6 +95,13 @@ def default_name(path: Path) -> str | None:
     return None
 
 
+#: What a source of this format looks like, said in hints (the reader's ``expected_files``).
+EXPECTED_FILES = (
+    "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
+    "numbered episode folders of an arrow/parquet dataset)"
+)
+
+
 def sniff(path: Path) -> bool:
     """Whether ``path`` is a Minari dataset: a folder holding ``data/metadata.json`` or
     ``metadata.json``, such a ``metadata.json``, or an HDF5 file with ``episode_*`` groups (a

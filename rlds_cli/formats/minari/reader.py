@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodePacker
+from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
+from rlds_cli.formats.minari import layout
 from rlds_cli.formats.minari.arrow_store import ArrowStore
 from rlds_cli.formats.minari.hdf5_store import Hdf5Store
 from rlds_cli.formats.minari.layout import (
@@ -23,14 +25,14 @@ from rlds_cli.formats.minari.layout import (
     MAIN_FILE,
     METADATA_FILE,
     data_dir_of,
-    sniff,
-    source_files,
 )
 from rlds_cli.formats.minari.metadata import SPACE_KEYS, as_seed, read_metadata
 from rlds_cli.formats.minari.spaces import Leaf
 from rlds_cli.formats.minari.store import Store
+from rlds_cli.formats.packing import BlockPacker
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/minari/layout.py
 class MinariReader(Reader):
     """Streams a Minari dataset (HDF5, Arrow or Parquet storage) as :class:`StepBlock` s.
 
@@ -41,12 +43,6 @@ class MinariReader(Reader):
     """
 
     format_name = "minari"
-    expected_files = (
-        "a Minari dataset folder: data/metadata.json with data/main_data.hdf5 (or the "
-        "numbered episode folders of an arrow/parquet dataset)"
-    )
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(self, path: str | Path | Sequence[str | Path]) -> None:
         paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
@@ -216,7 +212,7 @@ class MinariReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the dataset as blocks of whole episodes, in episode-id order."""
-        packer = EpisodePacker(self.report)
+        packer = BlockPacker(admit=EpisodeSchema(self.report))
         # uint64 holds every seed minari can write; absent ones are 0 with present False
         self._seeds = np.zeros(len(self.episode_ids), np.uint64)
         self._seed_present = np.zeros(len(self.episode_ids), bool)

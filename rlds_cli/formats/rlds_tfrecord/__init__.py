@@ -43,14 +43,14 @@ The rules below are written out in ``docs/formats.md`` ("RLDS / Open X-Embodimen
 The package, by responsibility: :mod:`.layout` (the folder's files, shards and splits),
 :mod:`.columns` (features.json mapped to TED keys), :mod:`.scan` (each shard checked, episodes
 cut into pieces for the workers), :mod:`.decode` (worker-side decoding of a
-piece), :mod:`.assemble` (the flag checks, the last-step rule and block packing) and
+piece), :mod:`.assemble` (the flag checks, the last-step rule, pieces for the packer) and
 :mod:`.reader` (:class:`RldsTFRecordReader`: metadata, shard selection, the block stream).
 """
 
+from rlds_cli.formats.packing import BLOCK_BYTES
 from rlds_cli.formats.rlds_tfrecord.decode import decode_unit
 from rlds_cli.formats.rlds_tfrecord.layout import FEATURES_FILE, INFO_FILE, sniff, source_files
 from rlds_cli.formats.rlds_tfrecord.reader import (
-    BLOCK_BYTES,
     LAST_STEP_RULES,
     RULES,
     RldsOptions,

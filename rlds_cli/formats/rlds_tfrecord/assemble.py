@@ -1,40 +1,19 @@
 """Assembling decoded pieces into episodes: the flag checks, the last-step rule, text tables,
-per-episode values and the packing of parts into blocks.
+per-episode values; the pieces go to :class:`~rlds_cli.formats.packing.BlockPacker`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import _concat
-from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.base import ConversionReport
+from rlds_cli.formats.packing import Piece
 from rlds_cli.formats.rlds_tfrecord.columns import _Column
 from rlds_cli.formats.rlds_tfrecord.decode import _Decoded, _PieceRef
 from rlds_cli.formats.untrusted import UnsafeSourceError, side_array_max_bytes
-
-
-@dataclass
-class _Part:
-    """Rows of one episode ready to pack (the final observation included when ``ended``)."""
-
-    steps: dict[str, np.ndarray]
-    observations: dict[str, np.ndarray]
-    ended: bool
-    terminated: bool = False
-    final_known: bool = True
-    episode: int = 0
-
-    @property
-    def num_steps(self) -> int:
-        return len(next(iter(self.steps.values())))
-
-    @property
-    def nbytes(self) -> int:
-        return sum(v.nbytes for v in self.steps.values()) + sum(v.nbytes for v in self.observations.values())
 
 
 class _Assembly:
@@ -114,7 +93,7 @@ class _Assembly:
         keys = [*self.action_keys, "next/reward"]
         return all(not np.any(decoded.columns[k][-1] != 0) for k in keys if k in decoded.columns)
 
-    def _assemble(self, decoded: _Decoded) -> _Part | None:
+    def _assemble(self, decoded: _Decoded) -> Piece | None:
         """A decoded piece as the rows it adds (the last-step rule applied on an episode's last
         piece); ``None`` when it adds none (an empty episode, or one step that is only a final
         observation)."""
@@ -137,7 +116,7 @@ class _Assembly:
         if "next/reward" not in steps:
             steps["next/reward"] = np.zeros((len(next(iter(obs.values()))), 1), np.float32)
         if ref.stop < ref.steps:
-            return _Part(steps, obs, False, episode=ref.episode)
+            return Piece(ref.where, obs, steps, False, source_id=ref.episode, last=False)
         terminated = bool(decoded.flags["is_terminal"][-1]) if "is_terminal" in decoded.flags else False
         observation = self._last_is_observation(decoded)
         if observation:
@@ -157,7 +136,7 @@ class _Assembly:
             obs = {k: np.concatenate([v, v[-1:]], axis=0) for k, v in obs.items()}
         self._keep_episode_values(ref)
         self._update_notes()
-        return _Part(steps, obs, True, terminated, observation, ref.episode)
+        return Piece(ref.where, obs, steps, terminated, source_id=ref.episode, final_known=observation)
 
     def _keep_episode_values(self, ref: _PieceRef) -> None:
         values = self._episode_values.pop(ref.episode, {})
@@ -184,24 +163,3 @@ class _Assembly:
         if c["last"]:
             text += f"; {c['last']} episode(s) do not set is_last on their last step"
         self.report.notes[self._rule_note] = text
-
-    def _pack(self, parts: list[_Part]) -> StepBlock:
-        lengths = np.array([p.num_steps for p in parts], np.int64)
-        n = int(lengths.sum())
-        ended = [p for p in parts if p.ended]
-        ends = (np.cumsum(lengths) - 1)[[p.ended for p in parts]].astype(np.int64)
-        steps = {k: _concat([p.steps[k] for p in parts]) for k in parts[0].steps}
-        observations = {k: _concat([p.observations[k] for p in parts]) for k in parts[0].observations}
-        term = np.zeros((n, 1), bool)
-        trunc = np.zeros((n, 1), bool)
-        term[ends, 0] = [p.terminated for p in ended]
-        trunc[ends, 0] = [not p.terminated for p in ended]
-        steps["next/terminated"] = term
-        steps["next/truncated"] = trunc
-        return StepBlock(
-            steps=steps,
-            observations=observations,
-            ends=ends,
-            final_known=np.array([p.final_known for p in ended], bool),
-            episode_ids=np.array([p.episode for p in ended], np.int64),
-        )

@@ -54,6 +54,10 @@ def _root_and_shards(path: Path) -> tuple[Path, list[Path], bool]:
     return root, shards, False
 
 
+#: What a source of this format looks like, said in hints (the reader's ``expected_files``).
+EXPECTED_FILES = "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards"
+
+
 def sniff(path: Path) -> bool:
     """Whether ``path`` is an RLDS/TFDS folder (``features.json`` next to ``*.tfrecord*`` shards),
     one of its shards, or its ``features.json``."""

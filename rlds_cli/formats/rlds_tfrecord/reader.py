@@ -15,8 +15,11 @@ import numpy as np
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.keys import renamed_note
-from rlds_cli.formats.rlds_tfrecord.assemble import _Assembly, _Part
+from rlds_cli.formats.packing import BlockPacker
+from rlds_cli.formats.rlds_tfrecord import layout
+from rlds_cli.formats.rlds_tfrecord.assemble import _Assembly
 from rlds_cli.formats.rlds_tfrecord.columns import _episode_columns, _Plan, _plan_columns
 from rlds_cli.formats.rlds_tfrecord.decode import (
     decode_unit,
@@ -30,8 +33,6 @@ from rlds_cli.formats.rlds_tfrecord.layout import (
     _root_and_shards,
     _Shard,
     _shard,
-    sniff,
-    source_files,
 )
 from rlds_cli.formats.rlds_tfrecord.scan import _ShardScan
 from rlds_cli.formats.tfds_features import IMAGE, parse_features
@@ -41,8 +42,6 @@ from rlds_cli.formats.tfrecord_io import (
 )
 
 RULES = "rlds-tfrecord-v1"
-#: Decoded bytes gathered before a block is yielded.
-BLOCK_BYTES = 8 << 20
 LAST_STEP_RULES = ("auto", "observation", "transition")
 _EXTRA_HINT = "pip install 'rlds-cli[rlds]' (crc32c and pillow)"
 
@@ -57,16 +56,12 @@ class RldsOptions(ReaderOptions):
     block_rows: int | None = None
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/rlds_tfrecord/layout.py
 class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
     """Streams an RLDS/TFDS TFRecord dataset (a version folder, or one shard) in TED layout."""
 
     format_name = "rlds"
-    expected_files = (
-        "an RLDS/TFDS folder (Open X-Embodiment): features.json and *.tfrecord-NNNNN-of-NNNNN shards"
-    )
     Options = RldsOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,
@@ -285,20 +280,12 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the episodes in shard and record order; ``progress`` counts episodes."""
-        pending: list[_Part] = []
-        size = rows = 0
+        packer = BlockPacker(self.block_rows)
         for decoded in ordered_map(decode_unit, self._units(), self.workers):
             for piece in decoded:
                 part = self._assemble(piece)
                 if piece.ref.stop == piece.ref.steps and progress is not None:
                     progress(1)
-                if part is None:
-                    continue
-                pending.append(part)
-                size += part.nbytes
-                rows += part.num_steps
-                if size >= BLOCK_BYTES or (self.block_rows and rows >= self.block_rows):
-                    yield self._pack(pending)
-                    pending, size, rows = [], 0, 0
-        if pending:
-            yield self._pack(pending)
+                if part is not None:
+                    yield from packer.add(part)
+        yield from packer.finish()

@@ -9,6 +9,7 @@ shards, streamed into TED with the dataset's one-step action/reward shift applie
 
 from __future__ import annotations
 
+from rlds_cli.formats.packing import BLOCK_BYTES
 from rlds_cli.formats.vd4rl.files import (
     HDF5_CONSUMED,
     HDF5_REQUIRED,
@@ -19,7 +20,6 @@ from rlds_cli.formats.vd4rl.files import (
     source_files,
 )
 from rlds_cli.formats.vd4rl.reader import IMAGE_LAYOUTS, RULES, VD4RLOptions, VD4RLReader
-from rlds_cli.formats.vd4rl.stitch import BLOCK_BYTES
 
 __all__ = [
     "BLOCK_BYTES",

@@ -80,6 +80,13 @@ def _sniff_file(path: Path) -> bool:
     return False
 
 
+#: What a source of this format looks like, said in hints (the reader's ``expected_files``).
+EXPECTED_FILES = (
+    "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
+    "drqbc .hdf5 with observation, action, reward, discount and step_type"
+)
+
+
 def sniff(path: Path) -> bool:
     """Whether ``path`` is V-D4RL data: a Dreamer episode ``.npz`` (``image`` or
     ``observation``, ``action``, ``reward``, ``is_first``, ``is_last``), a drqbc ``.hdf5``

@@ -43,10 +43,13 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.episode_names import DREAMER_NAME
+from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.folders import BadFiles
 from rlds_cli.formats.keys import clean_keys, renamed_note
-from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, sniff, source_files
-from rlds_cli.formats.vd4rl.stitch import BLOCK_BYTES, Chunk, Packer, Stitcher
+from rlds_cli.formats.packing import BlockPacker, rows_per_block
+from rlds_cli.formats.vd4rl import files as layout
+from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, source_files
+from rlds_cli.formats.vd4rl.stitch import Chunk, Stitcher
 from rlds_cli.formats.vd4rl.streams import NpzEpisode, Schema, Shard
 
 RULES = "vd4rl-v1"
@@ -68,6 +71,7 @@ class VD4RLOptions(ReaderOptions):
     skip_bad_files: bool = False
 
 
+@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/vd4rl/files.py
 class VD4RLReader(Reader):
     """Streams V-D4RL data (Dreamer ``.npz`` episodes or drqbc ``.hdf5`` shards) in TED layout.
 
@@ -75,19 +79,13 @@ class VD4RLReader(Reader):
         path: A file, a folder of them, or a list of files (one layout per conversion).
         image_layout: ``None`` (default): frames stay as the source stores them (Dreamer HWC,
             drqbc CHW). ``"hwc"`` or ``"chw"``: transposed to that layout while streaming.
-        block_rows: Source rows per read (default: about :data:`BLOCK_BYTES`).
+        block_rows: Source rows per read (default: about ``packing.BLOCK_BYTES``).
         skip_bad_files: Skip unreadable (half-written, corrupt) files, naming them in the
             conversion notes, instead of stopping at the first (:mod:`rlds_cli.formats.folders`).
     """
 
     format_name = "vd4rl"
-    expected_files = (
-        "V-D4RL data: Dreamer episode .npz files (image, action, reward, is_first, is_last) or a "
-        "drqbc .hdf5 with observation, action, reward, discount and step_type"
-    )
     Options = VD4RLOptions
-    sniff = staticmethod(sniff)
-    source_files = staticmethod(source_files)
 
     def __init__(
         self,
@@ -246,7 +244,7 @@ class VD4RLReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield every file's rows as TED blocks, file by file, chunk by chunk."""
-        packer = Packer(self.block_rows)
+        packer = BlockPacker(self.block_rows)
         chunks = self._npz_chunks if self.kind == "npz" else self._hdf5_chunks
         for index, path in enumerate(self.files):
             for chunk in chunks(index, path):
@@ -254,13 +252,13 @@ class VD4RLReader(Reader):
                     progress(len(chunk.start))
                 block = self._stitcher.feed(chunk)
                 if block is not None:
-                    yield from packer.add(block)
+                    yield from packer.add_block(block)
         yield from packer.finish()
 
     def _chunk_rows(self) -> int:
         if self.block_rows is not None:
             return self.block_rows
-        return int(np.clip(BLOCK_BYTES // max(self._schema.row_bytes(), 1), 1, _MAX_CHUNK_ROWS))
+        return rows_per_block(self._schema.row_bytes(), 1, _MAX_CHUNK_ROWS)
 
     # ------------------------------------------------------------------ Dreamer rows
 

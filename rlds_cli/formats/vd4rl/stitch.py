@@ -1,6 +1,6 @@
 """V-D4RL rows -> TED blocks: the dataset's one-step shift applied across chunks and files
-(:class:`Stitcher`), and small blocks gathered into blocks of about :data:`BLOCK_BYTES`
-(:class:`Packer`).
+(:class:`Stitcher`); the reader gathers small blocks with
+:class:`~rlds_cli.formats.packing.BlockPacker`.
 
 Row ``t`` holds the observation *after* action ``t`` (the dm_env/Dreamer convention), so the step
 of a row that does not start an episode is ``obs[t - 1]``, ``action[t]``, ``reward[t]``; an
@@ -9,15 +9,11 @@ episode's last row is its final observation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from rlds_cli.formats.base import StepBlock, column
-
-#: Target source bytes per block (a 64px Dreamer episode is about 6 MB of frames).
-BLOCK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -97,47 +93,3 @@ class Stitcher:
         if key == self.pixel_key and self.transpose is not None:
             out = np.ascontiguousarray(out.transpose(self.transpose))
         return out
-
-
-class Packer:
-    """Gathers small blocks (short episodes) into blocks of about :data:`BLOCK_BYTES` (or
-    ``block_rows`` steps); a block that would overflow the pending ones goes out alone, so a
-    full-size block is never copied."""
-
-    def __init__(self, block_rows: int | None) -> None:
-        self.block_rows = block_rows
-        self.pending: list[StepBlock] = []
-        self.bytes = 0
-        self.steps = 0
-
-    def _full(self, nbytes: int, steps: int, *, over: bool = False) -> bool:
-        """Whether ``nbytes``/``steps`` reach the budget (``over``: go past it)."""
-        rows = self.block_rows if self.block_rows is not None else steps + 1
-        return (nbytes > BLOCK_BYTES or steps > rows) if over else (nbytes >= BLOCK_BYTES or steps >= rows)
-
-    def add(self, block: StepBlock) -> Iterator[StepBlock]:
-        nbytes = sum(v.nbytes for v in (*block.steps.values(), *block.observations.values()))
-        if self.pending and self._full(self.bytes + nbytes, self.steps + block.num_steps, over=True):
-            yield self._flush()
-        self.pending.append(block)
-        self.bytes += nbytes
-        self.steps += block.num_steps
-        if self._full(self.bytes, self.steps):
-            yield self._flush()
-
-    def finish(self) -> Iterator[StepBlock]:
-        if self.pending:
-            yield self._flush()
-
-    def _flush(self) -> StepBlock:
-        blocks, self.pending, self.bytes, self.steps = self.pending, [], 0, 0
-        if len(blocks) == 1:
-            return blocks[0]
-        offsets = np.cumsum([0, *(b.num_steps for b in blocks[:-1])])
-        return StepBlock(
-            steps={k: np.concatenate([b.steps[k] for b in blocks]) for k in blocks[0].steps},
-            observations={
-                k: np.concatenate([b.observations[k] for b in blocks]) for k in blocks[0].observations
-            },
-            ends=np.concatenate([b.ends + o for b, o in zip(blocks, offsets, strict=True)]),
-        )
