@@ -156,6 +156,10 @@ class DeviceUniformSampler:
         self._gen = torch.Generator(device=device)
         self._gen.manual_seed(stream_seed(self.seed, self.rank, self.world_size))
 
+    def follow(self, change: Any) -> None:
+        """Draw from a refreshed view of a growing dataset (its size; the generator goes on)."""
+        self.num_steps = int(change.num_steps)
+
     def sample(self) -> torch.Tensor:
         """``batch_size`` indices, an int64 tensor on the device."""
         return torch.randint(
