@@ -300,3 +300,26 @@ def test_view_change_maps_rows_by_episode_id() -> None:
         gone.map_rows(np.array([0, 1])).tolist() == [-1, -1]
         and gone.carry(np.ones(2), 0.5).tolist() == [0.5] * 3
     )
+
+
+@pytest.mark.parametrize("sampler", ["epoch", "prioritized"])
+def test_epoch_and_prioritized_refresh_refuse_prefetch(growth: Growth, sampler: str) -> None:
+    with pytest.raises(ValueError, match="needs prefetch=0"):
+        rlds_cli.Loader("grow", batch_size=4, seed=0, refresh=1, sampler=sampler, prefetch=2)
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "slice"])
+def test_a_prefetching_loader_that_refreshed_closes_and_goes_on(growth: Growth, sampler: str) -> None:
+    options = {"slice_len": 2} if sampler == "slice" else {}
+    loader = rlds_cli.Loader(
+        "grow", batch_size=8, seed=0, refresh=1, sampler=sampler, prefetch=2, keys=KEYS, **options
+    )
+    for _ in range(6):
+        growth.step()
+        batch = loader.sample()
+        # a prefetched batch may come from the view before the last commits: committed rows all
+        assert set(batch["info/episode_uid"].numpy().ravel().tolist()) <= growth.committed
+    loader.close()  # the queue's first batch put back: its generator state, over the new view
+    growth.step()
+    check_rows(loader.sample(), loader, growth.committed)
+    loader.close()

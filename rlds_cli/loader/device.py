@@ -166,6 +166,14 @@ class DeviceUniformSampler:
             0, self.num_steps, (self.batch_size,), generator=self._gen, device=self.device, dtype=torch.int64
         )
 
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch."""
+        return {"torch_generator": self._gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._gen.set_state(state["torch_generator"])
+
     def state_dict(self) -> dict[str, Any]:
         """The generator's state (a CPU byte tensor)."""
         return {"torch_generator": self._gen.get_state(), **shard_state(self, self.num_steps)}

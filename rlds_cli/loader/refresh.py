@@ -14,7 +14,9 @@ episode. What follows the view:
   episode's id, never by position: see :mod:`rlds_cli.loader.view_change`), gives new rows the
   largest priority seen so far and drops evicted rows'; ``"epoch"``: the epoch in progress keeps
   its order less the evicted rows, and rows added during it come in the next epoch (see
-  :meth:`~rlds_cli.loader.epoch.EpochSampler.follow`; one shard only);
+  :meth:`~rlds_cli.loader.epoch.EpochSampler.follow`; one shard only). ``"epoch"`` and
+  ``"prioritized"`` need ``prefetch=0`` (a batch prefetched before a refresh belongs to the old
+  view: it could not be put back into an epoch, and its priorities would land on other rows);
 * **transforms bound to the dataset** (:class:`~rlds_cli.loader.transforms.FrameStack`,
   ``windows=``, ``NStepReturn``, ``GoalRelabel``...) are bound again to the new view (and the
   first one claims its keys again); a ``Normalize`` keeps the statistics of its first binding.
@@ -64,6 +66,15 @@ class Refresher:
             raise ValueError(
                 "refresh= with the 'epoch' sampler needs world_size=1: ranks refresh at different "
                 "moments and could not agree on an epoch's rows; use 'uniform' across ranks"
+            )
+        if sampler in ("epoch", "prioritized") and loader.prefetch:
+            why = {
+                "epoch": "could not be put back into an epoch carried over it",
+                "prioritized": "holds rows of the old view: its priorities would land on other rows",
+            }[sampler]
+            raise ValueError(
+                f"refresh= with the {sampler!r} sampler needs prefetch=0: a batch prefetched "
+                f"before a refresh {why}"
             )
         self.loader = loader
         self.every = every

@@ -140,6 +140,15 @@ class UniformSampler:
         words %= self._high
         return words.view(np.int64)
 
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch (and puts
+        back into a sampler that followed a growing dataset since: no size to check)."""
+        return {"bit_generator": _rng_state(self._rng)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._rng.bit_generator.state = state["bit_generator"]
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
         return {"bit_generator": _rng_state(self._rng), **shard_state(self, self.num_steps)}
@@ -294,6 +303,15 @@ class SliceSampler:
     def sample(self, n: int | None = None) -> Draw:
         """``n`` (default ``num_slices``) slices: indices ``[n, slice_len]`` and their ``mask``."""
         return self.windows(*self._starts(self.num_slices if n is None else n))
+
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch (and puts
+        back into a sampler that followed a growing dataset since: no size to check)."""
+        return {"bit_generator": _rng_state(self._rng)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._rng.bit_generator.state = state["bit_generator"]
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of slices."""
