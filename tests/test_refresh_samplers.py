@@ -9,6 +9,7 @@ episode never committed, or evicted from the loader's view, or a slice across tw
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 import torch
 
 import rlds_cli
-from rlds_cli.errors import LoaderStateError
+from rlds_cli.cache.layout import COMMIT_LOG_FILE
+from rlds_cli.errors import DatasetReplacedError, LoaderStateError
 from rlds_cli.loader.transforms import FrameStack
 from rlds_cli.loader.view_change import ViewChange
 from tests.dataset_fixtures import uid_episode
@@ -323,3 +325,16 @@ def test_a_prefetching_loader_that_refreshed_closes_and_goes_on(growth: Growth, 
     growth.step()
     check_rows(loader.sample(), loader, growth.committed)
     loader.close()
+
+
+def test_a_refresh_after_the_dataset_was_replaced_says_so(growth: Growth) -> None:
+    ds = rlds_cli.open_dataset("grow")
+    assert ds.refresh() is False  # nothing new: the one-stat path
+    growth.close()
+    shutil.rmtree(ds.directory)
+    with rlds_cli.DatasetWriter("grow") as w:  # the same name, a new dataset
+        for uid in range(5):  # as many commits as the old one had: a log of the same size
+            w.add_episode(uid_episode(uid, 3))
+    assert (ds.directory / COMMIT_LOG_FILE).stat().st_size == ds.log_position
+    with pytest.raises(DatasetReplacedError):
+        ds.refresh()

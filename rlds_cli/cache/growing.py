@@ -159,7 +159,10 @@ class GrowingDataset(Dataset):
         self._tails: dict[str, TailRun] = {}
         self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._state = LogState()
-        self._log_seen: tuple[int, int, int] | None = None  # (device, inode, size) last read whole
+        # (size, device, inode, ctime) of the log when last read whole: a stat that says the same
+        # means nothing was appended (an append moves the size and the ctime) and no new log
+        # took its place (another inode, or the same one reused, with another ctime)
+        self._log_seen: tuple[int, int, int, int] | None = None
         self._log_path = str(self.directory / COMMIT_LOG_FILE)
         self._state.follow(self.directory / COMMIT_LOG_FILE, until=position)
         self._rebuild()
@@ -188,22 +191,22 @@ class GrowingDataset(Dataset):
     def refresh(self) -> bool:
         """Follow the commit log to its end; returns whether the view changed.
 
-        Cost: one ``stat`` of the commit log when nothing was committed (its device, inode and
-        size as last read: a replaced dataset's new log differs and takes the full check);
+        Cost: one ``stat`` of the commit log when nothing was committed (its size, inode and
+        ctime as last read: a replaced dataset's new log differs and takes the full check);
         otherwise a read of the new records and, per new segment, its manifest and episode
         index, then the episode index of the view is extended (linear in the episodes, in
         numpy). Indices taken before a refresh that changed the view must not be used after
         it; :attr:`episode_ids` maps episodes from one view to the next."""
         try:  # the common case, nothing committed: one stat, no open (a third of the full check)
             st = os.stat(self._log_path)
-            seen = (st.st_dev, st.st_ino, st.st_size - st.st_size % RECORD_SIZE)
+            seen = (st.st_size - st.st_size % RECORD_SIZE, st.st_dev, st.st_ino, st.st_ctime_ns)
         except OSError:
             seen = None
         if seen is not None and seen == self._log_seen:
             return False
         self._check_not_replaced()
         changed = self._state.follow(self.directory / COMMIT_LOG_FILE) != 0
-        if seen is not None and seen[2] == self._state.position:
+        if seen is not None and seen[0] == self._state.position:
             self._log_seen = seen  # the same file, read to that size: the next stat says enough
         if not changed:
             return False
