@@ -111,6 +111,26 @@ def _checked_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
     return {**options, **parse_options(reader_class(fmt), reader)}
 
 
+def episode_files(source: Path, fmt: str, options: dict[str, Any]) -> list[str] | None:
+    """The files of ``source`` (``/``-separated, relative to it) holding the episodes that
+    ``options["episodes"]`` selects, read from the metadata already on disk by the reader of
+    ``fmt`` (:meth:`~rlds_cli.formats.base.Reader.episode_files`); ``None`` when no episodes are
+    selected or the reader cannot tell (every file is then needed).
+
+    Raises:
+        InvalidSelectionError: The range selects none of the source's episodes.
+    """
+    if options.get("episodes") is None:
+        return None
+    from rlds_cli.formats.select import parse_episodes
+
+    cls = reader_class(fmt)
+    options = _checked_options(fmt, options)
+    with cls(source, **{k: v for k, v in options.items() if k in cls.Options.names()}) as reader:
+        reader.select_episodes(*parse_episodes(options["episodes"]))
+        return reader.episode_files()
+
+
 def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
     for columns in (block.steps, block.observations):
         for key, rows in columns.items():
@@ -364,13 +384,15 @@ def _build(
     keys = list(options["keys"]) if options.get("keys") is not None else None
     reader_options = {k: v for k, v in options.items() if k in cls.Options.names()}
     with cls(arg, **reader_options) as reader:
+        # a reader that can reads the selected episodes only (their files may be all there is)
+        start = reader.select_episodes(*episodes) if episodes is not None else 0
         if progress:
             progress("start", reader.total_rows())
         advance = (lambda rows: progress("advance", rows)) if progress else None
         nan_counts: dict[str, int] = {}
         record = SelectionRecord()
         blocks = select_blocks(
-            reader.blocks(advance), episodes=episodes, keys=keys, record=record, source=shown
+            reader.blocks(advance), episodes=episodes, keys=keys, record=record, source=shown, start=start
         )
         for block in blocks:
             _count_nans(block, nan_counts)

@@ -15,12 +15,12 @@ from typing import Any
 
 from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.convert import ConvertResult, convert
-from rlds_cli.errors import OfflineError
-from rlds_cli.formats import detect_format
+from rlds_cli.convert import ConvertResult, convert, episode_files
+from rlds_cli.errors import OfflineError, SourceFormatError
+from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.net.fetch import FetchResult, drop_raw_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.hub.fetch import fetch_hub_files
+from rlds_cli.net.hub.fetch import fetch_hub_files, local_name
 from rlds_cli.net.hub.plan import layout_format, needed_files
 from rlds_cli.net.hub.repo import HubFile, HubPath, parse_hf_url, resolve
 from rlds_cli.net.layout import meta_dir, url_dir
@@ -49,9 +49,11 @@ def download_hub(
     sha, files = _listing(where, cache, offline)
     folder = _folder(cache, where, sha)
     fmt = format or layout_format(where, files)
-    results = fetch_hub_files(
-        where, sha, needed_files(where, files, fmt), folder, force=force, offline=offline
-    )
+    wanted = needed_files(where, files, fmt)
+    results: list[FetchResult] = []
+    if fmt is not None and (options or {}).get("episodes") is not None:
+        results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
+    results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
     paths = [r.path for r in results]
     fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
     src: Path | list[Path] = folder if fmt in _FOLDER_FORMATS or len(paths) != 1 else paths[0]
@@ -62,13 +64,51 @@ def download_hub(
         name or _default_name(where),
         format=fmt,
         options=options,
-        source_info=_provenance(where, sha, folder, results),
+        source_info=_provenance(where, sha, folder, results, len(needed_files(where, files, fmt))),
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
     if not keep_raw:
         drop_raw_files(folder, results)
     return result
+
+
+def _episodes_only(
+    where: HubPath,
+    sha: str,
+    files: list[HubFile],
+    folder: Path,
+    fmt: str,
+    options: dict[str, Any],
+    force: bool,
+    offline: bool,
+) -> tuple[list[FetchResult], list[HubFile]]:
+    """For ``--episodes``: the reader's metadata, fetched first, and the files still to fetch:
+    those that hold the selected episodes, as the reader reads them from that metadata (every
+    file of ``files`` when the format cannot tell). A file holding other episodes too (a LeRobot
+    v3.0 file) is fetched whole.
+
+    Raises:
+        InvalidSelectionError: The range selects none of the repo's episodes (only the metadata
+            was fetched).
+        SourceFormatError: The metadata names a file the repo does not hold.
+    """
+    by_name = {local_name(where, f): f for f in files}
+    meta = reader_class(fmt).plan_files(sorted(by_name))
+    if meta is None:
+        return [], files
+    results = fetch_hub_files(where, sha, [by_name[n] for n in meta], folder, force=force, offline=offline)
+    held = episode_files(folder, fmt, options)
+    if held is None:
+        return results, [f for n, f in by_name.items() if n not in set(meta)]
+    missing = [n for n in held if n not in by_name]
+    if missing:
+        raise SourceFormatError(
+            f"{where}: its metadata names {missing[0]!r} for the selected episodes, a file the repo "
+            "does not hold",
+            hint="the repo is incomplete at that revision; try another revision or the whole repo",
+        )
+    return results, [by_name[n] for n in held if n not in set(meta)]
 
 
 def _folder(cache: CacheRoot, where: HubPath, sha: str) -> Path:
@@ -102,12 +142,19 @@ def _default_name(where: HubPath) -> str:
     return cleaned or "dataset"
 
 
-def _provenance(where: HubPath, sha: str, folder: Path, results: list[FetchResult]) -> dict[str, Any]:
-    """The source record: repo, path, revision asked for and the commit it resolved to."""
+def _provenance(
+    where: HubPath, sha: str, folder: Path, results: list[FetchResult], needed: int
+) -> dict[str, Any]:
+    """The source record: repo, path, revision asked for and the commit it resolved to, and the
+    files fetched (``hub.subset`` when they are ``files`` of the ``of`` needed for the whole
+    dataset: those holding the episodes asked for)."""
     tail = f"/{where.path}" if where.path else ""
+    hub: dict[str, Any] = {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha}
+    if len(results) < needed:
+        hub["subset"] = {"files": len(results), "of": needed}
     return {
         "url": f"hf://datasets/{where.repo}{tail}@{sha}",
-        "hub": {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha},
+        "hub": hub,
         "raw_dir": str(folder),
         "downloads": [
             {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}

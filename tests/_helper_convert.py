@@ -3,12 +3,14 @@
 Usage::
 
     python tests/_helper_convert.py SOURCE NAME [--backend B] [--block-rows K] [--delay S]
-        [--force] [--repeat R] [--alternate OTHER_SOURCE]
+        [--hang-after N] [--force] [--repeat R] [--alternate OTHER_SOURCE]
 
 Prints ``advance`` (flushed) after every block it appended, then one JSON line with the
-result. ``--delay`` sleeps after each block, so a test can kill it in the middle of a build;
-``--repeat``/``--alternate`` rebuild the dataset with ``force`` again and again, switching
-between two sources.
+result. ``--hang-after N`` stops after the N-th block until the process is killed, so a test
+that kills it after N ``advance`` lines kills a build in progress, however fast the machine;
+``--delay`` sleeps after each block (two concurrent builds then overlap: the contention the
+test exercises, not what makes it pass); ``--repeat``/``--alternate`` rebuild the dataset
+with ``force`` again and again, switching between two sources.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 
 
@@ -26,6 +29,7 @@ def main() -> None:
     parser.add_argument("--backend", default="memmap")
     parser.add_argument("--block-rows", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--hang-after", type=int, default=0)
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--alternate", default=None)
@@ -33,9 +37,15 @@ def main() -> None:
 
     from rlds_cli.convert import convert
 
+    advances = 0
+
     def progress(event: str, amount: int) -> None:
+        nonlocal advances
         if event == "advance":
             print("advance", flush=True)
+            advances += 1
+            if advances == args.hang_after:
+                threading.Event().wait()  # until the test kills this process
             if args.delay:
                 time.sleep(args.delay)
 
@@ -48,7 +58,7 @@ def main() -> None:
             backend=args.backend,
             force=args.force,
             options={"block_rows": args.block_rows},
-            progress=progress if (args.delay or args.repeat == 1) else None,
+            progress=progress if (args.delay or args.hang_after or args.repeat == 1) else None,
         )
         results.append({"reused": result.reused, "num_steps": result.manifest.num_steps})
     print(json.dumps(results[-1] if args.repeat == 1 else results), flush=True)

@@ -6,40 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.formats.base import StepBlock
-
-
-def make_dataset(
-    name: str, lengths: list[int], *, backend: str = "memmap", terminated: bool = True, replace: bool = False
-) -> None:
-    """Episodes of the given lengths; step t (global) has observation [t, 10 t] (+ 0.5 for an
-    episode's final observation), action [t / 2], reward t + 1. Odd episodes are truncated."""
-    steps = sum(lengths)
-    obs, ends, term, trunc = [], [], np.zeros(steps, bool), np.zeros(steps, bool)
-    t = 0
-    for e, length in enumerate(lengths):
-        rows = np.arange(t, t + length + 1, dtype=np.float32)
-        rows[-1] = t + length - 1 + 0.5
-        obs.append(np.stack([rows, 10 * rows], axis=1))
-        t += length
-        ends.append(t - 1)
-        (term if (e % 2 == 0 and terminated) else trunc)[t - 1] = True
-    block = StepBlock(
-        steps={
-            "action": (np.arange(steps, dtype=np.float32) / 2)[:, None],
-            "next/reward": np.arange(steps, dtype=np.float32) + 1,
-            "next/terminated": term,
-            "next/truncated": trunc,
-            "info/qpos": -np.arange(steps, dtype=np.float32),
-        },
-        observations={"observation": np.concatenate(obs)},
-        ends=np.asarray(ends) - 0,
-    )
-    with DatasetBuilder(name, backend=backend, replace=replace) as builder:
-        builder.append(block)
-        builder.commit()
+from rlds_cli.testing.sources import make_dataset as make_dataset
 
 
 def everything(name: str) -> dict[str, np.ndarray]:

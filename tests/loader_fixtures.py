@@ -7,7 +7,10 @@ end by termination, even ones by a time limit.
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,3 +81,25 @@ def make_pixels(root: Path, lengths: list[int], frame: tuple[int, ...], generato
                 )
             builder.commit(source={"generator": generator})
     return open_dataset("pix", root)
+
+
+def resumed_batches(
+    make: Callable[[int], Any], *, skip: int, take: int, seeds: tuple[int, int]
+) -> tuple[list, list]:
+    """Whether a loader resumes its stream exactly: the ``take`` batches that follow the first
+    ``skip`` of ``make(seeds[0])``, iterated, and the ``take`` batches of ``make(seeds[1])``
+    restored from the first's state at that point (pickled, as a checkpoint is). Both loaders
+    are closed before it returns."""
+    first = make(seeds[0])
+    it = iter(first)
+    for _ in range(skip):
+        next(it)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    want = [next(it) for _ in range(take)]
+    second = make(seeds[1])
+    second.load_state_dict(state)
+    it2 = iter(second)
+    got = [next(it2) for _ in range(take)]
+    first.close()
+    second.close()
+    return want, got

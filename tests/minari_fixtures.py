@@ -31,12 +31,14 @@ def record_random(
     episodes: int,
     *,
     seed: int | None = None,
+    unseeded: bool = False,
     record_infos: bool = False,
     **metadata: Any,
 ) -> None:
     """Record ``episodes`` episodes of random actions on ``env`` with minari's ``DataCollector``
     (reset seeds ``seed + i``, the action space seeded with ``seed`` when given, else reset seeds
-    ``i``) and create ``dataset_id`` in ``$MINARI_DATASETS_PATH`` with ``metadata``
+    ``i``; with ``unseeded``, minari's default: each reset draws a random 64-bit seed and
+    records it) and create ``dataset_id`` in ``$MINARI_DATASETS_PATH`` with ``metadata``
     (``code_permalink``, ``description``, ``eval_env``, ``ref_min_score``...)."""
     from minari import DataCollector
 
@@ -44,7 +46,7 @@ def record_random(
     if seed is not None:
         collector.action_space.seed(seed)
     for i in range(episodes):
-        collector.reset(seed=(seed or 0) + i)
+        collector.reset(seed=None if unseeded else (seed or 0) + i)
         while True:
             _, _, term, trunc, _ = collector.step(collector.action_space.sample())
             if term or trunc:

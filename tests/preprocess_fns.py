@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import time
+import threading
 from typing import Any
 
 import numpy as np
@@ -87,9 +87,12 @@ def no_action(batch: Any) -> Any:
     return {k: v for k, v in batch.items() if k != "action"}
 
 
-def slow_normalize(batch: Any) -> Any:
-    """normalize(), slowly (a chunk takes PREPROCESS_TEST_SLEEP seconds): to be killed midway."""
-    time.sleep(float(os.environ.get("PREPROCESS_TEST_SLEEP", "0.2")))
+def normalize_or_hang(batch: Any) -> Any:
+    """normalize(); a chunk starting at or past step ``PREPROCESS_TEST_HANG_FROM`` (when set)
+    never returns, so a job is sure to be running when a test kills it midway."""
+    hang_from = os.environ.get("PREPROCESS_TEST_HANG_FROM")
+    if hang_from is not None and batch["index"][0] >= int(hang_from):
+        threading.Event().wait()  # until the process is killed
     return normalize(batch)
 
 

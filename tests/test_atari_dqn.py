@@ -47,6 +47,7 @@ from tests.atari_dqn_fixtures import (
     tagged_frame,
     write_run,
 )
+from tests.cli_fixtures import download, download_ok
 from tests.formats_fixtures import refused as _refused
 
 runner = CliRunner()
@@ -229,13 +230,8 @@ def check_truth(name: str, run: Run) -> np.ndarray:
     return np.array(stored)
 
 
-def _download(path: Path, name: str, *extra: str) -> Any:
-    return runner.invoke(app, ["download", str(path), "--name", name, *extra])
-
-
 def _converted(path: Path, name: str) -> None:
-    result = _download(path, name)
-    assert result.exit_code == 0, (result.output, result.exception)
+    download_ok(path, name)
     check = runner.invoke(app, ["inspect", name, "--check"])
     assert check.exit_code == 0 and "check passed" in check.output, check.output
 
@@ -485,20 +481,20 @@ def _small_run(tmp_path: Path) -> Path:
 def test_a_missing_file_of_a_checkpoint(tmp_path: Path, name: str) -> None:
     logs = _small_run(tmp_path)
     (logs / file_name(name, 1)).unlink()
-    _refused(_download(logs.parent, "x"), "checkpoint 1 lacks", file_name(name, 1))
+    _refused(download(logs.parent, "x"), "checkpoint 1 lacks", file_name(name, 1))
 
 
 def test_arrays_of_different_lengths(tmp_path: Path) -> None:
     logs = _small_run(tmp_path)
     save_array(logs / file_name("$store$_action", 0), np.zeros(29, np.int32))
-    _refused(_download(logs, "x"), file_name("$store$_action", 0), "29 rows", "30", "different lengths")
+    _refused(download(logs, "x"), file_name("$store$_action", 0), "29 rows", "30", "different lengths")
 
 
 def test_a_truncated_gzip_file(tmp_path: Path) -> None:
     logs = _small_run(tmp_path)
     path = logs / file_name("$store$_observation", 1)
     path.write_bytes(path.read_bytes()[:-300])
-    _refused(_download(logs, "x"), str(path), "truncated")
+    _refused(download(logs, "x"), str(path), "truncated")
 
 
 def test_a_damaged_byte_midway_fails_while_reading(tmp_path: Path) -> None:
@@ -508,7 +504,7 @@ def test_a_damaged_byte_midway_fails_while_reading(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    _refused(_download(logs, "x"), str(path))
+    _refused(download(logs, "x"), str(path))
 
 
 def test_a_file_that_is_not_gzip(tmp_path: Path) -> None:
@@ -516,7 +512,7 @@ def test_a_file_that_is_not_gzip(tmp_path: Path) -> None:
     path = logs / file_name("$store$_terminal", 0)
     np.save(path.with_suffix(".npy"), np.zeros(30, np.uint8))
     path.with_suffix(".npy").rename(path)  # a plain .npy under the .gz name
-    _refused(_download(logs, "x"), str(path), "not a gzip'd .npy file")
+    _refused(download(logs, "x"), str(path), "not a gzip'd .npy file")
 
 
 def test_a_gzip_that_holds_no_npy(tmp_path: Path) -> None:
@@ -525,7 +521,7 @@ def test_a_gzip_that_holds_no_npy(tmp_path: Path) -> None:
     path = logs / file_name("add_count", 0)
     with gzip.open(path, "wb") as f:
         pickle.dump(99, f)
-    line = _refused(_download(logs, "x"), str(path), "not a gzip'd .npy file")
+    line = _refused(download(logs, "x"), str(path), "not a gzip'd .npy file")
     assert "magic string" in line
 
 
@@ -547,7 +543,7 @@ def test_wrong_dtype_or_shape(tmp_path: Path, name: str, value: np.ndarray, need
     logs = _small_run(tmp_path)
     path = logs / file_name(name, 1)
     save_array(path, value)
-    _refused(_download(logs, "x"), str(path), needle)
+    _refused(download(logs, "x"), str(path), needle)
 
 
 def test_checkpoints_of_different_frame_sizes(tmp_path: Path) -> None:
@@ -555,7 +551,7 @@ def test_checkpoints_of_different_frame_sizes(tmp_path: Path) -> None:
     ck = load_checkpoint(logs, 1)
     ck["observation"] = np.zeros((30, 8, 8), np.uint8)
     save_checkpoint(logs, 1, ck, ck["add_count"], np.array(ck["invalid_range"]))
-    _refused(_download(logs, "x"), "checkpoint 1 holds frames (8, 8)", "checkpoint 0 frames (12, 10)")
+    _refused(download(logs, "x"), "checkpoint 1 holds frames (8, 8)", "checkpoint 0 frames (12, 10)")
 
 
 def test_a_decompression_bomb_is_refused_before_reading(tmp_path: Path) -> None:
@@ -569,7 +565,7 @@ def test_a_decompression_bomb_is_refused_before_reading(tmp_path: Path) -> None:
         "terminal": np.zeros(c, np.uint8),
     }
     save_checkpoint(logs, 0, store, np.array(c), invalid_range(0, c, 4, 1), compresslevel=1)
-    _refused(_download(logs, "x"), file_name("$store$_observation", 0), "decompression bomb")
+    _refused(download(logs, "x"), file_name("$store$_observation", 0), "decompression bomb")
 
 
 def test_bad_options(logged: tuple[Path, Run]) -> None:

@@ -1,8 +1,8 @@
 """Builds are atomic: killed, failed, concurrent or replaced, a dataset is complete or absent.
 
 The subprocess tests run ``tests/_helper_convert.py``, which prints ``advance`` after every
-block it appended and can sleep between blocks, so a test knows for sure that a build is in
-progress when it kills it.
+block it appended and can stop after the N-th block until killed, so a test knows for sure
+that a build is in progress when it kills it.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_kill_during_conversion_leaves_nothing_visible(
     tmp_path: Path, backend: str, proc_guard: list[subprocess.Popen[str]]
 ) -> None:
     source = _long_file(tmp_path / "long.hdf5")
-    proc = _spawn(str(source), "big/run-v0", "--backend", backend, "--block-rows", "20", "--delay", "0.1")
+    proc = _spawn(str(source), "big/run-v0", "--backend", backend, "--block-rows", "20", "--hang-after", "3")
     proc_guard.append(proc)
     _wait_for_advances(proc, 3)  # three blocks are on disk in the build directory
     root = CacheRoot()
@@ -161,7 +161,7 @@ def test_stale_build_is_cleaned_by_a_writer_of_another_name(
     tmp_path: Path, proc_guard: list[subprocess.Popen[str]]
 ) -> None:
     source = _long_file(tmp_path / "long.hdf5")
-    proc = _spawn(str(source), "victim", "--block-rows", "20", "--delay", "0.1")
+    proc = _spawn(str(source), "victim", "--block-rows", "20", "--hang-after", "2")
     proc_guard.append(proc)
     _wait_for_advances(proc, 2)
     _kill(proc)
@@ -178,7 +178,7 @@ def test_kill_during_forced_rebuild_keeps_the_old_dataset(
     convert(old_source, "kept")
     before = open_dataset("kept")[:].to_numpy()
     new_source = _long_file(tmp_path / "long.hdf5")
-    proc = _spawn(str(new_source), "kept", "--force", "--block-rows", "20", "--delay", "0.1")
+    proc = _spawn(str(new_source), "kept", "--force", "--block-rows", "20", "--hang-after", "3")
     proc_guard.append(proc)
     _wait_for_advances(proc, 3)
     _kill(proc)

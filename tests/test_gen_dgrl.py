@@ -29,6 +29,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.gen_dgrl import sniff
+from tests.cli_fixtures import download
 from tests.formats_fixtures import golden_ogbench
 from tests.formats_fixtures import refused as _refused
 from tests.gen_dgrl_fixtures import (
@@ -45,12 +46,6 @@ from tests.gen_dgrl_fixtures import (
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-
-
-def _download(path: Path, name: str = "gd", *extra: str) -> Any:
-    return runner.invoke(app, ["download", str(path), "--name", name, *extra])
-
-
 
 
 def _expected(trajectories: list[Trajectory]) -> dict[str, np.ndarray]:
@@ -106,7 +101,7 @@ def test_archive_of_both_member_kinds_converts_exactly(tmp_path: Path) -> None:
     and read as a stream: the archive is the one source file, never unpacked."""
     archive, trajectories = gen_dgrl_archive(tmp_path / "bigfish.tar.xz", episodes=4, steps=12)
     assert sniff(archive)
-    result = _download(archive)
+    result = download(archive, "gd")
     assert result.exit_code == 0, result.output
     _check_converted("gd", trajectories)
     source = open_dataset("gd").manifest.source
@@ -118,7 +113,7 @@ def test_archive_of_both_member_kinds_converts_exactly(tmp_path: Path) -> None:
     notes = open_dataset("gd").manifest.conversion["notes"]
     assert any("cast from float32 to uint8" in n for n in notes)
     # the same bytes again: reused, not converted twice
-    again = _download(archive)
+    again = download(archive, "gd")
     assert again.exit_code == 0 and "already in the cache" in again.output, again.output
 
 
@@ -128,20 +123,20 @@ def test_a_folder_and_loose_files(tmp_path: Path) -> None:
     trajectories = [procgen_trajectory(rng, 5 + i, index=i, level_seed=40 + i, side=16) for i in range(3)]
     folder = write_folder(tmp_path / "episodes", trajectories, kinds="npz")
     assert detect_format(folder) == "gen_dgrl"
-    assert _download(folder, "folder").exit_code == 0
+    assert download(folder, "folder").exit_code == 0
     # files are read in sorted name order
     in_order = sorted(trajectories, key=lambda t: t.collector_name())
     _check_converted("folder", in_order)
 
     mixed = write_folder(tmp_path / "mixed", trajectories, kinds="mixed")
-    assert _download(mixed, "mixed").exit_code == 0
+    assert download(mixed, "mixed").exit_code == 0
     names = sorted(p.name for p in mixed.iterdir())
     by_stem = {t.collector_name()[:-4]: t for t in trajectories}
     _check_converted("mixed", [by_stem[Path(n).stem] for n in names])
 
     npy = next(p for p in mixed.iterdir() if p.suffix == ".npy")
     assert detect_format(npy) == "gen_dgrl"
-    assert _download(npy, "one").exit_code == 0
+    assert download(npy, "one").exit_code == 0
     _check_converted("one", [by_stem[npy.stem]])
 
 
@@ -151,7 +146,7 @@ def test_done_before_the_end_splits_and_a_cut_trajectory_ends_truncated(tmp_path
     rng = np.random.default_rng(5)
     traj = procgen_trajectory(rng, 9, side=8, done_at_end=False, early_dones=[3], dones_dtype=np.bool_)
     archive = write_tar(tmp_path / "chaser.tar.xz", members_of([traj], kinds="npy"))
-    assert _download(archive).exit_code == 0
+    assert download(archive, "gd").exit_code == 0
     ds = open_dataset("gd")
     assert ds.episodes["length"].tolist() == [4, 5]
     assert ds.episodes["final_known"].tolist() == [False, True]
@@ -178,7 +173,7 @@ def test_uint8_frames_extra_keys_and_other_members(tmp_path: Path) -> None:
     arrays["infos"] = np.arange(6)
     members = [("game/README.txt", b"hello"), ("game/a.npz", npz_bytes(arrays))]
     archive = write_tar(tmp_path / "x.tar.xz", members)
-    assert _download(archive, "gd", "--format", "gen_dgrl").exit_code == 0
+    assert download(archive, "gd", "--format", "gen_dgrl").exit_code == 0
     ds = open_dataset("gd")
     np.testing.assert_array_equal(
         np.asarray(ds.column("observation")[:]),
@@ -201,7 +196,7 @@ def test_uint8_frames_extra_keys_and_other_members(tmp_path: Path) -> None:
 
 def test_a_subset_of_episodes(tmp_path: Path) -> None:
     archive, trajectories = gen_dgrl_archive(tmp_path / "maze.tar.xz", episodes=5, steps=4, side=8)
-    assert _download(archive, "sub", "--episodes", "1:3").exit_code == 0
+    assert download(archive, "sub", "--episodes", "1:3").exit_code == 0
     ds = open_dataset("sub")
     assert ds.episodes["length"].tolist() == [t.steps for t in trajectories[1:3]]
     assert ds.source_arrays["gen_dgrl/episode_level_seed"].tolist() == [101, 102]
@@ -233,7 +228,7 @@ def test_an_ogbench_tar_is_still_unpacked_and_converted(tmp_path: Path) -> None:
     (tmp_path / "og").mkdir()
     og = golden_ogbench(tmp_path / "og" / "o.npz")
     og_tar = write_tar(tmp_path / "og.tar.xz", [("og/o.npz", og.read_bytes())])
-    result = _download(og_tar, "og")
+    result = download(og_tar, "og")
     assert result.exit_code == 0, result.output
     assert open_dataset("og").manifest.source["format"] == "ogbench"
     assert open_dataset("og").manifest.source["archive"] is True
@@ -279,7 +274,7 @@ def test_the_restricted_unpickler_refuses_other_globals(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     archive = _pickled_member(tmp_path, payload)
-    line = _refused(_download(archive), str(archive), "member 'g/evil.npy'", f"asks for {global_name}")
+    line = _refused(download(archive, "gd"), str(archive), "member 'g/evil.npy'", f"asks for {global_name}")
     assert "not part of a numpy array" in line
     assert not (tmp_path / "PWNED").exists()
 
@@ -290,8 +285,8 @@ def test_allow_pickle_reads_a_benign_pickle_the_restriction_refuses(tmp_path: Pa
     traj = procgen_trajectory(rng, 4, side=8)
     member = npy_bytes(OrderedDict(as_torchrl_member(traj)))
     archive = write_tar(tmp_path / "od.tar.xz", [("g/od.npy", member)])
-    _refused(_download(archive, "gd", "--format", "gen_dgrl"), "asks for collections.OrderedDict")
-    result = _download(archive, "gd", "--allow-pickle")
+    _refused(download(archive, "gd", "--format", "gen_dgrl"), "asks for collections.OrderedDict")
+    result = download(archive, "gd", "--allow-pickle")
     assert result.exit_code == 0, result.output
     np.testing.assert_array_equal(np.asarray(open_dataset("gd").column("action")[:]), traj.arrays["actions"])
 
@@ -309,7 +304,7 @@ def test_protocol_2_and_5_pickles_of_arrays_are_read(tmp_path: Path) -> None:
         body = pickle.dumps(np.array(as_torchrl_member(traj) | {}, dtype=object), protocol=protocol)
         members.append((f"g/p{protocol}.npy", header.getvalue() + body))
     archive = write_tar(tmp_path / "p.tar.xz", members)
-    result = _download(archive)
+    result = download(archive, "gd")
     assert result.exit_code == 0, result.output
     assert open_dataset("gd").episodes["length"].tolist() == [3, 3]
 
@@ -357,20 +352,20 @@ def test_unsafe_members_are_refused(tmp_path: Path, member: tarfile.TarInfo, nee
         npz_bytes(procgen_trajectory(np.random.default_rng(1), 2, side=8).arrays) if member.isfile() else b""
     )
     archive = _tar_with(tmp_path, member, data)
-    _refused(_download(archive), str(archive), f"member {member.name!r}", needle)
+    _refused(download(archive, "gd"), str(archive), f"member {member.name!r}", needle)
 
 
 def test_a_truncated_archive(tmp_path: Path) -> None:
     archive, _ = gen_dgrl_archive(tmp_path / "t.tar.xz", episodes=3, steps=30, side=32, preset=0)
     data = archive.read_bytes()
     archive.write_bytes(data[: len(data) * 2 // 3])
-    _refused(_download(archive, "gd", "--format", "gen_dgrl"), str(archive), "damaged tar archive")
+    _refused(download(archive, "gd", "--format", "gen_dgrl"), str(archive), "damaged tar archive")
 
 
 def test_a_decompression_bomb_is_refused(tmp_path: Path) -> None:
     """Constant frames inflate over 200-fold: refused once past 64 MiB, like any archive bomb."""
     archive = _constant_archive(tmp_path / "bomb.tar.xz", members=8, steps=1000, dtype=np.uint8)
-    line = _refused(_download(archive, "gd", "--format", "gen_dgrl"), str(archive), "decompression bomb")
+    line = _refused(download(archive, "gd", "--format", "gen_dgrl"), str(archive), "decompression bomb")
     assert "ratio over 200" in line
 
 
@@ -415,7 +410,7 @@ def test_bad_trajectories_are_refused(tmp_path: Path, kind: str, change: dict[st
     arrays = procgen_trajectory(np.random.default_rng(4), 5, side=8).arrays | change
     arrays = {k: v for k, v in arrays.items() if v is not None}
     archive = _one_member(tmp_path, arrays, kind)
-    _refused(_download(archive, "gd", "--format", "gen_dgrl"), f"{archive}: member 'g/t.{kind}'", needle)
+    _refused(download(archive, "gd", "--format", "gen_dgrl"), f"{archive}: member 'g/t.{kind}'", needle)
 
 
 def test_trajectories_of_different_dtypes_are_refused(tmp_path: Path) -> None:
@@ -424,7 +419,7 @@ def test_trajectories_of_different_dtypes_are_refused(tmp_path: Path) -> None:
     second.arrays["actions"] = second.arrays["actions"].astype(np.int32)
     archive = write_tar(tmp_path / "mixed.tar.xz", members_of([first, second], kinds="npz"))
     line = _refused(
-        _download(archive), "'action' has shape (1,) dtype int32", "(mixed shapes across episodes)"
+        download(archive, "gd"), "'action' has shape (1,) dtype int32", "(mixed shapes across episodes)"
     )
     assert second.collector_name() in line and first.collector_name() in line
 
@@ -434,14 +429,14 @@ def test_a_plain_npy_member_and_a_pickled_list(tmp_path: Path) -> None:
     np.save(plain, np.zeros((3, 2)))
     archive = write_tar(tmp_path / "plain.tar.xz", [("g/t.npy", plain.getvalue())])
     _refused(
-        _download(archive, "gd", "--format", "gen_dgrl"),
+        download(archive, "gd", "--format", "gen_dgrl"),
         "holds an array of shape (3, 2)",
         "not a pickled dict",
     )
     boxed = np.empty((), object)
     boxed[()] = [1, 2, 3]  # np.save of a 0-d object array holding a list
     listed = write_tar(tmp_path / "list.tar.xz", [("g/t.npy", npy_bytes(boxed))])
-    _refused(_download(listed, "gd", "--format", "gen_dgrl"), "member 'g/t.npy': holds a list, not a dict")
+    _refused(download(listed, "gd", "--format", "gen_dgrl"), "member 'g/t.npy': holds a list, not a dict")
 
 
 def test_a_damaged_loose_file(tmp_path: Path) -> None:
@@ -449,7 +444,7 @@ def test_a_damaged_loose_file(tmp_path: Path) -> None:
     path = tmp_path / "t.npy"
     blob = npy_bytes(as_torchrl_member(traj))
     path.write_bytes(blob[: len(blob) // 2])
-    _refused(_download(path, "gd", "--format", "gen_dgrl"), str(path), "not a readable pickle")
+    _refused(download(path, "gd", "--format", "gen_dgrl"), str(path), "not a readable pickle")
 
 
 # ----------------------------------------------------------------------------- memory

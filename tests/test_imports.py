@@ -1,4 +1,4 @@
-"""Import hygiene: ``import rlds_cli`` and ``rlds --help`` stay light (no torch, zarr or h5py),
+"""Import hygiene: ``import rlds_cli`` and ``rlds --help`` stay light (no torch, zarr, h5py or pytest),
 and the lazy public names resolve. The ``sys.modules`` checks run in fresh interpreters."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import rlds_cli
 
 REPO = Path(__file__).resolve().parent.parent
-HEAVY = ("torch", "zarr", "h5py")
+HEAVY = ("torch", "zarr", "h5py", "pytest")  # pytest: only rlds_cli.testing imports it
 
 
 def run_python(code: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.formats.keys import clean_keys, clean_part, is_valid_key
+from tests.minari_fixtures import record_random
 
 runner = CliRunner()
 
@@ -282,23 +283,16 @@ def test_minari_clashing_keys_and_string_infos(tmp_path: Path, monkeypatch: pyte
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     gym.register("RldsKeyToy-v0", entry_point=f"{__name__}:KeyEnv", disable_env_checker=True)
-    collector = minari.DataCollector(gym.make("RldsKeyToy-v0", max_episode_steps=5), record_infos=True)
-    for _ in range(2):
-        collector.reset()  # the default: unseeded
-        while True:
-            *_, term, trunc, _ = collector.step(collector.action_space.sample())
-            if term or trunc:
-                break
     with pytest.warns(UserWarning):  # no eval_env given
-        collector.create_dataset(
-            dataset_id="rlds/keys/toy-v0",
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
+        record_random(
+            gym.make("RldsKeyToy-v0", max_episode_steps=5),
+            "rlds/keys/toy-v0",
+            2,
+            unseeded=True,  # the default of minari's DataCollector
+            record_infos=True,
             code_permalink="tests/test_keys_cleaning.py",
             description="key cleaning",
         )
-    collector.close()
     source = tmp_path / "minari" / "rlds" / "keys" / "toy-v0"
     result = runner.invoke(app, ["download", str(source), "--name", "m"])
     assert result.exit_code == 0, result.output

@@ -60,6 +60,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "demo": BOTTOM,
     "data": frozenset(),
 }
+#: The shipped contract suites (they import pytest) stand on every unit; no unit imports them.
+MAY_IMPORT["testing"] = frozenset(MAY_IMPORT)
 STANDS_ON_EVERYTHING = {"cli", "rlds_cli"}
 
 #: (importer, imported) module pairs that break :data:`MAY_IMPORT` today, and why each remains.
@@ -125,6 +127,24 @@ def test_imports_point_down_only() -> None:
     gone = sorted(set(KNOWN_VIOLATIONS) - found)
     assert not new, f"imports against the layering (docs/architecture.md): {new}"
     assert not gone, f"fixed: remove these from KNOWN_VIOLATIONS: {gone}"
+
+
+def test_nothing_imports_the_contract_suites() -> None:
+    """``rlds_cli.testing`` imports pytest: no module outside it (the CLI and the front door
+    included) may import it, so ``rlds --help`` and the read path never load pytest."""
+    graph = import_graph()
+    importers = sorted(m for m, imported in graph.items() if unit(m) != "testing" and any(
+        unit(i) == "testing" for i in imported))  # fmt: skip
+    assert importers == [], f"rlds_cli.testing is for tests only: {importers} import it"
+    assert any(unit(m) == "testing" for m in graph), "the check must see rlds_cli.testing"
+
+
+def test_the_contract_suites_import_nothing_of_the_tests() -> None:
+    """A third party runs the suites without rlds's ``tests/`` folder."""
+    root = PACKAGE / "testing"
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "from tests" not in text and "import tests" not in text, path
 
 
 def test_the_check_sees_a_lazy_import_against_the_rule() -> None:

@@ -20,6 +20,8 @@ FORBIDDEN = (
     "rlds_cli.cache.builder",
     "rlds_cli.cache.transaction",
     "rlds_cli.write",
+    "rlds_cli.testing",
+    "pytest",
 )
 
 READ = """

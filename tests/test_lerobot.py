@@ -4,11 +4,11 @@ The golden source is ``tests/fixtures/lerobot-v3-tiny/``, written by lerobot 0.4
 of ``../shared/fixtures/lerobot-v3-tiny/``: 3 episodes of 20/25/30 frames, fps 10, one 64x64 AV1
 camera). Every converted value is compared with the parquet read by pyarrow here, and every frame
 with the mp4 decoded by PyAV here (the same decoder, so equality is exact). The v2.1 tree is
-*derived* from that fixture in :func:`v21_tree`, following lerobot's v2.1 layout (one parquet and
-one mp4 per episode, ``meta/episodes.jsonl``, ``meta/tasks.jsonl``); its mp4s are the v3 file's
-packets remuxed (not re-encoded), so their frames are bit-identical. The export tests write the
-converted fixture back as LeRobot v3.0 (``rlds export --to lerobot``), compare its files and
-schemas with the fixture's, and convert it again.
+*derived* from that fixture (:func:`tests.lerobot_fixtures.v21_tree`), following lerobot's v2.1
+layout (one parquet and one mp4 per episode, ``meta/episodes.jsonl``, ``meta/tasks.jsonl``); its
+mp4s are the v3 file's packets remuxed (not re-encoded), so their frames are bit-identical. The
+export tests write the converted fixture back as LeRobot v3.0 (``rlds export --to lerobot``),
+compare its files and schemas with the fixture's, and convert it again.
 """
 
 from __future__ import annotations
@@ -30,16 +30,23 @@ from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
+from tests.cli_fixtures import download
+from tests.lerobot_fixtures import (
+    DATA,
+    EPISODES,
+    FIXTURE,
+    LENGTHS,
+    VIDEO,
+    episode_windows,
+    remux,
+    split_v3_tree,
+    v21_tree,
+)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lerobot-v3-tiny"
-VIDEO = Path("videos/observation.image/chunk-000/file-000.mp4")
-DATA = Path("data/chunk-000/file-000.parquet")
-EPISODES = Path("meta/episodes/chunk-000/file-000.parquet")
-LENGTHS = [20, 25, 30]
 runner = CliRunner()
 
 
@@ -68,12 +75,6 @@ def _write_info(root: Path, info: dict[str, Any]) -> None:
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
 
 
-def _episode_windows() -> list[tuple[float, float]]:
-    eps = pq.read_table(FIXTURE / EPISODES).to_pydict()
-    col = "videos/observation.image/"
-    return list(zip(eps[col + "from_timestamp"], eps[col + "to_timestamp"], strict=True))
-
-
 def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.ndarray]]:
     """Every frame of ``video`` as (time in seconds, HWC uint8 RGB), decoded by PyAV here."""
     with av.open(str(video)) as container:
@@ -83,67 +84,6 @@ def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.nda
         ]
 
 
-def _remux(src: Path, dst: Path, start: float, stop: float, *, drop_last: int = 0) -> int:
-    """Copy the packets of ``src`` timed in ``[start, stop)`` into ``dst``, shifted to start at 0
-    (no re-encoding: the frames decode bit-identical). Returns the packets written."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(src)) as inp:
-        stream = inp.streams.video[0]
-        packets = [
-            p
-            for p in inp.demux(stream)
-            if p.pts is not None and start - 1e-4 <= float(p.pts * stream.time_base) < stop - 1e-4
-        ]
-        packets = packets[: len(packets) - drop_last]
-        assert packets[0].is_keyframe  # lerobot encodes each episode on its own: it starts on a keyframe
-        offset = round(start / stream.time_base)
-        with av.open(str(dst), "w") as out:
-            ostream = out.add_stream_from_template(stream, opaque=True)
-            for p in packets:
-                p.pts -= offset
-                p.dts -= offset
-                p.stream = ostream
-                out.mux(p)
-    return len(packets)
-
-
-def v21_tree(v3_root: Path, dst: Path) -> Path:
-    """The v3 fixture rewritten in lerobot's v2.1 layout: ``data/chunk-000/episode_00000e.parquet``
-    and ``videos/chunk-000/observation.image/episode_00000e.mp4`` per episode, ``meta/episodes.jsonl``
-    and ``meta/tasks.jsonl``, and info.json with v2.1's templates."""
-    (dst / "meta").mkdir(parents=True)
-    table = pq.read_table(v3_root / DATA)
-    windows = _episode_windows()
-    tasks = pq.read_table(v3_root / "meta" / "tasks.parquet").to_pydict()
-    with open(dst / "meta" / "tasks.jsonl", "w") as f:
-        for index, text in zip(tasks["task_index"], tasks["__index_level_0__"], strict=True):
-            f.write(json.dumps({"task_index": index, "task": text}) + "\n")
-    start = 0
-    with open(dst / "meta" / "episodes.jsonl", "w") as f:
-        for e, length in enumerate(LENGTHS):
-            f.write(json.dumps({"episode_index": e, "tasks": ["push the T"], "length": length}) + "\n")
-            path = dst / "data" / "chunk-000" / f"episode_{e:06d}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table.slice(start, length), path)
-            video = dst / "videos" / "chunk-000" / "observation.image" / f"episode_{e:06d}.mp4"
-            assert _remux(v3_root / VIDEO, video, *windows[e]) == length
-            start += length
-    info = _info(v3_root)
-    info.update(
-        codebase_version="v2.1",
-        total_chunks=1,
-        total_videos=len(LENGTHS),
-        data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-        video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-    )
-    for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
-        info.pop(key)
-    _write_info(dst, info)
-    return dst
-
-
-def _download(path: Path, name: str = "lr", *extra: str) -> Any:
-    return runner.invoke(app, ["download", str(path), "--name", name, *extra])
 
 
 def _refused(result: Any, *needles: str, published: tuple[str, ...] = ()) -> str:
@@ -206,7 +146,7 @@ def _check_against_fixture(name: str, *, chw: bool = False) -> None:
     frames = _reference_frames()
     per_episode = [
         np.stack([img for when, img in frames if lo - 1e-4 <= when < hi - 1e-4])
-        for lo, hi in _episode_windows()
+        for lo, hi in episode_windows()
     ]
     images = np.concatenate([np.concatenate([f, f[-1:]]) for f in per_episode])
     if chw:
@@ -221,7 +161,7 @@ def _check_against_fixture(name: str, *, chw: bool = False) -> None:
 
 def test_golden_v3_fixture_converts_exactly(v3: Path) -> None:
     assert detect_format(v3) == "lerobot"
-    result = _download(v3)
+    result = download(v3, "lr")
     assert result.exit_code == 0, result.output
     _check_against_fixture("lr")
     ds = open_dataset("lr")
@@ -247,7 +187,7 @@ def test_info_json_path_and_small_blocks_give_the_same_data(v3: Path) -> None:
 def test_v21_layout_converts_to_the_same_data(v3: Path, tmp_path: Path) -> None:
     src = v21_tree(v3, tmp_path / "v21")
     assert detect_format(src) == "lerobot"
-    result = _download(src, "v21")
+    result = download(src, "v21")
     assert result.exit_code == 0, result.output
     _check_against_fixture("v21")
     assert open_dataset("v21").manifest.source["metadata"]["lerobot"]["codebase_version"] == "v2.1"
@@ -259,7 +199,7 @@ def test_channels_first_video_feature(v3: Path) -> None:
     feature = info["features"]["observation.image"]
     feature["shape"], feature["names"] = [3, 64, 64], ["channels", "height", "width"]
     _write_info(v3, info)
-    assert _download(v3, "chw").exit_code == 0
+    assert download(v3, "chw").exit_code == 0
     _check_against_fixture("chw", chw=True)
     assert open_dataset("chw").manifest.source["metadata"]["lerobot"]["video_layout"] == {
         "observation/image": "CHW"
@@ -273,7 +213,7 @@ def test_without_reward_and_success_columns(v3: Path) -> None:
     info = _info(v3)
     del info["features"]["next.reward"], info["features"]["next.success"]
     _write_info(v3, info)
-    assert _download(v3, "bare").exit_code == 0
+    assert download(v3, "bare").exit_code == 0
     ds = open_dataset("bare")
     assert not np.asarray(ds.column("next/reward")[:]).any()
     assert not np.asarray(ds.column("next/terminated")[:]).any()
@@ -333,7 +273,7 @@ def test_a_subset_of_episodes_and_an_early_done(v3: Path) -> None:
     done[30] = True  # inside episode 1 (rows 20..44)
     table = table.set_column(table.column_names.index("next.done"), "next.done", pa.array(done))
     pq.write_table(table, v3 / DATA)
-    assert _download(v3, "sub", "--episodes", "1:3").exit_code == 0
+    assert download(v3, "sub", "--episodes", "1:3").exit_code == 0
     ds = open_dataset("sub")
     assert ds.episodes["source_id"].tolist() == [1, 2]
     assert ds.episodes["length"].tolist() == LENGTHS[1:]
@@ -350,25 +290,8 @@ def test_v3_tree_split_over_several_data_and_video_files(v3: Path, tmp_path: Pat
     """Episodes 0-1 in ``file-000``, episode 2 in ``file-001`` (parquet and mp4, as lerobot does
     once a file reaches its size limit): rows found by ``dataset_from_index`` within each file,
     frames by each file's own timestamps."""
-    table = pq.read_table(v3 / DATA)
-    first = sum(LENGTHS[:2])
-    pq.write_table(table.slice(0, first), v3 / DATA)
-    pq.write_table(table.slice(first), v3 / DATA.with_name("file-001.parquet"))
-    lo, hi = _episode_windows()[2]
-    _remux(FIXTURE / VIDEO, v3 / VIDEO, 0.0, lo)
-    _remux(FIXTURE / VIDEO, v3 / VIDEO.with_name("file-001.mp4"), lo, hi)
-    episodes = pq.read_table(v3 / EPISODES)
-    col = "videos/observation.image/"
-    for name, values in (
-        ("data/file_index", [0, 0, 1]),
-        (col + "file_index", [0, 0, 1]),
-        (col + "from_timestamp", [0.0, 2.0, 0.0]),
-        (col + "to_timestamp", [2.0, 4.5, hi - lo]),
-    ):
-        column = pa.array(values, episodes.schema.field(name).type)
-        episodes = episodes.set_column(episodes.column_names.index(name), name, column)
-    pq.write_table(episodes, v3 / EPISODES)
-    result = _download(v3, "split")
+    split_v3_tree(v3)
+    result = download(v3, "split")
     assert result.exit_code == 0, result.output
     _check_against_fixture("split")
 
@@ -387,7 +310,7 @@ def test_two_cameras(v3: Path) -> None:
             f"videos/observation.images.wrist/{part}", episodes.column(f"videos/observation.image/{part}")
         )
     pq.write_table(episodes, v3 / EPISODES)
-    assert _download(v3, "two", "--format", "lerobot").exit_code == 0
+    assert download(v3, "two", "--format", "lerobot").exit_code == 0
     _check_against_fixture("two")
     ds = open_dataset("two")
     np.testing.assert_array_equal(
@@ -408,38 +331,38 @@ def test_without_codebase_version_it_is_not_detected(v3: Path) -> None:
 
 def test_a_video_with_fewer_frames_than_the_parquet(v3: Path, tmp_path: Path) -> None:
     short = tmp_path / "short.mp4"
-    assert _remux(v3 / VIDEO, short, 0.0, 7.5, drop_last=3) == 72
+    assert remux(v3 / VIDEO, short, 0.0, 7.5, drop_last=3) == 72
     shutil.copyfile(short, v3 / VIDEO)
-    line = _refused(_download(v3), str(v3 / VIDEO), "episode 2 has 27 frames", "parquet has 30 rows")
+    line = _refused(download(v3, "lr"), str(v3 / VIDEO), "episode 2 has 27 frames", "parquet has 30 rows")
     assert "error: " in line
 
 
 def test_a_v21_episode_video_with_fewer_frames(v3: Path, tmp_path: Path) -> None:
     src = v21_tree(v3, tmp_path / "v21")
     video = src / "videos" / "chunk-000" / "observation.image" / "episode_000001.mp4"
-    _remux(v3 / VIDEO, video, 2.0, 4.5, drop_last=1)
-    _refused(_download(src), str(video), "episode 1 has 24 frames", "parquet has 25 rows")
+    remux(v3 / VIDEO, video, 2.0, 4.5, drop_last=1)
+    _refused(download(src, "lr"), str(video), "episode 1 has 24 frames", "parquet has 25 rows")
 
 
 @pytest.mark.parametrize("damaged", [DATA, VIDEO, EPISODES])
 def test_a_truncated_file_is_one_line_naming_it(v3: Path, damaged: Path) -> None:
     data = (v3 / damaged).read_bytes()
     (v3 / damaged).write_bytes(data[: len(data) * 6 // 10])
-    _refused(_download(v3), str(v3 / damaged))
+    _refused(download(v3, "lr"), str(v3 / damaged))
 
 
 @pytest.mark.parametrize("missing", [DATA, VIDEO])
 def test_a_missing_file_named_in_info_json(v3: Path, missing: Path) -> None:
     (v3 / missing).unlink()
     what = "data_path" if missing == DATA else "video_path"
-    _refused(_download(v3), str(v3 / missing), "is missing", what)
+    _refused(download(v3, "lr"), str(v3 / missing), "is missing", what)
 
 
 def test_a_wrong_codebase_version(v3: Path) -> None:
     info = _info(v3)
     info["codebase_version"] = "v1.6"
     _write_info(v3, info)
-    _refused(_download(v3), "info.json", "codebase_version 'v1.6'")
+    _refused(download(v3, "lr"), "info.json", "codebase_version 'v1.6'")
 
 
 @pytest.mark.parametrize(
@@ -462,14 +385,14 @@ def test_a_path_template_that_escapes_or_abuses_format(
     info = _info(v3)
     info[field] = template
     _write_info(v3, info)
-    _refused(_download(v3), "info.json", field, needle)
+    _refused(download(v3, "lr"), "info.json", field, needle)
 
 
 def test_a_data_file_that_is_a_symlink_out_of_the_dataset(v3: Path) -> None:
     outside = v3.parent / "outside.parquet"
     shutil.move(v3 / DATA, outside)
     (v3 / DATA).symlink_to(outside)
-    _refused(_download(v3), "escapes the dataset directory")
+    _refused(download(v3, "lr"), "escapes the dataset directory")
 
 
 def test_a_hugging_face_cache_snapshot_converts(tmp_path: Path) -> None:
@@ -483,26 +406,26 @@ def test_a_hugging_face_cache_snapshot_converts(tmp_path: Path) -> None:
         shutil.copyfile(FIXTURE / rel, blob)
         (snapshot / rel).parent.mkdir(parents=True, exist_ok=True)
         (snapshot / rel).symlink_to(os.path.relpath(blob, (snapshot / rel).parent))
-    assert _download(snapshot, "hub").exit_code == 0
+    assert download(snapshot, "hub").exit_code == 0
     _check_against_fixture("hub")
     outside = tmp_path / "elsewhere.parquet"
     shutil.copyfile(FIXTURE / DATA, outside)
     (snapshot / DATA).unlink()
     (snapshot / DATA).symlink_to(outside)
-    _refused(_download(snapshot, "hub2"), "escapes the dataset directory", published=("hub",))
+    _refused(download(snapshot, "hub2"), "escapes the dataset directory", published=("hub",))
 
 
 def test_frames_of_another_size_than_info_json_declares(v3: Path) -> None:
     info = _info(v3)
     info["features"]["observation.image"]["shape"] = [32, 32, 3]
     _write_info(v3, info)
-    _refused(_download(v3), str(v3 / VIDEO), "frames are 64x64")
+    _refused(download(v3, "lr"), str(v3 / VIDEO), "frames are 64x64")
 
 
 def test_episodes_table_and_data_file_disagree(v3: Path) -> None:
     table = pq.read_table(v3 / DATA)
     pq.write_table(table.slice(0, 70), v3 / DATA)
-    _refused(_download(v3), str(v3 / DATA), "has 70 rows", "75")
+    _refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
 
 
 def test_hostile_feature_names_are_cleaned(v3: Path) -> None:
@@ -515,7 +438,7 @@ def test_hostile_feature_names_are_cleaned(v3: Path) -> None:
     info = _info(v3)
     info["features"] = {(hostile if k == "observation.state" else k): v for k, v in info["features"].items()}
     _write_info(v3, info)
-    result = _download(v3, "hostile")
+    result = download(v3, "hostile")
     assert result.exit_code == 0, result.output
     ds = open_dataset("hostile")
     assert all(is_valid_key(k) for k in ds.manifest.fields)
@@ -573,7 +496,7 @@ def _state_only(root: Path, rows: int) -> Path:
 
 def test_a_camera_less_dataset_converts(tmp_path: Path) -> None:
     src = _state_only(tmp_path / "s", 12)
-    assert _download(src, "state").exit_code == 0
+    assert download(src, "state").exit_code == 0
     ds = open_dataset("state")
     assert ds.num_steps == 12 and "observation/state" in ds.manifest.fields
     assert runner.invoke(app, ["inspect", "state", "--check"]).exit_code == 0
@@ -587,7 +510,7 @@ def test_a_data_file_declaring_far_more_rows_than_it_stores(
     monkeypatch.setattr("rlds_cli.formats.untrusted.RATIO_FLOOR_BYTES", 1 << 20)
     src = _state_only(tmp_path / "s", 200_000)
     assert (src / DATA).stat().st_size < 200_000
-    _refused(_download(src), str(src / DATA), "a decompression bomb")
+    _refused(download(src, "lr"), str(src / DATA), "a decompression bomb")
 
 
 # ----------------------------------------------------------------------------- export
@@ -601,7 +524,7 @@ def test_export_matches_the_fixture_layout_and_round_trips(v3: Path, tmp_path: P
     """``rlds export --to lerobot`` of the converted fixture writes the fixture's files with its
     info.json, its episodes, data and tasks schemas; converting the export back gives every
     parquet value exactly and the frames within AV1's loss."""
-    assert _download(v3, "tiny").exit_code == 0
+    assert download(v3, "tiny").exit_code == 0
     out = tmp_path / "exported"
     result = runner.invoke(app, ["export", "tiny", str(out), "--to", "lerobot"])
     assert result.exit_code == 0, result.output
@@ -633,7 +556,7 @@ def test_export_matches_the_fixture_layout_and_round_trips(v3: Path, tmp_path: P
         keys = {round(float(p.pts * stream.time_base), 4) for p in container.demux(stream) if p.is_keyframe}
     assert {0.0, 2.0, 4.5} <= keys
     # back into the cache: the same keys, values and episodes; frames within the codec's loss
-    assert _download(out, "back").exit_code == 0
+    assert download(out, "back").exit_code == 0
     assert runner.invoke(app, ["inspect", "back", "--check"]).exit_code == 0
     a, b = open_dataset("tiny"), open_dataset("back")
     assert sorted(a.manifest.fields) == sorted(b.manifest.fields)
@@ -662,7 +585,7 @@ def test_export_of_a_d4rl_dataset_round_trips(tmp_path: Path) -> None:
     info = _info(out)
     assert info["fps"] == 30 and "observation.state" in info["features"] and info["video_path"] is None
     assert pq.read_table(out / "meta/tasks.parquet").to_pydict()["__index_level_0__"] == ["g"]
-    assert _download(out, "g-back").exit_code == 0
+    assert download(out, "g-back").exit_code == 0
     a, b = open_dataset("g"), open_dataset("g-back")
     assert a.episodes["length"].tolist() == b.episodes["length"].tolist()
     for key in ("action", "next/reward", "next/terminated", "next/truncated"):

@@ -4,7 +4,6 @@ mask rule, a user reward function, and exact resume with prefetch."""
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
 from rlds_cli.loader.relabel import GoalRelabel, GoalRule, her_future_indices, ogbench_goal_indices
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import make_ted, resumed_batches
 
 LENGTHS = [5, 1, 9, 3, 14, 2]
 
@@ -123,21 +122,10 @@ def test_resume_exact(ds: Dataset, sampler: dict, prefetch: int) -> None:
         relabel = GoalRelabel(seed=5)
         return Loader(ds, 16, seed=seed, epochs=None, prefetch=prefetch, transform=relabel, **sampler)
 
-    first = make(0)
-    it = iter(first)
-    for _ in range(3):
-        next(it)
-    state = pickle.loads(pickle.dumps(first.state_dict()))
-    expected = [next(it) for _ in range(4)]
-    second = make(1)
-    second.load_state_dict(state)
-    it2 = iter(second)
-    for want in expected:
-        got = next(it2)
+    expected, resumed = resumed_batches(make, skip=3, take=4, seeds=(0, 1))
+    for want, got in zip(expected, resumed, strict=True):
         for key in ("index", "value_goal", "actor_goal", "next/reward", "mask"):
             assert got[key].tolist() == want[key].tolist()
-    first.close()
-    second.close()
 
 
 def test_seed_changes_goals(ds: Dataset) -> None:
@@ -175,16 +163,8 @@ def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
         sampler = MixtureSampler(source.sizes, [0.5, 0.5], 32, seed)
         return Loader(source, 32, sampler=sampler, epochs=None, prefetch=2, transform=relabel)
 
-    first = make(0)
-    it = iter(first)
-    next(it)
-    state = pickle.loads(pickle.dumps(first.state_dict()))
-    want = [next(it) for _ in range(3)]
-    second = make(1)
-    second.load_state_dict(state)
-    it2 = iter(second)
-    for w in want:
-        g = next(it2)
+    want, got = resumed_batches(make, skip=1, take=3, seeds=(0, 1))
+    for w, g in zip(want, got, strict=True):
         for key in ("index", "source", "value_goal", "actor_goal", "next/reward", "mask"):
             assert g[key].tolist() == w[key].tolist()
         src, idx = w["source"].numpy(), w["index"].numpy()
@@ -198,5 +178,3 @@ def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
             assert (vi[rows] < ends[-1]).all()
         # goal observations are the goal steps' ([i, episode, i / 2] in both datasets)
         assert w["actor_goal"].numpy()[:, 0].tolist() == ai.tolist()
-    first.close()
-    second.close()

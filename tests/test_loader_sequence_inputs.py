@@ -3,7 +3,6 @@ statements, against AMAGO's own trajectory files, and the AMAGO export round tri
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from rlds_cli.export import export_dataset
 from rlds_cli.loader import Loader
 from rlds_cli.loader.sequence_inputs import PrevActionReward
 from tests.formats_fixtures import amago_arrays, write_amago
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import make_ted, resumed_batches
 
 LENGTHS = [4, 1, 6, 3]
 
@@ -47,20 +46,10 @@ def test_slices_prefetch_resume(ds: Dataset) -> None:
         return Loader(ds, 6, sampler="slice", slice_len=3, seed=seed, epochs=None, prefetch=2,
                       transform=PrevActionReward())  # fmt: skip
 
-    a = make(0)
-    it = iter(a)
-    next(it)
-    state = pickle.loads(pickle.dumps(a.state_dict()))
-    want = [next(it) for _ in range(3)]
-    b = make(4)
-    b.load_state_dict(state)
-    it2 = iter(b)
-    for w in want:
-        g = next(it2)
+    want, got = resumed_batches(make, skip=1, take=3, seeds=(0, 4))
+    for w, g in zip(want, got, strict=True):
         assert g["rl2s"].shape == (2, 3, 3)
         assert g["rl2s"].tolist() == w["rl2s"].tolist() and g["time_idx"].tolist() == w["time_idx"].tolist()
-    a.close()
-    b.close()
 
 
 def test_matches_amago_files(tmp_path: Path) -> None:

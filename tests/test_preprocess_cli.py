@@ -135,7 +135,7 @@ import sys
 from rlds_cli import preprocess
 
 if __name__ == "__main__":
-    preprocess.run("src", "tests.preprocess_fns:slow_normalize", "out", by=sys.argv[1], workers=2,
+    preprocess.run("src", "tests.preprocess_fns:normalize_or_hang", "out", by=sys.argv[1], workers=2,
                    chunk_steps=10, stats=True)
 """
 
@@ -147,7 +147,9 @@ def test_job_killed_halfway_resumes_to_the_same_arrays(
     make_dataset("src", [8] * 25)  # 200 steps: 20 chunks of 10 (per-episode: 25 chunks of 8)
     script = tmp_path / "job.py"
     script.write_text(KILL_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PREPROCESS_TEST_SLEEP": "0.15"}
+    # the chunks before step 40 finish (4 of them per step, 5 per episode), the others hang: the
+    # job is still running, whatever the machine's speed, when it is killed
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PREPROCESS_TEST_HANG_FROM": "40"}
     proc = subprocess.Popen([sys.executable, str(script), by], cwd=REPO, env=env, start_new_session=True)
     chunks = isolated_cache / "tmp"
     deadline = time.monotonic() + 60
@@ -161,13 +163,12 @@ def test_job_killed_halfway_resumes_to_the_same_arrays(
         proc.wait()
     assert not (isolated_cache / "datasets" / "out").exists()  # nothing published
     finished = len(list(chunks.glob("*.job-*/chunks/*.done.npz")))
-    monkeypatch.setenv("PREPROCESS_TEST_SLEEP", "0")
     resumed = preprocess.run(
-        "src", f"{FNS}:slow_normalize", "out", by=by, chunk_steps=10, stats=True, resume=True
+        "src", f"{FNS}:normalize_or_hang", "out", by=by, chunk_steps=10, stats=True, resume=True
     )
     assert resumed.resumed_chunks == finished >= 4
     assert not list(chunks.glob("*.job-*"))  # the job directory is gone once published
-    preprocess.run("src", f"{FNS}:slow_normalize", "fresh", by=by, chunk_steps=10, stats=True, workers=1)
+    preprocess.run("src", f"{FNS}:normalize_or_hang", "fresh", by=by, chunk_steps=10, stats=True, workers=1)
     assert_same_arrays(everything("out"), everything("fresh"))
     assert open_dataset("out").manifest.stats == open_dataset("fresh").manifest.stats
 

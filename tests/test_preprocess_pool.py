@@ -26,15 +26,36 @@ HERE = "tests.test_preprocess_pool"
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: The folder where a worker leaves a mark when it takes a chunk (set per test, inherited by the
+#: spawned workers).
+MARKS = "POOL_TEST_MARKS"
+
+
 def _in_worker() -> bool:
     return multiprocessing.parent_process() is not None
 
 
+def _a_worker_takes_a_chunk(batch: Any) -> None:
+    """In a worker: leave a mark. In the coordinator, for a chunk after step 0 (not schema
+    inference, nor its first chunk): wait for a worker's mark, so that both run chunks whatever
+    the machine's speed (the mark ends the wait; the deadline only bounds a hang)."""
+    marks = Path(os.environ[MARKS])
+    if _in_worker():
+        (marks / str(os.getpid())).touch()
+        return
+    if batch["index"][0] == 0:
+        return
+    deadline = time.monotonic() + 120
+    while not any(marks.iterdir()):
+        if time.monotonic() > deadline:
+            raise AssertionError("no worker took a chunk in 120 s")
+        time.sleep(0.01)
+
+
 def worker_facts(batch: Any) -> Any:
     """Records, per step, the process that ran the chunk and the thread limits it started with
-    (-1: unset). The coordinator is slow, so that the spawned worker has time to start."""
-    if not _in_worker():
-        time.sleep(0.2)
+    (-1: unset)."""
+    _a_worker_takes_a_chunk(batch)
     out = dict(batch)
     rows = len(batch["index"])
     out["pid"] = np.full((rows, 1), os.getpid(), np.int64)
@@ -45,9 +66,9 @@ def worker_facts(batch: Any) -> Any:
 
 def dies_in_a_worker(batch: Any) -> Any:
     """Killed like the out-of-memory killer would, in a spawned worker only."""
+    _a_worker_takes_a_chunk(batch)
     if _in_worker():
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(0.2)
     return batch
 
 
@@ -60,11 +81,10 @@ class _Unconvertible:
 
 
 def bad_output_in_a_worker(batch: Any) -> Any:
+    _a_worker_takes_a_chunk(batch)
     out = dict(batch)
     if _in_worker():
         out["observation"] = _Unconvertible()
-    else:
-        time.sleep(0.2)  # the worker gets its chunks
     return out
 
 
@@ -72,6 +92,14 @@ def bad_output_in_a_worker(batch: Any) -> Any:
 def no_thread_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def marks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An empty folder for the workers' marks (:func:`_a_worker_takes_a_chunk`)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv(MARKS, str(marks))
 
 
 def test_coordinator_and_worker_share_the_chunks_with_thread_limits(monkeypatch: pytest.MonkeyPatch) -> None:

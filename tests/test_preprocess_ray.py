@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,25 @@ def same_output(local: Any, remote: Any) -> None:
     assert x == y
 
 
+def act_when(ready: Callable[[], bool], act: Callable[[], None]) -> tuple[threading.Thread, list[bool]]:
+    """A started thread that calls ``act`` once ``ready()`` is true (checked every 50 ms, for
+    at most 120 s: a bound on a hang), and a list that holds ``True`` once it has."""
+    done: list[bool] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if ready():
+                act()
+                done.append(True)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, done
+
+
 def test_connecting_passes_no_resources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert executors.ray_init_kwargs(None, 3)["num_cpus"] == 3
@@ -233,10 +252,7 @@ def scale(batch):
         else:
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            time.sleep(120)
-    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
-    # node is still starting its first worker (a cold node, when this test runs on its own)
-    time.sleep(0.5)
+            time.sleep(120)  # the stall the test ends by killing this process
     return dict(batch)
 """
 
@@ -247,21 +263,13 @@ def test_worker_killed_mid_job_is_retried(on_cluster: Any, tmp_path: Path) -> No
     fns = tmp_path / "killfns.py"
     fns.write_text(KILLED_ONCE.format(marker=str(marker)))
     make_dataset("src", [10] * 8)
-    killed: list[int] = []
 
     def kill_the_stalled_worker() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if marker.is_file() and marker.read_text():
-                pid = int(marker.read_text())
-                assert pid != os.getpid()
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-                return
-            time.sleep(0.05)
+        pid = int(marker.read_text())
+        assert pid != os.getpid()
+        os.kill(pid, signal.SIGKILL)
 
-    killer = threading.Thread(target=kill_the_stalled_worker, daemon=True)
-    killer.start()
+    killer, killed = act_when(lambda: marker.is_file() and bool(marker.read_text()), kill_the_stalled_worker)
     remote = preprocess.run("src", f"{fns}:scale", "remote", chunk_steps=10, backend="ray", stats=True)
     killer.join(timeout=5)
     assert killed, "no worker stalled"
@@ -369,10 +377,16 @@ def scale(batch):
             pass
         else:
             os.close(fd)
-        time.sleep(120)
-    # elsewhere a chunk takes a moment, so the head cannot finish them all while the second
-    # node is still starting its first worker (a cold node, when this test runs on its own)
-    time.sleep(0.5)
+        time.sleep(120)  # the stall the test ends by taking the node away
+    # on the head node, a chunk after step 0 (not schema inference, in the caller) waits until
+    # the second node has taken a chunk, however long that cold node takes to start a worker:
+    # the head cannot finish them all first (the mark ends the wait; the deadline bounds a hang)
+    if batch["index"][0] > 0:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(MARKER):
+            if time.monotonic() > deadline:
+                raise AssertionError("the second node took no chunk in 120 s")
+            time.sleep(0.01)
     return dict(batch)
 """
 
@@ -414,23 +428,12 @@ def test_remote_zarr_in_and_out_survives_a_node_loss_with_no_shared_disk(
         os.chdir(caller)
         del os.environ[var]
     cluster.wait_for_nodes()
-    removed: list[bool] = []
-
-    def kill_the_node() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if marker.exists():
-                cluster.remove_node(victim, allow_graceful=False)
-                removed.append(True)
-                return
-            time.sleep(0.05)
 
     # the nodes get the store's endpoint and credentials from the job's runtime environment
     ray.init(
         address=cluster.address, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env}
     )
-    killer = threading.Thread(target=kill_the_node, daemon=True)
-    killer.start()
+    killer, removed = act_when(marker.exists, lambda: cluster.remove_node(victim, allow_graceful=False))
     try:
         remote = preprocess.run(
             "s3://rayjob/src", f"{fns}:scale", "s3://rayjob/out", chunk_steps=10, backend="ray", stats=True
@@ -462,19 +465,10 @@ def test_worker_node_lost_mid_job_is_retried(on_cluster: Any, tmp_path: Path) ->
     fns = tmp_path / "nodefns.py"
     fns.write_text(NODE_LOST.format(marker=str(marker), var=VICTIM_VAR))
     make_dataset("src", [10] * 8)
-    removed: list[bool] = []
-
-    def kill_the_second_node() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if marker.exists():
-                on_cluster.remove_node(on_cluster.victim, allow_graceful=False)  # SIGKILL, all of it
-                removed.append(True)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_the_second_node, daemon=True)
-    killer.start()
+    # SIGKILL, all of the node
+    killer, removed = act_when(
+        marker.exists, lambda: on_cluster.remove_node(on_cluster.victim, allow_graceful=False)
+    )
     remote = preprocess.run("src", f"{fns}:scale", "remote", chunk_steps=10, backend="ray", stats=True)
     killer.join(timeout=30)
     assert removed, "no task ran on the second node"

@@ -30,18 +30,13 @@ from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
+from tests.cli_fixtures import download
 from tests.formats_fixtures import refused as _refused
 from tests.rlds_tfrecord_fixtures import DICT_ACTION, Episode, Fixture, write_rlds_dataset
 
 pytest.importorskip("tfrecord")
 Image = pytest.importorskip("PIL.Image")
 runner = CliRunner()
-
-
-def _download(path: Path, name: str = "oxe", *extra: str) -> Any:
-    return runner.invoke(app, ["download", str(path), "--name", name, *extra])
-
-
 
 
 def _jpeg(data: bytes) -> np.ndarray:
@@ -150,7 +145,7 @@ def test_multi_shard_dataset_converts_exactly(tmp_path: Path) -> None:
     one-step episode, through ``rlds download PATH``."""
     fx = write_rlds_dataset(tmp_path / "oxe" / "1.0.0", (5, 7, 4, 1, 6, 3), shards=3, last_step="mixed")
     assert detect_format(fx.root) == "rlds"
-    result = _download(fx.root)
+    result = download(fx.root, "oxe")
     assert result.exit_code == 0, result.output
     ds = _check("oxe", fx)
     conv = ds.manifest.conversion
@@ -196,7 +191,7 @@ def test_an_unknown_last_step_rule_is_refused(tmp_path: Path) -> None:
 def test_a_dict_action(tmp_path: Path) -> None:
     """RT-1-style dict actions become ``action/<k>``, a scalar part keeping its shape ``()``."""
     fx = write_rlds_dataset(tmp_path / "src", (4, 5), dict_action=True, last_step="mixed")
-    assert _download(fx.root, "dict").exit_code == 0
+    assert download(fx.root, "dict").exit_code == 0
     ds = _check("dict", fx)
     assert {k for k in ds.manifest.fields if k.startswith("action")} == {f"action/{k}" for k in DICT_ACTION}
     assert ds.manifest.fields["action/terminate_episode"].shape == ()
@@ -207,7 +202,7 @@ def test_a_single_shard_and_its_detection(tmp_path: Path) -> None:
     fx = write_rlds_dataset(tmp_path / "src", (3, 4, 2, 5), shards=2, last_step="observation")
     assert detect_format(fx.shards[1]) == "rlds"
     assert detect_format(fx.root / "features.json") == "rlds"
-    assert _download(fx.shards[1], "half").exit_code == 0
+    assert download(fx.shards[1], "half").exit_code == 0
     ds = open_dataset("half")
     assert ds.episodes["length"].tolist() == [1, 4]  # episodes 2 and 3 (strict RLDS: T - 1)
     assert [f["path"] for f in ds.manifest.source["files"]] == [
@@ -224,7 +219,7 @@ def test_a_folder_without_features_json_is_not_detected(tmp_path: Path) -> None:
     (fx.root / "features.json").unlink()
     with pytest.raises(UnknownFormatError):
         detect_format(fx.root)
-    _refused(_download(fx.root, "x", "--format", "rlds"), str(fx.root), "has no features.json")
+    _refused(download(fx.root, "x", "--format", "rlds"), str(fx.root), "has no features.json")
 
 
 def test_splits_default_to_train_and_can_be_chosen(tmp_path: Path) -> None:
@@ -300,14 +295,14 @@ def test_a_uint16_depth_image_and_numeric_episode_metadata(tmp_path: Path) -> No
         "tensor": {"shape": {}, "dtype": "bool", "encoding": "none"},
     }
     (fx.root / "features.json").write_text(json.dumps(doc))
-    result = _download(fx.root, "depth")
+    result = download(fx.root, "depth")
     assert result.exit_code == 0, result.output
     ds = open_dataset("depth")
     got = np.asarray(ds.column("observation/depth")[:])
     assert got.dtype == np.uint16
     np.testing.assert_array_equal(got[..., 0], np.concatenate([depth[i] for i in range(3)]))
     np.testing.assert_array_equal(ds.source_arrays["rlds/episode_success"], [False, True, False])
-    assert _download(fx.root, "sub", "--episodes", "1:3").exit_code == 0
+    assert download(fx.root, "sub", "--episodes", "1:3").exit_code == 0
     sub = open_dataset("sub")
     np.testing.assert_array_equal(sub.source_arrays["rlds/episode_success"], [True, False])
     assert sub.episodes["source_id"].tolist() == [1, 2]
@@ -319,7 +314,7 @@ def test_hostile_feature_names_are_cleaned(tmp_path: Path) -> None:
     cleaned key inside the dataset, with a note."""
     hostile = "../../x y"
     fx = write_rlds_dataset(tmp_path / "src", (3, 2), state_name=hostile)
-    assert _download(fx.root, "hostile").exit_code == 0
+    assert download(fx.root, "hostile").exit_code == 0
     ds = open_dataset("hostile")
     assert all(is_valid_key(k) for k in ds.manifest.fields)
     (key,) = [k for k in ds.manifest.fields if k.startswith("observation/") and "image" not in k]
@@ -355,7 +350,7 @@ def test_a_crc_mismatch_names_the_shard_record_and_offset(tmp_path: Path, where:
     offset = _record_offsets(shard)[1]
     # the stored CRC of the length (the length itself stays sound), or a byte of the data
     _flip(shard, offset + 8 if where == "length" else offset + 40)
-    line = _refused(_download(fx.root), shard.name, "record 1", f"byte {offset}", "CRC")
+    line = _refused(download(fx.root, "oxe"), shard.name, "record 1", f"byte {offset}", "CRC")
     assert ("length" in line) == (where == "length")
 
 
@@ -364,20 +359,20 @@ def test_a_truncated_shard(tmp_path: Path) -> None:
     shard = fx.shards[0]
     offset = _record_offsets(shard)[1]
     shard.write_bytes(shard.read_bytes()[: offset + 100])
-    _refused(_download(fx.root), shard.name, "truncated", "record 1", f"byte {offset}")
+    _refused(download(fx.root, "oxe"), shard.name, "truncated", "record 1", f"byte {offset}")
 
 
 def test_a_shard_cut_at_a_record_boundary_disagrees_with_dataset_info(tmp_path: Path) -> None:
     fx = write_rlds_dataset(tmp_path / "src", (3, 4), shards=1)
     shard = fx.shards[0]
     shard.write_bytes(shard.read_bytes()[: _record_offsets(shard)[1]])
-    _refused(_download(fx.root), shard.name, "holds 1 records", "gives it 2")
+    _refused(download(fx.root, "oxe"), shard.name, "holds 1 records", "gives it 2")
 
 
 def test_a_missing_shard(tmp_path: Path) -> None:
     fx = write_rlds_dataset(tmp_path / "src", (3, 4, 2), shards=3)
     fx.shards[1].unlink()
-    _refused(_download(fx.root), "tfrecord-00001-of-00003 is missing")
+    _refused(download(fx.root, "oxe"), "tfrecord-00001-of-00003 is missing")
 
 
 def test_a_record_that_is_not_an_example(tmp_path: Path) -> None:
@@ -392,7 +387,7 @@ def test_a_record_that_is_not_an_example(tmp_path: Path) -> None:
     shard.write_bytes(
         keep + length + TFRecordWriter.masked_crc(length) + junk + TFRecordWriter.masked_crc(junk)
     )
-    _refused(_download(fx.root), shard.name, "record 1", "is not a tf.train.Example")
+    _refused(download(fx.root, "oxe"), shard.name, "record 1", "is not a tf.train.Example")
 
 
 def test_features_json_disagreeing_with_the_data(tmp_path: Path) -> None:
@@ -401,14 +396,14 @@ def test_features_json_disagreeing_with_the_data(tmp_path: Path) -> None:
     steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
     steps["observation"]["featuresDict"]["features"]["state"]["tensor"]["shape"] = {"dimensions": ["9"]}
     (fx.root / "features.json").write_text(json.dumps(doc))
-    _refused(_download(fx.root), "record 0", "'steps/observation/state' holds 24 values", "9 per step")
+    _refused(download(fx.root, "oxe"), "record 0", "'steps/observation/state' holds 24 values", "9 per step")
 
 
 def test_a_feature_missing_from_a_record(tmp_path: Path) -> None:
     fx = write_rlds_dataset(
         tmp_path / "src", (3, 4), mutate=lambda i, f: f.pop("steps/discount") if i == 1 else None
     )
-    _refused(_download(fx.root), "record 1", "has no feature 'steps/discount'")
+    _refused(download(fx.root, "oxe"), "record 1", "has no feature 'steps/discount'")
 
 
 @pytest.mark.parametrize(
@@ -426,7 +421,7 @@ def test_a_feature_missing_from_a_record(tmp_path: Path) -> None:
 def test_a_malformed_features_json(tmp_path: Path, content: str, needle: str) -> None:
     fx = write_rlds_dataset(tmp_path / "src", (3,))
     (fx.root / "features.json").write_text(content)
-    _refused(_download(fx.root), "features.json", needle)
+    _refused(download(fx.root, "oxe"), "features.json", needle)
 
 
 def test_an_image_that_does_not_decode(tmp_path: Path) -> None:
@@ -437,7 +432,7 @@ def test_an_image_that_does_not_decode(tmp_path: Path) -> None:
             features["steps/observation/image"] = (frames, "byte")
 
     fx = write_rlds_dataset(tmp_path / "src", (3, 4), mutate=mutate)
-    _refused(_download(fx.root), "record 1", "step 2 of 'steps/observation/image'", "does not decode")
+    _refused(download(fx.root, "oxe"), "record 1", "step 2 of 'steps/observation/image'", "does not decode")
 
 
 def test_an_image_of_another_size_than_declared(tmp_path: Path) -> None:
@@ -448,7 +443,7 @@ def test_an_image_of_another_size_than_declared(tmp_path: Path) -> None:
         "dimensions": ["24", "16", "3"]
     }
     (fx.root / "features.json").write_text(json.dumps(doc))
-    _refused(_download(fx.root), "step 0", "16x16 image", "[24, 16, 3]")
+    _refused(download(fx.root, "oxe"), "step 0", "16x16 image", "[24, 16, 3]")
 
 
 def test_is_first_in_the_middle_of_a_record(tmp_path: Path) -> None:
@@ -457,7 +452,7 @@ def test_is_first_in_the_middle_of_a_record(tmp_path: Path) -> None:
             features["steps/is_first"] = ([1, 0, 1, 0], "int")
 
     fx = write_rlds_dataset(tmp_path / "src", (4, 3), mutate=mutate)
-    _refused(_download(fx.root), "record 0", "is_first is set on step 2")
+    _refused(download(fx.root, "oxe"), "record 0", "is_first is set on step 2")
 
 
 def test_a_shard_that_is_a_symlink_out_of_the_folder(tmp_path: Path) -> None:
@@ -465,14 +460,14 @@ def test_a_shard_that_is_a_symlink_out_of_the_folder(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.bin"
     fx.shards[0].rename(outside)
     fx.shards[0].symlink_to(outside)
-    _refused(_download(fx.root), "escapes the dataset folder")
+    _refused(download(fx.root, "oxe"), "escapes the dataset folder")
 
 
 def test_a_shard_declaring_far_more_than_it_stores(tmp_path: Path) -> None:
     """Blank 512x512 frames compress over 100-fold: past 64 MiB decoded, the shard is refused as
     a bomb before any frame is decoded (RLDS_SOURCE_MAX_RATIO lets a trusted one through)."""
     fx = write_rlds_dataset(tmp_path / "src", (48,), side=512, constant=True)
-    _refused(_download(fx.root), fx.shards[0].name, "'steps' declares", "ratio over 100")
+    _refused(download(fx.root, "oxe"), fx.shards[0].name, "'steps' declares", "ratio over 100")
 
 
 # ----------------------------------------------------------------------------- memory

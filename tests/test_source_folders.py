@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli.app import app
 from rlds_cli.formats import source_files
+from tests.cli_fixtures import download
 from tests.formats_fixtures import golden_ogbench, refused, write_amago
 from tests.gen_dgrl_fixtures import npy_bytes, procgen_trajectory, write_folder
 from tests.vd4rl_fixtures import dreamer_episode, dreamerv2_save_episode
@@ -40,10 +40,6 @@ def _half(path: Path, keep: float = 0.5) -> Path:
     return path
 
 
-def _download(source: Path, *extra: str) -> object:
-    return runner.invoke(app, ["download", str(source), "--name", "f", *extra])
-
-
 def test_hidden_and_in_progress_names_are_never_read(tmp_path: Path) -> None:
     folder = tmp_path / "replay"
     files = _dreamer_folder(folder)
@@ -54,7 +50,7 @@ def test_hidden_and_in_progress_names_are_never_read(tmp_path: Path) -> None:
     (folder / "20220109T010003-0123456789abcdef0123456789abcdef-5.npz.tmp").write_bytes(junk)
     (folder / ".staging").mkdir()
     (folder / ".staging" / files[2].name).write_bytes(junk)
-    result = _download(folder, "--format", "vd4rl")
+    result = download(folder, "f", "--format", "vd4rl")
     assert result.exit_code == 0, result.output
     assert open_dataset("f").episodes["length"].tolist() == [5, 6, 7]
 
@@ -63,9 +59,9 @@ def test_a_half_written_episode_is_one_line_then_skipped_when_asked(tmp_path: Pa
     folder = tmp_path / "replay"
     files = _dreamer_folder(folder)
     writing = _half(files[2])  # the newest episode, still being written
-    line = refused(_download(folder), writing.name, "truncated or corrupt", SKIP)
+    line = refused(download(folder, "f"), writing.name, "truncated or corrupt", SKIP)
     assert line.count("\n") == 0
-    result = _download(folder, "--option", "skip_bad_files=true")
+    result = download(folder, "f", "--option", "skip_bad_files=true")
     assert result.exit_code == 0, result.output
     ds = open_dataset("f")
     assert ds.episodes["length"].tolist() == [5, 6]
@@ -79,8 +75,8 @@ def test_gen_dgrl_loose_folder_skips_a_half_written_trajectory_when_asked(tmp_pa
     trajs = [procgen_trajectory(rng, 3 + i, index=i, side=8) for i in range(3)]
     folder = write_folder(tmp_path / "collected", trajs)
     writing = _half(folder / trajs[1].collector_name())
-    refused(_download(folder, "--format", "gen_dgrl"), writing.name, SKIP)
-    result = _download(folder, "--format", "gen_dgrl", "--option", "skip_bad_files=true")
+    refused(download(folder, "f", "--format", "gen_dgrl"), writing.name, SKIP)
+    result = download(folder, "f", "--format", "gen_dgrl", "--option", "skip_bad_files=true")
     assert result.exit_code == 0, result.output
     ds = open_dataset("f")
     assert ds.episodes["length"].tolist() == [3, 5]
@@ -91,8 +87,8 @@ def test_amago_folder_skips_a_half_written_trajectory_when_asked(tmp_path: Path)
     root = write_amago(tmp_path / "run", [(5, True), (6, False), (4, True)])
     writing = _half(sorted((root / "buffer" / "fifo").glob("*.npz"))[2])
     (writing.parent / f".{writing.name}").write_bytes(b"junk")  # hidden: never read
-    refused(_download(root, "--format", "amago"), writing.name, SKIP)
-    result = _download(root, "--format", "amago", "--option", "skip_bad_files=true")
+    refused(download(root, "f", "--format", "amago"), writing.name, SKIP)
+    result = download(root, "f", "--format", "amago", "--option", "skip_bad_files=true")
     assert result.exit_code == 0, result.output
     ds = open_dataset("f")
     assert ds.episodes["length"].tolist() == [4, 5]
@@ -111,7 +107,7 @@ def test_a_hostile_file_is_never_skipped(tmp_path: Path, skip: bool) -> None:
     folder = write_folder(tmp_path / "collected", [procgen_trajectory(rng, 3, side=8)])
     (folder / "zz_evil.npy").write_bytes(npy_bytes({"observations": _Reduces()}))
     extra = ["--option", "skip_bad_files=true"] if skip else []
-    line = refused(_download(folder, "--format", "gen_dgrl", *extra), "zz_evil.npy", "builtins.eval")
+    line = refused(download(folder, "f", "--format", "gen_dgrl", *extra), "zz_evil.npy", "builtins.eval")
     assert SKIP not in line
 
 

@@ -22,14 +22,11 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import parse_episodes
 from rlds_cli.validate import check_dataset
+from tests.cli_fixtures import download_ok
 from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
+from tests.minari_fixtures import record_random
 
 runner = CliRunner()
-
-
-def _download(source: Path, name: str, *extra: str) -> None:
-    result = runner.invoke(app, ["download", str(source), "--name", name, *extra])
-    assert result.exit_code == 0, result.output
 
 
 def _check_passes(name: str) -> None:
@@ -63,23 +60,15 @@ def minari_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
     gym = pytest.importorskip("gymnasium")
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    collector = minari.DataCollector(gym.make("Pendulum-v1", max_episode_steps=3))
-    for _ in range(5):
-        collector.reset()
-        while True:
-            *_, term, trunc, _ = collector.step(collector.action_space.sample())
-            if term or trunc:
-                break
     with pytest.warns(UserWarning):  # no eval_env given
-        collector.create_dataset(
-            dataset_id="rlds/pendulum/subset-v0",
-            algorithm_name="random",
-            author="rlds tests",
-            author_email="tests@example.invalid",
+        record_random(
+            gym.make("Pendulum-v1", max_episode_steps=3),
+            "rlds/pendulum/subset-v0",
+            5,
+            unseeded=True,
             code_permalink="tests/test_subsets.py",
             description="subsets",
         )
-    collector.close()
     dataset = minari.load_dataset("rlds/pendulum/subset-v0")
     seeds = [m.get("seed") for m in dataset.storage.get_episode_metadata(range(5))]
     return tmp_path / "minari" / "rlds" / "pendulum" / "subset-v0", seeds
@@ -87,9 +76,9 @@ def minari_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
 
 def test_minari_subset_keeps_its_seeds_and_checks(minari_source: tuple[Path, list[Any]]) -> None:
     source, seeds = minari_source
-    _download(source, "full")
-    _download(source, "sub", "--episodes", "1:3")
-    _download(source, "tail", "--episodes", "3:")
+    download_ok(source, "full")
+    download_ok(source, "sub", "--episodes", "1:3")
+    download_ok(source, "tail", "--episodes", "3:")
     full = open_dataset("full").source_arrays
     assert full["minari/episode_seed"].tolist() == [int(s) for s in seeds]
     for name, first, stop in (("sub", 1, 3), ("tail", 3, 5)):
@@ -108,8 +97,8 @@ def test_minari_subset_keeps_its_seeds_and_checks(minari_source: tuple[Path, lis
 
 def test_roboset_subset_keeps_each_episodes_file(tmp_path: Path) -> None:
     source = golden_roboset(tmp_path / "roboset")  # a_trace.h5: Trial0, Trial2; b_trace.h5: Trial60
-    _download(source, "full")
-    _download(source, "sub", "--episodes", "1:3")
+    download_ok(source, "full")
+    download_ok(source, "sub", "--episodes", "1:3")
     assert open_dataset("full").source_arrays["roboset/episode_file"].tolist() == [0, 0, 1]
     ds = open_dataset("sub")
     assert ds.source_arrays["roboset/episode_file"].tolist() == [0, 1]
@@ -122,8 +111,8 @@ def test_ogbench_subset_keeps_each_episodes_file(tmp_path: Path) -> None:
     (tmp_path / "og").mkdir()
     write_ogbench(tmp_path / "og" / "task.npz", ogbench_arrays([2, 5], 6))
     write_ogbench(tmp_path / "og" / "task-val.npz", ogbench_arrays([2, 5], 6))
-    _download(tmp_path / "og", "full", "--format", "ogbench")
-    _download(tmp_path / "og", "sub", "--format", "ogbench", "--episodes", "1:3")
+    download_ok(tmp_path / "og", "full", "--format", "ogbench")
+    download_ok(tmp_path / "og", "sub", "--format", "ogbench", "--episodes", "1:3")
     assert open_dataset("full").source_arrays["ogbench/episode_file"].tolist() == [0, 0, 1, 1]
     assert open_dataset("sub").source_arrays["ogbench/episode_file"].tolist() == [0, 1]
     _same_episodes("sub", "full", 1)
@@ -134,7 +123,7 @@ def test_ogbench_subset_keeps_each_episodes_file(tmp_path: Path) -> None:
 
 
 def test_check_reports_a_per_episode_array_out_of_step(tmp_path: Path) -> None:
-    _download(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
+    download_ok(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
     ds = open_dataset("r")
     assert check_dataset(ds).ok
     path = ds.directory / "source_metadata.npz"
@@ -155,7 +144,7 @@ def test_a_malformed_selection_is_an_invalid_selection(spec: Any) -> None:
 
 
 def test_check_reports_a_malformed_selection_in_the_manifest(tmp_path: Path) -> None:
-    _download(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
+    download_ok(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
     path = open_dataset("r").directory / "manifest.json"
     manifest = json.loads(path.read_text())
     assert manifest["source"]["options"]["episodes"] in ([0, 2], "0:2")

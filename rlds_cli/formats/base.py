@@ -126,6 +126,34 @@ class Reader(ABC):
             files += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
         return files
 
+    @staticmethod
+    def plan_files(names: Sequence[str]) -> list[str] | None:
+        """Of a source folder's files (``/``-separated paths relative to it, as a Hub repo
+        lists them), those to fetch first when only some episodes are wanted: the metadata from
+        which :meth:`episode_files` tells which files hold which episodes. ``None`` (default):
+        the format cannot tell, and every file is fetched."""
+        return None
+
+    def select_episodes(self, first: int, stop: int | None) -> int:
+        """Read only the episodes at positions ``[first, stop)`` of the source's episode stream
+        (``stop`` ``None``: to the end); files holding none of them need not be on disk. Called
+        before :meth:`total_rows` and :meth:`blocks`.
+
+        Returns the stream position of the first episode :meth:`blocks` then yields: the
+        selection counts on from it, so ``--episodes A:B`` names the same episodes whether the
+        whole source or only the files of those episodes are on disk. Per-episode
+        :meth:`source_arrays` keep one row per episode of the whole stream.
+
+        Default: the whole source is read (returns 0; the selection cuts the stream).
+        """
+        return 0
+
+    def episode_files(self) -> list[str] | None:
+        """After :meth:`select_episodes`, the files (``/``-separated, relative to the source
+        folder) that :meth:`blocks` reads besides those of :meth:`plan_files`: what a download
+        of those episodes only fetches. ``None`` (default): not known, every file is needed."""
+        return None
+
     @abstractmethod
     def total_rows(self) -> int:
         """Rows the source holds (for progress bars)."""

@@ -80,6 +80,7 @@ def select_blocks(
     keys: list[str] | None = None,
     record: SelectionRecord | None = None,
     source: object = None,
+    start: int = 0,
 ) -> Iterator[StepBlock]:
     """Keep the episodes ``[A, B)`` and the named keys of a block stream.
 
@@ -88,14 +89,16 @@ def select_blocks(
     (``action``, ``next/reward``, ``next/terminated``, ``next/truncated``); ``next/K`` selects
     the observation-like key ``K``, and naming none of those keeps them all. Reading stops as
     soon as episode ``B`` has been seen. ``record`` (optional) gets the number of source
-    episodes read, for :func:`kept_episodes`.
+    episodes read, for :func:`kept_episodes`. ``start`` is the source position of the stream's
+    first episode: a reader told to read only the selected episodes
+    (:meth:`~rlds_cli.formats.base.Reader.select_episodes`) skips the ones before.
 
     Every block is also checked against the rules for untrusted input that hold for every reader
     (:func:`check_block`), naming ``source`` (the file or directory converted) in the error.
     """
     first, stop = episodes if episodes is not None else (0, None)
     wanted = None if keys is None else {k.removeprefix("next/") for k in keys} | set(REQUIRED_STEP_KEYS)
-    counter = 0  # number of the episode open at the start of the block
+    counter = start  # number of the episode open at the start of the block
     for block in blocks:
         check_block(block, source)
         if wanted is not None:

@@ -1,4 +1,4 @@
-"""Every storage backend against the shared contract (:mod:`tests.contracts.backend`)."""
+"""Every storage backend against the shared contract (:mod:`rlds_cli.testing.backend`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from rlds_cli.cache import zarr_backend as backends
 from rlds_cli.cache.backends import Backend, get_backend
-from tests.contracts.backend import BackendContract
+from rlds_cli.testing.backend import BackendContract
 
 
 class TestMemmapBackend(BackendContract):

@@ -1,4 +1,4 @@
-"""Every reader of the package against the shared contract (:mod:`tests.contracts.reader`), each
+"""Every reader of the package against the shared contract (:mod:`rlds_cli.testing.reader`), each
 on a small source written by the format's own fixture writers."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
 from rlds_cli.formats.roboset import RobosetReader
 from rlds_cli.formats.torchrl_memmap import TorchRLMemmapReader
 from rlds_cli.formats.vd4rl import VD4RLReader
+from rlds_cli.testing.reader import ReaderContract
 from tests.atari_dqn_fixtures import run_folder, write_run
-from tests.contracts.reader import ReaderContract
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.formats_fixtures import golden_ogbench as golden_ogbench_file
 from tests.formats_fixtures import golden_roboset, minari_episode, write_amago, write_minari_by_hand

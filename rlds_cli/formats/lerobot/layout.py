@@ -115,6 +115,14 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def plan_files(names: Sequence[str]) -> list[str] | None:
+    """Of a dataset folder's files, its metadata (``meta/``): what tells which data and video
+    files hold each episode (``None`` for a listing without ``meta/info.json``)."""
+    if INFO_FILE.as_posix() not in names:
+        return None
+    return [n for n in names if n.startswith("meta/")]
+
+
 def fill_template(template: object, values: dict[str, Any], where: Path, what: str, version: str) -> str:
     """A path template filled like ``str.format``, but only with the known fields and integer
     widths: ``str.format`` on an untrusted template could read attributes (``{x.__class__}``)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats._episodes import BLOCK_BYTES
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.lerobot.features import Feature, plan_features
@@ -20,6 +20,7 @@ from rlds_cli.formats.lerobot.layout import (
     VERSIONS,
     dataset_root,
     inside,
+    plan_files,
     read_json_file,
     sniff,
     source_files,
@@ -118,7 +119,8 @@ class LeRobotReader(Reader):
         tables = EpisodeTables(root, info, self.version, self.fps, self.plan, self.report, self.pa, self.pq)
         self.tasks = tables.read_tasks()
         self.episodes = tables.read_episodes()
-        tables.check_files(self.episodes)
+        # the files are checked when read (blocks): a download of some episodes holds only theirs
+        self._tables, self._checked, self._all = tables, False, list(self.episodes)
         self.n = sum(e.length for e in self.episodes)
         self.report.source_rows = self.n
         declared_frames = info.get("total_frames")
@@ -148,8 +150,32 @@ class LeRobotReader(Reader):
 
     # ------------------------------------------------------------------ reading
 
+    plan_files = staticmethod(plan_files)
+
+    def select_episodes(self, first: int, stop: int | None) -> int:
+        """Read only the episodes at stream positions ``[first, stop)``: the ``episode_index``
+        order, less the episodes the stream skips (no row; one row under ``last_step="drop"``)."""
+        live = [i for i, ep in enumerate(self.episodes) if not self._skipped(ep)]
+        if first >= len(live):
+            span = f"numbered 0 to {len(live) - 1}" if live else "none holds a transition"
+            raise InvalidSelectionError(
+                f"episodes {first}:{'' if stop is None else stop} selects none of the {len(live)} "
+                f"episodes of {self.root} ({span})",
+                hint=f"ask for A:B with A < {len(live)}" if live else "the dataset has no episode to convert",
+            )
+        last = live[min(stop, len(live)) - 1] if stop is not None else len(self.episodes) - 1
+        self.episodes = self.episodes[live[first] : last + 1]
+        return first
+
+    def episode_files(self) -> list[str]:
+        """The data and video files of the selected episodes (a v3.0 file holding other episodes
+        too is needed whole)."""
+        files = {ep.data_file for ep in self.episodes}
+        files.update(video for ep in self.episodes for video, _, _ in ep.videos.values())
+        return sorted(f.relative_to(self.root).as_posix() for f in files)
+
     def total_rows(self) -> int:
-        return self.n
+        return sum(e.length for e in self.episodes)
 
     def source_metadata(self) -> dict[str, Any]:
         return {
@@ -226,9 +252,11 @@ class LeRobotReader(Reader):
         """Yield the episodes in ``episode_index`` order, as blocks of about :data:`BLOCK_BYTES`."""
         pending: list[Part] = []
         rows = steps = 0
-        drop = self.last_step == "drop"
+        if not self._checked:
+            self._tables.check_files(self._all, self.episodes)
+            self._checked = True
         for ep in self.episodes:
-            if ep.length == 0 or (drop and ep.length == 1):  # no transition to keep
+            if self._skipped(ep):  # no transition to keep
                 self.report.dropped_episodes += 1
                 self.report.dropped_rows += ep.length
                 if progress is not None and ep.length:
@@ -255,6 +283,10 @@ class LeRobotReader(Reader):
             yield pack(pending, self.plan, self.last_step, self.report)
             if progress is not None:
                 progress(rows)
+
+    def _skipped(self, ep: Episode) -> bool:
+        """Whether ``ep`` has no transition to keep (no row, or one row dropped as the last)."""
+        return ep.length == 0 or (self.last_step == "drop" and ep.length == 1)
 
     def _count_early_done(self, count: int) -> None:
         """Add ``count`` frames whose ``next.done`` is set before their episode's last frame to

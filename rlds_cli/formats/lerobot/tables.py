@@ -228,12 +228,18 @@ class EpisodeTables:
         except (OSError, ValueError, self.pa.ArrowException) as exc:
             raise SourceFormatError(f"{path} is not a readable parquet file: {exc}") from None
 
-    def check_files(self, episodes: list[Episode]) -> None:
-        """Every file named by the tables exists; every data file has the columns and the rows
-        the episodes table says (before anything is converted)."""
+    def check_files(self, episodes: list[Episode], selected: list[Episode] | None = None) -> None:
+        """Every file named by the tables for the ``selected`` episodes (default: all) exists;
+        every such data file has the columns and the rows the whole episodes table says (before
+        anything is converted)."""
+        chosen = {id(ep) for ep in selected} if selected is not None else None
+        wanted = {ep.data_file for ep in episodes if chosen is None or id(ep) in chosen}
         by_file: dict[Path, list[Episode]] = {}
         for ep in episodes:
-            by_file.setdefault(ep.data_file, []).append(ep)
+            if ep.data_file in wanted:
+                by_file.setdefault(ep.data_file, []).append(ep)
+            if chosen is not None and id(ep) not in chosen:
+                continue
             for video, _, _ in ep.videos.values():
                 if not video.is_file():
                     raise SourceFormatError(

@@ -2,7 +2,11 @@
 class to subclass: a subclass names its reader class and writes a small source of its format
 (:meth:`ReaderContract.write_source`), and inherits one test per promise of the ABC.
 
-A reader of your own passes it by subclassing ``ReaderContract`` in a ``test_*.py`` file::
+A reader of your own (added through the ``rlds_cli.readers`` entry-point group) passes it by
+subclassing ``ReaderContract`` in a ``test_*.py`` file::
+
+    from rlds_cli.testing.reader import ReaderContract
+
 
     class TestMyReader(ReaderContract):
         reader_cls = MyReader
@@ -24,7 +28,8 @@ import pytest
 
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, Reader, StepBlock, parse_options
-from tests.formats_fixtures import golden_ogbench
+from rlds_cli.formats.select import select_blocks
+from rlds_cli.testing.sources import ogbench_file
 
 
 class ReaderContract:
@@ -46,7 +51,7 @@ class ReaderContract:
     def write_other_source(self, tmp_path: Path) -> Path:
         """A source of another format, which this reader must not claim (default: OGBench)."""
         tmp_path.mkdir(parents=True, exist_ok=True)
-        return golden_ogbench(tmp_path / "other.npz")
+        return ogbench_file(tmp_path / "other.npz")
 
     def sniffed(self, source: Path) -> Path:
         """What :meth:`Reader.sniff` recognises in ``source``: the source itself, or, for a
@@ -129,3 +134,36 @@ class ReaderContract:
                 assert extra is None or len(extra) == ends.size
         assert sum(b.num_steps for b in blocks) > 0
         assert sum(rows_seen) <= total or total == 0
+
+    def test_a_window_of_episodes_reads_the_same_episodes(self, source: Path) -> None:
+        """``select_episodes(1, 2)`` then the stream counted on from the position it returns keeps
+        the episode the whole stream's selection keeps (what ``--episodes 1:2`` converts, whether
+        all of a source or only that episode's files are on disk); ``episode_files`` names files of
+        the source, or says it cannot tell."""
+        with self.open(source) as reader:
+            whole = list(select_blocks(reader.blocks(), episodes=(1, 2)))
+        with self.open(source) as reader:
+            start = reader.select_episodes(1, 2)
+            files = reader.episode_files()
+            window = list(select_blocks(reader.blocks(), episodes=(1, 2), start=start))
+        assert files is None or all((source / f).is_file() for f in files)
+        assert _joined(window).keys() == _joined(whole).keys()
+        for key, value in _joined(whole).items():  # blocks may cut the stream elsewhere
+            np.testing.assert_array_equal(_joined(window)[key], value, err_msg=key)
+
+
+def _joined(blocks: list[StepBlock]) -> dict[str, np.ndarray]:
+    """A stream's columns end to end, with its episodes' source ids and lengths."""
+    out: dict[str, np.ndarray] = {}
+    keys = {(k, "steps") for b in blocks for k in b.steps} | {
+        (k, "observations") for b in blocks for k in b.observations
+    }
+    for key, side in sorted(keys):
+        out[f"{side}:{key}"] = np.concatenate([np.asarray(getattr(b, side)[key]) for b in blocks])
+    out["episode_ids"] = np.concatenate(
+        [np.asarray(b.episode_ids, np.int64) for b in blocks if b.episode_ids is not None]
+        or [np.zeros(0, np.int64)]
+    )
+    out["steps"] = np.array([b.num_steps for b in blocks]).sum(keepdims=True)
+    out["episodes"] = np.array([len(b.ends) for b in blocks]).sum(keepdims=True)
+    return out

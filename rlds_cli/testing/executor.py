@@ -9,6 +9,8 @@ its ``on_done`` watched, so the executor is checked where it is used: on real ch
 
 An executor of your own passes it by registering it and subclassing ``ExecutorContract``::
 
+    from rlds_cli.testing.executor import ExecutorContract
+
     class TestMyExecutor(ExecutorContract):
         name = "mine"  # monkeypatch.setitem(executors.EXECUTORS, "mine", "pkg.mod:MyExecutor")
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,9 +30,9 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import DatasetNotFoundError, UserFunctionError
 from rlds_cli.preprocess import executors
 from rlds_cli.preprocess.executors import Executor, OnDone, Task
-from tests.test_preprocess import make_dataset
+from rlds_cli.testing.sources import make_dataset
 
-FNS = "tests.preprocess_fns"
+FNS = "rlds_cli.testing.functions"
 #: 120 steps in episodes of mixed lengths: 12 chunks of 10 steps.
 LENGTHS = [7, 13, 1, 30, 9, 20, 40]
 CHUNK = 10
@@ -66,6 +69,11 @@ class ExecutorContract:
     name: str
     #: The job's ``workers``.
     workers: int | None = 2
+
+    @pytest.fixture(autouse=True)
+    def _own_cache(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each test's datasets in a cache of their own (workers inherit the variable)."""
+        monkeypatch.setenv("RLDS_HOME", str(tmp_path / "rlds-home"))
 
     @pytest.fixture
     def watched(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[_Watched]]:

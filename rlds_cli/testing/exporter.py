@@ -6,6 +6,8 @@ midway leaves nothing beside the output, and ``progress`` hears of every step ex
 
 An exporter of your own passes it by subclassing ``ExporterContract`` in a ``test_*.py`` file::
 
+    from rlds_cli.testing.exporter import ExporterContract
+
     class TestMyExporter(ExporterContract):
         format = "my-format"
 """
@@ -23,7 +25,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from rlds_cli.errors import ExportError
 from rlds_cli.export import export_dataset
-from tests.d4rl_fixtures import golden_three_episodes
+from rlds_cli.testing.sources import golden_three_episodes
 
 
 class Stop(Exception):
@@ -44,8 +46,10 @@ class ExporterContract:
         return tmp_path / "out" / f"exported-{self.format}"
 
     @pytest.fixture
-    def dataset(self, isolated_cache: Path, tmp_path: Path) -> Dataset:
-        """Three episodes of 3, 2 and 1 steps with an info key and a synthesized final observation."""
+    def dataset(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dataset:
+        """Three episodes of 3, 2 and 1 steps with an info key and a synthesized final observation,
+        in a cache of their own under ``tmp_path``."""
+        monkeypatch.setenv("RLDS_HOME", str(tmp_path / "rlds-home"))
         convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g")
         return open_dataset("g")
 

@@ -1,0 +1,17 @@
+"""The contract suites of rlds's plug points, shipped with the package (as zarr ships
+``StoreTests``) so that a reader, backend, exporter, sampler or executor of another package can be
+checked against the same promises as rlds's own.
+
+One module per plug point, each a base class to subclass in a ``test_*.py`` file:
+
+* :mod:`rlds_cli.testing.reader`: ``ReaderContract`` (a source format reader, built in or added
+  through the ``rlds_cli.readers`` entry-point group);
+* :mod:`rlds_cli.testing.backend`: ``BackendContract`` (a storage backend);
+* :mod:`rlds_cli.testing.exporter`: ``ExporterContract`` (an ``rlds export`` format);
+* :mod:`rlds_cli.testing.sampler`: ``SamplerContract``, ``EpochalContract``, ``PrioritizedContract``;
+* :mod:`rlds_cli.testing.executor`: ``ExecutorContract`` (a ``rlds preprocess`` executor).
+
+These modules import pytest, so nothing else in rlds imports them (``tests/test_layering.py``
+holds that): ``rlds --help`` and the read path never load pytest. This ``__init__`` imports
+nothing.
+"""

@@ -1,0 +1,26 @@
+"""User functions the executor contract runs (named by ``"module:function"``, so a worker process
+imports them by reference). No pytest here: workers import this module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def identity(batch: Any) -> Any:
+    return batch
+
+
+def normalize(batch: Any) -> Any:
+    """Observation normalization with fixed constants (a cheap vectorized function)."""
+    out = dict(batch)
+    for key in ("observation", "next/observation"):
+        out[key] = ((batch[key] - 1.5) / 2.0).astype(np.float32)
+    return out
+
+
+def raises(batch: Any) -> Any:
+    if batch["index"][0] >= 16:  # not in schema inference (which starts at step 0)
+        raise ValueError("boom in user code")
+    return batch
