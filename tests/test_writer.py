@@ -280,14 +280,17 @@ def test_loader_refresh_follows_commits_and_evictions(isolated_cache: Path) -> N
         ).all()
 
 
-def test_loader_refresh_needs_a_growing_dataset_and_a_sampler_with_replacement(isolated_cache: Path) -> None:
+def test_loader_refresh_needs_a_growing_dataset_and_a_sampler_by_name(isolated_cache: Path) -> None:
     make_dataset("conv", [3, 4])
     with pytest.raises(ValueError, match="growing dataset"):
         rlds_cli.Loader("conv", refresh=1)
     with rlds_cli.DatasetWriter("g2") as w:
         w.add_episode(episode(3))
-    with pytest.raises(ValueError, match="with replacement"):
-        rlds_cli.Loader("g2", refresh=1, sampler="epoch")
+    own = rlds_cli.loader.UniformSampler(3, 4, seed=0)
+    with pytest.raises(ValueError, match="sampler given by name"):
+        rlds_cli.Loader("g2", refresh=1, sampler=own)
+    with pytest.raises(ValueError, match="world_size=1"):
+        rlds_cli.Loader("g2", refresh=1, sampler="epoch", seed=0, rank=0, world_size=2)
     with pytest.raises(ValueError, match=">= 1"):
         rlds_cli.Loader("g2", refresh=0)
 

@@ -121,7 +121,11 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
 class SegmentEntry:
     """One segment of a view: its id, whether it is protected, its logical episode count (what
     the log says it holds, evicted ones included), and ``dropped``: how many of those first
-    episodes its files do not hold (a compaction left out evicted ones)."""
+    episodes its files do not hold (a compaction left out evicted ones). ``ordinal``: the
+    logical episodes added to the log before its first one, so episode ``k`` of the segment
+    (logically) is the log's episode ``ordinal + k``: a number no refresh, eviction or
+    compaction changes (a compaction's segment takes the ordinal of the first one it replaces
+    and holds as many logical episodes as they did)."""
 
     seg: bytes
     protected: bool
@@ -129,6 +133,7 @@ class SegmentEntry:
     steps: int
     dropped: int = 0
     added_at: float = 0.0
+    ordinal: int = 0
 
 
 @dataclass
@@ -145,6 +150,8 @@ class LogState:
     def __post_init__(self) -> None:
         # every segment id ever added: a duplicate ADD is found without a scan of the view
         self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired)
+        # logical episodes ever added: the next segment's ordinal (a compaction keeps the sum)
+        self._logical = sum(s.episodes for s in self.segments)
         self._reset_front()
         self._advance_front(None)
 
@@ -182,8 +189,11 @@ class LogState:
                 return  # a duplicate (never written by rlds): the first one counts
             self._added.add(rec.seg)
             self.segments.append(
-                SegmentEntry(rec.seg, bool(rec.flags & PROTECTED), rec.episodes, rec.steps, 0, rec.time)
+                SegmentEntry(
+                    rec.seg, bool(rec.flags & PROTECTED), rec.episodes, rec.steps, 0, rec.time, self._logical
+                )
             )
+            self._logical += rec.episodes
             self._advance_front(rec.time)
         elif rec.kind == EVICT:
             if rec.count > self.evicted:
@@ -197,7 +207,13 @@ class LogState:
             old = self.segments[a : b + 1]
             logical = sum(s.episodes for s in old)
             merged = SegmentEntry(
-                rec.seg, old[0].protected, logical, rec.steps, logical - rec.episodes, rec.time
+                rec.seg,
+                old[0].protected,
+                logical,
+                rec.steps,
+                logical - rec.episodes,
+                rec.time,
+                old[0].ordinal,
             )
             self.segments[a : b + 1] = [merged]
             self._added.add(rec.seg)

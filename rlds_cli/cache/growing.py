@@ -7,9 +7,9 @@ the segments as of the commit-log position it opened at (see
 the segment holding it; a dataset of one segment (after ``rlds compact``) hands out that
 segment's columns themselves, so it reads as fast as a converted dataset.
 
-:meth:`GrowingDataset.refresh` follows the log to its end (an ``fstat`` and a read of the new
-records when nothing changed; opening each new segment's manifest and episode index
-otherwise) and moves the view forward. The view never changes without it, so a reader's
+:meth:`GrowingDataset.refresh` follows the log to its end (one ``stat`` when nothing changed;
+otherwise a read of the new records, each new segment's manifest and episode index) and moves
+the view forward. The view never changes without it, so a reader's
 indices stay valid until it asks.
 
 Segments that leave the view (evicted whole, or replaced by a compaction) keep their files for
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import LogState, SegmentEntry, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
 from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
@@ -159,6 +159,11 @@ class GrowingDataset(Dataset):
         self._tails: dict[str, TailRun] = {}
         self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._state = LogState()
+        # (size, device, inode, ctime) of the log when last read whole: a stat that says the same
+        # means nothing was appended (an append moves the size and the ctime) and no new log
+        # took its place (another inode, or the same one reused, with another ctime)
+        self._log_seen: tuple[int, int, int, int] | None = None
+        self._log_path = str(self.directory / COMMIT_LOG_FILE)
         self._state.follow(self.directory / COMMIT_LOG_FILE, until=position)
         self._rebuild()
         self._check_not_replaced()
@@ -186,15 +191,32 @@ class GrowingDataset(Dataset):
     def refresh(self) -> bool:
         """Follow the commit log to its end; returns whether the view changed.
 
-        Cost: one ``open`` + ``fstat`` when nothing was committed; otherwise a read of the new
-        records and, per new segment, its manifest and episode index, then the episode index of
-        the view is rebuilt (linear in the episodes). Indices taken before a refresh that
-        changed the view must not be used after it."""
+        Cost: one ``stat`` of the commit log when nothing was committed (its size, inode and
+        ctime as last read: a replaced dataset's new log differs and takes the full check);
+        otherwise a read of the new records and, per new segment, its manifest and episode
+        index, then the episode index of the view is extended (linear in the episodes, in
+        numpy). Indices taken before a refresh that changed the view must not be used after
+        it; :attr:`episode_ids` maps episodes from one view to the next."""
+        try:  # the common case, nothing committed: one stat, no open (a third of the full check)
+            st = os.stat(self._log_path)
+            seen = (st.st_size - st.st_size % RECORD_SIZE, st.st_dev, st.st_ino, st.st_ctime_ns)
+        except OSError:
+            seen = None
+        if seen is not None and seen == self._log_seen:
+            return False
         self._check_not_replaced()
-        if self._state.follow(self.directory / COMMIT_LOG_FILE) == 0:
+        changed = self._state.follow(self.directory / COMMIT_LOG_FILE) != 0
+        if seen is not None and seen[0] == self._state.position:
+            self._log_seen = seen  # the same file, read to that size: the next stat says enough
+        if not changed:
             return False
         self._rebuild()
         return True
+
+    #: Each live episode's number in the log (int64, increasing): the same episode has the same
+    #: number in every view, whatever was appended, evicted or compacted since (see
+    #: :attr:`~rlds_cli.cache.commit_log.SegmentEntry.ordinal`).
+    episode_ids: np.ndarray
 
     @property
     def ready(self) -> bool:
@@ -269,6 +291,13 @@ class GrowingDataset(Dataset):
         self._part_ids = ids
         self._firsts = firsts
         lens = self.episodes["length"]
+        # each episode's number in the log (see SegmentEntry.ordinal): segment ordinal, plus its
+        # evicted and dropped episodes, plus its place among the live ones
+        counts = self._neps - firsts
+        base = np.fromiter((e.ordinal + e.dropped for e, _ in live), np.int64, len(live)) + firsts
+        self.episode_ids = np.repeat(base - (np.cumsum(counts) - counts), counts) + np.arange(
+            int(counts.sum()), dtype=np.int64
+        )
         self.episodes["start"] = np.cumsum(lens) - lens
         self.episode_bounds = Episodes(lens) if len(lens) else empty_episodes()
         self.manifest = Manifest(

@@ -156,11 +156,23 @@ class DeviceUniformSampler:
         self._gen = torch.Generator(device=device)
         self._gen.manual_seed(stream_seed(self.seed, self.rank, self.world_size))
 
+    def follow(self, change: Any) -> None:
+        """Draw from a refreshed view of a growing dataset (its size; the generator goes on)."""
+        self.num_steps = int(change.num_steps)
+
     def sample(self) -> torch.Tensor:
         """``batch_size`` indices, an int64 tensor on the device."""
         return torch.randint(
             0, self.num_steps, (self.batch_size,), generator=self._gen, device=self.device, dtype=torch.int64
         )
+
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch."""
+        return {"torch_generator": self._gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._gen.set_state(state["torch_generator"])
 
     def state_dict(self) -> dict[str, Any]:
         """The generator's state (a CPU byte tensor)."""

@@ -8,13 +8,17 @@ data-parallel ranks (and DataLoader workers) agree on the permutation without ta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.samplers import positive_int
-from rlds_cli.loader.state_checks import check_int, check_shard_fields, check_state
+from rlds_cli.loader.state_checks import check_array, check_int, check_shard_fields, check_state
+
+if TYPE_CHECKING:
+    from rlds_cli.loader.view_change import ViewChange
 
 
 def epoch_permutation(num_steps: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
@@ -78,6 +82,9 @@ class EpochSampler:
         self.epoch = 0
         self.position = 0
         self._order: np.ndarray | None = None
+        # the epoch in progress was carried over a refresh: _order is what is left of it, mapped
+        # to the new view, and no longer the pure function of (seed, epoch) it started as
+        self._carried = False
         if self.drop_last and self.steps_per_epoch < self.batch_size:
             raise ValueError(
                 f"batch_size={self.batch_size} with drop_last=True is more than the "
@@ -104,11 +111,29 @@ class EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of ``epoch``."""
-        self.epoch, self.position, self._order = int(epoch), 0, None
+        self.epoch, self.position, self._order, self._carried = int(epoch), 0, None, False
+
+    def follow(self, change: ViewChange) -> None:
+        """Go on over a refreshed view of a growing dataset. An epoch is a permutation of the
+        view as of its first batch: the epoch in progress keeps its order, less the rows evicted
+        since (never served), its rows renumbered in the new view; rows added during it wait for
+        the next epoch, which permutes the view of its own first batch. An epoch not started
+        yet (or just finished) is simply drawn from the new view. Needs one shard
+        (``world_size=1``): ranks refresh at different moments and could not agree on a view."""
+        if self.world_size != 1:
+            raise ValueError("an epoch over a growing dataset needs world_size=1")
+        started = self.position > 0 or self._carried
+        if started:
+            rest = change.map_rows(self.order()[self.position :])
+            self._order, self.position, self._carried = rest[rest >= 0], 0, True
+        else:
+            self._order = None  # the permutation of the new view, made at the first batch
+        self.num_steps = change.num_steps
 
     def epoch_done(self) -> bool:
         """Whether the current epoch has no batch left (the next ``sample`` starts a new one)."""
-        left = self.steps_per_epoch - self.position
+        end = len(self.order()) if self._carried else self.steps_per_epoch
+        left = end - self.position
         return left <= 0 or (self.drop_last and left < self.batch_size)
 
     def sample(self, n: int | None = None) -> np.ndarray:
@@ -122,8 +147,9 @@ class EpochSampler:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch, the position in it and the seed: a resumed run continues mid-epoch."""
-        return {
+        """The epoch, the position in it and the seed: a resumed run continues mid-epoch (and
+        ``order``, the rest of an epoch carried over a refresh, when there is one)."""
+        state: dict[str, Any] = {
             "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
@@ -131,6 +157,9 @@ class EpochSampler:
             "rank": self.rank,
             "world_size": self.world_size,
         }
+        if self._carried:
+            state["order"] = np.array(self.order())
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
@@ -138,9 +167,21 @@ class EpochSampler:
         what = "EpochSampler"
         check_shard_fields(check_state(state, what), what, seed=True)
         check_int(state, "epoch", what)
-        check_int(state, "position", what, high=self.steps_per_epoch)  # a negative one drew forever
+        carried = "order" in state
+        if carried:
+            order = np.asarray(state["order"])
+            check_array(state, "order", what, kind="iu", length=len(order) if order.ndim == 1 else -1)
+        end = len(state["order"]) if carried else self.steps_per_epoch
+        check_int(state, "position", what, high=end)  # a negative one drew forever
         check_steps(state, self.num_steps)
         check_shard(state, self.rank, self.world_size, what)
+        if carried and len(order) and int(order.max()) >= self.num_steps:
+            raise LoaderStateError(
+                f"{what} state's order holds rows past the dataset's {self.num_steps} steps",
+                hint="restore a state saved by a loader over the same view of the dataset",
+            )
         self.seed = int(state["seed"])
         self.set_epoch(int(state["epoch"]))
+        if carried:
+            self._order, self._carried = np.asarray(state["order"], np.int64).copy(), True
         self.position = int(state["position"])

@@ -226,7 +226,6 @@ class Loader:
             and not self.transforms
             and not self.as_tensordict
             and not self._dtypes.changes_host(self._host)
-            and self._refresher is None
         )
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -327,6 +326,8 @@ class Loader:
         """:meth:`_draw` when :attr:`_plain`: the same batch, with fewer Python steps per batch
         (it runs in every ``sample()``, where a few microseconds are a tenth of a batch)."""
         with self._lock:
+            if self._refresher is not None:  # the view moves before the draw, never between
+                self._refresher.tick()
             out = self.sampler.sample()
             end = self._epoch_done is not None and self._epoch_done()
         # identity tests against the canonical int64 dtype (``==`` converts its operand first);

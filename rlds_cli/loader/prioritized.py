@@ -8,7 +8,7 @@ largest priority seen so far. Priorities live in a :class:`~rlds_cli.loader.sumt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from rlds_cli.loader.state_checks import (
     check_state,
 )
 from rlds_cli.loader.sumtree import SumTree
+
+if TYPE_CHECKING:
+    from rlds_cli.loader.view_change import ViewChange
 
 
 def _nonneg(name: str, value: Any) -> float:
@@ -90,6 +93,17 @@ class PrioritizedSampler:
     def priorities(self) -> np.ndarray:
         """``p_i^alpha`` of every step (read-only)."""
         return self._tree.leaves
+
+    def follow(self, change: ViewChange) -> None:
+        """Draw from a refreshed view of a growing dataset: a row in both views keeps its
+        priority (mapped by its episode's id, not its position), a new row starts at the
+        largest priority seen so far (as a new item does in TorchRL's and Schaul et al.'s
+        buffers), an evicted row's priority is dropped. The tree is made again over the new
+        rows (linear in the rows); the generator goes on."""
+        leaves = change.carry(self._tree.leaves, self.max_priority**self.alpha)
+        self.num_steps = change.num_steps
+        self._tree = SumTree(self.num_steps, self._tree.fanout, compiled=self._tree.compiled)
+        self._tree.set_all(leaves)
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         idx, weight = self._tree.sample_with_priority(self._rng, n)  # a new array: in place is safe
@@ -213,7 +227,18 @@ class PrioritizedSliceSampler(PrioritizedSampler):
             world_size=world_size,
         )
         self.num_slices, self.slice_len = self._slices.num_slices, self._slices.slice_len
+        self._zero_skipped()
+
+    def follow(self, change: ViewChange) -> None:
+        """As :meth:`PrioritizedSampler.follow`, with the slice windows of the new episodes
+        (steps of episodes ``short="skip"`` excludes get priority 0)."""
+        self._slices.follow(change)
+        super().follow(change)
+        self._zero_skipped()
+
+    def _zero_skipped(self) -> None:
         if self._slices.skipped_episodes:
+            ep = self._slices.episodes
             excluded = np.flatnonzero(self._slices._windows == 0)
             steps = np.concatenate([np.arange(ep.starts[e], ep.ends[e]) for e in excluded])
             self._tree.set(steps, 0.0)

@@ -248,4 +248,3 @@ class GoalRelabel:
         batch["next/reward"] = np.asarray(reward, np.float32).reshape(*idx.shape, -1)
         batch["mask"] = np.asarray(mask, np.float32).reshape(idx.shape)
         return batch
-

@@ -12,7 +12,7 @@ Uniform and slice samplers live here; :mod:`rlds_cli.loader.epoch` and
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
 from rlds_cli.loader.padded import PADDED_MODES, Padded, padded_windows, start_ranges
 from rlds_cli.loader.state_checks import check_bit_generator, check_shard_fields, check_state
+
+if TYPE_CHECKING:
+    from rlds_cli.loader.view_change import ViewChange
 
 ShortPolicy = Literal["pad", "skip", "error"]
 Weighting = Literal["steps", "episodes"]
@@ -125,12 +128,26 @@ class UniformSampler:
         self._raw = self._rng.bit_generator.random_raw  # looked up once, not per batch
         self._high = np.uint64(self.num_steps)
 
+    def follow(self, change: ViewChange) -> None:
+        """Draw from a refreshed view of a growing dataset (its size; the generator goes on)."""
+        self.num_steps = change.num_steps
+        self._high = np.uint64(self.num_steps)
+
     def sample(self, n: int | None = None) -> np.ndarray:
         """One batch of step indices, shape ``[n or batch_size]``, int64."""
         # uniform_ints inlined (the same words, so the same stream): it runs at every batch
         words = self._raw(self.batch_size if n is None else n)
         words %= self._high
         return words.view(np.int64)
+
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch (and puts
+        back into a sampler that followed a growing dataset since: no size to check)."""
+        return {"bit_generator": _rng_state(self._rng)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._rng.bit_generator.state = state["bit_generator"]
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
@@ -194,6 +211,18 @@ class SliceSampler:
         self.padded = choice_arg("padded", padded, PADDED_MODES)
         if self.start_aligned and self.padded != "none":
             raise ValueError(f"start_aligned=True and padded={padded!r} contradict each other; pick one")
+        self._tables(episode_lengths)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.seed = run_seed(seed, world_size=self.world_size, what="SliceSampler")
+        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+
+    def follow(self, change: ViewChange) -> None:
+        """Draw from a refreshed view of a growing dataset (its episode lengths; the generator
+        goes on): the tables are made again, linear in the episodes."""
+        self._tables(change.lengths)
+
+    def _tables(self, episode_lengths: np.ndarray) -> None:
+        """The per-episode tables a draw takes from."""
         self.episodes = ep = Episodes(episode_lengths)
         is_short = ep.lengths < self.slice_len
         self.skipped_episodes = int(is_short.sum()) if self.short == "skip" else 0
@@ -222,9 +251,6 @@ class SliceSampler:
         # every episode holds a whole slice: no window (drawn here, or any in-episode start a
         # prioritized sampler passes to windows()) needs padding, so the mask is all True
         self._all_fit = bool((ep.lengths >= self.slice_len).all())
-        self.rank, self.world_size = rank_world(rank, world_size)
-        self.seed = run_seed(seed, world_size=self.world_size, what="SliceSampler")
-        self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
 
     @property
     def batch_size(self) -> int:
@@ -277,6 +303,15 @@ class SliceSampler:
     def sample(self, n: int | None = None) -> Draw:
         """``n`` (default ``num_slices``) slices: indices ``[n, slice_len]`` and their ``mask``."""
         return self.windows(*self._starts(self.num_slices if n is None else n))
+
+    def stream_state(self) -> dict[str, Any]:
+        """Only the generator's state: what a prefetching loader records per batch (and puts
+        back into a sampler that followed a growing dataset since: no size to check)."""
+        return {"bit_generator": _rng_state(self._rng)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Rewind the generator to a :meth:`stream_state`."""
+        self._rng.bit_generator.state = state["bit_generator"]
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of slices."""
