@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlds_cli.rows import rows_equal
+from rlds_cli.rows import insert_rows, rows_equal
 
 
 def _by_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -65,3 +65,35 @@ def test_structured_rows_whose_bytes_differ_compare_by_value() -> None:
     b["x"][0, 0] = -0.0  # other bytes, an equal value
     b["n"][1, 0] = 3
     np.testing.assert_array_equal(rows_equal(a, b), [True, False])
+
+
+@pytest.mark.parametrize("changed", [0, 1, 39, 40])
+def test_rows_equal_with_few_and_many_rows_differing(changed: int) -> None:
+    # few differing words are listed one by one; more than one per row take the per-row path
+    a = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
+    b = a.copy()
+    b[:changed] += 1  # every word of the first `changed` rows
+    np.testing.assert_array_equal(rows_equal(a, b), np.arange(40) >= changed)
+
+
+@pytest.mark.parametrize(
+    ("rows", "ends"),
+    [
+        (10, []),
+        (10, [0]),
+        (10, [4, 9]),
+        (10, [9]),
+        (10, list(range(10))),
+        (1000, list(range(99, 1000, 100))),
+        (1000, list(range(1000))),  # an end at every row: np.insert itself; the others copy slices
+    ],
+)
+def test_insert_rows_is_np_insert(rows: int, ends: list[int]) -> None:
+    rng = np.random.default_rng(rows)
+    block = rng.random((rows, 3, 2)).astype(np.float32)
+    at = np.array(ends, np.int64)
+    finals = rng.random((len(at), 3, 2))  # float64: cast to the rows' dtype, as np.insert does
+    got = insert_rows(block, at, finals)
+    want = np.insert(block, at + 1, finals, axis=0)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -50,7 +50,7 @@ from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
 from rlds_cli.formats.npz_util import npz_names
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
-from rlds_cli.rows import rows_equal
+from rlds_cli.rows import insert_rows, rows_equal
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
@@ -342,7 +342,7 @@ class D4RLReader(Reader):
         steps["next/truncated"] = (tout | (end & ~term))[:, None]
         ends = np.flatnonzero(end)
         finals = state.next_obs[:rows][ends]
-        flat = np.insert(obs[:rows], ends + 1, finals, axis=0)
+        flat = insert_rows(obs[:rows], ends, finals)
         return StepBlock(steps=steps, observations={"observation": flat}, ends=ends)
 
     def _block_without_next(
@@ -382,7 +382,7 @@ class D4RLReader(Reader):
             obs[np.minimum(rows_idx + 1, len(obs) - 1)],
         )
         self.report.synthesized_final_observations += int(synth.sum())
-        flat = np.insert(obs[:rows][kept], ends + 1, finals, axis=0)
+        flat = insert_rows(obs[:rows][kept], ends, finals)
         return StepBlock(steps=steps, observations={"observation": flat}, ends=ends, final_known=~synth)
 
 

@@ -48,7 +48,7 @@ from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepB
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
-from rlds_cli.rows import rows_equal
+from rlds_cli.rows import insert_rows, rows_equal
 
 _FLAGS = ("done", "terminated", "truncated")
 _SKIP_ROOT = {*_FLAGS, "episode", "index", "_weight"}
@@ -459,9 +459,7 @@ class TorchRLMemmapReader(Reader):
                 finals_zero = _all_zero(nexts[key][ends])
                 known &= ~(finals_zero & ~_all_zero(roots[key][ends]))
             self.report.synthesized_final_observations += int((~known).sum())
-            observations = {
-                key: np.insert(roots[key][:rows], ends + 1, nexts[key][ends], axis=0) for key in self.flat
-            }
+            observations = {key: insert_rows(roots[key][:rows], ends, nexts[key][ends]) for key in self.flat}
             yield StepBlock(
                 steps=steps, observations=observations, ends=ends, final_known=None if known.all() else known
             )
