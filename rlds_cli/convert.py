@@ -136,9 +136,18 @@ def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
         for key, rows in columns.items():
             arr = np.asarray(rows)
             if arr.dtype.kind in "fc":
-                counts[key] = counts.get(key, 0) + int(np.count_nonzero(np.isnan(arr)))
+                counts[key] = counts.get(key, 0) + _nans(arr)
             else:
                 counts.setdefault(key, 0)
+
+
+def _nans(arr: np.ndarray) -> int:
+    """NaNs in ``arr``. A real array's minimum is NaN exactly when it holds one (numpy's minimum
+    propagates NaN), and finding it allocates nothing: only then are they counted, through
+    ``np.isnan``'s bool array (a fresh array per column and block cost page faults)."""
+    if arr.dtype.kind == "f" and (arr.size == 0 or not np.isnan(arr.min())):
+        return 0
+    return int(np.count_nonzero(np.isnan(arr)))
 
 
 def convert(

@@ -1007,3 +1007,23 @@ def test_bundled_demo_file_is_regenerated_exactly(tmp_path: Path) -> None:
     assert m.source["metadata"]["metadata@max_episode_steps"] == entry["max_episode_steps"]
     lengths = open_dataset("demo").episodes["length"]
     assert int(lengths.max()) <= entry["max_episode_steps"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", ">f8", "complex64"])
+def test_nan_counts_per_key(tmp_path: Path, dtype: str) -> None:
+    # NaNs are counted only where the column's minimum says it holds one: infinities are no NaN
+    obs = np.arange(12, dtype=np.float64).reshape(6, 2)
+    obs[1, 0] = obs[4, 1] = np.nan
+    obs[2, 1] = -np.inf
+    actions = np.full((6, 1), np.inf)
+    path = write_d4rl(
+        tmp_path / "f.hdf5",
+        observations=obs.astype(dtype),
+        actions=actions.astype(dtype),
+        rewards=np.zeros(6, np.float32),
+        terminals=np.zeros(6, bool),
+        timeouts=np.array([0, 0, 1, 0, 0, 1], bool),
+    )
+    convert(path, "f")
+    counts = open_dataset("f").manifest.source["checks"]["nan_counts"]
+    assert counts["observation"] == 2 and counts["action"] == 0 and counts["next/reward"] == 0

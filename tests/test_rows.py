@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rlds_cli import rows as rows_module
 from rlds_cli.rows import insert_rows, rows_equal
 
 
@@ -67,9 +68,14 @@ def test_structured_rows_whose_bytes_differ_compare_by_value() -> None:
     np.testing.assert_array_equal(rows_equal(a, b), [True, False])
 
 
+@pytest.mark.parametrize("chunk_words", [1 << 16, 12, 7])
 @pytest.mark.parametrize("changed", [0, 1, 39, 40])
-def test_rows_equal_with_few_and_many_rows_differing(changed: int) -> None:
-    # few differing words are listed one by one; more than one per row take the per-row path
+def test_rows_equal_with_few_and_many_rows_differing(
+    changed: int, chunk_words: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # few differing words are listed one by one; more than one per row take the per-row path;
+    # the block is compared in chunks of whole rows (here one chunk, 2 rows, 1 row)
+    monkeypatch.setattr(rows_module, "_CHUNK_WORDS", chunk_words)
     a = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
     b = a.copy()
     b[:changed] += 1  # every word of the first `changed` rows
