@@ -210,6 +210,7 @@ def spans(src: Path, work: Path, runs: int) -> dict[str, list[float]]:
         (builder.DatasetBuilder, "__enter__", "lock + build folder"),
         (d4rl.D4RLReader, "__init__", "open + inspect HDF5"),
         (d4rl.D4RLReader, "_read", "HDF5 reads"),
+        (d4rl.D4RLReader, "_read_inside", "HDF5 reads"),
         (d4rl, "rows_equal", "check next_obs == obs[t+1]"),
         (d4rl, "insert_rows", "flat layout (final obs)"),
         (convert_mod, "_count_nans", "NaN counts"),
@@ -248,29 +249,39 @@ def ms(values: list[float]) -> str:
 
 
 def report(all_cfgs: list[_harness.Config], sizes: list[int], per: int, pixels: bool) -> list[str]:
-    """The result table (seconds, peak RSS, paired ratios), the imports line, the fairness check."""
-    kind = "pixel" if pixels else "low-dim"
-    head = f"| {kind} steps | rlds convert s | TorchRL rb fill s | rlds vs rb fill | TensorDict memmap_ s |"
-    lines = [head + " rlds vs memmap_ |", "|---|---|---|---|---|---|"]
-    if per == 4:
-        lines[0] += " rlds before s | speed-up |"
-        lines[1] += "---|---|"
+    """The result table (wall and CPU seconds, peak RSS, paired ratios to rlds), the imports
+    line and the fairness check. A ratio is this row's seconds over rlds's in the same round,
+    median (range) over the rounds: > 1, rlds is faster; the before row's is its speed-up."""
+    lines = [
+        f"| {'pixel' if pixels else 'low-dim'} steps | operation | wall s, median (range) | CPU s | "
+        "peak RSS MB | wall / rlds's | CPU / rlds's |",
+        "|---|---|---|---|---|---|---|",
+    ]
     imports: dict[str, list[float]] = {}
     in_timer: dict[str, int] = {}
     names: set[str] = set()
     for i in range(0, len(all_cfgs), per):
         group = all_cfgs[i : i + per]
         r = group[0]
-        cells = [f"{sizes[i // per]:,}", _cell(r)]
-        for t in group[1:]:  # peers, then the before: their seconds over rlds's, round by round
-            ratio = [b["seconds"] / a["seconds"] for a, b in zip(r.runs, t.runs, strict=True)]
-            cells += [_cell(t), f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f})"]
-        lines.append("| " + " | ".join(cells) + " |")
-        for c in group:
-            label = c.label.rsplit(" ", 1)[0]
-            imports.setdefault(label, []).extend(run["import_seconds"] for run in c.runs)
-            in_timer[label] = max(in_timer.get(label, 0), *(run["imports_in_timer"] for run in c.runs))
-            names.update(name for run in c.runs for name in run["imported"])
+        for t in group:
+            lo, hi = t.span("seconds")
+            cells = [
+                f"{sizes[i // per]:,}",
+                t.label.rsplit(" ", 1)[0],
+                f"{t.median('seconds'):.3f} ({lo:.3f}-{hi:.3f})",
+                f"{t.median('cpu_seconds'):.3f}",
+                f"{t.median('peak_rss_mb'):.0f}",
+            ]
+            for measure in ("seconds", "cpu_seconds"):
+                ratio = [b[measure] / a[measure] for a, b in zip(r.runs, t.runs, strict=True)]
+                cells.append(
+                    "-" if t is r else f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f})"
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+            label = t.label.rsplit(" ", 1)[0]
+            imports.setdefault(label, []).extend(run["import_seconds"] for run in t.runs)
+            in_timer[label] = max(in_timer.get(label, 0), *(run["imports_in_timer"] for run in t.runs))
+            names.update(name for run in t.runs for name in run["imported"])
     lines.append("")
     lines.append(
         "Cold imports (before each timer, not in the table; median (range) ms): "
@@ -284,11 +295,6 @@ def report(all_cfgs: list[_harness.Config], sizes: list[int], per: int, pixels: 
         + "."
     )
     return lines
-
-
-def _cell(cfg: _harness.Config) -> str:
-    lo, hi = cfg.span("seconds")
-    return f"{cfg.median('seconds'):.3f} ({lo:.3f}-{hi:.3f}), {cfg.median('peak_rss_mb'):.0f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
