@@ -315,7 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         if not src.exists():
             (bench_data.write_pixel_d4rl if args.pixels else bench_data.write_d4rl)(src, n)
         sources[n] = src
-    info = _harness.machine_info()
+    import datetime
+    import platform
+
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load0 = os.getloadavg()
     if args.spans:
         found = spans(sources[sizes[0]], work, args.spans)
@@ -331,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         loads.append(os.getloadavg()[0])
         _harness.run_configs(all_cfgs[shift:] + all_cfgs[:shift], 1, work, print)
     print(
-        f"\nMeasured {info['date']} on {info['cpus']}; {info['os']}; Python {info['python']}; "
-        f"{info['versions']}; rlds commit {info['commit']}."
+        f"\nMeasured {date} on {_harness.cpu_model()} ({len(os.sched_getaffinity(0))} usable of "
+        f"{os.cpu_count()} CPUs); Python {platform.python_version()}; "
+        f"{_harness.versions('torch', 'torchrl', 'tensordict', 'h5py', 'numpy')}; "
+        f"rlds commit {_harness.commit()}."
     )
     print(
         f"{args.repeats} rounds; 1-minute load average before: {load0[0]:.1f}, at each round: "
