@@ -203,3 +203,27 @@ def test_only_lerobot_goes_to_the_hub(hub: HubStandin) -> None:  # noqa: F811
     result = runner.invoke(app, ["export", "demo", REPO_URL, "--to", "torchrl"])
     assert result.exit_code == 1 and not hub.commits()
     assert "cannot export 'torchrl' to hf://datasets/rlds-test/shared" in result.stderr
+
+
+def test_a_commit_or_a_missing_repo_is_one_line_before_any_export(
+    hub: HubStandin,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rlds_cli.export
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("exported for a URL that cannot be pushed to")
+
+    make_demo("demo", "zarr")
+    monkeypatch.setattr(rlds_cli.export, "export_dataset", never)
+    sha = hub.repos["rlds-test/shared"].refs["main"]
+    for url, needle, hint in (
+        (f"{REPO_URL}@{sha}", "is a commit, not a branch", "push to a branch"),
+        ("hf://datasets/rlds-test/missing", "HTTP 404", "hf repo create ORG/REPO --repo-type dataset"),
+    ):
+        result = runner.invoke(app, ["export", "demo", url, "--to", "lerobot"])
+        assert result.exit_code == 1 and "Traceback" not in result.stderr, result.output
+        lines = result.stderr.splitlines()
+        assert needle in lines[0] and any(hint in line for line in lines[1:]), result.stderr
+        assert not any(CacheRoot().tmp_dir.iterdir())
+    assert not hub.commits()

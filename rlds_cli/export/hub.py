@@ -88,7 +88,7 @@ def export_to_hub(
             moved during the push, the Hub unreachable.
     """
     from rlds_cli.export import export_dataset
-    from rlds_cli.remote.hub_push import push_hub_folder
+    from rlds_cli.remote.hub_push import check_branch, push_hub_folder
 
     owned = HUB_FORMATS.get(format)
     if owned is None:
@@ -96,6 +96,7 @@ def export_to_hub(
             f"cannot export {format!r} to {url}: only {', '.join(HUB_FORMATS)} is exported to the Hub",
             hint="export to a local path instead, or use --to lerobot",
         )
+    check_branch(url)  # a wrong URL or token says so before the export, not after it
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     cache.tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".hub-export-", dir=cache.tmp_dir))

@@ -162,6 +162,13 @@ def push_hub_folder(
     return counts
 
 
+def check_branch(url: str) -> None:
+    """Raise what a push to ``url`` would raise at its start (a commit rather than a branch, no
+    such repo or branch, a repo the token may not read): checked before a long export is written
+    for it. A token that may read but not write is refused at the upload, before any commit."""
+    _branch_head(url)
+
+
 def _branch_head(url: str) -> tuple[HubPath, str]:
     """``url`` parsed, and the commit its branch points at (the push's parent)."""
     where = parse_hf_url(url)
