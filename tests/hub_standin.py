@@ -134,6 +134,7 @@ class HubStandin:
 def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # TCP_NODELAY: headers then body, no 40 ms delayed-ACK wait
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -16,11 +16,17 @@ from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOpt
 @handle_errors
 def export(
     name: Annotated[str, typer.Argument(help="Dataset name in the cache (or a registry id or alias).")],
-    out: Annotated[Path, typer.Argument(help="File (d4rl, npz) or directory (torchrl, minari) to create.")],
+    out: Annotated[
+        str,
+        typer.Argument(
+            help="File (d4rl, npz) or directory (torchrl, minari, lerobot, amago) to create, or (lerobot) "
+            "a Hub dataset repo folder hf://datasets/ORG/REPO[/PATH][@BRANCH], committed in one commit."
+        ),
+    ],
     to: Annotated[
         str, typer.Option("--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot or amago.")
     ] = "torchrl",
-    force: Annotated[bool, force_option("Replace OUT if it exists.")] = False,
+    force: Annotated[bool, force_option("Replace OUT if it exists (on the Hub: another export).")] = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
@@ -28,14 +34,22 @@ def export(
 ) -> None:
     """Export a dataset to TorchRL (tensordict memmap), D4RL HDF5, npz or Minari.
 
-    With -q only the path written is printed.
+    To a Hugging Face Hub dataset repo (--to lerobot, OUT hf://datasets/ORG/REPO[/PATH], the repo
+    made first): the export is written in the cache's tmp/ folder, then its files are one commit,
+    so the repo shows all of it or nothing; only changed files are sent, and an unchanged export
+    sends nothing. The token comes from HF_TOKEN or `hf auth login`.
+
+    With -q only the path (or URL) written is printed.
     """
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.export import export_dataset
     from rlds_cli.names import resolve_name
 
     dataset = open_dataset(resolve_name(name, root), root)
-    path = export_dataset(dataset, out, to, overwrite=force)
+    if out.startswith("hf://"):
+        _export_to_hub(dataset, name, out, to, root=root, force=force, json=json, quiet=quiet)
+        return
+    path = export_dataset(dataset, Path(out), to, overwrite=force)
     if json:
         _output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})
     elif quiet:
@@ -44,5 +58,32 @@ def export(
         _output.console.print(
             f"exported {_output.escape(name)} ({dataset.num_steps:,} steps) as {to} to "
             f"{_output.escape(str(path))}",
+            soft_wrap=True,
+        )
+
+
+def _export_to_hub(
+    dataset: Any, name: str, url: str, to: str, *, root: Any, force: bool, json: bool, quiet: bool
+) -> None:
+    """``rlds export NAME hf://...``: export, commit, then say what was sent."""
+    from rlds_cli.export.hub import export_to_hub
+
+    result = export_to_hub(dataset, url, to, root=root, force=force)
+    if json:
+        _output.print_json(result.to_dict())
+    elif quiet:
+        _output.console.print(Text(url), soft_wrap=True)
+    elif result.up_to_date:
+        _output.console.print(
+            f"[green]{_output.escape(name)}[/]: this {to} export is already at {_output.escape(url)} "
+            f"({result.files} files): nothing to upload",
+            soft_wrap=True,
+        )
+    else:
+        replaced = "; the previous export was replaced" if result.replaced else ""
+        _output.console.print(
+            f"exported {_output.escape(name)} ({result.num_steps:,} steps) as {to} to {_output.escape(url)}: "
+            f"{result.uploaded} of {result.files} files, {_output.human_bytes(result.bytes_uploaded)} "
+            f"uploaded in one commit{replaced}",
             soft_wrap=True,
         )

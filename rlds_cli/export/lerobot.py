@@ -274,7 +274,10 @@ def export_lerobot(
                 table = pa.table({name: _arrow(pa, values) for name, values in columns.items()})
                 if writer is None:
                     writer = pq.ParquetWriter(
-                        tmp / DATA_PATH.format(chunk_index=0, file_index=0), table.schema
+                        tmp / DATA_PATH.format(chunk_index=0, file_index=0),
+                        table.schema.with_metadata(
+                            {"huggingface": _hf_features(features, table.column_names)}
+                        ),
                     )
                 writer.write_table(table)
                 row: dict[str, Any] = {
@@ -327,7 +330,9 @@ def export_lerobot(
                 "__index_level_0__": pa.array(list(tasks.values()), pa.large_string()),
             }
         )
-        pq.write_table(task_table, tmp / "meta" / "tasks.parquet")
+        pq.write_table(
+            task_table.replace_schema_metadata(_pandas_tasks(pa.__version__)), tmp / "meta" / "tasks.parquet"
+        )
         info = {
             "codebase_version": CODEBASE_VERSION,
             "robot_type": source.get("robot_type") or "unknown",
@@ -416,3 +421,59 @@ def _features(
     for name in ("frame_index", "episode_index", "index", "task_index"):
         out[name] = plain(np.int64, (1,))
     return out
+
+
+def _pandas_tasks(pyarrow_version: str) -> dict[str, str]:
+    """The ``pandas`` schema metadata of lerobot's ``meta/tasks.parquet`` (a DataFrame indexed by
+    the task text): LeRobot reads the file with ``pd.read_parquet``, which makes
+    ``__index_level_0__`` the index only when this says so (the task texts would else be lost)."""
+    return {
+        "pandas": json.dumps(
+            {
+                "index_columns": ["__index_level_0__"],
+                "column_indexes": [
+                    {
+                        "name": None,
+                        "field_name": None,
+                        "pandas_type": "unicode",
+                        "numpy_type": "str",
+                        "metadata": {"encoding": "UTF-8"},
+                    }
+                ],
+                "columns": [
+                    {
+                        "name": "task_index",
+                        "field_name": "task_index",
+                        "pandas_type": "int64",
+                        "numpy_type": "int64",
+                        "metadata": None,
+                    },
+                    {
+                        "name": None,
+                        "field_name": "__index_level_0__",
+                        "pandas_type": "object",
+                        "numpy_type": "str",
+                        "metadata": None,
+                    },
+                ],
+                "attributes": {},
+                "creator": {"library": "pyarrow", "version": pyarrow_version},
+            }
+        )
+    }
+
+
+def _hf_features(features: dict[str, Any], columns: list[str]) -> str:
+    """The ``huggingface`` schema metadata lerobot's data files carry (the features as the
+    ``datasets`` library names them: ``Value``, fixed-length ``List``), for the Hub's viewer and
+    ``datasets.load_dataset``."""
+
+    def spec(dtype: str, shape: list[int]) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": dtype, "_type": "Value"}
+        dims = shape[:-1] if shape and shape[-1] == 1 else shape  # as _arrow drops a last axis of 1
+        for length in reversed(dims):
+            out = {"feature": out, "length": length, "_type": "List"}
+        return out
+
+    described = {name: spec(features[name]["dtype"], list(features[name]["shape"])) for name in columns}
+    return json.dumps({"info": {"features": described}})

@@ -67,8 +67,14 @@ class RemoteFiles:
         """The filesystem, opened again in a forked process (fsspec's async ones are not
         fork-safe: a DataLoader worker would inherit a dead event loop)."""
         if self._pid != os.getpid():
-            # the path stays the one opened first: on the Hub it names the commit being read
-            self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
+            # the path stays the one opened first: on the Hub it names the commit being read, so a
+            # worker asks the Hub nothing to reopen it (no revision lookup per worker)
+            if self.url.startswith("hf://"):
+                from rlds_cli.remote.hub_store import hub_filesystem
+
+                self._fs = hub_filesystem(self._options, fresh=True)
+            else:
+                self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
             self._pid = os.getpid()
             self._lock = threading.Lock()
         return self._fs

@@ -12,18 +12,23 @@ the git blob id of a small file) equal the local file's gets no operation. A re-
 unchanged dataset uploads nothing and makes no commit. LFS objects an interrupted push uploaded
 stay on the Hub: the LFS batch API says they are there and the client does not send them again.
 
+:func:`push_hub_folder` makes the same one commit of a folder that is no cached dataset (a
+LeRobot export, :mod:`rlds_cli.export.hub`): changed files only, none and no commit when all are
+there, another version replaced only with ``force``.
+
 The token is the client's (``HF_TOKEN`` or its token file); no message here holds it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlds_cli._io import sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub.repo import HubPath, hf_api, parse_hf_url
@@ -69,13 +74,7 @@ def push_hub(
             moved during the push, the Hub unreachable.
         DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
     """
-    where = parse_hf_url(url)
-    if _is_sha(where.revision):
-        raise RemoteAccessError(
-            f"cannot push to {url}: {where.revision[:12]}... is a commit, not a branch",
-            hint="push to a branch: hf://datasets/ORG/REPO[/PATH] (main) or ...@BRANCH",
-        )
-    parent = head_commit(where, write=True)
+    where, parent = _branch_head(url)
     remote = _remote_files(where, parent)
     plan = plan_push(where, directory, manifest_bytes, local, remote, force, url)
     sent = [rel for rel in local if _repo_path(where, rel) in plan.add]
@@ -90,10 +89,95 @@ def push_hub(
         return counts  # nothing changed: no upload, no commit
     if progress is not None:
         progress("start", counts["bytes_uploaded"])
-    _commit(where, url, plan, parent, name, directory, manifest_bytes, local)
+
+    def check(adds: list[Any]) -> None:
+        _check_unchanged(directory, manifest_bytes, local, adds, where, name, url)
+
+    _commit(where, url, plan, parent, f"rlds push {name}", check)
     if progress is not None:
         progress("advance", counts["bytes_uploaded"])
     return counts
+
+
+def push_hub_folder(
+    directory: Path,
+    url: str,
+    *,
+    message: str,
+    marker: str,
+    owned: Callable[[str], bool],
+    force: bool,
+) -> dict[str, Any]:
+    """Commit the files of ``directory`` (a folder this process wrote, not a cached dataset) to
+    ``url`` as one commit, as :func:`push_hub` does: only the files that differ from the branch's
+    are sent, none and no commit when all are there, the commit pinned to the branch's head.
+
+    Args:
+        directory: The folder whose every file is pushed (paths relative to it).
+        url: ``hf://datasets/ORG/REPO[/PATH][@BRANCH]``.
+        message: The commit message.
+        marker: The file that tells one version from another (``meta/info.json``): when the
+            branch holds another, the push replaces it only with ``force``.
+        owned: Which of the branch's files under ``PATH`` belong to the pushed format: those the
+            folder lacks are deleted in the same commit (a README beside them stays).
+        force: Replace another version.
+
+    Returns:
+        ``files``, ``uploaded``, ``skipped``, ``bytes_uploaded``, ``replaced``, ``up_to_date``.
+
+    Raises:
+        RemoteExistsError: Another version is at ``url`` and ``force`` is false.
+        RemoteAccessError: As :func:`push_hub`.
+    """
+    where, parent = _branch_head(url)
+    remote = _remote_files(where, parent)
+    local = {
+        p.relative_to(directory).as_posix(): FileEntry(p.stat().st_size, sha256_file(p))
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+    there = remote.get(marker)
+    replaced = there is not None and (
+        marker not in local or not _same_file(there, local[marker], directory / marker)
+    )
+    if replaced and not force:
+        raise RemoteExistsError(f"{url} holds another version (its {marker} differs)")
+    add: dict[str, Path | bytes] = {
+        _repo_path(where, rel): directory / rel
+        for rel, entry in local.items()
+        if rel not in remote or not _same_file(remote[rel], entry, directory / rel)
+    }
+    delete = [_repo_path(where, rel) for rel in sorted(remote) if rel not in local and owned(rel)]
+    sent = [rel for rel in local if _repo_path(where, rel) in add]
+    counts: dict[str, Any] = {
+        "files": len(local),
+        "uploaded": len(sent),
+        "skipped": len(local) - len(sent),
+        "bytes_uploaded": sum(local[rel].size for rel in sent),
+        "replaced": replaced,
+        "up_to_date": not add and not delete,
+    }
+    if not counts["up_to_date"]:
+        _commit(where, url, HubPushPlan(add, delete, replaced), parent, message, None)
+    return counts
+
+
+def check_branch(url: str) -> None:
+    """Raise what a push to ``url`` would raise at its start (a commit rather than a branch, no
+    such repo or branch, a repo the token may not read): checked before a long export is written
+    for it. A token that may read but not write is refused at the upload, before any commit."""
+    _branch_head(url)
+
+
+def _branch_head(url: str) -> tuple[HubPath, str]:
+    """``url`` parsed, and the commit its branch points at (the push's parent)."""
+    where = parse_hf_url(url)
+    if _is_sha(where.revision):
+        raise RemoteAccessError(
+            f"cannot push to {url}: {where.revision[:12]}... is a commit, not a branch",
+            hint="push to a branch: hf://datasets/ORG/REPO[/PATH] (main) or ...@BRANCH",
+        )
+    return where, head_commit(where, write=True)
 
 
 def plan_push(
@@ -134,13 +218,11 @@ def _commit(
     url: str,
     plan: HubPushPlan,
     parent: str,
-    name: str,
-    directory: Path,
-    manifest_bytes: bytes,
-    local: dict[str, FileEntry],
+    message: str,
+    check: Callable[[list[Any]], None] | None,
 ) -> None:
-    """Upload the new files (LFS objects first), check the local dataset did not change under
-    the push, then make the one commit."""
+    """Upload the new files (LFS objects first), ``check`` the uploads (a cached dataset: it did
+    not change under the push), then make the one commit."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     api = hf_api()
@@ -148,11 +230,12 @@ def _commit(
     deletes = [CommitOperationDelete(path_in_repo=p) for p in plan.delete]
     with _quiet_client(), translated(url, write=True):
         api.preupload_lfs_files(where.repo, additions=adds, repo_type="dataset", revision=where.revision)
-        _check_unchanged(directory, manifest_bytes, local, adds, where, name, url)
+        if check is not None:
+            check(adds)
         api.create_commit(
             where.repo,
             operations=[*adds, *deletes],
-            commit_message=f"rlds push {name}",
+            commit_message=message,
             repo_type="dataset",
             revision=where.revision,
             parent_commit=parent,

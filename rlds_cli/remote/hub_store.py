@@ -53,14 +53,27 @@ def open_hub(url: str, storage_options: dict[str, Any] | None = None) -> tuple[A
         UnsupportedSourceError: ``url`` is not ``hf://datasets/ORG/REPO[/PATH][@REVISION]``.
         RemoteAccessError: See :func:`head_commit`.
     """
-    from huggingface_hub import HfFileSystem
-
     where = parse_hf_url(url)
     sha = head_commit(where)
-    options = {"endpoint": endpoint(), **(storage_options or {})}
-    fs = HfFileSystem(**options)
+    fs = hub_filesystem(storage_options)
     fs.invalidate_cache()
     return fs, repo_path(where, sha)
+
+
+def hub_filesystem(storage_options: dict[str, Any] | None = None, *, fresh: bool = False) -> Any:
+    """An ``HfFileSystem`` on this process's endpoint.
+
+    ``fresh``: a new instance, not the one huggingface_hub's instance cache holds. That cache
+    does not key on the process id (unlike fsspec's own), so a forked DataLoader worker would be
+    handed the parent's instance with its listings; a worker asks for a fresh one (its HTTP client
+    is huggingface_hub's shared one, which the client itself closes in a forked child).
+    """
+    from huggingface_hub import HfFileSystem
+
+    options = {"endpoint": endpoint(), **(storage_options or {})}
+    if fresh:
+        options["skip_instance_cache"] = True
+    return HfFileSystem(**options)
 
 
 def is_hub_error(exc: BaseException) -> bool:

@@ -1,0 +1,115 @@
+"""``rlds export NAME hf://datasets/ORG/REPO[/PATH] --to lerobot``: a LeRobot v3.0 export committed
+to a Hub dataset repo, where LeRobot's loader (and ``rlds download hf://...``) reads it.
+
+The export is written to a temporary folder inside the cache (``tmp/``), then its files go to the
+repo as one commit (:func:`~rlds_cli.remote.hub_push.push_hub_folder`, the commit code of
+``rlds push``): the repo shows the whole export or none of it, only the files that differ from the
+branch's are sent, and a second identical export sends nothing and makes no commit. The temporary
+folder is removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import ExportError
+
+#: Formats that can be exported to a Hub repo, and the folders of the repo each one owns (a
+#: file of a replaced export there that the new one lacks is deleted; other files stay).
+HUB_FORMATS: dict[str, tuple[str, ...]] = {"lerobot": ("meta/", "data/", "videos/")}
+#: The file that tells one export from another (another one there needs ``force``).
+MARKER = "meta/info.json"
+
+
+@dataclass
+class HubExportResult:
+    """What :func:`export_to_hub` did.
+
+    Attributes:
+        name: The dataset exported.
+        url: Where the export is now.
+        format: The format written.
+        num_steps: Steps of the dataset.
+        files: Files of the export.
+        uploaded: Files this run sent.
+        skipped: Files the branch already held, unchanged.
+        bytes_uploaded: Bytes this run sent.
+        replaced: Another export was at ``url`` and was replaced (``force``).
+        up_to_date: The branch held this very export: nothing was sent, no commit was made.
+    """
+
+    name: str
+    url: str
+    format: str
+    num_steps: int
+    files: int
+    uploaded: int
+    skipped: int
+    bytes_uploaded: int
+    replaced: bool
+    up_to_date: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def export_to_hub(
+    dataset: Dataset,
+    url: str,
+    format: str = "lerobot",
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> HubExportResult:
+    """Export ``dataset`` as ``format`` and commit it to the Hub dataset repo folder ``url``.
+
+    Args:
+        dataset: An opened dataset.
+        url: ``hf://datasets/ORG/REPO[/PATH][@BRANCH]`` (the repo made first; the token from
+            ``HF_TOKEN`` or the client's token file).
+        format: One of :data:`HUB_FORMATS`.
+        root: The cache whose ``tmp/`` holds the export until it is committed.
+        force: Replace another export already at ``url``.
+        progress: As :func:`~rlds_cli.export.export_dataset`'s (steps written).
+
+    Raises:
+        ExportError: ``format`` cannot be exported to the Hub.
+        RemoteExistsError: Another export is at ``url`` and ``force`` is false.
+        RemoteAccessError: No such repo or branch, no token that may write to it, the branch
+            moved during the push, the Hub unreachable.
+    """
+    from rlds_cli.export import export_dataset
+    from rlds_cli.remote.hub_push import check_branch, push_hub_folder
+
+    owned = HUB_FORMATS.get(format)
+    if owned is None:
+        raise ExportError(
+            f"cannot export {format!r} to {url}: only {', '.join(HUB_FORMATS)} is exported to the Hub",
+            hint="export to a local path instead, or use --to lerobot",
+        )
+    check_branch(url)  # a wrong URL or token says so before the export, not after it
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    cache.tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".hub-export-", dir=cache.tmp_dir))
+    try:
+        out = export_dataset(dataset, tmp / "export", format, progress=progress)
+        counts = push_hub_folder(
+            out,
+            url,
+            message=f"rlds export {dataset.name} --to {format}",
+            marker=MARKER,
+            owned=lambda rel: rel.startswith(owned),
+            force=force,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return HubExportResult(name=dataset.name, url=url, format=format, num_steps=dataset.num_steps, **counts)
