@@ -227,3 +227,19 @@ def test_a_commit_or_a_missing_repo_is_one_line_before_any_export(
         assert needle in lines[0] and any(hint in line for line in lines[1:]), result.stderr
         assert not any(CacheRoot().tmp_dir.iterdir())
     assert not hub.commits()
+
+
+def test_files_of_something_else_where_the_export_goes_need_force(hub: HubStandin) -> None:  # noqa: F811
+    """A repo laid out as ``datasets`` lays out parquet (``data/train-*.parquet``, no
+    ``meta/info.json``) is not an export to update: its files are not deleted without --force."""
+    make_demo("demo", "zarr")
+    repo = hub.repos["rlds-test/shared"]
+    theirs = "data/train-00000-of-00001.parquet"
+    repo.add_commit({**main_files(hub), theirs: b"PAR1 theirs"})
+    commits = len(hub.commits())
+    refused = runner.invoke(app, ["export", "demo", REPO_URL, "--to", "lerobot"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.stderr, refused.output
+    assert theirs in refused.stderr and "--force" in refused.stderr
+    assert theirs in main_files(hub) and len(hub.commits()) == commits
+    row = _export("demo", REPO_URL, "--force")
+    assert row["replaced"] and theirs not in main_files(hub) and "README.md" in main_files(hub)

@@ -23,7 +23,8 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import ExportError
 
 #: Formats that can be exported to a Hub repo, and the folders of the repo each one owns (a
-#: file of a replaced export there that the new one lacks is deleted; other files stay).
+#: file of a replaced export there that the new one lacks is deleted; other files stay; files
+#: there with no :data:`MARKER` are another dataset's, deleted only with ``force``).
 HUB_FORMATS: dict[str, tuple[str, ...]] = {"lerobot": ("meta/", "data/", "videos/")}
 #: The file that tells one export from another (another one there needs ``force``).
 MARKER = "meta/info.json"
@@ -78,12 +79,14 @@ def export_to_hub(
             ``HF_TOKEN`` or the client's token file).
         format: One of :data:`HUB_FORMATS`.
         root: The cache whose ``tmp/`` holds the export until it is committed.
-        force: Replace another export already at ``url``.
+        force: Replace another export already at ``url`` (or delete files of another dataset
+            in the folders the export owns).
         progress: As :func:`~rlds_cli.export.export_dataset`'s (steps written).
 
     Raises:
         ExportError: ``format`` cannot be exported to the Hub.
-        RemoteExistsError: Another export is at ``url`` and ``force`` is false.
+        RemoteExistsError: Another export (or another dataset's files in the folders the
+            export owns) is at ``url`` and ``force`` is false.
         RemoteAccessError: No such repo or branch, no token that may write to it, the branch
             moved during the push, the Hub unreachable.
     """

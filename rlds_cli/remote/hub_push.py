@@ -119,14 +119,16 @@ def push_hub_folder(
         marker: The file that tells one version from another (``meta/info.json``): when the
             branch holds another, the push replaces it only with ``force``.
         owned: Which of the branch's files under ``PATH`` belong to the pushed format: those the
-            folder lacks are deleted in the same commit (a README beside them stays).
-        force: Replace another version.
+            folder lacks are deleted in the same commit (a README beside them stays). Without
+            ``marker`` there, such files are another dataset's: deleted only with ``force``.
+        force: Replace another version (or delete those files).
 
     Returns:
         ``files``, ``uploaded``, ``skipped``, ``bytes_uploaded``, ``replaced``, ``up_to_date``.
 
     Raises:
-        RemoteExistsError: Another version is at ``url`` and ``force`` is false.
+        RemoteExistsError: Another version is at ``url``, or files under the owned folders and
+            no ``marker``, and ``force`` is false.
         RemoteAccessError: As :func:`push_hub`.
     """
     where, parent = _branch_head(url)
@@ -137,17 +139,26 @@ def push_hub_folder(
         if p.is_file()
     }
     there = remote.get(marker)
-    replaced = there is not None and (
-        marker not in local or not _same_file(there, local[marker], directory / marker)
-    )
-    if replaced and not force:
-        raise RemoteExistsError(f"{url} holds another version (its {marker} differs)")
+    stale = [rel for rel in sorted(remote) if rel not in local and owned(rel)]
+    if there is not None:
+        replaced = marker not in local or not _same_file(there, local[marker], directory / marker)
+        if replaced and not force:
+            raise RemoteExistsError(f"{url} holds another version (its {marker} differs)")
+    else:  # no marker: files there under the owned folders are someone else's, not an old version
+        replaced = bool(stale)
+        if replaced and not force:
+            raise RemoteExistsError(
+                f"{url} holds {len(stale)} file(s) where the export goes that no export of this "
+                f"format wrote (no {marker}), e.g. {stale[0]}",
+                hint="pass --force to delete them in the export's commit, or export to a folder of "
+                "the repo: hf://datasets/ORG/REPO/PATH",
+            )
     add: dict[str, Path | bytes] = {
         _repo_path(where, rel): directory / rel
         for rel, entry in local.items()
         if rel not in remote or not _same_file(remote[rel], entry, directory / rel)
     }
-    delete = [_repo_path(where, rel) for rel in sorted(remote) if rel not in local and owned(rel)]
+    delete = [_repo_path(where, rel) for rel in stale]
     sent = [rel for rel in local if _repo_path(where, rel) in add]
     counts: dict[str, Any] = {
         "files": len(local),
