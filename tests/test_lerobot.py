@@ -599,3 +599,49 @@ def test_export_of_a_d4rl_dataset_round_trips(tmp_path: Path) -> None:
         np.concatenate([back[s : s + n] for s, n in zip(back_starts, b.episodes["length"], strict=True)]),
         steps,
     )
+
+
+def _state_episodes(root: Path, lengths: list[int]) -> Path:
+    """A camera-less v3.0 tree of episodes of ``lengths`` frames, in one data file."""
+    _state_only(root, sum(lengths))
+    info = _info(root)
+    info.update(total_episodes=len(lengths))
+    _write_info(root, info)
+    table = pq.read_table(root / DATA)
+    index = np.repeat(np.arange(len(lengths)), lengths)
+    table = table.set_column(table.schema.get_field_index("episode_index"), "episode_index", pa.array(index))
+    pq.write_table(table, root / DATA)
+    ends = np.cumsum(lengths)
+    episodes = pa.table(
+        {
+            "episode_index": list(range(len(lengths))),
+            "length": lengths,
+            "data/chunk_index": [0] * len(lengths),
+            "data/file_index": [0] * len(lengths),
+            "dataset_from_index": (ends - lengths).tolist(),
+            "dataset_to_index": ends.tolist(),
+        }
+    )
+    pq.write_table(episodes, root / EPISODES)
+    return root
+
+
+@pytest.mark.parametrize("episodes", ["1:", "1:5"])
+def test_a_subset_counts_the_episodes_without_a_transition_as_the_whole_source_does(
+    tmp_path: Path, episodes: str
+) -> None:
+    """An episode of one frame has no transition under last_step="drop": dropped, and counted in
+    the report whether or not the episodes read start after it (the subset passes the check)."""
+    from rlds_cli.validate import check_dataset
+
+    src = _state_episodes(tmp_path / "s", [1, 3, 4])
+    options: dict[str, Any] = {"last_step": "drop"}
+    convert(src, "whole", options=options)
+    convert(src, "sub", options={**options, "episodes": episodes})
+    whole, sub = open_dataset("whole"), open_dataset("sub")
+    assert sub.episodes["source_id"].tolist() == [2]
+    assert sub.manifest.conversion["dropped_episodes"] == whole.manifest.conversion["dropped_episodes"] == 1
+    # the frame of the skipped episode, and the last frame of the one kept (the drop rule)
+    assert sub.manifest.conversion["dropped_rows"] == 2
+    report = check_dataset(sub)
+    assert report.ok, report

@@ -164,6 +164,12 @@ class LeRobotReader(Reader):
                 hint=f"ask for A:B with A < {len(live)}" if live else "the dataset has no episode to convert",
             )
         last = live[min(stop, len(live)) - 1] if stop is not None else len(self.episodes) - 1
+        # the episodes left out that have no transition are counted as a whole read counts them:
+        # the report (and the subset check of `rlds validate`) takes the source's totals
+        for ep in (*self.episodes[: live[first]], *self.episodes[last + 1 :]):
+            if self._skipped(ep):
+                self.report.dropped_episodes += 1
+                self.report.dropped_rows += ep.length
         self.episodes = self.episodes[live[first] : last + 1]
         return first
 
