@@ -1,7 +1,8 @@
 """A dataset rebuilt (``--force``) under a reader: one behaviour for memmap and zarr (issue 25).
 
 Reading from disk, the next batch raises DatasetReplacedError for both backends (memory maps
-would read the old version on silently); a loader that copied the dataset into RAM serves its
+would read the old version on silently; a loader on them checks at most every 2 ms, and the
+batches in between come whole from the mapped version); a loader that copied the dataset into RAM serves its
 snapshot of one version."""
 
 from __future__ import annotations
@@ -35,3 +36,27 @@ def test_replaced_under_a_loader_and_a_dataset(isolated_cache: Path, backend: st
     idx = batch["index"].numpy()
     assert np.array_equal(batch["observation"].numpy(), old["observation"][idx])
     assert rlds_cli.open_dataset("r").num_steps == 7
+
+
+def test_memory_maps_check_for_a_replacement_at_most_every_interval(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On memory maps the check is one stat at most every ``REPLACED_CHECK_NS`` (driven here by a
+    fake clock): batches in between come whole from the mapped version, and the first batch once
+    the interval has passed raises."""
+    from rlds_cli.loader import sources
+
+    now = [10**12]
+    monkeypatch.setattr(sources, "_clock_ns", lambda: now[0])
+    make_dataset("m", [40, 30, 50, 20])
+    loader = rlds_cli.Loader("m", batch_size=32, seed=0, in_memory=False)
+    old = rlds_cli.open_dataset("m")[:]
+    loader.sample()  # checks, and the next check is due one interval later
+    make_dataset("m", [3, 4], replace=True)
+    for _ in range(3):  # within the interval: the old version, whole
+        batch = loader.sample()
+        idx = batch["index"].numpy()
+        assert np.array_equal(batch["observation"].numpy(), old["observation"][idx])
+    now[0] += sources.REPLACED_CHECK_NS
+    with pytest.raises(DatasetReplacedError, match="replaced"):
+        loader.sample()

@@ -21,6 +21,7 @@ that packing out as a :class:`PackedLayout` (what :mod:`rlds_cli.loader.device` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,12 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.reader import Episodes, TedReader, stored_keys
 from rlds_cli.cache.ted import TedBatch
+
+#: How often, at most, a loader reading memory maps checks that its dataset was not replaced
+#: (see :meth:`HostSource.gather_function`): a replacement takes far longer than this.
+REPLACED_CHECK_NS = 2_000_000
+#: The clock of that check (a name of this module, so that a test can drive it).
+_clock_ns = time.monotonic_ns
 
 #: dtypes copied into the packed float32 array; bool step columns go to a packed flags array.
 _PACKABLE = (np.dtype(np.float32),)
@@ -326,18 +333,26 @@ class HostSource:
     def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
         """:meth:`gather`, or the method it would dispatch to at every call for this layout.
 
-        Read from memory maps, it checks after every batch that the dataset was not replaced
+        Read from memory maps, it checks after a batch that the dataset was not replaced
         (:class:`~rlds_cli.errors.DatasetReplacedError`, as zarr columns do after every read):
-        a map keeps reading the version it opened, which must not go on silently. A copy in RAM
-        is a snapshot of one version and reads on."""
+        a map keeps reading the version it opened, which must not go on silently. The check is
+        one ``stat``, made at most every :data:`REPLACED_CHECK_NS` (a stat per 45 us batch was
+        a tenth of a low-dim batch's cost): the batches in between come whole from the version
+        the maps hold (a replaced version's files live on while mapped), so none is torn, and
+        the first batch drawn more than that after a replacement raises. A copy in RAM is a
+        snapshot of one version and reads on."""
         gather = self._reader.gather if self._unpacked else self.gather
         if self.in_memory or not getattr(self.dataset._backend, "stable_once_open", False):
             return gather
         check = self.dataset._check_not_replaced
+        due = [0]  # the clock reading from which the next batch checks
 
         def checked(idx: np.ndarray) -> TedBatch:
             out = gather(idx)
-            check()  # one stat per batch
+            now = _clock_ns()
+            if now >= due[0]:
+                check()
+                due[0] = now + REPLACED_CHECK_NS
             return out
 
         return checked
