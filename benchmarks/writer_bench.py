@@ -268,12 +268,13 @@ def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[st
             for writing in (False, True):
                 run.set() if writing else run.clear()
                 time.sleep(1.5 * PACE_S)  # commits under way (or the last one finished)
+                # the dataset as it stands (its segments as the writers left them), opened
+                # afresh and never refreshed: the static rate to compare with; measured while
+                # the writers write too, it is what their CPU leaves to any reader
                 if not writing:
-                    # the dataset as it stands (its segments as the writers left them), opened
-                    # afresh and never refreshed: the static rate to compare with
                     static = rlds_cli.Loader("r", root=root, batch_size=BATCH, seed=0)
-                    key = "paused_static_batches_per_s"
-                    best[key] = max(best.get(key, 0.0), rate(static.sample, seconds / 3))
+                key = f"{'writing' if writing else 'paused'}_static_batches_per_s"
+                best[key] = max(best.get(key, 0.0), rate(static.sample, seconds / 3))
                 for every, loader in loaders.items():
                     assert loader._refresher is not None
                     before = loader._refresher.rebuilds
@@ -288,8 +289,14 @@ def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[st
             p.join()
     out = dict(best)
     static = best["paused_static_batches_per_s"]
+    writing_static = best["writing_static_batches_per_s"]
     for every in (1, 100):
         out[f"writing_refresh{every}_vs_static"] = best[f"writing_refresh{every}_batches_per_s"] / static
+        # the refresh's own cost: against a reader that never refreshes, under the same writers
+        out[f"writing_refresh{every}_vs_writing_static"] = (
+            best[f"writing_refresh{every}_batches_per_s"] / writing_static
+        )
+    out["writing_static_vs_static"] = writing_static / static
     out["views_followed_per_s_refresh1"] = followed / seconds
     out["writer_steps_per_s"] = writers * PACE_EPISODES * 200 / PACE_S
     return out
