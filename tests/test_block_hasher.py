@@ -5,6 +5,7 @@ stored columns read back; a hashing error reaches the caller."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,35 @@ def test_threaded_digests_equal_inline_ones() -> None:
     assert hasher._pool is None
     assert threaded.hexdigest() == inline.hexdigest()
     assert inline.hexdigest() == hashlib.sha256(b"".join(b.tobytes() for b in blocks)).hexdigest()
+
+
+def test_small_work_waits_for_the_threads_earlier_work() -> None:
+    """Work too small for the thread is still hashed after what the thread holds: each column's
+    hasher is fed in call order (a writer hashes a large episode, then a one-step one)."""
+    order: list[str] = []
+    gate = threading.Event()
+
+    class Held:  # holds the thread until the gate opens
+        def update(self, rows: np.ndarray) -> None:
+            gate.wait(10)
+            order.append("large")
+
+    class Small:
+        def update(self, rows: np.ndarray) -> None:
+            order.append("small")
+
+    hasher = digest.BlockHasher()
+    try:
+        first = hasher.start([(Held(), np.zeros(digest.PARALLEL_MIN_BYTES, np.uint8))])  # type: ignore[list-item]
+        second = hasher.start([(Small(), np.zeros(8, np.uint8))])  # type: ignore[list-item]
+        assert order == []  # not hashed inline ahead of the held work
+        gate.set()
+        first()
+        second()
+    finally:
+        hasher.close()
+    assert order == ["large", "small"]
+    assert hasher.start([(Small(), np.zeros(8, np.uint8))]) is not None and order[-1] == "small"  # type: ignore[list-item]
 
 
 def test_a_hashing_error_reaches_the_caller() -> None:

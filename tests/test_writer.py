@@ -11,6 +11,7 @@ import torch
 import rlds_cli
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.errors import DatasetExistsError, SchemaMismatchError
+from rlds_cli.validate import check_dataset
 from tests.dataset_fixtures import make_dataset
 
 
@@ -119,6 +120,68 @@ def test_add_step_and_extend(isolated_cache: Path) -> None:
     assert np.array_equal(ds.episode(0)["observation"], ep["observation"])
     assert ds.episode(0)["next/truncated"][-1, 0] and ds.episode(0)["next/reward"].dtype == np.float32
     assert np.array_equal(ds.episode(3)["next/observation"], c["next/observation"])
+
+
+@pytest.mark.parametrize("per_commit", [1, 3])
+def test_a_buffered_episode_does_not_change_with_the_callers_arrays(
+    isolated_cache: Path, per_commit: int
+) -> None:
+    """An actor that reuses one set of arrays for every episode: what was added is what is
+    committed, also when it waits in the writer for a later commit (a copy is kept then)."""
+    buf = episode(4, 1.0, uid=1)
+    with rlds_cli.DatasetWriter("reuse", episodes_per_commit=per_commit) as w:
+        for uid in (1, 2, 3):
+            fresh = episode(4, float(uid), uid=uid)
+            for key, value in fresh.items():
+                buf[key][...] = value  # refilled in place, as a recorder with fixed buffers does
+            w.add_episode(buf)
+    ds = rlds_cli.open_dataset("reuse")
+    for i, uid in enumerate((1, 2, 3)):
+        want, got = episode(4, float(uid), uid=uid), ds.episode(i)
+        assert_identical(want, {key: got[key] for key in want})
+
+
+def test_add_episode_copy_false_hands_the_arrays_over(isolated_cache: Path) -> None:
+    """``copy=False``: the writer keeps the caller's arrays until the commit (the recorder's are
+    new, built for that call). A caller that changes them anyway gets the changed rows written,
+    and ``--check`` finds them: they were hashed as they were when added."""
+    first = episode(3, 1.0, uid=1)
+    with rlds_cli.DatasetWriter("handed", episodes_per_commit=2) as w:
+        w.add_episode(first, copy=False)
+        first["action"][...] = 7.0  # the promise broken: the kept array changes
+        w.add_episode(episode(2, 2.0, uid=2), copy=False)
+    ds = rlds_cli.open_dataset("handed")
+    assert np.all(ds.episode(0)["action"] == 7.0)
+    report = check_dataset(ds)
+    assert [v.key for v in report.violations] == ["action"], [str(v) for v in report.violations]
+
+
+@pytest.mark.parametrize("per_commit", [1, 4])
+def test_digests_hashed_beside_the_caller_are_those_of_the_stored_columns(
+    isolated_cache: Path, per_commit: int
+) -> None:
+    """Episodes of frames large enough for the hashing thread, mixed with small ones (hashed
+    inline, after the thread's work): every segment's recorded digests match its columns."""
+    rng = np.random.default_rng(0)
+    with rlds_cli.DatasetWriter("frames", episodes_per_commit=per_commit) as w:
+        for length in (40, 1, 30, 2, 3, 50, 1):
+            frames = rng.integers(0, 255, (length + 1, 84, 84, 3), dtype=np.uint8)  # 21 KB each
+            flags = np.zeros((length, 1), bool)
+            flags[-1] = True
+            w.add_episode(
+                {
+                    "observation": frames[:-1],
+                    "next/observation": frames[1:],
+                    "action": rng.standard_normal((length, 2)).astype(np.float32),
+                    "next/reward": np.ones((length, 1), np.float32),
+                    "next/terminated": flags,
+                    "next/truncated": np.zeros_like(flags),
+                }
+            )
+    ds = rlds_cli.open_dataset("frames")
+    assert isinstance(ds, GrowingDataset) and ds.num_episodes == 7
+    report = check_dataset(ds)
+    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
 
 
 def test_append_refresh_and_snapshot(isolated_cache: Path) -> None:

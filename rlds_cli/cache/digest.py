@@ -23,6 +23,7 @@ never failed.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,32 +77,44 @@ def _feed(work: list[tuple[ColumnHasher, Any]]) -> None:
         hasher.update(np.asarray(rows))
 
 
+def feed(work: list[tuple[ColumnHasher, Any]]) -> Callable[[], None]:
+    """Hash ``(hasher, rows)`` pairs now, on the caller's thread; returns a wait that does
+    nothing (the same shape as :meth:`BlockHasher.start`'s)."""
+    _feed(work)
+    return _done
+
+
 class BlockHasher:
     """Feeds a block's rows to their column hashers on one helper thread while the caller
     writes the same rows (sha256 and file writes both release the GIL, so the digest stops
     adding its time to a conversion's: ~20% of a 1M-step low-dim one). Small blocks are hashed
-    inline (a hand-off costs more than it saves). The caller must not change the rows before
+    inline (a hand-off costs more than it saves) unless earlier work is still on the thread:
+    every hasher is fed in the order of the calls. The caller must not change the rows before
     the wait :meth:`start` returns has been called; :meth:`close` ends the thread."""
 
     def __init__(self) -> None:
         self._pool: Any = None
+        self._pid = 0  # the process that made the pool: a forked child has none of its threads
+        self._last: Any = None  # the newest work handed to the thread
 
     def start(self, work: list[tuple[ColumnHasher, Any]]) -> Callable[[], None]:
-        """Begin hashing ``(hasher, rows)`` pairs, in order; returns the wait for them (it raises
-        what the hashing raised)."""
-        if sum(int(getattr(rows, "nbytes", 0)) for _, rows in work) < PARALLEL_MIN_BYTES:
-            _feed(work)
-            return _done
-        if self._pool is None:
+        """Begin hashing ``(hasher, rows)`` pairs, in order, after the work of earlier calls;
+        returns the wait for them (it raises what the hashing raised)."""
+        busy = self._last is not None and not self._last.done() and self._pid == os.getpid()
+        if not busy and sum(int(getattr(rows, "nbytes", 0)) for _, rows in work) < PARALLEL_MIN_BYTES:
+            return feed(work)
+        if self._pool is None or self._pid != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlds-digest")
-        return self._pool.submit(_feed, work).result
+            self._pid = os.getpid()
+        self._last = self._pool.submit(_feed, work)
+        return self._last.result
 
     def close(self) -> None:
         """Stop the helper thread (after the work given to it)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        pool, self._pool, self._last = self._pool, None, None
+        if pool is not None and self._pid == os.getpid():
             pool.shutdown(wait=True)
 
 

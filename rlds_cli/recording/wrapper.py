@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from rlds_cli.errors import MissingExtraError, RecordingError
 from rlds_cli.recording.episode import EpisodeAssembler
+from rlds_cli.write.writer import DatasetWriter
 
 try:
     import gymnasium as gym
@@ -120,7 +121,10 @@ class RecordEpisodes(gym.Wrapper):
         episode = self.assembler.finish()
         if episode is None:
             return False
-        self.writer.add_episode(episode)
+        if isinstance(self.writer, DatasetWriter):  # the arrays were built for this call alone
+            self.writer.add_episode(episode, copy=False)
+        else:
+            self.writer.add_episode(episode)
         self.seeds.append(seed)
         self.steps += len(episode["next/reward"])
         return True

@@ -21,7 +21,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -88,21 +88,50 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
         fsync_dir(final.parent)
 
 
+class BatchDigests:
+    """The content digests of the episodes of one coming segment, fed episode by episode as
+    they are added, on the helper thread of ``hashing`` (one thread: each column's hasher gets
+    the episodes in order). The hashing of an episode that waits for a later commit runs while
+    the caller goes on (an actor steps its environment meanwhile); the commit waits only for
+    what is left. The episodes' arrays must not change until :meth:`hexdigests` returns."""
+
+    def __init__(self, keys: Iterable[str], hashing: digest.BlockHasher) -> None:
+        self._hashing = hashing
+        self._hashers: dict[str, digest.ColumnHasher] = {}
+        self._keys = list(keys)
+        self._waits: list[Any] = []
+
+    def add(self, episode: EpisodeColumns) -> None:
+        """Begin hashing ``episode``'s stored columns after those added before it."""
+        if not self._hashers:
+            self._hashers = {k: digest.ColumnHasher(episode.pieces(k)[0].dtype) for k in self._keys}
+        work = [(self._hashers[k], rows) for k in self._keys for rows in episode.pieces(k)]
+        self._waits.append(self._hashing.start(work))
+
+    def hexdigests(self) -> dict[str, str]:
+        """Each column's digest, once all the episodes added are hashed."""
+        waits, self._waits = self._waits, []
+        for wait in waits:
+            wait()
+        return {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
+
+
 def commit_segment(
     directory: Path,
     head: Manifest,
     backend: Backend,
     batch: list[EpisodeColumns],
+    digests: BatchDigests,
     *,
     protected: bool,
     fsync: bool,
     writer: dict[str, Any],
 ) -> Record:
-    """Write ``batch`` (whole episodes) as one segment and commit it (see the module docstring);
-    returns the ``ADD`` record appended."""
+    """Write ``batch`` (whole episodes, each given to ``digests`` already) as one segment and
+    commit it (see the module docstring); returns the ``ADD`` record appended."""
     seg = new_segment_id()
     with building_segment(directory, seg, fsync=fsync) as build:
-        manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
+        manifest = _write_segment(build, head, backend, batch, digests, writer, fsync=fsync)
     record = Record(
         ADD,
         seg,
@@ -119,22 +148,20 @@ def _write_segment(
     head: Manifest,
     backend: Backend,
     batch: list[EpisodeColumns],
+    digests: BatchDigests,
     writer: dict[str, Any],
     *,
     fsync: bool,
 ) -> Manifest:
-    fields = head.fields
-    hashes: dict[str, str] = {}
-    for key, spec in fields.items():
-        part = "flat" if spec.storage == "flat" else "steps"
-        rows = [getattr(ep, part)[key] for ep in batch]
-        data = rows[0] if len(rows) == 1 else np.concatenate(rows)
+    # Every episode's pieces are written one after the other, never joined into a fresh copy
+    # (the digests hash the same pieces, in the same order, on their thread meanwhile).
+    for key, spec in head.fields.items():
         column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
-        column.append(data)
+        for ep in batch:
+            for rows in ep.pieces(key):
+                column.append(rows)
         column.close(fsync=False)  # seal fsyncs the whole build once
-        hasher = digest.ColumnHasher(spec.dtype)
-        hasher.update(data)
-        hashes[key] = hasher.hexdigest()
+    hashes = digests.hexdigests()
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
     return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
 

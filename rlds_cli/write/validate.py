@@ -123,10 +123,14 @@ def split(cols: dict[str, np.ndarray], what: str) -> tuple[list[int], int]:
 @dataclass
 class EpisodeColumns:
     """One whole episode as the cache stores it: ``steps`` (``N`` rows each) and ``flat``
-    (observation-like keys, ``N + 1`` rows: each step's observation, then the final one)."""
+    (observation-like keys, ``N + 1`` rows: each step's observation, then the final one).
+
+    A flat column is kept as its two pieces, ``(observation, next/observation[-1:])``, and
+    written one after the other: joining them would copy every frame of the episode into fresh
+    memory once more (a page fault per 4 KiB) before the same bytes are written."""
 
     steps: dict[str, np.ndarray]
-    flat: dict[str, np.ndarray]
+    flat: dict[str, tuple[np.ndarray, np.ndarray]]
     num_steps: int
 
     def fields(self) -> dict[str, FieldSpec]:
@@ -136,9 +140,25 @@ class EpisodeColumns:
             k: FieldSpec(k, tuple(v.shape[1:]), dtype_name(v.dtype), "step") for k, v in self.steps.items()
         }
         out.update(
-            {k: FieldSpec(k, tuple(v.shape[1:]), dtype_name(v.dtype), "flat") for k, v in self.flat.items()}
+            {
+                k: FieldSpec(k, tuple(v.shape[1:]), dtype_name(v.dtype), "flat")
+                for k, (v, _) in self.flat.items()
+            }
         )
         return dict(sorted(out.items()))
+
+    def pieces(self, key: str) -> tuple[np.ndarray, ...]:
+        """The rows of stored column ``key``, in order, as the pieces to write."""
+        return self.flat[key] if key in self.flat else (self.steps[key],)
+
+    def owned(self) -> EpisodeColumns:
+        """A copy that shares no memory with the caller's arrays: an episode kept for a later
+        commit must not change when the caller reuses its buffers."""
+        return EpisodeColumns(
+            {k: v.copy() for k, v in self.steps.items()},
+            {k: (a.copy(), b.copy()) for k, (a, b) in self.flat.items()},
+            self.num_steps,
+        )
 
 
 def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> EpisodeColumns:
@@ -180,7 +200,7 @@ def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> Episo
         )
     steps: dict[str, np.ndarray] = {REWARD: reward.reshape(n, 1)}
     steps.update({k: cols[k].reshape(n, 1) for k in FLAGS})
-    flat: dict[str, np.ndarray] = {}
+    flat: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     roots = [k for k in cols if not k.startswith("next/") and k not in DERIVED]
     for key in roots:
         if f"next/{key}" in cols:
@@ -196,7 +216,7 @@ def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> Episo
                     f"{what}: 'next/{key}'[{t}] differs from {key!r}[{t + 1}] inside the episode",
                     hint="inside an episode next/observation[t] must equal observation[t+1]",
                 )
-            flat[key] = np.concatenate([now, after[-1:]])
+            flat[key] = (now, after[-1:])
         elif key == "observation" or key.startswith("observation/"):
             raise EpisodeFormatError(
                 f"{what}: {key!r} has no 'next/{key}' (the final observation is missing)",

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli import settings
+from rlds_cli.cache import digest
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import LogState, seg_name
 from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings
@@ -157,6 +158,8 @@ class DatasetWriter:
         self._state = LogState()
         self._lengths: dict[bytes, np.ndarray] = {}
         self._closed = False
+        self._hashing = digest.BlockHasher()  # the episodes' digests, beside the caller's work
+        self._digests: segments.BatchDigests | None = None  # those of the pending episodes
         #: Episodes and steps this writer committed.
         self.episodes_written = 0
         self.steps_written = 0
@@ -173,14 +176,19 @@ class DatasetWriter:
             self.close()
         else:  # an error inside the block: what was not committed is dropped, not half-written
             self._pending.clear()
+            self._digests = None
             self._closed = True
+            self._hashing.close()
 
     def close(self) -> None:
         """Commit the episodes still buffered. Steps of an episode that has not ended are
         dropped (logged): an episode is written whole or not at all."""
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._hashing.close()
         open_steps = len(self._steps) + (0 if self._tail is None else len(next(iter(self._tail.values()))))
         if open_steps:
             log.warning(
@@ -197,14 +205,19 @@ class DatasetWriter:
 
     # ------------------------------------------------------------------ adding
 
-    def add_episode(self, episode: Any) -> None:
+    def add_episode(self, episode: Any, *, copy: bool = True) -> None:
         """Add one whole episode: a mapping of TED keys (what ``Dataset.episode(i)`` returns;
         numpy arrays, torch tensors or a TensorDict; nested or tuple keys). Its last step, and
         only it, has ``next/terminated`` or ``next/truncated`` set. Checked whole before
         anything is written (:class:`~rlds_cli.errors.EpisodeFormatError`,
-        :class:`~rlds_cli.errors.SchemaMismatchError`)."""
+        :class:`~rlds_cli.errors.SchemaMismatchError`).
+
+        An episode that waits for a later commit (``episodes_per_commit`` > 1) is copied, so the
+        caller may reuse its arrays at once. ``copy=False`` hands the arrays over instead: the
+        caller promises not to change them (e.g. arrays built for this call alone, as the
+        recorder's are), and the writer saves a copy of every frame."""
         self._check_open()
-        self._add(episode_columns(flatten(episode)))
+        self._add(episode_columns(flatten(episode)), copy=copy)
 
     def add_step(
         self,
@@ -240,8 +253,9 @@ class DatasetWriter:
             keys = rows[0].keys()
             if any(r.keys() != keys for r in rows):
                 raise EpisodeFormatError("add_step: the steps of this episode have different keys")
-            self._add(
-                episode_columns({k: np.stack([r[k] for r in rows]) for k in keys}, "episode (add_step)")
+            self._add(  # np.stack made new arrays: nothing of the caller's to copy
+                episode_columns({k: np.stack([r[k] for r in rows]) for k in keys}, "episode (add_step)"),
+                copy=False,
             )
 
     def extend(self, batch: Any) -> int:
@@ -267,12 +281,17 @@ class DatasetWriter:
             self._add(ep)
         return len(episodes)
 
-    def _add(self, episode: EpisodeColumns) -> None:
+    def _add(self, episode: EpisodeColumns, *, copy: bool = True) -> None:
         fields = episode.fields()
         if self.head is not None:
             check_schema(fields, self.head.fields, self.name)
         elif self._pending:
             check_schema(fields, self._pending[0].fields(), self.name)
+        if copy and len(self._pending) + 1 < self.episodes_per_commit:
+            episode = episode.owned()  # kept for a later commit: the caller may reuse its arrays
+        if self._digests is None:
+            self._digests = segments.BatchDigests(fields, self._hashing)
+        self._digests.add(episode)  # hashed meanwhile, on the helper thread
         self._pending.append(episode)
         if len(self._pending) >= self.episodes_per_commit:
             self.flush()
@@ -292,14 +311,17 @@ class DatasetWriter:
                 self._create(self._pending[0])
             except BaseException:  # e.g. another writer made the dataset with another schema
                 self._pending.clear()
+                self._digests = None
                 raise
-        assert self.head is not None
+        assert self.head is not None and self._digests is not None
         batch, self._pending = self._pending, []
+        digests, self._digests = self._digests, None
         record = segments.commit_segment(
             self.directory,
             self.head,
             get_backend(self.head.backend),
             batch,
+            digests,
             protected=self.protected,
             fsync=self.fsync,
             writer=self._writer,
