@@ -231,3 +231,67 @@ def test_the_old_layout_of_several_frames_a_chunk_is_still_read(
             np.testing.assert_array_equal(np.asarray(b[key]), np.asarray(a[key]), err_msg=key)
     assert chunk_rows == {"now": 1, "old": 2, "unsharded": 2}
     shutil.rmtree(memmap.directory)
+
+
+def _spied_compiled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The compiled loop (numba is a test dependency), counting the chunks it is given."""
+    zarr_blosc._compiled = False  # looked up again (another test may have set RLDS_NUMBA=0)
+    compiled = zarr_blosc.compiled_decode()
+    assert compiled is not None, "numba is installed for the tests: the compiled loop must be found"
+    given: list[int] = []
+
+    def spy(sources: np.ndarray, dests: np.ndarray, nbytes: int, a: int, b: int) -> int:
+        given.append(b - a)
+        return compiled(sources, dests, nbytes, a, b)
+
+    monkeypatch.setattr(zarr_blosc, "_compiled", spy)
+    return given
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compiled_loop_reads_what_the_python_loop_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    rows = np.random.default_rng(5).integers(0, 6, (300, 64, 64), dtype=np.uint8)  # compressible
+    _write(tmp_path, "x", rows)
+    column = _on_disk(tmp_path, "x", monkeypatch)
+    monkeypatch.setattr(zarr_blosc, "_threads", threads)
+    monkeypatch.setattr(zarr_blosc, "_pool", None)
+    given = _spied_compiled(monkeypatch)
+    _reads(column, rows)
+    assert sum(given) >= 300, "reads of many chunks go through the compiled loop"
+    assert all(n < 300 for n in given) or threads == 1  # split across the threads
+    given.clear()
+    np.testing.assert_array_equal(column[np.arange(5)], rows[:5])
+    assert given == [], "a read of a few chunks stays in Python (numba is not imported for it)"
+    monkeypatch.setattr(zarr_blosc, "_compiled", None)  # as without numba, or with RLDS_NUMBA=0
+    _reads(column, rows)
+
+
+def test_rlds_numba_0_keeps_the_python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLDS_NUMBA", "0")
+    monkeypatch.setattr(zarr_blosc, "_compiled", False)
+    assert zarr_blosc.compiled_decode() is None
+    monkeypatch.setenv("RLDS_NUMBA", "1")
+    monkeypatch.setattr(zarr_blosc, "_compiled", False)
+    assert zarr_blosc.compiled_decode() is not None
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_chunk_that_does_not_decode_is_damage_in_either_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    rows = np.random.default_rng(6).integers(0, 4, (200, 64, 64), dtype=np.uint8)
+    _write(tmp_path, "x", rows)
+    (shard,) = [p for p in (tmp_path / "arrays" / "x" / "c").rglob("*") if p.is_file()]
+    data = bytearray(shard.read_bytes())
+    for i in range(200, 2000, 7):  # inside the first chunks' compressed bytes, past their headers
+        data[i] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    column = _on_disk(tmp_path, "x", monkeypatch)
+    given = _spied_compiled(monkeypatch) if compiled else []
+    if not compiled:
+        monkeypatch.setattr(zarr_blosc, "_compiled", None)
+    with pytest.raises(CorruptDatasetError, match=r"chunk 0 of .* does not decode"):
+        column[np.arange(100)]
+    assert bool(given) == compiled

@@ -9,6 +9,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from rlds_cli import settings
+
 if TYPE_CHECKING:  # imported when a read needs threads: preprocess workers import this module
     from concurrent.futures import ThreadPoolExecutor
 
@@ -122,3 +126,35 @@ _BLOSC_FUNCTIONS: dict[str, Any] = {}
 
 def _decompressor() -> Any:
     return _blosc_function("blosc_decompress_ctx")
+
+
+#: Chunks a read needs before it takes the compiled loop: the first such read imports numba
+#: (~0.3 s, once a process), which a read of a few chunks would not win back.
+COMPILED_MIN_CHUNKS = _POOL_MIN_CHUNKS
+#: The compiled decode loop bound to the decoder (``False``: not looked up yet; ``None``: none).
+_compiled: Any = False
+
+
+def compiled_decode() -> Callable[[np.ndarray, np.ndarray, int, int, int], int] | None:
+    """``decode(sources, dests, nbytes, a, b)``: the compiled loop of
+    :mod:`rlds_cli.cache._blosc_numba` over chunks ``[a, b)`` (addresses in two int64 arrays),
+    returning the first chunk that does not decode or -1; ``None`` without numba (the ``fast``
+    extra), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
+    global _compiled
+    if _compiled is False:
+        found = None
+        fn = _decompressor()
+        if fn is not None and settings.numba_enabled():
+            try:
+                from rlds_cli.cache._blosc_numba import decode_range
+            except ImportError:
+                pass
+            else:
+                import ctypes
+                import functools
+
+                address = ctypes.cast(fn, ctypes.c_void_p).value
+                if address:
+                    found = functools.partial(decode_range, address)
+        _compiled = found
+    return _compiled

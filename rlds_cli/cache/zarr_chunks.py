@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.zarr_blosc import _decompressor, run_split
+from rlds_cli.cache.zarr_blosc import COMPILED_MIN_CHUNKS, _decompressor, compiled_decode, run_split
 from rlds_cli.cache.zarr_shards import _ABSENT, _ShardIndex
 from rlds_cli.cache.zarr_source import ByteSource, LocalFiles, _address
 
@@ -155,16 +155,32 @@ class _ChunkReader(_ShardIndex):
 
     # ------------------------------------------------------------------ reads
 
+    def _undecodable(self, i: int) -> ValueError:
+        return ValueError(f"chunk {i} of {self.source.describe('c')} does not decode")
+
     def _decode_all(self, chunks: np.ndarray, targets: np.ndarray) -> None:
         """Decode each of ``chunks`` to the address in ``targets`` (:attr:`chunk_nbytes` bytes
         each, in buffers the caller keeps alive), split across the decoding threads.
 
         When every chunk is in a mapped shard and stored (:meth:`_addresses`), the per-chunk work
         is one bare decoder call on two integers: every lookup was done once for the batch, in
-        numpy. Otherwise (no shards, a remote source, a chunk not stored) each chunk is decoded
-        by :meth:`decode_to`, which finds it, fills it or raises."""
+        numpy; with numba (the ``fast`` extra) a read of many chunks loops over those calls in
+        compiled code, without the GIL (:mod:`rlds_cli.cache._blosc_numba`). Otherwise (no
+        shards, a remote source, a chunk not stored) each chunk is decoded by
+        :meth:`decode_to`, which finds it, fills it or raises."""
         addr = self._addresses(chunks)
         nbytes = self.chunk_nbytes
+        compiled = compiled_decode() if addr is not None and len(chunks) >= COMPILED_MIN_CHUNKS else None
+        if addr is not None and compiled is not None:  # the loop in machine code, without the GIL
+            dest_addr = np.asarray(targets, np.int64)
+
+            def loop(a: int, b: int) -> None:
+                k = compiled(addr, dest_addr, nbytes, a, b)
+                if k >= 0:
+                    raise self._undecodable(int(chunks[k]))
+
+            run_split(len(chunks), loop)
+            return
         if addr is not None:
             fn = _decompressor()
             sources, dests = addr.tolist(), targets.tolist()
@@ -172,9 +188,7 @@ class _ChunkReader(_ShardIndex):
             def bare(a: int, b: int) -> None:
                 for k in range(a, b):
                     if fn(sources[k], dests[k], nbytes, 1) != nbytes:
-                        raise ValueError(
-                            f"chunk {int(chunks[k])} of {self.source.describe('c')} does not decode"
-                        )
+                        raise self._undecodable(int(chunks[k]))
 
             run_split(len(chunks), bare)
             return
