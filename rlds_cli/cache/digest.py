@@ -77,13 +77,6 @@ def _feed(work: list[tuple[ColumnHasher, Any]]) -> None:
         hasher.update(np.asarray(rows))
 
 
-def feed(work: list[tuple[ColumnHasher, Any]]) -> Callable[[], None]:
-    """Hash ``(hasher, rows)`` pairs now, on the caller's thread; returns a wait that does
-    nothing (the same shape as :meth:`BlockHasher.start`'s)."""
-    _feed(work)
-    return _done
-
-
 class BlockHasher:
     """Feeds a block's rows to their column hashers on one helper thread while the caller
     writes the same rows (sha256 and file writes both release the GIL, so the digest stops
@@ -102,7 +95,8 @@ class BlockHasher:
         returns the wait for them (it raises what the hashing raised)."""
         busy = self._last is not None and not self._last.done() and self._pid == os.getpid()
         if not busy and sum(int(getattr(rows, "nbytes", 0)) for _, rows in work) < PARALLEL_MIN_BYTES:
-            return feed(work)
+            _feed(work)
+            return _done
         if self._pool is None or self._pid != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
