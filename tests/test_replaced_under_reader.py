@@ -18,7 +18,15 @@ from tests.dataset_fixtures import make_dataset
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
-def test_replaced_under_a_loader_and_a_dataset(isolated_cache: Path, backend: str) -> None:
+def test_replaced_under_a_loader_and_a_dataset(
+    isolated_cache: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.loader import sources
+
+    # every batch checks here: with the 2 ms interval a replacement quicker than that (a small
+    # dataset, fsync off) left the next batch inside it, and this test failed now and then; the
+    # interval has its own test below, on a driven clock
+    monkeypatch.setattr(sources, "REPLACED_CHECK_NS", 0)
     make_dataset("r", [40, 30, 50, 20], backend=backend)
     on_disk = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=False)
     in_ram = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=True, pack=False)

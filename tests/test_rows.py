@@ -103,3 +103,24 @@ def test_insert_rows_is_np_insert(rows: int, ends: list[int]) -> None:
     want = np.insert(block, at + 1, finals, axis=0)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def test_two_views_of_the_same_bytes_are_equal_without_a_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorded episode's observation and next/observation are views of one array: the rows
+    the continuity check compares are the same bytes, and are not read."""
+    frames = np.random.default_rng(0).integers(0, 255, (9, 4, 4), dtype=np.uint8)
+    obs, next_obs = frames[:-1], frames[1:]
+
+    def read(*args: object) -> np.ndarray:
+        raise AssertionError("the rows were read")
+
+    monkeypatch.setattr(rows_module, "_bytes_equal", read)
+    assert rows_equal(next_obs[:-1], obs[1:]).all()
+    # the same bytes seen another way, or other bytes, are read: other rows, other strides
+    for a, b in (
+        (frames[:-1], frames[1:]),
+        (frames.reshape(9, 2, 8)[:, :, ::2], frames.reshape(9, 2, 8)[:, :, :4]),
+        (frames[:, :2], frames[:, ::2]),
+    ):
+        with pytest.raises(AssertionError, match="the rows were read"):
+            rows_equal(a, b)
