@@ -96,3 +96,43 @@ def check_durable_publish(trace: DurabilityTrace, final: Path) -> None:
     assert not late, f"renamed inside the build folder after its last fsync: {late}"
     after = [path for i, path in trace.fsyncs() if i > at]
     assert final.parent in after, f"{final.parent} was not fsynced after the publish rename"
+
+
+def check_durable_segment(trace: DurabilityTrace, directory: Path) -> None:
+    """Assert the order that makes the one segment commit traced in the growing dataset at
+    ``directory`` survive a power cut: every file and folder of the segment fsynced (each
+    folder after the files in it and after its last rename inside, ``segments/`` after the
+    segment's rename into it), all of them before the commit log's fsync, which is the last
+    event: the log's record is the segment's commit."""
+    directory = directory.resolve()
+    log = directory / "commits.log"
+    fsyncs = trace.fsyncs()
+    assert fsyncs and fsyncs[-1][1] == log, f"the commit log's fsync is not the last one: {fsyncs[-1:]}"
+    commit = fsyncs[-1][0]
+    (at,) = [
+        i
+        for i, (kind, _, dst) in enumerate(trace.events)
+        if kind == "rename" and dst is not None and dst.parent == directory / "segments"
+    ]
+    final = trace.events[at][2]
+    assert final is not None
+    synced: dict[Path, list[int]] = {}
+    for i, path in fsyncs[:-1]:
+        ends = trace.where_it_ends(path, i)
+        if ends.is_relative_to(final):
+            synced.setdefault(ends.relative_to(final), []).append(i)
+    entries = {p.relative_to(final): p.is_dir() for p in final.rglob("*")}
+    assert {Path("manifest.json"), Path("episodes.npy")} <= entries.keys()
+    missing = sorted(str(p) for p in [Path("."), *entries] if p not in synced)
+    assert not missing, f"not fsynced before the commit record: {missing}"
+    for folder in [Path("."), *(p for p, is_dir in entries.items() if is_dir)]:
+        inside = [i for p, is_dir in entries.items() if p.parent == folder for i in synced[p] if not is_dir]
+        renames = [
+            i
+            for i, (kind, _, dst) in enumerate(trace.events)
+            if kind == "rename" and dst is not None and trace.where_it_ends(dst, i).parent == final / folder
+        ]
+        last = max(inside + renames, default=-1)
+        assert max(synced[folder]) > last, f"{folder} fsynced before its files or its last rename inside"
+    parent = [i for i, path in fsyncs if path == final.parent and at < i < commit]
+    assert parent, f"{final.parent} was not fsynced between the segment's rename and the commit record"

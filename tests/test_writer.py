@@ -127,18 +127,163 @@ def test_a_buffered_episode_does_not_change_with_the_callers_arrays(
     isolated_cache: Path, per_commit: int
 ) -> None:
     """An actor that reuses one set of arrays for every episode: what was added is what is
-    committed, also when it waits in the writer for a later commit (a copy is kept then)."""
+    committed, also when it waits in the writer for a later commit (a copy is kept then; seven
+    episodes, three commits)."""
     buf = episode(4, 1.0, uid=1)
+    uids = range(1, 8)
     with rlds_cli.DatasetWriter("reuse", episodes_per_commit=per_commit) as w:
-        for uid in (1, 2, 3):
+        for uid in uids:
             fresh = episode(4, float(uid), uid=uid)
             for key, value in fresh.items():
                 buf[key][...] = value  # refilled in place, as a recorder with fixed buffers does
             w.add_episode(buf)
     ds = rlds_cli.open_dataset("reuse")
-    for i, uid in enumerate((1, 2, 3)):
+    assert ds.num_episodes == len(uids) and check_dataset(ds).ok
+    for i, uid in enumerate(uids):
         want, got = episode(4, float(uid), uid=uid), ds.episode(i)
         assert_identical(want, {key: got[key] for key in want})
+
+
+def test_a_failed_commit_leaves_the_next_commits_copies_intact(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails (here: its segment cannot be written) drops its episodes; the
+    episodes buffered after it, in the caller's refilled buffer, are committed exactly."""
+    from rlds_cli.write import segments
+
+    buf = episode(4, 0.0, uid=0)
+    real = segments.commit_segment
+    calls = {"n": 0}
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk unplugged")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(segments, "commit_segment", flaky)
+    with rlds_cli.DatasetWriter("flaky", episodes_per_commit=2) as w:
+        for uid in range(1, 7):
+            for key, value in episode(4, float(uid), uid=uid).items():
+                buf[key][...] = value
+            if uid == 4:
+                with pytest.raises(OSError, match="disk unplugged"):
+                    w.add_episode(buf)
+            else:
+                w.add_episode(buf)
+    ds = rlds_cli.open_dataset("flaky")
+    uids = ds.gather(ds.episodes["start"], keys=["info/episode_uid"])["info/episode_uid"]
+    assert list(uids) == [1, 2, 5, 6]
+    for i, uid in enumerate((1, 2, 5, 6)):
+        want, got = episode(4, float(uid), uid=uid), ds.episode(i)
+        assert_identical(want, {key: got[key] for key in want})
+    assert check_dataset(ds).ok
+
+
+def test_extend_keeps_its_own_copy_of_an_open_episode(isolated_cache: Path) -> None:
+    """The steps after the last episode end of an ``extend`` wait for the next batch: a caller
+    that refills its batch buffer in place meanwhile (a collector's reused rollout) does not
+    change them."""
+    a, b, c = episode(3, 10.0, uid=1), episode(4, 20.0, uid=2), episode(3, 30.0, uid=3)
+    run = {k: np.concatenate([a[k], b[k], c[k]]) for k in a}
+    buf = {k: v[:5].copy() for k, v in run.items()}  # episode a and two steps of b
+    with rlds_cli.DatasetWriter("tail") as w:
+        assert w.extend(buf) == 1
+        for k, v in run.items():
+            buf[k][...] = v[5:]  # the buffer refilled whole: the rest of b, then c
+        assert w.extend(buf) == 2
+    ds = rlds_cli.open_dataset("tail")
+    for i, want in enumerate((a, b, c)):
+        got = ds.episode(i)
+        assert_identical(want, {key: got[key] for key in want})
+
+
+def test_add_step_with_the_same_arrays_refilled_every_step(isolated_cache: Path) -> None:
+    """An env that hands out one observation array, refilled in place at every step: the
+    steps kept until the episode ends are the values of each step, not the last one."""
+    obs, nxt = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    with rlds_cli.DatasetWriter("refilled") as w:
+        for t in range(3):
+            obs[:], nxt[:] = t, t + 1
+            w.add_step(
+                observation=obs,
+                action=np.zeros(1, np.float32),
+                reward=0.0,
+                terminated=t == 2,
+                truncated=False,
+                next_observation=nxt,
+            )
+    got = rlds_cli.open_dataset("refilled").episode(0)
+    assert got["observation"][:, 0].tolist() == [0, 1, 2]
+    assert got["next/observation"][:, 0].tolist() == [1, 2, 3]
+
+
+def test_an_interrupted_inline_hash_does_not_leave_wrong_digests(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a small episode is hashed inline, after some of its columns were fed: the
+    episode is not kept, and the segment's digests are those of the episodes committed."""
+    from rlds_cli.cache import digest
+
+    real, calls = digest.ColumnHasher.update, {"n": 0}
+
+    def update(self: digest.ColumnHasher, rows: np.ndarray) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        real(self, rows)
+
+    with rlds_cli.DatasetWriter("interrupted", episodes_per_commit=3) as w:
+        w.add_episode(episode(5, 1.0, uid=1))
+        calls["n"] = 0
+        monkeypatch.setattr(digest.ColumnHasher, "update", update)
+        with pytest.raises(KeyboardInterrupt):
+            w.add_episode(episode(5, 2.0, uid=2))
+        monkeypatch.setattr(digest.ColumnHasher, "update", real)
+        w.add_episode(episode(5, 3.0, uid=3))
+    ds = rlds_cli.open_dataset("interrupted")
+    assert ds.num_episodes == 2
+    report = check_dataset(ds)
+    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
+
+
+def _commit_in_a_forked_child(writer: rlds_cli.DatasetWriter, last: dict[str, np.ndarray]) -> None:
+    writer.add_episode(last)  # completes the batch: a commit
+    writer.close()
+
+
+def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(isolated_cache: Path) -> None:
+    """A process forked while its writer hashes a buffered episode on the helper thread: the
+    child has no such thread, so it hashes its batch again itself instead of waiting forever."""
+    import multiprocessing as mp
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (401, 84, 84, 3), dtype=np.uint8)  # 8 MB: the helper thread's
+    flags = np.zeros((400, 1), bool)
+    flags[-1] = True
+    big = {
+        "observation": frames[:-1],
+        "next/observation": frames[1:],
+        "action": np.zeros((400, 2), np.float32),
+        "next/reward": np.zeros((400, 1), np.float32),
+        "next/terminated": flags,
+        "next/truncated": np.zeros_like(flags),
+    }
+    small = {k: v[-3:] for k, v in big.items()}
+    w = rlds_cli.DatasetWriter("forked", episodes_per_commit=2)
+    w.add_episode(big, copy=False)
+    child = mp.get_context("fork").Process(target=_commit_in_a_forked_child, args=(w, small))
+    child.start()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung and child.exitcode == 0
+    ds = rlds_cli.open_dataset("forked")
+    assert list(ds.episodes["length"]) == [400, 3]
+    report = check_dataset(ds)
+    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
+    w._drop_pending()  # the parent's copy of the batch is the child's business
 
 
 def test_add_episode_copy_false_hands_the_arrays_over(isolated_cache: Path) -> None:

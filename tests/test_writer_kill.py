@@ -108,3 +108,34 @@ def test_compaction_killed_before_every_step(fsync_on: Path, tmp_path: Path) -> 
         rlds_cli.compact("k", root, grace_seconds=0)
         assert _uids(root) == expected and _leftovers(root) == (0, 2), killed
         shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_segment_commit_is_durable_before_its_record(
+    fsync_on: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """The fsyncs of a commit (three waves: the files; the manifest and the folders; the log)
+    leave every entry of the segment durable before the log's record commits it."""
+    from tests.durability import DurabilityTrace, check_durable_segment
+
+    schema = {k: (v.shape[1:], v.dtype) for k, v in episode(3, 0.0, uid=0).items()}
+    with rlds_cli.DatasetWriter("d", storage=backend, schema=schema) as w:
+        trace = DurabilityTrace(monkeypatch)
+        w.add_episode(episode(3, 0.0, uid=0))
+        check_durable_segment(trace, fsync_on / "datasets" / "d")
+        monkeypatch.undo()
+
+
+def test_the_segment_durability_check_fails_without_the_folder_fsyncs(
+    fsync_on: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.cache import durable
+    from tests.durability import DurabilityTrace, check_durable_segment
+
+    schema = {k: (v.shape[1:], v.dtype) for k, v in episode(3, 0.0, uid=0).items()}
+    with rlds_cli.DatasetWriter("d", schema=schema) as w:
+        monkeypatch.setattr(durable, "fsync_dir", lambda path: None)
+        trace = DurabilityTrace(monkeypatch)
+        w.add_episode(episode(3, 0.0, uid=0))
+        with pytest.raises(AssertionError, match="not fsynced before the commit record"):
+            check_durable_segment(trace, fsync_on / "datasets" / "d")

@@ -105,11 +105,12 @@ class BlockHasher:
         self._last = self._pool.submit(_feed, work)
         return self._last.result
 
-    def close(self) -> None:
-        """Stop the helper thread (after the work given to it)."""
+    def close(self, *, cancel: bool = False) -> None:
+        """Stop the helper thread after the work given to it (``cancel``: after the work it
+        has begun; what waits in its queue is dropped)."""
         pool, self._pool, self._last = self._pool, None, None
         if pool is not None and self._pid == os.getpid():
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 def _done() -> None:

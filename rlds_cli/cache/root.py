@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._io import atomic_write, fsync_dir, fsync_file
+from rlds_cli._io import atomic_write, fsync_dir
 from rlds_cli.cache.layout import (
     BUILD_SUFFIX,
     JOURNAL_SUFFIX,
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 _BUILD_SUFFIXES = (BUILD_SUFFIX, TRASH_SUFFIX)
 
-__all__ = ["CacheRoot", "exchange_paths", "fsync_tree", "validate_name"]
+__all__ = ["CacheRoot", "exchange_paths", "validate_name"]
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -67,35 +67,6 @@ def exchange_paths(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
-
-
-#: Threads that fsync a build's files at once (see :func:`fsync_tree`).
-FSYNC_THREADS = 8
-
-
-def fsync_tree(root: Path) -> None:
-    """Make a finished build durable before its manifest commits it: every file's data (zarr
-    writes each chunk to a fresh file that nobody else syncs), then every directory's entries
-    (each after the files in it), ``root`` among them.
-
-    The fsyncs of each wave are issued at once, from a few threads: one fsync waits for the
-    disk and for a journal commit, and on a filesystem that other processes write to, a dozen
-    in a row took 20 ms where issued together they share commits (3 ms; a 100k-step
-    conversion's whole fsync cost). Every one has returned before this does."""
-    paths = sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True)
-    files = [p for p in paths if p.is_file() and not p.is_symlink()]
-    folders = [*(p for p in paths if p.is_dir()), root]
-    if len(files) + len(folders) <= 2:
-        for path in files:
-            fsync_file(path)
-        for path in folders:
-            fsync_dir(path)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(FSYNC_THREADS, max(len(files), len(folders)))) as pool:
-        list(pool.map(fsync_file, files))  # list(): an error is raised here, and waited for
-        list(pool.map(fsync_dir, folders))
 
 
 class CacheRoot:

@@ -21,9 +21,10 @@ from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._io import atomic_write, sha256_file
+from rlds_cli.cache.durable import fsync_tree
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest
-from rlds_cli.cache.root import CacheRoot, fsync_tree, validate_name
+from rlds_cli.cache.root import CacheRoot, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetExistsError,

@@ -4,15 +4,22 @@ A commit (:func:`commit_segment`), in order:
 
 1. ``mkdir building/<id>.<pid>`` (private to this writer: nobody reads ``building/``);
 2. write every column through the storage backend, then the episode index;
-3. ``seal``: fsync every file and folder of the build, then write ``manifest.json`` (temp
-   file, fsync, rename, fsync of the folder);
-4. ``rename`` the build to ``segments/<id>`` and fsync ``segments/``;
+3. fsync those files, all at once, while the content digests are waited for; then write
+   ``manifest.json`` (temp file, rename);
+4. ``rename`` the build to ``segments/<id>``; then fsync, all at once, the manifest, every
+   folder of the segment and ``segments/``;
 5. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
 
 The episodes become visible at step 5 and only there: killed before it, the writer leaves a
 build folder or an unreferenced segment, which no reader looks at and :func:`collect` removes
 once older than the grace period; killed after it, the episodes are committed. Several writers
 commit at once: each has its own build folder and segment id, and the log takes whole records.
+
+A segment's commit record is the log's, not its manifest: nothing reads a segment before a
+record names it, so its files need only be durable before that record is written, in any
+order among them: three waves of fsyncs (files; manifest and folders; the log) where a
+converted dataset's seal and publish wait for six in a row, and the first wave overlaps the
+wait for the last episodes' digests.
 """
 
 from __future__ import annotations
@@ -21,22 +28,28 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlds_cli._io import fsync_dir
 from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
 from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENT_BUILDS_DIR, SEGMENTED_LAYOUT, SEGMENTS_DIR
-from rlds_cli.cache.manifest import FieldSpec, Manifest
+from rlds_cli.cache.durable import fsync_wave, start_fsyncs, tree_paths
+from rlds_cli.cache.layout import (
+    COMMIT_LOG_FILE,
+    MANIFEST_FILE,
+    SEGMENT_BUILDS_DIR,
+    SEGMENTED_LAYOUT,
+    SEGMENTS_DIR,
+)
+from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.transaction import CacheTransaction, seal
+from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.write.validate import EpisodeColumns
 
 
@@ -84,8 +97,9 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
         raise
-    if fsync:
-        fsync_dir(final.parent)
+    if fsync:  # the manifest (its data; the columns' were synced by the seal) and every entry
+        folders = tree_paths(final)[1]
+        fsync_wave([final / MANIFEST_FILE], [*folders, final.parent])
 
 
 class BatchDigests:
@@ -93,27 +107,51 @@ class BatchDigests:
     they are added, on the helper thread of ``hashing`` (one thread: each column's hasher gets
     the episodes in order). The hashing of an episode that waits for a later commit runs while
     the caller goes on (an actor steps its environment meanwhile); the commit waits only for
-    what is left. The episodes' arrays must not change until :meth:`hexdigests` returns."""
+    what is left. The episodes' arrays must not change until :meth:`hexdigests` returns.
+
+    Two cases hash the episodes again, inline, at the end: an :meth:`add` interrupted part-way
+    (some hashers may hold rows of an episode that was never kept), and a forked child (the
+    parent's helper thread, and the work queued on it, are not in the child)."""
 
     def __init__(self, keys: Iterable[str], hashing: digest.BlockHasher) -> None:
         self._hashing = hashing
         self._hashers: dict[str, digest.ColumnHasher] = {}
         self._keys = list(keys)
         self._waits: list[Any] = []
+        self._episodes: list[EpisodeColumns] = []  # those added (the writer keeps them anyway)
+        self._pid = os.getpid()
+        self._stale = False  # the hashers cannot be trusted: hash the episodes again at the end
 
     def add(self, episode: EpisodeColumns) -> None:
         """Begin hashing ``episode``'s stored columns after those added before it."""
-        if not self._hashers:
-            self._hashers = {k: digest.ColumnHasher(episode.pieces(k)[0].dtype) for k in self._keys}
-        work = [(self._hashers[k], rows) for k in self._keys for rows in episode.pieces(k)]
-        self._waits.append(self._hashing.start(work))
+        self._stale |= self._pid != os.getpid()
+        if not self._stale:
+            if not self._hashers:
+                self._hashers = self._new_hashers(episode)
+            work = [(self._hashers[k], rows) for k in self._keys for rows in episode.pieces(k)]
+            try:
+                self._waits.append(self._hashing.start(work))
+            except BaseException:  # e.g. Ctrl-C inside an inline hash: some columns got its rows
+                self._stale = True
+                raise
+        self._episodes.append(episode)
 
     def hexdigests(self) -> dict[str, str]:
         """Each column's digest, once all the episodes added are hashed."""
         waits, self._waits = self._waits, []
-        for wait in waits:
-            wait()
-        return {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
+        if not (self._stale or self._pid != os.getpid()):
+            for wait in waits:
+                wait()
+            return {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
+        hashers = self._new_hashers(self._episodes[0]) if self._episodes else {}
+        for episode in self._episodes:
+            for key in self._keys:
+                for rows in episode.pieces(key):
+                    hashers[key].update(rows)
+        return {key: hasher.hexdigest() for key, hasher in hashers.items()}
+
+    def _new_hashers(self, episode: EpisodeColumns) -> dict[str, digest.ColumnHasher]:
+        return {k: digest.ColumnHasher(episode.pieces(k)[0].dtype) for k in self._keys}
 
 
 def commit_segment(
@@ -160,10 +198,11 @@ def _write_segment(
         for ep in batch:
             for rows in ep.pieces(key):
                 column.append(rows)
-        column.close(fsync=False)  # seal fsyncs the whole build once
-    hashes = digests.hexdigests()
+        column.close(fsync=False)  # the seal fsyncs the segment's files together
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
-    return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
+    # the digests are waited for while the seal fsyncs the columns (the hashing of the last
+    # episodes and the disk's writing overlap)
+    return seal_segment(build, head, backend, lengths, digests.hexdigests, writer, fsync=fsync)
 
 
 def seal_segment(
@@ -171,18 +210,25 @@ def seal_segment(
     head: Manifest,
     backend: Backend,
     lengths: np.ndarray,
-    hashes: dict[str, str],
+    hashes: dict[str, str] | Callable[[], dict[str, str]],
     writer: dict[str, Any],
     *,
     fsync: bool,
 ) -> Manifest:
     """Finish a segment whose columns are written: its episode index (every episode ends by
-    its flags, none sliced), its manifest with the content digest, then the seal (fsync, the
-    manifest last). Written and compacted segments end the same way."""
+    its flags, none sliced), the fsync of its files, its manifest with the content digest
+    (steps 2-3 of the module docstring). ``hashes`` may be the wait for them: it is called
+    while the files are fsynced. Written and compacted segments end the same way."""
     index = episodes.build_index(
         np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
     )
     episodes.write_index(build, index, fsync=False)
+    synced = start_fsyncs(tree_paths(build)[0] if fsync else [], [])
+    try:  # the digests are waited for while the files sync (the last episodes' hashing and the
+        # disk's writing overlap)
+        content = digest.record(hashes() if callable(hashes) else hashes, index)
+    finally:
+        synced()  # waited for (and raised) even when the digests raised
     manifest = Manifest(
         name=head.name,
         backend=backend.name,
@@ -190,9 +236,9 @@ def seal_segment(
         num_episodes=len(lengths),
         fields=dict(head.fields),
         source={"format": "rlds-writer", "writer": writer},
-        content_digest=digest.record(hashes, index),
+        content_digest=content,
     )
-    seal(build, manifest, fsync=fsync)
+    write_manifest(build, manifest, fsync=False)  # made durable with the folders (building_segment)
     return manifest
 
 

@@ -175,10 +175,9 @@ class DatasetWriter:
         if exc_type is None:
             self.close()
         else:  # an error inside the block: what was not committed is dropped, not half-written
-            self._pending.clear()
-            self._digests = None
+            self._drop_pending()
             self._closed = True
-            self._hashing.close()
+            self._hashing.close(cancel=True)  # no wait for the hashing of dropped episodes
 
     def close(self) -> None:
         """Commit the episodes still buffered. Steps of an episode that has not ended are
@@ -247,7 +246,8 @@ class DatasetWriter:
             step[key] = flag.reshape(1)
         r = np.asarray(reward, dtype=np.float32) if isinstance(reward, int | float) else np.asarray(reward)
         step["next/reward"] = r.reshape(1)
-        self._steps.append(flatten(step, "step"))
+        # copied: an env may hand out the same observation array every step, refilled in place
+        self._steps.append({k: np.array(v) for k, v in flatten(step, "step").items()})
         if step["next/terminated"][0] or step["next/truncated"][0]:
             rows, self._steps = self._steps, []
             keys = rows[0].keys()
@@ -276,7 +276,9 @@ class DatasetWriter:
         for end in ends:
             episodes.append(episode_columns({k: v[start : end + 1] for k, v in cols.items()}, "batch"))
             start = end + 1
-        self._tail = {k: v[start:] for k, v in cols.items()} if start < n else None
+        # the open episode's steps are copied: they may be views of the caller's batch, which
+        # it may refill before the next extend (a collector's reused buffer)
+        self._tail = {k: v[start:].copy() for k, v in cols.items()} if start < n else None
         for ep in episodes:
             self._add(ep)
         return len(episodes)
@@ -296,6 +298,11 @@ class DatasetWriter:
         if len(self._pending) >= self.episodes_per_commit:
             self.flush()
 
+    def _drop_pending(self) -> None:
+        """Forget the episodes not committed."""
+        self._pending.clear()
+        self._digests = None
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"the writer of dataset {self.name!r} is closed")
@@ -310,8 +317,7 @@ class DatasetWriter:
             try:
                 self._create(self._pending[0])
             except BaseException:  # e.g. another writer made the dataset with another schema
-                self._pending.clear()
-                self._digests = None
+                self._drop_pending()
                 raise
         assert self.head is not None and self._digests is not None
         batch, self._pending = self._pending, []

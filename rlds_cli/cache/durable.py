@@ -1,0 +1,95 @@
+"""fsyncs issued together: a build made durable in waves, from a pool of threads shared by the
+process.
+
+One fsync waits for the disk and for a journal commit; on a filesystem that other processes
+write to, a dozen in a row took 20 ms where issued together they share commits (3 ms: a
+100k-step conversion's whole fsync cost). The pool is made once per process (a commit per
+episode made, and then joined, eight threads each time) and made again in a forked child,
+which inherits the pool object but none of its threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from rlds_cli._io import fsync_dir, fsync_file
+
+#: Threads that fsync at once.
+FSYNC_THREADS = 8
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="rlds-fsync")
+        return _pool
+
+
+def tree_paths(root: Path) -> tuple[list[Path], list[Path]]:
+    """The files (symlinks left out) and the folders under ``root``, ``root`` the last folder,
+    deepest first."""
+    paths = sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+    files = [p for p in paths if p.is_file() and not p.is_symlink()]
+    return files, [*(p for p in paths if p.is_dir()), root]
+
+
+def start_fsyncs(files: list[Path], folders: list[Path]) -> Callable[[], None]:
+    """Begin fsyncing every one of ``files`` and ``folders`` at once, in no order among them;
+    returns the wait for all of them, which raises the first error once every one has ended
+    (two paths or fewer are synced here, before this returns)."""
+    if len(files) + len(folders) <= 2:
+        for path in files:
+            fsync_file(path)
+        for path in folders:
+            fsync_dir(path)
+        return _nothing
+    pool = _fsync_pool()
+    futures: list[Future[None]] = [pool.submit(fsync_file, p) for p in files]
+    futures += [pool.submit(fsync_dir, p) for p in folders]
+
+    def wait() -> None:
+        error: BaseException | None = None
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+    return wait
+
+
+def fsync_wave(files: list[Path], folders: list[Path]) -> None:
+    """fsync every one of ``files`` and ``folders`` at once (see :func:`start_fsyncs`)."""
+    start_fsyncs(files, folders)()
+
+
+def fsync_tree(root: Path) -> None:
+    """Make a finished build durable before its manifest commits it: every file's data (zarr
+    writes each chunk to a fresh file that nobody else syncs), then every folder's entries
+    (each after the files in it), ``root`` among them; each wave issued at once."""
+    files, folders = tree_paths(root)
+    fsync_wave(files, [])
+    fsync_wave([], folders)
+
+
+def _nothing() -> None:
+    return None
