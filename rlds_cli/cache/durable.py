@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rlds_cli._io import fsync_dir, fsync_file
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 #: Threads that fsync at once.
 FSYNC_THREADS = 8
@@ -38,6 +41,8 @@ def _fsync_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # not for readers, who never sync
+
             _pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="rlds-fsync")
         return _pool
 
@@ -61,7 +66,7 @@ def start_fsyncs(files: list[Path], folders: list[Path]) -> Callable[[], None]:
             fsync_dir(path)
         return _nothing
     pool = _fsync_pool()
-    futures: list[Future[None]] = [pool.submit(fsync_file, p) for p in files]
+    futures: list[Any] = [pool.submit(fsync_file, p) for p in files]
     futures += [pool.submit(fsync_dir, p) for p in folders]
 
     def wait() -> None:
