@@ -10,9 +10,10 @@ line per figure. What it measures:
   ``ReplayBuffer.extend`` of the same episodes on a ``LazyMemmapStorage`` (which syncs nothing);
   low-dim (17 float32 observations, 6 float32 actions, 200-step episodes) and pixels (84x84x3
   uint8, 100-step episodes). Every side is called once untimed first (imports, first use), then
-  ``--repeats`` times, interleaved; the median is reported. (Before 2026-11-25 each side ran
-  once per process, so TorchRL's rate was its first call's: 3-10x under its later ones, and the
-  ratios to it were too kind to rlds.);
+  ``--repeats`` times back to back, then ``--repeats`` rounds interleaved with the other sides;
+  medians of each. (Before 2026-11-25 each side ran once per process, so TorchRL's rate was its
+  first call's, 3-10x under its later ones back to back, and the ratios to it were too kind to
+  rlds.);
 * **sampling**: uniform batches of 256 per second from a growing dataset, static (no refresh)
   and while 4 writer processes append (``Loader(refresh=1)``), and the cost of a refresh that
   finds nothing new;
@@ -390,12 +391,21 @@ def main(argv: list[str] | None = None) -> None:
             }
             for side in sides.values():
                 side()  # warm-up: every side's imports and first calls are paid before the timed ones
+            # back to back: each side called `repeats` times in a row (its best case: a tight
+            # loop of appends and nothing else); interleaved: one call of each side in turn, so
+            # every call follows the others' memory and disk traffic, as an append in a training
+            # loop follows env steps and updates
+            alone = {name: statistics.median(side() for _ in range(repeats)) for name, side in sides.items()}
             runs: dict[str, list[float]] = {name: [] for name in sides}
-            for _ in range(repeats):  # interleaved, so a slow spell of the machine hits every side
+            for _ in range(repeats):
                 for name, side in sides.items():
                     runs[name].append(side())
-            results[f"append_{label}"] = {name: statistics.median(v) for name, v in runs.items()}
-            print(label, json.dumps({k: round(v) for k, v in results[f"append_{label}"].items()}), flush=True)
+            results[f"append_{label}"] = {
+                name: {"back_to_back": alone[name], "interleaved": statistics.median(v)}
+                for name, v in runs.items()
+            }
+            shown = {k: [round(v) for v in modes.values()] for k, modes in results[f"append_{label}"].items()}
+            print(label, "[back to back, interleaved]", json.dumps(shown), flush=True)
         benches = {
             "sampling": lambda: bench_sampling(work, seconds),
             "refresh": lambda: bench_refresh(work, seconds),
