@@ -139,3 +139,20 @@ def snapshot(path: os.PathLike[str] | str) -> dict[str, bytes]:
 
 
 __all__ = ["KILLED", "count_steps", "kill_at", "snapshot"]
+
+
+def assert_finishes_forked(target: Callable[..., Any], *args: Any, timeout: float = 60.0) -> None:
+    """Run ``target(*args)`` in a forked child, which must end within ``timeout`` seconds (a
+    hang is killed, and fails) with exit code 0: what a fork must not break (a helper thread's
+    pool or queued work inherited without its threads)."""
+    import multiprocessing as mp
+
+    child = mp.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join(timeout)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung, f"the forked child still ran after {timeout} s (a hang)"
+    assert child.exitcode == 0, f"the forked child exited with {child.exitcode}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import threading
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlds_cli.cache import durable
+from tests.faults import assert_finishes_forked
 
 
 def _files(tmp_path: Path, n: int) -> list[Path]:
@@ -69,10 +69,4 @@ def test_a_forked_child_makes_its_own_pool(tmp_path: Path) -> None:
     runs on a pool of its own instead of waiting forever."""
     paths = _files(tmp_path, 4)
     durable.fsync_wave(paths, [])  # the parent's pool exists, its threads alive
-    child = mp.get_context("fork").Process(target=_sync_in_child, args=(paths,))
-    child.start()
-    child.join(60)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-    assert not hung and child.exitcode == 0
+    assert_finishes_forked(_sync_in_child, paths)

@@ -255,7 +255,7 @@ def _commit_in_a_forked_child(writer: rlds_cli.DatasetWriter, last: dict[str, np
 def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(isolated_cache: Path) -> None:
     """A process forked while its writer hashes a buffered episode on the helper thread: the
     child has no such thread, so it hashes its batch again itself instead of waiting forever."""
-    import multiprocessing as mp
+    from tests.faults import assert_finishes_forked
 
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (401, 84, 84, 3), dtype=np.uint8)  # 8 MB: the helper thread's
@@ -272,13 +272,7 @@ def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(isolated_ca
     small = {k: v[-3:] for k, v in big.items()}
     w = rlds_cli.DatasetWriter("forked", episodes_per_commit=2)
     w.add_episode(big, copy=False)
-    child = mp.get_context("fork").Process(target=_commit_in_a_forked_child, args=(w, small))
-    child.start()
-    child.join(60)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-    assert not hung and child.exitcode == 0
+    assert_finishes_forked(_commit_in_a_forked_child, w, small)
     ds = rlds_cli.open_dataset("forked")
     assert list(ds.episodes["length"]) == [400, 3]
     report = check_dataset(ds)
