@@ -8,6 +8,7 @@ is the caller's decision (most pass :func:`rlds_cli.settings.fsync_enabled`, ``R
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -83,16 +84,23 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+#: What an fsync of a directory answers where the filesystem or the platform cannot sync one:
+#: nothing to do there. Any other error (EIO: the disk lost the entries) is raised.
+_DIR_FSYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR}
+
+
 def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
+    """Make a rename inside ``path`` durable (no-op where directories cannot be opened or
+    synced; an I/O error is raised: what the caller commits next would name lost entries)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as exc:
+        if exc.errno not in _DIR_FSYNC_UNSUPPORTED:
+            raise
     finally:
         os.close(fd)
 

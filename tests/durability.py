@@ -101,9 +101,10 @@ def check_durable_publish(trace: DurabilityTrace, final: Path) -> None:
 def check_durable_segment(trace: DurabilityTrace, directory: Path) -> None:
     """Assert the order that makes the one segment commit traced in the growing dataset at
     ``directory`` survive a power cut: every file and folder of the segment fsynced (each
-    folder after the files in it and after its last rename inside, ``segments/`` after the
+    folder after the segment's rename and its last rename inside, ``segments/`` after the
     segment's rename into it), all of them before the commit log's fsync, which is the last
-    event: the log's record is the segment's commit."""
+    event: the log's record is the segment's commit. Files and folders of one wave are synced
+    together, in no order among them."""
     directory = directory.resolve()
     log = directory / "commits.log"
     fsyncs = trace.fsyncs()
@@ -125,14 +126,15 @@ def check_durable_segment(trace: DurabilityTrace, directory: Path) -> None:
     assert {Path("manifest.json"), Path("episodes.npy")} <= entries.keys()
     missing = sorted(str(p) for p in [Path("."), *entries] if p not in synced)
     assert not missing, f"not fsynced before the commit record: {missing}"
+    # a folder's fsync makes its entries durable: it must come after the last one was made (the
+    # files were written before the segment's rename; the manifest is renamed into place), not
+    # after its files' data, which only has to be durable before the record
     for folder in [Path("."), *(p for p, is_dir in entries.items() if is_dir)]:
-        inside = [i for p, is_dir in entries.items() if p.parent == folder for i in synced[p] if not is_dir]
         renames = [
             i
             for i, (kind, _, dst) in enumerate(trace.events)
             if kind == "rename" and dst is not None and trace.where_it_ends(dst, i).parent == final / folder
         ]
-        last = max(inside + renames, default=-1)
-        assert max(synced[folder]) > last, f"{folder} fsynced before its files or its last rename inside"
+        assert max(synced[folder]) > max([at, *renames]), f"{folder} fsynced before its last entry was made"
     parent = [i for i, path in fsyncs if path == final.parent and at < i < commit]
     assert parent, f"{final.parent} was not fsynced between the segment's rename and the commit record"

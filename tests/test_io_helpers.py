@@ -3,6 +3,7 @@ check, the episode-range parser and the retry budget."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -180,3 +181,25 @@ def test_retry_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     budget.next_delay()
     budget.next_delay()
     assert budget.next_delay(progressed=True) == 1.0 and budget.failures == 1  # a new stall
+
+
+@pytest.mark.parametrize(
+    ("code", "raised"), [(errno.EIO, True), (errno.EINVAL, False), (errno.ENOTSUP, False)]
+)
+def test_a_folder_fsync_raises_what_lost_data_and_skips_what_cannot_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, raised: bool
+) -> None:
+    """EIO on a folder's fsync means its entries may be gone: the caller must not commit what
+    names them. A filesystem that cannot sync folders (EINVAL, ENOTSUP) has nothing to do."""
+    from rlds_cli import _io
+
+    def fsync(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if raised:
+        with pytest.raises(OSError) as info:
+            _io.fsync_dir(tmp_path)
+        assert info.value.errno == code
+    else:
+        _io.fsync_dir(tmp_path)

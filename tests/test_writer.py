@@ -247,6 +247,22 @@ def test_an_interrupted_inline_hash_does_not_leave_wrong_digests(
     assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
 
 
+def test_an_episode_hashed_but_never_kept_does_not_reach_the_digests(isolated_cache: Path) -> None:
+    """Ctrl-C between an episode's hashing being started and the writer keeping it (a few
+    bytecodes): the commit's digests are those of the episodes it writes."""
+    from rlds_cli.write.validate import episode_columns, flatten
+
+    with rlds_cli.DatasetWriter("window", episodes_per_commit=2) as w:
+        w.add_episode(episode(5, 1.0, uid=1))
+        assert w._digests is not None
+        w._digests.add(episode_columns(flatten(episode(4, 9.0, uid=9))))  # hashed, then interrupted
+        w.add_episode(episode(5, 2.0, uid=2))
+    ds = rlds_cli.open_dataset("window")
+    assert ds.num_episodes == 2
+    report = check_dataset(ds)
+    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
+
+
 def _commit_in_a_forked_child(writer: rlds_cli.DatasetWriter, last: dict[str, np.ndarray]) -> None:
     writer.add_episode(last)  # completes the batch: a commit
     writer.close()

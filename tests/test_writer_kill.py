@@ -139,3 +139,107 @@ def test_the_segment_durability_check_fails_without_the_folder_fsyncs(
         w.add_episode(episode(3, 0.0, uid=0))
         with pytest.raises(AssertionError, match="not fsynced before the commit record"):
             check_durable_segment(trace, fsync_on / "datasets" / "d")
+
+
+def test_a_commit_whose_folders_fail_to_sync_commits_nothing_and_the_next_one_does(
+    fsync_on: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO on the segment's folder fsync: the episode is not committed (no record names a
+    segment whose entries may be lost), the error reaches the caller, and once the disk is
+    back the same writer's next episode commits."""
+    import errno
+    import os
+
+    real = os.fsync
+    failing = {"on": True}
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if failing["on"] and os.path.isdir(path) and "/segments/" in path:
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    schema = {k: (v.shape[1:], v.dtype) for k, v in episode(3, 0.0, uid=0).items()}
+    with rlds_cli.DatasetWriter("d", schema=schema) as w:
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(OSError, match="Input/output error"):
+            w.add_episode(episode(3, 0.0, uid=0))
+        assert rlds_cli.open_dataset("d").num_episodes == 0
+        failing["on"] = False
+        w.add_episode(episode(4, 10.0, uid=1))
+    ds = rlds_cli.open_dataset("d")
+    assert ds.num_episodes == 1 and int(ds.episode(0)["info/episode_uid"][0]) == 1
+    assert check_dataset(ds).ok
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _append_one(root: Path, uid: int) -> None:
+    with rlds_cli.DatasetWriter("k", root=root, mode="append") as w:
+        w.add_episode(episode(LENGTHS[uid], 10.0 * uid, uid=uid))
+
+
+def test_a_scan_leaves_what_live_writers_and_the_log_still_need(isolated_cache: Path) -> None:
+    """``compact`` with no grace removes a dead writer's build and unreferenced segment, and
+    keeps those of a live writer (a build in progress, a segment between its rename and its
+    record), whatever their age, and a segment committed after the view it started from."""
+    import json
+    import os
+    import socket
+    import time
+
+    from rlds_cli.cache.growing import GrowingDataset
+    from rlds_cli.write.segments import collect
+    from tests.faults import assert_finishes_forked
+
+    root = isolated_cache
+    _base(root)
+    d = root / "datasets" / "k"
+    dead = _dead_pid()
+    old = time.time() - 3600
+
+    def leftover(folder: Path, pid: int, *, manifest: bool) -> Path:
+        folder.mkdir()
+        (folder / "x.npy").write_bytes(b"x")
+        if manifest:
+            writer = {"host": socket.gethostname(), "pid": pid, "created_by": "test"}
+            (folder / "manifest.json").write_text(json.dumps({"source": {"writer": writer}}))
+        os.utime(folder, (old, old))
+        return folder
+
+    live_build = leftover(d / SEGMENT_BUILDS_DIR / f"{'a' * 32}.{os.getpid()}", 0, manifest=False)
+    dead_build = leftover(d / SEGMENT_BUILDS_DIR / f"{'b' * 32}.{dead}", 0, manifest=False)
+    live_seg = leftover(d / SEGMENTS_DIR / ("c" * 32), os.getpid(), manifest=True)
+    dead_seg = leftover(d / SEGMENTS_DIR / ("d" * 32), dead, manifest=True)
+    rlds_cli.compact("k", root, grace_seconds=0)
+    assert live_build.exists() and live_seg.exists()
+    assert not dead_build.exists() and not dead_seg.exists()
+
+    view = rlds_cli.open_dataset("k", root)
+    assert isinstance(view, GrowingDataset)
+    assert_finishes_forked(_append_one, root, 2)  # committed after the view, by a writer now gone
+    for path in (d / SEGMENTS_DIR).iterdir():
+        os.utime(path, (old, old))
+    collect(d, view.state, 0, scan=True)
+    assert _uids(root)[-1] == 2
+
+
+def test_a_segment_missing_at_open_is_one_clear_error(isolated_cache: Path) -> None:
+    """A segment the log names, removed by hand: opening the dataset says which, not an
+    AttributeError from a half-made view."""
+    import shutil as sh
+
+    from rlds_cli.errors import RldsError
+
+    _base(isolated_cache)
+    segments = sorted((isolated_cache / "datasets" / "k" / SEGMENTS_DIR).iterdir())
+    sh.rmtree(segments[-1])
+    with pytest.raises(RldsError, match=f"segment {segments[-1].name}"):
+        rlds_cli.open_dataset("k", isolated_cache)

@@ -234,7 +234,7 @@ class GrowingDataset(Dataset):
             except (DatasetNotFoundError, FileNotFoundError):
                 self._check_not_replaced()
                 raise DatasetReplacedError(
-                    f"segment {seg_name(seg)} of growing dataset {self.name!r} was removed "
+                    f"segment {seg_name(seg)} of growing dataset {self.head.name!r} was removed "
                     "(evicted or compacted) after this reader's view was taken",
                     hint="call refresh() more often than the dataset's grace_seconds",
                 ) from None
@@ -446,7 +446,7 @@ class GrowingDataset(Dataset):
             except (OSError, CorruptDatasetError):
                 self._check_not_replaced()
                 raise DatasetReplacedError(
-                    f"segment {ds.directory.name} of growing dataset {self.name!r} was removed "
+                    f"segment {ds.directory.name} of growing dataset {self.head.name!r} was removed "
                     "after this reader's view was taken",
                     hint="call refresh() more often than the dataset's grace_seconds",
                 ) from None

@@ -6,8 +6,9 @@ more than one segment, or with evicted episodes still on disk, writes one segmen
 their live episodes, in order. Steps, in order:
 
 1. ``mkdir building/<id>.<pid>``; write the columns (read from the view) and the episode index;
-2. ``seal`` (fsync the build, write ``manifest.json`` last);
-3. ``rename`` it to ``segments/<id>``, fsync ``segments/``;
+2. fsync those files together, then write ``manifest.json``;
+3. ``rename`` it to ``segments/<id>``; fsync together the manifest, the segment's folders and
+   ``segments/`` (a segment is sealed as a writer's is: :mod:`rlds_cli.write.segments`);
 4. append a ``COMPACT`` record ("segments A..B replaced by C") and fsync the log;
 5. remove the files of segments retired more than the grace period ago (:func:`collect`).
 

@@ -12,7 +12,7 @@ A commit (:func:`commit_segment`), in order:
 
 The episodes become visible at step 5 and only there: killed before it, the writer leaves a
 build folder or an unreferenced segment, which no reader looks at and :func:`collect` removes
-once older than the grace period; killed after it, the episodes are committed. Several writers
+once older than the grace period and its writer no longer runs; killed after it, the episodes are committed. Several writers
 commit at once: each has its own build folder and segment id, and the log takes whole records.
 
 A segment's commit record is the log's, not its manifest: nothing reads a segment before a
@@ -24,12 +24,14 @@ wait for the last episodes' digests.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +111,9 @@ class BatchDigests:
     the caller goes on (an actor steps its environment meanwhile); the commit waits only for
     what is left. The episodes' arrays must not change until :meth:`hexdigests` returns.
 
-    Two cases hash the episodes again, inline, at the end: an :meth:`add` interrupted part-way
-    (some hashers may hold rows of an episode that was never kept), and a forked child (the
+    Three cases hash the batch again, inline, at the end: an :meth:`add` interrupted part-way
+    (some hashers may hold rows of an episode that was never kept), episodes added that are
+    not the batch committed (an interruption between the two), and a forked child (the
     parent's helper thread, and the work queued on it, are not in the child)."""
 
     def __init__(self, keys: Iterable[str], hashing: digest.BlockHasher) -> None:
@@ -136,15 +139,18 @@ class BatchDigests:
                 raise
         self._episodes.append(episode)
 
-    def hexdigests(self) -> dict[str, str]:
-        """Each column's digest, once all the episodes added are hashed."""
+    def hexdigests(self, batch: list[EpisodeColumns]) -> dict[str, str]:
+        """Each column's digest over ``batch``, the episodes committed: those added, in order,
+        unless an interruption between an :meth:`add` and the caller's keeping the episode
+        (Ctrl-C, a few bytecodes wide) made them differ; then ``batch`` is hashed again here."""
         waits, self._waits = self._waits, []
-        if not (self._stale or self._pid != os.getpid()):
+        same = list(map(id, batch)) == list(map(id, self._episodes))  # the very objects, in order
+        if same and not (self._stale or self._pid != os.getpid()):
             for wait in waits:
                 wait()
             return {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
-        hashers = self._new_hashers(self._episodes[0]) if self._episodes else {}
-        for episode in self._episodes:
+        hashers = self._new_hashers(batch[0]) if batch else {}
+        for episode in batch:
             for key in self._keys:
                 for rows in episode.pieces(key):
                     hashers[key].update(rows)
@@ -202,7 +208,8 @@ def _write_segment(
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
     # the digests are waited for while the seal fsyncs the columns (the hashing of the last
     # episodes and the disk's writing overlap)
-    return seal_segment(build, head, backend, lengths, digests.hexdigests, writer, fsync=fsync)
+    hashes = partial(digests.hexdigests, batch)
+    return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
 
 
 def seal_segment(
@@ -285,12 +292,22 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
     segments = directory / SEGMENTS_DIR
     doomed = [seg_name(s) for s, t in state.retired.items() if t < now - grace]
     if scan:
-        known = {seg_name(s.seg) for s in state.segments} | {seg_name(s) for s in state.retired}
+        # the log as it is now, not as the caller's view saw it: a segment committed since then
+        # is no leftover
+        latest = LogState()
+        latest.follow(directory / COMMIT_LOG_FILE)
+        known = {seg_name(s.seg) for st in (state, latest) for s in st.segments}
+        known |= {seg_name(s) for st in (state, latest) for s in st.retired}
         for path in segments.iterdir() if segments.is_dir() else ():
-            if path.name not in known and path.name not in doomed and _older(path, now - grace):
+            if (
+                path.name not in known
+                and path.name not in doomed
+                and _older(path, now - grace)
+                and not _writer_alive(path)
+            ):
                 doomed.append(path.name)
         for path in (directory / SEGMENT_BUILDS_DIR).iterdir():
-            if _older(path, now - grace):
+            if _older(path, now - grace) and not _writer_alive(path):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
     for name in doomed:
@@ -303,6 +320,35 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
         shutil.rmtree(trash, ignore_errors=True)
         removed.append(name)
     return removed
+
+
+def _writer_alive(path: Path) -> bool:
+    """Whether the process writing ``path`` still runs on this host, so it is no leftover
+    whatever its age (a writer stalled between its segment's rename and its log record, or a
+    build in progress): a build is named ``<id>.<pid>``, an unreferenced segment names its
+    writer in its manifest. A trash folder, or a segment without a readable manifest, has no
+    live writer."""
+    pid: Any = None
+    if path.parent.name == SEGMENT_BUILDS_DIR:
+        parts = path.name.split(".")
+        pid = parts[1] if len(parts) == 2 else None
+    else:
+        try:
+            writer = json.loads((path / MANIFEST_FILE).read_text())["source"]["writer"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
+            return False
+        pid = writer.get("pid")
+    if not str(pid).isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, OverflowError):  # gone (or a number no process has)
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def _older(path: Path, cutoff: float) -> bool:
