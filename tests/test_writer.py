@@ -268,10 +268,25 @@ def _commit_in_a_forked_child(writer: rlds_cli.DatasetWriter, last: dict[str, np
     writer.close()
 
 
-def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(isolated_cache: Path) -> None:
+def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A process forked while its writer hashes a buffered episode on the helper thread: the
-    child has no such thread, so it hashes its batch again itself instead of waiting forever."""
+    child has no such thread, so it hashes its batch again itself instead of waiting forever.
+    (The parent's hashing is held until the child has ended, so the fork always finds it under
+    way.)"""
+    import threading
+
+    from rlds_cli.cache import digest
     from tests.faults import assert_finishes_forked
+
+    release, real_feed = threading.Event(), digest._feed
+
+    def held_feed(work: list[tuple[digest.ColumnHasher, object]]) -> None:
+        release.wait(60)
+        real_feed(work)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(digest, "_feed", held_feed)
 
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (401, 84, 84, 3), dtype=np.uint8)  # 8 MB: the helper thread's
@@ -288,7 +303,10 @@ def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(isolated_ca
     small = {k: v[-3:] for k, v in big.items()}
     w = rlds_cli.DatasetWriter("forked", episodes_per_commit=2)
     w.add_episode(big, copy=False)
-    assert_finishes_forked(_commit_in_a_forked_child, w, small)
+    try:
+        assert_finishes_forked(_commit_in_a_forked_child, w, small)
+    finally:
+        release.set()
     ds = rlds_cli.open_dataset("forked")
     assert list(ds.episodes["length"]) == [400, 3]
     report = check_dataset(ds)
