@@ -12,8 +12,9 @@ A commit (:func:`commit_segment`), in order:
 
 The episodes become visible at step 5 and only there: killed before it, the writer leaves a
 build folder or an unreferenced segment, which no reader looks at and :func:`collect` removes
-once older than the grace period and its writer no longer runs; killed after it, the episodes are committed. Several writers
-commit at once: each has its own build folder and segment id, and the log takes whole records.
+once older than the grace period and its writer no longer runs; killed after it, the episodes
+are committed. Several writers commit at once: each has its own build folder and segment id,
+and the log takes whole records.
 
 A segment's commit record is the log's, not its manifest: nothing reads a segment before a
 record names it, so its files need only be durable before that record is written, in any
