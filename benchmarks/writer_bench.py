@@ -4,16 +4,19 @@ many small commits before and after ``rlds compact``.
 Run: ``python benchmarks/writer_bench.py [--quick] [--commits N] [--json OUT]``. Prints one
 line per figure. What it measures:
 
-* **append**: steps/s of ``DatasetWriter.add_episode`` (one commit per episode) with
-  ``RLDS_FSYNC=1`` (per commit: every file and folder of the segment, its manifest, the
-  ``segments/`` folder and the commit log are fsynced) and with ``RLDS_FSYNC=0``, next to TorchRL
-  ``ReplayBuffer.extend`` of the same episodes on a ``LazyMemmapStorage`` (which syncs nothing);
-  low-dim (17 float32 observations, 6 float32 actions, 200-step episodes) and pixels (84x84x3
-  uint8, 100-step episodes). Every side is called once untimed first (imports, first use), then
-  ``--repeats`` times back to back, then ``--repeats`` rounds interleaved with the other sides;
-  medians of each. (Before 2026-11-25 each side ran once per process, so TorchRL's rate was its
-  first call's, 3-10x under its later ones back to back, and the ratios to it were too kind to
-  rlds.);
+* **append**: steps/s of ``DatasetWriter.add_episode`` (one commit per episode asked; the
+  writer's commit thread groups the episodes that end during a commit) from the first add to
+  ``close()`` (which waits for the last commit), with ``RLDS_FSYNC=1`` (per commit: every file
+  and folder of the segment, its manifest, the ``segments/`` folder and the commit log are
+  fsynced) and with ``RLDS_FSYNC=0``, next to TorchRL ``ReplayBuffer.extend`` of the same
+  episodes on a ``LazyMemmapStorage`` (which syncs nothing); low-dim (17 float32 observations,
+  6 float32 actions, 200-step episodes; 500 of them) and pixels (84x84x3 uint8, 100-step
+  episodes; 100 of them), and a short run of 50 / 20 episodes (where the wait for the last
+  commit at ``close()`` is a larger share). Every side is called once untimed first (imports,
+  first use), then ``--repeats`` times back to back, then ``--repeats`` rounds interleaved with
+  the other sides; medians of each. (Before 2026-11-25 each side ran once per process, so
+  TorchRL's rate was its first call's, 3-10x under its later ones back to back, and the ratios
+  to it were too kind to rlds.);
 * **sampling**: uniform batches of 256 per second from a growing dataset, static (no refresh)
   and while 4 writer processes append (``Loader(refresh=1)``), and the cost of a refresh that
   finds nothing new;
@@ -320,6 +323,7 @@ def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, fl
     with rlds_cli.DatasetWriter("m", root=root) as w:
         for ep in eps:
             w.add_episode(ep)
+            w.flush()  # one commit each (the writer's group commit would merge them)
     write_s = time.perf_counter() - start
     cat = {k: np.concatenate([ep[k] for ep in eps]) for k in eps[0] if k != "next/observation"}
     obs = np.concatenate([np.concatenate([ep["observation"], ep["next/observation"][-1:]]) for ep in eps])
@@ -370,7 +374,10 @@ def main(argv: list[str] | None = None) -> None:
     parts = set(args.only or PARTS)
     seconds = args.seconds or (0.5 if args.quick else 3.0)
     commits = args.commits or (300 if args.quick else 10_000)
-    n_low, n_pix = (5, 3) if args.quick else (50, 20)
+    # a run appends 100,000 low-dim / 10,000 pixel steps, then closes (the last commit's fsyncs
+    # waited for); the short run (10,000 / 2,000 steps) shows that closing wait's share
+    n_low, n_pix = (5, 3) if args.quick else (500, 100)
+    n_short = {"lowdim": 2 if args.quick else 50, "pixels": 2 if args.quick else 20}
     repeats = 1 if args.quick else args.repeats
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="writer-bench-") as tmp:
@@ -382,12 +389,15 @@ def main(argv: list[str] | None = None) -> None:
             if "append" not in parts:
                 break
             eps = [episode(length, shape, dtype, i) for i in range(count)]
+            short = eps[: n_short[label]]
             sides = {
                 "rlds_fsync_steps_per_s": partial(bench_append, work, eps, True),
                 "rlds_nofsync_steps_per_s": partial(bench_append, work, eps, False),
                 "rlds_fsync_10_per_commit_steps_per_s": partial(bench_append, work, eps, True, 10),
                 "rlds_nofsync_10_per_commit_steps_per_s": partial(bench_append, work, eps, False, 10),
                 "torchrl_lazymemmap_steps_per_s": partial(bench_torchrl, work, eps),
+                "short_rlds_fsync_steps_per_s": partial(bench_append, work, short, True),
+                "short_torchrl_lazymemmap_steps_per_s": partial(bench_torchrl, work, short),
             }
             for side in sides.values():
                 side()  # warm-up: every side's imports and first calls are paid before the timed ones

@@ -137,6 +137,13 @@ class SchemaMismatchError(CacheError, ValueError):
     )
 
 
+class CommitFailedError(CacheError, OSError):
+    """A :class:`rlds_cli.DatasetWriter` commit that failed on its thread (the disk, a
+    permission): raised by the writer's next call; it says which episodes were not written."""
+
+    default_hint = "fix the cause (disk space, permissions) and add those episodes again"
+
+
 class CacheLocationError(CacheError, NotADirectoryError):
     """The cache root is not a usable directory (e.g. ``RLDS_HOME`` names a file)."""
 

@@ -58,6 +58,7 @@ class Growth:
     def _add(self, w: rlds_cli.DatasetWriter) -> None:
         uid = self.next_uid
         w.add_episode(uid_episode(uid, _length(uid)))
+        w.flush()  # committed (visible to a refresh) before the step returns
         self.committed.add(uid)
         self.next_uid += 1
 
@@ -335,6 +336,7 @@ def test_a_refresh_after_the_dataset_was_replaced_says_so(growth: Growth) -> Non
     with rlds_cli.DatasetWriter("grow") as w:  # the same name, a new dataset
         for uid in range(5):  # as many commits as the old one had: a log of the same size
             w.add_episode(uid_episode(uid, 3))
+            w.flush()
     assert (ds.directory / COMMIT_LOG_FILE).stat().st_size == ds.log_position
     with pytest.raises(DatasetReplacedError):
         ds.refresh()

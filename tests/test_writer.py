@@ -10,7 +10,7 @@ import torch
 
 import rlds_cli
 from rlds_cli.cache.growing import GrowingDataset
-from rlds_cli.errors import DatasetExistsError, SchemaMismatchError
+from rlds_cli.errors import CommitFailedError, DatasetExistsError, SchemaMismatchError
 from rlds_cli.validate import check_dataset
 from tests.dataset_fixtures import make_dataset
 
@@ -147,8 +147,9 @@ def test_a_buffered_episode_does_not_change_with_the_callers_arrays(
 def test_a_failed_commit_leaves_the_next_commits_copies_intact(
     isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A commit that fails (here: its segment cannot be written) drops its episodes; the
-    episodes buffered after it, in the caller's refilled buffer, are committed exactly."""
+    """A commit that fails (here: its segment cannot be written) drops its episodes, and the
+    writer's next call says so; the episodes added after it, from the caller's refilled buffer,
+    are committed exactly."""
     from rlds_cli.write import segments
 
     buf = episode(4, 0.0, uid=0)
@@ -166,11 +167,13 @@ def test_a_failed_commit_leaves_the_next_commits_copies_intact(
         for uid in range(1, 7):
             for key, value in episode(4, float(uid), uid=uid).items():
                 buf[key][...] = value
-            if uid == 4:
-                with pytest.raises(OSError, match="disk unplugged"):
-                    w.add_episode(buf)
-            else:
-                w.add_episode(buf)
+            w.add_episode(buf)
+            if uid == 4:  # the second commit, on the commit thread
+                told = r"2 episode\(s\) \(8 steps\) failed.*disk unplugged"
+                with pytest.raises(CommitFailedError, match=told):
+                    w.flush()
+            elif uid % 2 == 0:
+                w.flush()
     ds = rlds_cli.open_dataset("flaky")
     uids = ds.gather(ds.episodes["start"], keys=["info/episode_uid"])["info/episode_uid"]
     assert list(uids) == [1, 2, 5, 6]
@@ -218,123 +221,12 @@ def test_add_step_with_the_same_arrays_refilled_every_step(isolated_cache: Path)
     assert got["next/observation"][:, 0].tolist() == [1, 2, 3]
 
 
-def test_an_interrupted_inline_hash_does_not_leave_wrong_digests(
-    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ctrl-C while a small episode is hashed inline, after some of its columns were fed: the
-    episode is not kept, and the segment's digests are those of the episodes committed."""
-    from rlds_cli.cache import digest
-
-    real, calls = digest.ColumnHasher.update, {"n": 0}
-
-    def update(self: digest.ColumnHasher, rows: np.ndarray) -> None:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        real(self, rows)
-
-    with rlds_cli.DatasetWriter("interrupted", episodes_per_commit=3) as w:
-        w.add_episode(episode(5, 1.0, uid=1))
-        calls["n"] = 0
-        monkeypatch.setattr(digest.ColumnHasher, "update", update)
-        with pytest.raises(KeyboardInterrupt):
-            w.add_episode(episode(5, 2.0, uid=2))
-        monkeypatch.setattr(digest.ColumnHasher, "update", real)
-        w.add_episode(episode(5, 3.0, uid=3))
-    ds = rlds_cli.open_dataset("interrupted")
-    assert ds.num_episodes == 2
-    report = check_dataset(ds)
-    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
-
-
-def test_an_episode_hashed_but_never_kept_does_not_reach_the_digests(isolated_cache: Path) -> None:
-    """Ctrl-C between an episode's hashing being started and the writer keeping it (a few
-    bytecodes): the commit's digests are those of the episodes it writes."""
-    from rlds_cli.write.validate import episode_columns, flatten
-
-    with rlds_cli.DatasetWriter("window", episodes_per_commit=2) as w:
-        w.add_episode(episode(5, 1.0, uid=1))
-        assert w._digests is not None
-        w._digests.add(episode_columns(flatten(episode(4, 9.0, uid=9))))  # hashed, then interrupted
-        w.add_episode(episode(5, 2.0, uid=2))
-    ds = rlds_cli.open_dataset("window")
-    assert ds.num_episodes == 2
-    report = check_dataset(ds)
-    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
-
-
-def _commit_in_a_forked_child(writer: rlds_cli.DatasetWriter, last: dict[str, np.ndarray]) -> None:
-    writer.add_episode(last)  # completes the batch: a commit
-    writer.close()
-
-
-def test_a_writer_forked_with_hashing_under_way_commits_in_the_child(
-    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A process forked while its writer hashes a buffered episode on the helper thread: the
-    child has no such thread, so it hashes its batch again itself instead of waiting forever.
-    (The parent's hashing is held until the child has ended, so the fork always finds it under
-    way.)"""
-    import threading
-
-    from rlds_cli.cache import digest
-    from tests.faults import assert_finishes_forked
-
-    release, real_feed = threading.Event(), digest._feed
-
-    def held_feed(work: list[tuple[digest.ColumnHasher, object]]) -> None:
-        release.wait(60)
-        real_feed(work)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(digest, "_feed", held_feed)
-
-    rng = np.random.default_rng(0)
-    frames = rng.integers(0, 255, (401, 84, 84, 3), dtype=np.uint8)  # 8 MB: the helper thread's
-    flags = np.zeros((400, 1), bool)
-    flags[-1] = True
-    big = {
-        "observation": frames[:-1],
-        "next/observation": frames[1:],
-        "action": np.zeros((400, 2), np.float32),
-        "next/reward": np.zeros((400, 1), np.float32),
-        "next/terminated": flags,
-        "next/truncated": np.zeros_like(flags),
-    }
-    small = {k: v[-3:] for k, v in big.items()}
-    w = rlds_cli.DatasetWriter("forked", episodes_per_commit=2)
-    w.add_episode(big, copy=False)
-    try:
-        assert_finishes_forked(_commit_in_a_forked_child, w, small)
-    finally:
-        release.set()
-    ds = rlds_cli.open_dataset("forked")
-    assert list(ds.episodes["length"]) == [400, 3]
-    report = check_dataset(ds)
-    assert "digest" in report.checks and report.ok, [str(v) for v in report.violations]
-    w._drop_pending()  # the parent's copy of the batch is the child's business
-
-
-def test_add_episode_copy_false_hands_the_arrays_over(isolated_cache: Path) -> None:
-    """``copy=False``: the writer keeps the caller's arrays until the commit (the recorder's are
-    new, built for that call). A caller that changes them anyway gets the changed rows written,
-    and ``--check`` finds them: they were hashed as they were when added."""
-    first = episode(3, 1.0, uid=1)
-    with rlds_cli.DatasetWriter("handed", episodes_per_commit=2) as w:
-        w.add_episode(first, copy=False)
-        first["action"][...] = 7.0  # the promise broken: the kept array changes
-        w.add_episode(episode(2, 2.0, uid=2), copy=False)
-    ds = rlds_cli.open_dataset("handed")
-    assert np.all(ds.episode(0)["action"] == 7.0)
-    report = check_dataset(ds)
-    assert [v.key for v in report.violations] == ["action"], [str(v) for v in report.violations]
-
-
 @pytest.mark.parametrize("per_commit", [1, 4])
 def test_digests_hashed_beside_the_caller_are_those_of_the_stored_columns(
     isolated_cache: Path, per_commit: int
 ) -> None:
-    """Episodes of frames large enough for the hashing thread, mixed with small ones (hashed
-    inline, after the thread's work): every segment's recorded digests match its columns."""
+    """Episodes of frames mixed with small ones, one or several a commit: every segment's
+    recorded digests match its columns."""
     rng = np.random.default_rng(0)
     with rlds_cli.DatasetWriter("frames", episodes_per_commit=per_commit) as w:
         for length in (40, 1, 30, 2, 3, 50, 1):
@@ -436,6 +328,7 @@ def test_compact_merges_and_keeps_every_row(isolated_cache: Path, backend: str) 
     with rlds_cli.DatasetWriter("cp", storage=backend, capacity_episodes=6) as w:
         for uid in range(9):
             w.add_episode(episode(2 + uid % 3, 10.0 * uid, uid=uid))
+            w.flush()  # a segment each
     with rlds_cli.DatasetWriter("cp", mode="append", protected=True) as w:
         w.add_episode(episode(5, 500.0, uid=500))
     with rlds_cli.DatasetWriter("cp", mode="append") as w:
@@ -468,6 +361,7 @@ def test_compact_keeps_retired_files_for_the_grace_period(isolated_cache: Path) 
     with rlds_cli.DatasetWriter("gr", grace_seconds=3600) as w:
         for uid in range(3):
             w.add_episode(episode(2, uid=uid))
+            w.flush()  # a segment each
     old = rlds_cli.open_dataset("gr")
     report = rlds_cli.compact("gr")
     assert report.removed == [] and report.segments_after == 1
@@ -484,6 +378,7 @@ def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
     with rlds_cli.DatasetWriter("cli", min_size=100, capacity=50) as w:
         for uid in range(3):
             w.add_episode(episode(2, uid=uid))
+            w.flush()  # a segment each
     runner = CliRunner()
     result = runner.invoke(app, ["inspect", "cli", "--check"])
     assert result.exit_code == 0, result.output

@@ -12,6 +12,7 @@ import pytest
 
 import rlds_cli
 from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.errors import CommitFailedError
 from rlds_cli.validate import check_dataset
 from tests import faults
 from tests.test_writer import episode
@@ -39,12 +40,14 @@ def _base(root: Path) -> None:
     with rlds_cli.DatasetWriter("k", root=root, capacity_episodes=3, grace_seconds=0) as w:
         for uid in (0, 1):
             w.add_episode(episode(LENGTHS[uid], 10.0 * uid, uid=uid))
+            w.flush()  # a commit each, whatever the commit thread's pace
 
 
 def _append(root: Path) -> None:
     with rlds_cli.DatasetWriter("k", root=root, mode="append") as w:
         for uid in (2, 3):  # the second commit evicts uid 0 and removes its segment
             w.add_episode(episode(LENGTHS[uid], 10.0 * uid, uid=uid))
+            w.flush()
 
 
 def _leftovers(root: Path) -> tuple[int, int]:
@@ -122,6 +125,7 @@ def test_a_segment_commit_is_durable_before_its_record(
     with rlds_cli.DatasetWriter("d", storage=backend, schema=schema) as w:
         trace = DurabilityTrace(monkeypatch)
         w.add_episode(episode(3, 0.0, uid=0))
+        w.flush()
         check_durable_segment(trace, fsync_on / "datasets" / "d")
         monkeypatch.undo()
 
@@ -137,6 +141,7 @@ def test_the_segment_durability_check_fails_without_the_folder_fsyncs(
         monkeypatch.setattr(durable, "fsync_dir", lambda path: None)
         trace = DurabilityTrace(monkeypatch)
         w.add_episode(episode(3, 0.0, uid=0))
+        w.flush()
         with pytest.raises(AssertionError, match="not fsynced before the commit record"):
             check_durable_segment(trace, fsync_on / "datasets" / "d")
 
@@ -162,8 +167,9 @@ def test_a_commit_whose_folders_fail_to_sync_commits_nothing_and_the_next_one_do
     schema = {k: (v.shape[1:], v.dtype) for k, v in episode(3, 0.0, uid=0).items()}
     with rlds_cli.DatasetWriter("d", schema=schema) as w:
         monkeypatch.setattr(os, "fsync", fsync)
-        with pytest.raises(OSError, match="Input/output error"):
-            w.add_episode(episode(3, 0.0, uid=0))
+        w.add_episode(episode(3, 0.0, uid=0))
+        with pytest.raises(CommitFailedError, match=r"not written: .*Input/output error"):
+            w.flush()  # the commit thread's failure, told by the writer's next call
         assert rlds_cli.open_dataset("d").num_episodes == 0
         failing["on"] = False
         w.add_episode(episode(4, 10.0, uid=1))

@@ -3,9 +3,9 @@
 A commit (:func:`commit_segment`), in order:
 
 1. ``mkdir building/<id>.<pid>`` (private to this writer: nobody reads ``building/``);
-2. write every column through the storage backend, then the episode index;
-3. fsync those files, all at once, while the content digests are waited for; then write
-   ``manifest.json`` (temp file, rename);
+2. write every column through the storage backend (hashed as it is written), then the
+   episode index;
+3. fsync those files, all at once; then write ``manifest.json`` (temp file, rename);
 4. ``rename`` the build to ``segments/<id>``; then fsync, all at once, the manifest, every
    folder of the segment and ``segments/``;
 5. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
@@ -19,8 +19,8 @@ and the log takes whole records.
 A segment's commit record is the log's, not its manifest: nothing reads a segment before a
 record names it, so its files need only be durable before that record is written, in any
 order among them: three waves of fsyncs (files; manifest and folders; the log) where a
-converted dataset's seal and publish wait for six in a row, and the first wave overlaps the
-wait for the last episodes' digests.
+converted dataset's seal and publish wait for six in a row. A writer runs its commits on a
+thread of their own (:mod:`rlds_cli.write.committer`), so these waits overlap the caller's work.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
 from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
-from rlds_cli.cache.durable import fsync_wave, start_fsyncs, tree_paths
+from rlds_cli.cache.durable import fsync_wave, tree_paths
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     MANIFEST_FILE,
@@ -105,78 +104,21 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
         fsync_wave([final / MANIFEST_FILE], [*folders, final.parent])
 
 
-class BatchDigests:
-    """The content digests of the episodes of one coming segment, fed episode by episode as
-    they are added, on the helper thread of ``hashing`` (one thread: each column's hasher gets
-    the episodes in order). The hashing of an episode that waits for a later commit runs while
-    the caller goes on (an actor steps its environment meanwhile); the commit waits only for
-    what is left. The episodes' arrays must not change until :meth:`hexdigests` returns.
-
-    Three cases hash the batch again, inline, at the end: an :meth:`add` interrupted part-way
-    (some hashers may hold rows of an episode that was never kept), episodes added that are
-    not the batch committed (an interruption between the two), and a forked child (the
-    parent's helper thread, and the work queued on it, are not in the child)."""
-
-    def __init__(self, keys: Iterable[str], hashing: digest.BlockHasher) -> None:
-        self._hashing = hashing
-        self._hashers: dict[str, digest.ColumnHasher] = {}
-        self._keys = list(keys)
-        self._waits: list[Any] = []
-        self._episodes: list[EpisodeColumns] = []  # those added (the writer keeps them anyway)
-        self._pid = os.getpid()
-        self._stale = False  # the hashers cannot be trusted: hash the episodes again at the end
-
-    def add(self, episode: EpisodeColumns) -> None:
-        """Begin hashing ``episode``'s stored columns after those added before it."""
-        self._stale |= self._pid != os.getpid()
-        if not self._stale:
-            if not self._hashers:
-                self._hashers = self._new_hashers(episode)
-            work = [(self._hashers[k], rows) for k in self._keys for rows in episode.pieces(k)]
-            try:
-                self._waits.append(self._hashing.start(work))
-            except BaseException:  # e.g. Ctrl-C inside an inline hash: some columns got its rows
-                self._stale = True
-                raise
-        self._episodes.append(episode)
-
-    def hexdigests(self, batch: list[EpisodeColumns]) -> dict[str, str]:
-        """Each column's digest over ``batch``, the episodes committed: those added, in order,
-        unless an interruption between an :meth:`add` and the caller's keeping the episode
-        (Ctrl-C, a few bytecodes wide) made them differ; then ``batch`` is hashed again here."""
-        waits, self._waits = self._waits, []
-        same = list(map(id, batch)) == list(map(id, self._episodes))  # the very objects, in order
-        if same and not (self._stale or self._pid != os.getpid()):
-            for wait in waits:
-                wait()
-            return {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
-        hashers = self._new_hashers(batch[0]) if batch else {}
-        for episode in batch:
-            for key in self._keys:
-                for rows in episode.pieces(key):
-                    hashers[key].update(rows)
-        return {key: hasher.hexdigest() for key, hasher in hashers.items()}
-
-    def _new_hashers(self, episode: EpisodeColumns) -> dict[str, digest.ColumnHasher]:
-        return {k: digest.ColumnHasher(episode.pieces(k)[0].dtype) for k in self._keys}
-
-
 def commit_segment(
     directory: Path,
     head: Manifest,
     backend: Backend,
     batch: list[EpisodeColumns],
-    digests: BatchDigests,
     *,
     protected: bool,
     fsync: bool,
     writer: dict[str, Any],
 ) -> Record:
-    """Write ``batch`` (whole episodes, each given to ``digests`` already) as one segment and
-    commit it (see the module docstring); returns the ``ADD`` record appended."""
+    """Write ``batch`` (whole episodes) as one segment and commit it (see the module
+    docstring); returns the ``ADD`` record appended."""
     seg = new_segment_id()
     with building_segment(directory, seg, fsync=fsync) as build:
-        manifest = _write_segment(build, head, backend, batch, digests, writer, fsync=fsync)
+        manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
     record = Record(
         ADD,
         seg,
@@ -193,23 +135,24 @@ def _write_segment(
     head: Manifest,
     backend: Backend,
     batch: list[EpisodeColumns],
-    digests: BatchDigests,
     writer: dict[str, Any],
     *,
     fsync: bool,
 ) -> Manifest:
-    # Every episode's pieces are written one after the other, never joined into a fresh copy
-    # (the digests hash the same pieces, in the same order, on their thread meanwhile).
+    # Every episode's pieces are written one after the other, never joined into a fresh copy,
+    # and hashed as they are written (this runs on the writer's commit thread, beside the
+    # caller: no second thread or second read is needed for the digests).
+    hashes: dict[str, str] = {}
     for key, spec in head.fields.items():
         column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
+        hasher = digest.ColumnHasher(spec.dtype)
         for ep in batch:
             for rows in ep.pieces(key):
                 column.append(rows)
+                hasher.update(rows)
         column.close(fsync=False)  # the seal fsyncs the segment's files together
+        hashes[key] = hasher.hexdigest()
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
-    # the digests are waited for while the seal fsyncs the columns (the hashing of the last
-    # episodes and the disk's writing overlap)
-    hashes = partial(digests.hexdigests, batch)
     return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
 
 
@@ -218,25 +161,22 @@ def seal_segment(
     head: Manifest,
     backend: Backend,
     lengths: np.ndarray,
-    hashes: dict[str, str] | Callable[[], dict[str, str]],
+    hashes: dict[str, str],
     writer: dict[str, Any],
     *,
     fsync: bool,
 ) -> Manifest:
-    """Finish a segment whose columns are written: its episode index (every episode ends by
-    its flags, none sliced), the fsync of its files, its manifest with the content digest
-    (steps 2-3 of the module docstring). ``hashes`` may be the wait for them: it is called
-    while the files are fsynced. Written and compacted segments end the same way."""
+    """Finish a segment whose columns are written (``hashes``: each column's digest): its
+    episode index (every episode ends by its flags, none sliced), the fsync of its files, its
+    manifest with the content digest (steps 2-3 of the module docstring). Written and
+    compacted segments end the same way."""
     index = episodes.build_index(
         np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
     )
     episodes.write_index(build, index, fsync=False)
-    synced = start_fsyncs(tree_paths(build)[0] if fsync else [], [])
-    try:  # the digests are waited for while the files sync (the last episodes' hashing and the
-        # disk's writing overlap)
-        content = digest.record(hashes() if callable(hashes) else hashes, index)
-    finally:
-        synced()  # waited for (and raised) even when the digests raised
+    if fsync:
+        fsync_wave(tree_paths(build)[0], [])
+    content = digest.record(hashes, index)
     manifest = Manifest(
         name=head.name,
         backend=backend.name,

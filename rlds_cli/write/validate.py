@@ -151,6 +151,12 @@ class EpisodeColumns:
         """The rows of stored column ``key``, in order, as the pieces to write."""
         return self.flat[key] if key in self.flat else (self.steps[key],)
 
+    def nbytes(self) -> int:
+        """The bytes of its stored columns."""
+        return sum(int(v.nbytes) for v in self.steps.values()) + sum(
+            int(a.nbytes) + int(b.nbytes) for a, b in self.flat.values()
+        )
+
     def owned(self) -> EpisodeColumns:
         """A copy that shares no memory with the caller's arrays: an episode kept for a later
         commit must not change when the caller reuses its buffers."""

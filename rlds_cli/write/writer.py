@@ -1,11 +1,13 @@
 """``rlds_cli.DatasetWriter``: write episodes into a growing dataset of the cache.
 
 A growing dataset (``layout: "segmented"``, see ``docs/cache-format.md``) is made of sealed
-segments and a commit log. A writer validates each episode (:mod:`rlds_cli.write.validate`),
-buffers ``episodes_per_commit`` of them, and commits them as one segment
-(:func:`rlds_cli.write.segments.commit_segment`): they become visible to readers whole, at
-once, and a writer killed at any moment loses only what it had not committed. Several writer
-processes append to one dataset at the same time; none waits for another.
+segments and a commit log. A writer validates each episode (:mod:`rlds_cli.write.validate`) in
+the caller's thread, then hands it to its commit thread (:mod:`rlds_cli.write.committer`),
+which commits ``episodes_per_commit`` of them, or every episode waiting, as one segment
+(:mod:`rlds_cli.write.sink`, :func:`rlds_cli.write.segments.commit_segment`): they become
+visible to readers whole, at once, and a writer killed at any moment loses only what it had not
+committed. ``flush()`` waits until every episode added is committed. Several writer processes
+append to one dataset at the same time; none waits for another.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -20,15 +23,15 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli import settings
-from rlds_cli.cache import digest
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import LogState, seg_name
 from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTED_LAYOUT, SEGMENTS_DIR
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
 from rlds_cli.write import segments
+from rlds_cli.write.committer import Committer
+from rlds_cli.write.sink import SegmentSink
 from rlds_cli.write.validate import (
     EpisodeColumns,
     check_schema,
@@ -78,8 +81,10 @@ class DatasetWriter:
         capacity_episodes: The same in episodes.
         min_size: Steps before the dataset counts as ready (``Dataset.ready``).
         protected: This writer's episodes are never evicted (demonstrations).
-        episodes_per_commit: Episodes committed together as one segment (1: each episode is
-            visible as soon as it ends; more: fewer, larger segments and fewer fsyncs).
+        episodes_per_commit: Episodes a commit waits for (1: each episode is committed, and
+            visible to readers, about one commit's time after it is added; more: fewer, larger
+            segments and fewer fsyncs). Commits run on the writer's own thread; episodes that
+            end while one is under way go together into the next (group commit).
         grace_seconds: How long the files of evicted or compacted segments are kept for readers
             of older views.
         schema: The dataset's keys as TED keys -> ``(shape, dtype)`` per step (what
@@ -88,6 +93,10 @@ class DatasetWriter:
 
     The settings (capacity, min_size, grace) are the dataset's: fixed by its creator, read by
     every later writer.
+
+    ``add_episode`` returns once the episode is checked and handed to the commit thread;
+    :meth:`flush` (and :meth:`close`) return once every episode added is committed. A commit
+    that fails there is raised by the writer's next call (:class:`~rlds_cli.errors.CommitFailedError`).
     """
 
     def __init__(
@@ -132,6 +141,7 @@ class DatasetWriter:
         if spec is not None:
             meta.setdefault("spaces", {})["env_spec"] = spec
         self._writer = segments.writer_identity()
+        self._sink = SegmentSink(self.directory, protected=protected, fsync=self.fsync, writer=self._writer)
         self._source: dict[str, Any] = {
             "format": "rlds-writer",
             "writer": self._writer,
@@ -152,17 +162,24 @@ class DatasetWriter:
                 self._create_with(fields)
             else:
                 check_schema(fields, self.head.fields, self.name)
-        self._pending: list[EpisodeColumns] = []
         self._steps: list[dict[str, np.ndarray]] = []
         self._tail: dict[str, np.ndarray] | None = None
-        self._state = LogState()
-        self._lengths: dict[bytes, np.ndarray] = {}
         self._closed = False
-        self._hashing = digest.BlockHasher()  # the episodes' digests, beside the caller's work
-        self._digests: segments.BatchDigests | None = None  # those of the pending episodes
-        #: Episodes and steps this writer committed.
-        self.episodes_written = 0
-        self.steps_written = 0
+        self._first_fields: dict[str, Any] | None = None  # the schema before the dataset exists
+        self._committer = Committer(self._sink.commit, episodes_per_commit, name=self.name)
+        # a writer dropped without close() commits its full batches, as one closed on an error
+        self._finalizer = weakref.finalize(self, self._committer.finish, due_only=True)
+        self._finalizer.atexit = False  # type: ignore[misc]  # the committer's exit hook does it, earlier
+
+    @property
+    def episodes_written(self) -> int:
+        """Episodes this writer committed."""
+        return self._sink.episodes_written
+
+    @property
+    def steps_written(self) -> int:
+        """Steps this writer committed."""
+        return self._sink.steps_written
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,26 +191,29 @@ class DatasetWriter:
     ) -> None:
         if exc_type is None:
             self.close()
-        else:  # an error inside the block: what was not committed is dropped, not half-written
-            self._drop_pending()
+        else:  # an error inside the block: full batches are committed, the rest dropped
             self._closed = True
-            self._hashing.close(cancel=True)  # no wait for the hashing of dropped episodes
+            self._finalizer.detach()
+            self._committer.finish(due_only=True)
 
     def close(self) -> None:
-        """Commit the episodes still buffered. Steps of an episode that has not ended are
-        dropped (logged): an episode is written whole or not at all."""
+        """Commit every episode added and wait for it (raises a commit's error). Steps of an
+        episode that has not ended are dropped (logged): an episode is written whole or not
+        at all."""
         if self._closed:
             return
         try:
-            self.flush()
+            if self.head is None and self._first_fields is not None and self._committer.waiting:
+                self._create_head(self._first_fields)
         finally:
-            self._hashing.close()
+            self._closed = True
+            self._finalizer.detach()
+            self._committer.finish(due_only=False)
         open_steps = len(self._steps) + (0 if self._tail is None else len(next(iter(self._tail.values()))))
         if open_steps:
             log.warning(
                 "dataset %r: %d steps of an unfinished episode were not written", self.name, open_steps
             )
-        self._closed = True
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -211,10 +231,10 @@ class DatasetWriter:
         anything is written (:class:`~rlds_cli.errors.EpisodeFormatError`,
         :class:`~rlds_cli.errors.SchemaMismatchError`).
 
-        An episode that waits for a later commit (``episodes_per_commit`` > 1) is copied, so the
-        caller may reuse its arrays at once. ``copy=False`` hands the arrays over instead: the
-        caller promises not to change them (e.g. arrays built for this call alone, as the
-        recorder's are), and the writer saves a copy of every frame."""
+        The episode is copied (its commit comes later, on the commit thread), so the caller
+        may reuse its arrays at once. ``copy=False`` hands the arrays over instead: the caller
+        promises not to change them until they are committed (e.g. arrays built for this call
+        alone, as the recorder's are), and the writer saves a copy of every frame."""
         self._check_open()
         self._add(episode_columns(flatten(episode)), copy=copy)
 
@@ -285,23 +305,26 @@ class DatasetWriter:
 
     def _add(self, episode: EpisodeColumns, *, copy: bool = True) -> None:
         fields = episode.fields()
-        if self.head is not None:
-            check_schema(fields, self.head.fields, self.name)
-        elif self._pending:
-            check_schema(fields, self._pending[0].fields(), self.name)
-        if copy and len(self._pending) + 1 < self.episodes_per_commit:
-            episode = episode.owned()  # kept for a later commit: the caller may reuse its arrays
-        if self._digests is None:
-            self._digests = segments.BatchDigests(fields, self._hashing)
-        self._digests.add(episode)  # hashed meanwhile, on the helper thread
-        self._pending.append(episode)
-        if len(self._pending) >= self.episodes_per_commit:
-            self.flush()
+        schema = self.head.fields if self.head is not None else self._first_fields
+        if schema is None:
+            self._first_fields = fields
+        else:
+            check_schema(fields, schema, self.name)
+        if copy:  # the commit comes later, on its thread: the caller may reuse its arrays
+            episode = episode.owned()
+        if self.head is None and self._committer.waiting + 1 >= self.episodes_per_commit:
+            self._create_head(fields)  # the first commit is due: the dataset is made now
+        self._committer.add(episode)
 
-    def _drop_pending(self) -> None:
-        """Forget the episodes not committed."""
-        self._pending.clear()
-        self._digests = None
+    def _create_head(self, fields: dict[str, Any]) -> None:
+        """Make the dataset before its first commit; a failure (e.g. another writer made it
+        meanwhile with other keys) drops the episodes waiting for it: none can be written."""
+        try:
+            self._create_with(fields)
+        except BaseException:
+            self._committer.discard()
+            self._first_fields = None
+            raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -310,63 +333,13 @@ class DatasetWriter:
     # ------------------------------------------------------------------ committing
 
     def flush(self) -> None:
-        """Commit the buffered whole episodes now, as one segment."""
-        if not self._pending:
-            return
-        if self.head is None:
-            try:
-                self._create(self._pending[0])
-            except BaseException:  # e.g. another writer made the dataset with another schema
-                self._drop_pending()
-                raise
-        assert self.head is not None and self._digests is not None
-        batch, self._pending = self._pending, []
-        digests, self._digests = self._digests, None
-        record = segments.commit_segment(
-            self.directory,
-            self.head,
-            get_backend(self.head.backend),
-            batch,
-            digests,
-            protected=self.protected,
-            fsync=self.fsync,
-            writer=self._writer,
-        )
-        self._lengths[record.seg] = np.array([ep.num_steps for ep in batch], np.int64)
-        self.episodes_written += record.episodes
-        self.steps_written += record.steps
-        self._after_commit()
-
-    def _after_commit(self) -> None:
-        """Evict past the capacity, then remove the files of segments retired long enough."""
-        conf = self.settings
-        if conf["capacity"] is None and conf["capacity_episodes"] is None and not self._state.retired:
-            return
-        self._state.follow(self.directory / COMMIT_LOG_FILE)
-        if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
-            count = segments.evict_to(
-                self.directory,
-                self._state,
-                self._segment_lengths,
-                capacity=conf["capacity"],
-                capacity_episodes=conf["capacity_episodes"],
-                fsync=self.fsync,
-            )
-            if count is not None:
-                self._state.follow(self.directory / COMMIT_LOG_FILE)
-        if self._state.retired:
-            for name in segments.collect(self.directory, self._state, conf["grace_seconds"]):
-                self._state.retired.pop(bytes.fromhex(name), None)
-
-    def _segment_lengths(self, seg: bytes) -> np.ndarray:
-        got = self._lengths.get(seg)
-        if got is None:
-            index = np.load(self.directory / SEGMENTS_DIR / seg_name(seg) / EPISODES_FILE, allow_pickle=False)
-            got = self._lengths[seg] = np.asarray(index["length"], np.int64)
-        return got
-
-    def _create(self, first: EpisodeColumns) -> None:
-        self._create_with(first.fields())
+        """Commit every episode added so far and wait until it is (visible to readers, and
+        durable with fsync on). Raises :class:`~rlds_cli.errors.CommitFailedError` for a
+        commit that failed."""
+        self._check_open()
+        if self.head is None and self._first_fields is not None and self._committer.waiting:
+            self._create_head(self._first_fields)
+        self._committer.flush()
 
     def _create_with(self, fields: dict[str, Any]) -> None:
         storage = self._storage or "memmap"
@@ -390,7 +363,7 @@ class DatasetWriter:
             raise SchemaMismatchError(
                 f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
             )
-        self.head = head
+        self.head = self._sink.head = head
 
 
 __all__ = ["DatasetWriter"]

@@ -1,0 +1,240 @@
+"""A writer's commits, on a thread of their own: the caller hands whole episodes over and goes on
+(an actor steps its environment, a collector fills its next batch) while earlier episodes are
+written, fsynced and logged.
+
+**Group commit.** A commit starts once ``episodes_per_commit`` episodes wait and no commit is
+under way; the episodes that end while one is under way wait for the next, which takes every
+one of them (one segment, one set of fsync waves, one log record). A caller that adds faster
+than the disk syncs gets fewer, larger commits instead of waiting on every fsync; a slower one
+(an actor) gets a commit per ``episodes_per_commit`` episodes, each visible about one commit's
+time after it was added.
+
+What the writer can rely on:
+
+* **Order.** One thread commits, in the order the episodes were added. A commit that fails
+  holds back the ones after it until the caller has been told: its next call (``add``,
+  ``flush``, ``close``) raises the error, and adds nothing.
+* **Bounded memory.** Episodes waiting for a commit take at most :data:`MAX_WAITING_BYTES`
+  (or one episode) while a commit is under way; beyond that, ``add`` waits for the disk.
+* **flush** returns once every episode added before it is committed (visible, and durable with
+  fsync on), or raises why not.
+* **Ends.** ``finish(due_only=True)`` (an error in the writer's ``with`` block, a writer dropped
+  without ``close()``, the interpreter exiting) commits the episodes of every full batch of
+  ``episodes_per_commit`` (what a writer that commits inline would have committed) and drops
+  the rest, with a warning.
+* **fork.** A forked child has none of the parent's threads: it forgets the commit under way
+  (the parent's to finish) and starts its own thread for its next commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+
+from rlds_cli.write.validate import EpisodeColumns
+
+log = logging.getLogger(__name__)
+
+#: Bytes of episodes that may wait while a commit is under way before ``add`` waits for it.
+MAX_WAITING_BYTES = 256 * 1024 * 1024
+
+_live: weakref.WeakSet[Committer] = weakref.WeakSet()
+_exit_hook_lock = threading.Lock()
+_exit_hook_registered = False
+
+
+class Committer:
+    """Runs ``commit(batch)`` for whole episodes on one background thread (see the module
+    docstring). ``name`` is the dataset's, for messages."""
+
+    def __init__(
+        self,
+        commit: Callable[[list[EpisodeColumns]], None],
+        episodes_per_commit: int,
+        *,
+        name: str,
+        max_waiting_bytes: int = MAX_WAITING_BYTES,
+    ) -> None:
+        self._commit = commit
+        self._per = episodes_per_commit
+        self._name = name
+        self._max_bytes = max_waiting_bytes
+        self._waiting: list[EpisodeColumns] = []
+        self._waiting_bytes = 0
+        self._error: BaseException | None = None
+        self._new_process_state()
+        _live.add(self)
+
+    def _new_process_state(self) -> None:
+        """The state that belongs to one process: a forked child makes its own."""
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._busy: list[EpisodeColumns] | None = None  # the batch being committed
+        self._draining = 0  # callers waiting for every waiting episode to be committed
+        self._stopping = False
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    @property
+    def waiting(self) -> int:
+        """Episodes added and not yet handed to a commit."""
+        return len(self._waiting)
+
+    def add(self, episode: EpisodeColumns) -> None:
+        """Hand ``episode`` over (the committer owns its arrays from now on)."""
+        nbytes = episode.nbytes()
+        with self._cond:
+            self._raise_error()
+            while self._busy is not None and self._waiting_bytes + nbytes > self._max_bytes and self._waiting:
+                self._cond.wait()
+                self._raise_error()
+            self._waiting.append(episode)
+            self._waiting_bytes += nbytes
+            if len(self._waiting) >= self._per:
+                self._wake()
+
+    def flush(self) -> None:
+        """Commit every waiting episode and wait for it (and any commit under way)."""
+        with self._cond:
+            self._raise_error()
+            if not self._waiting and self._busy is None:
+                return
+            self._draining += 1
+            try:
+                self._wake()
+                while (self._waiting or self._busy is not None) and self._error is None:
+                    self._cond.wait()
+            finally:
+                self._draining -= 1
+            self._raise_error()
+
+    def discard(self) -> None:
+        """Drop every waiting episode (none of them can be committed)."""
+        with self._cond:
+            self._waiting.clear()
+            self._waiting_bytes = 0
+
+    def finish(self, *, due_only: bool) -> None:
+        """Commit what must be, then end the thread: every waiting episode, or with
+        ``due_only`` those of full batches (the rest dropped, logged). Raises a commit's error
+        unless ``due_only`` (then logged: the caller is already failing or going away). Safe
+        to call from any thread, the committer's own included (it then does not wait)."""
+        with self._cond:
+            if due_only:
+                keep = len(self._waiting) // self._per * self._per
+                self._drop(self._waiting[keep:], "added but not committed")
+                del self._waiting[keep:]
+            self._stopping = True  # the thread commits what waits, then ends
+            if self._waiting and self._thread is None and self._error is None:
+                self._wake()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is threading.current_thread():
+            return  # (a finalizer run on the thread itself) it commits what waits, then ends
+        if thread is not None:
+            thread.join()
+        with self._cond:
+            error, self._error = self._error, None
+            self._drop(self._waiting, "waiting behind a failed commit")
+            self._waiting.clear()
+        if error is not None:
+            if not due_only:
+                raise error
+            log.warning("%s", error)
+
+    def _drop(self, episodes: list[EpisodeColumns], why: str) -> None:
+        if episodes:
+            log.warning("dataset %r: %d episode(s) %s were dropped", self._name, len(episodes), why)
+            self._waiting_bytes -= sum(ep.nbytes() for ep in episodes)
+
+    def _raise_error(self) -> None:
+        """Raise (once) the error of a commit that failed; the caller holds the lock."""
+        error, self._error = self._error, None
+        if error is not None:
+            self._cond.notify_all()  # the thread waits for the caller to have been told
+            raise error
+
+    def _wake(self) -> None:
+        """Make sure the thread runs, and tell it there is work; the caller holds the lock."""
+        if self._thread is None:
+            _register_exit_hook()
+            self._thread = threading.Thread(target=self._run, name=f"rlds-commit-{self._name}", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _forked(self) -> None:
+        """In a forked child: the thread and the batch under way were the parent's."""
+        self._new_process_state()
+
+    # ------------------------------------------------------------------ the thread
+
+    def _next_batch(self) -> list[EpisodeColumns] | None:
+        """Wait for a batch to commit (taken off the waiting list), or ``None`` to end."""
+        with self._cond:
+            while True:
+                ready = self._waiting and (
+                    len(self._waiting) >= self._per or self._draining or self._stopping
+                )
+                if ready and self._error is None:
+                    batch, self._waiting, self._waiting_bytes = self._waiting, [], 0
+                    self._busy = batch
+                    return batch
+                if self._stopping:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return None
+                self._cond.wait()
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # told to the caller at its next call
+                with self._cond:
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = None
+                    self._cond.notify_all()
+
+
+def _after_fork_in_child() -> None:
+    for committer in list(_live):
+        committer._forked()
+
+
+def _finish_all_at_exit() -> None:
+    """At interpreter exit: commit what every live committer must (full batches)."""
+    for committer in list(_live):
+        if committer._pid == os.getpid():
+            committer.finish(due_only=True)
+
+
+def _register_exit_hook() -> None:
+    """Commit the due episodes of writers left open when the interpreter exits. The hook runs
+    with threading's own exit hooks, before threads are joined and before concurrent.futures
+    shuts down its pools (the fsync pool): registered after that module's, it runs first."""
+    global _exit_hook_registered
+    with _exit_hook_lock:
+        if _exit_hook_registered:
+            return
+        import concurrent.futures.thread  # noqa: F401  (its exit hook first, so ours runs before it)
+
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            try:
+                register(_finish_all_at_exit)
+            except RuntimeError:  # the interpreter is already shutting down
+                return
+        _exit_hook_registered = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__ = ["MAX_WAITING_BYTES", "Committer"]

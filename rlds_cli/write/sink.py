@@ -1,0 +1,127 @@
+"""The disk side of a :class:`~rlds_cli.DatasetWriter`: one batch of whole episodes committed as
+a segment (:func:`rlds_cli.write.segments.commit_segment`), then the eviction past the
+dataset's capacity and the removal of segments retired long enough.
+
+A sink is what the writer's commit thread (:mod:`rlds_cli.write.committer`) calls; it holds
+no reference to the writer, so a writer dropped without ``close()`` can still be finalized.
+Every failure is one :class:`~rlds_cli.errors.CommitFailedError` that says whether the batch
+was committed (the eviction after it failed) or not (its episodes were not written).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.commit_log import LogState, seg_name
+from rlds_cli.cache.growing import growing_settings
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
+from rlds_cli.cache.manifest import Manifest
+from rlds_cli.errors import CommitFailedError, RldsError, from_os_error
+from rlds_cli.write import segments
+from rlds_cli.write.validate import EpisodeColumns
+
+
+class SegmentSink:
+    """Commits batches of episodes into the growing dataset at ``directory``.
+
+    Args:
+        directory: The dataset's folder.
+        protected: The episodes are never evicted (demonstrations).
+        fsync: Make each segment durable before its commit record.
+        writer: What wrote the segments (:func:`~rlds_cli.write.segments.writer_identity`).
+
+    ``head`` (the dataset's head manifest) is set by the writer before the first commit.
+    """
+
+    def __init__(self, directory: Path, *, protected: bool, fsync: bool, writer: dict[str, Any]) -> None:
+        self.directory = directory
+        self.protected = protected
+        self.fsync = fsync
+        self.writer = writer
+        self.head: Manifest | None = None
+        self._state = LogState()
+        self._lengths: dict[bytes, np.ndarray] = {}
+        #: Episodes and steps committed through this sink.
+        self.episodes_written = 0
+        self.steps_written = 0
+
+    def commit(self, batch: list[EpisodeColumns]) -> None:
+        """Write ``batch`` as one segment and commit it, then evict and collect."""
+        head = self.head
+        assert head is not None, "the writer sets the head before its first commit"
+        try:
+            record = segments.commit_segment(
+                self.directory,
+                head,
+                get_backend(head.backend),
+                batch,
+                protected=self.protected,
+                fsync=self.fsync,
+                writer=self.writer,
+            )
+        except Exception as exc:
+            steps = sum(ep.num_steps for ep in batch)
+            what, hint = _cause(exc)
+            raise CommitFailedError(
+                f"dataset {head.name!r}: the commit of {len(batch)} episode(s) ({steps} steps) failed, "
+                f"they were not written: {what}",
+                hint=hint,
+            ) from exc
+        self._lengths[record.seg] = np.array([ep.num_steps for ep in batch], np.int64)
+        self.episodes_written += record.episodes
+        self.steps_written += record.steps
+        try:
+            self._after_commit(head)
+        except Exception as exc:
+            raise CommitFailedError(
+                f"dataset {head.name!r}: {record.episodes} episode(s) were committed, but the "
+                f"eviction or cleanup after them failed: {_cause(exc)[0]}",
+                hint="the committed episodes are safe; the next commit evicts and cleans up again",
+            ) from exc
+
+    def _after_commit(self, head: Manifest) -> None:
+        """Evict past the capacity, then remove the files of segments retired long enough."""
+        conf = growing_settings(head)
+        if conf["capacity"] is None and conf["capacity_episodes"] is None and not self._state.retired:
+            return
+        log_path = self.directory / COMMIT_LOG_FILE
+        self._state.follow(log_path)
+        if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
+            count = segments.evict_to(
+                self.directory,
+                self._state,
+                self._segment_lengths,
+                capacity=conf["capacity"],
+                capacity_episodes=conf["capacity_episodes"],
+                fsync=self.fsync,
+            )
+            if count is not None:
+                self._state.follow(log_path)
+        if self._state.retired:
+            for name in segments.collect(self.directory, self._state, conf["grace_seconds"]):
+                self._state.retired.pop(bytes.fromhex(name), None)
+
+    def _segment_lengths(self, seg: bytes) -> np.ndarray:
+        got = self._lengths.get(seg)
+        if got is None:
+            index = np.load(self.directory / SEGMENTS_DIR / seg_name(seg) / EPISODES_FILE, allow_pickle=False)
+            got = self._lengths[seg] = np.asarray(index["length"], np.int64)
+        return got
+
+
+def _cause(exc: Exception) -> tuple[str, str | None]:
+    """What went wrong and what to do, in the words the user can act on (a full disk names the
+    file and says how to free space); ``None``: the error's default hint."""
+    known = exc if isinstance(exc, RldsError) else None
+    if known is None and isinstance(exc, OSError):
+        known = from_os_error(exc)
+    if known is not None:
+        return str(known), known.hint or None
+    return str(exc) or type(exc).__name__, None
+
+
+__all__ = ["SegmentSink"]
