@@ -253,3 +253,62 @@ def test_minari_repo_written_by_minari_converts_end_to_end(
     convert(local, "local-pendulum")
     assert _arrays(isolated_cache, "hub-pendulum") == _arrays(isolated_cache, "local-pendulum")
     assert set(hub.downloads()) == {f"pendulum/random-v0/{p}" for p in folder_files(local)}
+
+
+def _tfds_repo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """An RLDS/TFDS dataset folder written by the fixture writer (2 train shards, a val shard
+    beside them, as TFDS writes several splits into one folder), and a repo holding it as an
+    Open X-Embodiment mirror does: ``oxe_fixture/0.1.0/``, with the Hub's own files."""
+    from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+
+    fx = write_rlds_dataset(tmp_path / "oxe_fixture" / "0.1.0", (3, 4, 2), shards=2)
+    val = write_rlds_dataset(tmp_path / "val", (5,), split="val", seed=9)
+    (fx.root / val.shards[0].name).write_bytes(val.shards[0].read_bytes())
+    info = json.loads((fx.root / "dataset_info.json").read_text())
+    info["splits"] += json.loads((val.root / "dataset_info.json").read_text())["splits"]
+    (fx.root / "dataset_info.json").write_text(json.dumps(info))
+    files = {**folder_files(fx.root, "oxe_fixture/0.1.0/"), ".gitattributes": b"*.tfrecord* filter=lfs\n"}
+    return fx.root, {**files, "README.md": b"# an OXE mirror\n"}
+
+
+@pytest.mark.parametrize("path", ["", "/oxe_fixture/0.1.0"])
+@pytest.mark.parametrize("fmt", [None, "rlds"])
+def test_rlds_tfds_folder_converts_like_the_local_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path, path: str, fmt: str | None
+) -> None:
+    pytest.importorskip("tfrecord")
+    local, files = _tfds_repo(tmp_path)
+    repo = Repo()
+    repo.add_commit(files)
+    hub.repos["oxe-test/mirror"] = repo
+    download(f"hf://datasets/oxe-test/mirror{path}", name="hub-oxe", format=fmt)
+    convert(local, "local-oxe")
+    assert _arrays(isolated_cache, "hub-oxe") == _arrays(isolated_cache, "local-oxe")
+    # the folder's metadata and the train split's shards only: not the val shard, not the card
+    folder = "oxe_fixture/0.1.0/"
+    assert sorted(hub.downloads()) == sorted(p for p in files if p.startswith(folder) and "-val." not in p)
+    assert _source(isolated_cache, "hub-oxe")["hub"]["path"] == path.strip("/")  # type: ignore[index]
+
+
+def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("tfrecord")
+    local, files = _tfds_repo(tmp_path)
+    repo = Repo()
+    repo.add_commit(files)
+    hub.repos["oxe-test/mirror"] = repo
+    download("hf://datasets/oxe-test/mirror", name="hub-val", options={"split": "val"})
+    convert(local, "local-val", options={"split": "val"})
+    assert _arrays(isolated_cache, "hub-val") == _arrays(isolated_cache, "local-val")
+    assert not any("-train." in p for p in hub.downloads())
+    hub.log.clear()
+    with pytest.raises(SourceFormatError, match=r"no shards of split 'test' \(splits: 'train', 'val'\)"):
+        download("hf://datasets/oxe-test/mirror", name="x", options={"split": "test"})
+    # a mirror of several datasets (or versions): the user names one; nothing is fetched
+    both = {**files, **{p.replace("0.1.0", "0.2.0"): b for p, b in files.items() if p.startswith("oxe")}}
+    repo.add_commit(both)
+    with pytest.raises(SourceFormatError, match="2 RLDS/TFDS dataset folders") as refused:
+        download("hf://datasets/oxe-test/mirror", name="y")
+    assert "hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0" in str(refused.value.hint)
+    assert hub.downloads() == []
