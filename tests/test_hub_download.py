@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -312,3 +312,50 @@ def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
         download("hf://datasets/oxe-test/mirror", name="y")
     assert "hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0" in str(refused.value.hint)
     assert hub.downloads() == []
+
+
+def _d4rl(folder: Path) -> Path:
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return golden_three_episodes(folder / "hopper-medium-v2.hdf5", with_next=True)
+
+
+def _vd4rl(folder: Path) -> Path:
+    from tests.vd4rl_fixtures import dreamer_episode, write_dreamer_episodes
+
+    episodes = [dreamer_episode(6, side=8, seed=1), dreamer_episode(9, side=8, seed=2, terminal=True)]
+    write_dreamer_episodes(folder / "64px", episodes)
+    return folder / "64px"
+
+
+def _ogbench(folder: Path) -> Path:
+    from tests.formats_fixtures import golden_ogbench
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return golden_ogbench(folder / "pointmaze-medium-navigate-v0.npz")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "write"),
+    [("d4rl", _d4rl), ("vd4rl", _vd4rl), ("ogbench", _ogbench)],
+    ids=["d4rl", "vd4rl", "ogbench"],
+)
+def test_file_formats_are_detected_from_the_fetched_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path, fmt: str, write: Callable[[Path], Path]
+) -> None:
+    """A repo of D4RL HDF5, V-D4RL Dreamer episodes or an OGBench npz (each beside the Hub's own
+    files, in a folder of the repo): detected from the downloaded files, and converted as the
+    same files on disk are."""
+    pytest.importorskip("h5py")
+    local = write(tmp_path / "src")
+    files = folder_files(local, "data/") if local.is_dir() else {f"data/{local.name}": local.read_bytes()}
+    repo = Repo()
+    repo.add_commit({**files, ".gitattributes": b"*.npz filter=lfs\n", "README.md": b"# card\n"})
+    hub.repos["files-test/x"] = repo
+    download("hf://datasets/files-test/x/data", name="hub-files")
+    convert(local, "local-files")
+    assert _arrays(isolated_cache, "hub-files") == _arrays(isolated_cache, "local-files")
+    source = _source(isolated_cache, "hub-files")
+    assert source["format"] == _source(isolated_cache, "local-files")["format"] == fmt
+    assert sorted(hub.downloads()) == sorted(files)
