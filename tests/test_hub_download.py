@@ -105,13 +105,52 @@ def test_revision_is_pinned_to_its_commit(hub: HubStandin, isolated_cache: Path)
         download("hf://datasets/lerobot-test/tiny", name="x", offline=True)
 
 
-def test_rate_limit_is_waited_out(hub: HubStandin, isolated_cache: Path) -> None:
-    hub.throttle = {"/revision/": 1, "/tree/": 1, "/resolve/": 1}
+def test_rate_limit_is_waited_out_as_retry_after_asks(
+    hub: HubStandin, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each 429 is followed by a wait of its ``Retry-After`` (3 s: neither back-off starts
+    there, rlds's at 0.5-1 s, the client's at 1 s), then by the same request again. The waits
+    are recorded, not slept: rlds's own (the revision lookup, :func:`with_rate_limit`) through its
+    ``HttpConfig.sleep``, the client's (listing pages, file requests) through ``time.sleep``."""
+    import functools
+    import time
+
+    from rlds_cli.net.hub import repo as hub_repo
+    from rlds_cli.net.http import HttpConfig
+
+    ours: list[tuple[float, str]] = []
+    theirs: list[tuple[float, str]] = []
+
+    def waited(into: list[tuple[float, str]], seconds: float) -> None:
+        last = hub.log[-1]  # the request answered 429 (requests are made one at a time)
+        into.append((seconds, f"{last['method']} {last['path']} {last.get('status')}"))
+
+    monkeypatch.setattr(
+        hub_repo, "HttpConfig", functools.partial(HttpConfig, sleep=functools.partial(waited, ours))
+    )
+    monkeypatch.setattr(time, "sleep", functools.partial(waited, theirs))
+    hub.retry_after = "3"
+    # the client asks a file's HEAD again at once after a first 429 (no wait: file_download.py
+    # retries a failed metadata call with retries on), and waits from the second 429 on
+    hub.throttle = {"/revision/": 1, "/tree/": 1, "HEAD /datasets/": 2, "GET /datasets/": 1}
     download("hf://datasets/lerobot-test/tiny")
-    # each 429 was followed by the same request again, answered
-    for key in ("/revision/", "/tree/", "/resolve/"):
+    sha = hub.repos["lerobot-test/tiny"].refs["main"]
+    assert ours == [(3.0, "GET /api/datasets/lerobot-test/tiny/revision/main 429")]
+    first = f"/datasets/lerobot-test/tiny/resolve/{sha}/{sorted(folder_files(FIXTURE))[0]}"
+    # the client's waits: Retry-After plus the 1 s it adds "to avoid rounding issues"
+    assert theirs == [
+        (4.0, f"GET /api/datasets/lerobot-test/tiny/tree/{sha} 429"),
+        (4.0, f"HEAD {first} 429"),
+        (4.0, f"GET {first} 429"),
+    ]
+    assert [e.get("status") for e in hub.log if e["path"] == first and e["method"] == "HEAD"] == [
+        429,
+        429,
+        None,
+    ]
+    for key in ("/revision/", "/tree/", "/resolve/"):  # each 429 was followed by the same request, answered
         hits = [e for e in hub.log if key in e["path"]]
-        assert hits[0].get("status") == 429 and len(hits) > 1
+        assert hits[0].get("status") == 429 and hits[-1].get("status") is None
 
 
 def test_lfs_sha_mismatch_publishes_nothing_and_a_rerun_recovers(

@@ -135,7 +135,9 @@ def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
 def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> T:
     """``call()``, again after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
     within rlds's retry budget. The client already does this for listings and downloads
-    (``http_backoff``); its revision lookup is one plain GET, so rlds keeps this one loop."""
+    (``http_backoff``: ``Retry-After`` plus one second; a file's first 429'd ``HEAD`` is asked
+    again at once, the next ones waited out); its revision lookup is one plain GET, so rlds keeps
+    this one loop."""
     from huggingface_hub import errors as hf_errors
 
     config = config or HttpConfig()
