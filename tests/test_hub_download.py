@@ -278,6 +278,33 @@ def test_gated_repo_needs_a_token_that_is_never_shown(hub: HubStandin, isolated_
             assert TOKEN.encode() not in path.read_bytes(), path
 
 
+def test_a_token_from_the_clients_token_file_is_used_and_never_shown(
+    hub: HubStandin, isolated_cache: Path
+) -> None:
+    """No ``HF_TOKEN``: the token comes from ``$HF_HOME/token``, where ``hf auth login`` writes
+    it. A stale one is refused without being shown; the right one reads the gated repo."""
+    hub.repos["lerobot-test/tiny"].gated = True
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH")}
+    token_file = Path(env["HF_HOME"]) / "token"
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    stale = "hf_staleTokenOfAnotherAccount98765"
+    token_file.write_text(stale + "\n")
+    refused = _cli(env, "download", "hf://datasets/lerobot-test/tiny")
+    assert refused.returncode == 1 and "gated or private" in refused.stderr
+    assert any(e["auth"] for e in hub.log)  # the file's token was sent (and refused)
+    token_file.write_text(TOKEN + "\n")
+    hub.log.clear()
+    ok = _cli(env, "download", "hf://datasets/lerobot-test/tiny")
+    assert ok.returncode == 0, ok.stderr
+    assert hub.log and all(e["auth"] for e in hub.log)  # every request, listing and files, carried it
+    for text in (refused.stdout, refused.stderr, ok.stdout, ok.stderr):
+        assert TOKEN not in text and stale not in text
+    for path in isolated_cache.rglob("*"):  # manifests, provenance, hashes, listings, logs
+        if path.is_file():
+            data = path.read_bytes()
+            assert TOKEN.encode() not in data and stale.encode() not in data, path
+
+
 def test_minari_repo_written_by_minari_converts_end_to_end(
     hub: HubStandin, isolated_cache: Path, tmp_path: Path
 ) -> None:
