@@ -31,6 +31,7 @@ _FOLDER_FORMATS = {"minari", "lerobot", "rlds"}
 #: The listing of one commit, kept so that an offline re-run of a pinned sha needs no Hub.
 _LISTING = "hub-listing.json"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_VERSION = re.compile(r"^v?\d+(\.\d+)*$")
 
 
 def download_hub(
@@ -139,7 +140,12 @@ def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list
 
 
 def _default_name(where: HubPath) -> str:
-    last = where.path.rstrip("/").rsplit("/", 1)[-1] if where.path else where.repo.split("/")[1]
+    """The last part of the path (or the repo's name); a version folder (a TFDS dataset's
+    ``name/1.0.0``) is named with its parent: ``name-1.0.0``, not ``1.0.0``."""
+    parts = [p for p in where.path.split("/") if p] or [where.repo.split("/")[1]]
+    last = parts[-1]
+    if _VERSION.match(last) and len(parts) > 1:
+        last = f"{parts[-2]}-{last}"
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", last).strip("-.")
     return cleaned or "dataset"
 

@@ -364,9 +364,10 @@ def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
     repo = Repo()
     repo.add_commit(files)
     hub.repos["oxe-test/mirror"] = repo
-    download("hf://datasets/oxe-test/mirror", name="hub-val", options={"split": "val"})
+    download("hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0", options={"split": "val"})
     convert(local, "local-val", options={"split": "val"})
-    assert _arrays(isolated_cache, "hub-val") == _arrays(isolated_cache, "local-val")
+    # named after the dataset and its version folder, not "0.1.0"
+    assert _arrays(isolated_cache, "oxe_fixture-0.1.0") == _arrays(isolated_cache, "local-val")
     assert not any("-train." in p for p in hub.downloads())
     hub.log.clear()
     with pytest.raises(SourceFormatError, match=r"no shards of split 'test' \(splits: 'train', 'val'\)"):
