@@ -5,6 +5,14 @@ No ``huggingface_hub`` dependency: the Hub's API answers
 ``{"type", "path", "size", "lfs": {"oid": <sha256>, "size"}}`` (paged with ``Link: <...>;
 rel="next"``), and serves each file at ``{endpoint}/datasets/{repo}/resolve/{revision}/{path}``.
 The endpoint is ``RLDS_HF_ENDPOINT`` (tests point it at a local server).
+
+Why registry entries listed from the Hub (RoboSet, V-D4RL) still come this way, not through
+``huggingface_hub`` (:mod:`rlds_cli.net.hub`, ``hf://`` sources): their files are then fetched by
+:func:`rlds_cli.net.fetch.fetch_files` into the entry's own folder, with what that path gives and
+the Hub client's does not: a ``.part`` resumed across runs (the client deletes a failed
+transfer's partial file), several files at once, download progress, per-file locks, first-seen
+hashes pinned only after a conversion succeeded, the remembered listing when the API is down or
+offline, and the folder that ``rlds info``/``verify`` read.
 """
 
 from __future__ import annotations
