@@ -6,11 +6,13 @@ is a dataset written by minari's own DataCollector.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from rlds_cli.errors import (
     SourceFormatError,
     UnsupportedSourceError,
 )
+from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.hub import repo as hub_repo
 from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
 
 pytest.importorskip("huggingface_hub")
@@ -112,12 +116,6 @@ def test_rate_limit_is_waited_out_as_retry_after_asks(
     there, rlds's at 0.5-1 s, the client's at 1 s), then by the same request again. The waits
     are recorded, not slept: rlds's own (the revision lookup, :func:`with_rate_limit`) through its
     ``HttpConfig.sleep``, the client's (listing pages, file requests) through ``time.sleep``."""
-    import functools
-    import time
-
-    from rlds_cli.net.hub import repo as hub_repo
-    from rlds_cli.net.http import HttpConfig
-
     ours: list[tuple[float, str]] = []
     theirs: list[tuple[float, str]] = []
 
