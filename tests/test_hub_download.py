@@ -319,10 +319,12 @@ def test_minari_repo_written_by_minari_converts_end_to_end(
     assert set(hub.downloads()) == {f"pendulum/random-v0/{p}" for p in folder_files(local)}
 
 
-def _tfds_repo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+def _tfds_repo(hub: HubStandin, tmp_path: Path) -> tuple[Path, Repo, dict[str, bytes]]:
     """An RLDS/TFDS dataset folder written by the fixture writer (2 train shards, a val shard
-    beside them, as TFDS writes several splits into one folder), and a repo holding it as an
-    Open X-Embodiment mirror does: ``oxe_fixture/0.1.0/``, with the Hub's own files."""
+    beside them, as TFDS writes several splits into one folder), and the stand-in's repo
+    ``oxe-test/mirror`` holding it as an Open X-Embodiment mirror does: ``oxe_fixture/0.1.0/``,
+    with the Hub's own files. Returns the folder, the repo and the repo's files."""
+    pytest.importorskip("tfrecord")
     from tests.rlds_tfrecord_fixtures import write_rlds_dataset
 
     fx = write_rlds_dataset(tmp_path / "oxe_fixture" / "0.1.0", (3, 4, 2), shards=2)
@@ -332,7 +334,11 @@ def _tfds_repo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     info["splits"] += json.loads((val.root / "dataset_info.json").read_text())["splits"]
     (fx.root / "dataset_info.json").write_text(json.dumps(info))
     files = {**folder_files(fx.root, "oxe_fixture/0.1.0/"), ".gitattributes": b"*.tfrecord* filter=lfs\n"}
-    return fx.root, {**files, "README.md": b"# an OXE mirror\n"}
+    files["README.md"] = b"# an OXE mirror\n"
+    repo = Repo()
+    repo.add_commit(files)
+    hub.repos["oxe-test/mirror"] = repo
+    return fx.root, repo, files
 
 
 @pytest.mark.parametrize("path", ["", "/oxe_fixture/0.1.0"])
@@ -340,11 +346,7 @@ def _tfds_repo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
 def test_rlds_tfds_folder_converts_like_the_local_files(
     hub: HubStandin, isolated_cache: Path, tmp_path: Path, path: str, fmt: str | None
 ) -> None:
-    pytest.importorskip("tfrecord")
-    local, files = _tfds_repo(tmp_path)
-    repo = Repo()
-    repo.add_commit(files)
-    hub.repos["oxe-test/mirror"] = repo
+    local, _, files = _tfds_repo(hub, tmp_path)
     download(f"hf://datasets/oxe-test/mirror{path}", name="hub-oxe", format=fmt)
     convert(local, "local-oxe")
     assert _arrays(isolated_cache, "hub-oxe") == _arrays(isolated_cache, "local-oxe")
@@ -357,11 +359,7 @@ def test_rlds_tfds_folder_converts_like_the_local_files(
 def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
     hub: HubStandin, isolated_cache: Path, tmp_path: Path
 ) -> None:
-    pytest.importorskip("tfrecord")
-    local, files = _tfds_repo(tmp_path)
-    repo = Repo()
-    repo.add_commit(files)
-    hub.repos["oxe-test/mirror"] = repo
+    local, repo, files = _tfds_repo(hub, tmp_path)
     download("hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0", options={"split": "val"})
     convert(local, "local-val", options={"split": "val"})
     # named after the dataset and its version folder, not "0.1.0"
