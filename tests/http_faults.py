@@ -3,8 +3,8 @@
 Serves ``server.files[path] = bytes`` with Range support, and a fake Hugging Face tree API
 (``server.trees[(repo, folder)] = [items]``). Each path has a queue of one-shot faults consumed
 by successive requests, plus sticky settings (``throttle``, ``validators``, ``redirects``).
-Every request is logged, and so is how many body bytes each path got out (``sent``), so a test
-can tell how far a download went without timing it.
+Every request is logged (with the ``Authorization`` header it carried), and so is how many body
+bytes each path got out (``sent``), so a test can tell how far a download went without timing it.
 
 Like a real static file server, each body carries validators derived from its bytes (a strong
 ``ETag`` by default; ``validators`` picks ``"last-modified"``, ``"weak-etag"`` or ``None``), and
@@ -68,6 +68,7 @@ class Logged:
     range: str | None
     status: int
     if_range: str | None = None
+    authorization: str | None = None
 
 
 class FaultServer:
@@ -205,7 +206,7 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             length = len(payload) + (fault.extra if fault and fault.kind == "bad_length" else 0)
             if fault and fault.kind == "cut":
                 payload = payload[: fault.after]
-            server.record(Logged("GET", path, rng, status, if_range))
+            server.record(Logged("GET", path, rng, status, if_range, self.headers.get("Authorization")))
             self.send_response(status)
             for k, v in {**headers, "Content-Length": str(length), "Accept-Ranges": "bytes"}.items():
                 self.send_header(k, v)
@@ -256,7 +257,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _reply(
             self, path: str, rng: str | None, code: int, body: bytes, headers: dict[str, str] | None = None
         ) -> None:
-            server.record(Logged("GET", path, rng, code, self.headers.get("If-Range")))
+            auth = self.headers.get("Authorization")
+            server.record(Logged("GET", path, rng, code, self.headers.get("If-Range"), auth))
             self.send_response(code)
             for k, v in {**(headers or {}), "Content-Length": str(len(body))}.items():
                 self.send_header(k, v)
