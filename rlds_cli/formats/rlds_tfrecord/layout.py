@@ -1,11 +1,13 @@
 """The files of an RLDS/TFDS dataset folder: shard names, splits, the sniff and the files a
 conversion reads, and the bounded JSON read of its metadata.
+
+The names (``features.json``, shards, splits) are :mod:`rlds_cli.tfds_layout`'s, the rule the
+Hub's download plan uses too.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,16 +15,13 @@ from typing import Any
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.untrusted import UnsafeSourceError
+from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME
+from rlds_cli.tfds_layout import is_shard_name as _is_shard_name
 
-FEATURES_FILE = "features.json"
-INFO_FILE = "dataset_info.json"
+__all__ = ["EXPECTED_FILES", "FEATURES_FILE", "INFO_FILE", "sniff", "source_files"]
+
 #: Largest JSON metadata file read.
 MAX_JSON_BYTES = 64 << 20
-_SHARD = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecord(?:-(?P<index>\d+)-of-(?P<count>\d+))?$")
-
-
-def _is_shard_name(name: str) -> bool:
-    return ".tfrecord" in name and not name.startswith(".")
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class _Shard:
 
 
 def _shard(path: Path) -> _Shard:
-    match = _SHARD.match(path.name)
+    match = SHARD_NAME.match(path.name)
     if match is None:
         return _Shard(path, "", 0, 0)
     index, count = match.group("index"), match.group("count")

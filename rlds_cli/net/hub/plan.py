@@ -8,8 +8,9 @@ A LeRobot dataset (``meta/info.json`` at the folder's root) needs ``meta/``, ``d
 the Hub's own (``.gitattributes``) and the dataset card, and the format is then sniffed from the
 downloaded files like a local folder's (Minari, D4RL HDF5, V-D4RL, npz).
 
-The rules read file names only (nothing is downloaded to decide) and mirror the readers' own
-(``formats/rlds_tfrecord/layout.py``), which this layer may not import.
+The rules read file names only (nothing is downloaded to decide); which folder is a TFDS
+dataset folder, and a shard's split, are :mod:`rlds_cli.tfds_layout`'s, the rule the reader's
+layout (and so a local folder's detection) uses too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.net.hub.fetch import local_name
 from rlds_cli.net.hub.repo import HubFile, HubPath
+from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card
 #: (the card's name is spelt in two parts: a file name in a message would be a docs pointer).
@@ -26,7 +28,7 @@ _HUB_FILES = {".gitattributes", "README" + ".md", "readme" + ".md"}
 #: The folders of a LeRobot dataset that its reader reads.
 _LEROBOT_DIRS = ("meta/", "data/", "videos/")
 #: The metadata files of a TFDS dataset folder that the rlds reader reads.
-_TFDS_META = ("features.json", "dataset_info.json")
+_TFDS_META = (FEATURES_FILE, INFO_FILE)
 
 
 def layout_format(where: HubPath, files: list[HubFile]) -> str | None:
@@ -38,7 +40,7 @@ def layout_format(where: HubPath, files: list[HubFile]) -> str | None:
     names = {local_name(where, f) for f in files}
     if "meta/info.json" in names:
         return "lerobot"
-    return "rlds" if _tfds_folders(where, names) else None
+    return "rlds" if _tfds_folder(where, names) is not None else None
 
 
 def dataset_folder(where: HubPath, files: list[HubFile], fmt: str | None) -> str:
@@ -50,8 +52,7 @@ def dataset_folder(where: HubPath, files: list[HubFile], fmt: str | None) -> str
     """
     if fmt != "rlds":
         return ""
-    found = _tfds_folders(where, {local_name(where, f) for f in files})
-    return found[0] if found else ""
+    return _tfds_folder(where, {local_name(where, f) for f in files}) or ""
 
 
 def needed_files(
@@ -60,7 +61,7 @@ def needed_files(
     """The files of ``files`` that a conversion in format ``fmt`` (with reader ``options``) reads."""
     if fmt == "lerobot":
         return [f for f in files if local_name(where, f).startswith(_LEROBOT_DIRS)]
-    if fmt == "rlds" and _tfds_folders(where, {local_name(where, f) for f in files}):
+    if fmt == "rlds" and _tfds_folder(where, {local_name(where, f) for f in files}) is not None:
         return _tfds_files(where, files, (options or {}).get("split"))
     return [f for f in files if local_name(where, f).rsplit("/", 1)[-1] not in _HUB_FILES]
 
@@ -70,31 +71,11 @@ def _split_dir(name: str) -> tuple[str, str]:
     return folder, base
 
 
-def _is_shard(base: str) -> bool:
-    """A TFRecord shard's name, as the reader recognises one (``...tfrecord...``, not hidden)."""
-    return ".tfrecord" in base and not base.startswith(".")
-
-
-def _shard_split(base: str) -> str:
-    """The split of a ``<name>-<split>.tfrecord[-NNNNN-of-NNNNN]`` shard (``""``: not said)."""
-    stem = base.split(".tfrecord", 1)[0]
-    return stem.rsplit("-", 1)[1] if "-" in stem else ""
-
-
-def _tfds_folders(where: HubPath, names: set[str]) -> list[str]:
-    """The TFDS dataset folders among ``names`` (a folder with ``features.json`` and shards):
-    none or one of them, else a clear refusal."""
-    parts = [_split_dir(n) for n in names]
-    with_shards = {d for d, base in parts if _is_shard(base)}
-    found = sorted(d for d, base in parts if base == "features.json" and d in with_shards)
-    if len(found) > 1:
-        base = f"hf://datasets/{where.repo}/" + (where.path.strip("/") + "/" if where.path.strip("/") else "")
-        raise SourceFormatError(
-            f"{where} holds {len(found)} RLDS/TFDS dataset folders ({', '.join(found[:4])}"
-            f"{', ...' if len(found) > 4 else ''}); rlds converts one at a time",
-            hint=f"name one, e.g. {base}{found[0]}",
-        )
-    return found
+def _tfds_folder(where: HubPath, names: set[str]) -> str | None:
+    """The TFDS dataset folder among ``names`` (``""``: the folder named), ``None`` if none;
+    several are refused (the user names one)."""
+    base = f"hf://datasets/{where.repo}/" + (where.path.strip("/") + "/" if where.path.strip("/") else "")
+    return one_tfds_folder(names, str(where), base)
 
 
 def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[HubFile]:
@@ -105,9 +86,9 @@ def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[Hub
     Raises:
         SourceFormatError: The folder has no shards of the split asked for (nothing fetched).
     """
-    root = _tfds_folders(where, {local_name(where, f) for f in files})[0]
+    root = _tfds_folder(where, {local_name(where, f) for f in files})
     mine = [(f, base) for f in files for d, base in [_split_dir(local_name(where, f))] if d == root]
-    splits = sorted({_shard_split(base) for _, base in mine if _is_shard(base)})
+    splits = sorted({shard_split(base) for _, base in mine if is_shard_name(base)})
     if isinstance(split, str) and split not in splits:
         raise SourceFormatError(
             f"{where}: {root or 'the folder'} has no shards of split {split!r} "
@@ -116,5 +97,5 @@ def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[Hub
     chosen = split if isinstance(split, str) else "train" if "train" in splits else None
     return [
         f for f, base in mine
-        if base in _TFDS_META or (_is_shard(base) and chosen in (None, _shard_split(base)))
+        if base in _TFDS_META or (is_shard_name(base) and chosen in (None, shard_split(base)))
     ]  # fmt: skip
