@@ -79,16 +79,6 @@ urls = ["{base}/d4rl/corrupt.hdf5"]
 sha256 = "{DEMO_SHA}"
 
 [[dataset]]
-id = "org/Listed(x)/set-v0"
-aliases = ["org/listed-set-v0"]
-format = "roboset"
-
-[dataset.listing]
-hf_repo = "org/repo"
-path = "Listed(x)/set-v0"
-suffix = ".h5"
-
-[[dataset]]
 id = "local-hashes-v0"
 format = "d4rl"
 max_episode_steps = 100
@@ -271,12 +261,6 @@ def test_url_download(server: FaultServer, isolated_cache: Path) -> None:
     missing = invoke("download", server.url("/nope.hdf5"))
     assert missing.exit_code == 1
     assert f"GET {server.url('/nope.hdf5')} answered HTTP 404" in missing.stderr
-
-
-def test_listing_offline_before_any_download(server: FaultServer) -> None:
-    with pytest.raises(OfflineError, match="file list of 'org/Listed\\(x\\)/set-v0' has never been fetched"):
-        download("org/listed-set-v0", offline=True)
-    assert server.log == []
 
 
 def test_minari_entry_passes_its_folder(
