@@ -10,7 +10,6 @@ succeeded; a file that failed to convert is fetched again by the next run
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -19,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import registry, settings
-from rlds_cli._io import atomic_write
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.convert import ConvertResult, Progress, convert
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import listing_path, raw_dir, stored_listing, url_dir, url_file_name
+from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
+from rlds_cli.net.hub.folder import FolderListing, list_folder, read_listing, save_listing, token_auth
+from rlds_cli.net.hub.repo import HubPath, endpoint
+from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
 from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.net.progress import DownloadProgress
 
@@ -102,17 +103,20 @@ def download(
             expected_origin="registry", **convert_args,
         )  # fmt: skip
     folder = raw_dir(cache, entry.cache_name)
-    planned = plan_files(entry, folder, offline=offline, options=merged)
+    listing = folder_listing(entry, folder, offline=offline)
+    planned = plan_files(entry, listing, options=merged)
     if not force:
         share_downloads(cache, entry, folder, planned)
-    results = fetch_files(planned, folder, **fetch)
+    config = HttpConfig(auth=None if offline else _hub_auth(entry, planned))
+    results = fetch_files(planned, folder, config=config, **fetch)
+    hub_record = listing.provenance() if listing is not None else {}  # the commit every file is of
     with confirmed_by_conversion(folder, [r.name for r in results]):
         result = convert(
             _convert_source(entry.format, folder, results),
             name or entry.cache_name,
             format=format or entry.format,
             options=merged,
-            source_info=_provenance(results, folder, id=entry.id),
+            source_info=_provenance(results, folder, id=entry.id, **hub_record),
             expected_sha256=results[0].sha256 if len(results) == 1 else None,
             expected_origin=results[0].hash_origin,
             **convert_args,
@@ -154,43 +158,53 @@ def _download_url(
 
 
 def plan_files(
-    entry: registry.RegistryEntry, folder: Path, *, offline: bool, options: dict[str, Any] | None = None
+    entry: registry.RegistryEntry, listing: FolderListing | None, options: dict[str, Any] | None = None
 ) -> list[RemoteFile]:
     """The files of a registry entry: its listed files, the files of its file set that the reader
-    ``options`` pick (``checkpoints``), plus, for a Hub folder, the folder's files (listed online
-    and remembered in ``.rlds/listing.json``, so offline mode can use it)."""
+    ``options`` pick (``checkpoints``), plus, for a Hub folder, the files of its ``listing``."""
     files = [
         RemoteFile(f.name, f.urls, f.size, f.sha256, "registry")
         for f in entry.files_for(options)
         if not f.is_bundled
     ]
-    if entry.listing is None:
-        return files
+    return files + (listing.files if listing is not None else [])
+
+
+def folder_listing(entry: registry.RegistryEntry, folder: Path, *, offline: bool) -> FolderListing | None:
+    """A Hub folder entry's files at one commit (``None`` for other entries): listed through
+    huggingface_hub and remembered in ``.rlds/listing.json``; offline, or when the Hub cannot be
+    reached, the remembered listing (its files are still verified by their hashes).
+
+    Raises:
+        OfflineError: Offline, and the folder was never listed.
+    """
+    lst = entry.listing
+    if lst is None:
+        return None
+    where = HubPath(lst.hf_repo, lst.path.strip("/"), lst.revision)
     if not offline:
-        _list_online(entry, folder)
-    known = stored_listing(folder)
+        try:
+            listing = list_folder(lst.hf_repo, lst.path, revision=lst.revision, suffix=lst.suffix)
+        except DownloadFailedError:
+            known = read_listing(folder, where)
+            if known is not None:
+                return known
+            raise
+        save_listing(folder, listing)
+        return listing
+    known = read_listing(folder, where)
     if known is None:
         raise OfflineError(f"the file list of {entry.id!r} has never been fetched and offline mode is on")
-    listed = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in json.loads(known.read_text())]
-    return files + listed
+    return known
 
 
-def _list_online(entry: registry.RegistryEntry, folder: Path) -> None:
-    """Refresh ``listing.json`` from the Hub. When the Hub cannot be reached but an earlier
-    listing exists, that one is used (the files it names are still verified by their hashes)."""
-    from rlds_cli.net import hf
-
-    lst = entry.listing
-    assert lst is not None
-    try:
-        listed = hf.list_folder(lst.hf_repo, lst.path, revision=lst.revision, suffix=lst.suffix)
-    except DownloadFailedError:
-        if stored_listing(folder) is not None:
-            return
-        raise
-    path = listing_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps([{**f.__dict__, "urls": list(f.urls)} for f in listed], indent=2) + "\n")
+def _hub_auth(entry: registry.RegistryEntry, files: list[RemoteFile]) -> OriginAuth | None:
+    """The Hub token, for an entry whose files come from the Hub (sent to the Hub's origin only;
+    never written anywhere)."""
+    hub = origin_of(endpoint())
+    if entry.listing is None and not any(origin_of(u) == hub for f in files for u in f.urls):
+        return None
+    return token_auth()
 
 
 def share_downloads(
@@ -236,10 +250,12 @@ def _convert_source(fmt: str, folder: Path, results: list[FetchResult]) -> Path 
     return results[0].path if len(results) == 1 else [r.path for r in results]
 
 
-def _provenance(results: list[FetchResult], folder: Path, **extra: str) -> dict[str, Any]:
+def _provenance(results: list[FetchResult], folder: Path, **extra: Any) -> dict[str, Any]:
+    """The source record: ``extra`` (the id; a Hub folder's ``hf://`` URL at its commit and its
+    ``hub`` record), the URL (the one file's, else ``extra``'s), the folder and each file."""
     return {
         **extra,
-        "url": results[0].url if len(results) == 1 else extra.get("url", results[0].url),
+        "url": extra.get("url", results[0].url),
         "raw_dir": str(folder),
         "downloads": [
             {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}

@@ -21,15 +21,17 @@ from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.net.fetch import FetchResult, drop_raw_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.hub.fetch import fetch_hub_files, local_name
-from rlds_cli.net.hub.plan import layout_format, needed_files
+from rlds_cli.net.hub.plan import dataset_folder, layout_format, needed_files
 from rlds_cli.net.hub.repo import HubFile, HubPath, parse_hf_url, resolve
 from rlds_cli.net.layout import meta_dir, url_dir
 
-#: Formats whose reader takes the dataset's folder rather than its files.
-_FOLDER_FORMATS = {"minari", "lerobot"}
+#: Formats whose reader takes the dataset's folder rather than its files (an RLDS reader reads
+#: one TFDS folder: ``features.json``, ``dataset_info.json`` and the shards of one split).
+_FOLDER_FORMATS = {"minari", "lerobot", "rlds"}
 #: The listing of one commit, kept so that an offline re-run of a pinned sha needs no Hub.
 _LISTING = "hub-listing.json"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_VERSION = re.compile(r"^v?\d+(\.\d+)*$")
 
 
 def download_hub(
@@ -49,22 +51,23 @@ def download_hub(
     sha, files = _listing(where, cache, offline)
     folder = _folder(cache, where, sha)
     fmt = format or layout_format(where, files)
-    wanted = needed_files(where, files, fmt)
+    wanted = needed_files(where, files, fmt, options)
+    needed = len(wanted)
     results: list[FetchResult] = []
     if fmt is not None and (options or {}).get("episodes") is not None:
         results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
     results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
     paths = [r.path for r in results]
     fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
-    src: Path | list[Path] = folder if fmt in _FOLDER_FORMATS or len(paths) != 1 else paths[0]
-    if fmt not in _FOLDER_FORMATS and len(paths) > 1:
-        src = paths
+    src: Path | list[Path] = paths[0] if len(paths) == 1 else paths if paths else folder
+    if fmt in _FOLDER_FORMATS:
+        src = folder / dataset_folder(where, files, fmt)
     result = convert(
         src,
         name or _default_name(where),
         format=fmt,
         options=options,
-        source_info=_provenance(where, sha, folder, results, len(needed_files(where, files, fmt))),
+        source_info=_provenance(where, sha, folder, results, needed),
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
@@ -137,7 +140,12 @@ def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list
 
 
 def _default_name(where: HubPath) -> str:
-    last = where.path.rstrip("/").rsplit("/", 1)[-1] if where.path else where.repo.split("/")[1]
+    """The last part of the path (or the repo's name); a version folder (a TFDS dataset's
+    ``name/1.0.0``) is named with its parent: ``name-1.0.0``, not ``1.0.0``."""
+    parts = [p for p in where.path.split("/") if p] or [where.repo.split("/")[1]]
+    last = parts[-1]
+    if _VERSION.match(last) and len(parts) > 1:
+        last = f"{parts[-2]}-{last}"
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", last).strip("-.")
     return cleaned or "dataset"
 

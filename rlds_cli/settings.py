@@ -11,7 +11,7 @@ processes can change them.
 | RLDS_REGISTRY | extra registry files or folders, ``os.pathsep``-separated   |
 | RLDS_FSYNC    | ``0`` skips fsync before publishing (faster, less durable) |
 | RLDS_OFFLINE  | ``1``: never touch the network, use downloaded files only   |
-| RLDS_HF_ENDPOINT | Hugging Face base URL (default https://huggingface.co)  |
+| RLDS_HF_ENDPOINT | Hugging Face base URL (default ``HF_ENDPOINT``, else https://huggingface.co) |
 | RLDS_HTTP_TIMEOUT | connect and read timeouts in seconds (default 10,60; one value sets both) |
 | RLDS_HTTP_RETRIES | retries per mirror after a transient error (default 5)  |
 | RLDS_RETRY_BASE_DELAY | first back-off delay in seconds, doubled each retry (default 1) |
@@ -85,11 +85,6 @@ def extra_registry_paths() -> list[Path]:
 def offline() -> bool:
     """Whether the network is off limits (``RLDS_OFFLINE=1``)."""
     return _flag("RLDS_OFFLINE", False)
-
-
-def hf_endpoint() -> str:
-    """Base URL of the Hugging Face Hub (``RLDS_HF_ENDPOINT``; tests point it at a local server)."""
-    return os.environ.get("RLDS_HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
 
 
 def _bad(name: str, raw: str, want: str) -> SettingError:

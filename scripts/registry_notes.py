@@ -117,9 +117,10 @@ def roboset(block: str) -> tuple[str, int]:
             "RoboSet (RoboHive) simulation data: Hugging Face dataset repo jdvakil/RoboSet_Sim.",
             "ids literal in pytorch/rl torchrl/data/datasets/roboset.py@ae9719f1 "
             "(RobosetExperienceReplay.available_datasets). The .h5 file names appear in no source: "
-            "rlds lists the id's folder with the Hub's public tree API when online (and remembers the "
-            "listing for offline use), then fetches each .h5 through its plain 'resolve' URL. The "
-            "Hub's LFS metadata gives each file's sha256 and size.",
+            "rlds lists the id's folder through huggingface_hub when online, at the commit 'main' "
+            "points at (and remembers the listing for offline use), then fetches each .h5 through "
+            "its 'resolve' URL at that commit. The Hub's LFS metadata gives each file's sha256 and "
+            "size.",
         )
     ]
     count = 0
@@ -287,9 +288,10 @@ def vd4rl() -> tuple[str, int]:
             "V-D4RL (pixel DeepMind Control): Hugging Face dataset repo conglu/vd4rl.",
             "ids literal in pytorch/rl torchrl/data/datasets/vd4rl_datasets.json@de4aee13 (the "
             "folders VD4RLExperienceReplay lists). The 64px folders hold DreamerV2 episode .npz "
-            "files, one per episode, whose names appear in no source: rlds lists the folder with "
-            "the Hub's public tree API when online, then fetches each .npz through its plain "
-            "'resolve' URL. The Hub's LFS metadata gives each file's sha256 and size.",
+            "files, one per episode, whose names appear in no source: rlds lists the folder through "
+            "huggingface_hub when online, at the commit 'main' points at, then fetches each .npz "
+            "through its 'resolve' URL at that commit. The Hub's LFS metadata gives each file's "
+            "sha256 and size.",
         )
     ]
     for dataset_id in VD4RL_IDS:

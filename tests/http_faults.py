@@ -1,10 +1,10 @@
 """A real HTTP server on 127.0.0.1 for download tests, with faults to order.
 
-Serves ``server.files[path] = bytes`` with Range support, and a fake Hugging Face tree API
-(``server.trees[(repo, folder)] = [items]``). Each path has a queue of one-shot faults consumed
-by successive requests, plus sticky settings (``throttle``, ``validators``, ``redirects``).
-Every request is logged, and so is how many body bytes each path got out (``sent``), so a test
-can tell how far a download went without timing it.
+Serves ``server.files[path] = bytes`` with Range support (the Hugging Face Hub's API is
+:mod:`tests.hub_standin`'s). Each path has a queue of one-shot faults consumed by successive
+requests, plus sticky settings (``throttle``, ``validators``, ``redirects``). Every request is
+logged (with the ``Authorization`` header it carried), and so is how many body bytes each path
+got out (``sent``), so a test can tell how far a download went without timing it.
 
 Like a real static file server, each body carries validators derived from its bytes (a strong
 ``ETag`` by default; ``validators`` picks ``"last-modified"``, ``"weak-etag"`` or ``None``), and
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
-import json
 import re
 import threading
 import time
@@ -68,6 +67,7 @@ class Logged:
     range: str | None
     status: int
     if_range: str | None = None
+    authorization: str | None = None
 
 
 class FaultServer:
@@ -75,7 +75,6 @@ class FaultServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
-        self.trees: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.faults: dict[str, list[Fault]] = {}
         self.sticky: dict[str, list[Fault]] = {}
         self.log: list[Logged] = []
@@ -158,8 +157,6 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path.startswith("/api/datasets/"):
-                return self._tree(path)
             rng = self.headers.get("Range")
             if path in server.redirects:
                 return self._reply(path, rng, 302, b"", {"Location": server.redirects[path]})
@@ -205,7 +202,7 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             length = len(payload) + (fault.extra if fault and fault.kind == "bad_length" else 0)
             if fault and fault.kind == "cut":
                 payload = payload[: fault.after]
-            server.record(Logged("GET", path, rng, status, if_range))
+            server.record(Logged("GET", path, rng, status, if_range, self.headers.get("Authorization")))
             self.send_response(status)
             for k, v in {**headers, "Content-Length": str(length), "Accept-Ranges": "bytes"}.items():
                 self.send_header(k, v)
@@ -237,26 +234,11 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-        def _tree(self, path: str) -> None:
-            fault = server.next_fault(path)
-            if fault and fault.kind == "status":
-                return self._reply(path, None, fault.code, b"busy\n", fault.headers)
-            m = re.match(r"/api/datasets/([^/]+/[^/]+)/tree/([^/]+)/(.*)", path)
-            key = (m.group(1), _unquote(m.group(3))) if m else ("", "")
-            items = server.trees.get(key)
-            if items is None:
-                return self._reply(path, None, 404, b'{"error": "not found"}')
-            page = int(self.path.split("page=", 1)[1]) if "page=" in self.path else 0
-            chunk = items[page * 2 : page * 2 + 2]  # two per page: exercises Link paging
-            headers = {"Content-Type": "application/json"}
-            if (page + 1) * 2 < len(items):
-                headers["Link"] = f'<{server.base}{path}?recursive=true&page={page + 1}>; rel="next"'
-            self._reply(path, None, 200, json.dumps(chunk).encode(), headers)
-
         def _reply(
             self, path: str, rng: str | None, code: int, body: bytes, headers: dict[str, str] | None = None
         ) -> None:
-            server.record(Logged("GET", path, rng, code, self.headers.get("If-Range")))
+            auth = self.headers.get("Authorization")
+            server.record(Logged("GET", path, rng, code, self.headers.get("If-Range"), auth))
             self.send_response(code)
             for k, v in {**(headers or {}), "Content-Length": str(len(body))}.items():
                 self.send_header(k, v)
@@ -265,12 +247,6 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
     return Handler
-
-
-def _unquote(text: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(text)
 
 
 def bounded(operation: Callable[[], Any], seconds: float) -> Any:

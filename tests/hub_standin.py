@@ -19,7 +19,8 @@ Writes, as ``HfApi.create_commit`` makes them (every one needs the stand-in's to
 - ``POST /api/datasets/{repo}/paths-info/{rev}``: files' info (what ``HfFileSystem.info`` asks).
 
 Knobs: a gated repo answers 401 without ``Authorization: Bearer <token>``; :attr:`throttle`
-answers 429 with ``Retry-After`` a number of times; :attr:`corrupt` serves other bytes than the
+answers 429 with ``Retry-After`` (:attr:`retry_after`) a number of times to the requests whose
+``METHOD /path`` holds a key; :attr:`corrupt` serves other bytes than the
 listed sha256; :attr:`fail_commits` answers the next commits with 500 (a push that dies before
 its commit); :attr:`on_upload` is called before each LFS upload is taken (a test kills the pushing
 process there); :attr:`cut` ends a file's next answers after some bytes each (the client resumes).
@@ -98,7 +99,7 @@ class HubStandin:
         self.repos: dict[str, Repo] = {}
         self.token = token
         self.page_size = 3
-        self.throttle: dict[str, int] = {}  # substring of a request path -> 429s left
+        self.throttle: dict[str, int] = {}  # substring of "METHOD /path" -> 429s left
         self.retry_after = "1"
         self.corrupt: dict[str, bytes] = {}  # repo path -> bytes served instead
         self.cut: dict[str, list[int]] = {}  # repo path -> bytes sent by its next GETs, one each
@@ -181,7 +182,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
             with hub._lock:
                 hub.log.append(entry)
                 for key, left in hub.throttle.items():
-                    if key in path and left > 0:
+                    if key in f"{self.command} {path}" and left > 0:
                         hub.throttle[key] = left - 1
                         entry["status"] = 429
                         return self._send(429, b"slow down", {"Retry-After": hub.retry_after}, head)

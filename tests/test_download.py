@@ -26,7 +26,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.download import download
 from rlds_cli.errors import OfflineError
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import listing_path, part_path
+from rlds_cli.net.layout import part_path
 from tests.http_faults import Fault, FaultServer, bounded, serving
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
@@ -79,16 +79,6 @@ urls = ["{base}/d4rl/corrupt.hdf5"]
 sha256 = "{DEMO_SHA}"
 
 [[dataset]]
-id = "org/Listed(x)/set-v0"
-aliases = ["org/listed-set-v0"]
-format = "roboset"
-
-[dataset.listing]
-hf_repo = "org/repo"
-path = "Listed(x)/set-v0"
-suffix = ".h5"
-
-[[dataset]]
 id = "local-hashes-v0"
 format = "d4rl"
 max_episode_steps = 100
@@ -123,7 +113,6 @@ urls = ["{base}/m/main_data.hdf5"]
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
     files = {"/d4rl/pointmass.hdf5": DEMO, "/d4rl/known.hdf5": DEMO, "/d4rl/corrupt.hdf5": CORRUPT}
     with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
-        monkeypatch.setenv("RLDS_HF_ENDPOINT", srv.base)
         yield srv
 
 
@@ -274,51 +263,6 @@ def test_url_download(server: FaultServer, isolated_cache: Path) -> None:
     assert f"GET {server.url('/nope.hdf5')} answered HTTP 404" in missing.stderr
 
 
-def test_hf_listing_entry_passes_files_to_convert(
-    server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = "Listed(x)/set-v0"
-    items = []
-    for i, name in enumerate(["b.h5", "a.h5", "notes.txt"]):
-        body = DEMO[i:]
-        server.files[f"/datasets/org/repo/resolve/main/Listed%28x%29/set-v0/{name}"] = body
-        sha = hashlib.sha256(body).hexdigest()
-        items.append(
-            {"type": "file", "path": f"{folder}/{name}", "size": 1, "lfs": {"oid": sha, "size": len(body)}}
-        )
-    server.trees[("org/repo", folder)] = items
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(
-        "rlds_cli.download.convert",
-        lambda source, name, **kw: calls.append({"source": source, "name": name, **kw}),
-    )
-    download("org/listed-set-v0")
-    (call,) = calls
-    home = raw(isolated_cache, "org/listed-set-v0")
-    assert call["source"] == [home / "a.h5", home / "b.h5"]  # sorted, .h5 only
-    assert call["name"] == "org/listed-set-v0"  # the id holds '(': the first valid alias names it
-    assert call["format"] == "roboset" and call["expected_sha256"] is None
-    assert [d["hash_origin"] for d in call["source_info"]["downloads"]] == ["hub", "hub"]
-    assert listing_path(home).is_file()
-    # offline, the remembered listing is used and nothing is requested
-    n = len(server.log)
-    download("org/listed-set-v0", offline=True)
-    assert len(server.log) == n and len(calls) == 2
-    assert ok_json("info", "org/listed-set-v0")["size_bytes"] == len(DEMO) + len(DEMO) - 1
-    # online but the Hub's API is down: the remembered listing is used
-    server.add_faults(
-        "/api/datasets/org/repo/tree/main/Listed%28x%29/set-v0", *[Fault("status", code=503)] * 10
-    )
-    download("org/listed-set-v0")
-    assert len(calls) == 3
-
-
-def test_listing_offline_before_any_download(server: FaultServer) -> None:
-    with pytest.raises(OfflineError, match="file list of 'org/Listed\\(x\\)/set-v0' has never been fetched"):
-        download("org/listed-set-v0", offline=True)
-    assert server.log == []
-
-
 def test_minari_entry_passes_its_folder(
     server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -444,24 +388,9 @@ def test_multi_file_entries_convert_with_the_real_readers(
     (src / "og").mkdir(parents=True)
     ff.golden_ogbench(src / "og" / "toy-v0.npz")
     ff.golden_ogbench(src / "og" / "toy-v0-val.npz")
-    ff.golden_roboset(src / "rs" / "Set(a)" / "x-v1")
     ff.write_minari_by_hand(src / "mn", [ff.minari_episode(3), ff.minari_episode(2, terminated=False)])
     _serve_dir(server, src / "og", "/og")
     _serve_dir(server, src / "mn", "/mn")
-    rs = _serve_dir(server, src / "rs", "/datasets/org/rs/resolve/main")
-    for rel in list(rs):  # the Hub quotes '(' in resolve URLs
-        server.files["/datasets/org/rs/resolve/main/" + rel.replace("(", "%28").replace(")", "%29")] = (
-            server.files["/datasets/org/rs/resolve/main/" + rel]
-        )
-    server.trees[("org/rs", "Set(a)/x-v1")] = [
-        {
-            "type": "file",
-            "path": rel,
-            "size": 1,
-            "lfs": {"oid": sha, "size": len(server.files["/datasets/org/rs/resolve/main/" + rel])},
-        }
-        for rel, sha in rs.items()
-    ]
     extra = tmp_path / "multi.toml"
     extra.write_text(
         f"""
@@ -484,15 +413,6 @@ urls = ["{server.base}/mn/data/metadata.json"]
 [[dataset.files]]
 name = "data/main_data.hdf5"
 urls = ["{server.base}/mn/data/main_data.hdf5"]
-
-[[dataset]]
-id = "Set(a)/x-v1"
-aliases = ["toy/roboset-v1"]
-format = "roboset"
-[dataset.listing]
-hf_repo = "org/rs"
-path = "Set(a)/x-v1"
-suffix = ".h5"
 """
     )
     monkeypatch.setenv("RLDS_REGISTRY", os.pathsep.join([os.environ["RLDS_REGISTRY"], str(extra)]))
@@ -500,7 +420,6 @@ suffix = ".h5"
     for dataset_id, name in (
         ("toy-og-v0", "toy-og-v0"),
         ("toy/minari-v0", "toy/minari-v0"),
-        ("Set(a)/x-v1", "toy/roboset-v1"),
     ):
         data = ok_json("download", dataset_id)
         assert data["name"] == name and data["num_steps"] > 0, dataset_id

@@ -30,7 +30,6 @@ from rlds_cli.errors import (
     RegistryFormatError,
     ServerResponseError,
 )
-from rlds_cli.net import hf
 from rlds_cli.net import http as http_module
 from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
@@ -431,11 +430,20 @@ def test_every_mirror_unresolvable_keeps_the_offline_hint(
 
 
 def test_hub_listing_with_no_dns_fails_at_once(
-    sleeps: list[float], config: HttpConfig, no_dns: list[str]
+    no_dns: list[str], monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
 ) -> None:
-    with pytest.raises(HostNotFoundError, match=f"cannot resolve the host name '{BAD_HOST}'"):
-        hf.list_folder("org/repo", "x", endpoint=f"https://{BAD_HOST}", config=config)
-    assert no_dns == [BAD_HOST] and sleeps == []
+    """A registry id's Hub folder is listed by huggingface_hub: a Hub whose name does not
+    resolve is one lookup, no wait, and the error that says --offline."""
+    pytest.importorskip("huggingface_hub")
+    from rlds_cli.net.hub.folder import list_folder
+
+    waits: list[float] = []
+    monkeypatch.setattr("time.sleep", waits.append)
+    monkeypatch.setenv("RLDS_HF_ENDPOINT", f"https://{BAD_HOST}")
+    with pytest.raises(HostNotFoundError, match=f"cannot resolve the host name '{BAD_HOST}'") as info:
+        list_folder("org/repo", "x")
+    assert no_dns == [BAD_HOST] and waits == []
+    assert "--offline" in info.value.hint
 
 
 # --------------------------------------------------------------------------- bookkeeping names

@@ -15,12 +15,10 @@ from rlds_cli.errors import (
     HTTPStatusError,
     InsufficientDiskSpaceError,
     OfflineError,
-    RegistryFormatError,
 )
-from rlds_cli.net import hf
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
 from rlds_cli.net.layout import part_path
 from rlds_cli.net.partfile import PartInfo, write_part_info
 from rlds_cli.net.retry import backoff_delay, parse_retry_after
@@ -310,28 +308,23 @@ def test_several_files_concurrently(server: FaultServer, tmp_path: Path, config:
     }
 
 
-def test_hf_listing_and_resolve_urls(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RLDS_HF_ENDPOINT", server.base)
-    folder = "DAPG(expert)/door_v2d-v1"
-    server.trees[("org/repo", folder)] = [
-        {"type": "directory", "path": f"{folder}/sub"},
-        {"type": "file", "path": f"{folder}/b.h5", "size": 10, "lfs": {"oid": SHA, "size": len(DATA)}},
-        {"type": "file", "path": f"{folder}/README.md", "size": 5},
-        {"type": "file", "path": f"{folder}/sub/a.h5", "size": 3},
-        {"type": "file", "path": f"{folder}/../evil.h5", "size": 3},
-    ]
-    files = hf.list_folder("org/repo", folder, suffix=".h5", config=HttpConfig(retries=0))
-    assert [f.name for f in files] == ["b.h5", "sub/a.h5"]
-    assert (files[0].sha256, files[0].size, files[0].hash_origin) == (SHA, len(DATA), "hub")
-    assert files[1].sha256 is None and files[1].size == 3
-    assert files[0].urls == (
-        f"{server.base}/datasets/org/repo/resolve/main/DAPG%28expert%29/door_v2d-v1/b.h5",
-    )
-    assert len([r for r in server.log if r.path.startswith("/api/")]) == 3  # paged, two per page
-    with pytest.raises(HTTPStatusError, match="HTTP 404"):
-        hf.list_folder("org/repo", "nothing", config=HttpConfig(retries=0))
-    with pytest.raises(RegistryFormatError, match=r"no file ending in '\.npz'"):
-        hf.list_folder("org/repo", folder, suffix=".npz", config=HttpConfig(retries=0))
+def test_a_token_goes_to_its_own_origin_only(server: FaultServer, tmp_path: Path) -> None:
+    """``HttpConfig.auth`` (the Hub token for a registry id's files) goes with each request to
+    its origin (scheme, host and port), through a redirect that stays there, but not to the
+    other origin a redirect leads to (a storage host's signed URL), and its repr hides it."""
+    secret = "Bearer hf_originBoundSecret42"
+    auth = OriginAuth(origin_of(server.base + "/x"), secret)
+    assert "hf_originBoundSecret42" not in repr(auth) and origin_of("HTTP://127.0.0.1/a") == "http://127.0.0.1:80"
+    with FaultServer() as storage:
+        storage.files["/blob"] = DATA
+        server.redirects["/hub/a.bin"] = storage.url("/blob")  # another port: another origin
+        server.redirects["/hub/b.bin"] = PATH  # the same origin
+        specs = [RemoteFile(n, (server.url(f"/hub/{n}"),), sha256=SHA) for n in ("a.bin", "b.bin")]
+        results = fetch_files(specs, tmp_path, config=HttpConfig(retries=0, auth=auth), workers=1)
+    assert [r.path.read_bytes() for r in results] == [DATA, DATA]
+    assert [e.authorization for e in server.log] == [secret] * 3  # /hub/a.bin, /hub/b.bin, PATH
+    assert [e.authorization for e in storage.log] == [None]
+    assert "hf_originBoundSecret42" not in (tmp_path / ".rlds" / "hashes.json").read_text()
 
 
 def test_backoff_and_retry_after() -> None:

@@ -6,12 +6,14 @@ is a dataset written by minari's own DataCollector.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,8 @@ from rlds_cli.errors import (
     SourceFormatError,
     UnsupportedSourceError,
 )
+from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.hub import repo as hub_repo
 from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
 
 pytest.importorskip("huggingface_hub")
@@ -105,13 +109,46 @@ def test_revision_is_pinned_to_its_commit(hub: HubStandin, isolated_cache: Path)
         download("hf://datasets/lerobot-test/tiny", name="x", offline=True)
 
 
-def test_rate_limit_is_waited_out(hub: HubStandin, isolated_cache: Path) -> None:
-    hub.throttle = {"/revision/": 1, "/tree/": 1, "/resolve/": 1}
+def test_rate_limit_is_waited_out_as_retry_after_asks(
+    hub: HubStandin, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each 429 is followed by a wait of its ``Retry-After`` (3 s: neither back-off starts
+    there, rlds's at 0.5-1 s, the client's at 1 s), then by the same request again. The waits
+    are recorded, not slept: rlds's own (the revision lookup, :func:`with_rate_limit`) through its
+    ``HttpConfig.sleep``, the client's (listing pages, file requests) through ``time.sleep``."""
+    ours: list[tuple[float, str]] = []
+    theirs: list[tuple[float, str]] = []
+
+    def waited(into: list[tuple[float, str]], seconds: float) -> None:
+        last = hub.log[-1]  # the request answered 429 (requests are made one at a time)
+        into.append((seconds, f"{last['method']} {last['path']} {last.get('status')}"))
+
+    monkeypatch.setattr(
+        hub_repo, "HttpConfig", functools.partial(HttpConfig, sleep=functools.partial(waited, ours))
+    )
+    monkeypatch.setattr(time, "sleep", functools.partial(waited, theirs))
+    hub.retry_after = "3"
+    # the client asks a file's HEAD again at once after a first 429 (no wait: file_download.py
+    # retries a failed metadata call with retries on), and waits from the second 429 on
+    hub.throttle = {"/revision/": 1, "/tree/": 1, "HEAD /datasets/": 2, "GET /datasets/": 1}
     download("hf://datasets/lerobot-test/tiny")
-    # each 429 was followed by the same request again, answered
-    for key in ("/revision/", "/tree/", "/resolve/"):
+    sha = hub.repos["lerobot-test/tiny"].refs["main"]
+    assert ours == [(3.0, "GET /api/datasets/lerobot-test/tiny/revision/main 429")]
+    first = f"/datasets/lerobot-test/tiny/resolve/{sha}/{sorted(folder_files(FIXTURE))[0]}"
+    # the client's waits: Retry-After plus the 1 s it adds "to avoid rounding issues"
+    assert theirs == [
+        (4.0, f"GET /api/datasets/lerobot-test/tiny/tree/{sha} 429"),
+        (4.0, f"HEAD {first} 429"),
+        (4.0, f"GET {first} 429"),
+    ]
+    assert [e.get("status") for e in hub.log if e["path"] == first and e["method"] == "HEAD"] == [
+        429,
+        429,
+        None,
+    ]
+    for key in ("/revision/", "/tree/", "/resolve/"):  # each 429 was followed by the same request, answered
         hits = [e for e in hub.log if key in e["path"]]
-        assert hits[0].get("status") == 429 and len(hits) > 1
+        assert hits[0].get("status") == 429 and hits[-1].get("status") is None
 
 
 def test_lfs_sha_mismatch_publishes_nothing_and_a_rerun_recovers(
@@ -239,6 +276,33 @@ def test_gated_repo_needs_a_token_that_is_never_shown(hub: HubStandin, isolated_
             assert TOKEN.encode() not in path.read_bytes(), path
 
 
+def test_a_token_from_the_clients_token_file_is_used_and_never_shown(
+    hub: HubStandin, isolated_cache: Path
+) -> None:
+    """No ``HF_TOKEN``: the token comes from ``$HF_HOME/token``, where ``hf auth login`` writes
+    it. A stale one is refused without being shown; the right one reads the gated repo."""
+    hub.repos["lerobot-test/tiny"].gated = True
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH")}
+    token_file = Path(env["HF_HOME"]) / "token"
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    stale = "hf_staleTokenOfAnotherAccount98765"
+    token_file.write_text(stale + "\n")
+    refused = _cli(env, "download", "hf://datasets/lerobot-test/tiny")
+    assert refused.returncode == 1 and "gated or private" in refused.stderr
+    assert any(e["auth"] for e in hub.log)  # the file's token was sent (and refused)
+    token_file.write_text(TOKEN + "\n")
+    hub.log.clear()
+    ok = _cli(env, "download", "hf://datasets/lerobot-test/tiny")
+    assert ok.returncode == 0, ok.stderr
+    assert hub.log and all(e["auth"] for e in hub.log)  # every request, listing and files, carried it
+    for text in (refused.stdout, refused.stderr, ok.stdout, ok.stderr):
+        assert TOKEN not in text and stale not in text
+    for path in isolated_cache.rglob("*"):  # manifests, provenance, hashes, listings, logs
+        if path.is_file():
+            data = path.read_bytes()
+            assert TOKEN.encode() not in data and stale.encode() not in data, path
+
+
 def test_minari_repo_written_by_minari_converts_end_to_end(
     hub: HubStandin, isolated_cache: Path, tmp_path: Path
 ) -> None:
@@ -253,3 +317,108 @@ def test_minari_repo_written_by_minari_converts_end_to_end(
     convert(local, "local-pendulum")
     assert _arrays(isolated_cache, "hub-pendulum") == _arrays(isolated_cache, "local-pendulum")
     assert set(hub.downloads()) == {f"pendulum/random-v0/{p}" for p in folder_files(local)}
+
+
+def _tfds_repo(hub: HubStandin, tmp_path: Path) -> tuple[Path, Repo, dict[str, bytes]]:
+    """An RLDS/TFDS dataset folder written by the fixture writer (2 train shards, a val shard
+    beside them, as TFDS writes several splits into one folder), and the stand-in's repo
+    ``oxe-test/mirror`` holding it as an Open X-Embodiment mirror does: ``oxe_fixture/0.1.0/``,
+    with the Hub's own files. Returns the folder, the repo and the repo's files."""
+    pytest.importorskip("tfrecord")
+    from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+
+    fx = write_rlds_dataset(tmp_path / "oxe_fixture" / "0.1.0", (3, 4, 2), shards=2)
+    val = write_rlds_dataset(tmp_path / "val", (5,), split="val", seed=9)
+    (fx.root / val.shards[0].name).write_bytes(val.shards[0].read_bytes())
+    info = json.loads((fx.root / "dataset_info.json").read_text())
+    info["splits"] += json.loads((val.root / "dataset_info.json").read_text())["splits"]
+    (fx.root / "dataset_info.json").write_text(json.dumps(info))
+    files = {**folder_files(fx.root, "oxe_fixture/0.1.0/"), ".gitattributes": b"*.tfrecord* filter=lfs\n"}
+    files["README.md"] = b"# an OXE mirror\n"
+    repo = Repo()
+    repo.add_commit(files)
+    hub.repos["oxe-test/mirror"] = repo
+    return fx.root, repo, files
+
+
+@pytest.mark.parametrize("path", ["", "/oxe_fixture/0.1.0"])
+@pytest.mark.parametrize("fmt", [None, "rlds"])
+def test_rlds_tfds_folder_converts_like_the_local_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path, path: str, fmt: str | None
+) -> None:
+    local, _, files = _tfds_repo(hub, tmp_path)
+    download(f"hf://datasets/oxe-test/mirror{path}", name="hub-oxe", format=fmt)
+    convert(local, "local-oxe")
+    assert _arrays(isolated_cache, "hub-oxe") == _arrays(isolated_cache, "local-oxe")
+    # the folder's metadata and the train split's shards only: not the val shard, not the card
+    folder = "oxe_fixture/0.1.0/"
+    assert sorted(hub.downloads()) == sorted(p for p in files if p.startswith(folder) and "-val." not in p)
+    assert _source(isolated_cache, "hub-oxe")["hub"]["path"] == path.strip("/")  # type: ignore[index]
+
+
+def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    local, repo, files = _tfds_repo(hub, tmp_path)
+    download("hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0", options={"split": "val"})
+    convert(local, "local-val", options={"split": "val"})
+    # named after the dataset and its version folder, not "0.1.0"
+    assert _arrays(isolated_cache, "oxe_fixture-0.1.0") == _arrays(isolated_cache, "local-val")
+    assert not any("-train." in p for p in hub.downloads())
+    hub.log.clear()
+    with pytest.raises(SourceFormatError, match=r"no shards of split 'test' \(splits: 'train', 'val'\)"):
+        download("hf://datasets/oxe-test/mirror", name="x", options={"split": "test"})
+    # a mirror of several datasets (or versions): the user names one; nothing is fetched
+    both = {**files, **{p.replace("0.1.0", "0.2.0"): b for p, b in files.items() if p.startswith("oxe")}}
+    repo.add_commit(both)
+    with pytest.raises(SourceFormatError, match="2 RLDS/TFDS dataset folders") as refused:
+        download("hf://datasets/oxe-test/mirror", name="y")
+    assert "hf://datasets/oxe-test/mirror/oxe_fixture/0.1.0" in str(refused.value.hint)
+    assert hub.downloads() == []
+
+
+def _d4rl(folder: Path) -> Path:
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return golden_three_episodes(folder / "hopper-medium-v2.hdf5", with_next=True)
+
+
+def _vd4rl(folder: Path) -> Path:
+    from tests.vd4rl_fixtures import dreamer_episode, write_dreamer_episodes
+
+    episodes = [dreamer_episode(6, side=8, seed=1), dreamer_episode(9, side=8, seed=2, terminal=True)]
+    write_dreamer_episodes(folder / "64px", episodes)
+    return folder / "64px"
+
+
+def _ogbench(folder: Path) -> Path:
+    from tests.formats_fixtures import golden_ogbench
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return golden_ogbench(folder / "pointmaze-medium-navigate-v0.npz")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "write"),
+    [("d4rl", _d4rl), ("vd4rl", _vd4rl), ("ogbench", _ogbench)],
+    ids=["d4rl", "vd4rl", "ogbench"],
+)
+def test_file_formats_are_detected_from_the_fetched_files(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path, fmt: str, write: Callable[[Path], Path]
+) -> None:
+    """A repo of D4RL HDF5, V-D4RL Dreamer episodes or an OGBench npz (each beside the Hub's own
+    files, in a folder of the repo): detected from the downloaded files, and converted as the
+    same files on disk are."""
+    pytest.importorskip("h5py")
+    local = write(tmp_path / "src")
+    files = folder_files(local, "data/") if local.is_dir() else {f"data/{local.name}": local.read_bytes()}
+    repo = Repo()
+    repo.add_commit({**files, ".gitattributes": b"*.npz filter=lfs\n", "README.md": b"# card\n"})
+    hub.repos["files-test/x"] = repo
+    download("hf://datasets/files-test/x/data", name="hub-files")
+    convert(local, "local-files")
+    assert _arrays(isolated_cache, "hub-files") == _arrays(isolated_cache, "local-files")
+    source = _source(isolated_cache, "hub-files")
+    assert source["format"] == _source(isolated_cache, "local-files")["format"] == fmt
+    assert sorted(hub.downloads()) == sorted(files)

@@ -18,7 +18,11 @@ from pathlib import Path
 from tests.test_import_graph import PACKAGE, import_graph, modules
 
 #: The bottom layer: imports nothing of rlds above it.
-BOTTOM = frozenset({"errors", "settings", "_io", "_version", "_lazy", "numbers", "rows", "plugins"})
+#: (``tfds_layout``: an RLDS/TFDS folder's file names, the one rule of the reader's layout in
+#: ``formats`` and of the Hub's download plan in ``net``, which may not import ``formats``.)
+BOTTOM = frozenset(
+    {"errors", "settings", "_io", "_version", "_lazy", "numbers", "rows", "plugins", "tfds_layout"}
+)
 #: Names, aliases and the registry's records: read by the front door's opener and by the services.
 CATALOG = frozenset({"registry", "registry_schema", "registry_hub", "matching", "names", "envspec"})
 #: Read-side services over a cached dataset (inspect, listing, scores, statistics).
@@ -32,6 +36,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "_lazy": frozenset(),
     "settings": frozenset({"errors"}),
     **{unit: frozenset({"errors", "settings"}) for unit in ("_io", "numbers", "rows", "plugins")},
+    "tfds_layout": frozenset({"errors"}),
     "archives": BOTTOM,
     "cache": BOTTOM,  # and cache/ted.py, cache/layout.py: the bottom's TED vocabulary and paths
     "registry_schema": BOTTOM | {"cache"},

@@ -222,6 +222,36 @@ def test_a_folder_without_features_json_is_not_detected(tmp_path: Path) -> None:
     _refused(download(fx.root, "x", "--format", "rlds"), str(fx.root), "has no features.json")
 
 
+def test_a_tfds_folder_below_the_folder_named_is_detected_and_read_from_there(tmp_path: Path) -> None:
+    """``rlds download parent/`` on a folder holding ``name/version/`` (TFDS's and Open
+    X-Embodiment's layout, what the Hub path finds in a repo): detected as rlds and read from that
+    folder, as if it were named (a copy in a hidden folder does not count)."""
+    parent = tmp_path / "parent"
+    fx = write_rlds_dataset(parent / "oxe_fixture" / "0.1.0", (3, 4, 2), shards=2)
+    (parent / "notes.txt").write_text("a file beside it\n")
+    shutil.copytree(fx.root, parent / ".trash" / "0.1.0")
+    assert detect_format(parent) == "rlds"
+    assert download(parent, "nested").exit_code == 0
+    nested = _check("nested", fx).manifest.source
+    assert download(fx.root, "direct").exit_code == 0
+    direct = open_dataset("direct").manifest.source
+    assert (nested["sha256"], nested["files"]) == (direct["sha256"], direct["files"])
+
+
+def test_several_tfds_folders_below_are_refused_naming_them(tmp_path: Path) -> None:
+    """Two versions below the folder named: one line naming both and saying to name one, with
+    detection and with --format rlds; nothing converted."""
+    parent = tmp_path / "parent"
+    write_rlds_dataset(parent / "oxe_fixture" / "0.1.0", (3,))
+    write_rlds_dataset(parent / "oxe_fixture" / "0.2.0", (2,))
+    with pytest.raises(SourceFormatError, match="2 RLDS/TFDS dataset folders"):
+        detect_format(parent)
+    for extra in ((), ("--format", "rlds")):
+        result = download(parent, "two", *extra)
+        _refused(result, str(parent), "2 RLDS/TFDS dataset folders (oxe_fixture/0.1.0, oxe_fixture/0.2.0)")
+        assert f"name one, e.g. {parent}/oxe_fixture/0.1.0" in result.stderr
+
+
 def test_splits_default_to_train_and_can_be_chosen(tmp_path: Path) -> None:
     fx = write_rlds_dataset(tmp_path / "src", (3, 4), split="train")
     val = write_rlds_dataset(tmp_path / "val", (5,), split="val", seed=9)

@@ -163,10 +163,18 @@ def _detect_dir(path: Path) -> str:
             kinds.add("minari")
         elif low.endswith((*HDF5_SUFFIXES, ".npz", ".traj")):
             kinds.add(_detect_file(f))
+    # an RLDS/TFDS dataset folder below (name/version/), as on the Hub: the reader reads that
+    # folder; several are refused, naming them
+    from rlds_cli.formats.rlds_tfrecord.layout import nested_dataset_folder
+
+    if nested_dataset_folder(path, [f.relative_to(path).as_posix() for f in files]) is not None:
+        kinds.add("rlds")
     if len(kinds) == 1:
         return kinds.pop()
     if not kinds:
-        raise _unknown(path, "no .h5/.hdf5/.npz/.traj files or Minari metadata.json inside")
+        raise _unknown(
+            path, "no .h5/.hdf5/.npz/.traj files, Minari metadata.json or RLDS/TFDS dataset folder inside"
+        )
     raise _unknown(path, f"files of several formats inside ({', '.join(sorted(kinds))})")
 
 

@@ -1,4 +1,4 @@
-"""Fetching remote files: resumable, retried, verified HTTP downloads and Hub folder listings.
+"""Fetching remote files: resumable, retried, verified HTTP downloads, and Hub repos (``net/hub``).
 
 ``requests`` is imported inside functions only, so ``rlds --help`` stays fast. Nothing here
 prints: progress goes to a :data:`DownloadProgress` callback.

@@ -48,6 +48,37 @@ _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 _REDIRECTS = {301, 302, 303, 307, 308}
 
 
+def origin_of(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (the port spelt out, the host lowercased)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port = port or {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+@dataclass(frozen=True)
+class OriginAuth:
+    """An ``Authorization`` header for one origin (scheme, host and port) only: a request to
+    another origin, such as the storage host a redirect leads to (a signed URL), goes without
+    it. Its ``repr`` never shows the header.
+
+    Attributes:
+        origin: As :func:`origin_of` spells it.
+        header: The header's value (``Bearer <token>``).
+    """
+
+    origin: str
+    header: str = field(repr=False)
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        """``{"Authorization": ...}`` when ``url`` is on :attr:`origin`, else ``{}``."""
+        return {"Authorization": self.header} if origin_of(url) == self.origin else {}
+
+
 @dataclass
 class HttpConfig:
     """Network knobs, read from the environment at call time (see :mod:`rlds_cli.settings`).
@@ -62,6 +93,8 @@ class HttpConfig:
         speed_window: Seconds over which ``min_speed`` is measured.
         max_redirects: Redirects followed before giving up.
         clock: Monotonic seconds (tests may replace it).
+        auth: Credentials sent with each request to their origin only (a Hub token), or
+            ``None``.
     """
 
     timeout: tuple[float, float] = field(default_factory=settings.http_timeout)
@@ -72,6 +105,7 @@ class HttpConfig:
     speed_window: float = field(default_factory=settings.http_speed_window)
     max_redirects: int = 10
     clock: Callable[[], float] = time.monotonic
+    auth: OriginAuth | None = None
 
 
 class _Transient(Exception):
@@ -106,6 +140,7 @@ def open_url(session: Any, url: str, headers: dict[str, str], config: HttpConfig
 
     Only ``http``/``https`` targets are followed: a redirect to ``file://``, ``ftp://`` or any
     other scheme, a loop, or more than ``config.max_redirects`` hops is an error naming the chain.
+    ``config.auth`` goes with each hop on its origin only.
 
     Raises:
         RedirectError: As above.
@@ -113,9 +148,8 @@ def open_url(session: Any, url: str, headers: dict[str, str], config: HttpConfig
     chain = [url]
     current = url
     while True:
-        resp = session.get(
-            current, headers=headers, stream=True, timeout=config.timeout, allow_redirects=False
-        )
+        sent = {**headers, **config.auth.headers_for(current)} if config.auth else headers
+        resp = session.get(current, headers=sent, stream=True, timeout=config.timeout, allow_redirects=False)
         location = resp.headers.get("Location")
         if resp.status_code not in _REDIRECTS or not location:
             return resp

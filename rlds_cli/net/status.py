@@ -3,13 +3,14 @@ re-checking a dataset's files is :mod:`rlds_cli.verify`."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rlds_cli import registry
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import raw_dir, stored_listing
+from rlds_cli.net.hub.folder import read_listing
+from rlds_cli.net.hub.repo import HubPath
+from rlds_cli.net.layout import raw_dir
 
 
 def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
@@ -25,10 +26,12 @@ def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, A
     files: list[dict[str, Any]] = [
         {"name": f.name, "urls": list(f.urls), "size": f.size, "sha256": f.sha256} for f in entry.files
     ]
-    known = stored_listing(folder) if entry.listing is not None else None
+    lst = entry.listing
+    known = read_listing(folder, HubPath(lst.hf_repo, lst.path, lst.revision)) if lst is not None else None
     if known is not None:
-        listed = json.loads(known.read_text(encoding="utf-8"))
-        files += [{k: f[k] for k in ("name", "urls", "size", "sha256")} for f in listed]
+        files += [
+            {"name": f.name, "urls": list(f.urls), "size": f.size, "sha256": f.sha256} for f in known.files
+        ]
     for f in files:
         rec = records.get(f["name"])
         # a hash seen on a download that has not converted yet binds nothing: say so

@@ -1,11 +1,15 @@
 """The files of an RLDS/TFDS dataset folder: shard names, splits, the sniff and the files a
 conversion reads, and the bounded JSON read of its metadata.
+
+The names (``features.json``, shards, splits) and which folder below a path is the dataset
+folder are :mod:`rlds_cli.tfds_layout`'s, the rule the Hub's download plan uses too: a folder
+holding one TFDS dataset folder at any depth below (``name/version/``) is read from that folder;
+one holding several is refused, naming them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,16 +17,13 @@ from typing import Any
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.untrusted import UnsafeSourceError
+from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
+from rlds_cli.tfds_layout import is_shard_name as _is_shard_name
 
-FEATURES_FILE = "features.json"
-INFO_FILE = "dataset_info.json"
+__all__ = ["EXPECTED_FILES", "FEATURES_FILE", "INFO_FILE", "nested_dataset_folder", "sniff", "source_files"]
+
 #: Largest JSON metadata file read.
 MAX_JSON_BYTES = 64 << 20
-_SHARD = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecord(?:-(?P<index>\d+)-of-(?P<count>\d+))?$")
-
-
-def _is_shard_name(name: str) -> bool:
-    return ".tfrecord" in name and not name.startswith(".")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class _Shard:
 
 
 def _shard(path: Path) -> _Shard:
-    match = _SHARD.match(path.name)
+    match = SHARD_NAME.match(path.name)
     if match is None:
         return _Shard(path, "", 0, 0)
     index, count = match.group("index"), match.group("count")
@@ -45,13 +46,28 @@ def _root_and_shards(path: Path) -> tuple[Path, list[Path], bool]:
     """The dataset folder of ``path``, its shard files (sorted), and whether ``path`` named a
     single shard (then only that one is read)."""
     if path.is_dir():
-        root = path
+        root = path if (path / FEATURES_FILE).is_file() else (nested_dataset_folder(path) or path)
     elif path.name in (FEATURES_FILE, INFO_FILE):
         root = path.parent
     else:
         return path.parent, [path], True
     shards = sorted(p for p in root.iterdir() if _is_shard_name(p.name) and p.is_file())
     return root, shards, False
+
+
+def nested_dataset_folder(folder: Path, names: list[str] | None = None) -> Path | None:
+    """The one TFDS dataset folder below ``folder`` (any depth; hidden folders and files left
+    out), ``None`` if there is none. ``names``: the files below ``folder``, relative and
+    ``/``-separated, when the caller already listed them.
+
+    Raises:
+        SourceFormatError: Several of them (the user names one).
+    """
+    if names is None:
+        names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    visible = [n for n in names if not any(part.startswith(".") for part in n.split("/"))]
+    found = one_tfds_folder(visible, str(folder), str(folder) + "/")
+    return None if found is None else folder / found
 
 
 #: What a source of this format looks like, said in hints (the reader's ``expected_files``).

@@ -25,7 +25,6 @@ from rlds_cli.formats.rlds_tfrecord.decode import (
     decode_unit,
 )
 from rlds_cli.formats.rlds_tfrecord.layout import (
-    _SHARD,
     FEATURES_FILE,
     INFO_FILE,
     _inside,
@@ -40,6 +39,7 @@ from rlds_cli.formats.tfrecord_io import (
     HEADER_BYTES,
     have_crc32c,
 )
+from rlds_cli.tfds_layout import SHARD_NAME
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")
@@ -194,7 +194,7 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
             have = {s.index for s in chosen}
             missing = [i for i in range(count) if i not in have]
             if missing:
-                name = _SHARD.sub(r"\g<name>-\g<split>.tfrecord", chosen[0].path.name)
+                name = SHARD_NAME.sub(r"\g<name>-\g<split>.tfrecord", chosen[0].path.name)
                 raise SourceFormatError(
                     f"{self.root}: shard {name}-{missing[0]:05d}-of-{count:05d} is missing "
                     f"({len(missing)} of {count} shards of split {split!r})",

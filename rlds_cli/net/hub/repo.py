@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rlds_cli.errors import (
     DownloadFailedError,
+    HostNotFoundError,
     HTTPStatusError,
     MissingExtraError,
     RldsError,
@@ -24,6 +26,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import is_reserved
+from rlds_cli.net.request_errors import name_not_resolved
 from rlds_cli.net.retry import RetryBudget, parse_retry_after
 
 T = TypeVar("T")
@@ -101,7 +104,8 @@ def hf_api() -> Any:
         from huggingface_hub import HfApi
     except ImportError:
         raise MissingExtraError(
-            "hf:// sources are fetched with huggingface_hub, which is not installed",
+            "Hub repos (hf:// sources, and registry ids whose files are listed from the Hub) are "
+            "read with huggingface_hub, which is not installed",
             hint="pip install 'rlds-cli[hub]'",
         ) from None
     return HfApi(endpoint=endpoint())
@@ -135,7 +139,9 @@ def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
 def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> T:
     """``call()``, again after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
     within rlds's retry budget. The client already does this for listings and downloads
-    (``http_backoff``); its revision lookup is one plain GET, so rlds keeps this one loop."""
+    (``http_backoff``: ``Retry-After`` plus one second; a file's first 429'd ``HEAD`` is asked
+    again at once, the next ones waited out); its revision lookup is one plain GET, so rlds keeps
+    this one loop."""
     from huggingface_hub import errors as hf_errors
 
     config = config or HttpConfig()
@@ -199,9 +205,13 @@ class translated:
                     status=404,
                 ) from None
             raise DownloadFailedError(f"the Hub answered HTTP {status} for {what}") from None
-        if isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError):
-            raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
-        if _is_httpx_error(exc):
+        unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or _is_httpx_error(exc)
+        if unreachable and name_not_resolved(exc):  # offline: no retry would help
+            host = urllib.parse.urlsplit(endpoint()).hostname or endpoint()
+            raise HostNotFoundError(
+                f"cannot reach the Hub for {what}: cannot resolve the host name {host!r}"
+            ) from None
+        if unreachable:
             raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
 
 

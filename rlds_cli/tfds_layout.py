@@ -1,0 +1,61 @@
+"""The file names of an RLDS/TFDS dataset folder, and which folders among a list of file names are
+such folders: one rule for the reader's layout (``formats/rlds_tfrecord/layout.py``, local
+folders) and the Hub's download plan (``net/hub/plan.py``, a repo's listing).
+
+A TFDS dataset folder holds ``features.json`` next to ``<name>-<split>.tfrecord[-NNNNN-of-NNNNN]``
+shards (Open X-Embodiment and its mirrors keep one per ``<name>/<version>/``). The rules read
+names only, never a file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rlds_cli.errors import SourceFormatError
+
+FEATURES_FILE = "features.json"
+INFO_FILE = "dataset_info.json"
+#: A shard's name: the dataset's name, its split, and (when sharded) its index and count.
+SHARD_NAME = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecord(?:-(?P<index>\d+)-of-(?P<count>\d+))?$")
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether a file's base name is a TFRecord shard's as the reader takes one (``...tfrecord...``,
+    not hidden)."""
+    return ".tfrecord" in name and not name.startswith(".")
+
+
+def shard_split(name: str) -> str:
+    """The split a shard's base name declares (``""``: none said)."""
+    match = SHARD_NAME.match(name)
+    return match.group("split") if match else ""
+
+
+def tfds_folders(names: Iterable[str]) -> list[str]:
+    """The TFDS dataset folders among ``names`` (``/``-separated relative file paths), sorted: each
+    a folder (``""`` for the top) that holds ``features.json`` and at least one shard."""
+    parts = [name.rpartition("/")[::2] for name in names]
+    with_shards = {folder for folder, base in parts if is_shard_name(base)}
+    return sorted(folder for folder, base in parts if base == FEATURES_FILE and folder in with_shards)
+
+
+def one_tfds_folder(names: Iterable[str], source: str, prefix: str) -> str | None:
+    """The one TFDS dataset folder among ``names`` (``None`` if there is none).
+
+    Args:
+        names: Relative file paths below ``source``.
+        source: What the user named, as the refusal says it.
+        prefix: What the user would name instead, before a folder's relative path.
+
+    Raises:
+        SourceFormatError: Several folders: rlds converts one at a time, and the user names it.
+    """
+    found = tfds_folders(names)
+    if len(found) > 1:
+        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        raise SourceFormatError(
+            f"{source} holds {len(found)} RLDS/TFDS dataset folders ({shown}); rlds converts one at a time",
+            hint=f"name one, e.g. {prefix}{found[0]}",
+        )
+    return found[0] if found else None
