@@ -126,8 +126,9 @@ def record(
         info_keys: ``info`` entries to keep: ``None``, ``"all"`` or a list of names.
         mode: ``"create"`` a new dataset or ``"append"`` to an existing one.
         env_kwargs: Keyword arguments for ``gym.make`` when ``env`` is an id.
-        episodes_per_commit: Episodes the writer commits together (1: each episode is durable
-            and visible as it ends; more: fewer, larger commits, less overhead per step).
+        episodes_per_commit: Episodes a commit waits for (1: each episode is committed, durable
+            and visible, on the writer's commit thread while the next one is recorded; more:
+            fewer, larger commits). ``record`` returns once every episode is committed.
 
     Returns:
         The dataset, opened.

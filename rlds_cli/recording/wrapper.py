@@ -4,9 +4,10 @@ The wrapper is a drop-in for Minari's ``DataCollector`` that writes to an rlds
 :class:`~rlds_cli.DatasetWriter` instead of a temporary Minari storage: the same episodes (the
 reset observation and every step's action, reward, terminated, truncated and next observation),
 the reset seed of every episode, drawn with 64 random bits when ``reset()`` is given none (as
-``DataCollector`` draws it), and the selected ``info`` keys. An episode is committed whole, by
-``writer.add_episode``, when a step ends it; so a process killed mid-episode loses that episode
-only.
+``DataCollector`` draws it), and the selected ``info`` keys. An episode is handed to
+``writer.add_episode`` when a step ends it and committed whole on the writer's commit thread
+while the next one is recorded; so a process killed mid-episode loses that episode and those
+whose commit had not landed, nothing more.
 
 An episode cut short by the user (``reset()`` or ``close()`` before it ended, or
 :meth:`RecordEpisodes.finish_episode`) is committed with its last step marked truncated, as

@@ -106,7 +106,7 @@ def hf_api() -> Any:
         raise MissingExtraError(
             "Hub repos (hf:// sources, and registry ids whose files are listed from the Hub) are "
             "read with huggingface_hub, which is not installed",
-            hint="pip install 'rlds-cli[hub]'",
+            hint="pip install huggingface_hub (a dependency of rlds-cli: the install is incomplete)",
         ) from None
     return HfApi(endpoint=endpoint())
 
