@@ -9,9 +9,10 @@ same loop on the unwrapped environment in the same round. Configurations are int
 ``--repeats`` rounds; medians are reported.
 
 * ``rlds (commit per episode)``: ``RecordEpisodes`` + ``DatasetWriter`` (memmap,
-  ``episodes_per_commit=1``), fsync on (``RLDS_FSYNC=1``): every episode is a sealed segment,
-  its files and folder fsynced and its commit record appended to the log and fsynced, before the
-  next step (each episode durable as it ends);
+  ``episodes_per_commit=1``), fsync on (``RLDS_FSYNC=1``): every episode is committed as soon
+  as it ends (a sealed segment, its files and folder fsynced, its record appended to the log and
+  fsynced) on the writer's commit thread while the next one is recorded; episodes that end
+  during a commit go together into the next;
 * ``rlds (one commit)``: the same with ``episodes_per_commit`` = all episodes: one segment,
   written and fsynced when the writer closes (Minari's dataset too exists only after
   ``create_dataset``);

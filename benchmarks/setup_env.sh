@@ -22,7 +22,7 @@ CPPRB_VERSION=11.0.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="pillow fast torchrl-ext torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION ale-py=$ALE_PY_VERSION cpprb=$CPPRB_VERSION project=$ROOT"
+WANT="pillow fast torchrl-ext minari-create torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION ale-py=$ALE_PY_VERSION cpprb=$CPPRB_VERSION project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -46,8 +46,8 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 "${PIP[@]}" -c "$CONSTRAINTS" "torchrl==$TORCHRL_VERSION" "tensordict==$TENSORDICT_VERSION"
 # Reading local Minari HDF5 datasets needs minari + h5py (the [hdf5] extra), gymnasium (for the
 # spaces in metadata.json) and pillow: minari 0.5.4 imports PIL in its HDF5 storage module but no
-# extra declares it. DataCollector (minari[create], jax) is not needed.
-"${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
+# extra declares it. The recording section runs DataCollector, which needs the [create] extra (jax).
+"${PIP[@]}" -c "$CONSTRAINTS" "minari[hdf5,create]==$MINARI_VERSION" "gymnasium==$GYMNASIUM_VERSION" pillow
 # Real Atari frames for the pixel benchmarks (benchmarks/real_frames.py): ale-py ships the ROMs
 # in its wheel. cpprb is a peer replay buffer (ReplayBuffer(next_of="obs")).
 "${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_PY_VERSION" "cpprb==$CPPRB_VERSION"
