@@ -457,7 +457,7 @@ def test_a_refreshed_view_reads_what_a_fresh_open_reads(isolated_cache: Path, ba
         assert_identical(old[:], rows)
 
 
-def test_push_and_export_of_a_growing_dataset_take_one_view(isolated_cache: Path, tmp_path: Path) -> None:
+def test_push_of_a_growing_dataset_takes_one_view(isolated_cache: Path, tmp_path: Path) -> None:
     from rlds_cli.remote.pull import pull
     from rlds_cli.remote.push import push
 
