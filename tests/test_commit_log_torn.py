@@ -22,6 +22,7 @@ def _write(root: Path, uids: tuple[int, ...]) -> None:
     with rlds_cli.DatasetWriter("t", root=root, mode="append") as w:
         for uid in uids:
             w.add_episode(uid_episode(uid, 2 + uid))
+            w.flush()  # a commit (a record) each
 
 
 def _uids(root: Path) -> list[int]:

@@ -32,6 +32,7 @@ def _grow(name: str, uids: range, storage: str | None = None) -> None:
     with rlds_cli.DatasetWriter(name, mode="append", **(options if storage else {})) as w:
         for uid in uids:
             w.add_episode(uid_episode(uid, _length(uid)))
+            w.flush()  # a commit (and an eviction) each
 
 
 class Churn:

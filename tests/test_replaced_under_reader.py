@@ -7,6 +7,7 @@ snapshot of one version."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,12 @@ import pytest
 import rlds_cli
 from rlds_cli.errors import DatasetReplacedError
 from tests.dataset_fixtures import make_dataset
+
+
+def _every_read_says_replaced(*reads: Callable[[], object]) -> None:
+    for read in reads:
+        with pytest.raises(DatasetReplacedError, match="replaced"):
+            read()
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
@@ -34,12 +41,7 @@ def test_replaced_under_a_loader_and_a_dataset(
     old = ds[:]
     on_disk.sample()
     make_dataset("r", [3, 4], backend=backend, replace=True)  # what 'rlds download --force' does
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        on_disk.sample()
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.gather(np.arange(10))
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.episode(0)
+    _every_read_says_replaced(on_disk.sample, lambda: ds.gather(np.arange(10)), lambda: ds.episode(0))
     batch = in_ram.sample()  # a copy in RAM: a snapshot of the old version, read on
     idx = batch["index"].numpy()
     assert np.array_equal(batch["observation"].numpy(), old["observation"][idx])
@@ -87,6 +89,7 @@ def test_a_growing_dataset_replaced_under_a_loader_and_a_dataset(
     with rlds_cli.DatasetWriter("r", storage=backend) as w:
         for uid in range(1, 6):
             w.add_episode(uid_episode(uid, 20 + uid))
+            w.flush()  # a segment each
     keys = ["observation", "info/episode_uid"]
     on_disk = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=False, keys=keys)
     refreshing = rlds_cli.Loader("r", batch_size=32, seed=0, refresh=1, keys=keys)
@@ -101,13 +104,7 @@ def test_a_growing_dataset_replaced_under_a_loader_and_a_dataset(
         with rlds_cli.DatasetWriter("r", storage=backend) as w:
             for uid in (7, 8):
                 w.add_episode(uid_episode(uid, 3 + uid - 7))
-    for loader in (on_disk, refreshing):
-        with pytest.raises(DatasetReplacedError, match="replaced"):
-            loader.sample()
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.gather(np.arange(10))
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.episode(0)
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.refresh()
+    _every_read_says_replaced(
+        on_disk.sample, refreshing.sample, lambda: ds.gather(np.arange(10)), lambda: ds.episode(0), ds.refresh
+    )
     assert rlds_cli.open_dataset("r").num_steps == 7

@@ -31,6 +31,7 @@ def _first_writer(root: Path, storage: str) -> None:
     with rlds_cli.DatasetWriter("k", root=root, storage=storage, capacity_episodes=3, grace_seconds=0) as w:
         for uid in (0, 1):
             w.add_episode(episode(LENGTHS[uid], 10.0 * uid, uid=uid))
+            w.flush()  # a commit each, whatever the commit thread's pace
 
 
 @pytest.mark.parametrize("storage", ["memmap", "zarr"])

@@ -27,6 +27,7 @@ def _write_two(root: str, wid: int) -> None:
     with rlds_cli.DatasetWriter("w", root=root, mode="append") as w:
         for k in range(2):
             w.add_episode(episode(2 + wid, 10.0 * wid + k, uid=10 * wid + k))
+            w.flush()  # a segment each
 
 
 def test_inspect_names_each_writer_process(isolated_cache: Path) -> None:
