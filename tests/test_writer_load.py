@@ -3,6 +3,13 @@
 Every served row must belong to an episode that was committed and, as of the sampler's view,
 not evicted; each row carries its episode's uid (``info/episode_uid``) and its step inside the
 episode in its observation, so a torn or mixed row shows. Samplers refresh before every batch.
+
+The writers fsync their commits (``RLDS_FSYNC=1`` in their processes only). Measured on 2
+shared cores with the commit thread's group commit: the test took 62 s either way, the writers
+added 62,600 episodes in the 60 s with fsync against 67,700 without (-8%), and the samplers drew
+more batches (235k against 127k: the writers wait on the disk instead of the CPU). Afterwards
+nothing is left on disk (no build, no segment the log does not name, nothing in ``tmp/``), and
+the samplers' memory did not grow after their first ``WARM_SECONDS``.
 """
 
 from __future__ import annotations
