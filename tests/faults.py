@@ -55,16 +55,58 @@ def _stepping(on_step: Callable[[str, tuple[Any, ...]], None]) -> Iterator[None]
             setattr(owner, name, real)
 
 
-def _run_child(operation: Callable[[], Any], kill_before: int | None, wfd: int) -> None:
-    """The forked child: run ``operation``, counting steps; never returns."""
-    count = 0
+#: A kill point: the ``k``-th step (an ``int``, counted from the start), or ``(m, j)``: the
+#: ``j``-th step after the ``m``-th *landmark* (``j = 0``: the landmark itself; ``m = 0``: from
+#: the start; a ``j`` past the next landmark means that landmark). Landmarks are the steps
+#: whose number and order do not depend on timing (see :func:`is_landmark`): zarr writes a
+#: column's files from several threads at once, so the number of its small steps (a parent
+#: folder made by one task or another) varies from run to run, and a point counted from the
+#: start would land elsewhere in each run; counted from a landmark it does not.
+Point = int | tuple[int, int]
+
+
+def is_landmark(name: str, first: str) -> bool:
+    """Whether a step (its name, the base name of its first path) is a landmark: an fsync, a
+    rename, an exchange, a commit-log append, or a ``replace`` other than zarr's own of a
+    ``.partial`` file."""
+    return name in ("fsync", "rename", "exchange_paths", "append") or (
+        name == "replace" and not first.endswith(".partial")
+    )
+
+
+def _first(args: tuple[Any, ...]) -> str:
+    return os.path.basename(str(args[0])).replace(" ", "_") if args else "-"
+
+
+def _run_child(
+    operation: Callable[[], Any], kill_before: Point | None, wfd: int, trace: bool = False
+) -> None:
+    """The forked child: run ``operation``, counting steps (``trace``: and reporting each
+    one); never returns."""
+    import threading
+
+    count = landmarks = since = 0  # steps; landmarks; steps since the last landmark
+    lock = threading.Lock()  # the fsync pool's threads step at once
 
     def on_step(name: str, args: tuple[Any, ...]) -> None:
-        nonlocal count
-        count += 1
-        if kill_before is not None and count == kill_before:
-            os.write(wfd, f"killed {count} {name} {args[:2]!r}\n".encode())
-            os._exit(KILLED)
+        nonlocal count, landmarks, since
+        with lock:
+            count += 1
+            first = _first(args)
+            if trace:
+                os.write(wfd, f"step {name} {first}\n".encode())
+            if is_landmark(name, first):
+                landmarks, since = landmarks + 1, 0
+                # the landmark itself, or the one that came before the j-th step after the last
+                kill = kill_before == (landmarks, 0) or (
+                    isinstance(kill_before, tuple) and kill_before[0] == landmarks - 1 and kill_before[1] > 0
+                )
+            else:
+                since += 1
+                kill = kill_before == (landmarks, since)
+            if kill or kill_before == count:
+                os.write(wfd, f"killed {count} {name} {args[:2]!r}\n".encode())
+                os._exit(KILLED)
 
     try:
         with _stepping(on_step):
@@ -76,7 +118,9 @@ def _run_child(operation: Callable[[], Any], kill_before: int | None, wfd: int) 
     os._exit(0)
 
 
-def _fork(operation: Callable[[], Any], kill_before: int | None, timeout: float = 60.0) -> tuple[int, str]:
+def _fork(
+    operation: Callable[[], Any], kill_before: Point | None, timeout: float = 60.0, trace: bool = False
+) -> tuple[int, str]:
     """Run ``operation`` in a forked child; returns its exit code and its report line(s)."""
     import select
     import time
@@ -85,7 +129,7 @@ def _fork(operation: Callable[[], Any], kill_before: int | None, timeout: float 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(rfd)
-        _run_child(operation, kill_before, wfd)
+        _run_child(operation, kill_before, wfd, trace)
     os.close(wfd)
     # the child holds the pipe's only write end: its end of file is the child's exit, so the
     # parent sleeps until then (and drains the pipe, which a long report could otherwise fill)
@@ -116,10 +160,54 @@ def count_steps(operation: Callable[[], Any]) -> int:
     return int(report.split()[1])
 
 
-def kill_at(operation: Callable[[], Any], step: int) -> str | None:
-    """Run ``operation`` in a child killed just before its ``step``-th step; returns the step
-    that was killed (for messages), or ``None`` when the operation has fewer steps and ran to
-    its end."""
+def trace_steps(operation: Callable[[], Any]) -> list[tuple[str, str]]:
+    """Run ``operation`` to the end in a child and return each of its steps, in order, as
+    ``(name, the base name of its first path)``: ``steps[k - 1]`` is what :func:`kill_at`
+    ``(operation, k)`` kills before."""
+    code, report = _fork(operation, None, trace=True)
+    lines = report.splitlines()
+    assert code == 0, f"the operation failed without any fault injected:\n{report}"
+    steps = [(line.split()[1], line.split()[2]) for line in lines if line.startswith("step ")]
+    assert lines[-1] == f"done {len(steps)}", report[-500:]
+    return steps
+
+
+def sample_steps(steps: list[tuple[str, str]], *, every: int) -> list[Point]:
+    """Kill points for an operation with many steps (from :func:`trace_steps`), as
+    :data:`Point` s that land on the same kind of step in every run: the first and the last
+    step; before and just after every landmark that publishes something (all but fsyncs);
+    the first and a middle fsync of every run of fsyncs (a wave); and about every
+    ``every``-th step besides (the zarr backend's many small writes into a private build
+    folder, which all leave the same kind of state: a build that no reader looks at)."""
+    names = [name for name, _ in steps]
+    total = len(steps)
+    points: set[Point] = {(0, 1) if not is_landmark(*steps[0]) else (1, 0)}
+    landmark_of = []  # for each step: (the landmarks up to it, its steps since the last one)
+    m = j = 0
+    for name, first in steps:
+        if is_landmark(name, first):
+            m, j = m + 1, 0
+        else:
+            j += 1
+        landmark_of.append((m, j))
+    for k, (name, first) in enumerate(steps, start=1):
+        m = landmark_of[k - 1][0]
+        if is_landmark(name, first) and name != "fsync":
+            points |= {(m, 0), landmark_of[k] if k < total else (m, 0)}
+        if name == "fsync" and (k == 1 or names[k - 2] != "fsync"):
+            end = k
+            while end < total and names[end] == "fsync":
+                end += 1
+            points |= {(m, 0), landmark_of[(k + end) // 2 - 1]}
+    points |= {landmark_of[k - 1] for k in range(1, total + 1, every)}
+    points.add(landmark_of[-1])
+    return sorted(points)  # type: ignore[type-var]
+
+
+def kill_at(operation: Callable[[], Any], step: Point) -> str | None:
+    """Run ``operation`` in a child killed just before its ``step``-th step (or a
+    :data:`Point` of another form); returns the step that was killed (for messages), or
+    ``None`` when the operation has fewer steps and ran to its end."""
     code, report = _fork(operation, step)
     if code == 0:
         return None
@@ -138,7 +226,16 @@ def snapshot(path: os.PathLike[str] | str) -> dict[str, bytes]:
     return out
 
 
-__all__ = ["KILLED", "count_steps", "kill_at", "snapshot"]
+__all__ = [
+    "KILLED",
+    "Point",
+    "count_steps",
+    "is_landmark",
+    "kill_at",
+    "sample_steps",
+    "snapshot",
+    "trace_steps",
+]
 
 
 def assert_finishes_forked(target: Callable[..., Any], *args: Any, timeout: float = 60.0) -> None:

@@ -42,11 +42,11 @@ def _live(ds: Any) -> set[int]:
 class Growth:
     """Commits one episode (every third one protected) per :meth:`step`; FIFO past CAPACITY."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, storage: str = "memmap") -> None:
         self.name = name
         self.committed: set[int] = set()
         self.next_uid = 1
-        with rlds_cli.DatasetWriter(name, capacity_episodes=CAPACITY) as w:
+        with rlds_cli.DatasetWriter(name, storage=storage, capacity_episodes=CAPACITY) as w:
             for _ in range(4):
                 self._add(w)
         with rlds_cli.DatasetWriter(name, mode="append", protected=True) as demos:
@@ -328,12 +328,15 @@ def test_a_prefetching_loader_that_refreshed_closes_and_goes_on(growth: Growth, 
     loader.close()
 
 
-def test_a_refresh_after_the_dataset_was_replaced_says_so(growth: Growth) -> None:
+@pytest.mark.parametrize("storage", ["memmap", "zarr"])
+def test_a_refresh_after_the_dataset_was_replaced_says_so(isolated_cache: Path, storage: str) -> None:
+    growth = Growth("grow", storage)
     ds = rlds_cli.open_dataset("grow")
+    assert ds.manifest.backend == storage
     assert ds.refresh() is False  # nothing new: the one-stat path
     growth.close()
     shutil.rmtree(ds.directory)
-    with rlds_cli.DatasetWriter("grow") as w:  # the same name, a new dataset
+    with rlds_cli.DatasetWriter("grow", storage=storage) as w:  # the same name, a new dataset
         for uid in range(5):  # as many commits as the old one had: a log of the same size
             w.add_episode(uid_episode(uid, 3))
             w.flush()

@@ -7,6 +7,7 @@ snapshot of one version."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,12 @@ import pytest
 import rlds_cli
 from rlds_cli.errors import DatasetReplacedError
 from tests.dataset_fixtures import make_dataset
+
+
+def _every_read_says_replaced(*reads: Callable[[], object]) -> None:
+    for read in reads:
+        with pytest.raises(DatasetReplacedError, match="replaced"):
+            read()
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
@@ -34,12 +41,7 @@ def test_replaced_under_a_loader_and_a_dataset(
     old = ds[:]
     on_disk.sample()
     make_dataset("r", [3, 4], backend=backend, replace=True)  # what 'rlds download --force' does
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        on_disk.sample()
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.gather(np.arange(10))
-    with pytest.raises(DatasetReplacedError, match="replaced"):
-        ds.episode(0)
+    _every_read_says_replaced(on_disk.sample, lambda: ds.gather(np.arange(10)), lambda: ds.episode(0))
     batch = in_ram.sample()  # a copy in RAM: a snapshot of the old version, read on
     idx = batch["index"].numpy()
     assert np.array_equal(batch["observation"].numpy(), old["observation"][idx])
@@ -68,3 +70,41 @@ def test_memory_maps_check_for_a_replacement_at_most_every_interval(
     now[0] += sources.REPLACED_CHECK_NS
     with pytest.raises(DatasetReplacedError, match="replaced"):
         loader.sample()
+
+
+@pytest.mark.parametrize("by", ["converted", "growing"])
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_growing_dataset_replaced_under_a_loader_and_a_dataset(
+    isolated_cache: Path, backend: str, by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a growing dataset (its newest segments read into RAM, its columns over
+    several segments), replaced by a converted one (``--force``) or removed and written anew:
+    a reader from disk, refreshing or not, and a view raise; a fresh open reads the new one."""
+    import shutil
+
+    from rlds_cli.loader import sources
+    from tests.dataset_fixtures import uid_episode
+
+    monkeypatch.setattr(sources, "REPLACED_CHECK_NS", 0)  # see the test above
+    with rlds_cli.DatasetWriter("r", storage=backend) as w:
+        for uid in range(1, 6):
+            w.add_episode(uid_episode(uid, 20 + uid))
+            w.flush()  # a segment each
+    keys = ["observation", "info/episode_uid"]
+    on_disk = rlds_cli.Loader("r", batch_size=32, seed=0, in_memory=False, keys=keys)
+    refreshing = rlds_cli.Loader("r", batch_size=32, seed=0, refresh=1, keys=keys)
+    ds = rlds_cli.open_dataset("r")
+    for loader in (on_disk, refreshing):
+        assert set(loader.sample()["info/episode_uid"].tolist()) <= {1, 2, 3, 4, 5}
+    ds.gather(np.arange(10))  # its columns opened (the small segments read into RAM)
+    if by == "converted":
+        make_dataset("r", [3, 4], backend=backend, replace=True)  # what 'rlds download --force' does
+    else:
+        shutil.rmtree(ds.directory)
+        with rlds_cli.DatasetWriter("r", storage=backend) as w:
+            for uid in (7, 8):
+                w.add_episode(uid_episode(uid, 3 + uid - 7))
+    _every_read_says_replaced(
+        on_disk.sample, refreshing.sample, lambda: ds.gather(np.arange(10)), lambda: ds.episode(0), ds.refresh
+    )
+    assert rlds_cli.open_dataset("r").num_steps == 7

@@ -101,13 +101,19 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     """Append one record to the log at ``path`` with a single ``O_APPEND`` write (whole, or
     nothing: a process killed around it leaves no torn record; only a machine crash can, and
     the check skips it). A log whose size is not a whole number of records (a torn record of a
-    crash) is first padded with zeros to the next record, which readers skip."""
+    crash) is first padded with zeros to the next record, which readers skip: under an
+    exclusive lock of the log, its size read again inside it, since two writers that padded by
+    the size each saw would write the second one's record across two slots (skipped: a commit
+    lost). Appends to a log of whole records take no lock."""
     data = record.pack()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         size = os.fstat(fd).st_size
         if size % RECORD_SIZE:
-            data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
+            _lock(fd)  # released by the close below
+            size = os.fstat(fd).st_size
+            if size % RECORD_SIZE:
+                data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
         written = os.write(fd, data)
         if written != len(data):  # pragma: no cover - a regular file takes a small write whole
             raise OSError(f"short write to {path}")
@@ -115,6 +121,15 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """An exclusive lock of the open log (``flock``; none where there is no ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the padding race stays
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 @dataclass

@@ -43,6 +43,11 @@ def export_dataset(
     The output is written under a temporary name beside ``out`` and renamed into place when
     complete, so a killed export leaves no half-written file behind.
 
+    A growing dataset (written by :class:`~rlds_cli.DatasetWriter`) is exported as of one view:
+    a hard-link copy of its view's files (:func:`~rlds_cli.cache.snapshot.snapshot_copy`, as
+    ``rlds push`` takes), so writers, evictions and compactions may go on meanwhile, whatever
+    the dataset's grace period, and the export is that view whole.
+
     Args:
         dataset: An opened dataset.
         out: The file (``d4rl``, ``npz``) or directory (``torchrl``, ``minari``) to create.
@@ -55,4 +60,12 @@ def export_dataset(
         The path written.
     """
     exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
+    from rlds_cli.cache.growing import GrowingDataset
+
+    if isinstance(dataset, GrowingDataset):
+        from rlds_cli.cache.snapshot import snapshot_copy
+
+        with snapshot_copy(dataset) as copy:
+            view = GrowingDataset(copy)
+            return exporter(view, Path(out), overwrite=overwrite, progress=progress)
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress)

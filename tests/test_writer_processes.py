@@ -1,0 +1,136 @@
+"""Writers in processes of their own (issue 25): what ``rlds inspect`` says of each, and two
+writers with different schemas making one dataset at once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import rlds_cli
+from rlds_cli.cli.app import app
+from rlds_cli.errors import SchemaMismatchError
+from rlds_cli.validate import check_dataset
+from tests.test_writer import assert_identical, episode
+
+_fork = mp.get_context("fork")
+
+
+def _write_two(root: str, wid: int) -> None:
+    with rlds_cli.DatasetWriter("w", root=root, mode="append") as w:
+        for k in range(2):
+            w.add_episode(episode(2 + wid, 10.0 * wid + k, uid=10 * wid + k))
+            w.flush()  # a segment each
+
+
+def test_inspect_names_each_writer_process(isolated_cache: Path) -> None:
+    """One line per writer: host:pid, its segments, episodes and steps; a compaction's segment
+    is named by the compacting process, marked (compacted)."""
+    root = str(isolated_cache)
+    pids = []
+    for wid in (1, 2):
+        p = _fork.Process(target=_write_two, args=(root, wid))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        pids.append(p.pid)
+    host = socket.gethostname()
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", "w"])
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("writer ")]
+    assert lines == [
+        f"writer {host}:{pids[0]}: 2 segments, 2 episodes, 6 steps",
+        f"writer {host}:{pids[1]}: 2 segments, 2 episodes, 8 steps",
+    ], result.output
+    rlds_cli.compact("w", root, grace_seconds=0)
+    info = json.loads(runner.invoke(app, ["inspect", "w", "--json"]).stdout)
+    writers = info["growing"]["writers"]
+    assert writers == {f"{host}:{os.getpid()} (compacted)": {"segments": 1, "episodes": 4, "steps": 14}}
+    assert f"writer {host}:{os.getpid()} (compacted): 1 segments, 4 episodes, 14 steps" in (
+        runner.invoke(app, ["inspect", "w"]).output
+    )
+
+
+def _other_schema(uid: int) -> dict[str, np.ndarray]:
+    ep = episode(3, 50.0, uid=uid)
+    ep["action"] = np.zeros((3, 4), np.float32)  # (4,) where the other writer's is (2,)
+    return ep
+
+
+def _race(root: str, uid: int, opened: Any, go: Any, out: Any) -> None:
+    """A writer that opens the (not yet made) dataset, says so, waits for the go, then commits
+    its episode; reports the errors it got (from the add, the flush or the close), always."""
+    errors: list[tuple[str, str]] = []
+    try:
+        w = rlds_cli.DatasetWriter("race", root=root, mode="append")
+        opened.set()
+        assert go.wait(60)
+        for step in ("add", "close"):
+            try:
+                if step == "add":
+                    w.add_episode(episode(3, 10.0, uid=uid) if uid == 1 else _other_schema(uid))
+                    w.flush()
+                else:
+                    w.close()  # a refused episode is not tried again
+            except Exception as exc:
+                errors.append((type(exc).__name__, str(exc)))
+    except BaseException as exc:
+        errors.append((type(exc).__name__, str(exc)))
+    finally:
+        opened.set()
+        out.put((uid, errors))
+
+
+@pytest.mark.parametrize("order", ["in turn", "at once"])
+def test_two_writer_processes_with_different_schemas(isolated_cache: Path, order: str) -> None:
+    """Two processes open one name for append before it exists, then each commits an episode
+    of its own schema: in turn (the first makes the dataset), or released at once (either may
+    make it). Exactly one of them gets one SchemaMismatchError naming the key; the dataset is
+    the other's, its episode intact."""
+    root = str(isolated_cache)
+    out = _fork.Queue()
+    events = [(_fork.Event(), _fork.Event()) for _ in range(2)]
+    procs = [
+        _fork.Process(target=_race, args=(root, uid, opened, go, out))
+        for uid, (opened, go) in zip((1, 2), events, strict=True)
+    ]
+    for p in procs:
+        p.start()
+    for opened, _ in events:
+        assert opened.wait(60)  # both opened before the dataset exists
+    results = {}
+    if order == "in turn":
+        for uid, (_, go) in zip((1, 2), events, strict=True):
+            go.set()  # the next one goes once this one has reported
+            got_uid, errors = out.get(timeout=60)
+            assert got_uid == uid
+            results[uid] = errors
+    else:
+        for _, go in events:
+            go.set()
+        for _ in procs:
+            got_uid, errors = out.get(timeout=60)
+            results[got_uid] = errors
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    failed = [uid for uid, errors in results.items() if errors]
+    assert len(failed) == 1 and len(results[failed[0]]) == 1, results
+    kind, message = results[failed[0]][0]
+    assert kind == SchemaMismatchError.__name__ and "'action'" in message, results
+    winner = 3 - failed[0]
+    if order == "in turn":
+        assert winner == 1
+    ds = rlds_cli.open_dataset("race", root)
+    assert ds.num_episodes == 1 and check_dataset(ds).ok
+    want = episode(3, 10.0, uid=1) if winner == 1 else _other_schema(2)
+    got = ds.episode(0)
+    assert_identical(want, {key: got[key] for key in want})
