@@ -17,7 +17,16 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import DatasetNotFoundError
 from tests import faults
 from tests.test_writer import episode
-from tests.test_writer_kill import LENGTHS, add, fsync_on, kill_points, leftovers, multi_run_base, uids_of
+from tests.test_writer_kill import (
+    LENGTHS,
+    ZARR_EVERY,
+    add,
+    fsync_on,
+    kill_points,
+    leftovers,
+    multi_run_base,
+    uids_of,
+)
 
 __all__ = ["fsync_on"]  # the fixture, imported for the tests here
 
@@ -73,7 +82,10 @@ def test_a_writer_appends_after_a_compaction_killed_before_every_step(fsync_on: 
     segment between rename and record, after one run's record but not the next, during the
     removal of retired segments), then a writer appends (evicting one episode), then a
     compaction runs to its end: every committed, live episode once, in order, as without the
-    kill. (memmap: every step; the zarr compaction's kills are test_writer_kill's.)"""
+    kill. memmap, and a sample of the steps (every publishing step and both sides of it, each
+    fsync wave's first and middle step, every ZARR_EVERY-th): every step of the same
+    compaction is killed in test_writer_kill's three-run test, and each kill here costs a
+    writer and a compaction more (every step took 70 s of the suite)."""
     base = tmp_path / "base"
     multi_run_base(base, "memmap")
     reference = tmp_path / "reference"
@@ -85,7 +97,8 @@ def test_a_writer_appends_after_a_compaction_killed_before_every_step(fsync_on: 
     assert expected == [4, 5, 6, 7, 8, 9] and leftovers(reference) == (0, 3)
     work = tmp_path / "full"
     shutil.copytree(base, work)
-    for i, step in enumerate(kill_points(lambda: rlds_cli.compact("k", work, grace_seconds=0), "memmap")):
+    compaction = faults.trace_steps(lambda: rlds_cli.compact("k", work, grace_seconds=0))
+    for i, step in enumerate(faults.sample_steps(compaction, every=ZARR_EVERY)):
         root = tmp_path / f"c{i}"
         shutil.copytree(base, root)
         killed = faults.kill_at(lambda root=root: rlds_cli.compact("k", root, grace_seconds=0), step)
