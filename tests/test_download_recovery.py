@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,9 +21,10 @@ from typer.testing import CliRunner, Result
 from rlds_cli import registry
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
-from rlds_cli.errors import DatasetExistsError, SourceFormatError
-from rlds_cli.net.fetch import RemoteFile
+from rlds_cli.errors import DatasetExistsError, DownloadFailedError, DownloadTooSlowError, SourceFormatError
+from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import FileRecord, HashStore
+from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import part_path, url_dir, url_file_name
 from rlds_cli.net.pinning import REFETCH_HINT, confirmed_by_conversion, must_refetch
 from rlds_cli.net.retry import MAX_REQUESTS
@@ -196,6 +199,58 @@ def test_a_server_sending_a_few_bytes_per_request_is_given_up(
     server.sticky.clear()
     assert download(url).exit_code == 0
     assert published(isolated_cache) == ["pointmass"]
+
+
+def test_a_few_bytes_per_late_answer_are_progress_all_the_same(server: FaultServer, tmp_path: Path) -> None:
+    """The same server, far away or on a loaded machine: each request seems to take seconds
+    (the clock jumps 5 s at each reading). Its 10 bytes are still progress: the minimum speed is
+    judged over whole windows of the body, not over the request's wall time (connection, wait
+    for the first byte), where 10 bytes at 1,024 B/s were a trickle past 10 ms, and 6 such
+    answers in a row gave up, saying no progress was made."""
+    server.files[PATH] = DEMO
+    server.sticky[PATH] = [Fault("cut", after=10)]
+    clock = itertools.count(0.0, 5.0)
+    config = HttpConfig(
+        timeout=(5.0, 5.0),
+        retries=2,
+        base_delay=0.001,
+        sleep=lambda s: None,
+        min_speed=1024,
+        speed_window=60,
+        clock=lambda: next(clock),
+    )
+    spec = RemoteFile("pointmass.hdf5", (server.url(PATH),))
+    with pytest.raises(DownloadFailedError) as info:
+        fetch_files([spec], tmp_path, config=config, workers=1)
+    assert f"gave up after {MAX_REQUESTS} requests" in str(info.value)
+    assert len(server.requests_for(PATH)) == MAX_REQUESTS
+    assert part_path(tmp_path, "pointmass.hdf5").stat().st_size == 10 * MAX_REQUESTS
+
+
+def test_a_few_bytes_then_a_stall_of_a_whole_window_are_no_progress(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """The rule still judges a window that ends in a stall: 10 bytes, then nothing until the
+    read timeout (0.2 s, two windows of 0.1 s), is a trickle: the retries run out."""
+    server.files[PATH] = DEMO
+    release = threading.Event()
+    server.sticky[PATH] = [Fault("pause", after=10, wait=release)]
+    config = HttpConfig(
+        timeout=(5.0, 0.2),
+        retries=2,
+        base_delay=0.001,
+        sleep=lambda s: None,
+        min_speed=1024,
+        speed_window=0.1,
+    )
+    spec = RemoteFile("pointmass.hdf5", (server.url(PATH),))
+    try:
+        with pytest.raises((DownloadFailedError, DownloadTooSlowError)) as info:
+            fetch_files([spec], tmp_path, config=config, workers=1)
+    finally:
+        release.set()  # the server's handlers end
+    assert "3 times in a row" in str(info.value)
+    assert len(server.requests_for(PATH)) == 3
 
 
 def test_a_server_sending_nothing_new_stops_after_the_retries(

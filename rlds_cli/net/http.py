@@ -113,7 +113,8 @@ class _Transient(Exception):
 
     Attributes:
         retry_after: The server's ``Retry-After``, in seconds.
-        received: Bytes that arrived at a useful speed before the error (they reset the budget).
+        received: Bytes that arrived before the error, less a window too slow (they reset the
+            budget).
         too_slow: The transfer broke the minimum-speed rule.
     """
 
@@ -245,18 +246,42 @@ def _resumable(part: Path, url: str, name: str, progress: DownloadProgress) -> i
 
 @dataclass
 class _Tally:
-    """Bytes received in one request, and when it started."""
+    """Bytes received in one request, judged window by window by the minimum-speed rule.
 
-    started: float
+    The rule judges the body only, over whole windows: never a request's bytes over its wall
+    time, which counts the connection, the server's wait before its first byte and a loaded
+    machine's pauses (at 1,024 B/s, an answer of 10 bytes would be a trickle whenever its
+    request took over 10 ms, so a server cutting every answer short looked like no progress).
+    """
+
     received: int = 0
+    window_start: float = 0.0
+    window_bytes: int = 0
+    slow: bool = False  # the open window was judged below the minimum speed
+
+    def start_window(self, now: float) -> None:
+        self.window_start, self.window_bytes = now, 0
+
+    def slow_speed(self, config: HttpConfig, now: float) -> float | None:
+        """The open window's speed when it lasted a whole ``speed_window`` below
+        ``min_speed``; else ``None`` (and a whole window that passed opens the next)."""
+        elapsed = now - self.window_start
+        if config.min_speed <= 0 or elapsed < config.speed_window:
+            return None
+        speed = self.window_bytes / elapsed
+        if speed >= config.min_speed:
+            self.start_window(now)
+            return None
+        self.slow = True
+        return speed
 
     def useful(self, config: HttpConfig) -> int:
-        """The bytes received, when they came at least at the minimum speed; else 0 (so a
-        trickle does not reset the retry budget forever)."""
-        if not self.received:
-            return 0
-        elapsed = max(config.clock() - self.started, 1e-9)
-        return self.received if config.min_speed <= 0 or self.received / elapsed >= config.min_speed else 0
+        """The bytes received, less those of a window too slow (so a trickle does not reset
+        the retry budget forever). A window that ended in a stall (a read timeout, a cut) is
+        judged at the failure, as the next byte would have had it judged."""
+        if not self.slow and self.received:
+            self.slow_speed(config, config.clock())
+        return self.received - self.window_bytes if self.slow else self.received
 
 
 def _one_request(
@@ -281,7 +306,7 @@ def _one_request(
         ConnectionError,
         TimeoutError,
     )
-    tally = _Tally(config.clock())
+    tally = _Tally()
     try:
         return _get(session, url, part, have, name, expected_size, config, progress, tally)
     except _Transient as exc:
@@ -400,24 +425,23 @@ def _write_body(
                 # after the truncation, before any byte: the .part never holds bytes of another
                 # version than its record names
                 write_part_info(part, new_info)
-            window_start, window_bytes = config.clock(), 0
+            tally.start_window(config.clock())
             for chunk in _chunks(resp):
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
                 fh.write(chunk)
                 tally.received += len(chunk)
-                window_bytes += len(chunk)
+                tally.window_bytes += len(chunk)
                 progress("advance", name, len(chunk))
                 now = config.clock()
-                if config.min_speed > 0 and now - window_start >= config.speed_window:
-                    speed = window_bytes / (now - window_start)
-                    if speed < config.min_speed:
-                        raise _Transient(
-                            f"too slow: {speed:,.0f} B/s over {now - window_start:.1f} s "
-                            f"(minimum {config.min_speed:,.0f} B/s, RLDS_HTTP_MIN_SPEED)",
-                            too_slow=True,
-                        )
-                    window_start, window_bytes = now, 0
+                window = now - tally.window_start
+                speed = tally.slow_speed(config, now)
+                if speed is not None:
+                    raise _Transient(
+                        f"too slow: {speed:,.0f} B/s over {window:.1f} s "
+                        f"(minimum {config.min_speed:,.0f} B/s, RLDS_HTTP_MIN_SPEED)",
+                        too_slow=True,
+                    )
                 if limit is not None and tally.received >= limit:
                     break
     except OSError as exc:
