@@ -366,11 +366,6 @@ def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:
     )
 
 
-def minari_data_dir(root: str | Path, dataset_id: str) -> Path:
-    """``<root>/<dataset_id>/data``, where Minari keeps a dataset's files."""
-    return Path(root) / dataset_id / "data"
-
-
 def write_minari(
     root: str | Path,
     dataset_id: str,
@@ -393,7 +388,7 @@ def write_minari(
     import h5py
     import numpy as np
 
-    data_dir = minari_data_dir(root, dataset_id)
+    data_dir = Path(root) / dataset_id / "data"
     if data_dir.parent.exists():
         shutil.rmtree(data_dir.parent)
     data_dir.mkdir(parents=True)
