@@ -554,7 +554,8 @@ def ratios_table(
     rows = []
     for (mine, ref), target in goals.items():
         if mine in cases and ref in cases:
-            rates, values = cases[mine].rate / cases[ref].rate, paired.get((mine, ref))
+            rates = cases[mine].rate / cases[ref].rate
+            values = paired.get((mine, ref))
             judged = statistics.median(values) if values and not ref.startswith("trl-") else rates
             goal = "-" if target is None else f">= {target:g}x: {verdict(judged >= target)}"
             rows.append(

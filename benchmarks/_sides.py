@@ -100,7 +100,8 @@ class Raw:
         e = self.episode_table.take(i)
         r = i + e
         block = self.packed.take(np.concatenate([r, r + 1]), 0)
-        flags, n = block.view(np.bool_), BATCH
+        flags = block.view(np.bool_)
+        n = BATCH  # the rows of a half: ``r``, then ``r + 1``
         out = [
             block[h * n : (h + 1) * n, a:b] if h >= 0 else flags[:n, a:b] for h, a, b in self.views if h != -2
         ]

@@ -74,7 +74,8 @@ def _steps(n: int) -> str:
 def conversion(run: _harness.Run) -> str:
     """D4RL file -> cache, rlds vs TorchRL's Minari cache build; the Markdown section."""
     n_main = 100_000 if run.quick else 1_000_000
-    n_big, work = 10 * n_main, run.work
+    n_big = 10 * n_main
+    work = run.work
     run.need_disk(2.2 * 166 * n_big + 3 * 166 * n_main)  # the big file, one big cache, the 1x files
     d4rl, d4rl_big, minari = work / f"d4rl_{n_main}.hdf5", work / f"d4rl_{n_big}.hdf5", work / "minari"
     _harness.generate("d4rl", d4rl, n_main)
@@ -182,7 +183,8 @@ def render_conversion(
         "afterwards).",
         "",
     ]
-    rows, flat = [], True
+    rows = []
+    flat = True
     for small, large in zip((mm, zr), big, strict=True):
         growth = large.median("peak_rss_mb") / small.median("peak_rss_mb")
         flat &= growth <= FLAT_FACTOR
@@ -193,7 +195,8 @@ def render_conversion(
     head = ["backend", "RSS after imports MB", f"peak RSS {sizes[0]} MB", f"peak RSS {sizes[1]} MB", "growth"]
     lines += _harness.table([*head, f"seconds {sizes[0]}", f"seconds {sizes[1]}"], rows)
     nxt = patched.extra_disk.get("next/observation", {}).get("allocated", 0)
-    full, mine = patched.disk["allocated"] if patched.disk else 0, mm.disk["allocated"] if mm.disk else 0
+    full = patched.disk["allocated"] if patched.disk else 0
+    mine = mm.disk["allocated"] if mm.disk else 0
     disk = [
         [x.label, _mb(x.disk["apparent"]), _mb(x.disk["allocated"]), f"{x.disk['files']:.0f}"]
         for x in speed
@@ -247,7 +250,8 @@ def render_conversion(
 
 def minari(run: _harness.Run) -> str:
     """A Minari dataset -> cache, rlds vs TorchRL's build; the Markdown section."""
-    steps, work = (100_000 if run.quick else 1_000_000), run.work
+    steps = 100_000 if run.quick else 1_000_000
+    work = run.work
     root = _harness.generate("minari", work / "minari", steps, DATASET_ID)
     torchrl = _harness.torchrl_config("torchrl", "TorchRL `MinariExperienceReplay` build", root, work)
     spec = {"kind": "rlds", "source": str(root / DATASET_ID), "format": "minari", "check_minari": True}
@@ -263,7 +267,8 @@ def minari(run: _harness.Run) -> str:
     base = torchrl.median("seconds")
     rows = []
     for cfg in (torchrl, rlds):
-        m, disk = cfg.median, cfg.disk["allocated"] if cfg.disk else 0
+        m = cfg.median
+        disk = cfg.disk["allocated"] if cfg.disk else 0
         cells = [cfg.label, seconds_cell(cfg), f"{m('cpu_seconds'):.2f}", f"{m('wall'):.2f}"]
         rows.append([*cells, f"{m('peak_rss_mb'):.0f}", _mb(disk), f"{base / m('seconds'):.1f}x"])
     ratio, wall = base / rlds.median("seconds"), torchrl.median("wall") / rlds.median("wall")
@@ -393,7 +398,8 @@ def fixed(run: _harness.Run, sizes: list[int], pixels: bool, before: Path | None
             for span, v in sorted(found.items(), key=lambda kv: -statistics.median(kv[1]))
         ]
         lines.append("")
-    configs, loads = [cfg for group in groups for cfg in group], []
+    configs = [cfg for group in groups for cfg in group]
+    loads = []
     for rep in range(repeats):  # the order turns every round: no configuration always runs first
         shift = rep % len(configs)
         loads.append(os.getloadavg()[0])
@@ -404,7 +410,10 @@ def fixed(run: _harness.Run, sizes: list[int], pixels: bool, before: Path | None
         f"- {repeats} rounds; 1-minute load average at each round: {', '.join(f'{x:.1f}' for x in loads)}.",
         "",
     ]
-    rows, imports, in_timer, names = [], {}, {}, set()
+    rows = []
+    imports: dict[str, list[float]] = {}
+    in_timer: dict[str, int] = {}
+    names: set[str] = set()
     for n, group in zip(sizes, groups, strict=True):
         for cfg in group:
             cells = [

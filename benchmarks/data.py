@@ -171,15 +171,20 @@ def put_episodes(f: Any, row: int, observations: Any, lengths: Any, actions: Any
     import numpy as np
 
     offsets = np.concatenate([[0], np.cumsum(np.asarray(lengths) + 1)])
-    is_final, is_first = np.zeros(len(observations), bool), np.zeros(len(observations), bool)
-    is_final[offsets[1:] - 1], is_first[offsets[:-1]] = True, True
+    is_final = np.zeros(len(observations), bool)
+    is_final[offsets[1:] - 1] = True
+    is_first = np.zeros(len(observations), bool)
+    is_first[offsets[:-1]] = True
     n = len(actions)
     timeouts = np.zeros(n, bool)
     timeouts[np.cumsum(lengths) - 1] = True
     rows = slice(row, row + n)
-    f["observations"][rows], f["next_observations"][rows] = observations[~is_final], observations[~is_first]
-    f["actions"][rows], f["rewards"][rows] = actions, np.asarray(rewards).reshape(-1)
-    f["terminals"][rows], f["timeouts"][rows] = False, timeouts
+    f["observations"][rows] = observations[~is_final]
+    f["next_observations"][rows] = observations[~is_first]
+    f["actions"][rows] = actions
+    f["rewards"][rows] = np.asarray(rewards).reshape(-1)
+    f["terminals"][rows] = False
+    f["timeouts"][rows] = timeouts
     return row + n
 
 

@@ -379,7 +379,9 @@ def render_scaling(scaling: list[Case], paired: dict[tuple[str, str], list[float
         "idx-slice": "slice sampler alone (indices)",
         "idx-prio": "prioritized sampler alone (indices + update)",
     }
-    rows, change, relative = [], {}, {}
+    rows = []
+    change: dict[str, float] = {}
+    relative: dict[str, float] = {}
     for kind, label in kinds.items():
         values = [by_key[f"{kind}-{s}"] for s in sizes]
         change[kind] = values[-1].median / values[0].median

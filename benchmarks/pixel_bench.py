@@ -113,7 +113,7 @@ def profile_conversion(source: Path, root: Path) -> dict[str, float]:
             )
         elif "'write' of '_io." in func:
             out["writes"] += tottime
-        elif filename.endswith("h5py/_hl/dataset.py") and func == "__getitem__":
+        elif filename.endswith("h5py/_hl/dataset.py") and func in ("__getitem__", "read_direct"):
             out["hdf5 reads"] += cumtime
     return out
 
@@ -172,7 +172,8 @@ def run(bench: _harness.Run) -> dict[str, Any]:
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.loader import FrameStack, Loader
 
-    work, out = bench.work, {"loads": []}
+    work = bench.work
+    out: dict[str, Any] = {"loads": []}
     source = _harness.generate("pixels", work / f"pixels_{bench.steps}.hdf5", bench.steps)
     out["source_bytes"] = source.stat().st_size
     _log(f"conversion, {bench.repeats} runs each, interleaved:")
@@ -214,7 +215,8 @@ def run(bench: _harness.Run) -> dict[str, Any]:
 
     t = time.perf_counter()
     zarr_auto = Loader(open_dataset("bench", work / "out" / "rlds-zarr"), BATCH, seed=0)  # nothing read yet
-    out["zarr_auto_load"], out["zarr_auto_in_memory"] = time.perf_counter() - t, bool(zarr_auto.in_memory)
+    out["zarr_auto_load"] = time.perf_counter() - t
+    out["zarr_auto_in_memory"] = bool(zarr_auto.in_memory)
     raw = _sides.Raw(mm)
     cases = [
         Case("raw-mm", "lean raw gather, memmap", raw.uniform_memmap),
@@ -293,10 +295,12 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "### Conversion and disk",
         "",
     ]
-    trl, prof = conv["torchrl-fill"], r["profile"]
+    trl = conv["torchrl-fill"]
+    prof = r["profile"]
     rows = []
     for cfg in r["conversion"]:
-        d, lo_hi = cfg.disk or {"apparent": 0, "allocated": 0, "files": 0}, cfg.span("seconds")
+        d = cfg.disk or {"apparent": 0, "allocated": 0, "files": 0}
+        lo_hi = cfg.span("seconds")
         cells = [
             cfg.label,
             f"{cfg.median('seconds'):.2f} ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})",

@@ -242,7 +242,8 @@ def render(res: dict[str, Any], info: dict[str, Any]) -> str:
     speedup = med("rlds-heavy-1") / med("rlds-heavy-2")
     one = med("rlds-heavy-1", "cpu_self")
     share = max(med("rlds-heavy-2", "cpu_self"), med("rlds-heavy-2", "cpu_workers"))
-    load, ok = res["loads"], _harness.verdict
+    load = res["loads"]
+    ok = _harness.verdict
     lines = [
         *_harness.opening(
             SECTION,

@@ -118,7 +118,8 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     cpprb = cpprb_fill(source)
     out["disk"]["cpprb (RAM: one frame a step)"] = steps * out["frame_bytes"]
     out["disk"]["source HDF5 (obs + next obs)"] = source.stat().st_size
-    raw, fs = _sides.Raw(mm), FrameStack(4)
+    raw = _sides.Raw(mm)
+    fs = FrameStack(4)
     cases = [
         Case("raw-mm", "lean raw gather (`np.take`, memmap)", raw.uniform_memmap),
         Case("rlds-mm", "rlds `Loader`, memmap", sample(mm)),
@@ -153,7 +154,8 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     # as shipped (buffers reused) against warmed as fault_bench defines it (no buffer reuse, glibc
     # keeping freed batches for reuse)
     modes = {"shipped": (True, {}), "warmed": (False, fault_bench.WARM_ENV)}
-    sizes, frames = SIZES[1 if bench.quick else 0], 20_000 if bench.quick else 200_000
+    sizes = SIZES[1 if bench.quick else 0]
+    frames = 20_000 if bench.quick else 200_000  # drawn a run
     out["sweep"] = fault_bench.sweep(
         work / "memmap",
         list(sizes),

@@ -121,7 +121,8 @@ def sampling(work: Path, steps: int, seconds: float) -> None:
     def first_pass(label: str, ds: Any) -> None:
         """Batches/s over the first ``seconds`` of a loader on ``ds`` (every request counted)."""
         loader = Loader(ds, BATCH, in_memory=False, seed=0)
-        before, n, t = (ds.requests, ds.bytes_fetched), 0, time.perf_counter()
+        before = (ds.requests, ds.bytes_fetched)
+        n, t = 0, time.perf_counter()
         while time.perf_counter() - t < seconds:
             loader.sample()
             n += 1
@@ -202,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sections", default="transfer,sampling,ranks", help="comma-separated")
     run = _harness.start(p.parse_args(argv))
-    sections, work = set(run.args.sections.split(",")), run.work
+    sections = set(run.args.sections.split(","))
+    work = run.work
     os.environ["RLDS_HOME"] = str(work / "home")
     os.environ["RLDS_FSYNC"] = "0"
     os.environ["RLDS_MEMORY_BUDGET"] = "0"  # in_memory is said in each case, never chosen for it

@@ -159,7 +159,8 @@ def write_lerobot(tmp: Path, frames: int, args: argparse.Namespace) -> list[Case
         for packet in stream.encode():
             out.mux(packet)
     span = np.arange(episodes + 1) * length / fps
-    col, zeros = "videos/observation.image/", np.zeros(episodes, np.int64)
+    col = "videos/observation.image/"
+    zeros = np.zeros(episodes, np.int64)
     table = {
         "episode_index": np.arange(episodes),
         "tasks": [["move"]] * episodes,

@@ -197,7 +197,8 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
         "### Conversion (CPU seconds of the builder, fewest of the runs)",
         "",
     ]
-    rows, ratio = [], {}
+    rows = []
+    ratio: dict[str, float] = {}
     for kind in ("pixels", "lowdim"):
         mm, z, old = (conv[kind][label]["cpu"] for label in ("memmap", "zarr", "zarr-old"))
         ratio[kind] = z / mm
