@@ -1,21 +1,24 @@
-"""The one benchmark harness every section uses: its command line (``--write``, ``--quick``,
+"""The one benchmark harness every script uses: its command line (``--write``, ``--quick``,
 ``--repeats``, ``--seconds``, ``--work``, ``--keep``, usually ``--steps``), its run settings (one
 torch intra-op thread, the load average before and after, the defaults of a quick run, a disk
 check), the in-process measuring (cases visited in rounds, paired ratios), the report's pieces
-(header facts, tables, verdicts) and the end of a run (print the section, write it into the
-Markdown file through :mod:`bench_doc`); and, from :mod:`_child_runs`, the measured runs in
-fresh child processes.
+(header facts, tables, verdicts), the end of a run (print the section, write it between its
+``<!-- bench:NAME:start/end -->`` markers of the Markdown file); and, from :mod:`_child_runs`,
+the measured runs in fresh child processes.
 
 A script builds its parser with :func:`parser`, turns the parsed arguments into a :class:`Run`
 with :func:`start`, and ends with :meth:`Run.publish`::
 
-    p = _harness.parser("what it measures", "frame-stack", work="framestack", steps=(60_000, 10_000))
+    p = _harness.parser("zarr against memmap", "zarr", work="zarr", seconds=(1.5, 0.3))
     run = _harness.start(p.parse_args(argv))
     ...
-    run.publish("frame-stack", section, log)
+    run.publish("zarr", section, log)
 
-Every script takes ``--write FILE`` (replace its ``<!-- bench:NAME:start/end -->`` section of FILE)
-and keeps its work data under ``benchmarks/_work/NAME`` (git-ignored, deleted unless ``--keep``).
+In-process sections measure :class:`Case` s in :func:`rounds` and :func:`measure_pairs` and report
+them with :func:`rates_table` and :func:`ratios_table` (goals given as ``"mine/ref>=0.9"``).
+
+Work data lives under ``benchmarks/_work/NAME`` (git-ignored) and is deleted unless ``--keep``;
+scripts that only print their tables (no section) take the same flags except ``--write``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -37,31 +42,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bench_doc
 from _child_runs import (  # noqa: F401  (the measured runs in child processes, one harness to import)
-    DATASET_ID,
+    TED_KEYS,
     Config,
-    convert_in_child,
     disk_usage,
-    evict,
     generate,
-    hwm_mb,
-    page_cache_fraction,
-    read_seconds,
     rlds_config,
     run_configs,
     run_once,
     spawn,
-    timed,
+    ted,
     torchrl_config,
     warm,
-    worker_rlds,
-    worker_torchrl,
 )
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MB = 1e6
+#: What a Markdown file written from nothing starts with (``--write`` to a new file).
+INTRO = """# Benchmarks
+
+Side-by-side measurements of rlds against its peers (TorchRL, Minari), run in one session on one
+machine so the ratios are comparable. Regenerate with `make bench` (`benchmarks/run_all.py`);
+each section is rewritten between its `<!-- bench:NAME:start/end -->` markers.
+
+"""
 
 
 # ----------------------------------------------------------------------------- facts for the report
@@ -93,17 +98,17 @@ def versions(*dists: str) -> str:
 
 def commit() -> str:
     """The short commit, marked when tracked files have uncommitted changes."""
+    git = ["git", "-C", str(REPO)]
     try:
-        git = ["git", "-C", str(REPO)]
-        out = subprocess.run(
+        head = subprocess.run(
             [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(
             [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
         )
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def logger(name: str) -> Callable[[str], None]:
@@ -111,13 +116,38 @@ def logger(name: str) -> Callable[[str], None]:
     return lambda message: print(f"[{name}] {message}", file=sys.stderr, flush=True)
 
 
+# ----------------------------------------------------------------------------- the Markdown file
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The start and end markers of section ``name``."""
+    return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+
+
+def write_section(path: Path, name: str, section: str) -> None:
+    """Replace section ``name`` in ``path`` with ``section`` (which includes its markers); append it
+    when absent, create the file (with :data:`INTRO`) when missing."""
+    start, end = markers(name)
+    text = path.read_text() if path.exists() else INTRO
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end) + r"\n?", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 # ----------------------------------------------------------------------------- command line and run
 
 
-def add_common_flags(p: argparse.ArgumentParser, *, write: str, quick: str, repeats: str, work: Path) -> None:
-    """The flags every benchmark script takes: ``--write FILE``, ``--quick``, ``--repeats N``,
-    ``--work DIR`` and ``--keep``."""
-    p.add_argument("--write", type=Path, help=write)
+def add_common_flags(
+    p: argparse.ArgumentParser, *, write: str | None, quick: str, repeats: str, work: Path
+) -> None:
+    """The flags every benchmark script takes: ``--write FILE`` (unless it only prints), ``--quick``,
+    ``--repeats N``, ``--work DIR`` and ``--keep``."""
+    if write is not None:
+        p.add_argument("--write", type=Path, help=write)
     p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--repeats", type=int, help=repeats)
     p.add_argument("--work", type=Path, default=work, help="work directory")
@@ -126,14 +156,15 @@ def add_common_flags(p: argparse.ArgumentParser, *, write: str, quick: str, repe
 
 def parser(
     description: str,
-    section: str,
+    section: str | None,
     *,
     work: str,
     steps: tuple[int, int] | None = None,
     repeats: int | tuple[int, int] = 3,
     seconds: tuple[float, float] = (2.0, 0.3),
 ) -> argparse.ArgumentParser:
-    """The shared command line of a benchmark script writing section ``section``.
+    """The shared command line of a benchmark script writing section ``section`` (``None``: a
+    script that prints its tables, no ``--write``).
 
     Args:
         work: The work directory's name under ``benchmarks/_work``.
@@ -145,7 +176,7 @@ def parser(
     reps = repeats if isinstance(repeats, tuple) else (repeats, repeats)
     add_common_flags(
         p,
-        write=f"Markdown file whose '{section}' section is replaced",
+        write=f"Markdown file whose '{section}' section is replaced" if section else None,
         quick="a small dataset and short runs (a smoke test)",
         repeats=f"interleaved rounds (default {reps[0]}; quick: {reps[1]})",
         work=HERE / "_work" / work,
@@ -157,7 +188,7 @@ def parser(
     p.add_argument(
         "--seconds", type=float, help=f"seconds per configuration and round (default {seconds[0]:g})"
     )
-    p.set_defaults(_steps=steps, _repeats=reps, _seconds=seconds)
+    p.set_defaults(_steps=steps, _repeats=reps, _seconds=seconds, write=None)
     return p
 
 
@@ -188,13 +219,13 @@ class Run:
         meminfo = Path("/proc/meminfo").read_text().splitlines()
         mem_kb = int(next((line for line in meminfo if line.startswith("MemTotal:")), "0 0").split()[1])
         df = subprocess.run(["df", "-T", str(self.work)], capture_output=True, text=True).stdout.splitlines()
+        fs = df[-1].split()[1] if df[1:] else "?"
         return {
             "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": cpu_model(),
             "cpus": f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} online",
             "ram": f"{mem_kb / 2**20:.1f} GiB",
-            "os": f"{platform.system()} {platform.release()}, "
-            f"work dir on {df[-1].split()[1] if df[1:] else '?'}",
+            "os": f"{platform.system()} {platform.release()}, work dir on {fs}",
             "python": platform.python_version(),
             "commit": commit(),
             "repeats": self.repeats,
@@ -219,7 +250,7 @@ class Run:
         """Print the section and, with ``--write FILE``, replace it in FILE."""
         print(section)
         if self.args.write:
-            bench_doc.write_section(self.args.write, section_name, section)
+            write_section(self.args.write, section_name, section)
             log(f"wrote the '{section_name}' section of {self.args.write}")
 
 
@@ -238,9 +269,10 @@ def start(args: argparse.Namespace, *, threads: int = 1) -> Run:
         steps=(getattr(args, "steps", None) or args._steps[q]) if args._steps else 0,
         work=args.work.resolve(),
     )
-    import torch
+    if importlib.util.find_spec("torch") is not None:
+        import torch
 
-    torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
     run.work.mkdir(parents=True, exist_ok=True)
     return run
 
@@ -282,7 +314,7 @@ def load_note(loads: list[float], when: str, busy: str) -> str:
 
 def opening(section: str, title: str, quick: bool, *notes: str) -> list[str]:
     """A section's first lines: its start marker, its title, its notes as quotes, the quick-run note."""
-    lines = [bench_doc.markers(section)[0], "", f"## {title}", ""]
+    lines = [markers(section)[0], "", f"## {title}", ""]
     for note in notes:
         lines += [f"> {note}", ""]
     if quick:
@@ -290,26 +322,23 @@ def opening(section: str, title: str, quick: bool, *notes: str) -> list[str]:
     return lines
 
 
-def closing(section: str, command: str, notes: Iterable[str] = ()) -> list[str]:
-    """A section's last lines: how it is measured (the command, then ``notes``) and its end marker."""
-    return [
-        "",
-        "### How it is measured",
-        "",
-        "```text",
-        command,
-        "```",
-        "",
-        *notes,
-        "",
-        bench_doc.markers(section)[1],
-        "",
-    ]
+def closing(section: str, command: str | None, notes: Iterable[str] = ()) -> list[str]:
+    """A section's last lines: how it is measured (the command, then ``notes``) and its end marker;
+    only the end marker when there is no ``command``."""
+    if command is None:
+        return ["", markers(section)[1], ""]
+    how = ["", "### How it is measured", "", "```text", command, "```", "", *notes]
+    return [*how, "", markers(section)[1], ""]
 
 
 def verdict(ok: bool) -> str:
     """Markdown verdict for a goal."""
     return "**met**" if ok else "**not met**"
+
+
+def goal(what: str, shown: str, value: float, target: float) -> str:
+    """A goal's line: what, the measured value as shown, the target, met or not."""
+    return f"- {what}: {shown} (goal >= {target:g}x): {verdict(value >= target)}"
 
 
 def span(values: Iterable[float], fmt: str = ",.0f", unit: str = "") -> str:
@@ -378,11 +407,16 @@ class Case:
     def median(self) -> float:
         return statistics.median(self.rates)
 
-    def fmt(self, digits: int = 0) -> str:
-        return span(self.rates, ".2f", " s") if self.epoch else span(self.rates, f",.{digits}f")
+    @property
+    def rate(self) -> float:
+        """The median rate: batches per second (an epoch case: epochs per second)."""
+        return 1 / self.median if self.epoch else self.median
 
-    def ms(self) -> str:
-        return f"{1e3 / self.median:.1f}"
+    def fmt(self) -> str:
+        """The rates' median (range): batches/s (2 decimals below 10 a second), or an epoch's seconds."""
+        if self.epoch:
+            return span(self.rates, ".2f", " s")
+        return span(self.rates, ",.2f" if self.median < 10 else ",.0f")
 
 
 def run_round(
@@ -444,9 +478,20 @@ def paired_ratio(
     return mb / ma, ma / 1e3, mb / 1e3
 
 
+def ratio_goals(text: str) -> dict[tuple[str, str], float | None]:
+    """``"a/b>=0.9 c/d"`` -> ``{("a", "b"): 0.9, ("c", "d"): None}``: pairs of case keys, mine over
+    my reference, each with the goal its ratio must reach, if any."""
+    out: dict[tuple[str, str], float | None] = {}
+    for item in text.split():
+        pair, _, target = item.partition(">=")
+        mine, ref = pair.split("/")
+        out[mine, ref] = float(target) if target else None
+    return out
+
+
 def pairs(text: str) -> list[tuple[str, str]]:
-    """``"a/b c/d"`` -> ``[("a", "b"), ("c", "d")]``: pairs of case keys, mine over my reference."""
-    return [(mine, ref) for mine, ref in (pair.split("/") for pair in text.split())]
+    """``"a/b c/d"`` -> ``[("a", "b"), ("c", "d")]``: the pairs of :func:`ratio_goals`."""
+    return list(ratio_goals(text))
 
 
 def measure_pairs(
@@ -464,31 +509,10 @@ def measure_pairs(
                 value, us_mine, us_peer = paired_ratio(cases[mine].fn, cases[peer].fn, seconds)
                 out.setdefault((mine, peer), []).append(value)
                 log(
-                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} "
-                    f"(median calls {us_mine:.1f} / {us_peer:.1f} us)"
+                    f"  [{rep + 1}/{repeats}] {mine} / {peer} (paired): {value:.2f} (median calls "
+                    f"{us_mine:.1f} / {us_peer:.1f} us)"
                 )
     return out
-
-
-#: The keys of a TED transition, rlds-style.
-TED_KEYS = (
-    "observation",
-    "action",
-    "episode",
-    *(f"next/{k}" for k in ("observation", "reward", "done", "terminated", "truncated")),
-)
-
-
-def ted(columns: dict[str, Any]) -> Any:
-    """TorchRL's TED ``TensorDict`` of rlds-keyed columns (``next/K`` nested under ``next``)."""
-    import numpy as np
-    import torch
-    from tensordict import TensorDict
-
-    t = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in columns.items()}
-    root = {k: v for k, v in t.items() if not k.startswith("next/")}
-    nxt = {k[5:]: v for k, v in t.items() if k.startswith("next/")}
-    return TensorDict({**root, "next": nxt}, batch_size=[len(t["action"])])
 
 
 def warm_dataset(ds: Any) -> None:
@@ -496,3 +520,46 @@ def warm_dataset(ds: Any) -> None:
     for path in ds.directory.rglob("*"):
         if path.is_file():
             warm(path)
+
+
+# ----------------------------------------------------------------------------- the report tables
+
+
+def rates_table(cases: Iterable[Case], extra: dict[str, Callable[[Case], str]] | None = None) -> list[str]:
+    """The rate table of an in-process section: a row a case (its key, its label, batches/s median
+    (range) over the rounds, or seconds for an epoch; ms a batch; minor page faults a call, where
+    they were counted), then the ``extra`` columns."""
+    extra = extra or {}
+    rows = []
+    for c in cases:
+        faults = f"{statistics.median(c.faults):,.0f}" if c.faults else "-"
+        ms = "-" if c.epoch else f"{1e3 / c.rate:.3g}"
+        rows.append([c.key, c.label, c.fmt(), ms, faults, *(f(c) for f in extra.values())])
+    return table(
+        ["case", "configuration", "batches/s (range)", "ms a batch", "page faults a call", *extra], rows
+    )
+
+
+def ratios_table(
+    cases: dict[str, Case],
+    goals: dict[tuple[str, str], float | None],
+    paired: dict[tuple[str, str], list[float]],
+) -> list[str]:
+    """The ratio table of an in-process section, under its heading: a row a pair of ``goals`` whose
+    cases both ran,
+    ``mine / ref``: the ratio of their rates, the paired ratio's median (range) where it was
+    measured, and the goal (at least the target), judged on the paired ratio, except against
+    TorchRL (``trl-`` cases): its calls touch far more memory a batch and slow the calls after them
+    in the pairs, so there on the rates."""
+    rows = []
+    for (mine, ref), target in goals.items():
+        if mine in cases and ref in cases:
+            rates = cases[mine].rate / cases[ref].rate
+            values = paired.get((mine, ref))
+            judged = statistics.median(values) if values and not ref.startswith("trl-") else rates
+            goal = "-" if target is None else f">= {target:g}x: {verdict(judged >= target)}"
+            rows.append(
+                [f"{mine} / {ref}", f"{rates:.2f}x", span(values, ".2f", "x") if values else "-", goal]
+            )
+    head = ["ratio", "of the rates", "paired, median (range)", "goal"]
+    return ["### Goals and ratios (measured in this run)", "", *table(head, rows)]

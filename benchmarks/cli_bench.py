@@ -1,6 +1,6 @@
 """How fast the CLI starts: ``rlds --help`` must not pay for importing torch.
 
-Runs each command in fresh processes (10 each, median), writes the
+Runs each command in fresh processes (10 each, after one warm-up, median and fastest), writes the
 ``<!-- bench:cli:start/end -->`` section of docs/benchmarks.md with ``--write``.
 """
 
@@ -17,47 +17,40 @@ SECTION = "cli"
 RUNS = 10
 
 
-def wall(cmd: list[str], runs: int = RUNS) -> list[float]:
-    """Wall seconds of ``runs`` fresh processes (one warm-up first)."""
+def wall(cmd: list[str]) -> list[float]:
+    """Wall seconds of :data:`RUNS` fresh processes (one warm-up first)."""
     subprocess.run(cmd, capture_output=True, check=True)
     out = []
-    for _ in range(runs):
+    for _ in range(RUNS):
         t = time.perf_counter()
         subprocess.run(cmd, capture_output=True, check=True)
         out.append(time.perf_counter() - t)
     return out
 
 
-def render() -> str:
-    """Measure and return the Markdown section."""
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print (and optionally write) the section."""
+    run = _harness.start(_harness.parser(__doc__.split("\n\n")[0], SECTION, work="cli").parse_args(argv))
     py = sys.executable
-    rows = {
-        "`rlds --help`": wall([py, "-m", "rlds_cli.cli.app", "--help"]),
-        "`rlds download --help`": wall([py, "-m", "rlds_cli.cli.app", "download", "--help"]),
-        "`python -c 'import torch'` (for scale)": wall([py, "-c", "import torch"]),
-        "`python -c 'pass'` (interpreter start)": wall([py, "-c", "pass"]),
+    commands = {
+        "`rlds --help`": [py, "-m", "rlds_cli.cli.app", "--help"],
+        "`rlds download --help`": [py, "-m", "rlds_cli.cli.app", "download", "--help"],
+        "`python -c 'import torch'` (for scale)": [py, "-c", "import torch"],
+        "`python -c 'pass'` (interpreter start)": [py, "-c", "pass"],
     }
+    rows = [
+        [name, f"{statistics.median(v):.3f}", f"{min(v):.3f}"]
+        for name, v in ((n, wall(c)) for n, c in commands.items())
+    ]
     lines = [
         *_harness.opening(SECTION, "CLI start-up", False),
         f"Median wall time of {RUNS} fresh processes each (`benchmarks/cli_bench.py`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). `rlds --help` imports neither torch, "
         "zarr, h5py nor requests (a test checks it): the commands import what they need when run.",
         "",
-        *_harness.table(
-            ["command", "median s", "min s"],
-            [[k, f"{statistics.median(v):.3f}", f"{min(v):.3f}"] for k, v in rows.items()],
-        ),
-        "",
-        _harness.bench_doc.markers(SECTION)[1],
-        "",
+        *_harness.table(["command", "median s", "min s"], rows),
     ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Measure and print (and optionally write) the section."""
-    run = _harness.start(_harness.parser(__doc__.split("\n\n")[0], SECTION, work="cli").parse_args(argv))
-    run.publish(SECTION, render(), _harness.logger(SECTION))
+    run.publish(SECTION, "\n".join(lines + _harness.closing(SECTION, None)), _harness.logger(SECTION))
     return 0
 
 

@@ -65,6 +65,12 @@ MINARI_VERSION = "0.5.4"
 #: Pixel frames: shape, and the range episode lengths are drawn from (short and long alike).
 FRAME = (3, 84, 84)
 PIXEL_EPISODE_LENGTHS = (30, 2000)
+#: The note the sections on generated frames open with.
+NOISE_NOTE = (
+    "Generated frames (a random background per episode and one changing patch a frame): the "
+    "worst case for compression and for reads from compressed chunks. The *Real frames* section "
+    "measures the same paths on real Atari frames."
+)
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,30 @@ def d4rl_file(path: str | Path, n_steps: int, obs: tuple[Any, ...], act: tuple[A
     tmp.replace(path)
 
 
+def put_episodes(f: Any, row: int, observations: Any, lengths: Any, actions: Any, rewards: Any) -> int:
+    """Write whole episodes at ``row`` of a :func:`d4rl_file` (every episode ends by a time limit):
+    ``observations`` holds each episode's ``T + 1`` rows (its last the final observation), then
+    ``T`` actions and rewards each. Returns the row after them."""
+    import numpy as np
+
+    offsets = np.concatenate([[0], np.cumsum(np.asarray(lengths) + 1)])
+    is_final = np.zeros(len(observations), bool)
+    is_final[offsets[1:] - 1] = True
+    is_first = np.zeros(len(observations), bool)
+    is_first[offsets[:-1]] = True
+    n = len(actions)
+    timeouts = np.zeros(n, bool)
+    timeouts[np.cumsum(lengths) - 1] = True
+    rows = slice(row, row + n)
+    f["observations"][rows] = observations[~is_final]
+    f["next_observations"][rows] = observations[~is_first]
+    f["actions"][rows] = actions
+    f["rewards"][rows] = np.asarray(rewards).reshape(-1)
+    f["terminals"][rows] = False
+    f["timeouts"][rows] = timeouts
+    return row + n
+
+
 def write_d4rl(
     path: str | Path,
     n_steps: int,
@@ -175,27 +205,9 @@ def write_d4rl(
     import numpy as np
 
     with d4rl_file(path, n_steps, (obs_dim, np.float32), (act_dim, np.float32)) as f:
-        obs_ds, act_ds, rew_ds = f["observations"], f["actions"], f["rewards"]
-        term_ds, tout_ds, next_ds = f["terminals"], f["timeouts"], f["next_observations"]
         row = 0
-        for chunk in iter_chunks(
-            n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed
-        ):
-            n = chunk.num_steps
-            offsets = chunk.obs_offsets()
-            is_final = np.zeros(len(chunk.observations), bool)
-            is_final[offsets[1:] - 1] = True
-            is_first = np.zeros(len(chunk.observations), bool)
-            is_first[offsets[:-1]] = True
-            timeouts = np.zeros(n, bool)
-            timeouts[chunk.step_offsets()[1:] - 1] = True
-            obs_ds[row : row + n] = chunk.observations[~is_final]
-            next_ds[row : row + n] = chunk.observations[~is_first]
-            act_ds[row : row + n] = chunk.actions
-            rew_ds[row : row + n] = chunk.rewards
-            term_ds[row : row + n] = False
-            tout_ds[row : row + n] = timeouts
-            row += n
+        for c in iter_chunks(n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed):
+            row = put_episodes(f, row, c.observations, c.lengths, c.actions, c.rewards)
     return Path(path)
 
 
@@ -339,21 +351,9 @@ def write_pixel_d4rl(path: str | Path, n_steps: int, *, seed: int = 0) -> Path:
     import numpy as np
 
     with d4rl_file(path, n_steps, (*FRAME, np.uint8), (1, np.int64)) as f:
-        obs_ds, next_ds, act_ds = f["observations"], f["next_observations"], f["actions"]
-        rew_ds, term_ds, tout_ds = f["rewards"], f["terminals"], f["timeouts"]
         row = 0
         for frames, actions, rewards in iter_pixel_episodes(n_steps, seed=seed):
-            n = len(actions)
-            rows = slice(row, row + n)
-            obs_ds[rows] = frames[:-1]
-            next_ds[rows] = frames[1:]
-            act_ds[rows] = actions
-            rew_ds[rows] = rewards.reshape(-1)
-            term_ds[rows] = False
-            timeouts = np.zeros(n, bool)
-            timeouts[-1] = True
-            tout_ds[rows] = timeouts
-            row += n
+            row = put_episodes(f, row, frames, [len(actions)], actions, rewards)
     return Path(path)
 
 
@@ -369,11 +369,6 @@ def _box_space_json(shape: tuple[int, ...], low: float, high: float) -> str:
             "high": [float(high)] * size,
         }
     )
-
-
-def minari_data_dir(root: str | Path, dataset_id: str) -> Path:
-    """``<root>/<dataset_id>/data``, where Minari keeps a dataset's files."""
-    return Path(root) / dataset_id / "data"
 
 
 def write_minari(
@@ -398,7 +393,7 @@ def write_minari(
     import h5py
     import numpy as np
 
-    data_dir = minari_data_dir(root, dataset_id)
+    data_dir = Path(root) / dataset_id / "data"
     if data_dir.parent.exists():
         shutil.rmtree(data_dir.parent)
     data_dir.mkdir(parents=True)

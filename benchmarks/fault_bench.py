@@ -22,7 +22,7 @@ The rate of a configuration is its median batch time over the batches after the 
 
 Usage::
 
-    python benchmarks/fault_bench.py [--steps 30000] [--quick] [--repeats 3] [--sizes 32,256,4096]
+    python benchmarks/fault_bench.py [--steps 30000] [--quick] [--repeats 3] [--sizes 32 256 4096]
 
 Frames: smooth synthetic gray frames (a moving gradient plus a patch per frame): page faults do
 not depend on content.
@@ -31,19 +31,15 @@ not depend on content.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import _harness
+import data as bench_data
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-
-import _harness  # noqa: E402
-import data as bench_data  # noqa: E402  (benchmarks/data.py: the D4RL file layout)
 
 SIZES = (32, 128, 256, 1024, 2048, 4096, 8192)
 WARM_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
@@ -83,7 +79,7 @@ def worker_batches(spec: dict[str, Any]) -> dict[str, Any]:
     from rlds_cli.loader.loader import Loader
 
     torch.set_num_threads(1)
-    ds = open_dataset(spec.get("name", "gray"), spec["root"])
+    ds = open_dataset(spec["name"], spec["root"])
     loader = Loader(ds, batch_size=spec["batch"], sampler="uniform", seed=0, in_memory=False, epochs=None)
     if not spec["reuse"]:  # the path before buffer reuse: new output arrays every batch
         assert loader._host is not None
@@ -100,26 +96,11 @@ def worker_batches(spec: dict[str, Any]) -> dict[str, Any]:
         t1 = time.perf_counter()
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         times.append(t1 - t0)
-    assert batch is not None and batch["observation"].shape == (spec["batch"], *spec.get("frame", FRAME))
+    assert batch is not None and batch["observation"].shape == (spec["batch"], *spec["frame"])
     return {"times": times, "faults": faults}
 
 
 WORKERS = {"batches": worker_batches}
-
-
-def run_child(spec: dict[str, Any], env: dict[str, str], work: Path) -> dict[str, Any]:
-    """One configuration in a fresh process, with ``env`` added to its environment."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        cfg = _harness.Config(spec["key"], spec["key"], "batches", Path(spec["source"]), spec, work / "none")
-        return _harness.run_once(cfg, work)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def sweep(
@@ -130,23 +111,31 @@ def sweep(
     frames: int,
     work: Path,
     log: Any,
-    **spec: Any,
+    *,
+    name: str = "gray",
+    frame: tuple[int, ...] = FRAME,
 ) -> list[dict[str, Any]]:
     """Each mode (name -> (reuse, extra environment)) at each batch size in a fresh process, rounds
     interleaved, ``frames`` frames drawn a run (12-200 batches); per size the medians over rounds
     of the steady batch seconds (after the first two), the first batch's and the faults a steady
     batch, and per round each mode's steady time over the last mode's (``MODE_ratios``)."""
     dataset_file = next(p for p in sorted(root.rglob("*observation*")) if p.is_file())
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rep in range(repeats):
         for size in sizes:
             for mode, (reuse, env) in modes.items():
-                batches = max(12, min(200, frames // size))
-                key = f"{spec.get('name', 'gray')}-{mode}-{size}"
-                config = {"module": "fault_bench", "kind": "batches", "key": key, "source": str(dataset_file)}
-                config |= {"root": str(root), "batch": size, "batches": batches, "reuse": reuse, **spec}
-                r = run_child(config, env, work)
+                key = f"{name}-{mode}-{size}"
+                spec = {
+                    "module": "fault_bench",
+                    "kind": "batches",
+                    "root": str(root),
+                    "name": name,
+                    "frame": list(frame),
+                }
+                spec |= {"batch": size, "batches": max(12, min(200, frames // size)), "reuse": reuse}
+                r = _harness.run_once(
+                    _harness.Config(key, key, dataset_file, spec, work / "none", env=env), work
+                )
                 runs.setdefault((mode, size), []).append(r)
                 steady = statistics.median(r["times"][2:])
                 log(
@@ -173,41 +162,40 @@ def sweep(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30_000)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    p.add_argument("--frames", type=int, default=200_000, help="frames drawn per configuration")
-    p.add_argument("--work", type=Path, default=HERE / "_work" / "fault")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.repeats, args.frames = 5_000, 1, 20_000
-    work = args.work
-    work.mkdir(parents=True, exist_ok=True)
-    src = work / f"gray-{args.steps}.hdf5"
-    root = work / f"cache-{args.steps}"
+    p = _harness.parser(__doc__.splitlines()[0], None, work="fault", steps=(30_000, 5_000), repeats=(3, 1))
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes")
+    p.add_argument(
+        "--frames", type=int, help="frames drawn per configuration (default 200,000; quick 20,000)"
+    )
+    run = _harness.start(p.parse_args(argv))
+    src, root = run.work / f"gray-{run.steps}.hdf5", run.work / f"cache-{run.steps}"
     if not src.exists():
-        write_gray_d4rl(src, args.steps)
-    if not (root / "gray").exists() and not any(root.glob("**/gray*")):
+        write_gray_d4rl(src, run.steps)
+    if not any(root.glob("**/gray*")):
         from rlds_cli.convert import convert
 
         convert(src, "gray", format="d4rl", root=root)
     modes = {"reuse": (True, {}), "fresh": (False, {}), "warmed": (False, WARM_ENV)}
-    sizes = [int(s) for s in args.sizes.split(",")]
-    summary = sweep(root, sizes, modes, args.repeats, args.frames, work, lambda m: print(m, flush=True))
-    print("\nbatch | reuse ms (ns/frame, faults) | fresh ms (faults) | warmed ms (faults) | rate vs warmed")
+    frames = run.args.frames or (20_000 if run.quick else 200_000)
+    summary = sweep(
+        root, run.args.sizes, modes, run.repeats, frames, run.work, lambda m: print(m, flush=True)
+    )
+    rows = []
     for row in summary:
         b = row["batch"]
-        print(
-            f"{b:5d} | {row['reuse'] * 1e3:.3f} ({row['reuse'] / b * 1e9:.0f}, {row['reuse_faults']:.0f}) | "
-            f"{row['fresh'] * 1e3:.3f} ({row['fresh_faults']:.0f}) | {row['warmed'] * 1e3:.3f} "
-            f"({row['warmed_faults']:.0f}) | reuse {row['warmed'] / row['reuse']:.2f}x, "
-            f"fresh {row['warmed'] / row['fresh']:.2f}x"
-        )
-    (work / "results.json").write_text(json.dumps({"summary": summary}, indent=1))
+        reuse = f"{row['reuse'] * 1e3:.3f} ({row['reuse'] / b * 1e9:.0f}, {row['reuse_faults']:.0f})"
+        cells = [f"{row[m] * 1e3:.3f} ({row[f'{m}_faults']:.0f})" for m in ("fresh", "warmed")]
+        ratios = f"reuse {row['warmed'] / row['reuse']:.2f}x, fresh {row['warmed'] / row['fresh']:.2f}x"
+        rows.append([f"{b:,}", reuse, *cells, ratios])
+    head = [
+        "batch",
+        "reuse ms (ns/frame, faults)",
+        "fresh ms (faults)",
+        "warmed ms (faults)",
+        "rate vs warmed",
+    ]
+    print("\n".join(["", *_harness.table(head, rows)]))
+    (run.work / "results.json").write_text(json.dumps({"summary": summary}, indent=1))
     return 0
 
 

@@ -23,6 +23,7 @@ SECTION = "preprocess"
 #: The heavy function's iterations: about 2 s for 1M steps on one core here.
 HEAVY_ROUNDS = 8
 MEAN, STD = 0.1, 1.2
+_log = _harness.logger(SECTION)
 
 # ----------------------------------------------------------------------------- user functions
 
@@ -89,7 +90,7 @@ def _setup(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rlds(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec.get("nofsync"):
+    if spec["nofsync"]:
         os.environ["RLDS_FSYNC"] = "0"
     from rlds_cli.preprocess import run  # before the timer: this process's imports are not timed
 
@@ -167,98 +168,92 @@ def _machine(spec: dict[str, Any]) -> dict[str, Any]:
 WORKERS = {"setup": _setup, "rlds": _rlds, "torchrl": _torchrl, "machine": _machine}
 
 
-def _spawn(spec: dict[str, Any], work: Path) -> dict[str, Any]:
-    return _harness.spawn({**spec, "module": "preprocess_bench"}, work)
-
-
 # ----------------------------------------------------------------------------- driver
 
-
-def _configs(root: Path, work: Path) -> dict[str, dict[str, Any]]:
-    base = {"kind": "rlds", "root": str(root)}
-    trl = {"kind": "torchrl", "trl_src": str(work / "trl-src"), "dest": str(work / "trl-out")}
-    return {
-        "trl-norm": {**trl, "start": "fork"},
-        "trl-norm-default": trl,
-        "rlds-norm": {**base, "fn": "obs_norm", "workers": 1, "nofsync": True},
-        "rlds-norm-fsync": {**base, "fn": "obs_norm", "workers": 1},
-        "machine": {"kind": "machine", "n": 10_000_000},
-        "rlds-heavy-1": {**base, "fn": "heavy", "workers": 1, "nofsync": True},
-        "rlds-heavy-2": {**base, "fn": "heavy", "workers": 2, "nofsync": True},
-        "rlds-episode-1": {**base, "fn": "returns_to_go", "by": "episode", "workers": 1, "nofsync": True},
-        "rlds-episode-2": {**base, "fn": "returns_to_go", "by": "episode", "workers": 2, "nofsync": True},
-    }
+#: The configurations, run in this order every round: label and spec (``machine``: the 2-process
+#: CPU-burn control, not a table row).
+_TRL, _RLDS = {"kind": "torchrl"}, {"kind": "rlds", "workers": 1, "nofsync": True}
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "trl-norm": (
+        "TorchRL `preprocess`, obs-norm, `num_workers=1`, default chunking, fork pool",
+        {**_TRL, "start": "fork"},
+    ),
+    "trl-norm-default": ("TorchRL `preprocess`, same, default start method (spawn)", _TRL),
+    "rlds-norm": ("rlds `preprocess`, obs-norm, 1 worker (`RLDS_FSYNC=0`)", {**_RLDS, "fn": "obs_norm"}),
+    "rlds-norm-fsync": (
+        "rlds `preprocess`, obs-norm, 1 worker, fsync on (default)",
+        {**_RLDS, "fn": "obs_norm", "nofsync": False},
+    ),
+    "machine": ("", {"kind": "machine", "n": 10_000_000}),
+    "rlds-heavy-1": ("rlds, CPU-heavy per-step function, 1 worker", {**_RLDS, "fn": "heavy"}),
+    "rlds-heavy-2": ("rlds, CPU-heavy per-step function, 2 workers", {**_RLDS, "fn": "heavy", "workers": 2}),
+    "rlds-episode-1": (
+        "rlds `--by episode`, returns-to-go, 1 worker",
+        {**_RLDS, "fn": "returns_to_go", "by": "episode"},
+    ),
+    "rlds-episode-2": (
+        "rlds `--by episode`, returns-to-go, 2 workers",
+        {**_RLDS, "fn": "returns_to_go", "by": "episode", "workers": 2},
+    ),
+}
 
 
 def measure(steps: int, repeats: int, work: Path) -> dict[str, Any]:
-    """Generate the data, then run every configuration ``repeats`` times, interleaved."""
-    work.mkdir(parents=True, exist_ok=True)
+    """Generate the data, then run every configuration ``repeats`` times, interleaved, each run in
+    a fresh process."""
     d4rl, root = work / f"pp_d4rl_{steps}.hdf5", work / "pp-root"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(work / "trl-src", ignore_errors=True)
+    paths = {"root": str(root), "trl_src": str(work / "trl-src"), "dest": str(work / "trl-out")}
+    for path in (root, work / "trl-src"):
+        shutil.rmtree(path, ignore_errors=True)
     _harness.generate("d4rl", d4rl, steps)
-    facts = _spawn(
-        {"kind": "setup", "d4rl": str(d4rl), "root": str(root), "trl_src": str(work / "trl-src")}, work
-    )
-    configs = _configs(root, work)
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in configs}
+    facts = _harness.spawn({"module": "preprocess_bench", "kind": "setup", "d4rl": str(d4rl), **paths}, work)
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in CONFIGS}
     loads = []
     for rep in range(repeats):
-        for key, spec in configs.items():
+        for key, (_, spec) in CONFIGS.items():
             shutil.rmtree(work / "trl-out", ignore_errors=True)
             loads.append(os.getloadavg()[0])
-            r = _spawn(spec, work)
-            runs[key].append(r)
-            print(f"  [{rep + 1}/{repeats}] {key}: {r['seconds']:.3f} s", flush=True)
-    shutil.rmtree(work / "trl-out", ignore_errors=True)
-    shutil.rmtree(work / "trl-src", ignore_errors=True)
-    shutil.rmtree(root, ignore_errors=True)
-    d4rl.unlink(missing_ok=True)
-    return {"facts": facts, "runs": runs, "loads": loads, "steps": steps, "repeats": repeats}
-
-
-def _med(runs: list[dict[str, Any]]) -> float:
-    return statistics.median(r["seconds"] for r in runs)
-
-
-def _cell(runs: list[dict[str, Any]]) -> str:
-    values = [r["seconds"] for r in runs]
-    return f"{_med(runs):.2f} ({min(values):.2f}-{max(values):.2f})"
+            runs[key].append(_harness.spawn({"module": "preprocess_bench", **spec, **paths}, work))
+            _log(f"  [{rep + 1}/{repeats}] {key}: {runs[key][-1]['seconds']:.3f} s")
+    for path in (work / "trl-out", work / "trl-src", root):
+        shutil.rmtree(path, ignore_errors=True)
+    d4rl.unlink()
+    return {"facts": facts, "runs": runs, "loads": loads, "steps": steps}
 
 
 def render(res: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    runs, steps = res["runs"], res["steps"]
-    trl, norm = _med(runs["trl-norm"]), _med(runs["rlds-norm"])
-    speedup = _med(runs["rlds-heavy-1"]) / _med(runs["rlds-heavy-2"])
-    ep = _med(runs["rlds-episode-2"])
-    par = statistics.median(r["parallelism"] for r in runs["machine"])
-    rows = [
-        ("TorchRL `preprocess`, obs-norm, `num_workers=1`, default chunking, fork pool", "trl-norm"),
-        ("TorchRL `preprocess`, same, default start method (spawn)", "trl-norm-default"),
-        ("rlds `preprocess`, obs-norm, 1 worker (`RLDS_FSYNC=0`)", "rlds-norm"),
-        ("rlds `preprocess`, obs-norm, 1 worker, fsync on (default)", "rlds-norm-fsync"),
-        ("rlds, CPU-heavy per-step function, 1 worker", "rlds-heavy-1"),
-        ("rlds, CPU-heavy per-step function, 2 workers", "rlds-heavy-2"),
-        ("rlds `--by episode`, returns-to-go, 1 worker", "rlds-episode-1"),
-        ("rlds `--by episode`, returns-to-go, 2 workers", "rlds-episode-2"),
-    ]
+    runs, steps, episodes = res["runs"], res["steps"], res["facts"]["episodes"]
+
+    def med(key: str, field: str = "seconds") -> float:
+        return statistics.median(r[field] for r in runs[key])
+
+    rows = []
+    for key, (label, spec) in CONFIGS.items():
+        if spec["kind"] != "machine":
+            seconds = _harness.span([r["seconds"] for r in runs[key]], ".2f")
+            cpu = (
+                f"{med(key, 'cpu_self'):.2f} + {med(key, 'cpu_workers'):.2f}"
+                if spec["kind"] == "rlds"
+                else "-"
+            )
+            rows.append([label, seconds, f"{steps / med(key):,.0f}", cpu])
+    trl, norm, ep = med("trl-norm"), med("rlds-norm"), med("rlds-episode-2")
+    speedup = med("rlds-heavy-1") / med("rlds-heavy-2")
+    one = med("rlds-heavy-1", "cpu_self")
+    share = max(med("rlds-heavy-2", "cpu_self"), med("rlds-heavy-2", "cpu_workers"))
     load = res["loads"]
-    two = runs["rlds-heavy-2"]
-    share = max(statistics.median(r[k] for r in two) for k in ("cpu_self", "cpu_workers"))
-    one = statistics.median(r["cpu_self"] for r in runs["rlds-heavy-1"])
-    balance = (
-        f"CPU-bound limit here: {one:.2f} CPU s for 1 worker vs a largest share of {share:.2f} CPU s for 2 "
-        f"({one / share:.2f}x). A shortfall in wall time comes from the other processes on these 2 cores."
-    )
     ok = _harness.verdict
-    title = "Preprocessing: `rlds preprocess` vs TorchRL `BaseDatasetExperienceReplay.preprocess`"
     lines = [
-        *_harness.opening(SECTION, title, False),
-        f"Workload: {steps:,} steps ({res['facts']['episodes']:,} episodes of 1000 steps), observation 17 "
-        "float32, action 6 float32 (`benchmarks/data.py`), in the rlds cache (memmap) and, for TorchRL, as a "
-        "`TensorStorage` over a memory-mapped TED TensorDict of the same arrays. Each number is the median "
-        f"of {res['repeats']} runs (range in brackets), each run in a fresh process; configurations "
+        *_harness.opening(
+            SECTION,
+            "Preprocessing: `rlds preprocess` vs TorchRL `BaseDatasetExperienceReplay.preprocess`",
+            info["quick"],
+        ),
+        f"Workload: {steps:,} steps ({episodes:,} episodes of 1000 steps), observation 17 float32, action 6 "
+        "float32 (`benchmarks/data.py`), in the rlds cache (memmap) and, for TorchRL, as a `TensorStorage` "
+        "over a memory-mapped TED TensorDict of the same arrays. Each number is the median of "
+        f"{info['repeats']} runs (range in brackets), each run in a fresh process; configurations "
         "interleaved. Timed: the whole `preprocess.run` call, after `from rlds_cli.preprocess import run` "
         "(the calling process's imports are excluded; a spawned worker's start-up, imports included, is "
         "timed).",
@@ -267,43 +262,35 @@ def render(res: dict[str, Any], info: dict[str, Any]) -> str:
         f"- 1-minute load average before the runs: {min(load):.1f}-{max(load):.1f} (other processes share "
         "this machine; ratios measured in one run are steadier than absolute times).",
         "",
-        "| operation | seconds, median (range) | steps/s | CPU s: coordinator + workers |",
-        "|---|---|---|---|",
-    ]
-    for label, key in rows:
-        if key == "machine":
-            continue
-        cpu = "-"
-        if "cpu_self" in runs[key][0]:
-            own = statistics.median(r["cpu_self"] for r in runs[key])
-            kids = statistics.median(r["cpu_workers"] for r in runs[key])
-            cpu = f"{own:.2f} + {kids:.2f}"
-        lines.append(f"| {label} | {_cell(runs[key])} | {steps / _med(runs[key]):,.0f} | {cpu} |")
-    lines += [
+        *_harness.table(
+            ["operation", "seconds, median (range)", "steps/s", "CPU s: coordinator + workers"], rows
+        ),
         "",
-        f"- Cheap vectorized function: rlds {norm:.2f} s vs TorchRL {trl:.2f} s with one worker "
-        f"(TorchRL's fastest setting, a fork pool; {trl / norm:.2f}x TorchRL's speed): at least as fast, "
+        f"- Cheap vectorized function: rlds {norm:.2f} s vs TorchRL {trl:.2f} s with one worker (TorchRL's "
+        f"fastest setting, a fork pool; {trl / norm:.2f}x TorchRL's speed): at least as fast, "
         f"{ok(norm <= trl)}.",
         f"- CPU-heavy function: 2 workers are {speedup:.2f}x faster than 1 (goal 1.7x): "
-        f"{ok(speedup >= 1.7)}. The work itself splits evenly (CPU column: with 2 workers the "
-        f"coordinator and the spawned worker each do about half); {balance} With both cores free the wall "
-        "time is about the larger of the two shares (the worker's includes its start-up) plus up to one "
-        "chunk (1/16 of the job) that the last busy process runs alone. Control measured in the "
-        f"same run: two independent pure-Python CPU burners ran {par:.2f}x as fast as one (2.00x on an "
-        "idle 2-core machine), which is the most any 2-worker job could gain here at that moment.",
-        f"- Per-episode mode over {res['facts']['episodes']:,} episodes: {ep:.2f} s with 2 workers "
-        f"(goal: seconds, not minutes): {ok(ep < 30)}.",
+        f"{ok(speedup >= 1.7)}. The work itself splits evenly (CPU column: with 2 workers the coordinator "
+        f"and the spawned worker each do about half); CPU-bound limit here: {one:.2f} CPU s for 1 worker vs "
+        f"a largest share of {share:.2f} CPU s for 2 ({one / share:.2f}x). A shortfall in wall time comes "
+        "from the other processes on these 2 cores. With both cores free the wall time is about the larger "
+        "of the two shares (the worker's includes its start-up) plus up to one chunk (1/16 of the job) that "
+        "the last busy process runs alone. Control measured in the same run: two independent pure-Python "
+        f"CPU burners ran {med('machine', 'parallelism'):.2f}x as fast as one (2.00x on an idle 2-core "
+        "machine), which is the most any 2-worker job could gain here at that moment.",
+        f"- Per-episode mode over {episodes:,} episodes: {ep:.2f} s with 2 workers (goal: seconds, not "
+        f"minutes): {ok(ep < 30)}.",
         "",
         "Notes:",
-        "- TorchRL's `preprocess` maps the function over the storage with `TensorDict.map` (a fork pool even "
-        "with one worker) into a `memmap_like` copy of the first output; it writes `observation` and "
+        "- TorchRL's `preprocess` maps the function over the storage with `TensorDict.map` (a fork pool "
+        "even with one worker) into a `memmap_like` copy of the first output; it writes `observation` and "
         "`next/observation` as two arrays. With its default start method it spawns the worker (torchrl "
         "selects spawn when imported), which costs seconds of start-up; with a fork pool it is fast. rlds "
-        "writes observation-like keys once (flat layout), checks `next/K[t] == K[t+1]` inside episodes, "
-        "and runs one worker in-process (no pool to start); with N workers it spawns N-1 processes as soon "
-        "as the chunks are planned (they import numpy and the function's module while the coordinator "
-        "infers the schema), the coordinator works as the N-th, and every process claims the next chunk "
-        "when it is free.",
+        "writes observation-like keys once (flat layout), checks `next/K[t] == K[t+1]` inside episodes, and "
+        "runs one worker in-process (no pool to start); with N workers it spawns N-1 processes as soon as "
+        "the chunks are planned (they import numpy and the function's module while the coordinator infers "
+        "the schema), the coordinator works as the N-th, and every process claims the next chunk when it is "
+        "free.",
         "- The rlds rows include everything `preprocess.run` does: reading the input, the function, the "
         "checks, writing the output, the episode index and manifest, and the atomic publish.",
         "- Per-episode mode writes finished chunks to files and appends them in order (the output size is "
@@ -320,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     p = _harness.parser("rlds preprocess vs TorchRL preprocess", SECTION, work="preprocess", repeats=(3, 1))
     run = _harness.start(p.parse_args(argv))
     res = measure(100_000 if run.quick else 1_000_000, run.repeats, run.work)
-    run.publish(SECTION, render(res, run.info()), _harness.logger(SECTION))
+    run.publish(SECTION, render(res, run.info()), _log)
     return 0
 
 

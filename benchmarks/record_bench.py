@@ -281,14 +281,11 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         "costs a step, no fsync, in the same round: a floor under every recorder's overhead, and where "
         "frames are large most of rlds's (a first write into memory this VM has not handed out before is "
         "slow: the page cache's fresh pages).",
-        "",
-        _harness.bench_doc.markers(SECTION)[1],
-        "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _harness.closing(SECTION, None))
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     p = _harness.parser("recording overhead: rlds vs Minari DataCollector", SECTION, work="record", repeats=3)
     run = _harness.start(p.parse_args(argv))
 
@@ -302,7 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     results = {env_id: measure(env_id, n, run.repeats, run.work, log) for env_id, n in episodes.items()}
     run.publish(SECTION, section(results, run.info()), log)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

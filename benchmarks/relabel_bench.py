@@ -16,7 +16,7 @@ time of the rounds.
 
 Usage::
 
-    python benchmarks/relabel_bench.py [--steps 1000000] [--batches 200] [--rounds 5]
+    python benchmarks/relabel_bench.py [--steps 1000000] [--batches 200] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="20,000 steps, 20 batches, 1 round (a smoke test)")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.batches, args.rounds = 20_000, 20, 1
     from rlds_cli.loader import Loader
     from rlds_cli.loader.relabel import GoalRelabel, GoalRule
 

@@ -21,26 +21,25 @@ Sections:
   each drawing the first 100 batches of 256 of its shard of an epoch (epoch sampler): batches/s
   per rank, from the cache and from S3.
 
-Work data goes to a temporary directory, removed at the end.
+Work data goes to ``benchmarks/_work/remote``, removed at the end unless ``--keep``.
 
 Usage (needs the ``remote`` extra and ``moto[server]``)::
 
-    python benchmarks/remote_bench.py [--sections transfer,sampling,ranks] [--steps N] [--seconds S]
+    python benchmarks/remote_bench.py [--sections transfer,sampling,ranks] [--steps N] [--seconds S] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import multiprocessing
 import os
-import shutil
 import statistics
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _harness
 import data as bench_data  # benchmarks/data.py: builder blocks
 import numpy as np
 
@@ -118,23 +117,21 @@ def sampling(work: Path, steps: int, seconds: float) -> None:
         print(f"| {label} | {r:,.0f} | {r / local:.2f}x | {req} | {mb} | {setup:.2f} |", flush=True)
 
     row("cache, on disk (`in_memory=False`)", local)
-    ds = open_dataset(url)
-    loader = Loader(ds, BATCH, in_memory=False, seed=0)
-    before, n0 = (ds.requests, ds.bytes_fetched), 0
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        loader.sample()
-        n0 += 1
-    row("S3, ranged reads", n0 / (time.perf_counter() - t), ds, before, n0)
+
+    def first_pass(label: str, ds: Any) -> None:
+        """Batches/s over the first ``seconds`` of a loader on ``ds`` (every request counted)."""
+        loader = Loader(ds, BATCH, in_memory=False, seed=0)
+        before = (ds.requests, ds.bytes_fetched)
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            loader.sample()
+            n += 1
+        row(label, n / (time.perf_counter() - t), ds, before, n)
+
+    first_pass("S3, ranged reads", open_dataset(url))
     cache = work / "remote-cache"
     ds = open_dataset(url, cache=cache)
-    loader = Loader(ds, BATCH, in_memory=False, seed=0)
-    before, n0 = (ds.requests, ds.bytes_fetched), 0
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        loader.sample()
-        n0 += 1
-    row("S3, file cache, first pass (cold)", n0 / (time.perf_counter() - t), ds, before, n0)
+    first_pass("S3, file cache, first pass (cold)", ds)
     for key in ds.manifest.fields:  # the rest of the files into the cache
         np.asarray(ds.column(key))
     warm = open_dataset(url, cache=cache)
@@ -196,14 +193,18 @@ def ranks(work: Path, steps: int) -> None:
             print(f"| {label} | {rank} | {n} | {r:,.0f} | {setup:.2f} |", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="push/pull, remote sampling and per-rank throughput")
-    parser.add_argument("--sections", default="transfer,sampling,ranks", help="comma-separated")
-    parser.add_argument("--steps", type=int, default=200_000, help="steps of each dataset")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per sampling case")
-    args = parser.parse_args()
-    sections = set(args.sections.split(","))
-    work = Path(tempfile.mkdtemp(prefix="rlds-remote-bench-"))
+def main(argv: list[str] | None = None) -> int:
+    p = _harness.parser(
+        "push/pull, remote sampling and per-rank throughput",
+        None,
+        work="remote",
+        steps=(200_000, 20_000),
+        seconds=(3.0, 0.5),
+    )
+    p.add_argument("--sections", default="transfer,sampling,ranks", help="comma-separated")
+    run = _harness.start(p.parse_args(argv))
+    sections = set(run.args.sections.split(","))
+    work = run.work
     os.environ["RLDS_HOME"] = str(work / "home")
     os.environ["RLDS_FSYNC"] = "0"
     os.environ["RLDS_MEMORY_BUDGET"] = "0"  # in_memory is said in each case, never chosen for it
@@ -225,15 +226,16 @@ def main() -> None:
     s3fs.S3FileSystem().mkdir("bench")
     try:
         if "transfer" in sections:
-            transfer(work, args.steps)
+            transfer(work, run.steps)
         if "sampling" in sections:
-            sampling(work, args.steps, args.seconds)
+            sampling(work, run.steps, run.seconds)
         if "ranks" in sections:
-            ranks(work, args.steps)
+            ranks(work, run.steps)
     finally:
         server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        run.remove(work)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import _harness
+
 HERE = Path(__file__).resolve().parent
 
-import _harness  # noqa: E402  (benchmarks/_harness.py: the shared flags)
-
-#: What ``make bench`` runs, in this order (``--only`` picks some): section -> script.
+#: What ``make bench`` runs, in this order (``--only`` picks some): section -> script and its flags.
 SECTIONS = {
     "conversion": "conversion_bench",  # D4RL file -> cache, rlds vs TorchRL's Minari cache build
-    "minari": "minari_bench",  # rlds reading a Minari dataset itself vs TorchRL
+    "minari": "conversion_bench --minari",  # rlds reading a Minari dataset itself vs TorchRL
     "preprocess": "preprocess_bench",  # rlds preprocess vs TorchRL preprocess
     "cli": "cli_bench",  # CLI start-up time
     "pixel": "pixel_bench",  # conversion, disk and every sampling path on pixels
@@ -36,8 +36,8 @@ SECTIONS = {
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
 #: and the recording overhead against Minari's DataCollector (issue 25).
 EXTRA_SECTIONS = {
-    "framestack": "framestack_bench",
-    "dataloader": "dataloader_bench",
+    "framestack": "before_after_bench",
+    "dataloader": "before_after_bench --dataloader",
     "record": "record_bench",
 }
 _log = _harness.logger("run_all")
@@ -67,12 +67,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     for name in chosen:
         t = time.perf_counter()
         _log(f"== {name}")
-        status |= (
-            importlib.import_module(everything[name]).main(
-                [*shared, "--work", str(args.work.resolve() / name)]
-            )
-            or 0
-        )
+        script, *flags = everything[name].split()
+        work = ["--work", str(args.work.resolve() / name)]
+        status |= importlib.import_module(script).main([*flags, *shared, *work]) or 0
         _log(f"== {name} took {(time.perf_counter() - t) / 60:.1f} min")
     _log(f"all sections ({', '.join(chosen)}) took {(time.perf_counter() - t0) / 60:.1f} min")
     return status

@@ -23,7 +23,7 @@ over rounds (range in brackets):
 
 Usage::
 
-    python benchmarks/windows_bench.py [--steps 200000] [--rounds 7]
+    python benchmarks/windows_bench.py [--steps 200000] [--rounds 7] [--quick]
 
 Work data goes to ``benchmarks/_work/windows`` (git-ignored) and is deleted unless ``--keep``.
 """
@@ -130,7 +130,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--keep", action="store_true")
     p.add_argument("--lerobot", action="store_true", help="also time LeRobotDataset (needs lerobot)")
+    p.add_argument("--quick", action="store_true", help="20,000 steps, 1 round (a smoke test)")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.rounds = 20_000, 1
     work = HERE / "_work" / "windows"
     ds = build(args.steps, work)
     cases = {

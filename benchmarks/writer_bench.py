@@ -96,31 +96,12 @@ def bench_append(
 
 
 def bench_torchrl(work: Path, episodes: list[dict[str, np.ndarray]]) -> float:
-    import torch
-    from tensordict import TensorDict
+    from _child_runs import ted
     from torchrl.data import LazyMemmapStorage, ReplayBuffer
 
     steps = sum(len(ep["action"]) for ep in episodes)
     rb = ReplayBuffer(storage=LazyMemmapStorage(steps, scratch_dir=str(work / "trl")))
-    tds = []
-    for ep in episodes:
-        n = len(ep["action"])
-        tds.append(
-            TensorDict(
-                {
-                    "observation": torch.from_numpy(ep["observation"]),
-                    "action": torch.from_numpy(ep["action"]),
-                    "next": {
-                        "observation": torch.from_numpy(ep["next/observation"]),
-                        "reward": torch.from_numpy(ep["next/reward"]),
-                        "terminated": torch.from_numpy(ep["next/terminated"]),
-                        "truncated": torch.from_numpy(ep["next/truncated"]),
-                        "done": torch.from_numpy(ep["next/terminated"]),
-                    },
-                },
-                batch_size=[n],
-            )
-        )
+    tds = [ted({**ep, "next/done": ep["next/terminated"]}) for ep in episodes]  # no copy of the arrays
     start = time.perf_counter()
     for td in tds:
         rb.extend(td)

@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 pytest.importorskip("torch")
 
 import _harness
-import bench_doc
 
 
 def _cases(n: int = 2) -> list[_harness.Case]:
@@ -53,12 +52,43 @@ def test_report_pieces() -> None:
     assert _harness.span([1.0, 3.0, 2.0], ".1f", "x") == "2.0x (1.0-3.0)"
     assert _harness.pairs("a/b c-d/e") == [("a", "b"), ("c-d", "e")]
     assert _harness.verdict(True) == "**met**" and _harness.verdict(False) == "**not met**"
-    start, end = bench_doc.markers("s")
+    start, end = _harness.markers("s")
     assert _harness.opening("s", "Title", True)[0] == start
     assert any("Quick run" in line for line in _harness.opening("s", "Title", True))
     assert not any("Quick run" in line for line in _harness.opening("s", "Title", False))
     closing = _harness.closing("s", "cmd", ["- note"])
     assert closing[-2] == end and "cmd" in closing and "- note" in closing
+
+
+def test_the_report_tables_judge_goals_on_the_pairs_except_against_torchrl() -> None:
+    cases = {c.key: c for c in _cases(3)}
+    cases["trl-x"] = cases.pop("k2")
+    cases["trl-x"].key = "trl-x"
+    for case, rate in zip(cases.values(), [2.0, 4.0, 1.0], strict=True):
+        case.rates = [rate]
+    goals = _harness.ratio_goals("k0/k1>=0.9 k0/trl-x>=1.5 k1/k0")
+    assert goals == {("k0", "k1"): 0.9, ("k0", "trl-x"): 1.5, ("k1", "k0"): None}
+    paired = {("k0", "k1"): [0.9, 1.0, 0.95], ("k0", "trl-x"): [1.0]}
+    lines = _harness.ratios_table(cases, goals, paired)
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| k")}
+    mine = rows["k0 / k1"]
+    assert "0.50x" in mine and "0.95x (0.90-1.00)" in mine and "**met**" in mine  # the pairs, not the rates
+    assert "2.00x" in rows["k0 / trl-x"] and "**met**" in rows["k0 / trl-x"]  # the rates, not the pairs
+    assert rows["k1 / k0"].endswith("| - |")
+    table = _harness.rates_table(cases.values(), {"extra": lambda c: c.key.upper()})
+    assert table[0].endswith("| extra |")
+    assert table[2].startswith("| k0 | case 0 | 2.00 (2.00-2.00) | 500 |") and table[2].endswith("| K0 |")
+
+
+def test_a_section_is_replaced_between_its_markers(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    start, end = _harness.markers("s")
+    _harness.write_section(doc, "s", f"{start}\nfirst\n{end}\n")
+    doc.write_text(doc.read_text() + "after\n")
+    _harness.write_section(doc, "s", f"{start}\ntwo\n{end}\n")
+    text = doc.read_text()
+    assert text.startswith(_harness.INTRO) and text.endswith("after\n")
+    assert "two" in text and "first" not in text
 
 
 def test_raw_figures_are_saved_as_json(tmp_path: Path) -> None:
@@ -76,11 +106,11 @@ def test_raw_figures_are_saved_as_json(tmp_path: Path) -> None:
 def test_the_frame_stack_section_runs_in_its_smallest_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import framestack_bench
+    import before_after_bench
 
     doc = tmp_path / "bench.md"
     argv = ["--quick", "--steps", "300", "--seconds", "0.01", "--repeats", "1", "--work", str(tmp_path / "w")]
-    assert framestack_bench.main([*argv, "--write", str(doc)]) == 0
+    assert before_after_bench.main([*argv, "--write", str(doc)]) == 0
     section = doc.read_text()
     for label in (
         "raw `np.take` of 4x the frames, `np.memmap`",
@@ -88,7 +118,7 @@ def test_the_frame_stack_section_runs_in_its_smallest_configuration(
         "`FrameStack(4)` before",
     ):
         assert label in section
-    assert "### Goal" in section and bench_doc.markers("frame-stack")[1] in section
+    assert "### Goal" in section and _harness.markers("frame-stack")[1] in section
     assert not (tmp_path / "w" / "root").exists()  # generated data removed without --keep
 
 

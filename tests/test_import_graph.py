@@ -157,7 +157,7 @@ def test_the_package_has_no_import_cycles() -> None:
 def test_the_benchmarks_have_no_import_cycles() -> None:
     """Shared helpers live in benchmarks/_harness.py, which imports no section script."""
     graph = benchmarks_graph()
-    assert "_harness" in graph["minari_bench"] and "run_all" not in graph["minari_bench"]
+    assert "_harness" in graph["conversion_bench"] and "run_all" not in graph["conversion_bench"]
     found = cycles(graph)
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
