@@ -8,11 +8,14 @@ episode committed). The overhead per step is ``(run - bare) / steps``, where ``b
 same loop on the unwrapped environment in the same round. Configurations are interleaved over
 ``--repeats`` rounds; medians are reported.
 
-* ``rlds (commit per episode)``: ``RecordEpisodes`` + ``DatasetWriter`` (memmap,
-  ``episodes_per_commit=1``), fsync on (``RLDS_FSYNC=1``): every episode is committed as soon
-  as it ends (a sealed segment, its files and folder fsynced, its record appended to the log and
-  fsynced) on the writer's commit thread while the next one is recorded; episodes that end
-  during a commit go together into the next;
+* ``rlds (defaults)``: ``RecordEpisodes`` + ``DatasetWriter`` with its defaults (memmap,
+  ``episodes_per_commit=1``, ``commit_interval`` 50 ms), fsync on (``RLDS_FSYNC=1``): what
+  ``rlds_cli.record`` does. A commit (a sealed segment, its files and folder fsynced, its record
+  appended to the log and fsynced) runs on the writer's commit thread while the next episodes
+  are recorded, and starts once an episode waits and 50 ms have passed since the last one
+  started; the episodes that end in between go together into it;
+* ``rlds (commit per episode)``: the same with ``commit_interval=0``: every episode is
+  committed as soon as it ends (episodes that end during a commit go together into the next);
 * ``rlds (one commit)``: the same with ``episodes_per_commit`` = all episodes: one segment,
   written and fsynced when the writer closes (Minari's dataset too exists only after
   ``create_dataset``);
@@ -127,11 +130,12 @@ def _run_assembly(env_id: str, seeds: list[int], actions: list[Any], work: Path)
 
 
 def _rlds_runner(
-    episodes_per_commit: int | None, fsync: bool = True
+    episodes_per_commit: int | None, fsync: bool = True, **writer_args: Any
 ) -> Callable[[str, list[int], list[Any], Path], float]:
     """rlds into a DatasetWriter: a commit (a sealed segment) per ``episodes_per_commit``
     episodes (``None``: one commit for the whole run, when the writer closes), its files
-    fsynced or not (``RLDS_FSYNC``)."""
+    fsynced or not (``RLDS_FSYNC``); ``writer_args`` (e.g. ``commit_interval``) go to the
+    writer, whose defaults hold otherwise."""
 
     def run(env_id: str, seeds: list[int], actions: list[Any], work: Path) -> float:
         import rlds_cli
@@ -142,7 +146,7 @@ def _rlds_runner(
         os.environ["RLDS_FSYNC"] = "1" if fsync else "0"
         per_commit = episodes_per_commit or len(seeds)
         t0 = time.perf_counter()
-        with writer_class("bench", root=root, episodes_per_commit=per_commit) as writer:
+        with writer_class("bench", root=root, episodes_per_commit=per_commit, **writer_args) as writer:
             env = RecordEpisodes(_make(env_id), writer)
             _drive(env, seeds, actions)
         elapsed = time.perf_counter() - t0
@@ -170,7 +174,8 @@ def _run_minari(env_id: str, seeds: list[int], actions: list[Any], work: Path) -
 RUNNERS: dict[str, Callable[[str, list[int], list[Any], Path], float]] = {
     "bare": _run_bare,
     "rlds (assembly)": _run_assembly,
-    "rlds (commit per episode)": _rlds_runner(1),
+    "rlds (defaults)": _rlds_runner(1),
+    "rlds (commit per episode)": _rlds_runner(1, commit_interval=0.0),
     "rlds (one commit)": _rlds_runner(None),
     "rlds (one commit, no fsync)": _rlds_runner(None, fsync=False),
     "minari": _run_minari,
@@ -243,9 +248,10 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         *_harness.header(info, versions),
         "",
         "| environment | steps (episodes) | bare loop per step | rlds: wrapper + assembly "
-        "| rlds: commit per episode, fsync | rlds: one commit, fsync | rlds: one commit, no fsync "
+        "| rlds: defaults (a commit at most every 50 ms), fsync | rlds: commit per episode, fsync "
+        "| rlds: one commit, fsync | rlds: one commit, no fsync "
         "| Minari DataCollector | the frames' bytes written to a file |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for env_id, res in results.items():
         o, s = res["overhead_us"], res["seconds"]
@@ -255,6 +261,7 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
             _cell(o, name)
             for name in (
                 "rlds (assembly)",
+                "rlds (defaults)",
                 "rlds (commit per episode)",
                 "rlds (one commit)",
                 "rlds (one commit, no fsync)",
@@ -272,7 +279,9 @@ def section(results: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
         "sealed segment (one file per key, the episode index, the folder) and a commit-log record; per "
         "commit that cost "
         + ", ".join(f"`{env_id}` {res['ms_per_commit']:.1f} ms" for env_id, res in results.items())
-        + " here (commit per episode minus assembly, per episode), so short episodes pay it over few steps; "
+        + " here (commit per episode minus assembly, per episode), so short episodes pay it over few steps. "
+        "The defaults (what `rlds_cli.record` uses) start a commit at most every 50 ms "
+        "(`commit_interval`), so the episodes of a fast environment share one; "
         "`episodes_per_commit=N` (a `DatasetWriter` argument, and `record(..., episodes_per_commit=N)`) "
         "spreads it over N episodes. With fsync on, a commit returns once its bytes are on the disk, so "
         "where a run writes many bytes a step (`pixels`: 21 KB) the disk's write rate is the floor of its "

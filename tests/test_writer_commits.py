@@ -279,3 +279,82 @@ def test_a_large_batch_of_frames_commits_exactly(isolated_cache: Path) -> None:
     for i, start in enumerate((0, 20, 40)):
         assert np.array_equal(ds.episode(i)["observation"], frames[start : start + 20])
         assert np.array_equal(ds.episode(i)["next/observation"][-1], frames[start + 20])
+
+
+# ---------------------------------------------------------------------- the commit interval
+
+#: An interval no test waits out: a commit that waited for it would hang the test, not pass it.
+FOREVER = 3_600.0
+
+
+def _finishes(call: Any) -> None:
+    """Run ``call`` on a thread; it must return (it would wait ``FOREVER`` if it waited for the
+    interval)."""
+    done = threading.Thread(target=call, daemon=True)
+    done.start()
+    done.join(60)
+    assert not done.is_alive(), f"{call} waited for the commit interval"
+
+
+def _recording_committer(interval: float, **kwargs: Any) -> tuple[Committer, list[list[int]], threading.Event]:
+    """A committer whose commits only record their batches (by uid); the event is set by each."""
+    batches: list[list[int]] = []
+    committed = threading.Event()
+
+    def commit(batch: list[Any]) -> None:
+        batches.append([int(ep.steps["info/episode_uid"][0]) for ep in batch])
+        committed.set()
+
+    return Committer(commit, 1, name="interval", commit_interval=interval, **kwargs), batches, committed
+
+
+def test_episodes_within_the_commit_interval_wait_for_one_commit() -> None:
+    """The first commit starts at once; the episodes that end within the interval after it wait
+    (none committed yet) and are committed together, by flush, without waiting it out."""
+    committer, batches, committed = _recording_committer(FOREVER)
+    committer.add(_columns(0))
+    assert committed.wait(10) and batches == [[0]]
+    for uid in (1, 2, 3):
+        committer.add(_columns(uid))
+    committed.clear()
+    assert not committed.wait(0.3) and committer.waiting == 3  # the interval holds them
+    _finishes(committer.flush)
+    assert batches == [[0], [1, 2, 3]]
+    committer.add(_columns(4))
+    _finishes(lambda: committer.finish(due_only=False))  # close does not wait for it either
+    assert batches == [[0], [1, 2, 3], [4]]
+
+
+def test_a_full_backlog_is_committed_without_waiting_for_the_interval() -> None:
+    one = _columns(0).nbytes()
+    committer, batches, committed = _recording_committer(FOREVER, max_waiting_bytes=3 * one)
+    committer.add(_columns(0))
+    assert committed.wait(10)
+    committed.clear()
+    committer.add(_columns(1))
+    committer.add(_columns(2))
+    assert not committed.wait(0.3) and committer.waiting == 2
+    committer.add(_columns(3))  # three episodes' bytes wait: the backlog is full
+    assert committed.wait(60), "a full backlog waited for the interval"
+    assert batches == [[0], [1, 2, 3]]
+    committer.finish(due_only=False)
+
+
+def test_no_interval_commits_each_episode_as_it_comes(isolated_cache: Path) -> None:
+    """``commit_interval=0``: an episode added after the last commit ended is a commit of its
+    own (waited for by polling the writer's count, not by flush)."""
+    with rlds_cli.DatasetWriter("eager", commit_interval=0) as w:
+        for uid in range(3):
+            w.add_episode(episode(2, uid=uid))
+            for _ in range(6_000):
+                if w.episodes_written == uid + 1:
+                    break
+                threading.Event().wait(0.01)
+            assert w.episodes_written == uid + 1
+    assert _uids("eager") == [0, 1, 2] and _segments("eager") == 3
+
+
+@pytest.mark.parametrize("interval", [-1.0, float("nan")])
+def test_a_negative_or_nan_commit_interval_is_refused(isolated_cache: Path, interval: float) -> None:
+    with pytest.raises(ValueError, match="commit_interval"):
+        rlds_cli.DatasetWriter("bad", commit_interval=interval)
