@@ -123,6 +123,18 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
         os.close(fd)
 
 
+def has_added(path: Path, seg: bytes) -> bool:
+    """Whether the log at ``path`` holds an ``ADD`` record of segment ``seg`` (read whole: for
+    a commit that failed around its append, to tell a committed segment from a leftover)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    for off in range(0, len(data) - RECORD_SIZE + 1, RECORD_SIZE):
+        rec = Record.unpack(data[off : off + RECORD_SIZE])
+        if rec is not None and rec.kind == ADD and rec.seg == seg:
+            return True
+    return False
+
+
 def _lock(fd: int) -> None:
     """An exclusive lock of the open log (``flock``; none where there is no ``fcntl``)."""
     try:

@@ -5,11 +5,13 @@ One fsync waits for the disk and for a journal commit; on a filesystem that othe
 write to, a dozen in a row took 20 ms where issued together they share commits (3 ms: a
 100k-step conversion's whole fsync cost). The pool is made once per process (a commit per
 episode made, and then joined, eight threads each time) and made again in a forked child,
-which inherits the pool object but none of its threads.
+which inherits the pool object but none of its threads. Once the interpreter has begun to exit
+(concurrent.futures' exit hook has run), the paths are synced one by one in the waiting thread.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -66,14 +68,19 @@ def start_fsyncs(files: list[Path], folders: list[Path]) -> Callable[[], None]:
             fsync_dir(path)
         return _nothing
     pool = _fsync_pool()
-    futures: list[Any] = [pool.submit(fsync_file, p) for p in files]
-    futures += [pool.submit(fsync_dir, p) for p in folders]
+    waits: list[Callable[[], Any]] = []
+    for sync, path in [*((fsync_file, p) for p in files), *((fsync_dir, p) for p in folders)]:
+        try:
+            waits.append(pool.submit(sync, path).result)
+        except RuntimeError:  # the interpreter is exiting (concurrent.futures takes no new work
+            # once its exit hook ran: a writer left open commits in an atexit handler after it)
+            waits.append(functools.partial(sync, path))  # synced by the wait, in this thread
 
     def wait() -> None:
         error: BaseException | None = None
-        for future in futures:
+        for result in waits:
             try:
-                future.result()
+                result()
             except BaseException as exc:
                 error = error or exc
         if error is not None:

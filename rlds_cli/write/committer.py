@@ -16,8 +16,10 @@ commit's time after it was added. ``flush``, ``close`` and a full backlog
 What the writer can rely on:
 
 * **Order.** One thread commits, in the order the episodes were added. A commit that fails
-  holds back the ones after it until the caller has been told: its next call (``add``,
-  ``flush``, ``close``) raises the error, and adds nothing.
+  holds back the ones after it until the caller has been told: its next call (``check``,
+  which the writer makes before it changes anything, ``flush``, ``close``) raises the error.
+  ``close`` after a failure says how many episodes were not written in all (the failed batch
+  and those waiting behind it).
 * **Bounded memory.** Episodes waiting for a commit take at most :data:`MAX_WAITING_BYTES`
   (or one episode) while a commit is under way; beyond that, ``add`` waits for the disk.
 * **flush** returns once every episode added before it is committed (visible, and durable with
@@ -27,11 +29,17 @@ What the writer can rely on:
   ``episodes_per_commit`` (what a writer that commits inline would have committed) and drops
   the rest, with a warning.
 * **fork.** A forked child has none of the parent's threads: it forgets the commit under way
-  (the parent's to finish) and starts its own thread for its next commit.
+  and the episodes waiting (the parent's to commit: the child committing them too would write
+  them twice) and starts its own thread for its next commit.
+* **Exit.** A writer left open when the interpreter exits commits its full batches from an
+  ``atexit`` handler registered when this module is imported: it runs after the threads that
+  are not daemons have ended and after every ``atexit`` handler registered later (a user's
+  ``atexit.register(writer.close)`` closes the writer first, whole).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -39,6 +47,7 @@ import time
 import weakref
 from collections.abc import Callable
 
+from rlds_cli.errors import CommitFailedError
 from rlds_cli.write.validate import EpisodeColumns
 
 log = logging.getLogger(__name__)
@@ -47,8 +56,6 @@ log = logging.getLogger(__name__)
 MAX_WAITING_BYTES = 256 * 1024 * 1024
 
 _live: weakref.WeakSet[Committer] = weakref.WeakSet()
-_exit_hook_lock = threading.Lock()
-_exit_hook_registered = False
 
 
 class Committer:
@@ -92,14 +99,26 @@ class Committer:
         """Episodes added and not yet handed to a commit."""
         return len(self._waiting)
 
-    def add(self, episode: EpisodeColumns) -> None:
-        """Hand ``episode`` over (the committer owns its arrays from now on)."""
-        nbytes = episode.nbytes()
+    def check(self) -> None:
+        """Raise (once) the error of a commit that failed since the caller was last told."""
         with self._cond:
             self._raise_error()
-            while self._busy is not None and self._waiting_bytes + nbytes > self._max_bytes and self._waiting:
+
+    def add(self, episode: EpisodeColumns) -> None:
+        """Hand ``episode`` over (the committer owns its arrays from now on). Never raises a
+        commit's error: :meth:`check` first (an error that comes while this call waits for
+        the disk is told by the next ``check``, ``flush`` or ``finish``, and the episode waits
+        behind it like the others), so a caller that hands several episodes over in one call
+        never loses some of them to an error told half-way."""
+        nbytes = episode.nbytes()
+        with self._cond:
+            while (
+                self._busy is not None
+                and self._error is None
+                and self._waiting_bytes + nbytes > self._max_bytes
+                and self._waiting
+            ):
                 self._cond.wait()
-                self._raise_error()
             self._waiting.append(episode)
             self._waiting_bytes += nbytes
             if len(self._waiting) >= self._per:
@@ -137,19 +156,28 @@ class Committer:
                 self._drop(self._waiting[keep:], "added but not committed")
                 del self._waiting[keep:]
             self._stopping = True  # the thread commits what waits, then ends
+            inline = False
             if self._waiting and self._thread is None and self._error is None:
-                self._wake()
+                try:
+                    self._wake()
+                except RuntimeError:  # no new thread at interpreter shutdown (Python >= 3.12)
+                    inline = True
             self._cond.notify_all()
             thread = self._thread
-        if thread is threading.current_thread():
+        if inline:
+            self._run()  # the commits this thread would have made, made here
+        elif thread is threading.current_thread():
             return  # (a finalizer run on the thread itself) it commits what waits, then ends
-        if thread is not None:
+        elif thread is not None:
             thread.join()
         with self._cond:
             error, self._error = self._error, None
+            behind = len(self._waiting)
             self._drop(self._waiting, "waiting behind a failed commit")
             self._waiting.clear()
         if error is not None:
+            if behind and isinstance(error, CommitFailedError):
+                error = _with_episodes_behind(error, behind)
             if not due_only:
                 raise error
             log.warning("%s", error)
@@ -169,14 +197,19 @@ class Committer:
     def _wake(self) -> None:
         """Make sure the thread runs, and tell it there is work; the caller holds the lock."""
         if self._thread is None:
-            _register_exit_hook()
-            self._thread = threading.Thread(target=self._run, name=f"rlds-commit-{self._name}", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name=f"rlds-commit-{self._name}", daemon=True)
+            thread.start()
+            self._thread = thread
         self._cond.notify_all()
 
     def _forked(self) -> None:
-        """In a forked child: the thread and the batch under way were the parent's."""
+        """In a forked child: the thread, the batch under way, the episodes waiting and a
+        failure not yet told are the parent's."""
         self._new_process_state()
+        self._waiting = []
+        self._waiting_bytes = 0
+        self._error = None
+        self._last_start = -float("inf")
 
     # ------------------------------------------------------------------ the thread
 
@@ -226,24 +259,19 @@ def _finish_all_at_exit() -> None:
             committer.finish(due_only=True)
 
 
-def _register_exit_hook() -> None:
-    """Commit the due episodes of writers left open when the interpreter exits. The hook runs
-    with threading's own exit hooks, before threads are joined and before concurrent.futures
-    shuts down its pools (the fsync pool): registered after that module's, it runs first."""
-    global _exit_hook_registered
-    with _exit_hook_lock:
-        if _exit_hook_registered:
-            return
-        import concurrent.futures.thread  # noqa: F401  (its exit hook first, so ours runs before it)
+def _with_episodes_behind(error: CommitFailedError, behind: int) -> CommitFailedError:
+    """``error`` saying too that the ``behind`` episodes waiting after the failed batch were
+    not written (a writer closed after the failure)."""
+    told = CommitFailedError(
+        f"{error}; the {behind} episode(s) added after them were not written either", hint=error.hint
+    )
+    told.__cause__ = error.__cause__
+    return told
 
-        register = getattr(threading, "_register_atexit", None)
-        if register is not None:
-            try:
-                register(_finish_all_at_exit)
-            except RuntimeError:  # the interpreter is already shutting down
-                return
-        _exit_hook_registered = True
 
+# Registered at import, before a user can register a handler that closes a writer (atexit runs
+# handlers last in, first out, and only after the threads that are not daemons have ended).
+atexit.register(_finish_all_at_exit)
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

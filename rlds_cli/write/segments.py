@@ -115,19 +115,50 @@ def commit_segment(
     writer: dict[str, Any],
 ) -> Record:
     """Write ``batch`` (whole episodes) as one segment and commit it (see the module
-    docstring); returns the ``ADD`` record appended."""
+    docstring); returns the ``ADD`` record appended.
+
+    A failure after the segment's rename (its folders' fsyncs, the log's write) removes the
+    segment, which no record names, at once: its writer still runs, so :func:`collect` would
+    keep it until the writer ends. A failure after the record was written (its fsync) leaves
+    the segment committed and raises :class:`CommittedNotSynced`."""
     seg = new_segment_id()
-    with building_segment(directory, seg, fsync=fsync) as build:
-        manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
-    record = Record(
-        ADD,
-        seg,
-        episodes=manifest.num_episodes,
-        steps=manifest.num_steps,
-        flags=PROTECTED if protected else 0,
-    )
-    commit_log.append(directory / COMMIT_LOG_FILE, record, fsync=fsync)
+    log_path = directory / COMMIT_LOG_FILE
+    final = directory / SEGMENTS_DIR / seg_name(seg)
+    try:
+        with building_segment(directory, seg, fsync=fsync) as build:
+            manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
+        record = Record(
+            ADD,
+            seg,
+            episodes=manifest.num_episodes,
+            steps=manifest.num_steps,
+            flags=PROTECTED if protected else 0,
+        )
+        commit_log.append(log_path, record, fsync=fsync)
+    except BaseException as exc:
+        if not final.exists():
+            raise
+        try:
+            logged = commit_log.has_added(log_path, seg)
+        except OSError:  # unknown: the segment stays, for collect to judge once its writer ends
+            raise exc from None
+        if logged:
+            if isinstance(exc, Exception):
+                raise CommittedNotSynced(record, exc) from exc
+            raise
+        shutil.rmtree(final, ignore_errors=True)
+        raise
     return record
+
+
+class CommittedNotSynced(Exception):
+    """A segment's record is in the log (its episodes are committed and visible) but the commit
+    failed after writing it: the log's fsync. ``record`` is that record, ``cause`` the error."""
+
+    def __init__(self, record: Record, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.record = record
+        self.cause = cause
 
 
 def _write_segment(

@@ -10,13 +10,14 @@ was committed (the eviction after it failed) or not (its episodes were not writt
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import LogState, seg_name
+from rlds_cli.cache.commit_log import LogState, Record, seg_name
 from rlds_cli.cache.growing import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
@@ -53,6 +54,8 @@ class SegmentSink:
         """Write ``batch`` as one segment and commit it, then evict and collect."""
         head = self.head
         assert head is not None, "the writer sets the head before its first commit"
+        if self.writer.get("pid") != os.getpid():  # a forked child: its segments are its own
+            self.writer = {**self.writer, **segments.writer_identity()}
         try:
             record = segments.commit_segment(
                 self.directory,
@@ -63,6 +66,14 @@ class SegmentSink:
                 fsync=self.fsync,
                 writer=self.writer,
             )
+        except segments.CommittedNotSynced as exc:
+            self._count(exc.record, batch)
+            raise CommitFailedError(
+                f"dataset {head.name!r}: {exc.record.episodes} episode(s) were committed and are "
+                f"visible, but syncing the commit log failed, so they may not survive a power "
+                f"loss: {_cause(exc.cause)[0]}",
+                hint="do not add them again; check the disk (the next commit syncs the log again)",
+            ) from exc.cause
         except Exception as exc:
             steps = sum(ep.num_steps for ep in batch)
             what, hint = _cause(exc)
@@ -71,9 +82,7 @@ class SegmentSink:
                 f"they were not written: {what}",
                 hint=hint,
             ) from exc
-        self._lengths[record.seg] = np.array([ep.num_steps for ep in batch], np.int64)
-        self.episodes_written += record.episodes
-        self.steps_written += record.steps
+        self._count(record, batch)
         try:
             self._after_commit(head)
         except Exception as exc:
@@ -82,6 +91,12 @@ class SegmentSink:
                 f"eviction or cleanup after them failed: {_cause(exc)[0]}",
                 hint="the committed episodes are safe; the next commit evicts and cleans up again",
             ) from exc
+
+    def _count(self, record: Record, batch: list[EpisodeColumns]) -> None:
+        """A committed segment: its episodes' lengths kept for eviction, the totals counted."""
+        self._lengths[record.seg] = np.array([ep.num_steps for ep in batch], np.int64)
+        self.episodes_written += record.episodes
+        self.steps_written += record.steps
 
     def _after_commit(self, head: Manifest) -> None:
         """Evict past the capacity, then remove the files of segments retired long enough."""

@@ -343,8 +343,11 @@ class DatasetWriter:
             raise
 
     def _check_open(self) -> None:
+        """Before a call changes anything: the writer is open, and a commit that failed since
+        the last call is told now (so the call that tells adds nothing: no step, no episode)."""
         if self._closed:
             raise RuntimeError(f"the writer of dataset {self.name!r} is closed")
+        self._committer.check()
 
     # ------------------------------------------------------------------ committing
 
