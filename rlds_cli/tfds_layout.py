@@ -34,8 +34,10 @@ def shard_split(name: str) -> str:
 
 def tfds_folders(names: Iterable[str]) -> list[str]:
     """The TFDS dataset folders among ``names`` (``/``-separated relative file paths), sorted: each
-    a folder (``""`` for the top) that holds ``features.json`` and at least one shard."""
-    parts = [name.rpartition("/")[::2] for name in names]
+    a folder (``""`` for the top) that holds ``features.json`` and at least one shard. Paths
+    through a hidden folder (a tool's copy, a cache) are left out."""
+    visible = (name for name in names if not any(part.startswith(".") for part in name.split("/")))
+    parts = [name.rpartition("/")[::2] for name in visible]
     with_shards = {folder for folder, base in parts if is_shard_name(base)}
     return sorted(folder for folder, base in parts if base == FEATURES_FILE and folder in with_shards)
 

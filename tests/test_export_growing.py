@@ -182,3 +182,21 @@ def test_a_view_whose_segments_are_gone_is_refreshed_before_it_is_copied(
     uids = got["infos/episode_uid"]
     assert _check_whole(uids, got["observations"], got["next_observations"], ends) == [6, 7, 8, 9, 10]
     assert ds.num_episodes == CAPACITY and ds[:]["info/episode_uid"].tolist() == uids.tolist()
+
+
+def test_an_export_that_fails_leaves_no_copy_and_no_lock(isolated_cache: Path, tmp_path: Path) -> None:
+    """An export broken off by its progress callback: nothing written, and neither the copy nor
+    its lock file is left in the cache; the same export then succeeds."""
+    _grow("broken", range(4), "memmap")
+
+    def stop(steps: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_dataset(rlds_cli.open_dataset("broken"), tmp_path / "out.npz", format="npz", progress=stop)
+    cache = CacheRoot()
+    assert not (tmp_path / "out.npz").exists()
+    assert [p.name for p in cache.locks_dir.iterdir() if "~snapshot-" in p.name] == []
+    assert [p.name for p in cache.tmp_dir.iterdir() if "~snapshot-" in p.name] == []
+    export_dataset(rlds_cli.open_dataset("broken"), tmp_path / "out.npz", format="npz")
+    assert (tmp_path / "out.npz").exists()

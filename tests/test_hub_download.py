@@ -377,6 +377,42 @@ def test_rlds_split_option_fetches_that_split_and_several_folders_are_refused(
     assert hub.downloads() == []
 
 
+def test_a_hidden_copy_of_the_tfds_folder_is_left_out_as_locally(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    """The Hub plan and the local layout share one rule: a TFDS folder under a hidden folder (a
+    tool's copy) is not a second dataset folder, and none of its files is fetched."""
+    local, repo, files = _tfds_repo(hub, tmp_path)
+    hidden = {f".backup/{p}": b for p, b in files.items() if p.startswith("oxe_fixture/")}
+    repo.add_commit({**files, **hidden})
+    download("hf://datasets/oxe-test/mirror", name="hub-oxe")
+    convert(local, "local-oxe")
+    assert _arrays(isolated_cache, "hub-oxe") == _arrays(isolated_cache, "local-oxe")
+    assert not any(p.startswith(".backup/") for p in hub.downloads())
+
+
+def test_rlds_splits_without_train_are_refused_before_any_shard_is_fetched(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    """Several splits, none ``train``, none asked for: the reader would refuse after the whole
+    download; the plan refuses first, with the reader's words and how to pick one."""
+    pytest.importorskip("tfrecord")
+    from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+
+    val = write_rlds_dataset(tmp_path / "ds" / "1.0.0", (3, 2), split="val")
+    test = write_rlds_dataset(tmp_path / "test", (4,), split="test", seed=3)
+    (val.root / test.shards[0].name).write_bytes(test.shards[0].read_bytes())
+    repo = Repo()
+    repo.add_commit(folder_files(val.root, "ds/1.0.0/"))
+    hub.repos["oxe-test/nosplit"] = repo
+    with pytest.raises(SourceFormatError, match=r"splits 'test', 'val' and none is 'train'") as refused:
+        download("hf://datasets/oxe-test/nosplit", name="z")
+    assert "--option split=NAME" in str(refused.value.hint)
+    assert hub.downloads() == []
+    download("hf://datasets/oxe-test/nosplit", name="z", options={"split": "test"})
+    assert sorted(p for p in hub.downloads() if ".tfrecord" in p) == [f"ds/1.0.0/{test.shards[0].name}"]
+
+
 def _d4rl(folder: Path) -> Path:
     from tests.d4rl_fixtures import golden_three_episodes
 

@@ -59,14 +59,16 @@ def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterato
     lock_path = cache.layout.lock_file(owner)
     cache.locks_dir.mkdir(parents=True, exist_ok=True)
     cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-    with file_lock(lock_path, timeout=0):  # taken before the folder exists: it never looks stale
-        build = cache.layout.build_dir(owner)
-        try:
-            _copy(ds, build)
-            yield build
-        finally:
-            shutil.rmtree(build, ignore_errors=True)
-    lock_path.unlink(missing_ok=True)
+    try:
+        with file_lock(lock_path, timeout=0):  # taken before the folder exists: never stale
+            build = cache.layout.build_dir(owner)
+            try:
+                _copy(ds, build)
+                yield build
+            finally:
+                shutil.rmtree(build, ignore_errors=True)
+    finally:  # a copy that failed (or whose reader raised) leaves no lock file either
+        lock_path.unlink(missing_ok=True)
 
 
 @contextmanager

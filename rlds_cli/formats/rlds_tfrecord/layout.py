@@ -65,8 +65,7 @@ def nested_dataset_folder(folder: Path, names: list[str] | None = None) -> Path 
     """
     if names is None:
         names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-    visible = [n for n in names if not any(part.startswith(".") for part in n.split("/"))]
-    found = one_tfds_folder(visible, str(folder), str(folder) + "/")
+    found = one_tfds_folder(names, str(folder), str(folder) + "/")
     return None if found is None else folder / found
 
 

@@ -80,11 +80,11 @@ def _tfds_folder(where: HubPath, names: set[str]) -> str | None:
 
 def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[HubFile]:
     """The TFDS folder's metadata and the shards of the split the reader reads: ``split`` when
-    given, else ``train`` when the folder has it (the reader's default). With neither, every
-    shard: the reader then reads the only split, or names the splits to choose from.
+    given, else ``train`` when the folder has it (the reader's default), else the only split.
 
     Raises:
-        SourceFormatError: The folder has no shards of the split asked for (nothing fetched).
+        SourceFormatError: The folder has no shards of the split asked for, or several splits
+            and none is ``train`` with none asked for, as the reader says (nothing fetched).
     """
     root = _tfds_folder(where, {local_name(where, f) for f in files})
     mine = [(f, base) for f in files for d, base in [_split_dir(local_name(where, f))] if d == root]
@@ -93,6 +93,12 @@ def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[Hub
         raise SourceFormatError(
             f"{where}: {root or 'the folder'} has no shards of split {split!r} "
             f"(splits: {', '.join(map(repr, splits))})"
+        )
+    if not isinstance(split, str) and "train" not in splits and len(splits) > 1:
+        raise SourceFormatError(
+            f"{where}: {root or 'the folder'} holds the splits {', '.join(map(repr, splits))} "
+            "and none is 'train'",
+            hint=f"pick one: rlds download {where} --option split=NAME",
         )
     chosen = split if isinstance(split, str) else "train" if "train" in splits else None
     return [
