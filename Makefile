@@ -42,7 +42,7 @@ lint: install-test
 	$(VENV)/bin/mypy --config-file pyproject.toml
 
 test: install-test lint
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 # Side-by-side benchmarks against TorchRL/Minari, in their own environment (see docs/benchmarks.md).
 bench: install

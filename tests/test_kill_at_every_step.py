@@ -28,6 +28,11 @@ from rlds_cli.preprocess import resume as preprocess_resume
 from rlds_cli.validate import check_dataset
 from tests.faults import count_steps, kill_at
 
+#: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
+#: ``pytest -n 2 --dist loadgroup``): each fsyncs, or churns files, for tens of seconds, and two
+#: of them at once starved each other's fsyncs past their hang bounds on 2 shared cores.
+pytestmark = pytest.mark.xdist_group("disk-heavy")
+
 FNS = "tests.preprocess_fns"
 
 

@@ -19,6 +19,11 @@ from rlds_cli.validate import check_dataset
 from tests import faults
 from tests.test_writer import episode
 
+#: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
+#: ``pytest -n 2 --dist loadgroup``): each fsyncs, or churns files, for tens of seconds, and two
+#: of them at once starved each other's fsyncs past their hang bounds on 2 shared cores.
+pytestmark = pytest.mark.xdist_group("disk-heavy")
+
 LENGTHS = {0: 3, 1: 2, 2: 4, 3: 1, 4: 2, 5: 3, 6: 1, 7: 2, 8: 3, 9: 2}
 #: The zarr variants kill at every `ZARR_EVERY`-th step, the first and the last, and around
 #: each publishing step and in each fsync wave (faults.sample_steps), not at every step: a zarr

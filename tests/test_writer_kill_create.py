@@ -28,6 +28,11 @@ from tests.test_writer_kill import (
     uids_of,
 )
 
+#: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
+#: ``pytest -n 2 --dist loadgroup``): each fsyncs, or churns files, for tens of seconds, and two
+#: of them at once starved each other's fsyncs past their hang bounds on 2 shared cores.
+pytestmark = pytest.mark.xdist_group("disk-heavy")
+
 __all__ = ["fsync_on"]  # the fixture, imported for the tests here
 
 

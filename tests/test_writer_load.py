@@ -33,6 +33,11 @@ from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from tests.dataset_fixtures import uid_episode
 
+#: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
+#: ``pytest -n 2 --dist loadgroup``): each fsyncs, or churns files, for tens of seconds, and two
+#: of them at once starved each other's fsyncs past their hang bounds on 2 shared cores.
+pytestmark = pytest.mark.xdist_group("disk-heavy")
+
 WRITERS = 8
 SAMPLERS = 2
 SECONDS = 60.0  # the load: 8 writer processes and 2 samplers for 60 s

@@ -134,3 +134,25 @@ def test_two_writer_processes_with_different_schemas(isolated_cache: Path, order
     want = episode(3, 10.0, uid=1) if winner == 1 else _other_schema(2)
     got = ds.episode(0)
     assert_identical(want, {key: got[key] for key in want})
+
+
+def test_segments_another_writer_collected_are_forgotten(isolated_cache: Path) -> None:
+    """Two writers append with FIFO eviction and no grace: each follows the whole log, so each
+    retires every evicted segment, and whichever commits next removes it. What the other one
+    removed must leave this one's retired list too; kept, each commit tried again a rename of
+    every segment ever evicted (the cost and the memory grew for as long as a writer ran)."""
+    options: dict[str, Any] = {"capacity_episodes": 2, "grace_seconds": 0, "commit_interval": 0}
+    with (
+        rlds_cli.DatasetWriter("two", mode="append", **options) as a,
+        rlds_cli.DatasetWriter("two", mode="append", **options) as b,
+    ):
+        for uid in range(60):
+            w = (a, b)[uid % 2]
+            w.add_episode(episode(2, float(uid), uid=uid))
+            w.flush()
+        retired = [len(w._sink._state.retired) for w in (a, b)]
+    assert max(retired) <= 2, retired  # the few retired since that writer's last collection
+    ds = rlds_cli.open_dataset("two")
+    assert [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)] == [58, 59]
+    segs = isolated_cache / "datasets" / "two" / "segments"
+    assert len(list(segs.iterdir())) <= 4

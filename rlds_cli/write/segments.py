@@ -259,7 +259,12 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
     """Remove the segments ``state`` retired (evicted whole, or compacted away) more than
     ``grace`` seconds ago; with ``scan``, also builds and unreferenced segments (a killed
     writer's) older than that. Each goes by a rename into ``building/`` first (a reader sees a
-    segment whole or not at all), then is deleted. Returns the names removed."""
+    segment whole or not at all), then is deleted. Returns the names removed.
+
+    Every retired segment that is gone afterwards, removed here or already by another writer
+    (every writer follows the whole log, so each retires every writer's segments), leaves
+    ``state.retired``: kept, it would be tried again at every commit, a rename per segment
+    ever evicted (10,000 after a minute of eight writers), for as long as the writer runs."""
     now = time.time()
     removed: list[str] = []
     segments = directory / SEGMENTS_DIR
@@ -288,9 +293,11 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
         trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
         try:
             os.rename(src, trash)
-        except FileNotFoundError:
-            continue  # gone already (another writer collected it)
+        except FileNotFoundError:  # gone already (another writer collected it)
+            state.retired.pop(bytes.fromhex(name), None)
+            continue
         shutil.rmtree(trash, ignore_errors=True)
+        state.retired.pop(bytes.fromhex(name), None)
         removed.append(name)
     return removed
 

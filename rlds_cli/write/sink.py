@@ -117,8 +117,7 @@ class SegmentSink:
             if count is not None:
                 self._state.follow(log_path)
         if self._state.retired:
-            for name in segments.collect(self.directory, self._state, conf["grace_seconds"]):
-                self._state.retired.pop(bytes.fromhex(name), None)
+            segments.collect(self.directory, self._state, conf["grace_seconds"])
 
     def _segment_lengths(self, seg: bytes) -> np.ndarray:
         got = self._lengths.get(seg)
