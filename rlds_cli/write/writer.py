@@ -85,7 +85,8 @@ class DatasetWriter:
         min_size: Steps before the dataset counts as ready (``Dataset.ready``).
         protected: This writer's episodes are never evicted (demonstrations).
         episodes_per_commit: Episodes a commit waits for (1: each episode is committed, and
-            visible to readers, about one commit's time after it is added; more: fewer, larger
+            visible to readers, one commit's time after it is added, or up to
+            ``commit_interval`` more; more: fewer, larger
             segments and fewer fsyncs). Commits run on the writer's own thread; episodes that
             end while one is under way go together into the next (group commit).
         commit_interval: Seconds from the start of one commit to the start of the next, at
@@ -185,7 +186,7 @@ class DatasetWriter:
         )
         # a writer dropped without close() commits its full batches, as one closed on an error
         self._finalizer = weakref.finalize(self, self._committer.finish, due_only=True)
-        self._finalizer.atexit = False  # type: ignore[misc]  # the committer's exit hook does it, earlier
+        self._finalizer.atexit = False  # type: ignore[misc]  # at exit, the committer's own hook does it
 
     @property
     def episodes_written(self) -> int:
