@@ -86,9 +86,9 @@ class DatasetWriter:
         protected: This writer's episodes are never evicted (demonstrations).
         episodes_per_commit: Episodes a commit waits for (1: each episode is committed, and
             visible to readers, one commit's time after it is added, or up to
-            ``commit_interval`` more; more: fewer, larger
-            segments and fewer fsyncs). Commits run on the writer's own thread; episodes that
-            end while one is under way go together into the next (group commit).
+            ``commit_interval`` more; more: fewer, larger segments and fewer fsyncs). Commits
+            run on the writer's own thread; episodes that end while one is under way go
+            together into the next (group commit).
         commit_interval: Seconds from the start of one commit to the start of the next, at
             the least: episodes that end in between go together into the next commit (0: a
             commit starts as soon as ``episodes_per_commit`` episodes wait). The default
