@@ -90,10 +90,13 @@ def _columns(uid: int) -> Any:
     return episode_columns(flatten(episode(4, float(uid), uid=uid)))
 
 
-def test_waiting_episodes_are_bounded_while_a_commit_is_under_way() -> None:
-    """Past ``max_waiting_bytes`` of waiting episodes, ``add`` waits for the commit under way
-    (memory stays bounded when the disk is slower than the caller)."""
+@pytest.mark.parametrize("bound", ["bytes", "episodes"])
+def test_waiting_episodes_are_bounded_while_a_commit_is_under_way(bound: str) -> None:
+    """Past ``max_waiting_bytes`` of waiting episodes, or ``max_waiting_episodes`` of them,
+    ``add`` waits for the commit under way (memory and the last commit's time stay bounded
+    when the commits are slower than the caller)."""
     one = _columns(0).nbytes()
+    limit = {"max_waiting_bytes": 2 * one} if bound == "bytes" else {"max_waiting_episodes": 2}
     committed: list[int] = []
     started, released = threading.Event(), threading.Event()
 
@@ -102,7 +105,7 @@ def test_waiting_episodes_are_bounded_while_a_commit_is_under_way() -> None:
         assert released.wait(60)
         committed.extend(int(ep.steps["info/episode_uid"][0]) for ep in batch)
 
-    committer = Committer(commit, 1, name="bounded", max_waiting_bytes=2 * one)
+    committer = Committer(commit, 1, name="bounded", **limit)
     blocked = threading.Event()
     real_wait = committer._cond.wait
 

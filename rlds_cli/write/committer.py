@@ -11,7 +11,7 @@ episodes end faster than a commit is worth (a cheap environment: a commit's own 
 ~0.5 ms, holds the GIL beside the environment loop). A slower caller (an actor) gets a commit
 per ``episodes_per_commit`` episodes, each visible at most about ``commit_interval`` plus one
 commit's time after it was added. ``flush``, ``close`` and a full backlog
-(:data:`MAX_WAITING_BYTES`) do not wait for the interval.
+(:data:`MAX_WAITING_BYTES`, :data:`MAX_WAITING_EPISODES`) do not wait for the interval.
 
 What the writer can rely on:
 
@@ -20,8 +20,13 @@ What the writer can rely on:
   which the writer makes before it changes anything, ``flush``, ``close``) raises the error.
   ``close`` after a failure says how many episodes were not written in all (the failed batch
   and those waiting behind it).
-* **Bounded memory.** Episodes waiting for a commit take at most :data:`MAX_WAITING_BYTES`
-  (or one episode) while a commit is under way; beyond that, ``add`` waits for the disk.
+* **Bounded memory and latency.** Episodes waiting for a commit take at most
+  :data:`MAX_WAITING_BYTES` (or one episode) and number at most :data:`MAX_WAITING_EPISODES`
+  (or two commits' worth) while a commit is under way; beyond that, ``add`` waits for it. The
+  count matters where the bytes do not: a caller that adds small episodes in a busy Python
+  loop keeps the GIL, and the commit thread gets it back only once per switch interval (5 ms)
+  after each of its system calls, so it falls behind; unbounded, a quarter of a GiB of tiny
+  episodes piled up, and ``close`` took minutes to commit them.
 * **flush** returns once every episode added before it is committed (visible, and durable with
   fsync on), or raises why not.
 * **Ends.** ``finish(due_only=True)`` (an error in the writer's ``with`` block, a writer dropped
@@ -54,6 +59,9 @@ log = logging.getLogger(__name__)
 
 #: Bytes of episodes that may wait while a commit is under way before ``add`` waits for it.
 MAX_WAITING_BYTES = 256 * 1024 * 1024
+#: Episodes that may wait while a commit is under way (or ``2 * episodes_per_commit``, when
+#: more) before ``add`` waits for it.
+MAX_WAITING_EPISODES = 1024
 
 _live: weakref.WeakSet[Committer] = weakref.WeakSet()
 
@@ -70,6 +78,7 @@ class Committer:
         name: str,
         commit_interval: float = 0.0,
         max_waiting_bytes: int = MAX_WAITING_BYTES,
+        max_waiting_episodes: int = MAX_WAITING_EPISODES,
     ) -> None:
         self._commit = commit
         self._per = episodes_per_commit
@@ -77,6 +86,7 @@ class Committer:
         self._last_start = -float("inf")  # monotonic time the last commit started
         self._name = name
         self._max_bytes = max_waiting_bytes
+        self._max_episodes = max(max_waiting_episodes, 2 * episodes_per_commit)
         self._waiting: list[EpisodeColumns] = []
         self._waiting_bytes = 0
         self._error: BaseException | None = None
@@ -112,12 +122,7 @@ class Committer:
         never loses some of them to an error told half-way."""
         nbytes = episode.nbytes()
         with self._cond:
-            while (
-                self._busy is not None
-                and self._error is None
-                and self._waiting_bytes + nbytes > self._max_bytes
-                and self._waiting
-            ):
+            while self._busy is not None and self._error is None and self._full(nbytes):
                 self._cond.wait()
             self._waiting.append(episode)
             self._waiting_bytes += nbytes
@@ -187,6 +192,15 @@ class Committer:
             log.warning("dataset %r: %d episode(s) %s were dropped", self._name, len(episodes), why)
             self._waiting_bytes -= sum(ep.nbytes() for ep in episodes)
 
+    def _full(self, nbytes: int) -> bool:
+        """Whether the episodes waiting (and one more of ``nbytes``, when given) are more than
+        may wait; the caller holds the lock."""
+        if not self._waiting:
+            return False
+        if nbytes:
+            return self._waiting_bytes + nbytes > self._max_bytes or len(self._waiting) >= self._max_episodes
+        return self._waiting_bytes >= self._max_bytes or len(self._waiting) >= self._max_episodes
+
     def _raise_error(self) -> None:
         """Raise (once) the error of a commit that failed; the caller holds the lock."""
         error, self._error = self._error, None
@@ -217,7 +231,7 @@ class Committer:
         """Wait for a batch to commit (taken off the waiting list), or ``None`` to end."""
         with self._cond:
             while True:
-                urgent = self._draining or self._stopping or self._waiting_bytes >= self._max_bytes
+                urgent = self._draining or self._stopping or self._full(0)
                 ready = self._waiting and (len(self._waiting) >= self._per or urgent)
                 if ready and self._error is None:
                     early = self._last_start + self._interval - time.monotonic()
@@ -277,4 +291,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["MAX_WAITING_BYTES", "Committer"]
+__all__ = ["MAX_WAITING_BYTES", "MAX_WAITING_EPISODES", "Committer"]
