@@ -25,6 +25,7 @@ from rlds_cli.write.committer import Committer
 from rlds_cli.write.validate import episode_columns, flatten
 from tests.faults import assert_finishes_forked
 from tests.test_writer import episode
+from tests.test_writer_failures import wait_for
 
 
 def _uids(name: str) -> list[int]:
@@ -356,11 +357,7 @@ def test_no_interval_commits_each_episode_as_it_comes(isolated_cache: Path) -> N
     with rlds_cli.DatasetWriter("eager", commit_interval=0) as w:
         for uid in range(3):
             w.add_episode(episode(2, uid=uid))
-            for _ in range(6_000):
-                if w.episodes_written == uid + 1:
-                    break
-                threading.Event().wait(0.01)
-            assert w.episodes_written == uid + 1
+            wait_for(lambda uid=uid: w.episodes_written == uid + 1)
     assert _uids("eager") == [0, 1, 2] and _segments("eager") == 3
 
 

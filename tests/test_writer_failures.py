@@ -19,7 +19,7 @@ import pytest
 
 import rlds_cli
 from rlds_cli.cache import commit_log, durable
-from rlds_cli.cache.layout import MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.errors import CommitFailedError
 from rlds_cli.validate import check_dataset
 from rlds_cli.write import segments
@@ -261,7 +261,7 @@ def test_a_log_record_written_but_not_synced_is_committed_and_said_so(
     real_fsync, failed = os.fsync, []
 
     def fsync(fd: int) -> None:
-        if not failed and os.readlink(f"/proc/self/fd/{fd}").endswith(commit_log_name()):
+        if not failed and os.readlink(f"/proc/self/fd/{fd}").endswith(COMMIT_LOG_FILE):
             failed.append(fd)
             raise OSError(errno.EIO, "Input/output error")
         real_fsync(fd)
@@ -279,12 +279,6 @@ def test_a_log_record_written_but_not_synced_is_committed_and_said_so(
     w.add_episode(episode(2, 3.0, uid=3))
     w.close()
     assert _uids("unsynced") == [1, 2, 3]
-
-
-def commit_log_name() -> str:
-    from rlds_cli.cache.layout import COMMIT_LOG_FILE
-
-    return COMMIT_LOG_FILE
 
 
 def test_a_commit_failing_after_its_rename_leaves_no_segment(
