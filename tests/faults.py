@@ -204,6 +204,24 @@ def sample_steps(steps: list[tuple[str, str]], *, every: int) -> list[Point]:
     return sorted(points)  # type: ignore[type-var]
 
 
+#: The zarr variants of the kill tests kill at every ``ZARR_EVERY``-th step, the first and the
+#: last, and around each publishing step and in each fsync wave (:func:`sample_steps`), not at
+#: every step: a zarr commit has ~190 steps (a three-run compaction ~770, a dataset's publish
+#: ~250), most of them zarr's own small writes (mkdir, a .partial file replaced) inside the
+#: private build folder, which all leave a build that no reader looks at. Every step of each
+#: test took minutes on 2 cores (~0.5 s a kill); the sample takes 5-40 s. memmap's steps are
+#: all tried.
+ZARR_EVERY = 50
+
+
+def kill_points(operation: Callable[[], object], storage: str) -> list[Point]:
+    """Every step of ``operation`` (memmap), or a sample of them (zarr: see :data:`ZARR_EVERY`)."""
+    if storage == "memmap":
+        every: list[Point] = list(range(1, count_steps(operation) + 1))
+        return every
+    return sample_steps(trace_steps(operation), every=ZARR_EVERY)
+
+
 def kill_at(operation: Callable[[], Any], step: Point) -> str | None:
     """Run ``operation`` in a child killed just before its ``step``-th step (or a
     :data:`Point` of another form); returns the step that was killed (for messages), or

@@ -26,6 +26,7 @@ from rlds_cli.preprocess import finish as preprocess_finish
 from rlds_cli.preprocess import job as preprocess_job
 from rlds_cli.preprocess import resume as preprocess_resume
 from rlds_cli.validate import check_dataset
+from tests import faults
 from tests.faults import count_steps, kill_at
 
 #: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
@@ -86,9 +87,24 @@ def _tmp_leftovers() -> list[str]:
 
 
 def _every_kill(
-    operation: Callable[[], Any], check: Callable[[int, str], None], reset: Callable[[], None]
+    operation: Callable[[], Any],
+    check: Callable[[int, str], None],
+    reset: Callable[[], None],
+    storage: str = "memmap",
 ) -> int:
+    """Kill ``operation`` before each of its steps (a zarr build: a sample of them, see
+    ``faults.ZARR_EVERY``), ``check`` what each kill left, ``reset`` before the next."""
     reset()
+    if storage == "zarr":
+        points = faults.sample_steps(faults.trace_steps(operation), every=faults.ZARR_EVERY)
+        for k, point in enumerate(points, start=1):
+            reset()
+            where = kill_at(operation, point)
+            assert where is not None, f"the operation outlived its kill point {point}"
+            check(k, where)
+        reset()
+        print(f"[{len(points)} kills, each at a different step, all checked]")
+        return len(points)
     assert count_steps(operation) > 3, "the operation has too few steps to be worth enumerating"
     reset()
     k = 1
@@ -131,7 +147,7 @@ def test_replacing_a_dataset_never_loses_it(
         assert _version("d") == 3.0
 
     reset()
-    _every_kill(lambda: _write("d", 2.0, backend=backend), check, reset)
+    _every_kill(lambda: _write("d", 2.0, backend=backend), check, reset, backend)
     assert seen == {1.0, 2.0}, "the kills never hit both sides of the publish"
 
 
@@ -247,7 +263,7 @@ def test_preprocess_killed_at_any_step_resumes_exactly(fn: str, by: str, storage
         collect_garbage(CacheRoot())
         assert not any(".job-" in p for p in _tmp_leftovers()), f"kill {where}: {_tmp_leftovers()}"
 
-    _every_kill(operation, check, reset)
+    _every_kill(operation, check, reset, storage)
 
 
 def test_resume_never_takes_a_half_deleted_job_for_a_finished_one(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ next writer and compaction go on."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,6 @@ from tests.test_writer import episode
 pytestmark = pytest.mark.xdist_group("disk-heavy")
 
 LENGTHS = {0: 3, 1: 2, 2: 4, 3: 1, 4: 2, 5: 3, 6: 1, 7: 2, 8: 3, 9: 2}
-#: The zarr variants kill at every `ZARR_EVERY`-th step, the first and the last, and around
-#: each publishing step and in each fsync wave (faults.sample_steps), not at every step: a zarr
-#: commit has ~190 steps (a three-run compaction ~770), most of them zarr's own small writes
-#: (mkdir, a .partial file replaced) inside the private build folder, which all leave a build
-#: that no reader looks at. Every step of each test took minutes on 2 cores (~0.5 s a kill);
-#: the sample takes 15-40 s. memmap's steps are all tried.
-ZARR_EVERY = 50
-
-
-def kill_points(operation: Callable[[], object], storage: str) -> list[faults.Point]:
-    """Every step of ``operation`` (memmap), or a sample of them (zarr: see ZARR_EVERY)."""
-    if storage == "memmap":
-        every: list[faults.Point] = list(range(1, faults.count_steps(operation) + 1))
-        return every
-    return faults.sample_steps(faults.trace_steps(operation), every=ZARR_EVERY)
 
 
 def uids_of(root: Path) -> list[int]:
@@ -94,7 +78,7 @@ def test_writer_killed_before_every_step(fsync_on: Path, tmp_path: Path, storage
     _base(base, storage)
     work = tmp_path / "full"
     shutil.copytree(base, work)
-    points = kill_points(lambda: _append(work), storage)
+    points = faults.kill_points(lambda: _append(work), storage)
     assert uids_of(work) == [1, 2, 3]
     assert len(points) > 20
     seen = set()
@@ -140,7 +124,7 @@ def test_compaction_of_three_runs_killed_before_every_step(
     assert uids_of(once) == expected and leftovers(once) == (0, 3)
     work = tmp_path / "full"
     shutil.copytree(base, work)
-    points = kill_points(lambda: rlds_cli.compact("k", work, grace_seconds=0), storage)
+    points = faults.kill_points(lambda: rlds_cli.compact("k", work, grace_seconds=0), storage)
     assert uids_of(work) == expected and leftovers(work) == (0, 3)
     for i, step in enumerate(points):
         root = tmp_path / f"c{i}"

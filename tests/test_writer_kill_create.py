@@ -19,10 +19,8 @@ from tests import faults
 from tests.test_writer import episode
 from tests.test_writer_kill import (
     LENGTHS,
-    ZARR_EVERY,
     add,
     fsync_on,
-    kill_points,
     leftovers,
     multi_run_base,
     uids_of,
@@ -54,7 +52,7 @@ def test_the_first_writer_killed_before_every_step(fsync_on: Path, tmp_path: Pat
     fsyncs, publish) or commits its first episodes: no dataset, or an empty or whole one, and
     the next writer (mode="append") creates or appends to it and leaves nothing in tmp/."""
     work = tmp_path / "full"
-    points = kill_points(lambda: _first_writer(work, storage), storage)
+    points = faults.kill_points(lambda: _first_writer(work, storage), storage)
     assert uids_of(work) == [0, 1]
     seen = set()
     for i, step in enumerate(points):
@@ -88,7 +86,7 @@ def test_a_writer_appends_after_a_compaction_killed_before_every_step(fsync_on: 
     removal of retired segments), then a writer appends (evicting one episode), then a
     compaction runs to its end: every committed, live episode once, in order, as without the
     kill. memmap, and a sample of the steps (every publishing step and both sides of it, each
-    fsync wave's first and middle step, every ZARR_EVERY-th): every step of the same
+    fsync wave's first and middle step, every faults.ZARR_EVERY-th): every step of the same
     compaction is killed in test_writer_kill's three-run test, and each kill here costs a
     writer and a compaction more (every step took 70 s of the suite)."""
     base = tmp_path / "base"
@@ -103,7 +101,7 @@ def test_a_writer_appends_after_a_compaction_killed_before_every_step(fsync_on: 
     work = tmp_path / "full"
     shutil.copytree(base, work)
     compaction = faults.trace_steps(lambda: rlds_cli.compact("k", work, grace_seconds=0))
-    for i, step in enumerate(faults.sample_steps(compaction, every=ZARR_EVERY)):
+    for i, step in enumerate(faults.sample_steps(compaction, every=faults.ZARR_EVERY)):
         root = tmp_path / f"c{i}"
         shutil.copytree(base, root)
         killed = faults.kill_at(lambda root=root: rlds_cli.compact("k", root, grace_seconds=0), step)

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ import rlds_cli
 from rlds_cli.cli.app import app
 from rlds_cli.errors import SchemaMismatchError
 from rlds_cli.validate import check_dataset
+from rlds_cli.write import segments
+from rlds_cli.write.sink import COLLECT_PER_COMMIT
 from tests.test_writer import assert_identical, episode
 
 _fork = mp.get_context("fork")
@@ -156,3 +159,33 @@ def test_segments_another_writer_collected_are_forgotten(isolated_cache: Path) -
     assert [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)] == [58, 59]
     segs = isolated_cache / "datasets" / "two" / "segments"
     assert len(list(segs.iterdir())) <= 4
+
+
+def test_a_commit_removes_a_few_retired_segments_and_the_rest_later(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit removes at most ``COLLECT_PER_COMMIT`` retired segments, however many are due:
+    the commit thread is what a writer's full backlog waits for, and one commit that took on
+    thousands of retired segments after a stall held its writer for minutes (the load test on
+    a slow CI disk). The rest go, the oldest first, with the commits after it."""
+    options: dict[str, Any] = {"capacity_episodes": 1, "grace_seconds": 3600, "commit_interval": 0}
+    with rlds_cli.DatasetWriter("few", mode="append", **options) as w:
+        for uid in range(12):
+            w.add_episode(episode(2, float(uid), uid=uid))
+            w.flush()
+    segs = isolated_cache / "datasets" / "few" / "segments"
+    assert len(list(segs.iterdir())) == 12  # 11 retired, none due within the hour of grace
+    real_time = segments.time.time
+    monkeypatch.setattr(segments, "time", SimpleNamespace(time=lambda: real_time() + 7200))
+    counts = []
+    with rlds_cli.DatasetWriter("few", mode="append", **options) as w:
+        for uid in range(12, 16):
+            w.add_episode(episode(2, float(uid), uid=uid))
+            w.flush()
+            counts.append(len(list(segs.iterdir())))
+    # two hours on, every retired segment is due, the one each commit retires too: a commit
+    # adds one segment and removes 4 (12 + 1 - 4 = 9, then 6, 3), and the last takes the 3 left
+    assert COLLECT_PER_COMMIT == 4
+    assert counts == [9, 6, 3, 1], counts
+    ds = rlds_cli.open_dataset("few")
+    assert [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)] == [15]

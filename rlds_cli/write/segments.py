@@ -255,11 +255,21 @@ def evict_to(
     return count
 
 
-def collect(directory: Path, state: LogState, grace: float, *, scan: bool = False) -> list[str]:
+def collect(
+    directory: Path, state: LogState, grace: float, *, scan: bool = False, limit: int | None = None
+) -> list[str]:
     """Remove the segments ``state`` retired (evicted whole, or compacted away) more than
-    ``grace`` seconds ago; with ``scan``, also builds and unreferenced segments (a killed
-    writer's) older than that. Each goes by a rename into ``building/`` first (a reader sees a
-    segment whole or not at all), then is deleted. Returns the names removed.
+    ``grace`` seconds ago, the oldest first and at most ``limit`` of them (``None``: all);
+    with ``scan``, also builds and unreferenced segments (a killed writer's) older than that.
+    Each goes by a rename into ``building/`` first (a reader sees a segment whole or not at
+    all), then is deleted. Returns the names removed.
+
+    A writer collects after each of its commits, on its commit thread, with a ``limit``: that
+    thread is what the writer's ``add`` waits for once its backlog is full, and every writer
+    retires every writer's segments. Unbounded, one commit after a stall (a slow disk, a busy
+    machine) took on every segment retired since, thousands of directory trees, and the
+    writer stood still for minutes; bounded, a commit removes a few more segments than one
+    commit makes, so a backlog of retired segments still shrinks, commit by commit.
 
     Every retired segment that is gone afterwards, removed here or already by another writer
     (every writer follows the whole log, so each retires every writer's segments), leaves
@@ -268,6 +278,7 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
     now = time.time()
     removed: list[str] = []
     segments = directory / SEGMENTS_DIR
+    # in the order the log retired them: the oldest first
     doomed = [seg_name(s) for s, t in state.retired.items() if t < now - grace]
     if scan:
         # the log as it is now, not as the caller's view saw it: a segment committed since then
@@ -288,7 +299,10 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
             if _older(path, now - grace) and not _writer_alive(path):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
+    taken = 0
     for name in doomed:
+        if limit is not None and taken >= limit:
+            break
         src = segments / name
         trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
         try:
@@ -296,6 +310,7 @@ def collect(directory: Path, state: LogState, grace: float, *, scan: bool = Fals
         except FileNotFoundError:  # gone already (another writer collected it)
             state.retired.pop(bytes.fromhex(name), None)
             continue
+        taken += 1
         shutil.rmtree(trash, ignore_errors=True)
         state.retired.pop(bytes.fromhex(name), None)
         removed.append(name)

@@ -25,6 +25,11 @@ from rlds_cli.errors import CommitFailedError, RldsError, from_os_error
 from rlds_cli.write import segments
 from rlds_cli.write.validate import EpisodeColumns
 
+#: Retired segments a commit removes at the most (:func:`rlds_cli.write.segments.collect`): a
+#: few more than the one it makes, so the retired ones never pile up, and never so many that
+#: the commit thread, which the writer's full backlog waits for, stands still.
+COLLECT_PER_COMMIT = 4
+
 
 class SegmentSink:
     """Commits batches of episodes into the growing dataset at ``directory``.
@@ -117,7 +122,7 @@ class SegmentSink:
             if count is not None:
                 self._state.follow(log_path)
         if self._state.retired:
-            segments.collect(self.directory, self._state, conf["grace_seconds"])
+            segments.collect(self.directory, self._state, conf["grace_seconds"], limit=COLLECT_PER_COMMIT)
 
     def _segment_lengths(self, seg: bytes) -> np.ndarray:
         got = self._lengths.get(seg)
