@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +17,9 @@ from rlds_cli.cli.options import (
     VerboseOption,
     force_option,
 )
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.root import CacheRoot
 
 
 def _can_ask() -> bool:
@@ -146,7 +150,8 @@ def gc(
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Remove leftovers of killed builds and unpublished directories, with their sizes."""
+    """Remove leftovers of killed builds and unpublished directories, and the retired segments
+    of growing datasets past their grace period, with their sizes."""
     from rlds_cli.cache.manage import collect_garbage, interrupted_jobs, tree_bytes
     from rlds_cli.cache.root import CacheRoot
 
@@ -154,6 +159,9 @@ def gc(
     # sizes are measured before anything goes (a removed path has none)
     sizes = {p: tree_bytes(p) for p in collect_garbage(cache, dry_run=True, jobs=jobs, raw=raw)}
     removed = collect_garbage(cache, dry_run=dry_run, jobs=jobs, raw=raw) if sizes else []
+    growing, skipped = _growing_garbage(cache, dry_run)
+    sizes |= growing
+    removed += list(growing)
     removed_sizes = {p: sizes.get(p, 0) for p in removed}
     kept = [] if jobs else interrupted_jobs(cache)
     kept_size = sum(tree_bytes(job) for job in kept)
@@ -166,6 +174,7 @@ def gc(
                 "total_bytes": sum(removed_sizes.values()),
                 "kept_jobs": [str(p) for p in kept],
                 "kept_jobs_bytes": kept_size,
+                "skipped": [{"name": name, "error": why} for name, why in skipped],
             }
         )
         return
@@ -182,12 +191,39 @@ def gc(
         _output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
     else:
         _output.console.print("nothing to remove")
+    for name, why in skipped:
+        _output.console.print(f"skipped growing dataset {name}: {why}", markup=False, soft_wrap=True)
     if kept:
         _output.console.print(
             f"kept {len(kept)} failed or interrupted preprocess job(s), {_output.human_bytes(kept_size)}, "
             "for --resume; 'rlds gc --jobs' removes them",
             soft_wrap=True,
         )
+
+
+def _growing_garbage(cache: CacheRoot, dry_run: bool) -> tuple[dict[Path, int], list[tuple[str, str]]]:
+    """Each growing dataset's retired segments past its grace period and dead writers' builds,
+    removed (or not, with ``dry_run``), with their sizes; and the datasets that could not be
+    read, with why (they are left alone: ``rlds inspect NAME --check`` says more)."""
+    from rlds_cli.cache.layout import SEGMENTED_LAYOUT
+    from rlds_cli.cache.manage import tree_bytes
+    from rlds_cli.errors import RldsError
+    from rlds_cli.write.compact import remove_retired
+
+    found: dict[Path, int] = {}
+    skipped: list[tuple[str, str]] = []
+    for manifest in cache.iter_manifests():
+        if manifest.layout != SEGMENTED_LAYOUT:
+            continue
+        try:
+            due = {p: tree_bytes(p) for p in remove_retired(manifest.name, cache, dry_run=True)}
+            if due and not dry_run:
+                due = {p: due.get(p, 0) for p in remove_retired(manifest.name, cache)}
+        except RldsError as exc:
+            skipped.append((manifest.name, str(exc)))
+            continue
+        found |= due
+    return found, skipped
 
 
 @handle_errors

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,11 +34,12 @@ from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
+    SEGMENTS_DIR,
     entry_name,
 )
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import LockTimeoutError, SchemaMismatchError
-from rlds_cli.write.segments import building_segment, collect, seal_segment, writer_identity
+from rlds_cli.write.segments import building_segment, collect, leftovers, seal_segment, writer_identity
 
 
 @dataclass
@@ -75,31 +78,79 @@ def compact(
     Returns:
         A :class:`CompactReport`.
     """
-    from filelock import FileLock, Timeout
-
-    from rlds_cli.cache.opening import open_dataset
-
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    ds = open_dataset(name, cache)
-    if not isinstance(ds, GrowingDataset):
-        raise SchemaMismatchError(
-            f"dataset {name!r} is not a growing dataset: nothing to compact",
-            hint="'rlds compact' merges the segments of datasets written with DatasetWriter",
-        )
-    try:
-        # in locks/, not in the dataset: a new file there would change the directory's identity
-        cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(
-            str(cache.layout.lock_file(entry_name(ds.name) + COMPACT_LOCK_SUFFIX)), timeout=lock_timeout
-        )
-        lock.acquire()
-    except Timeout:
-        raise LockTimeoutError(f"dataset {name!r} is being compacted by another process") from None
+    ds = _open_growing(name, cache, "nothing to compact")
+    lock = _compaction_lock(cache, ds, lock_timeout)
     try:
         ds.refresh()  # the view as of the lock: no other compaction can move it now
         return _compact_locked(ds, grace_seconds)
     finally:
         lock.release()
+
+
+def remove_retired(
+    name: str, root: CacheRoot | str | os.PathLike[str] | None = None, *, dry_run: bool = False
+) -> list[Path]:
+    """Remove what the growing dataset ``name`` no longer needs, merging nothing: segments
+    retired (evicted whole, or compacted away) longer ago than its grace period, and builds
+    and unreferenced segments of writers that no longer run. ``rlds gc`` does this for every
+    growing dataset. Writers remove a few retired segments after each commit, and
+    :func:`compact` every one; this is for a dataset whose writers have stopped.
+
+    Args:
+        name: A growing dataset (written by :class:`rlds_cli.DatasetWriter`).
+        root: Cache root.
+        dry_run: Only say what would be removed.
+
+    Returns:
+        The folders removed (or that would be). While a compaction of the dataset runs,
+        nothing (the compaction removes them when it ends).
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    ds = _open_growing(name, cache, "it has no retired segments")
+    grace = ds.settings["grace_seconds"]
+    if dry_run:
+        due = leftovers(ds.directory, ds.state, grace, scan=True)
+        return [ds.directory / SEGMENTS_DIR / seg for seg in due.segments] + due.builds
+    try:
+        lock = _compaction_lock(cache, ds, 0)
+    except LockTimeoutError:
+        return []
+    try:
+        ds.refresh()
+        removed = collect(ds.directory, ds.state, grace, scan=True)
+    finally:
+        lock.release()
+    # collect names a build as building/<name> and a segment by its name alone
+    return [ds.directory / (n if "/" in n else f"{SEGMENTS_DIR}/{n}") for n in removed]
+
+
+def _open_growing(name: str, cache: CacheRoot, what: str) -> GrowingDataset:
+    from rlds_cli.cache.opening import open_dataset
+
+    ds = open_dataset(name, cache)
+    if not isinstance(ds, GrowingDataset):
+        raise SchemaMismatchError(
+            f"dataset {name!r} is not a growing dataset: {what}",
+            hint="only datasets written with DatasetWriter have segments to merge or remove",
+        )
+    return ds
+
+
+def _compaction_lock(cache: CacheRoot, ds: GrowingDataset, timeout: float) -> Any:
+    """The dataset's compaction lock, held (one compaction or collection at a time; writers
+    never take it); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds."""
+    from filelock import FileLock, Timeout
+
+    try:
+        # in locks/, not in the dataset: a new file there would change the directory's identity
+        cache.locks_dir.mkdir(parents=True, exist_ok=True)
+        path = cache.layout.lock_file(entry_name(ds.name) + COMPACT_LOCK_SUFFIX)
+        lock = FileLock(str(path), timeout=timeout)
+        lock.acquire()
+    except Timeout:
+        raise LockTimeoutError(f"dataset {ds.name!r} is being compacted by another process") from None
+    return lock
 
 
 def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
@@ -180,4 +231,4 @@ def _merge(
     commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
 
 
-__all__ = ["CompactReport", "compact"]
+__all__ = ["CompactReport", "compact", "remove_retired"]

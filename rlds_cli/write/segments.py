@@ -32,6 +32,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -255,14 +256,48 @@ def evict_to(
     return count
 
 
+@dataclass
+class Leftovers:
+    """What a collection removes from a growing dataset's folder: retired segments (names
+    under ``segments/``, the oldest first) and builds of writers that no longer run."""
+
+    segments: list[str] = field(default_factory=list)
+    builds: list[Path] = field(default_factory=list)
+
+
+def leftovers(directory: Path, state: LogState, grace: float, *, scan: bool = False) -> Leftovers:
+    """The segments ``state`` retired (evicted whole, or compacted away) more than ``grace``
+    seconds ago, in the order the log retired them; with ``scan``, also the builds and the
+    unreferenced segments (a killed writer's) older than that whose writer no longer runs.
+    Nothing is removed (:func:`collect` removes them; ``rlds gc --dry-run`` lists them)."""
+    now = time.time()
+    segments = directory / SEGMENTS_DIR
+    due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])
+    if scan:
+        # the log as it is now, not as the caller's view saw it: a segment committed since then
+        # is no leftover
+        latest = LogState()
+        latest.follow(directory / COMMIT_LOG_FILE)
+        known = {seg_name(s.seg) for st in (state, latest) for s in st.segments}
+        known |= {seg_name(s) for st in (state, latest) for s in st.retired}
+        known |= set(due.segments)
+        for path in segments.iterdir() if segments.is_dir() else ():
+            if path.name not in known and _older(path, now - grace) and not _writer_alive(path):
+                due.segments.append(path.name)
+        builds = directory / SEGMENT_BUILDS_DIR
+        for path in builds.iterdir() if builds.is_dir() else ():
+            if _older(path, now - grace) and not _writer_alive(path):
+                due.builds.append(path)
+    return due
+
+
 def collect(
     directory: Path, state: LogState, grace: float, *, scan: bool = False, limit: int | None = None
 ) -> list[str]:
-    """Remove the segments ``state`` retired (evicted whole, or compacted away) more than
-    ``grace`` seconds ago, the oldest first and at most ``limit`` of them (``None``: all);
-    with ``scan``, also builds and unreferenced segments (a killed writer's) older than that.
-    Each goes by a rename into ``building/`` first (a reader sees a segment whole or not at
-    all), then is deleted. Returns the names removed.
+    """Remove the :func:`leftovers` of ``directory``: at most ``limit`` segments (``None``:
+    all), the oldest first, and every build. Each segment goes by a rename into ``building/``
+    first (a reader sees a segment whole or not at all), then is deleted. Returns the names
+    removed (a build as ``building/<name>``).
 
     A writer collects after each of its commits, on its commit thread, with a ``limit``: that
     thread is what the writer's ``add`` waits for once its backlog is full, and every writer
@@ -275,38 +310,18 @@ def collect(
     (every writer follows the whole log, so each retires every writer's segments), leaves
     ``state.retired``: kept, it would be tried again at every commit, a rename per segment
     ever evicted (10,000 after a minute of eight writers), for as long as the writer runs."""
-    now = time.time()
+    due = leftovers(directory, state, grace, scan=scan)
     removed: list[str] = []
-    segments = directory / SEGMENTS_DIR
-    # in the order the log retired them: the oldest first
-    doomed = [seg_name(s) for s, t in state.retired.items() if t < now - grace]
-    if scan:
-        # the log as it is now, not as the caller's view saw it: a segment committed since then
-        # is no leftover
-        latest = LogState()
-        latest.follow(directory / COMMIT_LOG_FILE)
-        known = {seg_name(s.seg) for st in (state, latest) for s in st.segments}
-        known |= {seg_name(s) for st in (state, latest) for s in st.retired}
-        for path in segments.iterdir() if segments.is_dir() else ():
-            if (
-                path.name not in known
-                and path.name not in doomed
-                and _older(path, now - grace)
-                and not _writer_alive(path)
-            ):
-                doomed.append(path.name)
-        for path in (directory / SEGMENT_BUILDS_DIR).iterdir():
-            if _older(path, now - grace) and not _writer_alive(path):
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
+    for path in due.builds:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
     taken = 0
-    for name in doomed:
+    for name in due.segments:
         if limit is not None and taken >= limit:
             break
-        src = segments / name
         trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
         try:
-            os.rename(src, trash)
+            os.rename(directory / SEGMENTS_DIR / name, trash)
         except FileNotFoundError:  # gone already (another writer collected it)
             state.retired.pop(bytes.fromhex(name), None)
             continue

@@ -1,0 +1,135 @@
+"""``rlds gc`` on growing datasets: the segments retired longer ago than the dataset's grace
+period and the builds of writers that no longer run go, whatever wrote them; nothing a reader
+of a younger view may still read, and nothing while a compaction runs.
+
+Writers remove at most a few retired segments after each commit (``COLLECT_PER_COMMIT``), so
+the retired segments of writers that have stopped wait for the next writer, ``rlds compact``,
+or this."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from filelock import FileLock
+from typer.testing import CliRunner
+
+import rlds_cli
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, COMPACT_LOCK_SUFFIX, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cli.app import app
+from rlds_cli.errors import SchemaMismatchError
+from rlds_cli.validate import check_dataset
+from rlds_cli.write import segments
+from rlds_cli.write.compact import remove_retired
+from tests.test_writer import episode
+
+runner = CliRunner()
+#: Above Linux's largest pid (4,194,304): a writer that cannot be running.
+DEAD_PID = 4_194_305
+
+
+def _grow(name: str, episodes: int) -> Path:
+    """A growing dataset of ``episodes`` commits, only the newest live: the others retired,
+    each with an hour of grace."""
+    options: dict[str, Any] = {"capacity_episodes": 1, "grace_seconds": 3600, "commit_interval": 0}
+    with rlds_cli.DatasetWriter(name, mode="append", **options) as w:
+        for uid in range(episodes):
+            w.add_episode(episode(2, float(uid), uid=uid))
+            w.flush()
+    return CacheRoot().dataset_dir(name)
+
+
+def _later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hours on, for the collection: every retired segment is past its hour of grace."""
+    real_time = segments.time.time
+    monkeypatch.setattr(segments, "time", SimpleNamespace(time=lambda: real_time() + 7200))
+
+
+def _uids(name: str) -> list[int]:
+    ds = rlds_cli.open_dataset(name)
+    assert check_dataset(ds).ok
+    return [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)]
+
+
+def test_gc_removes_retired_segments_past_their_grace(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _grow("g", 9)
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 9  # 8 retired, each within its grace
+    result = runner.invoke(app, ["gc"])
+    assert result.exit_code == 0, result.output
+    assert "nothing to remove" in result.output  # an hour of grace: readers may still read them
+    _later(monkeypatch)
+    dry = runner.invoke(app, ["gc", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    listed = json.loads(dry.output)["removed"]
+    assert len(listed) == 8 and all(Path(p).parent == directory / SEGMENTS_DIR for p in listed)
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 9  # a dry run removes nothing
+    result = runner.invoke(app, ["gc"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("removed ") == 8 and "freed" in result.output
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 1
+    assert list((directory / SEGMENT_BUILDS_DIR).iterdir()) == []  # the trash went too
+    assert _uids("g") == [8]
+    again = runner.invoke(app, ["gc"])
+    assert "nothing to remove" in again.output
+
+
+def test_gc_removes_a_dead_writers_build_and_keeps_a_live_ones(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _grow("g", 2)
+    dead = directory / SEGMENT_BUILDS_DIR / f"{'ab' * 16}.{DEAD_PID}"
+    live = directory / SEGMENT_BUILDS_DIR / f"{'cd' * 16}.{os.getpid()}"
+    for build in (dead, live):
+        build.mkdir()
+        (build / "action.npy").write_bytes(b"\0" * 1000)
+    _later(monkeypatch)
+    removed = remove_retired("g")
+    assert dead in removed and live not in removed
+    assert not dead.exists() and live.is_dir()  # a build in progress is never a leftover
+    assert _uids("g") == [1]
+
+
+def test_gc_leaves_a_dataset_alone_while_it_is_compacted(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _grow("g", 4)
+    _later(monkeypatch)
+    cache = CacheRoot()
+    cache.locks_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache.layout.lock_file("g" + COMPACT_LOCK_SUFFIX))):
+        assert remove_retired("g") == []
+        assert len(list((directory / SEGMENTS_DIR).iterdir())) == 4
+    assert len(remove_retired("g")) == 3
+
+
+def test_gc_skips_an_unreadable_growing_dataset_with_one_line(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _grow("bad", 3)
+    good = _grow("good", 3)
+    (CacheRoot().dataset_dir("bad") / COMMIT_LOG_FILE).unlink()
+    _later(monkeypatch)
+    result = runner.invoke(app, ["gc"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("skipped growing dataset bad: ")]
+    assert len(lines) == 1 and "has no commit log" in lines[0], result.output
+    assert "Traceback" not in result.output
+    assert len(list((CacheRoot().dataset_dir("bad") / SEGMENTS_DIR).iterdir())) == 3  # left alone
+    assert len(list((good / SEGMENTS_DIR).iterdir())) == 1  # the other dataset was collected
+    as_json = runner.invoke(app, ["gc", "--json"])
+    assert json.loads(as_json.output)["skipped"][0]["name"] == "bad"
+
+
+def test_remove_retired_refuses_a_converted_dataset(isolated_cache: Path) -> None:
+    runner.invoke(app, ["demo", "--quiet"])
+    names = [m.name for m in CacheRoot().iter_manifests()]
+    assert names
+    with pytest.raises(SchemaMismatchError, match="not a growing dataset"):
+        remove_retired(names[0])
