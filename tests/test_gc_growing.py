@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +21,13 @@ from filelock import FileLock
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, COMPACT_LOCK_SUFFIX, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.layout import (
+    COMMIT_LOG_FILE,
+    COMPACT_LOCK_SUFFIX,
+    MANIFEST_FILE,
+    SEGMENT_BUILDS_DIR,
+    SEGMENTS_DIR,
+)
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import SchemaMismatchError
@@ -133,3 +141,24 @@ def test_remove_retired_refuses_a_converted_dataset(isolated_cache: Path) -> Non
     assert names
     with pytest.raises(SchemaMismatchError, match="not a growing dataset"):
         remove_retired(names[0])
+
+
+def test_gc_leaves_segments_the_log_does_not_name_to_compact(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment the log does not name (a writer killed between its rename and its record) is
+    a leftover only if the log is whole, which gc cannot know: a damaged log names nothing.
+    ``rlds compact`` removes it; gc leaves it."""
+    directory = _grow("g", 2)
+    live = next((directory / SEGMENTS_DIR).iterdir())
+    orphan = directory / SEGMENTS_DIR / ("ef" * 16)
+    shutil.copytree(live, orphan)
+    manifest = json.loads((orphan / MANIFEST_FILE).read_text())
+    manifest["source"]["writer"]["pid"] = DEAD_PID
+    (orphan / MANIFEST_FILE).write_text(json.dumps(manifest))
+    _later(monkeypatch)
+    assert orphan not in remove_retired("g", dry_run=True)
+    assert orphan not in remove_retired("g") and orphan.is_dir()
+    monkeypatch.setattr(segments, "time", time)  # compact with no grace, now
+    assert orphan.name in rlds_cli.compact("g", grace_seconds=0).removed
+    assert not orphan.exists() and _uids("g") == [1]

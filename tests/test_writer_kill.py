@@ -257,7 +257,7 @@ def test_a_scan_leaves_what_live_writers_and_the_log_still_need(isolated_cache: 
     assert_finishes_forked(_append_one, root, 2)  # committed after the view, by a writer now gone
     for path in (d / SEGMENTS_DIR).iterdir():
         os.utime(path, (old, old))
-    collect(d, view.state, 0, scan=True)
+    collect(d, view.state, 0, builds=True, unreferenced=True)
     assert uids_of(root)[-1] == 2
 
 

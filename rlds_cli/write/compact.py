@@ -92,10 +92,12 @@ def remove_retired(
     name: str, root: CacheRoot | str | os.PathLike[str] | None = None, *, dry_run: bool = False
 ) -> list[Path]:
     """Remove what the growing dataset ``name`` no longer needs, merging nothing: segments
-    retired (evicted whole, or compacted away) longer ago than its grace period, and builds
-    and unreferenced segments of writers that no longer run. ``rlds gc`` does this for every
-    growing dataset. Writers remove a few retired segments after each commit, and
-    :func:`compact` every one; this is for a dataset whose writers have stopped.
+    retired (evicted whole, or compacted away) longer ago than its grace period, and the
+    builds of writers that no longer run. ``rlds gc`` does this for every growing dataset.
+    Writers remove a few retired segments after each commit, and :func:`compact` every one;
+    this is for a dataset whose writers have stopped. Only what the log says is retired goes:
+    segments the log does not name are left to :func:`compact` (a damaged log names nothing,
+    see :func:`~rlds_cli.write.segments.leftovers`).
 
     Args:
         name: A growing dataset (written by :class:`rlds_cli.DatasetWriter`).
@@ -110,7 +112,7 @@ def remove_retired(
     ds = _open_growing(name, cache, "it has no retired segments")
     grace = ds.settings["grace_seconds"]
     if dry_run:
-        due = leftovers(ds.directory, ds.state, grace, scan=True)
+        due = leftovers(ds.directory, ds.state, grace, builds=True)
         return [ds.directory / SEGMENTS_DIR / seg for seg in due.segments] + due.builds
     try:
         lock = _compaction_lock(cache, ds, 0)
@@ -118,7 +120,7 @@ def remove_retired(
         return []
     try:
         ds.refresh()
-        removed = collect(ds.directory, ds.state, grace, scan=True)
+        removed = collect(ds.directory, ds.state, grace, builds=True)
     finally:
         lock.release()
     # collect names a build as building/<name> and a segment by its name alone
@@ -193,7 +195,7 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
         _merge(ds, run, state.segments[i].seg, backend, fsync)
     ds.refresh()
     grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
-    removed = collect(ds.directory, ds.state, grace, scan=True)
+    removed = collect(ds.directory, ds.state, grace, builds=True, unreferenced=True)
     return CompactReport(
         ds.name, before, len(ds.live_segments()), len(runs), ds.num_episodes, ds.num_steps, removed
     )

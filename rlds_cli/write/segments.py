@@ -265,15 +265,23 @@ class Leftovers:
     builds: list[Path] = field(default_factory=list)
 
 
-def leftovers(directory: Path, state: LogState, grace: float, *, scan: bool = False) -> Leftovers:
+def leftovers(
+    directory: Path, state: LogState, grace: float, *, builds: bool = False, unreferenced: bool = False
+) -> Leftovers:
     """The segments ``state`` retired (evicted whole, or compacted away) more than ``grace``
-    seconds ago, in the order the log retired them; with ``scan``, also the builds and the
-    unreferenced segments (a killed writer's) older than that whose writer no longer runs.
-    Nothing is removed (:func:`collect` removes them; ``rlds gc --dry-run`` lists them)."""
+    seconds ago, in the order the log retired them; with ``builds``, also the builds older
+    than that whose writer no longer runs; with ``unreferenced``, also the segments the log
+    does not name (a writer killed between its segment's rename and its record) older than
+    that whose writer no longer runs. Nothing is removed (:func:`collect` removes them;
+    ``rlds gc --dry-run`` lists them).
+
+    A segment "the log does not name" is a leftover only if the log is whole: a log damaged
+    or replaced outside rlds names nothing, and every segment would look like a leftover.
+    ``rlds compact`` looks for them; ``rlds gc`` does not."""
     now = time.time()
     segments = directory / SEGMENTS_DIR
     due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])
-    if scan:
+    if unreferenced:
         # the log as it is now, not as the caller's view saw it: a segment committed since then
         # is no leftover
         latest = LogState()
@@ -284,15 +292,21 @@ def leftovers(directory: Path, state: LogState, grace: float, *, scan: bool = Fa
         for path in segments.iterdir() if segments.is_dir() else ():
             if path.name not in known and _older(path, now - grace) and not _writer_alive(path):
                 due.segments.append(path.name)
-        builds = directory / SEGMENT_BUILDS_DIR
-        for path in builds.iterdir() if builds.is_dir() else ():
-            if _older(path, now - grace) and not _writer_alive(path):
-                due.builds.append(path)
+    building = directory / SEGMENT_BUILDS_DIR
+    for path in building.iterdir() if builds and building.is_dir() else ():
+        if _older(path, now - grace) and not _writer_alive(path):
+            due.builds.append(path)
     return due
 
 
 def collect(
-    directory: Path, state: LogState, grace: float, *, scan: bool = False, limit: int | None = None
+    directory: Path,
+    state: LogState,
+    grace: float,
+    *,
+    builds: bool = False,
+    unreferenced: bool = False,
+    limit: int | None = None,
 ) -> list[str]:
     """Remove the :func:`leftovers` of ``directory``: at most ``limit`` segments (``None``:
     all), the oldest first, and every build. Each segment goes by a rename into ``building/``
@@ -310,7 +324,7 @@ def collect(
     (every writer follows the whole log, so each retires every writer's segments), leaves
     ``state.retired``: kept, it would be tried again at every commit, a rename per segment
     ever evicted (10,000 after a minute of eight writers), for as long as the writer runs."""
-    due = leftovers(directory, state, grace, scan=scan)
+    due = leftovers(directory, state, grace, builds=builds, unreferenced=unreferenced)
     removed: list[str] = []
     for path in due.builds:
         shutil.rmtree(path, ignore_errors=True)
