@@ -21,6 +21,7 @@ from filelock import FileLock
 from typer.testing import CliRunner
 
 import rlds_cli
+from rlds_cli.cache.commit_log import LogState, plausibly_torn
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
@@ -162,3 +163,31 @@ def test_gc_leaves_segments_the_log_does_not_name_to_compact(
     monkeypatch.setattr(segments, "time", time)  # compact with no grace, now
     assert orphan.name in rlds_cli.compact("g", grace_seconds=0).removed
     assert not orphan.exists() and _uids("g") == [1]
+
+
+def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A log whose records mostly fail their check was damaged, not torn by crashes: it names
+    no segment, and compact would have taken every one for a dead writer's leftover."""
+    directory = _grow("g", 6)
+    for segment in (directory / SEGMENTS_DIR).iterdir():  # their writer is gone
+        manifest = json.loads((segment / MANIFEST_FILE).read_text())
+        manifest["source"]["writer"]["pid"] = DEAD_PID
+        (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    log = directory / COMMIT_LOG_FILE
+    log.write_bytes(b"\xff" * log.stat().st_size)
+    with caplog.at_level("WARNING"):
+        report = rlds_cli.compact("g", grace_seconds=0)
+    assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
+    assert "more than crashes explain" in caplog.text
+    result = runner.invoke(app, ["inspect", "g", "--check"])  # the check says so
+    assert result.exit_code == 1 and "the log was damaged" in result.output, result.output
+
+
+def test_a_torn_record_or_two_are_crashes_not_damage() -> None:
+    assert plausibly_torn(LogState(records=4, invalid=1))
+    assert plausibly_torn(LogState(records=100, invalid=16))
+    assert not plausibly_torn(LogState(records=100, invalid=17))
+    assert not plausibly_torn(LogState(records=2, invalid=3))
+    assert not plausibly_torn(LogState(records=0, invalid=5))

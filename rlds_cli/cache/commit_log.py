@@ -173,6 +173,8 @@ class LogState:
     retired: dict[bytes, float] = field(default_factory=dict)
     position: int = 0
     records: int = 0
+    #: Record slots that failed their check (a crash's torn record, or damage).
+    invalid: int = 0
 
     def __post_init__(self) -> None:
         # every segment id ever added: a duplicate ADD is found without a scan of the view
@@ -273,6 +275,8 @@ class LogState:
             if rec is not None:
                 self.apply(rec)
                 n += 1
+            else:
+                self.invalid += 1
         self.position += len(data) - len(data) % RECORD_SIZE
         return n
 
@@ -319,4 +323,17 @@ class LogState:
             dict(self.retired),
             self.position,
             self.records,
+            self.invalid,
         )
+
+
+#: Torn records a commit log may hold before it is taken for damaged (:func:`plausibly_torn`).
+MAX_TORN_RECORDS = 16
+
+
+def plausibly_torn(state: LogState) -> bool:
+    """Whether the records of a log that fail their check can be crashes' torn records: a
+    machine crash tears at most the records being appended at that moment (one a writer), and
+    a later append pads the torn slot and goes on. A few, and fewer than half the valid ones,
+    can be; a log overwritten or replaced outside rlds is mostly, or all, invalid."""
+    return state.invalid <= min(MAX_TORN_RECORDS, max(1, state.records // 2))

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, plausibly_torn, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
 from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
@@ -459,6 +459,13 @@ class GrowingDataset(Dataset):
     def check_files(self) -> list[str]:
         """Every live segment's files at full size (see :meth:`Dataset.check_files`)."""
         problems: list[str] = []
+        log = self._state
+        if not plausibly_torn(log):
+            problems.append(
+                f"{COMMIT_LOG_FILE}: {log.invalid} of its {log.invalid + log.records} records fail "
+                "their check, more than crashes explain: the log was damaged and may not name every "
+                "segment (rlds compact keeps the segments it does not name)"
+            )
         for ds, _ in self._parts:
             problems += [f"segment {ds.directory.name}: {p}" for p in ds.check_files()]
         self._check_not_replaced()

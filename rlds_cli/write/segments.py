@@ -26,6 +26,7 @@ thread of their own (:mod:`rlds_cli.write.committer`), so these waits overlap th
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -41,7 +42,16 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
-from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
+from rlds_cli.cache.commit_log import (
+    ADD,
+    EVICT,
+    PROTECTED,
+    LogState,
+    Record,
+    new_segment_id,
+    plausibly_torn,
+    seg_name,
+)
 from rlds_cli.cache.durable import fsync_wave, tree_paths
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
@@ -54,6 +64,8 @@ from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.write.validate import EpisodeColumns
+
+log = logging.getLogger(__name__)
 
 
 def writer_identity() -> dict[str, Any]:
@@ -277,7 +289,9 @@ def leftovers(
 
     A segment "the log does not name" is a leftover only if the log is whole: a log damaged
     or replaced outside rlds names nothing, and every segment would look like a leftover.
-    ``rlds compact`` looks for them; ``rlds gc`` does not."""
+    ``rlds compact`` looks for them; ``rlds gc`` does not. They are kept, with a warning,
+    where the log has more records that fail their check than crashes explain
+    (:func:`~rlds_cli.cache.commit_log.plausibly_torn`)."""
     now = time.time()
     segments = directory / SEGMENTS_DIR
     due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])
@@ -286,6 +300,16 @@ def leftovers(
         # is no leftover
         latest = LogState()
         latest.follow(directory / COMMIT_LOG_FILE)
+        if not plausibly_torn(latest):
+            log.warning(
+                "%s: %d of the commit log's %d records fail their check, more than crashes "
+                "explain; segments the log does not name are kept",
+                directory,
+                latest.invalid,
+                latest.invalid + latest.records,
+            )
+            unreferenced = False
+    if unreferenced:
         known = {seg_name(s.seg) for st in (state, latest) for s in st.segments}
         known |= {seg_name(s) for st in (state, latest) for s in st.retired}
         known |= set(due.segments)
