@@ -21,7 +21,16 @@ from filelock import FileLock
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli.cache.commit_log import LogState, plausibly_torn
+from rlds_cli.cache.commit_log import (
+    ADD,
+    RECORD_SIZE,
+    LogState,
+    Record,
+    looks_torn,
+    new_segment_id,
+    plausibly_torn,
+    seg_name,
+)
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
@@ -89,9 +98,9 @@ def test_gc_removes_retired_segments_past_their_grace(
     assert "nothing to remove" in again.output
 
 
-def test_gc_removes_a_dead_writers_build_and_keeps_a_live_ones(
-    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gc_leaves_builds_to_compact(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build is named by its writer's pid alone, which a writer in another container can
+    share: gc leaves builds alone; compact removes a dead writer's and keeps a live one's."""
     directory = _grow("g", 2)
     dead = directory / SEGMENT_BUILDS_DIR / f"{'ab' * 16}.{DEAD_PID}"
     live = directory / SEGMENT_BUILDS_DIR / f"{'cd' * 16}.{os.getpid()}"
@@ -99,10 +108,40 @@ def test_gc_removes_a_dead_writers_build_and_keeps_a_live_ones(
         build.mkdir()
         (build / "action.npy").write_bytes(b"\0" * 1000)
     _later(monkeypatch)
-    removed = remove_retired("g")
-    assert dead in removed and live not in removed
+    retired = [directory / SEGMENTS_DIR / seg for seg in _retired_names("g")]
+    assert len(retired) == 1 and remove_retired("g") == retired  # the segment, not the builds
+    assert dead.is_dir() and live.is_dir()
+    monkeypatch.setattr(segments, "time", time)
+    removed = rlds_cli.compact("g", grace_seconds=0).removed
+    assert f"{SEGMENT_BUILDS_DIR}/{dead.name}" in removed
     assert not dead.exists() and live.is_dir()  # a build in progress is never a leftover
     assert _uids("g") == [1]
+
+
+def _retired_names(name: str) -> set[str]:
+    """The segments on disk that the dataset's view no longer reads."""
+    ds = rlds_cli.open_dataset(name)
+    live = {seg_name(entry.seg) for entry, _ in ds.live_segments()}
+    return {p.name for p in (ds.directory / SEGMENTS_DIR).iterdir()} - live
+
+
+def test_a_dry_run_lists_only_what_is_still_on_disk(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log names every segment it ever retired; those a writer already removed are not
+    listed (a long-lived dataset would list thousands, each of 0 B)."""
+    directory = _grow("g", 9)
+    _later(monkeypatch)
+    with rlds_cli.DatasetWriter("g", mode="append", commit_interval=0) as w:
+        w.add_episode(episode(2, 9.0, uid=9))  # its commit removes the 4 oldest of the 8 due
+    on_disk = _retired_names("g")
+    assert len(on_disk) == 5  # the 4 left, and the one this commit retired
+    listed = json.loads(runner.invoke(app, ["gc", "--dry-run", "--json"]).output)["removed"]
+    assert sorted(Path(p).name for p in listed) == sorted(on_disk)
+    assert all(Path(p).parent == directory / SEGMENTS_DIR for p in listed)
+    assert "freed" in runner.invoke(app, ["gc"]).output
+    assert "nothing to remove" in runner.invoke(app, ["gc", "--dry-run"]).output
+    assert _retired_names("g") == set() and _uids("g") == [9]
 
 
 def test_gc_leaves_a_dataset_alone_while_it_is_compacted(
@@ -113,6 +152,7 @@ def test_gc_leaves_a_dataset_alone_while_it_is_compacted(
     cache = CacheRoot()
     cache.locks_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache.layout.lock_file("g" + COMPACT_LOCK_SUFFIX))):
+        assert remove_retired("g", dry_run=True) == []  # the dry run says what gc would do
         assert remove_retired("g") == []
         assert len(list((directory / SEGMENTS_DIR).iterdir())) == 4
     assert len(remove_retired("g")) == 3
@@ -180,14 +220,47 @@ def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(
     with caplog.at_level("WARNING"):
         report = rlds_cli.compact("g", grace_seconds=0)
     assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
-    assert "more than crashes explain" in caplog.text
+    assert "the commit log looks damaged" in caplog.text
     result = runner.invoke(app, ["inspect", "g", "--check"])  # the check says so
-    assert result.exit_code == 1 and "the log was damaged" in result.output, result.output
+    assert result.exit_code == 1 and "commits.log looks damaged" in result.output, result.output
 
 
-def test_a_torn_record_or_two_are_crashes_not_damage() -> None:
-    assert plausibly_torn(LogState(records=4, invalid=1))
-    assert plausibly_torn(LogState(records=100, invalid=16))
-    assert not plausibly_torn(LogState(records=100, invalid=17))
-    assert not plausibly_torn(LogState(records=2, invalid=3))
-    assert not plausibly_torn(LogState(records=0, invalid=5))
+def test_torn_records_are_a_record_start_and_zeros() -> None:
+    record = Record(ADD, new_segment_id(), episodes=1, steps=2).pack()
+    assert not looks_torn(b"\xff" * RECORD_SIZE) and not looks_torn(b"junk" + b"\0" * (RECORD_SIZE - 4))
+    for cut in (0, 2, 4, 30, RECORD_SIZE - 1):  # what reached the disk, then zeros
+        assert looks_torn(record[:cut] + b"\0" * (RECORD_SIZE - cut))
+
+
+def test_a_few_torn_records_are_crashes_and_anything_else_is_damage() -> None:
+    assert plausibly_torn(LogState(records=1, invalid=8))  # 8 writers torn by one crash
+    assert plausibly_torn(LogState(records=100, invalid=60))  # a crash a day for two months
+    assert not plausibly_torn(LogState(records=100, invalid=1, garbled=1))  # bytes rlds never writes
+    assert not plausibly_torn(LogState(records=3, invalid=20))  # zeroed by a damaged disk
+
+
+def test_gc_names_a_dataset_it_cannot_clean_and_goes_on(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OS error on one growing dataset (its lock, a folder) is one line; the others are
+    cleaned and ``--json`` stays one document."""
+    import errno
+
+    from rlds_cli.write import compact as compact_module
+
+    _grow("a", 3)
+    _grow("b", 3)
+    _later(monkeypatch)
+    real = compact_module.remove_retired
+
+    def remove(name: str, *args: Any, **kwargs: Any) -> list[Path]:
+        if name == "a":
+            raise OSError(errno.EROFS, "Read-only file system", str(CacheRoot().locks_dir))
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(compact_module, "remove_retired", remove)
+    result = runner.invoke(app, ["gc", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [s["name"] for s in doc["skipped"]] == ["a"] and "read-only" in doc["skipped"][0]["error"].lower()
+    assert len(doc["removed"]) == 2 and all("/b/" in p for p in doc["removed"])

@@ -173,8 +173,10 @@ class LogState:
     retired: dict[bytes, float] = field(default_factory=dict)
     position: int = 0
     records: int = 0
-    #: Record slots that failed their check (a crash's torn record, or damage).
+    #: Record slots that failed their check (a crash's torn record, or damage), and those of
+    #: them that do not look torn (:func:`looks_torn`).
     invalid: int = 0
+    garbled: int = 0
 
     def __post_init__(self) -> None:
         # every segment id ever added: a duplicate ADD is found without a scan of the view
@@ -277,6 +279,7 @@ class LogState:
                 n += 1
             else:
                 self.invalid += 1
+                self.garbled += not looks_torn(data[off : off + RECORD_SIZE])
         self.position += len(data) - len(data) % RECORD_SIZE
         return n
 
@@ -324,16 +327,27 @@ class LogState:
             self.position,
             self.records,
             self.invalid,
+            self.garbled,
         )
 
 
-#: Torn records a commit log may hold before it is taken for damaged (:func:`plausibly_torn`).
+#: Torn records a log may hold beyond its valid ones before it is taken for damaged.
 MAX_TORN_RECORDS = 16
 
 
+def looks_torn(slot: bytes) -> bool:
+    """Whether a record slot that fails its check looks like what a machine crash leaves: the
+    start of a record (it begins with the magic, or with part of it) and then zeros (the rest
+    never reached the disk, or :func:`append`'s padding). Anything else was written by
+    something other than rlds."""
+    head = slot.rstrip(b"\0")
+    return head[: len(MAGIC)] == MAGIC[: len(head)]
+
+
 def plausibly_torn(state: LogState) -> bool:
-    """Whether the records of a log that fail their check can be crashes' torn records: a
-    machine crash tears at most the records being appended at that moment (one a writer), and
-    a later append pads the torn slot and goes on. A few, and fewer than half the valid ones,
-    can be; a log overwritten or replaced outside rlds is mostly, or all, invalid."""
-    return state.invalid <= min(MAX_TORN_RECORDS, max(1, state.records // 2))
+    """Whether the records of a log that fail their check can all be crashes' torn records:
+    each looks torn (:func:`looks_torn`), and there are at most as many as valid records, or
+    :data:`MAX_TORN_RECORDS` (a crash tears at most the records being appended at that moment,
+    one a writer; a later append pads the slot and goes on). A log overwritten outside rlds
+    holds other bytes; one zeroed by a damaged disk is all torn-looking slots."""
+    return state.garbled == 0 and (state.invalid <= MAX_TORN_RECORDS or state.invalid <= state.records)

@@ -462,9 +462,9 @@ class GrowingDataset(Dataset):
         log = self._state
         if not plausibly_torn(log):
             problems.append(
-                f"{COMMIT_LOG_FILE}: {log.invalid} of its {log.invalid + log.records} records fail "
-                "their check, more than crashes explain: the log was damaged and may not name every "
-                "segment (rlds compact keeps the segments it does not name)"
+                f"{COMMIT_LOG_FILE} looks damaged: {log.invalid} of its {log.invalid + log.records} "
+                f"records fail their check, {log.garbled} of them not as a crash tears one; it may "
+                "not name every segment (rlds compact keeps the segments it does not name)"
             )
         for ds, _ in self._parts:
             problems += [f"segment {ds.directory.name}: {p}" for p in ds.check_files()]

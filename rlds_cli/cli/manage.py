@@ -202,12 +202,12 @@ def gc(
 
 
 def _growing_garbage(cache: CacheRoot, dry_run: bool) -> tuple[dict[Path, int], list[tuple[str, str]]]:
-    """Each growing dataset's retired segments past its grace period and dead writers' builds,
-    removed (or not, with ``dry_run``), with their sizes; and the datasets that could not be
-    read, with why (they are left alone: ``rlds inspect NAME --check`` says more)."""
+    """Each growing dataset's retired segments past its grace period, removed (or not, with
+    ``dry_run``), with their sizes; and the datasets that could not be read or cleaned, with
+    why (they are left alone: ``rlds inspect NAME --check`` says more)."""
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT
     from rlds_cli.cache.manage import tree_bytes
-    from rlds_cli.errors import RldsError
+    from rlds_cli.errors import RldsError, from_os_error
     from rlds_cli.write.compact import remove_retired
 
     found: dict[Path, int] = {}
@@ -221,6 +221,9 @@ def _growing_garbage(cache: CacheRoot, dry_run: bool) -> tuple[dict[Path, int], 
                 due = {p: due.get(p, 0) for p in remove_retired(manifest.name, cache)}
         except RldsError as exc:
             skipped.append((manifest.name, str(exc)))
+            continue
+        except OSError as exc:  # a lock or a folder that cannot be read or written
+            skipped.append((manifest.name, str(from_os_error(exc) or exc)))
             continue
         found |= due
     return found, skipped

@@ -91,13 +91,15 @@ def compact(
 def remove_retired(
     name: str, root: CacheRoot | str | os.PathLike[str] | None = None, *, dry_run: bool = False
 ) -> list[Path]:
-    """Remove what the growing dataset ``name`` no longer needs, merging nothing: segments
-    retired (evicted whole, or compacted away) longer ago than its grace period, and the
-    builds of writers that no longer run. ``rlds gc`` does this for every growing dataset.
-    Writers remove a few retired segments after each commit, and :func:`compact` every one;
-    this is for a dataset whose writers have stopped. Only what the log says is retired goes:
-    segments the log does not name are left to :func:`compact` (a damaged log names nothing,
-    see :func:`~rlds_cli.write.segments.leftovers`).
+    """Remove the segments of the growing dataset ``name`` that its commit log retired (evicted
+    whole, or compacted away) longer ago than its grace period, merging nothing. ``rlds gc``
+    does this for every growing dataset. Writers remove a few retired segments after each
+    commit, and :func:`compact` every one; this is for a dataset whose writers have stopped.
+
+    Only what the log says is retired goes. :func:`compact` also removes what a killed writer
+    left: builds (named by the writer's pid alone, which a writer in another container can
+    share) and segments the log does not name (a damaged log names nothing, see
+    :func:`~rlds_cli.write.segments.leftovers`).
 
     Args:
         name: A growing dataset (written by :class:`rlds_cli.DatasetWriter`).
@@ -105,26 +107,26 @@ def remove_retired(
         dry_run: Only say what would be removed.
 
     Returns:
-        The folders removed (or that would be). While a compaction of the dataset runs,
-        nothing (the compaction removes them when it ends).
+        The segment folders removed (or that would be). While a compaction of the dataset
+        runs, none (the compaction removes them when it ends).
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     ds = _open_growing(name, cache, "it has no retired segments")
     grace = ds.settings["grace_seconds"]
-    if dry_run:
-        due = leftovers(ds.directory, ds.state, grace, builds=True)
-        return [ds.directory / SEGMENTS_DIR / seg for seg in due.segments] + due.builds
+    segments = ds.directory / SEGMENTS_DIR
     try:
         lock = _compaction_lock(cache, ds, 0)
     except LockTimeoutError:
         return []
     try:
         ds.refresh()
-        removed = collect(ds.directory, ds.state, grace, builds=True)
+        if dry_run:
+            # the log names every segment it ever retired; most are gone already
+            due = leftovers(ds.directory, ds.state, grace).segments
+            return [segments / seg for seg in due if (segments / seg).is_dir()]
+        return [segments / seg for seg in collect(ds.directory, ds.state, grace)]
     finally:
         lock.release()
-    # collect names a build as building/<name> and a segment by its name alone
-    return [ds.directory / (n if "/" in n else f"{SEGMENTS_DIR}/{n}") for n in removed]
 
 
 def _open_growing(name: str, cache: CacheRoot, what: str) -> GrowingDataset:

@@ -11,8 +11,9 @@ A commit (:func:`commit_segment`), in order:
 5. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
 
 The episodes become visible at step 5 and only there: killed before it, the writer leaves a
-build folder or an unreferenced segment, which no reader looks at and :func:`collect` removes
-once older than the grace period and its writer no longer runs; killed after it, the episodes
+build folder or an unreferenced segment, which no reader looks at and a compaction's
+:func:`collect` removes once older than the grace period and its writer no longer runs (the
+segment: where the log does not look damaged); killed after it, the episodes
 are committed. Several writers commit at once: each has its own build folder and segment id,
 and the log takes whole records.
 
@@ -290,7 +291,7 @@ def leftovers(
     A segment "the log does not name" is a leftover only if the log is whole: a log damaged
     or replaced outside rlds names nothing, and every segment would look like a leftover.
     ``rlds compact`` looks for them; ``rlds gc`` does not. They are kept, with a warning,
-    where the log has more records that fail their check than crashes explain
+    where the log's records that fail their check are not what crashes leave
     (:func:`~rlds_cli.cache.commit_log.plausibly_torn`)."""
     now = time.time()
     segments = directory / SEGMENTS_DIR
@@ -302,11 +303,12 @@ def leftovers(
         latest.follow(directory / COMMIT_LOG_FILE)
         if not plausibly_torn(latest):
             log.warning(
-                "%s: %d of the commit log's %d records fail their check, more than crashes "
-                "explain; segments the log does not name are kept",
+                "%s: the commit log looks damaged (%d of its %d records fail their check, %d of "
+                "them not as a crash tears one); segments it does not name are kept",
                 directory,
                 latest.invalid,
                 latest.invalid + latest.records,
+                latest.garbled,
             )
             unreferenced = False
     if unreferenced:
