@@ -2,11 +2,11 @@
 
 A growing dataset is a directory with a head manifest (``layout: "segmented"``: the schema,
 the settings), sealed *segments* (each a small complete TED dataset under ``segments/<id>/``)
-and this log, ``commits.log``: fixed-size records, appended with ``O_APPEND`` so several writer
-processes commit without sharing a lock. A record is :data:`RECORD_SIZE` bytes with a crc32 of
-its own bytes; a record that fails its check (a torn write after a machine crash, or the zero
-padding a later writer adds to realign the file) is skipped. Readers follow the log cheaply:
-``fstat`` and a read of the new bytes.
+and this log, ``commits.log``: fixed-size records, appended with ``O_APPEND`` by several writer
+processes, each holding the log's lock for the write alone (:func:`append`). A record is
+:data:`RECORD_SIZE` bytes with a crc32 of its own bytes; a record that fails its check (a
+torn write after a machine crash, or the zero padding a later writer adds to realign the file)
+is skipped. Readers follow the log cheaply: ``fstat`` and a read of the new bytes.
 
 Records (``kind``):
 
@@ -101,26 +101,30 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     """Append one record to the log at ``path`` with a single ``O_APPEND`` write (whole, or
     nothing: a process killed around it leaves no torn record; only a machine crash can, and
     the check skips it). A log whose size is not a whole number of records (a torn record of a
-    crash) is first padded with zeros to the next record, which readers skip: under an
-    exclusive lock of the log, its size read again inside it, since two writers that padded by
-    the size each saw would write the second one's record across two slots (skipped: a commit
-    lost). Appends to a log of whole records take no lock."""
+    crash) is first padded with zeros to the next record, which readers skip.
+
+    Every append holds an exclusive lock of the log from reading its size to its write (not
+    through the fsync, so writers' fsyncs still overlap). Unlocked, a writer could read the
+    size while another writer's record was half copied: a record that straddles a page
+    boundary (96 bytes do, every few records) extends the file once per page, so the size
+    seen was not a whole number of records, and the writer padded a log that needed none,
+    writing its own record across two slots, both skipped: a commit reported done and never
+    visible (4 processes appending 20,000 records each lost 80-200 of them)."""
     data = record.pack()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
+        _lock(fd)
         size = os.fstat(fd).st_size
         if size % RECORD_SIZE:
-            _lock(fd)  # released by the close below
-            size = os.fstat(fd).st_size
-            if size % RECORD_SIZE:
-                data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
+            data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
         written = os.write(fd, data)
         if written != len(data):  # pragma: no cover - a regular file takes a small write whole
             raise OSError(f"short write to {path}")
+        _unlock(fd)
         if fsync:
             os.fsync(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock, where the write failed
 
 
 def has_added(path: Path, seg: bytes) -> bool:
@@ -139,9 +143,18 @@ def _lock(fd: int) -> None:
     """An exclusive lock of the open log (``flock``; none where there is no ``fcntl``)."""
     try:
         import fcntl
-    except ImportError:  # pragma: no cover - Windows: the padding race stays
+    except ImportError:  # pragma: no cover - Windows: appends race with each other
         return
     fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    """Release :func:`_lock`."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 @dataclass
