@@ -106,7 +106,7 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     Every append holds an exclusive lock of the log from reading its size to its write (not
     through the fsync, so writers' fsyncs still overlap). Unlocked, a writer could read the
     size while another writer's record was half copied: a record that straddles a page
-    boundary (96 bytes do, every few records) extends the file once per page, so the size
+    boundary (2 records in every 128 do) extends the file once per page, so the size
     seen was not a whole number of records, and the writer padded a log that needed none,
     writing its own record across two slots, both skipped: a commit reported done and never
     visible (4 processes appending 20,000 records each lost 80-200 of them)."""
