@@ -264,3 +264,17 @@ def test_gc_names_a_dataset_it_cannot_clean_and_goes_on(
     doc = json.loads(result.output)
     assert [s["name"] for s in doc["skipped"]] == ["a"] and "read-only" in doc["skipped"][0]["error"].lower()
     assert len(doc["removed"]) == 2 and all("/b/" in p for p in doc["removed"])
+
+
+def test_gc_collects_beside_a_damaged_live_segment(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc reads the log, not the segments: a live segment missing a file (the check's to
+    report) does not keep the retired ones on disk."""
+    directory = _grow("g", 4)
+    retired = {directory / SEGMENTS_DIR / seg for seg in _retired_names("g")}
+    (damaged,) = set((directory / SEGMENTS_DIR).iterdir()) - retired  # the live one
+    next(p for p in damaged.rglob("*.npy") if p.name != "episodes.npy").unlink()
+    _later(monkeypatch)
+    assert set(remove_retired("g")) == retired
+    assert [p.name for p in (directory / SEGMENTS_DIR).iterdir()] == [damaged.name]

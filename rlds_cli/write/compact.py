@@ -29,11 +29,12 @@ import numpy as np
 from rlds_cli import settings
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
-from rlds_cli.cache.commit_log import COMPACT, Record, SegmentEntry, new_segment_id
-from rlds_cli.cache.growing import GrowingDataset
+from rlds_cli.cache.commit_log import COMPACT, LogState, Record, SegmentEntry, new_segment_id
+from rlds_cli.cache.growing import GrowingDataset, growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
+    SEGMENTED_LAYOUT,
     SEGMENTS_DIR,
     entry_name,
 )
@@ -78,9 +79,13 @@ def compact(
     Returns:
         A :class:`CompactReport`.
     """
+    from rlds_cli.cache.opening import open_dataset
+
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    ds = _open_growing(name, cache, "nothing to compact")
-    lock = _compaction_lock(cache, ds, lock_timeout)
+    ds = open_dataset(name, cache)
+    if not isinstance(ds, GrowingDataset):
+        raise _not_growing(name, "nothing to compact")
+    lock = _compaction_lock(cache, ds.name, lock_timeout)
     try:
         ds.refresh()  # the view as of the lock: no other compaction can move it now
         return _compact_locked(ds, grace_seconds)
@@ -111,37 +116,38 @@ def remove_retired(
         runs, none (the compaction removes them when it ends).
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    ds = _open_growing(name, cache, "it has no retired segments")
-    grace = ds.settings["grace_seconds"]
-    segments = ds.directory / SEGMENTS_DIR
+    # the head manifest and the log, not the dataset: a view would open every live segment
+    # (slow for thousands), and a damaged live segment would keep the retired ones forever
+    head = cache.manifest(name)
+    if head.layout != SEGMENTED_LAYOUT:
+        raise _not_growing(name, "it has no retired segments")
+    directory = cache.dataset_dir(name)
+    grace = growing_settings(head)["grace_seconds"]
+    segments = directory / SEGMENTS_DIR
     try:
-        lock = _compaction_lock(cache, ds, 0)
+        lock = _compaction_lock(cache, head.name, 0)
     except LockTimeoutError:
         return []
     try:
-        ds.refresh()
+        state = LogState()
+        state.follow(directory / COMMIT_LOG_FILE)
         if dry_run:
             # the log names every segment it ever retired; most are gone already
-            due = leftovers(ds.directory, ds.state, grace).segments
+            due = leftovers(directory, state, grace).segments
             return [segments / seg for seg in due if (segments / seg).is_dir()]
-        return [segments / seg for seg in collect(ds.directory, ds.state, grace)]
+        return [segments / seg for seg in collect(directory, state, grace)]
     finally:
         lock.release()
 
 
-def _open_growing(name: str, cache: CacheRoot, what: str) -> GrowingDataset:
-    from rlds_cli.cache.opening import open_dataset
-
-    ds = open_dataset(name, cache)
-    if not isinstance(ds, GrowingDataset):
-        raise SchemaMismatchError(
-            f"dataset {name!r} is not a growing dataset: {what}",
-            hint="only datasets written with DatasetWriter have segments to merge or remove",
-        )
-    return ds
+def _not_growing(name: str, what: str) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"dataset {name!r} is not a growing dataset: {what}",
+        hint="only datasets written with DatasetWriter have segments to merge or remove",
+    )
 
 
-def _compaction_lock(cache: CacheRoot, ds: GrowingDataset, timeout: float) -> Any:
+def _compaction_lock(cache: CacheRoot, name: str, timeout: float) -> Any:
     """The dataset's compaction lock, held (one compaction or collection at a time; writers
     never take it); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds."""
     from filelock import FileLock, Timeout
@@ -149,11 +155,11 @@ def _compaction_lock(cache: CacheRoot, ds: GrowingDataset, timeout: float) -> An
     try:
         # in locks/, not in the dataset: a new file there would change the directory's identity
         cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        path = cache.layout.lock_file(entry_name(ds.name) + COMPACT_LOCK_SUFFIX)
+        path = cache.layout.lock_file(entry_name(name) + COMPACT_LOCK_SUFFIX)
         lock = FileLock(str(path), timeout=timeout)
         lock.acquire()
     except Timeout:
-        raise LockTimeoutError(f"dataset {ds.name!r} is being compacted by another process") from None
+        raise LockTimeoutError(f"dataset {name!r} is being compacted by another process") from None
     return lock
 
 
