@@ -26,34 +26,37 @@ from tests.dataset_fixtures import uid_episode
 pytestmark = pytest.mark.xdist_group("disk-heavy")
 
 WRITERS = 4
-SECONDS = 5.0
+#: Compactions (each followed by gc's collection) made while the writers write; the writers
+#: stop after the last one.
+ROUNDS = 4
 GRACE = 0.5  # retired segments go soon, so collection runs while the writers write
+#: Episodes each writer adds at least, whenever the rounds end.
+MIN_EPISODES = 50
 
 
-def _writer(root: str, wid: int, out: Any) -> None:
+def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
     rng = np.random.default_rng(wid)
-    added = []
-    deadline = time.time() + SECONDS
+    added: list[int] = []
     options: dict[str, Any] = {"grace_seconds": GRACE, "commit_interval": 0.01}
     with rlds_cli.DatasetWriter("s", root=root, mode="append", **options) as w:
-        while time.time() < deadline:
+        while not stop.is_set() or len(added) < MIN_EPISODES:
             uid = 100_000 * (wid + 1) + len(added)
             w.add_episode(uid_episode(uid, int(rng.integers(2, 10))))
             added.append(uid)
+            time.sleep(0.002)  # an actor's pace: the dataset stays small enough to merge often
     out.put(added)
 
 
-def _maintain(root: str, out: Any) -> None:
-    """Compact and collect, over and over, while the writers write."""
-    rng = np.random.default_rng(0)
-    runs = 0
-    deadline = time.time() + SECONDS
-    while time.time() < deadline:
-        rlds_cli.compact("s", root, grace_seconds=GRACE)
+def _maintain(root: str, stop: Any, out: Any) -> None:
+    """Compact and collect ``ROUNDS`` times while the writers write, then stop them; reports
+    the runs merged."""
+    merged = 0
+    for _ in range(ROUNDS):
+        time.sleep(0.3)  # let commits come in between
+        merged += rlds_cli.compact("s", root, grace_seconds=GRACE).merged_runs
         remove_retired("s", root)
-        runs += 1
-        time.sleep(float(rng.uniform(0, 0.2)))
-    out.put(runs)
+    stop.set()
+    out.put(merged)
 
 
 @pytest.mark.slow
@@ -63,21 +66,20 @@ def test_every_commit_stays_while_compactions_and_gc_run(isolated_cache: Path, s
     with rlds_cli.DatasetWriter("s", root=root, storage=storage, grace_seconds=GRACE) as w:
         w.add_episode(uid_episode(1, 3))
     ctx = mp.get_context("fork")
-    added, upkeep = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(root, i, added)) for i in range(WRITERS)]
-    procs.append(ctx.Process(target=_maintain, args=(root, upkeep)))
+    added, merged, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_writer, args=(root, i, stop, added)) for i in range(WRITERS)]
+    procs.append(ctx.Process(target=_maintain, args=(root, stop, merged)))
     for p in procs:
         p.start()
     committed = [1]
     for _ in range(WRITERS):
-        committed += added.get(timeout=SECONDS + 120)
-    runs = upkeep.get(timeout=120)
+        committed += added.get(timeout=300)
+    assert merged.get(timeout=60) >= 1  # the compactions merged the writers' segments
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
     ds = rlds_cli.open_dataset("s", root)
     visible = ds.gather(ds.episodes["start"], keys=["info/episode_uid"])["info/episode_uid"].tolist()
-    assert runs > 3 and len(committed) > 100 * WRITERS
     assert sorted(visible) == sorted(committed), (
         f"lost {len(set(committed) - set(visible))}, "
         f"twice {[u for u, k in Counter(visible).items() if k > 1][:5]}"
