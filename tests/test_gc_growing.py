@@ -167,11 +167,17 @@ def test_gc_skips_an_unreadable_growing_dataset_with_one_line(
     _later(monkeypatch)
     result = runner.invoke(app, ["gc"])
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("skipped growing dataset bad: ")]
+    lines = [
+        line
+        for line in result.output.splitlines()
+        if line.startswith("warning: skipped growing dataset bad: ")
+    ]
     assert len(lines) == 1 and "has no commit log" in lines[0], result.output
     assert "Traceback" not in result.output
     assert len(list((CacheRoot().dataset_dir("bad") / SEGMENTS_DIR).iterdir())) == 3  # left alone
     assert len(list((good / SEGMENTS_DIR).iterdir())) == 1  # the other dataset was collected
+    quiet = runner.invoke(app, ["gc", "-q"])  # stdout: the removed paths alone
+    assert "skipped growing dataset bad" in quiet.stderr and "skipped" not in quiet.stdout
     as_json = runner.invoke(app, ["gc", "--json"])
     assert json.loads(as_json.output)["skipped"][0]["name"] == "bad"
 

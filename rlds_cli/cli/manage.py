@@ -178,6 +178,8 @@ def gc(
             }
         )
         return
+    for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
+        _output.warn(f"skipped growing dataset {name}: {why}")
     if quiet:
         for path in removed:
             _output.console.print(str(path), markup=False, soft_wrap=True)
@@ -191,8 +193,6 @@ def gc(
         _output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
     else:
         _output.console.print("nothing to remove")
-    for name, why in skipped:
-        _output.console.print(f"skipped growing dataset {name}: {why}", markup=False, soft_wrap=True)
     if kept:
         _output.console.print(
             f"kept {len(kept)} failed or interrupted preprocess job(s), {_output.human_bytes(kept_size)}, "
