@@ -11,7 +11,7 @@ observe; the order in which a commit syncs its entries is checked in tests/test_
 worker then waited seconds (the compaction kill tests ran 6x slower, 17.6 s -> 109 s, and a
 killed child missed its 60 s bound), and the writers' own last commits outlived the test's
 waits. Afterwards nothing is left on disk (no build, no segment the log does not name, nothing
-in ``tmp/``), and the samplers' memory did not grow after their first ``WARM_SECONDS``.
+in ``tmp/``), and the samplers' memory did not grow after their first ``WARM_BATCHES``.
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ SECONDS = 60.0  # the issue's load: 8 writer processes and 2 samplers for 60 s
 #: Batches each sampler draws at least (while the writers write), however slow the machine.
 MIN_BATCHES = 40
 CAPACITY = 1_500
-#: The samplers' memory is taken after this long (warm: every module and buffer made) and at
-#: the end: it may not grow with the commits, evictions and refreshes in between.
-WARM_SECONDS = 10.0
+#: The samplers' memory is taken after this many batches (warm: every module and buffer made)
+#: and at the end: it may not grow with the commits, evictions and refreshes in between. A
+#: count, not a time: on a busy CI machine a sampler at nice 10 spent most of the 60 s
+#: importing torch and opening the dataset, and drew all its batches after that.
+WARM_BATCHES = 10
 
 
 def _rss() -> int:
@@ -92,9 +94,9 @@ def _sampler(root: str, sid: int, deadline: float, out: Any) -> None:
     served: set[int] = set()
     problems: list[str] = []
     batches = 0
-    warm_at, warm_rss = time.time() + WARM_SECONDS, None
+    warm_rss = None
     while batches < MIN_BATCHES or time.time() < deadline:
-        if warm_rss is None and time.time() >= warm_at:
+        if batches == WARM_BATCHES:
             warm_rss = _rss()
         batch = loader.sample()
         ds = loader.dataset
@@ -166,7 +168,7 @@ def test_writers_and_samplers_under_load(isolated_cache: Path) -> None:
         assert len(s["served"]) > 10  # the samplers saw the dataset grow
         assert s["fds"]["in_use"] <= 2 * s["fds"]["segments"] + 16  # evicted segments' files let go
         assert s["fds"]["after"] <= 4
-        # no growth with the commits: generous bounds, no timing (taken after WARM_SECONDS)
+        # no growth with the commits: generous bounds, no timing (taken after WARM_BATCHES)
         assert s["rss"]["warm"] is not None and s["rss"]["end"] < 1.5 * s["rss"]["warm"] + (50 << 20), s[
             "rss"
         ]
