@@ -12,7 +12,6 @@ only cache drop possible without root; the hypervisor may still cache the disk).
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
@@ -25,6 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _page_cache import disk_usage, evict, page_cache_fraction, warm
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -50,68 +51,6 @@ RLDS_WARM = (
 #: What the TorchRL workers import before their timers in a warm run (tensordict imports orjson,
 #: when installed, the first time it writes a memmap's metadata).
 TORCHRL_WARM = ("h5py", "numpy", "torch", "tensordict", "torchrl.data", "orjson")
-
-
-# ----------------------------------------------------------------------------- page cache
-
-
-def page_cache_fraction(path: Path) -> float:
-    """Fraction of ``path``'s pages that are in the page cache (``mincore`` on a mapping)."""
-    size = path.stat().st_size
-    if size == 0:
-        return 1.0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    page = os.sysconf("SC_PAGE_SIZE")
-    pages = (size + page - 1) // page
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            if libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore on {path} failed")
-            resident = sum(1 for v in bytes(vec) if v & 1)
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return resident / pages
-
-
-def evict(path: Path) -> None:
-    """Drop ``path``'s clean pages from the page cache (no root needed)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def warm(path: Path) -> None:
-    """Read ``path`` once so that it is in the page cache (through one small reused buffer)."""
-    buf = bytearray(1 << 20)
-    with open(path, "rb", buffering=0) as fh:
-        while fh.readinto(buf):
-            pass
-
-
-def disk_usage(path: Path) -> dict[str, float]:
-    """Apparent bytes (sum of sizes), allocated bytes (blocks) and file count under ``path``."""
-    apparent = allocated = files = 0
-    for p in [path, *path.rglob("*")] if path.exists() else []:
-        st = p.lstat()
-        if p.is_file():
-            apparent += st.st_size
-            allocated += st.st_blocks * 512
-            files += 1
-    return {"apparent": apparent, "allocated": allocated, "files": files}
 
 
 # ----------------------------------------------------------------------------- TorchRL's TED data

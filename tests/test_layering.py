@@ -155,3 +155,12 @@ def test_every_module_is_at_most_500_lines() -> None:
     gone = sorted(set(KNOWN_LONG) - set(long))
     assert not new, f"modules over {MAX_LINES} lines (split them along responsibilities): {new}"
     assert not gone, f"now short enough: remove these from KNOWN_LONG: {gone}"
+
+
+def test_benchmark_and_script_modules_are_at_most_500_lines() -> None:
+    """The same limit for the benchmark harness and sections and the maintenance scripts."""
+    root = PACKAGE.parent
+    files = [*(root / "benchmarks").glob("*.py"), *(root / "scripts").glob("*.py")]
+    assert len(files) > 20  # the folders are where this test looks
+    long = {p.relative_to(root).as_posix(): _lines(p) for p in files if _lines(p) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along responsibilities): {long}"
