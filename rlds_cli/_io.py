@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -128,7 +129,10 @@ def file_bytes(path: Path) -> int:
     """Bytes a file takes on disk: its allocated blocks, which is less than its length for a
     sparse file (a preallocated memmap column not yet written) and more for a tiny file.
     ``st_size`` where the platform reports no blocks (Windows)."""
-    st = path.stat()
+    return _allocated(path.stat())
+
+
+def _allocated(st: os.stat_result) -> int:
     blocks = getattr(st, "st_blocks", None)
     return st.st_size if blocks is None else blocks * 512
 
@@ -136,9 +140,24 @@ def file_bytes(path: Path) -> int:
 def tree_bytes(path: Path) -> int:
     """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed).
     This is the one measure of "size" of everything in a local cache: ``rlds list``, ``rlds
-    inspect`` (a dataset and each of its keys), ``rlds du``, ``rm`` and ``gc`` all count with it."""
-    if path.is_file():
-        return file_bytes(path)
+    inspect`` (a dataset and each of its keys), ``rlds du``, ``rm`` and ``gc`` all count with it.
+
+    A file or folder removed while it is counted counts nothing: writers remove the retired
+    segments of a growing dataset while ``rlds gc``, ``rlds du`` or ``rlds list`` measure it."""
+    try:
+        if path.is_file():
+            return file_bytes(path)
+    except FileNotFoundError:
+        return 0
     if not path.is_dir():
         return 0
-    return sum(file_bytes(p) for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    total = 0
+    for folder, _, names in os.walk(path):  # os.walk passes over folders removed meanwhile
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += _allocated(st)
+    return total

@@ -226,7 +226,7 @@ def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(
     with caplog.at_level("WARNING"):
         report = rlds_cli.compact("g", grace_seconds=0)
     assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
-    assert "the commit log looks damaged" in caplog.text
+    assert "commits.log looks damaged" in caplog.text
     result = runner.invoke(app, ["inspect", "g", "--check"])  # the check says so
     assert result.exit_code == 1 and "commits.log looks damaged" in result.output, result.output
 

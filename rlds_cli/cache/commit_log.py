@@ -191,6 +191,10 @@ class LogState:
     invalid: int = 0
     garbled: int = 0
 
+    def names(self, seg: bytes) -> bool:
+        """Whether the log (up to this position) added segment ``seg``, live or retired since."""
+        return seg in self._added
+
     def __post_init__(self) -> None:
         # every segment id ever added: a duplicate ADD is found without a scan of the view
         self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired)

@@ -27,28 +27,16 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, plausibly_torn, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
+from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.cache.ted import EPISODE_DTYPE
+from rlds_cli.cache.unnamed_segments import log_damage, lost_records, unnamed
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
-
-#: Defaults of the growing-dataset settings stored in the head manifest's ``source.growing``.
-DEFAULT_GRACE_SECONDS = 60.0
-
-
-def growing_settings(manifest: Manifest) -> dict[str, Any]:
-    """The head manifest's settings (capacity, min_size, grace_seconds), with defaults."""
-    got = manifest.source.get("growing", {}) if isinstance(manifest.source, dict) else {}
-    return {
-        "capacity": got.get("capacity"),
-        "capacity_episodes": got.get("capacity_episodes"),
-        "min_size": int(got.get("min_size", 0) or 0),
-        "grace_seconds": float(got.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
-    }
 
 
 def empty_episodes() -> Episodes:
@@ -459,13 +447,11 @@ class GrowingDataset(Dataset):
     def check_files(self) -> list[str]:
         """Every live segment's files at full size (see :meth:`Dataset.check_files`)."""
         problems: list[str] = []
-        log = self._state
-        if not plausibly_torn(log):
-            problems.append(
-                f"{COMMIT_LOG_FILE} looks damaged: {log.invalid} of its {log.invalid + log.records} "
-                f"records fail their check, {log.garbled} of them not as a crash tears one; it may "
-                "not name every segment (rlds compact keeps the segments it does not name)"
-            )
+        latest = LogState()  # the whole log: a segment committed after this view is named there
+        latest.follow(self.directory / COMMIT_LOG_FILE)
+        why = log_damage(latest) or lost_records(latest, unnamed(self.directory, latest))
+        if why is not None:
+            problems.append(f"{why}; it may not name every segment (rlds compact keeps the ones it does not)")
         for ds, _ in self._parts:
             problems += [f"segment {ds.directory.name}: {p}" for p in ds.check_files()]
         self._check_not_replaced()

@@ -30,7 +30,8 @@ from rlds_cli import settings
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
 from rlds_cli.cache.commit_log import COMPACT, LogState, Record, SegmentEntry, new_segment_id
-from rlds_cli.cache.growing import GrowingDataset, growing_settings
+from rlds_cli.cache.growing import GrowingDataset
+from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,

@@ -26,7 +26,6 @@ thread of their own (:mod:`rlds_cli.write.committer`), so these waits overlap th
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -50,7 +49,6 @@ from rlds_cli.cache.commit_log import (
     LogState,
     Record,
     new_segment_id,
-    plausibly_torn,
     seg_name,
 )
 from rlds_cli.cache.durable import fsync_wave, tree_paths
@@ -64,6 +62,7 @@ from rlds_cli.cache.layout import (
 from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
+from rlds_cli.cache.unnamed_segments import log_damage, lost_records, unnamed, writer_alive
 from rlds_cli.write.validate import EpisodeColumns
 
 log = logging.getLogger(__name__)
@@ -288,39 +287,28 @@ def leftovers(
     that whose writer no longer runs. Nothing is removed (:func:`collect` removes them;
     ``rlds gc --dry-run`` lists them).
 
-    A segment "the log does not name" is a leftover only if the log is whole: a log damaged
-    or replaced outside rlds names nothing, and every segment would look like a leftover.
-    ``rlds compact`` looks for them; ``rlds gc`` does not. They are kept, with a warning,
-    where the log's records that fail their check are not what crashes leave
-    (:func:`~rlds_cli.cache.commit_log.plausibly_torn`)."""
+    A segment "the log does not name" is a leftover only if the log is whole: a log damaged,
+    emptied or cut short names nothing past its damage, and committed segments would look like
+    leftovers. ``rlds compact`` looks for them; ``rlds gc`` does not. They are kept, with a
+    warning, where the log's records that fail their check are not what crashes leave, or the
+    segments it does not name are not what killed writers leave
+    (:mod:`rlds_cli.cache.unnamed_segments`)."""
     now = time.time()
-    segments = directory / SEGMENTS_DIR
     due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])
     if unreferenced:
         # the log as it is now, not as the caller's view saw it: a segment committed since then
         # is no leftover
         latest = LogState()
         latest.follow(directory / COMMIT_LOG_FILE)
-        if not plausibly_torn(latest):
-            log.warning(
-                "%s: the commit log looks damaged (%d of its %d records fail their check, %d of "
-                "them not as a crash tears one); segments it does not name are kept",
-                directory,
-                latest.invalid,
-                latest.invalid + latest.records,
-                latest.garbled,
-            )
-            unreferenced = False
-    if unreferenced:
-        known = {seg_name(s.seg) for st in (state, latest) for s in st.segments}
-        known |= {seg_name(s) for st in (state, latest) for s in st.retired}
-        known |= set(due.segments)
-        for path in segments.iterdir() if segments.is_dir() else ():
-            if path.name not in known and _older(path, now - grace) and not _writer_alive(path):
-                due.segments.append(path.name)
+        candidates = unnamed(directory, latest, state)
+        why = log_damage(latest) or lost_records(latest, candidates)
+        if why is not None:
+            log.warning("%s: %s; the segments it does not name are kept", directory, why)
+        else:
+            due.segments += [p.name for p in candidates if _older(p, now - grace)]
     building = directory / SEGMENT_BUILDS_DIR
     for path in building.iterdir() if builds and building.is_dir() else ():
-        if _older(path, now - grace) and not _writer_alive(path):
+        if _older(path, now - grace) and not writer_alive(path):
             due.builds.append(path)
     return due
 
@@ -361,7 +349,7 @@ def collect(
             break
         trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
         try:
-            os.rename(directory / SEGMENTS_DIR / name, trash)
+            _move(directory / SEGMENTS_DIR / name, trash)
         except FileNotFoundError:  # gone already (another writer collected it)
             state.retired.pop(bytes.fromhex(name), None)
             continue
@@ -372,33 +360,16 @@ def collect(
     return removed
 
 
-def _writer_alive(path: Path) -> bool:
-    """Whether the process writing ``path`` still runs on this host, so it is no leftover
-    whatever its age (a writer stalled between its segment's rename and its log record, or a
-    build in progress): a build is named ``<id>.<pid>``, an unreferenced segment names its
-    writer in its manifest. A trash folder, or a segment without a readable manifest, has no
-    live writer."""
-    pid: Any = None
-    if path.parent.name == SEGMENT_BUILDS_DIR:
-        parts = path.name.split(".")
-        pid = parts[1] if len(parts) == 2 else None
-    else:
-        try:
-            writer = json.loads((path / MANIFEST_FILE).read_text())["source"]["writer"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
-        if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
-            return False
-        pid = writer.get("pid")
-    if not str(pid).isdigit():
-        return False
+def _move(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``; the target's folder (``building/``) is made again when
+    it was removed by hand. ``FileNotFoundError`` only when ``source`` is gone."""
     try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, OverflowError):  # gone (or a number no process has)
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+        os.rename(source, target)
+    except FileNotFoundError:
+        if not source.exists():
+            raise
+        target.parent.mkdir(exist_ok=True)
+        os.rename(source, target)
 
 
 def _older(path: Path, cutoff: float) -> bool:

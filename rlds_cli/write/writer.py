@@ -24,7 +24,7 @@ import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings
+from rlds_cli.cache.growing_settings import DEFAULT_GRACE_SECONDS, growing_settings, settings_problem
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
@@ -148,6 +148,15 @@ class DatasetWriter:
         growing: dict[str, Any] = {
             "capacity": capacity,
             "capacity_episodes": capacity_episodes,
+            "min_size": min_size,
+            "grace_seconds": grace_seconds,
+        }
+        problem = settings_problem(growing)
+        if problem is not None:
+            raise ValueError(problem)
+        growing |= {
+            "capacity": None if capacity is None else int(capacity),
+            "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
             "min_size": int(min_size),
             "grace_seconds": float(grace_seconds),
         }
