@@ -3,7 +3,10 @@ writer pads the log back to whole records before its own, and ``inspect --check`
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import multiprocessing as mp
+import os
 import threading
 from pathlib import Path
 
@@ -175,3 +178,28 @@ def test_appends_from_several_processes_at_once_are_all_readable(tmp_path: Path)
     state = LogState()
     state.follow(log)
     assert (state.records, state.invalid) == (40_000, 0)
+
+
+def test_a_failed_append_leaves_the_log_unlocked_for_a_forked_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk) while another thread's fork holds a copy of the log's
+    descriptor: the lock is released, not kept by the child's copy for as long as it lives."""
+    log = tmp_path / "commits.log"
+    log.write_bytes(b"")
+    copies: list[int] = []
+
+    def full_disk(fd: int, data: bytes) -> int:
+        copies.append(os.dup(fd))  # what a fork at this moment keeps
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(commit_log.os, "write", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        commit_log.append(log, Record(ADD, new_segment_id(), episodes=1, steps=2), fsync=False)
+    monkeypatch.undo()
+    other = os.open(log, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer's append goes on
+    finally:
+        os.close(other)
+        os.close(copies[0])

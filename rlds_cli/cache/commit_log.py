@@ -111,20 +111,24 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     writing its own record across two slots, both skipped: a commit reported done and never
     visible (4 processes appending 20,000 records each lost 80-200 of them)."""
     data = record.pack()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
     try:
         _lock(fd)
-        size = os.fstat(fd).st_size
-        if size % RECORD_SIZE:
-            data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
-        written = os.write(fd, data)
-        if written != len(data):  # pragma: no cover - a regular file takes a small write whole
-            raise OSError(f"short write to {path}")
-        _unlock(fd)
+        try:
+            size = os.fstat(fd).st_size
+            if size % RECORD_SIZE:
+                data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
+            written = os.write(fd, data)
+            if written != len(data):  # pragma: no cover - a regular file takes a small write whole
+                raise OSError(f"short write to {path}")
+        finally:
+            # unlocked, not only closed, where the write failed too: a child forked meanwhile
+            # (another thread's fork) holds this descriptor's lock for as long as it lives
+            _unlock(fd)
         if fsync:
             os.fsync(fd)
     finally:
-        os.close(fd)  # releases the lock, where the write failed
+        os.close(fd)
 
 
 def has_added(path: Path, seg: bytes) -> bool:
