@@ -22,7 +22,7 @@ from rlds_cli.net.fetch import FetchResult, drop_raw_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.hub.fetch import fetch_hub_files, local_name
 from rlds_cli.net.hub.plan import dataset_folder, layout_format, needed_files
-from rlds_cli.net.hub.repo import HubFile, HubPath, parse_hf_url, resolve
+from rlds_cli.net.hub.repo import HubFile, HubPath, hub_file, parse_hf_url, resolve
 from rlds_cli.net.layout import meta_dir, url_dir
 
 #: Formats whose reader takes the dataset's folder rather than its files (an RLDS reader reads
@@ -130,13 +130,30 @@ def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list
                 f"{where} must be resolved on the Hub and offline mode is on",
                 hint="download it online once; offline, name the commit: hf://datasets/ORG/REPO@<sha>",
             )
-        data = json.loads(stored.read_text())
-        return where.revision, [HubFile(**f) for f in data["files"]]
+        return where.revision, _stored_files(stored)
     sha, files = resolve(where)
     path = meta_dir(_folder(cache, where, sha)) / _LISTING
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps({"sha": sha, "files": [f.__dict__ for f in files]}, indent=1) + "\n")
     return sha, files
+
+
+def _stored_files(stored: Path) -> list[HubFile]:
+    """The files of the listing a download kept (read back with the rules of the Hub's answer:
+    a damaged or edited file is one line, and names nothing outside the download folder)."""
+    try:
+        entries = json.loads(stored.read_text(encoding="utf-8"))["files"]
+        files = [hub_file(e["path"], e["size"], e.get("sha256")) for e in entries]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        files, why = [], f"{type(exc).__name__}"
+    else:
+        why = "" if files and None not in files else "it lists no file rlds may fetch"
+    if why:
+        raise OfflineError(
+            f"{stored}: the listing kept by an earlier download is damaged ({why})",
+            hint="download it online again (without --offline)",
+        )
+    return [f for f in files if f is not None]
 
 
 def _default_name(where: HubPath) -> str:

@@ -21,9 +21,10 @@ Writes, as ``HfApi.create_commit`` makes them (every one needs the stand-in's to
 Knobs: a gated repo answers 401 without ``Authorization: Bearer <token>``; :attr:`throttle`
 answers 429 with ``Retry-After`` (:attr:`retry_after`) a number of times to the requests whose
 ``METHOD /path`` holds a key; :attr:`corrupt` serves other bytes than the
-listed sha256; :attr:`fail_commits` answers the next commits with 500 (a push that dies before
-its commit); :attr:`on_upload` is called before each LFS upload is taken (a test kills the pushing
-process there); :attr:`cut` ends a file's next answers after some bytes each (the client resumes).
+listed sha256; :attr:`missing` answers 404 for files the listing holds; :attr:`fail_commits`
+answers the next commits with 500 (a push that dies before its commit); :attr:`on_upload` is
+called before each LFS upload is taken (a test kills the pushing process there); :attr:`cut`
+ends a file's next answers after some bytes each (the client resumes).
 Every request is logged (method, path, Range, whether a token came) in :attr:`log`.
 """
 
@@ -102,6 +103,7 @@ class HubStandin:
         self.throttle: dict[str, int] = {}  # substring of "METHOD /path" -> 429s left
         self.retry_after = "1"
         self.corrupt: dict[str, bytes] = {}  # repo path -> bytes served instead
+        self.missing: set[str] = set()  # repo paths listed, but answered 404
         self.cut: dict[str, list[int]] = {}  # repo path -> bytes sent by its next GETs, one each
         self.fail_commits = 0
         self.on_upload: Callable[[str], None] | None = None  # called with the oid of each upload
@@ -262,7 +264,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
         def _file(
             self, sha: str, files: dict[str, bytes], path: str, entry: dict[str, Any], head: bool
         ) -> None:
-            if path not in files:
+            if path not in files or path in hub.missing:
                 return self._send(
                     404, b"Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": sha}, head
                 )

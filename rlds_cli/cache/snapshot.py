@@ -55,7 +55,18 @@ def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterato
             yield build
         return
     cache = cache or CacheRoot(ds.directory.parent.parent)
-    owner = f"{entry_name(ds.name)}{SNAPSHOT_MARK}{new_id()}"
+    with private_build(cache, f"{entry_name(ds.name)}{SNAPSHOT_MARK}{new_id()}") as build:
+        _copy(ds, build)
+        yield build
+
+
+@contextmanager
+def private_build(cache: CacheRoot, owner: str) -> Iterator[Path]:
+    """A build folder path in ``cache``'s ``tmp/`` (not made) that holds a lock of its own,
+    ``locks/<owner>.lock``, for as long as it lives, and is removed afterwards, lock file too.
+    ``owner`` holds a ``~`` (in no dataset's entry), so no transaction of a dataset takes the
+    folder for its own stale build while its process runs; once that process is gone (killed),
+    the lock is free and the cleanup of stale builds (``rlds gc``) removes the folder."""
     lock_path = cache.layout.lock_file(owner)
     cache.locks_dir.mkdir(parents=True, exist_ok=True)
     cache.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -63,11 +74,10 @@ def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterato
         with file_lock(lock_path, timeout=0):  # taken before the folder exists: never stale
             build = cache.layout.build_dir(owner)
             try:
-                _copy(ds, build)
                 yield build
             finally:
                 shutil.rmtree(build, ignore_errors=True)
-    finally:  # a copy that failed (or whose reader raised) leaves no lock file either
+    finally:  # a build that failed leaves no lock file either
         lock_path.unlink(missing_ok=True)
 
 

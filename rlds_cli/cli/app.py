@@ -80,10 +80,15 @@ app.command("compact")(compact)
 def main() -> None:
     """Console entry point: stdout that cannot show every character replaces it instead of
     failing, and warnings and log records are one line each, without a source location."""
+    import os
     import warnings
 
     from rlds_cli.cli import _output
 
+    # the Hub client logs each retry of a failing request on stderr ("HTTP Error 500 thrown
+    # while requesting ... Retrying in 1s"), even when the command then succeeds: rlds says
+    # itself what failed, in one line (HF_HUB_VERBOSITY=warning brings them back)
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     _output.protect_streams()
     warnings.showwarning = _output.format_warning
     _output.configure_logging(0)

@@ -11,15 +11,14 @@ folder is removed whatever happens.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import entry_name, new_id
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.snapshot import private_build
 from rlds_cli.errors import ExportError
 
 #: Formats that can be exported to a Hub repo, and the folders of the repo each one owns (a
@@ -28,6 +27,8 @@ from rlds_cli.errors import ExportError
 HUB_FORMATS: dict[str, tuple[str, ...]] = {"lerobot": ("meta/", "data/", "videos/")}
 #: The file that tells one export from another (another one there needs ``force``).
 MARKER = "meta/info.json"
+#: What separates the dataset's entry from the export's id in its build's name and lock.
+HUB_EXPORT_MARK = "~hub-export-"
 
 
 @dataclass
@@ -101,9 +102,9 @@ def export_to_hub(
         )
     check_branch(url)  # a wrong URL or token says so before the export, not after it
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".hub-export-", dir=cache.tmp_dir))
-    try:
+    # a build of its own in tmp/: removed afterwards, and by rlds gc if this process is killed
+    with private_build(cache, f"{entry_name(dataset.name)}{HUB_EXPORT_MARK}{new_id()}") as tmp:
+        tmp.mkdir()
         out = export_dataset(dataset, tmp / "export", format, progress=progress)
         counts = push_hub_folder(
             out,
@@ -113,6 +114,4 @@ def export_to_hub(
             owned=lambda rel: rel.startswith(owned),
             force=force,
         )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return HubExportResult(name=dataset.name, url=url, format=format, num_steps=dataset.num_steps, **counts)

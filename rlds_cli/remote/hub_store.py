@@ -13,7 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from rlds_cli.errors import RemoteAccessError, RldsError
-from rlds_cli.net.hub.repo import HubPath, endpoint, hf_api, parse_hf_url, with_rate_limit
+from rlds_cli.net.hub.repo import (
+    HubPath,
+    check_token,
+    endpoint,
+    hf_api,
+    http_error,
+    is_client_error,
+    parse_hf_url,
+    with_rate_limit,
+)
 
 _READ_HINT = (
     "accept the repo's terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may "
@@ -70,15 +79,11 @@ def hub_filesystem(storage_options: dict[str, Any] | None = None, *, fresh: bool
     """
     from huggingface_hub import HfFileSystem
 
+    check_token()
     options = {"endpoint": endpoint(), **(storage_options or {})}
     if fresh:
         options["skip_instance_cache"] = True
     return HfFileSystem(**options)
-
-
-def is_hub_error(exc: BaseException) -> bool:
-    """Whether ``exc`` comes from huggingface_hub or the HTTP library under it."""
-    return any(c.__module__.startswith(("huggingface_hub", "httpx", "httpcore")) for c in type(exc).__mro__)
 
 
 def access_error(url: str, exc: BaseException, *, write: bool = False) -> RldsError:
@@ -107,9 +112,10 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> RldsEr
             hint="run the push again",
         )
     if status is not None:
+        again = "run the same command again later"
         return RemoteAccessError(
             f"the Hub answered HTTP {status} to {url}",
-            hint="run the same command again later (files already uploaded are not sent twice)",
+            hint=f"{again} (files already uploaded are not sent twice)" if write else again,
         )
     return RemoteAccessError(
         f"cannot reach the Hub for {url}: {type(exc).__name__}",
@@ -140,11 +146,14 @@ def hub_cause(exc: BaseException) -> BaseException | None:
     """The client's exception in ``exc``'s chain of causes (``HfFileSystem`` wraps a refusal in an
     ``OSError``, the uploader in a ``RuntimeError``; the client's own holds the HTTP status), or
     ``None`` when the client raised none of them."""
+    http = http_error(exc)
+    if http is not None:
+        return http
     seen: BaseException | None = exc
     for _ in range(8):  # a chain is short; a cycle must not loop
         if seen is None:
             return None
-        if is_hub_error(seen):
+        if is_client_error(seen):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None

@@ -6,8 +6,9 @@ range request, within the run) into the staging folder ``<folder>/.rlds/hub/``. 
 the bytes against the sha256 the Hub lists for the LFS file (and the size of every file), and only
 a file that verifies is moved (one ``os.replace``) to its place in the folder and recorded in
 ``hashes.json``: a file that does not verify is deleted and never seen by a conversion. Across
-runs, resume is per file: a re-run fetches only the files not yet verified (the client, since
-huggingface_hub 1.x, deletes a failed transfer's partial file instead of keeping it).
+runs, resume is per file: a re-run fetches only the files not yet verified (the client names
+each transfer's partial file anew and deletes it when the transfer fails; one a killed run left
+is deleted by the next fetch into the folder, which holds the staging folder's lock).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rlds_cli._io import sha256_file
+from rlds_cli.cache.locking import file_lock
 from rlds_cli.errors import ChecksumMismatchError, DownloadFailedError, OfflineError
 from rlds_cli.net.fetch import FetchResult
 from rlds_cli.net.hashes import FileRecord, HashStore
@@ -57,6 +59,25 @@ def fetch_hub_files(
         DownloadFailedError: The Hub kept failing.
     """
     folder.mkdir(parents=True, exist_ok=True)
+    staging = meta_dir(folder) / STAGING
+    staging.mkdir(parents=True, exist_ok=True)
+    # one fetch at a time into a folder's staging: the next one finds the files verified (no
+    # second transfer), and what is left there now is a killed run's, removed before it grows
+    with file_lock(staging.with_name(f"{STAGING}.lock")):
+        _remove_partials(staging)
+        return _fetch_all(where, sha, files, folder, staging, force=force, offline=offline)
+
+
+def _remove_partials(staging: Path) -> None:
+    """Delete the client's partial files (``*.incomplete``, a name of their own per transfer, so
+    never resumed by a later run) that a killed fetch left in ``staging``."""
+    for path in staging.rglob("*.incomplete"):
+        path.unlink(missing_ok=True)
+
+
+def _fetch_all(
+    where: HubPath, sha: str, files: list[HubFile], folder: Path, staging: Path, *, force: bool, offline: bool
+) -> list[FetchResult]:
     store = HashStore(folder)
     results: list[FetchResult] = []
     for file in files:
@@ -71,7 +92,7 @@ def fetch_hub_files(
             continue
         if offline:
             raise OfflineError(f"{where} file {file.path!r} is not downloaded yet and offline mode is on")
-        got = _download(where, sha, file, meta_dir(folder) / STAGING)
+        got = _download(where, sha, file, staging)
         digest = _check(where, file, got)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(got, target)  # only verified bytes reach the folder a conversion reads

@@ -24,7 +24,7 @@ from rlds_cli.errors import RegistryFormatError
 from rlds_cli.net.fetch import RemoteFile
 from rlds_cli.net.http import OriginAuth, origin_of
 from rlds_cli.net.hub.fetch import file_url, local_name
-from rlds_cli.net.hub.repo import HubPath, endpoint, resolve
+from rlds_cli.net.hub.repo import HubPath, check_token, endpoint, resolve
 from rlds_cli.net.layout import is_reserved, listing_path, stored_listing
 
 
@@ -118,5 +118,6 @@ def token_auth() -> OriginAuth | None:
         from huggingface_hub.utils import build_hf_headers
     except ImportError:
         return None
+    check_token()
     header = build_hf_headers().get("authorization")
     return OriginAuth(origin_of(endpoint()), header) if header else None

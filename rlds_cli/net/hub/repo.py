@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rlds_cli.errors import (
+    ChecksumMismatchError,
     DownloadFailedError,
     HostNotFoundError,
     HTTPStatusError,
     MissingExtraError,
     RldsError,
+    SettingError,
     UnsupportedSourceError,
 )
 from rlds_cli.net.http import HttpConfig
@@ -108,6 +110,7 @@ def hf_api() -> Any:
             "read with huggingface_hub, which is not installed",
             hint="pip install huggingface_hub (a dependency of rlds-cli: the install is incomplete)",
         ) from None
+    check_token()
     return HfApi(endpoint=endpoint())
 
 
@@ -160,16 +163,56 @@ def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> 
 
 
 def _to_file(entry: Any) -> HubFile | None:
-    path = getattr(entry, "path", None)
-    size = getattr(entry, "size", None)
-    if not isinstance(path, str) or not isinstance(size, int):
-        return None  # a folder
-    if path.startswith("/") or ".." in path.split("/") or is_reserved(path):
-        return None  # a server-provided name never escapes the download folder or reaches .rlds/
     lfs = getattr(entry, "lfs", None)
     sha = getattr(lfs, "sha256", None) if lfs is not None else None
-    sha = str(sha).lower() if sha else None
+    return hub_file(getattr(entry, "path", None), getattr(entry, "size", None), sha)
+
+
+def hub_file(path: Any, size: Any, sha256: Any) -> HubFile | None:
+    """A :class:`HubFile` of a listing's entry (the Hub's answer, or the listing a download
+    kept), ``None`` for a folder or a name rlds never writes: a listed name never escapes the
+    download folder or reaches ``.rlds/``, wherever the listing was read from."""
+    if not isinstance(path, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None  # a folder
+    if path.startswith("/") or ".." in path.split("/") or is_reserved(path):
+        return None
+    sha = str(sha256).lower() if sha256 else None
     return HubFile(path, size, sha if sha and _SHA256.match(sha) else None)
+
+
+def check_token() -> None:
+    """Refuse a token the client could not send (an HTTP header is ASCII): one line naming where
+    it comes from, never the token, instead of the encoding error of the first request."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:  # pragma: no cover - hf_api says so
+        return
+    token = get_token()
+    if token and not (token.isascii() and token.isprintable()):
+        raise SettingError(
+            "the Hub token (HF_TOKEN, else the token file of `hf auth login`) holds characters a "
+            "token never has (not printable ASCII)",
+            hint="set HF_TOKEN to the token the Hub gave you, or unset it",
+        )
+
+
+def http_error(exc: BaseException) -> BaseException | None:
+    """The client's HTTP error (it holds the response) in ``exc``'s chain of causes: the client
+    wraps a 404 of a file's HEAD in ``LocalEntryNotFoundError``, ``HfFileSystem`` a refusal in
+    an ``OSError``, the uploader in a ``RuntimeError``."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; a cycle must not loop
+        if seen is None:
+            return None
+        if getattr(seen, "response", None) is not None and is_client_error(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def is_client_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from huggingface_hub or the HTTP library under it."""
+    return any(c.__module__.startswith(("huggingface_hub", "httpx", "httpcore")) for c in type(exc).__mro__)
 
 
 class translated:
@@ -189,8 +232,9 @@ class translated:
         from huggingface_hub import errors as hf_errors
 
         what = f"{self.where}" + (f" file {self.file!r}" if self.file else "")
-        if isinstance(exc, hf_errors.HfHubHTTPError) and getattr(exc, "response", None) is not None:
-            status = int(exc.response.status_code)
+        http = http_error(exc)
+        if http is not None:
+            status = int(http.response.status_code)  # type: ignore[attr-defined]
             if status in (401, 403):
                 raise HTTPStatusError(
                     f"the Hub refused {what} (HTTP {status}): the repo is gated or private",
@@ -205,7 +249,13 @@ class translated:
                     status=404,
                 ) from None
             raise DownloadFailedError(f"the Hub answered HTTP {status} for {what}") from None
-        unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or _is_httpx_error(exc)
+        if isinstance(exc, OSError) and "consistency check failed" in str(exc).lower():
+            # the client's own size check of a download (its message, matched: no class of its own)
+            raise ChecksumMismatchError(
+                f"{what} arrived with another size than the Hub lists",
+                hint="run the same command again; if it happens again, the repo's copy is damaged",
+            ) from None
+        unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or is_client_error(exc)
         if unreachable and name_not_resolved(exc):  # offline: no retry would help
             host = urllib.parse.urlsplit(endpoint()).hostname or endpoint()
             raise HostNotFoundError(
@@ -213,7 +263,3 @@ class translated:
             ) from None
         if unreachable:
             raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
-
-
-def _is_httpx_error(exc: BaseException) -> bool:
-    return any(c.__module__.startswith(("httpx", "httpcore")) for c in type(exc).__mro__)
