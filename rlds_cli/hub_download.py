@@ -143,7 +143,7 @@ def _stored_files(stored: Path) -> list[HubFile]:
     a damaged or edited file is one line, and names nothing outside the download folder)."""
     try:
         entries = json.loads(stored.read_text(encoding="utf-8"))["files"]
-        files = [hub_file(e["path"], e["size"], e.get("sha256")) for e in entries]
+        files = [hub_file(e["path"], e["size"], e.get("sha256"), e.get("git_oid")) for e in entries]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         files, why = [], f"{type(exc).__name__}"
     else:

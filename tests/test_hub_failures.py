@@ -58,6 +58,20 @@ def test_an_lfs_file_of_another_size_is_a_mismatch_and_the_rerun_recovers(
     assert download(URL).manifest.num_steps > 0
 
 
+def test_a_small_git_file_is_checked_against_its_blob_id(hub: HubStandin, isolated_cache: Path) -> None:
+    """A file kept in git (no LFS sha256) of the listed size but other bytes (``meta/info.json``
+    with its fps changed) is refused before any conversion, by the blob id the Hub lists."""
+    info = (FIXTURE / "meta" / "info.json").read_bytes()
+    changed = info.replace(b'"fps": 10', b'"fps": 90')
+    assert changed != info and len(changed) == len(info)
+    hub.corrupt["meta/info.json"] = changed
+    with pytest.raises(ChecksumMismatchError, match=r"info\.json.*git blob"):
+        download(URL)
+    assert not (isolated_cache / "datasets" / "tiny").exists()
+    del hub.corrupt["meta/info.json"]
+    assert download(URL).manifest.num_steps > 0
+
+
 @pytest.mark.parametrize("token", ["tokén", "hf_\x7fdel"])
 def test_a_token_the_client_cannot_send_is_one_line(
     hub: HubStandin, monkeypatch: pytest.MonkeyPatch, token: str

@@ -143,6 +143,17 @@ def test_a_malformed_selection_is_an_invalid_selection(spec: Any) -> None:
     assert parse_episodes([1, None]) == (1, None) and parse_episodes((0, np.int64(2))) == (0, 2)
 
 
+def test_a_conversions_range_hint_gives_no_range_it_would_refuse() -> None:
+    """``--episodes abc``: the hint's example is one a conversion takes (``-100:``, a view's
+    example, is refused by a stream that cannot count from the end)."""
+    with pytest.raises(InvalidSelectionError) as caught:
+        parse_episodes("abc")
+    hint = caught.value.hint or ""
+    assert "0:500" in hint and "-100" not in hint
+    for example in ("0:500", "100:"):
+        parse_episodes(example)
+
+
 def test_check_reports_a_malformed_selection_in_the_manifest(tmp_path: Path) -> None:
     download_ok(golden_roboset(tmp_path / "roboset"), "r", "--episodes", "0:2")
     path = open_dataset("r").directory / "manifest.json"

@@ -45,6 +45,8 @@ SECONDS = 60.0  # the issue's load: 8 writer processes and 2 samplers for 60 s
 #: Batches each sampler draws at least (while the writers write), however slow the machine.
 MIN_BATCHES = 40
 CAPACITY = 1_500
+#: Each writer's pause after each episode it adds.
+PAUSE_SECONDS = 0.002
 #: The samplers' memory is taken after this many batches (warm: every module and buffer made)
 #: and at the end: it may not grow with the commits, evictions and refreshes in between. A
 #: count, not a time: on a busy CI machine a sampler at nice 10 spent most of the 60 s
@@ -77,6 +79,10 @@ def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
             w.add_episode(uid_episode(uid, int(rng.integers(5, 40))))
             committed.append(uid)
             n += 1
+            # an actor's pause between episodes (still ~8 x 400 episodes/s, far past the
+            # capacity): flat out, the adding thread held the GIL and its commit thread
+            # waited, on a busy CI machine for as long as a sampler looked
+            time.sleep(PAUSE_SECONDS)
     out.put(("writer", wid, committed))
 
 

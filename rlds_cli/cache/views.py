@@ -71,7 +71,11 @@ def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None
     elif isinstance(spec, tuple | list) and spec and isinstance(spec[0], Integral):
         parts = list(spec)
     if len(parts) != 2 or not all(p is None or isinstance(p, Integral) for p in parts):
-        raise InvalidSelectionError(f"episode range {spec!r} is not of the form A:B")
+        raise InvalidSelectionError(
+            f"episode range {spec!r} is not of the form A:B",
+            # a conversion's stream cannot count from the end: its hint gives no negative example
+            hint=None if negative else "episode ranges are A:B with 0 <= A < B, e.g. 0:500 or 100:",
+        )
     start, stop = (None if p is None else int(p) for p in parts)
     if not negative and ((start or 0) < 0 or (stop is not None and stop <= (start or 0))):
         raise InvalidSelectionError(

@@ -31,7 +31,7 @@ from typing import Any
 from rlds_cli._io import sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
-from rlds_cli.net.hub.repo import HubPath, hf_api, parse_hf_url
+from rlds_cli.net.hub.repo import HubPath, git_blob_id, hf_api, parse_hf_url
 from rlds_cli.remote.hub_store import head_commit, translated
 from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, manifest_sha256
 
@@ -319,7 +319,7 @@ def _same_file(there: _RemoteFile, entry: FileEntry, path: Path) -> bool:
         return False
     if there.sha256 is not None:
         return there.sha256 == entry.sha256
-    return there.blob_id == _git_blob_id(path.read_bytes())  # a small file kept in git
+    return there.blob_id == git_blob_id(path.read_bytes())  # a small file kept in git
 
 
 def _same_bytes(there: _RemoteFile, data: bytes) -> bool:
@@ -327,12 +327,7 @@ def _same_bytes(there: _RemoteFile, data: bytes) -> bool:
         return False
     if there.sha256 is not None:
         return there.sha256 == hashlib.sha256(data).hexdigest()
-    return there.blob_id == _git_blob_id(data)
-
-
-def _git_blob_id(data: bytes) -> str:
-    """The id git gives a file's bytes (what the Hub lists as a small file's ``oid``)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return there.blob_id == git_blob_id(data)
 
 
 def _is_dataset_file(rel: str) -> bool:

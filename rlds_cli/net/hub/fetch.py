@@ -23,7 +23,7 @@ from rlds_cli.cache.locking import file_lock
 from rlds_cli.errors import ChecksumMismatchError, DownloadFailedError, OfflineError
 from rlds_cli.net.fetch import FetchResult
 from rlds_cli.net.hashes import FileRecord, HashStore
-from rlds_cli.net.hub.repo import HubFile, HubPath, endpoint, translated
+from rlds_cli.net.hub.repo import HubFile, HubPath, endpoint, git_blob_id, translated
 from rlds_cli.net.layout import meta_dir
 
 #: Staging folder of the client's downloads, inside the download folder's bookkeeping.
@@ -144,6 +144,8 @@ def _check(where: HubPath, file: HubFile, got: Path) -> str:
         problem = f"{size} bytes, the Hub lists {file.size}"
     elif file.sha256 is not None and digest != file.sha256:
         problem = f"sha256 {digest}, the Hub lists {file.sha256}"
+    elif file.git_oid is not None and (oid := git_blob_id(got.read_bytes())) != file.git_oid:
+        problem = f"git blob {oid}, the Hub lists {file.git_oid}"  # a small file, kept in git
     if problem:
         got.unlink(missing_ok=True)  # the next run downloads it again instead of trusting it
         raise ChecksumMismatchError(

@@ -9,6 +9,7 @@ file); no message built here ever holds it: errors name the repo, the revision a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import urllib.parse
@@ -34,6 +35,7 @@ from rlds_cli.net.retry import RetryBudget, parse_retry_after
 T = TypeVar("T")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_OID = re.compile(r"^[0-9a-f]{40}$")
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PREFIX = "hf://"
 
@@ -54,11 +56,18 @@ class HubPath:
 @dataclass(frozen=True)
 class HubFile:
     """One file of a repo at a commit: its path in the repo, its size and, for an LFS (or Xet)
-    file, the sha256 the Hub publishes for its bytes (``None`` for a small git file)."""
+    file, the sha256 the Hub publishes for its bytes (``None`` for a small git file); for a
+    small git file, its git blob id (``None`` where the listing gave none)."""
 
     path: str
     size: int
     sha256: str | None
+    git_oid: str | None = None
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives a file's bytes (what the Hub lists as a small file's ``oid``)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def is_hf_url(source: str) -> bool:
@@ -165,10 +174,12 @@ def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> 
 def _to_file(entry: Any) -> HubFile | None:
     lfs = getattr(entry, "lfs", None)
     sha = getattr(lfs, "sha256", None) if lfs is not None else None
-    return hub_file(getattr(entry, "path", None), getattr(entry, "size", None), sha)
+    # an LFS file's blob id is its pointer's: only a small file's is the id of its bytes
+    oid = getattr(entry, "blob_id", None) if lfs is None else None
+    return hub_file(getattr(entry, "path", None), getattr(entry, "size", None), sha, oid)
 
 
-def hub_file(path: Any, size: Any, sha256: Any) -> HubFile | None:
+def hub_file(path: Any, size: Any, sha256: Any, git_oid: Any = None) -> HubFile | None:
     """A :class:`HubFile` of a listing's entry (the Hub's answer, or the listing a download
     kept), ``None`` for a folder or a name rlds never writes: a listed name never escapes the
     download folder or reaches ``.rlds/``, wherever the listing was read from."""
@@ -177,7 +188,13 @@ def hub_file(path: Any, size: Any, sha256: Any) -> HubFile | None:
     if path.startswith("/") or ".." in path.split("/") or is_reserved(path):
         return None
     sha = str(sha256).lower() if sha256 else None
-    return HubFile(path, size, sha if sha and _SHA256.match(sha) else None)
+    oid = str(git_oid).lower() if git_oid else None
+    return HubFile(
+        path,
+        size,
+        sha if sha and _SHA256.match(sha) else None,
+        oid if oid and _GIT_OID.match(oid) and not sha else None,
+    )
 
 
 def check_token() -> None:
