@@ -92,10 +92,13 @@ def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
 
 
 def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
-    """Bin counts and edges (``len(edges) == len(counts) + 1``) of a 1-D array."""
+    """Bin counts and edges (``len(edges) == len(counts) + 1``) of a 1-D array's finite values
+    (an episode return is NaN or infinite where a reward is: it has no bin)."""
+    values = values.astype(np.float64)
+    values = values[np.isfinite(values)]
     if values.size == 0:
         return {"counts": [], "edges": []}
-    counts, edges = np.histogram(values.astype(np.float64), bins=bins)
+    counts, edges = np.histogram(values, bins=bins)
     return {"counts": counts.tolist(), "edges": edges.tolist()}
 
 

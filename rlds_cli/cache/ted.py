@@ -1,6 +1,6 @@
 """The TED vocabulary shared by every layer: key names, the block a reader streams into the cache
-(:class:`StepBlock`), the key grammar (:func:`key_problem`), the episode index's dtype, and the
-batch mapping every read returns.
+(:class:`StepBlock`), the key grammar (:func:`key_problem`), the dtypes the cache stores
+(:func:`is_numeric`), the episode index's dtype, and the batch mapping every read returns.
 
 It imports nothing of the package: the readers, the cache and the loader all stand on it.
 """
@@ -133,3 +133,33 @@ class TedBatch(dict[str, Any]):
     def to_numpy(self) -> TedBatch:
         """A copy with every entry as an in-memory numpy array (no memory maps)."""
         return TedBatch({k: np.array(v) for k, v in self.items()})
+
+
+#: The dtype kinds the cache stores: bool, integers, floats, complex.
+NUMERIC_KINDS = "biufc"
+
+
+def describe_dtype(dtype: np.dtype) -> str:
+    """A dtype in words, for messages (``fixed-width byte strings (|S4)``)."""
+    dtype = np.dtype(dtype)
+    if dtype.fields is not None:
+        return f"structured (compound) records ({dtype})"
+    if dtype.subdtype is not None:
+        return f"sub-array elements ({dtype})"
+    if dtype.metadata and dtype.metadata.get("vlen") in (str, bytes):  # how h5py marks its string dtypes
+        return "variable-length strings"
+    words = {
+        "S": "fixed-width byte strings",
+        "U": "fixed-width unicode strings",
+        "O": "Python objects or variable-length values",
+        "V": "opaque (void) bytes",
+        "M": "dates",
+        "m": "time deltas",
+    }
+    return f"{words.get(dtype.kind, 'non-numeric values')} ({dtype.str})"
+
+
+def is_numeric(dtype: np.dtype) -> bool:
+    """Whether the cache can store values of ``dtype`` (bool, integer, float, complex)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in NUMERIC_KINDS and dtype.fields is None and dtype.subdtype is None

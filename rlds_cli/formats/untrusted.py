@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlds_cli import settings
+from rlds_cli.cache.ted import describe_dtype, is_numeric
 from rlds_cli.errors import SourceFormatError
 
 #: Below this many declared bytes an array is never called a bomb (small all-zero columns,
@@ -36,9 +37,6 @@ RATIO_FLOOR_BYTES = 64 << 20
 DEFAULT_MAX_RATIO = 100.0
 #: Default largest side array (not per step) read whole.
 DEFAULT_SIDE_ARRAY_MAX_BYTES = 64 << 20
-
-#: dtype kinds the cache stores: bool, signed and unsigned integers, floats, complex.
-NUMERIC_KINDS = "biufc"
 
 
 class UnsafeSourceError(SourceFormatError):
@@ -108,32 +106,6 @@ def check_side_array(where: object, key: str, shape: Sequence[int], dtype: np.dt
             f"{nbytes:,} bytes, over the limit of {limit:,} for arrays read whole",
             hint="if you trust the file and want the array kept, raise RLDS_SIDE_ARRAY_MAX_BYTES",
         )
-
-
-def describe_dtype(dtype: np.dtype) -> str:
-    """A dtype in words, for messages (``fixed-width byte strings (|S4)``)."""
-    dtype = np.dtype(dtype)
-    if dtype.fields is not None:
-        return f"structured (compound) records ({dtype})"
-    if dtype.subdtype is not None:
-        return f"sub-array elements ({dtype})"
-    if dtype.metadata and dtype.metadata.get("vlen") in (str, bytes):  # how h5py marks its string dtypes
-        return "variable-length strings"
-    words = {
-        "S": "fixed-width byte strings",
-        "U": "fixed-width unicode strings",
-        "O": "Python objects or variable-length values",
-        "V": "opaque (void) bytes",
-        "M": "dates",
-        "m": "time deltas",
-    }
-    return f"{words.get(dtype.kind, 'non-numeric values')} ({dtype.str})"
-
-
-def is_numeric(dtype: np.dtype) -> bool:
-    """Whether the cache can store values of ``dtype`` (bool, integer, float, complex)."""
-    dtype = np.dtype(dtype)
-    return dtype.kind in NUMERIC_KINDS and dtype.fields is None and dtype.subdtype is None
 
 
 def require_numeric(where: object, key: str, dtype: np.dtype) -> None:

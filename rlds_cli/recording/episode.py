@@ -32,7 +32,7 @@ import numpy as np
 
 from rlds_cli.errors import RecordingError
 from rlds_cli.formats.keys import clean_keys
-from rlds_cli.recording.spaces import getter, space_leaves, stack_leaf
+from rlds_cli.recording.spaces import Leaf, getter, space_leaves, stack_leaf
 
 #: Per-step columns holding the episode's reset seed (see the module docstring).
 SEED_KEY = "reset_seed"
@@ -77,6 +77,7 @@ class EpisodeAssembler:
         self.ended = False
         self.episodes = 0
         self.seed: int | None = None
+        self._reward_dtype: np.dtype[Any] | None = None
         self._clear()
 
     # ------------------------------------------------------------------ steps
@@ -93,8 +94,15 @@ class EpisodeAssembler:
         """Begin an episode at its reset observation (an unfinished one is discarded: call
         :meth:`finish` first to keep it)."""
         self._clear()
-        for get, values in zip(self._obs_get, self._obs, strict=True):
-            values.append(get(observation))
+        if seed is not None and not 0 <= seed < 2**64:
+            raise RecordingError(
+                f"reset seed {seed} does not fit the 64 bits a recording keeps",
+                hint="seed the environment with a number from 0 to 2**64 - 1",
+            )
+        for values, value in zip(
+            self._obs, _leaf_values(self._obs_get, self.obs_leaves, observation), strict=True
+        ):
+            values.append(value)
         self._reset_info = info
         if self.info_keys is not None and self._info_plan is not None:
             self._reset_infos()
@@ -125,10 +133,13 @@ class EpisodeAssembler:
                 else "step() before reset(): the recording has no episode to add the step to",
                 hint="reset the environment at the start of every episode",
             )
-        for get, values in zip(self._act_get, self._act, strict=True):
-            values.append(get(action))
-        for get, values in zip(self._obs_get, self._obs, strict=True):
-            values.append(get(observation))
+        # every leaf read before any is kept: a value that lacks one leaves the episode as it was
+        acted = _leaf_values(self._act_get, self.action_leaves, action)
+        seen = _leaf_values(self._obs_get, self.obs_leaves, observation)
+        for values, value in zip(self._act, acted, strict=True):
+            values.append(value)
+        for values, value in zip(self._obs, seen, strict=True):
+            values.append(value)
         self._rewards.append(reward)
         self._terminated.append(bool(terminated))
         self._truncated.append(bool(truncated))
@@ -207,6 +218,10 @@ class EpisodeAssembler:
         rewards = np.asarray(self._rewards)
         if rewards.dtype.kind != "f":
             rewards = rewards.astype(np.float64)
+        # the first episode's reward dtype is the dataset's: an environment whose rewards are
+        # np.float32 in one episode and Python numbers (float64) in the next records on
+        self._reward_dtype = self._reward_dtype or rewards.dtype
+        rewards = rewards.astype(self._reward_dtype, copy=False)
         ep["next/reward"] = rewards.reshape(t, 1)
         terminated = np.asarray(self._terminated, bool).reshape(t, 1)
         truncated = np.asarray(self._truncated, bool).reshape(t, 1)
@@ -223,6 +238,22 @@ class EpisodeAssembler:
         self.episodes += 1
         self._clear()
         return ep
+
+
+def _leaf_values(gets: list[Any], leaves: list[Leaf], value: Any) -> list[Any]:
+    """Each leaf's part of ``value`` (an observation or action), or one error naming the leaf
+    that ``value`` lacks (a Dict observation without one of its space's keys)."""
+    out = []
+    for get, leaf in zip(gets, leaves, strict=True):
+        try:
+            out.append(get(value))
+        except (KeyError, IndexError, TypeError) as exc:
+            raise RecordingError(
+                f"{leaf.key}: the value given ({type(value).__name__}) has no part "
+                f"{'/'.join(map(str, leaf.path))!r} ({type(exc).__name__}: {exc})",
+                hint="the environment returned values outside its declared space",
+            ) from None
+    return out
 
 
 def _info_paths(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:

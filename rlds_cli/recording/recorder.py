@@ -150,6 +150,12 @@ def record(
         )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise RecordingError(f"record(): seed={seed!r} is not a non-negative integer")
+    if seed is not None and seed + (episodes or 1) - 1 >= 2**64:  # episode i is reset with seed + i
+        raise RecordingError(
+            f"record(): seed={seed} leaves no room for {episodes or 1} episode seeds below 2**64 "
+            "(episode i is reset with seed + i, kept in 64 bits)",
+            hint="pick a smaller seed",
+        )
     if policy is not None and not callable(policy):
         raise RecordingError(
             f"record(): policy is a {type(policy).__name__}, not a callable observation -> action",

@@ -171,7 +171,26 @@ def stack_leaf(leaf: Leaf, values: list[Any], key: str) -> np.ndarray:
             f"{key}: values do not fit the {leaf.kind} space of shape {leaf.shape} ({where})",
             hint="the environment returned values outside its declared space",
         )
+    if leaf.dtype.kind in "biu" and values:
+        _require_exact(arr, values, leaf, key)
     return arr
+
+
+def _require_exact(arr: np.ndarray, values: list[Any], leaf: Leaf, key: str) -> None:
+    """Refuse values the leaf's integer (or bool) dtype does not hold as they are: numpy's cast
+    wraps 300 into a uint8 44 and cuts a Discrete 1.7 to 1, and the recording would keep
+    other values than the environment gave, without a word."""
+    given = np.asarray(values)
+    if given.dtype.kind not in "biuf" or given.shape != arr.shape:
+        return
+    same = (given == arr).reshape(len(arr), -1).all(axis=1)
+    if not same.all():
+        row = int(np.flatnonzero(~same)[0])
+        raise RecordingError(
+            f"{key}: row {row} holds {given[row].tolist()!r}, which the {leaf.kind} space's "
+            f"{leaf.dtype} values cannot hold (they would be stored as {arr[row].tolist()!r})",
+            hint="the environment returned values outside its declared space",
+        )
 
 
 def serialize_space(space: Any) -> dict[str, Any]:

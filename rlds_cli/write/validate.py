@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.cache.ted import describe_dtype, is_numeric, key_problem
 from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
 from rlds_cli.rows import rows_equal
 
@@ -32,12 +33,23 @@ REWARD = "next/reward"
 
 
 def _to_numpy(value: Any, key: str) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
-    if arr.dtype == object:
+    try:
+        if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value)
+    except (TypeError, ValueError, NotImplementedError, RuntimeError) as exc:
+        # a ragged list, a tensor on the meta device or of a dtype numpy lacks (bfloat16)
         raise EpisodeFormatError(
-            f"key {key!r}: values of type {type(value).__name__} are not an array of numbers"
+            f"key {key!r}: values of type {type(value).__name__} are not an array of numbers "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+            hint="give numpy arrays or CPU tensors of bool, integers or floats, the same shape every row "
+            "(a bfloat16 tensor: .float() first)",
+        ) from None
+    if arr.dtype == object or not is_numeric(arr.dtype):
+        raise EpisodeFormatError(
+            f"key {key!r}: values of type {type(value).__name__} are {describe_dtype(arr.dtype)}, "
+            "not an array of numbers",
+            hint="rlds stores bool, integer and float arrays",
         )
     return arr
 
@@ -50,6 +62,12 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
     def put(key: str, value: Any) -> None:
         if not key or any(not part for part in key.split("/")):
             raise EpisodeFormatError(f"{what}: empty key part in {key!r}")
+        problem = key_problem(key)  # a key names files and folders of the dataset
+        if problem is not None:
+            raise EpisodeFormatError(
+                f"{what}: key {key!r} cannot be stored: {problem}",
+                hint="keys are '/'-separated parts of A-Z a-z 0-9 _ . -",
+            )
         if key in out:
             raise EpisodeFormatError(f"{what}: key {key!r} is given twice")
         out[key] = _to_numpy(value, key)
@@ -258,6 +276,20 @@ def check_schema(got: dict[str, FieldSpec], schema: dict[str, FieldSpec], name: 
             )
 
 
+def _stored_shape(key: str, shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+    """A schema's row shape as :func:`episode_columns` stores it: the reward and the flags one
+    number a row, ``(1,)`` (``()`` given is the same), the flags bool, the reward a number."""
+    if key not in (REWARD, *FLAGS):
+        return shape
+    if shape not in ((), (1,)):
+        raise EpisodeFormatError(f"schema: {key!r} is one value a step, () or (1,), not {shape}")
+    if key in FLAGS and dtype != np.bool_:
+        raise EpisodeFormatError(f"schema: {key!r} must be bool, not {dtype}")
+    if key == REWARD and dtype.kind not in "fiu":
+        raise EpisodeFormatError(f"schema: {key!r} must be a number (float or integer), not {dtype}")
+    return (1,)
+
+
 def schema_fields(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
     """The stored fields of a schema given as TED keys -> ``(shape, dtype)`` (what
     ``Dataset.fields`` returns): a key with its ``next/`` key is stored once (flat), the
@@ -269,14 +301,21 @@ def schema_fields(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
     for key, value in keys.items():
         if key in DERIVED or (key.startswith("next/") and key[5:] in keys):
             continue
+        problem = key_problem(key)
+        if problem is not None:
+            raise EpisodeFormatError(f"schema: key {key!r} cannot be stored: {problem}")
         try:
             shape, dtype = value
-            spec = FieldSpec(key, tuple(int(d) for d in shape), dtype_name(np.dtype(dtype)), "step")
+            shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
         except (TypeError, ValueError):
             raise EpisodeFormatError(f"schema: key {key!r} is not (shape, dtype): {value!r}") from None
-        if f"next/{key}" in keys:
-            spec = FieldSpec(key, spec.shape, spec.dtype, "flat")
-        out[key] = spec
+        if any(d < 0 for d in shape) or not is_numeric(dtype):
+            raise EpisodeFormatError(
+                f"schema: key {key!r} is {shape} {dtype}: rows of bool, integers or floats of a "
+                "shape of non-negative sizes"
+            )
+        shape = _stored_shape(key, shape, dtype)
+        out[key] = FieldSpec(key, shape, dtype_name(dtype), "flat" if f"next/{key}" in keys else "step")
     for key in ("action", REWARD, *FLAGS):
         if key not in out and not any(k.startswith(f"{key}/") for k in out):
             raise EpisodeFormatError(f"schema: missing key {key!r}")

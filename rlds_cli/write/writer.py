@@ -12,13 +12,16 @@ append to one dataset at the same time; none waits for another.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -43,6 +46,21 @@ from rlds_cli.write.validate import (
 )
 
 log = logging.getLogger(__name__)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(method: _F) -> _F:
+    """One call at a time on a writer: threads sharing one writer add whole episodes (its open
+    episode's steps, its first commit's dataset creation and its waiting episodes are its own)."""
+
+    @functools.wraps(method)
+    def call(self: DatasetWriter, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
 
 Mode = Literal["create", "append"]
 
@@ -186,6 +204,7 @@ class DatasetWriter:
                 self._create_with(fields)
             else:
                 check_schema(fields, self.head.fields, self.name)
+        self._lock = threading.RLock()
         self._steps: list[dict[str, np.ndarray]] = []
         self._tail: dict[str, np.ndarray] | None = None
         self._closed = False
@@ -222,6 +241,7 @@ class DatasetWriter:
             self._finalizer.detach()
             self._committer.finish(due_only=True)
 
+    @_locked
     def close(self) -> None:
         """Commit every episode added and wait for it (raises a commit's error). Steps of an
         episode that has not ended are dropped (logged): an episode is written whole or not
@@ -250,6 +270,7 @@ class DatasetWriter:
 
     # ------------------------------------------------------------------ adding
 
+    @_locked
     def add_episode(self, episode: Any, *, copy: bool = True) -> None:
         """Add one whole episode: a mapping of TED keys (what ``Dataset.episode(i)`` returns;
         numpy arrays, torch tensors or a TensorDict; nested or tuple keys). Its last step, and
@@ -264,6 +285,7 @@ class DatasetWriter:
         self._check_open()
         self._add(episode_columns(flatten(episode)), copy=copy)
 
+    @_locked
     def add_step(
         self,
         *,
@@ -293,17 +315,22 @@ class DatasetWriter:
         r = np.asarray(reward, dtype=np.float32) if isinstance(reward, int | float) else np.asarray(reward)
         step["next/reward"] = r.reshape(1)
         # copied: an env may hand out the same observation array every step, refilled in place
-        self._steps.append({k: np.array(v) for k, v in flatten(step, "step").items()})
+        row = {k: np.array(v) for k, v in flatten(step, "step").items()}
+        if self._steps:  # refused before it joins: the episode's earlier steps stay as they are
+            first = {k: v[None] for k, v in self._steps[0].items()}  # one row each
+            _same_rows(
+                first, {k: v[None] for k, v in row.items()}, "add_step: this step", "the episode's first step"
+            )
+        self._steps.append(row)
         if step["next/terminated"][0] or step["next/truncated"][0]:
             rows, self._steps = self._steps, []
             keys = rows[0].keys()
-            if any(r.keys() != keys for r in rows):
-                raise EpisodeFormatError("add_step: the steps of this episode have different keys")
             self._add(  # np.stack made new arrays: nothing of the caller's to copy
                 episode_columns({k: np.stack([r[k] for r in rows]) for k in keys}, "episode (add_step)"),
                 copy=False,
             )
 
+    @_locked
     def extend(self, batch: Any) -> int:
         """Add a run of consecutive steps (TED layout; e.g. a TorchRL collector's rollout
         TensorDict, reshaped to one time axis). Every episode that ends in it is committed;
@@ -313,8 +340,10 @@ class DatasetWriter:
         self._check_open()
         cols = drop_extras(flatten(batch, "batch"))
         if self._tail is not None:
-            if self._tail.keys() != cols.keys():
-                raise EpisodeFormatError("extend: the batch's keys differ from the previous batch's")
+            first = {k: v[:1] for k, v in self._tail.items()}
+            _same_rows(
+                first, {k: v[:1] for k, v in cols.items()}, "extend: the batch", "the open episode's steps"
+            )
             cols = {k: np.concatenate([self._tail[k], v]) for k, v in cols.items()}
         ends, n = split(cols, "batch")
         episodes = []
@@ -361,6 +390,7 @@ class DatasetWriter:
 
     # ------------------------------------------------------------------ committing
 
+    @_locked
     def flush(self) -> None:
         """Commit every episode added so far and wait until it is (visible to readers, and
         durable with fsync on). Raises :class:`~rlds_cli.errors.CommitFailedError` for a
@@ -393,6 +423,23 @@ class DatasetWriter:
                 f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
             )
         self.head = self._sink.head = head
+
+
+def _same_rows(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], what: str, against: str) -> None:
+    """Refuse rows of another key set, row shape or dtype than ``ref``'s (one episode's steps
+    are stacked into one array a key: numpy would raise, or cast every row to the wider dtype)."""
+    if got.keys() != ref.keys():
+        raise EpisodeFormatError(
+            f"{what} has other keys than {against}: {sorted(set(got) ^ set(ref))}",
+            hint="every step of an episode has the same keys",
+        )
+    for key, value in got.items():
+        if value.shape[1:] != ref[key].shape[1:] or value.dtype != ref[key].dtype:
+            raise EpisodeFormatError(
+                f"{what}: key {key!r} is {value.shape[1:]} {value.dtype}, {against} "
+                f"{ref[key].shape[1:]} {ref[key].dtype}",
+                hint="every step of an episode has the same shape and dtype a key",
+            )
 
 
 __all__ = ["DatasetWriter"]
