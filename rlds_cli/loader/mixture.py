@@ -43,6 +43,7 @@ from rlds_cli.loader.mixture_sampler import MixtureSampler
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.state_checks import check_int, check_state
+from rlds_cli.loader.windows import Windows
 from rlds_cli.opening import open_dataset
 
 
@@ -98,6 +99,8 @@ class MixtureSource:
         for i in range(len(self.datasets)):
             self._check_member(i)
         self._sources = [self._host(i) for i in range(len(self.datasets))]
+        # each member's view as last followed (a growing member's log position)
+        self._positions = [getattr(ds, "log_position", None) for ds in self.datasets]
         self._index()
 
     def _host(self, i: int) -> HostSource | None:
@@ -128,8 +131,14 @@ class MixtureSource:
         changed = False
         for i, ds in enumerate(self.datasets):
             refresh = getattr(ds, "refresh", None)
-            if refresh is None or not refresh():
+            if refresh is None:
                 continue
+            refresh()
+            # against the view followed last, not refresh()'s answer: whoever holds the dataset
+            # object (the user reading ds.ready) may have refreshed it in between
+            if ds.log_position == self._positions[i]:  # type: ignore[attr-defined]
+                continue
+            self._positions[i] = ds.log_position  # type: ignore[attr-defined]
             changed = True
             self._sources[i] = self._host(i)
         if changed:
@@ -322,6 +331,9 @@ class MixtureLoader:
         )
         # the loader calls it under its lock before each batch, as its own Refresher
         self.loader._refresher = self._refresher  # type: ignore[assignment]
+        if self._refresher is not None:  # windows read the members' episodes: they follow too
+            bound = [getattr(t, "__self__", None) for t in self.loader.transforms]
+            self._refresher.rebind = [w.bind_source for w in bound if isinstance(w, Windows)]
         self.batch_size, self.num_batches = batch_size, num_batches
         self.device, self.as_tensordict = self.loader.device, self.loader.as_tensordict
 

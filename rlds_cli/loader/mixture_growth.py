@@ -134,6 +134,8 @@ class MixtureRefresher:
         self.every = every
         #: Batches seen (the count ``every`` divides), kept in the loader's state.
         self.batches = 0
+        #: What else follows a changed view (the windows' ``bind_source``), given the source.
+        self.rebind: list[Any] = []
 
     def tick(self) -> None:
         """Before each batch (under the loader's lock): refresh when due, resize when changed."""
@@ -142,3 +144,5 @@ class MixtureRefresher:
             return
         if self.source.refresh():
             self.sampler.set_sizes(self.source.sizes, self.source.ready())
+            for rebind in self.rebind:
+                rebind(self.source)

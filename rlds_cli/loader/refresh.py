@@ -86,16 +86,31 @@ class Refresher:
         self.rebuilds = 0
         self._ids = dataset.episode_ids  # type: ignore[attr-defined]
         self._lengths = dataset.episodes["length"]
+        self._position = dataset.log_position  # type: ignore[attr-defined]  # the view followed last
+        self._failed: BaseException | None = None
 
     def tick(self) -> None:
         """Before each batch (under the loader's lock): refresh when due, follow when changed."""
+        if self._failed is not None:  # a view the sampler could not follow: never half of it
+            raise self._failed
         self.batches += 1
         if self.batches % self.every:
             return
         loader = self.loader
         ds: Any = loader.dataset
-        if not ds.refresh():
+        ds.refresh()
+        # the view against the one followed last, not refresh()'s answer: whoever holds the
+        # dataset object (the user reading ds.ready) may have refreshed it in between
+        if ds.log_position == self._position:
             return
+        self._position = ds.log_position
+        try:
+            self._follow(loader, ds)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def _follow(self, loader: Any, ds: Any) -> None:
         self.rebuilds += 1
         change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episodes["length"])
         self._ids, self._lengths = ds.episode_ids, ds.episodes["length"]
@@ -113,5 +128,5 @@ class Refresher:
             loader.source = loader._device_source = device
             loader._gather = device.gather
         loader.num_steps = ds.num_steps
-        loader.sampler.follow(change)  # type: ignore[attr-defined]
+        loader.sampler.follow(change)
         loader._batches_per_epoch = loader._epoch_length()
