@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import rlds_cli
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import MixtureLoader
 from tests.dataset_fixtures import uid_episode
 
@@ -90,3 +91,25 @@ def test_a_view_the_sampler_cannot_follow_keeps_raising_its_error(isolated_cache
     for _ in range(3):  # the same clear error each time, never numpy's from a half-made view
         with pytest.raises(ValueError, match="slice_len=8 is longer than 1 episode"):
             loader.sample()
+
+
+@pytest.mark.parametrize("sampler", ["prioritized", "epoch", "uniform"])
+def test_a_checkpoint_of_another_view_is_refused_even_of_the_same_size(
+    isolated_cache: Path, sampler: str
+) -> None:
+    """With equal episodes and a capacity, the step count stays the same while evictions move
+    every row: the old priorities (or epoch order) loaded by position drew other episodes."""
+    _add("g", [1, 2, 3], [4, 4, 4], capacity_episodes=3)
+    loader = rlds_cli.Loader("g", batch_size=8, seed=0, sampler=sampler, keys=["info/episode_uid"])
+    loader.sample()
+    state = loader.state_dict()
+    _add("g", [4], [4])  # 1 evicted: the same 12 steps, other rows
+    again = rlds_cli.Loader("g", batch_size=8, seed=0, sampler=sampler, keys=["info/episode_uid"])
+    assert again.num_steps == loader.num_steps
+    with pytest.raises(LoaderStateError, match="commit-log byte"):
+        again.load_state_dict(state)
+    same_view = rlds_cli.Loader(
+        loader.dataset, batch_size=8, seed=0, sampler=sampler, keys=["info/episode_uid"]
+    )
+    same_view.load_state_dict(state)  # the view it was saved on: resumed
+    assert same_view.sample()["index"].tolist() == loader.sample()["index"].tolist()

@@ -41,7 +41,7 @@ from rlds_cli.loader.protocols import (
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
-from rlds_cli.loader.state_checks import check_loader_state
+from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.td_keys import torchrl_extras
 from rlds_cli.loader.tensors import to_tensordict, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
@@ -482,12 +482,13 @@ class Loader:
             "seed": self.seed,
             "rank": self.rank,
             "world_size": self.world_size,
+            **view_state(self.dataset),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`: the stream continues exactly (refused from
         another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
-        state = dict(check_loader_state(state))  # every field checked before anything changes
+        state = dict(check_loader_state(state, self.dataset))  # every field checked before any change
         self.close()
         check_shard(state, self.rank, self.world_size, "Loader")
         if not isinstance(self.sampler, Checkpointable):

@@ -153,15 +153,34 @@ def check_shard_fields(
     check_int(state, "world_size", what, low=1, required=False)
 
 
-def check_loader_state(state: Any) -> Mapping[str, Any]:
-    """A :class:`~rlds_cli.loader.Loader` state's own fields (its sampler checks its part)."""
+def check_loader_state(state: Any, dataset: Any = None) -> Mapping[str, Any]:
+    """A :class:`~rlds_cli.loader.Loader` state's own fields (its sampler checks its part), and
+    for a growing ``dataset``, that it was saved on the view the loader reads (see
+    :func:`view_state`)."""
     state = check_state(state, "Loader")
     if "sampler" not in state:
         raise LoaderStateError("Loader state has no field 'sampler'", hint=_HINT)
     check_shard_fields(state, "Loader", num_steps=False)
     check_int(state, "batches_drawn", "Loader", required=False)
     check_bool(state, "epoch_end_pending", "Loader")
+    saved = check_int(state, "view", "Loader", required=False)
+    position = getattr(dataset, "log_position", None)
+    if saved is not None and position is not None and saved != position:
+        raise LoaderStateError(
+            f"Loader state was saved on growing dataset {dataset.name!r} as of commit-log byte "
+            f"{saved}; this loader reads its view as of byte {position}, whose rows are others "
+            "(evictions and commits moved them), so the sampler's state would draw other rows",
+            hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
+            "kept), or start the sampler afresh on the new view",
+        )
     return state
+
+
+def view_state(dataset: Any) -> dict[str, int]:
+    """What a loader's state says of its view: a growing dataset's commit-log position (the
+    sampler's rows are rows of that view), nothing for a dataset that never changes."""
+    position = getattr(dataset, "log_position", None)
+    return {} if position is None else {"view": int(position)}
 
 
 def check_cursor_state(state: Any, what: str, positions: int | None) -> Mapping[str, Any]:
