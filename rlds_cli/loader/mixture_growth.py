@@ -51,7 +51,10 @@ Weights = Sequence[float] | Callable[[int], Sequence[float]]
 def check_weights(weights: Any, count: int) -> np.ndarray:
     """``weights`` normalized, or a ``ValueError`` unless ``count`` finite non-negative numbers
     with a positive sum."""
-    w = np.asarray(weights, np.float64)
+    try:
+        w = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):  # strings, None, ragged: not numbers
+        w = np.full(count + 1, np.nan)
     if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
         raise ValueError(
             f"weights must be {count} finite non-negative numbers with a positive sum, got {weights!r}"
@@ -110,7 +113,7 @@ def named_weights(weights: Weights | Mapping[str, float], names: Sequence[str]) 
     unknown = sorted(set(weights) - set(names))
     if unknown:
         raise ValueError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
-    return [float(weights.get(n, 0.0)) for n in names]
+    return [weights.get(n, 0.0) for n in names]  # checked as numbers by check_weights
 
 
 class MixtureRefresher:

@@ -119,10 +119,21 @@ class PrioritizedSampler:
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Set the priority of ``indices`` (any shape, e.g. a batch's ``index``) to ``priority``
         (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted."""
-        idx = _as_numpy(indices).astype(np.int64, copy=False)
+        given = _as_numpy(indices)
+        if given.size and given.dtype.kind not in "iu":  # 2.7 would land on row 2 without a word
+            raise ValueError(
+                f"update_priority: indices must be integers (a batch's index), not {given.dtype}"
+            )
+        idx = given.astype(np.int64, copy=False)
         raw = _as_numpy(priority)
         if raw.shape != idx.shape:
-            raw = np.broadcast_to(raw, idx.shape)
+            try:
+                raw = np.broadcast_to(raw, idx.shape)
+            except ValueError:
+                raise ValueError(
+                    f"update_priority: {raw.shape} priorities for indices of shape {idx.shape}; give "
+                    "one priority per index (or one for all)"
+                ) from None
         pri, top = self._magnitudes(raw)  # a new array: the in-place power is safe
         pri **= self.alpha  # as `**` (numpy's fast paths for 0, 0.5, 1, 2 included), in place
         self._tree.set(idx, pri)  # checks: finite, >= 0, in range

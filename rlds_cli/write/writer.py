@@ -172,6 +172,14 @@ class DatasetWriter:
         problem = settings_problem(growing)
         if problem is not None:
             raise ValueError(problem)
+        if capacity is not None and min_size > capacity:  # a warning: demonstrations may fill it
+            log.warning(
+                "dataset %r: min_size=%d is over capacity=%d steps: it is ready only once protected "
+                "episodes make up the difference",
+                name,
+                min_size,
+                capacity,
+            )
         growing |= {
             "capacity": None if capacity is None else int(capacity),
             "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
