@@ -17,12 +17,15 @@ from rlds_cli.net.layout import raw_dir
 
 
 def dataset_kind(manifest: Any) -> str:
-    """``view``, ``preprocessed``, ``downloaded`` (from the network, with a download folder) or
-    ``converted`` (from a local file or folder, or a file bundled with rlds)."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
+    """``view``, ``growing`` (written by ``DatasetWriter``), ``preprocessed``, ``downloaded`` (from
+    the network, with a download folder) or ``converted`` (from a local file or folder, or a file
+    bundled with rlds)."""
+    from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 
     if manifest.layout == VIEW_LAYOUT:
         return "view"
+    if manifest.layout == SEGMENTED_LAYOUT:
+        return "growing"
     if manifest.source.get("format") == "rlds-preprocess" or any(p.get("fn") for p in manifest.lineage):
         return "preprocessed"
     if manifest.source.get("downloads"):
@@ -110,6 +113,8 @@ def _redo_hint(kind: str, manifest: Any) -> str:
             f"run the preprocessing again ('rlds preprocess {parent.get('name')} --fn {parent.get('fn')} "
             f"--name {name} --force')"
         )
+    if kind == "growing":  # nothing to make it again from: its episodes were written here
+        return "restore it from a copy ('rlds pull' of one pushed before), or remove it ('rlds rm')"
     if kind == "downloaded" or source.get("id"):
         return f"download it again ('rlds download {source.get('id') or name} --name {name} --force')"
     return f"convert it again ('rlds download {source.get('path', 'PATH')} --name {name} --force')"

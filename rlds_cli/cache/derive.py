@@ -12,7 +12,7 @@ import os
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.episodes import slice_index, write_index
-from rlds_cli.cache.layout import VIEW_LAYOUT, validate_name
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -40,6 +40,7 @@ def create_view(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     source = open_dataset(parent, cache)
+    _refuse_growing(source.manifest.layout, parent)
     if source.manifest.layout == VIEW_LAYOUT:
         # a view of a view points straight at the stored arrays
         inner = ViewSpec.from_manifest(source.manifest)
@@ -116,7 +117,9 @@ def split_dataset(
             f"--val must be between 0 and 1, got {val_fraction}",
             hint="--val is the fraction of episodes for validation, e.g. --val 0.1",
         )
-    total = open_dataset(parent, root).num_episodes
+    opened = open_dataset(parent, root)
+    _refuse_growing(opened.manifest.layout, parent)  # before either view is made
+    total = opened.num_episodes
     n_val = max(1, round(total * val_fraction))
     if n_val >= total:
         raise InvalidSelectionError(
@@ -135,3 +138,15 @@ def split_dataset(
     train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
     val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
     return train, val
+
+
+def _refuse_growing(layout: str, parent: str) -> None:
+    """A view reads its parent's arrays as one converted dataset stores them, and pins that
+    version: a growing dataset has its arrays in segments and a new version at every commit."""
+    if layout == SEGMENTED_LAYOUT:
+        raise InvalidSelectionError(
+            f"dataset {parent!r} is a growing dataset (written by DatasetWriter): a view cannot pin "
+            "its episodes, which change at every commit",
+            hint=f"export a snapshot and convert that: 'rlds export {parent} DIR --to torchrl', then "
+            "'rlds download DIR --name NAME'",
+        )

@@ -227,6 +227,15 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
     from rlds_cli.cache.manifest import read_manifest
     from rlds_cli.cache.views import ViewSpec
 
+    parts = getattr(ds, "segment_datasets", None)
+    if parts is not None:  # a growing dataset: each segment carries the digests of its arrays
+        reports = [check_digests(part, progress) for part in parts()]
+        return DigestReport(
+            recorded=all(r.recorded for r in reports),
+            checked=sorted({key for r in reports for key in r.checked}),
+            problems=[problem for r in reports for problem in r.problems],
+            scope=f"its {len(reports)} segment{'s' if len(reports) != 1 else ''}",
+        )
     own = ds.manifest.content_digest
     holder: Manifest = ds.manifest
     directory = ds.directory

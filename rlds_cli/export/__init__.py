@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import UnknownFormatError
+from rlds_cli.errors import ExportError, UnknownFormatError
 from rlds_cli.plugins import resolve
 
 EXPORTERS: dict[str, str] = {
@@ -67,5 +67,17 @@ def export_dataset(
 
         with snapshot_copy(dataset) as copy:
             view = GrowingDataset(copy)
+            _refuse_empty(view)
             return exporter(view, Path(out), overwrite=overwrite, progress=progress)
+    _refuse_empty(dataset)
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress)
+
+
+def _refuse_empty(dataset: Dataset) -> None:
+    """No export of a dataset without an episode (a growing one before its first commit): no
+    format's reader takes an empty file back."""
+    if dataset.num_episodes == 0:
+        raise ExportError(
+            f"dataset {dataset.name!r} holds no episode yet: there is nothing to export",
+            hint="export it once a writer has committed episodes",
+        )

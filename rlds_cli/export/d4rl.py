@@ -26,7 +26,7 @@ def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
     if "observation" not in flats:
         raise ExportError(
             f"dataset {dataset.name!r} has no single 'observation' key (it has {', '.join(flats)})",
-            hint="the D4RL layout holds one observation array; export with --format torchrl or minari",
+            hint="the D4RL layout holds one observation array; export with --to torchrl or --to minari",
         )
     fields = dataset.fields
     cols = {

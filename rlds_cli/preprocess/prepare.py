@@ -16,7 +16,7 @@ from typing import Any
 from rlds_cli._version import __version__
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.layout import is_url
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT, is_url
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import PreprocessError
 from rlds_cli.opening import open_dataset
@@ -85,6 +85,13 @@ def prepare(
         raise PreprocessError(f"--num-frames must be at least 1, not {num_frames}")
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     src = open_dataset(source_name, cache)
+    if src.manifest.layout == SEGMENTED_LAYOUT:  # its workers read one version, chunk by chunk
+        raise PreprocessError(
+            f"dataset {source_name!r} is a growing dataset (written by DatasetWriter): a preprocess "
+            "job reads a converted dataset, whose arrays stay as they are for the whole job",
+            hint=f"export a snapshot and convert that ('rlds export {source_name} DIR --to torchrl', "
+            "then 'rlds download DIR --name NAME'), then preprocess it",
+        )
     storage = storage or src.manifest.backend
     get_backend(storage)
     key_list = sorted(set(keys)) if keys is not None else None

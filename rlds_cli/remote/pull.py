@@ -22,7 +22,7 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli._io import atomic_write, sha256_file
 from rlds_cli.cache.durable import fsync_tree
-from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot, validate_name
 from rlds_cli.errors import (
@@ -93,7 +93,8 @@ def pull(
     total = sum(e.size for e in index.files.values())
     result = PullResult(
         name, url, manifest.backend, len(index.files), path=str(cache.dataset_dir(name)), bytes_total=total,
-        digests_checked=bool(manifest.content_digest.get("columns")),
+        # a growing dataset's digests are its segments' (checked at the end as a converted one's)
+        digests_checked=bool(manifest.content_digest.get("columns")) or manifest.layout == SEGMENTED_LAYOUT,
     )  # fmt: skip
     if _same_as_published(cache, name, local_manifest):
         result.up_to_date, result.digests_checked = True, False
@@ -199,7 +200,6 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
     content digests; on a mismatch the manifest and the bad files go (a run again fetches them)."""
     from rlds_cli.cache import digest
     from rlds_cli.cache.dataset import Dataset
-    from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 
     atomic_write(build / MANIFEST_FILE, manifest_bytes, unique=False)
     problems: list[tuple[str, str]] = []
@@ -208,15 +208,12 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
             from rlds_cli.cache.growing import GrowingDataset
 
             ds: Dataset = GrowingDataset(build)
-            parts = ds.segment_datasets()  # type: ignore[attr-defined]
         else:
             ds = Dataset(build)
-            parts = [ds]
         problems += [("files", p) for p in ds.check_files()]
         if not problems:
-            for part in parts:
-                problems += [(p.key, p.message) for p in digest.check_digests(part).problems]
-        del ds, parts
+            problems += [(p.key, p.message) for p in digest.check_digests(ds).problems]
+        del ds
     except CorruptDatasetError as exc:
         problems.append(("files", exc.message))
     if not problems:

@@ -63,6 +63,7 @@ from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.unnamed_segments import log_damage, lost_records, unnamed, writer_alive
+from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.write.validate import EpisodeColumns
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,13 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
     writes there is renamed into ``segments/`` whole when it ends (the folder fsynced after), and
     removed if it raises. The caller commits the segment (a log record) afterwards."""
     build = directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
+    if not (directory / COMMIT_LOG_FILE).is_file():  # 'rlds rm' while this writer was open
+        raise DatasetNotFoundError(
+            f"growing dataset {directory.name!r} was removed while a writer was open",
+            hint="open a new writer (mode='create') to write it again",
+        )
+    # pulled, copied or pushed datasets may lack the empty building/ (nothing to copy in it)
+    build.parent.mkdir(exist_ok=True)
     os.mkdir(build)
     try:
         yield build

@@ -3,6 +3,7 @@ sizes checked), never held whole."""
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,13 @@ import numpy as np
 from rlds_cli.errors import RldsError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.atari_dqn.constants import READ_BYTES, REDOWNLOAD_HINT, SKIP_BYTES
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
+
+#: One .npy header parsed at a time: numpy parses it with ``ast.literal_eval``, and CPython 3.11
+#: keeps the AST converter's recursion depth in per-interpreter state (python/cpython gh-95185,
+#: gh-106905), so two threads parsing at once (the reader's look-ahead thread opening the next
+#: checkpoint's files while this one opens another's) can fail with "SystemError: AST
+#: constructor recursion depth mismatch" (seen once in CI, on 3.11.7).
+_HEADER_LOCK = threading.Lock()
 
 
 class GzipStream:
@@ -100,7 +108,7 @@ class GzipNpy:
         except OSError as exc:
             raise SourceFormatError(f"cannot open {path}: {exc}") from None
         try:
-            with self._guard("not a gzip'd .npy file"):
+            with self._guard("not a gzip'd .npy file"), _HEADER_LOCK:
                 version = np.lib.format.read_magic(self._stream)
                 if version == (1, 0):
                     shape, fortran, dtype = np.lib.format.read_array_header_1_0(self._stream)
