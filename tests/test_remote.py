@@ -100,12 +100,23 @@ def test_pull_under_another_name_renames_only_the_manifest_name(tmp_path: Path) 
     assert again.exit_code == 0 and "already holds this version" in again.stdout
 
 
+def test_a_push_over_another_dataset_or_version_says_which(tmp_path: Path) -> None:
+    """The refusal says whether the URL holds another version of the dataset pushed, or
+    another dataset (it called both 'another version')."""
+    make_demo("a", "memmap")
+    push("a", "memory://bucket/same")
+    CacheRoot().remove("a")
+    make_demo("a", "zarr")
+    with pytest.raises(RemoteExistsError, match="holds another version of dataset 'a'"):
+        push("a", "memory://bucket/same")
+
+
 def test_push_over_another_version_needs_force_and_removes_the_manifest_first(tmp_path: Path) -> None:
     make_demo("a", "memmap")
     make_demo("b", "zarr")
     url = "memory://bucket/x"
     push("a", url)
-    with pytest.raises(RemoteExistsError, match="another version of dataset 'a'"):
+    with pytest.raises(RemoteExistsError, match="another dataset, 'a'"):
         push("b", url)
     fs = fsspec.filesystem("memory")
     events: list[str] = []

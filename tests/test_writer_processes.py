@@ -57,7 +57,7 @@ def test_inspect_names_each_writer_process(isolated_cache: Path) -> None:
     info = json.loads(runner.invoke(app, ["inspect", "w", "--json"]).stdout)
     writers = info["growing"]["writers"]
     assert writers == {f"{host}:{os.getpid()} (compacted)": {"segments": 1, "episodes": 4, "steps": 14}}
-    assert f"writer {host}:{os.getpid()} (compacted): 1 segments, 4 episodes, 14 steps" in (
+    assert f"writer {host}:{os.getpid()} (compacted): 1 segment, 4 episodes, 14 steps" in (
         runner.invoke(app, ["inspect", "w"]).output
     )
 

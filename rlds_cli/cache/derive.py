@@ -132,7 +132,9 @@ def split_dataset(
     taken = [n for n in (train_name, val_name) if cache.exists(n)]
     if taken and not replace:  # checked before either view is made: never half a split
         raise DatasetExistsError(
-            f"dataset {' and '.join(repr(n) for n in taken)} already exists in {cache.path}",
+            f"dataset {taken[0]!r} already exists in {cache.path}"
+            if len(taken) == 1
+            else f"datasets {taken[0]!r} and {taken[1]!r} already exist in {cache.path}",
             hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
         )
     train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)

@@ -305,3 +305,8 @@ __all__ = [
     "protect_streams",
     "warn",
 ]
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 segment``, ``2,000 segments``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")

@@ -42,8 +42,8 @@ def compact(
     if quiet:
         return
     _output.console.print(
-        f"{_output.escape(report.name)}: {report.segments_before:,} segments -> "
-        f"{report.segments_after:,} ({report.episodes:,} episodes, {report.steps:,} steps); "
-        f"{len(report.removed):,} retired files removed",
+        f"{_output.escape(report.name)}: {_output.count(report.segments_before, 'segment')} -> "
+        f"{report.segments_after:,} ({_output.count(report.episodes, 'episode')}, "
+        f"{_output.count(report.steps, 'step')}); {len(report.removed):,} retired files removed",
         soft_wrap=True,
     )

@@ -283,16 +283,16 @@ def _render_growing(g: dict[str, Any]) -> None:
         if g.get(k)
     ]
     out.print(
-        f"growing  {g['segments']:,} segments ({g['segments_on_disk']:,} on disk), "
-        f"{g['log_records']:,} commits, "
+        f"growing  {_output.count(g['segments'], 'segment')} ({g['segments_on_disk']:,} on disk), "
+        f"{_output.count(g['log_records'], 'commit')}, "
         f"{ready}; capacity {', '.join(caps) or 'none'}; {g['evicted_episodes']:,} episodes evicted, "
         f"{g['protected_episodes']:,} protected",
         soft_wrap=True,
     )
     for label, row in g["writers"].items():
         out.print(
-            f"  writer {_output.escape(label)}: {row['segments']:,} segments, {row['episodes']:,} episodes, "
-            f"{row['steps']:,} steps",
+            f"  writer {_output.escape(label)}: {_output.count(row['segments'], 'segment')}, "
+            f"{_output.count(row['episodes'], 'episode')}, {_output.count(row['steps'], 'step')}",
             soft_wrap=True,
         )
 

@@ -56,7 +56,10 @@ class Refresher:
             raise ValueError(f"refresh must be a number of batches >= 1, got {every!r}")
         dataset = loader.dataset
         if dataset is None or not hasattr(dataset, "refresh"):
-            raise ValueError("refresh= follows a growing dataset (written with DatasetWriter)")
+            raise ValueError(
+                f"refresh= follows a growing dataset (written with DatasetWriter); "
+                f"{getattr(dataset, 'name', 'this dataset')!r} never changes: drop refresh="
+            )
         if not isinstance(sampler, str) or not hasattr(loader.sampler, "follow"):
             raise ValueError(
                 "refresh= needs a sampler given by name ('uniform', 'slice', 'prioritized', 'epoch'): "

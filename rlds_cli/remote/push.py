@@ -177,7 +177,7 @@ def _push(
             old_files = set(old_index.files)
         if committed != manifest_bytes:
             if not force:
-                raise RemoteExistsError(f"{url} holds another version of {_describe(committed)}")
+                raise RemoteExistsError(f"{url} holds {_describe(committed, name)}")
             # readers must never see the old manifest over new files: it goes first
             with store.translated(url):
                 fs.rm_file(store.join(base, MANIFEST_FILE))
@@ -235,12 +235,16 @@ def _unchanged(directory: Path, manifest_bytes: bytes) -> bool:
         return False
 
 
-def _describe(manifest_bytes: bytes) -> str:
+def _describe(manifest_bytes: bytes, pushing: str) -> str:
+    """What a URL holds, against the dataset being pushed there (``pushing``: its name)."""
     try:
         m = json.loads(manifest_bytes)
-        return f"dataset {m.get('name')!r} (created {m.get('created_at')})"
     except ValueError:
         return "a dataset (its manifest is unreadable)"
+    if not isinstance(m, dict):
+        return "a dataset (its manifest is unreadable)"
+    what = "another version of dataset" if m.get("name") == pushing else "another dataset,"
+    return f"{what} {m.get('name')!r} (created {m.get('created_at')})"
 
 
 def _read_index(fs: Any, base: str, url: str) -> RemoteIndex | None:
