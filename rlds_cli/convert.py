@@ -27,6 +27,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DatasetExistsError,
+    RldsError,
     SourceFormatError,
     SourceNotFoundError,
 )
@@ -150,13 +151,21 @@ def _nans(arr: np.ndarray) -> int:
     return int(np.count_nonzero(np.isnan(arr)))
 
 
+def _stored_backend(cache: CacheRoot, name: str) -> str:
+    """The storage of the dataset already under ``name``, else the default ``memmap``."""
+    try:
+        return cache.manifest(name).backend
+    except (RldsError, OSError):  # none there (or unreadable: the builder says so)
+        return "memmap"
+
+
 def convert(
     source: PathLike | Sequence[PathLike],
     name: str,
     *,
     format: str | None = None,
     root: PathLike | CacheRoot | None = None,
-    backend: str = "memmap",
+    backend: str | None = None,
     force: bool = False,
     options: dict[str, Any] | None = None,
     source_info: dict[str, Any] | None = None,
@@ -174,7 +183,9 @@ def convert(
         name: Dataset name in the cache.
         format: Source format (``None``: detect from the files).
         root: Cache root.
-        backend: ``"memmap"`` or ``"zarr"``.
+        backend: ``"memmap"`` or ``"zarr"``; ``None``: the storage of the dataset already
+            converted under ``name`` (reused), else ``"memmap"``. One named that differs from
+            the existing dataset's is refused without ``force``, never ignored.
         force: Rebuild and replace an existing dataset of this name.
         options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``,
             ``{"allow_pickle": True}``), checked against the reader's ``Options`` (a string
@@ -212,12 +223,19 @@ def convert(
             base = base.parent
     source_hash = SourceHash(files, base, expected_sha256, expected_origin, progress)
     stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
+    asked, backend = backend, backend or _stored_backend(cache, name)  # --force keeps it too
     with DatasetBuilder(name, root=cache, backend=backend, replace=force) as builder:
         if builder.existing is not None and not force:
             old = builder.existing.source
             same_format = old.get("format") == fmt or (archive is not None and fmt is None)
             sha256 = source_hash.checked()[1]  # the reuse check needs the digest first
             if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
+                if asked is not None and asked != builder.existing.backend:
+                    raise DatasetExistsError(
+                        f"dataset {name!r} holds this source stored as {builder.existing.backend}; "
+                        f"storage {asked} was asked for",
+                        hint=f"pass --force to convert it again as {asked}, or --name to keep both",
+                    )
                 logger.info("dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12])
                 return ConvertResult(builder.existing, True, cache.dataset_dir(name))
             raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}{_origin(old)}")

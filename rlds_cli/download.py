@@ -41,7 +41,7 @@ def download(
     name: str | None = None,
     format: str | None = None,
     root: str | os.PathLike[str] | CacheRoot | None = None,
-    backend: str = "memmap",
+    backend: str | None = None,
     force: bool = False,
     options: dict[str, Any] | None = None,
     progress: Progress | None = None,
@@ -59,7 +59,8 @@ def download(
         name: Name in the cache (default: the registry id, or the file's stem).
         format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
-        backend: ``"memmap"`` or ``"zarr"``.
+        backend: ``"memmap"`` or ``"zarr"`` (``None``: an existing dataset's, else memmap;
+            see :func:`rlds_cli.convert.convert`).
         force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
         progress: Conversion progress, see :data:`rlds_cli.convert.Progress`.

@@ -49,3 +49,24 @@ def test_min_size_over_capacity_warns(isolated_cache: Path, caplog: pytest.LogCa
     with caplog.at_level(logging.WARNING):
         rlds_cli.DatasetWriter("w", capacity=10, min_size=20).close()
     assert "min_size=20 is over capacity=10" in caplog.text
+
+
+def test_a_storage_asked_for_is_never_ignored(isolated_cache: Path) -> None:
+    """Converting the same source again with another --storage was 'already in the cache' with
+    the old storage; without --storage the dataset is reused (or rebuilt by --force) as stored."""
+    from typer.testing import CliRunner
+
+    from rlds_cli.cli.app import app
+    from rlds_cli.download import download
+    from rlds_cli.errors import DatasetExistsError
+
+    first = download("demo", backend="zarr")
+    name = first.manifest.name
+    assert download("demo").reused and download("demo", backend="zarr").reused
+    with pytest.raises(DatasetExistsError, match="stored as zarr; storage memmap was asked for"):
+        download("demo", backend="memmap")
+    result = CliRunner().invoke(app, ["download", "demo", "--storage", "memmap"])
+    assert result.exit_code == 1 and "--force" in result.output, result.output
+    assert download("demo", force=True).manifest.backend == "zarr"  # --force keeps the storage
+    assert download("demo", backend="memmap", force=True).manifest.backend == "memmap"
+    assert rlds_cli.open_dataset(name).manifest.backend == "memmap"

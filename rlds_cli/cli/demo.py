@@ -39,7 +39,6 @@ def demo(
     from rlds_cli.download import download
     from rlds_cli.summary import describe
 
-    storage = storage or "memmap"
     show = not (json or quiet)
     out = _output.console
     if show:

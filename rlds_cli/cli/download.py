@@ -117,7 +117,6 @@ def download(
     from rlds_cli.cli._download_progress import download_progress
     from rlds_cli.download import download as run_download
 
-    storage = storage or "memmap"
     if name is not None:  # an empty --name is a mistake, never "use the default name"
         from rlds_cli.cache.root import validate_name
 
