@@ -9,7 +9,7 @@ restored from an old copy): then the segments are committed data and removing th
 What tells the two apart is that a writer has at most one commit between its rename and its
 record at a time: a writer that no longer runs leaves at most one segment the log does not
 name. Several of one writer, or several where the log holds no record at all, are records the
-log lost (:func:`lost_records`); ``rlds compact`` then keeps them and ``rlds inspect --check``
+log lost (:func:`unnamed` says which); ``rlds compact`` then keeps them and ``rlds inspect --check``
 reports it.
 """
 
@@ -46,16 +46,16 @@ def writer_alive(path: Path) -> bool:
     manifest. A trash folder, or a segment without a readable manifest, has no live writer."""
     if path.parent.name == SEGMENT_BUILDS_DIR:
         parts = path.name.split(".")
-        if len(parts) != 2 or not parts[1].isdigit():
-            return False
-        pid = int(parts[1])
-    else:
-        writer = segment_writer(path)
-        if writer is None or writer[0] != socket.gethostname():
-            return False
-        pid = writer[1]
+        return len(parts) == 2 and parts[1].isdigit() and _running((socket.gethostname(), int(parts[1])))
+    return _running(segment_writer(path))
+
+
+def _running(writer: tuple[str, int] | None) -> bool:
+    """Whether ``writer`` (host, pid) is a process running on this host."""
+    if writer is None or writer[0] != socket.gethostname():
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(writer[1], 0)
     except (ProcessLookupError, OverflowError):  # gone (or a number no process has)
         return False
     except PermissionError:
@@ -63,22 +63,33 @@ def writer_alive(path: Path) -> bool:
     return True
 
 
-def unnamed(directory: Path, *states: LogState) -> list[Path]:
-    """The segment folders of ``directory`` that no state of ``states`` (logs followed to some
-    position) names, whose writer no longer runs."""
+def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
+    """The segment folders of ``directory`` that neither its commit log (followed to its end
+    here) nor any of ``views`` names, whose writer no longer runs; and why they look like
+    records the log lost or a log damaged, not killed writers' leftovers (``None``: each can be
+    a leftover)."""
+    latest = LogState()
+    latest.follow(directory / COMMIT_LOG_FILE)
     segments = directory / SEGMENTS_DIR
-    found = []
+    found: list[Path] = []
+    writers: Counter[Any] = Counter()
     for path in sorted(segments.iterdir()) if segments.is_dir() else ():
         try:
             seg = bytes.fromhex(path.name)
         except ValueError:  # not a segment rlds named: no record can name it
             seg = b""
-        if not any(state.names(seg) for state in states) and not writer_alive(path):
-            found.append(path)
-    return found
+        if any(state.names(seg) for state in (latest, *views)):
+            continue
+        writer = segment_writer(path)  # read once: whether it runs, and whose it is
+        if _running(writer):
+            continue
+        found.append(path)
+        # a segment that does not say its writer counts as a writer of its own
+        writers[writer if writer is not None else path.name] += 1
+    return found, _log_damage(latest) or _lost_records(latest, found, writers)
 
 
-def log_damage(state: LogState) -> str | None:
+def _log_damage(state: LogState) -> str | None:
     """Why a log's records that fail their check are not what crashes leave
     (:func:`~rlds_cli.cache.commit_log.plausibly_torn`), or ``None``."""
     if plausibly_torn(state):
@@ -89,14 +100,9 @@ def log_damage(state: LogState) -> str | None:
     )
 
 
-def lost_records(state: LogState, paths: list[Path]) -> str | None:
-    """Why the segments ``paths`` (:func:`unnamed`) look like records the log lost rather than
-    killed writers' leftovers, or ``None`` when each can be a leftover."""
-    writers: Counter[Any] = Counter()
-    for path in paths:
-        writer = segment_writer(path)
-        # a segment that does not say its writer counts as a writer of its own
-        writers[writer if writer is not None else path.name] += 1
+def _lost_records(state: LogState, paths: list[Path], writers: Counter[Any]) -> str | None:
+    """Why the segments ``paths`` look like records the log lost rather than killed writers'
+    leftovers (a writer leaves at most one), or ``None``."""
     if not writers:
         return None
     writer, count = writers.most_common(1)[0]

@@ -42,15 +42,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
-from rlds_cli.cache.commit_log import (
-    ADD,
-    EVICT,
-    PROTECTED,
-    LogState,
-    Record,
-    new_segment_id,
-    seg_name,
-)
+from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
 from rlds_cli.cache.durable import fsync_wave, tree_paths
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
@@ -62,7 +54,7 @@ from rlds_cli.cache.layout import (
 from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
-from rlds_cli.cache.unnamed_segments import log_damage, lost_records, unnamed, writer_alive
+from rlds_cli.cache.unnamed_segments import unnamed, writer_alive
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.write.validate import EpisodeColumns
 
@@ -304,12 +296,9 @@ def leftovers(
     now = time.time()
     due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])
     if unreferenced:
-        # the log as it is now, not as the caller's view saw it: a segment committed since then
-        # is no leftover
-        latest = LogState()
-        latest.follow(directory / COMMIT_LOG_FILE)
-        candidates = unnamed(directory, latest, state)
-        why = log_damage(latest) or lost_records(latest, candidates)
+        # against the log as it is now too, not only the caller's view: a segment committed
+        # since then is no leftover
+        candidates, why = unnamed(directory, state)
         if why is not None:
             log.warning("%s: %s; the segments it does not name are kept", directory, why)
         else:
