@@ -99,10 +99,15 @@ class EpisodeAssembler:
                 f"reset seed {seed} does not fit the 64 bits a recording keeps",
                 hint="seed the environment with a number from 0 to 2**64 - 1",
             )
-        for values, value in zip(
-            self._obs, _leaf_values(self._obs_get, self.obs_leaves, observation), strict=True
-        ):
-            values.append(value)
+        try:
+            for get, values in zip(self._obs_get, self._obs, strict=True):
+                values.append(get(observation))
+        except (KeyError, IndexError, TypeError):
+            self._clear()
+            error = _missing_leaf(self._obs_get, self.obs_leaves, observation)
+            if error is None:
+                raise
+            raise error from None
         self._reset_info = info
         if self.info_keys is not None and self._info_plan is not None:
             self._reset_infos()
@@ -133,13 +138,23 @@ class EpisodeAssembler:
                 else "step() before reset(): the recording has no episode to add the step to",
                 hint="reset the environment at the start of every episode",
             )
-        # every leaf read before any is kept: a value that lacks one leaves the episode as it was
-        acted = _leaf_values(self._act_get, self.action_leaves, action)
-        seen = _leaf_values(self._obs_get, self.obs_leaves, observation)
-        for values, value in zip(self._act, acted, strict=True):
-            values.append(value)
-        for values, value in zip(self._obs, seen, strict=True):
-            values.append(value)
+        try:  # the plain loops of every step; the rare miss is undone and named below
+            for get, values in zip(self._act_get, self._act, strict=True):
+                values.append(get(action))
+            for get, values in zip(self._obs_get, self._obs, strict=True):
+                values.append(get(observation))
+        except (KeyError, IndexError, TypeError):
+            t = len(self._rewards)  # the episode as it was before this step
+            for values in self._act:
+                del values[t:]
+            for values in self._obs:
+                del values[t + 1 :]
+            error = _missing_leaf(self._act_get, self.action_leaves, action) or _missing_leaf(
+                self._obs_get, self.obs_leaves, observation
+            )
+            if error is None:
+                raise
+            raise error from None
         self._rewards.append(reward)
         self._terminated.append(bool(terminated))
         self._truncated.append(bool(truncated))
@@ -240,20 +255,19 @@ class EpisodeAssembler:
         return ep
 
 
-def _leaf_values(gets: list[Any], leaves: list[Leaf], value: Any) -> list[Any]:
-    """Each leaf's part of ``value`` (an observation or action), or one error naming the leaf
-    that ``value`` lacks (a Dict observation without one of its space's keys)."""
-    out = []
+def _missing_leaf(gets: list[Any], leaves: list[Leaf], value: Any) -> RecordingError | None:
+    """The error naming the first leaf that ``value`` (an observation or action) lacks (a Dict
+    observation without one of its space's keys), ``None`` when it has every one."""
     for get, leaf in zip(gets, leaves, strict=True):
         try:
-            out.append(get(value))
+            get(value)
         except (KeyError, IndexError, TypeError) as exc:
-            raise RecordingError(
+            return RecordingError(
                 f"{leaf.key}: the value given ({type(value).__name__}) has no part "
                 f"{'/'.join(map(str, leaf.path))!r} ({type(exc).__name__}: {exc})",
                 hint="the environment returned values outside its declared space",
-            ) from None
-    return out
+            )
+    return None
 
 
 def _info_paths(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
