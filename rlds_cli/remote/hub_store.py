@@ -19,6 +19,7 @@ from rlds_cli.net.hub.repo import (
     endpoint,
     hf_api,
     http_error,
+    in_chain,
     is_client_error,
     parse_hf_url,
     with_rate_limit,
@@ -146,14 +147,4 @@ def hub_cause(exc: BaseException) -> BaseException | None:
     """The client's exception in ``exc``'s chain of causes (``HfFileSystem`` wraps a refusal in an
     ``OSError``, the uploader in a ``RuntimeError``; the client's own holds the HTTP status), or
     ``None`` when the client raised none of them."""
-    http = http_error(exc)
-    if http is not None:
-        return http
-    seen: BaseException | None = exc
-    for _ in range(8):  # a chain is short; a cycle must not loop
-        if seen is None:
-            return None
-        if is_client_error(seen):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return http_error(exc) or in_chain(exc, is_client_error)

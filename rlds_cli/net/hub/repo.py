@@ -213,18 +213,23 @@ def check_token() -> None:
         )
 
 
-def http_error(exc: BaseException) -> BaseException | None:
-    """The client's HTTP error (it holds the response) in ``exc``'s chain of causes: the client
-    wraps a 404 of a file's HEAD in ``LocalEntryNotFoundError``, ``HfFileSystem`` a refusal in
-    an ``OSError``, the uploader in a ``RuntimeError``."""
+def in_chain(exc: BaseException, test: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception of ``exc``'s chain of causes that passes ``test``, or ``None``."""
     seen: BaseException | None = exc
     for _ in range(8):  # a chain is short; a cycle must not loop
         if seen is None:
             return None
-        if getattr(seen, "response", None) is not None and is_client_error(seen):
+        if test(seen):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def http_error(exc: BaseException) -> BaseException | None:
+    """The client's HTTP error (it holds the response) in ``exc``'s chain of causes: the client
+    wraps a 404 of a file's HEAD in ``LocalEntryNotFoundError``, ``HfFileSystem`` a refusal in
+    an ``OSError``, the uploader in a ``RuntimeError``."""
+    return in_chain(exc, lambda e: getattr(e, "response", None) is not None and is_client_error(e))
 
 
 def is_client_error(exc: BaseException) -> bool:
