@@ -16,6 +16,7 @@ from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
@@ -149,6 +150,5 @@ def _refuse_growing(layout: str, parent: str) -> None:
         raise InvalidSelectionError(
             f"dataset {parent!r} is a growing dataset (written by DatasetWriter): a view cannot pin "
             "its episodes, which change at every commit",
-            hint=f"export a snapshot and convert that: 'rlds export {parent} DIR --to torchrl', then "
-            "'rlds download DIR --name NAME'",
+            hint=fixed_copy_hint(parent),
         )

@@ -40,6 +40,15 @@ SNAPSHOT_MARK = "~snapshot-"
 ATTEMPTS = 5
 
 
+def fixed_copy_hint(name: str) -> str:
+    """What to do where a command needs a dataset that stays as it is and ``name`` is a growing
+    one (a view, a preprocess job): export a snapshot and convert it."""
+    return (
+        f"export a snapshot and convert that: 'rlds export {name} DIR --to torchrl', then "
+        "'rlds download DIR --name NAME'"
+    )
+
+
 @contextmanager
 def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterator[Path]:
     """A folder holding the growing dataset ``ds`` as of its view (see the module docstring),

@@ -18,6 +18,7 @@ from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, is_url
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.errors import PreprocessError
 from rlds_cli.opening import open_dataset
 from rlds_cli.preprocess import fnref, schema
@@ -89,8 +90,7 @@ def prepare(
         raise PreprocessError(
             f"dataset {source_name!r} is a growing dataset (written by DatasetWriter): a preprocess "
             "job reads a converted dataset, whose arrays stay as they are for the whole job",
-            hint=f"export a snapshot and convert that ('rlds export {source_name} DIR --to torchrl', "
-            "then 'rlds download DIR --name NAME'), then preprocess it",
+            hint=f"{fixed_copy_hint(source_name)}; then preprocess that",
         )
     storage = storage or src.manifest.backend
     get_backend(storage)

@@ -45,7 +45,7 @@ def _to_numpy(value: Any, key: str) -> np.ndarray:
             hint="give numpy arrays or CPU tensors of bool, integers or floats, the same shape every row "
             "(a bfloat16 tensor: .float() first)",
         ) from None
-    if arr.dtype == object or not is_numeric(arr.dtype):
+    if not is_numeric(arr.dtype):  # objects, strings, dates, records
         raise EpisodeFormatError(
             f"key {key!r}: values of type {type(value).__name__} are {describe_dtype(arr.dtype)}, "
             "not an array of numbers",

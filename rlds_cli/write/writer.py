@@ -163,13 +163,14 @@ class DatasetWriter:
         self.fsync = settings.fsync_enabled()
         self.directory: Path = self.cache.dataset_dir(self.name)
         self._storage = storage
-        growing: dict[str, Any] = {
-            "capacity": capacity,
-            "capacity_episodes": capacity_episodes,
-            "min_size": min_size,
-            "grace_seconds": grace_seconds,
-        }
-        problem = settings_problem(growing)
+        problem = settings_problem(
+            {
+                "capacity": capacity,
+                "capacity_episodes": capacity_episodes,
+                "min_size": min_size,
+                "grace_seconds": grace_seconds,
+            }
+        )
         if problem is not None:
             raise ValueError(problem)
         if capacity is not None and min_size > capacity:  # a warning: demonstrations may fill it
@@ -180,7 +181,7 @@ class DatasetWriter:
                 min_size,
                 capacity,
             )
-        growing |= {
+        growing: dict[str, Any] = {  # as the manifest keeps them (plain ints and a float)
             "capacity": None if capacity is None else int(capacity),
             "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
             "min_size": int(min_size),
