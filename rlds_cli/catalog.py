@@ -46,6 +46,9 @@ class CachedDataset:
     #: Names of the datasets it was derived from (views, preprocessed outputs).
     derived_from: list[str | None]
     created_at: str
+    #: Why it cannot be read (a growing dataset's damaged commit log or segment), ``None`` when
+    #: it can; its counts are then its manifest's.
+    damaged: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the rows of ``rlds list --json``)."""
@@ -123,6 +126,7 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
             name=m.name,
             num_steps=counts[0],
             num_episodes=counts[1],
+            damaged=counts[2],
             size_bytes=tree_bytes(cache.dataset_dir(m.name)),
             backend=m.backend,
             source=_source_label(m.source),
@@ -136,21 +140,21 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
     ]
 
 
-def _counts(cache: CacheRoot, m: Any) -> tuple[int, int]:
+def _counts(cache: CacheRoot, m: Any) -> tuple[int, int, str | None]:
     """Steps and episodes of a dataset: its manifest's, or for a growing dataset (whose head
-    manifest holds none) those of its view now."""
+    manifest holds none) those of its view now; and why it cannot be read (``None``: it can)."""
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 
     if m.layout != SEGMENTED_LAYOUT:
-        return m.num_steps, m.num_episodes
+        return m.num_steps, m.num_episodes, None
     from rlds_cli.cache.growing import GrowingDataset
     from rlds_cli.errors import CacheError
 
     try:
         ds = GrowingDataset(cache.dataset_dir(m.name), m)
-    except CacheError:  # being compacted or damaged: 'rlds inspect' says which
-        return m.num_steps, m.num_episodes
-    return ds.num_steps, ds.num_episodes
+    except CacheError as exc:  # damaged, or replaced while listed: one row that says so
+        return m.num_steps, m.num_episodes, exc.message
+    return ds.num_steps, ds.num_episodes, None
 
 
 def _source_label(source: dict[str, Any]) -> str:

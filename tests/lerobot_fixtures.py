@@ -8,6 +8,7 @@ when called: a test module skips first when they are missing).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,15 @@ VIDEO = Path("videos/observation.image/chunk-000/file-000.mp4")
 DATA = Path("data/chunk-000/file-000.parquet")
 EPISODES = Path("meta/episodes/chunk-000/file-000.parquet")
 LENGTHS = [20, 25, 30]
+
+
+def writable_v3(tmp_path: Path) -> Path:
+    """A writable copy of the golden v3.0 tree under ``tmp_path``."""
+    dst = tmp_path / "src" / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
 
 
 def _info(root: Path) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def test_list_datasets(
     assert listing == {"root": str(isolated_cache), "datasets": [d.to_dict() for d in found]}
     assert list(golden.to_dict()) == [
         "name", "num_steps", "num_episodes", "size_bytes", "backend", "source", "format",
-        "derived_from", "created_at",
+        "derived_from", "created_at", "damaged",
     ]  # fmt: skip
 
 

@@ -1,5 +1,7 @@
 """A commit log whose last record a machine crash tore (issue 25): readers skip it, the next
-writer pads the log back to whole records before its own, and ``inspect --check`` passes."""
+writer pads the log back to whole records and vouches for the torn one with a ``RECOVER``
+record before its own, and ``inspect --check`` passes. (Anything else that fails its check is
+damage: tests/test_log_damage.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli.cache import commit_log
-from rlds_cli.cache.commit_log import ADD, RECORD_SIZE, LogState, Record, new_segment_id
+from rlds_cli.cache.commit_log import ADD, RECORD_SIZE, RECOVER, LogState, Record, new_segment_id
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.validate import check_dataset
@@ -41,26 +43,26 @@ def _inspect_check(root: Path) -> None:
     assert result.exit_code == 0 and "check passed" in result.output, result.output
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbled"])
-def test_a_torn_last_record_is_skipped_and_the_next_writer_pads_the_log(
-    isolated_cache: Path, damage: str
+@pytest.mark.parametrize("tear", ["partial", "zeros"])
+def test_a_torn_last_record_is_skipped_and_the_next_writer_vouches_for_it(
+    isolated_cache: Path, tear: str
 ) -> None:
     root = isolated_cache
     assert_finishes_forked(_write, root, (1, 2, 3))  # a writer process, gone since
     log = root / "datasets" / "t" / COMMIT_LOG_FILE
     data = log.read_bytes()
     assert len(data) == 3 * RECORD_SIZE
-    if damage == "truncated":  # half the last record reached the disk
-        log.write_bytes(data[: -RECORD_SIZE // 2])
-    else:  # the whole record's size, but not all its bytes: its segment id changed
-        last = bytearray(data[-RECORD_SIZE:])
-        last[8:24] = bytes(b ^ 0xFF for b in last[8:24])
-        log.write_bytes(data[:-RECORD_SIZE] + bytes(last))
+    # what a crash leaves of an append: its first sector's bytes, then nothing (the size
+    # stopped there) or zeros (the size reached the disk, the data did not)
+    kept = data[: -RECORD_SIZE + 32]
+    log.write_bytes(kept if tear == "partial" else kept + b"\0" * (RECORD_SIZE - 32))
     assert _uids(root) == [1, 2]  # the torn commit is not one
     _inspect_check(root)
     reader = rlds_cli.open_dataset("t", root)
     _write(root, (4,))
-    assert log.stat().st_size == 4 * RECORD_SIZE  # padded to whole records first
+    # padded to whole records, then a RECOVER record for the torn one, then the commit
+    assert log.stat().st_size == 5 * RECORD_SIZE
+    assert Record.unpack(log.read_bytes()[3 * RECORD_SIZE : 4 * RECORD_SIZE]).kind == RECOVER
     assert reader.refresh() and reader[:]["info/episode_uid"].tolist() == [
         1,
         1,
@@ -120,7 +122,8 @@ def test_two_writers_padding_a_torn_log_at_once_both_commit(
     from rlds_cli.cache.commit_log import ADD, LogState, Record, new_segment_id
 
     log = tmp_path / COMMIT_LOG_FILE
-    log.write_bytes(Record(ADD, new_segment_id(), episodes=1, steps=1).pack() + b"torn")
+    torn = Record(ADD, new_segment_id(), episodes=1, steps=1).pack()[:32]  # a crash's leftover
+    log.write_bytes(Record(ADD, new_segment_id(), episodes=1, steps=1).pack() + torn)
     waiting = threading.Event()  # this process's append ended, or waits for the child's lock
     real_flock = fcntl.flock
 

@@ -22,13 +22,6 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli.cache.commit_log import (
-    ADD,
-    RECORD_SIZE,
-    LogState,
-    Record,
-    looks_torn,
-    new_segment_id,
-    plausibly_torn,
     seg_name,
 )
 from rlds_cli.cache.layout import (
@@ -40,7 +33,7 @@ from rlds_cli.cache.layout import (
 )
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
-from rlds_cli.errors import SchemaMismatchError
+from rlds_cli.errors import CorruptDatasetError, SchemaMismatchError
 from rlds_cli.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.compact import remove_retired
@@ -211,11 +204,10 @@ def test_gc_leaves_segments_the_log_does_not_name_to_compact(
     assert not orphan.exists() and _uids("g") == [1]
 
 
-def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(
-    isolated_cache: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A log whose records mostly fail their check was damaged, not torn by crashes: it names
-    no segment, and compact would have taken every one for a dead writer's leftover."""
+def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(isolated_cache: Path) -> None:
+    """A log overwritten outside rlds is damage: it names no segment, and compact would have
+    taken every one for a dead writer's leftover. Compact, gc and the check report it and
+    remove nothing (more cases: tests/test_log_damage.py)."""
     directory = _grow("g", 6)
     for segment in (directory / SEGMENTS_DIR).iterdir():  # their writer is gone
         manifest = json.loads((segment / MANIFEST_FILE).read_text())
@@ -223,26 +215,13 @@ def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(
         (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
     log = directory / COMMIT_LOG_FILE
     log.write_bytes(b"\xff" * log.stat().st_size)
-    with caplog.at_level("WARNING"):
-        report = rlds_cli.compact("g", grace_seconds=0)
-    assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
-    assert "commits.log looks damaged" in caplog.text
+    with pytest.raises(CorruptDatasetError, match=r"commits\.log is damaged: record 0"):
+        rlds_cli.compact("g", grace_seconds=0)
+    with pytest.raises(CorruptDatasetError, match=r"commits\.log is damaged"):
+        remove_retired("g")
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 6
     result = runner.invoke(app, ["inspect", "g", "--check"])  # the check says so
-    assert result.exit_code == 1 and "commits.log looks damaged" in result.output, result.output
-
-
-def test_torn_records_are_a_record_start_and_zeros() -> None:
-    record = Record(ADD, new_segment_id(), episodes=1, steps=2).pack()
-    assert not looks_torn(b"\xff" * RECORD_SIZE) and not looks_torn(b"junk" + b"\0" * (RECORD_SIZE - 4))
-    for cut in (0, 2, 4, 30, RECORD_SIZE - 1):  # what reached the disk, then zeros
-        assert looks_torn(record[:cut] + b"\0" * (RECORD_SIZE - cut))
-
-
-def test_a_few_torn_records_are_crashes_and_anything_else_is_damage() -> None:
-    assert plausibly_torn(LogState(records=1, invalid=8))  # 8 writers torn by one crash
-    assert plausibly_torn(LogState(records=100, invalid=60))  # a crash a day for two months
-    assert not plausibly_torn(LogState(records=100, invalid=1, garbled=1))  # bytes rlds never writes
-    assert not plausibly_torn(LogState(records=3, invalid=20))  # zeroed by a damaged disk
+    assert result.exit_code == 1 and "commits.log is damaged" in result.output, result.output
 
 
 def test_gc_names_a_dataset_it_cannot_clean_and_goes_on(

@@ -41,6 +41,7 @@ from tests.lerobot_fixtures import (
     remux,
     split_v3_tree,
     v21_tree,
+    writable_v3,
 )
 
 pa = pytest.importorskip("pyarrow")
@@ -56,11 +57,7 @@ runner = CliRunner()
 @pytest.fixture
 def v3(tmp_path: Path) -> Path:
     """A writable copy of the golden v3.0 tree."""
-    dst = tmp_path / "src" / "lerobot-v3-tiny"
-    shutil.copytree(FIXTURE, dst)
-    for p in dst.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return dst
+    return writable_v3(tmp_path)
 
 
 def _parquet() -> dict[str, Any]:
@@ -82,8 +79,6 @@ def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.nda
         return [
             (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24")) for f in container.decode(stream)
         ]
-
-
 
 
 def _refused(result: Any, *needles: str, published: tuple[str, ...] = ()) -> str:

@@ -4,9 +4,18 @@ A growing dataset is a directory with a head manifest (``layout: "segmented"``: 
 the settings), sealed *segments* (each a small complete TED dataset under ``segments/<id>/``)
 and this log, ``commits.log``: fixed-size records, appended with ``O_APPEND`` by several writer
 processes, each holding the log's lock for the write alone (:func:`append`). A record is
-:data:`RECORD_SIZE` bytes with a crc32 of its own bytes; a record that fails its check (a
-torn write after a machine crash, or the zero padding a later writer adds to realign the file)
-is skipped. Readers follow the log cheaply: ``fstat`` and a read of the new bytes.
+:data:`RECORD_SIZE` bytes with a crc32 of its own bytes. Readers follow the log cheaply:
+``fstat`` and a read of the new bytes.
+
+Crash leftovers and damage are told apart by their shape. A machine crash can tear the records
+being appended at that moment: what is left of each is the start of a record, then zeros
+(:func:`looks_torn`), at the log's end. The next append finds them there and writes, before its
+own record, a ``RECOVER`` record that vouches for them (:func:`append`). So a torn-looking slot
+is accepted at the log's end, or right before the ``RECOVER`` record that counts it; anything
+else that fails its check (a flipped byte, a torn slot in the middle that nothing vouched for,
+bytes rlds never writes) is damage, and so is a record whose checksum holds but that breaks the
+log's rules (:meth:`LogState.apply`). Damage is never skipped: :meth:`LogState.follow` raises
+:class:`~rlds_cli.errors.CorruptDatasetError` naming the log and the record.
 
 Records (``kind``):
 
@@ -17,7 +26,8 @@ Records (``kind``):
   the largest one seen;
 * ``COMPACT``: the live segments from ``first`` to ``last`` (consecutive in the view) are
   replaced by ``seg``, which holds their episodes but the first ``dropped`` (evicted ones that
-  the compaction did not copy).
+  the compaction did not copy);
+* ``RECOVER``: the ``count`` slots right before it are a crash's torn records (see above).
 
 A reader's view is always a prefix of the log, so always a consistent set of whole episodes.
 :class:`LogState` is that view, without any segment's files: :mod:`rlds_cli.cache.growing` opens
@@ -37,7 +47,8 @@ from pathlib import Path
 from rlds_cli.errors import CorruptDatasetError
 
 MAGIC = b"RLG1"
-ADD, EVICT, COMPACT = 1, 2, 3
+ADD, EVICT, COMPACT, RECOVER = 1, 2, 3, 4
+_KIND_NAMES = {ADD: "ADD", EVICT: "EVICT", COMPACT: "COMPACT", RECOVER: "RECOVER"}
 PROTECTED = 1
 #: magic, kind, flags, seg, first, last, episodes, steps, count, time (float64), pad, crc32
 _FORMAT = "<4sBB2x16s16s16sqqqd4xI"
@@ -88,20 +99,20 @@ class Record:
 
     @classmethod
     def unpack(cls, data: bytes) -> Record | None:
-        """The record in ``data`` (``RECORD_SIZE`` bytes), or ``None`` where its check fails."""
+        """The record in ``data`` (``RECORD_SIZE`` bytes), or ``None`` where its check fails. A
+        record of a kind this version does not know passes (its checksum holds): the log's
+        reader calls it damage (:meth:`LogState.apply`)."""
         if data[:4] != MAGIC or struct.unpack("<I", data[-4:])[0] != zlib.crc32(data[:-4]):
             return None
         _, kind, flags, seg, first, last, episodes, steps, count, t, _ = struct.unpack(_FORMAT, data)
-        if kind not in (ADD, EVICT, COMPACT):
-            return None
         return cls(kind, seg, first, last, episodes, steps, count, flags, t)
 
 
 def append(path: Path, record: Record, *, fsync: bool) -> None:
     """Append one record to the log at ``path`` with a single ``O_APPEND`` write (whole, or
-    nothing: a process killed around it leaves no torn record; only a machine crash can, and
-    the check skips it). A log whose size is not a whole number of records (a torn record of a
-    crash) is first padded with zeros to the next record, which readers skip.
+    nothing: a process killed around it leaves no torn record; only a machine crash can).
+    Where the log ends in torn records (:func:`tail_recovery`), the same write first pads the
+    log to whole records with zeros and adds a ``RECOVER`` record that vouches for them.
 
     Every append holds an exclusive lock of the log from reading its size to its write (not
     through the fsync, so writers' fsyncs still overlap). Unlocked, a writer could read the
@@ -111,13 +122,11 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     writing its own record across two slots, both skipped: a commit reported done and never
     visible (4 processes appending 20,000 records each lost 80-200 of them)."""
     data = record.pack()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
     try:
         _lock(fd)
         try:
-            size = os.fstat(fd).st_size
-            if size % RECORD_SIZE:
-                data = b"\0" * (RECORD_SIZE - size % RECORD_SIZE) + data
+            data = tail_recovery(fd) + data
             written = os.write(fd, data)
             if written != len(data):  # pragma: no cover - a regular file takes a small write whole
                 raise OSError(f"short write to {path}")
@@ -129,6 +138,29 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def tail_recovery(fd: int) -> bytes:
+    """What an append to the log open at ``fd`` (read-write, locked) writes before its record:
+    nothing where the log ends in a whole valid record (one read of the last slot); where it
+    ends in torn records (at most :data:`MAX_TORN_RECORDS`, each :func:`looks_torn`; a partial
+    last slot counts as one, padded with zeros), the padding and a ``RECOVER`` record counting
+    them. Slots that fail their check in any other way are damage: only the padding, so the
+    log's readers report them."""
+    size = os.fstat(fd).st_size
+    whole = size - size % RECORD_SIZE
+    pad = b"\0" * (-size % RECORD_SIZE)
+    torn = [os.pread(fd, size - whole, whole) + pad] if pad else []
+    at = whole
+    while at > 0 and len(torn) <= MAX_TORN_RECORDS:
+        slot = os.pread(fd, RECORD_SIZE, at - RECORD_SIZE)
+        if Record.unpack(slot) is not None:
+            break
+        torn.append(slot)
+        at -= RECORD_SIZE
+    if not torn or len(torn) > MAX_TORN_RECORDS or not all(map(looks_torn, torn)):
+        return pad
+    return pad + Record(RECOVER, count=len(torn)).pack()
 
 
 def has_added(path: Path, seg: bytes) -> bool:
@@ -190,10 +222,14 @@ class LogState:
     retired: dict[bytes, float] = field(default_factory=dict)
     position: int = 0
     records: int = 0
-    #: Record slots that failed their check (a crash's torn record, or damage), and those of
-    #: them that do not look torn (:func:`looks_torn`).
+    #: Record slots that failed their check and look torn (:func:`looks_torn`), all told.
     invalid: int = 0
-    garbled: int = 0
+    #: The torn slots at the end of what was read (from byte :attr:`torn_at`), not yet vouched
+    #: for by a ``RECOVER`` record: a crash's leftovers while nothing valid follows them.
+    torn: int = 0
+    torn_at: int = 0
+    #: Why the log is damaged (the record and the rule it breaks); ``None`` while it is not.
+    damage: str | None = None
 
     def names(self, seg: bytes) -> bool:
         """Whether the log (up to this position) added segment ``seg``, live or retired since."""
@@ -202,8 +238,10 @@ class LogState:
     def __post_init__(self) -> None:
         # every segment id ever added: a duplicate ADD is found without a scan of the view
         self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired)
-        # logical episodes ever added: the next segment's ordinal (a compaction keeps the sum)
+        # logical episodes ever added: the next segment's ordinal (a compaction keeps the sum);
+        # and the unprotected ones, which no eviction count may pass
         self._logical = sum(s.episodes for s in self.segments)
+        self._logical_unprotected = sum(s.episodes for s in self.segments if not s.protected)
         self._reset_front()
         self._advance_front(None)
 
@@ -234,50 +272,82 @@ class LogState:
                 break
             self._front += 1
 
-    def apply(self, rec: Record) -> None:
-        self.records += 1
+    def apply(self, rec: Record) -> str | None:
+        """Apply one valid record; returns the log rule it breaks (the view is left as it was),
+        or ``None``. A record rlds never writes is damage whatever its checksum says: a second
+        ``ADD`` of a segment, an eviction past the episodes added, a compaction of segments
+        never added, of a reversed or mixed range, or of more episodes than the range holds."""
         if rec.kind == ADD:
-            if rec.seg in self._added:
-                return  # a duplicate (never written by rlds): the first one counts
-            self._added.add(rec.seg)
-            self.segments.append(
-                SegmentEntry(
-                    rec.seg, bool(rec.flags & PROTECTED), rec.episodes, rec.steps, 0, rec.time, self._logical
-                )
-            )
-            self._logical += rec.episodes
-            self._advance_front(rec.time)
-        elif rec.kind == EVICT:
+            return self._add(rec)
+        if rec.kind == EVICT:
+            if rec.count > self._logical_unprotected or rec.count < 0:
+                return f"evicts {rec.count} episodes where {self._logical_unprotected} were added"
+            self.records += 1
             if rec.count > self.evicted:
                 self.evicted = rec.count
                 self._advance_front(rec.time)
-        else:
-            ids = [s.seg for s in self.segments]
-            if rec.first not in ids or rec.last not in ids:
-                return  # compacted already by another compaction: this one lost the race
-            a, b = ids.index(rec.first), ids.index(rec.last)
-            old = self.segments[a : b + 1]
-            logical = sum(s.episodes for s in old)
-            merged = SegmentEntry(
-                rec.seg,
-                old[0].protected,
-                logical,
-                rec.steps,
-                logical - rec.episodes,
-                rec.time,
-                old[0].ordinal,
+            return None
+        if rec.kind == COMPACT:
+            return self._compact(rec)
+        return f"is of a kind this rlds does not know ({rec.kind})"
+
+    def _add(self, rec: Record) -> str | None:
+        if rec.seg in self._added:
+            return f"adds segment {seg_name(rec.seg)} a second time"
+        if rec.episodes < 1 or rec.steps < rec.episodes:
+            return f"adds a segment of {rec.episodes} episodes and {rec.steps} steps"
+        self.records += 1
+        self._added.add(rec.seg)
+        protected = bool(rec.flags & PROTECTED)
+        self.segments.append(
+            SegmentEntry(rec.seg, protected, rec.episodes, rec.steps, 0, rec.time, self._logical)
+        )
+        self._logical += rec.episodes
+        self._logical_unprotected += 0 if protected else rec.episodes
+        self._advance_front(rec.time)
+        return None
+
+    def _compact(self, rec: Record) -> str | None:
+        if not (self.names(rec.first) and self.names(rec.last)):
+            return "compacts segments the log never added"
+        if rec.seg in self._added:
+            return f"names segment {seg_name(rec.seg)}, which the log added before, as a compaction's"
+        ids = {s.seg: i for i, s in enumerate(self.segments)}
+        if rec.first not in ids or rec.last not in ids:
+            self.records += 1
+            return None  # compacted already by another compaction: this one lost the race
+        a, b = ids[rec.first], ids[rec.last]
+        old = self.segments[a : b + 1]
+        logical = sum(s.episodes for s in old)
+        if a > b:
+            return "compacts a reversed range of segments"
+        if len({s.protected for s in old}) > 1:
+            return "compacts protected and unprotected segments together"
+        if not 1 <= rec.episodes <= logical or not rec.episodes <= rec.steps <= sum(s.steps for s in old):
+            return (
+                f"compacts {logical} episodes and {sum(s.steps for s in old)} steps into "
+                f"{rec.episodes} episodes and {rec.steps} steps"
             )
-            self.segments[a : b + 1] = [merged]
-            self._added.add(rec.seg)
-            for s in old:
-                self.retired.setdefault(s.seg, rec.time)
-            self._reset_front()  # positions moved: found again, once per compaction
-            self._advance_front(rec.time)
+        self.records += 1
+        merged = SegmentEntry(
+            rec.seg, old[0].protected, logical, rec.steps, logical - rec.episodes, rec.time, old[0].ordinal
+        )
+        self.segments[a : b + 1] = [merged]
+        self._added.add(rec.seg)
+        for s in old:
+            self.retired.setdefault(s.seg, rec.time)
+        self._reset_front()  # positions moved: found again, once per compaction
+        self._advance_front(rec.time)
+        return None
 
     def follow(self, path: Path, until: int | None = None) -> int:
         """Apply the records appended to the log at ``path`` since :attr:`position` (up to byte
         ``until``, when given: a snapshot handed to another process); returns how many were
-        read."""
+        read. Raises :class:`~rlds_cli.errors.CorruptDatasetError` naming the log and the
+        record where the log is damaged (see the module docstring), now and at every later
+        call: the view stops before the damage."""
+        if self.damage is not None:
+            raise _damaged(path, self.damage)
         try:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
@@ -292,17 +362,46 @@ class LogState:
                 data = fh.read(whole - self.position)
         except FileNotFoundError:
             raise CorruptDatasetError(f"growing dataset {path.parent} has no commit log") from None
-        n = 0
-        for off in range(0, len(data) - len(data) % RECORD_SIZE, RECORD_SIZE):
-            rec = Record.unpack(data[off : off + RECORD_SIZE])
-            if rec is not None:
-                self.apply(rec)
-                n += 1
-            else:
-                self.invalid += 1
-                self.garbled += not looks_torn(data[off : off + RECORD_SIZE])
-        self.position += len(data) - len(data) % RECORD_SIZE
-        return n
+        except IsADirectoryError:
+            raise _damaged(path, "is a folder, not a file") from None
+        before = self.records
+        for off in range(0, len(data), RECORD_SIZE):
+            problem = self._read_slot(data[off : off + RECORD_SIZE], self.position)
+            if problem is not None:
+                self.damage = problem
+                raise _damaged(path, problem)
+            self.position += RECORD_SIZE
+        return self.records - before
+
+    def _read_slot(self, slot: bytes, at: int) -> str | None:
+        """Take the slot at byte ``at``; returns the damage it is, or ``None``."""
+        where = f"record {at // RECORD_SIZE} (byte {at})"
+        rec = Record.unpack(slot)
+        if rec is None:
+            if not looks_torn(slot):
+                return f"{where} fails its checksum, and a crash leaves the start of a record then zeros"
+            if not self.torn:
+                self.torn_at = at
+            self.torn += 1
+            self.invalid += 1
+            if self.torn > MAX_TORN_RECORDS:
+                return (
+                    f"{self.torn} records in a row from byte {self.torn_at} fail their checksum "
+                    f"(a crash tears at most the {MAX_TORN_RECORDS} records being appended)"
+                )
+            return None
+        if rec.kind == RECOVER:
+            if rec.count != self.torn or not self.torn:
+                return f"{where} vouches for {rec.count} torn records before it, where {self.torn} are"
+            self.torn = 0  # vouched for; a RECOVER record commits nothing
+            return None
+        if self.torn:
+            return (
+                f"record {self.torn_at // RECORD_SIZE} (byte {self.torn_at}) fails its checksum in the "
+                "middle of the log, where no crash leaves one"
+            )
+        problem = self.apply(rec)
+        return None if problem is None else f"{where}, {_KIND_NAMES.get(rec.kind, 'a record')}, {problem}"
 
     def live(self) -> list[tuple[SegmentEntry, int]]:
         """Each segment with live episodes and the number of its first (logical) episodes that
@@ -348,27 +447,36 @@ class LogState:
             self.position,
             self.records,
             self.invalid,
-            self.garbled,
+            self.torn,
+            self.torn_at,
+            self.damage,
         )
 
 
-#: Torn records a log may hold beyond its valid ones before it is taken for damaged.
+#: Torn records a log may end in: a crash tears at most the records being appended at that
+#: moment, one a writer.
 MAX_TORN_RECORDS = 16
 
 
 def looks_torn(slot: bytes) -> bool:
-    """Whether a record slot that fails its check looks like what a machine crash leaves: the
-    start of a record (it begins with the magic, or with part of it) and then zeros (the rest
-    never reached the disk, or :func:`append`'s padding). Anything else was written by
-    something other than rlds."""
+    """Whether a record slot that fails its check has the shape a machine crash leaves of an
+    append: the start of a record (the magic, or part of it, first), then zeros up to the end,
+    checksum included (the rest of the write never reached the disk, or :func:`append`'s
+    padding of a partial slot). A whole record with a flipped byte keeps its checksum bytes, so
+    it never looks torn."""
+    if any(slot[-4:]):
+        return False
     head = slot.rstrip(b"\0")
     return head[: len(MAGIC)] == MAGIC[: len(head)]
 
 
-def plausibly_torn(state: LogState) -> bool:
-    """Whether the records of a log that fail their check can all be crashes' torn records:
-    each looks torn (:func:`looks_torn`), and there are at most as many as valid records, or
-    :data:`MAX_TORN_RECORDS` (a crash tears at most the records being appended at that moment,
-    one a writer; a later append pads the slot and goes on). A log overwritten outside rlds
-    holds other bytes; one zeroed by a damaged disk is all torn-looking slots."""
-    return state.garbled == 0 and (state.invalid <= MAX_TORN_RECORDS or state.invalid <= state.records)
+def damage_hint(directory: Path) -> str:
+    """What to do about the growing dataset at ``directory`` whose log is damaged."""
+    return (
+        f"rlds removes none of its segments while the log is damaged; restore {directory / 'commits.log'} "
+        f"from a backup, or remove the dataset (rlds rm)"
+    )
+
+
+def _damaged(path: Path, problem: str) -> CorruptDatasetError:
+    return CorruptDatasetError(f"commit log {path} is damaged: {problem}", hint=damage_hint(path.parent))

@@ -25,6 +25,7 @@ from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.memmap_backend import load_npy
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.cache.views import SlicedColumn, ViewSpec
@@ -262,12 +263,12 @@ class Dataset:
     def _load_episode_index(self) -> np.ndarray:
         path = self.directory / EPISODES_FILE
         try:
-            index = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            # numpy's message on pickled data suggests allow_pickle=True: never the fix here
-            detail = "not a plain numeric .npy array" if "pickle" in str(exc) else str(exc).split("\n")[0]
+            index = load_npy(path, mmap=False, what="episode index")
+        except CorruptDatasetError as exc:
+            raise CorruptDatasetError(exc.message, hint=damage_hint(self.manifest.name)) from exc
+        except OSError as exc:
             raise CorruptDatasetError(
-                f"episode index {path} is unreadable: {detail}", hint=damage_hint(self.manifest.name)
+                f"episode index {path} is unreadable: {exc}", hint=damage_hint(self.manifest.name)
             ) from exc
         # dtype, count, starts strictly increasing and contiguous, lengths >= 1 summing to the
         # step count: a shuffled or hand-edited index is refused here, never served

@@ -27,16 +27,17 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, damage_hint, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
 from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
+from rlds_cli.cache.integrity import schema_problem
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.cache.unnamed_segments import unnamed
-from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
+from rlds_cli.errors import CacheError, CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
 
 def empty_episodes() -> Episodes:
@@ -221,17 +222,30 @@ class GrowingDataset(Dataset):
                 ds = Dataset(path)
             except (DatasetNotFoundError, FileNotFoundError):
                 self._check_not_replaced()
-                raise DatasetReplacedError(
-                    f"segment {seg_name(seg)} of growing dataset {self.head.name!r} was removed "
-                    "(evicted or compacted) after this reader's view was taken",
-                    hint="call refresh() more often than the dataset's grace_seconds",
-                ) from None
-            if ds.manifest.backend != self.head.backend:
-                raise CorruptDatasetError(
-                    f"segment {path} is stored as {ds.manifest.backend}, not {self.head.backend}"
-                )
+                raise self._gone(seg) from None
+            problem = schema_problem(self.head, ds.manifest)
+            if problem is not None:
+                raise CorruptDatasetError(f"segment {path}: {problem}", hint=damage_hint(self.directory))
             self._segments[seg] = ds
         return ds
+
+    def _gone(self, seg: bytes) -> CacheError:
+        """The error for segment ``seg`` found missing: removed since this view was taken
+        (evicted or compacted, past the grace period), or, where the log as it is now still
+        names it live, damage."""
+        latest = LogState()
+        latest.follow(self.directory / COMMIT_LOG_FILE)
+        if any(entry.seg == seg for entry, _ in latest.live()):
+            return CorruptDatasetError(
+                f"segment {seg_name(seg)} of growing dataset {self.head.name!r} is missing, and "
+                f"{COMMIT_LOG_FILE} holds episodes of it",
+                hint=damage_hint(self.directory),
+            )
+        return DatasetReplacedError(
+            f"segment {seg_name(seg)} of growing dataset {self.head.name!r} was removed "
+            "(evicted or compacted) after this reader's view was taken",
+            hint="call refresh() more often than the dataset's grace_seconds",
+        )
 
     def live_segments(self) -> list[tuple[SegmentEntry, int]]:
         """``(segment, episodes of its files skipped)`` for every segment in the view."""
@@ -428,16 +442,24 @@ class GrowingDataset(Dataset):
         """Reads a small segment's column whole (once: a tail keeps it), without keeping the
         file open."""
 
+        spec = self.head.fields[key]
+
         def read() -> np.ndarray:
             try:
-                return self._backend.read_column(ds.directory, key, stop)
+                rows = self._backend.read_column(ds.directory, key, stop)
             except (OSError, CorruptDatasetError):
                 self._check_not_replaced()
-                raise DatasetReplacedError(
-                    f"segment {ds.directory.name} of growing dataset {self.head.name!r} was removed "
-                    "after this reader's view was taken",
-                    hint="call refresh() more often than the dataset's grace_seconds",
-                ) from None
+                if ds.directory.is_dir():
+                    raise  # there, and damaged
+                raise self._gone(bytes.fromhex(ds.directory.name)) from None
+            if rows.dtype != np.dtype(spec.dtype) or rows.shape[1:] != tuple(spec.shape):
+                # read without the segment's manifest: its own file says what it holds
+                raise CorruptDatasetError(
+                    f"array {key!r} of segment {ds.directory} is {rows.dtype} {rows.shape[1:]}, the "
+                    f"dataset's manifest says {spec.dtype} {tuple(spec.shape)}",
+                    hint=damage_hint(self.directory),
+                )
+            return rows
 
         return read
 

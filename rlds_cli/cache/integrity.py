@@ -13,7 +13,7 @@ are O(fields) and O(episodes) (vectorized: about 6 ms for a million episodes) an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +21,10 @@ from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 from rlds_cli.cache.ted import EPISODE_DTYPE, REQUIRED_STEP_KEYS
 from rlds_cli.errors import CorruptDatasetError
 
-__all__ = ["check_episode_index", "check_manifest_data", "damage_hint", "manifest_name"]
+if TYPE_CHECKING:
+    from rlds_cli.cache.manifest import Manifest
+
+__all__ = ["check_episode_index", "check_manifest_data", "damage_hint", "manifest_name", "schema_problem"]
 
 _STORAGES = ("flat", "step")
 #: Optional top-level entries and the JSON type each must have when present.
@@ -199,3 +202,24 @@ def check_episode_index(
     if int(ends[-1]) != num_steps:
         raise bad(f"its episodes hold {int(ends[-1])} steps, the manifest says {num_steps}")
     return index
+
+
+def schema_problem(head: Manifest, segment: Manifest) -> str | None:
+    """Why a segment's manifest does not fit its growing dataset's head manifest (its storage,
+    its keys, each key's dtype, shape and storage), or ``None``. Each segment is the truth for
+    its own data: a head that says otherwise is damage, never a cast."""
+    if segment.backend != head.backend:
+        return f"it is stored as {segment.backend}, the dataset as {head.backend}"
+    if set(segment.fields) != set(head.fields):
+        extra = sorted(set(segment.fields) - set(head.fields))
+        missing = sorted(set(head.fields) - set(segment.fields))
+        return f"its keys differ from the dataset's manifest's (its own: {extra}; the manifest's: {missing})"
+    for key, spec in head.fields.items():
+        own = segment.fields[key]
+        same = np.dtype(own.dtype) == np.dtype(spec.dtype) and tuple(own.shape) == tuple(spec.shape)
+        if not same or own.storage != spec.storage:
+            return (
+                f"key {key!r} is {own.dtype} {tuple(own.shape)} ({own.storage}) in the segment, "
+                f"{spec.dtype} {tuple(spec.shape)} ({spec.storage}) in the dataset's manifest"
+            )
+    return None

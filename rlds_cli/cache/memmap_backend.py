@@ -13,6 +13,7 @@ import os
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from tokenize import TokenError
 from typing import IO
 
 import numpy as np
@@ -34,6 +35,42 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
         raise ValueError(f"npy header too long for shape {shape} and dtype {dtype}")
     body = text.ljust(body_len - 1) + "\n"
     return _NPY_MAGIC + body_len.to_bytes(2, "little") + body.encode("latin1")
+
+
+#: What numpy raises on a damaged ``.npy`` header: its parser tokenizes and evaluates the text.
+_HEADER_ERRORS = (ValueError, SyntaxError, TokenError, EOFError, OverflowError, TypeError, KeyError)
+
+
+def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
+    """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole. Its header
+    is parsed and checked against the file's size first: a damaged header (a flipped byte
+    makes numpy's parser fail in many ways, or promise more rows than the file holds, which a
+    read would allocate) is one :class:`~rlds_cli.errors.CorruptDatasetError` naming the file;
+    a missing file is ``FileNotFoundError``. ``what`` names the file in the message."""
+    fmt = np.lib.format
+    with open(path, "rb") as fh:
+        try:
+            major, _ = fmt.read_magic(fh)
+            read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+            offset = fh.tell()
+        except _HEADER_ERRORS as exc:
+            detail = "pickled objects" if "pickle" in str(exc) else str(exc).split("\n")[0]
+            raise CorruptDatasetError(
+                f"{what} {path} is unreadable: its header is damaged ({detail})"
+            ) from exc
+        size = os.fstat(fh.fileno()).st_size
+    if dtype.hasobject or fortran:
+        raise CorruptDatasetError(f"{what} {path} is unreadable: not a plain numeric .npy array")
+    need = dtype.itemsize * int(np.prod(shape, dtype=np.int64)) if all(d >= 0 for d in shape) else -1
+    if need < 0 or offset + need > size:
+        raise CorruptDatasetError(
+            f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than its {size} bytes"
+        )
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except _HEADER_ERRORS as exc:  # pragma: no cover - the header was read above
+        raise CorruptDatasetError(f"{what} {path} is damaged: {exc}") from exc
 
 
 def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
@@ -152,22 +189,18 @@ class MemmapBackend(Backend):
     def open_column(self, dataset_dir: Path, key: str) -> np.ndarray:
         path = key_path(dataset_dir, key, ".npy")
         try:
-            return np.load(path, mmap_mode="r", allow_pickle=False)
+            return load_npy(path, mmap=True)
         except FileNotFoundError:
             raise CorruptDatasetError(f"array file {path} is missing") from None
-        except ValueError as exc:  # a header that promises more bytes than the file has
-            raise CorruptDatasetError(f"array file {path} is damaged: {exc}") from exc
 
     def read_column(self, dataset_dir: Path, key: str, stop: int) -> np.ndarray:
         # a plain read of the file: a memmap costs an mmap, its page faults and an munmap, 4x
         # the read for the small segments a growing dataset's refresh reads whole
         path = key_path(dataset_dir, key, ".npy")
         try:
-            rows = np.load(path, allow_pickle=False)
+            rows = load_npy(path, mmap=False)
         except FileNotFoundError:
             raise CorruptDatasetError(f"array file {path} is missing") from None
-        except ValueError as exc:
-            raise CorruptDatasetError(f"array file {path} is damaged: {exc}") from exc
         if len(rows) < stop:
             raise CorruptDatasetError(f"array file {path} holds {len(rows)} rows, {stop} expected")
         return rows[:stop]

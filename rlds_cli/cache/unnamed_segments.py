@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.cache.commit_log import LogState, plausibly_torn
+from rlds_cli.cache.commit_log import LogState
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 
 
@@ -66,8 +66,9 @@ def _running(writer: tuple[str, int] | None) -> bool:
 def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     """The segment folders of ``directory`` that neither its commit log (followed to its end
     here) nor any of ``views`` names, whose writer no longer runs; and why they look like
-    records the log lost or a log damaged, not killed writers' leftovers (``None``: each can be
-    a leftover)."""
+    records the log lost, not killed writers' leftovers (``None``: each can be a leftover).
+    A damaged log raises :class:`~rlds_cli.errors.CorruptDatasetError` (it names nothing past
+    its damage)."""
     latest = LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
     segments = directory / SEGMENTS_DIR
@@ -86,18 +87,7 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
         found.append(path)
         # a segment that does not say its writer counts as a writer of its own
         writers[writer if writer is not None else path.name] += 1
-    return found, _log_damage(latest) or _lost_records(latest, found, writers)
-
-
-def _log_damage(state: LogState) -> str | None:
-    """Why a log's records that fail their check are not what crashes leave
-    (:func:`~rlds_cli.cache.commit_log.plausibly_torn`), or ``None``."""
-    if plausibly_torn(state):
-        return None
-    return (
-        f"{COMMIT_LOG_FILE} looks damaged: {state.invalid} of its {state.invalid + state.records} "
-        f"records fail their check, {state.garbled} of them not as a crash tears one"
-    )
+    return found, _lost_records(latest, found, writers)
 
 
 def _lost_records(state: LogState, paths: list[Path], writers: Counter[Any]) -> str | None:

@@ -457,12 +457,20 @@ class ZarrBackend(Backend):
         return check_zarr_grid(array, key, rows, row_shape, missing)
 
     def _open_checked(self, dataset_dir: Path, key: str) -> Any:
-        """The zarr array of ``key``; a missing one is :class:`CorruptDatasetError`."""
+        """The zarr array of ``key``; a missing one, or one whose metadata zarr cannot parse, is
+        :class:`CorruptDatasetError`."""
+        key_path(dataset_dir, key, "")  # a key that is no safe path: InvalidKeyError, not damage
         try:
             return self._open_array(dataset_dir, key)
         except (KeyError, FileNotFoundError) as exc:
             raise CorruptDatasetError(
                 f"zarr array {key!r} is missing under {dataset_dir / ARRAYS_DIR}"
+            ) from exc
+        except (ValueError, TypeError) as exc:  # zarr.json that zarr cannot parse: damage
+            detail = str(exc).split("\n")[0]
+            raise CorruptDatasetError(
+                f"zarr array {key!r} under {dataset_dir / ARRAYS_DIR} is damaged: its metadata is unreadable "
+                f"({type(exc).__name__}: {detail})"
             ) from exc
 
     def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn | np.ndarray:

@@ -51,6 +51,9 @@ def list_datasets(
         for name, exc in cache.damaged_manifests():
             if pattern is None or matches(pattern, name):
                 _output.warn(f"not listed: {exc.message} ({exc.hint})")
+        for r in rows:
+            if r["damaged"] is not None:
+                _output.warn(f"{r['name']} is damaged: {r['damaged']} (rlds inspect {r['name']} --check)")
     if json:
         _output.print_json({"root": str(cache.path), "datasets": rows})
         return
@@ -75,8 +78,8 @@ def list_datasets(
     table = [
         [
             r["name"],
-            f"{r['num_steps']:,}",
-            f"{r['num_episodes']:,}",
+            "damaged" if r["damaged"] else f"{r['num_steps']:,}",
+            "?" if r["damaged"] else f"{r['num_episodes']:,}",
             _output.human_bytes(r["size_bytes"]),
             r["backend"],
             f"{r['format']}: {r['source']}",

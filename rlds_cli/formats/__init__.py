@@ -9,6 +9,7 @@ entry-point group.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -64,7 +65,13 @@ def known_formats() -> list[str]:
 
 def reader_class(format_name: str) -> type[Reader]:
     """The reader class registered for ``format_name`` (built in, or through
-    :data:`ENTRY_POINT_GROUP`)."""
+    :data:`ENTRY_POINT_GROUP`).
+
+    Raises:
+        UnknownFormatError: No such format, or a plugin's entry point that cannot be loaded (its
+            module or a module it imports is missing, its import fails) or names something that
+            is not a :class:`~rlds_cli.formats.base.Reader`; the message names the plugin.
+    """
     if format_name in READERS:
         cls = resolve(READERS, format_name, what="source format", error=UnknownFormatError)
         return cast(type[Reader], cls)
@@ -74,28 +81,73 @@ def reader_class(format_name: str) -> type[Reader]:
             f"unknown source format {format_name!r}",
             hint=f"known formats: {', '.join(known_formats())}",
         )
-    cls = plugin.load()
+    return _load_plugin(plugin)
+
+
+def _load_plugin(plugin: EntryPoint) -> type[Reader]:
+    """The reader class ``plugin`` names, imported now; :class:`UnknownFormatError` naming the
+    plugin, its entry point and why when it cannot be used."""
+    try:
+        cls = plugin.load()
+    except Exception as exc:  # another package's import: anything may fail in it, none of it is rlds's bug
+        raise UnknownFormatError(
+            f"reader plugin {plugin.name!r} ({ENTRY_POINT_GROUP} entry point {plugin.value} of the "
+            f"package {_dist_name(plugin)}) cannot be loaded: {_load_failure(exc)}",
+            hint=f"reinstall the package {_dist_name(plugin)} with what it needs, or uninstall it",
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Reader)):
         raise UnknownFormatError(
-            f"format {format_name!r} of the {ENTRY_POINT_GROUP} entry points is {plugin.value}, "
+            f"format {plugin.name!r} of the {ENTRY_POINT_GROUP} entry points is {plugin.value}, "
             "which is not a subclass of rlds_cli.formats.base.Reader",
             hint=f"fix the plugin's entry point, or uninstall the package {_dist_name(plugin)}",
         )
     return cls
 
 
+def _load_failure(exc: Exception) -> str:
+    """Why an entry point's import failed, in words: the missing module by name, else the error."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f"module {exc.name!r} is not installed"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _dist_name(plugin: EntryPoint) -> str:
     return plugin.dist.name if plugin.dist is not None else "that provides it"
 
 
+def _skipped_plugin(message: str, hint: str) -> None:
+    """Say that format detection goes on without a plugin: a :func:`warnings.warn`, which the CLI
+    prints as one ``warning:`` line. A warning, not a log record: it is the user's to fix, and
+    Python shows each message once per process, so a folder whose every file is sniffed names a
+    broken plugin once."""
+    warnings.warn(f"{message}; format detection goes on without it ({hint})", UserWarning, stacklevel=2)
+
+
 def sniff_format(path: Path) -> str | None:
     """The first format that recognises ``path`` (built in, in :data:`DETECTION_ORDER`, then
-    plugins), or ``None``."""
+    plugins), or ``None``.
+
+    A plugin that cannot be loaded, or whose ``sniff`` raises, is left out with a warning naming
+    it: one broken package must not stop the detection of every other format.
+    """
     for fmt in DETECTION_ORDER:
         if reader_class(fmt).sniff(path):
             return fmt
-    for fmt in sorted(_plugins()):
-        if reader_class(fmt).sniff(path):
+    for fmt, plugin in sorted(_plugins().items()):
+        try:
+            cls = _load_plugin(plugin)
+        except UnknownFormatError as exc:
+            _skipped_plugin(exc.message, exc.hint)
+            continue
+        try:
+            recognised = cls.sniff(path)
+        except Exception as exc:  # the plugin's code, on a file that may be of any format
+            _skipped_plugin(
+                f"reader plugin {fmt!r} failed on {path}: {type(exc).__name__}: {exc}",
+                f"fix or uninstall the package {_dist_name(plugin)}",
+            )
+            continue
+        if recognised:
             return fmt
     return None
 

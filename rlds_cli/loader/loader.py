@@ -40,6 +40,7 @@ from rlds_cli.loader.protocols import (
     Streamable,
 )
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
+from rlds_cli.loader.sizes import check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.td_keys import torchrl_extras
@@ -72,7 +73,8 @@ class Loader:
             :class:`~rlds_cli.loader.protocols.IndexedSource` such as a
             :class:`~rlds_cli.loader.mixture.MixtureSource`; then ``keys``, ``in_memory``,
             ``pack`` and ``root`` are the source's business, and transforms are not bound).
-        batch_size: Steps per batch (slices: ``num_slices * slice_len``).
+        batch_size: Steps per batch (slices: ``num_slices * slice_len``); at most a quarter of
+            the machine's memory a batch (:mod:`rlds_cli.loader.sizes`).
         sampler: ``"uniform"``, ``"epoch"``, ``"slice"``, ``"prioritized"``, or an object with
             ``sample()`` returning indices or a :class:`~rlds_cli.loader.samplers.Draw`
             (and ideally ``state_dict`` / ``load_state_dict``).
@@ -169,15 +171,13 @@ class Loader:
             raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
         self.pin_memory = cuda and pin_memory is not False and in_memory != "device"
         self.in_memory = in_memory
-        self.prefetch = prefetch
-        self.as_tensordict = bool(as_tensordict)
+        self.prefetch, self.as_tensordict = prefetch, bool(as_tensordict)
         self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
-        self.num_batches = num_batches
-        self.epochs = epochs
+        self.num_batches, self.epochs = num_batches, epochs
         self.rank, self.world_size = rank_world(rank, world_size)
-        # transforms are bound first: the first one may produce some keys itself (its claim()),
-        # which the loader then never reads
+        # transforms are bound first: the first one may produce keys itself (its claim()), never read
         self.transforms = self._bind(with_windows(windows, transform, given))
+        check_loader_batch(self, given, sampler, sampler_options)  # before anything is allocated
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
         if given is not None:

@@ -145,6 +145,11 @@ class MixtureSource:
             self._index()
         return changed
 
+    @property
+    def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The common schema: each key -> (per-step shape, dtype its rows have in a batch)."""
+        return {k: (tuple(shape), str(self._in_batch(k, dtype))) for k, (shape, dtype) in self._ref.items()}
+
     def renames(self) -> dict[str, dict[str, str]]:
         """The ``rename=`` this source was made with (keys joined), to make another like it."""
         return {name: dict(r) for name, r in zip(self.names, self._renames, strict=True) if r}

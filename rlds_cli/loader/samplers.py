@@ -19,6 +19,7 @@ import numpy as np
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
 from rlds_cli.loader.padded import PADDED_MODES, Padded, padded_windows, start_ranges
+from rlds_cli.loader.sizes import BatchShape, check_batch_memory
 from rlds_cli.loader.state_checks import check_bit_generator, check_shard_fields, check_state
 
 if TYPE_CHECKING:
@@ -242,6 +243,11 @@ class SliceSampler:
         if self._eligible.size == 0:
             raise ValueError(f"no episode has slice_len={self.slice_len} steps; nothing to sample")
         self._cum_windows = np.cumsum(windows)
+        # the index arrays of a draw, before the first of them is made (a Loader checks the
+        # whole batch, its keys too, before it makes the sampler)
+        arg = "slice_len" if self.slice_len > int(ep.lengths.max()) else "num_slices"
+        batch = BatchShape(self.batch_size, arg, self.slice_len, self.num_slices, extra_bytes=1)  # mask
+        check_batch_memory(batch, {}, [], {}, int(ep.lengths.max()))
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
         # precomputed per episode, so that a draw is one take per array: window k of episode e
         # starts at step k + _start_shift[e]; its last step is _last[e]

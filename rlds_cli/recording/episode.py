@@ -32,7 +32,7 @@ import numpy as np
 
 from rlds_cli.errors import RecordingError
 from rlds_cli.formats.keys import clean_keys
-from rlds_cli.recording.spaces import Leaf, getter, space_leaves, stack_leaf
+from rlds_cli.recording.spaces import Leaf, getter, space_leaves, stack_leaf, value_path
 
 #: Per-step columns holding the episode's reset seed (see the module docstring).
 SEED_KEY = "reset_seed"
@@ -130,7 +130,12 @@ class EpisodeAssembler:
         truncated: Any,
         info: Mapping[str, Any],
     ) -> None:
-        """Add one transition (what ``env.step(action)`` returned for ``action``)."""
+        """Add one transition (what ``env.step(action)`` returned for ``action``).
+
+        Raises:
+            RecordingError: the reward is not one number, or ``terminated``/``truncated`` not
+                one bool (checked before the step is added: the episode is as it was).
+        """
         if not self.active:
             raise RecordingError(
                 "step() after the episode ended; call reset() first"
@@ -138,6 +143,10 @@ class EpisodeAssembler:
                 else "step() before reset(): the recording has no episode to add the step to",
                 hint="reset the environment at the start of every episode",
             )
+        t = len(self._rewards)
+        reward = _scalar_reward(reward, t, self.episodes)
+        terminated = _flag("terminated", terminated, t, self.episodes)
+        truncated = _flag("truncated", truncated, t, self.episodes)
         try:  # the plain loops of every step; the rare miss is undone and named below
             for get, values in zip(self._act_get, self._act, strict=True):
                 values.append(get(action))
@@ -156,8 +165,8 @@ class EpisodeAssembler:
                 raise
             raise error from None
         self._rewards.append(reward)
-        self._terminated.append(bool(terminated))
-        self._truncated.append(bool(truncated))
+        self._terminated.append(terminated)
+        self._truncated.append(truncated)
         if self.info_keys is not None:
             if self._info_plan is None:  # the first step's info names the keys, once
                 self._plan_infos(info)
@@ -199,7 +208,15 @@ class EpisodeAssembler:
                 if self.info_keys == ALL_INFOS and not _numeric(value):
                     self.skipped_info.append("/".join(path))
                     continue
-                wanted["/".join(path)] = ("info", *path)
+                label = "/".join(path)
+                if label in wanted:  # one would overwrite the other's column
+                    raise RecordingError(
+                        f"info values {value_path('info', wanted[label][1:])} and "
+                        f"{value_path('info', path)} both flatten to {label!r}; one would overwrite "
+                        "the other",
+                        hint="leave one of them out of info_keys, or rename the key that holds '/'",
+                    )
+                wanted[label] = ("info", *path)
         cleaned = clean_keys(wanted) if wanted else {}
         self._info_plan = [(wanted[label][1:], cleaned[label]) for label in wanted]
 
@@ -253,6 +270,55 @@ class EpisodeAssembler:
         self.episodes += 1
         self._clear()
         return ep
+
+
+def _scalar_reward(reward: Any, t: int, episode: int) -> Any:
+    """``reward`` if it is one number (a Python number, a numpy scalar or a one-element array,
+    then as a numpy scalar of its dtype); else the error naming it. A vector reward would stack
+    into ``(T, k)`` where a dataset keeps one reward a step."""
+    if type(reward) is float or type(reward) is int:  # the usual case, without numpy
+        return reward
+    try:
+        arr = np.asarray(reward)
+    except (TypeError, ValueError):
+        arr = np.asarray(None)  # object: refused below
+    if arr.dtype.kind not in "biuf" or arr.size != 1:
+        raise RecordingError(
+            f"next/reward: step {t} of episode {episode} returned {_shown(reward, arr)} as its reward; "
+            "a recording keeps one number (a scalar) a step",
+            hint="return the reward as one float; to keep several, put them in info and pass info_keys",
+        )
+    return arr.reshape(())[()]
+
+
+def _flag(name: str, value: Any, t: int, episode: int) -> bool:
+    """``value`` as a bool if it is one (a bool, numpy bool, or a number 0 or 1, also as a
+    one-element array); else the error naming it. ``bool()`` would raise numpy's "truth value
+    is ambiguous" on an array, and turn any other number or object into True."""
+    if type(value) is bool:
+        return value
+    if type(value) is np.bool_:
+        return bool(value)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = np.asarray(None)
+    if arr.size == 1 and (arr.dtype.kind == "b" or (arr.dtype.kind in "iuf" and arr.reshape(()) in (0, 1))):
+        return bool(arr.reshape(()))
+    raise RecordingError(
+        f"next/{name}: step {t} of episode {episode} returned {_shown(value, arr)} as {name}; "
+        "a recording keeps one bool (a scalar) a step",
+        hint=f"return {name} as one bool (a vectorized environment: record each one unvectorized)",
+    )
+
+
+def _shown(value: Any, arr: np.ndarray) -> str:
+    """A value in an error: its repr (cut short) and, for an array, its shape and dtype."""
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, np.ndarray) or hasattr(value, "shape"):
+        return f"{text} (shape {tuple(arr.shape)}, {arr.dtype})"
+    return text
 
 
 def _missing_leaf(gets: list[Any], leaves: list[Leaf], value: Any) -> RecordingError | None:

@@ -56,10 +56,12 @@ def space_leaves(space: Any, role: str) -> list[Leaf]:
 
     Raises:
         RecordingError: the space (or one inside it) is a kind rlds cannot store (Graph,
-            Sequence, OneOf, or a space of another library).
+            Sequence, OneOf, or a space of another library), or two of its leaves flatten to
+            the same path (a Dict key ``'a/b'`` beside a Dict ``'a'`` holding ``'b'``).
     """
     raw: list[tuple[tuple[str, ...], str, Any, tuple[str | int, ...]]] = []
     _walk(space, (role,), MINARI_PREFIX[role], (), raw)
+    _refuse_collisions(raw, role)
     cleaned = clean_keys({minari: parts for parts, minari, _, _ in raw})
     leaves = []
     for _parts, minari, sub, path in raw:
@@ -67,6 +69,27 @@ def space_leaves(space: Any, role: str) -> list[Leaf]:
         dtype, shape = leaf_format(sub, f"{role} space")
         leaves.append(Leaf(cleaned[minari], minari, sub, path, kind, dtype, shape))
     return leaves
+
+
+def _refuse_collisions(raw: list[tuple[tuple[str, ...], str, Any, tuple[str | int, ...]]], role: str) -> None:
+    """Refuse two leaves whose flattened (Minari) paths are the same: each path is one array of
+    the episode, so one leaf would overwrite the other and the recording would keep fewer
+    arrays than the space has leaves, without a word."""
+    seen: dict[str, tuple[str | int, ...]] = {}
+    for _parts, minari, _sub, path in raw:
+        if minari in seen:
+            raise RecordingError(
+                f"{role} space: the leaves {value_path(role, seen[minari])} and {value_path(role, path)} "
+                f"both flatten to {minari!r}; one would overwrite the other",
+                hint="rename the Dict key that holds '/' (or the one that equals another's text) so "
+                "that every leaf has its own path",
+            )
+        seen[minari] = path
+
+
+def value_path(role: str, path: tuple[str | int, ...]) -> str:
+    """Where a leaf sits in a value, written as Python indexing: ``observation['a']['b']``."""
+    return role + "".join(f"[{part!r}]" for part in path)
 
 
 def _walk(

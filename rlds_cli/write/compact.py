@@ -40,7 +40,7 @@ from rlds_cli.cache.layout import (
     entry_name,
 )
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import LockTimeoutError, SchemaMismatchError
+from rlds_cli.errors import CorruptDatasetError, LockTimeoutError, SchemaMismatchError
 from rlds_cli.write.segments import building_segment, collect, leftovers, seal_segment, writer_identity
 
 
@@ -213,24 +213,24 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
 def _merge(
     ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], first: bytes, backend: Backend, fsync: bool
 ) -> None:
+    """Write the live episodes of ``run`` as one segment and commit it (steps 1-4 of the module
+    docstring). Each input is checked as it is read, as ``inspect --check`` checks it: its
+    episode index and every column, whole (evicted rows too), against the digests its manifest
+    records. A damaged input raises :class:`~rlds_cli.errors.CorruptDatasetError` before the
+    record: the build is removed and the segments it would have replaced stay."""
     seg = new_segment_id()
     with building_segment(ds.directory, seg, fsync=fsync) as build:
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
+        for part, _ in parts:
+            recorded = part.manifest.content_digest.get("episodes")
+            if recorded is None or digest.array_digest(part.episodes) != recorded:
+                raise _damaged_input(ds, part.directory, "its episode index does not match its digest")
         hashes: dict[str, str] = {}
         for key, spec in ds.head.fields.items():
             column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
             hasher = digest.ColumnHasher(spec.dtype)
             for part, skip in parts:
-                step0 = int(part.episodes["start"][skip])
-                start = step0 + skip if spec.storage == "flat" else step0
-                stop = part.num_steps + (part.num_episodes if spec.storage == "flat" else 0)
-                # opened for this copy only: a map per segment kept open would hold a descriptor each
-                col = backend.open_column(part.directory, key)
-                for lo in range(start, stop, 65536):  # bounded memory on large runs
-                    rows = np.asarray(col[lo : min(stop, lo + 65536)])
-                    column.append(rows)
-                    hasher.update(rows)
-                del col
+                _copy_checked(ds, part, skip, key, column, hasher, backend)
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
@@ -240,6 +240,50 @@ def _merge(
         COMPACT, seg, first=first, last=run[-1][0].seg, episodes=len(lengths), steps=int(lengths.sum())
     )
     commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
+
+
+#: Rows copied at a time: bounded memory on large runs.
+_BLOCK_ROWS = 65536
+
+
+def _copy_checked(
+    ds: GrowingDataset, part: Any, skip: int, key: str, out: Any, hasher: Any, backend: Backend
+) -> None:
+    """Append the live rows of ``key`` in segment ``part`` (its episodes from ``skip`` on) to
+    ``out``, hashed into ``hasher``, reading the whole column once to check it against the
+    digest the segment recorded."""
+    spec = ds.head.fields[key]
+    flat = spec.storage == "flat"
+    step0 = int(part.episodes["start"][skip])
+    start = step0 + skip if flat else step0
+    stop = part.num_steps + (part.num_episodes if flat else 0)
+    # opened for this copy only: a map per segment kept open would hold a descriptor each
+    col = backend.open_column(part.directory, key)
+    if tuple(col.shape) != (stop, *spec.shape) or np.dtype(col.dtype) != np.dtype(spec.dtype):
+        raise _damaged_input(
+            ds,
+            part.directory,
+            f"array {key!r} is {col.dtype} {tuple(col.shape)}, expected {spec.dtype} {(stop, *spec.shape)}",
+        )
+    check = digest.ColumnHasher(spec.dtype)
+    for lo in range(0, stop, _BLOCK_ROWS):
+        hi = min(stop, lo + _BLOCK_ROWS)
+        rows = np.asarray(col[lo:hi])
+        check.update(rows)
+        if hi > start:
+            live = rows[max(start - lo, 0) :]
+            out.append(live)
+            hasher.update(live)
+    del col
+    if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
+        raise _damaged_input(ds, part.directory, f"array {key!r} does not match its digest (content changed)")
+
+
+def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CorruptDatasetError:
+    return CorruptDatasetError(
+        f"compaction of {ds.name!r} stopped: segment {directory.name}: {problem}",
+        hint=f"nothing of it was merged or removed; 'rlds inspect {ds.name} --check' lists the damage",
+    )
 
 
 __all__ = ["CompactReport", "compact", "remove_retired"]

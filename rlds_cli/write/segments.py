@@ -13,7 +13,7 @@ A commit (:func:`commit_segment`), in order:
 The episodes become visible at step 5 and only there: killed before it, the writer leaves a
 build folder or an unreferenced segment, which no reader looks at and a compaction's
 :func:`collect` removes once older than the grace period and its writer no longer runs (the
-segment: where the log does not look damaged); killed after it, the episodes
+segment: where the log is not damaged); killed after it, the episodes
 are committed. Several writers commit at once: each has its own build folder and segment id,
 and the log takes whole records.
 
@@ -289,9 +289,9 @@ def leftovers(
 
     A segment "the log does not name" is a leftover only if the log is whole: a log damaged,
     emptied or cut short names nothing past its damage, and committed segments would look like
-    leftovers. ``rlds compact`` looks for them; ``rlds gc`` does not. They are kept, with a
-    warning, where the log's records that fail their check are not what crashes leave, or the
-    segments it does not name are not what killed writers leave
+    leftovers. ``rlds compact`` looks for them; ``rlds gc`` does not. A damaged log raises
+    :class:`~rlds_cli.errors.CorruptDatasetError` before anything is removed; segments the
+    log does not name that are not what killed writers leave are kept, with a warning
     (:mod:`rlds_cli.cache.unnamed_segments`)."""
     now = time.time()
     due = Leftovers([seg_name(s) for s, t in state.retired.items() if t < now - grace])

@@ -21,6 +21,7 @@ from rlds_cli.cache.commit_log import LogState, Record, seg_name
 from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.memmap_backend import load_npy
 from rlds_cli.errors import CommitFailedError, RldsError, from_os_error
 from rlds_cli.write import segments
 from rlds_cli.write.validate import EpisodeColumns
@@ -127,7 +128,8 @@ class SegmentSink:
     def _segment_lengths(self, seg: bytes) -> np.ndarray:
         got = self._lengths.get(seg)
         if got is None:
-            index = np.load(self.directory / SEGMENTS_DIR / seg_name(seg) / EPISODES_FILE, allow_pickle=False)
+            path = self.directory / SEGMENTS_DIR / seg_name(seg) / EPISODES_FILE
+            index = load_npy(path, mmap=False, what="episode index")
             got = self._lengths[seg] = np.asarray(index["length"], np.int64)
         return got
 

@@ -56,7 +56,10 @@ def _to_numpy(value: Any, key: str) -> np.ndarray:
 
 def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
     """Every leaf of ``batch`` (a mapping with ``/``-joined or tuple keys, nested mappings, or a
-    TensorDict) as a numpy array under its ``/``-joined key."""
+    TensorDict) as a numpy array under its ``/``-joined key.
+
+    Two leaves that join to the same key (``{"a/b": x, "a": {"b": y}}``) are refused, naming
+    where each was given: one would overwrite the other."""
     out: dict[str, np.ndarray] = {}
 
     def put(key: str, value: Any) -> None:
@@ -69,7 +72,11 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
                 hint="keys are '/'-separated parts of A-Z a-z 0-9 _ . -",
             )
         if key in out:
-            raise EpisodeFormatError(f"{what}: key {key!r} is given twice")
+            places = " and ".join(f"{what}{where}" for where in _given_at(batch, key))
+            raise EpisodeFormatError(
+                f"{what}: key {key!r} is given twice ({places}); one would overwrite the other",
+                hint="give each array once, under one key",
+            )
         out[key] = _to_numpy(value, key)
 
     def walk(prefix: str, node: Any) -> None:
@@ -93,6 +100,29 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
         if b.startswith(a + "/"):
             raise EpisodeFormatError(f"{what}: key {a!r} is both an array and a group ({b!r})")
     return out
+
+
+def _given_at(batch: Any, key: str) -> list[str]:
+    """Where in ``batch`` the leaves that :func:`flatten` joins to ``key`` are, as Python
+    indexing (``['observation']['a/b']``, ``[('next', 'reward')]``): walked again only for the
+    error, so that a good batch pays nothing for it."""
+    found: list[str] = []
+
+    def walk(prefix: str, node: Any, where: str) -> None:
+        if type(node).__module__.startswith("tensordict"):
+            for k in node.keys(include_nested=True, leaves_only=True):
+                if prefix + ("/".join(k) if isinstance(k, tuple) else str(k)) == key:
+                    found.append(f"{where}[{k!r}]")
+        elif isinstance(node, Mapping):
+            for k, v in node.items():
+                name = prefix + ("/".join(k) if isinstance(k, tuple) else str(k))
+                if isinstance(v, Mapping) or type(v).__module__.startswith("tensordict"):
+                    walk(f"{name}/", v, f"{where}[{k!r}]")
+                elif name == key:
+                    found.append(f"{where}[{k!r}]")
+
+    walk("", batch, "")
+    return found
 
 
 def _flags(cols: dict[str, np.ndarray], n: int, what: str) -> tuple[np.ndarray, np.ndarray]:

@@ -123,12 +123,7 @@ class LeRobotReader(Reader):
         self._tables, self._checked, self._all = tables, False, list(self.episodes)
         self.n = sum(e.length for e in self.episodes)
         self.report.source_rows = self.n
-        declared_frames = info.get("total_frames")
-        if isinstance(declared_frames, int) and declared_frames != self.n:
-            raise SourceFormatError(
-                f"{self.info_path} says total_frames={declared_frames} but the episodes table sums "
-                f"to {self.n}"
-            )
+        tables.check_totals(self.episodes)
         kept = sum(e.length - 1 for e in self.episodes if e.length) if last_step == "drop" else self.n
         self.report.expected = {"num_steps": kept, "num_episodes": len(self.episodes)}
         row_bytes = sum(

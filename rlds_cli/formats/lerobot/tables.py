@@ -37,11 +37,37 @@ class Episode:
     videos: dict[str, tuple[Path, float, float]] = field(default_factory=dict)
 
 
-def as_int(value: object, where: object, what: str, *, minimum: int = 0) -> int:
-    """``value`` as an int >= ``minimum``; a format error naming ``where`` and ``what`` otherwise."""
+def as_int(value: object, where: object, what: str, *, minimum: int = 0, hint: str | None = None) -> int:
+    """``value`` as an int >= ``minimum``; a format error naming ``where`` and ``what`` (and
+    ``hint``) otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < minimum:
-        raise SourceFormatError(f"{where}: {what} is {value!r}, not an integer >= {minimum}")
+        raise SourceFormatError(f"{where}: {what} is {value!r}, not an integer >= {minimum}", hint=hint)
     return int(value)
+
+
+#: What to do about a ``meta/info.json`` whose counts contradict the episodes table.
+COUNTS_HINT = (
+    "the dataset is incomplete or its meta/info.json is damaged: download the whole dataset folder "
+    "again (meta/, data/ and videos/)"
+)
+#: What to do about a ``chunks_size`` that no LeRobot layout can have.
+CHUNKS_SIZE_HINT = (
+    "chunks_size is how many episodes (v2.1) or files (v3.0) one chunk-NNN folder holds, an integer >= 1 "
+    "(lerobot writes 1000): meta/info.json is damaged; get the dataset again from its source"
+)
+
+
+def chunks_size(info: dict[str, Any], info_path: Path) -> int | None:
+    """``info.json``'s ``chunks_size`` (``None`` when absent).
+
+    v2.1 computes every path from it; v3.0's episodes table names each file's chunk, so v3.0 does
+    not need it, but a value no layout can have (0, negative, not an integer) is refused all the
+    same: a damaged info.json is not converted without a word.
+    """
+    value = info.get("chunks_size")
+    if value is None:
+        return None
+    return as_int(value, info_path, "chunks_size", minimum=1, hint=CHUNKS_SIZE_HINT)
 
 
 def as_float(value: object, where: object, what: str) -> float:
@@ -75,6 +101,7 @@ class EpisodeTables:
         self.report = report
         self.pa = pa
         self.pq = pq
+        self.chunks_size = chunks_size(info, self.info_path)
 
     def read_episodes(self) -> list[Episode]:
         """Every episode, in ``episode_index`` order, with its files and its row offset."""
@@ -200,7 +227,12 @@ class EpisodeTables:
 
     def _read_episodes_v21(self) -> list[Episode]:
         path = self.root / "meta" / "episodes.jsonl"
-        chunks = as_int(self.info.get("chunks_size"), self.info_path, "chunks_size", minimum=1)
+        chunks = self.chunks_size
+        if chunks is None:
+            raise SourceFormatError(
+                f"{self.info_path} has no chunks_size; LeRobot v2.1 paths are computed from it",
+                hint=CHUNKS_SIZE_HINT,
+            )
         episodes: list[Episode] = []
         seen: set[int] = set()
         for r in self._read_jsonl(path):
@@ -221,6 +253,39 @@ class EpisodeTables:
         if not episodes:
             raise SourceFormatError(f"{path} lists no episodes")
         return sorted(episodes, key=lambda e: e.index)
+
+    def check_totals(self, episodes: list[Episode]) -> None:
+        """Check info.json's declared totals against the whole episodes table ``episodes``.
+
+        ``total_episodes`` and ``total_frames`` are what the dataset holds: one that is not a count,
+        or is not what the table holds, is refused (fewer episodes in the table than declared is
+        an incomplete download; converting it would publish part of the dataset as the whole).
+        v2.1's ``total_chunks`` only summarises the layout (paths come from ``chunks_size``): one
+        that differs from the chunks the episodes lie in is a note. Only counts already held are
+        compared: nothing is sized by a declared number.
+        """
+        held = {
+            "total_episodes": (len(episodes), f"lists {len(episodes)} episode(s)"),
+            "total_frames": (frames := sum(e.length for e in episodes), f"sums to {frames} frames"),
+        }
+        for name, (count, says) in held.items():
+            if name not in self.info:
+                continue
+            declared = as_int(self.info[name], self.info_path, name, hint=COUNTS_HINT)
+            if declared != count:
+                raise SourceFormatError(
+                    f"{self.info_path} says {name}={declared} but the episodes table {says}", hint=COUNTS_HINT
+                )
+        declared_chunks = self.info.get("total_chunks")
+        if self.version != "v2.1" or declared_chunks is None or self.chunks_size is None:
+            return
+        found = len({e.index // self.chunks_size for e in episodes})
+        if type(declared_chunks) is not int or declared_chunks != found:
+            self.report.notes.append(
+                f"{self.info_path} says total_chunks={declared_chunks!r} but the episodes lie in {found} "
+                f"chunk folder(s) of chunks_size {self.chunks_size}; paths are computed from chunks_size, "
+                "total_chunks was not used"
+            )
 
     def _schema(self, path: Path) -> Any:
         try:
