@@ -317,16 +317,16 @@ class LogState:
             self.records += 1
             return None  # compacted already by another compaction: this one lost the race
         a, b = ids[rec.first], ids[rec.last]
-        old = self.segments[a : b + 1]
-        logical = sum(s.episodes for s in old)
         if a > b:
             return "compacts a reversed range of segments"
+        old = self.segments[a : b + 1]
         if len({s.protected for s in old}) > 1:
             return "compacts protected and unprotected segments together"
-        if not 1 <= rec.episodes <= logical or not rec.episodes <= rec.steps <= sum(s.steps for s in old):
+        logical, steps = sum(s.episodes for s in old), sum(s.steps for s in old)
+        if not 1 <= rec.episodes <= logical or not rec.episodes <= rec.steps <= steps:
             return (
-                f"compacts {logical} episodes and {sum(s.steps for s in old)} steps into "
-                f"{rec.episodes} episodes and {rec.steps} steps"
+                f"compacts {logical} episodes and {steps} steps into {rec.episodes} episodes and "
+                f"{rec.steps} steps"
             )
         self.records += 1
         merged = SegmentEntry(

@@ -42,35 +42,35 @@ _HEADER_ERRORS = (ValueError, SyntaxError, TokenError, EOFError, OverflowError, 
 
 
 def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
-    """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole. Its header
-    is parsed and checked against the file's size first: a damaged header (a flipped byte
-    makes numpy's parser fail in many ways, or promise more rows than the file holds, which a
-    read would allocate) is one :class:`~rlds_cli.errors.CorruptDatasetError` naming the file;
-    a missing file is ``FileNotFoundError``. ``what`` names the file in the message."""
+    """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole, as
+    ``np.load`` gives it. Its header is parsed once and checked against the file's size before
+    the data is mapped or read: a damaged header (a flipped byte makes numpy's parser fail in
+    many ways, or promise more rows than the file holds, which a read would allocate) is one
+    :class:`~rlds_cli.errors.CorruptDatasetError` naming the file; a missing file is
+    ``FileNotFoundError``. ``what`` names the file in the message."""
     fmt = np.lib.format
     with open(path, "rb") as fh:
         try:
             major, _ = fmt.read_magic(fh)
             read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
             shape, fortran, dtype = read_header(fh)
-            offset = fh.tell()
         except _HEADER_ERRORS as exc:
             detail = "pickled objects" if "pickle" in str(exc) else str(exc).split("\n")[0]
             raise CorruptDatasetError(
                 f"{what} {path} is unreadable: its header is damaged ({detail})"
             ) from exc
-        size = os.fstat(fh.fileno()).st_size
-    if dtype.hasobject or fortran:
-        raise CorruptDatasetError(f"{what} {path} is unreadable: not a plain numeric .npy array")
-    need = dtype.itemsize * int(np.prod(shape, dtype=np.int64)) if all(d >= 0 for d in shape) else -1
-    if need < 0 or offset + need > size:
-        raise CorruptDatasetError(
-            f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than its {size} bytes"
-        )
-    try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except _HEADER_ERRORS as exc:  # pragma: no cover - the header was read above
-        raise CorruptDatasetError(f"{what} {path} is damaged: {exc}") from exc
+        offset, size = fh.tell(), os.fstat(fh.fileno()).st_size
+        if dtype.hasobject or fortran:
+            raise CorruptDatasetError(f"{what} {path} is unreadable: not a plain numeric .npy array")
+        count = int(np.prod(shape, dtype=np.int64)) if all(d >= 0 for d in shape) else -1
+        if count < 0 or offset + dtype.itemsize * count > size:
+            raise CorruptDatasetError(
+                f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than "
+                f"its {size} bytes"
+            )
+        if not mmap:
+            return np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
+    return np.memmap(path, dtype=dtype, shape=shape, mode="r", offset=offset)
 
 
 def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
