@@ -68,9 +68,14 @@ def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
                 f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than "
                 f"its {size} bytes"
             )
-        if not mmap:
-            return np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
-    return np.memmap(path, dtype=dtype, shape=shape, mode="r", offset=offset)
+        try:
+            if not mmap:
+                return np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
+            # the file whose header was checked, not the path again: a dataset replaced
+            # meanwhile has another file there
+            return np.memmap(fh, dtype=dtype, shape=shape, mode="r", offset=offset)
+        except ValueError as exc:  # shorter than its header says after all (cut meanwhile)
+            raise CorruptDatasetError(f"{what} {path} is damaged: {exc}") from exc
 
 
 def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
