@@ -31,6 +31,7 @@ SECTIONS = {
     "real": "real_bench",  # pixel batches on real Atari frames, every store side by side
     "zarr": "zarr_bench",  # zarr against memmap: conversion CPU, pixel and low-dim random access
     "loader": "loader_bench",  # rlds loader vs TorchRL vs the lean raw gather
+    "tensordict": "tensordict_bench",  # as_tensordict=True batches vs the plain batches (issue 38)
 }
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),

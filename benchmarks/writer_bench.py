@@ -25,6 +25,10 @@ line per figure. What it measures:
 * **paced writers** (``--only paced``): uniform batches/s with ``refresh=1`` / ``100`` while 4
   writer processes each commit 10 episodes every 0.5 s (an actor's pace), over the rate of a
   loader without ``refresh`` on the same dataset while the writers pause (alternating windows);
+* **actors** (``--only actors``): the same with 2 writer processes that each add one 200-step
+  episode every 10 ms with the writer's defaults (a commit per episode; the writers merge
+  their small segments as they go), the learner's ``refresh=1`` / ``100`` against a loader
+  that never refreshes under the same writers;
 * **reading after many commits**: ``Dataset.gather`` of 256 random steps per second on a
   dataset of ``--commits`` one-episode commits, before and after ``compact``, next to the same
   episodes converted in one build.
@@ -48,7 +52,9 @@ from typing import Any
 import numpy as np
 
 BATCH = 256
-PARTS = ("append", "sampling", "refresh", "paced", "many_commits")
+#: The many-commits dataset's grace period: its retired files go soon after, as at rest.
+GRACE_MANY = 5.0
+PARTS = ("append", "sampling", "refresh", "paced", "actors", "many_commits")
 
 
 def episode(length: int, obs_shape: tuple[int, ...], obs_dtype: Any, seed: int) -> dict[str, np.ndarray]:
@@ -213,12 +219,13 @@ def bench_refresh(work: Path, seconds: float) -> dict[str, float]:
 PACE_EPISODES, PACE_S = 10, 0.5
 
 
-def _append_paced(root: str, wid: int, run: Any, stop: Any) -> None:
+def _append_paced(root: str, wid: int, run: Any, stop: Any, per: int, pace: float, defaults: bool) -> None:
     import rlds_cli
 
     os.environ["RLDS_FSYNC"] = "1"
-    eps = [episode(200, (17,), np.float32, 20_000 * (wid + 1) + i) for i in range(PACE_EPISODES)]
-    with rlds_cli.DatasetWriter("r", root=root, mode="append", episodes_per_commit=PACE_EPISODES) as w:
+    eps = [episode(200, (17,), np.float32, 20_000 * (wid + 1) + i) for i in range(per)]
+    options = {} if defaults else {"episodes_per_commit": per}
+    with rlds_cli.DatasetWriter("r", root=root, mode="append", **options) as w:
         tick = time.monotonic()
         while not stop.is_set():
             if not run.is_set():  # paused: the loader is measured on the dataset as it stands
@@ -227,11 +234,18 @@ def _append_paced(root: str, wid: int, run: Any, stop: Any) -> None:
                 continue
             for ep in eps:
                 w.add_episode(ep)
-            tick += PACE_S
+            tick += pace
             stop.wait(max(0.0, tick - time.monotonic()))
 
 
-def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[str, float]:
+def bench_paced_writers(
+    work: Path,
+    seconds: float,
+    writers: int = 4,
+    per: int = PACE_EPISODES,
+    pace: float = PACE_S,
+    defaults: bool = False,
+) -> dict[str, float]:
     """Uniform batches/s while ``writers`` processes each commit ``PACE_EPISODES`` 200-step
     episodes every ``PACE_S`` s (the issue's ">= 0.9x while 4 writers append", at the pace of
     actors stepping environments rather than flat out: on 2 cores, flat-out writers measure the
@@ -245,7 +259,10 @@ def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[st
     _static_dataset(root)
     ctx = mp.get_context("fork")
     run, stop = ctx.Event(), ctx.Event()
-    procs = [ctx.Process(target=_append_paced, args=(str(root), i, run, stop)) for i in range(writers)]
+    procs = [
+        ctx.Process(target=_append_paced, args=(str(root), i, run, stop, per, pace, defaults))
+        for i in range(writers)
+    ]
     for p in procs:
         p.start()
     loaders = {
@@ -257,7 +274,7 @@ def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[st
         for _ in range(3):
             for writing in (False, True):
                 run.set() if writing else run.clear()
-                time.sleep(1.5 * PACE_S)  # commits under way (or the last one finished)
+                time.sleep(max(1.5 * pace, 0.5))  # commits under way (or the last one finished)
                 # the dataset as it stands (its segments as the writers left them), opened
                 # afresh and never refreshed: the static rate to compare with; measured while
                 # the writers write too, it is what their CPU leaves to any reader
@@ -288,26 +305,62 @@ def bench_paced_writers(work: Path, seconds: float, writers: int = 4) -> dict[st
         )
     out["writing_static_vs_static"] = writing_static / static
     out["views_followed_per_s_refresh1"] = followed / seconds
-    out["writer_steps_per_s"] = writers * PACE_EPISODES * 200 / PACE_S
+    out["writer_steps_per_s"] = writers * per * 200 / pace
     return out
 
 
+def _disk_bytes(path: Path) -> int:
+    """Bytes the files under ``path`` take on disk (their blocks, as ``du`` counts them)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*")) + path.stat().st_blocks * 512
+
+
 def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, float]:
+    """``commits`` one-episode commits of 10 low-dim steps (the writers merge their small
+    segments as they go; retired files kept ``GRACE_MANY`` s): the time to open the dataset and
+    draw a first gather in a fresh process, its disk against the same episodes in one commit,
+    ``rlds compact``'s time and rate against a plain copy of the dataset's files, and gathers
+    before and after the compaction next to the same episodes converted."""
     import rlds_cli
     from rlds_cli.cache.builder import DatasetBuilder
     from rlds_cli.cache.ted import StepBlock
+    from rlds_cli.write.compact import remove_retired
 
     os.environ["RLDS_FSYNC"] = "0"
     root = work / "many"
-    eps = [episode(10, (17,), np.float32, i) for i in range(commits)]
+    eps = [episode(10, (17,), np.float32, i) for i in range(min(commits, 1000))]
     start = time.perf_counter()
-    with rlds_cli.DatasetWriter("m", root=root) as w:
-        for ep in eps:
-            w.add_episode(ep)
+    with rlds_cli.DatasetWriter("m", root=root, grace_seconds=GRACE_MANY) as w:
+        for i in range(commits):
+            w.add_episode(eps[i % len(eps)])
             w.flush()  # one commit each (the writer's group commit would merge them)
     write_s = time.perf_counter() - start
-    cat = {k: np.concatenate([ep[k] for ep in eps]) for k in eps[0] if k != "next/observation"}
-    obs = np.concatenate([np.concatenate([ep["observation"], ep["next/observation"][-1:]]) for ep in eps])
+    with rlds_cli.DatasetWriter("one", root=root, episodes_per_commit=commits) as w:
+        for i in range(commits):
+            w.add_episode(eps[i % len(eps)])
+    time.sleep(GRACE_MANY + 0.5)
+    remove_retired("m", root)  # what the writers' collection leaves once the grace ends
+    datasets = root / "datasets"
+    out: dict[str, float] = {"commits": commits, "write_commits_per_s": commits / write_s}
+    out["disk_vs_one_commit"] = _disk_bytes(datasets / "m") / _disk_bytes(datasets / "one")
+    opened = subprocess_json(
+        "import json, sys, time; t = time.perf_counter(); import rlds_cli; t1 = time.perf_counter();"
+        f"ds = rlds_cli.open_dataset('m', {str(root)!r}); t2 = time.perf_counter();"
+        "ds.gather(list(range(0, ds.num_steps, 97))); t3 = time.perf_counter();"
+        "segments = len(ds.segment_datasets());"
+        "print(json.dumps({'open_s': t2 - t1, 'first_gather_s': t3 - t2, 'segments': segments}))"
+    )
+    out.update(opened)
+    cat = {
+        k: np.concatenate([eps[i % len(eps)][k] for i in range(commits)])
+        for k in eps[0]
+        if k != "next/observation"
+    }
+    obs = np.concatenate(
+        [
+            np.concatenate([eps[i % len(eps)]["observation"], eps[i % len(eps)]["next/observation"][-1:]])
+            for i in range(commits)
+        ]
+    )
     block = StepBlock(
         steps={k: v for k, v in cat.items() if k != "observation"},
         observations={"observation": obs},
@@ -317,12 +370,17 @@ def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, fl
         b.append(block)
         b.commit()
     rng = np.random.default_rng(0)
-    out: dict[str, float] = {"commits": commits, "write_commits_per_s": commits / write_s}
     before = rlds_cli.open_dataset("m", root)
     before.column("observation")  # opened (its in-RAM tail read) before the compaction retires it
+    size = sum(f.stat().st_size for f in (datasets / "m" / "segments").rglob("*") if f.is_file())
+    start = time.perf_counter()
+    shutil.copytree(datasets / "m" / "segments", work / "copy")
+    out["copy_mb_per_s"] = size / 1e6 / (time.perf_counter() - start)
+    shutil.rmtree(work / "copy")
     start = time.perf_counter()
     rlds_cli.compact("m", root)
     out["compact_s"] = time.perf_counter() - start
+    out["compact_mb_per_s"] = size / 1e6 / out["compact_s"]
     views = {
         "converted": rlds_cli.open_dataset("conv", root),
         "before_compact": before,
@@ -341,6 +399,14 @@ def bench_many_commits(work: Path, commits: int, seconds: float) -> dict[str, fl
     out["after_vs_converted"] = out["after_compact_gathers_per_s"] / out["converted_gathers_per_s"]
     out["before_vs_converted"] = out["before_compact_gathers_per_s"] / out["converted_gathers_per_s"]
     return out
+
+
+def subprocess_json(code: str) -> dict[str, float]:
+    """Run ``code`` in a fresh interpreter; the JSON object it prints."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -401,6 +467,8 @@ def main(argv: list[str] | None = None) -> None:
             "sampling": lambda: bench_sampling(work, seconds),
             "refresh": lambda: bench_refresh(work, seconds),
             "paced": lambda: bench_paced_writers(work, seconds),
+            # 2 actors, one episode every 10 ms each, the writer's defaults (a commit each)
+            "actors": lambda: bench_paced_writers(work, seconds, writers=2, per=1, pace=0.01, defaults=True),
             "many_commits": lambda: bench_many_commits(work, commits, seconds),
         }
         for part, run in benches.items():

@@ -34,12 +34,16 @@ _LAZY = {
     "DatasetWriter": "rlds_cli.write.writer",
     "compact": "rlds_cli.write.compact",
     "record": "rlds_cli.recording.recorder",
+    "recording_writer": "rlds_cli.recording.recorder",
     "RecordEpisodes": "rlds_cli.recording.wrapper",
     "normalized_score": "rlds_cli.scores",
     "reference_scores": "rlds_cli.scores",
     "ReferenceScores": "rlds_cli.scores",
     "NormalizationStats": "rlds_cli.normalization",
     "RecordedEnvSpec": "rlds_cli.envspec",
+    "EpisodeTable": "rlds_cli.episode_table",
+    "push": "rlds_cli.remote.push",
+    "pull": "rlds_cli.remote.pull",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -48,6 +52,7 @@ __all__ = ["__version__", *_LAZY]
 #: a :class:`Dataset` reads its environment through :mod:`rlds_cli.envspec`, which asks the registry.
 _plugins.provide("dataset.env_spec", "rlds_cli.envspec:dataset_env_spec")
 _plugins.provide("dataset.recover_environment", "rlds_cli.envspec:recover_environment")
+_plugins.provide("dataset.episode_table", "rlds_cli.episode_table:episode_table")
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

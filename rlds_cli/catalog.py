@@ -161,6 +161,8 @@ def _source_label(source: dict[str, Any]) -> str:
     """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
     if source.get("format") == "view":
         a, b = source.get("episodes") or ("", "")
+        if "episode_ids" in source:  # a selection (a random split's): how many, not a range
+            return f"{source.get('parent', '')} {len(source['episode_ids'])} episodes (a selection)"
         return f"{source.get('parent', '')} episodes {a}:{b}"
     if source.get("format") == "rlds-writer":
         return "growing (DatasetWriter)"

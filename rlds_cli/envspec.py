@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlds_cli.errors import (
+    GYMNASIUM_INSTALL,
     EnvironmentUnavailableError,
     MissingExtraError,
     NoEnvSpecError,
@@ -232,7 +233,7 @@ def _gymnasium(what: str) -> Any:
         import gymnasium
     except ImportError:
         raise MissingExtraError(
-            f"{what} needs gymnasium, which is not installed", hint="pip install gymnasium"
+            f"{what} needs gymnasium, which is not installed: {GYMNASIUM_INSTALL}", hint=GYMNASIUM_INSTALL
         ) from None
     return gymnasium
 

@@ -355,6 +355,11 @@ class MissingExtraError(RldsError, ImportError):
     """An optional dependency (an extra of rlds-cli) is not installed."""
 
 
+#: How to install gymnasium (the ``record`` extra), said in the message itself: a Python user sees
+#: the message of a traceback, not the hint.
+GYMNASIUM_INSTALL = "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"
+
+
 class NoEnvSpecError(RldsError, LookupError):
     """A dataset records no environment (``Dataset.recover_environment()`` has nothing to make)."""
 

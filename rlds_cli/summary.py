@@ -7,13 +7,10 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import stats
+from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR
 
-#: Steps read at a time when scanning a column (bounded memory for any dataset size).
-SCAN_ROWS = 1 << 20
-#: Bytes read at a time when computing per-key statistics.
-SCAN_BYTES = 64 * 1024 * 1024
 #: Bins of the episode length and return histograms.
 HISTOGRAM_BINS = 20
 
@@ -30,21 +27,44 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     }
 
 
-def episode_returns(ds: Dataset) -> np.ndarray:
-    """Sum of ``next/reward`` per episode, scanning the column in bounded chunks."""
+def _length_stats(lengths: np.ndarray) -> dict[str, Any]:
+    """:func:`_stats` of episode lengths, with ``min`` and ``max`` as the integers they are."""
+    out: dict[str, Any] = _stats(lengths)
+    out["min"], out["max"] = int(out["min"]), int(out["max"])
+    return out
+
+
+def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
+    """Sum of ``next/reward`` per episode (float64), the column read in bounded blocks
+    (:func:`~rlds_cli.cache.blocks.blocks`)."""
+    budget = budget if budget is not None else Budget()
     returns = np.zeros(ds.num_episodes, np.float64)
-    reward = ds.column("next/reward")
-    for start in range(0, ds.num_steps, SCAN_ROWS):
-        stop = min(start + SCAN_ROWS, ds.num_steps)
-        chunk = np.asarray(reward[start:stop], dtype=np.float64).reshape(stop - start, -1).sum(axis=1)
-        episode = ds.episode_of(np.arange(start, stop))
-        first = int(episode[0])
-        returns[first : int(episode[-1]) + 1] += np.bincount(episode - first, weights=chunk)
+    bounds = ds.episode_bounds
+    for start, chunk in blocks(ds.column("next/reward"), budget, itemsize=8):
+        rewards = budget.pool.empty((len(chunk), chunk[0].size), np.float64)
+        np.copyto(rewards, chunk.reshape(rewards.shape), casting="unsafe")
+        per_step = rewards.sum(axis=1, out=budget.pool.empty((len(chunk),), np.float64))
+        e0, e1 = (int(e) for e in bounds.episode_of(np.array([start, start + len(chunk) - 1])))
+        # each episode's first step in the block (the first one may have begun before it)
+        firsts = np.maximum(bounds.starts[e0 : e1 + 1], start) - start
+        returns[e0 : e1 + 1] += np.add.reduceat(per_step, firsts)
     return returns
 
 
-def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
-    """Element-wise statistics of one stored key, scanned in bounded chunks.
+def at_episode_ends(ds: Dataset, key: str, budget: Budget | None = None) -> np.ndarray:
+    """Whether step key ``key`` (a flag) is true at each episode's last step, one bool per
+    episode, the column read in bounded blocks."""
+    last = ds.episode_bounds.ends - 1
+    out = np.zeros(ds.num_episodes, bool)
+    for start, chunk in blocks(ds.column(key), budget):
+        lo, hi = np.searchsorted(last, [start, start + len(chunk)])
+        out[lo:hi] = chunk.reshape(len(chunk), -1)[last[lo:hi] - start].any(axis=1)
+    return out
+
+
+def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[str, Any]:
+    """Element-wise statistics of one stored key, read in bounded blocks (sized for their
+    float64 copy) and merged with Chan et al.'s update (:func:`rlds_cli.cache.stats.merge`).
 
     Returns:
         ``count`` (elements), ``nan``, ``posinf``, ``neginf`` counts, and ``min``/``max``/
@@ -52,30 +72,28 @@ def key_statistics(ds: Dataset, key: str) -> dict[str, Any]:
         report ``true`` (the number of true elements) instead.
     """
     spec = ds.stored_fields[key]
-    column = ds.column(key)
-    rows = int(column.shape[0])
     dtype = np.dtype(spec.dtype)
-    row_bytes = max(1, dtype.itemsize * int(np.prod(spec.shape, dtype=np.int64)))
-    step = max(1, SCAN_BYTES // row_bytes)
+    column = ds.column(key)
+    budget = budget if budget is not None else Budget()
     count = nan = posinf = neginf = true = 0
     # the accumulator of `preprocess --stats` and Normalize, over all elements: they agree
     acc: stats.Partial | None = None
-    for start in range(0, rows, step):
-        chunk = np.asarray(column[start : min(start + step, rows)])
+    scanned = blocks(column, budget, itemsize=8) if dtype.kind in "biuf" else iter(())
+    for _, chunk in scanned:
         count += chunk.size
         if dtype.kind == "b":
             true += int(np.count_nonzero(chunk))
             continue
-        if dtype.kind not in "iuf":
-            continue
-        values = chunk.astype(np.float64, copy=False).ravel()
+        values = chunk.reshape(-1)
         if dtype.kind == "f":
-            nan += int(np.isnan(values).sum())
-            posinf += int(np.isposinf(values).sum())
-            neginf += int(np.isneginf(values).sum())
-            values = values[np.isfinite(values)]
-        acc = stats.merge(acc, stats.partial(values.reshape(-1, 1), quantiles=False))
-    out: dict[str, Any] = {"count": count}
+            finite = np.isfinite(values, out=budget.pool.empty(values.shape, bool))
+            if not finite.all():  # the common case, all finite, needs no second copy
+                nan += int(np.isnan(values).sum())
+                posinf += int(np.isposinf(values).sum())
+                neginf += int(np.isneginf(values).sum())
+                values = values[finite]
+        acc = stats.merge(acc, stats.partial(values.reshape(-1, 1), quantiles=False, pool=budget.pool))
+    out: dict[str, Any] = {"count": count if dtype.kind in "biuf" else int(np.prod(column.shape))}
     if dtype.kind == "b":
         out["true"] = true
         return out
@@ -102,6 +120,19 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
     return {"counts": counts.tolist(), "edges": edges.tolist()}
 
 
+def length_histogram(lengths: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
+    """:func:`histogram` of integers (episode lengths): edges halfway between integers, every bin
+    as wide as the others and a whole number of values wide, so each bin holds the integers
+    ``ceil(lo)..floor(hi)`` and no bin is a slice of one value (one length: one bin)."""
+    if lengths.size == 0:
+        return {"counts": [], "edges": []}
+    lo, hi = int(lengths.min()), int(lengths.max())
+    width = -(-(hi - lo + 1) // bins)
+    edges = lo - 0.5 + width * np.arange(-(-(hi - lo + 1) // width) + 1)
+    counts, _ = np.histogram(lengths, bins=edges)
+    return {"counts": counts.tolist(), "edges": edges.tolist()}
+
+
 def stored_key_bytes(ds: Dataset, key: str) -> int:
     """Bytes of one stored key's files (its .npy file or its zarr array directory): their
     lengths, what its codec wrote, so ``logical / stored`` is the compression ratio. The
@@ -118,8 +149,12 @@ def stored_key_bytes(ds: Dataset, key: str) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
-def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
+def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = None) -> dict[str, Any]:
     """Schema, counts, episode statistics, disk use and provenance of a dataset.
+
+    Every column is read in bounded blocks (``budget``, default
+    :data:`~rlds_cli.cache.blocks.BLOCK_BYTES` each): memory does not grow with the dataset;
+    what is kept per episode (lengths, returns, end flags) is O(episodes).
 
     Returns:
         A JSON-serialisable dict with at least ``name``, ``num_steps``, ``num_episodes``,
@@ -128,10 +163,10 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         scan of every stored array).
     """
     m = ds.manifest
+    budget = budget if budget is not None else Budget()
     lengths = ds.episodes["length"]
-    last = ds.episodes["start"] + lengths - 1
-    terminated = np.asarray(ds.column("next/terminated")[last]).reshape(-1)
-    truncated = np.asarray(ds.column("next/truncated")[last]).reshape(-1)
+    terminated = at_episode_ends(ds, "next/terminated", budget)
+    truncated = at_episode_ends(ds, "next/truncated", budget)
     stored: dict[str, dict[str, Any]] = {
         key: {
             "shape": list(spec.shape),
@@ -148,8 +183,8 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
     for key, entry in stored.items():
         entry["compression_ratio"] = entry["logical_bytes"] / entry["bytes"] if entry["bytes"] else None
         if statistics:
-            entry["stats"] = key_statistics(ds, key)
-    returns = episode_returns(ds)
+            entry["stats"] = key_statistics(ds, key, budget)
+    returns = episode_returns(ds, budget)
     from rlds_cli.scores import dataset_scores
 
     env, scores = ds.env_spec, dataset_scores(ds)
@@ -166,9 +201,9 @@ def describe(ds: Dataset, *, statistics: bool = True) -> dict[str, Any]:
         "fields": {k: {"shape": list(shape), "dtype": dtype} for k, (shape, dtype) in ds.fields.items()},
         "stored": stored,
         "size_bytes": ds.size_bytes(),
-        "episode_length": _stats(lengths),
+        "episode_length": _length_stats(lengths),
         "episode_return": _stats(returns),
-        "histograms": {"episode_length": histogram(lengths), "episode_return": histogram(returns)},
+        "histograms": {"episode_length": length_histogram(lengths), "episode_return": histogram(returns)},
         "episodes_terminated": int(terminated.sum()),
         "episodes_truncated": int((truncated & ~terminated).sum()),
         "final_observations_synthesized": int((~ds.episodes["final_known"]).sum()),

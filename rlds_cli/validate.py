@@ -1,7 +1,9 @@
 """TED invariant checks of a cached dataset (``rlds inspect NAME --check``).
 
-Each check reads the dataset through the same code as training does (:class:`Dataset`),
-in chunks, so memory stays bounded; each violation names the episode and the step inside it.
+Each check reads the dataset in bounded blocks (:mod:`rlds_cli.cache.blocks`: a memory map's
+pages are released after each block), deriving TED keys with the same code as training does
+(:class:`~rlds_cli.cache.reader.TedReader`), so memory is the same for any dataset size; each
+violation names the episode and the step inside it.
 
 Checks:
 
@@ -32,14 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
 from rlds_cli.rows import rows_equal
-
-#: Steps read per chunk.
-CHUNK_STEPS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -137,17 +137,20 @@ class _Collector:
             self.add(check, message, int(s), key)
 
 
-def check_dataset(ds: Dataset, limit: int = 1000) -> CheckReport:
+def check_dataset(ds: Dataset, limit: int = 1000, budget: Budget | None = None) -> CheckReport:
     """Check the TED invariants of ``ds``.
 
     Args:
         ds: An open dataset.
         limit: Violations kept at most (the report says when there were more).
+        budget: The bytes of each block read (default
+            :data:`~rlds_cli.cache.blocks.BLOCK_BYTES`); it records the largest block read.
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is true when nothing is wrong.
     """
     c = _Collector(ds, limit)
+    budget = budget if budget is not None else Budget()
     c.report.checks.append("files")
     for problem in ds.check_files():
         c.add("files", problem)
@@ -161,17 +164,17 @@ def check_dataset(ds: Dataset, limit: int = 1000) -> CheckReport:
         ("nan", _check_nans),
     ):
         c.report.checks.append(name)
-        fn(ds, c)
+        fn(ds, c, budget)
     # last: the checks above say where an invariant breaks; this one finds any value changed
-    _check_digests(ds, c)
+    _check_digests(ds, c, budget)
     return c.report
 
 
-def _check_digests(ds: Dataset, c: _Collector) -> None:
+def _check_digests(ds: Dataset, c: _Collector, budget: Budget) -> None:
     """Recompute every content digest; one violation per array that differs, naming its file."""
     from rlds_cli.cache.digest import NOT_RECORDED, check_digests
 
-    result = check_digests(ds)  # a growing dataset's: those of its segments
+    result = check_digests(ds, budget=budget)  # a growing dataset's: those of its segments
     if not result.recorded and not result.checked:
         c.report.skipped["digest"] = NOT_RECORDED
         return
@@ -182,20 +185,16 @@ def _check_digests(ds: Dataset, c: _Collector) -> None:
         c.add("digest", f"{problem.path}: {problem.message}", key=problem.key)
 
 
-def _chunks(n: int) -> Any:
-    for start in range(0, n, CHUNK_STEPS):
-        yield start, min(start + CHUNK_STEPS, n)
-
-
 def _is_last(ds: Dataset, start: int, stop: int) -> np.ndarray:
-    ends = ds.episodes["start"] + ds.episodes["length"] - 1
+    """Whether each step of ``[start, stop)`` is its episode's last."""
+    ends = ds.episode_bounds.ends
     last = np.zeros(stop - start, bool)
-    inside = ends[(ends >= start) & (ends < stop)]
-    last[inside - start] = True
+    lo, hi = np.searchsorted(ends, [start + 1, stop + 1])
+    last[ends[lo:hi] - 1 - start] = True
     return last
 
 
-def _check_index(ds: Dataset, c: _Collector) -> None:
+def _check_index(ds: Dataset, c: _Collector, budget: Budget) -> None:
     starts, lengths = ds.episodes["start"], ds.episodes["length"]
     if len(starts) and starts[0] != 0:
         c.add("index", f"the first episode starts at step {int(starts[0])}, not 0")
@@ -208,10 +207,8 @@ def _check_index(ds: Dataset, c: _Collector) -> None:
         c.add("index", f"episodes cover {int(lengths.sum())} steps, the dataset has {ds.num_steps}")
 
 
-def _check_done(ds: Dataset, c: _Collector) -> None:
-    for start, stop in _chunks(ds.num_steps):
-        idx = np.arange(start, stop)
-        b = ds.gather(idx, ["next/done", "next/terminated", "next/truncated"])
+def _check_done(ds: Dataset, c: _Collector, budget: Budget) -> None:
+    for start, stop, b in ted_blocks(ds, ["next/done", "next/terminated", "next/truncated"], budget):
         done = np.asarray(b["next/done"]).reshape(-1)
         union = (np.asarray(b["next/terminated"]) | np.asarray(b["next/truncated"])).reshape(-1)
         c.add_steps(
@@ -226,21 +223,22 @@ def _check_done(ds: Dataset, c: _Collector) -> None:
         )
 
 
-def _check_continuity(ds: Dataset, c: _Collector) -> None:
+def _check_continuity(ds: Dataset, c: _Collector, budget: Budget) -> None:
     flat = [k for k, spec in ds.stored_fields.items() if spec.storage == "flat"]
-    for start, stop in _chunks(ds.num_steps):
-        inner = np.arange(start, stop)[~_is_last(ds, start, stop)]
-        inner = inner[inner + 1 < ds.num_steps]  # a damaged index may leave the last step open
-        if not len(inner):
-            continue
+    if not flat:
+        return
+    keys = [*flat, *(f"next/{k}" for k in flat)]
+    # each block also holds the step after its own: the pair (t, t + 1) at its end is checked
+    for start, stop, b in ted_blocks(ds, keys, budget, overlap=1):
+        pairs = min(stop, ds.num_steps - 1) - start  # the dataset's last step has no t + 1
+        inner = ~_is_last(ds, start, start + pairs)
         for key in flat:
-            nxt = np.asarray(ds.gather(inner, [f"next/{key}"])[f"next/{key}"])
-            cur = np.asarray(ds.gather(inner + 1, [key])[key])
-            same = rows_equal(nxt, cur)
-            c.add_steps("continuity", f"next/{key}[t] != {key}[t+1]", inner[~same], key)
+            same = rows_equal(b[f"next/{key}"][:pairs], b[key][1 : pairs + 1])
+            bad = np.flatnonzero(~same & inner)
+            c.add_steps("continuity", f"next/{key}[t] != {key}[t+1]", start + bad, key)
 
 
-def _check_counts(ds: Dataset, c: _Collector) -> None:
+def _check_counts(ds: Dataset, c: _Collector, budget: Budget) -> None:
     expected = ds.manifest.source.get("checks", {}).get("expected", {})
     dropped = int(ds.manifest.conversion.get("dropped_episodes", 0))
     _check_episode_arrays(ds, c)
@@ -288,21 +286,20 @@ def _check_episode_arrays(ds: Dataset, c: _Collector) -> None:
             c.add("counts", f"source array {name!r} has {len(value)} rows for {ds.num_episodes} episodes")
 
 
-def _check_nans(ds: Dataset, c: _Collector) -> None:
+def _check_nans(ds: Dataset, c: _Collector, budget: Budget) -> None:
     recorded = ds.manifest.source.get("checks", {}).get("nan_counts")
     for key, spec in ds.stored_fields.items():
         if np.dtype(spec.dtype).kind not in "fc":
             continue
-        col = ds.column(key)
         count = 0
         positions: list[int] = []
-        rows = len(col)
-        for start in range(0, rows, CHUNK_STEPS):
-            part = np.asarray(col[start : start + CHUNK_STEPS])
-            nan_rows = np.isnan(part.reshape(len(part), -1)).any(axis=1)
-            count += int(np.isnan(part).sum())
-            if len(positions) < 5:
-                positions += (start + np.flatnonzero(nan_rows))[: 5 - len(positions)].tolist()
+        for start, part in blocks(ds.column(key), budget):
+            nans = np.isnan(part, out=budget.pool.empty(part.shape, bool))
+            found = int(np.count_nonzero(nans))
+            count += found
+            if found and len(positions) < 5:
+                rows = np.flatnonzero(nans.reshape(len(part), -1).any(axis=1))
+                positions += (start + rows)[: 5 - len(positions)].tolist()
         want = None if recorded is None else recorded.get(key)
         if want is None or count == want:
             continue

@@ -23,6 +23,7 @@ from typing import Any
 
 import rlds_cli.cache.commit_log as commit_log
 import rlds_cli.cache.root as cache_root
+from tests.waits import HANG_SECONDS
 
 KILLED = 137
 _OS_STEPS = ("replace", "rename", "unlink", "remove", "rmdir", "mkdir", "fsync", "posix_fallocate")
@@ -256,7 +257,7 @@ __all__ = [
 ]
 
 
-def assert_finishes_forked(target: Callable[..., Any], *args: Any, timeout: float = 60.0) -> None:
+def assert_finishes_forked(target: Callable[..., Any], *args: Any, timeout: float = HANG_SECONDS) -> None:
     """Run ``target(*args)`` in a forked child, which must end within ``timeout`` seconds (a
     hang is killed, and fails) with exit code 0: what a fork must not break (a helper thread's
     pool or queued work inherited without its threads)."""

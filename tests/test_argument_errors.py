@@ -1,7 +1,8 @@
 """Arguments a hostile-input hunt passed that reached numpy (its own message, or a silent
 truncation) instead of one clear error: mixture weights that are no numbers, priorities of the
-wrong length or float indices for ``update_priority``; and a growing dataset whose ``min_size``
-is over its ``capacity`` (ready only with demonstrations: a warning, not a refusal)."""
+wrong length or float indices for ``update_priority``; and a growing dataset whose ``min_total``
+is over its ``capacity`` (ready only with demonstrations: a warning, not a refusal; a ``min_size``
+over it is refused: see ``tests/test_readiness.py``)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ def test_update_priority_refuses_a_wrong_length_and_float_indices(isolated_cache
     loader.update_priority(index, 2.0)  # one for all
 
 
-def test_min_size_over_capacity_warns(isolated_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_min_total_over_capacity_warns(isolated_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        rlds_cli.DatasetWriter("w", capacity=10, min_size=20).close()
-    assert "min_size=20 is over capacity=10" in caplog.text
+        rlds_cli.DatasetWriter("w", capacity=10, min_total=20).close()
+    assert "min_total=20 is over capacity=10" in caplog.text
 
 
 def test_a_storage_asked_for_is_never_ignored(isolated_cache: Path) -> None:

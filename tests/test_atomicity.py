@@ -33,6 +33,7 @@ from rlds_cli.errors import (
 from rlds_cli.formats.base import StepBlock
 from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
 from tests.durability import DurabilityTrace, check_durable_publish
+from tests.waits import HANG_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).resolve().parent / "_helper_convert.py"
@@ -74,13 +75,13 @@ def _wait_for_advances(proc: subprocess.Popen[str], count: int) -> None:
     while seen < count:
         line = proc.stdout.readline()
         if not line:
-            _, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=HANG_SECONDS)
             raise AssertionError(f"helper exited early (rc={proc.returncode}): {err}")
         if line.strip() == "advance":
             seen += 1
 
 
-def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> Any:
+def _finish(proc: subprocess.Popen[str], timeout: float = HANG_SECONDS) -> Any:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err
     lines = [line for line in out.splitlines() if line.strip() and line.strip() != "advance"]
@@ -89,7 +90,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> Any:
 
 def _kill(proc: subprocess.Popen[str]) -> None:
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=HANG_SECONDS)
     assert proc.returncode == -signal.SIGKILL
 
 
@@ -240,7 +241,7 @@ def test_reader_during_forced_rebuilds_sees_old_or_new(
     proc_guard.append(proc)
     seen = {6: 0, 8: 0}
     replaced = 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_SECONDS  # the reads end with the rebuilds
     while proc.poll() is None and time.monotonic() < deadline:
         ds = open_dataset("flip")
         try:

@@ -143,3 +143,19 @@ def test_the_zarr_section_runs_in_its_smallest_configuration(tmp_path: Path) -> 
     assert "| pixels |" in section and "| lowdim |" in section
     assert "zarr, layout before, zarr indexing (before this change)" in section
     assert section.count("**met**") + section.count("**not met**") == 4  # one verdict a goal
+
+
+@pytest.mark.slow
+def test_the_tensordict_section_runs_in_its_smallest_configuration(tmp_path: Path) -> None:
+    pytest.importorskip("tensordict")
+    import tensordict_bench
+
+    doc = tmp_path / "bench.md"
+    argv = ["--quick", "--steps", "2000", "--seconds", "0.01", "--repeats", "1"]
+    assert tensordict_bench.main([*argv, "--work", str(tmp_path / "w"), "--write", str(doc)]) == 0
+    section = doc.read_text()
+    for label in tensordict_bench.CONFIGS.values():
+        assert f"| {label} |" in section
+    assert section.count("**met**") + section.count("**not met**") == 1  # the one goal, judged
+    assert _harness.markers("tensordict")[1] in section
+    assert not (tmp_path / "w" / "root").exists()  # generated data removed without --keep

@@ -15,6 +15,7 @@ from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.formats.base import StepBlock
+from tests.waits import HANG_SECONDS
 
 
 def test_threaded_digests_equal_inline_ones() -> None:
@@ -43,7 +44,7 @@ def test_small_work_waits_for_the_threads_earlier_work() -> None:
 
     class Held:  # holds the thread until the gate opens
         def update(self, rows: np.ndarray) -> None:
-            gate.wait(10)
+            gate.wait(HANG_SECONDS)
             order.append("large")
 
     class Small:

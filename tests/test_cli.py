@@ -228,7 +228,7 @@ def test_inspect_human(golden_file: Path, isolated_cache: Path) -> None:
     assert lines[0].startswith("golden  (memmap, ")
     assert lines[0].endswith(str(isolated_cache / "datasets" / "golden"))
     assert lines[1] == "steps 6   episodes 3   terminated 1   truncated 2"
-    assert lines[2] == "episode length  min 1.0  mean 2.0  max 3.0  std 0.8"
+    assert lines[2] == "episode length  min 1  mean 2.0  max 3  std 0.8"
     assert lines[3] == "episode return  min 6.00  mean 7.33  max 9.00  std 1.25"
     keys = {line.split()[0] for line in lines if line.strip()}
     for key in GOLDEN_FIELDS:

@@ -23,6 +23,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.validate import check_dataset
 from tests.dataset_fixtures import uid_episode
 from tests.faults import assert_finishes_forked
+from tests.waits import HANG_SECONDS, join_all
 
 
 def _write(root: Path, uids: tuple[int, ...]) -> None:
@@ -147,10 +148,10 @@ def test_two_writers_padding_a_torn_log_at_once_both_commit(
     assert os.read(ready_r, 1) == b"r"  # the child is about to write
     parent = threading.Thread(target=append)
     parent.start()
-    assert waiting.wait(60)
+    assert waiting.wait(HANG_SECONDS)
     os.write(go_w, b"g")
-    child.join(60)
-    parent.join(60)
+    child.join(HANG_SECONDS)
+    parent.join(HANG_SECONDS)
     assert not child.is_alive() and not parent.is_alive()
     state = LogState()
     state.follow(log)
@@ -175,9 +176,7 @@ def test_appends_from_several_processes_at_once_are_all_readable(tmp_path: Path)
     procs = [ctx.Process(target=_append_many, args=(str(log), 10_000)) for _ in range(4)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0
+    join_all(procs)
     state = LogState()
     state.follow(log)
     assert (state.records, state.invalid) == (40_000, 0)

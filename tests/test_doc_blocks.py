@@ -1,10 +1,15 @@
 """Every code block of README.md and docs/*.md runs as written (see tests/doc_blocks.py).
 
-Each page runs as one session in a fresh directory that looks like the checkout's root (its
-``.venv``, ``Makefile``, ``pyproject.toml`` and ``docs/`` are linked in) with a fresh cache. Bash
-blocks run offline (``RLDS_OFFLINE=1``); a block marked ``network`` runs with an HTTP proxy on
-127.0.0.1 that serves generated stand-ins for the real files it asks for, so the commands run
-exactly as printed and nothing leaves the machine.
+Each page runs as one session with a fresh cache. The pages a newcomer follows after ``make demo``
+(:data:`FRONT_DOOR`) run in a fresh copy of the checkout whose ``.venv`` ``make demo`` made
+(tests/doc_checkout.py: only what ``make demo`` installs, so a block that needs more must install
+it, as the reader would), and must leave that copy as they found it. The other pages run in a
+directory that looks like the checkout's root (the suite's ``.venv``, ``Makefile``,
+``pyproject.toml`` and ``docs/`` linked in). Bash blocks run offline (``RLDS_OFFLINE=1``); a
+block marked ``network`` runs with an HTTP proxy on 127.0.0.1 that serves generated stand-ins
+for the real files it asks for, so the commands run exactly as printed and nothing leaves the
+machine. Files the blocks write outside the cache go under ``TMPDIR``, a folder of the test's
+(removed after the page).
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +33,19 @@ import pytest
 
 from tests.d4rl_fixtures import write_d4rl
 from tests.doc_blocks import CODE_LANGUAGES, Block, blocks, runnable_script
+from tests.doc_checkout import fresh_checkout, left_behind
 from tests.http_faults import FaultServer
 from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
+from tests.waits import HANG_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK_SECONDS = 300
+#: The pages that run after ``make demo`` alone, in a fresh checkout (the README's walk through
+#: and the guides it sends a newcomer to first).
+FRONT_DOOR = [
+    ROOT / "README.md",
+    *(ROOT / "docs" / name for name in ("getting-started.md", "recording.md", "loader.md")),
+]
 
 #: What the network blocks download, by URL (the registry's real URLs): small stand-ins.
 #: The write token of the Hub stand-in, in ``HF_TOKEN`` for the blocks marked ``hub``.
@@ -57,6 +71,10 @@ def _hopper_stand_in(path: Path) -> bytes:
         timeouts=timeouts,
     )
     return path.read_bytes()
+
+
+def _page_id(page: Path) -> str:
+    return page.name
 
 
 def _pages_with_blocks() -> list[Path]:
@@ -125,12 +143,18 @@ def _make_would_install(work: Path, env: dict[str, str]) -> bool:
     return probe.returncode != 0
 
 
-def _env(home: Path, *, proxy_url: str | None, hub_url: str | None = None) -> dict[str, str]:
+def _env(
+    home: Path, python: Path, scratch: Path, *, proxy_url: str | None, hub_url: str | None = None
+) -> dict[str, str]:
+    """A block's environment: the cache at ``home``, ``python``'s venv first on ``PATH`` (as after
+    ``source .venv/bin/activate``), ``TMPDIR`` at ``scratch``."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("RLDS_", "HF_")) and "proxy" not in k.lower()
     }
     env.update(RLDS_HOME=str(home), RLDS_FSYNC="0", NO_COLOR="1", COLUMNS="120", PYTHONUNBUFFERED="1")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(python.parent.parent)
+    env["TMPDIR"] = str(scratch)
     env["HF_HOME"] = str(home.parent / "hf-home")  # no token file of the machine's user
     if hub_url is not None:
         # the stand-in speaks the basic LFS upload protocol, not Xet
@@ -147,9 +171,9 @@ def _env(home: Path, *, proxy_url: str | None, hub_url: str | None = None) -> di
 class PythonSession:
     """The page's Python process (tests/doc_session.py), started at its first python block."""
 
-    def __init__(self, cwd: Path, env: dict[str, str], log: IO[str]) -> None:
+    def __init__(self, python: Path, cwd: Path, env: dict[str, str], log: IO[str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "doc_session.py")],
+            [str(python), str(ROOT / "tests" / "doc_session.py")],
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
@@ -162,6 +186,12 @@ class PythonSession:
         code = block.code.encode()
         self.proc.stdin.write(f"{block.where} {len(code)}\n".encode() + code)
         self.proc.stdin.flush()
+        # a hang guard only (a block that waits forever, e.g. on a worker that died): the reply
+        # line ends the wait whatever the machine's speed
+        ready, _, _ = select.select([self.proc.stdout], [], [], HANG_SECONDS)
+        if not ready:
+            self.proc.kill()
+            return {"ok": False, "error": f"no reply in {HANG_SECONDS:.0f} s: a hang"}
         line = self.proc.stdout.readline()
         if not line:
             return {"ok": False, "error": f"the Python session died (exit {self.proc.wait()})"}
@@ -183,19 +213,23 @@ def _run_bash(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=BLOCK_SECONDS,
+        timeout=HANG_SECONDS,  # a hang guard: the block's end ends the wait
         stdin=subprocess.DEVNULL,
     )
     return proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", _pages_with_blocks(), ids=lambda p: p.name)
-def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultServer, hub: HubStandin) -> None:
-    work = _session_dir(tmp_path)
+def _run_page(
+    page: Path, work: Path, python: Path, tmp_path: Path, proxy: FaultServer, hub: HubStandin | None
+) -> None:
+    """Run every block of ``page`` in order in ``work`` with ``python``'s venv, the cache in
+    ``tmp_path``; fails the test at the first block that does not do what it shows."""
     home = tmp_path / "rlds-home"
+    # the blocks' TMPDIR: short, for the AF_UNIX sockets multiprocessing makes there (at most 107
+    # bytes: under pytest's tmp_path, torch's DataLoader workers failed to share tensors)
+    scratch = Path(tempfile.mkdtemp(prefix="rlds-doc-"))
     python_log = (tmp_path / "python.log").open("w")
-    python: PythonSession | None = None
+    session: PythonSession | None = None
     try:
         for block in blocks(page):
             if block.language not in CODE_LANGUAGES or "skip" in block.options:
@@ -205,10 +239,14 @@ def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultSer
             elif block.language == "toml":
                 tomllib.loads(block.code)
             elif block.language == "bash":
+                if "hub" in block.options:
+                    assert hub is not None, f"{block.where}: a hub block on a page run without the stand-in"
                 env = _env(
                     home,
+                    python,
+                    scratch,
                     proxy_url=proxy.base if "network" in block.options else None,
-                    hub_url=hub.endpoint if "hub" in block.options else None,
+                    hub_url=hub.endpoint if hub is not None and "hub" in block.options else None,
                 )
                 if "make " in runnable_script(block) and _make_would_install(work, env):
                     pytest.skip(f"{block.where}: the venv was not made by `make install`")
@@ -216,19 +254,44 @@ def test_every_block_runs_as_written(page: Path, tmp_path: Path, proxy: FaultSer
                 expected = int(block.options.get("expect-exit", "0"))
                 assert code == expected, f"{block.where} exited {code}, not {expected}:\n{output}"
             else:
-                if python is None:  # a page with hub blocks reads the stand-in from Python too
-                    on_hub = any("hub" in b.options for b in blocks(page))
-                    env = _env(home, proxy_url=None, hub_url=hub.endpoint if on_hub else None)
-                    python = PythonSession(work, env, python_log)
-                reply = python.run(block)
+                if session is None:  # a page with hub blocks reads the stand-in from Python too
+                    on_hub = hub is not None and any("hub" in b.options for b in blocks(page))
+                    env = _env(
+                        home, python, scratch, proxy_url=None, hub_url=hub.endpoint if on_hub else None
+                    )
+                    session = PythonSession(python, work, env, python_log)
+                reply = session.run(block)
                 if not reply["ok"]:
                     python_log.flush()
                     printed = (tmp_path / "python.log").read_text()[-3000:]
                     pytest.fail(f"{block.where} failed:\n{reply['error']}\nprinted:\n{printed}")
     finally:
-        if python is not None:
-            python.close()
+        if session is not None:
+            session.close()
         python_log.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", FRONT_DOOR, ids=_page_id)
+def test_front_door_pages_run_after_make_demo_alone(page: Path, tmp_path: Path, proxy: FaultServer) -> None:
+    """A fresh checkout, ``make demo``, then every block of the page, in order, in the venv
+    ``make demo`` made; the checkout is left as it was (no ``minari/``, no exported file)."""
+    work = fresh_checkout(tmp_path / "checkout", tmp_path / "rlds-home")
+    _run_page(page, work, work / ".venv" / "bin" / "python", tmp_path, proxy, hub=None)
+    assert left_behind(work) == [], f"{page.name}'s blocks wrote into the checkout"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in _pages_with_blocks() if p not in FRONT_DOOR], ids=_page_id)
+def test_every_other_block_runs_as_written(
+    page: Path, tmp_path: Path, proxy: FaultServer, hub: HubStandin
+) -> None:
+    _run_page(page, _session_dir(tmp_path), Path(sys.executable), tmp_path, proxy, hub)
+
+
+def test_the_front_door_pages_have_blocks() -> None:
+    assert all(p in _pages_with_blocks() for p in FRONT_DOOR)
 
 
 def test_skipped_blocks_are_few_and_say_why() -> None:

@@ -28,6 +28,7 @@ from rlds_cli.errors import OfflineError
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import part_path
 from tests.http_faults import Fault, FaultServer, bounded, serving
+from tests.waits import HANG_SECONDS
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
 DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
@@ -309,7 +310,7 @@ def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> N
     server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=sent_before_kill, wait=release))
     proc = _rlds(isolated_cache, "download", "lp")
     part = part_path(raw(isolated_cache), "pointmass.hdf5")
-    deadline = time.monotonic() + 120  # only a bound on a hang: the loop ends on the bytes
+    deadline = time.monotonic() + HANG_SECONDS  # only a bound on a hang: the loop ends on the bytes
     while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)
@@ -470,7 +471,7 @@ def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cac
 
 def test_a_registry_file_named_hashes_json(server: FaultServer, isolated_cache: Path) -> None:
     """A dataset file called hashes.json took the hash store's lock and path (a deadlock)."""
-    result = bounded(lambda: download("local-hashes-v0"), 60)
+    result = bounded(lambda: download("local-hashes-v0"), HANG_SECONDS)
     assert result.manifest.num_steps == 5000
     folder = raw(isolated_cache, "local-hashes-v0")
     assert (folder / "hashes.json").read_bytes() == DEMO

@@ -36,6 +36,7 @@ from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import part_info_path, part_path
 from tests.http_faults import Fault, FaultServer, bounded
+from tests.waits import HANG_SECONDS
 
 V1 = bytes(range(256)) * 1200  # 300 KiB, every byte position distinguishable
 V2 = bytes(reversed(range(256))) * 1200  # the same file regenerated upstream: same size
@@ -48,8 +49,6 @@ def server() -> Iterator[FaultServer]:
     with FaultServer() as srv:
         srv.files[PATH] = V1
         yield srv
-
-
 
 
 def fetch(
@@ -166,7 +165,7 @@ def test_a_206_to_a_whole_file_request_fails_clearly(
         fetch(server, tmp_path, config)
 
     with pytest.raises(ServerResponseError) as info:
-        bounded(run, 30)
+        bounded(run, HANG_SECONDS)
     message = str(info.value)
     assert server.url(PATH) in message and f"bytes 500-{len(V1) - 1}/{len(V1)}" in message
     assert "RLDS_REGISTRY" in info.value.hint
@@ -466,13 +465,13 @@ def test_files_named_like_bookkeeping_do_not_collide(
     for name, body in bodies.items():
         server.files[f"/{name}"] = body
     specs = [RemoteFile(name, (server.url(f"/{name}"),)) for name in names]
-    results = bounded(lambda: fetch_files(specs, tmp_path, config=config, workers=3), 60)
+    results = bounded(lambda: fetch_files(specs, tmp_path, config=config, workers=3), HANG_SECONDS)
     assert [r.path.read_bytes() for r in results] == list(bodies.values())
     records = HashStore(tmp_path).read()
     assert {n: r.sha256 for n, r in records.items()} == {
         n: hashlib.sha256(b).hexdigest() for n, b in bodies.items()
     }
-    again = bounded(lambda: fetch_files(specs, tmp_path, config=config), 60)
+    again = bounded(lambda: fetch_files(specs, tmp_path, config=config), HANG_SECONDS)
     assert [r.action for r in again] == ["cached"] * len(names)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from rlds_cli.cache import durable
 from tests.faults import assert_finishes_forked
+from tests.waits import HANG_SECONDS
 
 
 def _files(tmp_path: Path, n: int) -> list[Path]:
@@ -25,7 +26,7 @@ def test_a_wave_syncs_every_path_at_once(tmp_path: Path, monkeypatch: pytest.Mon
     """Five files and a folder: each fsynced once, and all six were under way together (each
     fsync here waits until all have begun, which one after the other would never happen)."""
     paths = _files(tmp_path, 5)
-    begun = threading.Barrier(6, timeout=10)
+    begun = threading.Barrier(6, timeout=HANG_SECONDS)
     synced: list[str] = []
     real = os.fsync
 

@@ -24,6 +24,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.envspec import env_entry, env_spec_to_json
 from rlds_cli.errors import (
+    GYMNASIUM_INSTALL,
     DatasetNotFoundError,
     EnvironmentUnavailableError,
     MissingExtraError,
@@ -216,7 +217,8 @@ def test_without_gymnasium_the_error_says_what_to_install(
     assert pendulum.env_spec is not None  # reading the spec needs no gymnasium
     with pytest.raises(MissingExtraError, match="needs gymnasium, which is not installed") as err:
         pendulum.recover_environment()
-    assert err.value.hint == "pip install gymnasium"
+    assert err.value.hint == GYMNASIUM_INSTALL
+    assert "pip install 'rlds-cli[record]'" in str(err.value)  # a traceback shows the message only
 
 
 def test_a_malformed_env_entry_is_a_corrupt_manifest(golden: rlds_cli.Dataset) -> None:

@@ -202,3 +202,15 @@ def test_npz_round_trip(golden: Dataset, tmp_path: Path, monkeypatch: pytest.Mon
     convert(out, "back", options={"block_rows": 2})
     _same(golden, open_dataset("back"))
     assert open_dataset("back").manifest.source["format"] == "d4rl"
+
+
+def test_export_help_names_every_format() -> None:
+    """`rlds export --help` names each format `--to` takes, in its summary and in the option."""
+    from rlds_cli.export import EXPORTERS
+
+    result = runner.invoke(app, ["export", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    summary = result.output.split("Export a dataset to", 1)[1].split("\n\n", 1)[0].lower()
+    for name in EXPORTERS:
+        assert name in summary, f"{name} is missing from the summary: {summary!r}"
+        assert result.output.lower().count(name) >= 2, name  # the summary and --to

@@ -170,3 +170,39 @@ def test_a_killed_hub_exports_build_is_removed_by_gc(isolated_cache: Path, tmp_p
     left = Path(killed.stdout.strip())
     assert killed.returncode == -9 and left.is_dir()
     assert cache.clean_stale_builds() == [left] and not left.exists()
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_every_command_says_the_same_when_the_hub_cannot_be_reached(isolated_cache: Path) -> None:
+    """download, pull, push, export and a remote read: one message shape, with the endpoint
+    tried, the cause in words and RLDS_HF_ENDPOINT in the hint (push/pull once said the client's
+    class name and HF_ENDPOINT, download the cause and RLDS_HF_ENDPOINT)."""
+    download("demo")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "RLDS_"))}
+    env.update(RLDS_HOME=str(isolated_cache), RLDS_HF_ENDPOINT=endpoint, NO_COLOR="1", COLUMNS="300")
+    env["HF_HOME"] = str(isolated_cache.parent / "hf-home")
+    repo = "hf://datasets/org/repo/x"
+    commands = {
+        "download": ["download", repo],
+        "pull": ["pull", repo],
+        "push": ["push", "demo", repo],
+        "export": ["export", "demo", repo, "--to", "lerobot"],
+        "inspect": ["inspect", repo],
+    }
+    for command, args in commands.items():
+        run = _cli(env, *args)
+        assert run.returncode == 1, (command, run.stderr)
+        first, hint = run.stderr.strip().splitlines()[:2]
+        assert (
+            first == f"error: cannot reach the Hub at {endpoint} for {repo}@main: the connection was refused"
+        ), command
+        assert hint.startswith("hint: check the network") and "RLDS_HF_ENDPOINT" in hint, (command, hint)

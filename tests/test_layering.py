@@ -52,6 +52,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "scores": BOTTOM | {"cache", "names", "envspec", "registry"},
     "validate": BOTTOM | {"cache", "formats"},  # checks a source file with the readers
     "plot": BOTTOM | {"cache", "summary"},
+    # Dataset.episode_table (a plug point): the returns of summary, the seeds rlds recorded
+    "episode_table": BOTTOM | {"cache", "summary", "recording"},
     "catalog": BOTTOM | {"cache", "matching", "registry", "registry_hub", "net"},
     "loader": BOTTOM | {"cache", "normalization", "opening"},
     "write": BOTTOM | {"cache"},
@@ -75,8 +77,9 @@ STANDS_ON_EVERYTHING = {"cli", "rlds_cli"}
 #: (importer, imported) module pairs that break :data:`MAY_IMPORT` today, and why each remains.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
-#: Modules over the limit, each with the reason it is (none: every module is split).
-MAX_LINES = 500
+#: A module is one concept, up to this many lines where the concept needs them (issue 39: the
+#: cap of 500 split modules by length, not by concept). Modules over it, each with its reason.
+MAX_LINES = 800
 KNOWN_LONG: dict[str, str] = {}
 
 
@@ -148,19 +151,19 @@ def _lines(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
-def test_every_module_is_at_most_500_lines() -> None:
+def test_every_module_is_at_most_800_lines() -> None:
     root = PACKAGE.parent
     long = {p.relative_to(root).as_posix(): _lines(p) for p in modules().values() if _lines(p) > MAX_LINES}
     new = {p: n for p, n in long.items() if p not in KNOWN_LONG}
     gone = sorted(set(KNOWN_LONG) - set(long))
-    assert not new, f"modules over {MAX_LINES} lines (split them along responsibilities): {new}"
+    assert not new, f"modules over {MAX_LINES} lines (one concept each: split along concepts): {new}"
     assert not gone, f"now short enough: remove these from KNOWN_LONG: {gone}"
 
 
-def test_benchmark_and_script_modules_are_at_most_500_lines() -> None:
+def test_benchmark_and_script_modules_are_at_most_800_lines() -> None:
     """The same limit for the benchmark harness and sections and the maintenance scripts."""
     root = PACKAGE.parent
     files = [*(root / "benchmarks").glob("*.py"), *(root / "scripts").glob("*.py")]
     assert len(files) > 20  # the folders are where this test looks
     long = {p.relative_to(root).as_posix(): _lines(p) for p in files if _lines(p) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines (split them along responsibilities): {long}"
+    assert not long, f"modules over {MAX_LINES} lines (one concept each: split along concepts): {long}"

@@ -14,6 +14,7 @@ from filelock import FileLock as PortableLock
 from filelock import Timeout as PortableTimeout
 
 from rlds_cli.cache.locking import FileLock, Timeout, file_lock, is_timeout
+from tests.waits import HANG_SECONDS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the flock lock is POSIX's")
 
@@ -74,8 +75,8 @@ def test_waits_for_another_process(tmp_path: Path) -> None:
         assert holder.stdin is not None
         holder.stdin.write("\n")
         holder.stdin.close()
-        holder.wait(30)
-    FileLock(path).acquire(timeout=5).release()
+        holder.wait(HANG_SECONDS)
+    FileLock(path).acquire(timeout=HANG_SECONDS).release()
 
 
 def test_other_errors_are_not_timeouts() -> None:

@@ -19,6 +19,7 @@ from rlds_cli import preprocess
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from tests.dataset_fixtures import everything, make_dataset
+from tests.waits import HANG_SECONDS
 
 REPO = Path(__file__).resolve().parent.parent
 FNS = "tests.preprocess_fns"
@@ -152,11 +153,11 @@ def test_job_killed_halfway_resumes_to_the_same_arrays(
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREPROCESS_TEST_HANG_FROM": "40"}
     proc = subprocess.Popen([sys.executable, str(script), by], cwd=REPO, env=env, start_new_session=True)
     chunks = isolated_cache / "tmp"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_SECONDS  # a hang guard: the chunks end the wait
     try:
         while len(list(chunks.glob("*.job-*/chunks/*.done.npz"))) < 4:
             assert proc.poll() is None, "the job ended before it could be killed"
-            assert time.monotonic() < deadline, "no chunk finished in time"
+            assert time.monotonic() < deadline, "no chunk finished: a hang"
             time.sleep(0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the coordinator and its workers, mid-job

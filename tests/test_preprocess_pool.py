@@ -21,6 +21,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import FunctionImportError, PreprocessError, UserFunctionError
 from rlds_cli.preprocess.pool import THREAD_VARIABLES
 from tests.dataset_fixtures import make_dataset
+from tests.waits import HANG_SECONDS
 
 HERE = "tests.test_preprocess_pool"
 REPO = Path(__file__).resolve().parent.parent
@@ -45,10 +46,10 @@ def _a_worker_takes_a_chunk(batch: Any) -> None:
         return
     if batch["index"][0] == 0:
         return
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_SECONDS
     while not any(marks.iterdir()):
         if time.monotonic() > deadline:
-            raise AssertionError("no worker took a chunk in 120 s")
+            raise AssertionError(f"no worker took a chunk in {HANG_SECONDS:.0f} s: a hang")
         time.sleep(0.01)
 
 

@@ -32,6 +32,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import CacheNotVisibleError
 from rlds_cli.preprocess import executors, fnref
 from tests.dataset_fixtures import make_dataset
+from tests.waits import HANG_SECONDS
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rlds-cli[ray]')")
 
@@ -135,11 +136,11 @@ def same_output(local: Any, remote: Any) -> None:
 
 def act_when(ready: Callable[[], bool], act: Callable[[], None]) -> tuple[threading.Thread, list[bool]]:
     """A started thread that calls ``act`` once ``ready()`` is true (checked every 50 ms, for
-    at most 120 s: a bound on a hang), and a list that holds ``True`` once it has."""
+    at most ``HANG_SECONDS``: a bound on a hang), and a list that holds ``True`` once it has."""
     done: list[bool] = []
 
     def watch() -> None:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_SECONDS
         while time.monotonic() < deadline:
             if ready():
                 act()
@@ -252,7 +253,7 @@ def scale(batch):
         else:
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            time.sleep(120)  # the stall the test ends by killing this process
+            time.sleep({hang})  # the stall the test ends by killing this process
     return dict(batch)
 """
 
@@ -261,7 +262,7 @@ def scale(batch):
 def test_worker_killed_mid_job_is_retried(on_cluster: Any, tmp_path: Path) -> None:
     marker = tmp_path / "stalled.pid"
     fns = tmp_path / "killfns.py"
-    fns.write_text(KILLED_ONCE.format(marker=str(marker)))
+    fns.write_text(KILLED_ONCE.format(marker=str(marker), hang=HANG_SECONDS))
     make_dataset("src", [10] * 8)
 
     def kill_the_stalled_worker() -> None:
@@ -271,7 +272,7 @@ def test_worker_killed_mid_job_is_retried(on_cluster: Any, tmp_path: Path) -> No
 
     killer, killed = act_when(lambda: marker.is_file() and bool(marker.read_text()), kill_the_stalled_worker)
     remote = preprocess.run("src", f"{fns}:scale", "remote", chunk_steps=10, backend="ray", stats=True)
-    killer.join(timeout=5)
+    killer.join(timeout=HANG_SECONDS)
     assert killed, "no worker stalled"
     local = preprocess.run("src", f"{fns}:scale", "local", chunk_steps=10, workers=1, stats=True)
     same_output(local, remote)
@@ -377,15 +378,15 @@ def scale(batch):
             pass
         else:
             os.close(fd)
-        time.sleep(120)  # the stall the test ends by taking the node away
+        time.sleep({hang})  # the stall the test ends by taking the node away
     # on the head node, a chunk after step 0 (not schema inference, in the caller) waits until
     # the second node has taken a chunk, however long that cold node takes to start a worker:
     # the head cannot finish them all first (the mark ends the wait; the deadline bounds a hang)
     if batch["index"][0] > 0:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + {hang}
         while not os.path.exists(MARKER):
             if time.monotonic() > deadline:
-                raise AssertionError("the second node took no chunk in 120 s")
+                raise AssertionError("the second node took no chunk in {hang} s: a hang")
             time.sleep(0.01)
     return dict(batch)
 """
@@ -418,7 +419,7 @@ def test_remote_zarr_in_and_out_survives_a_node_loss_with_no_shared_disk(
     marker = tmp_path / "stalled"
     var = "PREPROCESS_TEST_S3_VICTIM"
     fns = tmp_path / "s3nodefns.py"
-    fns.write_text(NODE_LOST.format(marker=str(marker), var=var))
+    fns.write_text(NODE_LOST.format(marker=str(marker), var=var, hang=HANG_SECONDS))
     caller = os.getcwd()
     os.chdir(tmp_path)
     os.environ[var] = "1"
@@ -439,7 +440,7 @@ def test_remote_zarr_in_and_out_survives_a_node_loss_with_no_shared_disk(
             "s3://rayjob/src", f"{fns}:scale", "s3://rayjob/out", chunk_steps=10, backend="ray", stats=True
         )
     finally:
-        killer.join(timeout=30)
+        killer.join(timeout=HANG_SECONDS)
         if victim in cluster.worker_nodes:
             cluster.remove_node(victim, allow_graceful=False)
         ray.shutdown()
@@ -463,14 +464,14 @@ def test_worker_node_lost_mid_job_is_retried(on_cluster: Any, tmp_path: Path) ->
     # the module's last test: it takes the second node away (the others pass on one node too)
     marker = tmp_path / "stalled"
     fns = tmp_path / "nodefns.py"
-    fns.write_text(NODE_LOST.format(marker=str(marker), var=VICTIM_VAR))
+    fns.write_text(NODE_LOST.format(marker=str(marker), var=VICTIM_VAR, hang=HANG_SECONDS))
     make_dataset("src", [10] * 8)
     # SIGKILL, all of the node
     killer, removed = act_when(
         marker.exists, lambda: on_cluster.remove_node(on_cluster.victim, allow_graceful=False)
     )
     remote = preprocess.run("src", f"{fns}:scale", "remote", chunk_steps=10, backend="ray", stats=True)
-    killer.join(timeout=30)
+    killer.join(timeout=HANG_SECONDS)
     assert removed, "no task ran on the second node"
     local = preprocess.run("src", f"{fns}:scale", "local", chunk_steps=10, workers=1, stats=True)
     same_output(local, remote)

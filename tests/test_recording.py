@@ -227,3 +227,22 @@ def test_env_spec_that_json_cannot_hold() -> None:
     with pytest.raises(RecordingError, match="the env spec of 'RecMixed-v0' cannot be saved as JSON"):
         rlds_cli.record(env, None, name="x", episodes=1)
     assert not rlds_cli.CacheRoot().exists("x")  # nothing was created
+
+
+def test_without_gymnasium_the_error_names_the_record_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message itself (what a Python traceback shows; the hint is the CLI's) names the exact
+    install line: the README's recording block failed after `make demo` with no command to run."""
+    import importlib
+    import sys
+
+    from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "gymnasium", None)
+    monkeypatch.delitem(sys.modules, "rlds_cli.recording.wrapper")
+    with pytest.raises(MissingExtraError) as caught:
+        importlib.import_module("rlds_cli.recording.wrapper")
+    assert str(caught.value) == (
+        "recording from an environment needs gymnasium, which is not installed: "
+        "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"
+    )
+    assert caught.value.hint == GYMNASIUM_INSTALL

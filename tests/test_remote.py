@@ -265,10 +265,11 @@ def test_a_pull_killed_at_every_step_shows_nothing_and_resumes(tmp_path: Path) -
 
 def test_a_changed_remote_byte_is_refused_naming_the_key(tmp_path: Path) -> None:
     make_demo("d", "memmap")
-    url = "memory://bucket/d"
+    store = tmp_path / "bucket" / "d"  # a file:// store: the CLI refuses memory:// (one process)
+    url = f"file://{store}"
     push("d", url)
-    fs = fsspec.filesystem("memory")
-    path = "/bucket/d/arrays/info/qpos.npy"
+    fs = fsspec.filesystem("file")
+    path = f"{store}/arrays/info/qpos.npy"
     data = bytearray(fs.cat_file(path))
     data[-3] ^= 0x01
     fs.pipe_file(path, bytes(data))
@@ -276,13 +277,13 @@ def test_a_changed_remote_byte_is_refused_naming_the_key(tmp_path: Path) -> None
     result = runner.invoke(app, ["pull", url, "--root", str(other.path)])
     assert result.exit_code == 1
     line = " ".join(result.stderr.split())
-    assert "memory://bucket/d/arrays/info/qpos.npy (key info/qpos) differs from the file pushed" in line
+    assert f"{url}/arrays/info/qpos.npy (key info/qpos) differs from the file pushed" in line
     assert "Traceback" not in result.output and not other.exists("d")
 
     # an index edited to match is still caught: the content digests are recomputed
-    index = json.loads(fs.cat_file("/bucket/d/rlds-files.json"))
+    index = json.loads(fs.cat_file(f"{store}/rlds-files.json"))
     index["files"]["arrays/info/qpos.npy"]["sha256"] = pull_module.store.hashlib.sha256(data).hexdigest()
-    fs.pipe_file("/bucket/d/rlds-files.json", json.dumps(index).encode())
+    fs.pipe_file(f"{store}/rlds-files.json", json.dumps(index).encode())
     with pytest.raises(RemoteCorruptError, match="content digest of info/qpos: content changed"):
         pull(url, root=other)
     assert not other.exists("d")
@@ -323,19 +324,25 @@ def test_pull_refuses_to_replace_another_dataset_without_force(tmp_path: Path) -
 
 def test_errors_are_one_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_demo("d", "memmap")
+    store = f"file://{tmp_path}/b/d"
+    gone = "a memory:// store lives inside one process and is gone when this command exits"
     cases = [
         (["pull", f"file://{tmp_path}/nothing"], "holds no manifest.json: it is not an rlds dataset"),
         (["push", "d", "nope://bucket/d"], "cannot open nope://bucket/d: Protocol not known"),
-        (["push", "d", "memory://b/d", "--storage-option", "novalue"], "is not KEY=VALUE"),
-        (["push", "nosuch", "memory://b/d"], "no dataset named 'nosuch'"),
+        (["push", "d", store, "--storage-option", "novalue"], "is not KEY=VALUE"),
+        (["push", "nosuch", store], "no dataset named 'nosuch'"),
+        # the CLI's process ends with the command: a push there would report success into nothing
+        (["push", "d", "memory://b/d"], f"memory://b/d: {gone}"),
+        (["pull", "memory://b/d"], f"memory://b/d: {gone}"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == 1, (args, result.output)
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
         assert "Traceback" not in result.output and "unexpected" not in result.stderr
+    assert "file:///DIR/NAME, s3://bucket/prefix/NAME" in " ".join(result.stderr.split())  # what works
     monkeypatch.setitem(sys.modules, "fsspec", None)  # the extra is not installed
-    result = runner.invoke(app, ["push", "d", "memory://b/d"])
+    result = runner.invoke(app, ["push", "d", store])
     assert result.exit_code == 1
     assert "needs fsspec, which is not installed" in result.stderr and "rlds-cli[remote]" in result.stderr
 
@@ -493,3 +500,33 @@ def test_s3_errors(s3: Any, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch)
     result = runner.invoke(app, ["push", "d", f"s3://{s3.bucket}/d"])
     assert result.exit_code == 1, result.output
     assert "no credentials found" in result.stderr and "AWS_ACCESS_KEY_ID" in result.stderr
+
+
+def test_offline_mode_refuses_every_store_that_needs_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RLDS_OFFLINE=1: a pull or push of hf://, s3:// (or a chained URL over one) is one line
+    before anything is sent (``rlds pull hf://...`` went to the Hub); file:// still works."""
+    from rlds_cli.errors import OfflineError
+
+    make_demo("d", "memmap")
+    monkeypatch.setenv("RLDS_OFFLINE", "1")
+    cases = [
+        ["pull", "hf://datasets/org/repo/d"],
+        ["push", "d", "hf://datasets/org/repo/d"],
+        ["push", "d", "s3://bucket/d"],
+        ["pull", "simplecache::s3://bucket/d"],
+        ["export", "d", "hf://datasets/org/repo/lr", "--to", "lerobot"],
+    ]
+    for args in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        first = result.stderr.strip().splitlines()[0]
+        assert first.startswith("error: ") and first.endswith(
+            "needs the network, and offline mode is on (RLDS_OFFLINE)"
+        )
+        assert "unset RLDS_OFFLINE" in result.stderr and "Traceback" not in result.output
+    with pytest.raises(OfflineError, match="hf://datasets/org/repo/d needs the network"):
+        pull("hf://datasets/org/repo/d")
+    assert push("d", f"file://{tmp_path}/bucket/d").uploaded > 0  # local stores need no network
+    assert pull(f"file://{tmp_path}/bucket/d", name="d2").downloaded > 0

@@ -5,7 +5,6 @@ line naming it, by ``rlds pull`` and by ``open_dataset(URL)``; nothing is writte
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,37 +21,36 @@ fsspec = pytest.importorskip("fsspec")
 from rlds_cli.remote.push import push  # noqa: E402
 
 runner = CliRunner()
-URL = "memory://bucket/sizes"
-INDEX = "/bucket/sizes/rlds-files.json"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_memory_store() -> Iterator[None]:
-    from fsspec.implementations.memory import MemoryFileSystem
-
-    yield
-    MemoryFileSystem.store.clear()
-    MemoryFileSystem.pseudo_dirs[:] = [""]
 
 
 @pytest.fixture
-def pushed() -> dict[str, Any]:
+def store(tmp_path: Path) -> Path:
+    """The pushed dataset's folder: a file:// store (the CLI refuses memory://, a store of one
+    process)."""
+    return tmp_path / "bucket" / "sizes"
+
+
+@pytest.fixture
+def pushed(store: Path) -> dict[str, Any]:
     result = runner.invoke(app, ["download", "demo", "--storage", "zarr", "--name", "d", "-q"])
     assert result.exit_code == 0, result.output
-    push("d", URL)
-    return json.loads(fsspec.filesystem("memory").cat_file(INDEX))
+    push("d", f"file://{store}")
+    return json.loads((store / "rlds-files.json").read_bytes())
 
 
 @pytest.mark.parametrize("size", [2**62, -1, True, 1.5, "12", None])
-def test_an_impossible_size_names_the_index(size: Any, pushed: dict[str, Any], tmp_path: Path) -> None:
+def test_an_impossible_size_names_the_index(
+    size: Any, pushed: dict[str, Any], store: Path, tmp_path: Path
+) -> None:
+    url = f"file://{store}"
     rel = sorted(pushed["files"])[0]
     pushed["files"][rel]["size"] = size
-    fsspec.filesystem("memory").pipe_file(INDEX, json.dumps(pushed).encode())
+    (store / "rlds-files.json").write_text(json.dumps(pushed))
     other = CacheRoot(tmp_path / "other")
-    result = runner.invoke(app, ["pull", URL, "--root", str(other.path)])
+    result = runner.invoke(app, ["pull", url, "--root", str(other.path)])
     assert result.exit_code == 1, result.output
     error, *rest = result.stderr.splitlines()
-    assert error.startswith(f"error: {URL}/rlds-files.json ") and len(rest) <= 1, result.stderr
+    assert error.startswith(f"error: {url}/rlds-files.json ") and len(rest) <= 1, result.stderr
     assert (
         "Errno" not in result.stderr
         and "unexpected" not in result.stderr
@@ -61,13 +59,13 @@ def test_an_impossible_size_names_the_index(size: Any, pushed: dict[str, Any], t
     assert "rlds push" in result.stderr  # what to do: push it again
     assert not other.exists("d")
     with pytest.raises(RemoteCorruptError, match=r"rlds-files\.json"):
-        open_dataset(URL)
+        open_dataset(url)
 
 
-def test_the_largest_plausible_sizes_are_accepted(pushed: dict[str, Any]) -> None:
+def test_the_largest_plausible_sizes_are_accepted(pushed: dict[str, Any], store: Path) -> None:
     """0 (an empty file) is a size; the real index opens."""
     from rlds_cli.remote.store import MAX_FILE_SIZE, FileEntry, RemoteIndex
 
     index = RemoteIndex("0" * 64, {"a": FileEntry(0, "0" * 64), "b": FileEntry(MAX_FILE_SIZE, "0" * 64)})
     assert RemoteIndex.from_json(index.to_json(), "x").files == index.files
-    assert open_dataset(URL).manifest.num_steps > 0
+    assert open_dataset(f"file://{store}").manifest.num_steps > 0

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import create_view, split_dataset
 from rlds_cli.cache.manage import remove_dataset
+from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.views import parse_episode_range
+from rlds_cli.cache.views import ViewSpec, parse_episode_range
 from rlds_cli.cli.app import app
 from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError, DatasetExistsError, DatasetInUseError, InvalidSelectionError
@@ -54,9 +55,12 @@ def parent(request: pytest.FixtureRequest, tmp_path: Path) -> Dataset:
     return open_dataset("ten")
 
 
-def _expect_same(view: Dataset, parent: Dataset, first: int) -> None:
+def _expect_same(view: Dataset, parent: Dataset, first: int | list[int]) -> None:
+    """Each episode of ``view`` is the parent's ``first + i`` (or, for a list, its ``i``-th)."""
+    ids = first if isinstance(first, list) else [first + i for i in range(view.num_episodes)]
+    assert len(ids) == view.num_episodes
     for i in range(view.num_episodes):
-        mine, theirs = view.episode(i), parent.episode(first + i)
+        mine, theirs = view.episode(i), parent.episode(ids[i])
         assert sorted(mine) == sorted(theirs)
         for key in mine:
             if key != "episode":
@@ -97,12 +101,70 @@ def test_view_of_a_view_points_at_the_stored_arrays(parent: Dataset) -> None:
     _expect_same(open_dataset("inner"), parent, 3)
 
 
-def test_split(parent: Dataset) -> None:
-    train, val = split_dataset("ten", 0.2)
+def test_split_last(parent: Dataset) -> None:
+    train, val = split_dataset("ten", 0.2, last=True)
     assert (train.name, val.name) == ("ten-train", "ten-val")
     assert (train.num_episodes, val.num_episodes) == (8, 2)
     assert train.num_steps + val.num_steps == parent.num_steps
     _expect_same(open_dataset("ten-val"), parent, 8)
+
+
+def _ids(manifest: Manifest) -> list[int]:
+    """The parent's episodes a view holds (a range's or a selection's)."""
+    return ViewSpec.from_manifest(manifest).parent_episodes().tolist()
+
+
+def test_split_draws_the_validation_episodes_at_random(parent: Dataset) -> None:
+    """The default split is a seeded random set (it took the last episodes: a dataset ordered by
+    time or policy was split unevenly); each view holds its episodes in the parent's order and
+    reads exactly the parent's rows, next observations at episode ends included."""
+    train, val = split_dataset("ten", 0.3)
+    val_ids, train_ids = _ids(val), _ids(train)
+    assert len(val_ids) == 3 and sorted(val_ids + train_ids) == list(range(10))
+    assert val_ids != [7, 8, 9] and val_ids == sorted(val_ids)
+    assert "drawn at random (seed 0)" in val.source["selection"]
+    _expect_same(open_dataset("ten-val"), parent, val_ids)
+    _expect_same(open_dataset("ten-train"), parent, train_ids)
+    assert train.num_steps + val.num_steps == parent.num_steps
+    batch = Loader("ten-val", batch_size=15, seed=0, sampler="slice", slice_len=3).sample()
+    assert batch["observation"].shape == (5, 3, 2) and batch["mask"].all()  # no episode under 3 steps
+    # a slice never crosses an episode: observation rows are consecutive steps of the parent
+    obs = batch["observation"][..., 0]
+    assert ((obs[:, 1:] - obs[:, :-1]) == 1).all()
+    # the same seed, the same split; another seed, another
+    assert _ids(split_dataset("ten", 0.3, replace=True)[1]) == val_ids
+    assert _ids(split_dataset("ten", 0.3, seed=1, replace=True)[1]) != val_ids
+    # a view of a selection points at the parent's episodes
+    inner = create_view("ten-train", "inner", (1, 3))
+    assert inner.source["parent"] == "ten"
+    _expect_same(open_dataset("inner"), parent, train_ids[1:3])
+
+
+def test_split_on_the_command_line_takes_seed_and_last(parent: Dataset) -> None:
+    drawn = runner.invoke(app, ["split", "ten", "--val", "0.2", "--seed", "3", "--json"])
+    assert drawn.exit_code == 0, drawn.output
+    rows = json.loads(drawn.stdout)
+    assert rows[1]["selection"] == "2 of 10 episodes, drawn at random (seed 3)"
+    assert (
+        open_dataset("ten-val").manifest.source["episode_ids"]
+        == split_dataset("ten", 0.2, seed=3, replace=True)[1].source["episode_ids"]
+    )
+    last = runner.invoke(app, ["split", "ten", "--val", "0.2", "--last", "--force", "--json"])
+    assert last.exit_code == 0, last.output
+    assert [r["episodes"] for r in json.loads(last.stdout)] == [[0, 8], [8, 10]]
+    text = runner.invoke(app, ["split", "ten", "--val", "0.2", "--force"]).stdout
+    assert "ten-val: 2 of 10 episodes, drawn at random (seed 0) of ten (2 episodes" in " ".join(text.split())
+
+
+def test_a_selection_must_name_distinct_episodes_of_the_parent(parent: Dataset) -> None:
+    from rlds_cli.cache.derive import create_selection
+
+    for ids in ([], [0, 10], [-1, 2], [2, 2]):
+        with pytest.raises(InvalidSelectionError, match="needs distinct episode positions from 0 to 9"):
+            create_selection("ten", "bad", ids)
+    assert not CacheRoot().exists("bad")
+    assert _ids(create_selection("ten", "two", [7, 2])) == [2, 7]  # the parent's order
+    _expect_same(open_dataset("two"), parent, [2, 7])
 
 
 def test_parent_is_protected_and_changes_are_detected(parent: Dataset, tmp_path: Path) -> None:

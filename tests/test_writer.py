@@ -291,7 +291,8 @@ def test_schema_mismatch_is_one_clear_error(isolated_cache: Path) -> None:
 
 
 def test_fifo_capacity_protected_and_ready(isolated_cache: Path) -> None:
-    with rlds_cli.DatasetWriter("demo-set", protected=True, capacity=10, min_size=12) as demo:
+    # min_total counts the protected steps too (min_size, the unprotected ones, is at most capacity)
+    with rlds_cli.DatasetWriter("demo-set", protected=True, capacity=10, min_total=12) as demo:
         demo.add_episode(episode(6, 100.0, uid=100))
     ds = rlds_cli.open_dataset("demo-set")
     assert not ds.ready
@@ -375,7 +376,7 @@ def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
 
     from rlds_cli.cli.app import app
 
-    with rlds_cli.DatasetWriter("cli", min_size=100, capacity=50) as w:
+    with rlds_cli.DatasetWriter("cli", min_size=50, capacity=50) as w:
         for uid in range(3):
             w.add_episode(episode(2, uid=uid))
             w.flush()  # a segment each

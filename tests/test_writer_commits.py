@@ -26,6 +26,7 @@ from rlds_cli.write.validate import episode_columns, flatten
 from tests.faults import assert_finishes_forked
 from tests.test_writer import episode
 from tests.test_writer_failures import wait_for
+from tests.waits import HANG_SECONDS
 
 
 def _uids(name: str) -> list[int]:
@@ -50,7 +51,7 @@ class HeldCommits:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if os.getpid() == self.pid:
             self.started.set()
-            assert self.released.wait(60), "the test never released the commit"
+            assert self.released.wait(HANG_SECONDS), "the test never released the commit"
         return self.real(*args, **kwargs)
 
     def release(self) -> None:
@@ -63,7 +64,7 @@ def test_add_returns_before_the_commit_and_flush_waits_for_it(
     held = HeldCommits(monkeypatch)
     with rlds_cli.DatasetWriter("bg") as w:
         w.add_episode(episode(3, uid=1))  # returns while its commit is held
-        assert held.started.wait(10)
+        assert held.started.wait(HANG_SECONDS)
         assert rlds_cli.open_dataset("bg").num_episodes == 0 and w.episodes_written == 0
         held.release()
         w.flush()
@@ -78,7 +79,7 @@ def test_episodes_added_during_a_commit_go_together_into_the_next(
     held = HeldCommits(monkeypatch)
     with rlds_cli.DatasetWriter("group", episodes_per_commit=1) as w:
         w.add_episode(episode(2, uid=0))
-        assert held.started.wait(10)
+        assert held.started.wait(HANG_SECONDS)
         for uid in range(1, 6):
             w.add_episode(episode(2, float(uid), uid=uid))
         assert w._committer.waiting == 5
@@ -103,7 +104,7 @@ def test_waiting_episodes_are_bounded_while_a_commit_is_under_way(bound: str) ->
 
     def commit(batch: list[Any]) -> None:
         started.set()
-        assert released.wait(60)
+        assert released.wait(HANG_SECONDS)
         committed.extend(int(ep.steps["info/episode_uid"][0]) for ep in batch)
 
     committer = Committer(commit, 1, name="bounded", **limit)
@@ -117,7 +118,7 @@ def test_waiting_episodes_are_bounded_while_a_commit_is_under_way(bound: str) ->
 
     committer._cond.wait = wait  # type: ignore[method-assign]
     committer.add(_columns(0))
-    assert started.wait(10)  # the commit of episode 0 is under way
+    assert started.wait(HANG_SECONDS)  # the commit of episode 0 is under way
     added: list[int] = []
 
     def add_all() -> None:
@@ -127,10 +128,10 @@ def test_waiting_episodes_are_bounded_while_a_commit_is_under_way(bound: str) ->
 
     caller = threading.Thread(target=add_all)
     caller.start()
-    assert blocked.wait(10)
+    assert blocked.wait(HANG_SECONDS)
     assert added == [1, 2] and committer.waiting == 2  # two waiting, the third held back
     released.set()
-    caller.join(10)
+    caller.join(HANG_SECONDS)
     committer.finish(due_only=False)
     assert [0, *added] == committed == [0, 1, 2, 3, 4]
 
@@ -148,20 +149,22 @@ def test_the_call_after_a_failed_commit_raises_and_the_later_episodes_wait_for_i
         calls["n"] += 1
         if calls["n"] == 1:
             started.set()
-            assert released.wait(60)
+            assert released.wait(HANG_SECONDS)
             raise OSError(28, "No space left on device", "/cache/x")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(segments, "commit_segment", flaky)
     w = rlds_cli.DatasetWriter("told")
     w.add_episode(episode(2, uid=1))
-    assert started.wait(10)
+    assert started.wait(HANG_SECONDS)
     w.add_episode(episode(2, 2.0, uid=2))
     w.add_episode(episode(2, 3.0, uid=3))
     released.set()
     committer = w._committer
     with committer._cond:
-        assert committer._cond.wait_for(lambda: committer._error is not None and committer._busy is None, 10)
+        assert committer._cond.wait_for(
+            lambda: committer._error is not None and committer._busy is None, HANG_SECONDS
+        )
     assert rlds_cli.open_dataset("told").num_episodes == 0  # held back until the caller is told
     with pytest.raises(CommitFailedError, match=r"1 episode\(s\) \(2 steps\) failed.*no space left") as err:
         w.add_episode(episode(2, 4.0, uid=4))  # tells, and adds nothing
@@ -240,7 +243,7 @@ def test_a_fork_during_a_commit_leaves_it_to_the_parent(
     held = HeldCommits(monkeypatch)
     w = rlds_cli.DatasetWriter("forked")
     w.add_episode(episode(2, uid=1))
-    assert held.started.wait(10)
+    assert held.started.wait(HANG_SECONDS)
     try:
         assert_finishes_forked(_child_adds_and_closes, w)
     finally:
@@ -301,7 +304,7 @@ def _finishes(call: Any) -> None:
     interval)."""
     done = threading.Thread(target=call, daemon=True)
     done.start()
-    done.join(60)
+    done.join(HANG_SECONDS)
     assert not done.is_alive(), f"{call} waited for the commit interval"
 
 
@@ -324,7 +327,7 @@ def test_episodes_within_the_commit_interval_wait_for_one_commit() -> None:
     (none committed yet) and are committed together, by flush, without waiting it out."""
     committer, batches, committed = _recording_committer(FOREVER)
     committer.add(_columns(0))
-    assert committed.wait(10) and batches == [[0]]
+    assert committed.wait(HANG_SECONDS) and batches == [[0]]
     for uid in (1, 2, 3):
         committer.add(_columns(uid))
     committed.clear()
@@ -340,13 +343,13 @@ def test_a_full_backlog_is_committed_without_waiting_for_the_interval() -> None:
     one = _columns(0).nbytes()
     committer, batches, committed = _recording_committer(FOREVER, max_waiting_bytes=3 * one)
     committer.add(_columns(0))
-    assert committed.wait(10)
+    assert committed.wait(HANG_SECONDS)
     committed.clear()
     committer.add(_columns(1))
     committer.add(_columns(2))
     assert not committed.wait(0.3) and committer.waiting == 2
     committer.add(_columns(3))  # three episodes' bytes wait: the backlog is full
-    assert committed.wait(60), "a full backlog waited for the interval"
+    assert committed.wait(HANG_SECONDS), "a full backlog waited for the interval"
     assert batches == [[0], [1, 2, 3]]
     committer.finish(due_only=False)
 

@@ -24,6 +24,7 @@ from rlds_cli.errors import CommitFailedError
 from rlds_cli.validate import check_dataset
 from rlds_cli.write import segments
 from tests.test_writer import episode
+from tests.waits import HANG_SECONDS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +123,7 @@ w.close()
     assert child in writers
 
 
-def wait_for(condition: Any, seconds: float = 60.0) -> None:
+def wait_for(condition: Any, seconds: float = HANG_SECONDS) -> None:
     """Poll ``condition`` until it holds (a correctness bound, not a timing one)."""
     ticks = int(seconds / 0.01)
     for _ in range(ticks):
@@ -159,7 +160,7 @@ class HeldThenFull:
         self.calls += 1
         if self.calls == 1:
             self.started.set()
-            assert self.released.wait(60)
+            assert self.released.wait(HANG_SECONDS)
             raise OSError(errno.ENOSPC, "No space left on device", "/cache/x")
         return self.real(*args, **kwargs)
 
@@ -168,7 +169,9 @@ def _failed(w: rlds_cli.DatasetWriter) -> None:
     """Wait until the writer's first commit has failed (and nothing is under way)."""
     committer = w._committer
     with committer._cond:
-        assert committer._cond.wait_for(lambda: committer._error is not None and committer._busy is None, 60)
+        assert committer._cond.wait_for(
+            lambda: committer._error is not None and committer._busy is None, HANG_SECONDS
+        )
 
 
 def _step(w: rlds_cli.DatasetWriter, uid: int, t: int, n: int) -> None:
@@ -221,12 +224,12 @@ def test_extend_during_a_failing_commit_loses_none_of_its_episodes(
     held = HeldThenFull(monkeypatch)
     w = rlds_cli.DatasetWriter("ext", commit_interval=0)
     w.add_episode(episode(3, 0.0, uid=0))
-    assert held.started.wait(10)
+    assert held.started.wait(HANG_SECONDS)
     w._committer._max_bytes = 1  # every later episode waits for the commit under way
     adder = threading.Thread(target=w.extend, args=(_batch([1, 2, 3]),))
     adder.start()
     held.released.set()  # the commit under way fails while extend waits to hand episode 1 over
-    adder.join(60)
+    adder.join(HANG_SECONDS)
     assert not adder.is_alive()
     with pytest.raises(CommitFailedError):
         w.flush()
@@ -242,7 +245,7 @@ def test_close_after_a_failed_commit_counts_every_episode_not_written(
     held = HeldThenFull(monkeypatch)
     w = rlds_cli.DatasetWriter("closed", commit_interval=0)
     w.add_episode(episode(2, uid=1))
-    assert held.started.wait(10)
+    assert held.started.wait(HANG_SECONDS)
     for uid in (2, 3, 4):
         w.add_episode(episode(2, float(uid), uid=uid))
     held.released.set()

@@ -141,7 +141,7 @@ def test_compaction_of_three_runs_killed_before_every_step(
 def test_a_segment_commit_is_durable_before_its_record(
     fsync_on: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    """The fsyncs of a commit (three waves: the files; the manifest and the folders; the log)
+    """The fsyncs of a commit (two waves: the files and the folders; the log)
     leave every entry of the segment durable before the log's record commits it."""
     from tests.durability import DurabilityTrace, check_durable_segment
 

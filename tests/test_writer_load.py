@@ -33,6 +33,7 @@ from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cache.root import CacheRoot
 from tests.dataset_fixtures import uid_episode
+from tests.waits import HANG_SECONDS, collect, join_all
 
 #: The suite's heaviest disk users run one after another on one test worker (``make test`` runs
 #: ``pytest -n 2 --dist loadgroup``): each fsyncs, or churns files, for tens of seconds, and two
@@ -68,7 +69,7 @@ def _yield_the_cpu() -> None:
 
 
 def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
-    faulthandler.dump_traceback_later(SECONDS + 100, exit=True)  # a hang shows where, then ends
+    faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)  # a hang shows where, then ends
     _yield_the_cpu()
     rng = np.random.default_rng(wid)
     committed = []
@@ -87,7 +88,7 @@ def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
 
 
 def _sampler(root: str, sid: int, deadline: float, out: Any) -> None:
-    faulthandler.dump_traceback_later(SECONDS + 100, exit=True)  # a hang shows where, then ends
+    faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)  # a hang shows where, then ends
     _yield_the_cpu()
     loader = rlds_cli.Loader(
         "load",
@@ -104,11 +105,13 @@ def _sampler(root: str, sid: int, deadline: float, out: Any) -> None:
     warm_rss = None
     log = CacheRoot(root).dataset_dir("load") / COMMIT_LOG_FILE
     seen = {"log_bytes_first": log.stat().st_size, "first_batch_s": time.time() - deadline}
-    # past the deadline too while it has not seen the dataset grow (bounded): a sampler at nice
-    # 10 on a busy CI machine may get its first batch only at the end, while the writers' commit
-    # threads wait for their share of the CPU
+    # past the deadline too while it has not seen the dataset grow: a sampler at nice 10 on a
+    # busy CI machine may get its first batch only at the end, while the writers' commit threads
+    # wait for their share of the CPU (they write until the samplers end: the growth comes)
     while (
-        batches < MIN_BATCHES or time.time() < deadline or (len(served) <= 10 and time.time() < deadline + 60)
+        batches < MIN_BATCHES
+        or time.time() < deadline
+        or (len(served) <= 10 and time.time() < deadline + HANG_SECONDS)
     ):
         if batches == WARM_BATCHES:
             warm_rss = _rss()
@@ -169,16 +172,15 @@ def test_writers_and_samplers_under_load(isolated_cache: Path) -> None:
     for p in procs:
         p.start()
     try:
-        # the writers write until the samplers end; a child that hangs dumps its stack at
-        # SECONDS + 100 and exits, before this wait gives up (seen once in the suite: no report
-        # within 120 s while the other test worker ran its own processes on the 2 CPUs)
-        results = [out.get(timeout=max(1.0, deadline + 160 - time.time())) for _ in samplers]
+        # the writers write until the samplers end (only then do they report); a slow machine
+        # only takes longer: a child that fails ends the wait at once, and one that hangs dumps
+        # its stack and exits at tests/waits.py's guard (once, a fixed 120 s wait gave up while
+        # the other test worker ran its own processes on the 2 CPUs)
+        results = collect(out, procs, SAMPLERS)
     finally:
         stop.set()
-    results += [out.get(timeout=60) for _ in writers]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    results += collect(out, procs, WRITERS)
+    join_all(procs)
     committed = {1}
     for kind, _, value in results:
         if kind == "writer":

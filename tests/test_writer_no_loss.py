@@ -22,6 +22,7 @@ import rlds_cli
 from rlds_cli.validate import check_dataset
 from rlds_cli.write.compact import remove_retired
 from tests.dataset_fixtures import uid_episode
+from tests.waits import HANG_SECONDS, collect, join_all
 
 pytestmark = pytest.mark.xdist_group("disk-heavy")
 
@@ -32,29 +33,41 @@ ROUNDS = 4
 GRACE = 0.5  # retired segments go soon, so collection runs while the writers write
 #: Episodes each writer adds at least, whenever the rounds end.
 MIN_EPISODES = 50
+#: Episodes each writer adds per round. A round starts once every writer has added its share,
+#: and the writers run at most two rounds ahead: each compaction merges while commits land, and
+#: the work of a round is the same however fast the machine (paced by time, a slow machine
+#: merged ever more per round, and the test ran away).
+PER_ROUND = 15
 
 
-def _writer(root: str, wid: int, stop: Any, out: Any) -> None:
+def _writer(root: str, wid: int, stop: Any, rounds: Any, counts: Any, out: Any) -> None:
     rng = np.random.default_rng(wid)
     added: list[int] = []
     options: dict[str, Any] = {"grace_seconds": GRACE, "commit_interval": 0.01}
     with rlds_cli.DatasetWriter("s", root=root, mode="append", **options) as w:
         while not stop.is_set() or len(added) < MIN_EPISODES:
+            while not stop.is_set() and len(added) >= PER_ROUND * (rounds.value + 2):
+                time.sleep(0.005)  # two rounds ahead of the compactions: wait for the next one
             uid = 100_000 * (wid + 1) + len(added)
             w.add_episode(uid_episode(uid, int(rng.integers(2, 10))))
             added.append(uid)
-            time.sleep(0.002)  # an actor's pace: the dataset stays small enough to merge often
+            counts[wid] = len(added)
+            time.sleep(0.002)  # an actor's pace
     out.put(added)
 
 
-def _maintain(root: str, stop: Any, out: Any) -> None:
+def _maintain(root: str, stop: Any, rounds: Any, counts: Any, out: Any) -> None:
     """Compact and collect ``ROUNDS`` times while the writers write, then stop them; reports
     the runs merged."""
     merged = 0
-    for _ in range(ROUNDS):
-        time.sleep(0.3)  # let commits come in between
+    for r in range(ROUNDS):
+        deadline = time.monotonic() + HANG_SECONDS  # a hang guard: the writers' progress ends the wait
+        while min(counts[:]) < PER_ROUND * (r + 1):  # this round's commits came in
+            assert time.monotonic() < deadline, f"the writers added no {PER_ROUND} episodes each: a hang"
+            time.sleep(0.005)
         merged += rlds_cli.compact("s", root, grace_seconds=GRACE).merged_runs
         remove_retired("s", root)
+        rounds.value = r + 1
     stop.set()
     out.put(merged)
 
@@ -67,17 +80,19 @@ def test_every_commit_stays_while_compactions_and_gc_run(isolated_cache: Path, s
         w.add_episode(uid_episode(1, 3))
     ctx = mp.get_context("fork")
     added, merged, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_writer, args=(root, i, stop, added)) for i in range(WRITERS)]
-    procs.append(ctx.Process(target=_maintain, args=(root, stop, merged)))
+    rounds, counts = ctx.Value("i", 0), ctx.Array("i", WRITERS)
+    procs = [ctx.Process(target=_writer, args=(root, i, stop, rounds, counts, added)) for i in range(WRITERS)]
+    procs.append(ctx.Process(target=_maintain, args=(root, stop, rounds, counts, merged)))
     for p in procs:
         p.start()
+    # waits end on the reports (a slow machine only takes longer); a process that fails ends
+    # them at once, a hang after tests/waits.py's guard
+    (rounds_merged,) = collect(merged, procs, 1)
+    assert rounds_merged >= 1  # the compactions merged the writers' segments
     committed = [1]
-    for _ in range(WRITERS):
-        committed += added.get(timeout=300)
-    assert merged.get(timeout=60) >= 1  # the compactions merged the writers' segments
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    for uids in collect(added, procs, WRITERS):
+        committed += uids
+    join_all(procs)
     ds = rlds_cli.open_dataset("s", root)
     visible = ds.gather(ds.episodes["start"], keys=["info/episode_uid"])["info/episode_uid"].tolist()
     assert sorted(visible) == sorted(committed), (

@@ -22,6 +22,7 @@ from rlds_cli.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.sink import COLLECT_PER_COMMIT
 from tests.test_writer import assert_identical, episode
+from tests.waits import HANG_SECONDS, collect, join_all
 
 _fork = mp.get_context("fork")
 
@@ -41,8 +42,7 @@ def test_inspect_names_each_writer_process(isolated_cache: Path) -> None:
     for wid in (1, 2):
         p = _fork.Process(target=_write_two, args=(root, wid))
         p.start()
-        p.join(60)
-        assert p.exitcode == 0
+        join_all([p])
         pids.append(p.pid)
     host = socket.gethostname()
     runner = CliRunner()
@@ -75,7 +75,7 @@ def _race(root: str, uid: int, opened: Any, go: Any, out: Any) -> None:
     try:
         w = rlds_cli.DatasetWriter("race", root=root, mode="append")
         opened.set()
-        assert go.wait(60)
+        assert go.wait(HANG_SECONDS)
         for step in ("add", "close"):
             try:
                 if step == "add":
@@ -108,23 +108,20 @@ def test_two_writer_processes_with_different_schemas(isolated_cache: Path, order
     for p in procs:
         p.start()
     for opened, _ in events:
-        assert opened.wait(60)  # both opened before the dataset exists
+        assert opened.wait(HANG_SECONDS)  # both opened before the dataset exists
     results = {}
     if order == "in turn":
         for uid, (_, go) in zip((1, 2), events, strict=True):
             go.set()  # the next one goes once this one has reported
-            got_uid, errors = out.get(timeout=60)
+            ((got_uid, errors),) = collect(out, procs, 1)
             assert got_uid == uid
             results[uid] = errors
     else:
         for _, go in events:
             go.set()
-        for _ in procs:
-            got_uid, errors = out.get(timeout=60)
+        for got_uid, errors in collect(out, procs, len(procs)):
             results[got_uid] = errors
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    join_all(procs)
     failed = [uid for uid, errors in results.items() if errors]
     assert len(failed) == 1 and len(results[failed[0]]) == 1, results
     kind, message = results[failed[0]][0]

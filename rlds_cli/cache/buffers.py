@@ -47,11 +47,19 @@ class BufferPool:
     Args:
         min_bytes: Outputs below this size are plain new arrays.
         max_buffers: Buffers kept at most.
+        size_classes: New buffers are a power of two bytes, and an output takes the smallest
+            free buffer it fits in: outputs of nearly one size (a scan's temporaries, a few
+            bytes apart from key to key) share buffers, and a small one leaves a large one to
+            the output that needs it. ``False`` (a loader's batches, one size a key): buffers
+            of the outputs' sizes, the first free one that fits.
     """
 
-    def __init__(self, min_bytes: int = MIN_BYTES, max_buffers: int = MAX_BUFFERS) -> None:
+    def __init__(
+        self, min_bytes: int = MIN_BYTES, max_buffers: int = MAX_BUFFERS, *, size_classes: bool = False
+    ) -> None:
         self.min_bytes = int(min_bytes)
         self.max_buffers = int(max_buffers)
+        self.size_classes = size_classes
         self._buffers: list[np.ndarray] = []  # 1-D uint8, each owning its memory
         self._lock = threading.Lock()  # a prefetch thread and the caller may gather at once
 
@@ -73,13 +81,20 @@ class BufferPool:
     def _take(self, nbytes: int) -> np.ndarray:
         buffers = self._buffers
         small = -1  # a free buffer too small for this request: replaced if the pool is full
+        best: np.ndarray | None = None  # with size classes: the smallest free buffer that fits
         for i in range(len(buffers)):  # not enumerate: its reused result tuple holds a reference
             buf = buffers[i]
             if sys.getrefcount(buf) == _FREE_REFS:
                 if buf.nbytes >= nbytes:
-                    return buf
-                small = i
-        new = np.empty(nbytes, np.uint8)
+                    if not self.size_classes:
+                        return buf
+                    if best is None or buf.nbytes < best.nbytes:
+                        best = buf
+                else:
+                    small = i
+        if best is not None:
+            return best
+        new = np.empty(1 << (nbytes - 1).bit_length() if self.size_classes else nbytes, np.uint8)
         if len(buffers) < self.max_buffers:
             buffers.append(new)
         elif small >= 0:

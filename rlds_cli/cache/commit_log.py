@@ -26,7 +26,8 @@ Records (``kind``):
   the largest one seen;
 * ``COMPACT``: the live segments from ``first`` to ``last`` (consecutive in the view) are
   replaced by ``seg``, which holds their episodes but the first ``dropped`` (evicted ones that
-  the compaction did not copy);
+  the compaction did not copy); ``count`` is ``seg``'s merge generation (see
+  :attr:`SegmentEntry.generation`);
 * ``RECOVER``: the ``count`` slots right before it are a crash's torn records (see above).
 
 A reader's view is always a prefix of the log, so always a consistent set of whole episodes.
@@ -50,6 +51,8 @@ MAGIC = b"RLG1"
 ADD, EVICT, COMPACT, RECOVER = 1, 2, 3, 4
 _KIND_NAMES = {ADD: "ADD", EVICT: "EVICT", COMPACT: "COMPACT", RECOVER: "RECOVER"}
 PROTECTED = 1
+#: The merge generation of an ``rlds compact`` segment: writers merge none of them.
+FINAL_GENERATION = 1 << 16
 #: magic, kind, flags, seg, first, last, episodes, steps, count, time (float64), pad, crc32
 _FORMAT = "<4sBB2x16s16s16sqqqd4xI"
 RECORD_SIZE = struct.calcsize(_FORMAT)
@@ -201,7 +204,10 @@ class SegmentEntry:
     logical episodes added to the log before its first one, so episode ``k`` of the segment
     (logically) is the log's episode ``ordinal + k``: a number no refresh, eviction or
     compaction changes (a compaction's segment takes the ordinal of the first one it replaces
-    and holds as many logical episodes as they did)."""
+    and holds as many logical episodes as they did). ``generation``: 0 for a writer's commit;
+    for a compaction's segment, what its ``COMPACT`` record says (a writer's merge of small
+    segments: one more than the generations it merged; ``rlds compact``:
+    :data:`FINAL_GENERATION`, which no writer merges again)."""
 
     seg: bytes
     protected: bool
@@ -210,6 +216,7 @@ class SegmentEntry:
     dropped: int = 0
     added_at: float = 0.0
     ordinal: int = 0
+    generation: int = 0
 
 
 @dataclass
@@ -230,6 +237,9 @@ class LogState:
     torn_at: int = 0
     #: Why the log is damaged (the record and the rule it breaks); ``None`` while it is not.
     damage: str | None = None
+    #: The segments each of the last :data:`MERGES_REMEMBERED` compactions replaced, by the
+    #: compaction's segment (in log order): a reader that holds their rows maps them to it.
+    merged: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)
 
     def names(self, seg: bytes) -> bool:
         """Whether the log (up to this position) added segment ``seg``, live or retired since."""
@@ -292,19 +302,22 @@ class LogState:
         return f"is of a kind this rlds does not know ({rec.kind})"
 
     def _add(self, rec: Record) -> str | None:
-        if rec.seg in self._added:
-            return f"adds segment {seg_name(rec.seg)} a second time"
-        if rec.episodes < 1 or rec.steps < rec.episodes:
-            return f"adds a segment of {rec.episodes} episodes and {rec.steps} steps"
+        return self._add_fields(rec.seg, rec.flags, rec.episodes, rec.steps, rec.time)
+
+    def _add_fields(self, seg: bytes, flags: int, episodes: int, steps: int, when: float) -> str | None:
+        if seg in self._added:
+            return f"adds segment {seg_name(seg)} a second time"
+        if episodes < 1 or steps < episodes:
+            return f"adds a segment of {episodes} episodes and {steps} steps"
         self.records += 1
-        self._added.add(rec.seg)
-        protected = bool(rec.flags & PROTECTED)
-        self.segments.append(
-            SegmentEntry(rec.seg, protected, rec.episodes, rec.steps, 0, rec.time, self._logical)
-        )
-        self._logical += rec.episodes
-        self._logical_unprotected += 0 if protected else rec.episodes
-        self._advance_front(rec.time)
+        self._added.add(seg)
+        protected = bool(flags & PROTECTED)
+        self.segments.append(SegmentEntry(seg, protected, episodes, steps, 0, when, self._logical))
+        self._logical += episodes
+        if not protected:
+            self._logical_unprotected += episodes
+        if self._front == len(self.segments) - 1:  # the front stops at the first live segment
+            self._advance_front(when)
         return None
 
     def _compact(self, rec: Record) -> str | None:
@@ -330,9 +343,19 @@ class LogState:
             )
         self.records += 1
         merged = SegmentEntry(
-            rec.seg, old[0].protected, logical, rec.steps, logical - rec.episodes, rec.time, old[0].ordinal
+            rec.seg,
+            old[0].protected,
+            logical,
+            rec.steps,
+            logical - rec.episodes,
+            rec.time,
+            old[0].ordinal,
+            max(0, min(rec.count, FINAL_GENERATION)),
         )
         self.segments[a : b + 1] = [merged]
+        self.merged[rec.seg] = tuple(s.seg for s in old)
+        if len(self.merged) > MERGES_REMEMBERED:
+            del self.merged[next(iter(self.merged))]
         self._added.add(rec.seg)
         for s in old:
             self.retired.setdefault(s.seg, rec.time)
@@ -365,8 +388,26 @@ class LogState:
         except IsADirectoryError:
             raise _damaged(path, "is a folder, not a file") from None
         before = self.records
-        for off in range(0, len(data), RECORD_SIZE):
-            problem = self._read_slot(data[off : off + RECORD_SIZE], self.position)
+        view = memoryview(data)
+        crc32 = zlib.crc32
+        # one C-level unpack of every slot; the slots that are valid ADD records with no torn
+        # slot before them (nearly all of a long log) are applied from these fields, the
+        # others go through _read_slot, which tells what they are (the same rules)
+        for off, fields in zip(
+            range(0, len(data), RECORD_SIZE), struct.iter_unpack(_FORMAT, data), strict=True
+        ):
+            magic, kind, flags, seg, _, _, episodes, steps, _, when, _ = fields
+            if (
+                kind == ADD
+                and magic == MAGIC
+                and not self.torn
+                and crc32(view[off : off + RECORD_SIZE - 4]) == fields[-1]
+            ):
+                problem = self._add_fields(seg, flags, episodes, steps, when)
+                if problem is not None:
+                    problem = f"record {self.position // RECORD_SIZE} (byte {self.position}), ADD, {problem}"
+            else:
+                problem = self._read_slot(data[off : off + RECORD_SIZE], self.position)
             if problem is not None:
                 self.damage = problem
                 raise _damaged(path, problem)
@@ -450,8 +491,12 @@ class LogState:
             self.torn,
             self.torn_at,
             self.damage,
+            dict(self.merged),
         )
 
+
+#: Compactions whose replaced segments a view remembers (:attr:`LogState.merged`).
+MERGES_REMEMBERED = 4096
 
 #: Torn records a log may end in: a crash tears at most the records being appended at that
 #: moment, one a writer.

@@ -28,11 +28,12 @@ from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.memmap_backend import load_npy
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.cache.views import SlicedColumn, ViewSpec
+from rlds_cli.cache.views import GatheredColumn, SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
 if TYPE_CHECKING:
     from rlds_cli.envspec import RecordedEnvSpec
+    from rlds_cli.episode_table import EpisodeTable
 
 
 def _identity(directory: Path) -> tuple[int, int, int] | None:
@@ -77,6 +78,7 @@ class Dataset:
         self._backend = get_backend(manifest.backend)
         self._columns: dict[str, Any] = {}
         self._parent_checked: Path | None = None
+        self._view_rows: dict[str, np.ndarray] = {}  # a selection view's parent rows, by storage
         self._readers: dict[tuple[str, ...], TedReader] = {}
         self.episodes = self._load_episode_index()
         #: Episode bounds and the step -> episode lookup (see :class:`~rlds_cli.cache.reader.Episodes`).
@@ -153,6 +155,15 @@ class Dataset:
         gymnasium spec and where it came from), or ``None`` when the dataset records none. See
         :mod:`rlds_cli.envspec` for the places it is read from; a view has its parent's."""
         return plugins.provided("dataset.env_spec")(self)  # rlds_cli.envspec: it reads the registry
+
+    def episode_table(self) -> EpisodeTable:
+        """Each episode as one row: start, length, return, source id, the reset seed where one
+        was recorded, and the environment (:class:`~rlds_cli.episode_table.EpisodeTable`).
+        :attr:`episodes` is the episode index alone (start, length, source id; no read).
+
+        Cost: one pass over ``next/reward`` (bounded blocks). A growing dataset's table is of
+        the view it holds (``refresh()`` first for the latest commits)."""
+        return plugins.provided("dataset.episode_table")(self)  # rlds_cli.episode_table: above the cache
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
         """Make the gymnasium environment the data was recorded in, as Minari's
@@ -254,8 +265,13 @@ class Dataset:
                     hint="create the view again ('rlds view' / 'rlds split' with --force)",
                 )
             self._parent_checked = parent_dir
-        start, stop = view.rows(spec.storage, self.num_steps)
-        return SlicedColumn(self._backend.open_column(parent_dir, key), start, stop)
+        column = self._backend.open_column(parent_dir, key)
+        if view.episode_ids is None:
+            return SlicedColumn(column, *view.rows(spec.storage, self.num_steps))
+        if spec.storage not in self._view_rows:  # the parent's index (checked) places the episodes
+            parent_index = Dataset(parent_dir).episodes
+            self._view_rows[spec.storage] = view.gathered_rows(spec.storage, parent_index)
+        return GatheredColumn(column, self._view_rows[spec.storage])
 
     def _expected_rows(self, spec: FieldSpec) -> int:
         return self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)

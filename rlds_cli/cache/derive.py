@@ -1,4 +1,4 @@
-"""Derived datasets: views (a contiguous range of a parent's episodes, sharing its arrays) and
+"""Derived datasets: views (a range or a selection of a parent's episodes, sharing its arrays) and
 splits (two views), each written through a :class:`~rlds_cli.cache.transaction.CacheTransaction`.
 
 A view's directory holds only ``manifest.json`` and its own ``episodes.npy``; how a view is read
@@ -8,10 +8,15 @@ is in :mod:`rlds_cli.cache.views`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
-from rlds_cli.cache.episodes import slice_index, write_index
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episodes import select_index, slice_index, write_index
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
@@ -21,7 +26,7 @@ from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
 
-__all__ = ["create_view", "split_dataset"]
+__all__ = ["create_selection", "create_view", "split_dataset"]
 
 
 def create_view(
@@ -41,31 +46,85 @@ def create_view(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     source = open_dataset(parent, cache)
-    _refuse_growing(source.manifest.layout, parent)
-    if source.manifest.layout == VIEW_LAYOUT:
-        # a view of a view points straight at the stored arrays
-        inner = ViewSpec.from_manifest(source.manifest)
-        base = inner.first_episode
-        return create_view(
-            inner.parent,
-            name,
-            (base + episodes[0], base + episodes[1]),
-            root=cache,
-            replace=replace,
-            lock_timeout=lock_timeout,
-        )
     a, b = episodes
     if not 0 <= a < b <= source.num_episodes:
         raise InvalidSelectionError(
             f"episodes {a}:{b} are outside dataset {parent!r} with {source.num_episodes} episodes"
         )
-    index, offset = slice_index(source.episodes, a, b)
+    ids = np.arange(a, b, dtype=np.int64)
+    return _publish_view(
+        source, parent, name, ids, "", cache=cache, replace=replace, lock_timeout=lock_timeout
+    )
+
+
+def create_selection(
+    parent: str,
+    name: str,
+    episode_ids: Sequence[int] | np.ndarray,
+    *,
+    how: str = "",
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+    lock_timeout: float = 60.0,
+) -> Manifest:
+    """Publish a view of ``parent`` holding the episodes at positions ``episode_ids`` (any
+    order, each once; the view keeps the parent's order) under ``name``. ``how`` says in words
+    how they were chosen (kept in the manifest, shown by ``rlds list`` and ``rlds split``).
+
+    Raises:
+        InvalidSelectionError: No episode, one outside the parent, or one given twice.
+        DatasetExistsError: ``name`` exists and ``replace`` is false.
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    source = open_dataset(parent, cache)
+    ids = np.sort(np.asarray(episode_ids, np.int64).reshape(-1))
+    if len(ids) == 0 or ids[0] < 0 or ids[-1] >= source.num_episodes or (np.diff(ids) == 0).any():
+        raise InvalidSelectionError(
+            f"a selection of dataset {parent!r} ({source.num_episodes} episodes) needs distinct episode "
+            f"positions from 0 to {source.num_episodes - 1}, got {len(ids)} from {ids.min(initial=0)} "
+            f"to {ids.max(initial=0)}"
+        )
+    return _publish_view(
+        source, parent, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout
+    )
+
+
+def _publish_view(
+    source: Dataset,
+    parent: str,
+    name: str,
+    ids: np.ndarray,
+    how: str,
+    *,
+    cache: CacheRoot,
+    replace: bool,
+    lock_timeout: float,
+) -> Manifest:
+    """The view of episodes ``ids`` (ascending) of ``source``: a range ``[a, b)`` when they are
+    consecutive (every column one slice of the parent's), else a selection."""
+    _refuse_growing(source.manifest.layout, parent)
+    if source.manifest.layout == VIEW_LAYOUT:
+        # a view of a view points straight at the stored arrays
+        inner = ViewSpec.from_manifest(source.manifest)
+        return _publish_view(
+            open_dataset(inner.parent, cache), inner.parent, name, inner.parent_episodes()[ids], how,
+            cache=cache, replace=replace, lock_timeout=lock_timeout,
+        )  # fmt: skip
+    a, b = int(ids[0]), int(ids[-1]) + 1
+    if b - a == len(ids):  # a drawn selection may come out consecutive: a range reads fastest
+        index, offset = slice_index(source.episodes, a, b)
+        chosen: dict[str, Any] = {"episodes": [a, b], **({"selection": how} if how else {})}
+        seen: dict[str, Any] = {"episodes": [a, b], **({"selection": how} if how else {})}
+    else:
+        index, offset = select_index(source.episodes, ids), 0
+        chosen = {"episodes": [a, b], "episode_ids": ids.tolist(), "selection": how}
+        seen = {"selection": how or f"{len(ids)} of episodes {a}:{b}"}
     num_steps = int(index["length"].sum())
     manifest = Manifest(
         name=name,
         backend=source.manifest.backend,
         num_steps=num_steps,
-        num_episodes=b - a,
+        num_episodes=len(ids),
         fields=dict(source.manifest.fields),
         source={
             "format": "view",
@@ -73,7 +132,7 @@ def create_view(
             "parent_digest": source.manifest.digest(),
             # which version of the parent, in words a user can compare ('rlds inspect PARENT')
             "parent_created_at": source.manifest.created_at,
-            "episodes": [a, b],
+            **chosen,
             "step_offset": offset,
         },
         lineage=[
@@ -82,7 +141,7 @@ def create_view(
                 "digest": source.manifest.digest(),
                 "created_at": source.manifest.created_at,
                 "op": "view",
-                "episodes": [a, b],
+                **seen,
                 "rlds_version": __version__,
             }
         ],
@@ -106,9 +165,17 @@ def split_dataset(
     val_name: str | None = None,
     root: str | os.PathLike[str] | CacheRoot | None = None,
     replace: bool = False,
+    seed: int = 0,
+    last: bool = False,
 ) -> tuple[Manifest, Manifest]:
-    """Split by episode into two views: the first episodes for training, the last
-    ``val_fraction`` of them (at least one) for validation.
+    """Split by episode into two views: ``val_fraction`` of the episodes (rounded, at least one)
+    for validation, the others for training, each view in the parent's order.
+
+    The validation episodes are drawn at random without replacement by
+    ``numpy.random.default_rng(seed)`` (``seed=0`` by default: the same split every time; the
+    episodes drawn are kept in the views' manifests), so a parent ordered by time or by policy
+    (D4RL's replay datasets) is split evenly. ``last=True`` takes the last episodes instead (a
+    split in time: validation on what came after training).
 
     Returns:
         The manifests of the train and validation views.
@@ -138,8 +205,18 @@ def split_dataset(
             else f"datasets {taken[0]!r} and {taken[1]!r} already exist in {cache.path}",
             hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
         )
-    train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
-    val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
+    if last:
+        train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
+        val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
+        return train, val
+    in_val = np.zeros(total, bool)
+    in_val[np.random.default_rng(seed).choice(total, n_val, replace=False)] = True
+    how = f"{n_val} of {total} episodes, drawn at random (seed {seed})"
+    rest = f"the {total - n_val} of {total} episodes not drawn for validation (seed {seed})"
+    train = create_selection(
+        parent, train_name, np.flatnonzero(~in_val), how=rest, root=root, replace=replace
+    )
+    val = create_selection(parent, val_name, np.flatnonzero(in_val), how=how, root=root, replace=replace)
     return train, val
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_cli._io import sha256_file
+from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.errors import CorruptDatasetError
 
@@ -117,19 +118,14 @@ def _done() -> None:
     return None
 
 
-def column_digest(column: Any, dtype: np.dtype | str) -> str:
+def column_digest(column: Any, dtype: np.dtype | str, budget: Budget | None = None) -> str:
     """Digest of a stored column (a memory map, a zarr column, any array-like with slices),
-    read in blocks of about :data:`BLOCK_BYTES` (a whole number of zarr chunks)."""
-    dtype = np.dtype(dtype)
-    rows = int(column.shape[0])
-    row_bytes = max(1, dtype.itemsize * int(np.prod(column.shape[1:], dtype=np.int64)))
-    block = max(1, BLOCK_BYTES // row_bytes)
-    chunk = int(getattr(column, "chunk_rows", 0) or 0)
-    if chunk > 0:  # never decode a zarr chunk twice
-        block = max(chunk, block - block % chunk)
+    read in blocks of about :data:`BLOCK_BYTES` (or ``budget``'s; a whole number of zarr
+    chunks, so no chunk is decoded twice) with :func:`rlds_cli.cache.blocks.blocks`: a memory
+    map's pages are released after each block, so memory stays that of one block."""
     hasher = ColumnHasher(dtype)
-    for start in range(0, rows, block):
-        hasher.update(np.asarray(column[start : min(start + block, rows)]))
+    for _, rows in blocks(column, budget if budget is not None else Budget(BLOCK_BYTES)):
+        hasher.update(rows)
     return hasher.hexdigest()
 
 
@@ -210,7 +206,9 @@ class DigestReport:
         return not self.problems
 
 
-def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) -> DigestReport:
+def check_digests(
+    ds: Dataset, progress: Callable[[str], None] | None = None, budget: Budget | None = None
+) -> DigestReport:
     """Recompute the content digests of ``ds`` and compare them with its manifest.
 
     A view's own episode index is compared with the view's digest and its columns with the
@@ -220,6 +218,7 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
     Args:
         ds: An open dataset.
         progress: Called with each key before it is hashed.
+        budget: The block budget of the reads (default: :data:`BLOCK_BYTES` a block).
 
     Returns:
         A :class:`DigestReport`; ``recorded`` is false for datasets written before digests.
@@ -229,7 +228,7 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
 
     parts = getattr(ds, "segment_datasets", None)
     if parts is not None:  # a growing dataset: each segment carries the digests of its arrays
-        reports = [check_digests(part, progress) for part in parts()]
+        reports = [check_digests(part, progress, budget) for part in parts()]
         return DigestReport(
             recorded=all(r.recorded for r in reports),
             checked=sorted({key for r in reports for key in r.checked}),
@@ -267,7 +266,7 @@ def check_digests(ds: Dataset, progress: Callable[[str], None] | None = None) ->
                 progress(key)
             try:
                 column = store.open_column(directory, key)
-                got = column_digest(column, holder.fields[key].dtype)
+                got = column_digest(column, holder.fields[key].dtype, budget)
             except CorruptDatasetError as exc:
                 report.problems.append(DigestProblem(key, path, exc.message))
                 continue

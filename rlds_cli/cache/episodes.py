@@ -43,6 +43,16 @@ def slice_index(index: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, i
     return part, offset
 
 
+def select_index(index: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The index of episodes ``ids`` (ascending positions in ``index``) as a dataset of their own
+    (a view of a selection): their rows, with starts counted anew from 0."""
+    part = np.zeros(len(ids), EPISODE_DTYPE)
+    for field in EPISODE_DTYPE.names or ():
+        part[field] = index[ids][field]
+    part["start"] = np.cumsum(part["length"]) - part["length"]
+    return part
+
+
 def write_index(directory: Path, index: np.ndarray, *, fsync: bool) -> None:
     """Write ``index`` as the episode index of the dataset being built in ``directory`` (a
     build directory nobody reads yet: no temp file needed; the manifest commits it)."""

@@ -4,8 +4,9 @@
 (``num_steps``, ``gather``, ``episode``, ``column``, ``reader``...) over the live episodes of
 the segments as of the commit-log position it opened at (see
 :mod:`rlds_cli.cache.commit_log`). Its columns are :class:`ConcatColumn` s that map a row to
-the segment holding it; a dataset of one segment (after ``rlds compact``) hands out that
-segment's columns themselves, so it reads as fast as a converted dataset.
+the segment holding it (:mod:`rlds_cli.cache.growing_columns`); a dataset of one segment
+(after ``rlds compact``) hands out that segment's columns themselves, so it reads as fast as
+a converted dataset.
 
 :meth:`GrowingDataset.refresh` follows the log to its end (one ``stat`` when nothing changed;
 otherwise a read of the new records, each new segment's manifest and episode index) and moves
@@ -29,8 +30,8 @@ import numpy as np
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, damage_hint, seg_name
 from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
-from rlds_cli.cache.growing_settings import growing_settings
-from rlds_cli.cache.growing_tail import SMALL_BYTES, SMALL_ROWS, TailRun
+from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
+from rlds_cli.cache.growing_settings import growing_settings, is_ready
 from rlds_cli.cache.integrity import schema_problem
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import FieldSpec, Manifest
@@ -47,78 +48,6 @@ def empty_episodes() -> Episodes:
     ep.num_steps = 0
     ep.table = None
     return ep
-
-
-class ConcatColumn:
-    """One stored key over several segments, end to end: numpy-style first-axis reads
-    (integer arrays of any shape, integers, slices of step 1) that go to the segment holding
-    each row.
-
-    Args:
-        parts: Per segment: ``(column getter, first row, stop row)`` in that segment's column.
-        row_shape: The per-row shape; ``dtype``: the dtype.
-    """
-
-    def __init__(self, parts: list[tuple[Any, int, int]], row_shape: tuple[int, ...], dtype: Any) -> None:
-        self._parts = parts
-        self._opened: list[Any] = [None] * len(parts)
-        sizes = np.array([stop - start for _, start, stop in parts], np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        # global row -> row of its part's column: minus the part's offset, plus its first row
-        self._shift = self.offsets[:-1] - np.array([start for _, start, _ in parts], np.int64)
-        self.shape = (int(self.offsets[-1]), *row_shape)
-        self.dtype = np.dtype(dtype)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def _col(self, p: int) -> Any:
-        col = self._opened[p]
-        if col is None:
-            getter, _, _ = self._parts[p]
-            col = self._opened[p] = getter()
-        return col
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        data = self[slice(None)]
-        return data.astype(dtype) if dtype is not None else data
-
-    def __getitem__(self, index: Any) -> np.ndarray:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(self.shape[0])
-            if step != 1:
-                return self[np.arange(start, stop, step)]
-            pieces = []
-            for p in range(len(self._parts)):
-                lo, hi = max(start, int(self.offsets[p])), min(stop, int(self.offsets[p + 1]))
-                if lo < hi:
-                    base = self._parts[p][1] - int(self.offsets[p])
-                    pieces.append(np.asarray(self._col(p)[lo + base : hi + base]))
-            if not pieces:
-                return np.empty((0, *self.shape[1:]), self.dtype)
-            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        idx = np.asarray(index, dtype=np.int64)
-        flat = idx.reshape(-1)
-        if flat.size and (flat.min() < 0 or flat.max() >= self.shape[0]):
-            raise IndexError(f"row index out of range for a column of {self.shape[0]} rows")
-        which = np.searchsorted(self.offsets, flat, side="right") - 1
-        rows = flat - self._shift[which]
-        if flat.size and which.min() == which.max():  # one part: one take
-            out = self._take(int(which[0]), rows)
-            return out.reshape(*idx.shape, *self.shape[1:])
-        out = np.empty((flat.size, *self.shape[1:]), self.dtype)
-        # group the rows by part with one sort, not one mask per part
-        order = np.argsort(which, kind="stable")
-        parts, firsts = np.unique(which[order], return_index=True)
-        bounds = [*firsts.tolist(), flat.size]
-        for j, p in enumerate(parts.tolist()):
-            sel = order[bounds[j] : bounds[j + 1]]
-            out[sel] = self._take(p, rows[sel])
-        return out.reshape(*idx.shape, *self.shape[1:])
-
-    def _take(self, p: int, rows: np.ndarray) -> np.ndarray:
-        col = self._col(p)
-        return col.take(rows, axis=0) if isinstance(col, np.ndarray) else np.asarray(col[rows])
 
 
 class GrowingDataset(Dataset):
@@ -209,9 +138,9 @@ class GrowingDataset(Dataset):
 
     @property
     def ready(self) -> bool:
-        """Whether the dataset holds at least its ``min_size`` steps (``DatasetWriter``'s
-        ``min_size``; always ``True`` without one)."""
-        return self.num_steps >= self.settings["min_size"] and self.num_steps > 0
+        """Whether the view reaches the dataset's ``min_size`` and ``min_total`` (:func:`is_ready`)."""
+        protected = sum(e.steps for e, _ in self._state.live() if e.protected)  # never evicted: whole
+        return is_ready(self.settings, self.num_steps, protected)
 
     def segment(self, seg: bytes) -> Dataset:
         """The opened segment ``seg`` (a plain :class:`Dataset`)."""
@@ -497,3 +426,9 @@ class _TailSpec:
     def read(self, i: int) -> np.ndarray:
         part, _ = self._ds._parts[self._cut + i]
         return self._ds._reader_of(part, self._key, int(self._stops[self._cut + i]))()
+
+    def rows(self, i: int) -> int:
+        return int(self._stops[self._cut + i])
+
+    def merged(self, seg: bytes) -> tuple[bytes, ...] | None:
+        return self._ds._state.merged.get(seg)

@@ -55,8 +55,11 @@ COMMIT_LOG_FILE = "commits.log"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
 #: Added to a growing dataset's entry: the lock a compaction holds in locks/ (one compaction at
-#: a time; writers never take it).
+#: a time; a writer takes it, without waiting, to merge its small segments).
 COMPACT_LOCK_SUFFIX = ".compact"
+#: Added to a growing dataset's entry: the lock a compaction holds while it waits for its own
+#: (writers give way: they merge nothing while it is held).
+COMPACT_WANTED_SUFFIX = ".compact-wanted"
 
 # ---- under tmp/
 BUILD_SUFFIX = ".incomplete"

@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.blocks import read, spans
+from rlds_cli.cache.buffers import BufferPool
+from rlds_cli.cache.memmap_backend import release_pages
 from rlds_cli.cache.reader import Episodes
 
 #: Points of the per-chunk quantile sketch (0, 1/256, ..., 1).
@@ -85,13 +88,15 @@ def wants_stats(arr: np.ndarray) -> bool:
     return arr.dtype.kind in "iuf"
 
 
-def partial(values: np.ndarray, *, quantiles: bool = True) -> Partial | None:
+def partial(values: np.ndarray, *, quantiles: bool = True, pool: BufferPool | None = None) -> Partial | None:
     """Statistics of ``values`` (rows x per-step shape); ``None`` for an empty chunk.
 
     Args:
         values: The rows.
         quantiles: Keep the quantile sketch (small per-step shapes only); ``False`` is cheaper
             when only mean/std/min/max are needed.
+        pool: Where the float64 temporaries come from (a scan's, reused chunk after chunk);
+            ``None``: new arrays.
     """
     n = values.shape[0]
     if n == 0:
@@ -99,9 +104,14 @@ def partial(values: np.ndarray, *, quantiles: bool = True) -> Partial | None:
     elements = int(np.prod(values.shape[1:], dtype=np.int64))
     reduced = elements > MAX_ELEMENTS
     x = values.reshape(n * elements, 1) if reduced else values.reshape(n, elements)
-    x64 = x.astype(np.float64, copy=False)
+    if pool is None or x.dtype == np.float64:
+        x64 = x.astype(np.float64, copy=False)
+    else:
+        x64 = pool.empty(x.shape, np.float64)
+        np.copyto(x64, x, casting="unsafe")  # as astype converts
     mean = x64.mean(axis=0)
-    m2 = ((x64 - mean) ** 2).sum(axis=0)
+    dev = np.subtract(x64, mean, out=None if pool is None else pool.empty(x64.shape, np.float64))
+    m2 = np.square(dev, out=dev).sum(axis=0)  # in place: one temporary the size of the chunk
     sketch = None
     if quantiles and not reduced and elements <= MAX_QUANTILE_ELEMENTS:
         sketch = np.quantile(x64, GRID, axis=0)
@@ -181,19 +191,17 @@ def scan(dataset: Any, key: str, *, quantiles: bool = False) -> Partial | None:
     """
     column = dataset.column(key)
     spec = dataset.manifest.fields[key]
-    rows = int(column.shape[0])
-    keep = None
-    if spec.storage == "flat":  # leave out each episode's final observation
-        keep = np.ones(rows, bool)
-        keep[Episodes.of(dataset).final_rows()] = False
+    # each episode's final observation, left out of a flat key (O(episodes), not a mask per row)
+    finals = Episodes.of(dataset).final_rows() if spec.storage == "flat" else np.zeros(0, np.int64)
     elements = max(1, int(np.prod(spec.shape, dtype=np.int64)))
-    step = max(1, SCAN_BYTES // (8 * elements))
     acc: Partial | None = None
-    for start in range(0, rows, step):
-        chunk = np.asarray(column[start : start + step])
-        if keep is not None:
-            chunk = chunk[keep[start : start + step]]
-        acc = merge(acc, partial(chunk, quantiles=quantiles))
+    pool = BufferPool(size_classes=True)  # the chunks' float64 temporaries, reused
+    for start, stop in spans(int(column.shape[0]), max(1, SCAN_BYTES // (8 * elements))):
+        chunk = read(column, start, stop)
+        lo, hi = np.searchsorted(finals, [start, stop])
+        kept = np.delete(chunk, finals[lo:hi] - start, axis=0) if hi > lo else chunk
+        acc = merge(acc, partial(kept, quantiles=quantiles, pool=pool))
+        release_pages(chunk)  # a memory map's pages: memory stays that of one chunk
     return acc
 
 

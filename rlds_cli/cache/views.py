@@ -1,12 +1,14 @@
-"""Views, the read side: derived datasets that select a contiguous range of a parent's episodes
-and share its arrays (nothing is copied). Making them is :mod:`rlds_cli.cache.derive`'s job.
+"""Views, the read side: derived datasets that select a parent's episodes and share its arrays
+(nothing is copied). Making them is :mod:`rlds_cli.cache.derive`'s job.
 
 A view's directory holds only ``manifest.json`` (``layout: "view"``, the parent's name, manifest
-digest and the episode range) and its own ``episodes.npy``. Because the range is contiguous,
-every stored column of the view is one slice of the parent's column, so the flat layout holds
-unchanged and every reader (the loader included) works on a view as on any dataset. A view
-refuses to open once its parent was replaced (the digest differs), and ``rlds rm`` refuses to
-remove a parent while views of it exist.
+digest and the episodes: a range ``[a, b)``, or a selection, the ascending ``episode_ids`` a
+random split draws) and its own ``episodes.npy``. Each stored column of a view is the parent's
+rows of those episodes, in order: one slice of the parent's column for a range
+(:class:`SlicedColumn`), the rows gathered for a selection (:class:`GatheredColumn`); either way
+the flat layout holds unchanged and every reader (the loader included) works on a view as on any
+dataset. A view refuses to open once its parent was replaced (the digest differs), and ``rlds
+rm`` refuses to remove a parent while views of it exist.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import InvalidSelectionError
 
-__all__ = ["VIEW_LAYOUT", "SlicedColumn", "ViewSpec", "parse_episode_range", "parse_range"]
+__all__ = ["VIEW_LAYOUT", "GatheredColumn", "SlicedColumn", "ViewSpec", "parse_episode_range", "parse_range"]
 
 
 class SlicedColumn:
@@ -50,6 +52,32 @@ class SlicedColumn:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = np.asarray(self._column[self._start : self._start + self.shape[0]])
+        return data.astype(dtype) if dtype is not None else data
+
+
+class GatheredColumn:
+    """Rows ``rows`` (ascending row numbers) of a column, indexed like a numpy array along the
+    first axis: a column of a view of a selection of episodes."""
+
+    def __init__(self, column: Any, rows: np.ndarray) -> None:
+        self._column = column
+        self._rows = np.asarray(rows, np.int64)
+        self.shape = (len(self._rows), *tuple(column.shape[1:]))
+        self.dtype = np.dtype(column.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if isinstance(index, int | np.integer):
+            if not -self.shape[0] <= index < self.shape[0]:
+                raise IndexError(f"row {index} out of range for {self.shape[0]} rows")
+            return self._column[int(self._rows[int(index)])]
+        rows = self._rows[index] if isinstance(index, slice) else self._rows[np.asarray(index, np.int64)]
+        return self._column[rows]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = np.asarray(self._column[self._rows])
         return data.astype(dtype) if dtype is not None else data
 
 
@@ -95,27 +123,48 @@ def parse_episode_range(spec: str, num_episodes: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """Where a view's rows lie in its parent."""
+    """Where a view's rows lie in its parent: the episodes ``[first_episode, stop_episode)``, or,
+    for a selection, only ``episode_ids`` (ascending, within those bounds)."""
 
     parent: str
     parent_digest: str
     first_episode: int
     stop_episode: int
     step_offset: int
+    episode_ids: tuple[int, ...] | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> ViewSpec:
         s = manifest.source
+        ids = s.get("episode_ids")
         return cls(
             s["parent"],
             s["parent_digest"],
             int(s["episodes"][0]),
             int(s["episodes"][1]),
             int(s["step_offset"]),
+            None if ids is None else tuple(int(i) for i in ids),
         )
 
+    def parent_episodes(self) -> np.ndarray:
+        """The parent's positions of the view's episodes, in the view's order."""
+        if self.episode_ids is None:
+            return np.arange(self.first_episode, self.stop_episode, dtype=np.int64)
+        return np.asarray(self.episode_ids, np.int64)
+
     def rows(self, storage: str, num_steps: int) -> tuple[int, int]:
-        """The parent rows of a column with this storage kind."""
+        """The parent rows of a column with this storage kind (a range view's)."""
         start = self.step_offset + (self.first_episode if storage == "flat" else 0)
         count = num_steps + (self.stop_episode - self.first_episode if storage == "flat" else 0)
         return start, start + count
+
+    def gathered_rows(self, storage: str, parent_index: np.ndarray) -> np.ndarray:
+        """The parent rows of a column with this storage kind, for a selection: each selected
+        episode's steps (``flat``: and its final observation, the row after them)."""
+        ids = self.parent_episodes()
+        starts = parent_index["start"][ids].astype(np.int64)
+        lengths = parent_index["length"][ids].astype(np.int64)
+        if storage == "flat":  # step t of episode e sits in flat row t + e
+            starts, lengths = starts + ids, lengths + 1
+        before = np.cumsum(lengths) - lengths
+        return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)

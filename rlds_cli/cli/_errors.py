@@ -11,7 +11,7 @@ from typer._click.exceptions import ClickException  # typer vendors click: its u
 
 from rlds_cli import settings
 from rlds_cli.cli import _output
-from rlds_cli.errors import MissingExtraError, RldsError, from_os_error
+from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RldsError, from_os_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,6 +26,7 @@ INSTALL_HINTS = {
     "tensordict": "pip install 'rlds-cli[torchrl]' (torchrl, tensordict)",
     "torchrl": "pip install 'rlds-cli[torchrl]' (torchrl, tensordict)",
     "numba": "pip install 'rlds-cli[fast]' (numba)",
+    "gymnasium": GYMNASIUM_INSTALL,
     "fsspec": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",
     "s3fs": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",
     "h5py": "pip install h5py (a dependency of rlds-cli: reinstall rlds-cli)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -193,11 +194,15 @@ def render_summary(info: dict[str, Any]) -> None:
         f"steps {info['num_steps']:,}   episodes {info['num_episodes']:,}   "
         f"terminated {info['episodes_terminated']:,}   truncated {info['episodes_truncated']:,}"
     )
-    out.print(f"episode length  {_fmt_stats(info['episode_length'], 1)}")
+    lengths = info["episode_length"]  # steps: whole numbers, their mean and std not
+    out.print(
+        f"episode length  min {int(lengths['min']):,}  mean {lengths['mean']:,.1f}  "
+        f"max {int(lengths['max']):,}  std {lengths['std']:,.1f}"
+    )
     out.print(f"episode return  {_fmt_stats(info['episode_return'])}")
     for label, key in (("episode lengths", "episode_length"), ("episode returns", "episode_return")):
         if info.get("histograms", {}).get(key, {}).get("counts"):
-            _render_histogram(label, info["histograms"][key])
+            _render_histogram(label, info["histograms"][key], integers=key == "episode_length")
     rows = []
     for key, spec in info["fields"].items():
         stored = info["stored"].get(key)
@@ -279,7 +284,9 @@ def _evaluation_lines(info: dict[str, Any]) -> list[str]:
 def _render_growing(g: dict[str, Any]) -> None:
     """A growing dataset's segments, writers, eviction and readiness (``rlds inspect``)."""
     out = _output.console
-    ready = "[green]ready[/]" if g["ready"] else f"[yellow]not ready[/] (min_size {g['min_size']:,} steps)"
+    pairs = (("min_size", "unprotected steps"), ("min_total", "steps"))
+    needs = ", ".join(f"{g[k]:,} {what}" for k, what in pairs if g[k]) or "a step"
+    ready = "[green]ready[/]" if g["ready"] else f"[yellow]not ready[/] (needs {needs})"
     caps = [
         f"{g[k]:,} {unit}"
         for k, unit in (("capacity", "steps"), ("capacity_episodes", "episodes"))
@@ -311,8 +318,13 @@ def _stat_cells(stats: dict[str, Any]) -> list[str | Text]:
     return [*cells, Text(str(nan), style="red" if nan else ""), Text(str(inf), style="red" if inf else "")]
 
 
-def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30, lines: int = 10) -> None:
-    """A horizontal bar chart of a histogram, at most ``lines`` bins (neighbours merged)."""
+def _render_histogram(
+    label: str, hist: dict[str, list[float]], width: int = 30, lines: int = 10, *, integers: bool = False
+) -> None:
+    """A horizontal bar chart of a histogram, at most ``lines`` bins (neighbours merged). With
+    ``integers`` (edges halfway between whole numbers, as
+    :func:`rlds_cli.summary.length_histogram` makes them) each bin shows the whole numbers it
+    holds."""
     out = _output.console
     counts, edges = list(hist["counts"]), list(hist["edges"])
     merge = max(1, -(-len(counts) // lines))
@@ -323,7 +335,8 @@ def _render_histogram(label: str, hist: dict[str, list[float]], width: int = 30,
     out.print(f"[bold]{label}[/]")
     for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
         bar = block * round(width * count / top)
-        out.print(f"  {lo:>10.4g} .. {hi:<10.4g} {bar} {count}")
+        span = f"{math.ceil(lo):>10,} .. {math.floor(hi):<10,}" if integers else f"{lo:>10.4g} .. {hi:<10.4g}"
+        out.print(f"  {span} {bar} {count}")
 
 
 def _source_line(src: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ def export(
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Export a dataset to TorchRL (tensordict memmap), D4RL HDF5, npz or Minari.
+    """Export a dataset to TorchRL (tensordict memmap), D4RL HDF5, npz, Minari, LeRobot or AMAGO.
 
     To a Hugging Face Hub dataset repo (--to lerobot, OUT hf://datasets/ORG/REPO[/PATH], the repo
     made first): the export is written in the cache's tmp/ folder, then its files are one commit,

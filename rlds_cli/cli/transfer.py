@@ -75,6 +75,7 @@ def push(
     """
     from rlds_cli.remote.push import push as run_push
 
+    _refuse_memory(url)
     _report(
         run_push, name, url, verb="uploading", force=force, storage_option=storage_option,
         endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
@@ -110,6 +111,7 @@ def pull(
     """
     from rlds_cli.remote.pull import pull as run_pull
 
+    _refuse_memory(url)
     _report(
         run_pull, url, name, verb="downloading", force=force, storage_option=storage_option,
         endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
@@ -143,6 +145,19 @@ def _report(
         _output.console.print(Text(result.url if pushed else result.name), soft_wrap=True)
     else:
         _output.console.print(_line(result, row, pushed=pushed), soft_wrap=True)
+
+
+def _refuse_memory(url: str) -> None:
+    """A ``memory://`` store lives in one process: a command would push into a store that is gone
+    when it exits (and report success), or pull from one that is always empty."""
+    from rlds_cli.errors import RemoteAccessError
+
+    if any(part.startswith("memory://") for part in url.split("::")):
+        raise RemoteAccessError(
+            f"{url}: a memory:// store lives inside one process and is gone when this command exits",
+            hint="use a store that outlives the command (file:///DIR/NAME, s3://bucket/prefix/NAME, "
+            "hf://datasets/ORG/REPO/NAME); memory:// works from Python, within one process",
+        )
 
 
 def _line(result: Any, row: dict[str, Any], *, pushed: bool) -> str:

@@ -69,17 +69,32 @@ def split(
         float,
         typer.Option(
             "--val",
-            help="Fraction of episodes (the last ones) for validation, between 0 and 1 (e.g. 0.1).",
+            help="Fraction of episodes for validation, between 0 and 1 (e.g. 0.1): drawn at random "
+            "(--seed), or the last ones (--last).",
             callback=_check_fraction,
         ),
     ],
     name: Annotated[
         str | None,
         typer.Option(
-            "--name", "-n", help="Base of the new names: NAME-train and NAME-val (default: PARENT).",
+            "--name",
+            "-n",
+            help="Base of the new names: NAME-train and NAME-val (default: PARENT).",
             show_default=False,
         ),
     ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed",
+            help="Seed of the random draw of the validation episodes (the same seed, the same split).",
+            min=0,
+        ),
+    ] = 0,
+    last: Annotated[
+        bool,
+        typer.Option("--last", help="Take the last episodes for validation instead (a split in time)."),
+    ] = False,
     force: ForceOption = False,
     root: RootOption = None,
     json: JsonOption = False,
@@ -88,7 +103,9 @@ def split(
 ) -> None:
     """Split a dataset by episode into train and validation views (no data is copied).
 
-    Neither view is made when either name is taken (unless --force).
+    The validation episodes are drawn at random (--seed, 0 by default: the same split every
+    time), so a dataset ordered by time or by policy is split evenly; --last takes the last
+    ones. Neither view is made when either name is taken (unless --force).
     """
     from rlds_cli.cache.derive import split_dataset
     from rlds_cli.names import resolve_name
@@ -102,6 +119,8 @@ def split(
         val_name=f"{base}-val",
         root=root,
         replace=force,
+        seed=seed,
+        last=last,
     )
     _report(list(manifests), json=json, quiet=quiet, many=True)
 
@@ -112,6 +131,7 @@ def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> Non
             "name": m.name,
             "parent": m.source["parent"],
             "episodes": m.source["episodes"],
+            **({"selection": m.source["selection"]} if m.source.get("selection") else {}),
             "num_steps": m.num_steps,
             "num_episodes": m.num_episodes,
         }
@@ -125,8 +145,9 @@ def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> Non
     else:
         for r in rows:
             a, b = r["episodes"]
+            chosen = _output.escape(r.get("selection") or f"episodes {a}:{b}")
             _output.console.print(
-                f"[green]{_output.escape(r['name'])}[/]: episodes {a}:{b} of {_output.escape(r['parent'])} "
+                f"[green]{_output.escape(r['name'])}[/]: {chosen} of {_output.escape(r['parent'])} "
                 f"({r['num_episodes']:,} episodes, {r['num_steps']:,} steps), sharing its arrays",
                 soft_wrap=True,
             )

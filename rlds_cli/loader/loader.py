@@ -43,8 +43,7 @@ from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
 from rlds_cli.loader.sizes import check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
-from rlds_cli.loader.td_keys import torchrl_extras
-from rlds_cli.loader.tensors import to_tensordict, to_torch
+from rlds_cli.loader.tensors import TensorDictBatches, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
 from rlds_cli.opening import open_dataset
 
@@ -177,6 +176,7 @@ class Loader:
         self.rank, self.world_size = rank_world(rank, world_size)
         # transforms are bound first: the first one may produce keys itself (its claim()), never read
         self.transforms = self._bind(with_windows(windows, transform, given))
+        self._td = TensorDictBatches(self.device, checked=bool(self.transforms)) if as_tensordict else None
         check_loader_batch(self, given, sampler, sampler_options)  # before anything is allocated
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
@@ -216,15 +216,14 @@ class Loader:
         self._prioritized = isinstance(self.sampler, Prioritized)
         self._streamable = isinstance(self.sampler, Streamable)
         self._checkpointable = isinstance(self.sampler, Checkpointable)
-        # host batches to CPU tensors, untransformed, as a TedBatch (the common case): _draw takes
-        # a path with the per-batch dispatch of the general one resolved here, once
+        # host batches to CPU tensors, untransformed, as a TedBatch or a TensorDict (the common case):
+        # _draw takes a path with the per-batch dispatch of the general one resolved here, once
         self._plain = (
             self._write_index  # a source that writes its own index takes the general path
             and self._device_source is None
             and self.device is None
             and not self.pin_memory
             and not self.transforms
-            and not self.as_tensordict
             and not self._dtypes.changes_host(self._host)
         )
         self._batches_per_epoch = self._epoch_length()
@@ -343,9 +342,10 @@ class Loader:
         if extras:
             batch.update(extras)
         try:  # every value a numpy array (the usual case): one from_numpy per key, nothing else
-            return TedBatch(zip(batch.keys(), map(torch.from_numpy, batch.values()), strict=True)), end
+            out = TedBatch(zip(batch.keys(), map(torch.from_numpy, batch.values()), strict=True))
         except TypeError:  # a tensor or a non-array: the general conversion
-            return to_torch(batch), end
+            out = to_torch(batch)
+        return (out if self._td is None else self._td(out, extras)), end
 
     def _indices(self) -> tuple[Any, dict[str, np.ndarray]]:
         return self._split(self.sampler.sample())
@@ -366,7 +366,7 @@ class Loader:
             out = batch  # tensors on the device already (the sampler's extras too): nothing to do
         else:
             out = to_torch(batch, self.device, pin_memory=self.pin_memory)
-        return to_tensordict(torchrl_extras(out, extras), self.device) if self.as_tensordict else out
+        return out if self._td is None else self._td(out, extras)
 
     def _prepare(self) -> Prepared:
         state = self._stream_state()

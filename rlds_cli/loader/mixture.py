@@ -121,7 +121,7 @@ class MixtureSource:
 
     def ready(self) -> list[bool]:
         """Per member: whether it may be sampled (it has steps and, for a growing dataset,
-        ``Dataset.ready``: its ``min_size`` reached)."""
+        ``Dataset.ready``: its ``min_size`` and ``min_total`` reached)."""
         return [ds.num_steps > 0 and bool(getattr(ds, "ready", True)) for ds in self.datasets]
 
     def refresh(self) -> bool:
@@ -274,8 +274,8 @@ class MixtureLoader:
             weight (``None``: at once).
         refresh: Follow the growing sources' commits every ``refresh`` batches (``1``: before
             every batch); ``None``: the views they were opened with. A source that is not ready
-            (no steps, or fewer than its ``min_size``) is never sampled; the others' weights are
-            renormalized.
+            (no steps, or short of its ``min_size`` or ``min_total``) is never sampled; the
+            others' weights are renormalized.
     """
 
     def __init__(

@@ -4,9 +4,9 @@ The rules a :class:`~rlds_cli.loader.mixture.MixtureSampler` applies to its weig
 so they can be read (and tested) on their own:
 
 * **Readiness.** A member is *ready* when it has steps and, for a growing dataset, when
-  ``Dataset.ready`` is true (its ``min_size`` reached). A member that is not ready gets weight 0
-  and the weights of the others are renormalized to sum to 1 (as AMAGO's ``MixtureOfDatasets``
-  does): it is never served.
+  ``Dataset.ready`` is true (its ``min_size`` unprotected steps and its ``min_total`` steps in
+  all reached). A member that is not ready gets weight 0 and the weights of the others are
+  renormalized to sum to 1 (as AMAGO's ``MixtureOfDatasets`` does): it is never served.
 * **Annealing** (``anneal=N``). A member ready when the mixture starts has its full weight at
   once. A member that becomes ready later, first seen ready before batch ``b0`` (batches counted
   from 0), has at batch ``b`` the weight ``w * min(1, (b - b0 + 1) / N)``: ``w / N`` on its first

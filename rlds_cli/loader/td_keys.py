@@ -16,19 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rlds_cli.cache.ted import TedBatch
-
 #: rlds extra -> the TED key (``"/"``-joined) a TensorDict batch carries it under
 TORCHRL_KEYS = {"weight": "priority_weight", "mask": "collector/mask"}
 
 
-def torchrl_extras(batch: TedBatch, extras: Iterable[str]) -> TedBatch:
-    """``batch`` with the sampler's ``extras`` among ``weight``/``mask`` moved to TorchRL's keys
-    (a dataset's own keys of those names, not extras, stay where they are)."""
+def torchrl_paths(keys: Iterable[str], extras: Iterable[str]) -> list[str]:
+    """The TED paths a TensorDict batch carries ``keys`` under: the sampler's ``extras`` among
+    ``weight``/``mask`` at TorchRL's keys, every other key (a dataset's own ``weight`` or ``mask``,
+    not an extra, included) where it is."""
     moved = {name for name in extras if name in TORCHRL_KEYS}
-    if not moved:
-        return batch
-    return TedBatch({(TORCHRL_KEYS[k] if k in moved else k): v for k, v in batch.items()})
+    return [TORCHRL_KEYS[k] if k in moved else k for k in keys]
 
 
 def drop_padding(td: Any) -> Any:

@@ -6,12 +6,14 @@ without importing the loader itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.loader.td_keys import torchrl_paths
 
 
 def to_torch(
@@ -46,13 +48,158 @@ def to_torch(
     return out
 
 
+#: One level of a TensorDict's nesting, in the order of first appearance: ``(name, position of
+#: its value in the batch)`` for a tensor, ``(name, the level below)`` for a sub-TensorDict.
+Level = list[tuple[str, "int | Level"]]
+
+
 def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> Any:
-    """A :class:`tensordict.TensorDict` with the batch's nested keys (needs ``tensordict``)."""
+    """A :class:`tensordict.TensorDict` with the batch's nested keys (needs ``tensordict``): its
+    batch size the shape of ``index``, else the rows of the first key.
+
+    Values that are not torch tensors, and any batch for a ``device``, take the ``TensorDict``
+    constructor (which converts, moves and checks); the rest are assembled without its per-key
+    work (see :class:`TensorDictBatches`), and one with other leading dimensions is a
+    ``ValueError`` naming its key.
+    """
+    if device is not None:
+        lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
+        return _tensordict_class()(batch.nested(), batch_size=lead, device=device)
+    return TensorDictBatches(checked=True)(batch)
+
+
+class TensorDictBatches:
+    """Makes a loader's TensorDict batches at the cost of one object per nesting level.
+
+    ``TensorDict(batch.nested(), batch_size=...)`` checks, converts and places every key: ~20 us
+    for a batch of 9 keys, half or more of a whole plain batch's time. A loader's batches need
+    none of it: :func:`to_torch` made every value a tensor on the device, and the gathers give every key
+    the batch's leading dimensions. So the nesting of each key layout (and the sampler's extras
+    under TorchRL's keys: :func:`~rlds_cli.loader.td_keys.torchrl_paths`) is worked out once and
+    kept, and each batch's TensorDicts are made with ``TensorDict._new_unsafe``, which stores the
+    values as given.
+
+    Guarantees: the keys, nesting, order, dtypes, batch size (the shape of ``index``, else the
+    rows of the first key) and device of ``TensorDict(nested, batch_size=..., device=device)``.
+    The values must be torch tensors on ``device``. With ``checked`` (the loader sets it when
+    it runs transforms, which may add any key), a value with other leading dimensions is a
+    ``ValueError`` naming its key, and values that are not tensors take the constructor, which
+    converts them.
+    """
+
+    #: Key layouts kept at most (a loader has one or two; more means keys that change every batch).
+    MAX_LAYOUTS = 64
+
+    def __init__(self, device: torch.device | str | None = None, *, checked: bool = True) -> None:
+        self.cls = _tensordict_class()
+        self.device = where = torch.device(device) if device is not None else None
+        # the constructor indexes a device given without one ("cuda": the current CUDA device)
+        self._unindexed = where is not None and where.index is None and where.type not in ("cpu", "meta")
+        self.checked = checked
+        self._new: Any = getattr(self.cls, "_new_unsafe", None)  # tensordict's own fast constructor
+        self._layouts: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[Level, int | None]] = {}
+
+    def __call__(self, batch: TedBatch, extras: Iterable[str] | None = None) -> Any:
+        """``batch`` (torch tensors) as a TensorDict, the sampler's ``extras`` under TorchRL's keys."""
+        keys, names = tuple(batch), tuple(extras) if extras else ()
+        layout = self._layouts.get((keys, names))
+        if layout is None:
+            layout = self._learn(keys, names)
+        level, at = layout
+        values = list(batch.values())
+        if not values:
+            return self.cls({}, batch_size=(0,), device=self.device)
+        lead = values[at].shape if at is not None else values[0].shape[:1]
+        device = self.device
+        if self._unindexed and device is not None:  # at each batch, as the constructor: it may change
+            device = torch.device(device.type, torch.cuda.current_device() if device.type == "cuda" else 0)
+        if self.checked and not _fits(values, lead):
+            _check_rows(keys, values, lead)  # tensors that do not fit are refused by name
+            return self.cls(_dicts(level, values), batch_size=tuple(lead), device=device)
+        if self._new is None:  # a tensordict without it: the constructor, as fast as it is
+            return self.cls(_dicts(level, values), batch_size=lead, device=device)
+        return self._build(level, values, lead, device)
+
+    def _learn(self, keys: tuple[str, ...], names: tuple[str, ...]) -> tuple[Level, int | None]:
+        if len(self._layouts) >= self.MAX_LAYOUTS:
+            self._layouts.clear()
+        layout = (nesting(torchrl_paths(keys, names)), keys.index("index") if "index" in keys else None)
+        self._layouts[keys, names] = layout
+        return layout
+
+    def _build(self, level: Level, values: list[Any], lead: torch.Size, device: torch.device | None) -> Any:
+        return self._new(
+            {
+                name: values[at] if isinstance(at, int) else self._build(at, values, lead, device)
+                for name, at in level
+            },
+            batch_size=lead,
+            device=device,
+            nested=False,
+        )
+
+
+def nesting(paths: Sequence[str]) -> Level:
+    """The nesting of ``"/"``-joined TED ``paths`` (``"next/reward"``: ``reward`` in ``next``),
+    in the order of :meth:`~rlds_cli.cache.ted.TedBatch.nested`.
+
+    Raises:
+        ValueError: One path is a tensor and the parent of another (``"a"`` and ``"a/b"``): a
+            TensorDict cannot hold both.
+    """
+    root: dict[str, Any] = {}
+    for pos, path in enumerate(paths):
+        *parents, leaf = path.split("/")
+        node = root
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(_clash("/".join(parents[: depth + 1]), path))
+        if isinstance(node.get(leaf), dict):
+            raise ValueError(_clash(path, next(p for p in paths if p.startswith(path + "/"))))
+        node[leaf] = pos
+
+    def level(node: dict[str, Any]) -> Level:
+        return [(name, at if isinstance(at, int) else level(at)) for name, at in node.items()]
+
+    return level(root)
+
+
+def _clash(key: str, child: str) -> str:
+    return (
+        f"batch key {key!r} is a tensor and the parent of {child!r}: a TensorDict cannot hold "
+        "both; rename one of them (a transform's output, or the loader's keys=)"
+    )
+
+
+def _dicts(level: Level, values: list[Any]) -> dict[str, Any]:
+    """``level`` with the batch's ``values`` as nested dicts (for the ``TensorDict`` constructor)."""
+    return {name: values[at] if isinstance(at, int) else _dicts(at, values) for name, at in level}
+
+
+def _fits(values: list[Any], lead: tuple[int, ...]) -> bool:
+    """Whether every value is a torch tensor whose leading dimensions are ``lead``."""
+    n = len(lead)
+    return all(type(v) is torch.Tensor and v.shape[:n] == lead for v in values)
+
+
+def _check_rows(keys: Sequence[str], values: list[Any], lead: tuple[int, ...]) -> None:
+    """Raise ``ValueError`` naming the first value whose leading dimensions are not ``lead``."""
+    for key, value in zip(keys, values, strict=True):
+        shape = tuple(getattr(value, "shape", lead))
+        if shape[: len(lead)] != tuple(lead):
+            raise ValueError(
+                f"batch key {key!r} has shape {shape}, not the batch's leading dimensions "
+                f"{tuple(lead)}: a transform must give every key the batch's rows"
+            )
+
+
+def _tensordict_class() -> Any:
+    """``tensordict.TensorDict``, or an ``ImportError`` saying what to install."""
     try:
         from tensordict import TensorDict
     except ImportError as exc:  # an optional dependency
         raise ImportError(
             "as_tensordict=True needs the 'tensordict' package (pip install 'rlds-cli[torchrl]')"
         ) from exc
-    lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
-    return TensorDict(batch.nested(), batch_size=lead, device=device)
+    return TensorDict

@@ -11,8 +11,9 @@ to ``DatasetWriter.add_episode`` as it is:
 * ``action...``, ``next/reward`` ``(T, 1)``, ``next/terminated`` / ``next/truncated`` /
   ``next/done`` ``(T, 1)`` bool;
 * ``reset_seed`` (``uint64``) and ``reset_seed_present`` (bool): the seed the episode was reset
-  with, on every step of the episode (a growing dataset has no per-episode table yet, so the
-  seed rides along with each step; :func:`episode_seeds` reads one per episode). An episode
+  with, on every step of the episode (a growing dataset stores no per-episode arrays, so the
+  seed rides along with each step; ``Dataset.episode_table().seeds`` and :func:`episode_seeds`
+  read one per episode). An episode
   reset without a seed has ``reset_seed`` 0 and ``reset_seed_present`` false, as a converted
   Minari dataset's ``minari/episode_seed`` and ``minari/episode_seed_present``.
 * ``info/<k>`` for the selected info keys. A key the reset info and every step's info hold is
@@ -370,11 +371,19 @@ def _stack_info(values: list[Any], key: str) -> np.ndarray:
     return arr
 
 
+def episode_seed_columns(dataset: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The reset seed (``uint64``) of every episode of a dataset recorded by rlds and whether it
+    had one (bool; the seed is 0 where not), read at each episode's first step; ``None`` when
+    the dataset has no ``reset_seed`` key."""
+    if SEED_KEY not in dataset.fields:
+        return None
+    rows = dataset.gather(np.asarray(dataset.episodes["start"], np.int64), [SEED_KEY, SEED_PRESENT_KEY])
+    return np.asarray(rows[SEED_KEY]).reshape(-1), np.asarray(rows[SEED_PRESENT_KEY]).reshape(-1)
+
+
 def episode_seeds(dataset: Any) -> list[int | None]:
     """The reset seed of every episode of a recorded dataset (``None`` where it had none)."""
-    starts = np.asarray(dataset.episodes["start"], np.int64)
-    if SEED_KEY not in dataset.fields:
-        return [None] * len(starts)
-    rows = dataset.gather(starts, [SEED_KEY, SEED_PRESENT_KEY])
-    seeds, present = np.asarray(rows[SEED_KEY]).reshape(-1), np.asarray(rows[SEED_PRESENT_KEY]).reshape(-1)
-    return [int(s) if p else None for s, p in zip(seeds, present, strict=True)]
+    columns = episode_seed_columns(dataset)
+    if columns is None:
+        return [None] * len(dataset.episodes)
+    return [int(s) if p else None for s, p in zip(*columns, strict=True)]

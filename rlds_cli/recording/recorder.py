@@ -109,6 +109,10 @@ def record(
     mode: str = "create",
     env_kwargs: Mapping[str, Any] | None = None,
     episodes_per_commit: int = 1,
+    capacity: int | None = None,
+    min_size: int = 0,
+    min_total: int = 0,
+    protected: bool = False,
 ) -> Dataset:
     """Run ``policy`` in ``env`` for ``episodes`` episodes or ``steps`` steps and save them.
 
@@ -129,12 +133,20 @@ def record(
         episodes_per_commit: Episodes a commit waits for (1: each episode is committed, durable
             and visible, on the writer's commit thread while the next one is recorded; more:
             fewer, larger commits). ``record`` returns once every episode is committed.
+        capacity: Unprotected steps the dataset keeps, oldest evicted first (``None``: all).
+        min_size: Unprotected steps before ``Dataset.ready``; ``min_total``: steps in all.
+            ``capacity``, ``min_size`` and ``min_total`` are the dataset's settings: they apply
+            when this call creates it, a later writer reads them (see
+            :class:`~rlds_cli.DatasetWriter`, which also has ``capacity_episodes``).
+        protected: These episodes are never evicted (demonstrations recorded into a buffer).
 
     Returns:
         The dataset, opened.
 
     Raises:
         RecordingError: bad arguments, a space rlds cannot store, or values outside their space.
+        ValueError: a bad ``capacity``, ``min_size`` or ``min_total`` (the writer's check, before
+            anything is written).
     """
     for label, value in (
         ("episodes", episodes),
@@ -179,6 +191,10 @@ def record(
             "storage": storage,
             "mode": mode,
             "episodes_per_commit": episodes_per_commit,
+            "capacity": capacity,
+            "min_size": min_size,
+            "min_total": min_total,
+            "protected": protected,
         }
         return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
     finally:

@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from rlds_cli.errors import MissingExtraError, RecordingError
+from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RecordingError
 from rlds_cli.recording.episode import EpisodeAssembler
 from rlds_cli.write.writer import DatasetWriter
 
@@ -30,8 +30,8 @@ try:
     import gymnasium as gym
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError(
-        "recording from an environment needs gymnasium, which is not installed",
-        hint="pip install gymnasium",
+        f"recording from an environment needs gymnasium, which is not installed: {GYMNASIUM_INSTALL}",
+        hint=GYMNASIUM_INSTALL,
     ) from None
 
 #: Bits of a drawn seed (Minari's ``AUTOSEED_BIT_SIZE``: HDF5 attributes hold up to uint64).

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlds_cli.errors import RemoteAccessError, RldsError
 from rlds_cli.net.hub.repo import (
+    UNREACHABLE_HINT,
     HubPath,
     check_token,
     endpoint,
@@ -22,8 +23,10 @@ from rlds_cli.net.hub.repo import (
     in_chain,
     is_client_error,
     parse_hf_url,
+    unreachable_message,
     with_rate_limit,
 )
+from rlds_cli.remote import refuse_offline
 
 _READ_HINT = (
     "accept the repo's terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may "
@@ -44,9 +47,11 @@ def head_commit(where: HubPath, *, write: bool = False) -> str:
     """The commit sha ``where.revision`` points at now.
 
     Raises:
+        OfflineError: Offline mode is on (``RLDS_OFFLINE``): every Hub call starts here.
         RemoteAccessError: No such repo or revision, no token that may read (or write) it, the
             Hub unreachable.
     """
+    refuse_offline(str(where))
     api = hf_api()
     with translated(str(where), write=write):
         info = with_rate_limit(lambda: api.dataset_info(where.repo, revision=where.revision))
@@ -118,10 +123,7 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> RldsEr
             f"the Hub answered HTTP {status} to {url}",
             hint=f"{again} (files already uploaded are not sent twice)" if write else again,
         )
-    return RemoteAccessError(
-        f"cannot reach the Hub for {url}: {type(exc).__name__}",
-        hint="check the network and HF_ENDPOINT",
-    )
+    return RemoteAccessError(unreachable_message(url, exc), hint=UNREACHABLE_HINT)
 
 
 class translated:

@@ -25,6 +25,7 @@ from rlds_cli.errors import (
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
 )
+from rlds_cli.remote import refuse_offline
 
 #: The remote files index: uploaded just before the manifest, read by pull.
 INDEX_FILE = "rlds-files.json"
@@ -71,9 +72,11 @@ def open_url(
             ``endpoint_url``; s3fs also reads ``AWS_ENDPOINT_URL``.
 
     Raises:
+        OfflineError: Offline mode is on and the URL needs the network (:func:`refuse_offline`).
         MissingExtraError: fsspec, or the package of the URL's protocol, is not installed.
         RemoteAccessError: The URL names no known protocol.
     """
+    refuse_offline(url)
     try:
         import fsspec
     except ModuleNotFoundError:

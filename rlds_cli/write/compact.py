@@ -1,16 +1,17 @@
 """``rlds compact``: merge a growing dataset's segments so it reads as fast as a converted one.
 
-A compaction takes the dataset's compaction lock (one at a time; writers never take it), opens
+A compaction takes the dataset's compaction lock (one at a time; a writer takes it, without
+waiting, only to merge its newest small segments: :mod:`rlds_cli.write.merging`), opens
 a view, and for every run of consecutive segments of the same kind (protected or not) with
 more than one segment, or with evicted episodes still on disk, writes one segment holding
 their live episodes, in order. Steps, in order:
 
-1. ``mkdir building/<id>.<pid>``; write the columns (read from the view) and the episode index;
-2. fsync those files together, then write ``manifest.json``;
-3. ``rename`` it to ``segments/<id>``; fsync together the manifest, the segment's folders and
+1. ``mkdir building/<id>.<pid>``; write the columns (read from the view, each input checked
+   against its digests), the episode index and ``manifest.json``;
+2. ``rename`` it to ``segments/<id>``; fsync together its files, its folders and
    ``segments/`` (a segment is sealed as a writer's is: :mod:`rlds_cli.write.segments`);
-4. append a ``COMPACT`` record ("segments A..B replaced by C") and fsync the log;
-5. remove the files of segments retired more than the grace period ago (:func:`collect`).
+3. append a ``COMPACT`` record ("segments A..B replaced by C") and fsync the log;
+4. remove the files of segments retired more than the grace period ago (:func:`collect`).
 
 Readers of older views keep reading the old segments (kept for the grace period); a refresh
 moves them to the compacted one. Writers keep appending meanwhile: their segments come after
@@ -29,12 +30,20 @@ import numpy as np
 from rlds_cli import settings
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
-from rlds_cli.cache.commit_log import COMPACT, LogState, Record, SegmentEntry, new_segment_id
+from rlds_cli.cache.commit_log import (
+    COMPACT,
+    FINAL_GENERATION,
+    LogState,
+    Record,
+    SegmentEntry,
+    new_segment_id,
+)
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
+    COMPACT_WANTED_SUFFIX,
     SEGMENTED_LAYOUT,
     SEGMENTS_DIR,
     entry_name,
@@ -86,7 +95,7 @@ def compact(
     ds = open_dataset(name, cache)
     if not isinstance(ds, GrowingDataset):
         raise _not_growing(name, "nothing to compact")
-    lock = _compaction_lock(cache, ds.name, lock_timeout)
+    lock = compaction_lock(cache, ds.name, lock_timeout)
     try:
         ds.refresh()  # the view as of the lock: no other compaction can move it now
         return _compact_locked(ds, grace_seconds)
@@ -126,7 +135,7 @@ def remove_retired(
     grace = growing_settings(head)["grace_seconds"]
     segments = directory / SEGMENTS_DIR
     try:
-        lock = _compaction_lock(cache, head.name, 0)
+        lock = compaction_lock(cache, head.name, 0)
     except LockTimeoutError:
         return []
     try:
@@ -148,20 +157,47 @@ def _not_growing(name: str, what: str) -> SchemaMismatchError:
     )
 
 
-def _compaction_lock(cache: CacheRoot, name: str, timeout: float) -> Any:
-    """The dataset's compaction lock, held (one compaction or collection at a time; writers
-    never take it); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds."""
+def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> Any:
+    """The dataset's compaction lock, held (one compaction, collection or writer's merge at a
+    time); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds.
+
+    While it waits, it holds the dataset's *compaction-wanted* lock, which writers look at
+    before they try theirs (:func:`try_compaction_lock`): writers that merge small segments
+    hold the lock most of the time when they commit hundreds of times a second, and a
+    compaction that only polled for it was starved (no round in 15 minutes under 4 writers
+    on a busy machine)."""
     from filelock import FileLock, Timeout
 
     try:
         # in locks/, not in the dataset: a new file there would change the directory's identity
         cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        path = cache.layout.lock_file(entry_name(name) + COMPACT_LOCK_SUFFIX)
-        lock = FileLock(str(path), timeout=timeout)
-        lock.acquire()
+        with FileLock(str(_lock_path(cache, name, COMPACT_WANTED_SUFFIX)), timeout=timeout):
+            lock = FileLock(str(_lock_path(cache, name, COMPACT_LOCK_SUFFIX)), timeout=timeout)
+            lock.acquire()
     except Timeout:
         raise LockTimeoutError(f"dataset {name!r} is being compacted by another process") from None
     return lock
+
+
+def try_compaction_lock(cache: CacheRoot, name: str) -> Any | None:
+    """The dataset's compaction lock, held, or ``None`` where another process holds it or a
+    compaction waits for it (a writer's merge of small segments, which never waits and gives
+    way to a compaction)."""
+    from filelock import FileLock, Timeout
+
+    try:
+        cache.locks_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(_lock_path(cache, name, COMPACT_WANTED_SUFFIX)), timeout=0):
+            pass  # nobody waits for the lock
+        lock = FileLock(str(_lock_path(cache, name, COMPACT_LOCK_SUFFIX)), timeout=0)
+        lock.acquire()
+    except Timeout:
+        return None
+    return lock
+
+
+def _lock_path(cache: CacheRoot, name: str, suffix: str) -> Path:
+    return cache.layout.lock_file(entry_name(name) + suffix)
 
 
 def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
@@ -188,20 +224,8 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
     fsync = settings.fsync_enabled()
     before = len(ds.live_segments())
     runs = _runs(ds)
-    backend = get_backend(ds.head.backend)
-    state = ds.state
-    order = [s.seg for s in state.segments]
     for run in runs:
-        # a run starts after the fully evicted segments before it: those are dropped with it
-        first_entry = run[0][0]
-        i = order.index(first_entry.seg)
-        while (
-            i > 0
-            and state.segments[i - 1].protected == first_entry.protected
-            and state.segments[i - 1].seg not in {s.seg for s, _ in ds.live_segments()}
-        ):
-            i -= 1
-        _merge(ds, run, state.segments[i].seg, backend, fsync)
+        merge_run(ds, run, generation=FINAL_GENERATION, fsync=fsync)
     ds.refresh()
     grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
     removed = collect(ds.directory, ds.state, grace, builds=True, unreferenced=True)
@@ -210,14 +234,25 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
     )
 
 
-def _merge(
-    ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], first: bytes, backend: Backend, fsync: bool
+def merge_run(
+    ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], *, generation: int, fsync: bool
 ) -> None:
-    """Write the live episodes of ``run`` as one segment and commit it (steps 1-4 of the module
-    docstring). Each input is checked as it is read, as ``inspect --check`` checks it: its
-    episode index and every column, whole (evicted rows too), against the digests its manifest
-    records. A damaged input raises :class:`~rlds_cli.errors.CorruptDatasetError` before the
-    record: the build is removed and the segments it would have replaced stay."""
+    """Write the live episodes of ``run`` (consecutive live segments of ``ds``'s view, of one
+    kind, as :meth:`GrowingDataset.live_segments` gives them) as one segment of merge
+    ``generation`` and commit it (steps 1-3 of the module docstring). The fully evicted
+    segments of the same kind right before the run are dropped with it. Each input is checked
+    as it is read, as ``inspect --check`` checks it: its episode index and every column, whole
+    (evicted rows too), against the digests its manifest records. A damaged input raises
+    :class:`~rlds_cli.errors.CorruptDatasetError` before the record: the build is removed and
+    the segments it would have replaced stay. The caller holds the dataset's compaction lock."""
+    backend = get_backend(ds.head.backend)
+    state = ds.state
+    live = {s.seg for s, _ in ds.live_segments()}
+    i = next(k for k, s in enumerate(state.segments) if s.seg == run[0][0].seg)
+    kind = run[0][0].protected
+    while i > 0 and state.segments[i - 1].protected == kind and state.segments[i - 1].seg not in live:
+        i -= 1
+    first = state.segments[i].seg
     seg = new_segment_id()
     with building_segment(ds.directory, seg, fsync=fsync) as build:
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
@@ -235,9 +270,15 @@ def _merge(
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
         writer = {**writer_identity(), "compacted": len(run)}
-        seal_segment(build, ds.head, backend, lengths, hashes, writer, fsync=fsync)
+        seal_segment(build, ds.head, backend, lengths, hashes, writer)
     record = Record(
-        COMPACT, seg, first=first, last=run[-1][0].seg, episodes=len(lengths), steps=int(lengths.sum())
+        COMPACT,
+        seg,
+        first=first,
+        last=run[-1][0].seg,
+        episodes=len(lengths),
+        steps=int(lengths.sum()),
+        count=generation,
     )
     commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
 
@@ -286,4 +327,11 @@ def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> Corrupt
     )
 
 
-__all__ = ["CompactReport", "compact", "remove_retired"]
+__all__ = [
+    "CompactReport",
+    "compact",
+    "compaction_lock",
+    "merge_run",
+    "remove_retired",
+    "try_compaction_lock",
+]

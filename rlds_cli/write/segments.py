@@ -4,13 +4,12 @@ A commit (:func:`commit_segment`), in order:
 
 1. ``mkdir building/<id>.<pid>`` (private to this writer: nobody reads ``building/``);
 2. write every column through the storage backend (hashed as it is written), then the
-   episode index;
-3. fsync those files, all at once; then write ``manifest.json`` (temp file, rename);
-4. ``rename`` the build to ``segments/<id>``; then fsync, all at once, the manifest, every
-   folder of the segment and ``segments/``;
-5. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
+   episode index, then ``manifest.json`` (temp file, rename);
+3. ``rename`` the build to ``segments/<id>``; then fsync, all at once, every file of the
+   segment, every folder of it and ``segments/``;
+4. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
 
-The episodes become visible at step 5 and only there: killed before it, the writer leaves a
+The episodes become visible at step 4 and only there: killed before it, the writer leaves a
 build folder or an unreferenced segment, which no reader looks at and a compaction's
 :func:`collect` removes once older than the grace period and its writer no longer runs (the
 segment: where the log is not damaged); killed after it, the episodes
@@ -19,9 +18,12 @@ and the log takes whole records.
 
 A segment's commit record is the log's, not its manifest: nothing reads a segment before a
 record names it, so its files need only be durable before that record is written, in any
-order among them: three waves of fsyncs (files; manifest and folders; the log) where a
-converted dataset's seal and publish wait for six in a row. A writer runs its commits on a
-thread of their own (:mod:`rlds_cli.write.committer`), so these waits overlap the caller's work.
+order among them: two waves of fsyncs (the segment's files and folders; the log) where a
+converted dataset's seal and publish wait for six in a row. (Until 2026-11 the files were
+synced before the manifest was written, a third wave; a crash between the rename and the
+record leaves a segment no record names either way, which :func:`collect` removes.) A
+writer runs its commits on a thread of their own (:mod:`rlds_cli.write.committer`), so these
+waits overlap the caller's work.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, n
 from rlds_cli.cache.durable import fsync_wave, tree_paths
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
-    MANIFEST_FILE,
     SEGMENT_BUILDS_DIR,
     SEGMENTED_LAYOUT,
     SEGMENTS_DIR,
@@ -56,6 +57,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.unnamed_segments import unnamed, writer_alive
 from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.write.trash import delete_later
 from rlds_cli.write.validate import EpisodeColumns
 
 log = logging.getLogger(__name__)
@@ -112,9 +114,9 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
         raise
-    if fsync:  # the manifest (its data; the columns' were synced by the seal) and every entry
-        folders = tree_paths(final)[1]
-        fsync_wave([final / MANIFEST_FILE], [*folders, final.parent])
+    if fsync:  # every file's data and every folder's entries, in one wave (see the module docstring)
+        files, folders = tree_paths(final)
+        fsync_wave(files, [*folders, final.parent])
 
 
 def commit_segment(
@@ -194,10 +196,10 @@ def _write_segment(
             for rows in ep.pieces(key):
                 column.append(rows)
                 hasher.update(rows)
-        column.close(fsync=False)  # the seal fsyncs the segment's files together
+        column.close(fsync=False)  # building_segment fsyncs the segment's files together
         hashes[key] = hasher.hexdigest()
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
-    return seal_segment(build, head, backend, lengths, hashes, writer, fsync=fsync)
+    return seal_segment(build, head, backend, lengths, hashes, writer)
 
 
 def seal_segment(
@@ -207,19 +209,15 @@ def seal_segment(
     lengths: np.ndarray,
     hashes: dict[str, str],
     writer: dict[str, Any],
-    *,
-    fsync: bool,
 ) -> Manifest:
     """Finish a segment whose columns are written (``hashes``: each column's digest): its
-    episode index (every episode ends by its flags, none sliced), the fsync of its files, its
-    manifest with the content digest (steps 2-3 of the module docstring). Written and
-    compacted segments end the same way."""
+    episode index (every episode ends by its flags, none sliced) and its manifest with the
+    content digest (steps 2-3 of the module docstring; :func:`building_segment` syncs them).
+    Written and compacted segments end the same way."""
     index = episodes.build_index(
         np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
     )
     episodes.write_index(build, index, fsync=False)
-    if fsync:
-        fsync_wave(tree_paths(build)[0], [])
     content = digest.record(hashes, index)
     manifest = Manifest(
         name=head.name,
@@ -318,10 +316,12 @@ def collect(
     builds: bool = False,
     unreferenced: bool = False,
     limit: int | None = None,
+    background: bool = False,
 ) -> list[str]:
     """Remove the :func:`leftovers` of ``directory``: at most ``limit`` segments (``None``:
     all), the oldest first, and every build. Each segment goes by a rename into ``building/``
-    first (a reader sees a segment whole or not at all), then is deleted. Returns the names
+    first (a reader sees a segment whole or not at all), then is deleted (with ``background``,
+    on this process's deleting thread: :mod:`rlds_cli.write.trash`). Returns the names
     removed (a build as ``building/<name>``).
 
     A writer collects after each of its commits, on its commit thread, with a ``limit``: that
@@ -351,7 +351,10 @@ def collect(
             state.retired.pop(bytes.fromhex(name), None)
             continue
         taken += 1
-        shutil.rmtree(trash, ignore_errors=True)
+        if background:
+            delete_later(trash)
+        else:
+            shutil.rmtree(trash, ignore_errors=True)
         state.retired.pop(bytes.fromhex(name), None)
         removed.append(name)
     return removed

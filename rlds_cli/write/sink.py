@@ -11,6 +11,7 @@ was committed (the eviction after it failed) or not (its episodes were not writt
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.memmap_backend import load_npy
-from rlds_cli.errors import CommitFailedError, RldsError, from_os_error
+from rlds_cli.errors import CommitFailedError, CorruptDatasetError, RldsError, from_os_error
 from rlds_cli.write import segments
+from rlds_cli.write.merging import SmallSegmentMerger
 from rlds_cli.write.validate import EpisodeColumns
 
 #: Retired segments a commit removes at the most (:func:`rlds_cli.write.segments.collect`): a
@@ -44,7 +46,15 @@ class SegmentSink:
     ``head`` (the dataset's head manifest) is set by the writer before the first commit.
     """
 
-    def __init__(self, directory: Path, *, protected: bool, fsync: bool, writer: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        protected: bool,
+        fsync: bool,
+        writer: dict[str, Any],
+        try_lock: Callable[[], Any | None] | None = None,
+    ) -> None:
         self.directory = directory
         self.protected = protected
         self.fsync = fsync
@@ -52,6 +62,7 @@ class SegmentSink:
         self.head: Manifest | None = None
         self._state = LogState()
         self._lengths: dict[bytes, np.ndarray] = {}
+        self.merger = None if try_lock is None else SmallSegmentMerger(directory, try_lock, fsync=fsync)
         #: Episodes and steps committed through this sink.
         self.episodes_written = 0
         self.steps_written = 0
@@ -92,10 +103,13 @@ class SegmentSink:
         try:
             self._after_commit(head)
         except Exception as exc:
+            what, hint = _cause(exc)
+            if not isinstance(exc, CorruptDatasetError):
+                hint = "the committed episodes are safe; the next commit evicts and cleans up again"
             raise CommitFailedError(
                 f"dataset {head.name!r}: {record.episodes} episode(s) were committed, but the "
-                f"eviction or cleanup after them failed: {_cause(exc)[0]}",
-                hint="the committed episodes are safe; the next commit evicts and cleans up again",
+                f"eviction, merge or cleanup after them failed: {what}",
+                hint=hint,
             ) from exc
 
     def _count(self, record: Record, batch: list[EpisodeColumns]) -> None:
@@ -105,12 +119,12 @@ class SegmentSink:
         self.steps_written += record.steps
 
     def _after_commit(self, head: Manifest) -> None:
-        """Evict past the capacity, then remove the files of segments retired long enough."""
+        """Evict past the capacity, merge the newest small segments where they are due
+        (:mod:`rlds_cli.write.merging`), then remove the files of segments retired long
+        enough."""
         conf = growing_settings(head)
-        if conf["capacity"] is None and conf["capacity_episodes"] is None and not self._state.retired:
-            return
         log_path = self.directory / COMMIT_LOG_FILE
-        self._state.follow(log_path)
+        self._state.follow(log_path)  # the records since the last commit: a read of a few
         if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
             count = segments.evict_to(
                 self.directory,
@@ -122,8 +136,12 @@ class SegmentSink:
             )
             if count is not None:
                 self._state.follow(log_path)
+        if self.merger is not None and self.merger.after_commit(self._state.live(), head, conf["capacity"]):
+            self._state.follow(log_path)
         if self._state.retired:
-            segments.collect(self.directory, self._state, conf["grace_seconds"], limit=COLLECT_PER_COMMIT)
+            segments.collect(
+                self.directory, self._state, conf["grace_seconds"], limit=COLLECT_PER_COMMIT, background=True
+            )
 
     def _segment_lengths(self, seg: bytes) -> np.ndarray:
         got = self._lengths.get(seg)

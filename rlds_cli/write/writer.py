@@ -34,7 +34,9 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
 from rlds_cli.write import segments
 from rlds_cli.write.committer import Committer
+from rlds_cli.write.compact import try_compaction_lock
 from rlds_cli.write.sink import SegmentSink
+from rlds_cli.write.trash import wait_deleted
 from rlds_cli.write.validate import (
     EpisodeColumns,
     check_schema,
@@ -100,7 +102,11 @@ class DatasetWriter:
         capacity: Keep at most this many unprotected steps: older episodes are evicted first
             in, first out, after each commit (``None``: no limit).
         capacity_episodes: The same in episodes.
-        min_size: Steps before the dataset counts as ready (``Dataset.ready``).
+        min_size: Unprotected steps (the steps ``capacity`` counts: not the demonstrations of
+            a ``protected`` writer) before the dataset counts as ready (``Dataset.ready``). At
+            most ``capacity``: more would never be reached.
+        min_total: Steps before the dataset counts as ready, protected ones included. Both
+            must be reached; 0 (the default) for either: no such condition.
         protected: This writer's episodes are never evicted (demonstrations).
         episodes_per_commit: Episodes a commit waits for (1: each episode is committed, and
             visible to readers, one commit's time after it is added, or up to
@@ -120,8 +126,8 @@ class DatasetWriter:
             ``Dataset.fields`` returns); ``None``: from the first episode. Given, the dataset is
             created at once (empty) and every episode is checked against it.
 
-    The settings (capacity, min_size, grace) are the dataset's: fixed by its creator, read by
-    every later writer.
+    The settings (capacity, min_size, min_total, grace) are the dataset's: fixed by its creator,
+    read by every later writer.
 
     ``add_episode`` returns once the episode is checked and handed to the commit thread;
     :meth:`flush` (and :meth:`close`) return once every episode added is committed. A commit
@@ -140,6 +146,7 @@ class DatasetWriter:
         capacity: int | None = None,
         capacity_episodes: int | None = None,
         min_size: int = 0,
+        min_total: int = 0,
         protected: bool = False,
         episodes_per_commit: int = 1,
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
@@ -168,23 +175,30 @@ class DatasetWriter:
                 "capacity": capacity,
                 "capacity_episodes": capacity_episodes,
                 "min_size": min_size,
+                "min_total": min_total,
                 "grace_seconds": grace_seconds,
             }
         )
         if problem is not None:
             raise ValueError(problem)
-        if capacity is not None and min_size > capacity:  # a warning: demonstrations may fill it
+        if capacity is not None and min_size > capacity:  # eviction keeps the unprotected below it
+            raise ValueError(
+                f"min_size={min_size} is over capacity={capacity}: both count unprotected steps, so "
+                "the dataset would never be ready; min_total= counts the protected steps too"
+            )
+        if capacity is not None and min_total > capacity:  # a warning: demonstrations may fill it
             log.warning(
-                "dataset %r: min_size=%d is over capacity=%d steps: it is ready only once protected "
+                "dataset %r: min_total=%d is over capacity=%d steps: it is ready only once protected "
                 "episodes make up the difference",
                 name,
-                min_size,
+                min_total,
                 capacity,
             )
         growing: dict[str, Any] = {  # as the manifest keeps them (plain ints and a float)
             "capacity": None if capacity is None else int(capacity),
             "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
             "min_size": int(min_size),
+            "min_total": int(min_total),
             "grace_seconds": float(grace_seconds),
         }
         meta = dict(metadata or {})
@@ -192,7 +206,13 @@ class DatasetWriter:
         if spec is not None:
             meta.setdefault("spaces", {})["env_spec"] = spec
         self._writer = segments.writer_identity()
-        self._sink = SegmentSink(self.directory, protected=protected, fsync=self.fsync, writer=self._writer)
+        self._sink = SegmentSink(
+            self.directory,
+            protected=protected,
+            fsync=self.fsync,
+            writer=self._writer,
+            try_lock=functools.partial(try_compaction_lock, self.cache, self.name),
+        )
         self._source: dict[str, Any] = {
             "format": "rlds-writer",
             "writer": self._writer,
@@ -252,9 +272,9 @@ class DatasetWriter:
 
     @_locked
     def close(self) -> None:
-        """Commit every episode added and wait for it (raises a commit's error). Steps of an
-        episode that has not ended are dropped (logged): an episode is written whole or not
-        at all."""
+        """Commit every episode added and wait for it (raises a commit's error), and for the
+        deletion of the retired segments this process renamed away. Steps of an episode that
+        has not ended are dropped (logged): an episode is written whole or not at all."""
         if self._closed:
             return
         try:
@@ -263,7 +283,10 @@ class DatasetWriter:
         finally:
             self._closed = True
             self._finalizer.detach()
-            self._committer.finish(due_only=False)
+            try:
+                self._committer.finish(due_only=False)
+            finally:
+                wait_deleted()  # the retired segments this writer renamed away, deleted
         open_steps = len(self._steps) + (0 if self._tail is None else len(next(iter(self._tail.values()))))
         if open_steps:
             log.warning(
@@ -272,7 +295,8 @@ class DatasetWriter:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The dataset's growing settings (capacity, min_size, grace_seconds)."""
+        """The dataset's growing settings (capacity, capacity_episodes, min_size, min_total,
+        grace_seconds)."""
         if self.head is not None:
             return growing_settings(self.head)
         return growing_settings(Manifest(self.name, "memmap", 0, 0, {}, source=self._source))

@@ -108,6 +108,30 @@ def endpoint() -> str:
     )
 
 
+#: What to do about a Hub that cannot be reached: the same line from every command that talks to it.
+UNREACHABLE_HINT = (
+    "check the network, then run the same command again; a Hub at another address (a mirror, a "
+    "local server) is set with RLDS_HF_ENDPOINT (else HF_ENDPOINT)"
+)
+
+
+def unreachable_message(what: str, exc: BaseException) -> str:
+    """The one line of every command (download, push, pull, export, remote reads) for a Hub it
+    cannot reach: ``cannot reach the Hub at ENDPOINT for WHAT: CAUSE``, the cause in words (the
+    host name does not resolve, the connection was refused or timed out), else the class name
+    of the client's error; never the client's text (it may quote request headers)."""
+    if name_not_resolved(exc):
+        host = urllib.parse.urlsplit(endpoint()).hostname or endpoint()
+        cause = f"cannot resolve the host name {host!r}"
+    elif in_chain(exc, lambda e: isinstance(e, ConnectionRefusedError)) is not None:
+        cause = "the connection was refused"
+    elif in_chain(exc, lambda e: isinstance(e, TimeoutError) or "Timeout" in type(e).__name__) is not None:
+        cause = "the connection timed out"
+    else:
+        cause = type(exc).__name__
+    return f"cannot reach the Hub at {endpoint()} for {what}: {cause}"
+
+
 def hf_api() -> Any:
     """A ``huggingface_hub.HfApi`` on :func:`endpoint` (its token: ``HF_TOKEN`` or the client's
     token file)."""
@@ -278,10 +302,11 @@ class translated:
                 hint="run the same command again; if it happens again, the repo's copy is damaged",
             ) from None
         unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or is_client_error(exc)
-        if unreachable and name_not_resolved(exc):  # offline: no retry would help
-            host = urllib.parse.urlsplit(endpoint()).hostname or endpoint()
-            raise HostNotFoundError(
-                f"cannot reach the Hub for {what}: cannot resolve the host name {host!r}"
-            ) from None
-        if unreachable:
-            raise DownloadFailedError(f"cannot reach the Hub for {what}: {type(exc).__name__}") from None
+        if unreachable:  # a host name that does not resolve: offline, no retry would help
+            kind = HostNotFoundError if name_not_resolved(exc) else DownloadFailedError
+            # a download (this side reads): without a network, the files already downloaded
+            hint = (
+                f"{UNREACHABLE_HINT}; without a network, --offline (or RLDS_OFFLINE=1) uses the "
+                "files already downloaded"
+            )
+            raise kind(unreachable_message(what, exc), hint=hint) from None
