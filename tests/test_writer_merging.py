@@ -286,3 +286,27 @@ def test_a_waiting_compaction_goes_before_the_writers_merges(isolated_cache: Pat
     after = try_compaction_lock(cache, "m")
     assert after is not None
     after.release()
+
+
+def test_a_collection_renames_only_the_segments_still_there(
+    isolated_cache: Path, fanin4: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh view's log names every segment it ever retired, nearly all removed by the
+    writers already: a collection lists the folder once instead of trying a rename of each."""
+    import os
+
+    add(None, range(64), grace_seconds=0)  # 21 merges: 84 segments retired and removed
+    segments = isolated_cache / "datasets" / "m" / SEGMENTS_DIR
+    on_disk = len(os.listdir(segments))
+    renames: list[str] = []
+    real = os.rename
+
+    def counted(src: object, dst: object) -> None:
+        renames.append(str(src))
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", counted)
+    rlds_cli.compact("m", grace_seconds=0)
+    # the merged segment's rename into segments/, and one per segment still there at most
+    assert len([r for r in renames if f"/{SEGMENTS_DIR}/" in r]) <= on_disk, renames
+    assert uids() == list(range(64))

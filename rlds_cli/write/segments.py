@@ -341,9 +341,19 @@ def collect(
         shutil.rmtree(path, ignore_errors=True)
         removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
     taken = 0
+    # one listing, not a rename tried per segment the log ever retired: a fresh view's log
+    # names every one (21,000 renames, 1.8 s of a 2.8 s compaction after 20,000 commits), and
+    # writers have removed nearly all of them already (a removed segment never comes back)
+    try:
+        present = set(os.listdir(directory / SEGMENTS_DIR)) if due.segments else set()
+    except FileNotFoundError:  # segments/ removed by hand: nothing of it to remove
+        present = set()
     for name in due.segments:
         if limit is not None and taken >= limit:
             break
+        if name not in present:
+            state.retired.pop(bytes.fromhex(name), None)
+            continue
         trash = directory / SEGMENT_BUILDS_DIR / f"{name}.{os.getpid()}.trash"
         try:
             _move(directory / SEGMENTS_DIR / name, trash)
