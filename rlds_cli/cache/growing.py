@@ -338,7 +338,7 @@ class GrowingDataset(Dataset):
 
     def _open_column(self, key: str, spec: FieldSpec) -> Any:
         flat = spec.storage == "flat"
-        row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
+        row_bytes = spec.row_bytes
         starts = self._step0 + self._firsts if flat else self._step0
         stops = self._nsteps + self._neps if flat else self._nsteps
         # the run of small segments at the end (the newest commits) is read from RAM, in one array

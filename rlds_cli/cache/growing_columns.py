@@ -168,7 +168,8 @@ class TailRun:
             parts = self._expand(seg, tail, held)
             if parts is None:
                 continue
-            inside = [k for k, s in enumerate(self._segments) if s in set(parts)]
+            merged = set(parts)
+            inside = [k for k, s in enumerate(self._segments) if s in merged]
             if not inside:
                 continue
             a, b = inside[0], inside[-1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,13 @@ class FieldSpec:
     shape: tuple[int, ...]
     dtype: str
     storage: Storage
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one stored row."""
+        import numpy as np  # here: reading a manifest needs no numpy
+
+        return np.dtype(self.dtype).itemsize * math.prod(self.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype, "storage": self.storage}

@@ -30,8 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rlds_cli.cache.commit_log import FINAL_GENERATION, SegmentEntry
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.manifest import Manifest
@@ -53,10 +51,7 @@ MERGE_CAPACITY_SHARE = 8
 
 def merge_cap(head: Manifest, capacity: int | None) -> int:
     """The most steps a writer's merge may put in one segment of the dataset ``head``."""
-    row_bytes = sum(
-        np.dtype(spec.dtype).itemsize * int(np.prod(spec.shape, dtype=np.int64))
-        for spec in head.fields.values()
-    )
+    row_bytes = sum(spec.row_bytes for spec in head.fields.values())
     cap = MERGE_MAX_BYTES // max(row_bytes, 1)
     if capacity is not None:
         cap = min(cap, capacity // MERGE_CAPACITY_SHARE)
