@@ -314,7 +314,8 @@ def spans(src: Path, work: Path, runs: int) -> dict[str, list[float]]:
     spans (inclusive, in seconds) around its stages; the first run (imports) is left out."""
     warm_imports(RLDS_WARM)
     from rlds_cli import convert as convert_mod
-    from rlds_cli.cache import builder, memmap_backend, transaction
+    from rlds_cli.cache import builder, transaction
+    from rlds_cli.cache.backends import memmap
     from rlds_cli.cache.root import CacheRoot
     from rlds_cli.formats import d4rl
 
@@ -342,7 +343,7 @@ def spans(src: Path, work: Path, runs: int) -> dict[str, list[float]]:
         (convert_mod, "_count_nans", "NaN counts"),
         (builder.DatasetBuilder, "_check_block", "TED checks of a block"),
         (builder.DatasetBuilder, "append", "append (writes + digests)"),
-        (memmap_backend.NpyColumnWriter, "append", "file writes"),
+        (memmap.NpyColumnWriter, "append", "file writes"),
         (convert_mod.SourceHash, "checked", "wait for the source sha256"),
         (builder.DatasetBuilder, "commit", "commit (all below)"),
         (transaction, "fsync_tree", "fsync files + folders"),

@@ -34,6 +34,7 @@ generator feeds the zarr benchmark (as builder blocks) and the pixel section (as
 Run as a script to write a file by hand::
 
     python benchmarks/data.py d4rl OUT.hdf5 --steps 1000000
+    python benchmarks/data.py d4rl-generated OUT.hdf5 --steps 1000000   # gzip, infos/, metadata/
     python benchmarks/data.py minari ROOT --dataset-id bench/synthetic-v0 --steps 1000000
     python benchmarks/data.py pixels OUT.hdf5 --steps 30000
 """
@@ -142,24 +143,42 @@ def iter_chunks(
         yield EpisodeChunk(first, lens, obs, actions, rewards)
 
 
+#: What D4RL's MuJoCo generator (``scripts/generation/mujoco/collect_data.py``) writes beside the
+#: transitions: per-step ``infos/`` arrays (float32) and the ``metadata/`` of the policy.
+GENERATOR_INFOS = {"infos/qpos": (6,), "infos/qvel": (6,), "infos/action_log_probs": ()}
+
+
 @contextlib.contextmanager
-def d4rl_file(path: str | Path, n_steps: int, obs: tuple[Any, ...], act: tuple[Any, ...]) -> Iterator[Any]:
+def d4rl_file(
+    path: str | Path, n_steps: int, obs: tuple[Any, ...], act: tuple[Any, ...], *, generated: bool = False
+) -> Iterator[Any]:
     """An HDF5 file in the D4RL layout being written: root datasets ``observations`` and
     ``next_observations`` (``obs``: shape then dtype of a row), ``actions`` (``act``: the same),
     ``rewards`` float32, ``terminals`` and ``timeouts`` bool, ``n_steps`` rows each, contiguous and
-    uncompressed, for the caller to fill; written as ``.partial`` and renamed once complete."""
+    uncompressed, for the caller to fill; written as ``.partial`` and renamed once complete.
+
+    ``generated``: as D4RL's generator writes its files instead: every array
+    ``compression='gzip'`` in h5py's automatic chunks, plus :data:`GENERATOR_INFOS` and
+    ``metadata/`` (:func:`put_episodes` fills the infos with standard normal rows)."""
     import h5py
     import numpy as np
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
+    how = {"compression": "gzip"} if generated else {}
     with h5py.File(tmp, "w") as f:
         for key, (shape, dtype) in [("observations", (obs[:-1], obs[-1])), ("actions", (act[:-1], act[-1]))]:
-            f.create_dataset(key, (n_steps, *shape), dtype)
+            f.create_dataset(key, (n_steps, *shape), dtype, **how)
         for key, dtype in [("rewards", np.float32), ("terminals", np.bool_), ("timeouts", np.bool_)]:
-            f.create_dataset(key, (n_steps,), dtype)
-        f.create_dataset("next_observations", (n_steps, *obs[:-1]), obs[-1])
+            f.create_dataset(key, (n_steps,), dtype, **how)
+        f.create_dataset("next_observations", (n_steps, *obs[:-1]), obs[-1], **how)
+        if generated:
+            for key, shape in GENERATOR_INFOS.items():
+                f.create_dataset(key, (n_steps, *shape), np.float32, **how)
+            f["metadata/algorithm"] = "SAC"
+            f["metadata/iteration"] = np.int32(1_000_000)
+            f["metadata/policy/fc0/weight"] = np.zeros((256, *obs[:-1]), np.float32)
         yield f
     tmp.replace(path)
 
@@ -183,6 +202,9 @@ def put_episodes(f: Any, row: int, observations: Any, lengths: Any, actions: Any
     f["next_observations"][rows] = observations[~is_first]
     f["actions"][rows] = actions
     f["rewards"][rows] = np.asarray(rewards).reshape(-1)
+    for key in GENERATOR_INFOS:
+        if key in f:  # a generated file (d4rl_file): the env state the generator logs, as noise
+            f[key][rows] = np.random.default_rng(row).standard_normal((n, *f[key].shape[1:]), np.float32)
     f["terminals"][rows] = False
     f["timeouts"][rows] = timeouts
     return row + n
@@ -196,15 +218,17 @@ def write_d4rl(
     act_dim: int = ACT_DIM,
     episode_len: int = EPISODE_LEN,
     seed: int = 0,
+    generated: bool = False,
 ) -> Path:
-    """Write a D4RL-format file of ``n_steps`` steps (see the module docstring).
+    """Write a D4RL-format file of ``n_steps`` steps (see the module docstring; ``generated``: as
+    D4RL's generator writes it, see :func:`d4rl_file`).
 
     Returns:
         The path written.
     """
     import numpy as np
 
-    with d4rl_file(path, n_steps, (obs_dim, np.float32), (act_dim, np.float32)) as f:
+    with d4rl_file(path, n_steps, (obs_dim, np.float32), (act_dim, np.float32), generated=generated) as f:
         row = 0
         for c in iter_chunks(n_steps, obs_dim=obs_dim, act_dim=act_dim, episode_len=episode_len, seed=seed):
             row = put_episodes(f, row, c.observations, c.lengths, c.actions, c.rewards)
@@ -453,14 +477,14 @@ def write_minari(
 def main(argv: list[str] | None = None) -> None:
     """Command line: write one D4RL file or one Minari dataset."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["d4rl", "minari", "pixels"])
+    parser.add_argument("kind", choices=["d4rl", "d4rl-generated", "minari", "pixels"])
     parser.add_argument("out", type=Path, help="d4rl, pixels: the .hdf5 file; minari: the datasets root")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--dataset-id", default="bench/synthetic-v0")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.kind == "d4rl":
-        print(write_d4rl(args.out, args.steps, seed=args.seed))
+    if args.kind in ("d4rl", "d4rl-generated"):
+        print(write_d4rl(args.out, args.steps, seed=args.seed, generated=args.kind == "d4rl-generated"))
     elif args.kind == "pixels":
         print(write_pixel_d4rl(args.out, args.steps, seed=args.seed))
     else:

@@ -74,15 +74,15 @@ def cpprb_fill(source: Path) -> Any:
 def python_loop(draw: Any) -> Any:
     """``draw`` with zarr's chunks decoded by the Python loop, as without the ``fast`` extra
     (the compiled loop is put back after each call, so the other cases keep it)."""
-    from rlds_cli.cache import zarr_blosc
+    from rlds_cli.cache.backends.zarr import codec as zarr_codec
 
     def call() -> Any:
-        compiled = zarr_blosc.compiled_decode()
-        zarr_blosc._compiled = None
+        compiled = zarr_codec.compiled_decode()
+        zarr_codec._compiled = None
         try:
             return draw()
         finally:
-            zarr_blosc._compiled = compiled
+            zarr_codec._compiled = compiled
 
     return call
 
@@ -182,9 +182,9 @@ def gbps(frame_bytes: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any], info: dict[str, Any]) -> str:
     """The Markdown section."""
-    from rlds_cli.cache import zarr_blosc
+    from rlds_cli.cache.backends.zarr import codec as zarr_codec
 
-    if zarr_blosc.compiled_decode() is not None:
+    if zarr_codec.compiled_decode() is not None:
         decode = (
             f"zarr chunks decoded by the compiled loop (numba {_harness.version('numba')}, the `fast` extra)"
         )

@@ -37,7 +37,7 @@ _log = _harness.logger("zarr")
 @contextlib.contextmanager
 def old_layout(on: bool = True) -> Iterator[None]:
     """Write zarr as before this change (``on``): 512 KiB chunks, one file each, no shards."""
-    from rlds_cli.cache import zarr_backend as backends
+    from rlds_cli.cache.backends.zarr import write as backends
 
     saved = backends.ZARR_CHUNK_BYTES, backends.ZARR_SHARD_BYTES, backends.ZARR_MAX_CHUNK_ROWS
     if on:

@@ -41,7 +41,7 @@ _LAZY = {
     "ReferenceScores": "rlds_cli.scores",
     "NormalizationStats": "rlds_cli.normalization",
     "RecordedEnvSpec": "rlds_cli.envspec",
-    "EpisodeTable": "rlds_cli.episode_table",
+    "EpisodeTable": "rlds_cli.cache.episode_table",
     "push": "rlds_cli.remote.push",
     "pull": "rlds_cli.remote.pull",
 }
@@ -52,7 +52,6 @@ __all__ = ["__version__", *_LAZY]
 #: a :class:`Dataset` reads its environment through :mod:`rlds_cli.envspec`, which asks the registry.
 _plugins.provide("dataset.env_spec", "rlds_cli.envspec:dataset_env_spec")
 _plugins.provide("dataset.recover_environment", "rlds_cli.envspec:recover_environment")
-_plugins.provide("dataset.episode_table", "rlds_cli.episode_table:episode_table")
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -237,7 +237,7 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
     return budget.files
 
 
-def _decompressed(raw: IO[bytes]) -> IO[bytes] | gzip.GzipFile:
+def decompressing_reader(raw: IO[bytes]) -> IO[bytes] | gzip.GzipFile:
     """``raw`` itself, or a reader undoing its gzip, bzip2 or xz compression (found from the
     magic bytes) that inflates only as much as each read asks for."""
     magic = raw.read(6)
@@ -255,7 +255,7 @@ def _extract_tar(archive: Path, dest: Path, limits: Limits) -> int:
     raw = _open_archive_file(archive)
     budget = _Budget(archive, limits, raw.tell)
     try:
-        stream: Any = _decompressed(raw)
+        stream: Any = decompressing_reader(raw)
         # a stream, read once front to back, already decompressed (so "r|", not "r|*")
         tf = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed below
         with raw, stream, tf:

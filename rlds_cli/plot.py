@@ -8,7 +8,6 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import MissingExtraError
-from rlds_cli.summary import episode_returns
 
 #: Episodes whose observation traces are drawn.
 TRACED_EPISODES = 3
@@ -32,16 +31,17 @@ def plot_dataset(ds: Dataset, out: str | Path) -> Path:
         ) from None
     out = Path(out)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].hist(episode_returns(ds), bins=30, color="tab:blue")
+    table = ds.episodes
+    axes[0].hist(table.returns, bins=30, color="tab:blue")
     axes[0].set(title="episode return", xlabel="return", ylabel="episodes")
-    axes[1].hist(ds.episodes["length"], bins=30, color="tab:orange")
+    axes[1].hist(table.lengths, bins=30, color="tab:orange")
     axes[1].set(title="episode length", xlabel="steps", ylabel="episodes")
     obs_key = next((k for k, s in ds.stored_fields.items() if s.storage == "flat"), None)
     for i in range(min(TRACED_EPISODES, ds.num_episodes)):
         if obs_key is None:
             break
         values = np.asarray(ds.episode(i, [obs_key])[obs_key], dtype=np.float64).reshape(
-            int(ds.episodes["length"][i]), -1
+            int(table.lengths[i]), -1
         )
         axes[2].plot(values[:, : min(3, values.shape[1])], alpha=0.8, label=f"episode {i}")
     axes[2].set(title=f"{obs_key} (first dims) over time", xlabel="step")

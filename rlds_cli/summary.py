@@ -9,6 +9,7 @@ import numpy as np
 from rlds_cli.cache import stats
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episode_table import episode_returns
 from rlds_cli.cache.layout import ARRAYS_DIR
 
 #: Bins of the episode length and return histograms.
@@ -32,23 +33,6 @@ def _length_stats(lengths: np.ndarray) -> dict[str, Any]:
     out: dict[str, Any] = _stats(lengths)
     out["min"], out["max"] = int(out["min"]), int(out["max"])
     return out
-
-
-def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
-    """Sum of ``next/reward`` per episode (float64), the column read in bounded blocks
-    (:func:`~rlds_cli.cache.blocks.blocks`)."""
-    budget = budget if budget is not None else Budget()
-    returns = np.zeros(ds.num_episodes, np.float64)
-    bounds = ds.episode_bounds
-    for start, chunk in blocks(ds.column("next/reward"), budget, itemsize=8):
-        rewards = budget.pool.empty((len(chunk), chunk[0].size), np.float64)
-        np.copyto(rewards, chunk.reshape(rewards.shape), casting="unsafe")
-        per_step = rewards.sum(axis=1, out=budget.pool.empty((len(chunk),), np.float64))
-        e0, e1 = (int(e) for e in bounds.episode_of(np.array([start, start + len(chunk) - 1])))
-        # each episode's first step in the block (the first one may have begun before it)
-        firsts = np.maximum(bounds.starts[e0 : e1 + 1], start) - start
-        returns[e0 : e1 + 1] += np.add.reduceat(per_step, firsts)
-    return returns
 
 
 def at_episode_ends(ds: Dataset, key: str, budget: Budget | None = None) -> np.ndarray:
@@ -164,7 +148,7 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
     """
     m = ds.manifest
     budget = budget if budget is not None else Budget()
-    lengths = ds.episodes["length"]
+    lengths = ds.episode_index["length"]
     terminated = at_episode_ends(ds, "next/terminated", budget)
     truncated = at_episode_ends(ds, "next/truncated", budget)
     stored: dict[str, dict[str, Any]] = {
@@ -206,7 +190,7 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         "histograms": {"episode_length": length_histogram(lengths), "episode_return": histogram(returns)},
         "episodes_terminated": int(terminated.sum()),
         "episodes_truncated": int((truncated & ~terminated).sum()),
-        "final_observations_synthesized": int((~ds.episodes["final_known"]).sum()),
+        "final_observations_synthesized": int((~ds.episode_index["final_known"]).sum()),
         "source": m.source,
         # the environment the data was recorded in (Dataset.recover_environment makes it) and the
         # reference returns of normalized scores; None when unknown

@@ -123,7 +123,7 @@ class _Collector:
         episode = within = None
         if step is not None:
             episode = int(self.ds.episode_of(np.array([step]))[0])
-            within = step - int(self.ds.episodes["start"][episode])
+            within = step - int(self.ds.episode_index["start"][episode])
         self.report.violations.append(Violation(check, message, episode, within, key))
 
     def add_episode(self, check: str, message: str, episode: int) -> None:
@@ -195,7 +195,7 @@ def _is_last(ds: Dataset, start: int, stop: int) -> np.ndarray:
 
 
 def _check_index(ds: Dataset, c: _Collector, budget: Budget) -> None:
-    starts, lengths = ds.episodes["start"], ds.episodes["length"]
+    starts, lengths = ds.episode_index["start"], ds.episode_index["length"]
     if len(starts) and starts[0] != 0:
         c.add("index", f"the first episode starts at step {int(starts[0])}, not 0")
     for e in np.flatnonzero(lengths < 1):

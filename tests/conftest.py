@@ -136,12 +136,12 @@ def consoles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     says. A module turns it on with ``pytestmark = pytest.mark.usefixtures("consoles")``."""
     from rich.console import Console
 
-    from rlds_cli.cli import _output
+    from rlds_cli.cli import output
 
     marker = request.node.get_closest_marker("console_widths")
     out, err = marker.args if marker is not None else (250, 250)
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=out))
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=err))
+    monkeypatch.setattr(output, "console", Console(highlight=False, width=out))
+    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=err))
 
 
 @pytest.fixture

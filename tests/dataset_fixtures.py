@@ -12,7 +12,7 @@ from rlds_cli.testing.sources import make_dataset as make_dataset
 
 def everything(name: str) -> dict[str, np.ndarray]:
     ds = open_dataset(name)
-    return dict(ds[:]) | {"_episodes": ds.episodes}
+    return dict(ds[:]) | {"_episodes": ds.episode_index}
 
 
 def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:

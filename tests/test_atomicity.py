@@ -525,11 +525,11 @@ def test_source_error_midway_leaves_nothing(tmp_path: Path, monkeypatch: pytest.
     original = d4rl_module.D4RLReader._read
     calls = {"n": 0}
 
-    def flaky_read(self: Any, key: str, start: int, stop: int) -> np.ndarray:
+    def flaky_read(self: Any, key: str, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         if key == "actions" and start >= 200:
             raise d4rl_module.read_error(self.path, key, OSError("Can't read data"))
         calls["n"] += 1
-        return original(self, key, start, stop)
+        return original(self, key, start, stop, out)
 
     monkeypatch.setattr(d4rl_module.D4RLReader, "_read", flaky_read)
     with pytest.raises(SourceFormatError, match="'actions'"):

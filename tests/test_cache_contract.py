@@ -61,9 +61,9 @@ def _zarr_columns_on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     read whole into RAM at open, and these datasets are all small): the chunk reader, its
     layouts and its damage checks are what these tests are about. The in-RAM columns are
     checked against the chunk reader in ``tests/test_zarr_read_layout.py``."""
-    from rlds_cli.cache import zarr_backend
+    from rlds_cli.cache.backends.zarr import write as zarr_write
 
-    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", 0)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", 0)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -119,7 +119,7 @@ def test_full_read_has_exactly_the_ted_keys(golden: Dataset) -> None:
 
 def test_episode_index(golden: Dataset, with_next: bool) -> None:
     exp = golden_expected(with_next)
-    index = golden.episodes
+    index = golden.episode_index
     assert index.dtype.names == ("start", "length", "source_id", "final_known")
     assert index["start"].tolist() == exp["start"]
     assert index["length"].tolist() == exp["length"]
@@ -296,7 +296,7 @@ def test_dataset_pickles_by_path(golden: Dataset, with_next: bool) -> None:
     assert clone.directory == golden.directory
     assert clone.manifest.to_dict() == golden.manifest.to_dict()
     _assert_batches_equal(clone[:], before)
-    assert clone.episodes.tolist() == golden.episodes.tolist()
+    assert clone.episode_index.tolist() == golden.episode_index.tolist()
     # and once more through a fresh (never read) dataset
     fresh = pickle.loads(pickle.dumps(open_dataset("golden/three-v0")))
     _assert_batches_equal(fresh.gather([0, 1]), golden.gather([0, 1]))
@@ -428,7 +428,7 @@ def test_backends_give_identical_values(tmp_path: Path, with_next: bool) -> None
     _assert_batches_equal(m.gather(idx), z.gather(idx))
     for i in range(3):
         _assert_batches_equal(m.episode(i), z.episode(i))
-    assert m.episodes.tolist() == z.episodes.tolist()
+    assert m.episode_index.tolist() == z.episode_index.tolist()
     assert {k: s.to_dict() for k, s in m.stored_fields.items()} == {
         k: s.to_dict() for k, s in z.stored_fields.items()
     }
@@ -490,7 +490,7 @@ def _pixel_blocks(lengths: tuple[int, ...], seed: int = 7) -> list[Any]:
 def zarr_pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[Dataset, Dataset]:
     """The same 7 episodes written with memmap and with zarr in the layout of the param."""
     from rlds_cli.cache import DatasetBuilder
-    from rlds_cli.cache import zarr_backend as backends
+    from rlds_cli.cache.backends.zarr import write as backends
 
     for name, value in ZARR_LAYOUTS[request.param].items():
         monkeypatch.setattr(backends, name, value)
@@ -563,7 +563,7 @@ def test_zarr_columns_match_memmap_and_zarr_itself(zarr_pair: tuple[Dataset, Dat
 
 
 def test_zarr_missing_shard_or_chunk_is_damage(zarr_pair: tuple[Dataset, Dataset]) -> None:
-    from rlds_cli.cache.zarr_source import MissingChunkError
+    from rlds_cli.cache.backends.zarr.read import MissingChunkError
 
     z = zarr_pair[1]
     reader = z.column("pixels")._reader
@@ -587,8 +587,8 @@ def test_zarr_chunk_left_out_of_its_shard_is_damage(tmp_path: Path, monkeypatch:
     import google_crc32c
 
     from rlds_cli.cache import DatasetBuilder
-    from rlds_cli.cache import zarr_backend as backends
-    from rlds_cli.cache.zarr_source import MissingChunkError
+    from rlds_cli.cache.backends.zarr import write as backends
+    from rlds_cli.cache.backends.zarr.read import MissingChunkError
 
     for name, value in ZARR_LAYOUTS["sharded"].items():
         monkeypatch.setattr(backends, name, value)
@@ -829,7 +829,7 @@ def test_zarr_shards_that_do_not_compress_are_stored(tmp_path: Path, monkeypatch
     as Blosc's uncompressed frames (a copy, not LZ4's work for nothing), flat frames compressed;
     both read back exactly, by rlds's reader and by zarr's own."""
     from rlds_cli.cache import DatasetBuilder
-    from rlds_cli.cache import zarr_backend as backends
+    from rlds_cli.cache.backends.zarr import write as backends
     from rlds_cli.formats.base import StepBlock
 
     # one (3, 8, 8) frame a chunk (Blosc stores anything under 128 bytes as it is), 8 a shard

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli import catalog
-from rlds_cli.cli._output import human_bytes
 from rlds_cli.cli.app import app
+from rlds_cli.cli.output import human_bytes
 from rlds_cli.convert import convert
 from rlds_cli.download import download
 from rlds_cli.errors import UnknownDatasetIdError

@@ -25,7 +25,7 @@ from typer.testing import CliRunner, Result
 
 from rlds_cli import errors
 from rlds_cli._version import __version__
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from tests.d4rl_fixtures import GOLDEN_TED_FIELDS, golden_expected, golden_three_episodes, write_d4rl
 
@@ -251,7 +251,7 @@ def test_download_human_output_and_reuse(golden_file: Path, isolated_cache: Path
 def test_download_summary_is_one_line_on_a_narrow_terminal(
     golden_file: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_output, "console", Console(highlight=False, width=30))
+    monkeypatch.setattr(output, "console", Console(highlight=False, width=30))
     out = ok("download", golden_file, "--name", "golden").stdout
     path = isolated_cache / "datasets" / "golden"
     assert out == f"golden: converted: 6 steps, 3 episodes, storage memmap -> {path}\n"
@@ -594,7 +594,7 @@ def _terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> io.StringIO:
     """Make stdout a terminal of ``width`` columns; return what gets printed."""
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=width, highlight=False, color_system=None)
-    monkeypatch.setattr(_output, "console", console)
+    monkeypatch.setattr(output, "console", console)
     return buffer
 
 
@@ -664,14 +664,14 @@ def test_ascii_output_encoding(tmp_path: Path) -> None:
         assert done.stdout.isascii() and done.stderr.isascii(), args
         if args[0] in ("demo", "inspect"):
             assert b"#" in done.stdout  # the histogram bars, in ASCII
-    assert _output.glyph("block", Console(file=io.StringIO())) in ("█", "#")
+    assert output.glyph("block", Console(file=io.StringIO())) in ("█", "#")
 
 
 def test_ascii_terminal_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     raw = io.BytesIO()
     stream = io.TextIOWrapper(raw, encoding="ascii")  # strict: a non-ASCII glyph would raise
     console = Console(file=stream, force_terminal=True, width=120, color_system=None)
-    monkeypatch.setattr(_output, "console", console)
+    monkeypatch.setattr(output, "console", console)
     ok("download", "demo")
     ok("inspect", "demo")
     stream.flush()

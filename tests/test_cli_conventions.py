@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from tests.d4rl_fixtures import golden_three_episodes
 
@@ -189,8 +189,8 @@ def test_gc_shows_sizes(isolated_cache: Path) -> None:
     assert dry["removed_bytes"] == {str(stale): size} and dry["total_bytes"] == size
     assert dry["kept_jobs"] == []
     human = runner.invoke(app, ["gc"]).stdout
-    assert f"removed {stale} ({_output.human_bytes(size)})" in human
-    assert f"freed {_output.human_bytes(size)} in 1 path(s)" in human
+    assert f"removed {stale} ({output.human_bytes(size)})" in human
+    assert f"freed {output.human_bytes(size)} in 1 path(s)" in human
     assert not stale.exists()
 
 
@@ -223,14 +223,14 @@ def test_progress_and_log_lines_carry_no_source_location(
     printed by the CLI must not show where in rlds they came from."""
     buffer = io.StringIO()
     monkeypatch.setattr(
-        _output, "err_console", Console(file=buffer, force_terminal=True, width=200, color_system=None)
+        output, "err_console", Console(file=buffer, force_terminal=True, width=200, color_system=None)
     )
-    with _output.conversion_progress(enabled=True) as progress:
+    with output.conversion_progress(enabled=True) as progress:
         progress("hash", 2048)
-    _output.configure_logging(0)
+    output.configure_logging(0)
     logging.getLogger("rlds_cli.net.http").warning("GET http://x/f: refused; retry 1/5 in 0.5 s")
     logging.getLogger("rlds_cli.net.http").info("not shown without -v")
-    _output.format_warning(UserWarning("a library warning"), UserWarning, "/x/lib.py", 12)
+    output.format_warning(UserWarning("a library warning"), UserWarning, "/x/lib.py", 12)
     text = buffer.getvalue()
     assert "hashed source (2.0 KiB)" in text
     assert "warning: GET http://x/f: refused; retry 1/5 in 0.5 s" in text

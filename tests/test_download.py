@@ -21,7 +21,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rlds_cli import registry
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from rlds_cli.download import download
 from rlds_cli.errors import OfflineError
@@ -434,7 +434,7 @@ def test_progress_bars_on_a_terminal(
 
     screen = io.StringIO()
     terminal = Console(file=screen, force_terminal=True, width=120, highlight=False)
-    monkeypatch.setattr(_output, "err_console", terminal)
+    monkeypatch.setattr(output, "err_console", terminal)
     server.add_faults("/d4rl/pointmass.hdf5", Fault("status", code=503))
     result = invoke("download", "lp")
     assert result.exit_code == 0, result.output

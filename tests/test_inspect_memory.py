@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import rlds_cli
+from rlds_cli.cache.backends.memmap import load_npy, release_pages
 from rlds_cli.cache.blocks import Budget, blocks, read, row_bytes, ted_blocks
 from rlds_cli.cache.buffers import BufferPool
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.memmap_backend import load_npy, release_pages
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.convert import convert
 from rlds_cli.summary import describe

@@ -225,7 +225,7 @@ def test_view_creation_is_all_or_nothing() -> None:
 
 def _everything(name: str) -> dict[str, np.ndarray]:
     ds = open_dataset(name)
-    return {str(k): np.asarray(v) for k, v in ds[:].items()} | {"_episodes": ds.episodes}
+    return {str(k): np.asarray(v) for k, v in ds[:].items()} | {"_episodes": ds.episode_index}
 
 
 @pytest.mark.parametrize(

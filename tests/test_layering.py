@@ -52,8 +52,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "scores": BOTTOM | {"cache", "names", "envspec", "registry"},
     "validate": BOTTOM | {"cache", "formats"},  # checks a source file with the readers
     "plot": BOTTOM | {"cache", "summary"},
-    # Dataset.episode_table (a plug point): the returns of summary, the seeds rlds recorded
-    "episode_table": BOTTOM | {"cache", "summary", "recording"},
     "catalog": BOTTOM | {"cache", "matching", "registry", "registry_hub", "net"},
     "loader": BOTTOM | {"cache", "normalization", "opening"},
     "write": BOTTOM | {"cache"},

@@ -555,7 +555,7 @@ def test_export_matches_the_fixture_layout_and_round_trips(v3: Path, tmp_path: P
     assert runner.invoke(app, ["inspect", "back", "--check"]).exit_code == 0
     a, b = open_dataset("tiny"), open_dataset("back")
     assert sorted(a.manifest.fields) == sorted(b.manifest.fields)
-    assert a.episodes.tolist() == b.episodes.tolist()
+    assert a.episode_index.tolist() == b.episode_index.tolist()
     for key in a.manifest.fields:
         x, y = np.asarray(a.column(key)[:]), np.asarray(b.column(key)[:])
         assert x.dtype == y.dtype and x.shape == y.shape, key

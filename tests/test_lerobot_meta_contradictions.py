@@ -23,7 +23,7 @@ from click.testing import Result
 from rich.console import Console
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from tests.cli_fixtures import download
 from tests.lerobot_fixtures import LENGTHS, v21_tree, writable_v3
 
@@ -34,7 +34,7 @@ pytest.importorskip("av")
 @pytest.fixture(autouse=True)
 def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
 
 
 @pytest.fixture

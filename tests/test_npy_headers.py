@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlds_cli.cache.memmap_backend import load_npy
+from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.errors import CorruptDatasetError
 
 ARRAYS = [

@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from rlds_cli.errors import UnknownFormatError
 from rlds_cli.formats import detect_format, reader_class
@@ -136,8 +136,8 @@ def test_format_naming_the_broken_plugin_is_an_error_naming_it(site: Path) -> No
 def cli_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Warnings rendered as the console entry point renders them (``main`` sets this), on a
     stderr wide enough that one line stays one line."""
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
-    monkeypatch.setattr(warnings, "showwarning", _output.format_warning)
+    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
+    monkeypatch.setattr(warnings, "showwarning", output.format_warning)
 
 
 def test_download_names_the_plugin_then_says_the_format_is_unknown(

@@ -114,7 +114,7 @@ def test_zarr_direct_mode_equals_files_mode_byte_for_byte(
     the job runs in direct mode; with the default shards the chunks of a multi-chunk plan share
     a shard, so it falls back to chunk files. Either way the output is the files mode's, file
     for file."""
-    from rlds_cli.cache import zarr_backend as backends
+    from rlds_cli.cache.backends.zarr import write as backends
     from rlds_cli.preprocess import output
 
     if shards == "one-row-shards":
@@ -186,7 +186,7 @@ def test_per_episode_filtering_whole_episodes(medium: str) -> None:
 
 def test_per_episode_chunks_hold_whole_episodes(medium: str) -> None:
     ds = open_dataset(medium)
-    plan = make_plan(ds.episodes, "episode", 25, None)
+    plan = make_plan(ds.episode_index, "episode", 25, None)
     starts = set(ds.episodes["start"].tolist()) | {ds.num_steps}
     assert set(plan.bounds.tolist()) <= starts
     assert plan.bounds[0] == 0 and plan.bounds[-1] == ds.num_steps

@@ -19,7 +19,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.plugin_fixtures import install_tiny_plugin
@@ -76,7 +76,7 @@ def test_without_the_plugin_the_format_is_unknown(tmp_path: Path) -> None:
 @pytest.fixture
 def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(_output, "err_console", Console(stderr=True, highlight=False, width=400))
+    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
 
 
 @pytest.mark.parametrize(

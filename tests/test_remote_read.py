@@ -30,7 +30,7 @@ from tests.test_cache_contract import _pixel_blocks
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.cache import zarr_chunks  # noqa: E402
+from rlds_cli.cache.backends.zarr import read as zarr_read  # noqa: E402
 from rlds_cli.remote import reader as reader_module  # noqa: E402
 from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
@@ -71,7 +71,7 @@ def build(
 @pytest.fixture(params=list(LAYOUTS))
 def local(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Dataset:
     """The same episodes as a cached memmap dataset and (pushed to :data:`URL`) as zarr."""
-    from rlds_cli.cache import zarr_backend as backends
+    from rlds_cli.cache.backends.zarr import write as backends
 
     for name, value in LAYOUTS[request.param].items():
         monkeypatch.setattr(backends, name, value)
@@ -125,7 +125,7 @@ def test_remote_reads_match_the_local_dataset(local: Dataset, cached: bool, tmp_
 def test_zarr_itself_reads_the_remote_store_too(local: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
     """A layout the chunk reader does not know falls back to zarr's indexing, on the same
     checked metadata and ranged reads."""
-    monkeypatch.setattr(zarr_chunks._ChunkReader, "of", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr(zarr_read.ChunkReader, "of", classmethod(lambda cls, *a, **k: None))
     z = open_dataset(URL)
     assert z.column("pixels")._reader is None
     read_everything(local, z)

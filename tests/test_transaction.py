@@ -36,7 +36,7 @@ def _write(name: str, *, replace: bool = False) -> Path:
 def test_a_commit_publishes_the_build_and_the_index_names_its_episodes() -> None:
     published = _write("a/b")
     assert published == CacheRoot().dataset_dir("a/b") and published.name == "a--b"
-    episodes = open_dataset("a/b").episodes
+    episodes = open_dataset("a/b").episode_index
     assert episodes.tolist() == [(0, 2, 0, True)]  # the unknown source id became the position
     assert not list(CacheRoot().tmp_dir.iterdir())
 

@@ -88,7 +88,7 @@ def test_digest_is_the_sha256_of_the_logical_values_whatever_the_backend() -> No
     obs = np.asarray(m.column("observation"))
     want = hashlib.sha256(np.ascontiguousarray(obs, dtype="<f4").tobytes()).hexdigest()
     assert m.manifest.content_digest["columns"]["observation"] == want
-    episodes = hashlib.sha256(np.ascontiguousarray(m.episodes).tobytes()).hexdigest()
+    episodes = hashlib.sha256(np.ascontiguousarray(m.episode_index).tobytes()).hexdigest()
     assert m.manifest.content_digest["episodes"] == episodes
 
 

@@ -448,7 +448,7 @@ def test_a_refreshed_view_reads_what_a_fresh_open_reads(isolated_cache: Path, ba
         reader.refresh()  # kept from the last view (appends, evictions) or rebuilt (compaction)
         fresh = rlds_cli.open_dataset("tv")
         assert_identical(reader[:], fresh[:])
-        assert np.array_equal(reader.episodes, fresh.episodes)
+        assert np.array_equal(reader.episode_index, fresh.episode_index)
         assert np.array_equal(reader.episode_bounds.ends, fresh.episode_bounds.ends)
         parts = [ds.directory for ds in reader.segment_datasets()]
         assert parts == [ds.directory for ds in fresh.segment_datasets()]

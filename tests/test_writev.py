@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlds_cli.cache import zarr_backend as backends
+from rlds_cli.cache.backends.zarr import write as backends
 
 
 @pytest.mark.parametrize("most_bytes", [1, 7, 1000, None])

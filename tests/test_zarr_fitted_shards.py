@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from rlds_cli import open_dataset
-from rlds_cli.cache import zarr_backend as backends
 from rlds_cli.cache.backends import (
     get_backend,
     zarr_chunk_rows,
     zarr_fitted_shard_rows,
     zarr_shard_rows,
 )
+from rlds_cli.cache.backends.zarr import write as backends
 from rlds_cli.download import download
 
 

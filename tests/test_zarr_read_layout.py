@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlds_cli.cache import zarr_backend, zarr_blosc
 from rlds_cli.cache.backends import get_backend, zarr_chunk_rows
-from rlds_cli.cache.zarr_read import ZarrColumn
+from rlds_cli.cache.backends.zarr import codec as zarr_codec
+from rlds_cli.cache.backends.zarr import write as zarr_write
+from rlds_cli.cache.backends.zarr.read import ZarrColumn
 from rlds_cli.errors import CorruptDatasetError
 
 
@@ -26,7 +27,7 @@ def _write(directory: Path, key: str, rows: np.ndarray) -> None:
 
 
 def _on_disk(directory: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> ZarrColumn:
-    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", 0)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", 0)
     column = get_backend("zarr").open_column(directory, key)
     assert isinstance(column, ZarrColumn) and column._reader is not None
     return column
@@ -79,7 +80,7 @@ def test_every_read_equals_the_rows_written(
     rng = np.random.default_rng(1)
     rows = (rng.random((n, *row_shape)) * 200).astype(dtype)
     shard_bytes = 3 * max(chunk_rows, 20) * rows[0].nbytes  # several shards
-    monkeypatch.setattr(zarr_backend, "ZARR_SHARD_BYTES", shard_bytes)
+    monkeypatch.setattr(zarr_write, "ZARR_SHARD_BYTES", shard_bytes)
     _write(tmp_path, "x", rows)
     column = _on_disk(tmp_path, "x", monkeypatch)
     reader = column._reader
@@ -94,14 +95,14 @@ def test_reads_split_across_threads_equal_one_thread(tmp_path: Path, monkeypatch
     _write(tmp_path, "x", rows)
     column = _on_disk(tmp_path, "x", monkeypatch)
     for threads in (1, 3):
-        monkeypatch.setattr(zarr_blosc, "_threads", threads)
-        monkeypatch.setattr(zarr_blosc, "_pool", None)
+        monkeypatch.setattr(zarr_codec, "_threads", threads)
+        monkeypatch.setattr(zarr_codec, "_pool", None)
         _reads(column, rows)
 
 
 def test_run_split_covers_every_position_once_and_reraises() -> None:
     seen: list[int] = []
-    zarr_blosc.run_split(1000, lambda a, b: seen.extend(range(a, b)))
+    zarr_codec.run_split(1000, lambda a, b: seen.extend(range(a, b)))
     assert sorted(seen) == list(range(1000))
 
     def failing(a: int, b: int) -> None:
@@ -109,14 +110,14 @@ def test_run_split_covers_every_position_once_and_reraises() -> None:
             raise ValueError("chunk 0 does not decode")
 
     with pytest.raises(ValueError, match="chunk 0"):
-        zarr_blosc.run_split(1000, failing)
+        zarr_codec.run_split(1000, failing)
 
 
 def test_the_cpu_count_is_asked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = np.random.default_rng(3).integers(0, 255, (100, 64, 64), dtype=np.uint8)
     _write(tmp_path, "x", rows)
     column = _on_disk(tmp_path, "x", monkeypatch)
-    zarr_blosc.read_threads()
+    zarr_codec.read_threads()
 
     def asked(*args: Any) -> Any:
         raise AssertionError("the CPU count was asked again by a read")
@@ -128,7 +129,7 @@ def test_the_cpu_count_is_asked_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_a_missing_shard_of_one_row_chunks_is_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = np.random.default_rng(4).integers(0, 255, (200, 64, 64), dtype=np.uint8)
-    monkeypatch.setattr(zarr_backend, "ZARR_SHARD_BYTES", 64 * 4096)  # 64 frames a shard
+    monkeypatch.setattr(zarr_write, "ZARR_SHARD_BYTES", 64 * 4096)  # 64 frames a shard
     _write(tmp_path, "x", rows)
     (tmp_path / "arrays" / "x" / "c" / "1" / "0" / "0").unlink()  # rows 64..127
     column = _on_disk(tmp_path, "x", monkeypatch)
@@ -151,9 +152,9 @@ def test_a_small_column_is_read_into_ram_at_open_and_equals_its_chunks(
     picks = np.random.default_rng(6).integers(0, len(rows), 256)
     np.testing.assert_array_equal(in_ram.take(picks, 0), on_disk[picks])
     # over the budget: read by chunks
-    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", rows.nbytes - 1)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", rows.nbytes - 1)
     assert isinstance(get_backend("zarr").open_column(tmp_path, "reward"), ZarrColumn)
-    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", rows.nbytes)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", rows.nbytes)
     assert isinstance(get_backend("zarr").open_column(tmp_path, "reward"), np.ndarray)
 
 
@@ -205,12 +206,12 @@ def test_the_old_layout_of_several_frames_a_chunk_is_still_read(
 
     memmap = build("mm", "memmap")
     now = build("now", "zarr")
-    monkeypatch.setattr(zarr_backend, "ZARR_ROW_CHUNK_BYTES", 2**62)  # the rule before: 16 KiB chunks
+    monkeypatch.setattr(zarr_write, "ZARR_ROW_CHUNK_BYTES", 2**62)  # the rule before: 16 KiB chunks
     old = build("old", "zarr")
-    monkeypatch.setattr(zarr_backend, "ZARR_SHARD_BYTES", 0)
+    monkeypatch.setattr(zarr_write, "ZARR_SHARD_BYTES", 0)
     unsharded = build("unsharded", "zarr")
     monkeypatch.undo()  # read with today's settings, every column by its chunks
-    monkeypatch.setattr(zarr_backend, "ZARR_IN_RAM_BYTES", 0)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", 0)
     chunk_rows = {}
     for ds in (now, old, unsharded):
         obs = ds.column("observation")
@@ -235,8 +236,8 @@ def test_the_old_layout_of_several_frames_a_chunk_is_still_read(
 
 def _spied_compiled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The compiled loop (numba is a test dependency), counting the chunks it is given."""
-    zarr_blosc._compiled = False  # looked up again (another test may have set RLDS_NUMBA=0)
-    compiled = zarr_blosc.compiled_decode()
+    zarr_codec._compiled = False  # looked up again (another test may have set RLDS_NUMBA=0)
+    compiled = zarr_codec.compiled_decode()
     assert compiled is not None, "numba is installed for the tests: the compiled loop must be found"
     given: list[int] = []
 
@@ -244,7 +245,7 @@ def _spied_compiled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         given.append(b - a)
         return compiled(sources, dests, nbytes, a, b)
 
-    monkeypatch.setattr(zarr_blosc, "_compiled", spy)
+    monkeypatch.setattr(zarr_codec, "_compiled", spy)
     return given
 
 
@@ -255,8 +256,8 @@ def test_the_compiled_loop_reads_what_the_python_loop_reads(
     rows = np.random.default_rng(5).integers(0, 6, (300, 64, 64), dtype=np.uint8)  # compressible
     _write(tmp_path, "x", rows)
     column = _on_disk(tmp_path, "x", monkeypatch)
-    monkeypatch.setattr(zarr_blosc, "_threads", threads)
-    monkeypatch.setattr(zarr_blosc, "_pool", None)
+    monkeypatch.setattr(zarr_codec, "_threads", threads)
+    monkeypatch.setattr(zarr_codec, "_pool", None)
     given = _spied_compiled(monkeypatch)
     _reads(column, rows)
     assert sum(given) >= 300, "reads of many chunks go through the compiled loop"
@@ -264,17 +265,17 @@ def test_the_compiled_loop_reads_what_the_python_loop_reads(
     given.clear()
     np.testing.assert_array_equal(column[np.arange(5)], rows[:5])
     assert given == [], "a read of a few chunks stays in Python (numba is not imported for it)"
-    monkeypatch.setattr(zarr_blosc, "_compiled", None)  # as without numba, or with RLDS_NUMBA=0
+    monkeypatch.setattr(zarr_codec, "_compiled", None)  # as without numba, or with RLDS_NUMBA=0
     _reads(column, rows)
 
 
 def test_rlds_numba_0_keeps_the_python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLDS_NUMBA", "0")
-    monkeypatch.setattr(zarr_blosc, "_compiled", False)
-    assert zarr_blosc.compiled_decode() is None
+    monkeypatch.setattr(zarr_codec, "_compiled", False)
+    assert zarr_codec.compiled_decode() is None
     monkeypatch.setenv("RLDS_NUMBA", "1")
-    monkeypatch.setattr(zarr_blosc, "_compiled", False)
-    assert zarr_blosc.compiled_decode() is not None
+    monkeypatch.setattr(zarr_codec, "_compiled", False)
+    assert zarr_codec.compiled_decode() is not None
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -291,7 +292,7 @@ def test_a_chunk_that_does_not_decode_is_damage_in_either_loop(
     column = _on_disk(tmp_path, "x", monkeypatch)
     given = _spied_compiled(monkeypatch) if compiled else []
     if not compiled:
-        monkeypatch.setattr(zarr_blosc, "_compiled", None)
+        monkeypatch.setattr(zarr_codec, "_compiled", None)
     with pytest.raises(CorruptDatasetError, match=r"chunk 0 of .* does not decode"):
         column[np.arange(100)]
     assert bool(given) == compiled

@@ -6,7 +6,7 @@ dataset statistics stream through here, so that their memory is the same for 1M 
 * :func:`read`: rows ``[start, stop)`` of a stored column: a view of a memory map (no copy),
   rows decoded from a chunked column (zarr), or, for a column made of parts end to end (a
   growing dataset's segments: its ``offsets``), the parts' rows copied into one array.
-* :func:`~rlds_cli.cache.memmap_backend.release_pages`, on rows once used: drops a memory
+* :func:`~rlds_cli.cache.backends.memmap.release_pages`, on rows once used: drops a memory
   map's pages under them from the process's resident set (the page cache keeps them). Without
   it every page a scan touched stays counted in the process's memory: 3.2 GiB after a scan of
   a 50M-step low-dim dataset.
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.backends.memmap import release_pages
 from rlds_cli.cache.buffers import BufferPool
-from rlds_cli.cache.memmap_backend import release_pages
 from rlds_cli.cache.reader import Episodes, TedReader, resolve_keys, stored_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
 
@@ -91,7 +91,7 @@ def row_bytes(column: Any) -> int:
 def read(column: Any, start: int, stop: int, budget: Budget | None = None) -> np.ndarray:
     """Rows ``[start, stop)`` of a stored column (anything sliced along its first axis: a
     memory map, a zarr column, a view's or a growing dataset's column), counted in ``budget``.
-    Pass them to :func:`~rlds_cli.cache.memmap_backend.release_pages` once used.
+    Pass them to :func:`~rlds_cli.cache.backends.memmap.release_pages` once used.
 
     A column made of parts end to end (``offsets``) is read part by part into one array (from
     the budget's pool), each part's pages released: a slice across parts would copy them and

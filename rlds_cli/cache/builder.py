@@ -120,6 +120,9 @@ class DatasetBuilder:
                 self._columns[key].append(rows)
         finally:
             wait()  # the rows are the caller's again only once they are hashed
+        if self._txn.fsync:
+            for column in self._columns.values():
+                column.write_behind()
         k = len(ends)
         self._ends.append(ends + self._num_steps)
         self._final_known.append(

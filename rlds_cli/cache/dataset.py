@@ -22,10 +22,11 @@ import numpy as np
 from rlds_cli import plugins
 from rlds_cli._io import tree_bytes
 from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.backends.memmap import load_npy
+from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
-from rlds_cli.cache.memmap_backend import load_npy
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.cache.views import GatheredColumn, SlicedColumn, ViewSpec
@@ -33,10 +34,9 @@ from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetRe
 
 if TYPE_CHECKING:
     from rlds_cli.envspec import RecordedEnvSpec
-    from rlds_cli.episode_table import EpisodeTable
 
 
-def _identity(directory: Path) -> tuple[int, int, int] | None:
+def version_identity(directory: Path) -> tuple[int, int, int] | None:
     """What tells one published version of a dataset from the next: its directory's inode and
     ctime. Inodes of deleted versions are reused at once; the ctime (set when the directory
     was renamed into place, never changed after) tells the reuse apart."""
@@ -73,16 +73,21 @@ class Dataset:
 
     def __init__(self, directory: str | os.PathLike[str], manifest: Manifest | None = None) -> None:
         self.directory = Path(directory)
-        self._identity = _identity(self.directory)
+        #: The published version this object reads (:func:`version_identity` of its directory).
+        self.identity = version_identity(self.directory)
         self.manifest = manifest = manifest_of(self.directory, manifest)
         self._backend = get_backend(manifest.backend)
         self._columns: dict[str, Any] = {}
         self._parent_checked: Path | None = None
         self._view_rows: dict[str, np.ndarray] = {}  # a selection view's parent rows, by storage
         self._readers: dict[tuple[str, ...], TedReader] = {}
-        self.episodes = self._load_episode_index()
+        #: The episode index as stored (:data:`~rlds_cli.cache.ted.EPISODE_DTYPE`: start, length,
+        #: source id, final_known; checked against the manifest). :attr:`episodes` is the table
+        #: made of it.
+        self.episode_index = self._load_episode_index()
+        self._episode_table: EpisodeTable | None = None
         #: Episode bounds and the step -> episode lookup (see :class:`~rlds_cli.cache.reader.Episodes`).
-        self.episode_bounds = Episodes(self.episodes["length"])
+        self.episode_bounds = Episodes(self.episode_index["length"])
         self._check_not_replaced()
 
     # ------------------------------------------------------------------ pickling (workers)
@@ -99,7 +104,7 @@ class Dataset:
             )
 
     def _check_not_replaced(self) -> None:
-        if _identity(self.directory) != self._identity:
+        if version_identity(self.directory) != self.identity:
             raise DatasetReplacedError(
                 f"dataset {self.name!r} at {self.directory} was replaced while it was open"
             )
@@ -156,14 +161,32 @@ class Dataset:
         :mod:`rlds_cli.envspec` for the places it is read from; a view has its parent's."""
         return plugins.provided("dataset.env_spec")(self)  # rlds_cli.envspec: it reads the registry
 
-    def episode_table(self) -> EpisodeTable:
-        """Each episode as one row: start, length, return, source id, the reset seed where one
-        was recorded, and the environment (:class:`~rlds_cli.episode_table.EpisodeTable`).
-        :attr:`episodes` is the episode index alone (start, length, source id; no read).
+    @property
+    def episodes(self) -> EpisodeTable:
+        """Each episode as one row (:class:`~rlds_cli.cache.episode_table.EpisodeTable`):
+        ``ds.episodes["start"]``, ``["length"]``, ``["source_id"]`` and the index's other
+        fields from the episode index (no read); ``["return"]`` (one pass over ``next/reward``
+        in bounded blocks), ``["seed"]`` and ``["seed_present"]`` where reset seeds were
+        recorded, made on first use and kept; ``.env_spec``. The same table every time for
+        this view: a growing dataset's ``refresh()`` that changes the view makes a new one."""
+        table = self._episode_table
+        if table is None:
+            table = self._episode_table = EpisodeTable(self)
+        return table
 
-        Cost: one pass over ``next/reward`` (bounded blocks). A growing dataset's table is of
-        the view it holds (``refresh()`` first for the latest commits)."""
-        return plugins.provided("dataset.episode_table")(self)  # rlds_cli.episode_table: above the cache
+    def view_parent(self) -> tuple[Dataset, np.ndarray] | None:
+        """For a view (``rlds view``, ``rlds split``): its parent dataset, opened and checked to
+        be the version the view was made of, and the parent's position of each of the view's
+        episodes (int64, in the view's order); ``None`` for any other dataset.
+
+        Raises:
+            CorruptDatasetError: The parent is gone, or was replaced since the view was made.
+        """
+        if self.manifest.layout != VIEW_LAYOUT:
+            return None
+        view = ViewSpec.from_manifest(self.manifest)
+        parent_dir, parent = self._parent_manifest(view)  # read and checked now: it may be gone
+        return Dataset(parent_dir, parent), view.parent_episodes()
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
         """Make the gymnasium environment the data was recorded in, as Minari's
@@ -250,28 +273,39 @@ class Dataset:
         if self.manifest.layout != VIEW_LAYOUT:
             return self._backend.open_column(self.directory, key)
         view = ViewSpec.from_manifest(self.manifest)
-        parent_dir = self.directory.parent / view.parent.replace("/", "--")
-        if self._parent_checked is None:
-            try:
-                parent = read_manifest(parent_dir)
-            except FileNotFoundError:
-                raise CorruptDatasetError(
-                    f"view {self.name!r}: its parent dataset {view.parent!r} is gone",
-                    hint=f"remove the view ('rlds rm {self.name} --yes')",
-                ) from None
-            if parent.digest() != view.parent_digest:
-                raise CorruptDatasetError(
-                    f"view {self.name!r}: its parent {view.parent!r} was replaced since the view was made",
-                    hint="create the view again ('rlds view' / 'rlds split' with --force)",
-                )
-            self._parent_checked = parent_dir
+        parent_dir = self._checked_parent_dir(view)
         column = self._backend.open_column(parent_dir, key)
         if view.episode_ids is None:
             return SlicedColumn(column, *view.rows(spec.storage, self.num_steps))
         if spec.storage not in self._view_rows:  # the parent's index (checked) places the episodes
-            parent_index = Dataset(parent_dir).episodes
+            parent_index = Dataset(parent_dir).episode_index
             self._view_rows[spec.storage] = view.gathered_rows(spec.storage, parent_index)
         return GatheredColumn(column, self._view_rows[spec.storage])
+
+    def _checked_parent_dir(self, view: ViewSpec) -> Path:
+        """The directory of this view's parent, checked (once) to hold the version the view
+        pins."""
+        if self._parent_checked is None:
+            self._parent_checked, _ = self._parent_manifest(view)
+        return self._parent_checked
+
+    def _parent_manifest(self, view: ViewSpec) -> tuple[Path, Manifest]:
+        """The directory and manifest of this view's parent, checked to be the version the view
+        pins."""
+        parent_dir = self.directory.parent / view.parent.replace("/", "--")
+        try:
+            parent = read_manifest(parent_dir)
+        except FileNotFoundError:
+            raise CorruptDatasetError(
+                f"view {self.name!r}: its parent dataset {view.parent!r} is gone",
+                hint=f"remove the view ('rlds rm {self.name} --yes')",
+            ) from None
+        if parent.digest() != view.parent_digest:
+            raise CorruptDatasetError(
+                f"view {self.name!r}: its parent {view.parent!r} was replaced since the view was made",
+                hint="create the view again ('rlds view' / 'rlds split' with --force)",
+            )
+        return parent_dir, parent
 
     def _expected_rows(self, spec: FieldSpec) -> int:
         return self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)

@@ -112,11 +112,11 @@ def _publish_view(
         )  # fmt: skip
     a, b = int(ids[0]), int(ids[-1]) + 1
     if b - a == len(ids):  # a drawn selection may come out consecutive: a range reads fastest
-        index, offset = slice_index(source.episodes, a, b)
+        index, offset = slice_index(source.episode_index, a, b)
         chosen: dict[str, Any] = {"episodes": [a, b], **({"selection": how} if how else {})}
         seen: dict[str, Any] = {"episodes": [a, b], **({"selection": how} if how else {})}
     else:
-        index, offset = select_index(source.episodes, ids), 0
+        index, offset = select_index(source.episode_index, ids), 0
         chosen = {"episodes": [a, b], "episode_ids": ids.tolist(), "selection": how}
         seen = {"selection": how or f"{len(ids)} of episodes {a}:{b}"}
     num_steps = int(index["length"].sum())

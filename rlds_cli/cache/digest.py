@@ -282,7 +282,7 @@ def check_digests(
                 )
     if own.get("episodes"):
         report.checked.append("episodes")
-        got = array_digest(ds.episodes)
+        got = array_digest(ds.episode_index)
         if got != own["episodes"]:
             report.problems.append(
                 DigestProblem(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rlds_cli._io import fsync_dir, fsync_file
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 #: Threads that fsync at once.
 FSYNC_THREADS = 8
@@ -47,6 +47,11 @@ def _fsync_pool() -> ThreadPoolExecutor:
 
             _pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="rlds-fsync")
         return _pool
+
+
+def in_background(sync: Callable[..., Any], *args: Any) -> Future[Any]:
+    """Run ``sync(*args)`` (an fsync) on the process's fsync threads."""
+    return _fsync_pool().submit(sync, *args)
 
 
 def tree_paths(root: Path) -> tuple[list[Path], list[Path]]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, damage_hint, seg_name
-from rlds_cli.cache.dataset import Dataset, _identity, manifest_of
+from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.growing_settings import growing_settings, is_ready
 from rlds_cli.cache.integrity import schema_problem
@@ -68,7 +68,7 @@ class GrowingDataset(Dataset):
         position: int | None = None,
     ) -> None:
         self.directory = Path(directory)
-        self._identity = _identity(self.directory)
+        self.identity = version_identity(self.directory)
         self.head = manifest = manifest_of(self.directory, manifest)
         self.settings = growing_settings(manifest)
         self._backend = get_backend(manifest.backend)
@@ -198,7 +198,7 @@ class GrowingDataset(Dataset):
             row = writers.setdefault(label, {"segments": 0, "episodes": 0, "steps": 0})
             row["segments"] += 1
             row["episodes"] += ds.num_episodes - first
-            row["steps"] += ds.num_steps - int(ds.episodes["start"][first])
+            row["steps"] += ds.num_steps - int(ds.episode_index["start"][first])
             if entry.protected:
                 protected += ds.num_episodes - first
         segments_dir = self.directory / SEGMENTS_DIR
@@ -221,7 +221,7 @@ class GrowingDataset(Dataset):
             self._build(live, ids, firsts)
         self._part_ids = ids
         self._firsts = firsts
-        lens = self.episodes["length"]
+        lens = self.episode_index["length"]
         # each episode's number in the log (see SegmentEntry.ordinal): segment ordinal, plus its
         # evicted and dropped episodes, plus its place among the live ones
         counts = self._neps - firsts
@@ -229,7 +229,7 @@ class GrowingDataset(Dataset):
         self.episode_ids = np.repeat(base - (np.cumsum(counts) - counts), counts) + np.arange(
             int(counts.sum()), dtype=np.int64
         )
-        self.episodes["start"] = np.cumsum(lens) - lens
+        self.episode_index["start"] = np.cumsum(lens) - lens
         self.episode_bounds = Episodes(lens) if len(lens) else empty_episodes()
         self.manifest = Manifest(
             name=self.head.name,
@@ -246,6 +246,7 @@ class GrowingDataset(Dataset):
         )
         self._columns = {}
         self._readers = {}
+        self._episode_table = None  # of the last view: ds.episodes makes the new view's
 
     def _build(self, live: list[tuple[SegmentEntry, int]], ids: list[bytes], firsts: np.ndarray) -> None:
         """The view made whole from its segments (linear in the segments)."""
@@ -267,7 +268,7 @@ class GrowingDataset(Dataset):
         if len(index):
             for field, k in (("length", 1), ("source_id", 2), ("final_known", 3)):
                 index[field] = np.concatenate([facts[seg][k][f:] for seg, f in pairs])
-        self.episodes = index
+        self.episode_index = index
 
     def _grow(self, live: list[tuple[SegmentEntry, int]], ids: list[bytes], firsts: np.ndarray) -> bool:
         """The view made from the last one when it only lost episodes at its front and gained
@@ -306,9 +307,9 @@ class GrowingDataset(Dataset):
         self._step0[0] = facts[ids[0]][0][firsts[0]]
         self._parts = [(self._segments[ids[0]], int(firsts[0])), *self._parts[d + 1 :]]
         self._parts += [(self._segments[seg], f) for seg, f in new]
-        kept = len(self.episodes) - drop
+        kept = len(self.episode_index) - drop
         grown = np.zeros(kept + sum(len(facts[seg][1]) - f for seg, f in new), EPISODE_DTYPE)
-        grown[:kept] = self.episodes[drop:]
+        grown[:kept] = self.episode_index[drop:]
         at = kept
         for seg, f in new:
             _, length, source_id, final_known = facts[seg]
@@ -317,7 +318,7 @@ class GrowingDataset(Dataset):
             grown["source_id"][at : at + n] = source_id[f:]
             grown["final_known"][at : at + n] = final_known[f:]
             at += n
-        self.episodes = grown
+        self.episode_index = grown
         return True
 
     def _index_segment(self, entry: SegmentEntry) -> None:
@@ -328,7 +329,7 @@ class GrowingDataset(Dataset):
                 f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
                 f"{entry.episodes - entry.dropped}"
             )
-        index = ds.episodes
+        index = ds.episode_index
         self._facts[entry.seg] = (
             np.asarray(index["start"], np.int64),
             np.asarray(index["length"], np.int64),
@@ -393,7 +394,7 @@ class GrowingDataset(Dataset):
         return read
 
     def _load_episode_index(self) -> np.ndarray:  # pragma: no cover - built by _rebuild
-        return self.episodes
+        return self.episode_index
 
     def check_files(self) -> list[str]:
         """Every live segment's files at full size (see :meth:`Dataset.check_files`)."""

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.cache.dataset import Dataset, _identity
+from rlds_cli.cache.dataset import Dataset, version_identity
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
@@ -46,11 +46,11 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
     cache_root = root if isinstance(root, CacheRoot) else CacheRoot(root)
     directory = cache_root.dataset_dir(name)
     for attempt in range(_OPEN_ATTEMPTS):
-        before = _identity(directory)
+        before = version_identity(directory)
         try:
             manifest = cache_root.manifest(name)
             dataset = _dataset_class(manifest)(directory, manifest)
-            if dataset._identity == before:  # manifest, index and directory of one version
+            if dataset.identity == before:  # manifest, index and directory of one version
                 return dataset
         except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
             if attempt + 1 == _OPEN_ATTEMPTS or not _being_replaced(cache_root, directory, before):
@@ -72,6 +72,6 @@ def _dataset_class(manifest: Any) -> type[Dataset]:
 def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:
     """Whether a failed open may have raced with a rebuild: the directory changed, or a
     replaced version is on its way out (``publish`` renames it to ``tmp/*.trash`` first)."""
-    if _identity(directory) != before:
+    if version_identity(directory) != before:
         return True
     return cache.tmp_dir.is_dir() and any(cache.tmp_dir.glob(f"{directory.name}.*.trash"))

@@ -103,7 +103,7 @@ class Episodes:
     @classmethod
     def of(cls, dataset: Any) -> Episodes:
         """The episodes of an opened :class:`~rlds_cli.cache.dataset.Dataset`."""
-        return cls(dataset.episodes["length"])
+        return cls(dataset.episode_index["length"])
 
     def episode_of(self, steps: np.ndarray) -> np.ndarray:
         """The episode each step belongs to, int64 (a binary search, O(log episodes) per step,

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.backends.memmap import release_pages
 from rlds_cli.cache.blocks import read, spans
 from rlds_cli.cache.buffers import BufferPool
-from rlds_cli.cache.memmap_backend import release_pages
 from rlds_cli.cache.reader import Episodes
 
 #: Points of the per-chunk quantile sketch (0, 1/256, ..., 1).

@@ -52,7 +52,7 @@ def _root(
 ) -> None:
     """Offline-RL datasets: download, convert to a TED cache, inspect, and sample fast."""
     if verbose:
-        from rlds_cli.cli._output import configure_logging
+        from rlds_cli.cli.output import configure_logging
 
         configure_logging(verbose)
 
@@ -83,15 +83,15 @@ def main() -> None:
     import os
     import warnings
 
-    from rlds_cli.cli import _output
+    from rlds_cli.cli import output
 
     # the Hub client logs each retry of a failing request on stderr ("HTTP Error 500 thrown
     # while requesting ... Retrying in 1s"), even when the command then succeeds: rlds says
     # itself what failed, in one line (HF_HUB_VERBOSITY=warning brings them back)
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
-    _output.protect_streams()
-    warnings.showwarning = _output.format_warning
-    _output.configure_logging(0)
+    output.protect_streams()
+    warnings.showwarning = output.format_warning
+    output.configure_logging(0)
     app()
 
 

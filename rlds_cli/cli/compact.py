@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 
@@ -37,13 +37,13 @@ def compact(
 
     report = run(resolve_name(name, root), root, grace_seconds=grace)
     if json:
-        _output.print_json(report.to_dict())
+        output.print_json(report.to_dict())
         return
     if quiet:
         return
-    _output.console.print(
-        f"{_output.escape(report.name)}: {_output.count(report.segments_before, 'segment')} -> "
-        f"{report.segments_after:,} ({_output.count(report.episodes, 'episode')}, "
-        f"{_output.count(report.steps, 'step')}); {len(report.removed):,} retired files removed",
+    output.console.print(
+        f"{output.escape(report.name)}: {output.count(report.segments_before, 'segment')} -> "
+        f"{report.segments_after:,} ({output.count(report.episodes, 'episode')}, "
+        f"{output.count(report.steps, 'step')}); {len(report.removed):,} retired files removed",
         soft_wrap=True,
     )

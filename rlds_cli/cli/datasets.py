@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 PatternArgument = Annotated[
@@ -51,43 +51,43 @@ def list_datasets(
 
         for name, exc in cache.damaged_manifests():
             if pattern is None or matches(pattern, name):
-                _output.warn(f"not listed: {exc.message} ({exc.hint})")
+                output.warn(f"not listed: {exc.message} ({exc.hint})")
         for r in rows:
             if r["damaged"] is not None:
-                _output.warn(f"{r['name']} is damaged: {r['damaged']} (rlds inspect {r['name']} --check)")
+                output.warn(f"{r['name']} is damaged: {r['damaged']} (rlds inspect {r['name']} --check)")
     if json:
-        _output.print_json({"root": str(cache.path), "datasets": rows})
+        output.print_json({"root": str(cache.path), "datasets": rows})
         return
     if quiet:
         for r in rows:
-            _output.console.print(Text(r["name"]), soft_wrap=True)
+            output.console.print(Text(r["name"]), soft_wrap=True)
         return
     if not rows:
         what = f"matching {pattern!r} " if pattern is not None else ""
-        _output.console.print(
+        output.console.print(
             Text(f"no datasets {what}in {cache.path} (add one with 'rlds download')"), soft_wrap=True
         )
         return
     columns = [
-        _output.Column("name", kind="key"),
-        _output.Column("steps", "right", kind="fixed"),
-        _output.Column("episodes", "right", kind="fixed"),
-        _output.Column("size", "right", kind="fixed"),
-        _output.Column("storage", kind="fixed", optional=True),
-        _output.Column("source", optional=True),
+        output.Column("name", kind="key"),
+        output.Column("steps", "right", kind="fixed"),
+        output.Column("episodes", "right", kind="fixed"),
+        output.Column("size", "right", kind="fixed"),
+        output.Column("storage", kind="fixed", optional=True),
+        output.Column("source", optional=True),
     ]
     table = [
         [
             r["name"],
             "damaged" if r["damaged"] else f"{r['num_steps']:,}",
             "?" if r["damaged"] else f"{r['num_episodes']:,}",
-            _output.human_bytes(r["size_bytes"]),
+            output.human_bytes(r["size_bytes"]),
             r["backend"],
             f"{r['format']}: {r['source']}",
         ]
         for r in rows
     ]
-    _output.print_table(columns, table, title=f"datasets in {cache.path}")
+    output.print_table(columns, table, title=f"datasets in {cache.path}")
 
 
 @handle_errors
@@ -145,27 +145,27 @@ def inspect(
         report = check_dataset(dataset)
         info["check"] = report.to_dict()
     if json:
-        _output.print_json(info)
+        output.print_json(info)
     elif not quiet:
         render_summary(info)
         if report is not None:
             _render_check(report)
         if plot is not None:
-            _output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
+            output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
     if report is not None and not report.ok:
         raise typer.Exit(1)
 
 
 def _render_check(report: Any) -> None:
     """Print the result of ``rlds inspect --check``: one line per violation."""
-    out = _output.console
+    out = output.console
     for check, why in report.skipped.items():
-        out.print(f"[yellow]skipped[/] {_output.escape(check)}: {_output.escape(why)}", soft_wrap=True)
+        out.print(f"[yellow]skipped[/] {output.escape(check)}: {output.escape(why)}", soft_wrap=True)
     if report.ok:
         out.print(f"[green]check passed[/]: {', '.join(report.checks)}")
         return
     for violation in report.violations[:50]:
-        out.print(f"[red]violation[/] {_output.escape(str(violation))}", soft_wrap=True)
+        out.print(f"[red]violation[/] {output.escape(str(violation))}", soft_wrap=True)
     more = len(report.violations) - 50
     if more > 0 or report.truncated:
         out.print(f"... and {'more than ' if report.truncated else ''}{max(more, 0)} more")
@@ -181,13 +181,13 @@ def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
 
 def render_summary(info: dict[str, Any]) -> None:
     """Print the tables of ``rlds inspect``."""
-    out = _output.console
+    out = output.console
     # a local dataset's size is disk use (allocated blocks, as 'rlds list' shows it); a dataset
     # read at a URL has no blocks: its size is the bytes of its files on the store
     where = "on the store" if "://" in info["path"] else "on disk"
     out.print(
-        f"[bold]{info['name']}[/]  ({info['backend']}, {_output.human_bytes(info['size_bytes'])} {where})  "
-        f"{_output.escape(info['path'])}",
+        f"[bold]{info['name']}[/]  ({info['backend']}, {output.human_bytes(info['size_bytes'])} {where})  "
+        f"{output.escape(info['path'])}",
         soft_wrap=True,  # the path whole on the line, never broken at the console's width
     )
     out.print(
@@ -208,7 +208,7 @@ def render_summary(info: dict[str, Any]) -> None:
         stored = info["stored"].get(key)
         if stored:
             where = "flat: once + 1 per episode" if stored["storage"] == "flat" else "per step"
-            disk = _output.human_bytes(stored["bytes"])
+            disk = output.human_bytes(stored["bytes"])
             ratio = stored.get("compression_ratio")
             if info["backend"] == "zarr" and ratio:
                 disk += f" ({ratio:.1f}x)"
@@ -217,24 +217,24 @@ def render_summary(info: dict[str, Any]) -> None:
         else:
             where, disk = "derived", "-"
         rows.append([key, str(tuple(spec["shape"])), spec["dtype"], where, disk])
-    _output.print_table(
+    output.print_table(
         [
-            _output.Column("key", kind="key"),
-            _output.Column("shape", kind="fixed"),
-            _output.Column("dtype", kind="fixed"),
-            _output.Column("storage"),
-            _output.Column("bytes", "right", kind="fixed"),  # the key's files (not blocks)
+            output.Column("key", kind="key"),
+            output.Column("shape", kind="fixed"),
+            output.Column("dtype", kind="fixed"),
+            output.Column("storage"),
+            output.Column("bytes", "right", kind="fixed"),  # the key's files (not blocks)
         ],
         rows,
         title="TED fields (per step)",
     )
     with_stats = {k: v["stats"] for k, v in info["stored"].items() if v.get("stats")}
     if with_stats:
-        _output.print_table(
+        output.print_table(
             [
-                _output.Column("key", kind="key"),
-                *(_output.Column(c, "right", kind="fixed") for c in ("min", "max", "mean", "std")),
-                *(_output.Column(c, "right", kind="fixed") for c in ("nan", "inf")),
+                output.Column("key", kind="key"),
+                *(output.Column(c, "right", kind="fixed") for c in ("min", "max", "mean", "std")),
+                *(output.Column(c, "right", kind="fixed") for c in ("nan", "inf")),
             ],
             [[key, *_stat_cells(stats)] for key, stats in with_stats.items()],
             title="statistics (all elements)",
@@ -254,13 +254,13 @@ def render_summary(info: dict[str, Any]) -> None:
         rules = f"  (format rules {conv['rules']})" if conv.get("rules") else ""
         out.print("conversion  " + ", ".join(facts) + rules)
     for note in conv.get("notes", []):
-        out.print(f"note  {_output.escape(note)}")
+        out.print(f"note  {output.escape(note)}")
     for parent in info.get("lineage", []):
         _render_lineage(parent)
     if "growing" in info:
         _render_growing(info["growing"])
     out.print(_digest_line(info.get("content_digest") or {}, info["source"]), soft_wrap=True)
-    by = f" by {_output.escape(info['created_by'])}" if info.get("created_by") else ""
+    by = f" by {output.escape(info['created_by'])}" if info.get("created_by") else ""
     out.print(f"written{by} at {info['created_at']}" if info.get("created_at") else f"written{by}")
 
 
@@ -278,12 +278,12 @@ def _evaluation_lines(info: dict[str, Any]) -> list[str]:
             f"reference scores  min {scores['ref_min_score']:.6g}, max {scores['ref_max_score']:.6g}  "
             f"(from {scores['origin']}; 'rlds score NAME RETURN' normalizes a return)"
         )
-    return [_output.escape(line) for line in lines]
+    return [output.escape(line) for line in lines]
 
 
 def _render_growing(g: dict[str, Any]) -> None:
     """A growing dataset's segments, writers, eviction and readiness (``rlds inspect``)."""
-    out = _output.console
+    out = output.console
     pairs = (("min_size", "unprotected steps"), ("min_total", "steps"))
     needs = ", ".join(f"{g[k]:,} {what}" for k, what in pairs if g[k]) or "a step"
     ready = "[green]ready[/]" if g["ready"] else f"[yellow]not ready[/] (needs {needs})"
@@ -293,16 +293,16 @@ def _render_growing(g: dict[str, Any]) -> None:
         if g.get(k)
     ]
     out.print(
-        f"growing  {_output.count(g['segments'], 'segment')} ({g['segments_on_disk']:,} on disk), "
-        f"{_output.count(g['log_records'], 'commit')}, "
+        f"growing  {output.count(g['segments'], 'segment')} ({g['segments_on_disk']:,} on disk), "
+        f"{output.count(g['log_records'], 'commit')}, "
         f"{ready}; capacity {', '.join(caps) or 'none'}; {g['evicted_episodes']:,} episodes evicted, "
         f"{g['protected_episodes']:,} protected",
         soft_wrap=True,
     )
     for label, row in g["writers"].items():
         out.print(
-            f"  writer {_output.escape(label)}: {_output.count(row['segments'], 'segment')}, "
-            f"{_output.count(row['episodes'], 'episode')}, {_output.count(row['steps'], 'step')}",
+            f"  writer {output.escape(label)}: {output.count(row['segments'], 'segment')}, "
+            f"{output.count(row['episodes'], 'episode')}, {output.count(row['steps'], 'step')}",
             soft_wrap=True,
         )
 
@@ -325,13 +325,13 @@ def _render_histogram(
     ``integers`` (edges halfway between whole numbers, as
     :func:`rlds_cli.summary.length_histogram` makes them) each bin shows the whole numbers it
     holds."""
-    out = _output.console
+    out = output.console
     counts, edges = list(hist["counts"]), list(hist["edges"])
     merge = max(1, -(-len(counts) // lines))
     counts = [sum(counts[i : i + merge]) for i in range(0, len(counts), merge)]
     edges = edges[::merge] if (len(edges) - 1) % merge == 0 else [*edges[::merge], edges[-1]]
     top = max(counts) or 1
-    block = _output.glyph("block")
+    block = output.glyph("block")
     out.print(f"[bold]{label}[/]")
     for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
         bar = block * round(width * count / top)
@@ -344,7 +344,7 @@ def _source_line(src: dict[str, Any]) -> str:
     the source's sha256. Empty for views and preprocessed outputs, whose lineage says it."""
     if src.get("format") in ("view", "rlds-preprocess") or not src:
         return ""
-    esc = _output.escape
+    esc = output.escape
     parts = [f"source  {esc(str(src.get('format', 'unknown format')))}:"]
     if src.get("id"):
         parts.append(esc(str(src["id"])))
@@ -369,7 +369,7 @@ def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
     if source.get("format") == "rlds-writer":
         return f"content digest  {algorithm} of every array and episode index, per segment"
     if source.get("format") == "view" and content.get("episodes"):
-        parent = _output.escape(str(source.get("parent", "")))
+        parent = output.escape(str(source.get("parent", "")))
         return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"
     return "content digest  none recorded (written by an older rlds)"
 
@@ -378,7 +378,7 @@ def _render_lineage(parent: dict[str, Any], depth: int = 0) -> None:
     """One line per parent of a derived dataset: which version of which dataset, and what made
     it from that (a view's episode range; ``rlds preprocess``'s function, its sha256 and
     arguments), then the parent's own lineage, indented. Facts not recorded are left out."""
-    esc = _output.escape
+    esc = output.escape
     version = [f"manifest {str(parent['digest'])[:12]}"] if parent.get("digest") else []
     if parent.get("created_at"):
         version.append(f"written at {parent['created_at']}")
@@ -400,6 +400,6 @@ def _render_lineage(parent: dict[str, Any], depth: int = 0) -> None:
         text = f"derived from {line}" + (f" ({rlds})" if rlds else "")
     # a grandparent line continues the one above: 'which is a view of ...', 'which was derived ...'
     prefix = ("  " * depth + ("which is a " if text.startswith("view") else "which was ")) if depth else ""
-    _output.console.print(prefix + text, soft_wrap=True)
+    output.console.print(prefix + text, soft_wrap=True)
     for grandparent in parent.get("parent_lineage") or []:
         _render_lineage(grandparent, depth + 1)

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     QuietOption,
@@ -40,14 +40,14 @@ def demo(
     from rlds_cli.summary import describe
 
     show = not (json or quiet)
-    out = _output.console
+    out = output.console
     if show:
         out.rule("1. download + convert (bundled registry entry, no network)")
-    with _output.conversion_progress(enabled=show) as progress:
+    with output.conversion_progress(enabled=show) as progress:
         result = download(DEMO_ID, root=root, backend=storage, progress=progress)
     if show:
         verb = "reused the cached copy of" if result.reused else "converted"
-        out.print(f"{verb} [green]{DEMO_ID}[/] into {_output.escape(str(result.path))}", soft_wrap=True)
+        out.print(f"{verb} [green]{DEMO_ID}[/] into {output.escape(str(result.path))}", soft_wrap=True)
         out.rule("2. inspect")
     dataset = open_dataset(DEMO_ID, root)
     if show:
@@ -79,7 +79,7 @@ def demo(
                 soft_wrap=True,  # one line a batch, whatever the console's width
             )
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "name": DEMO_ID,
                 "path": str(result.path),
@@ -92,6 +92,6 @@ def demo(
     elif quiet:
         out.print(Text(DEMO_ID), soft_wrap=True)
     else:
-        cache = _output.escape(str(result.path.parent.parent))
-        out.print(f"[bold green]demo done[/]: cache at {_output.escape(str(cache))}", soft_wrap=True)
+        cache = output.escape(str(result.path.parent.parent))
+        out.print(f"[bold green]demo done[/]: cache at {output.escape(str(cache))}", soft_wrap=True)
         out.print("next: rlds list; rlds inspect demo (the README walks on from here)")

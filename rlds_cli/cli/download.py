@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     NameOption,
@@ -114,7 +114,7 @@ def download(
     The default name is the registry entry's cache name, or for a file or URL its name without
     its suffixes (x.tar.gz -> x). With -q only that name is printed.
     """
-    from rlds_cli.cli._download_progress import download_progress
+    from rlds_cli.cli.download_progress import download_progress
     from rlds_cli.download import download as run_download
 
     if name is not None:  # an empty --name is a mistake, never "use the default name"
@@ -148,7 +148,7 @@ def download(
         )
     m = result.manifest
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "name": m.name,
                 "path": str(result.path),
@@ -162,18 +162,18 @@ def download(
         )
         return
     if quiet:
-        _output.console.print(Text(m.name), soft_wrap=True)
+        output.console.print(Text(m.name), soft_wrap=True)
         return
     for note in m.conversion.get("notes", []):
-        _output.warn(note)
+        output.warn(note)
     if m.conversion.get("inferred_boundaries"):
-        _output.warn(
+        output.warn(
             f"{m.conversion['inferred_boundaries']} episode boundaries were not flagged in the "
             "source and were inferred (see 'rlds inspect')"
         )
     verb = "already in the cache" if result.reused else "converted"
-    _output.console.print(
-        f"[green]{_output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
-        f"storage {m.backend} -> {_output.escape(str(result.path))}",
+    output.console.print(
+        f"[green]{output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
+        f"storage {m.backend} -> {output.escape(str(result.path))}",
         soft_wrap=True,
     )

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 
@@ -37,14 +37,14 @@ def score(
     ref = reference_scores(name, root)
     scores = [float(ref.normalize(r)) for r in returns]
     if json:
-        _output.print_json({"name": name, "reference_scores": ref.to_dict(), "returns": returns,
+        output.print_json({"name": name, "reference_scores": ref.to_dict(), "returns": returns,
                             "normalized_scores": scores})  # fmt: skip
         return
     if quiet:
         sys.stdout.write("".join(f"{s:.6g}\n" for s in scores))
         return
-    out = _output.console
-    out.print(_output.escape(
+    out = output.console
+    out.print(output.escape(
         f"{name}: reference scores min {ref.min:.6g}, max {ref.max:.6g} (from {ref.origin})"
     ), soft_wrap=True)  # fmt: skip
     for r, s in zip(returns, scores, strict=True):

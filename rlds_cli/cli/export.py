@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption, force_option
 
 
@@ -51,13 +51,13 @@ def export(
         return
     path = export_dataset(dataset, Path(out), to, overwrite=force)
     if json:
-        _output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})
+        output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})
     elif quiet:
-        _output.console.print(Text(str(path)), soft_wrap=True)
+        output.console.print(Text(str(path)), soft_wrap=True)
     else:
-        _output.console.print(
-            f"exported {_output.escape(name)} ({dataset.num_steps:,} steps) as {to} to "
-            f"{_output.escape(str(path))}",
+        output.console.print(
+            f"exported {output.escape(name)} ({dataset.num_steps:,} steps) as {to} to "
+            f"{output.escape(str(path))}",
             soft_wrap=True,
         )
 
@@ -70,20 +70,20 @@ def _export_to_hub(
 
     result = export_to_hub(dataset, url, to, root=root, force=force)
     if json:
-        _output.print_json(result.to_dict())
+        output.print_json(result.to_dict())
     elif quiet:
-        _output.console.print(Text(url), soft_wrap=True)
+        output.console.print(Text(url), soft_wrap=True)
     elif result.up_to_date:
-        _output.console.print(
-            f"[green]{_output.escape(name)}[/]: this {to} export is already at {_output.escape(url)} "
+        output.console.print(
+            f"[green]{output.escape(name)}[/]: this {to} export is already at {output.escape(url)} "
             f"({result.files} files): nothing to upload",
             soft_wrap=True,
         )
     else:
         replaced = "; the previous export was replaced" if result.replaced else ""
-        _output.console.print(
-            f"exported {_output.escape(name)} ({result.num_steps:,} steps) as {to} to {_output.escape(url)}: "
-            f"{result.uploaded} of {result.files} files, {_output.human_bytes(result.bytes_uploaded)} "
+        output.console.print(
+            f"exported {output.escape(name)} ({result.num_steps:,} steps) as {to} to {output.escape(url)}: "
+            f"{result.uploaded} of {result.files} files, {output.human_bytes(result.bytes_uploaded)} "
             f"uploaded in one commit{replaced}",
             soft_wrap=True,
         )

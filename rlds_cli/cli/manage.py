@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     QuietOption,
@@ -72,17 +72,17 @@ def rm(
     if not yes:
         if not _can_ask():
             listed = ", ".join(repr(n) for n in targets)
-            _output.error(f"refusing to remove {listed} without confirmation", "pass --yes")
+            output.error(f"refusing to remove {listed} without confirmation", "pass --yes")
             raise typer.Exit(1)
         extra = " and their downloaded files" if raw and any(plan.raw_folders.values()) else ""
         what = ", ".join(targets)
         if not typer.confirm(f"remove {what}{extra} from {cache.path}?", default=False, err=True):
-            _output.note(f"kept {what}: nothing was removed")
+            output.note(f"kept {what}: nothing was removed")
             raise typer.Exit(1)
     result = remove_datasets(cache, plan, force=force, raw=raw)
     removed_raw, kept_raw = result.removed_raw, result.kept_raw
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "removed": targets,
                 "removed_raw": [str(f) for f in removed_raw],
@@ -92,18 +92,18 @@ def rm(
         return
     if quiet:
         for name in targets:
-            _output.console.print(name, markup=False, soft_wrap=True)
+            output.console.print(name, markup=False, soft_wrap=True)
         return
     for name in targets:
-        _output.console.print(f"removed {_output.escape(name)}", soft_wrap=True)
+        output.console.print(f"removed {output.escape(name)}", soft_wrap=True)
     for folder in removed_raw:
-        _output.console.print(f"removed downloaded files {_output.escape(str(folder))}", soft_wrap=True)
+        output.console.print(f"removed downloaded files {output.escape(str(folder))}", soft_wrap=True)
     if kept_raw:
         size = sum(tree_bytes(f) for f in kept_raw)
         where = ", ".join(str(f) for f in kept_raw)
         why = "still used by another dataset or a download" if raw else "kept for a re-conversion"
-        _output.note(
-            f"the downloaded files ({_output.human_bytes(size)}) are {why}: {where}"
+        output.note(
+            f"the downloaded files ({output.human_bytes(size)}) are {why}: {where}"
             + ("" if raw else "; 'rlds rm --raw' removes them too, 'rlds gc --raw' removes every unused one")
         )
 
@@ -118,19 +118,19 @@ def du(
 
     usage = disk_usage(CacheRoot(root))
     if json:
-        _output.print_json(usage.to_dict())
+        output.print_json(usage.to_dict())
         return
     if quiet:  # a report, not a list of names: -q leaves only errors
         return
     by_size = sorted(usage.datasets.items(), key=lambda kv: -kv[1])
-    rows = [[name, _output.human_bytes(size)] for name, size in by_size]
+    rows = [[name, output.human_bytes(size)] for name, size in by_size]
     parts = (("(raw downloads)", usage.raw), ("(temporary builds)", usage.tmp), ("(other)", usage.other))
     for label, size in parts:
         if size:
-            rows.append([label, _output.human_bytes(size)])
-    rows.append(["total", _output.human_bytes(usage.total)])
-    _output.print_table(
-        [_output.Column("what", kind="key"), _output.Column("size", "right", kind="fixed")],
+            rows.append([label, output.human_bytes(size)])
+    rows.append(["total", output.human_bytes(usage.total)])
+    output.print_table(
+        [output.Column("what", kind="key"), output.Column("size", "right", kind="fixed")],
         rows,
         title=f"disk use of {usage.root}",
     )
@@ -166,7 +166,7 @@ def gc(
     kept = [] if jobs else interrupted_jobs(cache)
     kept_size = sum(tree_bytes(job) for job in kept)
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "dry_run": dry_run,
                 "removed": [str(p) for p in removed],
@@ -179,23 +179,23 @@ def gc(
         )
         return
     for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
-        _output.warn(f"skipped growing dataset {name}: {why}")
+        output.warn(f"skipped growing dataset {name}: {why}")
     if quiet:
         for path in removed:
-            _output.console.print(str(path), markup=False, soft_wrap=True)
+            output.console.print(str(path), markup=False, soft_wrap=True)
         return
     verb = "would remove" if dry_run else "removed"
     for path, size in removed_sizes.items():
-        line = f"{verb} {_output.escape(str(path))} ({_output.human_bytes(size)})"
-        _output.console.print(line, soft_wrap=True)
+        line = f"{verb} {output.escape(str(path))} ({output.human_bytes(size)})"
+        output.console.print(line, soft_wrap=True)
     if removed:
-        total = _output.human_bytes(sum(removed_sizes.values()))
-        _output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
+        total = output.human_bytes(sum(removed_sizes.values()))
+        output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
     else:
-        _output.console.print("nothing to remove")
+        output.console.print("nothing to remove")
     if kept:
-        _output.console.print(
-            f"kept {len(kept)} failed or interrupted preprocess job(s), {_output.human_bytes(kept_size)}, "
+        output.console.print(
+            f"kept {len(kept)} failed or interrupted preprocess job(s), {output.human_bytes(kept_size)}, "
             "for --resume; 'rlds gc --jobs' removes them",
             soft_wrap=True,
         )
@@ -246,6 +246,6 @@ def path(
     resolved = resolve_name(name, cache)
     directory = dataset_path(cache, resolved)
     if json:
-        _output.print_json({"name": resolved, "path": str(directory)})
+        output.print_json({"name": resolved, "path": str(directory)})
         return
     sys.stdout.write(f"{directory}\n")

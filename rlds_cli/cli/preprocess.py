@@ -21,8 +21,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     QuietOption,
@@ -41,7 +41,7 @@ class _StepsPerSecond(ProgressColumn):
 @contextmanager
 def _progress(enabled: bool) -> Iterator[Any]:
     """A progress callback for :func:`rlds_cli.preprocess.run` (stderr, terminals only)."""
-    show = enabled and _output.err_console.is_terminal
+    show = enabled and output.err_console.is_terminal
     bar = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -50,7 +50,7 @@ def _progress(enabled: bool) -> Iterator[Any]:
         _StepsPerSecond(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=_output.err_console,
+        console=output.err_console,
         transient=True,
         disable=not show,
     )
@@ -77,12 +77,12 @@ def _print_schema(title: str, fields: dict[str, Any]) -> None:
             spec.get("storage", ""), "-"
         )
         rows.append([key, str(tuple(spec["shape"])), spec["dtype"], where])
-    _output.print_table(
+    output.print_table(
         [
-            _output.Column("key", kind="key"),
-            _output.Column("shape", kind="fixed"),
-            _output.Column("dtype", kind="fixed"),
-            _output.Column("stored as"),
+            output.Column("key", kind="key"),
+            output.Column("shape", kind="fixed"),
+            output.Column("dtype", kind="fixed"),
+            output.Column("stored as"),
         ],
         rows,
         title=title,
@@ -191,10 +191,10 @@ def preprocess(
             )  # fmt: skip
     except UserFunctionError as exc:
         if exc.user_traceback:
-            _output.err_console.print(Text(exc.user_traceback.rstrip()), soft_wrap=True)
+            output.err_console.print(Text(exc.user_traceback.rstrip()), soft_wrap=True)
         raise
     except KeyboardInterrupt:
-        _output.error(
+        output.error(
             "interrupted; nothing was published",
             "run the same command with --resume to keep the chunks that finished",
         )
@@ -224,7 +224,7 @@ def _user_output_to_stderr() -> Iterator[None]:
 
 def _show_dry_run(info: Any, json: bool) -> None:
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "by": info.by,
                 "steps": info.steps,
@@ -237,7 +237,7 @@ def _show_dry_run(info: Any, json: bool) -> None:
             }
         )
         return
-    out = _output.console
+    out = output.console
     out.print(
         f"dry run: the function turned {info.sample_steps_in:,} input steps into {info.sample_steps_out:,}; "
         f"the job would process {info.steps:,} steps in {info.num_chunks:,} chunks (by {info.by})"
@@ -248,7 +248,7 @@ def _show_dry_run(info: Any, json: bool) -> None:
 def _show_result(result: Any, json: bool, quiet: bool) -> None:
     m = result.manifest
     if json:
-        _output.print_json(
+        output.print_json(
             {
                 "name": m.name,
                 "path": result.url or str(result.path),
@@ -265,10 +265,10 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
         )
         return
     if quiet:
-        _output.console.print(Text(m.name), soft_wrap=True)
+        output.console.print(Text(m.name), soft_wrap=True)
         return
     if result.reused:
-        _output.console.print(
+        output.console.print(
             f"[green]{m.name}[/]: already made by the same job from the same input (nothing to do; "
             "--force rebuilds it)",
             soft_wrap=True,
@@ -276,9 +276,9 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
         return
     resumed = f", {result.resumed_chunks} resumed" if result.resumed_chunks else ""
     rate = m.conversion.get("source_rows", m.num_steps) / max(result.seconds, 1e-9)
-    _output.console.print(
+    output.console.print(
         f"[green]{m.name}[/]: {m.num_steps:,} steps, {m.num_episodes:,} episodes from "
         f"{result.num_chunks} chunks{resumed} in {result.seconds:.1f} s ({rate:,.0f} steps/s) "
-        f"-> {_output.escape(result.url or str(result.path))}",
+        f"-> {output.escape(result.url or str(result.path))}",
         soft_wrap=True,
     )

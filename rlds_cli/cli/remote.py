@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 #: What an unknown figure looks like in a table.
@@ -32,9 +32,9 @@ def _approx_count(n: int) -> str:
 
 def _size_cell(row: dict[str, Any]) -> str:
     if row["size_bytes"] is not None:
-        return _output.human_bytes(row["size_bytes"])
+        return output.human_bytes(row["size_bytes"])
     if row["approx_size_bytes"]:
-        return "~" + _output.human_bytes(row["approx_size_bytes"])
+        return "~" + output.human_bytes(row["approx_size_bytes"])
     return UNKNOWN
 
 
@@ -55,25 +55,25 @@ def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> N
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in list_registry(pattern, cache)]
     if json:
-        _output.print_json({"root": str(cache.path), "pattern": pattern, "datasets": rows})
+        output.print_json({"root": str(cache.path), "pattern": pattern, "datasets": rows})
         return
     if quiet:
         for r in rows:
-            _output.console.print(Text(r["id"]), soft_wrap=True)
+            output.console.print(Text(r["id"]), soft_wrap=True)
         return
     if not rows:
-        _output.console.print(
+        output.console.print(
             Text(f"no registry id, alias or description matches {pattern!r}"), soft_wrap=True
         )
         return
     columns = [
-        _output.Column("id", kind="key"),
-        _output.Column("format", kind="fixed", optional=True),
-        _output.Column("size", "right", kind="fixed"),
-        _output.Column("steps", "right", kind="fixed"),
-        _output.Column("local", kind="fixed", optional=True),
-        _output.Column("hub", kind="fixed", optional=True),
-        _output.Column("description", optional=True),
+        output.Column("id", kind="key"),
+        output.Column("format", kind="fixed", optional=True),
+        output.Column("size", "right", kind="fixed"),
+        output.Column("steps", "right", kind="fixed"),
+        output.Column("local", kind="fixed", optional=True),
+        output.Column("hub", kind="fixed", optional=True),
+        output.Column("description", optional=True),
     ]
     table = [
         [
@@ -88,8 +88,8 @@ def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> N
         for r in rows
     ]
     what = f"matching {pattern!r}" if pattern is not None else "in the registry"
-    _output.print_table(columns, table, title=f"{len(rows)} dataset(s) {what}")
-    _output.console.print(
+    output.print_table(columns, table, title=f"{len(rows)} dataset(s) {what}")
+    output.console.print(
         Text(
             f"size: download size; {UNKNOWN}: not published, known after the first download; "
             "~: rounded, as published upstream ('rlds info ID' says where)"
@@ -107,7 +107,7 @@ def _hub_note(rows: list[dict[str, Any]]) -> None:
     if not repos:
         return
     listed = ", ".join(f"{repo} ({n})" for repo, n in sorted(repos.items()))
-    _output.console.print(
+    output.console.print(
         Text(
             f"hub: {sum(repos.values())} of {len(rows)} id(s) come from the Hugging Face Hub: {listed}; "
             "'rlds list --remote ORG/REPO' lists one repo's ids, 'rlds download hf://datasets/ORG/REPO/PATH' "
@@ -138,12 +138,12 @@ def info(
         _not_in_registry(dataset_id, cache)
     row = registry_status(dataset_id, cache).to_dict()
     if json:
-        _output.print_json(row)
+        output.print_json(row)
         return
     if quiet:
-        _output.console.print(Text(row["id"]), soft_wrap=True)
+        output.console.print(Text(row["id"]), soft_wrap=True)
         return
-    out, esc = _output.console, _output.escape
+    out, esc = output.console, output.escape
     out.print(f"[bold]{esc(row['id'])}[/]  ({row['format']})  {esc(row['description'])}", soft_wrap=True)
     if row["aliases"]:
         out.print(f"aliases  {esc(', '.join(row['aliases']))}")
@@ -169,7 +169,7 @@ def info(
     for f in row["files"]:
         sha = f["sha256"] or "unknown (recorded on first download)"
         origin = f" ({f['sha256_origin']})" if f["sha256"] else ""
-        size = UNKNOWN if f["size"] is None else _output.human_bytes(f["size"])
+        size = UNKNOWN if f["size"] is None else output.human_bytes(f["size"])
         out.print(f"  {esc(f['name'])}  size {size}  sha256 {sha}{origin}", soft_wrap=True)
         for url in f["urls"]:
             out.print(f"    {esc(url)}", soft_wrap=True)

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, NameOption, QuietOption, RootOption, VerboseOption, force_option
 
 StorageOptions = Annotated[
@@ -140,11 +140,11 @@ def _report(
                      progress=progress)  # fmt: skip
     row, pushed = result.to_dict(), isinstance(result, PushResult)
     if json:
-        _output.print_json(row)
+        output.print_json(row)
     elif quiet:
-        _output.console.print(Text(result.url if pushed else result.name), soft_wrap=True)
+        output.console.print(Text(result.url if pushed else result.name), soft_wrap=True)
     else:
-        _output.console.print(_line(result, row, pushed=pushed), soft_wrap=True)
+        output.console.print(_line(result, row, pushed=pushed), soft_wrap=True)
 
 
 def _refuse_memory(url: str) -> None:
@@ -162,11 +162,11 @@ def _refuse_memory(url: str) -> None:
 
 def _line(result: Any, row: dict[str, Any], *, pushed: bool) -> str:
     """The line a push or a pull ends with: nothing to do, or what moved."""
-    name, url = _output.escape(result.name), _output.escape(result.url)
+    name, url = output.escape(result.name), output.escape(result.url)
     if pushed and result.up_to_date:
         return (
             f"[green]{name}[/]: already at {url} ({result.files} files, "
-            f"{_output.human_bytes(result.bytes_total)}): nothing to upload"
+            f"{output.human_bytes(result.bytes_total)}): nothing to upload"
         )
     if pushed:
         return f"[green]pushed {name}[/] to {url}: {_summary(row, 'uploaded')}"
@@ -179,8 +179,8 @@ def _line(result: Any, row: dict[str, Any], *, pushed: bool) -> str:
 def _summary(row: dict[str, Any], verb: str) -> str:
     """``6 of 9 files, 309.4 KiB uploaded in 0.1 s, 3.0 MiB/s (3 already there, complete)``."""
     moved = row[f"bytes_{verb}"]
-    rate = f", {_output.human_bytes(moved / row['seconds'])}/s" if row["seconds"] > 0 and moved else ""
-    text = f"{row[verb]} of {row['files']} files, {_output.human_bytes(moved)} {verb}"
+    rate = f", {output.human_bytes(moved / row['seconds'])}/s" if row["seconds"] > 0 and moved else ""
+    text = f"{row[verb]} of {row['files']} files, {output.human_bytes(moved)} {verb}"
     text += f" in {row['seconds']:.1f} s{rate}"
     if row["skipped"]:
         text += f" ({row['skipped']} already there, complete)"
@@ -194,13 +194,13 @@ def _transfer_progress(enabled: bool, label: str) -> Iterator[Any]:
     """A byte progress bar on stderr while a transfer runs (only on a terminal)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    show = enabled and _output.err_console.is_terminal
+    show = enabled and output.err_console.is_terminal
     bar = Progress(
         TextColumn(label),
         BarColumn(),
         DownloadColumn(),
         TimeRemainingColumn(),
-        console=_output.err_console,
+        console=output.err_console,
         transient=True,
         disable=not show,
     )

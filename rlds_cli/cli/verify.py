@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
 
 
@@ -32,19 +32,19 @@ def verify(
     report = run_verify(name, root)
     checks = report["checks"]
     if json:
-        _output.print_json(report)
+        output.print_json(report)
     elif not quiet:
-        esc = _output.escape
+        esc = output.escape
         for c in checks:
             colour = {"pass": "green", "fail": "red"}.get(c["status"], "yellow")
-            _output.console.print(
+            output.console.print(
                 f"[{colour}]{c['status']:<7}[/] {esc(c['check'])}: {esc(c['detail'])}", soft_wrap=True
             )
     failed = [c for c in checks if c["status"] == "fail"]
     if failed:
         if not json:
             what = ", ".join(c["check"] for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
-            _output.error(
+            output.error(
                 f"{report['name']}: verification failed: {len(failed)} of {len(checks)} checks ({what})",
                 failed[0].get("hint", ""),
             )
@@ -53,9 +53,9 @@ def verify(
         return
     passed = sum(c["status"] == "pass" for c in checks)
     skipped = len(checks) - passed
-    label = f"{_output.escape(report['name'])} ({report['kind']})"
+    label = f"{output.escape(report['name'])} ({report['kind']})"
     if not passed:  # never a bare "verified" after checking nothing
-        _output.console.print(f"[yellow]{label}: nothing could be checked ({skipped} skipped)[/]")
+        output.console.print(f"[yellow]{label}: nothing could be checked ({skipped} skipped)[/]")
         return
     more = f", {skipped} skipped" if skipped else ""
-    _output.console.print(f"[green]{label}: verified[/] ({passed} checks passed{more})")
+    output.console.print(f"[green]{label}: verified[/] ({passed} checks passed{more})")

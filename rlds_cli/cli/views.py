@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rlds_cli.cli import _output
-from rlds_cli.cli._errors import handle_errors
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     NameOption,
@@ -138,16 +138,16 @@ def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> Non
         for m in manifests
     ]
     if json:
-        _output.print_json(rows if many else rows[0])
+        output.print_json(rows if many else rows[0])
     elif quiet:
         for r in rows:
-            _output.console.print(Text(r["name"]), soft_wrap=True)
+            output.console.print(Text(r["name"]), soft_wrap=True)
     else:
         for r in rows:
             a, b = r["episodes"]
-            chosen = _output.escape(r.get("selection") or f"episodes {a}:{b}")
-            _output.console.print(
-                f"[green]{_output.escape(r['name'])}[/]: {chosen} of {_output.escape(r['parent'])} "
+            chosen = output.escape(r.get("selection") or f"episodes {a}:{b}")
+            output.console.print(
+                f"[green]{output.escape(r['name'])}[/]: {chosen} of {output.escape(r['parent'])} "
                 f"({r['num_episodes']:,} episodes, {r['num_steps']:,} steps), sharing its arrays",
                 soft_wrap=True,
             )

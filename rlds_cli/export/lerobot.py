@@ -242,8 +242,8 @@ def export_lerobot(
         episodes: list[dict[str, Any]] = []
         try:
             for e in range(dataset.num_episodes):
-                start = int(dataset.episodes["start"][e])
-                length = int(dataset.episodes["length"][e])
+                start = int(dataset.episode_index["start"][e])
+                length = int(dataset.episode_index["length"][e])
                 rows = slice(start, start + length)
                 flat = slice(start + e, start + e + length)  # each earlier episode adds a final obs
                 columns: dict[str, np.ndarray] = {}

@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, MissingExtraError, RldsError
 from rlds_cli.export._common import atomic_target, flat_keys, step_keys
-from rlds_cli.recording.episode import SEED_KEY, SEED_PRESENT_KEY
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.

@@ -27,6 +27,7 @@ terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import numpy as np
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.folders import folder_files
+from rlds_cli.formats.hdf5_chunks import ChunkRows, inflatable
 from rlds_cli.formats.hdf5_util import (
     collect_metadata,
     hdf5_top_keys,
@@ -116,15 +118,18 @@ class D4RLReader(Reader):
         self.report = ConversionReport(rules="d4rl-v1")
         self._datasets: dict[str, Any] = {}
         self._buffers: dict[str, np.ndarray] = {}  # see _read_inside
+        self._inflated: set[str] = set()  # keys whose gzip chunks ChunkRows inflates (see _dataset)
+        self._chunk_rows = ChunkRows()
         # the same layout in an .npz (what 'rlds export --to npz' writes) reads through a facade
         self._file = NpzAsH5(self.path) if self.path.suffix.lower() == ".npz" else open_hdf5(self.path)
         try:
             self._inspect(block_rows)
         except BaseException:
-            self._file.close()
+            self.close()
             raise
 
     def close(self) -> None:
+        self._chunk_rows.close()
         self._file.close()
 
     # ------------------------------------------------------------------ schema
@@ -259,11 +264,22 @@ class D4RLReader(Reader):
         found = self._datasets.get(key)
         if found is None:
             found = self._datasets[key] = self._file[key]
+            if inflatable(found):
+                self._inflated.add(key)
         return found
 
-    def _read(self, key: str, start: int, stop: int) -> np.ndarray:
+    def _read(self, key: str, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        dataset = self._dataset(key)
+        if key in self._inflated:
+            try:
+                return self._chunk_rows.read(dataset, start, stop, out)
+            except (OSError, RuntimeError, ValueError, zlib.error):
+                pass  # a sparse or damaged chunk: h5py reads it (the fill value) or names the damage
         try:
-            return np.asarray(self._dataset(key)[start:stop])
+            if out is None:
+                return np.asarray(dataset[start:stop])
+            dataset.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
+            return out
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, key, exc) from exc
 
@@ -282,12 +298,7 @@ class D4RLReader(Reader):
         if buf is None or len(buf) < rows:
             shape = (max(rows, self.block_rows + 1), *dataset.shape[1:])
             buf = self._buffers[key] = np.empty(shape, dataset.dtype)
-        out = buf[:rows]
-        try:
-            dataset.read_direct(out, np.s_[start:stop], np.s_[0:rows])
-        except (OSError, RuntimeError) as exc:
-            raise read_error(self.path, key, exc) from exc
-        return out
+        return self._read(key, start, stop, buf[:rows])
 
     def _flags(self, key: str, start: int, stop: int) -> np.ndarray:
         return self._read(key, start, stop).reshape(-1) != 0
@@ -297,6 +308,8 @@ class D4RLReader(Reader):
         state = _StreamState()
         for start in range(0, self.n, self.block_rows):
             stop = min(start + self.block_rows, self.n)
+            for key in self._inflated:  # the next block's chunks inflate while this one converts
+                self._chunk_rows.prefetch(self._datasets[key], stop, min(stop + self.block_rows + 1, self.n))
             block = self._block(start, stop, state)
             if block is not None:
                 yield block

@@ -115,7 +115,7 @@ class MixtureSource:
         #: Where each source starts in the mixture's index space (and, last, its size).
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.num_steps = int(self.offsets[-1])
-        lengths = np.concatenate([np.asarray(ds.episodes["length"], np.int64) for ds in self.datasets])
+        lengths = np.concatenate([np.asarray(ds.episode_index["length"], np.int64) for ds in self.datasets])
         # every member may still be empty (growing datasets before their first commit)
         self.episodes = Episodes(lengths) if lengths.size else empty_episodes()
 

@@ -18,7 +18,7 @@ from rlds_cli.loader.samplers import (
     Draw,
     ShortPolicy,
     SliceSampler,
-    _rng_state,
+    generator_state,
     load_shard_state,
     positive_int,
     shard_state,
@@ -155,7 +155,7 @@ class PrioritizedSampler:
 
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state (cheap): what a prefetching loader records per batch."""
-        return {"bit_generator": _rng_state(self._rng)}
+        return {"bit_generator": generator_state(self._rng)}
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Rewind the generator to a :meth:`stream_state` (priorities stay as they are)."""
@@ -164,7 +164,7 @@ class PrioritizedSampler:
     def state_dict(self) -> dict[str, Any]:
         """Generator state and every priority: a resumed run draws the same stream."""
         return {
-            "bit_generator": _rng_state(self._rng),
+            "bit_generator": generator_state(self._rng),
             **shard_state(self, self.num_steps),
             "priorities": np.array(self._tree.leaves),
             "max_priority": self.max_priority,

@@ -88,7 +88,7 @@ class Refresher:
         #: Refreshes that found a changed view.
         self.rebuilds = 0
         self._ids = dataset.episode_ids  # type: ignore[attr-defined]
-        self._lengths = dataset.episodes["length"]
+        self._lengths = dataset.episode_index["length"]
         self._position = dataset.log_position  # type: ignore[attr-defined]  # the view followed last
         self._failed: BaseException | None = None
 
@@ -115,8 +115,8 @@ class Refresher:
 
     def _follow(self, loader: Any, ds: Any) -> None:
         self.rebuilds += 1
-        change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episodes["length"])
-        self._ids, self._lengths = ds.episode_ids, ds.episodes["length"]
+        change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episode_index["length"])
+        self._ids, self._lengths = ds.episode_ids, ds.episode_index["length"]
         for t in loader.transforms:
             if isinstance(t, Bindable):
                 t.bind(ds)

@@ -76,7 +76,8 @@ def choice_arg(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
+def generator_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A copy of ``rng``'s bit-generator state (what a sampler's ``state_dict`` records)."""
     return dict(rng.bit_generator.state)  # typed a Mapping; a fresh dict each call already
 
 
@@ -144,7 +145,7 @@ class UniformSampler:
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state: what a prefetching loader records per batch (and puts
         back into a sampler that followed a growing dataset since: no size to check)."""
-        return {"bit_generator": _rng_state(self._rng)}
+        return {"bit_generator": generator_state(self._rng)}
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Rewind the generator to a :meth:`stream_state`."""
@@ -152,7 +153,7 @@ class UniformSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
-        return {"bit_generator": _rng_state(self._rng), **shard_state(self, self.num_steps)}
+        return {"bit_generator": generator_state(self._rng), **shard_state(self, self.num_steps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
@@ -313,7 +314,7 @@ class SliceSampler:
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state: what a prefetching loader records per batch (and puts
         back into a sampler that followed a growing dataset since: no size to check)."""
-        return {"bit_generator": _rng_state(self._rng)}
+        return {"bit_generator": generator_state(self._rng)}
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Rewind the generator to a :meth:`stream_state`."""
@@ -321,7 +322,7 @@ class SliceSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of slices."""
-        return {"bit_generator": _rng_state(self._rng), **shard_state(self, self.episodes.num_steps)}
+        return {"bit_generator": generator_state(self._rng), **shard_state(self, self.episodes.num_steps)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world

@@ -177,7 +177,7 @@ def check_loader_batch(loader: Any, given: Any, sampler: Any, options: dict[str,
     else:
         assert loader.dataset is not None
         fields, keys = loader.dataset.fields, resolve_keys(loader.dataset, loader.keys)
-        lengths, num_steps = np.asarray(loader.dataset.episodes["length"]), loader.dataset.num_steps
+        lengths, num_steps = np.asarray(loader.dataset.episode_index["length"]), loader.dataset.num_steps
     longest = int(lengths.max()) if len(lengths) else None
     first = loader.transforms[0] if loader.transforms else None
     made = getattr(first, "__self__", first)  # a mixture's windows come as their bound __call__

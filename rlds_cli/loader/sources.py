@@ -134,7 +134,7 @@ class HostSource:
         # the packed block is aligned with the flat rows: its keys need the episode too
         flat_needed = bool(packable) or any(fields[k].storage == "flat" for k in stored)
         self._need_episode = flat_needed or "episode" in self.keys
-        self.episode_bounds = Episodes(dataset.episodes["length"], table=self._table_dtype())
+        self.episode_bounds = Episodes(dataset.episode_index["length"], table=self._table_dtype())
         self._packed: np.ndarray | None = None
         self._layout: dict[str, tuple[int, int, str]] = {}
         self._flags: np.ndarray | None = None

@@ -280,7 +280,7 @@ class FrameStack:
             )
         self._dataset = dataset
         self._source = HostSource(dataset, self.keys)
-        lengths = np.asarray(dataset.episodes["length"], np.int64)
+        lengths = np.asarray(dataset.episode_index["length"], np.int64)
         # the flat row of each episode's first observation: its first step plus one final
         # observation row for each episode before it
         self._first_row = np.cumsum(lengths) - lengths + np.arange(len(lengths), dtype=np.int64)

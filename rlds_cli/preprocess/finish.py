@@ -60,7 +60,7 @@ def finish(
             raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
     else:
         steps = plan.limit
-        index = job.src.episodes[: plan.num_episodes]
+        index = job.src.episode_index[: plan.num_episodes]
         ends = (index["start"] + index["length"] - 1).astype(np.int64)
         ends[-1] = min(int(ends[-1]), steps - 1)
         ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)

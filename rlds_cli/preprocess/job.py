@@ -340,7 +340,7 @@ def _execute(
         inferred = infer(job)[0]
         # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
         direct = job.out_url is None and output.direct_possible(
-            job.storage, inferred, job.plan, job.src.episodes
+            job.storage, inferred, job.plan, job.src.episode_index
         )
         mode = "direct" if direct else "files"
         saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}

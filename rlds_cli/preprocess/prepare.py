@@ -101,14 +101,14 @@ def prepare(
             f"dataset {source_name!r} has no keys {unknown}", hint=f"it has {sorted(src.fields)}"
         )
     chunk_steps = chunk_steps or default_chunk_steps(src.num_steps)
-    plan = make_plan(src.episodes, by, chunk_steps, num_frames)
+    plan = make_plan(src.episode_index, by, chunk_steps, num_frames)
     if on_plan is not None:
         on_plan(plan)
     ref, fn_sha = fnref.describe(fn)
     if by == "step" and needs_whole_episodes(fnref.get(fn)):
         # an episode-wise function: per-step chunks that never cut an episode (workers started
         # above are only more than needed when chunks merge)
-        plan = make_plan(src.episodes, by, chunk_steps, num_frames, whole_episodes=True)
+        plan = make_plan(src.episode_index, by, chunk_steps, num_frames, whole_episodes=True)
     args = {
         "by": by,
         "chunk_steps": chunk_steps,
@@ -145,7 +145,7 @@ def prepare(
 def infer(job: Job) -> tuple[schema.Schema, int, int]:
     """Run the function on a small first chunk: its output's schema, and rows in and out."""
     plan = job.plan
-    stop = inference_stop(plan, job.src.episodes)
+    stop = inference_stop(plan, job.src.episode_index)
     batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
     where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
     out = fnref.call_user(fnref.get(job.fn), batch, where)

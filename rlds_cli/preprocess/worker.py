@@ -219,7 +219,8 @@ def _episode_facts(
     else:
         return np.full(len(ends), -1, np.int64), np.ones(len(ends), bool)
     parent = np.clip(parent, 0, ds.num_episodes - 1)
-    return ds.episodes["source_id"][parent].astype(np.int64), ds.episodes["final_known"][parent].astype(bool)
+    index = ds.episode_index
+    return index["source_id"][parent].astype(np.int64), index["final_known"][parent].astype(bool)
 
 
 def _write_direct(

@@ -12,10 +12,10 @@ to ``DatasetWriter.add_episode`` as it is:
   ``next/done`` ``(T, 1)`` bool;
 * ``reset_seed`` (``uint64``) and ``reset_seed_present`` (bool): the seed the episode was reset
   with, on every step of the episode (a growing dataset stores no per-episode arrays, so the
-  seed rides along with each step; ``Dataset.episode_table().seeds`` and :func:`episode_seeds`
-  read one per episode). An episode
-  reset without a seed has ``reset_seed`` 0 and ``reset_seed_present`` false, as a converted
-  Minari dataset's ``minari/episode_seed`` and ``minari/episode_seed_present``.
+  seed rides along with each step; ``ds.episodes["seed"]`` and ``["seed_present"]``, and
+  :func:`episode_seeds`, read one per episode). An episode reset without a seed has
+  ``reset_seed`` 0 and ``reset_seed_present`` false, as a converted Minari dataset's
+  ``minari/episode_seed`` and ``minari/episode_seed_present``.
 * ``info/<k>`` for the selected info keys. A key the reset info and every step's info hold is
   observation-like (``info/<k>`` at t, ``next/info/<k>`` at t + 1, as Minari records infos); a
   key only the steps return is a per-step value (``info/<k>``, the info ``step()`` returned).
@@ -27,17 +27,18 @@ stores them); integer rewards become ``float64``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.errors import RecordingError
 from rlds_cli.formats.keys import clean_keys
 from rlds_cli.recording.spaces import Leaf, getter, space_leaves, stack_leaf, value_path
 
-#: Per-step columns holding the episode's reset seed (see the module docstring).
-SEED_KEY = "reset_seed"
-SEED_PRESENT_KEY = "reset_seed_present"
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+
 #: ``info_keys="all"``: every info key the environment returns (Minari's ``record_infos=True``).
 ALL_INFOS = "all"
 
@@ -371,19 +372,10 @@ def _stack_info(values: list[Any], key: str) -> np.ndarray:
     return arr
 
 
-def episode_seed_columns(dataset: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """The reset seed (``uint64``) of every episode of a dataset recorded by rlds and whether it
-    had one (bool; the seed is 0 where not), read at each episode's first step; ``None`` when
-    the dataset has no ``reset_seed`` key."""
-    if SEED_KEY not in dataset.fields:
-        return None
-    rows = dataset.gather(np.asarray(dataset.episodes["start"], np.int64), [SEED_KEY, SEED_PRESENT_KEY])
-    return np.asarray(rows[SEED_KEY]).reshape(-1), np.asarray(rows[SEED_PRESENT_KEY]).reshape(-1)
-
-
-def episode_seeds(dataset: Any) -> list[int | None]:
-    """The reset seed of every episode of a recorded dataset (``None`` where it had none)."""
-    columns = episode_seed_columns(dataset)
-    if columns is None:
-        return [None] * len(dataset.episodes)
-    return [int(s) if p else None for s, p in zip(*columns, strict=True)]
+def episode_seeds(dataset: Dataset) -> list[int | None]:
+    """The reset seed of every episode of a dataset (``None`` where it had none, or where the
+    dataset records no seeds): ``dataset.episodes["seed"]`` as Python values."""
+    table = dataset.episodes
+    if table.seeds is None or table.seed_present is None:
+        return [None] * len(table)
+    return [int(s) if p else None for s, p in zip(table.seeds, table.seed_present, strict=True)]

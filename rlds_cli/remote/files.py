@@ -232,7 +232,7 @@ class RemoteFiles:
 
 class RemoteArrayFiles:
     """The files of one array of a remote dataset, as a
-    :class:`~rlds_cli.cache.zarr_source.ByteSource` for the chunk reader."""
+    :class:`~rlds_cli.cache.backends.zarr.read.ByteSource` for the chunk reader."""
 
     remote = True
 

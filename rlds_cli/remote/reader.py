@@ -2,7 +2,7 @@
 
 A :class:`RemoteDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` whose arrays are read
 from the store through the same chunk reader as a cached zarr dataset
-(:class:`~rlds_cli.cache.zarr_chunks._ChunkReader`): a read fetches the index of each shard it
+(:class:`~rlds_cli.cache.backends.zarr.read.ChunkReader`): a read fetches the index of each shard it
 needs once (kept in memory), then the byte ranges of exactly the chunks it needs, adjacent ranges
 merged and all of them requested together (concurrently on an async store such as s3fs), and
 decodes them with Blosc on threads. What is read is what was pushed: the manifest, the files

@@ -11,11 +11,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
+from rlds_cli.cache.backends.zarr.read import ALL_CHUNKS_ATTR, ChunkReader, MissingChunkError, ZarrColumn
 from rlds_cli.cache.layout import ARRAYS_DIR
 from rlds_cli.cache.ted import key_problem
-from rlds_cli.cache.zarr_chunks import _ChunkReader
-from rlds_cli.cache.zarr_read import ZarrColumn
-from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, MissingChunkError
 from rlds_cli.errors import (
     CorruptDatasetError,
     InvalidKeyError,
@@ -66,7 +64,7 @@ class _CheckedColumn(ZarrColumn):
     """A remote zarr column whose whole-array reads (``np.asarray(column)``, what ``in_memory``
     loading does) are checked against replacement like every dataset read."""
 
-    def __init__(self, array: Any, where: str, reader: _ChunkReader | None, check: Any) -> None:
+    def __init__(self, array: Any, where: str, reader: ChunkReader | None, check: Any) -> None:
         super().__init__(array, where, reader)
         self._check = check
 
@@ -124,7 +122,7 @@ class RemoteZarrBackend(Backend):
             raise CorruptDatasetError(
                 f"zarr metadata {self.files.where(prefix + '/zarr.json')} is unreadable: {exc}"
             ) from None
-        reader = _ChunkReader.of(array, RemoteArrayFiles(self.files, prefix), strict=strict)
+        reader = ChunkReader.of(array, RemoteArrayFiles(self.files, prefix), strict=strict)
         return _CheckedColumn(array, self.files.where(prefix), reader, self._check)
 
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:

@@ -57,7 +57,7 @@ class ExporterContract:
         out = export_dataset(dataset, self.out_path(tmp_path), self.format)
         convert(out, "back")
         back = open_dataset("back")
-        assert back.episodes["length"].tolist() == dataset.episodes["length"].tolist()
+        assert back.episode_index["length"].tolist() == dataset.episode_index["length"].tolist()
         ours, theirs = dataset[:], back[:]
         for key in sorted(set(ours) - self.dropped):
             got = theirs[self.renamed.get(key, key)]

@@ -258,7 +258,7 @@ def merge_run(
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
         for part, _ in parts:
             recorded = part.manifest.content_digest.get("episodes")
-            if recorded is None or digest.array_digest(part.episodes) != recorded:
+            if recorded is None or digest.array_digest(part.episode_index) != recorded:
                 raise _damaged_input(ds, part.directory, "its episode index does not match its digest")
         hashes: dict[str, str] = {}
         for key, spec in ds.head.fields.items():
@@ -268,7 +268,8 @@ def merge_run(
                 _copy_checked(ds, part, skip, key, column, hasher, backend)
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
-        lengths = np.concatenate([part.episodes["length"][skip:] for part, skip in parts]).astype(np.int64)
+        lengths = np.concatenate([part.episode_index["length"][skip:] for part, skip in parts])
+        lengths = lengths.astype(np.int64)
         writer = {**writer_identity(), "compacted": len(run)}
         seal_segment(build, ds.head, backend, lengths, hashes, writer)
     record = Record(
@@ -295,7 +296,7 @@ def _copy_checked(
     digest the segment recorded."""
     spec = ds.head.fields[key]
     flat = spec.storage == "flat"
-    step0 = int(part.episodes["start"][skip])
+    step0 = int(part.episode_index["start"][skip])
     start = step0 + skip if flat else step0
     stop = part.num_steps + (part.num_episodes if flat else 0)
     # opened for this copy only: a map per segment kept open would hold a descriptor each

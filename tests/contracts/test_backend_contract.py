@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlds_cli.cache import zarr_backend as backends
 from rlds_cli.cache.backends import Backend, get_backend
+from rlds_cli.cache.backends.zarr import write as backends
 from rlds_cli.testing.backend import BackendContract
 
 

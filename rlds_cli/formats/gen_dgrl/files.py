@@ -63,9 +63,13 @@ def _sniff_npz(zf: zipfile.ZipFile) -> bool:
 
 def _sniff_tar(path: Path) -> bool:
     """Peek at the first file member only (directories before it are skipped)."""
-    from rlds_cli.archives import _decompressed  # the unpacker's bounded decompressing reader
+    from rlds_cli.archives import decompressing_reader
 
-    with open(path, "rb") as raw, _decompressed(raw) as stream, tarfile.open(fileobj=stream, mode="r|") as tf:
+    with (
+        open(path, "rb") as raw,
+        decompressing_reader(raw) as stream,
+        tarfile.open(fileobj=stream, mode="r|") as tf,
+    ):
         for seen, member in enumerate(tf):
             if member.isdir() and seen < 64:
                 continue

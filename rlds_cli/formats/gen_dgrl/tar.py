@@ -111,7 +111,7 @@ class TarTrajectories:
 
     def __iter__(self) -> Iterator[tuple[str, str, Any]]:
         """``(where, member name, decoded object)`` per trajectory member, in archive order."""
-        from rlds_cli.archives import _decompressed  # the unpacker's bounded decompressing reader
+        from rlds_cli.archives import decompressing_reader
 
         try:
             raw = open(self.archive, "rb")  # noqa: SIM115 - closed below
@@ -119,7 +119,7 @@ class TarTrajectories:
             raise SourceNotReadableError(f"cannot read archive {self.archive}: permission denied") from exc
         seen: set[str] = set()
         try:
-            with raw, _decompressed(raw) as stream, tarfile.open(fileobj=stream, mode="r|") as tf:
+            with raw, decompressing_reader(raw) as stream, tarfile.open(fileobj=stream, mode="r|") as tf:
                 for member in tf:
                     self._check(member, seen)
                     self.consumed = raw.tell()

@@ -41,10 +41,10 @@ The rules below are written out in ``docs/formats.md`` ("RLDS / Open X-Embodimen
   workers and memory is bounded by a few pieces, never by a shard or an episode.
 
 The package, by responsibility: :mod:`.layout` (the folder's files, shards and splits),
-:mod:`.columns` (features.json mapped to TED keys), :mod:`.scan` (each shard checked, episodes
-cut into pieces for the workers), :mod:`.decode` (worker-side decoding of a
-piece), :mod:`.assemble` (the flag checks, the last-step rule, pieces for the packer) and
-:mod:`.reader` (:class:`RldsTFRecordReader`: metadata, shard selection, the block stream).
+:mod:`.decode` (features.json mapped to TED columns, each record checked against them, the
+worker-side decoding of a piece) and :mod:`.reader` (:class:`RldsTFRecordReader`: metadata,
+shard selection, the shard scan and the pieces for the workers, the flag checks and the last-step
+rule, the block stream).
 """
 
 from rlds_cli.formats.packing import BLOCK_BYTES
@@ -53,10 +53,10 @@ from rlds_cli.formats.rlds_tfrecord.layout import FEATURES_FILE, INFO_FILE, snif
 from rlds_cli.formats.rlds_tfrecord.reader import (
     LAST_STEP_RULES,
     RULES,
+    UNIT_BYTES,
     RldsOptions,
     RldsTFRecordReader,
 )
-from rlds_cli.formats.rlds_tfrecord.scan import UNIT_BYTES
 
 __all__ = [
     "BLOCK_BYTES",

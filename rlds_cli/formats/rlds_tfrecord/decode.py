@@ -1,5 +1,6 @@
-"""Decoding in worker processes: one piece of an episode (a record's steps ``start:stop``) read
-from a memory-mapped record into arrays, checked against ``features.json``.
+"""A record's features as TED columns: the column plan (``features.json``'s leaves mapped to TED
+keys, roles and row shapes), each record checked against it, and the decoding, in worker
+processes, of one piece of an episode (a record's steps ``start:stop``) from a memory-mapped record.
 """
 
 from __future__ import annotations
@@ -7,13 +8,17 @@ from __future__ import annotations
 import io
 import os
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.rlds_tfrecord.columns import _Plan
-from rlds_cli.formats.tfds_features import IMAGE, Leaf
+from rlds_cli.formats.base import ConversionReport
+from rlds_cli.formats.keys import clean_keys
+from rlds_cli.formats.tfds_features import IMAGE, TEXT, Features, Leaf
 from rlds_cli.formats.tfrecord_io import (
     BYTES_LIST,
     FLOAT_LIST,
@@ -23,18 +28,121 @@ from rlds_cli.formats.tfrecord_io import (
     RawFeature,
     WireError,
     bytes_spans,
+    count_values,
     float_values,
     int64_values,
     parse_example,
 )
 
+#: Largest per-episode value kept as a source array (values per episode).
+MAX_EPISODE_VALUES = 4096
 #: Largest decoded frame of an image of unknown size (a header claiming more is refused).
 MAX_FRAME_BYTES = 256 << 20
-_REDOWNLOAD = "the shard is damaged: download it again"
+#: The hint of every error that says a shard's bytes are damaged.
+REDOWNLOAD_HINT = "the shard is damaged: download it again"
+_FLAGS = ("is_first", "is_last", "is_terminal")
+_FIXED = ("next/reward", "next/terminated", "next/truncated", "next/done")
 
 
 @dataclass(frozen=True)
-class _PieceRef:
+class Column:
+    """One feature and where it goes.
+
+    ``role``: ``"obs"`` (flat), ``"step"`` (per step), ``"reward"``, ``"flag"`` (consumed) or
+    ``"episode"`` (a per-episode source array).
+    """
+
+    leaf: Leaf
+    role: str
+    key: str
+    row_shape: tuple[int, ...]
+
+    @property
+    def text(self) -> bool:
+        """Whether the feature is text (stored as an index into a table of its strings)."""
+        return self.leaf.kind == TEXT
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What workers need to decode pieces (pickled with every task)."""
+
+    columns: tuple[Column, ...]
+
+
+def plan_columns(features: Features, where: Path) -> tuple[list[Column], dict[str, tuple[str, ...]]]:
+    """Each leaf's role and TED key (through the key cleaner), and the key parts before cleaning."""
+    wanted: dict[str, tuple[str, ...]] = {f"\0{k}": tuple(k.split("/")) for k in _FIXED}
+    roles: dict[str, str] = {}
+    for leaf in features.steps:
+        rel = leaf.path[1:]
+        if rel in (("observation",), ("action",)) and leaf.kind == TEXT:
+            raise SourceFormatError(f"{where}: steps/{rel[0]} is text; rlds needs numeric {rel[0]}s")
+        if len(rel) == 1 and rel[0] in _FLAGS and leaf.kind == "tensor" and len(leaf.shape) <= 1:
+            roles[leaf.name] = "flag"
+            continue
+        if rel == ("reward",) and leaf.kind == "tensor":
+            roles[leaf.name] = "reward"
+            continue
+        if rel and rel[0] == "observation":
+            parts: tuple[str, ...] = ("observation", *rel[1:])
+            roles[leaf.name] = "obs"
+        elif rel and rel[0] == "action":
+            parts = ("action", *rel[1:])
+            roles[leaf.name] = "step"
+        else:
+            parts = ("info", *rel)
+            roles[leaf.name] = "step"
+        if leaf.kind == TEXT:
+            parts = (*parts[:-1], parts[-1] + "_index")
+        wanted[leaf.name] = parts
+    names = [leaf.name for leaf in features.steps]
+    if not any(n == "steps/action" or n.startswith("steps/action/") for n in names):
+        raise SourceFormatError(f"{where} declares no steps/action; rlds needs the actions")
+    if not any(roles.get(n) == "obs" for n in names):
+        raise SourceFormatError(f"{where} declares no readable steps/observation")
+    cleaned = clean_keys(wanted)
+    columns: list[Column] = []
+    for leaf in features.steps:
+        role = roles[leaf.name]
+        if role == "flag":
+            columns.append(Column(leaf, role, leaf.path[-1], ()))
+            continue
+        key = "next/reward" if role == "reward" else cleaned[leaf.name]
+        if leaf.kind == TEXT:
+            shape: tuple[int, ...] = () if role == "obs" else (1,)
+        elif role in ("reward", "step") and leaf.shape == () and not key.startswith("action"):
+            shape = (1,)  # TED's trailing axis for scalar rewards and infos
+        else:
+            shape = leaf.shape
+        columns.append(Column(leaf, role, key, shape))
+    source = {k: v for k, v in wanted.items() if not k.startswith("\0")}
+    return columns, source
+
+
+def episode_columns(features: Features, report: ConversionReport) -> list[Column]:
+    """Per-episode leaves as source arrays ``rlds/episode_<name>``."""
+    wanted: dict[str, tuple[str, ...]] = {}
+    kept: list[Leaf] = []
+    for leaf in features.episode:
+        rel = leaf.path[1:] if leaf.path[0] == "episode_metadata" and len(leaf.path) > 1 else leaf.path
+        if leaf.kind == IMAGE:
+            report.notes.append(f"{leaf.name}: per-episode images are not stored")
+            continue
+        if leaf.kind != TEXT and (any(d < 0 for d in leaf.shape) or leaf.known_values > MAX_EPISODE_VALUES):
+            report.notes.append(
+                f"{leaf.name}: per-episode values of shape {list(leaf.shape)} are not stored "
+                f"(at most {MAX_EPISODE_VALUES} values of known shape)"
+            )
+            continue
+        wanted[leaf.name] = ("episode_" + ".".join(rel),)
+        kept.append(leaf)
+    cleaned = clean_keys(wanted) if wanted else {}
+    return [Column(leaf, "episode", "rlds/" + cleaned[leaf.name], leaf.shape) for leaf in kept]
+
+
+@dataclass(frozen=True)
+class PieceRef:
     """Steps ``start .. stop`` of one episode (record) of ``steps`` steps."""
 
     shard: str
@@ -48,20 +156,23 @@ class _PieceRef:
 
     @property
     def where(self) -> str:
+        """The record, for messages: its shard, index and byte offset."""
         return f"{self.shard}: record {self.record} (byte {self.offset})"
 
 
 @dataclass
-class _Unit:
-    plan: _Plan
-    pieces: list[_PieceRef]
+class Unit:
+    """One worker task: pieces decoded with one plan."""
+
+    plan: Plan
+    pieces: list[PieceRef]
 
 
 @dataclass
-class _Decoded:
+class Decoded:
     """A piece decoded by a worker: columns by TED key (text as strings), and the flags."""
 
-    ref: _PieceRef
+    ref: PieceRef
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     texts: dict[str, list[str]] = field(default_factory=dict)
     flags: dict[str, np.ndarray] = field(default_factory=dict)
@@ -237,11 +348,47 @@ def _parse(buf: memoryview, where: str) -> dict[str, RawFeature]:
     try:
         return parse_example(buf)
     except WireError as exc:
-        raise SourceFormatError(f"{where} is not a tf.train.Example: {exc}", hint=_REDOWNLOAD) from None
+        raise SourceFormatError(f"{where} is not a tf.train.Example: {exc}", hint=REDOWNLOAD_HINT) from None
 
 
-def _decode_piece(plan: _Plan, ref: _PieceRef, fd: int) -> _Decoded:
-    out = _Decoded(ref)
+def check_record(
+    buf: memoryview, columns: Sequence[Column], per_episode: Sequence[Column], where: str
+) -> tuple[int, dict[str, int], dict[str, Any]]:
+    """One record checked against features.json: every feature present, of the declared kind and
+    count. Returns its steps, the values each of ``columns`` holds (by leaf name) and the values of
+    the ``per_episode`` columns (by key)."""
+    feats = _parse(buf, where)
+    counts: dict[str, int] = {}
+    steps: int | None = None
+    for col in columns:
+        raw = _feature(feats, col.leaf, where)
+        _check_kind(col.leaf, raw, where)
+        counts[col.leaf.name] = count_values(buf, raw)
+        if steps is None and not (col.leaf.kind == "tensor" and any(d < 0 for d in col.leaf.shape)):
+            per = col.leaf.known_values
+            if per == 0:
+                continue
+            if counts[col.leaf.name] % per:
+                raise SourceFormatError(
+                    f"{where}: feature {col.leaf.name!r} holds {counts[col.leaf.name]} values, not a "
+                    f"multiple of the {per} per step features.json declares"
+                )
+            steps = counts[col.leaf.name] // per
+    steps = steps or 0
+    for col in columns:
+        _values_per_step(col.leaf, counts[col.leaf.name], steps, where)
+    values: dict[str, Any] = {}
+    for col in per_episode:
+        raw = _feature(feats, col.leaf, where)
+        if col.text:
+            values[col.key] = _text_rows(buf, raw, col.leaf, 1, 0, 1, where)[0]
+        else:
+            values[col.key] = _tensor_rows(buf, raw, col.leaf, 1, 0, 1, where)[0]
+    return steps, counts, values
+
+
+def _decode_piece(plan: Plan, ref: PieceRef, fd: int) -> Decoded:
+    out = Decoded(ref)
     if ref.start == ref.stop:
         return out
     where = ref.where
@@ -269,14 +416,14 @@ def _decode_piece(plan: _Plan, ref: _PieceRef, fd: int) -> _Decoded:
     return out
 
 
-def decode_unit(unit: _Unit) -> list[_Decoded]:
+def decode_unit(unit: Unit) -> list[Decoded]:
     """Decode the pieces of one task (runs in a worker process; module level to be pickled)."""
-    out: list[_Decoded] = []
+    out: list[Decoded] = []
     files: dict[str, int] = {}
     try:
         for ref in unit.pieces:
             if ref.start == ref.stop:
-                out.append(_Decoded(ref))
+                out.append(Decoded(ref))
                 continue
             if ref.shard not in files:
                 files[ref.shard] = os.open(ref.shard, os.O_RDONLY)

@@ -20,29 +20,45 @@ from rlds_cli.formats.untrusted import UnsafeSourceError
 from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
 from rlds_cli.tfds_layout import is_shard_name as _is_shard_name
 
-__all__ = ["EXPECTED_FILES", "FEATURES_FILE", "INFO_FILE", "nested_dataset_folder", "sniff", "source_files"]
+__all__ = [
+    "EXPECTED_FILES",
+    "FEATURES_FILE",
+    "INFO_FILE",
+    "MAX_JSON_BYTES",
+    "Shard",
+    "inside_folder",
+    "nested_dataset_folder",
+    "read_json",
+    "root_and_shards",
+    "shard_from_path",
+    "sniff",
+    "source_files",
+]
 
 #: Largest JSON metadata file read.
 MAX_JSON_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
-class _Shard:
+class Shard:
+    """One shard file and what its name declares: split, index, shards in the split."""
+
     path: Path
     split: str
     index: int
     count: int  # shards of the split its name declares (0: not said)
 
 
-def _shard(path: Path) -> _Shard:
+def shard_from_path(path: Path) -> Shard:
+    """The shard at ``path`` (split ``""`` and zeros when its name does not follow TFDS's pattern)."""
     match = SHARD_NAME.match(path.name)
     if match is None:
-        return _Shard(path, "", 0, 0)
+        return Shard(path, "", 0, 0)
     index, count = match.group("index"), match.group("count")
-    return _Shard(path, match.group("split"), int(index or 0), int(count or 0))
+    return Shard(path, match.group("split"), int(index or 0), int(count or 0))
 
 
-def _root_and_shards(path: Path) -> tuple[Path, list[Path], bool]:
+def root_and_shards(path: Path) -> tuple[Path, list[Path], bool]:
     """The dataset folder of ``path``, its shard files (sorted), and whether ``path`` named a
     single shard (then only that one is read)."""
     if path.is_dir():
@@ -88,7 +104,7 @@ def sniff(path: Path) -> bool:
     return False
 
 
-def _inside(root: Path, file: Path) -> Path:
+def inside_folder(root: Path, file: Path) -> Path:
     """``file`` if it stays inside the dataset folder once symlinks are followed."""
     try:
         real = file.resolve()
@@ -107,13 +123,14 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     shards (all of the folder's, or the one shard named)."""
     out: list[Path] = []
     for p in paths:
-        root, shards, _ = _root_and_shards(p)
+        root, shards, _ = root_and_shards(p)
         meta = [root / name for name in (FEATURES_FILE, INFO_FILE) if (root / name).is_file()]
-        out += [_inside(root, f) for f in (*meta, *shards)]
+        out += [inside_folder(root, f) for f in (*meta, *shards)]
     return list(dict.fromkeys(out))
 
 
-def _read_json(path: Path, what: str) -> Any:
+def read_json(path: Path, what: str) -> Any:
+    """The JSON file at ``path`` (at most :data:`MAX_JSON_BYTES`), parsed; ``what`` names it in errors."""
     try:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:

@@ -1,5 +1,9 @@
-"""The reader: options, metadata, shard selection and the column plan, and the stream of blocks
-(the shard scan: :mod:`.scan`; assembling: :mod:`.assemble`).
+"""The reader, :class:`RldsTFRecordReader`: options, metadata, shard selection and the column
+plan, the shard scan, the assembly of decoded pieces into episodes, and the stream of blocks.
+
+The shard scan checks every record of a shard before any of it is decoded and cuts each episode
+into pieces for the workers; the assembly applies the flag checks and the last-step rule and keeps
+the text tables and per-episode values.
 """
 
 from __future__ import annotations
@@ -17,32 +21,45 @@ from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.keys import renamed_note
-from rlds_cli.formats.packing import BlockPacker
+from rlds_cli.formats.packing import BlockPacker, Piece
 from rlds_cli.formats.rlds_tfrecord import layout
-from rlds_cli.formats.rlds_tfrecord.assemble import _Assembly
-from rlds_cli.formats.rlds_tfrecord.columns import _episode_columns, _Plan, _plan_columns
 from rlds_cli.formats.rlds_tfrecord.decode import (
+    REDOWNLOAD_HINT,
+    Decoded,
+    PieceRef,
+    Plan,
+    Unit,
+    check_record,
     decode_unit,
+    episode_columns,
+    plan_columns,
 )
 from rlds_cli.formats.rlds_tfrecord.layout import (
     FEATURES_FILE,
     INFO_FILE,
-    _inside,
-    _read_json,
-    _root_and_shards,
-    _Shard,
-    _shard,
+    Shard,
+    inside_folder,
+    read_json,
+    root_and_shards,
+    shard_from_path,
 )
-from rlds_cli.formats.rlds_tfrecord.scan import _ShardScan
-from rlds_cli.formats.tfds_features import IMAGE, parse_features
+from rlds_cli.formats.tfds_features import IMAGE, TEXT, parse_features
 from rlds_cli.formats.tfrecord_io import (
     HEADER_BYTES,
+    FramingError,
+    RecordInfo,
     have_crc32c,
+    scan_records,
 )
+from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, side_array_max_bytes
 from rlds_cli.tfds_layout import SHARD_NAME
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")
+#: Decoded bytes of steps per worker task (a piece of an episode, or several small episodes).
+UNIT_BYTES = 8 << 20
+#: Side assumed for an image dimension features.json leaves unknown (-1), when planning pieces.
+UNKNOWN_SIDE = 512
 _EXTRA_HINT = "pip install 'rlds-cli[rlds]' (crc32c and pillow)"
 
 
@@ -57,7 +74,7 @@ class RldsOptions(ReaderOptions):
 
 
 @from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/rlds_tfrecord/layout.py
-class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
+class RldsTFRecordReader(Reader):
     """Streams an RLDS/TFDS TFRecord dataset (a version folder, or one shard) in TED layout."""
 
     format_name = "rlds"
@@ -103,9 +120,11 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
         self.last_step = last_step
         self.block_rows = block_rows if block_rows and block_rows > 0 else None
         self.report = ConversionReport(rules=RULES)
-        self.root, shard_files, self.single = _root_and_shards(self.path)
+        self.root, shard_files, self.single = root_and_shards(self.path)
         self._read_metadata()
-        self.shards = self._select_shards([_shard(_inside(self.root, p)) for p in shard_files], split)
+        self.shards = self._select_shards(
+            [shard_from_path(inside_folder(self.root, p)) for p in shard_files], split
+        )
         self._plan()
         total = sum(s.path.stat().st_size for s in self.shards)
         self.workers = workers if workers else default_workers(max(2, len(self.shards)), total)
@@ -131,12 +150,12 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
                 hint="download the whole dataset version folder (features.json, dataset_info.json and the "
                 "shards)",
             )
-        self.features_path = _inside(self.root, features_path)
-        self.features = parse_features(_read_json(self.features_path, "features"), self.features_path)
+        self.features_path = inside_folder(self.root, features_path)
+        self.features = parse_features(read_json(self.features_path, "features"), self.features_path)
         info_path = self.root / INFO_FILE
         self.info: dict[str, Any] = {}
         if info_path.is_file():
-            info = _read_json(_inside(self.root, info_path), "dataset info")
+            info = read_json(inside_folder(self.root, info_path), "dataset info")
             if not isinstance(info, dict):
                 raise SourceFormatError(f"{info_path} is not a JSON object")
             self.info = info
@@ -157,7 +176,7 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
                     ) from None
         return None
 
-    def _select_shards(self, shards: list[_Shard], split: str | None) -> list[_Shard]:
+    def _select_shards(self, shards: list[Shard], split: str | None) -> list[Shard]:
         if not shards:
             raise SourceFormatError(
                 f"{self.root} holds no *.tfrecord* shards",
@@ -210,10 +229,10 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
         return chosen
 
     def _plan(self) -> None:
-        columns, wanted = _plan_columns(self.features, self.features_path)
+        columns, wanted = plan_columns(self.features, self.features_path)
         self.columns = columns
-        self.episode_columns = _episode_columns(self.features, self.report)
-        self.plan = _Plan(tuple(columns))
+        self.episode_columns = episode_columns(self.features, self.report)
+        self.plan = Plan(tuple(columns))
         for name, why in self.features.skipped:
             self.report.notes.append(f"{name}: {why}; not stored")
         keys = {c.leaf.name: c.key for c in columns if c.role != "flag" and c.role != "reward"}
@@ -289,3 +308,225 @@ class RldsTFRecordReader(_ShardScan, _Assembly, Reader):
                 if part is not None:
                     yield from packer.add(part)
         yield from packer.finish()
+
+    # ------------------------------------------------------------------ the shard scan
+
+    def _step_bytes(self, counts: dict[str, int], steps: int) -> int:
+        """Decoded bytes of one step (images of unknown size planned at :data:`UNKNOWN_SIDE`)."""
+        total = 0
+        for col in self.columns:
+            leaf = col.leaf
+            if leaf.kind == IMAGE:
+                sides = [d if d >= 0 else UNKNOWN_SIDE for d in leaf.shape]
+                total += sides[0] * sides[1] * sides[2] * np.dtype(str(leaf.dtype)).itemsize
+            elif leaf.kind == TEXT:
+                total += 8
+            else:
+                itemsize = np.dtype(str(leaf.dtype)).itemsize
+                per = counts.get(leaf.name, 0) // steps if steps else leaf.known_values
+                total += max(per, leaf.known_values) * itemsize
+        return max(total, 1)
+
+    def _where(self, shard: Shard, rec: RecordInfo) -> str:
+        return f"{shard.path}: record {rec.index} (byte {rec.offset})"
+
+    def _scan_record(self, shard: Shard, rec: RecordInfo, buf: memoryview, episode: int) -> tuple[int, int]:
+        """Check one record against features.json (:func:`.decode.check_record`). Returns its steps
+        and the decoded bytes of one step; keeps its episode values."""
+        steps, counts, values = check_record(buf, self.columns, self.episode_columns, self._where(shard, rec))
+        self._episode_values[episode] = values
+        return steps, self._step_bytes(counts, steps)
+
+    def _scan_shard(
+        self, shard: Shard, position: int, first_episode: int
+    ) -> list[tuple[RecordInfo, int, int]]:
+        """Every record of a shard checked (framing, CRCs, counts), with its steps and step bytes,
+        before any of it is decoded."""
+        out: list[tuple[RecordInfo, int, int]] = []
+        with open(shard.path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            try:
+                for rec, mapped in scan_records(fh.fileno(), shard.path, size=size):
+                    steps, row_bytes = self._scan_record(shard, rec, mapped.view, first_episode + len(out))
+                    out.append((rec, steps, row_bytes))
+            except FramingError as exc:
+                raise SourceFormatError(str(exc), hint=REDOWNLOAD_HINT) from None
+            except OSError as exc:  # a read or mapping that fails (I/O error, out of address space)
+                raise SourceFormatError(f"{shard.path} cannot be read: {exc}") from None
+        slot = shard.index if self.single else position
+        if self.declared is not None and slot < len(self.declared):
+            declared = self.declared[slot]
+            if declared != len(out):
+                raise SourceFormatError(
+                    f"{shard.path} holds {len(out)} records, but {INFO_FILE} gives it {declared} "
+                    "(shardLengths)",
+                    hint="the shard is truncated or not the one the dataset lists: download it again",
+                )
+        # untrusted input: a small shard cannot make rlds write far more than it stores
+        decoded = sum(steps * row_bytes for _, steps, row_bytes in out)
+        check_declared(shard.path, "steps", decoded, size, how="stores")
+        return out
+
+    def _pieces(
+        self, shard: Shard, rec: RecordInfo, steps: int, row_bytes: int, episode: int
+    ) -> list[PieceRef]:
+        """One episode cut into pieces of about :data:`UNIT_BYTES` (or ``block_rows`` steps); the
+        last piece keeps at least two steps, so the last-step rule sees its step ``T - 2`` too."""
+        rows = self.block_rows or max(1, UNIT_BYTES // row_bytes)
+        starts = list(range(0, steps, rows)) or [0]
+        if len(starts) > 1 and steps - starts[-1] == 1:
+            starts.pop()
+        stops = [*starts[1:], steps]
+        return [
+            PieceRef(str(shard.path), rec.index, rec.offset, rec.length, steps, a, b, episode)
+            for a, b in zip(starts, stops, strict=True)
+        ]
+
+    def _units(self) -> Iterator[Unit]:
+        """Worker tasks in shard order, each about :data:`UNIT_BYTES` of decoded steps."""
+        pending: list[PieceRef] = []
+        size = rows = 0
+        episode = 0
+        for position, shard in enumerate(self.shards):
+            for rec, steps, row_bytes in self._scan_shard(shard, position, episode):
+                for piece in self._pieces(shard, rec, steps, row_bytes, episode):
+                    pending.append(piece)
+                    size += (piece.stop - piece.start) * row_bytes
+                    rows += piece.stop - piece.start
+                    if size >= UNIT_BYTES or (self.block_rows and rows >= self.block_rows):
+                        yield Unit(self.plan, pending)
+                        pending, size, rows = [], 0, 0
+                episode += 1
+        if pending:
+            yield Unit(self.plan, pending)
+
+    # ------------------------------------------------------------------ assembling pieces
+
+    def _index(self, table: dict[str, int], text: str, where: str, key: str) -> int:
+        index = table.get(text)
+        if index is None:
+            self._text_bytes += len(text.encode("utf-8", errors="replace")) + 8
+            limit = side_array_max_bytes()
+            if self._text_bytes > limit:
+                raise UnsafeSourceError(
+                    f"{where}: the distinct strings of {key!r} and the other text features take over "
+                    f"{limit:,} bytes, the limit for tables kept in the manifest",
+                    hint="if you trust the dataset, raise RLDS_SIDE_ARRAY_MAX_BYTES",
+                )
+            index = table[text] = len(table)
+        return index
+
+    def _check_flags(self, decoded: Decoded) -> None:
+        ref = decoded.ref
+        rows = np.arange(ref.start, ref.stop)
+        first = decoded.flags.get("is_first")
+        if first is not None:
+            late = rows[first & (rows > 0)]
+            if len(late):
+                raise SourceFormatError(
+                    f"{ref.where}: is_first is set on step {int(late[0])} of {ref.steps}; rlds reads one "
+                    "episode per record (is_first on step 0 only)"
+                )
+            if ref.start == 0 and not first[0]:
+                self._counts["first"] += 1
+        for name in ("is_last", "is_terminal"):
+            flag = decoded.flags.get(name)
+            if flag is None:
+                continue
+            early = rows[flag & (rows < ref.steps - 1)]
+            if len(early):
+                raise SourceFormatError(
+                    f"{ref.where}: {name} is set on step {int(early[0])} of {ref.steps}, before the last step"
+                )
+        last = decoded.flags.get("is_last")
+        if last is not None and ref.stop == ref.steps and not last[-1]:
+            self._counts["last"] += 1
+
+    def _check_shapes(self, columns: dict[str, np.ndarray], where: str) -> None:
+        """Every piece's rows have the shape and dtype of the first piece's (sizes features.json
+        leaves unknown are fixed by the first episode)."""
+        for key, rows in columns.items():
+            spec = (tuple(rows.shape[1:]), rows.dtype.str)
+            first = self._shapes.setdefault(key, spec)
+            if spec != first:
+                raise SourceFormatError(
+                    f"{where}: {key!r} has rows of shape {list(spec[0])}, earlier episodes {list(first[0])}"
+                )
+
+    def _last_is_observation(self, decoded: Decoded) -> bool:
+        """Whether the last step is the final observation only (the last-step rule)."""
+        if self.last_step != "auto":
+            return self.last_step == "observation"
+        keys = [*self.action_keys, "next/reward"]
+        return all(not np.any(decoded.columns[k][-1] != 0) for k in keys if k in decoded.columns)
+
+    def _assemble(self, decoded: Decoded) -> Piece | None:
+        """A decoded piece as the rows it adds (the last-step rule applied on an episode's last
+        piece); ``None`` when it adds none (an empty episode, or one step that is only a final
+        observation)."""
+        ref = decoded.ref
+        if ref.steps == 0:
+            self.report.dropped_episodes += 1
+            self._episode_values.pop(ref.episode, None)
+            return None
+        if ref.start == 0:
+            self.report.source_rows += ref.steps
+        self._check_flags(decoded)
+        columns = dict(decoded.columns)
+        for key, texts in decoded.texts.items():
+            table = self._text_tables[key]
+            index = np.array([self._index(table, s, ref.where, key) for s in texts], np.int64)
+            columns[key] = index.reshape(len(index), *(() if key in self.obs_keys else (1,)))
+        self._check_shapes(columns, ref.where)
+        obs = {k: columns[k] for k in self.obs_keys}
+        steps = {k: v for k, v in columns.items() if k not in obs}
+        if "next/reward" not in steps:
+            steps["next/reward"] = np.zeros((len(next(iter(obs.values()))), 1), np.float32)
+        if ref.stop < ref.steps:
+            return Piece(ref.where, obs, steps, False, source_id=ref.episode, last=False)
+        terminated = bool(decoded.flags["is_terminal"][-1]) if "is_terminal" in decoded.flags else False
+        observation = self._last_is_observation(decoded)
+        if observation:
+            self._counts["observation"] += 1
+            if any(np.any(steps[k][-1] != 0) for k in [*self.action_keys, "next/reward"] if k in steps):
+                self.report.dropped_rows += 1  # a forced rule discarded a real action or reward
+            if ref.steps == 1:
+                self.report.dropped_episodes += 1
+                self._counts["dropped"] += 1
+                self._episode_values.pop(ref.episode, None)
+                self._update_notes()
+                return None
+            steps = {k: v[:-1] for k, v in steps.items()}
+        else:
+            self._counts["transition"] += 1
+            self.report.synthesized_final_observations += 1
+            obs = {k: np.concatenate([v, v[-1:]], axis=0) for k, v in obs.items()}
+        self._keep_episode_values(ref)
+        self._update_notes()
+        return Piece(ref.where, obs, steps, terminated, source_id=ref.episode, final_known=observation)
+
+    def _keep_episode_values(self, ref: PieceRef) -> None:
+        values = self._episode_values.pop(ref.episode, {})
+        for col in self.episode_columns:
+            value = values[col.key]
+            if col.text:
+                value = np.int64(self._index(self._episode_text[col.key], value, ref.where, col.key))
+            self._episode_arrays[col.key].append(np.asarray(value))
+
+    def _update_notes(self) -> None:
+        """The rule's notes, kept current episode by episode (a conversion of ``--episodes A:B``
+        stops reading early)."""
+        c = self._counts
+        text = (
+            f"last_step={self.last_step!r}: {c['observation']} episode(s) end with a step that is the "
+            f"final observation only (final_known = true), {c['transition']} keep their last step as a "
+            "transition whose next observation is unknown (final_known = false; the final observation "
+            "repeats the last one)"
+        )
+        if c["dropped"]:
+            text += f"; {c['dropped']} episode(s) of one step had no transition and were dropped"
+        if c["first"]:
+            text += f"; {c['first']} episode(s) do not set is_first on step 0"
+        if c["last"]:
+            text += f"; {c['last']} episode(s) do not set is_last on their last step"
+        self.report.notes[self._rule_note] = text

@@ -17,15 +17,16 @@ Besides appending, a column can be preallocated at its final size and then writt
 region (:meth:`Backend.preallocate`, :meth:`Backend.open_region`): parallel workers each fill
 their own rows, as a per-step preprocess job does.
 
-The interface is :mod:`rlds_cli.cache.backend_base`; the backends are
-:mod:`rlds_cli.cache.memmap_backend` and :mod:`rlds_cli.cache.zarr_backend`. This module names
-them (:func:`get_backend`) and keeps every public name importable from one place.
+The interface is :mod:`rlds_cli.cache.backends.base`; the backends are
+:mod:`rlds_cli.cache.backends.memmap` and :mod:`rlds_cli.cache.backends.zarr` (``write``: the
+backend and its writer, ``read``: columns and the chunk reader, ``codec``: Blosc). This module
+names them (:func:`get_backend`) and keeps every public name importable from one place.
 """
 
 from __future__ import annotations
 
-from rlds_cli.cache.backend_base import Backend, ColumnWriter, RegionWriter, key_path
-from rlds_cli.cache.memmap_backend import (
+from rlds_cli.cache.backends.base import Backend, ColumnWriter, RegionWriter, key_path
+from rlds_cli.cache.backends.memmap import (
     NPY_HEADER_BYTES,
     MemmapBackend,
     NpyColumnWriter,
@@ -33,7 +34,8 @@ from rlds_cli.cache.memmap_backend import (
     reserve,
     save_npz,
 )
-from rlds_cli.cache.zarr_backend import (
+from rlds_cli.cache.backends.zarr.read import ALL_CHUNKS_ATTR, ZarrColumn
+from rlds_cli.cache.backends.zarr.write import (
     ZARR_CHUNK_BYTES,
     ZARR_IN_RAM_BYTES,
     ZARR_MAX_CHUNK_ROWS,
@@ -46,8 +48,6 @@ from rlds_cli.cache.zarr_backend import (
     zarr_fitted_shard_rows,
     zarr_shard_rows,
 )
-from rlds_cli.cache.zarr_read import ZarrColumn
-from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR
 
 __all__ = [
     "ALL_CHUNKS_ATTR",

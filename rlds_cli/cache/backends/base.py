@@ -1,8 +1,8 @@
 """The storage backend interface: how one column (one TED key) is written and read, whatever
 the backend, and where a key's files live.
 
-The two implementations are :mod:`rlds_cli.cache.memmap_backend` and
-:mod:`rlds_cli.cache.zarr_backend`; :mod:`rlds_cli.cache.backends` names them.
+The two implementations are :mod:`rlds_cli.cache.backends.memmap` and
+:mod:`rlds_cli.cache.backends.zarr`; :mod:`rlds_cli.cache.backends` names them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ class ColumnWriter(ABC):
     @abstractmethod
     def close(self, *, fsync: bool) -> int:
         """Finish the column and return its row count."""
+
+    def write_behind(self) -> None:  # noqa: B027 (optional: zarr writes each chunk to a new file)
+        """Begin making the rows appended so far durable in the background, so that the build's
+        closing fsync finds little left to write. A hint: the closing fsync is what guarantees."""
 
 
 class RegionWriter(ABC):

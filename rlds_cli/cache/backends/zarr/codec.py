@@ -1,5 +1,8 @@
-"""Decoding zarr chunks: the Blosc functions of the c-blosc that numcodecs bundles, called
-through ctypes, and the process's pool of decoding threads (see :mod:`rlds_cli.cache.zarr_chunks`).
+"""The Blosc codec of zarr chunks.
+
+The functions of the c-blosc that numcodecs bundles, called through ctypes (the writer's encoder,
+the reader's decoder), the process's pool of decoding threads, and the compiled decode loop of
+:mod:`rlds_cli.cache.backends.zarr.compiled` (see :class:`rlds_cli.cache.backends.zarr.read.ChunkReader`).
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def run_split(count: int, work: Callable[[int, int], None]) -> None:
             future.result()  # re-raises a decoding thread's error here (after all have ended)
 
 
-def _blosc_function(name: str) -> Any:
+def blosc_function(name: str) -> Any:
     """``blosc_decompress_ctx`` / ``blosc_compress_ctx`` of the c-blosc that numcodecs bundles,
     called through ctypes: about 1 us a call against 10 for numcodecs' functions (whose checks
     and wrapping outweigh the coding of a small chunk), ctypes releases the GIL around it (so
@@ -124,8 +127,9 @@ def _blosc_function(name: str) -> Any:
 _BLOSC_FUNCTIONS: dict[str, Any] = {}
 
 
-def _decompressor() -> Any:
-    return _blosc_function("blosc_decompress_ctx")
+def decompressor() -> Any:
+    """``blosc_decompress_ctx`` through ctypes (see :func:`blosc_function`), or ``None``."""
+    return blosc_function("blosc_decompress_ctx")
 
 
 #: Chunks a read needs before it takes the compiled loop: the first such read imports numba
@@ -137,16 +141,16 @@ _compiled: Any = False
 
 def compiled_decode() -> Callable[[np.ndarray, np.ndarray, int, int, int], int] | None:
     """``decode(sources, dests, nbytes, a, b)``: the compiled loop of
-    :mod:`rlds_cli.cache._blosc_numba` over chunks ``[a, b)`` (addresses in two int64 arrays),
-    returning the first chunk that does not decode or -1; ``None`` without numba (the ``fast``
-    extra), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
+    :mod:`rlds_cli.cache.backends.zarr.compiled` over chunks ``[a, b)`` (addresses in two int64
+    arrays), returning the first chunk that does not decode or -1; ``None`` without numba (the
+    ``fast`` extra), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
     global _compiled
     if _compiled is False:
         found = None
-        fn = _decompressor()
+        fn = decompressor()
         if fn is not None and settings.numba_enabled():
             try:
-                from rlds_cli.cache._blosc_numba import decode_range
+                from rlds_cli.cache.backends.zarr.compiled import decode_range
             except ImportError:
                 pass
             else:

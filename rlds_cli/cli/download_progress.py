@@ -17,7 +17,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 
 
 @contextmanager
@@ -28,14 +28,14 @@ def download_progress(
 
     The download bars close when conversion starts (Rich draws one live display at a time).
     """
-    show = enabled and _output.err_console.is_terminal
+    show = enabled and output.err_console.is_terminal
     bars = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
-        console=_output.err_console,
+        console=output.err_console,
         transient=True,
         disable=not show,
     )
@@ -45,7 +45,7 @@ def download_progress(
     def on_download(event: str, name: str, value: int) -> None:
         with lock:
             if name not in tasks:
-                tasks[name] = bars.add_task(_output.escape(name), total=None)
+                tasks[name] = bars.add_task(output.escape(name), total=None)
             task = tasks[name]
             if event == "start":
                 bars.update(task, total=value or None)
@@ -57,12 +57,12 @@ def download_progress(
                 bars.reset(task)
             elif event == "wait" and show:
                 # print, not log: Rich's log() adds this file's name and line number
-                bars.print(f"{_output.escape(name)}: another rlds process is downloading it; waiting")
+                bars.print(f"{output.escape(name)}: another rlds process is downloading it; waiting")
             # "retry": the library logs each retry once, with its reason (no second line here)
             elif event == "verify":
-                bars.update(task, description=f"{_output.escape(name)} (verifying)")
+                bars.update(task, description=f"{output.escape(name)} (verifying)")
             elif event in ("done", "cached"):
-                bars.update(task, total=value, completed=value, description=_output.escape(name))
+                bars.update(task, total=value, completed=value, description=output.escape(name))
 
     with ExitStack() as stack:
         stack.enter_context(bars)
@@ -71,7 +71,7 @@ def download_progress(
         def on_convert(event: str, amount: int) -> None:
             if not converting:
                 stack.close()  # stop the download bars before the conversion bar starts
-                cm = _output.conversion_progress(enabled)
+                cm = output.conversion_progress(enabled)
                 converting.append(cm.__enter__())
                 outer.callback(cm.__exit__, None, None, None)
             converting[0](event, amount)

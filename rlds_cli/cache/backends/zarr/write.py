@@ -1,13 +1,14 @@
-"""The ``zarr`` backend: one zarr v3 group at ``arrays/`` with one array per key, chunked along
-time in small chunks of whole rows (about 16 KiB, so a random row decodes little; a row of a few
-KiB or more, a frame, is a chunk of its own) grouped into shards (about
-16 MiB per file; a smaller column is one shard of just its chunks) and compressed with
-Blosc/LZ4 + byte shuffle (fast to decode, which matters more for sampling than the last percent
-of ratio).
+"""The ``zarr`` backend: the on-disk layout, the writer of its shards, and the backend itself.
+
+One zarr v3 group at ``arrays/`` with one array per key, chunked along time in small chunks of
+whole rows (about 16 KiB, so a random row decodes little; a row of a few KiB or more, a frame, is
+a chunk of its own) grouped into shards (about 16 MiB per file; a smaller column is one shard of
+just its chunks) and compressed with Blosc/LZ4 + byte shuffle (fast to decode, which matters more
+for sampling than the last percent of ratio).
 
 The builder's own shard encoder writes the shards (:class:`ZarrColumnWriter`), so an appended
 column and one filled region by region by parallel writers are byte-identical; reading is
-:mod:`rlds_cli.cache.zarr_read` (columns), :mod:`rlds_cli.cache.zarr_chunks` (decoding).
+:mod:`rlds_cli.cache.backends.zarr.read`, the Blosc calls :mod:`rlds_cli.cache.backends.zarr.codec`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rlds_cli.cache.backend_base import Backend, ColumnWriter, RegionWriter, key_path
+from rlds_cli.cache.backends.base import Backend, ColumnWriter, RegionWriter, key_path
+from rlds_cli.cache.backends.zarr.codec import blosc_function
+from rlds_cli.cache.backends.zarr.read import ABSENT, ALL_CHUNKS_ATTR, ChunkReader, ZarrColumn, strict_store
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.cache.zarr_blosc import _blosc_function
-from rlds_cli.cache.zarr_chunks import _ChunkReader
-from rlds_cli.cache.zarr_read import ZarrColumn
-from rlds_cli.cache.zarr_shards import _ABSENT
-from rlds_cli.cache.zarr_source import ALL_CHUNKS_ATTR, _strict_store
 from rlds_cli.errors import CorruptDatasetError
 
 ZARR_CHUNK_BYTES = 16 * 1024
@@ -166,7 +164,7 @@ class ZarrColumnWriter(ColumnWriter):
             rows = whole
         rows = np.ascontiguousarray(rows)
         nbytes = rows.nbytes // count
-        index = np.full((per, 2), _ABSENT, "<u8")  # chunks past the array's end: not stored
+        index = np.full((per, 2), ABSENT, "<u8")  # chunks past the array's end: not stored
         encoder = _ChunkEncoder(rows, count)
         level = encoder.level()
         path = self._where / "c" / f"{s}{'/0' * len(self.row_shape)}"
@@ -288,7 +286,7 @@ class _ChunkEncoder:
         self.rows, self.count = rows, count
         self.nbytes = rows.nbytes // count
         self.room = self.nbytes + blosc.MAX_OVERHEAD
-        self._fn = _blosc_function("blosc_compress_ctx")
+        self._fn = blosc_function("blosc_compress_ctx")
         self._src = rows.ctypes.data
 
     def encode(self, j: int, out: np.ndarray, offset: int, level: int, dest: int | None = None) -> int:
@@ -353,7 +351,7 @@ class ZarrBackend(Backend):
         import zarr
 
         key_path(dataset_dir, key, "")  # refuses a key that is no safe path
-        array = zarr.open_group(store=_strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
+        array = zarr.open_group(store=strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
         if not array.attrs.get(ALL_CHUNKS_ATTR):  # written before every chunk was
             array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]
         return array
@@ -479,7 +477,7 @@ class ZarrBackend(Backend):
         where = dataset_dir / ARRAYS_DIR / key
         array = self._open_checked(dataset_dir, key)
         strict = bool(array.attrs.get(ALL_CHUNKS_ATTR))
-        column = ZarrColumn(array, where, _ChunkReader.of(array, where, strict=strict))
+        column = ZarrColumn(array, where, ChunkReader.of(array, where, strict=strict))
         nbytes = column.dtype.itemsize * int(np.prod(column.shape, dtype=np.int64))
         if nbytes > ZARR_IN_RAM_BYTES:
             return column

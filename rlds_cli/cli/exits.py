@@ -10,7 +10,7 @@ import typer
 from typer._click.exceptions import ClickException  # typer vendors click: its usage errors
 
 from rlds_cli import settings
-from rlds_cli.cli import _output
+from rlds_cli.cli import output
 from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RldsError, from_os_error
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +53,7 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("verbose"):
-            _output.configure_logging(int(kwargs["verbose"]))
+            output.configure_logging(int(kwargs["verbose"]))
         try:
             return func(*args, **kwargs)
         except (typer.Exit, ClickException):  # usage errors: typer prints them, exit 2
@@ -61,22 +61,22 @@ def handle_errors(func: F) -> F:
         except RldsError as exc:
             if settings.debug():
                 raise
-            _output.error(exc.message, exc.hint)
+            output.error(exc.message, exc.hint)
             raise typer.Exit(1) from None
         except ModuleNotFoundError as exc:
             missing = missing_module_error(exc)
             if missing is None or settings.debug():
                 raise _unexpected(exc) from None
-            _output.error(missing.message, missing.hint)
+            output.error(missing.message, missing.hint)
             raise typer.Exit(1) from None
         except OSError as exc:
             translated = from_os_error(exc)
             if translated is None or settings.debug():
                 raise _unexpected(exc) from None
-            _output.error(translated.message, translated.hint)
+            output.error(translated.message, translated.hint)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            _output.error("interrupted; nothing was published")
+            output.error("interrupted; nothing was published")
             raise typer.Exit(130) from None
         except Exception as exc:
             raise _unexpected(exc) from None
@@ -89,5 +89,5 @@ def _unexpected(exc: Exception) -> BaseException:
     if settings.debug():
         return exc
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    _output.error(f"unexpected {type(exc).__name__}: {first}", DEBUG_HINT)
+    output.error(f"unexpected {type(exc).__name__}: {first}", DEBUG_HINT)
     return typer.Exit(1)

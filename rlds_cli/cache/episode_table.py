@@ -1,0 +1,285 @@
+"""Each episode of a dataset as one row of a table: :attr:`Dataset.episodes`.
+
+One table for every kind of dataset (converted, a view, growing, read at a URL), made of what
+the dataset already holds:
+
+* from its episode index (``Dataset.episode_index``, read and checked when the dataset was
+  opened: no read here): ``start``, ``length``, ``source_id`` and the index's other fields
+  (``final_known``);
+* ``return``: the sum of ``next/reward`` over the episode, one pass over the column in bounded
+  blocks (:func:`episode_returns`), made on first use and kept;
+* ``seed`` and ``seed_present``, where the episodes' reset seeds were recorded: by rlds, on
+  every step (``reset_seed``, read at each episode's first step: :func:`recorded_seeds`), or
+  by the source, per episode, in the arrays a conversion keeps (``<format>/episode_seed``, a
+  view's taken from its parent's rows: :func:`source_seeds`); made on first use and kept;
+* the environment the dataset records (``Dataset.env_spec``), one for the whole table.
+
+A table is of one view of its dataset. A growing dataset's ``refresh()`` that changes the view
+makes ``ds.episodes`` a new table; a column the old table has not made yet is then refused
+(:class:`~rlds_cli.errors.DatasetReplacedError`), never made of the new view.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from rlds_cli.cache.blocks import Budget, blocks
+from rlds_cli.cache.integrity import damage_hint
+from rlds_cli.errors import CorruptDatasetError, DatasetReplacedError
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.envspec import RecordedEnvSpec
+
+#: Per-step columns of a recording holding the episode's reset seed (uint64) and whether it
+#: had one (bool), on every step (a growing dataset keeps no per-episode arrays).
+SEED_KEY = "reset_seed"
+SEED_PRESENT_KEY = "reset_seed_present"
+#: Per-episode source arrays holding a reset seed, as readers name them (``<format>/episode_seed``
+#: with ``<format>/episode_seed_present``; see :mod:`rlds_cli.formats.select`).
+SEED_ARRAY_SUFFIX = "/episode_seed"
+
+T = TypeVar("T")
+
+#: The columns a table makes from the data (on first use), after the index's fields.
+RETURN = "return"
+SEED = "seed"
+SEED_PRESENT = "seed_present"
+
+
+def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
+    """Sum of ``next/reward`` per episode of ``ds`` (float64), the column read in bounded
+    blocks (:func:`~rlds_cli.cache.blocks.blocks`)."""
+    budget = budget if budget is not None else Budget()
+    returns = np.zeros(ds.num_episodes, np.float64)
+    bounds = ds.episode_bounds
+    for start, chunk in blocks(ds.column("next/reward"), budget, itemsize=8):
+        rewards = budget.pool.empty((len(chunk), chunk[0].size), np.float64)
+        np.copyto(rewards, chunk.reshape(rewards.shape), casting="unsafe")
+        per_step = rewards.sum(axis=1, out=budget.pool.empty((len(chunk),), np.float64))
+        e0, e1 = (int(e) for e in bounds.episode_of(np.array([start, start + len(chunk) - 1])))
+        # each episode's first step in the block (the first one may have begun before it)
+        firsts = np.maximum(bounds.starts[e0 : e1 + 1], start) - start
+        returns[e0 : e1 + 1] += np.add.reduceat(per_step, firsts)
+    return returns
+
+
+def recorded_seeds(ds: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
+    """The reset seed (uint64) of every episode of a dataset recorded by rlds and whether it
+    had one (bool; the seed is 0 where not), read at each episode's first step; ``None`` when
+    the dataset has no ``reset_seed`` key."""
+    if SEED_KEY not in ds.fields:
+        return None
+    rows = ds.gather(ds.episode_index["start"], [SEED_KEY, SEED_PRESENT_KEY])
+    return np.asarray(rows[SEED_KEY]).reshape(-1), np.asarray(rows[SEED_PRESENT_KEY]).reshape(-1)
+
+
+def source_seeds(ds: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
+    """The per-episode reset seeds a conversion kept in the source arrays and whether each
+    episode had one (a view: its rows of its parent's), or ``None`` where there are none.
+
+    Raises:
+        CorruptDatasetError: The seed arrays do not hold one row per episode.
+    """
+    rows, owner = np.arange(ds.num_episodes), ds
+    parent = ds.view_parent()
+    if parent is not None:
+        owner, rows = parent
+    arrays = owner.source_arrays
+    for key, seeds in arrays.items():
+        present = arrays.get(key + "_present")
+        if not key.endswith(SEED_ARRAY_SUFFIX) or present is None:
+            continue
+        if not len(seeds) == len(present) == owner.num_episodes:
+            raise CorruptDatasetError(
+                f"dataset {owner.name!r}: source arrays {key!r} and {key + '_present'!r} hold "
+                f"{len(seeds)} and {len(present)} rows for {owner.num_episodes} episodes",
+                hint=damage_hint(owner.name),
+            )
+        return np.asarray(seeds)[rows], np.asarray(present)[rows]
+    return None
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False  # kept and shared by every caller: none may change it
+    return values
+
+
+class EpisodeTable:
+    """One row per episode of a dataset, in its order (row ``i`` is ``ds.episode(i)``): numpy
+    arrays of one length, by column name, plus the environment (one for the whole dataset).
+    See the module docstring for where each column comes from and what it costs.
+
+    ``table["length"]`` is a column (any name of :attr:`names`; the index's fields cost no
+    read), ``table[["start", "length"]]`` a structured array of those columns,
+    ``table[i]`` episode ``i`` as a dict, ``len(table)`` the episodes, ``"seed" in table``
+    whether it has that column, ``np.asarray(table)`` every column as one structured array.
+    Columns are made once and kept, read-only.
+
+    Attributes:
+        starts: Each episode's first step (int64): its transitions are ``ds[starts[i] :
+            starts[i] + lengths[i]]``.
+        lengths: Its steps (int64).
+        returns: The sum of its ``next/reward`` (float64).
+        source_ids: The source's own id of the episode (int64; its position where the source
+            has none).
+        seeds: Its reset seed (uint64; 0 where it had none), or ``None`` where the dataset
+            records no seeds.
+        seed_present: Whether it had a reset seed (bool), or ``None`` with ``seeds``.
+        env_spec: The environment every episode was recorded in, or ``None`` where the
+            dataset records none.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self._ds = dataset
+        self._index = dataset.episode_index  # the view this table is of (see _check_view)
+        self._columns: dict[str, np.ndarray] = {}
+        self._seeds_found: bool | None = None
+        self._env_spec: RecordedEnvSpec | None = None
+        self._env_spec_read = False
+
+    # ------------------------------------------------------------------ columns
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The column names: the index's fields, ``return``, and ``seed`` and ``seed_present``
+        where the dataset records seeds (looking that up reads them)."""
+        index_fields = tuple(self._index.dtype.names or ())
+        return (*index_fields, RETURN, *((SEED, SEED_PRESENT) if self.seeds is not None else ()))
+
+    def column(self, name: str) -> np.ndarray:
+        """The column ``name`` (read-only; made on first use and kept).
+
+        Raises:
+            KeyError: The table has no such column.
+            DatasetReplacedError: A column that costs a read, asked after a growing dataset's
+                ``refresh()`` moved its view on (take ``ds.episodes`` again).
+        """
+        values = self._columns.get(name)
+        if values is not None:
+            return values
+        if name in (self._index.dtype.names or ()):
+            values = np.array(self._index[name])  # a copy: the index itself is never handed out
+        elif name == RETURN:
+            values = self._made(episode_returns)
+        elif name in (SEED, SEED_PRESENT) and self.seeds is not None:
+            return self._columns[name]
+        else:
+            raise KeyError(
+                f"the episodes of dataset {self._ds.name!r} have no column {name!r} "
+                f"(they have {', '.join(self.names)})"
+            )
+        self._columns[name] = _read_only(values)
+        return values
+
+    def _made(self, make: Callable[[Dataset], T]) -> T:
+        """``make(dataset)``, of the view this table is of."""
+        self._check_view()
+        out = make(self._ds)
+        self._check_view()  # a refresh on another thread while it read
+        return out
+
+    def _check_view(self) -> None:
+        if self._ds.episode_index is not self._index:
+            raise DatasetReplacedError(
+                f"growing dataset {self._ds.name!r} was refreshed to a new view after this "
+                "episode table was taken: its columns would be of another set of episodes",
+                hint="take ds.episodes again after refresh()",
+            )
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.column("start")
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.column("length")
+
+    @property
+    def source_ids(self) -> np.ndarray:
+        return self.column("source_id")
+
+    @property
+    def returns(self) -> np.ndarray:
+        return self.column(RETURN)
+
+    @property
+    def seeds(self) -> np.ndarray | None:
+        if self._seeds_found is None:
+            found = self._made(recorded_seeds)
+            if found is None:
+                found = self._made(source_seeds)
+            if found is not None:
+                self._columns[SEED] = _read_only(np.asarray(found[0], np.uint64))
+                self._columns[SEED_PRESENT] = _read_only(np.asarray(found[1], bool))
+            self._seeds_found = found is not None
+        return self._columns[SEED] if self._seeds_found else None
+
+    @property
+    def seed_present(self) -> np.ndarray | None:
+        return self._columns[SEED_PRESENT] if self.seeds is not None else None
+
+    @property
+    def env_spec(self) -> RecordedEnvSpec | None:
+        if not self._env_spec_read:
+            self._env_spec, self._env_spec_read = self._ds.env_spec, True
+        return self._env_spec
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column by name (:attr:`names`), e.g. for ``pandas.DataFrame(table.columns())``."""
+        return {name: self.column(name) for name in self.names}
+
+    # ------------------------------------------------------------------ container
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names
+
+    def __getitem__(self, key: Any) -> Any:
+        """A column by name, a structured array of a list of names, or one episode (an int,
+        negative from the end) as a dict of its values by column name."""
+        if isinstance(key, str):
+            return self.column(key)
+        if isinstance(key, list) and all(isinstance(k, str) for k in key):
+            return self._structured(key)
+        try:
+            i = operator.index(key)
+        except TypeError:
+            raise TypeError(
+                f"an episode table is indexed by a column name ('length'), a list of names or an "
+                f"episode number, not {type(key).__name__}; select rows of a column instead "
+                f"(table['length'][a:b])"
+            ) from None
+        if not -len(self) <= i < len(self):
+            raise IndexError(
+                f"episode {i} out of range for dataset {self._ds.name!r} with {len(self)} episodes"
+            )
+        return {name: self.column(name)[i] for name in self.names}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Each episode as a dict (see :meth:`__getitem__`)."""
+        columns = self.columns()
+        for i in range(len(self)):
+            yield {name: values[i] for name, values in columns.items()}
+
+    def _structured(self, names: list[str]) -> np.ndarray:
+        columns = [self.column(name) for name in names]
+        out = np.empty(len(self), [(name, values.dtype) for name, values in zip(names, columns, strict=True)])
+        for name, values in zip(names, columns, strict=True):
+            out[name] = values
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:  # numpy's contract: refuse where a copy cannot be avoided
+            raise ValueError("an episode table becomes an array only as a copy (np.array(table))")
+        out = self._structured(list(self.names))
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"EpisodeTable(dataset={self._ds.name!r}, episodes={len(self)})"
