@@ -41,7 +41,7 @@ FILL_ROWS = 2_000
 #: as the peers' h5py, torch, tensordict and torchrl are before theirs.
 RLDS_WARM = (
     "h5py",
-    "rlds_cli.convert",
+    "rlds_cli.sources.convert",
     "rlds_cli.formats.d4rl",
     "rlds_cli.formats.select",
     "rlds_cli.cache.views",
@@ -184,7 +184,7 @@ def worker_rlds(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("warm"):
         warm_imports(RLDS_WARM)
     import rlds_cli
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     import_seconds = time.perf_counter() - t0
     if "code" in spec:

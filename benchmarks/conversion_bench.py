@@ -2,7 +2,7 @@
 interleaved. Three measurements:
 
 * the ``conversion`` section (default): a 1,000,000-step D4RL file (obs 17 float32, action 6
-  float32, 1000-step episodes) converted by ``rlds_cli.convert.convert`` (memmap and zarr, fsync
+  float32, 1000-step episodes) converted by ``rlds_cli.sources.convert.convert`` (memmap and zarr, fsync
   on: the default) against TorchRL's ``MinariExperienceReplay(..., load_from_local_minari=True)``
   building its TED cache from a Minari dataset of the same episodes, warm and cold source; the
   peak RSS of the rlds conversion at 1e6 and 1e7 steps (is memory flat as the file grows?); the
@@ -225,7 +225,7 @@ def render_conversion(
     command = "make bench   # = bash benchmarks/setup_env.sh .venv-bench 2.13.0\n             #   "
     command += ".venv-bench/bin/python benchmarks/run_all.py --write docs/benchmarks.md"
     notes = [
-        "- rlds, timed: `rlds_cli.convert.convert(path, 'bench', format='d4rl', root=DIR, "
+        "- rlds, timed: `rlds_cli.sources.convert.convert(path, 'bench', format='d4rl', root=DIR, "
         "backend='memmap'|'zarr')` with `RLDS_FSYNC` unset, i.e. the default: the source is hashed (sha256) "
         "and every file is fsynced before the dataset is published.",
         "- TorchRL, timed: `MinariExperienceReplay('bench/synthetic-v0', batch_size=256, "
@@ -313,11 +313,11 @@ def spans(src: Path, work: Path, runs: int) -> dict[str, list[float]]:
     """rlds's conversion of ``src``, warm, ``runs`` times in this process, with perf_counter
     spans (inclusive, in seconds) around its stages; the first run (imports) is left out."""
     warm_imports(RLDS_WARM)
-    from rlds_cli import convert as convert_mod
     from rlds_cli.cache import builder, transaction
     from rlds_cli.cache.backends import memmap
     from rlds_cli.cache.root import CacheRoot
     from rlds_cli.formats import d4rl
+    from rlds_cli.sources import convert as convert_mod
 
     totals: dict[str, float] = {}
 

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if not src.exists():
         write_gray_d4rl(src, run.steps)
     if not any(root.glob("**/gray*")):
-        from rlds_cli.convert import convert
+        from rlds_cli.sources.convert import convert
 
         convert(src, "gray", format="d4rl", root=root)
     modes = {"reuse": (True, {}), "fresh": (False, {}), "warmed": (False, WARM_ENV)}

@@ -55,8 +55,8 @@ _log = _harness.logger("loader")
 def ensure_dataset(steps: int, work: Path) -> Any:
     """An rlds memmap cache of ``steps`` benchmark steps (built once, kept in ``work``)."""
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.convert import convert
     from rlds_cli.errors import DatasetNotFoundError
+    from rlds_cli.sources.convert import convert
 
     root, name = work / "root", f"bench-{steps}"
     try:
@@ -339,7 +339,8 @@ def render(
         lines.append("- TorchRL's prioritized sampler could not run (its C++ extension did not load).")
     lines += ["", "### Batch rate vs dataset size (rlds)", "", *render_scaling(scaling, paired)]
     notes = [
-        "- Data: `benchmarks/data.py` converted with `rlds_cli.convert.convert` (memmap); TorchRL's buffers "
+        "- Data: `benchmarks/data.py` converted with `rlds_cli.sources.convert.convert` (memmap); TorchRL's "
+        "buffers "
         "hold the same transitions (`rb.extend` of the full TED TensorDict into one `LazyMemmapStorage`, "
         "which every sampler's buffer shares). Every file is read once before timing.",
         "- rlds: `Loader(ds, 256, sampler=..., in_memory=...).sample()`; prioritized: then "

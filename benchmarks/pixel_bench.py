@@ -79,8 +79,8 @@ def profile_conversion(source: Path, root: Path) -> dict[str, float]:
     import cProfile
     import pstats
 
-    from rlds_cli._io import sha256_file
-    from rlds_cli.convert import convert
+    from rlds_cli._util.io import sha256_file
+    from rlds_cli.sources.convert import convert
 
     t = time.perf_counter()
     sha256_file(source)

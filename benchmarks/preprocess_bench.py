@@ -78,7 +78,7 @@ def trl_obs_norm(td: Any) -> Any:
 def _setup(spec: dict[str, Any]) -> dict[str, Any]:
     """Convert the D4RL file into the rlds cache and write TorchRL's TED memmap of the same data."""
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     convert(spec["d4rl"], "bench", format="d4rl", root=spec["root"])
     ds = open_dataset("bench", spec["root"])

@@ -92,8 +92,8 @@ def run_mode(bench: _harness.Run, mode: str) -> dict[str, Any]:
     from torchrl.data import RandomSampler, SliceSampler
 
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.convert import convert
     from rlds_cli.loader import FrameStack
+    from rlds_cli.sources.convert import convert
 
     steps = real_frames.STEPS[mode][1 if bench.quick else 0]
     source = real_frames.ensure(mode, steps, log=_log)

@@ -3,7 +3,7 @@
 For each source it writes synthetic data in the upstream layout (the test suite's writers in
 ``tests/*_fixtures.py``, or this file's), then measures, each in a fresh process, the reader alone
 (``blocks()`` of the format's reader: decode and pack, no cache writes; best of ``--repeats``
-passes) and a whole conversion (``rlds_cli.convert.convert``, memmap backend, fsync on, source
+passes) and a whole conversion (``rlds_cli.sources.convert.convert``, memmap backend, fsync on, source
 hashing and content digests included): seconds, frames and MB of decoded frames per second, and
 the peak RSS (``VmHWM``), which should not grow with the source (every reader streams its blocks).
 
@@ -63,7 +63,7 @@ best, rows = float("inf"), 0
 for _ in range(passes):
     t = time.perf_counter()
     if what == "convert":
-        from rlds_cli.convert import convert
+        from rlds_cli.sources.convert import convert
         convert(src, "bench", root=home, backend="memmap", options=options)
     else:
         module, name = what.split(":")

@@ -53,11 +53,11 @@ def old_layout(on: bool = True) -> Iterator[None]:
 
 
 def convert_d4rl(work: Path, steps: int, repeats: int) -> dict[str, float]:
-    """CPU seconds of ``rlds_cli.convert.convert`` of one generated D4RL file (``benchmarks/
+    """CPU seconds of ``rlds_cli.sources.convert.convert`` of one generated D4RL file (``benchmarks/
     data.py``, the conversion benchmark's data) per backend, the fewest of ``repeats``: the whole
     conversion (HDF5 reads, source hash, checks, digest, writes), not only the builder; and the
     zarr conversion's median wall seconds."""
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     source = _harness.generate("d4rl", work / "d4rl.hdf5", steps)
     times: dict[str, list[float]] = {"memmap": [], "zarr": [], "zarr-old": []}
@@ -217,7 +217,7 @@ def render(r: dict[str, Any], info: dict[str, Any]) -> str:
     lines += [
         *_harness.table([*head, "files: memmap / zarr now / zarr before"], rows),
         "",
-        f"Whole `rlds_cli.convert.convert` of a generated D4RL file of {r['lowdim_steps']:,} steps "
+        f"Whole `rlds_cli.sources.convert.convert` of a generated D4RL file of {r['lowdim_steps']:,} steps "
         f"(`benchmarks/data.py`, as in the conversion section), CPU seconds: memmap {full['memmap']:.2f}, "
         f"zarr now {full['zarr']:.2f} ({whole:.2f}x), zarr before {full['zarr-old']:.2f} "
         f"({full['zarr-old'] / full['memmap']:.2f}x).",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.demo.pointmass import bundled_path, simulate, write_d4rl_file
 
 

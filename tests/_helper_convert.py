@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--alternate", default=None)
     args = parser.parse_args()
 
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     advances = 0
 

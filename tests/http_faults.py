@@ -284,7 +284,7 @@ def serving(
     """A :class:`FaultServer` holding ``files``, with the downloader's retries fast and its
     timeouts short, the network allowed; with ``registry`` (the base URL -> a registry TOML),
     that registry file written into ``where`` and read instead of the packaged one."""
-    from rlds_cli import registry as registry_module
+    from rlds_cli.catalog import registry as registry_module
 
     with FaultServer() as srv:
         srv.files.update(files)

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from rlds_cli.archives import Limits, UnsafeArchiveError, extract_archive
-from rlds_cli.convert import convert
 from rlds_cli.errors import DiskFullError, SourceFormatError
+from rlds_cli.formats.archives import Limits, UnsafeArchiveError, extract_archive
+from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import (
     golden_ogbench,
     golden_roboset,
@@ -216,9 +216,9 @@ def test_default_ratio_limit_and_its_environment_variable(monkeypatch: pytest.Mo
 
 
 def test_tar_bz2_and_tar_xz_are_archives(tmp_path: Path) -> None:
-    from rlds_cli.archives import ARCHIVE_SUFFIXES
     from rlds_cli.formats import ARCHIVE_SUFFIXES as DETECTED
     from rlds_cli.formats import is_archive
+    from rlds_cli.formats.archives import ARCHIVE_SUFFIXES
 
     assert ARCHIVE_SUFFIXES == DETECTED
     for name in ("a.tar.bz2", "a.tbz2", "a.tar.xz", "a.txz"):
@@ -269,7 +269,7 @@ def test_a_full_disk_is_not_a_damaged_archive(
     def fake_open(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         return _Full(path, mode) if "x" in mode else real_open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr("rlds_cli.archives.open", fake_open, raising=False)
+    monkeypatch.setattr("rlds_cli.formats.archives.open", fake_open, raising=False)
     (tmp_path / "out").mkdir()
     with pytest.raises(DiskFullError, match=r"no space left on the device: .*zeros\.npz"):
         extract_archive(archive, tmp_path / "out", Limits(max_ratio=1e9))

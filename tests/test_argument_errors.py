@@ -58,8 +58,8 @@ def test_a_storage_asked_for_is_never_ignored(isolated_cache: Path) -> None:
     from typer.testing import CliRunner
 
     from rlds_cli.cli.app import app
-    from rlds_cli.download import download
     from rlds_cli.errors import DatasetExistsError
+    from rlds_cli.sources.download import download
 
     first = download("demo", backend="zarr")
     name = first.manifest.name

@@ -32,9 +32,9 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceError, SourceFormatError
 from rlds_cli.formats import detect_format
+from rlds_cli.sources.convert import convert
 from tests.atari_dqn_fixtures import (
     STORE_PREFIX,
     DopamineBuffer,
@@ -600,7 +600,7 @@ _CAPPED = """
 import resource, sys
 cap = int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-from rlds_cli.convert import convert
+from rlds_cli.sources.convert import convert
 m = convert(sys.argv[1], "big", root=sys.argv[2], backend="zarr").manifest
 peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmPeak"))
 print(m.num_steps, m.num_episodes, peak * 1024)
@@ -684,7 +684,7 @@ def test_registry_file_is_generated_and_matches_torchrl(tmp_path: Path) -> None:
     to the six files of checkpoints 0..50 under Dopamine's names."""
     import urllib.parse
 
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "atari_dqn.toml"

@@ -23,7 +23,6 @@ import pytest
 
 import rlds_cli.formats.d4rl as d4rl_module
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import (
     ConversionError,
     DatasetExistsError,
@@ -31,6 +30,7 @@ from rlds_cli.errors import (
     DatasetReplacedError,
 )
 from rlds_cli.formats.base import StepBlock
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes, write_d4rl
 from tests.durability import DurabilityTrace, check_durable_publish
 from tests.waits import HANG_SECONDS
@@ -569,7 +569,7 @@ def test_the_fsync_order_check_fails_without_directory_fsyncs(
 ) -> None:
     """The check above can fail: with every directory fsync gone (wherever the writers import
     ``fsync_dir`` from) the files are still synced, and it must still object."""
-    from rlds_cli import _io
+    from rlds_cli._util import io as _io
 
     real = _io.fsync_dir
     for name, module in list(sys.modules.items()):

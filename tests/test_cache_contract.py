@@ -20,12 +20,12 @@ import pytest
 from rlds_cli.cache import CacheRoot, Dataset, TedBatch, open_dataset, validate_name
 from rlds_cli.cache.backends import NPY_HEADER_BYTES
 from rlds_cli.cache.manifest import FORMAT_VERSION
-from rlds_cli.convert import convert
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetNotFoundError,
     InvalidNameError,
 )
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import (
     GOLDEN_KEYS,
     GOLDEN_STORED_FIELDS,

@@ -1,4 +1,4 @@
-"""``rlds_cli.catalog``: the cache and the registry as typed records, the same facts ``rlds list``,
+"""``rlds_cli.inspection.listing``: the cache and the registry as typed records, the same facts ``rlds list``,
 ``rlds list --remote`` and ``rlds info`` print (their ``--json`` is these records' ``to_dict()``)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli import catalog
 from rlds_cli.cli.app import app
 from rlds_cli.cli.output import human_bytes
-from rlds_cli.convert import convert
-from rlds_cli.download import download
 from rlds_cli.errors import UnknownDatasetIdError
+from rlds_cli.inspection import listing as catalog
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.d4rl_fixtures import golden_expected
 
 

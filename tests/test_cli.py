@@ -502,12 +502,12 @@ def test_debug_lets_the_exception_through(tmp_path: Path) -> None:
 
 
 def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, golden_file: Path) -> None:
-    import rlds_cli.download
+    import rlds_cli.sources.download
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(rlds_cli.download, "download", boom)
+    monkeypatch.setattr(rlds_cli.sources.download, "download", boom)
     result = invoke("download", golden_file)
     assert error_line(result) == "error: unexpected RuntimeError: disk on fire"
     assert "RLDS_DEBUG=1" in hint_line(result)
@@ -516,12 +516,12 @@ def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, golde
 
 
 def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden_file: Path) -> None:
-    import rlds_cli.download
+    import rlds_cli.sources.download
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rlds_cli.download, "download", interrupted)
+    monkeypatch.setattr(rlds_cli.sources.download, "download", interrupted)
     result = invoke("download", golden_file)
     assert result.exit_code == 130
     assert result.stderr.splitlines()[0] == "error: interrupted; nothing was published"
@@ -619,7 +619,7 @@ def test_tables_never_cut_an_identifier(
         buffer.seek(0)
     remote_result = ok("list", "--remote")
     remote = remote_result.stdout if buffer is None else buffer.getvalue()
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     ids = [e.id for e in registry.entries()]
     missing = [i for i in ids if not _has_token(remote, i)]
@@ -717,7 +717,7 @@ def test_remote_list_sizes_steps_and_unknowns(tmp_path: Path, monkeypatch: pytes
     text = text.replace('aliases = ["demo", "rlds/pointmass-demo-v0"]', "aliases = []")
     extra.write_text(text.replace("source_rows = 5000\n", "").replace("num_episodes = 94\n", ""))
     monkeypatch.setenv("RLDS_REGISTRY", str(extra))
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     registry._load.cache_clear()
     try:
@@ -756,7 +756,7 @@ def test_registry_aliases_work_in_every_command(tmp_path: Path, isolated_cache: 
 
 def test_resolve_name(isolated_cache: Path, golden_file: Path) -> None:
     import rlds_cli
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     assert rlds_cli.resolve_name is resolve_name
     with pytest.raises(errors.DatasetNotFoundError) as missing:
@@ -857,7 +857,7 @@ def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch)
 def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(
     golden_file: Path, isolated_cache: Path
 ) -> None:
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     raw = isolated_cache / "raw" / "g"
     raw.mkdir(parents=True)
@@ -874,7 +874,7 @@ def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(
 
 
 def test_rm_raw_keeps_files_another_dataset_uses(golden_file: Path, isolated_cache: Path) -> None:
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     raw = isolated_cache / "raw" / "g"
     raw.mkdir(parents=True)

@@ -20,7 +20,7 @@ from rlds_cli.cache import commit_log
 from rlds_cli.cache.commit_log import ADD, RECORD_SIZE, RECOVER, LogState, Record, new_segment_id
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import uid_episode
 from tests.faults import assert_finishes_forked
 from tests.waits import HANG_SECONDS, join_all

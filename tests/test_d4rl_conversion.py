@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import CacheRoot, Dataset, DatasetBuilder, open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import (
     DatasetExistsError,
     SourceFormatError,
@@ -25,6 +24,7 @@ from rlds_cli.errors import (
     UnknownFormatError,
 )
 from rlds_cli.formats.d4rl import D4RLReader
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_column, golden_three_episodes, write_d4rl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -984,7 +984,7 @@ def test_progress_events(tmp_path: Path) -> None:
 
 
 def test_bundled_demo_file_is_regenerated_exactly(tmp_path: Path) -> None:
-    from rlds_cli._io import sha256_file
+    from rlds_cli._util.io import sha256_file
     from rlds_cli.demo.pointmass import bundled_path, simulate, write_d4rl_file
 
     shipped = bundled_path()

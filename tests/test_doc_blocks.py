@@ -364,7 +364,7 @@ def test_fenced_code_has_a_language() -> None:
 def test_the_manifest_example_is_a_real_manifest(tmp_path: Path) -> None:
     """docs/cache-format.md shows a manifest: it has the keys a real one has (and no others),
     and each nested entry names only keys a real one has."""
-    from rlds_cli.download import download
+    from rlds_cli.sources.download import download
 
     (example,) = [b for b in blocks(ROOT / "docs" / "cache-format.md") if b.language == "json"]
     shown = json.loads(example.code)

@@ -58,7 +58,7 @@ def test_readme_registry_figure_is_the_registrys() -> None:
     per-file counts of docs/downloads.md add up to it."""
     from typer.testing import CliRunner
 
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
     from rlds_cli.cli.app import app
 
     ids = [e.id for e in registry.entries()]

@@ -20,13 +20,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
-from rlds_cli import registry
+from rlds_cli.catalog import registry
 from rlds_cli.cli import output
 from rlds_cli.cli.app import app
-from rlds_cli.download import download
 from rlds_cli.errors import OfflineError
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import part_path
+from rlds_cli.sources.download import download
 from tests.http_faults import Fault, FaultServer, bounded, serving
 from tests.waits import HANG_SECONDS
 
@@ -270,7 +270,7 @@ def test_minari_entry_passes_its_folder(
     server.files["/m/metadata.json"] = b'{"dataset_id": "x"}'
     server.files["/m/main_data.hdf5"] = DEMO
     calls: list[Any] = []
-    monkeypatch.setattr("rlds_cli.download.convert", lambda source, name, **kw: calls.append(source))
+    monkeypatch.setattr("rlds_cli.sources.download.convert", lambda source, name, **kw: calls.append(source))
     download("org/minari-like-v0")
     folder = raw(isolated_cache, "org/minari-like-v0")
     assert calls == [folder]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from rlds_cli import registry
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
 from rlds_cli.errors import DatasetExistsError, DownloadFailedError, DownloadTooSlowError, SourceFormatError
 from rlds_cli.net.fetch import RemoteFile, fetch_files

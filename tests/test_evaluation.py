@@ -20,9 +20,8 @@ import rlds_cli
 from rlds_cli.cache.derive import create_view
 from rlds_cli.cache.manifest import read_manifest, write_manifest
 from rlds_cli.cache.opening import open_dataset
+from rlds_cli.catalog.envspec import env_entry, env_spec_to_json
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
-from rlds_cli.envspec import env_entry, env_spec_to_json
 from rlds_cli.errors import (
     GYMNASIUM_INSTALL,
     DatasetNotFoundError,
@@ -31,6 +30,7 @@ from rlds_cli.errors import (
     NoEnvSpecError,
     NoReferenceScoresError,
 )
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.minari_fixtures import minari_path, record_random
 
@@ -254,7 +254,7 @@ def test_every_d4rl_registry_score_is_d4rls() -> None:
         from d4rl_ref_scores import reference_scores as table
     finally:
         sys.path.pop(0)
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     scored = {e.id: (e.extra["ref_min_score"], e.extra["ref_max_score"])
               for e in registry.entries() if "ref_min_score" in e.extra}  # fmt: skip

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import ExportError, UnknownFormatError
 from rlds_cli.export import export_dataset
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_three_episodes
 
 runner = CliRunner()

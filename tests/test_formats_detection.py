@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetExistsError, SourceError, UnknownFormatError
 from rlds_cli.formats import detect_format, known_formats
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.formats_fixtures import (
     amago_arrays,

@@ -34,7 +34,7 @@ from rlds_cli.cache.layout import (
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError, SchemaMismatchError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.compact import remove_retired
 from tests.test_writer import episode

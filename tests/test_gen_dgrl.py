@@ -475,7 +475,7 @@ def test_memory_is_bounded_by_a_trajectory_not_the_source(tmp_path: Path) -> Non
         f"""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
-        from rlds_cli.convert import convert
+        from rlds_cli.sources.convert import convert
         result = convert({str(archive)!r}, "big", format="gen_dgrl")
         print("steps", result.manifest.num_steps)
         """
@@ -503,7 +503,7 @@ def test_registry_entries_follow_torchrl_and_are_generated() -> None:
     import importlib.util
     import sys
 
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     sys.path.insert(0, str(REPO / "scripts"))
     try:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.hdf5_chunks import ChunkRows, inflatable
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
 pytestmark = pytest.mark.usefixtures("isolated_cache")

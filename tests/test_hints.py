@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from rlds_cli import errors, registry
+from rlds_cli import errors
+from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
-from rlds_cli.download import _default_name
+from rlds_cli.sources.download import _default_name
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.http_faults import Fault, FaultServer, serving
 

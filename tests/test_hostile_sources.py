@@ -687,7 +687,7 @@ def test_hostile_source(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     spec = CASES[case](src_dir)
     if spec.floors is not None:  # small bombs: the rules are the same, the floors lower
         monkeypatch.setattr("rlds_cli.formats.untrusted.RATIO_FLOOR_BYTES", spec.floors)
-        monkeypatch.setattr("rlds_cli.archives.RATIO_FLOOR_BYTES", spec.floors)
+        monkeypatch.setattr("rlds_cli.formats.archives.RATIO_FLOOR_BYTES", spec.floors)
     before = _tree(tmp_path, home)
     args = ["download", str(spec.path), "--name", "hostile", "--root", str(home)]
     result = runner.invoke(app, [*args, *(["--format", spec.fmt] if spec.fmt else [])], env=spec.env)
@@ -736,7 +736,7 @@ def test_a_huge_declared_side_array_allocates_nothing(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from rlds_cli.convert import convert
+        from rlds_cli.sources.convert import convert
         from rlds_cli.errors import RldsError
         try:
             convert({str(src)!r}, "huge", root={str(tmp_path / "home")!r})
@@ -788,8 +788,8 @@ def test_a_reader_that_yields_a_path_as_a_key_is_stopped(
 ) -> None:
     """A reader bypassing the key cleaner (a bug, or a new format) cannot write outside the
     cache: the conversion stops with an error naming the source and the key."""
-    from rlds_cli.convert import convert
     from rlds_cli.errors import SourceFormatError
+    from rlds_cli.sources.convert import convert
 
     monkeypatch.setitem(
         __import__("rlds_cli.formats", fromlist=["READERS"]).READERS, "evil", f"{__name__}:_EvilReader"
@@ -839,8 +839,8 @@ class _EvilReader(Reader):
 def test_a_tampered_manifest_cannot_read_another_datasets_files(tmp_path: Path, backend: str) -> None:
     """Manifest keys are checked on read: a manifest whose key climbs out of the dataset
     ('../../other/arrays/observation') is damage, never a read of another dataset's files."""
-    from rlds_cli.convert import convert
     from rlds_cli.errors import CorruptDatasetError
+    from rlds_cli.sources.convert import convert
 
     src = _d4rl(tmp_path / "d.hdf5")
     convert(src, "victim", root=tmp_path / "home", backend=backend)
@@ -879,7 +879,7 @@ def test_a_virtual_dataset_of_its_own_file_converts(tmp_path: Path) -> None:
     """D4RL's CARLA files are built as virtual datasets over gzip chunks of the same file
     (``virtual/<i>/<key>``, source file ``.``): those are read, equal to h5py's reading; a
     virtual dataset mapping any other file is refused (the ``d4rl-virtual`` case above)."""
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
 
     n = 40
     arrays = _d4rl_arrays()

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from rlds_cli.convert import convert
-from rlds_cli.download import download
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DownloadFailedError,
@@ -30,6 +28,8 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.hub import repo as hub_repo
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
 
 pytest.importorskip("huggingface_hub")

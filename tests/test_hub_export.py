@@ -183,7 +183,7 @@ def test_another_export_needs_force_and_replaces_the_old_files(
     hub: HubStandin,  # noqa: F811 - the fixture
     tmp_path: Path,
 ) -> None:
-    from rlds_cli.convert import convert
+    from rlds_cli.sources.convert import convert
     from tests.d4rl_fixtures import golden_three_episodes
 
     make_demo("demo", "zarr")

@@ -15,7 +15,6 @@ import pytest
 
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.snapshot import private_build
-from rlds_cli.download import download
 from rlds_cli.errors import (
     ChecksumMismatchError,
     HTTPStatusError,
@@ -27,6 +26,7 @@ from rlds_cli.export.hub import HUB_EXPORT_MARK
 from rlds_cli.net.hub.fetch import STAGING
 from rlds_cli.net.layout import meta_dir
 from rlds_cli.remote import hub_store
+from rlds_cli.sources.download import download
 from tests import test_hub_download
 from tests.hub_standin import HubStandin
 from tests.test_hub_download import DATA, FIXTURE, VIDEO, _cli

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from rlds_cli import registry
-from rlds_cli.convert import convert
-from rlds_cli.download import download
+from rlds_cli.catalog import registry
 from rlds_cli.errors import HTTPStatusError, OfflineError, RegistryFormatError
 from rlds_cli.net.hub.folder import list_folder
 from rlds_cli.net.layout import listing_path
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.hub_standin import HubStandin, Repo, folder_files
 
 pytest.importorskip("huggingface_hub")
@@ -186,7 +186,7 @@ def test_a_branch_moving_mid_download_changes_no_file(
 ) -> None:
     """main gets a new commit (other traces) after the listing and before the files are fetched:
     every file still comes from the listed commit, and the provenance names that commit."""
-    from rlds_cli import download as download_module
+    from rlds_cli.sources import download as download_module
     from tests.formats_fixtures import roboset_trial, write_roboset
 
     repo, files = _repo(hub, tmp_path)

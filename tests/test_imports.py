@@ -112,7 +112,7 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
     report = loaded_heavy(
         """
         import rlds_cli
-        from rlds_cli import opening
+        from rlds_cli.loader import opening
         from rlds_cli.cache import dataset
         assert rlds_cli.open_dataset is opening.open_dataset
         assert rlds_cli.Dataset is dataset.Dataset
@@ -120,7 +120,7 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
         from rlds_cli.cache import root, ted
         assert rlds_cli.CacheRoot is root.CacheRoot
         assert rlds_cli.TedBatch is ted.TedBatch
-        from rlds_cli.convert import convert
+        from rlds_cli.sources.convert import convert
         assert callable(convert)
         mark("convert")
         import rlds_cli.loader as loader
@@ -140,7 +140,10 @@ def test_lazy_attributes_load_only_what_they_need(tmp_path: Path) -> None:
 def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
     """Every name in ``rlds_cli.__all__`` is the same object before and after the package's
     submodules are imported (a submodule of the same name would replace a lazy attribute)."""
-    submodules = "rlds_cli.cli.app, rlds_cli.convert, rlds_cli.download, rlds_cli.loader, rlds_cli.summary"
+    submodules = (
+        "rlds_cli.cli.app, rlds_cli.sources.convert, rlds_cli.sources.download, rlds_cli.loader, "
+        "rlds_cli.inspection.summary"
+    )
     for code in (
         # names first, then submodules
         f"""
@@ -170,7 +173,7 @@ def test_public_names_are_not_shadowed_by_submodules(tmp_path: Path) -> None:
 
 def test_lazy_attributes_in_process() -> None:
     from rlds_cli.loader import Loader
-    from rlds_cli.opening import open_dataset
+    from rlds_cli.loader.opening import open_dataset
 
     assert rlds_cli.open_dataset is open_dataset
     assert rlds_cli.Loader is Loader

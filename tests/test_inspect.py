@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
-from rlds_cli.summary import describe, histogram, key_statistics
+from rlds_cli.inspection.summary import describe, histogram, key_statistics
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
 runner = CliRunner()

@@ -19,9 +19,9 @@ from rlds_cli.cache.blocks import Budget, blocks, read, row_bytes, ted_blocks
 from rlds_cli.cache.buffers import BufferPool
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
-from rlds_cli.summary import describe
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.summary import describe
+from rlds_cli.inspection.validate import check_dataset
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 from tests.test_writer import episode
 

@@ -1,4 +1,4 @@
-"""The shared small helpers: atomic writes (``rlds_cli._io``), sha256 of a file, the disk-space
+"""The shared small helpers: atomic writes (``rlds_cli._util.io``), sha256 of a file, the disk-space
 check, the episode-range parser and the retry budget."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlds_cli._io import (
+from rlds_cli._util.io import (
     DISK_MARGIN,
     atomic_path,
     atomic_write,
@@ -191,7 +191,7 @@ def test_a_folder_fsync_raises_what_lost_data_and_skips_what_cannot_sync(
 ) -> None:
     """EIO on a folder's fsync means its entries may be gone: the caller must not commit what
     names them. A filesystem that cannot sync folders (EINVAL, ENOTSUP) has nothing to do."""
-    from rlds_cli import _io
+    from rlds_cli._util import io as _io
 
     def fsync(fd: int) -> None:
         raise OSError(code, os.strerror(code))

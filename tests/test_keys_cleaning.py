@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.formats.keys import clean_keys, clean_part, is_valid_key
+from rlds_cli.sources.convert import convert
 from tests.minari_fixtures import record_random
 
 runner = CliRunner()

@@ -22,10 +22,10 @@ from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
 from rlds_cli.cache.derive import create_view
 from rlds_cli.cache.manage import collect_garbage, remove_dataset
 from rlds_cli.formats.base import StepBlock
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.preprocess import finish as preprocess_finish
 from rlds_cli.preprocess import job as preprocess_job
 from rlds_cli.preprocess import resume as preprocess_resume
-from rlds_cli.validate import check_dataset
 from tests import faults
 from tests.faults import count_steps, kill_at
 

@@ -13,58 +13,39 @@ the list only shrinks).
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests.test_import_graph import PACKAGE, import_graph, modules
 
-#: The bottom layer: imports nothing of rlds above it.
-#: (``tfds_layout``: an RLDS/TFDS folder's file names, the one rule of the reader's layout in
-#: ``formats`` and of the Hub's download plan in ``net``, which may not import ``formats``.)
-BOTTOM = frozenset(
-    {"errors", "settings", "_io", "_version", "_lazy", "numbers", "rows", "plugins", "tfds_layout"}
-)
-#: Names, aliases and the registry's records: read by the front door's opener and by the services.
-CATALOG = frozenset({"registry", "registry_schema", "registry_hub", "matching", "names", "envspec"})
-#: Read-side services over a cached dataset (inspect, listing, scores, statistics).
-SERVICES = frozenset({"normalization", "summary", "scores", "validate", "plot", "catalog"})
+#: The bottom layer: imports nothing of rlds above it (``_util``: files written whole, lazy names,
+#: plug points, number and row rules, an RLDS/TFDS folder's file names).
+BOTTOM = frozenset({"errors", "settings", "_version", "_util"})
 
 #: unit -> the other units it may import (its own modules are always allowed). The CLI and the
 #: front door (``rlds_cli/__init__``, lazy) stand on everything.
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "_version": frozenset(),
-    "_lazy": frozenset(),
     "settings": frozenset({"errors"}),
-    **{unit: frozenset({"errors", "settings"}) for unit in ("_io", "numbers", "rows", "plugins")},
-    "tfds_layout": frozenset({"errors"}),
-    "archives": BOTTOM,
+    "_util": frozenset({"errors", "settings"}),
     "cache": BOTTOM,  # and cache/ted.py, cache/layout.py: the bottom's TED vocabulary and paths
-    "registry_schema": BOTTOM | {"cache"},
-    "matching": BOTTOM,
-    "registry": BOTTOM | {"registry_schema", "matching"},
-    "registry_hub": BOTTOM | {"registry_schema"},
-    "names": BOTTOM | {"cache", "registry"},
-    "envspec": BOTTOM | {"cache", "registry"},
-    # the front door's opener (rlds_cli/opening.py): an alias resolved, a URL read where it lies
-    "opening": BOTTOM | {"cache", "names", "remote"},
-    "normalization": BOTTOM | {"cache", "opening"},  # from_dataset(NAME) opens any name
-    "summary": BOTTOM | {"cache", "scores"},
-    "scores": BOTTOM | {"cache", "names", "envspec", "registry"},
-    "validate": BOTTOM | {"cache", "formats"},  # checks a source file with the readers
-    "plot": BOTTOM | {"cache", "summary"},
-    "catalog": BOTTOM | {"cache", "matching", "registry", "registry_hub", "net"},
-    "loader": BOTTOM | {"cache", "normalization", "opening"},
+    # names and records: the registry, what a name refers to, the environments recorded
+    "catalog": BOTTOM | {"cache"},
     "write": BOTTOM | {"cache"},
-    "formats": BOTTOM | {"cache", "archives"},
+    "formats": BOTTOM | {"cache"},
     "recording": BOTTOM | {"cache", "write", "formats"},
+    "net": BOTTOM | {"cache", "catalog"},
+    # object stores and the Hub's write side
+    "remote": BOTTOM | {"cache", "write", "catalog", "net"},
+    # download, conversion, verification against the sources
+    "sources": BOTTOM | {"cache", "catalog", "formats", "net"},
+    # listing, summaries, scores, TED checks (which read source files with the readers), plots
+    "inspection": BOTTOM | {"cache", "catalog", "formats", "net"},
+    # the read side's top: loader/opening.py opens any name (an alias, a URL read where it lies)
+    "loader": BOTTOM | {"cache", "catalog", "remote"},
     "export": BOTTOM | {"cache", "recording", "remote"},  # export/hub.py commits an export to the Hub
-    "net": BOTTOM | {"cache", "registry"},
-    "remote": BOTTOM | {"cache", "write", "names", "net"},  # net/hub: the Hub client's URL, token, endpoint
-    "preprocess": BOTTOM | {"cache", "remote", "opening"},
-    "convert": BOTTOM | {"cache", "formats", "archives", "net"},
-    "verify": BOTTOM | {"cache", "registry", "net", "formats"},  # rlds verify: hashes, sources
-    "hub_download": BOTTOM | {"cache", "convert", "formats", "net"},
-    "download": BOTTOM | {"cache", "convert", "formats", "net", "registry", "hub_download"},
+    "preprocess": BOTTOM | {"cache", "remote", "loader"},  # loader/opening.py: inputs opened by any name
     "demo": BOTTOM,
     "data": frozenset(),
 }
@@ -165,3 +146,55 @@ def test_benchmark_and_script_modules_are_at_most_800_lines() -> None:
     assert len(files) > 20  # the folders are where this test looks
     long = {p.relative_to(root).as_posix(): _lines(p) for p in files if _lines(p) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (one concept each: split along concepts): {long}"
+
+
+#: Packages of the bottom layer whose leading underscore keeps them out of the front door, not
+#: out of the package: every layer imports them.
+SHARED_PRIVATE_PACKAGES = ("rlds_cli._util", "rlds_cli._version")
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """``importer: module.name`` for every import, in ``package``, of another module's private
+    name or of a private module (:data:`SHARED_PRIVATE_PACKAGES` apart)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        importer = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(package.name):
+                continue
+            module = node.module or ""
+            if module == importer:
+                continue
+            private_module = not module.startswith(SHARED_PRIVATE_PACKAGES) and any(
+                part.startswith("_") for part in module.split(".")
+            )
+            for alias in node.names:
+                name = alias.name
+                if private_module or (name.startswith("_") and not name.startswith("__")):
+                    found.append(f"{importer}: {module}.{name}")
+                elif not module.startswith(SHARED_PRIVATE_PACKAGES) and name.startswith("_"):
+                    found.append(f"{importer}: {module}.{name}")  # a private module by name
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """Issue 39: the 500-line cap split modules by length, and 57 imports of private names tied
+    the halves together. A name used by another module is public, with its docstring."""
+    assert private_imports() == [], "imports of another module's private names"
+
+
+def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
+    package = tmp_path / "rlds_cli"
+    (package / "_util").mkdir(parents=True)
+    (package / "a.py").write_text("def _hidden():\n    pass\n")
+    (package / "_util" / "io.py").write_text("def _inner():\n    pass\n")
+    (package / "b.py").write_text(
+        "from rlds_cli.a import _hidden\nfrom rlds_cli import _private_module\n"
+        "from rlds_cli._util.io import _inner\nfrom rlds_cli._util import io\n"
+    )
+    assert private_imports(package) == [
+        "rlds_cli.b: rlds_cli.a._hidden",
+        "rlds_cli.b: rlds_cli._private_module",
+        "rlds_cli.b: rlds_cli._util.io._inner",
+    ]

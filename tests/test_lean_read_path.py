@@ -13,8 +13,8 @@ from tests.test_imports import run_python
 #: Module prefixes the read path of a local dataset must not load.
 FORBIDDEN = (
     "rlds_cli.formats",
-    "rlds_cli.convert",
-    "rlds_cli.download",
+    "rlds_cli.sources.convert",
+    "rlds_cli.sources.download",
     "rlds_cli.net",
     "rlds_cli.remote",
     "rlds_cli.cache.builder",

@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
+from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
 from tests.lerobot_fixtures import (
     DATA,
@@ -627,7 +627,7 @@ def test_a_subset_counts_the_episodes_without_a_transition_as_the_whole_source_d
 ) -> None:
     """An episode of one frame has no transition under last_step="drop": dropped, and counted in
     the report whether or not the episodes read start after it (the subset passes the check)."""
-    from rlds_cli.validate import check_dataset
+    from rlds_cli.inspection.validate import check_dataset
 
     src = _state_episodes(tmp_path / "s", [1, 3, 4])
     options: dict[str, Any] = {"last_step": "drop"}

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
-from rlds_cli.download import download
 from rlds_cli.errors import InvalidSelectionError, SourceFormatError
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.hub_standin import HubStandin, Repo, folder_files
 from tests.lerobot_fixtures import DATA, FIXTURE, LENGTHS, VIDEO, split_v3_tree, v21_tree
 

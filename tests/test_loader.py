@@ -13,10 +13,10 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
-from rlds_cli.download import download
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.loader import Loader, UniformSampler
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_column, golden_three_episodes
 
 TED_KEYS = {

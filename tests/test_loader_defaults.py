@@ -22,8 +22,8 @@ from rlds_cli import preprocess
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import split_dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import LoaderStateError, SeedError
+from rlds_cli.inspection.summary import describe
 from rlds_cli.loader import (
     EpochBatchSampler,
     EpochSampler,
@@ -41,7 +41,7 @@ from rlds_cli.loader import (
 from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.device import DeviceUniformSampler
 from rlds_cli.preprocess.plan import make_plan
-from rlds_cli.summary import describe
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 from tests.loader_fixtures import make_ted
 

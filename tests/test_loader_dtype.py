@@ -12,11 +12,11 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.loader import Loader
 from rlds_cli.loader.data_loader import TedDataLoader
 from rlds_cli.loader.mixture import MixtureLoader
 from rlds_cli.loader.torch_data import TedIterableDataset, TedMapDataset
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 from tests.loader_fixtures import make_ted
 

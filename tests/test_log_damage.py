@@ -37,7 +37,7 @@ from rlds_cli.cache.commit_log import (
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import uid_episode
 from tests.faults import assert_finishes_forked
 

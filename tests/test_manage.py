@@ -12,8 +12,8 @@ from rlds_cli.cache.manage import children_of, collect_garbage, disk_usage, remo
 from rlds_cli.cache.manifest import read_manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetInUseError, DatasetNotFoundError
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 
 runner = CliRunner()
@@ -218,7 +218,7 @@ def test_gc_raw_keeps_a_folder_whose_download_holds_its_lock(two_datasets: Cache
 
 
 def test_registry_aliases_name_their_cached_dataset() -> None:
-    from rlds_cli.download import download
+    from rlds_cli.sources.download import download
 
     download("demo")
     path = runner.invoke(app, ["path", "demo"])

@@ -23,7 +23,7 @@ pytest.importorskip("PIL", reason="minari's JPEG frames need pillow")
 from gymnasium import spaces  # noqa: E402
 
 from rlds_cli.cache import open_dataset  # noqa: E402
-from rlds_cli.convert import convert  # noqa: E402
+from rlds_cli.sources.convert import convert  # noqa: E402
 from tests.minari_fixtures import minari_path, record_random  # noqa: E402
 
 # minari warns that no evaluation environment was given; the tests do not need one

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import MissingExtraError, SourceError, SourceFormatError
+from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import minari_episode, write_minari_by_hand
 
 

@@ -33,9 +33,9 @@ from gymnasium import spaces  # noqa: E402
 from rlds_cli.cache import open_dataset  # noqa: E402
 from rlds_cli.cache.derive import create_view  # noqa: E402
 from rlds_cli.cli.app import app  # noqa: E402
-from rlds_cli.convert import convert  # noqa: E402
 from rlds_cli.errors import SourceFormatError  # noqa: E402
 from rlds_cli.export import export_dataset  # noqa: E402
+from rlds_cli.sources.convert import convert  # noqa: E402
 from tests.minari_fixtures import minari_path  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWarning")
@@ -350,7 +350,7 @@ def test_nested_actions_survive_key_selection(root: Path) -> None:
 
 def test_namespaced_ids_keep_their_namespace(root: Path) -> None:
     """``pendulum/random-v0`` and ``cartpole/random-v0`` never collide on ``random-v0``."""
-    from rlds_cli.download import download
+    from rlds_cli.sources.download import download
 
     a = download(str(root / "pendulum" / "random-v0"))
     b = download(str(root / "cartpole" / "random-v0" / "data"))

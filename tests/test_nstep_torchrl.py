@@ -23,9 +23,9 @@ from torchrl.data.postprocs import MultiStep  # noqa: E402
 from torchrl.objectives.value import TD0Estimator  # noqa: E402
 
 from rlds_cli.cache import open_dataset  # noqa: E402
-from rlds_cli.convert import convert  # noqa: E402
 from rlds_cli.loader import Loader  # noqa: E402
 from rlds_cli.loader.transforms import NStepReturn  # noqa: E402
+from rlds_cli.sources.convert import convert  # noqa: E402
 
 N_STEPS, GAMMA = 3, 0.9
 #: (length, terminated): a terminated, a short truncated, and a long terminated episode

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, StepBlock
+from rlds_cli.formats.episode_schema import EpisodeSchema
 from rlds_cli.formats.packing import BLOCK_BYTES, BlockPacker, Piece, piece_block, rows_per_block
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from rlds_cli._util.plugins import load, resolve
 from rlds_cli.errors import PreprocessError, UnknownFormatError
 from rlds_cli.export import EXPORTERS
 from rlds_cli.formats import READERS, reader_class
-from rlds_cli.plugins import load, resolve
 from rlds_cli.preprocess.executors import EXECUTORS, start
 
 
@@ -30,11 +30,11 @@ def test_an_unknown_name_is_the_tables_error_with_the_known_names() -> None:
 
 
 def test_the_plug_points_the_front_door_fills_resolve_to_the_layer_above() -> None:
-    """``Dataset.env_spec`` and ``recover_environment`` call up into :mod:`rlds_cli.envspec`
+    """``Dataset.env_spec`` and ``recover_environment`` call up into :mod:`rlds_cli.catalog.envspec`
     through the points ``rlds_cli/__init__`` fills; an unfilled point is a clear wiring error."""
     import rlds_cli  # noqa: F401  (fills the points)
-    from rlds_cli import envspec
-    from rlds_cli.plugins import provided
+    from rlds_cli._util.plugins import provided
+    from rlds_cli.catalog import envspec
 
     assert provided("dataset.env_spec") is envspec.dataset_env_spec
     assert provided("dataset.recover_environment") is envspec.recover_environment

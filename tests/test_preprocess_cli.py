@@ -43,7 +43,7 @@ def assert_same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> No
 
 
 def test_cli_end_to_end_on_the_demo_with_two_workers() -> None:
-    from rlds_cli.download import download
+    from rlds_cli.sources.download import download
 
     name = download("demo").manifest.name
     result = invoke("preprocess", name, "--fn", f"{FNS}:normalize", "--name", "demo-norm", "--workers", "2")

@@ -12,10 +12,10 @@ import pytest
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, ted_fields
-from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetReplacedError
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.preprocess.plan import read_chunk
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 
 LENGTHS = [3, 1, 4, 2]  # 10 steps, 4 episodes: 14 flat rows

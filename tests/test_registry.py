@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli import matching, registry
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog import matching, registry
 from rlds_cli.cli.app import app
-from rlds_cli.download import download
 from rlds_cli.errors import (
     ChecksumMismatchError,
     OfflineError,
@@ -22,6 +21,7 @@ from rlds_cli.errors import (
     RegistryFormatError,
     UnknownDatasetIdError,
 )
+from rlds_cli.sources.download import download
 
 DEMO_ID = "pointmass-demo-v0"
 DEMO_SHA256 = "524b86aee0d4b6d936da86b82cfe17ed10bba65bad78f0f9a6b941e9a89ead8e"

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli import registry
 from rlds_cli.cache import open_dataset
+from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
-from rlds_cli.download import download
 from rlds_cli.errors import RegistryError, RegistryFormatError
+from rlds_cli.sources.convert import convert
+from rlds_cli.sources.download import download
 from tests.atari_dqn_fixtures import write_run
 from tests.http_faults import FaultServer
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli import registry
+from rlds_cli.catalog import registry
+from rlds_cli.catalog.registry_hub import hub_repos, hub_source
 from rlds_cli.cli.app import app
-from rlds_cli.registry_hub import hub_repos, hub_source
 
 runner = CliRunner()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlds_cli import registry
 from rlds_cli.cache.root import validate_name
+from rlds_cli.catalog import registry
 from rlds_cli.errors import RegistryFormatError
 from rlds_cli.formats import known_formats
 

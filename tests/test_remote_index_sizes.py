@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import RemoteCorruptError
-from rlds_cli.opening import open_dataset
+from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 

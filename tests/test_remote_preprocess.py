@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from rlds_cli import preprocess
 from rlds_cli.cli.app import app
 from rlds_cli.errors import PreprocessError, RemoteExistsError, UserFunctionError
-from rlds_cli.opening import open_dataset
+from rlds_cli.loader.opening import open_dataset
 from tests.dataset_fixtures import make_dataset
 
 fsspec = pytest.importorskip("fsspec")

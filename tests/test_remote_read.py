@@ -25,7 +25,7 @@ from rlds_cli.errors import (
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
 )
-from rlds_cli.opening import open_dataset
+from rlds_cli.loader.opening import open_dataset
 from tests.test_cache_contract import _pixel_blocks
 
 fsspec = pytest.importorskip("fsspec")

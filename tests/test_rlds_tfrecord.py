@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
+from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
 from tests.formats_fixtures import refused as _refused
 from tests.rlds_tfrecord_fixtures import DICT_ACTION, Episode, Fixture, write_rlds_dataset
@@ -505,7 +505,7 @@ def test_a_shard_declaring_far_more_than_it_stores(tmp_path: Path) -> None:
 
 _CONVERT_CAPPED = """
 import resource, sys
-from rlds_cli.convert import convert
+from rlds_cli.sources.convert import convert
 cap = int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 result = convert(sys.argv[1], "capped", options={"workers": 1})

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError
+from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import golden_roboset, roboset_trial, write_roboset
 
 

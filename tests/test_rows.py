@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlds_cli import rows as rows_module
-from rlds_cli.rows import insert_rows, rows_equal
+from rlds_cli._util import rows as rows_module
+from rlds_cli._util.rows import insert_rows, rows_equal
 
 
 def _by_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import parse_episodes
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from tests.cli_fixtures import download_ok
 from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
 from tests.minari_fixtures import record_random

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from rlds_cli.cache import open_dataset
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.sources.convert import convert
 
 torch = pytest.importorskip("torch")
 tensordict = pytest.importorskip("tensordict")

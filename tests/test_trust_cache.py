@@ -21,9 +21,9 @@ import pytest
 import rlds_cli
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
 from rlds_cli.cache.backends import ALL_CHUNKS_ATTR
-from rlds_cli.download import download
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.formats.base import StepBlock
+from rlds_cli.sources.download import download
 from tests.dataset_fixtures import make_dataset
 from tests.durability import DurabilityTrace, check_durable_publish
 

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli._io import tree_bytes
+from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cli.app import app

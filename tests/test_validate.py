@@ -1,4 +1,4 @@
-"""``rlds inspect --check`` / :func:`rlds_cli.validate.check_dataset`: clean datasets of every
+"""``rlds inspect --check`` / :func:`rlds_cli.inspection.validate.check_dataset`: clean datasets of every
 format pass; damage is reported by episode and step, and the CLI exits 1."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.formats_fixtures import (
     golden_ogbench,

@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats import detect_format
+from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import refused as _refused
 from tests.vd4rl_fixtures import (
     dreamer_episode,
@@ -536,7 +536,7 @@ def test_sniff_claims_only_vd4rl(tmp_path: Path) -> None:
 
 _CAPPED = """
 import resource, sys
-from rlds_cli.convert import convert
+from rlds_cli.sources.convert import convert
 import h5py, numpy  # loaded before the cap: only the conversion's own memory counts
 vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize")) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (vm + {budget}, vm + {budget}))

@@ -20,9 +20,9 @@ from rlds_cli.cache.derive import create_view, split_dataset
 from rlds_cli.cache.manifest import MANIFEST_FILE
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.dataset_fixtures import make_dataset
 from tests.formats_fixtures import minari_episode, write_minari_by_hand

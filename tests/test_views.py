@@ -17,9 +17,9 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.views import ViewSpec, parse_episode_range
 from rlds_cli.cli.app import app
-from rlds_cli.convert import convert
 from rlds_cli.errors import CorruptDatasetError, DatasetExistsError, DatasetInUseError, InvalidSelectionError
 from rlds_cli.loader import Loader
+from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
 runner = CliRunner()

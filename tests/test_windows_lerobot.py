@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.loader import Loader
 from rlds_cli.loader.windows import lerobot_names
+from rlds_cli.sources.convert import convert
 
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("av")

@@ -11,7 +11,7 @@ import torch
 import rlds_cli
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.errors import CommitFailedError, DatasetExistsError, SchemaMismatchError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import make_dataset
 
 

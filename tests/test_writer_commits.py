@@ -19,7 +19,7 @@ import pytest
 
 import rlds_cli
 from rlds_cli.errors import CommitFailedError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.committer import Committer
 from rlds_cli.write.validate import episode_columns, flatten

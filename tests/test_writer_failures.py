@@ -21,7 +21,7 @@ import rlds_cli
 from rlds_cli.cache import commit_log, durable
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.errors import CommitFailedError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
 from tests.test_writer import episode
 from tests.waits import HANG_SECONDS

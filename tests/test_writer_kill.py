@@ -14,7 +14,7 @@ import pytest
 import rlds_cli
 from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.errors import CommitFailedError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from tests import faults
 from tests.test_writer import episode
 

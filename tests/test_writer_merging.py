@@ -19,7 +19,7 @@ from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CommitFailedError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import merging
 from tests import faults
 from tests.test_writer import episode

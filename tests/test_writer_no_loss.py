@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import rlds_cli
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write.compact import remove_retired
 from tests.dataset_fixtures import uid_episode
 from tests.waits import HANG_SECONDS, collect, join_all

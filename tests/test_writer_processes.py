@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import rlds_cli
 from rlds_cli.cli.app import app
 from rlds_cli.errors import SchemaMismatchError
-from rlds_cli.validate import check_dataset
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.sink import COLLECT_PER_COMMIT
 from tests.test_writer import assert_identical, episode

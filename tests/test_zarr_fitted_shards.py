@@ -17,7 +17,7 @@ from rlds_cli.cache.backends import (
     zarr_shard_rows,
 )
 from rlds_cli.cache.backends.zarr import write as backends
-from rlds_cli.download import download
+from rlds_cli.sources.download import download
 
 
 def _file_bytes(directory: Path) -> int:

@@ -34,7 +34,7 @@ def open_demo(root: str | None) -> rlds_cli.Dataset:
     try:
         return rlds_cli.open_dataset(DATASET, root)
     except DatasetNotFoundError:
-        from rlds_cli.download import download
+        from rlds_cli.sources.download import download
 
         download("demo", root=root)  # bundled with rlds: no network needed
         return rlds_cli.open_dataset(DATASET, root)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlds_cli import plugins
-from rlds_cli._io import tree_bytes
+from rlds_cli._util import plugins
+from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.episode_table import EpisodeTable
@@ -33,7 +33,7 @@ from rlds_cli.cache.views import GatheredColumn, SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
 if TYPE_CHECKING:
-    from rlds_cli.envspec import RecordedEnvSpec
+    from rlds_cli.catalog.envspec import RecordedEnvSpec
 
 
 def version_identity(directory: Path) -> tuple[int, int, int] | None:
@@ -158,8 +158,8 @@ class Dataset:
     def env_spec(self) -> RecordedEnvSpec | None:
         """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
         gymnasium spec and where it came from), or ``None`` when the dataset records none. See
-        :mod:`rlds_cli.envspec` for the places it is read from; a view has its parent's."""
-        return plugins.provided("dataset.env_spec")(self)  # rlds_cli.envspec: it reads the registry
+        :mod:`rlds_cli.catalog.envspec` for the places it is read from; a view has its parent's."""
+        return plugins.provided("dataset.env_spec")(self)  # rlds_cli.catalog.envspec: it reads the registry
 
     @property
     def episodes(self) -> EpisodeTable:
@@ -206,7 +206,7 @@ class Dataset:
 
     def size_bytes(self) -> int:
         """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds
-        list`` count them (:func:`rlds_cli._io.tree_bytes`). A view counts its own small
+        list`` count them (:func:`rlds_cli._util.io.tree_bytes`). A view counts its own small
         directory, not its parent's arrays."""
         return tree_bytes(self.directory)
 

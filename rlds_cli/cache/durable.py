@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlds_cli._io import fsync_dir, fsync_file
+from rlds_cli._util.io import fsync_dir, fsync_file
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlds_cli._io import file_bytes, tree_bytes
+from rlds_cli._util.io import file_bytes, tree_bytes
 from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetInUseError, DatasetNotFoundError

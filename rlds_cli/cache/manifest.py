@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rlds_cli._io import atomic_write
+from rlds_cli._util.io import atomic_write
 from rlds_cli._version import __version__
 from rlds_cli.cache.integrity import check_manifest_data, damage_hint, manifest_name
 from rlds_cli.cache.layout import MANIFEST_FILE
@@ -72,7 +72,7 @@ class Manifest:
             of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
             empty for datasets written before digests existed.
         env: The environment the data was recorded in: ``{"spec": <gymnasium EnvSpec as JSON>,
-            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.envspec`, which reads and
+            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.catalog.envspec`, which reads and
             writes it); empty when the writer knew none.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.

@@ -2,8 +2,8 @@
 
 :func:`open_dataset` opens the local dataset of a cache name, retrying while a replacement of the
 dataset is being published (so a reader never sees half of one version). Registry aliases and
-URLs are the front door's (:func:`rlds_cli.opening.open_dataset`, ``rlds_cli.open_dataset``),
-which resolves an alias with :mod:`rlds_cli.names` and reads a URL with
+URLs are the front door's (:func:`rlds_cli.loader.opening.open_dataset`, ``rlds_cli.open_dataset``),
+which resolves an alias with :mod:`rlds_cli.catalog.names` and reads a URL with
 :mod:`rlds_cli.remote.reader` before it comes here: the cache imports neither. It lives apart
 from :mod:`rlds_cli.cache.dataset` because the growing dataset's reader is a subclass of
 :class:`~rlds_cli.cache.dataset.Dataset` opened from here.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._io import atomic_write, fsync_dir
+from rlds_cli._util.io import atomic_write, fsync_dir
 from rlds_cli.cache.layout import (
     BUILD_SUFFIX,
     JOURNAL_SUFFIX,

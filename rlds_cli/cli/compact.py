@@ -32,7 +32,7 @@ def compact(
     Safe while writers append and readers sample: readers keep their view (the old segments'
     files stay for the grace period) and see the merged segment when they refresh.
     """
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
     from rlds_cli.write.compact import compact as run
 
     report = run(resolve_name(name, root), root, grace_seconds=grace)

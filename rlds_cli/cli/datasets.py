@@ -42,12 +42,12 @@ def list_datasets(
 
         return list_remote(root, pattern, json=json, quiet=quiet)
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.catalog import list_datasets as cached_datasets
+    from rlds_cli.inspection.listing import list_datasets as cached_datasets
 
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in cached_datasets(pattern, cache)]
     if not quiet:  # a dataset whose manifest is damaged is not listed: say so, not nothing
-        from rlds_cli.matching import matches
+        from rlds_cli.catalog.matching import matches
 
         for name, exc in cache.damaged_manifests():
             if pattern is None or matches(pattern, name):
@@ -123,10 +123,10 @@ def inspect(
     With -q nothing is printed: the exit status tells whether --check passed, and --plot still
     writes its file.
     """
-    from rlds_cli.names import resolve_name
-    from rlds_cli.opening import open_dataset
+    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.inspection.summary import describe
+    from rlds_cli.loader.opening import open_dataset
     from rlds_cli.remote.reader import RemoteDataset, is_url
-    from rlds_cli.summary import describe
 
     # a URL: the pushed zarr dataset, read where it lies (credentials from the environment)
     dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
@@ -135,12 +135,12 @@ def inspect(
     if info and isinstance(dataset, RemoteDataset):
         dataset.fix_summary(info)
     if plot is not None:
-        from rlds_cli.plot import plot_dataset
+        from rlds_cli.inspection.plot import plot_dataset
 
         info["plot"] = str(plot_dataset(dataset, plot))
     report = None
     if check:
-        from rlds_cli.validate import check_dataset
+        from rlds_cli.inspection.validate import check_dataset
 
         report = check_dataset(dataset)
         info["check"] = report.to_dict()
@@ -323,7 +323,7 @@ def _render_histogram(
 ) -> None:
     """A horizontal bar chart of a histogram, at most ``lines`` bins (neighbours merged). With
     ``integers`` (edges halfway between whole numbers, as
-    :func:`rlds_cli.summary.length_histogram` makes them) each bin shows the whole numbers it
+    :func:`rlds_cli.inspection.summary.length_histogram` makes them) each bin shows the whole numbers it
     holds."""
     out = output.console
     counts, edges = list(hist["counts"]), list(hist["edges"])

@@ -36,8 +36,8 @@ def demo(
     """
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cli.datasets import render_summary
-    from rlds_cli.download import download
-    from rlds_cli.summary import describe
+    from rlds_cli.inspection.summary import describe
+    from rlds_cli.sources.download import download
 
     show = not (json or quiet)
     out = output.console

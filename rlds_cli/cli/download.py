@@ -115,7 +115,7 @@ def download(
     its suffixes (x.tar.gz -> x). With -q only that name is printed.
     """
     from rlds_cli.cli.download_progress import download_progress
-    from rlds_cli.download import download as run_download
+    from rlds_cli.sources.download import download as run_download
 
     if name is not None:  # an empty --name is a mistake, never "use the default name"
         from rlds_cli.cache.root import validate_name

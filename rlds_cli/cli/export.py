@@ -42,8 +42,8 @@ def export(
     With -q only the path (or URL) written is printed.
     """
     from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.catalog.names import resolve_name
     from rlds_cli.export import export_dataset
-    from rlds_cli.names import resolve_name
 
     dataset = open_dataset(resolve_name(name, root), root)
     if out.startswith("hf://"):

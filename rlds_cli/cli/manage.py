@@ -63,7 +63,7 @@ def rm(
     """
     from rlds_cli.cache.manage import plan_removal, remove_datasets, tree_bytes
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     cache = CacheRoot(root)
     # unknown names and datasets in use stop here, before anything is asked or removed
@@ -240,7 +240,7 @@ def path(
     """Print the directory of a dataset (for scripts: `cd $(rlds path NAME)`)."""
     from rlds_cli.cache.manage import dataset_path
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     cache = CacheRoot(root)
     resolved = resolve_name(name, cache)

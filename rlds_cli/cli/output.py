@@ -257,7 +257,7 @@ def human_bytes(n: float) -> str:
 
 @contextmanager
 def conversion_progress(enabled: bool) -> Iterator[Any]:
-    """A progress callback for :func:`rlds_cli.convert.convert`, drawn on stderr when it is a
+    """A progress callback for :func:`rlds_cli.sources.convert.convert`, drawn on stderr when it is a
     terminal (and silent otherwise)."""
     show = enabled and err_console.is_terminal
     progress = Progress(

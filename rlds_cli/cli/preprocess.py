@@ -164,8 +164,8 @@ def preprocess(
     """
     from rlds_cli import preprocess as pp
     from rlds_cli.cache.layout import is_url
+    from rlds_cli.catalog.names import resolve_name
     from rlds_cli.errors import PreprocessError, UserFunctionError
-    from rlds_cli.names import resolve_name
 
     name = name if is_url(name) else resolve_name(name, root)
     common: dict[str, Any] = {

@@ -50,7 +50,7 @@ def list_remote(root: Any, pattern: str | None, *, json: bool, quiet: bool) -> N
     """Print the registry entries (those matching ``pattern``) with size, steps, format, local
     state and description."""
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.catalog import list_registry
+    from rlds_cli.inspection.listing import list_registry
 
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in list_registry(pattern, cache)]
@@ -129,9 +129,9 @@ def info(
 
     With -q only the entry's id is printed (an alias resolved to its id).
     """
-    from rlds_cli import registry
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.catalog import registry_status
+    from rlds_cli.catalog import registry
+    from rlds_cli.inspection.listing import registry_status
 
     cache = CacheRoot(root)
     if not registry.is_known(dataset_id):
@@ -179,7 +179,7 @@ def info(
 def _not_in_registry(name: str, cache: Any) -> None:
     """Raise the right error for a name the registry does not know: a cached dataset (made
     locally, or renamed) is not a registry id, and the hint says what to run instead."""
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
     from rlds_cli.errors import InvalidNameError, UnknownDatasetIdError
 
     try:

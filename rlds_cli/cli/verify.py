@@ -27,7 +27,7 @@ def verify(
     recorded when it was written. Exits 1 when a check fails (with -q: only the exit status,
     and the error line); --json lists every check with pass, fail or skipped and why.
     """
-    from rlds_cli.verify import verify as run_verify
+    from rlds_cli.sources.verify import verify as run_verify
 
     report = run_verify(name, root)
     checks = report["checks"]

@@ -50,7 +50,7 @@ def view(
     from rlds_cli.cache.derive import create_view
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.views import parse_episode_range
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     if name is None:
         raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
@@ -108,7 +108,7 @@ def split(
     ones. Neither view is made when either name is taken (unless --force).
     """
     from rlds_cli.cache.derive import split_dataset
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     parent = resolve_name(parent, root)
     base = name if name is not None else parent

@@ -16,9 +16,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from rlds_cli._util.plugins import resolve
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, UnknownFormatError
-from rlds_cli.plugins import resolve
 
 EXPORTERS: dict[str, str] = {
     "torchrl": "rlds_cli.export.torchrl_memmap:export_torchrl",

@@ -37,7 +37,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, MissingExtraError
-from rlds_cli.export._common import atomic_target, flat_keys, step_keys
+from rlds_cli.export.output_files import atomic_target, flat_keys, step_keys
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_FPS = 30

@@ -15,11 +15,11 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import cast
 
+from rlds_cli._util.plugins import resolve
 from rlds_cli.errors import SourceFormatError, SourceNotReadableError, UnknownFormatError
 from rlds_cli.formats.base import Reader
 from rlds_cli.formats.hdf5_util import HDF5_SUFFIXES, hdf5_top_keys, is_hdf5_name
 from rlds_cli.formats.npz_util import npz_names
-from rlds_cli.plugins import resolve
 
 READERS: dict[str, str] = {
     "d4rl": "rlds_cli.formats.d4rl:D4RLReader",
@@ -48,8 +48,8 @@ DETECTION_ORDER = (
 #: not built in, and when no built-in format recognises a source.
 ENTRY_POINT_GROUP = "rlds_cli.readers"
 
-#: Archive suffixes that :mod:`rlds_cli.archives` unpacks before conversion (the same tuple as
-#: ``rlds_cli.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
+#: Archive suffixes that :mod:`rlds_cli.formats.archives` unpacks before conversion (the same tuple as
+#: ``rlds_cli.formats.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.rows import insert_rows, rows_equal
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.folders import folder_files
@@ -52,7 +53,6 @@ from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
 from rlds_cli.formats.npz_util import npz_names
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
-from rlds_cli.rows import insert_rows, rows_equal
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 _KNOWN = {*REQUIRED_KEYS, "timeouts", "next_observations"}
@@ -75,7 +75,7 @@ def sniff(path: Path) -> bool:
 def source_files(paths: Sequence[Path]) -> list[Path]:
     """The D4RL files of a source: the given files, or a folder's ``.hdf5``/``.h5``/``.npz``
     files (its README or other files are not D4RL data). The reader takes one of them; a
-    folder holding several is refused by :func:`rlds_cli.convert.convert`, naming them."""
+    folder holding several is refused by :func:`rlds_cli.sources.convert.convert`, naming them."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():

@@ -1,6 +1,6 @@
 """Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write.
 
-A source file from the internet is untrusted input, like an archive (:mod:`rlds_cli.archives`).
+A source file from the internet is untrusted input, like an archive (:mod:`rlds_cli.formats.archives`).
 Every reader applies these rules before it reads data (written out in ``docs/formats.md``,
 "Untrusted input"):
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlds_cli._lazy import lazy_names
+from rlds_cli._util.lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.loader.data_loader import TedDataLoader
@@ -98,7 +98,7 @@ __all__ = [
 
 def _torch_first(module: str) -> None:
     if module.rsplit(".", 1)[-1] not in _TORCH_FREE:
-        from rlds_cli.loader._requires import require_torch
+        from rlds_cli.loader.requires import require_torch
 
         require_torch()
 

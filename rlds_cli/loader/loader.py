@@ -27,6 +27,7 @@ from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
+from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.options import check_counts, check_source_options
 from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.protocols import (
@@ -45,7 +46,6 @@ from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.tensors import TensorDictBatches, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
-from rlds_cli.opening import open_dataset
 
 Transform = Callable[[TedBatch], TedBatch]
 _INT64 = np.dtype(np.int64)

@@ -40,11 +40,11 @@ from rlds_cli.loader.mixture_growth import (
     named_weights,
 )
 from rlds_cli.loader.mixture_sampler import MixtureSampler
+from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.state_checks import check_int, check_state
 from rlds_cli.loader.windows import Windows
-from rlds_cli.opening import open_dataset
 
 
 class MixtureSource:

@@ -29,6 +29,7 @@ from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, ru
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
+from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.protocols import Checkpointable, Streamable
 from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
@@ -36,7 +37,6 @@ from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_cursor_state
 from rlds_cli.loader.tensors import to_torch
-from rlds_cli.opening import open_dataset
 
 
 def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:

@@ -21,9 +21,9 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.tensors import to_tensordict, to_torch
-from rlds_cli.opening import open_dataset
 
 
 def _index_array(index: Any, size: int) -> np.ndarray:

@@ -19,9 +19,9 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.loader.normalization import DEFAULT_EPS, NormalizationStats, compute_stats, statistics_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
-from rlds_cli.normalization import DEFAULT_EPS, NormalizationStats, compute_stats, statistics_dataset
 
 logger = logging.getLogger("rlds_cli.loader")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from rlds_cli import settings
-from rlds_cli._io import check_disk, fsync_dir, fsync_file, sha256_file
+from rlds_cli._util.io import check_disk, fsync_dir, fsync_file, sha256_file
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DownloadError,
@@ -106,7 +106,7 @@ def fetch_files(
         workers: Files fetched at once (default: ``RLDS_DOWNLOAD_WORKERS``, 4).
         progress: See :data:`~rlds_cli.net.progress.DownloadProgress`.
         config: Timeouts, retries and back-off (default: from the environment).
-        pin: Make a first-seen hash binding at once. :func:`rlds_cli.download.download` passes
+        pin: Make a first-seen hash binding at once. :func:`rlds_cli.sources.download.download` passes
             ``False`` and pins after the conversion succeeded (a file that does not convert,
             such as a captive portal's HTML page, must never become the trusted version).
 

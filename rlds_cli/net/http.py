@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._io import check_disk
+from rlds_cli._util.io import check_disk
 from rlds_cli.errors import (
     DownloadFailedError,
     DownloadTooSlowError,

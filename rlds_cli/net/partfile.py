@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import atomic_write
+from rlds_cli._util.io import atomic_write
 from rlds_cli.net.layout import part_info_path
 
 

@@ -1,12 +1,12 @@
 """What is known and what is on disk for a registry entry (``rlds info``, ``rlds list --remote``);
-re-checking a dataset's files is :mod:`rlds_cli.verify`."""
+re-checking a dataset's files is :mod:`rlds_cli.sources.verify`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlds_cli import registry
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog import registry
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.hub.folder import read_listing
 from rlds_cli.net.hub.repo import HubPath

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlds_cli._lazy import lazy_names
+from rlds_cli._util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from rlds_cli.cache.stats import KeyStats

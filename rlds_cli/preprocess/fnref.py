@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.errors import FunctionImportError, UserFunctionError
 
 _CACHE: dict[str, Callable[..., Any]] = {}

@@ -47,7 +47,7 @@ def preallocate(out: Path, inferred: schema.Schema, plan: Plan, storage: str) ->
 
     The disk space a backend takes at once (memmap: every column, reserved with
     ``posix_fallocate``) is checked first, so that a full disk is an error here, before any
-    work, naming the bytes needed. Not :func:`rlds_cli._io.check_disk`: that keeps a margin for a
+    work, naming the bytes needed. Not :func:`rlds_cli._util.io.check_disk`: that keeps a margin for a
     download that grows; these bytes are taken at once, so exactly they must be free.
     """
     backend = get_backend(storage)

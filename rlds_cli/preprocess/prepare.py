@@ -20,7 +20,7 @@ from rlds_cli.cache.layout import SEGMENTED_LAYOUT, is_url
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.errors import PreprocessError
-from rlds_cli.opening import open_dataset
+from rlds_cli.loader.opening import open_dataset
 from rlds_cli.preprocess import fnref, schema
 from rlds_cli.preprocess.plan import (
     Plan,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._io import atomic_write
+from rlds_cli._util.io import atomic_write
 from rlds_cli.cache import stats
 from rlds_cli.cache.backends import get_backend, save_npz
 from rlds_cli.cache.dataset import Dataset

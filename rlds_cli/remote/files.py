@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import atomic_write, sha256_file
+from rlds_cli._util.io import atomic_write, sha256_file
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
     CorruptDatasetError,

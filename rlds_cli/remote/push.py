@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import parse_manifest
 from rlds_cli.cache.root import CacheRoot
@@ -84,7 +84,7 @@ def push(
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
         DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
     """
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog.names import resolve_name
 
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     name = resolve_name(name, cache)
@@ -280,7 +280,7 @@ def _is_local(fs: Any) -> bool:
 def _upload_file(fs: Any, source: Path, target: str, entry: FileEntry, progress: Progress | None) -> None:
     """Stream one file to the store, hashing what is sent: the bytes uploaded are checked
     against the sha256 recorded in the index (a file rebuilt under the push is caught). Not
-    :func:`~rlds_cli._io.sha256_file`: the hash must be of the very bytes sent, read once."""
+    :func:`~rlds_cli._util.io.sha256_file`: the hash must be of the very bytes sent, read once."""
     digest = hashlib.sha256()
     try:
         src = open(source, "rb")  # noqa: SIM115 - closed by the 'with' below

@@ -193,7 +193,7 @@ class RemoteDataset(Dataset):
         return sum(e.size for rel, e in self._files.index.files.items() if rel.startswith(prefix))
 
     def fix_summary(self, info: dict[str, Any]) -> None:
-        """Make a :func:`rlds_cli.summary.describe` of this dataset speak of the store: its
+        """Make a :func:`rlds_cli.inspection.summary.describe` of this dataset speak of the store: its
         path is the URL, each key's bytes are those of its files there."""
         info["path"] = self.url
         for key, entry in info.get("stored", {}).items():

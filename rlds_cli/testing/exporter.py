@@ -22,9 +22,9 @@ import pytest
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.convert import convert
 from rlds_cli.errors import ExportError
 from rlds_cli.export import export_dataset
+from rlds_cli.sources.convert import convert
 from rlds_cli.testing.sources import golden_three_episodes
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.rows import rows_equal
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import describe_dtype, is_numeric, key_problem
 from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
-from rlds_cli.rows import rows_equal
 
 #: Read-time keys a batch may carry (``Dataset.episode`` returns them): checked, not stored.
 DERIVED = ("episode", "next/done")

@@ -103,8 +103,8 @@ class TestTorchRLMemmapReader(ReaderContract):
 
     def write_source(self, tmp_path: Path) -> Path:
         from rlds_cli.cache import open_dataset
-        from rlds_cli.convert import convert
         from rlds_cli.export import export_dataset
+        from rlds_cli.sources.convert import convert
 
         tmp_path.mkdir(parents=True)
         convert(golden_three_episodes(tmp_path / "d.hdf5", with_next=True), "for-torchrl")

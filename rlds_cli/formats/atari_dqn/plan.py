@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.numbers import NumberSelection, parse_numbers
 from rlds_cli.errors import SourceError
-from rlds_cli.numbers import NumberSelection, parse_numbers
 
 
 @dataclass
@@ -97,7 +97,7 @@ def parse_checkpoints(spec: object) -> NumberSelection:
     the numbers it names one by one (``None`` for a range), which must all exist.
 
     Accepts ``"A:B"`` (numbers ``A <= N < B``; either side may be empty), ``"3,5,9"``, one
-    number, or a list of numbers (:func:`rlds_cli.numbers.parse_numbers`: the registry picks
+    number, or a list of numbers (:func:`rlds_cli._util.numbers.parse_numbers`: the registry picks
     which files to download by the same rule)."""
     try:
         return parse_numbers(spec)

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.episode_schema import Episode
 from rlds_cli.formats.gen_dgrl.files import REQUIRED_KEYS, TRAJECTORY_KEYS
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 

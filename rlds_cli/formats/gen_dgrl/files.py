@@ -22,7 +22,7 @@ from typing import IO
 
 import numpy as np
 
-from rlds_cli.archives import TAR_SUFFIXES
+from rlds_cli.formats.archives import TAR_SUFFIXES
 from rlds_cli.formats.folders import folder_files
 from rlds_cli.formats.npz_util import npz_keys
 
@@ -63,7 +63,7 @@ def _sniff_npz(zf: zipfile.ZipFile) -> bool:
 
 def _sniff_tar(path: Path) -> bool:
     """Peek at the first file member only (directories before it are skipped)."""
-    from rlds_cli.archives import decompressing_reader
+    from rlds_cli.formats.archives import decompressing_reader
 
     with (
         open(path, "rb") as raw,

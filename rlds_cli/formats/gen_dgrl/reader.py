@@ -36,7 +36,7 @@ reads a source with them:
   ``gen_dgrl/episode_level_seed`` (-1 when the name has none, or the file holds several
   episodes); ``gen_dgrl/episode_trajectory`` is the index of each episode's file or member.
 * **Tar safety**: members with absolute paths or ``..``, links, devices, a member appearing twice,
-  more members than :class:`rlds_cli.archives.Limits` allows, a member over
+  more members than :class:`rlds_cli.formats.archives.Limits` allows, a member over
   :data:`~rlds_cli.formats.gen_dgrl.decode.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio of
   bytes to archive bytes) than the archive limits are refused, naming the archive and the
   member. Nothing is written to disk: each member is read into memory, decoded and dropped, so
@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.episode_schema import Episode, EpisodeSchema
 from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.folders import BadFiles
 from rlds_cli.formats.gen_dgrl import files as layout

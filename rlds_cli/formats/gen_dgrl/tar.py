@@ -1,5 +1,5 @@
 """A Gen-DGRL archive read as a stream: each tar member checked as the unpacker checks it
-(:mod:`rlds_cli.archives`), read into memory within the archive limits, decoded and dropped;
+(:mod:`rlds_cli.formats.archives`), read into memory within the archive limits, decoded and dropped;
 nothing is written to disk."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from rlds_cli.archives import Limits, UnsafeArchiveError
 from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
+from rlds_cli.formats.archives import Limits, UnsafeArchiveError
 from rlds_cli.formats.gen_dgrl.decode import MAX_MEMBER_BYTES, decode_member
 from rlds_cli.formats.gen_dgrl.files import TRAJECTORY_SUFFIXES
 
@@ -23,7 +23,7 @@ _CHUNK = 1 << 20
 class TarTrajectories:
     """The trajectory members of one tar archive, read front to back as a stream.
 
-    Every member is checked as the unpacker checks it (:mod:`rlds_cli.archives`: the same
+    Every member is checked as the unpacker checks it (:mod:`rlds_cli.formats.archives`: the same
     :class:`Limits`, the same member rules), then read into memory in chunks (at most
     :data:`MAX_MEMBER_BYTES`); nothing is written to disk. The archive limits hold for what the
     conversion takes from the archive: every byte read counts against the total, and the bytes
@@ -111,7 +111,7 @@ class TarTrajectories:
 
     def __iter__(self) -> Iterator[tuple[str, str, Any]]:
         """``(where, member name, decoded object)`` per trajectory member, in archive order."""
-        from rlds_cli.archives import decompressing_reader
+        from rlds_cli.formats.archives import decompressing_reader
 
         try:
             raw = open(self.archive, "rb")  # noqa: SIM115 - closed below

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats._episodes import Episode, EpisodeSchema
 from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.episode_schema import Episode, EpisodeSchema
 from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note

@@ -2,7 +2,7 @@
 conversion reads, and the bounded JSON read of its metadata.
 
 The names (``features.json``, shards, splits) and which folder below a path is the dataset
-folder are :mod:`rlds_cli.tfds_layout`'s, the rule the Hub's download plan uses too: a folder
+folder are :mod:`rlds_cli._util.tfds_layout`'s, the rule the Hub's download plan uses too: a folder
 holding one TFDS dataset folder at any depth below (``name/version/``) is read from that folder;
 one holding several is refused, naming them.
 """
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
+from rlds_cli._util.tfds_layout import is_shard_name as _is_shard_name
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.untrusted import UnsafeSourceError
-from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
-from rlds_cli.tfds_layout import is_shard_name as _is_shard_name
 
 __all__ = [
     "EXPECTED_FILES",

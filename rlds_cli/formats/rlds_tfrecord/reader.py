@@ -16,12 +16,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rlds_cli._util.tfds_layout import SHARD_NAME
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats._parallel import default_workers, ordered_map
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.keys import renamed_note
 from rlds_cli.formats.packing import BlockPacker, Piece
+from rlds_cli.formats.parallel import default_workers, ordered_map
 from rlds_cli.formats.rlds_tfrecord import layout
 from rlds_cli.formats.rlds_tfrecord.decode import (
     REDOWNLOAD_HINT,
@@ -52,7 +53,6 @@ from rlds_cli.formats.tfrecord_io import (
     scan_records,
 )
 from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, side_array_max_bytes
-from rlds_cli.tfds_layout import SHARD_NAME
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")

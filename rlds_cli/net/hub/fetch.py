@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.locking import file_lock
 from rlds_cli.errors import ChecksumMismatchError, DownloadFailedError, OfflineError
 from rlds_cli.net.fetch import FetchResult

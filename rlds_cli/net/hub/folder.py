@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import atomic_write
+from rlds_cli._util.io import atomic_write
 from rlds_cli.errors import RegistryFormatError
 from rlds_cli.net.fetch import RemoteFile
 from rlds_cli.net.http import OriginAuth, origin_of

@@ -9,7 +9,7 @@ the Hub's own (``.gitattributes``) and the dataset card, and the format is then 
 downloaded files like a local folder's (Minari, D4RL HDF5, V-D4RL, npz).
 
 The rules read file names only (nothing is downloaded to decide); which folder is a TFDS
-dataset folder, and a shard's split, are :mod:`rlds_cli.tfds_layout`'s, the rule the reader's
+dataset folder, and a shard's split, are :mod:`rlds_cli._util.tfds_layout`'s, the rule the reader's
 layout (and so a local folder's detection) uses too.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.net.hub.fetch import local_name
 from rlds_cli.net.hub.repo import HubFile, HubPath
-from rlds_cli.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card
 #: (the card's name is spelt in two parts: a file name in a message would be a docs pointer).

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.registry import RegistryEntry
+    from rlds_cli.catalog.registry import RegistryEntry
 
 __all__ = ["CachedDataset", "RegistryDataset", "list_datasets", "list_registry", "registry_status"]
 
@@ -117,8 +117,8 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
         root: Cache root (a path or a :class:`~rlds_cli.cache.root.CacheRoot`; default: the
             configured one).
     """
-    from rlds_cli._io import tree_bytes
-    from rlds_cli.matching import matches
+    from rlds_cli._util.io import tree_bytes
+    from rlds_cli.catalog.matching import matches
 
     cache = _cache(root)
     return [
@@ -173,8 +173,8 @@ def list_registry(pattern: str | None = None, root: Root | CacheRoot = None) -> 
     """The registry's entries (those whose id, an alias or the description matches ``pattern``,
     as :func:`list_datasets` matches names, or whose Hugging Face Hub repo or folder it names:
     ``farama-minari/D4RL``), sorted by id, each with its local state."""
-    from rlds_cli import registry
-    from rlds_cli.registry_hub import matches_repo
+    from rlds_cli.catalog import registry
+    from rlds_cli.catalog.registry_hub import matches_repo
 
     cache = _cache(root)
     found = registry.entries() if pattern is None else registry.search(pattern)
@@ -190,7 +190,7 @@ def registry_status(dataset_id: str, root: Root | CacheRoot = None) -> RegistryD
     Raises:
         UnknownDatasetIdError: The registry does not know ``dataset_id``; the hint names close ids.
     """
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     return _status(registry.resolve(dataset_id), _cache(root))
 
@@ -203,7 +203,7 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
     if row["cached"]:
         manifest = cache.manifest(entry.cache_name)
         row["num_steps"], row["num_episodes"], origin = manifest.num_steps, manifest.num_episodes, "cache"
-    from rlds_cli.registry_hub import hub_source
+    from rlds_cli.catalog.registry_hub import hub_source
 
     hub = hub_source(entry)
     published = entry.published

@@ -3,7 +3,7 @@
 A source is one file, a directory (a Minari dataset, a folder of Roboset ``.h5`` or AMAGO
 ``.npz`` files), a list of files, or an archive (``.zip``, ``.tar``, ``.tar.gz``) holding any of
 these, which is unpacked safely into a private directory under the cache root first
-(:mod:`rlds_cli.archives`).
+(:mod:`rlds_cli.formats.archives`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
@@ -243,7 +243,7 @@ def convert(
         try:
             read_paths = paths
             if archive is not None:
-                from rlds_cli.archives import extract_archive
+                from rlds_cli.formats.archives import extract_archive
 
                 extracted = cache.new_build_dir(name)
                 read_paths = [extract_archive(archive, extracted)]

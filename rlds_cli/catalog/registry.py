@@ -40,7 +40,7 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
 A file set stands for every combination of its variables' values (the Atari DQN replay logs: 51
 checkpoints x 6 files for each of 250 runs would be 13 MB of TOML written out). Its files are
 expanded when an entry is used, never at load; an option it names (``--option checkpoints=0:2``)
-picks which values, and so which files are downloaded, by :func:`rlds_cli.numbers.parse_numbers`'s
+picks which values, and so which files are downloaded, by :func:`rlds_cli._util.numbers.parse_numbers`'s
 rule, the one the reader applies to the same option.
 
 A file may start with a ``[defaults]`` table: its keys fill in every entry of that file that
@@ -61,10 +61,11 @@ from functools import cache
 from pathlib import Path
 
 from rlds_cli import settings
-from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
-from rlds_cli.matching import match_rank
-from rlds_cli.matching import matches as matches  # its old home: callers of registry.matches keep working
-from rlds_cli.registry_schema import (
+from rlds_cli.catalog.matching import match_rank
+from rlds_cli.catalog.matching import (
+    matches as matches,  # its old home: callers of registry.matches keep working
+)
+from rlds_cli.catalog.registry_schema import (
     BUNDLED_SCHEME,
     PublishedFigures,
     RegistryEntry,
@@ -74,8 +75,9 @@ from rlds_cli.registry_schema import (
     parse_entry,
     with_defaults,
 )
+from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
 
-#: The entry types live in :mod:`rlds_cli.registry_schema`; they stay importable from here.
+#: The entry types live in :mod:`rlds_cli.catalog.registry_schema`; they stay importable from here.
 __all__ = [
     "BUNDLED_SCHEME",
     "PublishedFigures",
@@ -95,9 +97,9 @@ __all__ = [
 
 def packaged_registry_dir() -> Path:
     """The registry folder of this installation (wheel copy, else the source checkout's)."""
-    here = Path(__file__).resolve().parent
-    shipped = here / "_registry"
-    return shipped if shipped.is_dir() else here.parent / "registry"
+    package = Path(__file__).resolve().parent.parent  # rlds_cli/
+    shipped = package / "_registry"
+    return shipped if shipped.is_dir() else package.parent / "registry"
 
 
 def _registry_files() -> list[Path]:
@@ -171,7 +173,8 @@ def suggestions(name: str, limit: int = 3) -> list[str]:
 
 def search(pattern: str) -> list[RegistryEntry]:
     """Entries whose id, an alias or the description matches ``pattern`` (see
-    :func:`rlds_cli.matching.matches`), best matches first (:func:`rlds_cli.matching.match_rank`:
+    :func:`~rlds_cli.catalog.matching.matches`), best matches first
+    (:func:`~rlds_cli.catalog.matching.match_rank`:
     the id itself, ids that start with it, ids where it starts a word, ids that merely contain
     it, then descriptions), by id within a rank."""
     ranked = [

@@ -55,7 +55,7 @@ def _pair(lo: Any, hi: Any, origin: str) -> ReferenceScores | None:
 
 
 def _from_entry(dataset_id: str) -> ReferenceScores | None:
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     if not registry.is_known(dataset_id):
         return None
@@ -81,7 +81,7 @@ def scores_of_manifest(manifest: Any) -> ReferenceScores | None:
 def dataset_scores(dataset: Any) -> ReferenceScores | None:
     """:func:`scores_of_manifest` of a :class:`~rlds_cli.cache.dataset.Dataset` (its parent's
     for a view)."""
-    from rlds_cli.envspec import own_manifest
+    from rlds_cli.catalog.envspec import own_manifest
 
     manifest = own_manifest(dataset)
     return scores_of_manifest(manifest) if manifest is not None else None
@@ -96,8 +96,8 @@ def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None
         NoReferenceScoresError: Neither the registry nor the dataset has reference scores.
         DatasetNotFoundError: ``name_or_id`` is neither in the registry with scores nor cached.
     """
-    from rlds_cli import registry
-    from rlds_cli.names import resolve_name
+    from rlds_cli.catalog import registry
+    from rlds_cli.catalog.names import resolve_name
 
     from_registry = _from_entry(name_or_id)
     if from_registry is not None:

@@ -163,7 +163,7 @@ class NormalizationStats:
         if of not in ("parent", "self"):
             raise ValueError(f"of must be 'parent' or 'self', got {of!r}")
         if not isinstance(dataset, Dataset):
-            from rlds_cli.opening import open_dataset
+            from rlds_cli.loader.opening import open_dataset
 
             dataset = open_dataset(dataset)
         origin = statistics_dataset(dataset) if of == "parent" else dataset
@@ -207,7 +207,7 @@ class NormalizationStats:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write to ``path``: ``.json`` as :meth:`to_dict`, anything else as ``.npz`` (arrays
         ``<key>//<stat>``, read back without pickle). Returns the path written."""
-        from rlds_cli._io import atomic_write
+        from rlds_cli._util.io import atomic_write
 
         target = Path(path)
         if target.suffix == ".json":

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlds_cli import registry
-from rlds_cli._io import sha256_file
+from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog import registry
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.layout import raw_dir

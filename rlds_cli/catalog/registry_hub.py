@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlds_cli.registry_schema import RegistryEntry
+from rlds_cli.catalog.registry_schema import RegistryEntry
 
 _RESOLVE = re.compile(r"^https://huggingface\.co/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlds_cli._io import atomic_path
+from rlds_cli._util.io import atomic_path
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError

@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.rows import rows_equal
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
-from rlds_cli.rows import rows_equal
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def resolve(table: Mapping[str, str], name: str, *, what: str, error: type[RldsE
 #: Plug points a lower layer calls and a layer above fills in: point -> ``"module:attr"``. The
 #: front door (``rlds_cli/__init__``, which stands on every layer and runs before any submodule)
 #: fills them, so e.g. :attr:`rlds_cli.cache.dataset.Dataset.env_spec` reaches
-#: :mod:`rlds_cli.envspec` (which reads the registry) without the cache importing the layer above.
+#: :mod:`rlds_cli.catalog.envspec` (which reads the registry) without the cache importing the layer above.
 _PROVIDED: dict[str, str] = {}
 
 

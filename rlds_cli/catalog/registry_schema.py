@@ -1,6 +1,6 @@
 """The registry's schema: the entry types and the parsing and checks of one ``[[dataset]]`` table.
 
-:mod:`rlds_cli.registry` documents the TOML schema, finds the registry files and answers lookups;
+:mod:`rlds_cli.catalog.registry` documents the TOML schema, finds the registry files and answers lookups;
 this module turns one parsed table into a checked, frozen :class:`RegistryEntry`.
 """
 
@@ -88,8 +88,8 @@ class RegistryFileSet:
         return tuple(files)
 
     def _narrow(self, option: str, var: str, spec: object, values: tuple[str, ...]) -> tuple[str, ...]:
+        from rlds_cli._util.numbers import parse_numbers
         from rlds_cli.errors import RegistryError
-        from rlds_cli.numbers import parse_numbers
 
         try:
             keep, named = parse_numbers(spec)

@@ -142,7 +142,7 @@ def _record(
 
 def _from_registry(dataset_id: str) -> RecordedEnvSpec | None:
     """The environment a D4RL registry entry names (its D4RL id)."""
-    from rlds_cli import registry
+    from rlds_cli.catalog import registry
 
     try:
         if not registry.is_known(dataset_id):

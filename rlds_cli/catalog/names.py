@@ -40,8 +40,8 @@ def resolve_name(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
         DatasetNotFoundError: Nothing in the cache answers to ``name``; the hint says how to get
             it (``rlds download`` for a registry id) or names close matches.
     """
-    from rlds_cli import registry
     from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.catalog import registry
 
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     try:

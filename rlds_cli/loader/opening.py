@@ -2,7 +2,7 @@
 
 This is ``rlds_cli.open_dataset``, the front door's opener, above the cache: it reads a URL
 where it lies (:mod:`rlds_cli.remote.reader`, imported only for a URL), resolves an alias or
-registry id to its cache name (:mod:`rlds_cli.names`), and opens that name with
+registry id to its cache name (:mod:`rlds_cli.catalog.names`), and opens that name with
 :func:`rlds_cli.cache.opening.open_dataset`, which knows only cache names. Everything that takes a
 name from a user (the loader, ``NormalizationStats.from_dataset``, preprocess) opens through here.
 """
@@ -16,8 +16,8 @@ from rlds_cli.cache import opening
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog.names import resolve_name
 from rlds_cli.errors import DatasetNotFoundError
-from rlds_cli.names import resolve_name
 
 __all__ = ["open_dataset"]
 

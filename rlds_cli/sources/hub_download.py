@@ -13,9 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._io import atomic_write
+from rlds_cli._util.io import atomic_write
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.convert import ConvertResult, convert, episode_files
 from rlds_cli.errors import OfflineError, SourceFormatError
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.net.fetch import FetchResult, drop_raw_files
@@ -24,6 +23,7 @@ from rlds_cli.net.hub.fetch import fetch_hub_files, local_name
 from rlds_cli.net.hub.plan import dataset_folder, layout_format, needed_files
 from rlds_cli.net.hub.repo import HubFile, HubPath, hub_file, parse_hf_url, resolve
 from rlds_cli.net.layout import meta_dir, url_dir
+from rlds_cli.sources.convert import ConvertResult, convert, episode_files
 
 #: Formats whose reader takes the dataset's folder rather than its files (an RLDS reader reads
 #: one TFDS folder: ``features.json``, ``dataset_info.json`` and the shards of one split).
@@ -46,7 +46,7 @@ def download_hub(
     keep_raw: bool,
     convert_args: dict[str, Any],
 ) -> ConvertResult:
-    """Resolve, fetch, verify and convert a Hub dataset repo (see :func:`rlds_cli.download`)."""
+    """Resolve, fetch, verify and convert a Hub dataset repo (see :func:`rlds_cli.sources.download`)."""
     where = parse_hf_url(source)
     sha, files = _listing(where, cache, offline)
     folder = _folder(cache, where, sha)

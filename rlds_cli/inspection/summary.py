@@ -169,7 +169,7 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         if statistics:
             entry["stats"] = key_statistics(ds, key, budget)
     returns = episode_returns(ds, budget)
-    from rlds_cli.scores import dataset_scores
+    from rlds_cli.inspection.scores import dataset_scores
 
     env, scores = ds.env_spec, dataset_scores(ds)
     growth = getattr(ds, "growth", None)

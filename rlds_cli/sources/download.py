@@ -1,7 +1,7 @@
 """``rlds download``: turn a registry id, a URL or a local path into a cached dataset.
 
 Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (resumed,
-retried, verified, published atomically) and then converted by :func:`rlds_cli.convert.convert`.
+retried, verified, published atomically) and then converted by :func:`rlds_cli.sources.convert.convert`.
 A first-seen sha256 is pinned (made binding for later downloads) only once the conversion
 succeeded; a file that failed to convert is fetched again by the next run
 (:mod:`rlds_cli.net.pinning`).
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli import registry, settings
+from rlds_cli import settings
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.convert import ConvertResult, Progress, convert
+from rlds_cli.catalog import registry
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
@@ -29,6 +29,7 @@ from rlds_cli.net.hub.repo import HubPath, endpoint
 from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
 from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.net.progress import DownloadProgress
+from rlds_cli.sources.convert import ConvertResult, Progress, convert
 
 _URL_PREFIXES = ("http://", "https://")
 #: Formats whose reader takes the dataset's folder rather than its files.
@@ -60,17 +61,17 @@ def download(
         format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
         backend: ``"memmap"`` or ``"zarr"`` (``None``: an existing dataset's, else memmap;
-            see :func:`rlds_cli.convert.convert`).
+            see :func:`rlds_cli.sources.convert.convert`).
         force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
-        progress: Conversion progress, see :data:`rlds_cli.convert.Progress`.
+        progress: Conversion progress, see :data:`rlds_cli.sources.convert.Progress`.
         offline: Never touch the network (default: ``RLDS_OFFLINE``).
         keep_raw: Keep the downloaded files after conversion (their hashes are kept anyway).
         sha256: Expected sha256 of a URL or local file.
         download_progress: See :data:`rlds_cli.net.DownloadProgress`.
 
     Returns:
-        A :class:`~rlds_cli.convert.ConvertResult`.
+        A :class:`~rlds_cli.sources.convert.ConvertResult`.
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     offline = settings.offline() if offline is None else offline
@@ -86,7 +87,7 @@ def download(
     if source.startswith(_URL_PREFIXES):
         return _download_url(source, name, format, sha256, options, cache, keep_raw, fetch, convert_args)
     if source.startswith("hf://"):
-        from rlds_cli.hub_download import download_hub
+        from rlds_cli.sources.hub_download import download_hub
 
         return download_hub(
             source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,

@@ -1,0 +1,2 @@
+"""Names and records: the dataset registry, what a name refers to, and the environments datasets
+were recorded in."""
