@@ -206,8 +206,8 @@ def render(
         f"{max(0.0, med['generated'] - med['generated, no fsync']):.2f} s; reading every array "
         f"{threaded:.2f} s with `ChunkRows` against {h5py_read:.2f} s through h5py "
         f"({h5py_read / threaded:.1f}x: h5py inflates the gzip chunks one at a time under its global lock; "
-        "rlds reads the compressed chunks and inflates them on a thread per core); the rest is the "
-        "conversion.",
+        "rlds reads the compressed chunks itself and inflates them with libdeflate on a thread per core); "
+        "the rest is the conversion.",
     ]
     command = "python benchmarks/download_bench.py --write docs/benchmarks.md"
     return "\n".join(lines + _harness.closing(SECTION, command))

@@ -27,7 +27,6 @@ terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,7 +272,7 @@ class D4RLReader(Reader):
         if key in self._inflated:
             try:
                 return self._chunk_rows.read(dataset, start, stop, out)
-            except (OSError, RuntimeError, ValueError, zlib.error):
+            except (OSError, RuntimeError, ValueError):
                 pass  # a sparse or damaged chunk: h5py reads it (the fill value) or names the damage
         try:
             if out is None:

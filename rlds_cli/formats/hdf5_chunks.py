@@ -7,8 +7,8 @@ array: one column per chunk), and inflating is most of a conversion's time (docs
 "the first download"). :class:`ChunkRows` reads the compressed bytes of the chunks a row range
 needs from the file itself (each chunk's address and size from HDF5's chunk index, read once per
 dataset; ``os.pread`` releases the GIL, where ``read_direct_chunk`` cost 90 us a chunk under
-h5py's lock) and inflates them with :func:`zlib.decompress` (which releases the GIL too), both on
-a thread pool, then places each chunk's part in the output.
+h5py's lock), inflates them with libdeflate (:func:`inflate`, which releases the GIL too) and
+places each chunk's part in the output, all three on a thread pool.
 
 It serves only the datasets it reproduces exactly (:func:`inflatable`): chunked, one deflate
 filter and nothing else, a plain numeric dtype, every chunk of the range allocated. Anything else
@@ -20,13 +20,24 @@ from __future__ import annotations
 
 import itertools
 import os
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from deflate import DeflateError, zlib_decompress
+
+
+def inflate(raw: bytes, size: int) -> bytearray:
+    """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate
+    (1.3-1.7x zlib's rate for a buffer of known size; it releases the GIL). Raises ``OSError``
+    on a damaged stream."""
+    try:
+        return zlib_decompress(raw, size)
+    except DeflateError as exc:
+        raise OSError(f"the compressed bytes do not inflate ({exc})") from exc
+
 
 #: Dtype kinds served: bool, signed and unsigned integers, floats (fixed size, any byte order).
 INFLATABLE_KINDS = frozenset("biuf")
@@ -63,6 +74,38 @@ class _Stored:
     deflated: bool
 
 
+@dataclass
+class _Layout:
+    """What reading one dataset's chunks needs, looked up once (each h5py property is a call
+    under its lock): the file, the chunk shape, the dtype, the chunk index."""
+
+    dataset: Any  # held, so that the id() it is filed under is never reused
+    name: str
+    fd: int
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype
+    index: dict[tuple[int, ...], _Stored]
+    kept_row: int = -1  # the first row of the last chunk row read, and those chunks, decoded
+    kept: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+    # chunks being inflated ahead of their read (prefetch), by offset
+    ahead: dict[tuple[int, ...], Future[np.ndarray]] = field(default_factory=dict)
+
+    def offsets(self, start: int, stop: int) -> Iterator[tuple[int, ...]]:
+        """The offsets of the chunks that hold rows ``start:stop``, in order."""
+        inner = [range(0, n, c) for n, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
+        for row in range(start // self.chunks[0] * self.chunks[0], stop, self.chunks[0]):
+            for rest in itertools.product(*inner):
+                yield (row, *rest)
+
+    def source(self, offset: tuple[int, ...]) -> tuple[int, _Stored, tuple[int, ...], np.dtype, str]:
+        """The arguments of :func:`_load` for the chunk at ``offset``."""
+        stored = self.index.get(offset)
+        if stored is None:
+            raise OSError(f"chunk {offset} of {self.name} is not allocated")
+        return self.fd, stored, self.chunks, self.dtype, f"chunk {offset} of {self.name}"
+
+
 class ChunkRows:
     """Reads row ranges of :func:`inflatable` datasets, inflating their chunks on ``threads``
     threads (1: inline). Keeps the chunks of each dataset's last row of chunks, decoded, so a
@@ -74,11 +117,7 @@ class ChunkRows:
         threads = default_threads() if threads is None else threads
         self._pool: Executor | None = ThreadPoolExecutor(threads, "rlds-inflate") if threads > 1 else None
         self._files: dict[str, int] = {}  # descriptors of the HDF5 files read, by file name
-        self._index: dict[str, dict[tuple[int, ...], _Stored]] = {}  # each dataset's chunks
-        # per dataset name: the first row of its last chunk row, and those chunks by offset
-        self._kept: dict[str, tuple[int, dict[tuple[int, ...], np.ndarray]]] = {}
-        # chunks being inflated ahead of their read (prefetch), by dataset name and offset
-        self._ahead: dict[str, dict[tuple[int, ...], Future[np.ndarray] | np.ndarray]] = {}
+        self._layouts: dict[int, _Layout] = {}  # by id() of the h5py dataset
 
     def close(self) -> None:
         if self._pool is not None:
@@ -87,9 +126,7 @@ class ChunkRows:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
-        self._index.clear()
-        self._kept.clear()
-        self._ahead.clear()
+        self._layouts.clear()
 
     def prefetch(self, dataset: Any, start: int, stop: int) -> None:
         """Begin inflating the chunks rows ``start:stop`` of ``dataset`` need, for the
@@ -97,12 +134,11 @@ class ChunkRows:
         A chunk that cannot be read is left for that :meth:`read` to report."""
         if self._pool is None or stop <= start:
             return
-        ahead = self._ahead.setdefault(dataset.name, {})
-        kept_row, kept = self._kept.get(dataset.name, (-1, {}))
-        for offset in _offsets(dataset, start, stop):
-            if offset not in ahead and not (offset[0] == kept_row and offset in kept):
+        layout = self._layout(dataset)
+        for offset in layout.offsets(start, stop):
+            if offset not in layout.ahead and not (offset[0] == layout.kept_row and offset in layout.kept):
                 try:
-                    ahead[offset] = self._inflate(dataset, offset)
+                    layout.ahead[offset] = self._pool.submit(_load, *layout.source(offset))
                 except OSError:
                     return
 
@@ -114,52 +150,42 @@ class ChunkRows:
             OSError: A chunk is not allocated (its rows are the fill value: read them with h5py),
                 or does not inflate to its size (damage).
         """
-        shape, chunks = dataset.shape, dataset.chunks
+        layout = self._layout(dataset)
         if out is None:
-            out = np.empty((max(0, stop - start), *shape[1:]), dataset.dtype)
+            out = np.empty((max(0, stop - start), *layout.shape[1:]), layout.dtype)
         if stop <= start:
             return out
-        name = dataset.name
-        kept_row, kept = self._kept.get(name, (-1, {}))
-        ahead = self._ahead.pop(name, {})
-        pending: list[tuple[tuple[int, ...], Future[np.ndarray] | np.ndarray]] = []
-        for offset in _offsets(dataset, start, stop):
-            if offset[0] == kept_row and offset in kept:
-                pending.append((offset, kept[offset]))
-            elif offset in ahead:
-                pending.append((offset, ahead.pop(offset)))
+        last_row = (stop - 1) // layout.chunks[0] * layout.chunks[0]
+        kept: dict[tuple[int, ...], np.ndarray] = {}
+        filling: list[tuple[tuple[int, ...], Future[np.ndarray]]] = []
+        for offset in layout.offsets(start, stop):
+            source: np.ndarray | Future[np.ndarray] | tuple[Any, ...]
+            if offset[0] == layout.kept_row and offset in layout.kept:
+                source = layout.kept[offset]
             else:
-                pending.append((offset, self._inflate(dataset, offset)))
-        last_row = (stop - 1) // chunks[0] * chunks[0]
-        new_kept: dict[tuple[int, ...], np.ndarray] = {}
-        for offset, job in pending:
-            data = job.result() if isinstance(job, Future) else job
+                source = layout.ahead.pop(offset, None) or layout.source(offset)
+            if self._pool is not None:  # read, inflated and placed in one task
+                filling.append((offset, self._pool.submit(_fill, source, out, offset, start, stop)))
+                continue
+            data = _fill(source, out, offset, start, stop)
             if offset[0] == last_row:
-                new_kept[offset] = data
-            _place(out, data, offset, start, stop, shape)
-        self._kept[name] = (last_row, new_kept)
-        if ahead:  # chunks prefetched past this read: still ahead of the next one
-            self._ahead[name] = ahead
+                kept[offset] = data
+        for offset, job in filling:
+            data = job.result()
+            if offset[0] == last_row:
+                kept[offset] = data
+        layout.kept_row, layout.kept = last_row, kept
         return out
 
-    def _inflate(self, dataset: Any, offset: tuple[int, ...]) -> Future[np.ndarray] | np.ndarray:
-        """The chunk at ``offset``, decoded: read and inflated on the pool (or here)."""
-        stored = self._chunks(dataset).get(offset)
-        if stored is None:
-            raise OSError(f"chunk {offset} of {dataset.name} is not allocated")
-        fd = self._files[dataset.file.filename]
-        args = (fd, stored, dataset.chunks, dataset.dtype, f"chunk {offset} of {dataset.name}")
-        return self._pool.submit(_load, *args) if self._pool is not None else _load(*args)
-
-    def _chunks(self, dataset: Any) -> dict[tuple[int, ...], _Stored]:
-        """``dataset``'s chunk index (read once): every allocated chunk's place in the file."""
-        index = self._index.get(dataset.name)
-        if index is not None:
-            return index
-        filename = dataset.file.filename
+    def _layout(self, dataset: Any) -> _Layout:
+        """``dataset``'s :class:`_Layout`, its chunk index read on first use."""
+        layout = self._layouts.get(id(dataset))
+        if layout is not None:
+            return layout
+        filename, name = dataset.file.filename, dataset.name
         if filename not in self._files:
             self._files[filename] = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        index = {}
+        index: dict[tuple[int, ...], _Stored] = {}
 
         def add(info: Any) -> None:
             index[tuple(info.chunk_offset)] = _Stored(info.byte_offset, info.size, not info.filter_mask & 1)
@@ -171,25 +197,25 @@ class ChunkRows:
                 for i in range(dataset.id.get_num_chunks()):
                     add(dataset.id.get_chunk_info(i))
         except RuntimeError as exc:
-            raise OSError(f"the chunk index of {dataset.name}: {exc}") from exc
+            raise OSError(f"the chunk index of {name}: {exc}") from exc
         if index:  # the addresses are the file's own bytes (no user block, no split driver)
             offset, first = next(iter(index.items()))
             if (
                 os.pread(self._files[filename], first.size, first.address)
                 != dataset.id.read_direct_chunk(offset)[1]
             ):
-                raise OSError(f"the chunks of {dataset.name} are not where its index says")
-        self._index[dataset.name] = index
-        return index
-
-
-def _offsets(dataset: Any, start: int, stop: int) -> Iterator[tuple[int, ...]]:
-    """The offsets of the chunks that hold rows ``start:stop`` of ``dataset``, in order."""
-    chunks = dataset.chunks
-    inner = [range(0, n, c) for n, c in zip(dataset.shape[1:], chunks[1:], strict=True)]
-    for row in range(start // chunks[0] * chunks[0], stop, chunks[0]):
-        for rest in itertools.product(*inner):
-            yield (row, *rest)
+                raise OSError(f"the chunks of {name} are not where its index says")
+        layout = _Layout(
+            dataset,
+            name,
+            self._files[filename],
+            tuple(dataset.shape),
+            tuple(dataset.chunks),
+            dataset.dtype,
+            index,
+        )
+        self._layouts[id(dataset)] = layout
+        return layout
 
 
 def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
@@ -198,21 +224,37 @@ def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, wh
     size = int(np.prod(chunks)) * dtype.itemsize
     if len(raw) != stored.size:
         raise OSError(f"{what}: the file ends inside it")
-    data = zlib.decompress(raw, 15, size) if stored.deflated else raw
+    data = inflate(raw, size) if stored.deflated else raw
     if len(data) != size:
         raise OSError(f"{what} holds {len(data)} bytes, not {size}")
     return np.frombuffer(data, dtype).reshape(chunks)
 
 
-def _place(
-    out: np.ndarray, chunk: np.ndarray, offset: tuple[int, ...], start: int, stop: int, shape: tuple[int, ...]
-) -> None:
-    """Copy the part of ``chunk`` (at ``offset`` in a dataset of ``shape``) that lies in rows
-    ``start:stop`` into ``out`` (those rows). An edge chunk is stored whole: its padding is cut."""
+def _fill(
+    source: np.ndarray | Future[np.ndarray] | tuple[Any, ...],
+    out: np.ndarray,
+    offset: tuple[int, ...],
+    start: int,
+    stop: int,
+) -> np.ndarray:
+    """The chunk at ``offset``: kept decoded, being decoded (a prefetch's, waited for: it was
+    submitted earlier, so it runs or has run), or loaded here from ``source``
+    (:meth:`_Layout.source`); placed in ``out`` and returned."""
+    if isinstance(source, np.ndarray):
+        data = source
+    else:
+        data = source.result() if isinstance(source, Future) else _load(*source)
+    _place(out, data, offset, start, stop)
+    return data
+
+
+def _place(out: np.ndarray, chunk: np.ndarray, offset: tuple[int, ...], start: int, stop: int) -> None:
+    """Copy the part of ``chunk`` (at ``offset`` in its dataset) that lies in rows ``start:stop``
+    into ``out`` (those rows). An edge chunk is stored whole: its padding is cut."""
     row = offset[0]
     lo, hi = max(start, row), min(stop, row + chunk.shape[0])
     inner = tuple(
-        slice(o, min(o + c, n)) for o, c, n in zip(offset[1:], chunk.shape[1:], shape[1:], strict=True)
+        slice(o, min(o + c, n)) for o, c, n in zip(offset[1:], chunk.shape[1:], out.shape[1:], strict=True)
     )
     part = tuple(slice(0, s.stop - s.start) for s in inner)
     out[(slice(lo - start, hi - start), *inner)] = chunk[(slice(lo - row, hi - row), *part)]
