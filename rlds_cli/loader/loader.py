@@ -45,6 +45,7 @@ from rlds_cli.loader.sizes import check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.tensors import TensorDictBatches, to_torch
+from rlds_cli.loader.view_change import ViewChange
 from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
@@ -113,7 +114,7 @@ class Loader:
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
             ``epochs``).
         refresh: For a growing dataset: follow its commits every ``refresh`` batches (``1``: every
-            batch; see :mod:`rlds_cli.loader.refresh`). ``None``: the view it was opened with.
+            batch; see :class:`Refresher`). ``None``: the view it was opened with.
         root: Cache root, when ``dataset`` is a name.
         windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
             ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
@@ -180,26 +181,16 @@ class Loader:
         check_loader_batch(self, given, sampler, sampler_options)  # before anything is allocated
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
+        self._pack = pack
+        self.source: IndexedSource | HostSource | DeviceSource
+        self._gather: Callable[[Any], TedBatch]
         if given is not None:
-            self.source: IndexedSource | HostSource | DeviceSource = given
-            self.num_steps = given.num_steps
+            self.source, self.num_steps, self._gather = given, given.num_steps, given.gather
             self._episodes: Episodes | None = given.episodes
-            self._gather: Callable[[Any], TedBatch] = given.gather
         else:
             assert self.dataset is not None
-            f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
-            self._host = HostSource(
-                self.dataset, self._unclaimed(self.keys), in_memory=bool(in_memory), pack=pack, float32=f32
-            )
-            self.source = self._host
-            self.num_steps, self._episodes = self.dataset.num_steps, None
-            # the host gather, resolved once (HostSource.gather dispatches on its layout per call)
-            self._gather = self._host.gather_function()
-            if in_memory == "device":
-                self.source = self._device_source = DeviceSource(
-                    self._host, self.device or torch.device("cpu")
-                )
-                self._gather = self._device_source.gather
+            self._open_source(self.dataset)
+            self._episodes = None
         # the batch's index is the sampled indices, unless the source writes its own (a mixture's
         # rows say their step in their own dataset)
         self._write_index = not getattr(self.source, "owns_index", False)
@@ -207,11 +198,7 @@ class Loader:
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
         # a sixth of a prioritized sample+update)
-        self._refresher = None
-        if refresh is not None:
-            from rlds_cli.loader.refresh import Refresher
-
-            self._refresher = Refresher(self, refresh, sampler, sampler_options, pack)
+        self._refresher = None if refresh is None else Refresher(self, refresh, sampler)
         self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
         self._prioritized = isinstance(self.sampler, Prioritized)
         self._streamable = isinstance(self.sampler, Streamable)
@@ -233,6 +220,30 @@ class Loader:
         self._lock = threading.Lock()  # the sampler is shared with the prefetch thread
         self._prefetcher: Prefetcher | None = None
         self.batches_drawn = 0
+
+    def _open_source(self, dataset: Any) -> None:
+        """Make the source over ``dataset`` (or the new view of it, after a refresh): the host
+        source, and its copy on the device with ``in_memory="device"``; the gather resolved once
+        (``HostSource.gather`` dispatches on its layout per call)."""
+        f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
+        keys = self._unclaimed(self.keys)
+        host = HostSource(dataset, keys, in_memory=bool(self.in_memory), pack=self._pack, float32=f32)
+        self._host, self.source, self.num_steps = host, host, dataset.num_steps
+        self._gather = host.gather_function()
+        if self.in_memory == "device":
+            self.source = self._device_source = DeviceSource(host, self.device or torch.device("cpu"))
+            self._gather = self._device_source.gather
+
+    def _follow(self, dataset: Any, change: ViewChange) -> None:
+        """Move to a new view of a growing dataset: the transforms bound to it again (the first
+        claims its keys again), the source made over it, the sampler moved in place (``change``
+        ties the new view's rows to the old one's)."""
+        for t in self.transforms:
+            if isinstance(t, Bindable):
+                t.bind(dataset)
+        self._open_source(dataset)
+        self.sampler.follow(change)  # type: ignore[attr-defined]  # checked by the Refresher
+        self._batches_per_epoch = self._epoch_length()
 
     def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:
         if isinstance(sampler, str):
@@ -498,3 +509,99 @@ class Loader:
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
         if state.get("seed") is not None:
             self.seed = int(state["seed"])
+
+
+class Refresher:
+    """``Loader(name, refresh=N)``: refreshes the loader's growing dataset every ``N`` batches
+    (``1``: every batch), under the loader's lock, before drawing the next batch, so a batch is
+    always drawn and gathered from one view (no index past its end, no evicted row, slices inside
+    one episode). A view that changed moves the loader (:meth:`Loader._follow`):
+
+    * the source is made again over the new view, on the host (``in_memory="device"`` then copies
+      the new view's rows to its device);
+    * the sampler follows in place (its generator goes on, so a run is reproducible for a given
+      sequence of views): ``"uniform"`` takes the new size; ``"slice"`` makes its episode tables
+      again; ``"prioritized"`` keeps the priority of every row still in the view (mapped by its
+      episode's id, never by position: :mod:`rlds_cli.loader.view_change`), gives new rows the
+      largest priority seen so far and drops evicted rows'; ``"epoch"``: the epoch in progress
+      keeps its order less the evicted rows, and rows added during it come in the next epoch (one
+      shard only). ``"epoch"`` and ``"prioritized"`` need ``prefetch=0`` (a batch prefetched
+      before a refresh belongs to the old view);
+    * transforms bound to the dataset (``FrameStack``, ``windows=``, ``NStepReturn``,
+      ``GoalRelabel``...) are bound again; a ``Normalize`` keeps its first statistics.
+
+    Cost: a refresh that finds nothing new is one ``stat`` of the commit log; one that finds
+    commits reads the new segments' indexes, extends the view and makes the source and the
+    sampler's tables again (linear in the episodes; ``"prioritized"`` and an ``in_memory`` copy:
+    in the rows).
+
+    Args:
+        loader: The loader (its source must be made from a growing dataset).
+        every: Batches between refreshes.
+        sampler: The sampler as the loader was given it (a name follows; an object cannot).
+    """
+
+    def __init__(self, loader: Loader, every: int, sampler: Any) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"refresh must be a number of batches >= 1, got {every!r}")
+        dataset = loader.dataset
+        if dataset is None or not hasattr(dataset, "refresh"):
+            raise ValueError(
+                f"refresh= follows a growing dataset (written with DatasetWriter); "
+                f"{getattr(dataset, 'name', 'this dataset')!r} never changes: drop refresh="
+            )
+        if not isinstance(sampler, str) or not hasattr(loader.sampler, "follow"):
+            raise ValueError(
+                "refresh= needs a sampler given by name ('uniform', 'slice', 'prioritized', 'epoch'): "
+                "a sampler object of your own cannot follow the dataset's new rows"
+            )
+        if isinstance(loader.sampler, Epochal) and loader.world_size != 1:
+            raise ValueError(
+                "refresh= with the 'epoch' sampler needs world_size=1: ranks refresh at different "
+                "moments and could not agree on an epoch's rows; use 'uniform' across ranks"
+            )
+        if sampler in ("epoch", "prioritized") and loader.prefetch:
+            why = {
+                "epoch": "could not be put back into an epoch carried over it",
+                "prioritized": "holds rows of the old view: its priorities would land on other rows",
+            }[sampler]
+            raise ValueError(
+                f"refresh= with the {sampler!r} sampler needs prefetch=0: a batch prefetched "
+                f"before a refresh {why}"
+            )
+        self.loader = loader
+        self.every = every
+        self.batches = 0
+        #: Refreshes that found a changed view.
+        self.rebuilds = 0
+        self._ids = dataset.episode_ids  # type: ignore[attr-defined]
+        self._lengths = dataset.episode_index["length"]
+        self._position = dataset.log_position  # type: ignore[attr-defined]  # the view followed last
+        self._failed: BaseException | None = None
+
+    def tick(self) -> None:
+        """Before each batch (under the loader's lock): refresh when due, follow when changed."""
+        if self._failed is not None:  # a view the sampler could not follow: never half of it
+            raise self._failed
+        self.batches += 1
+        if self.batches % self.every:
+            return
+        loader = self.loader
+        ds: Any = loader.dataset
+        ds.refresh()
+        # the view against the one followed last, not refresh()'s answer: whoever holds the
+        # dataset object (the user reading ds.ready) may have refreshed it in between
+        if ds.log_position == self._position:
+            return
+        self._position = ds.log_position
+        try:
+            self._follow(loader, ds)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def _follow(self, loader: Loader, ds: Any) -> None:
+        self.rebuilds += 1
+        change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episode_index["length"])
+        self._ids, self._lengths = ds.episode_ids, ds.episode_index["length"]
+        loader._follow(ds, change)

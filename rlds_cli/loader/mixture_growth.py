@@ -21,7 +21,7 @@ so they can be read (and tested) on their own:
   ``split="random"`` (the default) draws the counts from a multinomial instead.
 
 :class:`MixtureRefresher` is the ``refresh=N`` of a :class:`~rlds_cli.loader.MixtureLoader`:
-the same hook as :class:`~rlds_cli.loader.refresh.Refresher` (called by the loader under its
+the same hook as :class:`~rlds_cli.loader.loader.Refresher` (called by the loader under its
 lock before each batch), which every ``N`` batches refreshes the growing members and, when a
 view changed, rebuilds that member's rows and the sampler's sizes and readiness. Indices and
 rows of one batch therefore come from one view: no index past a member's end, no evicted row.
