@@ -95,9 +95,12 @@ class LockTimeoutError(CacheError, TimeoutError):
 
 
 class DiskFullError(CacheError, OSError):
-    """The disk (or quota) holding the cache ran out of space while writing."""
+    """The disk (or quota) holding the cache is too small for what is written there: a build, a
+    preprocessing output, or a download (checked before it starts, or met while it runs)."""
 
-    default_hint = "free some space ('rlds gc', 'rlds rm', 'rlds du'), or set RLDS_HOME to a larger disk"
+    default_hint = (
+        "free some space ('rlds gc', 'rlds rm', 'rlds du'), or point RLDS_HOME (or --root) at a larger disk"
+    )
 
 
 class CacheNotWritableError(CacheError, PermissionError):
@@ -253,12 +256,6 @@ class OfflineError(DownloadError, ConnectionError):
     """Offline mode is on and a file is not in the local download folder."""
 
     default_hint = "run the command once without --offline (and with RLDS_OFFLINE unset) to fetch it"
-
-
-class InsufficientDiskSpaceError(DownloadError, OSError):
-    """Not enough free disk space for a download."""
-
-    default_hint = "free some space, or point RLDS_HOME (or --root) at a larger disk"
 
 
 class HostNotFoundError(DownloadFailedError):

@@ -23,9 +23,9 @@ import pytest
 
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    DiskFullError,
     DownloadTooSlowError,
     HostNotFoundError,
-    InsufficientDiskSpaceError,
     RedirectError,
     RegistryFormatError,
     ServerResponseError,
@@ -316,7 +316,7 @@ def test_a_full_disk_keeps_the_part_and_says_what_is_needed(
         return _FillingFile(handle, room[0]) if "b" in mode and Path(path).suffix == ".part" else handle
 
     monkeypatch.setattr(http_module, "open", filling_open, raising=False)
-    with pytest.raises(InsufficientDiskSpaceError) as info:
+    with pytest.raises(DiskFullError) as info:
         fetch(server, tmp_path, config)
     part = part_path(tmp_path, "data.bin")
     assert part.stat().st_size == 100_000  # kept for a resume
@@ -343,7 +343,7 @@ def test_a_full_disk_without_validator_gives_the_space_back(
         return _FillingFile(handle, 100_000) if "b" in mode and Path(path).suffix == ".part" else handle
 
     monkeypatch.setattr(http_module, "open", filling_open, raising=False)
-    with pytest.raises(InsufficientDiskSpaceError, match="the partial file was deleted"):
+    with pytest.raises(DiskFullError, match="the partial file was deleted"):
         fetch(server, tmp_path, config)
     assert not part_path(tmp_path, "data.bin").exists()
 
@@ -376,7 +376,7 @@ def test_a_real_full_disk(
     usage = shutil.disk_usage(small_disk)
     # the space check passed when the download began; the disk fills afterwards
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=10**12))
-    with pytest.raises(InsufficientDiskSpaceError) as info:
+    with pytest.raises(DiskFullError) as info:
         fetch(server, small_disk / "raw", config)
     part = part_path(small_disk / "raw", "data.bin")
     assert 0 < part.stat().st_size < len(V1)

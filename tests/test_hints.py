@@ -24,7 +24,7 @@ from typer.testing import CliRunner, Result
 from rlds_cli import errors
 from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
-from rlds_cli.sources.download import _default_name
+from rlds_cli.sources.provenance import default_name
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.http_faults import Fault, FaultServer, serving
 
@@ -314,7 +314,21 @@ def test_a_folder_with_one_d4rl_file_and_notes_converts(tmp_path: Path) -> None:
     ],
 )
 def test_archive_default_names_drop_every_suffix(file_name: str) -> None:
-    assert _default_name(Path(file_name)) == "x"
+    assert default_name(Path(file_name)) == "x"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("", "repo"), ("tfds/ds/1.0.0", "ds-1.0.0"), ("1.0.0", "1.0.0"), ("my data--v2/", "my-data-v2")],
+)
+def test_hub_default_names_follow_the_rules_of_file_names(path: str, expected: str) -> None:
+    """A Hub repo is named by its folder (a version folder with its parent), cleaned as a file
+    name is: never a name the cache refuses ('--' separates a name's parts on disk)."""
+    from rlds_cli.cache.layout import validate_name
+    from rlds_cli.net.hub.repo import HubPath
+
+    name = default_name(HubPath("org/repo", path))
+    assert name == expected and validate_name(name) == name
 
 
 # --------------------------------------------------------------------------- 7: renamed options
@@ -527,7 +541,7 @@ CLI_ERRORS = [
     (errors.HTTPStatusError, _case_http_status),
     (errors.DownloadFailedError, _case_failed),
     (errors.OfflineError, _case_offline),
-    (errors.InsufficientDiskSpaceError, _case_disk),
+    (errors.DiskFullError, _case_disk),
     (errors.HostNotFoundError, _case_host_not_found),
     (errors.RedirectError, _case_redirect),
     (errors.ServerResponseError, _case_server_response),

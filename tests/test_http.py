@@ -11,9 +11,9 @@ import pytest
 
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    DiskFullError,
     DownloadFailedError,
     HTTPStatusError,
-    InsufficientDiskSpaceError,
     OfflineError,
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
@@ -259,7 +259,7 @@ def test_disk_space_checked_before_any_request(
 
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=1000))
-    with pytest.raises(InsufficientDiskSpaceError) as info:
+    with pytest.raises(DiskFullError) as info:
         fetch(server, tmp_path, config, spec=remote(server, size=len(DATA)))
     assert f"needs {len(DATA):,} bytes" in str(info.value) and "RLDS_HOME" in info.value.hint
     assert server.log == []

@@ -25,7 +25,7 @@ from rlds_cli.errors import (
 from rlds_cli.export.hub import HUB_EXPORT_MARK
 from rlds_cli.net.hub.fetch import STAGING
 from rlds_cli.net.layout import meta_dir
-from rlds_cli.remote import hub_store
+from rlds_cli.remote import store
 from rlds_cli.sources.download import download
 from tests import test_hub_download
 from tests.hub_standin import HubStandin
@@ -81,7 +81,7 @@ def test_a_token_the_client_cannot_send_is_one_line(
         download(URL)
     assert token not in str(caught.value) and token not in (caught.value.hint or "")
     with pytest.raises(SettingError, match="HF_TOKEN"):
-        hub_store.hub_filesystem()
+        store.hub_filesystem()
     monkeypatch.delenv("HF_TOKEN")
     assert download(URL).manifest.num_steps > 0
 
@@ -117,9 +117,9 @@ def test_a_pull_refused_by_a_5xx_gets_no_push_hint() -> None:
         __module__ = "huggingface_hub.errors"
         response = type("R", (), {"status_code": 503})()
 
-    read = hub_store.access_error("hf://datasets/o/r", Refused())
+    read = store.access_error("hf://datasets/o/r", Refused())
     assert "HTTP 503" in str(read) and "uploaded" not in (read.hint or "")
-    write = hub_store.access_error("hf://datasets/o/r", Refused(), write=True)
+    write = store.access_error("hf://datasets/o/r", Refused(), write=True)
     assert "uploaded" in (write.hint or "")
     assert isinstance(read, RemoteAccessError)
 

@@ -21,8 +21,8 @@ from rlds_cli._util.io import (
     sha256_file,
     temp_path,
 )
-from rlds_cli.cache.views import parse_range
-from rlds_cli.errors import InsufficientDiskSpaceError, InvalidSelectionError
+from rlds_cli._util.numbers import parse_numbers, parse_range
+from rlds_cli.errors import DiskFullError, InvalidSelectionError
 from rlds_cli.net.retry import RetryBudget, backoff_delay
 from tests.faults import count_steps, kill_at
 
@@ -138,7 +138,7 @@ def test_sha256_file_is_hashlibs(tmp_path: Path, size: int) -> None:
 def test_check_disk_names_the_folder_and_the_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=5000))
-    with pytest.raises(InsufficientDiskSpaceError) as info:
+    with pytest.raises(DiskFullError) as info:
         check_disk(tmp_path, 123_456, "the download")
     assert str(info.value) == (
         f"not enough disk space in {tmp_path}: the download needs 123,456 bytes and 5,000 are free "
@@ -166,6 +166,18 @@ def test_one_range_parser_with_two_rules() -> None:
             parse_range(spec, negative=False)
         assert "rlds view" in (info.value.hint or "")
         parse_range(spec, negative=True)
+
+
+def test_a_number_selection_reads_ranges_by_the_same_rule() -> None:
+    """``checkpoints`` and registry file sets: ``A:B`` is ``A <= N < B`` (either side empty),
+    refused where :func:`parse_range` refuses it without negatives (as a ``ValueError``)."""
+    for spec, picked in (("2:5", [2, 3, 4]), (" 3 :", [3, 4, 5, 6]), (":2", [0, 1]), (":", list(range(7)))):
+        keep, named = parse_numbers(spec)
+        assert keep is not None and named is None
+        assert [n for n in range(7) if keep(n)] == picked, spec
+    for spec in ("5:2", "3:3", "-1:", "1:2:3", "a:b", ":0"):
+        with pytest.raises(ValueError):
+            parse_numbers(spec)
 
 
 # ----------------------------------------------------------------------------- retries

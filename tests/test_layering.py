@@ -19,7 +19,7 @@ from pathlib import Path
 from tests.test_import_graph import PACKAGE, import_graph, modules
 
 #: The bottom layer: imports nothing of rlds above it (``_util``: files written whole, lazy names,
-#: plug points, number and row rules, an RLDS/TFDS folder's file names).
+#: plug points, file locks, number and row rules, an RLDS/TFDS folder's file names).
 BOTTOM = frozenset({"errors", "settings", "_version", "_util"})
 
 #: unit -> the other units it may import (its own modules are always allowed). The CLI and the

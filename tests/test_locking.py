@@ -1,9 +1,10 @@
-"""The dataset-name lock without filelock (rlds_cli/cache/locking.py): it excludes filelock's own
-locks on the same file (both flock), in this process and in another one; it is reentrant within
-one object; a timeout is a Timeout that is_timeout recognises, as is filelock's."""
+"""The file locks of rlds_cli/_util/locks.py: FileLock excludes filelock's own locks on the same
+file (both flock), in this process and in another one, and lock_fd's; it is reentrant within one
+object; a timeout is a Timeout that is_timeout recognises, as is filelock's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import pytest
 from filelock import FileLock as PortableLock
 from filelock import Timeout as PortableTimeout
 
-from rlds_cli.cache.locking import FileLock, Timeout, file_lock, is_timeout
+from rlds_cli._util.locks import FileLock, Timeout, is_timeout, lock_fd, unlock_fd
 from tests.waits import HANG_SECONDS
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the flock lock is POSIX's")
@@ -35,7 +36,7 @@ def test_excludes_filelock_both_ways(tmp_path: Path) -> None:
 
 def test_reentrant_and_released_by_the_last_hold(tmp_path: Path) -> None:
     path = tmp_path / "x.lock"
-    lock = file_lock(path, timeout=0)
+    lock = FileLock(path, timeout=0)
     with lock:
         with lock:
             assert lock.is_locked
@@ -91,3 +92,26 @@ def test_a_lock_in_a_folder_not_made_yet_makes_it(tmp_path: Path) -> None:
         assert lock.is_locked and path.is_file()
         with pytest.raises(PortableTimeout):
             PortableLock(str(path), timeout=0).acquire()
+
+
+def test_an_open_file_lock_excludes_the_lock_file_lock(tmp_path: Path) -> None:
+    """The commit log's lock of its open file (lock_fd) and FileLock on the same file exclude
+    each other; unlock_fd frees it."""
+    import fcntl  # here: the module is collected on Windows too, where it is skipped
+
+    path = tmp_path / "commits.log"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        lock_fd(fd)
+        with pytest.raises(Timeout):
+            FileLock(path, timeout=0).acquire()
+        unlock_fd(fd)
+        with FileLock(path, timeout=0):
+            other = os.open(path, os.O_RDWR)
+            try:
+                with pytest.raises(BlockingIOError):  # what lock_fd would wait for
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(other)
+    finally:
+        os.close(fd)

@@ -130,7 +130,7 @@ def test_damaged_datasets(tmp_path: Path) -> None:
     with pytest.raises(SourceFormatError, match=r"main_data.hdf5"):
         convert(d, "bad")
     (d / "data" / "metadata.json").write_text("{not json")
-    with pytest.raises(SourceFormatError, match=r"metadata.json: not valid JSON"):
+    with pytest.raises(SourceFormatError, match=r"metadata.json is not readable JSON"):
         convert(d, "bad")
 
 

@@ -109,6 +109,10 @@ def test_a_push_over_another_dataset_or_version_says_which(tmp_path: Path) -> No
     make_demo("a", "zarr")
     with pytest.raises(RemoteExistsError, match="holds another version of dataset 'a'"):
         push("a", "memory://bucket/same")
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file("/bucket/same/manifest.json", b"[1]")  # damaged: not a JSON object
+    with pytest.raises(RemoteExistsError, match=r"holds a dataset \(its manifest is unreadable\)"):
+        push("a", "memory://bucket/same")
 
 
 def test_push_over_another_version_needs_force_and_removes_the_manifest_first(tmp_path: Path) -> None:

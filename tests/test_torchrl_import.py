@@ -136,6 +136,15 @@ def test_wrapped_buffer_with_an_unknown_cursor_is_refused(tmp_path: Path) -> Non
         open_dataset("w")
 
 
+def test_a_buffer_whose_writer_metadata_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
+    pytest.importorskip("torchrl")
+    _buffer(10, _episode(7, 0)).dumps(tmp_path / "rb")
+    meta = tmp_path / "rb" / "writer" / "metadata.json"
+    meta.write_text("{not json")
+    out = _one_error_line(_run("download", str(tmp_path / "rb"), "--name", "w"))
+    assert f"{meta} is not readable JSON" in out
+
+
 # ----------------------------------------------------------------------------- values
 
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from rlds_cli.errors import InsufficientDiskSpaceError
+from rlds_cli.errors import DiskFullError
 
 #: Head room kept free on the disk besides what a download needs.
 DISK_MARGIN = 64 * 1024 * 1024
@@ -113,13 +113,13 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 def check_disk(directory: Path, needed: int, what: str) -> None:
-    """Raise :class:`InsufficientDiskSpaceError` unless ``directory``'s disk has ``needed``
+    """Raise :class:`DiskFullError` unless ``directory``'s disk has ``needed``
     bytes free besides :data:`DISK_MARGIN`; ``what`` names who needs them ("the download")."""
     if needed <= 0:
         return
     free = shutil.disk_usage(directory).free
     if free < needed + DISK_MARGIN:
-        raise InsufficientDiskSpaceError(
+        raise DiskFullError(
             f"not enough disk space in {directory}: {what} needs {needed:,} bytes and "
             f"{free:,} are free (plus {DISK_MARGIN // 2**20} MiB kept spare)"
         )

@@ -1,15 +1,17 @@
-"""The inter-process lock of a dataset name, without importing ``filelock`` on POSIX.
+"""File locks between processes: :class:`FileLock` on a lock file, :func:`lock_fd` on an open file.
 
-Why: ``import filelock`` costs ~16 ms in a process that has rlds loaded (its asyncio, lease and
-descriptor machinery), a sixth of converting a 100k-step low-dim dataset, paid by every
-conversion and every write. On POSIX the lock is ``fcntl.flock(LOCK_EX)`` on the name's lock file,
-exactly what ``filelock.FileLock`` takes (it uses ``flock`` too, and never truncates or deletes the
-file), so processes using either class exclude each other. Elsewhere (Windows), ``filelock`` is
-used as before.
+On POSIX both are ``fcntl.flock(LOCK_EX)``, exactly what ``filelock.FileLock`` takes (it uses
+``flock`` too, and never truncates or removes the file), so processes using either exclude each
+other. ``filelock`` is not imported there: ``import filelock`` costs ~16 ms in a process that has
+rlds loaded (its asyncio, lease and descriptor machinery), a sixth of converting a 100k-step
+low-dim dataset. Elsewhere (Windows) :class:`FileLock` takes ``filelock``'s lock and
+:func:`lock_fd` locks nothing.
 
 :class:`FileLock` keeps the part of ``filelock.FileLock``'s interface rlds uses: ``acquire``
-(waiting up to ``timeout`` seconds, ``-1`` forever, polling), ``release``, a context manager,
-reentrant within one object. A lock that cannot be taken in time raises :class:`Timeout`.
+(waiting up to ``timeout`` seconds, ``-1`` forever, ``0`` one attempt, polling), ``release``, a
+context manager, reentrant within one object (its holds count across threads, where filelock's
+are per thread: give each thread its own object). A lock not taken in time raises
+:class:`Timeout` on every platform.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
+__all__ = ["POLL_SECONDS", "FileLock", "Timeout", "is_timeout", "lock_fd", "unlock_fd"]
+
 #: Seconds between two attempts while waiting for a lock held elsewhere (filelock's default).
 POLL_SECONDS = 0.05
 
@@ -37,26 +41,44 @@ class Timeout(TimeoutError):
         self.lock_file = lock_file
 
 
+def lock_fd(fd: int) -> None:
+    """Take an exclusive lock of the open file ``fd``, waiting for it (``flock``; where there is
+    no ``fcntl``, nothing is locked)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def unlock_fd(fd: int) -> None:
+    """Release :func:`lock_fd` (or :class:`FileLock`'s ``flock``) of ``fd``."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class FileLock:
-    """An exclusive ``flock`` on ``lock_file`` (see the module).
+    """An exclusive lock of ``lock_file`` (see the module).
 
     Args:
-        lock_file: The lock file (created, mode 0644, when missing; never truncated or removed).
+        lock_file: The lock file (created, mode 0644, with its folder when missing; never
+            truncated or removed).
         timeout: Default seconds :meth:`acquire` waits (``-1``: forever, ``0``: one attempt).
     """
 
     def __init__(self, lock_file: str | os.PathLike[str], timeout: float = -1) -> None:
+        self._count = 0
+        self._fd: int | None = None  # POSIX: the descriptor holding the flock
+        self._portable: Any = None  # elsewhere: filelock's lock
         self.lock_file = os.fspath(lock_file)
         self.timeout = timeout
-        self._fd: int | None = None
-        self._count = 0
 
     @property
     def is_locked(self) -> bool:
         """Whether this object holds the lock."""
-        return self._fd is not None
+        return self._count > 0
 
     def _try(self) -> bool:
+        """One attempt, without waiting: whether the lock was taken."""
+        if fcntl is None:  # pragma: no cover - Windows
+            return self._try_portable()
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         try:
             fd = os.open(self.lock_file, flags, 0o644)
@@ -74,13 +96,24 @@ class FileLock:
         self._fd = fd
         return True
 
+    def _try_portable(self) -> bool:  # pragma: no cover - Windows
+        import filelock
+
+        if self._portable is None:
+            self._portable = filelock.FileLock(self.lock_file)
+        try:
+            self._portable.acquire(timeout=0)
+        except filelock.Timeout:
+            return False
+        return True
+
     def acquire(self, timeout: float | None = None) -> FileLock:
         """Take the lock, waiting up to ``timeout`` seconds (``None``: the constructor's).
 
         Raises:
             Timeout: Another process holds it past the timeout.
         """
-        if self._fd is not None:
+        if self._count:
             self._count += 1
             return self
         wait = self.timeout if timeout is None else timeout
@@ -96,15 +129,20 @@ class FileLock:
 
     def release(self, force: bool = False) -> None:
         """Release one hold (``force``: all of them); the lock goes with the last."""
-        if self._fd is None:
+        if not self._count:
             return
         self._count = 0 if force else self._count - 1
-        if self._count <= 0:
-            fd, self._fd, self._count = self._fd, None, 0
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+        if self._count > 0:
+            return
+        self._count = 0
+        if self._fd is None:  # pragma: no cover - Windows
+            self._portable.release()
+            return
+        fd, self._fd = self._fd, None
+        try:
+            unlock_fd(fd)
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> FileLock:
         return self.acquire()
@@ -118,19 +156,9 @@ class FileLock:
         self.release(force=True)
 
 
-def file_lock(lock_file: str | os.PathLike[str], timeout: float = -1) -> Any:
-    """A lock on ``lock_file``: this module's :class:`FileLock` on POSIX, ``filelock``'s elsewhere
-    (whose ``Timeout`` the callers then see: test with :func:`is_timeout`)."""
-    if fcntl is not None:
-        return FileLock(lock_file, timeout)
-    from filelock import FileLock as PortableLock  # pragma: no cover - Windows
-
-    return PortableLock(os.fspath(lock_file), timeout=timeout)  # pragma: no cover
-
-
 def is_timeout(exc: BaseException) -> bool:
-    """Whether ``exc`` is a lock timeout: this module's :class:`Timeout`, or ``filelock``'s (from
-    a lock a caller made with ``filelock`` itself, or :func:`file_lock`'s off POSIX)."""
+    """Whether ``exc`` is a lock timeout: :class:`Timeout`, or ``filelock``'s (from a lock a
+    caller made with ``filelock`` itself and handed to rlds)."""
     if isinstance(exc, Timeout):
         return True
     portable = sys.modules.get("filelock")  # not imported: no filelock lock can have timed out

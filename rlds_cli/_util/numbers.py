@@ -1,18 +1,24 @@
-"""One rule for options that pick numbers (checkpoints of a run, files of a registry entry).
+"""Options that pick numbers: ``A:B`` ranges (episodes of a conversion or a view) and number
+selections (checkpoints of a run, files of a registry entry).
 
-A selection is ``"A:B"`` (``A <= N < B``; either side may be empty), ``"3,5,9"``, one number,
-or a list of numbers. The format reader (``checkpoints`` of ``atari_dqn``) and the registry's
-file sets (which files to download) parse it here, so both always pick the same numbers.
+:func:`parse_range` reads every ``"A:B"`` of rlds. A selection (:func:`parse_numbers`) is
+``"A:B"`` (``A <= N < B``; either side may be empty), ``"3,5,9"``, one number, or a list of
+numbers: the format reader (``checkpoints`` of ``atari_dqn``) and the registry's file sets
+(which files to download) parse it here, so both always pick the same numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from numbers import Integral
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NumberSelection", "parse_numbers"]
+from rlds_cli.errors import InvalidSelectionError
+
+__all__ = ["NumberSelection", "parse_numbers", "parse_range"]
 
 #: A predicate on numbers (``None``: every number) and the numbers named one by one (``None``
 #: for a range), which a caller may require to exist.
@@ -23,13 +29,16 @@ def parse_numbers(spec: object) -> NumberSelection:
     """``spec`` -> (predicate, named numbers); ``None`` selects everything.
 
     Raises:
-        ValueError: ``spec`` is none of the accepted shapes, names a negative number, or is an
-            empty range.
+        ValueError: ``spec`` is none of the accepted shapes or names a negative number; for a
+            range, :func:`parse_range`'s :class:`~rlds_cli.errors.InvalidSelectionError` (a
+            ``ValueError``).
     """
     if spec is None:
         return None, None
     if isinstance(spec, str) and ":" in spec:
-        return _parse_range(spec), None
+        start, stop = parse_range(spec, negative=False)
+        lo = start or 0
+        return (lambda n: n >= lo and (stop is None or n < stop)), None
     parts: list[Any]
     if isinstance(spec, str):
         parts = [p.strip() for p in spec.split(",") if p.strip()]
@@ -50,13 +59,33 @@ def parse_numbers(spec: object) -> NumberSelection:
     return wanted.__contains__, wanted
 
 
-def _parse_range(spec: str) -> Callable[[int], bool]:
-    left, _, right = spec.partition(":")
-    try:
-        lo = int(left) if left.strip() else 0
-        hi = int(right) if right.strip() else None
-    except ValueError:
-        raise ValueError(spec) from None
-    if lo < 0 or (hi is not None and hi <= lo):
-        raise ValueError(spec)
-    return lambda n: n >= lo and (hi is None or n < hi)
+def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None]:
+    """``"A:B"`` -> ``(A, B)`` (``None`` for an empty side), or ``[A, B]`` as a manifest stores
+    it (``A`` an int, ``B`` an int or ``None``).
+
+    ``negative=True`` allows any values, read as a Python slice (a view knows its parent's episode
+    count); ``negative=False`` requires ``0 <= A < B`` (a conversion's stream does not know its
+    count in advance, nor does a selection of files or checkpoints).
+
+    Raises:
+        InvalidSelectionError: ``spec`` is not of that form, or breaks those rules.
+    """
+    parts: list[Any] = []
+    if isinstance(spec, str):
+        with contextlib.suppress(ValueError):  # a side that is no integer: not of the form
+            parts = [int(p) if p.strip() else None for p in spec.split(":")]
+    elif isinstance(spec, tuple | list) and spec and isinstance(spec[0], Integral):
+        parts = list(spec)
+    if len(parts) != 2 or not all(p is None or isinstance(p, Integral) for p in parts):
+        raise InvalidSelectionError(
+            f"episode range {spec!r} is not of the form A:B",
+            # a conversion's stream cannot count from the end: its hint gives no negative example
+            hint=None if negative else "episode ranges are A:B with 0 <= A < B, e.g. 0:500 or 100:",
+        )
+    start, stop = (None if p is None else int(p) for p in parts)
+    if not negative and ((start or 0) < 0 or (stop is not None and stop <= (start or 0))):
+        raise InvalidSelectionError(
+            f"episode range {spec!r} must be A:B with 0 <= A < B (B empty: to the end)",
+            hint="for a range counted from the end, convert everything and make a view ('rlds view')",
+        )
+    return start, stop

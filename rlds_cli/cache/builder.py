@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import digest, episodes
+from rlds_cli.cache import episode_rules as rules
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.ted import REQUIRED_STEP_KEYS, StepBlock
+from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError
 
@@ -136,32 +137,26 @@ class DatasetBuilder:
         self._open_episode = not (k and ends[-1] == n - 1)
 
     def _check_block(self, steps: dict[str, np.ndarray], observations: Any, ends: np.ndarray, n: int) -> None:
-        # a Dict/Tuple action space is stored as keys under 'action/' (action/0, action/goal...)
-        missing = [
-            k for k in REQUIRED_STEP_KEYS if k not in steps and not any(s.startswith(f"{k}/") for s in steps)
-        ]
-        if missing:
-            raise ConversionError(f"block lacks required keys {missing}")
+        """The episode rules (:mod:`rlds_cli.cache.episode_rules`) for one block, as
+        :class:`ConversionError` (a reader's bug: the readers check their sources first)."""
+        if (problem := rules.missing_step_keys(steps)) is not None:
+            raise ConversionError(f"block lacks required keys {list(problem.keys)}")
         if not observations:
             raise ConversionError("block has no observation-like keys")
-        for key, rows in steps.items():
-            if rows.shape[0] != n:
-                raise ConversionError(f"step column {key!r} has {rows.shape[0]} rows, expected {n}")
-        for key, rows in observations.items():
-            if np.asarray(rows).shape[0] != n + len(ends):
-                raise ConversionError(
-                    f"observation column {key!r} has {np.asarray(rows).shape[0]} rows, "
-                    f"expected {n} steps + {len(ends)} final observations"
-                )
-        if len(ends) and (ends[0] < 0 or ends[-1] >= n or np.any(np.diff(ends) <= 0)):
+        if (problem := rules.rows_problem(steps, n)) is not None:
+            raise ConversionError(f"step column {problem.key!r} has {_rows(problem)}, expected {n}")
+        if (problem := rules.rows_problem(observations, n + len(ends))) is not None:
+            raise ConversionError(
+                f"observation column {problem.key!r} has {_rows(problem)}, "
+                f"expected {n} steps + {len(ends)} final observations"
+            )
+        if rules.ends_problem(ends, n) is not None:
             raise ConversionError("episode ends must be sorted, unique and inside the block")
         done = (steps["next/terminated"] | steps["next/truncated"]).reshape(n)
-        is_end = np.zeros(n, bool)
-        is_end[ends] = True
-        if not np.array_equal(done, is_end):
-            bad = int(np.flatnonzero(done != is_end)[0]) + self._num_steps
+        if (problem := rules.done_problem(done, rules.last_steps(ends, 0, n))) is not None:
+            assert problem.step is not None  # a done problem always names its step
             raise ConversionError(
-                f"step {bad}: next/done must be True exactly at episode ends "
+                f"step {problem.step + self._num_steps}: next/done must be True exactly at episode ends "
                 "(terminated or truncated marks the last step of an episode)"
             )
 
@@ -259,6 +254,10 @@ def dtype_name(dtype: np.dtype) -> str:
     if dtype.kind in "biufc":
         return dtype.newbyteorder("=").name
     return dtype.str
+
+
+def _rows(problem: rules.Problem) -> str:
+    return "no row axis (0-d)" if problem.rows is None else f"{problem.rows} rows"
 
 
 def _normalise_step_column(key: str, rows: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlds_cli._util.locks import lock_fd, unlock_fd
 from rlds_cli.errors import CorruptDatasetError
 
 MAGIC = b"RLG1"
@@ -127,7 +128,7 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
     data = record.pack()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
     try:
-        _lock(fd)
+        lock_fd(fd)  # none on Windows: appends race with each other there
         try:
             data = tail_recovery(fd) + data
             written = os.write(fd, data)
@@ -136,7 +137,7 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
         finally:
             # unlocked, not only closed, where the write failed too: a child forked meanwhile
             # (another thread's fork) holds this descriptor's lock for as long as it lives
-            _unlock(fd)
+            unlock_fd(fd)
         if fsync:
             os.fsync(fd)
     finally:
@@ -176,24 +177,6 @@ def has_added(path: Path, seg: bytes) -> bool:
         if rec is not None and rec.kind == ADD and rec.seg == seg:
             return True
     return False
-
-
-def _lock(fd: int) -> None:
-    """An exclusive lock of the open log (``flock``; none where there is no ``fcntl``)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: appends race with each other
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX)
-
-
-def _unlock(fd: int) -> None:
-    """Release :func:`_lock`."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return
-    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlds_cli._util.io import file_bytes, tree_bytes
+from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetInUseError, DatasetNotFoundError
@@ -203,12 +204,10 @@ def interrupted_jobs(cache: CacheRoot) -> list[Path]:
 
 def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
     """Preprocess job directories whose output name is not locked."""
-    from filelock import FileLock, Timeout
-
     found: list[Path] = []
     for child in cache.layout.job_dirs():
         try:
-            with FileLock(str(cache.layout.lock_file(tmp_owner(child))), timeout=0):
+            with FileLock(cache.layout.lock_file(tmp_owner(child)), timeout=0):
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
                 found.append(child)
@@ -240,8 +239,6 @@ def remove_unused_raw(cache: CacheRoot, folders: list[Path], *, dry_run: bool = 
 
 def _orphaned_raw(cache: CacheRoot, *, dry_run: bool, only: set[Path] | None = None) -> list[Path]:
     """Download folders no dataset's manifest names as its ``source.raw_dir`` (among ``only``)."""
-    from filelock import FileLock, Timeout
-
     raw_root = cache.layout.raw_dir
     if not raw_root.is_dir():
         return []
@@ -253,7 +250,7 @@ def _orphaned_raw(cache: CacheRoot, *, dry_run: bool, only: set[Path] | None = N
         with ExitStack() as held:
             try:  # every file download holds its lock while it runs
                 for lock in download_locks(folder):
-                    held.enter_context(FileLock(str(lock), timeout=0))
+                    held.enter_context(FileLock(lock, timeout=0))
             except Timeout:
                 continue
             if not dry_run:

@@ -183,15 +183,26 @@ def read_manifest(directory: Path) -> Manifest:
     return parse_manifest(text, path)
 
 
-def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
-    """Parse and check a manifest's JSON (``path`` names where it came from in messages: a
-    file, or the URL of a remote dataset)."""
+def manifest_json(text: str | bytes, path: Path | str) -> dict[str, Any]:
+    """A manifest's JSON object, not checked further: for a reader of one field that any version
+    or shape of manifest may hold (``path`` names where it came from in messages).
+
+    Raises:
+        CorruptDatasetError: ``text`` is no JSON object.
+    """
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
         raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
+    return data
+
+
+def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
+    """Parse and check a manifest's JSON (``path`` names where it came from in messages: a
+    file, or the URL of a remote dataset)."""
+    data = manifest_json(text, path)
     if data.get("format") != FORMAT_NAME:
         raise CorruptDatasetError(f"{path} is not an rlds manifest (format={data.get('format')!r})")
     version = data.get("format_version")

@@ -12,10 +12,10 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, fsync_dir
+from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache.layout import (
     BUILD_SUFFIX,
     JOURNAL_SUFFIX,
@@ -26,7 +26,6 @@ from rlds_cli.cache.layout import (
     tmp_owner,
     validate_name,
 )
-from rlds_cli.cache.locking import file_lock, is_timeout
 from rlds_cli.cache.manifest import Manifest, read_manifest
 from rlds_cli.errors import (
     CacheLocationError,
@@ -36,7 +35,7 @@ from rlds_cli.errors import (
     LockTimeoutError,
 )
 
-# Locks are rlds_cli.cache.locking's (fcntl.flock on POSIX, as filelock's): filelock costs ~16 ms
+# Locks are rlds_cli._util.locks' (fcntl.flock on POSIX, as filelock's): filelock costs ~16 ms
 # to import, and processes that only read datasets (the workers of 'rlds preprocess') never lock.
 
 logger = logging.getLogger(__name__)
@@ -153,16 +152,15 @@ class CacheRoot:
                         damaged.append((child.name, exc))
         return damaged
 
-    def lock(self, name: str, timeout: float = -1) -> Any:
+    def lock(self, name: str, timeout: float = -1) -> FileLock:
         """The inter-process lock that serializes writers of one dataset name.
 
         Args:
             name: Dataset name.
-            timeout: Seconds to wait when acquired; ``-1`` waits forever (a timeout raises what
-                :func:`~rlds_cli.cache.locking.is_timeout` recognises).
+            timeout: Seconds to wait when acquired; ``-1`` waits forever (a timeout raises
+                :class:`~rlds_cli._util.locks.Timeout`).
         """
-        self.locks_dir.mkdir(parents=True, exist_ok=True)
-        return file_lock(self.layout.lock_file(entry_name(name)), timeout=timeout)
+        return FileLock(self.layout.lock_file(entry_name(name)), timeout=timeout)
 
     def new_build_dir(self, name: str) -> Path:
         """Create an empty private directory to build a dataset in (same filesystem as the
@@ -204,16 +202,13 @@ class CacheRoot:
                     shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
                 continue
-            lock = file_lock(self.layout.lock_file(entry), timeout=0)
             try:
-                with lock:
+                with FileLock(self.layout.lock_file(entry), timeout=0):
                     if not dry_run:
                         logger.info("removing stale build %s", child)
                         shutil.rmtree(child, ignore_errors=True)
                     removed.append(child)
-            except Exception as exc:
-                if not is_timeout(exc):
-                    raise
+            except Timeout:
                 continue  # a live writer owns it
         return removed
 
@@ -306,12 +301,10 @@ class CacheRoot:
                     done.append(owner)
                 continue
             try:
-                with file_lock(self.layout.lock_file(owner), timeout=0):
+                with FileLock(self.layout.lock_file(owner), timeout=0):
                     self._roll_forward(journal)
                     done.append(owner)
-            except Exception as exc:
-                if not is_timeout(exc):
-                    raise
+            except Timeout:
                 continue  # its writer is alive and finishing it
         return done
 
@@ -344,7 +337,5 @@ class CacheRoot:
             with self.lock(name, timeout=timeout):
                 self.tmp_dir.mkdir(parents=True, exist_ok=True)
                 self._discard(final, final.name)
-        except Exception as exc:
-            if not is_timeout(exc):
-                raise
+        except Timeout:
             raise LockTimeoutError(f"dataset {name!r} is locked by another process") from None

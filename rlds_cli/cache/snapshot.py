@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.growing import GrowingDataset
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
@@ -29,7 +30,6 @@ from rlds_cli.cache.layout import (
     entry_name,
     new_id,
 )
-from rlds_cli.cache.locking import file_lock
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetReplacedError
 
@@ -80,7 +80,7 @@ def private_build(cache: CacheRoot, owner: str) -> Iterator[Path]:
     cache.locks_dir.mkdir(parents=True, exist_ok=True)
     cache.tmp_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with file_lock(lock_path, timeout=0):  # taken before the folder exists: never stale
+        with FileLock(lock_path, timeout=0):  # taken before the folder exists: never stale
             build = cache.layout.build_dir(owner)
             try:
                 yield build

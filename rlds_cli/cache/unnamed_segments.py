@@ -15,7 +15,6 @@ reports it.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections import Counter
@@ -24,15 +23,17 @@ from typing import Any
 
 from rlds_cli.cache.commit_log import LogState
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.manifest import manifest_json
 
 
 def segment_writer(path: Path) -> tuple[str, int] | None:
     """The host and process that wrote a segment (its manifest's ``source.writer``), ``None``
-    when the manifest does not say (unreadable, or another shape)."""
+    when the manifest does not say (missing or damaged, or another shape)."""
     try:
-        writer = json.loads((path / MANIFEST_FILE).read_text())["source"]["writer"]
+        file = path / MANIFEST_FILE
+        writer = manifest_json(file.read_bytes(), file)["source"]["writer"]
         host, pid = writer["host"], writer["pid"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, KeyError, TypeError):  # CorruptDatasetError is an OSError
         return None
     if not isinstance(host, str) or not str(pid).isdigit():
         return None

@@ -13,13 +13,12 @@ rm`` refuses to remove a parent while views of it exist.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.numbers import parse_range  # also for formats/select.py, which imports it from here
 from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import InvalidSelectionError
@@ -79,38 +78,6 @@ class GatheredColumn:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = np.asarray(self._column[self._rows])
         return data.astype(dtype) if dtype is not None else data
-
-
-def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None]:
-    """The one parser of episode ranges: ``"A:B"`` -> ``(A, B)`` (``None`` for an empty side), or
-    ``[A, B]`` as a manifest stores it (``A`` an int, ``B`` an int or ``None``).
-
-    ``negative=True`` allows any values, read as a Python slice (a view knows its parent's episode
-    count); ``negative=False`` requires ``0 <= A < B`` (a conversion's stream does not know its
-    count in advance).
-
-    Raises:
-        InvalidSelectionError: ``spec`` is not of that form, or breaks those rules.
-    """
-    parts: list[Any] = []
-    if isinstance(spec, str):
-        with contextlib.suppress(ValueError):  # a side that is no integer: not of the form
-            parts = [int(p) if p.strip() else None for p in spec.split(":")]
-    elif isinstance(spec, tuple | list) and spec and isinstance(spec[0], Integral):
-        parts = list(spec)
-    if len(parts) != 2 or not all(p is None or isinstance(p, Integral) for p in parts):
-        raise InvalidSelectionError(
-            f"episode range {spec!r} is not of the form A:B",
-            # a conversion's stream cannot count from the end: its hint gives no negative example
-            hint=None if negative else "episode ranges are A:B with 0 <= A < B, e.g. 0:500 or 100:",
-        )
-    start, stop = (None if p is None else int(p) for p in parts)
-    if not negative and ((start or 0) < 0 or (stop is not None and stop <= (start or 0))):
-        raise InvalidSelectionError(
-            f"episode range {spec!r} must be A:B with 0 <= A < B (B empty: to the end)",
-            hint="for a range counted from the end, convert everything and make a view ('rlds view')",
-        )
-    return start, stop
 
 
 def parse_episode_range(spec: str, num_episodes: int) -> tuple[int, int]:

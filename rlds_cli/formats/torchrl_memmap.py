@@ -46,6 +46,7 @@ import numpy as np
 from rlds_cli._util.rows import insert_rows, rows_equal
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.json_files import read_json_file
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, require_numeric, require_shape
@@ -124,12 +125,8 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SourceFormatError(f"{path} is unreadable: {exc}") from exc
+    """The JSON object at ``path``; ``None`` where there is no file or it holds no object."""
+    data = read_json_file(path) if path.is_file() else None
     return data if isinstance(data, dict) else None
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._util.rows import rows_equal
+from rlds_cli.cache import episode_rules
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
@@ -185,15 +186,6 @@ def _check_digests(ds: Dataset, c: _Collector, budget: Budget) -> None:
         c.add("digest", f"{problem.path}: {problem.message}", key=problem.key)
 
 
-def _is_last(ds: Dataset, start: int, stop: int) -> np.ndarray:
-    """Whether each step of ``[start, stop)`` is its episode's last."""
-    ends = ds.episode_bounds.ends
-    last = np.zeros(stop - start, bool)
-    lo, hi = np.searchsorted(ends, [start + 1, stop + 1])
-    last[ends[lo:hi] - 1 - start] = True
-    return last
-
-
 def _check_index(ds: Dataset, c: _Collector, budget: Budget) -> None:
     starts, lengths = ds.episode_index["start"], ds.episode_index["length"]
     if len(starts) and starts[0] != 0:
@@ -208,19 +200,16 @@ def _check_index(ds: Dataset, c: _Collector, budget: Budget) -> None:
 
 
 def _check_done(ds: Dataset, c: _Collector, budget: Budget) -> None:
+    ends = ds.episode_bounds.ends - 1  # each episode's last step
     for start, stop, b in ted_blocks(ds, ["next/done", "next/terminated", "next/truncated"], budget):
         done = np.asarray(b["next/done"]).reshape(-1)
         union = (np.asarray(b["next/terminated"]) | np.asarray(b["next/truncated"])).reshape(-1)
         c.add_steps(
             "done", "next/done != next/terminated | next/truncated", start + np.flatnonzero(done != union)
         )
-        last = _is_last(ds, start, stop)
-        c.add_steps(
-            "done", "next/done is true before the episode's last step", start + np.flatnonzero(done & ~last)
-        )
-        c.add_steps(
-            "done", "the episode's last step has next/done false", start + np.flatnonzero(~done & last)
-        )
+        early, unended = episode_rules.done_mismatches(done, episode_rules.last_steps(ends, start, stop))
+        c.add_steps("done", "next/done is true before the episode's last step", start + early)
+        c.add_steps("done", "the episode's last step has next/done false", start + unended)
 
 
 def _check_continuity(ds: Dataset, c: _Collector, budget: Budget) -> None:
@@ -228,10 +217,11 @@ def _check_continuity(ds: Dataset, c: _Collector, budget: Budget) -> None:
     if not flat:
         return
     keys = [*flat, *(f"next/{k}" for k in flat)]
+    ends = ds.episode_bounds.ends - 1  # each episode's last step
     # each block also holds the step after its own: the pair (t, t + 1) at its end is checked
     for start, stop, b in ted_blocks(ds, keys, budget, overlap=1):
         pairs = min(stop, ds.num_steps - 1) - start  # the dataset's last step has no t + 1
-        inner = ~_is_last(ds, start, start + pairs)
+        inner = ~episode_rules.last_steps(ends, start, start + pairs)
         for key in flat:
             same = rows_equal(b[f"next/{key}"][:pairs], b[key][1 : pairs + 1])
             bad = np.flatnonzero(~same & inner)

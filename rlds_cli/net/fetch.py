@@ -23,15 +23,13 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from rlds_cli import settings
 from rlds_cli._util.io import check_disk, fsync_dir, fsync_file, sha256_file
+from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DownloadError,
     DownloadFailedError,
-    InsufficientDiskSpaceError,
     OfflineError,
     RegistryFormatError,
 )
@@ -118,7 +116,7 @@ def fetch_files(
         ChecksumMismatchError: Every mirror served bytes of the wrong size or sha256.
         HTTPStatusError: A 4xx (other than 429) from the only or the last mirror.
         DownloadFailedError: Transient errors outlasted the retries on every mirror.
-        InsufficientDiskSpaceError: The files do not fit on the disk.
+        DiskFullError: The files do not fit on the disk.
         RegistryFormatError: A file name lies in the bookkeeping folder ``.rlds/``.
     """
     for f in files:
@@ -195,9 +193,7 @@ def _fetch_one(
     final.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(folder, file.name)
     part.parent.mkdir(parents=True, exist_ok=True)
-    lock_file = lock_path(folder, file.name)
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_file))
+    lock = FileLock(lock_path(folder, file.name))  # its folder made on first use
     try:
         lock.acquire(timeout=0.2)
     except Timeout:
@@ -319,8 +315,6 @@ def _download(
                 return _publish(file, final, part, store, expected, url, progress, pin)
             except ChecksumMismatchError as exc:  # the .part is gone: a next try starts from 0
                 failures.append(exc)
-            except InsufficientDiskSpaceError:
-                raise
             except DownloadError as exc:  # retries exhausted, or a 4xx: next mirror
                 failures.append(exc)
                 break

@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from rlds_cli._util.io import atomic_write
+from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.layout import HASHES_FILE
 from rlds_cli.net.layout import meta_dir
 

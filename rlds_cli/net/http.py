@@ -23,11 +23,11 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli._util.io import check_disk
 from rlds_cli.errors import (
+    DiskFullError,
     DownloadFailedError,
     DownloadTooSlowError,
     HostNotFoundError,
     HTTPStatusError,
-    InsufficientDiskSpaceError,
     RedirectError,
     RldsError,
     ServerResponseError,
@@ -194,7 +194,7 @@ def download_url(
         DownloadFailedError: Still failing after ``config.retries`` retries.
         RedirectError: A redirect loop, or to a non-HTTP URL.
         ServerResponseError: The server keeps sending bytes that cannot be placed.
-        InsufficientDiskSpaceError: The rest of the file does not fit on the disk.
+        DiskFullError: The rest of the file does not fit on the disk.
     """
     budget = RetryBudget(config.retries, config.base_delay)
     restarts = 0
@@ -455,7 +455,7 @@ def _write_body(
         else:  # nothing could prove it unchanged at a resume: give the space back now
             discard_part(part)
             kept = "the partial file was deleted: the server sends no validator to resume it safely"
-        raise InsufficientDiskSpaceError(
+        raise DiskFullError(
             f"the disk is full: {name} from {url} stopped at {written:,} bytes in {part}; {needed} ({kept})"
         ) from None
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, is_url, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.transaction import CacheTransaction
@@ -292,16 +293,13 @@ def _output_url(out_name: str) -> str | None:
     return url
 
 
-def _url_lock(job: Job) -> Any:
+def _url_lock(job: Job) -> FileLock | None:
     """The lock of an output that goes to a URL (in this cache's locks), or ``None`` for an
     output in the cache (locked by its name)."""
     if job.out_url is None:
         return None
-    from filelock import FileLock
-
-    job.cache.locks_dir.mkdir(parents=True, exist_ok=True)
     ident = hashlib.sha256(job.out_url.encode()).hexdigest()[:16]
-    return FileLock(str(job.cache.layout.lock_file(f".preprocess-{ident}")), timeout=0)
+    return FileLock(job.cache.layout.lock_file(f".preprocess-{ident}"), timeout=0)
 
 
 def _existing_output(job: Job, out_name: str) -> Manifest | None:

@@ -70,9 +70,7 @@ class RemoteFiles:
             # the path stays the one opened first: on the Hub it names the commit being read, so a
             # worker asks the Hub nothing to reopen it (no revision lookup per worker)
             if self.url.startswith("hf://"):
-                from rlds_cli.remote.hub_store import hub_filesystem
-
-                self._fs = hub_filesystem(self._options, fresh=True)
+                self._fs = store.hub_filesystem(self._options, fresh=True)
             else:
                 self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
             self._pid = os.getpid()

@@ -32,8 +32,15 @@ from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub.repo import HubPath, git_blob_id, hf_api, parse_hf_url
-from rlds_cli.remote.hub_store import head_commit, translated
-from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, manifest_sha256
+from rlds_cli.remote.store import (
+    INDEX_FILE,
+    FileEntry,
+    Progress,
+    RemoteIndex,
+    head_commit,
+    manifest_sha256,
+    translated,
+)
 
 
 @dataclass(frozen=True)

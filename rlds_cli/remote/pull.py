@@ -21,6 +21,7 @@ from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, sha256_file
+from rlds_cli._util.locks import Timeout
 from rlds_cli.cache.durable import fsync_tree
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest
@@ -99,14 +100,10 @@ def pull(
     if _same_as_published(cache, name, local_manifest):
         result.up_to_date, result.digests_checked = True, False
         return result.timed(started)
-    from rlds_cli.cache.locking import is_timeout
-
     try:
         with cache.lock(name, timeout=lock_timeout):
             _pull_locked(cache, fs, base, manifest, local_manifest, index, force, progress, result)
-    except Exception as exc:
-        if not is_timeout(exc):
-            raise
+    except Timeout:
         raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
     return result.timed(started)
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli._util.io import sha256_file
+from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache.layout import MANIFEST_FILE
-from rlds_cli.cache.manifest import parse_manifest
+from rlds_cli.cache.manifest import manifest_json, parse_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -177,7 +178,7 @@ def _push(
             old_files = set(old_index.files)
         if committed != manifest_bytes:
             if not force:
-                raise RemoteExistsError(f"{url} holds {_describe(committed, name)}")
+                raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
             # readers must never see the old manifest over new files: it goes first
             with store.translated(url):
                 fs.rm_file(store.join(base, MANIFEST_FILE))
@@ -235,13 +236,11 @@ def _unchanged(directory: Path, manifest_bytes: bytes) -> bool:
         return False
 
 
-def _describe(manifest_bytes: bytes, pushing: str) -> str:
-    """What a URL holds, against the dataset being pushed there (``pushing``: its name)."""
-    try:
-        m = json.loads(manifest_bytes)
-    except ValueError:
-        return "a dataset (its manifest is unreadable)"
-    if not isinstance(m, dict):
+def _describe(manifest_bytes: bytes, pushing: str, url: str) -> str:
+    """What ``url`` holds, against the dataset being pushed there (``pushing``: its name)."""
+    try:  # any version of manifest, even one this rlds cannot read, names its dataset
+        m = manifest_json(manifest_bytes, f"{url}/{MANIFEST_FILE}")
+    except CorruptDatasetError:
         return "a dataset (its manifest is unreadable)"
     what = "another version of dataset" if m.get("name") == pushing else "another dataset,"
     return f"{what} {m.get('name')!r} (created {m.get('created_at')})"
@@ -323,10 +322,7 @@ class _Journal:
     @contextmanager
     def locked(self, url: str) -> Iterator[None]:
         """Hold the lock of this URL: two pushes to one URL would interleave their files."""
-        from filelock import FileLock, Timeout
-
-        self.cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.lock_path), timeout=0)
+        lock = FileLock(self.lock_path, timeout=0)
         try:
             lock.acquire()
         except Timeout:

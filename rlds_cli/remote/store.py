@@ -1,8 +1,9 @@
-"""What push and pull share: opening an fsspec URL, turning the store's errors into one clear
-line, the remote files index (``rlds-files.json``) and small file helpers.
+"""What push, pull and remote reads share: opening a store (any fsspec URL, or a Hub dataset repo
+at one commit), turning what a store or the Hub's client raises into one line (:func:`translated`),
+the remote files index (``rlds-files.json``) and small file helpers.
 
-fsspec (and s3fs, gcsfs...) are imported here, when a transfer starts, never at import time of
-the CLI.
+fsspec (and s3fs, gcsfs...), huggingface_hub and :mod:`rlds_cli.net` are imported here when a
+transfer starts, never at import time of the CLI.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest, parse_manifest
@@ -24,8 +25,12 @@ from rlds_cli.errors import (
     RemoteAccessError,
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
+    RldsError,
 )
 from rlds_cli.remote import refuse_offline
+
+if TYPE_CHECKING:
+    from rlds_cli.net.hub.repo import HubPath
 
 #: The remote files index: uploaded just before the manifest, read by pull.
 INDEX_FILE = "rlds-files.json"
@@ -40,6 +45,11 @@ EXTRA_HINT = "pip install 'rlds-cli[remote]' (fsspec and s3fs; gcs:// needs gcsf
 Progress = Callable[[str, int], None]
 
 _PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+_HUB_READ_HINT = (
+    "accept the repo's terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may "
+    "read it"
+)
+_HUB_WRITE_HINT = "set HF_TOKEN (or run `hf auth login`) with a token that may write to the repo"
 
 
 def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
@@ -84,8 +94,6 @@ def open_url(
             "pushing and pulling datasets needs fsspec, which is not installed", hint=EXTRA_HINT
         ) from None
     if url.startswith("hf://"):  # a Hub dataset repo, at the commit its revision points at now
-        from rlds_cli.remote.hub_store import open_hub
-
         return open_hub(url, storage_options)
     options = dict(storage_options or {})
     if endpoint_url:
@@ -110,12 +118,76 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-@contextmanager
-def translated(url: str) -> Iterator[None]:
-    """Turn what a store raises (missing bucket, no credentials, refused connection, a bad
-    endpoint) into a :class:`RemoteAccessError` naming ``url``."""
-    from rlds_cli.errors import RldsError
+def open_hub(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """``HfFileSystem`` (the Hub's fsspec filesystem) and the path of ``url``'s folder at the
+    commit its revision points at now: every read after that (manifest, index, files, byte
+    ranges) is of that one commit, so a push landing mid-pull or mid-read cannot mix two versions.
 
+    Raises:
+        UnsupportedSourceError: ``url`` is not ``hf://datasets/ORG/REPO[/PATH][@REVISION]``.
+        RemoteAccessError: See :func:`head_commit`.
+    """
+    from rlds_cli.net.hub.repo import parse_hf_url
+
+    where = parse_hf_url(url)
+    sha = head_commit(where)
+    fs = hub_filesystem(storage_options)
+    fs.invalidate_cache()
+    return fs, repo_path(where, sha)
+
+
+def head_commit(where: HubPath, *, write: bool = False) -> str:
+    """The commit sha ``where.revision`` points at now.
+
+    Raises:
+        OfflineError: Offline mode is on (``RLDS_OFFLINE``): every Hub call starts here.
+        RemoteAccessError: No such repo or revision, no token that may read (or write) it, the
+            Hub unreachable.
+    """
+    from rlds_cli.net.hub.repo import hf_api, with_rate_limit
+
+    refuse_offline(str(where))
+    api = hf_api()
+    with translated(str(where), write=write):
+        info = with_rate_limit(lambda: api.dataset_info(where.repo, revision=where.revision))
+    sha = str(getattr(info, "sha", "") or "")
+    if len(sha) != 40:
+        raise RemoteAccessError(f"the Hub gave no commit sha for {where}")
+    return sha
+
+
+def hub_filesystem(storage_options: dict[str, Any] | None = None, *, fresh: bool = False) -> Any:
+    """An ``HfFileSystem`` on this process's endpoint.
+
+    ``fresh``: a new instance, not the one huggingface_hub's instance cache holds. That cache
+    does not key on the process id (unlike fsspec's own), so a forked DataLoader worker would be
+    handed the parent's instance with its listings; a worker asks for a fresh one (its HTTP client
+    is huggingface_hub's shared one, which the client itself closes in a forked child).
+    """
+    from huggingface_hub import HfFileSystem
+
+    from rlds_cli.net.hub.repo import check_token, endpoint
+
+    check_token()
+    options = {"endpoint": endpoint(), **(storage_options or {})}
+    if fresh:
+        options["skip_instance_cache"] = True
+    return HfFileSystem(**options)
+
+
+def repo_path(where: HubPath, revision: str) -> str:
+    """The ``HfFileSystem`` path of ``where``'s folder at ``revision`` (a sha, or a quoted ref)."""
+    from urllib.parse import quote
+
+    tail = f"/{where.path}" if where.path else ""
+    return f"datasets/{where.repo}@{quote(revision, safe='')}{tail}"
+
+
+@contextmanager
+def translated(url: str, *, write: bool = False) -> Iterator[None]:
+    """Turn what a store or the Hub's client raises into :func:`access_error`'s line naming
+    ``url`` (``write``: a push to the Hub); a missing module is a :class:`MissingExtraError`;
+    rlds's own errors pass."""
     try:
         yield
     except RldsError:
@@ -123,16 +195,19 @@ def translated(url: str) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         raise MissingExtraError(f"{url}: needs {exc.name}, which is not installed", hint=EXTRA_HINT) from None
     except Exception as exc:
-        if url.startswith("hf://"):
-            from rlds_cli.remote.hub_store import access_error, hub_cause
-
-            cause = hub_cause(exc)
-            if cause is not None:  # the Hub's status in a line of rlds's, never the client's text
-                raise access_error(url, cause) from None
-        raise _access_error(url, exc) from None
+        raise access_error(url, exc, write=write) from None
 
 
-def _access_error(url: str, exc: Exception) -> RemoteAccessError:
+def access_error(url: str, exc: BaseException, *, write: bool = False) -> RemoteAccessError:
+    """One line for what the store at ``url`` raised: missing credentials, access denied, not
+    found, unreachable, or else its first line. For the Hub (``hf://``), the client's status in
+    rlds's words (``write``: a push), never the client's text (it may quote request headers)."""
+    if url.startswith("hf://"):
+        from rlds_cli.net.hub.repo import http_error, in_chain, is_client_error
+
+        cause = http_error(exc) or in_chain(exc, is_client_error)
+        if cause is not None:
+            return _hub_error(url, cause, write)
     kind = type(exc).__name__
     text = _first_line(exc)
     if kind in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
@@ -162,6 +237,41 @@ def _access_error(url: str, exc: Exception) -> RemoteAccessError:
         f"{url}: the store failed: {kind}: {text}",
         hint="check the URL, the endpoint and the credentials; RLDS_DEBUG=1 shows the traceback",
     )
+
+
+def _hub_error(url: str, cause: BaseException, write: bool) -> RemoteAccessError:
+    """:func:`access_error` of the Hub's client exception ``cause``."""
+    from rlds_cli.net.hub.repo import UNREACHABLE_HINT, unreachable_message
+
+    status = getattr(getattr(cause, "response", None), "status_code", None)
+    verb = "write to" if write else "read"
+    if status in (401, 403):
+        what = "no token, or one without write access" if write else "the repo is gated or private"
+        return RemoteAccessError(
+            f"the Hub refused to {verb} {url} (HTTP {status}): {what}",
+            hint=_HUB_WRITE_HINT if write else _HUB_READ_HINT,
+        )
+    if status == 404:
+        hint = (
+            "check the repo id, the branch and the path (a private repo looks missing without a token "
+            "that may read it: set HF_TOKEN)"
+        )
+        if write:
+            hint += "; rlds does not create repos: hf repo create ORG/REPO --repo-type dataset"
+        return RemoteAccessError(f"the Hub has no {url} (HTTP 404)", hint=hint)
+    if status in (409, 412):
+        return RemoteAccessError(
+            f"{url} changed during the push (another commit landed first, HTTP {status}); nothing was "
+            "committed",
+            hint="run the push again",
+        )
+    if status is not None:
+        again = "run the same command again later"
+        return RemoteAccessError(
+            f"the Hub answered HTTP {status} to {url}",
+            hint=f"{again} (files already uploaded are not sent twice)" if write else again,
+        )
+    return RemoteAccessError(unreachable_message(url, cause), hint=UNREACHABLE_HINT)
 
 
 def is_local(fs: Any) -> bool:

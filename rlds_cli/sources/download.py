@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
 from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.net.progress import DownloadProgress
 from rlds_cli.sources.convert import ConvertResult, Progress, convert
+from rlds_cli.sources.provenance import default_name, provenance
 
 _URL_PREFIXES = ("http://", "https://")
 #: Formats whose reader takes the dataset's folder rather than its files.
@@ -81,7 +81,7 @@ def download(
     path = Path(source).expanduser()
     if path.exists():
         return convert(
-            path, name or _default_name(path), format=format, options=options, expected_sha256=sha256,
+            path, name or default_name(path), format=format, options=options, expected_sha256=sha256,
             **convert_args,
         )  # fmt: skip
     if source.startswith(_URL_PREFIXES):
@@ -118,7 +118,7 @@ def download(
             name or entry.cache_name,
             format=format or entry.format,
             options=merged,
-            source_info=_provenance(results, folder, id=entry.id, **hub_record),
+            source_info=provenance(results, folder, id=entry.id, **hub_record),
             expected_sha256=results[0].sha256 if len(results) == 1 else None,
             expected_origin=results[0].hash_origin,
             **convert_args,
@@ -146,10 +146,10 @@ def _download_url(
     with confirmed_by_conversion(folder, [r.name for r in results]):
         result = convert(
             results[0].path,
-            name or _default_name(Path(file_name)),
+            name or default_name(Path(file_name)),
             format=format,
             options=options,
-            source_info=_provenance(results, folder, url=url),
+            source_info=provenance(results, folder, url=url),
             expected_sha256=results[0].sha256,
             expected_origin=results[0].hash_origin,
             **convert_args,
@@ -252,52 +252,5 @@ def _convert_source(fmt: str, folder: Path, results: list[FetchResult]) -> Path 
     return results[0].path if len(results) == 1 else [r.path for r in results]
 
 
-def _provenance(results: list[FetchResult], folder: Path, **extra: Any) -> dict[str, Any]:
-    """The source record: ``extra`` (the id; a Hub folder's ``hf://`` URL at its commit and its
-    ``hub`` record), the URL (the one file's, else ``extra``'s), the folder and each file."""
-    return {
-        **extra,
-        "url": extra.get("url", results[0].url),
-        "raw_dir": str(folder),
-        "downloads": [
-            {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}
-            for r in results
-        ],
-    }
-
-
 def _looks_like_path(source: str) -> bool:
     return source.startswith((".", "~", os.sep)) or bool(Path(source).suffix)
-
-
-#: Suffixes of archives and compressed files, all stripped from a default name (x.tar.gz -> x).
-_ARCHIVE_SUFFIXES = (".tar", ".tgz", ".tbz2", ".tbz", ".txz", ".zip", ".gz", ".bz2", ".xz", ".zst")
-#: Data suffixes also stripped once an archive suffix went (hopper.hdf5.zip -> hopper).
-_DATA_SUFFIXES = (".hdf5", ".h5", ".npz", ".npy", ".traj")
-
-
-def _strip_suffixes(file_name: str) -> str:
-    """A file name without its archive suffixes (all of them) and data suffix, or else without
-    its one suffix: ``x.tar.gz`` -> ``x``, ``d.hdf5.zip`` -> ``d``, ``a-v2.1.hdf5`` -> ``a-v2.1``."""
-    name, stripped = file_name, False
-    while (suffix := Path(name).suffix.lower()) in _ARCHIVE_SUFFIXES and Path(name).stem:
-        name, stripped = name[: -len(suffix)], True
-    if not stripped:
-        return Path(name).stem if Path(name).suffix else name
-    suffix = Path(name).suffix.lower()
-    return name[: -len(suffix)] if suffix in _DATA_SUFFIXES and Path(name).stem else name
-
-
-def _default_name(path: Path) -> str:
-    """A cache name from a file name: its stem with characters names cannot hold replaced. A
-    Minari dataset is named by its ``dataset_id``, namespace included (``pendulum/random-v0``)."""
-    from rlds_cli.formats.minari.layout import default_name
-
-    minari_name = default_name(path)
-    if minari_name is not None:
-        return minari_name
-    stem = _strip_suffixes(path.name)
-    if path.exists() and not path.is_file():
-        stem = path.name
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "dataset"
-    return re.sub(r"-{2,}", "-", cleaned)

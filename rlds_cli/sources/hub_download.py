@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rlds_cli.net.hub.plan import dataset_folder, layout_format, needed_files
 from rlds_cli.net.hub.repo import HubFile, HubPath, hub_file, parse_hf_url, resolve
 from rlds_cli.net.layout import meta_dir, url_dir
 from rlds_cli.sources.convert import ConvertResult, convert, episode_files
+from rlds_cli.sources.provenance import default_name, provenance
 
 #: Formats whose reader takes the dataset's folder rather than its files (an RLDS reader reads
 #: one TFDS folder: ``features.json``, ``dataset_info.json`` and the shards of one split).
@@ -31,7 +33,6 @@ _FOLDER_FORMATS = {"minari", "lerobot", "rlds"}
 #: The listing of one commit, kept so that an offline re-run of a pinned sha needs no Hub.
 _LISTING = "hub-listing.json"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-_VERSION = re.compile(r"^v?\d+(\.\d+)*$")
 
 
 def download_hub(
@@ -62,12 +63,15 @@ def download_hub(
     src: Path | list[Path] = paths[0] if len(paths) == 1 else paths if paths else folder
     if fmt in _FOLDER_FORMATS:
         src = folder / dataset_folder(where, files, fmt)
+    hub: dict[str, Any] = {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha}
+    if len(results) < needed:  # the files holding the episodes asked for, of those of the whole dataset
+        hub["subset"] = {"files": len(results), "of": needed}
     result = convert(
         src,
-        name or _default_name(where),
+        name or default_name(where),
         format=fmt,
         options=options,
-        source_info=_provenance(where, sha, folder, results, needed),
+        source_info=provenance(results, folder, url=str(replace(where, revision=sha)), hub=hub),
         **convert_args,
     )
     HashStore(folder).pin(r.name for r in results)
@@ -116,8 +120,7 @@ def _episodes_only(
 
 def _folder(cache: CacheRoot, where: HubPath, sha: str) -> Path:
     """One download folder per repo, path and commit: files of another commit never mix in."""
-    tail = f"/{where.path}" if where.path else ""
-    return url_dir(cache, f"hf://datasets/{where.repo}{tail}@{sha}")
+    return url_dir(cache, str(replace(where, revision=sha)))
 
 
 def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list[HubFile]]:
@@ -154,35 +157,3 @@ def _stored_files(stored: Path) -> list[HubFile]:
             hint="download it online again (without --offline)",
         )
     return [f for f in files if f is not None]
-
-
-def _default_name(where: HubPath) -> str:
-    """The last part of the path (or the repo's name); a version folder (a TFDS dataset's
-    ``name/1.0.0``) is named with its parent: ``name-1.0.0``, not ``1.0.0``."""
-    parts = [p for p in where.path.split("/") if p] or [where.repo.split("/")[1]]
-    last = parts[-1]
-    if _VERSION.match(last) and len(parts) > 1:
-        last = f"{parts[-2]}-{last}"
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", last).strip("-.")
-    return cleaned or "dataset"
-
-
-def _provenance(
-    where: HubPath, sha: str, folder: Path, results: list[FetchResult], needed: int
-) -> dict[str, Any]:
-    """The source record: repo, path, revision asked for and the commit it resolved to, and the
-    files fetched (``hub.subset`` when they are ``files`` of the ``of`` needed for the whole
-    dataset: those holding the episodes asked for)."""
-    tail = f"/{where.path}" if where.path else ""
-    hub: dict[str, Any] = {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha}
-    if len(results) < needed:
-        hub["subset"] = {"files": len(results), "of": needed}
-    return {
-        "url": f"hf://datasets/{where.repo}{tail}@{sha}",
-        "hub": hub,
-        "raw_dir": str(folder),
-        "downloads": [
-            {"name": r.name, "url": r.url, "sha256": r.sha256, "size": r.size, "hash_origin": r.hash_origin}
-            for r in results
-        ],
-    }

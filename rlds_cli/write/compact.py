@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli import settings
+from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
 from rlds_cli.cache.commit_log import (
@@ -157,7 +158,7 @@ def _not_growing(name: str, what: str) -> SchemaMismatchError:
     )
 
 
-def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> Any:
+def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> FileLock:
     """The dataset's compaction lock, held (one compaction, collection or writer's merge at a
     time); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds.
 
@@ -166,31 +167,22 @@ def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> Any:
     hold the lock most of the time when they commit hundreds of times a second, and a
     compaction that only polled for it was starved (no round in 15 minutes under 4 writers
     on a busy machine)."""
-    from filelock import FileLock, Timeout
-
-    try:
-        # in locks/, not in the dataset: a new file there would change the directory's identity
-        cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(_lock_path(cache, name, COMPACT_WANTED_SUFFIX)), timeout=timeout):
-            lock = FileLock(str(_lock_path(cache, name, COMPACT_LOCK_SUFFIX)), timeout=timeout)
-            lock.acquire()
+    try:  # in locks/, not in the dataset: a new file there would change the directory's identity
+        with FileLock(_lock_path(cache, name, COMPACT_WANTED_SUFFIX), timeout=timeout):
+            lock = FileLock(_lock_path(cache, name, COMPACT_LOCK_SUFFIX), timeout=timeout).acquire()
     except Timeout:
         raise LockTimeoutError(f"dataset {name!r} is being compacted by another process") from None
     return lock
 
 
-def try_compaction_lock(cache: CacheRoot, name: str) -> Any | None:
+def try_compaction_lock(cache: CacheRoot, name: str) -> FileLock | None:
     """The dataset's compaction lock, held, or ``None`` where another process holds it or a
     compaction waits for it (a writer's merge of small segments, which never waits and gives
     way to a compaction)."""
-    from filelock import FileLock, Timeout
-
     try:
-        cache.locks_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(_lock_path(cache, name, COMPACT_WANTED_SUFFIX)), timeout=0):
+        with FileLock(_lock_path(cache, name, COMPACT_WANTED_SUFFIX), timeout=0):
             pass  # nobody waits for the lock
-        lock = FileLock(str(_lock_path(cache, name, COMPACT_LOCK_SUFFIX)), timeout=0)
-        lock.acquire()
+        lock = FileLock(_lock_path(cache, name, COMPACT_LOCK_SUFFIX), timeout=0).acquire()
     except Timeout:
         return None
     return lock

@@ -49,10 +49,10 @@ blocks (the last-row rule, episode ends); :mod:`~rlds_cli.formats.lerobot.reader
 
 from __future__ import annotations
 
+from rlds_cli.formats.json_files import MAX_JSON_BYTES
 from rlds_cli.formats.lerobot.frames import TIMESTAMP_TOLERANCE_S
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
-    MAX_JSON_BYTES,
     VERSIONS,
     dataset_root,
     is_lerobot,

@@ -8,7 +8,6 @@ Hugging Face hub snapshot may also point into its repository's ``blobs/``).
 
 from __future__ import annotations
 
-import json
 import re
 import string
 from collections.abc import Sequence
@@ -16,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.json_files import read_json_file
 from rlds_cli.formats.untrusted import UnsafeSourceError
 
 #: ``codebase_version`` values this reader understands.
 VERSIONS = ("v2.1", "v3.0")
 INFO_FILE = Path("meta") / "info.json"
-#: Largest JSON metadata file read (info.json, episodes.jsonl, tasks.jsonl).
-MAX_JSON_BYTES = 64 << 20
 #: Fields a path template may use, per version, and the integer width a spec may ask for.
 _TEMPLATE_FIELDS = {
     "v3.0": {"chunk_index", "file_index", "video_key"},
@@ -39,19 +37,6 @@ def dataset_root(path: Path) -> Path | None:
     if path.is_file() and path.name == "info.json" and path.parent.name == "meta":
         return path.parent.parent
     return None
-
-
-def read_json_file(path: Path) -> Any:
-    """A metadata JSON file (at most :data:`MAX_JSON_BYTES`), parsed; a format error otherwise."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise SourceFormatError(
-                f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,} read for metadata"
-            )
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None
 
 
 def is_lerobot(path: Path) -> bool:

@@ -12,6 +12,7 @@ import numpy as np
 
 from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.json_files import read_json_file
 from rlds_cli.formats.lerobot.features import Feature, plan_features
 from rlds_cli.formats.lerobot.frames import VideoCursor
 from rlds_cli.formats.lerobot.layout import (
@@ -20,7 +21,6 @@ from rlds_cli.formats.lerobot.layout import (
     dataset_root,
     inside,
     plan_files,
-    read_json_file,
     sniff,
     source_files,
 )

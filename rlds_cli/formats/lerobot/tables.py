@@ -13,11 +13,11 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport
+from rlds_cli.formats.json_files import check_json_size
 from rlds_cli.formats.lerobot.features import FeaturePlan
 from rlds_cli.formats.lerobot.layout import (
     INCOMPLETE,
     INFO_FILE,
-    MAX_JSON_BYTES,
     fill_template,
     inside,
     resolve_file,
@@ -117,8 +117,7 @@ class EpisodeTables:
         inside(self.root, path, None, "file")
         if not path.is_file():
             raise SourceFormatError(f"{path} is missing; a LeRobot {self.version} dataset needs it")
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise SourceFormatError(f"{path} is over the {MAX_JSON_BYTES:,} bytes read for metadata")
+        check_json_size(path)
         rows = []
         for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             if not line.strip():

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.json_files import read_json_file
 from rlds_cli.formats.minari.layout import METADATA_FILE
 
 #: The largest seed a Minari episode can carry (``DataCollector`` draws 64 random bits).
@@ -30,10 +31,7 @@ def read_metadata(data_dir: Path) -> dict[str, Any]:
             f"{data_dir} is not a Minari dataset: no {METADATA_FILE}",
             hint="pass the dataset directory (the one holding data/metadata.json)",
         )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SourceFormatError(f"{meta_path}: not valid JSON ({exc})") from exc
+    meta = read_json_file(meta_path)
     if not isinstance(meta, dict):
         raise SourceFormatError(f"{meta_path}: expected a JSON object")
     for key in _JSON_STRING_KEYS:

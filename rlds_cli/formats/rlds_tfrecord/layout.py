@@ -1,5 +1,5 @@
 """The files of an RLDS/TFDS dataset folder: shard names, splits, the sniff and the files a
-conversion reads, and the bounded JSON read of its metadata.
+conversion reads.
 
 The names (``features.json``, shards, splits) and which folder below a path is the dataset
 folder are :mod:`rlds_cli._util.tfds_layout`'s, the rule the Hub's download plan uses too: a folder
@@ -9,34 +9,26 @@ one holding several is refused, naming them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
 from rlds_cli._util.tfds_layout import is_shard_name as _is_shard_name
-from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.untrusted import UnsafeSourceError
 
 __all__ = [
     "EXPECTED_FILES",
     "FEATURES_FILE",
     "INFO_FILE",
-    "MAX_JSON_BYTES",
     "Shard",
     "inside_folder",
     "nested_dataset_folder",
-    "read_json",
     "root_and_shards",
     "shard_from_path",
     "sniff",
     "source_files",
 ]
-
-#: Largest JSON metadata file read.
-MAX_JSON_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -127,14 +119,3 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
         meta = [root / name for name in (FEATURES_FILE, INFO_FILE) if (root / name).is_file()]
         out += [inside_folder(root, f) for f in (*meta, *shards)]
     return list(dict.fromkeys(out))
-
-
-def read_json(path: Path, what: str) -> Any:
-    """The JSON file at ``path`` (at most :data:`MAX_JSON_BYTES`), parsed; ``what`` names it in errors."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise SourceFormatError(f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,} read for {what}")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None

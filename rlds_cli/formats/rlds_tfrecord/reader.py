@@ -20,6 +20,7 @@ from rlds_cli._util.tfds_layout import SHARD_NAME
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.file_rules import from_layout
+from rlds_cli.formats.json_files import read_json_file
 from rlds_cli.formats.keys import renamed_note
 from rlds_cli.formats.packing import BlockPacker, Piece
 from rlds_cli.formats.parallel import default_workers, ordered_map
@@ -40,7 +41,6 @@ from rlds_cli.formats.rlds_tfrecord.layout import (
     INFO_FILE,
     Shard,
     inside_folder,
-    read_json,
     root_and_shards,
     shard_from_path,
 )
@@ -151,11 +151,11 @@ class RldsTFRecordReader(Reader):
                 "shards)",
             )
         self.features_path = inside_folder(self.root, features_path)
-        self.features = parse_features(read_json(self.features_path, "features"), self.features_path)
+        self.features = parse_features(read_json_file(self.features_path, "features"), self.features_path)
         info_path = self.root / INFO_FILE
         self.info: dict[str, Any] = {}
         if info_path.is_file():
-            info = read_json(inside_folder(self.root, info_path), "dataset info")
+            info = read_json_file(inside_folder(self.root, info_path), "dataset info")
             if not isinstance(info, dict):
                 raise SourceFormatError(f"{info_path} is not a JSON object")
             self.info = info

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rlds_cli._util.io import sha256_file
-from rlds_cli.cache.locking import file_lock
+from rlds_cli._util.locks import FileLock
 from rlds_cli.errors import ChecksumMismatchError, DownloadFailedError, OfflineError
 from rlds_cli.net.fetch import FetchResult
 from rlds_cli.net.hashes import FileRecord, HashStore
@@ -63,7 +63,7 @@ def fetch_hub_files(
     staging.mkdir(parents=True, exist_ok=True)
     # one fetch at a time into a folder's staging: the next one finds the files verified (no
     # second transfer), and what is left there now is a killed run's, removed before it grows
-    with file_lock(staging.with_name(f"{STAGING}.lock")):
+    with FileLock(staging.with_name(f"{STAGING}.lock")):
         _remove_partials(staging)
         return _fetch_all(where, sha, files, folder, staging, force=force, offline=offline)
 
