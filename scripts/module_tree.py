@@ -2,7 +2,7 @@
 and the first sentence of its docstring, between two marker comments.
 
 The tree is generated rather than written by hand so it cannot drift from the code:
-``tests/test_architecture_doc.py`` fails when the committed section differs from what this
+``tests/meta/test_architecture_doc.py`` fails when the committed section differs from what this
 script writes. Run ``python scripts/module_tree.py`` after adding, moving or renaming a module.
 """
 

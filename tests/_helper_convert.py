@@ -1,4 +1,4 @@
-"""Subprocess side of tests/test_atomicity.py: convert (or rebuild) a dataset and report.
+"""Subprocess side of tests/cache/test_atomicity.py: convert (or rebuild) a dataset and report.
 
 Usage::
 

@@ -10,7 +10,7 @@ rendered page)::
 
     <!-- doc-test: network -->            downloads: run against a local server (see the test)
     <!-- doc-test: hub -->                hf:// downloads: run against the local Hub stand-in
-                                           (tests/hub_standin.py; repos in tests/test_doc_blocks.py)
+                                           (tests/hub_standin.py; repos in tests/meta/test_doc_blocks.py)
     <!-- doc-test: skip-line=make test --> lines containing this text are not run (the reason
                                            must be obvious: here, the suite itself)
     <!-- doc-test: expect-exit=1 -->      the block shows a failure; it must exit with this code

@@ -53,3 +53,19 @@ def join_all(procs: Sequence[BaseProcess]) -> None:
     for p in procs:
         p.join(HANG_SECONDS)
         assert p.exitcode == 0, f"{p.name} exited {p.exitcode}"
+
+
+#: The bound of :func:`settles`: resources another thread closes after the call that frees them
+#: (torch's queues close their pipes on feeder threads) are gone long before it; a leak never is.
+SETTLE_SECONDS = 120.0
+
+
+def settles(leftover: Any, seconds: float = SETTLE_SECONDS) -> Any:
+    """``leftover()`` once it is empty (falsy), or its last value after ``seconds``: for checks that
+    something was released, where the release finishes on another thread."""
+    deadline = time.monotonic() + seconds
+    found = leftover()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = leftover()
+    return found

@@ -1,6 +1,6 @@
 """Options shared by several commands, so every command spells them the same way.
 
-The conventions (docs/cli.md, "Conventions"; tests/test_cli_conventions.py checks them over the
+The conventions (docs/cli.md, "Conventions"; tests/cli/test_cli_conventions.py checks them over the
 whole app): ``-h`` everywhere; ``--json``, ``-q`` and ``-v`` on every command; a new dataset's
 name is ``--name/-n``; ``-f`` is ``--force``; ``--storage`` is memmap or zarr.
 """

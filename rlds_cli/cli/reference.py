@@ -15,7 +15,7 @@ WIDTH = 100
 HEADER = """# CLI reference
 
 Generated from the application by `python -m rlds_cli.cli.reference docs/cli.md`; a test
-fails when this page and the code disagree, and `tests/test_cli_conventions.py` checks the
+fails when this page and the code disagree, and `tests/cli/test_cli_conventions.py` checks the
 conventions below over every command.
 
 ## Conventions

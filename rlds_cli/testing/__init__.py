@@ -11,7 +11,7 @@ One module per plug point, each a base class to subclass in a ``test_*.py`` file
 * :mod:`rlds_cli.testing.sampler`: ``SamplerContract``, ``EpochalContract``, ``PrioritizedContract``;
 * :mod:`rlds_cli.testing.executor`: ``ExecutorContract`` (a ``rlds preprocess`` executor).
 
-These modules import pytest, so nothing else in rlds imports them (``tests/test_layering.py``
+These modules import pytest, so nothing else in rlds imports them (``tests/meta/test_layering.py``
 holds that): ``rlds --help`` and the read path never load pytest. This ``__init__`` imports
 nothing.
 """

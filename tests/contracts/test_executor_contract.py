@@ -1,7 +1,7 @@
 """The executors of ``rlds preprocess`` against the shared contract (:mod:`rlds_cli.testing.executor`).
 
 Ray is left out: starting a local Ray instance takes longer than the whole suite here allows;
-``tests/test_preprocess_ray.py`` checks it (byte-identical to the local executor)."""
+``tests/preprocess/test_preprocess_ray.py`` checks it (byte-identical to the local executor)."""
 
 from __future__ import annotations
 

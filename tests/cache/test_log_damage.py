@@ -1,0 +1,406 @@
+"""Damage to a growing dataset is reported, never tidied away (issue 37).
+
+A crash leaves one shape: torn records at the log's end (the start of a record, then zeros),
+which the next append vouches for with a ``RECOVER`` record (tests/cache/test_commit_log_torn.py).
+Everything else is damage: a record with a flipped byte anywhere, a torn-looking slot in the
+middle that nothing vouched for, a record whose checksum holds but that breaks the log's rules,
+a segment whose files or manifest disagree with its digests or with the dataset's manifest.
+Readers raise one :class:`CorruptDatasetError` naming the log (or segment) and record,
+``inspect --check`` exits 1, ``compact`` and ``gc`` remove nothing, and other datasets of the
+cache stay usable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import rlds_cli
+from rlds_cli.cache.commit_log import (
+    ADD,
+    COMPACT,
+    EVICT,
+    MAGIC,
+    RECORD_SIZE,
+    LogState,
+    Record,
+    looks_torn,
+    new_segment_id,
+)
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENTS_DIR
+from rlds_cli.cli.app import app
+from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.inspection.validate import check_dataset
+from tests.dataset_fixtures import uid_episode
+from tests.faults import assert_finishes_forked
+
+runner = CliRunner()
+
+
+def _write(root: Path, name: str, uids: tuple[int, ...], options: dict[str, object]) -> None:
+    with rlds_cli.DatasetWriter(name, root=root, mode="append", **options) as w:  # type: ignore[arg-type]
+        for uid in uids:
+            w.add_episode(uid_episode(uid, 2 + uid))
+            w.flush()  # a commit (a record) each
+
+
+def _grow(root: Path, name: str = "g", uids: tuple[int, ...] = (1, 2, 3), **options: object) -> Path:
+    """A growing dataset written by a process that has exited since (its segments' writer is
+    gone, so nothing keeps them but the log)."""
+    assert_finishes_forked(_write, root, name, uids, options)
+    return root / "datasets" / name
+
+
+def _uids(root: Path, name: str = "g") -> list[int]:
+    ds = rlds_cli.open_dataset(name, root)
+    return [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)]
+
+
+def _flip(path: Path, offset: int, mask: int = 0x01) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def _forge(**fields: object) -> bytes:
+    """A record with a valid checksum that rlds never writes."""
+    return Record(**fields).pack()  # type: ignore[arg-type]
+
+
+def _segments(directory: Path) -> set[str]:
+    return {p.name for p in (directory / SEGMENTS_DIR).iterdir()}
+
+
+def _assert_reported(root: Path, directory: Path, match: str) -> None:
+    """Every command reports the damage in one line and removes nothing."""
+    before = _segments(directory)
+    with pytest.raises(CorruptDatasetError, match=match):
+        rlds_cli.open_dataset("g", root)
+    check = runner.invoke(app, ["inspect", "g", "--check", "--root", str(root)])
+    assert check.exit_code == 1 and "damaged" in check.output and "Traceback" not in check.output, (
+        check.output
+    )
+    assert "unexpected" not in check.output
+    with pytest.raises(CorruptDatasetError):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    gc = runner.invoke(app, ["gc", "--root", str(root)])
+    assert gc.exit_code == 0 and "skipped growing dataset g" in gc.output, gc.output
+    assert _segments(directory) == before  # nothing removed
+
+
+def test_a_flipped_byte_in_a_committed_record_is_damage_not_a_torn_write(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    log = directory / COMMIT_LOG_FILE
+    _flip(log, RECORD_SIZE + 40)  # inside the second ADD record: its episode count
+    _assert_reported(root, directory, r"commits.log is damaged: record 1 \(byte 96\) fails its checksum")
+
+
+def test_a_flipped_last_record_is_damage_too(isolated_cache: Path) -> None:
+    """A crash leaves the start of a record then zeros; a whole record whose bytes changed is
+    not what any crash leaves, last or not."""
+    root = isolated_cache
+    directory = _grow(root)
+    _flip(directory / COMMIT_LOG_FILE, 2 * RECORD_SIZE + 10)
+    _assert_reported(root, directory, "record 2")
+
+
+def test_a_zeroed_record_in_the_middle_is_damage(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    log = directory / COMMIT_LOG_FILE
+    data = bytearray(log.read_bytes())
+    data[RECORD_SIZE : 2 * RECORD_SIZE] = bytes(RECORD_SIZE)
+    log.write_bytes(bytes(data))
+    _assert_reported(root, directory, "record 1 .* in the middle of the log")
+
+
+def test_a_torn_slot_with_no_recover_record_after_it_is_damage(isolated_cache: Path) -> None:
+    """Torn records are accepted in the middle only where an append vouched for them: what a
+    log padded by an older writer, or edited, holds is reported."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1,))
+    log = directory / COMMIT_LOG_FILE
+    torn = Record(ADD, new_segment_id(), episodes=1, steps=2).pack()[:32] + bytes(RECORD_SIZE - 32)
+    log.write_bytes(log.read_bytes() + torn + Record(EVICT, count=0).pack())
+    with pytest.raises(CorruptDatasetError, match=r"record 1 .* in the middle"):
+        rlds_cli.open_dataset("g", root)
+
+
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        (dict(kind=EVICT, count=2**62), "EVICT, evicts 4611686018427387904 episodes where 3 were added"),
+        (dict(kind=EVICT, count=-1), "evicts -1 episodes"),
+        (dict(kind=ADD, seg=b"x" * 16, episodes=0, steps=0), "adds a segment of 0 episodes"),
+        (
+            dict(kind=COMPACT, seg=b"y" * 16, first=b"a" * 16, last=b"b" * 16, episodes=1, steps=2),
+            "compacts segments the log never added",
+        ),
+        (dict(kind=9), "of a kind this rlds does not know"),
+    ],
+)
+def test_a_forged_record_that_breaks_the_log_s_rules_is_damage(
+    isolated_cache: Path, record: dict[str, object], match: str
+) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    log = directory / COMMIT_LOG_FILE
+    log.write_bytes(log.read_bytes() + _forge(**record))
+    _assert_reported(root, directory, match)
+
+
+def test_a_second_add_of_a_segment_and_a_reversed_compaction_are_damage(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    log = directory / COMMIT_LOG_FILE
+    pristine = log.read_bytes()
+    first = Record.unpack(pristine[:RECORD_SIZE])
+    last = Record.unpack(pristine[2 * RECORD_SIZE :])
+    assert first is not None and last is not None
+    log.write_bytes(pristine + pristine[:RECORD_SIZE])
+    with pytest.raises(CorruptDatasetError, match=r"record 3 .* adds segment .* a second time"):
+        rlds_cli.open_dataset("g", root)
+    reversed_ = _forge(
+        kind=COMPACT, seg=new_segment_id(), first=last.seg, last=first.seg, episodes=1, steps=3
+    )
+    log.write_bytes(pristine + reversed_)
+    with pytest.raises(CorruptDatasetError, match="compacts a reversed range"):
+        rlds_cli.open_dataset("g", root)
+
+
+def test_one_damaged_dataset_never_stops_commands_on_the_others(isolated_cache: Path) -> None:
+    """A log that is a folder, and a COMPACT record whose first segment comes after its last:
+    ``rlds list`` lists every dataset and says which is damaged, ``gc`` cleans the others,
+    ``inspect`` names the damage."""
+    root = isolated_cache
+    _grow(root, "healthy", (1, 2))
+    bad = _grow(root, "g")
+    log = bad / COMMIT_LOG_FILE
+    pristine = log.read_bytes()
+    first, last = Record.unpack(pristine[:RECORD_SIZE]), Record.unpack(pristine[-RECORD_SIZE:])
+    assert first is not None and last is not None
+    forged = _forge(kind=COMPACT, seg=new_segment_id(), first=last.seg, last=first.seg, episodes=1, steps=3)
+    for damage in ("reversed", "folder"):
+        if damage == "reversed":
+            log.write_bytes(pristine + forged)
+        else:
+            log.unlink()
+            log.mkdir()
+        listed = runner.invoke(app, ["list", "--root", str(root)])
+        assert listed.exit_code == 0 and "healthy" in listed.output, listed.output
+        assert "g is damaged" in listed.output and "Traceback" not in listed.output, listed.output
+        as_json = json.loads(runner.invoke(app, ["list", "--json", "--root", str(root)]).stdout)
+        rows = {row["name"]: row for row in as_json["datasets"]}
+        assert rows["healthy"]["damaged"] is None and "commits.log" in rows["g"]["damaged"]
+        for command in (["gc"], ["inspect", "healthy", "--check"]):
+            result = runner.invoke(app, [*command, "--root", str(root)])
+            assert result.exit_code == 0 and "unexpected" not in result.output, result.output
+        inspected = runner.invoke(app, ["inspect", "g", "--root", str(root)])
+        assert inspected.exit_code == 1 and "commits.log" in inspected.output, inspected.output
+        assert "unexpected" not in inspected.output and "Traceback" not in inspected.output
+        assert _uids(root, "healthy") == [1, 2]
+
+
+def test_every_flipped_byte_of_a_small_log_is_detected(isolated_cache: Path) -> None:
+    """The property test of the log: each byte of a 3-record log flipped in turn (its low bit,
+    then all its bits) is reported by the reader; none is served as a view of fewer episodes."""
+    root = isolated_cache
+    directory = _grow(root)
+    log = directory / COMMIT_LOG_FILE
+    pristine = log.read_bytes()
+    missed = []
+    for offset in range(len(pristine)):
+        for mask in (0x01, 0xFF):
+            log.write_bytes(pristine)
+            _flip(log, offset, mask)
+            try:
+                rlds_cli.open_dataset("g", root)
+            except CorruptDatasetError:
+                continue
+            missed.append((offset, mask))
+    log.write_bytes(pristine)
+    assert missed == [] and _uids(root) == [1, 2, 3]
+
+
+def test_torn_looking_slots_are_a_record_start_and_zeros() -> None:
+    record = Record(ADD, new_segment_id(), episodes=1, steps=2).pack()
+    assert not looks_torn(b"\xff" * RECORD_SIZE) and not looks_torn(b"junk" + b"\0" * (RECORD_SIZE - 4))
+    for cut in (0, 2, 4, 32, 64, RECORD_SIZE - 4):  # what reached the disk, then zeros
+        assert looks_torn(record[:cut] + b"\0" * (RECORD_SIZE - cut))
+    flipped = bytearray(record)
+    flipped[20] ^= 1
+    assert not looks_torn(bytes(flipped))  # whole, with its checksum: damage
+    assert record[:4] == MAGIC and struct.unpack("<I", record[-4:])[0] == zlib.crc32(record[:-4])
+
+
+def test_more_torn_records_at_the_end_than_writers_can_tear_is_damage(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root, uids=(1,))
+    log = directory / COMMIT_LOG_FILE
+    log.write_bytes(log.read_bytes() + bytes(17 * RECORD_SIZE))  # a zeroed region, not a crash
+    with pytest.raises(CorruptDatasetError, match="17 records in a row"):
+        rlds_cli.open_dataset("g", root)
+    log.write_bytes(log.read_bytes()[: 9 * RECORD_SIZE])  # 8 writers torn at once: a crash
+    assert _uids(root) == [1]
+    state = LogState()
+    state.follow(log)
+    assert (state.records, state.torn) == (1, 8)
+
+
+# ---------------------------------------------------------------- segments and compaction
+
+
+def _column_file(directory: Path, key: str = "observation") -> Path:
+    segment = sorted((directory / SEGMENTS_DIR).iterdir())[1]
+    return segment / "arrays" / f"{key}.npy"
+
+
+def test_compaction_refuses_a_segment_whose_array_fails_its_digest(isolated_cache: Path) -> None:
+    """A segment whose data changed is never merged into a fresh digest: the compaction stops
+    naming it, and the check goes on failing."""
+    root = isolated_cache
+    directory = _grow(root)
+    column = _column_file(directory)
+    _flip(column, column.stat().st_size - 1)  # a value's last byte
+    before = _segments(directory)
+    with pytest.raises(CorruptDatasetError, match=r"compaction of 'g' stopped: segment .* 'observation'"):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _segments(directory) == before and not any((directory / "building").iterdir())
+    assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
+    result = runner.invoke(app, ["compact", "g", "--root", str(root)])
+    assert result.exit_code == 1 and "does not match its digest" in result.output, result.output
+
+
+def test_compaction_refuses_a_segment_whose_episode_index_changed(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root, uids=(3, 4))
+    segment = sorted((directory / SEGMENTS_DIR).iterdir())[0]
+    manifest = json.loads((segment / MANIFEST_FILE).read_text())
+    manifest["content_digest"]["episodes"] = "0" * 64
+    (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(CorruptDatasetError, match="episode index does not match its digest"):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _uids(root) == [3, 4]
+
+
+@pytest.mark.parametrize("where", ["segment", "head"])
+def test_a_manifest_that_contradicts_the_data_is_damage_never_a_cast(
+    isolated_cache: Path, where: str
+) -> None:
+    """The head manifest (or a segment's) says ``observation`` is int8 over float32 data: every
+    read would have served int8 casts (3.0, -2.56, 0.42 as 3, -2, 0), and compact written them."""
+    root = isolated_cache
+    directory = _grow(root)
+    target = directory if where == "head" else sorted((directory / SEGMENTS_DIR).iterdir())[0]
+    manifest = json.loads((target / MANIFEST_FILE).read_text())
+    manifest["fields"]["observation"]["dtype"] = "int8"
+    (target / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(CorruptDatasetError, match=r"'observation' is (float32|int8) .* in the segment"):
+        rlds_cli.open_dataset("g", root)[:]
+    with pytest.raises(CorruptDatasetError):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    check = runner.invoke(app, ["inspect", "g", "--check", "--root", str(root)])
+    assert check.exit_code == 1 and "observation" in check.output, check.output
+
+
+def test_a_key_removed_from_the_head_manifest_is_damage(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    del manifest["fields"]["info/episode_uid"]
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(CorruptDatasetError, match=r"keys differ .*info/episode_uid"):
+        rlds_cli.open_dataset("g", root)
+
+
+def test_a_missing_segment_the_log_holds_live_is_damage(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root)
+    shutil.rmtree(sorted((directory / SEGMENTS_DIR).iterdir())[0])
+    with pytest.raises(CorruptDatasetError, match=r"is missing, and commits\.log holds episodes of it"):
+        rlds_cli.open_dataset("g", root)
+
+
+def _files_of(segment: Path) -> list[Path]:
+    return sorted(p for p in segment.rglob("*") if p.is_file())
+
+
+#: Bytes flipped per segment file in the suite (zarr opens are slower); ``RLDS_TEST_EVERY_BYTE=1``
+#: flips every one (minutes: docs/reliability.md has the counts of that run).
+SAMPLED_BYTES = {"memmap": 12, "zarr": 4}
+#: Read at import: the isolated_cache fixture unsets every RLDS_ variable.
+EVERY_BYTE = os.environ.get("RLDS_TEST_EVERY_BYTE") == "1"
+
+
+def _offsets(size: int, rng: np.random.Generator, sampled: int) -> list[int]:
+    if EVERY_BYTE or size <= sampled:
+        return list(range(size))
+    return sorted(rng.choice(size, sampled, replace=False).tolist())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_every_flipped_byte_of_a_segment_is_detected_or_harmless_and_never_compacted(
+    isolated_cache: Path, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The property test of the segments: bytes of each file of a one-episode segment flipped
+    in turn (a seeded sample of each file; every byte with ``RLDS_TEST_EVERY_BYTE=1``). Either
+    ``inspect --check``'s checks (open, files, digests) report it, or the dataset reads exactly
+    as before (a byte nothing reads, such as the manifest's ``created_by``); and ``compact``
+    never succeeds with data other than the original."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1, 2), storage=backend)
+    original = rlds_cli.open_dataset("g", root)[:]
+    segment = sorted((directory / SEGMENTS_DIR).iterdir(), key=lambda p: p.stat().st_mtime_ns)[-1]
+    pristine = root.parent / "pristine"
+    shutil.copytree(directory, pristine)
+    served, compacted = [], []
+    files = [(path, path.stat().st_size) for path in _files_of(segment)]
+    assert files
+    rng = np.random.default_rng(37)
+    counts = {"flips": 0, "detected": 0, "harmless": 0, "compact refused": 0}
+    for path, size in files:
+        for offset in _offsets(size, rng, SAMPLED_BYTES[backend]):
+            shutil.rmtree(directory)
+            shutil.copytree(pristine, directory)
+            _flip(path, offset, 0xFF)
+            counts["flips"] += 1
+            outcome = _detected_or_same(root, original)
+            if outcome is None:
+                served.append((str(path.relative_to(segment)), offset))
+            else:
+                counts[outcome] += 1
+            try:
+                rlds_cli.compact("g", root, grace_seconds=0)
+            except CorruptDatasetError:
+                counts["compact refused"] += 1
+                continue
+            if _detected_or_same(root, original) != "harmless":
+                compacted.append((str(path.relative_to(segment)), offset))
+    with capsys.disabled():  # the counts docs/reliability.md quotes (pytest -s)
+        print(f"\n{backend} segment flips: {counts}")
+    assert served == [] and compacted == []
+
+
+def _detected_or_same(root: Path, original: dict[str, np.ndarray]) -> str | None:
+    """``"detected"`` (opening or ``check_dataset`` reports damage), ``"harmless"`` (it reads
+    exactly as ``original``), or ``None``: served wrong."""
+    try:
+        ds = rlds_cli.open_dataset("g", root)
+        if not check_dataset(ds).ok:
+            return "detected"
+        batch = ds[:]
+    except CorruptDatasetError:
+        return "detected"
+    same = set(batch.keys()) == set(original.keys()) and all(
+        np.array_equal(batch[key], original[key]) for key in original
+    )
+    return "harmless" if same else None

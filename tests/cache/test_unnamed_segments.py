@@ -1,0 +1,212 @@
+"""Segments the commit log does not name, and the other edges a review of ``rlds gc`` and
+``rlds compact`` found: a killed writer leaves at most one such segment, so several of one
+writer, or several beside a log with no record, are records the log lost (emptied, cut short)
+and are kept; a dataset's bad settings are one clear line; a segment a writer removes while gc
+measures it, and a ``building/`` folder removed by hand, change nothing of what gc does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import rlds_cli
+from rlds_cli._util.io import tree_bytes
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cli.app import app
+from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.write.compact import remove_retired
+from tests.cache.test_gc_growing import DEAD_PID, _grow, _later
+from tests.write.test_writer import episode
+
+runner = CliRunner()
+
+
+def _append(name: str, episodes: int) -> Path:
+    """``episodes`` commits of one episode each, every one live (no capacity)."""
+    with rlds_cli.DatasetWriter(name, mode="append", commit_interval=0) as w:
+        for uid in range(episodes):
+            w.add_episode(episode(2, float(uid), uid=uid))
+            w.flush()
+    return rlds_cli.open_dataset(name).directory
+
+
+def _as_dead_writers(directory: Path, pids: list[int]) -> list[Path]:
+    """Say in each segment's manifest that it was written by the matching pid of ``pids``
+    (numbers no running process has), in the segments' name order."""
+    found = sorted((directory / SEGMENTS_DIR).iterdir())
+    for segment, pid in zip(found, pids, strict=True):
+        manifest = json.loads((segment / MANIFEST_FILE).read_text())
+        manifest["source"]["writer"]["pid"] = pid
+        (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    return found
+
+
+@pytest.mark.parametrize("writers", ["one", "several"])
+def test_an_emptied_log_keeps_every_segment(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture, writers: str
+) -> None:
+    """A log emptied outside rlds names nothing: every segment looks like a killed writer's
+    leftover. One writer leaves at most one, and a log with no record beside several segments
+    lost them: compact keeps them all, and the check says so."""
+    directory = _append("g", 6)
+    pids = [DEAD_PID] * 6 if writers == "one" else [DEAD_PID + i for i in range(6)]
+    _as_dead_writers(directory, pids)
+    (directory / COMMIT_LOG_FILE).write_bytes(b"")
+    with caplog.at_level("WARNING"):
+        report = rlds_cli.compact("g", grace_seconds=0)
+    assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
+    assert "segments it does not name are kept" in caplog.text
+    result = runner.invoke(app, ["inspect", "g", "--check"])
+    assert result.exit_code == 1, result.output
+    assert "commits.log" in result.output and "may not name every segment" in result.output
+
+
+def test_a_log_cut_short_keeps_the_segments_of_its_lost_records(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last three records of one writer lost (the log cut short): three segments of that
+    writer are not named, more than a kill leaves; compact keeps them, the check fails."""
+    directory = _append("g", 6)
+    _as_dead_writers(directory, [DEAD_PID] * 6)
+    log = directory / COMMIT_LOG_FILE
+    with open(log, "r+b") as fh:  # the records of the last three commits: the log's end
+        fh.truncate(log.stat().st_size - 3 * RECORD_SIZE)
+    state = LogState()
+    state.follow(log)
+    lost = {p.name for p in (directory / SEGMENTS_DIR).iterdir() if not state.names(bytes.fromhex(p.name))}
+    assert len(lost) == 3
+    with caplog.at_level("WARNING"):
+        removed = rlds_cli.compact("g", grace_seconds=0).removed  # merges the three it names
+    assert not lost & set(removed) and all((directory / SEGMENTS_DIR / name).is_dir() for name in lost)
+    assert "does not name 3 segments" in caplog.text
+    assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 1
+
+
+def test_one_leftover_of_each_of_several_killed_writers_is_removed(isolated_cache: Path) -> None:
+    """Two writers killed between their segment and its record leave one segment each: both
+    leftovers, removed by compact; the committed episodes stay and the check passes."""
+    directory = _append("g", 2)
+    for i, pid in enumerate((DEAD_PID, DEAD_PID + 1)):
+        live = next((directory / SEGMENTS_DIR).iterdir())
+        orphan = directory / SEGMENTS_DIR / (f"e{i}" * 16)
+        shutil.copytree(live, orphan)
+        manifest = json.loads((orphan / MANIFEST_FILE).read_text())
+        manifest["source"]["writer"]["pid"] = pid
+        (orphan / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 0
+    removed = rlds_cli.compact("g", grace_seconds=0).removed
+    assert {"e0" * 16, "e1" * 16} <= set(removed)
+    assert rlds_cli.open_dataset("g").num_episodes == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("grace_seconds", None),
+        ("grace_seconds", -1),
+        ("grace_seconds", "soon"),
+        ("capacity", 0),
+        ("min_size", 1.5),
+    ],
+)
+def test_a_bad_setting_in_the_manifest_is_one_line(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: object
+) -> None:
+    """A head manifest edited outside rlds: gc skips the dataset with one warning naming the
+    key (and still cleans the others), opening it is one clear error."""
+    directory = _grow("g", 3)
+    other = _grow("other", 3)
+    _later(monkeypatch)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest["source"]["growing"][key] = value
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["gc"])
+    assert result.exit_code == 0, result.output
+    assert f"skipped growing dataset g: growing dataset 'g': its manifest's {key} must be" in result.stderr
+    assert "unexpected" not in result.output and "Traceback" not in result.output
+    assert len(list((other / SEGMENTS_DIR).iterdir())) == 1  # the other dataset was cleaned
+    with pytest.raises(CorruptDatasetError, match=key):
+        rlds_cli.open_dataset("g")
+    result = runner.invoke(app, ["inspect", "g"])
+    assert result.exit_code == 1 and key in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"grace_seconds": -1.0},
+        {"grace_seconds": float("nan")},
+        {"capacity": 0},
+        {"capacity_episodes": -2},
+        {"min_size": -1},
+        {"capacity": 2.5},
+    ],
+)
+def test_bad_writer_settings_are_refused(isolated_cache: Path, option: dict[str, object]) -> None:
+    key = next(iter(option))
+    with pytest.raises(ValueError, match=key):
+        rlds_cli.DatasetWriter("w", **option)  # type: ignore[arg-type]
+    assert not (isolated_cache / "datasets" / "w").exists()
+
+
+def test_gc_measures_a_segment_a_writer_removes_meanwhile(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer's commit collects a due segment while gc measures it (gc lists, then measures,
+    then removes): gc does not skip the dataset, and removes the others."""
+    directory = _grow("g", 4)
+    _later(monkeypatch)
+    real_walk = os.walk
+    taken: list[str] = []
+
+    def walk(top: str, *args: object, **kwargs: object) -> object:
+        for folder, dirs, names in real_walk(top, *args, **kwargs):  # type: ignore[arg-type]
+            if not taken and Path(folder).parent.name == SEGMENTS_DIR:
+                taken.append(folder)
+                shutil.rmtree(folder)  # listed, then collected by a writer
+            yield folder, dirs, names
+
+    monkeypatch.setattr(os, "walk", walk)
+    result = runner.invoke(app, ["gc"])
+    assert taken and result.exit_code == 0 and "skipped" not in result.stderr, result.output
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 1
+
+
+def test_tree_bytes_counts_nothing_of_what_is_removed_while_it_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "segment"
+    (tree / "key").mkdir(parents=True)
+    (tree / "key" / "data.bin").write_bytes(b"x" * 10_000)
+    (tree / "manifest.json").write_bytes(b"{}")
+    real_walk = os.walk
+
+    def walk(top: str) -> object:
+        for folder, dirs, names in real_walk(top):
+            (tree / "manifest.json").unlink(missing_ok=True)  # listed, then removed
+            shutil.rmtree(tree / "key", ignore_errors=True)  # listed below, then removed
+            yield folder, dirs, names
+
+    monkeypatch.setattr(os, "walk", walk)
+    assert tree_bytes(tree) == 0
+    assert tree_bytes(tmp_path / "gone") == 0
+
+
+def test_collect_makes_a_removed_building_folder_again(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``building/`` removed by hand: the collection renames through it all the same, so the
+    real run removes what the dry run listed."""
+    directory = _grow("g", 4)
+    shutil.rmtree(directory / SEGMENT_BUILDS_DIR)
+    _later(monkeypatch)
+    listed = remove_retired("g", dry_run=True)
+    assert len(listed) == 3
+    assert sorted(remove_retired("g")) == sorted(listed)
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 1

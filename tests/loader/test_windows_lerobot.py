@@ -1,0 +1,99 @@
+"""Windows on the LeRobot fixture written by lerobot 0.4.4 (``tests/fixtures/lerobot-v3-tiny``:
+3 episodes of 20/25/30 frames at 10 fps), against LeRobot's ``delta_timestamps`` rule.
+
+lerobot itself does not run here (its dataset class needs ``datasets`` and a video decoder the
+test environment lacks), so the reference is its rule, stated as its code reads
+(``lerobot_dataset.py``): ``delta_indices[key] = [round(t * fps) for t in delta_timestamps[key]]``;
+for the frame at parquet row ``idx``, in an episode spanning rows ``[ep_start, ep_end)``,
+``batch[key][j]`` is the row ``max(ep_start, min(ep_end - 1, idx + delta_indices[key][j]))`` and
+``batch[f"{key}_is_pad"][j]`` is ``idx + delta < ep_start or idx + delta >= ep_end``. The
+statement reads the fixture's parquet with pyarrow, never the converted cache.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache import open_dataset
+from rlds_cli.loader import Loader
+from rlds_cli.loader.windows import lerobot_names
+from rlds_cli.sources.convert import convert
+
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("av")
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot-v3-tiny"
+DELTA_TIMESTAMPS = {
+    "observation.state": [-0.1, 0.0],  # two observations, as ACT / diffusion policies ask
+    "action": [i / 10 for i in range(50)],  # a chunk of 50 actions
+}
+
+
+def test_act_batch_matches_lerobots_rule_on_its_own_fixture(tmp_path: Path) -> None:
+    src = tmp_path / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, src)
+    convert(src, "lr", format="lerobot")
+    ds = open_dataset("lr")
+    windows = {k.replace(".", "/"): v for k, v in DELTA_TIMESTAMPS.items()}  # seconds: 10 fps recorded
+    loader = Loader(ds, batch_size=64, sampler="uniform", seed=0, windows=windows,
+                    keys=["observation/state", "action"])  # fmt: skip
+    batch = lerobot_names(loader.sample())
+    assert sorted(batch) == sorted(
+        ["index", "observation.state", "observation.state_is_pad", "action", "action_is_pad"]
+    )
+    parquet = pq.read_table(FIXTURE / "data/chunk-000/file-000.parquet").to_pydict()
+    episode = np.asarray(parquet["episode_index"])
+    fps = 10
+    delta = {k: [round(t * fps) for t in v] for k, v in DELTA_TIMESTAMPS.items()}
+    state_dim = len(parquet["observation.state"][0])
+    action_dim = len(parquet["action"][0])
+    assert batch["observation.state"].shape == (64, 2, state_dim)
+    assert batch["action"].shape == (64, 50, action_dim)
+    assert batch["action_is_pad"].shape == (64, 50) and str(batch["action_is_pad"].dtype) == "torch.bool"
+    for i, idx in enumerate(batch["index"].tolist()):
+        rows = np.flatnonzero(episode == episode[idx])
+        ep_start, ep_end = int(rows[0]), int(rows[-1]) + 1
+        for key in DELTA_TIMESTAMPS:
+            want = [parquet[key][max(ep_start, min(ep_end - 1, idx + d))] for d in delta[key]]
+            pad = [idx + d < ep_start or idx + d >= ep_end for d in delta[key]]
+            np.testing.assert_array_equal(batch[key][i].numpy(), np.asarray(want, np.float32), err_msg=key)
+            assert batch[f"{key}_is_pad"][i].tolist() == pad, key
+
+
+def test_same_batch_as_lerobots_own_dataset_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where lerobot runs (it is not a dependency; e.g. ``pip install lerobot``): every frame of
+    the fixture through ``LeRobotDataset(delta_timestamps=...)`` and torch's default collate,
+    against one windowed batch of all the frames in order, key for key and value for value.
+    Videos are left out on both sides (``_query_videos`` answers nothing): the windows of the
+    state and the actions are what is compared."""
+    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    src = tmp_path / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, src)
+    for p in src.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    monkeypatch.setattr(lerobot_dataset.LeRobotDataset, "_query_videos", lambda self, *a: {})
+    theirs = lerobot_dataset.LeRobotDataset(
+        "local/lerobot-v3-tiny", root=src, delta_timestamps=DELTA_TIMESTAMPS
+    )
+    convert(src, "lr", format="lerobot")
+    n = open_dataset("lr").num_steps
+    assert len(theirs) == n
+    windows = {k.replace(".", "/"): v for k, v in DELTA_TIMESTAMPS.items()}
+    ours = Loader("lr", batch_size=n, sampler="epoch", shuffle=False, seed=0, windows=windows,
+                  keys=["observation/state", "action"])  # fmt: skip
+    batch = lerobot_names(ours.sample())
+    import torch.utils.data
+
+    want = torch.utils.data.default_collate([theirs[i] for i in range(n)])
+    keys = ["observation.state", "action", "observation.state_is_pad", "action_is_pad"]
+    for key in keys:
+        assert batch[key].shape == want[key].shape and batch[key].dtype == want[key].dtype, key
+        assert torch.equal(batch[key], want[key]), key
+    assert torch.equal(batch["index"], want["index"])

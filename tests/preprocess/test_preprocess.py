@@ -1,0 +1,386 @@
+"""``rlds_cli.preprocess``: the library API (function references, modes, schema checks, stats,
+lineage, reuse). The CLI, resume after SIGKILL and Ray live in test_preprocess_cli.py."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli import preprocess
+from rlds_cli.cache import stats as pstats
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.errors import (
+    DatasetExistsError,
+    FunctionImportError,
+    OutputSchemaError,
+    PreprocessError,
+    UserFunctionError,
+)
+from rlds_cli.preprocess.plan import make_plan
+from tests.dataset_fixtures import assert_same, everything, make_dataset
+
+FNS = "tests.preprocess_fns"
+FNS_FILE = str(Path(__file__).parents[1] / "preprocess_fns.py")
+
+
+@pytest.fixture
+def golden() -> str:
+    make_dataset("golden", [3, 3, 2])
+    return "golden"
+
+
+@pytest.fixture
+def medium() -> str:
+    make_dataset("medium", [7, 13, 1, 20, 9, 30, 4])  # 84 steps
+    return "medium"
+
+
+# --------------------------------------------------------------------------- function references
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("tests.no_such_module:f", "no module named 'tests.no_such_module'"),
+        (f"{FNS}:no_such_function", "has no attribute 'no_such_function'"),
+        (f"{FNS}:NOT_CALLABLE", "'NOT_CALLABLE' is not callable"),
+        ("no-colon-here", "is not of the form"),
+        ("missing/file.py:f", "does not exist"),
+    ],
+    ids=["bad-module", "bad-name", "not-callable", "malformed", "missing-file"],
+)
+def test_function_reference_errors(golden: str, ref: str, message: str) -> None:
+    with pytest.raises(FunctionImportError, match=message) as info:
+        preprocess.run(golden, ref, "out")
+    assert isinstance(info.value, ImportError)
+    assert not open_dataset(golden).directory.parent.joinpath("out").exists()
+
+
+def test_file_path_reference_works_and_records_file_hash(golden: str) -> None:
+    result = preprocess.run(golden, f"{FNS_FILE}:normalize", "out", workers=1)
+    lineage = result.manifest.lineage[0]
+    assert lineage["fn"] == f"{FNS_FILE}:normalize"
+    assert lineage["fn_sha256"] == hashlib.sha256(Path(FNS_FILE).read_bytes()).hexdigest()
+    out = open_dataset("out")[:]
+    src = open_dataset(golden)[:]
+    assert np.array_equal(out["observation"], ((src["observation"] - 1.5) / 2).astype(np.float32))
+
+
+def test_callable_from_python(golden: str) -> None:
+    from tests import preprocess_fns
+
+    result = preprocess.run(golden, preprocess_fns.normalize, "out", workers=1)
+    assert result.manifest.lineage[0]["fn"] == f"{FNS}:normalize"
+
+
+# --------------------------------------------------------------------------- per-step mode
+
+
+def test_per_step_identity_and_transform(medium: str) -> None:
+    src = everything(medium)
+    preprocess.run(medium, f"{FNS}:identity", "same", workers=1, chunk_steps=10)
+    assert_same(everything("same"), src)
+    preprocess.run(medium, f"{FNS}:add_features", "feat", workers=1, chunk_steps=10)
+    out = open_dataset("feat")
+    assert "info/qpos" not in out.fields
+    assert out.fields["obs_norm"] == ((1,), "float32")
+    assert out.fields["next/reward"] == ((1,), "float64")
+    data = out[:]
+    assert np.allclose(data["obs_norm"][:, 0], np.linalg.norm(src["observation"], axis=1), rtol=1e-6)
+    assert np.array_equal(data["next/reward"], src["next/reward"].astype(np.float64) * 2)
+    assert np.array_equal(data["next/observation"], src["next/observation"])
+
+
+def test_memmap_and_zarr_outputs_agree(medium: str) -> None:
+    preprocess.run(medium, f"{FNS}:normalize", "mm", workers=1, chunk_steps=16)
+    preprocess.run(medium, f"{FNS}:normalize", "zz", workers=1, chunk_steps=16, storage="zarr")
+    assert open_dataset("zz").manifest.backend == "zarr"
+    assert_same(everything("mm"), everything("zz"))
+    fn = f"{FNS}:drop_short_episodes"
+    preprocess.run(medium, fn, "ep-mm", by="episode", workers=1, chunk_steps=16, num_frames=60)
+    preprocess.run(medium, fn, "ep-zz", by="episode", chunk_steps=16, num_frames=60, storage="zarr")
+    assert_same(everything("ep-mm"), everything("ep-zz"))
+
+
+@pytest.mark.parametrize("shards", ["one-row-shards", "default-shards"])
+def test_zarr_direct_mode_equals_files_mode_byte_for_byte(
+    medium: str, shards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-step chunks written in place, each into its own regions of the preallocated zarr
+    columns (Backend.open_region): with shards of one row every chunk's region is aligned, so
+    the job runs in direct mode; with the default shards the chunks of a multi-chunk plan share
+    a shard, so it falls back to chunk files. Either way the output is the files mode's, file
+    for file."""
+    from rlds_cli.cache.backends.zarr import write as backends
+    from rlds_cli.preprocess import output
+
+    if shards == "one-row-shards":
+        monkeypatch.setattr(backends, "ZARR_CHUNK_BYTES", 1)
+        monkeypatch.setattr(backends, "ZARR_SHARD_BYTES", 1)
+    preallocated: list[Path] = []
+    real_preallocate = output.preallocate
+
+    def spy(out: Path, *args: object) -> None:
+        preallocated.append(out)
+        real_preallocate(out, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(output, "preallocate", spy)
+    fn = f"{FNS}:add_features"
+    preprocess.run(medium, fn, "direct", workers=2, chunk_steps=16, storage="zarr")
+    assert len(preallocated) == (1 if shards == "one-row-shards" else 0)
+    monkeypatch.setattr(output, "direct_possible", lambda *args: False)
+    preprocess.run(medium, fn, "files", workers=2, chunk_steps=16, storage="zarr")
+    assert len(preallocated) <= 1
+    direct, files = open_dataset("direct"), open_dataset("files")
+    assert direct.manifest.content_digest == files.manifest.content_digest
+    written = {p.relative_to(files.directory) for p in files.directory.rglob("*") if p.is_file()}
+    assert written == {p.relative_to(direct.directory) for p in direct.directory.rglob("*") if p.is_file()}
+    for rel in sorted(written - {Path("manifest.json")}):
+        assert (direct.directory / rel).read_bytes() == (files.directory / rel).read_bytes(), rel
+    assert_same(everything("direct"), everything("files"))
+
+
+def test_source_is_never_modified(medium: str) -> None:
+    directory = open_dataset(medium).directory
+    before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    preprocess.run(medium, f"{FNS}:normalize", "out", workers=1, chunk_steps=16)
+    after = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    assert before == after
+
+
+def test_inputs_are_read_only(golden: str) -> None:
+    with pytest.raises(UserFunctionError, match="read-only"):
+        preprocess.run(golden, f"{FNS}:in_place", "out", workers=1)
+
+
+# --------------------------------------------------------------------------- per-episode mode
+
+
+def test_per_episode_returns_to_go_golden(golden: str) -> None:
+    preprocess.run(golden, f"{FNS}:returns_to_go", "rtg", by="episode", workers=1, chunk_steps=4)
+    out = open_dataset("rtg")
+    # rewards are 1..8 in episodes of 3, 3 and 2 steps; returns-to-go written out by hand
+    assert out[:]["return_to_go"][:, 0].tolist() == [6, 5, 3, 15, 11, 6, 15, 8]
+    assert out.episodes["length"].tolist() == [3, 3, 2]
+    assert_same({k: v for k, v in out[:].items() if k != "return_to_go"}, dict(open_dataset(golden)[:]))
+
+
+def test_per_episode_filtering_whole_episodes(medium: str) -> None:
+    src = open_dataset(medium)
+    result = preprocess.run(
+        medium, f"{FNS}:drop_short_episodes", "long", by="episode", workers=1, chunk_steps=25
+    )
+    out = open_dataset("long")
+    kept = [e for e, n in enumerate(src.episodes["length"]) if n >= 3]
+    assert out.episodes["length"].tolist() == [int(src.episodes["length"][e]) for e in kept]
+    assert out.episodes["source_id"].tolist() == kept
+    assert result.manifest.num_steps == sum(int(src.episodes["length"][e]) for e in kept)
+    for j, e in enumerate(kept):
+        a, b = out.episode(j), src.episode(e)
+        for key in ("observation", "next/observation", "action", "next/reward", "next/terminated"):
+            assert np.array_equal(a[key], b[key]), (e, key)
+
+
+def test_per_episode_chunks_hold_whole_episodes(medium: str) -> None:
+    ds = open_dataset(medium)
+    plan = make_plan(ds.episode_index, "episode", 25, None)
+    starts = set(ds.episodes["start"].tolist()) | {ds.num_steps}
+    assert set(plan.bounds.tolist()) <= starts
+    assert plan.bounds[0] == 0 and plan.bounds[-1] == ds.num_steps
+
+
+def test_dropping_everything_is_an_error(golden: str) -> None:
+    with pytest.raises(OutputSchemaError, match="dropped every step"):
+        preprocess.run(golden, f"{FNS}:drop_everything", "none", by="episode", workers=1)
+
+
+# --------------------------------------------------------------------------- schema errors
+
+
+@pytest.mark.parametrize(
+    ("fn", "by", "message"),
+    [
+        ("returns_list", "step", "returned list, expected a mapping"),
+        ("no_action", "step", "returned no action"),
+        ("drops_a_step", "step", "per-step mode keeps every step"),
+        ("noisy", "step", "next/observation at step 0 differs from observation at step 1"),
+        ("cut_episode", "episode", "does not end an episode"),
+    ],
+)
+def test_output_schema_errors(medium: str, fn: str, by: str, message: str) -> None:
+    with pytest.raises(OutputSchemaError, match=message) as info:
+        preprocess.run(medium, f"{FNS}:{fn}", "out", by=by, workers=1, chunk_steps=16)
+    assert f"{FNS}:{fn}" in info.value.message
+    assert not (open_dataset(medium).directory.parent / "out").exists()
+
+
+def test_inconsistent_chunks_are_named(medium: str) -> None:
+    with pytest.raises(OutputSchemaError) as info:
+        preprocess.run(medium, f"{FNS}:bad_dtype_later", "out", workers=1, chunk_steps=16)
+    msg = info.value.message
+    # per-step chunks end on episode ends (7, 21) where one falls in the 16-step window
+    assert "chunk 2 (steps 21-36" in msg and "float64" in msg and "float32" in msg
+
+
+def test_flat_mismatch_across_chunk_boundary(medium: str) -> None:
+    # consistent inside every chunk, but observation jumps at chunk boundaries inside episodes
+    # chunk 1 is steps 7-16: episode 1 (steps 7-19) is longer than a 10-step chunk, so it is cut
+    with pytest.raises(OutputSchemaError, match=r"chunks 1 and 2: next/observation at step 16 differs"):
+        preprocess.run(medium, f"{FNS}:per_chunk_offset", "out", workers=1, chunk_steps=10)
+
+
+def test_user_exception_names_function_chunk_and_range(medium: str) -> None:
+    with pytest.raises(UserFunctionError) as info:
+        preprocess.run(medium, f"{FNS}:raises", "out", workers=1, chunk_steps=16)
+    msg = info.value.message
+    assert f"function {FNS}:raises, chunk 2 (steps 21-36, episodes 3-3)" in msg
+    assert "ValueError: boom in user code" in msg
+    tb = info.value.user_traceback
+    assert "preprocess_fns.py" in tb and 'raise ValueError("boom in user code")' in tb
+    assert "rlds_cli" not in tb  # only the user's frames
+
+
+def test_error_in_schema_inference(golden: str) -> None:
+    with pytest.raises(UserFunctionError, match="schema inference on steps 0-2"):
+        preprocess.run(golden, f"{FNS}:always_raises", "out", by="episode")
+
+
+def test_bad_arguments(golden: str) -> None:
+    for kwargs, message in (
+        ({"by": "row"}, "--by must be"),
+        ({"backend": "spark"}, "--executor must be"),
+        ({"keys": ["nope"]}, "has no keys"),
+        ({"chunk_steps": 0}, "--chunk-steps"),
+    ):
+        with pytest.raises(PreprocessError, match=message):
+            preprocess.run(golden, f"{FNS}:identity", "out", **kwargs)
+    with pytest.raises(PreprocessError, match="must differ"):
+        preprocess.run(golden, f"{FNS}:identity", golden)
+
+
+# --------------------------------------------------------------------------- dry run, num_frames, keys
+
+
+def test_dry_run_shows_schema_and_writes_nothing(golden: str, isolated_cache: Path) -> None:
+    info = preprocess.dry_run(golden, f"{FNS}:add_features")
+    assert info.output["obs_norm"] == {"shape": [1], "dtype": "float32", "storage": "step"}
+    assert info.output["observation"]["storage"] == "flat"
+    assert "info/qpos" not in info.output
+    assert info.input["next/observation"] == {"shape": [2], "dtype": "float32"}
+    assert (info.steps, info.sample_steps_in, info.sample_steps_out) == (8, 8, 8)
+    assert sorted(p.name for p in (isolated_cache / "datasets").iterdir()) == [golden]
+    assert not (isolated_cache / "tmp").exists() or not any((isolated_cache / "tmp").iterdir())
+
+
+def test_num_frames_cuts_the_last_episode(golden: str) -> None:
+    preprocess.run(golden, f"{FNS}:identity", "first5", num_frames=5, workers=1, chunk_steps=2)
+    out, src = open_dataset("first5"), open_dataset(golden)
+    assert (out.num_steps, out.num_episodes) == (5, 2)
+    a, b = out[:], src[:5]
+    assert np.array_equal(a["next/observation"], b["next/observation"])  # real next observation at the cut
+    assert a["next/truncated"][:, 0].tolist() == [False, False, False, False, True]
+    assert a["next/terminated"][:, 0].tolist() == [False, False, True, False, False]
+    preprocess.run(golden, f"{FNS}:identity", "first-eps", num_frames=5, by="episode", workers=1)
+    assert open_dataset("first-eps").num_steps == 3  # whole episodes only
+
+
+def test_keys_restrict_the_input(golden: str) -> None:
+    info = preprocess.dry_run(
+        golden, f"{FNS}:identity", keys=["observation", "next/observation", "action", "next/reward"]
+    )
+    assert "info/qpos" not in info.output
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_stats_equal_numpy_on_the_full_data(medium: str) -> None:
+    preprocess.run(medium, f"{FNS}:add_features", "s", workers=1, chunk_steps=10, stats=True)
+    ds = open_dataset("s")
+    data = ds[:]
+    got = preprocess.load_stats(ds)
+    assert set(got) == {"action", "next/reward", "obs_norm", "observation"}  # numeric, not bool
+    for key, s in got.items():
+        x = data[key].astype(np.float64)
+        assert s.count == len(x)
+        np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(s.std, x.std(axis=0), rtol=1e-10, atol=1e-12)
+        assert np.array_equal(s.min, x.min(axis=0)) and np.array_equal(s.max, x.max(axis=0))
+        for q, value in s.quantiles.items():
+            # approximate: within the spread of one 1/256 rank step of the data, with margin
+            lo = np.quantile(x, max(q - 0.05, 0), axis=0)
+            hi = np.quantile(x, min(q + 0.05, 1), axis=0)
+            assert np.all((value >= lo - 1e-9) & (value <= hi + 1e-9)), (key, q)
+
+
+def test_stats_merge_is_chan_exact() -> None:
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(i, 1 + i, size=(n, 3)) for i, n in enumerate([5, 1, 100, 37])]
+    merged = None
+    for part in parts:
+        merged = pstats.merge(merged, pstats.partial(part))
+    full = np.concatenate(parts)
+    assert merged is not None
+    out = pstats.finalize(merged, (3,))
+    np.testing.assert_allclose(out["mean"], full.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(out["std"], full.std(axis=0), rtol=1e-12)
+    median = np.asarray(out["quantiles"]["0.5"])
+    ranks = (full < median).mean(axis=0)
+    assert np.all(np.abs(ranks - 0.5) < 0.03)
+
+
+def test_stats_large_shapes_are_reduced() -> None:
+    p = pstats.partial(np.arange(2 * 5000, dtype=np.float32).reshape(2, 5000))
+    assert p is not None and p.reduced and p.sketch is None
+    out = pstats.finalize(p, (5000,))
+    assert out["shape"] == [] and out["mean"] == pytest.approx(4999.5)
+
+
+def test_no_stats_without_flag(golden: str) -> None:
+    preprocess.run(golden, f"{FNS}:identity", "plain", workers=1)
+    assert preprocess.load_stats(open_dataset("plain")) == {}
+    assert "stats" not in open_dataset("plain").manifest.to_dict()
+
+
+# --------------------------------------------------------------------------- lineage and reuse
+
+
+def test_lineage_contents(golden: str) -> None:
+    src = open_dataset(golden)
+    result = preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1, chunk_steps=4)
+    (parent,) = result.manifest.lineage
+    assert parent["name"] == golden
+    assert parent["digest"] == src.manifest.digest()
+    assert parent["fn"] == f"{FNS}:normalize"
+    assert parent["fn_sha256"] == hashlib.sha256(Path(FNS_FILE).read_bytes()).hexdigest()
+    assert parent["args"] == {
+        "by": "step",
+        "chunk_steps": 4,
+        "keys": None,
+        "num_frames": None,
+        "stats": False,
+        "storage": "memmap",
+    }
+    assert parent["rlds_version"]
+    assert parent["parent_lineage"] == []
+    preprocess.run("norm", f"{FNS}:identity", "norm2", workers=1)
+    chain = open_dataset("norm2").manifest.lineage[0]
+    assert chain["name"] == "norm" and chain["parent_lineage"][0]["name"] == golden
+
+
+def test_rerun_is_a_noop_unless_force(golden: str) -> None:
+    first = preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1)
+    again = preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1)
+    assert again.reused and again.manifest.created_at == first.manifest.created_at
+    assert again.manifest.lineage == first.manifest.lineage
+    with pytest.raises(DatasetExistsError):
+        preprocess.run(golden, f"{FNS}:identity", "norm", workers=1)
+    before = everything("norm")
+    forced = preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1, force=True)
+    assert not forced.reused
+    # the rebuilt dataset holds the data again (not the zeros of fresh, never-written files)
+    assert_same(everything("norm"), before)
+    assert np.any(before["observation"] != 0)

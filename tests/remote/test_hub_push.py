@@ -1,0 +1,248 @@
+"""``rlds push NAME hf://...``, ``rlds pull hf://...`` and ``open_dataset("hf://...")`` (issue 28,
+part 3), offline against the local Hub stand-in (tests/hub_standin.py) that serves the calls
+huggingface_hub makes for ``create_commit`` (preupload, the basic LFS batch API, commit) and for
+``HfFileSystem`` (revision, tree, paths-info, ranged resolve).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cli.app import app
+from rlds_cli.errors import RemoteAccessError, RemoteDatasetNotFoundError, RemoteExistsError
+from tests.hub_standin import HubStandin, Repo
+from tests.remote.test_remote import make_demo, runner, tree
+
+pytest.importorskip("huggingface_hub")
+
+from rlds_cli.remote.pull import pull
+from rlds_cli.remote.push import push
+
+TOKEN = "hf_standinWriteToken0123456789abcdef"
+REPO_URL = "hf://datasets/rlds-test/shared"
+URL = f"{REPO_URL}/demo"
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from rlds_cli.cli.app import main; main()"]
+
+
+def hub_env(endpoint: str, home: Path, token: str | None) -> dict[str, str]:
+    """The client pointed at the stand-in: its endpoint, a home without a token file, Xet off
+    (the stand-in speaks the basic LFS protocol), and the token when given."""
+    env = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+    }
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def cli_env(hub: HubStandin, tmp_path: Path, token: str | None) -> dict[str, str]:
+    """The environment of a CLI child: this test's cache, the stand-in, ``token`` or none."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return {**base, **hub_env(hub.endpoint, tmp_path / "child-hf-home", token), "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def hub(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
+    """The stand-in with an empty repo ``rlds-test/shared`` (a README and ``.gitattributes``, as
+    the Hub makes them) and a write token in ``HF_TOKEN``."""
+    from huggingface_hub import constants
+
+    with HubStandin(token=TOKEN) as server:
+        repo = Repo()
+        repo.add_commit({".gitattributes": b"*.npy filter=lfs\n", "README.md": b"# shared\n"})
+        server.repos["rlds-test/shared"] = repo
+        for key, value in hub_env(server.endpoint, isolated_cache.parent / "hf-home", TOKEN).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at the client's import
+        yield server
+
+
+def main_files(hub: HubStandin, repo: str = "rlds-test/shared") -> dict[str, bytes]:
+    r = hub.repos[repo]
+    return r.commits[r.refs["main"]]
+
+
+@pytest.mark.parametrize("storage", ["memmap", "zarr"])
+def test_push_then_pull_gives_the_same_dataset(hub: HubStandin, storage: str, tmp_path: Path) -> None:
+    from rlds_cli import open_dataset
+
+    make_demo("demo", storage)
+    pushed = push("demo", URL)
+    assert (pushed.uploaded, pushed.skipped, pushed.up_to_date) == (pushed.files, 0, False)
+    assert len(hub.commits()) == 1  # one commit holds every file, the index and the manifest
+    files = main_files(hub)
+    assert {"README.md", ".gitattributes", "demo/manifest.json", "demo/rlds-files.json"} <= set(files)
+    other = CacheRoot(tmp_path / "other")
+    pulled = pull(URL, root=other)
+    assert pulled.name == "demo" and pulled.digests_checked and pulled.downloaded == pushed.files
+    assert tree(other.dataset_dir("demo")) == tree(CacheRoot().dataset_dir("demo"))
+    a, b = open_dataset("demo"), open_dataset("demo", root=other.path)
+    for key in a.manifest.fields:
+        np.testing.assert_array_equal(np.asarray(b.column(key)), np.asarray(a.column(key)), err_msg=key)
+
+
+def test_a_repush_of_an_unchanged_dataset_uploads_nothing(hub: HubStandin) -> None:
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    uploads, commits = len(hub.uploads()), len(hub.commits())
+    again = push("demo", URL)
+    assert again.up_to_date and (again.uploaded, again.bytes_uploaded) == (0, 0)
+    assert (len(hub.uploads()), len(hub.commits())) == (uploads, commits)
+    assert not [e for e in hub.log if e["path"].endswith(("/preupload/main", "/objects/batch"))][2:]
+
+
+def test_a_push_that_dies_before_its_commit_leaves_main_as_it_was(hub: HubStandin) -> None:
+    make_demo("demo", "zarr")
+    before = dict(main_files(hub))
+    hub.fail_commits = 1
+    with pytest.raises(RemoteAccessError, match="HTTP 500"):
+        push("demo", URL)
+    assert main_files(hub) == before and hub.uploads()  # uploaded, never committed
+    with pytest.raises(RemoteDatasetNotFoundError):
+        pull(URL)
+    uploaded = len(hub.uploads())
+    done = push("demo", URL)  # the same command: the LFS objects are on the Hub already
+    assert not done.up_to_date and len(hub.uploads()) == uploaded and len(hub.commits()) == 1
+    assert pull(URL, "copy").digests_checked
+
+
+def test_a_push_killed_during_its_uploads_leaves_nothing_visible(hub: HubStandin, tmp_path: Path) -> None:
+    make_demo("demo", "zarr")
+    before = dict(main_files(hub))
+    child: list[subprocess.Popen[str]] = []
+
+    def kill_at_the_second_upload(oid: str) -> None:
+        if len([e for e in hub.log if e.get("oid")]) == 2:
+            child[0].kill()  # SIGKILL: no handler, no cleanup
+            child[0].wait()
+
+    hub.on_upload = kill_at_the_second_upload
+    child.append(subprocess.Popen([*CLI, "push", "demo", URL], env=cli_env(hub, tmp_path, TOKEN), text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+    child[0].communicate(timeout=120)
+    assert child[0].returncode == -9
+    assert main_files(hub) == before and not hub.commits()
+    with pytest.raises(RemoteDatasetNotFoundError):
+        pull(URL)
+    hub.on_upload = None
+    assert not push("demo", URL).up_to_date and len(hub.commits()) == 1
+    assert pull(URL, "copy").digests_checked
+
+
+def test_another_version_needs_force_and_is_replaced_whole(hub: HubStandin) -> None:
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    result = runner.invoke(
+        app, ["download", "demo", "--storage", "memmap", "--name", "demo", "--force", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    with pytest.raises(RemoteExistsError):
+        push("demo", URL)
+    replaced = push("demo", URL, force=True)
+    assert replaced.replaced and len(hub.commits()) == 2
+    files = main_files(hub)
+    # the zarr version's arrays are gone with the commit that brought the memmap one; the README stays
+    assert not [p for p in files if p.startswith("demo/arrays/") and "zarr" in p]
+    assert "README.md" in files
+    assert pull(URL, "copy").backend == "memmap"
+
+
+def test_remote_read_in_place(hub: HubStandin) -> None:
+    from rlds_cli import open_dataset
+
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    local, remote = open_dataset("demo"), open_dataset(URL)
+    assert remote.num_steps == local.num_steps and remote.num_episodes == local.num_episodes
+    for key in local.manifest.fields:
+        np.testing.assert_array_equal(
+            np.asarray(remote.column(key)), np.asarray(local.column(key)), err_msg=key
+        )
+    rows = np.array([0, 5, 17, local.num_steps - 1])
+    got, want = remote.gather(rows), local.gather(rows)
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want[key]), err_msg=key)
+    ranged = [e for e in hub.log if e.get("range") and e.get("file", "").startswith("demo/arrays/")]
+    assert ranged  # chunks came as byte ranges, not whole files
+
+
+def test_no_token_is_one_line_and_the_token_is_never_printed(
+    hub: HubStandin, isolated_cache: Path, tmp_path: Path
+) -> None:
+    make_demo("demo", "zarr")
+    hub.repos["rlds-test/shared"].gated = True
+    env = cli_env(hub, tmp_path, None)
+    for args in (["push", "demo", URL], ["pull", URL, "--name", "copy"]):
+        run = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        assert "HTTP 401" in lines[0] and "rlds-test/shared" in lines[0], run.stderr
+        assert "Traceback" not in run.stderr
+    env["HF_TOKEN"] = TOKEN
+    for args in (["push", "demo", URL], ["pull", URL, "--name", "copy"], ["push", "demo", URL, "--json"]):
+        run = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert TOKEN not in run.stdout + run.stderr
+    manifest = (CacheRoot().dataset_dir("copy") / "manifest.json").read_text()
+    assert TOKEN not in manifest and "hf_" not in manifest
+
+
+def test_a_commit_landing_during_the_push_stops_it_whole(hub: HubStandin) -> None:
+    make_demo("demo", "zarr")
+    repo = hub.repos["rlds-test/shared"]
+
+    def someone_else_commits(oid: str) -> None:
+        if repo.refs["main"] == first:
+            repo.add_commit({**main_files(hub), "notes.md": b"another writer\n"})
+
+    first = repo.refs["main"]
+    hub.on_upload = someone_else_commits
+    with pytest.raises(RemoteAccessError, match="changed during the push") as caught:
+        push("demo", URL)
+    assert "run the push again" in (caught.value.hint or "")
+    assert set(main_files(hub)) == {".gitattributes", "README.md", "notes.md"}  # nothing of the push
+    hub.on_upload = None
+    push("demo", URL)
+    assert "notes.md" in main_files(hub) and "demo/manifest.json" in main_files(hub)
+
+
+def test_pull_at_a_revision_reads_that_commit(hub: HubStandin, tmp_path: Path) -> None:
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    first = hub.repos["rlds-test/shared"].refs["main"]
+    first_tree = tree(CacheRoot().dataset_dir("demo"))
+    args = ["download", "demo", "--storage", "memmap", "--name", "demo", "--force", "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    push("demo", URL, force=True)
+    other = CacheRoot(tmp_path / "other")
+    old = pull(f"{URL}@{first}", root=other)
+    assert old.backend == "zarr" and tree(other.dataset_dir("demo")) == first_tree
+    assert pull(URL, "now", root=other).backend == "memmap"
+
+
+def test_a_remote_read_stays_on_its_commit_while_main_moves(hub: HubStandin) -> None:
+    from rlds_cli import open_dataset
+
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    remote = open_dataset(URL)
+    rows = np.array([1, 30, 200])
+    want = {k: np.asarray(v) for k, v in open_dataset("demo").gather(rows).items()}
+    args = ["download", "demo", "--storage", "zarr", "--name", "demo", "--force", "-q"]
+    assert runner.invoke(app, args).exit_code == 0  # a new version (another manifest) ...
+    push("demo", URL, force=True)  # ... on main now
+    got = remote.gather(rows)  # the commit opened: whole, never a mix
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(got[key]), want[key], err_msg=key)

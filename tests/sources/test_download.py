@@ -1,0 +1,511 @@
+"""``rlds download`` end to end against a local server: registry entries, faults, a killed
+process, concurrent downloads, offline mode, verification, ``info``/``verify``/``list --remote``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from rlds_cli.catalog import registry
+from rlds_cli.cli import output
+from rlds_cli.cli.app import app
+from rlds_cli.errors import OfflineError
+from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.layout import part_path
+from rlds_cli.sources.download import download
+from tests.http_faults import Fault, FaultServer, bounded, serving
+from tests.waits import HANG_SECONDS
+
+DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()
+DEMO_SHA = hashlib.sha256(DEMO).hexdigest()
+CORRUPT = DEMO[:1000] + bytes([DEMO[1000] ^ 0xFF]) + DEMO[1001:]
+CORRUPT_SHA = hashlib.sha256(CORRUPT).hexdigest()
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def registry_toml(base: str) -> str:
+    return f"""
+[[dataset]]
+id = "local-points-v0"
+aliases = ["lp"]
+format = "d4rl"
+max_episode_steps = 100
+description = "the demo file, served over HTTP"
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-points-long-v0"
+format = "d4rl"
+max_episode_steps = 50
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-known-v0"
+format = "d4rl"
+max_episode_steps = 100
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/known.hdf5"]
+size = {len(DEMO)}
+sha256 = "{DEMO_SHA}"
+
+[[dataset]]
+id = "local-corrupt-v0"
+format = "d4rl"
+
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{base}/d4rl/corrupt.hdf5"]
+sha256 = "{DEMO_SHA}"
+
+[[dataset]]
+id = "local-hashes-v0"
+format = "d4rl"
+max_episode_steps = 100
+
+[[dataset.files]]
+name = "hashes.json"
+urls = ["{base}/d4rl/pointmass.hdf5"]
+
+[[dataset]]
+id = "local-unreachable-v0"
+format = "d4rl"
+
+[[dataset.files]]
+name = "hopper_medium-v2.hdf5"
+urls = ["http://nonexistent.invalid/d4rl/hopper_medium-v2.hdf5"]
+
+[[dataset]]
+id = "org/minari-like-v0"
+format = "minari"
+
+[[dataset.files]]
+name = "data/metadata.json"
+urls = ["{base}/m/metadata.json"]
+
+[[dataset.files]]
+name = "data/main_data.hdf5"
+urls = ["{base}/m/main_data.hdf5"]
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    files = {"/d4rl/pointmass.hdf5": DEMO, "/d4rl/known.hdf5": DEMO, "/d4rl/corrupt.hdf5": CORRUPT}
+    with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
+        yield srv
+
+
+pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths
+
+
+def invoke(*args: object, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+def ok_json(*args: object) -> Any:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def raw(home: Path, key: str = "local-points-v0") -> Path:
+    return home / "raw" / key.replace("/", "--")
+
+
+def published(home: Path) -> list[str]:
+    folder = home / "datasets"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_download_id_through_faults(server: FaultServer, isolated_cache: Path) -> None:
+    path = "/d4rl/pointmass.hdf5"
+    server.add_faults(
+        path,
+        Fault("status", code=503),
+        Fault("status", code=503),
+        Fault("cut", after=120_000),
+        Fault("status", code=429, headers={"Retry-After": "0"}),
+        Fault("cut", after=90_000),
+    )
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    assert "local-points-v0: converted: 5,000 steps, 94 episodes" in result.stdout
+    statuses = [(r.range is not None, r.status) for r in server.requests_for(path)]
+    assert statuses[:3] == [(False, 503), (False, 503), (False, 200)]
+    assert (True, 206) in statuses
+    assert (raw(isolated_cache) / "pointmass.hdf5").read_bytes() == DEMO
+    info = ok_json("inspect", "local-points-v0")
+    assert info["source"]["id"] == "local-points-v0"
+    assert info["source"]["sha256"] == DEMO_SHA
+    assert info["source"]["options"] == {"max_episode_steps": 100}
+    (d,) = info["source"]["downloads"]
+    assert (d["url"], d["sha256"], d["hash_origin"]) == (server.url(path), DEMO_SHA, "recorded")
+    # info, list --remote and verify see it, without a request
+    before = len(server.log)
+    entry = ok_json("info", "lp")
+    assert entry["files"][0]["sha256"] == DEMO_SHA and entry["files"][0]["sha256_origin"] == "recorded"
+    assert entry["files"][0]["size"] == len(DEMO)
+    assert entry["downloaded"] and entry["cached"]
+    rows = {r["id"]: r for r in ok_json("list", "--remote")["datasets"]}
+    assert rows["local-points-v0"]["cached"] and rows["local-points-v0"]["size_bytes"] == len(DEMO)
+    assert not rows["local-known-v0"]["cached"] and rows["local-known-v0"]["size_bytes"] == len(DEMO)
+    assert "hopper-medium-v2" in rows and rows["hopper-medium-v2"]["size_bytes"] is None
+    report = ok_json("verify", "local-points-v0")
+    assert report["ok"] and [f["status"] for f in report["files"]] == ["ok"]
+    assert all(c["ok"] for c in report["manifest"])
+    assert len(server.log) == before
+    # again: nothing downloaded, nothing converted
+    again = ok_json("download", "local-points-v0")
+    assert again["reused"] is True and len(server.log) == before
+
+
+def test_ids_sharing_a_url_download_it_once(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp").exit_code == 0
+    data = ok_json("download", "local-points-long-v0")
+    assert data["num_steps"] == 5000 and data["downloads"][0]["sha256"] == DEMO_SHA
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+    linked = raw(isolated_cache, "local-points-long-v0") / "pointmass.hdf5"
+    assert linked.read_bytes() == DEMO
+    assert ok_json("verify", "local-points-long-v0")["ok"]
+
+
+def test_corrupt_file_rejected_nothing_published(server: FaultServer, isolated_cache: Path) -> None:
+    result = invoke("download", "local-corrupt-v0")
+    assert result.exit_code == 1
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("error: pointmass.hdf5 downloaded from ")
+    assert f"has sha256 {CORRUPT_SHA}, expected {DEMO_SHA} (from the registry)" in line
+    assert "--force" in result.stderr.splitlines()[1]
+    assert published(isolated_cache) == []
+    assert [
+        p.name for p in raw(isolated_cache, "local-corrupt-v0").iterdir() if not p.name.startswith(".")
+    ] == []
+
+
+def test_known_hash_and_size_verified(server: FaultServer, isolated_cache: Path) -> None:
+    data = ok_json("download", "local-known-v0")
+    assert data["downloads"][0]["hash_origin"] == "registry"
+    report = ok_json("verify", "local-known-v0")
+    assert report["files"][0]["origin"] == "registry" and report["ok"]
+
+
+def test_verify_detects_tampering(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp").exit_code == 0
+    (raw(isolated_cache) / "pointmass.hdf5").write_bytes(CORRUPT)
+    result = invoke("verify", "lp")
+    assert result.exit_code == 1
+    assert "fail    downloaded file pointmass.hdf5: " in result.stdout
+    assert f"expected {DEMO_SHA} (recorded)" in result.stdout
+    assert "verification failed" in result.stderr
+    assert invoke("verify", "--json", "local-points-v0").exit_code == 1
+    assert "nothing to verify" in invoke("verify", "nothing-v0").stderr
+
+
+def test_no_keep_raw_keeps_hashes(server: FaultServer, isolated_cache: Path) -> None:
+    assert invoke("download", "lp", "--no-keep-raw").exit_code == 0
+    folder = raw(isolated_cache)
+    assert not (folder / "pointmass.hdf5").exists()
+    record = HashStore(folder).get("pointmass.hdf5")
+    assert record is not None and record.sha256 == DEMO_SHA and record.pinned
+    report = ok_json("verify", "lp")
+    assert report["ok"] and report["files"][0]["status"] == "not kept"
+
+
+def test_offline(server: FaultServer, isolated_cache: Path) -> None:
+    for args, env in ((("--offline",), None), ((), {"RLDS_OFFLINE": "1"})):
+        result = invoke("download", "lp", *args, env=env)
+        assert result.exit_code == 1
+        assert "pointmass.hdf5 is not downloaded" in result.stderr and "offline mode is on" in result.stderr
+        assert "without --offline" in result.stderr
+    assert server.log == [] and published(isolated_cache) == []
+    assert invoke("download", "lp").exit_code == 0
+    n = len(server.log)
+    forced = ok_json("download", "lp", "--offline", "--force")
+    assert forced["reused"] is False  # re-converted from the verified local file
+    assert len(server.log) == n
+
+
+def test_url_download(server: FaultServer, isolated_cache: Path) -> None:
+    url = server.url("/d4rl/pointmass.hdf5")
+    data = ok_json(
+        "download", url, "--sha256", DEMO_SHA.upper(), "--name", "adhoc", "--max-episode-steps", "100"
+    )
+    assert data["name"] == "adhoc" and data["num_steps"] == 5000
+    assert data["downloads"][0]["hash_origin"] == "user"
+    assert ok_json("verify", "adhoc")["files"][0]["origin"] == "user"
+    bad = invoke("download", server.url("/d4rl/corrupt.hdf5"), "--sha256", DEMO_SHA, "--name", "bad")
+    assert bad.exit_code == 1 and f"expected {DEMO_SHA} (given with --sha256)" in bad.stderr
+    assert published(isolated_cache) == ["adhoc"]
+    assert invoke("download", url, "--sha256", "xyz").exit_code == 2
+    missing = invoke("download", server.url("/nope.hdf5"))
+    assert missing.exit_code == 1
+    assert f"GET {server.url('/nope.hdf5')} answered HTTP 404" in missing.stderr
+
+
+def test_minari_entry_passes_its_folder(
+    server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.files["/m/metadata.json"] = b'{"dataset_id": "x"}'
+    server.files["/m/main_data.hdf5"] = DEMO
+    calls: list[Any] = []
+    monkeypatch.setattr("rlds_cli.sources.download.convert", lambda source, name, **kw: calls.append(source))
+    download("org/minari-like-v0")
+    folder = raw(isolated_cache, "org/minari-like-v0")
+    assert calls == [folder]
+    assert (folder / "data" / "main_data.hdf5").read_bytes() == DEMO
+
+
+def test_remote_entries_of_the_packaged_registry_are_well_formed_offline(isolated_cache: Path) -> None:
+    """Packaged remote ids resolve and fail cleanly offline (no network in tests)."""
+    with pytest.raises(OfflineError):
+        download("hopper-medium-v2", offline=True)
+    with pytest.raises(OfflineError):
+        download("DAPG(expert)/door_v2d-v1", offline=True)
+
+
+def _subprocess_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RLDS_", "PATH", "HOME", "LANG", "PYTHON"))}
+    env.update({"RLDS_HOME": str(home), "COLUMNS": "200"})
+    return env
+
+
+def _rlds(home: Path, *args: str) -> subprocess.Popen[bytes]:
+    code = "from rlds_cli.cli.app import main; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        env=_subprocess_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.slow
+def test_killed_download_resumes(server: FaultServer, isolated_cache: Path) -> None:
+    # the server holds the rest of the file until the download is killed: it cannot finish first
+    sent_before_kill = len(DEMO) // 2
+    release = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=sent_before_kill, wait=release))
+    proc = _rlds(isolated_cache, "download", "lp")
+    part = part_path(raw(isolated_cache), "pointmass.hdf5")
+    deadline = time.monotonic() + HANG_SECONDS  # only a bound on a hang: the loop ends on the bytes
+    while (not part.is_file() or part.stat().st_size < 40_000) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    release.set()
+    have = part.stat().st_size
+    assert 40_000 <= have <= sent_before_kill
+    assert published(isolated_cache) == []
+    server.throttle = None
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    last = server.requests_for("/d4rl/pointmass.hdf5")[-1]
+    assert (last.range, last.status) == (f"bytes={have}-", 206)
+    assert (raw(isolated_cache) / "pointmass.hdf5").read_bytes() == DEMO
+    assert not part.exists()
+    assert ok_json("verify", "lp")["ok"]
+
+
+def test_two_threads_download_once(server: FaultServer, isolated_cache: Path) -> None:
+    # the first download holds half the file until the other thread has found it locked (its
+    # "wait" event): the two surely overlap
+    other_is_waiting = threading.Event()
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("pause", after=len(DEMO) // 2, wait=other_is_waiting))
+
+    def progress(event: str, name: str, value: int) -> None:
+        if event == "wait":
+            other_is_waiting.set()
+
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(download("lp", download_progress=progress)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert other_is_waiting.is_set()
+    assert sorted(r.reused for r in results) == [False, True]
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+
+
+@pytest.mark.slow
+def test_two_processes_download_once(server: FaultServer, isolated_cache: Path) -> None:
+    server.throttle = (16384, 0.05)  # about 1 s for the file
+    procs = [_rlds(isolated_cache, "download", "lp", "--json") for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err.decode()
+    results = [json.loads(out) for out, _ in outs]
+    assert sorted(r["reused"] for r in results) == [False, True]
+    assert len(server.requests_for("/d4rl/pointmass.hdf5")) == 1
+    assert published(isolated_cache) == ["local-points-v0"]
+
+
+# --------------------------------------------------------------------------- real readers, multi-file
+
+
+def _serve_dir(server: FaultServer, folder: Path, prefix: str) -> dict[str, str]:
+    """Serve every file under ``folder`` at ``prefix/<relative path>``; return name -> sha256."""
+    hashes = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        server.files[f"{prefix}/{rel}"] = path.read_bytes()
+        hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def test_multi_file_entries_convert_with_the_real_readers(
+    server: FaultServer, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests import formats_fixtures as ff
+
+    src = tmp_path / "src"
+    (src / "og").mkdir(parents=True)
+    ff.golden_ogbench(src / "og" / "toy-v0.npz")
+    ff.golden_ogbench(src / "og" / "toy-v0-val.npz")
+    ff.write_minari_by_hand(src / "mn", [ff.minari_episode(3), ff.minari_episode(2, terminated=False)])
+    _serve_dir(server, src / "og", "/og")
+    _serve_dir(server, src / "mn", "/mn")
+    extra = tmp_path / "multi.toml"
+    extra.write_text(
+        f"""
+[[dataset]]
+id = "toy-og-v0"
+format = "ogbench"
+[[dataset.files]]
+name = "toy-v0.npz"
+urls = ["{server.base}/og/toy-v0.npz"]
+[[dataset.files]]
+name = "toy-v0-val.npz"
+urls = ["{server.base}/og/toy-v0-val.npz"]
+
+[[dataset]]
+id = "toy/minari-v0"
+format = "minari"
+[[dataset.files]]
+name = "data/metadata.json"
+urls = ["{server.base}/mn/data/metadata.json"]
+[[dataset.files]]
+name = "data/main_data.hdf5"
+urls = ["{server.base}/mn/data/main_data.hdf5"]
+"""
+    )
+    monkeypatch.setenv("RLDS_REGISTRY", os.pathsep.join([os.environ["RLDS_REGISTRY"], str(extra)]))
+    registry._load.cache_clear()
+    for dataset_id, name in (
+        ("toy-og-v0", "toy-og-v0"),
+        ("toy/minari-v0", "toy/minari-v0"),
+    ):
+        data = ok_json("download", dataset_id)
+        assert data["name"] == name and data["num_steps"] > 0, dataset_id
+        assert ok_json("verify", name)["ok"]
+
+
+def test_progress_bars_on_a_terminal(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import io
+
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=120, highlight=False)
+    monkeypatch.setattr(output, "err_console", terminal)
+    server.add_faults("/d4rl/pointmass.hdf5", Fault("status", code=503))
+    result = invoke("download", "lp")
+    assert result.exit_code == 0, result.output
+    text = screen.getvalue()
+    assert "pointmass.hdf5" in text and "converting" in text
+    # each retry is said once, by the library's log record with its reason (the CLI shows it);
+    # no second line from the progress bars, and no source location such as "x.py:62"
+    said = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(said) == 1 and "HTTP 503" in said[0] and "retry 1/5" in said[0], said
+    assert "retry" not in text
+    assert not re.search(r"\w\.py:\d+", text + result.stderr)
+
+
+def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cache: Path) -> None:
+    """Issue 11.5: the first download is an HTML page (a captive portal), so conversion fails.
+    Its hash must not become the trusted one: the next download of the real file succeeds."""
+    portal = b"<!DOCTYPE html><html><body>Please log in to the hotel Wi-Fi</body></html>\n" * 40
+    server.files["/d4rl/pointmass.hdf5"] = portal
+    first = invoke("download", "lp")
+    assert first.exit_code == 1 and "as HDF5" in first.stderr and "run the same command again" in first.stderr
+    record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
+    assert record is not None and record.sha256 == hashlib.sha256(portal).hexdigest() and not record.pinned
+    assert ok_json("info", "lp")["files"][0]["sha256_origin"] == "unconfirmed"
+    assert published(isolated_cache) == []
+    server.files["/d4rl/pointmass.hdf5"] = DEMO  # the network works now
+    # another id of the same URL does not borrow the unconverted file
+    assert ok_json("download", "local-points-long-v0")["downloads"][0]["sha256"] == DEMO_SHA
+    second = invoke("download", "lp")  # the same command: the failed file is fetched again
+    assert second.exit_code == 0, second.output
+    record = HashStore(raw(isolated_cache)).get("pointmass.hdf5")
+    assert record is not None and (record.sha256, record.pinned) == (DEMO_SHA, True)
+    assert ok_json("verify", "lp")["ok"]
+
+
+def test_a_registry_file_named_hashes_json(server: FaultServer, isolated_cache: Path) -> None:
+    """A dataset file called hashes.json took the hash store's lock and path (a deadlock)."""
+    result = bounded(lambda: download("local-hashes-v0"), HANG_SECONDS)
+    assert result.manifest.num_steps == 5000
+    folder = raw(isolated_cache, "local-hashes-v0")
+    assert (folder / "hashes.json").read_bytes() == DEMO
+    assert HashStore(folder).get("hashes.json").sha256 == DEMO_SHA  # type: ignore[union-attr]
+    assert ok_json("verify", "local-hashes-v0")["ok"]
+
+
+def test_offline_without_dns_fails_at_once_and_names_offline(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 17.6: offline, a download failed after 25 s of retries printed twice, and the hint
+    did not mention --offline. getaddrinfo is replaced: no lookup leaves the machine."""
+    import socket
+
+    real = socket.getaddrinfo
+    lookups: list[str] = []
+
+    def offline_dns(host: Any, *args: Any, **kw: Any) -> Any:
+        if host == "nonexistent.invalid":
+            lookups.append(host)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline_dns)
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "1")  # the default: retries would take seconds
+    started = time.monotonic()
+    result = invoke("download", "local-unreachable-v0")
+    assert time.monotonic() - started < 5 and lookups == ["nonexistent.invalid"]
+    assert result.exit_code == 1
+    error, hint = result.stderr.splitlines()
+    url = "http://nonexistent.invalid/d4rl/hopper_medium-v2.hdf5"
+    assert error.startswith(f"error: GET {url}: cannot resolve the host name 'nonexistent.invalid'")
+    assert hint.startswith("hint: ") and "--offline" in hint and "RLDS_OFFLINE=1" in hint
+    assert not [r for r in caplog.records if "retry" in r.getMessage()]
+    assert not re.search(r"\w\.py:\d+", result.stderr)
