@@ -21,11 +21,17 @@ import errno
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.d4rl_fixtures import GoldenFactory
+    from tests.http_faults import FaultServer
+    from tests.hub_standin import HubStandin
+    from tests.loader_fixtures import TedFactory
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 _INET = (socket.AF_INET, socket.AF_INET6)
@@ -161,6 +167,47 @@ def golden_next_file(tmp_path: Path) -> Path:
     return golden_three_episodes(tmp_path / "golden-next.hdf5", with_next=True)
 
 
+@pytest.fixture
+def golden_dataset(tmp_path: Path) -> GoldenFactory:
+    """The golden file converted into the test's cache (``d4rl_fixtures.GoldenFactory``; expected
+    values: ``GOLDEN_NEXT`` / ``GOLDEN_NO_NEXT``); the conversion ran, was not reused."""
+    from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.sources.convert import convert
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    def make(name: str = "golden", *, with_next: bool = False, backend: str | None = None) -> Any:
+        file = tmp_path / f"{name.replace('/', '-')}-source.hdf5"  # beside golden_file's golden.hdf5
+        source = golden_three_episodes(file, with_next=with_next)
+        assert convert(source, name, backend=backend).reused is False
+        return open_dataset(name)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def ted_dataset(tmp_path_factory: pytest.TempPathFactory) -> TedFactory:
+    """The tests' dataset factory (``loader_fixtures.TedFactory``): ``build(root, name, lengths,
+    backend)`` with fsync off, in ``root`` (made if missing) or a fresh temp folder. Session-scoped,
+    so a module fixture builds once."""
+    from tests.loader_fixtures import make_ted
+
+    def make(
+        lengths: list[int],
+        name: str = "ted",
+        *,
+        backend: str = "memmap",
+        root: Path | None = None,
+        build: Callable[..., Any] = make_ted,
+    ) -> Any:
+        folder = tmp_path_factory.mktemp(name) if root is None else root
+        folder.mkdir(parents=True, exist_ok=True)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RLDS_FSYNC", "0")
+            return build(folder, name, list(lengths), backend)
+
+    return make
+
+
 # ----------------------------------------------------------------------------- HTTP client tests
 
 
@@ -177,3 +224,35 @@ def config(sleeps: list[float]) -> Any:
     from rlds_cli.net.http import HttpConfig
 
     return HttpConfig(timeout=(2.0, 2.0), retries=4, base_delay=0.01, sleep=sleeps.append)
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    """A :class:`tests.http_faults.FaultServer` on 127.0.0.1 serving ``http_faults.DATA`` at
+    ``http_faults.PATH``. A download module's own ``server`` adds its files and settings over it
+    (``http_faults.serving``)."""
+    from tests.http_faults import DATA, PATH, FaultServer
+
+    with FaultServer() as srv:
+        srv.files[PATH] = DATA
+        yield srv
+
+
+# ----------------------------------------------------------------------------- Hub client tests
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
+    """The Hub stand-in (``tests/hub_standin.py``) with no repo and ``hub_standin.TOKEN`` as its
+    token, huggingface_hub pointed at it (``hub_env``: ``HF_HOME`` in ``tmp_path`` with no token
+    file, Xet off) and no ``HF_TOKEN``. A module's own ``hub`` fixture adds its repos over it."""
+    from huggingface_hub import constants
+
+    from tests.hub_standin import TOKEN, HubStandin, hub_env
+
+    with HubStandin(token=TOKEN) as server:
+        for key, value in hub_env(server.endpoint, tmp_path / "hf-home").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at the client's import
+        yield server

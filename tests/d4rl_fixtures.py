@@ -4,13 +4,27 @@ conversion compares with it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 # the writer and the golden file are shipped with the contract suites (rlds_cli.testing)
 from rlds_cli.testing.sources import golden_three_episodes as golden_three_episodes
 from rlds_cli.testing.sources import write_d4rl as write_d4rl
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.dataset import Dataset
+
+
+class GoldenFactory(Protocol):
+    """The ``golden_dataset`` fixture (tests/conftest.py): the golden file converted into the
+    test's cache as ``name``, with or without next_observations, on ``backend`` (None: the
+    default)."""
+
+    def __call__(
+        self, name: str = "golden", *, with_next: bool = False, backend: str | None = None
+    ) -> Dataset: ...
+
 
 # ----------------------------------------------------------------------------- the golden conversion
 

@@ -205,16 +205,29 @@ def minari_episode(
     }
 
 
-def refused(result: Any, *needles: str) -> str:
-    """A CLI result that is a one-line refusal (exit 1) naming ``needles``, with nothing published
-    or left in the cache's tmp/; returns the error line."""
-    assert result.exit_code == 1, (result.output, result.exception)
+def refused(
+    result: Any,
+    *needles: str,
+    hint: bool = False,
+    published: tuple[str, ...] = (),
+    home: Path | None = None,
+) -> str:
+    """The tests' refusal check, for a CLI ``result`` (click's ``Result`` or a process's
+    ``CompletedProcess``): exit code 1; on stderr an ``error:`` line naming every one of
+    ``needles``, then at most one line (exactly one ``hint:`` line with ``hint=True``); no
+    traceback and not the CLI's ``unexpected`` catch-all; the cache at ``home`` (default
+    ``RLDS_HOME``) holds no dataset but ``published`` and nothing in tmp/. Returns the error line."""
+    code = result.exit_code if hasattr(result, "exit_code") else result.returncode
+    assert code == 1, (code, result.stderr, getattr(result, "exception", None))
     lines = result.stderr.splitlines()
-    assert lines[0].startswith("error: ") and len(lines) <= 2, lines
+    assert lines and lines[0].startswith("error: ") and len(lines) <= 2, lines
+    assert not hint or (len(lines) == 2 and lines[1].startswith("hint: ")), lines
+    assert "Traceback" not in result.stderr and not lines[0].startswith("error: unexpected "), lines
     for needle in needles:
-        assert needle in lines[0], lines[0]
-    home = Path(os.environ["RLDS_HOME"])
-    for sub in ("datasets", "tmp"):
+        assert needle in lines[0], (needle, lines[0])
+    home = Path(os.environ["RLDS_HOME"]) if home is None else home
+    for sub, kept in (("datasets", sorted(published)), ("tmp", [])):
         folder = home / sub
-        assert not (folder.exists() and any(folder.iterdir())), (sub, list(folder.iterdir()))
+        left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+        assert left == kept, (sub, left)
     return lines[0]

@@ -28,6 +28,10 @@ from typing import Any
 import pytest
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+#: The file the ``server`` fixture (tests/conftest.py) serves at :data:`PATH`: 300 KiB, every byte
+#: position distinguishable.
+DATA = bytes(range(256)) * 1200
+PATH = "/files/data.bin"
 #: How long a fault waits for its event: long enough for any loaded machine, short enough that
 #: a test whose event never comes fails instead of hanging.
 _WAIT_LIMIT = 60.0
@@ -274,6 +278,7 @@ def bounded(operation: Callable[[], Any], seconds: float) -> Any:
 
 @contextmanager
 def serving(
+    server: FaultServer,
     files: dict[str, bytes],
     monkeypatch: pytest.MonkeyPatch,
     *,
@@ -281,23 +286,23 @@ def serving(
     where: Path | None = None,
     retry_delay: str = "0.01",
 ) -> Iterator[FaultServer]:
-    """A :class:`FaultServer` holding ``files``, with the downloader's retries fast and its
-    timeouts short, the network allowed; with ``registry`` (the base URL -> a registry TOML),
-    that registry file written into ``where`` and read instead of the packaged one."""
+    """``server`` (the ``server`` fixture) holding ``files`` too, with the downloader's retries
+    fast and its timeouts short, the network allowed; with ``registry`` (the base URL -> a
+    registry TOML), that registry file written into ``where`` and read instead of the packaged
+    one until the block ends."""
     from rlds_cli.catalog import registry as registry_module
 
-    with FaultServer() as srv:
-        srv.files.update(files)
-        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", retry_delay)
-        monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
-        monkeypatch.delenv("RLDS_OFFLINE", raising=False)
-        if registry is not None:
-            assert where is not None
-            path = where / "registry-under-test.toml"
-            path.write_text(registry(srv.base))
-            monkeypatch.setenv("RLDS_REGISTRY", str(path))
-            registry_module._load.cache_clear()
-        try:
-            yield srv
-        finally:
-            registry_module._load.cache_clear()
+    server.files.update(files)
+    monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", retry_delay)
+    monkeypatch.setenv("RLDS_HTTP_TIMEOUT", "5,5")
+    monkeypatch.delenv("RLDS_OFFLINE", raising=False)
+    if registry is not None:
+        assert where is not None
+        path = where / "registry-under-test.toml"
+        path.write_text(registry(server.base))
+        monkeypatch.setenv("RLDS_REGISTRY", str(path))
+        registry_module._load.cache_clear()
+    try:
+        yield server
+    finally:
+        registry_module._load.cache_clear()

@@ -10,7 +10,9 @@
 Writes, as ``HfApi.create_commit`` makes them (every one needs the stand-in's token):
 
 - ``POST /api/datasets/{repo}/preupload/{rev}``: each file's upload mode (``lfs`` as :func:`is_lfs`
-  says, else ``regular``).
+  says, else ``regular``) and, for a file ``rev`` holds, its ``oid`` (an LFS file's sha256, else its
+  git blob id), as the Hub answers: ``create_commit`` drops an addition whose ``oid`` equals the
+  local one and makes no commit when none is left (huggingface_hub PR #2389).
 - ``POST /datasets/{repo}.git/info/lfs/objects/batch``: the basic LFS batch API; an object the
   stand-in already holds gets no upload action (an interrupted push's uploads are kept).
 - ``PUT /lfs-upload/{oid}``: an LFS object's bytes, checked against its sha256 and size.
@@ -25,7 +27,8 @@ listed sha256; :attr:`missing` answers 404 for files the listing holds; :attr:`f
 answers the next commits with 500 (a push that dies before its commit); :attr:`on_upload` is
 called before each LFS upload is taken (a test kills the pushing process there); :attr:`cut`
 ends a file's next answers after some bytes each (the client resumes).
-Every request is logged (method, path, Range, whether a token came) in :attr:`log`.
+Every request is logged (method, path, Range, whether a token came) in :attr:`log`; a write also
+logs the file bytes it carried (:meth:`HubStandin.file_bytes`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,25 @@ def record_minari(root: Path, dataset_id: str) -> Path:
     return root.joinpath(*dataset_id.split("/"))
 
 
+#: The stand-in's token in the ``hub`` fixture (tests/conftest.py): writes and gated repos need it.
+TOKEN = "hf_standinSecretToken0123456789"
+
+
+def hub_env(endpoint: str, home: Path, token: str | None = None) -> dict[str, str]:
+    """The environment that points huggingface_hub at the stand-in at ``endpoint``: ``home`` as
+    ``HF_HOME`` (no token file there), telemetry off, Xet off (the stand-in speaks the basic LFS
+    protocol), and ``HF_TOKEN`` when ``token`` is given."""
+    env = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+    }
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
 def is_lfs(path: str) -> bool:
     """Which files the stand-in stores in LFS (like the Hub: binaries; JSON stays in git)."""
     return not path.endswith((".json", ".jsonl", ".md", ".gitattributes"))
@@ -121,9 +143,21 @@ class HubStandin:
         self._server.shutdown()
         self._server.server_close()
 
+    def add_repo(self, name: str, files: dict[str, bytes]) -> Repo:
+        """A new repo ``name`` whose ``main`` is one commit holding ``files``."""
+        repo = Repo()
+        repo.add_commit(files)
+        self.repos[name] = repo
+        return repo
+
     def uploads(self) -> list[str]:
         """The sha256 of every LFS object uploaded (successful PUTs)."""
         return [e["oid"] for e in self.log if e.get("oid") and e.get("status") == 200]
+
+    def file_bytes(self, since: int = 0) -> int:
+        """The bytes of file content received by the requests ``log[since:]``: LFS uploads, the
+        content of the commits' git files, and the 512-byte samples of the preupload calls."""
+        return sum(e.get("file_bytes", 0) for e in self.log[since:])
 
     def commits(self) -> list[dict[str, Any]]:
         """The commits made (their operations: path -> ``add``/``delete``)."""
@@ -270,7 +304,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 )
             entry["file"] = path
             data = files[path]
-            etag = hashlib.sha256(data).hexdigest() if is_lfs(path) else _git_oid(data)
+            etag = _oid(path, data)
             body = hub.corrupt.get(path, data)
             headers = {"X-Repo-Commit": sha, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
             if is_lfs(path):
@@ -344,11 +378,17 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 return self._json(401, {"error": "Invalid credentials in Authorization header"})
             if kind == "preupload":
                 files = json.loads(body)["files"]
+                entry["file_bytes"] = sum(len(base64.b64decode(f.get("sample", ""))) for f in files)
+                sha = repo.commit(urllib.parse.unquote(rev))
+                there = repo.commits[sha] if sha else {}
                 modes = [
                     {"path": f["path"], "uploadMode": "lfs" if is_lfs(f["path"]) else "regular",
                      "shouldIgnore": False}
                     for f in files
                 ]  # fmt: skip
+                for mode in modes:
+                    if mode["path"] in there:
+                        mode["oid"] = _oid(mode["path"], there[mode["path"]])
                 return self._json(200, {"files": modes})
             if kind == "batch":
                 return self._lfs_batch(json.loads(body))
@@ -384,7 +424,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
             self._json(200, {"transfer": "basic", "objects": objects})
 
         def _lfs_put(self, oid: str, body: bytes, entry: dict[str, Any]) -> None:
-            entry["oid"] = oid
+            entry["oid"], entry["file_bytes"] = oid, len(body)
             if hub.on_upload is not None:
                 hub.on_upload(oid)
             if hashlib.sha256(body).hexdigest() != oid:
@@ -417,6 +457,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                     key, value = line["key"], line["value"]
                     if key == "file":
                         files[value["path"]] = base64.b64decode(value["content"])
+                        entry["file_bytes"] = entry.get("file_bytes", 0) + len(files[value["path"]])
                     elif key == "lfsFile":
                         if value["oid"] not in hub.lfs:
                             entry["status"] = 422
@@ -443,6 +484,12 @@ def _file_entry(path: str, data: bytes) -> dict[str, Any]:
     if is_lfs(path):
         item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
     return item
+
+
+def _oid(path: str, data: bytes) -> str:
+    """A file's ``oid`` in a preupload answer and its ``ETag``: an LFS file's sha256, else its git
+    blob id (what huggingface_hub computes locally to compare with the preupload's)."""
+    return hashlib.sha256(data).hexdigest() if is_lfs(path) else _git_oid(data)
 
 
 def _git_oid(data: bytes) -> str:

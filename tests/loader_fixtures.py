@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,6 +18,22 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
+
+
+class TedFactory(Protocol):
+    """The ``ted_dataset`` fixture (tests/conftest.py): the dataset ``name`` of episodes of
+    ``lengths``, built by ``build(root, name, lengths, backend)`` (default :func:`make_ted`: every
+    value tells its step) in ``root`` or a fresh temp folder, opened."""
+
+    def __call__(
+        self,
+        lengths: list[int],
+        name: str = "ted",
+        *,
+        backend: str = "memmap",
+        root: Path | None = None,
+        build: Callable[..., Dataset] = ...,
+    ) -> Dataset: ...
 
 
 def make_ted(root: Path, name: str, lengths: list[int], backend: str = "memmap") -> Dataset:

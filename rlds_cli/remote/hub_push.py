@@ -12,6 +12,13 @@ the git blob id of a small file) equal the local file's gets no operation. A re-
 unchanged dataset uploads nothing and makes no commit. LFS objects an interrupted push uploaded
 stay on the Hub: the LFS batch API says they are there and the client does not send them again.
 
+The comparison is ours although ``create_commit`` also drops an unchanged file and makes no empty
+commit (the preupload call answers each file's ``oid``): the client decides that only inside its
+upload step, after sending a sample of every file and reading every file whole (hashed for the LFS
+batch, or chunked by Xet, which uploads every LFS-mode file it is given), and keeps the decision in
+private fields, while the counts and the progress total are needed before the upload. The listing
+is needed anyway: it finds another version and the old files its commit deletes.
+
 :func:`push_hub_folder` makes the same one commit of a folder that is no cached dataset (a
 LeRobot export, :mod:`rlds_cli.export.hub`): changed files only, none and no commit when all are
 there, another version replaced only with ``force``.
@@ -26,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
@@ -42,14 +49,8 @@ from rlds_cli.remote.store import (
     translated,
 )
 
-
-@dataclass(frozen=True)
-class _RemoteFile:
-    """A file on the branch: its size, the LFS sha256 (``None`` for a git file) and its git blob id."""
-
-    size: int
-    sha256: str | None
-    blob_id: str | None
+if TYPE_CHECKING:
+    from huggingface_hub import RepoFile
 
 
 @dataclass
@@ -148,7 +149,8 @@ def push_hub_folder(
     there = remote.get(marker)
     stale = [rel for rel in sorted(remote) if rel not in local and owned(rel)]
     if there is not None:
-        replaced = marker not in local or not _same_file(there, local[marker], directory / marker)
+        mine = directory / marker
+        replaced = marker not in local or not _unchanged(there, local[marker], mine.read_bytes)
         if replaced and not force:
             raise RemoteExistsError(f"{url} holds another version (its {marker} differs)")
     else:  # no marker: files there under the owned folders are someone else's, not an old version
@@ -163,7 +165,7 @@ def push_hub_folder(
     add: dict[str, Path | bytes] = {
         _repo_path(where, rel): directory / rel
         for rel, entry in local.items()
-        if rel not in remote or not _same_file(remote[rel], entry, directory / rel)
+        if not _unchanged(remote.get(rel), entry, (directory / rel).read_bytes)
     }
     delete = [_repo_path(where, rel) for rel in stale]
     sent = [rel for rel in local if _repo_path(where, rel) in add]
@@ -203,25 +205,23 @@ def plan_push(
     directory: Path,
     manifest_bytes: bytes,
     local: dict[str, FileEntry],
-    remote: dict[str, _RemoteFile],
+    remote: dict[str, RepoFile],
     force: bool,
     url: str,
 ) -> HubPushPlan:
     """The operations of a push: every local file the branch does not hold as is, the index and
     manifest when they differ, and (replacing another version) the old version's data files."""
     index = RemoteIndex(manifest_sha256(manifest_bytes), local).to_json()
-    old_manifest = remote.get(MANIFEST_FILE)
-    replaced = old_manifest is not None and not _same_bytes(old_manifest, manifest_bytes)
+    replaced = MANIFEST_FILE in remote and not _unchanged_bytes(remote[MANIFEST_FILE], manifest_bytes)
     if replaced and not force:
         raise RemoteExistsError(f"{url} holds another version of a dataset (its {MANIFEST_FILE} differs)")
-    add: dict[str, Path | bytes] = {}
-    for rel, entry in sorted(local.items()):
-        there = remote.get(rel)
-        if there is None or not _same_file(there, entry, directory / rel):
-            add[_repo_path(where, rel)] = directory / rel
+    add: dict[str, Path | bytes] = {
+        _repo_path(where, rel): directory / rel
+        for rel, entry in sorted(local.items())
+        if not _unchanged(remote.get(rel), entry, (directory / rel).read_bytes)
+    }
     for rel, data in ((INDEX_FILE, index), (MANIFEST_FILE, manifest_bytes)):
-        there = remote.get(rel)
-        if there is None or not _same_bytes(there, data):
+        if not _unchanged_bytes(remote.get(rel), data):
             add[_repo_path(where, rel)] = data
     delete = [
         _repo_path(where, rel)
@@ -291,50 +291,39 @@ def _check_unchanged(
         )
 
 
-def _remote_files(where: HubPath, sha: str) -> dict[str, _RemoteFile]:
+def _remote_files(where: HubPath, sha: str) -> dict[str, RepoFile]:
     """The branch's files under ``where.path`` at ``sha``, by path relative to it."""
+    from huggingface_hub import RepoFile
     from huggingface_hub import errors as hf_errors
 
-    api = hf_api()
     prefix = f"{where.path}/" if where.path else ""
-    out: dict[str, _RemoteFile] = {}
     with translated(str(where), write=True):
         try:
             entries = list(
-                api.list_repo_tree(
-                    where.repo,
-                    path_in_repo=where.path or None,
-                    recursive=True,
-                    revision=sha,
+                hf_api().list_repo_tree(
+                    where.repo, path_in_repo=where.path or None, recursive=True, revision=sha,
                     repo_type="dataset",
                 )
-            )
+            )  # fmt: skip
         except hf_errors.EntryNotFoundError:
-            return out  # a folder not there yet
-    for entry in entries:
-        path, size = getattr(entry, "path", None), getattr(entry, "size", None)
-        if not isinstance(path, str) or not isinstance(size, int) or not path.startswith(prefix):
-            continue
-        lfs = getattr(entry, "lfs", None)
-        sha256 = str(getattr(lfs, "sha256", "") or "").lower() or None
-        out[path[len(prefix) :]] = _RemoteFile(size, sha256, getattr(entry, "blob_id", None))
-    return out
+            return {}  # a folder not there yet
+    return {
+        e.path[len(prefix) :]: e for e in entries if isinstance(e, RepoFile) and e.path.startswith(prefix)
+    }
 
 
-def _same_file(there: _RemoteFile, entry: FileEntry, path: Path) -> bool:
-    if there.size != entry.size:
+def _unchanged(there: RepoFile | None, entry: FileEntry, read: Callable[[], bytes]) -> bool:
+    """Whether the branch's file ``there`` holds the local bytes ``entry`` describes: the LFS
+    sha256 the Hub lists, or for a file kept in git its blob id (of the bytes ``read`` returns)."""
+    if there is None or there.size != entry.size:
         return False
-    if there.sha256 is not None:
-        return there.sha256 == entry.sha256
-    return there.blob_id == git_blob_id(path.read_bytes())  # a small file kept in git
+    if there.lfs is not None:
+        return there.lfs.sha256 == entry.sha256
+    return there.blob_id == git_blob_id(read())
 
 
-def _same_bytes(there: _RemoteFile, data: bytes) -> bool:
-    if there.size != len(data):
-        return False
-    if there.sha256 is not None:
-        return there.sha256 == hashlib.sha256(data).hexdigest()
-    return there.blob_id == git_blob_id(data)
+def _unchanged_bytes(there: RepoFile | None, data: bytes) -> bool:
+    return _unchanged(there, FileEntry(len(data), hashlib.sha256(data).hexdigest()), lambda: data)
 
 
 def _is_dataset_file(rel: str) -> bool:

@@ -30,6 +30,7 @@ from tests.d4rl_fixtures import (
     GOLDEN_KEYS,
     GOLDEN_STORED_FIELDS,
     GOLDEN_TED_FIELDS,
+    GoldenFactory,
     golden_column,
     golden_expected,
     golden_three_episodes,
@@ -77,11 +78,8 @@ def with_next(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
-def golden(tmp_path: Path, backend: str, with_next: bool) -> Dataset:
-    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=with_next)
-    result = convert(source, "golden/three-v0", backend=backend)
-    assert result.reused is False
-    return open_dataset("golden/three-v0")
+def golden(golden_dataset: GoldenFactory, backend: str, with_next: bool) -> Dataset:
+    return golden_dataset("golden/three-v0", with_next=with_next, backend=backend)
 
 
 # ----------------------------------------------------------------------------- columns

@@ -31,7 +31,7 @@ from rlds_cli.errors import (
     NoReferenceScoresError,
 )
 from rlds_cli.sources.convert import convert
-from tests.d4rl_fixtures import golden_three_episodes
+from tests.d4rl_fixtures import GoldenFactory
 from tests.minari_fixtures import minari_path, record_random
 
 gym = pytest.importorskip("gymnasium")
@@ -71,10 +71,9 @@ def pendulum(minari_root: Path) -> rlds_cli.Dataset:
 
 
 @pytest.fixture
-def golden(tmp_path: Path) -> rlds_cli.Dataset:
+def golden(golden_dataset: GoldenFactory) -> rlds_cli.Dataset:
     """A D4RL file converted from a path: no environment, no reference scores."""
-    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=True), "golden")
-    return open_dataset("golden")
+    return golden_dataset(with_next=True)
 
 
 def _edit_manifest(ds: rlds_cli.Dataset, **changes: Any) -> rlds_cli.Dataset:

@@ -16,7 +16,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import ExportError, UnknownFormatError
 from rlds_cli.export import export_dataset
 from rlds_cli.sources.convert import convert
-from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_three_episodes
+from tests.d4rl_fixtures import GOLDEN_NO_NEXT, GoldenFactory
 
 runner = CliRunner()
 #: The golden file's TED columns without next_observations (what the ``golden`` fixture holds).
@@ -27,10 +27,9 @@ pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed con
 
 
 @pytest.fixture(params=["memmap", "zarr"])
-def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Dataset:
+def golden(request: pytest.FixtureRequest, golden_dataset: GoldenFactory) -> Dataset:
     """The golden file without next_observations: one synthesized final observation, rows dropped."""
-    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g", backend=request.param)
-    return open_dataset("g")
+    return golden_dataset("g", backend=request.param)
 
 
 def _same(a: Dataset, b: Dataset) -> None:

@@ -31,6 +31,7 @@ from rlds_cli.formats import detect_format
 from rlds_cli.formats.keys import is_valid_key
 from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
+from tests.formats_fixtures import refused
 from tests.lerobot_fixtures import (
     DATA,
     EPISODES,
@@ -79,22 +80,6 @@ def _reference_frames(video: Path = FIXTURE / VIDEO) -> list[tuple[float, np.nda
         return [
             (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24")) for f in container.decode(stream)
         ]
-
-
-def _refused(result: Any, *needles: str, published: tuple[str, ...] = ()) -> str:
-    """A one-line refusal (exit 1) naming ``needles``; nothing published (beyond the datasets
-    ``published`` before) or left in tmp/."""
-    assert result.exit_code == 1, (result.output, result.exception)
-    lines = result.stderr.splitlines()
-    assert lines[0].startswith("error: ") and len(lines) <= 2, lines
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    home = Path(os.environ["RLDS_HOME"])
-    for sub in ("datasets", "tmp"):
-        folder = home / sub
-        left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-        assert left == (sorted(published) if sub == "datasets" else []), (sub, left)
-    return lines[0]
 
 
 # ----------------------------------------------------------------------------- golden
@@ -328,7 +313,7 @@ def test_a_video_with_fewer_frames_than_the_parquet(v3: Path, tmp_path: Path) ->
     short = tmp_path / "short.mp4"
     assert remux(v3 / VIDEO, short, 0.0, 7.5, drop_last=3) == 72
     shutil.copyfile(short, v3 / VIDEO)
-    line = _refused(download(v3, "lr"), str(v3 / VIDEO), "episode 2 has 27 frames", "parquet has 30 rows")
+    line = refused(download(v3, "lr"), str(v3 / VIDEO), "episode 2 has 27 frames", "parquet has 30 rows")
     assert "error: " in line
 
 
@@ -336,28 +321,28 @@ def test_a_v21_episode_video_with_fewer_frames(v3: Path, tmp_path: Path) -> None
     src = v21_tree(v3, tmp_path / "v21")
     video = src / "videos" / "chunk-000" / "observation.image" / "episode_000001.mp4"
     remux(v3 / VIDEO, video, 2.0, 4.5, drop_last=1)
-    _refused(download(src, "lr"), str(video), "episode 1 has 24 frames", "parquet has 25 rows")
+    refused(download(src, "lr"), str(video), "episode 1 has 24 frames", "parquet has 25 rows")
 
 
 @pytest.mark.parametrize("damaged", [DATA, VIDEO, EPISODES])
 def test_a_truncated_file_is_one_line_naming_it(v3: Path, damaged: Path) -> None:
     data = (v3 / damaged).read_bytes()
     (v3 / damaged).write_bytes(data[: len(data) * 6 // 10])
-    _refused(download(v3, "lr"), str(v3 / damaged))
+    refused(download(v3, "lr"), str(v3 / damaged))
 
 
 @pytest.mark.parametrize("missing", [DATA, VIDEO])
 def test_a_missing_file_named_in_info_json(v3: Path, missing: Path) -> None:
     (v3 / missing).unlink()
     what = "data_path" if missing == DATA else "video_path"
-    _refused(download(v3, "lr"), str(v3 / missing), "is missing", what)
+    refused(download(v3, "lr"), str(v3 / missing), "is missing", what)
 
 
 def test_a_wrong_codebase_version(v3: Path) -> None:
     info = _info(v3)
     info["codebase_version"] = "v1.6"
     _write_info(v3, info)
-    _refused(download(v3, "lr"), "info.json", "codebase_version 'v1.6'")
+    refused(download(v3, "lr"), "info.json", "codebase_version 'v1.6'")
 
 
 @pytest.mark.parametrize(
@@ -380,14 +365,14 @@ def test_a_path_template_that_escapes_or_abuses_format(
     info = _info(v3)
     info[field] = template
     _write_info(v3, info)
-    _refused(download(v3, "lr"), "info.json", field, needle)
+    refused(download(v3, "lr"), "info.json", field, needle)
 
 
 def test_a_data_file_that_is_a_symlink_out_of_the_dataset(v3: Path) -> None:
     outside = v3.parent / "outside.parquet"
     shutil.move(v3 / DATA, outside)
     (v3 / DATA).symlink_to(outside)
-    _refused(download(v3, "lr"), "escapes the dataset directory")
+    refused(download(v3, "lr"), "escapes the dataset directory")
 
 
 def test_a_hugging_face_cache_snapshot_converts(tmp_path: Path) -> None:
@@ -407,20 +392,20 @@ def test_a_hugging_face_cache_snapshot_converts(tmp_path: Path) -> None:
     shutil.copyfile(FIXTURE / DATA, outside)
     (snapshot / DATA).unlink()
     (snapshot / DATA).symlink_to(outside)
-    _refused(download(snapshot, "hub2"), "escapes the dataset directory", published=("hub",))
+    refused(download(snapshot, "hub2"), "escapes the dataset directory", published=("hub",))
 
 
 def test_frames_of_another_size_than_info_json_declares(v3: Path) -> None:
     info = _info(v3)
     info["features"]["observation.image"]["shape"] = [32, 32, 3]
     _write_info(v3, info)
-    _refused(download(v3, "lr"), str(v3 / VIDEO), "frames are 64x64")
+    refused(download(v3, "lr"), str(v3 / VIDEO), "frames are 64x64")
 
 
 def test_episodes_table_and_data_file_disagree(v3: Path) -> None:
     table = pq.read_table(v3 / DATA)
     pq.write_table(table.slice(0, 70), v3 / DATA)
-    _refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
+    refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
 
 
 def test_hostile_feature_names_are_cleaned(v3: Path) -> None:
@@ -505,7 +490,7 @@ def test_a_data_file_declaring_far_more_rows_than_it_stores(
     monkeypatch.setattr("rlds_cli.formats.untrusted.RATIO_FLOOR_BYTES", 1 << 20)
     src = _state_only(tmp_path / "s", 200_000)
     assert (src / DATA).stat().st_size < 200_000
-    _refused(download(src, "lr"), str(src / DATA), "a decompression bomb")
+    refused(download(src, "lr"), str(src / DATA), "a decompression bomb")
 
 
 # ----------------------------------------------------------------------------- export

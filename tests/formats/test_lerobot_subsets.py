@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError, SourceFormatError
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
-from tests.hub_standin import HubStandin, Repo, folder_files
+from tests.hub_standin import HubStandin, folder_files
 from tests.lerobot_fixtures import DATA, FIXTURE, LENGTHS, VIDEO, split_v3_tree, v21_tree
 
 pytest.importorskip("huggingface_hub")
@@ -48,22 +47,13 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def hub(
-    isolated_cache: Path, trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[HubStandin]:
-    """The stand-in with ``lr/split`` and ``lr/v21`` (each tree plus the Hub's own files)."""
-    with HubStandin() as server:
-        for name, root in trees.items():
-            repo = Repo()
-            repo.add_commit(
-                {**folder_files(root), ".gitattributes": b"*.mp4 filter=lfs\n", "README.md": b"# lr\n"}
-            )
-            server.repos[f"lr/{name}"] = repo
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_HOME", str(isolated_cache.parent / "hf-home"))
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        yield server
+def hub(hub: HubStandin, trees: dict[str, Path]) -> HubStandin:
+    """The stand-in (tests/conftest.py) with ``lr/split`` and ``lr/v21`` (each tree plus the Hub's
+    own files)."""
+    hub_files = {".gitattributes": b"*.mp4 filter=lfs\n", "README.md": b"# lr\n"}
+    for name, root in trees.items():
+        hub.add_repo(f"lr/{name}", {**folder_files(root), **hub_files})
+    return hub
 
 
 def _meta(root: Path) -> set[str]:

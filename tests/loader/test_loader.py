@@ -15,9 +15,8 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.loader import Loader, UniformSampler
-from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
-from tests.d4rl_fixtures import GOLDEN_NO_NEXT, golden_column, golden_three_episodes
+from tests.d4rl_fixtures import GOLDEN_NO_NEXT, GoldenFactory, golden_column
 
 TED_KEYS = {
     "action",
@@ -49,10 +48,8 @@ DTYPES = {
 
 
 @pytest.fixture(params=["memmap", "zarr"])
-def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Dataset:
-    src = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
-    convert(src, "golden", format="d4rl", backend=request.param)
-    return open_dataset("golden")
+def golden(request: pytest.FixtureRequest, golden_dataset: GoldenFactory) -> Dataset:
+    return golden_dataset(backend=request.param)
 
 
 @pytest.fixture(scope="module")

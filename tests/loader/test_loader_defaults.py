@@ -43,7 +43,7 @@ from rlds_cli.loader.device import DeviceUniformSampler
 from rlds_cli.preprocess.plan import make_plan
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory
 
 LENGTHS = [40, 13, 77, 5, 64, 1, 50]  # 250 steps
 N = sum(LENGTHS)
@@ -55,9 +55,8 @@ def no_seed_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def ds(isolated_cache: Path) -> Dataset:
-    isolated_cache.mkdir(parents=True, exist_ok=True)  # the cache root: names resolve there
-    return make_ted(isolated_cache, "ted", LENGTHS)
+def ds(ted_dataset: TedFactory, isolated_cache: Path) -> Dataset:
+    return ted_dataset(LENGTHS, root=isolated_cache)  # in the cache root: names resolve there
 
 
 def _idx(batches: list[Any]) -> list[int]:

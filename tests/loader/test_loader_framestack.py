@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.loader import Loader
 from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn
+from tests.loader_fixtures import TedFactory
 
 LENGTHS = [12, 1, 7, 30, 2, 9, 25, 4, 1, 3]
 IMAGE = (2, 3, 3)
@@ -99,10 +99,8 @@ def check(ds: Dataset, batch: Any, k: int, keys: tuple[str, ...] = ("observation
 
 
 @pytest.fixture(scope="module", params=["memmap", "zarr"])
-def ds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield build(tmp_path_factory.mktemp("fs"), "fs", LENGTHS, backend=request.param)
+def ds(request: pytest.FixtureRequest, ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "fs", backend=request.param, build=build)
 
 
 MODES = [{"in_memory": False}, {"in_memory": True}, {"in_memory": True, "pack": False}]

@@ -12,14 +12,14 @@ import pytest
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
 from rlds_cli.loader.memory import BUDGET_ENV, memory_budget, stored_bytes
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory, make_ted
 
 LENGTHS = [7, 3, 12, 5]
 
 
 @pytest.fixture
-def zarr_ds(tmp_path: Path) -> Dataset:
-    return make_ted(tmp_path, "z", LENGTHS, backend="zarr")
+def zarr_ds(ted_dataset: TedFactory, tmp_path: Path) -> Dataset:
+    return ted_dataset(LENGTHS, "z", backend="zarr", root=tmp_path)
 
 
 def _batches(loader: Loader, n: int = 3) -> list[dict[str, np.ndarray]]:

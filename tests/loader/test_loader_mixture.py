@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +12,12 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader import Loader, Normalize
 from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler, MixtureSource
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dataset, Dataset]]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        root = tmp_path_factory.mktemp("mix")
-        yield make_ted(root, "a", [10, 20]), make_ted(root, "b", [5, 5, 5])
+def pair(ted_dataset: TedFactory) -> tuple[Dataset, Dataset]:
+    return ted_dataset([10, 20], "a"), ted_dataset([5, 5, 5], "b")
 
 
 def test_fixed_weights_and_report(pair: tuple[Dataset, Dataset]) -> None:

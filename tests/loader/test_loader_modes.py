@@ -15,23 +15,19 @@ import torch
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader, SliceSampler
 from rlds_cli.loader.transforms import FrameStack, Normalize, NStepReturn, compute_stats
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory, make_ted
 
 LENGTHS = [12, 1, 7, 30, 2, 9, 25, 4]
 
 
 @pytest.fixture(scope="module", params=["memmap", "zarr"])
-def ted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield make_ted(tmp_path_factory.mktemp("ted"), "ted", LENGTHS, backend=request.param)
+def ted(request: pytest.FixtureRequest, ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, backend=request.param)
 
 
 @pytest.fixture(scope="module")
-def mm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield make_ted(tmp_path_factory.mktemp("mm"), "mm", LENGTHS)
+def mm(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "mm")
 
 
 def assert_batch_is_gather(ds: Dataset, batch: dict[str, torch.Tensor]) -> None:

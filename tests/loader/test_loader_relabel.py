@@ -12,14 +12,14 @@ import pytest
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
 from rlds_cli.loader.relabel import GoalRelabel, GoalRule, her_future_indices, ogbench_goal_indices
-from tests.loader_fixtures import make_ted, resumed_batches
+from tests.loader_fixtures import TedFactory, make_ted, resumed_batches
 
 LENGTHS = [5, 1, 9, 3, 14, 2]
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return make_ted(tmp_path_factory.mktemp("relabel"), "gc", LENGTHS)
+def ds(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "gc")
 
 
 def sample_goal_row(t: int, terminal_locs: list[int], rule: GoalRule, random_idx: int, offset: int,

@@ -16,14 +16,14 @@ from rlds_cli.loader import Loader
 from rlds_cli.loader.sequence_inputs import PrevActionReward
 from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import amago_arrays, write_amago
-from tests.loader_fixtures import make_ted, resumed_batches
+from tests.loader_fixtures import TedFactory, resumed_batches
 
 LENGTHS = [4, 1, 6, 3]
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return make_ted(tmp_path_factory.mktemp("seq"), "seq", LENGTHS)
+def ds(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "seq")
 
 
 def test_against_hand_statement(ds: Dataset) -> None:

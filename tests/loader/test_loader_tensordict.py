@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory, make_ted
 
 tensordict = pytest.importorskip("tensordict")
 
@@ -20,10 +19,8 @@ LENGTHS = [6, 9, 3, 12]
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield make_ted(tmp_path_factory.mktemp("tdict"), "tdict", LENGTHS)
+def ds(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "tdict")
 
 
 def test_loader_returns_tensordicts(ds: Dataset) -> None:
@@ -140,10 +137,8 @@ def test_torchrl_slice_sampler_reads_only_its_batch(tmp_path: Path, monkeypatch:
 
 
 @pytest.fixture(scope="module")
-def ds2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield make_ted(tmp_path_factory.mktemp("tdict2"), "tdict2", [5, 7])
+def ds2(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset([5, 7], "tdict2")
 
 
 def _own_weight(batch: Any) -> Any:

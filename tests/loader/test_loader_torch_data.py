@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,17 +13,15 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader.epoch import EpochSampler, epoch_permutation, shard
 from rlds_cli.loader.samplers import uniform_ints
 from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory
 
 LENGTHS = [40, 13, 77, 5, 64, 1, 50]  # 250 steps: not a multiple of the batch size
 N = sum(LENGTHS)
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        yield make_ted(tmp_path_factory.mktemp("td"), "td", LENGTHS)
+def ds(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "td")
 
 
 def _indices(batches: list) -> list[int]:

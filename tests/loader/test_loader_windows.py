@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader, MixtureLoader, TedIterableDataset, Windows
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory, make_ted
 
 LENGTHS = [1, 3, 7, 12, 2, 5]
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return make_ted(tmp_path_factory.mktemp("win"), "win", LENGTHS)
+def ds(ted_dataset: TedFactory) -> Dataset:
+    return ted_dataset(LENGTHS, "win")
 
 
 def value_at(key: str, step: int, lengths: list[int]) -> list[float]:

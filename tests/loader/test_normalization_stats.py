@@ -14,15 +14,14 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import split_dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.loader import Loader, Normalize, compute_stats
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory
 
 pytest.importorskip("torch")
 
 
 @pytest.fixture
-def ds(isolated_cache: Path) -> Dataset:
-    isolated_cache.mkdir(parents=True, exist_ok=True)
-    return make_ted(isolated_cache, "ted", [5, 7, 4, 9])
+def ds(ted_dataset: TedFactory, isolated_cache: Path) -> Dataset:
+    return ted_dataset([5, 7, 4, 9], root=isolated_cache)  # in the cache root: names resolve there
 
 
 def test_from_dataset_is_what_the_loaders_normalize_uses(ds: Dataset) -> None:

@@ -21,7 +21,7 @@ import torch
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
 from rlds_cli.loader.td_keys import drop_padding
-from tests.loader_fixtures import make_ted
+from tests.loader_fixtures import TedFactory, make_ted
 
 pytest.importorskip("torchrl")
 from tensordict import TensorDict
@@ -36,12 +36,10 @@ WEIGHT, MASK = "priority_weight", ("collector", "mask")
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorDict]:
+def batch(ted_dataset: TedFactory) -> Iterator[TensorDict]:
     """Prioritized slices of 4 over episodes of 2, 3, 5 and 7 steps: the short episodes are
     padded (mask False), and uneven priorities make uneven importance weights."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RLDS_FSYNC", "0")
-        ds: Dataset = make_ted(tmp_path_factory.mktemp("tlosses"), "tlosses", [2, 3, 5, 7])
+    ds: Dataset = ted_dataset([2, 3, 5, 7], "tlosses")
     loader = Loader(ds, 24, sampler="prioritized", slice_len=4, short="pad", as_tensordict=True, seed=3)
     loader.update_priority(np.arange(ds.num_steps), np.linspace(0.1, 3.0, ds.num_steps))
     td = loader.sample()

@@ -35,7 +35,7 @@ from tests.d4rl_fixtures import write_d4rl
 from tests.doc_blocks import CODE_LANGUAGES, Block, blocks, runnable_script
 from tests.doc_checkout import fresh_checkout, left_behind
 from tests.http_faults import FaultServer
-from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
+from tests.hub_standin import HubStandin, folder_files, hub_env, record_minari
 from tests.waits import HANG_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,20 +98,15 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStandin]:
     ``lerobot/pusht`` (the LeRobot fixture written by lerobot) and ``farama-minari/D4RL``
     (``door/human-v2``: a dataset written by minari's DataCollector; the content is a stand-in,
     the layout is the real repo's)."""
+    # not conftest's hub: one stand-in for the module, its client settings go to each block's process
     with HubStandin(token=DOC_TOKEN) as server:
-        shared = Repo()  # the repo the push examples write to, as the Hub makes a new one
-        shared.add_commit(
-            {".gitattributes": b"*.npy filter=lfs diff=lfs merge=lfs -text\n", "README.md": b"# rl\n"}
-        )
-        server.repos["my-org/offline-rl"] = shared
-        lerobot = Repo()
-        lerobot.add_commit(folder_files(ROOT / "tests" / "fixtures" / "lerobot-v3-tiny"))
-        server.repos["lerobot/pusht"] = lerobot
+        # the repo the push examples write to, as the Hub makes a new one
+        hub_files = {".gitattributes": b"*.npy filter=lfs diff=lfs merge=lfs -text\n", "README.md": b"# rl\n"}
+        server.add_repo("my-org/offline-rl", hub_files)
+        server.add_repo("lerobot/pusht", folder_files(ROOT / "tests" / "fixtures" / "lerobot-v3-tiny"))
         if _has_minari_create():
             local = record_minari(tmp_path_factory.mktemp("minari"), "rlds/door/human-v2")
-            minari = Repo()
-            minari.add_commit(folder_files(local, "door/human-v2/"))
-            server.repos["farama-minari/D4RL"] = minari
+            server.add_repo("farama-minari/D4RL", folder_files(local, "door/human-v2/"))
         yield server
 
 
@@ -157,10 +152,7 @@ def _env(
     env["TMPDIR"] = str(scratch)
     env["HF_HOME"] = str(home.parent / "hf-home")  # no token file of the machine's user
     if hub_url is not None:
-        # the stand-in speaks the basic LFS upload protocol, not Xet
-        env.update(
-            HF_ENDPOINT=hub_url, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1", HF_TOKEN=DOC_TOKEN
-        )
+        env.update(hub_env(hub_url, home.parent / "hf-home", DOC_TOKEN))
     elif proxy_url is None:
         env["RLDS_OFFLINE"] = "1"
     else:

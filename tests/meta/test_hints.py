@@ -77,10 +77,11 @@ urls = ["{base}/a/changing.hdf5", "{base}/b/changing.hdf5"]
 
 
 @pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+def server(server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    # conftest's server with these files, and the downloader pointed at it by a registry
     files = {"/a/demo.hdf5": DEMO, "/a/other.hdf5": OTHER, "/a/changing.hdf5": DEMO, "/b/changing.hdf5": DEMO}
-    with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
-        yield srv
+    with serving(server, files, monkeypatch, registry=registry_toml, where=tmp_path):
+        yield server
 
 
 # --------------------------------------------------------------------------- 1: whose sha256

@@ -28,6 +28,7 @@ FNS_FILE = str(Path(__file__).parents[1] / "preprocess_fns.py")
 
 @pytest.fixture
 def golden() -> str:
+    # not conftest's golden_dataset (the D4RL golden file): a small make_dataset cache named "golden"
     make_dataset("golden", [3, 3, 2])
     return "golden"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import RemoteAccessError, RemoteDatasetNotFoundError, RemoteExistsError
-from tests.hub_standin import HubStandin, Repo
+from tests.hub_standin import TOKEN, HubStandin, hub_env
 from tests.remote.test_remote import make_demo, runner, tree
 
 pytest.importorskip("huggingface_hub")
@@ -26,25 +25,10 @@ pytest.importorskip("huggingface_hub")
 from rlds_cli.remote.pull import pull
 from rlds_cli.remote.push import push
 
-TOKEN = "hf_standinWriteToken0123456789abcdef"
 REPO_URL = "hf://datasets/rlds-test/shared"
 URL = f"{REPO_URL}/demo"
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from rlds_cli.cli.app import main; main()"]
-
-
-def hub_env(endpoint: str, home: Path, token: str | None) -> dict[str, str]:
-    """The client pointed at the stand-in: its endpoint, a home without a token file, Xet off
-    (the stand-in speaks the basic LFS protocol), and the token when given."""
-    env = {
-        "HF_ENDPOINT": endpoint,
-        "HF_HOME": str(home),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HUB_DISABLE_XET": "1",
-    }
-    if token:
-        env["HF_TOKEN"] = token
-    return env
 
 
 def cli_env(hub: HubStandin, tmp_path: Path, token: str | None) -> dict[str, str]:
@@ -54,19 +38,12 @@ def cli_env(hub: HubStandin, tmp_path: Path, token: str | None) -> dict[str, str
 
 
 @pytest.fixture
-def hub(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
-    """The stand-in with an empty repo ``rlds-test/shared`` (a README and ``.gitattributes``, as
-    the Hub makes them) and a write token in ``HF_TOKEN``."""
-    from huggingface_hub import constants
-
-    with HubStandin(token=TOKEN) as server:
-        repo = Repo()
-        repo.add_commit({".gitattributes": b"*.npy filter=lfs\n", "README.md": b"# shared\n"})
-        server.repos["rlds-test/shared"] = repo
-        for key, value in hub_env(server.endpoint, isolated_cache.parent / "hf-home", TOKEN).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at the client's import
-        yield server
+def hub(hub: HubStandin, monkeypatch: pytest.MonkeyPatch) -> HubStandin:
+    """The stand-in (tests/conftest.py) with an empty repo ``rlds-test/shared`` (a README and
+    ``.gitattributes``, as the Hub makes them) and the write token in ``HF_TOKEN``."""
+    hub.add_repo("rlds-test/shared", {".gitattributes": b"*.npy filter=lfs\n", "README.md": b"# shared\n"})
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    return hub
 
 
 def main_files(hub: HubStandin, repo: str = "rlds-test/shared") -> dict[str, bytes]:
@@ -101,6 +78,62 @@ def test_a_repush_of_an_unchanged_dataset_uploads_nothing(hub: HubStandin) -> No
     assert again.up_to_date and (again.uploaded, again.bytes_uploaded) == (0, 0)
     assert (len(hub.uploads()), len(hub.commits())) == (uploads, commits)
     assert not [e for e in hub.log if e["path"].endswith(("/preupload/main", "/objects/batch"))][2:]
+
+
+def test_a_second_push_of_the_same_dataset_sends_no_file_bytes(hub: HubStandin) -> None:
+    make_demo("demo", "memmap")
+    push("demo", URL)
+    start, commits = len(hub.log), len(hub.commits())
+    again = push("demo", URL)
+    assert again.up_to_date and again.bytes_uploaded == 0
+    assert hub.file_bytes(start) == 0 and len(hub.commits()) == commits  # no upload, no preupload sample
+
+
+def test_a_folder_push_sends_only_the_changed_file(hub: HubStandin, tmp_path: Path) -> None:
+    import hashlib
+
+    from rlds_cli.remote.hub_push import push_hub_folder
+
+    folder = tmp_path / "export"
+    (folder / "meta").mkdir(parents=True)
+    (folder / "meta" / "info.json").write_text('{"version": 1}')
+    (folder / "meta" / "stats.json").write_text('{"steps": 3}')
+    (folder / "data.bin").write_bytes(bytes(range(256)) * 40)
+
+    def push_folder() -> dict[str, object]:
+        return push_hub_folder(
+            folder, URL, message="export", marker="meta/info.json", owned=lambda rel: True, force=False
+        )
+
+    assert push_folder()["uploaded"] == 3
+    start, uploads = len(hub.log), len(hub.uploads())
+    assert push_folder()["up_to_date"] and hub.file_bytes(start) == 0
+    changed = bytes(range(255, -1, -1)) * 40
+    (folder / "data.bin").write_bytes(changed)
+    counts = push_folder()
+    assert (counts["uploaded"], counts["skipped"], counts["bytes_uploaded"]) == (1, 2, len(changed))
+    assert hub.uploads()[uploads:] == [hashlib.sha256(changed).hexdigest()]
+    assert hub.commits()[-1] == {"demo/data.bin": "add"}  # the unchanged JSON files are not in it
+
+
+def test_the_standin_skips_unchanged_files_and_empty_commits_as_the_hub_does(hub: HubStandin) -> None:
+    """What hub_push's docstring weighs: the preupload answers each file's ``oid``, so
+    ``create_commit`` drops unchanged files and makes no commit when none is left."""
+    from huggingface_hub import CommitOperationAdd
+
+    from rlds_cli.net.hub.repo import hf_api
+
+    def commit(data: bytes) -> str:
+        ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=data) for p in ("x/a.json", "x/b.bin")]
+        return hf_api().create_commit(REPO_URL[len("hf://datasets/") :], operations=ops, commit_message="m",
+                                     repo_type="dataset").oid  # fmt: skip
+
+    first = commit(b"12345")
+    start, uploads = len(hub.log), len(hub.uploads())
+    assert commit(b"12345") == first and len(hub.commits()) == 1
+    assert len(hub.uploads()) == uploads and hub.file_bytes(start) == 2 * 5  # the preupload's samples
+    commit(b"67890")
+    assert hub.commits()[-1] == {"x/a.json": "add", "x/b.bin": "add"}
 
 
 def test_a_push_that_dies_before_its_commit_leaves_main_as_it_was(hub: HubStandin) -> None:

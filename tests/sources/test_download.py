@@ -111,10 +111,11 @@ urls = ["{base}/m/main_data.hdf5"]
 
 
 @pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+def server(server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    # conftest's server with these files, and the downloader pointed at it by a registry
     files = {"/d4rl/pointmass.hdf5": DEMO, "/d4rl/known.hdf5": DEMO, "/d4rl/corrupt.hdf5": CORRUPT}
-    with serving(files, monkeypatch, registry=registry_toml, where=tmp_path) as srv:
-        yield srv
+    with serving(server, files, monkeypatch, registry=registry_toml, where=tmp_path):
+        yield server
 
 
 pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed console widths

@@ -39,9 +39,10 @@ pytestmark = pytest.mark.usefixtures("consoles")  # tests/conftest.py: fixed con
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    with serving({}, monkeypatch, retry_delay="0.001") as srv:
-        yield srv
+def server(server: FaultServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    # conftest's server, the downloader's retries 1 ms apart (these tests retry many times)
+    with serving(server, {}, monkeypatch, retry_delay="0.001"):
+        yield server
 
 
 def invoke(*args: object) -> Result:

@@ -35,20 +35,12 @@ from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import part_info_path, part_path
-from tests.http_faults import Fault, FaultServer, bounded
+from tests.http_faults import DATA as V1  # what the server fixture serves at PATH
+from tests.http_faults import PATH, Fault, FaultServer, bounded
 from tests.waits import HANG_SECONDS
 
-V1 = bytes(range(256)) * 1200  # 300 KiB, every byte position distinguishable
 V2 = bytes(reversed(range(256))) * 1200  # the same file regenerated upstream: same size
-PATH = "/files/data.bin"
 BAD_HOST = "nonexistent.invalid"  # RFC 2606: never resolves; getaddrinfo is mocked anyway
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    with FaultServer() as srv:
-        srv.files[PATH] = V1
-        yield srv
 
 
 def fetch(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,20 +21,9 @@ from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
 from rlds_cli.net.layout import part_path
 from rlds_cli.net.partfile import PartInfo, write_part_info
 from rlds_cli.net.retry import backoff_delay, parse_retry_after
-from tests.http_faults import Fault, FaultServer
+from tests.http_faults import DATA, PATH, Fault, FaultServer
 
-DATA = bytes(range(256)) * 1200  # 300 KiB, every byte position distinguishable
-SHA = hashlib.sha256(DATA).hexdigest()
-PATH = "/files/data.bin"
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    with FaultServer() as srv:
-        srv.files[PATH] = DATA
-        yield srv
-
-
+SHA = hashlib.sha256(DATA).hexdigest()  # DATA at PATH: what the server fixture serves
 
 
 def remote(server: FaultServer, **kw: object) -> RemoteFile:

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,32 +30,23 @@ from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.hub import repo as hub_repo
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
-from tests.hub_standin import HubStandin, Repo, folder_files, record_minari
+from tests.hub_standin import TOKEN, HubStandin, Repo, folder_files, record_minari
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("pyarrow")
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot-v3-tiny"
-TOKEN = "hf_standinSecretToken0123456789"
 DATA = "data/chunk-000/file-000.parquet"
 VIDEO = "videos/observation.image/chunk-000/file-000.mp4"
 
 
 @pytest.fixture
-def hub(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
-    """The stand-in with ``lerobot-test/tiny`` (the fixture plus the Hub's own files), the
-    client pointed at it, and no token anywhere."""
-    with HubStandin(token=TOKEN) as server:
-        repo = Repo()
-        repo.add_commit(
-            {**folder_files(FIXTURE), ".gitattributes": b"*.parquet filter=lfs\n", "README.md": b"# tiny\n"}
-        )
-        server.repos["lerobot-test/tiny"] = repo
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_HOME", str(isolated_cache.parent / "hf-home"))  # no token file
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        yield server
+def hub(hub: HubStandin) -> HubStandin:
+    """The stand-in (tests/conftest.py: no token anywhere) with ``lerobot-test/tiny`` (the
+    fixture plus the Hub's own files)."""
+    files = {**folder_files(FIXTURE), ".gitattributes": b"*.parquet filter=lfs\n", "README.md": b"# tiny\n"}
+    hub.add_repo("lerobot-test/tiny", files)
+    return hub
 
 
 def _arrays(root: Path, name: str) -> dict[str, bytes]:
@@ -310,9 +301,8 @@ def test_minari_repo_written_by_minari_converts_end_to_end(
     pytest.importorskip("minari")
     pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
     local = record_minari(tmp_path / "minari", "hubtest/pendulum/random-v0")
-    repo = Repo()
-    repo.add_commit({**folder_files(local, "pendulum/random-v0/"), "README.md": b"# mirror\n"})
-    hub.repos["minari-test/pendulum"] = repo
+    files = {**folder_files(local, "pendulum/random-v0/"), "README.md": b"# mirror\n"}
+    hub.add_repo("minari-test/pendulum", files)
     download("hf://datasets/minari-test/pendulum/pendulum/random-v0", name="hub-pendulum")
     convert(local, "local-pendulum")
     assert _arrays(isolated_cache, "hub-pendulum") == _arrays(isolated_cache, "local-pendulum")
@@ -335,10 +325,7 @@ def _tfds_repo(hub: HubStandin, tmp_path: Path) -> tuple[Path, Repo, dict[str, b
     (fx.root / "dataset_info.json").write_text(json.dumps(info))
     files = {**folder_files(fx.root, "oxe_fixture/0.1.0/"), ".gitattributes": b"*.tfrecord* filter=lfs\n"}
     files["README.md"] = b"# an OXE mirror\n"
-    repo = Repo()
-    repo.add_commit(files)
-    hub.repos["oxe-test/mirror"] = repo
-    return fx.root, repo, files
+    return fx.root, hub.add_repo("oxe-test/mirror", files), files
 
 
 @pytest.mark.parametrize("path", ["", "/oxe_fixture/0.1.0"])
@@ -402,9 +389,7 @@ def test_rlds_splits_without_train_are_refused_before_any_shard_is_fetched(
     val = write_rlds_dataset(tmp_path / "ds" / "1.0.0", (3, 2), split="val")
     test = write_rlds_dataset(tmp_path / "test", (4,), split="test", seed=3)
     (val.root / test.shards[0].name).write_bytes(test.shards[0].read_bytes())
-    repo = Repo()
-    repo.add_commit(folder_files(val.root, "ds/1.0.0/"))
-    hub.repos["oxe-test/nosplit"] = repo
+    hub.add_repo("oxe-test/nosplit", folder_files(val.root, "ds/1.0.0/"))
     with pytest.raises(SourceFormatError, match=r"splits 'test', 'val' and none is 'train'") as refused:
         download("hf://datasets/oxe-test/nosplit", name="z")
     assert "--option split=NAME" in str(refused.value.hint)
@@ -449,9 +434,7 @@ def test_file_formats_are_detected_from_the_fetched_files(
     pytest.importorskip("h5py")
     local = write(tmp_path / "src")
     files = folder_files(local, "data/") if local.is_dir() else {f"data/{local.name}": local.read_bytes()}
-    repo = Repo()
-    repo.add_commit({**files, ".gitattributes": b"*.npz filter=lfs\n", "README.md": b"# card\n"})
-    hub.repos["files-test/x"] = repo
+    hub.add_repo("files-test/x", {**files, ".gitattributes": b"*.npz filter=lfs\n", "README.md": b"# card\n"})
     download("hf://datasets/files-test/x/data", name="hub-files")
     convert(local, "local-files")
     assert _arrays(isolated_cache, "hub-files") == _arrays(isolated_cache, "local-files")

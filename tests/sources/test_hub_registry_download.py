@@ -25,11 +25,10 @@ from rlds_cli.net.hub.folder import list_folder
 from rlds_cli.net.layout import listing_path
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
-from tests.hub_standin import HubStandin, Repo, folder_files
+from tests.hub_standin import TOKEN, HubStandin, Repo, folder_files
 
 pytest.importorskip("huggingface_hub")
 
-TOKEN = "hf_registrySecretToken0123456789"
 FOLDER = "Set(a)/x-v1"
 ENTRY = f"""
 [[dataset]]
@@ -44,23 +43,16 @@ suffix = ".h5"
 
 
 @pytest.fixture
-def hub(isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
-    """The stand-in, the client pointed at it with no token anywhere, and a registry file with
-    one RoboSet-like id listed from ``org/rs`` (its repo not made yet)."""
+def hub(hub: HubStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStandin]:
+    """The stand-in (tests/conftest.py: no token anywhere) and a registry file with one
+    RoboSet-like id listed from ``org/rs`` (its repo not made yet)."""
     extra = tmp_path / "hub-registry.toml"
     extra.write_text(ENTRY)
-    with HubStandin(token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no token file
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        monkeypatch.setenv("RLDS_REGISTRY", str(extra))
-        monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.01")
-        registry._load.cache_clear()
-        try:
-            yield server
-        finally:
-            registry._load.cache_clear()
+    monkeypatch.setenv("RLDS_REGISTRY", str(extra))
+    monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0.01")
+    registry._load.cache_clear()
+    yield hub
+    registry._load.cache_clear()  # the next test reads its own registry
 
 
 def _roboset(root: Path) -> Path:
@@ -79,10 +71,7 @@ def _repo(hub: HubStandin, tmp_path: Path) -> tuple[Repo, dict[str, bytes]]:
         ".gitattributes": b"*.h5 filter=lfs\n",
         "README.md": b"# RoboSet-like\n",
     }
-    repo = Repo()
-    repo.add_commit(files)
-    hub.repos["org/rs"] = repo
-    return repo, files
+    return hub.add_repo("org/rs", files), files
 
 
 def _source(root: Path, name: str) -> dict[str, Any]:
