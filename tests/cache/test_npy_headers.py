@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache.backends.memmap import load_npy
+from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.errors import CorruptDatasetError
 
 ARRAYS = [
@@ -20,7 +21,10 @@ ARRAYS = [
     np.zeros((2, 8, 8, 3), np.uint8),
     np.arange(4, dtype=">f8"),
     np.zeros((0, 6), np.float16),
-    np.zeros(3, [("start", "<i8"), ("final", "?")]),  # a structured dtype: numpy's parser
+    np.zeros(3, [("start", "<i8"), ("final", "?")]),  # named fields: the episode index's kind
+    np.zeros(3, [("Start", "<i8"), ("x1", ">f4")]),  # names the fast path does not read: numpy's parser
+    np.zeros((2, 2), [("a", "<i8"), ("b", "<u2", (3,))]),  # a sub-array field: numpy's parser
+    np.zeros(0, EPISODE_DTYPE),
 ]
 
 
@@ -50,3 +54,22 @@ def test_a_damaged_header_is_one_clear_error(tmp_path: Path, old: bytes, new: by
     path.write_bytes(data.replace(old, new, 1))
     with pytest.raises(CorruptDatasetError, match=r"a\.npy"):
         load_npy(path, mmap=True, what="array file")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"'<i8'), ('length'", b"'<i9'), ('length'"),  # a type numpy has not
+        (b"'|b1'", b"'|b8'"),
+        (b"(4,)", b"(40,)"),  # more rows than the file holds
+        (b"[('start'", b"[('st'rt'"),  # not Python any more
+    ],
+)
+def test_a_damaged_episode_index_header_is_one_clear_error(tmp_path: Path, old: bytes, new: bytes) -> None:
+    path = tmp_path / "episodes.npy"
+    np.save(path, np.zeros(4, EPISODE_DTYPE))
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
+    with pytest.raises(CorruptDatasetError, match=r"episodes\.npy"):
+        load_npy(path, mmap=False, what="episode index")

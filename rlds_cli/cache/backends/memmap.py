@@ -47,12 +47,17 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 _HEADER_ERRORS = (ValueError, SyntaxError, TokenError, EOFError, OverflowError, TypeError, KeyError)
 
 
-#: The version 1 header numpy writes for a plain array, exactly: ``descr`` a simple type string,
-#: then ``fortran_order`` and ``shape``, padded with spaces to a newline.
+#: The version 1 header numpy writes for a plain array, exactly: ``descr`` a simple type string
+#: or a list of named fields (the episode index), then ``fortran_order`` and ``shape``, padded
+#: with spaces to a newline.
+_FIELD = rb"\('[a-z_]+', '[<>|=][a-z]\d{1,2}'\)"  # one named field of a plain type
 _PLAIN_HEADER = re.compile(
-    rb"\{'descr': '([<>|=][a-z]\d{1,2})', 'fortran_order': (False|True), "
-    rb"'shape': \(((?:\d+, ?)*\d*)\), \} *\n"
+    rb"\{'descr': ('[<>|=][a-z]\d{1,2}'|\[" + _FIELD + rb"(?:, " + _FIELD + rb")*\]), "
+    rb"'fortran_order': (False|True), 'shape': \(((?:\d+, ?)*\d*)\), \} *\n"
 )
+#: dtypes of the field lists met, by their text: a segment's episode index is read at every
+#: refresh that finds it, and the list is one of a few
+_FIELD_DTYPES: dict[bytes, np.dtype] = {}
 
 
 def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | None:
@@ -67,7 +72,16 @@ def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | Non
     if match is None:
         return None
     shape = tuple(int(d) for d in match[3].split(b",") if d.strip())
-    return shape, match[2] == b"True", np.dtype(match[1].decode())
+    descr = match[1]
+    if descr.startswith(b"'"):
+        return shape, match[2] == b"True", np.dtype(descr[1:-1].decode())
+    dtype = _FIELD_DTYPES.get(descr)
+    if dtype is None:
+        fields = re.findall(rb"\('([a-z_]+)', '([^']+)'\)", descr)
+        dtype = np.dtype([(name.decode(), code.decode()) for name, code in fields])
+        if len(_FIELD_DTYPES) < 64:
+            _FIELD_DTYPES[descr] = dtype
+    return shape, match[2] == b"True", dtype
 
 
 def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
