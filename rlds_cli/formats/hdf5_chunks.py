@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from deflate import DeflateError, zlib_decompress
 
+from rlds_cli._util.cpus import usable_cpus
+
 
 def inflate(raw: bytes, size: int) -> bytearray:
     """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate
@@ -61,8 +63,7 @@ def inflatable(dataset: Any) -> bool:
 
 def default_threads() -> int:
     """Inflating threads: the usable cores (at most 8; inflating a 60 KiB chunk takes ~0.2 ms)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, 8))
+    return max(1, min(usable_cpus(), 8))
 
 
 @dataclass(frozen=True)

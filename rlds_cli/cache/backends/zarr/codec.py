@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_cli import settings
+from rlds_cli._util.cpus import usable_cpus
 
 if TYPE_CHECKING:  # imported when a read needs threads: preprocess workers import this module
     from concurrent.futures import ThreadPoolExecutor
@@ -30,19 +31,11 @@ _pool_lock = threading.Lock()
 _threads: int | None = None
 
 
-def _usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def read_threads() -> int:
     """Threads that decode the chunks of one read, the caller's included (1: no pool)."""
     global _threads
     if _threads is None:
-        _threads = max(1, min(ZARR_READ_THREADS, _usable_cpus()))
+        _threads = max(1, min(ZARR_READ_THREADS, usable_cpus()))
     return _threads
 
 
