@@ -33,6 +33,7 @@ SECTIONS = {
     "loader": "loader_bench",  # rlds loader vs TorchRL vs the lean raw gather
     "tensordict": "tensordict_bench",  # as_tensordict=True batches vs the plain batches (issue 38)
     "first-download": "download_bench",  # `rlds download ./file.hdf5` as a whole process vs TorchRL
+    "frames": "frames_bench",  # compressed frames: disk, PSNR, conversion, batches vs decoder and LeRobot
 }
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),

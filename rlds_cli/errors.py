@@ -453,6 +453,21 @@ class RecordingError(RldsError, ValueError):
     default_hint = "fix the named space, value or argument; help(rlds_cli.record) lists what it accepts"
 
 
+# --------------------------------------------------------------------------- frames
+
+
+class FrameError(RldsError, ValueError):
+    """A camera frame that cannot be encoded or decoded as its column says: another codec, size
+    or channel count, or damaged bytes. Reads turn it into a
+    :class:`CorruptDatasetError` naming the dataset, key and row."""
+
+
+class FramesModeError(RldsError, ValueError):
+    """A ``--frames`` / ``frames=`` setting that is none of the modes."""
+
+    default_hint = "use keep (the default), raw, jpeg, jpeg:QUALITY (1-100), png or webp"
+
+
 # --------------------------------------------------------------------------- OS errors
 
 #: errno -> (error class, what happened), for the operating-system errors a user can fix.

@@ -18,12 +18,16 @@ import numpy as np
 from rlds_cli.cache import digest, episodes
 from rlds_cli.cache import episode_rules as rules
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
+from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError
+from rlds_cli.frames.codecs import FrameFormat
+from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.modes import FramesMode, frame_format
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")
@@ -38,6 +42,9 @@ class DatasetBuilder:
         backend: ``"memmap"`` or ``"zarr"``.
         replace: Replace a dataset of the same name when committing.
         lock_timeout: Seconds to wait for another writer of the same name (``-1``: forever).
+        frames: What to do with camera frames (:class:`~rlds_cli.frames.modes.FramesMode` or
+            its text: ``keep``, ``raw``, ``jpeg[:QUALITY]``, ``png``, ``webp``). Observation
+            keys only; decided for each key from its first block.
 
     Attributes:
         existing: The manifest of the dataset already published under ``name`` (read once the
@@ -52,7 +59,9 @@ class DatasetBuilder:
         backend: str = "memmap",
         replace: bool = False,
         lock_timeout: float = -1,
+        frames: FramesMode | str | None = None,
     ) -> None:
+        self.frames = FramesMode.parse(frames)
         self._txn = CacheTransaction(name, root=root, replace=replace, lock_timeout=lock_timeout)
         self.name = self._txn.name
         self.root = self._txn.cache
@@ -64,6 +73,7 @@ class DatasetBuilder:
         self._hashers: dict[str, digest.ColumnHasher] = {}
         self._block_hasher = digest.BlockHasher()  # a block's digests beside its writes
         self._specs: dict[str, FieldSpec] = {}
+        self._frame_columns: dict[str, FramesColumnWriter] = {}  # keys stored as image files
         self._ends: list[np.ndarray] = []
         self._final_known: list[np.ndarray] = []
         self._episode_ids: list[np.ndarray] = []
@@ -109,13 +119,16 @@ class DatasetBuilder:
         if n == 0:
             return
         steps = {k: _normalise_step_column(k, v) for k, v in block.steps.items()}
+        observations = {k: self._arriving_frames(k, v) for k, v in block.observations.items()}
         ends = np.asarray(block.ends, dtype=np.int64).reshape(-1)
-        self._check_block(steps, block.observations, ends, n)
+        self._check_block(steps, observations, ends, n)
         if not self._columns:
-            self._create_columns(steps, block.observations)
-        self._check_schema(steps, block.observations)
-        columns = [*steps.items(), *block.observations.items()]
-        wait = self._block_hasher.start([(self._hashers[key], rows) for key, rows in columns])
+            self._create_columns(steps, observations)
+        self._check_schema(steps, observations)
+        columns = [*steps.items(), *observations.items()]
+        # a frame column's writer hashes the bytes it stores
+        hashed = [(self._hashers[key], rows) for key, rows in columns if key not in self._frame_columns]
+        wait = self._block_hasher.start(hashed)
         try:
             for key, rows in columns:
                 self._columns[key].append(rows)
@@ -160,22 +173,58 @@ class DatasetBuilder:
                 "(terminated or truncated marks the last step of an episode)"
             )
 
+    def _arriving_frames(self, key: str, rows: Any) -> Any:
+        """``rows`` as the builder takes them: frames that arrived encoded stay so unless they
+        are to be stored as a plain array (``--frames raw``, or a key stored raw already)."""
+        if not isinstance(rows, EncodedFrames):
+            return rows
+        spec = self._specs.get(key)
+        if (spec is None and self._stored_format(rows) is None) or (spec is not None and spec.codec == "raw"):
+            return rows.decode()
+        return rows
+
+    def _stored_format(self, rows: Any) -> FrameFormat | None:
+        """How an observation column whose first rows are ``rows`` stores its frames (``None``:
+        as a plain array); see :mod:`rlds_cli.frames.modes`."""
+        mode = self.frames
+        if isinstance(rows, EncodedFrames):
+            arrived = rows.format
+            if mode.name == "raw":
+                return None
+            if mode.codec is None or mode.codec == arrived.codec:
+                return arrived  # kept: never re-encoded
+            return frame_format(arrived.shape, np.dtype(np.uint8), mode.codec)
+        if mode.codec is None:
+            return None
+        rows = np.asarray(rows)
+        return frame_format(tuple(rows.shape[1:]), rows.dtype, mode.codec)
+
     def _create_columns(self, steps: dict[str, np.ndarray], observations: Any) -> None:
         kinds: tuple[tuple[Storage, Any], ...] = (("step", steps), ("flat", observations))
         for storage, columns in kinds:
             for key, rows in columns.items():
-                rows = np.asarray(rows)
                 if storage == "flat" and key.startswith("next/"):
                     raise ConversionError(f"observation-like key {key!r} must not start with 'next/'")
-                spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
+                fmt = self._stored_format(rows) if storage == "flat" else None
+                if fmt is not None:
+                    spec = FieldSpec(key, fmt.shape, "uint8", storage, fmt.codec, fmt.channels_first)
+                else:
+                    rows = np.asarray(rows)
+                    spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
                 self._specs[key] = spec
-                self._hashers[key] = digest.ColumnHasher(spec.dtype)
-                self._columns[key] = self.backend.create_column(
-                    self.build_dir, key, np.dtype(spec.dtype), spec.shape
+                column = self._columns[key] = column_writer(
+                    self.backend, self.build_dir, spec, self.frames.quality
                 )
+                if isinstance(column, FramesColumnWriter):
+                    self._frame_columns[key] = column
+                else:
+                    self._hashers[key] = digest.ColumnHasher(spec.dtype)
 
     def _check_schema(self, steps: dict[str, np.ndarray], observations: Any) -> None:
-        seen = {**steps, **{k: np.asarray(v) for k, v in observations.items()}}
+        seen = {
+            **steps,
+            **{k: v if isinstance(v, EncodedFrames) else np.asarray(v) for k, v in observations.items()},
+        }
         if set(seen) != set(self._specs):
             raise ConversionError(
                 f"block keys {sorted(seen)} differ from the first block's {sorted(self._specs)}"
@@ -224,8 +273,12 @@ class DatasetBuilder:
                 self.build_dir / SOURCE_ARRAYS_FILE,
                 {k.replace("/", "__"): v for k, v in source_arrays.items()},
             )
+        digests = {key: hasher.hexdigest() for key, hasher in self._hashers.items()}
+        digests.update({key: column.hasher.hexdigest() for key, column in self._frame_columns.items()})
+        if self._frame_columns:
+            conversion = {**(conversion or {}), "frames": self.frames_report()}
         content = digest.record(
-            {key: hasher.hexdigest() for key, hasher in self._hashers.items()},
+            digests,
             index,
             self.build_dir / SOURCE_ARRAYS_FILE,
         )
@@ -245,6 +298,17 @@ class DatasetBuilder:
 
     def _num_episodes(self) -> int:
         return int(sum(len(e) for e in self._ends))
+
+    def frames_report(self) -> dict[str, Any]:
+        """What became of the frames: the mode, and per frame column its codec and how many
+        frames were stored as they arrived (``kept``) or encoded here (``encoded``)."""
+        return {
+            "mode": str(self.frames),
+            "columns": {
+                key: {"codec": column.format.codec, "kept": column.kept, "encoded": column.encoded}
+                for key, column in self._frame_columns.items()
+            },
+        }
 
 
 def dtype_name(dtype: np.dtype) -> str:

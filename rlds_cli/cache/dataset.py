@@ -22,6 +22,7 @@ import numpy as np
 from rlds_cli._util import plugins
 from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.backends.frames import check_frames, open_frames
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
@@ -233,7 +234,11 @@ class Dataset:
             fields, steps, episodes = self.manifest.fields, self.num_steps, self.num_episodes
         for key, spec in fields.items():
             rows = steps + (episodes if spec.storage == "flat" else 0)
-            problem = self._backend.check_column(directory, key, rows, spec.shape)
+            fmt = spec.frame_format
+            if fmt is not None:
+                problem = check_frames(directory, key, fmt, rows)
+            else:
+                problem = self._backend.check_column(directory, key, rows, spec.shape)
             if problem is not None:
                 problems.append(problem)
         self._check_not_replaced()
@@ -263,7 +268,7 @@ class Dataset:
                 self._check_not_replaced()  # a replaced dataset explains a missing or odd file
                 raise
             self._check_not_replaced()  # the file opened is this version's
-            if not self._backend.stable_once_open:
+            if not getattr(col, "stable_once_open", self._backend.stable_once_open):
                 col = VersionedColumn(col, self._check_not_replaced)
             self._columns[key] = col
         return col
@@ -271,16 +276,23 @@ class Dataset:
     def _open_column(self, key: str, spec: FieldSpec) -> Any:
         """The backend's column, or, for a view, the slice of the parent's column it covers."""
         if self.manifest.layout != VIEW_LAYOUT:
-            return self._backend.open_column(self.directory, key)
+            return self._stored_column(self.directory, key, spec)
         view = ViewSpec.from_manifest(self.manifest)
         parent_dir = self._checked_parent_dir(view)
-        column = self._backend.open_column(parent_dir, key)
+        column = self._stored_column(parent_dir, key, spec)
         if view.episode_ids is None:
             return SlicedColumn(column, *view.rows(spec.storage, self.num_steps))
         if spec.storage not in self._view_rows:  # the parent's index (checked) places the episodes
             parent_index = Dataset(parent_dir).episode_index
             self._view_rows[spec.storage] = view.gathered_rows(spec.storage, parent_index)
         return GatheredColumn(column, self._view_rows[spec.storage])
+
+    def _stored_column(self, directory: Path, key: str, spec: FieldSpec) -> Any:
+        """Column ``key`` as stored under ``directory``: the backend's array, or a frame column."""
+        fmt = spec.frame_format
+        if fmt is None:
+            return self._backend.open_column(directory, key)
+        return open_frames(directory, key, fmt, f"{key!r} of dataset {self.name!r}")
 
     def _checked_parent_dir(self, view: ViewSpec) -> Path:
         """The directory of this view's parent, checked (once) to hold the version the view

@@ -123,6 +123,9 @@ def column_digest(column: Any, dtype: np.dtype | str, budget: Budget | None = No
     read in blocks of about :data:`BLOCK_BYTES` (or ``budget``'s; a whole number of zarr
     chunks, so no chunk is decoded twice) with :func:`rlds_cli.cache.blocks.blocks`: a memory
     map's pages are released after each block, so memory stays that of one block."""
+    own = getattr(column, "content_digest", None)
+    if own is not None:  # a frame column: the digest of its stored bytes (backends/frames.py)
+        return str(own())
     hasher = ColumnHasher(dtype)
     for _, rows in blocks(column, budget if budget is not None else Budget(BLOCK_BYTES)):
         hasher.update(rows)
@@ -256,8 +259,11 @@ def check_digests(
 
         # the dataset's own backend reads its own columns (a remote dataset's reads the store)
         store = ds._backend if holder is ds.manifest else get_backend(holder.backend)
-        for key in holder.fields:
-            path = column_path(directory, holder.backend, key)
+        from rlds_cli.cache.backends.frames import frame_files, open_frames
+
+        for key, spec in holder.fields.items():
+            fmt = spec.frame_format
+            path = frame_files(directory, key)[0] if fmt else column_path(directory, holder.backend, key)
             want = recorded_columns.get(key)
             if want is None:
                 report.problems.append(DigestProblem(key, path, "the manifest records no digest of it"))
@@ -265,8 +271,13 @@ def check_digests(
             if progress is not None:
                 progress(key)
             try:
-                column = store.open_column(directory, key)
-                got = column_digest(column, holder.fields[key].dtype, budget)
+                if fmt is not None and holder is ds.manifest:  # its own (a remote one's: where it lies)
+                    column = ds.column(key)
+                elif fmt is not None:
+                    column = open_frames(directory, key, fmt, repr(key))
+                else:
+                    column = store.open_column(directory, key)
+                got = column_digest(column, spec.dtype, budget)
             except CorruptDatasetError as exc:
                 report.problems.append(DigestProblem(key, path, exc.message))
                 continue

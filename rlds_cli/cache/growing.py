@@ -345,6 +345,8 @@ class GrowingDataset(Dataset):
         # the run of small segments at the end (the newest commits) is read from RAM, in one array
         big = np.flatnonzero(~((stops <= SMALL_ROWS) & (stops * row_bytes <= SMALL_BYTES)))
         cut = int(big[-1]) + 1 if len(big) else 0
+        if spec.frame_format is not None:  # frames stay encoded in their segments: no tail in RAM
+            cut = len(self._parts)
         # The tail skips evicted rows of its first segment only. A partly evicted segment
         # further on (protected segments before it stay live) starts the tail itself; the
         # small segments before it are read as pieces of their own.

@@ -134,6 +134,19 @@ def _field_problem(spec: Any) -> str | None:
         return f"'dtype' {dtype!r} holds Python objects"
     if spec.get("storage") not in _STORAGES:
         return f"'storage' must be one of {', '.join(_STORAGES)}, got {spec.get('storage')!r}"
+    codec = spec.get("codec", "raw")
+    if codec != "raw":
+        from rlds_cli.frames.codecs import CODECS, frame_shape_problem
+
+        if codec not in CODECS:
+            return f"'codec' must be raw or one of {', '.join(CODECS)}, got {codec!r}"
+        if np_dtype != np.uint8:
+            return f"'codec' {codec!r} needs dtype uint8, got {dtype!r}"
+        if not isinstance(spec.get("channels_first", False), bool):
+            return f"'channels_first' must be true or false, got {spec.get('channels_first')!r}"
+        problem = frame_shape_problem(tuple(shape), bool(spec.get("channels_first", False)), codec)
+        if problem is not None:
+            return f"'shape' {shape} cannot be {codec} frames: {problem}"
     return None
 
 

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlds_cli._util.io import atomic_write
 from rlds_cli._version import __version__
@@ -21,8 +21,15 @@ from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import CorruptDatasetError
 
+if TYPE_CHECKING:
+    from rlds_cli.frames.codecs import FrameFormat
+
 FORMAT_NAME = "rlds-ted"
-FORMAT_VERSION = 1
+#: The newest format this rlds reads and writes. Version 2 added frame columns (a field's
+#: ``codec``); a dataset without them is still written as version 1, which older rlds read.
+FORMAT_VERSION = 2
+#: The version of a dataset whose fields are all plain arrays.
+PLAIN_FORMAT_VERSION = 1
 
 #: ``flat``: stored once per step plus one final row per episode (N + E rows); read back as
 #: ``key`` and ``next/key``. ``step``: stored once per step (N rows), read back as is.
@@ -31,12 +38,25 @@ Storage = Literal["flat", "step"]
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One stored array: its TED key, per-step shape and dtype, and storage kind."""
+    """One stored array: its TED key, per-step shape and dtype, and storage kind; for camera
+    frames kept compressed, their ``codec`` (``"raw"``: a plain array) and whether frames read
+    channels first (see :mod:`rlds_cli.cache.backends.frames`)."""
 
     key: str
     shape: tuple[int, ...]
     dtype: str
     storage: Storage
+    codec: str = "raw"
+    channels_first: bool = False
+
+    @property
+    def frame_format(self) -> FrameFormat | None:
+        """How the frames are stored (``None``: a plain array)."""
+        if self.codec == "raw":
+            return None
+        from rlds_cli.frames.codecs import FrameFormat  # here: reading a manifest needs no numpy
+
+        return FrameFormat(self.codec, self.shape, self.channels_first)
 
     @property
     def row_bytes(self) -> int:
@@ -46,11 +66,18 @@ class FieldSpec:
         return np.dtype(self.dtype).itemsize * math.prod(self.shape)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype, "storage": self.storage}
+        out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype, "storage": self.storage}
+        if self.codec != "raw":  # only frame columns: a plain field's spec (and digest) is as before
+            out["codec"] = self.codec
+            if self.channels_first:
+                out["channels_first"] = True
+        return out
 
     @classmethod
     def from_dict(cls, key: str, data: dict[str, Any]) -> FieldSpec:
-        return cls(key, tuple(int(d) for d in data["shape"]), str(data["dtype"]), data["storage"])
+        shape = tuple(int(d) for d in data["shape"])
+        codec, channels_first = str(data.get("codec", "raw")), bool(data.get("channels_first", False))
+        return cls(key, shape, str(data["dtype"]), data["storage"], codec, channels_first)
 
 
 @dataclass
@@ -88,11 +115,15 @@ class Manifest:
     lineage: list[dict[str, Any]] = field(default_factory=list)
     created_by: str = f"rlds-cli {__version__}"
     created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    format_version: int = FORMAT_VERSION
+    format_version: int = PLAIN_FORMAT_VERSION
     layout: str = "flat-ted"
     stats: dict[str, Any] = field(default_factory=dict)
     content_digest: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if any(spec.codec != "raw" for spec in self.fields.values()):
+            self.format_version = max(self.format_version, FORMAT_VERSION)  # older rlds must refuse it
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

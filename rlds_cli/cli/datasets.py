@@ -210,13 +210,15 @@ def render_summary(info: dict[str, Any]) -> None:
             where = "flat: once + 1 per episode" if stored["storage"] == "flat" else "per step"
             disk = output.human_bytes(stored["bytes"])
             ratio = stored.get("compression_ratio")
-            if info["backend"] == "zarr" and ratio:
+            if (info["backend"] == "zarr" or stored.get("codec", "raw") != "raw") and ratio:
                 disk += f" ({ratio:.1f}x)"
         elif key.startswith("next/") and info["stored"].get(key[5:], {}).get("storage") == "flat":
             where, disk = f"= {key[5:]}[t+1]", "-"
         else:
             where, disk = "derived", "-"
-        rows.append([key, str(tuple(spec["shape"])), spec["dtype"], where, disk])
+        codec = spec.get("codec", "raw")
+        dtype = spec["dtype"] if codec == "raw" else f"{spec['dtype']} {codec}"
+        rows.append([key, str(tuple(spec["shape"])), dtype, where, disk])
     output.print_table(
         [
             output.Column("key", kind="key"),

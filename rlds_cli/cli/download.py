@@ -11,6 +11,7 @@ from rich.text import Text
 from rlds_cli.cli import output
 from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
+    FramesOption,
     JsonOption,
     NameOption,
     QuietOption,
@@ -51,6 +52,7 @@ def download(
         str | None, typer.Option("--format", help="Source format (default: registry's, or detect).")
     ] = None,
     storage: StorageOption = None,
+    frames: FramesOption = None,
     force: Annotated[
         bool, force_option("Download again, re-convert and replace an existing dataset.")
     ] = False,
@@ -121,6 +123,10 @@ def download(
         from rlds_cli.cache.root import validate_name
 
         validate_name(name)
+    if frames is not None:  # a bad mode fails before any download
+        from rlds_cli.frames.modes import FramesMode
+
+        FramesMode.parse(frames)
     options: dict[str, object] = {"max_episode_steps": max_episode_steps, "workers": workers}
     if episodes is not None:
         options["episodes"] = episodes
@@ -138,6 +144,7 @@ def download(
             format=format,
             root=root,
             backend=storage,
+            frames=frames,
             force=force,
             options=options,
             progress=on_convert,
@@ -156,6 +163,7 @@ def download(
                 "num_steps": m.num_steps,
                 "num_episodes": m.num_episodes,
                 "backend": m.backend,
+                "frames": {k: s.codec for k, s in m.fields.items() if s.codec != "raw"},
                 "downloads": m.source.get("downloads", []),
                 "conversion": m.conversion,
             }
@@ -171,6 +179,10 @@ def download(
             f"{m.conversion['inferred_boundaries']} episode boundaries were not flagged in the "
             "source and were inferred (see 'rlds inspect')"
         )
+    report = m.conversion.get("frames")
+    for key, how in (report.get("columns", {}) if isinstance(report, dict) else {}).items():
+        made = "kept as they arrived" if how["encoded"] == 0 else f"encoded ({how['kept']:,} kept)"
+        output.console.print(f"frames {output.escape(key)}: {how['codec']}, {made}", soft_wrap=True)
     verb = "already in the cache" if result.reused else "converted"
     output.console.print(
         f"[green]{output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "

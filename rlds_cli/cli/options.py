@@ -39,6 +39,17 @@ StorageOption = Annotated[
         "--storage", help="Storage of the new dataset: memmap (default) or zarr.", show_default=False
     ),
 ]
+#: What a conversion does with camera frames (rlds_cli.frames.modes).
+FramesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--frames",
+        metavar="MODE",
+        help="Camera frames: keep (default: frames that arrive encoded keep their bytes, arrays stay "
+        "arrays), raw (decode all), jpeg[:QUALITY] (default 93), png or webp (lossless): encode arrays.",
+        show_default=False,
+    ),
+]
 #: The name of the dataset a command creates.
 NameOption = Annotated[
     str | None, typer.Option("--name", "-n", help="Name of the new dataset in the cache.", show_default=False)

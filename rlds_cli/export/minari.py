@@ -23,8 +23,12 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   Text leaves, stored as ``uint32`` code points, are written back as the UTF-8 strings minari
   stores for a Text space, and the reset seed of each episode as the episode's ``seed``
   attribute (as ``DataCollector`` writes it).
-* Images are written as raw ``uint8`` arrays and ``jpeg_encoding`` is set to false, so minari
-  reads them back without JPEG decoding (lossless).
+* Images: when every image leaf (minari's ``is_image_space``) is a JPEG frame column of the
+  dataset (``--frames keep`` of a minari source, or ``--frames jpeg``), each frame's stored bytes
+  are written as minari writes its frames (one JPEG a row, a variable-length ``uint8`` dataset)
+  and ``jpeg_encoding`` is true: nothing is decoded or encoded again, and minari decodes exactly
+  what rlds reads. Otherwise images are written as raw ``uint8`` arrays and ``jpeg_encoding`` is
+  false, so minari reads them back without JPEG decoding (lossless).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import VIEW_LAYOUT
@@ -182,6 +187,26 @@ def _write_leaf(group: Any, path: str, data: np.ndarray, text_paths: set[str]) -
         group.create_dataset(path, data=data)
 
 
+def _kept_jpeg(gym: Any, dataset: Dataset, space: Any, paths: dict[str, str]) -> dict[str, FramesColumn]:
+    """The JPEG frame columns to write as they are stored, by key: every observation leaf that
+    minari takes for an image (``is_image_space``), when each is one (``jpeg_encoding`` holds for
+    the whole file); else none."""
+    from minari.dataset.minari_storage import is_image_space
+
+    leaves = dict(_leaves(gym, space, "observations"))
+    images = [key for key, path in paths.items() if is_image_space(leaves[path])]
+    kept: dict[str, FramesColumn] = {}
+    for key in images:
+        spec = dataset.stored_fields.get(key)
+        column = dataset.column(key) if spec is not None and spec.codec == "jpeg" else None
+        # a plain dataset's own column (a view's or a growing one's rows are not one file's)
+        rgb_or_gray = spec is not None and not spec.channels_first and spec.shape[2:] in ((), (3,))
+        if type(column) is not FramesColumn or not rgb_or_gray:
+            return {}
+        kept[key] = column
+    return kept
+
+
 def _spec_json(value: Any) -> str | None:
     """An env spec as metadata.json holds it (a JSON string)."""
     if isinstance(value, dict):
@@ -225,6 +250,7 @@ def export_minari(
         for path, leaf in _leaves(gym, space, prefix)
         if isinstance(leaf, gym.spaces.Text)
     }
+    jpeg = _kept_jpeg(gym, dataset, observation_space, observation_paths)
     recorded_paths = (recorded or {}).get("paths") or {}
     info_paths = {
         k: recorded_paths.get(k, "infos" + k[len("info") :])
@@ -245,6 +271,12 @@ def export_minari(
                     # a recorded episode's reset seed, where DataCollector keeps it
                     group.attrs["seed"] = np.uint64(ep[SEED_KEY][0])
                 for key, path in observation_paths.items():
+                    if key in jpeg:  # the episode's stored JPEG files, its final frame's too
+                        first = int(dataset.episode_index["start"][i]) + i
+                        files = jpeg[key].encoded(first, first + length + 1).data
+                        rows = [np.frombuffer(data, np.uint8) for data in files]
+                        group.create_dataset(path, data=rows, dtype=h5py.vlen_dtype(np.uint8))
+                        continue
                     _write_leaf(group, path, np.concatenate([ep[key], ep[f"next/{key}"][-1:]]), text_paths)
                 for key, path in action_paths.items():
                     _write_leaf(group, path, ep[key], text_paths)
@@ -264,8 +296,8 @@ def export_minari(
             "total_episodes": dataset.num_episodes,
             "total_steps": dataset.num_steps,
             "data_format": "hdf5",
-            # frames are written as raw uint8 arrays: minari must not JPEG-decode them
-            "jpeg_encoding": False,
+            # JPEG files kept as the cache stores them, else raw uint8 arrays minari must not decode
+            "jpeg_encoding": bool(jpeg),
             "observation_space": serialize_space(observation_space),
             "action_space": serialize_space(action_space),
             "algorithm_name": "exported by rlds-cli",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.formats.base import StepBlock
+from rlds_cli.frames.encoded import join_rows
 
 #: Source bytes gathered before a block is emitted (every reader's budget).
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -159,7 +160,7 @@ class BlockPacker:
         first = blocks[0]
         return StepBlock(
             steps={k: np.concatenate([b.steps[k] for b in blocks]) for k in first.steps},
-            observations={k: np.concatenate([b.observations[k] for b in blocks]) for k in first.observations},
+            observations={k: join_rows([b.observations[k] for b in blocks]) for k in first.observations},
             ends=np.concatenate([b.ends + o for b, o in zip(blocks, offsets, strict=True)]).astype(np.int64),
             final_known=_per_end([b.final_known for b in blocks], blocks, True),
             episode_ids=_per_end([b.episode_ids for b in blocks], blocks, -1),

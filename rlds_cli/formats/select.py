@@ -21,6 +21,7 @@ from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormat
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 from rlds_cli.formats.keys import key_problem
 from rlds_cli.formats.untrusted import require_numeric, require_rows
+from rlds_cli.frames.encoded import EncodedFrames, take_rows
 
 #: Source arrays with one row per episode (``<format>/episode_<what>``).
 EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
@@ -134,7 +135,7 @@ def check_block(block: StepBlock, source: object = None) -> None:
                     f"{where}: key {key!r} cannot be stored: {problem}",
                     hint="rename the array in the source (keys are '/'-separated parts of A-Z a-z 0-9 _ . -)",
                 )
-            rows = np.asarray(rows)
+            rows = rows if isinstance(rows, EncodedFrames) else np.asarray(rows)
             require_numeric(where, key, rows.dtype)
             require_rows(where, key, rows.shape)
 
@@ -178,7 +179,7 @@ def _select_episodes(block: StepBlock, counter: int, first: int, stop: int | Non
     ids = block.episode_ids if block.episode_ids is not None else end_episode
     return StepBlock(
         steps={key: np.asarray(v)[keep_step] for key, v in block.steps.items()},
-        observations={key: np.asarray(v)[keep_flat] for key, v in block.observations.items()},
+        observations={key: take_rows(v, keep_flat) for key, v in block.observations.items()},
         ends=new_ends,
         final_known=None if block.final_known is None else np.asarray(block.final_known)[keep_end],
         episode_ids=np.asarray(ids)[keep_end],

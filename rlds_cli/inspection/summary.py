@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import stats
+from rlds_cli.cache.backends.frames import ENDS_SUFFIX, FRAMES_SUFFIX
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
@@ -127,10 +128,19 @@ def stored_key_bytes(ds: Dataset, key: str) -> int:
         return sum(stored_key_bytes(part, key) for part in parts())
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
+    frames = [base / f"{key}{suffix}" for suffix in (FRAMES_SUFFIX, ENDS_SUFFIX)]
+    if frames[0].is_file():  # a frame column (cache/backends/frames.py)
+        return sum(p.stat().st_size for p in frames if p.is_file())
     if npy.is_file():
         return npy.stat().st_size
     folder = base / key
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def codec_of(fields: dict[str, Any], key: str) -> str:
+    """How TED key ``key`` is stored: its frame codec (``next/key`` is ``key``'s), else ``raw``."""
+    spec = fields.get(key) or (fields.get(key[5:]) if key.startswith("next/") else None)
+    return spec.codec if spec is not None else "raw"
 
 
 def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = None) -> dict[str, Any]:
@@ -155,6 +165,7 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         key: {
             "shape": list(spec.shape),
             "dtype": spec.dtype,
+            "codec": spec.codec,
             "storage": spec.storage,
             "rows": ds.num_steps + (ds.num_episodes if spec.storage == "flat" else 0),
             "bytes": stored_key_bytes(ds, key),
@@ -182,7 +193,10 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         "format_version": m.format_version,
         "num_steps": m.num_steps,
         "num_episodes": m.num_episodes,
-        "fields": {k: {"shape": list(shape), "dtype": dtype} for k, (shape, dtype) in ds.fields.items()},
+        "fields": {
+            k: {"shape": list(shape), "dtype": dtype, "codec": codec_of(m.fields, k)}
+            for k, (shape, dtype) in ds.fields.items()
+        },
         "stored": stored,
         "size_bytes": ds.size_bytes(),
         "episode_length": _length_stats(lengths),

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.data_loader import TedDataLoader
     from rlds_cli.loader.epoch import EpochSampler
     from rlds_cli.loader.factory import make_sampler
+    from rlds_cli.loader.image_transforms import CenterCrop, ColorJitter, RandomCrop, RandomShift, Resize
     from rlds_cli.loader.loader import Loader
     from rlds_cli.loader.mixture import MixtureLoader, MixtureSource
     from rlds_cli.loader.mixture_sampler import MixtureSampler
@@ -45,6 +46,11 @@ _LAZY = {
     "NStepReturn": "transforms",
     "Normalize": "transforms",
     "compute_stats": "transforms",
+    "Resize": "image_transforms",
+    "CenterCrop": "image_transforms",
+    "RandomCrop": "image_transforms",
+    "RandomShift": "image_transforms",
+    "ColorJitter": "image_transforms",
     "Windows": "windows",
     "make_sampler": "factory",
     "Loader": "loader",
@@ -68,6 +74,8 @@ _LAZY = {
 _TORCH_FREE = frozenset({"samplers", "epoch", "transforms", "windows"})
 
 __all__ = [
+    "CenterCrop",
+    "ColorJitter",
     "Draw",
     "Episodes",
     "EpochBatchSampler",
@@ -81,6 +89,9 @@ __all__ = [
     "Normalize",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "RandomCrop",
+    "RandomShift",
+    "Resize",
     "SliceSampler",
     "SumTree",
     "TedDataLoader",

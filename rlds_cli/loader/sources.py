@@ -209,6 +209,8 @@ class HostSource:
             # A plain ndarray over the same buffer: np.memmap's subclass hooks cost more than
             # the gather itself on small batches.
             return np.array(column) if self.in_memory else np.asarray(column).view(np.ndarray)
+        if self.in_memory and hasattr(column, "loaded"):  # frames: their stored bytes, not decoded
+            return column.loaded()
         return np.asarray(column) if self.in_memory else column
 
     def _table_dtype(self) -> Any:

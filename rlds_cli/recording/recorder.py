@@ -113,6 +113,7 @@ def record(
     min_size: int = 0,
     min_total: int = 0,
     protected: bool = False,
+    frames: str | None = None,
 ) -> Dataset:
     """Run ``policy`` in ``env`` for ``episodes`` episodes or ``steps`` steps and save them.
 
@@ -139,6 +140,8 @@ def record(
             when this call creates it, a later writer reads them (see
             :class:`~rlds_cli.DatasetWriter`, which also has ``capacity_episodes``).
         protected: These episodes are never evicted (demonstrations recorded into a buffer).
+        frames: How camera frames (image observations) are stored: ``keep`` (default, as
+            arrays), ``jpeg[:QUALITY]``, ``png`` or ``webp`` (see :class:`~rlds_cli.DatasetWriter`).
 
     Returns:
         The dataset, opened.
@@ -195,6 +198,7 @@ def record(
             "min_size": min_size,
             "min_total": min_total,
             "protected": protected,
+            "frames": frames,
         }
         return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
     finally:

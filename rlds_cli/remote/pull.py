@@ -224,12 +224,16 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
 
 
 def _discard_key(build: Path, key: str, manifest: Manifest) -> None:
+    from rlds_cli.cache.backends.frames import frame_files
     from rlds_cli.cache.digest import column_path
 
     if key == "episodes":
         (build / EPISODES_FILE).unlink(missing_ok=True)
     elif key == "source_arrays":
         (build / SOURCE_ARRAYS_FILE).unlink(missing_ok=True)
+    elif key in manifest.fields and manifest.fields[key].frame_format is not None:
+        for path in frame_files(build, key):
+            path.unlink(missing_ok=True)
     elif key in manifest.fields:
         path = column_path(build, manifest.backend, key)
         if path.is_dir():
@@ -244,9 +248,12 @@ def _what(rel: str, manifest: Manifest) -> str:
         return "the episode index"
     if rel == SOURCE_ARRAYS_FILE:
         return "the source's arrays"
+    from rlds_cli.cache.backends.frames import ENDS_SUFFIX, FRAMES_SUFFIX
+
     inner = rel.removeprefix("arrays/")
     for key in sorted(manifest.fields, key=len, reverse=True):
-        if inner == f"{key}.npy" or inner.startswith(f"{key}/"):
+        suffixes = (".npy", FRAMES_SUFFIX, ENDS_SUFFIX)  # a memmap array, a frame column's two files
+        if any(inner == f"{key}{suffix}" for suffix in suffixes) or inner.startswith(f"{key}/"):
             return f"key {key}"
     return "zarr metadata" if rel.endswith("zarr.json") else "a dataset file"
 

@@ -36,10 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli.cache.backends.frames import ENDS_SUFFIX, FRAMES_SUFFIX, FramesColumn
+from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.cache.layout import is_url as is_url  # re-exported: callers ask here too
+from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.errors import (
+    CorruptDatasetError,
     DatasetReplacedError,
 )
 from rlds_cli.remote import store
@@ -190,7 +194,30 @@ class RemoteDataset(Dataset):
     def stored_key_bytes(self, key: str) -> int:
         """Bytes the array ``key`` uses on the store."""
         prefix = f"{ARRAYS_DIR}/{key}/"
-        return sum(e.size for rel, e in self._files.index.files.items() if rel.startswith(prefix))
+        frames = {f"{ARRAYS_DIR}/{key}{FRAMES_SUFFIX}", f"{ARRAYS_DIR}/{key}{ENDS_SUFFIX}"}
+        return sum(
+            e.size for rel, e in self._files.index.files.items() if rel.startswith(prefix) or rel in frames
+        )
+
+    def _stored_column(self, directory: Path, key: str, spec: FieldSpec) -> Any:
+        """A frame column read where it lies (its offsets fetched whole and checked against the
+        files index, its frames by ranged reads); any other column through the zarr reader."""
+        fmt = spec.frame_format
+        if fmt is None:
+            return super()._stored_column(directory, key, spec)
+        rel_frames, rel_ends = (f"{ARRAYS_DIR}/{key}{suffix}" for suffix in (FRAMES_SUFFIX, ENDS_SUFFIX))
+        data = self._files.read_file(rel_ends)
+        size = self._files.size(rel_frames)
+        if data is None or size is None:
+            raise CorruptDatasetError(f"{self.url}: the frames of {key!r} are not in {INDEX_FILE}")
+        local = self.directory / rel_ends  # checked against its sha256: the mirror's copy
+        local.parent.mkdir(parents=True, exist_ok=True)
+        write_small_file(local, data)
+        ends = load_npy(local, mmap=False, what="frame offsets")
+        self._check_not_replaced()
+        return RemoteFramesColumn(
+            self._files, rel_frames, ends, fmt, f"{key!r} of dataset {self.name!r}", size
+        )
 
     def fix_summary(self, info: dict[str, Any]) -> None:
         """Make a :func:`rlds_cli.inspection.summary.describe` of this dataset speak of the store: its
@@ -216,9 +243,33 @@ class RemoteDataset(Dataset):
                     f"{files.where(rel)} has {info.get('size')} bytes, the push recorded {entry.size}"
                 )
         for key, spec in self.manifest.fields.items():
+            if spec.frame_format is not None:  # its two files: listed and sized above
+                continue
             rows = self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)
             problem = self._backend.check_column(self.directory, key, rows, spec.shape)
             if problem is not None:
                 problems.append(problem)
         self._check_not_replaced()
         return problems
+
+
+class RemoteFramesColumn(FramesColumn):
+    """A frame column of a dataset read where it was pushed: the frames a read needs are fetched
+    by ranged requests (near ones merged, all of them at once), or from the file cache's copy of
+    the whole file when there is one; each fetch is followed by the replacement check."""
+
+    #: Reads the store at every access: the dataset checks after each read that it was not replaced.
+    stable_once_open = False
+
+    def __init__(self, files: RemoteFiles, rel: str, ends: Any, fmt: Any, label: str, size: int) -> None:
+        super().__init__(files.where(rel), ends, fmt, label, size=size)
+        self._files = files
+        self._rel = rel
+
+    def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
+        if self._files.cache_dir is not None:
+            mapped = self._files.map(self._rel)
+            if mapped is not None:
+                return lambda i: mapped[first_byte[i] : end_byte[i]]
+        blobs = self._files.read_ranges([self._rel] * len(first_byte), first_byte, end_byte)
+        return blobs.__getitem__

@@ -45,6 +45,8 @@ EXTRA_HINT = "pip install 'rlds-cli[remote]' (fsspec and s3fs; gcs:// needs gcsf
 Progress = Callable[[str, int], None]
 
 _PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: The last part of a frame column's two files (``<key>@frames``, ``<key>@ends.npy``).
+_FRAME_FILE = re.compile(r"^[A-Za-z0-9_.-]+@(?:frames|ends\.npy)$")
 _HUB_READ_HINT = (
     "accept the repo's terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may "
     "read it"
@@ -289,9 +291,13 @@ def join(base: str, rel: str) -> str:
 def safe_relpath(rel: str) -> bool:
     """Whether ``rel`` (a path from a remote index) stays inside the dataset directory: a
     hostile index must not make a pull write ``../../.bashrc``."""
-    parts = rel.split("/")
+    *folders, name = rel.split("/")
     return (
-        bool(rel) and all(p not in ("", ".", "..") and _PART.match(p) for p in parts) and rel != MANIFEST_FILE
+        bool(rel)
+        and all(p not in ("", ".", "..") and _PART.match(p) for p in folders)
+        and name not in ("", ".", "..")
+        and bool(_PART.match(name) or _FRAME_FILE.match(name))
+        and rel != MANIFEST_FILE
     )
 
 

@@ -33,6 +33,8 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock, parse_options
+from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.modes import FramesMode
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +137,7 @@ def episode_files(source: Path, fmt: str, options: dict[str, Any]) -> list[str] 
 def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
     for columns in (block.steps, block.observations):
         for key, rows in columns.items():
-            arr = np.asarray(rows)
+            arr = rows if isinstance(rows, EncodedFrames) else np.asarray(rows)  # frames stay encoded
             if arr.dtype.kind in "fc":
                 counts[key] = counts.get(key, 0) + _nans(arr)
             else:
@@ -166,6 +168,7 @@ def convert(
     format: str | None = None,
     root: PathLike | CacheRoot | None = None,
     backend: str | None = None,
+    frames: str | FramesMode | None = None,
     force: bool = False,
     options: dict[str, Any] | None = None,
     source_info: dict[str, Any] | None = None,
@@ -186,6 +189,10 @@ def convert(
         backend: ``"memmap"`` or ``"zarr"``; ``None``: the storage of the dataset already
             converted under ``name`` (reused), else ``"memmap"``. One named that differs from
             the existing dataset's is refused without ``force``, never ignored.
+        frames: What to do with camera frames (:mod:`rlds_cli.frames.modes`): ``keep`` (the
+            default: frames that arrive encoded keep the source's bytes, arrays stay arrays),
+            ``raw``, ``jpeg[:QUALITY]``, ``png`` or ``webp``. A dataset converted from the same
+            bytes with another mode is not reused.
         force: Rebuild and replace an existing dataset of this name.
         options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``,
             ``{"allow_pickle": True}``), checked against the reader's ``Options`` (a string
@@ -224,12 +231,19 @@ def convert(
     source_hash = SourceHash(files, base, expected_sha256, expected_origin, progress)
     stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
     asked, backend = backend, backend or _stored_backend(cache, name)  # --force keeps it too
-    with DatasetBuilder(name, root=cache, backend=backend, replace=force) as builder:
+    mode = FramesMode.parse(frames)
+    with DatasetBuilder(name, root=cache, backend=backend, replace=force, frames=mode) as builder:
         if builder.existing is not None and not force:
             old = builder.existing.source
             same_format = old.get("format") == fmt or (archive is not None and fmt is None)
             sha256 = source_hash.checked()[1]  # the reuse check needs the digest first
-            if old.get("sha256") == sha256 and same_format and old.get("options", {}) == stored_options:
+            same_frames = old.get("frames", "keep") == str(mode)
+            if (
+                old.get("sha256") == sha256
+                and same_format
+                and same_frames
+                and old.get("options", {}) == stored_options
+            ):
                 if asked is not None and asked != builder.existing.backend:
                     raise DatasetExistsError(
                         f"dataset {name!r} holds this source stored as {builder.existing.backend}; "
@@ -255,6 +269,7 @@ def convert(
                 "path": str(shown.resolve()),
                 **dict.fromkeys(("sha256", "size", "files")),  # (from the hash, before the commit)
                 "options": stored_options,
+                **({"frames": str(mode)} if mode.name != "keep" else {}),
                 **({"archive": True} if archive is not None else {}),
                 **(source_info or {}),
             }

@@ -20,6 +20,7 @@ from rlds_cli import settings
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
+from rlds_cli.frames.modes import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
@@ -43,6 +44,7 @@ def download(
     format: str | None = None,
     root: str | os.PathLike[str] | CacheRoot | None = None,
     backend: str | None = None,
+    frames: str | FramesMode | None = None,
     force: bool = False,
     options: dict[str, Any] | None = None,
     progress: Progress | None = None,
@@ -62,6 +64,8 @@ def download(
         root: Cache root.
         backend: ``"memmap"`` or ``"zarr"`` (``None``: an existing dataset's, else memmap;
             see :func:`rlds_cli.sources.convert.convert`).
+        frames: What to do with camera frames: ``keep`` (default), ``raw``, ``jpeg[:QUALITY]``,
+            ``png`` or ``webp`` (see :mod:`rlds_cli.frames.modes`).
         force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
         progress: Conversion progress, see :data:`rlds_cli.sources.convert.Progress`.
@@ -77,7 +81,9 @@ def download(
     offline = settings.offline() if offline is None else offline
     # pin=False: a first-seen hash binds later downloads only once the file converted
     fetch: dict[str, Any] = {"force": force, "offline": offline, "progress": download_progress, "pin": False}
-    convert_args: dict[str, Any] = {"root": cache, "backend": backend, "force": force, "progress": progress}
+    convert_args: dict[str, Any] = {
+        "root": cache, "backend": backend, "frames": frames, "force": force, "progress": progress,
+    }  # fmt: skip
     path = Path(source).expanduser()
     if path.exists():
         return convert(

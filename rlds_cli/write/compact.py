@@ -31,6 +31,7 @@ from rlds_cli import settings
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache import commit_log, digest
 from rlds_cli.cache.backends import Backend, get_backend
+from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer, open_frames
 from rlds_cli.cache.commit_log import (
     COMPACT,
     FINAL_GENERATION,
@@ -254,10 +255,15 @@ def merge_run(
                 raise _damaged_input(ds, part.directory, "its episode index does not match its digest")
         hashes: dict[str, str] = {}
         for key, spec in ds.head.fields.items():
-            column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
-            hasher = digest.ColumnHasher(spec.dtype)
-            for part, skip in parts:
-                _copy_checked(ds, part, skip, key, column, hasher, backend)
+            column = column_writer(backend, build, spec)
+            if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
+                for part, skip in parts:
+                    _copy_frames_checked(ds, part, skip, key, column)
+                hasher: Any = column.hasher
+            else:
+                hasher = digest.ColumnHasher(spec.dtype)
+                for part, skip in parts:
+                    _copy_checked(ds, part, skip, key, column, hasher, backend)
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episode_index["length"][skip:] for part, skip in parts])
@@ -278,6 +284,8 @@ def merge_run(
 
 #: Rows copied at a time: bounded memory on large runs.
 _BLOCK_ROWS = 65536
+#: Frames copied at a time (a frame is kilobytes, not a row's bytes).
+_FRAME_BLOCK_ROWS = 1024
 
 
 def _copy_checked(
@@ -287,10 +295,7 @@ def _copy_checked(
     ``out``, hashed into ``hasher``, reading the whole column once to check it against the
     digest the segment recorded."""
     spec = ds.head.fields[key]
-    flat = spec.storage == "flat"
-    step0 = int(part.episode_index["start"][skip])
-    start = step0 + skip if flat else step0
-    stop = part.num_steps + (part.num_episodes if flat else 0)
+    start, stop = _live_rows(ds, part, skip, key)
     # opened for this copy only: a map per segment kept open would hold a descriptor each
     col = backend.open_column(part.directory, key)
     if tuple(col.shape) != (stop, *spec.shape) or np.dtype(col.dtype) != np.dtype(spec.dtype):
@@ -311,6 +316,35 @@ def _copy_checked(
     del col
     if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
         raise _damaged_input(ds, part.directory, f"array {key!r} does not match its digest (content changed)")
+
+
+def _live_rows(ds: GrowingDataset, part: Any, skip: int, key: str) -> tuple[int, int]:
+    """``(first live row, rows)`` of stored column ``key`` in segment ``part`` whose episodes
+    from ``skip`` on are live."""
+    flat = ds.head.fields[key].storage == "flat"
+    step0 = int(part.episode_index["start"][skip])
+    return (step0 + skip if flat else step0), part.num_steps + (part.num_episodes if flat else 0)
+
+
+def _copy_frames_checked(ds: GrowingDataset, part: Any, skip: int, key: str, out: FramesColumnWriter) -> None:
+    """Append the live frames of ``key`` in segment ``part`` to ``out`` as they are stored, after
+    checking the whole column (files, offsets, digest) against what the segment recorded."""
+    spec = ds.head.fields[key]
+    fmt = spec.frame_format
+    assert fmt is not None
+    start, stop = _live_rows(ds, part, skip, key)
+    try:
+        col = open_frames(part.directory, key, fmt, repr(key))
+    except CorruptDatasetError as exc:
+        raise _damaged_input(ds, part.directory, exc.message) from None
+    if len(col) != stop:
+        raise _damaged_input(ds, part.directory, f"frames {key!r} hold {len(col)} rows, expected {stop}")
+    if col.content_digest() != part.manifest.content_digest.get("columns", {}).get(key):
+        raise _damaged_input(
+            ds, part.directory, f"frames {key!r} do not match their digest (content changed)"
+        )
+    for lo in range(start, stop, _FRAME_BLOCK_ROWS):
+        out.append(col.encoded(lo, min(stop, lo + _FRAME_BLOCK_ROWS)))
 
 
 def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CorruptDatasetError:

@@ -44,6 +44,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
+from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer
 from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
 from rlds_cli.cache.durable import fsync_wave, tree_paths
 from rlds_cli.cache.layout import (
@@ -57,6 +58,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.unnamed_segments import unnamed, writer_alive
 from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write.trash import delete_later
 from rlds_cli.write.validate import EpisodeColumns
 
@@ -128,6 +130,7 @@ def commit_segment(
     protected: bool,
     fsync: bool,
     writer: dict[str, Any],
+    quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Record:
     """Write ``batch`` (whole episodes) as one segment and commit it (see the module
     docstring); returns the ``ADD`` record appended.
@@ -135,13 +138,14 @@ def commit_segment(
     A failure after the segment's rename (its folders' fsyncs, the log's write) removes the
     segment, which no record names, at once: its writer still runs, so :func:`collect` would
     keep it until the writer ends. A failure after the record was written (its fsync) leaves
-    the segment committed and raises :class:`CommittedNotSynced`."""
+    the segment committed and raises :class:`CommittedNotSynced`. ``quality``: the JPEG quality
+    of frames a frame column encodes."""
     seg = new_segment_id()
     log_path = directory / COMMIT_LOG_FILE
     final = directory / SEGMENTS_DIR / seg_name(seg)
     try:
         with building_segment(directory, seg, fsync=fsync) as build:
-            manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync)
+            manifest = _write_segment(build, head, backend, batch, writer, fsync=fsync, quality=quality)
         record = Record(
             ADD,
             seg,
@@ -184,20 +188,27 @@ def _write_segment(
     writer: dict[str, Any],
     *,
     fsync: bool,
+    quality: int,
 ) -> Manifest:
     # Every episode's pieces are written one after the other, never joined into a fresh copy,
     # and hashed as they are written (this runs on the writer's commit thread, beside the
     # caller: no second thread or second read is needed for the digests).
     hashes: dict[str, str] = {}
     for key, spec in head.fields.items():
-        column = backend.create_column(build, key, np.dtype(spec.dtype), spec.shape)
-        hasher = digest.ColumnHasher(spec.dtype)
+        column = column_writer(backend, build, spec, quality)
+        # a frame column's writer hashes the bytes it stores (cache/backends/frames.py)
+        hasher = None if isinstance(column, FramesColumnWriter) else digest.ColumnHasher(spec.dtype)
         for ep in batch:
             for rows in ep.pieces(key):
                 column.append(rows)
-                hasher.update(rows)
+                if hasher is not None:
+                    hasher.update(rows)
         column.close(fsync=False)  # building_segment fsyncs the segment's files together
-        hashes[key] = hasher.hexdigest()
+        if isinstance(column, FramesColumnWriter):
+            hashes[key] = column.hasher.hexdigest()
+        else:
+            assert hasher is not None
+            hashes[key] = hasher.hexdigest()
     lengths = np.array([ep.num_steps for ep in batch], np.int64)
     return seal_segment(build, head, backend, lengths, hashes, writer)
 

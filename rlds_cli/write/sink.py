@@ -24,6 +24,7 @@ from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import CommitFailedError, CorruptDatasetError, RldsError, from_os_error
+from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write import segments
 from rlds_cli.write.merging import SmallSegmentMerger
 from rlds_cli.write.validate import EpisodeColumns
@@ -54,8 +55,10 @@ class SegmentSink:
         fsync: bool,
         writer: dict[str, Any],
         try_lock: Callable[[], Any | None] | None = None,
+        quality: int = DEFAULT_JPEG_QUALITY,
     ) -> None:
         self.directory = directory
+        self.quality = quality  # of the frames a frame column encodes
         self.protected = protected
         self.fsync = fsync
         self.writer = writer
@@ -82,6 +85,7 @@ class SegmentSink:
                 protected=self.protected,
                 fsync=self.fsync,
                 writer=self.writer,
+                quality=self.quality,
             )
         except segments.CommittedNotSynced as exc:
             self._count(exc.record, batch)

@@ -27,11 +27,13 @@ import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.backends.frames import with_frames
 from rlds_cli.cache.growing_settings import DEFAULT_GRACE_SECONDS, growing_settings, settings_problem
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
+from rlds_cli.frames.modes import FramesMode
 from rlds_cli.write import segments
 from rlds_cli.write.committer import Committer
 from rlds_cli.write.compact import try_compaction_lock
@@ -125,6 +127,11 @@ class DatasetWriter:
         schema: The dataset's keys as TED keys -> ``(shape, dtype)`` per step (what
             ``Dataset.fields`` returns); ``None``: from the first episode. Given, the dataset is
             created at once (empty) and every episode is checked against it.
+        frames: How camera frames (``uint8`` observations of an image's shape, see
+            :mod:`rlds_cli.frames.modes`) are stored when this writer creates the dataset:
+            ``keep`` (default) and ``raw`` as arrays, ``jpeg[:QUALITY]``, ``png`` or ``webp``
+            encoded on the commit thread (on every core). Appending keeps the dataset's codecs;
+            ``frames`` then sets the JPEG quality of what this writer encodes.
 
     The settings (capacity, min_size, min_total, grace) are the dataset's: fixed by its creator,
     read by every later writer.
@@ -152,7 +159,9 @@ class DatasetWriter:
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
         schema: dict[Any, Any] | None = None,
+        frames: FramesMode | str | None = None,
     ) -> None:
+        self.frames = FramesMode.parse(frames)
         if mode not in ("create", "append"):
             raise ValueError(f"mode must be 'create' or 'append', not {mode!r}")
         if episodes_per_commit < 1:
@@ -212,6 +221,7 @@ class DatasetWriter:
             fsync=self.fsync,
             writer=self._writer,
             try_lock=functools.partial(try_compaction_lock, self.cache, self.name),
+            quality=self.frames.quality,
         )
         self._source: dict[str, Any] = {
             "format": "rlds-writer",
@@ -437,7 +447,8 @@ class DatasetWriter:
         storage = self._storage or "memmap"
         get_backend(storage)  # an unknown name fails before anything is written
         try:
-            self._adopt(segments.create_head(self.cache, self.name, storage, fields, self._source))
+            stored = with_frames(fields, self.frames)
+            self._adopt(segments.create_head(self.cache, self.name, storage, stored, self._source))
         except DatasetExistsError:
             if self.mode == "create":
                 raise

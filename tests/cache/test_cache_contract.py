@@ -19,7 +19,7 @@ import pytest
 
 from rlds_cli.cache import CacheRoot, Dataset, TedBatch, open_dataset, validate_name
 from rlds_cli.cache.backends import NPY_HEADER_BYTES
-from rlds_cli.cache.manifest import FORMAT_VERSION
+from rlds_cli.cache.manifest import FORMAT_VERSION, PLAIN_FORMAT_VERSION
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetNotFoundError,
@@ -139,7 +139,8 @@ def test_manifest_counts_and_fields(golden: Dataset, backend: str, with_next: bo
     )
     assert m.name == "golden/three-v0"
     assert m.backend == backend
-    assert m.format_version == FORMAT_VERSION == 1
+    # plain arrays only: version 1, which rlds before frame columns (version 2) reads too
+    assert m.format_version == PLAIN_FORMAT_VERSION == 1 and FORMAT_VERSION == 2
     assert m.layout == "flat-ted"
     assert m.lineage == []
     assert m.created_by.startswith("rlds-cli ")

@@ -39,7 +39,8 @@ pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(25
 
 #: ``rlds inspect --json``'s fields of the golden file: the golden table's TED fields.
 GOLDEN_FIELDS = {
-    key: {"shape": list(shape), "dtype": dtype} for key, (shape, dtype) in GOLDEN_TED_FIELDS.items()
+    key: {"shape": list(shape), "dtype": dtype, "codec": "raw"}
+    for key, (shape, dtype) in GOLDEN_TED_FIELDS.items()
 }
 
 

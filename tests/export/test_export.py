@@ -189,6 +189,39 @@ def test_minari_export_reads_back_with_minari(
     _same(golden, open_dataset("back"))
 
 
+@pytest.mark.parametrize("codec", ["jpeg", "png"])
+def test_minari_export_of_frames(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """JPEG frames are written as minari writes its own (their stored bytes, ``jpeg_encoding``
+    true); frames in another codec are written decoded, ``jpeg_encoding`` false. Either way
+    minari reads what rlds reads, and rlds reads the export back the same."""
+    minari = pytest.importorskip("minari")
+    from tests.frames_fixtures import build_frames
+
+    build_frames(isolated_cache, "cam", [4, 3], codec, prefix="observation/")
+    ds = open_dataset("cam")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    out = export_dataset(ds, tmp_path / "minari" / "cam-v0", "minari")
+    meta = json.loads((out / "data" / "metadata.json").read_text())
+    assert meta["jpeg_encoding"] is (codec == "jpeg")
+    loaded = minari.load_dataset("cam-v0")
+    for i, episode in enumerate(loaded.iterate_episodes()):
+        ours = ds.episode(i)
+        want = np.concatenate([ours["observation/pixels"], ours["next/observation/pixels"][-1:]])
+        np.testing.assert_array_equal(episode.observations["pixels"], want)
+    if codec == "jpeg":
+        with h5py.File(out / "data" / "main_data.hdf5") as f:
+            written = bytes(f["episode_1/observations/pixels"][0])
+        assert written == bytes(
+            ds.column("observation/pixels").frame_bytes(5)
+        )  # episode 1's first row: kept bytes
+    back = convert(out, "back").manifest
+    assert back.fields["observation/pixels"].codec == ("jpeg" if codec == "jpeg" else "raw")
+    back_pixels = open_dataset("back").column("observation/pixels")[:]
+    np.testing.assert_array_equal(back_pixels, ds.column("observation/pixels")[:])
+
+
 def test_minari_export_needs_a_minari_id(golden: Dataset, tmp_path: Path) -> None:
     pytest.importorskip("minari")
     with pytest.raises(ExportError, match="is not a Minari dataset id"):

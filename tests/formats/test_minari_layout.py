@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.errors import MissingExtraError, SourceError, SourceFormatError
+from rlds_cli.errors import MissingExtraError, SourceFormatError
 from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import minari_episode, write_minari_by_hand
 
@@ -70,23 +70,37 @@ def _jpeg_dataset(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return d, decoded
 
 
-def test_jpeg_frames_decoded(tmp_path: Path) -> None:
-    pytest.importorskip("PIL")
+def test_jpeg_frames_kept_bit_for_bit_and_decoded_as_pillow_does(tmp_path: Path) -> None:
     d, decoded = _jpeg_dataset(tmp_path)
-    convert(d, "img")
+    m = convert(d, "img").manifest
+    assert m.fields["observation"].codec == "jpeg"
+    assert m.conversion["frames"]["columns"]["observation"] == {"codec": "jpeg", "kept": 3, "encoded": 0}
     ds = open_dataset("img")
     assert ds.fields["observation"] == ((32, 32, 3), "uint8")
+    column = ds.column("observation")
+    with h5py.File(d / "data" / "main_data.hdf5") as f:
+        source = [bytes(b) for b in f["episode_0/observations"][()]]
+    assert [bytes(column.frame_bytes(i)) for i in range(3)] == source  # the source's bytes exactly
     assert np.array_equal(ds[:]["observation"], decoded[:2])
     assert np.array_equal(ds[:]["next/observation"][-1], decoded[2])
 
 
-def test_jpeg_without_pillow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("PIL")
+def test_jpeg_frames_raw_mode_decodes_them(tmp_path: Path) -> None:
+    d, decoded = _jpeg_dataset(tmp_path)
+    m = convert(d, "img", frames="raw").manifest
+    assert m.fields["observation"].codec == "raw" and m.format_version == 1
+    assert np.array_equal(open_dataset("img")[:]["observation"], decoded[:2])
+
+
+def test_damaged_jpeg_frame_is_a_source_error(tmp_path: Path) -> None:
     d, _ = _jpeg_dataset(tmp_path)
-    monkeypatch.setitem(sys.modules, "PIL", None)
-    with pytest.raises(SourceError, match=r"main_data.hdf5: episode_0/observations holds JPEG") as info:
+    with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
+        del f["episode_0/observations"]
+        bad = f["episode_0"].create_dataset("observations", (3,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(3):
+            bad[i] = np.frombuffer(b"\xff\xd8\xff" + bytes(20), np.uint8)
+    with pytest.raises(SourceFormatError, match=r"episode_0/observations frame 0 is not a readable JPEG"):
         convert(d, "img")
-    assert "rlds-cli[images]" in info.value.hint
 
 
 def test_arrow_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -124,8 +124,6 @@ class MixedEnv(gym.Env):
         return self._obs(), float(self.np_random.normal()), self._t >= self._limit, False, self._info()
 
 
-
-
 def _collect(dataset_id: str, env: Any, data_format: str, *, action: Any = None, infos: bool = True) -> None:
     """Record ``len(RESETS)`` episodes with minari's DataCollector, its defaults otherwise."""
     from minari import DataCollector
@@ -281,6 +279,10 @@ def test_zero_differences_against_minari(root: Path, env: str, fmt: str) -> None
         assert fields["action/1/b"] == ((3,), "int8")
         assert fields["action/1/c"] == ((2,), "float32")
         assert fields["observation/img"] == ((32, 32, 3), "uint8")
+        # minari's JPEG frames kept as it wrote them, and decoded as its own loader decodes them
+        # (the comparison above)
+        assert open_dataset("m").stored_fields["observation/img"].codec == "jpeg"
+        assert result.manifest.conversion["frames"]["columns"]["observation/img"]["encoded"] == 0
         assert fields["info/nested/half"] == ((), "float32")
         assert "action" not in fields
 

@@ -297,6 +297,21 @@ def _steps_features(doc: dict[str, Any]) -> dict[str, Any]:
     return doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
 
 
+def test_frames_kept_as_the_records_store_them(tmp_path: Path) -> None:
+    """``--frames keep`` (the default) stores each step's PNG and JPEG file bit for bit; its
+    pixels are Pillow's decoding of them (the expectations above); ``raw`` stores arrays."""
+    fx = write_rlds_dataset(tmp_path / "src", (3, 4), last_step="observation")
+    m = convert(fx.root, "kept").manifest
+    assert (m.fields["observation/image"].codec, m.fields["observation/wrist_image"].codec) == ("png", "jpeg")
+    wrist = open_dataset("kept").column("observation/wrist_image")
+    stored = [bytes(wrist.frame_bytes(i)) for i in range(3)]  # episode 0: its 3 steps, the last one final
+    assert stored == fx.episodes[0].wrist_jpeg[:3]
+    raw = convert(fx.root, "raw", frames="raw").manifest
+    assert raw.fields["observation/image"].codec == "raw" and raw.format_version == 1
+    for key in ("observation/image", "observation/wrist_image"):
+        np.testing.assert_array_equal(open_dataset("raw").column(key)[:], open_dataset("kept").column(key)[:])
+
+
 def test_a_uint16_depth_image_and_numeric_episode_metadata(tmp_path: Path) -> None:
     """A single-channel uint16 PNG (a depth camera) is stored as uint16 exactly; a numeric
     ``episode_metadata`` scalar becomes a per-episode source array that follows ``--episodes``."""

@@ -29,23 +29,27 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "_version": frozenset(),
     "settings": frozenset({"errors"}),
     "_util": frozenset({"errors", "settings"}),
-    "cache": BOTTOM,  # and cache/ted.py, cache/layout.py: the bottom's TED vocabulary and paths
+    # camera frames: the image codecs, the --frames modes, the threads that decode
+    "frames": BOTTOM,
+    "cache": BOTTOM | {"frames"},  # and cache/ted.py, cache/layout.py: the bottom's TED vocabulary and paths
     # names and records: the registry, what a name refers to, the environments recorded
-    "catalog": BOTTOM | {"cache"},
-    "write": BOTTOM | {"cache"},
-    "formats": BOTTOM | {"cache"},
-    "recording": BOTTOM | {"cache", "write", "formats"},
-    "net": BOTTOM | {"cache", "catalog"},
+    "catalog": BOTTOM | {"cache", "frames"},
+    "write": BOTTOM | {"cache", "frames"},
+    "formats": BOTTOM | {"cache", "frames"},
+    "recording": BOTTOM | {"cache", "frames", "write", "formats"},
+    "net": BOTTOM | {"cache", "frames", "catalog"},
     # object stores and the Hub's write side
-    "remote": BOTTOM | {"cache", "write", "catalog", "net"},
+    "remote": BOTTOM | {"cache", "frames", "write", "catalog", "net"},
     # download, conversion, verification against the sources
-    "sources": BOTTOM | {"cache", "catalog", "formats", "net"},
+    "sources": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
     # listing, summaries, scores, TED checks (which read source files with the readers), plots
-    "inspection": BOTTOM | {"cache", "catalog", "formats", "net"},
+    "inspection": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
     # the read side's top: loader/opening.py opens any name (an alias, a URL read where it lies)
-    "loader": BOTTOM | {"cache", "catalog", "remote"},
-    "export": BOTTOM | {"cache", "recording", "remote"},  # export/hub.py commits an export to the Hub
-    "preprocess": BOTTOM | {"cache", "remote", "loader"},  # loader/opening.py: inputs opened by any name
+    "loader": BOTTOM | {"cache", "frames", "catalog", "remote"},
+    "export": BOTTOM
+    | {"cache", "frames", "recording", "remote"},  # export/hub.py commits an export to the Hub
+    "preprocess": BOTTOM
+    | {"cache", "frames", "remote", "loader"},  # loader/opening.py: inputs opened by any name
     "demo": BOTTOM,
     "data": frozenset(),
 }

@@ -364,3 +364,51 @@ def test_a_missing_index_a_short_file_and_changed_metadata_are_named(local: Data
     fs.rm("/bucket/ds/z/rlds-files.json")
     with pytest.raises(RemoteCorruptError, match=r"has a manifest but no rlds-files\.json"):
         open_dataset(URL)
+
+
+# --------------------------------------------------------------------------- frame columns
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_frame_columns_read_where_they_lie_and_pull(
+    isolated_cache: Path, cached: bool, tmp_path: Path
+) -> None:
+    """A zarr dataset with a frame column (webp): read where it was pushed (ranged reads, or the
+    file cache's copy), checked by its digests, pulled whole; a changed frame is reported."""
+    from rlds_cli.cache.digest import check_digests
+    from rlds_cli.remote.pull import pull
+    from tests.frames_fixtures import build_frames
+
+    pixels = build_frames(isolated_cache, "f", [4, 2, 5], "webp", backend="zarr")
+    local = open_dataset("f")
+    push("f", URL)
+    z = open_dataset(URL, cache=tmp_path / "cache" if cached else None)
+    assert z.stored_fields["pixels"].codec == "webp"
+    np.testing.assert_array_equal(np.asarray(z.column("pixels")[:]), pixels)
+    idx = np.array([0, 3, 3, 7, 10])
+    assert_same(local.gather(idx), z.gather(idx))
+    assert_same(local.episode(1), z.episode(1))
+    assert z.check_files() == []
+    report = check_digests(z)
+    assert report.ok and "pixels" in report.checked
+    pull(URL, "pulled")
+    np.testing.assert_array_equal(open_dataset("pulled").column("pixels")[:], pixels)
+    assert check_digests(open_dataset("pulled")).ok
+
+
+def test_a_changed_remote_frame_is_named(isolated_cache: Path) -> None:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from rlds_cli.cache.digest import check_digests
+    from tests.frames_fixtures import build_frames
+
+    build_frames(isolated_cache, "f", [4, 2], "png", backend="zarr")
+    push("f", URL)
+    path = "/bucket/ds/z/arrays/pixels@frames"
+    data = bytearray(MemoryFileSystem.store[path].getvalue())
+    data[len(data) // 2] ^= 0x10
+    MemoryFileSystem.store[path] = MemoryFileSystem.store[path].__class__(
+        MemoryFileSystem(), path, bytes(data)
+    )
+    report = check_digests(open_dataset(URL))
+    assert not report.ok and report.problems[0].key == "pixels"

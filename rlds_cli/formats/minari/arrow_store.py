@@ -15,12 +15,13 @@ from rlds_cli.formats.minari.layout import EPISODE_DIR_RE, METADATA_FILE
 from rlds_cli.formats.minari.spaces import (
     FIXED_LIST_SPACES,
     Leaf,
-    decode_jpeg,
     is_image_space,
+    jpeg_frames,
     space_leaves,
     space_shape,
 )
 from rlds_cli.formats.minari.store import STEP_KEYS
+from rlds_cli.frames.encoded import EncodedFrames
 
 _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")
 
@@ -153,7 +154,7 @@ class ArrowStore:
         if unknown:
             raise SourceFormatError(f"{label}: unknown columns {unknown} (not in Minari's episode layout)")
 
-    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, np.ndarray]], Any]:
+    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
         label = str(self._dirs[i])
         table = self._table(i)
         self._check_columns(table, label)
@@ -191,7 +192,7 @@ class ArrowStore:
             out.append((leaf, self._decode(values, leaf, field, f"{label}/{path}")))
         return label, out, self._episode_seed(i)
 
-    def _decode(self, values: Any, leaf: Leaf, field: Any, where: str) -> np.ndarray:
+    def _decode(self, values: Any, leaf: Leaf, field: Any, where: str) -> np.ndarray | EncodedFrames:
         """One column as minari's arrow reader decodes it (``_decode_space`` / ``_decode_info``)."""
         pa = self.pa
         space = leaf.space
@@ -203,7 +204,8 @@ class ArrowStore:
         if leaf.role in ("rewards", "terminations", "truncations"):
             return values.to_numpy(zero_copy_only=False)
         if self.jpeg_encoding and is_image_space(space) and pa.types.is_binary(values.type):
-            return decode_jpeg(values.to_pylist(), self.where, where)
+            assert space is not None  # an image space
+            return jpeg_frames(values.to_pylist(), tuple(space["shape"]), self.where, where)
         if kind in FIXED_LIST_SPACES:
             assert space is not None
             return self._fixed_list(values, space_shape(space), where)

@@ -16,7 +16,7 @@ from rlds_cli.formats.hdf5_util import (
     open_hdf5,
     read_error,
 )
-from rlds_cli.formats.minari.spaces import Leaf, decode_jpeg, is_image_space
+from rlds_cli.formats.minari.spaces import Leaf, is_image_space, jpeg_frames
 from rlds_cli.formats.minari.store import STEP_KEYS
 from rlds_cli.formats.untrusted import require_rows
 
@@ -135,7 +135,7 @@ class Hdf5Store:
         except (OSError, RuntimeError) as exc:
             raise read_error(self.h5_path, label, exc) from exc
 
-    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, np.ndarray]], Any]:
+    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
         from h5py import h5g
 
         name = f"episode_{i}"
@@ -157,14 +157,15 @@ class Hdf5Store:
                 )
         out = []
         for leaf in leaves:
-            data = self._leaf_data(gid, leaf.path, f"{label}/{leaf.path.decode()}")
+            data: Any = self._leaf_data(gid, leaf.path, f"{label}/{leaf.path.decode()}")
             space = leaf.space
             if (
                 space is not None
                 and is_image_space(space)
                 and (data.dtype == object or tuple(data.shape[1:]) != tuple(space["shape"]))
             ):
-                data = decode_jpeg(list(data), self.h5_path, f"{name}/{leaf.path.decode()}")
+                shape = tuple(space["shape"])
+                data = jpeg_frames(list(data), shape, self.h5_path, f"{name}/{leaf.path.decode()}")
             out.append((leaf, data))
         return label, out, _hdf5_seed(gid)
 

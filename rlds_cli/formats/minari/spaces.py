@@ -1,17 +1,18 @@
 """Minari's spaces in their JSON form (``minari.serialization``): the leaves a space splits into,
 the per-step shape of a Box/MultiDiscrete/MultiBinary space, and the image spaces whose frames
-Minari >= 0.5.3 stores as JPEG bytes (decoded here with pillow)."""
+Minari >= 0.5.3 stores as JPEG bytes (kept as they are: :class:`~rlds_cli.frames.encoded.EncodedFrames`)."""
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import SourceError, SourceFormatError
+from rlds_cli.errors import FrameError, SourceFormatError
+from rlds_cli.frames.codecs import FrameFormat, image_format
+from rlds_cli.frames.encoded import EncodedFrames
 
 #: Space types whose arrow values are fixed-size lists (minari's ``_FIXEDLIST_SPACES``).
 FIXED_LIST_SPACES = ("Box", "MultiDiscrete", "MultiBinary")
@@ -84,23 +85,23 @@ def space_shape(space: dict[str, Any]) -> tuple[int, ...]:
     return tuple(int(d) for d in n)
 
 
-def decode_jpeg(data: list[Any], path: Path, label: str) -> np.ndarray:
-    """JPEG bytes per frame (byte strings, or uint8 arrays of them) -> uint8 images."""
+def jpeg_frames(data: list[Any], shape: tuple[int, ...], path: Path, label: str) -> EncodedFrames:
+    """JPEG bytes per frame (byte strings, or uint8 arrays of them), as minari stores an image
+    space's frames, kept as they are: each frame's header is checked to be a JPEG of the space's
+    ``shape`` (what minari's loader decodes them to), its pixels are decoded when read."""
     try:
-        from PIL import Image
-    except ImportError:
-        raise SourceError(
-            f"{path}: {label} holds JPEG-encoded frames and decoding them needs pillow",
-            hint="pip install 'rlds-cli[images]' (or pip install pillow)",
-        ) from None
-    frames = []
-    for j, raw in enumerate(data):
-        blob = raw if isinstance(raw, bytes) else np.asarray(raw, np.uint8).tobytes()
+        fmt = FrameFormat("jpeg", tuple(shape))
+    except FrameError as exc:
+        raise SourceFormatError(f"{path}: {label}: {exc}") from None
+    blobs = [raw if isinstance(raw, bytes) else np.asarray(raw, np.uint8).tobytes() for raw in data]
+    for j, blob in enumerate(blobs):
         try:
-            with Image.open(io.BytesIO(blob)) as img:
-                frames.append(np.asarray(img, dtype=np.uint8))
-        except Exception as exc:  # PIL raises many types for damaged data
-            raise SourceFormatError(f"{path}: {label} frame {j} is not a readable JPEG ({exc})") from exc
-    if any(fr.shape != frames[0].shape for fr in frames):
-        raise SourceFormatError(f"{path}: {label} frames decode to different image shapes")
-    return np.stack(frames) if frames else np.zeros((0,), np.uint8)
+            found = image_format(blob)
+        except FrameError as exc:
+            raise SourceFormatError(f"{path}: {label} frame {j} is not a readable JPEG ({exc})") from None
+        if found.image_shape != fmt.image_shape or found.codec != "jpeg":
+            raise SourceFormatError(
+                f"{path}: {label} frame {j} is a {found.codec} image of {found.image_shape}, the space "
+                f"says {tuple(shape)}"
+            )
+    return EncodedFrames(blobs, fmt)

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from rlds_cli.formats.minari.spaces import Leaf
 
 STEP_KEYS = ("actions", "rewards", "terminations", "truncations")
@@ -30,8 +28,9 @@ class Store(Protocol):
     def count_steps(self, ids: list[int]) -> int:
         """The number of steps of the episodes ``ids``, from sizes, without reading the data."""
 
-    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, np.ndarray]], Any]:
-        """Episode ``i``: its label (for errors), each leaf's array, and its raw ``seed`` (or ``None``)."""
+    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
+        """Episode ``i``: its label (for errors), each leaf's array (image files: kept as they are,
+        :class:`~rlds_cli.frames.encoded.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
 
     def close(self) -> None:
         """Release what the storage holds open."""

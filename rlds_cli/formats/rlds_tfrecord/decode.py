@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import SourceFormatError
+from rlds_cli.errors import FrameError, SourceFormatError
 from rlds_cli.formats.base import ConversionReport
 from rlds_cli.formats.keys import clean_keys
 from rlds_cli.formats.tfds_features import IMAGE, TEXT, Features, Leaf
@@ -33,6 +33,8 @@ from rlds_cli.formats.tfrecord_io import (
     int64_values,
     parse_example,
 )
+from rlds_cli.frames.codecs import FrameFormat, image_format
+from rlds_cli.frames.encoded import EncodedFrames
 
 #: Largest per-episode value kept as a source array (values per episode).
 MAX_EPISODE_VALUES = 4096
@@ -170,10 +172,11 @@ class Unit:
 
 @dataclass
 class Decoded:
-    """A piece decoded by a worker: columns by TED key (text as strings), and the flags."""
+    """A piece decoded by a worker: columns by TED key (text as strings; image files kept as
+    they are, :class:`~rlds_cli.frames.encoded.EncodedFrames`), and the flags."""
 
     ref: PieceRef
-    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    columns: dict[str, np.ndarray | EncodedFrames] = field(default_factory=dict)
     texts: dict[str, list[str]] = field(default_factory=dict)
     flags: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -306,12 +309,39 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
         raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {exc}") from None
 
 
+def _kept_images(buf: memoryview, spans: list[tuple[int, int]], leaf: Leaf) -> EncodedFrames | None:
+    """The steps' image files as they are (``--frames keep`` stores them bit for bit), when
+    each one is a PNG or JPEG of the feature's declared ``uint8`` size and channel count, all in
+    one codec; ``None`` otherwise (the frames are then decoded and converted, as TensorFlow's
+    decoder converts them, and their errors reported there)."""
+    if leaf.dtype != "uint8" or any(d < 0 for d in leaf.shape) or not spans:
+        return None
+    try:
+        fmt = FrameFormat("png", tuple(leaf.shape))  # the codec is the first file's, below
+    except FrameError:
+        return None
+    files = [bytes(buf[a:b]) for a, b in spans]
+    try:
+        found = {image_format(data) for data in files}
+    except FrameError:
+        return None
+    if len(found) != 1:
+        return None
+    (first,) = found
+    if first.image_shape != fmt.image_shape:
+        return None
+    return EncodedFrames(files, FrameFormat(first.codec, fmt.shape))
+
+
 def _image_rows(
     buf: memoryview, raw: RawFeature, leaf: Leaf, steps: int, start: int, stop: int, where: str
-) -> np.ndarray:
+) -> np.ndarray | EncodedFrames:
     _check_kind(leaf, raw, where)
     spans = bytes_spans(buf, raw) if raw.kind is not None else []
     _values_per_step(leaf, len(spans), steps, where)
+    kept = _kept_images(buf, spans[start:stop], leaf)
+    if kept is not None:
+        return kept
     out: np.ndarray | None = None
     for t in range(start, stop):
         a, b = spans[t]

@@ -53,6 +53,7 @@ from rlds_cli.formats.tfrecord_io import (
     scan_records,
 )
 from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, side_array_max_bytes
+from rlds_cli.frames.encoded import join_rows
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")
@@ -472,7 +473,7 @@ class RldsTFRecordReader(Reader):
         if ref.start == 0:
             self.report.source_rows += ref.steps
         self._check_flags(decoded)
-        columns = dict(decoded.columns)
+        columns: dict[str, Any] = dict(decoded.columns)  # arrays, and image files kept as they are
         for key, texts in decoded.texts.items():
             table = self._text_tables[key]
             index = np.array([self._index(table, s, ref.where, key) for s in texts], np.int64)
@@ -500,7 +501,7 @@ class RldsTFRecordReader(Reader):
         else:
             self._counts["transition"] += 1
             self.report.synthesized_final_observations += 1
-            obs = {k: np.concatenate([v, v[-1:]], axis=0) for k, v in obs.items()}
+            obs = {k: join_rows([v, v[-1:]]) for k, v in obs.items()}
         self._keep_episode_values(ref)
         self._update_notes()
         return Piece(ref.where, obs, steps, terminated, source_id=ref.episode, final_known=observation)

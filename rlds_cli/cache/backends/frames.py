@@ -1,0 +1,359 @@
+"""The stored form of a frame column (a key whose manifest ``codec`` is not ``raw``), the same
+in both backends: the frames' image files end to end in ``arrays/<key>@frames``, and the byte
+offset where each frame ends in ``arrays/<key>@ends.npy`` (int64, one per row). ``@`` is no
+key character, so no key's files can meet these.
+
+Frames are already compressed: zarr's chunk codecs would only wrap them again, so a zarr
+dataset stores its frame columns as a memmap one does. A column reads as the ``(rows, *shape)``
+``uint8`` array it stands for (:class:`FramesColumn`): a read decodes only the rows asked for,
+each distinct row once, on every core (:mod:`rlds_cli.frames.threads`), straight into the
+output. Its content digest covers the stored bytes and the offsets (:class:`FramesHasher`): a
+frame's bytes are what the dataset holds, decoded the same way every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
+from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
+from rlds_cli.errors import CorruptDatasetError, FrameError
+from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat
+from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.modes import FramesMode, frame_format
+from rlds_cli.frames.threads import decode_many, encode_many
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from rlds_cli.cache.manifest import FieldSpec
+
+#: The two files of a frame column, after its key.
+FRAMES_SUFFIX = "@frames"
+ENDS_SUFFIX = "@ends.npy"
+#: Bytes of stored frames read at a time by :func:`frames_digest`.
+_DIGEST_BLOCK = 16 << 20
+
+
+def frame_files(dataset_dir: Path, key: str) -> tuple[Path, Path]:
+    """``(frames, ends)``: the files of frame column ``key`` under ``dataset_dir``."""
+    return key_path(dataset_dir, key, FRAMES_SUFFIX), key_path(dataset_dir, key, ENDS_SUFFIX)
+
+
+class FramesHasher:
+    """The content digest of a frame column, fed as it is written: the sha256 of the stored
+    bytes and that of the end offsets (int64, little-endian), joined."""
+
+    def __init__(self) -> None:
+        self._bytes = hashlib.sha256()
+        self._ends = hashlib.sha256()
+
+    def update(self, parts: Sequence[Any], ends: np.ndarray) -> None:
+        """Add the next frames: their stored bytes, and their end offsets."""
+        for part in parts:
+            self._bytes.update(part)
+        self._ends.update(np.ascontiguousarray(ends, dtype="<i8").data)
+
+    def hexdigest(self) -> str:
+        joined = f"frames:{self._bytes.hexdigest()}:{self._ends.hexdigest()}"
+        return hashlib.sha256(joined.encode()).hexdigest()
+
+
+class FramesColumnWriter(ColumnWriter):
+    """Appends frames to a frame column: rows that arrive as image files of the column's
+    codec and shape keep their bytes; arrays (and image files of another codec) are encoded
+    with the column's codec, on every core.
+
+    Args:
+        dataset_dir: The build directory.
+        key: The column's key.
+        fmt: The column's codec and frame shape.
+        quality: The JPEG quality of frames encoded here.
+    """
+
+    def __init__(
+        self, dataset_dir: Path, key: str, fmt: FrameFormat, quality: int = DEFAULT_JPEG_QUALITY
+    ) -> None:
+        self.format = fmt
+        self.quality = quality
+        frames_path, ends_path = frame_files(dataset_dir, key)
+        frames_path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(frames_path, "wb")  # noqa: SIM115 - closed in close()
+        self._ends = NpyColumnWriter(ends_path, np.dtype(np.int64), ())
+        self._size = 0
+        self._writer: ThreadPoolExecutor | None = None  # writes and hashes the encoded blocks
+        self._written: Future[None] | None = None
+        self.hasher = FramesHasher()
+        #: Frames stored as they arrived, and frames encoded here.
+        self.kept = 0
+        self.encoded = 0
+
+    @property
+    def rows(self) -> int:
+        return self._ends.rows
+
+    def append(self, rows: Any) -> None:
+        if len(rows) == 0:
+            return
+        if isinstance(rows, EncodedFrames) and rows.format == self.format:
+            parts = rows.data
+            self.kept += len(parts)
+        else:
+            frames = rows.decode() if isinstance(rows, EncodedFrames) else np.asarray(rows)
+            if frames.shape[1:] != self.format.shape or frames.dtype != np.uint8:
+                raise ValueError(
+                    f"frames of shape {frames.shape[1:]} {frames.dtype}, expected {self.format.shape} uint8"
+                )
+            parts = encode_many(frames, self.format, self.quality)
+            self.encoded += len(parts)
+        ends = self._size + np.cumsum([len(p) for p in parts], dtype=np.int64)
+        self._size = int(ends[-1])
+        self._ends.append(ends)
+        # the bytes are written and hashed on a thread of their own while the next block encodes
+        # (the file write and sha256 release the GIL): a build went from 0.73x of the encoder's
+        # own rate to 0.8x (docs/benchmarks.md, "Compressed frames")
+        self._wait_written()
+        if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="rlds-frames-write")
+        self._written = self._writer.submit(self._write, parts, ends)
+
+    def _write(self, parts: list[bytes], ends: np.ndarray) -> None:
+        self._fh.writelines(parts)
+        self.hasher.update(parts, ends)
+
+    def _wait_written(self) -> None:
+        """Wait for the bytes handed to the writing thread (its error, a full disk, is raised)."""
+        written, self._written = self._written, None
+        if written is not None:
+            written.result()
+
+    def write_behind(self) -> None:
+        self._ends.write_behind()
+
+    def close(self, *, fsync: bool) -> int:
+        try:
+            self._wait_written()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+        self._fh.flush()
+        if fsync:
+            os.fsync(self._fh.fileno())
+        self._fh.close()
+        return self._ends.close(fsync=fsync)
+
+
+class FramesColumn:
+    """A stored frame column, read as the ``(rows, *shape)`` uint8 array it stands for.
+
+    ``column[i]``, ``column[a:b]`` and ``column[int_array]`` decode the rows asked for;
+    :meth:`read_into` decodes into a caller's array (each distinct row once: a batch's
+    ``observation`` and ``next/observation`` rows, frame stacks and windows share frames);
+    :meth:`encoded` gives rows as stored, for copies that keep the bytes. The stored bytes are
+    read through :meth:`fetch` (a memory map of the file here; ranged requests for a dataset
+    read where it was pushed, :mod:`rlds_cli.remote.reader`).
+
+    Args:
+        frames_path: The ``@frames`` file (or where it lies, for messages).
+        ends: The end offset of each row (checked here against the file's size).
+        fmt: The codec and frame shape.
+        label: Names the column in errors (dataset and key).
+        size: The file's size (``None``: read from the file, which is then mapped).
+        data: The stored bytes, held in RAM (instead of the file).
+    """
+
+    #: Read ``key`` and ``next/key`` rows with one :meth:`read_into` (the TED reader's pairing).
+    one_row_chunks = True
+    #: Keeps reading the file it mapped (see :attr:`rlds_cli.cache.backends.base.Backend.stable_once_open`).
+    stable_once_open = True
+    dtype = np.dtype(np.uint8)
+
+    def __init__(
+        self,
+        frames_path: Path | str,
+        ends: np.ndarray,
+        fmt: FrameFormat,
+        label: str,
+        size: int | None = None,
+        data: np.ndarray | None = None,
+    ) -> None:
+        self.path = frames_path
+        self.format = fmt
+        self.label = label
+        mapped = size is None and data is None
+        size = len(data) if data is not None else os.stat(frames_path).st_size if size is None else size
+        if ends.ndim != 1 or (len(ends) and (int(ends[0]) <= 0 or int(ends[-1]) != size)):
+            raise CorruptDatasetError(
+                f"frames of {label} ({frames_path}) are damaged: the offsets say "
+                f"{int(ends[-1]) if len(ends) else 0:,} bytes, the file holds {size:,}"
+            )
+        if len(ends) > 1 and not bool(np.all(ends[1:] > ends[:-1])):
+            raise CorruptDatasetError(
+                f"frames of {label} ({frames_path}) are damaged: the offsets go backwards"
+            )
+        self.ends = ends
+        self.starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        self.size = size
+        if data is not None:
+            self._bytes = data
+        else:
+            self._bytes = (
+                np.memmap(frames_path, np.uint8, mode="r") if mapped and size else np.empty(0, np.uint8)
+            )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.ends), *self.format.shape)
+
+    @property
+    def ndim(self) -> int:
+        return 1 + len(self.format.shape)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
+        """The stored bytes ``[first_byte[i], end_byte[i])`` of each ``i``, as a function of ``i``
+        (views of the mapped file)."""
+        data = self._bytes
+        return lambda i: data[first_byte[i] : end_byte[i]]
+
+    def frame_bytes(self, row: int) -> Any:
+        """The stored image file of ``row`` (a buffer: a view of the mapped file)."""
+        return self.fetch([int(self.starts[row])], [int(self.ends[row])])(0)
+
+    def encoded(self, start: int, stop: int) -> EncodedFrames:
+        """Rows ``[start, stop)`` as stored (their image files, copied out of the map)."""
+        stored = self.fetch(self.starts[start:stop].tolist(), self.ends[start:stop].tolist())
+        return EncodedFrames([bytes(stored(i)) for i in range(stop - start)], self.format)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if isinstance(index, (int, np.integer)):
+            row = int(index) + (len(self) if index < 0 else 0)
+            if not 0 <= row < len(self):
+                raise IndexError(f"row {index} out of range for {self.label} of {len(self)} rows")
+            return self.read_into(np.array([row]), np.empty((1, *self.format.shape), np.uint8))[0]
+        if isinstance(index, slice):
+            rows = np.arange(*index.indices(len(self)), dtype=np.int64)
+        elif isinstance(index, tuple) or index is Ellipsis:
+            raise IndexError(f"{self.label}: frames are read by row (an int, a slice or an int array)")
+        else:
+            rows = np.asarray(index)
+            if rows.dtype == np.bool_:
+                rows = np.flatnonzero(rows)
+            rows = rows.astype(np.int64, copy=False)
+            if rows.size and (int(rows.min()) < -len(self) or int(rows.max()) >= len(self)):
+                raise IndexError(f"row index out of range for {self.label} of {len(self)} rows")
+            rows = np.where(rows < 0, rows + len(self), rows)
+        return self.read_into(rows, np.empty(rows.shape + self.format.shape, np.uint8))
+
+    def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Decode ``rows`` (in range, any shape) into ``out`` (``rows.shape + shape`` uint8,
+        C-contiguous), each distinct row once; returns ``out``.
+
+        Raises:
+            CorruptDatasetError: A frame that does not decode as the column's format.
+        """
+        flat = np.asarray(rows, np.int64).reshape(-1)
+        frames = out.reshape(len(flat), *self.format.shape)
+        if len(flat) > 1:
+            distinct, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        else:
+            distinct, first, inverse = flat, np.zeros(len(flat), np.int64), np.zeros(len(flat), np.int64)
+        # each distinct row decoded into the first place it is wanted (in place: no copy of the
+        # batch), then copied to the places that want it again
+        stored = self.fetch(self.starts[distinct].tolist(), self.ends[distinct].tolist())
+        try:
+            decode_many(stored, len(distinct), self.format, frames, first.tolist())
+        except FrameError as exc:
+            row = int(distinct[getattr(exc, "index", 0)])
+            raise CorruptDatasetError(
+                f"frame {row} of {self.label} ({self.path}) is damaged: {exc.message}",
+                hint="run 'rlds inspect NAME --check' to find every damaged file; 'rlds download' it again",
+            ) from None
+        if len(distinct) != len(flat):
+            source = first[inverse.reshape(-1)]
+            again = np.flatnonzero(source != np.arange(len(flat)))
+            frames[again] = frames[source[again]]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        frames = self[:]
+        return frames if dtype is None else frames.astype(dtype, copy=False)
+
+    def loaded(self) -> FramesColumn:
+        """This column with its stored bytes read into RAM (still encoded: a loader's
+        ``in_memory`` copy holds the frames at their stored size)."""
+        data = np.frombuffer(bytes(self.fetch([0], [self.size])(0)), np.uint8)
+        return FramesColumn(self.path, self.ends, self.format, self.label, data=data)
+
+    def content_digest(self) -> str:
+        """The column's digest as :class:`FramesHasher` makes it, read in bounded blocks."""
+        hasher = FramesHasher()
+        for start in range(0, self.size, _DIGEST_BLOCK):
+            block = self.fetch([start], [min(self.size, start + _DIGEST_BLOCK)])(0)
+            hasher.update([block], np.zeros(0, np.int64))
+        hasher.update([], self.ends)
+        return hasher.hexdigest()
+
+
+def column_writer(
+    backend: Backend, dataset_dir: Path, spec: FieldSpec, quality: int = DEFAULT_JPEG_QUALITY
+) -> ColumnWriter:
+    """A writer of stored column ``spec`` under ``dataset_dir``: a :class:`FramesColumnWriter`
+    for a frame column (``quality``: the JPEG quality of frames it encodes), else the backend's."""
+    fmt = spec.frame_format
+    if fmt is None:
+        return backend.create_column(dataset_dir, spec.key, np.dtype(spec.dtype), spec.shape)
+    return FramesColumnWriter(dataset_dir, spec.key, fmt, quality)
+
+
+def with_frames(fields: dict[str, FieldSpec], mode: FramesMode) -> dict[str, FieldSpec]:
+    """``fields`` (plain arrays, as a writer's first episode shows them) as ``mode`` stores
+    them: each observation-like ``uint8`` key that holds camera frames gets ``mode``'s codec
+    (see :mod:`rlds_cli.frames.modes`); everything else is unchanged."""
+    if mode.codec is None:
+        return dict(fields)
+    out = {}
+    for key, spec in fields.items():
+        fmt = frame_format(spec.shape, spec.dtype, mode.codec) if spec.storage == "flat" else None
+        out[key] = spec if fmt is None else replace(spec, codec=fmt.codec, channels_first=fmt.channels_first)
+    return out
+
+
+def open_frames(dataset_dir: Path, key: str, fmt: FrameFormat, label: str) -> FramesColumn:
+    """Frame column ``key`` of the dataset at ``dataset_dir``.
+
+    Raises:
+        CorruptDatasetError: A file is missing or damaged.
+    """
+    frames_path, ends_path = frame_files(dataset_dir, key)
+    try:
+        ends = load_npy(ends_path, mmap=False, what="frame offsets")
+        if ends.dtype != np.int64:
+            raise CorruptDatasetError(f"frame offsets {ends_path} are damaged: {ends.dtype}, not int64")
+        return FramesColumn(frames_path, ends, fmt, label)
+    except FileNotFoundError as exc:
+        raise CorruptDatasetError(f"frames file {exc.filename} of {label} is missing") from None
+
+
+def check_frames(dataset_dir: Path, key: str, fmt: FrameFormat, rows: int) -> str | None:
+    """Whether frame column ``key`` is complete: both files there, ``rows`` offsets, the last
+    at the frames file's size (no frame is decoded); returns what is wrong, or ``None``."""
+    try:
+        column = open_frames(dataset_dir, key, fmt, repr(key))
+    except CorruptDatasetError as exc:
+        return exc.message
+    if len(column) != rows:
+        return f"frame column {key!r} has {len(column)} rows, expected {rows}"
+    return None

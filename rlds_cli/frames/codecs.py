@@ -1,0 +1,258 @@
+"""Image codecs for camera frames: encoding a ``uint8`` frame to bytes and decoding bytes
+straight into a caller's array.
+
+A stored frame column is described by a :class:`FrameFormat`: its codec (:data:`CODECS`), the
+frame's shape as read (``(H, W)`` gray, ``(H, W, C)`` channels last, or ``(C, H, W)`` channels
+first with ``channels_first``), always ``uint8``. The bytes of a frame are one complete image
+file of that codec (a JFIF/JPEG, a PNG, a WebP): what a source gave (kept bit for bit), or what
+:func:`encode` made.
+
+Decoders, picked by measurement on 224x224 MuJoCo renders (docs/benchmarks.md, "Compressed
+frames"): JPEG through simplejpeg (libjpeg-turbo; it decodes into the caller's buffer and
+releases the GIL: 2 threads decode 2x one; its output is bit for bit Pillow's, which is what
+minari's loader and TFDS readers decode with: tested), PNG and WebP through Pillow (which
+releases the GIL while it decodes). Every decode checks the image's header against the
+column's format first: a frame that would decode to another size (a damaged or forged header,
+a decompression bomb) is a :class:`~rlds_cli.errors.FrameError`, never an allocation.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import FrameError
+
+#: The codecs a frame column may be stored in. ``raw`` (not here) is a plain array column.
+CODECS = ("jpeg", "png", "webp")
+#: Which of :data:`CODECS` lose nothing.
+LOSSLESS = frozenset({"png", "webp"})
+#: JPEG quality of ``--frames jpeg`` without ``:QUALITY``: on 1,200 224x224 MuJoCo renders (4:4:4
+#: chroma) 6.9x smaller than raw at 41.8 dB PSNR, every frame above 40 dB (quality 90: 7.9x at
+#: 40.4 dB, some frames at 39; 4:2:0 chroma loses 1-2 dB for 10% fewer bytes).
+DEFAULT_JPEG_QUALITY = 93
+
+#: Leading bytes of each codec's files (WebP: ``RIFF????WEBP``, checked at bytes 0 and 8).
+_MAGIC = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n"}
+
+
+def sniff(data: bytes | memoryview | np.ndarray) -> str | None:
+    """The codec whose file ``data`` starts like (``None``: none of :data:`CODECS`)."""
+    head = bytes(data[:12])
+    for codec, magic in _MAGIC.items():
+        if head.startswith(magic):
+            return codec
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+@dataclass(frozen=True)
+class FrameFormat:
+    """How every frame of one column is stored and read.
+
+    Attributes:
+        codec: One of :data:`CODECS`.
+        shape: The frame's shape as read: ``(H, W)``, ``(H, W, C)`` or, with
+            ``channels_first``, ``(C, H, W)``; ``C`` is 1 or 3 (4 for PNG and WebP).
+        channels_first: Frames are read as ``(C, H, W)`` (stored as images, channels last).
+    """
+
+    codec: str
+    shape: tuple[int, ...]
+    channels_first: bool = False
+
+    def __post_init__(self) -> None:
+        problem = frame_shape_problem(self.shape, self.channels_first, self.codec)
+        if problem is not None:
+            raise FrameError(
+                f"a {self.codec} frame column cannot hold frames of shape {self.shape}: {problem}"
+            )
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(H, W, C)`` of the stored image."""
+        if len(self.shape) == 2:
+            return (self.shape[0], self.shape[1], 1)
+        if self.channels_first:
+            return (self.shape[1], self.shape[2], self.shape[0])
+        return (self.shape[0], self.shape[1], self.shape[2])
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one decoded frame."""
+        return math.prod(self.shape)
+
+
+def frame_shape_problem(shape: tuple[int, ...], channels_first: bool, codec: str) -> str | None:
+    """Why frames of ``shape`` cannot be stored with ``codec`` (``None``: they can)."""
+    if codec not in CODECS:
+        return f"{codec!r} is not one of {', '.join(CODECS)}"
+    if len(shape) not in (2, 3) or (len(shape) == 2 and channels_first):
+        return "a frame is (H, W), (H, W, C) or (C, H, W)"
+    channels = 1 if len(shape) == 2 else shape[0] if channels_first else shape[2]
+    height, width = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
+    allowed = (1, 3) if codec == "jpeg" else (1, 3, 4)
+    if channels not in allowed:
+        return f"{codec} images have {' or '.join(map(str, allowed))} channels, not {channels}"
+    if not (1 <= height <= 65_500 and 1 <= width <= 65_500):  # JPEG's and WebP's limits (16383)
+        return f"{height}x{width} is no image size"
+    if codec == "webp" and max(height, width) > 16_383:
+        return "WebP images are at most 16383 pixels on a side"
+    return None
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def encode(frame: np.ndarray, fmt: FrameFormat, quality: int = DEFAULT_JPEG_QUALITY) -> bytes:
+    """One frame (of ``fmt.shape``, ``uint8``) as an image file of ``fmt.codec``: JPEG at
+    ``quality`` with full-resolution chroma (4:4:4: a robot's thin gripper edges keep their
+    colour), PNG at zlib level 6, WebP lossless (effort 0: ~30x faster than effort 4 for ~10%
+    more bytes, measured in docs/benchmarks.md)."""
+    image = _image_view(frame, fmt)
+    if fmt.codec == "jpeg":
+        import simplejpeg
+
+        gray = image.shape[2] == 1
+        return bytes(
+            simplejpeg.encode_jpeg(
+                image,
+                quality=int(quality),
+                colorspace="GRAY" if gray else "RGB",
+                colorsubsampling="Gray" if gray else "444",
+            )
+        )
+    from PIL import Image
+
+    pil = Image.fromarray(image[:, :, 0] if image.shape[2] == 1 else image)
+    out = io.BytesIO()
+    if fmt.codec == "png":
+        pil.save(out, format="PNG", compress_level=6)
+    else:
+        pil.save(out, format="WEBP", lossless=True, quality=0, method=0, exact=True)
+    return out.getvalue()
+
+
+def _image_view(frame: np.ndarray, fmt: FrameFormat) -> np.ndarray:
+    """``frame`` as a C-contiguous ``(H, W, C)`` uint8 image."""
+    frame = np.asarray(frame)
+    if frame.shape != fmt.shape or frame.dtype != np.uint8:
+        raise FrameError(f"a frame of shape {frame.shape} {frame.dtype}, expected {fmt.shape} uint8")
+    if fmt.channels_first:
+        frame = frame.transpose(1, 2, 0)
+    return np.ascontiguousarray(frame.reshape(fmt.image_shape))
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def decode_into(data: Any, fmt: FrameFormat, out: np.ndarray) -> None:
+    """Decode one image file (``bytes`` or a ``uint8`` buffer) into ``out``, a writable
+    ``uint8`` array of ``fmt.shape`` (decoded in place where ``out`` is C-contiguous and
+    channels last). Releases the GIL while it decodes.
+
+    Raises:
+        FrameError: ``data`` is not a complete image of ``fmt`` (another codec, another size
+            or channel count, damaged).
+    """
+    height, width, channels = fmt.image_shape
+    in_place = not fmt.channels_first and out.flags.c_contiguous
+    target = out if in_place else np.empty((height, width, channels), np.uint8)
+    try:
+        if fmt.codec == "jpeg":
+            _decode_jpeg(data, height, width, channels, target)
+        else:
+            _decode_pillow(data, fmt.codec, height, width, channels, target)
+    except FrameError:
+        raise
+    except Exception as exc:  # each decoder's own errors: damaged data is all they mean here
+        raise FrameError(
+            f"a damaged {fmt.codec} frame: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
+    if not in_place:
+        out[...] = target.transpose(2, 0, 1) if fmt.channels_first else target.reshape(out.shape)
+
+
+def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndarray) -> None:
+    import simplejpeg
+
+    if sniff(data) != "jpeg":
+        raise FrameError("not a JPEG image (its first bytes are not a JPEG's)")
+    got_h, got_w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    if (got_h, got_w) != (height, width):
+        raise FrameError(f"a {got_h}x{got_w} JPEG image where the column holds {height}x{width} frames")
+    if (colorspace == "Gray") != (channels == 1):
+        raise FrameError(f"a {colorspace} JPEG image where the column holds {channels}-channel frames")
+    simplejpeg.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB", buffer=out.reshape(-1))
+
+
+#: Pillow's modes for each channel count.
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int, out: np.ndarray) -> None:
+    from PIL import Image
+
+    if sniff(data) != codec:
+        raise FrameError(f"not a {codec.upper()} image (its first bytes are not a {codec.upper()}'s)")
+    with Image.open(io.BytesIO(memoryview(data))) as image:  # reads the header only
+        if image.size != (width, height):
+            raise FrameError(
+                f"a {image.size[1]}x{image.size[0]} {codec.upper()} image where the column holds "
+                f"{height}x{width} frames"
+            )
+        # WebP has no gray images: a gray frame is stored as RGB with equal channels
+        gray_webp = codec == "webp" and channels == 1 and image.mode == "RGB"
+        if image.mode != _MODES[channels] and not gray_webp:
+            raise FrameError(
+                f"a {image.mode} {codec.upper()} image where the column holds {channels}-channel frames"
+            )
+        image.load()
+        pixels = np.asarray(image)
+        out.reshape(height, width, channels)[...] = (pixels[:, :, :1] if gray_webp else pixels).reshape(
+            height, width, channels
+        )
+
+
+def decode(data: Any, fmt: FrameFormat) -> np.ndarray:
+    """One image file decoded into a new array of ``fmt.shape`` (see :func:`decode_into`)."""
+    out = np.empty(fmt.shape, np.uint8)
+    decode_into(data, fmt, out)
+    return out
+
+
+def image_format(data: Any, channels_first: bool = False) -> FrameFormat:
+    """The :class:`FrameFormat` of one image file as it arrived (its codec from its bytes, its
+    size and channels from its header): gray images read as ``(H, W)``.
+
+    Raises:
+        FrameError: ``data`` is no image of :data:`CODECS`, or its header is damaged.
+    """
+    codec = sniff(data)
+    if codec is None:
+        raise FrameError("not a JPEG, PNG or WebP image")
+    try:
+        if codec == "jpeg":
+            import simplejpeg
+
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+            channels = 1 if colorspace == "Gray" else 3
+        else:
+            from PIL import Image
+
+            with Image.open(io.BytesIO(memoryview(data))) as image:
+                width, height = image.size
+                channels = {v: k for k, v in _MODES.items()}.get(image.mode, 0)
+    except Exception as exc:
+        raise FrameError(f"a {codec} image whose header is damaged: {exc}") from exc
+    if channels == 0:
+        raise FrameError(f"a {codec} image in a mode other than gray, RGB or RGBA")
+    if channels == 1:
+        return FrameFormat(codec, (height, width))
+    shape = (channels, height, width) if channels_first else (height, width, channels)
+    return FrameFormat(codec, shape, channels_first)

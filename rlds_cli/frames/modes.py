@@ -1,0 +1,84 @@
+"""What a conversion or a writer does with camera frames: the ``--frames`` / ``frames=`` modes,
+and which arrays are camera frames.
+
+Modes (:class:`FramesMode`):
+
+* ``keep`` (the default): frames that arrive encoded keep the source's bytes exactly; frames
+  that arrive as arrays stay arrays;
+* ``raw``: every frame is decoded and stored as a plain ``uint8`` array (rlds before 0.9);
+* ``jpeg`` / ``jpeg:QUALITY``, ``png``, ``webp`` (lossless): frames that arrive as arrays are
+  encoded; frames that arrive in that codec already keep their bytes (never re-encoded); frames
+  in another codec are decoded and encoded.
+
+A camera frame (:func:`frame_format`) is a ``uint8`` array of shape ``(H, W)``, ``(H, W, C)`` or
+``(C, H, W)`` with both sides at least :data:`MIN_SIDE` pixels (minari's rule for its JPEG
+image spaces: smaller grids, such as MiniGrid's, are data) and ``C`` a channel count the codec
+takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlds_cli.errors import FramesModeError
+from rlds_cli.frames.codecs import CODECS, DEFAULT_JPEG_QUALITY, FrameFormat, frame_shape_problem
+
+#: The mode names, in the order the help lists them.
+MODES = ("keep", "raw", *CODECS)
+#: The smallest side of an array taken for a camera frame (minari's ``is_image_space``).
+MIN_SIDE = 32
+
+
+@dataclass(frozen=True)
+class FramesMode:
+    """One ``--frames`` setting: ``name`` one of :data:`MODES`, ``quality`` the JPEG quality."""
+
+    name: str = "keep"
+    quality: int = DEFAULT_JPEG_QUALITY
+
+    @classmethod
+    def parse(cls, value: str | FramesMode | None) -> FramesMode:
+        """``keep``, ``raw``, ``jpeg``, ``jpeg:QUALITY``, ``png`` or ``webp`` (``None``: keep).
+
+        Raises:
+            FramesModeError: Anything else, named.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, FramesMode):
+            return value
+        name, _, quality = str(value).strip().lower().partition(":")
+        if name not in MODES:
+            raise FramesModeError(f"--frames {value!r} is not a frames mode")
+        if not quality:
+            return cls(name)
+        if name != "jpeg" or not quality.isdigit() or not 1 <= int(quality) <= 100:
+            raise FramesModeError(f"--frames {value!r}: only jpeg takes a quality, from 1 to 100")
+        return cls(name, int(quality))
+
+    def __str__(self) -> str:
+        if self.name == "jpeg" and self.quality != DEFAULT_JPEG_QUALITY:
+            return f"jpeg:{self.quality}"
+        return self.name
+
+    @property
+    def codec(self) -> str | None:
+        """The codec frames that arrive as arrays are encoded with (``None``: kept as arrays)."""
+        return self.name if self.name in CODECS else None
+
+
+def frame_format(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> FrameFormat | None:
+    """The :class:`FrameFormat` that stores arrays of per-step ``shape`` and ``dtype`` with
+    ``codec``, or ``None`` when they are not camera frames ``codec`` can hold (see the module
+    docstring): such arrays stay plain arrays."""
+    if np.dtype(dtype) != np.uint8 or len(shape) not in (2, 3):
+        return None
+    channels_first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)
+    height, width = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
+    if min(height, width) < MIN_SIDE:
+        return None
+    if frame_shape_problem(tuple(shape), channels_first, codec) is not None:
+        return None
+    return FrameFormat(codec, tuple(shape), channels_first)

@@ -1,0 +1,180 @@
+"""Frame columns in the cache: encoded at conversion (jpeg, png, webp) in both stores, read as
+the arrays they stand for, checked by digest, and every damage reported, never served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache.backends.frames import frame_files
+from rlds_cli.cache.digest import check_digests
+from rlds_cli.cache.manifest import read_manifest
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.errors import CorruptDatasetError
+from tests.frames_fixtures import build_frames, psnr
+
+LENGTHS = [3, 5, 4]
+
+
+def flat_to_steps(pixels: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's frame and its next frame, from the flat rows (steps, then the final one)."""
+    here, after, row = [], [], 0
+    for n in lengths:
+        here.append(pixels[row : row + n])
+        after.append(pixels[row + 1 : row + n + 1])
+        row += n + 1
+    return np.concatenate(here), np.concatenate(after)
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+@pytest.mark.parametrize("codec", ["jpeg", "png", "webp"])
+def test_frames_read_back_as_the_arrays_they_stand_for(tmp_path: Path, backend: str, codec: str) -> None:
+    pixels = build_frames(tmp_path, "f", LENGTHS, codec, backend=backend)
+    ds = open_dataset("f", tmp_path)
+    assert ds.manifest.format_version == 2
+    spec = ds.stored_fields["pixels"]
+    assert (spec.codec, spec.shape, spec.dtype) == (codec, (48, 64, 3), "uint8")
+    assert ds.stored_fields["state"].codec == "raw"  # not a picture
+    assert ds.manifest.conversion["frames"] == {
+        "mode": codec,
+        "columns": {"pixels": {"codec": codec, "kept": 0, "encoded": len(pixels)}},
+    }
+    here, after = flat_to_steps(pixels, LENGTHS)
+    batch = ds.gather(np.array([0, 7, 3, 7, 11]))
+    for key, want in (("pixels", here), ("next/pixels", after)):
+        got = batch[key]
+        assert got.shape == (5, 48, 64, 3) and got.dtype == np.uint8
+        if codec == "jpeg":
+            assert psnr(got, want[[0, 7, 3, 7, 11]]) > 38
+        else:
+            np.testing.assert_array_equal(got, want[[0, 7, 3, 7, 11]])
+    episode = ds.episode(1)["pixels"]
+    assert episode.shape == (5, 48, 64, 3)
+    assert check_digests(ds).ok and ds.check_files() == []
+    # files: the two of the frame column, and nothing of a plain array
+    frames, ends = frame_files(ds.directory, "pixels")
+    assert frames.is_file() and ends.is_file() and not (ds.directory / "arrays" / "pixels.npy").exists()
+    assert frames.stat().st_size * (3 if codec == "jpeg" else 1) < pixels.nbytes
+
+
+def test_a_raw_dataset_stays_version_1(tmp_path: Path) -> None:
+    build_frames(tmp_path, "r", LENGTHS, "keep")
+    m = read_manifest(open_dataset("r", tmp_path).directory)
+    assert m.format_version == 1 and m.fields["pixels"].codec == "raw" and "frames" not in m.conversion
+    assert "codec" not in m.fields["pixels"].to_dict()
+
+
+def test_channels_first_and_gray_frames(tmp_path: Path) -> None:
+    pixels = build_frames(tmp_path, "c", LENGTHS, "png", shape=(3, 48, 64))
+    ds = open_dataset("c", tmp_path)
+    assert ds.stored_fields["pixels"].channels_first
+    np.testing.assert_array_equal(ds.column("pixels")[:], pixels)
+    gray = build_frames(tmp_path, "g", LENGTHS, "webp", shape=(48, 64))
+    np.testing.assert_array_equal(open_dataset("g", tmp_path).column("pixels")[:], gray)
+
+
+def test_column_indexing(tmp_path: Path) -> None:
+    pixels = build_frames(tmp_path, "i", LENGTHS, "png")
+    col = open_dataset("i", tmp_path).column("pixels")
+    assert col.shape == pixels.shape and len(col) == len(pixels)
+    np.testing.assert_array_equal(col[4], pixels[4])
+    np.testing.assert_array_equal(col[-1], pixels[-1])
+    np.testing.assert_array_equal(col[2:9:3], pixels[2:9:3])
+    rows = np.array([[1, 1], [0, 14]])
+    np.testing.assert_array_equal(col[rows], pixels[rows])
+    out = np.empty((2, 2, 48, 64, 3), np.uint8)
+    assert col.read_into(rows, out) is out
+    np.testing.assert_array_equal(out, pixels[rows])
+    with pytest.raises(IndexError):
+        col[len(pixels)]
+    with pytest.raises(IndexError):
+        col[np.array([0, 99])]
+
+
+# ----------------------------------------------------------------------------- damage
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("suffix", ["frames", "ends"])
+def test_every_flipped_byte_is_detected_or_harmless(tmp_path: Path, suffix: str) -> None:
+    """A flipped byte anywhere in a frame column's files fails the check (its digest, its
+    offsets, its header) or changes nothing that is read (a byte of the offsets' .npy header
+    padding): it is never served as other pixels with a check that passes."""
+    original = build_frames(tmp_path, "d", [2, 1], "png", shape=(32, 32))
+    ds = open_dataset("d", tmp_path)
+    path = frame_files(ds.directory, "pixels")[0 if suffix == "frames" else 1]
+    clean = path.read_bytes()
+    missed, harmless = [], 0
+    for at in range(len(clean)):
+        _flip(path, at)
+        try:
+            flipped = open_dataset("d", tmp_path)
+            report = check_digests(flipped)
+            if report.ok:
+                if np.array_equal(flipped.column("pixels")[:], original):
+                    harmless += 1
+                else:
+                    missed.append(at)
+            else:
+                assert [p.key for p in report.problems] == ["pixels"]
+        except CorruptDatasetError:
+            pass  # refused at open: the offsets or their header
+        path.write_bytes(clean)
+    assert missed == []
+    assert harmless <= (0 if suffix == "frames" else 64)  # the bytes of the frames all count
+
+
+def test_a_damaged_frame_is_a_corrupt_dataset_error_naming_it(tmp_path: Path) -> None:
+    build_frames(tmp_path, "b", LENGTHS, "jpeg")
+    ds = open_dataset("b", tmp_path)
+    frames, _ = frame_files(ds.directory, "pixels")
+    col = ds.column("pixels")
+    start = int(col.starts[6])
+    _flip(frames, start)  # frame 6's first byte: no JPEG any more
+    ds = open_dataset("b", tmp_path)
+    with pytest.raises(
+        CorruptDatasetError, match=r"frame 6 of 'pixels' of dataset 'b' .* is damaged: not a JPEG"
+    ):
+        ds.column("pixels")[[5, 6]]
+    np.testing.assert_array_equal(ds.column("pixels")[5].shape, (48, 64, 3))  # the others read
+
+
+def test_offsets_that_disagree_with_the_file_are_refused_at_open(tmp_path: Path) -> None:
+    build_frames(tmp_path, "o", LENGTHS, "png")
+    ds = open_dataset("o", tmp_path)
+    frames, _ends = frame_files(ds.directory, "pixels")
+    with open(frames, "ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(CorruptDatasetError, match=r"frames of 'pixels' of dataset 'o'.*the file holds"):
+        open_dataset("o", tmp_path).column("pixels")
+    assert any("the file holds" in p for p in open_dataset("o", tmp_path).check_files())
+    frames.unlink()
+    with pytest.raises(CorruptDatasetError, match="is missing"):
+        open_dataset("o", tmp_path).column("pixels")
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        ({"codec": "gif"}, "'codec' must be raw or one of jpeg, png, webp, got 'gif'"),
+        ({"dtype": "float32"}, "'codec' 'png' needs dtype uint8"),
+        ({"shape": [48, 64, 5]}, "cannot be png frames"),
+        ({"channels_first": "yes"}, "'channels_first' must be true or false"),
+    ],
+)
+def test_a_tampered_frame_spec_is_a_malformed_manifest(tmp_path: Path, edit: dict, words: str) -> None:
+    build_frames(tmp_path, "m", LENGTHS, "png")
+    path = open_dataset("m", tmp_path).directory / "manifest.json"
+    data = json.loads(path.read_text())
+    data["fields"]["pixels"].update(edit)
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError, match=words):
+        open_dataset("m", tmp_path)

@@ -1,0 +1,86 @@
+"""``--frames`` from the command line: a pixel source converted with each mode, what ``inspect``
+shows of it, and a bad mode as one line before anything is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cli.app import app
+from rlds_cli.testing.sources import write_d4rl
+from tests.cli_fixtures import download, download_ok
+from tests.frames_fixtures import frame_rows
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def pixel_file(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A D4RL file of 2 episodes (5 and 4 steps) of 48x64 RGB camera frames."""
+    frames = frame_rows(11)
+    obs = np.concatenate([frames[:5], frames[6:10]])
+    nxt = np.concatenate([frames[1:6], frames[7:11]])
+    timeouts = np.zeros(9, bool)
+    timeouts[[4, 8]] = True
+    path = write_d4rl(
+        tmp_path / "pix.hdf5",
+        observations=obs,
+        actions=np.zeros((9, 2), np.float32),
+        rewards=np.ones(9, np.float32),
+        terminals=np.zeros(9, bool),
+        timeouts=timeouts,
+        next_observations=nxt,
+    )
+    return path, frames
+
+
+@pytest.mark.parametrize("mode", ["png", "webp", "raw", "keep"])
+def test_download_with_each_mode(
+    isolated_cache: Path, pixel_file: tuple[Path, np.ndarray], mode: str
+) -> None:
+    path, frames = pixel_file
+    result = download_ok(path, "pix", "--frames", mode, "--json")
+    info = json.loads(result.output)
+    lossless = mode in ("png", "webp")
+    assert info["frames"] == ({"observation": mode} if lossless else {})
+    ds = open_dataset("pix")
+    np.testing.assert_array_equal(ds.episode(0)["observation"], frames[:5])
+    np.testing.assert_array_equal(ds.episode(1)["next/observation"], frames[7:11])
+    shown = json.loads(runner.invoke(app, ["inspect", "pix", "--json"]).output)
+    codec = mode if lossless else "raw"
+    assert shown["fields"]["observation"]["codec"] == codec
+    assert shown["fields"]["next/observation"]["codec"] == codec
+    assert shown["stored"]["observation"]["codec"] == codec
+    check = runner.invoke(app, ["inspect", "pix", "--check"])
+    assert check.exit_code == 0, check.output
+
+
+def test_jpeg_quality_in_the_text_output(isolated_cache: Path, pixel_file: tuple[Path, np.ndarray]) -> None:
+    result = download_ok(pixel_file[0], "pix", "--frames", "jpeg:80")
+    assert "frames observation: jpeg, encoded (0 kept)" in result.output
+    assert open_dataset("pix").manifest.source["frames"] == "jpeg:80"
+    table = runner.invoke(app, ["inspect", "pix"]).output
+    assert "uint8 jpeg" in table
+
+
+def test_another_mode_is_not_a_reuse(isolated_cache: Path, pixel_file: tuple[Path, np.ndarray]) -> None:
+    download_ok(pixel_file[0], "pix", "--frames", "png")
+    again = download(pixel_file[0], "pix", "--frames", "webp")
+    assert again.exit_code == 1 and "already exists" in again.output
+    download_ok(pixel_file[0], "pix", "--frames", "webp", "--force")
+    assert open_dataset("pix").stored_fields["observation"].codec == "webp"
+    reused = json.loads(download_ok(pixel_file[0], "pix", "--frames", "webp", "--json").output)
+    assert reused["reused"] is True
+
+
+def test_a_bad_mode_is_one_line(isolated_cache: Path, pixel_file: tuple[Path, np.ndarray]) -> None:
+    result = download(pixel_file[0], "pix", "--frames", "gif")
+    assert result.exit_code == 1
+    assert "--frames 'gif' is not a frames mode" in result.output
+    assert "Traceback" not in result.output
+    assert not (isolated_cache / "datasets" / "pix").exists()
