@@ -51,6 +51,8 @@ CODECS = ("jpeg", "jpeg:95", "png", "webp")
 #: Goals of issue 40.
 LOSSY_RATIO, LOSSY_DB, LOSSLESS_RATIO = 6.0, 40.0, 4.0
 LIMIT_GOAL, LEROBOT_GOAL, ENCODER_GOAL = 0.8, 2.0, 0.8
+#: The conversion is timed on the MuJoCo frames fed this many times over.
+CONVERT_TIMES = 4
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -121,15 +123,16 @@ def blocks_of(stack: np.ndarray) -> Any:
         )
 
 
-def build(root: Path, name: str, stack: np.ndarray, frames: str) -> float:
-    """Seconds to build ``name`` of ``stack`` with ``frames`` (fsync off)."""
+def build(root: Path, name: str, stack: np.ndarray, frames: str, times: int = 1) -> float:
+    """Seconds to build ``name`` of ``stack`` fed ``times`` over with ``frames`` (fsync off)."""
     from rlds_cli.cache.builder import DatasetBuilder
 
     os.environ["RLDS_FSYNC"] = "0"
     t0 = time.perf_counter()
     with DatasetBuilder(name, root=root, frames=frames, replace=True) as builder:
-        for block in blocks_of(stack):
-            builder.append(block)
+        for _ in range(times):
+            for block in blocks_of(stack):
+                builder.append(block)
         builder.commit()
     return time.perf_counter() - t0
 
@@ -277,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     fmt = frame_format(mujoco.shape[1:], np.uint8, "jpeg")
     assert fmt is not None
     convert_s, encode_s = [], []
-    for _ in range(run.repeats):
-        convert_s.append(build(root, "jpeg", mujoco, "jpeg"))
+    for _ in range(run.repeats):  # the frames 4 times over: a build's own fixed costs amortized
+        convert_s.append(build(root, "jpeg", mujoco, "jpeg", CONVERT_TIMES))
         t0 = time.perf_counter()
-        encode_many(mujoco, fmt, FramesMode().quality)
+        for _ in range(CONVERT_TIMES):
+            encode_many(mujoco, fmt, FramesMode().quality)
         encode_s.append(time.perf_counter() - t0)
     build(root, "raw", mujoco, "raw")
     conversion = float(np.median(encode_s)) / float(np.median(convert_s))
@@ -353,9 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "### Conversion to jpeg",
         "",
-        f"- {len(mujoco):,} MuJoCo frames: the build took {np.median(convert_s):.2f} s, the encoder alone "
-        f"on the same threads {np.median(encode_s):.2f} s: {conversion:.2f}x the encoder's rate "
-        f"(goal >= {ENCODER_GOAL:g}x): {verdict(conversion >= ENCODER_GOAL)}.",
+        f"- {CONVERT_TIMES * len(mujoco):,} MuJoCo frames (the renders {CONVERT_TIMES} times over): the "
+        f"build took {np.median(convert_s):.2f} s, the encoder alone on the same threads "
+        f"{np.median(encode_s):.2f} s: {conversion:.2f}x the encoder's rate (goal >= {ENCODER_GOAL:g}x): "
+        f"{verdict(conversion >= ENCODER_GOAL)}. The rest is the build's own work beside the encoding: "
+        "the sha256 of every stored byte (the content digest) and the writes, on a thread of their own.",
         f"- Peak memory allocated by a build of {len(mujoco):,} and of {4 * len(mujoco):,} frames (read "
         f"from a memory map, an episode a block; tracemalloc): {memory[0]:.1f} MiB and {memory[1]:.1f} MiB.",
         "",
@@ -376,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         "- Frames: `benchmarks/camera_frames.py` (MuJoCo renders, cached) and `benchmarks/real_frames.py` "
         "(Atari). Disk figures encode one frame at a time, as the cache stores them; PSNR over every "
         "sampled frame, its minimum in brackets.",
-        "- Rates: rounds interleave the cases (`_harness.run_round`); the median of the rounds.",
+        "- Rates: rounds interleave the cases (`_harness.run_round`); the median of the rounds. The "
+        "decoder's own rate decodes the same 256 files every call; a loader batch decodes each distinct "
+        "frame of its 256 once (uniform draws from 1,200 frames repeat about one in ten), so it can pass it.",
     ]
     lines += closing(SECTION, "python benchmarks/frames_bench.py --write docs/benchmarks.md", notes)
     (run.work / "figures.json").write_text(
