@@ -625,3 +625,65 @@ def test_a_subset_counts_the_episodes_without_a_transition_as_the_whole_source_d
     assert sub.manifest.conversion["dropped_rows"] == 2
     report = check_dataset(sub)
     assert report.ok, report
+
+
+# ----------------------------------------------------------------------------- image features
+
+
+def _image_tree(v3: Path, codec: str = "PNG") -> tuple[Path, list[bytes]]:
+    """The golden tree with its camera as an image feature: each row's frame (the video's,
+    decoded here) as one image file in the parquet, in the struct of ``bytes`` and ``path`` the
+    Hugging Face ``Image`` type writes (lerobot's ``dtype: image``)."""
+    import io
+
+    from PIL import Image
+
+    frames = [img for _, img in _reference_frames()]
+    files = []
+    for img in frames:
+        out = io.BytesIO()
+        Image.fromarray(img).save(out, format=codec)
+        files.append(out.getvalue())
+    table = pq.read_table(v3 / DATA)
+    struct = pa.StructArray.from_arrays(
+        [pa.array(files[: table.num_rows], pa.binary()), pa.array([None] * table.num_rows, pa.string())],
+        names=["bytes", "path"],
+    )
+    pq.write_table(table.append_column("observation.image", struct), v3 / DATA)
+    info = _info(v3)
+    info["features"]["observation.image"]["dtype"] = "image"
+    info["features"]["observation.image"].pop("info", None)
+    _write_info(v3, info)
+    return v3, files[: table.num_rows]
+
+
+@pytest.mark.parametrize("codec", ["PNG", "JPEG"])
+def test_image_features_kept_as_the_parquet_stores_them(v3: Path, codec: str) -> None:
+    root, files = _image_tree(v3, codec)
+    m = convert(root, "img").manifest
+    assert m.fields["observation/image"].codec == codec.lower()
+    ds = open_dataset("img")
+    column = ds.column("observation/image")
+    assert bytes(column.frame_bytes(0)) == files[0] and bytes(column.frame_bytes(21)) == files[20]  # kept
+    import io
+
+    from PIL import Image
+
+    want = np.asarray(Image.open(io.BytesIO(files[3])))
+    np.testing.assert_array_equal(ds.episode(0)["observation/image"][3], want)
+    raw = convert(root, "img-raw", frames="raw").manifest
+    assert raw.fields["observation/image"].codec == "raw"
+    np.testing.assert_array_equal(open_dataset("img-raw").column("observation/image")[:], column[:])
+
+
+def test_image_features_by_path_only_are_refused(v3: Path) -> None:
+    root, _ = _image_tree(v3)
+    table = pq.read_table(root / DATA)
+    n = table.num_rows
+    paths = pa.StructArray.from_arrays(
+        [pa.array([None] * n, pa.binary()), pa.array(["images/f.png"] * n, pa.string())],
+        names=["bytes", "path"],
+    )
+    i = table.column_names.index("observation.image")
+    pq.write_table(table.set_column(i, "observation.image", paths), root / DATA)
+    refused(download(root, "img"), "image column 'observation.image' names files by path")

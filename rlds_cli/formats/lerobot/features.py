@@ -25,16 +25,17 @@ class Feature:
     """One feature of ``info.json`` and where it goes."""
 
     name: str
-    kind: str  # "observation", "video", "action", "reward", "info", "consumed"
+    kind: str  # "observation", "video", "image", "action", "reward", "info", "consumed"
     shape: tuple[int, ...]
     key: str = ""
     channels_first: bool = False
 
 
 def channels_first(name: str, shape: tuple[int, ...], names: object, where: Path) -> bool:
-    """Whether a video feature is declared CHW (else HWC), from its ``names`` or its shape."""
+    """Whether a camera feature (video or image) is declared CHW (else HWC), from its ``names``
+    or its shape."""
     if len(shape) != 3:
-        raise SourceFormatError(f"{where}: video feature {name!r} has shape {list(shape)}, not 3 dimensions")
+        raise SourceFormatError(f"{where}: camera feature {name!r} has shape {list(shape)}, not 3 dimensions")
     if isinstance(names, list) and len(names) == 3:
         axes = [str(n).lower() for n in names]
         if axes[0] in ("channel", "channels", "c"):
@@ -87,15 +88,9 @@ def plan_features(info: dict[str, Any], info_path: Path, report: ConversionRepor
             and all(isinstance(n, str) for n in axis_names)
         ):
             names_by_feature[name] = axis_names  # kept for an export back to LeRobot
-        if dtype == "video":
-            feat = Feature(name, "video", shape)
+        if dtype in ("video", "image"):  # a camera: mp4 files, or one image file a row in the parquet
+            feat = Feature(name, dtype, shape)
             feat.channels_first = channels_first(name, shape, spec.get("names"), info_path)
-        elif dtype == "image":
-            raise SourceFormatError(
-                f"{info_path}: feature {name!r} holds images stored in the parquet (dtype 'image'); "
-                "rlds reads LeRobot cameras stored as video only",
-                hint="re-record or convert the dataset with video cameras (lerobot's use_videos=True)",
-            )
         elif dtype == "string":
             dropped.append(name)
             continue
@@ -112,13 +107,13 @@ def plan_features(info: dict[str, Any], info_path: Path, report: ConversionRepor
         out.append(feat)
     if not any(f.kind == "action" for f in out):
         raise SourceFormatError(f"{info_path}: no 'action' feature; rlds needs the actions")
-    if not any(f.kind in ("observation", "video") for f in out):
+    if not any(f.kind in ("observation", "video", "image") for f in out):
         raise SourceFormatError(f"{info_path}: no 'observation.*' feature")
     for name in dropped:
         report.notes.append(text_note(name, np.dtype(str)))
     wanted: dict[str, tuple[str, ...]] = {f"\0{k}": tuple(k.split("/")) for k in _FIXED}
     for f in out:
-        if f.kind in ("observation", "video"):
+        if f.kind in ("observation", "video", "image"):
             rest = (
                 f.name.removeprefix("observation").removeprefix(".")
                 if f.name.startswith("observation")

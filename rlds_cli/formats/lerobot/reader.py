@@ -24,7 +24,7 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array
+from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array, image_column
 from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
 from rlds_cli.formats.lerobot.transitions import rule_notes, split_part
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
@@ -126,11 +126,12 @@ class LeRobotReader(Reader):
         tables.check_totals(self.episodes)
         kept = sum(e.length - 1 for e in self.episodes if e.length) if last_step == "drop" else self.n
         self.report.expected = {"num_steps": kept, "num_episodes": len(self.episodes)}
+        cameras = ("video", "image")
         row_bytes = sum(
-            declared_bytes(f.shape, np.dtype(np.float64)) for f in self.features if f.kind != "video"
+            declared_bytes(f.shape, np.dtype(np.float64)) for f in self.features if f.kind not in cameras
         )
         row_bytes += sum(
-            declared_bytes(f.shape, np.dtype(np.uint8)) for f in self.features if f.kind == "video"
+            declared_bytes(f.shape, np.dtype(np.uint8)) for f in self.features if f.kind in cameras
         )
         self.block_rows: int = block_rows or rows_per_block(row_bytes, 1, BLOCK_ROWS)
         self._av: Any = None
@@ -214,7 +215,7 @@ class LeRobotReader(Reader):
             self._videos[feature.name] = VideoCursor(self._av, feature)
         return self._videos[feature.name]
 
-    def _segment(self, ep: Episode, start: int, count: int) -> dict[str, np.ndarray]:
+    def _segment(self, ep: Episode, start: int, count: int) -> dict[str, Any]:
         """Rows ``start .. start + count`` of one episode: every column, frames included."""
         table = self._data.read(ep.data_file, ep.row_offset + start, count)
         where = ep.data_file
@@ -224,12 +225,16 @@ class LeRobotReader(Reader):
             raise SourceFormatError(
                 f"{where}: a row of episode {ep.index} (by the episodes table) has episode_index {bad}"
             )
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, Any] = {}
         for f in self.columns:
             if f.kind == "consumed" and f.name != "next.done":
                 continue
-            values = column_array(self.pa, table.column(f.name), f.shape, where, f.name)
-            out[f.name] = values
+            if f.kind == "image":
+                out[f.name] = image_column(
+                    self.pa, table.column(f.name), f.shape, f.channels_first, where, f.name
+                )
+            else:
+                out[f.name] = column_array(self.pa, table.column(f.name), f.shape, where, f.name)
         if self.videos:
             if "timestamp" not in table.column_names:
                 raise SourceFormatError(f"{where} has no 'timestamp' column; video frames are matched by it")

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import SourceFormatError
+from rlds_cli.errors import FrameError, SourceFormatError
 from rlds_cli.formats.lerobot.layout import INFO_FILE
+from rlds_cli.frames.codecs import FrameFormat, image_format
+from rlds_cli.frames.encoded import EncodedFrames
 
 
 def column_array(pa: Any, column: Any, shape: tuple[int, ...], where: Path, name: str) -> np.ndarray:
@@ -49,6 +51,40 @@ def column_array(pa: Any, column: Any, shape: tuple[int, ...], where: Path, name
             f"{INFO_FILE.as_posix()} declares the shape {list(shape)}"
         )
     return flat.reshape(rows, *(shape or (1,)))
+
+
+def image_column(
+    pa: Any, column: Any, shape: tuple[int, ...], chw: bool, where: Path, name: str
+) -> EncodedFrames:
+    """An image feature's parquet column (the Hugging Face ``Image`` type lerobot writes: a struct
+    of the file's ``bytes`` and its ``path``), kept as the image files it holds: each row's header
+    is checked to be a PNG or JPEG of the declared ``shape``, its pixels are decoded when read."""
+    values = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if not pa.types.is_struct(values.type) or values.type.get_field_index("bytes") < 0:
+        raise SourceFormatError(
+            f"{where}: image column {name!r} is {values.type}, not the struct of 'bytes' and 'path' "
+            "lerobot writes"
+        )
+    files = values.field("bytes").to_pylist()
+    if any(f is None for f in files):
+        raise SourceFormatError(
+            f"{where}: image column {name!r} names files by path without their bytes; rlds reads images "
+            "stored in the parquet",
+            hint="push the dataset with its images embedded (lerobot embeds them when it uploads to the Hub)",
+        )
+    try:
+        fmt = FrameFormat("png", shape, chw)  # the codec is the files' own, below
+        found = {image_format(data, chw) for data in files}
+    except FrameError as exc:
+        raise SourceFormatError(f"{where}: image column {name!r}: {exc}") from None
+    if len(found) > 1 or (found and next(iter(found)).image_shape != fmt.image_shape):
+        seen = sorted(f"{f.codec} {f.image_shape}" for f in found)
+        raise SourceFormatError(
+            f"{where}: image column {name!r} holds {', '.join(seen)} images; {INFO_FILE.as_posix()} declares "
+            f"{list(shape)}"
+        )
+    codec = next(iter(found)).codec if found else "png"
+    return EncodedFrames(files, FrameFormat(codec, shape, chw))
 
 
 class ParquetCursor:

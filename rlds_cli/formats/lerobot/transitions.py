@@ -12,6 +12,7 @@ from rlds_cli.formats.base import ConversionReport
 from rlds_cli.formats.lerobot.features import FeaturePlan
 from rlds_cli.formats.lerobot.tables import Episode
 from rlds_cli.formats.packing import Piece
+from rlds_cli.frames.encoded import join_rows
 
 
 def split_part(
@@ -26,7 +27,7 @@ def split_part(
     key, the last-row rule applied, the episode's end terminated where ``next.success`` is true on
     the last frame, truncated otherwise."""
     steps = {f.name: seg[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
-    obs = {f.name: seg[f.name] for f in plan.features if f.kind in ("observation", "video")}
+    obs = {f.name: seg[f.name] for f in plan.features if f.kind in ("observation", "video", "image")}
     success = last and plan.success and bool(np.asarray(seg["next.success"][-1]).any())
     if last and last_step == "drop":
         # the last row has no next frame: drop its transition, frame L-1 is the real final
@@ -42,7 +43,7 @@ def split_part(
         steps = {k: v[:-1] for k, v in steps.items()}
         report.dropped_rows += 1
     elif last:  # the final observation is not recorded: repeat the last frame (final_known = false)
-        obs = {k: np.concatenate([v, v[-1:]], axis=0) for k, v in obs.items()}
+        obs = {k: join_rows([v, v[-1:]]) for k, v in obs.items()}
     keyed_steps = {f.key: steps[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
     if "next/reward" not in keyed_steps:
         keyed_steps["next/reward"] = np.zeros((len(next(iter(steps.values()))), 1), np.float32)
@@ -50,7 +51,7 @@ def split_part(
         report.synthesized_final_observations += 1
     return Piece(
         f"episode {ep.index}",
-        {f.key: obs[f.name] for f in plan.features if f.kind in ("observation", "video")},
+        {f.key: obs[f.name] for f in plan.features if f.kind in ("observation", "video", "image")},
         keyed_steps,
         success,
         source_id=ep.index,

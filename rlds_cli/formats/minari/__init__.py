@@ -25,8 +25,8 @@ The rules below are written out in ``docs/formats.md``:
   back as ``info/<k>`` (at t) and ``next/info/<k>`` (at t + 1). ``infos/<k>`` with ``T`` rows
   are per-step values, stored as ``info/<k>`` only. No row is padded or invented (TorchRL pads a
   zero row in front of T-row infos).
-* Image spaces that Minari >= 0.5.3 stored as JPEG bytes per frame are decoded to ``uint8``
-  arrays (needs pillow: ``pip install 'rlds-cli[images]'``).
+* Image spaces that Minari >= 0.5.3 stored as JPEG bytes per frame are kept as those JPEG files
+  (``--frames keep``, the default; decoded to ``uint8`` when read) or decoded (``--frames raw``).
 * An episode whose last step has neither flag (a collection stopped mid-episode) ends
   truncated, noted; a flag before the last step is an error.
 * Every episode's ``seed`` (DataCollector draws 64 random bits when ``reset()`` is given none) is
