@@ -24,7 +24,7 @@ from rlds_cli.cache.manifest import FieldSpec, Manifest, Storage
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
-from rlds_cli.errors import ConversionError
+from rlds_cli.errors import ConversionError, FrameError
 from rlds_cli.frames.codecs import FrameFormat
 from rlds_cli.frames.encoded import EncodedFrames
 from rlds_cli.frames.modes import FramesMode, frame_format
@@ -180,7 +180,14 @@ class DatasetBuilder:
             return rows
         spec = self._specs.get(key)
         if (spec is None and self._stored_format(rows) is None) or (spec is not None and spec.codec == "raw"):
-            return rows.decode()
+            try:
+                return rows.decode()
+            except FrameError as exc:
+                raise ConversionError(
+                    f"a frame of {key!r} (the block from step {self._num_steps}) does not decode: "
+                    f"{exc.message}",
+                    hint="the source's image file is damaged: download it again",
+                ) from None
         return rows
 
     def _stored_format(self, rows: Any) -> FrameFormat | None:
@@ -212,8 +219,10 @@ class DatasetBuilder:
                     rows = np.asarray(rows)
                     spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
                 self._specs[key] = spec
+                # keep never encodes: frames that arrive otherwise than the first ones did are refused
+                encodes = self.frames.codec is not None
                 column = self._columns[key] = column_writer(
-                    self.backend, self.build_dir, spec, self.frames.quality
+                    self.backend, self.build_dir, spec, self.frames.quality, encodes=encodes
                 )
                 if isinstance(column, FramesColumnWriter):
                     self._frame_columns[key] = column

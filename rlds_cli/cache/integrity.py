@@ -103,6 +103,10 @@ def check_manifest_data(data: dict[str, Any], path: Path | str) -> None:
         problem = _field_problem(spec)
         if problem is not None:
             raise bad(f"field {key!r}: {problem}")
+    framed = [k for k, s in fields.items() if s.get("codec", "raw") != "raw"]
+    if framed and data.get("format_version", 1) < 2:  # version 2 added frame columns
+        version = data.get("format_version")
+        raise bad(f"format_version {version} cannot hold frame columns ({framed[0]!r} has a codec)")
     layout = data.get("layout", "flat-ted")
     if layout in (VIEW_LAYOUT, SEGMENTED_LAYOUT):
         return  # a view's fields are its parent's; a growing dataset's head may not know them all yet
@@ -135,6 +139,8 @@ def _field_problem(spec: Any) -> str | None:
     if spec.get("storage") not in _STORAGES:
         return f"'storage' must be one of {', '.join(_STORAGES)}, got {spec.get('storage')!r}"
     codec = spec.get("codec", "raw")
+    if codec != "raw" and spec.get("storage") != "flat":
+        return f"'codec' {codec!r} on a per-step field (frames are observations: storage 'flat')"
     if codec != "raw":
         from rlds_cli.frames.codecs import CODECS, frame_shape_problem
 
@@ -234,5 +240,11 @@ def schema_problem(head: Manifest, segment: Manifest) -> str | None:
             return (
                 f"key {key!r} is {own.dtype} {tuple(own.shape)} ({own.storage}) in the segment, "
                 f"{spec.dtype} {tuple(spec.shape)} ({spec.storage}) in the dataset's manifest"
+            )
+        if (own.codec, own.channels_first) != (spec.codec, spec.channels_first):
+            return (
+                f"key {key!r} is stored as {own.codec} frames in the segment, as {spec.codec} in the "
+                "dataset's manifest"
+                + (" (and another channel order)" if own.channels_first != spec.channels_first else "")
             )
     return None

@@ -274,8 +274,10 @@ def export_minari(
                     if key in jpeg:  # the episode's stored JPEG files, its final frame's too
                         first = int(dataset.episode_index["start"][i]) + i
                         files = jpeg[key].encoded(first, first + length + 1).data
-                        rows = [np.frombuffer(data, np.uint8) for data in files]
-                        group.create_dataset(path, data=rows, dtype=h5py.vlen_dtype(np.uint8))
+                        # row by row: files of one length would make h5py write a 2-D array
+                        written = group.create_dataset(path, (len(files),), dtype=h5py.vlen_dtype(np.uint8))
+                        for j, data in enumerate(files):
+                            written[j] = np.frombuffer(data, np.uint8)
                         continue
                     _write_leaf(group, path, np.concatenate([ep[key], ep[f"next/{key}"][-1:]]), text_paths)
                 for key, path in action_paths.items():

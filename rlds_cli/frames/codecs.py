@@ -36,6 +36,10 @@ LOSSLESS = frozenset({"png", "webp"})
 #: 40.4 dB, some frames at 39; 4:2:0 chroma loses 1-2 dB for 10% fewer bytes).
 DEFAULT_JPEG_QUALITY = 93
 
+#: Most pixels of one frame: Pillow's own decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``),
+#: so a tiny source cannot make every read allocate gigabytes.
+MAX_FRAME_PIXELS = 89_478_485
+
 #: Leading bytes of each codec's files (WebP: ``RIFF????WEBP``, checked at bytes 0 and 8).
 _MAGIC = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG\r\n\x1a\n"}
 
@@ -103,6 +107,8 @@ def frame_shape_problem(shape: tuple[int, ...], channels_first: bool, codec: str
         return f"{height}x{width} is no image size"
     if codec == "webp" and max(height, width) > 16_383:
         return "WebP images are at most 16383 pixels on a side"
+    if height * width > MAX_FRAME_PIXELS:
+        return f"{height}x{width} is over {MAX_FRAME_PIXELS:,} pixels a frame (a decompression bomb?)"
     return None
 
 
@@ -186,10 +192,16 @@ def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndar
     got_h, got_w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     if (got_h, got_w) != (height, width):
         raise FrameError(f"a {got_h}x{got_w} JPEG image where the column holds {height}x{width} frames")
+    if colorspace not in _JPEG_COLORSPACES:
+        raise FrameError(f"a {colorspace} JPEG image (frames are gray or RGB)")
     if (colorspace == "Gray") != (channels == 1):
         raise FrameError(f"a {colorspace} JPEG image where the column holds {channels}-channel frames")
     simplejpeg.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB", buffer=out.reshape(-1))
 
+
+#: The JPEG colour spaces of frames (a CMYK or YCCK JPEG has no one RGB reading: Pillow keeps
+#: it CMYK, libjpeg-turbo converts it its own way).
+_JPEG_COLORSPACES = ("Gray", "YCbCr", "RGB")
 
 #: Pillow's modes for each channel count.
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -206,17 +218,28 @@ def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int
                 f"a {image.size[1]}x{image.size[0]} {codec.upper()} image where the column holds "
                 f"{height}x{width} frames"
             )
-        # WebP has no gray images: a gray frame is stored as RGB with equal channels
-        gray_webp = codec == "webp" and channels == 1 and image.mode == "RGB"
-        if image.mode != _MODES[channels] and not gray_webp:
+        # WebP has no gray images (a gray frame is stored as RGB with equal channels), and libwebp
+        # drops an alpha channel that is opaque everywhere (an RGBA frame comes back RGB)
+        as_rgb = codec == "webp" and channels in (1, 4) and image.mode == "RGB"
+        if image.mode != _MODES[channels] and not as_rgb:
             raise FrameError(
                 f"a {image.mode} {codec.upper()} image where the column holds {channels}-channel frames"
             )
         image.load()
         pixels = np.asarray(image)
-        out.reshape(height, width, channels)[...] = (pixels[:, :, :1] if gray_webp else pixels).reshape(
-            height, width, channels
-        )
+        target = out.reshape(height, width, channels)
+        if not as_rgb:
+            target[...] = pixels.reshape(height, width, channels)
+        elif channels == 1:
+            if not (
+                np.array_equal(pixels[:, :, 0], pixels[:, :, 1])
+                and np.array_equal(pixels[:, :, 0], pixels[:, :, 2])
+            ):
+                raise FrameError("an RGB WEBP image of unequal channels where the column holds gray frames")
+            target[:, :, 0] = pixels[:, :, 0]
+        else:
+            target[:, :, :3] = pixels
+            target[:, :, 3] = 255
 
 
 def decode(data: Any, fmt: FrameFormat) -> np.ndarray:
@@ -241,7 +264,7 @@ def image_format(data: Any, channels_first: bool = False) -> FrameFormat:
             import simplejpeg
 
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-            channels = 1 if colorspace == "Gray" else 3
+            channels = 0 if colorspace not in _JPEG_COLORSPACES else 1 if colorspace == "Gray" else 3
         else:
             from PIL import Image
 
@@ -251,7 +274,7 @@ def image_format(data: Any, channels_first: bool = False) -> FrameFormat:
     except Exception as exc:
         raise FrameError(f"a {codec} image whose header is damaged: {exc}") from exc
     if channels == 0:
-        raise FrameError(f"a {codec} image in a mode other than gray, RGB or RGBA")
+        raise FrameError(f"a {codec} image in a mode other than gray, RGB or RGBA (frames are one of those)")
     if channels == 1:
         return FrameFormat(codec, (height, width))
     shape = (channels, height, width) if channels_first else (height, width, channels)

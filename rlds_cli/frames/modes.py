@@ -49,12 +49,13 @@ class FramesMode:
             return cls()
         if isinstance(value, FramesMode):
             return value
-        name, _, quality = str(value).strip().lower().partition(":")
+        name, colon, quality = str(value).strip().lower().partition(":")
         if name not in MODES:
             raise FramesModeError(f"--frames {value!r} is not a frames mode")
-        if not quality:
+        if not colon:
             return cls(name)
-        if name != "jpeg" or not quality.isdigit() or not 1 <= int(quality) <= 100:
+        digits = quality.isascii() and quality.isdigit()
+        if name != "jpeg" or not digits or not 1 <= int(quality) <= 100:
             raise FramesModeError(f"--frames {value!r}: only jpeg takes a quality, from 1 to 100")
         return cls(name, int(quality))
 

@@ -46,16 +46,23 @@ class ImageTransform:
     def __init__(self, keys: Iterable[str | tuple[str, ...]] | None = None, seed: int = 0) -> None:
         self.keys = None if keys is None else [join_key(k) for k in keys]
         self.seed = int(seed)
-        self._layouts: dict[str, bool] = {}  # key -> channels first
+        #: key -> how its frames lie: ``"hwc"``, ``"chw"`` or ``"hw"`` (gray, no channel axis)
+        self._layouts: dict[str, str] = {}
         self._calls = 0
 
     def bind(self, dataset: Dataset) -> None:
         """Find the frame keys of ``dataset`` and their layout."""
-        layouts: dict[str, bool] = {}
+        layouts: dict[str, str] = {}
         for key, spec in dataset.manifest.fields.items():
             fmt = spec.frame_format or frame_format(spec.shape, spec.dtype, "png")
             if fmt is not None:
-                layouts[key] = layouts[f"next/{key}"] = fmt.channels_first
+                layout = "hw" if len(fmt.shape) == 2 else "chw" if fmt.channels_first else "hwc"
+                layouts[key] = layouts[f"next/{key}"] = layout
+        if not layouts and self.keys is None:
+            raise ValueError(
+                f"{type(self).__name__}: dataset {dataset.name!r} has no camera frames (uint8 images of at "
+                "least 32x32) to transform"
+            )
         if self.keys is not None:
             unknown = [k for k in self.keys if k not in layouts]
             if unknown:
@@ -70,12 +77,12 @@ class ImageTransform:
         if not self._layouts:
             raise RuntimeError(f"{type(self).__name__} must be bound to a dataset (use it in a Loader)")
         index = batch.get("index")
-        for key, channels_first in self._layouts.items():
+        for key, layout in self._layouts.items():
             if key not in batch:
                 continue
             value = batch[key]
             frames = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
-            lead = frames.ndim - 3
+            lead = frames.ndim - len(layout)
             if lead < 1:
                 raise ValueError(
                     f"{type(self).__name__}: {key!r} has shape {tuple(frames.shape)}, not a batch of frames"
@@ -83,10 +90,14 @@ class ImageTransform:
             # (N, M, C, H, W) with M the dimensions between the batch's and the frame's
             n = frames.shape[0]
             grid = frames.reshape(n, -1, *frames.shape[lead:])
-            if not channels_first:
+            if layout == "hw":
+                grid = grid.unsqueeze(2)
+            elif layout == "hwc":
                 grid = grid.permute(0, 1, 4, 2, 3)
             out = self.apply(grid, self._generator(key, index, n))
-            if not channels_first:
+            if layout == "hw":
+                out = out.squeeze(2)
+            elif layout == "hwc":
                 out = out.permute(0, 1, 3, 4, 2)
             out = out.contiguous().reshape(*frames.shape[:lead], *out.shape[2:])
             batch[key] = out.numpy() if isinstance(value, np.ndarray) else out

@@ -213,7 +213,7 @@ class RemoteDataset(Dataset):
         local = self.directory / rel_ends  # checked against its sha256: the mirror's copy
         local.parent.mkdir(parents=True, exist_ok=True)
         write_small_file(local, data)
-        ends = load_npy(local, mmap=False, what="frame offsets")
+        ends = load_npy(local, mmap=False, what="offsets file")
         self._check_not_replaced()
         return RemoteFramesColumn(
             self._files, rel_frames, ends, fmt, f"{key!r} of dataset {self.name!r}", size

@@ -19,6 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -162,6 +163,7 @@ class DatasetWriter:
         frames: FramesMode | str | None = None,
     ) -> None:
         self.frames = FramesMode.parse(frames)
+        self._frames_asked = frames is not None
         if mode not in ("create", "append"):
             raise ValueError(f"mode must be 'create' or 'append', not {mode!r}")
         if episodes_per_commit < 1:
@@ -467,6 +469,18 @@ class DatasetWriter:
                 f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
             )
         self.head = self._sink.head = head
+        if self._frames_asked:  # the dataset's codecs stand: say so where this writer's differ
+            plain = {k: replace(s, codec="raw", channels_first=False) for k, s in head.fields.items()}
+            wanted = with_frames(plain, self.frames)
+            other = [k for k, s in head.fields.items() if wanted[k].codec != s.codec]
+            if other:
+                log.warning(
+                    "dataset %r stores %s as %s: this writer's frames=%r does not change it",
+                    self.name,
+                    other[0],
+                    head.fields[other[0]].codec,
+                    str(self.frames),
+                )
 
 
 def _same_rows(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], what: str, against: str) -> None:

@@ -4,6 +4,7 @@ the arrays they stand for, checked by digest, and every damage reported, never s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -178,3 +179,106 @@ def test_a_tampered_frame_spec_is_a_malformed_manifest(tmp_path: Path, edit: dic
     path.write_text(json.dumps(data))
     with pytest.raises(CorruptDatasetError, match=words):
         open_dataset("m", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "codec"),
+    [
+        ({"shape": [3, 48, 64], "channels_first": True}, "png"),  # read transposed
+        ({"shape": [48, 64]}, "webp"),  # read as one channel of the RGB frames
+        ({"codec": "png"}, "webp"),
+    ],
+)
+def test_a_format_edit_fails_the_digest(tmp_path: Path, edit: dict, codec: str) -> None:
+    """The digest covers how the frames are read (codec, shape, channel order), not only their
+    bytes: an edited manifest fails the check, whatever a read then does."""
+    build_frames(tmp_path, "e", LENGTHS, codec)
+    path = open_dataset("e", tmp_path).directory / "manifest.json"
+    data = json.loads(path.read_text())
+    data["fields"]["pixels"].update(edit)
+    path.write_text(json.dumps(data))
+    report = check_digests(open_dataset("e", tmp_path))
+    assert not report.ok and [p.key for p in report.problems] == ["pixels"]
+
+
+def test_offsets_of_another_shape_are_refused(tmp_path: Path) -> None:
+    build_frames(tmp_path, "s", LENGTHS, "png")
+    _, ends = frame_files(open_dataset("s", tmp_path).directory, "pixels")
+    values = np.load(ends)
+    np.save(ends, values.reshape(-1, 1))
+    with pytest.raises(CorruptDatasetError, match=r"offsets are of shape \(15, 1\), not one per row"):
+        open_dataset("s", tmp_path).column("pixels")
+
+
+def test_frame_columns_refuse_float_and_misshapen_indices(tmp_path: Path) -> None:
+    build_frames(tmp_path, "x", LENGTHS, "png")
+    col = open_dataset("x", tmp_path).column("pixels")
+    with pytest.raises(IndexError, match="integer indices"):
+        col[np.array([1.7])]
+    with pytest.raises(IndexError, match="a mask of shape"):
+        col[np.ones(3, bool)]
+
+
+def test_a_codec_on_a_step_field_or_in_a_version_1_manifest_is_malformed(tmp_path: Path) -> None:
+    build_frames(tmp_path, "v", LENGTHS, "png")
+    path = open_dataset("v", tmp_path).directory / "manifest.json"
+    clean = path.read_text()
+    data = json.loads(clean)
+    data["format_version"] = 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError, match="format_version 1 cannot hold frame columns"):
+        open_dataset("v", tmp_path)
+    data = json.loads(clean)
+    data["fields"]["action"].update(codec="png", dtype="uint8", shape=[48, 64, 3])
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptDatasetError, match="on a per-step field"):
+        open_dataset("v", tmp_path)
+
+
+# ----------------------------------------------------------------------------- keep never encodes
+
+
+def test_keep_refuses_frames_that_arrive_otherwise_and_damaged_ones(tmp_path: Path) -> None:
+    """``--frames keep`` stores what arrives as image files bit for bit: frames of another codec
+    later on (or as arrays) are refused, not encoded lossily; a source image file whose data is
+    damaged is refused at conversion, never published."""
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.errors import ConversionError
+    from rlds_cli.frames.codecs import FrameFormat, encode
+    from rlds_cli.frames.encoded import EncodedFrames
+    from tests.frames_fixtures import frames_block
+
+    def encoded(block, codec: str):  # the block with its frames as image files of ``codec``
+        fmt = FrameFormat(codec, (48, 64, 3))
+        frames = block.observations["pixels"]
+        return replace(
+            block,
+            observations={
+                **block.observations,
+                "pixels": EncodedFrames([encode(f, fmt) for f in frames], fmt),
+            },
+        )
+
+    first, _ = frames_block([3])
+    later, _ = frames_block([2], first=10)
+    with (
+        pytest.raises(ConversionError, match="arrive as png images after jpeg images"),
+        DatasetBuilder("k", root=tmp_path) as builder,
+    ):
+        builder.append(encoded(first, "jpeg"))
+        builder.append(encoded(later, "png"))
+    with (
+        pytest.raises(ConversionError, match="arrive as arrays after jpeg images"),
+        DatasetBuilder("k", root=tmp_path) as builder,
+    ):
+        builder.append(encoded(first, "jpeg"))
+        builder.append(later)
+    cut = encoded(first, "jpeg")
+    files = cut.observations["pixels"].data
+    files[2] = files[2][: len(files[2]) // 2]  # the header is fine, the data ends early
+    with (
+        pytest.raises(ConversionError, match="frame 2 of 'pixels' does not decode"),
+        DatasetBuilder("k", root=tmp_path) as builder,
+    ):
+        builder.append(cut)
+    assert not (tmp_path / "datasets" / "k").exists()

@@ -222,6 +222,31 @@ def test_minari_export_of_frames(
     np.testing.assert_array_equal(back_pixels, ds.column("observation/pixels")[:])
 
 
+def test_minari_export_of_identical_jpeg_files(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A static camera: every JPEG file of an episode of one length (h5py would make them a 2-D
+    array if written at once)."""
+    minari = pytest.importorskip("minari")
+    from rlds_cli.cache.builder import DatasetBuilder
+    from tests.frames_fixtures import frames_block
+
+    block, _ = frames_block([3, 2], prefix="observation/")
+    still = np.broadcast_to(
+        block.observations["observation/pixels"][:1], block.observations["observation/pixels"].shape
+    )
+    block.observations["observation/pixels"] = np.ascontiguousarray(still)  # type: ignore[index]
+    with DatasetBuilder("still", frames="jpeg") as builder:
+        builder.append(block)
+        builder.commit()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    export_dataset(open_dataset("still"), tmp_path / "minari" / "still-v0", "minari")
+    episode = next(iter(minari.load_dataset("still-v0").iterate_episodes()))
+    np.testing.assert_array_equal(
+        episode.observations["pixels"], open_dataset("still").episode(0)["observation/pixels"][[0, 0, 0, 0]]
+    )
+
+
 def test_minari_export_needs_a_minari_id(golden: Dataset, tmp_path: Path) -> None:
     pytest.importorskip("minari")
     with pytest.raises(ExportError, match="is not a Minari dataset id"):

@@ -167,3 +167,37 @@ def test_which_arrays_are_camera_frames() -> None:
     assert frame_format((7, 7, 3), np.uint8, "jpeg") is None  # a MiniGrid grid: data, not a picture
     assert frame_format((84, 84, 3), np.float32, "jpeg") is None
     assert frame_format((17,), np.uint8, "jpeg") is None
+
+
+def test_cmyk_jpegs_are_no_frames() -> None:
+    """A CMYK JPEG has no one RGB reading (Pillow keeps it CMYK, libjpeg-turbo converts it its
+    own way): refused, never kept and served as some RGB."""
+    buf = io.BytesIO()
+    Image.fromarray(scene()).convert("CMYK").save(buf, format="JPEG")
+    with pytest.raises(FrameError, match="mode other than gray, RGB or RGBA"):
+        image_format(buf.getvalue())
+    with pytest.raises(FrameError, match="a CMYK JPEG image"):
+        decode(buf.getvalue(), FrameFormat("jpeg", (48, 64, 3)))
+
+
+def test_webp_keeps_an_opaque_alpha_and_checks_gray() -> None:
+    """libwebp drops an alpha channel opaque everywhere: the frame still reads as RGBA, exactly.
+    A WebP RGB image of unequal channels is no gray frame."""
+    rgba = np.dstack([scene(), np.full((48, 64), 255, np.uint8)])
+    fmt = FrameFormat("webp", (48, 64, 4))
+    np.testing.assert_array_equal(decode(encode(rgba, fmt), fmt), rgba)
+    colour = encode(scene(), FrameFormat("webp", (48, 64, 3)))
+    with pytest.raises(FrameError, match="unequal channels where the column holds gray frames"):
+        decode(colour, FrameFormat("webp", (48, 64)))
+
+
+def test_frames_over_pillows_bomb_limit_are_refused() -> None:
+    with pytest.raises(FrameError, match="over 89,478,485 pixels a frame"):
+        FrameFormat("jpeg", (20_000, 20_000, 3))
+    assert frame_format((20_000, 20_000, 3), np.uint8, "png") is None  # stays an array
+
+
+@pytest.mark.parametrize("text", ["jpeg:", "png:", "keep:", "jpeg:\u00b2", "jpeg:\u0663"])
+def test_an_empty_or_non_ascii_quality_is_refused(text: str) -> None:
+    with pytest.raises(FramesModeError):
+        FramesMode.parse(text)

@@ -145,3 +145,32 @@ def test_bad_arguments_and_keys(root: Path) -> None:
         Loader(open_dataset("hwc", root), batch_size=4, transform=CenterCrop(8, keys=["state"]))
     with pytest.raises(ValueError, match="CenterCrop of 64x64 is larger than the frames"):
         batches(root, "hwc", CenterCrop(64), 1)
+
+
+def test_gray_frames_and_their_stacks(tmp_path: Path) -> None:
+    """(H, W) frames, alone or stacked: transformed as one-channel images, the stack's frames
+    moved together."""
+    build_frames(tmp_path, "gray", LENGTHS, "raw", shape=(48, 64))
+    (raw,) = batches(tmp_path, "gray", None, 1)
+    (small,) = batches(tmp_path, "gray", Resize(24), 1)
+    assert small["pixels"].shape == (6, 24, 24)
+    (stack,) = batches(tmp_path, "gray", [FrameStack(3, keys=("pixels",)), Resize(32)], 1)
+    assert stack["pixels"].shape == (6, 3, 32, 32)
+    (plain_stack,) = batches(tmp_path, "gray", FrameStack(3, keys=("pixels",)), 1)
+    (shifted,) = batches(tmp_path, "gray", [FrameStack(3, keys=("pixels",)), RandomShift(4)], 1)
+    padded = np.pad(plain_stack["pixels"], ((0, 0), (0, 0), (4, 4), (4, 4)), mode="edge")
+    for i in range(6):
+        assert any(
+            np.array_equal(padded[i, :, y : y + 48, x : x + 64], shifted["pixels"][i])
+            for y in range(9)
+            for x in range(9)
+        )
+    np.testing.assert_array_equal(raw["state"], small["state"])
+
+
+def test_a_dataset_without_frames_is_told(tmp_path: Path) -> None:
+    from tests.loader_fixtures import make_ted
+
+    make_ted(tmp_path, "lowdim", [4, 3])
+    with pytest.raises(ValueError, match="dataset 'lowdim' has no camera frames"):
+        Loader(open_dataset("lowdim", tmp_path), batch_size=4, transform=Resize(8))

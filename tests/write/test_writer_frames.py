@@ -110,3 +110,35 @@ def test_compaction_refuses_a_damaged_frame_segment_and_keeps_it(tmp_path: Path)
         compact("d", tmp_path, grace_seconds=0)
     assert victim.directory.is_dir() and path.read_bytes() == bytes(data)  # nothing merged or removed
     assert not check_digests(open_dataset("d", tmp_path)).ok
+
+
+def test_a_segment_whose_codec_was_edited_is_refused_and_never_compacted(tmp_path: Path) -> None:
+    with DatasetWriter("c", root=tmp_path, frames="png", grace_seconds=0) as writer:
+        for i in range(2):
+            writer.add_episode(episode(3, i)[0])
+            writer.flush()
+    victim = open_dataset("c", tmp_path).segment_datasets()[0]
+    path = victim.directory / "manifest.json"
+    path.write_text(path.read_text().replace('"codec": "png"', '"codec": "webp"'))
+    with pytest.raises(CorruptDatasetError, match="stored as webp frames in the segment, as png"):
+        open_dataset("c", tmp_path).episode(0)
+    with pytest.raises(CorruptDatasetError):
+        compact("c", tmp_path, grace_seconds=0)
+    assert victim.directory.is_dir()
+
+
+def test_appending_with_another_mode_keeps_the_codec_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with DatasetWriter("w", root=tmp_path, frames="png") as writer:
+        writer.add_episode(episode(2, 0)[0])
+    ep, frames = episode(3, 5)
+    with (
+        caplog.at_level("WARNING"),
+        DatasetWriter("w", root=tmp_path, mode="append", frames="jpeg") as writer,
+    ):
+        writer.add_episode(ep)
+    assert "stores observation as png: this writer's frames='jpeg' does not change it" in caplog.text
+    ds = open_dataset("w", tmp_path)
+    assert ds.manifest.fields["observation"].codec == "png"
+    np.testing.assert_array_equal(ds.episode(1)["observation"], frames[:-1])  # png: exact

@@ -7,8 +7,9 @@ Frames are already compressed: zarr's chunk codecs would only wrap them again, s
 dataset stores its frame columns as a memmap one does. A column reads as the ``(rows, *shape)``
 ``uint8`` array it stands for (:class:`FramesColumn`): a read decodes only the rows asked for,
 each distinct row once, on every core (:mod:`rlds_cli.frames.threads`), straight into the
-output. Its content digest covers the stored bytes and the offsets (:class:`FramesHasher`): a
-frame's bytes are what the dataset holds, decoded the same way every time.
+output. Its content digest covers the stored bytes, the offsets and how they are read (codec,
+frame shape, channel order: :class:`FramesHasher`), so an edited manifest fails the check as an
+edited byte does; a frame's bytes are what the dataset holds, decoded the same way every time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
-from rlds_cli.errors import CorruptDatasetError, FrameError
+from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat
 from rlds_cli.frames.encoded import EncodedFrames
 from rlds_cli.frames.modes import FramesMode, frame_format
@@ -49,9 +50,11 @@ def frame_files(dataset_dir: Path, key: str) -> tuple[Path, Path]:
 
 class FramesHasher:
     """The content digest of a frame column, fed as it is written: the sha256 of the stored
-    bytes and that of the end offsets (int64, little-endian), joined."""
+    bytes and that of the end offsets (int64, little-endian), joined with the column's format
+    (codec, frame shape, channel order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fmt: FrameFormat) -> None:
+        self.format = fmt
         self._bytes = hashlib.sha256()
         self._ends = hashlib.sha256()
 
@@ -62,27 +65,45 @@ class FramesHasher:
         self._ends.update(np.ascontiguousarray(ends, dtype="<i8").data)
 
     def hexdigest(self) -> str:
-        joined = f"frames:{self._bytes.hexdigest()}:{self._ends.hexdigest()}"
+        fmt = self.format
+        layout = f"{fmt.codec}:{list(fmt.shape)}:{'chw' if fmt.channels_first else 'hwc'}"
+        joined = f"frames:{layout}:{self._bytes.hexdigest()}:{self._ends.hexdigest()}"
         return hashlib.sha256(joined.encode()).hexdigest()
 
 
 class FramesColumnWriter(ColumnWriter):
     """Appends frames to a frame column: rows that arrive as image files of the column's
     codec and shape keep their bytes; arrays (and image files of another codec) are encoded
-    with the column's codec, on every core.
+    with the column's codec, on every core, when ``encodes``.
 
     Args:
         dataset_dir: The build directory.
         key: The column's key.
         fmt: The column's codec and frame shape.
         quality: The JPEG quality of frames encoded here.
+        encodes: Whether frames may be encoded here (``--frames jpeg|png|webp``); without it
+            (``keep``), frames that arrive otherwise than as the column's image files are refused
+            rather than encoded (lossy, or not the source's bytes).
+        checks: Decode every frame kept as it arrived before it is stored (a source's image
+            file whose header is fine but whose data is cut or damaged is refused at conversion,
+            never published); off where the bytes were checked already (compaction: digests).
     """
 
     def __init__(
-        self, dataset_dir: Path, key: str, fmt: FrameFormat, quality: int = DEFAULT_JPEG_QUALITY
+        self,
+        dataset_dir: Path,
+        key: str,
+        fmt: FrameFormat,
+        quality: int = DEFAULT_JPEG_QUALITY,
+        *,
+        encodes: bool = True,
+        checks: bool = True,
     ) -> None:
         self.format = fmt
         self.quality = quality
+        self.key = key
+        self.encodes = encodes
+        self.checks = checks
         frames_path, ends_path = frame_files(dataset_dir, key)
         frames_path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(frames_path, "wb")  # noqa: SIM115 - closed in close()
@@ -90,7 +111,7 @@ class FramesColumnWriter(ColumnWriter):
         self._size = 0
         self._writer: ThreadPoolExecutor | None = None  # writes and hashes the encoded blocks
         self._written: Future[None] | None = None
-        self.hasher = FramesHasher()
+        self.hasher = FramesHasher(fmt)
         #: Frames stored as they arrived, and frames encoded here.
         self.kept = 0
         self.encoded = 0
@@ -104,7 +125,16 @@ class FramesColumnWriter(ColumnWriter):
             return
         if isinstance(rows, EncodedFrames) and rows.format == self.format:
             parts = rows.data
+            if self.checks:
+                self._check_decodes(rows)
             self.kept += len(parts)
+        elif not self.encodes:
+            arrived = f"{rows.format.codec} images" if isinstance(rows, EncodedFrames) else "arrays"
+            raise ConversionError(
+                f"frames of {self.key!r} arrive as {arrived} after {self.format.codec} images: a frame "
+                "column holds one codec, and --frames keep never encodes",
+                hint="convert with --frames raw (arrays), png or webp (lossless) or jpeg",
+            )
         else:
             frames = rows.decode() if isinstance(rows, EncodedFrames) else np.asarray(rows)
             if frames.shape[1:] != self.format.shape or frames.dtype != np.uint8:
@@ -125,6 +155,19 @@ class FramesColumnWriter(ColumnWriter):
 
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="rlds-frames-write")
         self._written = self._writer.submit(self._write, parts, ends)
+
+    def _check_decodes(self, rows: EncodedFrames) -> None:
+        """Decode every frame of ``rows`` (into a scratch block, on every core)."""
+        scratch = np.empty((len(rows), *self.format.shape), np.uint8)
+        try:
+            decode_many(rows.data.__getitem__, len(rows), self.format, scratch)
+        except FrameError as exc:
+            row = self.rows + int(getattr(exc, "index", 0))
+            raise ConversionError(
+                f"frame {row} of {self.key!r} does not decode: {exc.message}",
+                hint="the source's image file is damaged: download it again, or convert with --frames "
+                "raw to see where it comes from",
+            ) from None
 
     def _write(self, parts: list[bytes], ends: np.ndarray) -> None:
         self._fh.writelines(parts)
@@ -192,7 +235,16 @@ class FramesColumn:
         self.label = label
         mapped = size is None and data is None
         size = len(data) if data is not None else os.stat(frames_path).st_size if size is None else size
-        if ends.ndim != 1 or (len(ends) and (int(ends[0]) <= 0 or int(ends[-1]) != size)):
+        if ends.ndim != 1:
+            raise CorruptDatasetError(
+                f"frames of {label} ({frames_path}) are damaged: their offsets are of shape {ends.shape}, "
+                "not one per row"
+            )
+        if len(ends) and int(ends[0]) <= 0:
+            raise CorruptDatasetError(
+                f"frames of {label} ({frames_path}) are damaged: the first frame ends at byte {int(ends[0])}"
+            )
+        if (int(ends[-1]) if len(ends) else 0) != size:
             raise CorruptDatasetError(
                 f"frames of {label} ({frames_path}) are damaged: the offsets say "
                 f"{int(ends[-1]) if len(ends) else 0:,} bytes, the file holds {size:,}"
@@ -250,7 +302,11 @@ class FramesColumn:
         else:
             rows = np.asarray(index)
             if rows.dtype == np.bool_:
+                if rows.shape != (len(self),):
+                    raise IndexError(f"a mask of shape {rows.shape} for {self.label} of {len(self)} rows")
                 rows = np.flatnonzero(rows)
+            elif rows.dtype.kind not in "iu":
+                raise IndexError(f"{self.label}: rows are read by integer indices, not {rows.dtype}")
             rows = rows.astype(np.int64, copy=False)
             if rows.size and (int(rows.min()) < -len(self) or int(rows.max()) >= len(self)):
                 raise IndexError(f"row index out of range for {self.label} of {len(self)} rows")
@@ -279,7 +335,7 @@ class FramesColumn:
             row = int(distinct[getattr(exc, "index", 0)])
             raise CorruptDatasetError(
                 f"frame {row} of {self.label} ({self.path}) is damaged: {exc.message}",
-                hint="run 'rlds inspect NAME --check' to find every damaged file; 'rlds download' it again",
+                hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
             ) from None
         if len(distinct) != len(flat):
             source = first[inverse.reshape(-1)]
@@ -299,7 +355,7 @@ class FramesColumn:
 
     def content_digest(self) -> str:
         """The column's digest as :class:`FramesHasher` makes it, read in bounded blocks."""
-        hasher = FramesHasher()
+        hasher = FramesHasher(self.format)
         for start in range(0, self.size, _DIGEST_BLOCK):
             block = self.fetch([start], [min(self.size, start + _DIGEST_BLOCK)])(0)
             hasher.update([block], np.zeros(0, np.int64))
@@ -308,14 +364,20 @@ class FramesColumn:
 
 
 def column_writer(
-    backend: Backend, dataset_dir: Path, spec: FieldSpec, quality: int = DEFAULT_JPEG_QUALITY
+    backend: Backend,
+    dataset_dir: Path,
+    spec: FieldSpec,
+    quality: int = DEFAULT_JPEG_QUALITY,
+    *,
+    encodes: bool = True,
+    checks: bool = True,
 ) -> ColumnWriter:
     """A writer of stored column ``spec`` under ``dataset_dir``: a :class:`FramesColumnWriter`
-    for a frame column (``quality``: the JPEG quality of frames it encodes), else the backend's."""
+    for a frame column (``quality``, ``encodes``, ``checks``: see there), else the backend's."""
     fmt = spec.frame_format
     if fmt is None:
         return backend.create_column(dataset_dir, spec.key, np.dtype(spec.dtype), spec.shape)
-    return FramesColumnWriter(dataset_dir, spec.key, fmt, quality)
+    return FramesColumnWriter(dataset_dir, spec.key, fmt, quality, encodes=encodes, checks=checks)
 
 
 def with_frames(fields: dict[str, FieldSpec], mode: FramesMode) -> dict[str, FieldSpec]:
@@ -339,7 +401,7 @@ def open_frames(dataset_dir: Path, key: str, fmt: FrameFormat, label: str) -> Fr
     """
     frames_path, ends_path = frame_files(dataset_dir, key)
     try:
-        ends = load_npy(ends_path, mmap=False, what="frame offsets")
+        ends = load_npy(ends_path, mmap=False, what="offsets file")
         if ends.dtype != np.int64:
             raise CorruptDatasetError(f"frame offsets {ends_path} are damaged: {ends.dtype}, not int64")
         return FramesColumn(frames_path, ends, fmt, label)
