@@ -279,3 +279,19 @@ def test_a_remote_read_stays_on_its_commit_while_main_moves(hub: HubStandin) -> 
     got = remote.gather(rows)  # the commit opened: whole, never a mix
     for key in want:
         np.testing.assert_array_equal(np.asarray(got[key]), want[key], err_msg=key)
+
+
+def test_frame_columns_on_the_hub(hub: HubStandin, isolated_cache: Path, tmp_path: Path) -> None:
+    """A frame column's two files (``@`` in their names) go to the Hub and come back: pushed,
+    pulled, and read where they lie."""
+    from rlds_cli import open_dataset
+    from tests.frames_fixtures import build_frames
+
+    pixels = build_frames(isolated_cache, "cam", [3, 4], "png", backend="zarr")
+    push("cam", f"{REPO_URL}/cam")
+    assert "cam/arrays/pixels@frames" in main_files(hub)
+    other = CacheRoot(tmp_path / "other")
+    assert pull(f"{REPO_URL}/cam", root=other).digests_checked
+    np.testing.assert_array_equal(open_dataset("cam", root=other.path).column("pixels")[:], pixels)
+    remote = open_dataset(f"{REPO_URL}/cam")
+    np.testing.assert_array_equal(np.asarray(remote.column("pixels")[[0, 5, 8]]), pixels[[0, 5, 8]])
