@@ -96,6 +96,9 @@ class DatasetBuilder:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._block_hasher.close()
+        if exc_type is not None:  # the build is dropped: its writers' files and threads released
+            for column in self._columns.values():
+                column.abort()
         self._txn.__exit__(exc_type, exc, tb)
 
     @property

@@ -38,6 +38,13 @@ class FramesMode:
     name: str = "keep"
     quality: int = DEFAULT_JPEG_QUALITY
 
+    def __post_init__(self) -> None:
+        if self.name not in MODES:
+            raise FramesModeError(f"frames mode {self.name!r} is not one of {', '.join(MODES)}")
+        quality = self.quality
+        if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+            raise FramesModeError(f"JPEG quality {self.quality!r} is not an integer from 1 to 100")
+
     @classmethod
     def parse(cls, value: str | FramesMode | None) -> FramesMode:
         """``keep``, ``raw``, ``jpeg``, ``jpeg:QUALITY``, ``png`` or ``webp`` (``None``: keep).

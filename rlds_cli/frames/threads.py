@@ -22,24 +22,31 @@ if TYPE_CHECKING:
 INLINE_FRAMES = 4
 
 _pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
+_workers = 0
 _pool_lock = threading.Lock()
 
 
-def _threads() -> tuple[ThreadPoolExecutor, int]:
-    """The process's frame pool and its size (a forked child makes its own: it has none of its
-    parent's threads)."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            from concurrent.futures import (
-                ThreadPoolExecutor,
-            )  # here: a reader that decodes no frame needs none
+def _forget_pool() -> None:
+    """In a forked child (a DataLoader worker): the pool object was inherited but none of its
+    threads, and the lock may have been held by a thread the child does not have."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
 
-            workers = usable_cpus()
-            _pool = ThreadPoolExecutor(workers, thread_name_prefix="rlds-frames")
-            _pool_pid = os.getpid()
-        return _pool, _pool._max_workers
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _threads() -> tuple[ThreadPoolExecutor, int]:
+    """The process's frame pool and its size."""
+    global _pool, _workers
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # here: a reader of no frame needs none
+
+            _workers = usable_cpus()
+            _pool = ThreadPoolExecutor(_workers, thread_name_prefix="rlds-frames")
+        return _pool, _workers
 
 
 def run_split(count: int, work: Callable[[int, int], None]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import stats
-from rlds_cli.cache.backends.frames import ENDS_SUFFIX, FRAMES_SUFFIX
+from rlds_cli.cache.backends.frames import frame_files
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
@@ -128,7 +128,7 @@ def stored_key_bytes(ds: Dataset, key: str) -> int:
         return sum(stored_key_bytes(part, key) for part in parts())
     base = ds.directory / ARRAYS_DIR
     npy = base / f"{key}.npy"
-    frames = [base / f"{key}{suffix}" for suffix in (FRAMES_SUFFIX, ENDS_SUFFIX)]
+    frames = frame_files(ds.directory, key)
     if frames[0].is_file():  # a frame column (cache/backends/frames.py)
         return sum(p.stat().st_size for p in frames if p.is_file())
     if npy.is_file():

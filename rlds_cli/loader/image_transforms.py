@@ -225,7 +225,8 @@ class RandomShift(RandomCrop):
 
 class ColorJitter(ImageTransform):
     """Random brightness, contrast and saturation, one factor of each per sample, drawn uniformly
-    in ``[1 - x, 1 + x]`` and applied in that order as torchvision's ``ColorJitter`` blends them
+    in ``[1 - x, 1 + x]`` and applied in this fixed order (torchvision's ``ColorJitter`` shuffles
+    it), each the blend torchvision makes
     (brightness: scaled; contrast: blended with the frame's mean gray level; saturation: with
     its gray image, RGB frames only), clamped and rounded back to ``uint8``."""
 

@@ -209,8 +209,11 @@ class HostSource:
             # A plain ndarray over the same buffer: np.memmap's subclass hooks cost more than
             # the gather itself on small batches.
             return np.array(column) if self.in_memory else np.asarray(column).view(np.ndarray)
-        if self.in_memory and hasattr(column, "loaded"):  # frames: their stored bytes, not decoded
-            return column.loaded()
+        if self.dataset.manifest.fields[key].codec != "raw":
+            # frames are never decoded whole: in RAM, a column's stored bytes (a view's or a growing
+            # dataset's frames stay read from their files)
+            loaded = getattr(column, "loaded", None)
+            return loaded() if self.in_memory and loaded is not None else column
         return np.asarray(column) if self.in_memory else column
 
     def _table_dtype(self) -> Any:

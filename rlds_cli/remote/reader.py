@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli.cache.backends.frames import ENDS_SUFFIX, FRAMES_SUFFIX, FramesColumn
+from rlds_cli.cache.backends.frames import FramesColumn, frame_files
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
@@ -194,7 +194,7 @@ class RemoteDataset(Dataset):
     def stored_key_bytes(self, key: str) -> int:
         """Bytes the array ``key`` uses on the store."""
         prefix = f"{ARRAYS_DIR}/{key}/"
-        frames = {f"{ARRAYS_DIR}/{key}{FRAMES_SUFFIX}", f"{ARRAYS_DIR}/{key}{ENDS_SUFFIX}"}
+        frames = {path.as_posix() for path in frame_files(Path(), key)}
         return sum(
             e.size for rel, e in self._files.index.files.items() if rel.startswith(prefix) or rel in frames
         )
@@ -205,7 +205,7 @@ class RemoteDataset(Dataset):
         fmt = spec.frame_format
         if fmt is None:
             return super()._stored_column(directory, key, spec)
-        rel_frames, rel_ends = (f"{ARRAYS_DIR}/{key}{suffix}" for suffix in (FRAMES_SUFFIX, ENDS_SUFFIX))
+        rel_frames, rel_ends = (path.as_posix() for path in frame_files(Path(), key))
         data = self._files.read_file(rel_ends)
         size = self._files.size(rel_frames)
         if data is None or size is None:

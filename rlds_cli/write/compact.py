@@ -256,14 +256,18 @@ def merge_run(
         hashes: dict[str, str] = {}
         for key, spec in ds.head.fields.items():
             column = column_writer(backend, build, spec, encodes=False, checks=False)  # checked by digest
-            if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
-                for part, skip in parts:
-                    _copy_frames_checked(ds, part, skip, key, column)
-                hasher: Any = column.hasher
-            else:
-                hasher = digest.ColumnHasher(spec.dtype)
-                for part, skip in parts:
-                    _copy_checked(ds, part, skip, key, column, hasher, backend)
+            try:
+                if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
+                    for part, skip in parts:
+                        _copy_frames_checked(ds, part, skip, key, column)
+                    hasher: Any = column.hasher
+                else:
+                    hasher = digest.ColumnHasher(spec.dtype)
+                    for part, skip in parts:
+                        _copy_checked(ds, part, skip, key, column, hasher, backend)
+            except BaseException:
+                column.abort()  # a damaged input: the build is removed, its writer released
+                raise
             column.close(fsync=False)
             hashes[key] = hasher.hexdigest()
         lengths = np.concatenate([part.episode_index["length"][skip:] for part, skip in parts])

@@ -198,11 +198,15 @@ def _write_segment(
         column = column_writer(backend, build, spec, quality)
         # a frame column's writer hashes the bytes it stores (cache/backends/frames.py)
         hasher = None if isinstance(column, FramesColumnWriter) else digest.ColumnHasher(spec.dtype)
-        for ep in batch:
-            for rows in ep.pieces(key):
-                column.append(rows)
-                if hasher is not None:
-                    hasher.update(rows)
+        try:
+            for ep in batch:
+                for rows in ep.pieces(key):
+                    column.append(rows)
+                    if hasher is not None:
+                        hasher.update(rows)
+        except BaseException:
+            column.abort()  # its files and thread released; building_segment removes the folder
+            raise
         column.close(fsync=False)  # building_segment fsyncs the segment's files together
         if isinstance(column, FramesColumnWriter):
             hashes[key] = column.hasher.hexdigest()

@@ -282,3 +282,28 @@ def test_keep_refuses_frames_that_arrive_otherwise_and_damaged_ones(tmp_path: Pa
     ):
         builder.append(cut)
     assert not (tmp_path / "datasets" / "k").exists()
+
+
+def test_a_failed_build_releases_its_frame_writers(tmp_path: Path) -> None:
+    """An aborted build (an error after frames were appended) leaves no writing thread and no
+    open file behind."""
+    import threading
+
+    from rlds_cli.cache.builder import DatasetBuilder
+    from tests.frames_fixtures import frames_block
+
+    block, _ = frames_block([3, 2])
+    failing = pytest.raises(RuntimeError, match="stop")
+    with failing, DatasetBuilder("a", root=tmp_path, frames="png") as builder:
+        builder.append(block)
+        raise RuntimeError("stop")
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlds-frames-write")]
+    assert not (tmp_path / "datasets" / "a").exists()
+
+
+def test_offsets_of_another_dtype_are_refused(tmp_path: Path) -> None:
+    build_frames(tmp_path, "f", LENGTHS, "png")
+    _, ends = frame_files(open_dataset("f", tmp_path).directory, "pixels")
+    np.save(ends, np.load(ends).astype(np.float64))
+    with pytest.raises(CorruptDatasetError, match="their offsets are float64, not int64"):
+        open_dataset("f", tmp_path).column("pixels")

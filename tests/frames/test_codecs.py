@@ -201,3 +201,32 @@ def test_frames_over_pillows_bomb_limit_are_refused() -> None:
 def test_an_empty_or_non_ascii_quality_is_refused(text: str) -> None:
     with pytest.raises(FramesModeError):
         FramesMode.parse(text)
+
+
+def test_a_mode_made_by_hand_is_checked() -> None:
+    with pytest.raises(FramesModeError, match="quality 500"):
+        FramesMode("jpeg", 500)
+    with pytest.raises(FramesModeError, match="'gif' is not one of"):
+        FramesMode("gif")
+
+
+def test_frames_decode_in_a_forked_child_after_the_parent_did() -> None:
+    """A DataLoader worker forked while the parent's frame threads exist makes its own pool
+    (the inherited one has no threads, its lock may be held)."""
+    import multiprocessing
+
+    fmt = FrameFormat("png", (48, 64, 3))
+    frames = np.stack([scene(seed=i) for i in range(16)])
+    data = encode_many(frames, fmt)
+    out = np.empty_like(frames)
+    decode_many(data.__getitem__, len(data), fmt, out)  # the parent's pool exists now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        back = pool.apply(_decode_all, (data, fmt))
+    np.testing.assert_array_equal(back, frames)
+
+
+def _decode_all(data: list[bytes], fmt: FrameFormat) -> np.ndarray:
+    out = np.empty((len(data), *fmt.shape), np.uint8)
+    decode_many(data.__getitem__, len(data), fmt, out)
+    return out

@@ -102,8 +102,18 @@ def test_color_jitter_is_torchvisions_blend_per_sample(root: Path) -> None:
         np.testing.assert_allclose(
             jit["pixels"][i], np.clip(np.round(raw["pixels"][i] * factor), 0, 255), atol=1.01
         )
-    (sat,) = batches(root, "hwc", ColorJitter(saturation=1.0, contrast=0.5), 1)
+
+    def gray(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+
+    (sat,) = batches(root, "hwc", ColorJitter(saturation=0.3), 1)
     assert sat["pixels"].dtype == np.uint8 and not np.array_equal(sat["pixels"], raw["pixels"])
+    # saturation blends each pixel with its own gray level: the gray image stays (rounding aside)
+    unclipped = (sat["pixels"] > 0).all(-1) & (sat["pixels"] < 255).all(-1)
+    assert np.abs(gray(sat["pixels"]) - gray(raw["pixels"]))[unclipped].max() < 1.0
+    (con,) = batches(root, "hwc", ColorJitter(contrast=0.3), 1)
+    # contrast blends with the frame's mean gray level: that mean stays (rounding, clipping aside)
+    np.testing.assert_allclose(gray(con["pixels"]).mean((1, 2)), gray(raw["pixels"]).mean((1, 2)), atol=1.5)
 
 
 def test_seeded_and_resumable(root: Path) -> None:

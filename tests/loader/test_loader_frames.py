@@ -67,6 +67,21 @@ def test_in_memory_holds_the_frames_encoded(pair: tuple[Path, str]) -> None:
     loader.close()
 
 
+def test_in_memory_never_decodes_a_views_frames_whole(pair: tuple[Path, str]) -> None:
+    """A view's (or a growing dataset's) frames have no one stored file to hold: with
+    ``in_memory=True`` they stay read from their files, never decoded whole into RAM."""
+    root, enc = pair
+    create_view(enc, "mem-view", episodes=(0, 3), root=root)
+    create_view("raw", "mem-raw", episodes=(0, 3), root=root)
+    loader = Loader(open_dataset("mem-view", root), batch_size=4, seed=0, in_memory=True)
+    assert not isinstance(loader._host._columns["pixels"], np.ndarray)
+    raw_loader = Loader(open_dataset("mem-raw", root), batch_size=4, seed=0, in_memory=True)
+    for a, b in itertools.islice(zip(raw_loader, loader, strict=True), 3):
+        np.testing.assert_array_equal(np.asarray(b["pixels"]), np.asarray(a["pixels"]))
+    loader.close()
+    raw_loader.close()
+
+
 def test_a_view_of_frames(pair: tuple[Path, str]) -> None:
     root, enc = pair
     create_view(enc, "enc-view", episodes=(1, 4), root=root)

@@ -33,6 +33,10 @@ class ColumnWriter(ABC):
         """Begin making the rows appended so far durable in the background, so that the build's
         closing fsync finds little left to write. A hint: the closing fsync is what guarantees."""
 
+    def abort(self) -> None:  # noqa: B027 (optional: a writer that holds nothing open)
+        """End a column that will not be published (its build failed): whatever the writer
+        holds open (files, threads) is released; errors of unfinished writes are dropped."""
+
 
 class RegionWriter(ABC):
     """Rows ``[start, stop)`` of a preallocated column, written by one writer: fill

@@ -14,6 +14,7 @@ edited byte does; a frame's bytes are what the dataset holds, decoded the same w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -180,20 +181,36 @@ class FramesColumnWriter(ColumnWriter):
             written.result()
 
     def write_behind(self) -> None:
-        self._ends.write_behind()
+        self._ends.write_behind()  # (the frames' own bytes are fsynced by the build's seal)
 
     def close(self, *, fsync: bool) -> int:
         try:
             self._wait_written()
-        finally:
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
-                self._writer = None
-        self._fh.flush()
-        if fsync:
-            os.fsync(self._fh.fileno())
+            self._fh.flush()
+            if fsync:
+                os.fsync(self._fh.fileno())
+        except BaseException:
+            self.abort()
+            raise
+        self._stop_writer()
         self._fh.close()
         return self._ends.close(fsync=fsync)
+
+    def abort(self) -> None:
+        """End a column that will not be published (its build failed): the writing thread
+        stopped, both files closed; an error of the last write is dropped with them."""
+        written, self._written = self._written, None
+        if written is not None:
+            written.exception()  # waits; what it raised belongs to the failed build
+        self._stop_writer()
+        with contextlib.suppress(OSError):  # its last flush may fail as the build did
+            self._fh.close()
+        self._ends.abort()
+
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
 
 class FramesColumn:
@@ -235,6 +252,10 @@ class FramesColumn:
         self.label = label
         mapped = size is None and data is None
         size = len(data) if data is not None else os.stat(frames_path).st_size if size is None else size
+        if ends.dtype != np.int64:
+            raise CorruptDatasetError(
+                f"frames of {label} ({frames_path}) are damaged: their offsets are {ends.dtype}, not int64"
+            )
         if ends.ndim != 1:
             raise CorruptDatasetError(
                 f"frames of {label} ({frames_path}) are damaged: their offsets are of shape {ends.shape}, "
@@ -402,8 +423,6 @@ def open_frames(dataset_dir: Path, key: str, fmt: FrameFormat, label: str) -> Fr
     frames_path, ends_path = frame_files(dataset_dir, key)
     try:
         ends = load_npy(ends_path, mmap=False, what="offsets file")
-        if ends.dtype != np.int64:
-            raise CorruptDatasetError(f"frame offsets {ends_path} are damaged: {ends.dtype}, not int64")
         return FramesColumn(frames_path, ends, fmt, label)
     except FileNotFoundError as exc:
         raise CorruptDatasetError(f"frames file {exc.filename} of {label} is missing") from None

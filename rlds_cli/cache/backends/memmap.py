@@ -8,6 +8,7 @@ that parallel writers fill region by region.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -218,6 +219,13 @@ class NpyColumnWriter(ColumnWriter):
         syncing, self._syncing = self._syncing, None
         if syncing is not None:
             syncing.result()
+
+    def abort(self) -> None:
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            syncing.exception()  # waits (the descriptor it syncs is closed next); the build failed
+        with contextlib.suppress(OSError):  # its last flush may fail as the build did
+            self._fh.close()
 
     def close(self, *, fsync: bool) -> int:
         self._wait_behind()  # before the file closes: its descriptor is the one being synced
