@@ -27,7 +27,7 @@ from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError, FrameError
 from rlds_cli.frames.codecs import FrameFormat
 from rlds_cli.frames.encoded import EncodedFrames
-from rlds_cli.frames.modes import FramesMode, frame_format
+from rlds_cli.frames.modes import FramesMode
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")
@@ -196,18 +196,10 @@ class DatasetBuilder:
     def _stored_format(self, rows: Any) -> FrameFormat | None:
         """How an observation column whose first rows are ``rows`` stores its frames (``None``:
         as a plain array); see :mod:`rlds_cli.frames.modes`."""
-        mode = self.frames
         if isinstance(rows, EncodedFrames):
-            arrived = rows.format
-            if mode.name == "raw":
-                return None
-            if mode.codec is None or mode.codec == arrived.codec:
-                return arrived  # kept: never re-encoded
-            return frame_format(arrived.shape, np.dtype(np.uint8), mode.codec)
-        if mode.codec is None:
-            return None
+            return self.frames.stored_format(rows.format.shape, rows.dtype, rows.format)
         rows = np.asarray(rows)
-        return frame_format(tuple(rows.shape[1:]), rows.dtype, mode.codec)
+        return self.frames.stored_format(tuple(rows.shape[1:]), rows.dtype)
 
     def _create_columns(self, steps: dict[str, np.ndarray], observations: Any) -> None:
         kinds: tuple[tuple[Storage, Any], ...] = (("step", steps), ("flat", observations))

@@ -76,6 +76,21 @@ class FramesMode:
         """The codec frames that arrive as arrays are encoded with (``None``: kept as arrays)."""
         return self.name if self.name in CODECS else None
 
+    def stored_format(
+        self, shape: tuple[int, ...], dtype: np.dtype | str, arrived: FrameFormat | None = None
+    ) -> FrameFormat | None:
+        """How this mode stores an observation column of per-step ``shape`` and ``dtype`` (``None``:
+        as a plain array): the one rule of the module docstring. ``arrived``: the format of
+        frames that arrive as image files (kept when the mode allows, never re-encoded in
+        their own codec); ``None``: frames that arrive as arrays."""
+        if arrived is not None:
+            if self.name == "raw":
+                return None
+            if self.codec is None or self.codec == arrived.codec:
+                return arrived
+            return frame_format(arrived.shape, np.dtype(np.uint8), self.codec)
+        return None if self.codec is None else frame_format(tuple(shape), dtype, self.codec)
+
 
 def frame_format(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> FrameFormat | None:
     """The :class:`FrameFormat` that stores arrays of per-step ``shape`` and ``dtype`` with

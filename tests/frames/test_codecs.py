@@ -230,3 +230,17 @@ def _decode_all(data: list[bytes], fmt: FrameFormat) -> np.ndarray:
     out = np.empty((len(data), *fmt.shape), np.uint8)
     decode_many(data.__getitem__, len(data), fmt, out)
     return out
+
+
+def test_what_each_mode_stores() -> None:
+    """The one rule: arrays are encoded only by a codec mode; image files are kept unless raw is
+    asked, never re-encoded in their own codec, decoded and encoded for another codec."""
+    png = FrameFormat("png", (48, 64, 3))
+    assert FramesMode("keep").stored_format((48, 64, 3), np.uint8) is None
+    assert FramesMode("keep").stored_format((48, 64, 3), np.uint8, png) == png
+    assert FramesMode("raw").stored_format((48, 64, 3), np.uint8, png) is None
+    assert FramesMode("png").stored_format((48, 64, 3), np.uint8, png) == png
+    assert FramesMode("jpeg").stored_format((48, 64, 3), np.uint8, png) == FrameFormat("jpeg", (48, 64, 3))
+    assert FramesMode("jpeg").stored_format((48, 64, 4), np.uint8, FrameFormat("png", (48, 64, 4))) is None
+    assert FramesMode("webp").stored_format((3, 48, 64), np.uint8) == FrameFormat("webp", (3, 48, 64), True)
+    assert FramesMode("webp").stored_format((17,), np.float32) is None

@@ -29,7 +29,7 @@ from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat
 from rlds_cli.frames.encoded import EncodedFrames
-from rlds_cli.frames.modes import FramesMode, frame_format
+from rlds_cli.frames.modes import FramesMode
 from rlds_cli.frames.threads import decode_many, encode_many
 
 if TYPE_CHECKING:
@@ -405,11 +405,9 @@ def with_frames(fields: dict[str, FieldSpec], mode: FramesMode) -> dict[str, Fie
     """``fields`` (plain arrays, as a writer's first episode shows them) as ``mode`` stores
     them: each observation-like ``uint8`` key that holds camera frames gets ``mode``'s codec
     (see :mod:`rlds_cli.frames.modes`); everything else is unchanged."""
-    if mode.codec is None:
-        return dict(fields)
     out = {}
     for key, spec in fields.items():
-        fmt = frame_format(spec.shape, spec.dtype, mode.codec) if spec.storage == "flat" else None
+        fmt = mode.stored_format(spec.shape, spec.dtype) if spec.storage == "flat" else None
         out[key] = spec if fmt is None else replace(spec, codec=fmt.codec, channels_first=fmt.channels_first)
     return out
 
