@@ -26,7 +26,7 @@ from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError, FrameError
 from rlds_cli.frames.codecs import FrameFormat
-from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.encoded import EncodedFrames, block_rows
 from rlds_cli.frames.modes import FramesMode
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
@@ -227,7 +227,7 @@ class DatasetBuilder:
     def _check_schema(self, steps: dict[str, np.ndarray], observations: Any) -> None:
         seen = {
             **steps,
-            **{k: v if isinstance(v, EncodedFrames) else np.asarray(v) for k, v in observations.items()},
+            **{k: block_rows(v) for k, v in observations.items()},
         }
         if set(seen) != set(self._specs):
             raise ConversionError(

@@ -21,7 +21,7 @@ from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormat
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 from rlds_cli.formats.keys import key_problem
 from rlds_cli.formats.untrusted import require_numeric, require_rows
-from rlds_cli.frames.encoded import EncodedFrames, take_rows
+from rlds_cli.frames.encoded import block_rows, take_rows
 
 #: Source arrays with one row per episode (``<format>/episode_<what>``).
 EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
@@ -135,9 +135,9 @@ def check_block(block: StepBlock, source: object = None) -> None:
                     f"{where}: key {key!r} cannot be stored: {problem}",
                     hint="rename the array in the source (keys are '/'-separated parts of A-Z a-z 0-9 _ . -)",
                 )
-            rows = rows if isinstance(rows, EncodedFrames) else np.asarray(rows)
-            require_numeric(where, key, rows.dtype)
-            require_rows(where, key, rows.shape)
+            values = block_rows(rows)
+            require_numeric(where, key, values.dtype)
+            require_rows(where, key, values.shape)
 
 
 def _select_keys(block: StepBlock, wanted: set[str]) -> StepBlock:

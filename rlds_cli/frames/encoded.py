@@ -86,6 +86,12 @@ def join_rows(parts: Sequence[Any]) -> Any:
     return np.concatenate([np.asarray(p) for p in parts])
 
 
+def block_rows(rows: Any) -> np.ndarray | EncodedFrames:
+    """A block's column as checked and written: frames that arrived encoded stay so (never
+    decoded to be looked at: their ``shape`` and ``dtype`` answer), anything else is an array."""
+    return rows if isinstance(rows, EncodedFrames) else np.asarray(rows)
+
+
 def take_rows(rows: Any, index: Any) -> Any:
-    """``rows[index]`` of a block's column: frames stay encoded, anything else is an array."""
-    return rows[index] if isinstance(rows, EncodedFrames) else np.asarray(rows)[index]
+    """``rows[index]`` of a block's column (see :func:`block_rows`)."""
+    return block_rows(rows)[index]

@@ -265,10 +265,13 @@ class RemoteFramesColumn(FramesColumn):
         super().__init__(files.where(rel), ends, fmt, label, size=size)
         self._files = files
         self._rel = rel
+        self._mapped: memoryview | None = None  # the file cache's copy, mapped once
 
     def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
         if self._files.cache_dir is not None:
-            mapped = self._files.map(self._rel)
+            if self._mapped is None:  # downloaded and checked on the first read
+                self._mapped = self._files.map(self._rel)
+            mapped = self._mapped
             if mapped is not None:
                 return lambda i: mapped[first_byte[i] : end_byte[i]]
         blobs = self._files.read_ranges([self._rel] * len(first_byte), first_byte, end_byte)

@@ -33,7 +33,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock, parse_options
-from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.encoded import block_rows
 from rlds_cli.frames.modes import FramesMode
 
 logger = logging.getLogger(__name__)
@@ -137,8 +137,8 @@ def episode_files(source: Path, fmt: str, options: dict[str, Any]) -> list[str] 
 def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
     for columns in (block.steps, block.observations):
         for key, rows in columns.items():
-            arr = rows if isinstance(rows, EncodedFrames) else np.asarray(rows)  # frames stay encoded
-            if arr.dtype.kind in "fc":
+            arr = block_rows(rows)  # frames stay encoded (uint8: no NaN to count)
+            if isinstance(arr, np.ndarray) and arr.dtype.kind in "fc":
                 counts[key] = counts.get(key, 0) + _nans(arr)
             else:
                 counts.setdefault(key, 0)

@@ -299,6 +299,10 @@ def test_a_failed_build_releases_its_frame_writers(tmp_path: Path) -> None:
         raise RuntimeError("stop")
     assert not [t for t in threading.enumerate() if t.name.startswith("rlds-frames-write")]
     assert not (tmp_path / "datasets" / "a").exists()
+    with DatasetBuilder("a", root=tmp_path, frames="png") as builder:  # the cause gone: it builds
+        builder.append(block)
+        builder.commit()
+    assert check_digests(open_dataset("a", tmp_path)).ok
 
 
 def test_offsets_of_another_dtype_are_refused(tmp_path: Path) -> None:

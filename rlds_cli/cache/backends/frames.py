@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 #: The two files of a frame column, after its key.
 FRAMES_SUFFIX = "@frames"
 ENDS_SUFFIX = "@ends.npy"
-#: Bytes of stored frames read at a time by :func:`frames_digest`.
+#: Bytes of stored frames read at a time by :meth:`FramesColumn.content_digest`.
 _DIGEST_BLOCK = 16 << 20
 
 
