@@ -35,6 +35,8 @@ _LAZY = {
     "record": "rlds_cli.recording.recorder",
     "recording_writer": "rlds_cli.recording.recorder",
     "RecordEpisodes": "rlds_cli.recording.wrapper",
+    "audit": "rlds_cli.inspection.audit",
+    "AuditReport": "rlds_cli.inspection.audit",
     "normalized_score": "rlds_cli.inspection.scores",
     "reference_scores": "rlds_cli.inspection.scores",
     "ReferenceScores": "rlds_cli.inspection.scores",

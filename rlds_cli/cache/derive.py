@@ -16,6 +16,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episode_select import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
@@ -26,7 +27,7 @@ from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
 
-__all__ = ["create_selection", "create_view", "split_dataset"]
+__all__ = ["create_selection", "create_view", "split_dataset", "view_manifest"]
 
 
 def create_view(
@@ -100,16 +101,27 @@ def _publish_view(
     replace: bool,
     lock_timeout: float,
 ) -> Manifest:
-    """The view of episodes ``ids`` (ascending) of ``source``: a range ``[a, b)`` when they are
-    consecutive (every column one slice of the parent's), else a selection."""
+    """Publish the view of episodes ``ids`` (ascending) of ``source`` (:func:`view_manifest`)."""
+    manifest, index = view_manifest(source, parent, name, ids, how, cache=cache)
+    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
+        txn.check_free()
+        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
+        txn.commit(manifest)
+    return manifest
+
+
+def view_manifest(
+    source: Dataset, parent: str, name: str, ids: np.ndarray, how: str, *, cache: CacheRoot | None = None
+) -> tuple[Manifest, np.ndarray]:
+    """The manifest and episode index of the view ``name`` of episodes ``ids`` (ascending,
+    distinct, checked by the caller) of ``source`` (named ``parent``): a range ``[a, b)`` when
+    they are consecutive (every column one slice of the parent's), else a selection. A view of
+    a view points straight at the stored arrays. O(episodes): nothing of the data is read."""
     _refuse_growing(source.manifest.layout, parent)
     if source.manifest.layout == VIEW_LAYOUT:
-        # a view of a view points straight at the stored arrays
         inner = ViewSpec.from_manifest(source.manifest)
-        return _publish_view(
-            open_dataset(inner.parent, cache), inner.parent, name, inner.parent_episodes()[ids], how,
-            cache=cache, replace=replace, lock_timeout=lock_timeout,
-        )  # fmt: skip
+        outer = open_dataset(inner.parent, cache)
+        return view_manifest(outer, inner.parent, name, inner.parent_episodes()[ids], how, cache=cache)
     a, b = int(ids[0]), int(ids[-1]) + 1
     if b - a == len(ids):  # a drawn selection may come out consecutive: a range reads fastest
         index, offset = slice_index(source.episode_index, a, b)
@@ -150,17 +162,14 @@ def _publish_view(
         # digests the parent's manifest (pinned by parent_digest) holds
         content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
     )
-    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
-        txn.check_free()
-        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
-        txn.commit(manifest)
-    return manifest
+    return manifest, index
 
 
 def split_dataset(
     parent: str,
-    val_fraction: float,
+    val_fraction: float | None = None,
     *,
+    val_episodes: Sequence[int] | str | None = None,
     train_name: str | None = None,
     val_name: str | None = None,
     root: str | os.PathLike[str] | CacheRoot | None = None,
@@ -175,11 +184,21 @@ def split_dataset(
     ``numpy.random.default_rng(seed)`` (``seed=0`` by default: the same split every time; the
     episodes drawn are kept in the views' manifests), so a parent ordered by time or by policy
     (D4RL's replay datasets) is split evenly. ``last=True`` takes the last episodes instead (a
-    split in time: validation on what came after training).
+    split in time: validation on what came after training). ``val_episodes`` (positions, or a
+    list such as ``"0,5,9-20"``; instead of ``val_fraction``) names the validation episodes
+    themselves.
 
     Returns:
         The manifests of the train and validation views.
     """
+    if (val_fraction is None) == (val_episodes is None):
+        raise InvalidSelectionError(
+            "a split takes either a validation fraction or the validation episodes",
+            hint="pass --val 0.1 (a fraction, drawn at random or --last) or --val-episodes 0,5,9-20",
+        )
+    if val_episodes is not None:
+        return _split_by_list(parent, val_episodes, train_name, val_name, root=root, replace=replace)
+    assert val_fraction is not None
     if not 0.0 < val_fraction < 1.0:
         raise InvalidSelectionError(
             f"--val must be between 0 and 1, got {val_fraction}",
@@ -194,17 +213,7 @@ def split_dataset(
             f"dataset {parent!r} has {total} episode(s): too few to split",
             hint="a split needs at least 2 episodes; pick a smaller --val",
         )
-    train_name = f"{parent}-train" if train_name is None else validate_name(train_name)
-    val_name = f"{parent}-val" if val_name is None else validate_name(val_name)
-    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    taken = [n for n in (train_name, val_name) if cache.exists(n)]
-    if taken and not replace:  # checked before either view is made: never half a split
-        raise DatasetExistsError(
-            f"dataset {taken[0]!r} already exists in {cache.path}"
-            if len(taken) == 1
-            else f"datasets {taken[0]!r} and {taken[1]!r} already exist in {cache.path}",
-            hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
-        )
+    train_name, val_name = _free_names(parent, train_name, val_name, root, replace)
     if last:
         train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
         val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
@@ -217,6 +226,64 @@ def split_dataset(
         parent, train_name, np.flatnonzero(~in_val), how=rest, root=root, replace=replace
     )
     val = create_selection(parent, val_name, np.flatnonzero(in_val), how=how, root=root, replace=replace)
+    return train, val
+
+
+def _free_names(
+    parent: str,
+    train_name: str | None,
+    val_name: str | None,
+    root: str | os.PathLike[str] | CacheRoot | None,
+    replace: bool,
+) -> tuple[str, str]:
+    """The split's two names, checked free before either view is made: never half a split."""
+    train_name = f"{parent}-train" if train_name is None else validate_name(train_name)
+    val_name = f"{parent}-val" if val_name is None else validate_name(val_name)
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    taken = [n for n in (train_name, val_name) if cache.exists(n)]
+    if taken and not replace:
+        raise DatasetExistsError(
+            f"dataset {taken[0]!r} already exists in {cache.path}"
+            if len(taken) == 1
+            else f"datasets {taken[0]!r} and {taken[1]!r} already exist in {cache.path}",
+            hint="pass --force to replace, or --name BASE to split into BASE-train and BASE-val",
+        )
+    return train_name, val_name
+
+
+def _split_by_list(
+    parent: str,
+    val_episodes: Sequence[int] | str,
+    train_name: str | None,
+    val_name: str | None,
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None,
+    replace: bool,
+) -> tuple[Manifest, Manifest]:
+    """The split whose validation episodes are named (positions or a list ``"0,5,9-20"``)."""
+    opened = open_dataset(parent, root)
+    _refuse_growing(opened.manifest.layout, parent)
+    total = opened.num_episodes
+    spec = val_episodes if isinstance(val_episodes, str) else [int(i) for i in val_episodes]
+    chosen = parse_episode_list(spec, total)
+    if len(chosen) >= total:
+        raise InvalidSelectionError(
+            f"--val-episodes names all {total} episodes of {parent!r}: nothing is left for training",
+            hint="name fewer validation episodes",
+        )
+    train_name, val_name = _free_names(parent, train_name, val_name, root, replace)
+    in_val = np.zeros(total, bool)
+    in_val[chosen] = True
+    label = val_episodes if isinstance(val_episodes, str) else f"{len(chosen)} named episodes"
+    train = create_selection(
+        parent,
+        train_name,
+        np.flatnonzero(~in_val),
+        how=f"all but episodes {label}",
+        root=root,
+        replace=replace,
+    )
+    val = create_selection(parent, val_name, chosen, how=f"episodes {label}", root=root, replace=replace)
     return train, val
 
 

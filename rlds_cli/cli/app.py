@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rlds_cli._version import __version__
+from rlds_cli.cli.audit import audit
 from rlds_cli.cli.compact import compact
 from rlds_cli.cli.datasets import inspect, list_datasets
 from rlds_cli.cli.demo import demo
@@ -60,6 +61,7 @@ def _root(
 app.command("download")(download)
 app.command("list")(list_datasets)
 app.command("inspect")(inspect)
+app.command("audit")(audit)
 app.command("demo")(demo)
 app.command("preprocess")(preprocess)
 app.command("rm")(rm)

@@ -19,8 +19,8 @@ from rlds_cli.cli.options import (
 )
 
 
-def _check_fraction(value: float) -> float:
-    if not 0.0 < value < 1.0:
+def _check_fraction(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value < 1.0:
         raise typer.BadParameter(f"{value} is not between 0 and 1 (a fraction of the episodes, e.g. 0.1)")
     return value
 
@@ -35,7 +35,24 @@ def view(
     name: NameOption = None,
     episodes: Annotated[
         str | None,
-        typer.Option("--episodes", "-e", help="Episode range A:B (Python slice rules).", show_default=False),
+        typer.Option(
+            "--episodes",
+            "-e",
+            help="Episodes: a range A:B (Python slice rules) or a list of positions and ranges, e.g. "
+            "0,5,9-20 (inclusive; negative positions count from the end).",
+            show_default=False,
+        ),
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(
+            "--where",
+            "-w",
+            help='Keep the episodes for which a predicate holds, e.g. "length >= 50 and return > 100" '
+            "(columns of the episode table: length, return, start, source_id, episode...; "
+            "with --episodes: among those).",
+            show_default=False,
+        ),
     ] = None,
     force: ForceOption = False,
     root: RootOption = None,
@@ -43,22 +60,55 @@ def view(
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Create a view of a contiguous range of episodes (no data is copied).
+    """Create a view of any episodes of a dataset (no data is copied).
 
-    Example: rlds view hopper-medium-v2 --episodes 0:100 --name hopper-first-100
+    Example: rlds view hopper-medium-v2 --episodes 0,5,9-20 --name hopper-some
     """
-    from rlds_cli.cache.derive import create_view
+    import numpy as np
+
+    from rlds_cli.cache.derive import create_selection, create_view
+    from rlds_cli.cache.episode_select import parse_episode_list, select_where
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.errors import InvalidSelectionError
 
     if name is None:
         raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
-    if episodes is None:
-        raise typer.BadParameter("a range A:B is required, e.g. 0:100", param_hint="'--episodes' / '-e'")
+    if episodes is None and where is None:
+        raise typer.BadParameter(
+            "say which episodes: --episodes 0:100 or 0,5,9-20, or --where PREDICATE",
+            param_hint="'--episodes' / '--where'",
+        )
     parent = resolve_name(parent, root)
-    selection = parse_episode_range(episodes, open_dataset(parent, root).num_episodes)
-    manifest = create_view(parent, name, selection, root=root, replace=force)
+    ds = open_dataset(parent, root)
+    if episodes is not None and ":" in episodes and where is None:
+        manifest = create_view(
+            parent, name, parse_episode_range(episodes, ds.num_episodes), root=root, replace=force
+        )
+        _report([manifest], json=json, quiet=quiet, many=False)
+        return
+    how: list[str] = []
+    ids = None
+    if episodes is not None:
+        if ":" in episodes:
+            a, b = parse_episode_range(episodes, ds.num_episodes)
+            ids = np.arange(a, b, dtype=np.int64)
+        else:
+            ids = parse_episode_list(episodes, ds.num_episodes)
+        how.append(f"episodes {episodes}")
+    if where is not None:
+        matching = select_where(where, ds.episodes)
+        ids = matching if ids is None else np.intersect1d(ids, matching)
+        how.append(f"where {where}")
+        if len(ids) == 0:
+            raise InvalidSelectionError(
+                f"--where {where!r} holds for no episode of {parent!r}"
+                + (f" among --episodes {episodes}" if episodes is not None else ""),
+                hint="look at the episodes' statistics with 'rlds inspect'",
+            )
+    assert ids is not None
+    manifest = create_selection(parent, name, ids, how=", ".join(how), root=root, replace=force)
     _report([manifest], json=json, quiet=quiet, many=False)
 
 
@@ -66,14 +116,24 @@ def view(
 def split(
     parent: ParentArgument,
     val: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--val",
             help="Fraction of episodes for validation, between 0 and 1 (e.g. 0.1): drawn at random "
             "(--seed), or the last ones (--last).",
             callback=_check_fraction,
+            show_default=False,
         ),
-    ],
+    ] = None,
+    val_episodes: Annotated[
+        str | None,
+        typer.Option(
+            "--val-episodes",
+            help="The validation episodes themselves instead of --val: positions and ranges, e.g. "
+            "0,5,9-20 (the others are for training).",
+            show_default=False,
+        ),
+    ] = None,
     name: Annotated[
         str | None,
         typer.Option(
@@ -105,16 +165,24 @@ def split(
 
     The validation episodes are drawn at random (--seed, 0 by default: the same split every
     time), so a dataset ordered by time or by policy is split evenly; --last takes the last
-    ones. Neither view is made when either name is taken (unless --force).
+    ones; --val-episodes names them. Neither view is made when either name is taken (unless
+    --force).
     """
     from rlds_cli.cache.derive import split_dataset
     from rlds_cli.catalog.names import resolve_name
 
     parent = resolve_name(parent, root)
     base = name if name is not None else parent
+    if (val is None) == (val_episodes is None):
+        raise typer.BadParameter(
+            "give either --val FRACTION or --val-episodes LIST", param_hint="'--val' / '--val-episodes'"
+        )
+    if val_episodes is not None and last:
+        raise typer.BadParameter("--last picks episodes for --val, not --val-episodes", param_hint="'--last'")
     manifests = split_dataset(
         parent,
         val,
+        val_episodes=val_episodes,
         train_name=f"{base}-train",
         val_name=f"{base}-val",
         root=root,

@@ -119,6 +119,10 @@ class Loader:
         windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
             ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
             :mod:`rlds_cli.loader.windows`); applied before ``transform``.
+        episodes: Sample only these episodes of ``dataset`` (positions, or a list such as
+            ``"0,5,9-20"``): a view made on the fly, never published
+            (:func:`rlds_cli.cache.selected.select_episodes`); the batch's ``episode`` and
+            indices are then the view's.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -146,6 +150,7 @@ class Loader:
         refresh: int | None = None,
         root: str | os.PathLike[str] | None = None,
         windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
+        episodes: Sequence[int] | str | None = None,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -157,6 +162,12 @@ class Loader:
             given, in_memory = dataset, False
         else:
             self.dataset = open_dataset(dataset, root)
+        if episodes is not None:
+            if self.dataset is None:
+                raise ValueError("episodes= selects episodes of a dataset, not of a source of rows")
+            from rlds_cli.cache.selected import select_episodes
+
+            self.dataset = select_episodes(self.dataset, episodes)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)

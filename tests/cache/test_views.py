@@ -204,9 +204,11 @@ def test_cli_view_and_split(parent: Dataset) -> None:
     result = runner.invoke(app, ["split", "ten", "--val", "0.3"])
     assert result.exit_code == 0, result.output
     assert "ten-train" in result.stdout and "ten-val" in result.stdout
-    bad = runner.invoke(app, ["view", "ten", "--name", "y", "--episodes", "3"])
+    one = runner.invoke(app, ["view", "ten", "--name", "y", "--episodes", "3", "--json"])
+    assert one.exit_code == 0 and json.loads(one.stdout)["num_episodes"] == 1  # a list of one
+    bad = runner.invoke(app, ["view", "ten", "--name", "z", "--episodes", "3x"])
     assert bad.exit_code == 1
-    assert bad.stderr.splitlines()[0] == "error: episode range '3' is not of the form A:B"
+    assert bad.stderr.splitlines()[0] == "error: '3x' in --episodes '3x' is no episode position or range"
 
 
 def test_download_subset(tmp_path: Path) -> None:

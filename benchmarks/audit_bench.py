@@ -1,0 +1,111 @@
+"""``rlds audit`` against the disk's sequential read rate, and views of chosen episodes (issue 43)::
+
+    python benchmarks/audit_bench.py --steps 1000000 --length 50
+
+One low-dim dataset (:func:`data.lowdim_blocks`: 17 float32 observations, 6 float32 actions, a
+float32 reward, episodes of ``--length`` steps; memmap) is written under a temporary cache root.
+
+* **Read rate.** Its files' pages are dropped from the page cache (``posix_fadvise``), then read
+  end to end with plain 1 MiB ``read`` calls: the disk's sequential rate on these very files.
+  The pages are dropped again and :func:`rlds_cli.audit` runs over the dataset (every stored
+  key: the low-dim columns); its rate is the dataset's bytes over its wall time. Both are
+  also timed with the files in the page cache (``warm``). Best of ``--repeats``.
+* **Views.** ``create_selection`` of ``--chosen`` episodes drawn at random (seeded), published
+  (manifest, episode index, atomic rename), and ``select_episodes`` (the unpublished view of
+  ``Loader(NAME, episodes=...)``): wall time and the view's bytes on disk.
+
+Prints one markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+from _page_cache import evict  # noqa: E402
+from data import ensure, lowdim_blocks  # noqa: E402
+
+
+def files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file())
+
+
+def read_all(paths: list[Path]) -> int:
+    """Read every file end to end in 1 MiB calls; the bytes read."""
+    total = 0
+    buf = bytearray(1 << 20)
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+    return total
+
+
+def best(fn, repeats: int, cold: list[Path] | None) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeats):
+        for p in cold or []:
+            evict(p)
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--length", type=int, default=50)
+    p.add_argument("--chosen", type=int, default=10_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--root", type=Path, default=None)
+    a = p.parse_args(argv)
+    root = a.root or Path(tempfile.mkdtemp(prefix="rlds-audit-bench-"))
+    os.environ["RLDS_HOME"] = str(root)
+    os.environ.setdefault("RLDS_FSYNC", "0")
+    import numpy as np
+
+    from rlds_cli.cache.derive import create_selection
+    from rlds_cli.cache.selected import select_episodes
+    from rlds_cli.inspection.audit import audit
+
+    try:
+        ds = ensure(root, "lowdim", lambda: lowdim_blocks(a.steps, a.length))
+        paths = files(ds.directory)
+        size = sum(p.stat().st_size for p in paths)
+        mb = size / 1e6
+        rows = []
+        for label, cold in (("cold (pages dropped)", paths), ("warm (page cache)", None)):
+            read_s = best(lambda: read_all(paths), a.repeats, cold)
+            audit_s = best(lambda: audit("lowdim", root=root), a.repeats, cold)
+            rows.append((label, mb / read_s, mb / audit_s, read_s / audit_s))
+        ids = np.sort(np.random.default_rng(0).choice(ds.num_episodes, a.chosen, replace=False))
+        counter = iter(range(10**6))
+        view_s = best(lambda: create_selection("lowdim", f"v{next(counter)}", ids, root=root), a.repeats, None)
+        view_bytes = sum(p.stat().st_size for p in files(root / "datasets" / "v0"))
+        sel_s = best(lambda: select_episodes(ds, ids), a.repeats, None)
+        print(f"dataset: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes of {a.length}, {mb:.0f} MB\n")
+        print("| files | sequential read MB/s | audit MB/s | audit / read |")
+        print("|---|---:|---:|---:|")
+        for label, r, au, ratio in rows:
+            print(f"| {label} | {r:,.0f} | {au:,.0f} | {ratio:.2f}x |")
+        print(f"\n| view of {a.chosen:,} chosen episodes | seconds | bytes on disk |")
+        print("|---|---:|---:|")
+        print(f"| `create_selection` (published) | {view_s:.3f} | {view_bytes:,} |")
+        print(f"| `select_episodes` (`Loader(NAME, episodes=...)`) | {sel_s:.3f} | 0 |")
+    finally:
+        if a.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

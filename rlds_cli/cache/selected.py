@@ -1,0 +1,97 @@
+"""A view made on the fly and never published: ``Loader(NAME, episodes=[...])``.
+
+:func:`select_episodes` builds the manifest and episode index ``rlds view`` would publish
+(:func:`rlds_cli.cache.derive.view_manifest`, O(episodes), nothing of the data read) and opens
+them in memory as a :class:`SelectedDataset`: a :class:`~rlds_cli.cache.dataset.Dataset` that
+reads its parent's columns exactly as a published view does (a slice for consecutive episodes,
+the rows gathered for a selection), so it samples, gathers and describes as the view would.
+Nothing is written to the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.derive import view_manifest
+from rlds_cli.cache.episode_select import parse_episode_list
+from rlds_cli.cache.integrity import check_episode_index
+from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.manifest import Manifest
+from rlds_cli.errors import InvalidSelectionError
+
+__all__ = ["SelectedDataset", "select_episodes"]
+
+
+class SelectedDataset(Dataset):
+    """A view of some episodes of a stored dataset, held in memory (see the module docstring).
+
+    Its :attr:`directory` is its parent's folder (what it reads, and what tells a replaced
+    parent: the view refuses to read once the parent was replaced, as a published view does);
+    :meth:`size_bytes` is 0 (nothing of its own on disk). It pickles as its manifest and index,
+    so DataLoader workers reopen the same selection.
+    """
+
+    def __init__(self, parent_dir: str | os.PathLike[str], manifest: Manifest, index: np.ndarray) -> None:
+        self._given_index = index
+        super().__init__(parent_dir, manifest)
+
+    def _load_episode_index(self) -> np.ndarray:
+        index = self._given_index
+        check_episode_index(index, self.num_steps, self.num_episodes, self.directory, name=self.name)
+        return index
+
+    def size_bytes(self) -> int:
+        return 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "manifest": self.manifest.to_dict(),
+            "index": self.episode_index,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        SelectedDataset.__init__(
+            self, state["directory"], Manifest.from_dict(state["manifest"]), state["index"]
+        )
+
+
+def select_episodes(
+    dataset: Dataset,
+    episodes: Sequence[int] | np.ndarray | str,
+    *,
+    name: str | None = None,
+) -> SelectedDataset:
+    """The episodes ``episodes`` of ``dataset`` (positions, any order, each once; or a list
+    such as ``"0,5,9-20"``) as an unpublished view, in the dataset's order.
+
+    Raises:
+        InvalidSelectionError: A position outside the dataset, or ``dataset`` is not stored in
+            the cache (a growing dataset, one read at a URL).
+    """
+    if isinstance(episodes, str):
+        ids = parse_episode_list(episodes, dataset.num_episodes)
+    else:
+        raw = np.asarray(episodes).reshape(-1)
+        spec: list[int] = raw.tolist() if raw.dtype.kind in "iu" or raw.size == 0 else []
+        if raw.size and raw.dtype.kind not in "iu":
+            raise InvalidSelectionError(f"episode positions must be integers, got {raw.dtype}")
+        ids = parse_episode_list(spec, dataset.num_episodes)
+        if len(ids) != len(raw):
+            raise InvalidSelectionError(f"episodes: {len(raw) - len(ids)} position(s) given twice")
+    parent = dataset.view_parent()
+    if parent is not None:  # a selection of a view reads the stored arrays of its parent
+        dataset, ids = parent[0], parent[1][ids]
+    if not (dataset.directory / MANIFEST_FILE).is_file():
+        raise InvalidSelectionError(
+            f"dataset {dataset.name!r} is not stored in the local cache: a selection reads a stored dataset",
+            hint="pull it first ('rlds pull URL')",
+        )
+    label = name if name is not None else f"{dataset.name}[{len(ids)} episodes]"
+    manifest, index = view_manifest(dataset, dataset.name, label, ids, "")
+    return SelectedDataset(dataset.directory, manifest, index)

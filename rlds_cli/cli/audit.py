@@ -1,0 +1,131 @@
+"""``rlds audit``: flag idle, jerky, frozen-camera, broken, duplicate and outlying episodes, and
+keep a view of the others."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rlds_cli.cli import output
+from rlds_cli.cli.exits import handle_errors
+from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption, force_option
+
+#: Flagged episodes listed in the table (all of them are in --json).
+SHOWN = 50
+
+
+@handle_errors
+def audit(
+    name: Annotated[str, typer.Argument(help="The dataset to audit (or a registry alias).")],
+    keep: Annotated[
+        str | None,
+        typer.Option(
+            "--keep",
+            help="Publish the episodes that pass (whole episodes) as a view of this name, e.g. NAME-clean.",
+            show_default=False,
+        ),
+    ] = None,
+    atol: Annotated[
+        float,
+        typer.Option(
+            "--atol", help="A step is idle when its action and state are within this of the step before's."
+        ),
+    ] = 1e-5,
+    max_idle: Annotated[
+        float, typer.Option("--max-idle", help="Flag an episode with more than this fraction of idle steps.")
+    ] = 0.2,
+    spike_factor: Annotated[
+        float,
+        typer.Option(
+            "--spike-factor",
+            help="Flag an action change over this many times its typical change (median RMS).",
+        ),
+    ] = 8.0,
+    jerk_factor: Annotated[
+        float,
+        typer.Option(
+            "--jerk-factor", help="Flag a mean absolute jerk over this many times the median episode's."
+        ),
+    ] = 2.5,
+    frozen_steps: Annotated[
+        int,
+        typer.Option(
+            "--frozen-steps",
+            help="Flag a camera showing the same frame this many steps in a row while not idle.",
+        ),
+    ] = 3,
+    iqr_factor: Annotated[
+        float,
+        typer.Option("--iqr-factor", help="Length and return outliers: this many IQRs beyond the quartiles."),
+    ] = 3.0,
+    force: Annotated[bool, force_option("Replace an existing dataset of the --keep name.")] = False,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+) -> None:
+    """Audit every episode: idle steps, action spikes and jerk, frozen cameras, NaN/inf,
+    duplicates, length and return outliers, empty language instructions.
+
+    Reads every stored array once in bounded memory (camera frames compared as stored, never
+    decoded). Exit code 0 whether or not episodes are flagged.
+
+    Example: rlds audit my-robot-data --keep my-robot-data-clean
+    """
+    from rlds_cli.inspection.audit import AuditTolerances
+    from rlds_cli.inspection.audit import audit as run_audit
+
+    tolerances = AuditTolerances(
+        atol=atol, max_idle=max_idle, spike_factor=spike_factor, jerk_factor=jerk_factor,
+        frozen_steps=frozen_steps, iqr_factor=iqr_factor,
+    )  # fmt: skip
+    report = run_audit(name, tolerances=tolerances, root=root)
+    kept = report.keep(keep, replace=force, root=root) if keep is not None else None
+    if json:
+        data = report.to_dict()
+        if kept is not None:
+            data["kept"] = {"name": kept.name, "num_episodes": kept.num_episodes, "num_steps": kept.num_steps}
+        output.print_json(data)
+        return
+    flagged = report.flagged()
+    if not quiet:
+        counts = ", ".join(f"{f} {len(ids)}" for f, ids in report.flags.items() if len(ids)) or "none"
+        output.console.print(
+            f"[bold]{output.escape(report.dataset)}[/]: {report.num_episodes:,} episodes, "
+            f"{len(flagged):,} flagged ({output.escape(counts)}), {len(report.passing()):,} pass",
+            soft_wrap=True,
+        )
+    if len(flagged) and not quiet:
+        columns = [
+            output.Column("episode", "right", kind="fixed"),
+            output.Column("length", "right", kind="fixed"),
+            output.Column("return", "right", kind="fixed"),
+            output.Column("idle", "right", kind="fixed", optional=True),
+            output.Column("spike", "right", kind="fixed", optional=True),
+            output.Column("jerk", "right", kind="fixed", optional=True),
+            output.Column("flags", kind="text"),
+        ]
+        rows = []
+        for i in flagged[:SHOWN].tolist():
+            e = report.episode(i)
+            flags = ", ".join(e["flags"]) + (
+                f" (of {e['duplicate_of']})" if e["duplicate_of"] is not None else ""
+            )
+            rows.append([
+                str(i), str(e["length"]), _num(e["return"]), f"{e['idle_fraction']:.0%}",
+                _num(e["spike_score"]), _num(e["jerk_score"]), flags,
+            ])  # fmt: skip
+        output.print_table(columns, rows, title="flagged episodes")
+        if len(flagged) > SHOWN:
+            output.note(f"{len(flagged) - SHOWN:,} more flagged episodes: see --json")
+    if kept is not None:
+        output.console.print(
+            f"[green]{output.escape(kept.name)}[/]: the {kept.num_episodes:,} episodes that pass "
+            f"({kept.num_steps:,} steps), a view of {output.escape(report.dataset)} sharing its arrays",
+            soft_wrap=True,
+        )
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"

@@ -1,0 +1,152 @@
+"""``rlds audit`` / :func:`rlds_cli.audit`: injected faults found exactly (precision and recall
+1.0), clean data flags nothing, pieces measure as the whole, views, ``--keep``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import rlds_cli
+from rlds_cli.cache.blocks import Budget
+from rlds_cli.cache.derive import create_selection
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cache.selected import select_episodes
+from rlds_cli.cli.app import app
+from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
+from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
+from tests.inspection.audit_fixtures import INJECTED, NUM_EPISODES, build_audit_dataset
+
+pytestmark = pytest.mark.usefixtures("consoles")
+runner = CliRunner()
+
+
+@pytest.fixture(params=["png", "raw"])
+def faulty(request: pytest.FixtureRequest, isolated_cache: Path) -> str:
+    """The faulty dataset, its camera stored as PNG files (compared as bytes) or as an array."""
+    build_audit_dataset(isolated_cache, "bad", faults=True, frames=request.param)
+    return "bad"
+
+
+def _as_sets(report: AuditReport) -> dict[str, set[int]]:
+    return {flag: set(ids.tolist()) for flag, ids in report.flags.items() if len(ids)}
+
+
+def test_injected_faults_are_found_with_precision_and_recall_one(faulty: str) -> None:
+    report = audit(faulty)
+    found = _as_sets(report)
+    for flag, expected in INJECTED.items():
+        got = found.get(flag, set())
+        precision = len(got & set(expected)) / max(1, len(got))
+        recall = len(got & set(expected)) / len(expected)
+        assert (precision, recall) == (1.0, 1.0), (flag, got, expected)
+    assert set(found) == set(INJECTED)
+    assert report.duplicate_of[10] == 9 and report.duplicate_of[9] == -1
+    assert set(report.passing().tolist()) == set(range(NUM_EPISODES)) - {
+        i for v in INJECTED.values() for i in v
+    }
+    e = report.episode(2)
+    assert e["flags"] == ["idle"] and e["idle_fraction"] == pytest.approx(30 / (e["length"] - 1))
+    assert report.episode(12)["nonfinite"] == 1
+
+
+@pytest.mark.parametrize("frames", ["png", "raw"])
+def test_clean_data_flags_nothing(frames: str, isolated_cache: Path) -> None:
+    build_audit_dataset(isolated_cache, "good", faults=False, frames=frames)
+    report = audit("good")
+    assert _as_sets(report) == {}
+    assert len(report.passing()) == NUM_EPISODES
+    assert "empty_instruction" in report.flags  # checked: the dataset has text
+
+
+def test_small_blocks_measure_as_one_pass(faulty: str) -> None:
+    """Episodes read in pieces (a 20 kB budget: the 300-step episode spans several) measure
+    and digest exactly as whole; the blocks stay within the budget."""
+    whole = audit(faulty).measures
+    budget = Budget(20_000)
+    pieces = audit(faulty, budget=budget).measures
+    assert pieces.digests == whole.digests
+    for name in ("returns", "idle_steps", "first_active", "last_active", "nonfinite", "empty_text"):
+        np.testing.assert_array_equal(getattr(pieces, name), getattr(whole, name), err_msg=name)
+    for name in ("max_action_change", "rms_action_change", "mean_abs_jerk"):
+        np.testing.assert_allclose(getattr(pieces, name), getattr(whole, name), rtol=1e-9, err_msg=name)
+    np.testing.assert_array_equal(pieces.frozen["pixels"], whole.frozen["pixels"])
+    assert budget.largest <= 20_000 + 4096
+
+
+def test_a_view_is_audited_for_its_own_episodes(faulty: str) -> None:
+    ids = [0, 2, 3, 6, 9, 10, 16, 17]
+    create_selection(faulty, "some", ids)
+    report = audit("some")
+    assert report.num_episodes == len(ids)
+    assert {f: {ids[i] for i in v} for f, v in _as_sets(report).items()} == {
+        "idle": {2}, "spike": {6}, "duplicate": {10}, "return_outlier": {16},
+    }  # fmt: skip
+    parent = audit(faulty).measures
+    assert report.measures.digests == [parent.digests[i] for i in ids]
+    unpublished = audit(select_episodes(open_dataset(faulty), ids))
+    assert unpublished.measures.digests == report.measures.digests
+    assert _as_sets(unpublished) == _as_sets(report)
+
+
+def test_keep_publishes_what_passes_and_the_loader_samples_it(faulty: str) -> None:
+    report = rlds_cli.audit(faulty)
+    manifest = report.keep("bad-clean")
+    kept = open_dataset("bad-clean")
+    assert manifest.num_episodes == kept.num_episodes == len(report.passing())
+    assert _as_sets(audit("bad-clean")) == {}
+    for i, p in enumerate(report.passing().tolist()):
+        np.testing.assert_array_equal(kept.episode(i)["action"], open_dataset(faulty).episode(p)["action"])
+    with pytest.raises(DatasetExistsError):
+        report.keep("bad-clean")
+    from rlds_cli.loader import Loader
+
+    batch = Loader("bad-clean", batch_size=64, seed=0, keys=["action", "episode"]).sample()
+    assert int(batch["episode"].max()) < kept.num_episodes
+
+
+def test_keep_refuses_when_nothing_passes(faulty: str) -> None:
+    report = audit(faulty, max_idle=0.0, atol=10.0)  # every step is idle
+    assert len(report.passing()) == 0
+    with pytest.raises(InvalidSelectionError, match="no episode of 'bad' passes"):
+        report.keep("none")
+    assert not (Path(open_dataset(faulty).directory).parent / "none").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"max_idle": 1.5}, "max_idle"), ({"atol": 0}, "atol"), ({"frozen_steps": 0}, "frozen_steps")],
+)
+def test_bad_tolerances_are_refused(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(InvalidSelectionError, match=match):
+        AuditTolerances(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cli_table_json_and_keep(faulty: str) -> None:
+    result = runner.invoke(app, ["audit", faulty, "--keep", "bad-clean"])
+    assert result.exit_code == 0, result.output
+    assert "9 flagged" in result.output and "duplicate (of 9)" in result.output
+    assert "bad-clean: the 11 episodes that pass" in result.output
+    result = runner.invoke(app, ["audit", "bad-clean", "--json"])
+    data = json.loads(result.output)
+    assert data["flagged"] == 0 and data["num_episodes"] == 11 and len(data["episodes"]) == 11
+    result = runner.invoke(app, ["audit", faulty, "--json"])
+    assert json.loads(result.output)["flags"]["spike"] == [6]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["audit", "missing"], "no dataset named 'missing'"),
+        (["audit", "bad", "--max-idle", "2"], "max_idle must be in [0, 1)"),
+        (["audit", "bad", "--keep", "bad"], "already exists"),
+        (["audit", "bad", "--keep", "x", "--atol", "10", "--max-idle", "0"], "passes the audit"),
+    ],
+)
+def test_cli_errors_are_one_line(faulty: str, args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
