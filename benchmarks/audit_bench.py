@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from _page_cache import evict  # noqa: E402
-from data import ensure, lowdim_blocks  # noqa: E402
+from _page_cache import evict
+from data import ensure, lowdim_blocks
 
 
 def files(directory: Path) -> list[Path]:
@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((label, mb / read_s, mb / audit_s, read_s / audit_s))
         ids = np.sort(np.random.default_rng(0).choice(ds.num_episodes, a.chosen, replace=False))
         counter = iter(range(10**6))
-        view_s = best(lambda: create_selection("lowdim", f"v{next(counter)}", ids, root=root), a.repeats, None)
+        view_s = best(
+            lambda: create_selection("lowdim", f"v{next(counter)}", ids, root=root, replace=True),
+            a.repeats,
+            None,
+        )
         view_bytes = sum(p.stat().st_size for p in files(root / "datasets" / "v0"))
         sel_s = best(lambda: select_episodes(ds, ids), a.repeats, None)
         print(f"dataset: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes of {a.length}, {mb:.0f} MB\n")

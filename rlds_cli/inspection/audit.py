@@ -12,7 +12,8 @@ and flags it by the tolerances of :class:`AuditTolerances`:
 * ``frozen:<key>``: camera ``key`` shows the same frame (the same stored bytes) for
   ``frozen_steps`` or more steps in a row while the robot is not idle;
 * ``nonfinite``: a NaN or infinite value in a float key;
-* ``duplicate``: the same content (sha256 of every stored row) as an earlier episode;
+* ``duplicate``: the same content (sha256 of every stored row, taken where a fingerprint of
+  the pass meets another's) as an earlier episode;
 * ``length_outlier`` / ``return_outlier``: outside Tukey's fences ``iqr_factor`` interquartile
   ranges beyond the quartiles (with 5 or more episodes);
 * ``empty_instruction``: a step whose language instruction is empty (datasets with text).
@@ -134,7 +135,7 @@ class AuditReport:
             "frozen_steps": {k: int(v[i]) for k, v in m.frozen.items()},
             "nonfinite": int(m.nonfinite[i]),
             "empty_instruction_steps": int(m.empty_text[i]),
-            "digest": m.digests[i],
+            "fingerprint": f"{int(m.fingerprints[i]):016x}",
             "duplicate_of": int(self.duplicate_of[i]) if self.duplicate_of[i] >= 0 else None,
             "flags": self.episode_flags(i),
         }
@@ -264,7 +265,7 @@ def audit(
         flags[f"frozen:{key}"] = np.flatnonzero(runs >= t.frozen_steps)
     flags["nonfinite"] = np.flatnonzero(m.nonfinite > 0)
     first: dict[str, int] = {}
-    for i, d in enumerate(m.digests):
+    for i, d in sorted(m.digests.items()):  # only episodes whose fingerprints meet have one
         j = first.setdefault(d, i)
         if j != i:
             report.duplicate_of[i] = j

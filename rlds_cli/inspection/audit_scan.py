@@ -87,42 +87,50 @@ class EpisodeMeasures:
     ]  # image key -> longest run of steps whose frame equals the one before while not idle
     nonfinite: np.ndarray  # NaN/inf values in float keys
     empty_text: np.ndarray  # steps whose instruction (any text key) is empty
-    digests: list[str]  # sha256 of the episode's stored rows, every key
+    fingerprints: np.ndarray  # uint64 per episode: equal for equal content (see _fingerprint)
+    digests: dict[int, str]  # sha256 of the stored rows of the episodes whose fingerprints meet
     budget: Budget = field(default_factory=Budget)
 
 
 @dataclass
-class _Piece:
-    """Steps ``[a, b)`` of the dataset's episode ``view`` (its stored position ``pos``), read with
-    ``ctx`` steps before ``a``."""
+class _Group:
+    """Steps ``[a, b)`` of episodes ``view`` (stored at positions ``pos``), each read with ``ctx``
+    steps before ``a`` (only a piece of a long episode has context)."""
 
-    view: int
-    pos: int
-    a: int
-    b: int
-    ctx: int
+    view: np.ndarray
+    pos: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    ctx: np.ndarray
+    ends: np.ndarray  # whether the piece ends its episode
 
 
-def _groups(lengths: np.ndarray, positions: np.ndarray, max_rows: int) -> Iterator[list[_Piece]]:
-    """Pieces of about ``max_rows`` steps: whole episodes together, a longer one alone in pieces."""
-    group: list[_Piece] = []
-    rows = 0
+def _group(rows: list[tuple[int, int, int, int, int]], lens_by_pos: np.ndarray) -> _Group:
+    v, p, a, b, c = (np.array(col, np.int64) for col in zip(*rows, strict=True))
+    return _Group(v, p, a, b, c, b == lens_by_pos[p])
+
+
+def _groups(
+    lengths: np.ndarray, positions: np.ndarray, lens_by_pos: np.ndarray, max_rows: int
+) -> Iterator[_Group]:
+    """Groups of about ``max_rows`` steps: whole episodes together, a longer one alone in pieces."""
+    rows: list[tuple[int, int, int, int, int]] = []
+    total = 0
     for v, (n, p) in enumerate(zip(lengths.tolist(), positions.tolist(), strict=True)):
         if n > max_rows:
-            if group:
-                yield group
-                group, rows = [], 0
+            if rows:
+                yield _group(rows, lens_by_pos)
+                rows, total = [], 0
             for a in range(0, n, max_rows):
-                ctx = min(a, CONTEXT)
-                yield [_Piece(v, p, a, min(n, a + max_rows), ctx)]
+                yield _group([(v, p, a, min(n, a + max_rows), min(a, CONTEXT))], lens_by_pos)
             continue
-        if rows + n > max_rows and group:
-            yield group
-            group, rows = [], 0
-        group.append(_Piece(v, p, 0, n, 0))
-        rows += n
-    if group:
-        yield group
+        if total + n > max_rows and rows:
+            yield _group(rows, lens_by_pos)
+            rows, total = [], 0
+        rows.append((v, p, 0, n, 0))
+        total += n
+    if rows:
+        yield _group(rows, lens_by_pos)
 
 
 def _row_bytes(spec: FieldSpec, column: Any) -> int:
@@ -133,9 +141,9 @@ def _row_bytes(spec: FieldSpec, column: Any) -> int:
 
 
 class _Reader:
-    """Reads one group's rows of one stored column: runs of pieces that lie end to end in the
-    column as one slice each, joined; flat keys with each piece's final row where it ends its
-    episode (kept apart for the digest)."""
+    """Reads a group's rows of one stored column: pieces that lie end to end in the column as
+    one slice (a sequential read); a flat key's final rows (where a piece ends its episode)
+    left out of the steps."""
 
     def __init__(self, ds: Dataset, key: str, starts: np.ndarray, lengths_by_pos: np.ndarray) -> None:
         self.key = key
@@ -152,43 +160,48 @@ class _Reader:
             release_pages(part)
         self.held = []
 
-    def rows(self, piece: _Piece) -> tuple[int, int]:
-        """The column's rows of a piece: its steps (and context), and its final row if it ends
-        the episode (flat keys)."""
-        base = int(self.starts[piece.pos]) + (piece.pos if self.flat else 0)
-        end = base + piece.b + (1 if self.flat and piece.b == int(self.lens[piece.pos]) else 0)
-        return base + piece.a - piece.ctx, end
+    def rows(self, g: _Group) -> tuple[np.ndarray, np.ndarray]:
+        """The column's rows ``[lo, hi)`` of each piece: its context and steps, and its final
+        row where it ends its episode (flat keys)."""
+        base = self.starts[g.pos] + (g.pos if self.flat else 0)
+        return base + g.a - g.ctx, base + g.b + (g.ends if self.flat else 0)
 
-    def spans(self, group: list[_Piece]) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        for piece in group:
-            lo, hi = self.rows(piece)
-            if out and out[-1][1] == lo:
-                out[-1] = (out[-1][0], hi)
-            else:
-                out.append((lo, hi))
-        return out
+    def read(self, g: _Group, budget: Budget) -> np.ndarray:
+        """The steps' rows of the group (with context), in order."""
+        raw = self.read_raw(g, budget)
+        if not self.flat or not g.ends.any():
+            return raw
+        lo, hi = self.rows(g)
+        return np.delete(raw, (np.cumsum(hi - lo) - 1)[g.ends], axis=0)
 
-    def read(self, group: list[_Piece], budget: Budget) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(the steps' rows of the group, in order, with context; the raw rows of each piece
-        without context, finals included: what the digest covers)."""
-        spans = self.spans(group)
-        parts = [np.asarray(self.column[lo:hi]) for lo, hi in spans]
+    def read_raw(self, g: _Group, budget: Budget) -> np.ndarray:
+        """The column's rows of the group (:meth:`rows`, a flat key's final rows included), in
+        order, as one 2-D array (rows, elements)."""
+        lo, hi = self.rows(g)
+        cut = np.flatnonzero(lo[1:] != hi[:-1]) + 1  # where a piece does not follow the one before
+        firsts, lasts = np.concatenate([[0], cut]), np.concatenate([cut, [len(lo)]]) - 1
+        parts = [np.asarray(self.column[int(lo[i]) : int(hi[j])]) for i, j in zip(firsts, lasts, strict=True)]
         raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
         for part in parts:
             budget.note(part)
         self.held = parts
-        per_piece: list[np.ndarray] = []
-        finals: list[int] = []
-        at = 0
-        for piece in group:
-            lo, hi = self.rows(piece)
-            per_piece.append(raw[at + piece.ctx : at + hi - lo])
-            if self.flat and piece.b == int(self.lens[piece.pos]):
-                finals.append(at + hi - lo - 1)
-            at += hi - lo
-        steps = np.delete(raw, finals, axis=0) if finals else raw
-        return steps, per_piece
+        return raw.reshape(len(raw), -1)
+
+    def episode(self, pos: int) -> Any:
+        """Every stored row of stored episode ``pos`` (a flat key's final one too): as the
+        stored bytes for a frame column."""
+        lo = int(self.starts[pos]) + (pos if self.flat else 0)
+        hi = lo + int(self.lens[pos]) + (1 if self.flat else 0)
+        column = self.column
+        if _is_frames(column):
+            first, last = int(column.starts[lo]), int(column.ends[hi - 1])
+            return np.concatenate([np.frombuffer(column.fetch([first], [last])(0), np.uint8),
+                                   (column.ends[lo:hi] - first).view(np.uint8)])  # fmt: skip
+        return np.ascontiguousarray(column[lo:hi])
+
+
+def _is_frames(column: Any) -> bool:
+    return hasattr(column, "frame_bytes") and hasattr(column, "ends")
 
 
 def _frames_same(column: Any, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -217,8 +230,30 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
     return np.where(mask, runs, 0)
 
 
+def _word_sums(rows: np.ndarray, bounds: np.ndarray, key: str) -> np.ndarray:
+    """Per segment of rows (starting at ``bounds``), the sum of its bytes read as uint32 words
+    (bytes where a row is no whole number of words), modulo 2**64, times a constant drawn from
+    the key's name: exact integers, so a piece's part adds up to its episode's whatever the
+    pieces; one 1-D pass over the rows (numpy's fastest reduction)."""
+    data = np.ascontiguousarray(rows)
+    row_bytes = data.dtype.itemsize * (data.size // max(1, len(data)))
+    words = data.reshape(-1).view(np.uint8)
+    per_row = row_bytes
+    if row_bytes % 4 == 0:
+        words, per_row = words.view(np.uint32), row_bytes // 4
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") | 1
+    with np.errstate(over="ignore"):
+        sums = np.add.reduceat(words, bounds * per_row, dtype=np.uint64)
+        return sums * np.uint64(seed)
+
+
 def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) -> EpisodeMeasures:
     """Measure every episode of ``ds`` in one bounded pass (see the module docstring).
+
+    Duplicates are found in two steps: a fingerprint of every episode in the pass (per stored
+    word, its sum over the episode, mixed; equal content, equal fingerprint), then the sha256
+    of every stored row of the episodes whose fingerprint and length meet another's, read
+    again: only those share a digest, so a fingerprint's collision never makes a duplicate.
 
     Args:
         ds: The dataset (a view reads its parent's rows of its episodes).
@@ -235,8 +270,7 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
     lengths = lens_by_pos[positions]
     n = len(positions)
     readers = {k: _Reader(base, k, starts, lens_by_pos) for k in base.stored_fields}
-    adims = [int(np.prod(base.stored_fields[k].shape, dtype=np.int64)) for k in roles.action]
-    ad = int(sum(adims))
+    ad = int(sum(int(np.prod(base.stored_fields[k].shape, dtype=np.int64)) for k in roles.action))
     m = EpisodeMeasures(
         lengths=lengths,
         returns=np.zeros(n, np.float64),
@@ -249,173 +283,226 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
         frozen={k: np.zeros(n, np.int64) for k in roles.images},
         nonfinite=np.zeros(n, np.int64),
         empty_text=np.zeros(n, np.int64),
-        digests=[""] * n,
+        fingerprints=np.zeros(n, np.uint64),
+        digests={},
         budget=budget,
     )
-    sumsq = np.zeros((n, ad), np.float64)
-    jerk_sum = np.zeros((n, ad), np.float64)
-    diffs = np.zeros(n, np.int64)
-    jerks = np.zeros(n, np.int64)
-    hashers: dict[int, Any] = {}
-    carry_frozen = {k: 0 for k in roles.images}
+    acc = _Sums(n, ad, roles.images)
     step_bytes = sum(_row_bytes(r.spec, r.column) for r in readers.values())
     max_rows = max(CONTEXT + 1, budget.nbytes // step_bytes)
-    for group in _groups(lengths, positions, max_rows):
-        _measure_group(
-            group, readers, roles, m, budget, atol, sumsq, jerk_sum, diffs, jerks, hashers, carry_frozen
-        )
+    for group in _groups(lengths, positions, lens_by_pos, max_rows):
+        _measure_group(group, readers, roles, m, budget, atol, acc)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m.rms_action_change = np.sqrt(sumsq / np.maximum(diffs, 1)[:, None])
-        m.mean_abs_jerk = jerk_sum / np.maximum(jerks, 1)[:, None]
+        m.rms_action_change = np.sqrt(acc.sumsq / np.maximum(acc.diffs, 1)[:, None])
+        m.mean_abs_jerk = acc.jerk / np.maximum(acc.jerks, 1)[:, None]
+    _digest_candidates(m, positions, readers, budget)
     return m
 
 
+class _Sums:
+    """Running sums over the pieces of each episode, finished into :class:`EpisodeMeasures`."""
+
+    def __init__(self, n: int, ad: int, images: tuple[str, ...]) -> None:
+        self.sumsq = np.zeros((n, ad), np.float64)
+        self.jerk = np.zeros((n, ad), np.float64)
+        self.diffs = np.zeros(n, np.int64)
+        self.jerks = np.zeros(n, np.int64)
+        self.frozen_run = dict.fromkeys(images, 0)  # the run at the end of the last piece
+
+
+def _digest_candidates(
+    m: EpisodeMeasures, positions: np.ndarray, readers: dict[str, _Reader], budget: Budget
+) -> None:
+    """sha256 of the episodes whose (fingerprint, length) is another's too."""
+    keyed = m.fingerprints.astype(np.uint64) ^ (m.lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    _, inverse, counts = np.unique(keyed, return_inverse=True, return_counts=True)
+    for i in np.flatnonzero(counts[inverse] > 1).tolist():
+        h = hashlib.sha256()
+        for key in sorted(readers):
+            rows = readers[key].episode(int(positions[i]))
+            budget.total += rows.nbytes
+            h.update(f"{key}:{rows.dtype}:{rows.shape}:".encode())
+            h.update(rows.reshape(-1).view(np.uint8).data)
+        m.digests[i] = h.hexdigest()
+
+
 def _measure_group(
-    group: list[_Piece],
+    g: _Group,
     readers: dict[str, _Reader],
     roles: KeyRoles,
     m: EpisodeMeasures,
     budget: Budget,
     atol: float,
-    sumsq: np.ndarray,
-    jerk_sum: np.ndarray,
-    diffs: np.ndarray,
-    jerks: np.ndarray,
-    hashers: dict[int, Any],
-    carry_frozen: dict[str, int],
+    acc: _Sums,
 ) -> None:
-    sizes = np.array([p.b - p.a + p.ctx for p in group], np.int64)
-    views = np.array([p.view for p in group], np.int64)
-    ep = np.repeat(np.arange(len(group)), sizes)  # each row's piece
-    t = np.concatenate([np.arange(p.a - p.ctx, p.b, dtype=np.int64) for p in group])
-    own = np.concatenate([np.arange(-p.ctx, p.b - p.a) >= 0 for p in group])
+    sizes = g.b - g.a + g.ctx
+    k = len(sizes)
+    ep = np.repeat(np.arange(k), sizes)  # each row's piece
+    firsts = np.cumsum(sizes) - sizes
+    t = np.arange(len(ep), dtype=np.int64) - np.repeat(firsts, sizes) + np.repeat(g.a - g.ctx, sizes)
+    has_ctx = bool(g.ctx.any())
+    own = np.repeat(g.a, sizes) <= t if has_ctx else None
     d1 = np.zeros(len(t), bool)
     d1[1:] = ep[1:] == ep[:-1]
     d3 = np.zeros(len(t), bool)
     d3[3:] = ep[3:] == ep[:-3]
-    still = d1.copy()  # idle until something changes
-    arrays: dict[str, np.ndarray] = {}
-    for key in roles.low_dim:
-        steps, raw = readers[key].read(group, budget)
-        arrays[key] = steps.reshape(len(steps), -1)
-        for piece, part in zip(group, raw, strict=True):
-            _hash(hashers, piece, key, part)
 
-    for key in (*roles.action, *roles.state):
-        x = arrays[key]
-        if len(x) > 1:
-            close = np.zeros(len(x), bool)
-            close[1:] = (
-                (np.abs(x[1:] - x[:-1]) <= atol).all(axis=1)
-                if x.dtype.kind == "f"
-                else (x[1:] == x[:-1]).all(axis=1)
-            )
-            still &= close
-    if not roles.action and not roles.state:
+    def cut(v: np.ndarray) -> np.ndarray:
+        return v if own is None else v[own]
+
+    bounds = firsts if own is None else np.searchsorted(cut(ep), np.arange(k))
+    views = g.view
+    # a flat key's rows hold each ended piece's final row too: the rows before each piece
+    extra = np.cumsum(g.ends) - g.ends
+    raws: dict[str, np.ndarray] = {}
+    steps: dict[str, np.ndarray] = {}
+
+    def rows_of(key: str) -> np.ndarray:  # a key's steps (with context), final rows left out
+        if key not in steps:
+            raw = raws[key]
+            if readers[key].flat and g.ends.any():
+                raw = np.delete(raw, (firsts + extra + sizes)[g.ends], axis=0)
+            steps[key] = raw
+        return steps[key]
+
+    def raw_bounds(key: str) -> np.ndarray:  # each piece's own rows (a final one too) in raws[key]
+        return firsts + g.ctx + (extra if readers[key].flat else 0)
+
+    for key in roles.low_dim:
+        raws[key] = readers[key].read_raw(g, budget)
+        with np.errstate(over="ignore"):
+            m.fingerprints[views] += _word_sums(raws[key], raw_bounds(key), key)
+    still = d1.copy()  # idle until something changes
+    if roles.action:
+        for key in roles.action:
+            still &= _close(rows_of(key), atol)
+        # the state is compared only at the steps whose action did not move (few, as a rule)
+        for key in roles.state:
+            idx = np.flatnonzero(still)
+            x = raws[key]
+            r = idx + extra[ep[idx]]
+            still[idx[~_rows_close(x[r], x[r - 1], atol)]] = False
+    elif roles.state:
+        for key in roles.state:
+            still &= _close(rows_of(key), atol)
+    else:
         still[:] = False
-    cut = lambda v: v[own]  # noqa: E731
-    own_ep = cut(ep)
-    bounds = np.searchsorted(own_ep, np.arange(len(group)))
     own_t = cut(t)
-    active = cut(~still) & (own_t >= 1)
-    m.idle_steps[views] += np.add.reduceat(cut(still).astype(np.int64), bounds)
+    own_still = cut(still)
+    active = ~own_still & (own_t >= 1)
+    m.idle_steps[views] += np.add.reduceat(own_still.astype(np.int64), bounds)
     big = np.iinfo(np.int64).max
-    m.first_active[views] = np.minimum(
-        m.first_active[views], np.minimum.reduceat(np.where(active, own_t, big), bounds)
-    )
+    first = np.minimum.reduceat(np.where(active, own_t, big), bounds)
+    m.first_active[views] = np.minimum(m.first_active[views], first)
     m.last_active[views] = np.maximum(
         m.last_active[views], np.maximum.reduceat(np.where(active, own_t, 0), bounds)
     )
     if roles.action:
-        a = np.concatenate([arrays[k].astype(np.float64, copy=False) for k in roles.action], axis=1)
-        d = np.zeros_like(a)
-        d[1:] = a[1:] - a[:-1]
-        d[~d1] = 0.0
-        ad = np.abs(d)
-        j = np.zeros_like(a)
-        if len(a) > 3:
-            j[3:] = a[3:] - 3 * a[2:-1] + 3 * a[1:-2] - a[:-3]
-        j[~d3] = 0.0
-        ad, j = np.nan_to_num(ad[own]), np.nan_to_num(np.abs(j[own]))
-        m.max_action_change[views] = np.maximum(
-            m.max_action_change[views], np.maximum.reduceat(ad, bounds, axis=0)
+        _actions(
+            np.concatenate([rows_of(key) for key in roles.action], axis=1), d1, d3, cut, bounds, views, m, acc
         )
-        sumsq[views] += np.add.reduceat(ad * ad, bounds, axis=0)
-        jerk_sum[views] += np.add.reduceat(j, bounds, axis=0)
-        diffs[views] += np.add.reduceat(cut(d1).astype(np.int64), bounds)
-        jerks[views] += np.add.reduceat(cut(d3).astype(np.int64), bounds)
-    if "next/reward" in arrays:
-        r = arrays["next/reward"][own].astype(np.float64).sum(axis=1)
-        m.returns[views] += np.add.reduceat(r, bounds)
+    if "next/reward" in raws:
+        m.returns[views] += np.add.reduceat(
+            cut(rows_of("next/reward")), bounds, axis=0, dtype=np.float64
+        ).sum(axis=1)
     for key in roles.numbers:
-        bad = (~np.isfinite(arrays[key][own])).sum(axis=1)
-        m.nonfinite[views] += np.add.reduceat(bad.astype(np.int64), bounds)
+        x = raws[key]
+        if not np.isfinite(x).all():  # the common case costs one fast pass; a final row counts too
+            bad = (~np.isfinite(x)).sum(axis=1)
+            m.nonfinite[views] += np.add.reduceat(bad, raw_bounds(key))
     for key, empty in roles.text.items():
         if empty:
-            hit = np.isin(arrays[key][own], empty).any(axis=1)
+            hit = np.isin(cut(rows_of(key)), empty).any(axis=1)
             m.empty_text[views] += np.add.reduceat(hit.astype(np.int64), bounds)
     for key in roles.images:
-        same = _image_same(readers[key], group, d1, budget, hashers)
-        frozen = (same & ~still)[own]
-        for g, piece in enumerate(group):
-            lo = int(bounds[g])
-            hi = int(bounds[g + 1]) if g + 1 < len(group) else len(own_ep)
-            runs = _run_lengths(frozen[lo:hi], carry_frozen[key] if piece.a > 0 else 0)
+        frozen = cut(_image_same(readers[key], g, d1, budget, m, views, cut, bounds) & ~still)
+        for i in range(k):
+            lo, hi = int(bounds[i]), int(bounds[i + 1]) if i + 1 < k else len(frozen)
+            runs = _run_lengths(frozen[lo:hi], acc.frozen_run[key] if g.a[i] > 0 else 0)
             if len(runs):
-                m.frozen[key][piece.view] = max(int(m.frozen[key][piece.view]), int(runs.max()))
-                carry_frozen[key] = int(runs[-1])
+                m.frozen[key][views[i]] = max(int(m.frozen[key][views[i]]), int(runs.max()))
+                acc.frozen_run[key] = int(runs[-1])
     for reader in readers.values():
         reader.release()
-    for piece in group:
-        length = int(m.lengths[piece.view])
-        if piece.b == length:
-            keys = hashers.pop(piece.view)
-            m.digests[piece.view] = hashlib.sha256(
-                "".join(f"{k}:{keys[k].hexdigest()};" for k in sorted(keys)).encode()
-            ).hexdigest()
 
 
-def _hash(hashers: dict[int, Any], piece: _Piece, key: str, part: Any) -> None:
-    """Add a piece's rows of ``key`` to its episode's digest: one sha256 per key, joined in the
-    manifest's order when the episode ends (:func:`_digest`), so pieces digest as the whole."""
-    keys = hashers.setdefault(piece.view, {})
-    data = np.ascontiguousarray(part)
-    h = keys.get(key)
-    if h is None:
-        h = keys[key] = hashlib.sha256(f"{data.dtype}:".encode())
-    h.update(data.reshape(-1).view(np.uint8).data)
+def _close(x: np.ndarray, atol: float) -> np.ndarray:
+    """Whether each row is within ``atol`` of the row before (element-wise; row 0: false)."""
+    close = np.zeros(len(x), bool)
+    if len(x) > 1:
+        close[1:] = _rows_close(x[1:], x[:-1], atol)
+    return close
+
+
+def _rows_close(x: np.ndarray, y: np.ndarray, atol: float) -> np.ndarray:
+    if x.dtype.kind == "f":
+        return (np.abs(x - y) <= atol).all(axis=1)
+    return (x == y).all(axis=1)
+
+
+def _actions(
+    a: np.ndarray,
+    d1: np.ndarray,
+    d3: np.ndarray,
+    cut: Any,
+    bounds: np.ndarray,
+    views: np.ndarray,
+    m: EpisodeMeasures,
+    acc: _Sums,
+) -> None:
+    """Action changes (max, sum of squares) and jerk (sum of |third difference|) per piece, in
+    float32 (the sums in float64)."""
+    a = a.astype(np.float32, copy=False)
+    d = np.zeros_like(a)
+    np.subtract(a[1:], a[:-1], out=d[1:])
+    d[~d1] = 0.0
+    j = np.zeros_like(a)
+    if len(a) > 3:
+        j[3:] = np.diff(a, n=3, axis=0)
+    j[~d3] = 0.0
+    ad = np.abs(cut(d), out=d if cut(d) is d else None)
+    aj = np.abs(cut(j), out=j if cut(j) is j else None)
+    if not (np.isfinite(ad).all() and np.isfinite(aj).all()):
+        ad, aj = np.nan_to_num(ad), np.nan_to_num(aj)
+    m.max_action_change[views] = np.maximum(
+        m.max_action_change[views], np.maximum.reduceat(ad, bounds, axis=0)
+    )
+    acc.sumsq[views] += np.add.reduceat(np.square(ad, out=ad), bounds, axis=0, dtype=np.float64)
+    acc.jerk[views] += np.add.reduceat(aj, bounds, axis=0, dtype=np.float64)
+    acc.diffs[views] += np.add.reduceat(cut(d1).astype(np.int64), bounds)
+    acc.jerks[views] += np.add.reduceat(cut(d3).astype(np.int64), bounds)
 
 
 def _image_same(
-    reader: _Reader, group: list[_Piece], d1: np.ndarray, budget: Budget, hashers: dict[int, Any]
+    reader: _Reader,
+    g: _Group,
+    d1: np.ndarray,
+    budget: Budget,
+    m: EpisodeMeasures,
+    views: np.ndarray,
+    cut: Any,
+    bounds: np.ndarray,
 ) -> np.ndarray:
-    """Whether each step's frame of an image key equals the step before's (within the episode);
-    a frame column is compared (and digested) as its stored bytes, never decoded."""
+    """Whether each step's frame of an image key equals the step before's (within the episode),
+    and the key's part of the fingerprints; a frame column is compared as its stored bytes
+    (sizes first), never decoded."""
     column = reader.column
-    if hasattr(column, "frame_bytes") and hasattr(column, "ends"):
-        for piece in group:
-            lo, hi = reader.rows(piece)
-            lo += piece.ctx
-            first, last = int(column.starts[lo]), int(column.ends[hi - 1])
-            stored = column.fetch([first], [last])(0)
-            budget.total += last - first
-            _hash(hashers, piece, reader.key, stored)
-            _hash(hashers, piece, reader.key + "@ends", column.ends[lo:hi] - first)
-        rows = np.concatenate([np.arange(*_step_rows(reader, p), dtype=np.int64) for p in group])
+    if _is_frames(column):
+        lo, hi = reader.rows(g)
+        hi = hi - (g.ends if reader.flat else 0)  # the steps' rows: no final frame
+        rows = np.concatenate(
+            [np.arange(a, b, dtype=np.int64) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+        )
+        sizes = column.ends[rows] - column.starts[rows]
+        budget.total += int(sizes.sum())
+        with np.errstate(over="ignore"):
+            m.fingerprints[views] += _word_sums(cut(sizes), bounds, reader.key)
         return _frames_same(column, rows, d1)
-    steps, raw = reader.read(group, budget)
-    for piece, part in zip(group, raw, strict=True):
-        _hash(hashers, piece, reader.key, part)
+    steps = reader.read(g, budget)
     flat = steps.reshape(len(steps), -1)
+    with np.errstate(over="ignore"):
+        m.fingerprints[views] += _word_sums(cut(flat), bounds, reader.key)
     same = np.zeros(len(flat), bool)
     if len(flat) > 1:
         same[1:] = (flat[1:] == flat[:-1]).all(axis=1)
     return same & d1
-
-
-def _step_rows(reader: _Reader, piece: _Piece) -> tuple[int, int]:
-    """The column's rows of a piece's steps (context included, final row left out)."""
-    lo, hi = reader.rows(piece)
-    if reader.flat and piece.b == int(reader.lens[piece.pos]):
-        hi -= 1
-    return lo, hi

@@ -59,9 +59,11 @@ def episodes(*, faults: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def build_audit_dataset(root: Path, name: str, *, faults: bool, frames: str | None = "png") -> None:
-    """Build ``name`` under ``root`` (memmap; camera ``pixels`` stored with ``--frames frames``)."""
-    with DatasetBuilder(name, root=root, backend="memmap", frames=frames) as builder:
+def build_audit_dataset(
+    root: Path, name: str, *, faults: bool, frames: str | None = "png", backend: str = "memmap"
+) -> None:
+    """Build ``name`` under ``root`` (camera ``pixels`` stored with ``--frames frames``)."""
+    with DatasetBuilder(name, root=root, backend=backend, frames=frames) as builder:
         for e in episodes(faults=faults):
             n = len(e["action"])
             truncated = np.zeros((n, 1), bool)
