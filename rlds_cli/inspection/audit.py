@@ -35,6 +35,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.selected import SelectedDataset
 from rlds_cli.catalog.names import resolve_name
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.inspection.audit_scan import EpisodeMeasures, measure
@@ -88,6 +89,7 @@ class AuditReport:
         flags: flag -> the positions of the episodes that have it (ascending).
         duplicate_of: Per episode, the earlier episode with the same content (-1: none).
         bytes_read: Bytes of stored rows the pass read.
+        root: The cache root the dataset was opened in (where :meth:`keep` publishes by default).
     """
 
     dataset: str
@@ -97,6 +99,9 @@ class AuditReport:
     duplicate_of: np.ndarray
     bytes_read: int
     root: str | None = None
+    #: For an unpublished selection (``select_episodes``): its parent's name and the parent's
+    #: position of each of its episodes, so that :meth:`keep` publishes a view of the parent.
+    selected_from: tuple[str, np.ndarray] | None = None
 
     @property
     def num_episodes(self) -> int:
@@ -186,7 +191,10 @@ class AuditReport:
             )
         how = f"the {len(kept)} of {self.num_episodes} episodes that pass rlds audit"
         root = root if root is not None else self.root
-        return create_selection(self.dataset, name, kept, how=how, root=root, replace=replace)
+        parent = self.dataset
+        if self.selected_from is not None:
+            parent, kept = self.selected_from[0], self.selected_from[1][kept]
+        return create_selection(parent, name, kept, how=how, root=root, replace=replace)
 
 
 def _finite(x: float) -> float | None:
@@ -259,6 +267,9 @@ def audit(
     report.root = None if root is None or isinstance(root, CacheRoot) else os.fspath(root)
     if isinstance(root, CacheRoot):
         report.root = os.fspath(root.path)
+    found = ds.view_parent() if isinstance(ds, SelectedDataset) else None
+    if found is not None:
+        report.selected_from = (found[0].name, found[1])
     flags["spike"] = np.flatnonzero(report._spike_scores() > t.spike_factor)
     flags["jerk"] = np.flatnonzero(report._jerk_scores() > t.jerk_factor)
     for key, runs in m.frozen.items():

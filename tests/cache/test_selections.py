@@ -242,3 +242,14 @@ def test_split_by_named_episodes(ted: Dataset) -> None:
         split_dataset("ted", 0.5, val_episodes=[1])
     result = runner.invoke(app, ["split", "ted", "--val", "0.2", "--val-episodes", "1", "--name", "z"])
     assert result.exit_code == 2 and "either --val FRACTION or --val-episodes" in result.output
+    result = runner.invoke(app, ["split", "ted", "--val-episodes", "1", "--last", "--name", "z"])
+    assert result.exit_code == 2 and "--last picks episodes for --val" in result.output
+
+
+def test_loader_episodes_need_a_dataset(ted: Dataset) -> None:
+    from rlds_cli.loader import Loader
+    from rlds_cli.loader.mixture import MixtureSource
+
+    source = MixtureSource([ted, ted])
+    with pytest.raises(ValueError, match="episodes= selects episodes of a dataset"):
+        Loader(source, batch_size=4, seed=0, episodes=[0])

@@ -91,6 +91,10 @@ def test_a_view_is_audited_for_its_own_episodes(faulty: str) -> None:
     np.testing.assert_array_equal(report.measures.fingerprints, parent.fingerprints[ids])
     unpublished = audit(select_episodes(open_dataset(faulty), ids))
     np.testing.assert_array_equal(unpublished.measures.fingerprints, report.measures.fingerprints)
+    unpublished.keep("some-clean")  # a view of the parent: the selection was never published
+    kept = open_dataset("some-clean")
+    assert kept.manifest.source["parent"] == faulty
+    assert kept.manifest.source["episode_ids"] == [0, 3, 9, 17]
     assert _as_sets(unpublished) == _as_sets(report)
 
 
@@ -152,3 +156,29 @@ def test_cli_errors_are_one_line(faulty: str, args: list[str], message: str) -> 
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_growing_dataset_is_audited_and_refuses_a_kept_view(isolated_cache: Path) -> None:
+    """A dataset written by DatasetWriter (columns over segments): the audit reads it as any
+    other; --keep, a view, is refused in one line (a view cannot pin a growing dataset)."""
+    ted = open_dataset("ted", make_ted_root(isolated_cache))
+    with rlds_cli.DatasetWriter("grow", root=isolated_cache) as writer:
+        for i in range(6):
+            writer.add_episode(ted.episode(i))
+            writer.flush()
+    report = audit("grow", root=isolated_cache)
+    assert report.num_episodes == 6
+    np.testing.assert_allclose(report.measures.returns, ted.episodes["return"][:6])
+    with pytest.raises(InvalidSelectionError, match="growing dataset"):
+        report.keep("grow-clean", root=isolated_cache)
+    with pytest.raises(InvalidSelectionError, match="growing dataset"):
+        select_episodes(open_dataset("grow", isolated_cache), [0, 2])  # Loader(episodes=...) too
+
+
+def make_ted_root(root: Path) -> Path:
+    from tests.loader_fixtures import make_ted
+
+    folder = root.parent / "ted-root"
+    folder.mkdir(exist_ok=True)
+    make_ted(folder, "ted", [5, 6, 7, 8, 9, 10])
+    return folder
