@@ -26,7 +26,7 @@ from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
 
-__all__ = ["create_selection", "create_view", "split_dataset"]
+__all__ = ["create_selection", "create_view", "split_dataset", "view_manifest"]
 
 
 def create_view(
@@ -110,6 +110,20 @@ def _publish_view(
             open_dataset(inner.parent, cache), inner.parent, name, inner.parent_episodes()[ids], how,
             cache=cache, replace=replace, lock_timeout=lock_timeout,
         )  # fmt: skip
+    manifest, index = view_manifest(source, parent, name, ids, how)
+    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
+        txn.check_free()
+        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
+        txn.commit(manifest)
+    return manifest
+
+
+def view_manifest(
+    source: Dataset, parent: str, name: str, ids: np.ndarray, how: str
+) -> tuple[Manifest, np.ndarray]:
+    """The manifest and episode index of a view named ``name`` of episodes ``ids`` (ascending
+    positions) of ``source`` (a stored dataset named ``parent``, not a view): a range ``[a, b)``
+    when they are consecutive (every column one slice of the parent's), else a selection."""
     a, b = int(ids[0]), int(ids[-1]) + 1
     if b - a == len(ids):  # a drawn selection may come out consecutive: a range reads fastest
         index, offset = slice_index(source.episode_index, a, b)
@@ -150,11 +164,7 @@ def _publish_view(
         # digests the parent's manifest (pinned by parent_digest) holds
         content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
     )
-    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
-        txn.check_free()
-        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
-        txn.commit(manifest)
-    return manifest
+    return manifest, index
 
 
 def split_dataset(

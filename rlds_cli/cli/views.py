@@ -37,28 +37,46 @@ def view(
         str | None,
         typer.Option("--episodes", "-e", help="Episode range A:B (Python slice rules).", show_default=False),
     ] = None,
+    filter_key: Annotated[
+        str | None,
+        typer.Option(
+            "--filter-key",
+            help="The episodes of one of the dataset's filter keys (robomimic's mask/<key>, e.g. train).",
+            show_default=False,
+        ),
+    ] = None,
     force: ForceOption = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Create a view of a contiguous range of episodes (no data is copied).
+    """Create a view of a contiguous range of episodes, or of a filter key's episodes (no data
+    is copied).
 
     Example: rlds view hopper-medium-v2 --episodes 0:100 --name hopper-first-100
     """
-    from rlds_cli.cache.derive import create_view
+    from rlds_cli.cache.derive import create_selection, create_view
+    from rlds_cli.cache.filter_keys import filter_key_episodes
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.names import resolve_name
 
     if name is None:
         raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
-    if episodes is None:
-        raise typer.BadParameter("a range A:B is required, e.g. 0:100", param_hint="'--episodes' / '-e'")
+    if (episodes is None) == (filter_key is None):
+        raise typer.BadParameter(
+            "give either a range A:B (e.g. 0:100) or --filter-key KEY", param_hint="'--episodes' / '-e'"
+        )
     parent = resolve_name(parent, root)
-    selection = parse_episode_range(episodes, open_dataset(parent, root).num_episodes)
-    manifest = create_view(parent, name, selection, root=root, replace=force)
+    if filter_key is not None:
+        ids = filter_key_episodes(open_dataset(parent, root), filter_key)
+        how = f"filter key {filter_key!r}"
+        manifest = create_selection(parent, name, ids, how=how, root=root, replace=force)
+    else:
+        assert episodes is not None
+        selection = parse_episode_range(episodes, open_dataset(parent, root).num_episodes)
+        manifest = create_view(parent, name, selection, root=root, replace=force)
     _report([manifest], json=json, quiet=quiet, many=False)
 
 

@@ -119,6 +119,9 @@ class Loader:
         windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
             ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
             :mod:`rlds_cli.loader.windows`); applied before ``transform``.
+        filter_key: Sample only the episodes of this filter key of the dataset (robomimic's
+            ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.filter_keys`). An unknown
+            key is refused, naming the dataset's keys.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -146,6 +149,7 @@ class Loader:
         refresh: int | None = None,
         root: str | os.PathLike[str] | None = None,
         windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
+        filter_key: str | None = None,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -157,6 +161,13 @@ class Loader:
             given, in_memory = dataset, False
         else:
             self.dataset = open_dataset(dataset, root)
+        if filter_key is not None:
+            if self.dataset is None:
+                raise ValueError("filter_key= selects episodes of a dataset; a source of rows has none")
+            # imported here: the read path of a plain Loader loads no writer code (derive's views)
+            from rlds_cli.cache.filter_keys import filtered_dataset
+
+            self.dataset = filtered_dataset(self.dataset, filter_key)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)
