@@ -47,7 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--demos", type=int, default=200)
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--size", type=int, default=84, help="camera height and width")
+    parser.add_argument(
+        "--size", type=int, default=84, help="camera height and width (0: low-dim, no camera)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
@@ -68,8 +70,9 @@ def main() -> None:
         def ours() -> None:
             convert(path, "bench", force=True)
 
-        obs_keys = ["agentview_image", "object", "robot0_eef_pos"]
-        specs = {"obs": {"low_dim": ["object", "robot0_eef_pos"], "rgb": ["agentview_image"]}}
+        rgb = ["agentview_image"] if args.size else []
+        obs_keys = [*rgb, "object", "robot0_eef_pos"]
+        specs = {"obs": {"low_dim": ["object", "robot0_eef_pos"], "rgb": rgb}}
 
         def theirs() -> None:
             with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):  # its tqdm bars
@@ -87,7 +90,8 @@ def main() -> None:
     print("| file | rlds convert | robomimic SequenceDataset(hdf5_cache_mode='all') | speed-up |")
     print("|---|---|---|---|")
     print(
-        f"| {args.demos} demos x {args.steps} steps, {args.size}x{args.size} camera, {mb:.0f} MB "
+        f"| {args.demos} demos x {args.steps} steps, "
+        f"{f'{args.size}x{args.size} camera' if args.size else 'low-dim'}, {mb:.0f} MB "
         f"| {rlds_s:.2f} s ({steps / rlds_s:,.0f} steps/s) | {robomimic_s:.2f} s ({steps / robomimic_s:,.0f} "
         f"steps/s) | {robomimic_s / rlds_s:.1f}x |"
     )

@@ -44,6 +44,9 @@ from rlds_cli.formats.robomimic_meta import MEMBER_ARRAY, DemoMeta, FileMeta, me
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
+#: Bytes a block gathers: demos of at least this much go to the cache as they were read, without
+#: the copy that joins smaller ones (image demos are megabytes each).
+_BLOCK_BYTES = 1 << 20
 #: Datasets every demo must have (``obs`` is a group of them).
 _REQUIRED = ("actions", "rewards", "dones")
 
@@ -85,18 +88,18 @@ class _Demo:
     length: int
 
 
-def _demo_specs(group: Any) -> dict[str, tuple[int, ...]]:
-    """Every dataset below a demo group, by path: its full shape."""
+def _demo_specs(group: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Every dataset below a demo group, by path: its full shape and its dtype."""
     import h5py
 
-    shapes: dict[str, tuple[int, ...]] = {}
+    specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def visit(key: str, node: Any) -> None:
         if isinstance(node, h5py.Dataset):
-            shapes[key] = tuple(node.shape or ())
+            specs[key] = (tuple(node.shape or ()), node.dtype)
 
     group.visititems(visit)
-    return shapes
+    return specs
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class RobomimicReader(Reader):
     # ------------------------------------------------------------------ planning
 
     def _plan(self) -> None:
+        """The demos in robomimic's order and their rows; the first demo checked whole (the
+        others are checked against it as they are read: each dataset is opened once)."""
         import h5py
 
         f, path = self._file, self.path
@@ -156,78 +161,87 @@ class RobomimicReader(Reader):
         if not numbered:
             raise SourceFormatError(f"{path}: 'data' holds no demo_<N> group")
         numbered.sort()
-        first_label = ""
-        schema: dict[str, Spec] | None = None
+        self._data = data
+        self._notes: list[str] = []
+        self._schema: dict[str, Spec] = {}
+        self._first_label = ""
+        self._check_demo(numbered[0][1])  # sets the schema every other demo must have
+        self._check_next_obs(self._schema, self._first_label)
         self.demos: list[_Demo] = []
-        self._meta = DemoMeta()
-        notes: list[str] = []
         for number, name in numbered:
-            group, label = data[name], f"{path}:data/{name}"
-            shapes = _demo_specs(group)
-            for key in _REQUIRED:
-                if key not in shapes:
-                    raise SourceFormatError(
-                        f"{label} has no {key!r} dataset (a robomimic demo has {', '.join(_REQUIRED)}, obs/*)"
-                    )
-            if not any(k.startswith("obs/") for k in shapes):
-                raise SourceFormatError(
-                    f"{label} has no obs/ datasets: a states-only file (robomimic's raw demo.hdf5)",
-                    hint="extract observations first with robomimic's dataset_states_to_obs.py",
-                )
-            mine: dict[str, Spec] = {}
-            length = shapes["actions"][0] if shapes["actions"] else 0
-            for key, shape in shapes.items():
-                dtype = group[key].dtype
-                if is_text(dtype) and not key.startswith(("obs/", "next_obs/")) and key not in _REQUIRED:
-                    notes.append(text_note(f"data/<demo>/{key}", dtype))
-                    continue
-                require_numeric(label, key, dtype)
-                require_rows(label, key, shape)
-                if shape[0] != length:
-                    raise SourceFormatError(
-                        f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} (rows must be "
-                        "time-aligned)"
-                    )
-                mine[key] = (shape[1:], np.dtype(dtype).str)
-            declared = group.attrs.get("num_samples")
-            if declared is not None and int(np.asarray(declared).reshape(-1)[0]) != length:
-                raise SourceFormatError(
-                    f"{label}: num_samples is {int(np.asarray(declared).reshape(-1)[0])} but 'actions' has "
-                    f"{length} rows (robomimic indexes the demo by num_samples)",
-                    hint="the file is damaged; write num_samples again or re-download it",
-                )
-            if schema is None:
-                schema, first_label = mine, label
-                self._check_next_obs(mine, label)
-            elif mine != schema:
-                raise SourceFormatError(f"{label}: {_difference(mine, schema)} (unlike {first_label})")
-            if length == 0:
-                self.report.dropped_episodes += 1
-                continue
+            actions = data[name].get("actions")
+            length = int(actions.shape[0]) if isinstance(actions, h5py.Dataset) and actions.shape else 0
             self.demos.append(_Demo(name, number, length))
-            self._meta.add(group, path, name)
-        assert schema is not None
-        self._schema = schema
+        self._admitted: list[str] = []
+        self._meta = DemoMeta()
         self._file_meta: FileMeta = read_file_meta(f, path, [d.name for d in self.demos])
-        self._has_next = any(k.startswith("next_obs/") for k in schema)
+        self._has_next = any(k.startswith("next_obs/") for k in self._schema)
         wanted: dict[str, tuple[str, ...]] = {}
-        for key in schema:
+        for key in self._schema:
             if key.startswith("obs/"):
                 wanted[key] = ("observation", *key[len("obs/") :].split("/"))
             elif not key.startswith("next_obs/") and key not in ("actions", "rewards"):
                 wanted[key] = ("info", *key.split("/"))
         self._keys = clean_keys(wanted)
-        total = sum(d.length for d in self.demos)
-        self.report.source_rows = total
-        self.report.expected = {"num_episodes": len(self.demos) + self.report.dropped_episodes}
-        self.report.notes += list(dict.fromkeys(notes)) + self._file_meta.notes
+        self.report.source_rows = sum(d.length for d in self.demos)
+        self.report.expected = {"num_episodes": len(self.demos)}
         renamed = renamed_note(self._keys, wanted)
         if renamed:
-            self.report.notes.append(renamed)
-        if self.report.dropped_episodes:
-            self.report.notes.append(f"{self.report.dropped_episodes} demo(s) with no step dropped")
-        row_bytes = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in schema.values())
+            self._notes.append(renamed)
+        row_bytes = sum(
+            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in self._schema.values()
+        )
         self._piece_rows = self.block_rows or rows_per_block(row_bytes)
+
+    def _check_demo(self, name: str) -> tuple[int, dict[str, Any]]:
+        """Check demo ``name`` against the layout and the first demo's datasets; its length and
+        its datasets (h5py objects) by path."""
+        import h5py
+
+        group, label = self._data[name], f"{self.path}:data/{name}"
+        nodes: dict[str, Any] = {}
+        group.visititems(
+            lambda key, node: nodes.__setitem__(key, node) if isinstance(node, h5py.Dataset) else None
+        )
+        for key in _REQUIRED:
+            if key not in nodes:
+                raise SourceFormatError(
+                    f"{label} has no {key!r} dataset (a robomimic demo has {', '.join(_REQUIRED)}, obs/*)"
+                )
+        if not any(k.startswith("obs/") for k in nodes):
+            raise SourceFormatError(
+                f"{label} has no obs/ datasets: a states-only file (robomimic's raw demo.hdf5)",
+                hint="extract observations first with robomimic's dataset_states_to_obs.py",
+            )
+        mine: dict[str, Spec] = {}
+        length = int(nodes["actions"].shape[0]) if nodes["actions"].shape else 0
+        for key, node in nodes.items():
+            shape, dtype = tuple(node.shape or ()), node.dtype
+            if is_text(dtype) and not key.startswith(("obs/", "next_obs/")) and key not in _REQUIRED:
+                self._notes.append(text_note(f"data/<demo>/{key}", dtype))
+                continue
+            require_numeric(label, key, dtype)
+            require_rows(label, key, shape)
+            if shape[0] != length:
+                raise SourceFormatError(
+                    f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} "
+                    "(rows must be time-aligned)"
+                )
+            mine[key] = (shape[1:], np.dtype(dtype).str)
+        declared = group.attrs.get("num_samples")
+        if declared is not None and int(np.asarray(declared).reshape(-1)[0]) != length:
+            raise SourceFormatError(
+                f"{label}: num_samples is {int(np.asarray(declared).reshape(-1)[0])} but 'actions' has "
+                f"{length} rows (robomimic indexes the demo by num_samples)",
+                hint="the file is damaged; write num_samples again or re-download it",
+            )
+        if not self._schema:
+            self._schema, self._first_label = mine, label
+        elif mine != self._schema:
+            raise SourceFormatError(
+                f"{label}: {_difference(mine, self._schema)} (unlike {self._first_label})"
+            )
+        return length, nodes
 
     @staticmethod
     def _check_next_obs(schema: dict[str, Spec], label: str) -> None:
@@ -246,55 +260,64 @@ class RobomimicReader(Reader):
         return self.report.source_rows
 
     def source_metadata(self) -> dict[str, Any]:
-        return self._file_meta.manifest(len(self.demos))
+        return self._file_meta.manifest(len(self._admitted))
 
     def source_arrays(self) -> dict[str, np.ndarray]:
         arrays = self._meta.arrays()
-        arrays[MEMBER_ARRAY] = membership(self._file_meta.masks, [d.name for d in self.demos])
+        arrays[MEMBER_ARRAY] = membership(self._file_meta.masks, self._admitted)
         return arrays
 
     def close(self) -> None:
         self._file.close()
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        """Yield every demo, in robomimic's order, in pieces of bounded size."""
-        packer = BlockPacker(self.block_rows)
+        """Yield every demo, in robomimic's order, in pieces of bounded size (each demo checked
+        against the first one's datasets as it is read)."""
+        packer = BlockPacker(self.block_rows, block_bytes=_BLOCK_BYTES)
         for demo in self.demos:
-            for a in range(0, demo.length, self._piece_rows):
-                b = min(demo.length, a + self._piece_rows)
-                yield from packer.add(self._piece(demo, a, b))
+            length, nodes = self._check_demo(demo.name)
+            if length == 0:
+                self.report.dropped_episodes += 1
+                continue
+            self._admitted.append(demo.name)
+            self._meta.add(self._data[demo.name], self.path, demo.name)
+            for a in range(0, length, self._piece_rows):
+                b = min(length, a + self._piece_rows)
+                yield from packer.add(self._piece(demo, nodes, a, b))
                 if progress is not None:
                     progress(b - a)
         yield from packer.finish()
-        self.report.notes += self._meta.notes()
+        self.report.notes += list(dict.fromkeys(self._notes)) + self._file_meta.notes + self._meta.notes()
+        if self.report.dropped_episodes:
+            self.report.notes.append(f"{self.report.dropped_episodes} demo(s) with no step dropped")
         if not self._has_next:
-            self.report.synthesized_final_observations = len(self.demos)
+            self.report.synthesized_final_observations = len(self._admitted)
             self.report.notes.append(
                 "the file has no next_obs: each demo's next observation is the following step's, and its "
                 "final observation is unknown (it repeats the last one, final_known = false)"
             )
 
-    def _read(self, demo: _Demo, key: str, a: int, b: int) -> np.ndarray:
+    def _read(self, nodes: dict[str, Any], demo: _Demo, key: str, a: int, b: int) -> np.ndarray:
         try:
-            return np.asarray(self._file[f"data/{demo.name}/{key}"][a:b])
+            return np.asarray(nodes[key][a:b])
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, f"data/{demo.name}/{key}", exc) from exc
 
-    def _piece(self, demo: _Demo, a: int, b: int) -> Piece:
+    def _piece(self, demo: _Demo, nodes: dict[str, Any], a: int, b: int) -> Piece:
         """Steps ``[a, b)`` of ``demo`` (with its final observation when ``b`` is its end)."""
         last = b == demo.length
         label = f"{self.path}:data/{demo.name}"
         observations: dict[str, np.ndarray] = {}
-        steps: dict[str, np.ndarray] = {"action": self._read(demo, "actions", a, b)}
-        steps["next/reward"] = _column(self._read(demo, "rewards", a, b))
+        steps: dict[str, np.ndarray] = {"action": self._read(nodes, demo, "actions", a, b)}
+        steps["next/reward"] = _column(self._read(nodes, demo, "rewards", a, b))
         for key, ted in self._keys.items():
             if not key.startswith("obs/"):
-                steps[ted] = self._read(demo, key, a, b)
+                steps[ted] = self._read(nodes, demo, key, a, b)
                 continue
             name = key[len("obs/") :]
-            rows = self._read(demo, key, a, min(b + 1, demo.length))  # one more: the next step's
+            rows = self._read(nodes, demo, key, a, min(b + 1, demo.length))  # one more: the next step's
             if self._has_next:
-                nxt = self._read(demo, f"next_obs/{name}", a, b)
+                nxt = self._read(nodes, demo, f"next_obs/{name}", a, b)
                 _check_continuity(label, name, a, rows[1:], nxt[: len(rows) - 1])
                 final = nxt[-1:]
             else:

@@ -57,3 +57,11 @@ def test_unknown_and_empty_keys_are_refused_in_one_line() -> None:
     create_view("img", "first", (0, 1))
     with pytest.raises(InvalidSelectionError, match="holds none of the episodes"):
         filter_key_episodes(open_dataset("first"), "valid")
+
+
+def test_a_lost_membership_array_is_reported_not_guessed() -> None:
+    convert(IMAGE, "img")
+    ds = open_dataset("img")
+    (ds.directory / "source_metadata.npz").unlink()  # damage: the array the names index
+    with pytest.raises(InvalidSelectionError, match="keeps no 'filter_keys/episode_member' array"):
+        filter_key_episodes(open_dataset("img"), "train")

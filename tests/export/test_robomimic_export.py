@@ -93,3 +93,23 @@ def test_the_cli_exports(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["export", "img", str(tmp_path / "x.hdf5"), "--to", "robomimic"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "x.hdf5").is_file()
+
+
+def test_a_key_robomimic_uses_for_another_array_is_refused(tmp_path: Path) -> None:
+    from rlds_cli.errors import ExportError
+    from rlds_cli.testing.sources import write_d4rl
+
+    n = 4
+    source = write_d4rl(
+        tmp_path / "d.hdf5",
+        observations=np.zeros((n, 2), np.float32),
+        actions=np.zeros((n, 1), np.float32),
+        rewards=np.zeros(n, np.float32),
+        terminals=np.array([0, 0, 0, 1], bool),
+        timeouts=np.zeros(n, bool),
+        infos={"actions": np.ones(n, np.float32)},  # info/actions would be written as 'actions'
+    )
+    convert(source, "clash")
+    with pytest.raises(ExportError, match="key 'info/actions' would be written as 'actions'"):
+        export_dataset(open_dataset("clash"), tmp_path / "out.hdf5", "robomimic")
+    assert not (tmp_path / "out.hdf5").exists()

@@ -166,3 +166,24 @@ def test_text_datasets_of_a_demo_are_dropped_with_a_note(tmp_path: Path) -> None
     result = convert(path, "t")
     assert "info/subtask" not in open_dataset("t").fields
     assert any("subtask" in n and "dropped" in n for n in result.manifest.conversion["notes"])
+
+
+def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) -> None:
+    from rlds_cli.testing.sources import golden_three_episodes
+
+    d4rl = golden_three_episodes(tmp_path / "d.hdf5", with_next=False)
+    with pytest.raises(SourceFormatError, match="has no 'data' group"):
+        convert(d4rl, "x", format="robomimic")
+    empty = tmp_path / "empty.hdf5"
+    with h5py.File(empty, "w") as f:
+        f.create_group("data")
+    with pytest.raises(SourceFormatError, match="'data' holds no demo_<N> group"):
+        convert(empty, "x", format="robomimic")
+
+
+def test_a_demo_with_other_datasets_than_the_first_is_refused(tmp_path: Path) -> None:
+    path = Path(shutil.copy(IMAGE, tmp_path / "x.hdf5"))
+    with h5py.File(path, "a") as f:
+        f["data/demo_2/actions_abs"] = np.zeros((4, 7))
+    with pytest.raises(SourceFormatError, match=r"data/demo_2: datasets differ; unknown \['actions_abs'\]"):
+        convert(path, "x")
