@@ -165,7 +165,11 @@ class RobomimicReader(Reader):
         self._notes: list[str] = []
         self._schema: dict[str, Spec] = {}
         self._first_label = ""
-        self._check_demo(numbered[0][1])  # sets the schema every other demo must have
+        for _, name in numbered:  # the first demo with a step sets what every other must have
+            if self._check_demo(name)[0]:
+                break
+        if not self._schema:
+            raise SourceFormatError(f"{path}: no demo under 'data' has a step")
         self._check_next_obs(self._schema, self._first_label)
         self.demos: list[_Demo] = []
         for number, name in numbered:
@@ -235,6 +239,8 @@ class RobomimicReader(Reader):
                 f"{length} rows (robomimic indexes the demo by num_samples)",
                 hint="the file is damaged; write num_samples again or re-download it",
             )
+        if length == 0:  # no data: its dtypes are whatever np.array([]) gave; it is dropped
+            return length, nodes
         if not self._schema:
             self._schema, self._first_label = mine, label
         elif mine != self._schema:

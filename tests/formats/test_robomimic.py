@@ -179,6 +179,9 @@ def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) 
         f.create_group("data")
     with pytest.raises(SourceFormatError, match="'data' holds no demo_<N> group"):
         convert(empty, "x", format="robomimic")
+    stepless = write_robomimic_image(tmp_path / "stepless.hdf5", {0: 0})
+    with pytest.raises(SourceFormatError, match="no demo under 'data' has a step"):
+        convert(stepless, "x")
 
 
 def test_a_demo_with_other_datasets_than_the_first_is_refused(tmp_path: Path) -> None:
@@ -187,3 +190,21 @@ def test_a_demo_with_other_datasets_than_the_first_is_refused(tmp_path: Path) ->
         f["data/demo_2/actions_abs"] = np.zeros((4, 7))
     with pytest.raises(SourceFormatError, match=r"data/demo_2: datasets differ; unknown \['actions_abs'\]"):
         convert(path, "x")
+
+
+@pytest.mark.parametrize("path", [IMAGE, LIBERO], ids=lambda p: p.stem)
+def test_demos_read_in_pieces_read_the_same(path: Path) -> None:
+    # pieces of 2 steps: next_obs checked across piece ends, the final observation on the last
+    convert(path, "pieces", options={"block_rows": 2})
+    assert differences(open_dataset("pieces"), path) == []
+
+
+def test_a_demo_of_no_step_is_dropped_and_counted(tmp_path: Path) -> None:
+    path = write_robomimic_image(tmp_path / "z.hdf5", {0: 3, 1: 0, 2: 2})
+    result = convert(path, "z")
+    ds = open_dataset("z")
+    assert ds.episodes["source_id"].tolist() == [0, 2]
+    assert result.manifest.conversion["dropped_episodes"] == 1
+    # demo_1 (valid) had no step: the membership rows follow the kept episodes
+    assert ds.source_arrays["filter_keys/episode_member"].tolist() == [[True, False], [True, False]]
+    assert ds.episode_metadata(1)["robomimic/num_samples"] == 2
