@@ -46,6 +46,9 @@ $(VENV)/.installed: pyproject.toml $(TORCH_PIN)
 
 $(VENV)/.installed-test: pyproject.toml $(TORCH_PIN)
 	$(INSTALL) --constraint $(TORCH_PIN) -e ".[test,record]"
+	# robomimic's SequenceDataset, compared with our robomimic reader; its pinned deps (mujoco,
+	# egl_probe, ...) are not needed to read HDF5 and would not install next to our torch
+	$(INSTALL) --constraint $(TORCH_PIN) --no-deps "robomimic==0.3.0"
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

@@ -156,6 +156,47 @@ class Dataset:
         return arrays
 
     @property
+    def source_metadata(self) -> dict[str, Any]:
+        """The small facts the source file held, as its reader kept them in the manifest
+        (``source.metadata``: robomimic's ``env_args`` and ``data`` attributes, D4RL's
+        ``metadata/*``, ...); a view has its parent's. Empty when there are none."""
+        view = self.view_parent()
+        meta = (self.manifest if view is None else view[0].manifest).source.get("metadata")
+        return dict(meta) if isinstance(meta, dict) else {}
+
+    def episode_metadata(self, i: int) -> dict[str, Any]:
+        """What the source kept about episode ``i`` (a position in this dataset), by name: each
+        per-episode source array ``<format>/episode_<what>`` at row ``i`` (a view reads its
+        parent's row), as ``{"<format>/<what>": value}``. Text is kept as byte ranges into
+        ``<format>/text/<what>`` and comes back as ``str`` (``None`` where the episode had
+        none); other values as Python scalars or lists. E.g. a robomimic demo's
+        ``robomimic/model_file``, ``robomimic/ep_meta`` and ``robomimic/lang``.
+
+        Raises:
+            IndexError: ``i`` is not an episode of this dataset.
+        """
+        if not -self.num_episodes <= i < self.num_episodes:
+            raise IndexError(f"episode {i} is outside dataset {self.name!r} ({self.num_episodes} episodes)")
+        i %= self.num_episodes
+        view = self.view_parent()
+        owner, row = (self, i) if view is None else (view[0], int(view[1][i]))
+        arrays = owner.source_arrays
+        out: dict[str, Any] = {}
+        for name, value in arrays.items():
+            prefix, _, what = name.rpartition("/")
+            if not what.startswith("episode_") or value.ndim == 0 or len(value) <= row:
+                continue
+            key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
+            blob = arrays.get(f"{prefix}/text/{what[len('episode_') :]}")
+            if blob is not None and value.shape[1:] == (2,):
+                start, stop = (int(v) for v in value[row])
+                out[key] = None if start < 0 else bytes(blob[start:stop]).decode("utf-8", "replace")
+            else:
+                item = value[row]
+                out[key] = item.decode("utf-8", "replace") if isinstance(item, bytes) else item.tolist()
+        return out
+
+    @property
     def env_spec(self) -> RecordedEnvSpec | None:
         """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
         gymnasium spec and where it came from), or ``None`` when the dataset records none. See

@@ -24,7 +24,10 @@ def export(
         ),
     ],
     to: Annotated[
-        str, typer.Option("--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot or amago.")
+        str,
+        typer.Option(
+            "--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot, amago or robomimic."
+        ),
     ] = "torchrl",
     force: Annotated[bool, force_option("Replace OUT if it exists (on the Hub: another export).")] = False,
     root: RootOption = None,

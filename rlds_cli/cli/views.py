@@ -54,13 +54,22 @@ def view(
             show_default=False,
         ),
     ] = None,
+    filter_key: Annotated[
+        str | None,
+        typer.Option(
+            "--filter-key",
+            help="The episodes of one of the dataset's filter keys (robomimic's mask/<key>, e.g. train).",
+            show_default=False,
+        ),
+    ] = None,
     force: ForceOption = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Create a view of any episodes of a dataset (no data is copied).
+    """Create a view of any episodes of a dataset, or of a filter key's episodes (no data is
+    copied).
 
     Example: rlds view hopper-medium-v2 --episodes 0,5,9-20 --name hopper-some
     """
@@ -68,6 +77,7 @@ def view(
 
     from rlds_cli.cache.derive import create_selection, create_view
     from rlds_cli.cache.episode_select import parse_episode_list, select_where
+    from rlds_cli.cache.filter_keys import filter_key_episodes
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.names import resolve_name
@@ -75,14 +85,14 @@ def view(
 
     if name is None:
         raise typer.BadParameter("the new view's name is required", param_hint="'--name' / '-n'")
-    if episodes is None and where is None:
+    if episodes is None and where is None and filter_key is None:
         raise typer.BadParameter(
-            "say which episodes: --episodes 0:100 or 0,5,9-20, or --where PREDICATE",
-            param_hint="'--episodes' / '--where'",
+            "say which episodes: --episodes 0:100 or 0,5,9-20, --where PREDICATE or --filter-key KEY",
+            param_hint="'--episodes' / '--where' / '--filter-key'",
         )
     parent = resolve_name(parent, root)
     ds = open_dataset(parent, root)
-    if episodes is not None and ":" in episodes and where is None:
+    if episodes is not None and ":" in episodes and where is None and filter_key is None:
         manifest = create_view(
             parent, name, parse_episode_range(episodes, ds.num_episodes), root=root, replace=force
         )
@@ -97,17 +107,23 @@ def view(
         else:
             ids = parse_episode_list(episodes, ds.num_episodes)
         how.append(f"episodes {episodes}")
+    if filter_key is not None:
+        keyed = filter_key_episodes(ds, filter_key)
+        ids = keyed if ids is None else np.intersect1d(ids, keyed)
+        how.append(f"filter key {filter_key!r}")
     if where is not None:
         matching = select_where(where, ds.episodes)
+        among = f" among {', '.join(how)}" if how else ""
         ids = matching if ids is None else np.intersect1d(ids, matching)
         how.append(f"where {where}")
         if len(ids) == 0:
             raise InvalidSelectionError(
-                f"--where {where!r} holds for no episode of {parent!r}"
-                + (f" among --episodes {episodes}" if episodes is not None else ""),
+                f"--where {where!r} holds for no episode of {parent!r}{among}",
                 hint="look at the episodes' statistics with 'rlds inspect'",
             )
     assert ids is not None
+    if len(ids) == 0:
+        raise InvalidSelectionError(f"no episode of {parent!r} is in all of: {', '.join(how)}")
     manifest = create_selection(parent, name, ids, how=", ".join(how), root=root, replace=force)
     _report([manifest], json=json, quiet=quiet, many=False)
 

@@ -8,6 +8,7 @@
 | `minari`  | a Minari HDF5 dataset directory                   | `minari.load_dataset` / `rlds download`  |
 | `lerobot` | a LeRobot v3.0 directory (parquet + AV1 mp4)      | `LeRobotDataset` / `rlds download`       |
 | `amago`   | an AMAGO trajectory folder (one `.npz` each)      | AMAGO's loader / `rlds download`         |
+| `robomimic` | one robomimic HDF5 file (`data/demo_N`, `mask/*`) | `SequenceDataset` / `rlds download`  |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ EXPORTERS: dict[str, str] = {
     "minari": "rlds_cli.export.minari:export_minari",
     "lerobot": "rlds_cli.export.lerobot:export_lerobot",
     "amago": "rlds_cli.export.amago:export_amago",
+    "robomimic": "rlds_cli.export.robomimic:export_robomimic",
 }
 
 

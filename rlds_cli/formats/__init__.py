@@ -33,14 +33,16 @@ READERS: dict[str, str] = {
     "vd4rl": "rlds_cli.formats.vd4rl:VD4RLReader",
     "atari_dqn": "rlds_cli.formats.atari_dqn.reader:AtariDQNReader",
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
+    "robomimic": "rlds_cli.formats.robomimic:RobomimicReader",
 }
 
 #: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): a
 #: format whose files another format's rules would also accept comes first (an HDF5 file with
-#: ``Trial`` groups is Roboset's, even with D4RL's keys). Readers of other packages come after.
+#: ``Trial`` groups is Roboset's, even with D4RL's keys; one with ``data/demo_*`` groups is
+#: robomimic's). Readers of other packages come after.
 DETECTION_ORDER = (
-    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "torchrl", "roboset", "minari", "amago", "d4rl",
-    "ogbench",
+    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "torchrl", "roboset", "robomimic", "minari", "amago",
+    "d4rl", "ogbench",
 )  # fmt: skip
 
 #: The entry-point group through which other packages add readers: ``name = "module:Class"``,

@@ -123,6 +123,10 @@ class Loader:
             ``"0,5,9-20"``): a view made on the fly, never published
             (:func:`rlds_cli.cache.selected.select_episodes`); the batch's ``episode`` and
             indices are then the view's.
+        filter_key: Sample only the episodes of this filter key of the dataset (robomimic's
+            ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.filter_keys`), a view made
+            on the fly as for ``episodes`` (not both). An unknown key is refused, naming the
+            dataset's keys.
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -151,6 +155,7 @@ class Loader:
         root: str | os.PathLike[str] | None = None,
         windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
         episodes: Sequence[int] | str | None = None,
+        filter_key: str | None = None,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -162,12 +167,23 @@ class Loader:
             given, in_memory = dataset, False
         else:
             self.dataset = open_dataset(dataset, root)
-        if episodes is not None:
+        if episodes is not None or filter_key is not None:
             if self.dataset is None:
-                raise ValueError("episodes= selects episodes of a dataset, not of a source of rows")
+                raise ValueError(
+                    "episodes= and filter_key= select episodes of a dataset, not of a source of rows"
+                )
+            if episodes is not None and filter_key is not None:
+                raise ValueError("give episodes= or filter_key=, not both (make a view of one, then select)")
+            # imported here: the read path of a plain Loader loads no writer code (derive's views)
             from rlds_cli.cache.selected import select_episodes
 
-            self.dataset = select_episodes(self.dataset, episodes)
+            if filter_key is not None:
+                from rlds_cli.cache.filter_keys import filtered_dataset
+
+                self.dataset = filtered_dataset(self.dataset, filter_key)
+            else:
+                assert episodes is not None
+                self.dataset = select_episodes(self.dataset, episodes)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)

@@ -251,5 +251,5 @@ def test_loader_episodes_need_a_dataset(ted: Dataset) -> None:
     from rlds_cli.loader.mixture import MixtureSource
 
     source = MixtureSource([ted, ted])
-    with pytest.raises(ValueError, match="episodes= selects episodes of a dataset"):
+    with pytest.raises(ValueError, match="episodes= and filter_key= select episodes of a dataset"):
         Loader(source, batch_size=4, seed=0, episodes=[0])

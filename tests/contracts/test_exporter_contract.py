@@ -61,3 +61,15 @@ class TestLeRobotExporter(ExporterContract):
 class TestAmagoExporter(ExporterContract):
     format = "amago"
     dropped = frozenset({"info/qpos"})  # AMAGO's trajectory files hold no info keys
+
+
+class TestRobomimicExporter(ExporterContract):
+    format = "robomimic"
+    # robomimic keeps observations under obs/<name>: a single 'observation' becomes obs/observation
+    renamed: ClassVar[dict[str, str]] = {
+        "observation": "observation/observation",
+        "next/observation": "next/observation/observation",
+    }
+
+    def out_path(self, tmp_path: Path) -> Path:
+        return tmp_path / "out" / "exported.hdf5"

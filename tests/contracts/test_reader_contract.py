@@ -16,12 +16,14 @@ from rlds_cli.formats.lerobot.reader import LeRobotReader
 from rlds_cli.formats.minari.reader import MinariReader
 from rlds_cli.formats.ogbench import OGBenchReader
 from rlds_cli.formats.rlds_tfrecord.reader import RldsTFRecordReader
+from rlds_cli.formats.robomimic import RobomimicReader
 from rlds_cli.formats.roboset import RobosetReader
 from rlds_cli.formats.torchrl_memmap import TorchRLMemmapReader
 from rlds_cli.formats.vd4rl import VD4RLReader
 from rlds_cli.testing.reader import ReaderContract
 from tests.atari_dqn_fixtures import run_folder, write_run
 from tests.d4rl_fixtures import golden_three_episodes
+from tests.fixtures.robomimic.make_fixtures import write_robomimic_image
 from tests.formats_fixtures import golden_ogbench as golden_ogbench_file
 from tests.formats_fixtures import golden_roboset, minari_episode, write_amago, write_minari_by_hand
 from tests.gen_dgrl_fixtures import gen_dgrl_archive
@@ -72,6 +74,15 @@ class TestRobosetReader(ReaderContract):
 
     def sniffed(self, source: Path) -> Path:
         return source / "a_trace.h5"
+
+
+class TestRobomimicReader(ReaderContract):
+    reader_cls = RobomimicReader
+    block_rows = 3
+
+    def write_source(self, tmp_path: Path) -> Path:
+        tmp_path.mkdir(parents=True)
+        return write_robomimic_image(tmp_path / "image.hdf5")
 
 
 class TestOGBenchReader(ReaderContract):

@@ -1,0 +1,375 @@
+"""robomimic HDF5 files, and those written in its layout: LIBERO, RoboCasa, MimicGen.
+
+The layout (robomimic's ``dataset_states_to_obs.py``, LIBERO's ``create_dataset.py``):
+``data/demo_<N>/{actions, rewards, dones, states, obs/<k>, next_obs/<k>}`` with ``T`` rows
+each, per-demo attributes ``num_samples`` (= ``T``) and ``model_file``, ``data`` attributes
+``env_args`` (JSON) and ``total``, and filter keys ``mask/<key>`` (arrays of demo names). The
+rules below are written out in ``docs/formats.md``:
+
+* Demos are read in robomimic's order: by the number after ``demo_`` (what ``SequenceDataset``
+  sorts by); the number is the episode's source id. A group under ``data`` not named
+  ``demo_<N>`` is refused, as robomimic would fail on it.
+* Step ``t`` is ``(obs[t], actions[t]) -> next_obs[t]`` with reward ``rewards[t]``.
+  ``obs/<k>`` is ``observation/<k>``. ``next_obs`` must equal ``obs`` one row later (robomimic
+  copies it so); its last row is the real final observation. Without ``next_obs`` (LIBERO,
+  ``--exclude-next-obs``) the next observation is the following step's and the final one is
+  unknown: it repeats the last observation, ``final_known = false``.
+* ``dones`` is kept as ``info/dones`` (robomimic's ``done_mode`` 0 and 2 set it mid-demo on
+  success states); a demo ends terminated when its last ``dones`` is set, else truncated.
+* Every other dataset of a demo (``states``, LIBERO's ``robot_states``, ``actions_abs``,
+  ``action_dict/<k>``) is ``info/<name>``, kept as stored; text datasets are dropped with a note.
+* Metadata (``env_args``, ``problem_info``, per-demo ``model_file``/``ep_meta``) and filter
+  keys: see :mod:`rlds_cli.formats.robomimic_meta`.
+* Long demos are read in pieces of about :data:`~rlds_cli.formats.packing.BLOCK_BYTES`, so
+  memory stays bounded whatever a demo's length.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import column as _column
+from rlds_cli.formats.hdf5_util import hdf5_top_keys, is_hdf5_name, open_hdf5, read_error
+from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
+from rlds_cli.formats.packing import BlockPacker, Piece, rows_per_block
+from rlds_cli.formats.robomimic_meta import MEMBER_ARRAY, DemoMeta, FileMeta, membership, read_file_meta
+from rlds_cli.formats.untrusted import require_numeric, require_rows
+
+_DEMO_RE = re.compile(r"^demo_(\d+)$")
+#: Bytes a block gathers: demos of at least this much go to the cache as they were read, without
+#: the copy that joins smaller ones (image demos are megabytes each).
+_BLOCK_BYTES = 1 << 20
+#: Datasets every demo must have (``obs`` is a group of them).
+_REQUIRED = ("actions", "rewards", "dones")
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a robomimic file: an HDF5 file whose ``data`` group holds ``demo_*``
+    groups."""
+    if not is_hdf5_name(path) or "data" not in (hdf5_top_keys(path) or ()):
+        return False
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            data = f.get("data")
+            return isinstance(data, h5py.Group) and any(k.startswith("demo_") for k in data)
+    except OSError:
+        return False
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The ``.hdf5``/``.h5`` files of a source (the reader takes one)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.is_file() and is_hdf5_name(q))
+        else:
+            out.append(p)
+    return out
+
+
+#: One dataset of a demo: its path below the demo, per-row shape and dtype.
+Spec = tuple[tuple[int, ...], str]
+
+
+@dataclass
+class _Demo:
+    name: str
+    number: int
+    length: int
+
+
+def _demo_specs(group: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Every dataset below a demo group, by path: its full shape and its dtype."""
+    import h5py
+
+    specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+
+    def visit(key: str, node: Any) -> None:
+        if isinstance(node, h5py.Dataset):
+            specs[key] = (tuple(node.shape or ()), node.dtype)
+
+    group.visititems(visit)
+    return specs
+
+
+@dataclass(frozen=True)
+class RobomimicOptions(ReaderOptions):
+    """Options of :class:`RobomimicReader` (its keyword arguments)."""
+
+    block_rows: int | None = None
+
+
+class RobomimicReader(Reader):
+    """Streams a robomimic-layout HDF5 file (robomimic, LIBERO, RoboCasa, MimicGen) as
+    :class:`StepBlock` s, demo by demo in robomimic's order.
+
+    Args:
+        path: The ``.hdf5`` file.
+        block_rows: Steps per block at most (default: about 8 MiB of data a block).
+    """
+
+    format_name = "robomimic"
+    expected_files = "an .hdf5 file whose 'data' group holds demo_0, demo_1, ... groups"
+    Options = RobomimicOptions
+    reads_one_file = True
+    sniff = staticmethod(sniff)
+    source_files = staticmethod(source_files)
+
+    def __init__(self, path: str | Path | Sequence[str | Path], *, block_rows: int | None = None) -> None:
+        paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
+        self.path = paths[0]
+        self.block_rows = block_rows
+        self.report = ConversionReport(rules="robomimic-v1")
+        self._file = open_hdf5(self.path)
+        try:
+            self._plan()
+        except BaseException:
+            self._file.close()
+            raise
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self) -> None:
+        """The demos in robomimic's order and their rows; the first demo checked whole (the
+        others are checked against it as they are read: each dataset is opened once)."""
+        import h5py
+
+        f, path = self._file, self.path
+        data = f.get("data")
+        if not isinstance(data, h5py.Group):
+            raise SourceFormatError(f"{path} has no 'data' group; is it a robomimic-layout file?")
+        numbered = []
+        for name in data:
+            m = _DEMO_RE.match(name)
+            if m is None or not isinstance(data[name], h5py.Group):
+                raise SourceFormatError(
+                    f"{path}: 'data/{name}' is not a demo_<N> group (robomimic sorts demos by the number "
+                    "after 'demo_' and reads nothing else under data/)",
+                    hint="move or delete that entry of the file",
+                )
+            numbered.append((int(m.group(1)), name))
+        if not numbered:
+            raise SourceFormatError(f"{path}: 'data' holds no demo_<N> group")
+        numbered.sort()
+        self._data = data
+        self._notes: list[str] = []
+        self._schema: dict[str, Spec] = {}
+        self._first_label = ""
+        for _, name in numbered:  # the first demo with a step sets what every other must have
+            if self._check_demo(name)[0]:
+                break
+        if not self._schema:
+            raise SourceFormatError(f"{path}: no demo under 'data' has a step")
+        self._check_next_obs(self._schema, self._first_label)
+        self.demos: list[_Demo] = []
+        for number, name in numbered:
+            actions = data[name].get("actions")
+            length = int(actions.shape[0]) if isinstance(actions, h5py.Dataset) and actions.shape else 0
+            self.demos.append(_Demo(name, number, length))
+        self._admitted: list[str] = []
+        self._meta = DemoMeta()
+        self._file_meta: FileMeta = read_file_meta(f, path, [d.name for d in self.demos])
+        self._has_next = any(k.startswith("next_obs/") for k in self._schema)
+        wanted: dict[str, tuple[str, ...]] = {}
+        for key in self._schema:
+            if key.startswith("obs/"):
+                wanted[key] = ("observation", *key[len("obs/") :].split("/"))
+            elif not key.startswith("next_obs/") and key not in ("actions", "rewards"):
+                wanted[key] = ("info", *key.split("/"))
+        self._keys = clean_keys(wanted)
+        self.report.source_rows = sum(d.length for d in self.demos)
+        self.report.expected = {"num_episodes": len(self.demos)}
+        renamed = renamed_note(self._keys, wanted)
+        if renamed:
+            self._notes.append(renamed)
+        row_bytes = sum(
+            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in self._schema.values()
+        )
+        self._piece_rows = self.block_rows or rows_per_block(row_bytes)
+
+    def _check_demo(self, name: str) -> tuple[int, dict[str, Any]]:
+        """Check demo ``name`` against the layout and the first demo's datasets; its length and
+        its datasets (h5py objects) by path."""
+        import h5py
+
+        group, label = self._data[name], f"{self.path}:data/{name}"
+        nodes: dict[str, Any] = {}
+        group.visititems(
+            lambda key, node: nodes.__setitem__(key, node) if isinstance(node, h5py.Dataset) else None
+        )
+        for key in _REQUIRED:
+            if key not in nodes:
+                raise SourceFormatError(
+                    f"{label} has no {key!r} dataset (a robomimic demo has {', '.join(_REQUIRED)}, obs/*)"
+                )
+        if not any(k.startswith("obs/") for k in nodes):
+            raise SourceFormatError(
+                f"{label} has no obs/ datasets: a states-only file (robomimic's raw demo.hdf5)",
+                hint="extract observations first with robomimic's dataset_states_to_obs.py",
+            )
+        mine: dict[str, Spec] = {}
+        length = int(nodes["actions"].shape[0]) if nodes["actions"].shape else 0
+        for key, node in nodes.items():
+            shape, dtype = tuple(node.shape or ()), node.dtype
+            if is_text(dtype) and not key.startswith(("obs/", "next_obs/")) and key not in _REQUIRED:
+                self._notes.append(text_note(f"data/<demo>/{key}", dtype))
+                continue
+            require_numeric(label, key, dtype)
+            require_rows(label, key, shape)
+            if shape[0] != length:
+                raise SourceFormatError(
+                    f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} "
+                    "(rows must be time-aligned)"
+                )
+            mine[key] = (shape[1:], np.dtype(dtype).str)
+        declared = group.attrs.get("num_samples")
+        if declared is not None and int(np.asarray(declared).reshape(-1)[0]) != length:
+            raise SourceFormatError(
+                f"{label}: num_samples is {int(np.asarray(declared).reshape(-1)[0])} but 'actions' has "
+                f"{length} rows (robomimic indexes the demo by num_samples)",
+                hint="the file is damaged; write num_samples again or re-download it",
+            )
+        if length == 0:  # no data: its dtypes are whatever np.array([]) gave; it is dropped
+            return length, nodes
+        if not self._schema:
+            self._schema, self._first_label = mine, label
+        elif mine != self._schema:
+            raise SourceFormatError(
+                f"{label}: {_difference(mine, self._schema)} (unlike {self._first_label})"
+            )
+        return length, nodes
+
+    @staticmethod
+    def _check_next_obs(schema: dict[str, Spec], label: str) -> None:
+        obs = {k[len("obs/") :]: v for k, v in schema.items() if k.startswith("obs/")}
+        nxt = {k[len("next_obs/") :]: v for k, v in schema.items() if k.startswith("next_obs/")}
+        if nxt and nxt != obs:
+            raise SourceFormatError(
+                f"{label}: next_obs/ holds {sorted(nxt)}, obs/ holds {sorted(obs)} (with shapes and dtypes); "
+                "robomimic writes the same keys in both",
+                hint="the file is damaged; extract it again with dataset_states_to_obs.py",
+            )
+
+    # ------------------------------------------------------------------ the Reader API
+
+    def total_rows(self) -> int:
+        return self.report.source_rows
+
+    def source_metadata(self) -> dict[str, Any]:
+        return self._file_meta.manifest(len(self._admitted))
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        arrays = self._meta.arrays()
+        arrays[MEMBER_ARRAY] = membership(self._file_meta.masks, self._admitted)
+        return arrays
+
+    def close(self) -> None:
+        self._file.close()
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield every demo, in robomimic's order, in pieces of bounded size (each demo checked
+        against the first one's datasets as it is read)."""
+        packer = BlockPacker(self.block_rows, block_bytes=_BLOCK_BYTES)
+        for demo in self.demos:
+            length, nodes = self._check_demo(demo.name)
+            if length == 0:
+                self.report.dropped_episodes += 1
+                continue
+            self._admitted.append(demo.name)
+            self._meta.add(self._data[demo.name], self.path, demo.name)
+            for a in range(0, length, self._piece_rows):
+                b = min(length, a + self._piece_rows)
+                yield from packer.add(self._piece(demo, nodes, a, b))
+                if progress is not None:
+                    progress(b - a)
+        yield from packer.finish()
+        self.report.notes += list(dict.fromkeys(self._notes)) + self._file_meta.notes + self._meta.notes()
+        if self.report.dropped_episodes:
+            self.report.notes.append(f"{self.report.dropped_episodes} demo(s) with no step dropped")
+        if not self._has_next:
+            self.report.synthesized_final_observations = len(self._admitted)
+            self.report.notes.append(
+                "the file has no next_obs: each demo's next observation is the following step's, and its "
+                "final observation is unknown (it repeats the last one, final_known = false)"
+            )
+
+    def _read(self, nodes: dict[str, Any], demo: _Demo, key: str, a: int, b: int) -> np.ndarray:
+        try:
+            return np.asarray(nodes[key][a:b])
+        except (OSError, RuntimeError) as exc:
+            raise read_error(self.path, f"data/{demo.name}/{key}", exc) from exc
+
+    def _piece(self, demo: _Demo, nodes: dict[str, Any], a: int, b: int) -> Piece:
+        """Steps ``[a, b)`` of ``demo`` (with its final observation when ``b`` is its end)."""
+        last = b == demo.length
+        label = f"{self.path}:data/{demo.name}"
+        observations: dict[str, np.ndarray] = {}
+        steps: dict[str, np.ndarray] = {"action": self._read(nodes, demo, "actions", a, b)}
+        steps["next/reward"] = _column(self._read(nodes, demo, "rewards", a, b))
+        for key, ted in self._keys.items():
+            if not key.startswith("obs/"):
+                steps[ted] = self._read(nodes, demo, key, a, b)
+                continue
+            name = key[len("obs/") :]
+            rows = self._read(nodes, demo, key, a, min(b + 1, demo.length))  # one more: the next step's
+            if self._has_next:
+                nxt = self._read(nodes, demo, f"next_obs/{name}", a, b)
+                _check_continuity(label, name, a, rows[1:], nxt[: len(rows) - 1])
+                final = nxt[-1:]
+            else:
+                final = rows[b - a - 1 : b - a]
+            observations[ted] = np.concatenate([rows[: b - a], final]) if last else rows[: b - a]
+        terminated = bool(np.asarray(steps[self._keys["dones"]][-1]).any()) if last else False
+        return Piece(
+            label,
+            observations,
+            steps,
+            terminated,
+            source_id=demo.number,
+            final_known=self._has_next,
+            last=last,
+        )
+
+
+def _check_continuity(label: str, name: str, a: int, following: np.ndarray, nxt: np.ndarray) -> None:
+    """``next_obs[t] == obs[t + 1]`` inside a demo (TED stores an observation once)."""
+    if following.shape == nxt.shape and (
+        np.array_equal(following, nxt, equal_nan=True) if following.dtype.kind in "fc" else
+        np.array_equal(following, nxt)
+    ):  # fmt: skip
+        return
+    rows = following.reshape(len(following), -1) != nxt.reshape(len(nxt), -1)
+    if following.dtype.kind in "fc":
+        rows &= ~(np.isnan(following).reshape(rows.shape) & np.isnan(nxt).reshape(rows.shape))
+    t = a + int(np.flatnonzero(rows.any(axis=1))[0])
+    raise SourceFormatError(
+        f"{label}: next_obs/{name}[{t}] differs from obs/{name}[{t + 1}]; robomimic writes the next "
+        "observation of a step as the following step's observation",
+        hint="the file was not written by robomimic's dataset_states_to_obs.py: check it, or remove next_obs "
+        "(the final observations then become unknown)",
+    )
+
+
+def _difference(mine: dict[str, Spec], first: dict[str, Spec]) -> str:
+    extra, missing = sorted(set(mine) - set(first)), sorted(set(first) - set(mine))
+    if extra or missing:
+        return (
+            "datasets differ"
+            + (f"; unknown {extra}" if extra else "")
+            + (f"; missing {missing}" if missing else "")
+        )
+    key = next(k for k in mine if mine[k] != first[k])
+    return (
+        f"{key!r} has shape {mine[key][0]} dtype {np.dtype(mine[key][1])} per step, but "
+        f"{first[key][0]} {np.dtype(first[key][1])} (mixed shapes across demos)"
+    )
