@@ -33,14 +33,17 @@ READERS: dict[str, str] = {
     "vd4rl": "rlds_cli.formats.vd4rl:VD4RLReader",
     "atari_dqn": "rlds_cli.formats.atari_dqn.reader:AtariDQNReader",
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
+    "replay_buffer": "rlds_cli.formats.replay_buffer:ReplayBufferReader",
 }
 
 #: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): a
 #: format whose files another format's rules would also accept comes first (an HDF5 file with
 #: ``Trial`` groups is Roboset's, even with D4RL's keys). Readers of other packages come after.
+#: ``replay_buffer`` (a zarr group with ``data`` and ``meta`` groups) comes before the formats
+#: that look inside HDF5 and ``.npz`` files: its check reads directory entries or a zip's index only.
 DETECTION_ORDER = (
-    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "torchrl", "roboset", "minari", "amago", "d4rl",
-    "ogbench",
+    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "replay_buffer", "torchrl", "roboset", "minari",
+    "amago", "d4rl", "ogbench",
 )  # fmt: skip
 
 #: The entry-point group through which other packages add readers: ``name = "module:Class"``,
