@@ -27,6 +27,7 @@ the rules below are written out in ``docs/formats.md``:
 * Other ``meta/`` arrays are kept in ``source_metadata.npz`` (``replay_buffer/meta/<key>``).
 * Missing chunks (zarr reads them as the fill value, as upstream does) are counted in a note;
   a chunk that does not decode stops the conversion naming the array and rows.
+* ``--episodes A:B`` reads only the rows of those episodes (no other chunk is decoded).
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ import numpy as np
 
 from rlds_cli._util.rows import insert_rows
 from rlds_cli.cache.ted import column, is_numeric
-from rlds_cli.errors import RldsError, SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import InvalidSelectionError, RldsError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import rows_per_block
-from rlds_cli.formats.untrusted import check_side_array, declared_bytes, require_shape
+from rlds_cli.formats.untrusted import check_declared, check_side_array, declared_bytes, require_shape
 from rlds_cli.formats.zarr_v2 import ZarrV2Store, expected_chunks, is_zip, require_codecs
 
 #: Most rows per block (blocks are otherwise about 8 MiB of source rows).
@@ -144,6 +145,8 @@ class ReplayBufferReader(Reader):
             self.store.close()
             raise
         self.report.source_rows = self.n
+        #: The rows :meth:`blocks` reads (all, unless :meth:`select_episodes` narrows them).
+        self.rows = (0, self.n)
         if block_rows:
             self.block_rows = block_rows
         else:
@@ -241,6 +244,9 @@ class ReplayBufferReader(Reader):
         if not is_numeric(array.dtype):
             self.report.notes.append(f"data/{key} holds {array.dtype}, not numbers: not stored")
             return
+        # untrusted sizes: a few bytes of chunks must not declare gigabytes to allocate
+        declared = declared_bytes(shape, array.dtype)
+        check_declared(self.path, f"data/{key}", declared, self.store.stored_bytes(f"data/{key}"))
         self.arrays[key] = _Array(key, "", shape, np.dtype(array.dtype), array)
         codec = next(iter([c.get("id") for c in _compressors(meta)]), None)
         if codec == "imagecodecs_jpegxl":
@@ -333,7 +339,23 @@ class ReplayBufferReader(Reader):
             ) from None
 
     def total_rows(self) -> int:
-        return self.n
+        return self.rows[1] - self.rows[0]
+
+    def select_episodes(self, first: int, stop: int | None) -> int:
+        """Read only the episodes at stream positions ``[first, stop)`` (episodes of no steps are
+        not in the stream): their rows are one run of the arrays, so no other chunk is decoded."""
+        kept = len(self.last_steps)
+        if first >= kept:
+            raise InvalidSelectionError(
+                f"episodes {first}:{'' if stop is None else stop} selects none of the {kept} episodes of "
+                f"{self.path} (numbered 0 to {kept - 1})",
+                hint=f"ask for A:B with A < {kept}",
+            )
+        last = kept if stop is None else min(stop, kept)
+        start = 0 if first == 0 else int(self.last_steps[first - 1]) + 1
+        end = int(self.last_steps[last - 1]) + 1 if last > first else start
+        self.rows = (start, end)
+        return first
 
     def source_metadata(self) -> dict[str, Any]:
         arrays = {
@@ -384,8 +406,9 @@ class ReplayBufferReader(Reader):
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the steps in order, ``block_rows`` at a time (an episode may span blocks)."""
-        for start in range(0, self.n, self.block_rows):
-            stop = min(start + self.block_rows, self.n)
+        lo, hi = self.rows
+        for start in range(lo, hi, self.block_rows):
+            stop = min(start + self.block_rows, hi)
             rows = stop - start
             inside = (self.last_steps >= start) & (self.last_steps < stop)
             ends = self.last_steps[inside] - start

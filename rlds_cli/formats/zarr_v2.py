@@ -109,6 +109,18 @@ class ZarrV2Store:
         folder = self.path / array
         return sum(1 for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
 
+    def stored_bytes(self, array: str) -> int:
+        """Bytes the store holds for ``array``'s chunks (compressed, as stored)."""
+        prefix = f"{array}/"
+        if self._zip is not None:
+            return sum(
+                i.compress_size
+                for i in self._zip.infolist()
+                if i.filename.startswith(prefix) and not i.filename.rsplit("/", 1)[-1].startswith(".")
+            )
+        folder = self.path / array
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+
     # ------------------------------------------------------------------ zarr
 
     def open_array(self, key: str) -> Any:

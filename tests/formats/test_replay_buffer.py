@@ -189,6 +189,8 @@ HOSTILE = [
     (_break_unknown_codec, ["data/action", "'no_such_codec'"]),
     (_break_chunk, ["data/img rows", "does not decode"]),
     (lambda s: (s / "data" / "keypoint" / ".zarray").write_text("{not json"), ["data/keypoint/.zarray"]),
+    # a few KB of chunks declaring 450 GB: refused before anything is allocated
+    (lambda s: _edit_zarray(s, "img", shape=[15, 100000, 100000, 3]), ["'data/img' declares", "bytes"]),
 ]
 
 
@@ -210,6 +212,21 @@ def test_empty_episode_dropped_and_missing_chunk_reported(tmp_path: Path) -> Non
     assert m.conversion["dropped_episodes"] == 1
     assert any("1 of 4 chunks are not stored" in n for n in m.conversion["notes"])
     assert not ds[:4]["observation/n_contacts"].any()  # zarr's fill value, as upstream reads it
+
+
+def test_episodes_window_decodes_only_its_rows(tmp_path: Path) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _break_chunk(store)  # img rows 4-7: episode 0 ends at row 3, episode 1 holds rows 4-9
+    download_ok(store, "last", "--episodes", "2:3")  # rows 10-14 only: chunks 2 and 3
+    ds = open_dataset("last")
+    assert ds.episodes["source_id"].tolist() == [2]
+    np.testing.assert_array_equal(ds[:]["observation/img"], golden("pusht.zarr")["data/img"][10:15])
+    refused(
+        download(store, "mid", "--episodes", "1:2"), "data/img rows", "does not decode", published=("last",)
+    )
+    refused(
+        download(store, "none", "--episodes", "5:"), "selects none of the 3 episodes", published=("last",)
+    )
 
 
 def test_damaged_jpegxl_chunk_in_a_zip(tmp_path: Path) -> None:
