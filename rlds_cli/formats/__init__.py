@@ -224,11 +224,18 @@ def _detect_dir(path: Path) -> str:
 
     if nested_dataset_folder(path, [f.relative_to(path).as_posix() for f in files]) is not None:
         kinds.add("rlds")
+    # a diffusion_policy / UMI replay buffer below (an unpacked pusht.zip): its reader finds it
+    from rlds_cli.formats.replay_buffer import nested_store
+
+    if nested_store(path) is not None:
+        kinds.add("replay_buffer")
     if len(kinds) == 1:
         return kinds.pop()
     if not kinds:
         raise _unknown(
-            path, "no .h5/.hdf5/.npz/.traj files, Minari metadata.json or RLDS/TFDS dataset folder inside"
+            path,
+            "no .h5/.hdf5/.npz/.traj files, Minari metadata.json, RLDS/TFDS dataset folder or replay "
+            "buffer inside",
         )
     raise _unknown(path, f"files of several formats inside ({', '.join(sorted(kinds))})")
 

@@ -83,6 +83,26 @@ def sniff(path: Path) -> bool:
     return _store_kind(path) is not None
 
 
+def nested_store(folder: Path) -> Path | None:
+    """The one ``ReplayBuffer`` store below ``folder`` (a directory store at any depth, or a
+    ``.zip`` of one), ``None`` when there is none: an unpacked archive such as diffusion_policy's
+    ``pusht.zip`` (``pusht/pusht_cchi_v7_replay.zarr/``).
+
+    Raises:
+        SourceFormatError: Several stores below ``folder`` (the user names one).
+    """
+    candidates = {m.parent.parent for m in folder.rglob(".zgroup") if m.parent.name == "meta"}
+    candidates |= set(folder.rglob("*.zip"))
+    found = sorted(c for c in candidates if c != folder and sniff(c))
+    if len(found) > 1:
+        listed = ", ".join(str(f.relative_to(folder)) for f in found[:4])
+        raise SourceFormatError(
+            f"{folder} holds {len(found)} replay buffers ({listed}{', ...' if len(found) > 4 else ''})",
+            hint="convert each store on its own: pass its path",
+        )
+    return found[0] if found else None
+
+
 @dataclass(frozen=True)
 class ReplayBufferOptions(ReaderOptions):
     """Options of :class:`ReplayBufferReader` (its keyword arguments)."""
@@ -132,6 +152,8 @@ class ReplayBufferReader(Reader):
         self.path = paths[0]
         if not self.path.exists():
             raise SourceNotFoundError(f"source {self.path} does not exist")
+        if _store_kind(self.path) is None and self.path.is_dir():
+            self.path = nested_store(self.path) or self.path
         if _store_kind(self.path) is None:
             raise SourceFormatError(
                 f"{self.path} is not a ReplayBuffer zarr (a zarr v2 group with data/ and meta/ groups)",

@@ -144,6 +144,32 @@ def test_cli_download_then_loader(tmp_path: Path) -> None:
     assert rlds_cli.open_dataset("pusht").fields["action"] == ((5,), "float32")
 
 
+def test_relative_path_and_an_archive_of_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rlds download ./pusht.zarr``, and diffusion_policy's own packaging: a ``pusht.zip``
+    holding ``pusht/pusht_cchi_v7_replay.zarr/`` (unpacked, the store found below)."""
+    copy_fixture("pusht.zarr", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    download_ok("./pusht.zarr", "rel")
+    archive = tmp_path / "pusht.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in sorted((tmp_path / "pusht.zarr").rglob("*")):
+            if f.is_file():
+                zf.write(
+                    f, f"pusht/pusht_cchi_v7_replay.zarr/{f.relative_to(tmp_path / 'pusht.zarr').as_posix()}"
+                )
+    download_ok(archive, "zipped")
+    gold = golden("pusht.zarr")
+    for name in ("rel", "zipped"):
+        ds = open_dataset(name)
+        assert ds.manifest.source["format"] == "replay_buffer"
+        np.testing.assert_array_equal(ds[:]["observation/img"], gold["data/img"])
+    two = tmp_path / "two"
+    two.mkdir()
+    shutil.copytree(tmp_path / "pusht.zarr", two / "a.zarr")
+    shutil.copytree(tmp_path / "pusht.zarr", two / "b.zarr")
+    refused(download(two, "two"), "holds 2 replay buffers", "a.zarr", published=("rel", "zipped"))
+
+
 # ------------------------------------------------------------------ damaged and foreign stores
 
 
