@@ -63,7 +63,12 @@ def expected_ted(gold: dict[str, np.ndarray], action: list[str]) -> dict[str, np
     return out
 
 
-CASES = [("pusht.zarr", ["action"]), ("pusht.zarr.zip", ["action"]), ("umi.zarr.zip", UMI_ACTION)]
+CASES = [
+    ("pusht.zarr", ["action"]),
+    ("pusht.zarr.zip", ["action"]),
+    ("robomimic_image.zarr.zip", ["action"]),  # diffusion_policy's robomimic cache: JPEG 2000 cameras
+    ("umi.zarr.zip", UMI_ACTION),
+]
 
 
 @pytest.mark.parametrize(("name", "action"), CASES)
