@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,9 @@ class ReplayBufferOptions(ReaderOptions):
 
 @dataclass
 class _Array:
+    """One ``data/<key>`` array: its name in the store, its TED key (``""`` for the action), its
+    declared shape and dtype, and the zarr array it is read from."""
+
     key: str
     ted: str
     shape: tuple[int, ...]
@@ -174,6 +178,11 @@ class ReplayBufferReader(Reader):
         else:
             row = sum(declared_bytes(a.shape[1:], a.dtype) for a in self.arrays.values())
             self.block_rows = rows_per_block(row, 1, BLOCK_ROWS)
+            # whole chunks of the widest array per block: a chunk cut by a block is decoded twice
+            widest = max(self.arrays.values(), key=lambda a: declared_bytes(a.shape[1:], a.dtype))
+            chunk = int(widest.array.chunks[0]) or 1
+            if chunk <= self.block_rows:
+                self.block_rows -= self.block_rows % chunk
 
     # ------------------------------------------------------------------ planning
 
@@ -429,8 +438,9 @@ class ReplayBufferReader(Reader):
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
         """Yield the steps in order, ``block_rows`` at a time (an episode may span blocks)."""
         lo, hi = self.rows
-        for start in range(lo, hi, self.block_rows):
-            stop = min(start + self.block_rows, hi)
+        step = self.block_rows
+        edges = [lo, *range((lo // step + 1) * step, hi, step), hi] if hi > lo else []
+        for start, stop in pairwise(edges):  # on block (so chunk) boundaries
             rows = stop - start
             inside = (self.last_steps >= start) & (self.last_steps < stop)
             ends = self.last_steps[inside] - start

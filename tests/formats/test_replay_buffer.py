@@ -107,6 +107,11 @@ def test_blocks_of_any_size_read_the_same(tmp_path: Path, block_rows: int) -> No
         assert p.read_bytes() == (other.path / p.relative_to(ref.path)).read_bytes()
 
 
+def test_default_blocks_hold_whole_chunks_of_the_widest_array() -> None:
+    with ReplayBufferReader(FIXTURES / "pusht.zarr") as r:  # img: chunks of 4 rows
+        assert r.block_rows % 4 == 0 and r.block_rows >= 4
+
+
 def test_detected_as_directory_and_zip() -> None:
     for name, _ in CASES:
         assert detect_format(FIXTURES / name) == "replay_buffer"
