@@ -34,15 +34,18 @@ READERS: dict[str, str] = {
     "atari_dqn": "rlds_cli.formats.atari_dqn.reader:AtariDQNReader",
     "gen_dgrl": "rlds_cli.formats.gen_dgrl:GenDGRLReader",
     "robomimic": "rlds_cli.formats.robomimic:RobomimicReader",
+    "replay_buffer": "rlds_cli.formats.replay_buffer:ReplayBufferReader",
 }
 
 #: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): a
 #: format whose files another format's rules would also accept comes first (an HDF5 file with
 #: ``Trial`` groups is Roboset's, even with D4RL's keys; one with ``data/demo_*`` groups is
-#: robomimic's). Readers of other packages come after.
+#: robomimic's). Readers of other packages come after. ``replay_buffer`` (a zarr group with
+#: ``data`` and ``meta`` groups) comes before the formats that look inside HDF5 and ``.npz``
+#: files: its check reads directory entries or a zip's index only.
 DETECTION_ORDER = (
-    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "torchrl", "roboset", "robomimic", "minari", "amago",
-    "d4rl", "ogbench",
+    "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "replay_buffer", "torchrl", "roboset", "robomimic",
+    "minari", "amago", "d4rl", "ogbench",
 )  # fmt: skip
 
 #: The entry-point group through which other packages add readers: ``name = "module:Class"``,
@@ -223,11 +226,18 @@ def _detect_dir(path: Path) -> str:
 
     if nested_dataset_folder(path, [f.relative_to(path).as_posix() for f in files]) is not None:
         kinds.add("rlds")
+    # a diffusion_policy / UMI replay buffer below (an unpacked pusht.zip): its reader finds it
+    from rlds_cli.formats.replay_buffer import nested_store
+
+    if nested_store(path) is not None:
+        kinds.add("replay_buffer")
     if len(kinds) == 1:
         return kinds.pop()
     if not kinds:
         raise _unknown(
-            path, "no .h5/.hdf5/.npz/.traj files, Minari metadata.json or RLDS/TFDS dataset folder inside"
+            path,
+            "no .h5/.hdf5/.npz/.traj files, Minari metadata.json, RLDS/TFDS dataset folder or replay "
+            "buffer inside",
         )
     raise _unknown(path, f"files of several formats inside ({', '.join(sorted(kinds))})")
 

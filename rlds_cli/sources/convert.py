@@ -212,8 +212,9 @@ def convert(
     options = {k: v for k, v in (options or {}).items() if v is not None}
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
-    if archive is not None and _reads_archive_itself(archive, format):
-        archive, format = None, "gen_dgrl"  # from here on, a source file like any other
+    itself = _reads_archive_itself(archive, format) if archive is not None else None
+    if itself is not None:
+        archive, format = None, itself  # from here on, a source file like any other
     if archive is not None:
         fmt, files, base = format, [archive], archive.parent
         if fmt is not None:
@@ -347,19 +348,25 @@ class SourceHash:
         return {"sha256": sha256, "size": sum(f["size"] for f in hashed), "files": hashed}
 
 
-def _reads_archive_itself(archive: Path, fmt: str | None) -> bool:
-    """Whether ``archive`` goes to its reader as it is instead of being unpacked first.
+def _reads_archive_itself(archive: Path, fmt: str | None) -> str | None:
+    """The format whose reader takes ``archive`` as it is instead of it being unpacked first
+    (``None``: unpack it).
 
-    Only Gen-DGRL's tar archives (Procgen ``<game>.tar.xz``): thousands of trajectory files,
-    tens of GB once unpacked, which its reader streams member by member (never writing them to
-    disk). Such an archive is then hashed and recorded as one source file. ``--format gen_dgrl``
-    says so for any tar; without ``--format``, the reader's sniffer peeks at the first member.
+    Gen-DGRL's tar archives (Procgen ``<game>.tar.xz``): thousands of trajectory files, tens of
+    GB once unpacked, which its reader streams member by member (never writing them to disk).
+    ``--format gen_dgrl`` says so for any tar; without ``--format``, the reader's sniffer peeks
+    at the first member. A replay buffer's ``.zarr.zip`` (UMI's ``ZipStore``): zarr reads the
+    zip in place (``--format replay_buffer``, or a zip holding a zarr group with ``data`` and
+    ``meta`` groups). Such an archive is then hashed and recorded as one source file.
     """
-    from rlds_cli.formats import gen_dgrl
+    from rlds_cli.formats import gen_dgrl, replay_buffer
 
-    if not archive.name.lower().endswith(gen_dgrl.TAR_SUFFIXES):
-        return False
-    return fmt == "gen_dgrl" if fmt is not None else gen_dgrl.sniff(archive)
+    low = archive.name.lower()
+    if low.endswith(".zip") and (fmt == "replay_buffer" if fmt is not None else replay_buffer.sniff(archive)):
+        return "replay_buffer"
+    if not low.endswith(gen_dgrl.TAR_SUFFIXES):
+        return None
+    return "gen_dgrl" if (fmt == "gen_dgrl" if fmt is not None else gen_dgrl.sniff(archive)) else None
 
 
 def _check_one_file(fmt: str, paths: list[Path], files: list[Path]) -> None:

@@ -1,0 +1,479 @@
+"""diffusion_policy / UMI ``ReplayBuffer`` zarr stores (``--format replay_buffer``).
+
+diffusion_policy (``diffusion_policy/common/replay_buffer.py``) and UMI keep demonstrations in a
+zarr v2 group: ``data/<key>`` arrays, all of one length, steps of every episode end to end, and
+``meta/episode_ends`` (int64, the exclusive end of each episode). PushT's ``pusht_cchi_v7_replay``
+is a directory store; UMI's ``dataset.zarr.zip`` a ``ZipStore`` whose ``camera<i>_rgb`` arrays
+hold one JPEG-XL image per chunk (numcodecs id ``imagecodecs_jpegxl``). Both are read here;
+the rules below are written out in ``docs/formats.md``:
+
+* **Episodes** are ``[episode_ends[i-1], episode_ends[i])``. ``episode_ends`` must be
+  one-dimensional integers, never decreasing, and end exactly where every ``data`` array ends
+  (upstream's ``ReplayBuffer`` asserts the same); an episode of no steps (two equal ends) is
+  dropped with a note. Episode ids are the upstream episode indices.
+* **Action**: ``data/action`` where there is one (diffusion_policy's datasets). Without it, as UMI
+  records (no action array; its sampler builds one), the action is UMI's: per robot
+  ``robot<i>_eef_pos``, ``robot<i>_eef_rot_axis_angle``, ``robot<i>_gripper_width``
+  concatenated, the pose at step ``t`` (UMI's dataset turns it into poses relative to the
+  current one when it samples). ``--option action_key=KEY`` picks another data array (it is
+  then not an observation), or ``umi`` for UMI's concatenation; anything else is refused with
+  the keys listed.
+* **Observations**: every other ``data/<key>`` is ``observation/<key>`` (camera frames, state,
+  keypoints, poses); camera arrays (``uint8`` ``(H, W, C)``) become frame columns under
+  ``--frames``. The next observation is the following step's; an episode's final observation is
+  not recorded: it repeats the last step's, flagged ``final_known = false``.
+* **Rewards and flags**: a replay buffer holds none: ``next/reward`` is 0, and every episode ends
+  truncated (a demonstration's end says nothing of success).
+* Other ``meta/`` arrays are kept in ``source_metadata.npz`` (``replay_buffer/meta/<key>``).
+* Missing chunks (zarr reads them as the fill value, as upstream does) are counted in a note;
+  a chunk that does not decode stops the conversion naming the array and rows.
+* ``--episodes A:B`` reads only the rows of those episodes (no other chunk is decoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli._util.rows import insert_rows
+from rlds_cli.cache.ted import column, is_numeric
+from rlds_cli.errors import InvalidSelectionError, RldsError, SourceFormatError, SourceNotFoundError
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.keys import clean_keys, renamed_note
+from rlds_cli.formats.packing import rows_per_block
+from rlds_cli.formats.untrusted import check_declared, check_side_array, declared_bytes, require_shape
+from rlds_cli.formats.zarr_v2 import ZarrV2Store, expected_chunks, is_zip, require_codecs
+
+#: Most rows per block (blocks are otherwise about 8 MiB of source rows).
+BLOCK_ROWS = 1 << 16
+#: ``action_key`` value that asks for UMI's action (its sampler's concatenation).
+UMI_ACTION = "umi"
+#: UMI's action parts per robot, in its sampler's order (``diffusion_policy/common/sampler.py``).
+UMI_ACTION_PARTS = ("eef_pos", "eef_rot_axis_angle", "gripper_width")
+EPISODE_ENDS = "meta/episode_ends"
+
+
+def _store_kind(path: Path) -> str | None:
+    """``"dir"`` or ``"zip"`` where ``path`` holds a zarr v2 group with ``data`` and ``meta``
+    groups (the ``ReplayBuffer`` layout), else ``None``. Reads only directory entries or the
+    zip's central directory."""
+    try:
+        if path.is_dir():
+            if all((path / k).is_file() for k in (".zgroup", "data/.zgroup", "meta/.zgroup")):
+                return "dir"
+        elif path.name.lower().endswith(".zip") and is_zip(path):
+            import zipfile
+
+            with zipfile.ZipFile(path) as zf:
+                names = set(zf.namelist())
+            if {".zgroup", "data/.zgroup", "meta/.zgroup"} <= names:
+                return "zip"
+    except OSError:
+        return None
+    return None
+
+
+def sniff(path: Path) -> bool:
+    """Whether ``path`` is a ``ReplayBuffer`` zarr: a directory store or a ``.zip`` holding a zarr
+    v2 group with ``data`` and ``meta`` groups."""
+    return _store_kind(path) is not None
+
+
+def nested_store(folder: Path) -> Path | None:
+    """The one ``ReplayBuffer`` store below ``folder`` (a directory store at any depth, or a
+    ``.zip`` of one), ``None`` when there is none: an unpacked archive such as diffusion_policy's
+    ``pusht.zip`` (``pusht/pusht_cchi_v7_replay.zarr/``).
+
+    Raises:
+        SourceFormatError: Several stores below ``folder`` (the user names one).
+    """
+    candidates = {m.parent.parent for m in folder.rglob(".zgroup") if m.parent.name == "meta"}
+    candidates |= set(folder.rglob("*.zip"))
+    found = sorted(c for c in candidates if c != folder and sniff(c))
+    if len(found) > 1:
+        listed = ", ".join(str(f.relative_to(folder)) for f in found[:4])
+        raise SourceFormatError(
+            f"{folder} holds {len(found)} replay buffers ({listed}{', ...' if len(found) > 4 else ''})",
+            hint="convert each store on its own: pass its path",
+        )
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class ReplayBufferOptions(ReaderOptions):
+    """Options of :class:`ReplayBufferReader` (its keyword arguments)."""
+
+    action_key: str | None = None
+    block_rows: int | None = None
+
+
+@dataclass
+class _Array:
+    """One ``data/<key>`` array: its name in the store, its TED key (``""`` for the action), its
+    declared shape and dtype, and the zarr array it is read from."""
+
+    key: str
+    ted: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    array: Any
+
+
+class ReplayBufferReader(Reader):
+    """Streams a diffusion_policy / UMI ``ReplayBuffer`` zarr (a directory or a ``.zarr.zip``).
+
+    Args:
+        path: The store: a ``*.zarr`` directory or a ``*.zarr.zip`` file.
+        action_key: The data array that is the action, or ``"umi"`` for UMI's concatenation of
+            each robot's pose and gripper width (default: ``action``, else UMI's where its keys
+            are there).
+        block_rows: Rows per block (default: about 8 MiB of source rows).
+    """
+
+    format_name = "replay_buffer"
+    expected_files = "a diffusion_policy / UMI ReplayBuffer zarr (a .zarr directory or a .zarr.zip)"
+    Options = ReplayBufferOptions
+    sniff = staticmethod(sniff)
+
+    def __init__(
+        self,
+        path: str | Path | Sequence[str | Path],
+        *,
+        action_key: str | None = None,
+        block_rows: int | None = None,
+    ) -> None:
+        paths = [Path(p) for p in ([path] if isinstance(path, str | Path) else path)]
+        if len(paths) != 1:
+            raise SourceFormatError(
+                f"{paths[0]}: a replay buffer is one zarr store; {len(paths)} paths were given",
+                hint="convert each store on its own",
+            )
+        self.path = paths[0]
+        if not self.path.exists():
+            raise SourceNotFoundError(f"source {self.path} does not exist")
+        if _store_kind(self.path) is None and self.path.is_dir():
+            self.path = nested_store(self.path) or self.path
+        if _store_kind(self.path) is None:
+            raise SourceFormatError(
+                f"{self.path} is not a ReplayBuffer zarr (a zarr v2 group with data/ and meta/ groups)",
+                hint="pass the .zarr directory or .zarr.zip that diffusion_policy or UMI wrote",
+            )
+        self.report = ConversionReport(rules="replay-buffer-v1")
+        self.store = ZarrV2Store(self.path)
+        try:
+            self._plan(action_key)
+        except BaseException:
+            self.store.close()
+            raise
+        self.report.source_rows = self.n
+        #: The rows :meth:`blocks` reads (all, unless :meth:`select_episodes` narrows them).
+        self.rows = (0, self.n)
+        if block_rows:
+            self.block_rows = block_rows
+        else:
+            row = sum(declared_bytes(a.shape[1:], a.dtype) for a in self.arrays.values())
+            self.block_rows = rows_per_block(row, 1, BLOCK_ROWS)
+            # whole chunks of the widest array per block: a chunk cut by a block is decoded twice
+            widest = max(self.arrays.values(), key=lambda a: declared_bytes(a.shape[1:], a.dtype))
+            chunk = int(widest.array.chunks[0]) or 1
+            if chunk <= self.block_rows:
+                self.block_rows -= self.block_rows % chunk
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self, action_key: str | None) -> None:
+        ends = self._episode_ends()
+        self.arrays: dict[str, _Array] = {}
+        for key in self.store.children("data"):
+            meta = self.store.read_json(f"data/{key}/.zarray")
+            if meta is None:
+                self.report.notes.append(f"data/{key} is a group, not an array: not read")
+                continue
+            self._add_array(key, meta)
+        if not self.arrays:
+            raise SourceFormatError(f"{self.path}: the data group holds no arrays")
+        self.n = int(ends[-1]) if len(ends) else 0
+        for a in self.arrays.values():
+            if a.shape[0] != self.n:
+                raise SourceFormatError(
+                    f"{self.path}: data/{a.key} has {a.shape[0]} rows but {EPISODE_ENDS} ends at step "
+                    f"{self.n} (every data array has one row per step of the episodes)",
+                    hint="the store is damaged or was cut while an episode was added (upstream's "
+                    "ReplayBuffer refuses it too)",
+                )
+        if self.n == 0:
+            raise SourceFormatError(
+                f"{self.path}: the replay buffer holds no steps ({EPISODE_ENDS} is empty)"
+            )
+        starts = np.concatenate([[0], ends[:-1]])
+        keep = ends > starts
+        if not keep.all():
+            self.report.dropped_episodes += int((~keep).sum())
+            self.report.notes.append(
+                f"{int((~keep).sum())} episode(s) of no steps (equal episode_ends) dropped: TED has no "
+                "empty episodes"
+            )
+        self.episode_ids = np.flatnonzero(keep).astype(np.int64)
+        self.last_steps = (ends[keep] - 1).astype(np.int64)
+        self.report.expected = {"num_steps": self.n, "num_episodes": len(ends)}
+        self._plan_action(action_key)
+        self._check_chunks()
+        self.report.synthesized_final_observations = len(self.last_steps)
+        self.report.notes.append(
+            "a replay buffer records no observation after an episode's last step: the final observation "
+            "repeats the last step's (final_known = false)"
+        )
+        self.report.notes.append(
+            "a replay buffer holds no rewards: next/reward = 0; every episode ends truncated"
+        )
+
+    def _episode_ends(self) -> np.ndarray:
+        meta = self.store.read_json(f"{EPISODE_ENDS}/.zarray")
+        if meta is None:
+            raise SourceFormatError(
+                f"{self.path} has no {EPISODE_ENDS} array; a ReplayBuffer stores where each episode "
+                "ends there",
+                hint="the store is damaged, or not a diffusion_policy / UMI replay buffer",
+            )
+        shape = require_shape(self.path, EPISODE_ENDS, meta.get("shape"))
+        if len(shape) != 1:
+            raise SourceFormatError(
+                f"{self.path}: {EPISODE_ENDS} has shape {list(shape)}, not one end per episode"
+            )
+        array = self._open(EPISODE_ENDS, meta)
+        if array.dtype.kind not in "iu":
+            raise SourceFormatError(f"{self.path}: {EPISODE_ENDS} holds {array.dtype}, not integers")
+        check_side_array(self.path, EPISODE_ENDS, shape, array.dtype)
+        ends = np.asarray(self._read(array, EPISODE_ENDS, 0, shape[0])).astype(np.int64)
+        if len(ends) and ends[0] < 0:
+            raise SourceFormatError(f"{self.path}: {EPISODE_ENDS} starts at {ends[0]}, below 0")
+        back = np.flatnonzero(np.diff(ends) < 0)
+        if len(back):
+            i = int(back[0])
+            raise SourceFormatError(
+                f"{self.path}: {EPISODE_ENDS} goes back from {ends[i]} to {ends[i + 1]} at episode {i + 1} "
+                "(episode ends never decrease)",
+                hint="the store is damaged; episode ends are the cumulative step counts",
+            )
+        return ends
+
+    def _open(self, key: str, meta: dict[str, Any]) -> Any:
+        require_codecs(self.path, key, meta)
+        return self.store.open_array(key)
+
+    def _add_array(self, key: str, meta: dict[str, Any]) -> None:
+        shape = require_shape(self.path, f"data/{key}", meta.get("shape"))
+        if not shape:
+            self.report.notes.append(f"data/{key} is a single value (0-d), not one row per step: not stored")
+            return
+        array = self._open(f"data/{key}", meta)
+        if not is_numeric(array.dtype):
+            self.report.notes.append(f"data/{key} holds {array.dtype}, not numbers: not stored")
+            return
+        # untrusted sizes: a few bytes of chunks must not declare gigabytes to allocate
+        declared = declared_bytes(shape, array.dtype)
+        check_declared(self.path, f"data/{key}", declared, self.store.stored_bytes(f"data/{key}"))
+        self.arrays[key] = _Array(key, "", shape, np.dtype(array.dtype), array)
+        codec = next(iter([c.get("id") for c in _compressors(meta)]), None)
+        if codec == "imagecodecs_jpegxl":
+            self.report.notes.append(
+                f"data/{key}: JPEG-XL chunks decoded with imagecodecs; the cache keeps the frames as "
+                "--frames says (keep: raw arrays; webp: lossless, the decoded pixels exactly; jpeg: smaller)"
+            )
+
+    def _plan_action(self, action_key: str | None) -> None:
+        umi_keys = self._umi_action_keys()
+        if action_key is None:
+            action_key = "action" if "action" in self.arrays else UMI_ACTION if umi_keys else None
+        if action_key is None:
+            raise SourceFormatError(
+                f"{self.path}: no data/action array and no UMI robot keys (robot0_eef_pos...): which array "
+                f"is the action? (data arrays: {', '.join(self.arrays)})",
+                hint="pass --option action_key=KEY (a data array), or action_key=umi",
+            )
+        if action_key == UMI_ACTION:
+            if not umi_keys:
+                raise SourceFormatError(
+                    f"{self.path}: action_key=umi needs UMI's robot<i>_eef_pos, robot<i>_eef_rot_axis_angle "
+                    f"and robot<i>_gripper_width arrays (data arrays: {', '.join(self.arrays)})",
+                    hint="pass --option action_key=KEY naming a data array",
+                )
+            for k in umi_keys:
+                if len(self.arrays[k].shape) != 2:
+                    raise SourceFormatError(
+                        f"{self.path}: data/{k} has shape {list(self.arrays[k].shape)}; UMI's action "
+                        "concatenates (steps, d) arrays"
+                    )
+            self.action_keys = umi_keys
+            self.report.notes.append(
+                f"action = {' + '.join(umi_keys)} concatenated at each step (UMI's sampler; absolute poses, "
+                "which UMI's dataset makes relative when it samples)"
+            )
+        elif action_key in self.arrays:
+            self.action_keys = [action_key]
+            if action_key != "action":
+                self.report.notes.append(f"action = data/{action_key} (action_key)")
+        else:
+            raise SourceFormatError(
+                f"{self.path}: action_key {action_key!r} is not a data array (data arrays: "
+                f"{', '.join(self.arrays)})",
+                hint="pass --option action_key=KEY naming one of them, or action_key=umi",
+            )
+        observed = [k for k in self.arrays if not (len(self.action_keys) == 1 and k == self.action_keys[0])]
+        wanted = {k: ("observation", k) for k in observed}
+        cleaned = clean_keys(wanted)
+        renamed = renamed_note(cleaned, wanted)
+        if renamed:
+            self.report.notes.append(renamed)
+        for k in observed:
+            self.arrays[k].ted = cleaned[k]
+        self.observed = observed
+
+    def _umi_action_keys(self) -> list[str]:
+        """UMI's action arrays in its sampler's order: per robot (``robot0``, ``robot1``...) its
+        pose, rotation and gripper width, those that are there (as its sampler takes them)."""
+        keys: list[str] = []
+        robot = 0
+        while f"robot{robot}_eef_pos" in self.arrays:
+            keys += [f"robot{robot}_{p}" for p in UMI_ACTION_PARTS if f"robot{robot}_{p}" in self.arrays]
+            robot += 1
+        return keys
+
+    def _check_chunks(self) -> None:
+        for a in self.arrays.values():
+            chunks = tuple(a.array.chunks)
+            want = expected_chunks(a.shape, chunks)
+            have = self.store.chunk_count(f"data/{a.key}")
+            if have < want:
+                self.report.notes.append(
+                    f"data/{a.key}: {want - have} of {want} chunks are not stored; zarr (and upstream's "
+                    f"ReplayBuffer) read them as the fill value {_plain(a.array.fill_value)!r}"
+                )
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, array: Any, key: str, start: int, stop: int) -> np.ndarray:
+        try:
+            return np.asarray(array[start:stop])
+        except RldsError:
+            raise
+        except Exception as exc:  # a codec's error on a damaged chunk: any class
+            raise SourceFormatError(
+                f"{self.path}: {key} rows {start}:{stop} cannot be read: a chunk does not decode "
+                f"({type(exc).__name__}: {exc})",
+                hint="the store is damaged: fetch or write it again",
+            ) from None
+
+    def total_rows(self) -> int:
+        return self.rows[1] - self.rows[0]
+
+    def select_episodes(self, first: int, stop: int | None) -> int:
+        """Read only the episodes at stream positions ``[first, stop)`` (episodes of no steps are
+        not in the stream): their rows are one run of the arrays, so no other chunk is decoded."""
+        kept = len(self.last_steps)
+        if first >= kept:
+            raise InvalidSelectionError(
+                f"episodes {first}:{'' if stop is None else stop} selects none of the {kept} episodes of "
+                f"{self.path} (numbered 0 to {kept - 1})",
+                hint=f"ask for A:B with A < {kept}",
+            )
+        last = kept if stop is None else min(stop, kept)
+        start = 0 if first == 0 else int(self.last_steps[first - 1]) + 1
+        end = int(self.last_steps[last - 1]) + 1 if last > first else start
+        self.rows = (start, end)
+        return first
+
+    def source_metadata(self) -> dict[str, Any]:
+        arrays = {
+            k: {
+                "shape": list(a.shape),
+                "dtype": a.dtype.str,
+                "chunks": list(a.array.chunks),
+                "compressor": next(iter([c.get("id") for c in _compressors(self._meta(k))]), None),
+            }
+            for k, a in self.arrays.items()
+        }
+        return {
+            "replay_buffer": {
+                "arrays": arrays,
+                "action": self.action_keys,
+                "episodes": int(self.report.expected["num_episodes"]),
+                "steps": self.n,
+                "store": "zip" if is_zip(self.path) else "directory",
+            }
+        }
+
+    def _meta(self, key: str) -> dict[str, Any]:
+        return self.store.read_json(f"data/{key}/.zarray") or {}
+
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for key in self.store.children("meta"):
+            if key == "episode_ends":
+                continue
+            meta = self.store.read_json(f"meta/{key}/.zarray")
+            if meta is None:
+                continue
+            shape = require_shape(self.path, f"meta/{key}", meta.get("shape"))
+            array = self._open(f"meta/{key}", meta)
+            if not is_numeric(array.dtype):
+                continue
+            check_side_array(self.path, f"meta/{key}", shape, array.dtype)
+            out[f"replay_buffer/meta/{key}"] = np.asarray(array[...])
+        return out
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _action(self, start: int, stop: int) -> np.ndarray:
+        """The action rows ``[start, stop)``: the action array's, or UMI's parts side by side."""
+        parts = [column(self._read(self.arrays[k].array, f"data/{k}", start, stop)) for k in self.action_keys]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
+        """Yield the steps in order, ``block_rows`` at a time (an episode may span blocks)."""
+        lo, hi = self.rows
+        step = self.block_rows
+        edges = [lo, *range((lo // step + 1) * step, hi, step), hi] if hi > lo else []
+        for start, stop in pairwise(edges):  # on block (so chunk) boundaries
+            rows = stop - start
+            inside = (self.last_steps >= start) & (self.last_steps < stop)
+            ends = self.last_steps[inside] - start
+            action = self._action(start, stop)
+            truncated = np.zeros((rows, 1), bool)
+            truncated[ends] = True
+            steps = {
+                "action": action,
+                "next/reward": np.zeros((rows, 1), np.float32),
+                "next/terminated": np.zeros((rows, 1), bool),
+                "next/truncated": truncated,
+            }
+            observations = {}
+            for k in self.observed:
+                a = self.arrays[k]
+                values = self._read(a.array, f"data/{k}", start, stop)
+                observations[a.ted] = insert_rows(values, ends, values[ends])
+            yield StepBlock(
+                steps=steps,
+                observations=observations,
+                ends=ends,
+                final_known=np.zeros(len(ends), bool),
+                episode_ids=self.episode_ids[inside],
+            )
+            if progress is not None:
+                progress(rows)
+
+
+def _plain(value: Any) -> Any:
+    """A fill value as Python writes it (``0``, not ``np.uint8(0)``)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _compressors(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    compressor = meta.get("compressor")
+    return [compressor] if isinstance(compressor, dict) else []

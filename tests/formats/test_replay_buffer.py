@@ -1,0 +1,309 @@
+"""diffusion_policy / UMI ``ReplayBuffer`` zarr stores: our reading against the upstream
+``ReplayBuffer``'s (golden dumps written by its own code, ``tests/fixtures/replay_buffer``) over
+every key and step, the action rules, the CLI end to end, and damaged or foreign stores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache import open_dataset
+from rlds_cli.errors import MissingExtraError, SourceFormatError
+from rlds_cli.formats import detect_format
+from rlds_cli.formats.replay_buffer import ReplayBufferReader
+from rlds_cli.sources.convert import convert
+from rlds_cli.testing.reader import ReaderContract
+from tests.cli_fixtures import download, download_ok
+from tests.formats_fixtures import refused
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "replay_buffer"
+UMI_ACTION = [f"robot{r}_{p}" for r in (0, 1) for p in ("eef_pos", "eef_rot_axis_angle", "gripper_width")]
+
+
+def golden(name: str) -> dict[str, np.ndarray]:
+    """The upstream ``ReplayBuffer``'s reading of a fixture (``make_fixtures.py``)."""
+    with np.load(FIXTURES / f"{name}.golden.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    src = FIXTURES / name
+    dst = tmp_path / name
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def expected_ted(gold: dict[str, np.ndarray], action: list[str]) -> dict[str, np.ndarray]:
+    """What TED holds for an upstream reading: every data key an observation (but a lone action
+    key), its next the following step's, an episode's last next repeating its last step."""
+    ends = gold["meta/episode_ends"]
+    n = int(ends[-1])
+    nxt = np.arange(1, n + 1)
+    nxt[ends - 1] = ends - 1  # the final observation repeats the last step's
+    out = {"action": np.concatenate([gold[f"data/{k}"].reshape(n, -1) for k in action], axis=-1)}
+    for key in (k.removeprefix("data/") for k in gold if k.startswith("data/")):
+        if action == [key]:
+            continue
+        out[f"observation/{key}"] = gold[f"data/{key}"]
+        out[f"next/observation/{key}"] = gold[f"data/{key}"][nxt]
+    truncated = np.zeros((n, 1), bool)
+    truncated[ends - 1] = True
+    out["next/truncated"] = truncated
+    out["next/terminated"] = np.zeros((n, 1), bool)
+    out["next/reward"] = np.zeros((n, 1), np.float32)
+    return out
+
+
+CASES = [
+    ("pusht.zarr", ["action"]),
+    ("pusht.zarr.zip", ["action"]),
+    ("robomimic_image.zarr.zip", ["action"]),  # diffusion_policy's robomimic cache: JPEG 2000 cameras
+    ("umi.zarr.zip", UMI_ACTION),
+]
+
+
+@pytest.mark.parametrize(("name", "action"), CASES)
+@pytest.mark.parametrize("frames", ["keep", "webp"])
+def test_every_key_and_step_equals_upstream_reading(
+    tmp_path: Path, name: str, action: list[str], frames: str
+) -> None:
+    gold = golden(name)
+    result = convert(FIXTURES / name, "rb", frames=frames)
+    assert result.manifest.source["format"] == "replay_buffer"
+    ds = open_dataset("rb")
+    lengths = np.diff(np.concatenate([[0], gold["meta/episode_ends"]]))
+    assert ds.episodes["length"].tolist() == lengths.tolist()
+    assert not ds.episodes["final_known"].any()
+    batch = ds[:]
+    want = expected_ted(gold, action)
+    assert set(batch) == {*want, "episode", "next/done"}
+    np.testing.assert_array_equal(batch["next/done"], want["next/truncated"])
+    for key, value in want.items():
+        got = np.asarray(batch[key])
+        assert got.dtype == value.dtype, key
+        np.testing.assert_array_equal(got, value, err_msg=key)  # 0 differences
+    conv = result.manifest.conversion
+    assert conv["synthesized_final_observations"] == len(lengths)
+    assert any("no rewards" in n for n in conv["notes"])
+    if frames == "webp":  # camera arrays become frame columns, lossless: still 0 differences
+        cams = [k for k in want if k.startswith("observation/") and want[k].ndim == 4]
+        assert cams and all(ds.stored_fields[k].codec == "webp" for k in cams)
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 4, 7])
+def test_blocks_of_any_size_read_the_same(tmp_path: Path, block_rows: int) -> None:
+    ref = convert(FIXTURES / "umi.zarr.zip", "ref")
+    other = convert(FIXTURES / "umi.zarr.zip", f"b{block_rows}", options={"block_rows": block_rows})
+    for p in sorted(ref.path.rglob("*.npy")):
+        assert p.read_bytes() == (other.path / p.relative_to(ref.path)).read_bytes()
+
+
+def test_default_blocks_hold_whole_chunks_of_the_widest_array() -> None:
+    with ReplayBufferReader(FIXTURES / "pusht.zarr") as r:  # img: chunks of 4 rows
+        assert r.block_rows % 4 == 0 and r.block_rows >= 4
+
+
+def test_detected_as_directory_and_zip() -> None:
+    for name, _ in CASES:
+        assert detect_format(FIXTURES / name) == "replay_buffer"
+
+
+def test_action_key_option(tmp_path: Path) -> None:
+    convert(FIXTURES / "pusht.zarr", "st", options={"action_key": "state"})
+    batch = open_dataset("st")[:]
+    np.testing.assert_array_equal(batch["action"], golden("pusht.zarr")["data/state"])
+    assert "observation/state" not in batch and "observation/action" in batch
+    # UMI's action asked for by name, from a store that also has other arrays
+    with ReplayBufferReader(FIXTURES / "umi.zarr.zip", action_key="robot1_eef_pos") as r:
+        assert r.action_keys == ["robot1_eef_pos"]
+    for bad, needle in (("nope", "'nope' is not a data array"), ("umi", "action_key=umi needs")):
+        with pytest.raises(SourceFormatError, match=needle):
+            ReplayBufferReader(FIXTURES / "pusht.zarr", action_key=bad)
+
+
+def test_no_action_array_asks_for_action_key(tmp_path: Path) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path)
+    shutil.rmtree(store / "data" / "action")
+    with pytest.raises(SourceFormatError, match="which array is the action") as info:
+        ReplayBufferReader(store)
+    assert "action_key" in info.value.hint
+
+
+def test_cli_download_then_loader(tmp_path: Path) -> None:
+    import rlds_cli
+
+    store = copy_fixture("umi.zarr.zip", tmp_path)
+    out = download_ok(store, "umi", "--frames", "webp").output
+    assert "umi: converted: 15 steps, 3 episodes" in out
+    download_ok(copy_fixture("pusht.zarr", tmp_path), "pusht", "--option", "action_key=state")
+    gold = golden("umi.zarr.zip")
+    loader = rlds_cli.Loader("umi", batch_size=15, seed=0, sampler="epoch", shuffle=False)
+    batch = next(iter(loader))
+    frames = batch["observation/camera0_rgb"].numpy()
+    np.testing.assert_array_equal(frames, gold["data/camera0_rgb"])
+    assert tuple(batch["action"].shape) == (15, 14)
+    assert rlds_cli.open_dataset("pusht").fields["action"] == ((5,), "float32")
+
+
+def test_relative_path_and_an_archive_of_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rlds download ./pusht.zarr``, and diffusion_policy's own packaging: a ``pusht.zip``
+    holding ``pusht/pusht_cchi_v7_replay.zarr/`` (unpacked, the store found below)."""
+    copy_fixture("pusht.zarr", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    download_ok("./pusht.zarr", "rel")
+    archive = tmp_path / "pusht.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in sorted((tmp_path / "pusht.zarr").rglob("*")):
+            if f.is_file():
+                zf.write(
+                    f, f"pusht/pusht_cchi_v7_replay.zarr/{f.relative_to(tmp_path / 'pusht.zarr').as_posix()}"
+                )
+    download_ok(archive, "zipped")
+    gold = golden("pusht.zarr")
+    for name in ("rel", "zipped"):
+        ds = open_dataset(name)
+        assert ds.manifest.source["format"] == "replay_buffer"
+        np.testing.assert_array_equal(ds[:]["observation/img"], gold["data/img"])
+    two = tmp_path / "two"
+    two.mkdir()
+    shutil.copytree(tmp_path / "pusht.zarr", two / "a.zarr")
+    shutil.copytree(tmp_path / "pusht.zarr", two / "b.zarr")
+    refused(download(two, "two"), "holds 2 replay buffers", "a.zarr", published=("rel", "zipped"))
+
+
+# ------------------------------------------------------------------ damaged and foreign stores
+
+
+def _rewrite_ends(store: Path, ends: list[int]) -> None:
+    """Replace ``meta/episode_ends`` (uncompressed int64 in these fixtures) by ``ends``."""
+    meta = store / "meta" / "episode_ends"
+    zarray = json.loads((meta / ".zarray").read_text())
+    for chunk in meta.iterdir():
+        if not chunk.name.startswith("."):
+            chunk.unlink()
+    zarray.update(shape=[len(ends)], chunks=[len(ends)], compressor=None, filters=None)
+    (meta / ".zarray").write_text(json.dumps(zarray))
+    (meta / "0").write_bytes(np.asarray(ends, "<i8").tobytes())
+
+
+def _edit_zarray(store: Path, key: str, **changes: object) -> None:
+    path = store / "data" / key / ".zarray"
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    path.write_text(json.dumps(meta))
+
+
+def _break_missing_ends(store: Path) -> None:
+    shutil.rmtree(store / "meta" / "episode_ends")
+
+
+def _break_unknown_codec(store: Path) -> None:
+    _edit_zarray(store, "action", compressor={"id": "no_such_codec"})
+
+
+def _break_chunk(store: Path) -> None:
+    (store / "data" / "img" / "1.0.0.0").write_bytes(b"\x02\x01garbage" * 10)
+
+
+HOSTILE = [
+    (_break_missing_ends, ["has no meta/episode_ends"]),
+    (lambda s: _rewrite_ends(s, [10, 4, 15]), ["goes back from 10 to 4"]),
+    (lambda s: _rewrite_ends(s, [4, 10, 20]), ["data/", "has 15 rows", "ends at step 20"]),
+    (lambda s: _rewrite_ends(s, [4, 10, 12]), ["has 15 rows", "ends at step 12"]),
+    (lambda s: _rewrite_ends(s, [-1, 10, 15]), ["below 0"]),
+    (lambda s: _rewrite_ends(s, []), ["has 15 rows", "ends at step 0"]),
+    (lambda s: _edit_zarray(s, "state", shape=[14, 5]), ["data/state has 14 rows", "ends at step 15"]),
+    (_break_unknown_codec, ["data/action", "'no_such_codec'"]),
+    (_break_chunk, ["data/img rows", "does not decode"]),
+    (lambda s: (s / "data" / "keypoint" / ".zarray").write_text("{not json"), ["data/keypoint/.zarray"]),
+    # a few KB of chunks declaring 450 GB: refused before anything is allocated
+    (lambda s: _edit_zarray(s, "img", shape=[15, 100000, 100000, 3]), ["'data/img' declares", "bytes"]),
+]
+
+
+@pytest.mark.parametrize(("damage", "needles"), HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+def test_damaged_store_is_one_clear_line(tmp_path: Path, damage, needles: list[str]) -> None:  # type: ignore[no-untyped-def]
+    store = copy_fixture("pusht.zarr", tmp_path)
+    damage(store)
+    refused(download(store, "bad", "--format", "replay_buffer"), *needles)
+
+
+def test_empty_episode_dropped_and_missing_chunk_reported(tmp_path: Path) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _rewrite_ends(store, [4, 4, 10, 15])
+    (store / "data" / "n_contacts" / "0.0").unlink()
+    m = convert(store, "holes").manifest
+    ds = open_dataset("holes")
+    assert ds.episodes["length"].tolist() == [4, 6, 5]
+    assert ds.episodes["source_id"].tolist() == [0, 2, 3]
+    assert m.conversion["dropped_episodes"] == 1
+    assert any("1 of 4 chunks are not stored" in n for n in m.conversion["notes"])
+    assert not ds[:4]["observation/n_contacts"].any()  # zarr's fill value, as upstream reads it
+
+
+def test_episodes_window_decodes_only_its_rows(tmp_path: Path) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _break_chunk(store)  # img rows 4-7: episode 0 ends at row 3, episode 1 holds rows 4-9
+    download_ok(store, "last", "--episodes", "2:3")  # rows 10-14 only: chunks 2 and 3
+    ds = open_dataset("last")
+    assert ds.episodes["source_id"].tolist() == [2]
+    np.testing.assert_array_equal(ds[:]["observation/img"], golden("pusht.zarr")["data/img"][10:15])
+    refused(
+        download(store, "mid", "--episodes", "1:2"), "data/img rows", "does not decode", published=("last",)
+    )
+    refused(
+        download(store, "none", "--episodes", "5:"), "selects none of the 3 episodes", published=("last",)
+    )
+
+
+def test_damaged_jpegxl_chunk_in_a_zip(tmp_path: Path) -> None:
+    bad = tmp_path / "umi.zarr.zip"
+    with zipfile.ZipFile(FIXTURES / "umi.zarr.zip") as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, data[:40] if info.filename == "data/camera1_rgb/7.0.0.0" else data)
+    refused(download(bad, "bad"), "data/camera1_rgb rows", "does not decode")
+
+
+def test_missing_imagecodecs_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "imagecodecs", None)
+    monkeypatch.setitem(sys.modules, "imagecodecs.numcodecs", None)
+    with pytest.raises(MissingExtraError, match="'umi' extra") as info:
+        ReplayBufferReader(FIXTURES / "umi.zarr.zip")
+    assert "rlds-cli[umi]" in info.value.hint
+    refused(download(FIXTURES / "umi.zarr.zip", "nocodec"), "imagecodecs_jpegxl", "'umi' extra")
+
+
+def test_not_a_replay_buffer(tmp_path: Path) -> None:
+    junk = tmp_path / "x.zarr.zip"
+    junk.write_bytes(b"PK\x03\x04 not really a zip")
+    assert not ReplayBufferReader.sniff(junk)
+    with pytest.raises(SourceFormatError, match="not a ReplayBuffer zarr"):
+        ReplayBufferReader(junk)
+    store = copy_fixture("pusht.zarr", tmp_path)
+    (store / "meta" / ".zgroup").unlink()
+    assert not ReplayBufferReader.sniff(store)
+
+
+class TestReplayBufferReader(ReaderContract):
+    reader_cls = ReplayBufferReader
+    block_rows = 4
+
+    def write_source(self, tmp_path: Path) -> Path:
+        tmp_path.mkdir(parents=True)
+        return copy_fixture("pusht.zarr", tmp_path)
+
+
+class TestReplayBufferZipReader(TestReplayBufferReader):
+    def write_source(self, tmp_path: Path) -> Path:
+        tmp_path.mkdir(parents=True)
+        return copy_fixture("umi.zarr.zip", tmp_path)
