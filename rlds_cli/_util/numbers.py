@@ -18,7 +18,7 @@ import numpy as np
 
 from rlds_cli.errors import InvalidSelectionError
 
-__all__ = ["NumberSelection", "parse_numbers", "parse_range"]
+__all__ = ["NumberSelection", "parse_index_list", "parse_numbers", "parse_range"]
 
 #: A predicate on numbers (``None``: every number) and the numbers named one by one (``None``
 #: for a range), which a caller may require to exist.
@@ -89,3 +89,37 @@ def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None
             hint="for a range counted from the end, convert everything and make a view ('rlds view')",
         )
     return start, stop
+
+
+def parse_index_list(spec: str, count: int, *, what: str = "episode") -> np.ndarray:
+    """``"0,5,9-20"`` -> the ascending, distinct positions it names (int64): numbers and
+    inclusive ``A-B`` runs, comma-separated, each in ``[0, count)``; a number given twice counts
+    once.
+
+    Raises:
+        InvalidSelectionError: An item is no number or run, a run goes down, or a position is
+            outside ``[0, count)``.
+    """
+    chosen: list[np.ndarray] = []
+    for item in str(spec).split(","):
+        text = item.strip()
+        lo_text, dash, hi_text = text.partition("-")
+        try:
+            lo = int(lo_text)
+            hi = int(hi_text) if dash else lo
+        except ValueError:
+            raise InvalidSelectionError(
+                f"{what} list {spec!r}: {text!r} is no {what} number or run A-B",
+                hint=f"give {what} numbers and runs, comma-separated, e.g. 0,5,9-20",
+            ) from None
+        if hi < lo:
+            raise InvalidSelectionError(
+                f"{what} list {spec!r}: the run {text!r} goes down", hint="write runs A-B with A <= B"
+            )
+        if hi >= count:
+            raise InvalidSelectionError(
+                f"{what} list {spec!r}: {what} {hi} is outside 0..{count - 1} ({count} {what}s)",
+                hint=f"{what} numbers count from 0",
+            )
+        chosen.append(np.arange(lo, hi + 1, dtype=np.int64))
+    return np.unique(np.concatenate(chosen))

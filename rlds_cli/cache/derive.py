@@ -15,6 +15,8 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
+from rlds_cli.cache.compose import select_composed
+from rlds_cli.cache.composed import COMPOSED_LAYOUT
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
@@ -103,6 +105,10 @@ def _publish_view(
     """The view of episodes ``ids`` (ascending) of ``source``: a range ``[a, b)`` when they are
     consecutive (every column one slice of the parent's), else a selection."""
     _refuse_growing(source.manifest.layout, parent)
+    if source.manifest.layout == COMPOSED_LAYOUT:  # its columns are its parents': a composed selection
+        return select_composed(
+            source, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout
+        )
     if source.manifest.layout == VIEW_LAYOUT:
         # a view of a view points straight at the stored arrays
         inner = ViewSpec.from_manifest(source.manifest)
