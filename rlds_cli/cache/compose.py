@@ -20,6 +20,7 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
+from rlds_cli.cache.card import combine_cards, dataset_card
 from rlds_cli.cache.composed import COMPOSED_LAYOUT, Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
@@ -243,6 +244,7 @@ def _publish(
 ) -> Manifest:
     """Write the composed dataset's index and manifest and publish them."""
     fields: dict[str, FieldSpec] = dict(parents[0].manifest.fields)
+    makers = lineage_of or _unique(parents)  # what it was made of: their cards make its card
     envs = [ds.manifest.env for ds in parents]
     manifest = Manifest(
         name=name,
@@ -259,7 +261,7 @@ def _publish(
                 "op": op,
                 "rlds_version": __version__,
             }
-            for ds in (lineage_of or _unique(parents))
+            for ds in makers
         ],
         layout=COMPOSED_LAYOUT,
         # its own data is its episode index; its columns are the parents', whose digests their
@@ -267,6 +269,7 @@ def _publish(
         content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
         # the same environment for every part, or none known
         env=envs[0] if all(e == envs[0] for e in envs) else {},
+        card=combine_cards([dataset_card(ds) for ds in makers], [ds.name for ds in makers]),
     )
     with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
         txn.check_free()

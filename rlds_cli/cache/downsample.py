@@ -24,6 +24,7 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache.builder import DatasetBuilder
+from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
@@ -105,6 +106,7 @@ def downsample_dataset(
                     "rlds_version": __version__,
                 }
             ],
+            card=dataset_card(source),
         )
 
 

@@ -257,6 +257,15 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print("conversion  " + ", ".join(facts) + rules)
     for note in conv.get("notes", []):
         out.print(f"note  {output.escape(note)}")
+    card = info.get("card") or {}
+    if card.get("license") or card.get("citation"):
+        licenses = card.get("license") or "not declared"
+        shown = ", ".join(licenses) if isinstance(licenses, list) else str(licenses)
+        origin = f" (from {card['license_from']})" if card.get("license_from") else ""
+        cite = "; citation given ('rlds inspect --json' shows it)" if card.get("citation") else ""
+        out.print(f"license  {output.escape(shown)}{origin}{cite}", soft_wrap=True)
+        for conflict in card.get("license_conflicts", []):
+            out.print(f"  {output.escape(conflict)}", soft_wrap=True)
     for parent in info.get("lineage", []):
         _render_lineage(parent)
     if "growing" in info:

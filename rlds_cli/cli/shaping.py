@@ -54,6 +54,8 @@ def merge(
     new = _need_name(name)
     parents = [resolve_name(d, root) for d in datasets]
     manifest = merge_datasets(parents, new, root=root, replace=force, verify=not no_verify)
+    for conflict in manifest.card.get("license_conflicts", []):  # made, but the user should know
+        output.warn(f"licences: {conflict}")
     _report(manifest, "merged from " + ", ".join(parents), json=json, quiet=quiet)
 
 
