@@ -285,3 +285,46 @@ def test_downsample_sums_rewards_and_keeps_flags_and_next_observations(ab: tuple
     assert d.manifest.lineage[0]["op"] == "downsample" and d.manifest.content_digest.get("columns")
     with pytest.raises(InvalidSelectionError, match="--every must be 2 or more"):
         downsample_dataset("a", "x", 1)
+
+
+def write_pixels(name: str, lengths: list[int], backend: str, frames: str | None) -> object:
+    """A dataset with 64x64 RGB frames (a few colours: PNG keeps them exactly) and a state key."""
+    rng = np.random.default_rng(len(name) + sum(lengths))
+    n, rows = sum(lengths), sum(lengths) + len(lengths)
+    ends = np.cumsum(lengths) - 1
+    truncated = np.zeros(n, bool)
+    truncated[ends] = True
+    pixels = np.zeros((rows, 64, 64, 3), np.uint8)
+    pixels[:] = rng.integers(0, 4, (rows, 1, 1, 3), dtype=np.uint8) * 60
+    block = StepBlock(
+        steps={
+            "action": rng.standard_normal((n, 2)).astype(np.float32),
+            "next/reward": np.ones(n, np.float32),
+            "next/terminated": np.zeros(n, bool),
+            "next/truncated": truncated,
+        },
+        observations={
+            "observation/pixels": pixels,
+            "observation/state": rng.standard_normal((rows, 3)).astype(np.float32),
+        },
+        ends=ends,
+    )
+    with DatasetBuilder(name, backend=backend, frames=frames) as builder:
+        builder.append(block)
+        builder.commit()
+    return open_dataset(name)
+
+
+@pytest.mark.parametrize(("backend", "frames"), [("memmap", "png"), ("zarr", None), ("zarr", "png")])
+def test_frame_columns_and_zarr_merge_trim_and_downsample(backend: str, frames: str | None) -> None:
+    a = write_pixels("a", [5, 7], backend, frames)
+    b = write_pixels("b", [4, 3, 6], backend, frames)
+    merge_datasets(["a", "b"], "m")
+    m = open_dataset("m")
+    assert m.manifest.fields["observation/pixels"].codec == (frames or "raw")
+    assert_same_episodes(m, [(a, 0), (a, 1), (b, 0), (b, 1), (b, 2)])
+    trim_dataset("m", "t", start=1, end=1)
+    downsample_dataset("m", "d", 2)
+    for name in ("m", "t", "d"):
+        assert check_dataset(open_dataset(name)).ok, name
+    assert open_dataset("d").manifest.fields["observation/pixels"].codec == (frames or "raw")
