@@ -22,7 +22,8 @@ from rlds_cli.cache.manifest import Manifest
 README_FILE = "README.md"
 CROISSANT_FILE = "croissant.json"
 
-#: The JSON-LD context of Croissant 1.0 (its specification's recommended context).
+#: The JSON-LD context of Croissant 1.0: the one its reference implementation, mlcroissant, writes
+#: and expects (``mlcroissant/_src/core/rdf.py``; another context only draws a warning).
 CROISSANT_CONTEXT: dict[str, Any] = {
     "@language": "en",
     "@vocab": "https://schema.org/",
@@ -34,6 +35,7 @@ CROISSANT_CONTEXT: dict[str, Any] = {
     "data": {"@id": "cr:data", "@type": "@json"},
     "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
     "dct": "http://purl.org/dc/terms/",
+    "equivalentProperty": "cr:equivalentProperty",
     "examples": {"@id": "cr:examples", "@type": "@json"},
     "extract": "cr:extract",
     "field": "cr:field",
@@ -53,6 +55,7 @@ CROISSANT_CONTEXT: dict[str, Any] = {
     "regex": "cr:regex",
     "repeated": "cr:repeated",
     "replace": "cr:replace",
+    "samplingRate": "cr:samplingRate",
     "sc": "https://schema.org/",
     "separator": "cr:separator",
     "source": "cr:source",

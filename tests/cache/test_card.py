@@ -170,3 +170,22 @@ def test_a_hub_push_writes_the_card_and_croissant(hub: Any, monkeypatch: pytest.
     np.testing.assert_equal(
         len(doc["distribution"]), len([p for p in files if p.startswith(("arrays/", "episodes"))])
     )
+
+
+def test_croissant_loads_in_mlcroissant(tmp_path: Path) -> None:
+    """Where mlcroissant is installed (it is no dependency of rlds: checked by hand with 1.0.x in a
+    side environment, no warning), the Croissant file loads and says the licence."""
+    mlc = pytest.importorskip("mlcroissant")
+    from rlds_cli._util.io import sha256_file
+    from rlds_cli.remote.card_files import CROISSANT_FILE, card_files
+
+    download("demo", license="MIT", citation=CITE)
+    ds = open_dataset("pointmass-demo-v0")
+    files = {p.name: (p.stat().st_size, sha256_file(p)) for p in ds.directory.glob("*.npy")}
+    path = tmp_path / CROISSANT_FILE
+    path.write_bytes(
+        card_files(ds.manifest, card("pointmass-demo-v0"), files, "https://example.org/x")[CROISSANT_FILE]
+    )
+    loaded = mlc.Dataset(jsonld=str(path))
+    assert loaded.metadata.name == "pointmass-demo-v0"
+    assert loaded.metadata.license == ["https://spdx.org/licenses/MIT.html"]
