@@ -123,7 +123,9 @@ def select_composed(
         parts.append(taken)
         parents.append(parent)
         index.append(taken.index(parent.episode_index))
-    note = {"selection": how} if how else {}
+    # as a view's source says it ('rlds view' and 'rlds split' report these): of what, which
+    note: dict[str, Any] = {"parent": source.name, "episodes": [int(ids[0]), int(ids[-1]) + 1]}
+    note.update({"selection": how} if how else {})
     lineage_of = [source]  # the lineage names what it was made of: the composed dataset
     return _publish(
         parents, parts, _concat_index(index), name, "select", note, cache, replace, lock_timeout, lineage_of

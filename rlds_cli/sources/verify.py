@@ -119,8 +119,9 @@ def _redo_hint(kind: str, manifest: Any) -> str:
             f"--name {name} --force')"
         )
     if kind in ("composed", "downsampled"):
-        op = "merge" if manifest.source.get("op") == "merge" else manifest.source.get("op", "downsample")
-        return f"make it again from its parents (the same 'rlds {op}' command with --force)"
+        op = manifest.source.get("op", "downsample")
+        command = "'rlds drop', 'view' or 'split'" if op == "select" else f"'rlds {op}'"
+        return f"make it again from its parents (the same {command} command with --force)"
     if kind == "growing":  # nothing to make it again from: its episodes were written here
         return "restore it from a copy ('rlds pull' of one pushed before), or remove it ('rlds rm')"
     if kind == "downloaded" or source.get("id"):

@@ -61,6 +61,10 @@ def test_merge_drop_trim_downsample_from_the_cli(tmp_path: Path) -> None:
     trimmed = ok_json("trim", "c", "--start", "1", "--end", "1", "--name", "ct")
     assert (trimmed["num_episodes"], trimmed["num_steps"]) == (4, 10)  # the 2-step episode is left out
     assert ok_json("downsample", "ct", "--every", "2", "--name", "cts")["num_steps"] == 6
+    # a split or view of a merged dataset is a composed selection, reported as views are
+    split = ok_json("split", "c", "--val", "0.4", "--name", "cs")
+    assert [s["num_episodes"] for s in split] == [3, 2] and split[0]["parent"] == "c"
+    assert "episodes 1:3 of c" in ok("view", "c", "--episodes", "1:3", "--name", "cv").stdout
     listing = ok("list").stdout
     assert "merge of a, b" in listing and "trim of c" in listing and "one step in 2 of ct" in listing
     for name in ("c", "cd", "ct", "cts"):
@@ -78,7 +82,7 @@ def test_merge_drop_trim_downsample_from_the_cli(tmp_path: Path) -> None:
     refused(
         invoke("rm", "a", "--yes"),
         "'a' is the parent of c",
-        published=("a", "b", "c", "cd", "ct", "cts", "ct-copy"),
+        published=("a", "b", "c", "cd", "ct", "cts", "ct-copy", "cs-train", "cs-val", "cv"),
     )
 
 
