@@ -33,6 +33,12 @@ class SettingError(RldsError, ValueError):
     :mod:`rlds_cli.settings`, the one place that reads them)."""
 
 
+class UnknownLicenseError(RldsError, ValueError):
+    """A ``--license`` that is no SPDX identifier rlds knows (see :mod:`rlds_cli.cache.card`)."""
+
+    default_hint = "give an SPDX id, e.g. CC-BY-4.0, MIT, Apache-2.0 or CC-BY-NC-4.0 (spdx.org/licenses)"
+
+
 # --------------------------------------------------------------------------- cache
 
 

@@ -19,6 +19,7 @@ Writes, as ``HfApi.create_commit`` makes them (every one needs the stand-in's to
 - ``POST /api/datasets/{repo}/commit/{rev}``: the NDJSON commit (``file``, ``lfsFile``,
   ``deletedFile``), refused with 412 when ``parentCommit`` is not the branch's head.
 - ``POST /api/datasets/{repo}/paths-info/{rev}``: files' info (what ``HfFileSystem.info`` asks).
+- ``POST /api/validate-yaml``: a root README.md's front matter, checked to be a YAML mapping.
 
 Knobs: a gated repo answers 401 without ``Authorization: Bearer <token>``; :attr:`throttle`
 answers 429 with ``Retry-After`` (:attr:`retry_after`) a number of times to the requests whose
@@ -131,6 +132,8 @@ class HubStandin:
         self.on_upload: Callable[[str], None] | None = None  # called with the oid of each upload
         self.lfs: dict[str, bytes] = {}  # sha256 -> bytes of every LFS object uploaded
         self.log: list[dict[str, Any]] = []
+        #: The README contents huggingface_hub asked ``/api/validate-yaml`` to check, in order.
+        self.validated: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -348,6 +351,24 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                     self.rfile.readline()
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+        def _validate_yaml(self, body: bytes) -> None:
+            """The README's front matter must be a YAML mapping (the Hub checks more: its fields)."""
+            import yaml
+
+            content = str(json.loads(body).get("content", ""))
+            hub.validated.append(content)
+            if not content.startswith("---\n"):
+                return self._json(
+                    200, {"errors": [], "warnings": [{"message": "empty or missing yaml metadata"}]}
+                )
+            try:
+                meta = yaml.safe_load(content.split("---\n")[1])
+            except yaml.YAMLError as exc:
+                return self._json(400, {"errors": [{"message": f"invalid YAML: {exc}"}]})
+            if not isinstance(meta, dict):
+                return self._json(400, {"errors": [{"message": "the metadata is no mapping"}]})
+            return self._json(200, {"errors": [], "warnings": []})
+
         def _write(self) -> None:
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
             body = self._body()
@@ -358,6 +379,8 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
             parts = path.strip("/").split("/")
             if self.command == "PUT" and parts[0] == "lfs-upload" and len(parts) == 2:
                 return self._lfs_put(parts[1], body, entry)
+            if parts == ["api", "validate-yaml"]:  # create_commit asks it of a root README.md
+                return self._validate_yaml(body)
             if parts[0] == "datasets" and parts[-4:] == ["info", "lfs", "objects", "batch"]:
                 repo_id = "/".join(parts[1:-4]).removesuffix(".git")
                 kind, rev = "batch", "main"

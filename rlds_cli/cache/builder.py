@@ -250,6 +250,7 @@ class DatasetBuilder:
         conversion: dict[str, Any] | None = None,
         lineage: list[dict[str, Any]] | None = None,
         source_arrays: dict[str, np.ndarray] | None = None,
+        card: dict[str, Any] | None = None,
     ) -> Manifest:
         """Finish every column, write the episode index and manifest, and publish.
 
@@ -296,6 +297,7 @@ class DatasetBuilder:
             conversion=conversion or {},
             lineage=lineage or [],
             content_digest=content,
+            card=card or {},
         )
         self._txn.commit(manifest)
         return manifest

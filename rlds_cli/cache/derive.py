@@ -15,6 +15,8 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
+from rlds_cli.cache.compose import select_composed
+from rlds_cli.cache.composed import COMPOSED_LAYOUT
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_select import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
@@ -102,6 +104,10 @@ def _publish_view(
     lock_timeout: float,
 ) -> Manifest:
     """Publish the view of episodes ``ids`` (ascending) of ``source`` (:func:`view_manifest`)."""
+    if source.manifest.layout == COMPOSED_LAYOUT:  # its columns are its parents': a composed selection
+        return select_composed(
+            source, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout
+        )
     manifest, index = view_manifest(source, parent, name, ids, how, cache=cache)
     with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
         txn.check_free()
@@ -116,8 +122,19 @@ def view_manifest(
     """The manifest and episode index of the view ``name`` of episodes ``ids`` (ascending,
     distinct, checked by the caller) of ``source`` (named ``parent``): a range ``[a, b)`` when
     they are consecutive (every column one slice of the parent's), else a selection. A view of
-    a view points straight at the stored arrays. O(episodes): nothing of the data is read."""
+    a view points straight at the stored arrays. O(episodes): nothing of the data is read.
+
+    Raises:
+        InvalidSelectionError: ``source`` is growing, or composed (merged or trimmed: a view of
+            it is published as a composed dataset of the same parents, :func:`create_selection`).
+    """
     _refuse_growing(source.manifest.layout, parent)
+    if source.manifest.layout == COMPOSED_LAYOUT:
+        raise InvalidSelectionError(
+            f"dataset {parent!r} is composed (merged or trimmed): its episodes are selected by "
+            "publishing a dataset of them",
+            hint=f"publish the selection first ('rlds view {parent} --episodes ... --name N'), then use N",
+        )
     if source.manifest.layout == VIEW_LAYOUT:
         inner = ViewSpec.from_manifest(source.manifest)
         outer = open_dataset(inner.parent, cache)

@@ -232,12 +232,20 @@ def check_digests(
     parts = getattr(ds, "segment_datasets", None)
     if parts is not None:  # a growing dataset: each segment carries the digests of its arrays
         reports = [check_digests(part, progress, budget) for part in parts()]
-        return DigestReport(
+        # a composed dataset's parts are its parents (cache/composed.py), beside its own index
+        noun = getattr(ds, "part_noun", "segment")
+        combined = DigestReport(
             recorded=all(r.recorded for r in reports),
-            checked=sorted({key for r in reports for key in r.checked}),
+            checked=sorted(
+                {key for r in reports for key in r.checked if key != "episodes" or noun == "segment"}
+            ),
             problems=[problem for r in reports for problem in r.problems],
-            scope=f"its {len(reports)} segment{'s' if len(reports) != 1 else ''}",
+            scope=f"its {len(reports)} {noun}{'s' if len(reports) != 1 else ''}",
         )
+        if noun == "segment":
+            return combined
+        _check_own_index(ds, combined)
+        return combined
     own = ds.manifest.content_digest
     holder: Manifest = ds.manifest
     directory = ds.directory
@@ -291,18 +299,7 @@ def check_digests(
                         f"recorded {want[:16]}...)",
                     )
                 )
-    if own.get("episodes"):
-        report.checked.append("episodes")
-        got = array_digest(ds.episode_index)
-        if got != own["episodes"]:
-            report.problems.append(
-                DigestProblem(
-                    "episodes",
-                    ds.directory / EPISODES_FILE,
-                    "the episode index changed since it "
-                    f"was written (sha256 {got[:16]}..., recorded {own['episodes'][:16]}...)",
-                )
-            )
+    _check_own_index(ds, report)
     if own.get("source_arrays"):
         path = ds.directory / SOURCE_ARRAYS_FILE
         report.checked.append("source_arrays")
@@ -313,3 +310,21 @@ def check_digests(
                 DigestProblem("source_arrays", path, "the file changed since it was written")
             )
     return report
+
+
+def _check_own_index(ds: Dataset, report: DigestReport) -> None:
+    """Compare the dataset's own episode index with its recorded digest (where one is)."""
+    want = ds.manifest.content_digest.get("episodes")
+    if not want:
+        return
+    report.checked.append("episodes")
+    got = array_digest(ds.episode_index)
+    if got != want:
+        report.problems.append(
+            DigestProblem(
+                "episodes",
+                ds.directory / EPISODES_FILE,
+                "the episode index changed since it was written "
+                f"(sha256 {got[:16]}..., recorded {want[:16]}...)",
+            )
+        )

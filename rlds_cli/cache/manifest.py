@@ -98,6 +98,8 @@ class Manifest:
         content_digest: sha256 of every stored array's logical values, of the episode index and
             of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
             empty for datasets written before digests existed.
+        card: The dataset card: licence, citation, robot type, fps, description (see
+            :mod:`rlds_cli.cache.card`); empty when nothing is known.
         env: The environment the data was recorded in: ``{"spec": <gymnasium EnvSpec as JSON>,
             "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.catalog.envspec`, which reads and
             writes it); empty when the writer knew none.
@@ -120,6 +122,7 @@ class Manifest:
     stats: dict[str, Any] = field(default_factory=dict)
     content_digest: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
+    card: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if any(spec.codec != "raw" for spec in self.fields.values()):
@@ -149,6 +152,8 @@ class Manifest:
             out["content_digest"] = self.content_digest
         if self.env:  # only when a writer recorded one: older manifests keep their digest()
             out["env"] = self.env
+        if self.card:  # only when something is known: older manifests keep their digest()
+            out["card"] = self.card
         return out
 
     @classmethod
@@ -169,6 +174,7 @@ class Manifest:
             stats=data.get("stats", {}),
             content_digest=_digest_dict(data.get("content_digest", {})),
             env=_env_dict(data.get("env", {})),
+            card=_card_dict(data.get("card", {})),
         )
 
     def digest(self) -> str:
@@ -189,6 +195,13 @@ def _env_dict(value: Any) -> dict[str, Any]:
     """``env`` as read: a dict whose ``spec`` is a JSON object (else a malformed manifest)."""
     if not isinstance(value, dict) or not isinstance(value.get("spec", {}), dict):
         raise ValueError("'env'")
+    return value
+
+
+def _card_dict(value: Any) -> dict[str, Any]:
+    """``card`` as read: a JSON object (else a malformed manifest)."""
+    if not isinstance(value, dict):
+        raise ValueError("'card'")
     return value
 
 

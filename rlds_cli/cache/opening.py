@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlds_cli.cache.composed import COMPOSED_LAYOUT, ComposedDataset
 from rlds_cli.cache.dataset import Dataset, version_identity
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
@@ -61,7 +62,10 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
 
 def _dataset_class(manifest: Any) -> type[Dataset]:
     """The reader class of a manifest's layout: a growing dataset's segments and commit log
-    are read by :class:`~rlds_cli.cache.growing.GrowingDataset`."""
+    are read by :class:`~rlds_cli.cache.growing.GrowingDataset`, a composed one's parents' rows by
+    :class:`~rlds_cli.cache.composed.ComposedDataset`."""
+    if manifest.layout == COMPOSED_LAYOUT:
+        return ComposedDataset
     if manifest.layout == SEGMENTED_LAYOUT:
         from rlds_cli.cache.growing import GrowingDataset
 

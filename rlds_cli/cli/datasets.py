@@ -257,6 +257,15 @@ def render_summary(info: dict[str, Any]) -> None:
         out.print("conversion  " + ", ".join(facts) + rules)
     for note in conv.get("notes", []):
         out.print(f"note  {output.escape(note)}")
+    card = info.get("card") or {}
+    if card.get("license") or card.get("citation"):
+        licenses = card.get("license") or "not declared"
+        shown = ", ".join(licenses) if isinstance(licenses, list) else str(licenses)
+        origin = f" (from {card['license_from']})" if card.get("license_from") else ""
+        cite = "; citation given ('rlds inspect --json' shows it)" if card.get("citation") else ""
+        out.print(f"license  {output.escape(shown)}{origin}{cite}", soft_wrap=True)
+        for conflict in card.get("license_conflicts", []):
+            out.print(f"  {output.escape(conflict)}", soft_wrap=True)
     for parent in info.get("lineage", []):
         _render_lineage(parent)
     if "growing" in info:
@@ -344,7 +353,7 @@ def _render_histogram(
 def _source_line(src: dict[str, Any]) -> str:
     """Where a converted dataset's data came from: format, registry id or path, download URL and
     the source's sha256. Empty for views and preprocessed outputs, whose lineage says it."""
-    if src.get("format") in ("view", "rlds-preprocess") or not src:
+    if src.get("format") in ("view", "rlds-preprocess", "composed", "rlds-downsample") or not src:
         return ""
     esc = output.escape
     parts = [f"source  {esc(str(src.get('format', 'unknown format')))}:"]
@@ -373,6 +382,8 @@ def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
     if source.get("format") == "view" and content.get("episodes"):
         parent = output.escape(str(source.get("parent", "")))
         return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"
+    if source.get("format") == "composed" and content.get("episodes"):
+        return f"content digest  {algorithm} of the episode index (the arrays: its parents')"
     return "content digest  none recorded (written by an older rlds)"
 
 
@@ -398,6 +409,9 @@ def _render_lineage(parent: dict[str, Any], depth: int = 0) -> None:
         details += [rlds] if rlds else []
         text = f"derived from {line} by {esc(str(parent['fn']))}"
         text += f" ({'; '.join(details)})" if details else ""
+    elif parent.get("op") in ("merge", "trim", "select", "downsample"):  # rlds merge, trim, drop, downsample
+        every = f"every {parent['every']} steps; " if parent.get("every") else ""
+        text = f"derived from {line} by {parent['op']}" + (f" ({every}{rlds})" if rlds else "")
     else:
         text = f"derived from {line}" + (f" ({rlds})" if rlds else "")
     # a grandparent line continues the one above: 'which is a view of ...', 'which was derived ...'

@@ -75,6 +75,25 @@ def download(
             callback=_check_sha256,
         ),
     ] = None,
+    license: Annotated[
+        str | None,
+        typer.Option(
+            "--license",
+            metavar="SPDX",
+            help="The data's licence, an SPDX id (e.g. CC-BY-4.0), kept in the dataset's card "
+            "(default: what the source or the registry declares).",
+            show_default=False,
+        ),
+    ] = None,
+    citation: Annotated[
+        str | None,
+        typer.Option(
+            "--citation",
+            metavar="TEXT",
+            help="How to cite the data (e.g. BibTeX), kept in the card.",
+            show_default=False,
+        ),
+    ] = None,
     max_episode_steps: Annotated[
         int | None,
         typer.Option("--max-episode-steps", min=1, help="Time limit, for D4RL files without 'timeouts'."),
@@ -127,6 +146,10 @@ def download(
         from rlds_cli.frames.modes import FramesMode
 
         FramesMode.parse(frames)
+    if license is not None:  # an unknown licence fails before any download
+        from rlds_cli.cache.card import spdx_id
+
+        spdx_id(license)
     options: dict[str, object] = {"max_episode_steps": max_episode_steps, "workers": workers}
     if episodes is not None:
         options["episodes"] = episodes
@@ -152,6 +175,8 @@ def download(
             keep_raw=keep_raw,
             sha256=sha256,
             download_progress=on_download,
+            license=license,
+            citation=citation,
         )
     m = result.manifest
     if json:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.dataset import Dataset
@@ -106,6 +107,7 @@ def export_to_hub(
     with private_build(cache, f"{entry_name(dataset.name)}{HUB_EXPORT_MARK}{new_id()}") as tmp:
         tmp.mkdir()
         out = export_dataset(dataset, tmp / "export", format, progress=progress)
+        _write_card(dataset, out, url)
         counts = push_hub_folder(
             out,
             url,
@@ -115,3 +117,19 @@ def export_to_hub(
             force=force,
         )
     return HubExportResult(name=dataset.name, url=url, format=format, num_steps=dataset.num_steps, **counts)
+
+
+def _write_card(dataset: Dataset, out: Path, url: str) -> None:
+    """The dataset card (``README.md``, with the data's licence and lineage) and Croissant
+    metadata of the export, beside its files (see :mod:`rlds_cli.remote.card_files`)."""
+    from rlds_cli._util.io import sha256_file
+    from rlds_cli.cache.card import dataset_card
+    from rlds_cli.remote.card_files import card_files
+
+    files = {
+        p.relative_to(out).as_posix(): (p.stat().st_size, sha256_file(p))
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
+    for name, data in card_files(dataset.manifest, dataset_card(dataset), files, url).items():
+        (out / name).write_bytes(data)

@@ -166,6 +166,11 @@ def _source_label(source: dict[str, Any]) -> str:
         return f"{source.get('parent', '')} episodes {a}:{b}"
     if source.get("format") == "rlds-writer":
         return "growing (DatasetWriter)"
+    if source.get("format") == "composed":  # merge, trim, drop of a merged one: its parents
+        parents = list(dict.fromkeys(str(p.get("parent", "")) for p in source.get("parts", [])))
+        return f"{source.get('op', 'composed')} of {', '.join(parents)}"
+    if source.get("format") == "rlds-downsample":
+        return f"one step in {source.get('every')} of {source.get('parent', '')}"
     return str(source.get("id") or source.get("path", ""))
 
 

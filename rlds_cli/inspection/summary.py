@@ -9,6 +9,7 @@ import numpy as np
 from rlds_cli.cache import stats
 from rlds_cli.cache.backends.frames import frame_files
 from rlds_cli.cache.blocks import Budget, blocks
+from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
 from rlds_cli.cache.layout import ARRAYS_DIR
@@ -210,6 +211,8 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         # reference returns of normalized scores; None when unknown
         "env": env.to_dict() if env is not None else None,
         "reference_scores": scores.to_dict() if scores is not None else None,
+        # licence, citation, robot type, fps, description (a view: its parent's); {} when unknown
+        "card": dataset_card(ds),
         "conversion": m.conversion,
         "lineage": m.lineage,
         "content_digest": m.content_digest,

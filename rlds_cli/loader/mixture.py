@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlds_cli.cache.card import dataset_card, license_conflicts, licenses_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.ted import TedBatch, join_key
@@ -305,6 +306,7 @@ class MixtureLoader:
             sources, keys=keys, rename=rename, in_memory=in_memory, float_dtype=float_dtype, root=root
         )
         self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
+        self._licenses: dict[str, list[str]] | None = None
         self.rank, self.world_size = rank_world(rank, world_size)
         batch_size = positive_int("batch_size", batch_size)
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
@@ -379,11 +381,33 @@ class MixtureLoader:
         """An endless stream of batches."""
         return self.loader.stream()
 
-    def report(self) -> dict[str, dict[str, float]]:
+    def report(self) -> dict[str, dict[str, Any]]:
         """Per source: rows drawn, the achieved fraction, the target fraction (the mean of the
         weights in force over the batches drawn), the effective ``weight`` of the next batch
-        (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
-        return self.sampler.report(self.names)
+        (after readiness, annealing and renormalization) and ``ready`` (1 or 0). When the
+        sources' licences cannot simply be used together (a non-commercial one with one that
+        allows commercial use, two share-alike families, a no-derivatives one: see
+        :mod:`rlds_cli.cache.card`), a ``licenses`` entry says so: each source's licence and
+        ``conflicts``, one sentence each."""
+        out: dict[str, dict[str, Any]] = dict(self.sampler.report(self.names))
+        licenses = self.licenses()
+        pairs = [(name, lic) for name, lics in licenses.items() for lic in lics]
+        conflicts = license_conflicts(pairs)
+        if conflicts:
+            out["licenses"] = {
+                **{n: ", ".join(v) or "unknown" for n, v in licenses.items()},
+                "conflicts": conflicts,
+            }
+        return out
+
+    def licenses(self) -> dict[str, list[str]]:
+        """Each source's licences, as its dataset card declares them (empty: not declared)."""
+        if self._licenses is None:
+            self._licenses = {
+                name: licenses_of(dataset_card(ds))
+                for name, ds in zip(self.names, self.datasets, strict=True)
+            }
+        return self._licenses
 
     def state_dict(self) -> dict[str, Any]:
         """Generator, batch count, readiness and the mix so far (and the refresh count): a

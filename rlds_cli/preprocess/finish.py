@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import digest, stats
+from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.episodes import build_index, write_index
 from rlds_cli.cache.layout import JOB_OUTPUT_DIR
 from rlds_cli.cache.manifest import Manifest
@@ -86,6 +87,7 @@ def finish(
         lineage=[job.lineage],
         stats=merge_stats(summaries, inferred) if job.stats else {},
         content_digest=content,
+        card=dataset_card(job.src),  # the data's licence and citation hold for what is made of it
     )
     if job.out_url is not None:  # files, index, then the manifest: as rlds push
         from rlds_cli.remote.push import push_directory

@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.manifest import parse_manifest
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub.repo import HubPath, git_blob_id, hf_api, parse_hf_url
+from rlds_cli.remote.card_files import README_FILE, card_files
 from rlds_cli.remote.store import (
     INDEX_FILE,
     FileEntry,
@@ -220,7 +222,13 @@ def plan_push(
         for rel, entry in sorted(local.items())
         if not _unchanged(remote.get(rel), entry, (directory / rel).read_bytes)
     }
-    for rel, data in ((INDEX_FILE, index), (MANIFEST_FILE, manifest_bytes)):
+    # the dataset card and its Croissant metadata, written from the manifest (remote/card_files.py)
+    manifest = parse_manifest(manifest_bytes, url)
+    described = {rel: (entry.size, entry.sha256) for rel, entry in local.items()}
+    cards = card_files(manifest, manifest.card, described, url)
+    if README_FILE in remote and not force:  # a README already there is the repo owner's
+        del cards[README_FILE]
+    for rel, data in ((INDEX_FILE, index), (MANIFEST_FILE, manifest_bytes), *cards.items()):
         if not _unchanged_bytes(remote.get(rel), data):
             add[_repo_path(where, rel)] = data
     delete = [

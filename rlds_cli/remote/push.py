@@ -109,6 +109,7 @@ def push_directory(
     """:func:`push` of a dataset folder with its manifest written last (a published dataset,
     or a finished build, as a preprocessing job that writes to a URL pushes its output); the
     push's journal and lock live in ``cache``. Raises what :func:`push` raises."""
+    from rlds_cli.cache.composed import COMPOSED_LAYOUT
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 
     started = time.monotonic()
@@ -122,6 +123,14 @@ def push_directory(
             hint=f"push its parent ('rlds push {parent} URL') and make the view again after pulling it, "
             f"or copy it into a dataset of its own first ('rlds export {name} DIR --to torchrl', then "
             f"'rlds download DIR --name NEW')",
+        )
+    if manifest.layout == COMPOSED_LAYOUT:
+        parents = ", ".join(dict.fromkeys(str(p.get("name")) for p in manifest.lineage))
+        raise NotPushableError(
+            f"dataset {name!r} is made of the arrays of {parents} (rlds merge, trim or drop): it holds no "
+            "arrays of its own to push",
+            hint=f"copy it into a dataset of its own first ('rlds export {name} DIR --to torchrl', then "
+            f"'rlds download DIR --name NEW'), or push its parents and make it again after pulling them",
         )
     if manifest.layout == SEGMENTED_LAYOUT and not _snapshot:  # a growing dataset: as of one view
         from rlds_cli.cache.growing import GrowingDataset

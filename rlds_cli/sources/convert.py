@@ -22,6 +22,7 @@ import numpy as np
 
 from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.builder import DatasetBuilder
+from rlds_cli.cache.card import declared_card, make_card, with_user
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
@@ -175,6 +176,9 @@ def convert(
     expected_sha256: str | None = None,
     expected_origin: str = "user",
     progress: Progress | None = None,
+    license: str | None = None,
+    citation: str | None = None,
+    registry_license: str | None = None,
 ) -> ConvertResult:
     """Convert a local source into a cached TED dataset.
 
@@ -204,10 +208,19 @@ def convert(
         expected_origin: Who gave ``expected_sha256`` (``"user"``, ``"registry"``, ``"hub"``,
             ``"recorded"``): the hint of a mismatch depends on it.
         progress: Optional callback, see :data:`Progress`.
+        license: The data's licence, an SPDX id (``CC-BY-4.0``), kept in the manifest's card
+            (:mod:`rlds_cli.cache.card`) over what the source or the registry declares.
+        citation: How to cite the data (text, e.g. BibTeX), kept in the card.
+        registry_license: The registry entry's licence (``rlds download ID``): kept when it is
+            a known SPDX id and the source declares none.
 
     Returns:
         A :class:`ConvertResult`.
+
+    Raises:
+        UnknownLicenseError: ``license`` is no SPDX id rlds knows (before anything is read).
     """
+    given = make_card(license=license, citation=citation)
     paths = _as_paths(source)
     options = {k: v for k, v in (options or {}).items() if v is not None}
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
@@ -244,6 +257,7 @@ def convert(
                 and same_format
                 and same_frames
                 and old.get("options", {}) == stored_options
+                and all(builder.existing.card.get(k) == v for k, v in given.items() if k != "license_from")
             ):
                 if asked is not None and asked != builder.existing.backend:
                     raise DatasetExistsError(
@@ -276,7 +290,10 @@ def convert(
             }
             logger.info("converting %s (%s) into %r, backend %s", shown, fmt, name, backend)
             try:
-                manifest = _build(builder, fmt, read_paths, options, progress, shown, facts, source_hash)
+                cards = (given, registry_license)
+                manifest = _build(
+                    builder, fmt, read_paths, options, progress, shown, facts, source_hash, cards
+                )
             except Exception:
                 source_hash.checked()  # a file that is not the expected one: say that, not why it fails
                 raise
@@ -411,9 +428,11 @@ def _build(
     shown: Path,
     facts: dict[str, Any],
     source_hash: SourceHash,
+    cards: tuple[dict[str, Any], str | None] = ({}, None),
 ) -> Manifest:
     """Stream the reader into the builder and commit, recording the source ``facts`` and its
-    digest (waited for, and checked, before the commit)."""
+    digest (waited for, and checked, before the commit), and the card: what the source and
+    the registry declare, under the user's (``cards``: theirs, the registry's licence)."""
     from rlds_cli.formats.select import (
         SelectionRecord,
         kept_episodes,
@@ -457,8 +476,10 @@ def _build(
         if episodes is not None:  # per-episode arrays keep the kept episodes' rows, row for row
             arrays = subset_episode_arrays(arrays, kept_episodes(episodes, record.episodes_seen))
         facts = {**facts, **source_hash.facts()}
+        metadata = reader.source_metadata()
         return builder.commit(
-            source={**facts, "metadata": reader.source_metadata(), "checks": reader.report.checks()},
+            source={**facts, "metadata": metadata, "checks": reader.report.checks()},
             conversion=reader.report.to_dict(),
             source_arrays=arrays,
+            card=with_user(declared_card(metadata, cards[1]), cards[0]),
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli.cache.card import make_card
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
@@ -52,6 +53,8 @@ def download(
     keep_raw: bool = True,
     sha256: str | None = None,
     download_progress: DownloadProgress | None = None,
+    license: str | None = None,
+    citation: str | None = None,
 ) -> ConvertResult:
     """Resolve ``source``, fetch and verify its files, and convert them into the cache.
 
@@ -73,6 +76,9 @@ def download(
         keep_raw: Keep the downloaded files after conversion (their hashes are kept anyway).
         sha256: Expected sha256 of a URL or local file.
         download_progress: See :data:`rlds_cli.net.DownloadProgress`.
+        license: The data's licence, an SPDX id, kept in the dataset's card (checked before
+            anything is fetched); without it, what the source or the registry entry declares.
+        citation: How to cite the data, kept in the card.
 
     Returns:
         A :class:`~rlds_cli.sources.convert.ConvertResult`.
@@ -81,8 +87,10 @@ def download(
     offline = settings.offline() if offline is None else offline
     # pin=False: a first-seen hash binds later downloads only once the file converted
     fetch: dict[str, Any] = {"force": force, "offline": offline, "progress": download_progress, "pin": False}
+    make_card(license=license, citation=citation)  # an unknown licence fails before any download
     convert_args: dict[str, Any] = {
         "root": cache, "backend": backend, "frames": frames, "force": force, "progress": progress,
+        "license": license, "citation": citation,
     }  # fmt: skip
     path = Path(source).expanduser()
     if path.exists():
@@ -102,6 +110,7 @@ def download(
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
+    convert_args["registry_license"] = entry.license
     merged = {**entry.options, **{k: v for k, v in (options or {}).items() if v is not None}}
     if entry.is_bundled:
         file = entry.files[0]

@@ -17,7 +17,8 @@ from rlds_cli.net.layout import raw_dir
 
 
 def dataset_kind(manifest: Any) -> str:
-    """``view``, ``growing`` (written by ``DatasetWriter``), ``preprocessed``, ``downloaded`` (from
+    """``view``, ``growing`` (written by ``DatasetWriter``), ``composed`` (``rlds merge``, ``trim``),
+    ``downsampled``, ``preprocessed``, ``downloaded`` (from
     the network, with a download folder) or ``converted`` (from a local file or folder, or a file
     bundled with rlds)."""
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
@@ -26,6 +27,10 @@ def dataset_kind(manifest: Any) -> str:
         return "view"
     if manifest.layout == SEGMENTED_LAYOUT:
         return "growing"
+    if manifest.layout == "composed":  # rlds merge, trim, drop of a merged one (cache/composed.py)
+        return "composed"
+    if manifest.source.get("format") == "rlds-downsample":
+        return "downsampled"
     if manifest.source.get("format") == "rlds-preprocess" or any(p.get("fn") for p in manifest.lineage):
         return "preprocessed"
     if manifest.source.get("downloads"):
@@ -113,6 +118,10 @@ def _redo_hint(kind: str, manifest: Any) -> str:
             f"run the preprocessing again ('rlds preprocess {parent.get('name')} --fn {parent.get('fn')} "
             f"--name {name} --force')"
         )
+    if kind in ("composed", "downsampled"):
+        op = manifest.source.get("op", "downsample")
+        command = "'rlds drop', 'view' or 'split'" if op == "select" else f"'rlds {op}'"
+        return f"make it again from its parents (the same {command} command with --force)"
     if kind == "growing":  # nothing to make it again from: its episodes were written here
         return "restore it from a copy ('rlds pull' of one pushed before), or remove it ('rlds rm')"
     if kind == "downloaded" or source.get("id"):
@@ -184,7 +193,7 @@ def _provenance_checks(
             gone_hint=f"remove the view ('rlds rm {manifest.name} --yes')",
             gone_fails=True,
         )
-    if kind == "preprocessed":
+    if kind in ("preprocessed", "composed", "downsampled"):
         out = []
         for parent in manifest.lineage:
             out += _parent_checks(
@@ -194,8 +203,8 @@ def _provenance_checks(
                 parent.get("created_at"),
                 what="it was derived from",
                 hint=_redo_hint(kind, manifest),
-                gone_hint=None,
-                gone_fails=False,
+                gone_hint=f"remove it ('rlds rm {manifest.name} --yes')" if kind == "composed" else None,
+                gone_fails=kind == "composed",  # its arrays are its parents'
             )
         return out
     return []
@@ -355,7 +364,9 @@ def _dataset_checks(
         return [_check("dataset opens", "fail", exc.message, redo)]
     files = _check_cache_files(dataset)
     legacy.append(files)
-    what = "the parent's array files" if kind == "view" else "every array file"
+    what = {"view": "the parent's array files", "composed": "the parents' array files"}.get(
+        kind, "every array file"
+    )
     out = [
         _check(
             "files complete",

@@ -185,6 +185,8 @@ class LeRobotReader(Reader):
                 "codebase_version": self.version,
                 "fps": self.fps,
                 "robot_type": self.info.get("robot_type"),
+                # a licence info.json declares (rlds_cli.cache.card reads it into the card)
+                **({"license": self.info["license"]} if self.info.get("license") else {}),
                 "tasks": {str(k): v for k, v in sorted(self.tasks.items())},
                 "keys": {f.name: f.key for f in self.features if f.key},
                 "video_layout": {f.key: "CHW" if f.channels_first else "HWC" for f in self.videos},

@@ -1,0 +1,287 @@
+"""Making composed datasets (read by :mod:`rlds_cli.cache.composed`): ``rlds merge`` (several
+whole datasets, end to end), ``rlds trim`` (steps cut at both ends of each episode) and a
+selection of a composed dataset's episodes (``rlds drop`` or ``rlds view`` of a merged one).
+Each writes a manifest and an episode index, nothing else, through a
+:class:`~rlds_cli.cache.transaction.CacheTransaction`: a kill at any point leaves the parents as
+they were and nothing published.
+
+Why references and not hard links: a column is one file per key, so the columns of two
+datasets can only be one column by a copy; a hard link shares a whole file, not the rows of
+two. A composed dataset costs its index (O(episodes) bytes) and pins each parent's version.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlds_cli._version import __version__
+from rlds_cli.cache import digest
+from rlds_cli.cache.card import combine_cards, dataset_card
+from rlds_cli.cache.composed import COMPOSED_LAYOUT, Part, parts_of
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episodes import write_index
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT, validate_name
+from rlds_cli.cache.manifest import FieldSpec, Manifest
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.snapshot import fixed_copy_hint
+from rlds_cli.cache.ted import EPISODE_DTYPE
+from rlds_cli.cache.transaction import CacheTransaction
+from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, SchemaMismatchError
+
+__all__ = ["merge_datasets", "schema_difference", "select_composed", "trim_dataset"]
+
+
+def merge_datasets(
+    names: Sequence[str],
+    name: str,
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+    verify: bool = True,
+    lock_timeout: float = 60.0,
+    progress: Callable[[str], None] | None = None,
+) -> Manifest:
+    """Publish the datasets ``names`` end to end (their episodes in the order given) as ``name``,
+    sharing their arrays (nothing is copied).
+
+    Args:
+        names: Two or more cached datasets with the same keys, shapes, dtypes and codecs: any but
+            growing ones (views and merged datasets too).
+        name: The new dataset's name.
+        verify: Check every parent's files and content digests first (they are read once).
+        progress: Called with each parent's name before it is verified.
+
+    Raises:
+        InvalidSelectionError: Fewer than two datasets, one named twice, or a growing one.
+        SchemaMismatchError: The datasets' schemas differ (the message names the key).
+        CorruptDatasetError: A parent's files or digests do not match its manifest.
+        DatasetExistsError: ``name`` exists and ``replace`` is false.
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    validate_name(name)
+    if len(names) < 2:
+        raise InvalidSelectionError(
+            f"a merge needs two datasets or more, got {len(names)}", hint="rlds merge A B ... --name C"
+        )
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise InvalidSelectionError(
+            f"dataset {twice[0]!r} is named twice in the merge",
+            hint="name each dataset once (a merge of a dataset with itself would double its episodes)",
+        )
+    parents = [open_dataset(n, cache) for n in names]
+    for ds in parents:
+        _refuse_growing(ds)
+    first = parents[0]
+    for ds in parents[1:]:
+        problem = schema_difference(first, ds)
+        if problem is not None:
+            raise SchemaMismatchError(
+                f"cannot merge {first.name!r} and {ds.name!r}: {problem}",
+                hint="merge datasets with the same keys, shapes, dtypes and codecs ('rlds inspect NAME')",
+            )
+    if verify:
+        for ds in parents:
+            if progress is not None:
+                progress(ds.name)
+            verify_parent(ds)
+    parts = [Part(ds.name, ds.manifest.digest()) for ds in parents]
+    index = _concat_index([np.asarray(ds.episode_index) for ds in parents])
+    return _publish(parents, parts, index, name, "merge", {}, cache, replace, lock_timeout)
+
+
+def select_composed(
+    source: Dataset,
+    name: str,
+    ids: np.ndarray,
+    how: str,
+    *,
+    cache: CacheRoot,
+    replace: bool = False,
+    lock_timeout: float = 60.0,
+) -> Manifest:
+    """Publish the episodes ``ids`` (ascending positions) of a composed dataset ``source`` as
+    ``name``: a composed dataset of the same parents (a view of one could not read its
+    columns, which are its parents')."""
+    parts, parents, index, first = [], [], [], 0
+    ids = np.asarray(ids, np.int64)
+    for part in parts_of(source.manifest):
+        parent = open_dataset(part.parent, cache)
+        chosen = part.chosen(parent.num_episodes)
+        mine = ids[(ids >= first) & (ids < first + len(chosen))] - first
+        first += len(chosen)
+        if not len(mine):
+            continue
+        taken = Part(
+            part.parent, part.parent_digest, tuple(chosen[mine].tolist()), part.trim_start, part.trim_end
+        )
+        parts.append(taken)
+        parents.append(parent)
+        index.append(taken.index(parent.episode_index))
+    # as a view's source says it ('rlds view' and 'rlds split' report these): of what, which
+    note: dict[str, Any] = {"parent": source.name, "episodes": [int(ids[0]), int(ids[-1]) + 1]}
+    note.update({"selection": how} if how else {})
+    lineage_of = [source]  # the lineage names what it was made of: the composed dataset
+    return _publish(
+        parents, parts, _concat_index(index), name, "select", note, cache, replace, lock_timeout, lineage_of
+    )
+
+
+def trim_dataset(
+    parent: str,
+    name: str,
+    *,
+    start: int = 0,
+    end: int = 0,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+    lock_timeout: float = 60.0,
+) -> Manifest:
+    """Publish ``parent`` with ``start`` steps cut at the start and ``end`` at the end of each
+    episode as ``name`` (nothing is copied). An episode cut at its end reads ``next/truncated``
+    true at its new last step; an episode of ``start + end`` steps or fewer is left out (the
+    manifest's ``source.dropped_short`` counts them).
+
+    Raises:
+        InvalidSelectionError: ``start`` or ``end`` negative, both zero, or no episode longer.
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    validate_name(name)
+    if start < 0 or end < 0 or start + end == 0:
+        raise InvalidSelectionError(
+            f"a trim cuts steps at the start and/or end of each episode, got --start {start} --end {end}",
+            hint="pass --start K and/or --end K with K >= 1",
+        )
+    source = open_dataset(parent, cache)
+    _refuse_growing(source)
+    lengths = source.episode_index["length"].astype(np.int64)
+    keep = np.flatnonzero(lengths > start + end)
+    if not len(keep):
+        raise InvalidSelectionError(
+            f"no episode of dataset {parent!r} is longer than {start + end} steps (its longest has "
+            f"{int(lengths.max())}): the trim would leave none",
+            hint="cut fewer steps",
+        )
+    ids = None if len(keep) == len(lengths) else tuple(keep.tolist())
+    part = Part(parent, source.manifest.digest(), ids, start, end)
+    index = _concat_index([part.index(source.episode_index)])
+    note = {"trim": [start, end], "dropped_short": int(len(lengths) - len(keep))}
+    return _publish([source], [part], index, name, "trim", note, cache, replace, lock_timeout)
+
+
+def schema_difference(a: Dataset, b: Dataset) -> str | None:
+    """What tells the stored schemas of ``a`` and ``b`` apart, in words naming the key (``None``:
+    the same keys, each with the same shape, dtype, storage and codec)."""
+    fa, fb = a.manifest.fields, b.manifest.fields
+    for key in sorted(set(fa) ^ set(fb)):
+        has, lacks = (a, b) if key in fa else (b, a)
+        return f"key {key!r} is in {has.name!r} but not in {lacks.name!r}"
+    for key in sorted(fa):
+        sa, sb = fa[key], fb[key]
+        for what in ("dtype", "shape", "storage", "codec", "channels_first"):
+            va, vb = getattr(sa, what), getattr(sb, what)
+            if va != vb:
+                return f"key {key!r} has {what} {_show(va)} in {a.name!r} and {_show(vb)} in {b.name!r}"
+    return None
+
+
+def verify_parent(ds: Dataset) -> None:
+    """Check a parent's files and content digests before anything is made of it.
+
+    Raises:
+        CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
+    """
+    problems = ds.check_files()
+    if problems:
+        raise CorruptDatasetError(
+            f"dataset {ds.name!r} is damaged: {problems[0]}", hint="rlds inspect --check"
+        )
+    report = digest.check_digests(ds)
+    if report.problems:
+        bad = report.problems[0]
+        raise CorruptDatasetError(
+            f"dataset {ds.name!r} is damaged: {bad.key!r} ({bad.path}): {bad.message}",
+            hint=f"'rlds inspect {ds.name} --check' lists every damaged key",
+        )
+
+
+def _show(value: Any) -> str:
+    return str(tuple(value)) if isinstance(value, tuple) else str(value)
+
+
+def _refuse_growing(ds: Dataset) -> None:
+    """A composed dataset pins its parents' versions; a growing dataset has a new one at every
+    commit."""
+    if ds.manifest.layout == SEGMENTED_LAYOUT:
+        raise InvalidSelectionError(
+            f"dataset {ds.name!r} is a growing dataset (written by DatasetWriter): a merge or trim "
+            "cannot pin its episodes, which change at every commit",
+            hint=fixed_copy_hint(ds.name),
+        )
+
+
+def _concat_index(parts: list[np.ndarray]) -> np.ndarray:
+    """The episode indexes ``parts`` end to end, starts counted anew from 0."""
+    index = np.concatenate(parts) if parts else np.zeros(0, EPISODE_DTYPE)
+    index["start"] = np.cumsum(index["length"]) - index["length"]
+    return index
+
+
+def _publish(
+    parents: list[Dataset],
+    parts: list[Part],
+    index: np.ndarray,
+    name: str,
+    op: str,
+    note: dict[str, Any],
+    cache: CacheRoot,
+    replace: bool,
+    lock_timeout: float,
+    lineage_of: list[Dataset] | None = None,
+) -> Manifest:
+    """Write the composed dataset's index and manifest and publish them."""
+    fields: dict[str, FieldSpec] = dict(parents[0].manifest.fields)
+    makers = lineage_of or _unique(parents)  # what it was made of: their cards make its card
+    envs = [ds.manifest.env for ds in parents]
+    manifest = Manifest(
+        name=name,
+        backend=parents[0].manifest.backend,
+        num_steps=int(index["length"].sum()),
+        num_episodes=len(index),
+        fields=fields,
+        source={"format": COMPOSED_LAYOUT, "op": op, **note, "parts": [p.to_dict() for p in parts]},
+        lineage=[
+            {
+                "name": ds.name,
+                "digest": ds.manifest.digest(),
+                "created_at": ds.manifest.created_at,
+                "op": op,
+                "rlds_version": __version__,
+            }
+            for ds in makers
+        ],
+        layout=COMPOSED_LAYOUT,
+        # its own data is its episode index; its columns are the parents', whose digests their
+        # manifests (pinned by each part's parent_digest) hold
+        content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
+        # the same environment for every part, or none known
+        env=envs[0] if all(e == envs[0] for e in envs) else {},
+        card=combine_cards([dataset_card(ds) for ds in makers], [ds.name for ds in makers]),
+    )
+    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
+        txn.check_free()
+        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
+        txn.commit(manifest)
+    return manifest
+
+
+def _unique(parents: list[Dataset]) -> list[Dataset]:
+    seen: dict[str, Dataset] = {}
+    for ds in parents:
+        seen.setdefault(ds.name, ds)
+    return list(seen.values())

@@ -1,0 +1,245 @@
+"""Composed datasets, the read side: a dataset made of episodes of other cached datasets (its
+parts), end to end, with nothing copied. ``rlds merge`` makes one of several whole datasets,
+``rlds trim`` one of a dataset's episodes with steps cut at both ends, and ``rlds drop`` of a
+merged dataset one of the episodes kept (see :mod:`rlds_cli.cache.compose`, which makes them).
+
+A composed dataset's directory holds only ``manifest.json`` (``layout: "composed"``; its
+``source.parts`` name each parent, pin its manifest digest, and say which of its episodes are
+taken and how many steps are cut at each end) and its own ``episodes.npy``. Each column is the
+parents' rows of those episodes, in order (:class:`~rlds_cli.cache.growing_columns.ConcatColumn`
+over each parent's own column: a whole parent is read as it is, a selection or a trim through
+a :class:`~rlds_cli.cache.views.GatheredColumn`), so the flat layout holds unchanged and every
+reader works on it. A parent may be any dataset but a growing one (a view, another composed
+dataset): it is opened as its own kind. An episode cut at its end is cut short: its new last
+step reads ``next/truncated`` true (the TED rule that ``done`` closes every episode), and its
+final observation is the observation of the first step cut, a real one.
+
+It opens only while every parent is the version it pins (else :class:`CorruptDatasetError`
+names the parent), and ``rlds rm`` refuses to remove a parent (its lineage names them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.growing_columns import ConcatColumn
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT, entry_name
+from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
+from rlds_cli.cache.views import GatheredColumn
+from rlds_cli.errors import CorruptDatasetError
+
+#: The manifest's ``layout`` of a composed dataset.
+COMPOSED_LAYOUT = "composed"
+#: The flag an episode cut at its end reads true at its new last step.
+TRUNCATED_KEY = "next/truncated"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One parent's share of a composed dataset: its episodes ``episode_ids`` (ascending; ``None``:
+    all), each with ``trim_start`` steps cut at its start and ``trim_end`` at its end."""
+
+    parent: str
+    parent_digest: str
+    episode_ids: tuple[int, ...] | None = None
+    trim_start: int = 0
+    trim_end: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"parent": self.parent, "parent_digest": self.parent_digest}
+        if self.episode_ids is not None:
+            out["episode_ids"] = list(self.episode_ids)
+        if self.trim_start or self.trim_end:
+            out["trim"] = [self.trim_start, self.trim_end]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Part:
+        ids = data.get("episode_ids")
+        trim = data.get("trim", [0, 0])
+        return cls(
+            str(data["parent"]),
+            str(data["parent_digest"]),
+            None if ids is None else tuple(int(i) for i in ids),
+            int(trim[0]),
+            int(trim[1]),
+        )
+
+    @property
+    def whole(self) -> bool:
+        """Every episode of the parent, every step: the parent's columns are read as they are."""
+        return self.episode_ids is None and not self.trim_start and not self.trim_end
+
+    def chosen(self, num_episodes: int) -> np.ndarray:
+        """The parent's positions of this part's episodes."""
+        if self.episode_ids is None:
+            return np.arange(num_episodes, dtype=np.int64)
+        return np.asarray(self.episode_ids, np.int64)
+
+    def index(self, parent_index: np.ndarray) -> np.ndarray:
+        """The episode index rows of this part (``start`` still the parent's, cut)."""
+        rows = np.asarray(parent_index[self.chosen(len(parent_index))]).copy()
+        rows["start"] += self.trim_start
+        rows["length"] -= self.trim_start + self.trim_end
+        if self.trim_end:  # the final observation is the first cut step's: a real one
+            rows["final_known"] = True
+        return rows
+
+    def rows(self, storage: str, parent_index: np.ndarray) -> np.ndarray:
+        """The parent rows of a column with this storage kind (``flat``: each episode's steps and
+        its final observation, the row after them)."""
+        ids = self.chosen(len(parent_index))
+        starts = parent_index["start"][ids].astype(np.int64) + self.trim_start
+        lengths = parent_index["length"][ids].astype(np.int64) - self.trim_start - self.trim_end
+        if storage == "flat":  # step t of episode e sits in flat row t + e
+            starts, lengths = starts + ids, lengths + 1
+        before = np.cumsum(lengths) - lengths
+        return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def parts_of(manifest: Manifest) -> list[Part]:
+    """The parts a composed dataset's manifest names, in order."""
+    try:
+        return [Part.from_dict(p) for p in manifest.source["parts"]]
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptDatasetError(
+            f"manifest of dataset {manifest.name!r} is malformed: bad 'source.parts' ({exc})"
+        ) from exc
+
+
+def open_directory(directory: Path, manifest: Manifest | None = None) -> Dataset:
+    """The dataset in a published ``directory``, opened as its own kind (a composed one as a
+    :class:`ComposedDataset`); a growing dataset is refused (a part pins one version)."""
+    manifest = manifest if manifest is not None else read_manifest(directory)
+    if manifest.layout == COMPOSED_LAYOUT:
+        return ComposedDataset(directory, manifest)
+    if manifest.layout == SEGMENTED_LAYOUT:
+        raise CorruptDatasetError(f"dataset {manifest.name!r} at {directory} is growing: it cannot be a part")
+    return Dataset(directory, manifest)
+
+
+class ComposedDataset(Dataset):
+    """A read-only composed dataset (see the module's text): a :class:`Dataset` whose columns
+    are its parents' rows.
+
+    Raises:
+        CorruptDatasetError: A parent is gone, or was replaced since the dataset was made.
+    """
+
+    #: What ``inspect --check`` calls the datasets :meth:`segment_datasets` returns.
+    part_noun = "parent"
+
+    def __init__(self, directory: Any, manifest: Manifest | None = None) -> None:
+        super().__init__(directory, manifest)
+        self.parts = parts_of(self.manifest)
+        self._parents: list[Dataset] = [self._open_parent(part) for part in self.parts]
+        self._rows: dict[tuple[int, str], np.ndarray] = {}
+        self._cut_ends: np.ndarray | None = None
+
+    def _open_parent(self, part: Part) -> Dataset:
+        directory = self.directory.parent / entry_name(part.parent)
+        try:
+            manifest = read_manifest(directory)
+        except FileNotFoundError:
+            raise CorruptDatasetError(
+                f"dataset {self.name!r}: its parent dataset {part.parent!r} is gone",
+                hint=f"remove it ('rlds rm {self.name} --yes')",
+            ) from None
+        if manifest.digest() != part.parent_digest:
+            raise CorruptDatasetError(
+                f"dataset {self.name!r}: its parent {part.parent!r} was replaced since it was made",
+                hint=f"make it again (the same command with --force), or remove it "
+                f"('rlds rm {self.name} --yes')",
+            )
+        return open_directory(directory, manifest)
+
+    def segment_datasets(self) -> list[Dataset]:
+        """The parent datasets, each once: what ``inspect --check`` hashes (their digests) and
+        whose files hold this dataset's bytes."""
+        seen: dict[str, Dataset] = {}
+        for part, ds in zip(self.parts, self._parents, strict=True):
+            seen.setdefault(part.parent, ds)
+        return list(seen.values())
+
+    def check_files(self) -> list[str]:
+        """Every parent's files at full size (see :meth:`Dataset.check_files`)."""
+        problems = [f"parent {ds.name!r}: {p}" for ds in self.segment_datasets() for p in ds.check_files()]
+        self._check_not_replaced()
+        return problems
+
+    def _part_rows(self, p: int, storage: str) -> np.ndarray:
+        rows = self._rows.get((p, storage))
+        if rows is None:
+            rows = self._rows[(p, storage)] = self.parts[p].rows(storage, self._parents[p].episode_index)
+        return rows
+
+    def _open_column(self, key: str, spec: FieldSpec) -> Any:
+        pieces: list[tuple[Any, int, int]] = []
+        for p, (part, parent) in enumerate(zip(self.parts, self._parents, strict=True)):
+            if key not in parent.manifest.fields:
+                raise CorruptDatasetError(
+                    f"dataset {self.name!r}: its parent {part.parent!r} stores no {key!r}"
+                )
+            if part.whole:
+                rows = parent.num_steps + (parent.num_episodes if spec.storage == "flat" else 0)
+                pieces.append((lambda parent=parent: parent.column(key), 0, rows))
+            else:
+                rows_of = self._part_rows(p, spec.storage)
+                pieces.append(
+                    (
+                        lambda parent=parent, rows_of=rows_of: GatheredColumn(parent.column(key), rows_of),
+                        0,
+                        len(rows_of),
+                    )
+                )
+        column: Any = ConcatColumn(pieces, spec.shape, spec.dtype)
+        if len(pieces) == 1 and self.parts[0].whole:
+            column = pieces[0][0]()
+        if key == TRUNCATED_KEY and any(part.trim_end for part in self.parts):
+            column = CutEnds(column, self._cut_mask())
+        return column
+
+    def _cut_mask(self) -> np.ndarray:
+        """True at the last step of each episode cut at its end."""
+        if self._cut_ends is None:
+            mask = np.zeros(self.num_steps, bool)
+            lengths = self.episode_index["length"].astype(np.int64)
+            last = self.episode_index["start"].astype(np.int64) + lengths - 1
+            first_episode = 0
+            for part, parent in zip(self.parts, self._parents, strict=True):
+                count = len(part.chosen(parent.num_episodes))
+                if part.trim_end:
+                    mask[last[first_episode : first_episode + count]] = True
+                first_episode += count
+            self._cut_ends = mask
+        return self._cut_ends
+
+
+class CutEnds:
+    """A boolean step column read with ``True`` at the rows of ``mask`` (the new last steps of
+    episodes cut at their end), indexed like a numpy array along the first axis."""
+
+    def __init__(self, column: Any, mask: np.ndarray) -> None:
+        self._column = column
+        self._mask = mask
+        self.shape = tuple(column.shape)
+        self.dtype = np.dtype(column.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        values = np.array(self._column[index], copy=True)
+        cut = self._mask[index]
+        if values.ndim > np.ndim(cut):  # a [N, 1] column
+            cut = cut.reshape(*np.shape(cut), *([1] * (values.ndim - np.ndim(cut))))
+        return values | cut
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self[slice(None)]
+        return data.astype(dtype) if dtype is not None else data

@@ -1,0 +1,141 @@
+"""``rlds merge``, ``drop``, ``trim`` and ``downsample`` end to end through the CLI: the results
+list, inspect, ``--check``, verify, sample and export like any dataset; refusals are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner, Result
+
+from rlds_cli.cli.app import app
+from tests.formats_fixtures import refused
+from tests.loader_fixtures import make_ted
+
+runner = CliRunner()
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(250, 250)]
+
+
+def invoke(*args: str) -> Result:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def ok(*args: str) -> Result:
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def ok_json(*args: str) -> Any:
+    return json.loads(ok(*args, "--json").stdout)
+
+
+@pytest.fixture
+def ab() -> None:
+    home = Path(os.environ["RLDS_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    make_ted(home, "a", [3, 4, 5])
+    make_ted(home, "b", [2, 6])
+
+
+@pytest.mark.usefixtures("ab")
+def test_merge_drop_trim_downsample_from_the_cli(tmp_path: Path) -> None:
+    from rlds_cli import Loader, open_dataset
+
+    assert ok_json("merge", "a", "b", "--name", "c") == {
+        "name": "c",
+        "parents": ["a", "b"],
+        "layout": "composed",
+        "num_steps": 20,
+        "num_episodes": 5,
+    }
+    assert (
+        "c: merged from a, b (5 episodes, 20 steps), sharing its parents' arrays"
+        in ok("merge", "a", "b", "-n", "c", "--force", "--no-verify").stdout
+    )
+    assert ok_json("drop", "c", "--episodes", "0,3-4", "--name", "cd")["num_episodes"] == 2
+    trimmed = ok_json("trim", "c", "--start", "1", "--end", "1", "--name", "ct")
+    assert (trimmed["num_episodes"], trimmed["num_steps"]) == (4, 10)  # the 2-step episode is left out
+    assert ok_json("downsample", "ct", "--every", "2", "--name", "cts")["num_steps"] == 6
+    # a split or view of a merged dataset is a composed selection, reported as views are
+    split = ok_json("split", "c", "--val", "0.4", "--name", "cs")
+    assert [s["num_episodes"] for s in split] == [3, 2] and split[0]["parent"] == "c"
+    assert "episodes 1:3 of c" in ok("view", "c", "--episodes", "1:3", "--name", "cv").stdout
+    listing = ok("list").stdout
+    assert "merge of a, b" in listing and "trim of c" in listing and "one step in 2 of ct" in listing
+    for name in ("c", "cd", "ct", "cts"):
+        assert "check passed" in ok("inspect", name, "--check").stdout
+        assert "verified" in ok("verify", name).stdout
+    shown = ok("inspect", "c").stdout
+    assert "derived from a" in shown and "by merge" in shown and "the arrays: its parents'" in shown
+    batch = next(iter(Loader("ct", batch_size=4, seed=0)))
+    assert tuple(batch["observation"].shape) == (4, 3)
+    ok("export", "ct", tmp_path / "ct.hdf5", "--to", "d4rl")
+    ok("download", tmp_path / "ct.hdf5", "--name", "ct-copy")
+    np.testing.assert_array_equal(
+        open_dataset("ct-copy")[:]["next/reward"], open_dataset("ct")[:]["next/reward"]
+    )
+    refused(
+        invoke("rm", "a", "--yes"),
+        "'a' is the parent of c",
+        published=("a", "b", "c", "cd", "ct", "cts", "ct-copy", "cs-train", "cs-val", "cv"),
+    )
+
+
+@pytest.mark.usefixtures("ab")
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("merge", "a", "--name", "x"), ("needs two datasets or more",)),
+        (("merge", "a", "a", "--name", "x"), ("'a' is named twice",)),
+        (("merge", "a", "nope", "--name", "x"), ("nope",)),
+        (("drop", "a", "--episodes", "0-2", "--name", "x"), ("would leave dataset 'a' with none",)),
+        (("drop", "a", "--episodes", "1,7", "--name", "x"), ("episode 7 in '1,7' is outside",)),
+        (
+            ("drop", "a", "--episodes", "1,b", "--name", "x"),
+            ("'b' in --episodes '1,b' is no episode position or range",),
+        ),
+        (("trim", "a", "--name", "x"), ("--start 0 --end 0",)),
+        (
+            ("trim", "a", "--start", "3", "--end", "3", "--name", "x"),
+            ("no episode of dataset 'a' is longer than 6",),
+        ),
+        (("downsample", "a", "--every", "1", "--name", "x"), ("--every must be 2 or more",)),
+    ],
+)
+def test_refusals_are_one_line_and_publish_nothing(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    refused(invoke(*args), *needles, hint=True, published=("a", "b"))
+
+
+@pytest.mark.usefixtures("ab")
+def test_a_schema_difference_is_named() -> None:
+    home = Path(os.environ["RLDS_HOME"])
+    ok("downsample", "a", "--every", "2", "--name", "a2")
+    assert "observation" in ok_json("inspect", "a2")["fields"]
+    # another schema: a dataset whose reward key is float64
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache.ted import StepBlock
+
+    block = StepBlock(
+        steps={
+            "action": np.zeros((2, 2), np.float32),
+            "next/reward": np.zeros(2, np.float64),
+            "next/terminated": np.array([False, True]),
+            "next/truncated": np.zeros(2, bool),
+        },
+        observations={"observation": np.zeros((3, 3), np.float32)},
+        ends=np.array([1]),
+    )
+    with DatasetBuilder("f64", root=home) as builder:
+        builder.append(block)
+        builder.commit()
+    refused(
+        invoke("merge", "a", "f64", "--name", "x"),
+        "cannot merge 'a' and 'f64': key 'next/reward' has dtype float32 in 'a' and float64 in 'f64'",
+        hint=True,
+        published=("a", "b", "a2", "f64"),
+    )
