@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.dataset import Dataset, pinned_parent
 from rlds_cli.cache.growing_columns import ConcatColumn
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT, entry_name
+from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.views import GatheredColumn
 from rlds_cli.errors import CorruptDatasetError
@@ -142,20 +142,15 @@ class ComposedDataset(Dataset):
         self._cut_ends: np.ndarray | None = None
 
     def _open_parent(self, part: Part) -> Dataset:
-        directory = self.directory.parent / entry_name(part.parent)
-        try:
-            manifest = read_manifest(directory)
-        except FileNotFoundError:
-            raise CorruptDatasetError(
-                f"dataset {self.name!r}: its parent dataset {part.parent!r} is gone",
-                hint=f"remove it ('rlds rm {self.name} --yes')",
-            ) from None
-        if manifest.digest() != part.parent_digest:
-            raise CorruptDatasetError(
-                f"dataset {self.name!r}: its parent {part.parent!r} was replaced since it was made",
-                hint=f"make it again (the same command with --force), or remove it "
-                f"('rlds rm {self.name} --yes')",
-            )
+        directory, manifest = pinned_parent(
+            self.directory.parent,
+            f"dataset {self.name!r}",
+            part.parent,
+            part.parent_digest,
+            remove_hint=f"remove it ('rlds rm {self.name} --yes')",
+            remake_hint="make it again (the same command with --force), or remove it "
+            f"('rlds rm {self.name} --yes')",
+        )
         return open_directory(directory, manifest)
 
     def segment_datasets(self) -> list[Dataset]:

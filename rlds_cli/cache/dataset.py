@@ -26,7 +26,7 @@ from rlds_cli.cache.backends.frames import check_frames, open_frames
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
-from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
+from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT, entry_name
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
@@ -222,7 +222,7 @@ class Dataset:
         episodes (int64, in the view's order); ``None`` for any other dataset.
 
         Raises:
-            CorruptDatasetError: The parent is gone, or was replaced since the view was made.
+            CorruptDatasetError: The parent is gone, or was replaced (:func:`pinned_parent`).
         """
         if self.manifest.layout != VIEW_LAYOUT:
             return None
@@ -345,20 +345,14 @@ class Dataset:
     def _parent_manifest(self, view: ViewSpec) -> tuple[Path, Manifest]:
         """The directory and manifest of this view's parent, checked to be the version the view
         pins."""
-        parent_dir = self.directory.parent / view.parent.replace("/", "--")
-        try:
-            parent = read_manifest(parent_dir)
-        except FileNotFoundError:
-            raise CorruptDatasetError(
-                f"view {self.name!r}: its parent dataset {view.parent!r} is gone",
-                hint=f"remove the view ('rlds rm {self.name} --yes')",
-            ) from None
-        if parent.digest() != view.parent_digest:
-            raise CorruptDatasetError(
-                f"view {self.name!r}: its parent {view.parent!r} was replaced since the view was made",
-                hint="create the view again ('rlds view' / 'rlds split' with --force)",
-            )
-        return parent_dir, parent
+        return pinned_parent(
+            self.directory.parent,
+            f"view {self.name!r}",
+            view.parent,
+            view.parent_digest,
+            remove_hint=f"remove the view ('rlds rm {self.name} --yes')",
+            remake_hint="create the view again ('rlds view' / 'rlds split' with --force)",
+        )
 
     def _expected_rows(self, spec: FieldSpec) -> int:
         return self.num_steps + (self.num_episodes if spec.storage == "flat" else 0)
@@ -429,3 +423,27 @@ class Dataset:
         if self._backend.stable_once_open:
             self._check_not_replaced()
         return out
+
+
+def pinned_parent(
+    cache_dir: Path, child: str, parent: str, digest: str, *, remove_hint: str, remake_hint: str
+) -> tuple[Path, Manifest]:
+    """The directory and manifest of dataset ``parent`` in ``cache_dir``, checked to be the
+    version whose manifest digest a derived dataset (``child``, in words: ``"view 'v'"``) pins.
+
+    Raises:
+        CorruptDatasetError: The parent is gone (``remove_hint``), or was replaced since the
+            child was made (``remake_hint``).
+    """
+    parent_dir = cache_dir / entry_name(parent)
+    try:
+        manifest = read_manifest(parent_dir)
+    except FileNotFoundError:
+        raise CorruptDatasetError(
+            f"{child}: its parent dataset {parent!r} is gone", hint=remove_hint
+        ) from None
+    if manifest.digest() != digest:
+        raise CorruptDatasetError(
+            f"{child}: its parent {parent!r} was replaced since it was made", hint=remake_hint
+        )
+    return parent_dir, manifest

@@ -173,7 +173,7 @@ def test_parent_is_protected_and_changes_are_detected(parent: Dataset, tmp_path:
         remove_dataset(CacheRoot(), "ten")
     # a forced rebuild of the parent (different content) invalidates the view
     convert(_ten_episodes(tmp_path / "again.hdf5"), "ten", force=True, options={"block_rows": 7})
-    with pytest.raises(CorruptDatasetError, match="was replaced since the view was made"):
+    with pytest.raises(CorruptDatasetError, match="was replaced since it was made"):
         open_dataset("v")[:]
     remove_dataset(CacheRoot(), "ten", force=True)
     with pytest.raises(CorruptDatasetError, match="parent dataset 'ten' is gone"):
