@@ -327,3 +327,46 @@ def test_tfds_loads_the_export_as_rlds_reads_it(oxe: Dataset, tmp_path: Path) ->
                 tf[f"{e}/steps/is_terminal"], last & bool(ep["next/terminated"][-1, 0])
             )
             assert tf[f"{e}/meta/last_step_is_observation"].tolist() == [known]
+
+
+def test_a_lerobot_dataset_gets_its_task_texts(isolated_cache: Path, tmp_path: Path) -> None:
+    """LeRobot -> RLDS (what OpenVLA and Octo fine-tune on): each step's task text becomes
+    ``language_instruction``, beside ``task_index``; the camera is a PNG image; read back, every
+    key equals."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    from tests.cli_fixtures import download
+    from tests.lerobot_fixtures import writable_v3
+
+    assert download(writable_v3(tmp_path), "tiny").exit_code == 0
+    ds = open_dataset("tiny")
+    out = export_dataset(ds, tmp_path / "out", "rlds")
+    features = json.loads((out / "features.json").read_text())
+    steps = features["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
+    assert steps["language_instruction"]["text"] == {} and "task_index" in steps
+    assert steps["observation"]["featuresDict"]["features"]["image"]["image"]["encodingFormat"] == "png"
+    back = convert(out, "back").manifest
+    assert back.source["metadata"]["rlds"]["text"] == {"info/language_instruction_index": ["push the T"]}
+    same(ds, open_dataset("back"))
+
+
+def test_missing_crc32c_says_what_to_install(
+    oxe: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli.errors import MissingExtraError
+    from rlds_cli.export import rlds_tfrecord
+
+    monkeypatch.setattr(rlds_tfrecord, "have_crc32c", lambda: False)
+    with pytest.raises(MissingExtraError, match="crc32c") as info:
+        export_dataset(oxe, tmp_path / "out", "rlds")
+    assert "rlds-cli[rlds]" in str(info.value.hint)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_text_index_outside_its_table_is_refused(oxe: Dataset, tmp_path: Path) -> None:
+    """A manifest whose string table is shorter than the indices (damage): one line, nothing written."""
+    meta = oxe.manifest.source["metadata"]["rlds"]
+    meta["text"]["info/language_instruction_index"] = meta["text"]["info/language_instruction_index"][:1]
+    with pytest.raises(ExportError, match="'info/language_instruction_index' holds a text index outside"):
+        export_dataset(oxe, tmp_path / "out", "rlds")
+    assert list(tmp_path.glob("out*")) == []
