@@ -18,6 +18,15 @@ FEATURES_FILE = "features.json"
 INFO_FILE = "dataset_info.json"
 #: A shard's name: the dataset's name, its split, and (when sharded) its index and count.
 SHARD_NAME = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecord(?:-(?P<index>\d+)-of-(?P<count>\d+))?$")
+#: How ``dataset_info.json`` names a split's shards (TFDS's ``filepathTemplate``), which
+#: :func:`shard_name` follows.
+FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+
+
+def shard_name(name: str, split: str, index: int, count: int) -> str:
+    """The file name of shard ``index`` of ``count`` of a split, as TFDS writes it
+    (``<name>-<split>.tfrecord-00000-of-00004``); :data:`SHARD_NAME` reads it back."""
+    return f"{name}-{split}.tfrecord-{index:05d}-of-{count:05d}"
 
 
 def is_shard_name(name: str) -> bool:

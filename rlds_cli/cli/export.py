@@ -19,23 +19,45 @@ def export(
     out: Annotated[
         str,
         typer.Argument(
-            help="File (d4rl, npz) or directory (torchrl, minari, lerobot, amago) to create, or (lerobot) "
-            "a Hub dataset repo folder hf://datasets/ORG/REPO[/PATH][@BRANCH], committed in one commit."
+            help="File (d4rl, npz) or directory (torchrl, minari, lerobot, amago, rlds) to create, or "
+            "(lerobot) a Hub dataset repo folder hf://datasets/ORG/REPO[/PATH][@BRANCH], committed in one "
+            "commit."
         ),
     ],
     to: Annotated[
         str,
         typer.Option(
-            "--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot, amago or robomimic."
+            "--to", "-t", help="Target format: torchrl, d4rl, npz, minari, lerobot, amago, robomimic or rlds."
         ),
     ] = "torchrl",
+    lerobot_version: Annotated[
+        str | None,
+        typer.Option(
+            "--lerobot-version",
+            help="LeRobot layout written by --to lerobot: 3.0 (default; lerobot 0.4) or 2.1 (per-episode "
+            "files, as GR00T and openpi read).",
+        ),
+    ] = None,
+    image_codec: Annotated[
+        str | None,
+        typer.Option(
+            "--image-codec",
+            help="--to rlds: how uint8 HxWxC observations not stored as JPEG/PNG are written: png "
+            "(default, lossless), jpeg or none (raw tensors).",
+        ),
+    ] = None,
     force: Annotated[bool, force_option("Replace OUT if it exists (on the Hub: another export).")] = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
-    """Export a dataset to TorchRL (tensordict memmap), D4RL HDF5, npz, Minari, LeRobot or AMAGO.
+    """Export a dataset to TorchRL (tensordict memmap), D4RL HDF5, npz, Minari, LeRobot, AMAGO,
+    robomimic HDF5 or RLDS.
+
+    RLDS (--to rlds): TFRecord shards with features.json and dataset_info.json, what
+    tfds.builder_from_directory loads (Octo, OpenVLA), written without TensorFlow. LeRobot
+    (--to lerobot): v3.0, or v2.1 with --lerobot-version 2.1.
 
     To a Hugging Face Hub dataset repo (--to lerobot, OUT hf://datasets/ORG/REPO[/PATH], the repo
     made first): the export is written in the cache's tmp/ folder, then its files are one commit,
@@ -46,13 +68,26 @@ def export(
     """
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.errors import ExportError
     from rlds_cli.export import export_dataset
 
+    options: dict[str, Any] = {}
+    for flag, value, fmt, option in (
+        ("--lerobot-version", lerobot_version, "lerobot", "version"),
+        ("--image-codec", image_codec, "rlds", "image_codec"),
+    ):
+        if value is None:
+            continue
+        if to != fmt:
+            raise ExportError(f"{flag} is an option of --to {fmt}, not of --to {to}")
+        options[option] = value
     dataset = open_dataset(resolve_name(name, root), root)
     if out.startswith("hf://"):
-        _export_to_hub(dataset, name, out, to, root=root, force=force, json=json, quiet=quiet)
+        _export_to_hub(
+            dataset, name, out, to, root=root, force=force, json=json, quiet=quiet, options=options
+        )
         return
-    path = export_dataset(dataset, Path(out), to, overwrite=force)
+    path = export_dataset(dataset, Path(out), to, overwrite=force, options=options)
     if json:
         output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})
     elif quiet:
@@ -66,12 +101,21 @@ def export(
 
 
 def _export_to_hub(
-    dataset: Any, name: str, url: str, to: str, *, root: Any, force: bool, json: bool, quiet: bool
+    dataset: Any,
+    name: str,
+    url: str,
+    to: str,
+    *,
+    root: Any,
+    force: bool,
+    json: bool,
+    quiet: bool,
+    options: dict[str, Any],
 ) -> None:
     """``rlds export NAME hf://...``: export, commit, then say what was sent."""
     from rlds_cli.export.hub import export_to_hub
 
-    result = export_to_hub(dataset, url, to, root=root, force=force)
+    result = export_to_hub(dataset, url, to, root=root, force=force, options=options)
     if json:
         output.print_json(result.to_dict())
     elif quiet:

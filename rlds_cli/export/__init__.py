@@ -1,21 +1,24 @@
 """Export a cached dataset to the formats other tools read, streaming in bounded chunks.
 
-| format    | what is written                                   | read back with                          |
-|-----------|---------------------------------------------------|-----------------------------------------|
-| `torchrl` | a tensordict memmap directory (TED, full)         | `TensorDict.load_memmap(path)`          |
-| `d4rl`    | one D4RL HDF5 file, with `next_observations`      | `rlds download FILE --format d4rl`, h5py |
-| `npz`     | the same arrays as `d4rl`, in one `.npz`          | `numpy.load(path)`                      |
-| `minari`  | a Minari HDF5 dataset directory                   | `minari.load_dataset` / `rlds download`  |
-| `lerobot` | a LeRobot v3.0 directory (parquet + AV1 mp4)      | `LeRobotDataset` / `rlds download`       |
-| `amago`   | an AMAGO trajectory folder (one `.npz` each)      | AMAGO's loader / `rlds download`         |
-| `robomimic` | one robomimic HDF5 file (`data/demo_N`, `mask/*`) | `SequenceDataset` / `rlds download`  |
+| format      | what is written                                    | read back with                          |
+|-------------|----------------------------------------------------|-----------------------------------------|
+| `torchrl`   | a tensordict memmap directory (TED, full)          | `TensorDict.load_memmap(path)`          |
+| `d4rl`      | one D4RL HDF5 file, with `next_observations`      | `rlds download FILE --format d4rl`, h5py |
+| `npz`       | the same arrays as `d4rl`, in one `.npz`           | `numpy.load(path)`                      |
+| `minari`    | a Minari HDF5 dataset directory                    | `minari.load_dataset` / `rlds download` |
+| `lerobot`   | a LeRobot v3.0 (or v2.1) directory (parquet + mp4) | `LeRobotDataset` / `rlds download`      |
+| `amago`     | an AMAGO trajectory folder (one `.npz` each)       | AMAGO's loader / `rlds download`        |
+| `robomimic` | one robomimic HDF5 file (`data/demo_N`, `mask/*`)  | `SequenceDataset` / `rlds download`     |
+| `rlds`      | an RLDS TFRecord folder (TFDS's layout)            | `tfds.builder_from_directory`           |
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rlds_cli._util.plugins import resolve
 from rlds_cli.cache.dataset import Dataset
@@ -29,6 +32,7 @@ EXPORTERS: dict[str, str] = {
     "lerobot": "rlds_cli.export.lerobot:export_lerobot",
     "amago": "rlds_cli.export.amago:export_amago",
     "robomimic": "rlds_cli.export.robomimic:export_robomimic",
+    "rlds": "rlds_cli.export.rlds_tfrecord:export_rlds",
 }
 
 
@@ -39,6 +43,7 @@ def export_dataset(
     *,
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``dataset`` to ``out`` in ``format`` (see the table above).
 
@@ -57,11 +62,18 @@ def export_dataset(
         overwrite: Replace ``out`` if it exists.
         progress: Called after each chunk with the number of steps it wrote (the calls add up to
             the dataset's steps); an exception it raises breaks the export off, leaving nothing.
+        options: The format's own options, by name (``rlds``: ``image_codec``, ``shard_bytes``;
+            ``lerobot``: ``version``, ``"3.0"`` or ``"2.1"``).
 
     Returns:
         The path written.
     """
     exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
+    kwargs = dict(options or {})
+    accepted = inspect.signature(exporter).parameters
+    for option in kwargs:
+        if option not in accepted or option in ("overwrite", "progress"):
+            raise ExportError(f"the {format} export takes no option {option!r}")
     from rlds_cli.cache.growing import GrowingDataset
 
     if isinstance(dataset, GrowingDataset):
@@ -70,9 +82,9 @@ def export_dataset(
         with snapshot_copy(dataset) as copy:
             view = GrowingDataset(copy)
             _refuse_empty(view)
-            return exporter(view, Path(out), overwrite=overwrite, progress=progress)
+            return exporter(view, Path(out), overwrite=overwrite, progress=progress, **kwargs)
     _refuse_empty(dataset)
-    return exporter(dataset, Path(out), overwrite=overwrite, progress=progress)
+    return exporter(dataset, Path(out), overwrite=overwrite, progress=progress, **kwargs)
 
 
 def _refuse_empty(dataset: Dataset) -> None:

@@ -72,6 +72,7 @@ def export_to_hub(
     root: str | os.PathLike[str] | CacheRoot | None = None,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> HubExportResult:
     """Export ``dataset`` as ``format`` and commit it to the Hub dataset repo folder ``url``.
 
@@ -84,6 +85,8 @@ def export_to_hub(
         force: Replace another export already at ``url`` (or delete files of another dataset
             in the folders the export owns).
         progress: As :func:`~rlds_cli.export.export_dataset`'s (steps written).
+        options: The format's options, as :func:`~rlds_cli.export.export_dataset` takes them
+            (``{"version": "2.1"}`` for a LeRobot v2.1 export).
 
     Raises:
         ExportError: ``format`` cannot be exported to the Hub.
@@ -106,7 +109,7 @@ def export_to_hub(
     # a build of its own in tmp/: removed afterwards, and by rlds gc if this process is killed
     with private_build(cache, f"{entry_name(dataset.name)}{HUB_EXPORT_MARK}{new_id()}") as tmp:
         tmp.mkdir()
-        out = export_dataset(dataset, tmp / "export", format, progress=progress)
+        out = export_dataset(dataset, tmp / "export", format, progress=progress, options=options)
         _write_card(dataset, out, url)
         counts = push_hub_folder(
             out,

@@ -315,3 +315,53 @@ def parse_features(doc: Any, where: Path) -> Features:
             f"{', '.join(names) or 'none'}); an RLDS dataset holds its steps there"
         )
     return features
+
+
+# --------------------------------------------------------------------------- writing
+
+#: The module of TFDS's feature classes, as ``pythonClassName`` names them.
+FEATURES_MODULE = "tensorflow_datasets.core.features"
+
+
+def _dims(shape: tuple[int, ...]) -> dict[str, Any]:
+    return {"dimensions": [str(d) for d in shape]} if shape else {}
+
+
+def tensor_node(
+    shape: tuple[int, ...], dtype: str, *, encoding: str = "none", doc: str = ""
+) -> dict[str, Any]:
+    """A ``Tensor`` (a ``Scalar`` for shape ``()``) as TFDS writes it in ``features.json``;
+    ``encoding`` ``"bytes"`` stores each element as its raw little-endian bytes (always a
+    ``Tensor``: TFDS's ``Scalar`` drops the encoding when it loads the JSON)."""
+    cls = "scalar.Scalar" if not shape and encoding == "none" else "tensor_feature.Tensor"
+    spec = {"shape": _dims(shape), "dtype": dtype, "encoding": encoding}
+    return {"pythonClassName": f"{FEATURES_MODULE}.{cls}", "tensor": spec, "description": doc}
+
+
+def image_node(
+    shape: tuple[int, int, int], codec: str, *, dtype: str = "uint8", doc: str = ""
+) -> dict[str, Any]:
+    """An ``Image`` of ``(height, width, channels)`` stored as ``codec`` (``png``/``jpeg``) files."""
+    spec = {"shape": _dims(shape), "dtype": dtype, "encodingFormat": codec}
+    return {"pythonClassName": f"{FEATURES_MODULE}.image_feature.Image", "image": spec, "description": doc}
+
+
+def text_node(doc: str = "") -> dict[str, Any]:
+    """A ``Text`` feature (one UTF-8 string per element)."""
+    return {"pythonClassName": f"{FEATURES_MODULE}.text_feature.Text", "text": {}, "description": doc}
+
+
+def dict_node(features: dict[str, Any]) -> dict[str, Any]:
+    """A ``FeaturesDict`` of the named nodes."""
+    return {
+        "pythonClassName": f"{FEATURES_MODULE}.features_dict.FeaturesDict",
+        "featuresDict": {"features": features},
+    }
+
+
+def steps_node(step: dict[str, Any]) -> dict[str, Any]:
+    """RLDS's ``steps``: a ``Dataset`` feature (a sequence of unknown length) of ``step``."""
+    return {
+        "pythonClassName": f"{FEATURES_MODULE}.dataset_feature.Dataset",
+        "sequence": {"feature": step, "length": "-1"},
+    }

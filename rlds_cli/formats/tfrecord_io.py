@@ -400,3 +400,79 @@ def bytes_spans(buf: memoryview, feature: RawFeature) -> list[tuple[int, int]]:
             raise WireError(f"a bytes list value has wire type {wire}")
         spans.append((a, b))
     return spans
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def frame_record(data: bytes) -> bytes:
+    """One TFRecord record holding ``data``: its length, the length's masked CRC, the data and
+    the data's masked CRC (the framing :func:`scan_records` checks)."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
+
+
+def encode_varints(values: np.ndarray) -> bytes:
+    """``values`` (integers) as protobuf varints, back to back: negative int64s as their 64-bit
+    two's complement (10 bytes), as protobuf writes an ``int64``."""
+    raw = np.ascontiguousarray(values).astype(np.int64, copy=False).view(np.uint64).reshape(-1)
+    if raw.size == 0:
+        return b""
+    if int(raw.max()) < 0x80:  # every value one byte (flags, small integers): the common case
+        return raw.astype(np.uint8).tobytes()
+    sizes = np.ones(raw.size, np.int64)
+    rest = raw >> np.uint64(7)
+    while rest.any():
+        sizes += rest > 0
+        rest >>= np.uint64(7)
+    ends = np.cumsum(sizes)
+    out = np.empty(int(ends[-1]), np.uint8)
+    starts = ends - sizes
+    for k in range(int(sizes.max())):
+        rows = np.flatnonzero(sizes > k)
+        group = (raw[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (sizes[rows] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[starts[rows] + k] = (group | more).astype(np.uint8)
+    return out.tobytes()
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def encode_feature(kind: str, values: Any) -> bytes:
+    """A serialized ``Feature`` message: ``kind`` :data:`BYTES_LIST` (``values``: a sequence of
+    bytes), :data:`FLOAT_LIST` (numbers, written as packed little-endian float32) or
+    :data:`INT64_LIST` (integers or bools, packed varints)."""
+    if kind == BYTES_LIST:
+        body = b"".join(_delimited(1, bytes(v)) for v in values)
+        number = 1
+    elif kind == FLOAT_LIST:
+        packed = np.ascontiguousarray(values, dtype="<f4").tobytes()
+        body, number = (_delimited(1, packed) if packed else b""), 2
+    elif kind == INT64_LIST:
+        packed = encode_varints(np.asarray(values).astype(np.int64))
+        body, number = (_delimited(1, packed) if packed else b""), 3
+    else:
+        raise ValueError(f"no list kind {kind!r}")
+    return _delimited(number, body)
+
+
+def encode_example(features: dict[str, bytes]) -> bytes:
+    """A serialized ``tf.train.Example`` of the named, already serialized ``Feature`` messages
+    (:func:`encode_feature`), in the order given."""
+    entries = b"".join(
+        _delimited(1, _delimited(1, name.encode("utf-8")) + _delimited(2, feature))
+        for name, feature in features.items()
+    )
+    return _delimited(1, entries)

@@ -40,6 +40,8 @@ class ExporterContract:
     renamed: ClassVar[dict[str, str]] = {}
     #: Keys the format cannot hold (compared: every other key of the dataset).
     dropped: ClassVar[frozenset[str]] = frozenset()
+    #: The format's options every export of the suite passes (``export_dataset(options=...)``).
+    options: ClassVar[dict[str, object]] = {}
 
     def out_path(self, tmp_path: Path) -> Path:
         """Where the export goes (a file or a folder, as the format wants)."""
@@ -54,7 +56,7 @@ class ExporterContract:
         return open_dataset("g")
 
     def test_what_it_writes_reads_back_as_the_dataset(self, dataset: Dataset, tmp_path: Path) -> None:
-        out = export_dataset(dataset, self.out_path(tmp_path), self.format)
+        out = export_dataset(dataset, self.out_path(tmp_path), self.format, options=self.options)
         convert(out, "back")
         back = open_dataset("back")
         assert back.episode_index["length"].tolist() == dataset.episode_index["length"].tolist()
@@ -70,9 +72,9 @@ class ExporterContract:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(b"keep me")
         with pytest.raises(ExportError, match="already exists"):
-            export_dataset(dataset, out, self.format)
+            export_dataset(dataset, out, self.format, options=self.options)
         assert out.read_bytes() == b"keep me"
-        export_dataset(dataset, out, self.format, overwrite=True)
+        export_dataset(dataset, out, self.format, overwrite=True, options=self.options)
         assert out.exists() and (out.is_dir() or out.read_bytes() != b"keep me")
 
     def test_an_export_broken_off_leaves_nothing(self, dataset: Dataset, tmp_path: Path) -> None:
@@ -84,11 +86,13 @@ class ExporterContract:
             raise Stop
 
         with pytest.raises(Stop):
-            export_dataset(dataset, out, self.format, progress=stop)
+            export_dataset(dataset, out, self.format, progress=stop, options=self.options)
         assert sorted(out.parent.rglob("*")) == before
 
     def test_progress_hears_of_every_step_once(self, dataset: Dataset, tmp_path: Path) -> None:
         calls: list[int] = []
-        export_dataset(dataset, self.out_path(tmp_path), self.format, progress=calls.append)
+        export_dataset(
+            dataset, self.out_path(tmp_path), self.format, progress=calls.append, options=self.options
+        )
         assert calls and all(n > 0 for n in calls)
         assert sum(calls) == dataset.num_steps

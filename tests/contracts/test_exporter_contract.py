@@ -58,6 +58,10 @@ class TestLeRobotExporter(ExporterContract):
         pytest.importorskip("pyarrow")
 
 
+class TestLeRobotV21Exporter(TestLeRobotExporter):
+    options: ClassVar[dict[str, object]] = {"version": "2.1"}
+
+
 class TestAmagoExporter(ExporterContract):
     format = "amago"
     dropped = frozenset({"info/qpos"})  # AMAGO's trajectory files hold no info keys
@@ -73,3 +77,11 @@ class TestRobomimicExporter(ExporterContract):
 
     def out_path(self, tmp_path: Path) -> Path:
         return tmp_path / "out" / "exported.hdf5"
+
+
+class TestRldsExporter(ExporterContract):
+    format = "rlds"
+
+    @pytest.fixture(autouse=True)
+    def _extras(self) -> None:
+        pytest.importorskip("crc32c")

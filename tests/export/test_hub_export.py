@@ -243,3 +243,19 @@ def test_files_of_something_else_where_the_export_goes_need_force(hub: HubStandi
     assert theirs in main_files(hub) and len(hub.commits()) == commits
     row = _export("demo", REPO_URL, "--force")
     assert row["replaced"] and theirs not in main_files(hub) and "README.md" in main_files(hub)
+
+
+def test_a_v21_export_goes_to_the_hub_and_round_trips(hub: HubStandin) -> None:  # noqa: F811
+    """``--lerobot-version 2.1`` to the Hub: lerobot 0.3's per-episode files in one commit, read
+    back through rlds's v2.1 reading."""
+    make_demo("demo", "zarr")
+    row = _export("demo", REPO_URL, "--lerobot-version", "2.1")
+    assert row["uploaded"] == row["files"]
+    files = main_files(hub)
+    info = json.loads(files["meta/info.json"])
+    assert info["codebase_version"] == "v2.1"
+    assert {"meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"} <= set(files)
+    assert "data/chunk-000/episode_000000.parquet" in files
+    result = runner.invoke(app, ["download", REPO_URL, "--name", "back", "-q"])
+    assert result.exit_code == 0, result.output
+    _round_trip("demo", "back")

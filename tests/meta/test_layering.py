@@ -46,8 +46,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "inspection": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
     # the read side's top: loader/opening.py opens any name (an alias, a URL read where it lies)
     "loader": BOTTOM | {"cache", "frames", "catalog", "remote"},
-    "export": BOTTOM
-    | {"cache", "frames", "recording", "remote"},  # export/hub.py commits an export to the Hub
+    # export/hub.py commits an export to the Hub; the RLDS and LeRobot exporters write with the
+    # readers' own rules (formats/tfrecord_io.py, formats/tfds_features.py, formats/lerobot/)
+    "export": BOTTOM | {"cache", "frames", "recording", "remote", "formats"},
     "preprocess": BOTTOM
     | {"cache", "frames", "remote", "loader"},  # loader/opening.py: inputs opened by any name
     "demo": BOTTOM,

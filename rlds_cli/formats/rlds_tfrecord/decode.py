@@ -43,6 +43,10 @@ MAX_FRAME_BYTES = 256 << 20
 #: The hint of every error that says a shard's bytes are damaged.
 REDOWNLOAD_HINT = "the shard is damaged: download it again"
 _FLAGS = ("is_first", "is_last", "is_terminal")
+#: The per-episode bool an RLDS export of rlds writes: whether the episode's last step holds the
+#: final observation only (else it is a transition whose next observation is unknown); the
+#: ``auto`` last-step rule follows it where it is declared.
+LAST_STEP_FEATURE = "episode_metadata/last_step_is_observation"
 _FIXED = ("next/reward", "next/terminated", "next/truncated", "next/done")
 
 

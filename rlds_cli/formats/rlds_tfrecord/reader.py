@@ -26,6 +26,7 @@ from rlds_cli.formats.packing import BlockPacker, Piece
 from rlds_cli.formats.parallel import default_workers, ordered_map
 from rlds_cli.formats.rlds_tfrecord import layout
 from rlds_cli.formats.rlds_tfrecord.decode import (
+    LAST_STEP_FEATURE,
     REDOWNLOAD_HINT,
     Decoded,
     PieceRef,
@@ -139,6 +140,9 @@ class RldsTFRecordReader(Reader):
         self._episode_values: dict[int, dict[str, Any]] = {}
         self._episode_arrays: dict[str, list[np.ndarray]] = {c.key: [] for c in self.episode_columns}
         self._shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+        said = [c.key for c in self.episode_columns if c.leaf.name == LAST_STEP_FEATURE and not c.text]
+        self._last_step_key = said[0] if said else None
+        self._last_step_said: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ metadata and plan
 
@@ -336,6 +340,8 @@ class RldsTFRecordReader(Reader):
         and the decoded bytes of one step; keeps its episode values."""
         steps, counts, values = check_record(buf, self.columns, self.episode_columns, self._where(shard, rec))
         self._episode_values[episode] = values
+        if self._last_step_key is not None:
+            self._last_step_said[episode] = bool(np.asarray(values[self._last_step_key]).reshape(-1)[0])
         return steps, self._step_bytes(counts, steps)
 
     def _scan_shard(
@@ -458,6 +464,9 @@ class RldsTFRecordReader(Reader):
         """Whether the last step is the final observation only (the last-step rule)."""
         if self.last_step != "auto":
             return self.last_step == "observation"
+        said = self._last_step_said.pop(decoded.ref.episode, None)
+        if said is not None:  # an export of rlds says it, episode by episode
+            return said
         keys = [*self.action_keys, "next/reward"]
         return all(not np.any(decoded.columns[k][-1] != 0) for k in keys if k in decoded.columns)
 

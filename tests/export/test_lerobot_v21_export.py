@@ -1,0 +1,151 @@
+"""``rlds export --to lerobot --lerobot-version 2.1``: the golden LeRobot fixture (written by
+lerobot 0.4.4) converted, written back in lerobot 0.3's v2.1 layout, compared with the v2.1 tree
+derived from the fixture (:func:`tests.lerobot_fixtures.v21_tree`) and converted again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache import open_dataset
+from rlds_cli.cli.app import app
+from rlds_cli.errors import ExportError
+from rlds_cli.export import export_dataset
+from rlds_cli.export.lerobot_v21 import camera_stats, sample_indices
+from rlds_cli.sources.convert import convert
+from tests.cli_fixtures import download
+from tests.lerobot_fixtures import FIXTURE, LENGTHS, v21_tree, writable_v3
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+av = pytest.importorskip("av")
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("consoles")
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _info(root: Path) -> dict[str, Any]:
+    return json.loads((root / "meta" / "info.json").read_text())
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def tiny(isolated_cache: Path, tmp_path: Path) -> Path:
+    """The golden v3.0 fixture converted as ``tiny``; returns its v2.1 rewrite's folder."""
+    assert download(writable_v3(tmp_path), "tiny").exit_code == 0
+    return v21_tree(FIXTURE, tmp_path / "v21")
+
+
+def test_export_writes_the_v21_layout_and_round_trips(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "tiny", str(out), "--to", "lerobot", "--lerobot-version", "2.1"])
+    assert result.exit_code == 0, result.output
+    assert _files(out) == sorted([*_files(tiny), "meta/episodes_stats.jsonl"])
+    info, want = _info(out), _info(tiny)
+    assert info["features"] == want["features"]
+    for key in ("codebase_version", "data_path", "video_path", "fps", "total_episodes", "total_frames"):
+        assert info[key] == want[key], key
+    assert (info["total_videos"], info["total_chunks"], info["chunks_size"]) == (3, 1, 1000)
+    assert _jsonl(out / "meta/episodes.jsonl") == _jsonl(tiny / "meta/episodes.jsonl")
+    assert _jsonl(out / "meta/tasks.jsonl") == _jsonl(tiny / "meta/tasks.jsonl")
+    for e in range(3):
+        rel = f"data/chunk-000/episode_{e:06d}.parquet"
+        ours, theirs = pq.read_table(out / rel), pq.read_table(tiny / rel)
+        assert ours.schema.equals(theirs.schema, check_metadata=False), rel
+        assert ours.to_pydict() == theirs.to_pydict(), rel
+        with av.open(str(out / f"videos/chunk-000/observation.image/episode_{e:06d}.mp4")) as container:
+            stream = container.streams.video[0]
+            packets = [p for p in container.demux(stream) if p.pts is not None]
+        assert len(packets) == LENGTHS[e] and packets[0].is_keyframe and packets[0].pts == 0
+    # back into the cache: the same keys, values and episodes; frames within AV1's loss
+    assert download(out, "back").exit_code == 0
+    a, b = open_dataset("tiny"), open_dataset("back")
+    assert b.manifest.source["metadata"]["lerobot"]["codebase_version"] == "v2.1"
+    assert sorted(a.manifest.fields) == sorted(b.manifest.fields)
+    assert a.episode_index.tolist() == b.episode_index.tolist()
+    for key in a.manifest.fields:
+        x, y = np.asarray(a.column(key)[:]), np.asarray(b.column(key)[:])
+        assert x.dtype == y.dtype and x.shape == y.shape, key
+        if key != "observation/image":
+            np.testing.assert_array_equal(x, y, err_msg=key)
+    x = np.asarray(a.column("observation/image")[:]).astype(np.float64)
+    y = np.asarray(b.column("observation/image")[:]).astype(np.float64)
+    assert 10 * np.log10(255**2 / np.mean((x - y) ** 2)) > 25
+
+
+def test_episode_stats_are_lerobot_03s(tiny: Path, tmp_path: Path) -> None:
+    """Per feature min, max, mean, std and count over the episode (no quantiles); a camera's per
+    channel over the sampled frames, divided by 255, shaped (3, 1, 1)."""
+    ds = open_dataset("tiny")
+    out = export_dataset(ds, tmp_path / "out", "lerobot", options={"version": "2.1"})
+    lines = _jsonl(out / "meta/episodes_stats.jsonl")
+    assert [line["episode_index"] for line in lines] == [0, 1, 2]
+    features = list(_info(out)["features"])
+    for e, line in enumerate(lines):
+        stats = line["stats"]
+        assert list(stats) == [f for f in features if f in stats] and set(stats) == set(features)
+        episode = ds.episode(e)
+        action = episode["action"]
+        assert sorted(stats["action"]) == ["count", "max", "mean", "min", "std"]
+        np.testing.assert_allclose(stats["action"]["mean"], action.astype(np.float64).mean(axis=0))
+        np.testing.assert_array_equal(stats["action"]["min"], action.min(axis=0))
+        assert stats["action"]["count"] == [LENGTHS[e]]
+        assert stats["frame_index"]["max"] == [LENGTHS[e] - 1]
+        frames = episode["observation/image"]
+        image = stats["observation.image"]
+        assert np.asarray(image["mean"]).shape == (3, 1, 1) and image["count"] == [LENGTHS[e]]
+        chw = frames.transpose(0, 3, 1, 2) if frames.shape[-1] == 3 else frames
+        want = chw.mean(axis=(0, 2, 3)) / 255.0
+        np.testing.assert_allclose(np.asarray(image["mean"]).reshape(3), want)
+
+
+def test_sampling_and_downsampling_follow_lerobot() -> None:
+    assert sample_indices(20).tolist() == list(range(20))
+    assert len(sample_indices(1000)) == 177  # lerobot's docstring: at 1000, 177 samples
+    assert len(sample_indices(20_000)) == 1681
+    big = np.zeros((2, 3, 480, 640), np.uint8)
+    big[:, :, ::4, ::4] = 255  # what a stride of 4 (640 / 150) keeps
+    assert np.asarray(camera_stats(big, "CHW")["mean"]).reshape(3).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_d4rl_dataset_round_trips(isolated_cache: Path, tmp_path: Path) -> None:
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g")
+    out = export_dataset(open_dataset("g"), tmp_path / "g-v21", "lerobot", options={"version": "v2.1"})
+    info = _info(out)
+    assert info["video_path"] is None and info["total_videos"] == 0 and info["codebase_version"] == "v2.1"
+    assert _jsonl(out / "meta/tasks.jsonl") == [{"task_index": 0, "task": "g"}]
+    convert(out, "back")
+    a, b = open_dataset("g"), open_dataset("back")
+    for key in ("action", "next/reward", "next/terminated", "next/truncated"):
+        np.testing.assert_array_equal(a.column(key)[:], b.column(key)[:], err_msg=key)
+
+
+def test_unknown_version_is_refused(tiny: Path, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"LeRobot version '2\.0'; rlds writes 3\.0 and 2\.1"):
+        export_dataset(open_dataset("tiny"), tmp_path / "x", "lerobot", options={"version": "2.0"})
+    result = runner.invoke(
+        app, ["export", "tiny", str(tmp_path / "y"), "--to", "lerobot", "--lerobot-version", "4"]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: LeRobot version '4'; rlds writes 3.0 and 2.1"
+    wrong = runner.invoke(
+        app, ["export", "tiny", str(tmp_path / "z"), "--to", "rlds", "--lerobot-version", "2.1"]
+    )
+    assert (
+        wrong.stderr.splitlines()[0]
+        == "error: --lerobot-version is an option of --to lerobot, not of --to rlds"
+    )
+    assert not any((tmp_path / n).exists() for n in "xyz")
