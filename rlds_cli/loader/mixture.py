@@ -271,16 +271,19 @@ class MixtureSource:
         cast = self._dtypes.numpy_target(key, stored)
         return stored if cast is None else cast
 
-    def _part(self, source: int, local: np.ndarray) -> TedBatch:
+    def _part(self, source: int, local: np.ndarray) -> Mapping[str, Any]:
         host = self._sources[source]
         assert host is not None  # a member without steps has no index to be drawn
         got = host.gather(local)
-        part = TedBatch({self._renames[source].get(k, k): v for k, v in got.items()})
-        if self._per_part:  # its own transforms, on its rows, at its own widths
-            part["index"] = local
-            part["source"] = np.full(len(local), source, np.int64)
-            for t in self.transforms[source]:
-                part = t(part)
+        rename = self._renames[source]
+        if not self._per_part:  # the padding takes plain dicts
+            return {rename.get(k, k): v for k, v in dict.items(got)} if rename else got
+        # its own transforms, on its rows, at its own widths, with its index and source
+        part = TedBatch({rename.get(k, k): v for k, v in got.items()})
+        part["index"] = local
+        part["source"] = np.full(len(local), source, np.int64)
+        for t in self.transforms[source]:
+            part = t(part)
         return part
 
     def gather(self, indices: np.ndarray) -> TedBatch:
@@ -291,7 +294,7 @@ class MixtureSource:
             raise IndexError(f"mixture index out of range [0, {self.num_steps})")
         source = np.searchsorted(self.offsets, flat, side="right") - 1
         local = flat - self.offsets.take(source)
-        parts: list[tuple[int, Any, TedBatch]] = []
+        parts: list[tuple[int, Any, Mapping[str, Any]]] = []
         if (np.diff(source) >= 0).all():  # rows grouped by source (a MixtureSampler's): slices
             cuts = np.searchsorted(source, np.arange(len(self.names) + 1))
             for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist())):

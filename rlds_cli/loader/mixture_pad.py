@@ -30,7 +30,7 @@ concatenation of equal shapes makes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +143,7 @@ class PadSchema:
 
     def assemble(
         self,
-        parts: Sequence[tuple[int, Any, TedBatch]],
+        parts: Sequence[tuple[int, Any, Mapping[str, Any]]],
         size: int,
         source: np.ndarray,
         batch_dtype: Callable[[str, np.dtype], np.dtype],
@@ -158,7 +158,11 @@ class PadSchema:
             batch_dtype: ``(key, dtype) -> dtype`` in the batch (``float_dtype``'s cast).
         """
         # plain dicts: TedBatch's lookups join tuple keys, a cost paid per key and part otherwise
-        plain = [(rows, dict(dict.items(part))) for _, rows, part in parts]
+        plain: list[tuple[Any, dict[str, Any]]] = [
+            (rows, dict(dict.items(part)) if isinstance(part, dict) else dict(part))
+            for _, rows, part in parts
+        ]
+        grouped = all(isinstance(rows, slice) for rows, _ in plain)  # in source order, end to end
         order = list(plain[0][1]) if plain else []
         for _, part in plain[1:]:
             order += [k for k in part if k not in plain[0][1] and k not in order]
@@ -184,6 +188,9 @@ class PadSchema:
             whole = len(have) == 1 and len(have[0][1]) == size  # one source's rows make the batch
             if whole and have[0][1].shape[1:] == shape and have[0][1].dtype == dtype:
                 arr = have[0][1]  # one source's rows, whole: its own array (a fresh gather)
+            elif grouped and len(have) == len(plain) and (spec is None or spec.masks is None):
+                # every source, in order, at the full shape: one concatenation into the batch
+                arr = np.concatenate([v for _, v in have], out=self._pool.empty((size, *shape), dtype))
             else:
                 arr = self._pool.empty((size, *shape), dtype)
                 if spec is not None and spec.masks is not None:
