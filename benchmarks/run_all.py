@@ -32,6 +32,7 @@ SECTIONS = {
     "zarr": "zarr_bench",  # zarr against memmap: conversion CPU, pixel and low-dim random access
     "loader": "loader_bench",  # rlds loader vs TorchRL vs the lean raw gather
     "tensordict": "tensordict_bench",  # as_tensordict=True batches vs the plain batches (issue 38)
+    "mixture": "mixture_bench",  # MixtureLoader(pad=True) over 3 robots vs single-source Loaders (issue 41)
     "first-download": "download_bench",  # `rlds download ./file.hdf5` as a whole process vs TorchRL
     "frames": "frames_bench",  # compressed frames: disk, PSNR, conversion, batches vs decoder and LeRobot
 }

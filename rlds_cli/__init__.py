@@ -41,6 +41,7 @@ _LAZY = {
     "reference_scores": "rlds_cli.inspection.scores",
     "ReferenceScores": "rlds_cli.inspection.scores",
     "NormalizationStats": "rlds_cli.loader.normalization",
+    "NormalizationTable": "rlds_cli.loader.normalization_table",
     "RecordedEnvSpec": "rlds_cli.catalog.envspec",
     "EpisodeTable": "rlds_cli.cache.episode_table",
     "download": "rlds_cli.sources.download",

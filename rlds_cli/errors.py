@@ -449,6 +449,14 @@ class SeedError(RldsError, ValueError):
     default_hint = "pass seed= (the same on every rank), or set RLDS_SEED"
 
 
+class MixtureError(RldsError, ValueError):
+    """A mixture of datasets that cannot be made: a key whose shapes or dtypes cannot be mixed
+    (or padded), weights that do not fit the sources, or transforms given per source that do
+    not fit them (named in the message)."""
+
+    default_hint = "help(rlds_cli.loader.MixtureSource) lists what a mixture pads, promotes and refuses"
+
+
 # --------------------------------------------------------------------------- recording
 
 

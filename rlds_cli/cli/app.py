@@ -19,6 +19,7 @@ from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
 from rlds_cli.cli.remote import info
 from rlds_cli.cli.shaping import downsample, drop, merge, trim
+from rlds_cli.cli.stats import stats
 from rlds_cli.cli.transfer import pull, push
 from rlds_cli.cli.verify import verify
 from rlds_cli.cli.views import split, view
@@ -77,6 +78,7 @@ app.command("verify")(verify)
 app.command("push")(push)
 app.command("pull")(pull)
 app.command("score")(score)
+app.command("stats")(stats)
 app.command("compact")(compact)
 app.command("merge")(merge)
 app.command("drop")(drop)

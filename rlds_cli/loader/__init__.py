@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.loader import Loader
     from rlds_cli.loader.mixture import MixtureLoader, MixtureSource
     from rlds_cli.loader.mixture_sampler import MixtureSampler
+    from rlds_cli.loader.mixture_weights import by_size
+    from rlds_cli.loader.normalization_table import NormalizationTable
     from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
     from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
     from rlds_cli.loader.sumtree import SumTree
@@ -59,6 +61,8 @@ _LAZY = {
     "MixtureLoader": "mixture",
     "MixtureSampler": "mixture_sampler",
     "MixtureSource": "mixture",
+    "NormalizationTable": "normalization_table",
+    "by_size": "mixture_weights",
     "PrioritizedSampler": "prioritized",
     "PrioritizedSliceSampler": "prioritized",
     "SumTree": "sumtree",
@@ -71,7 +75,9 @@ _LAZY = {
 
 #: Submodules that import without torch; every other one imports it, so torch is checked first
 #: and a missing or broken install is one error saying what to install.
-_TORCH_FREE = frozenset({"samplers", "epoch", "transforms", "windows"})
+_TORCH_FREE = frozenset(
+    {"samplers", "epoch", "transforms", "windows", "normalization_table", "mixture_weights"}
+)
 
 __all__ = [
     "CenterCrop",
@@ -86,6 +92,7 @@ __all__ = [
     "MixtureSampler",
     "MixtureSource",
     "NStepReturn",
+    "NormalizationTable",
     "Normalize",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
@@ -99,6 +106,7 @@ __all__ = [
     "TedMapDataset",
     "UniformSampler",
     "Windows",
+    "by_size",
     "collate_ted",
     "compute_stats",
     "make_sampler",

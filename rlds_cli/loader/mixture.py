@@ -14,6 +14,13 @@ other, so it gets prefetch, transforms, a device and checkpoints from the loader
   its source. Sources that grow are followed with ``refresh=``; one not ready weighs 0 (rules:
   :mod:`rlds_cli.loader.mixture_growth`).
 
+Sources whose keys differ (robots with 7-, 8- and 14-dim actions) mix with ``pad=True``: each key
+padded to the widest with ``<key>_pad_mask`` (:mod:`rlds_cli.loader.mixture_pad`), each source
+normalized with its own statistics by ``transforms={name: Normalize(...)}``
+(:mod:`rlds_cli.loader.mixture_transforms`), the statistics exported as one table
+(:meth:`MixtureLoader.normalization_table`); weights may be relative to the sources' sizes
+(:mod:`rlds_cli.loader.mixture_weights`).
+
 :class:`MixtureLoader` is the one-line form: both, composed into a loader.
 """
 
@@ -34,13 +41,18 @@ from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import Loader
+from rlds_cli.loader.mixture_direct import DirectKeys
 from rlds_cli.loader.mixture_growth import (
     MixtureRefresher,
     Weights,
     check_split,
     named_weights,
 )
+from rlds_cli.loader.mixture_normalize import fuse
+from rlds_cli.loader.mixture_pad import PadSchema
 from rlds_cli.loader.mixture_sampler import MixtureSampler
+from rlds_cli.loader.mixture_transforms import SourceTransforms, bind_transforms, normalized
+from rlds_cli.loader.mixture_weights import following_sizes, size_multipliers, sized
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
@@ -61,6 +73,12 @@ class MixtureSource:
             mix; each source's rows are cast as they are concatenated (one copy, the
             concatenation's own).
         root: Cache root for names.
+        pad: Mix sources whose keys differ in width (and keys only some sources have): each
+            key zero-padded to the widest, with ``<key>_pad_mask`` (rules:
+            :mod:`rlds_cli.loader.mixture_pad`). ``False``: equal shapes and dtypes required.
+        transforms: ``{source name: transform or list}``: run on that source's rows only, after
+            renaming and before padding (e.g. each source's own ``Normalize``, bound to its
+            dataset's statistics; see :mod:`rlds_cli.loader.mixture_transforms`).
     """
 
     #: A batch's ``index`` is each row's step in its own source (written here, not by the loader).
@@ -75,8 +93,11 @@ class MixtureSource:
         in_memory: bool = False,
         float_dtype: FloatDtype = None,
         root: str | os.PathLike[str] | None = None,
+        pad: bool = False,
+        transforms: SourceTransforms | None = None,
     ) -> None:
-        self._dtypes = DtypePolicy(float_dtype)
+        self._dtypes, self._float_dtype = DtypePolicy(float_dtype), float_dtype
+        self.pad = bool(pad)
         if not isinstance(sources, Mapping):
             opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
             sources = {ds.name: ds for ds in opened}
@@ -99,6 +120,20 @@ class MixtureSource:
         self._ref: dict[str, Any] = {}  # the first member's keys: the reference
         for i in range(len(self.datasets)):
             self._check_member(i)
+        #: The common schema: padded shapes, promoted dtypes, masks (equal shapes without pad).
+        self.schema = PadSchema(self.names, [self._member_fields(i) for i in range(len(self.datasets))],
+                                self.keys, pad=self.pad)  # fmt: skip
+        #: Per source, its transforms (bound to its dataset), run on its rows only.
+        self.transforms = bind_transforms(transforms, self.names, self.datasets, self._renames)
+        #: Sources normalized by ``Normalize`` alone: once over the padded batch, with per-row
+        #: tables (:mod:`rlds_cli.loader.mixture_normalize`); ``None``: each chain on its rows.
+        self.fused_normalize = fuse(self.transforms, self.schema, self._in_batch)
+        #: Transforms run on each source's part (with its index and source) before padding.
+        self._per_part = self.fused_normalize is None and any(self.transforms)
+        # frames and other large keys equal in every source: read straight into the batch
+        direct = None if in_memory or self._per_part else DirectKeys(
+            self.datasets, self._original, self.schema, self._in_batch)  # fmt: skip
+        self._direct = direct if direct else None
         self._sources = [self._host(i) for i in range(len(self.datasets))]
         # each member's view as last followed (a growing member's log position)
         self._positions = [getattr(ds, "log_position", None) for ds in self.datasets]
@@ -109,7 +144,10 @@ class MixtureSource:
         ds = self.datasets[i]
         if ds.num_steps == 0:
             return None
-        return HostSource(ds, [self._original(i, k) for k in self.keys], in_memory=self._in_memory)
+        have = self._member_fields(i)
+        direct = self._direct.plans if self._direct is not None else {}
+        keys = [self._original(i, k) for k in self.keys if k in have and k not in direct]
+        return HostSource(ds, keys, in_memory=self._in_memory)
 
     def _index(self) -> None:
         self.sizes = [ds.num_steps for ds in self.datasets]
@@ -142,14 +180,46 @@ class MixtureSource:
             self._positions[i] = ds.log_position  # type: ignore[attr-defined]
             changed = True
             self._sources[i] = self._host(i)
+            if self._direct is not None:
+                self._direct.reopen(i, ds)
         if changed:
             self._index()
         return changed
 
     @property
     def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """The common schema: each key -> (per-step shape, dtype its rows have in a batch)."""
-        return {k: (tuple(shape), str(self._in_batch(k, dtype))) for k, (shape, dtype) in self._ref.items()}
+        """The common schema: each key -> (per-step shape, dtype its rows have in a batch;
+        padded: the widest shape and the promoted dtype)."""
+        return {k: (s.shape, str(self._in_batch(k, s.dtype))) for k, s in self.schema.keys.items()}
+
+    def _member_fields(self, i: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """Member ``i``'s keys of the common schema that it has: ``{key: (shape, dtype)}``."""
+        fields = self.datasets[i].fields
+        out = {}
+        for key in self.keys:
+            stored = self._original(i, key)
+            if stored in fields:
+                out[key] = (tuple(fields[stored][0]), fields[stored][1])
+        return out
+
+    def like(self, keys: Iterable[str]) -> MixtureSource:
+        """A mixture of the same sources, renames, padding, transforms and dtypes over ``keys``
+        (what windows gather their offset rows from)."""
+        datasets = dict(zip(self.names, self.datasets, strict=True))
+        transforms = dict(zip(self.names, self.transforms, strict=True))
+        return MixtureSource(datasets, keys=list(keys), rename=self.renames(), in_memory=self.in_memory,
+                             float_dtype=self._float_dtype, pad=self.pad,
+                             transforms=transforms)  # fmt: skip
+
+    def normalization_table(self) -> dict[str, Any]:
+        """Each source's normalization statistics (those of its ``Normalize`` transforms) as
+        one JSON-ready table: :mod:`rlds_cli.loader.normalization_table`."""
+        from rlds_cli.loader.normalization_table import NormalizationTable, source_entry
+
+        entries = {}
+        for i, (name, ds, chain) in enumerate(zip(self.names, self.datasets, self.transforms, strict=True)):
+            entries[name] = source_entry(i, ds.name, normalized(chain))
+        return NormalizationTable.from_sources(entries).to_dict()
 
     def renames(self) -> dict[str, dict[str, str]]:
         """The ``rename=`` this source was made with (keys joined), to make another like it."""
@@ -171,10 +241,13 @@ class MixtureSource:
         reference's dtype in a batch (equal, or made equal by ``float_dtype``)."""
         have = {self._renames[i].get(k, k) for k in self.datasets[i].fields}
         missing = [k for k in self.keys if k not in have]
-        if missing:
+        if missing and not self.pad:
             raise KeyError(
-                f"source {self.names[i]!r} has no keys {missing} (after renaming); map them with rename="
+                f"source {self.names[i]!r} has no keys {missing} (after renaming); map them with "
+                "rename=, or pass pad=True to pad them with a mask of False"
             )
+        if self.pad:  # shapes and dtypes: the PadSchema's rules
+            return
         if not self._ref:
             self._ref = {k: self.datasets[i].fields[self._original(i, k)] for k in self.keys}
             return
@@ -182,7 +255,7 @@ class MixtureSource:
             got, ref = self.datasets[i].fields[self._original(i, key)], self._ref[key]
             if got[0] == ref[0] and self._in_batch(key, got[1]) == self._in_batch(key, ref[1]):
                 continue
-            hint = ""
+            hint = " (pad=True pads keys of different widths)" if got[0] != ref[0] else ""
             if got[0] == ref[0] and {np.dtype(got[1]).kind, np.dtype(ref[1]).kind} == {"f"}:
                 hint = " (to mix them, cast every floating key: pass float_dtype=torch.float32)"
             raise ValueError(
@@ -199,43 +272,47 @@ class MixtureSource:
         cast = self._dtypes.numpy_target(key, stored)
         return stored if cast is None else cast
 
-    def _part(self, source: int, local: np.ndarray) -> TedBatch:
+    def _part(self, source: int, local: np.ndarray) -> Mapping[str, Any]:
         host = self._sources[source]
         assert host is not None  # a member without steps has no index to be drawn
         got = host.gather(local)
-        part = TedBatch({self._renames[source].get(k, k): v for k, v in got.items()})
+        rename = self._renames[source]
+        if not self._per_part:  # the padding takes plain dicts
+            return {rename.get(k, k): v for k, v in dict.items(got)} if rename else got
+        # its own transforms, on its rows, at its own widths, with its index and source
+        part = TedBatch({rename.get(k, k): v for k, v in got.items()})
         part["index"] = local
         part["source"] = np.full(len(local), source, np.int64)
+        for t in self.transforms[source]:
+            part = t(part)
         return part
 
-    def _concatenate(self, key: str, parts: list[np.ndarray]) -> np.ndarray:
-        # with float_dtype, each part is cast as it is copied into the result: no other copy
-        return np.concatenate(parts, dtype=self._in_batch(key, parts[0].dtype))
-
     def gather(self, indices: np.ndarray) -> TedBatch:
-        """The rows at mixture ``indices`` (any shape), with ``index`` and ``source``."""
+        """The rows at mixture ``indices`` (any shape), with ``index`` and ``source`` (and, padded,
+        the ``<key>_pad_mask`` keys)."""
         flat = np.asarray(indices, np.int64).reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= self.num_steps):
             raise IndexError(f"mixture index out of range [0, {self.num_steps})")
         source = np.searchsorted(self.offsets, flat, side="right") - 1
         local = flat - self.offsets.take(source)
-        if (np.diff(source) >= 0).all():  # rows grouped by source (a MixtureSampler's): concatenate
+        parts: list[tuple[int, Any, Mapping[str, Any]]] = []
+        if (np.diff(source) >= 0).all():  # rows grouped by source (a MixtureSampler's): slices
             cuts = np.searchsorted(source, np.arange(len(self.names) + 1))
-            parts = [
-                self._part(i, local[a:b])
-                for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist()))
-                if b > a
-            ]
-            batch = TedBatch({k: self._concatenate(k, [p[k] for p in parts]) for k in parts[0]})
+            for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist())):
+                if b > a:
+                    parts.append((i, slice(a, b), self._part(i, local[a:b])))
         else:  # any order (another sampler's): each source's rows go back to their places
-            batch = TedBatch()
             for i in np.unique(source).tolist():
                 rows = np.flatnonzero(source == i)
-                for key, value in self._part(i, local[rows]).items():
-                    if key not in batch:  # in the batch's dtype: the assignment below casts
-                        dtype = self._in_batch(key, value.dtype)
-                        batch[key] = np.empty((flat.size, *value.shape[1:]), dtype)
-                    batch[key][rows] = value
+                parts.append((i, rows, self._part(i, local[rows])))
+        # each part is written into the batch's arrays (cast there with float_dtype): one copy
+        batch = self.schema.assemble(parts, flat.size, source, self._in_batch)
+        if self._direct is not None:
+            self._direct.fill(batch, [(i, rows, local[rows]) for i, rows, _ in parts], flat.size)
+        if not self._per_part:  # written here, once, not gathered per source
+            batch["index"], batch["source"] = local, source.astype(np.int64, copy=False)
+        if self.fused_normalize is not None:  # each source's Normalize, at once (equal rows, bit for bit)
+            batch = self.fused_normalize(batch, source)
         if np.ndim(indices) != 1:
             lead = np.shape(indices)
             batch = TedBatch({k: v.reshape(lead + v.shape[1:]) for k, v in batch.items()})
@@ -251,7 +328,9 @@ class MixtureLoader:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
         weights: One weight per source (normalized), ``{source name: weight}`` (a name left
             out weighs 0), or ``schedule(step) -> weights``, called with the number of batches
-            drawn so far (e.g. to anneal from offline to new data).
+            drawn so far (e.g. to anneal from offline to new data). Relative to the sources'
+            sizes, as Octo writes its mixes: ``"size"``, ``{name: ("size", multiplier)}`` or
+            ``by_size([(name, multiplier), ...])`` (:mod:`rlds_cli.loader.mixture_weights`).
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
@@ -277,6 +356,11 @@ class MixtureLoader:
             every batch); ``None``: the views they were opened with. A source that is not ready
             (no steps, or short of its ``min_size`` or ``min_total``) is never sampled; the
             others' weights are renormalized.
+        pad: Sources whose keys differ in width: each key zero-padded to the widest, with
+            ``<key>_pad_mask`` (see :class:`MixtureSource` and :mod:`rlds_cli.loader.mixture_pad`).
+        transforms: ``{source name: transform or list}``, e.g. ``{name: Normalize(keys=[...])}``
+            per source: each bound to its own dataset's statistics, run on its rows before
+            padding (:mod:`rlds_cli.loader.mixture_transforms`).
     """
 
     def __init__(
@@ -300,20 +384,30 @@ class MixtureLoader:
         split: str = "random",
         anneal: int | None = None,
         refresh: int | None = None,
+        pad: bool = False,
+        transforms: SourceTransforms | None = None,
     ) -> None:
         check_split(split, anneal)
         self.source = MixtureSource(
-            sources, keys=keys, rename=rename, in_memory=in_memory, float_dtype=float_dtype, root=root
-        )
+            sources, keys=keys, rename=rename, in_memory=in_memory, float_dtype=float_dtype, root=root,
+            pad=pad, transforms=transforms,
+        )  # fmt: skip
         self.names, self.datasets, self.keys = self.source.names, self.source.datasets, self.source.keys
         self._licenses: dict[str, list[str]] | None = None
         self.rank, self.world_size = rank_world(rank, world_size)
         batch_size = positive_int("batch_size", batch_size)
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
         rank, world_size = self.rank, self.world_size
+        multipliers = size_multipliers(weights, self.names)
+        if multipliers is None:
+            resolved = named_weights(weights, self.names)
+        elif refresh is None:  # Octo's balance_weights, with the sizes of the views opened
+            resolved = sized(multipliers, self.source.sizes)
+        else:  # the sizes of the views in force, batch after batch
+            resolved = following_sizes(multipliers, lambda: self.source.sizes)
         self.sampler = MixtureSampler(
             self.source.sizes,
-            named_weights(weights, self.names),
+            resolved,
             batch_size,
             seed,
             rank=rank,
@@ -384,7 +478,8 @@ class MixtureLoader:
     def report(self) -> dict[str, dict[str, Any]]:
         """Per source: rows drawn, the achieved fraction, the target fraction (the mean of the
         weights in force over the batches drawn), the effective ``weight`` of the next batch
-        (after readiness, annealing and renormalization) and ``ready`` (1 or 0). When the
+        (after readiness, annealing and renormalization), ``ready`` (1 or 0), its ``size``
+        (steps) and ``epochs`` (rows drawn over its size: passes over it so far). When the
         sources' licences cannot simply be used together (a non-commercial one with one that
         allows commercial use, two share-alike families, a no-derivatives one: see
         :mod:`rlds_cli.cache.card`), a ``licenses`` entry says so: each source's licence and
@@ -408,6 +503,18 @@ class MixtureLoader:
                 for name, ds in zip(self.names, self.datasets, strict=True)
             }
         return self._licenses
+
+    def normalization_table(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """Each source's normalization statistics (its ``Normalize`` transforms') as one
+        JSON-ready table, to un-normalize actions at inference
+        (:class:`~rlds_cli.loader.normalization_table.NormalizationTable` reads it); written to
+        ``path`` as JSON too (whole or not at all) when given."""
+        table = self.source.normalization_table()
+        if path is not None:
+            from rlds_cli.loader.normalization_table import NormalizationTable
+
+            NormalizationTable(table).save(path)
+        return table
 
     def state_dict(self) -> dict[str, Any]:
         """Generator, batch count, readiness and the mix so far (and the refresh count): a

@@ -73,6 +73,8 @@ class MixtureSampler:
         self._schedule = weights if callable(weights) else None
         self._count = len(sizes)
         self._fixed = None if callable(weights) else check_weights(weights, len(sizes))
+        self._steady: np.ndarray | None = None  # the weights while nothing changes (_weights)
+        self._marked = False  # ready_at holds every source ready under the steady weights
         self.set_sizes(sizes, [True] * len(sizes) if ready is None else ready)
         #: Per source: the batch it was first seen ready before (FROM_START, NOT_READY).
         self.ready_at = np.where(self._ready, FROM_START, NOT_READY).astype(np.int64)
@@ -92,6 +94,7 @@ class MixtureSampler:
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         # a source without steps is never ready, whatever it says
         self._ready = np.asarray(ready, bool) & (np.asarray(self.sizes) > 0)
+        self._steady, self._marked = None, False
 
     def _base(self) -> np.ndarray:
         if self._schedule is not None:
@@ -101,18 +104,30 @@ class MixtureSampler:
 
     def weights(self) -> np.ndarray:
         """The normalized weights for the next batch (all zero when no source is ready)."""
+        return self._weights().copy()
+
+    def _weights(self) -> np.ndarray:
+        if self._steady is not None:
+            return self._steady
         since = ready_since(self.ready_at, self._ready, self.batches_drawn)
-        return effective_weights(self._base(), self._ready, since, self.batches_drawn, self.anneal)
+        w = effective_weights(self._base(), self._ready, since, self.batches_drawn, self.anneal)
+        if self._schedule is None and self.anneal is None:
+            # fixed weights without a ramp: the same for every batch until readiness changes
+            # (set_sizes) or a state is loaded, so they are worked out once (~15 us a batch)
+            self._steady = w
+        return w
 
     def sample(self) -> np.ndarray:
         """One batch of mixture indices, int64, grouped by source."""
-        w = self.weights()
+        w = self._weights()
         if not w.any():
             raise ValueError(
                 "no dataset of the mixture is ready (none has steps and its min_size, or the ready "
                 "ones weigh 0): sample once one is (Dataset.ready)"
             )
-        self.ready_at = ready_since(self.ready_at, self._ready, self.batches_drawn)
+        if not self._marked:  # steady weights: the ready sources were marked at the first batch
+            self.ready_at = ready_since(self.ready_at, self._ready, self.batches_drawn)
+            self._marked = self._steady is not None
         if self.split == "fixed":
             counts = fixed_counts(w, self.batch_size)
         else:
@@ -130,7 +145,8 @@ class MixtureSampler:
     def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
         """Per source (by ``names``): rows drawn, the achieved fraction, the target fraction
         (the mean of the weights in force over the batches drawn), the ``weight`` in force for
-        the next batch (after readiness, annealing and renormalization) and ``ready`` (1 or 0)."""
+        the next batch (after readiness, annealing and renormalization), ``ready`` (1 or 0), its
+        ``size`` (steps in the view in force) and ``epochs`` (rows drawn over its size)."""
         total = max(int(self.counts.sum()), 1)
         now = self.weights()
         return {
@@ -140,6 +156,8 @@ class MixtureSampler:
                 "target": float(self.target[i] / total),
                 "weight": float(now[i]),
                 "ready": float(self._ready[i]),
+                "size": float(self.sizes[i]),
+                "epochs": float(self.counts[i] / self.sizes[i]) if self.sizes[i] else 0.0,
             }
             for i, name in enumerate(names)
         }
@@ -177,3 +195,4 @@ class MixtureSampler:
         self.target = np.asarray(state["target"], np.float64).copy()
         if "ready_at" in state:  # states saved before growing mixtures have none
             self.ready_at = np.asarray(state["ready_at"], np.int64).copy()
+        self._steady, self._marked = None, False

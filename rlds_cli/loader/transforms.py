@@ -71,6 +71,10 @@ class Normalize:
         self.statistics: NormalizationStats | None = None
         self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self.source = ""
+        #: The dataset the statistics were computed from (after binding; ``None`` when given).
+        self.origin: Dataset | None = None
+        #: Per key, the name the origin stores it under (a mixture's renamed keys; after binding).
+        self.stored_keys: dict[str, str] = {}
         if stats is None:
             stats = "parent"
         if isinstance(stats, str):
@@ -99,8 +103,17 @@ class Normalize:
         self.stats = {k: (self.statistics.mean[k], self.statistics.std[k] + np.float32(self.eps))
                       for k in self.keys}  # fmt: skip
 
-    def bind(self, dataset: Dataset) -> None:
-        """Find the statistics for ``dataset`` (called by the loader); given ones are kept."""
+    def bind(self, dataset: Dataset, rename: Mapping[str, str] | None = None) -> None:
+        """Find the statistics for ``dataset`` (called by the loader); given ones are kept.
+
+        Args:
+            dataset: The dataset whose batches this transform normalizes.
+            rename: ``{stored key: key in the batch}`` when the batches carry ``dataset``'s keys
+                under other names (a :class:`~rlds_cli.loader.MixtureSource`'s ``rename=``):
+                :attr:`keys` are the batch's names, the statistics those of the stored keys.
+        """
+        back = {join_key(v): join_key(k) for k, v in (rename or {}).items()}
+        self.stored_keys = {k: back.get(k, k) for k in self.keys}
         if self.stats is None:
             if isinstance(self._from, Dataset):
                 origin, source = self._from, f"dataset {self._from.name!r}"
@@ -111,12 +124,15 @@ class Normalize:
                 source = f"dataset {origin.name!r}" + (
                     f" (the parent of view {dataset.name!r})" if origin is not dataset else ""
                 )
-            self._use(compute_stats(origin, self.keys), source)
+            stored = compute_stats(origin, [self.stored_keys[k] for k in self.keys])
+            self._use({k: stored[self.stored_keys[k]] for k in self.keys}, source)
+            self.origin = origin
             logger.info("Normalize %s with the statistics of %s", self.keys, self.source)
         assert self.stats is not None
         for key, (mean, _) in self.stats.items():
-            base = key[5:] if key.startswith("next/") else key
-            field = dataset.fields.get(base) or dataset.fields.get(key)
+            name = self.stored_keys.get(key, key)
+            base = name[5:] if name.startswith("next/") else name
+            field = dataset.fields.get(base) or dataset.fields.get(name)
             if field is not None and mean.shape and tuple(mean.shape) != tuple(field[0]):
                 raise ValueError(
                     f"statistics of {key!r} have shape {tuple(mean.shape)}, but dataset "

@@ -185,7 +185,7 @@ class Windows:
         one dataset into the next (each dataset's episodes are the mixture's)."""
         # duck-typed, and the mixture's own class makes the parts: windows must not import the
         # mixture module (it imports the loader, which imports this one)
-        if not all(hasattr(source, a) for a in ("datasets", "names", "renames", "offsets", "episodes")):
+        if not all(hasattr(source, a) for a in ("datasets", "names", "like", "offsets", "episodes")):
             raise ValueError(
                 f"windows need a dataset or a MixtureSource to read from, not {type(source).__name__}"
             )
@@ -194,9 +194,9 @@ class Windows:
         self._dataset, self._episodes = None, source.episodes
         self._mixture_offsets = source.offsets
         self._groups = []
-        datasets = dict(zip(source.names, source.datasets, strict=True))
         for steps, keys in self._grouped().items():
-            part = type(source)(datasets, keys=keys, rename=source.renames(), in_memory=source.in_memory)
+            # the same sources, renames, padding and per-source transforms, over these keys
+            part = source.like(keys)
             self._groups.append((np.asarray(steps, np.int64), keys, self._mixture_reader(part)))
 
     @staticmethod

@@ -1,0 +1,292 @@
+"""One JSON table of every source's normalization statistics, to un-normalize actions at inference.
+
+A policy trained on a mixture of robots, each source normalized with its own statistics
+(``MixtureLoader(..., transforms={name: Normalize(...)})``), predicts normalized (and padded)
+actions; at inference the action for robot ``a`` is un-normalized with ``a``'s statistics and
+cut back to ``a``'s own width. :class:`NormalizationTable` holds, per source and per key, what
+the source's ``Normalize`` uses (``mean``, ``std``, ``eps``) and what other conventions use
+(``min``, ``max``, and the 1st and 99th percentiles ``q01`` / ``q99``: OpenVLA's and Octo's
+``bounds_q99``), with each key's real ``shape`` in that source.
+
+The file (``rlds-normalization-table``, JSON)::
+
+    {"format": "rlds-normalization-table", "version": 1,
+     "sources": {"<name>": {"index": 0, "dataset": "<cache name>", "statistics_of": "dataset '...'",
+                            "keys": {"<key>": {"shape": [7], "eps": 1e-06, "mean": [...], "std": [...],
+                                               "min": [...], "max": [...],
+                                               "q01": [...] or null, "q99": [...] or null}}}}}
+
+Keys are the mixture's names (after ``rename=``); ``index`` is the value of the batch's
+``source`` column for that source. ``q01``/``q99`` come from the same dataset as the mean
+(statistics stored by ``rlds preprocess --stats`` when present, else one streaming pass with
+quantile sketches, :func:`rlds_cli.cache.stats.scan`); they are ``null`` for statistics given as
+numbers and for keys of more than 256 elements per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.ted import join_key
+from rlds_cli.errors import MixtureError
+from rlds_cli.loader.normalization import NormalizationStats
+
+_FORMAT = "rlds-normalization-table"
+_VERSION = 1
+_STATS = ("mean", "std", "min", "max", "q01", "q99")
+#: How :meth:`NormalizationTable.unnormalize` may invert: the ``Normalize``'s mean/std, or the
+#: ``[-1, 1]`` bounds of the 1st and 99th percentiles (OpenVLA's and Octo's ``bounds_q99``).
+MODES = ("mean_std", "q01_q99")
+
+
+def _quantiles(origin: Dataset, stored: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """q01 and q99 of ``stored`` in ``origin`` (the shipped statistics', else scanned)."""
+    from rlds_cli.cache import stats as accumulator
+
+    base = stored[5:] if stored.startswith("next/") and stored[5:] in origin.manifest.fields else stored
+    try:
+        known = accumulator.load(origin).get(base)
+    except (KeyError, TypeError, ValueError):  # malformed stored statistics: scan instead
+        known = None
+    if known is None or 0.01 not in known.quantiles:
+        merged = accumulator.scan(origin, base, quantiles=True)
+        if merged is None:
+            return None, None
+        known = accumulator.key_stats(merged, origin.manifest.fields[base].shape)
+    if 0.01 not in known.quantiles or 0.99 not in known.quantiles:
+        return None, None  # large per-step shapes keep no quantiles
+    return known.quantiles[0.01], known.quantiles[0.99]
+
+
+def _entry(stats: NormalizationStats, key: str, quantiles: Any) -> dict[str, Any]:
+    q01, q99 = quantiles
+    shape = list(np.shape(stats.mean[key]))
+    out: dict[str, Any] = {"shape": shape, "eps": stats.eps}
+    for name in ("mean", "std", "min", "max"):
+        out[name] = getattr(stats, name)[key].tolist()
+    out["q01"] = None if q01 is None else np.asarray(q01, np.float64).tolist()
+    out["q99"] = None if q99 is None else np.asarray(q99, np.float64).tolist()
+    return out
+
+
+#: One ``Normalize``'s share of a source's entry: its statistics (keys in the mixture's names),
+#: the name each key is stored under in the dataset they came from, and that dataset (``None``:
+#: statistics given as numbers).
+Normalized = tuple[NormalizationStats, Mapping[str, str], Dataset | None]
+
+
+def source_entry(index: int, dataset: str, normalized: Sequence[Normalized]) -> dict[str, Any]:
+    """One source's entry of the table, from the ``Normalize`` transforms of its chain (none:
+    an entry without keys, the source is not normalized)."""
+    keys: dict[str, Any] = {}
+    origins = []
+    for stats, stored, origin in normalized:
+        origins.append(stats.source)
+        for key in stats.keys:
+            quantiles = _quantiles(origin, stored.get(key, key)) if origin is not None else (None, None)
+            keys[key] = _entry(stats, key, quantiles)
+    of = "; ".join(dict.fromkeys(origins))
+    return {"index": index, "dataset": dataset, "statistics_of": of, "keys": keys}
+
+
+class NormalizationTable:
+    """Per-source normalization statistics (module docstring): made by
+    ``MixtureLoader.normalization_table()`` or :meth:`from_datasets` (``rlds stats``), saved as
+    JSON, read back with :meth:`load`.
+
+    Args:
+        data: The table as :meth:`to_dict` gives it (checked).
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        if not isinstance(data, Mapping) or data.get("format") != _FORMAT:
+            raise MixtureError("not a normalization table: no 'format': 'rlds-normalization-table'")
+        sources = data.get("sources")
+        if not isinstance(sources, Mapping) or not sources:
+            raise MixtureError("the normalization table has no 'sources'")
+        self._sources: dict[str, dict[str, Any]] = {}
+        for name, entry in sources.items():
+            self._sources[str(name)] = self._checked(str(name), entry)
+        self._by_index = {int(e["index"]): n for n, e in self._sources.items()}
+
+    @staticmethod
+    def _checked(name: str, entry: Any) -> dict[str, Any]:
+        try:
+            keys = {}
+            for key, s in entry["keys"].items():
+                shape = tuple(int(n) for n in s["shape"])
+                arrays = {}
+                for stat in _STATS:
+                    value = s.get(stat)
+                    array = None if value is None else np.asarray(value, np.float64)
+                    if array is not None and array.shape != shape:
+                        raise ValueError(f"{stat} of key {key!r} is not of shape {shape}")
+                    arrays[stat] = array
+                if arrays["mean"] is None or arrays["std"] is None:
+                    raise ValueError(f"key {key!r} has no mean or std")
+                keys[str(key)] = {"shape": shape, "eps": float(s["eps"]), **arrays}
+            return {"index": int(entry["index"]), "dataset": str(entry.get("dataset", "")),
+                    "statistics_of": str(entry.get("statistics_of", "")), "keys": keys}  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MixtureError(f"source {name!r} of the normalization table is malformed: {exc}") from None
+
+    # ------------------------------------------------------------------ making
+
+    @classmethod
+    def from_sources(cls, entries: Mapping[str, dict[str, Any]]) -> NormalizationTable:
+        """From ``{source name: source_entry(...)}``."""
+        return cls({"format": _FORMAT, "version": _VERSION, "sources": dict(entries)})
+
+    @classmethod
+    def from_datasets(
+        cls,
+        datasets: Sequence[str | Dataset],
+        keys: Iterable[str | tuple[str, ...]] = ("action",),
+        *,
+        eps: float | None = None,
+        root: str | os.PathLike[str] | None = None,
+    ) -> NormalizationTable:
+        """The table a ``MixtureLoader`` over ``datasets`` (names as sources, no renaming) with a
+        ``Normalize(keys=keys)`` per source gives: each dataset's own statistics (a view's
+        parent's, as ``Normalize`` takes them)."""
+        from rlds_cli.loader.opening import open_dataset
+        from rlds_cli.loader.transforms import Normalize
+
+        entries = {}
+        for i, given in enumerate(datasets):
+            ds = given if isinstance(given, Dataset) else open_dataset(given, root)
+            if ds.name in entries:
+                raise MixtureError(f"dataset {ds.name!r} is named twice: a table has one entry per source")
+            for k in keys:
+                name = join_key(k)
+                base = name[5:] if name.startswith("next/") else name
+                if name not in ds.fields and base not in ds.fields:
+                    raise MixtureError(
+                        f"dataset {ds.name!r} stores no key {name!r} (it has {sorted(ds.fields)})",
+                        hint="pick keys the dataset stores ('rlds inspect NAME' lists them)",
+                    )
+            norm = Normalize(keys=list(keys), eps=eps)
+            norm.bind(ds)
+            assert norm.statistics is not None
+            entries[ds.name] = source_entry(i, ds.name, [(norm.statistics, norm.stored_keys, norm.origin)])
+        return cls.from_sources(entries)
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def names(self) -> list[str]:
+        """The sources, in table order."""
+        return list(self._sources)
+
+    def keys(self, source: str | int) -> list[str]:
+        """The keys with statistics for ``source``."""
+        return list(self._source(source)["keys"])
+
+    def _source(self, source: str | int) -> dict[str, Any]:
+        if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
+            if int(source) not in self._by_index:
+                raise MixtureError(f"no source of index {int(source)} in the normalization table")
+            return self._sources[self._by_index[int(source)]]
+        if source not in self._sources:
+            raise MixtureError(f"no source {source!r} in the normalization table; it has {self.names}")
+        return self._sources[str(source)]
+
+    def _key(self, source: str | int, key: str) -> dict[str, Any]:
+        entry = self._source(source)
+        if key not in entry["keys"]:
+            raise MixtureError(
+                f"no statistics of key {key!r} for source {source!r}; it has {list(entry['keys'])}"
+            )
+        return entry["keys"][key]
+
+    def statistics(self, source: str | int) -> NormalizationStats:
+        """``source``'s statistics as :class:`NormalizationStats` (``Normalize(stats=...)``)."""
+        entry = self._source(source)
+        stats = {k: {n: s[n] for n in ("mean", "std", "min", "max")} for k, s in entry["keys"].items()}
+        eps = {s["eps"] for s in entry["keys"].values()}
+        if len(eps) > 1:
+            raise MixtureError(
+                f"source {source!r}'s keys have different eps {sorted(eps)}: read them one by one"
+            )
+        return NormalizationStats.from_mapping(
+            stats, eps=eps.pop() if eps else 1e-6, source=entry["statistics_of"]
+        )
+
+    def unnormalize(self, source: str | int, key: str, x: Any, *, mode: str = "mean_std") -> np.ndarray:
+        """``x`` (normalized, as the mixture's batches hold it; padded or not) back in
+        ``source``'s units, cut to its own shape: ``x * (std + eps) + mean`` (``"mean_std"``,
+        what ``Normalize`` inverts), or ``(x + 1) / 2 * (q99 - q01) + q01`` (``"q01_q99"``).
+
+        Args:
+            source: The source's name or index (the batch's ``source`` value).
+            key: The key (the mixture's name).
+            x: ``[..., *shape]`` with each axis at least the source's width (leading axes kept).
+        """
+        if mode not in MODES:
+            raise MixtureError(f"mode must be one of {MODES}, got {mode!r}")
+        s = self._key(source, key)
+        eps = s["eps"]
+        arr = self._cut(np.asarray(x), s["shape"], source, key)
+        if mode == "mean_std":
+            return arr * (s["std"] + eps) + s["mean"]
+        if s["q01"] is None or s["q99"] is None:
+            raise MixtureError(f"the table has no q01/q99 of key {key!r} for source {source!r}")
+        return (arr + 1.0) / 2.0 * (s["q99"] - s["q01"]) + s["q01"]
+
+    def normalize(self, source: str | int, key: str, x: Any) -> np.ndarray:
+        """``(x - mean) / (std + eps)`` with ``source``'s statistics (an observation at
+        inference, at the source's own shape), what the source's ``Normalize`` did in training."""
+        s = self._key(source, key)
+        arr = self._cut(np.asarray(x), s["shape"], source, key)
+        return (arr - s["mean"]) / (s["std"] + s["eps"])
+
+    @staticmethod
+    def _cut(x: np.ndarray, shape: tuple[int, ...], source: str | int, key: str) -> np.ndarray:
+        tail = x.shape[x.ndim - len(shape) :] if len(shape) else ()
+        if x.ndim < len(shape) or any(a < b for a, b in zip(tail, shape, strict=True)):
+            raise MixtureError(f"{key!r} of shape {x.shape} is narrower than source {source!r}'s {shape}")
+        real: tuple[Any, ...] = (..., *(slice(0, n) for n in shape))
+        return x[real] if shape else x
+
+    # ------------------------------------------------------------------ files
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the module docstring's layout."""
+        sources = {}
+        for name, e in self._sources.items():
+            keys = {}
+            for key, s in e["keys"].items():
+                keys[key] = {"shape": list(s["shape"]), "eps": s["eps"]}
+                keys[key].update({n: None if s[n] is None else s[n].tolist() for n in _STATS})
+            sources[name] = {"index": e["index"], "dataset": e["dataset"],
+                             "statistics_of": e["statistics_of"], "keys": keys}  # fmt: skip
+        return {"format": _FORMAT, "version": _VERSION, "sources": sources}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the table as JSON to ``path``, whole or not at all. Returns the path."""
+        from rlds_cli._util.io import atomic_write
+
+        target = Path(path)
+        atomic_write(target, json.dumps(self.to_dict(), indent=1) + "\n", fsync=False)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NormalizationTable:
+        """Read a table :meth:`save` wrote (a ``FileNotFoundError`` when ``path`` is missing,
+        :class:`~rlds_cli.errors.MixtureError` naming the file when it is not one)."""
+        source = Path(path)
+        try:
+            data = json.loads(source.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise MixtureError(f"{source} is not a normalization table (not JSON: {exc})") from None
+        try:
+            return cls(data)
+        except MixtureError as exc:
+            raise MixtureError(f"{source}: {exc.message}") from None

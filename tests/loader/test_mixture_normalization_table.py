@@ -1,0 +1,126 @@
+"""The per-source normalization table: what each source's Normalize uses, saved as JSON, read
+back, and used to un-normalize a padded action per robot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlds_cli.cache import stats as accumulator
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.errors import MixtureError
+from rlds_cli.loader import MixtureLoader, NormalizationTable, Normalize
+from tests.loader_fixtures import TedFactory
+from tests.mixture_fixtures import ROBOTS, robot_builder
+
+KEYS = ["observation", "action"]
+
+
+@pytest.fixture(scope="module")
+def robots(ted_dataset: TedFactory) -> dict[str, Dataset]:
+    return {
+        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
+        for name, (act, obs, lengths, seed) in ROBOTS.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def mix(robots: dict[str, Dataset]) -> MixtureLoader:
+    norms = {name: Normalize(keys=KEYS) for name in robots}
+    return MixtureLoader(robots, "size", batch_size=64, seed=0, keys=KEYS, pad=True, transforms=norms)
+
+
+def test_table_holds_each_sources_normalize(mix: MixtureLoader, robots: dict[str, Dataset]) -> None:
+    table = mix.normalization_table()
+    json.dumps(table)  # JSON-able as it is
+    assert list(table["sources"]) == list(robots)
+    for i, (name, ds) in enumerate(robots.items()):
+        entry = table["sources"][name]
+        assert entry["index"] == i and entry["dataset"] == ds.name
+        norm = mix.source.transforms[i][0]
+        assert isinstance(norm, Normalize) and norm.statistics is not None
+        for key in KEYS:
+            s = entry["keys"][key]
+            assert s["shape"] == [ds.fields[key][0][0]]
+            for stat in ("mean", "std", "min", "max"):
+                np.testing.assert_array_equal(s[stat], getattr(norm.statistics, stat)[key].tolist())
+            q = accumulator.key_stats(accumulator.scan(ds, key, quantiles=True), ds.fields[key][0])  # type: ignore[arg-type]
+            np.testing.assert_allclose(s["q01"], q.quantiles[0.01])
+            np.testing.assert_allclose(s["q99"], q.quantiles[0.99])
+            assert s["eps"] == norm.eps
+
+
+def test_saved_table_unnormalizes_padded_actions(mix: MixtureLoader, tmp_path: Path) -> None:
+    path = tmp_path / "norm.json"
+    data = mix.normalization_table(path)
+    table = NormalizationTable.load(path)
+    assert table.to_dict() == data
+    batch = mix.sample()
+    src, idx = batch["source"].numpy(), batch["index"].numpy()
+    for i, ds in enumerate(mix.datasets):
+        rows = src == i
+        padded = batch["action"].numpy()[rows]  # normalized, 14 wide
+        back = table.unnormalize(i, "action", padded)
+        want = ds.gather(idx[rows], ["action"])["action"]
+        assert back.shape == want.shape
+        np.testing.assert_allclose(back, want, rtol=1e-5, atol=1e-5)
+        name = mix.names[i]
+        np.testing.assert_allclose(table.unnormalize(name, "action", padded), back)
+        np.testing.assert_allclose(
+            table.normalize(name, "action", want), padded[:, : want.shape[1]], atol=1e-5
+        )
+    stats = table.statistics("aloha")
+    assert stats.keys == KEYS
+    q = table.to_dict()["sources"]["aloha"]["keys"]["action"]
+    lo = table.unnormalize("aloha", "action", -np.ones(14), mode="q01_q99")
+    np.testing.assert_allclose(lo, q["q01"])
+
+
+def test_sources_without_normalize_and_given_statistics(robots: dict[str, Dataset]) -> None:
+    franka = robots["franka"]
+    given = Normalize(stats={"action": {"mean": np.zeros(7), "std": np.ones(7)}}, keys=["action"])
+    mix = MixtureLoader({"a": franka, "b": robots["widowx"]}, [1, 1], batch_size=8, keys=KEYS, pad=True,
+                        transforms={"a": given})  # fmt: skip
+    table = NormalizationTable(mix.normalization_table())
+    assert table.keys("b") == []
+    entry = table.to_dict()["sources"]["a"]["keys"]["action"]
+    assert entry["q01"] is None and entry["mean"] == [0.0] * 7
+    with pytest.raises(MixtureError, match="no q01/q99 of key 'action' for source 'a'"):
+        table.unnormalize("a", "action", np.zeros(7), mode="q01_q99")
+
+
+def test_table_refusals_name_what(mix: MixtureLoader, tmp_path: Path) -> None:
+    table = NormalizationTable(mix.normalization_table())
+    cases = [
+        (lambda: table.unnormalize("ghost", "action", np.zeros(14)), "no source 'ghost'"),
+        (lambda: table.unnormalize(7, "action", np.zeros(14)), "no source of index 7"),
+        (lambda: table.unnormalize("aloha", "gripper", np.zeros(14)), "no statistics of key 'gripper'"),
+        (lambda: table.unnormalize("aloha", "action", np.zeros(7)), "narrower than source 'aloha'"),
+        (lambda: table.unnormalize("aloha", "action", np.zeros(14), mode="minmax"), "mode must be one of"),
+        (lambda: NormalizationTable({"format": "x"}), "not a normalization table"),
+    ]
+    for make, match in cases:
+        with pytest.raises(MixtureError) as info:
+            make()
+        assert match in str(info.value) and "\n" not in str(info.value)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(MixtureError, match=r"bad\.json is not a normalization table"):
+        NormalizationTable.load(bad)
+    broken = mix.normalization_table()
+    broken["sources"]["franka"]["keys"]["action"]["mean"] = [0.0]
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(MixtureError, match="source 'franka' of the normalization table is malformed"):
+        NormalizationTable.load(bad)
+    with pytest.raises(FileNotFoundError):
+        NormalizationTable.load(tmp_path / "missing.json")
+
+
+def test_from_datasets_matches_the_mixture(mix: MixtureLoader, robots: dict[str, Dataset]) -> None:
+    table = NormalizationTable.from_datasets(list(robots.values()), KEYS)
+    assert table.to_dict()["sources"] == mix.normalization_table()["sources"]
+    with pytest.raises(MixtureError, match="dataset 'franka' stores no key 'gripper'"):
+        NormalizationTable.from_datasets([robots["franka"]], ["gripper"])

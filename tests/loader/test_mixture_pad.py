@@ -1,0 +1,275 @@
+"""Mixtures across robots: keys of different widths padded with exact masks, each source
+normalized with its own statistics, renaming, absent keys, dtypes, refusals, resuming."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.ted import TedBatch
+from rlds_cli.errors import MixtureError
+from rlds_cli.loader import Loader, MixtureLoader, MixtureSampler, MixtureSource, Normalize
+from tests.loader_fixtures import TedFactory
+from tests.mixture_fixtures import ROBOTS, robot_builder, write_robot
+
+KEYS = ["observation", "action"]
+
+
+@pytest.fixture(scope="module")
+def robots(ted_dataset: TedFactory) -> dict[str, Dataset]:
+    """franka (7-dim actions, 8-dim proprio), widowx (8, 9), aloha (14, 8)."""
+    return {
+        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
+        for name, (act, obs, lengths, seed) in ROBOTS.items()
+    }
+
+
+def own_rows(ds: Dataset, index: np.ndarray, keys: list[str], norm: Normalize | None = None) -> TedBatch:
+    """What a Loader over ``ds`` alone gives at ``index``: its rows, normalized with its own
+    ``Normalize`` when given."""
+    batch = TedBatch(ds.gather(index, keys))
+    return norm(batch) if norm is not None else batch
+
+
+def test_widths_padded_and_masks_exact(robots: dict[str, Dataset]) -> None:
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=300, seed=0, keys=KEYS, pad=True)
+    batch = mix.sample()
+    assert batch["action"].shape == (300, 14) and batch["observation"].shape == (300, 9)
+    assert batch["action_pad_mask"].dtype == torch.bool
+    src, idx = batch["source"].numpy(), batch["index"].numpy()
+    assert set(np.unique(src)) == {0, 1, 2}
+    for i, ds in enumerate(robots.values()):
+        rows = src == i
+        want = own_rows(ds, idx[rows], KEYS)
+        for key in KEYS:
+            width = want[key].shape[1]
+            got = batch[key].numpy()[rows]
+            np.testing.assert_array_equal(got[:, :width], want[key])
+            assert (got[:, width:] == 0).all()
+            mask = batch[f"{key}_pad_mask"].numpy()[rows]
+            assert mask[:, :width].all() and not mask[:, width:].any()
+    assert mix.source.fields["action"] == ((14,), "float32")
+
+
+def test_keys_equal_everywhere_get_no_mask(robots: dict[str, Dataset]) -> None:
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=8, seed=0, keys=["next/reward", "action"], pad=True)
+    batch = mix.sample()
+    assert "next/reward_pad_mask" not in batch and "action_pad_mask" in batch
+
+
+def identity(batch: TedBatch) -> TedBatch:
+    return batch
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-source"])
+def test_each_source_normalized_with_its_own_statistics(robots: dict[str, Dataset], fused: bool) -> None:
+    """Normalize alone is applied once over the padded batch (per-row tables); with another
+    transform in a chain each source's chain runs on its rows: both equal each source's own."""
+    norms = {name: Normalize(keys=KEYS) for name in robots}
+    chains = {n: t if fused else [t, identity] for n, t in norms.items()}
+    mix = MixtureLoader(robots, "size", batch_size=256, seed=1, keys=KEYS, pad=True, transforms=chains)
+    assert (mix.source.fused_normalize is not None) == fused
+    for _ in range(5):
+        batch = mix.sample()
+        src, idx = batch["source"].numpy(), batch["index"].numpy()
+        for i, ds in enumerate(robots.values()):
+            alone = Normalize(keys=KEYS)  # that source's own Normalize, as a Loader over it binds it
+            alone.bind(ds)
+            rows = src == i
+            want = own_rows(ds, idx[rows], KEYS, alone)
+            for key in KEYS:
+                width = want[key].shape[1]
+                np.testing.assert_array_equal(batch[key].numpy()[rows][:, :width], want[key])
+                assert (batch[key].numpy()[rows][:, width:] == 0).all()  # padding stays 0
+    # the statistics differ per robot: one Normalize for all would not give these rows
+    means = [norms[n].statistics.mean["observation"][0] for n in robots]  # type: ignore[union-attr]
+    assert len({round(float(m), 3) for m in means}) == 3
+
+
+def test_single_source_loader_agrees(robots: dict[str, Dataset]) -> None:
+    """A mixture of one robot with its Normalize gives a Loader's own normalized rows."""
+    ds = robots["widowx"]
+    mix = MixtureLoader({"w": ds}, "size", batch_size=32, seed=3, keys=KEYS, pad=True,
+                        transforms={"w": Normalize(keys=KEYS)})  # fmt: skip
+    loader = Loader(ds, 32, keys=KEYS, transform=Normalize(keys=KEYS), seed=3)
+    batch = mix.sample()
+    want = loader.source.gather(batch["index"].numpy())
+    want = loader.transforms[0](TedBatch(want))
+    np.testing.assert_array_equal(batch["action"].numpy(), want["action"])
+
+
+def test_rename_into_the_common_schema(tmp_path: Path, robots: dict[str, Dataset]) -> None:
+    other = write_robot(tmp_path, "ur5", 6, 5, [12, 9], 4, extra={"proprio": 11})
+    sources = {"franka": robots["franka"], "ur5": other}
+    rename = {"ur5": {"observation": "camera_free", "proprio": "observation"}}
+    norms = {"franka": Normalize(keys=["observation"]), "ur5": Normalize(keys=["observation"])}
+    mix = MixtureLoader(sources, [1, 1], batch_size=64, seed=0, keys=["observation"], rename=rename,
+                        pad=True, transforms=norms)  # fmt: skip
+    batch = mix.sample()
+    assert batch["observation"].shape == (64, 11)
+    rows = batch["source"].numpy() == 1
+    alone = Normalize(keys=["proprio"])
+    alone.bind(other)
+    want = own_rows(other, batch["index"].numpy()[rows], ["proprio"], alone)["proprio"]
+    np.testing.assert_array_equal(batch["observation"].numpy()[rows], want)
+    assert batch["observation_pad_mask"].numpy()[rows].all()
+    assert norms["ur5"].stored_keys == {"observation": "proprio"}
+
+
+def test_key_only_some_sources_have_is_zero_with_mask_false(
+    tmp_path: Path, robots: dict[str, Dataset]
+) -> None:
+    wrist = write_robot(tmp_path, "with-wrist", 7, 8, [15], 5, extra={"wrist": 4})
+    mix = MixtureLoader({"a": robots["franka"], "b": wrist}, [1, 1], batch_size=64, seed=0,
+                        keys=["action", "wrist"], pad=True)  # fmt: skip
+    batch = mix.sample()
+    src = batch["source"].numpy()
+    assert (batch["wrist"].numpy()[src == 0] == 0).all()
+    assert not batch["wrist_pad_mask"].numpy()[src == 0].any()
+    assert batch["wrist_pad_mask"].numpy()[src == 1].all()
+    assert "action_pad_mask" not in batch  # 7 wide in both
+    with pytest.raises(KeyError, match="pass pad=True"):
+        MixtureLoader({"a": robots["franka"], "b": wrist}, [1, 1], keys=["action", "wrist"])
+
+
+def test_dtypes_promote(tmp_path: Path, robots: dict[str, Dataset]) -> None:
+    wide = write_robot(tmp_path, "f64", 3, 8, [10], 6, dtype=np.float64)
+    mix = MixtureLoader(
+        {"a": robots["franka"], "b": wide}, [1, 1], batch_size=32, seed=0, keys=KEYS, pad=True
+    )
+    batch = mix.sample()
+    assert batch["action"].dtype == torch.float64 and batch["action"].shape == (32, 7)
+    rows = batch["source"].numpy() == 0
+    want = own_rows(robots["franka"], batch["index"].numpy()[rows], ["action"])["action"]
+    np.testing.assert_array_equal(batch["action"].numpy()[rows], want.astype(np.float64))
+    cast = MixtureLoader({"a": robots["franka"], "b": wide}, [1, 1], batch_size=8, seed=0, keys=KEYS,
+                         pad=True, float_dtype=torch.float32)  # fmt: skip
+    assert cast.sample()["action"].dtype == torch.float32
+
+
+def test_other_sampler_order_and_windows(robots: dict[str, Dataset]) -> None:
+    """Rows in any order (an epoch over the mixture) and windows over a padded mixture."""
+    norms = {name: Normalize(keys=["action"]) for name in robots}
+    source = MixtureSource(robots, keys=KEYS, pad=True, transforms=norms)
+    batch = Loader(source, 64, sampler="epoch", seed=0).sample()
+    src, idx = batch["source"].numpy(), batch["index"].numpy()
+    assert len(np.unique(src)) > 1 and (np.diff(src) != 0).sum() > 2  # interleaved sources
+    for i, ds in enumerate(robots.values()):
+        rows = src == i
+        want = own_rows(ds, idx[rows], ["action"], norms[list(robots)[i]])["action"]
+        np.testing.assert_array_equal(batch["action"].numpy()[rows][:, : want.shape[1]], want)
+    mix = MixtureLoader(
+        robots,
+        [1, 1, 1],
+        batch_size=16,
+        seed=0,
+        keys=KEYS,
+        pad=True,
+        transforms={n: Normalize(keys=["action"]) for n in robots},
+        windows={"action": [0, 1]},
+    )
+    b = mix.sample()  # fmt: skip
+    assert b["action"].shape == (16, 2, 14) and b["action_is_pad"].shape == (16, 2)
+
+
+def test_state_dict_resumes_with_pad(robots: dict[str, Dataset]) -> None:
+    def make(seed: int) -> MixtureLoader:
+        return MixtureLoader(robots, "size", batch_size=32, seed=seed, keys=KEYS, pad=True,
+                             transforms={n: Normalize(keys=KEYS) for n in robots})  # fmt: skip
+
+    mix = make(2)
+    mix.sample()
+    state = pickle.loads(pickle.dumps(mix.state_dict()))
+    want = [mix.sample() for _ in range(3)]
+    other = make(9)
+    other.load_state_dict(state)
+    for w in want:
+        got = other.sample()
+        assert set(got) == set(w)
+        for key in w:
+            torch.testing.assert_close(got[key], w[key], rtol=0, atol=0)
+    assert other.report() == mix.report()
+
+
+def test_sampler_composition_pads_too(robots: dict[str, Dataset]) -> None:
+    source = MixtureSource(robots, keys=KEYS, pad=True)
+    sampler = MixtureSampler(source.sizes, [1, 1, 1], batch_size=16, seed=0)
+    loader = Loader(source, 16, sampler=sampler, prefetch=2, num_batches=3)
+    shapes = [tuple(b["action_pad_mask"].shape) for b in loader]
+    loader.close()
+    assert shapes == [(16, 14)] * 3
+
+
+def test_refusals_are_one_line(robots: dict[str, Dataset]) -> None:
+    norm = Normalize(keys=["action"])
+
+    def mix(**options: object) -> MixtureLoader:
+        options.setdefault("keys", KEYS)
+        return MixtureLoader(robots, [1, 1, 1], pad=True, **options)  # type: ignore[arg-type]
+
+    cases = [
+        (lambda: mix(keys=["nope"]), "no source of the mixture has key 'nope'"),
+        (lambda: mix(transforms={"franka": norm, "aloha": norm}), "one Normalize is given to sources"),
+        (lambda: mix(transforms={"ghost": Normalize()}), "transforms name unknown source"),
+        (lambda: mix(transforms=[Normalize()]), "transforms= maps source names"),
+        (lambda: mix(transforms={"franka": 3}), "is not callable"),
+    ]  # fmt: skip
+    for make, match in cases:
+        with pytest.raises(MixtureError) as info:
+            make()
+        assert match in str(info.value) and "\n" not in str(info.value)
+
+
+def test_keys_of_different_widths_pad_across_names(tmp_path: Path, robots: dict[str, Dataset]) -> None:
+    """A key of (4,) in one source and (8,) in another (after renaming) pads to (8,)."""
+    grid = write_robot(tmp_path, "grid", 7, 8, [6], 7, extra={"grid": 4})
+    mix = MixtureLoader({"a": robots["franka"], "g": grid}, [1, 1], keys=["action", "x"], pad=True,
+                        rename={"g": {"grid": "x"}, "a": {"observation": "x"}})  # fmt: skip
+    batch = mix.sample()
+    assert batch["x"].shape == (256, 8)
+    assert batch["x_pad_mask"].numpy()[batch["source"].numpy() == 1].sum(axis=1).tolist() == [4] * int(
+        (batch["source"].numpy() == 1).sum()
+    )
+
+
+def test_axes_must_match(tmp_path: Path) -> None:
+    import rlds_cli
+
+    with rlds_cli.DatasetWriter("flat", root=tmp_path, mode="create") as w:
+        w.add_episode(_episode(np.zeros((3, 8), np.float32)))
+    with rlds_cli.DatasetWriter("square", root=tmp_path, mode="create") as w:
+        w.add_episode(_episode(np.zeros((3, 2, 4), np.float32)))
+    flat, square = (rlds_cli.open_dataset(n, root=tmp_path) for n in ("flat", "square"))
+    with pytest.raises(MixtureError, match=r"key 'action' is \(8,\) in source 'flat' but \(2, 4\)"):
+        MixtureSource({"flat": flat, "square": square}, keys=["action"], pad=True)
+
+
+def _episode(action: np.ndarray) -> dict[str, np.ndarray]:
+    n = len(action)
+    o = np.zeros((n + 1, 2), np.float32)
+    return {"observation": o[:-1], "next/observation": o[1:], "action": action,
+            "next/reward": np.zeros(n, np.float32), "next/terminated": np.arange(n) == n - 1,
+            "next/truncated": np.zeros(n, bool)}  # fmt: skip
+
+
+def test_large_keys_read_straight_into_the_batch(tmp_path: Path) -> None:
+    """A key of >= 1 KB a step, equal in every source (frames), skips the second copy: the same
+    values, grouped by source or in any order."""
+    a = write_robot(tmp_path, "cam-a", 7, 8, [20, 15], 8, extra={"frame": 300})
+    b = write_robot(tmp_path, "cam-b", 14, 8, [25], 9, extra={"frame": 300})
+    keys = ["frame", "action", "observation", "next/observation"]
+    source = MixtureSource({"a": a, "b": b}, keys=keys, pad=True)
+    assert source._direct is not None and list(source._direct.plans) == ["frame"]
+    for sampler in (MixtureSampler(source.sizes, [1, 1], batch_size=64, seed=0), "epoch"):
+        batch = Loader(source, 64, sampler=sampler, seed=0).sample()
+        src, idx = batch["source"].numpy(), batch["index"].numpy()
+        for i, ds in enumerate((a, b)):
+            rows = src == i
+            want = own_rows(ds, idx[rows], keys)
+            np.testing.assert_array_equal(batch["frame"].numpy()[rows], want["frame"])
+            np.testing.assert_array_equal(batch["next/observation"].numpy()[rows], want["next/observation"])
