@@ -53,8 +53,19 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
                     f"{part!r} in --episodes {spec!r} is no episode position or range", hint=_LIST_HINT
                 )
         ids = np.flatnonzero(chosen).astype(np.int64)
+    elif isinstance(spec, range):  # range(0, 10**12): checked at its ends, never listed
+        if len(spec):
+            for end in (spec[0], spec[-1]):
+                _position(end, num_episodes, spec)
+        ids = np.arange(spec.start, spec.stop, spec.step, dtype=np.int64)
+        ids = ids + np.where(ids < 0, num_episodes, 0)
     else:
-        raw = np.asarray(list(spec))
+        try:
+            raw = np.asarray(list(spec))
+        except ValueError:  # a ragged nesting: [[0, 1], [2]]
+            raise InvalidSelectionError(
+                f"episode positions must be a flat list of integers, got {str(spec)[:60]}", hint=_LIST_HINT
+            ) from None
         if raw.size and raw.dtype.kind not in "iu":
             raise InvalidSelectionError(
                 f"episode positions must be integers, got {raw.dtype}", hint=_LIST_HINT

@@ -100,3 +100,15 @@ def test_hostile_input_from_the_cli(isolated_cache: Any) -> None:
     result = runner.invoke(app, ["view", "a", "--where", where, "-n", "v", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["num_episodes"] == 1
+
+
+def test_a_huge_range_object_is_checked_at_its_ends_never_listed() -> None:
+    with pytest.raises(InvalidSelectionError, match=r"episode 999999999999 .* outside the dataset.s 3"):
+        parse_episode_list(range(0, 10**12), 3)  # was a MemoryError
+    assert parse_episode_list(range(-1, -4, -1), 3).tolist() == [0, 1, 2]
+    assert parse_episode_list(range(0, 3, 2), 3).tolist() == [0, 2]
+
+
+def test_a_ragged_list_is_refused() -> None:
+    with pytest.raises(InvalidSelectionError, match="flat list of integers"):
+        parse_episode_list([[0, 1], [2]], 3)  # type: ignore[list-item]
