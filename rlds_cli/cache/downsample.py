@@ -25,6 +25,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
@@ -62,6 +63,7 @@ def downsample_dataset(
     Raises:
         InvalidSelectionError: ``every`` below 2, or ``parent`` is a growing dataset.
         DatasetExistsError: ``name`` exists and ``replace`` is false.
+        CorruptDatasetError: ``parent``'s files or content digests do not match its manifest.
     """
     if every < 2:
         raise InvalidSelectionError(
@@ -80,7 +82,11 @@ def downsample_dataset(
     frames = framed[0].partition(":")[0] if framed else None
     row_bytes = sum(spec.row_bytes for spec in fields.values())
     budget = max(1, BLOCK_BYTES // max(1, row_bytes))
+    verify_parent(source)  # a copy of damaged arrays would verify clean: the damage would be lost
     index = source.episode_index
+    # a k past the longest episode keeps each episode's first step, as the longest does (and a
+    # k past int64 would overflow numpy)
+    window = min(every, max(2, int(index["length"].max(initial=0))))
     with DatasetBuilder(
         name,
         root=cache,
@@ -90,7 +96,7 @@ def downsample_dataset(
         frames=frames,
     ) as builder:
         for first, stop in _blocks(index["length"].astype(np.int64), budget):
-            builder.append(_window_block(source, index, first, stop, every))
+            builder.append(_window_block(source, index, first, stop, window))
             if progress is not None:
                 progress(int(index["start"][stop - 1] + index["length"][stop - 1]))
         return builder.commit(

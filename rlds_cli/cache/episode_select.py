@@ -35,25 +35,37 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
             a range runs backwards, or nothing is selected.
     """
     if isinstance(spec, str):
-        values: list[int] = []
+        # one flag per episode, not a list of every position: "0-999999,0-999999,..." stays bounded
+        chosen = np.zeros(max(0, num_episodes), bool)
         for part in (p.strip() for p in spec.split(",")):
             if not part:
                 continue
             m = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
             if m is not None:
-                a, b = (_position(int(g), num_episodes, spec) for g in m.groups())
+                a, b = (_position(_integer(g, spec), num_episodes, spec) for g in m.groups())
                 if b < a:
                     raise InvalidSelectionError(f"episode range {part!r} runs backwards", hint=_LIST_HINT)
-                values.extend(range(a, b + 1))
+                chosen[a : b + 1] = True
             elif re.fullmatch(r"-?\d+", part):
-                values.append(_position(int(part), num_episodes, spec))
+                chosen[_position(_integer(part, spec), num_episodes, spec)] = True
             else:
                 raise InvalidSelectionError(
                     f"{part!r} in --episodes {spec!r} is no episode position or range", hint=_LIST_HINT
                 )
-        ids = np.asarray(values, np.int64)
+        ids = np.flatnonzero(chosen).astype(np.int64)
+    elif isinstance(spec, range):  # range(0, 10**12): checked at its ends, never listed
+        if len(spec):
+            for end in (spec[0], spec[-1]):
+                _position(end, num_episodes, spec)
+        ids = np.arange(spec.start, spec.stop, spec.step, dtype=np.int64)
+        ids = ids + np.where(ids < 0, num_episodes, 0)
     else:
-        raw = np.asarray(list(spec))
+        try:
+            raw = np.asarray(list(spec))
+        except ValueError:  # a ragged nesting: [[0, 1], [2]]
+            raise InvalidSelectionError(
+                f"episode positions must be a flat list of integers, got {str(spec)[:60]}", hint=_LIST_HINT
+            ) from None
         if raw.size and raw.dtype.kind not in "iu":
             raise InvalidSelectionError(
                 f"episode positions must be integers, got {raw.dtype}", hint=_LIST_HINT
@@ -63,6 +75,19 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
     if len(ids) == 0:
         raise InvalidSelectionError(f"--episodes {spec!r} selects no episode", hint=_LIST_HINT)
     return ids
+
+
+def _integer(text: str, spec: object) -> int:
+    """``text`` (digits, maybe signed) as an int; one too long for Python's int() (4,300 digits)
+    is past any dataset's end all the same."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidSelectionError(
+            f"episode {text[:20]}... ({len(text.lstrip('-'))} digits) in {str(spec)[:40]!r}... "
+            "is outside the dataset",
+            hint=_LIST_HINT,
+        ) from None
 
 
 def _position(i: int, num_episodes: int, spec: object) -> int:
@@ -180,7 +205,7 @@ class _Parser:
         while self.peek() in ("+", "-"):
             fn = _ARITH[self.take()[1]]
             left, right = node, self.product()
-            node = _binary(fn, left, right)
+            node = _binary(_arithmetic(fn), left, right)
         return node
 
     def product(self) -> Node:
@@ -188,7 +213,7 @@ class _Parser:
         while self.peek() in ("*", "/"):
             fn = _ARITH[self.take()[1]]
             left, right = node, self.atom()
-            node = _binary(fn, left, right)
+            node = _binary(_arithmetic(fn), left, right)
         return node
 
     def atom(self) -> Node:
@@ -200,7 +225,7 @@ class _Parser:
             return node
         if value == "-":
             inner = self.atom()
-            return lambda get: -inner(get)
+            return lambda get: -_number(inner(get))
         if kind == "num":
             number = float(value)
             return lambda get: number
@@ -213,6 +238,16 @@ class _Parser:
             self.used.add(value)
             return lambda get: get(value)
         raise self.fail(f"unexpected {value!r} at token {self.i}")
+
+
+def _number(values: Any) -> Any:
+    """``values`` as numbers: a condition counts 1 where it holds (numpy has no ``-`` of bools)."""
+    array = np.asarray(values)
+    return array.astype(np.int64) if array.dtype == np.bool_ else values
+
+
+def _arithmetic(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda a, b: fn(_number(a), _number(b))
 
 
 def _bool(values: Any) -> np.ndarray:
@@ -242,9 +277,19 @@ def parse_where(text: str, columns: Sequence[str]) -> tuple[Node, set[str]]:
     Raises:
         InvalidSelectionError: A syntax error or an unknown column (one line, naming it).
     """
-    parser = _Parser(text, columns)
-    node = parser.parse()
+    try:
+        parser = _Parser(text, columns)
+        node = parser.parse()
+    except RecursionError:  # each "(", "not" or "-" is a level of the descent
+        raise _too_deep(text) from None
     return node, parser.used
+
+
+def _too_deep(text: str) -> InvalidSelectionError:
+    return InvalidSelectionError(
+        f"--where {text[:40]!r}... ({len(text)} characters) is nested or chained too deeply to read",
+        hint="write a shorter predicate (for a list of episodes use --episodes 0,5,9-20)",
+    )
 
 
 def select_where(text: str, table: Any) -> np.ndarray:
@@ -267,8 +312,11 @@ def select_where(text: str, table: Any) -> np.ndarray:
             values = values.reshape(n, -1)[:, 0]
         return values
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        result = np.asarray(node(get))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        try:
+            result = np.asarray(node(get))
+        except RecursionError:  # a chain "a + a + ... + a" is evaluated one level per operator
+            raise _too_deep(text) from None
     if result.dtype != np.bool_:
         raise InvalidSelectionError(
             f"--where {text!r} is a number, not a condition (compare it: ... > 0)", hint=_WHERE_HINT

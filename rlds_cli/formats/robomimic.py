@@ -157,7 +157,14 @@ class RobomimicReader(Reader):
                     "after 'demo_' and reads nothing else under data/)",
                     hint="move or delete that entry of the file",
                 )
-            numbered.append((int(m.group(1)), name))
+            number = int(m.group(1))
+            if number > np.iinfo(np.int64).max:  # the episode's source id is an int64
+                raise SourceFormatError(
+                    f"{path}: 'data/{name[:40]}...' has a demo number past 2**63 - 1, which rlds "
+                    "keeps as the episode's source id",
+                    hint="rename that demo (robomimic's writers number them from 0)",
+                )
+            numbered.append((number, name))
         if not numbered:
             raise SourceFormatError(f"{path}: 'data' holds no demo_<N> group")
         numbered.sort()
@@ -233,12 +240,23 @@ class RobomimicReader(Reader):
                 )
             mine[key] = (shape[1:], np.dtype(dtype).str)
         declared = group.attrs.get("num_samples")
-        if declared is not None and int(np.asarray(declared).reshape(-1)[0]) != length:
-            raise SourceFormatError(
-                f"{label}: num_samples is {int(np.asarray(declared).reshape(-1)[0])} but 'actions' has "
-                f"{length} rows (robomimic indexes the demo by num_samples)",
-                hint="the file is damaged; write num_samples again or re-download it",
+        if declared is not None:
+            values = np.asarray(declared).reshape(-1)
+            whole = values.size == 1 and (
+                values.dtype.kind in "iu" or (values.dtype.kind == "f" and float(values[0]).is_integer())
             )
+            if not whole:
+                raise SourceFormatError(
+                    f"{label}: num_samples is {str(declared)[:40]!r}, not a count of steps "
+                    "(robomimic writes the demo's steps as an integer)",
+                    hint="the file is damaged; write num_samples again or re-download it",
+                )
+            if int(values[0]) != length:
+                raise SourceFormatError(
+                    f"{label}: num_samples is {int(values[0])} but 'actions' has "
+                    f"{length} rows (robomimic indexes the demo by num_samples)",
+                    hint="the file is damaged; write num_samples again or re-download it",
+                )
         if length == 0:  # no data: its dtypes are whatever np.array([]) gave; it is dropped
             return length, nodes
         if not self._schema:

@@ -13,6 +13,7 @@ they are, so no YAML library is needed. The Croissant file describes the dataset
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rlds_cli.cache.card import licenses_of
@@ -124,8 +125,18 @@ def _yaml(value: Any, indent: int = 0) -> list[str]:
                 lines.append(f"{pad}  - {inner[0].strip()}")
                 lines += inner[1:]
         else:
-            lines.append(f"{pad}{key}: {json.dumps(item, ensure_ascii=False)}")
+            lines.append(f"{pad}{key}: {_yaml_safe(json.dumps(item, ensure_ascii=False))}")
     return lines
+
+
+#: Characters JSON keeps raw that a YAML reader refuses (DEL, C1 controls: "special characters are
+#: not allowed") or reads as a line break or a byte-order mark; only ever inside a JSON string here.
+_NOT_YAML = re.compile("[\x7f-\x9f\u2028\u2029\ufeff]")
+
+
+def _yaml_safe(text: str) -> str:
+    """JSON ``text`` with those characters written as ``\\uXXXX`` escapes (the same string)."""
+    return _NOT_YAML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def readme(manifest: Manifest, card: dict[str, Any]) -> str:

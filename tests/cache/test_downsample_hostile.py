@@ -1,0 +1,61 @@
+"""``rlds downsample`` with a k past the longest episode (or past int64) and of a damaged parent:
+one step per episode in the first case, a one-line refusal naming the damage in the second (a
+downsampled copy of damaged arrays would verify clean, hiding it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache import CacheRoot, open_dataset
+from rlds_cli.cache.downsample import downsample_dataset
+from rlds_cli.cli.app import app
+from rlds_cli.errors import CorruptDatasetError
+from tests.formats_fixtures import refused
+from tests.loader_fixtures import make_ted
+
+
+@pytest.fixture
+def a(isolated_cache: Path) -> Any:
+    isolated_cache.mkdir(parents=True, exist_ok=True)
+    return make_ted(Path(os.environ["RLDS_HOME"]), "a", [3, 4, 5])
+
+
+@pytest.mark.parametrize("every", [5, 6, 100, 10**30])
+def test_a_k_past_the_longest_episode_keeps_each_episodes_first_step(a: Any, every: int) -> None:
+    downsample_dataset("a", "d", every)
+    d = open_dataset("d")
+    assert d.episodes["length"].tolist() == [1, 1, 1]
+    for e in range(3):
+        src = a.episode(e)
+        np.testing.assert_array_equal(d.episode(e)["action"], np.asarray(src["action"])[:1])
+        assert float(d.episode(e)["next/reward"].sum()) == pytest.approx(float(src["next/reward"].sum()))
+    assert d.manifest.lineage[0]["every"] == every
+
+
+def test_downsample_of_a_damaged_parent_is_refused(a: Any) -> None:
+    path = CacheRoot().dataset_dir("a") / "arrays" / "action.npy"
+    data = np.load(path)
+    data[1] += 1
+    np.save(path, data)
+    with pytest.raises(CorruptDatasetError, match=r"dataset 'a' is damaged: 'action'"):
+        downsample_dataset("a", "d", 2)
+    assert not CacheRoot().exists("d")
+
+
+@pytest.mark.usefixtures("consoles")
+@pytest.mark.console_widths(250, 250)
+def test_from_the_cli(a: Any) -> None:
+    result = CliRunner().invoke(app, ["downsample", "a", "-k", str(10**30), "-n", "d", "--json"])
+    assert result.exit_code == 0, result.output
+    path = CacheRoot().dataset_dir("a") / "arrays" / "action.npy"
+    data = np.load(path)
+    data[0] -= 1
+    np.save(path, data)
+    result = CliRunner().invoke(app, ["downsample", "a", "-k", "2", "-n", "e"])
+    refused(result, "dataset 'a' is damaged", hint=True, published=("a", "d"))

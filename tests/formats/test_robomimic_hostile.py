@@ -1,0 +1,68 @@
+"""robomimic files a hostile or broken writer could make: a demo number past int64 and a
+``num_samples`` that is no count are refused in one line naming the demo, nothing published."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cli.app import app
+from rlds_cli.errors import SourceFormatError
+from rlds_cli.sources.convert import convert
+from tests.formats_fixtures import refused
+from tests.robomimic_fixtures import IMAGE
+
+
+def _edited(tmp_path: Path, edit: str) -> Path:
+    path = Path(shutil.copy(IMAGE, tmp_path / "h.hdf5"))
+    with h5py.File(path, "a") as f:
+        if edit == "huge_demo":
+            f.move("data/demo_2", "data/demo_" + "9" * 30)
+        elif edit == "text_num_samples":
+            f["data/demo_1"].attrs["num_samples"] = "four"
+        elif edit == "array_num_samples":
+            f["data/demo_1"].attrs["num_samples"] = np.array([4, 4])
+        elif edit == "float_num_samples":  # a whole float is a count all the same
+            n = f["data/demo_1/actions"].shape[0]
+            f["data/demo_1"].attrs["num_samples"] = float(n)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("huge_demo", "has a demo number past 2**63 - 1"),
+        ("text_num_samples", "data/demo_1: num_samples is 'four', not a count of steps"),
+        ("array_num_samples", "data/demo_1: num_samples is '[4 4]', not a count of steps"),
+    ],
+)
+def test_refused_in_one_line(tmp_path: Path, edit: str, message: str) -> None:
+    with pytest.raises(SourceFormatError, match=message.replace("*", r"\*").replace("[", r"\[")) as info:
+        convert(_edited(tmp_path, edit), "bad", format="robomimic")
+    assert "\n" not in info.value.message
+    assert not CacheRoot().dataset_dir("bad").exists()
+
+
+def test_a_whole_float_num_samples_is_read(tmp_path: Path) -> None:
+    from rlds_cli.cache.opening import open_dataset
+
+    convert(IMAGE, "original", format="robomimic")
+    convert(_edited(tmp_path, "float_num_samples"), "ok", format="robomimic")
+    ok, original = open_dataset("ok"), open_dataset("original")
+    assert ok.episodes["length"].tolist() == original.episodes["length"].tolist()
+    for e in range(ok.num_episodes):
+        np.testing.assert_array_equal(ok.episode(e)["action"], original.episode(e)["action"])
+
+
+@pytest.mark.usefixtures("consoles")
+@pytest.mark.console_widths(250, 250)
+def test_from_the_cli(tmp_path: Path) -> None:
+    CacheRoot().path.mkdir(parents=True, exist_ok=True)
+    result = CliRunner().invoke(app, ["download", str(_edited(tmp_path, "huge_demo")), "--name", "bad"])
+    refused(result, "demo number past 2**63 - 1", hint=True)
