@@ -220,15 +220,21 @@ def _ratio_to_median(
         return (values[:, dims] / scale[dims]).max(axis=1)
 
 
-def _iqr_outliers(values: np.ndarray, k: float) -> np.ndarray:
-    """Positions outside Tukey's fences (quartiles -/+ ``k`` IQRs; the IQR at least 5% of the
-    median, so equal values with one apart still have fences), with 5 values or more."""
+def iqr_outliers(values: np.ndarray, k: float) -> np.ndarray:
+    """Positions of ``values`` outside Tukey's fences (quartiles -/+ ``k`` IQRs), with 5 finite
+    values or more (else none). The IQR is taken at least 5% of the median, so equal values with
+    one apart still have fences. Where half the values or more are one value (an IQR of 0: the
+    returns of a sparse-reward task, 0 or 1), what lies outside is an outlier only while it is
+    rare, at most 5% of the values: a fifth of successful episodes is a mode, not a fault."""
     finite = np.isfinite(values)
-    if finite.sum() < 5:
+    count = int(finite.sum())
+    if count < 5:
         return np.zeros(0, np.int64)
     q1, med, q3 = np.percentile(values[finite], [25, 50, 75])
     width = max(q3 - q1, 0.05 * abs(med))
     out = finite & ((values < q1 - k * width) | (values > q3 + k * width))
+    if q3 == q1 and out.sum() > 0.05 * count:
+        return np.zeros(0, np.int64)
     return np.flatnonzero(out)
 
 
@@ -284,8 +290,8 @@ def audit(
         if j != i:
             report.duplicate_of[i] = j
     flags["duplicate"] = np.flatnonzero(report.duplicate_of >= 0)
-    flags["length_outlier"] = _iqr_outliers(lengths.astype(np.float64), t.iqr_factor)
-    flags["return_outlier"] = _iqr_outliers(m.returns, t.iqr_factor)
+    flags["length_outlier"] = iqr_outliers(lengths.astype(np.float64), t.iqr_factor)
+    flags["return_outlier"] = iqr_outliers(m.returns, t.iqr_factor)
     if m.empty_text.any() or _has_text(ds):
         flags["empty_instruction"] = np.flatnonzero(m.empty_text > 0)
     report.flags = {k: v.astype(np.int64) for k, v in flags.items()}

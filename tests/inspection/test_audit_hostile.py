@@ -65,3 +65,18 @@ def test_float32_extremes_do_not_warn(isolated_cache: Path) -> None:
     rng = np.random.default_rng(1)
     _build(isolated_cache, "x", [rng.uniform(-3e38, 3e38, (20, 2)) for _ in range(3)])
     assert "nonfinite" not in _flagged(isolated_cache, "x")
+
+
+def test_a_sparse_reward_tasks_successes_are_no_return_outliers() -> None:
+    """80% of episodes return 0 and 20% return 1: the IQR is 0, and a fifth of the episodes is a
+    mode of the returns, not a fault; one success in 20 is still rare enough to be flagged."""
+    from rlds_cli.inspection.audit import iqr_outliers
+
+    sparse = np.array([0.0] * 16 + [1.0] * 4)
+    assert iqr_outliers(sparse, 3.0).tolist() == []
+    one_apart = np.array([0.0] * 19 + [1.0])
+    assert iqr_outliers(one_apart, 3.0).tolist() == [19]
+    lengths = np.array([50.0] * 19 + [500.0])
+    assert iqr_outliers(lengths, 3.0).tolist() == [19]
+    spread = np.array([10.0, 11, 12, 13, 14, 15, 16, 17, 100])
+    assert iqr_outliers(spread, 3.0).tolist() == [8]
