@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends.memmap import prefetch_pages, release_pages
+from rlds_cli.cache.backends.memmap import release_pages
 from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import FieldSpec
@@ -161,12 +161,6 @@ class _Reader:
             release_pages(part)
         self.held = []
 
-    def prefetch(self, g: _Group) -> None:
-        """Start the disk's reads of the group's rows (a memory-mapped column), not waiting."""
-        if isinstance(self.column, np.memmap) and len(g.pos):
-            lo, hi = self.rows(g)
-            prefetch_pages(self.column[int(lo.min()) : int(hi.max())])
-
     def rows(self, g: _Group) -> tuple[np.ndarray, np.ndarray]:
         """The column's rows ``[lo, hi)`` of each piece: its context and steps, and its final
         row where it ends its episode (flat keys)."""
@@ -297,21 +291,11 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
     acc = _Sums(n, ad, roles.images)
     step_bytes = sum(_row_bytes(r.spec, r.column) for r in readers.values())
     max_rows = max(CONTEXT + 1, budget.nbytes // step_bytes)
-    groups = _groups(lengths, positions, lens_by_pos, max_rows)
-    group = next(groups, None)
-    # the next group's rows are read from disk (prefetched) while this one is measured, and the
-    # content sums and finiteness checks run on a second thread (numpy releases the GIL)
+    # the content sums and finiteness checks of each group run on a second thread while the
+    # first measures the steps (numpy releases the GIL in both)
     with ThreadPoolExecutor(1, thread_name_prefix="rlds-audit") as worker:
-        if group is not None:
-            for reader in readers.values():
-                reader.prefetch(group)
-        while group is not None:
-            following = next(groups, None)
-            if following is not None:
-                for reader in readers.values():
-                    reader.prefetch(following)
+        for group in _groups(lengths, positions, lens_by_pos, max_rows):
             _measure_group(group, readers, roles, m, budget, atol, acc, worker)
-            group = following
     with np.errstate(invalid="ignore", divide="ignore"):
         m.rms_action_change = np.sqrt(acc.sumsq / np.maximum(acc.diffs, 1)[:, None])
         m.mean_abs_jerk = acc.jerk / np.maximum(acc.jerks, 1)[:, None]
@@ -503,30 +487,25 @@ def _actions(
     acc: _Sums,
 ) -> None:
     """Action changes (max, sum of squares) and jerk (sum of |third difference|) per piece, in
-    float32 (the sums in float64). The changes and the jerk lie side by side in one array, so
-    that each numpy pass (absolute value, finiteness, the float64 sums) runs once over both;
-    the jerk is the second difference of the changes (what ``np.diff(a, n=3)`` computes)."""
+    float32 (the sums in float64). The jerk is the second difference of the changes: what
+    ``np.diff(a, n=3)`` computes, one subtraction pass fewer."""
     a = a.astype(np.float32, copy=False)
-    dims = a.shape[1]
-    both = np.zeros((len(a), 2 * dims), np.float32)
-    d, j = both[:, :dims], both[:, dims:]
+    d = np.zeros_like(a)
     np.subtract(a[1:], a[:-1], out=d[1:])
+    j = np.zeros_like(a)
     if len(a) > 3:
         j[3:] = np.diff(d[1:], n=2, axis=0)
     d[~d1] = 0.0
     j[~d3] = 0.0
-    ab = cut(both)
-    ab = np.abs(ab, out=ab if ab is both else None)
-    if not np.isfinite(ab).all():
-        ab = np.nan_to_num(ab)
-    ad = ab[:, :dims]
+    ad = np.abs(cut(d), out=d if cut(d) is d else None)
+    aj = np.abs(cut(j), out=j if cut(j) is j else None)
+    if not (np.isfinite(ad).all() and np.isfinite(aj).all()):
+        ad, aj = np.nan_to_num(ad), np.nan_to_num(aj)
     m.max_action_change[views] = np.maximum(
         m.max_action_change[views], np.maximum.reduceat(ad, bounds, axis=0)
     )
-    np.square(ad, out=ad)
-    sums = np.add.reduceat(ab, bounds, axis=0, dtype=np.float64)
-    acc.sumsq[views] += sums[:, :dims]
-    acc.jerk[views] += sums[:, dims:]
+    acc.sumsq[views] += np.add.reduceat(np.square(ad, out=ad), bounds, axis=0, dtype=np.float64)
+    acc.jerk[views] += np.add.reduceat(aj, bounds, axis=0, dtype=np.float64)
     acc.diffs[views] += np.add.reduceat(cut(d1).astype(np.int64), bounds)
     acc.jerks[views] += np.add.reduceat(cut(d3).astype(np.int64), bounds)
 

@@ -1,15 +1,12 @@
 """The audit scan's fast paths (:mod:`rlds_cli.inspection.audit_scan`) against the plain
-definitions they replace: the groups of episodes, the row-wise ``all``, the prefetch advice.
+definitions they replace: the groups of episodes, the row-wise ``all``.
 That every measure is unchanged end to end is :mod:`tests.inspection.test_audit`'s part."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from rlds_cli.cache.backends.memmap import load_npy, prefetch_pages
 from rlds_cli.inspection.audit_scan import CONTEXT, _all_columns, _groups
 
 
@@ -63,16 +60,3 @@ def test_all_columns_is_numpys_all_along_rows(columns: int) -> None:
     c = np.random.default_rng(columns).random((500, columns)) < 0.97
     c[::7] = True  # rows where every column holds
     assert (_all_columns(c) == c.all(axis=1)).all()
-
-
-def test_prefetch_pages_only_advises_read_only_maps(tmp_path: Path) -> None:
-    path = tmp_path / "a.npy"
-    values = np.arange(1 << 16, dtype=np.float64)
-    np.save(path, values)
-    mapped = load_npy(path, mmap=True)
-    assert prefetch_pages(mapped[100:50_000])
-    assert (np.asarray(mapped) == values).all()  # advice only: the rows are unchanged
-    assert not prefetch_pages(np.arange(10))  # not a memory map
-    assert not prefetch_pages(mapped[:0])  # nothing to read
-    own = np.load(path, mmap_mode="c")
-    assert not prefetch_pages(own[:10])

@@ -166,37 +166,6 @@ def release_pages(rows: np.ndarray) -> bool:
     return True
 
 
-def prefetch_pages(rows: np.ndarray) -> bool:
-    """Ask the kernel to start reading the pages under ``rows`` (a view of a read-only memory
-    map) into its page cache now, without waiting for them (``MADV_WILLNEED``): a scan that
-    prefetches its next block while it computes on this one overlaps the disk's reads with its
-    work instead of stalling on a page fault at each readahead window. Only advice: nothing is
-    read into the process's memory and the rows' values are unchanged.
-
-    Returns:
-        Whether the advice was given (``False``: ``rows`` is empty or not in a read-only map,
-        or the platform has no ``MADV_WILLNEED``).
-    """
-    advice = getattr(mmap, "MADV_WILLNEED", None)
-    if advice is None or rows.size == 0:
-        return False
-    readonly, base = isinstance(rows, np.memmap) and rows.mode == "r", rows.base
-    while isinstance(base, np.ndarray):
-        readonly = readonly or (isinstance(base, np.memmap) and base.mode == "r")
-        base = base.base
-    if not readonly or not isinstance(base, mmap.mmap):
-        return False
-    origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
-    low, high = np.lib.array_utils.byte_bounds(rows)
-    first = low - origin
-    first -= first % mmap.PAGESIZE  # madvise starts at a page boundary
-    try:
-        base.madvise(advice, first, high - origin - first)
-    except OSError:  # a kernel that refuses the advice: the pages are read when touched
-        return False
-    return True
-
-
 def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
     """An uncompressed ``.npz`` of ``arrays``, like ``np.savez(file, **arrays)`` (the same zip
     layout) but for any names: ``np.savez`` takes an array named ``allow_pickle`` or ``file`` as
