@@ -9,7 +9,8 @@ view's episodes) in groups of whole episodes, each group about :attr:`Budget.nby
 with the three steps before it as context for its differences), so memory is bounded whatever
 the dataset's size; what is kept is O(episodes). Episodes that lie end to end in the stored
 arrays are read as one slice per column (a sequential read), and the per-episode reductions
-are numpy ``reduceat`` over the group, so low-dim keys go at the disk's speed. Frame columns
+are numpy ``reduceat`` over the group; the content sums and finiteness checks of a group run
+on a second thread while the first measures its steps (numpy releases the GIL). Frame columns
 (:mod:`rlds_cli.cache.backends.frames`) are compared and digested as the stored image files,
 never decoded.
 """
