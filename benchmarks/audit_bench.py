@@ -14,14 +14,21 @@ float32 reward, episodes of ``--length`` steps; memmap) is written under a tempo
   (manifest, episode index, atomic rename), and ``select_episodes`` (the unpublished view of
   ``Loader(NAME, episodes=...)``): wall time and the view's bytes on disk.
 
-Prints one markdown table.
+With ``--baseline PATH/rlds_cli/inspection/audit_scan.py`` (another checkout's scan) it times
+that scan's ``measure`` and this one's instead, alternating with the sequential read in one
+process (``--repeats`` rounds, best and median, and the process CPU time of each), for a
+before/after on a busy machine where separate runs swing too much to compare.
+
+Prints markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -60,6 +67,40 @@ def best(fn, repeats: int, cold: list[Path] | None) -> float:  # type: ignore[no
     return min(times)
 
 
+def paired(ds, baseline: Path, repeats: int, paths: list[Path], mb: float) -> None:  # type: ignore[no-untyped-def]
+    """Sequential read, the baseline's ``measure`` and this one's, alternating in rounds."""
+    from rlds_cli.inspection import audit_scan
+
+    spec = importlib.util.spec_from_file_location("baseline_audit_scan", baseline)
+    assert spec is not None and spec.loader is not None
+    before = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = before  # dataclasses look their module up
+    spec.loader.exec_module(before)
+    runs = {"read": lambda: read_all(paths), "before": lambda: before.measure(ds),
+            "now": lambda: audit_scan.measure(ds)}  # fmt: skip
+    print("| files | sequential read MB/s | audit before MB/s | audit now MB/s | audit / read, before -> now"
+          " | CPU ms before -> now |\n|---|---:|---:|---:|---:|---:|")  # fmt: skip
+    for label, cold in (("cold (pages dropped)", True), ("warm (page cache)", False)):
+        wall: dict[str, list[float]] = {k: [] for k in runs}
+        cpu: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(repeats):
+            for k, fn in runs.items():
+                for p in paths if cold else []:
+                    evict(p)
+                start, clock = time.perf_counter(), time.process_time()
+                fn()
+                wall[k].append(time.perf_counter() - start)
+                cpu[k].append(time.process_time() - clock)
+        best = {k: min(v) for k, v in wall.items()}
+        med = {k: statistics.median(v) for k, v in wall.items()}
+        print(f"| {label} | {mb / best['read']:,.0f} ({mb / med['read']:,.0f}) "
+              f"| {mb / best['before']:,.0f} ({mb / med['before']:,.0f}) "
+              f"| {mb / best['now']:,.0f} ({mb / med['now']:,.0f}) "
+              f"| {best['read'] / best['before']:.2f}x -> {best['read'] / best['now']:.2f}x "
+              f"({med['read'] / med['before']:.2f}x -> {med['read'] / med['now']:.2f}x) "
+              f"| {min(cpu['before']) * 1e3:.0f} -> {min(cpu['now']) * 1e3:.0f} |")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1_000_000)
@@ -67,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chosen", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--root", type=Path, default=None)
+    p.add_argument("--baseline", type=Path, default=None, help="another checkout's audit_scan.py")
     a = p.parse_args(argv)
     root = a.root or Path(tempfile.mkdtemp(prefix="rlds-audit-bench-"))
     os.environ["RLDS_HOME"] = str(root)
@@ -82,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = files(ds.directory)
         size = sum(p.stat().st_size for p in paths)
         mb = size / 1e6
+        if a.baseline is not None:
+            print(
+                f"dataset: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes of {a.length}, {mb:.0f} MB\n"
+            )
+            paired(ds, a.baseline, a.repeats, paths, mb)
+            return 0
         rows = []
         for label, cold in (("cold (pages dropped)", paths), ("warm (page cache)", None)):
             read_s = best(lambda: read_all(paths), a.repeats, cold)

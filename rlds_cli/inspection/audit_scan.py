@@ -9,7 +9,8 @@ view's episodes) in groups of whole episodes, each group about :attr:`Budget.nby
 with the three steps before it as context for its differences), so memory is bounded whatever
 the dataset's size; what is kept is O(episodes). Episodes that lie end to end in the stored
 arrays are read as one slice per column (a sequential read), and the per-episode reductions
-are numpy ``reduceat`` over the group, so low-dim keys go at the disk's speed. Frame columns
+are numpy ``reduceat`` over the group; the content sums and finiteness checks of a group run
+on a second thread while the first measures its steps (numpy releases the GIL). Frame columns
 (:mod:`rlds_cli.cache.backends.frames`) are compared and digested as the stored image files,
 never decoded.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,24 +115,24 @@ def _group(rows: list[tuple[int, int, int, int, int]], lens_by_pos: np.ndarray) 
 def _groups(
     lengths: np.ndarray, positions: np.ndarray, lens_by_pos: np.ndarray, max_rows: int
 ) -> Iterator[_Group]:
-    """Groups of about ``max_rows`` steps: whole episodes together, a longer one alone in pieces."""
-    rows: list[tuple[int, int, int, int, int]] = []
-    total = 0
-    for v, (n, p) in enumerate(zip(lengths.tolist(), positions.tolist(), strict=True)):
-        if n > max_rows:
-            if rows:
-                yield _group(rows, lens_by_pos)
-                rows, total = [], 0
-            for a in range(0, n, max_rows):
-                yield _group([(v, p, a, min(n, a + max_rows), min(a, CONTEXT))], lens_by_pos)
+    """Groups of about ``max_rows`` steps: whole episodes together (as many as fit, in order),
+    a longer one alone in pieces. One search per group, not a Python step per episode."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    i, n = 0, len(lengths)
+    while i < n:
+        size = int(lengths[i])
+        if size > max_rows:
+            p = int(positions[i])
+            for a in range(0, size, max_rows):
+                yield _group([(i, p, a, min(size, a + max_rows), min(a, CONTEXT))], lens_by_pos)
+            i += 1
             continue
-        if total + n > max_rows and rows:
-            yield _group(rows, lens_by_pos)
-            rows, total = [], 0
-        rows.append((v, p, 0, n, 0))
-        total += n
-    if rows:
-        yield _group(rows, lens_by_pos)
+        # the episodes from i whose steps together fit (a longer one never does)
+        j = max(i + 1, int(np.searchsorted(ends, int(ends[i]) - size + max_rows, side="right")))
+        pos, b = positions[i:j].astype(np.int64), lengths[i:j].astype(np.int64)
+        zero = np.zeros(j - i, np.int64)
+        yield _Group(np.arange(i, j, dtype=np.int64), pos, zero, b, zero, b == lens_by_pos[pos])
+        i = j
 
 
 def _row_bytes(spec: FieldSpec, column: Any) -> int:
@@ -290,8 +292,11 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
     acc = _Sums(n, ad, roles.images)
     step_bytes = sum(_row_bytes(r.spec, r.column) for r in readers.values())
     max_rows = max(CONTEXT + 1, budget.nbytes // step_bytes)
-    for group in _groups(lengths, positions, lens_by_pos, max_rows):
-        _measure_group(group, readers, roles, m, budget, atol, acc)
+    # the content sums and finiteness checks of each group run on a second thread while the
+    # first measures the steps (numpy releases the GIL in both)
+    with ThreadPoolExecutor(1, thread_name_prefix="rlds-audit") as worker:
+        for group in _groups(lengths, positions, lens_by_pos, max_rows):
+            _measure_group(group, readers, roles, m, budget, atol, acc, worker)
     with np.errstate(invalid="ignore", divide="ignore"):
         m.rms_action_change = np.sqrt(acc.sumsq / np.maximum(acc.diffs, 1)[:, None])
         m.mean_abs_jerk = acc.jerk / np.maximum(acc.jerks, 1)[:, None]
@@ -334,6 +339,7 @@ def _measure_group(
     budget: Budget,
     atol: float,
     acc: _Sums,
+    worker: ThreadPoolExecutor,
 ) -> None:
     sizes = g.b - g.a + g.ctx
     k = len(sizes)
@@ -370,8 +376,9 @@ def _measure_group(
 
     for key in roles.low_dim:
         raws[key] = readers[key].read_raw(g, budget)
-        with np.errstate(over="ignore"):
-            m.fingerprints[views] += _word_sums(raws[key], raw_bounds(key), key)
+    checked: Future[tuple[np.ndarray, np.ndarray | None]] = worker.submit(
+        _content, {key: (raws[key], raw_bounds(key)) for key in roles.low_dim}, roles.numbers
+    )
     still = d1.copy()  # idle until something changes
     if roles.action:
         for key in roles.action:
@@ -405,11 +412,11 @@ def _measure_group(
         m.returns[views] += np.add.reduceat(
             cut(rows_of("next/reward")), bounds, axis=0, dtype=np.float64
         ).sum(axis=1)
-    for key in roles.numbers:
-        x = raws[key]
-        if not np.isfinite(x).all():  # the common case costs one fast pass; a final row counts too
-            bad = (~np.isfinite(x)).sum(axis=1)
-            m.nonfinite[views] += np.add.reduceat(bad, raw_bounds(key))
+    sums, bad = checked.result()
+    with np.errstate(over="ignore"):
+        m.fingerprints[views] += sums
+    if bad is not None:
+        m.nonfinite[views] += bad
     for key, empty in roles.text.items():
         if empty:
             hit = np.isin(cut(rows_of(key)), empty).any(axis=1)
@@ -426,6 +433,24 @@ def _measure_group(
         reader.release()
 
 
+def _content(
+    keys: dict[str, tuple[np.ndarray, np.ndarray]], numbers: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per piece, the low-dim keys' part of the fingerprints (:func:`_word_sums`, each key's
+    rows with their piece bounds) and the count of non-finite values in the float keys (a
+    final row counts too; ``None`` where all are finite, the common case: one fast pass)."""
+    total: np.ndarray | None = None
+    bad: np.ndarray | None = None
+    for key, (x, bounds) in keys.items():
+        sums = _word_sums(x, bounds, key)
+        with np.errstate(over="ignore"):
+            total = sums if total is None else total + sums
+        if key in numbers and not np.isfinite(x).all():
+            count = np.add.reduceat((~np.isfinite(x)).sum(axis=1), bounds)
+            bad = count if bad is None else bad + count
+    return (total if total is not None else np.zeros(0, np.uint64)), bad
+
+
 def _close(x: np.ndarray, atol: float) -> np.ndarray:
     """Whether each row is within ``atol`` of the row before (element-wise; row 0: false)."""
     close = np.zeros(len(x), bool)
@@ -436,8 +461,20 @@ def _close(x: np.ndarray, atol: float) -> np.ndarray:
 
 def _rows_close(x: np.ndarray, y: np.ndarray, atol: float) -> np.ndarray:
     if x.dtype.kind == "f":
-        return (np.abs(x - y) <= atol).all(axis=1)
-    return (x == y).all(axis=1)
+        d = np.subtract(x, y)
+        return _all_columns(np.abs(d, out=d) <= atol)
+    return _all_columns(x == y)
+
+
+def _all_columns(c: np.ndarray) -> np.ndarray:
+    """``c.all(axis=1)`` of a 2-D bool array: one pass per column, three times faster than
+    numpy's reduction along a short row."""
+    if c.shape[1] == 0:
+        return np.ones(len(c), bool)
+    out = c[:, 0].copy()
+    for j in range(1, c.shape[1]):
+        out &= c[:, j]
+    return out
 
 
 def _actions(
@@ -451,14 +488,15 @@ def _actions(
     acc: _Sums,
 ) -> None:
     """Action changes (max, sum of squares) and jerk (sum of |third difference|) per piece, in
-    float32 (the sums in float64)."""
+    float32 (the sums in float64). The jerk is the second difference of the changes: what
+    ``np.diff(a, n=3)`` computes, one subtraction pass fewer."""
     a = a.astype(np.float32, copy=False)
     d = np.zeros_like(a)
     np.subtract(a[1:], a[:-1], out=d[1:])
-    d[~d1] = 0.0
     j = np.zeros_like(a)
     if len(a) > 3:
-        j[3:] = np.diff(a, n=3, axis=0)
+        j[3:] = np.diff(d[1:], n=2, axis=0)
+    d[~d1] = 0.0
     j[~d3] = 0.0
     ad = np.abs(cut(d), out=d if cut(d) is d else None)
     aj = np.abs(cut(j), out=j if cut(j) is j else None)
