@@ -68,7 +68,9 @@ class MixtureSource:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
-        in_memory: Load every source's needed columns into RAM.
+        in_memory: Load every source's needed columns into RAM. Either way the small keys
+            (one axis at most) are packed into padded tables in RAM when they fit
+            (:mod:`rlds_cli.loader.mixture_packed`).
         float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
             :mod:`rlds_cli.loader.dtypes`), so sources that store a key as float32 and float64
             mix; each source's rows are cast as they are concatenated (one copy, the
