@@ -233,8 +233,7 @@ class Loader:
         # host batches to CPU tensors, untransformed, as a TedBatch or a TensorDict (the common case):
         # _draw takes a path with the per-batch dispatch of the general one resolved here, once
         self._plain = (
-            self._write_index  # a source that writes its own index takes the general path
-            and self._device_source is None
+            self._device_source is None
             and self.device is None
             and not self.pin_memory
             and not self.transforms
@@ -376,7 +375,8 @@ class Loader:
         else:
             indices, extras = self._split(out)
         batch = self._gather(indices)
-        batch["index"] = indices
+        if self._write_index:  # else the source wrote it (a mixture: each row's step in its source)
+            batch["index"] = indices
         if extras:
             batch.update(extras)
         try:  # every value a numpy array (the usual case): one from_numpy per key, nothing else

@@ -49,6 +49,7 @@ from rlds_cli.loader.mixture_growth import (
     named_weights,
 )
 from rlds_cli.loader.mixture_normalize import fuse
+from rlds_cli.loader.mixture_packed import PackedKeys
 from rlds_cli.loader.mixture_pad import PadSchema
 from rlds_cli.loader.mixture_sampler import MixtureSampler
 from rlds_cli.loader.mixture_transforms import SourceTransforms, bind_transforms, normalized
@@ -67,7 +68,9 @@ class MixtureSource:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
-        in_memory: Load every source's needed columns into RAM.
+        in_memory: Load every source's needed columns into RAM. Either way the small keys
+            (one axis at most) are packed into padded tables in RAM when they fit
+            (:mod:`rlds_cli.loader.mixture_packed`).
         float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
             :mod:`rlds_cli.loader.dtypes`), so sources that store a key as float32 and float64
             mix; each source's rows are cast as they are concatenated (one copy, the
@@ -134,6 +137,16 @@ class MixtureSource:
         direct = None if in_memory or self._per_part else DirectKeys(
             self.datasets, self._original, self.schema, self._in_batch)  # fmt: skip
         self._direct = direct if direct else None
+        # the other keys packed once into padded tables, when they are small and plain: one
+        # take a batch instead of one per key and source (mixture_packed.py)
+        rest = [k for k in self.keys if self._direct is None or k not in self._direct.plans]
+        self._packed = (
+            None
+            if self._per_part
+            else PackedKeys.build(
+                self.datasets, self._original, self.schema, rest, self._in_batch, self.fused_normalize
+            )
+        )
         self._sources = [self._host(i) for i in range(len(self.datasets))]
         # each member's view as last followed (a growing member's log position)
         self._positions = [getattr(ds, "log_position", None) for ds in self.datasets]
@@ -142,7 +155,7 @@ class MixtureSource:
     def _host(self, i: int) -> HostSource | None:
         """Member ``i``'s rows (``None`` while it has no steps: a growing dataset, not ready)."""
         ds = self.datasets[i]
-        if ds.num_steps == 0:
+        if ds.num_steps == 0 or self._packed is not None:  # packed: nothing read per source
             return None
         have = self._member_fields(i)
         direct = self._direct.plans if self._direct is not None else {}
@@ -178,6 +191,9 @@ class MixtureSource:
             if ds.log_position == self._positions[i]:  # type: ignore[attr-defined]
                 continue
             self._positions[i] = ds.log_position  # type: ignore[attr-defined]
+            if self._packed is not None:  # a snapshot of the views opened: per source from now on
+                self._packed = None
+                self._sources = [self._host(j) for j in range(len(self.datasets))]
             changed = True
             self._sources[i] = self._host(i)
             if self._direct is not None:
@@ -295,27 +311,46 @@ class MixtureSource:
             raise IndexError(f"mixture index out of range [0, {self.num_steps})")
         source = np.searchsorted(self.offsets, flat, side="right") - 1
         local = flat - self.offsets.take(source)
-        parts: list[tuple[int, Any, Mapping[str, Any]]] = []
-        if (np.diff(source) >= 0).all():  # rows grouped by source (a MixtureSampler's): slices
-            cuts = np.searchsorted(source, np.arange(len(self.names) + 1))
-            for i, (a, b) in enumerate(itertools.pairwise(cuts.tolist())):
-                if b > a:
-                    parts.append((i, slice(a, b), self._part(i, local[a:b])))
-        else:  # any order (another sampler's): each source's rows go back to their places
-            for i in np.unique(source).tolist():
-                rows = np.flatnonzero(source == i)
-                parts.append((i, rows, self._part(i, local[rows])))
-        # each part is written into the batch's arrays (cast there with float_dtype): one copy
-        batch = self.schema.assemble(parts, flat.size, source, self._in_batch)
+        if self._packed is not None:
+            batch = self._packed_gather(flat, source, local)
+        else:
+            batch = self._parts_gather(source, local, flat.size)
+        if np.ndim(indices) != 1:
+            lead = np.shape(indices)
+            batch = TedBatch({k: v.reshape(lead + v.shape[1:]) for k, v in batch.items()})
+        return batch
+
+    def _packed_gather(self, flat: np.ndarray, source: np.ndarray, local: np.ndarray) -> TedBatch:
+        """:meth:`gather` from the packed tables (and the direct keys)."""
+        packed = self._packed
+        assert packed is not None
+        batch = packed.gather(flat, source)
         if self._direct is not None:
-            self._direct.fill(batch, [(i, rows, local[rows]) for i, rows, _ in parts], flat.size)
+            self._direct.fill(batch, [(i, rows, local[rows]) for i, rows in self._groups(source)], flat.size)
+        batch["index"], batch["source"] = local, source.astype(np.int64, copy=False)
+        if packed.fused is not None:  # a normalized key outside the packed tables: all at once here
+            batch = packed.fused(batch, source)
+        return batch
+
+    def _groups(self, source: np.ndarray) -> list[tuple[int, Any]]:
+        """``(source, its rows of the batch)``: slices for rows grouped by source (a
+        MixtureSampler's), else index arrays."""
+        if (np.diff(source) >= 0).all():
+            cuts = np.searchsorted(source, np.arange(len(self.names) + 1)).tolist()
+            return [(i, slice(a, b)) for i, (a, b) in enumerate(itertools.pairwise(cuts)) if b > a]
+        return [(i, np.flatnonzero(source == i)) for i in np.unique(source).tolist()]
+
+    def _parts_gather(self, source: np.ndarray, local: np.ndarray, size: int) -> TedBatch:
+        """:meth:`gather` source by source, then padded into the batch."""
+        parts = [(i, rows, self._part(i, local[rows])) for i, rows in self._groups(source)]
+        # each part is written into the batch's arrays (cast there with float_dtype): one copy
+        batch = self.schema.assemble(parts, size, source, self._in_batch)
+        if self._direct is not None:
+            self._direct.fill(batch, [(i, rows, local[rows]) for i, rows, _ in parts], size)
         if not self._per_part:  # written here, once, not gathered per source
             batch["index"], batch["source"] = local, source.astype(np.int64, copy=False)
         if self.fused_normalize is not None:  # each source's Normalize, at once (equal rows, bit for bit)
             batch = self.fused_normalize(batch, source)
-        if np.ndim(indices) != 1:
-            lead = np.shape(indices)
-            batch = TedBatch({k: v.reshape(lead + v.shape[1:]) for k, v in batch.items()})
         return batch
 
 

@@ -22,7 +22,7 @@ from rlds_cli.loader.mixture_growth import (
     fixed_counts,
     ready_since,
 )
-from rlds_cli.loader.samplers import positive_int, uniform_ints
+from rlds_cli.loader.samplers import positive_int
 from rlds_cli.loader.state_checks import (
     check_array,
     check_bit_generator,
@@ -92,6 +92,7 @@ class MixtureSampler:
             raise ValueError(f"sizes must be one non-negative count per source, got {sizes}")
         self.sizes = sizes
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self._sizes_u64 = np.asarray(self.sizes, np.uint64)
         # a source without steps is never ready, whatever it says
         self._ready = np.asarray(ready, bool) & (np.asarray(self.sizes) > 0)
         self._steady, self._marked = None, False
@@ -132,15 +133,14 @@ class MixtureSampler:
             counts = fixed_counts(w, self.batch_size)
         else:
             counts = self._rng.multinomial(self.batch_size, w)
-        parts = [
-            uniform_ints(self._rng, self.sizes[i], n) + self.offsets[i]
-            for i, n in enumerate(counts.tolist())
-            if n
-        ]
+        # one draw of raw words for the whole batch, each row modulo its source's size: the
+        # same words, hence the same indices, as one uniform_ints per source in turn
+        words = self._rng.bit_generator.random_raw(self.batch_size)
+        words %= self._sizes_u64.repeat(counts)
         self.counts += counts
         self.target += w * self.batch_size
         self.batches_drawn += 1
-        return np.concatenate(parts)
+        return words.view(np.int64) + self.offsets[:-1].repeat(counts)
 
     def report(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
         """Per source (by ``names``): rows drawn, the achieved fraction, the target fraction
