@@ -208,6 +208,18 @@ def ted_dataset(tmp_path_factory: pytest.TempPathFactory) -> TedFactory:
     return make
 
 
+@pytest.fixture(scope="module")
+def robots(ted_dataset: TedFactory) -> dict[str, Any]:
+    """The mixture tests' robots (``mixture_fixtures.ROBOTS``), built once per module: franka
+    (7-dim actions, 8-dim proprio), widowx (8, 9), aloha (14, 8)."""
+    from tests.mixture_fixtures import ROBOTS, robot_builder
+
+    return {
+        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
+        for name, (act, obs, lengths, seed) in ROBOTS.items()
+    }
+
+
 # ----------------------------------------------------------------------------- HTTP client tests
 
 

@@ -14,19 +14,9 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import MixtureError
 from rlds_cli.loader import Loader, MixtureLoader, MixtureSampler, MixtureSource, Normalize
-from tests.loader_fixtures import TedFactory
-from tests.mixture_fixtures import ROBOTS, robot_builder, write_robot
+from tests.mixture_fixtures import write_robot
 
 KEYS = ["observation", "action"]
-
-
-@pytest.fixture(scope="module")
-def robots(ted_dataset: TedFactory) -> dict[str, Dataset]:
-    """franka (7-dim actions, 8-dim proprio), widowx (8, 9), aloha (14, 8)."""
-    return {
-        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
-        for name, (act, obs, lengths, seed) in ROBOTS.items()
-    }
 
 
 def own_rows(ds: Dataset, index: np.ndarray, keys: list[str], norm: Normalize | None = None) -> TedBatch:

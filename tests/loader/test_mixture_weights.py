@@ -10,18 +10,8 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import MixtureError
 from rlds_cli.loader import MixtureLoader, Normalize, by_size
 from rlds_cli.loader.mixture_weights import size_multipliers
-from tests.loader_fixtures import TedFactory
-from tests.mixture_fixtures import ROBOTS, robot_builder
 
 KEYS = ["observation", "action"]
-
-
-@pytest.fixture(scope="module")
-def robots(ted_dataset: TedFactory) -> dict[str, Dataset]:
-    return {
-        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
-        for name, (act, obs, lengths, seed) in ROBOTS.items()
-    }
 
 
 def octo_weights(weights: list[float], sizes: list[int]) -> np.ndarray:
