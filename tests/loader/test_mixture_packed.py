@@ -13,20 +13,9 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import MixtureLoader, MixtureSource, Normalize, mixture_packed
-from tests.loader_fixtures import TedFactory
-from tests.mixture_fixtures import ROBOTS, robot_builder
 
 #: Every stored kind the tables hold: a flat key and its next/ twin, step floats, step flags.
 TED = ["observation", "action", "next/observation", "next/reward", "next/terminated", "next/truncated"]
-
-
-@pytest.fixture(scope="module")
-def robots(ted_dataset: TedFactory) -> dict[str, Dataset]:
-    """franka (7-dim actions, 8-dim proprio), widowx (8, 9), aloha (14, 8)."""
-    return {
-        name: ted_dataset(lengths, name, build=robot_builder(act, obs, seed))
-        for name, (act, obs, lengths, seed) in ROBOTS.items()
-    }
 
 
 def both(
