@@ -288,6 +288,7 @@ class TedReader:
         #: gathered by :meth:`_gather_arrays` without the per-key tests of the general loop (a
         #: tenth of a low-dim batch's Python time); ``None`` where some key needs them.
         self._array_plan: list[tuple[str, int, Any, Any]] | None = None
+        self._min_pooled = pool.min_bytes if pool is not None else 0
         if not self._paired and not self._into and all(a or s > _FROM_NEXT_ROWS for _, s, _, a in self._plan):
             self._array_plan = [(k, s, c.take if a else None, c) for k, s, c, a in self._plan]
         table = episodes.table  # an int64 table's values are the batch's episodes as they are
@@ -362,7 +363,14 @@ class TedReader:
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The keys at step indices ``idx`` (int64, any shape, in range), as numpy arrays of
         ``idx``'s shape in front."""
-        episode, rows = self.locate(idx)
+        # locate and the dispatch of gather_located inlined: this runs at every batch, where a
+        # call frame less is a percent of a low-dim batch
+        episode = self._episode_of(idx) if self.need_episode else None
+        rows = idx if episode is None else idx + episode
+        if self._array_plan is not None and (
+            self.pool is None or idx.size * self._pooled_row_bytes < self._min_pooled
+        ):
+            return self._gather_arrays(idx, episode, rows)
         return self.gather_located(idx, episode, rows)
 
     def gather_located(self, idx: np.ndarray, episode: np.ndarray | None, rows: np.ndarray) -> TedBatch:
