@@ -600,6 +600,11 @@ class Refresher:
                 f"refresh= follows a growing dataset (written with DatasetWriter); "
                 f"{getattr(dataset, 'name', 'this dataset')!r} never changes: drop refresh="
             )
+        if sampler == "blocks" or getattr(loader.sampler, "resident", None) is not None:
+            raise ValueError(
+                "refresh= cannot follow a growing dataset with sampler='blocks' or resident_window=: "
+                "they walk the blocks of one view of it; drop refresh=, or use 'epoch' or 'uniform'"
+            )
         if not isinstance(sampler, str) or not hasattr(loader.sampler, "follow"):
             raise ValueError(
                 "refresh= needs a sampler given by name ('uniform', 'slice', 'prioritized', 'epoch'): "

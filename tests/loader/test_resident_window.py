@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import rlds_cli
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import Loader, SliceSampler, UniformSampler
 from rlds_cli.loader.resident import ResidentWindow
@@ -103,3 +104,13 @@ def test_loader_resident_window_end_to_end_with_prefetch(ted_dataset: Any) -> No
     assert sliced.sample()["index"].shape == (5, 8)
     with pytest.raises(ValueError, match="sampler 'epoch' has no option"):
         Loader(ds, 32, sampler="epoch", resident_window=2)
+
+
+@pytest.mark.parametrize("options", [{"sampler": "blocks"}, {"sampler": "uniform", "resident_window": 2}])
+def test_refresh_is_refused_at_construction(isolated_cache: Any, options: dict[str, Any]) -> None:
+    from tests.dataset_fixtures import uid_episode
+
+    with rlds_cli.DatasetWriter("grow") as writer:
+        writer.add_episode(uid_episode(1, 5))
+    with pytest.raises(ValueError, match="refresh= cannot follow a growing dataset"):
+        Loader("grow", batch_size=4, seed=0, refresh=1, **options)
