@@ -15,11 +15,14 @@ Measured over one epoch of one rank, in batches of 256:
 * **order ms**: time to make the rank's epoch order.
 
 And for ``--world`` ranks: the rows of the blocks each rank reads in an epoch, as a share of the
-dataset (the bound is ``1/N + 5%``; a full shuffle reads everything on every rank).
+dataset (the bound is ``1/N + 5%``; a full shuffle reads everything on every rank). With
+``--store``, the bytes each of 2 and 4 ranks fetches in an epoch from a pushed zarr dataset
+(``memory://``, a file cache per rank; 200 episodes of 20-80 steps of 768-byte random frames,
+zarr's shard size set to 64 frame rows so that a small dataset spans many shards).
 
 Usage::
 
-    python benchmarks/shuffle_bench.py [--episodes 4000] [--block-rows 4096] [--world 8]
+    python benchmarks/shuffle_bench.py [--episodes 4000] [--block-rows 4096] [--world 8] [--store]
 """
 
 from __future__ import annotations
@@ -55,11 +58,56 @@ def _stats(order: np.ndarray, episodes: Episodes, block_of: np.ndarray) -> dict[
     }
 
 
+def store_bytes(work: Path) -> None:
+    """Print the share of a pushed dataset's bytes each rank fetches in an epoch (see --store)."""
+    import os
+
+    os.environ["RLDS_HOME"] = str(work / "home")
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache.backends.zarr import write as zarr_write
+    from rlds_cli.formats.base import StepBlock
+    from rlds_cli.loader import Loader
+    from rlds_cli.remote.push import push
+    from rlds_cli.remote.reader import RemoteDataset
+
+    zarr_write.ZARR_CHUNK_BYTES, zarr_write.ZARR_SHARD_BYTES = 6144, 6144 * 8
+    zarr_write.ZARR_IN_RAM_BYTES = 0  # every column read from its chunks
+    rng = np.random.default_rng(0)
+    with DatasetBuilder("pix", backend="zarr", replace=True) as builder:
+        for n in rng.integers(20, 80, 200):
+            ends = np.zeros((n, 1), bool)
+            ends[-1] = True
+            steps = {
+                "action": rng.standard_normal((n, 2)).astype(np.float32),
+                "next/terminated": ends & False,
+            }
+            steps |= {"next/reward": rng.standard_normal((n, 1)).astype(np.float32), "next/truncated": ends}
+            pixels = rng.integers(0, 256, (n + 1, 3, 16, 16), dtype=np.uint8)
+            builder.append(StepBlock(steps=steps, observations={"pixels": pixels}, ends=np.array([n - 1])))
+        builder.commit()
+    url = "memory://bench/pix"
+    push("pix", url)
+    print("\n| sampler | ranks | bytes fetched per rank (share of the dataset) | bound 1/N + 5% |")
+    print("|---|---:|---:|---:|")
+    for world in (2, 4):
+        for sampler in ("blocks", "epoch"):
+            got = []
+            for r in range(world):
+                ds = RemoteDataset(url, cache=work / f"files-{world}-{sampler}-{r}")
+                loader = Loader(ds, 64, sampler=sampler, seed=0, rank=r, world_size=world, in_memory=False)
+                for _ in loader:
+                    pass
+                got.append(ds.bytes_fetched / ds.size_bytes())
+            print(f"| `{sampler}` | {world} | {min(got):.3f}-{max(got):.3f} | {1 / world + 0.05:.3f} |")
+    print(f"\n({ds.num_steps:,} steps, {ds.size_bytes() / 1e6:.1f} MB on the store)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=4000)
     parser.add_argument("--block-rows", type=int, default=4096)
     parser.add_argument("--world", type=int, default=8)
+    parser.add_argument("--store", action="store_true", help="also the bytes fetched per rank")
     args = parser.parse_args(argv)
     lengths = np.random.default_rng(0).integers(50, 501, args.episodes)
     episodes = Episodes(lengths)
@@ -104,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         blocks = np.unique(probe.block_of(mine))
         full_reads.append(probe.lengths[blocks].sum() / n)
     print(f"| `epoch` | {min(full_reads):.3f} | {max(full_reads):.3f} | {bound:.3f} |")
+    if args.store:
+        import shutil
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="shuffle-bench-"))
+        try:
+            store_bytes(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -5,13 +5,14 @@ The dataset's episodes are grouped into *blocks*: the episodes whose first step 
 about ``block_rows`` rows each; a block starts where a storage chunk of ``block_rows`` rows
 does). An epoch:
 
-1. permutes the blocks (a function of ``(seed, epoch)``) and lays their rows end to end;
-2. gives each rank a contiguous share of that sequence (``ceil`` or ``floor(steps / ranks)``
-   rows, so a rank reads its share's blocks, at most two of them shared with a neighbour rank,
-   and the ranks of one node, numbered consecutively by ``torchrun``, read one contiguous run
-   of blocks together);
-3. shuffles each rank's rows within windows of ``shuffle_window`` consecutive blocks of its
-   share (the blocks *resident* at once, as Mosaic Streaming's block shuffle and WebDataset's
+1. rotates the storage order to start at a block drawn from ``(seed, epoch)`` and gives each
+   rank a contiguous share of it (``ceil`` or ``floor(steps / ranks)`` rows): a rank reads one
+   run of storage, so every column's chunks it touches are its share plus at most two shared
+   with a neighbour rank, and the ranks of one node, numbered consecutively by ``torchrun``,
+   read one run together (what a node-local cache holds); the runs move every epoch;
+2. permutes the blocks of each rank's share (a function of ``(seed, epoch, rank)``);
+3. shuffles each rank's rows within windows of ``shuffle_window`` consecutive blocks of that
+   order (the blocks *resident* at once, as Mosaic Streaming's block shuffle and WebDataset's
    shuffle buffer do): a batch mixes the episodes of ``shuffle_window`` random blocks.
 
 Each step is drawn exactly once per epoch over all ranks, and every rank runs the same number of
@@ -141,17 +142,25 @@ class BlockSampler:
         return batches_for(self.num_steps, self.world_size, self.batch_size)
 
     def sequence(self, epoch: int) -> np.ndarray:
-        """Every step of ``epoch``, its blocks permuted and laid end to end (rows in order)."""
-        perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
-        lengths = self.lengths[perm]
-        shift = np.repeat(self.starts[perm] - (np.cumsum(lengths) - lengths), lengths)
-        return shift + np.arange(self.num_steps, dtype=np.int64)
+        """Every step of ``epoch`` in storage order, rotated to start at a block drawn from
+        ``(seed, epoch)``: ranks take contiguous shares of it, so each reads one run of storage
+        (two runs when it wraps), and the runs move from epoch to epoch."""
+        first = int(np.random.default_rng([self.seed, epoch]).integers(self.num_blocks))
+        return np.roll(np.arange(self.num_steps, dtype=np.int64), -int(self.starts[first]))
 
     def _rank_order(self, rest: np.ndarray, epoch: int, generation: int, world: int, rank: int) -> np.ndarray:
+        """A rank's share of ``rest``: a contiguous slice, its blocks permuted, then its rows
+        shuffled within each window of ``shuffle_window`` blocks."""
         bounds = share_bounds(len(rest), world)
         share = rest[bounds[rank] : bounds[rank + 1]]
         rng = np.random.default_rng([self.seed, epoch, generation + 1, rank])
-        return window_shuffle(share, self.block_of(share), self.shuffle_window, rng)
+        blocks = self.block_of(share)
+        runs = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])  # where each block's run starts
+        lengths = np.diff(np.r_[runs, len(share)])
+        perm = rng.permutation(len(runs))
+        lengths = lengths[perm]
+        take = np.repeat(runs[perm] - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(share))
+        return window_shuffle(share[take], blocks[take], self.shuffle_window, rng)
 
     def _orders(self, epoch: int) -> Any:
         def orders(rest: np.ndarray, g: int, world: int) -> list[np.ndarray]:

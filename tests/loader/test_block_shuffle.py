@@ -142,3 +142,51 @@ def test_loader_blocks_default_rows_from_zarr_shards(
     assert np.sort(seen).tolist() == list(range(1000)) and len(loader) == 16
     memmap = Loader(ted_dataset([100, 50]), batch_size=16, sampler="blocks", seed=0)
     assert memmap.sampler.block_rows == 65536  # type: ignore[attr-defined]  # 8 MiB of tiny rows, capped
+
+
+def test_bytes_fetched_per_rank_from_a_store(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of N ranks reading a pushed zarr dataset through its own file cache fetches about
+    1/N of the dataset's bytes per epoch with "blocks" (<= 1/N + 5%), all of it with "epoch"."""
+    pytest.importorskip("fsspec")
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from rlds_cli.cache import DatasetBuilder
+    from rlds_cli.cache.backends.zarr import write as zarr_write
+    from rlds_cli.formats.base import StepBlock
+    from rlds_cli.remote.push import push
+    from rlds_cli.remote.reader import RemoteDataset
+
+    # shards of 64 pixel rows, so a few thousand steps span many (the real ones hold 16 MiB)
+    monkeypatch.setattr(zarr_write, "ZARR_CHUNK_BYTES", 6144)
+    monkeypatch.setattr(zarr_write, "ZARR_SHARD_BYTES", 6144 * 8)
+    monkeypatch.setattr(zarr_write, "ZARR_IN_RAM_BYTES", 0)
+    rng = np.random.default_rng(0)
+    with DatasetBuilder("pix", backend="zarr") as builder:
+        for n in rng.integers(20, 80, 100):
+            ends = np.zeros((n, 1), bool)
+            ends[-1] = True
+            steps = {
+                "action": rng.standard_normal((n, 2)).astype(np.float32),
+                "next/terminated": ends & False,
+            }
+            steps |= {"next/reward": rng.standard_normal((n, 1)).astype(np.float32), "next/truncated": ends}
+            pixels = rng.integers(0, 256, (n + 1, 3, 16, 16), dtype=np.uint8)  # incompressible
+            builder.append(StepBlock(steps=steps, observations={"pixels": pixels}, ends=np.array([n - 1])))
+        builder.commit()
+    url = "memory://bucket/pix"
+    push("pix", url)
+    try:
+        world = 4
+        for sampler, low, high in (("blocks", 1 / world, 1 / world + 0.05), ("epoch", 1.0, 1.01)):
+            seen = []
+            for r in range(world):
+                ds = RemoteDataset(url, cache=isolated_cache / f"files-{sampler}-{r}")
+                loader = Loader(ds, 64, sampler=sampler, seed=0, rank=r, world_size=world, in_memory=False)
+                assert sampler == "epoch" or loader.sampler.block_rows == 64  # type: ignore[attr-defined]
+                seen += [i for b in loader for i in b["index"].tolist()]
+                assert low <= ds.bytes_fetched / ds.size_bytes() <= high, (sampler, r)
+            exact = seen if sampler == "blocks" else set(seen)  # "epoch" pads its shards
+            assert sorted(exact) == list(range(ds.num_steps))
+    finally:
+        MemoryFileSystem.store.clear()
+        MemoryFileSystem.pseudo_dirs[:] = [""]
