@@ -176,11 +176,12 @@ def joined_history(
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One :class:`~rlds_cli.loader.Loader` state from the states each rank saved itself at the
-    same batch (``rank=``/``world_size=`` given by hand, no ``torch.distributed``): a loader of
-    any world size restores it with ``load_state_dict``. At the same world size each rank
-    continues its own order exactly; at another, the epoch's unconsumed steps are partitioned
-    over the new ranks (``"blocks"`` and ``"epoch"`` samplers).
+    """One :class:`~rlds_cli.loader.Loader` state from the last state each rank saved itself
+    (``rank=``/``world_size=`` given by hand, no ``torch.distributed``): a loader of any world
+    size restores it with ``load_state_dict``. At the same world size, with every rank at the
+    same batch, each rank continues its own order exactly; otherwise (another world size, or a
+    rank that died earlier than the others) the epoch's unconsumed steps are partitioned over
+    the new ranks (``"blocks"`` and ``"epoch"`` samplers).
 
     Raises:
         LoaderStateError: A state that is not a loader state, or states that are not one of each
@@ -195,6 +196,17 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["batches_drawn"] = min(int(s.get("batches_drawn", 0)) for s in by_rank)
     merged["epoch_end_pending"] = all(bool(s.get("epoch_end_pending", False)) for s in by_rank)
     return merged
+
+
+def in_step(states: Sequence[Any]) -> bool:
+    """Whether every rank's sampler state is at the same batch of the same epoch (as states
+    gathered by a DDP loop are); ranks that stopped at different batches would then run
+    different numbers of batches to the epoch's end."""
+    marks = {
+        (s.get("epoch"), s.get("batch", s.get("position"))) if isinstance(s, Mapping) else None
+        for s in states
+    }
+    return len(marks) == 1
 
 
 def check_ranks_field(state: Mapping[str, Any]) -> list[Any] | None:

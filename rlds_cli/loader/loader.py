@@ -25,7 +25,7 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
-from rlds_cli.loader.elastic import check_ranks_field
+from rlds_cli.loader.elastic import check_ranks_field, in_step
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.opening import open_dataset
@@ -541,17 +541,19 @@ class Loader:
 
         A state that holds every rank's progress (``ranks``: saved under ``torch.distributed``,
         or made by :func:`~rlds_cli.loader.elastic.merge_states`) restores on any rank: at its
-        own world size each rank continues its own order; at another, an elastic sampler
+        own world size, with every rank at the same batch, each rank continues its own order;
+        at another (or with ranks that stopped at different batches), an elastic sampler
         (``"epoch"``, ``"blocks"``) shares the epoch's unconsumed steps over the new ranks."""
         state = dict(check_loader_state(state, self.dataset))  # every field checked before any change
         ranks = check_ranks_field(state)
         self.close()
         if not isinstance(self.sampler, Checkpointable):
             raise TypeError(f"sampler {type(self.sampler).__name__} has no load_state_dict(); cannot restore")
-        if ranks is not None and len(ranks) == self.world_size:
+        elastic = isinstance(self.sampler, Elastic)
+        if ranks is not None and len(ranks) == self.world_size and (in_step(ranks) or not elastic):
             self.sampler.load_state_dict(ranks[self.rank])
         elif ranks is not None and isinstance(self.sampler, Elastic):
-            self.sampler.resume(ranks)
+            self.sampler.resume(ranks)  # another world size, or ranks that stopped apart
         else:
             check_shard(state, self.rank, self.world_size, "Loader")
             self.sampler.load_state_dict(state["sampler"])

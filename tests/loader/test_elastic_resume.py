@@ -137,6 +137,7 @@ def test_loader_merge_states_by_hand_two_ranks_to_three(ted_dataset: Any) -> Non
                 seen.extend(loader.sample()["index"].tolist())
         merged = merge_states([loader.state_dict() for loader in two])
         assert len(merged["ranks"]) == 2
+        before = list(seen)
         three = [
             Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=3, keys=[], **extra) for r in range(3)
         ]
@@ -147,9 +148,23 @@ def test_loader_merge_states_by_hand_two_ranks_to_three(ted_dataset: Any) -> Non
         assert len({len(p) for p in passes}) == 1
         seen.extend(i for p in passes for b in p for i in b)
         assert sorted(seen) == list(range(n)), sampler
-        again = Loader(ds, 16, sampler=sampler, seed=1, rank=1, world_size=2, keys=[], **extra)
-        again.load_state_dict(merged)  # the same world size: rank 1 continues its own order
-        assert again.sample()["index"].tolist() == two[1].sample()["index"].tolist()
+        # the same world size, ranks that stopped apart: the rest is shared out again, so that
+        # both run the same number of batches
+        again = [
+            Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=2, keys=[], **extra) for r in range(2)
+        ]
+        rest = []
+        for loader in again:
+            loader.load_state_dict(merged)
+            rest.append([i for b in loader for i in b["index"].tolist()])
+        assert sorted(before + rest[0] + rest[1]) == list(range(n))
+        assert len({-(-len(r) // 16) for r in rest}) == 1
+        two[0].sample()  # now both ranks at batch 4: each continues its own order exactly
+        level = merge_states([loader.state_dict() for loader in two])
+        for r in range(2):
+            own = Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=2, keys=[], **extra)
+            own.load_state_dict(level)
+            assert own.sample()["index"].tolist() == two[r].sample()["index"].tolist()
 
 
 def test_loader_refuses_another_world_size_without_every_ranks_progress(ted_dataset: Any) -> None:
