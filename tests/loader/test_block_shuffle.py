@@ -190,3 +190,10 @@ def test_bytes_fetched_per_rank_from_a_store(isolated_cache: Path, monkeypatch: 
     finally:
         MemoryFileSystem.store.clear()
         MemoryFileSystem.pseudo_dirs[:] = [""]
+
+
+def test_torch_dataset_adapter_refuses_the_block_order(ted_dataset: Any) -> None:
+    from rlds_cli.loader import TedIterableDataset
+
+    with pytest.raises(ValueError, match="Loader\\(..., sampler='blocks'\\)"):
+        TedIterableDataset(ted_dataset([10, 10]), 4, shuffle="blocks", seed=0)
