@@ -195,5 +195,5 @@ def test_bytes_fetched_per_rank_from_a_store(isolated_cache: Path, monkeypatch: 
 def test_torch_dataset_adapter_refuses_the_block_order(ted_dataset: Any) -> None:
     from rlds_cli.loader import TedIterableDataset
 
-    with pytest.raises(ValueError, match="Loader\\(..., sampler='blocks'\\)"):
+    with pytest.raises(ValueError, match=r"Loader\(\.\.\., sampler='blocks'\)"):
         TedIterableDataset(ted_dataset([10, 10]), 4, shuffle="blocks", seed=0)
