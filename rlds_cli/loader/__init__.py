@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 from rlds_cli._util.lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from rlds_cli.loader.block_shuffle import BlockSampler
     from rlds_cli.loader.data_loader import TedDataLoader
+    from rlds_cli.loader.elastic import merge_states
     from rlds_cli.loader.epoch import EpochSampler
     from rlds_cli.loader.factory import make_sampler
     from rlds_cli.loader.image_transforms import CenterCrop, ColorJitter, RandomCrop, RandomShift, Resize
@@ -44,6 +46,8 @@ _LAZY = {
     "SliceSampler": "samplers",
     "UniformSampler": "samplers",
     "EpochSampler": "epoch",
+    "BlockSampler": "block_shuffle",
+    "merge_states": "elastic",
     "FrameStack": "transforms",
     "NStepReturn": "transforms",
     "Normalize": "transforms",
@@ -76,10 +80,20 @@ _LAZY = {
 #: Submodules that import without torch; every other one imports it, so torch is checked first
 #: and a missing or broken install is one error saying what to install.
 _TORCH_FREE = frozenset(
-    {"samplers", "epoch", "transforms", "windows", "normalization_table", "mixture_weights"}
+    {
+        "samplers",
+        "epoch",
+        "block_shuffle",
+        "elastic",
+        "transforms",
+        "windows",
+        "normalization_table",
+        "mixture_weights",
+    }
 )
 
 __all__ = [
+    "BlockSampler",
     "CenterCrop",
     "ColorJitter",
     "Draw",
@@ -110,6 +124,7 @@ __all__ = [
     "collate_ted",
     "compute_stats",
     "make_sampler",
+    "merge_states",
     "to_tensordict",
     "to_torch",
 ]

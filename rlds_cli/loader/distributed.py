@@ -113,6 +113,17 @@ def run_seed(seed: int | None, *, world_size: int = 1, shared: bool = False, wha
     return value
 
 
+def all_gather_objects(obj: Any, world_size: int) -> list[Any] | None:
+    """Every rank's ``obj``, by rank (``all_gather_object``: a collective call, every rank makes
+    it), when ``torch.distributed`` is initialised with ``world_size > 1`` ranks; else ``None``."""
+    dist = _dist()
+    if dist is None or world_size <= 1 or dist.get_world_size() != world_size:
+        return None
+    out: list[Any] = [None] * world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def stream_seed(seed: int, rank: int, world_size: int) -> int:
     """The generator seed of ``rank``'s stream: ``seed`` itself on a single rank (a checkpoint
     or a seeded run of one process keeps its stream), else a 63-bit hash of ``(seed, rank)``,
@@ -135,8 +146,9 @@ def check_shard(state: dict[str, Any], rank: int, world_size: int, what: str) ->
     if saved != (rank, world_size):
         raise LoaderStateError(
             f"{what} state was saved by rank {saved[0]} of {saved[1]}; this is rank {rank} of {world_size}",
-            hint="give each rank the state it saved itself, with the same world size "
-            "(a run with another world size starts its epoch again)",
+            hint="give each rank the state it saved itself; to resume on another world size, "
+            "restore a Loader state that holds every rank's progress (Loader.state_dict() under "
+            "torch.distributed, or rlds_cli.loader.merge_states([...])), with sampler 'epoch' or 'blocks'",
         )
 
 

@@ -3,17 +3,29 @@
 The permutation of an epoch is a pure function of ``(seed, epoch)``, so the state is three
 integers (no 8 MB permutation in a checkpoint), a resumed run continues mid-epoch exactly, and
 data-parallel ranks (and DataLoader workers) agree on the permutation without talking: shard
-``s`` of ``n`` takes every ``n``-th position of it.
+``s`` of ``n`` takes every ``n``-th position of it. A state saved at one world size resumes at
+another (:meth:`EpochSampler.resume`, :mod:`rlds_cli.loader.elastic`): the steps no rank consumed
+are sharded over the new ranks (strided, without padding: a rank's last batches may be shorter).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
+from rlds_cli.loader.elastic import (
+    Generation,
+    batches_for,
+    check_history,
+    history_field,
+    joined_history,
+    next_batch_size,
+    replay,
+)
 from rlds_cli.loader.samplers import positive_int
 from rlds_cli.loader.state_checks import check_array, check_int, check_shard_fields, check_state
 
@@ -85,6 +97,11 @@ class EpochSampler:
         # the epoch in progress was carried over a refresh: _order is what is left of it, mapped
         # to the new view, and no longer the pure function of (seed, epoch) it started as
         self._carried = False
+        # resumed at another world size (rlds_cli.loader.elastic): the epoch's earlier
+        # generations, and in this one the batches drawn and the batches every rank runs
+        self.history: list[Generation] = []
+        self.batch = 0
+        self._batches = 0
         if self.drop_last and self.steps_per_epoch < self.batch_size:
             raise ValueError(
                 f"batch_size={self.batch_size} with drop_last=True is more than the "
@@ -105,13 +122,33 @@ class EpochSampler:
     def order(self) -> np.ndarray:
         """This shard's steps in the current epoch, in the order they are drawn."""
         if self._order is None:
-            full = epoch_permutation(self.num_steps, self.seed, self.epoch, self.shuffle)
-            self._order = shard(full, self.rank, self.world_size)
+            if self.history:
+                self._order, self._batches = self._plan(self.seed, self.epoch, self.history)
+            else:
+                full = epoch_permutation(self.num_steps, self.seed, self.epoch, self.shuffle)
+                self._order = shard(full, self.rank, self.world_size)
         return self._order
+
+    def _plan(self, seed: int, epoch: int, history: Sequence[Generation]) -> tuple[np.ndarray, int]:
+        """This rank's order in the generation after ``history`` and the batches each rank runs."""
+
+        def orders(rest: np.ndarray, g: int, world: int) -> list[np.ndarray]:
+            if g == 0:
+                return [shard(rest, r, world) for r in range(world)]
+            return [rest[r::world] for r in range(world)]
+
+        full = epoch_permutation(self.num_steps, seed, epoch, self.shuffle)
+        rest = replay(full, self.num_steps, history, orders, "EpochSampler")
+        if self.drop_last:  # every rank the same number of whole batches; the rest is dropped
+            batches = (len(rest) // self.world_size) // self.batch_size
+        else:
+            batches = batches_for(len(rest), self.world_size, self.batch_size)
+        return rest[self.rank :: self.world_size], batches
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of ``epoch``."""
         self.epoch, self.position, self._order, self._carried = int(epoch), 0, None, False
+        self.history, self.batch = [], 0
 
     def follow(self, change: ViewChange) -> None:
         """Go on over a refreshed view of a growing dataset. An epoch is a permutation of the
@@ -132,6 +169,9 @@ class EpochSampler:
 
     def epoch_done(self) -> bool:
         """Whether the current epoch has no batch left (the next ``sample`` starts a new one)."""
+        if self.history:
+            self.order()
+            return self.batch >= self._batches
         end = len(self.order()) if self._carried else self.steps_per_epoch
         left = end - self.position
         return left <= 0 or (self.drop_last and left < self.batch_size)
@@ -142,6 +182,10 @@ class EpochSampler:
         n = self.batch_size if n is None else n
         if self.epoch_done():
             self.set_epoch(self.epoch + 1)
+        if self.history:
+            left = len(self.order()) - self.position
+            n = min(n, next_batch_size(left, self._batches - self.batch, self.batch_size))
+            self.batch += 1
         out = self.order()[self.position : self.position + n].copy()  # callers may write to it
         self.position += len(out)
         return out
@@ -159,6 +203,8 @@ class EpochSampler:
         }
         if self._carried:
             state["order"] = np.array(self.order())
+        if self.history:
+            state["history"], state["batch"] = history_field(self.history), self.batch
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -171,10 +217,22 @@ class EpochSampler:
         if carried:
             order = np.asarray(state["order"])
             check_array(state, "order", what, kind="iu", length=len(order) if order.ndim == 1 else -1)
-        end = len(state["order"]) if carried else self.steps_per_epoch
-        check_int(state, "position", what, high=end)  # a negative one drew forever
         check_steps(state, self.num_steps)
         check_shard(state, self.rank, self.world_size, what)
+        history = check_history(state, what)
+        batches = 0
+        if history:
+            if carried:
+                raise LoaderStateError(
+                    f"{what} state has both 'order' and 'history'",
+                    hint="restore a state saved by state_dict()",
+                )
+            resumed, batches = self._plan(int(state["seed"]), int(state["epoch"]), history)
+            end = len(resumed)
+            check_int(state, "batch", what, high=batches)
+        else:
+            end = len(state["order"]) if carried else self.steps_per_epoch
+        check_int(state, "position", what, high=end)  # a negative one drew forever
         if carried and len(order) and int(order.max()) >= self.num_steps:
             raise LoaderStateError(
                 f"{what} state's order holds rows past the dataset's {self.num_steps} steps",
@@ -184,4 +242,26 @@ class EpochSampler:
         self.set_epoch(int(state["epoch"]))
         if carried:
             self._order, self._carried = np.asarray(state["order"], np.int64).copy(), True
+        if history:
+            self.history, self._order, self._batches = history, resumed, batches
+            self.batch = int(state["batch"])
         self.position = int(state["position"])
+
+    def resume(self, states: Sequence[dict[str, Any]]) -> None:
+        """Go on from the states of every rank of a run (any world size, saved at the same batch):
+        this rank's share (every ``world_size``-th step) of the epoch's steps none of them
+        consumed. Refused for an epoch carried over a refresh (one rank only)."""
+        what = "EpochSampler"
+        first, history = joined_history(states, what, ())
+        check_shard_fields(first, what, seed=True)
+        check_int(first, "epoch", what)
+        check_steps(dict(first), self.num_steps)
+        if any("order" in s for s in states):
+            raise LoaderStateError(
+                f"{what} state carries an epoch over a refresh of a growing dataset: "
+                "it resumes on one rank only"
+            )
+        order, batches = self._plan(int(first["seed"]), int(first["epoch"]), history)
+        self.seed = int(first["seed"])
+        self.set_epoch(int(first["epoch"]))
+        self.history, self._order, self._batches = history, order, batches

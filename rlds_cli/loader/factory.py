@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlds_cli.loader.block_shuffle import BlockSampler
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
 from rlds_cli.loader.protocols import Sampler
 from rlds_cli.loader.samplers import Episodes, SliceSampler, UniformSampler, positive_int
 
-SAMPLERS = ("uniform", "epoch", "slice", "prioritized")
+SAMPLERS = ("uniform", "epoch", "blocks", "slice", "prioritized")
 _OPTIONS = {
-    "uniform": set(),
+    "uniform": {"resident_window", "block_rows"},
     "epoch": {"drop_last", "shuffle"},
-    "slice": {"slice_len", "num_slices", "short", "weight", "start_aligned", "padded"},
+    "blocks": {"block_rows", "shuffle_window"},
+    "slice": {
+        "slice_len",
+        "num_slices",
+        "short",
+        "weight",
+        "start_aligned",
+        "padded",
+        "resident_window",
+        "block_rows",
+    },
     "prioritized": {"alpha", "beta", "eps", "fanout", "compiled", "slice_len", "num_slices", "short"},
 }
 
@@ -46,14 +57,16 @@ def make_sampler(
     """A sampler by name over a dataset with these ``episodes``.
 
     Args:
-        name: ``"uniform"``, ``"epoch"``, ``"slice"`` or ``"prioritized"``.
+        name: ``"uniform"``, ``"epoch"``, ``"blocks"``, ``"slice"`` or ``"prioritized"``.
         episodes: The dataset's episode boundaries.
         batch_size: Steps per batch (for slices: ``num_slices * slice_len``).
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
         rank, world_size: This process's shard: epoch samplers take one shard of each epoch,
             the others draw a stream of their own from ``(seed, rank)``.
-        **options: Sampler options: ``epoch``: drop_last, shuffle;
-            ``slice``: slice_len, num_slices, short, weight, start_aligned, padded; ``prioritized``:
+        **options: Sampler options: ``epoch``: drop_last, shuffle; ``blocks``: block_rows,
+            shuffle_window; ``uniform``: resident_window, block_rows;
+            ``slice``: slice_len, num_slices, short, weight, start_aligned, padded, resident_window,
+            block_rows; ``prioritized``:
             alpha, beta, eps, fanout, compiled, and slice_len / num_slices / short for slices.
 
     Raises:
@@ -69,9 +82,13 @@ def make_sampler(
     opts = dict(options)
     n = episodes.num_steps
     if name == "uniform":
-        return UniformSampler(n, batch_size, seed, rank=rank, world_size=world_size)
+        return UniformSampler(
+            n, batch_size, seed, rank=rank, world_size=world_size, episode_lengths=episodes.lengths, **opts
+        )
     if name == "epoch":
         return EpochSampler(n, batch_size, seed, rank=rank, world_size=world_size, **opts)
+    if name == "blocks":
+        return BlockSampler(episodes.lengths, batch_size, seed, rank=rank, world_size=world_size, **opts)
     if name == "slice":
         num_slices, slice_len = _slices(batch_size, opts)
         return SliceSampler(

@@ -23,8 +23,9 @@ import torch
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
-from rlds_cli.loader.distributed import check_shard, rank_world, run_seed
+from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
+from rlds_cli.loader.elastic import check_ranks_field, in_step
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.opening import open_dataset
@@ -34,6 +35,7 @@ from rlds_cli.loader.protocols import (
     Bindable,
     Checkpointable,
     Claiming,
+    Elastic,
     Epochal,
     IndexedSource,
     Prioritized,
@@ -274,13 +276,19 @@ class Loader:
     def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:
         if isinstance(sampler, str):
             # one run seed for every rank (epoch shards need it); each rank's stream derives from it
-            self.seed = run_seed(seed, world_size=self.world_size, shared=sampler == "epoch", what="Loader")
+            shared = sampler in ("epoch", "blocks")
+            self.seed = run_seed(seed, world_size=self.world_size, shared=shared, what="Loader")
             shard = {"rank": self.rank, "world_size": self.world_size}
             if sampler == "uniform" and self._device_source is not None and not options:
                 return DeviceUniformSampler(
                     self.num_steps, self.batch_size, self.seed, self._device_source.device, **shard
                 )
             episodes = self._episodes if self._episodes is not None else Episodes.of(self.dataset)
+            chunked = sampler == "blocks" or options.get("resident_window") is not None
+            if chunked and "block_rows" not in options and self.dataset is not None:
+                from rlds_cli.loader.block_shuffle import storage_block_rows
+
+                options = {**options, "block_rows": storage_block_rows(self.dataset)}
             return make_sampler(sampler, episodes, self.batch_size, self.seed, **shard, **options)
         if options:
             raise ValueError(f"sampler options {sorted(options)} only apply to a sampler given by name")
@@ -513,8 +521,12 @@ class Loader:
         """The sampler's state at the first batch not yet returned: a loader restored from it
         continues the same stream (with or without prefetch)."""
         self.close()  # a prefetched batch the caller never saw must come again after a restore
+        sampler = self._sampler_state()
+        # every rank's progress, so that this checkpoint resumes at any world size (a collective)
+        ranks = all_gather_objects(sampler, self.world_size) if isinstance(self.sampler, Elastic) else None
         return {
-            "sampler": self._sampler_state(),
+            **({} if ranks is None else {"ranks": ranks}),
+            "sampler": sampler,
             "batches_drawn": self.batches_drawn,
             "epoch_end_pending": self._epoch_end_pending,
             "seed": self.seed,
@@ -525,13 +537,26 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`: the stream continues exactly (refused from
-        another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
+        another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`).
+
+        A state that holds every rank's progress (``ranks``: saved under ``torch.distributed``,
+        or made by :func:`~rlds_cli.loader.elastic.merge_states`) restores on any rank: at its
+        own world size, with every rank at the same batch, each rank continues its own order;
+        at another (or with ranks that stopped at different batches), an elastic sampler
+        (``"epoch"``, ``"blocks"``) shares the epoch's unconsumed steps over the new ranks."""
         state = dict(check_loader_state(state, self.dataset))  # every field checked before any change
+        ranks = check_ranks_field(state)
         self.close()
-        check_shard(state, self.rank, self.world_size, "Loader")
         if not isinstance(self.sampler, Checkpointable):
             raise TypeError(f"sampler {type(self.sampler).__name__} has no load_state_dict(); cannot restore")
-        self.sampler.load_state_dict(state["sampler"])
+        elastic = isinstance(self.sampler, Elastic)
+        if ranks is not None and len(ranks) == self.world_size and (in_step(ranks) or not elastic):
+            self.sampler.load_state_dict(ranks[self.rank])
+        elif ranks is not None and isinstance(self.sampler, Elastic):
+            self.sampler.resume(ranks)  # another world size, or ranks that stopped apart
+        else:
+            check_shard(state, self.rank, self.world_size, "Loader")
+            self.sampler.load_state_dict(state["sampler"])
         self.batches_drawn = int(state.get("batches_drawn", 0))
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
         if state.get("seed") is not None:
@@ -576,6 +601,11 @@ class Refresher:
             raise ValueError(
                 f"refresh= follows a growing dataset (written with DatasetWriter); "
                 f"{getattr(dataset, 'name', 'this dataset')!r} never changes: drop refresh="
+            )
+        if sampler == "blocks" or getattr(loader.sampler, "resident", None) is not None:
+            raise ValueError(
+                "refresh= cannot follow a growing dataset with sampler='blocks' or resident_window=: "
+                "they walk the blocks of one view of it; drop refresh=, or use 'epoch' or 'uniform'"
             )
         if not isinstance(sampler, str) or not hasattr(loader.sampler, "follow"):
             raise ValueError(

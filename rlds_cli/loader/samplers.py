@@ -12,13 +12,14 @@ Uniform and slice samplers live here; :mod:`rlds_cli.loader.epoch` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
 
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
 from rlds_cli.loader.padded import PADDED_MODES, Padded, padded_windows, start_ranges
+from rlds_cli.loader.resident import ResidentWindow, make_resident_window
 from rlds_cli.loader.sizes import BatchShape, check_batch_memory
 from rlds_cli.loader.state_checks import check_bit_generator, check_shard_fields, check_state
 
@@ -91,11 +92,36 @@ def shard_state(sampler: Any, num_steps: int) -> dict[str, Any]:
     }
 
 
-def _check_rng_state(state: Any, what: str, rng: np.random.Generator) -> None:
-    """The whole state of a sampler that is a generator and a shard, checked before any of
-    it is taken (:mod:`rlds_cli.loader.state_checks`)."""
+def _check_rng_state(
+    state: Any, what: str, rng: np.random.Generator, resident: ResidentWindow | None = None
+) -> None:
+    """The whole state of a sampler that is a generator and a shard (and its resident window),
+    checked before any of it is taken (:mod:`rlds_cli.loader.state_checks`)."""
     check_shard_fields(check_state(state, what), what)
     check_bit_generator(state, "bit_generator", what, rng)
+    if resident is not None:
+        resident.check_state(state.get("resident"), what)
+
+
+def _with_window(state: dict[str, Any], resident: ResidentWindow | None) -> dict[str, Any]:
+    """``state`` plus the resident window's, when the sampler has one."""
+    if resident is not None:
+        state["resident"] = resident.state_dict()
+    return state
+
+
+def _load_window(state: dict[str, Any], resident: ResidentWindow | None, sampler: Any = None) -> None:
+    """Put a state's window into ``resident`` (and, with ``sampler``, the block order of the
+    seed it took from the state)."""
+    if resident is not None and "resident" in state:
+        resident.load_state_dict(state["resident"])
+    if resident is not None and sampler is not None:
+        resident.reseed(stream_seed(sampler.seed, sampler.rank, sampler.world_size))
+
+
+def _no_refresh(resident: ResidentWindow | None) -> None:
+    if resident is not None:
+        raise ValueError("resident_window= walks the blocks of one view of the dataset: drop refresh=")
 
 
 def load_shard_state(sampler: Any, state: dict[str, Any], num_steps: int) -> None:
@@ -115,10 +141,23 @@ class UniformSampler:
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged; see
             :mod:`rlds_cli.loader.distributed`); kept as :attr:`seed`.
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
+        resident_window: Draw only from this many blocks of whole episodes at a time, a window
+            that advances as it draws (:mod:`rlds_cli.loader.resident`); ``None``: everywhere.
+        block_rows: Rows per block of the window.
+        episode_lengths: The episodes the blocks are made of (needed with ``resident_window``).
     """
 
     def __init__(
-        self, num_steps: int, batch_size: int, seed: int | None = None, *, rank: int = 0, world_size: int = 1
+        self,
+        num_steps: int,
+        batch_size: int,
+        seed: int | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        resident_window: int | None = None,
+        block_rows: int | None = None,
+        episode_lengths: np.ndarray | None = None,
     ) -> None:
         if num_steps <= 0:
             raise ValueError(f"cannot sample from an empty dataset (num_steps={num_steps})")
@@ -129,14 +168,25 @@ class UniformSampler:
         self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
         self._raw = self._rng.bit_generator.random_raw  # looked up once, not per batch
         self._high = np.uint64(self.num_steps)
+        seed = stream_seed(self.seed, self.rank, self.world_size)
+        self.resident = make_resident_window(
+            episode_lengths, self.num_steps, resident_window, block_rows, seed
+        )
 
     def follow(self, change: ViewChange) -> None:
         """Draw from a refreshed view of a growing dataset (its size; the generator goes on)."""
+        _no_refresh(self.resident)
         self.num_steps = change.num_steps
         self._high = np.uint64(self.num_steps)
 
     def sample(self, n: int | None = None) -> np.ndarray:
         """One batch of step indices, shape ``[n or batch_size]``, int64."""
+        if self.resident is not None:
+            n = self.batch_size if n is None else n
+            blocks = self.resident.blocks()
+            k = uniform_ints(self._rng, int(self.resident.lengths[blocks].sum()), n)
+            self.resident.advance(n)
+            return self.resident.rows(k, blocks)
         # uniform_ints inlined (the same words, so the same stream): it runs at every batch
         words = self._raw(self.batch_size if n is None else n)
         words %= self._high
@@ -145,22 +195,25 @@ class UniformSampler:
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state: what a prefetching loader records per batch (and puts
         back into a sampler that followed a growing dataset since: no size to check)."""
-        return {"bit_generator": generator_state(self._rng)}
+        return _with_window({"bit_generator": generator_state(self._rng)}, self.resident)
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Rewind the generator to a :meth:`stream_state`."""
         self._rng.bit_generator.state = state["bit_generator"]
+        _load_window(state, self.resident)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of indices."""
-        return {"bit_generator": generator_state(self._rng), **shard_state(self, self.num_steps)}
+        state = {"bit_generator": generator_state(self._rng), **shard_state(self, self.num_steps)}
+        return _with_window(state, self.resident)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
-        _check_rng_state(state, type(self).__name__, self._rng)
+        _check_rng_state(state, type(self).__name__, self._rng, self.resident)
         load_shard_state(self, state, self.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]
+        _load_window(state, self.resident, self)
 
 
 class SliceSampler:
@@ -187,6 +240,9 @@ class SliceSampler:
             and the rest is padding (see :mod:`rlds_cli.loader.padded`).
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
+        resident_window, block_rows: Draw slices only from a window of this many blocks of
+            ``block_rows`` rows (whole episodes) that advances as it draws
+            (:mod:`rlds_cli.loader.resident`); ``None``: from every episode.
 
     ``sample()`` returns a :class:`Draw`: indices ``[num_slices, slice_len]`` and ``mask``.
     """
@@ -204,6 +260,8 @@ class SliceSampler:
         seed: int | None = None,
         rank: int = 0,
         world_size: int = 1,
+        resident_window: int | None = None,
+        block_rows: int | None = None,
     ) -> None:
         self.num_slices = positive_int("num_slices", num_slices)
         self.slice_len = positive_int("slice_len", slice_len)
@@ -217,10 +275,16 @@ class SliceSampler:
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, what="SliceSampler")
         self._rng = np.random.default_rng(stream_seed(self.seed, self.rank, self.world_size))
+        seed_of_blocks = stream_seed(self.seed, self.rank, self.world_size)
+        n = self.episodes.num_steps
+        self.resident = make_resident_window(
+            self.episodes.lengths, n, resident_window, block_rows, seed_of_blocks
+        )
 
     def follow(self, change: ViewChange) -> None:
         """Draw from a refreshed view of a growing dataset (its episode lengths; the generator
         goes on): the tables are made again, linear in the episodes."""
+        _no_refresh(self.resident)
         self._tables(change.lengths)
 
     def _tables(self, episode_lengths: np.ndarray) -> None:
@@ -266,6 +330,8 @@ class SliceSampler:
 
     def _starts(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Start step and episode of ``n`` windows."""
+        if self.resident is not None:
+            return self._resident_starts(n)
         if self.weight == "steps":
             k = uniform_ints(self._rng, int(self._cum_windows[-1]), n)
             e = np.searchsorted(self._cum_windows, k, side="right")
@@ -273,6 +339,32 @@ class SliceSampler:
         else:
             e = self._eligible[uniform_ints(self._rng, self._eligible.size, n)]
             offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
+        return self.episodes.starts[e] + self._first[e] + offset, e
+
+    def _resident_starts(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_starts` restricted to the episodes of the resident blocks."""
+        window = cast(ResidentWindow, self.resident)
+        before: np.ndarray = np.r_[0, self._cum_windows]  # windows of the episodes before episode e
+        first = window.first_episode
+        for _ in range(window.num_blocks + window.window):  # past resident blocks with no window
+            blocks = window.blocks()
+            totals = before[first[blocks + 1]] - before[first[blocks]]
+            if totals.sum() > 0:
+                break
+            window.position, window.drawn = window.position + 1, 0
+        window.advance(n * self.slice_len)
+        if self.weight == "steps":
+            ends = np.cumsum(totals)
+            k = uniform_ints(self._rng, int(ends[-1]), n)
+            b = np.searchsorted(ends, k, side="right")
+            k = k - (ends - totals)[b] + before[first[blocks[b]]]
+            e = np.searchsorted(self._cum_windows, k, side="right")
+            return k + self._start_shift.take(e), e
+        spans = [np.arange(first[b], first[b + 1]) for b in blocks]
+        eligible = np.concatenate(spans)
+        eligible = eligible[self._windows[eligible] > 0]
+        e = eligible[uniform_ints(self._rng, eligible.size, n)]
+        offset = self._rng.integers(0, self._windows[e], dtype=np.int64)
         return self.episodes.starts[e] + self._first[e] + offset, e
 
     def start_distribution(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -314,19 +406,22 @@ class SliceSampler:
     def stream_state(self) -> dict[str, Any]:
         """Only the generator's state: what a prefetching loader records per batch (and puts
         back into a sampler that followed a growing dataset since: no size to check)."""
-        return {"bit_generator": generator_state(self._rng)}
+        return _with_window({"bit_generator": generator_state(self._rng)}, self.resident)
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Rewind the generator to a :meth:`stream_state`."""
         self._rng.bit_generator.state = state["bit_generator"]
+        _load_window(state, self.resident)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the exact same stream of slices."""
-        return {"bit_generator": generator_state(self._rng), **shard_state(self, self.episodes.num_steps)}
+        state = {"bit_generator": generator_state(self._rng), **shard_state(self, self.episodes.num_steps)}
+        return _with_window(state, self.resident)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (refused from another dataset, rank or world
         size: :class:`~rlds_cli.errors.LoaderStateError`)."""
-        _check_rng_state(state, type(self).__name__, self._rng)
+        _check_rng_state(state, type(self).__name__, self._rng, self.resident)
         load_shard_state(self, state, self.episodes.num_steps)
         self._rng.bit_generator.state = state["bit_generator"]
+        _load_window(state, self.resident, self)

@@ -301,8 +301,16 @@ class TedIterableDataset(IterableDataset):
         float_dtype: FloatDtype = None,
         **sampler_options: Any,
     ) -> None:
-        if shuffle not in SAMPLERS:
-            raise ValueError(f"shuffle must be one of {', '.join(map(repr, SAMPLERS))}, got {shuffle!r}")
+        if shuffle not in SAMPLERS or shuffle == "blocks":
+            names = ", ".join(repr(n) for n in SAMPLERS if n != "blocks")
+            raise ValueError(
+                f"shuffle must be one of {names}, got {shuffle!r}"
+                + (
+                    " (the block order is the Loader's: Loader(..., sampler='blocks'))"
+                    if shuffle == "blocks"
+                    else ""
+                )
+            )
         if shuffle == "epoch" and sampler_options:
             raise ValueError(f"shuffle='epoch' has no option(s) {', '.join(sorted(sampler_options))}")
         if num_batches is not None:

@@ -1,0 +1,188 @@
+"""Elastic resume (issue 42 item 5): a state saved at world size N resumes at world size M, also
+after a rank died, with every step of the epoch seen exactly once overall; for the ``"blocks"``
+and ``"epoch"`` samplers, by the sampler (``resume``) and by the Loader (a state holding every
+rank's progress, or :func:`merge_states` of the ranks' own)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlds_cli.errors import LoaderStateError
+from rlds_cli.loader import BlockSampler, EpochSampler, Loader, merge_states
+from rlds_cli.loader.elastic import batches_for, next_batch_size, share_bounds
+
+
+def _make(kind: str, lengths: np.ndarray, batch: int, rank: int, world: int, seed: int = 3) -> Any:
+    if kind == "blocks":
+        return BlockSampler(
+            lengths, batch, seed, block_rows=40, shuffle_window=3, rank=rank, world_size=world
+        )
+    return EpochSampler(int(lengths.sum()), batch, seed, rank=rank, world_size=world)
+
+
+def _padding(kind: str, n: int, world: int) -> int:
+    """Steps an uninterrupted epoch of the "epoch" sampler repeats (DistributedSampler's padding)."""
+    return 0 if kind == "blocks" else -(-n // world) * world - n
+
+
+def _run_to_end(samplers: list[Any], seen: list[int]) -> None:
+    counts = set()
+    for s in samplers:
+        k = 0
+        while not s.epoch_done():
+            seen.extend(s.sample().tolist())
+            k += 1
+        counts.add(k)
+    assert len(counts) == 1  # every rank runs the same number of batches
+
+
+@pytest.mark.parametrize("kind", ["blocks", "epoch"])
+@pytest.mark.parametrize("case", range(30))
+def test_n_to_m_to_k_each_step_once(kind: str, case: int) -> None:
+    rng = np.random.default_rng(100 + case)
+    lengths = rng.integers(1, 40, rng.integers(5, 80))
+    n = int(lengths.sum())
+    batch = int(rng.integers(1, 40))
+    worlds = [int(w) for w in rng.integers(1, 7, 3)]
+    seen: list[int] = []
+    states: list[dict[str, Any]] | None = None
+    for g, world in enumerate(worlds[:2]):
+        ranks = [_make(kind, lengths, batch, r, world, seed=7 + g) for r in range(world)]
+        if states is not None:
+            for s in ranks:
+                s.resume(states)
+        left = ranks[0].batches_per_epoch  # at most a whole epoch's batches (the rest is less)
+        for s in ranks:  # each rank stops at its own batch: a rank died, the others went on
+            for _ in range(int(rng.integers(0, max(1, left)))):
+                if not s.epoch_done():
+                    seen.extend(s.sample().tolist())
+        states = [s.state_dict() for s in ranks]
+    last = [_make(kind, lengths, batch, r, worlds[2]) for r in range(worlds[2])]
+    for s in last:
+        s.resume(states)
+    _run_to_end(last, seen)
+    counts = Counter(seen)
+    assert set(counts) == set(range(n))  # nothing missed
+    assert sum(counts.values()) - n <= _padding(kind, n, worlds[0])  # nothing repeated but padding
+    if kind == "blocks":
+        assert max(counts.values()) == 1
+    for s in last:  # the epoch is over; the next starts afresh at the new world size
+        s.sample()
+        assert s.epoch == (states[0]["epoch"] + 1) and not s.history  # type: ignore[index]
+
+
+def test_batch_sizes_full_but_the_last_one_or_two() -> None:
+    assert share_bounds(10, 3).tolist() == [0, 4, 7, 10]
+    assert batches_for(0, 3, 8) == 0 and batches_for(17, 2, 8) == 2
+    sizes = []
+    left, k = 33, 3  # 33 steps for 3 batches of up to 16
+    while k:
+        sizes.append(next_batch_size(left, k, 16))
+        left, k = left - sizes[-1], k - 1
+    assert sizes == [16, 16, 1]
+    assert [next_batch_size(32, 3, 16), next_batch_size(2, 3, 16), next_batch_size(0, 1, 16)] == [16, 1, 0]
+
+
+def test_same_world_size_continues_each_ranks_own_order() -> None:
+    lengths = np.full(30, 11)
+    ranks = [_make("blocks", lengths, 8, r, 3) for r in range(3)]
+    for s in ranks:
+        s.sample()
+    states = [s.state_dict() for s in ranks]
+    for r in range(3):
+        again = _make("blocks", lengths, 8, r, 3)
+        again.load_state_dict(states[r])
+        assert (again.sample() == ranks[r].sample()).all()
+
+
+def test_resume_refuses_states_that_are_not_one_run() -> None:
+    lengths = np.full(30, 11)
+    ranks = [_make("blocks", lengths, 8, r, 2) for r in range(2)]
+    ranks[1].sample()
+    states = [s.state_dict() for s in ranks]
+    target = _make("blocks", lengths, 8, 0, 1)
+    before = target.state_dict()
+    ahead = [states[0], {**states[1], "epoch": 1}]
+    cases = [
+        ([states[0]], r"ranks \[0\].*0\.\.1"),
+        ([states[0], states[0]], r"ranks \[0, 0\]"),
+        (ahead, "differ in 'epoch'"),
+        ([states[0], {**states[1], "seed": 9}], "differ in 'seed'"),
+        ([states[0], {**states[1], "position": 10**6}], "consumed 1000000 steps"),
+        ([states[0], {**states[1], "position": -1}], "'position'"),
+        ([], "non-empty list"),
+    ]
+    for bad, words in cases:
+        with pytest.raises(LoaderStateError, match=words):
+            target.resume(bad)
+        assert target.state_dict() == before
+
+
+def test_loader_merge_states_by_hand_two_ranks_to_three(ted_dataset: Any) -> None:
+    lengths = [37, 80, 12, 55, 90, 26]
+    ds = ted_dataset(lengths)
+    n = sum(lengths)
+    for sampler in ("blocks", "epoch"):
+        extra = {"block_rows": 32, "shuffle_window": 2} if sampler == "blocks" else {}
+        two = [
+            Loader(ds, 16, sampler=sampler, seed=5, rank=r, world_size=2, keys=[], **extra) for r in range(2)
+        ]
+        seen: list[int] = []
+        for r, loader in enumerate(two):
+            for _ in range(3 + r):  # rank 0 died a batch earlier
+                seen.extend(loader.sample()["index"].tolist())
+        merged = merge_states([loader.state_dict() for loader in two])
+        assert len(merged["ranks"]) == 2
+        before = list(seen)
+        three = [
+            Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=3, keys=[], **extra) for r in range(3)
+        ]
+        passes = []
+        for loader in three:
+            loader.load_state_dict(merged)
+            passes.append([b["index"].tolist() for b in loader])  # the rest of the epoch
+        assert len({len(p) for p in passes}) == 1
+        seen.extend(i for p in passes for b in p for i in b)
+        assert sorted(seen) == list(range(n)), sampler
+        # the same world size, ranks that stopped apart: the rest is shared out again, so that
+        # both run the same number of batches
+        again = [
+            Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=2, keys=[], **extra) for r in range(2)
+        ]
+        rest = []
+        for loader in again:
+            loader.load_state_dict(merged)
+            rest.append([i for b in loader for i in b["index"].tolist()])
+        assert sorted(before + rest[0] + rest[1]) == list(range(n))
+        assert len({-(-len(r) // 16) for r in rest}) == 1
+        two[0].sample()  # now both ranks at batch 4: each continues its own order exactly
+        level = merge_states([loader.state_dict() for loader in two])
+        for r in range(2):
+            own = Loader(ds, 16, sampler=sampler, seed=1, rank=r, world_size=2, keys=[], **extra)
+            own.load_state_dict(level)
+            assert own.sample()["index"].tolist() == two[r].sample()["index"].tolist()
+
+
+def test_loader_refuses_another_world_size_without_every_ranks_progress(ted_dataset: Any) -> None:
+    ds = ted_dataset([40, 40])
+    a = Loader(ds, 8, sampler="blocks", seed=5, rank=0, world_size=2, keys=[])
+    b = Loader(ds, 8, sampler="blocks", seed=5, rank=0, world_size=1, keys=[])
+    with pytest.raises(LoaderStateError, match="rank 0 of 2; this is rank 0 of 1") as refused:
+        b.load_state_dict(a.state_dict())
+    assert "merge_states" in str(refused.value.hint)
+    u = [Loader(ds, 8, sampler="uniform", seed=5, rank=r, world_size=2, keys=[]) for r in range(2)]
+    one = Loader(ds, 8, sampler="uniform", seed=5, rank=0, world_size=1, keys=[])
+    with pytest.raises(LoaderStateError, match="rank 0 of 2; this is rank 0 of 1"):
+        one.load_state_dict(merge_states([x.state_dict() for x in u]))  # no epoch to share out
+    with pytest.raises(LoaderStateError, match=r"ranks \[1\]"):
+        merge_states([u[1].state_dict()])
+    merged = merge_states([a.state_dict(), Loader(ds, 8, sampler="blocks", seed=5, rank=1, world_size=2,
+                                                  keys=[]).state_dict()])  # fmt: skip
+    with pytest.raises(LoaderStateError, match="'ranks' must list"):
+        b.load_state_dict({**merged, "ranks": merged["ranks"][:1]})
+    with pytest.raises(LoaderStateError, match="non-empty list"):
+        merge_states([])
