@@ -37,6 +37,8 @@ _LAZY = {
     "RecordEpisodes": "rlds_cli.recording.wrapper",
     "audit": "rlds_cli.inspection.audit",
     "AuditReport": "rlds_cli.inspection.audit",
+    "write_episode_page": "rlds_cli.inspection.viewer",
+    "episode_page": "rlds_cli.inspection.viewer",
     "normalized_score": "rlds_cli.inspection.scores",
     "reference_scores": "rlds_cli.inspection.scores",
     "ReferenceScores": "rlds_cli.inspection.scores",
