@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,6 +47,15 @@ def show(
             show_default=False,
         ),
     ] = None,
+    rerun: Annotated[
+        Path | None,
+        typer.Option(
+            "--rerun",
+            metavar="FILE.rrd",
+            help="Write a recording for the rerun viewer (extra: rerun); the HTML page too only with -o.",
+            show_default=False,
+        ),
+    ] = None,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
@@ -57,7 +66,8 @@ def show(
     statistics, and the audit's flags on the timeline. Open it from disk: no server, no network.
 
     Frames are embedded as stored (JPEG/PNG/WebP files, base64), so the page weighs about the
-    episode's compressed frames; frames stored raw are encoded as JPEG (quality 90).
+    episode's compressed frames; frames stored raw are encoded as JPEG (quality 90). --rerun
+    writes the same as a recording for the rerun viewer.
 
     Example: rlds show my-robot-data --episode 3 -o episode3.html
     """
@@ -68,20 +78,47 @@ def show(
 
     episodes = episode or [0]
     dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
-    if out is None:
+    recording = None
+    if rerun is not None:
+        from rlds_cli.inspection.viewer_rerun import write_rerun
+
+        recording = write_rerun(
+            dataset, rerun, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root
+        )
+    if out is None and rerun is None:
         out = Path(f"{dataset.name.replace('/', '-')}-episode-{episodes[0]}.html")
-    summary = write_episode_page(
-        dataset, out, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root
-    )
+    summary = None
+    if out is not None:
+        summary = write_episode_page(
+            dataset, out, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root
+        )
     if json:
-        output.print_json({
-            "path": str(summary.path), "bytes": summary.nbytes, "frame_bytes": summary.frame_bytes,
-            "episodes": summary.episodes, "steps": summary.steps, "cameras": summary.cameras,
-            "encoded_cameras": summary.encoded, "audited": summary.audited, "notes": summary.notes,
-        })  # fmt: skip
+        data: dict[str, Any] = {}
+        if summary is not None:
+            data.update({
+                "path": str(summary.path), "bytes": summary.nbytes, "frame_bytes": summary.frame_bytes,
+                "episodes": summary.episodes, "steps": summary.steps, "cameras": summary.cameras,
+                "encoded_cameras": summary.encoded, "audited": summary.audited, "notes": summary.notes,
+            })  # fmt: skip
+        if recording is not None:
+            data["rerun"] = {"path": str(recording.path), "bytes": recording.nbytes,
+                             "episodes": recording.episodes, "steps": recording.steps}  # fmt: skip
+        output.print_json(data)
         return
+    written = [str(x.path) for x in (summary, recording) if x is not None]
     if quiet:
-        output.console.print(output.escape(str(summary.path)), soft_wrap=True)
+        for p in written:
+            output.console.print(output.escape(p), soft_wrap=True)
+        return
+    if recording is not None:
+        rrd = output.escape(str(recording.path))
+        output.console.print(
+            f"[green]{rrd}[/]: a rerun recording of {output.count(len(recording.episodes), 'episode')} "
+            f"({recording.steps:,} steps), {output.human_bytes(recording.nbytes)}; "
+            f"open it with 'rerun {rrd}'",
+            soft_wrap=True,
+        )
+    if summary is None:
         return
     cameras = ", ".join(summary.cameras) or "no camera"
     output.console.print(

@@ -46,7 +46,14 @@ from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
 from rlds_cli.inspection.audit_scan import KeyRoles
 from rlds_cli.inspection.viewer_page import HEAD, SCRIPT, TAIL
 
-__all__ = ["FRAMES_PER_CHUNK", "PageSummary", "episode_page", "write_episode_page"]
+__all__ = [
+    "FRAMES_PER_CHUNK",
+    "Camera",
+    "EpisodeContent",
+    "PageSummary",
+    "episode_page",
+    "write_episode_page",
+]
 
 #: Frames per ``<script>`` element of the page (one read and one write of the stored bytes).
 FRAMES_PER_CHUNK = 128
@@ -89,10 +96,17 @@ class PageSummary:
 
 
 @dataclass
-class _Camera:
+class Camera:
+    """A camera shown: its key, the format its frames are shown in, and whether they are the
+    stored image files (else encoded here)."""
+
     key: str
     fmt: FrameFormat  # how the page holds the frames (the stored format, or the one encoded to)
     stored: bool  # frames embedded as stored (else decoded/raw rows encoded here)
+
+    @property
+    def mime(self) -> str:
+        return _MIME[self.fmt.codec]
 
 
 def write_episode_page(
@@ -134,7 +148,7 @@ def write_episode_page(
             f"cannot write the page to {path}: its folder {path.parent} does not exist",
             hint="create the folder first, or write the page elsewhere",
         )
-    page = _Page(dataset, episodes, audit_flags, tolerances, fps, root)
+    page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     summary = PageSummary(path)
     atomic_write(path, lambda fh: page.write(fh, summary))
     return summary
@@ -151,15 +165,17 @@ def episode_page(
 ) -> bytes:
     """The viewer page of :func:`write_episode_page` as bytes (the whole page in memory: for
     short episodes; write long ones to a file)."""
-    page = _Page(dataset, episodes, audit_flags, tolerances, fps, root)
+    page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     buffer = io.BytesIO()
     page.write(buffer, PageSummary(None))
     return buffer.getvalue()
 
 
-class _Page:
-    """The page of some episodes of one dataset: checks its arguments when made, writes when
-    asked."""
+class EpisodeContent:
+    """What is shown of some episodes of one dataset (the page's, and the rerun recording's of
+    :mod:`rlds_cli.inspection.viewer_rerun`): checks its arguments and audits when made;
+    :meth:`episode` gives an episode's series, marks and statistics, :meth:`frames` its
+    cameras' image files, :meth:`write` the page."""
 
     def __init__(
         self,
@@ -188,37 +204,39 @@ class _Page:
         self.tolerances = tolerances or AuditTolerances()
         self.report: AuditReport | None = audit(ds, tolerances=self.tolerances) if audit_flags else None
 
-    def _cameras(self) -> list[_Camera]:
+    def _cameras(self) -> list[Camera]:
         cameras = []
         for key in self.roles.images:
             spec = self.ds.stored_fields[key]
             fmt = spec.frame_format
             if fmt is not None:
-                cameras.append(_Camera(key, fmt, _stored_frames(self.ds.column(key)) is not None))
+                cameras.append(Camera(key, fmt, _stored_frames(self.ds.column(key)) is not None))
                 continue
             shape = tuple(spec.shape)
-            codec = "png" if len(shape) == 3 and shape[-1] == 4 else "jpeg"
-            if frame_shape_problem(shape, False, codec) is not None:
+            # (C, H, W) where the last side is no channel count and the first is (torch's layout)
+            first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)
+            channels = shape[0] if first else shape[-1] if len(shape) == 3 else 1
+            codec = "png" if channels == 4 else "jpeg"
+            if frame_shape_problem(shape, first, codec) is not None:
                 self.notes.append(
                     f"{key} ({'x'.join(map(str, shape))} uint8) is not shown: not an image shape."
                 )
                 continue
-            cameras.append(_Camera(key, FrameFormat(codec, shape), False))
+            cameras.append(Camera(key, FrameFormat(codec, shape, channels_first=first), False))
         return cameras
 
     def write(self, fh: IO[bytes], summary: PageSummary) -> None:
         """Write the page to ``fh``, filling in ``summary``."""
         start = fh.tell()
         ds = self.ds
-        episodes = [self._episode(int(i)) for i in self.positions]
+        episodes = [self.episode(int(i)) for i in self.positions]
         data = {
             "title": f"{ds.name}",
             "fps": self.fps,
             "chunk": FRAMES_PER_CHUNK,
             "audited": self.report is not None,
             "cameras": [
-                {"key": c.key, "mime": _MIME[c.fmt.codec], "width": int(c.fmt.image_shape[1])}
-                for c in self.cameras
+                {"key": c.key, "mime": c.mime, "width": int(c.fmt.image_shape[1])} for c in self.cameras
             ],
             "episodes": episodes,
             "notes": self.notes,
@@ -230,7 +248,7 @@ class _Page:
         fh.write(b"</script>\n")
         fh.write(SCRIPT.encode())
         for e, pos in enumerate(self.positions.tolist()):
-            for k, blocks in enumerate(zip(*(self._frames(c, pos) for c in self.cameras), strict=True)):
+            for k, blocks in enumerate(zip(*(self.frames(c, pos) for c in self.cameras), strict=True)):
                 for c, encoded in enumerate(blocks):
                     texts = [base64.b64encode(f) for f in encoded]
                     summary.frame_bytes += sum(len(f) for f in encoded)
@@ -257,7 +275,10 @@ class _Page:
         lo = start + (pos if self.ds.stored_fields[key].storage == "flat" else 0)
         return lo, lo + length
 
-    def _episode(self, pos: int) -> dict[str, Any]:
+    def episode(self, pos: int) -> dict[str, Any]:
+        """Episode ``pos``'s data as the page holds it: ``index``, ``length``, ``plots`` (per
+        key its ``dims``, lists with ``None`` where not finite), ``marks`` (kind, label, step
+        ranges), ``flags`` and ``stats`` (label, text)."""
         ds, roles = self.ds, self.roles
         length = int(ds.episode_index["length"][pos])
         values: dict[str, np.ndarray] = {}
@@ -322,7 +343,7 @@ class _Page:
         marks.append(_mark("end", "terminated/truncated", end))
         return [m for m in marks if m["ranges"] or m["kind"] in ("idle", "end")]
 
-    def _same_frames(self, cam: _Camera, pos: int, length: int) -> np.ndarray:
+    def _same_frames(self, cam: Camera, pos: int, length: int) -> np.ndarray:
         """Per step, whether the camera's frame is byte for byte the step before's: stored
         frames of equal size compared as stored (no frame decoded), raw rows as arrays."""
         same = np.zeros(length, bool)
@@ -368,7 +389,7 @@ class _Page:
 
     # ------------------------------------------------------------------ frames
 
-    def _frames(self, cam: _Camera, pos: int) -> Iterator[list[bytes]]:
+    def frames(self, cam: Camera, pos: int) -> Iterator[list[bytes]]:
         """Episode ``pos``'s frames of ``cam``, :data:`FRAMES_PER_CHUNK` at a time, as the image
         files the page embeds."""
         lo, hi = self._rows(pos, cam.key)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner, Result
 
+from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError, ViewerError
 from rlds_cli.frames.codecs import FrameFormat, decode
@@ -186,7 +189,30 @@ def test_a_failure_leaves_the_old_page_and_no_temp_file(
         yield [b"x"]
         raise OSError("disk gone")
 
-    monkeypatch.setattr(viewer._Page, "_frames", broken)
+    monkeypatch.setattr(viewer.EpisodeContent, "frames", broken)
     with pytest.raises(OSError, match="disk gone"):
         write_episode_page("faulty", out, episodes=[1], audit_flags=False, root=root)
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["p.html"]
+
+
+def test_a_dataset_without_cameras_and_a_channels_first_camera(tmp_path: Path, ted_dataset: Any) -> None:
+    """A low-dim dataset's page has plots and no camera; raw (C, H, W) frames are shown as images."""
+    ds = ted_dataset([5, 7], "lowdim", root=tmp_path / "low")
+    data = page_data(episode_page(ds, episodes=[1]))
+    assert data["cameras"] == [] and data["episodes"][0]["length"] == 7
+    np.testing.assert_allclose(
+        data["episodes"][0]["plots"][0]["dims"][1], -np.arange(5, 12)
+    )  # action[:, 1] = -i
+    frames = np.random.default_rng(0).integers(0, 256, (13, 3, 16, 24), np.uint8)
+    with DatasetBuilder("chw", root=tmp_path, frames=None) as builder:
+        last = np.arange(12)[:, None] == 11
+        steps = {"action": np.zeros((12, 1), np.float32), "next/reward": np.zeros((12, 1), np.float32),
+                 "next/terminated": np.zeros((12, 1), bool), "next/truncated": last}  # fmt: skip
+        builder.append(StepBlock(steps=steps, observations={"image": frames}, ends=np.array([11])))
+        builder.commit()
+    page = episode_page("chw", root=tmp_path)
+    files = page_frames(page)[(0, 0)]
+    shown = np.stack([decode(f, FrameFormat("jpeg", (3, 16, 24), channels_first=True)) for f in files])
+    assert shown.shape == (12, 3, 16, 24)
+    assert np.abs(shown.astype(int) - frames[:12].astype(int)).mean() < 20
+    assert page_data(page)["cameras"][0]["width"] == 24

@@ -45,14 +45,14 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The page of episodes 4 (a frozen camera) and 6 (an action spike) of the viewer fixture;
-    returns (page, cache root)."""
+    """The page of episodes 4 (a frozen camera), 6 (an action spike) and 14 (300 steps: its
+    frames in three chunks) of the viewer fixture; returns (page, cache root)."""
     root = tmp_path_factory.mktemp("viewer-browser")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RLDS_FSYNC", "0")
         build_viewer_dataset(root, "faulty")
     out = root / "page.html"
-    write_episode_page("faulty", out, episodes=[4, 6], root=root)
+    write_episode_page("faulty", out, episodes=[4, 6, 14], root=root)
     return out, root
 
 
@@ -156,6 +156,15 @@ def test_play_advances_and_the_episode_menu_switches(tab: Any, page_file: tuple[
     assert shown(tab) == frames[30]
     assert tab.inner_text("#badges") == "spike"
     assert "action spike" in tab.inner_text("#legend")
+
+
+def test_frames_across_chunks_are_each_steps(tab: Any, page_file: tuple[Path, Path]) -> None:
+    frames = stored_frames(open_dataset("faulty", page_file[1]), "pixels", 14)
+    tab.evaluate("rldsViewer.showEpisode(2)")
+    for t in (127, 128, 255, 256, len(frames) - 1):  # the chunks' edges (128 frames each)
+        tab.evaluate(f"rldsViewer.seek({t})")
+        tab.wait_for_function(f"document.getElementById('cam0').dataset.step === '2:{t}'")
+        assert shown(tab) == frames[t]
 
 
 def test_a_screenshot_is_kept(tab: Any) -> None:
