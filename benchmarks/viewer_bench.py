@@ -15,6 +15,8 @@ keep``); 7-dim actions, 14-dim states and a reward per step.
   from ``goto`` to ``<html data-ready="true">`` (the first frames of every camera shown, the
   plots drawn), to ``DOMContentLoaded`` (the whole file read) and to the last step's frames shown
   after a seek there. Best of ``--repeats`` fresh browsers.
+* **rerun.** Where rerun-sdk is installed, :func:`rlds_cli.inspection.viewer_rerun.write_rerun`
+  (no audit): its wall time and the recording's bytes.
 
 Prints markdown tables.
 """
@@ -134,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         summary = write_episode_page(ds, page, fps=a.fps)
         made = time.perf_counter() - start
+        rrd: tuple[float, int] | None = None
+        try:
+            from rlds_cli.inspection.viewer_rerun import write_rerun
+
+            start = time.perf_counter()
+            recording = write_rerun(ds, root / "long.rrd", audit_flags=False, fps=a.fps)
+            rrd = (time.perf_counter() - start, recording.nbytes)
+        except ImportError:
+            pass
         opened = [open_times(page, steps - 1) for _ in range(a.repeats)]
         ready, parsed, end = (min(t[i] for t in opened) for i in range(3))
         print(f"episode: {steps:,} steps ({a.minutes:g} min at {a.fps} fps), {a.cameras} cameras "
@@ -143,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| open to ready (first frames shown, plots drawn) | {ready:.2f} |")
         print(f"| open to DOMContentLoaded (whole file read) | {parsed:.2f} |")
         print(f"| open to the last step's frames shown | {end:.2f} |")
+        if rrd is not None:
+            label = f"`--rerun` recording written (`write_rerun`, no audit; {rrd[1] / 1e6:,.0f} MB)"
+            print(f"| {label} | {rrd[0]:.1f} |")
         mb = 1e6
         print("\n| bytes | MB |\n|---|---:|")
         print(f"| the episode's compressed frames | {summary.frame_bytes / mb:,.1f} |")
