@@ -60,6 +60,7 @@ def test_the_page_embeds_the_stored_frames_byte_for_byte(root: Path, tmp_path: P
     data = page_data(page)
     assert [c["mime"] for c in data["cameras"]] == ["image/png"] and data["chunk"] == FRAMES_PER_CHUNK
     assert page == episode_page("faulty", episodes=[4, 0], root=root)  # the same page as bytes
+    assert b"http://" not in page and b"https://" not in page and b" src=" not in page  # nothing fetched
 
 
 def test_series_stats_and_audit_marks_are_the_episodes(root: Path) -> None:

@@ -58,10 +58,13 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def tab(browser: Any, page_file: tuple[Path, Path]) -> Iterator[Any]:
-    """The page opened and ready; fails the test on any console error or page error."""
+    """The page opened and ready; fails the test on any console error or page error, and on
+    any request for something else than the file itself and its ``data:`` frames (no CDN, no
+    server)."""
     context = browser.new_context(viewport={"width": 1200, "height": 900})
     page = context.new_page()
     errors: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(("file://", "data:")) else errors.append(r.url))
     page.on(
         "console", lambda m: errors.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
     )
