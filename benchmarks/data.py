@@ -279,8 +279,11 @@ def pixel_blocks(steps: int) -> Iterator[Any]:
         yield step_block(actions, rewards, frames, [len(actions) - 1])
 
 
-def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
-    """Builder blocks of 100 low-dim episodes (17 float32 observations, 6 float32 actions)."""
+def lowdim_blocks(
+    steps: int, length: int = 1000, obs_dim: int = OBS_DIM, act_dim: int = ACT_DIM
+) -> Iterator[Any]:
+    """Builder blocks of 100 low-dim episodes (``obs_dim`` float32 observations, 17 by default;
+    ``act_dim`` float32 actions, 6 by default)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -291,8 +294,11 @@ def lowdim_blocks(steps: int, length: int = 1000) -> Iterator[Any]:
         ends = np.arange(length - 1, n, length)
         if len(ends) == 0 or ends[-1] != n - 1:
             ends = np.append(ends, n - 1)
-        action, reward = rng.standard_normal((n, 6), np.float32), rng.standard_normal((n, 1), np.float32)
-        yield step_block(action, reward, rng.standard_normal((n + len(ends), 17), np.float32), ends)
+        action, reward = (
+            rng.standard_normal((n, act_dim), np.float32),
+            rng.standard_normal((n, 1), np.float32),
+        )
+        yield step_block(action, reward, rng.standard_normal((n + len(ends), obs_dim), np.float32), ends)
         done += n
 
 

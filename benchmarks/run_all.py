@@ -38,11 +38,13 @@ SECTIONS = {
 }
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
-#: and the recording overhead against Minari's DataCollector (issue 25).
+#: the recording overhead against Minari's DataCollector (issue 25), and the batches at 50M and
+#: 200M steps (issue 42; 10 GB of datasets).
 EXTRA_SECTIONS = {
     "framestack": "before_after_bench",
     "dataloader": "before_after_bench --dataloader",
     "record": "record_bench",
+    "scale": "scale_bench",  # uniform memmap batches vs the bare gather at 1M, 50M and 200M steps (10 GB)
 }
 _log = _harness.logger("run_all")
 

@@ -52,7 +52,7 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 # in its wheel. cpprb is a peer replay buffer (ReplayBuffer(next_of="obs")).
 "${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_PY_VERSION" "cpprb==$CPPRB_VERSION"
 # the project with its `fast` extra (numba: the compiled sum tree the prioritized rows measure)
-"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[fast]"
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT"
 
 # TorchRL 0.14.1's prebuilt C++ extension (the segment trees behind its PrioritizedSampler) does
 # not load against torch 2.13: rebuild it from the C++ sources the wheel ships (about 2 minutes,

@@ -6,8 +6,9 @@ The cache stores an observation-like key once, ``N + E`` rows (``storage="flat"`
 have ``N`` rows. Two keys are derived, never stored: ``next/done = next/terminated |
 next/truncated`` and ``episode = e(t)``. This module holds that arithmetic once:
 
-* :class:`Episodes`: episode bounds and the step -> episode lookup (a binary search, or a
-  table when the caller can afford 4-8 bytes a step);
+* :class:`Episodes`: episode bounds and the step -> episode lookup (a table when the caller
+  can afford 4-8 bytes a step, else a block index of :mod:`rlds_cli.cache.episode_lookup`,
+  else a binary search);
 * :class:`VersionedColumn`: a stored column whose every read checks, after reading, that the
   dataset was not replaced under it (what :class:`~rlds_cli.cache.dataset.Dataset` hands out
   for backends that read files by path at each access, e.g. zarr), so no reader can forget;
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
+from rlds_cli.cache.episode_lookup import BlockIndex
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import TedBatch, join_key
 
@@ -84,8 +86,15 @@ class Episodes:
     Args:
         lengths: Steps per episode, in dataset order (episodes are contiguous).
         table: Keep a step -> episode table of this dtype (4 or 8 bytes a step: one ``take``
-            per lookup) instead of a binary search over the episode ends (``None``).
+            per lookup) instead of a block index (:class:`BlockIndex`, built at the first
+            lookup) or a binary search over the episode ends (``None``).
     """
+
+    # Class-level defaults: an Episodes made without __init__ (growing.empty_episodes) has them.
+    #: The block index of :meth:`episode_of` once built (``None``: not built, or declined).
+    _index: BlockIndex | None = None
+    #: Whether the block index was built (or declined) already.
+    _index_tried = False
 
     def __init__(self, lengths: np.ndarray, table: Any = None) -> None:
         self.lengths = np.asarray(lengths, np.int64).ravel()
@@ -106,12 +115,28 @@ class Episodes:
         return cls(dataset.episode_index["length"])
 
     def episode_of(self, steps: np.ndarray) -> np.ndarray:
-        """The episode each step belongs to, int64 (a binary search, O(log episodes) per step,
-        without a table)."""
+        """The episode each step belongs to, int64: ``searchsorted(ends, steps, side="right")``
+        (a step past the end gives the number of episodes), from the table if there is one,
+        else from the block index (a fixed few vectorised steps, whatever the dataset's size),
+        else by a binary search (O(log episodes) per step)."""
         if self.table is not None:
             episode = self.table.take(steps)
             return episode if episode.dtype == np.int64 else episode.astype(np.int64)
+        index = self.block_index()
+        # the index shifts and compares the steps themselves: signed integers only (a uint64
+        # step would compare as unsigned with the int64 ends)
+        if index is not None and type(steps) is np.ndarray and steps.dtype.kind == "i":
+            return index.episode_of(steps)
         return np.searchsorted(self.ends, steps, side="right")
+
+    def block_index(self) -> BlockIndex | None:
+        """The block index of the lookups without a table (built at the first call, not at
+        open: most opened datasets never look an episode up), or ``None`` where a binary search
+        serves (see :meth:`BlockIndex.build`)."""
+        if not self._index_tried:
+            self._index = BlockIndex.build(self.ends) if self.table is None else None
+            self._index_tried = True
+        return self._index
 
     def flat_rows(self, steps: np.ndarray) -> np.ndarray:
         """The flat row of each step: ``t + e(t)`` (its observation; the next one is the row after)."""
@@ -258,8 +283,26 @@ class TedReader:
             ),
             default=0,
         )
+        #: The plan for a gather from numpy columns alone with no pooled output (low-dim data
+        #: read from memory maps or RAM): ``(key, source, the column's take or None, column)``,
+        #: gathered by :meth:`_gather_arrays` without the per-key tests of the general loop (a
+        #: tenth of a low-dim batch's Python time); ``None`` where some key needs them.
+        self._array_plan: list[tuple[str, int, Any, Any]] | None = None
+        self._min_pooled = pool.min_bytes if pool is not None else 0
+        if not self._paired and not self._into and all(a or s > _FROM_NEXT_ROWS for _, s, _, a in self._plan):
+            self._array_plan = [(k, s, c.take if a else None, c) for k, s, c, a in self._plan]
         table = episodes.table  # an int64 table's values are the batch's episodes as they are
         self._table64 = table if table is not None and table.dtype == np.int64 else None
+        # the lookup of :meth:`locate` resolved once (its steps are int64 arrays): the table's
+        # take, else the block index's, else the Episodes method (an int32 table, a search)
+        index = episodes.block_index() if self.need_episode and self._table64 is None else None
+        self._episode_of: Callable[[np.ndarray], np.ndarray] = (
+            self._table64.take
+            if self._table64 is not None
+            else index.episode_of
+            if index is not None
+            else episodes.episode_of
+        )
 
     def _make_plan(self, column: Callable[[str], Any]) -> list[tuple[str, int, Any, bool]]:
         """``(name, source, column, is_array)`` of each key, in output order: ``source`` one of
@@ -314,24 +357,32 @@ class TedReader:
         needs them)."""
         if not self.need_episode:
             return None, idx
-        table = self._table64
-        episode = table.take(idx) if table is not None else self.episodes.episode_of(idx)
+        episode = self._episode_of(idx)
         return episode, idx + episode
 
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The keys at step indices ``idx`` (int64, any shape, in range), as numpy arrays of
         ``idx``'s shape in front."""
-        episode, rows = self.locate(idx)
+        # locate and the dispatch of gather_located inlined: this runs at every batch, where a
+        # call frame less is a percent of a low-dim batch
+        episode = self._episode_of(idx) if self.need_episode else None
+        rows = idx if episode is None else idx + episode
+        if self._array_plan is not None and (
+            self.pool is None or idx.size * self._pooled_row_bytes < self._min_pooled
+        ):
+            return self._gather_arrays(idx, episode, rows)
         return self.gather_located(idx, episode, rows)
 
     def gather_located(self, idx: np.ndarray, episode: np.ndarray | None, rows: np.ndarray) -> TedBatch:
         """:meth:`gather` with the episodes and flat rows of :meth:`locate` computed already."""
-        out = TedBatch()
-        # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
-        at = (idx, rows, rows + 1 if self._next_rows else rows)
         pool = self.pool
         if pool is not None and idx.size * self._pooled_row_bytes < pool.min_bytes:
             pool = None
+        if pool is None and self._array_plan is not None:
+            return self._gather_arrays(idx, episode, rows)
+        out = TedBatch()
+        # indexed by the _FROM_STEPS, _FROM_ROWS and _FROM_NEXT_ROWS codes
+        at = (idx, rows, rows + 1 if self._next_rows else rows)
         # steps in [0, N) put every row read in range: checked once here, not per key
         checked = pool is not None and in_range(idx, self.episodes.num_steps)
         twins: dict[str, np.ndarray] = {}  # the twin of a pair read already, until its turn
@@ -361,6 +412,22 @@ class TedReader:
             elif source == _FROM_EPISODE:
                 out[key] = episode
             elif source == _FROM_DONE:  # plain dict lookups: the keys are joined already
+                out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
+            else:  # _FROM_DONE_READ
+                out[key] = take(column[0], idx) | take(column[1], idx)
+        return out
+
+    def _gather_arrays(self, idx: np.ndarray, episode: np.ndarray | None, rows: np.ndarray) -> TedBatch:
+        """:meth:`gather_located` over numpy columns alone, no output pooled: the same arrays."""
+        assert self._array_plan is not None
+        out = TedBatch()
+        at = (idx, rows, rows + 1 if self._next_rows else rows)
+        for key, source, take_rows, column in self._array_plan:
+            if take_rows is not None:
+                out[key] = take_rows(at[source], 0)
+            elif source == _FROM_EPISODE:
+                out[key] = episode
+            elif source == _FROM_DONE:
                 out[key] = _getitem(out, "next/terminated") | _getitem(out, "next/truncated")
             else:  # _FROM_DONE_READ
                 out[key] = take(column[0], idx) | take(column[1], idx)

@@ -70,7 +70,9 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     records the log lost, not killed writers' leftovers (``None``: each can be a leftover).
     A damaged log raises :class:`~rlds_cli.errors.CorruptDatasetError` (it names nothing past
     its damage)."""
-    latest = LogState()
+    # followed on from the furthest view, not replayed from the first record: the replay grows
+    # with the history (0.4 s at 100,000 commits), the records past a view do not
+    latest = max(views, key=lambda v: v.position).copy() if views else LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
     segments = directory / SEGMENTS_DIR
     found: list[Path] = []

@@ -26,7 +26,7 @@ INSTALL_HINTS = {
     "simplejpeg": "pip install simplejpeg (a dependency of rlds-cli: reinstall it)",
     "tensordict": "pip install 'rlds-cli[torchrl]' (torchrl, tensordict)",
     "torchrl": "pip install 'rlds-cli[torchrl]' (torchrl, tensordict)",
-    "numba": "pip install 'rlds-cli[fast]' (numba)",
+    "numba": "pip install numba (a dependency of rlds-cli: the install is incomplete)",
     "gymnasium": GYMNASIUM_INSTALL,
     "fsspec": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",
     "s3fs": "pip install 'rlds-cli[remote]' (fsspec, s3fs)",

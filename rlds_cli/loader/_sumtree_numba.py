@@ -1,4 +1,4 @@
-"""Compiled kernels for :class:`~rlds_cli.loader.sumtree.SumTree` (the ``fast`` extra: numba).
+"""Compiled kernels for :class:`~rlds_cli.loader.sumtree.SumTree` (numba).
 
 They walk the same arrays as the tree's numpy code and add in the same order (sequential sums,
 left to right, in float64), so both give bit-identical trees and draws: a run resumed on a

@@ -54,7 +54,7 @@ class PrioritizedSampler:
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged).
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
         fanout: Fan-out of the sum tree.
-        compiled: Run the sum tree's compiled kernels (numba, the ``fast`` extra): None (default)
+        compiled: Run the sum tree's compiled kernels (numba): None (default)
             when installed; True requires them; False never. The stream is the same either way.
 
     ``sample()`` returns a :class:`Draw` with ``weight`` (float32) per index; feed the new

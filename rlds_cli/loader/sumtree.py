@@ -23,7 +23,7 @@ however many updates happen. Prefix rows are sequential sums of non-negative val
 decrease and a child with mass 0 spans an empty interval: a draw never lands on it. A draw that
 rounding pushes past a node's end falls back to that node's last child with mass.
 
-With the ``fast`` extra, :mod:`rlds_cli.loader._sumtree_numba` runs the same descent and updates
+With numba, :mod:`rlds_cli.loader._sumtree_numba` runs the same descent and updates
 as compiled loops over the same arrays, adding in the same order: the same tree and draws, bit
 for bit, in about half the time.
 
@@ -52,7 +52,7 @@ ROOT_MAX = 2048
 
 
 def compiled_kernels() -> ModuleType | None:
-    """The compiled kernels (numba, the ``fast`` extra), or None when numba is not installed or
+    """The compiled kernels (numba), or None when numba is not installed or
     ``RLDS_NUMBA=0`` turns them off. Imported on first use: numba takes ~0.3 s to import."""
     if not settings.numba_enabled():
         return None
@@ -74,7 +74,7 @@ class SumTree:
     Args:
         size: Number of leaves.
         fanout: Children per node below the root (the root has up to :data:`ROOT_MAX`).
-        compiled: Use the compiled kernels (numba, the ``fast`` extra): True requires them,
+        compiled: Use the compiled kernels (numba): True requires them,
             False never uses them, None (default) uses them when available. Both paths give
             bit-identical trees and draws; the compiled one does the tree's work in about half
             the time.
@@ -137,7 +137,7 @@ class SumTree:
         )  # fmt: skip
         if compiled and self._kernels is None:
             raise ImportError(
-                "SumTree(compiled=True) needs numba: pip install 'rlds-cli[fast]' (and RLDS_NUMBA unset)"
+                "SumTree(compiled=True) needs numba (pip install numba) and RLDS_NUMBA unset"
             )
 
     def __getstate__(self) -> dict[str, object]:

@@ -235,10 +235,10 @@ def test_the_old_layout_of_several_frames_a_chunk_is_still_read(
 
 
 def _spied_compiled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The compiled loop (numba is a test dependency), counting the chunks it is given."""
+    """The compiled loop (numba is a dependency), counting the chunks it is given."""
     zarr_codec._compiled = False  # looked up again (another test may have set RLDS_NUMBA=0)
     compiled = zarr_codec.compiled_decode()
-    assert compiled is not None, "numba is installed for the tests: the compiled loop must be found"
+    assert compiled is not None, "numba is a dependency: the compiled loop must be found"
     given: list[int] = []
 
     def spy(sources: np.ndarray, dests: np.ndarray, nbytes: int, a: int, b: int) -> int:

@@ -28,7 +28,7 @@ KERNELS = [
     pytest.param(
         True,
         id="numba",
-        marks=pytest.mark.skipif(compiled_kernels() is None, reason="numba (the fast extra) not installed"),
+        marks=pytest.mark.skipif(compiled_kernels() is None, reason="numba not installed (a broken install)"),
     ),
 ]
 

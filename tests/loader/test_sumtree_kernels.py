@@ -1,4 +1,4 @@
-"""The compiled sum-tree kernels (numba, the ``fast`` extra) against the numpy ones.
+"""The compiled sum-tree kernels (numba) against the numpy ones.
 
 Both must build the same tree and draw the same leaves, bit for bit: a prioritized run resumed on
 a machine without numba continues the same stream.
@@ -13,7 +13,7 @@ import torch
 from rlds_cli.loader import PrioritizedSampler, PrioritizedSliceSampler, SumTree
 from rlds_cli.loader.sumtree import compiled_kernels
 
-needs_numba = pytest.mark.skipif(compiled_kernels() is None, reason="numba (the fast extra) not installed")
+needs_numba = pytest.mark.skipif(compiled_kernels() is None, reason="numba not installed (a broken install)")
 
 
 def _arrays(tree: SumTree) -> list[np.ndarray]:
@@ -153,7 +153,7 @@ def test_compiled_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLDS_NUMBA", "0")
     assert compiled_kernels() is None
     assert not SumTree(10).compiled
-    with pytest.raises(ImportError, match=r"rlds-cli\[fast\]"):
+    with pytest.raises(ImportError, match=r"needs numba \(pip install numba\)"):
         SumTree(10, compiled=True)
 
 

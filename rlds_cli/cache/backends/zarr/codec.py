@@ -135,8 +135,8 @@ _compiled: Any = False
 def compiled_decode() -> Callable[[np.ndarray, np.ndarray, int, int, int], int] | None:
     """``decode(sources, dests, nbytes, a, b)``: the compiled loop of
     :mod:`rlds_cli.cache.backends.zarr.compiled` over chunks ``[a, b)`` (addresses in two int64
-    arrays), returning the first chunk that does not decode or -1; ``None`` without numba (the
-    ``fast`` extra), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
+    arrays), returning the first chunk that does not decode or -1; ``None`` without numba (a
+    broken install), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
     global _compiled
     if _compiled is False:
         found = None

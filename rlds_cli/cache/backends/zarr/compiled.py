@@ -1,4 +1,4 @@
-"""A compiled loop over Blosc chunk decodes (the ``fast`` extra: numba).
+"""A compiled loop over Blosc chunk decodes (numba).
 
 A batch of frames from a zarr dataset is one ``blosc_decompress_ctx`` call per chunk (a frame of
 4 KiB or more is a chunk of its own). Called from a Python loop through ctypes, each call costs

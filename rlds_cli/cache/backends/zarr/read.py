@@ -513,7 +513,7 @@ class ChunkReader(_ShardIndex):
 
         When every chunk is in a mapped shard and stored (:meth:`_addresses`), the per-chunk work
         is one bare decoder call on two integers: every lookup was done once for the batch, in
-        numpy; with numba (the ``fast`` extra) a read of many chunks loops over those calls in
+        numpy; with numba a read of many chunks loops over those calls in
         compiled code, without the GIL (:mod:`rlds_cli.cache.backends.zarr.compiled`). Otherwise (no
         shards, a remote source, a chunk not stored) each chunk is decoded by
         :meth:`decode_to`, which finds it, fills it or raises."""
