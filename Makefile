@@ -52,7 +52,11 @@ $(VENV)/.installed-test: pyproject.toml $(TORCH_PIN)
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
+# the test extras, and Debian's chromium for the viewer's browser tests (tests/inspection/test_viewer_browser.py),
+# best effort: where it cannot be installed (no apt, not root, offline) those tests skip
 install-test: $(VENV)/.installed-test
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) \
+		>/dev/null 2>&1 || echo "chromium is not installed: the viewer's browser tests will skip"
 
 demo: install
 	$(VENV)/bin/rlds demo $(if $(DEMO_ROOT),--root $(DEMO_ROOT),)

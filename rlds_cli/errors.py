@@ -482,6 +482,16 @@ class FramesModeError(RldsError, ValueError):
     default_hint = "use keep (the default), raw, jpeg, jpeg:QUALITY (1-100), png or webp"
 
 
+# --------------------------------------------------------------------------- viewer
+
+
+class ViewerError(RldsError, ValueError):
+    """An episode viewer page (``rlds show``) that cannot be made: where it would be written is
+    no file in an existing folder, or a camera's frames cannot be shown."""
+
+    default_hint = "see 'rlds show --help'"
+
+
 # --------------------------------------------------------------------------- OS errors
 
 #: errno -> (error class, what happened), for the operating-system errors a user can fix.

@@ -19,6 +19,7 @@ from rlds_cli.cli.manage import du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
 from rlds_cli.cli.remote import info
 from rlds_cli.cli.shaping import downsample, drop, merge, trim
+from rlds_cli.cli.show import show
 from rlds_cli.cli.stats import stats
 from rlds_cli.cli.transfer import pull, push
 from rlds_cli.cli.verify import verify
@@ -64,6 +65,7 @@ app.command("download")(download)
 app.command("list")(list_datasets)
 app.command("inspect")(inspect)
 app.command("audit")(audit)
+app.command("show")(show)
 app.command("demo")(demo)
 app.command("preprocess")(preprocess)
 app.command("rm")(rm)

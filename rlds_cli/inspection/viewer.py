@@ -1,0 +1,494 @@
+"""``rlds show``: one self-contained HTML page that plays episodes of a dataset in a browser.
+
+:func:`write_episode_page` writes the page (a file, published atomically: a temp file beside it,
+renamed when whole); :func:`episode_page` returns its bytes. The page needs no server and no
+network (open it from disk): each camera's frames play in sync with plots of the actions, the
+observations' low-dim keys, the rewards and the end flags; a scrubber, a play button and the
+arrow keys move every view; the timeline shows the audit's marks (:mod:`rlds_cli.inspection.audit`):
+idle steps, action spikes, frozen frames, non-finite values and the episode's end; a table gives
+the episode's statistics and its audit flags.
+
+Frames are embedded as the dataset stores them: a frame column's JPEG/PNG/WebP files
+(:mod:`rlds_cli.cache.backends.frames`) byte for byte, base64-encoded (4/3 of their size), so
+the page weighs about the episode's compressed frames. Frames stored as raw ``uint8`` arrays
+are encoded for the page (JPEG at :data:`RAW_JPEG_QUALITY`; PNG for 4 channels). The page is
+written in bounded memory: frames are read and written :data:`FRAMES_PER_CHUNK` at a time.
+What the page's script does is in :mod:`rlds_cli.inspection.viewer_page`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from rlds_cli._util.io import atomic_write
+from rlds_cli.cache.backends.memmap import release_pages
+from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import is_url
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.catalog.names import resolve_name
+from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError
+from rlds_cli.frames.codecs import FrameFormat, frame_shape_problem
+from rlds_cli.frames.threads import encode_many
+from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
+from rlds_cli.inspection.audit_scan import KeyRoles
+from rlds_cli.inspection.viewer_page import HEAD, SCRIPT, TAIL
+
+__all__ = [
+    "FRAMES_PER_CHUNK",
+    "Camera",
+    "EpisodeContent",
+    "PageSummary",
+    "episode_page",
+    "write_episode_page",
+]
+
+#: Frames per ``<script>`` element of the page (one read and one write of the stored bytes).
+FRAMES_PER_CHUNK = 128
+#: JPEG quality of frames stored raw, encoded for the page.
+RAW_JPEG_QUALITY = 90
+#: Dimensions of one key drawn (a wider key's first ones; the page says so).
+MAX_PLOT_DIMS = 32
+#: Episodes one page may hold (every episode's series is in the page's data).
+MAX_EPISODES = 64
+#: Playback rate where the dataset's card gives none.
+DEFAULT_FPS = 30.0
+_MIME = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
+
+
+@dataclass
+class PageSummary:
+    """What a page holds.
+
+    Attributes:
+        path: The file written (``None``: the bytes were returned).
+        nbytes: The page's size.
+        frame_bytes: The size of the frames it embeds, as stored (or as encoded for the page).
+        episodes: The dataset's episodes it shows (positions).
+        steps: Their steps, together.
+        cameras: The camera keys shown.
+        encoded: Camera keys stored raw, encoded for the page.
+        audited: Whether the audit's flags and marks are in it.
+        notes: What the page leaves out (keys too wide to draw, cameras it cannot show).
+    """
+
+    path: Path | None
+    nbytes: int = 0
+    frame_bytes: int = 0
+    episodes: list[int] = field(default_factory=list)
+    steps: int = 0
+    cameras: list[str] = field(default_factory=list)
+    encoded: list[str] = field(default_factory=list)
+    audited: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Camera:
+    """A camera shown: its key, the format its frames are shown in, and whether they are the
+    stored image files (else encoded here)."""
+
+    key: str
+    fmt: FrameFormat  # how the page holds the frames (the stored format, or the one encoded to)
+    stored: bool  # frames embedded as stored (else decoded/raw rows encoded here)
+
+    @property
+    def mime(self) -> str:
+        return _MIME[self.fmt.codec]
+
+
+def write_episode_page(
+    dataset: str | Dataset,
+    out: str | os.PathLike[str],
+    *,
+    episodes: Sequence[int] = (0,),
+    audit_flags: bool = True,
+    tolerances: AuditTolerances | None = None,
+    fps: float | None = None,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+) -> PageSummary:
+    """Write the viewer page of ``episodes`` of ``dataset`` to ``out`` (replaced whole, or left
+    as it was when anything fails).
+
+    Args:
+        dataset: A name in the cache, an alias, or an opened dataset (a zarr dataset read at a
+            URL: ``rlds_cli.open_dataset(url)``).
+        out: The HTML file to write (its folder must exist).
+        episodes: The episodes shown (positions; negative ones count from the end).
+        audit_flags: Audit the dataset (one bounded pass over it: see
+            :func:`~rlds_cli.inspection.audit.audit`) and draw its flags and marks.
+        tolerances: The audit's thresholds (default :class:`AuditTolerances`).
+        fps: Playback rate in steps a second (default: the dataset card's ``fps``, else 30).
+        root: Cache root, for a name.
+
+    Returns:
+        A :class:`PageSummary`.
+
+    Raises:
+        InvalidSelectionError: An episode outside the dataset, none, or too many.
+        ViewerError: ``out``'s folder does not exist, or ``out`` is a folder.
+    """
+    path = Path(out)
+    if path.is_dir():
+        raise ViewerError(f"cannot write the page to {path}: it is a folder", hint="name an .html file")
+    if not path.parent.is_dir():
+        raise ViewerError(
+            f"cannot write the page to {path}: its folder {path.parent} does not exist",
+            hint="create the folder first, or write the page elsewhere",
+        )
+    page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
+    summary = PageSummary(path)
+    atomic_write(path, lambda fh: page.write(fh, summary))
+    return summary
+
+
+def episode_page(
+    dataset: str | Dataset,
+    *,
+    episodes: Sequence[int] = (0,),
+    audit_flags: bool = True,
+    tolerances: AuditTolerances | None = None,
+    fps: float | None = None,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+) -> bytes:
+    """The viewer page of :func:`write_episode_page` as bytes (the whole page in memory: for
+    short episodes; write long ones to a file)."""
+    page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
+    buffer = io.BytesIO()
+    page.write(buffer, PageSummary(None))
+    return buffer.getvalue()
+
+
+class EpisodeContent:
+    """What is shown of some episodes of one dataset (the page's, and the rerun recording's of
+    :mod:`rlds_cli.inspection.viewer_rerun`): checks its arguments and audits when made;
+    :meth:`episode` gives an episode's series, marks and statistics, :meth:`frames` its
+    cameras' image files, :meth:`write` the page."""
+
+    def __init__(
+        self,
+        dataset: str | Dataset,
+        episodes: Sequence[int],
+        audit_flags: bool,
+        tolerances: AuditTolerances | None,
+        fps: float | None,
+        root: str | os.PathLike[str] | CacheRoot | None,
+    ) -> None:
+        if isinstance(dataset, str) and is_url(dataset):
+            raise InvalidSelectionError(
+                f"{dataset}: open a URL with rlds_cli.open_dataset(url) and pass the dataset",
+                hint="or run 'rlds show URL'",
+            )
+        ds = dataset if isinstance(dataset, Dataset) else open_dataset(resolve_name(dataset, root), root)
+        self.ds = ds
+        self.positions = _positions(ds, episodes)
+        if fps is not None and not (math.isfinite(fps) and fps > 0):
+            raise InvalidSelectionError(f"fps must be above 0, got {fps}", hint="e.g. --fps 30")
+        card_fps: Any = dataset_card(ds).get("fps")
+        self.fps = float(fps) if fps is not None else float(card_fps) if _positive(card_fps) else DEFAULT_FPS
+        self.roles = KeyRoles.of(ds.stored_fields, ds.manifest.source)
+        self.notes: list[str] = []
+        self.cameras = self._cameras()
+        self.tolerances = tolerances or AuditTolerances()
+        self.report: AuditReport | None = audit(ds, tolerances=self.tolerances) if audit_flags else None
+
+    def _cameras(self) -> list[Camera]:
+        cameras = []
+        for key in self.roles.images:
+            spec = self.ds.stored_fields[key]
+            fmt = spec.frame_format
+            if fmt is not None:
+                cameras.append(Camera(key, fmt, _stored_frames(self.ds.column(key)) is not None))
+                continue
+            shape = tuple(spec.shape)
+            # (C, H, W) where the last side is no channel count and the first is (torch's layout)
+            first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)
+            channels = shape[0] if first else shape[-1] if len(shape) == 3 else 1
+            codec = "png" if channels == 4 else "jpeg"
+            if frame_shape_problem(shape, first, codec) is not None:
+                self.notes.append(
+                    f"{key} ({'x'.join(map(str, shape))} uint8) is not shown: not an image shape."
+                )
+                continue
+            cameras.append(Camera(key, FrameFormat(codec, shape, channels_first=first), False))
+        return cameras
+
+    def write(self, fh: IO[bytes], summary: PageSummary) -> None:
+        """Write the page to ``fh``, filling in ``summary``."""
+        start = fh.tell()
+        ds = self.ds
+        episodes = [self.episode(int(i)) for i in self.positions]
+        data = {
+            "title": f"{ds.name}",
+            "fps": self.fps,
+            "chunk": FRAMES_PER_CHUNK,
+            "audited": self.report is not None,
+            "cameras": [
+                {"key": c.key, "mime": c.mime, "width": int(c.fmt.image_shape[1])} for c in self.cameras
+            ],
+            "episodes": episodes,
+            "notes": self.notes,
+        }
+        fh.write(HEAD.format(title=html.escape(f"rlds show: {ds.name}")).encode())
+        fh.write(b'<script type="application/json" id="rlds-data">')
+        # "</" never appears inside the element: a key or a note cannot end it early
+        fh.write(json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/").encode())
+        fh.write(b"</script>\n")
+        fh.write(SCRIPT.encode())
+        for e, pos in enumerate(self.positions.tolist()):
+            for k, blocks in enumerate(zip(*(self.frames(c, pos) for c in self.cameras), strict=True)):
+                for c, encoded in enumerate(blocks):
+                    texts = [base64.b64encode(f) for f in encoded]
+                    summary.frame_bytes += sum(len(f) for f in encoded)
+                    lens = ",".join(str(len(t)) for t in texts)
+                    fh.write(f'<script type="text/plain" id="f{e}-{c}-{k}" data-n="{lens}">'.encode())
+                    fh.writelines(texts)
+                    fh.write(b"</script>\n")
+        fh.write(TAIL.encode())
+        summary.nbytes = fh.tell() - start
+        summary.episodes = self.positions.tolist()
+        summary.steps = int(sum(e["length"] for e in episodes))
+        summary.cameras = [c.key for c in self.cameras]
+        summary.encoded = [c.key for c in self.cameras if not c.stored]
+        summary.audited = self.report is not None
+        summary.notes = list(self.notes)
+
+    # ------------------------------------------------------------------ one episode's data
+
+    def _rows(self, pos: int, key: str) -> tuple[int, int]:
+        """The stored rows ``[lo, hi)`` of episode ``pos``'s steps in column ``key`` (a flat
+        key's final observation left out)."""
+        index = self.ds.episode_index
+        start, length = int(index["start"][pos]), int(index["length"][pos])
+        lo = start + (pos if self.ds.stored_fields[key].storage == "flat" else 0)
+        return lo, lo + length
+
+    def episode(self, pos: int) -> dict[str, Any]:
+        """Episode ``pos``'s data as the page holds it: ``index``, ``length``, ``plots`` (per
+        key its ``dims``, lists with ``None`` where not finite), ``marks`` (kind, label, step
+        ranges), ``flags`` and ``stats`` (label, text)."""
+        ds, roles = self.ds, self.roles
+        length = int(ds.episode_index["length"][pos])
+        values: dict[str, np.ndarray] = {}
+        for key in roles.low_dim:
+            if np.dtype(ds.stored_fields[key].dtype).kind not in "biuf":
+                continue
+            lo, hi = self._rows(pos, key)
+            values[key] = np.asarray(ds.column(key)[lo:hi]).reshape(length, -1)
+        plots = []
+        for key in sorted(values, key=_plot_order):
+            v = values[key]
+            if v.shape[1] > MAX_PLOT_DIMS:
+                note = f"{key}: only its first {MAX_PLOT_DIMS} of {v.shape[1]} dimensions are drawn."
+                if note not in self.notes:
+                    self.notes.append(note)
+            dims = v[:, :MAX_PLOT_DIMS].astype(np.float64).T
+            plots.append({"key": key, "title": key, "dims": [_numbers(d) for d in dims]})
+        marks = self._marks(pos, values, length)
+        flags = self.report.episode_flags(pos) if self.report is not None else []
+        return {
+            "index": pos,
+            "length": length,
+            "plots": plots,
+            "marks": marks,
+            "flags": flags,
+            "stats": self._stats(pos, values, length, flags),
+        }
+
+    def _marks(self, pos: int, values: dict[str, np.ndarray], length: int) -> list[dict[str, Any]]:
+        """The timeline's rows: each a kind, a label and the step ranges it marks."""
+        roles, t = self.roles, self.tolerances
+        marks = []
+        moving = [values[k] for k in (*roles.action, *roles.state) if k in values]
+        idle = np.zeros(length, bool)
+        if moving and length > 1:
+            idle[1:] = np.all([_close(v, t.atol) for v in moving], axis=0)
+            marks.append(_mark("idle", "idle (action and state unchanged)", idle))
+        if self.report is not None and roles.action and length > 1:
+            m = self.report.measures
+            ok = m.lengths >= 2
+            scale = np.median(m.rms_action_change[ok], axis=0) if ok.any() else np.zeros(0)
+            actions = np.concatenate(
+                [values[k].astype(np.float64) for k in roles.action if k in values], axis=1
+            )
+            if scale.size == actions.shape[1] and (scale > 0).any():
+                jump = np.zeros(length, bool)
+                with np.errstate(invalid="ignore"):
+                    change = np.abs(np.diff(actions, axis=0))[:, scale > 0] / scale[scale > 0]
+                    jump[1:] = (change > t.spike_factor).any(axis=1)
+                marks.append(_mark("spike", f"action spike (> {t.spike_factor:g}x its typical change)", jump))
+        for cam in self.cameras:
+            same = self._same_frames(cam, pos, length) & ~idle
+            marks.append(_mark("frozen", f"frozen {cam.key} (frame repeated while moving)", same))
+        numbers = [values[k] for k in self.roles.numbers if k in values]
+        if numbers:
+            bad = np.any([~np.isfinite(v).all(axis=1) for v in numbers], axis=0)
+            marks.append(_mark("nonfinite", "NaN/inf", bad))
+        end = np.zeros(length, bool)
+        for key in ("next/terminated", "next/truncated"):
+            if key in values:
+                end |= values[key].astype(bool).any(axis=1)
+        marks.append(_mark("end", "terminated/truncated", end))
+        return [m for m in marks if m["ranges"] or m["kind"] in ("idle", "end")]
+
+    def _same_frames(self, cam: Camera, pos: int, length: int) -> np.ndarray:
+        """Per step, whether the camera's frame is byte for byte the step before's: stored
+        frames of equal size compared as stored (no frame decoded), raw rows as arrays."""
+        same = np.zeros(length, bool)
+        lo, hi = self._rows(pos, cam.key)
+        column = self.ds.column(cam.key)
+        stored = _stored_frames(column) if cam.stored else None
+        if stored is not None:
+            sizes = stored.ends[lo:hi] - stored.starts[lo:hi]
+            for t in (np.flatnonzero(sizes[1:] == sizes[:-1]) + 1).tolist():
+                same[t] = bytes(stored.frame_bytes(lo + t)) == bytes(stored.frame_bytes(lo + t - 1))
+            if length:
+                _release(stored.fetch([int(stored.starts[lo])], [int(stored.ends[hi - 1])])(0))
+            return same
+        for a in range(lo, hi, FRAMES_PER_CHUNK):  # with the row before, so runs cross blocks
+            rows = np.asarray(column[max(lo, a - 1) : min(hi, a + FRAMES_PER_CHUNK)])
+            flat = rows.reshape(len(rows), -1)
+            eq = np.all(flat[1:] == flat[:-1], axis=1)
+            same[a - lo + (0 if a > lo else 1) : a - lo + (0 if a > lo else 1) + len(eq)] = eq
+        return same
+
+    def _stats(
+        self, pos: int, values: dict[str, np.ndarray], length: int, flags: list[str]
+    ) -> list[list[str]]:
+        rows = [["episode", str(pos)], ["steps", f"{length:,}"], ["duration", f"{length / self.fps:.1f} s"]]
+        if "next/reward" in values:
+            rows.append(["return", _fmt(float(np.sum(values["next/reward"], dtype=np.float64)))])
+        if self.report is not None:
+            e = self.report.episode(pos)
+            rows.append(["idle", f"{e['idle_fraction']:.1%}"])
+            rows.append(["spike score", _fmt(e["spike_score"])])
+            rows.append(["jerk score", _fmt(e["jerk_score"])])
+            if e["duplicate_of"] is not None:
+                rows.append(["duplicate of", str(e["duplicate_of"])])
+            rows.append(["audit flags", ", ".join(flags) or "none"])
+        for key in self.roles.action:
+            if key in values and len(values[key]):
+                v = values[key].astype(np.float64)
+                with warnings.catch_warnings():  # an all-NaN dimension: "nan", said once in the table
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    rows.append([f"{key} mean", ", ".join(_fmt(x) for x in np.nanmean(v, axis=0)[:8])])
+                    lows, highs = np.nanmin(v, axis=0)[:8], np.nanmax(v, axis=0)[:8]
+                    ranges = (f"{_fmt(a)}..{_fmt(b)}" for a, b in zip(lows, highs, strict=True))
+                    rows.append([f"{key} min..max", ", ".join(ranges)])
+        return rows
+
+    # ------------------------------------------------------------------ frames
+
+    def frames(self, cam: Camera, pos: int) -> Iterator[list[bytes]]:
+        """Episode ``pos``'s frames of ``cam``, :data:`FRAMES_PER_CHUNK` at a time, as the image
+        files the page embeds."""
+        lo, hi = self._rows(pos, cam.key)
+        column = self.ds.column(cam.key)
+        stored = _stored_frames(column) if cam.stored else None
+        for a in range(lo, hi, FRAMES_PER_CHUNK):
+            b = min(hi, a + FRAMES_PER_CHUNK)
+            if stored is not None:  # one read of the block's bytes, cut at the frames' ends
+                first, last = int(stored.starts[a]), int(stored.ends[b - 1])
+                view = stored.fetch([first], [last])(0)
+                data = bytes(view)
+                _release(view)
+                cuts = (stored.ends[a:b] - first).tolist()
+                yield [data[s:e] for s, e in zip([0, *cuts[:-1]], cuts, strict=True)]
+            else:
+                rows = np.asarray(column[a:b], np.uint8)
+                try:
+                    yield encode_many(rows, cam.fmt, RAW_JPEG_QUALITY)
+                except FrameError as exc:
+                    raise ViewerError(
+                        f"{cam.key} of {self.ds.name!r} cannot be shown: {exc.message}"
+                    ) from None
+
+
+def _release(view: Any) -> None:
+    """Drop the pages of a block of a mapped frames file from the process's resident set once
+    copied (a memory map's pages stay counted otherwise: 1.2 GB after a 10-minute episode's
+    three cameras); a remote column's bytes are no map."""
+    if isinstance(view, np.ndarray):
+        release_pages(view)
+
+
+def _stored_frames(column: Any) -> Any:
+    """The frame column behind ``column`` when its stored image files can be read directly
+    (a dataset's own frame column, or one read at a URL), else ``None`` (the frames of a view
+    or a merge, read through its rows: decoded and encoded again for the page)."""
+    ok = all(hasattr(column, a) for a in ("fetch", "starts", "ends", "format"))
+    return column if ok and len(column.ends) == len(column) else None
+
+
+def _positions(ds: Dataset, episodes: Sequence[int]) -> np.ndarray:
+    wanted = [int(i) for i in episodes]
+    n = ds.num_episodes
+    if not wanted:
+        raise InvalidSelectionError(f"no episode of {ds.name!r} to show", hint="pass --episode I")
+    if len(wanted) > MAX_EPISODES:
+        raise InvalidSelectionError(
+            f"{len(wanted)} episodes asked for; one page shows at most {MAX_EPISODES}",
+            hint="write several pages",
+        )
+    for i in wanted:
+        if not -n <= i < n:
+            raise InvalidSelectionError(
+                f"episode {i} is outside dataset {ds.name!r} ({n:,} episodes: 0 to {n - 1})",
+                hint=f"pick an episode from 0 to {n - 1}",
+            )
+    return np.array([i % n for i in wanted], np.int64)
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _plot_order(key: str) -> tuple[int, str]:
+    """Actions first, then observations, rewards, the end flags, and the rest."""
+    if key == "action" or key.startswith("action/"):
+        return 0, key
+    if key == "next/reward":
+        return 2, key
+    if key in ("next/terminated", "next/truncated"):
+        return 3, key
+    return (4 if key.startswith(("info/", "next/")) else 1), key
+
+
+def _close(v: np.ndarray, atol: float) -> np.ndarray:
+    """Per step from 1, whether row ``t`` is within ``atol`` of row ``t - 1`` (the audit's rule)."""
+    if v.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            return np.all(np.abs(np.diff(v, axis=0)) <= atol, axis=1)
+    return np.all(v[1:] == v[:-1], axis=1)
+
+
+def _mark(kind: str, label: str, steps: np.ndarray) -> dict[str, Any]:
+    """The runs of ``steps`` as ``[start, stop)`` ranges."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], steps.astype(np.int8), [0]])))
+    return {"kind": kind, "label": label, "ranges": edges.reshape(-1, 2).tolist()}
+
+
+def _numbers(d: np.ndarray) -> list[float | None]:
+    """A series for the page's data: 6 significant digits, ``None`` where not finite."""
+    out: list[float | None] = [float(f"{x:.6g}") for x in d.tolist()]
+    bad = np.flatnonzero(~np.isfinite(d))
+    for i in bad.tolist():
+        out[i] = None
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "nan" if x is None or not math.isfinite(x) else f"{x:.4g}"
