@@ -23,7 +23,8 @@ with what is measured)::
     python -m rlds_cli.testing.slow_link --moto --latency-ms 20,50 --bandwidth-mbs 100
 
 prints one JSON line ``{"store": URL, "link": URL}`` (``--moto``: a moto S3 server started on
-127.0.0.1 behind the link; else ``--upstream URL``) and serves until killed or its stdin closes.
+127.0.0.1 behind the link, its ranged reads made to read just the range as a store does, see
+:func:`_read_ranges_only`; else ``--upstream URL``) and serves until killed or its stdin closes.
 Nothing here imports pytest or moto (moto only with ``--moto``).
 """
 
@@ -322,9 +323,10 @@ def _read_ranges_only() -> bool:
     return True
 
 
-def _moto() -> Any:
-    """A moto S3 server on 127.0.0.1, started (moto only imported here), whose ranged reads
-    cost what a store's do (:func:`_read_ranges_only`)."""
+def moto_server() -> Any:
+    """A moto S3 server on 127.0.0.1 (any free port), started, whose ranged reads cost what a
+    store's do (:func:`_read_ranges_only`, applied to moto in this process); ``stop()`` it.
+    Its address: ``"http://{}:{}".format(*server.get_host_and_port())``."""
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         p.exit(
             1, f"{p.prog}: error: --latency-ms takes N or LOW,HIGH milliseconds, got {args.latency_ms!r}\n"
         )
-    server = _moto() if args.moto else None
+    server = moto_server() if args.moto else None
     store = "http://{}:{}".format(*server.get_host_and_port()) if server else args.upstream
     try:
         link = Link(store, latency=(ms[0] / 1e3, ms[-1] / 1e3), bandwidth=args.bandwidth_mbs * 1e6 or None)
