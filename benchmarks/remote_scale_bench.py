@@ -8,8 +8,8 @@ a child process, started and killed here): every request waits a first-byte late
 (default 100 MB/s). Uploads go to moto directly (set-up, not measured); every read goes through
 the link, which counts requests and bytes.
 
-The data: ``--size`` steps (default 24,000, about 530 MB; quick 12,000) of 224x224 RGB MuJoCo renders
-(``camera_frames.py``, 1,200 renders cycled) in episodes of 200, each frame one JPEG file (the
+The data: ``--size`` steps (default 24,000, about 530 MB; quick 12,000) of 224x224 RGB MuJoCo
+renders (``camera_frames.py``, 1,200 renders cycled) in episodes of 200, each frame one JPEG file (the
 quality rlds's ``--frames jpeg`` writes) with low-dim keys beside it (``state`` 17 float32,
 ``action`` 6 float32, ``reward``):
 
@@ -27,14 +27,18 @@ steps of ``pixels``, ``state``, ``action``, ``next/reward`` (every frame decoded
 ``Loader`` on the pulled copy (the baseline), straight from S3 (ranged reads), through today's
 file cache (``open_dataset(url, cache=DIR)``: whole files, no limit), and with the bounded cache
 (``cache=DIR, cache_limit=...``, with ``read_ahead`` and the ``blocks`` sampler where the installed
-rlds has them); Mosaic on S3 with the same cache limit, and on a local copy of its shards. The
-disk use of each case's cache folder is sampled every 50 ms while it runs.
+rlds has them; the blocks sampler's ``shuffle_window`` spans as many steps as Mosaic's shuffle
+block); Mosaic on S3 with the same cache limit (``shuffle_block_size``: ``--block-fraction`` of
+the steps the cache holds), and on a local copy of its shards; ``mosaic-default`` (only when
+named): Mosaic with its default shuffle block. ``--repeats`` rounds, the cases in turn. The disk
+use of each case's cache folder is sampled every 50 ms while it runs.
 
 Usage (the benchmark environment: ``mosaicml-streaming``, ``moto[server]``, ``gymnasium[mujoco]``,
 the ``remote`` extra)::
 
     python benchmarks/remote_scale_bench.py [--size 12000] [--latency-ms 20,50] [--bandwidth-mbs 100]
-        [--cases local,ranged,filecache,bounded,mosaic,mosaic-local] [--write docs/benchmarks.md] [--quick]
+        [--cases local,ranged,filecache,bounded,mosaic,mosaic-local,mosaic-default] [--cache-fraction 0.1]
+        [--read-ahead 4] [--workers 2] [--repeats 2] [--seconds 30] [--write docs/benchmarks.md] [--quick]
 """
 
 from __future__ import annotations
@@ -570,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("this rlds has no cache_limit: the bounded-cache case is left out")
         cases.remove("bounded")
     sampler = "blocks" if features["blocks"] else "epoch"
-    run.need_disk(size * 60e3)
+    run.need_disk(size * 100e3)  # the dataset 4 times over (store, pulled copy, MDS, a cache): ~22 KB a step
     store = Store(run.args.latency_ms, run.args.bandwidth_mbs)
     try:
         direct = env_for(store.direct)
