@@ -28,7 +28,7 @@ steps of ``pixels``, ``state``, ``action``, ``next/reward`` (every frame decoded
 file cache (``open_dataset(url, cache=DIR)``: whole files, no limit), and with the bounded cache
 (``cache=DIR, cache_limit=...``, with ``read_ahead`` and the ``blocks`` sampler where the installed
 rlds has them; the blocks sampler's ``shuffle_window`` spans as many steps as Mosaic's shuffle
-block); Mosaic on S3 with the same cache limit (``shuffle_block_size``: ``--block-fraction`` of
+block, in 4 blocks); Mosaic on S3 with the same cache limit (``shuffle_block_size``: ``--block-fraction`` of
 the steps the cache holds), and on a local copy of its shards; ``mosaic-default`` (only when
 named): Mosaic with its default shuffle block. ``--repeats`` rounds, the cases in turn. The disk
 use of each case's cache folder is sampled every 50 ms while it runs.
@@ -74,6 +74,8 @@ RLDS_URL = f"s3://{BUCKET}/rlds/frames"
 MDS_URL = f"s3://{BUCKET}/mds/frames"
 #: Goals of issue 42: bounded cache over the pulled copy; rlds over Mosaic.
 LOCAL_GOAL, MOSAIC_GOAL = 0.8, 1.0
+#: Blocks of the rlds blocks sampler's shuffle window.
+WINDOW_BLOCKS = 4
 HEAD = ["case", "batches", "batches/s", "frames/s", "first batch s", "requests", "MB fetched", "max cache MB"]
 CASES = ("local", "ranged", "filecache", "bounded", "mosaic", "mosaic-local")
 #: Run only when named: Mosaic with its default shuffle block (its cache thrashes: Mosaic #339).
@@ -289,7 +291,7 @@ def rlds_loader(spec: dict[str, Any]) -> Any:
     feats, case = spec["features"], spec["case"]
     options: dict[str, Any] = {"sampler": spec["sampler"], "seed": 0, "in_memory": False, "keys": KEYS}
     if spec["sampler"] == "blocks":
-        options["shuffle_window"] = shuffle_window(spec)
+        options.update(blocks_options(spec))
     if case == "local":
         return Loader("frames-local", BATCH, **options)
     if case == "ranged":
@@ -302,16 +304,14 @@ def rlds_loader(spec: dict[str, Any]) -> Any:
     return Loader(RLDS_URL, BATCH, **options, **extra)
 
 
-def shuffle_window(spec: dict[str, Any]) -> int:
-    """The blocks sampler's window, in its blocks: as many steps as Mosaic's shuffle block
-    (``--block-fraction`` of the steps the cache holds; the same randomness budget on both
-    sides), at least one block."""
-    from rlds_cli.loader.block_shuffle import storage_block_rows
-
-    from rlds_cli import open_dataset
-
-    rows = storage_block_rows(open_dataset("frames-local"))
-    return max(1, round(spec["shuffle_block"] / rows))
+def blocks_options(spec: dict[str, Any]) -> dict[str, int]:
+    """The blocks sampler's window: as many steps as Mosaic's shuffle block (``--block-fraction``
+    of the steps the cache holds: the same randomness budget on both sides), in
+    :data:`WINDOW_BLOCKS` blocks (``block_rows`` at least the sampler's least, 64). Its default
+    blocks follow the widest column's storage (here one file of frames, no chunks): a batch would
+    then spread over far more of the cache's blocks than the limit holds."""
+    rows = max(64, spec["shuffle_block"] // WINDOW_BLOCKS)
+    return {"block_rows": rows, "shuffle_window": WINDOW_BLOCKS}
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
