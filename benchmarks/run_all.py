@@ -35,6 +35,7 @@ SECTIONS = {
     "mixture": "mixture_bench",  # MixtureLoader(pad=True) over 3 robots vs single-source Loaders (issue 41)
     "first-download": "download_bench",  # `rlds download ./file.hdf5` as a whole process vs TorchRL
     "frames": "frames_bench",  # compressed frames: disk, PSNR, conversion, batches vs decoder and LeRobot
+    "remote": "remote_scale_bench",  # epoch batches from a slow S3, bounded cache, vs Mosaic (issue 42)
 }
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),

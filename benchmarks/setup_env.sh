@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the benchmark environment: torch (pinned, installed first), the peers (TorchRL,
-# tensordict, Minari with its HDF5 reader, cpprb), ale-py (real Atari frames), and this project,
-# editable.
+# tensordict, Minari with its HDF5 reader, cpprb, Mosaic Streaming), ale-py (real Atari frames),
+# MuJoCo (camera renders), moto (a local S3), and this project, editable.
 #
 #   bash benchmarks/setup_env.sh VENV TORCH_VERSION
 #
@@ -19,10 +19,11 @@ MINARI_VERSION=0.5.4
 GYMNASIUM_VERSION=1.4.0
 ALE_PY_VERSION=0.12.1
 CPPRB_VERSION=11.0.0
+STREAMING_VERSION=0.13.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAMP="$VENV/.bench-env-stamp"
-WANT="pillow fast torchrl-ext minari-create torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION ale-py=$ALE_PY_VERSION cpprb=$CPPRB_VERSION project=$ROOT"
+WANT="pillow fast torchrl-ext minari-create torch=$TORCH_VERSION torchrl=$TORCHRL_VERSION tensordict=$TENSORDICT_VERSION minari=$MINARI_VERSION gymnasium=$GYMNASIUM_VERSION ale-py=$ALE_PY_VERSION cpprb=$CPPRB_VERSION streaming=$STREAMING_VERSION mujoco moto remote project=$ROOT"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$VENV/bin/python" ]]; then
     echo "bench env $VENV is up to date"
@@ -51,8 +52,14 @@ echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
 # Real Atari frames for the pixel benchmarks (benchmarks/real_frames.py): ale-py ships the ROMs
 # in its wheel. cpprb is a peer replay buffer (ReplayBuffer(next_of="obs")).
 "${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_PY_VERSION" "cpprb==$CPPRB_VERSION"
-# the project with its `fast` extra (numba: the compiled sum tree the prioritized rows measure)
-"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT"
+# The remote section (benchmarks/remote_scale_bench.py): Mosaic Streaming beside rlds on a local S3
+# (moto), the camera frames rendered by MuJoCo (gymnasium's mujoco extra). mosaicml-streaming 0.13.0
+# requires numpy<2.2, so this environment's numpy is that one (every section measures with it).
+"${PIP[@]}" -c "$CONSTRAINTS" "mosaicml-streaming==$STREAMING_VERSION" "moto[server]>=5" \
+    "gymnasium[mujoco]==$GYMNASIUM_VERSION"
+# the project (numba, a dependency: the compiled sum tree the prioritized rows measure) with its
+# `remote` extra (fsspec, s3fs: reading the pushed dataset where it lies)
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[remote]"
 
 # TorchRL 0.14.1's prebuilt C++ extension (the segment trees behind its PrioritizedSampler) does
 # not load against torch 2.13: rebuild it from the C++ sources the wheel ships (about 2 minutes,

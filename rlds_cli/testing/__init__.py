@@ -11,6 +11,9 @@ One module per plug point, each a base class to subclass in a ``test_*.py`` file
 * :mod:`rlds_cli.testing.sampler`: ``SamplerContract``, ``EpochalContract``, ``PrioritizedContract``;
 * :mod:`rlds_cli.testing.executor`: ``ExecutorContract`` (a ``rlds preprocess`` executor).
 
+Beside them, :mod:`rlds_cli.testing.slow_link`: ``Link``, a slow link to a local object store
+(per-request latency, a bandwidth cap) for tests and benchmarks of remote reads.
+
 These modules import pytest, so nothing else in rlds imports them (``tests/meta/test_layering.py``
 holds that): ``rlds --help`` and the read path never load pytest. This ``__init__`` imports
 nothing.
