@@ -508,13 +508,15 @@ class Loader:
             cast(Prioritized, self.sampler).update_priority(indices, priority)
 
     def close(self) -> None:
-        """Stop the prefetch thread (batches it made are dropped; the sampler is rewound so the
-        stream continues with the first batch never returned)."""
+        """Stop the prefetch thread and the read-ahead (batches it made or drew are dropped; the
+        sampler is rewound so the stream continues with the first batch never returned)."""
         if self._prefetcher is not None:
             pending = self._prefetcher.stop()
             self._prefetcher = None
             if pending:
                 self._load_stream_state(pending[0].state)
+        if self.read_ahead:  # rewound too; the blocks it pinned ahead are let go
+            self.sampler.close()  # type: ignore[attr-defined]
 
     def __del__(self) -> None:
         prefetcher = getattr(self, "_prefetcher", None)

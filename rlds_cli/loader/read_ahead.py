@@ -175,9 +175,20 @@ class ReadAhead:
             self.sampler.load_stream_state(state)
 
     def close(self) -> None:
-        """Stop the background thread (prefetches under way finish; queued ones are dropped)."""
+        """Rewind the sampler to the first draw not returned, drop the draws ahead (their blocks
+        unpinned) and stop the background threads (a prefetch under way finishes first). A
+        sampler without state keeps its draws ahead: nothing could rewind it."""
         with self._mutex:
-            self._drop_ahead()
+            if self._ahead and (self._stream or callable(getattr(self.sampler, "load_state_dict", None))):
+                state = self._ahead[0][0]
+                if self._stream:
+                    self.sampler.load_stream_state(state)
+                else:
+                    self.sampler.load_state_dict(state)
+                self._drop_ahead()
+            elif not self._ahead and self._current is not None:
+                _release_when_done(self._current)
+                self._current = None
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None

@@ -151,8 +151,10 @@ class BlockCache:
         self._conn: sqlite3.Connection | None = None
         self._file_lock: FileLock | None = None
         self._mutex = threading.Lock()
-        #: Bytes of blocks pinned ahead of their reads by this process (:meth:`prefetch`).
+        #: Bytes of blocks pinned ahead of their reads by this process (:meth:`prefetch`), and
+        #: each such block's holds and size.
         self._held = 0
+        self._held_refs: dict[str, tuple[int, int]] = {}
         self._held_mutex = threading.Lock()
         #: Blocks this process checked against their crc: name -> (inode, mtime, size).
         self._verified: dict[str, tuple[int, int, int]] = {}
@@ -239,12 +241,15 @@ class BlockCache:
         when this process's held blocks would pass half the limit (the read then fetches what
         it needs itself)."""
         blocks = list(self._blocks_of(source, rels, starts, ends).values())
-        need = sum(b.size for b in blocks)
-        with self._held_mutex:
+        with self._held_mutex:  # a block two holds share counts once
+            need = sum(b.size for b in blocks if b.name not in self._held_refs)
             if self._held + need > self.limit // 2:
                 return None
             self._held += need
-        hold = BlockHold(self, [], need)
+            for b in blocks:
+                count, size = self._held_refs.get(b.name, (0, b.size))
+                self._held_refs[b.name] = (count + 1, size)
+        hold = BlockHold(self, [], [b.name for b in blocks])
         try:
             mine, waiting = self._claim({b.name: b for b in blocks})
             hold.names = [b.name for b in blocks if b.name not in waiting]  # pinned: ready, or mine
@@ -478,10 +483,11 @@ class BlockHold:
     """Blocks pinned ahead of a read by :meth:`BlockCache.prefetch` (never evicted until
     released)."""
 
-    def __init__(self, cache: BlockCache, names: list[str], nbytes: int) -> None:
+    def __init__(self, cache: BlockCache, names: list[str], counted: list[str]) -> None:
         self.cache = cache
+        #: The blocks pinned (those another process was still fetching are not).
         self.names = names
-        self.nbytes = nbytes
+        self._counted = counted
         #: Bytes this prefetch fetched from the store.
         self.fetched = 0
         self._released = False
@@ -494,8 +500,15 @@ class BlockHold:
         try:
             self.cache._unpin(self.names)
         finally:
-            with self.cache._held_mutex:
-                self.cache._held -= self.nbytes
+            cache = self.cache
+            with cache._held_mutex:
+                for name in self._counted:
+                    count, size = cache._held_refs[name]
+                    if count > 1:
+                        cache._held_refs[name] = (count - 1, size)
+                    else:
+                        del cache._held_refs[name]
+                        cache._held -= size
 
 
 def _pin(db: sqlite3.Connection, name: str, pid: int) -> None:

@@ -350,6 +350,12 @@ def test_a_batch_s_blocks_are_there_before_it_is_gathered(
     assert count == loader.batches_per_epoch and count > 5
     assert gather_fetches == [], "every block was fetched ahead"
     assert in_flight[1] <= block_cache.FETCH_WINDOW
+    blocks = loader.dataset._files.blocks
+    assert 0 < blocks._held <= blocks.limit // 2  # the next epoch's first draws, pinned ahead
+    loader.close()
+    assert blocks._held == 0 and blocks._held_refs == {}
+    with blocks._ledger() as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 
 def test_read_ahead_on_a_local_dataset_changes_nothing(local: Any) -> None:
