@@ -29,6 +29,7 @@ from rlds_cli.remote.files import RemoteFiles  # noqa: E402
 from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
 from tests.faults import count_steps, kill_at  # noqa: E402
+from tests.remote.test_remote import moto_endpoint, s3  # noqa: E402, F401  (fixtures)
 from tests.remote.test_remote_read import URL, assert_same, build, read_everything  # noqa: E402
 
 runner = CliRunner()
@@ -394,3 +395,41 @@ def test_gc_reclaims_a_dead_reader_s_reservation(local: Any, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     reclaimed = json.loads(result.stdout)["remote_cache"]["reclaimed"]
     assert reclaimed and not list((cache / "blocks").rglob("*.part.*"))
+
+
+# --------------------------------------------------------------------------- frames, S3
+
+
+def test_a_frame_column_is_read_through_blocks(isolated_cache: Path, tmp_path: Path) -> None:
+    """A frame column is one big file (``<key>@frames``): blocks of it, never the whole file."""
+    from tests.frames_fixtures import build_frames
+
+    pixels = build_frames(isolated_cache, "f", [40, 20, 50], "png", backend="zarr")
+    push("f", URL)
+    index = open_dataset(URL)._files.index
+    frames = index.files["arrays/pixels@frames"]
+    assert frames.blocks is not None and len(frames.blocks) > 3
+    limit = 3 * BLOCK + frames.size // 2  # less than the frame file
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    for start in range(0, len(pixels), 7):
+        rows = np.arange(start, min(len(pixels), start + 7))
+        np.testing.assert_array_equal(z.column("pixels")[rows], pixels[rows])
+        assert block_bytes(tmp_path / "c") <= limit
+    assert z.bytes_fetched >= frames.size  # every frame came once, in blocks
+
+
+def test_s3_reads_through_the_block_cache_with_read_ahead(s3: Any, tmp_path: Path) -> None:  # noqa: F811
+    from rlds_cli import Loader
+
+    build("m", "memmap", LENGTHS)
+    build("z", "zarr", LENGTHS)
+    url = f"s3://{s3.bucket}/rlds/z"
+    push("z", url)
+    want = [b for b in Loader("m", 32, sampler="epoch", seed=5, in_memory=False)]
+    loader = Loader(url, 32, sampler="epoch", seed=5, in_memory=False, cache=tmp_path / "c",
+                    cache_limit=LIMIT, read_ahead=3)  # fmt: skip
+    got = [b for b in loader]
+    for a, b in zip(got, want, strict=True):
+        assert_same(a, b)
+    assert block_bytes(tmp_path / "c") <= LIMIT
+    loader.close()
