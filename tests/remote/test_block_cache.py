@@ -123,6 +123,19 @@ def test_a_second_reader_is_served_from_the_blocks(local: Any, tmp_path: Path) -
     assert again.requests == 0  # the small files (episode index, zarr metadata) are blocks too
 
 
+def test_a_pickled_dataset_keeps_its_bounded_cache(local: Any, tmp_path: Path) -> None:
+    """What a DataLoader worker gets: the same folder, the same limit, the same blocks."""
+    import pickle
+
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit="40KiB")
+    z.gather(np.arange(10))
+    copy = pickle.loads(pickle.dumps(z))
+    assert copy._files.blocks is not None and copy._files.blocks.limit == 40 * 1024
+    assert copy._files.blocks.root == z._files.blocks.root
+    assert_same(copy.gather(np.arange(10)), local.gather(np.arange(10)))
+    assert copy.requests == 0
+
+
 def test_size_settings_are_parsed_once_and_errors_name_them(
     local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
