@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mbps", type=float, default=400.0, help="MB/s per request")
     p.add_argument("--step-ms", type=float, default=0.0, help="simulated training per batch")
     p.add_argument("--read-ahead", type=int, default=8)
+    p.add_argument("--prefetch", type=int, default=0, help="the Loader's prefetch (every case alike)")
     p.add_argument("--block-mib", type=float, nargs="+", default=[8.0], help="block sizes to push with")
     p.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -138,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         s3fs.S3FileSystem().mkdir("bench")
         build("frames", args.steps)
         mib = 2**20
-        common = dict(sampler="epoch", shuffle=False, in_memory=False, seed=0, keys=["observation", "action"])
+        common = dict(
+            sampler="epoch",
+            shuffle=False,
+            in_memory=False,
+            seed=0,
+            keys=["observation", "action"],
+            prefetch=args.prefetch,
+        )
         step_s = args.step_ms / 1000
         local = 0.0
         for block_mib in args.block_mib:
@@ -151,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 pull(url, "pulled")
                 print(f"dataset: {args.steps:,} steps, {size / mib:,.0f} MiB on the store; "
                       f"cache_limit {limit / mib:,.0f} MiB (10%); latency {args.latency_ms:g} ms per GET, "
-                      f"{args.mbps:g} MB/s per request; training step {args.step_ms:g} ms")  # fmt: skip
+                      f"{args.mbps:g} MB/s per request; training step {args.step_ms:g} ms, "
+                      f"prefetch={args.prefetch}")  # fmt: skip
                 runs = [epoch(Loader("pulled", BATCH, **common), step_s) for _ in range(3)]
                 seconds, batches = sorted(runs)[1]  # the median epoch (page cache warm)
                 local = batches / seconds
