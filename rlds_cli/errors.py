@@ -429,6 +429,13 @@ class RemoteCorruptError(RemoteError, ValueError):
     default_hint = "push the dataset again from a good copy: rlds push NAME URL --force"
 
 
+class RemoteCacheFullError(RemoteError, OSError):
+    """The bounded remote cache (``cache_limit``) cannot hold what one read needs: the limit is
+    below one read's blocks, or other readers keep every block in use past the wait."""
+
+    default_hint = "raise cache_limit (RLDS_REMOTE_CACHE_LIMIT) to several batches' worth of blocks"
+
+
 class NotPushableError(RemoteError, ValueError):
     """A dataset that cannot be pushed as it is (a view: it holds no arrays of its own)."""
 

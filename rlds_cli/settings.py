@@ -22,6 +22,7 @@ processes can change them.
 | RLDS_MEMORY_BUDGET | bytes a loader copies into RAM by itself (``2G``; 0: never) |
 | RLDS_SEED     | the seed of loaders given none (the same on every rank)    |
 | RLDS_REMOTE_CACHE | folder of the local copy of remote datasets' chunks     |
+| RLDS_REMOTE_CACHE_LIMIT | bytes that folder may hold (``20G``): blocks, evicted LRU |
 | RLDS_ARCHIVE_MAX_BYTES | largest total an archive may unpack to (default 256G) |
 | RLDS_ARCHIVE_MAX_RATIO | largest unpacked/read ratio of an archive (default 200) |
 | RLDS_SOURCE_MAX_RATIO | largest declared/stored ratio of a source array (default 100) |
@@ -114,6 +115,24 @@ def _size(name: str, default: int | None) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
+    return size_value(name, raw)
+
+
+def size_value(name: str, raw: str | int) -> int:
+    """``raw`` as bytes: an int, or a string of a number with an optional K, M, G or T suffix
+    (``"20G"``, ``"500MiB"``, ``"1.5T"``; powers of 1024). ``name`` is what the error names (a
+    variable or an argument).
+
+    Raises:
+        SettingError: ``raw`` is no such size, or negative.
+    """
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw < 0:
+            raise _bad(name, str(raw), "a size: bytes, or a number with K, M, G or T (e.g. 2G)")
+        return raw
+    if not isinstance(raw, str):
+        raise _bad(name, repr(raw), "a size: bytes, or a number with K, M, G or T (e.g. 2G)")
+    raw = raw.strip()
     number, suffix = raw.upper().removesuffix("IB").removesuffix("B"), ""
     if number and number[-1] in _SIZE_SUFFIXES:
         number, suffix = number[:-1], number[-1]
@@ -182,6 +201,12 @@ def seed() -> int | None:
 def remote_cache() -> str | None:
     """Folder for the local copy of remote datasets' chunks (``RLDS_REMOTE_CACHE``)."""
     return os.environ.get("RLDS_REMOTE_CACHE", "").strip() or None
+
+
+def remote_cache_limit() -> int | None:
+    """Bytes the remote cache folder may hold (``RLDS_REMOTE_CACHE_LIMIT``; ``None``: unset,
+    whole files are kept without a limit)."""
+    return _size("RLDS_REMOTE_CACHE_LIMIT", None)
 
 
 def archive_max_bytes() -> int:

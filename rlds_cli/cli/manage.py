@@ -145,15 +145,30 @@ def gc(
     raw: Annotated[
         bool, typer.Option("--raw", help="Also remove downloaded files no cached dataset was converted from.")
     ] = False,
+    remote_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--remote-cache",
+            help='Also clean this remote-read cache folder (e.g. "$RLDS_REMOTE_CACHE"): leftovers of '
+            "killed readers, and blocks that fail their checksum.",
+        ),
+    ] = None,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = 0,
 ) -> None:
     """Remove leftovers of killed builds and unpublished directories, and the retired segments
-    of growing datasets past their grace period, with their sizes."""
+    of growing datasets past their grace period, with their sizes; with --remote-cache, a remote
+    cache's leftovers and damaged blocks too."""
     from rlds_cli.cache.manage import collect_garbage, interrupted_jobs, tree_bytes
     from rlds_cli.cache.root import CacheRoot
+
+    remote = None
+    if remote_cache is not None:
+        from rlds_cli.remote.block_cache import gc_blocks
+
+        remote = gc_blocks(remote_cache, dry_run=dry_run)
 
     cache = CacheRoot(root)
     # sizes are measured before anything goes (a removed path has none)
@@ -175,16 +190,29 @@ def gc(
                 "kept_jobs": [str(p) for p in kept],
                 "kept_jobs_bytes": kept_size,
                 "skipped": [{"name": name, "error": why} for name, why in skipped],
+                **({"remote_cache": remote.to_dict()} if remote is not None else {}),
             }
         )
         return
     for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
         output.warn(f"skipped growing dataset {name}: {why}")
     if quiet:
-        for path in removed:
+        extra = [*remote.reclaimed, *remote.damaged] if remote is not None else []
+        for path in [*removed, *extra]:
             output.console.print(str(path), markup=False, soft_wrap=True)
         return
     verb = "would remove" if dry_run else "removed"
+    if remote is not None:
+        for path in remote.reclaimed:
+            output.console.print(f"{verb} {output.escape(path)} (left by a killed reader)", soft_wrap=True)
+        for path in remote.damaged:
+            output.console.print(
+                f"{verb} {output.escape(path)} (damaged: fails its checksum)", soft_wrap=True
+            )
+        output.console.print(
+            f"remote cache {output.escape(remote.folder)}: {remote.blocks} good block(s), "
+            f"{output.human_bytes(remote.bytes)}", soft_wrap=True,
+        )  # fmt: skip
     for path, size in removed_sizes.items():
         line = f"{verb} {output.escape(str(path))} ({output.human_bytes(size)})"
         output.console.print(line, soft_wrap=True)

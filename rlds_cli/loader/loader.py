@@ -129,6 +129,13 @@ class Loader:
             ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.filter_keys`), a view made
             on the fly as for ``episodes`` (not both). An unknown key is refused, naming the
             dataset's keys.
+        cache: For a URL: the folder of its local cache (default ``$RLDS_REMOTE_CACHE``).
+        cache_limit: For a URL: bytes ``cache`` may hold (``"20G"``; default
+            ``$RLDS_REMOTE_CACHE_LIMIT``): checked blocks evicted least recently used
+            (:mod:`rlds_cli.remote.block_cache`).
+        read_ahead: Batches drawn ahead whose blocks a remote dataset with a bounded cache fetches
+            in the background (:mod:`rlds_cli.loader.read_ahead`; 0: none; a local dataset has
+            nothing to fetch and ignores it).
         **sampler_options: Options of the named sampler (see
             :func:`~rlds_cli.loader.factory.make_sampler`), e.g. ``slice_len=32``.
     """
@@ -158,6 +165,9 @@ class Loader:
         windows: Mapping[str | tuple[str, ...], Offsets] | None = None,
         episodes: Sequence[int] | str | None = None,
         filter_key: str | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        read_ahead: int = 0,
         **sampler_options: Any,
     ) -> None:
         given: IndexedSource | None = None
@@ -168,7 +178,7 @@ class Loader:
             check_source_options(keys=keys, in_memory=in_memory, pack=pack, root=root)
             given, in_memory = dataset, False
         else:
-            self.dataset = open_dataset(dataset, root)
+            self.dataset = open_dataset(dataset, root, cache=cache, cache_limit=cache_limit)
         if episodes is not None or filter_key is not None:
             if self.dataset is None:
                 raise ValueError(
@@ -225,6 +235,7 @@ class Loader:
         self._write_index = not getattr(self.source, "owns_index", False)
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
+        self.read_ahead = self._plan_reads(read_ahead, refresh)
         # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
         # a sixth of a prioritized sample+update)
         self._refresher = None if refresh is None else Refresher(self, refresh, sampler)
@@ -296,6 +307,25 @@ class Loader:
             raise ValueError(f"sampler must be a name or an object with sample(), got {sampler!r}")
         self.seed = getattr(sampler, "seed", None)
         return sampler
+
+    def _plan_reads(self, depth: int, refresh: int | None) -> int:
+        """Wrap the sampler in a :class:`~rlds_cli.loader.read_ahead.ReadAhead` of ``depth``
+        batches when the dataset fetches blocks from a store (a local one: nothing to do)."""
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"read_ahead must be a whole number of batches >= 0, got {depth!r}")
+        fetch = getattr(self.dataset, "prefetch", None)
+        if not depth or fetch is None or self._host is None or self.dataset is None:
+            return 0
+        if refresh is not None or isinstance(self.sampler, Prioritized):
+            raise ValueError(
+                "read_ahead= draws batches early: it cannot follow refresh= or a prioritized sampler "
+                "(their draws depend on what happens after each batch)"
+            )
+        from rlds_cli.loader.read_ahead import ReadAhead
+
+        keys = self._host.disk_keys
+        self.sampler = ReadAhead(self.sampler, depth, lambda steps: fetch(steps, keys))
+        return depth
 
     def _epoch_length(self) -> int:
         """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to
@@ -486,13 +516,15 @@ class Loader:
             cast(Prioritized, self.sampler).update_priority(indices, priority)
 
     def close(self) -> None:
-        """Stop the prefetch thread (batches it made are dropped; the sampler is rewound so the
-        stream continues with the first batch never returned)."""
+        """Stop the prefetch thread and the read-ahead (batches it made or drew are dropped; the
+        sampler is rewound so the stream continues with the first batch never returned)."""
         if self._prefetcher is not None:
             pending = self._prefetcher.stop()
             self._prefetcher = None
             if pending:
                 self._load_stream_state(pending[0].state)
+        if self.read_ahead:  # rewound too; the blocks it pinned ahead are let go
+            self.sampler.close()  # type: ignore[attr-defined]
 
     def __del__(self) -> None:
         prefetcher = getattr(self, "_prefetcher", None)

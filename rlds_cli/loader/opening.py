@@ -29,6 +29,7 @@ def open_dataset(
     cache: str | os.PathLike[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     endpoint_url: str | None = None,
+    cache_limit: int | str | None = None,
 ) -> Dataset:
     """Open a converted dataset read-only.
 
@@ -42,6 +43,9 @@ def open_dataset(
             nothing from the store (default ``$RLDS_REMOTE_CACHE``; none: ranged reads only).
         storage_options: For a URL: keyword arguments of its fsspec filesystem (credentials...).
         endpoint_url: For an ``s3://`` URL: an S3-compatible server.
+        cache_limit: For a URL: bytes ``cache`` may hold (``"20G"``; default
+            ``$RLDS_REMOTE_CACHE_LIMIT``): it then keeps checked blocks, evicted least recently
+            used (see :mod:`rlds_cli.remote.block_cache`).
 
     Returns:
         A :class:`~rlds_cli.cache.dataset.Dataset`.
@@ -54,7 +58,13 @@ def open_dataset(
     if is_url(name):  # the remote reader is imported only for a URL
         from rlds_cli.remote.reader import open_remote
 
-        return open_remote(name, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)
+        return open_remote(
+            name,
+            cache=cache,
+            storage_options=storage_options,
+            endpoint_url=endpoint_url,
+            cache_limit=cache_limit,
+        )
     cache_root = root if isinstance(root, CacheRoot) else CacheRoot(root)
     return opening.open_dataset(_cache_name(name, cache_root), cache_root)
 

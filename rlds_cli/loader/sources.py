@@ -335,6 +335,11 @@ class HostSource:
             out[...] = column[rows]
         return out
 
+    @property
+    def disk_keys(self) -> list[str]:
+        """The stored fields a gather reads from the dataset's files (not from RAM)."""
+        return sorted(self._columns)
+
     def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
         """:meth:`gather`, or the method it would dispatch to at every call for this layout.
 

@@ -17,8 +17,10 @@ from rlds_cli._util.io import atomic_write, sha256_file
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
     CorruptDatasetError,
+    DatasetReplacedError,
 )
 from rlds_cli.remote import store
+from rlds_cli.remote.block_cache import BlockCache, BlockHold
 from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
 
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
@@ -26,6 +28,8 @@ from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
 MERGE_GAP = 256 * 1024
 #: Largest merged request.
 MERGE_MAX = 32 * 1024 * 1024
+
+
 class RemoteFiles:
     """The files of one pushed version at a URL: sizes and sha256 from its index, ranged reads,
     and the optional local file cache.
@@ -47,11 +51,19 @@ class RemoteFiles:
         cache_dir: Path | None,
         storage_options: dict[str, Any] | None,
         endpoint_url: str | None,
+        blocks: BlockCache | None = None,
+        version: str = "",
     ) -> None:
         self.url = url
         self.index = index
         self.manifest_bytes = manifest_bytes
         self.cache_dir = cache_dir
+        #: The bounded block cache (``cache_limit``), or ``None``.
+        self.blocks = blocks
+        #: This version's folder name in the block cache.
+        self.version = version
+        #: Bytes of one block of the push's per-block digests.
+        self.block_bytes = index.block_bytes
         self._options = storage_options
         self._endpoint = endpoint_url
         self._fs, self.base = store.open_url(url, storage_options, endpoint_url)
@@ -92,8 +104,51 @@ class RemoteFiles:
     # ------------------------------------------------------------------ ranged reads
 
     def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        """Bytes ``[start, end)`` of each file, one batch of requests: ranges of one file that are
-        near each other are merged into one request first.
+        """Bytes ``[start, end)`` of each file: from the bounded block cache when there is one
+        (missing blocks fetched first, checked against the push), else from the store (:meth:`fetch`).
+        """
+        if self.blocks is not None:
+            return self.blocks.read_ranges(self, rels, starts, ends)
+        return self.fetch(rels, starts, ends)
+
+    def prefetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> BlockHold | None:
+        """Fetch the blocks of these ranges into the block cache and pin them (see
+        :meth:`BlockCache.prefetch`); ``None`` without a block cache."""
+        if self.blocks is None:
+            return None
+        return self.blocks.prefetch(self, rels, starts, ends)
+
+    def verify_block(self, rel: str, block: int, data: bytes) -> None:
+        """Raise unless ``data`` is block ``block`` of ``rel`` as pushed (its per-block sha256,
+        or the whole file's for a file of one block).
+
+        Raises:
+            DatasetReplacedError: The bytes differ and the manifest at the URL changed.
+            CorruptDatasetError: The bytes differ from the push, the manifest did not.
+        """
+        entry = self.index.files[rel]
+        if entry.blocks is not None:
+            want = entry.blocks[block]
+        elif block == 0 and entry.size <= self.block_bytes:
+            want = entry.sha256
+        else:
+            raise CorruptDatasetError(f"{self.where(rel)} has no per-block digests in {INDEX_FILE}")
+        got = hashlib.sha256(data).hexdigest()
+        if got == want and (entry.blocks is not None or len(data) == entry.size):
+            return
+        if self.manifest_now() != self.manifest_bytes:
+            raise DatasetReplacedError(
+                f"dataset at {self.url} was replaced (or removed) while it was open",
+                hint="a push --force replaced it; open it again",
+            )
+        raise CorruptDatasetError(
+            f"{self.where(rel)} differs from the file pushed: block {block} has sha256 {got[:16]}..., "
+            f"the push recorded {want[:16]}..."
+        )
+
+    def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[start, end)`` of each file from the store, one batch of requests: ranges of
+        one file that are near each other are merged into one request first.
 
         Raises:
             CorruptDatasetError: A file the index lists is gone, or shorter than pushed.
@@ -135,13 +190,15 @@ class RemoteFiles:
 
     def read_file(self, rel: str) -> bytes | None:
         """A whole (small) file, checked against its size and sha256 in the index; ``None`` when
-        the index does not list it. With a file cache, kept there too."""
+        the index does not list it. With a file cache or a block cache, kept there too."""
         entry = self.index.files.get(rel)
         if entry is None:
             return None
         if self.cache_dir is not None:
             path = self.local_file(rel)
             return path.read_bytes() if path is not None else None
+        if self.blocks is not None:  # kept as blocks too, each checked against the push
+            return self.blocks.read_ranges(self, [rel], [0], [entry.size])[0]
         with store.translated(self.url):
             try:
                 data = bytes(self.fs.cat_file(store.join(self.base, rel)))

@@ -40,6 +40,7 @@ from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FI
 from rlds_cli.cache.manifest import parse_manifest
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub.repo import HubPath, git_blob_id, hf_api, parse_hf_url
+from rlds_cli.remote import store
 from rlds_cli.remote.card_files import README_FILE, card_files
 from rlds_cli.remote.store import (
     INDEX_FILE,
@@ -213,7 +214,7 @@ def plan_push(
 ) -> HubPushPlan:
     """The operations of a push: every local file the branch does not hold as is, the index and
     manifest when they differ, and (replacing another version) the old version's data files."""
-    index = RemoteIndex(manifest_sha256(manifest_bytes), local).to_json()
+    index = RemoteIndex(manifest_sha256(manifest_bytes), local, store.INDEX_BLOCK_BYTES).to_json()
     replaced = MANIFEST_FILE in remote and not _unchanged_bytes(remote[MANIFEST_FILE], manifest_bytes)
     if replaced and not force:
         raise RemoteExistsError(f"{url} holds another version of a dataset (its {MANIFEST_FILE} differs)")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._util.io import sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import manifest_json, parse_manifest
@@ -175,11 +174,12 @@ def _push(
     progress: Progress | None,
 ) -> PushResult:
     total = sum(e.size for e in local.values())
-    index = RemoteIndex(store.manifest_sha256(manifest_bytes), local)
+    index = RemoteIndex(store.manifest_sha256(manifest_bytes), local, store.INDEX_BLOCK_BYTES)
     result = PushResult(name, url, backend, len(local), bytes_total=total)
     committed = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
     known: dict[str, FileEntry] = {}  # remote files whose bytes are known (committed index)
     old_files: set[str] = set()
+    old_index: RemoteIndex | None = None
     if committed is not None:
         old_index = _read_index(fs, base, url)
         if old_index is not None and old_index.manifest_sha256 == store.manifest_sha256(committed):
@@ -205,6 +205,13 @@ def _push(
         else:
             todo.append(rel)
     if committed == manifest_bytes and not todo:
+        if old_index is None or any(
+            e.blocks and not old_index.files[rel].blocks for rel, e in local.items() if rel in old_index.files
+        ):
+            # pushed before per-block digests: the index alone is written again (same manifest),
+            # so a bounded remote cache can check each block it keeps
+            with store.translated(url):
+                _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
         result.up_to_date = True
         journal.remove()
         return result
@@ -276,7 +283,7 @@ def _local_files(directory: Path) -> dict[str, FileEntry]:
             continue
         if not store.safe_relpath(rel):
             raise CorruptDatasetError(f"{path} is no file rlds writes in a dataset (a stray file?)")
-        out[rel] = FileEntry(path.stat().st_size, sha256_file(path))
+        out[rel] = store.hash_file_blocks(path, store.INDEX_BLOCK_BYTES)
     return out
 
 

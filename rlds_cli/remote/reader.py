@@ -32,8 +32,11 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache.backends.frames import FramesColumn, frame_files
@@ -45,8 +48,10 @@ from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetReplacedError,
+    SettingError,
 )
 from rlds_cli.remote import store
+from rlds_cli.remote.block_cache import BlockCache, BlockHold
 from rlds_cli.remote.files import RemoteFiles, write_small_file
 from rlds_cli.remote.remote_zarr import RemoteNotReadableError, RemoteZarrBackend
 from rlds_cli.remote.store import INDEX_FILE
@@ -58,9 +63,12 @@ def open_remote(
     cache: str | os.PathLike[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     endpoint_url: str | None = None,
+    cache_limit: int | str | None = None,
 ) -> RemoteDataset:
     """Open the zarr dataset pushed to ``url``, read-only (see :class:`RemoteDataset`)."""
-    return RemoteDataset(url, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url)
+    return RemoteDataset(
+        url, cache=cache, storage_options=storage_options, endpoint_url=endpoint_url, cache_limit=cache_limit
+    )
 
 
 class RemoteDataset(Dataset):
@@ -77,6 +85,9 @@ class RemoteDataset(Dataset):
         cache: A folder for the file cache (default ``$RLDS_REMOTE_CACHE``; none: ranged reads).
         storage_options: Keyword arguments of the fsspec filesystem (credentials...).
         endpoint_url: An S3-compatible server (else s3fs reads ``AWS_ENDPOINT_URL``).
+        cache_limit: Bytes the cache folder may hold (an int, or ``"20G"``; default
+            ``$RLDS_REMOTE_CACHE_LIMIT``): the cache then keeps checked blocks of files, evicted
+            least recently used (:mod:`rlds_cli.remote.block_cache`), instead of whole files.
 
     Raises:
         RemoteNotReadableError: A memmap dataset (or a view): pull it instead.
@@ -92,6 +103,7 @@ class RemoteDataset(Dataset):
         cache: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
         endpoint_url: str | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         url = url.rstrip("/")
         fs, base = store.open_url(url, storage_options, endpoint_url)
@@ -106,26 +118,32 @@ class RemoteDataset(Dataset):
         self._options = storage_options
         self._endpoint = endpoint_url
         self._cache_root = cache if cache is not None else settings.remote_cache()
+        self._limit = _limit(cache_limit, self._cache_root)
         sha = store.manifest_sha256(manifest_bytes)
-        mirror = self._mirror(fs, base, sha)
-        self._files = RemoteFiles(url, index, manifest_bytes, mirror if self._cache_root else None,
-                                  storage_options, endpoint_url)  # fmt: skip
+        version = f"{_url_ident(fs, base)}-{sha[:16]}"
+        blocks = None
+        if self._limit is not None:
+            _require_block_digests(url, index)
+            blocks = BlockCache(Path(str(self._cache_root)), self._limit)
+        whole_files = bool(self._cache_root) and blocks is None
+        mirror = self._mirror(version if whole_files else None)
+        self._files = RemoteFiles(url, index, manifest_bytes, mirror if whole_files else None,
+                                  storage_options, endpoint_url, blocks, version)  # fmt: skip
         for rel in (EPISODES_FILE, SOURCE_ARRAYS_FILE):
             if rel in index.files and not (mirror / rel).is_file():
                 data = self._files.read_file(rel)
-                if data is not None and self._cache_root is None:
+                if data is not None and not whole_files:
                     write_small_file(mirror / rel, data)
         write_small_file(mirror / MANIFEST_FILE, manifest_bytes)
         self._checked = self._files.requests  # the index pins these files to the manifest read
         super().__init__(mirror, manifest)
         self._backend = RemoteZarrBackend(self._files, self._check_not_replaced)
 
-    def _mirror(self, fs: Any, base: str, manifest_sha: str) -> Path:
-        """The local folder of this version's small files: in the file cache, else temporary
-        (removed with the dataset)."""
-        if self._cache_root:
-            ident = hashlib.sha256(fs.unstrip_protocol(base).encode()).hexdigest()[:16]
-            folder = Path(self._cache_root).expanduser() / f"{ident}-{manifest_sha[:16]}"
+    def _mirror(self, version: str | None) -> Path:
+        """The local folder of this version's small files: in the whole-file cache (``version``
+        given), else temporary, removed with the dataset (a bounded cache holds blocks only)."""
+        if version is not None:
+            folder = Path(str(self._cache_root)).expanduser() / version
             folder.mkdir(parents=True, exist_ok=True)
             return folder
         folder = Path(tempfile.mkdtemp(prefix="rlds-remote-"))
@@ -140,6 +158,7 @@ class RemoteDataset(Dataset):
             "cache": str(self._cache_root) if self._cache_root else None,
             "storage_options": self._options,
             "endpoint_url": self._endpoint,
+            "cache_limit": self._limit,
             "manifest_sha256": self._files.index.manifest_sha256,
         }
 
@@ -150,6 +169,7 @@ class RemoteDataset(Dataset):
             cache=state["cache"],
             storage_options=state["storage_options"],
             endpoint_url=state["endpoint_url"],
+            cache_limit=state.get("cache_limit"),
         )
         if self._files.index.manifest_sha256 != state["manifest_sha256"]:
             raise DatasetReplacedError(
@@ -162,7 +182,8 @@ class RemoteDataset(Dataset):
         """After a read that asked the store for anything: the manifest is still the one
         opened (``push --force`` removes it before any file changes)."""
         files = getattr(self, "_files", None)
-        if files is None or files.requests == self._checked:
+        # with a block cache every byte read was checked against the push's digests
+        if files is None or files.requests == self._checked or files.blocks is not None:
             return
         now = files.manifest_now()
         self._checked = files.requests
@@ -219,6 +240,47 @@ class RemoteDataset(Dataset):
             self._files, rel_frames, ends, fmt, f"{key!r} of dataset {self.name!r}", size
         )
 
+    def prefetch(self, steps: Any, keys: Iterable[str] | None = None) -> BlockHold | None:
+        """Fetch into the block cache the blocks a gather of ``steps`` will read for the stored
+        fields ``keys`` (``None``: every field), in one batch of concurrent requests, without
+        decoding anything, and pin them until the returned hold is released (call
+        ``hold.release()`` once that gather is done; ``hold.fetched``: bytes fetched). ``None``:
+        no bounded cache (``cache_limit``), nothing to read, or this process already holds half
+        the limit ahead (the gather then fetches what it needs). Safe from a background thread."""
+        if self._files.blocks is None:
+            return None
+        steps = np.asarray(steps, np.int64).reshape(-1)
+        steps = np.unique(np.where(steps < 0, steps + self.num_steps, steps))
+        if not len(steps):
+            return None
+        fields = self.manifest.fields
+        rels: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        flat: np.ndarray | None = None
+        for key in fields if keys is None else keys:
+            spec = fields[key]
+            rows = steps
+            if spec.storage == "flat":  # observation t is row t + e(t), next observation the row after
+                if flat is None:
+                    at = steps + self.episode_of(steps)
+                    flat = np.union1d(at, at + 1)
+                rows = flat
+            column = self.column(key)
+            column = getattr(column, "column", column)  # the checked column's own
+            if isinstance(column, RemoteFramesColumn):
+                r, s, e = column.byte_ranges(rows)
+            else:
+                reader = getattr(column, "_reader", None)
+                if reader is None or not hasattr(reader.source, "prefix"):
+                    continue
+                r, s, e = reader.row_ranges(rows)
+                r = [f"{reader.source.prefix}/{rel}" for rel in r]
+            rels += r
+            starts += s
+            ends += e
+        return self._files.prefetch(rels, starts, ends)
+
     def fix_summary(self, info: dict[str, Any]) -> None:
         """Make a :func:`rlds_cli.inspection.summary.describe` of this dataset speak of the store: its
         path is the URL, each key's bytes are those of its files there."""
@@ -253,6 +315,44 @@ class RemoteDataset(Dataset):
         return problems
 
 
+def _url_ident(fs: Any, base: str) -> str:
+    return hashlib.sha256(fs.unstrip_protocol(base).encode()).hexdigest()[:16]
+
+
+def _limit(cache_limit: int | str | None, cache_root: Any) -> int | None:
+    """The block cache's limit in bytes (``None``: no limit, whole files if a cache is set)."""
+    if cache_limit is not None:
+        limit: int | None = settings.size_value("cache_limit", cache_limit)
+        what = "cache_limit"
+    else:
+        limit, what = settings.remote_cache_limit(), "RLDS_REMOTE_CACHE_LIMIT"
+    if limit is not None and not cache_root:
+        raise SettingError(
+            f"{what} bounds a remote cache folder, and none is given",
+            hint="pass cache=DIR (or set RLDS_REMOTE_CACHE) with it",
+        )
+    if limit is not None and limit < store.INDEX_BLOCK_BYTES:
+        raise SettingError(
+            f"{what}={limit:,} bytes is less than one cache block ({store.INDEX_BLOCK_BYTES:,} bytes)",
+            hint="give a limit of several batches' worth of blocks, e.g. 20G",
+        )
+    return limit
+
+
+def _require_block_digests(url: str, index: Any) -> None:
+    """A bounded cache checks each block it keeps against the push: a push made before
+    per-block digests has none for its files over one block."""
+    size = index.block_bytes
+    old = next((rel for rel, e in index.files.items() if e.size > size and e.blocks is None), None)
+    if old is not None:
+        raise RemoteNotReadableError(
+            f"{url} was pushed without per-block digests ({old} has none in {INDEX_FILE}): a bounded "
+            "cache (cache_limit) cannot check its blocks",
+            hint="push it again with this rlds (rlds push NAME URL rewrites only the index), or open it "
+            "without cache_limit",
+        )
+
+
 class RemoteFramesColumn(FramesColumn):
     """A frame column of a dataset read where it was pushed: the frames a read needs are fetched
     by ranged requests (near ones merged, all of them at once), or from the file cache's copy of
@@ -266,6 +366,11 @@ class RemoteFramesColumn(FramesColumn):
         self._files = files
         self._rel = rel
         self._mapped: memoryview | None = None  # the file cache's copy, mapped once
+
+    def byte_ranges(self, rows: np.ndarray) -> tuple[list[str], list[int], list[int]]:
+        """The byte ranges (file, start, end) of the frames at ``rows``."""
+        first, end = self.starts[rows].tolist(), self.ends[rows].tolist()
+        return [self._rel] * len(first), first, end
 
     def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
         if self._files.cache_dir is not None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import KW_ONLY, asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from rlds_cli.cache.layout import MANIFEST_FILE
@@ -343,12 +344,21 @@ class TransferResult:
 MAX_FILE_SIZE = 2**50
 
 
+#: Bytes of one block of a file in the index's per-block digests (the unit a bounded remote
+#: cache keeps, see :mod:`rlds_cli.remote.block_cache`); a file of at most one block has none,
+#: its whole-file sha256 is its block's.
+INDEX_BLOCK_BYTES = 8 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class FileEntry:
-    """One dataset file in the remote index."""
+    """One dataset file in the remote index: size, sha256, and (files over one block, pushes
+    since per-block digests) the sha256 of each block of :data:`INDEX_BLOCK_BYTES` bytes."""
 
     size: int
     sha256: str
+    # not compared: a push's journal records size and sha256 only, and they decide a file's bytes
+    blocks: tuple[str, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -357,14 +367,18 @@ class RemoteIndex:
 
     manifest_sha256: str
     files: dict[str, FileEntry]
+    #: Bytes of a block of the per-block digests (pushes without them: the default).
+    block_bytes: int = INDEX_BLOCK_BYTES
 
     def to_json(self) -> bytes:
         data = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,
             "manifest_sha256": self.manifest_sha256,
-            "files": {k: {"size": e.size, "sha256": e.sha256} for k, e in sorted(self.files.items())},
+            "files": {k: _entry_json(e) for k, e in sorted(self.files.items())},
         }
+        if any(e.blocks for e in self.files.values()):
+            data["block_bytes"] = self.block_bytes
         return (json.dumps(data, indent=1) + "\n").encode()
 
     @classmethod
@@ -374,8 +388,11 @@ class RemoteIndex:
             doc = json.loads(data)
             if doc.get("format") != INDEX_FORMAT or int(doc["version"]) > INDEX_VERSION:
                 raise ValueError("format")
-            files = {str(rel): FileEntry(e["size"], str(e["sha256"])) for rel, e in doc["files"].items()}
-            index = cls(str(doc["manifest_sha256"]), files)
+            files = {str(rel): _entry(e) for rel, e in doc["files"].items()}
+            block_bytes = doc.get("block_bytes", INDEX_BLOCK_BYTES)
+            if type(block_bytes) is not int or not 1024 <= block_bytes <= 2**30:
+                raise ValueError("block size")
+            index = cls(str(doc["manifest_sha256"]), files, block_bytes)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RemoteCorruptError(
                 f"{where} is not a readable rlds files index",
@@ -392,7 +409,49 @@ class RemoteIndex:
                     f"{where} gives the file {rel!r} a size of {entry.size!r}, which no file can have "
                     f"(a whole number of bytes from 0 to 2**50)"
                 )
+        for rel, entry in index.files.items():
+            blocks = block_count(entry.size, index.block_bytes)
+            if entry.blocks is not None and len(entry.blocks) != blocks:
+                raise RemoteCorruptError(
+                    f"{where} gives the file {rel!r} {len(entry.blocks)} block digests where its size "
+                    f"makes {blocks}",
+                    hint="push the dataset again (rlds push NAME URL --force)",
+                )
         return index
+
+
+def block_count(size: int, block_bytes: int) -> int:
+    """Blocks of ``block_bytes`` in a file of ``size`` bytes (an empty file: one)."""
+    return max(1, -(-size // block_bytes))
+
+
+def _entry_json(entry: FileEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"size": entry.size, "sha256": entry.sha256}
+    if entry.blocks:
+        out["blocks"] = list(entry.blocks)
+    return out
+
+
+def _entry(doc: dict[str, Any]) -> FileEntry:
+    blocks = doc.get("blocks")
+    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) for b in blocks)):
+        raise ValueError("blocks")
+    return FileEntry(doc["size"], str(doc["sha256"]), tuple(blocks) if blocks is not None else None)
+
+
+def hash_file_blocks(path: str | os.PathLike[str], block_bytes: int) -> FileEntry:
+    """A local file's index entry: size, sha256, and the sha256 of each of its blocks of
+    ``block_bytes`` when it has more than one, all from one read of the file (memory stays at
+    one block)."""
+    whole = hashlib.sha256()
+    blocks: list[str] = []
+    size = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(block_bytes):
+            whole.update(block)
+            blocks.append(hashlib.sha256(block).hexdigest())
+            size += len(block)
+    return FileEntry(size, whole.hexdigest(), tuple(blocks) if len(blocks) > 1 else None)
 
 
 def read_bytes(fs: Any, path: str, url: str) -> bytes | None:

@@ -266,6 +266,22 @@ class _ShardIndex:
     def _fetch(self, chunks: np.ndarray) -> list[bytes | None]:
         """The stored bytes of each of ``chunks`` (ranged source; ``None``: not stored), fetched
         in one request batch after the shard indexes they need."""
+        which, rels, starts, ends = self.chunk_ranges(chunks)
+        out: list[bytes | None] = [None] * len(chunks)
+        if rels:
+            for k, blob in zip(which, self.source.read_ranges(rels, starts, ends), strict=True):
+                out[k] = blob
+        return out
+
+    def row_ranges(self, rows: np.ndarray) -> tuple[list[str], list[int], list[int]]:
+        """The byte ranges (file, start, end) holding ``rows`` (ranged source): what a read of
+        them will fetch, for a caller that fetches ahead (the shard indexes are loaded first)."""
+        _, rels, starts, ends = self.chunk_ranges(np.unique(np.asarray(rows, np.int64) // self.chunk_rows))
+        return rels, starts, ends
+
+    def chunk_ranges(self, chunks: np.ndarray) -> tuple[list[int], list[str], list[int], list[int]]:
+        """Where each stored one of ``chunks`` is: its position in ``chunks``, file, start, end
+        (ranged source; the shard indexes they need loaded first, together)."""
         ps = self.per_shard
         ids = chunks.tolist()
         rels: list[str] = []
@@ -297,11 +313,7 @@ class _ShardIndex:
                 starts.append(0)
                 ends.append(size)
                 which.append(k)
-        out: list[bytes | None] = [None] * len(ids)
-        if rels:
-            for k, blob in zip(which, self.source.read_ranges(rels, starts, ends), strict=True):
-                out[k] = blob
-        return out
+        return which, rels, starts, ends
 
     def _map_shards(self, shards: np.ndarray) -> None:
         """Map every one of ``shards`` not mapped yet, their files prepared together."""

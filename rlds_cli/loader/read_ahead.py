@@ -1,0 +1,205 @@
+"""Reads planned ahead: the loader draws the indices of its next batches early and has a remote
+dataset fetch their blocks in the background, so the store's latency overlaps training.
+
+:class:`ReadAhead` stands in for the loader's sampler (``Loader(url, read_ahead=N)``): it keeps
+``N`` draws ahead of the batch being gathered, each with the sampler's state from before it was
+drawn (as :class:`~rlds_cli.loader.prefetch.Prepared` carries it), so ``state_dict()`` still
+rewinds to the first batch the loader has not returned, and ``load_state_dict`` drops the draws
+ahead. It uses the sampler's public API only (``sample``, ``state_dict`` / ``load_state_dict``,
+``stream_state`` / ``load_stream_state``, ``epoch_done``), so every sampler drawn by name works.
+
+For each draw ahead, one background thread calls the dataset's ``prefetch(steps, keys)``
+(:meth:`rlds_cli.remote.reader.RemoteDataset.prefetch`): its missing blocks fetched in one batch of
+concurrent requests, near ranges merged. One prefetch runs at a time and each holds at most the
+block cache's fetch window in memory, so the bytes in flight stay bounded; a gather that needs a
+block still being fetched waits for that fetch (one download per node) instead of asking again.
+A local dataset has nothing to fetch: the loader does not wrap its sampler at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+
+def draw_steps(out: Any) -> np.ndarray:
+    """The step indices of what a sampler's ``sample()`` returned (an array, a tensor, or a
+    draw with ``indices``)."""
+    indices = getattr(out, "indices", out)
+    if hasattr(indices, "detach"):  # a torch tensor
+        indices = indices.detach().cpu().numpy()
+    return np.asarray(indices, np.int64).reshape(-1)
+
+
+def _release_when_done(future: Future[Any]) -> None:
+    """Release what the prefetch of ``future`` pinned, now or when it finishes."""
+
+    def release(done: Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        hold = done.result()
+        if hasattr(hold, "release"):
+            hold.release()
+
+    future.add_done_callback(release)
+
+
+class ReadAhead:
+    """A sampler that draws ``depth`` batches ahead of the one returned and prefetches them.
+
+    Args:
+        sampler: The loader's sampler.
+        depth: Draws kept ahead (>= 1).
+        prefetch: Called in the background with each draw's step indices (e.g.
+            ``lambda steps: dataset.prefetch(steps, keys)``); what it returns, when it has a
+            ``release()``, is released once the draw's batch has been gathered (the blocks it
+            pinned stay in the cache until then).
+
+    Any attribute it does not define is the sampler's own (``batch_size``,
+    ``batches_per_epoch``...). ``epoch_done``, ``state_dict``, ``load_state_dict``,
+    ``stream_state`` and ``load_stream_state`` exist only when the sampler has them.
+    """
+
+    def __init__(self, sampler: Any, depth: int, prefetch: Callable[[np.ndarray], Any]) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"read_ahead must be a whole number of batches >= 1, got {depth!r}")
+        self.sampler = sampler
+        self.depth = depth
+        self._prefetch = prefetch
+        #: Draws ahead, oldest first: (sampler state before it, its output, epoch_done after it).
+        self._ahead: deque[tuple[Any, Any, bool]] = deque()
+        self._futures: deque[Future[Any]] = deque()
+        #: The prefetch of the draw returned last: released at the next draw (its batch gathered).
+        self._current: Future[Any] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
+        self._done = False
+        self._mutex = threading.Lock()
+        self._has_done = callable(getattr(sampler, "epoch_done", None))
+        self._stream = callable(getattr(sampler, "stream_state", None))
+        # the protocols the loader checks (isinstance on runtime protocols looks at attributes):
+        # present exactly when the sampler has them
+        if self._has_done:
+            self.epoch_done = self._epoch_done
+        if callable(getattr(sampler, "state_dict", None)):
+            self.state_dict = self._state_dict
+            self.load_state_dict = self._load_state_dict
+        if self._stream:
+            self.stream_state = self._stream_state
+            self.load_stream_state = self._load_stream_state
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "sampler":  # before __init__ set it (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    # ------------------------------------------------------------------ drawing
+
+    def _state(self) -> Any:
+        if self._stream:
+            return self.sampler.stream_state()
+        state = getattr(self.sampler, "state_dict", None)
+        return state() if callable(state) else None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        import os
+
+        if self._pool is None or self._pool_pid != os.getpid():  # a forked worker makes its own
+            self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix="rlds-read-ahead")
+            self._pool_pid = os.getpid()
+        return self._pool
+
+    def _fill(self) -> None:
+        while len(self._ahead) < self.depth + 1:
+            state = self._state()
+            out = self.sampler.sample()
+            done = bool(self.sampler.epoch_done()) if self._has_done else False
+            self._ahead.append((state, out, done))
+            self._futures.append(self._executor().submit(self._prefetch, draw_steps(out)))
+
+    def sample(self) -> Any:
+        """The next draw (drawn earlier, its blocks fetched or being fetched); the draws ahead
+        are topped up, and an error of a finished prefetch is raised here."""
+        with self._mutex:
+            self._fill()
+            _, out, self._done = self._ahead.popleft()
+            future = self._futures.popleft()
+            if self._current is not None:
+                _release_when_done(self._current)
+            self._current = future
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+            self._fill()
+            return out
+
+    def _epoch_done(self) -> bool:
+        return self._done
+
+    # ------------------------------------------------------------------ state
+
+    def _drop_ahead(self) -> None:
+        self._ahead.clear()
+        for future in self._futures:
+            future.cancel()
+            _release_when_done(future)
+        self._futures.clear()
+        if self._current is not None:
+            _release_when_done(self._current)
+            self._current = None
+
+    def _state_dict(self) -> Any:
+        """The sampler's state before the first draw not yet returned."""
+        with self._mutex:
+            if self._ahead and self._stream:  # rewound to it: the draws ahead are made again
+                self.sampler.load_stream_state(self._ahead[0][0])
+                self._drop_ahead()
+            return self._ahead[0][0] if self._ahead else self.sampler.state_dict()
+
+    def _load_state_dict(self, state: Any) -> None:
+        with self._mutex:
+            self._drop_ahead()
+            self.sampler.load_state_dict(state)
+
+    def _stream_state(self) -> Any:
+        with self._mutex:
+            return self._ahead[0][0] if self._ahead else self.sampler.stream_state()
+
+    def _load_stream_state(self, state: Any) -> None:
+        with self._mutex:
+            self._drop_ahead()
+            self.sampler.load_stream_state(state)
+
+    def close(self) -> None:
+        """Rewind the sampler to the first draw not returned, drop the draws ahead (their blocks
+        unpinned) and stop the background threads (a prefetch under way finishes first). A
+        sampler without state keeps its draws ahead: nothing could rewind it."""
+        with self._mutex:
+            if self._ahead and (self._stream or callable(getattr(self.sampler, "load_state_dict", None))):
+                state = self._ahead[0][0]
+                if self._stream:
+                    self.sampler.load_stream_state(state)
+                else:
+                    self.sampler.load_state_dict(state)
+                self._drop_ahead()
+            elif not self._ahead and self._current is not None:
+                _release_when_done(self._current)
+                self._current = None
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_pool=None, _pool_pid=0, _futures=deque(), _mutex=None, _current=None)
+        for name in ("epoch_done", "state_dict", "load_state_dict", "stream_state", "load_stream_state"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        prefetch = state.pop("_prefetch")
+        self.__init__(state["sampler"], state["depth"], prefetch)  # type: ignore[misc]

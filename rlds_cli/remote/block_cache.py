@@ -1,0 +1,617 @@
+"""A node-local, bounded on-disk cache of fixed-size blocks of pushed datasets' files.
+
+A remote read (zarr chunk ranges, frame ranges) asks for byte ranges of files; the cache serves
+them from aligned blocks of the push's per-block digests (8 MiB,
+:data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES`, recorded in its index), fetching the missing
+ones together (one batch of concurrent requests), each checked against the push's digest
+before it enters. A frame column is one big file: blocks, not whole files, are what
+a limit can bound.
+
+Layout of a cache folder ``DIR`` (``cache=DIR`` / ``$RLDS_REMOTE_CACHE``):
+
+- ``DIR/blocks/<version>/<file-hash>.<n>``: block ``n`` of one file of one pushed version
+  (``<version>`` is the URL's hash and the manifest's: another push is another folder);
+- ``DIR/blocks.db``: the ledger (SQLite): every block's size, last use, owner while it is being
+  fetched, local checksum (crc32), and the pins of the reads using it;
+- ``DIR/blocks.lock``: the cache-wide lock (:class:`~rlds_cli._util.locks.FileLock`) every ledger
+  change is made under.
+
+Guarantees:
+
+- **Never over the limit**, also when a process is killed at any step: the space of a block is
+  reserved in the ledger (evicting least recently used blocks) before its ``.part`` file is
+  written; a reservation of a dead process keeps counting until the next process that takes the
+  lock reclaims it (removes its ``.part`` and its row). The limit bounds the block files; the
+  ledger (about 100 bytes a block) lies beside them.
+- **Never evicts what a read in flight needs**: a read pins its blocks (rows of ``pins`` with its
+  pid) from the moment it finds or reserves them until it has copied its bytes out.
+- **One download per node**: a block being fetched by a live process is waited for, not
+  fetched again (its ledger row is the per-block lock).
+- **Content-checked**: a block enters only after its sha256 matches the push's; its crc32 is
+  recorded, and a process checks a block file against it the first time it reads it. A block that
+  fails is reported (:class:`~rlds_cli.errors.CorruptDatasetError` naming the file, hint
+  ``rlds gc --remote-cache``), never served. Blocks checked against the push need no re-read of
+  the manifest to rule out a replacement: bytes of another version would fail their digest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlds_cli._util.locks import FileLock
+from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
+
+#: Neighbouring missing blocks of one file are fetched as one request, up to this many blocks.
+MERGE_BLOCKS = 1
+#: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
+FETCH_WINDOW = 256 * 1024 * 1024
+#: Seconds a read waits for space that other readers' pinned blocks hold, before giving up.
+WAIT_SECONDS = 120.0
+#: Seconds between two looks at the ledger while waiting.
+POLL_SECONDS = 0.01
+
+BLOCKS_DIR = "blocks"
+LEDGER_FILE = "blocks.db"
+LOCK_FILE = "blocks.lock"
+GC_HINT = "rlds gc --remote-cache {root} removes damaged blocks; the next read fetches them again"
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS blocks(name TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+    "used REAL NOT NULL, owner INTEGER NOT NULL, ready INTEGER NOT NULL, crc INTEGER)",
+    "CREATE TABLE IF NOT EXISTS pins(name TEXT NOT NULL, pid INTEGER NOT NULL, n INTEGER NOT NULL, "
+    "PRIMARY KEY(name, pid))",
+)
+
+
+class BlockSource(Protocol):
+    """What the cache needs of one pushed version's files (see
+    :class:`rlds_cli.remote.files.RemoteFiles`)."""
+
+    #: The version's folder name under ``blocks/``.
+    version: str
+    #: Bytes of one block (of the push's per-block digests).
+    block_bytes: int
+
+    def size(self, rel: str) -> int | None:
+        """The file's size from the push's index."""
+        ...
+
+    def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[start, end)`` of each file, from the store, in one batch of requests."""
+        ...
+
+    def verify_block(self, rel: str, block: int, data: bytes) -> None:
+        """Raise unless ``data`` is block ``block`` of ``rel`` as pushed."""
+        ...
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as running until reaped)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class _Block:
+    name: str
+    rel: str
+    index: int
+    start: int
+    size: int
+    crc: int | None = None
+
+
+@dataclass
+class GcReport:
+    """What :func:`gc_blocks` did to one cache folder."""
+
+    folder: str
+    blocks: int = 0
+    bytes: int = 0
+    reclaimed: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "folder": self.folder, "blocks": self.blocks, "bytes": self.bytes,
+            "reclaimed": self.reclaimed, "damaged": self.damaged, "freed_bytes": self.freed_bytes,
+        }  # fmt: skip
+
+
+class BlockCache:
+    """The block cache in the folder ``root``, holding at most ``limit`` bytes of blocks.
+
+    One object per process and folder is enough; it reopens its ledger in a forked child (a
+    DataLoader worker). Threads of one process share it (one ledger change at a time).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], limit: int) -> None:
+        self.root = Path(root).expanduser()
+        self.limit = int(limit)
+        self.folder = self.root / BLOCKS_DIR
+        self._pid = -1
+        self._conn: sqlite3.Connection | None = None
+        self._file_lock: FileLock | None = None
+        self._mutex = threading.Lock()
+        #: Bytes of blocks pinned ahead of their reads by this process (:meth:`prefetch`), and
+        #: each such block's holds and size.
+        self._held = 0
+        self._held_refs: dict[str, tuple[int, int]] = {}
+        self._held_mutex = threading.Lock()
+        #: Blocks this process checked against their crc: name -> (inode, mtime, size).
+        self._verified: dict[str, tuple[int, int, int]] = {}
+
+    # ------------------------------------------------------------------ the ledger
+
+    @contextlib.contextmanager
+    def _ledger(self) -> Any:
+        """The ledger, in one transaction under the cache-wide lock (and this process's mutex:
+        the file lock counts holds across threads)."""
+        with self._mutex:
+            if self._pid != os.getpid():
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.root / LEDGER_FILE, isolation_level=None, timeout=60,
+                                             check_same_thread=False)  # fmt: skip
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                for statement in _SCHEMA:
+                    self._conn.execute(statement)
+                self._file_lock = FileLock(self.root / LOCK_FILE)
+                self._pid = os.getpid()
+                self._verified = {}
+            assert self._conn is not None and self._file_lock is not None
+            with self._file_lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+
+    def _path(self, name: str) -> Path:
+        return self.folder / name
+
+    def _part(self, name: str, pid: int) -> Path:
+        return self.folder / f"{name}.part.{pid}"
+
+    def _reclaim(self, db: sqlite3.Connection) -> list[str]:
+        """Remove the reservations and pins of dead processes (their ``.part`` files first)."""
+        gone: list[str] = []
+        for name, owner in db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall():
+            if not pid_alive(owner):
+                self._part(name, owner).unlink(missing_ok=True)
+                self._path(name).unlink(missing_ok=True)  # renamed, but never marked ready
+                db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                gone.append(name)
+        for (pid,) in db.execute("SELECT DISTINCT pid FROM pins").fetchall():
+            if not pid_alive(pid):
+                db.execute("DELETE FROM pins WHERE pid = ?", (pid,))
+        return gone
+
+    def used_bytes(self) -> int:
+        """Bytes the ledger counts: ready blocks and reservations (what the limit bounds)."""
+        with self._ledger() as db:
+            return int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+
+    # ------------------------------------------------------------------ reads
+
+    def read_ranges(
+        self, source: BlockSource, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
+    ) -> list[bytes]:
+        """Bytes ``[start, end)`` of each file, from cached blocks (the missing ones fetched
+        first, together, and checked against the push).
+
+        Raises:
+            RemoteCacheFullError: One read needs more than the limit, or other readers hold every
+                block past :data:`WAIT_SECONDS`.
+            CorruptDatasetError: A cached block fails its checksum (names it), or the store's
+                bytes differ from the push.
+        """
+        blocks = self._blocks_of(source, rels, starts, ends)
+        self.ensure(source, list(blocks.values()))
+        try:
+            return self._slices(blocks, source.block_bytes, rels, starts, ends)
+        finally:
+            self._unpin(list(blocks))
+
+    def prefetch(self, source: BlockSource, rels: Sequence[str], starts: Sequence[int],
+                 ends: Sequence[int]) -> BlockHold | None:  # fmt: skip
+        """Fetch the blocks of these ranges no process has (checked against the push) and pin
+        them with the ones present, without reading them; never waits for room. Returns the
+        pins (:meth:`BlockHold.release` them once the read they were for is done), or ``None``
+        when this process's held blocks would pass half the limit (the read then fetches what
+        it needs itself)."""
+        blocks = list(self._blocks_of(source, rels, starts, ends).values())
+        with self._held_mutex:  # a block two holds share counts once
+            need = sum(b.size for b in blocks if b.name not in self._held_refs)
+            if self._held + need > self.limit // 2:
+                return None
+            self._held += need
+            for b in blocks:
+                count, size = self._held_refs.get(b.name, (0, b.size))
+                self._held_refs[b.name] = (count + 1, size)
+        hold = BlockHold(self, [], [b.name for b in blocks])
+        try:
+            mine, waiting = self._claim({b.name: b for b in blocks})
+            hold.names = [b.name for b in blocks if b.name not in waiting]  # pinned: ready, or mine
+            if mine:
+                hold.fetched = self._download(source, mine)
+        except BaseException:
+            hold.release()
+            raise
+        return hold
+
+    def _blocks_of(
+        self, source: BlockSource, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
+    ) -> dict[str, _Block]:
+        out: dict[str, _Block] = {}
+        bb = source.block_bytes
+        for rel, start, end in zip(rels, starts, ends, strict=True):
+            if end <= start:
+                continue
+            size = source.size(rel)
+            if size is None:
+                raise CorruptDatasetError(f"{rel} is not a file of the pushed version {source.version}")
+            tag = hashlib.sha256(rel.encode()).hexdigest()[:16]
+            for b in range(int(start) // bb, (int(end) - 1) // bb + 1):
+                name = f"{source.version}/{tag}.{b}"
+                if name not in out:
+                    first = b * bb
+                    out[name] = _Block(name, rel, b, first, max(0, min(bb, size - first)))
+        return out
+
+    def ensure(self, source: BlockSource, blocks: list[_Block]) -> int:
+        """Pin every one of ``blocks``, fetching those no process has; returns bytes fetched.
+        The caller unpins them (:meth:`_unpin`) once done."""
+        need = sum(b.size for b in blocks)
+        if need > self.limit:
+            raise RemoteCacheFullError(
+                f"the remote cache {self.root} is limited to {self.limit:,} bytes, and one read needs "
+                f"{need:,} bytes of blocks of {source.block_bytes:,} bytes"
+            )
+        todo = {b.name: b for b in blocks}
+        fetched = 0
+        deadline = time.monotonic() + WAIT_SECONDS
+        while todo:
+            mine, waiting = self._claim(todo)
+            if mine:
+                fetched += self._download(source, mine)
+            for b in mine:
+                todo.pop(b.name, None)
+            for name in [n for n in todo if n not in waiting]:
+                todo.pop(name)
+            if todo:
+                if time.monotonic() > deadline:
+                    raise RemoteCacheFullError(
+                        f"the remote cache {self.root} ({self.limit:,} bytes) stayed full of blocks other "
+                        f"reads are using for {WAIT_SECONDS:g} s"
+                    )
+                time.sleep(POLL_SECONDS)
+        return fetched
+
+    def _claim(self, todo: dict[str, _Block]) -> tuple[list[_Block], set[str]]:
+        """Under the lock: pin the ready blocks of ``todo`` (their use noted); reserve the absent
+        ones (all of them or none, evicting least recently used unpinned blocks) and pin them as
+        this process's to fetch. Returns (blocks to fetch, names still to wait for)."""
+        pid, now = os.getpid(), time.time()
+        with self._ledger() as db:
+            self._reclaim(db)
+            absent: list[_Block] = []
+            waiting: set[str] = set()
+            for name, block in todo.items():
+                row = db.execute("SELECT ready, crc FROM blocks WHERE name = ?", (name,)).fetchone()
+                if row is not None and row[0] and not self._path(name).is_file():
+                    # evicted by a process killed before its ledger change was committed
+                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                    row = None
+                if row is None:
+                    absent.append(block)
+                elif row[0]:
+                    block.crc = int(row[1])
+                    db.execute("UPDATE blocks SET used = ? WHERE name = ?", (now, name))
+                    _pin(db, name, pid)
+                else:
+                    waiting.add(name)  # another live process is fetching it
+            if not absent:
+                return [], waiting
+            need = sum(b.size for b in absent)
+            if not self._make_room(db, need):
+                return [], waiting | {b.name for b in absent}
+            for b in absent:
+                db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?, 0, NULL)", (b.name, b.size, now, pid))
+                _pin(db, b.name, pid)
+            return absent, waiting
+
+    def _make_room(self, db: sqlite3.Connection, need: int) -> bool:
+        """Evict least recently used unpinned ready blocks until ``need`` more bytes fit."""
+        used = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+        if used + need <= self.limit:
+            return True
+        victims = db.execute(
+            "SELECT name, size FROM blocks WHERE ready = 1 AND name NOT IN (SELECT name FROM pins) "
+            "ORDER BY used"
+        )
+        chosen: list[tuple[str, int]] = []
+        for name, size in victims:
+            if used + need <= self.limit:
+                break
+            chosen.append((name, int(size)))
+            used -= int(size)
+        if used + need > self.limit:
+            return False
+        for name, _ in chosen:
+            # the file goes first: a kill before the commit leaves a row without a file, counted
+            # (never more than is there), dropped when next read
+            self._path(name).unlink(missing_ok=True)
+            db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+            self._verified.pop(name, None)
+        return True
+
+    def _download(self, source: BlockSource, blocks: list[_Block]) -> int:
+        """Fetch ``blocks`` (reserved by this process), check each against the push, write it to
+        its ``.part`` file, move it into place and mark it ready. On any failure the
+        reservations not yet ready are dropped."""
+        pid = os.getpid()
+        done: set[str] = set()
+        fetched = 0
+        blocks = sorted(blocks, key=lambda b: (b.rel, b.index))
+        try:
+            for window in _windows(blocks):
+                groups = _merge(window)
+                blobs = source.fetch(
+                    [g[0].rel for g in groups], [g[0].start for g in groups],
+                    [g[-1].start + g[-1].size for g in groups],
+                )  # fmt: skip
+                ready: list[tuple[str, int]] = []
+                for group, blob in zip(groups, blobs, strict=True):
+                    view = memoryview(blob)
+                    for b in group:
+                        data = bytes(view[b.start - group[0].start : b.start - group[0].start + b.size])
+                        source.verify_block(b.rel, b.index, data)
+                        b.crc = zlib.crc32(data)
+                        part = self._part(b.name, pid)
+                        part.parent.mkdir(parents=True, exist_ok=True)
+                        with open(part, "wb") as fh:
+                            fh.write(data)
+                        final = self._path(b.name)
+                        os.replace(part, final)
+                        # checked against the push as it was written: this process need not read it back
+                        st = os.stat(final)
+                        self._verified[b.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+                        ready.append((b.name, b.crc))
+                        fetched += len(data)
+                with self._ledger() as db:
+                    for name, crc in ready:
+                        db.execute(
+                            "UPDATE blocks SET ready = 1, owner = 0, crc = ? WHERE name = ?", (crc, name)
+                        )
+                done.update(name for name, _ in ready)
+        finally:
+            left = [b.name for b in blocks if b.name not in done]
+            if left:
+                with self._ledger() as db:
+                    for name in left:
+                        self._part(name, pid).unlink(missing_ok=True)
+                        self._path(name).unlink(missing_ok=True)
+                        db.execute("DELETE FROM blocks WHERE name = ? AND owner = ?", (name, pid))
+                        db.execute("DELETE FROM pins WHERE name = ? AND pid = ?", (name, pid))
+        return fetched
+
+    def _unpin(self, names: list[str]) -> None:
+        if not names:
+            return
+        pid = os.getpid()
+        with self._ledger() as db:
+            for name in names:
+                db.execute("UPDATE pins SET n = n - 1 WHERE name = ? AND pid = ?", (name, pid))
+            db.execute("DELETE FROM pins WHERE pid = ? AND n <= 0", (pid,))
+
+    def _slices(self, blocks: dict[str, _Block], bb: int, rels: Sequence[str], starts: Sequence[int],
+                ends: Sequence[int]) -> list[bytes]:  # fmt: skip
+        """The bytes of each range, read from its (pinned, checked) block files."""
+        by_rel: dict[tuple[str, int], _Block] = {(b.rel, b.index): b for b in blocks.values()}
+        fds: dict[str, int] = {}
+        try:
+            out = []
+            for rel, start, end in zip(rels, starts, ends, strict=True):
+                start, end = int(start), int(end)
+                if end <= start:
+                    out.append(b"")
+                    continue
+                pieces = []
+                for b in range(start // bb, (end - 1) // bb + 1):
+                    block = by_rel[(rel, b)]
+                    fd = fds.get(block.name)
+                    if fd is None:
+                        fd = fds[block.name] = self._open_checked(block)
+                    lo = max(start, block.start) - block.start
+                    hi = min(end, block.start + block.size) - block.start
+                    piece = os.pread(fd, hi - lo, lo)
+                    if len(piece) != hi - lo:
+                        raise self._damaged(block.name, "is shorter than the block fetched")
+                    pieces.append(piece)
+                out.append(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            return out
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def _open_checked(self, block: _Block) -> int:
+        """An open descriptor of ``block``'s file, checked against its crc32 the first time this
+        process reads that very file."""
+        path = self._path(block.name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise self._damaged(block.name, "is missing, though the cache's ledger lists it") from None
+        st = os.fstat(fd)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._verified.get(block.name) != stamp:
+            data = os.pread(fd, block.size + 1, 0)
+            if len(data) != block.size or zlib.crc32(data) != block.crc:
+                os.close(fd)
+                raise self._damaged(block.name, "differs from the block fetched (its checksum fails)")
+            self._verified[block.name] = stamp
+        return fd
+
+    def _damaged(self, name: str, what: str) -> CorruptDatasetError:
+        return CorruptDatasetError(
+            f"remote cache block {self._path(name)} {what}", hint=GC_HINT.format(root=self.root)
+        )
+
+
+class BlockHold:
+    """Blocks pinned ahead of a read by :meth:`BlockCache.prefetch` (never evicted until
+    released)."""
+
+    def __init__(self, cache: BlockCache, names: list[str], counted: list[str]) -> None:
+        self.cache = cache
+        #: The blocks pinned (those another process was still fetching are not).
+        self.names = names
+        self._counted = counted
+        #: Bytes this prefetch fetched from the store.
+        self.fetched = 0
+        self._released = False
+
+    def release(self) -> None:
+        """Unpin the blocks (once; a second call does nothing)."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            self.cache._unpin(self.names)
+        finally:
+            cache = self.cache
+            with cache._held_mutex:
+                for name in self._counted:
+                    count, size = cache._held_refs[name]
+                    if count > 1:
+                        cache._held_refs[name] = (count - 1, size)
+                    else:
+                        del cache._held_refs[name]
+                        cache._held -= size
+
+
+def _pin(db: sqlite3.Connection, name: str, pid: int) -> None:
+    db.execute(
+        "INSERT INTO pins VALUES (?, ?, 1) ON CONFLICT(name, pid) DO UPDATE SET n = n + 1", (name, pid)
+    )
+
+
+def _windows(blocks: list[_Block]) -> list[list[_Block]]:
+    """``blocks`` cut into runs of at most :data:`FETCH_WINDOW` bytes."""
+    out: list[list[_Block]] = [[]]
+    total = 0
+    for b in blocks:
+        if out[-1] and total + b.size > FETCH_WINDOW:
+            out.append([])
+            total = 0
+        out[-1].append(b)
+        total += b.size
+    return [w for w in out if w]
+
+
+def _merge(blocks: list[_Block]) -> list[list[_Block]]:
+    """Neighbouring blocks of one file (sorted) as one request, up to :data:`MERGE_BLOCKS`."""
+    groups: list[list[_Block]] = []
+    for b in blocks:
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and last[-1].rel == b.rel
+            and last[-1].index + 1 == b.index
+            and len(last) < MERGE_BLOCKS
+        ):
+            last.append(b)
+        else:
+            groups.append([b])
+    return groups
+
+
+# ---------------------------------------------------------------------------------------- gc
+
+
+def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcReport:
+    """Clean the remote cache folder ``root``: reclaim what dead processes left (reservations,
+    ``.part`` files, pins; the whole-file cache's ``.part`` files too), check every block against
+    its recorded crc32 and remove the damaged ones, drop ledger rows whose file is gone and
+    files the ledger does not know. Runs under the cache-wide lock; ``dry_run`` reports what it
+    would remove and changes nothing."""
+    cache = BlockCache(root, 0)
+    report = GcReport(str(cache.root))
+
+    def remove(path: Path) -> None:
+        if not dry_run:
+            path.unlink(missing_ok=True)
+
+    if not cache.root.is_dir():
+        return report
+    for part in sorted(cache.root.rglob("*.part")):  # the whole-file cache: <rel>.<pid>.<tag>.part
+        if cache.folder in part.parents:
+            continue
+        bits = part.name.split(".")
+        if len(bits) >= 3 and bits[-3].isdigit() and not pid_alive(int(bits[-3])):
+            report.freed_bytes += part.stat().st_size
+            remove(part)
+            report.reclaimed.append(str(part))
+    if not (cache.root / LEDGER_FILE).is_file():
+        return report
+    with cache._ledger() as db:
+        if dry_run:
+            dead = db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall()
+            report.reclaimed += [str(cache._path(n)) for n, owner in dead if not pid_alive(owner)]
+        else:
+            report.reclaimed += [str(cache._path(n)) for n in cache._reclaim(db)]
+        known: set[str] = set()
+        for name, size, ready, crc in db.execute("SELECT name, size, ready, crc FROM blocks").fetchall():
+            known.add(name)
+            if not ready:
+                continue
+            path = cache._path(name)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                if not dry_run:
+                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                continue
+            if len(data) != size or zlib.crc32(data) != crc:
+                remove(path)
+                if not dry_run:
+                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                    db.execute("DELETE FROM pins WHERE name = ?", (name,))
+                report.damaged.append(str(path))
+                report.freed_bytes += len(data)
+                continue
+            report.blocks += 1
+            report.bytes += size
+        owners = {int(o) for (o,) in db.execute("SELECT DISTINCT owner FROM blocks WHERE ready = 0")}
+        if cache.folder.is_dir():
+            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
+                rel = path.relative_to(cache.folder).as_posix()
+                stem, _, pid = rel.rpartition(".part.")
+                if stem and pid.isdigit() and int(pid) in owners:
+                    continue  # a live fetch's part
+                if rel not in known:
+                    report.freed_bytes += path.stat().st_size
+                    remove(path)
+                    report.reclaimed.append(str(path))
+    return report

@@ -1,0 +1,448 @@
+"""The bounded block cache of remote reads (``cache_limit``) and reads planned ahead
+(``Loader(url, read_ahead=N)``), on fsspec's ``memory://`` store with 4 KiB blocks (so a few
+hundred steps span many blocks): same rows as the local dataset, never over the limit (sampled,
+and after a SIGKILL at every step), one download per node, damage reported, ``rlds gc``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cli.app import app
+from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError, SettingError
+from rlds_cli.loader.opening import open_dataset
+
+fsspec = pytest.importorskip("fsspec")
+
+from rlds_cli.remote import block_cache, store  # noqa: E402
+from rlds_cli.remote.files import RemoteFiles  # noqa: E402
+from rlds_cli.remote.push import push  # noqa: E402
+from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
+from tests.faults import count_steps, kill_at  # noqa: E402
+from tests.remote.test_remote import moto_endpoint, s3  # noqa: E402, F401  (fixtures)
+from tests.remote.test_remote_read import URL, assert_same, build, read_everything  # noqa: E402
+
+runner = CliRunner()
+BLOCK = 4096
+LENGTHS = (130, 10, 290, 50, 170)
+LIMIT = 12 * BLOCK
+
+
+@pytest.fixture(autouse=True)
+def _small_blocks(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    monkeypatch.setattr(store, "INDEX_BLOCK_BYTES", BLOCK)
+    yield
+    MemoryFileSystem.store.clear()
+    MemoryFileSystem.pseudo_dirs[:] = [""]
+
+
+@pytest.fixture
+def local() -> Any:
+    build("m", "memmap", LENGTHS)
+    build("z", "zarr", LENGTHS)
+    push("z", URL)
+    return open_dataset("m")
+
+
+def block_bytes(folder: Path) -> int:
+    """Bytes of the block files (and their ``.part``) on disk: what the limit bounds."""
+    blocks = folder / block_cache.BLOCKS_DIR
+    return sum(p.stat().st_size for p in blocks.rglob("*") if p.is_file()) if blocks.is_dir() else 0
+
+
+# --------------------------------------------------------------------------- push and index
+
+
+def test_push_records_block_digests_and_the_index_reads_them_back(local: Any) -> None:
+    z = open_dataset(URL)
+    index = z._files.index
+    assert index.block_bytes == BLOCK
+    big = {rel: e for rel, e in index.files.items() if e.size > BLOCK}
+    assert big and all(e.blocks is not None for e in big.values())
+    assert all(e.blocks is None for e in index.files.values() if e.size <= BLOCK)
+    again = store.RemoteIndex.from_json(index.to_json(), "x")
+    assert {r: e.blocks for r, e in again.files.items()} == {r: e.blocks for r, e in index.files.items()}
+    doc = json.loads(index.to_json())
+    rel = next(iter(big))
+    doc["files"][rel]["blocks"] = doc["files"][rel]["blocks"][:-1]
+    with pytest.raises(Exception, match="block digests where its size makes"):
+        store.RemoteIndex.from_json(json.dumps(doc).encode(), "idx")
+
+
+def test_an_old_push_without_block_digests_is_refused_then_push_rewrites_the_index(
+    local: Any, tmp_path: Path
+) -> None:
+    fs = fsspec.filesystem("memory")
+    path = "/bucket/ds/z/" + store.INDEX_FILE
+    doc = json.loads(fs.cat_file(path))
+    for entry in doc["files"].values():
+        entry.pop("blocks", None)
+    doc.pop("block_bytes")
+    fs.pipe_file(path, json.dumps(doc).encode())
+    with pytest.raises(RemoteNotReadableError, match="per-block digests") as err:
+        open_dataset(URL, cache=tmp_path / "c", cache_limit=LIMIT)
+    assert "rlds push" in err.value.hint
+    assert open_dataset(URL, cache=tmp_path / "whole").num_steps  # without a limit: whole files
+    result = push("z", URL)  # same version: only the index is written again
+    assert result.up_to_date
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=LIMIT)
+    assert_same(z.gather(np.arange(20)), local.gather(np.arange(20)))
+
+
+# --------------------------------------------------------------------------- reads and limits
+
+
+def test_reads_match_the_local_dataset_and_stay_under_the_limit(local: Any, tmp_path: Path) -> None:
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=LIMIT)
+    assert isinstance(z, RemoteDataset) and z._files.blocks is not None
+    assert not z.column("pixels")._reader.source.whole_files
+    read_everything(local, z)
+    assert z._files.blocks.used_bytes() <= LIMIT
+    assert block_bytes(tmp_path / "c") <= LIMIT
+    assert [p.name for p in (tmp_path / "c").iterdir() if p.is_dir()] == ["blocks"], "no whole-file mirror"
+
+
+def test_a_second_reader_is_served_from_the_blocks(local: Any, tmp_path: Path) -> None:
+    rows = np.arange(0, 60)
+    first = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    first.gather(rows)
+    again = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    assert_same(again.gather(rows), local.gather(rows))
+    assert again.requests == 0  # the small files (episode index, zarr metadata) are blocks too
+
+
+def test_a_pickled_dataset_keeps_its_bounded_cache(local: Any, tmp_path: Path) -> None:
+    """What a DataLoader worker gets: the same folder, the same limit, the same blocks."""
+    import pickle
+
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit="40KiB")
+    z.gather(np.arange(10))
+    copy = pickle.loads(pickle.dumps(z))
+    assert copy._files.blocks is not None and copy._files.blocks.limit == 40 * 1024
+    assert copy._files.blocks.root == z._files.blocks.root
+    assert_same(copy.gather(np.arange(10)), local.gather(np.arange(10)))
+    assert copy.requests == 0
+
+
+def test_size_settings_are_parsed_once_and_errors_name_them(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SettingError, match="cache_limit='lots'"):
+        open_dataset(URL, cache=tmp_path / "c", cache_limit="lots")
+    with pytest.raises(SettingError, match="none is given"):
+        open_dataset(URL, cache_limit="1G")
+    with pytest.raises(SettingError, match="less than one cache block"):
+        open_dataset(URL, cache=tmp_path / "c", cache_limit=100)
+    monkeypatch.setenv("RLDS_REMOTE_CACHE", str(tmp_path / "env"))
+    monkeypatch.setenv("RLDS_REMOTE_CACHE_LIMIT", "-3")
+    with pytest.raises(SettingError, match="RLDS_REMOTE_CACHE_LIMIT"):
+        open_dataset(URL)
+    monkeypatch.setenv("RLDS_REMOTE_CACHE_LIMIT", "48KiB")
+    z = open_dataset(URL)
+    assert z._files.blocks is not None and z._files.blocks.limit == 48 * 1024
+
+
+def test_a_read_larger_than_the_limit_is_one_clear_error(local: Any, tmp_path: Path) -> None:
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=2 * BLOCK)
+    with pytest.raises(RemoteCacheFullError, match="one read needs") as err:
+        z.gather(np.arange(z.num_steps))
+    assert "cache_limit" in err.value.hint
+    assert block_bytes(tmp_path / "c") <= 2 * BLOCK
+    assert not list((tmp_path / "c").rglob("*.part.*"))
+
+
+def test_a_flipped_byte_in_a_cached_block_is_reported_then_gc_removes_it(local: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    rows = np.arange(0, 40)
+    open_dataset(URL, cache=cache, cache_limit=64 * BLOCK).gather(rows)
+    victim = max((p for p in (cache / "blocks").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    z = open_dataset(URL, cache=cache, cache_limit=64 * BLOCK)
+    with pytest.raises(CorruptDatasetError, match="remote cache block") as err:
+        for key in z.manifest.fields:
+            np.asarray(z.column(key)[rows])
+    assert str(victim) in err.value.message and "rlds gc --remote-cache" in err.value.hint
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["remote_cache"]["damaged"] == [str(victim)] and victim.exists()
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["remote_cache"]
+    assert report["damaged"] == [str(victim)] and not victim.exists()
+    z = open_dataset(URL, cache=cache, cache_limit=64 * BLOCK)
+    assert_same(z.gather(rows), local.gather(rows))  # fetched again, checked
+    assert (
+        json.loads(runner.invoke(app, ["gc", "--remote-cache", str(cache), "--json"]).stdout)["remote_cache"][
+            "damaged"
+        ]
+        == []
+    )
+
+
+def test_bytes_of_the_store_that_differ_from_the_push_are_refused(local: Any, tmp_path: Path) -> None:
+    fs = fsspec.filesystem("memory")
+    rel = next(r for r, e in open_dataset(URL)._files.index.files.items() if e.blocks)
+    path = f"/bucket/ds/z/{rel}"
+    data = bytearray(fs.cat_file(path))
+    data[5] ^= 0xFF
+    fs.pipe_file(path, bytes(data))
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    with pytest.raises(CorruptDatasetError, match="differs from the file pushed: block 0"):
+        z.gather(np.arange(z.num_steps))
+    assert not list((tmp_path / "c").rglob("*.part.*"))
+    again = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    with pytest.raises(CorruptDatasetError, match="differs from the file pushed: block 0"):
+        again.gather(np.arange(again.num_steps))  # nothing unchecked entered: asked again, refused
+
+
+# --------------------------------------------------------------------------- kills and processes
+
+
+#: A limit below the dataset's 15 blocks (pixels: one chunk of 9 blocks): reads evict.
+SMALL = 10 * BLOCK
+
+
+def _read_all(cache: str) -> None:
+    z = open_dataset(URL, cache=cache, cache_limit=SMALL)
+    for start in range(0, z.num_steps, 40):
+        z.gather(np.arange(start, min(z.num_steps, start + 40)))
+
+
+def test_a_kill_at_every_step_never_leaves_the_cache_over_its_limit(local: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    _read_all(str(cache))  # a full cache: the reads below evict
+    steps = count_steps(lambda: _read_all(str(cache)))
+    assert steps > 5
+    for k in range(1, steps + 1, max(1, steps // 25)):
+        kill_at(lambda: _read_all(str(cache)), k)
+        assert block_bytes(cache) <= SMALL, f"over the limit after a kill at step {k}"
+    z = open_dataset(URL, cache=cache, cache_limit=SMALL)
+    for start in range(0, z.num_steps, 40):  # a dead reader's reservations are reclaimed, reads go on
+        rows = np.arange(start, min(z.num_steps, start + 40))
+        assert_same(z.gather(rows), local.gather(rows))
+    assert block_bytes(cache) <= SMALL and z._files.blocks.used_bytes() <= SMALL
+    report = block_cache.gc_blocks(cache)
+    assert report.damaged == [] and report.bytes <= SMALL
+
+
+def _reader(cache: str, seed: int, out: Any) -> None:
+    z = open_dataset(URL, cache=cache, cache_limit=LIMIT)
+    rng = np.random.default_rng(seed)
+    for _ in range(15):
+        start = int(rng.integers(0, z.num_steps - 30))
+        z.gather(np.arange(start, start + 30))
+    out.put(z.bytes_fetched)
+
+
+def test_processes_sharing_a_cache_stay_under_the_limit_sampled(local: Any, tmp_path: Path) -> None:
+    cache = str(tmp_path / "c")
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_reader, args=(cache, seed, out)) for seed in range(3)]
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(block_bytes(Path(cache)))
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    stop.set()
+    sampler.join()
+    assert all(p.exitcode == 0 for p in procs)
+    assert len(samples) > 10 and max(samples) <= LIMIT, max(samples)
+
+
+def _same_rows(cache: str, out: Any) -> None:
+    z = open_dataset(URL, cache=cache, cache_limit=256 * BLOCK)
+    z.gather(np.arange(z.num_steps))
+    out.put(z.bytes_fetched)
+
+
+def test_one_download_of_a_block_per_node(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = RemoteFiles.fetch
+
+    def slow(self: Any, *args: Any) -> Any:
+        time.sleep(0.05)  # the store's latency: the others arrive while a fetch is under way
+        return real(self, *args)
+
+    monkeypatch.setattr(RemoteFiles, "fetch", slow)
+    cache = str(tmp_path / "c")
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_same_rows, args=(cache, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    fetched = [out.get(timeout=5) for _ in procs]
+    report = block_cache.gc_blocks(cache)
+    assert sum(fetched) == report.bytes, (fetched, report.bytes)  # each block came once
+
+
+# --------------------------------------------------------------------------- reads planned ahead
+
+
+@pytest.mark.parametrize("sampler", ["epoch", "uniform", "slice"])
+def test_read_ahead_keeps_state_dict_exact(local: Any, tmp_path: Path, sampler: str) -> None:
+    from rlds_cli import Loader
+
+    options: dict[str, Any] = {"slice_len": 4} if sampler == "slice" else {}
+
+    def make(read_ahead: int) -> Any:
+        return Loader(URL, 16, sampler=sampler, seed=5, in_memory=False, cache=tmp_path / "c",
+                      cache_limit=256 * BLOCK, read_ahead=read_ahead, epochs=None, **options)  # fmt: skip
+
+    plain = make(0)
+    expected = [plain.sample() for _ in range(10)]
+    ahead = make(3)
+    assert type(ahead.sampler).__name__ == "ReadAhead"
+    got = [ahead.sample() for _ in range(5)]
+    state = ahead.state_dict()
+    got += [ahead.sample() for _ in range(5)]
+    for a, b in zip(expected, got, strict=True):
+        assert_same(a, b)
+    again = make(3)
+    again.load_state_dict(state)
+    for a, b in zip(expected[5:], [again.sample() for _ in range(5)], strict=True):
+        assert_same(a, b)
+
+
+def test_a_batch_s_blocks_are_there_before_it_is_gathered(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli import Loader
+
+    gather_fetches: list[int] = []
+    in_flight = [0, 0]  # now, most
+    real = RemoteFiles.fetch
+
+    def watched(self: Any, rels: Any, starts: Any, ends: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            gather_fetches.append(len(rels))
+        size = sum(e - s for s, e in zip(starts, ends, strict=True))
+        in_flight[0] += size
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        try:
+            time.sleep(0.01)
+            return real(self, rels, starts, ends)
+        finally:
+            in_flight[0] -= size
+
+    monkeypatch.setattr(RemoteFiles, "fetch", watched)
+    loader = Loader(URL, 16, sampler="epoch", seed=2, in_memory=False, cache=tmp_path / "c",
+                    cache_limit=64 * BLOCK, read_ahead=2, shuffle=False)  # fmt: skip
+    batches = iter(loader)
+    next(batches)  # the first batch: nothing was planned before it
+    gather_fetches.clear()
+    count = 1
+    for _ in batches:
+        count += 1
+        time.sleep(0.05)  # the training step, during which the next batches' blocks arrive
+    assert count == loader.batches_per_epoch and count > 5
+    assert gather_fetches == [], "every block was fetched ahead"
+    assert in_flight[1] <= block_cache.FETCH_WINDOW
+    blocks = loader.dataset._files.blocks
+    assert 0 < blocks._held <= blocks.limit // 2  # the next epoch's first draws, pinned ahead
+    loader.close()
+    assert blocks._held == 0 and blocks._held_refs == {}
+    with blocks._ledger() as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
+
+
+def test_read_ahead_on_a_local_dataset_changes_nothing(local: Any) -> None:
+    from rlds_cli import Loader
+
+    loader = Loader("m", 8, sampler="epoch", seed=1, read_ahead=4)
+    assert loader.read_ahead == 0 and type(loader.sampler).__name__ == "EpochSampler"
+    with pytest.raises(ValueError, match="read_ahead"):
+        Loader("m", 8, read_ahead=-1)
+
+
+def test_gc_reclaims_a_dead_reader_s_reservation(local: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    rel_part: list[str] = []
+
+    def killed_mid_fetch() -> None:
+        real = os.replace
+
+        def dying(src: Any, dst: Any) -> None:
+            if str(src).endswith(f".part.{os.getpid()}"):
+                rel_part.append(str(src))
+                os._exit(137)
+            real(src, dst)
+
+        os.replace = dying  # type: ignore[assignment]
+        _read_all(str(cache))
+
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=killed_mid_fetch)
+    p.start()
+    p.join(60)
+    assert p.exitcode == 137
+    parts = list((cache / "blocks").rglob("*.part.*"))
+    assert parts and block_bytes(cache) <= SMALL
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--json"])
+    assert result.exit_code == 0, result.output
+    reclaimed = json.loads(result.stdout)["remote_cache"]["reclaimed"]
+    assert reclaimed and not list((cache / "blocks").rglob("*.part.*"))
+
+
+# --------------------------------------------------------------------------- frames, S3
+
+
+def test_a_frame_column_is_read_through_blocks(isolated_cache: Path, tmp_path: Path) -> None:
+    """A frame column is one big file (``<key>@frames``): blocks of it, never the whole file."""
+    from tests.frames_fixtures import build_frames
+
+    pixels = build_frames(isolated_cache, "f", [40, 20, 50], "png", backend="zarr")
+    push("f", URL)
+    index = open_dataset(URL)._files.index
+    frames = index.files["arrays/pixels@frames"]
+    assert frames.blocks is not None and len(frames.blocks) > 3
+    limit = 3 * BLOCK + frames.size // 2  # less than the frame file
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    for start in range(0, len(pixels), 7):
+        rows = np.arange(start, min(len(pixels), start + 7))
+        np.testing.assert_array_equal(z.column("pixels")[rows], pixels[rows])
+        assert block_bytes(tmp_path / "c") <= limit
+    assert z.bytes_fetched >= frames.size  # every frame came once, in blocks
+
+
+def test_s3_reads_through_the_block_cache_with_read_ahead(s3: Any, tmp_path: Path) -> None:  # noqa: F811
+    from rlds_cli import Loader
+
+    build("m", "memmap", LENGTHS)
+    build("z", "zarr", LENGTHS)
+    url = f"s3://{s3.bucket}/rlds/z"
+    push("z", url)
+    want = [b for b in Loader("m", 32, sampler="epoch", seed=5, in_memory=False)]
+    loader = Loader(url, 32, sampler="epoch", seed=5, in_memory=False, cache=tmp_path / "c",
+                    cache_limit=LIMIT, read_ahead=3)  # fmt: skip
+    got = [b for b in loader]
+    for a, b in zip(got, want, strict=True):
+        assert_same(a, b)
+    assert block_bytes(tmp_path / "c") <= LIMIT
+    loader.close()
