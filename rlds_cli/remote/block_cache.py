@@ -60,6 +60,11 @@ WAIT_SECONDS = 120.0
 #: Seconds between two looks at the ledger while waiting.
 POLL_SECONDS = 0.01
 
+#: The ledger's write-ahead log is checkpointed every this many pages and truncated to
+#: :data:`LEDGER_LOG_BYTES` (the ledger, beside the blocks, stays small: ~100 bytes a block).
+LEDGER_CHECKPOINT_PAGES = 64
+LEDGER_LOG_BYTES = 512 * 1024
+
 BLOCKS_DIR = "blocks"
 LEDGER_FILE = "blocks.db"
 LOCK_FILE = "blocks.lock"
@@ -172,6 +177,9 @@ class BlockCache:
                                              check_same_thread=False)  # fmt: skip
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
+                # the ledger sits beside the blocks, outside the limit: keep its log small
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={LEDGER_CHECKPOINT_PAGES}")
+                self._conn.execute(f"PRAGMA journal_size_limit={LEDGER_LOG_BYTES}")
                 for statement in _SCHEMA:
                     self._conn.execute(statement)
                 self._file_lock = FileLock(self.root / LOCK_FILE)
@@ -220,18 +228,72 @@ class BlockCache:
         """Bytes ``[start, end)`` of each file, from cached blocks (the missing ones fetched
         first, together, and checked against the push).
 
+        A read whose blocks pass half the limit (a large batch of frames in a small cache) is
+        served in passes of at most that many bytes of blocks, each pass's blocks pinned only
+        while its pieces are read: any read fits any limit of a block or more.
+
         Raises:
-            RemoteCacheFullError: One read needs more than the limit, or other readers hold every
-                block past :data:`WAIT_SECONDS`.
+            RemoteCacheFullError: Other readers hold every block past :data:`WAIT_SECONDS`.
             CorruptDatasetError: A cached block fails its checksum (names it), or the store's
                 bytes differ from the push.
         """
         blocks = self._blocks_of(source, rels, starts, ends)
+        budget = max(source.block_bytes, self.limit // 2)
+        if sum(b.size for b in blocks.values()) > budget:
+            return self._read_in_passes(source, blocks, budget, rels, starts, ends)
         self.ensure(source, list(blocks.values()))
         try:
             return self._slices(blocks, source.block_bytes, rels, starts, ends)
         finally:
             self._unpin(list(blocks))
+
+    def _read_in_passes(
+        self,
+        source: BlockSource,
+        blocks: dict[str, _Block],
+        budget: int,
+        rels: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+    ) -> list[bytes]:
+        """:meth:`read_ranges` of a read larger than ``budget`` bytes of blocks: the blocks in
+        file order, in passes of at most ``budget`` bytes; each range's pieces joined at the end."""
+        bb = source.block_bytes
+        ordered = sorted(blocks.values(), key=lambda b: (b.rel, b.index))
+        passes: list[list[_Block]] = [[]]
+        total = 0
+        for b in ordered:
+            if passes[-1] and total + b.size > budget:
+                passes.append([])
+                total = 0
+            passes[-1].append(b)
+            total += b.size
+        pass_of = {(b.rel, b.index): k for k, group in enumerate(passes) for b in group}
+        # each range cut at block edges: (pass, range, piece start, piece end)
+        cuts: list[tuple[int, int, int, int]] = []
+        for k, (rel, start, end) in enumerate(zip(rels, starts, ends, strict=True)):
+            start, end = int(start), int(end)
+            for index in range(start // bb, (end - 1) // bb + 1) if end > start else ():
+                lo, hi = max(start, index * bb), min(end, (index + 1) * bb)
+                cuts.append((pass_of[(rel, index)], k, lo, hi))
+        pieces: list[list[bytes]] = [[] for _ in rels]
+        cuts.sort()
+        at = 0
+        for k, group in enumerate(passes):
+            mine = {b.name: b for b in group}
+            todo: list[tuple[int, int, int]] = []
+            while at < len(cuts) and cuts[at][0] == k:
+                todo.append(cuts[at][1:])
+                at += 1
+            self.ensure(source, group)
+            try:
+                got = self._slices(mine, bb, [rels[r] for r, _, _ in todo], [lo for _, lo, _ in todo],
+                                   [hi for _, _, hi in todo])  # fmt: skip
+            finally:
+                self._unpin(list(mine))
+            for (r, _, _), data in zip(todo, got, strict=True):
+                pieces[r].append(data)  # passes run in file order: a range's pieces come in order
+        return [p[0] if len(p) == 1 else b"".join(p) for p in pieces]
 
     def prefetch(self, source: BlockSource, rels: Sequence[str], starts: Sequence[int],
                  ends: Sequence[int]) -> BlockHold | None:  # fmt: skip

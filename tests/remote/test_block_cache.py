@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError, SettingError
+from rlds_cli.errors import CorruptDatasetError, SettingError
 from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
@@ -154,12 +154,32 @@ def test_size_settings_are_parsed_once_and_errors_name_them(
     assert z._files.blocks is not None and z._files.blocks.limit == 48 * 1024
 
 
-def test_a_read_larger_than_the_limit_is_one_clear_error(local: Any, tmp_path: Path) -> None:
+def test_a_read_larger_than_the_limit_is_served_in_passes(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose blocks pass half the limit (a whole dataset through a 2-block cache) comes in
+    passes of at most half the limit, each pinned only while read: the same rows, never more
+    on disk than the limit, nothing left half-written."""
+    from rlds_cli.remote import block_cache
+
     z = open_dataset(URL, cache=tmp_path / "c", cache_limit=2 * BLOCK)
-    with pytest.raises(RemoteCacheFullError, match="one read needs") as err:
-        z.gather(np.arange(z.num_steps))
-    assert "cache_limit" in err.value.hint
+    assert z._files.blocks is not None
+    cache = z._files.blocks
+    pinned: list[int] = []
+    ensure = block_cache.BlockCache.ensure
+
+    def counting(self: Any, source: Any, blocks: list[Any]) -> int:
+        pinned.append(sum(b.size for b in blocks))
+        assert block_bytes(tmp_path / "c") <= 2 * BLOCK
+        return ensure(self, source, blocks)
+
+    monkeypatch.setattr(block_cache.BlockCache, "ensure", counting)
+    rows = np.arange(z.num_steps)
+    assert_same(z.gather(rows), local.gather(rows))
+    assert_same(z.gather(rows[::-1]), local.gather(rows[::-1]))
+    assert len(pinned) > 2 and max(pinned) <= max(BLOCK, cache.limit // 2)
     assert block_bytes(tmp_path / "c") <= 2 * BLOCK
+    assert cache.used_bytes() <= 2 * BLOCK
     assert not list((tmp_path / "c").rglob("*.part.*"))
 
 
