@@ -10,7 +10,10 @@ installs both where it can)."""
 from __future__ import annotations
 
 import base64
+import os
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,19 +31,60 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARGS = ["--no-sandbox", "--headless=new", "--disable-gpu", "--no-zygote"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+#: Seconds Playwright's driver (a node process) gets to start and launch Chromium.
+START_SECONDS = 90
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
+    # one driver and one browser at a time: they are the heaviest processes of the suite
+    pytest.mark.xdist_group("browser"),
+]
+
+
+def _kill_drivers() -> None:
+    """SIGKILL this process's Playwright driver children (a start that hangs then fails)."""
+    me = str(os.getpid())
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if stat.rsplit(")", 1)[-1].split()[1] == me and b"run-driver" in cmdline:
+            os.kill(int(entry.name), signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the module, closed whatever happens."""
+    """One headless Chromium for the module, closed whatever happens. A driver that has not
+    started Chromium within START_SECONDS is killed, so the start fails instead of hanging the
+    suite (node's driver was once seen spinning forever at start under a loaded suite; libuv's
+    io_uring is turned off for it, the usual cure)."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    started = threading.Event()
+
+    def watchdog() -> None:
+        if not started.wait(START_SECONDS):
+            _kill_drivers()
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("UV_USE_IO_URING", "0")  # inherited by the driver
         try:
-            yield chromium
-        finally:
+            manager = sync_api.sync_playwright()
+            p = manager.__enter__()
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        except Exception as exc:
+            started.set()
+            pytest.fail(f"Playwright's driver or Chromium did not start within {START_SECONDS} s: {exc}")
+    started.set()
+    try:
+        yield chromium
+    finally:
+        try:
             chromium.close()
+        finally:
+            manager.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
