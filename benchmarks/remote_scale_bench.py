@@ -28,7 +28,8 @@ steps of ``pixels``, ``state``, ``action``, ``next/reward`` (every frame decoded
 file cache (``open_dataset(url, cache=DIR)``: whole files, no limit), and with the bounded cache
 (``cache=DIR, cache_limit=...``, with ``read_ahead`` and the ``blocks`` sampler where the installed
 rlds has them; the blocks sampler's ``shuffle_window`` spans as many steps as Mosaic's shuffle
-block, in 4 blocks); Mosaic on S3 with the same cache limit (``shuffle_block_size``: ``--block-fraction`` of
+block in blocks of about 8 MiB of stored frames); Mosaic on S3 with the same cache limit
+(``shuffle_block_size``: ``--block-fraction`` of
 the steps the cache holds), and on a local copy of its shards; ``mosaic-default`` (only when
 named): Mosaic with its default shuffle block. ``--repeats`` rounds, the cases in turn. The disk
 use of each case's cache folder is sampled every 50 ms while it runs.
@@ -75,7 +76,6 @@ MDS_URL = f"s3://{BUCKET}/mds/frames"
 #: Goals of issue 42: bounded cache over the pulled copy; rlds over Mosaic.
 LOCAL_GOAL, MOSAIC_GOAL = 0.8, 1.0
 #: Blocks of the rlds blocks sampler's shuffle window.
-WINDOW_BLOCKS = 4
 HEAD = ["case", "batches", "batches/s", "frames/s", "first batch s", "requests", "MB fetched", "max cache MB"]
 CASES = ("local", "ranged", "filecache", "bounded", "mosaic", "mosaic-local")
 #: Run only when named: Mosaic with its default shuffle block (its cache thrashes: Mosaic #339).
@@ -305,13 +305,14 @@ def rlds_loader(spec: dict[str, Any]) -> Any:
 
 
 def blocks_options(spec: dict[str, Any]) -> dict[str, int]:
-    """The blocks sampler's window: as many steps as Mosaic's shuffle block (``--block-fraction``
-    of the steps the cache holds: the same randomness budget on both sides), in
-    :data:`WINDOW_BLOCKS` blocks (``block_rows`` at least the sampler's least, 64). Its default
-    blocks follow the widest column's storage (here one file of frames, no chunks): a batch would
-    then spread over far more of the cache's blocks than the limit holds."""
-    rows = max(64, spec["shuffle_block"] // WINDOW_BLOCKS)
-    return {"block_rows": rows, "shuffle_window": WINDOW_BLOCKS}
+    """The blocks sampler's window: its blocks are its default ones (about 8 MiB of stored
+    frames each, one block of the remote cache), and the window holds as many of them as cover
+    Mosaic's shuffle block (``--block-fraction`` of the steps the cache holds: the same
+    randomness budget on both sides), at least one."""
+    from rlds_cli.loader.block_shuffle import DEFAULT_BLOCK_BYTES
+
+    rows = max(64, DEFAULT_BLOCK_BYTES // max(1, int(spec["frame_bytes"])))
+    return {"shuffle_window": max(1, round(spec["shuffle_block"] / rows))}
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -612,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                     "sampler": sampler, "features": features, "seconds": run.seconds,
                     "workers": run.args.workers, "read_ahead": run.args.read_ahead,
                     "mds": str(work / "mds"), "shuffle_block": shuffle_block,
+                    "frame_bytes": facts["frame_kb"] * 1e3,
                 }  # fmt: skip
                 _log(f"[{rep + 1}/{run.repeats}] case {case}")
                 rounds[case].append(run_case(spec, store, env_for(store.link)))

@@ -57,15 +57,21 @@ DEFAULT_SHUFFLE_WINDOW = 16
 def storage_block_rows(dataset: Any) -> int:
     """The rows of a block that suits ``dataset``'s storage: the rows of one chunk (a shard's,
     for a sharded zarr array) of its widest stored column, else about
-    :data:`DEFAULT_BLOCK_BYTES` of that column's rows."""
+    :data:`DEFAULT_BLOCK_BYTES` of that column's rows as stored (a frame column's image files:
+    a block then spans about one block of a remote cache)."""
     fields = dataset.stored_fields
     if not fields:
         return BLOCK_ROWS_BOUNDS[1]
     key = max(fields, key=lambda k: fields[k].row_bytes)
-    chunk = int(getattr(dataset.column(key), "chunk_rows", 0) or 0)
+    column = dataset.column(key)
+    chunk = int(getattr(column, "chunk_rows", 0) or 0)
     if chunk > 1:
         return chunk
-    rows = DEFAULT_BLOCK_BYTES // max(1, fields[key].row_bytes)
+    row_bytes = fields[key].row_bytes
+    stored = getattr(column, "ends", None)
+    if stored is not None and len(stored):  # a frame column: its rows as stored (JPEG...), not decoded
+        row_bytes = int(stored[-1]) // len(stored)
+    rows = DEFAULT_BLOCK_BYTES // max(1, row_bytes)
     return int(np.clip(rows, *BLOCK_ROWS_BOUNDS))
 
 

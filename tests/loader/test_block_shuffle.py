@@ -197,3 +197,22 @@ def test_torch_dataset_adapter_refuses_the_block_order(ted_dataset: Any) -> None
 
     with pytest.raises(ValueError, match=r"Loader\(\.\.\., sampler='blocks'\)"):
         TedIterableDataset(ted_dataset([10, 10]), 4, shuffle="blocks", seed=0)
+
+
+def test_default_rows_of_a_frame_column_follow_its_stored_bytes() -> None:
+    """A frame column (one file of image files, no chunks) sizes its blocks by the bytes its rows
+    take as stored, not decoded: a block then spans about one remote cache block."""
+    from types import SimpleNamespace
+
+    from rlds_cli.loader.block_shuffle import DEFAULT_BLOCK_BYTES
+
+    rows = 5000
+    ends = np.cumsum(np.full(rows, 22_000, np.int64))  # JPEGs of 22 KB for 224x224x3 frames
+    column = SimpleNamespace(chunk_rows=None, ends=ends)
+    ds = SimpleNamespace(
+        stored_fields={"pixels": SimpleNamespace(row_bytes=224 * 224 * 3), "a": SimpleNamespace(row_bytes=8)},
+        column=lambda key: column,
+    )
+    assert storage_block_rows(ds) == DEFAULT_BLOCK_BYTES // 22_000
+    column.ends = None  # decoded rows: fewer per block
+    assert storage_block_rows(ds) == max(64, DEFAULT_BLOCK_BYTES // (224 * 224 * 3))
