@@ -259,15 +259,7 @@ class BlockCache:
         """:meth:`read_ranges` of a read larger than ``budget`` bytes of blocks: the blocks in
         file order, in passes of at most ``budget`` bytes; each range's pieces joined at the end."""
         bb = source.block_bytes
-        ordered = sorted(blocks.values(), key=lambda b: (b.rel, b.index))
-        passes: list[list[_Block]] = [[]]
-        total = 0
-        for b in ordered:
-            if passes[-1] and total + b.size > budget:
-                passes.append([])
-                total = 0
-            passes[-1].append(b)
-            total += b.size
+        passes = _windows(sorted(blocks.values(), key=lambda b: (b.rel, b.index)), budget)
         pass_of = {(b.rel, b.index): k for k, group in enumerate(passes) for b in group}
         # each range cut at block edges: (pass, range, piece start, piece end)
         cuts: list[tuple[int, int, int, int]] = []
@@ -579,12 +571,12 @@ def _pin(db: sqlite3.Connection, name: str, pid: int) -> None:
     )
 
 
-def _windows(blocks: list[_Block]) -> list[list[_Block]]:
-    """``blocks`` cut into runs of at most :data:`FETCH_WINDOW` bytes."""
+def _windows(blocks: list[_Block], most: int = FETCH_WINDOW) -> list[list[_Block]]:
+    """``blocks`` cut into runs of at most ``most`` bytes (a block larger alone is one run)."""
     out: list[list[_Block]] = [[]]
     total = 0
     for b in blocks:
-        if out[-1] and total + b.size > FETCH_WINDOW:
+        if out[-1] and total + b.size > most:
             out.append([])
             total = 0
         out[-1].append(b)
