@@ -11,8 +11,9 @@ keep``); 7-dim actions, 14-dim states and a reward per step.
 * **Page.** :func:`rlds_cli.inspection.viewer.write_episode_page` writes the page (audit
   included: one pass over the dataset); its wall time, the page's bytes and the frames' stored
   bytes.
-* **Open.** Headless Chromium (``/usr/bin/chromium`` through Playwright) opens the file; times
-  from ``goto`` to ``<html data-ready="true">`` (the first frames of every camera shown, the
+* **Open.** Headless Chromium (``/usr/bin/chromium``, driven by
+  ``rlds_cli.testing.headless_chromium``) opens the file; times from ``goto`` to
+  ``<html data-ready="true">`` (the first frames of every camera shown, the
   plots drawn), to ``DOMContentLoaded`` (the whole file read) and to the last step's frames shown
   after a seek there. Best of ``--repeats`` fresh browsers.
 * **rerun.** Where rerun-sdk is installed, :func:`rlds_cli.inspection.viewer_rerun.write_rerun`
@@ -37,7 +38,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import camera_frames
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--headless=new", "--disable-gpu", "--no-zygote"]
 BLOCK = 1200
 
 
@@ -83,33 +83,26 @@ def build(root: Path, steps: int, cameras: int) -> None:
 
 
 def open_times(page: Path, last_step: int) -> tuple[float, float, float]:
-    """Seconds from ``goto`` to ready, to DOMContentLoaded, and to the last step's frames."""
-    from playwright.sync_api import sync_playwright
+    """Seconds from the navigation to ready, to DOMContentLoaded, and to the last step's frames."""
+    from rlds_cli.testing.headless_chromium import Chromium
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            tab.on("pageerror", lambda e: errors.append(str(e)))
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            start = time.perf_counter()
-            tab.goto(page.as_uri(), wait_until="commit", timeout=600_000)
-            tab.wait_for_selector("html[data-ready=true]", state="attached", timeout=600_000)
-            ready = time.perf_counter() - start
-            tab.wait_for_load_state("domcontentloaded", timeout=600_000)
-            parsed = time.perf_counter() - start
-            tab.evaluate(f"rldsViewer.seek({last_step})")
-            tab.wait_for_function(
-                "[...document.querySelectorAll('#cams img')].every(i => i.dataset.step.endsWith(':'"
-                f" + {last_step}) && i.complete && i.naturalWidth > 0)",
-                timeout=600_000,
-            )
-            end = time.perf_counter() - start
-            if errors:
-                raise RuntimeError(f"the page logged errors: {errors[:3]}")
-        finally:
-            browser.close()
+    with Chromium(CHROMIUM, timeout=600) as browser:
+        tab = browser.new_tab(1280, 900)
+        start = time.perf_counter()
+        tab.goto(page.as_uri())
+        tab.wait_for("document.querySelector('html[data-ready=true]') !== null", timeout=600)
+        ready = time.perf_counter() - start
+        tab.wait_for("document.readyState !== 'loading'", timeout=600)
+        parsed = time.perf_counter() - start
+        tab.evaluate(f"rldsViewer.seek({last_step})")
+        tab.wait_for(
+            "[...document.querySelectorAll('#cams img')].every(i => i.dataset.step.endsWith(':'"
+            f" + {last_step}) && i.complete && i.naturalWidth > 0)",
+            timeout=600,
+        )
+        end = time.perf_counter() - start
+        if tab.errors:
+            raise RuntimeError(f"the page logged errors: {tab.errors[:3]}")
     return ready, parsed, end
 
 

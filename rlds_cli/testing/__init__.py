@@ -12,7 +12,9 @@ One module per plug point, each a base class to subclass in a ``test_*.py`` file
 * :mod:`rlds_cli.testing.executor`: ``ExecutorContract`` (a ``rlds preprocess`` executor).
 
 Beside them, :mod:`rlds_cli.testing.slow_link`: ``Link``, a slow link to a local object store
-(per-request latency, a bandwidth cap) for tests and benchmarks of remote reads.
+(per-request latency, a bandwidth cap) for tests and benchmarks of remote reads, and
+:mod:`rlds_cli.testing.headless_chromium`: ``Chromium``, a headless Chromium driven over the
+DevTools protocol on a pipe, for tests and benchmarks of ``rlds show`` pages.
 
 These modules import pytest, so nothing else in rlds imports them (``tests/meta/test_layering.py``
 holds that): ``rlds --help`` and the read path never load pytest. This ``__init__`` imports
