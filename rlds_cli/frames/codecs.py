@@ -192,6 +192,29 @@ def decode_into(data: Any, fmt: FrameFormat, out: np.ndarray) -> None:
 def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndarray) -> None:
     import simplejpeg
 
+    _check_jpeg_header(data, height, width, channels)
+    simplejpeg.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB", buffer=out.reshape(-1))
+
+
+def check_jpeg_header(data: Any, fmt: FrameFormat) -> None:
+    """Check that one JPEG file's header says a frame of ``fmt`` (size, gray or colour) without
+    decoding it: what every decoder of frames checks before it allocates.
+
+    Raises:
+        FrameError: Not a JPEG, a damaged header, or another size or channel count.
+    """
+    try:
+        _check_jpeg_header(data, *fmt.image_shape)
+    except FrameError:
+        raise
+    except Exception as exc:  # simplejpeg's own errors on a damaged header
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FrameError(f"a damaged jpeg frame: {reason}") from exc
+
+
+def _check_jpeg_header(data: Any, height: int, width: int, channels: int) -> None:
+    import simplejpeg
+
     if sniff(data) != "jpeg":
         raise FrameError("not a JPEG image (its first bytes are not a JPEG's)")
     got_h, got_w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
@@ -201,7 +224,6 @@ def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndar
         raise FrameError(f"a {colorspace} JPEG image (frames are gray or RGB)")
     if (colorspace == "Gray") != (channels == 1):
         raise FrameError(f"a {colorspace} JPEG image where the column holds {channels}-channel frames")
-    simplejpeg.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB", buffer=out.reshape(-1))
 
 
 #: The JPEG colour spaces of frames (a CMYK or YCCK JPEG has no one RGB reading: Pillow keeps

@@ -21,12 +21,15 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.reader import stored_keys
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.elastic import check_ranks_field, in_step
 from rlds_cli.loader.factory import make_sampler
+from rlds_cli.loader.image_transforms import ImageTransform
 from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.options import check_counts, check_source_options
@@ -101,6 +104,12 @@ class Loader:
         prefetch: Batches prepared ahead by a background thread (0: none).
         pin_memory: Pin host batches before the copy to a CUDA ``device`` (``None``: when the
             device is CUDA).
+        decode: Where JPEG camera frames are decoded: ``"host"`` on the CPU's threads
+            (libjpeg-turbo), ``"device"`` on the CUDA ``device`` (nvJPEG through torchvision,
+            see :mod:`rlds_cli.frames.device_decode`; a ``ValueError`` says why where it cannot),
+            ``"auto"`` (default) on the device where it can: a CUDA ``device``, torchvision
+            installed, JPEG frames, ``in_memory`` not ``"device"`` and no transform but the image
+            transforms (the others read numpy arrays on the host).
         transform: A callable (or a list, applied in order) on each numpy
             :class:`~rlds_cli.cache.ted.TedBatch` before conversion; objects with a
             ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`);
@@ -155,6 +164,7 @@ class Loader:
         pack: bool = True,
         prefetch: int = 0,
         pin_memory: bool | None = None,
+        decode: str = "auto",
         transform: Transform | Sequence[Transform] | None = None,
         as_tensordict: bool = False,
         float_dtype: FloatDtype = None,
@@ -220,6 +230,8 @@ class Loader:
         check_loader_batch(self, given, sampler, sampler_options)  # before anything is allocated
         self._host: HostSource | None = None
         self._device_source: DeviceSource | None = None
+        #: stored frame keys decoded on the device (their batches' values arrive as EncodedRows)
+        self._device_decoded = self._plan_decode(decode, given)
         self._pack = pack
         self.source: IndexedSource | HostSource | DeviceSource
         self._gather: Callable[[Any], TedBatch]
@@ -266,12 +278,49 @@ class Loader:
         (``HostSource.gather`` dispatches on its layout per call)."""
         f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
         keys = self._unclaimed(self.keys)
-        host = HostSource(dataset, keys, in_memory=bool(self.in_memory), pack=self._pack, float32=f32)
+        host = HostSource(
+            dataset, keys, in_memory=bool(self.in_memory), pack=self._pack, float32=f32,
+            device_decoded=self._device_decoded,
+        )  # fmt: skip
         self._host, self.source, self.num_steps = host, host, dataset.num_steps
         self._gather = host.gather_function()
         if self.in_memory == "device":
             self.source = self._device_source = DeviceSource(host, self.device or torch.device("cpu"))
             self._gather = self._device_source.gather
+
+    def _plan_decode(self, decode: str, given: IndexedSource | None) -> frozenset[str]:
+        """The stored frame keys decoded on the device (see ``decode`` in the class docs)."""
+        if decode not in ("auto", "host", "device"):
+            raise ValueError(f"decode must be 'auto', 'host' or 'device', not {decode!r}")
+        if decode == "host" or (decode == "auto" and (self.device is None or self.device.type != "cuda")):
+            return frozenset()
+        if given is not None or self.dataset is None:
+            if decode == "device":
+                raise ValueError("decode='device' decodes a dataset's frame columns, not a source of rows")
+            return frozenset()
+        fields = self.dataset.stored_fields
+        read = resolve_keys(self.dataset, self._unclaimed(self.keys))
+        frames = {
+            k: f
+            for k in sorted(stored_keys(self.dataset.manifest.fields, read))
+            if (f := fields[k].frame_format)
+        }
+        problems: list[str | None] = [
+            f"transform {t!r} reads numpy arrays on the host"
+            for t in self.transforms
+            if not isinstance(t, ImageTransform)
+        ]
+        problems += [device_decode_problem(self.device, fmt) for fmt in frames.values()]
+        if not frames:
+            problems.append(f"dataset {self.dataset.name!r} has no frame columns among the keys read")
+        if self.in_memory == "device":
+            problems.append("in_memory='device' holds the frames decoded on the device already")
+        problem = next((p for p in problems if p), None)
+        if problem is not None:
+            if decode == "device":
+                raise ValueError(f"cannot decode frames on the device: {problem}")
+            return frozenset()
+        return frozenset(frames)
 
     def _follow(self, dataset: Any, change: ViewChange) -> None:
         """Move to a new view of a growing dataset: the transforms bound to it again (the first
@@ -383,6 +432,10 @@ class Loader:
             indices, extras = self._indices()
             end = self._epoch_done is not None and self._epoch_done()
         batch = self._gather(indices)
+        if self._device_decoded:
+            for key, value in batch.items():
+                if type(value) is EncodedRows:
+                    batch[key] = value.to_device(self.device)
         if self._write_index:
             batch["index"] = indices
         if self._device_source is not None:

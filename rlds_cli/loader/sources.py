@@ -34,6 +34,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.reader import Episodes, TedReader, stored_keys
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.frames.device_decode import DeviceFrames
 
 #: How often, at most, a loader reading memory maps checks that its dataset was not replaced
 #: (see :meth:`HostSource.gather_function`): a replacement takes far longer than this.
@@ -102,6 +103,9 @@ class HostSource:
         reuse_buffers: Gather large outputs (256 KiB or more: image keys, big batches) into
             arrays reused once nothing references them any more, so batches do not page-fault
             (see :mod:`rlds_cli.cache.buffers`). A batch that is kept is never overwritten.
+        device_decoded: Stored JPEG frame keys read undecoded for a device: a gather gives their
+            rows as :class:`~rlds_cli.frames.device_decode.EncodedRows` (the loader decodes them
+            on its device).
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class HostSource:
         pack: bool = True,
         float32: bool = False,
         reuse_buffers: bool = True,
+        device_decoded: frozenset[str] = frozenset(),
     ) -> None:
         if dataset.num_steps == 0:  # a growing dataset before its first commit
             raise ValueError(
@@ -126,6 +131,7 @@ class HostSource:
         # next/done last, so that it reuses the flags when those are read too
         self._order = sorted(self.keys, key=lambda k: k == "next/done")
         self.in_memory = bool(in_memory)
+        self._device_decoded = device_decoded
         fields = dataset.manifest.fields
         stored = stored_keys(fields, self.keys)
         packs = stored if self.in_memory and pack else set()
@@ -213,7 +219,8 @@ class HostSource:
             # frames are never decoded whole: in RAM, a column's stored bytes (a view's or a growing
             # dataset's frames stay read from their files)
             loaded = getattr(column, "loaded", None)
-            return loaded() if self.in_memory and loaded is not None else column
+            column = loaded() if self.in_memory and loaded is not None else column
+            return DeviceFrames(column) if key in self._device_decoded else column
         return np.asarray(column) if self.in_memory else column
 
     def _table_dtype(self) -> Any:
