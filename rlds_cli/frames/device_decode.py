@@ -168,5 +168,5 @@ class DeviceFrames:
                     f"frame {int(distinct[i])} of {self.label} ({column.path}) is damaged: {exc.message}",
                     hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
                 ) from None
-            data[offsets[i] : offsets[i + 1]] = frame
+            data[offsets[i] : offsets[i + 1]] = np.frombuffer(frame, np.uint8)  # a view, bytes or a map
         return EncodedRows(data, offsets, distinct, inverse.reshape(rows.shape), rows.shape, column)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.frames.device_decode import DeviceFrames, EncodedRows
@@ -97,6 +98,26 @@ def test_rows_carry_their_stored_files(root: Path) -> None:
         assert stored == bytes(column.frame_bytes(row))
 
 
+class _FetchesBytes(FramesColumn):
+    """A frame column whose fetch hands out ``bytes`` (as a remote column's ranged reads do)."""
+
+    def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
+        views = super().fetch(first_byte, end_byte)
+        return lambda i: bytes(views(i))
+
+
+def test_rows_fetched_as_bytes_carry_their_files_too(root: Path) -> None:
+    column = open_dataset("rgb", root).column("pixels")
+    remote_like = _FetchesBytes(column.path, column.ends, column.format, "rgb/pixels")
+    rows = np.array([4, 1, 4])
+    encoded = DeviceFrames(remote_like)[rows]
+    for i, row in enumerate(rows.tolist()):
+        j = int(encoded.inverse[i])
+        assert encoded.data[encoded.offsets[j] : encoded.offsets[j + 1]].tobytes() == bytes(
+            column.frame_bytes(row)
+        )
+
+
 def test_a_forged_header_is_refused_before_decoding(root: Path, tmp_path: Path) -> None:
     column = open_dataset("rgb", root).column("pixels")
     first = bytes(column.frame_bytes(5))
@@ -105,7 +126,6 @@ def test_a_forged_header_is_refused_before_decoding(root: Path, tmp_path: Path) 
     forged[sof + 5 : sof + 7] = (40000).to_bytes(2, "big")  # a 40000-row frame: a decompression bomb
     data = np.frombuffer(bytes(forged), np.uint8)
     ends = np.array([len(data)], np.int64)
-    from rlds_cli.cache.backends.frames import FramesColumn
 
     bad = FramesColumn(tmp_path / "x.frames", ends, column.format, "bomb/pixels", data=data)
     with pytest.raises(CorruptDatasetError, match=r"frame 0 of bomb/pixels .*40000x64 JPEG image"):
@@ -205,7 +225,6 @@ def test_a_damaged_frame_on_the_device_is_named(root: Path, tmp_path: Path) -> N
     damaged = good[: len(good) // 2] + bytes(len(good) - len(good) // 2)  # the scan data zeroed
     data = np.frombuffer(good + damaged, np.uint8)
     ends = np.array([len(good), len(good) + len(damaged)], np.int64)
-    from rlds_cli.cache.backends.frames import FramesColumn
 
     bad = FramesColumn(tmp_path / "x.frames", ends, column.format, "bad/pixels", data=data)
     encoded = DeviceFrames(bad)[np.array([0, 1])]
