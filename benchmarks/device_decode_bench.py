@@ -80,8 +80,9 @@ def measure(root: Path, batch: int, seconds: float, rounds: int) -> dict[str, An
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg
 
+    from rlds_cli._util.cpus import usable_cpus
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.frames.threads import _threads, decode_many
+    from rlds_cli.frames.threads import decode_many
     from rlds_cli.loader import Loader
 
     ds = open_dataset("jpeg", root)
@@ -124,7 +125,7 @@ def measure(root: Path, batch: int, seconds: float, rounds: int) -> dict[str, An
     return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "host_threads": _threads()[1],
+        "host_threads": usable_cpus(),
         "batch": batch,
         "frame_bytes_mean": float(np.mean([len(f) for f in files])),
         "batches_per_s": med,

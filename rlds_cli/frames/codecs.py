@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import FrameError
+from rlds_cli.errors import CorruptDatasetError, FrameError
 
 #: The codecs a frame column may be stored in. ``raw`` (not here) is a plain array column.
 CODECS = ("jpeg", "png", "webp")
@@ -267,6 +267,15 @@ def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int
         else:
             target[:, :, :3] = pixels
             target[:, :, 3] = 255
+
+
+def damaged_frame(row: int, label: str, path: Any, problem: str) -> CorruptDatasetError:
+    """The error for stored frame ``row`` of column ``label`` (file ``path``) that does not
+    decode as its column says (``problem``: the codec's or the header check's words)."""
+    return CorruptDatasetError(
+        f"frame {row} of {label} ({path}) is damaged: {problem}",
+        hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
+    )
 
 
 def decode(data: Any, fmt: FrameFormat) -> np.ndarray:

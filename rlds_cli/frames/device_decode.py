@@ -14,9 +14,22 @@ Guarantees, as on the host:
   to another size than the column's (a damaged or forged header, a decompression bomb) is a
   :class:`~rlds_cli.errors.CorruptDatasetError` naming the row, before anything is allocated on
   the device;
-* a frame that fails to decode on the device is decoded again on the host to name it: the
-  same error as the host path gives;
-* each distinct row is decoded once (a batch's repeats and a FrameStack's overlaps are copies).
+* a file that does not end with JPEG's end-of-image marker (cut short, its scan zeroed) is
+  decoded on the host first, strictly: nvJPEG fills what it cannot read without an error (seen on
+  an H200 with torchvision 0.26), where libjpeg-turbo refuses it. Damage inside a complete file
+  may still decode differently on the two; the digests of ``rlds verify`` / ``inspect --check``
+  find any changed byte;
+* a decode that fails on the device is done again on the host: a damaged frame is then the
+  same error as the host path gives, naming the row; where every frame decodes on the host
+  (the device failed: out of memory, a driver error), the device's own error is raised as it is;
+* each distinct row of a batch is decoded once (its repeats are copies);
+* the decode waits for the work already queued on the device's current stream (nvJPEG's batched
+  decode writes its outputs outside that stream's order: memory a queued kernel still reads
+  could otherwise be overwritten).
+
+Only a plain stored frame column (:class:`~rlds_cli.cache.backends.frames.FramesColumn`, local or
+remote) is read for the device; the frames of views, merges and growing datasets of several
+segments decode on the host.
 
 The pixels are nvJPEG's: its inverse DCT and chroma upsampling may differ from libjpeg-turbo's
 (the host decoder) by a few levels; the shape, dtype and layout are the same. torch and
@@ -25,14 +38,18 @@ torchvision are imported only when a batch is decoded.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
 from rlds_cli.errors import CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import FrameFormat, check_jpeg_header
+from rlds_cli.frames.codecs import FrameFormat, check_jpeg_header, damaged_frame, decode_into
 
 __all__ = ["DeviceFrames", "EncodedRows", "device_decode_problem"]
+
+#: The first torchvision whose ``decode_jpeg`` takes a list of files and a CUDA device.
+MIN_TORCHVISION = (0, 19)
 
 
 def device_decode_problem(device: Any, fmt: FrameFormat) -> str | None:
@@ -43,9 +60,16 @@ def device_decode_problem(device: Any, fmt: FrameFormat) -> str | None:
     if fmt.codec != "jpeg":
         return f"only JPEG frames decode on the device (nvJPEG), these are {fmt.codec}"
     try:
+        import torchvision
         from torchvision.io import decode_jpeg  # noqa: F401
     except Exception as exc:  # ImportError, or a torchvision built for another torch
         return f"decoding on the device needs torchvision (pip install torchvision): {exc}"
+    version = tuple(int(p) for p in re.findall(r"\d+", torchvision.__version__)[:2])
+    if version < MIN_TORCHVISION:
+        return (
+            f"decoding on the device needs torchvision >= {'.'.join(map(str, MIN_TORCHVISION))} "
+            f"(batched nvJPEG), not {torchvision.__version__}"
+        )
     return None
 
 
@@ -90,14 +114,23 @@ class EncodedRows:
             return torch.empty((*self.shape, *fmt.shape), dtype=torch.uint8, device=device)
         files = list(torch.from_numpy(self.data).split(np.diff(self.offsets).tolist()))  # views
         mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
+        if torch.device(device).type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # see the module docstring
         try:
             images = decode_jpeg(files, mode=mode, device=device)
-        except RuntimeError:
-            self._name_the_bad_frame()
+        except torch.OutOfMemoryError:
             raise
+        except RuntimeError:
+            self._decode_on_the_host()  # raises the host's error for a damaged frame
+            raise  # every frame decodes on the host: the device's own failure
         decoded = torch.stack(images)  # (n, C, H, W)
         if tuple(decoded.shape[1:]) != (channels, height, width):  # headers were checked: never
-            self._name_the_bad_frame()
+            self._decode_on_the_host()
+            raise CorruptDatasetError(
+                f"frames {self.rows[:4].tolist()} ... of {self.column.label} decoded on the device "
+                f"(nvJPEG) to {tuple(decoded.shape[1:])} (C, H, W), not {(channels, height, width)}",
+                hint="decode on the host: Loader(..., decode='host')",
+            )
         if len(fmt.shape) == 2:
             decoded = decoded[:, 0]
         elif not fmt.channels_first:
@@ -105,16 +138,11 @@ class EncodedRows:
         index = torch.from_numpy(self.inverse.reshape(-1)).to(device, non_blocking=True)
         return decoded.index_select(0, index).reshape(*self.shape, *fmt.shape)
 
-    def _name_the_bad_frame(self) -> None:
-        """Decode the distinct rows on the host to raise the host path's error for the first
-        frame that fails; raise a plain one if they all decode there."""
+    def _decode_on_the_host(self) -> None:
+        """Decode the distinct rows on the host: raises the host path's
+        :class:`~rlds_cli.errors.CorruptDatasetError` for the first frame that is damaged."""
         out = np.empty((len(self.rows), *self.format.shape), np.uint8)
         self.column.read_into(self.rows, out)
-        raise CorruptDatasetError(
-            f"frames {self.rows[:4].tolist()}... of {self.column.label} decode on the host but not "
-            "on the device (nvJPEG)",
-            hint="decode on the host: Loader(..., decode='host')",
-        )
 
 
 class DeviceFrames:
@@ -161,12 +189,15 @@ class DeviceFrames:
         fmt = self.format
         for i in range(len(distinct)):
             frame = stored(i)
+            raw = np.frombuffer(frame, np.uint8)  # a view, bytes or a map
             try:
                 check_jpeg_header(frame, fmt)
+                if len(raw) < 2 or raw[-2] != 0xFF or raw[-1] != 0xD9:
+                    # no end-of-image marker last: nvJPEG fills a cut or zeroed scan without a
+                    # word where libjpeg-turbo refuses it, so such a file is decoded on the host
+                    # (strict) once; one the host reads (trailing bytes) goes to the device
+                    decode_into(frame, fmt, np.empty(fmt.shape, np.uint8))
             except FrameError as exc:
-                raise CorruptDatasetError(
-                    f"frame {int(distinct[i])} of {self.label} ({column.path}) is damaged: {exc.message}",
-                    hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
-                ) from None
-            data[offsets[i] : offsets[i + 1]] = np.frombuffer(frame, np.uint8)  # a view, bytes or a map
+                raise damaged_frame(int(distinct[i]), self.label, column.path, exc.message) from None
+            data[offsets[i] : offsets[i + 1]] = raw
         return EncodedRows(data, offsets, distinct, inverse.reshape(rows.shape), rows.shape, column)

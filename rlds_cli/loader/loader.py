@@ -298,18 +298,20 @@ class Loader:
             if decode == "device":
                 raise ValueError("decode='device' decodes a dataset's frame columns, not a source of rows")
             return frozenset()
-        fields = self.dataset.stored_fields
-        read = resolve_keys(self.dataset, self._unclaimed(self.keys))
-        frames = {
-            k: f
-            for k in sorted(stored_keys(self.dataset.manifest.fields, read))
-            if (f := fields[k].frame_format)
-        }
+        # the transforms first: only image transforms may run on device frames, and they claim
+        # no keys (a FrameStack's claim copies frames: it must not run for this question)
         problems: list[str | None] = [
             f"transform {t!r} reads numpy arrays on the host"
             for t in self.transforms
             if not isinstance(t, ImageTransform)
         ]
+        fields = self.dataset.stored_fields
+        read = resolve_keys(self.dataset, self.keys) if not problems else []
+        frames = {
+            k: f
+            for k in sorted(stored_keys(self.dataset.manifest.fields, read))
+            if (f := fields[k].frame_format)
+        }
         problems += [device_decode_problem(self.device, fmt) for fmt in frames.values()]
         if not frames:
             problems.append(f"dataset {self.dataset.name!r} has no frame columns among the keys read")

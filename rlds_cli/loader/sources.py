@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import reader
+from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.manifest import FieldSpec
@@ -220,7 +221,10 @@ class HostSource:
             # dataset's frames stay read from their files)
             loaded = getattr(column, "loaded", None)
             column = loaded() if self.in_memory and loaded is not None else column
-            return DeviceFrames(column) if key in self._device_decoded else column
+            # a plain stored column only: a view's or a merge's rows are not the stored rows
+            # (their frames decode on the host)
+            device = key in self._device_decoded and isinstance(column, FramesColumn)
+            return DeviceFrames(column) if device else column
         return np.asarray(column) if self.in_memory else column
 
     def _table_dtype(self) -> Any:

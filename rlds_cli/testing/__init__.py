@@ -16,7 +16,7 @@ Beside them, :mod:`rlds_cli.testing.slow_link`: ``Link``, a slow link to a local
 :mod:`rlds_cli.testing.headless_chromium`: ``Chromium``, a headless Chromium driven over the
 DevTools protocol on a pipe, for tests and benchmarks of ``rlds show`` pages.
 
-These modules import pytest, so nothing else in rlds imports them (``tests/meta/test_layering.py``
-holds that): ``rlds --help`` and the read path never load pytest. This ``__init__`` imports
-nothing.
+The contract modules import pytest (``slow_link`` and ``headless_chromium`` do not), and nothing
+else in rlds imports any of these (``tests/meta/test_layering.py`` holds that): ``rlds --help``
+and the read path never load pytest. This ``__init__`` imports nothing.
 """

@@ -107,7 +107,8 @@ class Chromium:
                 close_fds=False,
                 start_new_session=True,  # its own group: close() kills every helper process
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._log.close()
             self._remove_profile()
             raise ChromiumError(f"cannot start {executable}: {exc}") from exc
         finally:
@@ -118,6 +119,8 @@ class Chromium:
         self._tabs: dict[str, Tab] = {}
         self._next_id = 0
         self._dead: str | None = None
+        self._abandoned: set[int] = set()  # commands whose reply came too late: dropped
+        self._closed = False
         self._reader = threading.Thread(target=self._read, name="chromium-pipe", daemon=True)
         self._reader.start()
         try:
@@ -129,28 +132,32 @@ class Chromium:
     # -- the pipe -------------------------------------------------------------------------
     def _read(self) -> None:
         buffer = b""
+        reason = "the pipe from chromium failed"
         try:
             while True:
                 chunk = os.read(self._from_browser, 1 << 16)
                 if not chunk:
+                    reason = f"chromium closed its pipe (exit code {self._process.poll()}){self._log_tail()}"
                     break
                 buffer += chunk
                 *messages, buffer = buffer.split(b"\0")
                 for raw in messages:
                     self._dispatch(json.loads(raw))
-        except (OSError, ValueError) as exc:
-            reason = f"the pipe from chromium failed: {exc}"
-        else:
-            reason = f"chromium closed its pipe (exit code {self._process.poll()}){self._log_tail()}"
-        with self._lock:
-            self._dead = reason
-            self._lock.notify_all()
+        except Exception as exc:  # whatever stops the reader fails every wait at once
+            reason = f"the pipe from chromium failed: {type(exc).__name__}: {exc}"
+        finally:
+            with self._lock:
+                self._dead = reason
+                self._lock.notify_all()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "id" in message:
             with self._lock:
-                self._replies[message["id"]] = message
-                self._lock.notify_all()
+                if message["id"] in self._abandoned:
+                    self._abandoned.discard(message["id"])
+                else:
+                    self._replies[message["id"]] = message
+                    self._lock.notify_all()
             return
         tab = self._tabs.get(message.get("sessionId", ""))
         if tab is not None:
@@ -178,14 +185,16 @@ class Chromium:
             os.write(self._to_browser, json.dumps(message).encode() + b"\0")
         except OSError as exc:
             raise ChromiumError(f"cannot send {method} to chromium: {exc}") from exc
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         with self._lock:
             while ident not in self._replies:
                 left = deadline - time.monotonic()
                 if self._dead:
                     raise ChromiumError(f"{method}: {self._dead}")
                 if left <= 0:
-                    raise ChromiumError(f"{method}: no reply from chromium in {self.timeout:g} s")
+                    self._abandoned.add(ident)
+                    raise ChromiumError(f"{method}: no reply from chromium in {limit:g} s")
                 self._lock.wait(left)
             reply = self._replies.pop(ident)
         if "error" in reply:
@@ -219,15 +228,22 @@ class Chromium:
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
-        """Ask Chromium to close, then kill its process group and remove its profile."""
+        """Ask Chromium to close, then kill its process group, wait for the reader thread to end,
+        close the pipes and remove the profile (a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._process.poll() is None and not self._dead:
             with contextlib.suppress(ChromiumError):
-                self.send("Browser.close", timeout=5)
+                self.send("Browser.close", timeout=min(5.0, self.timeout))
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(5)
+            self._process.wait(min(5.0, self.timeout))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
+        # every write end is closed now (the group is dead): the reader sees the end of the
+        # pipe and stops, before its descriptor number can be given to anything else
+        self._reader.join(10)
         for fd in (self._to_browser, self._from_browser):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -296,7 +312,7 @@ class Tab:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                value = self.evaluate(expression, timeout=timeout)
+                value = self.evaluate(expression, timeout=max(0.1, deadline - time.monotonic()))
             except ChromiumError as exc:
                 # the document was replaced between two polls (a navigation): poll the new one
                 if "context was destroyed" not in str(exc) and "Cannot find context" not in str(exc):

@@ -3,7 +3,8 @@
 Everywhere: a device batch's rows carry the stored files of their distinct rows (bytes for bytes),
 a forged header is a CorruptDatasetError naming the row before anything is decoded, ``decode``'s
 refusals say why, and ``"auto"`` stays on the host off CUDA. The layout logic of the device path
-(gray, RGB, channels first, repeated rows, ``next/`` keys) runs on the CPU with torchvision's
+(gray, RGB, channels first, repeated rows, ``next/`` keys, views and growing datasets, whose
+frames stay on the host) runs on the CPU with torchvision's
 ``decode_jpeg`` stood in by the host decoder, so batches must equal the host path's exactly.
 Where CUDA and torchvision exist (the GPU machine), the real nvJPEG path is checked against the
 host decoder: same shapes and dtypes, pixels within a few levels.
@@ -33,7 +34,7 @@ from rlds_cli.loader.transforms import FrameStack
 from tests.frames_fixtures import build_frames
 
 LENGTHS = [6, 2, 9, 1, 5]
-SHAPES = {"rgb": (48, 64, 3), "gray": (48, 64)}
+SHAPES = {"rgb": (48, 64, 3), "gray": (48, 64), "chw": (3, 48, 64)}
 
 
 def _cuda_decode() -> bool:
@@ -187,6 +188,40 @@ def test_device_batches_equal_the_hosts(
             np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
 
 
+def test_views_and_growing_datasets_decode_on_the_host(
+    root: Path, host_decoder_as_torchvision: None, tmp_path: Path
+) -> None:
+    kw: dict[str, Any] = {"batch_size": 8, "seed": 4, "episodes": [0, 2, 4]}
+    host = Loader("rgb", root=root, decode="host", **kw)
+    dev = Loader("rgb", root=root, device="cpu", decode="device", **kw)
+    for a, b in itertools.islice(zip(host, dev, strict=False), 2):
+        np.testing.assert_array_equal(b["pixels"].numpy(), a["pixels"].numpy())
+    from rlds_cli import DatasetWriter
+    from tests.frames_fixtures import frame_rows
+
+    with DatasetWriter("g", root=tmp_path, frames="jpeg", grace_seconds=0) as writer:
+        for i, length in enumerate([5, 3, 7]):
+            frames = frame_rows(length + 1, (48, 64, 3), 10 * i)
+            done = np.zeros(length, bool)
+            done[-1] = True
+            writer.add_episode(
+                {
+                    "observation": frames[:-1],
+                    "next/observation": frames[1:],
+                    "action": np.zeros((length, 1), np.float32),
+                    "next/reward": np.ones(length, np.float32),
+                    "next/terminated": np.zeros(length, bool),
+                    "next/truncated": done,
+                }
+            )
+            writer.flush()  # a segment each: the column is a concatenation of three
+    host = Loader("g", root=tmp_path, decode="host", batch_size=8, seed=1, refresh=1)
+    dev = Loader("g", root=tmp_path, device="cpu", decode="device", batch_size=8, seed=1, refresh=1)
+    for a, b in itertools.islice(zip(host, dev, strict=False), 2):
+        np.testing.assert_array_equal(b["observation"].numpy(), a["observation"].numpy())
+        np.testing.assert_array_equal(b["next/observation"].numpy(), a["next/observation"].numpy())
+
+
 def test_image_transforms_run_on_device_frames(root: Path, host_decoder_as_torchvision: None) -> None:
     kw: dict[str, Any] = {"batch_size": 8, "seed": 2}
     host = Loader("rgb", root=root, decode="host", transform=RandomShift(4, seed=1), **kw)
@@ -218,19 +253,21 @@ def test_nvjpeg_batches_match_the_host_decoder(root: Path, name: str) -> None:
                 assert torch.equal(b[key].cpu(), a[key]), key
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and torchvision (nvJPEG)")
-def test_a_damaged_frame_on_the_device_is_named(root: Path, tmp_path: Path) -> None:
+def test_a_file_without_its_end_marker_is_refused_as_the_host_refuses_it(root: Path, tmp_path: Path) -> None:
+    # nvJPEG decodes a zeroed scan without an error (seen on an H200): such a file never reaches it
     column = open_dataset("rgb", root).column("pixels")
     good = bytes(column.frame_bytes(0))
-    damaged = good[: len(good) // 2] + bytes(len(good) - len(good) // 2)  # the scan data zeroed
+    damaged = good[: len(good) // 2] + bytes(len(good) - len(good) // 2)  # the scan's second half zeroed
     data = np.frombuffer(good + damaged, np.uint8)
     ends = np.array([len(good), len(good) + len(damaged)], np.int64)
-
     bad = FramesColumn(tmp_path / "x.frames", ends, column.format, "bad/pixels", data=data)
-    encoded = DeviceFrames(bad)[np.array([0, 1])]
-    try:
-        out = encoded.to_device("cuda")
-    except CorruptDatasetError as exc:
-        assert "bad/pixels" in str(exc)
-    else:  # nvJPEG, like libjpeg-turbo, may fill what it cannot read: the host decodes it too
-        assert tuple(out.shape) == (2, 48, 64, 3)
+    with pytest.raises(CorruptDatasetError, match=r"frame 1 of bad/pixels .*damaged"):
+        bad[np.array([0, 1])]  # the host path
+    with pytest.raises(CorruptDatasetError, match=r"frame 1 of bad/pixels .*damaged"):
+        DeviceFrames(bad)[np.array([0, 1])]
+    trailing = good + b"\x00" * 7  # bytes after the end marker: libjpeg-turbo reads it, so may nvJPEG
+    data = np.frombuffer(good + trailing, np.uint8)
+    ends = np.array([len(good), 2 * len(good) + 7], np.int64)
+    padded = FramesColumn(tmp_path / "y.frames", ends, column.format, "padded/pixels", data=data)
+    encoded = DeviceFrames(padded)[np.array([1, 0])]
+    assert encoded.data[encoded.offsets[1] :].tobytes() == trailing

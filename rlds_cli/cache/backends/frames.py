@@ -27,7 +27,7 @@ import numpy as np
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat
+from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, damaged_frame
 from rlds_cli.frames.encoded import EncodedFrames
 from rlds_cli.frames.modes import FramesMode
 from rlds_cli.frames.threads import decode_many, encode_many
@@ -353,10 +353,8 @@ class FramesColumn:
         try:
             decode_many(stored, len(distinct), self.format, frames, first.tolist())
         except FrameError as exc:
-            row = int(distinct[getattr(exc, "index", 0)])
-            raise CorruptDatasetError(
-                f"frame {row} of {self.label} ({self.path}) is damaged: {exc.message}",
-                hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
+            raise damaged_frame(
+                int(distinct[getattr(exc, "index", 0)]), self.label, self.path, exc.message
             ) from None
         if len(distinct) != len(flat):
             source = first[inverse.reshape(-1)]
