@@ -15,14 +15,16 @@ sorts the replies by id and the events by tab. Guarantees:
   uncaught exceptions, error log entries and any request for something else than ``file:`` or
   ``data:`` URLs (a page meant to work offline asks for nothing else).
 
-Playwright's node driver did all this before; it was seen spinning at 100% CPU forever at start
-in a loaded test run, so the suite now talks to Chromium itself. Nothing here imports pytest.
+Playwright's node driver did this before; the suite hung with it twice. A later hang with this
+driver showed the cause: Chromium's own threads at real-time priority (see
+:func:`_no_priority_raise`), which this driver no longer lets it take. Nothing here imports pytest.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -87,6 +89,7 @@ class Chromium:
         def pipes_to_3_and_4() -> None:
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
+            _no_priority_raise()
 
         try:
             self._process = subprocess.Popen(
@@ -399,6 +402,22 @@ def _element(selector: str) -> str:
     """JavaScript for the first element matching ``selector``, throwing when there is none."""
     quoted = json.dumps(selector)
     return f"(document.querySelector({quoted}) ?? (() => {{ throw new Error('no element ' + {quoted}); }})())"
+
+
+#: ``prctl`` option and Linux capability numbers (linux/prctl.h, linux/capability.h).
+_PR_CAPBSET_DROP = 24
+_CAP_SYS_NICE = 23
+
+
+def _no_priority_raise() -> None:
+    """In the child before exec: drop ``CAP_SYS_NICE`` from the capability bounding set, so that
+    Chromium schedules its threads as an unprivileged user's. Run as root it gives some threads
+    real-time priority; two of them were seen spinning at SCHED_FIFO 99 on a 2-core machine,
+    starving every other process (load 117) so that no timeout of ours could fire and not even
+    SIGKILL was delivered. Where the drop is refused (no CAP_SETPCAP: not root), nothing is lost:
+    such a user cannot raise priorities anyway."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_CAPBSET_DROP, _CAP_SYS_NICE, 0, 0, 0)
 
 
 def _exception_text(details: dict[str, Any]) -> str:
