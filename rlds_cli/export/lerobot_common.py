@@ -5,7 +5,11 @@ schema metadata. The rules are written out in ``docs/formats.md`` ("Export to Le
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -80,16 +84,36 @@ def as_list(value: np.ndarray) -> Any:
     return np.asarray(value).tolist()
 
 
+@contextmanager
+def scheduling_kept() -> Iterator[None]:
+    """Run the body, then put the calling thread's scheduling policy back as it was: SVT-AV1
+    (libsvtav1) moves the thread that drives it to SCHED_FIFO when run as root (seen: a 5-frame
+    encode left a process real-time), which would leave a user's training process, and everything
+    it starts later, at real-time priority. (Lowering one's own policy is always allowed.)"""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, policy, param)
+
+
 class Camera:
-    """One camera's mp4: every episode's frames, back to back, encoded as they come."""
+    """One camera's mp4: every episode's frames, back to back, encoded as they come (the
+    caller's scheduling policy kept: :func:`scheduling_kept`)."""
 
     def __init__(self, av: Any, path: Path, shape: tuple[int, ...], layout: str, fps: int) -> None:
         self.av = av
         self.layout = layout
         height, width = (shape[1], shape[2]) if layout == "CHW" else (shape[0], shape[1])
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.container = av.open(str(path), "w")
-        self.stream = self.container.add_stream("libsvtav1", rate=fps)
+        with scheduling_kept():
+            self.container = av.open(str(path), "w")
+            self.stream = self.container.add_stream("libsvtav1", rate=fps)
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
         self.stream.codec_context.gop_size = 2
@@ -100,6 +124,10 @@ class Camera:
     def add_episode(self, column: Any, start: int, length: int) -> tuple[float, float]:
         """Encode the frames ``column[start : start + length]`` (one episode, read
         :data:`FRAME_CHUNK` at a time); its (from_timestamp, to_timestamp)."""
+        with scheduling_kept():
+            return self._add_episode(column, start, length)
+
+    def _add_episode(self, column: Any, start: int, length: int) -> tuple[float, float]:
         first = self.frames
         for lo in range(start, start + length, FRAME_CHUNK):
             for image in np.asarray(column[lo : min(lo + FRAME_CHUNK, start + length)]):
@@ -114,9 +142,10 @@ class Camera:
         return float(first * self.time_base), float(self.frames * self.time_base)
 
     def close(self) -> None:
-        for packet in self.stream.encode():
-            self.container.mux(packet)
-        self.container.close()
+        with scheduling_kept():
+            for packet in self.stream.encode():
+                self.container.mux(packet)
+            self.container.close()
 
 
 @dataclass

@@ -89,6 +89,9 @@ class Chromium:
         def pipes_to_3_and_4() -> None:
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
+            # a real-time policy the caller was left with (SVT-AV1 sets it on its caller, as
+            # root) must not pass to Chromium: its threads then spun at SCHED_FIFO 99
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             _no_priority_raise()
 
         try:

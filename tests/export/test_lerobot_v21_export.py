@@ -5,6 +5,7 @@ derived from the fixture (:func:`tests.lerobot_fixtures.v21_tree`) and converted
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,11 @@ def tiny(isolated_cache: Path, tmp_path: Path) -> Path:
 
 def test_export_writes_the_v21_layout_and_round_trips(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "exported"
+    policy = os.sched_getscheduler(0)
     result = runner.invoke(app, ["export", "tiny", str(out), "--to", "lerobot", "--lerobot-version", "2.1"])
     assert result.exit_code == 0, result.output
+    # SVT-AV1 moves its calling thread to SCHED_FIFO when run as root: the export puts it back
+    assert os.sched_getscheduler(0) == policy
     assert _files(out) == sorted([*_files(tiny), "meta/episodes_stats.jsonl"])
     info, want = _info(out), _info(tiny)
     assert info["features"] == want["features"]
