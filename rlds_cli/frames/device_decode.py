@@ -94,9 +94,6 @@ class EncodedRows:
         fmt: FrameFormat = self.column.format
         return fmt
 
-    def __len__(self) -> int:
-        return self.shape[0] if self.shape else 1
-
     def to_device(self, device: Any) -> Any:
         """The batch's frames as a ``uint8`` tensor on ``device`` (``shape + format.shape``),
         decoded there with nvJPEG.

@@ -11,7 +11,6 @@ can)."""
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,10 +29,6 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
-    # opt-in until Chromium's real-time threads are tamed for good: run as root it gave threads
-    # SCHED_FIFO priority that spun and starved a loaded suite (see headless_chromium); the
-    # capability drop kept them off in every run but one full suite. RLDS_BROWSER_TESTS=1 runs them
-    pytest.mark.skipif(os.environ.get("RLDS_BROWSER_TESTS") != "1", reason="set RLDS_BROWSER_TESTS=1"),
     # meant to keep the browsers on one worker; pytest 9.2 with xdist 3.8 does not honour it
     # (a module's tests were seen on both workers), and two browsers at once are fine
     pytest.mark.xdist_group("browser"),

@@ -19,10 +19,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
-    # opt-in until Chromium's real-time threads are tamed for good: run as root it gave threads
-    # SCHED_FIFO priority that spun and starved a loaded suite (see headless_chromium); the
-    # capability drop kept them off in every run but one full suite. RLDS_BROWSER_TESTS=1 runs them
-    pytest.mark.skipif(os.environ.get("RLDS_BROWSER_TESTS") != "1", reason="set RLDS_BROWSER_TESTS=1"),
     pytest.mark.xdist_group("browser"),  # not honoured by pytest 9.2 + xdist 3.8: harmless
 ]
 
