@@ -106,10 +106,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file's bytes (``hashlib.file_digest`` releases the GIL while hashing)."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+def sha256_file(path: str | os.PathLike[str], stop: threading.Event | None = None) -> str:
+    """Hex sha256 of a file's bytes (hashlib releases the GIL while hashing).
+
+    Raises:
+        InterruptedError: ``stop`` was set (by another thread) before the whole file was read.
+    """
+    with open(path, "rb", buffering=0) as fh:
+        if stop is None:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+        view = memoryview(buffer)
+        while size := fh.readinto(buffer):
+            if stop.is_set():
+                raise InterruptedError(f"the hash of {path} was stopped")
+            digest.update(view[:size])
+        return digest.hexdigest()
 
 
 def check_disk(directory: Path, needed: int, what: str) -> None:

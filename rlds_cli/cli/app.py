@@ -91,6 +91,7 @@ app.command("downsample")(downsample)
 def main() -> None:
     """Console entry point: stdout that cannot show every character replaces it instead of
     failing, and warnings and log records are one line each, without a source location."""
+    import gc
     import os
     import warnings
 
@@ -103,7 +104,13 @@ def main() -> None:
     output.protect_streams()
     warnings.showwarning = output.format_warning
     output.configure_logging(0)
-    app()
+    try:
+        app()
+    finally:
+        # the interpreter's shutdown collects over every object the imports made, several times
+        # (~80 ms of a 1.1 s `rlds download` measured); frozen, they are skipped. Files are closed
+        # (and datasets published) by the commands' own code, never left to that collection.
+        gc.freeze()
 
 
 if __name__ == "__main__":

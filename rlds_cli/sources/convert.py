@@ -14,9 +14,10 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from rlds_cli.frames.encoded import block_rows
 from rlds_cli.frames.modes import FramesMode
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -82,21 +84,41 @@ def _as_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
     return paths
 
 
-def _hash_files(files: list[Path], root: Path) -> list[dict[str, Any]]:
-    """sha256 and size of every file (threads: hashlib releases the GIL on large reads)."""
+def _hash_files(
+    files: list[Path], root: Path, known: dict[Path, Future[str]], stop: threading.Event
+) -> list[dict[str, Any]]:
+    """sha256 and size of every file (threads: hashlib releases the GIL on large reads); a file
+    of ``known`` takes the digest already under way there."""
     from concurrent.futures import ThreadPoolExecutor
+
+    def digest(f: Path) -> str:
+        return known[f].result() if f in known else sha256_file(f, stop)
 
     workers = min(len(files), os.cpu_count() or 1)
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
-            digests = list(pool.map(sha256_file, files))
+            digests = list(pool.map(digest, files))
     else:
-        digests = [sha256_file(f) for f in files]
+        digests = [digest(f) for f in files]
     out = []
-    for f, digest in zip(files, digests, strict=True):
+    for f, sha256 in zip(files, digests, strict=True):
         rel = os.path.relpath(f, root) if root != f else f.name
-        out.append({"path": Path(rel).as_posix(), "sha256": digest, "size": f.stat().st_size})
+        out.append({"path": Path(rel).as_posix(), "sha256": sha256, "size": f.stat().st_size})
     return out
+
+
+def _on_thread(work: Callable[[], T]) -> Future[T]:
+    """``work()`` run on a daemon thread (an interrupted conversion exits without waiting)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="rlds-hash", daemon=True).start()
+    return future
 
 
 def _tree_sha256(files: list[dict[str, Any]]) -> str:
@@ -222,6 +244,36 @@ def convert(
     """
     given = make_card(license=license, citation=citation)
     paths = _as_paths(source)
+    source_hash = SourceHash(expected_sha256, expected_origin, progress)
+    if len(paths) == 1 and paths[0].is_file():
+        source_hash.begin(paths[0])  # before the detection, whose imports leave a core idle
+    try:
+        return _convert(
+            paths, name, format=format, root=root, backend=backend, frames=frames, force=force,
+            options=options, source_info=source_info, progress=progress, given=given,
+            registry_license=registry_license, source_hash=source_hash,
+        )  # fmt: skip
+    finally:
+        source_hash.stop()  # hashing still running when the conversion failed ends with it
+
+
+def _convert(
+    paths: list[Path],
+    name: str,
+    *,
+    format: str | None,
+    root: PathLike | CacheRoot | None,
+    backend: str | None,
+    frames: str | FramesMode | None,
+    force: bool,
+    options: dict[str, Any] | None,
+    source_info: dict[str, Any] | None,
+    progress: Progress | None,
+    given: dict[str, Any],
+    registry_license: str | None,
+    source_hash: SourceHash,
+) -> ConvertResult:
+    """:func:`convert`'s work, once the card is checked and the source's hash may have begun."""
     options = {k: v for k, v in (options or {}).items() if v is not None}
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
@@ -242,7 +294,7 @@ def convert(
         base = Path(os.path.commonpath(files))
         if base.is_file():
             base = base.parent
-    source_hash = SourceHash(files, base, expected_sha256, expected_origin, progress)
+    source_hash.start(files, base)
     stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
     asked, backend = backend, backend or _stored_backend(cache, name)  # --force keeps it too
     mode = FramesMode.parse(frames)
@@ -307,35 +359,35 @@ def convert(
 
 
 class SourceHash:
-    """The sha256 of the source files, computed on a thread beside the conversion.
+    """The sha256 of the source files, computed on threads beside the conversion.
 
     Hashing a pixel source (~1.3 GB/s on one core) took as long as converting it; on its own
     thread it overlaps the reading and writing, and the digest is still known, and checked
     against ``expected_sha256``, before anything is published (:meth:`checked` is called before
-    the commit, and before the existing-dataset reuse check, which needs it)."""
+    the commit, and before the existing-dataset reuse check, which needs it). A source given as
+    one file starts hashing before its format is detected (:meth:`begin`: the detection's imports
+    leave a core idle), and that digest serves whichever file list the format then reads."""
 
-    def __init__(
-        self,
-        files: list[Path],
-        base: Path,
-        expected: str | None,
-        origin: str,
-        progress: Progress | None,
-    ) -> None:
-        from concurrent.futures import Future
-
+    def __init__(self, expected: str | None, origin: str, progress: Progress | None) -> None:
         self._expected, self._origin, self._progress = expected, origin, progress
-        self._future: Future[list[dict[str, Any]]] = Future()
-        # a daemon thread: an interrupted conversion exits without waiting for the hash
-        threading.Thread(target=self._run, args=(files, base), name="rlds-hash", daemon=True).start()
-        self._first = files[0]
+        self._stop = threading.Event()
+        self._early: dict[Path, Future[str]] = {}
+        self._future: Future[list[dict[str, Any]]] | None = None
+        self._first: Path | None = None
         self._done: tuple[list[dict[str, Any]], str] | None = None
 
-    def _run(self, files: list[Path], base: Path) -> None:
-        try:
-            self._future.set_result(_hash_files(files, base))
-        except BaseException as exc:  # handed to the caller of checked()
-            self._future.set_exception(exc)
+    def begin(self, path: Path) -> None:
+        """Start hashing ``path`` before the source's file list is known."""
+        self._early[path] = _on_thread(lambda: sha256_file(path, self._stop))
+
+    def start(self, files: list[Path], base: Path) -> None:
+        """Hash ``files`` (paths recorded relative to ``base``), reusing :meth:`begin`'s digest."""
+        self._first = files[0]
+        self._future = _on_thread(lambda: _hash_files(files, base, self._early, self._stop))
+
+    def stop(self) -> None:
+        """End any hashing still running (a failed conversion does not wait for it)."""
+        self._stop.set()
 
     def checked(self) -> tuple[list[dict[str, Any]], str]:
         """(per-file records, the source's digest), once hashed; waits for the thread.
@@ -344,6 +396,7 @@ class SourceHash:
             ChecksumMismatchError: The digest is not the expected one.
         """
         if self._done is None:
+            assert self._future is not None, "start() comes before checked()"
             hashed = self._future.result()
             sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
             if self._expected and sha256 != self._expected.lower():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -15,7 +16,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import DatasetExistsError, SourceError, UnknownFormatError
 from rlds_cli.formats import detect_format, known_formats
 from rlds_cli.sources.convert import convert
-from tests.d4rl_fixtures import golden_three_episodes
+from tests.d4rl_fixtures import GoldenFactory, golden_three_episodes
 from tests.formats_fixtures import (
     amago_arrays,
     golden_ogbench,
@@ -196,3 +197,56 @@ def test_cli_converts_each_kind(tmp_path: Path, isolated_cache: Path) -> None:
     result = CliRunner().invoke(app, ["inspect", "roboset", "--check"])
     assert result.exit_code == 0, result.stdout
     assert "check passed" in result.stdout
+
+
+def _every_source_path(tmp_path: Path, golden: Any) -> list[Path]:
+    """Files and folders of every built-in format (and some of none), each path below them too."""
+    from rlds_cli.export import export_dataset
+    from tests.atari_dqn_fixtures import write_run
+    from tests.gen_dgrl_fixtures import gen_dgrl_archive
+    from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+    from tests.vd4rl_fixtures import dreamer_episode, drqbc_arrays, write_dreamer_episodes, write_drqbc
+
+    episodes = [dreamer_episode(5, side=8, seed=s) for s in range(2)]
+    roots = [
+        write_minari_by_hand(tmp_path / "m", [minari_episode(2)]),
+        golden_roboset(tmp_path / "r"),
+        write_amago(tmp_path / "a", [(3, True)]),
+        golden_ogbench(tmp_path / "o.npz"),
+        golden_three_episodes(tmp_path / "d.hdf5", with_next=True),
+        gen_dgrl_archive(tmp_path / "g" / "maze.tar.xz", episodes=2, steps=3, side=8)[0],
+        write_drqbc(tmp_path / "v" / "drqbc.hdf5", drqbc_arrays(episodes)),
+        write_dreamer_episodes(tmp_path / "dreamer", episodes)[0].parent,
+        tmp_path / "oxe",
+        tmp_path / "atari",
+        export_dataset(golden, tmp_path / "td", "torchrl"),
+        Path(__file__).parents[1] / "fixtures",  # LeRobot v3, replay buffers (dirs, zips), robomimic
+    ]
+    write_rlds_dataset(tmp_path / "oxe", (3, 2))
+    write_run(tmp_path / "atari" / "replay_logs", capacity=20, episode_lengths=[6, 5], obs_shape=(8, 8))
+    (tmp_path / "notes.txt").write_text("hello")
+    paths = {tmp_path, *roots}
+    for root in roots:
+        if root.is_dir():
+            paths.update(p for p in root.rglob("*") if not p.name.endswith((".py", ".golden.npz")))
+    return sorted(paths)
+
+
+def test_detection_asks_only_the_readers_that_may_claim_a_path(
+    tmp_path: Path, golden_dataset: GoldenFactory
+) -> None:
+    """SNIFFED_KINDS only saves imports: over paths of every format, no reader whose kinds leave
+    a path out recognises it, so detection with the table finds what asking every reader finds."""
+    from rlds_cli.formats import DETECTION_ORDER, SNIFFED_KINDS, path_kind, reader_class, sniff_format
+
+    assert set(SNIFFED_KINDS) == set(DETECTION_ORDER)
+    paths = _every_source_path(tmp_path / "sources", golden_dataset(with_next=True))
+    claimed = {fmt: 0 for fmt in DETECTION_ORDER}
+    for path in paths:
+        kind = path_kind(path)
+        found = [fmt for fmt in DETECTION_ORDER if reader_class(fmt).sniff(path)]
+        for fmt in found:
+            assert kind in SNIFFED_KINDS[fmt], f"{fmt} recognises {path} ({kind}), left out by SNIFFED_KINDS"
+            claimed[fmt] += 1
+        assert sniff_format(path) == (found[0] if found else None)
+    assert all(claimed.values()), claimed  # every format was met, so the check above means something
