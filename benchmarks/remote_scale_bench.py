@@ -306,7 +306,7 @@ def rlds_loader(spec: dict[str, Any]) -> Any:
 
 def blocks_options(spec: dict[str, Any]) -> dict[str, int]:
     """The blocks sampler's window: its blocks are its default ones (about 8 MiB of stored
-    frames each, one block of the remote cache), and the window holds as many of them as cover
+    frames each, four blocks of the remote cache), and the window holds as many of them as cover
     Mosaic's shuffle block (``--block-fraction`` of the steps the cache holds: the same
     randomness budget on both sides), at least one."""
     from rlds_cli.loader.block_shuffle import DEFAULT_BLOCK_BYTES
@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         "rlds and Mosaic Streaming from a slow S3 with a bounded cache", SECTION, work="remote-scale",
         repeats=(2, 1), seconds=(30.0, 10.0),
     )  # fmt: skip
-    # rlds's bounded cache keeps blocks of 8 MiB: a tenth of the dataset must hold a few of them
+    # the bounded cache keeps 2 MiB blocks (8 MiB for older pushes): a tenth of the dataset holds several
     p.add_argument("--size", type=int, help="steps (default 24,000: 530 MB; quick 12,000)")
     p.add_argument("--latency-ms", default="20,50", help="first-byte latency a request: N or LOW,HIGH")
     p.add_argument("--bandwidth-mbs", type=float, default=100.0, help="MB/s of the link (0: no cap)")

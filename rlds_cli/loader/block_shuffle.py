@@ -58,7 +58,7 @@ def storage_block_rows(dataset: Any) -> int:
     """The rows of a block that suits ``dataset``'s storage: the rows of one chunk (a shard's,
     for a sharded zarr array) of its widest stored column, else about
     :data:`DEFAULT_BLOCK_BYTES` of that column's rows as stored (a frame column's image files:
-    a block then spans about one block of a remote cache)."""
+    a block then spans about four blocks of a remote cache)."""
     fields = dataset.stored_fields
     if not fields:
         return BLOCK_ROWS_BOUNDS[1]

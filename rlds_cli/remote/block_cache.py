@@ -1,8 +1,8 @@
 """A node-local, bounded on-disk cache of fixed-size blocks of pushed datasets' files.
 
 A remote read (zarr chunk ranges, frame ranges) asks for byte ranges of files; the cache serves
-them from aligned blocks of the push's per-block digests (8 MiB,
-:data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES`, recorded in its index), fetching the missing
+them from aligned blocks of the push's per-block digests (2 MiB for a push of today, 8 MiB for
+older ones: :data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES`, recorded in its index), fetching the missing
 ones together (one batch of concurrent requests), each checked against the push's digest
 before it enters. A frame column is one big file: blocks, not whole files, are what
 a limit can bound.

@@ -346,8 +346,11 @@ MAX_FILE_SIZE = 2**50
 
 #: Bytes of one block of a file in the index's per-block digests (the unit a bounded remote
 #: cache keeps, see :mod:`rlds_cli.remote.block_cache`); a file of at most one block has none,
-#: its whole-file sha256 is its block's.
-INDEX_BLOCK_BYTES = 8 * 1024 * 1024
+#: its whole-file sha256 is its block's. 2 MiB: with 8 MiB blocks an epoch through a cache of a
+#: tenth of the dataset fetched 2.7x its bytes (each block of episodes straddles block edges and
+#: the block it shares is evicted before its other episodes come), with 2 MiB 1.37x, at 2.4x the
+#: batch rate (`benchmarks/remote_scale_bench.py`); the index then lists 4x the digests.
+INDEX_BLOCK_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
