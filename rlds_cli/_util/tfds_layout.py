@@ -31,8 +31,12 @@ def shard_name(name: str, split: str, index: int, count: int) -> str:
 
 def is_shard_name(name: str) -> bool:
     """Whether a file's base name is a TFRecord shard's as the reader takes one (``...tfrecord...``,
-    not hidden)."""
-    return ".tfrecord" in name and not name.startswith(".")
+    not hidden, not named as an HDF5 or ``.npz`` file: those are other formats' files, which format
+    detection puts only to the readers of those)."""
+    return ".tfrecord" in name and not name.startswith(".") and not name.lower().endswith(_NOT_SHARDS)
+
+
+_NOT_SHARDS = (".h5", ".hdf5", ".npz")
 
 
 def shard_split(name: str) -> str:

@@ -8,14 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from rlds_cli.cli import output
 
@@ -28,17 +21,7 @@ def download_progress(
 
     The download bars close when conversion starts (Rich draws one live display at a time).
     """
-    show = enabled and output.err_console.is_terminal
-    bars = Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=output.err_console,
-        transient=True,
-        disable=not show,
-    )
+    bars, show = output.progress_bar(enabled, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
     tasks: dict[str, Any] = {}
     lock = threading.Lock()
 

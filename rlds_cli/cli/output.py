@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +27,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -255,35 +256,55 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
-@contextmanager
-def conversion_progress(enabled: bool) -> Iterator[Any]:
-    """A progress callback for :func:`rlds_cli.sources.convert.convert`, drawn on stderr when it is a
-    terminal (and silent otherwise)."""
+def progress_bar(enabled: bool, *columns: ProgressColumn) -> tuple[Progress, bool]:
+    """The CLI's one progress display: a description, a bar and ``columns``, on stderr, drawn only
+    when ``enabled`` and stderr is a terminal, and gone once done. Returns the display and
+    whether it is drawn."""
     show = enabled and err_console.is_terminal
-    progress = Progress(
+    display = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("rows"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        *columns,
         console=err_console,
         transient=True,
         disable=not show,
     )
+    return display, show
+
+
+@contextmanager
+def counting_progress(
+    enabled: bool,
+    description: str,
+    *columns: ProgressColumn,
+    notes: Mapping[str, Callable[[int], str]] | None = None,
+) -> Iterator[Callable[[str, int], None]]:
+    """A library progress callback ``(event, amount)`` drawn as one :func:`progress_bar`:
+    ``"start"`` (the total), ``"advance"`` (done since), ``"resume"`` (done before: the bar, and
+    its speed, go on from there); an event of ``notes`` prints the line it makes of ``amount``."""
+    bar, show = progress_bar(enabled, *columns)
     task: list[Any] = []
 
     def callback(event: str, amount: int) -> None:
-        if event == "hash":
-            # console.print, not progress.log: log() adds this file's name and line
-            progress.console.print(f"hashed source ({human_bytes(amount)})") if show else None
-        elif event == "start":
-            task.append(progress.add_task("converting", total=amount))
+        if notes and event in notes and show:
+            # console.print, not log(): log() adds this file's name and line
+            bar.console.print(notes[event](amount))
+        if event == "start":
+            task.append(bar.add_task(description, total=amount))
         elif event == "advance" and task:
-            progress.advance(task[0], amount)
+            bar.advance(task[0], amount)
+        elif event == "resume" and task:
+            bar.reset(task[0], total=bar.tasks[0].total, completed=amount)
 
-    with progress:
+    with bar:
         yield callback
+
+
+def conversion_progress(enabled: bool) -> contextlib.AbstractContextManager[Callable[[str, int], None]]:
+    """A progress callback for :func:`rlds_cli.sources.convert.convert`."""
+    columns = (MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn(), TimeRemainingColumn())
+    notes = {"hash": lambda size: f"hashed source ({human_bytes(size)})"}
+    return counting_progress(enabled, "converting", *columns, notes=notes)
 
 
 __all__ = [
@@ -293,6 +314,7 @@ __all__ = [
     "configure_logging",
     "console",
     "conversion_progress",
+    "counting_progress",
     "err_console",
     "error",
     "escape",
@@ -302,6 +324,7 @@ __all__ = [
     "note",
     "print_json",
     "print_table",
+    "progress_bar",
     "protect_streams",
     "warn",
 ]

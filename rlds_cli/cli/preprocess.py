@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, redirect_stdout
 from typing import Annotated, Any
 
 import typer
 from rich.progress import (
-    BarColumn,
     MofNCompleteColumn,
-    Progress,
     ProgressColumn,
     Task,
     TextColumn,
@@ -38,36 +36,12 @@ class _StepsPerSecond(ProgressColumn):
         return Text(f"{speed:,.0f} steps/s" if speed else "- steps/s", style="progress.data.speed")
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Any]:
-    """A progress callback for :func:`rlds_cli.preprocess.run` (stderr, terminals only)."""
-    show = enabled and output.err_console.is_terminal
-    bar = Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps"),
-        _StepsPerSecond(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=output.err_console,
-        transient=True,
-        disable=not show,
-    )
-    task: list[Any] = []
-
-    def callback(event: str, amount: int) -> None:
-        if event == "start":
-            task.append(bar.add_task("preprocessing", total=amount))
-        elif event == "resume" and task:
-            # console.print, not log(): log() adds this file's name and line
-            bar.console.print(f"resuming: {amount:,} steps already done") if show else None
-            bar.reset(task[0], total=bar.tasks[0].total, completed=amount)  # speed from here on
-        elif event == "advance" and task:
-            bar.advance(task[0], amount)
-
-    with bar:
-        yield callback
+def _progress(enabled: bool) -> AbstractContextManager[Callable[[str, int], None]]:
+    """A progress callback for :func:`rlds_cli.preprocess.run`."""
+    columns = (MofNCompleteColumn(), TextColumn("steps"), _StepsPerSecond(), TimeElapsedColumn(),
+               TimeRemainingColumn())  # fmt: skip
+    notes = {"resume": lambda done: f"resuming: {done:,} steps already done"}
+    return output.counting_progress(enabled, "preprocessing", *columns, notes=notes)
 
 
 def _print_schema(title: str, fields: dict[str, Any]) -> None:

@@ -7,8 +7,8 @@ fsspec is imported only when one of these commands runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -189,28 +189,8 @@ def _summary(row: dict[str, Any], verb: str) -> str:
     return text
 
 
-@contextmanager
-def _transfer_progress(enabled: bool, label: str) -> Iterator[Any]:
-    """A byte progress bar on stderr while a transfer runs (only on a terminal)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+def _transfer_progress(enabled: bool, label: str) -> AbstractContextManager[Callable[[str, int], None]]:
+    """A byte progress bar while a transfer runs."""
+    from rich.progress import DownloadColumn, TimeRemainingColumn
 
-    show = enabled and output.err_console.is_terminal
-    bar = Progress(
-        TextColumn(label),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=output.err_console,
-        transient=True,
-        disable=not show,
-    )
-    task: list[Any] = []
-
-    def callback(event: str, amount: int) -> None:
-        if event == "start":
-            task.append(bar.add_task(label, total=amount))
-        elif event == "advance" and task:
-            bar.advance(task[0], amount)
-
-    with bar:
-        yield callback
+    return output.counting_progress(enabled, label, DownloadColumn(), TimeRemainingColumn())

@@ -251,3 +251,20 @@ def test_a_missing_torch_says_what_to_install(tmp_path: Path) -> None:
     assert lines[-2] == "error: the rlds loader needs torch, which is not installed", done.stderr
     assert lines[-1].startswith("hint: install PyTorch first: pip install torch"), done.stderr
     assert "unexpected" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_counting_progress_notes_and_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's one counted progress bar: notes print on a terminal, nothing at all elsewhere."""
+    for terminal in (True, False):
+        buffer = io.StringIO()
+        console = Console(file=buffer, force_terminal=terminal, width=200, color_system=None)
+        monkeypatch.setattr(output, "err_console", console)
+        notes = {"resume": lambda done: f"resuming: {done:,} done"}
+        with output.counting_progress(True, "copying", notes=notes) as progress:
+            progress("advance", 1)  # before "start": nothing to advance
+            progress("start", 10_000)
+            progress("resume", 4_000)
+            progress("advance", 3_000)
+        text = buffer.getvalue()
+        assert ("resuming: 4,000 done" in text) is terminal, text
+        assert ("copying" in text) is terminal, text

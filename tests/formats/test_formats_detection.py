@@ -225,6 +225,8 @@ def _every_source_path(tmp_path: Path, golden: Any) -> list[Path]:
     write_rlds_dataset(tmp_path / "oxe", (3, 2))
     write_run(tmp_path / "atari" / "replay_logs", capacity=20, episode_lengths=[6, 5], obs_shape=(8, 8))
     (tmp_path / "notes.txt").write_text("hello")
+    for name in ("train.tfrecord-00000-of-00001.h5", "x.tfrecord.HDF5", "x.tfrecord.npz"):  # not shards
+        (tmp_path / "oxe" / name).write_bytes(b"")
     paths = {tmp_path, *roots}
     for root in roots:
         if root.is_dir():
