@@ -9,13 +9,14 @@ shared memory. The datasets it drives live in :mod:`rlds_cli.loader.torch_data`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.tensors import to_torch
 from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
@@ -158,3 +159,19 @@ class TedDataLoader(DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped."""
         self._target.load_state_dict(state)
+
+    def resume(self, states: Sequence[dict[str, Any]]) -> None:
+        """Go on from every rank's :meth:`state_dict` of a run at another world size (see
+        :meth:`EpochBatchSampler.resume`).
+
+        Raises:
+            LoaderStateError: A :class:`TedIterableDataset` (it resumes at the world size it was
+                saved at: use a ``TedMapDataset`` with an ``EpochBatchSampler``, or the
+                :class:`~rlds_cli.loader.Loader`), or states that are not one run's.
+        """
+        if not isinstance(self._target, EpochBatchSampler):
+            raise LoaderStateError(
+                "a TedIterableDataset resumes only at the world size it was saved at",
+                hint="use TedMapDataset with batch_sampler=EpochBatchSampler(...), or rlds_cli.Loader",
+            )
+        self._target.resume(states)

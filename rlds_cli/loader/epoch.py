@@ -129,6 +129,16 @@ class EpochSampler:
                 self._order = shard(full, self.rank, self.world_size)
         return self._order
 
+    @property
+    def planned_batches(self) -> int | None:
+        """The batches every rank runs in an epoch resumed at another world size (its batches
+        sized by :func:`~rlds_cli.loader.elastic.next_batch_size`); ``None`` for an epoch drawn
+        from its start."""
+        if not self.history:
+            return None
+        self.order()
+        return self._batches
+
     def _plan(self, seed: int, epoch: int, history: Sequence[Generation]) -> tuple[np.ndarray, int]:
         """This rank's order in the generation after ``history`` and the batches each rank runs."""
 

@@ -27,6 +27,7 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
+from rlds_cli.loader.elastic import history_field, next_batch_size
 from rlds_cli.loader.epoch import EpochSampler
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.opening import open_dataset
@@ -35,7 +36,7 @@ from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
-from rlds_cli.loader.state_checks import check_cursor_state
+from rlds_cli.loader.state_checks import check_cursor_state, check_int
 from rlds_cli.loader.tensors import to_torch
 
 
@@ -158,6 +159,8 @@ class EpochBatchSampler(Sampler[list[int]]):
     ``DistributedSampler``; selecting the current epoch keeps the position in it, so a restored
     state survives the usual ``set_epoch`` at the top of the loop). With DataLoader workers, use
     :class:`TedDataLoader` for an exact :meth:`state_dict` (workers prefetch ahead of the loop).
+    The states of every rank resume at another world size (:meth:`resume`): the steps no rank
+    took are shared out, each once, as :class:`~rlds_cli.loader.epoch.EpochSampler` does.
 
     Args:
         num_steps: Size of the dataset.
@@ -195,6 +198,9 @@ class EpochBatchSampler(Sampler[list[int]]):
             rank=self.rank,
             world_size=self.world_size,
         )
+        # an epoch resumed at another world size then gives whole batches only (set after the
+        # constructor, which refuses a drop_last epoch shorter than a batch: empty passes here)
+        self._epochs.drop_last = self.drop_last
         self.epoch = 0
         self.position = 0  # batches of the epoch the training loop has taken
         self._external = False  # a TedDataLoader with workers counts the batches taken
@@ -207,18 +213,39 @@ class EpochBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         epoch, start = self.epoch, self.position
         idx = _epoch_order(self._epochs, self.seed, epoch)
-        for b in range(start, len(self)):
+        bounds = self._bounds(len(idx))
+        for b in range(start, len(bounds) - 1):
             if not self._external:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
-            yield idx[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+            yield idx[bounds[b] : bounds[b + 1]].tolist()
         if not self._external and self.epoch == epoch:
             self._end_pass()
 
     def __len__(self) -> int:
+        planned = self._planned()
+        if planned is not None:
+            return planned
         # the sampler never drops (a drop_last pass shorter than a batch is empty here, not an error)
         if self.drop_last:
             return self._epochs.steps_per_epoch // self.batch_size
         return self._epochs.batches_per_epoch
+
+    def _planned(self) -> int | None:
+        """The batches of the current epoch when it was resumed at another world size."""
+        epochs = self._epochs
+        return epochs.planned_batches if (epochs.epoch, epochs.seed) == (self.epoch, self.seed) else None
+
+    def _bounds(self, steps: int) -> np.ndarray:
+        """Where each batch of the current epoch starts in this rank's order of ``steps`` steps,
+        and where the last one ends."""
+        planned = self._planned()
+        if planned is None:
+            return np.minimum(np.arange(len(self) + 1) * self.batch_size, steps)
+        sizes = []
+        for b in range(planned):
+            sizes.append(next_batch_size(steps, planned - b, self.batch_size))
+            steps -= sizes[-1]
+        return np.r_[0, np.cumsum(sizes, dtype=np.int64)]
 
     def _took(self) -> None:
         self.position += 1
@@ -227,8 +254,9 @@ class EpochBatchSampler(Sampler[list[int]]):
         self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the batches of it already taken (plus what the state belongs to)."""
-        return {
+        """The epoch and the batches of it already taken (plus what the state belongs to; for an
+        epoch resumed at another world size, its history and the steps of it taken)."""
+        state: dict[str, Any] = {
             "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
@@ -237,6 +265,10 @@ class EpochBatchSampler(Sampler[list[int]]):
             "rank": self.rank,
             "world_size": self.world_size,
         }
+        if self._planned() is not None:
+            state["history"] = history_field(self._epochs.history)
+            state["steps"] = int(self._bounds(len(self._epochs.order()))[self.position])
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.
@@ -244,10 +276,63 @@ class EpochBatchSampler(Sampler[list[int]]):
         Raises:
             LoaderStateError: The state is from another dataset, rank, world size or batch size.
         """
-        check_cursor_state(state, "EpochBatchSampler", len(self))
-        _check_cursor_state(state, self, "EpochBatchSampler")
+        what = "EpochBatchSampler"
+        resumed = isinstance(state, Mapping) and "history" in state
+        check_cursor_state(state, what, None if resumed else len(self))
+        _check_cursor_state(state, self, what)
         self.seed = int(state["seed"])
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.epoch, self.position = int(state["epoch"]), 0
+        if resumed:
+            check_int(state, "steps", what)
+            # the history first (its plan says how many batches the epoch has), then the place in it
+            self._epochs.load_state_dict(self._as_epoch_state({**state, "position": 0, "steps": 0}))
+            check_int(state, "position", what, high=len(self))
+            steps = int(self._bounds(len(self._epochs.order()))[int(state["position"])])
+            if int(state["steps"]) != steps:
+                raise LoaderStateError(
+                    f"{what} state says {state['steps']} steps were taken in {state['position']} "
+                    f"batches, where its epoch's plan has {steps}",
+                    hint="restore a state saved by state_dict()",
+                )
+            self._epochs.load_state_dict(self._as_epoch_state(state))
+        else:
+            self._epochs.seed = self.seed
+            self._epochs.set_epoch(self.epoch)  # an epoch resumed before is left
+        self.position = int(state["position"])
+
+    def resume(self, states: Sequence[dict[str, Any]]) -> None:
+        """Go on from the states of every rank of a run (any world size, saved at the same batch:
+        a rank that died counts with its last state): this rank's share of the steps of the epoch
+        none of them took, in batches of at most ``batch_size`` (every rank the same number; the
+        last one or two shorter, empty for a rank with fewer steps than batches, or, with
+        ``drop_last``, whole batches only: :mod:`rlds_cli.loader.elastic`).
+
+        Raises:
+            LoaderStateError: States of different runs, epochs or batch sizes, or a rank missing.
+        """
+        what = "EpochBatchSampler"
+        for state in states:
+            check_cursor_state(state, what, None)
+            check_steps(state, self.num_steps)
+            if int(state.get("batch_size", self.batch_size)) != self.batch_size:
+                raise LoaderStateError(
+                    f"{what} state was saved with batch_size={state['batch_size']}, not {self.batch_size}",
+                    hint="resume with the batch size the states were saved with",
+                )
+        self._epochs.resume([self._as_epoch_state(s) for s in states])
+        self.seed, self.epoch, self.position = self._epochs.seed, self._epochs.epoch, 0
+
+    def _as_epoch_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` as the :class:`EpochSampler` state of the same progress (its position in
+        steps of the rank's order, where this one counts batches)."""
+        position, world = int(state["position"]), int(state["world_size"])
+        out = {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
+        if "history" in state:
+            check_int(state, "steps", "EpochBatchSampler")
+            out.update(history=state["history"], batch=position, position=int(state["steps"]))
+        else:
+            out["position"] = min(position * self.batch_size, -(-self.num_steps // world))
+        return out
 
 
 class TedIterableDataset(IterableDataset):

@@ -14,6 +14,7 @@ import pytest
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import BlockSampler, EpochSampler, Loader, merge_states
 from rlds_cli.loader.elastic import batches_for, next_batch_size, share_bounds
+from rlds_cli.loader.torch_data import EpochBatchSampler
 
 
 def _make(kind: str, lengths: np.ndarray, batch: int, rank: int, world: int, seed: int = 3) -> Any:
@@ -186,3 +187,84 @@ def test_loader_refuses_another_world_size_without_every_ranks_progress(ted_data
         b.load_state_dict({**merged, "ranks": merged["ranks"][:1]})
     with pytest.raises(LoaderStateError, match="non-empty list"):
         merge_states([])
+
+
+def _take(sampler: EpochBatchSampler, batches: int, seen: list[int]) -> None:
+    it = iter(sampler)
+    for _ in range(batches):
+        batch = next(it, None)
+        if batch is None:
+            return
+        seen.extend(batch)
+
+
+@pytest.mark.parametrize("case", range(30))
+def test_epoch_batch_sampler_n_to_m_to_k_each_step_once(case: int) -> None:
+    """The torch batch sampler resumes at other world sizes as EpochSampler does: every step of
+    the epoch taken once over all ranks (DistributedSampler's padding of the first generation
+    aside), every rank the same number of batches."""
+    rng = np.random.default_rng(500 + case)
+    n, batch = int(rng.integers(5, 400)), int(rng.integers(1, 40))
+    worlds = [int(w) for w in rng.integers(1, 7, 3)]
+    seen: list[int] = []
+    states: list[dict[str, Any]] | None = None
+    for world in worlds[:2]:
+        ranks = [EpochBatchSampler(n, batch, seed=7, rank=r, world_size=world) for r in range(world)]
+        for s in ranks:
+            if states is not None:
+                s.resume(states)
+            _take(s, int(rng.integers(0, len(s) + 1)), seen)  # each rank stops at its own batch
+        states = [s.state_dict() for s in ranks]
+    last = [EpochBatchSampler(n, batch, seed=1, rank=r, world_size=worlds[2]) for r in range(worlds[2])]
+    for s in last:
+        s.resume(states)
+    assert len({len(s) for s in last}) == 1  # every rank the same number of batches
+    for s in last:
+        _take(s, int(rng.integers(0, len(s) + 1)), seen)
+        again = EpochBatchSampler(n, batch, seed=1, rank=s.rank, world_size=s.world_size)
+        again.load_state_dict(s.state_dict())  # a resumed epoch's state restores at its world size
+        rest, epoch = list(s), s.epoch - 1
+        assert list(again) == rest and all(len(b) <= batch for b in rest)  # empty: fewer steps than batches
+        seen.extend(step for b in rest for step in b)
+        per_rank = -(-n // s.world_size)
+        assert s.epoch == epoch + 1 and len(s) == -(-per_rank // batch)  # then a fresh epoch
+    counts = Counter(seen)
+    assert set(counts) == set(range(n))  # nothing missed
+    assert sum(counts.values()) - n <= _padding("epoch", n, worlds[0])  # nothing repeated but padding
+
+
+def test_epoch_batch_sampler_drop_last_resumes_in_whole_batches() -> None:
+    ranks = [EpochBatchSampler(250, 16, seed=2, rank=r, world_size=2, drop_last=True) for r in range(2)]
+    for taken, s in zip((2, 5), ranks, strict=True):
+        _take(s, taken, [])
+    states = [s.state_dict() for s in ranks]
+    three = [EpochBatchSampler(250, 16, seed=0, rank=r, world_size=3, drop_last=True) for r in range(3)]
+    for s in three:
+        s.resume(states)
+    rests = [list(s) for s in three]
+    assert len({len(r) for r in rests}) == 1 and all(len(b) == 16 for r in rests for b in r)
+
+
+def test_epoch_batch_sampler_refuses_states_that_do_not_resume() -> None:
+    ranks = [EpochBatchSampler(250, 16, seed=2, rank=r, world_size=2) for r in range(2)]
+    for s in ranks:
+        _take(s, 3, [])
+    states = [s.state_dict() for s in ranks]
+    fresh = EpochBatchSampler(250, 16, seed=0, rank=0, world_size=3)
+    with pytest.raises(LoaderStateError, match="rank"):
+        fresh.resume(states[:1])  # rank 1's progress is missing
+    with pytest.raises(LoaderStateError, match="batch_size=16, not 8"):
+        EpochBatchSampler(250, 8, seed=0, rank=0, world_size=3).resume(states)
+    fresh.resume(states)
+    _take(fresh, 2, [])
+    resumed = fresh.state_dict()
+    assert "history" in resumed and resumed["steps"] == 32
+    again = EpochBatchSampler(250, 16, seed=0, rank=0, world_size=3)
+    with pytest.raises(LoaderStateError, match="steps"):
+        again.load_state_dict({k: v for k, v in resumed.items() if k != "steps"})
+    with pytest.raises(LoaderStateError, match="position"):
+        again.load_state_dict({**resumed, "position": len(fresh) + 1})
+    again.load_state_dict(resumed)
+    assert list(again) == list(fresh)
+    with pytest.raises(LoaderStateError, match="steps were taken"):
+        again.load_state_dict({**resumed, "steps": 31})

@@ -3,6 +3,7 @@ issue 16 point 3 in one process; the torchrun test is test_distributed_loader.py
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import math
@@ -473,3 +474,33 @@ def test_a_script_without_main_guard_gets_a_clear_error(ds: Dataset, tmp_path: P
     assert out.stdout.startswith("ERROR the script that called preprocess.run has no main guard"), out.stdout
     assert 'if __name__ == "__main__":' in out.stdout and "workers=1" in out.stdout
     assert "a worker process died" not in out.stdout
+
+
+def test_dataloader_resumes_at_another_world_size(ds: Dataset) -> None:
+    """Two ranks' TedDataLoaders stop at different batches; three go on from both states (one
+    with workers): every step of the epoch once, but DistributedSampler's padding."""
+
+    def mapped(rank: int, world: int, workers: int = 0) -> TedDataLoader:
+        sampler = EpochBatchSampler(N, 16, seed=4, rank=rank, world_size=world)
+        kw = {"multiprocessing_context": "fork"} if workers else {}
+        return TedDataLoader(TedMapDataset(ds, keys=[]), batch_sampler=sampler, num_workers=workers, **kw)
+
+    seen: list[int] = []
+    two = [mapped(r, 2) for r in range(2)]
+    for taken, loader in zip((3, 5), two, strict=True):
+        batches = iter(loader)
+        seen += _idx([next(batches) for _ in range(taken)])
+    states = [loader.state_dict() for loader in two]
+    three = [mapped(r, 3, workers=2 if r == 0 else 0) for r in range(3)]
+    rests = []
+    for loader in three:
+        loader.resume(states)
+        rests.append(list(loader))
+    assert len({len(rest) for rest in rests}) == 1  # every rank the same number of batches
+    seen += _idx([b for rest in rests for b in rest])
+    counts = collections.Counter(seen)
+    assert set(counts) == set(range(N)) and sum(counts.values()) - N <= -(-N // 2) * 2 - N
+    assert three[0].state_dict()["epoch"] == 1 and "history" not in three[0].state_dict()
+    iterable = TedDataLoader(TedIterableDataset(ds, 16, keys=[], seed=8))
+    with pytest.raises(LoaderStateError, match="resumes only at the world size"):
+        iterable.resume(states)
