@@ -16,7 +16,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.tensors import to_torch
 from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
@@ -162,16 +161,9 @@ class TedDataLoader(DataLoader):
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
         """Go on from every rank's :meth:`state_dict` of a run at another world size (see
-        :meth:`EpochBatchSampler.resume`).
+        :meth:`EpochBatchSampler.resume`; an epoch's progress only).
 
         Raises:
-            LoaderStateError: A :class:`TedIterableDataset` (it resumes at the world size it was
-                saved at: use a ``TedMapDataset`` with an ``EpochBatchSampler``, or the
-                :class:`~rlds_cli.loader.Loader`), or states that are not one run's.
+            LoaderStateError: Batches drawn with replacement, or states that are not one run's.
         """
-        if not isinstance(self._target, EpochBatchSampler):
-            raise LoaderStateError(
-                "a TedIterableDataset resumes only at the world size it was saved at",
-                hint="use TedMapDataset with batch_sampler=EpochBatchSampler(...), or rlds_cli.Loader",
-            )
         self._target.resume(states)

@@ -152,7 +152,127 @@ class TedMapDataset(torch.utils.data.Dataset):
         return self.dtypes.cast(batch) if self.dtypes else batch
 
 
-class EpochBatchSampler(Sampler[list[int]]):
+class _EpochCursor:
+    """The epoch cursor :class:`EpochBatchSampler` and :class:`TedIterableDataset` share: the
+    batches of the current epoch the loop has taken (``position``) over an
+    :class:`~rlds_cli.loader.epoch.EpochSampler`'s order, and an epoch resumed from every rank's
+    state at another world size (:mod:`rlds_cli.loader.elastic`), whose batches are planned."""
+
+    seed: int
+    epoch: int
+    position: int
+    num_steps: int
+    batch_size: int
+    rank: int
+    world_size: int
+    #: The resumed epoch's sampler state (``None``: none), kept to plan it again where the
+    #: sampler is rebuilt (a DataLoader worker's copy).
+    _resumed_epoch: dict[str, Any] | None = None
+
+    def _epoch_sampler(self) -> EpochSampler | None:
+        """The sampler of the epochs' order (``None``: batches drawn with replacement)."""
+        raise NotImplementedError
+
+    def _plain_batches(self) -> int | None:
+        """Batches of a pass over an epoch drawn from its start (``None``: endless)."""
+        raise NotImplementedError
+
+    def _planned(self) -> int | None:
+        """The batches of the current epoch when it was resumed at another world size."""
+        epochs = self._epoch_sampler()
+        if epochs is None or (epochs.epoch, epochs.seed) != (self.epoch, self.seed):
+            return None
+        return epochs.planned_batches
+
+    def _batches(self) -> int | None:
+        planned = self._planned()
+        return planned if planned is not None else self._plain_batches()
+
+    def _bounds(self, steps: int) -> np.ndarray:
+        """Where each batch of the current epoch starts in this rank's order of ``steps`` steps,
+        and where the last one ends."""
+        planned = self._planned()
+        if planned is None:
+            batches = self._plain_batches()
+            assert batches is not None, "an epoch order has a length"
+            return np.minimum(np.arange(batches + 1) * self.batch_size, steps)
+        sizes = []
+        for b in range(planned):
+            sizes.append(next_batch_size(steps, planned - b, self.batch_size))
+            steps -= sizes[-1]
+        return np.r_[0, np.cumsum(sizes, dtype=np.int64)]
+
+    def _resumed_fields(self) -> dict[str, Any]:
+        """A resumed epoch's fields of the state: its history and the steps of it taken."""
+        epochs = self._epoch_sampler()
+        if epochs is None or self._planned() is None:
+            return {}
+        steps = int(self._bounds(len(epochs.order()))[self.position])
+        return {"history": history_field(epochs.history), "steps": steps}
+
+    def _load_cursor(self, state: Mapping[str, Any], what: str) -> None:
+        """Take the epoch, seed and position of a checked state (with its history, when resumed)."""
+        self.seed = int(state["seed"])
+        self.epoch, self.position = int(state["epoch"]), 0
+        self._resumed_epoch = None
+        epochs = self._epoch_sampler()
+        if epochs is None:
+            self.position = int(state["position"])
+            return
+        if "history" not in state:
+            epochs.seed = self.seed
+            epochs.set_epoch(self.epoch)  # an epoch resumed before is left
+            self.position = int(state["position"])
+            return
+        check_int(state, "steps", what)
+        # the history first (its plan says how many batches the epoch has), then the place in it
+        epochs.load_state_dict(self._as_epoch_state({**state, "position": 0, "steps": 0}, what))
+        self._resumed_epoch = epochs.state_dict()
+        planned = self._planned()
+        assert planned is not None, "a state with a history plans its epoch"
+        check_int(state, "position", what, high=planned)
+        steps = int(self._bounds(len(epochs.order()))[int(state["position"])])
+        if int(state["steps"]) != steps:
+            raise LoaderStateError(
+                f"{what} state says {state['steps']} steps were taken in {state['position']} "
+                f"batches, where its epoch's plan has {steps}",
+                hint="restore a state saved by state_dict()",
+            )
+        self.position = int(state["position"])
+
+    def _resume(self, states: Sequence[Mapping[str, Any]], what: str) -> None:
+        epochs = self._epoch_sampler()
+        if epochs is None:
+            raise LoaderStateError(
+                f"{what} draws with replacement: only an epoch's progress resumes at another world size",
+                hint="restore each rank's own state with load_state_dict() at the same world size",
+            )
+        for state in states:
+            check_cursor_state(state, what, None)
+            check_steps(dict(state), self.num_steps)
+            if int(state.get("batch_size", self.batch_size)) != self.batch_size:
+                raise LoaderStateError(
+                    f"{what} state was saved with batch_size={state['batch_size']}, not {self.batch_size}",
+                    hint="resume with the batch size the states were saved with",
+                )
+        epochs.resume([self._as_epoch_state(s, what) for s in states])
+        self.seed, self.epoch, self.position = epochs.seed, epochs.epoch, 0
+        self._resumed_epoch = epochs.state_dict()
+
+    def _as_epoch_state(self, state: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """``state`` as the :class:`EpochSampler` state of the same progress (its position in
+        steps of the rank's order, where the cursor counts batches)."""
+        position, world = int(state["position"]), int(state["world_size"])
+        out = {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
+        if "history" in state:
+            check_int(state, "steps", what)
+            out.update(history=state["history"], batch=position, position=int(state["steps"]))
+        else:
+            out["position"] = min(position * self.batch_size, -(-self.num_steps // world))
+        return out
+
+
+class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
     """Batches of a seeded permutation per epoch, sharded over data-parallel ranks.
 
     A finished pass moves on to the next epoch; :meth:`set_epoch` selects one (as with
@@ -222,30 +342,18 @@ class EpochBatchSampler(Sampler[list[int]]):
             self._end_pass()
 
     def __len__(self) -> int:
-        planned = self._planned()
-        if planned is not None:
-            return planned
+        batches = self._batches()
+        assert batches is not None
+        return batches
+
+    def _epoch_sampler(self) -> EpochSampler:
+        return self._epochs
+
+    def _plain_batches(self) -> int:
         # the sampler never drops (a drop_last pass shorter than a batch is empty here, not an error)
         if self.drop_last:
             return self._epochs.steps_per_epoch // self.batch_size
         return self._epochs.batches_per_epoch
-
-    def _planned(self) -> int | None:
-        """The batches of the current epoch when it was resumed at another world size."""
-        epochs = self._epochs
-        return epochs.planned_batches if (epochs.epoch, epochs.seed) == (self.epoch, self.seed) else None
-
-    def _bounds(self, steps: int) -> np.ndarray:
-        """Where each batch of the current epoch starts in this rank's order of ``steps`` steps,
-        and where the last one ends."""
-        planned = self._planned()
-        if planned is None:
-            return np.minimum(np.arange(len(self) + 1) * self.batch_size, steps)
-        sizes = []
-        for b in range(planned):
-            sizes.append(next_batch_size(steps, planned - b, self.batch_size))
-            steps -= sizes[-1]
-        return np.r_[0, np.cumsum(sizes, dtype=np.int64)]
 
     def _took(self) -> None:
         self.position += 1
@@ -265,9 +373,7 @@ class EpochBatchSampler(Sampler[list[int]]):
             "rank": self.rank,
             "world_size": self.world_size,
         }
-        if self._planned() is not None:
-            state["history"] = history_field(self._epochs.history)
-            state["steps"] = int(self._bounds(len(self._epochs.order()))[self.position])
+        state.update(self._resumed_fields())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -278,27 +384,9 @@ class EpochBatchSampler(Sampler[list[int]]):
         """
         what = "EpochBatchSampler"
         resumed = isinstance(state, Mapping) and "history" in state
-        check_cursor_state(state, what, None if resumed else len(self))
+        check_cursor_state(state, what, None if resumed else self._plain_batches())
         _check_cursor_state(state, self, what)
-        self.seed = int(state["seed"])
-        self.epoch, self.position = int(state["epoch"]), 0
-        if resumed:
-            check_int(state, "steps", what)
-            # the history first (its plan says how many batches the epoch has), then the place in it
-            self._epochs.load_state_dict(self._as_epoch_state({**state, "position": 0, "steps": 0}))
-            check_int(state, "position", what, high=len(self))
-            steps = int(self._bounds(len(self._epochs.order()))[int(state["position"])])
-            if int(state["steps"]) != steps:
-                raise LoaderStateError(
-                    f"{what} state says {state['steps']} steps were taken in {state['position']} "
-                    f"batches, where its epoch's plan has {steps}",
-                    hint="restore a state saved by state_dict()",
-                )
-            self._epochs.load_state_dict(self._as_epoch_state(state))
-        else:
-            self._epochs.seed = self.seed
-            self._epochs.set_epoch(self.epoch)  # an epoch resumed before is left
-        self.position = int(state["position"])
+        self._load_cursor(state, what)
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
         """Go on from the states of every rank of a run (any world size, saved at the same batch:
@@ -310,32 +398,10 @@ class EpochBatchSampler(Sampler[list[int]]):
         Raises:
             LoaderStateError: States of different runs, epochs or batch sizes, or a rank missing.
         """
-        what = "EpochBatchSampler"
-        for state in states:
-            check_cursor_state(state, what, None)
-            check_steps(state, self.num_steps)
-            if int(state.get("batch_size", self.batch_size)) != self.batch_size:
-                raise LoaderStateError(
-                    f"{what} state was saved with batch_size={state['batch_size']}, not {self.batch_size}",
-                    hint="resume with the batch size the states were saved with",
-                )
-        self._epochs.resume([self._as_epoch_state(s) for s in states])
-        self.seed, self.epoch, self.position = self._epochs.seed, self._epochs.epoch, 0
-
-    def _as_epoch_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """``state`` as the :class:`EpochSampler` state of the same progress (its position in
-        steps of the rank's order, where this one counts batches)."""
-        position, world = int(state["position"]), int(state["world_size"])
-        out = {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
-        if "history" in state:
-            check_int(state, "steps", "EpochBatchSampler")
-            out.update(history=state["history"], batch=position, position=int(state["steps"]))
-        else:
-            out["position"] = min(position * self.batch_size, -(-self.num_steps // world))
-        return out
+        self._resume(states, "EpochBatchSampler")
 
 
-class TedIterableDataset(IterableDataset):
+class TedIterableDataset(_EpochCursor, IterableDataset):
     """Iterable: yields whole batches (numpy arrays; use :class:`TedDataLoader`, or
     ``DataLoader(ds, batch_size=None, collate_fn=collate_ted)``), sharded over ranks.
 
@@ -458,11 +524,26 @@ class TedIterableDataset(IterableDataset):
         info = get_worker_info()
         return (info.id, info.num_workers) if info is not None else (0, 1)
 
-    def _pass_length(self) -> int | None:
+    def _epoch_sampler(self) -> EpochSampler | None:
+        if self.shuffle != "epoch":
+            return None
+        if self._sampler is None:  # rebuilt (in a worker): a resumed epoch is planned again
+            self._sampler = self._make_sampler()
+            resumed = self._resumed_epoch
+            if resumed is not None and (resumed["epoch"], resumed["seed"]) == (self.epoch, self.seed):
+                assert isinstance(self._sampler, EpochSampler)
+                self._sampler.load_state_dict(resumed)
+        assert isinstance(self._sampler, EpochSampler)
+        return self._sampler
+
+    def _plain_batches(self) -> int | None:
         if self.shuffle != "epoch":
             return self.num_batches
         per = -(-self.num_steps // self.world_size)
         return per // self.batch_size if self.drop_last else -(-per // self.batch_size)
+
+    def _pass_length(self) -> int | None:
+        return self._batches()
 
     def __len__(self) -> int:
         """Batches of one pass on this rank (all workers together)."""
@@ -479,17 +560,19 @@ class TedIterableDataset(IterableDataset):
             self._source = HostSource(self.dataset, self.keys)
         worker, workers = self._worker()
         in_worker = get_worker_info() is not None
-        total = self._pass_length()
+        epochs = self._epoch_sampler()
         if self._sampler is None:
             self._sampler = self._make_sampler()
         sampler = self._sampler
         # ranks get equal shards (padded, so DDP ranks run the same number of batches)
-        order = _epoch_order(sampler, self.seed, epoch) if isinstance(sampler, EpochSampler) else None
+        order = _epoch_order(epochs, self.seed, epoch) if epochs is not None else None
+        bounds = self._bounds(len(order)) if order is not None else None
+        total = len(bounds) - 1 if bounds is not None else self._pass_length()
         b = start + worker
         while total is None or b < total:
             extras: dict[str, np.ndarray] = {}
-            if order is not None:
-                idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+            if order is not None and bounds is not None:
+                idx = order[bounds[b] : bounds[b + 1]]
             else:
                 _restart(sampler, np.random.default_rng([self.seed, epoch, self.rank, b]).bit_generator.state)
                 idx, extras = split_draw(sampler.sample())
@@ -533,6 +616,7 @@ class TedIterableDataset(IterableDataset):
             "shuffle": self.shuffle,
             "rank": self.rank,
             "world_size": self.world_size,
+            **self._resumed_fields(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -542,12 +626,28 @@ class TedIterableDataset(IterableDataset):
             LoaderStateError: The state is from another dataset, rank, world size, batch size
                 or shuffle mode.
         """
-        check_cursor_state(state, "TedIterableDataset", self._pass_length())
-        _check_cursor_state(state, self, "TedIterableDataset")
-        if state.get("shuffle", self.shuffle) != self.shuffle:
+        what = "TedIterableDataset"
+        resumed = isinstance(state, Mapping) and "history" in state
+        check_cursor_state(state, what, None if resumed else self._plain_batches())
+        _check_cursor_state(state, self, what)
+        self._check_shuffle(state)
+        self._load_cursor(state, what)
+
+    def resume(self, states: Sequence[dict[str, Any]]) -> None:
+        """Go on from the states of every rank of a run at any world size, as
+        :meth:`EpochBatchSampler.resume` does (``shuffle="epoch"`` only).
+
+        Raises:
+            LoaderStateError: Draws with replacement, or states of different runs, epochs, batch
+                sizes or shuffle modes, or a rank missing.
+        """
+        for state in states:
+            self._check_shuffle(state)
+        self._resume(states, "TedIterableDataset")
+
+    def _check_shuffle(self, state: Any) -> None:
+        if isinstance(state, Mapping) and state.get("shuffle", self.shuffle) != self.shuffle:
             raise LoaderStateError(
                 f"TedIterableDataset state was saved with shuffle={state['shuffle']!r}, not {self.shuffle!r}",
                 hint="restore it with the shuffle mode it was saved with",
             )
-        self.seed = int(state["seed"])
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])

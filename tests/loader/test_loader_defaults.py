@@ -7,6 +7,7 @@ import collections
 import itertools
 import logging
 import math
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -476,22 +477,26 @@ def test_a_script_without_main_guard_gets_a_clear_error(ds: Dataset, tmp_path: P
     assert "a worker process died" not in out.stdout
 
 
-def test_dataloader_resumes_at_another_world_size(ds: Dataset) -> None:
+@pytest.mark.parametrize("kind", ["mapped", "iterable"])
+def test_dataloader_resumes_at_another_world_size(ds: Dataset, kind: str) -> None:
     """Two ranks' TedDataLoaders stop at different batches; three go on from both states (one
     with workers): every step of the epoch once, but DistributedSampler's padding."""
 
-    def mapped(rank: int, world: int, workers: int = 0) -> TedDataLoader:
-        sampler = EpochBatchSampler(N, 16, seed=4, rank=rank, world_size=world)
+    def make(rank: int, world: int, workers: int = 0) -> TedDataLoader:
         kw = {"multiprocessing_context": "fork"} if workers else {}
+        if kind == "iterable":
+            data = TedIterableDataset(ds, 16, keys=[], seed=4, rank=rank, world_size=world)
+            return TedDataLoader(data, num_workers=workers, **kw)
+        sampler = EpochBatchSampler(N, 16, seed=4, rank=rank, world_size=world)
         return TedDataLoader(TedMapDataset(ds, keys=[]), batch_sampler=sampler, num_workers=workers, **kw)
 
     seen: list[int] = []
-    two = [mapped(r, 2) for r in range(2)]
+    two = [make(r, 2) for r in range(2)]
     for taken, loader in zip((3, 5), two, strict=True):
         batches = iter(loader)
         seen += _idx([next(batches) for _ in range(taken)])
     states = [loader.state_dict() for loader in two]
-    three = [mapped(r, 3, workers=2 if r == 0 else 0) for r in range(3)]
+    three = [make(r, 3, workers=2 if r == 0 else 0) for r in range(3)]
     rests = []
     for loader in three:
         loader.resume(states)
@@ -501,6 +506,34 @@ def test_dataloader_resumes_at_another_world_size(ds: Dataset) -> None:
     counts = collections.Counter(seen)
     assert set(counts) == set(range(N)) and sum(counts.values()) - N <= -(-N // 2) * 2 - N
     assert three[0].state_dict()["epoch"] == 1 and "history" not in three[0].state_dict()
-    iterable = TedDataLoader(TedIterableDataset(ds, 16, keys=[], seed=8))
-    with pytest.raises(LoaderStateError, match="resumes only at the world size"):
-        iterable.resume(states)
+
+
+def test_a_resumed_epoch_restores_in_dataloader_workers(ds: Dataset) -> None:
+    """A TedIterableDataset state saved mid-way through a resumed epoch restores exactly, with
+    workers (whose copies plan the resumed epoch again)."""
+
+    def make(rank: int, world: int) -> TedIterableDataset:
+        return TedIterableDataset(ds, 8, keys=[], seed=6, rank=rank, world_size=world)
+
+    states = []
+    for rank in range(3):
+        data = make(rank, 3)
+        _idx(list(itertools.islice(iter(data), 2 + rank)))
+        states.append(data.state_dict())
+    resumed = make(0, 2)
+    resumed.resume(states)
+    head = list(itertools.islice(iter(resumed), 2))
+    state = resumed.state_dict()
+    assert "history" in state
+    rest_in_process = list(iter(resumed))
+    again = make(0, 2)
+    again.load_state_dict(state)
+    spawned = pickle.loads(pickle.dumps(again))  # what a spawned worker gets: no sampler, the plan kept
+    rest = list(TedDataLoader(again, num_workers=2, multiprocessing_context="fork"))
+    assert _idx(rest) == _idx(rest_in_process) == _idx(list(spawned)) and _idx(head)
+
+
+def test_draws_with_replacement_do_not_resume_at_another_world_size(ds: Dataset) -> None:
+    data = TedIterableDataset(ds, 16, keys=[], seed=8, shuffle="uniform", num_batches=4)
+    with pytest.raises(LoaderStateError, match="draws with replacement"):
+        TedDataLoader(data).resume([data.state_dict()])
