@@ -158,6 +158,7 @@ class TedDataLoader(DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped."""
         self._target.load_state_dict(state)
+        self._iterator = None  # persistent workers start again from it (their copies plan an epoch)
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
         """Go on from every rank's :meth:`state_dict` of a run at another world size (see
@@ -167,3 +168,4 @@ class TedDataLoader(DataLoader):
             LoaderStateError: Batches drawn with replacement, or states that are not one run's.
         """
         self._target.resume(states)
+        self._iterator = None  # persistent workers start again: their copies hold the old plan

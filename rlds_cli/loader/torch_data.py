@@ -15,7 +15,7 @@ exact resume and a shared-memory ring.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -211,11 +211,28 @@ class _EpochCursor:
         return {"history": history_field(epochs.history), "steps": steps}
 
     def _load_cursor(self, state: Mapping[str, Any], what: str) -> None:
-        """Take the epoch, seed and position of a checked state (with its history, when resumed)."""
+        """Take the epoch, seed and position of a checked state (with its history, when resumed);
+        a state refused here leaves the cursor as it was."""
+        epochs = self._epoch_sampler()
+        if "history" in state and epochs is None:
+            raise LoaderStateError(
+                f"{what} state has an epoch's history, but this one draws with replacement",
+                hint="restore a state saved by state_dict() of the same shuffle mode",
+            )
+        kept = (self.seed, self.epoch, self.position, self._resumed_epoch)
+        kept_epochs = epochs.state_dict() if epochs is not None else None
+        try:
+            self._take_cursor(state, what, epochs)
+        except BaseException:
+            self.seed, self.epoch, self.position, self._resumed_epoch = kept
+            if epochs is not None and kept_epochs is not None:
+                epochs.load_state_dict(kept_epochs)
+            raise
+
+    def _take_cursor(self, state: Mapping[str, Any], what: str, epochs: EpochSampler | None) -> None:
         self.seed = int(state["seed"])
         self.epoch, self.position = int(state["epoch"]), 0
         self._resumed_epoch = None
-        epochs = self._epoch_sampler()
         if epochs is None:
             self.position = int(state["position"])
             return
@@ -227,9 +244,12 @@ class _EpochCursor:
         check_int(state, "steps", what)
         # the history first (its plan says how many batches the epoch has), then the place in it
         epochs.load_state_dict(self._as_epoch_state({**state, "position": 0, "steps": 0}, what))
-        self._resumed_epoch = epochs.state_dict()
         planned = self._planned()
-        assert planned is not None, "a state with a history plans its epoch"
+        if planned is None:
+            raise LoaderStateError(
+                f"{what} state field 'history' is empty", hint="restore a state saved by state_dict()"
+            )
+        self._resumed_epoch = epochs.state_dict()
         check_int(state, "position", what, high=planned)
         steps = int(self._bounds(len(epochs.order()))[int(state["position"])])
         if int(state["steps"]) != steps:
@@ -240,15 +260,23 @@ class _EpochCursor:
             )
         self.position = int(state["position"])
 
-    def _resume(self, states: Sequence[Mapping[str, Any]], what: str) -> None:
+    def _resume(
+        self, states: Sequence[Mapping[str, Any]], what: str, check: Callable[[Any], None] | None = None
+    ) -> None:
         epochs = self._epoch_sampler()
         if epochs is None:
             raise LoaderStateError(
                 f"{what} draws with replacement: only an epoch's progress resumes at another world size",
                 hint="restore each rank's own state with load_state_dict() at the same world size",
             )
+        if not isinstance(states, (list, tuple)):
+            raise LoaderStateError(
+                f"{what}.resume takes the list of every rank's state_dict(), got {type(states).__name__}"
+            )
         for state in states:
             check_cursor_state(state, what, None)
+            if check is not None:
+                check(state)
             check_steps(dict(state), self.num_steps)
             if int(state.get("batch_size", self.batch_size)) != self.batch_size:
                 raise LoaderStateError(
@@ -262,8 +290,9 @@ class _EpochCursor:
     def _as_epoch_state(self, state: Mapping[str, Any], what: str) -> dict[str, Any]:
         """``state`` as the :class:`EpochSampler` state of the same progress (its position in
         steps of the rank's order, where the cursor counts batches)."""
-        position, world = int(state["position"]), int(state["world_size"])
-        out = {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
+        position, world = int(state["position"]), int(state.get("world_size", 1))
+        out = {"rank": 0, "world_size": 1}  # a state from before ranks were kept: rank 0 of 1
+        out |= {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
         if "history" in state:
             check_int(state, "steps", what)
             out.update(history=state["history"], batch=position, position=int(state["steps"]))
@@ -503,7 +532,11 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         """The sampler of the epochs' order (epoch mode) or of the draws (the others)."""
         rank, world_size = self.rank, self.world_size
         if self.shuffle == "epoch":
-            return EpochSampler(self.num_steps, self.batch_size, self.seed, rank=rank, world_size=world_size)
+            epochs = EpochSampler(
+                self.num_steps, self.batch_size, self.seed, rank=rank, world_size=world_size
+            )
+            epochs.drop_last = self.drop_last  # a resumed epoch's plan: whole batches, as EpochBatchSampler
+            return epochs
         episodes = Episodes.of(self.dataset)
         return make_sampler(
             self.shuffle,
@@ -627,7 +660,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
                 or shuffle mode.
         """
         what = "TedIterableDataset"
-        resumed = isinstance(state, Mapping) and "history" in state
+        resumed = isinstance(state, Mapping) and "history" in state and self.shuffle == "epoch"
         check_cursor_state(state, what, None if resumed else self._plain_batches())
         _check_cursor_state(state, self, what)
         self._check_shuffle(state)
@@ -641,9 +674,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
             LoaderStateError: Draws with replacement, or states of different runs, epochs, batch
                 sizes or shuffle modes, or a rank missing.
         """
-        for state in states:
-            self._check_shuffle(state)
-        self._resume(states, "TedIterableDataset")
+        self._resume(states, "TedIterableDataset", check=self._check_shuffle)
 
     def _check_shuffle(self, state: Any) -> None:
         if isinstance(state, Mapping) and state.get("shuffle", self.shuffle) != self.shuffle:

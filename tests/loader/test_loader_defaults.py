@@ -537,3 +537,68 @@ def test_draws_with_replacement_do_not_resume_at_another_world_size(ds: Dataset)
     data = TedIterableDataset(ds, 16, keys=[], seed=8, shuffle="uniform", num_batches=4)
     with pytest.raises(LoaderStateError, match="draws with replacement"):
         TedDataLoader(data).resume([data.state_dict()])
+
+
+def _two_rank_states(ds: Dataset, **kw: Any) -> list[dict[str, Any]]:
+    states = []
+    for rank, taken in ((0, 2), (1, 5)):
+        data = TedIterableDataset(ds, 16, keys=[], seed=4, rank=rank, world_size=2, **kw)
+        _idx(list(itertools.islice(iter(data), taken)))
+        states.append(data.state_dict())
+    return states
+
+
+def test_iterable_drop_last_resumes_in_whole_batches(ds: Dataset) -> None:
+    states = _two_rank_states(ds, drop_last=True)
+    sizes = set()
+    for rank in range(3):
+        data = TedIterableDataset(ds, 16, keys=[], seed=0, rank=rank, world_size=3, drop_last=True)
+        data.resume(states)
+        sizes |= {len(b["index"]) for b in data}
+    assert sizes == {16}
+
+
+def test_persistent_workers_start_again_after_a_resume(ds: Dataset) -> None:
+    data = TedIterableDataset(ds, 16, keys=[], seed=4, rank=0, world_size=3)
+    loader = TedDataLoader(data, num_workers=2, multiprocessing_context="fork", persistent_workers=True)
+    list(loader)  # epoch 0 on live workers, which now wait at the start of epoch 1
+    states = []
+    for rank, taken in ((0, 2), (1, 5)):  # a run of two ranks, stopped in its epoch 1
+        two = TedIterableDataset(ds, 16, keys=[], seed=4, rank=rank, world_size=2)
+        two.set_epoch(1)
+        _idx(list(itertools.islice(iter(two), taken)))
+        states.append(two.state_dict())
+    loader.resume(states)
+    expected = TedIterableDataset(ds, 16, keys=[], seed=0, rank=0, world_size=3)
+    expected.resume(states)
+    assert _idx(list(loader)) == _idx(list(expected))
+
+
+def test_resumed_states_refused_in_one_line_and_nothing_changed(ds: Dataset) -> None:
+    states = _two_rank_states(ds)
+    data = TedIterableDataset(ds, 16, keys=[], seed=0, rank=0, world_size=3)
+    data.resume(states)
+    _idx(list(itertools.islice(iter(data), 1)))
+    good = data.state_dict()
+    target = TedIterableDataset(ds, 16, keys=[], seed=9, rank=0, world_size=3)
+    _idx(list(itertools.islice(iter(target), 4)))
+    before = target.state_dict()
+    for forged, match in [
+        ({**good, "history": []}, "history"),
+        ({**good, "steps": good["steps"] + 1}, "steps were taken"),
+        ({**good, "position": 10**6}, "position"),
+    ]:
+        with pytest.raises(LoaderStateError, match=match):
+            target.load_state_dict(forged)
+        assert target.state_dict() == before  # a refused state leaves the cursor as it was
+    with pytest.raises(LoaderStateError, match="list of every rank"):
+        target.resume(None)  # type: ignore[arg-type]
+    old = {k: v for k, v in states[0].items() if k not in ("rank", "world_size")}
+    one = TedIterableDataset(ds, 16, keys=[], seed=4)  # a state from before ranks were kept
+    one.resume([old])  # read as rank 0 of 1
+    assert len(one) > 0
+    uniform = TedIterableDataset(ds, 16, keys=[], seed=8, shuffle="uniform", num_batches=4)
+    with pytest.raises(LoaderStateError, match="draws with replacement"):
+        uniform.load_state_dict({**uniform.state_dict(), "history": []})
+    with pytest.raises(LoaderStateError, match="position"):
+        uniform.load_state_dict({**uniform.state_dict(), "history": [], "position": 99})
