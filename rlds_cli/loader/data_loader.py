@@ -79,6 +79,11 @@ class TedDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         target = self._target
+        if self._IterableDataset_len_called is not None and isinstance(self.dataset, TedIterableDataset):
+            # torch warns when a pass yields more than len() said when it was last asked: a pass
+            # is measured against its own length (an epoch resumed at another world size is
+            # shorter than the next one)
+            self._IterableDataset_len_called = len(self.dataset)
         if self.num_workers == 0:  # no prefetching: the dataset or sampler counts by itself
             yield from super().__iter__()
             return

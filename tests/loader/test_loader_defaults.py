@@ -602,3 +602,20 @@ def test_resumed_states_refused_in_one_line_and_nothing_changed(ds: Dataset) -> 
         uniform.load_state_dict({**uniform.state_dict(), "history": []})
     with pytest.raises(LoaderStateError, match="position"):
         uniform.load_state_dict({**uniform.state_dict(), "history": [], "position": 99})
+
+
+def test_no_length_warning_on_the_epoch_after_a_resumed_one(ds: Dataset) -> None:
+    """A resumed epoch's pass is shorter than the next: torch's check of the yielded count
+    against len() measures each pass against its own length."""
+    import warnings
+
+    states = _two_rank_states(ds)
+    data = TedIterableDataset(ds, 16, keys=[], seed=0, rank=0, world_size=3)
+    loader = TedDataLoader(data)
+    loader.resume(states)
+    resumed = len(loader)  # the usual `total = len(loader)` before the loop
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = [batch for batch in loader]  # not list(): it asks len() itself
+        second = [batch for batch in loader]
+    assert len(first) == resumed < len(second) == len(loader)
