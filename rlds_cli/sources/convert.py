@@ -244,118 +244,96 @@ def convert(
     """
     given = make_card(license=license, citation=citation)
     paths = _as_paths(source)
-    source_hash = SourceHash(expected_sha256, expected_origin, progress)
-    if len(paths) == 1 and paths[0].is_file():
-        source_hash.begin(paths[0])  # before the detection, whose imports leave a core idle
-    try:
-        return _convert(
-            paths, name, format=format, root=root, backend=backend, frames=frames, force=force,
-            options=options, source_info=source_info, progress=progress, given=given,
-            registry_license=registry_license, source_hash=source_hash,
-        )  # fmt: skip
-    finally:
-        source_hash.stop()  # hashing still running when the conversion failed ends with it
-
-
-def _convert(
-    paths: list[Path],
-    name: str,
-    *,
-    format: str | None,
-    root: PathLike | CacheRoot | None,
-    backend: str | None,
-    frames: str | FramesMode | None,
-    force: bool,
-    options: dict[str, Any] | None,
-    source_info: dict[str, Any] | None,
-    progress: Progress | None,
-    given: dict[str, Any],
-    registry_license: str | None,
-    source_hash: SourceHash,
-) -> ConvertResult:
-    """:func:`convert`'s work, once the card is checked and the source's hash may have begun."""
-    options = {k: v for k, v in (options or {}).items() if v is not None}
-    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
-    itself = _reads_archive_itself(archive, format) if archive is not None else None
-    if itself is not None:
-        archive, format = None, itself  # from here on, a source file like any other
-    if archive is not None:
-        fmt, files, base = format, [archive], archive.parent
-        if fmt is not None:
-            options = _checked_options(fmt, options)
-    else:
-        fmt = format or detect_format(paths[0] if len(paths) == 1 else paths)
-        options = _checked_options(fmt, options)  # an unknown --format or option fails before any hashing
-        files = source_files(fmt, paths)
-        _check_one_file(fmt, paths, files)  # before hashing gigabytes that cannot be converted
-        # relative to the files' common folder, so the digest does not depend on how the
-        # source was named (a Minari dataset by its directory, its data/ or a file)
-        base = Path(os.path.commonpath(files))
-        if base.is_file():
-            base = base.parent
-    source_hash.start(files, base)
-    stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
-    asked, backend = backend, backend or _stored_backend(cache, name)  # --force keeps it too
-    mode = FramesMode.parse(frames)
-    with DatasetBuilder(name, root=cache, backend=backend, replace=force, frames=mode) as builder:
-        if builder.existing is not None and not force:
-            old = builder.existing.source
-            same_format = old.get("format") == fmt or (archive is not None and fmt is None)
-            sha256 = source_hash.checked()[1]  # the reuse check needs the digest first
-            same_frames = old.get("frames", "keep") == str(mode)
-            if (
-                old.get("sha256") == sha256
-                and same_format
-                and same_frames
-                and old.get("options", {}) == stored_options
-                and all(builder.existing.card.get(k) == v for k, v in given.items() if k != "license_from")
-            ):
-                if asked is not None and asked != builder.existing.backend:
-                    raise DatasetExistsError(
-                        f"dataset {name!r} holds this source stored as {builder.existing.backend}; "
-                        f"storage {asked} was asked for",
-                        hint=f"pass --force to convert it again as {asked}, or --name to keep both",
+    # hashing still running when the conversion fails ends with it (the context's exit)
+    with SourceHash(expected_sha256, expected_origin, progress) as source_hash:
+        if len(paths) == 1 and paths[0].is_file():
+            source_hash.begin(paths[0])  # before the detection, whose imports leave a core idle
+        options = {k: v for k, v in (options or {}).items() if v is not None}
+        cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        archive = paths[0] if len(paths) == 1 and is_archive(paths[0]) else None
+        itself = _reads_archive_itself(archive, format) if archive is not None else None
+        if itself is not None:
+            archive, format = None, itself  # from here on, a source file like any other
+        if archive is not None:
+            fmt, files, base = format, [archive], archive.parent
+            if fmt is not None:
+                options = _checked_options(fmt, options)
+        else:
+            fmt = format or detect_format(paths[0] if len(paths) == 1 else paths)
+            options = _checked_options(fmt, options)  # an unknown --format or option fails before any hashing
+            files = source_files(fmt, paths)
+            _check_one_file(fmt, paths, files)  # before hashing gigabytes that cannot be converted
+            # relative to the files' common folder, so the digest does not depend on how the
+            # source was named (a Minari dataset by its directory, its data/ or a file)
+            base = Path(os.path.commonpath(files))
+            if base.is_file():
+                base = base.parent
+        source_hash.start(files, base)
+        stored_options = {k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS}
+        asked, backend = backend, backend or _stored_backend(cache, name)  # --force keeps it too
+        mode = FramesMode.parse(frames)
+        with DatasetBuilder(name, root=cache, backend=backend, replace=force, frames=mode) as builder:
+            if builder.existing is not None and not force:
+                old = builder.existing.source
+                same_format = old.get("format") == fmt or (archive is not None and fmt is None)
+                sha256 = source_hash.checked()[1]  # the reuse check needs the digest first
+                same_frames = old.get("frames", "keep") == str(mode)
+                if (
+                    old.get("sha256") == sha256
+                    and same_format
+                    and same_frames
+                    and old.get("options", {}) == stored_options
+                    and all(
+                        builder.existing.card.get(k) == v for k, v in given.items() if k != "license_from"
                     )
-                logger.info("dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12])
-                return ConvertResult(builder.existing, True, cache.dataset_dir(name))
-            raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}{_origin(old)}")
-        extracted: Path | None = None
-        try:
-            read_paths = paths
-            if archive is not None:
-                from rlds_cli.formats.archives import extract_archive
-
-                extracted = cache.new_build_dir(name)
-                read_paths = [extract_archive(archive, extracted)]
-                fmt = fmt or detect_format(read_paths[0])
-            assert fmt is not None
-            shown = archive or (paths[0] if len(paths) == 1 else base)
-            facts = {
-                "format": fmt,
-                "path": str(shown.resolve()),
-                **dict.fromkeys(("sha256", "size", "files")),  # (from the hash, before the commit)
-                "options": stored_options,
-                **({"frames": str(mode)} if mode.name != "keep" else {}),
-                **({"archive": True} if archive is not None else {}),
-                **(source_info or {}),
-            }
-            logger.info("converting %s (%s) into %r, backend %s", shown, fmt, name, backend)
+                ):
+                    if asked is not None and asked != builder.existing.backend:
+                        raise DatasetExistsError(
+                            f"dataset {name!r} holds this source stored as {builder.existing.backend}; "
+                            f"storage {asked} was asked for",
+                            hint=f"pass --force to convert it again as {asked}, or --name to keep both",
+                        )
+                    logger.info(
+                        "dataset %r already holds %s (sha256 %s): reused", name, files[0], sha256[:12]
+                    )
+                    return ConvertResult(builder.existing, True, cache.dataset_dir(name))
+                raise DatasetExistsError(f"dataset {name!r} already exists in {cache.path}{_origin(old)}")
+            extracted: Path | None = None
             try:
-                cards = (given, registry_license)
-                manifest = _build(
-                    builder, fmt, read_paths, options, progress, shown, facts, source_hash, cards
+                read_paths = paths
+                if archive is not None:
+                    from rlds_cli.formats.archives import extract_archive
+
+                    extracted = cache.new_build_dir(name)
+                    read_paths = [extract_archive(archive, extracted)]
+                    fmt = fmt or detect_format(read_paths[0])
+                assert fmt is not None
+                shown = archive or (paths[0] if len(paths) == 1 else base)
+                facts = {
+                    "format": fmt,
+                    "path": str(shown.resolve()),
+                    **dict.fromkeys(("sha256", "size", "files")),  # (from the hash, before the commit)
+                    "options": stored_options,
+                    **({"frames": str(mode)} if mode.name != "keep" else {}),
+                    **({"archive": True} if archive is not None else {}),
+                    **(source_info or {}),
+                }
+                logger.info("converting %s (%s) into %r, backend %s", shown, fmt, name, backend)
+                try:
+                    cards = (given, registry_license)
+                    manifest = _build(
+                        builder, fmt, read_paths, options, progress, shown, facts, source_hash, cards
+                    )
+                except Exception:
+                    source_hash.checked()  # a file that is not the expected one: say that, not why it fails
+                    raise
+                logger.info(
+                    "published %r: %d steps, %d episodes", name, manifest.num_steps, manifest.num_episodes
                 )
-            except Exception:
-                source_hash.checked()  # a file that is not the expected one: say that, not why it fails
-                raise
-            logger.info(
-                "published %r: %d steps, %d episodes", name, manifest.num_steps, manifest.num_episodes
-            )
-        finally:
-            if extracted is not None:
-                shutil.rmtree(extracted, ignore_errors=True)
-    return ConvertResult(manifest, False, cache.dataset_dir(name))
+            finally:
+                if extracted is not None:
+                    shutil.rmtree(extracted, ignore_errors=True)
+        return ConvertResult(manifest, False, cache.dataset_dir(name))
 
 
 class SourceHash:
@@ -388,6 +366,12 @@ class SourceHash:
     def stop(self) -> None:
         """End any hashing still running (a failed conversion does not wait for it)."""
         self._stop.set()
+
+    def __enter__(self) -> SourceHash:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def checked(self) -> tuple[list[dict[str, Any]], str]:
         """(per-file records, the source's digest), once hashed; waits for the thread.
