@@ -15,9 +15,11 @@ sorts the replies by id and the events by tab. Guarantees:
   uncaught exceptions, error log entries and any request for something else than ``file:`` or
   ``data:`` URLs (a page meant to work offline asks for nothing else).
 
-Playwright's node driver did this before; the suite hung with it twice. A later hang with this
-driver showed the cause: Chromium's own threads at real-time priority (see
-:func:`_no_priority_raise`), which this driver no longer lets it take. Nothing here imports pytest.
+Playwright's node driver did this before; the suite hung with it twice, and once with this
+driver: the browser's threads spun at real-time priority, inherited from a test worker that
+PyAV's AV1 encoder had left at SCHED_FIFO (fixed in ``rlds_cli.export.lerobot_common``). Chromium
+is started at the normal policy without the right to raise it, whatever its caller's (see
+:func:`_no_priority_raise`). Nothing here imports pytest.
 """
 
 from __future__ import annotations
@@ -418,8 +420,8 @@ def _no_priority_raise() -> None:
     real-time priority; two of them were seen spinning at SCHED_FIFO 99 on a 2-core machine,
     starving every other process (load 117) so that no timeout of ours could fire and not even
     SIGKILL was delivered. Where the drop is refused (no CAP_SETPCAP: not root), nothing is lost:
-    such a user cannot raise priorities anyway. Not yet watertight: in one full test run threads
-    of a browser started this way were still seen at real-time priority (cause not found)."""
+    such a user cannot raise priorities anyway. A real-time policy of the caller's is not this
+    capability's doing: it is reset to SCHED_OTHER beside this call."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_CAPBSET_DROP, _CAP_SYS_NICE, 0, 0, 0)
 
