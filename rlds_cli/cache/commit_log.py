@@ -42,8 +42,12 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import ItemsView, Iterable, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from rlds_cli._util.locks import lock_fd, unlock_fd
 from rlds_cli.errors import CorruptDatasetError
@@ -202,6 +206,101 @@ class SegmentEntry:
     generation: int = 0
 
 
+#: No segment id: the names of a view replayed from the log's first record.
+NO_IDS = np.zeros(0, "S16")
+
+
+class RetiredSegments(MutableMapping[bytes, float]):
+    """The segments a view retired (evicted whole, or compacted away), each with when, in the
+    order the log retired them. One loaded from the log's checkpoint
+    (:mod:`rlds_cli.cache.log_checkpoint`) keeps the checkpoint's entries as arrays until a
+    caller reads or removes one (100,000 of them take ~40 ms to build, most of an open that
+    never needs them); segments retired after it are kept beside them meanwhile."""
+
+    def __init__(
+        self,
+        entries: Iterable[tuple[bytes, float]] = (),
+        *,
+        sorted_ids: np.ndarray = NO_IDS,
+        order: np.ndarray | None = None,
+        times: np.ndarray | None = None,
+    ) -> None:
+        #: The checkpoint's ids, sorted (S16), with ``sorted_ids[order]`` in retirement order
+        #: and ``times`` in that order too.
+        self.sorted_ids = sorted_ids
+        self._order, self._times = order, times
+        self._later: dict[bytes, float] = dict(entries)
+        self._loaded: dict[bytes, float] | None = None if len(sorted_ids) else self._later
+
+    def _entries(self) -> dict[bytes, float]:
+        if self._loaded is None:
+            assert self._order is not None and self._times is not None
+            ids = self.sorted_ids.view("V16")[self._order].tolist()  # V16: bytes, trailing zeros kept
+            loaded = dict(zip(ids, self._times.tolist(), strict=True))
+            for seg, when in self._later.items():
+                loaded.setdefault(seg, when)
+            self._loaded = self._later = loaded
+        return self._loaded
+
+    def __getitem__(self, seg: bytes) -> float:
+        return self._entries()[seg]
+
+    def __setitem__(self, seg: bytes, when: float) -> None:
+        self._entries()[seg] = when
+
+    def __delitem__(self, seg: bytes) -> None:
+        del self._entries()[seg]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._entries())
+
+    # the dict's own views and lookups, not the mixins' (a Python call per key: a writer walks
+    # its retired segments at every commit)
+    def items(self) -> ItemsView[bytes, float]:
+        return self._entries().items()
+
+    def values(self) -> ValuesView[float]:
+        return self._entries().values()
+
+    def __contains__(self, seg: object) -> bool:
+        return seg in self._entries()
+
+    def pop(self, seg: bytes, *default: Any) -> Any:
+        return self._entries().pop(seg, *default)
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def __bool__(self) -> bool:
+        return bool(self._later) or (self._loaded is None and len(self.sorted_ids) > 0)
+
+    def setdefault(self, seg: bytes, when: float | None = None) -> float:
+        """Record ``seg`` retired at ``when`` unless it is already (its first time stays). While
+        the checkpoint's entries are arrays, returns ``when`` even for one of them."""
+        assert when is not None
+        return self._later.setdefault(seg, when)
+
+    def added_later(self) -> list[bytes]:
+        """The ids not among the checkpoint's sorted ones (all of them, without a checkpoint)."""
+        return list(self._later) if self._loaded is None else list(self._loaded)
+
+    def copy(self) -> RetiredSegments:
+        if self._loaded is not None:
+            return RetiredSegments(self._loaded.items())
+        return RetiredSegments(
+            self._later.items(), sorted_ids=self.sorted_ids, order=self._order, times=self._times
+        )
+
+
+def sorted_has(sorted_ids: np.ndarray, seg: bytes) -> bool:
+    """Whether ``seg`` is among ``sorted_ids`` (sorted S16)."""
+    if not len(sorted_ids):
+        return False
+    at = int(np.searchsorted(sorted_ids, seg))  # S16 orders ids as bytes (zeros pad alike)
+    # compared as the 16 bytes: an S16 element drops trailing zero bytes (1 id in 256 has one)
+    return at < len(sorted_ids) and sorted_ids[at : at + 1].tobytes() == seg
+
+
 @dataclass
 class LogState:
     """The view of a growing dataset as of a log position: its live segments in log order, the
@@ -209,7 +308,7 @@ class LogState:
 
     segments: list[SegmentEntry] = field(default_factory=list)
     evicted: int = 0
-    retired: dict[bytes, float] = field(default_factory=dict)
+    retired: RetiredSegments = field(default_factory=RetiredSegments)
     position: int = 0
     records: int = 0
     #: Record slots that failed their check and look torn (:func:`looks_torn`), all told.
@@ -226,11 +325,15 @@ class LogState:
 
     def names(self, seg: bytes) -> bool:
         """Whether the log (up to this position) added segment ``seg``, live or retired since."""
-        return seg in self._added
+        return seg in self._added or sorted_has(self._names_before, seg)
 
     def __post_init__(self) -> None:
-        # every segment id ever added: a duplicate ADD is found without a scan of the view
-        self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired)
+        if not isinstance(self.retired, RetiredSegments):
+            self.retired = RetiredSegments(dict(self.retired).items())
+        # every segment id ever added (each is live or retired): a duplicate ADD is found
+        # without a scan of the view; those a checkpoint retired stay its sorted array
+        self._names_before = self.retired.sorted_ids
+        self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired.added_later())
         # logical episodes ever added: the next segment's ordinal (a compaction keeps the sum);
         # and the unprotected ones, which no eviction count may pass
         self._logical = sum(s.episodes for s in self.segments)
@@ -288,7 +391,7 @@ class LogState:
         return self._add_fields(rec.seg, rec.flags, rec.episodes, rec.steps, rec.time)
 
     def _add_fields(self, seg: bytes, flags: int, episodes: int, steps: int, when: float) -> str | None:
-        if seg in self._added:
+        if self.names(seg):
             return f"adds segment {seg_name(seg)} a second time"
         if episodes < 1 or steps < episodes:
             return f"adds a segment of {episodes} episodes and {steps} steps"
@@ -306,7 +409,7 @@ class LogState:
     def _compact(self, rec: Record) -> str | None:
         if not (self.names(rec.first) and self.names(rec.last)):
             return "compacts segments the log never added"
-        if rec.seg in self._added:
+        if self.names(rec.seg):
             return f"names segment {seg_name(rec.seg)}, which the log added before, as a compaction's"
         ids = {s.seg: i for i, s in enumerate(self.segments)}
         if rec.first not in ids or rec.last not in ids:
@@ -464,10 +567,10 @@ class LogState:
         return [s for s in self.segments[: self._front] if not s.protected]
 
     def copy(self) -> LogState:
-        return LogState(
+        copied = LogState(
             [SegmentEntry(**vars(s)) for s in self.segments],
             self.evicted,
-            dict(self.retired),
+            self.retired.copy(),
             self.position,
             self.records,
             self.invalid,
@@ -476,6 +579,9 @@ class LogState:
             self.damage,
             dict(self.merged),
         )
+        copied._added = set(self._added)  # the names of segments collected since too
+        copied._names_before = self._names_before
+        return copied
 
 
 #: Compactions whose replaced segments a view remembers (:attr:`LogState.merged`).

@@ -33,7 +33,8 @@ from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.growing_settings import growing_settings, is_ready
 from rlds_cli.cache.integrity import schema_problem
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, LOG_CHECKPOINT_FILE, SEGMENTS_DIR
+from rlds_cli.cache.log_checkpoint import load_state, verify_log
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.cache.ted import EPISODE_DTYPE
@@ -76,13 +77,12 @@ class GrowingDataset(Dataset):
         self._segments: dict[bytes, Dataset] = {}
         self._tails: dict[str, TailRun] = {}
         self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._state = LogState()
         # (size, device, inode, ctime) of the log when last read whole: a stat that says the same
         # means nothing was appended (an append moves the size and the ctime) and no new log
         # took its place (another inode, or the same one reused, with another ctime)
         self._log_seen: tuple[int, int, int, int] | None = None
         self._log_path = str(self.directory / COMMIT_LOG_FILE)
-        self._state.follow(self.directory / COMMIT_LOG_FILE, until=position)
+        self._state = load_state(self.directory, until=position)
         self._rebuild()
         self._check_not_replaced()
 
@@ -105,6 +105,12 @@ class GrowingDataset(Dataset):
     def state(self) -> LogState:
         """The commit-log view (segments, eviction count), a copy."""
         return self._state.copy()
+
+    @property
+    def log_segments(self) -> list[SegmentEntry]:
+        """The view's segments in log order, fully evicted ones included (the entries are the
+        view's own: not to be changed). Without :attr:`state`'s copy of every retired segment."""
+        return list(self._state.segments)
 
     def refresh(self) -> bool:
         """Follow the commit log to its end; returns whether the view changed.
@@ -204,7 +210,9 @@ class GrowingDataset(Dataset):
         segments_dir = self.directory / SEGMENTS_DIR
         return {
             "segments": len(self._parts),
-            "segments_on_disk": sum(1 for _ in segments_dir.iterdir()) if segments_dir.is_dir() else 0,
+            "segments_on_disk": sum(1 for p in segments_dir.iterdir() if p.name != LOG_CHECKPOINT_FILE)
+            if segments_dir.is_dir()
+            else 0,
             "log_records": self._state.records,
             "evicted_episodes": self._state.evicted,
             "protected_episodes": protected,
@@ -399,9 +407,12 @@ class GrowingDataset(Dataset):
         return self.episode_index
 
     def check_files(self) -> list[str]:
-        """Every live segment's files at full size (see :meth:`Dataset.check_files`)."""
+        """Every live segment's files at full size (see :meth:`Dataset.check_files`); the whole
+        commit log and its checkpoint are replayed first (damage raises
+        :class:`~rlds_cli.errors.CorruptDatasetError`: :func:`~rlds_cli.cache.log_checkpoint.verify_log`)."""
         problems: list[str] = []
-        _, why = unnamed(self.directory)  # against the whole log, not this view
+        latest = verify_log(self.directory)  # the whole log, not this view's checkpoint and tail
+        _, why = unnamed(self.directory, latest)
         if why is not None:
             problems.append(f"{why}; it may not name every segment (rlds compact keeps the ones it does not)")
         for ds, _ in self._parts:

@@ -52,6 +52,9 @@ VIEW_LAYOUT = "view"
 SEGMENTED_LAYOUT = "segmented"
 SEGMENTS_DIR = "segments"
 COMMIT_LOG_FILE = "commits.log"
+#: Under segments/: the commit log's checkpoint (cache/log_checkpoint.py). No segment's name
+#: starts with a dot.
+LOG_CHECKPOINT_FILE = ".log-state"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
 #: Added to a growing dataset's entry: the lock a compaction holds in locks/ (one compaction at

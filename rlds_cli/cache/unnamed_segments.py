@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli.cache.commit_log import LogState
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.layout import (
+    COMMIT_LOG_FILE,
+    LOG_CHECKPOINT_FILE,
+    MANIFEST_FILE,
+    SEGMENT_BUILDS_DIR,
+    SEGMENTS_DIR,
+)
 from rlds_cli.cache.manifest import manifest_json
 
 
@@ -78,6 +84,8 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     found: list[Path] = []
     writers: Counter[Any] = Counter()
     for path in sorted(segments.iterdir()) if segments.is_dir() else ():
+        if path.name == LOG_CHECKPOINT_FILE:  # the log's checkpoint, beside the segments
+            continue
         try:
             seg = bytes.fromhex(path.name)
         except ValueError:  # not a segment rlds named: no record can name it

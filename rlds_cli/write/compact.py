@@ -29,13 +29,12 @@ import numpy as np
 
 from rlds_cli import settings
 from rlds_cli._util.locks import FileLock, Timeout
-from rlds_cli.cache import commit_log, digest
+from rlds_cli.cache import commit_log, digest, log_checkpoint
 from rlds_cli.cache.backends import Backend, get_backend
 from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer, open_frames
 from rlds_cli.cache.commit_log import (
     COMPACT,
     FINAL_GENERATION,
-    LogState,
     Record,
     SegmentEntry,
     new_segment_id,
@@ -141,8 +140,7 @@ def remove_retired(
     except LockTimeoutError:
         return []
     try:
-        state = LogState()
-        state.follow(directory / COMMIT_LOG_FILE)
+        state = log_checkpoint.verify_log(directory)  # the whole log: removal trusts no checkpoint
         if dry_run:
             # the log names every segment it ever retired; most are gone already
             due = leftovers(directory, state, grace).segments
@@ -197,8 +195,7 @@ def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
     """Runs of consecutive live segments of one kind worth merging: more than one segment, or
     one whose files still hold evicted episodes."""
     live = ds.live_segments()
-    state = ds.state
-    order = {s.seg: i for i, s in enumerate(state.segments)}
+    order = {s.seg: i for i, s in enumerate(ds.log_segments)}
     runs: list[list[tuple[SegmentEntry, int]]] = []
     for entry, first in live:
         run = runs[-1] if runs else None
@@ -215,6 +212,9 @@ def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
 
 def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactReport:
     fsync = settings.fsync_enabled()
+    # the whole log and its checkpoint, not the view the checkpoint gave: damage in the records
+    # before it stops the compaction (nothing merged, nothing removed)
+    log_checkpoint.verify_log(ds.directory)
     before = len(ds.live_segments())
     runs = _runs(ds)
     for run in runs:
@@ -239,13 +239,13 @@ def merge_run(
     :class:`~rlds_cli.errors.CorruptDatasetError` before the record: the build is removed and
     the segments it would have replaced stay. The caller holds the dataset's compaction lock."""
     backend = get_backend(ds.head.backend)
-    state = ds.state
+    segments = ds.log_segments
     live = {s.seg for s, _ in ds.live_segments()}
-    i = next(k for k, s in enumerate(state.segments) if s.seg == run[0][0].seg)
+    i = next(k for k, s in enumerate(segments) if s.seg == run[0][0].seg)
     kind = run[0][0].protected
-    while i > 0 and state.segments[i - 1].protected == kind and state.segments[i - 1].seg not in live:
+    while i > 0 and segments[i - 1].protected == kind and segments[i - 1].seg not in live:
         i -= 1
-    first = state.segments[i].seg
+    first = segments[i].seg
     seg = new_segment_id()
     with building_segment(ds.directory, seg, fsync=fsync) as build:
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
@@ -254,22 +254,26 @@ def merge_run(
             if recorded is None or digest.array_digest(part.episode_index) != recorded:
                 raise _damaged_input(ds, part.directory, "its episode index does not match its digest")
         hashes: dict[str, str] = {}
-        for key, spec in ds.head.fields.items():
-            column = column_writer(backend, build, spec, encodes=False, checks=False)  # checked by digest
-            try:
-                if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
-                    for part, skip in parts:
-                        _copy_frames_checked(ds, part, skip, key, column)
-                    hasher: Any = column.hasher
-                else:
-                    hasher = digest.ColumnHasher(spec.dtype)
-                    for part, skip in parts:
-                        _copy_checked(ds, part, skip, key, column, hasher, backend)
-            except BaseException:
-                column.abort()  # a damaged input: the build is removed, its writer released
-                raise
-            column.close(fsync=False)
-            hashes[key] = hasher.hexdigest()
+        checker = digest.BlockHasher()  # the inputs' digests, beside the copy and the output's
+        try:
+            for key, spec in ds.head.fields.items():
+                column = column_writer(backend, build, spec, encodes=False, checks=False)  # checked by digest
+                try:
+                    if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
+                        for part, skip in parts:
+                            _copy_frames_checked(ds, part, skip, key, column)
+                        hasher: Any = column.hasher
+                    else:
+                        hasher = digest.ColumnHasher(spec.dtype)
+                        for part, skip in parts:
+                            _copy_checked(ds, part, skip, key, column, hasher, backend, checker)
+                except BaseException:
+                    column.abort()  # a damaged input: the build is removed, its writer released
+                    raise
+                column.close(fsync=False)
+                hashes[key] = hasher.hexdigest()
+        finally:
+            checker.close()
         lengths = np.concatenate([part.episode_index["length"][skip:] for part, skip in parts])
         lengths = lengths.astype(np.int64)
         writer = {**writer_identity(), "compacted": len(run)}
@@ -286,18 +290,30 @@ def merge_run(
     commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
 
 
-#: Rows copied at a time: bounded memory on large runs.
-_BLOCK_ROWS = 65536
+#: Bytes copied at a time (at least one row): bounded memory on large runs.
+_BLOCK_BYTES = 8 << 20
 #: Frames copied at a time (a frame is kilobytes, not a row's bytes).
 _FRAME_BLOCK_ROWS = 1024
 
 
 def _copy_checked(
-    ds: GrowingDataset, part: Any, skip: int, key: str, out: Any, hasher: Any, backend: Backend
+    ds: GrowingDataset,
+    part: Any,
+    skip: int,
+    key: str,
+    out: Any,
+    hasher: Any,
+    backend: Backend,
+    checker: digest.BlockHasher,
 ) -> None:
     """Append the live rows of ``key`` in segment ``part`` (its episodes from ``skip`` on) to
     ``out``, hashed into ``hasher``, reading the whole column once to check it against the
-    digest the segment recorded."""
+    digest the segment recorded.
+
+    Each block is read once into memory of its own, then checked on ``checker``'s thread while
+    this one writes and hashes it: the two sha256 passes (~1.9 GB/s each on one core) run side
+    by side, and the output is synced behind the copy. (Checked from the input's map instead,
+    both threads faulted the same pages in turn: no gain.)"""
     spec = ds.head.fields[key]
     start, stop = _live_rows(ds, part, skip, key)
     # opened for this copy only: a map per segment kept open would hold a descriptor each
@@ -309,14 +325,21 @@ def _copy_checked(
             f"array {key!r} is {col.dtype} {tuple(col.shape)}, expected {spec.dtype} {(stop, *spec.shape)}",
         )
     check = digest.ColumnHasher(spec.dtype)
-    for lo in range(0, stop, _BLOCK_ROWS):
-        hi = min(stop, lo + _BLOCK_ROWS)
-        rows = np.asarray(col[lo:hi])
-        check.update(rows)
-        if hi > start:
-            live = rows[max(start - lo, 0) :]
-            out.append(live)
-            hasher.update(live)
+    row_bytes = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
+    step = max(1, _BLOCK_BYTES // row_bytes)
+    for lo in range(0, stop, step):
+        hi = min(stop, lo + step)
+        rows = col[lo:hi]
+        rows = np.array(rows) if isinstance(rows, np.memmap) else np.asarray(rows)
+        checked = checker.start([(check, rows)])
+        try:
+            if hi > start:
+                live = rows[max(start - lo, 0) :]
+                out.append(live)
+                hasher.update(live)
+                out.write_behind()
+        finally:
+            checked()  # the rows are the checker's until it is done with them
     del col
     if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
         raise _damaged_input(ds, part.directory, f"array {key!r} does not match its digest (content changed)")

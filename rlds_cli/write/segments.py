@@ -353,7 +353,10 @@ def collect(
     due = leftovers(directory, state, grace, builds=builds, unreferenced=unreferenced)
     removed: list[str] = []
     for path in due.builds:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:  # a checkpoint of the commit log that its writer never renamed into place
+            path.unlink(missing_ok=True)
         removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
     taken = 0
     # one listing, not a rename tried per segment the log ever retired: a fresh view's log

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
-from rlds_cli.cache.commit_log import LogState, Record, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, seg_name
 from rlds_cli.cache.growing_settings import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
@@ -64,6 +65,7 @@ class SegmentSink:
         self.writer = writer
         self.head: Manifest | None = None
         self._state = LogState()
+        self._checkpointed = 0  # the log position of the last checkpoint this writer wrote or read
         self._lengths: dict[bytes, np.ndarray] = {}
         self.merger = None if try_lock is None else SmallSegmentMerger(directory, try_lock, fsync=fsync)
         #: Episodes and steps committed through this sink.
@@ -128,7 +130,14 @@ class SegmentSink:
         enough."""
         conf = growing_settings(head)
         log_path = self.directory / COMMIT_LOG_FILE
+        if self._state.position == 0:  # the first commit: from the log's checkpoint
+            self._state = log_checkpoint.load_state(self.directory)
+            self._checkpointed = self._state.position
         self._state.follow(log_path)  # the records since the last commit: a read of a few
+        if self._state.position - self._checkpointed >= log_checkpoint.CHECKPOINT_RECORDS * RECORD_SIZE:
+            # from a replay of its own: this view's retired segments shrink as they are collected
+            log_checkpoint.load_state(self.directory)
+            self._checkpointed = self._state.position
         if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
             count = segments.evict_to(
                 self.directory,

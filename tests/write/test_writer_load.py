@@ -28,9 +28,10 @@ import numpy as np
 import pytest
 
 import rlds_cli
+from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.commit_log import seg_name
 from rlds_cli.cache.growing import GrowingDataset
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, LOG_CHECKPOINT_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cache.root import CacheRoot
 from tests.dataset_fixtures import uid_episode
 from tests.waits import HANG_SECONDS, collect, join_all
@@ -209,5 +210,8 @@ def test_writers_and_samplers_under_load(isolated_cache: Path) -> None:
     directory = Path(root) / "datasets" / "load"
     assert list((directory / SEGMENT_BUILDS_DIR).iterdir()) == []
     live = [seg_name(entry.seg) for entry, _ in after.live_segments()]
-    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == live
+    segments = sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir() if p.name != LOG_CHECKPOINT_FILE)
+    assert segments == live
+    # the checkpoints the writers and readers wrote under the load agree with the whole log
+    assert log_checkpoint.verify_log(directory).position == after.log_position
     assert not (Path(root) / "tmp").is_dir() or list((Path(root) / "tmp").iterdir()) == []
