@@ -322,6 +322,9 @@ class LogState:
     #: The segments each of the last :data:`MERGES_REMEMBERED` compactions replaced, by the
     #: compaction's segment (in log order): a reader that holds their rows maps them to it.
     merged: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)
+    #: The log's record that ends at :attr:`position`, as this view read it (the checkpoint
+    #: keeps it: a checkpoint is used only beside a log that holds the same record there).
+    last_record: bytes = b""
 
     def names(self, seg: bytes) -> bool:
         """Whether the log (up to this position) added segment ``seg``, live or retired since."""
@@ -498,6 +501,7 @@ class LogState:
                 self.damage = problem
                 raise _damaged(path, problem)
             self.position += RECORD_SIZE
+        self.last_record = data[-RECORD_SIZE:]
         return self.records - before
 
     def _read_slot(self, slot: bytes, at: int) -> str | None:
@@ -578,6 +582,7 @@ class LogState:
             self.torn_at,
             self.damage,
             dict(self.merged),
+            self.last_record,
         )
         copied._added = set(self._added)  # the names of segments collected since too
         copied._names_before = self._names_before

@@ -44,6 +44,7 @@ from rlds_cli.cache.commit_log import (
     SegmentEntry,
     damage_hint,
 )
+from rlds_cli.cache.dataset import version_identity
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, LOG_CHECKPOINT_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.errors import CorruptDatasetError
 
@@ -66,10 +67,10 @@ def checkpoint_path(directory: Path) -> Path:
     return directory / SEGMENTS_DIR / LOG_CHECKPOINT_FILE
 
 
-def encode(state: LogState, last_record: bytes) -> bytes:
-    """``state`` as checkpoint bytes; ``last_record``: the log's record that ends at
-    ``state.position``. The same state always gives the same bytes."""
-    if state.damage is not None or state.torn or state.position < RECORD_SIZE:
+def encode(state: LogState) -> bytes:
+    """``state`` as checkpoint bytes (with :attr:`LogState.last_record`, the log's record that
+    ends at its position). The same state always gives the same bytes."""
+    if not _writable(state):
         raise ValueError("a checkpoint is of a whole, undamaged view past the log's first record")
     merged_ids = [seg for group in state.merged.values() for seg in group]
     parts = [
@@ -84,7 +85,7 @@ def encode(state: LogState, last_record: bytes) -> bytes:
             len(state.merged),
             len(merged_ids),
         ),
-        last_record,
+        state.last_record,
         b"".join(
             _SEGMENT.pack(
                 s.seg, s.protected, s.episodes, s.steps, s.dropped, s.added_at, s.ordinal, s.generation
@@ -113,9 +114,21 @@ def _retired_arrays(state: LogState) -> list[bytes]:
     return [ids[by_id].tobytes(), order.tobytes(), times.tobytes()]
 
 
-def decode(data: bytes) -> tuple[LogState, bytes] | str:
-    """The state and the copied last record in checkpoint bytes ``data``, or why they are no
-    checkpoint (every size is checked against the file's before anything is built)."""
+def _writable(state: LogState) -> bool:
+    """Whether ``state`` may be a checkpoint: no damage, no torn record pending, at least one
+    record read, and the record it ends with kept."""
+    return (
+        state.damage is None
+        and not state.torn
+        and state.position >= RECORD_SIZE
+        and len(state.last_record) == RECORD_SIZE
+    )
+
+
+def decode(data: bytes) -> LogState | str:
+    """The state in checkpoint bytes ``data`` (its :attr:`LogState.last_record` the record it
+    copied), or why they are no checkpoint (every size is checked against the file's before
+    anything is built)."""
     fixed = _HEADER.size + RECORD_SIZE + 4
     if len(data) < fixed or data[:8] != _MAGIC:
         return "it is not a checkpoint rlds writes"
@@ -124,7 +137,13 @@ def decode(data: bytes) -> tuple[LogState, bytes] | str:
     _, position, records, invalid, evicted, nseg, nret, nmerge, nids = _HEADER.unpack_from(data)
     counts = (position, records, invalid, evicted, nseg, nret, nmerge, nids)
     expected = fixed + nseg * _SEGMENT.size + nret * (_ID + 4 + 8) + nmerge * (_ID + 4) + nids * _ID
-    if min(counts) < 0 or nmerge > MERGES_REMEMBERED or position % RECORD_SIZE or expected != len(data):
+    if (
+        min(counts) < 0
+        or nmerge > MERGES_REMEMBERED
+        or position < RECORD_SIZE
+        or position % RECORD_SIZE
+        or expected != len(data)
+    ):
         return "its counts do not fit its size"
     at = _HEADER.size
     last_record = data[at : at + RECORD_SIZE]
@@ -164,8 +183,9 @@ def decode(data: bytes) -> tuple[LogState, bytes] | str:
         records,
         invalid,
         merged=merged,
+        last_record=last_record,
     )
-    return state, last_record
+    return state
 
 
 def _ids(data: bytes, at: int, count: int) -> list[bytes]:
@@ -189,7 +209,7 @@ def read_checkpoint(directory: Path, until: int | None = None) -> LogState | Non
     if isinstance(got, str):
         log.warning("%s: %s; the commit log is replayed whole", path, got)
         return None
-    state, last_record = got
+    state = got
     if until is not None and state.position > until:
         return None
     try:
@@ -197,7 +217,7 @@ def read_checkpoint(directory: Path, until: int | None = None) -> LogState | Non
             found = os.pread(fh.fileno(), RECORD_SIZE, state.position - RECORD_SIZE)
     except OSError:
         return None  # no log (or a folder): the replay from the start reports it
-    return state if found == last_record else None
+    return state if found == state.last_record else None
 
 
 def load_state(directory: Path, until: int | None = None, *, write: bool = True) -> LogState:
@@ -207,26 +227,28 @@ def load_state(directory: Path, until: int | None = None, *, write: bool = True)
     :meth:`LogState.follow` does. Where :data:`CHECKPOINT_RECORDS` or more records were
     replayed, ``until`` is ``None`` and ``write`` is true, a new checkpoint is written (best
     effort: a cache this process may not write to keeps the old one)."""
+    identity = version_identity(directory)
     state = read_checkpoint(directory, until) or LogState()
     start = state.position
     state.follow(directory / COMMIT_LOG_FILE, until=until)
     if write and until is None and state.position - start >= CHECKPOINT_RECORDS * RECORD_SIZE:
         try:
-            write_checkpoint(directory, state)
+            write_checkpoint(directory, state, identity)
         except OSError as exc:
             log.debug("%s: checkpoint not written: %s", directory, exc)
     return state
 
 
-def write_checkpoint(directory: Path, state: LogState) -> None:
-    """Write ``state`` (a whole replay: no record of it vouched away) as the checkpoint of the
-    growing dataset at ``directory``: to ``building/``, synced where fsync is on, then renamed
-    into place. Nothing is written for a view with damage or a torn record pending."""
-    if state.damage is not None or state.torn or state.position < RECORD_SIZE:
+def write_checkpoint(directory: Path, state: LogState, identity: tuple[int, int, int] | None) -> None:
+    """Write ``state`` (a replay from the log's first record or from a checkpoint, never a view
+    whose retired segments were collected) as the checkpoint of the growing dataset at
+    ``directory``, whose :func:`~rlds_cli.cache.dataset.version_identity` was ``identity`` when
+    the replay began: to ``building/``, synced where fsync is on, then renamed into place.
+    Nothing is written for a view with damage or a torn record pending, nor where the dataset
+    was replaced since (its new log would not hold the record the view ends with anyway)."""
+    if not _writable(state):
         return
-    with open(directory / COMMIT_LOG_FILE, "rb") as fh:
-        last_record = os.pread(fh.fileno(), RECORD_SIZE, state.position - RECORD_SIZE)
-    data = encode(state, last_record)
+    data = encode(state)
     # named as a build (<name>.<pid>): a killed process's copy is collected with the builds
     tmp = directory / SEGMENT_BUILDS_DIR / f"log-state-{uuid.uuid4().hex[:12]}.{os.getpid()}"
     try:
@@ -234,7 +256,8 @@ def write_checkpoint(directory: Path, state: LogState) -> None:
             fh.write(data)
             if settings.fsync_enabled():
                 os.fsync(fh.fileno())
-        os.replace(tmp, checkpoint_path(directory))
+        if version_identity(directory) == identity:
+            os.replace(tmp, checkpoint_path(directory))
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -243,30 +266,29 @@ def verify_log(directory: Path) -> LogState:
     """Replay the log of the growing dataset at ``directory`` from its first record and check
     its checkpoint against the replay; returns the view as of the log's end. Raises
     :class:`~rlds_cli.errors.CorruptDatasetError` naming the log's damage, or the checkpoint's:
-    one that fails its checksum, that is past the log's end, whose copied record is not the
-    log's, or whose view differs from the replay's at its position."""
+    one that cannot be read or fails its checksum, that is past the log's end, whose copied
+    record is not the log's, or whose view differs from the replay's at its position."""
     log_path = directory / COMMIT_LOG_FILE
     state = LogState()
     path = checkpoint_path(directory)
+    data = b""
     try:
         data = path.read_bytes()
+        got: LogState | str = decode(data)
     except FileNotFoundError:
         state.follow(log_path)
         return state
-    got = decode(data)
+    except OSError as exc:
+        got = f"it cannot be read ({exc.strerror or exc})"
     problem = got if isinstance(got, str) else None
     if not isinstance(got, str):
-        saved = got[0]
-        state.follow(log_path, until=saved.position)
-        if state.position < saved.position:
-            problem = f"it is of byte {saved.position} of the log, which ends at byte {state.position}"
+        state.follow(log_path, until=got.position)
+        if state.position < got.position:
+            problem = f"it is of byte {got.position} of the log, which ends at byte {state.position}"
         elif state.torn:
-            problem = f"it is of byte {saved.position} of the log, where torn records are pending"
-        else:
-            with open(log_path, "rb") as fh:
-                last_record = os.pread(fh.fileno(), RECORD_SIZE, saved.position - RECORD_SIZE)
-            if encode(state, last_record) != data:
-                problem = "it differs from the log's replay at its position"
+            problem = f"it is of byte {got.position} of the log, where torn records are pending"
+        elif encode(state) != data:
+            problem = "it differs from the log's replay at its position"
     if problem is not None:
         raise CorruptDatasetError(
             f"commit log checkpoint {path} is damaged: {problem}",

@@ -266,7 +266,7 @@ def merge_run(
                     else:
                         hasher = digest.ColumnHasher(spec.dtype)
                         for part, skip in parts:
-                            _copy_checked(ds, part, skip, key, column, hasher, backend, checker)
+                            _copy_checked(ds, part, skip, key, column, hasher, backend, checker, fsync)
                 except BaseException:
                     column.abort()  # a damaged input: the build is removed, its writer released
                     raise
@@ -305,6 +305,7 @@ def _copy_checked(
     hasher: Any,
     backend: Backend,
     checker: digest.BlockHasher,
+    fsync: bool,
 ) -> None:
     """Append the live rows of ``key`` in segment ``part`` (its episodes from ``skip`` on) to
     ``out``, hashed into ``hasher``, reading the whole column once to check it against the
@@ -312,7 +313,7 @@ def _copy_checked(
 
     Each block is read once into memory of its own, then checked on ``checker``'s thread while
     this one writes and hashes it: the two sha256 passes (~1.9 GB/s each on one core) run side
-    by side, and the output is synced behind the copy. (Checked from the input's map instead,
+    by side, and with ``fsync`` the output is synced behind the copy. (Checked from the input's map instead,
     both threads faulted the same pages in turn: no gain.)"""
     spec = ds.head.fields[key]
     start, stop = _live_rows(ds, part, skip, key)
@@ -337,7 +338,8 @@ def _copy_checked(
                 live = rows[max(start - lo, 0) :]
                 out.append(live)
                 hasher.update(live)
-                out.write_behind()
+                if fsync:
+                    out.write_behind()
         finally:
             checked()  # the rows are the checker's until it is done with them
     del col

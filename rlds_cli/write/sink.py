@@ -65,7 +65,7 @@ class SegmentSink:
         self.writer = writer
         self.head: Manifest | None = None
         self._state = LogState()
-        self._checkpointed = 0  # the log position of the last checkpoint this writer wrote or read
+        self._checkpointed = 0  # the log position at this writer's last checkpoint
         self._lengths: dict[bytes, np.ndarray] = {}
         self.merger = None if try_lock is None else SmallSegmentMerger(directory, try_lock, fsync=fsync)
         #: Episodes and steps committed through this sink.
@@ -130,10 +130,11 @@ class SegmentSink:
         enough."""
         conf = growing_settings(head)
         log_path = self.directory / COMMIT_LOG_FILE
-        if self._state.position == 0:  # the first commit: from the log's checkpoint
-            self._state = log_checkpoint.load_state(self.directory)
-            self._checkpointed = self._state.position
-        self._state.follow(log_path)  # the records since the last commit: a read of a few
+        # the first commit replays the whole log, not the checkpoint and its tail: a writer
+        # evicts, merges and removes segments, which it must not do on a damaged log (damage
+        # in the records before the checkpoint is what a reader from it never sees); then the
+        # records since the last commit, a read of a few
+        self._state.follow(log_path)
         if self._state.position - self._checkpointed >= log_checkpoint.CHECKPOINT_RECORDS * RECORD_SIZE:
             # from a replay of its own: this view's retired segments shrink as they are collected
             log_checkpoint.load_state(self.directory)

@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 import rlds_cli
 from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState
+from rlds_cli.cache.dataset import version_identity
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CommitFailedError, CorruptDatasetError
 from tests.dataset_fixtures import uid_episode
 from tests.faults import assert_finishes_forked
 
@@ -137,7 +138,18 @@ def test_a_damaged_record_before_the_checkpoint_is_reported_by_the_check_and_sto
         rlds_cli.compact("g", root, grace_seconds=0)
     gc = runner.invoke(app, ["gc", "--root", str(root)])
     assert gc.exit_code == 0 and "skipped growing dataset g" in gc.output, gc.output
-    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == before
+    listed = runner.invoke(app, ["list", "--root", str(root)])
+    assert listed.exit_code == 0 and "damaged" in listed.output, listed.output
+    # a writer evicts, merges and removes segments: it replays the whole log, and refuses
+    with (
+        pytest.raises(CommitFailedError, match="record 3"),
+        rlds_cli.DatasetWriter("g", root=root, mode="append", grace_seconds=0) as w,
+    ):
+        for uid in range(100, 120):
+            w.add_episode(uid_episode(uid, 3))
+            w.flush()
+    assert set(before) <= {p.name for p in (directory / SEGMENTS_DIR).iterdir()}
+    assert _uids(root)[: len(expected)] == expected
 
 
 def test_every_flipped_byte_of_a_log_with_a_checkpoint_is_detected_or_serves_the_same_view(
@@ -147,7 +159,7 @@ def test_every_flipped_byte_of_a_log_with_a_checkpoint_is_detected_or_serves_the
     reported by the reader, or (before the checkpoint) the reader serves the view the whole
     log made, and the whole-log check reports it. Never a view of other episodes."""
     root = isolated_cache
-    directory = _grow(root, list(range(1, 13)), capacity_episodes=None)
+    directory = _grow(root, list(range(1, 12)), capacity_episodes=None)
     log = directory / COMMIT_LOG_FILE
     pristine = log.read_bytes()
     expected = _uids(root)
@@ -225,9 +237,7 @@ def test_a_forged_checkpoint_with_a_valid_checksum_is_reported_by_the_check(isol
     saved = log_checkpoint.read_checkpoint(directory)
     assert saved is not None
     saved.evicted -= 1
-    with open(directory / COMMIT_LOG_FILE, "rb") as fh:
-        last = os.pread(fh.fileno(), RECORD_SIZE, saved.position - RECORD_SIZE)
-    log_checkpoint.checkpoint_path(directory).write_bytes(log_checkpoint.encode(saved, last))
+    log_checkpoint.checkpoint_path(directory).write_bytes(log_checkpoint.encode(saved))
     with pytest.raises(CorruptDatasetError, match="differs from the log's replay"):
         log_checkpoint.verify_log(directory)
     with pytest.raises(CorruptDatasetError):
@@ -263,13 +273,14 @@ def test_counts_that_do_not_fit_the_size_are_refused_before_anything_is_built(is
 
 def _kill_while_writing(root: Path) -> None:
     directory = root / "datasets" / "g"
+    identity = version_identity(directory)
     state = log_checkpoint.load_state(directory, write=False)
 
     def killed(*args: object) -> None:
         os._exit(9)
 
     os.replace = killed  # type: ignore[assignment]
-    log_checkpoint.write_checkpoint(directory, state)
+    log_checkpoint.write_checkpoint(directory, state, identity)
 
 
 def test_a_process_killed_while_writing_a_checkpoint_leaves_a_build_that_compact_removes(
@@ -300,8 +311,61 @@ def test_names_are_found_whatever_bytes_the_ids_end_in() -> None:
     ids = [bytes([i]) * 15 + bytes([end]) for i in range(1, 40) for end in (0, 1, 255)]
     ids += [b"\0" * 16, b"\0" * 15 + b"\1"]
     state = LogState([SegmentEntry(ids[0], False, 1, 1)], 0, RetiredSegments((s, 1.0) for s in ids[1:]))
-    state.position = 5 * RECORD_SIZE
-    saved, _ = log_checkpoint.decode(log_checkpoint.encode(state, b"\0" * RECORD_SIZE))  # type: ignore[misc]
+    state.position, state.last_record = 5 * RECORD_SIZE, b"\1" * RECORD_SIZE
+    saved = log_checkpoint.decode(log_checkpoint.encode(state))
+    assert isinstance(saved, LogState)
     assert all(saved.names(seg) for seg in ids)
     assert not saved.names(bytes([1]) * 15 + bytes([2])) and not saved.names(b"\0" * 15 + b"\2")
     assert dict(saved.retired) == {s: 1.0 for s in ids[1:]}
+
+
+def test_a_checkpoint_that_cannot_be_read_or_says_position_0_is_one_clear_error(isolated_cache: Path) -> None:
+    import struct
+    import zlib
+
+    root = isolated_cache
+    directory = _grow(root, list(range(1, 41)))
+    path = log_checkpoint.checkpoint_path(directory)
+    pristine = path.read_bytes()
+    body = bytearray(pristine[:-4])
+    struct.pack_into("<q", body, 16, 0)  # the position
+    path.write_bytes(bytes(body) + struct.pack("<I", zlib.crc32(body)))
+    with pytest.raises(CorruptDatasetError, match="counts do not fit"):
+        log_checkpoint.verify_log(directory)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(CorruptDatasetError, match="cannot be read"):
+        log_checkpoint.verify_log(directory)
+    assert _uids(root) == list(range(11, 41))  # readers replay the log whole
+    for args in (["inspect", "g", "--check"], ["compact", "g"]):
+        result = runner.invoke(app, [*args, "--root", str(root)])
+        assert result.exit_code == 1 and "checkpoint" in result.output, result.output
+        assert "unexpected" not in result.output and "Traceback" not in result.output
+
+
+def test_no_checkpoint_is_placed_in_a_dataset_replaced_since_the_replay(isolated_cache: Path) -> None:
+    directory = _grow(isolated_cache, list(range(1, 41)))
+    before = log_checkpoint.checkpoint_path(directory).read_bytes()
+    state = log_checkpoint.load_state(directory, write=False)
+    log_checkpoint.write_checkpoint(directory, state, (0, 0, 0))  # another version's identity
+    assert log_checkpoint.checkpoint_path(directory).read_bytes() == before
+    assert list((directory / SEGMENT_BUILDS_DIR).iterdir()) == []
+
+
+def test_a_compaction_with_fsync_off_syncs_nothing(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = isolated_cache
+    with rlds_cli.DatasetWriter("f", root=root, capacity_episodes=None) as w:
+        for uid in range(1, 6):
+            episode = uid_episode(uid, 3000)  # 9 MB of frames a segment: past the write-behind size
+            episode["pixels"] = np.full((3000, 32, 32, 3), uid, np.uint8)
+            w.add_episode(episode)
+            w.flush()
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    report = rlds_cli.compact("f", root)
+    assert report.segments_after == 1 and synced == []
+    ds = rlds_cli.open_dataset("f", root)
+    assert [int(ds.episode(i)["pixels"][0, 0, 0, 0]) for i in range(5)] == [1, 2, 3, 4, 5]
