@@ -189,7 +189,8 @@ def decode(data: bytes) -> LogState | str:
 
 
 def _ids(data: bytes, at: int, count: int) -> list[bytes]:
-    return [data[i : i + _ID] for i in range(at, at + count * _ID, _ID)]
+    # V16, not S16: its items are the 16 bytes whole (S16 drops trailing zero bytes)
+    return list(np.frombuffer(data, "V16", count, at).tolist())
 
 
 def read_checkpoint(directory: Path, until: int | None = None) -> LogState | None:
