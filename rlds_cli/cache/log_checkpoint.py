@@ -18,10 +18,12 @@ log position, written whole: a reader loads it and replays only the records afte
   its name starts with a dot, which no segment's does.
 
 What a checkpoint cannot do is see damage in the records before it: readers that start from
-it serve the view those records made when they were whole. ``inspect --check``, ``rlds
-compact`` and ``rlds gc`` replay the whole log (:func:`verify_log`): damage there, a checkpoint
-that fails its checksum, or one that differs from the replay at its position is reported, and
-nothing is removed or merged.
+it serve the view those records made when they were whole. Whatever evicts, merges or removes
+replays the whole log (a writer at its first commit; ``rlds compact`` and ``rlds gc`` through
+:func:`verify_log`, as do ``inspect --check`` and ``rlds list``): damage there, a checkpoint
+that cannot be read or fails its checksum, or one that differs from the replay at its position
+is reported, and nothing is removed or merged. A reader that finds the checkpoint failing its
+checksum logs a warning, replays the whole log and writes a new one (no episode depends on it).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from rlds_cli.errors import CorruptDatasetError
 
 log = logging.getLogger(__name__)
 
-#: Records replayed past the checkpoint after which a new one is written (~360 KB of log,
+#: Records replayed past the checkpoint after which a new one is written (384 KiB of log,
 #: ~8 ms of replay: what an open past the checkpoint costs at most).
 CHECKPOINT_RECORDS = 4096
 
