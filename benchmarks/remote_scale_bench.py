@@ -5,7 +5,7 @@ the dataset.
 The store: a moto S3 server on 127.0.0.1 behind :class:`rlds_cli.testing.slow_link.Link` (both in
 a child process, started and killed here): every request waits a first-byte latency drawn from
 ``--latency-ms`` (default 20-50 ms, uniform) and the responses share a ``--bandwidth-mbs`` cap
-(default 100 MB/s). Uploads go to moto directly (set-up, not measured); every read goes through
+(default 400 MB/s). Uploads go to moto directly (set-up, not measured); every read goes through
 the link, which counts requests and bytes.
 
 The data: ``--size`` steps (default 24,000, about 530 MB; quick 12,000) of 224x224 RGB MuJoCo
@@ -315,8 +315,27 @@ def blocks_options(spec: dict[str, Any]) -> dict[str, int]:
     return {"shuffle_window": max(1, round(spec["shuffle_block"] / rows))}
 
 
+def store_rate(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the store serves alone: the first ``spec["bytes"]`` of rlds's frames file in ranged
+    GETs of 2 MiB, 16 at a time (s3fs ``cat_ranges``), nothing decoded or kept."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    path = RLDS_URL.removeprefix("s3://") + "/arrays/pixels@frames"
+    size, step, width = min(fs.size(path), spec["bytes"]), 2 << 20, 16
+    t0 = time.perf_counter()
+    got = 0
+    for first in range(0, size, step * width):
+        starts = list(range(first, min(size, first + step * width), step))
+        ends = [min(size, a + step) for a in starts]
+        got += sum(map(len, fs.cat_ranges([path] * len(starts), starts, ends)))
+    return {"bytes": got, "seconds": time.perf_counter() - t0}
+
+
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One case: batches until the epoch ends or ``seconds`` pass; the times and frames seen."""
+    if spec["case"] == "store-rate":
+        return store_rate(spec)
     import torch
 
     torch.set_num_threads(1)
@@ -481,6 +500,7 @@ def report(run: Any, results: dict[str, dict[str, Any]], facts: dict[str, Any]) 
         f"{run.seconds:g} s after the first batch; rlds sampler `{facts['sampler']}`, Mosaic "
         f"`shuffle=True` through a DataLoader of {facts['workers']} workers.",
         "",
+        *store_line(results, facts),
         *header(run.info(), versions("numpy", "torch", "mosaicml-streaming", "moto", "s3fs")),
         "",
         *table(HEAD, rows),
@@ -504,8 +524,29 @@ def report(run: Any, results: dict[str, dict[str, Any]], facts: dict[str, Any]) 
     size = getattr(run.args, "size", None)
     cmd = "python benchmarks/remote_scale_bench.py" + (" --quick" if run.quick else "")
     cmd += f" --size {size}" if size else ""
+    cmd += f" --latency-ms {facts['latency_ms'].replace('-', ',')} --bandwidth-mbs {facts['bandwidth_mbs']:g}"
     lines += closing(SECTION, cmd, notes)
     return "\n".join(lines)
+
+
+def store_line(results: dict[str, dict[str, Any]], facts: dict[str, Any]) -> list[str]:
+    """What the store serves alone, and the rate of the pulled copy it would bound: the store
+    (one Python server on this machine's cores) is part of what any reader from it shares."""
+    store = facts.get("store_mbs")
+    if not store:
+        return []
+    line = (
+        f"The store alone serves {store:,.0f} MB/s here (2 MiB ranged GETs of rlds's frames file, 16 at "
+        "a time, nothing decoded)"
+    )
+    local = results.get("local", {}).get("rate")
+    if local:
+        need = local * BATCH * facts["dataset_bytes"] / facts["size"] / 1e6
+        line += (
+            f"; the pulled copy consumes {need:,.0f} MB/s of stored bytes, so a reader fetching each "
+            f"byte once is bounded by {min(1.0, store / need):.2f}x of it before decoding shares the cores"
+        )
+    return [line + ".", ""]
 
 
 def goals(results: dict[str, dict[str, Any]], limit: int) -> list[str]:
@@ -549,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     # the bounded cache keeps 2 MiB blocks (8 MiB for older pushes): a tenth of the dataset holds several
     p.add_argument("--size", type=int, help="steps (default 24,000: 530 MB; quick 12,000)")
     p.add_argument("--latency-ms", default="20,50", help="first-byte latency a request: N or LOW,HIGH")
-    p.add_argument("--bandwidth-mbs", type=float, default=100.0, help="MB/s of the link (0: no cap)")
+    p.add_argument("--bandwidth-mbs", type=float, default=400.0, help="MB/s of the link (0: no cap)")
     p.add_argument("--cache-fraction", type=float, default=0.1, help="cache limit, of the dataset's bytes")
     p.add_argument("--shard-fraction", type=float, default=0.125, help="Mosaic shard size, of the limit")
     p.add_argument("--workers", type=int, default=2, help="Mosaic's DataLoader workers")
@@ -605,6 +646,15 @@ def main(argv: list[str] | None = None) -> int:
             "cache_fraction": run.args.cache_fraction, "workers": run.args.workers,
             "read_ahead": run.args.read_ahead, "shuffle_block": shuffle_block,
         }  # fmt: skip
+        rate = json.loads(
+            subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--child",
+                 json.dumps({"case": "store-rate", "bytes": min(total, 200_000_000)})],
+                check=True, capture_output=True, text=True, env={**os.environ, **env_for(store.link)},
+            ).stdout.strip().splitlines()[-1]
+        )  # fmt: skip
+        facts["store_mbs"] = rate["bytes"] / rate["seconds"] / 1e6
+        _log(f"the store alone: {facts['store_mbs']:.0f} MB/s")
         rounds: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
         for rep in range(run.repeats):  # the cases in turn, so a burst of load hits each alike
             for case in cases:

@@ -375,7 +375,7 @@ class Loader:
         from rlds_cli.loader.read_ahead import ReadAhead
 
         keys = self._host.disk_keys
-        self.sampler = ReadAhead(self.sampler, depth, lambda steps: fetch(steps, keys))
+        self.sampler = ReadAhead(self.sampler, depth, lambda steps, stop: fetch(steps, keys, stop=stop))
         return depth
 
     def _epoch_length(self) -> int:

@@ -8,11 +8,13 @@ rewinds to the first batch the loader has not returned, and ``load_state_dict`` 
 ahead. It uses the sampler's public API only (``sample``, ``state_dict`` / ``load_state_dict``,
 ``stream_state`` / ``load_stream_state``, ``epoch_done``), so every sampler drawn by name works.
 
-For each draw ahead, one background thread calls the dataset's ``prefetch(steps, keys)``
-(:meth:`rlds_cli.remote.reader.RemoteDataset.prefetch`): its missing blocks fetched in one batch of
-concurrent requests, near ranges merged. One prefetch runs at a time and each holds at most the
-block cache's fetch window in memory, so the bytes in flight stay bounded; a gather that needs a
-block still being fetched waits for that fetch (one download per node) instead of asking again.
+For each draw ahead, in draw order, one background thread calls the dataset's ``prefetch(steps,
+keys)`` (:meth:`rlds_cli.remote.reader.RemoteDataset.prefetch`): its missing blocks fetched in one
+batch of concurrent requests, near ranges merged. One prefetch runs at a time and each holds at
+most the block cache's fetch window in memory, so the bytes in flight stay bounded; a prefetch
+waits for room in the cache (the blocks of the batches before it released), and a gather that
+needs a block still being fetched waits for that fetch (one download per node) instead of asking
+again. Draws dropped (a rewind, :meth:`ReadAhead.close`) end the wait of their prefetch.
 A local dataset has nothing to fetch: the loader does not wrap its sampler at all.
 """
 
@@ -55,8 +57,9 @@ class ReadAhead:
     Args:
         sampler: The loader's sampler.
         depth: Draws kept ahead (>= 1).
-        prefetch: Called in the background with each draw's step indices (e.g.
-            ``lambda steps: dataset.prefetch(steps, keys)``); what it returns, when it has a
+        prefetch: Called in the background with each draw's step indices and a
+            ``threading.Event`` set once the draw is dropped (e.g. ``lambda steps, stop:
+            dataset.prefetch(steps, keys, stop=stop)``); what it returns, when it has a
             ``release()``, is released once the draw's batch has been gathered (the blocks it
             pinned stay in the cache until then).
 
@@ -65,7 +68,9 @@ class ReadAhead:
     ``stream_state`` and ``load_stream_state`` exist only when the sampler has them.
     """
 
-    def __init__(self, sampler: Any, depth: int, prefetch: Callable[[np.ndarray], Any]) -> None:
+    def __init__(
+        self, sampler: Any, depth: int, prefetch: Callable[[np.ndarray, threading.Event], Any]
+    ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"read_ahead must be a whole number of batches >= 1, got {depth!r}")
         self.sampler = sampler
@@ -76,6 +81,8 @@ class ReadAhead:
         self._futures: deque[Future[Any]] = deque()
         #: The prefetch of the draw returned last: released at the next draw (its batch gathered).
         self._current: Future[Any] | None = None
+        #: Set when the draws ahead are dropped: ends the waits of their prefetches.
+        self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0
         self._done = False
@@ -110,7 +117,7 @@ class ReadAhead:
         import os
 
         if self._pool is None or self._pool_pid != os.getpid():  # a forked worker makes its own
-            self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix="rlds-read-ahead")
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlds-read-ahead")  # in draw order
             self._pool_pid = os.getpid()
         return self._pool
 
@@ -120,7 +127,7 @@ class ReadAhead:
             out = self.sampler.sample()
             done = bool(self.sampler.epoch_done()) if self._has_done else False
             self._ahead.append((state, out, done))
-            self._futures.append(self._executor().submit(self._prefetch, draw_steps(out)))
+            self._futures.append(self._executor().submit(self._prefetch, draw_steps(out), self._stop))
 
     def sample(self) -> Any:
         """The next draw (drawn earlier, its blocks fetched or being fetched); the draws ahead
@@ -144,6 +151,8 @@ class ReadAhead:
 
     def _drop_ahead(self) -> None:
         self._ahead.clear()
+        self._stop.set()
+        self._stop = threading.Event()
         for future in self._futures:
             future.cancel()
             _release_when_done(future)
@@ -189,13 +198,14 @@ class ReadAhead:
             elif not self._ahead and self._current is not None:
                 _release_when_done(self._current)
                 self._current = None
+            self._stop.set()
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_pool=None, _pool_pid=0, _futures=deque(), _mutex=None, _current=None)
+        state.update(_pool=None, _pool_pid=0, _futures=deque(), _mutex=None, _current=None, _stop=None)
         for name in ("epoch_done", "state_dict", "load_state_dict", "stream_state", "load_stream_state"):
             state.pop(name, None)
         return state

@@ -25,6 +25,13 @@ Guarantees:
   ledger (about 100 bytes a block) lies beside them.
 - **Never evicts what a read in flight needs**: a read pins its blocks (rows of ``pins`` with its
   pid) from the moment it finds or reserves them until it has copied its bytes out.
+- **Reads planned ahead wait their turn** (:meth:`BlockCache.prefetch`): a prefetch waits for room
+  (this process's earlier holds released, other readers' blocks unpinned) instead of giving up,
+  so a reader keeps the next batches' blocks fetched ahead in a cache that holds only two or
+  three batches' blocks. A process holds at most its share of the limit ahead (the limit over
+  the live processes with blocks pinned). A read that finds no room while this process holds
+  blocks for later reads releases those, newest first (their reads fetch again what they lack):
+  a process never waits on its own holds.
 - **One download per node**: a block being fetched by a live process is waited for, not
   fetched again (its ledger row is the per-block lock).
 - **Content-checked**: a block enters only after its sha256 matches the push's; its crc32 is
@@ -161,6 +168,11 @@ class BlockCache:
         self._held = 0
         self._held_refs: dict[str, tuple[int, int]] = {}
         self._held_mutex = threading.Lock()
+        #: This process's holds not yet released, by number (taken in the order reads are planned).
+        self._holds: dict[int, BlockHold] = {}
+        self._hold_number = 0
+        #: Reads of this process short of room: no prefetch claims room meanwhile.
+        self._short_reads = 0
         #: Blocks this process checked against their crc: name -> (inode, mtime, size).
         self._verified: dict[str, tuple[int, int, int]] = {}
 
@@ -288,31 +300,78 @@ class BlockCache:
         return [p[0] if len(p) == 1 else b"".join(p) for p in pieces]
 
     def prefetch(self, source: BlockSource, rels: Sequence[str], starts: Sequence[int],
-                 ends: Sequence[int]) -> BlockHold | None:  # fmt: skip
+                 ends: Sequence[int], stop: threading.Event | None = None) -> BlockHold | None:  # fmt: skip
         """Fetch the blocks of these ranges no process has (checked against the push) and pin
-        them with the ones present, without reading them; never waits for room. Returns the
+        them with the ones present, without reading them. Waits (up to :data:`WAIT_SECONDS`,
+        or until ``stop`` is set) while the blocks this process holds ahead plus these would
+        pass its share of the limit (:meth:`hold_share`), or while the cache has no room for
+        them (other readers' blocks pinned, a read of this process short of room). Returns the
         pins (:meth:`BlockHold.release` them once the read they were for is done), or ``None``
-        when this process's held blocks would pass half the limit (the read then fetches what
-        it needs itself)."""
+        when they alone pass the share or the wait ended first (the read then fetches what it
+        needs itself). Blocks another process is fetching are not waited for (the read waits for
+        them)."""
         blocks = list(self._blocks_of(source, rels, starts, ends).values())
-        with self._held_mutex:  # a block two holds share counts once
-            need = sum(b.size for b in blocks if b.name not in self._held_refs)
-            if self._held + need > self.limit // 2:
+        deadline = time.monotonic() + WAIT_SECONDS
+        wait = stop.wait if stop is not None else time.sleep
+        share = self.hold_share()
+
+        def given_up() -> bool:
+            return (stop is not None and stop.is_set()) or time.monotonic() > deadline
+
+        while True:
+            with self._held_mutex:  # a block two holds share counts once
+                need = sum(b.size for b in blocks if b.name not in self._held_refs)
+                if need > share:
+                    return None
+                if self._held + need <= share and not self._short_reads:
+                    self._held += need
+                    for b in blocks:
+                        count, size = self._held_refs.get(b.name, (0, b.size))
+                        self._held_refs[b.name] = (count + 1, size)
+                    self._hold_number += 1
+                    hold = BlockHold(self, [], [b.name for b in blocks], self._hold_number)
+                    break
+            if given_up():
                 return None
-            self._held += need
-            for b in blocks:
-                count, size = self._held_refs.get(b.name, (0, b.size))
-                self._held_refs[b.name] = (count + 1, size)
-        hold = BlockHold(self, [], [b.name for b in blocks])
+            wait(POLL_SECONDS)
         try:
-            mine, waiting = self._claim({b.name: b for b in blocks})
-            hold.names = [b.name for b in blocks if b.name not in waiting]  # pinned: ready, or mine
-            if mine:
-                hold.fetched = self._download(source, mine)
+            todo = {b.name: b for b in blocks}
+            while True:
+                mine, waiting, short = self._claim(todo, reserve=not self._short_reads)
+                hold.names += [name for name in todo if name not in waiting]  # pinned: ready, or mine
+                if mine:
+                    hold.fetched += self._download(source, mine)
+                todo = {name: todo[name] for name in waiting}
+                if not short or given_up():  # what is left another process is fetching
+                    break
+                wait(POLL_SECONDS)
         except BaseException:
             hold.release()
             raise
+        with self._held_mutex:
+            if not hold.released:
+                self._holds[hold.number] = hold
         return hold
+
+    def hold_share(self) -> int:
+        """Bytes this process may hold ahead of its reads: the limit shared evenly with the
+        other live processes that have blocks pinned in the cache (DataLoader workers, the
+        ranks of a node), so none waits on another's read-ahead."""
+        me = os.getpid()
+        with self._ledger() as db:
+            pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
+        others = sum(1 for pid in pids - {me} if pid_alive(pid))
+        return self.limit // (others + 1)
+
+    def _release_newest_hold(self) -> bool:
+        """Release the newest hold of this process (for the read planned furthest ahead);
+        ``False`` when it has none."""
+        with self._held_mutex:
+            if not self._holds:
+                return False
+            hold = self._holds[max(self._holds)]
+        hold.release()
+        return True
 
     def _blocks_of(
         self, source: BlockSource, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
@@ -346,7 +405,7 @@ class BlockCache:
         fetched = 0
         deadline = time.monotonic() + WAIT_SECONDS
         while todo:
-            mine, waiting = self._claim(todo)
+            mine, waiting, short = self._claim(todo)
             if mine:
                 fetched += self._download(source, mine)
             for b in mine:
@@ -354,6 +413,8 @@ class BlockCache:
             for name in [n for n in todo if n not in waiting]:
                 todo.pop(name)
             if todo:
+                if short and self._release_for_room(todo):
+                    continue
                 if time.monotonic() > deadline:
                     raise RemoteCacheFullError(
                         f"the remote cache {self.root} ({self.limit:,} bytes) stayed full of blocks other "
@@ -362,10 +423,42 @@ class BlockCache:
                 time.sleep(POLL_SECONDS)
         return fetched
 
-    def _claim(self, todo: dict[str, _Block]) -> tuple[list[_Block], set[str]]:
+    def _release_for_room(self, todo: dict[str, _Block]) -> bool:
+        """A read short of room for ``todo``: release this process's holds for later reads,
+        newest first, until the room is there or none is left (prefetches claim no room
+        meanwhile). Returns whether the read should claim again at once."""
+        with self._held_mutex:
+            self._short_reads += 1
+        try:
+            released = False
+            while self._release_newest_hold():
+                released = True
+                with self._ledger() as db:
+                    if self._room(db, todo):
+                        break
+            return released
+        finally:
+            with self._held_mutex:
+                self._short_reads -= 1
+
+    def _room(self, db: sqlite3.Connection, todo: dict[str, _Block]) -> bool:
+        """Whether the blocks of ``todo`` not in the ledger would fit (evicting unpinned ones)."""
+        used = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+        free = int(db.execute(
+            "SELECT COALESCE(SUM(size), 0) FROM blocks WHERE ready = 1 AND name NOT IN "
+            "(SELECT name FROM pins)"
+        ).fetchone()[0])  # fmt: skip
+        known = {row[0] for row in db.execute(
+            f"SELECT name FROM blocks WHERE name IN ({','.join('?' * len(todo))})", list(todo)
+        )}  # fmt: skip
+        need = sum(b.size for name, b in todo.items() if name not in known)
+        return used - free + need <= self.limit
+
+    def _claim(self, todo: dict[str, _Block], reserve: bool = True) -> tuple[list[_Block], set[str], bool]:
         """Under the lock: pin the ready blocks of ``todo`` (their use noted); reserve the absent
-        ones (all of them or none, evicting least recently used unpinned blocks) and pin them as
-        this process's to fetch. Returns (blocks to fetch, names still to wait for)."""
+        ones (all of them or none, evicting least recently used unpinned blocks; none when
+        ``reserve`` is false) and pin them as this process's to fetch. Returns (blocks to fetch,
+        names still to wait for, whether absent ones found no room)."""
         pid, now = os.getpid(), time.time()
         with self._ledger() as db:
             self._reclaim(db)
@@ -386,14 +479,13 @@ class BlockCache:
                 else:
                     waiting.add(name)  # another live process is fetching it
             if not absent:
-                return [], waiting
-            need = sum(b.size for b in absent)
-            if not self._make_room(db, need):
-                return [], waiting | {b.name for b in absent}
+                return [], waiting, False
+            if not reserve or not self._make_room(db, sum(b.size for b in absent)):
+                return [], waiting | {b.name for b in absent}, True
             for b in absent:
                 db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?, 0, NULL)", (b.name, b.size, now, pid))
                 _pin(db, b.name, pid)
-            return absent, waiting
+            return absent, waiting, False
 
     def _make_room(self, db: sqlite3.Connection, need: int) -> bool:
         """Evict least recently used unpinned ready blocks until ``need`` more bytes fit."""
@@ -537,8 +629,10 @@ class BlockHold:
     """Blocks pinned ahead of a read by :meth:`BlockCache.prefetch` (never evicted until
     released)."""
 
-    def __init__(self, cache: BlockCache, names: list[str], counted: list[str]) -> None:
+    def __init__(self, cache: BlockCache, names: list[str], counted: list[str], number: int = 0) -> None:
         self.cache = cache
+        #: Its place among the process's holds (later reads: higher).
+        self.number = number
         #: The blocks pinned (those another process was still fetching are not).
         self.names = names
         self._counted = counted
@@ -546,15 +640,22 @@ class BlockHold:
         self.fetched = 0
         self._released = False
 
+    @property
+    def released(self) -> bool:
+        """Whether its blocks were let go (by :meth:`release`, or by a read short of room)."""
+        return self._released
+
     def release(self) -> None:
         """Unpin the blocks (once; a second call does nothing)."""
-        if self._released:
-            return
-        self._released = True
+        cache = self.cache
+        with cache._held_mutex:
+            if self._released:
+                return
+            self._released = True
+            cache._holds.pop(self.number, None)
         try:
-            self.cache._unpin(self.names)
+            cache._unpin(self.names)
         finally:
-            cache = self.cache
             with cache._held_mutex:
                 for name in self._counted:
                     count, size = cache._held_refs[name]

@@ -111,12 +111,14 @@ class RemoteFiles:
             return self.blocks.read_ranges(self, rels, starts, ends)
         return self.fetch(rels, starts, ends)
 
-    def prefetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> BlockHold | None:
+    def prefetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int],
+                 stop: threading.Event | None = None) -> BlockHold | None:  # fmt: skip
         """Fetch the blocks of these ranges into the block cache and pin them (see
-        :meth:`BlockCache.prefetch`); ``None`` without a block cache."""
+        :meth:`BlockCache.prefetch`, which waits for room until ``stop`` is set); ``None``
+        without a block cache."""
         if self.blocks is None:
             return None
-        return self.blocks.prefetch(self, rels, starts, ends)
+        return self.blocks.prefetch(self, rels, starts, ends, stop)
 
     def verify_block(self, rel: str, block: int, data: bytes) -> None:
         """Raise unless ``data`` is block ``block`` of ``rel`` as pushed (its per-block sha256,

@@ -31,6 +31,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -240,13 +241,17 @@ class RemoteDataset(Dataset):
             self._files, rel_frames, ends, fmt, f"{key!r} of dataset {self.name!r}", size
         )
 
-    def prefetch(self, steps: Any, keys: Iterable[str] | None = None) -> BlockHold | None:
+    def prefetch(
+        self, steps: Any, keys: Iterable[str] | None = None, *, stop: threading.Event | None = None
+    ) -> BlockHold | None:
         """Fetch into the block cache the blocks a gather of ``steps`` will read for the stored
         fields ``keys`` (``None``: every field), in one batch of concurrent requests, without
         decoding anything, and pin them until the returned hold is released (call
-        ``hold.release()`` once that gather is done; ``hold.fetched``: bytes fetched). ``None``:
-        no bounded cache (``cache_limit``), nothing to read, or this process already holds half
-        the limit ahead (the gather then fetches what it needs). Safe from a background thread."""
+        ``hold.release()`` once that gather is done; ``hold.fetched``: bytes fetched). Waits
+        while the cache has no room for them (blocks of earlier reads pinned), until ``stop`` is
+        set. ``None``: no bounded cache (``cache_limit``), nothing to read, the blocks alone pass
+        the limit, or the wait ended (the gather then fetches what it needs). Safe from a
+        background thread."""
         if self._files.blocks is None:
             return None
         steps = np.asarray(steps, np.int64).reshape(-1)
@@ -279,7 +284,7 @@ class RemoteDataset(Dataset):
             rels += r
             starts += s
             ends += e
-        return self._files.prefetch(rels, starts, ends)
+        return self._files.prefetch(rels, starts, ends, stop)
 
     def fix_summary(self, info: dict[str, Any]) -> None:
         """Make a :func:`rlds_cli.inspection.summary.describe` of this dataset speak of the store: its

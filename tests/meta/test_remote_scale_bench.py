@@ -52,12 +52,15 @@ def test_the_report_judges_the_goals_and_names_the_features(tmp_path: Path) -> N
         "size": 1000, "dataset_bytes": 10 * limit, "cache_limit": limit, "shard_bytes": 10, "frame_kb": 22.0,
         "features": {"cache_limit": True, "read_ahead": True, "blocks": False}, "sampler": "epoch",
         "latency_ms": "20-50", "bandwidth_mbs": 100.0, "cache_fraction": 0.1, "workers": 2,
-        "read_ahead": 4, "shuffle_block": 25,
+        "read_ahead": 4, "shuffle_block": 25, "store_mbs": 50.0,
     }  # fmt: skip
     args = argparse.Namespace(quick=True, write=None, keep=False)
     run = bench._harness.Run(args=args, repeats=1, seconds=5.0, steps=0, work=tmp_path)
     section = bench.report(run, results, facts)
     assert "it has cache_limit, read_ahead." in section
+    # the pulled copy: 10 batches/s of 256 steps of 1 MB each, 2,560 MB/s: the store's 50 bounds it
+    assert "The store alone serves 50 MB/s" in section and "bounded by 0.02x of it" in section
+    assert "--latency-ms 20,50 --bandwidth-mbs 100" in section
     assert "bounded) over the pulled copy: 0.90x (goal >= 0.8x): **met**" in section
     assert "bounded) over Mosaic from S3: 3.00x (goal > 1x): **met**" in section
     assert "- bounded: max disk use 90.0 MB of a 100.0 MB limit: **met**" in section

@@ -385,9 +385,175 @@ def test_a_batch_s_blocks_are_there_before_it_is_gathered(
     assert gather_fetches == [], "every block was fetched ahead"
     assert in_flight[1] <= block_cache.FETCH_WINDOW
     blocks = loader.dataset._files.blocks
-    assert 0 < blocks._held <= blocks.limit // 2  # the next epoch's first draws, pinned ahead
+    assert 0 < blocks._held <= blocks.limit  # the next epoch's first draws, pinned ahead
     loader.close()
     assert blocks._held == 0 and blocks._held_refs == {}
+    with blocks._ledger() as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
+
+
+def _frames_remote(root: Path, name: str = "f") -> np.ndarray:
+    """A zarr dataset of PNG frames (about 5 KB each: a batch of 8 in order spans 10-13 blocks of
+    4 KiB) pushed to :data:`URL`; returns its frames."""
+    from tests.frames_fixtures import build_frames
+
+    pixels = build_frames(root, name, [40, 20, 50, 30, 60], "png", backend="zarr")
+    push(name, URL)
+    return pixels
+
+
+def _main_thread_fetches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes of each fetch the main thread (the gather) makes from now on."""
+    fetches: list[int] = []
+    real = RemoteFiles.fetch
+
+    def watched(self: Any, rels: Any, starts: Any, ends: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            fetches.append(sum(e - s for s, e in zip(starts, ends, strict=True)))
+        return real(self, rels, starts, ends)
+
+    monkeypatch.setattr(RemoteFiles, "fetch", watched)
+    return fetches
+
+
+def test_read_ahead_keeps_fetching_ahead_when_the_cache_holds_two_batches(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch's blocks are close to half the limit: a prefetch waits for the blocks of the
+    batch before it to be let go (it used to give up past half the limit, and the gather
+    fetched)."""
+    from rlds_cli import Loader
+
+    _frames_remote(isolated_cache)
+    local = open_dataset("f")
+    limit = 26 * BLOCK
+    fetches = _main_thread_fetches(monkeypatch)
+    loader = Loader(URL, 8, sampler="epoch", shuffle=False, in_memory=False, keys=["pixels"],
+                    cache=tmp_path / "c", cache_limit=limit, read_ahead=3)  # fmt: skip
+    blocks = loader.dataset._files.blocks
+    peak = [0]
+    count = 0
+    for batch in loader:
+        if count == 0:
+            fetches.clear()  # the first batch: nothing was planned before it
+        want = local.gather(np.arange(8 * count, min(8 * count + 8, local.num_steps)))["pixels"]
+        np.testing.assert_array_equal(np.asarray(batch["pixels"]), want)
+        count += 1
+        peak[0] = max(peak[0], block_bytes(tmp_path / "c"))
+        time.sleep(0.02)  # the training step, during which the next batches' blocks arrive
+    assert count == 25
+    assert fetches == [], "every batch's blocks were fetched ahead"
+    assert 0 < peak[0] <= limit
+    loader.close()
+    assert blocks._held == 0 and blocks._holds == {}
+
+
+def test_a_read_short_of_room_releases_this_process_s_holds_for_later_reads(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holds for later reads fill the cache: the read releases the newest (else it would wait
+    on its own holds until RemoteCacheFullError)."""
+    pixels = _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "WAIT_SECONDS", 5.0)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    assert pixels.shape[0] > 160
+    first = z.prefetch(np.arange(0, 8), ["pixels"])
+    second = z.prefetch(np.arange(40, 48), ["pixels"])
+    assert first is not None and second is not None
+    rows = np.arange(100, 108)
+    np.testing.assert_array_equal(z.column("pixels")[rows], pixels[rows])
+    assert second.released and not first.released
+    assert block_bytes(tmp_path / "c") <= 26 * BLOCK
+    first.release()
+    assert z._files.blocks._held == 0
+
+
+def test_a_prefetch_waits_for_room_and_ends_its_wait_when_stopped(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    _frames_remote(isolated_cache)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    first = z.prefetch(np.arange(0, 8), ["pixels"])
+    second = z.prefetch(np.arange(40, 48), ["pixels"])
+    assert first is not None and second is not None
+    got: list[Any] = []
+    stop = threading.Event()
+
+    def prefetch(first: int) -> None:
+        got.append(z.prefetch(np.arange(first, first + 8), ["pixels"], stop=stop))
+
+    waiting = threading.Thread(target=prefetch, args=(100,))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive(), "no room yet: it waits"
+    first.release()  # the read before it is done
+    waiting.join(30)
+    assert not waiting.is_alive() and got[0] is not None and got[0].fetched > 0
+    assert block_bytes(tmp_path / "c") <= 26 * BLOCK
+    stopped = threading.Thread(target=prefetch, args=(150,))
+    stopped.start()
+    stopped.join(0.3)
+    assert stopped.is_alive()
+    stop.set()  # its draw was dropped
+    stopped.join(30)
+    assert not stopped.is_alive() and got[1] is None
+    second.release()
+    got[0].release()
+    assert z._files.blocks._held == 0
+
+
+def _hold_until_told(cache: str, limit: int, held: Any, done: Any) -> None:
+    z = open_dataset(URL, cache=cache, cache_limit=limit)
+    hold = z.prefetch(np.arange(0, 8), ["pixels"])
+    held.set()
+    done.wait(60)
+    if hold is not None:
+        hold.release()
+
+
+def test_processes_reading_one_cache_share_what_they_hold_ahead(isolated_cache: Path, tmp_path: Path) -> None:
+    """Another live process with blocks pinned halves this one's share of the limit for reads
+    planned ahead (neither waits on the other's read-ahead); a dead one's pins count for nothing."""
+    _frames_remote(isolated_cache)
+    limit = 26 * BLOCK
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    blocks = z._files.blocks
+    assert blocks.hold_share() == limit
+    ctx = multiprocessing.get_context("fork")
+    held, done = ctx.Event(), ctx.Event()
+    other = ctx.Process(target=_hold_until_told, args=(str(tmp_path / "c"), limit, held, done))
+    other.start()
+    try:
+        assert held.wait(60)
+        assert blocks.hold_share() == limit // 2
+        assert z.prefetch(np.arange(40, 56), ["pixels"]) is None  # its blocks alone pass the half
+        hold = z.prefetch(np.arange(40, 48), ["pixels"])
+        assert hold is not None and blocks._held <= limit // 2
+        hold.release()
+    finally:
+        done.set()
+        other.join(60)
+    assert blocks.hold_share() == limit
+
+
+def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlds_cli import Loader
+
+    _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "WAIT_SECONDS", 600.0)
+    loader = Loader(URL, 8, sampler="epoch", shuffle=False, in_memory=False, keys=["pixels"],
+                    cache=tmp_path / "c", cache_limit=26 * BLOCK, read_ahead=4)  # fmt: skip
+    batches = iter(loader)
+    next(batches)
+    time.sleep(0.3)  # the read-ahead fills the cache, and its next prefetch waits
+    blocks = loader.dataset._files.blocks
+    assert blocks._held > 13 * BLOCK  # more than the half a prefetch used to stop at
+    began = time.monotonic()
+    loader.close()
+    assert time.monotonic() - began < 60, "the waiting prefetch was stopped, not waited out"
+    assert blocks._held == 0
     with blocks._ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
