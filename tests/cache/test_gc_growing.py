@@ -263,3 +263,21 @@ def test_gc_collects_beside_a_damaged_live_segment(
     _later(monkeypatch)
     assert set(remove_retired("g")) == retired
     assert [p.name for p in (directory / SEGMENTS_DIR).iterdir()] == [damaged.name]
+
+
+def test_the_walk_for_due_segments_stops_at_the_first_one_not_due(tmp_path: Path) -> None:
+    """Retirement order is time order: the first segment still within its grace ends the walk
+    (a commit costs the segments due, not every one retired within the grace). A stamp out of
+    order (another host's clock) delays the segments after it, never collects one early."""
+    from rlds_cli.cache.commit_log import LogState, RetiredSegments
+    from rlds_cli.write.segments import leftovers, seg_name
+
+    now = time.time()
+    ids = [bytes([k]) * 16 for k in range(1, 6)]
+    state = LogState()
+    # retired 100, 90 s ago; then one stamped 10 s ago by a clock ahead; then 80, 5 s ago
+    state.retired = RetiredSegments(zip(ids, [now - 100, now - 90, now - 10, now - 80, now - 5], strict=True))
+    assert leftovers(tmp_path, state, 60.0).segments == [seg_name(s) for s in ids[:2]]
+    assert leftovers(tmp_path, state, 8.0).segments == [seg_name(s) for s in ids[:4]]
+    assert leftovers(tmp_path, state, 0.0).segments == [seg_name(s) for s in ids]
+    assert leftovers(tmp_path, state, 1000.0).segments == []
