@@ -6,7 +6,7 @@ prints: progress goes to a :data:`DownloadProgress` callback.
 
 from __future__ import annotations
 
+from rlds_cli._util.progress import DownloadProgress
 from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
-from rlds_cli.net.progress import DownloadProgress
 
 __all__ = ["DownloadProgress", "FetchResult", "RemoteFile", "fetch_files"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from rlds_cli import settings
 from rlds_cli._util.io import check_disk, fsync_dir, fsync_file, sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
+from rlds_cli._util.progress import DownloadProgress, ignore
 from rlds_cli.errors import (
     ChecksumMismatchError,
     DownloadError,
@@ -38,7 +39,6 @@ from rlds_cli.net.http import HttpConfig, download_url, new_session
 from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
 from rlds_cli.net.partfile import discard_part
 from rlds_cli.net.pinning import must_refetch
-from rlds_cli.net.progress import DownloadProgress, ignore
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def fetch_files(
         force: Download again even when a verified copy is there.
         offline: Never touch the network (default: ``RLDS_OFFLINE``).
         workers: Files fetched at once (default: ``RLDS_DOWNLOAD_WORKERS``, 4).
-        progress: See :data:`~rlds_cli.net.progress.DownloadProgress`.
+        progress: See :data:`~rlds_cli._util.progress.DownloadProgress`.
         config: Timeouts, retries and back-off (default: from the environment).
         pin: Make a first-seen hash binding at once. :func:`rlds_cli.sources.download.download` passes
             ``False`` and pins after the conversion succeeded (a file that does not convert,

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._util.io import check_disk
+from rlds_cli._util.progress import DownloadProgress, ignore
 from rlds_cli.errors import (
     DiskFullError,
     DownloadFailedError,
@@ -33,7 +34,6 @@ from rlds_cli.errors import (
     ServerResponseError,
 )
 from rlds_cli.net.partfile import PartInfo, discard_part, read_part_info, write_part_info
-from rlds_cli.net.progress import DownloadProgress, ignore
 from rlds_cli.net.request_errors import describe_error, name_not_resolved
 from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after, size_of
 

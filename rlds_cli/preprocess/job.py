@@ -28,13 +28,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
 from rlds_cli._util.locks import FileLock
+from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, is_url, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.transaction import CacheTransaction
@@ -58,9 +59,9 @@ from rlds_cli.preprocess.worker import data_path, forget, summary_path
 
 logger = logging.getLogger(__name__)
 
-#: ``progress(event, amount)``: ``"start"`` (steps to process), ``"advance"`` (steps done),
-#: ``"resume"`` (steps already done by an earlier run of the same job).
-Progress = Callable[[str, int], None]
+# A job's progress (:data:`rlds_cli._util.progress.Progress`): ``"start"`` (steps to
+# process), ``"advance"`` (steps done), ``"resume"`` (steps already done by an earlier run of
+# the same job).
 _ERRORS: dict[str, type[RldsError]] = {
     c.__name__: c
     for c in (

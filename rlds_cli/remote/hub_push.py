@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlds_cli._util.io import sha256_file
+from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import parse_manifest
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
@@ -45,7 +46,6 @@ from rlds_cli.remote.card_files import README_FILE, card_files
 from rlds_cli.remote.store import (
     INDEX_FILE,
     FileEntry,
-    Progress,
     RemoteIndex,
     head_commit,
     manifest_sha256,

@@ -22,6 +22,7 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, sha256_file
 from rlds_cli._util.locks import Timeout
+from rlds_cli._util.progress import Progress
 from rlds_cli.cache.durable import fsync_tree
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest
@@ -33,7 +34,7 @@ from rlds_cli.errors import (
     RemoteCorruptError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.store import INDEX_FILE, FileEntry, Progress, RemoteIndex, TransferResult
+from rlds_cli.remote.store import INDEX_FILE, FileEntry, RemoteIndex, TransferResult
 
 
 @dataclass(kw_only=True)

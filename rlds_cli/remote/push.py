@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli._util.locks import FileLock, Timeout
+from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import manifest_json, parse_manifest
 from rlds_cli.cache.root import CacheRoot
@@ -38,7 +39,7 @@ from rlds_cli.errors import (
     RemoteExistsError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, Progress, RemoteIndex, TransferResult
+from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, RemoteIndex, TransferResult
 
 
 @dataclass(kw_only=True)

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Self
@@ -40,10 +40,6 @@ INDEX_VERSION = 1
 #: Bytes read or written at a time while copying (memory stays bounded for any file size).
 BLOCK_BYTES = 8 * 1024 * 1024
 EXTRA_HINT = "pip install 'rlds-cli[remote]' (fsspec and s3fs; gcs:// needs gcsfs, az:// adlfs)"
-
-#: A progress callback: ``(event, amount)`` with events ``start`` (total bytes to copy),
-#: ``advance`` (bytes copied) and ``skip`` (bytes already there).
-Progress = Callable[[str, int], None]
 
 _PART = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: The last part of a frame column's two files (``<key>@frames``, ``<key>@ends.npy``).

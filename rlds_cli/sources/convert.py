@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rlds_cli._util.io import sha256_file
+from rlds_cli._util.progress import Progress
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import declared_card, make_card, with_user
 from rlds_cli.cache.manifest import Manifest
@@ -58,10 +59,10 @@ class ConvertResult:
     path: Path
 
 
-#: Progress callback: ``(event, amount)`` with events ``"start"`` (total rows),
-#: ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed: the source is hashed on a
-#: thread beside the conversion, so this comes once its digest is checked, before the commit).
-Progress = Callable[[str, int], None]
+# A conversion's progress (:data:`rlds_cli._util.progress.Progress`): events ``"start"``
+# (total rows), ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed: the source is
+# hashed on a thread beside the conversion, so this comes once its digest is checked, before
+# the commit).
 
 #: Options convert() applies itself, between the reader and the builder (formats/select.py).
 _SELECTION_OPTIONS = frozenset({"episodes", "keys"})

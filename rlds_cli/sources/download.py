@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli._util.progress import DownloadProgress, Progress
 from rlds_cli.cache.card import make_card
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
@@ -29,8 +30,7 @@ from rlds_cli.net.hub.folder import FolderListing, list_folder, read_listing, sa
 from rlds_cli.net.hub.repo import HubPath, endpoint
 from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
 from rlds_cli.net.pinning import confirmed_by_conversion
-from rlds_cli.net.progress import DownloadProgress
-from rlds_cli.sources.convert import ConvertResult, Progress, convert
+from rlds_cli.sources.convert import ConvertResult, convert
 from rlds_cli.sources.provenance import default_name, provenance
 
 _URL_PREFIXES = ("http://", "https://")
@@ -71,7 +71,7 @@ def download(
             ``png`` or ``webp`` (see :mod:`rlds_cli.frames.modes`).
         force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
-        progress: Conversion progress, see :data:`rlds_cli.sources.convert.Progress`.
+        progress: Conversion progress, see :func:`rlds_cli.sources.convert.convert`.
         offline: Never touch the network (default: ``RLDS_OFFLINE``).
         keep_raw: Keep the downloaded files after conversion (their hashes are kept anyway).
         sha256: Expected sha256 of a URL or local file.

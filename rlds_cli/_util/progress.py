@@ -1,4 +1,5 @@
-"""The download progress protocol."""
+"""The progress callbacks: how a long operation reports how far it is, to a CLI bar or a
+caller (the library never prints)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from collections.abc import Callable
 #: - ``"done"``: the file is verified and in place (``value`` = its size).
 #: - ``"cached"``: the file was already downloaded and verified (``value`` = its size).
 DownloadProgress = Callable[[str, str, int], None]
+
+#: ``callback(event, amount)``: a conversion, a push or pull, a preprocess job. ``"start"``
+#: (the total: rows, bytes or steps), ``"advance"`` (more done), and each operation's own
+#: events, listed where it takes the callback (``"skip"``, ``"hash"``, ``"resume"``).
+Progress = Callable[[str, int], None]
 
 
 def ignore(event: str, name: str, value: int) -> None:
