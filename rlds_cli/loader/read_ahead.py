@@ -198,7 +198,8 @@ class ReadAhead:
             elif not self._ahead and self._current is not None:
                 _release_when_done(self._current)
                 self._current = None
-            self._stop.set()
+            self._stop.set()  # the prefetches under way end their waits
+            self._stop = threading.Event()  # the loader may go on: its next draws wait again
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None

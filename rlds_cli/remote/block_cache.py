@@ -31,7 +31,10 @@ Guarantees:
   three batches' blocks. A process holds at most its share of the limit ahead (the limit over
   the live processes with blocks pinned). A read that finds no room while this process holds
   blocks for later reads releases those, newest first (their reads fetch again what they lack):
-  a process never waits on its own holds.
+  a process never waits on its own holds. One still short of room after
+  :data:`PASS_BY_SECONDS` (other processes' reads planned ahead fill the cache) reads the blocks it
+  lacks into memory, checked as any block, and keeps none: no read waits on another process's
+  read-ahead (a DDP rank waiting at a collective for this one).
 - **One download per node**: a block being fetched by a live process is waited for, not
   fetched again (its ledger row is the per-block lock).
 - **Content-checked**: a block enters only after its sha256 matches the push's; its crc32 is
@@ -58,12 +61,13 @@ from typing import Any, Protocol
 from rlds_cli._util.locks import FileLock
 from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
 
-#: Neighbouring missing blocks of one file are fetched as one request, up to this many blocks.
-MERGE_BLOCKS = 1
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
 FETCH_WINDOW = 256 * 1024 * 1024
 #: Seconds a read waits for space that other readers' pinned blocks hold, before giving up.
 WAIT_SECONDS = 120.0
+#: Seconds a read short of room waits for other processes to let go of blocks before it reads
+#: the blocks it lacks from the store into memory instead (checked, served, not kept).
+PASS_BY_SECONDS = 1.0
 #: Seconds between two looks at the ledger while waiting.
 POLL_SECONDS = 0.01
 
@@ -197,6 +201,9 @@ class BlockCache:
                 self._file_lock = FileLock(self.root / LOCK_FILE)
                 self._pid = os.getpid()
                 self._verified = {}
+                # a forked child holds nothing of its parent's (its pins are the parent's pid)
+                self._held, self._held_refs, self._holds, self._short_reads = 0, {}, {}, 0
+                self._held_mutex = threading.Lock()
             assert self._conn is not None and self._file_lock is not None
             with self._file_lock:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -245,7 +252,8 @@ class BlockCache:
         while its pieces are read: any read fits any limit of a block or more.
 
         Raises:
-            RemoteCacheFullError: Other readers hold every block past :data:`WAIT_SECONDS`.
+            RemoteCacheFullError: A block another process is fetching stayed unfinished past
+                :data:`WAIT_SECONDS`.
             CorruptDatasetError: A cached block fails its checksum (names it), or the store's
                 bytes differ from the push.
         """
@@ -253,11 +261,11 @@ class BlockCache:
         budget = max(source.block_bytes, self.limit // 2)
         if sum(b.size for b in blocks.values()) > budget:
             return self._read_in_passes(source, blocks, budget, rels, starts, ends)
-        self.ensure(source, list(blocks.values()))
+        passed = self.ensure(source, list(blocks.values()))
         try:
-            return self._slices(blocks, source.block_bytes, rels, starts, ends)
+            return self._slices(blocks, source.block_bytes, rels, starts, ends, passed)
         finally:
-            self._unpin(list(blocks))
+            self._unpin([name for name in blocks if name not in passed])
 
     def _read_in_passes(
         self,
@@ -289,12 +297,12 @@ class BlockCache:
             while at < len(cuts) and cuts[at][0] == k:
                 todo.append(cuts[at][1:])
                 at += 1
-            self.ensure(source, group)
+            passed = self.ensure(source, group)
             try:
                 got = self._slices(mine, bb, [rels[r] for r, _, _ in todo], [lo for _, lo, _ in todo],
-                                   [hi for _, _, hi in todo])  # fmt: skip
+                                   [hi for _, _, hi in todo], passed)  # fmt: skip
             finally:
-                self._unpin(list(mine))
+                self._unpin([name for name in mine if name not in passed])
             for (r, _, _), data in zip(todo, got, strict=True):
                 pieces[r].append(data)  # passes run in file order: a range's pieces come in order
         return [p[0] if len(p) == 1 else b"".join(p) for p in pieces]
@@ -330,6 +338,7 @@ class BlockCache:
                         self._held_refs[b.name] = (count + 1, size)
                     self._hold_number += 1
                     hold = BlockHold(self, [], [b.name for b in blocks], self._hold_number)
+                    self._holds[hold.number] = hold  # a read short of room may release it already
                     break
             if given_up():
                 return None
@@ -337,26 +346,32 @@ class BlockCache:
         try:
             todo = {b.name: b for b in blocks}
             while True:
-                mine, waiting, short = self._claim(todo, reserve=not self._short_reads)
-                hold.names += [name for name in todo if name not in waiting]  # pinned: ready, or mine
-                if mine:
-                    hold.fetched += self._download(source, mine)
+                mine, waiting, no_room = self._claim(todo, reserve=not self._short_reads)
+                pinned = [name for name in todo if name not in waiting]  # ready, or mine
+                try:
+                    if mine:  # reserved: fetched even if the hold is let go meanwhile
+                        hold.fetched += self._download(source, mine)
+                finally:
+                    with self._held_mutex:
+                        let_go = hold.released
+                        if not let_go:
+                            hold.names += pinned
+                    if let_go:  # released by a read short of room: these pins are this call's to undo
+                        self._unpin(pinned)
                 todo = {name: todo[name] for name in waiting}
-                if not short or given_up():  # what is left another process is fetching
+                if let_go or not no_room or given_up():  # what is left another process is fetching
                     break
                 wait(POLL_SECONDS)
         except BaseException:
             hold.release()
             raise
-        with self._held_mutex:
-            if not hold.released:
-                self._holds[hold.number] = hold
         return hold
 
     def hold_share(self) -> int:
         """Bytes this process may hold ahead of its reads: the limit shared evenly with the
         other live processes that have blocks pinned in the cache (DataLoader workers, the
-        ranks of a node), so none waits on another's read-ahead."""
+        ranks of a node), so each keeps room to read ahead (a read short of room never waits on
+        them: :meth:`ensure`)."""
         me = os.getpid()
         with self._ledger() as db:
             pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
@@ -392,9 +407,11 @@ class BlockCache:
                     out[name] = _Block(name, rel, b, first, max(0, min(bb, size - first)))
         return out
 
-    def ensure(self, source: BlockSource, blocks: list[_Block]) -> int:
-        """Pin every one of ``blocks``, fetching those no process has; returns bytes fetched.
-        The caller unpins them (:meth:`_unpin`) once done."""
+    def ensure(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
+        """Pin every one of ``blocks``, fetching those no process has; the caller unpins them
+        (:meth:`_unpin`) once done. A read short of room releases this process's holds for later
+        reads; still short after :data:`PASS_BY_SECONDS`, it reads the blocks it lacks into
+        memory (checked against the push, never written): returned by name, not pinned."""
         need = sum(b.size for b in blocks)
         if need > self.limit:
             raise RemoteCacheFullError(
@@ -402,26 +419,41 @@ class BlockCache:
                 f"{need:,} bytes of blocks of {source.block_bytes:,} bytes"
             )
         todo = {b.name: b for b in blocks}
-        fetched = 0
+        passed: dict[str, bytes] = {}
         deadline = time.monotonic() + WAIT_SECONDS
+        short_since: float | None = None
         while todo:
-            mine, waiting, short = self._claim(todo)
+            mine, waiting, no_room = self._claim(todo)
             if mine:
-                fetched += self._download(source, mine)
+                self._download(source, mine)
             for b in mine:
                 todo.pop(b.name, None)
             for name in [n for n in todo if n not in waiting]:
                 todo.pop(name)
-            if todo:
-                if short and self._release_for_room(todo):
+            if no_room and self._release_for_room(todo):
+                continue
+            if no_room:
+                short_since = time.monotonic() if short_since is None else short_since
+                if time.monotonic() - short_since >= PASS_BY_SECONDS:
+                    passed.update(self._read_past(source, no_room))
+                    for b in no_room:
+                        todo.pop(b.name, None)
                     continue
+            else:
+                short_since = None
+            if todo:
                 if time.monotonic() > deadline:
                     raise RemoteCacheFullError(
-                        f"the remote cache {self.root} ({self.limit:,} bytes) stayed full of blocks other "
-                        f"reads are using for {WAIT_SECONDS:g} s"
+                        f"the remote cache {self.root} ({self.limit:,} bytes): blocks another process is "
+                        f"fetching stayed unfinished for {WAIT_SECONDS:g} s"
                     )
                 time.sleep(POLL_SECONDS)
-        return fetched
+        return passed
+
+    def _read_past(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
+        """``blocks`` read from the store into memory, each checked against the push, none kept
+        (the cache has no room for them)."""
+        return {b.name: data for window in _windows(blocks) for b, data in _fetch_checked(source, window)}
 
     def _release_for_room(self, todo: dict[str, _Block]) -> bool:
         """A read short of room for ``todo``: release this process's holds for later reads,
@@ -454,11 +486,13 @@ class BlockCache:
         need = sum(b.size for name, b in todo.items() if name not in known)
         return used - free + need <= self.limit
 
-    def _claim(self, todo: dict[str, _Block], reserve: bool = True) -> tuple[list[_Block], set[str], bool]:
+    def _claim(
+        self, todo: dict[str, _Block], reserve: bool = True
+    ) -> tuple[list[_Block], set[str], list[_Block]]:
         """Under the lock: pin the ready blocks of ``todo`` (their use noted); reserve the absent
         ones (all of them or none, evicting least recently used unpinned blocks; none when
         ``reserve`` is false) and pin them as this process's to fetch. Returns (blocks to fetch,
-        names still to wait for, whether absent ones found no room)."""
+        names still to wait for, the absent blocks that found no room: among those names)."""
         pid, now = os.getpid(), time.time()
         with self._ledger() as db:
             self._reclaim(db)
@@ -479,13 +513,13 @@ class BlockCache:
                 else:
                     waiting.add(name)  # another live process is fetching it
             if not absent:
-                return [], waiting, False
+                return [], waiting, []
             if not reserve or not self._make_room(db, sum(b.size for b in absent)):
-                return [], waiting | {b.name for b in absent}, True
+                return [], waiting | {b.name for b in absent}, absent
             for b in absent:
                 db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?, 0, NULL)", (b.name, b.size, now, pid))
                 _pin(db, b.name, pid)
-            return absent, waiting, False
+            return absent, waiting, []
 
     def _make_room(self, db: sqlite3.Connection, need: int) -> bool:
         """Evict least recently used unpinned ready blocks until ``need`` more bytes fit."""
@@ -519,32 +553,22 @@ class BlockCache:
         pid = os.getpid()
         done: set[str] = set()
         fetched = 0
-        blocks = sorted(blocks, key=lambda b: (b.rel, b.index))
         try:
-            for window in _windows(blocks):
-                groups = _merge(window)
-                blobs = source.fetch(
-                    [g[0].rel for g in groups], [g[0].start for g in groups],
-                    [g[-1].start + g[-1].size for g in groups],
-                )  # fmt: skip
+            for window in _windows(sorted(blocks, key=lambda b: (b.rel, b.index))):
                 ready: list[tuple[str, int]] = []
-                for group, blob in zip(groups, blobs, strict=True):
-                    view = memoryview(blob)
-                    for b in group:
-                        data = bytes(view[b.start - group[0].start : b.start - group[0].start + b.size])
-                        source.verify_block(b.rel, b.index, data)
-                        b.crc = zlib.crc32(data)
-                        part = self._part(b.name, pid)
-                        part.parent.mkdir(parents=True, exist_ok=True)
-                        with open(part, "wb") as fh:
-                            fh.write(data)
-                        final = self._path(b.name)
-                        os.replace(part, final)
-                        # checked against the push as it was written: this process need not read it back
-                        st = os.stat(final)
-                        self._verified[b.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
-                        ready.append((b.name, b.crc))
-                        fetched += len(data)
+                for b, data in _fetch_checked(source, window):
+                    b.crc = zlib.crc32(data)
+                    part = self._part(b.name, pid)
+                    part.parent.mkdir(parents=True, exist_ok=True)
+                    with open(part, "wb") as fh:
+                        fh.write(data)
+                    final = self._path(b.name)
+                    os.replace(part, final)
+                    # checked against the push as it was written: this process need not read it back
+                    st = os.stat(final)
+                    self._verified[b.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+                    ready.append((b.name, b.crc))
+                    fetched += len(data)
                 with self._ledger() as db:
                     for name, crc in ready:
                         db.execute(
@@ -572,8 +596,9 @@ class BlockCache:
             db.execute("DELETE FROM pins WHERE pid = ? AND n <= 0", (pid,))
 
     def _slices(self, blocks: dict[str, _Block], bb: int, rels: Sequence[str], starts: Sequence[int],
-                ends: Sequence[int]) -> list[bytes]:  # fmt: skip
-        """The bytes of each range, read from its (pinned, checked) block files."""
+                ends: Sequence[int], passed: dict[str, bytes]) -> list[bytes]:  # fmt: skip
+        """The bytes of each range, read from its (pinned, checked) block files, or from
+        ``passed``: blocks read into memory, by name."""
         by_rel: dict[tuple[str, int], _Block] = {(b.rel, b.index): b for b in blocks.values()}
         fds: dict[str, int] = {}
         try:
@@ -586,11 +611,15 @@ class BlockCache:
                 pieces = []
                 for b in range(start // bb, (end - 1) // bb + 1):
                     block = by_rel[(rel, b)]
+                    lo = max(start, block.start) - block.start
+                    hi = min(end, block.start + block.size) - block.start
+                    data = passed.get(block.name)
+                    if data is not None:
+                        pieces.append(data[lo:hi])
+                        continue
                     fd = fds.get(block.name)
                     if fd is None:
                         fd = fds[block.name] = self._open_checked(block)
-                    lo = max(start, block.start) - block.start
-                    hi = min(end, block.start + block.size) - block.start
                     piece = os.pread(fd, hi - lo, lo)
                     if len(piece) != hi - lo:
                         raise self._damaged(block.name, "is shorter than the block fetched")
@@ -685,21 +714,15 @@ def _windows(blocks: list[_Block], most: int = FETCH_WINDOW) -> list[list[_Block
     return [w for w in out if w]
 
 
-def _merge(blocks: list[_Block]) -> list[list[_Block]]:
-    """Neighbouring blocks of one file (sorted) as one request, up to :data:`MERGE_BLOCKS`."""
-    groups: list[list[_Block]] = []
-    for b in blocks:
-        last = groups[-1] if groups else None
-        if (
-            last is not None
-            and last[-1].rel == b.rel
-            and last[-1].index + 1 == b.index
-            and len(last) < MERGE_BLOCKS
-        ):
-            last.append(b)
-        else:
-            groups.append([b])
-    return groups
+def _fetch_checked(source: BlockSource, blocks: list[_Block]) -> list[tuple[_Block, bytes]]:
+    """``blocks`` from the store in one batch of requests (the store's reader merges neighbours
+    of one file), each checked against the push's digest."""
+    blocks = sorted(blocks, key=lambda b: (b.rel, b.index))
+    ends = [b.start + b.size for b in blocks]
+    blobs = source.fetch([b.rel for b in blocks], [b.start for b in blocks], ends)
+    for b, data in zip(blocks, blobs, strict=True):
+        source.verify_block(b.rel, b.index, data)
+    return list(zip(blocks, blobs, strict=True))
 
 
 # ---------------------------------------------------------------------------------------- gc

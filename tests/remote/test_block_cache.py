@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -416,12 +417,14 @@ def _main_thread_fetches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return fetches
 
 
+@pytest.mark.parametrize("checkpoint", [False, True])
 def test_read_ahead_keeps_fetching_ahead_when_the_cache_holds_two_batches(
-    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: bool
 ) -> None:
     """Each batch's blocks are close to half the limit: a prefetch waits for the blocks of the
     batch before it to be let go (it used to give up past half the limit, and the gather
-    fetched)."""
+    fetched). A checkpoint mid-epoch (``state_dict`` drops the draws ahead) leaves the next
+    prefetches waiting as before (they gave up at once, found by a review)."""
     from rlds_cli import Loader
 
     _frames_remote(isolated_cache)
@@ -440,6 +443,10 @@ def test_read_ahead_keeps_fetching_ahead_when_the_cache_holds_two_batches(
         np.testing.assert_array_equal(np.asarray(batch["pixels"]), want)
         count += 1
         peak[0] = max(peak[0], block_bytes(tmp_path / "c"))
+        if checkpoint and count == 3:
+            loader.state_dict()
+            time.sleep(0.3)  # the draws after it are planned again
+            fetches.clear()
         time.sleep(0.02)  # the training step, during which the next batches' blocks arrive
     assert count == 25
     assert fetches == [], "every batch's blocks were fetched ahead"
@@ -534,6 +541,154 @@ def test_processes_reading_one_cache_share_what_they_hold_ahead(isolated_cache: 
         done.set()
         other.join(60)
     assert blocks.hold_share() == limit
+
+
+def _gather_in_another_process(cache: str, limit: int, out: Any) -> None:
+    block_cache.WAIT_SECONDS = 30.0
+    z = open_dataset(URL, cache=cache, cache_limit=limit)
+    began = time.monotonic()
+    try:
+        pixels = z.column("pixels")[np.arange(100, 108)]
+        out.put(("ok", time.monotonic() - began, pixels))
+    except Exception as exc:  # reported to the test, which fails on it
+        out.put((f"{type(exc).__name__}: {exc}", time.monotonic() - began, None))
+
+
+def test_another_process_s_read_ahead_filling_the_cache_never_stalls_a_read(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """This process's holds fill the cache before another process pinned anything (its share
+    was the whole limit); the other's read, short of room, reads its blocks past the cache
+    (checked, not kept) instead of waiting on holds only this process can let go (a DDP rank
+    waiting at a collective for the other: a deadlock until RemoteCacheFullError)."""
+    pixels = _frames_remote(isolated_cache)
+    limit = 26 * BLOCK
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    holds = [z.prefetch(np.arange(0, 8), ["pixels"]), z.prefetch(np.arange(40, 48), ["pixels"])]
+    assert all(h is not None for h in holds) and z._files.blocks._held > limit // 2
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    other = ctx.Process(target=_gather_in_another_process, args=(str(tmp_path / "c"), limit, out))
+    other.start()
+    what, took, got = out.get(timeout=60)
+    other.join(30)
+    assert what == "ok" and took < 20, (what, took)
+    np.testing.assert_array_equal(got, pixels[100:108])
+    assert block_bytes(tmp_path / "c") <= limit
+    assert all(not h.released for h in holds)  # the other process took none of them
+    for h in holds:
+        h.release()
+
+
+def _prefetch_in_a_child(z: Any, out: Any) -> None:
+    blocks = z._files.blocks
+    began = time.monotonic()
+    hold = z.prefetch(np.arange(100, 108), ["pixels"])
+    out.put((blocks._held, len(blocks._holds), hold is not None, time.monotonic() - began))
+    if hold is not None:
+        hold.release()
+
+
+def test_a_forked_child_holds_nothing_of_its_parent_s(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DataLoader worker forked while the parent holds blocks ahead starts with no holds
+    (it counted the parent's and waited out its prefetches: found by a review)."""
+    _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "WAIT_SECONDS", 30.0)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    hold = z.prefetch(np.arange(0, 8), ["pixels"])
+    assert hold is not None
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_prefetch_in_a_child, args=(z, out))
+    child.start()
+    held, holds, got, took = out.get(timeout=60)
+    child.join(30)
+    hold.release()
+    assert got and holds == 1 and took < 15, (held, holds, got, took)
+    assert held < 26 * BLOCK // 2  # its own batch only
+
+
+def _ranges_of(z: Any, rows: np.ndarray) -> tuple[list[str], list[int], list[int]]:
+    """The byte ranges a prefetch of ``rows`` (pixels) asks the block cache for."""
+    seen: list[tuple[list[str], list[int], list[int]]] = []
+
+    def record(self: Any, rels: Any, starts: Any, ends: Any, stop: Any = None) -> None:
+        seen.append((list(rels), list(starts), list(ends)))
+
+    real = RemoteFiles.prefetch
+    RemoteFiles.prefetch = record  # type: ignore[method-assign]
+    try:
+        z.prefetch(rows, ["pixels"])
+    finally:
+        RemoteFiles.prefetch = real  # type: ignore[method-assign]
+    return seen[0]
+
+
+def test_a_read_short_of_room_releases_a_prefetch_still_waiting(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefetch waiting for room keeps the ready blocks it pinned; a read of this process
+    short of room releases it while it waits (it was releasable only once returned, and the
+    read waited out the prefetch: found by a review)."""
+    _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "WAIT_SECONDS", 30.0)
+    limit = 26 * BLOCK
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    files, blocks = z._files, z._files.blocks
+    ahead, now = _ranges_of(z, np.arange(0, 17)), _ranges_of(z, np.arange(100, 108))
+    ahead_blocks = list(blocks._blocks_of(files, *ahead).values())
+    now_blocks = list(blocks._blocks_of(files, *now).values())
+    assert not {b.name for b in ahead_blocks} & {b.name for b in now_blocks}
+    for part in (ahead_blocks[:-4], now_blocks[:-6]):  # some of each in the cache already
+        blocks.ensure(files, part)
+        blocks._unpin([b.name for b in part])
+    other = subprocess.Popen(["sleep", "60"])  # another reader of the node, mid-read
+    real_share = block_cache.BlockCache.hold_share
+
+    def share_then_the_other_pins(self: Any) -> int:
+        share = real_share(self)  # the other has pinned nothing yet: the whole limit
+        with self._ledger() as db:  # then pins every block and fetches into the rest
+            for (name,) in db.execute("SELECT name FROM blocks").fetchall():
+                db.execute("INSERT INTO pins VALUES (?, ?, 1)", (name, other.pid))
+            used = db.execute("SELECT SUM(size) FROM blocks").fetchone()[0]
+            db.execute("INSERT INTO blocks VALUES ('x/o', ?, 0, ?, 0, NULL)", (limit - used, other.pid))
+        return share
+
+    monkeypatch.setattr(block_cache.BlockCache, "hold_share", share_then_the_other_pins)
+    monkeypatch.setattr(block_cache, "PASS_BY_SECONDS", 30.0)  # only a release can serve the read
+    stop = threading.Event()
+    held: list[Any] = []
+    waiting = threading.Thread(target=lambda: held.append(blocks.prefetch(files, *ahead, stop=stop)))
+    try:
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive(), "the prefetch waits for room"
+        took: list[float] = []
+
+        def read() -> None:
+            began = time.monotonic()
+            blocks.read_ranges(files, *now)
+            took.append(time.monotonic() - began)
+
+        reading = threading.Thread(target=read)
+        reading.start()
+        reading.join(0.3)
+        with blocks._ledger() as db:  # the other reader is done
+            db.execute("DELETE FROM pins WHERE pid = ?", (other.pid,))
+            db.execute("DELETE FROM blocks WHERE name = 'x/o'")
+        reading.join(60)
+        waiting.join(60)
+        assert took and took[0] < 15, took
+        assert held and (held[0] is None or held[0].released)
+    finally:
+        other.kill()
+        other.wait()
+        stop.set()
+    assert blocks._held == 0 and blocks._holds == {}
+    with blocks._ledger() as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 
 def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
