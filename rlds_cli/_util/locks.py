@@ -1,4 +1,5 @@
-"""File locks between processes: :class:`FileLock` on a lock file, :func:`lock_fd` on an open file.
+"""File locks between processes: :class:`FileLock` on a lock file, :func:`lock_fd` on an open file;
+:func:`pid_alive`, whether the process a lock or a reservation names still runs.
 
 On POSIX both are ``fcntl.flock(LOCK_EX)``, exactly what ``filelock.FileLock`` takes (it uses
 ``flock`` too, and never truncates or removes the file), so processes using either exclude each
@@ -163,3 +164,17 @@ def is_timeout(exc: BaseException) -> bool:
         return True
     portable = sys.modules.get("filelock")  # not imported: no filelock lock can have timed out
     return portable is not None and isinstance(exc, portable.Timeout)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie counts as running until reaped,
+    another user's process too)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone (or a number no process has)
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -15,12 +15,12 @@ reports it.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.commit_log import LogState
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
@@ -59,15 +59,7 @@ def writer_alive(path: Path) -> bool:
 
 def _running(writer: tuple[str, int] | None) -> bool:
     """Whether ``writer`` (host, pid) is a process running on this host."""
-    if writer is None or writer[0] != socket.gethostname():
-        return False
-    try:
-        os.kill(writer[1], 0)
-    except (ProcessLookupError, OverflowError):  # gone (or a number no process has)
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+    return writer is not None and writer[0] == socket.gethostname() and pid_alive(writer[1])
 
 
 def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:

@@ -139,7 +139,7 @@ class ReadAhead:
             if self._current is not None:
                 _release_when_done(self._current)
             self._current = future
-            if future.done() and future.exception() is not None:
+            if future.done() and not future.cancelled() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
             self._fill()
             return out

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlds_cli._util.locks import FileLock
+from rlds_cli._util.locks import FileLock, pid_alive
 from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
 
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
@@ -109,19 +109,6 @@ class BlockSource(Protocol):
     def verify_block(self, rel: str, block: int, data: bytes) -> None:
         """Raise unless ``data`` is block ``block`` of ``rel`` as pushed."""
         ...
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie counts as running until reaped)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -347,10 +334,12 @@ class BlockCache:
             todo = {b.name: b for b in blocks}
             while True:
                 mine, waiting, no_room = self._claim(todo, reserve=not self._short_reads)
-                pinned = [name for name in todo if name not in waiting]  # ready, or mine
+                reserved = [b.name for b in mine]
+                pinned = [name for name in todo if name not in waiting and name not in reserved]  # ready
                 try:
                     if mine:  # reserved: fetched even if the hold is let go meanwhile
                         hold.fetched += self._download(source, mine)
+                        pinned += reserved  # a failed download drops their reservations and pins itself
                 finally:
                     with self._held_mutex:
                         let_go = hold.released
@@ -409,9 +398,10 @@ class BlockCache:
 
     def ensure(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
         """Pin every one of ``blocks``, fetching those no process has; the caller unpins them
-        (:meth:`_unpin`) once done. A read short of room releases this process's holds for later
-        reads; still short after :data:`PASS_BY_SECONDS`, it reads the blocks it lacks into
-        memory (checked against the push, never written): returned by name, not pinned."""
+        (:meth:`_unpin`) once done (on an error, nothing stays pinned). A read short of room
+        releases this process's holds for later reads; still short after
+        :data:`PASS_BY_SECONDS`, it reads the blocks it lacks into memory (checked against the
+        push, never written; about the bytes the read returns): returned by name, not pinned."""
         need = sum(b.size for b in blocks)
         if need > self.limit:
             raise RemoteCacheFullError(
@@ -422,32 +412,37 @@ class BlockCache:
         passed: dict[str, bytes] = {}
         deadline = time.monotonic() + WAIT_SECONDS
         short_since: float | None = None
-        while todo:
-            mine, waiting, no_room = self._claim(todo)
-            if mine:
-                self._download(source, mine)
-            for b in mine:
-                todo.pop(b.name, None)
-            for name in [n for n in todo if n not in waiting]:
-                todo.pop(name)
-            if no_room and self._release_for_room(todo):
-                continue
-            if no_room:
-                short_since = time.monotonic() if short_since is None else short_since
-                if time.monotonic() - short_since >= PASS_BY_SECONDS:
-                    passed.update(self._read_past(source, no_room))
-                    for b in no_room:
-                        todo.pop(b.name, None)
+        pinned: list[str] = []
+        try:
+            while todo:
+                mine, waiting, no_room = self._claim(todo)
+                pinned += [n for n in todo if n not in waiting and all(n != b.name for b in mine)]
+                if mine:
+                    self._download(source, mine)  # on failure it drops their reservations and pins
+                    pinned += [b.name for b in mine]
+                for name in [n for n in todo if n not in waiting]:
+                    todo.pop(name)
+                if no_room and self._release_for_room(todo):
                     continue
-            else:
-                short_since = None
-            if todo:
-                if time.monotonic() > deadline:
-                    raise RemoteCacheFullError(
-                        f"the remote cache {self.root} ({self.limit:,} bytes): blocks another process is "
-                        f"fetching stayed unfinished for {WAIT_SECONDS:g} s"
-                    )
-                time.sleep(POLL_SECONDS)
+                if no_room:
+                    short_since = time.monotonic() if short_since is None else short_since
+                    if time.monotonic() - short_since >= PASS_BY_SECONDS:
+                        passed.update(self._read_past(source, no_room))
+                        for b in no_room:
+                            todo.pop(b.name, None)
+                        continue
+                else:
+                    short_since = None
+                if todo:
+                    if time.monotonic() > deadline:
+                        raise RemoteCacheFullError(
+                            f"the remote cache {self.root} ({self.limit:,} bytes): blocks another process "
+                            f"is fetching stayed unfinished for {WAIT_SECONDS:g} s"
+                        )
+                    time.sleep(POLL_SECONDS)
+        except BaseException:
+            self._unpin(pinned)
+            raise
         return passed
 
     def _read_past(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
@@ -687,6 +682,8 @@ class BlockHold:
         finally:
             with cache._held_mutex:
                 for name in self._counted:
+                    if name not in cache._held_refs:  # a forked child's copy: it counts none
+                        continue
                     count, size = cache._held_refs[name]
                     if count > 1:
                         cache._held_refs[name] = (count - 1, size)

@@ -447,9 +447,12 @@ def test_read_ahead_keeps_fetching_ahead_when_the_cache_holds_two_batches(
             loader.state_dict()
             time.sleep(0.3)  # the draws after it are planned again
             fetches.clear()
-        time.sleep(0.02)  # the training step, during which the next batches' blocks arrive
+        time.sleep(0.05)  # the training step, during which the next batches' blocks arrive
     assert count == 25
-    assert fetches == [], "every batch's blocks were fetched ahead"
+    # the read-ahead thread has one training step to fetch a batch once the one two before it is
+    # let go: on a loaded machine it may be late for a batch or two (the code before this:
+    # 20 of 24 batches fetched by the gather)
+    assert len(fetches) <= 2, f"{len(fetches)} of 24 batches were fetched by the gather, not ahead"
     assert 0 < peak[0] <= limit
     loader.close()
     assert blocks._held == 0 and blocks._holds == {}
@@ -689,6 +692,33 @@ def test_a_read_short_of_room_releases_a_prefetch_still_waiting(
     assert blocks._held == 0 and blocks._holds == {}
     with blocks._ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
+
+
+def test_a_read_or_prefetch_that_fails_leaves_nothing_pinned(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose fetch fails after it pinned the blocks already there unpins them (they
+    stayed pinned for the process's life: never evicted, and counted in every share); a
+    prefetch likewise (found by a review)."""
+    from rlds_cli.errors import RemoteAccessError
+
+    _frames_remote(isolated_cache)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    blocks = z._files.blocks
+    z.column("pixels")[np.arange(0, 8)]  # some blocks in the cache
+
+    def unreachable(self: Any, *args: Any) -> Any:
+        raise RemoteAccessError("memory://bucket: cannot reach the store")
+
+    monkeypatch.setattr(RemoteFiles, "fetch", unreachable)
+    with pytest.raises(RemoteAccessError):
+        z.column("pixels")[np.arange(0, 24)]
+    with pytest.raises(RemoteAccessError):
+        z.prefetch(np.arange(0, 24), ["pixels"])
+    with blocks._ledger() as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM blocks WHERE ready = 0").fetchone()[0] == 0
+    assert blocks._held == 0 and blocks._holds == {}
 
 
 def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
