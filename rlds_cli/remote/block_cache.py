@@ -63,7 +63,8 @@ from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
 
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
 FETCH_WINDOW = 256 * 1024 * 1024
-#: Seconds a read waits for space that other readers' pinned blocks hold, before giving up.
+#: Seconds a read waits for a block another process is fetching, and a read planned ahead for
+#: room, before giving up.
 WAIT_SECONDS = 120.0
 #: Seconds a read short of room waits for other processes to let go of blocks before it reads
 #: the blocks it lacks from the store into memory instead (checked, served, not kept).
@@ -416,10 +417,11 @@ class BlockCache:
         try:
             while todo:
                 mine, waiting, no_room = self._claim(todo)
-                pinned += [n for n in todo if n not in waiting and all(n != b.name for b in mine)]
+                reserved = [b.name for b in mine]
+                pinned += [name for name in todo if name not in waiting and name not in reserved]
                 if mine:
                     self._download(source, mine)  # on failure it drops their reservations and pins
-                    pinned += [b.name for b in mine]
+                    pinned += reserved
                 for name in [n for n in todo if n not in waiting]:
                     todo.pop(name)
                 if no_room and self._release_for_room(todo):

@@ -6,6 +6,7 @@ and after a SIGKILL at every step), one download per node, damage reported, ``rl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -58,9 +59,15 @@ def local() -> Any:
 
 
 def block_bytes(folder: Path) -> int:
-    """Bytes of the block files (and their ``.part``) on disk: what the limit bounds."""
+    """Bytes of the block files (and their ``.part``) on disk: what the limit bounds (a file
+    evicted while it is counted counts nothing: a reader may be at work)."""
+    total = 0
     blocks = folder / block_cache.BLOCKS_DIR
-    return sum(p.stat().st_size for p in blocks.rglob("*") if p.is_file()) if blocks.is_dir() else 0
+    for root, _, files in os.walk(blocks):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 # --------------------------------------------------------------------------- push and index
