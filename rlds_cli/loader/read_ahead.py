@@ -149,10 +149,14 @@ class ReadAhead:
 
     # ------------------------------------------------------------------ state
 
-    def _drop_ahead(self) -> None:
-        self._ahead.clear()
+    def _end_waits(self) -> None:
+        """End the waits of the prefetches submitted so far; the next ones get a fresh event."""
         self._stop.set()
         self._stop = threading.Event()
+
+    def _drop_ahead(self) -> None:
+        self._ahead.clear()
+        self._end_waits()
         for future in self._futures:
             future.cancel()
             _release_when_done(future)
@@ -198,8 +202,7 @@ class ReadAhead:
             elif not self._ahead and self._current is not None:
                 _release_when_done(self._current)
                 self._current = None
-            self._stop.set()  # the prefetches under way end their waits
-            self._stop = threading.Event()  # the loader may go on: its next draws wait again
+            self._end_waits()  # the loader may go on: its next draws wait again
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None

@@ -472,16 +472,10 @@ class BlockCache:
 
     def _room(self, db: sqlite3.Connection, todo: dict[str, _Block]) -> bool:
         """Whether the blocks of ``todo`` not in the ledger would fit (evicting unpinned ones)."""
-        used = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
-        free = int(db.execute(
-            "SELECT COALESCE(SUM(size), 0) FROM blocks WHERE ready = 1 AND name NOT IN "
-            "(SELECT name FROM pins)"
-        ).fetchone()[0])  # fmt: skip
         known = {row[0] for row in db.execute(
             f"SELECT name FROM blocks WHERE name IN ({','.join('?' * len(todo))})", list(todo)
         )}  # fmt: skip
-        need = sum(b.size for name, b in todo.items() if name not in known)
-        return used - free + need <= self.limit
+        return self._make_room(db, sum(b.size for name, b in todo.items() if name not in known), evict=False)
 
     def _claim(
         self, todo: dict[str, _Block], reserve: bool = True
@@ -518,8 +512,9 @@ class BlockCache:
                 _pin(db, b.name, pid)
             return absent, waiting, []
 
-    def _make_room(self, db: sqlite3.Connection, need: int) -> bool:
-        """Evict least recently used unpinned ready blocks until ``need`` more bytes fit."""
+    def _make_room(self, db: sqlite3.Connection, need: int, *, evict: bool = True) -> bool:
+        """Evict least recently used unpinned ready blocks until ``need`` more bytes fit
+        (``evict=False``: only say whether they would)."""
         used = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
         if used + need <= self.limit:
             return True
@@ -533,8 +528,8 @@ class BlockCache:
                 break
             chosen.append((name, int(size)))
             used -= int(size)
-        if used + need > self.limit:
-            return False
+        if used + need > self.limit or not evict:
+            return used + need <= self.limit
         for name, _ in chosen:
             # the file goes first: a kill before the commit leaves a row without a file, counted
             # (never more than is there), dropped when next read
