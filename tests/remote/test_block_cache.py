@@ -709,7 +709,7 @@ def test_a_read_or_prefetch_that_fails_leaves_nothing_pinned(
     prefetch likewise (found by a review)."""
     from rlds_cli.errors import RemoteAccessError
 
-    _frames_remote(isolated_cache)
+    pixels = _frames_remote(isolated_cache)
     z = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
     blocks = z._files.blocks
     z.column("pixels")[np.arange(0, 8)]  # some blocks in the cache
@@ -717,15 +717,22 @@ def test_a_read_or_prefetch_that_fails_leaves_nothing_pinned(
     def unreachable(self: Any, *args: Any) -> Any:
         raise RemoteAccessError("memory://bucket: cannot reach the store")
 
-    monkeypatch.setattr(RemoteFiles, "fetch", unreachable)
-    with pytest.raises(RemoteAccessError):
-        z.column("pixels")[np.arange(0, 24)]
-    with pytest.raises(RemoteAccessError):
-        z.prefetch(np.arange(0, 24), ["pixels"])
+    with monkeypatch.context() as patched:
+        patched.setattr(RemoteFiles, "fetch", unreachable)
+        with pytest.raises(RemoteAccessError):
+            z.column("pixels")[np.arange(0, 24)]
+        with pytest.raises(RemoteAccessError):
+            z.prefetch(np.arange(0, 24), ["pixels"])
     with blocks._ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
         assert db.execute("SELECT COUNT(*) FROM blocks WHERE ready = 0").fetchone()[0] == 0
     assert blocks._held == 0 and blocks._holds == {}
+    # the store back: the same read and prefetch succeed, nothing left over in the way
+    rows = np.arange(0, 24)
+    np.testing.assert_array_equal(z.column("pixels")[rows], pixels[rows])
+    hold = z.prefetch(rows, ["pixels"])
+    assert hold is not None
+    hold.release()
 
 
 def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
