@@ -9,7 +9,6 @@ stays fast and never imports torch unless the loader is used.
 
 from __future__ import annotations
 
-from rlds_cli._util import plugins as _plugins
 from rlds_cli._util.lazy import lazy_names
 from rlds_cli._version import __version__
 
@@ -45,7 +44,7 @@ _LAZY = {
     "ReferenceScores": "rlds_cli.inspection.scores",
     "NormalizationStats": "rlds_cli.loader.normalization",
     "NormalizationTable": "rlds_cli.loader.normalization_table",
-    "RecordedEnvSpec": "rlds_cli.catalog.envspec",
+    "RecordedEnvSpec": "rlds_cli.cache.env_spec",
     "EpisodeTable": "rlds_cli.cache.episode_table",
     "download": "rlds_cli.sources.download",
     "convert": "rlds_cli.sources.convert",
@@ -54,11 +53,6 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
-
-#: The plug points of the lower layers, filled with the modules above them (imported when used):
-#: a :class:`Dataset` reads its environment through :mod:`rlds_cli.catalog.envspec`, which asks the registry.
-_plugins.provide("dataset.env_spec", "rlds_cli.catalog.envspec:dataset_env_spec")
-_plugins.provide("dataset.recover_environment", "rlds_cli.catalog.envspec:recover_environment")
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -36,29 +36,3 @@ def resolve(table: Mapping[str, str], name: str, *, what: str, error: type[RldsE
     except KeyError:
         raise error(f"unknown {what} {name!r}", hint=f"known: {', '.join(sorted(table))}") from None
     return load(target)
-
-
-#: Plug points a lower layer calls and a layer above fills in: point -> ``"module:attr"``. The
-#: front door (``rlds_cli/__init__``, which stands on every layer and runs before any submodule)
-#: fills them, so e.g. :attr:`rlds_cli.cache.dataset.Dataset.env_spec` reaches
-#: :mod:`rlds_cli.catalog.envspec` (which reads the registry) without the cache importing the layer above.
-_PROVIDED: dict[str, str] = {}
-
-
-def provide(point: str, target: str) -> None:
-    """Fill the plug point ``point`` with the object ``target`` (``"module:attr"``) names; the
-    module is imported only when the point is first called through :func:`provided`."""
-    _PROVIDED[point] = target
-
-
-def provided(point: str) -> Any:
-    """The object that fills ``point`` (its module imported now).
-
-    Raises:
-        LookupError: Nothing fills ``point`` (a wiring mistake of the package, not of the user).
-    """
-    try:
-        target = _PROVIDED[point]
-    except KeyError:
-        raise LookupError(f"plug point {point!r} is not filled in (rlds_cli/__init__.py fills it)") from None
-    return load(target)

@@ -251,8 +251,10 @@ class DatasetBuilder:
         lineage: list[dict[str, Any]] | None = None,
         source_arrays: dict[str, np.ndarray] | None = None,
         card: dict[str, Any] | None = None,
+        env: dict[str, Any] | None = None,
     ) -> Manifest:
-        """Finish every column, write the episode index and manifest, and publish.
+        """Finish every column, write the episode index and manifest (``env``: its
+        :attr:`~rlds_cli.cache.manifest.Manifest.env`), and publish.
 
         Returns:
             The manifest of the published dataset.
@@ -298,6 +300,7 @@ class DatasetBuilder:
             lineage=lineage or [],
             content_digest=content,
             card=card or {},
+            env=env or {},
         )
         self._txn.commit(manifest)
         return manifest

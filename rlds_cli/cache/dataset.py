@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from rlds_cli._util import plugins
 from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.frames import check_frames, open_frames
 from rlds_cli.cache.backends.memmap import load_npy
+from rlds_cli.cache.env_spec import RecordedEnvSpec, dataset_env_spec, recover_environment
 from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
 from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT, entry_name
@@ -32,9 +32,6 @@ from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.cache.views import GatheredColumn, SlicedColumn, ViewSpec
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
-
-if TYPE_CHECKING:
-    from rlds_cli.catalog.envspec import RecordedEnvSpec
 
 
 def version_identity(directory: Path) -> tuple[int, int, int] | None:
@@ -200,8 +197,8 @@ class Dataset:
     def env_spec(self) -> RecordedEnvSpec | None:
         """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
         gymnasium spec and where it came from), or ``None`` when the dataset records none. See
-        :mod:`rlds_cli.catalog.envspec` for the places it is read from; a view has its parent's."""
-        return plugins.provided("dataset.env_spec")(self)  # rlds_cli.catalog.envspec: it reads the registry
+        :mod:`rlds_cli.cache.env_spec` for the places it is read from; a view has its parent's."""
+        return dataset_env_spec(self)
 
     @property
     def episodes(self) -> EpisodeTable:
@@ -244,7 +241,7 @@ class Dataset:
             MissingExtraError: gymnasium or a package the environment needs is not installed.
             EnvironmentUnavailableError: The environment id is not registered with gymnasium.
         """
-        return plugins.provided("dataset.recover_environment")(self, eval_env, **kwargs)
+        return recover_environment(self, eval_env, **kwargs)
 
     def size_bytes(self) -> int:
         """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds

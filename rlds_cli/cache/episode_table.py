@@ -33,7 +33,7 @@ from rlds_cli.errors import CorruptDatasetError, DatasetReplacedError
 
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
-    from rlds_cli.catalog.envspec import RecordedEnvSpec
+    from rlds_cli.cache.env_spec import RecordedEnvSpec
 
 #: Per-step columns of a recording holding the episode's reset seed (uint64) and whether it
 #: had one (bool), on every step (a growing dataset keeps no per-episode arrays).

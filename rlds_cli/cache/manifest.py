@@ -101,7 +101,7 @@ class Manifest:
         card: The dataset card: licence, citation, robot type, fps, description (see
             :mod:`rlds_cli.cache.card`); empty when nothing is known.
         env: The environment the data was recorded in: ``{"spec": <gymnasium EnvSpec as JSON>,
-            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.catalog.envspec`, which reads and
+            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.cache.env_spec`, which reads and
             writes it); empty when the writer knew none.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.

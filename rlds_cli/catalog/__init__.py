@@ -1,2 +1,2 @@
-"""Names and records: the dataset registry, what a name refers to, and the environments datasets
-were recorded in."""
+"""Names: the dataset registry (and what its entries declare: files, options, the environment
+a D4RL entry names) and what a name refers to."""

@@ -177,6 +177,22 @@ class RegistryEntry:
         """Whether every file ships inside the package (nothing to download)."""
         return self.listing is None and self.file_set is None and all(f.is_bundled for f in self.listed_files)
 
+    def env_entry(self) -> dict[str, Any] | None:
+        """The manifest's ``env`` for a download of this entry (:mod:`rlds_cli.cache.env_spec`):
+        for a D4RL entry, its D4RL id, which is also the id of the environment the ``d4rl``
+        package registers (for the old ``gym`` API), with its ``max_episode_steps``; ``None``
+        for any other entry (its source records its environment, or none is known)."""
+        ids = self.extra.get("ids")
+        env_id = ids.get("d4rl") if self.format == "d4rl" and isinstance(ids, dict) else None
+        if not isinstance(env_id, str) or not env_id:
+            return None
+        spec: dict[str, Any] = {"id": env_id}
+        steps = self.options.get("max_episode_steps", self.extra.get("max_episode_steps"))
+        if isinstance(steps, int) and not isinstance(steps, bool):
+            spec["max_episode_steps"] = steps
+        what = "D4RL id, registered as an environment by the d4rl package"
+        return {"spec": spec, "origin": f"registry entry {self.id!r} ({what})", "source": "registry"}
+
 
 _OPTION_KEYS = ("max_episode_steps",)
 _KNOWN_KEYS = {

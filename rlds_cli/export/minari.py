@@ -14,7 +14,7 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   and ``start``, Box bounds, MultiDiscrete, MultiBinary, Tuple and Dict as they were, each array
   written back at its source path (``observations/_index_0``, ``actions/goal``), and the
   ``env_spec`` so ``recover_environment()`` works (a dataset whose manifest records an ``env``,
-  :mod:`rlds_cli.catalog.envspec`, gets that one). They are used when the stored keys, shapes
+  :mod:`rlds_cli.cache.env_spec`, gets that one). They are used when the stored keys, shapes
   and dtypes still match them, else the space of that role is inferred as below.
 * Otherwise spaces are inferred from the stored arrays: ``observation/<k>`` keys make a Dict,
   floats an unbounded Box, integers a Box over their dtype's range, an integer scalar action a

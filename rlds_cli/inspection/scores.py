@@ -81,7 +81,7 @@ def scores_of_manifest(manifest: Any) -> ReferenceScores | None:
 def dataset_scores(dataset: Any) -> ReferenceScores | None:
     """:func:`scores_of_manifest` of a :class:`~rlds_cli.cache.dataset.Dataset` (its parent's
     for a view)."""
-    from rlds_cli.catalog.envspec import own_manifest
+    from rlds_cli.cache.env_spec import own_manifest
 
     manifest = own_manifest(dataset)
     return scores_of_manifest(manifest) if manifest is not None else None

@@ -202,6 +202,7 @@ def convert(
     license: str | None = None,
     citation: str | None = None,
     registry_license: str | None = None,
+    env: dict[str, Any] | None = None,
 ) -> ConvertResult:
     """Convert a local source into a cached TED dataset.
 
@@ -236,6 +237,9 @@ def convert(
         citation: How to cite the data (text, e.g. BibTeX), kept in the card.
         registry_license: The registry entry's licence (``rlds download ID``): kept when it is
             a known SPDX id and the source declares none.
+        env: The environment the data was recorded in, as the manifest's ``env``
+            (:mod:`rlds_cli.cache.env_spec`), when the caller knows it and the source does not
+            (``rlds download`` of a D4RL registry entry).
 
     Returns:
         A :class:`ConvertResult`.
@@ -323,7 +327,7 @@ def convert(
                 try:
                     cards = (given, registry_license)
                     manifest = _build(
-                        builder, fmt, read_paths, options, progress, shown, facts, source_hash, cards
+                        builder, fmt, read_paths, options, progress, shown, facts, source_hash, cards, env
                     )
                 except Exception:
                     source_hash.checked()  # a file that is not the expected one: say that, not why it fails
@@ -467,10 +471,12 @@ def _build(
     facts: dict[str, Any],
     source_hash: SourceHash,
     cards: tuple[dict[str, Any], str | None] = ({}, None),
+    env: dict[str, Any] | None = None,
 ) -> Manifest:
     """Stream the reader into the builder and commit, recording the source ``facts`` and its
-    digest (waited for, and checked, before the commit), and the card: what the source and
-    the registry declare, under the user's (``cards``: theirs, the registry's licence)."""
+    digest (waited for, and checked, before the commit), the card: what the source and
+    the registry declare, under the user's (``cards``: theirs, the registry's licence), and the
+    manifest's ``env``."""
     from rlds_cli.formats.select import (
         SelectionRecord,
         kept_episodes,
@@ -520,4 +526,5 @@ def _build(
             conversion=reader.report.to_dict(),
             source_arrays=arrays,
             card=with_user(declared_card(metadata, cards[1]), cards[0]),
+            env=env,
         )

@@ -111,6 +111,7 @@ def download(
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
     convert_args["registry_license"] = entry.license
+    convert_args["env"] = entry.env_entry()
     merged = {**entry.options, **{k: v for k, v in (options or {}).items() if v is not None}}
     if entry.is_bundled:
         file = entry.files[0]

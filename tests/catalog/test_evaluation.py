@@ -8,6 +8,7 @@ a real gymnasium environment, then converted by rlds.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli.cache.derive import create_view
+from rlds_cli.cache.env_spec import env_entry, env_spec_to_json
 from rlds_cli.cache.manifest import read_manifest, write_manifest
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.catalog.envspec import env_entry, env_spec_to_json
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
     GYMNASIUM_INSTALL,
@@ -195,8 +196,12 @@ def test_retired_spec_keys_are_dropped_as_minari_does(golden: rlds_cli.Dataset) 
 
 
 def test_a_d4rl_download_names_its_d4rl_environment(golden: rlds_cli.Dataset) -> None:
+    """What ``rlds download hopper-medium-v2`` writes (the registry entry's ``env_entry``)."""
+    from rlds_cli.catalog import registry
+
+    env = registry.resolve("hopper-medium-v2").env_entry()
     source = {**golden.manifest.source, "id": "hopper-medium-v2"}
-    ds = _edit_manifest(golden, source=source)
+    ds = _edit_manifest(golden, source=source, env=env)
     spec = ds.env_spec
     assert spec is not None
     assert (spec.id, spec.max_episode_steps, spec.source) == ("hopper-medium-v2", 1000, "registry")
@@ -207,6 +212,32 @@ def test_a_d4rl_download_names_its_d4rl_environment(golden: rlds_cli.Dataset) ->
     assert "d4rl package" in err.value.hint
     # the registry's reference scores follow the dataset too
     assert rlds_cli.normalized_score("golden", HOPPER_MAX) == pytest.approx(100.0)
+
+
+def test_the_environment_is_read_without_the_registry(golden: rlds_cli.Dataset) -> None:
+    """``Dataset.env_spec`` reads the manifest alone: in a fresh process it imports nothing of
+    the catalog (the registry is asked at download)."""
+    from rlds_cli.catalog import registry
+
+    ds = _edit_manifest(golden, env=registry.resolve("hopper-medium-v2").env_entry())
+    code = (
+        "import sys; from rlds_cli.cache.dataset import Dataset; "
+        f"spec = Dataset({str(ds.directory)!r}).env_spec; "
+        "print(spec.id, spec.source, sorted(m for m in sys.modules if m.startswith('rlds_cli.catalog')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["hopper-medium-v2", "registry", "[]"]
+
+
+def test_a_d4rl_dataset_downloaded_before_records_no_environment(golden: rlds_cli.Dataset) -> None:
+    """The registry is asked at download, not at read: a D4RL cache from before that records
+    none, and the error says how to get it (download again)."""
+    source = {**golden.manifest.source, "id": "hopper-medium-v2"}
+    ds = _edit_manifest(golden, source=source, env={})
+    assert ds.env_spec is None and ds.episodes.env_spec is None
+    with pytest.raises(NoEnvSpecError, match="'golden' records no environment") as err:
+        ds.recover_environment()
+    assert "'rlds download hopper-medium-v2 --force'" in err.value.hint
 
 
 def test_without_gymnasium_the_error_says_what_to_install(

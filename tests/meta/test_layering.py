@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # camera frames: the image codecs, the --frames modes, the threads that decode
     "frames": BOTTOM,
     "cache": BOTTOM | {"frames"},  # and cache/ted.py, cache/layout.py: the bottom's TED vocabulary and paths
-    # names and records: the registry, what a name refers to, the environments recorded
+    # names: the registry and what a name refers to
     "catalog": BOTTOM | {"cache", "frames"},
     "write": BOTTOM | {"cache", "frames"},
     "formats": BOTTOM | {"cache", "frames"},

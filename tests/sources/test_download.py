@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
+import rlds_cli
 from rlds_cli.catalog import registry
 from rlds_cli.cli import output
 from rlds_cli.cli.app import app
@@ -426,6 +427,43 @@ urls = ["{server.base}/mn/data/main_data.hdf5"]
         data = ok_json("download", dataset_id)
         assert data["name"] == name and data["num_steps"] > 0, dataset_id
         assert ok_json("verify", name)["ok"]
+
+
+def test_a_d4rl_entry_records_its_environment_at_download(
+    server: FaultServer, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's D4RL id becomes the manifest's ``env`` (read later with no registry);
+    an entry that names none records none."""
+    extra = tmp_path / "env.toml"
+    extra.write_text(
+        f"""
+[[dataset]]
+id = "points-env-v0"
+format = "d4rl"
+max_episode_steps = 100
+ids = {{ d4rl = "pointmass-open-v0" }}
+[[dataset.files]]
+name = "pointmass.hdf5"
+urls = ["{server.base}/d4rl/pointmass.hdf5"]
+"""
+    )
+    before = os.environ["RLDS_REGISTRY"]
+    monkeypatch.setenv("RLDS_REGISTRY", os.pathsep.join([before, str(extra)]))
+    registry._load.cache_clear()
+    ok_json("download", "points-env-v0")
+    ok_json("download", "local-points-v0")
+    monkeypatch.setenv("RLDS_REGISTRY", before)  # read where the registry knows no such entry
+    registry._load.cache_clear()
+    assert not registry.is_known("points-env-v0")
+    ds = rlds_cli.open_dataset("points-env-v0")
+    assert ds.manifest.env["source"] == "registry"
+    spec = ds.env_spec
+    assert spec is not None
+    assert (spec.id, spec.max_episode_steps, spec.source) == ("pointmass-open-v0", 100, "registry")
+    assert "registry entry 'points-env-v0'" in spec.origin
+    assert rlds_cli.open_dataset("local-points-v0").env_spec is None
+    shown = ok_json("inspect", "points-env-v0")
+    assert shown["env"]["id"] == "pointmass-open-v0"
 
 
 def test_progress_bars_on_a_terminal(

@@ -27,16 +27,3 @@ def test_an_unknown_name_is_the_tables_error_with_the_known_names() -> None:
     with pytest.raises(PreprocessError, match="unknown executor 'cluster'") as raised:
         start("cluster", workers=1, num_chunks=1)
     assert "local" in raised.value.hint and "ray" in raised.value.hint
-
-
-def test_the_plug_points_the_front_door_fills_resolve_to_the_layer_above() -> None:
-    """``Dataset.env_spec`` and ``recover_environment`` call up into :mod:`rlds_cli.catalog.envspec`
-    through the points ``rlds_cli/__init__`` fills; an unfilled point is a clear wiring error."""
-    import rlds_cli  # noqa: F401  (fills the points)
-    from rlds_cli._util.plugins import provided
-    from rlds_cli.catalog import envspec
-
-    assert provided("dataset.env_spec") is envspec.dataset_env_spec
-    assert provided("dataset.recover_environment") is envspec.recover_environment
-    with pytest.raises(LookupError, match="plug point 'nowhere' is not filled in"):
-        provided("nowhere")

@@ -6,22 +6,26 @@ makes it again with gymnasium.
 ``env`` object (:func:`env_entry` makes it from a gymnasium ``EnvSpec``)::
 
     "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "...",
-            "requirements": ["mujoco>=3"]}
+            "requirements": ["mujoco>=3"], "source": "registry"}
 
-(``eval_spec`` and ``requirements`` optional; ``Manifest.env``, checked to be an object whose
-``spec`` is an object when the manifest is read.)
+(``eval_spec``, ``requirements`` and ``source`` optional; ``Manifest.env``, checked to be an
+object whose ``spec`` is an object when the manifest is read.) ``rlds download`` of a D4RL
+registry entry writes the entry's D4RL id there (:meth:`RegistryEntry.env_entry
+<rlds_cli.catalog.registry_schema.RegistryEntry.env_entry>`, ``"source": "registry"``): the id
+of the environment the ``d4rl`` package registers (for the old ``gym`` API), with the entry's
+``max_episode_steps``.
 
 :func:`read_env_spec` is the one reader. It looks, in order, at:
 
-1. the manifest's ``env`` (written by rlds itself);
+1. the manifest's ``env`` (written by rlds itself: a writer, a conversion, a registry download);
 2. a growing dataset's (``source.format`` ``rlds-writer``): the spec ``DatasetWriter(env_spec=...)``
    keeps under ``source.metadata.spaces.env_spec`` (``rlds_cli.record`` passes it);
 3. a Minari source's ``env_spec`` and ``eval_env_spec``, which a conversion keeps as Minari wrote
-   them under ``source.metadata.spaces`` (with ``requirements`` under ``source.metadata.minari``);
-4. the registry entry the dataset was downloaded as (``source.id``), for a D4RL entry: its D4RL
-   id, which is also the id of the environment the ``d4rl`` package registers (for the old
-   ``gym`` API), with the entry's ``max_episode_steps``. (The bundled demo's ``env`` names a
-   numpy simulation, no gymnasium environment: it is not offered.)
+   them under ``source.metadata.spaces`` (with ``requirements`` under ``source.metadata.minari``).
+
+(The bundled demo's ``env`` names a numpy simulation, no gymnasium environment: it is not
+offered. A D4RL dataset downloaded by an rlds older than 2026-11-27 records none: downloading it
+again with ``--force`` records it.)
 
 A view has its parent's environment. A dataset written by ``rlds preprocess`` has none: its
 function may have changed what the observations are.
@@ -35,18 +39,19 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rlds_cli.cache.layout import VIEW_LAYOUT
+from rlds_cli.cache.manifest import Manifest, read_manifest
+from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import (
     GYMNASIUM_INSTALL,
     EnvironmentUnavailableError,
     MissingExtraError,
     NoEnvSpecError,
-    RegistryError,
     RldsError,
 )
 
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
-    from rlds_cli.cache.manifest import Manifest
 
 __all__ = [
     "RecordedEnvSpec",
@@ -140,35 +145,14 @@ def _record(
     )
 
 
-def _from_registry(dataset_id: str) -> RecordedEnvSpec | None:
-    """The environment a D4RL registry entry names (its D4RL id)."""
-    from rlds_cli.catalog import registry
-
-    try:
-        if not registry.is_known(dataset_id):
-            return None
-        entry = registry.resolve(dataset_id)
-    except RegistryError:  # a broken extra registry file: no environment, not a failed inspect
-        return None
-    ids = entry.extra.get("ids")
-    env_id = ids.get("d4rl") if entry.format == "d4rl" and isinstance(ids, dict) else None
-    if not isinstance(env_id, str):
-        return None
-    steps = entry.options.get("max_episode_steps", entry.extra.get("max_episode_steps"))
-    raw: dict[str, Any] = {"id": env_id}
-    if isinstance(steps, int):
-        raw["max_episode_steps"] = steps
-    what = "D4RL id, registered as an environment by the d4rl package"
-    return _record(raw, None, f"registry entry {entry.id!r} ({what})", "registry")
-
-
 def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
     """The environment ``manifest`` records (the order of the places is in the module
     docstring), or ``None``. A view's manifest records none itself: see :func:`dataset_env_spec`."""
     env = manifest.env
     if env:
         origin = env.get("origin") if isinstance(env.get("origin"), str) else "recorded by the writer"
-        found = _record(env.get("spec"), env.get("eval_spec"), f"manifest env ({origin})", "manifest",
+        source = "registry" if env.get("source") == "registry" else "manifest"
+        found = _record(env.get("spec"), env.get("eval_spec"), f"manifest env ({origin})", source,
                         env.get("requirements", ()))  # fmt: skip
         if found is not None:
             return found
@@ -193,9 +177,6 @@ def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
                             requirements)  # fmt: skip
             if found is not None:
                 return found
-    dataset_id = manifest.source.get("id")
-    if isinstance(dataset_id, str) and manifest.source.get("format") not in ("view", "rlds-preprocess"):
-        return _from_registry(dataset_id)
     return None
 
 
@@ -203,14 +184,9 @@ def own_manifest(dataset: Dataset) -> Manifest | None:
     """The manifest whose facts (environment, reference scores) describe ``dataset``: its own,
     or a view's parent's (``None`` when the parent is gone or was replaced since the view was
     made)."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
-
     manifest = dataset.manifest
     if manifest.layout != VIEW_LAYOUT:
         return manifest
-    from rlds_cli.cache.manifest import read_manifest
-    from rlds_cli.cache.views import ViewSpec
-
     view = ViewSpec.from_manifest(manifest)
     try:
         parent = read_manifest(dataset.directory.parent / view.parent.replace("/", "--"))
@@ -288,6 +264,18 @@ def _missing_hint(spec: RecordedEnvSpec, fallback: str) -> str:
     return fallback
 
 
+def _no_env_hint(dataset: Dataset) -> str | None:
+    """For a D4RL download made before downloads recorded the environment: how to record it."""
+    manifest = own_manifest(dataset)
+    source = manifest.source if manifest is not None else {}
+    if source.get("format") == "d4rl" and isinstance(source.get("id"), str):
+        return (
+            f"a D4RL registry download made before 2026-11-27 records none: 'rlds download "
+            f"{source['id']} --force' records the environment its registry entry names, if any"
+        )
+    return None  # the error's default hint
+
+
 def recover_environment(dataset: Dataset, eval_env: bool = False, **kwargs: Any) -> Any:
     """Make the environment ``dataset`` was recorded in (what
     :meth:`~rlds_cli.cache.dataset.Dataset.recover_environment` does).
@@ -307,7 +295,9 @@ def recover_environment(dataset: Dataset, eval_env: bool = False, **kwargs: Any)
     spec = dataset_env_spec(dataset)
     name = dataset.name
     if spec is None:
-        raise NoEnvSpecError(f"dataset {name!r} records no environment to recover")
+        raise NoEnvSpecError(
+            f"dataset {name!r} records no environment to recover", hint=_no_env_hint(dataset)
+        )
     gym = _gymnasium(f"recovering the environment of dataset {name!r}")
     raw = spec.eval_raw if eval_env and spec.eval_raw is not None else spec.raw
     env_id = str(raw.get("id", spec.id))
