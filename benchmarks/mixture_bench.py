@@ -130,10 +130,10 @@ def render(cases: dict[str, Case], info: dict[str, Any], paired: dict[tuple[str,
         "the widest, each source normalized with its own statistics (applied once over the padded "
         "batch with per-row tables, equal bit for bit to each source's own `Normalize`).",
         "- The mixture's small keys come from tables packed once at construction "
-        "(`rlds_cli/loader/mixture_packed.py`: every source end to end, padded, one table per dtype): "
+        "(`rlds_cli/loader/mixture_gather.py`: every source end to end, padded, one table per dtype): "
         "a batch is one `take` per table, the masks one `take`, each source's `Normalize` two in-place "
         "operations over the normalized columns; frames are read from each source straight into the "
-        "batch (`mixture_direct.py`). Before (commit 4acf3fc: three gathers a batch, then padding): "
+        "batch (`mixture_gather.py`). Before (commit 4acf3fc: three gathers a batch, then padding): "
         "0.40x low-dim (122 us a batch), 0.77x camera.",
         "- Where a low-dim mixture batch's time goes (quick run, `time.perf_counter` around each "
         "part, medians): the sampler ~6 us (one multinomial, one draw of 256 raw words), the packed "

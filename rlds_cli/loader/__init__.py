@@ -23,8 +23,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.image_transforms import CenterCrop, ColorJitter, RandomCrop, RandomShift, Resize
     from rlds_cli.loader.loader import Loader
     from rlds_cli.loader.mixture import MixtureLoader, MixtureSource
-    from rlds_cli.loader.mixture_sampler import MixtureSampler
-    from rlds_cli.loader.mixture_weights import by_size
+    from rlds_cli.loader.mixture_sampler import MixtureSampler, by_size
     from rlds_cli.loader.normalization_table import NormalizationTable
     from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
     from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
@@ -66,7 +65,7 @@ _LAZY = {
     "MixtureSampler": "mixture_sampler",
     "MixtureSource": "mixture",
     "NormalizationTable": "normalization_table",
-    "by_size": "mixture_weights",
+    "by_size": "mixture_sampler",
     "PrioritizedSampler": "prioritized",
     "PrioritizedSliceSampler": "prioritized",
     "SumTree": "sumtree",
@@ -88,7 +87,7 @@ _TORCH_FREE = frozenset(
         "transforms",
         "windows",
         "normalization_table",
-        "mixture_weights",
+        "mixture_sampler",
     }
 )
 

@@ -12,14 +12,14 @@ other, so it gets prefetch, transforms, a device and checkpoints from the loader
   among the sources with the current weights (fixed, or a schedule of the batch count; a
   multinomial draw, or exact counts with ``split="fixed"``) and draws each part uniformly in
   its source. Sources that grow are followed with ``refresh=``; one not ready weighs 0 (rules:
-  :mod:`rlds_cli.loader.mixture_growth`).
+  :mod:`rlds_cli.loader.mixture_sampler`).
 
 Sources whose keys differ (robots with 7-, 8- and 14-dim actions) mix with ``pad=True``: each key
-padded to the widest with ``<key>_pad_mask`` (:mod:`rlds_cli.loader.mixture_pad`), each source
+padded to the widest with ``<key>_pad_mask`` (:mod:`rlds_cli.loader.mixture_schema`), each source
 normalized with its own statistics by ``transforms={name: Normalize(...)}``
-(:mod:`rlds_cli.loader.mixture_transforms`), the statistics exported as one table
+(:mod:`rlds_cli.loader.mixture_schema`), the statistics exported as one table
 (:meth:`MixtureLoader.normalization_table`); weights may be relative to the sources' sizes
-(:mod:`rlds_cli.loader.mixture_weights`).
+(:mod:`rlds_cli.loader.mixture_sampler`).
 
 :class:`MixtureLoader` is the one-line form: both, composed into a loader.
 """
@@ -41,19 +41,18 @@ from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import Loader
-from rlds_cli.loader.mixture_direct import DirectKeys
-from rlds_cli.loader.mixture_growth import (
+from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
+from rlds_cli.loader.mixture_sampler import (
     MixtureRefresher,
+    MixtureSampler,
     Weights,
     check_split,
+    following_sizes,
     named_weights,
+    size_multipliers,
+    sized,
 )
-from rlds_cli.loader.mixture_normalize import fuse
-from rlds_cli.loader.mixture_packed import PackedKeys
-from rlds_cli.loader.mixture_pad import PadSchema
-from rlds_cli.loader.mixture_sampler import MixtureSampler
-from rlds_cli.loader.mixture_transforms import SourceTransforms, bind_transforms, normalized
-from rlds_cli.loader.mixture_weights import following_sizes, size_multipliers, sized
+from rlds_cli.loader.mixture_schema import PadSchema, SourceTransforms, bind_transforms, fuse, normalized
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
@@ -70,7 +69,7 @@ class MixtureSource:
         rename: ``{source name: {its key: common key}}``.
         in_memory: Load every source's needed columns into RAM. Either way the small keys
             (one axis at most) are packed into padded tables in RAM when they fit
-            (:mod:`rlds_cli.loader.mixture_packed`).
+            (:mod:`rlds_cli.loader.mixture_gather`).
         float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
             :mod:`rlds_cli.loader.dtypes`), so sources that store a key as float32 and float64
             mix; each source's rows are cast as they are concatenated (one copy, the
@@ -78,10 +77,10 @@ class MixtureSource:
         root: Cache root for names.
         pad: Mix sources whose keys differ in width (and keys only some sources have): each
             key zero-padded to the widest, with ``<key>_pad_mask`` (rules:
-            :mod:`rlds_cli.loader.mixture_pad`). ``False``: equal shapes and dtypes required.
+            :mod:`rlds_cli.loader.mixture_schema`). ``False``: equal shapes and dtypes required.
         transforms: ``{source name: transform or list}``: run on that source's rows only, after
             renaming and before padding (e.g. each source's own ``Normalize``, bound to its
-            dataset's statistics; see :mod:`rlds_cli.loader.mixture_transforms`).
+            dataset's statistics; see :mod:`rlds_cli.loader.mixture_schema`).
     """
 
     #: A batch's ``index`` is each row's step in its own source (written here, not by the loader).
@@ -129,7 +128,7 @@ class MixtureSource:
         #: Per source, its transforms (bound to its dataset), run on its rows only.
         self.transforms = bind_transforms(transforms, self.names, self.datasets, self._renames)
         #: Sources normalized by ``Normalize`` alone: once over the padded batch, with per-row
-        #: tables (:mod:`rlds_cli.loader.mixture_normalize`); ``None``: each chain on its rows.
+        #: tables (:mod:`rlds_cli.loader.mixture_schema`); ``None``: each chain on its rows.
         self.fused_normalize = fuse(self.transforms, self.schema, self._in_batch)
         #: Transforms run on each source's part (with its index and source) before padding.
         self._per_part = self.fused_normalize is None and any(self.transforms)
@@ -138,7 +137,7 @@ class MixtureSource:
             self.datasets, self._original, self.schema, self._in_batch)  # fmt: skip
         self._direct = direct if direct else None
         # the other keys packed once into padded tables, when they are small and plain: one
-        # take a batch instead of one per key and source (mixture_packed.py)
+        # take a batch instead of one per key and source (mixture_gather.py)
         rest = [k for k in self.keys if self._direct is None or k not in self._direct.plans]
         self._packed = (
             None
@@ -365,7 +364,7 @@ class MixtureLoader:
             out weighs 0), or ``schedule(step) -> weights``, called with the number of batches
             drawn so far (e.g. to anneal from offline to new data). Relative to the sources'
             sizes, as Octo writes its mixes: ``"size"``, ``{name: ("size", multiplier)}`` or
-            ``by_size([(name, multiplier), ...])`` (:mod:`rlds_cli.loader.mixture_weights`).
+            ``by_size([(name, multiplier), ...])`` (:mod:`rlds_cli.loader.mixture_sampler`).
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
         rename: ``{source name: {its key: common key}}``.
@@ -384,7 +383,7 @@ class MixtureLoader:
             runs from one dataset into the next.
         split: ``"random"`` (rows per source drawn from a multinomial) or ``"fixed"`` (exactly
             the weights times ``batch_size`` in every batch, rounded by largest remainder: RLPD's
-            half-offline, half-online batches). See :mod:`rlds_cli.loader.mixture_growth`.
+            half-offline, half-online batches). See :mod:`rlds_cli.loader.mixture_sampler`.
         anneal: Batches over which a source that becomes ready mid-run ramps linearly up to its
             weight (``None``: at once).
         refresh: Follow the growing sources' commits every ``refresh`` batches (``1``: before
@@ -392,10 +391,10 @@ class MixtureLoader:
             (no steps, or short of its ``min_size`` or ``min_total``) is never sampled; the
             others' weights are renormalized.
         pad: Sources whose keys differ in width: each key zero-padded to the widest, with
-            ``<key>_pad_mask`` (see :class:`MixtureSource` and :mod:`rlds_cli.loader.mixture_pad`).
+            ``<key>_pad_mask`` (see :class:`MixtureSource` and :mod:`rlds_cli.loader.mixture_schema`).
         transforms: ``{source name: transform or list}``, e.g. ``{name: Normalize(keys=[...])}``
             per source: each bound to its own dataset's statistics, run on its rows before
-            padding (:mod:`rlds_cli.loader.mixture_transforms`).
+            padding (:mod:`rlds_cli.loader.mixture_schema`).
     """
 
     def __init__(

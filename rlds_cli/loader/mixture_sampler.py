@@ -1,27 +1,61 @@
-"""The mixture's sampler: each batch's rows split among the sources with the weights in force.
+"""The mixture's sampler: each batch's rows split among the sources with the weights in force
+(:class:`MixtureSampler`), and the rules of those weights.
 
 Apart from :mod:`rlds_cli.loader.mixture` (the source and the one-line loader) because it needs
 only the sizes of the sources, never their data: any index space laid end to end takes it.
+
+**Weights relative to the sources' sizes**, as Octo and OpenVLA write their mixes. Octo's and
+OpenVLA's Open X-Embodiment mixes are lists of ``(dataset, weight)`` that
+``make_interleaved_dataset(..., balance_weights=True)`` multiplies by each dataset's number of
+transitions before normalizing (``sample_weights * dataset_sizes / sum``): a weight of 1 samples a
+dataset in proportion to its size, 2 twice that. Here the same reads:
+
+* ``weights="size"``: every source in proportion to its steps (each step equally likely);
+* ``weights={"bridge": ("size", 2.0), "fractal": "size"}``: size times a multiplier (``"size"``
+  is ``("size", 1.0)``); a source left out weighs 0;
+* ``weights=by_size([("fractal", 0.54), ("kuka", 0.83)])`` or ``by_size({"bridge": 2.0})``:
+  an Octo-style mix as written (pairs or a mapping), every entry size-relative;
+* plain numbers, as before, are shares that do not depend on the sizes. The two kinds do not mix
+  in one ``weights`` (a number next to ``"size"`` has no common unit): refused in one line.
+
+Sizes are the sources' steps when the mixture is made; with ``refresh=`` (sources that grow) the
+weights follow the sizes of the views in force, batch after batch.
+
+**Over datasets that grow**: readiness, annealing, fixed-ratio batches, refresh.
+
+* **Readiness.** A member is *ready* when it has steps and, for a growing dataset, when
+  ``Dataset.ready`` is true (its ``min_size`` unprotected steps and its ``min_total`` steps in
+  all reached). A member that is not ready gets weight 0 and the weights of the others are
+  renormalized to sum to 1 (as AMAGO's ``MixtureOfDatasets`` does): it is never served.
+* **Annealing** (``anneal=N``). A member ready when the mixture starts has its full weight at
+  once. A member that becomes ready later, first seen ready before batch ``b0`` (batches counted
+  from 0), has at batch ``b`` the weight ``w * min(1, (b - b0 + 1) / N)``: ``w / N`` on its first
+  batch, its full weight from batch ``b0 + N - 1`` on, linear in between; the weights are then
+  renormalized over the ready members. ``b0`` is kept if the member stops being ready (an
+  eviction below ``min_size``) and is ready again.
+* **Fixed ratio** (``split="fixed"``). Each batch takes from member ``i`` exactly ``floor(w_i * B)``
+  rows plus one for the members with the largest remainders ``w_i * B - floor(w_i * B)`` (ties
+  go to the earlier member, members of weight 0 get none), until the counts sum to ``B``: each
+  count is ``w_i * B`` rounded down or up, the largest-remainder rounding. With weights
+  ``0.5, 0.5`` every batch is exactly half and half (RLPD's offline/online batches).
+  ``split="random"`` (the default) draws the counts from a multinomial instead.
+
+:class:`MixtureRefresher` is the ``refresh=N`` of a :class:`~rlds_cli.loader.MixtureLoader`:
+the same hook as :class:`~rlds_cli.loader.loader.Refresher` (called by the loader under its
+lock before each batch), which every ``N`` batches refreshes the growing members and, when a
+view changed, rebuilds that member's rows and the sampler's sizes and readiness. Indices and
+rows of one batch therefore come from one view: no index past a member's end, no evicted row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli.errors import MixtureError
 from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
-from rlds_cli.loader.mixture_growth import (
-    FROM_START,
-    NOT_READY,
-    Weights,
-    check_split,
-    check_weights,
-    effective_weights,
-    fixed_counts,
-    ready_since,
-)
 from rlds_cli.loader.samplers import positive_int
 from rlds_cli.loader.state_checks import (
     check_array,
@@ -31,13 +65,221 @@ from rlds_cli.loader.state_checks import (
     check_state,
 )
 
+if TYPE_CHECKING:
+    from rlds_cli.loader.mixture import MixtureSource
+
+
+SIZE = "size"
+
+#: One entry of ``weights``: a number, ``"size"`` or ``("size", multiplier)``.
+Entry = float | str | tuple[str, float]
+
+
+def by_size(multipliers: Mapping[str, float] | Iterable[tuple[str, float]] | None = None) -> Any:
+    """Weights of size times a multiplier per source: ``{name: ("size", m)}`` from a mapping or
+    from ``(name, m)`` pairs (an Octo/OpenVLA mix as written); ``None``: ``"size"`` (all sources
+    by size alone)."""
+    if multipliers is None:
+        return SIZE
+    pairs = multipliers.items() if isinstance(multipliers, Mapping) else multipliers
+    out: dict[str, tuple[str, float]] = {}
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise MixtureError(f"by_size takes (name, multiplier) pairs or a mapping, got {pair!r}")
+        out[pair[0]] = (SIZE, pair[1])
+    return out
+
+
+def _multiplier(entry: Any) -> float | None:
+    """The multiplier of a size-relative entry, ``None`` for anything else (a number, or what
+    the usual check of numbers refuses)."""
+    if isinstance(entry, str):
+        return 1.0 if entry == SIZE else None
+    if isinstance(entry, tuple):
+        if len(entry) != 2 or entry[0] != SIZE or isinstance(entry[1], bool):
+            raise MixtureError(f"a size-relative weight is ('size', multiplier), got {entry!r}")
+        try:
+            m = float(entry[1])
+        except (TypeError, ValueError):
+            raise MixtureError(f"the multiplier of {entry!r} is not a number") from None
+        if not np.isfinite(m) or m < 0:
+            raise MixtureError(f"the multiplier of {entry!r} must be finite and >= 0")
+        return m
+    return None
+
+
+def size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
+    """Per source (in ``names`` order), the multiplier of its size, when ``weights`` is given
+    relative to size (``"size"``, or entries ``"size"`` / ``("size", m)``); ``None`` when
+    ``weights`` is anything else (numbers, a schedule), left to the usual checks."""
+    if callable(weights) and not isinstance(weights, str):
+        return None
+    if isinstance(weights, str):
+        if weights != SIZE:
+            raise MixtureError(f"weights given as a string must be 'size', got {weights!r}")
+        return np.ones(len(names))
+    if isinstance(weights, Mapping):
+        unknown = sorted(set(weights) - set(names))
+        if unknown:
+            raise MixtureError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
+        entries = [weights.get(n) for n in names]
+        given = [(n, e) for n, e in zip(names, entries, strict=True) if e is not None]
+    elif isinstance(weights, Sequence):
+        given = list(zip(names, weights, strict=False))
+        entries = list(weights)
+    else:
+        return None
+    kinds = {n: _multiplier(e) for n, e in given}
+    relative = [n for n, m in kinds.items() if m is not None]
+    if not relative:
+        return None
+    plain = [n for n, m in kinds.items() if m is None]
+    if plain:
+        raise MixtureError(
+            f"weights give source(s) {relative} relative to size and {plain} as plain numbers: "
+            "use one kind (('size', m) for every source, or numbers for every source)"
+        )
+    if len(entries) != len(names):
+        raise MixtureError(f"weights must be {len(names)} entries, one per source, got {len(entries)}")
+    return np.array([0.0 if e is None else _multiplier(e) for e in entries], np.float64)
+
+
+def sized(multipliers: np.ndarray, sizes: Sequence[int]) -> list[float]:
+    """Octo's ``balance_weights``: each multiplier times its source's steps (normalized later)."""
+    return (np.asarray(multipliers, np.float64) * np.asarray(sizes, np.float64)).tolist()
+
+
+def following_sizes(
+    multipliers: np.ndarray, sizes: Callable[[], Sequence[int]]
+) -> Callable[[int], list[float]]:
+    """A weight schedule that reads the sizes in force at every batch (sources that grow)."""
+
+    def schedule(step: int) -> list[float]:
+        return sized(multipliers, sizes())
+
+    return schedule
+
+
+#: ``ready_at`` of a member ready when the mixture started: full weight at once.
+FROM_START = -1
+#: ``ready_at`` of a member never seen ready yet.
+NOT_READY = -2
+
+SPLITS = ("random", "fixed")
+
+#: A mixture's weights: one per member, or ``schedule(batches drawn) -> weights``.
+Weights = Sequence[float] | Callable[[int], Sequence[float]]
+
+
+def check_weights(weights: Any, count: int) -> np.ndarray:
+    """``weights`` normalized, or a ``ValueError`` unless ``count`` finite non-negative numbers
+    with a positive sum."""
+    try:
+        w = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):  # strings, None, ragged: not numbers
+        w = np.full(count + 1, np.nan)
+    if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(
+            f"weights must be {count} finite non-negative numbers with a positive sum, got {weights!r}"
+        )
+    return w / w.sum()
+
+
+def fixed_counts(weights: np.ndarray, batch_size: int) -> np.ndarray:
+    """Rows per member for one batch of ``batch_size`` with normalized ``weights``: the
+    largest-remainder rounding of ``weights * batch_size`` (see the module docstring)."""
+    exact = np.asarray(weights, np.float64) * batch_size
+    counts = np.floor(exact).astype(np.int64)
+    short = int(batch_size - counts.sum())
+    if short > 0:
+        remainder = exact - counts
+        remainder[np.asarray(weights) <= 0] = -1.0  # a member of weight 0 never gets a row
+        order = np.argsort(-remainder, kind="stable")  # largest first, ties to the earlier member
+        counts[order[:short]] += 1
+    return counts
+
+
+def ready_since(ready_at: np.ndarray, ready: np.ndarray, batch: int) -> np.ndarray:
+    """``ready_at`` after the members ``ready`` now were seen ready before batch ``batch``."""
+    return np.where((ready_at == NOT_READY) & ready, batch, ready_at).astype(np.int64)
+
+
+def effective_weights(
+    base: np.ndarray, ready: np.ndarray, ready_at: np.ndarray, batch: int, anneal: int | None
+) -> np.ndarray:
+    """The weights batch ``batch`` is drawn with: ``base`` (normalized), times each member's
+    anneal ramp, zero where not ``ready``, renormalized (see the module docstring). All zero when
+    no ready member has a positive weight."""
+    if anneal is None:
+        ramp = np.ones(len(base))
+    else:
+        ramp = np.clip((batch - ready_at + 1) / anneal, 0.0, 1.0)
+        ramp[ready_at == FROM_START] = 1.0
+    w = np.where(ready & (ready_at != NOT_READY), base * ramp, 0.0)
+    total = w.sum()
+    return w / total if total > 0 else w
+
+
+def check_split(split: str, anneal: int | None) -> None:
+    """A ``ValueError`` for a ``split`` or ``anneal`` argument that is not one of ours."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if anneal is not None and (isinstance(anneal, bool) or not isinstance(anneal, int) or anneal < 1):
+        raise ValueError(f"anneal must be a number of batches >= 1 or None, got {anneal!r}")
+
+
+def named_weights(weights: Weights | Mapping[str, float], names: Sequence[str]) -> Weights:
+    """``{name: weight}`` as a list in ``names`` order (a missing name weighs 0); anything
+    else as given."""
+    if not isinstance(weights, Mapping):
+        return weights
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ValueError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
+    return [weights.get(n, 0.0) for n in names]  # checked as numbers by check_weights
+
+
+class MixtureRefresher:
+    """Refreshes a mixture's growing members every ``every`` batches (module docstring).
+
+    Args:
+        source: The mixture's source; ``sampler``: its sampler; ``every``: batches between
+            refreshes (``1``: before every batch).
+    """
+
+    def __init__(self, source: MixtureSource, sampler: MixtureSampler, every: int) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"refresh must be a number of batches >= 1, got {every!r}")
+        if not any(hasattr(ds, "refresh") for ds in source.datasets):
+            raise ValueError(
+                f"refresh= follows growing datasets (written with DatasetWriter); none of "
+                f"{source.names} is one"
+            )
+        self.source = source
+        self.sampler = sampler
+        self.every = every
+        #: Batches seen (the count ``every`` divides), kept in the loader's state.
+        self.batches = 0
+        #: What else follows a changed view (the windows' ``bind_source``), given the source.
+        self.rebind: list[Any] = []
+
+    def tick(self) -> None:
+        """Before each batch (under the loader's lock): refresh when due, resize when changed."""
+        self.batches += 1
+        if self.batches % self.every:
+            return
+        if self.source.refresh():
+            self.sampler.set_sizes(self.source.sizes, self.source.ready())
+            for rebind in self.rebind:
+                rebind(self.source)
+
 
 class MixtureSampler:
     """Mixture indices: each batch's rows split among the sources with the weights in force,
     each part uniform in its source (rows grouped by source, in source order).
 
     The weights in force are the given ones with the rules of
-    :mod:`rlds_cli.loader.mixture_growth`: a source that is not ready weighs 0 (the others are
+    :mod:`rlds_cli.loader.mixture_sampler`: a source that is not ready weighs 0 (the others are
     renormalized), a source that becomes ready mid-run is annealed in over ``anneal`` batches.
 
     Args:

@@ -35,9 +35,8 @@ from rlds_cli.errors import (
     RegistryFormatError,
 )
 from rlds_cli.net.hashes import FileRecord, HashStore, mismatch_hint
-from rlds_cli.net.http import HttpConfig, download_url, new_session
+from rlds_cli.net.http import HttpConfig, discard_part, download_url, new_session
 from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
-from rlds_cli.net.partfile import discard_part
 from rlds_cli.net.pinning import must_refetch
 
 

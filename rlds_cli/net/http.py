@@ -1,27 +1,28 @@
 """One URL into one ``.part`` file: streaming, guarded Range resume, checked redirects, retries
 with back-off and a minimum-speed rule.
 
-Resuming is only safe when the bytes on disk and the bytes to come are of one version of the
-file. The first response's validator (a strong ``ETag``, else ``Last-Modified``) is recorded
-beside the ``.part``; a resume sends it as ``If-Range``, so a server whose file changed answers
-``200`` with the whole new file. A ``.part`` without a validator, a ``206`` for other bytes than
-asked, or a ``206`` with another validator or total size restarts the file from byte 0.
-"""
+Resuming is only safe when the bytes on disk and the bytes to come are of one version of the file.
+The first response's validator (a strong ``ETag``, else ``Last-Modified``) is recorded beside the
+``.part``; a resume sends it as ``If-Range``, so a server whose file changed answers ``200`` with
+the whole new file. A ``.part`` without a validator, a ``206`` for other bytes than asked, or a
+``206`` with another validator or total size restarts the file from byte 0. The record beside a
+``.part`` file (:class:`PartInfo`) says which version of the remote file its bytes belong to."""
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._util.io import check_disk
+from rlds_cli._util.io import atomic_write, check_disk
 from rlds_cli._util.progress import DownloadProgress, ignore
 from rlds_cli.errors import (
     DiskFullError,
@@ -33,9 +34,72 @@ from rlds_cli.errors import (
     RldsError,
     ServerResponseError,
 )
-from rlds_cli.net.partfile import PartInfo, discard_part, read_part_info, write_part_info
-from rlds_cli.net.request_errors import describe_error, name_not_resolved
-from rlds_cli.net.retry import RetryBudget, is_retryable_status, parse_retry_after, size_of
+from rlds_cli.net.layout import part_info_path
+from rlds_cli.net.retry import (
+    RetryBudget,
+    describe_error,
+    is_retryable_status,
+    name_not_resolved,
+    parse_retry_after,
+    size_of,
+)
+
+
+@dataclass
+class PartInfo:
+    """What identifies the version of the file a ``.part`` holds bytes of.
+
+    Attributes:
+        url: The URL asked for (a ``.part`` is only resumed from the same URL).
+        etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
+        last_modified: Its ``Last-Modified``.
+        size: The file's total size, when the server said.
+    """
+
+    url: str
+    etag: str | None = None
+    last_modified: str | None = None
+    size: int | None = None
+
+    @property
+    def validator(self) -> str | None:
+        """The ``If-Range`` value: the strong ETag, else the date; ``None`` when neither."""
+        return self.etag or self.last_modified
+
+    @classmethod
+    def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
+        """The validators of a response."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
+        return cls(url, strong, (resp.headers.get("Last-Modified") or "").strip() or None, size)
+
+    def matches(self, resp: Any) -> bool:
+        """Whether a response's validators, where it sends them, are the recorded ones."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        if self.etag and etag and etag != self.etag:
+            return False
+        date = (resp.headers.get("Last-Modified") or "").strip()
+        return not (not self.etag and self.last_modified and date and date != self.last_modified)
+
+
+def read_part_info(part: Path) -> PartInfo | None:
+    """The validator record of a ``.part`` (``None`` when missing or unreadable)."""
+    try:
+        return PartInfo(**json.loads(part_info_path(part).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_part_info(part: Path, info: PartInfo) -> None:
+    """Record (atomically) which version of the file a ``.part`` holds bytes of."""
+    atomic_write(part_info_path(part), json.dumps(asdict(info)) + "\n")
+
+
+def discard_part(part: Path) -> None:
+    """Delete a partial download and its validator record."""
+    part.unlink(missing_ok=True)
+    part_info_path(part).unlink(missing_ok=True)
+
 
 logger = logging.getLogger(__name__)
 

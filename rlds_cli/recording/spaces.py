@@ -1,6 +1,6 @@
 """Gymnasium spaces -> TED keys, with the key mapping rlds's Minari reader uses.
 
-A recorded observation or action is split into leaves exactly as ``formats/minari/spaces.py`` splits a
+A recorded observation or action is split into leaves exactly as ``formats/minari/layout.py`` splits a
 Minari dataset, so the same data recorded by rlds and recorded by Minari's ``DataCollector`` then
 converted have the same keys, shapes, dtypes and values:
 

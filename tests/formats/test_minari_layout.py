@@ -151,7 +151,7 @@ def test_damaged_datasets(tmp_path: Path) -> None:
 def test_a_multibinary_space_without_n_is_a_format_error() -> None:
     """A damaged space description (an arrow/parquet column's shape comes from it) is refused
     as a format error; it was a ``TypeError`` ('NoneType' object is not iterable)."""
-    from rlds_cli.formats.minari.spaces import space_shape
+    from rlds_cli.formats.minari.layout import space_shape
 
     assert space_shape({"type": "MultiBinary", "n": 3}) == (3,)
     assert space_shape({"type": "MultiBinary", "n": [2, 4]}) == (2, 4)

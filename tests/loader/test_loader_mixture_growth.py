@@ -16,7 +16,7 @@ import pytest
 
 import rlds_cli
 from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler
-from rlds_cli.loader.mixture_growth import fixed_counts
+from rlds_cli.loader.mixture_sampler import fixed_counts
 from tests.dataset_fixtures import uid_episode
 from tests.loader_fixtures import make_ted
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.loader import MixtureLoader, MixtureSource, Normalize, mixture_packed
+from rlds_cli.loader import MixtureLoader, MixtureSource, Normalize, mixture_gather
 
 #: Every stored kind the tables hold: a flat key and its next/ twin, step floats, step flags.
 TED = ["observation", "action", "next/observation", "next/reward", "next/terminated", "next/truncated"]
@@ -24,7 +24,7 @@ def both(
     """The mixture packed, and the same mixture on the per-source path (packing refused by size)."""
     packed = MixtureSource(robots, **kw)  # type: ignore[arg-type]
     with monkeypatch.context() as m:
-        m.setattr(mixture_packed, "MAX_PACK_BYTES", 0)
+        m.setattr(mixture_gather, "MAX_PACK_BYTES", 0)
         general = MixtureSource(robots, **kw)  # type: ignore[arg-type]
     return packed, general
 
@@ -99,7 +99,7 @@ def test_loader_streams_and_resume_equal(robots: dict[str, Dataset], monkeypatch
     state = pickle.loads(pickle.dumps(mix.state_dict()))
     want = [mix.sample() for _ in range(3)]
     with monkeypatch.context() as m:
-        m.setattr(mixture_packed, "MAX_PACK_BYTES", 0)
+        m.setattr(mixture_gather, "MAX_PACK_BYTES", 0)
         general = make(4)
     assert general.source._packed is None
     general.load_state_dict(state)

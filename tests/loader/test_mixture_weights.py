@@ -9,7 +9,7 @@ import pytest
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import MixtureError
 from rlds_cli.loader import MixtureLoader, Normalize, by_size
-from rlds_cli.loader.mixture_weights import size_multipliers
+from rlds_cli.loader.mixture_sampler import size_multipliers
 
 KEYS = ["observation", "action"]
 

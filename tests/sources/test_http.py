@@ -17,9 +17,8 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
+from rlds_cli.net.http import HttpConfig, OriginAuth, PartInfo, origin_of, write_part_info
 from rlds_cli.net.layout import part_path
-from rlds_cli.net.partfile import PartInfo, write_part_info
 from rlds_cli.net.retry import backoff_delay, parse_retry_after
 from tests.http_faults import DATA, PATH, Fault, FaultServer
 

@@ -43,14 +43,17 @@ are written out in ``docs/formats.md`` ("Atari DQN replay logs"):
 
 from __future__ import annotations
 
-from rlds_cli.formats.atari_dqn.constants import (
+from rlds_cli.formats.atari_dqn.layout import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
     LOGS_DIR,
     RULES,
     STORE_PREFIX,
+    file_name,
+    logs_folder,
+    sniff,
+    source_files,
 )
-from rlds_cli.formats.atari_dqn.layout import file_name, logs_folder, sniff, source_files
 from rlds_cli.formats.atari_dqn.plan import parse_checkpoints
 from rlds_cli.formats.atari_dqn.reader import AtariDQNOptions, AtariDQNReader
 from rlds_cli.formats.packing import BLOCK_BYTES

@@ -1,13 +1,33 @@
-"""Where a run's replay logs lie: checkpoint file names, the ``replay_logs/`` folder, sniffing
-and the source files of a conversion."""
+"""Where a run's replay logs lie and the reader's sizes: Dopamine's checkpoint file names, the
+``replay_logs/`` folder, sniffing, the source files of a conversion, and the constants of the
+rules (see :mod:`rlds_cli.formats.atari_dqn`).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlds_cli.formats.atari_dqn.constants import FILE_NAMES, FILE_RE, LOGS_DIR, STORE_PREFIX
+RULES = "atari-dqn-v1"
+#: Dopamine's prefix of the files of its store arrays (``STORE_FILENAME_PREFIX``).
+STORE_PREFIX = "$store$_"
+STORE = ("observation", "action", "reward", "terminal")
+SIDE = ("add_count", "invalid_range")
+#: The six files of a checkpoint, by their name before ``_ckpt.N.gz``.
+FILE_NAMES = (*(STORE_PREFIX + n for n in STORE), *SIDE)
+LOGS_DIR = "replay_logs"
+#: Dopamine's Atari frame stack (``stack_size``): ``stack_size - 1`` zero rows precede an episode.
+DEFAULT_STACK_SIZE = 4
+#: Largest ``invalid_range`` read (Dopamine's holds ``stack_size + update_horizon`` values).
+MAX_INVALID_RANGE = 1024
+#: Compressed bytes read from a file at a time.
+READ_BYTES = 1 << 20
+#: Most bytes inflated at once when skipping rows.
+SKIP_BYTES = 4 << 20
+FILE_RE = re.compile(r"^(?P<name>.+)_ckpt\.(?P<n>[0-9]{1,9})\.gz$")
+REDOWNLOAD_HINT = "re-download the checkpoint's files; Dopamine writes each with np.save into a gzip file"
 
 
 def file_name(name: str, checkpoint: int) -> str:

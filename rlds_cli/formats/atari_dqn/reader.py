@@ -12,7 +12,8 @@ import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.atari_dqn import layout
-from rlds_cli.formats.atari_dqn.constants import (
+from rlds_cli.formats.atari_dqn.decide import Decider, close_positioned
+from rlds_cli.formats.atari_dqn.layout import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
     MAX_INVALID_RANGE,
@@ -20,9 +21,6 @@ from rlds_cli.formats.atari_dqn.constants import (
     RULES,
     STORE,
     STORE_PREFIX,
-)
-from rlds_cli.formats.atari_dqn.decide import Decider, close_positioned
-from rlds_cli.formats.atari_dqn.layout import (
     file_name,
     logs_folder,
     parse_name,

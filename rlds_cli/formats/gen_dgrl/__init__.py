@@ -2,16 +2,14 @@
 read as a stream, member by member, never unpacked to disk.
 
 :mod:`~rlds_cli.formats.gen_dgrl.files`: the layout, ``sniff``, ``source_files``, the level seed;
-:mod:`~rlds_cli.formats.gen_dgrl.decode`: one trajectory file (pickled ``.npy`` or ``.npz``) read;
-:mod:`~rlds_cli.formats.gen_dgrl.tar`: an archive's members streamed within the archive limits;
-:mod:`~rlds_cli.formats.gen_dgrl.episodes`: a trajectory's arrays -> episodes;
-:mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its options and the rules.
+:mod:`~rlds_cli.formats.gen_dgrl.tar`: an archive's members streamed within the archive limits, one
+trajectory file (pickled ``.npy`` or ``.npz``) read;
+:mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its options and the rules, a
+trajectory's arrays -> episodes.
 """
 
 from __future__ import annotations
 
-from rlds_cli.formats.gen_dgrl.decode import MAX_MEMBER_BYTES
-from rlds_cli.formats.gen_dgrl.episodes import Trajectory, trajectory_episodes
 from rlds_cli.formats.gen_dgrl.files import (
     REQUIRED_KEYS,
     TAR_SUFFIXES,
@@ -19,7 +17,14 @@ from rlds_cli.formats.gen_dgrl.files import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.gen_dgrl.reader import RULES, GenDGRLOptions, GenDGRLReader
+from rlds_cli.formats.gen_dgrl.reader import (
+    RULES,
+    GenDGRLOptions,
+    GenDGRLReader,
+    Trajectory,
+    trajectory_episodes,
+)
+from rlds_cli.formats.gen_dgrl.tar import MAX_MEMBER_BYTES
 
 __all__ = [
     "MAX_MEMBER_BYTES",

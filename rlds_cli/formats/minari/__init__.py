@@ -35,9 +35,9 @@ The rules below are written out in ``docs/formats.md``:
   (``source.metadata.spaces``), so ``rlds export --to minari`` can write the same spaces back.
 
 The package, one module per job: :mod:`~rlds_cli.formats.minari.layout`: where the files are,
-``sniff``, ``source_files``, the default cache name; :mod:`~rlds_cli.formats.minari.metadata`:
-``metadata.json`` and episode seeds; :mod:`~rlds_cli.formats.minari.spaces`: spaces, their leaves
-and JPEG frames; :mod:`~rlds_cli.formats.minari.store`: the storage plug point;
+``sniff``, ``source_files``, the default cache name; :mod:`~rlds_cli.formats.minari.layout`:
+``metadata.json`` and episode seeds; :mod:`~rlds_cli.formats.minari.layout`: spaces, their leaves
+and JPEG frames; :mod:`~rlds_cli.formats.minari.layout`: the storage plug point;
 :mod:`~rlds_cli.formats.minari.hdf5_store` and :mod:`~rlds_cli.formats.minari.arrow_store`: the
 storages; :mod:`~rlds_cli.formats.minari.reader`: :class:`MinariReader` (episodes -> TED blocks).
 """
@@ -49,15 +49,15 @@ from rlds_cli.formats.minari.layout import (
     MAIN_FILE,
     METADATA_FILE,
     NAMESPACE_FILE,
+    SEED_MAX,
     data_dir_of,
     default_name,
     find_datasets,
+    is_image_space,
     sniff,
     source_files,
 )
-from rlds_cli.formats.minari.metadata import SEED_MAX
 from rlds_cli.formats.minari.reader import MinariReader
-from rlds_cli.formats.minari.spaces import is_image_space
 
 __all__ = [
     "ARROW_FORMATS",

@@ -11,16 +11,17 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError
-from rlds_cli.formats.minari.layout import EPISODE_DIR_RE, METADATA_FILE
-from rlds_cli.formats.minari.spaces import (
+from rlds_cli.formats.minari.layout import (
+    EPISODE_DIR_RE,
     FIXED_LIST_SPACES,
+    METADATA_FILE,
+    STEP_KEYS,
     Leaf,
     is_image_space,
     jpeg_frames,
     space_leaves,
     space_shape,
 )
-from rlds_cli.formats.minari.store import STEP_KEYS
 from rlds_cli.frames.encoded import EncodedFrames
 
 _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")

@@ -16,8 +16,7 @@ from rlds_cli.formats.hdf5_util import (
     open_hdf5,
     read_error,
 )
-from rlds_cli.formats.minari.spaces import Leaf, is_image_space, jpeg_frames
-from rlds_cli.formats.minari.store import STEP_KEYS
+from rlds_cli.formats.minari.layout import STEP_KEYS, Leaf, is_image_space, jpeg_frames
 from rlds_cli.formats.untrusted import require_rows
 
 _EPISODE_RE = re.compile(r"^episode_(\d+)$")

@@ -1,6 +1,18 @@
-"""Where a Minari dataset's files are: its ``data/`` directory (found from the dataset folder, one
-of its files or a namespace folder holding one dataset), ``sniff``, the files a conversion reads,
-and the cache name a dataset gets by default."""
+"""What a Minari dataset folder holds, as the reader and both storages see it.
+
+* **Where the files are**: its ``data/`` directory (found from the dataset folder, one of its
+  files or a namespace folder holding one dataset), ``sniff``, the files a conversion reads, and
+  the cache name a dataset gets by default.
+* **The metadata**: the dataset's ``data/metadata.json`` (JSON strings inside it decoded) and
+  each episode's ``seed``, kept exactly as a uint64 or noted as absent.
+* **The spaces** in their JSON form (``minari.serialization``): the leaves a space splits into,
+  the per-step shape of a Box/MultiDiscrete/MultiBinary space, and the image spaces whose frames
+  Minari >= 0.5.3 stores as JPEG bytes (kept as they are:
+  :class:`~rlds_cli.frames.encoded.EncodedFrames`).
+* **The storage plug point** (:class:`Store`) between
+  :class:`~rlds_cli.formats.minari.reader.MinariReader` and Minari's storages
+  (:mod:`.hdf5_store`, :mod:`.arrow_store`): each reads one episode at a time.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +20,20 @@ import contextlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from rlds_cli.errors import RldsError, SourceFormatError
+import numpy as np
+
+from rlds_cli.errors import FrameError, RldsError, SourceFormatError
 from rlds_cli.formats.hdf5_util import (
     hdf5_top_keys,
     is_hdf5_name,
 )
+from rlds_cli.formats.json_files import read_json_file
+from rlds_cli.frames.codecs import FrameFormat, image_format
+from rlds_cli.frames.encoded import EncodedFrames
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -129,3 +148,171 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
     for _, d in episodes:
         files.extend(sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith((".", "_"))))
     return files
+
+
+#: The largest seed a Minari episode can carry (``DataCollector`` draws 64 random bits).
+SEED_MAX = 2**64 - 1
+#: metadata.json entries that are JSON strings inside the JSON.
+_JSON_STRING_KEYS = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+#: metadata.json entries kept under the manifest's ``source.metadata.spaces`` (not ``minari``).
+SPACE_KEYS = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+
+
+def read_metadata(data_dir: Path) -> dict[str, Any]:
+    """``data/metadata.json`` as a dict, the JSON strings inside it (spaces, env specs) decoded;
+    the two spaces must be JSON objects when present."""
+    meta_path = data_dir / METADATA_FILE
+    if not meta_path.is_file():
+        raise SourceFormatError(
+            f"{data_dir} is not a Minari dataset: no {METADATA_FILE}",
+            hint="pass the dataset directory (the one holding data/metadata.json)",
+        )
+    meta = read_json_file(meta_path)
+    if not isinstance(meta, dict):
+        raise SourceFormatError(f"{meta_path}: expected a JSON object")
+    for key in _JSON_STRING_KEYS:
+        value = meta.get(key)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # not JSON: keep the raw string
+                meta[key] = json.loads(value)
+    for key in ("observation_space", "action_space"):  # read to plan the arrays: must be objects
+        value = meta.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise SourceFormatError(
+                f"{meta_path}: {key!r} is not a JSON object (minari's serialized space): {str(value)[:60]!r}",
+                hint="re-create the dataset with minari, or fix the named entry of metadata.json",
+            )
+    return meta
+
+
+def as_seed(raw: Any) -> int | None:
+    """``raw`` as a seed: an integer in ``[0, 2**64 - 1]`` (one value), else ``None``."""
+    if isinstance(raw, bool):
+        return None
+    value = np.asarray(raw) if not isinstance(raw, int) else raw
+    if isinstance(value, np.ndarray):
+        if value.size != 1 or value.dtype.kind not in "iu":
+            return None
+        value = int(value.reshape(-1)[0])
+    return value if 0 <= value <= SEED_MAX else None
+
+
+#: Space types whose arrow values are fixed-size lists (minari's ``_FIXEDLIST_SPACES``).
+FIXED_LIST_SPACES = ("Box", "MultiDiscrete", "MultiBinary")
+
+
+def is_image_space(space: dict[str, Any] | None) -> bool:
+    """Minari's test for an image space (JPEG-encoded since 0.5.3), on the JSON form."""
+    if not space or space.get("type") != "Box":
+        return False
+    shape = space.get("shape", [])
+    return (
+        len(shape) in (2, 3)
+        and shape[0] >= 32
+        and shape[1] >= 32
+        and space.get("dtype") == "uint8"
+        and all(v == 0 for v in _flat(space.get("low")))
+        and all(v == 255 for v in _flat(space.get("high")))
+    )
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """An array read for every episode: where it is in the episode and its TED key.
+
+    ``path`` is the HDF5 path in the episode group (``observations/_index_0``, ``infos/x``); for
+    the arrow storage ``fields`` are the struct fields to follow inside the column ``path``
+    starts with.
+    """
+
+    path: bytes
+    key: str
+    space: dict[str, Any] | None
+    role: str  # obs | action | rewards | terminations | truncations | info
+    fields: tuple[str, ...] = ()
+
+
+def space_leaves(
+    space: dict[str, Any], path: str, key: str, fields: tuple[str, ...], role: str, leaves: list[Leaf]
+) -> None:
+    """The leaves of a space (JSON form), with the HDF5-style path and arrow fields of each."""
+    kind = space.get("type")
+    subs = space.get("subspaces")
+    if kind == "Dict" and isinstance(subs, dict):
+        for name, sub in subs.items():
+            space_leaves(sub, f"{path}/{name}", f"{key}/{name}", (*fields, name), role, leaves)
+    elif kind == "Tuple" and isinstance(subs, list):
+        for j, sub in enumerate(subs):
+            space_leaves(sub, f"{path}/_index_{j}", f"{key}/{j}", (*fields, str(j)), role, leaves)
+    else:
+        leaves.append(Leaf(path.encode(), key, space, role, fields))
+
+
+def space_shape(space: dict[str, Any]) -> tuple[int, ...]:
+    """The per-step shape of a Box, MultiDiscrete or MultiBinary space (JSON form)."""
+    if space["type"] == "Box":
+        return tuple(int(d) for d in space.get("shape", []))
+    if space["type"] == "MultiDiscrete":
+        return tuple(np.asarray(space["nvec"]).shape)
+    n = space.get("n")
+    if isinstance(n, int):
+        return (int(n),)
+    if not isinstance(n, list | tuple):  # a damaged space description (minari always writes n)
+        raise SourceFormatError(f"a {space['type']} space without a valid 'n' (got {n!r})")
+    return tuple(int(d) for d in n)
+
+
+def jpeg_frames(data: list[Any], shape: tuple[int, ...], path: Path, label: str) -> EncodedFrames:
+    """JPEG bytes per frame (byte strings, or uint8 arrays of them), as minari stores an image
+    space's frames, kept as they are: each frame's header is checked to be a JPEG of the space's
+    ``shape`` (what minari's loader decodes them to), its pixels are decoded when read."""
+    try:
+        fmt = FrameFormat("jpeg", tuple(shape))
+    except FrameError as exc:
+        raise SourceFormatError(f"{path}: {label}: {exc}") from None
+    blobs = [raw if isinstance(raw, bytes) else np.asarray(raw, np.uint8).tobytes() for raw in data]
+    for j, blob in enumerate(blobs):
+        try:
+            found = image_format(blob)
+        except FrameError as exc:
+            raise SourceFormatError(f"{path}: {label} frame {j} is not a readable JPEG ({exc})") from None
+        if found.image_shape != fmt.image_shape or found.codec != "jpeg":
+            raise SourceFormatError(
+                f"{path}: {label} frame {j} is a {found.codec} image of {found.image_shape}, the space "
+                f"says {tuple(shape)}"
+            )
+    return EncodedFrames(blobs, fmt)
+
+
+STEP_KEYS = ("actions", "rewards", "terminations", "truncations")
+
+
+class Store(Protocol):
+    """One of Minari's storages, read episode by episode."""
+
+    where: Path
+
+    def episode_ids(self) -> list[int]:
+        """The episode ids, sorted (a format error when there are none)."""
+
+    def count_mismatch(self, declared: int, found: list[int]) -> str:
+        """The error text for ``total_episodes`` = ``declared`` when ``found`` differ."""
+
+    def plan(self, first: int, spaces: dict[str, Any]) -> list[Leaf]:
+        """The leaves of episode ``first`` (read from every episode), given the JSON ``spaces``."""
+
+    def count_steps(self, ids: list[int]) -> int:
+        """The number of steps of the episodes ``ids``, from sizes, without reading the data."""
+
+    def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
+        """Episode ``i``: its label (for errors), each leaf's array (image files: kept as they are,
+        :class:`~rlds_cli.frames.encoded.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
+
+    def close(self) -> None:
+        """Release what the storage holds open."""

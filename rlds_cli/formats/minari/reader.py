@@ -24,11 +24,13 @@ from rlds_cli.formats.minari.layout import (
     ARROW_FORMATS,
     MAIN_FILE,
     METADATA_FILE,
+    SPACE_KEYS,
+    Leaf,
+    Store,
+    as_seed,
     data_dir_of,
+    read_metadata,
 )
-from rlds_cli.formats.minari.metadata import SPACE_KEYS, as_seed, read_metadata
-from rlds_cli.formats.minari.spaces import Leaf
-from rlds_cli.formats.minari.store import Store
 from rlds_cli.formats.packing import BlockPacker
 
 

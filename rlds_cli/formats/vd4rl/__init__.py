@@ -3,8 +3,8 @@ shards, streamed into TED with the dataset's one-step action/reward shift applie
 
 :mod:`~rlds_cli.formats.vd4rl.files`: the two layouts, ``sniff`` and ``source_files``;
 :mod:`~rlds_cli.formats.vd4rl.streams`: the files opened and checked;
-:mod:`~rlds_cli.formats.vd4rl.stitch`: rows -> TED blocks (the shift);
-:mod:`~rlds_cli.formats.vd4rl.reader`: :class:`VD4RLReader`, its options and the rules.
+:mod:`~rlds_cli.formats.vd4rl.reader`: :class:`VD4RLReader`, its options and the rules, rows ->
+TED blocks (the shift).
 """
 
 from __future__ import annotations

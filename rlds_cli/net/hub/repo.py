@@ -29,8 +29,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.net.layout import is_reserved
-from rlds_cli.net.request_errors import name_not_resolved
-from rlds_cli.net.retry import RetryBudget, parse_retry_after
+from rlds_cli.net.retry import RetryBudget, name_not_resolved, parse_retry_after
 
 T = TypeVar("T")
 

@@ -1,19 +1,31 @@
-"""A mixture's small keys packed once into one padded table per dtype: a batch is one ``take`` each.
+"""A mixture's batch gathered in as few copies as a single dataset's: large keys (camera frames)
+read straight into the batch (:class:`DirectKeys`), small keys packed once into one padded table
+per dtype (:class:`PackedKeys`).
 
-Gathering a mixture's low-dim keys source by source costs a ``take`` per key and source, then a
-copy of each part into the padded batch: about 30 numpy calls a batch where a single dataset
-makes 7 (issue 41 measured the mixture at 0.40x the slowest single-source loader). When every
-key left to gather (the large ones are read straight into the batch by
-:mod:`rlds_cli.loader.mixture_direct`) is a stored column of at most one axis, of one dtype in
-every source that has it and not cast by ``float_dtype``, and the whole fits in
-:data:`MAX_PACK_BYTES`, the sources' columns are copied once, at construction, into one table per
-dtype laid out as the mixture's flat rows (every source end to end; step ``t`` of the mixture at
-row ``t + e(t)``, ``e`` its episode in the mixture), each key at its columns, already padded with
-zeros, a ``next/`` key at its own columns (row ``r`` holds the flat row ``r + 1``). A batch is then
-one ``take`` per table, its keys views of it, the masks one ``take`` of a table of mask rows, and
-the sources' ``Normalize`` (:mod:`rlds_cli.loader.mixture_normalize`) two in-place operations over
-the normalized columns with each row's statistics, the same arithmetic in the same dtypes as each
-source's own ``Normalize`` (equal bit for bit).
+**Large keys, one copy, not two.** A mixture gathers each source's rows, then writes them into the
+batch's (padded) arrays. For a frame of 12 KB a step that second copy costs as much as the read
+itself. A key that every source stores with the same per-step shape and dtype (nothing to pad,
+promote or cast), of at least :data:`MIN_STEP_BYTES` a step, is instead read from each source's
+column straight into its rows of the batch's array (``HostSource.take_rows`` into a slice of a
+pooled buffer): what a single dataset's gather costs. It applies to sources read from the cache
+(not ``in_memory``) without transforms run per source (a growing source's view is reopened at each
+refresh that changes it); everything else takes the general path
+(:mod:`rlds_cli.loader.mixture_schema`). The values are the same either way.
+
+**Small keys packed**: a batch is one ``take`` per dtype. Gathering a mixture's low-dim keys
+source by source costs a ``take`` per key and source, then a copy of each part into the padded
+batch: about 30 numpy calls a batch where a single dataset makes 7 (issue 41 measured the mixture
+at 0.40x the slowest single-source loader). When every key left to gather (the large ones are read
+straight into the batch, above) is a stored column of at most one axis, of one dtype in every
+source that has it and not cast by ``float_dtype``, and the whole fits in :data:`MAX_PACK_BYTES`,
+the sources' columns are copied once, at construction, into one table per dtype laid out as the
+mixture's flat rows (every source end to end; step ``t`` of the mixture at row ``t + e(t)``, ``e``
+its episode in the mixture), each key at its columns, already padded with zeros, a ``next/`` key
+at its own columns (row ``r`` holds the flat row ``r + 1``). A batch is then one ``take`` per
+table, its keys views of it, the masks one ``take`` of a table of mask rows, and the sources'
+``Normalize`` (:mod:`rlds_cli.loader.mixture_schema`) two in-place operations over the normalized
+columns with each row's statistics, the same arithmetic in the same dtypes as each source's own
+``Normalize`` (equal bit for bit).
 
 It is used for mixtures without transforms run per source whose sources all have steps; everything
 else takes the general path, with the same values. The copy is a snapshot of the views opened, as
@@ -28,10 +40,88 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.buffers import BufferPool
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.loader.mixture_normalize import FusedNormalize
-from rlds_cli.loader.mixture_pad import MASK_SUFFIX, PadSchema
+from rlds_cli.loader.mixture_schema import MASK_SUFFIX, FusedNormalize, PadSchema
+from rlds_cli.loader.sources import HostSource
+
+#: Keys of at least this many bytes a step are read straight into the batch (frames, not vectors:
+#: below it the per-source calls cost more than the copy they save).
+MIN_STEP_BYTES = 1024
+
+
+def _column(ds: Dataset, stored: str) -> tuple[str, int, bool] | None:
+    """The stored column of key ``stored``, the row offset of its ``next/`` twin, and whether
+    rows are flat (observation-like); ``None`` for a key that is not one stored column."""
+    fields = ds.manifest.fields
+    if stored in fields:
+        return stored, 0, fields[stored].storage == "flat"
+    base = stored[5:] if stored.startswith("next/") else None
+    if base is not None and base in fields and fields[base].storage == "flat":
+        return base, 1, True
+    return None
+
+
+class DirectKeys:
+    """The keys of a mixture read straight into the batch (module docstring).
+
+    Args:
+        datasets: The sources' datasets.
+        stored: ``stored(i, key)``: the name source ``i`` stores common ``key`` under.
+        schema: The mixture's schema.
+        batch_dtype: ``(key, dtype) -> dtype`` in the batch (``float_dtype``'s cast).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Dataset],
+        stored: Callable[[int, str], str],
+        schema: PadSchema,
+        batch_dtype: Callable[[str, np.dtype], np.dtype],
+    ) -> None:
+        #: key -> per source (column, row offset, flat).
+        self.plans: dict[str, list[tuple[str, int, bool]]] = {}
+        for key, spec in schema.keys.items():
+            dtypes = set(spec.dtypes)
+            if spec.masks is not None or len(dtypes) != 1 or batch_dtype(key, spec.dtype) != spec.dtype:
+                continue
+            if spec.dtype.itemsize * int(np.prod(spec.shape, dtype=np.int64)) < MIN_STEP_BYTES:
+                continue
+            plan = [_column(ds, stored(i, key)) for i, ds in enumerate(datasets)]
+            if all(p is not None for p in plan):
+                self.plans[key] = [p for p in plan if p is not None]
+        self.shapes = {k: (schema.keys[k].shape, schema.keys[k].dtype) for k in self.plans}
+        self._columns = [sorted({self.plans[k][i][0] for k in self.plans}) for i in range(len(datasets))]
+        self.hosts: list[HostSource | None] = [None] * len(datasets)
+        for i, ds in enumerate(datasets):
+            self.reopen(i, ds)
+        self._pool = BufferPool()
+
+    def reopen(self, i: int, ds: Dataset) -> None:
+        """Read source ``i`` from ``ds`` (its new view, after a refresh; none while it has no steps)."""
+        self.hosts[i] = HostSource(ds, self._columns[i], pack=False) if ds.num_steps else None
+
+    def __bool__(self) -> bool:
+        return bool(self.plans)
+
+    def fill(self, batch: TedBatch, parts: Sequence[tuple[int, Any, np.ndarray]], size: int) -> None:
+        """Add the direct keys to ``batch``: ``parts`` are ``(source, rows in the batch, steps in
+        the source)``, rows a slice (grouped) or an index array."""
+        for key, plan in self.plans.items():
+            shape, dtype = self.shapes[key]
+            arr = self._pool.empty((size, *shape), dtype)
+            for i, rows, local in parts:
+                host = self.hosts[i]
+                assert host is not None
+                column, offset, flat = plan[i]
+                at = local + host.episode_of(local) + offset if flat else local
+                if isinstance(rows, slice):  # a C-contiguous run of the batch: read into it
+                    host.take_rows(column, at, arr[rows])
+                else:
+                    arr[rows] = host.take_rows(column, at)
+            batch[key] = arr
+
 
 #: The packed tables (and the step -> episode table) are built only up to this many bytes in all:
 #: beyond it the mixture reads each source's columns per batch, as before (memory stays bounded).

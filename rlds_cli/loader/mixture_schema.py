@@ -1,7 +1,9 @@
-"""A mixture's common schema over sources whose keys differ: widths padded, masks, dtypes.
+"""A mixed batch over sources whose keys differ: the common schema (widths padded, masks, dtypes),
+each source's own transforms, and their ``Normalize`` transforms fused over the padded batch.
 
-The rules of ``MixtureSource(..., pad=True)`` (robots with 7-, 8- and 14-dim actions, or
-proprioception of different sizes, in one batch), kept here so they can be read on their own:
+**The common schema.** The rules of ``MixtureSource(..., pad=True)`` (robots with 7-, 8- and
+14-dim actions, or proprioception of different sizes, in one batch), kept here so they can be read
+on their own:
 
 * **Widths.** A key's per-step shape in the batch is, on each axis, the largest of the sources'
   shapes for it. A source's values sit at the start of each axis and the rest is zero (a 7-dim
@@ -26,6 +28,35 @@ proprioception of different sizes, in one batch), kept here so they can be read 
 :class:`PadSchema` holds the padded shapes, dtypes and mask rows, and :meth:`PadSchema.assemble`
 writes each source's part of a batch into the padded arrays: one copy per key, as the
 concatenation of equal shapes makes.
+
+**Normalizes fused**: each source's ``Normalize`` applied once to the whole mixed batch, with
+per-row statistics (:func:`fuse`). When every source's transforms (``MixtureSource(...,
+transforms=...)``) are ``Normalize`` only, a batch is normalized after padding in one pass per key
+instead of once per source: each key's statistics become two tables of ``(sources, *padded
+shape)``, the source's ``mean`` and ``std + eps`` at its own width and ``0`` and ``1`` elsewhere
+(and for a source that does not normalize the key), and row ``r`` becomes ``(x[r] -
+mean[source[r]]) / std[source[r]]``.
+
+That is the same arithmetic, element by element, as the source's own ``Normalize`` on its rows
+(``(x - mean) / (std + eps)`` in the same dtypes), so the rows are equal bit for bit; padding
+stays 0 (``(0 - 0) / 1``). It is used only where that holds: the chains hold nothing but
+``Normalize``, no key is normalized twice in one source, and every normalized key has one
+floating dtype in every source that ``float_dtype`` does not change. Anything else runs each
+source's chain on its own rows (below).
+
+**Transforms given per source**: each runs on its own source's rows only.
+``MixtureSource(..., transforms={"a": Normalize(keys=["action"]), "b": [Normalize(...), f]})``:
+
+* a source's transforms run on its part of each batch after renaming (so their keys are the
+  mixture's names) and before padding (so they see the source's own widths), with ``index``
+  the row's step in that source and ``source`` its index;
+* a transform with ``bind(dataset)`` is bound to its source's dataset when the mixture is made:
+  a ``Normalize`` finds that dataset's statistics (a view's parent's, as for one dataset),
+  reading each renamed key under the name the dataset stores it (``Normalize.bind``'s
+  ``rename``). Other transforms that bind read the dataset by its stored names, so on a source
+  that renames keys they are refused;
+* a transform that binds is given to one source only (one object bound to two datasets would
+  keep the last one's statistics): refused in one line naming both sources.
 """
 
 from __future__ import annotations
@@ -37,8 +68,11 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.buffers import BufferPool
+from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import MixtureError
+from rlds_cli.loader.protocols import Bindable
+from rlds_cli.loader.transforms import Normalize
 
 #: The suffix of a padded key's mask (``action`` -> ``action_pad_mask``).
 MASK_SUFFIX = "_pad_mask"
@@ -204,3 +238,135 @@ class PadSchema:
             if spec is not None and spec.masks is not None:
                 out[key + MASK_SUFFIX] = spec.masks.take(source, axis=0)
         return out
+
+
+class FusedNormalize:
+    """The sources' ``Normalize`` statistics as per-row tables (module docstring).
+
+    Args:
+        tables: ``{key: (means, stds)}``, each ``(sources, *shape)``; ``next/<key>`` uses them too.
+    """
+
+    def __init__(self, tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.tables = tables
+
+    def __call__(self, batch: TedBatch, source: np.ndarray) -> TedBatch:
+        """Normalize ``batch`` in place of its keys; ``source``: each row's source."""
+        for key, (means, stds) in self.tables.items():
+            mean = std = None
+            for name in (key, f"next/{key}"):
+                if name in batch:
+                    if mean is None:
+                        mean, std = means.take(source, axis=0), stds.take(source, axis=0)
+                    batch[name] = (batch[name] - mean) / std
+        return batch
+
+
+def fuse(
+    chains: Sequence[Sequence[Any]],
+    schema: PadSchema,
+    batch_dtype: Callable[[str, np.dtype], np.dtype],
+) -> FusedNormalize | None:
+    """The chains as one :class:`FusedNormalize`, or ``None`` where that would not give each
+    source's own rows exactly (module docstring)."""
+    if not any(chains) or not all(
+        isinstance(t, Normalize) and t.stats is not None for c in chains for t in c
+    ):
+        return None
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    count = len(chains)
+    for i, chain in enumerate(chains):
+        seen: set[str] = set()
+        for t in chain:
+            assert t.stats is not None
+            for key, (mean, std) in t.stats.items():
+                if key in seen:
+                    return None  # normalized twice in one source: its chain's order matters
+                seen.add(key)
+                spec = schema.keys.get(key) or schema.keys.get(f"next/{key}")
+                if spec is None:
+                    continue  # not in the batch: the source's Normalize skips it too
+                floating = spec.dtype.kind == "f" and batch_dtype(key, spec.dtype) == spec.dtype
+                stored = {schema.keys[n].dtype for n in (key, f"next/{key}") if n in schema.keys}
+                if not floating or len(stored) != 1 or not _one_dtype(schema, key, spec.dtype):
+                    return None
+                if key not in tables:
+                    shape = spec.shape
+                    tables[key] = (np.zeros((count, *shape), mean.dtype), np.ones((count, *shape), std.dtype))
+                means, stds = tables[key]
+                if mean.dtype != means.dtype or std.dtype != stds.dtype:
+                    return None
+                own = spec.shapes[i]
+                if own is None:
+                    continue  # the source has no such key: its rows stay zeros, as unnormalized
+                at: tuple[Any, ...] = (i, *(slice(0, n) for n in own))
+                means[at], stds[at] = np.broadcast_to(mean, own), np.broadcast_to(std, own)
+    return FusedNormalize(tables)
+
+
+def _one_dtype(schema: PadSchema, key: str, dtype: np.dtype) -> bool:
+    """Every source stores ``key`` (and its ``next/`` twin) as ``dtype``: no promotion."""
+    twins = [schema.keys[n] for n in (key, f"next/{key}") if n in schema.keys]
+    return all(d is None or d == dtype for spec in twins for d in spec.dtypes)
+
+
+Transform = Callable[[TedBatch], TedBatch]
+#: ``transforms=``: ``{source name: transform or list of transforms}``.
+SourceTransforms = Mapping[str, Transform | Sequence[Transform]]
+
+
+def bind_transforms(
+    transforms: SourceTransforms | None,
+    names: Sequence[str],
+    datasets: Sequence[Dataset],
+    renames: Sequence[Mapping[str, str]],
+) -> list[list[Transform]]:
+    """Per source (in ``names`` order), its chain of transforms, bound (module docstring)."""
+    if transforms is None:
+        return [[] for _ in names]
+    if not isinstance(transforms, Mapping):
+        raise MixtureError(
+            f"transforms= maps source names to transforms ({{name: Normalize(...)}}), got "
+            f"{type(transforms).__name__}; for one transform over whole batches use "
+            "Loader(MixtureSource(...), transform=...)"
+        )
+    unknown = sorted(set(transforms) - set(names))
+    if unknown:
+        raise MixtureError(f"transforms name unknown source(s) {unknown}; sources are {list(names)}")
+    owner: dict[int, str] = {}
+    chains = []
+    for name, ds, rename in zip(names, datasets, renames, strict=True):
+        given = transforms.get(name)
+        chain = [] if given is None else list(given) if isinstance(given, Sequence) else [given]
+        for t in chain:
+            if not callable(t):
+                raise MixtureError(f"transforms[{name!r}] holds {t!r}, which is not callable")
+            if isinstance(t, Bindable):
+                if id(t) in owner:
+                    raise MixtureError(
+                        f"one {type(t).__name__} is given to sources {owner[id(t)]!r} and {name!r}: it "
+                        "binds to one dataset; give each source its own"
+                    )
+                owner[id(t)] = name
+                if isinstance(t, Normalize):
+                    t.bind(ds, rename=rename)
+                elif rename:
+                    raise MixtureError(
+                        f"transform {type(t).__name__} of source {name!r} reads dataset {ds.name!r} by "
+                        "its stored key names, but the source renames keys: bind it yourself and pass "
+                        "a plain function"
+                    )
+                else:
+                    t.bind(ds)
+        chains.append(chain)
+    return chains
+
+
+def normalized(chain: Sequence[Any]) -> list[tuple[Any, Mapping[str, str], Dataset | None]]:
+    """The ``(statistics, stored key names, origin dataset)`` of each ``Normalize`` of a chain
+    (what a normalization table holds for the source)."""
+    out: list[tuple[Any, Mapping[str, str], Dataset | None]] = []
+    for t in chain:
+        if isinstance(t, Normalize) and t.statistics is not None:
+            out.append((t.statistics, dict(t.stored_keys), t.origin))
+    return out
