@@ -1,8 +1,16 @@
-"""Lazy public names of a package (PEP 562): a name is imported from its module on first use.
+"""Names imported when first used: a package's lazy public names, and plug-point tables.
+
+**Lazy public names** of a package (PEP 562): a name is imported from its module on first use.
 
 The front door (``rlds_cli``) and the packages ``cache``, ``loader`` and ``preprocess`` name their
 public API without importing it: importing one submodule (``rlds_cli.cache.dataset`` to read)
 runs the package's ``__init__`` first, which must not pull in the writers, torch or the readers.
+
+**Plug-point tables**: a name mapped to ``"module:attr"``, imported only when asked for. The
+source formats (:data:`rlds_cli.formats.READERS`), the exporters
+(:data:`rlds_cli.export.EXPORTERS`) and the preprocess executors
+(:data:`rlds_cli.preprocess.executors.EXECUTORS`) are such tables, so naming a format or listing
+them imports none of their modules; :func:`resolve` is the one way a name becomes its object.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from rlds_cli.errors import RldsError
 
 
 def lazy_names(
@@ -50,3 +60,26 @@ def lazy_names(
         return listed
 
     return __getattr__, __dir__
+
+
+def load(target: str) -> Any:
+    """The object a ``"module:attr"`` string names (the module imported now)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def resolve(table: Mapping[str, str], name: str, *, what: str, error: type[RldsError]) -> Any:
+    """The object ``table[name]`` names.
+
+    Args:
+        table: Names -> ``"module:attr"``.
+        name: The name asked for.
+        what: What a name is, for the message (``"export format"``).
+        error: The error raised for a name not in ``table`` (one line naming it, and a hint
+            listing the known names).
+    """
+    try:
+        target = table[name]
+    except KeyError:
+        raise error(f"unknown {what} {name!r}", hint=f"known: {', '.join(sorted(table))}") from None
+    return load(target)

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption, force_option
+from rlds_cli.cli.output import handle_errors
 
 #: Flagged episodes listed in the table (all of them are in --json).
 SHOWN = 50

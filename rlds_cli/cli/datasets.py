@@ -1,8 +1,12 @@
-"""``rlds list`` and ``rlds inspect``."""
+"""What the cache holds: ``rlds list`` and ``rlds inspect``; ``rlds score`` (episode returns as
+D4RL normalized scores, the library's :func:`rlds_cli.normalized_score`); ``rlds stats`` (the
+normalization statistics of datasets, one table per source, as a mixture's ``Normalize`` per
+source takes them: the library's :class:`rlds_cli.NormalizationTable`)."""
 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,8 +14,8 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
+from rlds_cli.cli.output import handle_errors
 
 PatternArgument = Annotated[
     str | None,
@@ -419,3 +423,117 @@ def _render_lineage(parent: dict[str, Any], depth: int = 0) -> None:
     output.console.print(prefix + text, soft_wrap=True)
     for grandparent in parent.get("parent_lineage") or []:
         _render_lineage(grandparent, depth + 1)
+
+
+@handle_errors
+def score(
+    name: Annotated[str, typer.Argument(help="A registry id (hopper-medium-v2), a cache name or an alias.")],
+    returns: Annotated[
+        list[float], typer.Argument(help="Undiscounted episode returns to normalize.", show_default=False)
+    ],
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+) -> None:
+    """Normalize episode returns: 100 * (return - ref_min) / (ref_max - ref_min).
+
+    The reference scores are D4RL's (from the registry: no download needed) or a Minari
+    dataset's own (ref_min_score, ref_max_score: download it first). With -q only the scores
+    are printed, one per line. Negative returns go after --.
+
+    Example: rlds score hopper-medium-v2 1000 2500.5; rlds score pendulum -- -300
+    """
+    from rlds_cli.inspection.scores import reference_scores
+
+    ref = reference_scores(name, root)
+    scores = [float(ref.normalize(r)) for r in returns]
+    if json:
+        output.print_json({"name": name, "reference_scores": ref.to_dict(), "returns": returns,
+                            "normalized_scores": scores})  # fmt: skip
+        return
+    if quiet:
+        sys.stdout.write("".join(f"{s:.6g}\n" for s in scores))
+        return
+    out = output.console
+    out.print(output.escape(
+        f"{name}: reference scores min {ref.min:.6g}, max {ref.max:.6g} (from {ref.origin})"
+    ), soft_wrap=True)  # fmt: skip
+    for r, s in zip(returns, scores, strict=True):
+        out.print(f"return {r:.6g}  ->  normalized score {s:.2f}")
+
+
+def _fmt(values: Any, i: int) -> str:
+    return "-" if values is None else f"{values[i] if isinstance(values, list) else values:.4g}"
+
+
+@handle_errors
+def stats(
+    names: Annotated[
+        list[str],
+        typer.Argument(help="Datasets (cache names or aliases), one source each.", show_default=False),
+    ],
+    key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key", "-k", help="Key to summarize (repeatable; default: action).", show_default=False
+        ),
+    ] = None,
+    normalization_table: Annotated[
+        Path | None,
+        typer.Option(
+            "--normalization-table",
+            metavar="OUT.json",
+            help="Write the table (per source, per key mean/std/min/max/q01/q99) to this JSON file, "
+            "read back by NormalizationTable.load to un-normalize actions at inference.",
+            show_default=False,
+        ),
+    ] = None,
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+) -> None:
+    """Per-source normalization statistics (mean, std, min, max, q01, q99 per dimension).
+
+    Each dataset's own statistics (a view's parent's), as MixtureLoader(...,
+    transforms={name: Normalize(keys=KEYS)}) uses them; --normalization-table writes them as
+    one JSON table for un-normalizing a mixture policy's actions per robot.
+
+    Example: rlds stats robot-a robot-b --key action --normalization-table norm.json
+    """
+    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.errors import MixtureError
+    from rlds_cli.loader.normalization_table import NormalizationTable
+
+    if normalization_table is not None and not normalization_table.parent.is_dir():
+        raise MixtureError(
+            f"cannot write {normalization_table}: its folder {normalization_table.parent} does not exist",
+            hint="create the folder first, or write the table elsewhere",
+        )
+    resolved = [resolve_name(n, root) for n in names]
+    table = NormalizationTable.from_datasets(resolved, key or ["action"], root=root)
+    if normalization_table is not None:
+        table.save(normalization_table)
+    data = table.to_dict()
+    if json:
+        output.print_json(data)
+        return
+    if quiet:
+        if normalization_table is not None:
+            output.console.print(output.escape(str(normalization_table)), soft_wrap=True)
+        return
+    columns = [output.Column("source", kind="key"), output.Column("key", kind="key"),
+               output.Column("dim", "right", "fixed")]  # fmt: skip
+    columns += [output.Column(s, "right", "fixed") for s in ("mean", "std", "min", "max", "q01", "q99")]
+    rows: list[list[Any]] = []
+    for name, entry in data["sources"].items():
+        for k, s in entry["keys"].items():
+            width = int(s["shape"][0]) if len(s["shape"]) == 1 else 1
+            for i in range(width):
+                rows.append(
+                    [name, k, str(i), *(_fmt(s[n], i) for n in ("mean", "std", "min", "max", "q01", "q99"))]
+                )
+    output.print_table(columns, rows)
+    if normalization_table is not None:
+        output.note(f"wrote {normalization_table} ({output.count(len(data['sources']), 'source')})")

@@ -8,7 +8,6 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     QuietOption,
@@ -16,6 +15,7 @@ from rlds_cli.cli.options import (
     StorageOption,
     VerboseOption,
 )
+from rlds_cli.cli.output import handle_errors
 
 DEMO_ID = "pointmass-demo-v0"
 

@@ -1,15 +1,20 @@
-"""``rlds download``."""
+"""``rlds download`` and ``rlds verify``: datasets fetched from their sources, and checked against
+them again; the download's progress bars (one bar per file: bytes, speed, ETA; then the
+conversion bar), drawn on stderr when it is a terminal, silent otherwise."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Annotated, Any
 
 import typer
+from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     FramesOption,
     JsonOption,
@@ -20,6 +25,57 @@ from rlds_cli.cli.options import (
     VerboseOption,
     force_option,
 )
+from rlds_cli.cli.output import handle_errors
+
+
+@contextmanager
+def download_progress(
+    enabled: bool,
+) -> Iterator[tuple[Callable[[str, str, int], None], Callable[[str, int], None]]]:
+    """Yield ``(download_callback, conversion_callback)``.
+
+    The download bars close when conversion starts (Rich draws one live display at a time).
+    """
+    bars, show = output.progress_bar(enabled, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    tasks: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def on_download(event: str, name: str, value: int) -> None:
+        with lock:
+            if name not in tasks:
+                tasks[name] = bars.add_task(output.escape(name), total=None)
+            task = tasks[name]
+            if event == "start":
+                bars.update(task, total=value or None)
+            elif event == "resume":
+                bars.update(task, completed=value)
+            elif event == "advance":
+                bars.advance(task, value)
+            elif event == "reset":
+                bars.reset(task)
+            elif event == "wait" and show:
+                # print, not log: Rich's log() adds this file's name and line number
+                bars.print(f"{output.escape(name)}: another rlds process is downloading it; waiting")
+            # "retry": the library logs each retry once, with its reason (no second line here)
+            elif event == "verify":
+                bars.update(task, description=f"{output.escape(name)} (verifying)")
+            elif event in ("done", "cached"):
+                bars.update(task, total=value, completed=value, description=output.escape(name))
+
+    with ExitStack() as stack:
+        stack.enter_context(bars)
+        converting: list[Callable[[str, int], None]] = []
+
+        def on_convert(event: str, amount: int) -> None:
+            if not converting:
+                stack.close()  # stop the download bars before the conversion bar starts
+                cm = output.conversion_progress(enabled)
+                converting.append(cm.__enter__())
+                outer.callback(cm.__exit__, None, None, None)
+            converting[0](event, amount)
+
+        with ExitStack() as outer:
+            yield on_download, on_convert
 
 
 def _parse_options(values: list[str] | None) -> list[str] | None:
@@ -135,7 +191,6 @@ def download(
     The default name is the registry entry's cache name, or for a file or URL its name without
     its suffixes (x.tar.gz -> x). With -q only that name is printed.
     """
-    from rlds_cli.cli.download_progress import download_progress
     from rlds_cli.sources.download import download as run_download
 
     if name is not None:  # an empty --name is a mistake, never "use the default name"
@@ -214,3 +269,53 @@ def download(
         f"storage {m.backend} -> {output.escape(str(result.path))}",
         soft_wrap=True,
     )
+
+
+@handle_errors
+def verify(
+    name: Annotated[str, typer.Argument(help="A dataset name in the cache, or a registry id.")],
+    root: RootOption = None,
+    json: JsonOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = 0,
+) -> None:
+    """Check a dataset's source, parent, files and content digests; say what was checked.
+
+    By kind: a download's files against their sha256; a local conversion's source file, when it
+    is still there; a view's or preprocessed output's parent (still there, the same version).
+    For every dataset: every stored file is complete and every array has the content digest
+    recorded when it was written. Exits 1 when a check fails (with -q: only the exit status,
+    and the error line); --json lists every check with pass, fail or skipped and why.
+    """
+    from rlds_cli.sources.verify import verify as run_verify
+
+    report = run_verify(name, root)
+    checks = report["checks"]
+    if json:
+        output.print_json(report)
+    elif not quiet:
+        esc = output.escape
+        for c in checks:
+            colour = {"pass": "green", "fail": "red"}.get(c["status"], "yellow")
+            output.console.print(
+                f"[{colour}]{c['status']:<7}[/] {esc(c['check'])}: {esc(c['detail'])}", soft_wrap=True
+            )
+    failed = [c for c in checks if c["status"] == "fail"]
+    if failed:
+        if not json:
+            what = ", ".join(c["check"] for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
+            output.error(
+                f"{report['name']}: verification failed: {len(failed)} of {len(checks)} checks ({what})",
+                failed[0].get("hint", ""),
+            )
+        raise typer.Exit(1)
+    if json or quiet:
+        return
+    passed = sum(c["status"] == "pass" for c in checks)
+    skipped = len(checks) - passed
+    label = f"{output.escape(report['name'])} ({report['kind']})"
+    if not passed:  # never a bare "verified" after checking nothing
+        output.console.print(f"[yellow]{label}: nothing could be checked ({skipped} skipped)[/]")
+        return
+    more = f", {skipped} skipped" if skipped else ""
+    output.console.print(f"[green]{label}: verified[/] ({passed} checks passed{more})")

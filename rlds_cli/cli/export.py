@@ -9,8 +9,8 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption, force_option
+from rlds_cli.cli.output import handle_errors
 
 
 @handle_errors

@@ -20,7 +20,6 @@ from rich.progress import (
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import (
     JsonOption,
     QuietOption,
@@ -28,6 +27,7 @@ from rlds_cli.cli.options import (
     VerboseOption,
     force_option,
 )
+from rlds_cli.cli.output import handle_errors
 
 
 class _StepsPerSecond(ProgressColumn):

@@ -8,8 +8,8 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
+from rlds_cli.cli.output import handle_errors
 
 #: What an unknown figure looks like in a table.
 UNKNOWN = "-"

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from rlds_cli.cli import output
-from rlds_cli.cli.exits import handle_errors
 from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
+from rlds_cli.cli.output import handle_errors
 
 
 @handle_errors

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._util.plugins import resolve
+from rlds_cli._util.lazy import resolve
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, UnknownFormatError
 

@@ -15,7 +15,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import cast
 
-from rlds_cli._util.plugins import resolve
+from rlds_cli._util.lazy import resolve
 from rlds_cli.errors import SourceFormatError, SourceNotReadableError, UnknownFormatError
 from rlds_cli.formats.base import Reader
 from rlds_cli.formats.hdf5_util import HDF5_SUFFIXES, hdf5_top_keys, is_hdf5_name

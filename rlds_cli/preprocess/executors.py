@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from rlds_cli._util.plugins import resolve
+from rlds_cli._util.lazy import resolve
 from rlds_cli.errors import PreprocessError, WorkerLostError
 from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.worker import run_chunk

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlds_cli._util.plugins import load, resolve
+from rlds_cli._util.lazy import load, resolve
 from rlds_cli.errors import PreprocessError, UnknownFormatError
 from rlds_cli.export import EXPORTERS
 from rlds_cli.formats import READERS, reader_class
