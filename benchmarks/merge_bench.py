@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--root", type=Path, default=None, help="cache root (default: a temp dir)")
     a = p.parse_args(argv)
-    from rlds_cli.cache.compose import merge_datasets, trim_dataset
-    from rlds_cli.cache.downsample import downsample_dataset
-    from rlds_cli.cache.drop import drop_episodes
+    from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
+    from rlds_cli.cache.derive import drop_episodes
     from rlds_cli.cache.opening import open_dataset
 
     root = a.root or Path(tempfile.mkdtemp(prefix="rlds-merge-bench-"))

@@ -56,7 +56,7 @@ def disk_bytes(ds: Any) -> int:
 
 def searching_loader(ds: Any) -> Any:
     """A loader whose step -> episode lookup is the binary search (the code before the index)."""
-    from rlds_cli.cache.episode_lookup import BlockIndex
+    from rlds_cli.cache.episodes import BlockIndex
     from rlds_cli.loader import Loader
 
     build = BlockIndex.__dict__["build"]
@@ -174,7 +174,7 @@ def render(results: list[dict[str, Any]], info: dict[str, Any], narrow: int) -> 
         "- rlds: `Loader(ds, 256, sampler='uniform', seed=0, in_memory=False).sample()`. Before: the same "
         "loader (seed 2) with `BlockIndex.build` declining, so that its step -> episode lookup is the "
         "binary search over the episode ends it was before the block index "
-        "(`rlds_cli/cache/episode_lookup.py`). Up to "
+        "(`rlds_cli/cache/episodes.py`). Up to "
         "16M steps the disk path keeps a step -> episode table instead (the 'episode lookup' column).",
         "- Bare gather: `_sides.Raw.uniform_memmap`: `np.take` per key from plain views of the same memory "
         "maps, the episode from a precomputed int64 table (8 bytes a step: 1.6 GB at 200M steps), one "

@@ -75,7 +75,7 @@ def constructor_wrap(loader: Any, extras: tuple[str, ...]) -> Callable[[], Any]:
     from tensordict import TensorDict
 
     from rlds_cli.cache.ted import TedBatch
-    from rlds_cli.loader.td_keys import torchrl_paths
+    from rlds_cli.loader.tensors import torchrl_paths
 
     def call() -> Any:
         batch = loader.sample()

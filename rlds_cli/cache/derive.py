@@ -1,8 +1,15 @@
-"""Derived datasets: views (a range or a selection of a parent's episodes, sharing its arrays) and
+"""Derived datasets: views, splits and drops, sharing their parent's arrays.
+
+Derived datasets: views (a range or a selection of a parent's episodes, sharing its arrays) and
 splits (two views), each written through a :class:`~rlds_cli.cache.transaction.CacheTransaction`.
 
 A view's directory holds only ``manifest.json`` and its own ``episodes.npy``; how a view is read
 is in :mod:`rlds_cli.cache.views`.
+
+**Dropping.** Dropping episodes: a dataset without some of its parent's episodes, made as a selection view.
+
+The view is :func:`create_selection`'s (of a merged or trimmed dataset, a
+composed selection): nothing is copied and the parent stays as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
 
-__all__ = ["create_selection", "create_view", "split_dataset", "view_manifest"]
+__all__ = ["create_selection", "create_view", "drop_episodes", "split_dataset", "view_manifest"]
 
 
 def create_view(
@@ -313,3 +320,48 @@ def _refuse_growing(layout: str, parent: str) -> None:
             "its episodes, which change at every commit",
             hint=fixed_copy_hint(parent),
         )
+
+
+def drop_episodes(
+    parent: str,
+    episodes: Sequence[int] | np.ndarray,
+    name: str,
+    *,
+    root: str | os.PathLike[str] | CacheRoot | None = None,
+    replace: bool = False,
+    lock_timeout: float = 60.0,
+) -> Manifest:
+    """Publish ``parent`` without the episodes at positions ``episodes`` as ``name``.
+
+    Raises:
+        InvalidSelectionError: A position outside the parent, none given, or every episode.
+        DatasetExistsError: ``name`` exists and ``replace`` is false.
+    """
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    total = open_dataset(parent, cache).num_episodes
+    dropped = np.unique(np.asarray(episodes, np.int64).reshape(-1))
+    if not len(dropped):
+        raise InvalidSelectionError("no episode to drop was given", hint="--episodes 0,5,9-20")
+    if dropped[0] < 0 or dropped[-1] >= total:
+        bad = int(dropped[0] if dropped[0] < 0 else dropped[-1])
+        raise InvalidSelectionError(
+            f"episode {bad} is outside dataset {parent!r} ({total} episodes: 0..{total - 1})"
+        )
+    keep = np.setdiff1d(np.arange(total, dtype=np.int64), dropped, assume_unique=True)
+    if not len(keep):
+        raise InvalidSelectionError(
+            f"dropping {len(dropped)} episodes would leave dataset {parent!r} with none",
+            hint="'rlds rm NAME' removes a whole dataset",
+        )
+    how = f"without {len(dropped)} of {total} episodes ({_spans(dropped)})"
+    return create_selection(
+        parent, name, keep, how=how, root=cache, replace=replace, lock_timeout=lock_timeout
+    )
+
+
+def _spans(ids: np.ndarray, most: int = 8) -> str:
+    """``[0, 5, 9, 10, 11]`` -> ``"0,5,9-11"`` (the first ``most`` runs, then ``...``)."""
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    runs = [(int(r[0]), int(r[-1])) for r in np.split(ids, breaks)]
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (",..." if len(runs) > most else "")

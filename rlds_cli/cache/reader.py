@@ -7,7 +7,7 @@ have ``N`` rows. Two keys are derived, never stored: ``next/done = next/terminat
 next/truncated`` and ``episode = e(t)``. This module holds that arithmetic once:
 
 * :class:`Episodes`: episode bounds and the step -> episode lookup (a table when the caller
-  can afford 4-8 bytes a step, else a block index of :mod:`rlds_cli.cache.episode_lookup`,
+  can afford 4-8 bytes a step, else a block index of :mod:`rlds_cli.cache.episodes`,
   else a binary search);
 * :class:`VersionedColumn`: a stored column whose every read checks, after reading, that the
   dataset was not replaced under it (what :class:`~rlds_cli.cache.dataset.Dataset` hands out
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.buffers import BufferPool, gather_into, in_range
-from rlds_cli.cache.episode_lookup import BlockIndex
+from rlds_cli.cache.episodes import BlockIndex
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import TedBatch, join_key
 

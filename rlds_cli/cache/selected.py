@@ -1,4 +1,6 @@
-"""A view made on the fly and never published: ``Loader(NAME, episodes=[...])``.
+"""Views made in memory and never published: a selection of episodes, or a filter key's.
+
+A view made on the fly and never published: ``Loader(NAME, episodes=[...])``.
 
 :func:`select_episodes` builds the manifest and episode index ``rlds view`` would publish
 (:func:`rlds_cli.cache.derive.view_manifest`, O(episodes), nothing of the data read) and opens
@@ -6,6 +8,19 @@ them in memory as a :class:`SelectedDataset`: a :class:`~rlds_cli.cache.dataset.
 reads its parent's columns exactly as a published view does (a slice for consecutive episodes,
 the rows gathered for a selection), so it samples, gathers and describes as the view would.
 Nothing is written to the cache.
+
+**Filter keys.** Filter keys: named subsets of a dataset's episodes kept from its source (robomimic's
+``mask/<key>``), and the views they make.
+
+A reader keeps them at conversion by episode position: their names in the manifest
+(``source.metadata.filter_keys``, a list) and, in ``source_metadata.npz``, a bool array
+:data:`MEMBER_ARRAY` with one row per episode and one column per name (row ``i`` says which keys
+hold the dataset's episode ``i``; ``--episodes A:B`` cuts it with the episodes). A view (``rlds
+view``, ``rlds split``) reads its parent's, row for row.
+
+:func:`filtered_dataset` is the view of one key made in memory, unpublished
+(``Loader(NAME, filter_key="train")``); ``rlds view NAME --filter-key KEY --name N`` publishes
+the same episodes as a view of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +39,14 @@ from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import InvalidSelectionError
 
-__all__ = ["SelectedDataset", "select_episodes"]
+__all__ = [
+    "MEMBER_ARRAY",
+    "SelectedDataset",
+    "filter_key_episodes",
+    "filter_key_names",
+    "filtered_dataset",
+    "select_episodes",
+]
 
 
 class SelectedDataset(Dataset):
@@ -95,3 +117,56 @@ def select_episodes(
     label = name if name is not None else f"{dataset.name}[{len(ids)} episodes]"
     manifest, index = view_manifest(dataset, dataset.name, label, ids, "")
     return SelectedDataset(dataset.directory, manifest, index)
+
+
+#: The source array of filter-key membership (bool ``[episodes, keys]``).
+MEMBER_ARRAY = "filter_keys/episode_member"
+
+
+def filter_key_names(dataset: Dataset) -> list[str]:
+    """The filter keys of ``dataset`` (its source's, or its parent's for a view), in the order
+    of :data:`MEMBER_ARRAY`'s columns; empty when it has none."""
+    names = dataset.source_metadata.get("filter_keys")
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def filter_key_episodes(dataset: Dataset, key: str) -> np.ndarray:
+    """The positions (ascending, int64) of ``dataset``'s episodes that filter key ``key`` holds.
+
+    Raises:
+        InvalidSelectionError: ``dataset`` has no such key (the message lists those it has), or
+            the key holds none of its episodes.
+    """
+    names = filter_key_names(dataset)
+    if key not in names:
+        known = ", ".join(names) if names else "none (its source had no mask/ filter keys)"
+        raise InvalidSelectionError(
+            f"dataset {dataset.name!r} has no filter key {key!r}; its filter keys: {known}",
+            hint="pick one of its filter keys, or select episodes with --episodes A:B",
+        )
+    view = dataset.view_parent()
+    owner, rows = (dataset, None) if view is None else view
+    member = owner.source_arrays.get(MEMBER_ARRAY)
+    if member is None or member.ndim != 2 or member.shape[1] != len(names):
+        raise InvalidSelectionError(
+            f"dataset {dataset.name!r} names filter keys but keeps no {MEMBER_ARRAY!r} array of "
+            f"{len(names)} columns",
+            hint=f"convert the source again ('rlds download SOURCE --name {dataset.name} --force')",
+        )
+    column = member[:, names.index(key)] if rows is None else member[rows, names.index(key)]
+    ids = np.flatnonzero(column).astype(np.int64)
+    if len(ids) == 0:
+        raise InvalidSelectionError(
+            f"filter key {key!r} holds none of the episodes of dataset {dataset.name!r}"
+        )
+    return ids
+
+
+def filtered_dataset(dataset: Dataset, key: str) -> SelectedDataset:
+    """``dataset``'s episodes of filter key ``key``, as a view made in memory and never
+    published (:func:`select_episodes`), named ``NAME[key]``.
+
+    Raises:
+        InvalidSelectionError: As :func:`filter_key_episodes`.
+    """
+    return select_episodes(dataset, filter_key_episodes(dataset, key), name=f"{dataset.name}[{key}]")

@@ -79,8 +79,8 @@ def view(
 
     from rlds_cli.cache.derive import create_selection, create_view
     from rlds_cli.cache.episode_select import parse_episode_list, select_where
-    from rlds_cli.cache.filter_keys import filter_key_episodes
     from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.cache.selected import filter_key_episodes
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.names import resolve_name
     from rlds_cli.errors import InvalidSelectionError
@@ -304,7 +304,7 @@ def drop(
 
     Example: rlds drop hopper-medium-v2 --episodes 0,5,9-20 --name hopper-clean
     """
-    from rlds_cli.cache.drop import drop_episodes
+    from rlds_cli.cache.derive import drop_episodes
     from rlds_cli.cache.episode_select import parse_episode_list
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.catalog.names import resolve_name
@@ -373,7 +373,7 @@ def downsample(
 
     Example: rlds downsample aloha-sim --every 2 --name aloha-sim-25hz
     """
-    from rlds_cli.cache.downsample import downsample_dataset
+    from rlds_cli.cache.compose import downsample_dataset
     from rlds_cli.catalog.names import resolve_name
 
     new = _need_name(name)

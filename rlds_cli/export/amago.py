@@ -8,7 +8,7 @@ timesteps): ``_OBS_KEY_<name>`` (``L`` rows: the ``T`` observations and the fina
 ``dones`` (``T`` rows, bool: ``next/terminated``), ``time_idxs`` (``L`` rows, int64: the stored
 ``time_idx`` when there is one, else ``0 .. T``) and ``rl2s`` (``L`` rows, float32: zeros at
 timestep 0, then the previous step's reward and flattened action, as
-:class:`~rlds_cli.loader.sequence_inputs.PrevActionReward` builds them at sample time).
+:class:`~rlds_cli.loader.windows.PrevActionReward` builds them at sample time).
 Files are named ``<dataset>_<episode:08d>_0.npz`` under ``buffer/fifo`` (AMAGO reads any name;
 the reader sorts paths, so the episode order is kept).
 """

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.filter_keys import MEMBER_ARRAY as MEMBER_ARRAY
+from rlds_cli.cache.selected import MEMBER_ARRAY as MEMBER_ARRAY
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.untrusted import check_side_array

@@ -17,8 +17,7 @@ from rlds_cli._util.lazy import lazy_names
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.loader.block_shuffle import BlockSampler
     from rlds_cli.loader.data_loader import TedDataLoader
-    from rlds_cli.loader.elastic import merge_states
-    from rlds_cli.loader.epoch import EpochSampler
+    from rlds_cli.loader.epoch import EpochSampler, merge_states
     from rlds_cli.loader.factory import make_sampler
     from rlds_cli.loader.image_transforms import CenterCrop, ColorJitter, RandomCrop, RandomShift, Resize
     from rlds_cli.loader.loader import Loader
@@ -46,7 +45,7 @@ _LAZY = {
     "UniformSampler": "samplers",
     "EpochSampler": "epoch",
     "BlockSampler": "block_shuffle",
-    "merge_states": "elastic",
+    "merge_states": "epoch",
     "FrameStack": "transforms",
     "NStepReturn": "transforms",
     "Normalize": "transforms",
@@ -83,7 +82,6 @@ _TORCH_FREE = frozenset(
         "samplers",
         "epoch",
         "block_shuffle",
-        "elastic",
         "transforms",
         "windows",
         "normalization_table",

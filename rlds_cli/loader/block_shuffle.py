@@ -16,7 +16,7 @@ does). An epoch:
    shuffle buffer do): a batch mixes the episodes of ``shuffle_window`` random blocks.
 
 Each step is drawn exactly once per epoch over all ranks, and every rank runs the same number of
-batches (:mod:`rlds_cli.loader.elastic`: shorter last batches, never repeated steps). The state
+batches (:mod:`rlds_cli.loader.epoch`: shorter last batches, never repeated steps). The state
 is a few integers (seed, epoch, position, batch, and one list of positions per resume) and a
 state saved at one world size resumes at another (:meth:`BlockSampler.resume`).
 """
@@ -32,7 +32,7 @@ import numpy as np
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
-from rlds_cli.loader.elastic import (
+from rlds_cli.loader.epoch import (
     Generation,
     batches_for,
     check_history,

@@ -5,7 +5,7 @@ dataset: a :class:`~rlds_cli.loader.sources.HostSource`, or a
 :class:`~rlds_cli.loader.device.DeviceSource` over it; or one it is given, such as a
 :class:`~rlds_cli.loader.mixture.MixtureSource`), applies the transforms, converts to torch (and
 moves to the device) and, with ``prefetch``, does all of that in a background thread
-(:mod:`rlds_cli.loader.prefetch`). Sources and samplers meet only through the protocols of
+(:mod:`rlds_cli.loader.read_ahead`). Sources and samplers meet only through the protocols of
 :mod:`rlds_cli.loader.protocols`.
 """
 
@@ -27,13 +27,11 @@ from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
-from rlds_cli.loader.elastic import check_ranks_field, in_step
+from rlds_cli.loader.epoch import check_ranks_field, in_step
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.image_transforms import ImageTransform
-from rlds_cli.loader.memory import auto_in_memory
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.options import check_counts, check_source_options
-from rlds_cli.loader.prefetch import Prefetcher, Prepared
 from rlds_cli.loader.protocols import (
     Bindable,
     Checkpointable,
@@ -45,8 +43,9 @@ from rlds_cli.loader.protocols import (
     Sampler,
     Streamable,
 )
+from rlds_cli.loader.read_ahead import Prefetcher, Prepared
 from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
-from rlds_cli.loader.sizes import check_loader_batch
+from rlds_cli.loader.sizes import auto_in_memory, check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.tensors import TensorDictBatches, to_torch
@@ -97,7 +96,7 @@ class Loader:
             them on ``device`` and gather there (uniform indices are drawn there too);
             ``"auto"`` (default): ``True`` for a zarr dataset whose needed columns fit the memory
             budget (``$RLDS_MEMORY_BUDGET``, else a quarter of the free memory, at most 8 GiB),
-            else ``False`` (see :mod:`rlds_cli.loader.memory`); the choice is logged and kept as
+            else ``False`` (see :mod:`rlds_cli.loader.sizes`); the choice is logged and kept as
             :attr:`in_memory`.
         pack: With ``in_memory``, pack float32/bool columns into one row-major array so a batch
             is one gather.
@@ -117,7 +116,7 @@ class Loader:
             ``FrameStack``'s stacked keys) are not read by the loader.
         as_tensordict: Return a ``tensordict.TensorDict`` instead of a ``TedBatch``; the
             sampler's ``weight`` and ``mask`` are then under TorchRL's keys, ``priority_weight``
-            and ``("collector", "mask")`` (see :mod:`rlds_cli.loader.td_keys`).
+            and ``("collector", "mask")`` (see :mod:`rlds_cli.loader.tensors`).
         float_dtype: Cast floating keys to this torch dtype (``None``: keep the stored dtypes),
             or ``{key: dtype}`` for some keys only (see :mod:`rlds_cli.loader.dtypes`).
         epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
@@ -135,7 +134,7 @@ class Loader:
             (:func:`rlds_cli.cache.selected.select_episodes`); the batch's ``episode`` and
             indices are then the view's.
         filter_key: Sample only the episodes of this filter key of the dataset (robomimic's
-            ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.filter_keys`), a view made
+            ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.views`), a view made
             on the fly as for ``episodes`` (not both). An unknown key is refused, naming the
             dataset's keys.
         cache: For a URL: the folder of its local cache (default ``$RLDS_REMOTE_CACHE``).
@@ -200,7 +199,7 @@ class Loader:
             from rlds_cli.cache.selected import select_episodes
 
             if filter_key is not None:
-                from rlds_cli.cache.filter_keys import filtered_dataset
+                from rlds_cli.cache.selected import filtered_dataset
 
                 self.dataset = filtered_dataset(self.dataset, filter_key)
             else:
@@ -627,7 +626,7 @@ class Loader:
         another dataset, rank or world size: :class:`~rlds_cli.errors.LoaderStateError`).
 
         A state that holds every rank's progress (``ranks``: saved under ``torch.distributed``,
-        or made by :func:`~rlds_cli.loader.elastic.merge_states`) restores on any rank: at its
+        or made by :func:`~rlds_cli.loader.epoch.merge_states`) restores on any rank: at its
         own world size, with every rank at the same batch, each rank continues its own order;
         at another (or with ranks that stopped at different batches), an elastic sampler
         (``"epoch"``, ``"blocks"``) shares the epoch's unconsumed steps over the new ranks."""

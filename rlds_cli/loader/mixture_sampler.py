@@ -278,9 +278,9 @@ class MixtureSampler:
     """Mixture indices: each batch's rows split among the sources with the weights in force,
     each part uniform in its source (rows grouped by source, in source order).
 
-    The weights in force are the given ones with the rules of
-    :mod:`rlds_cli.loader.mixture_sampler`: a source that is not ready weighs 0 (the others are
-    renormalized), a source that becomes ready mid-run is annealed in over ``anneal`` batches.
+    The weights in force are the given ones with the rules of the module docstring: a source
+    that is not ready weighs 0 (the others are renormalized), a source that becomes ready
+    mid-run is annealed in over ``anneal`` batches.
 
     Args:
         sizes: Steps of each source (:attr:`MixtureSource.sizes`; 0 for a source not ready).

@@ -76,7 +76,7 @@ class Epochal(Protocol):
 @runtime_checkable
 class Elastic(Protocol):
     """An epoch sampler that resumes from every rank's state at another world size
-    (:mod:`rlds_cli.loader.elastic`)."""
+    (:mod:`rlds_cli.loader.epoch`)."""
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
         """Go on with the steps of the epoch that none of ``states`` (one per rank) consumed."""

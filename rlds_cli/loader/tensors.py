@@ -2,6 +2,20 @@
 
 Apart from the loader so the torch adapters and TorchRL interop convert batches the same way
 without importing the loader itself.
+
+**Extras.** Where the sampler's extras go in TensorDict batches: under the keys TorchRL's losses read.
+
+rlds samplers add ``weight`` (prioritized importance weights) and ``mask`` (``False`` on slice
+padding) to a batch. Native batches (:class:`~rlds_cli.cache.ted.TedBatch`) keep those names.
+TensorDict batches (``as_tensordict=True``) are for TorchRL, whose loss modules (0.14) read the
+importance weights from ``"priority_weight"`` (``tensor_keys.priority_weight`` of DQN, DDPG,
+TD3, TD3+BC, SAC, discrete SAC, TQC) and the validity mask from ``("collector", "mask")``
+(``LossModule.loss_mask_key="auto"``, read by every loss that reduces through
+``_reduce_loss``: IQL, CQL, discrete CQL, TD3+BC, DQN, ...), as TorchRL's own
+``PrioritizedSampler`` and ``SliceSampler(pad_output=True)`` write them. So a TensorDict batch
+carries them there, and a TorchRL loss weights and masks it with no ``set_keys``.
+
+A batch of numpy arrays as torch tensors or a TensorDict: the last step of every loader.
 """
 
 from __future__ import annotations
@@ -13,7 +27,30 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.loader.td_keys import torchrl_paths
+
+#: rlds extra -> the TED key (``"/"``-joined) a TensorDict batch carries it under
+TORCHRL_KEYS = {"weight": "priority_weight", "mask": "collector/mask"}
+
+
+def torchrl_paths(keys: Iterable[str], extras: Iterable[str]) -> list[str]:
+    """The TED paths a TensorDict batch carries ``keys`` under: the sampler's ``extras`` among
+    ``weight``/``mask`` at TorchRL's keys, every other key (a dataset's own ``weight`` or ``mask``,
+    not an extra, included) where it is."""
+    moved = {name for name in extras if name in TORCHRL_KEYS}
+    return [TORCHRL_KEYS[k] if k in moved else k for k in keys]
+
+
+def drop_padding(td: Any) -> Any:
+    """The real steps of a TensorDict batch of slices: its rows where ``("collector", "mask")``
+    is True, as a one-dimensional batch (a copy; a batch without the mask is returned as is).
+
+    For losses that do not see the mask: TorchRL 0.14.1's ``IQLLoss.qvalue_loss`` reduces over a
+    ``select`` of the batch that leaves the mask out, so its ``loss_qvalue`` counts the padding.
+    On ``drop_padding(td)`` every loss term is the masked one (one-step losses do not need the
+    slice shape; the importance weights travel with their rows).
+    """
+    mask = td.get(("collector", "mask"), None)
+    return td if mask is None else td[mask].exclude(("collector", "mask"))
 
 
 def to_torch(
@@ -75,7 +112,7 @@ class TensorDictBatches:
     for a batch of 9 keys, half or more of a whole plain batch's time. A loader's batches need
     none of it: :func:`to_torch` made every value a tensor on the device, and the gathers give every key
     the batch's leading dimensions. So the nesting of each key layout (and the sampler's extras
-    under TorchRL's keys: :func:`~rlds_cli.loader.td_keys.torchrl_paths`) is worked out once and
+    under TorchRL's keys: :func:`torchrl_paths`) is worked out once and
     kept, and each batch's TensorDicts are made with ``TensorDict._new_unsafe``, which stores the
     values as given.
 

@@ -27,8 +27,7 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
-from rlds_cli.loader.elastic import history_field, next_batch_size
-from rlds_cli.loader.epoch import EpochSampler
+from rlds_cli.loader.epoch import EpochSampler, history_field, next_batch_size
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.protocols import Checkpointable, Streamable
@@ -156,7 +155,7 @@ class _EpochCursor:
     """The epoch cursor :class:`EpochBatchSampler` and :class:`TedIterableDataset` share: the
     batches of the current epoch the loop has taken (``position``) over an
     :class:`~rlds_cli.loader.epoch.EpochSampler`'s order, and an epoch resumed from every rank's
-    state at another world size (:mod:`rlds_cli.loader.elastic`), whose batches are planned."""
+    state at another world size (:mod:`rlds_cli.loader.epoch`), whose batches are planned."""
 
     seed: int
     epoch: int
@@ -422,7 +421,7 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         a rank that died counts with its last state): this rank's share of the steps of the epoch
         none of them took, in batches of at most ``batch_size`` (every rank the same number; the
         last one or two shorter, empty for a rank with fewer steps than batches, or, with
-        ``drop_last``, whole batches only: :mod:`rlds_cli.loader.elastic`).
+        ``drop_last``, whole batches only: :mod:`rlds_cli.loader.epoch`).
 
         Raises:
             LoaderStateError: States of different runs, epochs or batch sizes, or a rank missing.

@@ -1,4 +1,6 @@
-"""Per-key temporal windows: ``Loader(..., windows={key: offsets})``, LeRobot's ``delta_timestamps``.
+"""Sequence-model inputs: per-key temporal windows, and the previous action and reward.
+
+Per-key temporal windows: ``Loader(..., windows={key: offsets})``, LeRobot's ``delta_timestamps``.
 
 For each sampled step ``t`` in an episode spanning steps ``[first, end)``, a windowed ``key``
 becomes the stack of its values at steps ``t + d`` for each offset ``d`` (shape
@@ -20,6 +22,16 @@ Keys with the same offsets share one gather: their rows at every window step in 
 group (from the memory maps, or from RAM with ``in_memory``), index arithmetic only, no Python
 per item. With slices (``[S, T]`` indices) every step of every slice gets its window
 (``[S, T, W, ...]``).
+
+**Previous action and reward.** Sequence-model inputs per step: the previous action and reward
+(AMAGO's ``rl2s``) and the step's time index within its episode.
+
+AMAGO feeds its sequence models, at every step ``t``, the action taken at ``t - 1`` and the
+reward received after it, next to the observation, with zeros at an episode's first step (where
+there is no previous step), and ``time_idxs``, the step's position ``t - start`` in its episode.
+:class:`PrevActionReward` adds them to any batch from the batch's ``index`` alone, vectorized,
+so it works with every sampler (a slice's ``[B, L]`` indices included), mixtures' single
+datasets, prefetch and exact resume (it draws nothing at random).
 """
 
 from __future__ import annotations
@@ -268,3 +280,40 @@ def lerobot_names(batch: Mapping[str, Any]) -> dict[str, Any]:
     batch of such a dataset becomes ``{"observation.state": ..., "observation.state_is_pad": ...,
     "action": ..., "action_is_pad": ...}``, the keys a LeRobot policy reads."""
     return {key.replace("/", "."): value for key, value in batch.items()}
+
+
+class PrevActionReward:
+    """Adds ``prev_action`` (the action of step ``t - 1``), ``prev_reward`` (its reward,
+    float32, ``[..., columns]``), ``rl2s`` (the two concatenated, float32, AMAGO's layout:
+    reward then flattened action) and ``time_idx`` (int64, ``t`` minus its episode's first step).
+    At an episode's first step the previous action and reward are zeros.
+    """
+
+    needs_host = True
+
+    def __init__(self) -> None:
+        self._source: HostSource | None = None
+        self._episodes: Episodes | None = None
+
+    def bind(self, dataset: Dataset) -> None:
+        """Open the actions, rewards and episode bounds."""
+        self._source = HostSource(dataset, ["action", "next/reward"])
+        self._episodes = Episodes.of(dataset)
+
+    def __call__(self, batch: TedBatch) -> TedBatch:
+        if self._source is None or self._episodes is None:
+            raise RuntimeError("PrevActionReward must be bound to a dataset (use it in a Loader)")
+        idx = np.asarray(batch["index"], np.int64)
+        start = self._episodes.starts[self._episodes.episode_of(idx)]
+        first = idx == start
+        prev = self._source.gather(np.where(first, idx, idx - 1))  # a valid row; zeroed below
+        action = np.where(first.reshape(*first.shape, *([1] * (prev["action"].ndim - idx.ndim))),
+                          0, prev["action"]).astype(prev["action"].dtype)  # fmt: skip
+        reward = prev["next/reward"].astype(np.float32).reshape(*idx.shape, -1)
+        reward = np.where(first[..., None], np.float32(0), reward)
+        batch["prev_action"] = action
+        batch["prev_reward"] = reward
+        flat_action = action.reshape(*idx.shape, -1).astype(np.float32)
+        batch["rl2s"] = np.concatenate([reward, flat_action], axis=-1)
+        batch["time_idx"] = idx - start
+        return batch

@@ -39,8 +39,7 @@ from rlds_cli.cache.commit_log import (
     SegmentEntry,
     new_segment_id,
 )
-from rlds_cli.cache.growing import GrowingDataset
-from rlds_cli.cache.growing_settings import growing_settings
+from rlds_cli.cache.growing import GrowingDataset, growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,

@@ -21,7 +21,7 @@ from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, seg_name
-from rlds_cli.cache.growing_settings import growing_settings
+from rlds_cli.cache.growing import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import CommitFailedError, CorruptDatasetError, RldsError, from_os_error

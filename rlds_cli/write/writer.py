@@ -29,7 +29,7 @@ import numpy as np
 from rlds_cli import settings
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.frames import with_frames
-from rlds_cli.cache.growing_settings import DEFAULT_GRACE_SECONDS, growing_settings, settings_problem
+from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings, settings_problem
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot

@@ -16,9 +16,8 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cache.card import combine_cards, declared_card, license_conflicts, spdx_id
-from rlds_cli.cache.compose import merge_datasets, trim_dataset
+from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
 from rlds_cli.cache.derive import create_view
-from rlds_cli.cache.downsample import downsample_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import UnknownLicenseError
 from rlds_cli.inspection.summary import describe

@@ -12,11 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
-from rlds_cli.cache.compose import merge_datasets, trim_dataset
+from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
 from rlds_cli.cache.composed import COMPOSED_LAYOUT, ComposedDataset
-from rlds_cli.cache.derive import create_selection, create_view
-from rlds_cli.cache.downsample import downsample_dataset
-from rlds_cli.cache.drop import drop_episodes
+from rlds_cli.cache.derive import create_selection, create_view, drop_episodes
 from rlds_cli.cache.episode_select import parse_episode_list
 from rlds_cli.cache.manage import remove_dataset
 from rlds_cli.cache.ted import StepBlock

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cache import CacheRoot, open_dataset
-from rlds_cli.cache.downsample import downsample_dataset
+from rlds_cli.cache.compose import downsample_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
 from tests.formats_fixtures import refused

@@ -1,4 +1,4 @@
-"""The block index of the step -> episode lookup (rlds_cli/cache/episode_lookup.py): its answers
+"""The block index of the step -> episode lookup (rlds_cli/cache/episodes.py): its answers
 are exactly the binary search's, for every integer step, every episode layout, every number of
 corrections; it declines where a search serves better; ``Episodes`` uses it only without a table."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlds_cli.cache import episode_lookup
-from rlds_cli.cache.episode_lookup import BlockIndex
+from rlds_cli.cache import episodes as episode_lookup
+from rlds_cli.cache.episodes import BlockIndex
 from rlds_cli.cache.reader import Episodes
 
 

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
-from rlds_cli.cache.compose import merge_datasets, trim_dataset
-from rlds_cli.cache.downsample import downsample_dataset
-from rlds_cli.cache.drop import drop_episodes
+from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
+from rlds_cli.cache.derive import drop_episodes
 from rlds_cli.cache.manage import collect_garbage, remove_dataset
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.inspection.validate import check_dataset

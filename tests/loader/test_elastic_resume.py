@@ -13,7 +13,7 @@ import pytest
 
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import BlockSampler, EpochSampler, Loader, merge_states
-from rlds_cli.loader.elastic import batches_for, next_batch_size, share_bounds
+from rlds_cli.loader.epoch import batches_for, next_batch_size, share_bounds
 from rlds_cli.loader.torch_data import EpochBatchSampler
 
 

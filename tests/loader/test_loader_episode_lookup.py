@@ -1,6 +1,6 @@
 """The loader's batches on the disk path are the same for a seed whichever step -> episode lookup
 serves them: the table of small datasets, the block index of large ones
-(rlds_cli/cache/episode_lookup.py), or the binary search it replaced."""
+(rlds_cli/cache/episodes.py), or the binary search it replaced."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlds_cli.cache.episode_lookup import BlockIndex
+from rlds_cli.cache.episodes import BlockIndex
 from rlds_cli.loader import Loader, sources
 from tests.loader_fixtures import TedFactory
 

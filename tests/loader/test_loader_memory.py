@@ -11,7 +11,7 @@ import pytest
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
-from rlds_cli.loader.memory import BUDGET_ENV, memory_budget, stored_bytes
+from rlds_cli.loader.sizes import BUDGET_ENV, memory_budget, stored_bytes
 from tests.loader_fixtures import TedFactory, make_ted
 
 LENGTHS = [7, 3, 12, 5]

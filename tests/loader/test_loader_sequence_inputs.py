@@ -13,7 +13,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import ExportError
 from rlds_cli.export import export_dataset
 from rlds_cli.loader import Loader
-from rlds_cli.loader.sequence_inputs import PrevActionReward
+from rlds_cli.loader.windows import PrevActionReward
 from rlds_cli.sources.convert import convert
 from tests.formats_fixtures import amago_arrays, write_amago
 from tests.loader_fixtures import TedFactory, resumed_batches

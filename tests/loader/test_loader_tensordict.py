@@ -150,7 +150,7 @@ def _own_weight(batch: Any) -> Any:
 def _constructed(batch: Any, device: str | None = None) -> Any:
     """What ``TensorDict(...)`` makes of a plain batch: the extras under TorchRL's keys, nested."""
     from rlds_cli.cache.ted import TedBatch
-    from rlds_cli.loader.td_keys import torchrl_paths
+    from rlds_cli.loader.tensors import torchrl_paths
 
     extras = [k for k in ("weight", "mask") if k in batch]
     renamed = TedBatch(zip(torchrl_paths(batch, extras), batch.values(), strict=True))

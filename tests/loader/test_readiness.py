@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlds_cli
-from rlds_cli.cache.growing_settings import growing_settings
+from rlds_cli.cache.growing import growing_settings
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError

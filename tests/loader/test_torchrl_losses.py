@@ -20,7 +20,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.loader import Loader
-from rlds_cli.loader.td_keys import drop_padding
+from rlds_cli.loader.tensors import drop_padding
 from tests.loader_fixtures import TedFactory, make_ted
 
 pytest.importorskip("torchrl")
@@ -119,7 +119,7 @@ CASES: dict[str, tuple[Callable[[], Any], tuple[str, ...], bool, bool]] = {
 }
 
 #: TorchRL 0.14.1's IQLLoss.qvalue_loss reduces over tensordict.select("next", obs, action): the
-#: mask is not in it, so the padding counts (rlds_cli.loader.td_keys.drop_padding is the way out)
+#: mask is not in it, so the padding counts (rlds_cli.loader.tensors.drop_padding is the way out)
 MASK_IGNORED = {("iql", "loss_qvalue")}
 
 
