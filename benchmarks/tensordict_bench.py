@@ -6,7 +6,9 @@ Each configuration is measured three ways in one process, cases visited in turn:
 (a ``TedBatch`` of torch tensors), the TensorDict batch, and the plain batch wrapped by the
 ``TensorDict`` constructor (``TensorDict(batch.nested(), batch_size=...)``, the wrap every
 TensorDict batch paid before issue 38). Usage: ``python benchmarks/tensordict_bench.py [--write
-FILE] [--quick]``.
+FILE] [--quick] [--device cuda]``: with ``--device cuda`` every loader delivers its batches on the
+GPU (``device="cuda"``: pinned host buffers, copies on a side stream) and every call ends with
+``torch.cuda.synchronize()``, so a batch is timed until it is on the device.
 """
 
 from __future__ import annotations
@@ -54,19 +56,33 @@ def datasets(steps: int, work: Path) -> tuple[Any, Any]:
     return main, other
 
 
-def loaders(ds: Any, other: Any, as_tensordict: bool, seed: int) -> dict[str, Any]:
-    """One loader per configuration, plain or TensorDict batches."""
+def loaders(ds: Any, other: Any, as_tensordict: bool, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """One loader per configuration, plain or TensorDict batches, delivered on ``device``."""
     from rlds_cli.loader import Loader, MixtureLoader, MixtureSource
 
-    make = functools.partial(Loader, ds, BATCH, seed=seed, as_tensordict=as_tensordict)
+    opts = {"seed": seed, "as_tensordict": as_tensordict, "device": device}
+    make = functools.partial(Loader, ds, BATCH, **opts)
     sources = {"offline": ds, "online": other}
     return {
         "uniform": make(),
         "uniform-ram": make(in_memory=True),
         "slice": make(**SLICES),
-        "mix": MixtureLoader(sources, [0.5, 0.5], BATCH, seed=seed, as_tensordict=as_tensordict),
-        "mix-slice": Loader(MixtureSource(sources), BATCH, seed=seed, as_tensordict=as_tensordict, **SLICES),
+        "mix": MixtureLoader(sources, [0.5, 0.5], BATCH, **opts),
+        "mix-slice": Loader(MixtureSource(sources), BATCH, **opts, **SLICES),
     }
+
+
+def on_device(call: Callable[[], Any], device: str) -> Callable[[], Any]:
+    """``call``, timed until its batch is on ``device`` (a CUDA call ends with a synchronize)."""
+    if not device.startswith("cuda"):
+        return call
+
+    def synced() -> Any:
+        out = call()
+        torch.cuda.synchronize()
+        return out
+
+    return synced
 
 
 def constructor_wrap(loader: Any, extras: tuple[str, ...]) -> Callable[[], Any]:
@@ -85,28 +101,25 @@ def constructor_wrap(loader: Any, extras: tuple[str, ...]) -> Callable[[], Any]:
     return call
 
 
-def build_cases(ds: Any, other: Any) -> list[Case]:
+def build_cases(ds: Any, other: Any, device: str = "cpu") -> list[Case]:
     """Per configuration: plain, TensorDict, and the constructor's wrap of the plain batch."""
     # other seeds: a pair's calls alternate, and the same draws would find the other side's rows
     # in the CPU caches (TensorDict ~1.4x faster than plain on memmap in a trial)
-    plain, td = loaders(ds, other, False, seed=0), loaders(ds, other, True, seed=1)
+    plain, td = loaders(ds, other, False, 0, device), loaders(ds, other, True, 1, device)
     cases = []
     for key, label in CONFIGS.items():
+        ctor = constructor_wrap(plain[key], EXTRAS.get(key, ()))
         cases += [
-            Case(f"plain-{key}", f"{label}: plain batch", plain[key].sample),
-            Case(f"td-{key}", f"{label}: `as_tensordict=True`", td[key].sample),
-            Case(
-                f"ctor-{key}",
-                f"{label}: plain + `TensorDict(...)` constructor",
-                constructor_wrap(plain[key], EXTRAS.get(key, ())),
-            ),
+            Case(f"plain-{key}", f"{label}: plain batch", on_device(plain[key].sample, device)),
+            Case(f"td-{key}", f"{label}: `as_tensordict=True`", on_device(td[key].sample, device)),
+            Case(f"ctor-{key}", f"{label}: plain + `TensorDict(...)` constructor", on_device(ctor, device)),
         ]
     return cases
 
 
-def check_same_batches(ds: Any, other: Any) -> None:
+def check_same_batches(ds: Any, other: Any, device: str = "cpu") -> None:
     """The TensorDict batch holds the plain batch's tensors (same seed, same draws)."""
-    plain, td = loaders(ds, other, False, seed=0), loaders(ds, other, True, seed=0)
+    plain, td = loaders(ds, other, False, 0, device), loaders(ds, other, True, 0, device)
     for key in CONFIGS:
         a, b = plain[key].sample(), td[key].sample()
         if not torch.equal(a["index"], b["index"]) or not torch.equal(
@@ -145,7 +158,8 @@ def render(cases: dict[str, Case], info: dict[str, Any], paired: dict[tuple[str,
         "TED transition (observation, action, episode, next/observation, next/reward, next/done, "
         'next/terminated, next/truncated, index; slices add the mask, under `("collector", "mask")` '
         "in a TensorDict; mixtures add source). The TensorDict batches hold the same tensors as the "
-        f"plain ones (checked before timing). Medians of {info['repeats']} interleaved rounds in one "
+        f"plain ones (checked before timing); batches delivered on {info['device']}. "
+        f"Medians of {info['repeats']} interleaved rounds in one "
         "process (range in brackets).",
         "",
         *_harness.header(info, info["versions"]),
@@ -195,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats=(5, 2),
         seconds=(0.5, 0.2),
     )
+    p.add_argument("--device", default="cpu", help="where batches are delivered (cpu, cuda)")
     args = p.parse_args(argv)
     run = _harness.start(args)
     t = time.perf_counter()
@@ -204,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     _log(
         f"datasets of {ds.num_steps:,} and {other.num_steps:,} steps ready ({time.perf_counter() - t:.1f} s)"
     )
-    check_same_batches(ds, other)
-    cases = build_cases(ds, other)
+    check_same_batches(ds, other, args.device)
+    cases = build_cases(ds, other, args.device)
     _log(f"{len(cases)} cases, {run.repeats} rounds:")
     _harness.rounds(cases, run.repeats, run.seconds, _log)
     _log(f"paired ratios, {run.repeats} rounds:")
@@ -215,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         versions=_harness.versions("rlds-cli", "tensordict", "numpy") + f", torch {torch.__version__}",
         steps=run.steps,
         threads=torch.get_num_threads(),
+        device=args.device + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""),
         command="python benchmarks/tensordict_bench.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
     )
