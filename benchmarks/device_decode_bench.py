@@ -82,7 +82,7 @@ def measure(root: Path, batch: int, seconds: float, rounds: int) -> dict[str, An
 
     from rlds_cli._util.cpus import usable_cpus
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.frames.threads import decode_many
+    from rlds_cli.frames.codecs import decode_many
     from rlds_cli.loader import Loader
 
     ds = open_dataset("jpeg", root)

@@ -10,7 +10,7 @@ is what ``rlds download hopper-medium-v2`` fetches. TorchRL builds its cache fro
 of the same episodes (``_child_runs.worker_torchrl``: its build timed, and its whole process).
 The process is then taken apart: start-up alone (``rlds --version``), the run without fsync
 (``RLDS_FSYNC=0``), the source's sha256 in-process, and reading every array of the generated file
-with h5py against :class:`rlds_cli.formats.hdf5_chunks.ChunkRows`. Rounds interleave the cases,
+with h5py against :class:`rlds_cli.formats.hdf5_util.ChunkRows`. Rounds interleave the cases,
 the order turned every round; the source is in the page cache for every run.
 
 Usage::
@@ -70,7 +70,7 @@ def read_seconds(path: Path) -> tuple[float, float]:
     reader does): with h5py's slicing, and with ``ChunkRows`` (its default threads)."""
     import h5py
 
-    from rlds_cli.formats.hdf5_chunks import ChunkRows, inflatable
+    from rlds_cli.formats.hdf5_util import ChunkRows, inflatable
 
     with h5py.File(path, "r") as f:
         keys: list[str] = []

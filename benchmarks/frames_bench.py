@@ -39,9 +39,8 @@ import numpy as np
 import real_frames
 from _report import closing, header, opening, table, verdict, versions
 
-from rlds_cli.frames.codecs import decode, encode
+from rlds_cli.frames.codecs import decode, decode_many, encode, encode_many
 from rlds_cli.frames.modes import FramesMode, frame_format
-from rlds_cli.frames.threads import decode_many, encode_many
 
 SECTION = "frames"
 _log = _harness.logger(SECTION)

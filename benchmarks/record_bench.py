@@ -121,7 +121,7 @@ def _run_bare(env_id: str, seeds: list[int], actions: list[Any], work: Path) -> 
 
 
 def _run_assembly(env_id: str, seeds: list[int], actions: list[Any], work: Path) -> float:
-    from rlds_cli.recording.wrapper import RecordEpisodes
+    from rlds_cli.recording.recorder import RecordEpisodes
 
     env = RecordEpisodes(_make(env_id), _Sink())
     t0 = time.perf_counter()
@@ -139,7 +139,7 @@ def _rlds_runner(
 
     def run(env_id: str, seeds: list[int], actions: list[Any], work: Path) -> float:
         import rlds_cli
-        from rlds_cli.recording.wrapper import RecordEpisodes
+        from rlds_cli.recording.recorder import RecordEpisodes
 
         writer_class = rlds_cli.DatasetWriter  # imported before the clock starts, as Minari is
         root = Path(tempfile.mkdtemp(dir=work))

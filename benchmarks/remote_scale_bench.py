@@ -105,9 +105,8 @@ def rlds_features() -> dict[str, bool]:
 
 def jpeg_frames(count: int) -> tuple[list[bytes], Any]:
     """``count`` MuJoCo renders as JPEG files (rlds's default quality) and their format."""
-    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
+    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, encode_many
     from rlds_cli.frames.modes import frame_format
-    from rlds_cli.frames.threads import encode_many
 
     frames = np.load(camera_frames.cached(count), mmap_mode="r")
     fmt = frame_format(frames.shape[1:], frames.dtype, "jpeg")
@@ -118,7 +117,7 @@ def episodes(size: int, jpegs: list[bytes], fmt: Any) -> Any:
     """The steps as builder blocks, one an episode of :data:`EPISODE` steps: the renders cycled
     (observations ``EPISODE + 1`` a block: the final one too), random low-dim keys (seed 0)."""
     from rlds_cli.cache.ted import StepBlock
-    from rlds_cli.frames.encoded import EncodedFrames
+    from rlds_cli.frames.modes import EncodedFrames
 
     rng = np.random.default_rng(0)
     frame = 0
@@ -515,7 +514,7 @@ def report(run: Any, results: dict[str, dict[str, Any]], facts: dict[str, Any]) 
         "- Disk: the cache folder's bytes (files in flight included: Mosaic's downloads land as "
         "`shard.N.mds.<random>` before their rename), sampled every 50 ms by another process.",
         "- Decoding: rlds decodes each batch's frames with simplejpeg on every core "
-        "(`rlds_cli.frames.threads`) in the training process; Mosaic's frames are decoded by PIL in "
+        "(`rlds_cli.frames.codecs`) in the training process; Mosaic's frames are decoded by PIL in "
         "its DataLoader workers, as its `jpeg` encoding does (`Image.open` of the bytes).",
         "- moto reads a whole object for any ranged GET (under the object's lock); the store here "
         "reads just the range, as S3 does (`rlds_cli.testing.slow_link`), else rlds's ranged reads "

@@ -33,7 +33,7 @@ _LAZY = {
     "compact": "rlds_cli.write.compact",
     "record": "rlds_cli.recording.recorder",
     "recording_writer": "rlds_cli.recording.recorder",
-    "RecordEpisodes": "rlds_cli.recording.wrapper",
+    "RecordEpisodes": "rlds_cli.recording.recorder",
     "audit": "rlds_cli.inspection.audit",
     "AuditReport": "rlds_cli.inspection.audit",
     "write_episode_page": "rlds_cli.inspection.viewer",

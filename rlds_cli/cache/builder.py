@@ -26,8 +26,7 @@ from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError, FrameError
 from rlds_cli.frames.codecs import FrameFormat
-from rlds_cli.frames.encoded import EncodedFrames, block_rows
-from rlds_cli.frames.modes import FramesMode
+from rlds_cli.frames.modes import EncodedFrames, FramesMode, block_rows
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")

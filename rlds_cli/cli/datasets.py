@@ -139,7 +139,7 @@ def inspect(
     if info and isinstance(dataset, RemoteDataset):
         dataset.fix_summary(info)
     if plot is not None:
-        from rlds_cli.inspection.plot import plot_dataset
+        from rlds_cli.inspection.summary import plot_dataset
 
         info["plot"] = str(plot_dataset(dataset, plot))
     report = None

@@ -33,7 +33,9 @@ def _obs_names(dataset: Dataset) -> dict[str, str]:
             f"dataset {dataset.name!r} has no observation key to export to AMAGO",
             hint="AMAGO trajectories need 'observation' or 'observation/<name>' keys",
         )
-    return {k: "_OBS_KEY_" + ("observation" if k == "observation" else k[len("observation/"):]) for k in keys}
+    return {
+        k: "_OBS_KEY_" + ("observation" if k == "observation" else k[len("observation/") :]) for k in keys
+    }
 
 
 def export_amago(

@@ -124,10 +124,10 @@ def export_to_hub(
 
 def _write_card(dataset: Dataset, out: Path, url: str) -> None:
     """The dataset card (``README.md``, with the data's licence and lineage) and Croissant
-    metadata of the export, beside its files (see :mod:`rlds_cli.remote.card_files`)."""
+    metadata of the export, beside its files (see :mod:`rlds_cli.remote.hub_push`)."""
     from rlds_cli._util.io import sha256_file
     from rlds_cli.cache.card import dataset_card
-    from rlds_cli.remote.card_files import card_files
+    from rlds_cli.remote.hub_push import card_files
 
     files = {
         p.relative_to(out).as_posix(): (p.stat().st_size, sha256_file(p))

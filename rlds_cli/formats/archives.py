@@ -67,9 +67,7 @@ class Limits:
         ratio_floor_bytes: Bytes unpacked before ``max_total_ratio`` applies (default 64 MiB).
     """
 
-    max_total_bytes: int = field(
-        default_factory=lambda: settings.archive_max_bytes()
-    )
+    max_total_bytes: int = field(default_factory=lambda: settings.archive_max_bytes())
     max_members: int = 1_000_000
     max_ratio: float = 1000.0
     max_total_ratio: float = field(

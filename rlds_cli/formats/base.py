@@ -1,11 +1,17 @@
 """The source reader plug point: the :class:`Reader` ABC every format implements, its typed
-:class:`ReaderOptions`, and what a reader produces: a stream of :class:`StepBlock` in the flat
-TED layout, with a :class:`ConversionReport`.
+:class:`ReaderOptions`, what a reader produces, and its file rules.
 
 :class:`StepBlock`, :data:`REQUIRED_STEP_KEYS` and :func:`column` belong to the TED vocabulary
 (:mod:`rlds_cli.cache.ted`), shared by the readers and the cache; they are importable from here
 too, where a reader looks for them.
-"""
+
+**File rules.** A reader's file rules taken from its format's layout module, declared once.
+
+A format package keeps what its sources look like in one module (``layout.py`` or ``files.py``):
+``sniff`` (is this path of the format), ``source_files`` (which files a conversion reads, in
+order) and ``EXPECTED_FILES`` (the words a hint uses). :func:`from_layout` makes them the reader's
+:attr:`~rlds_cli.formats.base.Reader.sniff`, :attr:`~rlds_cli.formats.base.Reader.source_files`
+and :attr:`~rlds_cli.formats.base.Reader.expected_files`, so no reader restates them."""
 
 from __future__ import annotations
 
@@ -13,12 +19,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from types import UnionType
-from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin, get_type_hints
+from types import ModuleType, UnionType
+from typing import Any, ClassVar, Literal, Self, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
-# re-exported: the reader's side of the TED vocabulary
 from rlds_cli.cache.ted import REQUIRED_STEP_KEYS as REQUIRED_STEP_KEYS
 from rlds_cli.cache.ted import StepBlock as StepBlock
 from rlds_cli.cache.ted import column as column
@@ -287,3 +292,22 @@ def _type_words(tp: Any) -> str:
                 )
             )
     return " or ".join(words)
+
+
+R = TypeVar("R", bound=type[Reader])
+
+#: The functions a layout module provides, set on the reader as static methods.
+RULES = ("sniff", "source_files")
+
+
+def from_layout(layout: ModuleType) -> Callable[[R], R]:
+    """Class decorator: the reader's ``sniff``, ``source_files`` and ``expected_files`` are
+    ``layout``'s (``sniff``, ``source_files``, ``EXPECTED_FILES``)."""
+
+    def apply(cls: R) -> R:
+        for name in RULES:
+            setattr(cls, name, staticmethod(getattr(layout, name)))
+        cls.expected_files = layout.EXPECTED_FILES
+        return cls
+
+    return apply

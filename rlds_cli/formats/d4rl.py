@@ -38,18 +38,18 @@ from rlds_cli._util.rows import insert_rows, rows_equal
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.folders import folder_files
-from rlds_cli.formats.hdf5_chunks import ChunkRows, inflatable
 from rlds_cli.formats.hdf5_util import (
+    ChunkRows,
     collect_metadata,
     hdf5_top_keys,
+    inflatable,
     is_hdf5_name,
     open_hdf5,
     read_error,
     to_jsonable,
 )
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
-from rlds_cli.formats.npz_h5 import NpzAsH5, NpzColumn
-from rlds_cli.formats.npz_util import npz_names
+from rlds_cli.formats.npz_util import NpzAsH5, NpzColumn, npz_names
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 

@@ -1,14 +1,41 @@
-"""Small h5py helpers shared by the HDF5-based readers."""
+"""HDF5 reading shared by the HDF5-based readers: small h5py helpers, and gzip-compressed rows
+inflated on several threads.
+
+Small h5py helpers shared by the HDF5-based readers.
+
+**Inflated on several threads.** Rows of gzip-compressed HDF5 datasets, inflated on several threads.
+
+h5py runs every call under one global lock, so a file's chunks inflate one at a time, on one
+core, whatever the reader does. D4RL's generators write every array with
+``compression='gzip'`` and h5py's automatic chunk shape ((15,625, 1) for a (10**6, 17) float32
+array: one column per chunk), and inflating is most of a conversion's time (docs/benchmarks.md,
+"the first download"). :class:`ChunkRows` reads the compressed bytes of the chunks a row range
+needs from the file itself (each chunk's address and size from HDF5's chunk index, read once per
+dataset; ``os.pread`` releases the GIL, where ``read_direct_chunk`` cost 90 us a chunk under
+h5py's lock), inflates them with libdeflate (:func:`inflate`, which releases the GIL too) and
+places each chunk's part in the output, all three on a thread pool.
+
+It serves only the datasets it reproduces exactly (:func:`inflatable`): chunked, one deflate
+filter and nothing else, a plain numeric dtype, every chunk of the range allocated. Anything else
+(shuffle, fletcher32, other codecs, a sparse chunk, a virtual dataset) is read by h5py as before.
+A chunk that does not inflate to its full size is damage: the same ``OSError`` h5py raises.
+"""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
+from collections.abc import Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from deflate import DeflateError, zlib_decompress
 
+from rlds_cli._util.cpus import usable_cpus
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError, SourceNotReadableError
 from rlds_cli.formats import untrusted
 
@@ -259,3 +286,233 @@ def collect_metadata(group: Any, prefix: str, meta: dict[str, Any], arrays: dict
                 arrays[path] = np.asarray(obj[()])
 
     group.visititems(visit)
+
+
+def inflate(raw: bytes, size: int) -> bytearray:
+    """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate
+    (1.3-1.7x zlib's rate for a buffer of known size; it releases the GIL). Raises ``OSError``
+    on a damaged stream."""
+    try:
+        return zlib_decompress(raw, size)
+    except DeflateError as exc:
+        raise OSError(f"the compressed bytes do not inflate ({exc})") from exc
+
+
+#: Dtype kinds served: bool, signed and unsigned integers, floats (fixed size, any byte order).
+INFLATABLE_KINDS = frozenset("biuf")
+#: HDF5's filter id for deflate (``H5Z_FILTER_DEFLATE``).
+DEFLATE_FILTER = 1
+
+
+def inflatable(dataset: Any) -> bool:
+    """Whether :class:`ChunkRows` reads ``dataset`` (an ``h5py.Dataset``) exactly: chunked, with
+    deflate as its only filter, a fixed-size numeric dtype, not virtual."""
+    try:
+        if dataset.chunks is None or dataset.is_virtual or dataset.dtype.kind not in INFLATABLE_KINDS:
+            return False
+        if dataset.dtype.fields is not None or dataset.dtype.subdtype is not None or not dataset.shape:
+            return False
+        plist = dataset.id.get_create_plist()
+        return bool(plist.get_nfilters() == 1 and plist.get_filter(0)[0] == DEFLATE_FILTER)
+    except (AttributeError, OSError, RuntimeError, ValueError):  # not an h5py dataset: the .npz facade
+        return False
+
+
+def default_threads() -> int:
+    """Inflating threads: the usable cores (at most 8; inflating a 60 KiB chunk takes ~0.2 ms)."""
+    return max(1, min(usable_cpus(), 8))
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """Where one chunk's bytes lie in the file, and whether deflate was applied to them."""
+
+    address: int
+    size: int
+    deflated: bool
+
+
+@dataclass
+class _Layout:
+    """What reading one dataset's chunks needs, looked up once (each h5py property is a call
+    under its lock): the file, the chunk shape, the dtype, the chunk index."""
+
+    dataset: Any  # held, so that the id() it is filed under is never reused
+    name: str
+    fd: int
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype
+    index: dict[tuple[int, ...], _Stored]
+    kept_row: int = -1  # the first row of the last chunk row read, and those chunks, decoded
+    kept: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+    # chunks being inflated ahead of their read (prefetch), by offset
+    ahead: dict[tuple[int, ...], Future[np.ndarray]] = field(default_factory=dict)
+
+    def offsets(self, start: int, stop: int) -> Iterator[tuple[int, ...]]:
+        """The offsets of the chunks that hold rows ``start:stop``, in order."""
+        inner = [range(0, n, c) for n, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
+        for row in range(start // self.chunks[0] * self.chunks[0], stop, self.chunks[0]):
+            for rest in itertools.product(*inner):
+                yield (row, *rest)
+
+    def source(self, offset: tuple[int, ...]) -> tuple[int, _Stored, tuple[int, ...], np.dtype, str]:
+        """The arguments of :func:`_load` for the chunk at ``offset``."""
+        stored = self.index.get(offset)
+        if stored is None:
+            raise OSError(f"chunk {offset} of {self.name} is not allocated")
+        return self.fd, stored, self.chunks, self.dtype, f"chunk {offset} of {self.name}"
+
+
+class ChunkRows:
+    """Reads row ranges of :func:`inflatable` datasets, inflating their chunks on ``threads``
+    threads (1: inline). Keeps the chunks of each dataset's last row of chunks, decoded, so a
+    block's one row of lookahead is not inflated twice; :meth:`prefetch` begins inflating the next
+    block's chunks while the caller works on this one. Not thread-safe; :meth:`close` stops the
+    threads and closes the files."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        threads = default_threads() if threads is None else threads
+        self._pool: Executor | None = ThreadPoolExecutor(threads, "rlds-inflate") if threads > 1 else None
+        self._files: dict[str, int] = {}  # descriptors of the HDF5 files read, by file name
+        self._layouts: dict[int, _Layout] = {}  # by id() of the h5py dataset
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+        self._layouts.clear()
+
+    def prefetch(self, dataset: Any, start: int, stop: int) -> None:
+        """Begin inflating the chunks rows ``start:stop`` of ``dataset`` need, for the
+        :meth:`read` that follows (memory: those chunks, decoded). Inline (one thread): nothing.
+        A chunk that cannot be read is left for that :meth:`read` to report."""
+        if self._pool is None or stop <= start:
+            return
+        layout = self._layout(dataset)
+        for offset in layout.offsets(start, stop):
+            if offset not in layout.ahead and not (offset[0] == layout.kept_row and offset in layout.kept):
+                try:
+                    layout.ahead[offset] = self._pool.submit(_load, *layout.source(offset))
+                except OSError:
+                    return
+
+    def read(self, dataset: Any, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of ``dataset`` (an :func:`inflatable` h5py dataset), into ``out``
+        (a C-contiguous array of the rows' shape and the dataset's dtype) when given.
+
+        Raises:
+            OSError: A chunk is not allocated (its rows are the fill value: read them with h5py),
+                or does not inflate to its size (damage).
+        """
+        layout = self._layout(dataset)
+        if out is None:
+            out = np.empty((max(0, stop - start), *layout.shape[1:]), layout.dtype)
+        if stop <= start:
+            return out
+        last_row = (stop - 1) // layout.chunks[0] * layout.chunks[0]
+        kept: dict[tuple[int, ...], np.ndarray] = {}
+        filling: list[tuple[tuple[int, ...], Future[np.ndarray]]] = []
+        for offset in layout.offsets(start, stop):
+            source: np.ndarray | Future[np.ndarray] | tuple[Any, ...]
+            if offset[0] == layout.kept_row and offset in layout.kept:
+                source = layout.kept[offset]
+            else:
+                source = layout.ahead.pop(offset, None) or layout.source(offset)
+            if self._pool is not None:  # read, inflated and placed in one task
+                filling.append((offset, self._pool.submit(_fill, source, out, offset, start, stop)))
+                continue
+            data = _fill(source, out, offset, start, stop)
+            if offset[0] == last_row:
+                kept[offset] = data
+        for offset, job in filling:
+            data = job.result()
+            if offset[0] == last_row:
+                kept[offset] = data
+        layout.kept_row, layout.kept = last_row, kept
+        return out
+
+    def _layout(self, dataset: Any) -> _Layout:
+        """``dataset``'s :class:`_Layout`, its chunk index read on first use."""
+        layout = self._layouts.get(id(dataset))
+        if layout is not None:
+            return layout
+        filename, name = dataset.file.filename, dataset.name
+        if filename not in self._files:
+            self._files[filename] = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        index: dict[tuple[int, ...], _Stored] = {}
+
+        def add(info: Any) -> None:
+            index[tuple(info.chunk_offset)] = _Stored(info.byte_offset, info.size, not info.filter_mask & 1)
+
+        try:
+            if hasattr(dataset.id, "chunk_iter"):  # HDF5 >= 1.14: the whole index in one call
+                dataset.id.chunk_iter(add)
+            else:
+                for i in range(dataset.id.get_num_chunks()):
+                    add(dataset.id.get_chunk_info(i))
+        except RuntimeError as exc:
+            raise OSError(f"the chunk index of {name}: {exc}") from exc
+        if index:  # the addresses are the file's own bytes (no user block, no split driver)
+            offset, first = next(iter(index.items()))
+            if (
+                os.pread(self._files[filename], first.size, first.address)
+                != dataset.id.read_direct_chunk(offset)[1]
+            ):
+                raise OSError(f"the chunks of {name} are not where its index says")
+        layout = _Layout(
+            dataset,
+            name,
+            self._files[filename],
+            tuple(dataset.shape),
+            tuple(dataset.chunks),
+            dataset.dtype,
+            index,
+        )
+        self._layouts[id(dataset)] = layout
+        return layout
+
+
+def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
+    """A chunk's array from its stored bytes (inflated where deflate was applied to them)."""
+    raw = os.pread(fd, stored.size, stored.address)
+    size = int(np.prod(chunks)) * dtype.itemsize
+    if len(raw) != stored.size:
+        raise OSError(f"{what}: the file ends inside it")
+    data = inflate(raw, size) if stored.deflated else raw
+    if len(data) != size:
+        raise OSError(f"{what} holds {len(data)} bytes, not {size}")
+    return np.frombuffer(data, dtype).reshape(chunks)
+
+
+def _fill(
+    source: np.ndarray | Future[np.ndarray] | tuple[Any, ...],
+    out: np.ndarray,
+    offset: tuple[int, ...],
+    start: int,
+    stop: int,
+) -> np.ndarray:
+    """The chunk at ``offset``: kept decoded, being decoded (a prefetch's, waited for: it was
+    submitted earlier, so it runs or has run), or loaded here from ``source``
+    (:meth:`_Layout.source`); placed in ``out`` and returned."""
+    if isinstance(source, np.ndarray):
+        data = source
+    else:
+        data = source.result() if isinstance(source, Future) else _load(*source)
+    _place(out, data, offset, start, stop)
+    return data
+
+
+def _place(out: np.ndarray, chunk: np.ndarray, offset: tuple[int, ...], start: int, stop: int) -> None:
+    """Copy the part of ``chunk`` (at ``offset`` in its dataset) that lies in rows ``start:stop``
+    into ``out`` (those rows). An edge chunk is stored whole: its padding is cut."""
+    row = offset[0]
+    lo, hi = max(start, row), min(stop, row + chunk.shape[0])
+    inner = tuple(
+        slice(o, min(o + c, n)) for o, c, n in zip(offset[1:], chunk.shape[1:], out.shape[1:], strict=True)
+    )
+    part = tuple(slice(0, s.stop - s.start) for s in inner)
+    out[(slice(lo - start, hi - start), *inner)] = chunk[(slice(lo - row, hi - row), *part)]

@@ -1,8 +1,9 @@
-"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write.
+"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write,
+and its JSON metadata files read within bounds.
 
-A source file from the internet is untrusted input, like an archive (:mod:`rlds_cli.formats.archives`).
-Every reader applies these rules before it reads data (written out in ``docs/formats.md``,
-"Untrusted input"):
+A source file from the internet is untrusted input, like an archive
+(:mod:`rlds_cli.formats.archives`). Every reader applies these rules before it reads data (written
+out in ``docs/formats.md``, "Untrusted input"):
 
 * **Numeric arrays only.** Observations, actions, rewards and done flags must be bool, integer,
   float or complex arrays with one row per step (:func:`require_numeric`, :func:`require_rows`).
@@ -18,17 +19,27 @@ Every reader applies these rules before it reads data (written out in ``docs/for
 * **Side arrays are small.** Arrays that are not per-step (D4RL ``metadata/*``, arrays of
   another length) are kept whole in the manifest or ``source_metadata.npz``; each may declare
   at most ``RLDS_SIDE_ARRAY_MAX_BYTES`` (default 64 MiB, :func:`check_side_array`).
-"""
+
+**JSON metadata files.** A source's JSON metadata file, read for a format reader: bounded, parsed,
+one error naming it.
+
+LeRobot's ``info.json``, TFDS's ``features.json``, TensorDict's ``meta.json``, Minari's
+``metadata.json``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache.ted import describe_dtype, is_numeric
 from rlds_cli.errors import SourceFormatError
+
+__all__ = ["MAX_JSON_BYTES", "check_json_size", "read_json_file"]
 
 #: Below this many declared bytes an array is never called a bomb (small all-zero columns,
 #: such as a bool ``terminals`` array, compress extremely well and are harmless).
@@ -141,3 +152,35 @@ def require_rows(where: object, key: str, shape: Sequence[int]) -> None:
             f"{where}: {key!r} is a single value (0-d), not an array with one row per step",
             hint="the file is not in the format's layout; check it, or pass --format for another format",
         )
+
+
+#: Largest JSON metadata file read (refused before any of it is read).
+MAX_JSON_BYTES = 64 << 20
+
+
+def check_json_size(path: Path, what: str = "metadata") -> None:
+    """Refuse ``path`` where it is over :data:`MAX_JSON_BYTES`; ``what`` names it in the error.
+
+    Raises:
+        SourceFormatError: ``<path> is <n> bytes, over the <max> read for <what>``.
+        OSError: ``path`` cannot be stat'ed.
+    """
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise SourceFormatError(f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,} read for {what}")
+
+
+def read_json_file(path: Path, what: str = "metadata") -> Any:
+    """The JSON file at ``path``, parsed (any JSON value: the caller checks its shape).
+
+    Raises:
+        SourceFormatError: It is over :data:`MAX_JSON_BYTES` (:func:`check_json_size`), or
+            missing, unreadable, not UTF-8 or not JSON (``<path> is not readable JSON: <why>``).
+    """
+    try:
+        check_json_size(path, what)
+        return json.loads(path.read_text(encoding="utf-8"))
+    except SourceFormatError:
+        raise
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None

@@ -41,8 +41,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog.names import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError
-from rlds_cli.frames.codecs import FrameFormat, frame_shape_problem
-from rlds_cli.frames.threads import encode_many
+from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
 from rlds_cli.inspection.audit_scan import KeyRoles
 from rlds_cli.inspection.viewer_page import HEAD, SCRIPT, TAIL

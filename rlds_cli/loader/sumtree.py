@@ -136,9 +136,7 @@ class SumTree:
             self._root, self.depth, self.fanout,
         )  # fmt: skip
         if compiled and self._kernels is None:
-            raise ImportError(
-                "SumTree(compiled=True) needs numba (pip install numba) and RLDS_NUMBA unset"
-            )
+            raise ImportError("SumTree(compiled=True) needs numba (pip install numba) and RLDS_NUMBA unset")
 
     def __getstate__(self) -> dict[str, object]:
         leaves = self.leaves.copy()

@@ -1,6 +1,6 @@
 """One episode of a gymnasium environment, assembled step by step into TED columns.
 
-:class:`EpisodeAssembler` is the buffer behind :class:`~rlds_cli.recording.wrapper.RecordEpisodes`
+:class:`EpisodeAssembler` is the buffer behind :class:`~rlds_cli.recording.recorder.RecordEpisodes`
 and :func:`~rlds_cli.recording.recorder.record`. A step costs a few list appends (one per leaf
 of the spaces and per selected info key); the arrays are built once, when the episode ends. The
 episode it returns is the mapping :meth:`Dataset.episode` returns for the same data, so it goes

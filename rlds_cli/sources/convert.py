@@ -36,8 +36,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock, parse_options
-from rlds_cli.frames.encoded import block_rows
-from rlds_cli.frames.modes import FramesMode
+from rlds_cli.frames.modes import FramesMode, block_rows
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

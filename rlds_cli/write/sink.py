@@ -27,7 +27,7 @@ from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import CommitFailedError, CorruptDatasetError, RldsError, from_os_error
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write import segments
-from rlds_cli.write.merging import SmallSegmentMerger
+from rlds_cli.write.compact import SmallSegmentMerger
 from rlds_cli.write.validate import EpisodeColumns
 
 #: Retired segments a commit removes at the most (:func:`rlds_cli.write.segments.collect`): a
@@ -126,7 +126,7 @@ class SegmentSink:
 
     def _after_commit(self, head: Manifest) -> None:
         """Evict past the capacity, merge the newest small segments where they are due
-        (:mod:`rlds_cli.write.merging`), then remove the files of segments retired long
+        (:mod:`rlds_cli.write.compact`), then remove the files of segments retired long
         enough."""
         conf = growing_settings(head)
         log_path = self.directory / COMMIT_LOG_FILE

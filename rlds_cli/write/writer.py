@@ -38,8 +38,8 @@ from rlds_cli.frames.modes import FramesMode
 from rlds_cli.write import segments
 from rlds_cli.write.committer import Committer
 from rlds_cli.write.compact import try_compaction_lock
+from rlds_cli.write.segments import wait_deleted
 from rlds_cli.write.sink import SegmentSink
-from rlds_cli.write.trash import wait_deleted
 from rlds_cli.write.validate import (
     EpisodeColumns,
     check_schema,

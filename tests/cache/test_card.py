@@ -1,4 +1,4 @@
-"""Dataset cards and licences (cache/card.py, remote/card_files.py): ``--license``/``--citation``
+"""Dataset cards and licences (cache/card.py, remote/hub_push.py): ``--license``/``--citation``
 and what sources declare are kept in the manifest, carried into views, merges, trims, downsamples
 and preprocess outputs, written as README.md + croissant.json on a Hub push, and a mixture of
 incompatible licences says so in its report."""
@@ -176,7 +176,7 @@ def test_croissant_loads_in_mlcroissant(tmp_path: Path) -> None:
     side environment, no warning), the Croissant file loads and says the licence."""
     mlc = pytest.importorskip("mlcroissant")
     from rlds_cli._util.io import sha256_file
-    from rlds_cli.remote.card_files import CROISSANT_FILE, card_files
+    from rlds_cli.remote.hub_push import CROISSANT_FILE, card_files
 
     download("demo", license="MIT", citation=CITE)
     ds = open_dataset("pointmass-demo-v0")

@@ -1,4 +1,4 @@
-"""Gzip-compressed HDF5 rows inflated on threads (rlds_cli.formats.hdf5_chunks): the same rows as
+"""Gzip-compressed HDF5 rows inflated on threads (rlds_cli.formats.hdf5_util): the same rows as
 h5py for every chunk shape, dtype and range; h5py reads what it cannot serve; a damaged chunk is
 named, never served; a compressed D4RL file converts to the same dataset as the plain one."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.hdf5_chunks import ChunkRows, inflatable
+from rlds_cli.formats.hdf5_util import ChunkRows, inflatable
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 

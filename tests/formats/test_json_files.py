@@ -1,4 +1,4 @@
-"""The formats' one read of a JSON metadata file (rlds_cli/formats/json_files.py): parsed when it
+"""The formats' one read of a JSON metadata file (rlds_cli/formats/untrusted.py): parsed when it
 is JSON, else one SourceFormatError naming the file, and refused before reading when over the cap."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats import json_files
-from rlds_cli.formats.json_files import check_json_size, read_json_file
+from rlds_cli.formats import untrusted as json_files
+from rlds_cli.formats.untrusted import check_json_size, read_json_file
 
 
 def test_a_json_file_is_parsed(tmp_path: Path) -> None:

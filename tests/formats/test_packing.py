@@ -8,8 +8,14 @@ import pytest
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, StepBlock
-from rlds_cli.formats.episode_schema import EpisodeSchema
-from rlds_cli.formats.packing import BLOCK_BYTES, BlockPacker, Piece, piece_block, rows_per_block
+from rlds_cli.formats.packing import (
+    BLOCK_BYTES,
+    BlockPacker,
+    EpisodeSchema,
+    Piece,
+    piece_block,
+    rows_per_block,
+)
 
 
 def piece(first: int, steps: int, *, last: bool = True, episode: int = 0, **kw: object) -> Piece:

@@ -1,4 +1,4 @@
-"""Episode files named as their writers name them (``rlds_cli.formats.episode_names``).
+"""Episode files named as their writers name them (``rlds_cli.formats.folders``).
 
 DreamerV2's ``save_episode`` and DrQ-v2's ``_store_episode`` count ``rows - 1`` in the name,
 V-D4RL's ``hdf5_to_npz.py`` counts ``rows``: folders written by each convert, with no note; a
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.formats.episode_names import name_mismatch, named_rows
+from rlds_cli.formats.folders import name_mismatch, named_rows
 from tests.vd4rl_fixtures import dreamer_episode, dreamerv2_save_episode, vd4rl_script_save_episode
 
 runner = CliRunner()

@@ -10,10 +10,17 @@ import pytest
 from PIL import Image
 
 from rlds_cli.errors import FrameError, FramesModeError
-from rlds_cli.frames.codecs import FrameFormat, decode, decode_into, encode, image_format, sniff
-from rlds_cli.frames.encoded import EncodedFrames, join_rows, take_rows
-from rlds_cli.frames.modes import FramesMode, frame_format
-from rlds_cli.frames.threads import decode_many, encode_many
+from rlds_cli.frames.codecs import (
+    FrameFormat,
+    decode,
+    decode_into,
+    decode_many,
+    encode,
+    encode_many,
+    image_format,
+    sniff,
+)
+from rlds_cli.frames.modes import EncodedFrames, FramesMode, frame_format, join_rows, take_rows
 from tests.frames_fixtures import psnr, scene
 
 

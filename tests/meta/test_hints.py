@@ -152,7 +152,7 @@ def _runtime_strings(path: Path) -> Iterator[tuple[int, str]]:
 
 #: The modules whose strings name .md files on purpose: the one that writes docs/cli.md itself,
 #: and the one that writes a pushed dataset's card, README.md.
-_WRITES_DOCS = {"rlds_cli/cli/reference.py", "rlds_cli/remote/card_files.py"}
+_WRITES_DOCS = {"rlds_cli/cli/reference.py", "rlds_cli/remote/hub_push.py"}
 
 
 def test_no_message_or_hint_points_at_a_docs_file() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from rlds_cli.cache.card import make_card
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.remote.card_files import readme
+from rlds_cli.remote.hub_push import readme
 from tests.loader_fixtures import make_ted
 
 

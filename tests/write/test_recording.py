@@ -14,8 +14,8 @@ gym = pytest.importorskip("gymnasium")
 import rlds_cli  # noqa: E402
 from rlds_cli.errors import RecordingError  # noqa: E402
 from rlds_cli.recording.episode import EpisodeAssembler  # noqa: E402
+from rlds_cli.recording.recorder import RecordEpisodes  # noqa: E402
 from rlds_cli.recording.spaces import decode_text, encode_text, space_leaves  # noqa: E402
-from rlds_cli.recording.wrapper import RecordEpisodes  # noqa: E402
 from tests.recording_fixtures import MemorySink, MixedEnv, register  # noqa: E402
 
 spaces = gym.spaces
@@ -238,9 +238,9 @@ def test_without_gymnasium_the_error_names_the_record_extra(monkeypatch: pytest.
     from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError
 
     monkeypatch.setitem(sys.modules, "gymnasium", None)
-    monkeypatch.delitem(sys.modules, "rlds_cli.recording.wrapper")
+    monkeypatch.delitem(sys.modules, "rlds_cli.recording.recorder")
     with pytest.raises(MissingExtraError) as caught:
-        importlib.import_module("rlds_cli.recording.wrapper")
+        importlib.import_module("rlds_cli.recording.recorder")
     assert str(caught.value) == (
         "recording from an environment needs gymnasium, which is not installed: "
         "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"

@@ -20,7 +20,7 @@ from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CommitFailedError
 from rlds_cli.inspection.validate import check_dataset
-from rlds_cli.write import merging
+from rlds_cli.write import compact as merging
 from tests import faults
 from tests.write.test_writer import episode
 

@@ -6,7 +6,7 @@ key character, so no key's files can meet these.
 Frames are already compressed: zarr's chunk codecs would only wrap them again, so a zarr
 dataset stores its frame columns as a memmap one does. A column reads as the ``(rows, *shape)``
 ``uint8`` array it stands for (:class:`FramesColumn`): a read decodes only the rows asked for,
-each distinct row once, on every core (:mod:`rlds_cli.frames.threads`), straight into the
+each distinct row once, on every core (:mod:`rlds_cli.frames.codecs`), straight into the
 output. Its content digest covers the stored bytes, the offsets and how they are read (codec,
 frame shape, channel order: :class:`FramesHasher`), so an edited manifest fails the check as an
 edited byte does; a frame's bytes are what the dataset holds, decoded the same way every time.
@@ -27,10 +27,8 @@ import numpy as np
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, damaged_frame
-from rlds_cli.frames.encoded import EncodedFrames
-from rlds_cli.frames.modes import FramesMode
-from rlds_cli.frames.threads import decode_many, encode_many
+from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, damaged_frame, decode_many, encode_many
+from rlds_cli.frames.modes import EncodedFrames, FramesMode
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor

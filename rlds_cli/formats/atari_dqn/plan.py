@@ -108,8 +108,6 @@ def parse_checkpoints(spec: object) -> NumberSelection:
         ) from None
 
 
-
-
 @dataclass
 class Rows:
     """Consecutive rows of the chronological stream, with what each row needs decided."""

@@ -28,8 +28,7 @@ from rlds_cli.formats.atari_dqn.layout import (
 )
 from rlds_cli.formats.atari_dqn.plan import Checkpoint, Rows, listed, parse_checkpoints, run_length
 from rlds_cli.formats.atari_dqn.stream import GzipNpy, check_store
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.file_rules import from_layout
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes
 

@@ -205,8 +205,6 @@ class GzipNpy:
             stream.close()
 
 
-
-
 def check_store(stream: GzipNpy, name: str) -> None:
     """Dopamine's store signature: frames ``(C, H, W[, C])`` uint8, the rest ``(C,)`` numbers."""
     shape, dtype, where = stream.shape, stream.dtype, stream.path

@@ -55,10 +55,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.episode_schema import Episode, EpisodeSchema
-from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.folders import BadFiles
 from rlds_cli.formats.gen_dgrl import files as layout
 from rlds_cli.formats.gen_dgrl.files import (
@@ -70,7 +68,7 @@ from rlds_cli.formats.gen_dgrl.files import (
     source_files,
 )
 from rlds_cli.formats.gen_dgrl.tar import TarTrajectories, read_loose
-from rlds_cli.formats.packing import BlockPacker
+from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 

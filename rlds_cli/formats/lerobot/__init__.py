@@ -39,17 +39,16 @@ and one mp4 per episode). The rules below are written out in ``docs/formats.md``
 
 The package, one module per job:
 :mod:`~rlds_cli.formats.lerobot.layout`: the dataset directory, ``sniff``, ``source_files``, path
-templates and the containment check; :mod:`~rlds_cli.formats.lerobot.features`: what each feature
+templates and the containment check; :mod:`~rlds_cli.formats.lerobot.layout`: what each feature
 becomes; :mod:`~rlds_cli.formats.lerobot.tables`: the tasks and episodes tables;
 :mod:`~rlds_cli.formats.lerobot.rows`: the parquet rows; :mod:`~rlds_cli.formats.lerobot.frames`:
-how video frames are matched to rows; :mod:`~rlds_cli.formats.lerobot.transitions`: rows -> TED
+how video frames are matched to rows; :mod:`~rlds_cli.formats.lerobot.rows`: rows -> TED
 blocks (the last-row rule, episode ends); :mod:`~rlds_cli.formats.lerobot.reader`:
 :class:`LeRobotReader` and its options.
 """
 
 from __future__ import annotations
 
-from rlds_cli.formats.json_files import MAX_JSON_BYTES
 from rlds_cli.formats.lerobot.frames import TIMESTAMP_TOLERANCE_S
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
@@ -61,6 +60,7 @@ from rlds_cli.formats.lerobot.layout import (
 )
 from rlds_cli.formats.lerobot.reader import BLOCK_ROWS, LeRobotOptions, LeRobotReader
 from rlds_cli.formats.packing import BLOCK_BYTES
+from rlds_cli.formats.untrusted import MAX_JSON_BYTES
 
 __all__ = [
     "BLOCK_BYTES",

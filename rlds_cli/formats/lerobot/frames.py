@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.lerobot.features import Feature
-from rlds_cli.formats.lerobot.layout import INFO_FILE
+from rlds_cli.formats.lerobot.layout import INFO_FILE, Feature
 
 #: lerobot's ``tolerance_s`` default: how far a frame's time may be from the row's timestamp.
 TIMESTAMP_TOLERANCE_S = 1e-4

@@ -12,23 +12,22 @@ import numpy as np
 
 from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.json_files import read_json_file
-from rlds_cli.formats.lerobot.features import Feature, plan_features
 from rlds_cli.formats.lerobot.frames import VideoCursor
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
     VERSIONS,
+    Feature,
     dataset_root,
     inside,
+    plan_features,
     plan_files,
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array, image_column
+from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array, image_column, rule_notes, split_part
 from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
-from rlds_cli.formats.lerobot.transitions import rule_notes, split_part
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
-from rlds_cli.formats.untrusted import declared_bytes
+from rlds_cli.formats.untrusted import declared_bytes, read_json_file
 
 #: Most rows a block holds, however small they are (blocks target ``packing.BLOCK_BYTES`` of
 #: decoded rows, frames included: the readers' one budget).

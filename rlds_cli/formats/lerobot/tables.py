@@ -13,16 +13,15 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport
-from rlds_cli.formats.json_files import check_json_size
-from rlds_cli.formats.lerobot.features import FeaturePlan
 from rlds_cli.formats.lerobot.layout import (
     INCOMPLETE,
     INFO_FILE,
+    FeaturePlan,
     fill_template,
     inside,
     resolve_file,
 )
-from rlds_cli.formats.untrusted import check_declared, declared_bytes
+from rlds_cli.formats.untrusted import check_declared, check_json_size, declared_bytes
 
 
 @dataclass

@@ -22,7 +22,7 @@ from rlds_cli.formats.minari.layout import (
     space_leaves,
     space_shape,
 )
-from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.modes import EncodedFrames
 
 _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")
 

@@ -8,7 +8,7 @@
 * **The spaces** in their JSON form (``minari.serialization``): the leaves a space splits into,
   the per-step shape of a Box/MultiDiscrete/MultiBinary space, and the image spaces whose frames
   Minari >= 0.5.3 stores as JPEG bytes (kept as they are:
-  :class:`~rlds_cli.frames.encoded.EncodedFrames`).
+  :class:`~rlds_cli.frames.modes.EncodedFrames`).
 * **The storage plug point** (:class:`Store`) between
   :class:`~rlds_cli.formats.minari.reader.MinariReader` and Minari's storages
   (:mod:`.hdf5_store`, :mod:`.arrow_store`): each reads one episode at a time.
@@ -31,9 +31,9 @@ from rlds_cli.formats.hdf5_util import (
     hdf5_top_keys,
     is_hdf5_name,
 )
-from rlds_cli.formats.json_files import read_json_file
+from rlds_cli.formats.untrusted import read_json_file
 from rlds_cli.frames.codecs import FrameFormat, image_format
-from rlds_cli.frames.encoded import EncodedFrames
+from rlds_cli.frames.modes import EncodedFrames
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -312,7 +312,7 @@ class Store(Protocol):
 
     def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
         """Episode ``i``: its label (for errors), each leaf's array (image files: kept as they are,
-        :class:`~rlds_cli.frames.encoded.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
+        :class:`~rlds_cli.frames.modes.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
 
     def close(self) -> None:
         """Release what the storage holds open."""

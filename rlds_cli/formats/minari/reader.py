@@ -11,10 +11,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
+from rlds_cli.formats.base import ConversionReport, Reader, StepBlock, from_layout
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.episode_schema import Episode, EpisodeSchema
-from rlds_cli.formats.file_rules import from_layout
 from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.minari import layout
@@ -31,7 +29,7 @@ from rlds_cli.formats.minari.layout import (
     data_dir_of,
     read_metadata,
 )
-from rlds_cli.formats.packing import BlockPacker
+from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 
 
 @from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/minari/layout.py

@@ -18,9 +18,7 @@ import numpy as np
 
 from rlds_cli._util.tfds_layout import SHARD_NAME
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.file_rules import from_layout
-from rlds_cli.formats.json_files import read_json_file
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
 from rlds_cli.formats.keys import renamed_note
 from rlds_cli.formats.packing import BlockPacker, Piece
 from rlds_cli.formats.parallel import default_workers, ordered_map
@@ -53,8 +51,8 @@ from rlds_cli.formats.tfrecord_io import (
     have_crc32c,
     scan_records,
 )
-from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, side_array_max_bytes
-from rlds_cli.frames.encoded import join_rows
+from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, read_json_file, side_array_max_bytes
+from rlds_cli.frames.modes import join_rows
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")

@@ -23,7 +23,7 @@ rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
   must be set on row 0 and only there, ``is_last`` nowhere but on the last row: anything else
   is refused (a Dreamer episode file holds one episode). The count in a writer's name is a
   label: ``rows - 1`` (DreamerV2, DrQ-v2) or ``rows`` (V-D4RL's ``hdf5_to_npz.py``) is accepted,
-  any other is a warning in the conversion notes (:mod:`rlds_cli.formats.episode_names`).
+  any other is a warning in the conversion notes (:mod:`rlds_cli.formats.folders`).
 * **drqbc shards**, in natural name order (``2.hdf5`` before ``10.hdf5``): an episode starts at
   ``step_type`` 0 (or after a 2) and ends at 2 (or before a 0). A shard ending without 2 whose
   successor starts without 0 continues the same episode; an episode that ends without 2 (the
@@ -45,10 +45,8 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column
-from rlds_cli.formats.episode_names import DREAMER_NAME
-from rlds_cli.formats.file_rules import from_layout
-from rlds_cli.formats.folders import BadFiles
+from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column, from_layout
+from rlds_cli.formats.folders import DREAMER_NAME, BadFiles
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.vd4rl import files as layout

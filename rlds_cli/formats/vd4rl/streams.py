@@ -13,7 +13,7 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport
-from rlds_cli.formats.episode_names import name_mismatch
+from rlds_cli.formats.folders import name_mismatch
 from rlds_cli.formats.keys import is_text, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 from rlds_cli.formats.vd4rl.files import HDF5_CONSUMED, HDF5_REQUIRED, NPZ_FLAGS, NPZ_REQUIRED, PIXEL_KEYS
