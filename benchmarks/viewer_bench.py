@@ -16,7 +16,7 @@ keep``); 7-dim actions, 14-dim states and a reward per step.
   ``<html data-ready="true">`` (the first frames of every camera shown, the
   plots drawn), to ``DOMContentLoaded`` (the whole file read) and to the last step's frames shown
   after a seek there. Best of ``--repeats`` fresh browsers.
-* **rerun.** Where rerun-sdk is installed, :func:`rlds_cli.inspection.viewer_rerun.write_rerun`
+* **rerun.** Where rerun-sdk is installed, :func:`rlds_cli.inspection.viewer.write_rerun`
   (no audit): its wall time and the recording's bytes.
 
 Prints markdown tables.
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         made = time.perf_counter() - start
         rrd: tuple[float, int] | None = None
         try:
-            from rlds_cli.inspection.viewer_rerun import write_rerun
+            from rlds_cli.inspection.viewer import write_rerun
 
             start = time.perf_counter()
             recording = write_rerun(ds, root / "long.rrd", audit_flags=False, fps=a.fps)

@@ -38,7 +38,7 @@ _LAZY = {
     "AuditReport": "rlds_cli.inspection.audit",
     "write_episode_page": "rlds_cli.inspection.viewer",
     "episode_page": "rlds_cli.inspection.viewer",
-    "write_rerun": "rlds_cli.inspection.viewer_rerun",
+    "write_rerun": "rlds_cli.inspection.viewer",
     "normalized_score": "rlds_cli.inspection.scores",
     "reference_scores": "rlds_cli.inspection.scores",
     "ReferenceScores": "rlds_cli.inspection.scores",

@@ -1,4 +1,5 @@
-"""The dataset registry: TOML files mapping ids (and aliases) to source files.
+"""The dataset registry: TOML files mapping ids (and aliases) to source files; which entries live on
+the Hub; how a search pattern matches.
 
 Registry files are read from the package (``registry/`` in a source checkout, copied into
 the wheel as ``rlds_cli/_registry``) and from every file or folder in ``$RLDS_REGISTRY``; a
@@ -40,8 +41,9 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
 A file set stands for every combination of its variables' values (the Atari DQN replay logs: 51
 checkpoints x 6 files for each of 250 runs would be 13 MB of TOML written out). Its files are
 expanded when an entry is used, never at load; an option it names (``--option checkpoints=0:2``)
-picks which values, and so which files are downloaded, by :func:`rlds_cli._util.numbers.parse_numbers`'s
-rule, the one the reader applies to the same option.
+picks which values, and so which files are downloaded, by
+:func:`rlds_cli._util.numbers.parse_numbers`'s rule, the one the reader applies to the same
+option.
 
 A file may start with a ``[defaults]`` table: its keys fill in every entry of that file that
 does not set them (tables, such as ``file_set``, are merged one level deep).
@@ -51,20 +53,41 @@ figures are only shown (``rlds list --remote``, ``rlds info``), marked as approx
 URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the others must be
 ``http://`` or ``https://``. Any other key (``ids``, ``url_status``, counts, ...) is kept in
 :attr:`RegistryEntry.extra` and shown by ``rlds info``.
+
+**Search.** How a search pattern matches names and descriptions, and how well: ``rlds list
+PATTERN`` and ``rlds list --remote PATTERN``.
+
+A pattern holding ``*``, ``?`` or ``[`` is a glob over the whole text; any other pattern is a
+substring. Both ignore case. A registry search ranks what it finds, so that ``hopper`` lists
+the Hopper datasets before ``atari_dqn/ChopperCommand/1``, whose id merely contains the letters:
+see :func:`match_rank`.
+
+**Hub-hosted entries.** Which registry entries come from the Hugging Face Hub, and from which
+dataset repo.
+
+An entry is Hub-hosted when its files are listed from a Hub folder (``[dataset.listing]``,
+e.g. RoboSet's ``jdvakil/RoboSet_Sim``) or when every URL of every file is a Hub ``resolve`` URL
+(``https://huggingface.co/datasets/ORG/REPO/resolve/REV/PATH``, e.g. Minari's
+``farama-minari/D4RL``). Nothing is declared twice: the repo and folder are read from the URLs the
+registry already holds (each from the reference notes on datasets), so no repo id is made up
+here. :func:`hub_source` gives the entry's folder as an ``hf://`` URL, what
+``rlds download hf://...`` takes; :func:`hub_repos` groups the registry's entries by repo.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import posixpath
+import re
 import tomllib
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from rlds_cli import settings
-from rlds_cli.catalog.matching import match_rank
-from rlds_cli.catalog.matching import (
-    matches as matches,  # its old home: callers of registry.matches keep working
-)
 from rlds_cli.catalog.registry_schema import (
     BUNDLED_SCHEME,
     PublishedFigures,
@@ -77,7 +100,6 @@ from rlds_cli.catalog.registry_schema import (
 )
 from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
 
-#: The entry types live in :mod:`rlds_cli.catalog.registry_schema`; they stay importable from here.
 __all__ = [
     "BUNDLED_SCHEME",
     "PublishedFigures",
@@ -87,12 +109,147 @@ __all__ = [
     "RegistryListing",
     "entries",
     "is_known",
+    "match_rank",
     "matches",
     "packaged_registry_dir",
     "resolve",
     "search",
     "suggestions",
 ]
+
+
+#: Ranks of :func:`match_rank`, best first.
+EXACT, PREFIX, WORD, INSIDE, DESCRIPTION_WORD, DESCRIPTION = range(6)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def matches(pattern: str, *texts: str) -> bool:
+    """Whether any of ``texts`` matches ``pattern``, ignoring case: as a glob over the whole text
+    when the pattern holds ``*``, ``?`` or ``[`` (``D4RL/door/*``), else as a substring."""
+    needle = pattern.lower()
+    if _is_glob(pattern):
+        return any(fnmatch.fnmatchcase(t.lower(), needle) for t in texts)
+    return any(needle in t.lower() for t in texts)
+
+
+def _starts_word(text: str, at: int) -> bool:
+    """Whether ``text[at:]`` begins a word: at the start, after a separator (``-``, ``/``,
+    ``_``, a space, ...), or at a capital after a lower-case letter or a digit
+    (``ChopperCommand``: ``Command`` starts a word, ``hopper`` does not)."""
+    if at == 0:
+        return True
+    before, here = text[at - 1], text[at]
+    if not before.isalnum():
+        return True
+    return here.isupper() and (before.islower() or before.isdigit())
+
+
+def _word_match(needle: str, text: str) -> bool:
+    """Whether ``needle`` (lower case) occurs in ``text`` at the start of a word."""
+    lowered = text.lower()
+    at = lowered.find(needle)
+    while at >= 0:
+        if _starts_word(text, at):
+            return True
+        at = lowered.find(needle, at + 1)
+    return False
+
+
+def match_rank(pattern: str, names: list[str], description: str = "") -> int | None:
+    """How well an entry matches ``pattern`` (lower is better), or ``None`` when it does not.
+
+    ``names`` are its id and aliases. For a substring pattern: :data:`EXACT` (a name is the
+    pattern), :data:`PREFIX` (a name starts with it), :data:`WORD` (it starts a word of a name:
+    ``bullet-hopper-medium-v0``), :data:`INSIDE` (it is inside a word of a name:
+    ``ChopperCommand``), then the same two for the description alone. For a glob: :data:`EXACT`
+    when a name matches, :data:`DESCRIPTION` when only the description does.
+    """
+    needle = pattern.lower()
+    if _is_glob(pattern):
+        if any(fnmatch.fnmatchcase(n.lower(), needle) for n in names):
+            return EXACT
+        return DESCRIPTION if description and fnmatch.fnmatchcase(description.lower(), needle) else None
+    lowered = [n.lower() for n in names]
+    if needle in lowered:
+        return EXACT
+    if any(n.startswith(needle) for n in lowered):
+        return PREFIX
+    if any(_word_match(needle, n) for n in names):
+        return WORD
+    if any(needle in n for n in lowered):
+        return INSIDE
+    if _word_match(needle, description):
+        return DESCRIPTION_WORD
+    return DESCRIPTION if needle in description.lower() else None
+
+
+_RESOLVE = re.compile(r"^https://huggingface\.co/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """The Hub dataset repo, folder and revision an entry's files come from."""
+
+    repo: str
+    path: str
+    revision: str = "main"
+
+    @property
+    def url(self) -> str:
+        """``hf://datasets/ORG/REPO[/PATH]`` (``@REV`` when not ``main``)."""
+        tail = f"/{self.path}" if self.path else ""
+        rev = f"@{self.revision}" if self.revision != "main" else ""
+        return f"hf://datasets/{self.repo}{tail}{rev}"
+
+
+def hub_source(entry: RegistryEntry) -> HubSource | None:
+    """Where on the Hub ``entry``'s files come from; ``None`` when any of them comes from
+    elsewhere (or the entry has no files)."""
+    if entry.listing is not None:
+        return HubSource(entry.listing.hf_repo, entry.listing.path.strip("/"), entry.listing.revision)
+    if entry.file_set is not None or not entry.listed_files:
+        return None
+    found: set[tuple[str, str, str]] = set()
+    for f in entry.listed_files:
+        for url in f.urls:
+            m = _RESOLVE.match(url)
+            if m is None:
+                return None
+            repo, rev, path = m.group(1), urllib.parse.unquote(m.group(2)), urllib.parse.unquote(m.group(3))
+            # the folder: the URL's path less the file's own name in the download folder
+            folder = path[: -len(f.name)].rstrip("/") if path.endswith(f.name) else posixpath.dirname(path)
+            found.add((repo, folder, rev))
+    if len(found) != 1:
+        return None  # files from several folders: no one hf:// URL names them
+    repo, folder, rev = found.pop()
+    return HubSource(repo, folder, rev)
+
+
+def hub_repos(entries: Iterable[RegistryEntry]) -> dict[str, list[str]]:
+    """The Hub dataset repos of ``entries``, each with the ids that come from it, sorted."""
+    out: dict[str, list[str]] = {}
+    for entry in entries:
+        src = hub_source(entry)
+        if src is not None:
+            out.setdefault(src.repo, []).append(entry.id)
+    return {repo: sorted(ids) for repo, ids in sorted(out.items())}
+
+
+def matches_repo(pattern: str, entry: RegistryEntry) -> bool:
+    """Whether ``pattern`` names ``entry``'s Hub repo (``farama-minari/D4RL``, case-insensitive,
+    or the repo's ``hf://datasets/...`` URL, or a folder inside it)."""
+    src = hub_source(entry)
+    if src is None:
+        return False
+    wanted = pattern.strip().removeprefix("hf://").removeprefix("datasets/").rstrip("/").lower()
+    here = f"{src.repo}/{src.path}".rstrip("/").lower()
+    return bool(wanted) and "/" in wanted and (here == wanted or here.startswith(wanted + "/"))
+
+
+#: The entry types live in :mod:`rlds_cli.catalog.registry_schema`; they stay importable from here.
 
 
 def packaged_registry_dir() -> Path:
@@ -173,8 +330,8 @@ def suggestions(name: str, limit: int = 3) -> list[str]:
 
 def search(pattern: str) -> list[RegistryEntry]:
     """Entries whose id, an alias or the description matches ``pattern`` (see
-    :func:`~rlds_cli.catalog.matching.matches`), best matches first
-    (:func:`~rlds_cli.catalog.matching.match_rank`:
+    :func:`~rlds_cli.catalog.registry.matches`), best matches first
+    (:func:`~rlds_cli.catalog.registry.match_rank`:
     the id itself, ids that start with it, ids where it starts a word, ids that merely contain
     it, then descriptions), by id within a rank."""
     ranked = [

@@ -51,7 +51,7 @@ def list_datasets(
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in cached_datasets(pattern, cache)]
     if not quiet:  # a dataset whose manifest is damaged is not listed: say so, not nothing
-        from rlds_cli.catalog.matching import matches
+        from rlds_cli.catalog.registry import matches
 
         for name, exc in cache.damaged_manifests():
             if pattern is None or matches(pattern, name):

@@ -80,7 +80,7 @@ def show(
     dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
     recording = None
     if rerun is not None:
-        from rlds_cli.inspection.viewer_rerun import write_rerun
+        from rlds_cli.inspection.viewer import write_rerun
 
         recording = write_rerun(
             dataset, rerun, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root

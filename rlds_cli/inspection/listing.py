@@ -118,7 +118,7 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
             configured one).
     """
     from rlds_cli._util.io import tree_bytes
-    from rlds_cli.catalog.matching import matches
+    from rlds_cli.catalog.registry import matches
 
     cache = _cache(root)
     return [
@@ -183,7 +183,7 @@ def list_registry(pattern: str | None = None, root: Root | CacheRoot = None) -> 
     as :func:`list_datasets` matches names, or whose Hugging Face Hub repo or folder it names:
     ``farama-minari/D4RL``), sorted by id, each with its local state."""
     from rlds_cli.catalog import registry
-    from rlds_cli.catalog.registry_hub import matches_repo
+    from rlds_cli.catalog.registry import matches_repo
 
     cache = _cache(root)
     found = registry.entries() if pattern is None else registry.search(pattern)
@@ -212,7 +212,7 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
     if row["cached"]:
         manifest = cache.manifest(entry.cache_name)
         row["num_steps"], row["num_episodes"], origin = manifest.num_steps, manifest.num_episodes, "cache"
-    from rlds_cli.catalog.registry_hub import hub_source
+    from rlds_cli.catalog.registry import hub_source
 
     hub = hub_source(entry)
     published = entry.published

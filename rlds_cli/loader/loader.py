@@ -28,10 +28,9 @@ from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import check_ranks_field, in_step
-from rlds_cli.loader.factory import make_sampler
+from rlds_cli.loader.factory import check_counts, check_source_options, make_sampler
 from rlds_cli.loader.image_transforms import ImageTransform
 from rlds_cli.loader.opening import open_dataset
-from rlds_cli.loader.options import check_counts, check_source_options
 from rlds_cli.loader.protocols import (
     Bindable,
     Checkpointable,

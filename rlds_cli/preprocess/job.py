@@ -12,9 +12,9 @@ Where things live while a job runs (``<entry>`` is the output's cache entry)::
 arguments that change the output, so ``--resume`` only ever continues the very same job. The
 directory does not end in ``.incomplete``: the cache's stale-build cleanup leaves it alone, and
 it survives a crash until the job is resumed (or run again without ``--resume``, which starts
-over). The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs is
-:mod:`rlds_cli.preprocess.resume`'s, the job's identity :mod:`rlds_cli.preprocess.prepare`'s, and
-the checks and publication at the end :mod:`rlds_cli.preprocess.finish`'s. The job holds a
+over). The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs and the checks
+and publication at the end are :mod:`rlds_cli.preprocess.finish`'s, the job's identity
+:mod:`rlds_cli.preprocess.prepare`'s. The job holds a
 :class:`~rlds_cli.cache.transaction.CacheTransaction` of its output from start to end; ``out/``
 is that transaction's build directory, published by its commit. The directory is removed once
 the output is published.
@@ -51,7 +51,6 @@ from rlds_cli.errors import (
     UserFunctionError,
 )
 from rlds_cli.preprocess import executors, finish, output, remote_io, schema
-from rlds_cli.preprocess import resume as job_dirs
 from rlds_cli.preprocess.guard import stop_if_reimported
 from rlds_cli.preprocess.plan import Plan, describe_input
 from rlds_cli.preprocess.prepare import FnLike, Job, infer, prepare
@@ -264,7 +263,7 @@ def _run_locked(
     if existing is not None and made_here and (resume or not txn.replace):
         # the very same job finished before (perhaps killed while cleaning up after
         # itself): its output is complete, and what it left behind is only clutter
-        job_dirs.discard_job_dir(job, out_name)
+        finish.discard_job_dir(job, out_name)
         if out_url is not None:
             remote_io.remove(remote_io.job_url(out_url, job.job_id))
         return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
@@ -328,7 +327,7 @@ def _execute(
     resume: bool,
     progress: Progress | None,
 ) -> PreprocessResult:
-    job_dir, saved = job_dirs.job_dir(job, out_name, resume)
+    job_dir, saved = finish.job_dir(job, out_name, resume)
     area = remote_io.job_url(job.out_url, job.job_id) if job.out_url is not None else None
     if area is not None:
         if resume:  # the chunks that finished, wherever the interrupted run was coordinated
@@ -349,7 +348,7 @@ def _execute(
     inferred = schema.schema_from_json(saved["schema"])
     mode = saved["mode"]
     plan = job.plan
-    done = job_dirs.finished_chunks(job_dir, plan.num_chunks)
+    done = finish.finished_chunks(job_dir, plan.num_chunks)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -390,7 +389,7 @@ def _execute(
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
     manifest = finish.finish(job, out_name, job_dir, inferred, assembler, txn)
-    job_dirs.discard_job_dir(job, out_name)
+    finish.discard_job_dir(job, out_name)
     if area is not None:
         remote_io.remove(area)
     return PreprocessResult(

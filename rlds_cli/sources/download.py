@@ -4,7 +4,7 @@ Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (re
 retried, verified, published atomically) and then converted by :func:`rlds_cli.sources.convert.convert`.
 A first-seen sha256 is pinned (made binding for later downloads) only once the conversion
 succeeded; a file that failed to convert is fetched again by the next run
-(:mod:`rlds_cli.net.pinning`).
+(:mod:`rlds_cli.net.hashes`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from rlds_cli.catalog import registry
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceNotFoundError
 from rlds_cli.frames.modes import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
-from rlds_cli.net.hashes import HashStore
+from rlds_cli.net.hashes import HashStore, confirmed_by_conversion
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
 from rlds_cli.net.hub.folder import FolderListing, list_folder, read_listing, save_listing, token_auth
 from rlds_cli.net.hub.repo import HubPath, endpoint
 from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
-from rlds_cli.net.pinning import confirmed_by_conversion
 from rlds_cli.sources.convert import ConvertResult, convert
 from rlds_cli.sources.provenance import default_name, provenance
 

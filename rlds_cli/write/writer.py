@@ -4,7 +4,7 @@ A growing dataset (``layout: "segmented"``, see ``docs/cache-format.md``) is mad
 segments and a commit log. A writer validates each episode (:mod:`rlds_cli.write.validate`) in
 the caller's thread, then hands it to its commit thread (:mod:`rlds_cli.write.committer`),
 which commits ``episodes_per_commit`` of them, or every episode waiting, as one segment
-(:mod:`rlds_cli.write.sink`, :func:`rlds_cli.write.segments.commit_segment`): they become
+(:mod:`rlds_cli.write.committer`, :func:`rlds_cli.write.segments.commit_segment`): they become
 visible to readers whole, at once, and a writer killed at any moment loses only what it had not
 committed. ``flush()`` waits until every episode added is committed. Several writer processes
 append to one dataset at the same time; none waits for another.
@@ -36,10 +36,9 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
 from rlds_cli.frames.modes import FramesMode
 from rlds_cli.write import segments
-from rlds_cli.write.committer import Committer
+from rlds_cli.write.committer import Committer, SegmentSink
 from rlds_cli.write.compact import try_compaction_lock
 from rlds_cli.write.segments import wait_deleted
-from rlds_cli.write.sink import SegmentSink
 from rlds_cli.write.validate import (
     EpisodeColumns,
     check_schema,

@@ -24,8 +24,8 @@ from rlds_cli.cache.manage import collect_garbage, remove_dataset
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.preprocess import finish as preprocess_finish
+from rlds_cli.preprocess import finish as preprocess_resume
 from rlds_cli.preprocess import job as preprocess_job
-from rlds_cli.preprocess import resume as preprocess_resume
 from tests import faults
 from tests.faults import count_steps, kill_at
 

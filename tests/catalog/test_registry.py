@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.catalog import matching, registry
+from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
     ChecksumMismatchError,
@@ -393,24 +393,24 @@ def test_search_ranks_whole_words_before_letters_inside_a_word() -> None:
 @pytest.mark.parametrize(
     ("pattern", "names", "description", "rank"),
     [
-        ("hopper-medium-v2", ["hopper-medium-v2"], "", matching.EXACT),
-        ("DEMO", ["pointmass-demo-v0", "demo"], "", matching.EXACT),  # an alias, any case
-        ("hopper", ["hopper-medium-v2"], "", matching.PREFIX),
-        ("hopper", ["bullet-hopper-medium-v0"], "", matching.WORD),
-        ("hopper", ["D4RL/hopper/x"], "", matching.WORD),
-        ("command", ["atari_dqn/ChopperCommand/1"], "", matching.WORD),  # a capital starts a word
-        ("hopper", ["atari_dqn/ChopperCommand/1"], "", matching.INSIDE),
-        ("suite", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION_WORD),
-        ("ujoco", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION),
+        ("hopper-medium-v2", ["hopper-medium-v2"], "", registry.EXACT),
+        ("DEMO", ["pointmass-demo-v0", "demo"], "", registry.EXACT),  # an alias, any case
+        ("hopper", ["hopper-medium-v2"], "", registry.PREFIX),
+        ("hopper", ["bullet-hopper-medium-v0"], "", registry.WORD),
+        ("hopper", ["D4RL/hopper/x"], "", registry.WORD),
+        ("command", ["atari_dqn/ChopperCommand/1"], "", registry.WORD),  # a capital starts a word
+        ("hopper", ["atari_dqn/ChopperCommand/1"], "", registry.INSIDE),
+        ("suite", ["x"], "D4RL, gym_mujoco suite", registry.DESCRIPTION_WORD),
+        ("ujoco", ["x"], "D4RL, gym_mujoco suite", registry.DESCRIPTION),
         ("walker", ["x"], "D4RL, gym_mujoco suite", None),
-        ("mujoco/h*", ["mujoco/hopper/simple-v0"], "", matching.EXACT),  # a glob: whole names
-        ("*suite", ["x"], "D4RL, gym_mujoco suite", matching.DESCRIPTION),
+        ("mujoco/h*", ["mujoco/hopper/simple-v0"], "", registry.EXACT),  # a glob: whole names
+        ("*suite", ["x"], "D4RL, gym_mujoco suite", registry.DESCRIPTION),
         ("mujoco/h*", ["x/mujoco/hopper"], "", None),
     ],
 )
 def test_match_rank(pattern: str, names: list[str], description: str, rank: int | None) -> None:
-    assert matching.match_rank(pattern, names, description) == rank
-    assert matching.matches(pattern, *names, description) == (rank is not None)
+    assert registry.match_rank(pattern, names, description) == rank
+    assert registry.matches(pattern, *names, description) == (rank is not None)
 
 
 def test_did_you_mean() -> None:
@@ -444,7 +444,7 @@ def test_published_figures_are_parsed_and_shown_as_approximate() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('[dataset.published]\nsteps = 10\n', "'published' (a table with a 'source'"),
+        ("[dataset.published]\nsteps = 10\n", "'published' (a table with a 'source'"),
         ('[dataset.published]\nsource = "x"\nsteps = -1\n', "'published.steps' (-1 is not a positive"),
         ('[dataset.published]\nsource = "x"\nsize_bytes = "1 GB"\n', "'published.size_bytes' ('1 GB'"),
     ],

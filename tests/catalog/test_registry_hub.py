@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.catalog import registry
-from rlds_cli.catalog.registry_hub import hub_repos, hub_source
+from rlds_cli.catalog.registry import hub_repos, hub_source
 from rlds_cli.cli.app import app
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""``rlds show --rerun FILE.rrd`` / :func:`rlds_cli.inspection.viewer_rerun.write_rerun`: the
+"""``rlds show --rerun FILE.rrd`` / :func:`rlds_cli.inspection.viewer.write_rerun`: the
 recording, read back with rerun's own ``RrdReader``, holds each camera's stored image files on
 the ``step`` timeline, every plotted dimension, the audit's marks and the statistics."""
 
@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import MissingExtraError, ViewerError
-from rlds_cli.inspection.viewer_rerun import write_rerun
+from rlds_cli.inspection.viewer import write_rerun
 from tests.formats_fixtures import refused
 from tests.inspection.viewer_fixtures import build_viewer_dataset, stored_frames
 

@@ -20,7 +20,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import SchemaMismatchError
 from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
-from rlds_cli.write.sink import COLLECT_PER_COMMIT
+from rlds_cli.write.committer import COLLECT_PER_COMMIT
 from tests.waits import HANG_SECONDS, collect, join_all
 from tests.write.test_writer import assert_identical, episode
 
