@@ -48,7 +48,7 @@ from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, damag
 from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.integrity import schema_problem
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, LOG_CHECKPOINT_FILE, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR, segment_folders
 from rlds_cli.cache.log_checkpoint import load_state, verify_log
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
@@ -278,12 +278,9 @@ class GrowingDataset(Dataset):
             row["steps"] += ds.num_steps - int(ds.episode_index["start"][first])
             if entry.protected:
                 protected += ds.num_episodes - first
-        segments_dir = self.directory / SEGMENTS_DIR
         return {
             "segments": len(self._parts),
-            "segments_on_disk": sum(1 for p in segments_dir.iterdir() if p.name != LOG_CHECKPOINT_FILE)
-            if segments_dir.is_dir()
-            else 0,
+            "segments_on_disk": len(segment_folders(self.directory)),
             "log_records": self._state.records,
             "evicted_episodes": self._state.evicted,
             "protected_episodes": protected,

@@ -141,6 +141,16 @@ def download_locks(folder: Path) -> list[Path]:
     return list(folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}"))
 
 
+def segment_folders(directory: Path) -> list[Path]:
+    """What lies in growing dataset ``directory``'s ``segments/``, in name order, the log's
+    checkpoint (:data:`LOG_CHECKPOINT_FILE`) left out: the folders of segments (named or not by
+    the log) and anything else put there; none when the folder is absent."""
+    segments = directory / SEGMENTS_DIR
+    if not segments.is_dir():
+        return []
+    return sorted(p for p in segments.iterdir() if p.name != LOG_CHECKPOINT_FILE)
+
+
 @dataclass(frozen=True)
 class CacheLayout:
     """Where everything lies under one cache root (see the module docstring)."""

@@ -24,10 +24,9 @@ from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.commit_log import LogState
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
-    LOG_CHECKPOINT_FILE,
     MANIFEST_FILE,
     SEGMENT_BUILDS_DIR,
-    SEGMENTS_DIR,
+    segment_folders,
 )
 from rlds_cli.cache.manifest import manifest_json
 
@@ -72,12 +71,9 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     # with the history (0.4 s at 100,000 commits), the records past a view do not
     latest = max(views, key=lambda v: v.position).copy() if views else LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
-    segments = directory / SEGMENTS_DIR
     found: list[Path] = []
     writers: Counter[Any] = Counter()
-    for path in sorted(segments.iterdir()) if segments.is_dir() else ():
-        if path.name == LOG_CHECKPOINT_FILE:  # the log's checkpoint, beside the segments
-            continue
+    for path in segment_folders(directory):
         try:
             seg = bytes.fromhex(path.name)
         except ValueError:  # not a segment rlds named: no record can name it

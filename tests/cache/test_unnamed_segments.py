@@ -210,3 +210,17 @@ def test_collect_makes_a_removed_building_folder_again(
     assert len(listed) == 3
     assert sorted(remove_retired("g")) == sorted(listed)
     assert len(list((directory / SEGMENTS_DIR).iterdir())) == 1
+
+
+def test_the_segments_folder_is_listed_in_one_place_without_the_checkpoint(tmp_path: Path) -> None:
+    """``segment_folders``: what ``gc``/``compact`` (unnamed segments) and ``stats`` count is
+    every entry of ``segments/`` but the log's checkpoint, in name order; none without the folder."""
+    from rlds_cli.cache.layout import LOG_CHECKPOINT_FILE, SEGMENTS_DIR, segment_folders
+
+    assert segment_folders(tmp_path) == []
+    segments = tmp_path / SEGMENTS_DIR
+    segments.mkdir()
+    for name in ("0b", "0a", "stray"):
+        (segments / name).mkdir()
+    (segments / LOG_CHECKPOINT_FILE).write_bytes(b"x")
+    assert [p.name for p in segment_folders(tmp_path)] == ["0a", "0b", "stray"]
