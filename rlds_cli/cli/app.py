@@ -8,16 +8,13 @@ from typing import Annotated
 import typer
 
 from rlds_cli._version import __version__
-from rlds_cli.cli.audit import audit
-from rlds_cli.cli.datasets import inspect, list_datasets, score, stats
+from rlds_cli.cli.datasets import info, inspect, list_datasets, score, stats
 from rlds_cli.cli.demo import demo
 from rlds_cli.cli.download import download, verify
-from rlds_cli.cli.export import export
+from rlds_cli.cli.look import audit, show
 from rlds_cli.cli.manage import compact, du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess
-from rlds_cli.cli.remote import info
-from rlds_cli.cli.show import show
-from rlds_cli.cli.transfer import pull, push
+from rlds_cli.cli.transfer import export, pull, push
 from rlds_cli.cli.views import downsample, drop, merge, split, trim, view
 
 app = typer.Typer(
