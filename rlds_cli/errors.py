@@ -29,8 +29,8 @@ class RldsError(Exception):
 
 
 class SettingError(RldsError, ValueError):
-    """An ``RLDS_*`` environment variable whose value cannot be used (parsed in
-    :mod:`rlds_cli.settings`, the one place that reads them)."""
+    """An ``RLDS_*`` environment variable whose value cannot be used (read by
+    :mod:`rlds_cli.settings`)."""
 
 
 class UnknownLicenseError(RldsError, ValueError):
@@ -358,8 +358,8 @@ class MissingExtraError(RldsError, ImportError):
     """An optional dependency (an extra of rlds-cli) is not installed."""
 
 
-#: How to install gymnasium (the ``record`` extra), said in the message itself: a Python user sees
-#: the message of a traceback, not the hint.
+#: How to install gymnasium (the ``record`` extra), put in the message: a traceback shows the
+#: message, not the hint.
 GYMNASIUM_INSTALL = "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"
 
 

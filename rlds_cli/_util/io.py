@@ -1,9 +1,7 @@
-"""Small file helpers shared by every writer: replace a file (or folder) whole or not at all,
-make bytes and renames durable, hash a file, check the free space before a download, measure
-the disk a file or a folder uses.
+"""File helpers for every writer: atomic replace, fsync, sha256, free-space checks, disk use.
 
-Nothing here imports the rest of rlds but its errors, so any layer may use it. Whether to fsync
-is the caller's decision (most pass :func:`rlds_cli.settings.fsync_enabled`, ``RLDS_FSYNC``).
+Imports nothing of rlds but its errors, so any layer may use it. Callers decide whether to fsync
+(most pass :func:`rlds_cli.settings.fsync_enabled`, ``RLDS_FSYNC``).
 """
 
 from __future__ import annotations
@@ -37,9 +35,9 @@ def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp") -> Path:
 def atomic_path(
     path: Path, *, unique: bool = True, suffix: str = ".tmp", sync_dir: bool = False
 ) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` for the block to write (a file or a folder); when
-    the block succeeds it is renamed over ``path`` (then ``path``'s folder is fsynced when
-    ``sync_dir``), else it is removed. A crash before the rename leaves ``path`` as it was."""
+    """Yield a temporary path beside ``path`` (for a file or a folder), renamed over ``path`` when
+    the block succeeds (then the folder fsynced if ``sync_dir``), else removed. A crash before the
+    rename leaves ``path`` unchanged."""
     tmp = temp_path(path, unique=unique, suffix=suffix)
     try:
         yield tmp
@@ -62,10 +60,9 @@ def atomic_write(
     sync_dir: bool = False,
     unique: bool = True,
 ) -> None:
-    """Replace the file ``path`` by ``data`` (``str``: UTF-8; a callable: writes into the open
-    file, e.g. ``lambda fh: np.save(fh, a)``) whole or not at all: write a temp file beside it
-    (fsynced before the rename when ``fsync``), rename it over ``path``, fsync the folder when
-    ``sync_dir``. See :func:`temp_path` for ``unique``."""
+    """Replace the file ``path`` by ``data`` whole or not at all (``str``: UTF-8; a callable writes
+    into the open file, e.g. ``lambda fh: np.save(fh, a)``). ``fsync``: sync the temp file before
+    the rename; ``sync_dir``: sync the folder after; ``unique``: see :func:`temp_path`."""
     with atomic_path(path, unique=unique, sync_dir=sync_dir) as tmp, open(tmp, "wb") as fh:
         if callable(data):
             data(fh)
@@ -92,7 +89,7 @@ _DIR_FSYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.E
 
 def fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (no-op where directories cannot be opened or
-    synced; an I/O error is raised: what the caller commits next would name lost entries)."""
+    synced; any other I/O error is raised)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -138,9 +135,8 @@ def check_disk(directory: Path, needed: int, what: str) -> None:
 
 
 def file_bytes(path: Path) -> int:
-    """Bytes a file takes on disk: its allocated blocks, which is less than its length for a
-    sparse file (a preallocated memmap column not yet written) and more for a tiny file.
-    ``st_size`` where the platform reports no blocks (Windows)."""
+    """Bytes a file takes on disk: its allocated blocks (less than its length for a sparse file,
+    more for a tiny one); ``st_size`` where the platform reports no blocks (Windows)."""
     return _allocated(path.stat())
 
 
@@ -150,12 +146,9 @@ def _allocated(st: os.stat_result) -> int:
 
 
 def tree_bytes(path: Path) -> int:
-    """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed).
-    This is the one measure of "size" of everything in a local cache: ``rlds list``, ``rlds
-    inspect`` (a dataset and each of its keys), ``rlds du``, ``rm`` and ``gc`` all count with it.
-
-    A file or folder removed while it is counted counts nothing: writers remove the retired
-    segments of a growing dataset while ``rlds gc``, ``rlds du`` or ``rlds list`` measure it."""
+    """Disk use of a file or a directory tree (see :func:`file_bytes`; links are not followed);
+    the size that ``rlds list``, ``inspect``, ``du``, ``rm`` and ``gc`` report. A file or folder
+    removed while counted (a growing dataset's retired segment) counts 0."""
     try:
         if path.is_file():
             return file_bytes(path)

@@ -1,16 +1,12 @@
 """Names imported when first used: a package's lazy public names, and plug-point tables.
 
-**Lazy public names** of a package (PEP 562): a name is imported from its module on first use.
+:func:`lazy_names` (PEP 562) serves ``rlds_cli`` and the packages ``cache``, ``loader`` and
+``preprocess``: importing one submodule runs the package's ``__init__``, which must not pull in
+the writers, torch or the readers.
 
-The front door (``rlds_cli``) and the packages ``cache``, ``loader`` and ``preprocess`` name their
-public API without importing it: importing one submodule (``rlds_cli.cache.dataset`` to read)
-runs the package's ``__init__`` first, which must not pull in the writers, torch or the readers.
-
-**Plug-point tables**: a name mapped to ``"module:attr"``, imported only when asked for. The
-source formats (:data:`rlds_cli.formats.READERS`), the exporters
-(:data:`rlds_cli.export.EXPORTERS`) and the preprocess executors
-(:data:`rlds_cli.preprocess.executors.EXECUTORS`) are such tables, so naming a format or listing
-them imports none of their modules; :func:`resolve` is the one way a name becomes its object.
+Plug-point tables map a name to ``"module:attr"`` (:data:`rlds_cli.formats.READERS`,
+:data:`rlds_cli.export.EXPORTERS`, :data:`rlds_cli.preprocess.executors.EXECUTORS`); listing them
+imports nothing, and :func:`resolve` imports only the module asked for.
 """
 
 from __future__ import annotations
@@ -38,8 +34,8 @@ def lazy_names(
             ``(module, attribute)`` where the attribute has another name.
         namespace: The package's ``globals()``: a name, once imported, is kept there.
         exported: What ``dir()`` lists (``__all__``).
-        before: Called with the module's full name before it is imported (e.g. to say that an
-            extra is missing in one clear line).
+        before: Called with the module's full name before it is imported (e.g. to report a
+            missing extra).
     """
     listed = sorted(set(exported))
 

@@ -1,18 +1,15 @@
 """File locks between processes: :class:`FileLock` on a lock file, :func:`lock_fd` on an open file;
 :func:`pid_alive`, whether the process a lock or a reservation names still runs.
 
-On POSIX both are ``fcntl.flock(LOCK_EX)``, exactly what ``filelock.FileLock`` takes (it uses
-``flock`` too, and never truncates or removes the file), so processes using either exclude each
-other. ``filelock`` is not imported there: ``import filelock`` costs ~16 ms in a process that has
-rlds loaded (its asyncio, lease and descriptor machinery), a sixth of converting a 100k-step
-low-dim dataset. Elsewhere (Windows) :class:`FileLock` takes ``filelock``'s lock and
-:func:`lock_fd` locks nothing.
+On POSIX both are ``fcntl.flock(LOCK_EX)``, as ``filelock.FileLock`` takes (never truncating or
+removing the file), so processes using either exclude each other. ``filelock`` is not imported
+there: it costs ~16 ms with rlds loaded, a sixth of converting a 100k-step low-dim dataset. On
+Windows :class:`FileLock` takes ``filelock``'s lock and :func:`lock_fd` locks nothing.
 
-:class:`FileLock` keeps the part of ``filelock.FileLock``'s interface rlds uses: ``acquire``
-(waiting up to ``timeout`` seconds, ``-1`` forever, ``0`` one attempt, polling), ``release``, a
-context manager, reentrant within one object (its holds count across threads, where filelock's
-are per thread: give each thread its own object). A lock not taken in time raises
-:class:`Timeout` on every platform.
+:class:`FileLock` has the part of ``filelock.FileLock``'s interface rlds uses: ``acquire``
+(``timeout`` seconds, ``-1`` forever, ``0`` one attempt; polling), ``release``, a context manager.
+It is reentrant per object, not per thread: give each thread its own object. A lock not taken in
+time raises :class:`Timeout` on every platform.
 """
 
 from __future__ import annotations

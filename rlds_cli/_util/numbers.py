@@ -1,10 +1,9 @@
 """Options that pick numbers: ``A:B`` ranges (episodes of a conversion or a view) and number
 selections (checkpoints of a run, files of a registry entry).
 
-:func:`parse_range` reads every ``"A:B"`` of rlds. A selection (:func:`parse_numbers`) is
+:func:`parse_range` parses every ``"A:B"`` of rlds. A selection (:func:`parse_numbers`) is
 ``"A:B"`` (``A <= N < B``; either side may be empty), ``"3,5,9"``, one number, or a list of
-numbers: the format reader (``checkpoints`` of ``atari_dqn``) and the registry's file sets
-(which files to download) parse it here, so both always pick the same numbers.
+numbers; the ``atari_dqn`` reader and the registry's file sets both parse it here.
 """
 
 from __future__ import annotations
@@ -63,9 +62,8 @@ def parse_range(spec: object, *, negative: bool) -> tuple[int | None, int | None
     """``"A:B"`` -> ``(A, B)`` (``None`` for an empty side), or ``[A, B]`` as a manifest stores
     it (``A`` an int, ``B`` an int or ``None``).
 
-    ``negative=True`` allows any values, read as a Python slice (a view knows its parent's episode
-    count); ``negative=False`` requires ``0 <= A < B`` (a conversion's stream does not know its
-    count in advance, nor does a selection of files or checkpoints).
+    ``negative=True`` allows any values, read as a Python slice (views); ``negative=False``
+    requires ``0 <= A < B`` (conversions and selections, whose count is not known in advance).
 
     Raises:
         InvalidSelectionError: ``spec`` is not of that form, or breaks those rules.

@@ -1,13 +1,10 @@
 """Row-wise comparison of arrays, for the checks that ``next/obs[t] == obs[t + 1]``, and the
 insertion of episodes' final observations into a block of rows (the flat layout).
 
-Readers compare every observation row with the next row's (a reset shows up as a row that
-differs), and ``rlds inspect --check`` does it again on the cache, so on pixel data this runs over
-every byte of the dataset. Comparing values element by element costs a bool per element (a 1.3 GB
-file of frames: 0.8 s); comparing the rows' bytes as 8-byte words costs an eighth of that. Bytes
-that are equal mean values that are equal; bytes that differ mean values that differ only for
-integers, so for other kinds (floats: ``-0.0 == 0.0``, NaNs with other payloads) the few rows whose
-bytes differ are compared again by value.
+Readers and ``rlds inspect --check`` run this over every byte of a pixel dataset. Rows are compared
+as 8-byte words, an eighth of an element-wise compare's cost (1.3 GB of frames: 0.8 s element-wise).
+Differing bytes mean differing values only for integers, so for other kinds (``-0.0 == 0.0``, NaN
+payloads) rows whose bytes differ are compared again by value.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ def rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether ``a`` and ``b`` are the same bytes seen the same way (one address, shape, strides
-    and dtype), so equal row by row without a look: a recorded episode's ``observation`` and
-    ``next/observation`` are two views of one array, and comparing them read every frame."""
+    """Whether ``a`` and ``b`` are the same bytes seen the same way (address, shape, strides,
+    dtype), hence equal: a recorded episode's ``observation`` and ``next/observation`` can be."""
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
     ia, ib = a.__array_interface__, b.__array_interface__
@@ -52,20 +48,15 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-#: Words compared at a time by :func:`_bytes_equal`: a 64 KiB bool temporary (memory that is new
-#: to the process costs a page fault per 4 KiB; a block-sized one was a tenth of a small
-#: conversion's faults).
+#: Words compared at a time by :func:`_bytes_equal`: a 64 KiB bool temporary (a block-sized one
+#: cost a tenth of a small conversion's page faults).
 _CHUNK_WORDS = 1 << 16
 
 
 def _bytes_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise equality of the bytes of two 2-D arrays of one dtype, compared in the widest
-    unsigned words that divide a row.
-
-    The words that differ are found over the whole block at once (a flat compare and a count,
-    which numpy runs at memory speed) and only their rows are marked: reducing per row
-    (``.all(axis=1)``) was 6x slower for low-dim rows of a few words, and the rows that differ
-    are few (episode ends). Where many words differ the per-row reduction is used.
+    """Row-wise equality of the bytes of two 2-D arrays of one dtype, in the widest unsigned words
+    that divide a row. Differing words are found with a flat compare and only their rows marked
+    (a per-row ``.all(axis=1)`` is 6x slower for low-dim rows), unless many words differ.
     """
     n = len(a)
     row_bytes = a.shape[1] * a.dtype.itemsize
@@ -101,10 +92,8 @@ _SLICE_INSERT_RATIO = 1 / 64
 def insert_rows(rows: np.ndarray, ends: np.ndarray, finals: np.ndarray) -> np.ndarray:
     """``np.insert(rows, ends + 1, finals, axis=0)``: ``finals[i]`` placed after row
     ``ends[i]`` (``ends`` sorted, unique, inside ``rows``), the flat layout of a block whose
-    episodes end at ``ends``.
-
-    With few episodes per block (the usual case) it copies the runs between ends as slices:
-    ``np.insert`` builds a mask and copies through it, 4x slower for a block of low-dim rows."""
+    episodes end at ``ends``. With few episodes per block it copies slices (``np.insert``'s
+    masked copy is 4x slower for a block of low-dim rows)."""
     k = len(ends)
     if k > 256 and k > len(rows) * _SLICE_INSERT_RATIO:
         return np.insert(rows, ends + 1, finals, axis=0)

@@ -1,10 +1,8 @@
-"""The file names of an RLDS/TFDS dataset folder, and which folders among a list of file names are
-such folders: one rule for the reader's layout (``formats/rlds_tfrecord/layout.py``, local
-folders) and the Hub's download plan (``net/hub/plan.py``, a repo's listing).
+"""The file names of an RLDS/TFDS dataset folder, and which folders in a list of file names are such.
 
 A TFDS dataset folder holds ``features.json`` next to ``<name>-<split>.tfrecord[-NNNNN-of-NNNNN]``
-shards (Open X-Embodiment and its mirrors keep one per ``<name>/<version>/``). The rules read
-names only, never a file.
+shards (Open X-Embodiment keeps one per ``<name>/<version>/``). The rules read names only; used by
+``formats/rlds_tfrecord/layout.py`` and the Hub plan (``net/hub/plan.py``).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ def shard_name(name: str, split: str, index: int, count: int) -> str:
 
 
 def is_shard_name(name: str) -> bool:
-    """Whether a file's base name is a TFRecord shard's as the reader takes one (``...tfrecord...``,
-    not hidden, not named as an HDF5 or ``.npz`` file: those are other formats' files, which format
-    detection puts only to the readers of those)."""
+    """Whether a base name is a TFRecord shard's (holds ``.tfrecord``, not hidden, not an HDF5 or
+    ``.npz`` name)."""
     return ".tfrecord" in name and not name.startswith(".") and not name.lower().endswith(_NOT_SHARDS)
 
 
@@ -64,7 +61,7 @@ def one_tfds_folder(names: Iterable[str], source: str, prefix: str) -> str | Non
         prefix: What the user would name instead, before a folder's relative path.
 
     Raises:
-        SourceFormatError: Several folders: rlds converts one at a time, and the user names it.
+        SourceFormatError: Several folders (rlds converts one at a time).
     """
     found = tfds_folders(names)
     if len(found) > 1:

@@ -1,7 +1,7 @@
-"""What a dataset name given by a user refers to: one rule for every command and the library.
+"""What a dataset name given by a user refers to, for every command and the library.
 
-``rlds inspect demo``, ``rlds split demo``, ``open_dataset("demo")`` and ``Loader("demo")`` all
-go through :func:`resolve_name`, so a registry alias works wherever a cached dataset's name does.
+``rlds inspect demo``, ``open_dataset("demo")``, ``Loader("demo")`` and the rest resolve names
+through :func:`resolve_name`, so a registry alias works wherever a cached dataset's name does.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     description = "..."
     license = "..."
     max_episode_steps = 100             # optional reader hint
-    options = { last_step = "transition" }   # optional reader options (the user's override them)
+    options = { last_step = "transition" }   # optional reader options (the user's options override them)
 
     [[dataset.files]]
     name = "pointmass-demo-v0.hdf5"     # local file name (may hold '/': "data/main_data.hdf5")
@@ -38,12 +38,10 @@ later file may not redefine an id or alias of an earlier one. Schema (one table 
     suffix = ".h5"                      # keep files whose name ends so
     revision = "main"
 
-A file set stands for every combination of its variables' values (the Atari DQN replay logs: 51
-checkpoints x 6 files for each of 250 runs would be 13 MB of TOML written out). Its files are
-expanded when an entry is used, never at load; an option it names (``--option checkpoints=0:2``)
-picks which values, and so which files are downloaded, by
-:func:`rlds_cli._util.numbers.parse_numbers`'s rule, the one the reader applies to the same
-option.
+A file set stands for every combination of its variables' values (written out, the Atari DQN
+replay logs would be 13 MB of TOML). Its files are expanded when an entry is used, never at load;
+an option it names (``--option checkpoints=0:2``) picks which values, and so which files are
+downloaded, by :func:`rlds_cli._util.numbers.parse_numbers` (the reader's rule for that option).
 
 A file may start with a ``[defaults]`` table: its keys fill in every entry of that file that
 does not set them (tables, such as ``file_set``, are merged one level deep).
@@ -54,24 +52,16 @@ URLs with the ``bundled:`` scheme name a file shipped in ``rlds_cli/data``; the 
 ``http://`` or ``https://``. Any other key (``ids``, ``url_status``, counts, ...) is kept in
 :attr:`RegistryEntry.extra` and shown by ``rlds info``.
 
-**Search.** How a search pattern matches names and descriptions, and how well: ``rlds list
-PATTERN`` and ``rlds list --remote PATTERN``.
+**Search** (``rlds list [--remote] PATTERN``): a pattern holding ``*``, ``?`` or ``[`` is a glob
+over the whole text, any other a substring; both ignore case. Registry results are ranked by
+:func:`match_rank` (``hopper`` lists the Hopper datasets before ``atari_dqn/ChopperCommand/1``).
 
-A pattern holding ``*``, ``?`` or ``[`` is a glob over the whole text; any other pattern is a
-substring. Both ignore case. A registry search ranks what it finds, so that ``hopper`` lists
-the Hopper datasets before ``atari_dqn/ChopperCommand/1``, whose id merely contains the letters:
-see :func:`match_rank`.
-
-**Hub-hosted entries.** Which registry entries come from the Hugging Face Hub, and from which
-dataset repo.
-
-An entry is Hub-hosted when its files are listed from a Hub folder (``[dataset.listing]``,
-e.g. RoboSet's ``jdvakil/RoboSet_Sim``) or when every URL of every file is a Hub ``resolve`` URL
-(``https://huggingface.co/datasets/ORG/REPO/resolve/REV/PATH``, e.g. Minari's
-``farama-minari/D4RL``). Nothing is declared twice: the repo and folder are read from the URLs the
-registry already holds (each from the reference notes on datasets), so no repo id is made up
-here. :func:`hub_source` gives the entry's folder as an ``hf://`` URL, what
-``rlds download hf://...`` takes; :func:`hub_repos` groups the registry's entries by repo.
+**Hub-hosted entries**: an entry is Hub-hosted when its files are listed from a Hub folder
+(``[dataset.listing]``, e.g. ``jdvakil/RoboSet_Sim``) or every URL of every file is a Hub
+``resolve`` URL (``https://huggingface.co/datasets/ORG/REPO/resolve/REV/PATH``, e.g.
+``farama-minari/D4RL``). Repo and folder are read from those URLs, never declared separately.
+:func:`hub_source` gives the entry's folder as an ``hf://`` URL (what ``rlds download hf://...``
+takes); :func:`hub_repos` groups entries by repo.
 """
 
 from __future__ import annotations
@@ -161,11 +151,10 @@ def _word_match(needle: str, text: str) -> bool:
 def match_rank(pattern: str, names: list[str], description: str = "") -> int | None:
     """How well an entry matches ``pattern`` (lower is better), or ``None`` when it does not.
 
-    ``names`` are its id and aliases. For a substring pattern: :data:`EXACT` (a name is the
-    pattern), :data:`PREFIX` (a name starts with it), :data:`WORD` (it starts a word of a name:
-    ``bullet-hopper-medium-v0``), :data:`INSIDE` (it is inside a word of a name:
-    ``ChopperCommand``), then the same two for the description alone. For a glob: :data:`EXACT`
-    when a name matches, :data:`DESCRIPTION` when only the description does.
+    ``names`` are its id and aliases. Substring pattern: :data:`EXACT` (a name is the pattern),
+    :data:`PREFIX`, :data:`WORD` (starts a word of a name: ``bullet-hopper-medium-v0``),
+    :data:`INSIDE` (``ChopperCommand``), then :data:`DESCRIPTION_WORD` / :data:`DESCRIPTION` for
+    the description alone. Glob: :data:`EXACT` when a name matches, else :data:`DESCRIPTION`.
     """
     needle = pattern.lower()
     if _is_glob(pattern):
@@ -219,7 +208,7 @@ def hub_source(entry: RegistryEntry) -> HubSource | None:
             if m is None:
                 return None
             repo, rev, path = m.group(1), urllib.parse.unquote(m.group(2)), urllib.parse.unquote(m.group(3))
-            # the folder: the URL's path less the file's own name in the download folder
+            # the file's name may hold '/', so strip it whole rather than take dirname
             folder = path[: -len(f.name)].rstrip("/") if path.endswith(f.name) else posixpath.dirname(path)
             found.add((repo, folder, rev))
     if len(found) != 1:
@@ -329,11 +318,8 @@ def suggestions(name: str, limit: int = 3) -> list[str]:
 
 
 def search(pattern: str) -> list[RegistryEntry]:
-    """Entries whose id, an alias or the description matches ``pattern`` (see
-    :func:`~rlds_cli.catalog.registry.matches`), best matches first
-    (:func:`~rlds_cli.catalog.registry.match_rank`:
-    the id itself, ids that start with it, ids where it starts a word, ids that merely contain
-    it, then descriptions), by id within a rank."""
+    """Entries whose id, an alias or the description matches ``pattern``, best first by
+    :func:`match_rank`, then by id."""
     ranked = [
         (rank, e.id, e)
         for e in entries()

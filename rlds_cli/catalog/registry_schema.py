@@ -1,7 +1,7 @@
 """The registry's schema: the entry types and the parsing and checks of one ``[[dataset]]`` table.
 
-:mod:`rlds_cli.catalog.registry` documents the TOML schema, finds the registry files and answers lookups;
-this module turns one parsed table into a checked, frozen :class:`RegistryEntry`.
+Turns one parsed table into a checked, frozen :class:`RegistryEntry`; the TOML schema itself is
+documented in :mod:`rlds_cli.catalog.registry`.
 """
 
 from __future__ import annotations
@@ -179,9 +179,8 @@ class RegistryEntry:
 
     def env_entry(self) -> dict[str, Any] | None:
         """The manifest's ``env`` for a download of this entry (:mod:`rlds_cli.cache.env_spec`):
-        for a D4RL entry, its D4RL id, which is also the id of the environment the ``d4rl``
-        package registers (for the old ``gym`` API), with its ``max_episode_steps``; ``None``
-        for any other entry (its source records its environment, or none is known)."""
+        for a D4RL entry its D4RL id (the ``gym`` environment id the ``d4rl`` package registers)
+        and ``max_episode_steps``; ``None`` for any other entry."""
         ids = self.extra.get("ids")
         env_id = ids.get("d4rl") if self.format == "d4rl" and isinstance(ids, dict) else None
         if not isinstance(env_id, str) or not env_id:
@@ -275,8 +274,8 @@ def _parse_file_set(raw: Any) -> RegistryFileSet | None:
         if var not in known or not all(v.isdigit() for v in known[var]):
             raise ValueError(f"'file_set.options' ({option!r} must name a variable of numbers)")
     file_set = RegistryFileSet(raw["name"], tuple(urls), variables, options)
-    # the patterns are checked on their first and last files (every value is checked alone by
-    # _file_set_values), not on all 76k files of the Atari registry at every load
+    # check only the first and last files (each value is checked by _file_set_values): the Atari
+    # registry expands to 76k files
     for pick in (0, -1):
         corner = RegistryFileSet(file_set.name, file_set.urls, tuple((k, (v[pick],)) for k, v in variables))
         _check_file(corner.expand()[0])

@@ -48,20 +48,18 @@ def export_dataset(
     """Write ``dataset`` to ``out`` in ``format`` (see the table above).
 
     The output is written under a temporary name beside ``out`` and renamed into place when
-    complete, so a killed export leaves no half-written file behind.
-
-    A growing dataset (written by :class:`~rlds_cli.DatasetWriter`) is exported as of one view:
-    a hard-link copy of its view's files (:func:`~rlds_cli.cache.snapshot.snapshot_copy`, as
-    ``rlds push`` takes), so writers, evictions and compactions may go on meanwhile, whatever
-    the dataset's grace period, and the export is that view whole.
+    complete: a killed export leaves no half-written file. A growing dataset (written by
+    :class:`~rlds_cli.DatasetWriter`) is exported as of one view, from a hard-link copy of its files
+    (:func:`~rlds_cli.cache.snapshot.snapshot_copy`), so writers, evictions and compactions may go
+    on meanwhile, whatever the grace period.
 
     Args:
         dataset: An opened dataset.
-        out: The file (``d4rl``, ``npz``) or directory (``torchrl``, ``minari``) to create.
+        out: The file (``d4rl``, ``npz``, ``robomimic``) or directory (the other formats) to create.
         format: One of :data:`EXPORTERS`.
         overwrite: Replace ``out`` if it exists.
-        progress: Called after each chunk with the number of steps it wrote (the calls add up to
-            the dataset's steps); an exception it raises breaks the export off, leaving nothing.
+        progress: Called after each chunk with the number of steps it wrote (the calls add up to the
+            dataset's steps); an exception it raises breaks the export off, leaving nothing.
         options: The format's own options, by name (``rlds``: ``image_codec``, ``shard_bytes``;
             ``lerobot``: ``version``, ``"3.0"`` or ``"2.1"``).
 
@@ -88,8 +86,8 @@ def export_dataset(
 
 
 def _refuse_empty(dataset: Dataset) -> None:
-    """No export of a dataset without an episode (a growing one before its first commit): no
-    format's reader takes an empty file back."""
+    """Refuse a dataset without an episode (a growing one before its first commit): no format's
+    reader takes an empty file back."""
     if dataset.num_episodes == 0:
         raise ExportError(
             f"dataset {dataset.name!r} holds no episode yet: there is nothing to export",

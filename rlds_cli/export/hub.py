@@ -1,11 +1,10 @@
 """``rlds export NAME hf://datasets/ORG/REPO[/PATH] --to lerobot``: a LeRobot v3.0 export committed
 to a Hub dataset repo, where LeRobot's loader (and ``rlds download hf://...``) reads it.
 
-The export is written to a temporary folder inside the cache (``tmp/``), then its files go to the
-repo as one commit (:func:`~rlds_cli.remote.hub_push.push_hub_folder`, the commit code of
-``rlds push``): the repo shows the whole export or none of it, only the files that differ from the
-branch's are sent, and a second identical export sends nothing and makes no commit. The temporary
-folder is removed whatever happens.
+The export is written to a temporary folder in the cache's ``tmp/`` (removed whatever happens), then
+committed to the repo in one commit by :func:`~rlds_cli.remote.hub_push.push_hub_folder` (the commit
+code of ``rlds push``): the repo shows the whole export or none of it, only files that differ from
+the branch's are sent, and an identical export sends nothing and makes no commit.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.snapshot import private_build
 from rlds_cli.errors import ExportError
 
-#: Formats that can be exported to a Hub repo, and the folders of the repo each one owns (a
-#: file of a replaced export there that the new one lacks is deleted; other files stay; files
-#: there with no :data:`MARKER` are another dataset's, deleted only with ``force``).
+#: Formats exported to a Hub repo, and the repo folders each owns: a replaced export's file there
+#: that the new one lacks is deleted, other files stay; files there with no :data:`MARKER` are
+#: another dataset's, deleted only with ``force``.
 HUB_FORMATS: dict[str, tuple[str, ...]] = {"lerobot": ("meta/", "data/", "videos/")}
 #: The file that tells one export from another (another one there needs ``force``).
 MARKER = "meta/info.json"
@@ -46,7 +45,7 @@ class HubExportResult:
         skipped: Files the branch already held, unchanged.
         bytes_uploaded: Bytes this run sent.
         replaced: Another export was at ``url`` and was replaced (``force``).
-        up_to_date: The branch held this very export: nothing was sent, no commit was made.
+        up_to_date: The branch held this export already: nothing was sent, no commit was made.
     """
 
     name: str

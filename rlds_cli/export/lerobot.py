@@ -1,5 +1,6 @@
-"""Export to a LeRobot v3.0 dataset directory, in the layout lerobot 0.4 writes (the files of
-``tests/fixtures/lerobot-v3-tiny/``): ``meta/info.json``, ``meta/tasks.parquet``,
+"""Export to a LeRobot v3.0 dataset directory, in the layout lerobot 0.4 writes.
+
+Files (as in ``tests/fixtures/lerobot-v3-tiny/``): ``meta/info.json``, ``meta/tasks.parquet``,
 ``meta/stats.json``, ``meta/episodes/chunk-000/file-000.parquet``,
 ``data/chunk-000/file-000.parquet`` and ``videos/<key>/chunk-000/file-000.mp4``.
 
@@ -13,16 +14,16 @@ The rules (written out in ``docs/formats.md``, "Export to LeRobot"):
   ``task_index``. LeRobot keeps no observation after an episode's last row, so the final
   observations are not written.
 * ``uint8`` observations of 3 dimensions with 3 channels (HWC, or CHW) are cameras: encoded with
-  PyAV into one AV1 mp4 per key (libsvtav1, ``yuv420p``, CRF 30, a keyframe every 2 frames as in
-  the fixture lerobot wrote, and at every episode start), episodes back to back, each episode's
-  span in the episodes table. AV1 is lossy: frames come back close, not equal.
+  PyAV into one AV1 mp4 per key (libsvtav1, ``yuv420p``, CRF 30, a keyframe every 2 frames as in the
+  fixture lerobot wrote, and at every episode start), episodes back to back, each episode's span in
+  the episodes table. AV1 is lossy: frames come back close, not equal.
 * Other observation keys are parquet columns (nested lists for more than one dimension).
 * ``fps`` and the task texts come from the source when it was a LeRobot dataset
   (``source.metadata.lerobot``); otherwise ``fps`` is 30 and there is one task, the dataset's name.
 * Per-episode statistics (``stats/<feature>/{min,max,mean,std,count,q01,q10,q50,q90,q99}``, the
   columns lerobot writes) over the episode's rows for parquet columns, and per channel on at most
-  100 evenly spaced frames, scaled to ``[0, 1]``, for cameras; ``meta/stats.json`` aggregates
-  them over the dataset.
+  100 evenly spaced frames, scaled to ``[0, 1]``, for cameras; ``meta/stats.json`` aggregates them
+  over the dataset.
 """
 
 from __future__ import annotations
@@ -237,8 +238,8 @@ def export_lerobot(
 
 def _pandas_tasks(pyarrow_version: str) -> dict[str, str]:
     """The ``pandas`` schema metadata of lerobot's ``meta/tasks.parquet`` (a DataFrame indexed by
-    the task text): LeRobot reads the file with ``pd.read_parquet``, which makes
-    ``__index_level_0__`` the index only when this says so (the task texts would else be lost)."""
+    the task text): LeRobot reads it with ``pd.read_parquet``, which makes ``__index_level_0__`` the
+    index (the task texts) only when this says so."""
     return {
         "pandas": json.dumps(
             {

@@ -1,7 +1,9 @@
-"""What both LeRobot exports share (``export/lerobot.py``, v3.0, and ``export/lerobot_v21.py``,
-v2.1): the plan (fps, tasks, feature names, cameras, ``info.json``'s features), an episode's
-parquet columns, a camera's AV1 encoder, the statistics lerobot computes, and the parquet
-schema metadata. The rules are written out in ``docs/formats.md`` ("Export to LeRobot")."""
+"""What both LeRobot exports share (v3.0: ``export/lerobot.py``; v2.1: ``export/lerobot_v21.py``).
+
+The plan (fps, tasks, feature names, cameras, ``info.json``'s features), an episode's parquet
+columns, a camera's AV1 encoder, the statistics lerobot computes, and the parquet schema metadata.
+The rules are written out in ``docs/formats.md`` ("Export to LeRobot").
+"""
 
 from __future__ import annotations
 
@@ -86,10 +88,10 @@ def as_list(value: np.ndarray) -> Any:
 
 @contextmanager
 def scheduling_kept() -> Iterator[None]:
-    """Run the body, then put the calling thread's scheduling policy back as it was: SVT-AV1
-    (libsvtav1) moves the thread that drives it to SCHED_FIFO when run as root (seen: a 5-frame
-    encode left a process real-time), which would leave a user's training process, and everything
-    it starts later, at real-time priority. (Lowering one's own policy is always allowed.)"""
+    """Run the body, then restore the calling thread's scheduling policy: SVT-AV1 (libsvtav1) moves
+    the thread that drives it to SCHED_FIFO when run as root (seen: a 5-frame encode left a process
+    real-time), which would leave a user's training process at real-time priority. (Lowering one's
+    own policy is always allowed.)"""
     if not hasattr(os, "sched_getscheduler"):
         yield
         return

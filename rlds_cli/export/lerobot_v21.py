@@ -1,24 +1,26 @@
 """Export to a LeRobot v2.1 dataset directory (``--to lerobot --lerobot-version 2.1``), the layout
-lerobot 0.1-0.3 writes (``LeRobotDataset.save_episode`` and ``LeRobotDatasetMetadata`` of
-``lerobot/common/datasets/``) and GR00T and openpi read: one parquet file and one mp4 per camera
-for each episode, and JSON-lines metadata.
+lerobot 0.1-0.3 writes and GR00T and openpi read.
+
+One parquet file and one mp4 per camera for each episode, and JSON-lines metadata, as lerobot's
+``LeRobotDataset.save_episode`` and ``LeRobotDatasetMetadata`` (``lerobot/common/datasets/``) write
+them:
 
 * ``meta/info.json``: ``codebase_version`` ``"v2.1"``, ``robot_type``, ``total_episodes``,
   ``total_frames``, ``total_tasks``, ``total_videos`` (episodes x cameras), ``total_chunks``,
   ``chunks_size`` (1000 episodes a chunk), ``fps``, ``splits``, ``data_path``, ``video_path``
   (:data:`DATA_PATH`, :data:`VIDEO_PATH`; ``null`` without cameras) and ``features``.
-* ``meta/episodes.jsonl``: ``{"episode_index", "tasks", "length"}`` a line, ``tasks`` the
-  texts of the episode's task indices; ``meta/tasks.jsonl``: ``{"task_index", "task"}``.
+* ``meta/episodes.jsonl``: ``{"episode_index", "tasks", "length"}`` a line, ``tasks`` the texts of
+  the episode's task indices; ``meta/tasks.jsonl``: ``{"task_index", "task"}``.
 * ``meta/episodes_stats.jsonl``: ``{"episode_index", "stats": {feature: {min, max, mean, std,
-  count}}}`` for every feature (lerobot 0.3's ``compute_episode_stats``: no quantiles); a
-  camera's over sampled frames (:func:`sample_indices`, frames over 300 pixels strided down as
-  lerobot does), per channel, divided by 255, shaped ``(3, 1, 1)``.
-  No ``meta/stats.json``: lerobot 0.3 aggregates the episodes' statistics when it loads.
-* ``data/chunk-CCC/episode_EEEEEE.parquet``: the episode's rows, the columns and feature rules
-  of the v3.0 export (:func:`rlds_cli.export.lerobot_common.episode_columns`; the ``huggingface``
+  count}}}`` for every feature (lerobot 0.3's ``compute_episode_stats``: no quantiles); a camera's
+  over sampled frames (:func:`sample_indices`, frames over 300 pixels strided down as lerobot does),
+  per channel, divided by 255, shaped ``(3, 1, 1)``. No ``meta/stats.json``: lerobot 0.3 aggregates
+  the episodes' statistics when it loads.
+* ``data/chunk-CCC/episode_EEEEEE.parquet``: the episode's rows, the columns and feature rules of
+  the v3.0 export (:func:`rlds_cli.export.lerobot_common.episode_columns`; the ``huggingface``
   metadata with ``datasets`` 3's ``Sequence``).
-* ``videos/chunk-CCC/<key>/episode_EEEEEE.mp4``: the episode's frames, encoded as the v3.0
-  export encodes them (AV1, ``yuv420p``, CRF 30, a keyframe every 2 frames), timestamps from 0.
+* ``videos/chunk-CCC/<key>/episode_EEEEEE.mp4``: the episode's frames, encoded as the v3.0 export
+  encodes them (AV1, ``yuv420p``, CRF 30, a keyframe every 2 frames), timestamps from 0.
 """
 
 from __future__ import annotations

@@ -1,38 +1,38 @@
 """Export to an RLDS dataset in TFDS's TFRecord layout (what ``tfds.builder_from_directory`` loads,
-and Octo / OpenVLA train on), written without TensorFlow: ``features.json``,
-``dataset_info.json`` and shards ``<name>-train.tfrecord-00000-of-0000N``, one
-``tf.train.Example`` per episode. The framing, the ``Example`` encoding, the feature nodes and
-the shard names are the ones rlds's RLDS reader reads (:mod:`rlds_cli.formats.tfrecord_io`,
+and Octo / OpenVLA train on), written without TensorFlow.
+
+Files: ``features.json``, ``dataset_info.json`` and shards ``<name>-train.tfrecord-00000-of-0000N``,
+one ``tf.train.Example`` per episode. The framing, the ``Example`` encoding, the feature nodes and
+the shard names are those rlds's RLDS reader reads (:mod:`rlds_cli.formats.tfrecord_io`,
 :mod:`rlds_cli.formats.tfds_features`, :mod:`rlds_cli._util.tfds_layout`).
 
 The rules (written out in ``docs/formats.md``, "Export to RLDS"):
 
-* **Steps.** ``steps`` is RLDS's ``Dataset`` feature: ``observation`` (a plain ``observation``
-  key is the tensor ``steps/observation``, ``observation/<k>`` is ``steps/observation/<k>``),
-  ``action`` (or ``action/<k>``), ``reward`` (``next/reward``), ``discount`` (``info/discount``,
-  else 1.0), ``is_first``, ``is_last``, ``is_terminal``, and ``info/<p>`` as ``steps/<p>``.
-  Scalars (TED's trailing ``[1]``) are ``Scalar`` features. A dataset converted from RLDS gets
-  its source's feature names back (``source.metadata.rlds.keys``), its text features
-  (``language_instruction``) written as ``Text`` from the kept string tables, and its
-  ``episode_metadata``; a dataset converted from LeRobot gets ``language_instruction`` from its
-  task texts (beside ``task_index``).
+* **Steps.** ``steps`` is RLDS's ``Dataset`` feature: ``observation`` (a plain ``observation`` key
+  is the tensor ``steps/observation``, ``observation/<k>`` is ``steps/observation/<k>``), ``action``
+  (or ``action/<k>``), ``reward`` (``next/reward``), ``discount`` (``info/discount``, else 1.0),
+  ``is_first``, ``is_last``, ``is_terminal``, and ``info/<p>`` as ``steps/<p>``. Scalars (TED's
+  trailing ``[1]``) are ``Scalar`` features. A dataset converted from RLDS gets its source's feature
+  names back (``source.metadata.rlds.keys``), its text features (``language_instruction``) written
+  as ``Text`` from the kept string tables, and its ``episode_metadata``; a dataset converted from
+  LeRobot gets ``language_instruction`` from its task texts (beside ``task_index``).
 * **The last step.** An episode whose final observation is known is written as strict RLDS:
   ``T + 1`` steps, the last one holding the final observation with a zero action and reward
-  (``is_last``; ``is_terminal`` when the episode terminated). One whose final observation is
-  unknown (a synthesized one) is written as its ``T`` transitions, the last one ``is_last``, as
-  many Open X-Embodiment datasets are. Each episode says which in
+  (``is_last``; ``is_terminal`` when the episode terminated). One whose final observation is unknown
+  (a synthesized one) is written as its ``T`` transitions, the last one ``is_last``, as many Open
+  X-Embodiment datasets are. Each episode says which in
   ``episode_metadata/last_step_is_observation``, which rlds's reader follows.
 * **Dtypes.** Integers and bools are ``int64_list`` (``uint64`` bit-cast), ``float16`` and
   ``float32`` ``float_list``; ``float64`` tensors are stored as their raw bytes (TFDS's
   ``encoding: bytes``), since a ``float_list`` would round them to float32.
-* **Images.** A camera frame column of the cache stored as JPEG or PNG files (HWC) is written
-  as an ``Image`` feature of that codec with the stored bytes, none decoded or encoded again.
-  Other ``uint8`` observations shaped ``(H, W, C)`` with ``C`` 1, 3 or 4 (and frame columns of
-  another codec) are encoded with ``image_codec``: ``"png"`` (default, lossless), ``"jpeg"``
-  (quality 95, lossy; 4-channel images stay PNG) or ``"none"`` (raw ``uint8`` tensors).
-  Channels-first and 2-D frames are written as ``uint8`` tensors.
-* **Shards.** Episodes go into shards of about :data:`SHARD_BYTES` each, in order; split
-  ``train``; ``dataset_info.json`` gives each shard's episodes (``shardLengths``).
+* **Images.** A camera frame column of the cache stored as JPEG or PNG files (HWC) is written as an
+  ``Image`` feature of that codec with the stored bytes, none decoded or encoded again. Other
+  ``uint8`` observations shaped ``(H, W, C)`` with ``C`` 1, 3 or 4 (and frame columns of another
+  codec) are encoded with ``image_codec``: ``"png"`` (default, lossless), ``"jpeg"`` (quality 95,
+  lossy; 4-channel images stay PNG) or ``"none"`` (raw ``uint8`` tensors). Channels-first and 2-D
+  frames are written as ``uint8`` tensors.
+* **Shards.** Episodes go into shards of about :data:`SHARD_BYTES` each, in order; split ``train``;
+  ``dataset_info.json`` gives each shard's episodes (``shardLengths``).
 
 Memory holds one episode's ``Example`` at a time.
 """

@@ -3,26 +3,26 @@
 
 What is written (``docs/formats.md``, "robomimic / LIBERO / RoboCasa HDF5"):
 
-* One group ``data/demo_<N>`` per episode, in the dataset's order; ``N`` is the episode's source
-  id when those are distinct and >= 0 (a converted robomimic file keeps its demo names), else
-  its position.
+* One group ``data/demo_<N>`` per episode, in the dataset's order; ``N`` is the episode's source id
+  when those are distinct and >= 0 (a converted robomimic file keeps its demo names), else its
+  position.
 * ``actions`` (``action``), ``rewards`` (``next/reward``, one value a step), ``dones``
-  (``info/dones`` when the dataset has it, else ``next/terminated`` as int64, as robomimic
-  writes it), ``obs/<k>`` and ``next_obs/<k>`` (``observation/<k>``; another observation-like
-  key ``K`` is ``obs/K`` with ``/`` as ``_``; ``next_obs`` ends with the final observation, and
-  is left out when no episode's final observation is known, as in a LIBERO file), and
-  ``<k>`` for every other per-step key ``info/<k>`` (``states``, ``robot_states``, ...).
+  (``info/dones`` when the dataset has it, else ``next/terminated`` as int64, as robomimic writes
+  it), ``obs/<k>`` and ``next_obs/<k>`` (``observation/<k>``; another observation-like key ``K`` is
+  ``obs/K`` with ``/`` as ``_``; ``next_obs`` ends with the final observation, and is left out when
+  no episode's final observation is known, as in a LIBERO file), and ``<k>`` for every other
+  per-step key ``info/<k>`` (``states``, ``robot_states``, ...).
 * Per demo: ``num_samples`` and the attributes the source kept (``model_file``, ``ep_meta``,
   LIBERO's ``init_state``); on ``data``: the source's attributes (``env_args`` and the rest),
-  ``total`` counted anew; ``env_args`` made from the recorded environment (``type`` 2, gym) or
-  the dataset's name when the source had none.
+  ``total`` counted anew; ``env_args`` made from the recorded environment (``type`` 2, gym) or the
+  dataset's name when the source had none.
 * Filter keys: ``mask/<key>`` for each of the dataset's filter keys, the names of its demos, as
   ``np.array(names, dtype="S")`` (robomimic's ``create_hdf5_filter_key``).
 
-The file is written through a temporary name and renamed into place; data is read in chunks of
-about :data:`CHUNK_BYTES`, so memory stays bounded. ``final_known`` flags are not written
-(robomimic has no place for them): in a dataset where only some final observations are known,
-the unknown ones are exported as stored (the last observation repeated).
+Written through a temporary name and renamed into place; data is read in chunks of about
+:data:`CHUNK_BYTES` (bounded memory). ``final_known`` flags are not written (robomimic has no place
+for them): where only some final observations are known, the unknown ones are exported as stored
+(the last observation repeated).
 """
 
 from __future__ import annotations

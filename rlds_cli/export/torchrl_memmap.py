@@ -48,7 +48,7 @@ def encode_key(key: str) -> str:
 
 
 def _ted_columns(dataset: Dataset) -> dict[str, str]:
-    """Output TED path -> the dataset key it is read from (``None``-like specials marked ``=``)."""
+    """Output TED path -> the dataset key it is read from (``"=false"``: an all-false column)."""
     cols: dict[str, str] = {}
     for key, spec in dataset.stored_fields.items():
         cols[key] = key

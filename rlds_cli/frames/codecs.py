@@ -1,27 +1,19 @@
-"""Image codecs for camera frames, and the threads that run them.
+"""Image codecs for camera frames (``uint8`` frame <-> image bytes), and the threads that run them.
 
-Image codecs for camera frames: encoding a ``uint8`` frame to bytes and decoding bytes
-straight into a caller's array.
+A stored frame column is described by a :class:`FrameFormat`: its codec (:data:`CODECS`) and the
+frame's shape as read (``(H, W)`` gray, ``(H, W, C)``, or ``(C, H, W)`` with ``channels_first``),
+always ``uint8``. A frame's bytes are one complete image file of that codec (JPEG, PNG, WebP):
+a source's bytes kept bit for bit, or :func:`encode`'s output.
 
-A stored frame column is described by a :class:`FrameFormat`: its codec (:data:`CODECS`), the
-frame's shape as read (``(H, W)`` gray, ``(H, W, C)`` channels last, or ``(C, H, W)`` channels
-first with ``channels_first``), always ``uint8``. The bytes of a frame are one complete image
-file of that codec (a JFIF/JPEG, a PNG, a WebP): what a source gave (kept bit for bit), or what
-:func:`encode` made.
-
-Decoders, picked by measurement on 224x224 MuJoCo renders: JPEG through simplejpeg
-(libjpeg-turbo; it decodes into the caller's buffer and releases the GIL: 2 threads decoded
-8,300 frames a second where one decoded 4,100, and Pillow 3,400 with one; its output is bit
-for bit Pillow's, which is what minari's loader and rlds's TFRecord reader decode with:
-tested), PNG and WebP through Pillow (which releases the GIL while it decodes). Every decode
-checks the image's header against the column's format first: a frame that would decode to
-another size (a damaged or forged header, a decompression bomb) is a
+Decoders (measured on 224x224 MuJoCo renders): JPEG through simplejpeg (libjpeg-turbo, into the
+caller's buffer, GIL released: 4,100 frames/s on one thread, 8,300 on two; Pillow 3,400 on one;
+output bit for bit Pillow's, as minari's loader and the TFRecord reader decode: tested); PNG and WebP
+through Pillow (GIL released). Every decode checks the header against the column's format first:
+a frame of another size (damaged or forged header, decompression bomb) is a
 :class:`~rlds_cli.errors.FrameError`, never an allocation.
 
-**Threads.** The threads that encode and decode frames: one pool per process, as many threads as
-CPUs the process may use. The codecs release the GIL (:mod:`rlds_cli.frames.codecs`), so a batch's
-frames decode on every core at once; the threads take runs of a few frames from one queue (a
-future per frame cost more than a small frame's decode)."""
+Threads: one pool per process, one thread per usable CPU; threads take runs of a few frames from
+one queue (a future per frame costs more than a small frame's decode)."""
 
 from __future__ import annotations
 
@@ -133,9 +125,9 @@ def frame_shape_problem(shape: tuple[int, ...], channels_first: bool, codec: str
 
 def encode(frame: np.ndarray, fmt: FrameFormat, quality: int = DEFAULT_JPEG_QUALITY) -> bytes:
     """One frame (of ``fmt.shape``, ``uint8``) as an image file of ``fmt.codec``: JPEG at
-    ``quality`` with full-resolution chroma (4:4:4: a robot's thin gripper edges keep their
-    colour), PNG at zlib level 6, WebP lossless at its least effort (a 224x224 MuJoCo render in
-    1.1 ms, 5.9x smaller than raw; effort 2 took 6.5 ms for 7.5x, effort 4 29 ms for 7.6x)."""
+    ``quality`` with 4:4:4 chroma (thin gripper edges keep their colour), PNG at zlib level 6,
+    WebP lossless at least effort (224x224 render: 1.1 ms, 5.9x smaller than raw; effort 2:
+    6.5 ms for 7.5x, effort 4: 29 ms for 7.6x)."""
     image = _image_view(frame, fmt)
     try:
         if fmt.codec == "jpeg":
@@ -211,8 +203,7 @@ def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndar
 
 
 def check_jpeg_header(data: Any, fmt: FrameFormat) -> None:
-    """Check that one JPEG file's header says a frame of ``fmt`` (size, gray or colour) without
-    decoding it: what every decoder of frames checks before it allocates.
+    """Check, without decoding, that a JPEG file's header matches ``fmt`` (size, gray or colour).
 
     Raises:
         FrameError: Not a JPEG, a damaged header, or another size or channel count.
@@ -340,8 +331,8 @@ _pool_lock = threading.Lock()
 
 
 def _forget_pool() -> None:
-    """In a forked child (a DataLoader worker): the pool object was inherited but none of its
-    threads, and the lock may have been held by a thread the child does not have."""
+    """Reset the pool and its lock in a forked child (which inherits neither the threads nor a
+    usable lock)."""
     global _pool, _pool_lock
     _pool, _pool_lock = None, threading.Lock()
 
@@ -363,10 +354,9 @@ def _threads() -> tuple[ThreadPoolExecutor, int]:
 
 
 def run_split(count: int, work: Callable[[int, int], None]) -> None:
-    """Call ``work(start, stop)`` over ``[0, count)`` in runs of a few items that every thread
-    (the calling one too) takes in turn from one queue, so a thread that drew cheap items takes
-    more (two fixed halves left a core idle at the end of every block: frames differ in cost);
-    returns when every run is done (the first error raised by any run is raised)."""
+    """Call ``work(start, stop)`` over ``[0, count)`` in runs of a few items taken from one queue
+    by every thread, the caller's included (frames differ in cost: fixed halves left a core idle).
+    Returns when every run is done; raises the first error of any run."""
     pool, workers = _threads()
     helpers = min(workers, count // INLINE_FRAMES) - 1 if count >= 2 * INLINE_FRAMES else 0
     if helpers <= 0:

@@ -1,39 +1,34 @@
-"""JPEG frames decoded on a CUDA device (nvJPEG through ``torchvision.io.decode_jpeg``) instead
-of on the host's threads: what a ``Loader(..., device="cuda")`` does with a JPEG frame column
-(``decode=`` of :class:`~rlds_cli.loader.Loader`).
+"""JPEG frames decoded on a CUDA device by nvJPEG (``torchvision.io.decode_jpeg``).
 
-A column read for the device is a :class:`DeviceFrames`: indexing it with a batch's rows decodes
-nothing and returns :class:`EncodedRows` (the stored image files of the distinct rows, one
-buffer, and where each row of the batch finds its frame); :meth:`EncodedRows.to_device` makes the
-batch's ``uint8`` tensor on the device, of the shape and layout the host path gives (``rows.shape +
-format.shape``: ``(H, W)``, ``(H, W, C)`` or ``(C, H, W)``).
+What ``decode=`` of a :class:`~rlds_cli.loader.Loader` on ``device="cuda"`` uses.
+
+Indexing a :class:`DeviceFrames` with a batch's rows decodes nothing and returns
+:class:`EncodedRows` (the distinct rows' stored files in one buffer, and each batch row's
+frame); :meth:`EncodedRows.to_device` makes the batch's ``uint8`` tensor, of the host path's shape
+and layout (``rows.shape + format.shape``).
 
 Guarantees, as on the host:
 
-* every frame's header is read on the host first (a few microseconds): a frame that would decode
-  to another size than the column's (a damaged or forged header, a decompression bomb) is a
-  :class:`~rlds_cli.errors.CorruptDatasetError` naming the row, before anything is allocated on
-  the device;
-* a file that does not end with JPEG's end-of-image marker (cut short, its scan zeroed) is
-  decoded on the host first, strictly: nvJPEG fills what it cannot read without an error (seen on
-  an H200 with torchvision 0.26), where libjpeg-turbo refuses it. Damage inside a complete file
-  may still decode differently on the two; the digests of ``rlds verify`` / ``inspect --check``
-  find any changed byte;
-* a decode that fails on the device is done again on the host: a damaged frame is then the
-  same error as the host path gives, naming the row; where every frame decodes on the host
-  (the device failed: out of memory, a driver error), the device's own error is raised as it is;
-* each distinct row of a batch is decoded once (its repeats are copies);
-* the decode waits for the work already queued on the device's current stream (nvJPEG's batched
-  decode writes its outputs outside that stream's order: memory a queued kernel still reads
-  could otherwise be overwritten).
+* every header is checked on the host first: a frame of another size than the column's (damaged or
+  forged header, decompression bomb) is a :class:`~rlds_cli.errors.CorruptDatasetError` naming the
+  row, before any device allocation;
+* a file without JPEG's end-of-image marker last (cut short, scan zeroed) is decoded strictly on
+  the host first: nvJPEG fills what it cannot read without an error (H200, torchvision 0.26).
+  Damage inside a complete file may still decode differently; ``rlds verify`` / ``inspect --check``
+  digests find any changed byte;
+* a decode that fails on the device is redone on the host: a damaged frame raises the host path's
+  error naming the row; if every frame decodes on the host (out of memory, driver error), the
+  device's error is raised;
+* each distinct row of a batch is decoded once;
+* the decode waits for the work queued on the device's current stream (nvJPEG's batched decode
+  writes outside that stream's order, and could overwrite memory a queued kernel still reads).
 
 Only a plain stored frame column (:class:`~rlds_cli.cache.backends.frames.FramesColumn`, local or
-remote) is read for the device; the frames of views, merges and growing datasets of several
-segments decode on the host.
+remote) is read for the device; views, merges and multi-segment growing datasets decode on the host.
 
-The pixels are nvJPEG's: its inverse DCT and chroma upsampling may differ from libjpeg-turbo's
-(the host decoder) by a few levels; the shape, dtype and layout are the same. torch and
-torchvision are imported only when a batch is decoded.
+Pixels may differ from libjpeg-turbo's (the host decoder) by a few levels (inverse DCT, chroma
+upsampling); shape, dtype and layout are the same. torch and torchvision are imported only when a
+batch is decoded.
 """
 
 from __future__ import annotations
@@ -53,8 +48,8 @@ MIN_TORCHVISION = (0, 19)
 
 
 def device_decode_problem(device: Any, fmt: FrameFormat) -> str | None:
-    """Why frames of ``fmt`` cannot be decoded on ``device`` (``None``: they can): the device is
-    no CUDA device, the codec is not JPEG, or torchvision (with its image decoders) is missing."""
+    """Why frames of ``fmt`` cannot be decoded on ``device`` (``None``: they can): not a CUDA
+    device, not JPEG, or no usable torchvision."""
     if getattr(device, "type", str(device).split(":")[0]) != "cuda":
         return f"decoding on the device needs a CUDA device, not {str(device)!r}"
     if fmt.codec != "jpeg":
@@ -143,9 +138,8 @@ class EncodedRows:
 
 
 class DeviceFrames:
-    """A frame column whose rows are read for decoding on a device: ``column[rows]`` is an
-    :class:`EncodedRows` (stored bytes, headers checked), everything else the column's own
-    (``read_into`` still decodes on the host: what a FrameStack's host gather uses)."""
+    """A frame column read for decoding on a device: ``column[rows]`` is an :class:`EncodedRows`
+    (stored bytes, headers checked); ``read_into`` still decodes on the host (FrameStack's gather)."""
 
     def __init__(self, column: Any) -> None:
         self.column = column
@@ -190,9 +184,8 @@ class DeviceFrames:
             try:
                 check_jpeg_header(frame, fmt)
                 if len(raw) < 2 or raw[-2] != 0xFF or raw[-1] != 0xD9:
-                    # no end-of-image marker last: nvJPEG fills a cut or zeroed scan without a
-                    # word where libjpeg-turbo refuses it, so such a file is decoded on the host
-                    # (strict) once; one the host reads (trailing bytes) goes to the device
+                    # no end-of-image marker last: nvJPEG silently fills a cut or zeroed scan, so
+                    # check it strictly on the host; one the host reads (trailing bytes) goes on
                     decode_into(frame, fmt, np.empty(fmt.shape, np.uint8))
             except FrameError as exc:
                 raise damaged_frame(int(distinct[i]), self.label, column.path, exc.message) from None

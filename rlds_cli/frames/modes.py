@@ -1,26 +1,21 @@
 """What a conversion or a writer does with camera frames: the ``--frames`` / ``frames=`` modes, which
 arrays are frames, and frames that arrive encoded.
 
-What a conversion or a writer does with camera frames: the ``--frames`` / ``frames=`` modes,
-and which arrays are camera frames.
-
 Modes (:class:`FramesMode`):
 
 * ``keep`` (the default): frames that arrive encoded keep the source's bytes exactly; frames
   that arrive as arrays stay arrays;
-* ``raw``: every frame is decoded and stored as a plain ``uint8`` array (rlds before 0.9);
+* ``raw``: every frame is decoded and stored as a plain ``uint8`` array;
 * ``jpeg`` / ``jpeg:QUALITY``, ``png``, ``webp`` (lossless): frames that arrive as arrays are
-  encoded; frames that arrive in that codec already keep their bytes (never re-encoded); frames
-  in another codec are decoded and encoded.
+  encoded; frames already in that codec keep their bytes (never re-encoded); frames in another
+  codec are decoded and encoded.
 
 A camera frame (:func:`frame_format`) is a ``uint8`` array of shape ``(H, W)``, ``(H, W, C)`` or
-``(C, H, W)`` with both sides at least :data:`MIN_SIDE` pixels (minari's rule for its JPEG
-image spaces: smaller grids, such as MiniGrid's, are data) and ``C`` a channel count the codec
-takes.
+``(C, H, W)``, both sides at least :data:`MIN_SIDE` pixels (minari's rule: smaller grids, such as
+MiniGrid's, are data), ``C`` a channel count the codec takes.
 
-**Arriving encoded.** Frames that arrive encoded: what a reader hands a builder when the source
-stores each frame as an image file (minari's JPEG observations, RLDS TFRecord JPEG/PNG features,
-LeRobot image features), so that ``--frames keep`` stores the source's bytes exactly."""
+:class:`EncodedFrames` is what a reader hands a builder when the source stores each frame as an
+image file (minari's JPEG observations, RLDS TFRecord JPEG/PNG features, LeRobot image features)."""
 
 from __future__ import annotations
 
@@ -37,8 +32,8 @@ from rlds_cli.frames.codecs import CODECS, DEFAULT_JPEG_QUALITY, FrameFormat, de
 class EncodedFrames:
     """A column of frames, one image file per row, all of one :class:`FrameFormat`.
 
-    It stands where a block's ``(n, *shape)`` uint8 array would: ``len``, ``shape``, ``dtype``,
-    ``ndim`` and slicing along rows answer as that array's would, and :meth:`decode` makes it.
+    Stands in for a block's ``(n, *shape)`` uint8 array: ``len``, ``shape``, ``dtype``, ``ndim``
+    and row slicing behave as that array's; :meth:`decode` makes it.
 
     Args:
         data: One image file per row (``bytes`` or a ``uint8`` buffer each).
@@ -64,8 +59,7 @@ class EncodedFrames:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the frames decoded, as the array's: what a block's budget counts (a reader's
-        block of encoded frames is decoded whole where they are stored raw)."""
+        """Bytes of the frames decoded (what a block's budget counts: a block may be decoded whole)."""
         return len(self.data) * self.format.frame_bytes
 
     @property
@@ -74,7 +68,7 @@ class EncodedFrames:
         return sum(len(d) for d in self.data)
 
     def __getitem__(self, index: Any) -> EncodedFrames:
-        """Rows by a slice, an int array or a boolean mask (the frames as they are)."""
+        """Rows by a slice, an int array or a boolean mask (not decoded)."""
         if isinstance(index, slice):
             return EncodedFrames(self.data[index], self.format)
         rows = np.asarray(index)
@@ -108,8 +102,8 @@ def join_rows(parts: Sequence[Any]) -> Any:
 
 
 def block_rows(rows: Any) -> np.ndarray | EncodedFrames:
-    """A block's column as checked and written: frames that arrived encoded stay so (never
-    decoded to be looked at: their ``shape`` and ``dtype`` answer), anything else is an array."""
+    """A block's column as checked and written: :class:`EncodedFrames` stay encoded, anything else
+    becomes an array."""
     return rows if isinstance(rows, EncodedFrames) else np.asarray(rows)
 
 
@@ -173,9 +167,8 @@ class FramesMode:
         self, shape: tuple[int, ...], dtype: np.dtype | str, arrived: FrameFormat | None = None
     ) -> FrameFormat | None:
         """How this mode stores an observation column of per-step ``shape`` and ``dtype`` (``None``:
-        as a plain array): the one rule of the module docstring. ``arrived``: the format of
-        frames that arrive as image files (kept when the mode allows, never re-encoded in
-        their own codec); ``None``: frames that arrive as arrays."""
+        as a plain array; rules in the module docstring). ``arrived``: the format of frames that
+        arrive as image files (``None``: as arrays)."""
         if arrived is not None:
             if self.name == "raw":
                 return None
@@ -187,8 +180,7 @@ class FramesMode:
 
 def frame_format(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> FrameFormat | None:
     """The :class:`FrameFormat` that stores arrays of per-step ``shape`` and ``dtype`` with
-    ``codec``, or ``None`` when they are not camera frames ``codec`` can hold (see the module
-    docstring): such arrays stay plain arrays."""
+    ``codec``; ``None`` when they are not camera frames ``codec`` can hold (see the module)."""
     if np.dtype(dtype) != np.uint8 or len(shape) not in (2, 3):
         return None
     channels_first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)

@@ -1,2 +1,1 @@
-"""Facts about cached datasets: the listing, summaries and statistics, normalized scores, TED
-checks and plots."""
+"""Facts about cached datasets: listing, summaries, normalized scores, TED checks, audits, viewer."""

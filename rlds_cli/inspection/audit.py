@@ -12,14 +12,12 @@ and flags it by the tolerances of :class:`AuditTolerances`:
 * ``frozen:<key>``: camera ``key`` shows the same frame (the same stored bytes) for
   ``frozen_steps`` or more steps in a row while the robot is not idle;
 * ``nonfinite``: a NaN or infinite value in a float key;
-* ``duplicate``: the same content (sha256 of every stored row, taken where a fingerprint of
-  the pass meets another's) as an earlier episode;
+* ``duplicate``: the same content (sha256 of every stored row) as an earlier episode;
 * ``length_outlier`` / ``return_outlier``: outside Tukey's fences ``iqr_factor`` interquartile
   ranges beyond the quartiles (with 5 or more episodes);
 * ``empty_instruction``: a step whose language instruction is empty (datasets with text).
 
-:meth:`AuditReport.keep` publishes the episodes that pass as a view (whole episodes: a view
-selects episodes, it does not cut them).
+:meth:`AuditReport.keep` publishes the episodes that pass, whole, as a view.
 """
 
 from __future__ import annotations
@@ -42,9 +40,9 @@ from rlds_cli.inspection.audit_scan import EpisodeMeasures, measure
 
 __all__ = ["FLAGS", "AuditReport", "AuditTolerances", "audit"]
 
-#: Every flag an episode may get (``frozen`` as ``frozen:<key>``, one per camera key).
 _HINT = "see 'rlds audit --help' for what each tolerance means"
 
+#: Every flag an episode may get (``frozen`` as ``frozen:<key>``, one per camera key).
 FLAGS = (
     "idle", "spike", "jerk", "frozen", "nonfinite", "duplicate", "length_outlier", "return_outlier",
     "empty_instruction",
@@ -99,8 +97,8 @@ class AuditReport:
     duplicate_of: np.ndarray
     bytes_read: int
     root: str | None = None
-    #: For an unpublished selection (``select_episodes``): its parent's name and the parent's
-    #: position of each of its episodes, so that :meth:`keep` publishes a view of the parent.
+    #: For an unpublished selection (``select_episodes``): the parent's name and each episode's
+    #: position in it; :meth:`keep` then publishes a view of the parent.
     selected_from: tuple[str, np.ndarray] | None = None
 
     @property
@@ -221,11 +219,9 @@ def _ratio_to_median(
 
 
 def iqr_outliers(values: np.ndarray, k: float) -> np.ndarray:
-    """Positions of ``values`` outside Tukey's fences (quartiles -/+ ``k`` IQRs), with 5 finite
-    values or more (else none). The IQR is taken at least 5% of the median, so equal values with
-    one apart still have fences. Where half the values or more are one value (an IQR of 0: the
-    returns of a sparse-reward task, 0 or 1), what lies outside is an outlier only while it is
-    rare, at most 5% of the values: a fifth of successful episodes is a mode, not a fault."""
+    """Positions of ``values`` outside Tukey's fences (quartiles -/+ ``k`` IQRs); none with fewer
+    than 5 finite values. The IQR is at least 5% of the median. With an IQR of 0 (sparse-reward
+    returns, 0 or 1), values outside count as outliers only if at most 5% of the values."""
     finite = np.isfinite(values)
     count = int(finite.sum())
     if count < 5:
@@ -238,8 +234,7 @@ def iqr_outliers(values: np.ndarray, k: float) -> np.ndarray:
     return np.flatnonzero(out)
 
 
-# inf or float32-max actions give inf - inf and overflowing squares: they are counted as
-# non-finite, and numpy's warnings would print under the report
+# inf or float32-max actions overflow: counted as non-finite, without numpy's warnings
 @np.errstate(over="ignore", invalid="ignore", divide="ignore")
 def audit(
     dataset: str | Dataset,

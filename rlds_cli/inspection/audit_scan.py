@@ -1,18 +1,14 @@
-"""One streaming pass over a dataset's stored columns that measures, per episode, what
-:mod:`rlds_cli.inspection.audit` judges: idle steps, action changes and jerk, identical
-consecutive camera frames, non-finite values, the episode's content digest, its return, and
-empty language instructions.
+"""One streaming pass that measures, per episode, what :mod:`rlds_cli.inspection.audit` judges.
 
-The pass reads the stored arrays of the dataset (of a view: its parent's, only the rows of the
-view's episodes) in groups of whole episodes, each group about :attr:`Budget.nbytes
-<rlds_cli.cache.blocks.Budget>` of rows (an episode longer than that in pieces, each piece
-with the three steps before it as context for its differences), so memory is bounded whatever
-the dataset's size; what is kept is O(episodes). Episodes that lie end to end in the stored
-arrays are read as one slice per column (a sequential read), and the per-episode reductions
-are numpy ``reduceat`` over the group; the content sums and finiteness checks of a group run
-on a second thread while the first measures its steps (numpy releases the GIL). Frame columns
-(:mod:`rlds_cli.cache.backends.frames`) are compared and digested as the stored image files,
-never decoded.
+Measures: idle steps, action changes and jerk, identical consecutive camera frames, non-finite
+values, a content digest, the return, empty language instructions.
+
+The stored arrays (of a view: its parent's rows of its episodes) are read in groups of whole
+episodes of about :attr:`Budget.nbytes <rlds_cli.cache.blocks.Budget>` each (a longer episode in
+pieces, each with :data:`CONTEXT` steps before it), so memory is bounded; what is kept is
+O(episodes). Adjacent episodes are read as one slice per column; per-episode reductions are
+``reduceat``; content sums and finiteness checks run on a second thread. Frame columns are
+compared and digested as stored image files, never decoded.
 """
 
 from __future__ import annotations
@@ -77,7 +73,7 @@ class EpisodeMeasures:
     """What :func:`measure` found, one entry (or row) per episode of the dataset audited."""
 
     lengths: np.ndarray
-    returns: np.ndarray  # float64; NaN where a reward is
+    returns: np.ndarray  # float64; NaN where a reward is NaN
     idle_steps: np.ndarray  # steps t >= 1 whose action and state equal step t-1's (within atol)
     first_active: np.ndarray  # first step t >= 1 that is not idle (length: none)
     last_active: np.ndarray  # last step that is not idle (0: none after the first)
@@ -89,7 +85,7 @@ class EpisodeMeasures:
     ]  # image key -> longest run of steps whose frame equals the one before while not idle
     nonfinite: np.ndarray  # NaN/inf values in float keys
     empty_text: np.ndarray  # steps whose instruction (any text key) is empty
-    fingerprints: np.ndarray  # uint64 per episode: equal for equal content (see _fingerprint)
+    fingerprints: np.ndarray  # uint64 per episode: equal for equal content (see _word_sums)
     digests: dict[int, str]  # sha256 of the stored rows of the episodes whose fingerprints meet
     budget: Budget = field(default_factory=Budget)
 
@@ -116,7 +112,7 @@ def _groups(
     lengths: np.ndarray, positions: np.ndarray, lens_by_pos: np.ndarray, max_rows: int
 ) -> Iterator[_Group]:
     """Groups of about ``max_rows`` steps: whole episodes together (as many as fit, in order),
-    a longer one alone in pieces. One search per group, not a Python step per episode."""
+    a longer one alone in pieces."""
     ends = np.cumsum(lengths, dtype=np.int64)
     i, n = 0, len(lengths)
     while i < n:
@@ -143,9 +139,7 @@ def _row_bytes(spec: FieldSpec, column: Any) -> int:
 
 
 class _Reader:
-    """Reads a group's rows of one stored column: pieces that lie end to end in the column as
-    one slice (a sequential read); a flat key's final rows (where a piece ends its episode)
-    left out of the steps."""
+    """Reads a group's rows of one stored column, adjacent pieces as one slice."""
 
     def __init__(self, ds: Dataset, key: str, starts: np.ndarray, lengths_by_pos: np.ndarray) -> None:
         self.key = key
@@ -233,10 +227,9 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
 
 
 def _word_sums(rows: np.ndarray, bounds: np.ndarray, key: str) -> np.ndarray:
-    """Per segment of rows (starting at ``bounds``), the sum of its bytes read as uint32 words
-    (bytes where a row is no whole number of words), modulo 2**64, times a constant drawn from
-    the key's name: exact integers, so a piece's part adds up to its episode's whatever the
-    pieces; one 1-D pass over the rows (numpy's fastest reduction)."""
+    """Per segment of rows (starting at ``bounds``), the sum of its uint32 words (bytes where a
+    row is no whole number of words) mod 2**64, times a constant drawn from the key's name. Exact
+    integers, so the pieces' sums add up to the episode's."""
     data = np.ascontiguousarray(rows)
     row_bytes = data.dtype.itemsize * (data.size // max(1, len(data)))
     words = data.reshape(-1).view(np.uint8)
@@ -252,10 +245,8 @@ def _word_sums(rows: np.ndarray, bounds: np.ndarray, key: str) -> np.ndarray:
 def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) -> EpisodeMeasures:
     """Measure every episode of ``ds`` in one bounded pass (see the module docstring).
 
-    Duplicates are found in two steps: a fingerprint of every episode in the pass (per stored
-    word, its sum over the episode, mixed; equal content, equal fingerprint), then the sha256
-    of every stored row of the episodes whose fingerprint and length meet another's, read
-    again: only those share a digest, so a fingerprint's collision never makes a duplicate.
+    Duplicates: episodes whose fingerprint (:func:`_word_sums`) and length match another's are
+    read again and get the sha256 of their stored rows; only equal digests are duplicates.
 
     Args:
         ds: The dataset (a view reads its parent's rows of its episodes).
@@ -292,8 +283,7 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
     acc = _Sums(n, ad, roles.images)
     step_bytes = sum(_row_bytes(r.spec, r.column) for r in readers.values())
     max_rows = max(CONTEXT + 1, budget.nbytes // step_bytes)
-    # the content sums and finiteness checks of each group run on a second thread while the
-    # first measures the steps (numpy releases the GIL in both)
+    # content sums and finiteness checks run on a second thread (numpy releases the GIL)
     with ThreadPoolExecutor(1, thread_name_prefix="rlds-audit") as worker:
         for group in _groups(lengths, positions, lens_by_pos, max_rows):
             _measure_group(group, readers, roles, m, budget, atol, acc, worker)
@@ -436,9 +426,8 @@ def _measure_group(
 def _content(
     keys: dict[str, tuple[np.ndarray, np.ndarray]], numbers: tuple[str, ...]
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Per piece, the low-dim keys' part of the fingerprints (:func:`_word_sums`, each key's
-    rows with their piece bounds) and the count of non-finite values in the float keys (a
-    final row counts too; ``None`` where all are finite, the common case: one fast pass)."""
+    """Per piece, the low-dim keys' part of the fingerprints (:func:`_word_sums`) and the count of
+    non-finite values in the float keys, final rows included (``None``: all finite)."""
     total: np.ndarray | None = None
     bad: np.ndarray | None = None
     for key, (x, bounds) in keys.items():
@@ -467,8 +456,7 @@ def _rows_close(x: np.ndarray, y: np.ndarray, atol: float) -> np.ndarray:
 
 
 def _all_columns(c: np.ndarray) -> np.ndarray:
-    """``c.all(axis=1)`` of a 2-D bool array: one pass per column, three times faster than
-    numpy's reduction along a short row."""
+    """``c.all(axis=1)`` of a 2-D bool array, one pass per column (3x faster for short rows)."""
     if c.shape[1] == 0:
         return np.ones(len(c), bool)
     out = c[:, 0].copy()
@@ -488,8 +476,7 @@ def _actions(
     acc: _Sums,
 ) -> None:
     """Action changes (max, sum of squares) and jerk (sum of |third difference|) per piece, in
-    float32 (the sums in float64). The jerk is the second difference of the changes: what
-    ``np.diff(a, n=3)`` computes, one subtraction pass fewer."""
+    float32 (sums in float64)."""
     a = a.astype(np.float32, copy=False)
     d = np.zeros_like(a)
     np.subtract(a[1:], a[:-1], out=d[1:])
@@ -521,9 +508,8 @@ def _image_same(
     cut: Any,
     bounds: np.ndarray,
 ) -> np.ndarray:
-    """Whether each step's frame of an image key equals the step before's (within the episode),
-    and the key's part of the fingerprints; a frame column is compared as its stored bytes
-    (sizes first), never decoded."""
+    """Whether each step's frame equals the step before's (within the episode); adds the key's
+    part of the fingerprints. Frame columns are compared as stored bytes, never decoded."""
     column = reader.column
     if _is_frames(column):
         lo, hi = reader.rows(g)

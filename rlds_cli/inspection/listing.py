@@ -34,8 +34,8 @@ class CachedDataset:
     name: str
     num_steps: int
     num_episodes: int
-    #: Disk use of its directory (allocated blocks, as ``du`` counts them): the figure ``rlds
-    #: inspect`` shows too (:meth:`rlds_cli.Dataset.size_bytes`).
+    #: Disk use of its directory (allocated blocks, as ``du`` counts;
+    #: :meth:`rlds_cli.Dataset.size_bytes`).
     size_bytes: int
     #: Storage: ``memmap`` or ``zarr``.
     backend: str
@@ -141,8 +141,8 @@ def list_datasets(pattern: str | None = None, root: Root | CacheRoot = None) -> 
 
 
 def _counts(cache: CacheRoot, m: Any) -> tuple[int, int, str | None]:
-    """Steps and episodes of a dataset: its manifest's, or for a growing dataset (whose head
-    manifest holds none) those of its view now; and why it cannot be read (``None``: it can)."""
+    """Steps and episodes of a dataset (a growing one's from its current view, its head manifest
+    holding none), and why it cannot be read (``None``: it can)."""
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 
     if m.layout != SEGMENTED_LAYOUT:
@@ -152,11 +152,11 @@ def _counts(cache: CacheRoot, m: Any) -> tuple[int, int, str | None]:
     from rlds_cli.errors import CacheError
 
     try:
-        # the whole log, not only what a reader from its checkpoint replays: damage anywhere
-        # marks the row (0.3 s at 100,000 commits, what every open cost before the checkpoint)
+        # the whole log, not only what a reader replays from its checkpoint: damage anywhere
+        # marks the row (0.3 s at 100,000 commits)
         verify_log(cache.dataset_dir(m.name))
         ds = GrowingDataset(cache.dataset_dir(m.name), m)
-    except CacheError as exc:  # damaged, or replaced while listed: one row that says so
+    except CacheError as exc:  # damaged, or replaced while listed
         return m.num_steps, m.num_episodes, exc.message
     return ds.num_steps, ds.num_episodes, None
 
@@ -165,7 +165,7 @@ def _source_label(source: dict[str, Any]) -> str:
     """Where a dataset came from, in a few words: registry id, file, or a view's parent range."""
     if source.get("format") == "view":
         a, b = source.get("episodes") or ("", "")
-        if "episode_ids" in source:  # a selection (a random split's): how many, not a range
+        if "episode_ids" in source:  # a selection (e.g. a random split): a count, not a range
             return f"{source.get('parent', '')} {len(source['episode_ids'])} episodes (a selection)"
         return f"{source.get('parent', '')} episodes {a}:{b}"
     if source.get("format") == "rlds-writer":

@@ -1,16 +1,16 @@
 """Normalized scores: an episode return on D4RL's 0-100 scale.
 
 ``normalized_score = 100 * (return - ref_min) / (ref_max - ref_min)``: 0 is the reference
-random policy, 100 the reference expert (D4RL's ``get_normalized_score`` and Minari's
-``get_normalized_score`` return the same ratio without the factor 100; papers report it times 100).
+random policy, 100 the reference expert (D4RL's and Minari's ``get_normalized_score`` return the
+ratio without the factor 100).
 
 Where the reference numbers come from:
 
-* a D4RL id: the registry's ``ref_min_score``/``ref_max_score``, transcribed from D4RL's own
-  ``REF_MIN_SCORE``/``REF_MAX_SCORE`` (``d4rl/infos.py``; see ``scripts/d4rl_ref_scores.py``),
-  so a D4RL id needs no download;
-* a Minari dataset: its own metadata's ``ref_min_score``/``ref_max_score``, kept in the cached
-  dataset's manifest (``source.metadata.minari``), so it must be downloaded first;
+* a D4RL id: the registry's ``ref_min_score``/``ref_max_score``, from D4RL's
+  ``REF_MIN_SCORE``/``REF_MAX_SCORE`` (``d4rl/infos.py``; ``scripts/d4rl_ref_scores.py``): no
+  download needed;
+* a Minari dataset: its metadata's ``ref_min_score``/``ref_max_score``, kept in the cached
+  manifest (``source.metadata.minari``): downloaded first;
 * a cached dataset downloaded by registry id: that entry's numbers; a view: its parent's.
 """
 

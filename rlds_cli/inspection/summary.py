@@ -1,9 +1,5 @@
 """Facts about a cached dataset, as one JSON-serialisable dict (``rlds inspect``), and its figure
 (``rlds inspect --plot``: matplotlib, an optional extra).
-
-Facts about a cached dataset, as one JSON-serialisable dict (``rlds inspect``).
-
-**Plot.** ``rlds inspect --plot``: a figure of a dataset (matplotlib, an optional extra).
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ def _length_stats(lengths: np.ndarray) -> dict[str, Any]:
 
 
 def at_episode_ends(ds: Dataset, key: str, budget: Budget | None = None) -> np.ndarray:
-    """Whether step key ``key`` (a flag) is true at each episode's last step, one bool per
-    episode, the column read in bounded blocks."""
+    """Whether flag key ``key`` is true at each episode's last step (one bool per episode)."""
     last = ds.episode_bounds.ends - 1
     out = np.zeros(ds.num_episodes, bool)
     for start, chunk in blocks(ds.column(key), budget):
@@ -70,7 +65,7 @@ def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[
     column = ds.column(key)
     budget = budget if budget is not None else Budget()
     count = nan = posinf = neginf = true = 0
-    # the accumulator of `preprocess --stats` and Normalize, over all elements: they agree
+    # the accumulator of `preprocess --stats` and Normalize, so the figures agree
     acc: stats.Partial | None = None
     scanned = blocks(column, budget, itemsize=8) if dtype.kind in "biuf" else iter(())
     for _, chunk in scanned:
@@ -81,7 +76,7 @@ def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[
         values = chunk.reshape(-1)
         if dtype.kind == "f":
             finite = np.isfinite(values, out=budget.pool.empty(values.shape, bool))
-            if not finite.all():  # the common case, all finite, needs no second copy
+            if not finite.all():  # all finite (the common case): no second copy
                 nan += int(np.isnan(values).sum())
                 posinf += int(np.isposinf(values).sum())
                 neginf += int(np.isneginf(values).sum())
@@ -104,8 +99,7 @@ def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[
 
 
 def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
-    """Bin counts and edges (``len(edges) == len(counts) + 1``) of a 1-D array's finite values
-    (an episode return is NaN or infinite where a reward is: it has no bin)."""
+    """Bin counts and edges (``len(edges) == len(counts) + 1``) of a 1-D array's finite values."""
     values = values.astype(np.float64)
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -115,9 +109,8 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
 
 
 def length_histogram(lengths: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
-    """:func:`histogram` of integers (episode lengths): edges halfway between integers, every bin
-    as wide as the others and a whole number of values wide, so each bin holds the integers
-    ``ceil(lo)..floor(hi)`` and no bin is a slice of one value (one length: one bin)."""
+    """:func:`histogram` of integers (episode lengths): edges halfway between integers, all bins
+    an equal whole number of values wide."""
     if lengths.size == 0:
         return {"counts": [], "edges": []}
     lo, hi = int(lengths.min()), int(lengths.max())
@@ -128,10 +121,8 @@ def length_histogram(lengths: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[st
 
 
 def stored_key_bytes(ds: Dataset, key: str) -> int:
-    """Bytes of one stored key's files (its .npy file or its zarr array directory): their
-    lengths, what its codec wrote, so ``logical / stored`` is the compression ratio. The
-    dataset's size (:meth:`~rlds_cli.Dataset.size_bytes`) is disk use instead: allocated
-    blocks, which round each small file up to a whole block."""
+    """Bytes of one stored key's files (``.npy``, zarr array directory or frame files): file
+    lengths, for the compression ratio; unlike :meth:`~rlds_cli.Dataset.size_bytes` (disk use)."""
     parts = getattr(ds, "segment_datasets", None)  # a growing dataset: its segments' files
     if parts is not None:
         return sum(stored_key_bytes(part, key) for part in parts())
@@ -155,9 +146,8 @@ def codec_of(fields: dict[str, Any], key: str) -> str:
 def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = None) -> dict[str, Any]:
     """Schema, counts, episode statistics, disk use and provenance of a dataset.
 
-    Every column is read in bounded blocks (``budget``, default
-    :data:`~rlds_cli.cache.blocks.BLOCK_BYTES` each): memory does not grow with the dataset;
-    what is kept per episode (lengths, returns, end flags) is O(episodes).
+    Columns are read in bounded blocks (``budget``, default
+    :data:`~rlds_cli.cache.blocks.BLOCK_BYTES`); memory is O(episodes).
 
     Returns:
         A JSON-serialisable dict with at least ``name``, ``num_steps``, ``num_episodes``,
@@ -215,8 +205,8 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
         "episodes_truncated": int((truncated & ~terminated).sum()),
         "final_observations_synthesized": int((~ds.episode_index["final_known"]).sum()),
         "source": m.source,
-        # the environment the data was recorded in (Dataset.recover_environment makes it) and the
-        # reference returns of normalized scores; None when unknown
+        # the recording environment (Dataset.recover_environment) and the normalized scores'
+        # reference returns; None when unknown
         "env": env.to_dict() if env is not None else None,
         "reference_scores": scores.to_dict() if scores is not None else None,
         # licence, citation, robot type, fps, description (a view: its parent's); {} when unknown

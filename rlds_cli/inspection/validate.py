@@ -1,30 +1,28 @@
 """TED invariant checks of a cached dataset (``rlds inspect NAME --check``).
 
-Each check reads the dataset in bounded blocks (:mod:`rlds_cli.cache.blocks`: a memory map's
-pages are released after each block), deriving TED keys with the same code as training does
-(:class:`~rlds_cli.cache.reader.TedReader`), so memory is the same for any dataset size; each
-violation names the episode and the step inside it.
+Each check reads the dataset in bounded blocks (:mod:`rlds_cli.cache.blocks`), deriving TED keys
+with the training code (:class:`~rlds_cli.cache.reader.TedReader`), so memory does not grow with
+the dataset; each violation names the episode and the step inside it.
 
 Checks:
 
-* ``files``: every stored file is there at its full size (each ``.npy``; each zarr chunk),
-  checked without reading data. When one is missing, the data checks are not run.
+* ``files``: every stored file (each ``.npy``, each zarr chunk) is there at its full size,
+  checked without reading data. If one is missing, the data checks are not run.
 * ``index``: episodes are contiguous, non-empty and cover every step.
 * ``done``: ``next/done == next/terminated | next/truncated``, and it is true exactly at the
   last step of every episode.
 * ``continuity``: inside an episode, ``next/<key>[t] == <key>[t + 1]`` for every
   observation-like key (NaN equal to NaN).
 * ``counts``: steps and episodes match what the source declared (e.g. Minari's
-  ``total_steps``), where the converter recorded it (``source.checks.expected``); for an
-  ``--episodes A:B`` conversion, the episode count is the selection's share of the declared
-  total. Per-episode source arrays (``<format>/episode_<what>``) have one row per episode.
+  ``total_steps``), where recorded (``source.checks.expected``); for an ``--episodes A:B``
+  conversion, the episode count is the selection's share of the declared total. Per-episode
+  source arrays (``<format>/episode_<what>``) have one row per episode.
 * ``nan``: every key has exactly as many NaN values as the source had at conversion
-  (``source.checks.nan_counts``), so no NaN appeared where the source had none.
-* ``digest``: every stored array (read whole, in bounded blocks), the episode index and
-  ``source_metadata.npz`` have the sha256 recorded when the dataset was written, so a value
-  changed by hand in a ``.npy`` file or a zarr chunk is found and named (see
-  :mod:`rlds_cli.cache.digest`); a view's arrays are checked against its parent's digests.
-  Skipped, never failed, for datasets written before digests were recorded.
+  (``source.checks.nan_counts``).
+* ``digest``: every stored array, the episode index and ``source_metadata.npz`` match the sha256
+  recorded at write time, so any changed value is found and its file named
+  (:mod:`rlds_cli.cache.digest`); a view's arrays are checked against its parent's digests.
+  Skipped, never failed, for datasets without recorded digests.
 """
 
 from __future__ import annotations
@@ -89,8 +87,8 @@ class CheckReport:
         violations: Every violation found (up to ``limit``).
         truncated: More violations existed than were kept.
         checks: The checks that ran.
-        skipped: Checks that did not run, with the reason (e.g. ``digest`` of a dataset
-            written before digests were recorded).
+        skipped: Checks that did not run, with the reason (e.g. ``digest`` where none is
+            recorded).
     """
 
     violations: list[Violation] = field(default_factory=list)
@@ -156,7 +154,7 @@ def check_dataset(ds: Dataset, limit: int = 1000, budget: Budget | None = None) 
     for problem in ds.check_files():
         c.add("files", problem)
     if c.report.violations:
-        return c.report  # reading the data would only fail on the same damage
+        return c.report  # the data checks would only fail on the same damage
     for name, fn in (
         ("index", _check_index),
         ("done", _check_done),
@@ -166,7 +164,7 @@ def check_dataset(ds: Dataset, limit: int = 1000, budget: Budget | None = None) 
     ):
         c.report.checks.append(name)
         fn(ds, c, budget)
-    # last: the checks above say where an invariant breaks; this one finds any value changed
+    # last: the checks above locate broken invariants; this one finds any changed value
     _check_digests(ds, c, budget)
     return c.report
 
@@ -180,7 +178,7 @@ def _check_digests(ds: Dataset, c: _Collector, budget: Budget) -> None:
         c.report.skipped["digest"] = NOT_RECORDED
         return
     c.report.checks.append("digest")
-    if not result.recorded:  # a view made by this rlds of a parent written by an older one
+    if not result.recorded:  # a view whose parent has no recorded digests
         c.report.skipped["digest of the parent's arrays"] = NOT_RECORDED
     for problem in result.problems:
         c.add("digest", f"{problem.path}: {problem.message}", key=problem.key)
@@ -249,9 +247,8 @@ def _check_counts(ds: Dataset, c: _Collector, budget: Budget) -> None:
 def _check_subset_counts(
     ds: Dataset, c: _Collector, selection: Any, expected: dict[str, int], dropped: int
 ) -> None:
-    """Counts of an ``--episodes A:B`` conversion: the source declares its totals, not the
-    subset's, so the episodes must be ``min(B, declared - dropped) - A`` (steps are not declared
-    per episode and are not checked)."""
+    """Counts of an ``--episodes A:B`` conversion: episodes must be
+    ``min(B, declared - dropped) - A`` (steps are not checked: not declared per episode)."""
     try:
         first, stop = parse_episodes(selection)
     except InvalidSelectionError:

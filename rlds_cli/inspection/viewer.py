@@ -1,32 +1,22 @@
 """``rlds show``: episodes of a dataset to watch: one self-contained HTML page that plays them in a
 browser, or a recording for the rerun viewer.
 
-:func:`write_episode_page` writes the page (a file, published atomically: a temp file beside it,
-renamed when whole); :func:`episode_page` returns its bytes. The page needs no server and no
-network (open it from disk): each camera's frames play in sync with plots of the actions, the
-observations' low-dim keys, the rewards and the end flags; a scrubber, a play button and the
-arrow keys move every view; the timeline shows the audit's marks (:mod:`rlds_cli.inspection.audit`):
-idle steps, action spikes, frozen frames, non-finite values and the episode's end; a table gives
-the episode's statistics and its audit flags.
+:func:`write_episode_page` writes the page atomically; :func:`episode_page` returns its bytes. The
+page needs no server or network: camera frames play in sync with plots of the actions, low-dim
+observations, rewards and end flags; the timeline shows the audit's marks
+(:mod:`rlds_cli.inspection.audit`); a table gives the episode's statistics and audit flags. Its
+script is :mod:`rlds_cli.inspection.viewer_page`.
 
-Frames are embedded as the dataset stores them: a frame column's JPEG/PNG/WebP files
-(:mod:`rlds_cli.cache.backends.frames`) byte for byte, base64-encoded (4/3 of their size), so
-the page weighs about the episode's compressed frames. Frames stored as raw ``uint8`` arrays
-are encoded for the page (JPEG at :data:`RAW_JPEG_QUALITY`; PNG for 4 channels). The page is
-written in bounded memory: frames are read and written :data:`FRAMES_PER_CHUNK` at a time.
-What the page's script does is in :mod:`rlds_cli.inspection.viewer_page`.
+Stored frame files (JPEG/PNG/WebP) are embedded byte for byte, base64-encoded (4/3 of their size);
+raw ``uint8`` frames are encoded for the page (JPEG at :data:`RAW_JPEG_QUALITY`; PNG for 4
+channels). Memory is bounded: frames go :data:`FRAMES_PER_CHUNK` at a time.
 
-**Rerun.** ``rlds show --rerun FILE.rrd``: the viewer's episodes as a recording for the rerun viewer
-(``rerun FILE.rrd``; the ``rerun`` extra: ``rerun-sdk``).
-
-The recording holds what the HTML page shows (:class:`EpisodeContent`),
-under ``episode/<I>/`` for each episode ``I``: each camera's frames at ``episode/<I>/<key>`` as
-``EncodedImage`` (the stored JPEG/PNG/WebP files, as the page embeds them), every plotted
-dimension at ``episode/<I>/<key>/<d>`` as ``Scalars``, both on the ``step`` timeline (and
-``time``, at the page's fps), the audit's marks as ``TextLog`` entries where each range starts,
-and the episode's statistics as a static ``TextDocument`` at ``episode/<I>/stats``. Frames are
-sent a chunk (:data:`~rlds_cli.inspection.viewer.FRAMES_PER_CHUNK` frames) at a time; the file
-is written beside ``out`` and renamed when whole.
+``rlds show --rerun FILE.rrd`` (the ``rerun`` extra, ``rerun-sdk``) writes the same content
+(:class:`EpisodeContent`) atomically, per episode ``I``: each camera's frames at
+``episode/<I>/<key>`` as ``EncodedImage`` (the stored files), every plotted dimension at
+``episode/<I>/<key>/<d>`` as ``Scalars``, both on the ``step`` and ``time`` (page fps) timelines;
+the audit's marks as ``TextLog`` entries at each range's start; the statistics as a static
+``TextDocument`` at ``episode/<I>/stats``.
 """
 
 from __future__ import annotations
@@ -113,12 +103,12 @@ class PageSummary:
 
 @dataclass
 class Camera:
-    """A camera shown: its key, the format its frames are shown in, and whether they are the
-    stored image files (else encoded here)."""
+    """A camera shown: its key, its frames' format on the page, and whether they are the stored
+    image files (else encoded here)."""
 
     key: str
-    fmt: FrameFormat  # how the page holds the frames (the stored format, or the one encoded to)
-    stored: bool  # frames embedded as stored (else decoded/raw rows encoded here)
+    fmt: FrameFormat  # the stored format, or the one encoded to
+    stored: bool
 
     @property
     def mime(self) -> str:
@@ -179,8 +169,8 @@ def episode_page(
     fps: float | None = None,
     root: str | os.PathLike[str] | CacheRoot | None = None,
 ) -> bytes:
-    """The viewer page of :func:`write_episode_page` as bytes (the whole page in memory: for
-    short episodes; write long ones to a file)."""
+    """The viewer page of :func:`write_episode_page` as bytes (held whole in memory: for short
+    episodes)."""
     page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     buffer = io.BytesIO()
     page.write(buffer, PageSummary(None))
@@ -188,10 +178,9 @@ def episode_page(
 
 
 class EpisodeContent:
-    """What is shown of some episodes of one dataset (the page's, and the rerun recording's of
-    :mod:`rlds_cli.inspection.viewer`): checks its arguments and audits when made;
-    :meth:`episode` gives an episode's series, marks and statistics, :meth:`frames` its
-    cameras' image files, :meth:`write` the page."""
+    """What the page and the rerun recording show of some episodes of one dataset. Checks its
+    arguments and audits when made; :meth:`episode` gives an episode's series, marks and
+    statistics, :meth:`frames` its cameras' image files, :meth:`write` the page."""
 
     def __init__(
         self,
@@ -229,7 +218,7 @@ class EpisodeContent:
                 cameras.append(Camera(key, fmt, _stored_frames(self.ds.column(key)) is not None))
                 continue
             shape = tuple(spec.shape)
-            # (C, H, W) where the last side is no channel count and the first is (torch's layout)
+            # (C, H, W) where the last side is no channel count and the first is
             first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)
             channels = shape[0] if first else shape[-1] if len(shape) == 3 else 1
             codec = "png" if channels == 4 else "jpeg"
@@ -360,8 +349,8 @@ class EpisodeContent:
         return [m for m in marks if m["ranges"] or m["kind"] in ("idle", "end")]
 
     def _same_frames(self, cam: Camera, pos: int, length: int) -> np.ndarray:
-        """Per step, whether the camera's frame is byte for byte the step before's: stored
-        frames of equal size compared as stored (no frame decoded), raw rows as arrays."""
+        """Per step, whether the camera's frame is byte for byte the step before's (stored
+        frames compared undecoded)."""
         same = np.zeros(length, bool)
         lo, hi = self._rows(pos, cam.key)
         column = self.ds.column(cam.key)
@@ -397,7 +386,7 @@ class EpisodeContent:
         for key in self.roles.action:
             if key in values and len(values[key]):
                 v = values[key].astype(np.float64)
-                with warnings.catch_warnings():  # an all-NaN dimension: "nan", said once in the table
+                with warnings.catch_warnings():  # an all-NaN dimension shows "nan" in the table
                     warnings.simplefilter("ignore", RuntimeWarning)
                     rows.append([f"{key} mean", ", ".join(_fmt(x) for x in np.nanmean(v, axis=0)[:8])])
                     lows, highs = np.nanmin(v, axis=0)[:8], np.nanmax(v, axis=0)[:8]
@@ -433,17 +422,15 @@ class EpisodeContent:
 
 
 def _release(view: Any) -> None:
-    """Drop the pages of a block of a mapped frames file from the process's resident set once
-    copied (a memory map's pages stay counted otherwise: 1.2 GB after a 10-minute episode's
-    three cameras); a remote column's bytes are no map."""
+    """Drop a copied block of a mapped frames file from the resident set (otherwise 1.2 GB after
+    a 10-minute episode's three cameras); no-op for a remote column's bytes."""
     if isinstance(view, np.ndarray):
         release_pages(view)
 
 
 def _stored_frames(column: Any) -> Any:
-    """The frame column behind ``column`` when its stored image files can be read directly
-    (a dataset's own frame column, or one read at a URL), else ``None`` (the frames of a view
-    or a merge, read through its rows: decoded and encoded again for the page)."""
+    """The frame column behind ``column`` when its stored image files can be read directly,
+    else ``None`` (a view's or a merge's frames: decoded and re-encoded for the page)."""
     ok = all(hasattr(column, a) for a in ("fetch", "starts", "ends", "format"))
     return column if ok and len(column.ends) == len(column) else None
 

@@ -1,15 +1,14 @@
-"""The fixed parts of the episode viewer's page (:mod:`rlds_cli.inspection.viewer`): its style,
-its layout and the script that plays it, inline so the page needs no server and no network.
+"""The fixed parts of the episode viewer's page: style, layout and the script that plays it.
+
+Inline, so the page (:mod:`rlds_cli.inspection.viewer`) needs no server and no network.
 
 The script reads the page's data (``<script type="application/json" id="rlds-data">``: cameras,
-per-episode series, audit marks and statistics) and the frames, which follow it as
-``<script type="text/plain" id="f{episode}-{camera}-{chunk}" data-n="...">`` elements: each holds
-:data:`~rlds_cli.inspection.viewer.FRAMES_PER_CHUNK` frames, every frame base64-encoded on its own
-(``data-n``: the characters of each), so frame ``t`` is a slice of one element's text shown as a
-``data:`` URL, and no frame is decoded before it is shown. The frames come last in the file: the
-page is ready (``<html data-ready="true">``) when its first frames are shown, while the browser
-is still reading the rest. Plots are drawn once per episode on canvases, min/max per pixel
-column (so a long episode costs as much as a short one); the cursor and the readouts move.
+per-episode series, audit marks and statistics) and the frames that follow as
+``<script type="text/plain" id="f{episode}-{camera}-{chunk}" data-n="...">`` elements, each of
+:data:`~rlds_cli.inspection.viewer.FRAMES_PER_CHUNK` frames base64-encoded one by one (``data-n``:
+each one's length in characters); frame ``t`` is shown as a ``data:`` URL of a slice. The page is
+ready (``<html data-ready="true">``) when its first frames are shown. Plots are drawn once per
+episode, min/max per pixel column (a long episode costs as much as a short one).
 """
 
 from __future__ import annotations

@@ -102,9 +102,9 @@ def fetch_files(
         workers: Files fetched at once (default: ``RLDS_DOWNLOAD_WORKERS``, 4).
         progress: See :data:`~rlds_cli._util.progress.DownloadProgress`.
         config: Timeouts, retries and back-off (default: from the environment).
-        pin: Make a first-seen hash binding at once. :func:`rlds_cli.sources.download.download` passes
-            ``False`` and pins after the conversion succeeded (a file that does not convert,
-            such as a captive portal's HTML page, must never become the trusted version).
+        pin: Make a first-seen hash binding at once. :func:`rlds_cli.sources.download.download`
+            passes ``False`` and pins after the conversion succeeds, so a file that does not
+            convert (a captive portal's HTML page) never becomes the trusted version.
 
     Returns:
         One :class:`FetchResult` per file, in the order of ``files``.
@@ -371,7 +371,7 @@ _ORIGINS = {
 def _combine(
     file: RemoteFile, failures: list[DownloadError | ChecksumMismatchError]
 ) -> DownloadError | ChecksumMismatchError:
-    """One error for a file every mirror failed: the last one if alone, else a summary."""
+    """One error for a file every mirror failed: the only one, else a summary."""
     if len(failures) == 1:
         return failures[0]
     lines = "; ".join(str(f) for f in failures)
@@ -387,8 +387,8 @@ def _combine(
 
 
 def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
-    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later
-    download of the same files is still checked against the hashes seen today."""
+    """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later download
+    is still checked against the recorded hashes."""
     for r in results:
         r.path.unlink(missing_ok=True)
         discard_part(part_path(folder, r.name))

@@ -1,25 +1,18 @@
-"""``hashes.json``: the sizes and sha256 of a dataset's downloaded files, and when a first-seen hash
-may be trusted.
+"""``hashes.json``: the sizes and sha256 of a download folder's files, and when a first-seen hash
+is trusted.
 
-It sits in the download folder's bookkeeping folder (``<root>/raw/<entry>/.rlds/hashes.json``),
-apart from the downloaded files, so no downloaded name can collide with it. For files whose
-registry entry knows no sha256, the first download that verifies *and converts* records what it
-saw ("trust on first use"), and every later download or ``rlds verify`` must match it. A hash
-seen but not yet converted is kept unpinned: it saves re-hashing, but is never enforced, so a
-captive portal's HTML page can never become the trusted hash. The store also remembers each
-file's mtime, so a file that was verified and not touched since is not hashed again.
+It lives at ``<root>/raw/<entry>/.rlds/hashes.json``, apart from the downloaded files, so no
+downloaded name can collide with it. Each file's mtime is kept too: a file verified and untouched
+since is not hashed again.
 
-**Pinning.** When a first-seen hash may be trusted, and what a failed conversion does to it.
-
-A file whose registry entry (or the user, with ``--sha256``, or the Hugging Face Hub) gives a
-sha256 is checked against that authority, and nothing here applies to it. A file without one is
-"trust on first use": its first download's sha256 is recorded *unconfirmed* (``pinned=False`` in
-``hashes.json``) and is pinned only once the file converted (:meth:`HashStore.pin`).
-
-A conversion that fails marks the unconfirmed files of that download as failed
-(:func:`mark_failed`): the next run does not reuse such a file but fetches it again
-(:func:`must_refetch`), so once the server sends the real file (a captive portal gone, a
-truncated or gzip-encoded body fixed) the same command succeeds, with no file deleted by hand.
+**Pinning.** A file whose sha256 comes from an authority (the registry, ``--sha256``, the Hugging
+Face Hub) is checked against it, and nothing below applies. A file without one is trust on first
+use: its first download's sha256 is recorded unpinned (``pinned=False``; it saves re-hashing but
+is never enforced, so a captive portal's HTML page cannot become the trusted hash) and pinned once
+the file converts (:meth:`HashStore.pin`); later downloads and ``rlds verify`` must match it. A
+failed conversion marks that download's unpinned files (:func:`mark_failed`) and the next run
+fetches them again (:func:`must_refetch`), so the same command succeeds once the server sends the
+real file, with no file deleted by hand.
 """
 
 from __future__ import annotations
@@ -47,14 +40,13 @@ _THREAD_LOCK = threading.Lock()
 
 
 def mismatch_hint(origin: str, hashes_file: Path | None = None) -> str | None:
-    """What to do about a file whose bytes differ from the sha256 of ``origin``
-    (:attr:`FileRecord.origin`): who is wrong depends on who gave the hash. ``None`` keeps
+    """The hint for a file whose bytes differ from the sha256 given by ``origin``; ``None`` keeps
     :class:`~rlds_cli.errors.ChecksumMismatchError`'s default (the registry's case).
 
     Args:
         origin: ``"user"``, ``"registry"``, ``"hub"`` or ``"recorded"``.
-        hashes_file: The ``hashes.json`` holding a ``"recorded"`` hash (named in the hint, as
-            deleting it is how a changed upstream file is accepted).
+        hashes_file: The ``hashes.json`` holding a ``"recorded"`` hash (the hint names it:
+            deleting it accepts a changed upstream file).
     """
     if origin == "user":
         return (
@@ -178,8 +170,8 @@ class HashStore:
 
 
 def _as_json(record: FileRecord) -> dict[str, Any]:
-    """A record as stored; ``convert_failed`` only when set, so an older rlds (which does not
-    know the key) still reads every other record of the folder."""
+    """A record as stored; ``convert_failed`` only when set, so an rlds that does not know the key
+    still reads the folder's other records."""
     data = asdict(record)
     if not data["convert_failed"]:
         del data["convert_failed"]
@@ -194,8 +186,8 @@ REFETCH_HINT = (
 
 
 def must_refetch(file: RemoteFile, record: FileRecord | None) -> bool:
-    """Whether the finished raw file of ``file`` must be fetched again instead of reused: its
-    hash is its own first download's, unconfirmed, and its conversion failed."""
+    """Whether the finished raw file of ``file`` must be fetched again instead of reused: no
+    authority hash, its recorded hash unpinned, and its conversion failed."""
     return not file.sha256 and record is not None and not record.pinned and record.convert_failed
 
 
@@ -212,10 +204,10 @@ def mark_failed(folder: Path, names: Iterable[str]) -> list[str]:
 
 @contextmanager
 def confirmed_by_conversion(folder: Path, names: Iterable[str]) -> Iterator[None]:
-    """Around the conversion of the downloaded files ``names`` of ``folder``: pin their hashes
-    when it succeeds; when the files could not be read (a :class:`SourceError`, or an error rlds
-    did not foresee), mark the unconfirmed ones for a fresh download and say so in the hint.
-    Other errors (a name taken, a full disk) and an interruption say nothing about the bytes."""
+    """Around the conversion of ``names`` in ``folder``: pin their hashes on success; on a
+    :class:`SourceError` or an unforeseen exception, mark the unpinned ones for a fresh download
+    (and set the hint). Other rlds errors (a name taken, a full disk) and interruptions change
+    nothing."""
     wanted = list(names)
     try:
         yield

@@ -1,12 +1,11 @@
 """One URL into one ``.part`` file: streaming, guarded Range resume, checked redirects, retries
 with back-off and a minimum-speed rule.
 
-Resuming is only safe when the bytes on disk and the bytes to come are of one version of the file.
-The first response's validator (a strong ``ETag``, else ``Last-Modified``) is recorded beside the
-``.part``; a resume sends it as ``If-Range``, so a server whose file changed answers ``200`` with
-the whole new file. A ``.part`` without a validator, a ``206`` for other bytes than asked, or a
-``206`` with another validator or total size restarts the file from byte 0. The record beside a
-``.part`` file (:class:`PartInfo`) says which version of the remote file its bytes belong to."""
+A resume never splices two versions of a file. The first response's validator (a strong ``ETag``,
+else ``Last-Modified``) is recorded beside the ``.part`` (:class:`PartInfo`); a resume sends it as
+``If-Range``, so a server whose file changed answers ``200`` with the whole new file. A ``.part``
+without a validator, or a ``206`` for other bytes than asked or with another validator or total
+size, restarts the file from byte 0."""
 
 from __future__ import annotations
 
@@ -126,9 +125,8 @@ def origin_of(url: str) -> str:
 
 @dataclass(frozen=True)
 class OriginAuth:
-    """An ``Authorization`` header for one origin (scheme, host and port) only: a request to
-    another origin, such as the storage host a redirect leads to (a signed URL), goes without
-    it. Its ``repr`` never shows the header.
+    """An ``Authorization`` header sent to one origin (scheme, host and port) only, never to
+    another (such as the storage host of a redirect's signed URL). Its ``repr`` never shows it.
 
     Attributes:
         origin: As :func:`origin_of` spells it.
@@ -293,9 +291,8 @@ def download_url(
 
 
 def _resumable(part: Path, url: str, name: str, progress: DownloadProgress) -> int:
-    """Bytes of ``part`` that may be resumed: all of them when a validator of ``url`` was
-    recorded for them, else none (the ``.part`` is deleted: bytes whose version nobody can
-    prove must not be spliced with bytes of a possibly newer file)."""
+    """Bytes of ``part`` that may be resumed: all when a validator of ``url`` was recorded for
+    them, else none (and the ``.part`` is deleted)."""
     have = part.stat().st_size if part.is_file() else 0
     if not have:
         return 0
@@ -312,10 +309,9 @@ def _resumable(part: Path, url: str, name: str, progress: DownloadProgress) -> i
 class _Tally:
     """Bytes received in one request, judged window by window by the minimum-speed rule.
 
-    The rule judges the body only, over whole windows: never a request's bytes over its wall
-    time, which counts the connection, the server's wait before its first byte and a loaded
-    machine's pauses (at 1,024 B/s, an answer of 10 bytes would be a trickle whenever its
-    request took over 10 ms, so a server cutting every answer short looked like no progress).
+    Only the body is judged, over whole windows, never bytes over the request's wall time (which
+    includes connecting and the server's wait: at 1,024 B/s a 10-byte answer taking 10 ms would
+    count as a trickle).
     """
 
     received: int = 0
@@ -327,8 +323,8 @@ class _Tally:
         self.window_start, self.window_bytes = now, 0
 
     def slow_speed(self, config: HttpConfig, now: float) -> float | None:
-        """The open window's speed when it lasted a whole ``speed_window`` below
-        ``min_speed``; else ``None`` (and a whole window that passed opens the next)."""
+        """The open window's speed when it lasted a whole ``speed_window`` below ``min_speed``;
+        else ``None`` (a whole window that passed opens the next)."""
         elapsed = now - self.window_start
         if config.min_speed <= 0 or elapsed < config.speed_window:
             return None
@@ -340,9 +336,8 @@ class _Tally:
         return speed
 
     def useful(self, config: HttpConfig) -> int:
-        """The bytes received, less those of a window too slow (so a trickle does not reset
-        the retry budget forever). A window that ended in a stall (a read timeout, a cut) is
-        judged at the failure, as the next byte would have had it judged."""
+        """The bytes received, less those of a window too slow (so a trickle does not reset the
+        retry budget forever). A window ending in a stall is judged at the failure."""
         if not self.slow and self.received:
             self.slow_speed(config, config.clock())
         return self.received - self.window_bytes if self.slow else self.received
@@ -525,8 +520,8 @@ def _write_body(
 
 
 def _chunks(resp: Any) -> Iterator[bytes]:
-    """The body as it arrives, undecoded. ``read1`` returns what is there (up to CHUNK), so a
-    cut connection loses no byte that reached us; ``iter_content`` would drop a partial chunk."""
+    """The body as it arrives, undecoded; ``read1`` (unlike ``iter_content``) loses no byte of a
+    partial chunk when the connection is cut."""
     read1 = getattr(resp.raw, "read1", None)
     if read1 is None:  # urllib3 < 2
         yield from resp.iter_content(CHUNK)

@@ -1,6 +1,5 @@
-"""A request that failed: when to retry it and how long to wait, and what it says to a person (a
-DNS failure recognised through urllib3's wrapping, a short reason instead of urllib3's pool/URL
-preamble).
+"""Failed HTTP requests: when to retry and how long to wait, and a short reason for a person
+(a DNS failure recognised through urllib3's wrapping, without urllib3's pool/URL preamble).
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ def name_not_resolved(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """A short reason: urllib3 nests the cause ("[Errno 111] Connection refused", "Read timed
-    out") inside a long pool/URL preamble that the message already names."""
+    """A short reason: the cause urllib3 nests in its pool/URL preamble ("[Errno 111] Connection
+    refused", "Read timed out"), at most 300 characters."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text) or re.search(
         r"(Read timed out|Connection broken)", text
@@ -55,9 +54,9 @@ MAX_BACKOFF = 60.0
 def backoff_delay(attempt: int, base: float, retry_after: float | None = None) -> float:
     """Seconds to wait before retry number ``attempt`` (1, 2, ...).
 
-    Exponential back-off with "full jitter" (a random delay between half and all of
-    ``base * 2**(attempt-1)``, capped), so clients that failed together do not retry together.
-    A server's ``Retry-After`` is a lower bound.
+    Exponential back-off with jitter: between half and all of ``base * 2**(attempt-1)`` (capped at
+    :data:`MAX_BACKOFF`), so clients that failed together do not retry together. A server's
+    ``Retry-After`` (capped at :data:`MAX_RETRY_AFTER`) is a lower bound.
     """
     delay = min(MAX_BACKOFF, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
     if retry_after is not None:
@@ -65,9 +64,9 @@ def backoff_delay(attempt: int, base: float, retry_after: float | None = None) -
     return delay
 
 
-#: Requests one download of one URL may make in one command, whatever the server announces: a
-#: server whose every answer ends early but brings a few new bytes would otherwise reset the
-#: stall budget forever. What arrived is kept: the next command resumes from there.
+#: Requests one download of one URL may make in one command (a server whose every answer ends
+#: early with a few new bytes would otherwise reset the stall budget forever). What arrived is
+#: kept for the next command to resume.
 MAX_REQUESTS = 64
 #: Every this many requests, the back-off's floor doubles (also while progress is made).
 _SLOWER_EVERY = 16
@@ -75,8 +74,8 @@ _SLOWER_EVERY = 16
 
 @dataclass
 class RetryBudget:
-    """The one retry policy of rlds' HTTP calls: ``retries`` tries more after a failure without
-    progress, at most ``max_requests`` requests in all, with :func:`backoff_delay` between them.
+    """The retry policy of rlds' HTTP calls: ``retries`` more tries after a failure without
+    progress, at most ``max_requests`` requests in all, :func:`backoff_delay` between them.
 
     Attributes:
         requests: Requests made so far (the first one included).
@@ -94,10 +93,10 @@ class RetryBudget:
     def next_delay(
         self, retry_after: float | None = None, *, progressed: bool = False, reached: int | None = None
     ) -> float | None:
-        """Count a failed try and return the seconds to wait before the next one, or ``None`` when
-        no try is left. A try that ``progressed`` (useful bytes arrived), up to a byte further
-        than any before when ``reached`` is given, makes its failure the first again: a budget
-        per stall. :attr:`max_requests` bounds the whole operation."""
+        """Count a failed try; the seconds to wait before the next, or ``None`` when none is left.
+
+        A try that ``progressed`` (to a byte beyond :attr:`best`, when ``reached`` is given)
+        resets the failure count: ``retries`` is a budget per stall."""
         if reached is not None:
             progressed = progressed and reached > self.best
             self.best = max(self.best, reached)

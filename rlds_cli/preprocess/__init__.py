@@ -1,5 +1,5 @@
-"""``rlds preprocess``: apply a function to a cached dataset, in parallel, resumably, with
-lineage; see ``docs/preprocessing.md``.
+"""``rlds preprocess``: apply a function to a cached dataset, in parallel, resumably, with lineage;
+see ``docs/preprocessing.md``.
 
 Public API::
 
@@ -10,9 +10,8 @@ Public API::
     preprocess.load_stats(dataset)                                   # statistics from --stats
     @preprocess.whole_episodes                                       # an episode-wise function
 
-The names are imported lazily: a spawned worker process imports only the submodules it runs
-(:mod:`~rlds_cli.preprocess.pool`, :mod:`~rlds_cli.preprocess.worker`), not the coordinator's,
-so that it starts quickly.
+Names are imported lazily, so a spawned worker imports only :mod:`~rlds_cli.preprocess.pool` and
+:mod:`~rlds_cli.preprocess.worker` and starts quickly.
 """
 
 from __future__ import annotations

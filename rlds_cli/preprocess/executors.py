@@ -1,14 +1,14 @@
 """Running a job's chunks: the :class:`Executor` plug point and its registry.
 
-Every executor runs :func:`rlds_cli.preprocess.worker.run_chunk` on the job's chunks and hands
-each result to ``on_done`` in the coordinator, exactly once, in any order; ``on_done`` raising
-stops the job. The registry :data:`EXECUTORS` names them:
+Every executor runs :func:`rlds_cli.preprocess.worker.run_chunk` on the job's chunks and hands each
+result to ``on_done`` in the coordinator, exactly once, in any order; ``on_done`` raising stops the
+job. :data:`EXECUTORS` names them:
 
 * ``"inline"``: in this process (:class:`InlineExecutor`);
-* ``"local"``: spawned worker processes with the coordinator working as one more
+* ``"local"``: spawned worker processes, the coordinator working as one more
   (:class:`rlds_cli.preprocess.pool.LocalPool`), or inline when one process is enough;
-* ``"ray"``: Ray tasks (:class:`RayExecutor`), at most two chunks per Ray worker in flight, so
-  memory stays bounded whatever the dataset size.
+* ``"ray"``: Ray tasks (:class:`RayExecutor`), at most two chunks per Ray worker in flight (bounded
+  memory whatever the dataset size).
 
 The job starts its executor with :func:`start` as soon as it knows the number of chunks (local
 workers then import the user's module while the coordinator plans), runs it once, and closes it.
@@ -26,8 +26,7 @@ from rlds_cli.errors import PreprocessError, WorkerLostError
 from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.worker import run_chunk
 
-#: A chunk to run: its index, first step and stop step (the arguments of ``run_chunk`` after
-#: the spec).
+#: A chunk to run: its index, first step and stop step (``run_chunk``'s arguments after the spec).
 Task = tuple[int, int, int]
 #: Called in the coordinator with each chunk's result (``run_chunk``'s dict); raising stops the job.
 OnDone = Callable[[dict[str, Any]], None]
@@ -78,8 +77,7 @@ def start(
 
 
 class InlineExecutor:
-    """One worker, this process: no process to spawn, so small jobs and cheap functions pay no
-    start-up."""
+    """One worker, this process: no process start-up for small jobs and cheap functions."""
 
     @classmethod
     def for_job(cls, **_: Any) -> InlineExecutor:
@@ -93,21 +91,20 @@ class InlineExecutor:
         pass
 
 
-#: How many times Ray runs a chunk again after a system failure (its worker process or node
-#: died, its result was lost). A chunk is idempotent: it rewrites the same bytes, and its
-#: done-marker is written last, so a retry never mixes two attempts. A failure of the user's
-#: function is no system failure: it comes back as data (or, for an unexpected exception, is
-#: not retried: ``retry_exceptions=False``) and stops the job at once.
+#: Ray's retries of a chunk after a system failure (its worker process or node died). A chunk is
+#: idempotent (same bytes, done-marker last), so a retry never mixes two attempts. The user's
+#: function failing comes back as data, or is not retried (``retry_exceptions=False``), and stops
+#: the job.
 RAY_MAX_RETRIES = 3
 
 
 def ray_init_kwargs(address: str | None, workers: int | None) -> dict[str, Any]:
     """The arguments of ``ray.init``.
 
-    With ``--address`` or ``RAY_ADDRESS`` it connects to that cluster and passes no resources
-    (Ray refuses ``num_cpus`` when connecting: the cluster has its own). Otherwise it starts a
-    local instance of the job's own with ``workers`` CPUs: ``address="local"``, as without it
-    Ray would join a cluster that ``ray start`` left running on this machine.
+    With ``--address`` or ``RAY_ADDRESS``: connect to that cluster, passing no resources (Ray
+    refuses ``num_cpus`` when connecting). Otherwise: a local instance of the job's own with
+    ``workers`` CPUs (``address="local"``; without it Ray would join a cluster ``ray start`` left
+    running).
     """
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address == "local" or (address is None and not os.environ.get("RAY_ADDRESS")):
@@ -146,7 +143,8 @@ def _first_line(exc: BaseException) -> str:
 def run_ray(
     spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone, workers: int | None, address: str | None
 ) -> None:
-    """Ray tasks writing to the cache path, which every node must see (a shared filesystem)."""
+    """Run ``tasks`` as Ray tasks, at most two per CPU in flight; Ray is started here (and shut
+    down) unless already initialized."""
     try:
         import ray
         from ray.exceptions import RayError, RayTaskError

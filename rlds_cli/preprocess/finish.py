@@ -1,13 +1,13 @@
 """A preprocessing job's directory across runs, and the job's end.
 
-The end of a preprocessing job: check that every chunk finished and that chunk boundaries
-agree, merge the chunks' statistics, write the episode index and the content digest, and publish
-the output (commit its cache transaction, or push it to its URL).
+**Across runs.** The job directory is fresh, or resumed with the chunks an interrupted run of the
+same job finished (each checked on disk); it is discarded so that no crash can leave part of it
+looking resumable. Its names are :mod:`rlds_cli.cache.layout`'s.
 
-**Across runs.** A preprocessing job's directory across runs: fresh, or resumed with the chunks an
-interrupted run of the very same job finished (each checked on disk), and discarded so that no
-crash can leave part of it looking resumable. The directory's names are
-:mod:`rlds_cli.cache.layout`'s."""
+**The end.** Check that every chunk finished and that chunk boundaries agree, merge the chunks'
+statistics, write the episode index and the content digest, and publish the output (commit its cache
+transaction, or push it to its URL).
+"""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def job_path(job: Job, out_name: str) -> Path:
 
 
 def discard_job_dir(job: Job, out_name: str) -> None:
-    """Remove a job directory so that no crash can leave part of it looking resumable: it is
-    first renamed out of reach (a ``.trash`` entry, which the stale-build cleanup removes)."""
+    """Remove a job directory so that no crash can leave part of it looking resumable: it is renamed
+    out of reach first (a ``.trash`` entry, which the stale-build cleanup removes)."""
     path = job_path(job, out_name)
     if path.exists():
         trash = job.cache.layout.trash_dir(job.cache.dataset_dir(out_name).name)
@@ -68,8 +68,8 @@ def job_dir(job: Job, out_name: str, resume: bool) -> tuple[Path, dict[str, Any]
 
 
 def output_intact(path: Path, saved: dict[str, Any], job: Job) -> bool:
-    """Whether the preallocated output of a per-step job is still all there (every column at
-    its full size); chunk files are checked one by one in :func:`finished_chunks`."""
+    """Whether the preallocated output of a per-step job still has every column at full size (chunk
+    files are checked in :func:`finished_chunks`)."""
     if saved.get("mode") != "direct":
         return True
     inferred = schema.schema_from_json(saved["schema"])
@@ -77,9 +77,9 @@ def output_intact(path: Path, saved: dict[str, Any], job: Job) -> bool:
 
 
 def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
-    """Chunks whose results are all on disk. A summary (the done-marker, written after the
-    chunk's data) says how many rows the chunk wrote; a chunk that wrote rows to a chunk file
-    counts only while that file exists, so a half-deleted job never passes for a finished one."""
+    """Chunks whose results are all on disk: a summary (the done-marker, written after the chunk's
+    data), and the chunk's file while the summary says it wrote rows, so a half-deleted job never
+    passes for a finished one. Unreadable or orphaned summaries are removed (the chunk runs again)."""
     done = []
     for i in range(num_chunks):
         marker = summary_path(job_dir, i)

@@ -1,17 +1,15 @@
 """Resolving the user's function from a reference string, the same way in every process.
 
-A reference is ``"package.module:function"`` (imported with the working directory on
-``sys.path``, as ``python -m`` would) or ``"path/to/file.py:function"`` (loaded from that file).
-Only the string travels to worker processes and Ray tasks; each resolves it once and caches
-the result, so the function itself never has to pickle. A Ray node may not have the caller's
-files: the Ray executor ships a file's bytes with the job (:func:`file_source`, compiled there
-by :func:`resolve`) and a module found outside the installed packages as a Ray ``py_modules``
-entry (:func:`module_root`).
+A reference is ``"package.module:function"`` (imported with the working directory on ``sys.path``,
+as ``python -m`` would) or ``"path/to/file.py:function"`` (loaded from that file). Only the string
+travels to worker processes and Ray tasks; each resolves it once and caches the result, so the
+function never has to pickle. For a Ray node without the caller's files, the Ray executor ships a
+file's bytes with the job (:func:`file_source`, compiled there by :func:`resolve`) and a module
+found outside the installed packages as a ``py_modules`` entry (:func:`module_root`).
 
-This module is the boundary with user code: :func:`call_user` calls the function and turns what
-it raises into a :class:`~rlds_cli.errors.UserFunctionError` carrying the user's traceback
-(:func:`user_traceback`). It imports nothing of the job's, so the worker and the coordinator
-both depend on it and it on neither.
+This module is the boundary with user code: :func:`call_user` turns what the function raises into a
+:class:`~rlds_cli.errors.UserFunctionError` with the user's traceback (:func:`user_traceback`). It
+imports nothing of the job's: worker and coordinator both depend on it.
 """
 
 from __future__ import annotations
@@ -58,8 +56,8 @@ def _load_file_module(path: Path, ref: str) -> Any:
 def _module_from_source(path: Path, resolved: str, source: bytes, ref: str) -> Any:
     """Compile ``source`` (the bytes of the file at ``path``, ``resolved`` on the caller's
     machine) as a module; the same module name in every process that got the same bytes."""
-    # the file's bytes are part of the module's name: a file edited within one process (a
-    # notebook) is imported afresh, so the function that runs is the one its lineage hashes
+    # the bytes are part of the module's name: a file edited within one process (a notebook) is
+    # imported afresh, so the function that runs is the one its lineage hashes
     digest = hashlib.sha256(resolved.encode() + b"\0" + source).hexdigest()[:12]
     mod_name = f"rlds_user_fn_{path.stem}_{digest}"
     if mod_name in sys.modules:
@@ -74,8 +72,7 @@ def _module_from_source(path: Path, resolved: str, source: bytes, ref: str) -> A
     # (an entry without an mtime is never checked against the disk)
     linecache.cache[str(path)] = (len(text), None, text.splitlines(keepends=True), str(path))
     try:
-        # compiled from the bytes just hashed, never from __pycache__: a .pyc is trusted on the
-        # source's mtime in whole seconds and its size, which an edit can leave unchanged
+        # from the hashed bytes, never __pycache__ (a .pyc is trusted on whole-second mtime and size)
         exec(compile(source, str(path), "exec"), module.__dict__)
     except BaseException as exc:
         del sys.modules[mod_name]
@@ -84,7 +81,7 @@ def _module_from_source(path: Path, resolved: str, source: bytes, ref: str) -> A
 
 
 def _import_failed(ref: str, exc: BaseException) -> UserFunctionError:
-    """The module exists but raised while being imported: that is the user's code failing."""
+    """The module raised while being imported: the user's code failing."""
     return UserFunctionError(
         f"importing the module of --fn {ref!r} raised {type(exc).__name__}: {exc}",
         user_traceback=user_traceback(exc),
@@ -184,10 +181,9 @@ def file_source(ref: str) -> dict[str, Any] | None:
     """For a file reference, what a process that cannot read the file needs to compile it:
     ``{"path", "resolved", "source", "sha256"}``; ``None`` for a module reference.
 
-    The bytes travel with the job rather than through Ray's ``working_dir`` (which would upload
-    the whole directory, datasets and all) or ``py_modules`` (which would import the file under
-    its own name): the function that runs on every node is exactly the one whose sha256 the
-    lineage records, however the file changes on disk meanwhile.
+    The bytes travel with the job, not through Ray's ``working_dir`` (which uploads the whole
+    directory) or ``py_modules`` (which imports the file under its own name): every node runs
+    exactly the function whose sha256 the lineage records.
     """
     module_part, _ = split_ref(ref)
     if not _is_path_ref(module_part):
@@ -205,8 +201,7 @@ def file_source(ref: str) -> dict[str, Any] | None:
 
 
 def _installed_dirs() -> list[Path]:
-    """Where installed packages and the standard library live (the same on every node of a
-    cluster whose environments match, which Ray requires anyway)."""
+    """Where installed packages and the standard library live (the same on every node of a Ray cluster)."""
     dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     dirs.update(site.getsitepackages())
     dirs.add(site.getusersitepackages())
@@ -214,11 +209,10 @@ def _installed_dirs() -> list[Path]:
 
 
 def module_root(ref: str) -> str | None:
-    """For a module reference whose top-level package was found outside the installed packages
-    (the working directory, a ``PYTHONPATH`` entry): that package's directory or single ``.py``
-    file, which the Ray executor ships with Ray's ``py_modules`` so that a node without the
-    caller's files imports the same code. ``None`` for a file reference, an installed package,
-    or one Ray cannot ship (a namespace package spread over several directories).
+    """For a module reference whose top-level package lies outside the installed packages (the
+    working directory, ``PYTHONPATH``): that package's directory or single ``.py`` file, for Ray's
+    ``py_modules``. ``None`` for a file reference, an installed package, or one Ray cannot ship (a
+    namespace package over several directories).
 
     Call it after the reference was resolved in this process (the module is imported).
     """

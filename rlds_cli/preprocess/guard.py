@@ -1,14 +1,13 @@
-"""Scripts without a main guard: a spawned worker re-runs the caller's script, which must not
-start the job again.
+"""Scripts without a main guard: a spawned worker re-runs the caller's script, which must not start
+the job again.
 
-Worker processes are spawned, and spawning imports the parent's ``__main__`` script again in
-each child (as ``__mp_main__``), so that functions defined there can be found. A script that
-calls :func:`rlds_cli.preprocess.run` at its top level, outside ``if __name__ == "__main__":``,
-would start a job inside every worker while it is being imported. The worker detects that
-(:func:`stop_if_reimported`) and exits with :data:`REIMPORTED_EXIT`, and the coordinator turns
-that exit code into a :class:`~rlds_cli.errors.PreprocessError` that says what to do.
+Spawning imports the parent's ``__main__`` script again in each child (as ``__mp_main__``), so a
+script that calls :func:`rlds_cli.preprocess.run` at its top level, outside
+``if __name__ == "__main__":``, would start a job in every worker. The worker detects that
+(:func:`stop_if_reimported`) and exits with :data:`REIMPORTED_EXIT`; the coordinator turns that exit
+code into a :class:`~rlds_cli.errors.PreprocessError` that says what to do.
 
-This module only imports the standard library: spawned workers import it.
+Imports only the standard library (spawned workers import it).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ HINT = 'put the call under `if __name__ == "__main__":`, or pass workers=1 (no w
 
 
 def reimported() -> bool:
-    """Whether this process is a spawned child that is importing its parent's main script (the
-    only time code of that script runs as ``__mp_main__`` at module level)."""
+    """Whether this process is a spawned child importing its parent's main script (as ``__mp_main__``)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         return True  # multiprocessing's own flag while a spawned child prepares (3.8 - 3.13)
     frame: FrameType | None = sys._getframe(1)
@@ -41,7 +39,6 @@ def reimported() -> bool:
 
 
 def stop_if_reimported() -> None:
-    """In a worker re-importing the caller's script: exit with :data:`REIMPORTED_EXIT` (the
-    coordinator reports it); elsewhere: nothing."""
+    """In a worker re-importing the caller's script, exit with :data:`REIMPORTED_EXIT`; elsewhere, nothing."""
     if reimported():
         raise SystemExit(REIMPORTED_EXIT)

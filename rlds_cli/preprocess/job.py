@@ -1,5 +1,5 @@
-"""The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble,
-record lineage and statistics, publish atomically.
+"""The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble, record
+lineage and statistics, publish atomically.
 
 Where things live while a job runs (``<entry>`` is the output's cache entry)::
 
@@ -9,15 +9,16 @@ Where things live while a job runs (``<entry>`` is the output's cache entry)::
     tmp/<entry>.job-<id>/chunks/<i>.data.npz a finished chunk's rows (per-episode mode, zarr)
 
 ``<id>`` hashes the parent's manifest, the function reference and its file's sha256, and the
-arguments that change the output, so ``--resume`` only ever continues the very same job. The
-directory does not end in ``.incomplete``: the cache's stale-build cleanup leaves it alone, and
-it survives a crash until the job is resumed (or run again without ``--resume``, which starts
-over). The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs and the checks
-and publication at the end are :mod:`rlds_cli.preprocess.finish`'s, the job's identity
-:mod:`rlds_cli.preprocess.prepare`'s. The job holds a
-:class:`~rlds_cli.cache.transaction.CacheTransaction` of its output from start to end; ``out/``
-is that transaction's build directory, published by its commit. The directory is removed once
-the output is published.
+arguments that change the output, so ``--resume`` only continues the same job. The directory does
+not end in ``.incomplete``, so the stale-build cleanup leaves it alone: it survives a crash until
+the job is resumed (or run again without ``--resume``, which starts over), and is removed once the
+output is published. ``out/`` is the build directory of the
+:class:`~rlds_cli.cache.transaction.CacheTransaction` the job holds from start to end, published by
+its commit.
+
+The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs and the checks and
+publication at the end are :mod:`rlds_cli.preprocess.finish`'s, the job's identity
+:mod:`rlds_cli.preprocess.prepare`'s.
 """
 
 from __future__ import annotations
@@ -58,9 +59,7 @@ from rlds_cli.preprocess.worker import data_path, forget, summary_path
 
 logger = logging.getLogger(__name__)
 
-# A job's progress (:data:`rlds_cli._util.progress.Progress`): ``"start"`` (steps to
-# process), ``"advance"`` (steps done), ``"resume"`` (steps already done by an earlier run of
-# the same job).
+# error types a worker's result may name (any other is raised as PreprocessError)
 _ERRORS: dict[str, type[RldsError]] = {
     c.__name__: c
     for c in (
@@ -166,36 +165,37 @@ def run(
     """Apply ``fn`` to every chunk of ``source_name`` and publish the result as ``out_name``.
 
     Args:
-        source_name: The input dataset (never modified): a name in the cache, or the URL of a
-            zarr dataset pushed with ``rlds push`` (read where it lies: the workers need no
-            copy of it).
+        source_name: The input dataset (never modified): a name in the cache, or the URL of a zarr
+            dataset pushed with ``rlds push`` (read where it lies: the workers need no copy of it).
         fn: ``"package.module:function"``, ``"path/to/file.py:function"``, or (from Python) a
-            callable that pickles by reference. It gets a :class:`~rlds_cli.cache.ted.TedBatch`
-            of numpy arrays and returns a mapping of TED keys to arrays
-            (see ``docs/preprocessing.md``).
-        out_name: Name of the derived dataset, or a URL: the output is then pushed there
-            (manifest last, as ``rlds push`` does) instead of published in the cache, and the
-            workers write their chunks to the store, so that Ray nodes need no shared
-            filesystem. Its name is the URL's last part.
+            callable that pickles by reference. It gets a :class:`~rlds_cli.cache.ted.TedBatch` of
+            numpy arrays and returns a mapping of TED keys to arrays (see
+            ``docs/preprocessing.md``).
+        out_name: Name of the derived dataset, or a URL: the output is then pushed there (manifest
+            last, as ``rlds push`` does) instead of published in the cache, and the workers write
+            their chunks to the store, so Ray nodes need no shared filesystem. Its name is the URL's
+            last part.
         by: ``"step"`` (chunks of consecutive steps; the step count is kept) or ``"episode"``
             (chunks of whole episodes; steps and episodes may be dropped).
-        chunk_steps: Steps per chunk (per-episode chunks hold whole episodes up to this many
-            steps, at least one episode).
+        chunk_steps: Steps per chunk (per-episode chunks hold whole episodes up to this many steps,
+            at least one episode).
         workers: Local processes (default: all cores, at most one per chunk; 1 runs in this
             process). With Ray: the number of CPUs of a local Ray instance started for the job.
         backend: ``"local"`` or ``"ray"``.
-        ray_address: Address of a running Ray cluster (``None``: the one already initialized
-            in this process, else a new local instance).
+        ray_address: Address of a running Ray cluster (``None``: the one already initialized in this
+            process, else a new local instance).
         keys: Input keys to read (``None``: all); the flags are always read.
         stats: Compute statistics of every numeric output key into the manifest.
         resume: Continue an interrupted run of the same job, keeping its finished chunks.
         force: Replace an existing ``out_name`` (otherwise only an identical job's output is
             accepted, as a no-op).
-        num_frames: Process only the first ``num_frames`` steps (whole episodes in
-            per-episode mode), for debugging.
+        num_frames: Process only the first ``num_frames`` steps (whole episodes in per-episode
+            mode), for debugging.
         storage: Storage backend of the output (default: the source's).
         root: Cache root.
-        progress: Optional callback, see :data:`Progress`.
+        progress: Optional callback (:data:`~rlds_cli._util.progress.Progress`): ``"start"`` (steps
+            to process), ``"advance"`` (steps done), ``"resume"`` (steps done by an earlier run of
+            the same job).
 
     Returns:
         A :class:`PreprocessResult`.
@@ -216,9 +216,8 @@ def run(
     executor: executors.Executor | None = None
 
     def start_workers(plan: Plan) -> None:
-        # as early as the number of chunks is known: the workers start up and import the
-        # function's module while this process does the job's serial work (resolving the
-        # function, hashing its file, inferring the schema, preallocating the output)
+        # as soon as the chunk count is known: workers start and import the function's module
+        # while this process resolves it, hashes its file, infers the schema, preallocates
         nonlocal executor
         executor = executors.start(
             backend, workers=workers, num_chunks=plan.num_chunks,
@@ -235,7 +234,7 @@ def run(
         )
         with txn:
             try:
-                assert executor is not None  # started by _prepare, through on_plan
+                assert executor is not None  # started by prepare, through on_plan
                 result = _run_locked(job, out_name, txn, executor, resume, progress)
             finally:
                 if executor is not None:
@@ -261,8 +260,7 @@ def _run_locked(
     existing = _existing_output(job, out_name)
     made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
     if existing is not None and made_here and (resume or not txn.replace):
-        # the very same job finished before (perhaps killed while cleaning up after
-        # itself): its output is complete, and what it left behind is only clutter
+        # the same job finished before (perhaps killed while cleaning up): its output is complete
         finish.discard_job_dir(job, out_name)
         if out_url is not None:
             remote_io.remove(remote_io.job_url(out_url, job.job_id))

@@ -1,6 +1,6 @@
-"""Writing a job's output: preallocated columns written in place, region by region (per-step
-mode, "direct"), or chunk files appended in order (per-episode mode, and per-step chunks a
-backend cannot write in place)."""
+"""Writing a job's output: preallocated columns written in place, region by region (per-step mode,
+"direct"), or chunk files appended in order (per-episode mode, and per-step chunks a backend cannot
+write in place)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ def column_rows(plan: Plan, storage: str) -> int:
 
 
 def direct_possible(storage: str, inferred: schema.Schema, plan: Plan, episodes: np.ndarray) -> bool:
-    """Whether the workers can write their chunks in place, each into its own region of every
-    preallocated output column: per-step chunks whose regions all start where the backend
-    allows (any row for memmap; a shard boundary for zarr, which a plan of small chunks rarely
-    meets: two workers would then rewrite one shard, so the job uses chunk files instead)."""
+    """Whether workers can write their chunks in place, each into its own region of every
+    preallocated column: per-step chunks whose regions all start where the backend allows (any row
+    for memmap; a shard boundary for zarr, else two workers would rewrite one shard)."""
     if plan.by != "step":
         return False
     backend = get_backend(storage)
@@ -45,10 +44,10 @@ def direct_possible(storage: str, inferred: schema.Schema, plan: Plan, episodes:
 def preallocate(out: Path, inferred: schema.Schema, plan: Plan, storage: str) -> None:
     """Full-size output columns that workers fill region by region.
 
-    The disk space a backend takes at once (memmap: every column, reserved with
-    ``posix_fallocate``) is checked first, so that a full disk is an error here, before any
-    work, naming the bytes needed. Not :func:`rlds_cli._util.io.check_disk`: that keeps a margin for a
-    download that grows; these bytes are taken at once, so exactly they must be free.
+    Raises :class:`~rlds_cli.errors.DiskFullError`, before any work, when the disk lacks the bytes
+    the backend takes at once (memmap: every column, reserved with ``posix_fallocate``). Exactly
+    those bytes must be free: no margin as :func:`rlds_cli._util.io.check_disk` keeps for a growing
+    download.
     """
     backend = get_backend(storage)
     rows = {key: column_rows(plan, spec.storage) for key, spec in inferred.items()}
@@ -65,8 +64,7 @@ def preallocate(out: Path, inferred: schema.Schema, plan: Plan, storage: str) ->
 
 
 def preallocated_intact(out: Path, inferred: schema.Schema, plan: Plan, storage: str) -> bool:
-    """Whether the preallocated output of a per-step job is still all there (a resumed job
-    keeps writing into it)."""
+    """Whether the preallocated output of a per-step job is still all there (a resumed job writes into it)."""
     backend = get_backend(storage)
     return all(
         backend.check_preallocated(out, key, column_rows(plan, spec.storage), spec.shape) is None
@@ -75,8 +73,8 @@ def preallocated_intact(out: Path, inferred: schema.Schema, plan: Plan, storage:
 
 
 class Assembler:
-    """Appends finished chunk files to the output columns strictly in chunk order (a chunk
-    that finishes early waits on disk), so the output is the same whatever the scheduling."""
+    """Appends finished chunk files to the output columns strictly in chunk order (a chunk that
+    finishes early waits on disk): the output is the same whatever the scheduling."""
 
     def __init__(self, job_dir: Path, inferred: schema.Schema, storage: str, num_chunks: int) -> None:
         self.job_dir = job_dir

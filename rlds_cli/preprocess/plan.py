@@ -1,12 +1,11 @@
 """Cutting a dataset into chunks, and reading one chunk as a full TED view.
 
-A chunk is a run of consecutive steps ``[start, stop)``. Per-step chunks hold up to
-``chunk_steps`` steps and end on an episode boundary whenever one falls inside that window, so
-an episode is cut only when it is longer than a chunk (a function that needs whole episodes,
-marked with :func:`whole_episodes`, gets whole episodes even then: the chunk grows to the
-episode's end). Per-episode chunks hold whole episodes only (as many as fit in
-``chunk_steps``, at least one). The plan is a pure function of the source's episode index and
-the job's arguments, so every process (and a resumed job) computes the same chunks.
+A chunk is a run of consecutive steps ``[start, stop)``. Per-step chunks hold up to ``chunk_steps``
+steps and end on the last episode boundary inside that window, so an episode is cut only when it is
+longer than a chunk (never for a function marked with :func:`whole_episodes`: the chunk grows to the
+episode's end). Per-episode chunks hold whole episodes only (as many as fit in ``chunk_steps``, at
+least one). The plan is a pure function of the source's episode index and the job's arguments: every
+process, and a resumed job, computes the same chunks.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ MIN_DEFAULT_CHUNK_STEPS = 4096
 
 
 def default_chunk_steps(num_steps: int) -> int:
-    """About 16 chunks (so up to 16 workers stay busy), within [4096, 131072] steps. It depends
-    on the dataset only, never on the number of workers: a job resumed with other ``--workers``
-    has the same chunks."""
+    """About 16 chunks (up to 16 busy workers), within [4096, 131072] steps. Independent of the
+    number of workers: a job resumed with other ``--workers`` has the same chunks."""
     return int(min(MAX_DEFAULT_CHUNK_STEPS, max(MIN_DEFAULT_CHUNK_STEPS, -(-num_steps // 16))))
 
 
@@ -45,7 +43,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def whole_episodes(fn: F) -> F:
     """Mark a preprocessing function as episode-wise (returns-to-go, n-step returns, ...): in
-    per-step mode (``--by step``, the default) its chunks then never cut an episode.
+    per-step mode (``--by step``, the default) its chunks never cut an episode.
 
     Same as setting ``fn.rlds_needs_whole_episodes = True`` (which needs no rlds import)::
 
@@ -133,9 +131,9 @@ def make_plan(
 
 
 def _step_bounds(ends: np.ndarray, limit: int, chunk_steps: int, whole: bool) -> np.ndarray:
-    """Per-step chunk bounds: each chunk ends at the last episode end within ``chunk_steps`` of
-    its start; with none there (a longer episode), after ``chunk_steps`` steps, or, with
-    ``whole``, at that episode's end. Strictly increasing as built."""
+    """Per-step chunk bounds, strictly increasing: each chunk ends at the last episode end within
+    ``chunk_steps`` of its start; with none there (a longer episode), after ``chunk_steps`` steps,
+    or with ``whole`` at that episode's end."""
     inner = ends[ends < limit]  # episode ends before the limit (the limit closes the last chunk)
     cuts = [0]
     at = 0
@@ -170,22 +168,21 @@ def inference_stop(plan: Plan, episodes: np.ndarray) -> int:
 
 
 def plan_digest(plan: Plan) -> str:
-    """A short digest of the chunk bounds: part of a job's identity, so a job is only ever
-    resumed with the very chunks it started with."""
+    """A short digest of the chunk bounds: part of a job's identity, so a job is only resumed with
+    the chunks it started with."""
     import hashlib
 
     return hashlib.sha256(np.ascontiguousarray(plan.bounds, np.int64).tobytes()).hexdigest()[:16]
 
 
 def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit: int) -> TedBatch:
-    """The TED view of steps ``[start, stop)``, with ``index``; numpy arrays in memory.
+    """The TED view of steps ``[start, stop)``, with ``index``; numpy arrays.
 
     Read with :meth:`~rlds_cli.cache.reader.TedReader.range`: observation-like keys as one
-    contiguous slab of flat rows, the others as read-only views where the backend allows it
-    (memmap: no copy for keys the function passes through; writing into one in place raises
-    instead of touching the source). When the job stops early (``limit`` below the dataset's
-    size) and cuts an episode, its last processed step is marked truncated, so the chunk is a
-    valid TED on its own.
+    contiguous slab of flat rows, the others as read-only views where the backend allows (memmap: no
+    copy; writing into one in place raises instead of touching the source). When ``limit`` (below
+    the dataset's size) cuts an episode, its last processed step is marked truncated, so the chunk
+    is a valid TED on its own.
     """
     out = ds.reader(_wanted(ds, keys)).range(start, stop)
     last = int(out["episode"][-1])
@@ -199,9 +196,9 @@ def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit
 
 
 def _wanted(ds: Dataset, keys: list[str] | None) -> list[str]:
-    """The keys of a chunk, in the order its batch has always had: stored keys in manifest order
-    (a flat key followed by its ``next/`` one), then ``next/done`` and ``episode``. The flags are
-    always read: they define the episode structure the output must keep."""
+    """The keys of a chunk, in a stable order: stored keys in manifest order (a flat key followed by
+    its ``next/`` key), then ``next/done`` and ``episode``. The flags are always read: they define
+    the episode structure the output must keep."""
     wanted = set(ds.fields) if keys is None else {*keys, *DONE_FLAGS}
     order: list[str] = []
     for key, spec in ds.manifest.fields.items():

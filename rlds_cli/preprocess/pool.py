@@ -1,15 +1,13 @@
 """Local worker processes of a job: spawned first, then fed from a shared chunk counter.
 
-* **Started before the job is known.** A spawned interpreter takes a while to start and import
-  numpy, rlds's read path and the user's module (about 0.15 s). :func:`rlds_cli.preprocess.job.run`
-  creates the pool as soon as the chunks are planned, before it resolves the function, infers the
-  schema and preallocates the output, so the workers start while the coordinator does that serial
-  work; the job is sent to them afterwards.
+* **Started before the job is known.** A spawned interpreter takes about 0.15 s to start and import
+  numpy, rlds's read path and the user's module. :func:`rlds_cli.preprocess.job.run` creates the
+  pool as soon as the chunks are planned, so the workers start while the coordinator resolves the
+  function, infers the schema and preallocates the output; the job is sent to them afterwards.
 * **Chunks are claimed, not dealt.** Every process, the coordinator included, takes the next
-  unclaimed chunk from a shared counter whenever it is free. No worker waits for the
-  coordinator (which is busy running chunks of its own) to hand out work, no chunk waits queued
-  behind a busy worker, and all processes finish within one chunk of each other. Each process
-  holds one chunk at a time, so memory stays bounded whatever the dataset size.
+  unclaimed chunk from a shared counter whenever it is free: no worker waits for the coordinator to
+  hand out work, no chunk waits behind a busy worker, and all processes finish within one chunk of
+  each other. Each process holds one chunk at a time (bounded memory).
 * **A light import.** A spawned process imports this module and :mod:`~rlds_cli.preprocess.worker`
   (numpy and the cache's read path), not the coordinator's modules.
 
@@ -36,17 +34,16 @@ from rlds_cli.preprocess.worker import forget, run_chunk
 NOT_STARTED = -2  # a worker's slot in LocalPool._held before it runs _serve
 
 
-#: Thread-pool sizes of the numerical libraries a worker may load (numpy's OpenBLAS, OpenMP as
-#: torch uses it, MKL). Left alone, each of N worker processes starts one thread per core, which
-#: oversubscribes the cores the processes share; OpenBLAS's threads also spin for about 0.1 s
-#: after numpy is imported, taking a core from the coordinator just when the job starts.
+#: Thread-pool sizes of the numerical libraries a worker may load (OpenBLAS, OpenMP as torch uses
+#: it, MKL): left alone, each of N workers starts a thread per core, oversubscribing them, and
+#: OpenBLAS's threads spin ~0.1 s after numpy's import, taking a core from the coordinator.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @contextlib.contextmanager
 def _thread_limits(threads: int) -> Iterator[None]:
-    """Processes started inside get ``threads`` threads per library, unless the user has set
-    the variable already (the children copy ``os.environ`` when they start)."""
+    """Processes started inside get ``threads`` threads per library, unless the user set the
+    variable (children copy ``os.environ`` when they start)."""
     added = [name for name in THREAD_VARIABLES if name not in os.environ]
     for name in added:
         os.environ[name] = str(threads)
@@ -58,8 +55,8 @@ def _thread_limits(threads: int) -> Iterator[None]:
 
 
 def _claim(counter: Any, num_tasks: int, held: Any = None, slot: int = 0) -> int:
-    """Position of the next unclaimed task, or -1 when none is left; records it in ``held[slot]``
-    (under the same lock), so a worker that dies can be named with its chunk."""
+    """Position of the next unclaimed task, or -1 when none is left; recorded in ``held[slot]``
+    under the same lock, so a worker that dies can be named with its chunk."""
     with counter.get_lock():
         j = int(counter.value)
         if j >= num_tasks:
@@ -72,16 +69,15 @@ def _claim(counter: Any, num_tasks: int, held: Any = None, slot: int = 0) -> int
 
 
 def _serve(conn: Connection, counter: Any, held: Any, slot: int, preload: str | None) -> None:
-    """A spawned worker: import the user's module, wait for the job, then run claimed chunks
-    until none is left or the coordinator says stop (a message, or its end of the pipe closing)."""
+    """A spawned worker: import the user's module, wait for the job, then run claimed chunks until
+    none is left or the coordinator says stop (a message, or its end of the pipe closing)."""
     # Ctrl-C reaches the whole process group: the coordinator stops the job, workers stay quiet
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     held[slot] = -1  # started: past the import of the caller's main script (see guard.py)
     # what the user's function prints is a log, never the command's output (which may be JSON)
     os.dup2(2, 1)
     if preload is not None:
-        # while the coordinator imports it too, infers the schema and preallocates the output; a
-        # failure is reported by the coordinator's own import, or else by this worker's first chunk
+        # a failure is reported by the coordinator's own import, or else by this worker's first chunk
         with contextlib.suppress(Exception):
             fnref.get(preload)
     try:
@@ -161,14 +157,14 @@ class LocalPool:
         return cls(procs, preload=preload) if procs > 0 else InlineExecutor()
 
     def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:
-        """Run ``tasks`` on the workers and in this process, once per pool (one task, e.g. the
-        last one left of a resumed job, runs here alone: the workers are not worth waiting for).
+        """Run ``tasks`` on the workers and in this process, once per pool (a single task runs here
+        alone).
 
         Args:
             spec: The job's spec (plain data, see :func:`~rlds_cli.preprocess.worker.run_chunk`).
             tasks: The chunks to run.
-            on_done: Called here with every chunk's result (in the order they finish); raising
-                stops the job: workers finish the chunk they hold and exit.
+            on_done: Called here with every chunk's result (in the order they finish); raising stops
+                the job: workers finish the chunk they hold and exit.
         """
         if self._job_sent:
             raise RuntimeError("a LocalPool runs one job")
@@ -191,9 +187,9 @@ class LocalPool:
         self._await_start()
 
     def _await_start(self) -> None:
-        """Wait until every worker has started (or exited), and raise for one that died before:
-        whether the coordinator ran every chunk before the workers were up must not decide
-        between success and a script's missing main guard (guard.py)."""
+        """Wait until every worker has started (or exited), and raise for one that died before, so
+        that a script's missing main guard (guard.py) is reported even when the coordinator ran
+        every chunk before the workers were up."""
         for k, proc in enumerate(self._procs):
             while int(self._held[k]) == NOT_STARTED and proc.exitcode is None:
                 wait([proc.sentinel], timeout=0.05)

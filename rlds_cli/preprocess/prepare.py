@@ -1,6 +1,5 @@
-"""What a preprocessing job is: its arguments checked, its source opened, its chunks planned,
-its function resolved, its identity hashed (the job id that ``--resume`` matches), and the
-function's output schema inferred on a first small chunk.
+"""What a preprocessing job is: arguments checked, source opened, chunks planned, function resolved,
+identity hashed (the job id ``--resume`` matches), output schema inferred on a first small chunk.
 
 :mod:`rlds_cli.preprocess.job` coordinates a job from the :class:`Job` made here.
 """
@@ -75,8 +74,8 @@ def prepare(
 ) -> Job:
     """Check the arguments, open the source, plan the chunks, resolve the function.
 
-    ``on_plan`` is called with the plan before the function is resolved (which imports its
-    module): :func:`rlds_cli.preprocess.job.run` starts its worker processes there.
+    ``on_plan`` is called with the plan before the function is resolved (which imports its module):
+    :func:`rlds_cli.preprocess.job.run` starts its worker processes there.
     """
     if by not in ("step", "episode"):
         raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
@@ -106,8 +105,8 @@ def prepare(
         on_plan(plan)
     ref, fn_sha = fnref.describe(fn)
     if by == "step" and needs_whole_episodes(fnref.get(fn)):
-        # an episode-wise function: per-step chunks that never cut an episode (workers started
-        # above are only more than needed when chunks merge)
+        # an episode-wise function: per-step chunks that never cut an episode (chunks may merge:
+        # the workers started above may be more than needed)
         plan = make_plan(src.episode_index, by, chunk_steps, num_frames, whole_episodes=True)
     args = {
         "by": by,

@@ -1,14 +1,13 @@
 """A job whose output goes to a URL: where its chunks meet, so that no node needs a shared
 filesystem.
 
-Each task writes its chunk's files (the rows, then the summary that is the chunk's done-marker)
-to the job's area on the store, ``<output URL>.rlds-job-<id>/chunks/``, each as one object (a
-single PUT on an object store; a temporary name then a rename on a filesystem), so a file there
-is always whole. The coordinator copies each finished chunk's files into its local job
-directory as the task reports back (and every finished one when a job is resumed, from any
-machine), assembles the output there in chunk order exactly as a local job does, then pushes
-it to the output URL, manifest last, and removes the job's area. A task Ray runs again after
-its node was lost rewrites the same bytes.
+Each task writes its chunk's files (the rows, then the summary that is its done-marker) to the job's
+area ``<output URL>.rlds-job-<id>/chunks/``, each as one object (one PUT on an object store; a
+temporary name then a rename on a filesystem), so a file there is always whole. The coordinator
+copies each finished chunk into its local job directory as the task reports back (every finished one
+when a job is resumed, from any machine), assembles the output there in chunk order as a local job
+does, pushes it to the output URL (manifest last) and removes the job's area. A task Ray runs again
+after losing its node rewrites the same bytes.
 """
 
 from __future__ import annotations
@@ -59,8 +58,8 @@ def put_npz(url: str, name: str, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def fetch(url: str, job_dir: Path, names: list[str]) -> None:
-    """Copy chunk files from the job area into ``job_dir/chunks`` (each under a temporary name,
-    then renamed: a local file is always whole), data files before summaries."""
+    """Copy chunk files from the job area into ``job_dir/chunks`` (each under a temporary name, then
+    renamed: a local file is always whole), data files before summaries."""
     fs, base = _open(url)
     chunks = job_dir / JOB_CHUNKS_DIR
     chunks.mkdir(parents=True, exist_ok=True)
@@ -72,8 +71,8 @@ def fetch(url: str, job_dir: Path, names: list[str]) -> None:
 
 
 def fetch_finished(url: str, job_dir: Path) -> int:
-    """Copy every finished chunk the job area holds and ``job_dir`` lacks (a resumed job);
-    returns how many chunks were copied."""
+    """Copy every finished chunk the job area holds and ``job_dir`` lacks (a resumed job); returns
+    the number of chunks copied."""
     fs, base = _open(url)
     remote = store.list_files(fs, base, url)
     prefix = f"{JOB_CHUNKS_DIR}/"
@@ -91,8 +90,7 @@ def fetch_finished(url: str, job_dir: Path) -> int:
 
 
 def remove(url: str) -> None:
-    """Remove the job area (nothing in it is needed once the output is pushed, or the job is
-    started over)."""
+    """Remove the job area (once the output is pushed, or the job starts over)."""
     fs, base = _open(url)
     with store.translated(url), contextlib.suppress(FileNotFoundError):
         fs.rm(base, recursive=True)

@@ -1,11 +1,10 @@
 """One chunk of a job, as run by every executor (in-process, a spawned worker, a Ray task).
 
-A task gets the job's *spec* (plain strings, numbers and paths; the function as a reference
-string) and a chunk's bounds. It reads the chunk from the source, calls the function, checks
-the output, writes it (straight into the preallocated output columns, or to a chunk file in the
-job directory) and last writes the chunk's summary file, which is the chunk's done-marker: a
-chunk is finished exactly when its summary exists. Errors come back as plain data (exception
-objects of user code need not pickle).
+A task gets the job's *spec* (plain strings, numbers and paths; the function as a reference string)
+and a chunk's bounds. It reads the chunk from the source, calls the function, checks the output,
+writes it (into the preallocated output columns, or to a chunk file in the job directory) and last
+writes the chunk's summary file, its done-marker: a chunk is finished exactly when its summary
+exists. Errors come back as plain data (exceptions of user code need not pickle).
 """
 
 from __future__ import annotations
@@ -81,8 +80,8 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def node_name() -> str:
-    """This machine, as a user finds it in a cluster: host name, and the Ray node's IP address
-    in a Ray worker."""
+    """This machine as a user finds it in a cluster: the host name, and in a Ray worker the node's
+    IP address."""
     host = socket.gethostname()
     ray = sys.modules.get("ray")
     if ray is not None:
@@ -94,9 +93,9 @@ def node_name() -> str:
 
 
 def _check_visible(spec: Mapping[str, Any]) -> None:
-    """Before any work, that this process sees the source dataset and the job directory at the
-    coordinator's paths: a Ray node without the shared filesystem would otherwise fail with
-    "not an rlds dataset", which sends the user looking in the wrong place."""
+    """Check, before any work, that this process sees the source dataset and the job directory at
+    the coordinator's paths (else a Ray node without the shared filesystem fails with a misleading
+    "not an rlds dataset")."""
     paths = []
     if not spec.get("source_url"):
         paths.append(Path(spec["source_dir"]) / MANIFEST_FILE)

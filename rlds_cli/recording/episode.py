@@ -1,24 +1,23 @@
 """One episode of a gymnasium environment, assembled step by step into TED columns.
 
 :class:`EpisodeAssembler` is the buffer behind :class:`~rlds_cli.recording.recorder.RecordEpisodes`
-and :func:`~rlds_cli.recording.recorder.record`. A step costs a few list appends (one per leaf
-of the spaces and per selected info key); the arrays are built once, when the episode ends. The
-episode it returns is the mapping :meth:`Dataset.episode` returns for the same data, so it goes
-to ``DatasetWriter.add_episode`` as it is:
+and :func:`~rlds_cli.recording.recorder.record`. A step costs a few list appends (one per leaf of
+the spaces and per selected info key); the arrays are built once, when the episode ends. The episode
+is the mapping :meth:`Dataset.episode` returns for the same data, so it goes to
+``DatasetWriter.add_episode`` unchanged:
 
 * ``observation...`` / ``next/observation...``: the observation before and after each step (the
   reset observation first, the final observation last: nothing is dropped or made up);
 * ``action...``, ``next/reward`` ``(T, 1)``, ``next/terminated`` / ``next/truncated`` /
   ``next/done`` ``(T, 1)`` bool;
-* ``reset_seed`` (``uint64``) and ``reset_seed_present`` (bool): the seed the episode was reset
-  with, on every step of the episode (a growing dataset stores no per-episode arrays, so the
-  seed rides along with each step; ``ds.episodes["seed"]`` and ``["seed_present"]``, and
-  :func:`episode_seeds`, read one per episode). An episode reset without a seed has
+* ``reset_seed`` (``uint64``) and ``reset_seed_present`` (bool): the episode's reset seed, on every
+  step (a growing dataset stores no per-episode arrays); ``ds.episodes["seed"]`` and
+  ``["seed_present"]``, and :func:`episode_seeds`, read one per episode. Without a seed:
   ``reset_seed`` 0 and ``reset_seed_present`` false, as a converted Minari dataset's
   ``minari/episode_seed`` and ``minari/episode_seed_present``.
 * ``info/<k>`` for the selected info keys. A key the reset info and every step's info hold is
-  observation-like (``info/<k>`` at t, ``next/info/<k>`` at t + 1, as Minari records infos); a
-  key only the steps return is a per-step value (``info/<k>``, the info ``step()`` returned).
+  observation-like (``info/<k>`` at t, ``next/info/<k>`` at t + 1, as Minari records infos); a key
+  only the steps return is a per-step value (``info/<k>``, the info ``step()`` returned).
 
 Rewards keep the dtype numpy gives the list of rewards (``float64`` for Python floats, as Minari
 stores them); integer rewards become ``float64``.
@@ -275,9 +274,9 @@ class EpisodeAssembler:
 
 
 def _scalar_reward(reward: Any, t: int, episode: int) -> Any:
-    """``reward`` if it is one number (a Python number, a numpy scalar or a one-element array,
-    then as a numpy scalar of its dtype); else the error naming it. A vector reward would stack
-    into ``(T, k)`` where a dataset keeps one reward a step."""
+    """``reward`` if it is one number (a Python number, or a numpy scalar or one-element array, then
+    as a numpy scalar of its dtype); else the error naming it (a vector reward would stack into
+    ``(T, k)``)."""
     if type(reward) is float or type(reward) is int:  # the usual case, without numpy
         return reward
     try:
@@ -295,8 +294,8 @@ def _scalar_reward(reward: Any, t: int, episode: int) -> Any:
 
 def _flag(name: str, value: Any, t: int, episode: int) -> bool:
     """``value`` as a bool if it is one (a bool, numpy bool, or a number 0 or 1, also as a
-    one-element array); else the error naming it. ``bool()`` would raise numpy's "truth value
-    is ambiguous" on an array, and turn any other number or object into True."""
+    one-element array); else the error naming it (``bool()`` would raise on an array and take any
+    other number as True)."""
     if type(value) is bool:
         return value
     if type(value) is np.bool_:
@@ -324,8 +323,8 @@ def _shown(value: Any, arr: np.ndarray) -> str:
 
 
 def _missing_leaf(gets: list[Any], leaves: list[Leaf], value: Any) -> RecordingError | None:
-    """The error naming the first leaf that ``value`` (an observation or action) lacks (a Dict
-    observation without one of its space's keys), ``None`` when it has every one."""
+    """The error naming the first leaf that ``value`` (an observation or action) lacks, ``None``
+    when it has every one."""
     for get, leaf in zip(gets, leaves, strict=True):
         try:
             get(value)

@@ -1,23 +1,22 @@
 """Gymnasium spaces -> TED keys, with the key mapping rlds's Minari reader uses.
 
-A recorded observation or action is split into leaves exactly as ``formats/minari/layout.py`` splits a
-Minari dataset, so the same data recorded by rlds and recorded by Minari's ``DataCollector`` then
+A recorded observation or action is split into leaves exactly as ``formats/minari/layout.py`` splits
+a Minari dataset, so data recorded by rlds and data recorded by Minari's ``DataCollector`` then
 converted have the same keys, shapes, dtypes and values:
 
-* a Dict space becomes ``<role>/<key>`` (nested Dicts nest further), a Tuple space
-  ``<role>/0``, ``<role>/1``...; any other space is the leaf ``<role>`` itself;
+* a Dict space becomes ``<role>/<key>`` (nested Dicts nest further), a Tuple space ``<role>/0``,
+  ``<role>/1``...; any other space is the leaf ``<role>`` itself;
 * names are cleaned into TED keys by the same cleaner (``formats/keys.py``);
 * Box values are stored in the space's dtype, Discrete values as ``int64`` (what Minari writes:
-  gymnasium's Discrete samples are ``np.int64``), MultiDiscrete in the space's dtype and
-  MultiBinary as ``int8``;
-* Text values cannot live in the numeric cache as strings (the Minari reader drops text columns):
-  the recorder stores them as ``uint32`` Unicode code points of shape ``(max_length,)``, zero
-  padded, and :func:`decode_text` gives the strings back. Minari's converted datasets have no
-  such key.
+  gymnasium's Discrete samples are ``np.int64``), MultiDiscrete in the space's dtype and MultiBinary
+  as ``int8``;
+* Text values are stored as ``uint32`` Unicode code points of shape ``(max_length,)``, zero padded
+  (the cache is numeric; the Minari reader drops text columns); :func:`decode_text` gives the
+  strings back.
 
-:func:`serialize_space` writes the JSON form of ``minari.serialization.serialize_space``, so the
-manifest holds the spaces exactly as a converted Minari dataset does and ``rlds export --to
-minari`` writes them back; it needs no minari.
+:func:`serialize_space` writes the JSON form of ``minari.serialization.serialize_space`` without
+minari, so the manifest holds the spaces as a converted Minari dataset does and
+``rlds export --to minari`` writes them back.
 """
 
 from __future__ import annotations
@@ -72,9 +71,8 @@ def space_leaves(space: Any, role: str) -> list[Leaf]:
 
 
 def _refuse_collisions(raw: list[tuple[tuple[str, ...], str, Any, tuple[str | int, ...]]], role: str) -> None:
-    """Refuse two leaves whose flattened (Minari) paths are the same: each path is one array of
-    the episode, so one leaf would overwrite the other and the recording would keep fewer
-    arrays than the space has leaves, without a word."""
+    """Refuse two leaves whose flattened (Minari) paths are the same: one would silently overwrite
+    the other."""
     seen: dict[str, tuple[str | int, ...]] = {}
     for _parts, minari, _sub, path in raw:
         if minari in seen:
@@ -132,10 +130,8 @@ def leaf_format(space: Any, where: str) -> tuple[np.dtype[Any], tuple[int, ...]]
 
 
 def getter(leaf: Leaf) -> Callable[[Any], Any]:
-    """A function that takes a whole value (observation or action) to this leaf's value.
-
-    Built once per leaf so that a step costs one call per leaf, not a walk of the space.
-    """
+    """A function from a whole value (observation or action) to this leaf's value, built once per
+    leaf so a step costs one call per leaf."""
     path = leaf.path
     if not path:
         return lambda value: value
@@ -200,9 +196,8 @@ def stack_leaf(leaf: Leaf, values: list[Any], key: str) -> np.ndarray:
 
 
 def _require_exact(arr: np.ndarray, values: list[Any], leaf: Leaf, key: str) -> None:
-    """Refuse values the leaf's integer (or bool) dtype does not hold as they are: numpy's cast
-    wraps 300 into a uint8 44 and cuts a Discrete 1.7 to 1, and the recording would keep
-    other values than the environment gave, without a word."""
+    """Refuse values the leaf's integer (or bool) dtype does not hold exactly (numpy's cast wraps
+    300 into a uint8 44 and cuts a Discrete 1.7 to 1)."""
     given = np.asarray(values)
     if given.dtype.kind not in "biuf" or given.shape != arr.shape:
         return

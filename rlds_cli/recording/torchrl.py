@@ -1,21 +1,19 @@
 """TorchRL interop: a collector's rollout TensorDict -> whole episodes for ``add_episode``.
 
-A TorchRL collector yields batches in the TED layout rlds stores: ``observation`` and ``action``
-at the root, ``("next", "observation")``, ``("next", "reward")`` ``(T, 1)`` and the flags
-``("next", "done" | "terminated" | "truncated")`` ``(T, 1)``. Three things differ from what
-``DatasetWriter.add_episode`` takes, and :class:`RolloutEpisodes` handles them:
+A TorchRL collector yields batches in the TED layout rlds stores: ``observation`` and ``action`` at
+the root, ``("next", "observation")``, ``("next", "reward")`` ``(T, 1)`` and the flags ``("next",
+"done" | "terminated" | "truncated")`` ``(T, 1)``. :class:`RolloutEpisodes` handles what differs
+from what ``DatasetWriter.add_episode`` takes:
 
-* the batch is ``[T]`` (one environment) or ``[n_envs, T]`` and holds pieces of several
-  episodes; they are split at ``("collector", "traj_ids")`` (or, without it, after every
-  ``("next", "done")``);
-* an episode usually spans batches: the piece at the end of a batch that has not ended is kept
-  (by its trajectory id) and joined to its continuation in the next batch, so each episode is
-  committed once, whole;
-* bookkeeping keys are dropped: ``collector/*`` and the root ``done``/``terminated``/
-  ``truncated`` (the flags of the state at t, which TED derives from the previous step).
+* the batch is ``[T]`` (one environment) or ``[n_envs, T]`` and holds pieces of several episodes,
+  split at ``("collector", "traj_ids")`` (without it, after every ``("next", "done")``);
+* an episode that spans batches is kept (by its trajectory id) and joined to its continuation in the
+  next batch, so each episode is committed once, whole;
+* bookkeeping keys are dropped: ``collector/*`` and the root ``done``/``terminated``/``truncated``
+  (the flags of the state at t, which TED derives from the previous step).
 
-Every other key is kept with its name (``("next", "pixels")`` -> ``next/pixels``), so a key at
-the root and under ``next`` is observation-like, as in the rest of rlds.
+Every other key keeps its name (``("next", "pixels")`` -> ``next/pixels``): a key at the root and
+under ``next`` is observation-like, as in the rest of rlds.
 """
 
 from __future__ import annotations
@@ -119,8 +117,7 @@ class RolloutEpisodes:
                 self._pending[tag] = parts
 
     def flush(self) -> list[dict[str, np.ndarray]]:
-        """The unfinished episodes, each with its last step marked truncated (as a recording
-        cut by the user is kept), and forget them."""
+        """The unfinished episodes, each with its last step marked truncated, and forget them."""
         out = []
         for parts in self._pending.values():
             ep = _join(parts)

@@ -1,11 +1,10 @@
 """A node-local, bounded on-disk cache of fixed-size blocks of pushed datasets' files.
 
 A remote read (zarr chunk ranges, frame ranges) asks for byte ranges of files; the cache serves
-them from aligned blocks of the push's per-block digests (2 MiB for a push of today, 8 MiB for
-older ones: :data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES`, recorded in its index), fetching the missing
-ones together (one batch of concurrent requests), each checked against the push's digest
-before it enters. A frame column is one big file: blocks, not whole files, are what
-a limit can bound.
+them from aligned blocks of the push's per-block digests (the block size its index records,
+:data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES` by default), fetching the missing ones in one
+batch of concurrent requests, each checked against the push's digest before it enters. Blocks,
+not whole files, because a frame column is one big file a limit could not bound.
 
 Layout of a cache folder ``DIR`` (``cache=DIR`` / ``$RLDS_REMOTE_CACHE``):
 
@@ -26,15 +25,12 @@ Guarantees:
 - **Never evicts what a read in flight needs**: a read pins its blocks (rows of ``pins`` with its
   pid) from the moment it finds or reserves them until it has copied its bytes out.
 - **Reads planned ahead wait their turn** (:meth:`BlockCache.prefetch`): a prefetch waits for room
-  (this process's earlier holds released, other readers' blocks unpinned) instead of giving up,
-  so a reader keeps the next batches' blocks fetched ahead in a cache that holds only two or
-  three batches' blocks. A process holds at most its share of the limit ahead (the limit over
-  the live processes with blocks pinned). A read that finds no room while this process holds
-  blocks for later reads releases those, newest first (their reads fetch again what they lack):
-  a process never waits on its own holds. One still short of room after
-  :data:`PASS_BY_SECONDS` (other processes' reads planned ahead fill the cache) reads the blocks it
-  lacks into memory, checked as any block, and keeps none: no read waits on another process's
-  read-ahead (a DDP rank waiting at a collective for this one).
+  instead of giving up, so a reader keeps the next batches' blocks fetched ahead in a cache of
+  two or three batches. A process holds at most its share of the limit ahead (the limit over the
+  live processes with blocks pinned). A read short of room releases this process's holds for
+  later reads, newest first, so a process never waits on its own holds; still short after
+  :data:`PASS_BY_SECONDS`, it reads the blocks it lacks into memory, checked, keeping none: no
+  read waits on another process's read-ahead (a DDP rank waiting at a collective for this one).
 - **One download per node**: a block being fetched by a live process is waited for, not
   fetched again (its ledger row is the per-block lock).
 - **Content-checked**: a block enters only after its sha256 matches the push's; its crc32 is
@@ -235,9 +231,8 @@ class BlockCache:
         """Bytes ``[start, end)`` of each file, from cached blocks (the missing ones fetched
         first, together, and checked against the push).
 
-        A read whose blocks pass half the limit (a large batch of frames in a small cache) is
-        served in passes of at most that many bytes of blocks, each pass's blocks pinned only
-        while its pieces are read: any read fits any limit of a block or more.
+        A read whose blocks pass half the limit is served in passes of at most that many bytes,
+        each pass's blocks pinned only while read: any read fits any limit of a block or more.
 
         Raises:
             RemoteCacheFullError: A block another process is fetching stayed unfinished past
@@ -298,14 +293,13 @@ class BlockCache:
     def prefetch(self, source: BlockSource, rels: Sequence[str], starts: Sequence[int],
                  ends: Sequence[int], stop: threading.Event | None = None) -> BlockHold | None:  # fmt: skip
         """Fetch the blocks of these ranges no process has (checked against the push) and pin
-        them with the ones present, without reading them. Waits (up to :data:`WAIT_SECONDS`,
-        or until ``stop`` is set) while the blocks this process holds ahead plus these would
-        pass its share of the limit (:meth:`hold_share`), or while the cache has no room for
-        them (other readers' blocks pinned, a read of this process short of room). Returns the
-        pins (:meth:`BlockHold.release` them once the read they were for is done), or ``None``
-        when they alone pass the share or the wait ended first (the read then fetches what it
-        needs itself). Blocks another process is fetching are not waited for (the read waits for
-        them)."""
+        them with the ones present, without reading them.
+
+        Waits (up to :data:`WAIT_SECONDS`, or until ``stop`` is set) while this process's holds
+        plus these would pass its share (:meth:`hold_share`), or while the cache has no room.
+        Returns the hold (:meth:`BlockHold.release` it once its read is done), or ``None`` when
+        the blocks alone pass the share or the wait ended (the read then fetches what it needs).
+        Blocks another process is fetching are left for the read to wait for."""
         blocks = list(self._blocks_of(source, rels, starts, ends).values())
         deadline = time.monotonic() + WAIT_SECONDS
         wait = stop.wait if stop is not None else time.sleep
@@ -358,10 +352,8 @@ class BlockCache:
         return hold
 
     def hold_share(self) -> int:
-        """Bytes this process may hold ahead of its reads: the limit shared evenly with the
-        other live processes that have blocks pinned in the cache (DataLoader workers, the
-        ranks of a node), so each keeps room to read ahead (a read short of room never waits on
-        them: :meth:`ensure`)."""
+        """Bytes this process may hold ahead of its reads: the limit split evenly with the other
+        live processes that have blocks pinned (DataLoader workers, the ranks of a node)."""
         me = os.getpid()
         with self._ledger() as db:
             pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
@@ -399,10 +391,9 @@ class BlockCache:
 
     def ensure(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
         """Pin every one of ``blocks``, fetching those no process has; the caller unpins them
-        (:meth:`_unpin`) once done (on an error, nothing stays pinned). A read short of room
-        releases this process's holds for later reads; still short after
-        :data:`PASS_BY_SECONDS`, it reads the blocks it lacks into memory (checked against the
-        push, never written; about the bytes the read returns): returned by name, not pinned."""
+        (:meth:`_unpin`) once done (on an error nothing stays pinned). Short of room, it releases
+        this process's holds for later reads; still short after :data:`PASS_BY_SECONDS`, it reads
+        the missing blocks into memory (checked, never written) and returns them by name, unpinned."""
         need = sum(b.size for b in blocks)
         if need > self.limit:
             raise RemoteCacheFullError(
@@ -453,9 +444,8 @@ class BlockCache:
         return {b.name: data for window in _windows(blocks) for b, data in _fetch_checked(source, window)}
 
     def _release_for_room(self, todo: dict[str, _Block]) -> bool:
-        """A read short of room for ``todo``: release this process's holds for later reads,
-        newest first, until the room is there or none is left (prefetches claim no room
-        meanwhile). Returns whether the read should claim again at once."""
+        """Release this process's holds for later reads, newest first, until ``todo`` fits or none
+        is left (prefetches claim no room meanwhile). Returns whether to claim again at once."""
         with self._held_mutex:
             self._short_reads += 1
         try:
@@ -480,10 +470,10 @@ class BlockCache:
     def _claim(
         self, todo: dict[str, _Block], reserve: bool = True
     ) -> tuple[list[_Block], set[str], list[_Block]]:
-        """Under the lock: pin the ready blocks of ``todo`` (their use noted); reserve the absent
-        ones (all of them or none, evicting least recently used unpinned blocks; none when
-        ``reserve`` is false) and pin them as this process's to fetch. Returns (blocks to fetch,
-        names still to wait for, the absent blocks that found no room: among those names)."""
+        """Under the lock: pin the ready blocks of ``todo`` (their use noted); reserve and pin the
+        absent ones for this process to fetch (all or none, evicting LRU unpinned blocks; none
+        when ``reserve`` is false). Returns (blocks to fetch, names to wait for, absent blocks that
+        found no room, also among those names)."""
         pid, now = os.getpid(), time.time()
         with self._ledger() as db:
             self._reclaim(db)
@@ -539,9 +529,8 @@ class BlockCache:
         return True
 
     def _download(self, source: BlockSource, blocks: list[_Block]) -> int:
-        """Fetch ``blocks`` (reserved by this process), check each against the push, write it to
-        its ``.part`` file, move it into place and mark it ready. On any failure the
-        reservations not yet ready are dropped."""
+        """Fetch ``blocks`` (reserved by this process), check each against the push, write it via
+        its ``.part`` file and mark it ready; on failure drop the reservations not yet ready."""
         pid = os.getpid()
         done: set[str] = set()
         fetched = 0

@@ -1,6 +1,6 @@
 """The files of one dataset version pushed to a URL, read with checks: sizes and sha256 from the
-files index, ranged reads with adjacent ranges merged, and an optional local file cache (see
-:mod:`rlds_cli.remote.reader`, which opens a dataset on them)."""
+files index, ranged reads with nearby ranges merged, and an optional local file cache
+(:mod:`rlds_cli.remote.reader` opens a dataset on them)."""
 
 from __future__ import annotations
 
@@ -113,9 +113,8 @@ class RemoteFiles:
 
     def prefetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int],
                  stop: threading.Event | None = None) -> BlockHold | None:  # fmt: skip
-        """Fetch the blocks of these ranges into the block cache and pin them (see
-        :meth:`BlockCache.prefetch`, which waits for room until ``stop`` is set); ``None``
-        without a block cache."""
+        """Fetch the blocks of these ranges into the block cache and pin them
+        (:meth:`BlockCache.prefetch`); ``None`` without a block cache."""
         if self.blocks is None:
             return None
         return self.blocks.prefetch(self, rels, starts, ends, stop)
@@ -149,8 +148,8 @@ class RemoteFiles:
         )
 
     def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        """Bytes ``[start, end)`` of each file from the store, one batch of requests: ranges of
-        one file that are near each other are merged into one request first.
+        """Bytes ``[start, end)`` of each file from the store in one batch of requests, nearby
+        ranges of one file merged (:data:`MERGE_GAP`, :data:`MERGE_MAX`).
 
         Raises:
             CorruptDatasetError: A file the index lists is gone, or shorter than pushed.
@@ -235,9 +234,8 @@ class RemoteFiles:
         return path
 
     def prepare(self, rels: Sequence[str]) -> None:
-        """Download every file of ``rels`` the cache lacks, together (concurrently on an async
-        store), each checked against its size and sha256, then renamed into place (a copy under
-        its own name is always a complete, checked one)."""
+        """Download the files of ``rels`` the cache lacks in one batch, each checked against its
+        size and sha256, then renamed into place (a file under its own name is always checked)."""
         assert self.cache_dir is not None
         todo = [
             r for r in dict.fromkeys(rels) if r in self.index.files and not (self.cache_dir / r).is_file()

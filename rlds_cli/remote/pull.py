@@ -1,12 +1,11 @@
 """``rlds pull URL``: download a pushed dataset into the cache, checked, published atomically.
 
-The files arrive in a private build directory under the cache's ``tmp/`` whose name is stable
-for one URL and one pushed version (``tmp/<entry>.<id>.incomplete``, ``id`` from the URL and the
-manifest's sha256): a pull killed half way keeps every file it finished there, and the same pull
-run again continues. Each file is written to ``<file>.part`` and renamed once its size and sha256
-match the remote index; the manifest is written last, the content digests it records are
-recomputed, and only then is the directory published with the same atomic rename as a
-conversion, under the name's lock. Nothing is visible in the cache before that rename.
+Files arrive in a build directory ``tmp/<entry>.<id>.incomplete`` whose ``id`` comes from the URL
+and the manifest's sha256, so a killed pull keeps its finished files and the same pull continues.
+Each file is written to ``<file>.part`` and renamed once its size and sha256 match the remote
+index; the manifest is written last, its content digests are recomputed, and only then is the
+directory published by the conversion's atomic rename, under the name's lock. Nothing is visible
+in the cache before that rename.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class PullResult(TransferResult):
         downloaded: Files downloaded by this run.
         bytes_downloaded: Bytes downloaded by this run.
         digests_checked: The content digests were recomputed and matched (``False`` for a
-            dataset written before digests existed, and when nothing was pulled).
+            dataset without recorded digests, or when nothing was pulled).
     """
 
     path: str
@@ -194,8 +193,8 @@ def _download_file(
 
 
 def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifest) -> None:
-    """Write the manifest into the build, then check every file's size and recompute the
-    content digests; on a mismatch the manifest and the bad files go (a run again fetches them)."""
+    """Write the manifest into the build, check every file's size and recompute the content
+    digests; on a mismatch delete the manifest and the bad files (a re-run fetches them)."""
     from rlds_cli.cache import digest
     from rlds_cli.cache.dataset import Dataset
 

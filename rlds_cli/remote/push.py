@@ -6,10 +6,10 @@ marker. A push killed at any point leaves no manifest of the new version, so the
 complete before it is. Replacing another version (``force``) removes the old manifest (and
 index) first, so a reader sees the old version whole, then no dataset, then the new one whole.
 
-Resuming: after each file is uploaded, a journal in the local cache (``tmp/.push-<id>.journal``,
-one per URL) records its size and sha256. A run again skips a file only when the store has it at
-that size and the journal (or the committed remote index) says it holds these very bytes; every
-other file is uploaded again.
+Resuming: a journal in the local cache (``tmp/.push-<id>.journal``, one per URL) records each
+uploaded file's size and sha256. A re-run skips a file only when the store has it at that size and
+the journal (or the committed remote index) vouches for these bytes; every other file is uploaded
+again.
 """
 
 from __future__ import annotations
@@ -106,9 +106,9 @@ def push_directory(
     progress: Progress | None = None,
     _snapshot: bool = False,
 ) -> PushResult:
-    """:func:`push` of a dataset folder with its manifest written last (a published dataset,
-    or a finished build, as a preprocessing job that writes to a URL pushes its output); the
-    push's journal and lock live in ``cache``. Raises what :func:`push` raises."""
+    """:func:`push` of a dataset folder (a published dataset, or a finished build such as a
+    preprocessing job's output); the journal and lock live in ``cache``. Raises what :func:`push`
+    raises."""
     from rlds_cli.cache.composed import COMPOSED_LAYOUT
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 
@@ -209,8 +209,8 @@ def _push(
         if old_index is None or any(
             e.blocks and not old_index.files[rel].blocks for rel, e in local.items() if rel in old_index.files
         ):
-            # pushed before per-block digests: the index alone is written again (same manifest),
-            # so a bounded remote cache can check each block it keeps
+            # an index without per-block digests: rewrite the index alone (same manifest), so a
+            # bounded remote cache can check each block it keeps
             with store.translated(url):
                 _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
         result.up_to_date = True
@@ -294,9 +294,8 @@ def _is_local(fs: Any) -> bool:
 
 
 def _upload_file(fs: Any, source: Path, target: str, entry: FileEntry, progress: Progress | None) -> None:
-    """Stream one file to the store, hashing what is sent: the bytes uploaded are checked
-    against the sha256 recorded in the index (a file rebuilt under the push is caught). Not
-    :func:`~rlds_cli._util.io.sha256_file`: the hash must be of the very bytes sent, read once."""
+    """Stream one file to the store, hashing the bytes as sent (read once); a digest other than
+    the index's (a file rebuilt during the push) raises :class:`DatasetReplacedError`."""
     digest = hashlib.sha256()
     try:
         src = open(source, "rb")  # noqa: SIM115 - closed by the 'with' below

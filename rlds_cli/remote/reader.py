@@ -1,35 +1,28 @@
-"""Reading a pushed zarr dataset where it lies: ``open_dataset("s3://bucket/prefix/NAME")``, through
-its remote zarr backend.
+"""Reading a pushed zarr dataset where it lies: ``open_dataset("s3://bucket/prefix/NAME")``.
 
-A :class:`RemoteDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` whose arrays are read
-from the store through the same chunk reader as a cached zarr dataset
-(:class:`~rlds_cli.cache.backends.zarr.read.ChunkReader`): a read fetches the index of each shard it
-needs once (kept in memory), then the byte ranges of exactly the chunks it needs, adjacent ranges
-merged and all of them requested together (concurrently on an async store such as s3fs), and
-decodes them with Blosc on threads. What is read is what was pushed: the manifest, the files
-index (``rlds-files.json``) and every small file (episode index, zarr metadata) are checked
-against the index's sizes and sha256 when opened.
+A :class:`RemoteDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` whose arrays are read from
+the store by the cached zarr datasets' chunk reader
+(:class:`~rlds_cli.cache.backends.zarr.read.ChunkReader`) through :class:`RemoteZarrBackend`,
+which refuses every write. A read fetches each shard index it needs once (kept in memory), then
+the byte ranges of exactly the chunks it needs, nearby ranges merged and all requested together
+(concurrently on an async store such as s3fs), and decodes them with Blosc on threads. The
+manifest, the files index (``rlds-files.json``) and every small file (episode index, zarr
+metadata) are checked against the index's sizes and sha256 when opened.
 
 A local file cache (``cache=DIR``, or ``$RLDS_REMOTE_CACHE``) keeps whole files instead: each
-shard a read needs is downloaded once, checked against its sha256, and memory-mapped from then
-on, so a second epoch reads nothing from the store and runs at the speed of a cached dataset.
-Its folder for one pushed version is ``DIR/<url-hash>-<manifest-hash>``: another push to the
-URL gets another folder, never a mix. Delete the folder to reclaim the space.
+shard a read needs is downloaded once, checked against its sha256 and memory-mapped, so a second
+epoch reads nothing from the store. One pushed version's folder is
+``DIR/<url-hash>-<manifest-hash>`` (another push to the URL gets another folder, never a mix);
+delete it to reclaim the space. With ``cache_limit`` the folder keeps checked blocks instead
+(:mod:`rlds_cli.remote.block_cache`).
 
-Replacement: ``rlds push --force`` removes the old manifest before it writes a file, so a read
-is known to be of the version opened when the manifest is still the same after it: the dataset
-reads the manifest again after every read that fetched something from the store (one small
-request), and raises :class:`~rlds_cli.errors.DatasetReplacedError` when it changed or is gone.
-Reads served from the file cache need no such check (the files were checked by sha256).
+Replacement: ``rlds push --force`` removes the old manifest before it writes a file, so after
+every read that fetched from the store the dataset reads the manifest again (one small request)
+and raises :class:`~rlds_cli.errors.DatasetReplacedError` when it changed or is gone. Reads served
+from a cache need no such check (their bytes were checked by sha256).
 
-Only zarr datasets can be read remotely: a memmap dataset is refused with a line that says to
-``rlds pull`` it (its arrays are raw files meant to be memory-mapped).
-
-**The remote backend.** The zarr backend of a dataset read where it was pushed: its columns read
-through :class:`~rlds_cli.remote.files.RemoteFiles` by the cached datasets' chunk reader, every
-write refused (see :mod:`rlds_cli.remote.reader`).
-
-Reading a pushed zarr dataset where it lies: ``open_dataset("s3://bucket/prefix/NAME")``.
+Only zarr datasets can be read remotely: a memmap dataset (or a view) is refused with a hint to
+``rlds pull`` it.
 """
 
 from __future__ import annotations
@@ -77,8 +70,8 @@ class RemoteNotReadableError(RemoteError, ValueError):
 
 
 def _metadata_store(files: RemoteFiles, prefix: str, meta: bytes, strict: bool) -> Any:
-    """A read-only zarr store of one remote array: its checked ``zarr.json`` in memory, chunks
-    by ranged reads (what zarr itself reads, for a layout the chunk reader does not know)."""
+    """A read-only zarr store of one remote array: its checked ``zarr.json`` in memory, chunks by
+    ranged reads (for zarr's own reads of a layout the chunk reader does not handle)."""
     from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
     from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
@@ -108,8 +101,8 @@ def _metadata_store(files: RemoteFiles, prefix: str, meta: bytes, strict: bool) 
 
 
 class _CheckedColumn(ZarrColumn):
-    """A remote zarr column whose whole-array reads (``np.asarray(column)``, what ``in_memory``
-    loading does) are checked against replacement like every dataset read."""
+    """A remote zarr column whose whole-array reads (``np.asarray(column)``, as ``in_memory``
+    loading does) are checked against replacement."""
 
     def __init__(self, array: Any, where: str, reader: ChunkReader | None, check: Any) -> None:
         super().__init__(array, where, reader)
@@ -206,11 +199,10 @@ def open_remote(
 class RemoteDataset(Dataset):
     """A zarr dataset read where it was pushed (``s3://``, ``gs://``, ``file://``, ...).
 
-    Everything a cached :class:`~rlds_cli.cache.dataset.Dataset` does, read-only: ``gather``,
-    ``episode``, ``column``, ``check_files``, the content digests, the Loader (with
-    ``in_memory=True`` the needed columns are fetched once, whole shards at a time). Its
-    ``directory`` is a local folder with the checked small files (manifest, episode index); the
-    arrays stay remote.
+    A read-only :class:`~rlds_cli.cache.dataset.Dataset` (``gather``, ``episode``, ``column``,
+    ``check_files``, content digests, the Loader; ``in_memory=True`` fetches the needed columns
+    once, whole shards at a time). Its ``directory`` is a local folder with the checked small
+    files (manifest, episode index); the arrays stay remote.
 
     Args:
         url: The dataset's folder on the store (what ``rlds push`` was given).
@@ -273,7 +265,7 @@ class RemoteDataset(Dataset):
 
     def _mirror(self, version: str | None) -> Path:
         """The local folder of this version's small files: in the whole-file cache (``version``
-        given), else temporary, removed with the dataset (a bounded cache holds blocks only)."""
+        given), else a temporary one removed with the dataset."""
         if version is not None:
             folder = Path(str(self._cache_root)).expanduser() / version
             folder.mkdir(parents=True, exist_ok=True)
@@ -311,8 +303,8 @@ class RemoteDataset(Dataset):
     # ------------------------------------------------------------------ replacement
 
     def _check_not_replaced(self) -> None:
-        """After a read that asked the store for anything: the manifest is still the one
-        opened (``push --force`` removes it before any file changes)."""
+        """After a read that made a request to the store, raise
+        :class:`~rlds_cli.errors.DatasetReplacedError` unless the manifest is still the one opened."""
         files = getattr(self, "_files", None)
         # with a block cache every byte read was checked against the push's digests
         if files is None or files.requests == self._checked or files.blocks is not None:
@@ -375,14 +367,13 @@ class RemoteDataset(Dataset):
     def prefetch(
         self, steps: Any, keys: Iterable[str] | None = None, *, stop: threading.Event | None = None
     ) -> BlockHold | None:
-        """Fetch into the block cache the blocks a gather of ``steps`` will read for the stored
-        fields ``keys`` (``None``: every field), in one batch of concurrent requests, without
-        decoding anything, and pin them until the returned hold is released (call
-        ``hold.release()`` once that gather is done; ``hold.fetched``: bytes fetched). Waits
-        while the cache has no room for them (blocks of earlier reads pinned), until ``stop`` is
-        set. ``None``: no bounded cache (``cache_limit``), nothing to read, the blocks alone pass
-        the limit, or the wait ended (the gather then fetches what it needs). Safe from a
-        background thread."""
+        """Fetch into the block cache, and pin, the blocks a gather of ``steps`` will read for the
+        stored fields ``keys`` (``None``: all), in one batch of concurrent requests, decoding nothing.
+
+        Call ``hold.release()`` once that gather is done (``hold.fetched``: bytes fetched). Waits
+        for room (blocks of earlier reads pinned) until ``stop`` is set. ``None``: no bounded
+        cache (``cache_limit``), nothing to read, the blocks alone exceed the limit, or the wait
+        ended (the gather then fetches what it needs). Safe from a background thread."""
         if self._files.blocks is None:
             return None
         steps = np.asarray(steps, np.int64).reshape(-1)
@@ -418,7 +409,7 @@ class RemoteDataset(Dataset):
         return self._files.prefetch(rels, starts, ends, stop)
 
     def fix_summary(self, info: dict[str, Any]) -> None:
-        """Make a :func:`rlds_cli.inspection.summary.describe` of this dataset speak of the store: its
+        """Point a :func:`rlds_cli.inspection.summary.describe` of this dataset at the store: its
         path is the URL, each key's bytes are those of its files there."""
         info["path"] = self.url
         for key, entry in info.get("stored", {}).items():
@@ -476,8 +467,8 @@ def _limit(cache_limit: int | str | None, cache_root: Any) -> int | None:
 
 
 def _require_block_digests(url: str, index: Any) -> None:
-    """A bounded cache checks each block it keeps against the push: a push made before
-    per-block digests has none for its files over one block."""
+    """Refuse, for a bounded cache (which checks each block it keeps), an index with no per-block
+    digests for a file over one block."""
     size = index.block_bytes
     old = next((rel for rel, e in index.files.items() if e.size > size and e.blocks is None), None)
     if old is not None:
@@ -490,11 +481,10 @@ def _require_block_digests(url: str, index: Any) -> None:
 
 
 class RemoteFramesColumn(FramesColumn):
-    """A frame column of a dataset read where it was pushed: the frames a read needs are fetched
-    by ranged requests (near ones merged, all of them at once), or from the file cache's copy of
-    the whole file when there is one; each fetch is followed by the replacement check."""
+    """A frame column of a dataset read where it was pushed: frames fetched by ranged requests
+    (nearby ones merged, all at once), or from the file cache's whole-file copy when there is one."""
 
-    #: Reads the store at every access: the dataset checks after each read that it was not replaced.
+    #: Reads the store at every access (each read is followed by the replacement check).
     stable_once_open = False
 
     def __init__(self, files: RemoteFiles, rel: str, ends: Any, fmt: Any, label: str, size: int) -> None:

@@ -58,10 +58,9 @@ class ConvertResult:
     path: Path
 
 
-# A conversion's progress (:data:`rlds_cli._util.progress.Progress`): events ``"start"``
-# (total rows), ``"advance"`` (rows done) and ``"hash"`` (source bytes hashed: the source is
-# hashed on a thread beside the conversion, so this comes once its digest is checked, before
-# the commit).
+# Progress events (:data:`rlds_cli._util.progress.Progress`): ``"start"`` (total rows),
+# ``"advance"`` (rows done), ``"hash"`` (source bytes hashed; sent once the digest is checked,
+# before the commit).
 
 #: Options convert() applies itself, between the reader and the builder (formats/select.py).
 _SELECTION_OPTIONS = frozenset({"episodes", "keys"})
@@ -130,9 +129,8 @@ def _tree_sha256(files: list[dict[str, Any]]) -> str:
 
 
 def _checked_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the reader's own checked against its ``Options`` (a string, as the CLI
-    gives it, becomes the option's type); the selection options and the generic options the
-    reader does not take pass as they are."""
+    """``options`` with the reader's own parsed by its ``Options`` (a CLI string becomes the
+    option's type); selection and generic options pass unchanged."""
     reader = {k: v for k, v in options.items() if k not in _SELECTION_OPTIONS}
     return {**options, **parse_options(reader_class(fmt), reader)}
 
@@ -168,9 +166,8 @@ def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
 
 
 def _nans(arr: np.ndarray) -> int:
-    """NaNs in ``arr``. A real array's minimum is NaN exactly when it holds one (numpy's minimum
-    propagates NaN), and finding it allocates nothing: only then are they counted, through
-    ``np.isnan``'s bool array (a fresh array per column and block cost page faults)."""
+    """The number of NaNs in ``arr``; a real array whose ``min()`` (which propagates NaN) is not
+    NaN is skipped without allocating ``np.isnan``'s bool array (page faults per block)."""
     if arr.dtype.kind == "f" and (arr.size == 0 or not np.isnan(arr.min())):
         return 0
     return int(np.count_nonzero(np.isnan(arr)))
@@ -205,27 +202,25 @@ def convert(
 ) -> ConvertResult:
     """Convert a local source into a cached TED dataset.
 
-    Every source file is hashed first; if a dataset of the same name was converted from the
-    same bytes with the same options, it is reused untouched (unless ``force``).
+    A dataset of the same name converted from the same bytes with the same options is reused
+    untouched (unless ``force``).
 
     Args:
         source: A file, a directory, a list of files, or an archive of any of them.
         name: Dataset name in the cache.
         format: Source format (``None``: detect from the files).
         root: Cache root.
-        backend: ``"memmap"`` or ``"zarr"``; ``None``: the storage of the dataset already
-            converted under ``name`` (reused), else ``"memmap"``. One named that differs from
-            the existing dataset's is refused without ``force``, never ignored.
+        backend: ``"memmap"`` or ``"zarr"``; ``None``: the existing dataset's, else ``"memmap"``.
+            One that differs from the existing dataset's is refused without ``force``.
         frames: What to do with camera frames (:mod:`rlds_cli.frames.modes`): ``keep`` (the
             default: frames that arrive encoded keep the source's bytes, arrays stay arrays),
             ``raw``, ``jpeg[:QUALITY]``, ``png`` or ``webp``. A dataset converted from the same
             bytes with another mode is not reused.
         force: Rebuild and replace an existing dataset of this name.
-        options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``,
-            ``{"allow_pickle": True}``), checked against the reader's ``Options`` (a string
-            value becomes the option's type); options that do not apply to the format are
-            ignored when generic (:data:`rlds_cli.formats.base.GENERIC_OPTIONS`), refused
-            otherwise.
+        options: Reader options (e.g. ``{"max_episode_steps": 1000}``, ``{"workers": 4}``),
+            checked against the reader's ``Options`` (a string becomes the option's type);
+            options the format does not take are ignored when generic
+            (:data:`rlds_cli.formats.base.GENERIC_OPTIONS`), refused otherwise.
         source_info: Extra provenance for the manifest (e.g. the registry id).
         expected_sha256: Refuse a single-file source unless its sha256 is this.
         expected_origin: Who gave ``expected_sha256`` (``"user"``, ``"registry"``, ``"hub"``,
@@ -236,9 +231,8 @@ def convert(
         citation: How to cite the data (text, e.g. BibTeX), kept in the card.
         registry_license: The registry entry's licence (``rlds download ID``): kept when it is
             a known SPDX id and the source declares none.
-        env: The environment the data was recorded in, as the manifest's ``env``
-            (:mod:`rlds_cli.cache.env_spec`), when the caller knows it and the source does not
-            (``rlds download`` of a D4RL registry entry).
+        env: The manifest's ``env`` (:mod:`rlds_cli.cache.env_spec`) when the caller knows it
+            and the source does not (``rlds download`` of a D4RL registry entry).
 
     Returns:
         A :class:`ConvertResult`.
@@ -343,12 +337,10 @@ def convert(
 class SourceHash:
     """The sha256 of the source files, computed on threads beside the conversion.
 
-    Hashing a pixel source (~1.3 GB/s on one core) took as long as converting it; on its own
-    thread it overlaps the reading and writing, and the digest is still known, and checked
-    against ``expected_sha256``, before anything is published (:meth:`checked` is called before
-    the commit, and before the existing-dataset reuse check, which needs it). A source given as
-    one file starts hashing before its format is detected (:meth:`begin`: the detection's imports
-    leave a core idle), and that digest serves whichever file list the format then reads."""
+    Hashing (~1.3 GB/s on one core) costs as much as converting a pixel source, so it overlaps
+    reading and writing. :meth:`checked` (the digest against ``expected``) runs before the reuse
+    check and before the commit: nothing unchecked is published. :meth:`begin` starts a one-file
+    source before format detection; that digest serves the file list the format then reads."""
 
     def __init__(self, expected: str | None, origin: str, progress: Progress | None) -> None:
         self._expected, self._origin, self._progress = expected, origin, progress
@@ -407,15 +399,12 @@ class SourceHash:
 
 
 def _reads_archive_itself(archive: Path, fmt: str | None) -> str | None:
-    """The format whose reader takes ``archive`` as it is instead of it being unpacked first
-    (``None``: unpack it).
+    """The format whose reader reads ``archive`` without unpacking it; ``None``: unpack it.
 
-    Gen-DGRL's tar archives (Procgen ``<game>.tar.xz``): thousands of trajectory files, tens of
-    GB once unpacked, which its reader streams member by member (never writing them to disk).
-    ``--format gen_dgrl`` says so for any tar; without ``--format``, the reader's sniffer peeks
-    at the first member. A replay buffer's ``.zarr.zip`` (UMI's ``ZipStore``): zarr reads the
-    zip in place (``--format replay_buffer``, or a zip holding a zarr group with ``data`` and
-    ``meta`` groups). Such an archive is then hashed and recorded as one source file.
+    Gen-DGRL tars (Procgen ``<game>.tar.xz``, tens of GB unpacked) are streamed member by member;
+    a replay buffer's ``.zarr.zip`` (UMI's ``ZipStore``) is read in place by zarr. Chosen by
+    ``--format`` or, without it, by the reader's sniffer. Such an archive is hashed and recorded
+    as one source file.
     """
     from rlds_cli.formats import gen_dgrl, replay_buffer
 
@@ -429,8 +418,7 @@ def _reads_archive_itself(archive: Path, fmt: str | None) -> str | None:
 
 def _check_one_file(fmt: str, paths: list[Path], files: list[Path]) -> None:
     """Refuse a source holding several files of a one-file format (a folder of D4RL files),
-    naming them and saying how to convert each; a plain "cannot open the folder as HDF5"
-    would send the user re-downloading a file that is fine."""
+    naming them and how to convert each (rather than a misleading HDF5 open error)."""
     if not reader_class(fmt).reads_one_file or len(files) <= 1:
         return
     where = str(paths[0]) if len(paths) == 1 else "the sources given"
@@ -472,10 +460,9 @@ def _build(
     cards: tuple[dict[str, Any], str | None] = ({}, None),
     env: dict[str, Any] | None = None,
 ) -> Manifest:
-    """Stream the reader into the builder and commit, recording the source ``facts`` and its
-    digest (waited for, and checked, before the commit), the card: what the source and
-    the registry declare, under the user's (``cards``: theirs, the registry's licence), and the
-    manifest's ``env``."""
+    """Stream the reader into the builder and commit with the source ``facts``, the checked
+    digest, the card (the user's, over the source's and the registry licence of ``cards``) and
+    ``env``."""
     from rlds_cli.formats.select import (
         SelectionRecord,
         kept_episodes,
@@ -495,7 +482,7 @@ def _build(
     keys = list(options["keys"]) if options.get("keys") is not None else None
     reader_options = {k: v for k, v in options.items() if k in cls.Options.names()}
     with cls(arg, **reader_options) as reader:
-        # a reader that can reads the selected episodes only (their files may be all there is)
+        # a reader that can reads only the selected episodes (their files may be all there is)
         start = reader.select_episodes(*episodes) if episodes is not None else 0
         if progress:
             progress("start", reader.total_rows())

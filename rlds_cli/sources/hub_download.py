@@ -124,8 +124,8 @@ def _folder(cache: CacheRoot, where: HubPath, sha: str) -> Path:
 
 
 def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list[HubFile]]:
-    """The commit sha and files of ``where``: from the Hub, or offline from the listing a
-    previous download of that very sha kept."""
+    """The commit sha and files of ``where``: from the Hub (and kept), or offline from the
+    listing kept by an earlier download of that sha."""
     if offline:
         stored = meta_dir(_folder(cache, where, where.revision)) / _LISTING
         if not _SHA.match(where.revision) or not stored.is_file():
@@ -142,8 +142,11 @@ def _listing(where: HubPath, cache: CacheRoot, offline: bool) -> tuple[str, list
 
 
 def _stored_files(stored: Path) -> list[HubFile]:
-    """The files of the listing a download kept (read back with the rules of the Hub's answer:
-    a damaged or edited file is one line, and names nothing outside the download folder)."""
+    """The files of the listing a download kept, checked by the rules applied to the Hub's answer.
+
+    Raises:
+        OfflineError: The listing is damaged or names a file rlds may not fetch.
+    """
     try:
         entries = json.loads(stored.read_text(encoding="utf-8"))["files"]
         files = [hub_file(e["path"], e["size"], e.get("sha256"), e.get("git_oid")) for e in entries]

@@ -1,6 +1,5 @@
-"""What a download records about where its dataset came from: the manifest's ``source`` record
-(:func:`provenance`) and the cache name it gets when none is given (:func:`default_name`), for a
-registry id, a URL and a Hub repo alike."""
+"""What a download records about its origin: the manifest's ``source`` record (:func:`provenance`)
+and the default cache name (:func:`default_name`), for a registry id, a URL or a Hub repo."""
 
 from __future__ import annotations
 
@@ -59,8 +58,8 @@ def default_name(source: Path | HubPath) -> str:
 
 
 def _strip_suffixes(file_name: str) -> str:
-    """A file name without its archive suffixes (all of them) and data suffix, or else without
-    its one suffix."""
+    """A file name without all its archive suffixes and then its data suffix; with no archive
+    suffix, without its last suffix."""
     name, stripped = file_name, False
     while (suffix := Path(name).suffix.lower()) in _ARCHIVE_SUFFIXES and Path(name).stem:
         name, stripped = name[: -len(suffix)], True

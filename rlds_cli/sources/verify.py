@@ -1,6 +1,7 @@
-"""``rlds verify``: re-check a cached dataset against everything it was made from: its
-downloaded files against their recorded hashes, its provenance, its parents, the local source
-file it was converted from, and its own files (the checks depend on what kind of dataset it is)."""
+"""``rlds verify``: re-check a cached dataset against what it was made from and its own files.
+
+Which checks run depends on the dataset's kind (:func:`dataset_kind`): downloaded files against
+their recorded hashes, the local source, the parents' versions, and the stored files' digests."""
 
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from rlds_cli.net.layout import raw_dir
 
 
 def dataset_kind(manifest: Any) -> str:
-    """``view``, ``growing`` (written by ``DatasetWriter``), ``composed`` (``rlds merge``, ``trim``),
-    ``downsampled``, ``preprocessed``, ``downloaded`` (from
-    the network, with a download folder) or ``converted`` (from a local file or folder, or a file
-    bundled with rlds)."""
+    """The dataset's kind: ``view``, ``growing`` (``DatasetWriter``), ``composed`` (``rlds merge``,
+    ``trim``), ``downsampled``, ``preprocessed``, ``downloaded`` (has a download folder) or
+    ``converted`` (from a local path or a bundled file)."""
     from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
 
     if manifest.layout == VIEW_LAYOUT:
@@ -39,8 +39,8 @@ def dataset_kind(manifest: Any) -> str:
 
 
 def _check(name: str, status: str, detail: str, hint: str | None = None, **extra: Any) -> dict[str, Any]:
-    """One entry of ``checks``: ``status`` is ``pass``, ``fail`` or ``skipped``; ``detail`` says
-    what was compared (or why it was not); ``hint`` what to do about a failure."""
+    """One entry of ``checks`` (``status``: ``pass``, ``fail`` or ``skipped``); ``hint`` is kept
+    only on a failure."""
     out: dict[str, Any] = {"check": name, "status": status, "detail": detail, **extra}
     if hint is not None and status == "fail":
         out["hint"] = hint
@@ -50,14 +50,12 @@ def _check(name: str, status: str, detail: str, hint: str | None = None, **extra
 def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, Any]:
     """Check a dataset the way its kind allows, and say what was checked.
 
-    * downloaded: re-hash the downloaded files against the registry's (or the recorded)
-      sha256, and the manifest's record of them;
+    * downloaded: the downloaded files' sha256 against the registry's (or the recorded) one,
+      and the manifest's record of them;
     * converted from a local path: the source's sha256, when the source is still there;
-    * view: its parent exists and is the version the view was made from;
-    * preprocessed: the parent in its lineage is the version it was derived from;
-
-    and for every dataset: every stored file is there at its full size, and every array's
-    content digest is the one recorded when it was written.
+    * view, preprocessed, composed, downsampled: each parent exists at the recorded version;
+    * every dataset: every stored file is there at full size, every array's content digest is
+      the one recorded at write.
 
     Args:
         name: A dataset name in the cache, or a registry id or alias.
@@ -67,7 +65,7 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
         A JSON-ready dict: ``kind``; ``checks`` (each ``check``, ``status`` ``pass``/``fail``/
         ``skipped``, ``detail``, and a ``hint`` when it failed); ``files`` (downloaded files,
         each ``ok``, ``mismatch`` or ``not kept``); ``manifest`` (the manifest checks, each with
-        ``ok``, as in earlier versions); ``ok`` (``False`` when any check failed).
+        ``ok``); ``ok`` (``False`` when any check failed).
 
     Raises:
         DatasetNotFoundError: Neither a cached dataset nor downloaded files of that name.
@@ -176,7 +174,7 @@ def _provenance_checks(
     """Where the dataset came from, by kind: the local source, or the parent's version."""
     if kind == "converted":
         check = _local_source_check(manifest, kind)
-        if "actual" in check:  # one source file was re-hashed: also the entry earlier versions gave
+        if "actual" in check:  # one source file was re-hashed: also report it under ``manifest``
             legacy.append(
                 {k: check[k] for k in ("check", "expected", "actual")} | {"ok": check["status"] == "pass"}
             )
@@ -221,10 +219,9 @@ def _parent_checks(
     gone_hint: str | None,
     gone_fails: bool,
 ) -> list[dict[str, Any]]:
-    """The parent exists, and its manifest digest is the one recorded (the same version).
+    """The parent exists and its manifest digest is the one recorded (the same version).
 
-    A view reads its parent's arrays, so a parent gone fails it; a preprocessed output holds
-    its own data, so a parent gone only leaves its lineage unverifiable (skipped)."""
+    A parent gone fails when ``gone_fails`` (the dataset reads the parent's arrays), else is skipped."""
     label = f"parent {parent}"
     if not cache.exists(parent):
         if gone_fails:
@@ -320,9 +317,8 @@ def _local_source_check(manifest: Any, kind: str) -> dict[str, Any]:
 
 
 def _find_source_file(folder: Path, fmt: Any, rel: str) -> Path | None:
-    """Where a recorded source file is now: its path is relative to the common folder of the
-    files read, which is ``folder`` itself or, for a folder source, found as the conversion
-    found it (e.g. a Minari dataset's ``data/``)."""
+    """Where a recorded source file is now: its path is relative to ``folder`` or to the common
+    folder of the format's source files (e.g. a Minari dataset's ``data/``)."""
     candidate = folder / rel
     if rel and candidate.is_file():
         return candidate

@@ -1,10 +1,10 @@
-"""The contract every storage backend keeps, as a base class to subclass (like zarr's
-``StoreTests``): a subclass says which backend (:meth:`BackendContract.backend`) and inherits one
-test per promise of :class:`rlds_cli.cache.backends.Backend`: columns written in appends of any
-size read back exactly by every kind of index; a column missing a file is reported by
-``check_column``; a key that is no safe path is refused before anything is written; a
-preallocated column written region by region (in any order) equals the appended one, file for
-file, and a region that could share a file with another is refused."""
+"""The contract every storage backend keeps: a base class of tests to subclass.
+
+Subclass and implement :meth:`BackendContract.backend`; one test per promise of
+:class:`rlds_cli.cache.backends.Backend`: columns appended in any sizes read back exactly by every
+kind of index; a missing file is reported by ``check_column``; a key that is no safe path is
+refused before any write; a preallocated column written region by region, in any order, equals
+the appended one file for file; a region that could share a file with another is refused."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""The contract every preprocess executor keeps (:class:`rlds_cli.preprocess.executors.Executor`),
-as a base class to subclass: a subclass names its executor (:attr:`ExecutorContract.name`, a key
-of :data:`~rlds_cli.preprocess.executors.EXECUTORS`) and the workers to start it with, and
-inherits one test per promise.
+"""The contract every preprocess executor keeps: a base class of tests to subclass.
 
-Each test runs a real job (``preprocess.run``) with the job's executor forced to this one and
-its ``on_done`` watched, so the executor is checked where it is used: on real chunks written by
-:func:`~rlds_cli.preprocess.worker.run_chunk`.
+Subclass, set :attr:`ExecutorContract.name` (a key of :data:`~rlds_cli.preprocess.executors.EXECUTORS`)
+and the workers; one test per promise of :class:`rlds_cli.preprocess.executors.Executor`.
 
-An executor of your own passes it by registering it and subclassing ``ExecutorContract``::
+Each test runs a real job (``preprocess.run``) with its executor forced to this one and its
+``on_done`` watched, on real chunks (:func:`~rlds_cli.preprocess.worker.run_chunk`).
+
+Register your executor and subclass ``ExecutorContract``::
 
     from rlds_cli.testing.executor import ExecutorContract
 
@@ -39,8 +38,7 @@ CHUNK = 10
 
 
 class _Watched:
-    """The executor under test, recording what it hands to ``on_done`` and whether it was
-    closed."""
+    """The executor under test, recording what it hands to ``on_done`` and whether it is closed."""
 
     def __init__(self, inner: Executor) -> None:
         self.inner = inner

@@ -1,10 +1,11 @@
-"""The contract every exporter keeps (``rlds_cli.export.EXPORTERS``), as a base class to subclass:
-a subclass names its format and where its output goes, and inherits one test per promise of
-:func:`rlds_cli.export.export_dataset`: what it writes reads back (with rlds's own readers) as the
-dataset it came from, an existing output is kept unless ``overwrite``, an export that fails
-midway leaves nothing beside the output, and ``progress`` hears of every step exactly once.
+"""The contract every exporter keeps: a base class of tests to subclass.
 
-An exporter of your own passes it by subclassing ``ExporterContract`` in a ``test_*.py`` file::
+Subclass and set the format (of ``rlds_cli.export.EXPORTERS``; and the output path); one test per
+promise of :func:`rlds_cli.export.export_dataset`: the output reads back (with rlds's readers) as
+the dataset; an existing output is kept unless ``overwrite``; a failed export leaves nothing
+beside the output; ``progress`` hears of every step exactly once.
+
+Subclass ``ExporterContract`` in a ``test_*.py`` file::
 
     from rlds_cli.testing.exporter import ExporterContract
 

@@ -1,5 +1,5 @@
-"""User functions the executor contract runs (named by ``"module:function"``, so a worker process
-imports them by reference). No pytest here: workers import this module."""
+"""User functions the executor contract runs by ``"module:function"`` reference. Imports no
+pytest: worker processes import it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""A headless Chromium driven over the DevTools protocol on a pipe, for the tests and the benchmark
-of ``rlds show`` pages: no driver process, no port, no browser download (Debian's ``chromium``).
+"""A headless Chromium driven over the DevTools protocol on a pipe, for tests of ``rlds show`` pages.
 
-Chromium is started with ``--remote-debugging-pipe``: it reads protocol commands (JSON, each
-ended by a NUL byte) on its fd 3 and writes replies and events on its fd 4. One reader thread
-sorts the replies by id and the events by tab. Guarantees:
+No driver process, no port, no browser download (Debian's ``chromium``). Chromium runs with
+``--remote-debugging-pipe``: it reads commands (JSON, each ended by a NUL byte) on fd 3 and writes
+replies and events on fd 4; one reader thread sorts replies by id and events by tab. Guarantees:
 
 * **nothing waits unbounded**: every command and every :meth:`Tab.wait_for` has a timeout and
   raises :class:`ChromiumError` naming what it waited for; a browser that died or closed its pipe
@@ -12,14 +11,12 @@ sorts the replies by id and the events by tab. Guarantees:
   :meth:`Chromium.close` (also at ``with`` exit) asks it to close, then SIGKILLs the group and
   removes the profile;
 * **errors are collected**: each tab's :attr:`Tab.errors` gathers console errors and warnings,
-  uncaught exceptions, error log entries and any request for something else than ``file:`` or
-  ``data:`` URLs (a page meant to work offline asks for nothing else).
+  uncaught exceptions, error log entries and any request for other than ``file:`` or ``data:``
+  URLs;
+* **no real-time priority**: Chromium starts under SCHED_OTHER without the right to raise it,
+  whatever its caller's policy (:func:`_no_priority_raise`).
 
-Playwright's node driver did this before; the suite hung with it twice, and once with this
-driver: the browser's threads spun at real-time priority, inherited from a test worker that
-PyAV's AV1 encoder had left at SCHED_FIFO (fixed in ``rlds_cli.export.lerobot_common``). Chromium
-is started at the normal policy without the right to raise it, whatever its caller's (see
-:func:`_no_priority_raise`). Nothing here imports pytest.
+Imports no pytest.
 """
 
 from __future__ import annotations
@@ -83,16 +80,14 @@ class Chromium:
         self._log = open(self._profile.parent / f"{self._profile.name}.log", "w+b")  # noqa: SIM115
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # Chromium reads fd 3 and writes fd 4; move both ends above 4 first so the dup2 calls in the
-        # child cannot overwrite each other
+        # move both ends above 4 first so the child's dup2 calls to 3 and 4 cannot overwrite each other
         high_r = _above(to_browser_r, 10)
         high_w = _above(from_browser_w, 10)
 
         def pipes_to_3_and_4() -> None:
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
-            # a real-time policy the caller was left with (SVT-AV1 sets it on its caller, as
-            # root) must not pass to Chromium: its threads then spun at SCHED_FIFO 99
+            # a caller's real-time policy (SVT-AV1 sets one, as root) must not pass to Chromium
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             _no_priority_raise()
 
@@ -110,8 +105,8 @@ class Chromium:
                 stdout=self._log,
                 stderr=self._log,
                 preexec_fn=pipes_to_3_and_4,  # before our reader thread starts
-                # not close_fds: it would close the 3 and 4 just made; Python's own descriptors are
-                # not inheritable (PEP 446), so only 0-4 reach Chromium
+                # close_fds would close the new 3 and 4; Python's descriptors are not inheritable
+                # (PEP 446), so only 0-4 reach Chromium
                 close_fds=False,
                 start_new_session=True,  # its own group: close() kills every helper process
             )
@@ -249,8 +244,8 @@ class Chromium:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
-        # every write end is closed now (the group is dead): the reader sees the end of the
-        # pipe and stops, before its descriptor number can be given to anything else
+        # the group is dead, so every write end is closed: the reader stops before its
+        # descriptor number can be reused
         self._reader.join(10)
         for fd in (self._to_browser, self._from_browser):
             with contextlib.suppress(OSError):
@@ -415,13 +410,9 @@ _CAP_SYS_NICE = 23
 
 
 def _no_priority_raise() -> None:
-    """In the child before exec: drop ``CAP_SYS_NICE`` from the capability bounding set, so that
-    Chromium schedules its threads as an unprivileged user's. Run as root it gives some threads
-    real-time priority; two of them were seen spinning at SCHED_FIFO 99 on a 2-core machine,
-    starving every other process (load 117) so that no timeout of ours could fire and not even
-    SIGKILL was delivered. Where the drop is refused (no CAP_SETPCAP: not root), nothing is lost:
-    such a user cannot raise priorities anyway. A real-time policy of the caller's is not this
-    capability's doing: it is reset to SCHED_OTHER beside this call."""
+    """In the child before exec: drop ``CAP_SYS_NICE`` from the capability bounding set, so
+    Chromium (as root) cannot give threads real-time priority (two at SCHED_FIFO 99 once starved a
+    2-core machine past every timeout and SIGKILL). Refused without CAP_SETPCAP, when it is moot."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_CAPBSET_DROP, _CAP_SYS_NICE, 0, 0, 0)
 

@@ -1,9 +1,10 @@
-"""The contract every source reader keeps (:class:`rlds_cli.formats.base.Reader`), as a base
-class to subclass: a subclass names its reader class and writes a small source of its format
-(:meth:`ReaderContract.write_source`), and inherits one test per promise of the ABC.
+"""The contract every source reader keeps: a base class of tests to subclass.
 
-A reader of your own (added through the ``rlds_cli.readers`` entry-point group) passes it by
-subclassing ``ReaderContract`` in a ``test_*.py`` file::
+Subclass, set the reader class and implement :meth:`ReaderContract.write_source` (a small source
+of the format); one test per promise of :class:`rlds_cli.formats.base.Reader`.
+
+For a reader added through the ``rlds_cli.readers`` entry-point group, subclass
+``ReaderContract`` in a ``test_*.py`` file::
 
     from rlds_cli.testing.reader import ReaderContract
 
@@ -40,8 +41,7 @@ class ReaderContract:
     #: Rows per block the blocks test reads the source with (small: several blocks per source;
     #: ``None`` for a reader without the option).
     block_rows: int | None = None
-    #: Whether detection finds the format on its own (one recognised only through ``--format``
-    #: sets ``False``).
+    #: Whether detection finds the format (``False``: recognised only through ``--format``).
     detected = True
 
     def write_source(self, tmp_path: Path) -> Path:
@@ -136,10 +136,9 @@ class ReaderContract:
         assert sum(rows_seen) <= total or total == 0
 
     def test_a_window_of_episodes_reads_the_same_episodes(self, source: Path) -> None:
-        """``select_episodes(1, 2)`` then the stream counted on from the position it returns keeps
-        the episode the whole stream's selection keeps (what ``--episodes 1:2`` converts, whether
-        all of a source or only that episode's files are on disk); ``episode_files`` names files of
-        the source, or says it cannot tell."""
+        """``select_episodes(1, 2)`` and the stream from the position it returns keep the episode
+        the whole stream's selection keeps (``--episodes 1:2``); ``episode_files`` names files of
+        the source, or ``None``."""
         with self.open(source) as reader:
             whole = list(select_blocks(reader.blocks(), episodes=(1, 2)))
         with self.open(source) as reader:

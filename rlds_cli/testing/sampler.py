@@ -1,8 +1,9 @@
-"""The contract every sampler keeps, as a base class to subclass (the way zarr's ``StoreTests``
-works): a subclass says how to make its sampler (:meth:`SamplerContract.make`), and inherits one
-test per promise of :mod:`rlds_cli.loader.protocols`.
+"""The contract every sampler keeps: a base class of tests to subclass.
 
-A sampler of your own passes it by subclassing ``SamplerContract`` in a ``test_*.py`` file::
+Subclass and implement :meth:`SamplerContract.make`; one test per promise of
+:mod:`rlds_cli.loader.protocols`.
+
+Subclass ``SamplerContract`` in a ``test_*.py`` file::
 
     class TestMySampler(SamplerContract):
         def make(self, episodes, seed, rank=0, world_size=1):
@@ -111,8 +112,8 @@ class SamplerContract:
 
 
 class EpochalContract(SamplerContract):
-    """For samplers without replacement: an epoch covers the rank's shard once, the shards of
-    the ranks are disjoint and cover the dataset."""
+    """For samplers without replacement: an epoch covers the rank's shard once; the ranks' shards
+    are disjoint and cover the dataset."""
 
     def test_is_epochal(self, episodes: Episodes) -> None:
         assert isinstance(self.make(episodes, 0), Epochal)

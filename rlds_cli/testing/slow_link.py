@@ -1,31 +1,25 @@
-"""A slow link to a local object store, for tests and benchmarks: an HTTP/1.1 reverse proxy on
-127.0.0.1 that adds a store's first-byte latency to every request and caps the bandwidth of what
-the store sends, in front of any HTTP server (a moto S3 server in the remote benchmark).
+"""A slow link to a local object store, for tests and benchmarks: latency and a bandwidth cap.
 
-A local S3 stand-in (moto) answers in about a millisecond, where a real object store takes tens
-of milliseconds before the first byte and shares a link of finite bandwidth: code that is fast
-against moto can be slow against S3. :class:`Link` puts the store's costs back:
+An HTTP/1.1 reverse proxy on 127.0.0.1 in front of any HTTP server (a moto S3 server in the remote
+benchmark). moto answers in ~1 ms, a real store in tens of ms to the first byte over a link of
+finite bandwidth; :class:`Link` adds those costs:
 
-* **latency**: each request waits ``latency`` seconds (or a draw from ``(low, high)``, uniform)
-  before it is forwarded, as a store's first byte would;
-* **bandwidth**: the bodies of all responses together go out at no more than ``bandwidth``
-  bytes a second (one shared pace over every connection, as one network link; no burst credit
-  is saved up while idle), in blocks of 64 KiB;
-* **counters**: requests and body bytes, both ways, read with :meth:`Link.stats` (in the process)
-  or from ``GET /__link__/stats`` (JSON; ``__link__`` is no valid bucket name, so no S3 path
-  meets it) by a process that started the link in another.
+* **latency**: each request waits ``latency`` seconds (or a uniform draw from ``(low, high)``)
+  before it is forwarded;
+* **bandwidth**: all response bodies together go out at most ``bandwidth`` bytes a second (one
+  pace shared by every connection; no burst credit saved while idle), in 64 KiB blocks;
+* **counters**: requests and body bytes both ways, from :meth:`Link.stats` or, in another
+  process, ``GET /__link__/stats`` (JSON; ``__link__`` is no valid bucket name).
 
-Request bodies are streamed to the store unshaped (uploads are set-up, not what is measured);
-a request the store cannot be reached for gets ``502`` with the reason. Run it as a process
-(what the remote benchmark does, so that the link's threads never share an interpreter lock
-with what is measured)::
+Request bodies are streamed to the store unshaped; an unreachable store gives ``502`` with the
+reason. Run as its own process (its threads then share no GIL with what is measured)::
 
     python -m rlds_cli.testing.slow_link --moto --latency-ms 20,50 --bandwidth-mbs 100
 
-prints one JSON line ``{"store": URL, "link": URL}`` (``--moto``: a moto S3 server started on
-127.0.0.1 behind the link, its ranged reads made to read just the range as a store does, see
-:func:`_read_ranges_only`; else ``--upstream URL``) and serves until killed or its stdin closes.
-Nothing here imports pytest or moto (moto only with ``--moto``).
+It prints one JSON line ``{"store": URL, "link": URL}`` and serves until killed or its stdin
+closes. ``--moto`` starts a moto S3 server behind the link whose ranged reads read only the range
+(:func:`_read_ranges_only`); else ``--upstream URL``. Imports neither pytest nor moto (moto only
+with ``--moto``).
 """
 
 from __future__ import annotations
@@ -74,8 +68,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request (a reader cancelled, a process killed) ends its
-        connection only: nothing to report, and a library never prints."""
+        """Ignore a client that hangs up mid-request (only its connection ends; nothing printed)."""
 
 
 class Link:
@@ -243,7 +236,7 @@ def _handler(link: Link) -> type[BaseHTTPRequestHandler]:
                 if not block:
                     break
                 link.pace.take(len(block))
-                link.count(bytes_out=len(block))  # before it is sent: a client that has it sees it counted
+                link.count(bytes_out=len(block))  # before sending: a client that has it sees it counted
                 self.wfile.write(f"{len(block):x}\r\n".encode() + block + b"\r\n" if not sized else block)
             if has_body and not sized:
                 self.wfile.write(b"0\r\n\r\n")
@@ -258,8 +251,8 @@ def _handler(link: Link) -> type[BaseHTTPRequestHandler]:
 
 
 class _Window:
-    """Bytes ``[begin, end]`` of a moto object read on demand: what moto's range handling slices
-    (``len``, a slice) without the whole object read first."""
+    """A moto object whose slices are read on demand, for moto's range handling (``len``, a
+    slice) without reading the whole object."""
 
     def __init__(self, key: Any) -> None:
         self.key = key
@@ -280,12 +273,10 @@ class _Window:
 def _read_ranges_only() -> bool:
     """Make the moto server of this process read only the range a ranged GET asks for.
 
-    moto 5 answers ``GET`` with ``Range: bytes=a-b`` by reading the whole object, under the
-    object's lock, then slicing it: a 22 KB read of a 265 MB object costs ~0.3 s, and concurrent
-    reads of one object wait for each other. No object store works so, and the link is to add a
-    store's costs, not moto's: here a single ``bytes=a-b`` range (``a <= b``) hands moto's range
-    handling a :class:`_Window` that reads just those bytes. Everything else is moto's own code.
-    Returns whether it applied (False: a moto whose internals differ, left as it is).
+    moto 5 reads the whole object under its lock for a ``Range: bytes=a-b`` GET (a 22 KB read of a
+    265 MB object: ~0.3 s, concurrent reads serialized). For a single ``bytes=a-b`` range
+    (``a <= b``) moto is handed a :class:`_Window` that reads just those bytes. Returns whether it
+    applied (False: moto's internals differ; moto is left unchanged).
     """
     import threading
 
@@ -324,9 +315,8 @@ def _read_ranges_only() -> bool:
 
 
 def moto_server() -> Any:
-    """A moto S3 server on 127.0.0.1 (any free port), started, whose ranged reads cost what a
-    store's do (:func:`_read_ranges_only`, applied to moto in this process); ``stop()`` it.
-    Its address: ``"http://{}:{}".format(*server.get_host_and_port())``."""
+    """A started moto S3 server on 127.0.0.1 (any free port) with :func:`_read_ranges_only`
+    applied; ``stop()`` it. Address: ``"http://{}:{}".format(*server.get_host_and_port())``."""
     import logging
 
     from moto.server import ThreadedMotoServer

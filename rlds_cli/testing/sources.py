@@ -1,5 +1,5 @@
-"""Small sources and datasets the contract suites start from, written with upstream layouts or
-the cache's own builder (no pytest here: also imported by rlds's own test fixtures)."""
+"""Small sources and datasets the contract suites start from, in upstream layouts or through the
+cache's builder. Imports no pytest (rlds's test fixtures use it too)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def write_d4rl(
 
     ``omit`` drops named root datasets (to make broken files).
     """
-    import h5py  # imported here: only the suites that write a D4RL file need it
+    import h5py  # only the suites that write a D4RL file need it
 
     data = {
         "observations": observations,
@@ -75,8 +75,8 @@ def golden_three_episodes(path: Path, *, with_next: bool) -> Path:
 
 
 def ogbench_file(path: Path) -> Path:
-    """An OGBench ``.npz`` of 9 rows (terminals at rows 3, 4 and 8): a source of a format other
-    than the one under test, for the reader contract's "does not claim it" check."""
+    """An OGBench ``.npz`` of 9 rows (terminals at rows 3, 4 and 8): another format's source for
+    the reader contract's "does not claim it" check."""
     i = np.arange(9, dtype=np.float32)
     terminals = np.zeros(9, bool)
     terminals[[3, 4, 8]] = True
@@ -95,8 +95,8 @@ def make_dataset(
     name: str, lengths: list[int], *, backend: str = "memmap", terminated: bool = True, replace: bool = False
 ) -> None:
     """A cached dataset ``name`` of episodes of the given lengths; step t (global) has observation
-    [t, 10 t] (+ 0.5 for an episode's final observation), action [t / 2], reward t + 1. Odd
-    episodes are truncated."""
+    [t, 10 t] (+ 0.5 for an episode's final observation), action [t / 2], reward t + 1. Even
+    episodes are terminated (if ``terminated``), the others truncated."""
     from rlds_cli.cache.builder import DatasetBuilder
     from rlds_cli.formats.base import StepBlock
 

@@ -1,56 +1,48 @@
 """A writer's commits: on a thread of their own, each written to disk as a segment (the sink).
 
-A writer's commits, on a thread of their own: the caller hands whole episodes over and goes on
-(an actor steps its environment, a collector fills its next batch) while earlier episodes are
-written, fsynced and logged.
+The caller hands whole episodes over and goes on (an actor steps its environment, a collector fills
+its next batch) while earlier episodes are written, fsynced and logged.
 
-**Group commit.** A commit starts once ``episodes_per_commit`` episodes wait, no commit is
-under way and ``commit_interval`` seconds have passed since the last one started; the episodes
-that end meanwhile wait for the next, which takes every one of them (one segment, one set of
-fsync waves, one log record). A caller that adds faster than the disk syncs gets fewer, larger
-commits instead of waiting on every fsync; the interval does the same for a caller whose
-episodes end faster than a commit is worth (a cheap environment: a commit's own Python work,
-~0.5 ms, holds the GIL beside the environment loop). A slower caller (an actor) gets a commit
-per ``episodes_per_commit`` episodes, each visible at most about ``commit_interval`` plus one
-commit's time after it was added. ``flush``, ``close`` and a full backlog
-(:data:`MAX_WAITING_BYTES`, :data:`MAX_WAITING_EPISODES`) do not wait for the interval.
+**Group commit.** A commit starts once ``episodes_per_commit`` episodes wait, no commit is under way
+and ``commit_interval`` seconds have passed since the last one started; it takes every episode
+waiting (one segment, one set of fsync waves, one log record). A caller that adds faster than the
+disk syncs gets fewer, larger commits instead of waiting on every fsync; the interval does the same
+for episodes that end faster than a commit is worth (a commit's own Python work, ~0.5 ms, holds the
+GIL beside the environment loop). A slower caller gets a commit per ``episodes_per_commit``
+episodes, each visible at most about ``commit_interval`` plus one commit's time after it was added.
+``flush``, ``close`` and a full backlog (:data:`MAX_WAITING_BYTES`, :data:`MAX_WAITING_EPISODES`) do
+not wait for the interval.
 
-What the writer can rely on:
+Guarantees:
 
-* **Order.** One thread commits, in the order the episodes were added. A commit that fails
-  holds back the ones after it until the caller has been told: its next call (``check``,
-  which the writer makes before it changes anything, ``flush``, ``close``) raises the error.
-  ``close`` after a failure says how many episodes were not written in all (the failed batch
-  and those waiting behind it).
-* **Bounded memory and latency.** Episodes waiting for a commit take at most
-  :data:`MAX_WAITING_BYTES` (or one episode) and number at most :data:`MAX_WAITING_EPISODES`
-  (or two commits' worth) while a commit is under way; beyond that, ``add`` waits for it. The
-  count matters where the bytes do not: a caller that adds small episodes in a busy Python
-  loop keeps the GIL, and the commit thread gets it back only once per switch interval (5 ms)
-  after each of its system calls, so it falls behind; unbounded, a quarter of a GiB of tiny
-  episodes piled up, and ``close`` took minutes to commit them.
-* **flush** returns once every episode added before it is committed (visible, and durable with
-  fsync on), or raises why not.
+* **Order.** One thread commits, in the order the episodes were added. A failed commit holds back
+  the ones after it until the caller's next call (``check``, which the writer makes before it
+  changes anything, ``flush``, ``close``) raises its error. ``close`` after a failure says how many
+  episodes were not written in all (the failed batch and those behind it).
+* **Bounded memory and latency.** While a commit is under way, waiting episodes take at most
+  :data:`MAX_WAITING_BYTES` (or one episode) and number at most :data:`MAX_WAITING_EPISODES` (or two
+  commits' worth); beyond that ``add`` waits. The count bounds small episodes added in a busy loop,
+  which keeps the GIL from the commit thread (it gets it back once per 5 ms switch interval after
+  each system call): unbounded, a quarter of a GiB of tiny episodes piled up and ``close`` took
+  minutes.
+* **flush** returns once every episode added before it is committed (visible, and durable with fsync
+  on), or raises why not.
 * **Ends.** ``finish(due_only=True)`` (an error in the writer's ``with`` block, a writer dropped
-  without ``close()``, the interpreter exiting) commits the episodes of every full batch of
-  ``episodes_per_commit`` (what a writer that commits inline would have committed) and drops
-  the rest, with a warning.
-* **fork.** A forked child has none of the parent's threads: it forgets the commit under way
-  and the episodes waiting (the parent's to commit: the child committing them too would write
-  them twice) and starts its own thread for its next commit.
-* **Exit.** A writer left open when the interpreter exits commits its full batches from an
-  ``atexit`` handler registered when this module is imported: it runs after the threads that
-  are not daemons have ended and after every ``atexit`` handler registered later (a user's
-  ``atexit.register(writer.close)`` closes the writer first, whole).
+  without ``close()``, interpreter exit) commits the episodes of every full batch of
+  ``episodes_per_commit`` and drops the rest, with a warning.
+* **fork.** A forked child forgets the commit under way and the waiting episodes (the parent's to
+  commit) and starts its own thread for its next commit.
+* **Exit.** A writer left open at interpreter exit commits its full batches from an ``atexit``
+  handler registered at import: it runs after the non-daemon threads have ended and after every
+  handler registered later (a user's ``atexit.register(writer.close)`` closes the writer first,
+  whole).
 
-**The sink.** The disk side of a :class:`~rlds_cli.DatasetWriter`: one batch of whole episodes
-committed as a segment (:func:`rlds_cli.write.segments.commit_segment`), then the eviction past
-the dataset's capacity and the removal of segments retired long enough.
-
-A sink is what the writer's commit thread (above) calls; it holds
-no reference to the writer, so a writer dropped without ``close()`` can still be finalized.
-Every failure is one :class:`~rlds_cli.errors.CommitFailedError` that says whether the batch
-was committed (the eviction after it failed) or not (its episodes were not written).
+**The sink.** :class:`SegmentSink` is the disk side of a :class:`~rlds_cli.DatasetWriter`: one batch
+of whole episodes committed as a segment (:func:`rlds_cli.write.segments.commit_segment`), then
+eviction past the dataset's capacity and removal of segments retired long enough. It holds no
+reference to the writer, so a writer dropped without ``close()`` can still be finalized. Every
+failure is one :class:`~rlds_cli.errors.CommitFailedError` that says whether the batch was committed
+(the eviction after it failed) or not (its episodes were not written).
 """
 
 from __future__ import annotations
@@ -82,9 +74,9 @@ from rlds_cli.write.validate import EpisodeColumns
 
 __all__ = ["MAX_WAITING_BYTES", "MAX_WAITING_EPISODES", "Committer", "SegmentSink"]
 
-#: Retired segments a commit removes at the most (:func:`rlds_cli.write.segments.collect`): a
-#: few more than the one it makes, so the retired ones never pile up, and never so many that
-#: the commit thread, which the writer's full backlog waits for, stands still.
+#: Retired segments a commit removes at most (:func:`rlds_cli.write.segments.collect`): more than
+#: the one it makes, so they never pile up; few, so the commit thread (which a full backlog waits
+#: for) never stands still.
 COLLECT_PER_COMMIT = 4
 
 
@@ -177,15 +169,13 @@ class SegmentSink:
         self.steps_written += record.steps
 
     def _after_commit(self, head: Manifest) -> None:
-        """Evict past the capacity, merge the newest small segments where they are due
-        (:mod:`rlds_cli.write.compact`), then remove the files of segments retired long
-        enough."""
+        """Evict past the capacity, merge the newest small segments where due
+        (:mod:`rlds_cli.write.compact`), then remove the files of segments retired long enough."""
         conf = growing_settings(head)
         log_path = self.directory / COMMIT_LOG_FILE
-        # the first commit replays the whole log, not the checkpoint and its tail: a writer
-        # evicts, merges and removes segments, which it must not do on a damaged log (damage
-        # in the records before the checkpoint is what a reader from it never sees); then the
-        # records since the last commit, a read of a few
+        # the first commit replays the whole log, not the checkpoint and its tail (a writer must
+        # not evict, merge or remove on a damaged log, and damage before a checkpoint is unseen
+        # from it); later ones read the few records since the last commit
         self._state.follow(log_path)
         if self._state.position - self._checkpointed >= log_checkpoint.CHECKPOINT_RECORDS * RECORD_SIZE:
             # from a replay of its own: this view's retired segments shrink as they are collected
@@ -219,8 +209,8 @@ class SegmentSink:
 
 
 def _cause(exc: Exception) -> tuple[str, str | None]:
-    """What went wrong and what to do, in the words the user can act on (a full disk names the
-    file and says how to free space); ``None``: the error's default hint."""
+    """What went wrong and what to do, in words the user can act on (a full disk names the file and
+    how to free space); hint ``None``: the error's default."""
     known = exc if isinstance(exc, RldsError) else None
     if known is None and isinstance(exc, OSError):
         known = from_os_error(exc)
@@ -290,10 +280,9 @@ class Committer:
 
     def add(self, episode: EpisodeColumns) -> None:
         """Hand ``episode`` over (the committer owns its arrays from now on). Never raises a
-        commit's error: :meth:`check` first (an error that comes while this call waits for
-        the disk is told by the next ``check``, ``flush`` or ``finish``, and the episode waits
-        behind it like the others), so a caller that hands several episodes over in one call
-        never loses some of them to an error told half-way."""
+        commit's error (call :meth:`check` first): one that comes while this call waits is raised by
+        the next ``check``, ``flush`` or ``finish`` and the episode waits behind it, so a caller
+        adding several episodes never loses some to an error raised half-way."""
         nbytes = episode.nbytes()
         with self._cond:
             while self._busy is not None and self._error is None and self._full(nbytes):
@@ -325,10 +314,10 @@ class Committer:
             self._waiting_bytes = 0
 
     def finish(self, *, due_only: bool) -> None:
-        """Commit what must be, then end the thread: every waiting episode, or with
-        ``due_only`` those of full batches (the rest dropped, logged). Raises a commit's error
-        unless ``due_only`` (then logged: the caller is already failing or going away). Safe
-        to call from any thread, the committer's own included (it then does not wait)."""
+        """Commit what must be, then end the thread: every waiting episode, or with ``due_only``
+        those of full batches (the rest dropped, logged). Raises a commit's error unless
+        ``due_only`` (then logged: the caller is already failing or going away). Safe from any
+        thread, the committer's own included (which then does not wait)."""
         with self._cond:
             if due_only:
                 keep = len(self._waiting) // self._per * self._per
@@ -448,8 +437,7 @@ def _finish_all_at_exit() -> None:
 
 
 def _with_episodes_behind(error: CommitFailedError, behind: int) -> CommitFailedError:
-    """``error`` saying too that the ``behind`` episodes waiting after the failed batch were
-    not written (a writer closed after the failure)."""
+    """``error``, also saying that the ``behind`` episodes waiting after the failed batch were not written."""
     told = CommitFailedError(
         f"{error}; the {behind} episode(s) added after them were not written either", hint=error.hint
     )

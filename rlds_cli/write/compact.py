@@ -1,49 +1,42 @@
 """Merging a growing dataset's segments: ``rlds compact``, and the small merges a writer makes as it
 goes.
 
-``rlds compact`` merges them so the dataset reads as fast as a converted one.
+**rlds compact** makes the dataset read as fast as a converted one. It takes the dataset's
+compaction lock (one at a time), opens a view, and for every run of consecutive segments of one kind
+(protected or not) with more than one segment, or with evicted episodes still on disk, writes one
+segment holding their live episodes, in order:
 
-A compaction takes the dataset's compaction lock (one at a time; a writer takes it, without
-waiting, only to merge its newest small segments: below), opens
-a view, and for every run of consecutive segments of the same kind (protected or not) with
-more than one segment, or with evicted episodes still on disk, writes one segment holding
-their live episodes, in order. Steps, in order:
-
-1. ``mkdir building/<id>.<pid>``; write the columns (read from the view, each input checked
-   against its digests), the episode index and ``manifest.json``;
-2. ``rename`` it to ``segments/<id>``; fsync together its files, its folders and
-   ``segments/`` (a segment is sealed as a writer's is: :mod:`rlds_cli.write.segments`);
+1. ``mkdir building/<id>.<pid>``; write the columns (read from the view, each input checked against
+   its digests), the episode index and ``manifest.json``;
+2. ``rename`` it to ``segments/<id>``; fsync together its files, its folders and ``segments/``
+   (sealed as a writer's segment is: :mod:`rlds_cli.write.segments`);
 3. append a ``COMPACT`` record ("segments A..B replaced by C") and fsync the log;
 4. remove the files of segments retired more than the grace period ago (:func:`collect`).
 
-Readers of older views keep reading the old segments (kept for the grace period); a refresh
-moves them to the compacted one. Writers keep appending meanwhile: their segments come after
-the run in the log, and evictions count logical episodes, which a compaction keeps.
+Readers of older views keep reading the old segments (kept for the grace period); a refresh moves
+them to the compacted one. Writers keep appending meanwhile: their segments come after the run in
+the log, and evictions count logical episodes, which a compaction keeps.
 
-**As a writer goes.** Small commits merged as a writer goes, so a growing dataset of many small
-commits stays a few segments: it opens, reads and takes disk like the same data in a few commits.
+**As a writer goes.** Small commits are merged so that a dataset of many small commits stays a few
+segments (it opens, reads and takes disk like the same data in a few commits). After each commit a
+writer looks at the segments of its view (no file opened). Where :data:`MERGE_FANIN` consecutive
+live segments share a kind and a merge generation and together hold at most :func:`merge_cap` steps,
+it merges the oldest :data:`MERGE_FANIN` of that run into one segment of the next generation: the
+verified copy ``rlds compact`` makes (:func:`merge_run`), committed by a ``COMPACT`` record. Commits
+are generation 0, so the segments form a base-``MERGE_FANIN`` counter: every step is copied about
+``log(commits) / log(MERGE_FANIN)`` times, and a view holds at most about ``MERGE_FANIN`` segments
+per generation (10**5 one-episode commits: 3 copies, under 60 segments). Segments of
+``rlds compact`` are never merged again by a writer.
 
-After each commit a writer looks at the segments of its view (the log it follows anyway; no
-file opened). Where :data:`MERGE_FANIN` consecutive live segments are of one kind (protected or
-not) and one merge generation, and together hold at most :func:`merge_cap` steps, it merges
-the oldest :data:`MERGE_FANIN` of that run into one segment of the next generation: the verified
-copy ``rlds compact`` makes (:func:`merge_run`), committed by a
-``COMPACT`` record. Commits are generation 0, so the segments form a base-``MERGE_FANIN``
-counter: every step is copied about ``log(commits) / log(MERGE_FANIN)`` times in all, and the
-view holds at most about ``MERGE_FANIN`` segments per generation (10**5 one-episode commits:
-3 copies, under 60 segments). Segments of ``rlds compact`` are never merged again by a writer.
-
-One merge at a time: a writer takes the dataset's compaction lock without waiting, and skips
-the merge where another writer or ``rlds compact`` holds it (its next commit looks again).
-Under the lock the plan is made again on a fresh view. Generations never rise from one segment
-to the next (a kind's segments go from the oldest, highest generation to the newest), and a
-merge keeps it so: it takes the oldest of its generation's run, so its segment lands right
-after the run of the next generation, and what other writers commit meanwhile (more than
-:data:`MERGE_FANIN` while a merge runs) comes after it. So no segment is ever left between two
-of a higher generation, unmerged for good. A merge that completes a generation's run is
-followed by the merge of that run (a carry).
-Merged segments are retired like compacted ones: their files stay for the dataset's grace
-period, then the writers' collection removes them.
+One merge at a time: a writer takes the compaction lock without waiting and skips the merge where
+another writer or ``rlds compact`` holds it (its next commit looks again); under the lock the plan
+is made again on a fresh view. Generations never rise from one segment to the next (a kind's
+segments go from the oldest, highest generation to the newest), and a merge keeps it so: it takes
+the oldest of its generation's run, so its segment lands right after the run of the next generation
+and what others commit meanwhile comes after it. So no segment is ever left, unmerged for good,
+between two of a higher generation. A merge that completes a generation's run is followed by the
+merge of that run (a carry). Merged segments are retired like compacted ones: their files stay for
+the grace period, then the writers' collection removes them.
 """
 
 from __future__ import annotations
@@ -97,14 +90,12 @@ __all__ = [
 
 #: Segments merged at once (and the most of one generation a view holds, less one).
 MERGE_FANIN = 16
-#: A merged segment holds at most this many bytes (its rows' size, all columns): merging is
-#: for segments whose files' own cost (a folder, a manifest, a file a key, each a few KiB on
-#: disk and a few opens to read) is a large share of them. Larger ones stay as written: a
-#: copy of camera frames would cost a writer as much disk time again as its commits ...
+#: A merged segment holds at most this many bytes (all columns): merging is for segments whose
+#: per-file costs (a folder, a manifest, a file a key: a few KiB and opens each) are a large share
+#: of them; a copy of larger ones (camera frames) would cost a writer its commits' disk time again ...
 MERGE_MAX_BYTES = 32 << 20
-#: ... and at most this share of a dataset's capacity: a merged segment partly evicted keeps
-#: its evicted rows on disk until it is evicted whole (or compacted), so a cap of 1/8 keeps
-#: that under 1/8 of the capacity.
+#: ... and at most this share of a dataset's capacity: a partly evicted merged segment keeps its
+#: evicted rows on disk until evicted whole (or compacted), so this bounds them to 1/8 of it.
 MERGE_CAPACITY_SHARE = 8
 
 
@@ -119,9 +110,8 @@ def merge_cap(head: Manifest, capacity: int | None) -> int:
 
 def merge_plan(live: list[tuple[SegmentEntry, int]], cap: int) -> list[tuple[SegmentEntry, int]] | None:
     """The segments of ``live`` (a view's live segments, in log order) due for a merge, else
-    ``None``: the oldest :data:`MERGE_FANIN` of the newest run of consecutive segments of one
-    kind and one generation that holds at least that many, where together they hold at most
-    ``cap`` steps (see the module docstring)."""
+    ``None``: the oldest :data:`MERGE_FANIN` of the newest run of consecutive segments of one kind
+    and generation that holds at least that many, where together they hold at most ``cap`` steps."""
     end = len(live)
     while end >= MERGE_FANIN:
         last = live[end - 1][0]
@@ -166,10 +156,10 @@ class SmallSegmentMerger:
     def after_commit(
         self, live: list[tuple[SegmentEntry, int]], head: Manifest, capacity: int | None
     ) -> bool:
-        """Merge the newest segments where :func:`merge_plan` says so for ``live`` (the writer's
-        view after its commit), then the run that merge completes, and so on; returns whether
-        a merge was committed. The plan is made again on a view read under the lock: another
-        merge may have taken the segments meanwhile."""
+        """Merge where :func:`merge_plan` says so for ``live`` (the writer's view after its commit),
+        then any run that merge completes, and so on; returns whether a merge was committed. The
+        plan is made again on a view read under the lock (another merge may have taken the
+        segments)."""
         cap = merge_cap(head, capacity)
         if self.damage is not None or merge_plan(live, cap) is None:
             return False
@@ -254,14 +244,13 @@ def remove_retired(
     name: str, root: CacheRoot | str | os.PathLike[str] | None = None, *, dry_run: bool = False
 ) -> list[Path]:
     """Remove the segments of the growing dataset ``name`` that its commit log retired (evicted
-    whole, or compacted away) longer ago than its grace period, merging nothing. ``rlds gc``
-    does this for every growing dataset. Writers remove a few retired segments after each
-    commit, and :func:`compact` every one; this is for a dataset whose writers have stopped.
+    whole, or compacted away) longer ago than its grace period, merging nothing: what ``rlds gc``
+    does for every growing dataset, for those whose writers have stopped (writers remove a few after
+    each commit, :func:`compact` every one).
 
-    Only what the log says is retired goes. :func:`compact` also removes what a killed writer
-    left: builds (named by the writer's pid alone, which a writer in another container can
-    share) and segments the log does not name (a damaged log names nothing, see
-    :func:`~rlds_cli.write.segments.leftovers`).
+    Only what the log says is retired goes. :func:`compact` also removes what a killed writer left:
+    builds (named by the writer's pid alone, which a writer in another container can share) and
+    segments the log does not name (see :func:`~rlds_cli.write.segments.leftovers`).
 
     Args:
         name: A growing dataset (written by :class:`rlds_cli.DatasetWriter`).
@@ -269,12 +258,12 @@ def remove_retired(
         dry_run: Only say what would be removed.
 
     Returns:
-        The segment folders removed (or that would be). While a compaction of the dataset
-        runs, none (the compaction removes them when it ends).
+        The segment folders removed (or that would be). While a compaction of the dataset runs, none
+            (the compaction removes them when it ends).
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-    # the head manifest and the log, not the dataset: a view would open every live segment
-    # (slow for thousands), and a damaged live segment would keep the retired ones forever
+    # the head manifest and the log, not a view: a view opens every live segment (slow for
+    # thousands), and a damaged live segment would keep the retired ones forever
     head = cache.manifest(name)
     if head.layout != SEGMENTED_LAYOUT:
         raise _not_growing(name, "it has no retired segments")
@@ -304,14 +293,14 @@ def _not_growing(name: str, what: str) -> SchemaMismatchError:
 
 
 def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> FileLock:
-    """The dataset's compaction lock, held (one compaction, collection or writer's merge at a
-    time); :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds.
+    """The dataset's compaction lock, held (one compaction, collection or writer's merge at a time);
+    :class:`~rlds_cli.errors.LockTimeoutError` after ``timeout`` seconds.
 
-    While it waits, it holds the dataset's *compaction-wanted* lock, which writers look at
-    before they try theirs (:func:`try_compaction_lock`): writers that merge small segments
-    hold the lock most of the time when they commit hundreds of times a second, and a
-    compaction that only polled for it was starved (no round in 15 minutes under 4 writers
-    on a busy machine)."""
+    While it waits, it holds the dataset's *compaction-wanted* lock, which writers check first
+    (:func:`try_compaction_lock`): writers merging small segments at hundreds of commits a second
+    hold the lock most of the time, and a compaction that only polled was starved (no round in 15
+    minutes under 4 writers).
+    """
     try:  # in locks/, not in the dataset: a new file there would change the directory's identity
         with FileLock(_lock_path(cache, name, COMPACT_WANTED_SUFFIX), timeout=timeout):
             lock = FileLock(_lock_path(cache, name, COMPACT_LOCK_SUFFIX), timeout=timeout).acquire()
@@ -322,8 +311,7 @@ def compaction_lock(cache: CacheRoot, name: str, timeout: float) -> FileLock:
 
 def try_compaction_lock(cache: CacheRoot, name: str) -> FileLock | None:
     """The dataset's compaction lock, held, or ``None`` where another process holds it or a
-    compaction waits for it (a writer's merge of small segments, which never waits and gives
-    way to a compaction)."""
+    compaction waits for it (for a writer's merge, which never waits and gives way to a compaction)."""
     try:
         with FileLock(_lock_path(cache, name, COMPACT_WANTED_SUFFIX), timeout=0):
             pass  # nobody waits for the lock
@@ -358,8 +346,8 @@ def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
 
 def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactReport:
     fsync = settings.fsync_enabled()
-    # the whole log and its checkpoint, not the view the checkpoint gave: damage in the records
-    # before it stops the compaction (nothing merged, nothing removed)
+    # the whole log, not the checkpoint's view: damage before the checkpoint stops the compaction
+    # (nothing merged, nothing removed)
     log_checkpoint.verify_log(ds.directory)
     before = len(ds.live_segments())
     runs = _runs(ds)
@@ -376,14 +364,16 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
 def merge_run(
     ds: GrowingDataset, run: list[tuple[SegmentEntry, int]], *, generation: int, fsync: bool
 ) -> None:
-    """Write the live episodes of ``run`` (consecutive live segments of ``ds``'s view, of one
-    kind, as :meth:`GrowingDataset.live_segments` gives them) as one segment of merge
-    ``generation`` and commit it (steps 1-3 of the module docstring). The fully evicted
-    segments of the same kind right before the run are dropped with it. Each input is checked
-    as it is read, as ``inspect --check`` checks it: its episode index and every column, whole
-    (evicted rows too), against the digests its manifest records. A damaged input raises
-    :class:`~rlds_cli.errors.CorruptDatasetError` before the record: the build is removed and
-    the segments it would have replaced stay. The caller holds the dataset's compaction lock."""
+    """Write the live episodes of ``run`` (consecutive live segments of one kind, as
+    :meth:`GrowingDataset.live_segments` gives them) as one segment of merge ``generation`` and
+    commit it (steps 1-3 of the module docstring). The fully evicted segments of the same kind right
+    before the run are dropped with it.
+
+    Each input is checked as it is read, as ``inspect --check`` checks it: its episode index and
+    every column, whole (evicted rows too), against its manifest's digests. A damaged input raises
+    :class:`~rlds_cli.errors.CorruptDatasetError` before the record: the build is removed and the
+    segments it would have replaced stay. The caller holds the dataset's compaction lock.
+    """
     backend = get_backend(ds.head.backend)
     segments = ds.log_segments
     live = {s.seg for s, _ in ds.live_segments()}
@@ -454,13 +444,14 @@ def _copy_checked(
     fsync: bool,
 ) -> None:
     """Append the live rows of ``key`` in segment ``part`` (its episodes from ``skip`` on) to
-    ``out``, hashed into ``hasher``, reading the whole column once to check it against the
-    digest the segment recorded.
+    ``out``, hashed into ``hasher``, reading the whole column once to check it against the segment's
+    recorded digest.
 
-    Each block is read once into memory of its own, then checked on ``checker``'s thread while
-    this one writes and hashes it: the two sha256 passes (~1.9 GB/s each on one core) run side
-    by side, and with ``fsync`` the output is synced behind the copy. (Checked from the input's map instead,
-    both threads faulted the same pages in turn: no gain.)"""
+    Each block is read into memory of its own and checked on ``checker``'s thread while this one
+    writes and hashes it: the two sha256 passes (~1.9 GB/s each on one core) run side by side, and
+    with ``fsync`` the output is synced behind the copy. (Checking from the input's map instead made
+    both threads fault the same pages: no gain.)
+    """
     spec = ds.head.fields[key]
     start, stop = _live_rows(ds, part, skip, key)
     # opened for this copy only: a map per segment kept open would hold a descriptor each
@@ -502,8 +493,8 @@ def _live_rows(ds: GrowingDataset, part: Any, skip: int, key: str) -> tuple[int,
 
 
 def _copy_frames_checked(ds: GrowingDataset, part: Any, skip: int, key: str, out: FramesColumnWriter) -> None:
-    """Append the live frames of ``key`` in segment ``part`` to ``out`` as they are stored, after
-    checking the whole column (files, offsets, digest) against what the segment recorded."""
+    """Append the live frames of ``key`` in segment ``part`` to ``out`` as stored, after checking
+    the whole column (files, offsets, digest) against what the segment recorded."""
     spec = ds.head.fields[key]
     fmt = spec.frame_format
     assert fmt is not None

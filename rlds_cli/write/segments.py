@@ -4,40 +4,30 @@ folders deleted on a thread of their own).
 A commit (:func:`commit_segment`), in order:
 
 1. ``mkdir building/<id>.<pid>`` (private to this writer: nobody reads ``building/``);
-2. write every column through the storage backend (hashed as it is written), then the
-   episode index, then ``manifest.json`` (temp file, rename);
-3. ``rename`` the build to ``segments/<id>``; then fsync, all at once, every file of the
-   segment, every folder of it and ``segments/``;
+2. write every column through the storage backend (hashed as it is written), then the episode index,
+   then ``manifest.json`` (temp file, rename);
+3. ``rename`` the build to ``segments/<id>``; then fsync, all at once, every file of the segment,
+   every folder of it and ``segments/``;
 4. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
 
-The episodes become visible at step 4 and only there: killed before it, the writer leaves a
-build folder or an unreferenced segment, which no reader looks at and a compaction's
-:func:`collect` removes once older than the grace period and its writer no longer runs (the
-segment: where the log is not damaged); killed after it, the episodes
-are committed. Several writers commit at once: each has its own build folder and segment id,
-and the log takes whole records.
+The episodes become visible at step 4 and only there: killed before it, the writer leaves a build
+folder or an unreferenced segment, which no reader looks at and a compaction's :func:`collect`
+removes once older than the grace period and its writer no longer runs (a segment: where the log is
+not damaged); killed after it, the episodes are committed. Several writers commit at once: each has
+its own build folder and segment id, and the log takes whole records.
 
-A segment's commit record is the log's, not its manifest: nothing reads a segment before a
-record names it, so its files need only be durable before that record is written, in any
-order among them: two waves of fsyncs (the segment's files and folders; the log) where a
-converted dataset's seal and publish wait for six in a row. (Until 2026-11 the files were
-synced before the manifest was written, a third wave; a crash between the rename and the
-record leaves a segment no record names either way, which :func:`collect` removes.) A
-writer runs its commits on a thread of their own (:mod:`rlds_cli.write.committer`), so these
-waits overlap the caller's work.
+A segment's commit record is the log's, not its manifest: nothing reads a segment before a record
+names it, so its files need only be durable before that record, in any order. That is two waves of
+fsyncs (the segment's files and folders; the log), where a converted dataset's seal and publish wait
+for six in a row. Commits run on the writer's commit thread (:mod:`rlds_cli.write.committer`), so
+these waits overlap the caller's work.
 
-**Deleting.** Folders deleted on a thread of their own: a writer's commit thread renames a retired
-segment out of the dataset (one ``rename``) and goes on; the walk that deletes its files runs
-here.
-
-Deleting a segment is a walk of its files (an ``unlink`` each, then an ``rmdir`` each folder):
-on the commit thread it was 40% of a commit's time on a busy disk. Renamed first, a segment is
-gone from every reader's sight at once, and its files can go whenever. A folder handed over but
-not yet deleted when the process ends stays under ``building/`` with this process's id in its
-name: ``rlds compact`` and ``rlds gc`` remove it as the build of a writer that no longer runs.
-A forked child starts a thread of its own; what the parent handed over is the parent's.
-
-The disk steps of a growing dataset: its head, a segment's commit, eviction, cleanup.
+**Deleting.** The commit thread renames a retired segment out of the dataset (one ``rename``: gone
+from every reader's sight at once) and hands the folder to this process's deleting thread
+(:func:`delete_later`); walking its files on the commit thread took 40% of a commit's time on a busy
+disk. A folder not yet deleted when the process ends stays under ``building/`` with this process's
+id in its name: ``rlds compact`` and ``rlds gc`` remove it as the build of a writer that no longer
+runs. A forked child starts a thread of its own; what the parent handed over is the parent's.
 """
 
 from __future__ import annotations
@@ -85,8 +75,7 @@ _pid = 0
 
 
 def delete_later(path: Path) -> None:
-    """Delete the folder ``path`` (already out of every reader's sight) on this process's
-    deleting thread."""
+    """Delete the folder ``path`` (already out of every reader's sight) on this process's deleting thread."""
     global _queue, _pid
     with _lock:
         if _queue is None or _pid != os.getpid():
@@ -147,9 +136,9 @@ def create_head(
 
 @contextmanager
 def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Path]:
-    """A build folder for segment ``seg`` of the growing dataset at ``directory``: what the block
-    writes there is renamed into ``segments/`` whole when it ends (the folder fsynced after), and
-    removed if it raises. The caller commits the segment (a log record) afterwards."""
+    """A build folder for segment ``seg`` of the growing dataset at ``directory``: renamed into
+    ``segments/`` whole when the block ends (then fsynced), removed if it raises. The caller commits
+    the segment (a log record) afterwards."""
     build = directory / SEGMENT_BUILDS_DIR / f"{seg_name(seg)}.{os.getpid()}"
     if not (directory / COMMIT_LOG_FILE).is_file():  # 'rlds rm' while this writer was open
         raise DatasetNotFoundError(
@@ -182,14 +171,14 @@ def commit_segment(
     writer: dict[str, Any],
     quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Record:
-    """Write ``batch`` (whole episodes) as one segment and commit it (see the module
-    docstring); returns the ``ADD`` record appended.
+    """Write ``batch`` (whole episodes) as one segment and commit it (see the module docstring);
+    returns the ``ADD`` record appended.
 
-    A failure after the segment's rename (its folders' fsyncs, the log's write) removes the
-    segment, which no record names, at once: its writer still runs, so :func:`collect` would
-    keep it until the writer ends. A failure after the record was written (its fsync) leaves
-    the segment committed and raises :class:`CommittedNotSynced`. ``quality``: the JPEG quality
-    of frames a frame column encodes."""
+    A failure after the segment's rename and before its record is written removes the segment at
+    once (its writer still runs, so :func:`collect` would keep it until the writer ends). A failure
+    after the record (its fsync) leaves the segment committed and raises
+    :class:`CommittedNotSynced`. ``quality``: the JPEG quality of frames a frame column encodes.
+    """
     seg = new_segment_id()
     log_path = directory / COMMIT_LOG_FILE
     final = directory / SEGMENTS_DIR / seg_name(seg)
@@ -240,9 +229,8 @@ def _write_segment(
     fsync: bool,
     quality: int,
 ) -> Manifest:
-    # Every episode's pieces are written one after the other, never joined into a fresh copy,
-    # and hashed as they are written (this runs on the writer's commit thread, beside the
-    # caller: no second thread or second read is needed for the digests).
+    # each episode's pieces written one after the other (never joined into a copy) and hashed
+    # as written: no second read for the digests
     hashes: dict[str, str] = {}
     for key, spec in head.fields.items():
         column = column_writer(backend, build, spec, quality)
@@ -275,10 +263,10 @@ def seal_segment(
     hashes: dict[str, str],
     writer: dict[str, Any],
 ) -> Manifest:
-    """Finish a segment whose columns are written (``hashes``: each column's digest): its
-    episode index (every episode ends by its flags, none sliced) and its manifest with the
-    content digest (steps 2-3 of the module docstring; :func:`building_segment` syncs them).
-    Written and compacted segments end the same way."""
+    """Finish a segment whose columns are written (``hashes``: each column's digest): its episode
+    index (every episode ends by its flags, none sliced) and its manifest with the content digest
+    (steps 2-3 of the module docstring; :func:`building_segment` syncs them). Written and compacted
+    segments end the same way."""
     index = episodes.build_index(
         np.cumsum(lengths) - 1, np.full(len(lengths), -1, np.int64), np.ones(len(lengths), bool)
     )
@@ -343,33 +331,32 @@ class Leftovers:
 def leftovers(
     directory: Path, state: LogState, grace: float, *, builds: bool = False, unreferenced: bool = False
 ) -> Leftovers:
-    """The segments ``state`` retired (evicted whole, or compacted away) more than ``grace``
-    seconds ago, in the order the log retired them, up to the first one retired more recently;
-    with ``builds``, also the builds older than that whose writer no longer runs; with
-    ``unreferenced``, also the segments the log does not name (a writer killed between its
-    segment's rename and its record) older than that whose writer no longer runs. Nothing is
-    removed (:func:`collect` removes them; ``rlds gc --dry-run`` lists them).
+    """The segments ``state`` retired (evicted whole, or compacted away) more than ``grace`` seconds
+    ago, in the order the log retired them, up to the first one retired more recently; with
+    ``builds``, also the builds older than that whose writer no longer runs; with ``unreferenced``,
+    also the segments the log does not name (a writer killed between its segment's rename and its
+    record) older than that whose writer no longer runs. Removes nothing (:func:`collect` does;
+    ``rlds gc --dry-run`` lists them).
 
-    A segment "the log does not name" is a leftover only if the log is whole: a log damaged,
-    emptied or cut short names nothing past its damage, and committed segments would look like
-    leftovers. ``rlds compact`` looks for them; ``rlds gc`` does not. A damaged log raises
-    :class:`~rlds_cli.errors.CorruptDatasetError` before anything is removed; segments the
-    log does not name that are not what killed writers leave are kept, with a warning
-    (:mod:`rlds_cli.cache.unnamed_segments`)."""
+    A segment the log does not name is a leftover only if the log is whole (a damaged, emptied or
+    cut log names nothing past its damage); ``rlds compact`` looks for them, ``rlds gc`` does not. A
+    damaged log raises :class:`~rlds_cli.errors.CorruptDatasetError` before anything is removed;
+    unnamed segments that are not what killed writers leave are kept, with a warning
+    (:mod:`rlds_cli.cache.unnamed_segments`).
+    """
     now = time.time()
     due = Leftovers([])
     for seg, when in state.retired.items():
-        # retirement order is time order (the log's records, each stamped as appended): the
-        # first entry not yet due ends the walk, so a commit costs the entries due, not every
-        # entry within the grace (36,000 with three writers at 200 commits/s and 60 s). Writers
-        # on hosts whose clocks differ can stamp out of order: a later entry then waits for
-        # the earlier one, late by at most the difference, never early.
+        # retirement order is time order (records stamped as appended): the first entry not yet
+        # due ends the walk, so a commit costs the entries due, not all within the grace (36,000
+        # with three writers at 200 commits/s and 60 s). Skewed host clocks make an entry late
+        # by at most the skew, never early.
         if when >= now - grace:
             break
         due.segments.append(seg_name(seg))
     if unreferenced:
-        # against the log as it is now too, not only the caller's view: a segment committed
-        # since then is no leftover
+        # against the log as it is now, not only the caller's view: a segment committed since
+        # is no leftover
         candidates, why = unnamed(directory, state)
         if why is not None:
             log.warning("%s: %s; the segments it does not name are kept", directory, why)
@@ -392,23 +379,20 @@ def collect(
     limit: int | None = None,
     background: bool = False,
 ) -> list[str]:
-    """Remove the :func:`leftovers` of ``directory``: at most ``limit`` segments (``None``:
-    all), the oldest first, and every build. Each segment goes by a rename into ``building/``
-    first (a reader sees a segment whole or not at all), then is deleted (with ``background``,
-    on this process's deleting thread: :mod:`rlds_cli.write.segments`). Returns the names
-    removed (a build as ``building/<name>``).
+    """Remove the :func:`leftovers` of ``directory``: at most ``limit`` segments (``None``: all),
+    the oldest first, and every build. Each segment is first renamed into ``building/`` (a reader
+    sees a segment whole or not at all), then deleted (with ``background``, on this process's
+    deleting thread). Returns the names removed (a build as ``building/<name>``).
 
-    A writer collects after each of its commits, on its commit thread, with a ``limit``: that
-    thread is what the writer's ``add`` waits for once its backlog is full, and every writer
-    retires every writer's segments. Unbounded, one commit after a stall (a slow disk, a busy
-    machine) took on every segment retired since, thousands of directory trees, and the
-    writer stood still for minutes; bounded, a commit removes a few more segments than one
-    commit makes, so a backlog of retired segments still shrinks, commit by commit.
+    A writer collects after each commit, on its commit thread, with a ``limit``: that thread is what
+    a full backlog waits for, and unbounded, one commit after a stall took on thousands of retired
+    segments and stood still for minutes. A few more than one commit makes still shrinks a backlog,
+    commit by commit.
 
-    Every retired segment that is gone afterwards, removed here or already by another writer
-    (every writer follows the whole log, so each retires every writer's segments), leaves
-    ``state.retired``: kept, it would be tried again at every commit, a rename per segment
-    ever evicted (10,000 after a minute of eight writers), for as long as the writer runs."""
+    Every retired segment that is gone afterwards (removed here, or by another writer: each follows
+    the whole log) leaves ``state.retired``; kept, it would be tried again at every commit (10,000
+    renames after a minute of eight writers).
+    """
     due = leftovers(directory, state, grace, builds=builds, unreferenced=unreferenced)
     removed: list[str] = []
     for path in due.builds:
@@ -418,9 +402,8 @@ def collect(
             path.unlink(missing_ok=True)
         removed.append(f"{SEGMENT_BUILDS_DIR}/{path.name}")
     taken = 0
-    # one listing, not a rename tried per segment the log ever retired: a fresh view's log
-    # names every one (21,000 renames, 1.8 s of a 2.8 s compaction after 20,000 commits), and
-    # writers have removed nearly all of them already (a removed segment never comes back)
+    # one listing, not a rename per segment the log ever retired (21,000 renames were 1.8 s of a
+    # 2.8 s compaction after 20,000 commits); a removed segment never comes back
     try:
         present = set(os.listdir(directory / SEGMENTS_DIR)) if due.segments else set()
     except FileNotFoundError:  # segments/ removed by hand: nothing of it to remove
@@ -448,8 +431,8 @@ def collect(
 
 
 def _move(source: Path, target: Path) -> None:
-    """Rename ``source`` to ``target``; the target's folder (``building/``) is made again when
-    it was removed by hand. ``FileNotFoundError`` only when ``source`` is gone."""
+    """Rename ``source`` to ``target``, making the target's folder (``building/``) again if it was
+    removed by hand. ``FileNotFoundError`` only when ``source`` is gone."""
     try:
         os.rename(source, target)
     except FileNotFoundError:

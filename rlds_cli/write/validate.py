@@ -1,12 +1,11 @@
-"""What a writer accepts: a batch of TED columns (numpy, torch, a TensorDict, nested or
-``/``-joined keys) turned into the stored columns of whole episodes, or one clear error.
+"""What a writer accepts: a batch of TED columns (numpy, torch, a TensorDict, nested or ``/``-joined
+keys) turned into the stored columns of whole episodes, or one clear error.
 
-:func:`flatten` gives every leaf a ``/``-joined key (tuple keys and nested mappings alike) as a
-numpy array; :func:`split` cuts a run of steps at its episode ends; :func:`episode_columns`
-checks one whole episode against the TED rules and returns what the cache stores: step keys
-(``N`` rows) and observation-like keys (``N + 1`` rows: every observation and the final one).
-Every check names the key at fault and raises :class:`~rlds_cli.errors.EpisodeFormatError`
-before anything is written.
+:func:`flatten` gives every leaf a ``/``-joined key as a numpy array; :func:`split` cuts a run of
+steps at its episode ends; :func:`episode_columns` checks one whole episode against the TED rules
+and returns what the cache stores: step keys (``N`` rows) and observation-like keys (``N + 1`` rows:
+every observation and the final one). Every check names the key at fault and raises
+:class:`~rlds_cli.errors.EpisodeFormatError` before anything is written.
 """
 
 from __future__ import annotations
@@ -59,8 +58,9 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
     """Every leaf of ``batch`` (a mapping with ``/``-joined or tuple keys, nested mappings, or a
     TensorDict) as a numpy array under its ``/``-joined key.
 
-    Two leaves that join to the same key (``{"a/b": x, "a": {"b": y}}``) are refused, naming
-    where each was given: one would overwrite the other."""
+    Two leaves that join to the same key (``{"a/b": x, "a": {"b": y}}``) are refused, naming where
+    each was given.
+    """
     out: dict[str, np.ndarray] = {}
 
     def put(key: str, value: Any) -> None:
@@ -104,9 +104,9 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
 
 
 def _given_at(batch: Any, key: str) -> list[str]:
-    """Where in ``batch`` the leaves that :func:`flatten` joins to ``key`` are, as Python
-    indexing (``['observation']['a/b']``, ``[('next', 'reward')]``): walked again only for the
-    error, so that a good batch pays nothing for it."""
+    """Where in ``batch`` the leaves that :func:`flatten` joins to ``key`` are, as Python indexing
+    (``['observation']['a/b']``, ``[('next', 'reward')]``); walked only for the error, so a good
+    batch pays nothing."""
     found: list[str] = []
 
     def walk(prefix: str, node: Any, where: str) -> None:
@@ -160,9 +160,8 @@ def drop_extras(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def split(cols: dict[str, np.ndarray], what: str) -> tuple[list[int], int]:
-    """Where the episodes of a run of steps end: ``(ends, n)`` with ``ends`` the positions of
-    every step with ``terminated | truncated`` (steps after the last end belong to an episode
-    that is still open)."""
+    """Where the episodes of a run of steps end: ``(ends, n)``, ``ends`` the positions of the steps
+    with ``terminated | truncated`` (steps after the last end belong to an episode still open)."""
     n = length(cols, what)
     term, trunc = _flags(cols, n, what)
     return [int(i) for i in np.flatnonzero(term | trunc)], n
@@ -173,9 +172,9 @@ class EpisodeColumns:
     """One whole episode as the cache stores it: ``steps`` (``N`` rows each) and ``flat``
     (observation-like keys, ``N + 1`` rows: each step's observation, then the final one).
 
-    A flat column is kept as its two pieces, ``(observation, next/observation[-1:])``, and
-    written one after the other: joining them would copy every frame of the episode into fresh
-    memory once more (a page fault per 4 KiB) before the same bytes are written."""
+    A flat column is kept as its two pieces, ``(observation, next/observation[-1:])``, written one
+    after the other: joining them would copy every frame once more (a page fault per 4 KiB).
+    """
 
     steps: dict[str, np.ndarray]
     flat: dict[str, tuple[np.ndarray, np.ndarray]]
@@ -206,8 +205,8 @@ class EpisodeColumns:
         )
 
     def owned(self) -> EpisodeColumns:
-        """A copy that shares no memory with the caller's arrays: an episode kept for a later
-        commit must not change when the caller reuses its buffers."""
+        """A copy sharing no memory with the caller's arrays (an episode kept for a later commit
+        must not change when the caller reuses its buffers)."""
         return EpisodeColumns(
             {k: v.copy() for k, v in self.steps.items()},
             {k: (a.copy(), b.copy()) for k, (a, b) in self.flat.items()},

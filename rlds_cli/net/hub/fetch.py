@@ -1,14 +1,12 @@
 """Fetching a Hub repo's files into a download folder, with rlds's guarantees on top of the client.
 
-``huggingface_hub.hf_hub_download`` does the transfer (endpoint, token, redirects to the Xet or
-LFS storage, retries with ``Retry-After``, and resume: a transfer cut mid-file continues with a
-range request, within the run) into the staging folder ``<folder>/.rlds/hub/``. rlds then checks
-the bytes against the sha256 the Hub lists for the LFS file (and the size of every file), and only
-a file that verifies is moved (one ``os.replace``) to its place in the folder and recorded in
-``hashes.json``: a file that does not verify is deleted and never seen by a conversion. Across
-runs, resume is per file: a re-run fetches only the files not yet verified (the client names
-each transfer's partial file anew and deletes it when the transfer fails; one a killed run left
-is deleted by the next fetch into the folder, which holds the staging folder's lock).
+``huggingface_hub.hf_hub_download`` does the transfer (endpoint, token, Xet/LFS redirects,
+``Retry-After`` retries, resume within the run) into the staging folder ``<folder>/.rlds/hub/``.
+Each file is checked against the size, and the LFS sha256 or git blob id, the Hub lists; only a
+file that verifies is moved (one ``os.replace``) into the folder and recorded in ``hashes.json``;
+one that does not is deleted and never seen by a conversion. Across runs, resume is per file: a
+re-run fetches only the files not yet verified. The client's partial files are never resumed
+across runs; those a killed run left are deleted by the next fetch, under the staging lock.
 """
 
 from __future__ import annotations
@@ -61,16 +59,16 @@ def fetch_hub_files(
     folder.mkdir(parents=True, exist_ok=True)
     staging = meta_dir(folder) / STAGING
     staging.mkdir(parents=True, exist_ok=True)
-    # one fetch at a time into a folder's staging: the next one finds the files verified (no
-    # second transfer), and what is left there now is a killed run's, removed before it grows
+    # one fetch at a time per staging folder: a waiting one then finds the files verified, and
+    # any partial file found now is a killed run's
     with FileLock(staging.with_name(f"{STAGING}.lock")):
         _remove_partials(staging)
         return _fetch_all(where, sha, files, folder, staging, force=force, offline=offline)
 
 
 def _remove_partials(staging: Path) -> None:
-    """Delete the client's partial files (``*.incomplete``, a name of their own per transfer, so
-    never resumed by a later run) that a killed fetch left in ``staging``."""
+    """Delete the client's partial files (``*.incomplete``, named anew per transfer, so never
+    resumed) that a killed fetch left in ``staging``."""
     for path in staging.rglob("*.incomplete"):
         path.unlink(missing_ok=True)
 

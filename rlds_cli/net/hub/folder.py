@@ -1,15 +1,13 @@
 """A registry entry's Hub folder (``[dataset.listing]``: RoboSet, V-D4RL) as files for the generic
-fetcher, every one of them at the commit the listing saw.
+fetcher, all at the commit the listing saw.
 
-huggingface_hub lists the folder (:func:`~rlds_cli.net.hub.repo.resolve`: the revision resolved
-to a commit sha, the listing paged, the client's token sent, 429s waited out), and each file
-becomes a :class:`~rlds_cli.net.fetch.RemoteFile` whose URL is its ``resolve`` URL at that sha:
-a branch that moves while the files come cannot mix two versions. The files are then fetched by
-:func:`rlds_cli.net.fetch.fetch_files` into the entry's own folder, with what that path gives and
-the client's download does not: a ``.part`` resumed across runs, several files at once, download
-progress, per-file locks, first-seen hashes pinned only after a conversion succeeded, and the
-folder that ``rlds info``/``verify`` read. The listing and its commit are remembered in
-``.rlds/listing.json``, for offline use and for when the Hub cannot be reached.
+huggingface_hub lists the folder (:func:`~rlds_cli.net.hub.repo.resolve`: revision resolved to a
+commit sha, paged, token sent, 429s waited out); each file becomes a
+:class:`~rlds_cli.net.fetch.RemoteFile` whose URL is its ``resolve`` URL at that sha, so a branch
+that moves meanwhile cannot mix two versions. :func:`rlds_cli.net.fetch.fetch_files` then fetches
+them into the entry's folder (``.part`` resumed across runs, parallel, per-file locks, first-seen
+hashes pinned after conversion). The listing and its commit are kept in ``.rlds/listing.json``
+for offline use and for when the Hub cannot be reached.
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ class FolderListing:
 
     Attributes:
         where: The repo, the folder and the revision asked for.
-        commit: The commit sha the files' URLs name (``None`` for a listing remembered by an
-            rlds that did not record it: its URLs name the branch).
+        commit: The commit sha the files' URLs name (``None`` for a stored listing without one:
+            its URLs name the branch).
         files: The files, named relative to the folder, sorted.
     """
 
@@ -44,9 +42,8 @@ class FolderListing:
     files: list[RemoteFile]
 
     def provenance(self) -> dict[str, Any]:
-        """The dataset's source record of it: ``url`` (``hf://...@<sha>``) and ``hub`` (repo,
-        path, revision asked for, commit), as ``hf://`` downloads record them; ``{}`` without a
-        commit."""
+        """The source record: ``url`` (``hf://...@<sha>``) and ``hub`` (repo, path, revision asked
+        for, commit), as ``hf://`` downloads record them; ``{}`` without a commit."""
         if self.commit is None:
             return {}
         w = self.where
@@ -99,8 +96,8 @@ def save_listing(folder: Path, listing: FolderListing) -> None:
 
 
 def read_listing(folder: Path, where: HubPath) -> FolderListing | None:
-    """The listing remembered in ``folder`` (``None`` if none was); one written by an rlds that
-    kept only the files (a JSON list) has no commit."""
+    """The listing kept in ``folder`` (``None`` if none); a stored plain JSON list of files has
+    no commit."""
     known = stored_listing(folder)
     if known is None:
         return None
@@ -112,8 +109,8 @@ def read_listing(folder: Path, where: HubPath) -> FolderListing | None:
 
 def token_auth() -> OriginAuth | None:
     """The token the Hub client would send (``HF_TOKEN``, else its token file; none when
-    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set), bound to the Hub's origin, for the file requests
-    rlds makes itself; ``None`` without a token or without huggingface_hub."""
+    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set), bound to the Hub's origin, for rlds' own file
+    requests; ``None`` without a token or without huggingface_hub."""
     try:
         from huggingface_hub.utils import build_hf_headers
     except ImportError:

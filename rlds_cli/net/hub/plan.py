@@ -8,9 +8,8 @@ A LeRobot dataset (``meta/info.json`` at the folder's root) needs ``meta/``, ``d
 the Hub's own (``.gitattributes``) and the dataset card, and the format is then sniffed from the
 downloaded files like a local folder's (Minari, D4RL HDF5, V-D4RL, npz).
 
-The rules read file names only (nothing is downloaded to decide); which folder is a TFDS
-dataset folder, and a shard's split, are :mod:`rlds_cli._util.tfds_layout`'s, the rule the reader's
-layout (and so a local folder's detection) uses too.
+The rules read file names only (nothing is downloaded to decide). TFDS dataset folders and shard
+splits are recognised by :mod:`rlds_cli._util.tfds_layout`, as for a local folder.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from rlds_cli.net.hub.fetch import local_name
 from rlds_cli.net.hub.repo import HubFile, HubPath
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card
-#: (the card's name is spelt in two parts: a file name in a message would be a docs pointer).
+#: (the card's name is split in two so that it is not read as a docs pointer).
 _HUB_FILES = {".gitattributes", "README" + ".md", "readme" + ".md"}
 #: The folders of a LeRobot dataset that its reader reads.
 _LEROBOT_DIRS = ("meta/", "data/", "videos/")
@@ -80,11 +79,11 @@ def _tfds_folder(where: HubPath, names: set[str]) -> str | None:
 
 def _tfds_files(where: HubPath, files: list[HubFile], split: object) -> list[HubFile]:
     """The TFDS folder's metadata and the shards of the split the reader reads: ``split`` when
-    given, else ``train`` when the folder has it (the reader's default), else the only split.
+    given, else ``train`` when present (the reader's default), else the only split.
 
     Raises:
-        SourceFormatError: The folder has no shards of the split asked for, or several splits
-            and none is ``train`` with none asked for, as the reader says (nothing fetched).
+        SourceFormatError: No shards of the split asked for, or several splits, none ``train``
+            and none asked for (before anything is fetched).
     """
     root = _tfds_folder(where, {local_name(where, f) for f in files})
     mine = [(f, base) for f in files for d, base in [_split_dir(local_name(where, f))] if d == root]

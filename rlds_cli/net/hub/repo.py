@@ -1,10 +1,10 @@
 """Naming a Hub dataset repo and listing its files at one commit.
 
 ``hf://datasets/ORG/REPO[/PATH][@REVISION]`` is parsed by :func:`parse_hf_url`; :func:`resolve`
-asks the Hub (``HfApi.dataset_info`` and ``HfApi.list_repo_tree``, paged and retried by the
-client, 429s waited out as their ``Retry-After`` asks) for the commit sha the revision points at
-and the files below ``PATH`` at that sha. The token is the client's (``HF_TOKEN`` or its token
-file); no message built here ever holds it: errors name the repo, the revision and the status.
+asks the Hub (``HfApi.dataset_info``, ``HfApi.list_repo_tree``; 429s waited out per
+``Retry-After``) for the commit sha the revision points at and the files below ``PATH`` there.
+The token is the client's (``HF_TOKEN`` or its token file); no message built here holds it:
+errors name the repo, the revision and the status.
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ class HubPath:
 
 @dataclass(frozen=True)
 class HubFile:
-    """One file of a repo at a commit: its path in the repo, its size and, for an LFS (or Xet)
-    file, the sha256 the Hub publishes for its bytes (``None`` for a small git file); for a
-    small git file, its git blob id (``None`` where the listing gave none)."""
+    """One file of a repo at a commit. ``sha256``: what the Hub publishes for an LFS (or Xet)
+    file, ``None`` for a small git file; ``git_oid``: a small git file's blob id, if listed."""
 
     path: str
     size: int
@@ -107,7 +106,7 @@ def endpoint() -> str:
     )
 
 
-#: What to do about a Hub that cannot be reached: the same line from every command that talks to it.
+#: The hint for a Hub that cannot be reached, shared by every command that talks to it.
 UNREACHABLE_HINT = (
     "check the network, then run the same command again; a Hub at another address (a mirror, a "
     "local server) is set with RLDS_HF_ENDPOINT (else HF_ENDPOINT)"
@@ -115,10 +114,10 @@ UNREACHABLE_HINT = (
 
 
 def unreachable_message(what: str, exc: BaseException) -> str:
-    """The one line of every command (download, push, pull, export, remote reads) for a Hub it
-    cannot reach: ``cannot reach the Hub at ENDPOINT for WHAT: CAUSE``, the cause in words (the
-    host name does not resolve, the connection was refused or timed out), else the class name
-    of the client's error; never the client's text (it may quote request headers)."""
+    """The error line for a Hub that cannot be reached (download, push, pull, export, remote
+    reads): ``cannot reach the Hub at ENDPOINT for WHAT: CAUSE``, the cause in words (name not
+    resolved, refused, timed out) else the client error's class name; never the client's text
+    (it may quote request headers)."""
     if name_not_resolved(exc):
         host = urllib.parse.urlsplit(endpoint()).hostname or endpoint()
         cause = f"cannot resolve the host name {host!r}"
@@ -172,11 +171,9 @@ def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
 
 
 def with_rate_limit(call: Callable[[], T], config: HttpConfig | None = None) -> T:
-    """``call()``, again after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
-    within rlds's retry budget. The client already does this for listings and downloads
-    (``http_backoff``: ``Retry-After`` plus one second; a file's first 429'd ``HEAD`` is asked
-    again at once, the next ones waited out); its revision lookup is one plain GET, so rlds keeps
-    this one loop."""
+    """``call()``, retried after each 429 once its ``Retry-After`` (or rlds's back-off) has passed,
+    within rlds's retry budget. For the revision lookup, which the client sends as one plain GET
+    (it retries listings and downloads itself)."""
     from huggingface_hub import errors as hf_errors
 
     config = config or HttpConfig()
@@ -203,9 +200,8 @@ def _to_file(entry: Any) -> HubFile | None:
 
 
 def hub_file(path: Any, size: Any, sha256: Any, git_oid: Any = None) -> HubFile | None:
-    """A :class:`HubFile` of a listing's entry (the Hub's answer, or the listing a download
-    kept), ``None`` for a folder or a name rlds never writes: a listed name never escapes the
-    download folder or reaches ``.rlds/``, wherever the listing was read from."""
+    """A :class:`HubFile` of a listing's entry (the Hub's answer or a kept listing); ``None`` for a
+    folder or a name that would escape the download folder or reach ``.rlds/``."""
     if not isinstance(path, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
         return None  # a folder
     if path.startswith("/") or ".." in path.split("/") or is_reserved(path):
@@ -221,8 +217,8 @@ def hub_file(path: Any, size: Any, sha256: Any, git_oid: Any = None) -> HubFile 
 
 
 def check_token() -> None:
-    """Refuse a token the client could not send (an HTTP header is ASCII): one line naming where
-    it comes from, never the token, instead of the encoding error of the first request."""
+    """Refuse a token the client could not send (not printable ASCII) with a
+    :class:`~rlds_cli.errors.SettingError` naming its source, never the token."""
     try:
         from huggingface_hub import get_token
     except ImportError:  # pragma: no cover - hf_api says so
@@ -303,7 +299,7 @@ class translated:
         unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or is_client_error(exc)
         if unreachable:  # a host name that does not resolve: offline, no retry would help
             kind = HostNotFoundError if name_not_resolved(exc) else DownloadFailedError
-            # a download (this side reads): without a network, the files already downloaded
+            # this side reads: --offline can use the files already downloaded
             hint = (
                 f"{UNREACHABLE_HINT}; without a network, --offline (or RLDS_OFFLINE=1) uses the "
                 "files already downloaded"
