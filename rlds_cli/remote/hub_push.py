@@ -1,44 +1,31 @@
 """``rlds push NAME hf://datasets/ORG/REPO[/PATH]``: a dataset into a Hub dataset repo, one commit,
 with the files that describe it (the card, Croissant).
 
-The whole push is one Hub commit (``HfApi.create_commit``): the data files, the files index
-(``rlds-files.json``) and the manifest appear on the branch together or not at all, so a reader
-never sees a half-pushed dataset, and a push killed during its uploads leaves the branch as it
-was. The commit names its parent (the branch's head when the push started): if another commit
-landed meanwhile the Hub refuses it and nothing changes.
+The push is one Hub commit (``HfApi.create_commit``): the data files, the files index
+(``rlds-files.json``) and the manifest appear on the branch together or not at all, and a push
+killed during its uploads leaves the branch unchanged. The commit names its parent (the branch's
+head when the push started): if another commit landed meanwhile the Hub refuses it.
 
-Only what changed is sent: the branch's files under ``PATH`` are listed first
-(``HfApi.list_repo_tree``) and a file whose size and sha256 (the LFS sha256 the Hub publishes, or
-the git blob id of a small file) equal the local file's gets no operation. A re-push of an
-unchanged dataset uploads nothing and makes no commit. LFS objects an interrupted push uploaded
-stay on the Hub: the LFS batch API says they are there and the client does not send them again.
+Only what changed is sent: the branch's files under ``PATH`` are listed (``HfApi.list_repo_tree``)
+and a file whose size and sha256 (the LFS sha256 the Hub publishes, or a small file's git blob id)
+equal the local file's gets no operation; an unchanged dataset uploads nothing and makes no commit.
+LFS objects an interrupted push uploaded stay on the Hub and are not sent again. rlds compares
+files itself because the counts and progress total are needed before the upload, while the
+client decides only during it, after reading every file whole; the listing also finds another
+version and the old files the commit deletes.
 
-The comparison is ours although ``create_commit`` also drops an unchanged file and makes no empty
-commit (the preupload call answers each file's ``oid``): the client decides that only inside its
-upload step, after sending a sample of every file and reading every file whole (hashed for the LFS
-batch, or chunked by Xet, which uploads every LFS-mode file it is given), and keeps the decision in
-private fields, while the counts and the progress total are needed before the upload. The listing
-is needed anyway: it finds another version and the old files its commit deletes.
-
-:func:`push_hub_folder` makes the same one commit of a folder that is no cached dataset (a
-LeRobot export, :mod:`rlds_cli.export.hub`): changed files only, none and no commit when all are
-there, another version replaced only with ``force``.
+:func:`push_hub_folder` makes the same kind of commit of a folder that is not a cached dataset (a
+LeRobot export, :mod:`rlds_cli.export.hub`).
 
 The token is the client's (``HF_TOKEN`` or its token file); no message here holds it.
 
-**Card files.** The files that describe a dataset pushed to the Hugging Face Hub: ``README.md``
-(the dataset card, YAML front matter then text) and ``croissant.json`` (Croissant 1.0 JSON-LD
-metadata).
-
-The front matter holds what the Hub reads (``license``, ``tags``, ``pretty_name``,
-``size_categories``) and what rlds knows besides: ``robot_type``, ``fps``, ``citation``,
-``lineage`` (the datasets it was made of, each with its manifest digest) and ``statistics``
-(steps, episodes, keys). Values are written as JSON scalars and flow lists, which YAML reads as
-they are, so no YAML library is needed. The Croissant file describes the dataset and its files
-(``distribution``: one ``cr:FileObject`` per file pushed, with its sha256); it has no
-``recordSet``, since Croissant's extractors read CSV, JSON and Parquet, not ``.npy`` arrays.
-
-``rlds push NAME hf://datasets/ORG/REPO[/PATH]``: a dataset into a Hub dataset repo, one commit.
+**Card files**: ``README.md`` (the dataset card: YAML front matter, then text) and
+``croissant.json`` (Croissant 1.0 JSON-LD). The front matter holds what the Hub reads
+(``license``, ``tags``, ``pretty_name``, ``size_categories``) and ``robot_type``, ``fps``,
+``citation``, ``lineage`` (the parent datasets, each with its manifest digest) and ``statistics``
+(steps, episodes, keys), written as JSON scalars and flow lists (valid YAML, no YAML library
+needed). Croissant's ``distribution`` has one ``cr:FileObject`` per pushed file with its sha256;
+there is no ``recordSet`` (Croissant's extractors read CSV, JSON and Parquet, not ``.npy``).
 """
 
 from __future__ import annotations
@@ -77,8 +64,8 @@ if TYPE_CHECKING:
 README_FILE = "README.md"
 CROISSANT_FILE = "croissant.json"
 
-#: The JSON-LD context of Croissant 1.0: the one its reference implementation, mlcroissant, writes
-#: and expects (``mlcroissant/_src/core/rdf.py``; another context only draws a warning).
+#: The JSON-LD context of Croissant 1.0 as mlcroissant, its reference implementation, writes and
+#: expects it (``mlcroissant/_src/core/rdf.py``; another context only draws a warning).
 CROISSANT_CONTEXT: dict[str, Any] = {
     "@language": "en",
     "@vocab": "https://schema.org/",
@@ -126,10 +113,16 @@ def _size_category(steps: int) -> str:
         (10_000, "1K<n<10K"),
         (100_000, "10K<n<100K"),
         (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+        (100_000_000, "10M<n<100M"),
+        (1_000_000_000, "100M<n<1B"),
+        (10_000_000_000, "1B<n<10B"),
+        (100_000_000_000, "10B<n<100B"),
+        (1_000_000_000_000, "100B<n<1T"),
     ):
         if steps < limit:
             return label
-    return "1M<n<10M" if steps < 10_000_000 else "10M<n<100M" if steps < 100_000_000 else "n>1T"
+    return "n>1T"
 
 
 def front_matter(manifest: Manifest, card: dict[str, Any]) -> dict[str, Any]:
@@ -334,8 +327,8 @@ def push_hub_folder(
     force: bool,
 ) -> dict[str, Any]:
     """Commit the files of ``directory`` (a folder this process wrote, not a cached dataset) to
-    ``url`` as one commit, as :func:`push_hub` does: only the files that differ from the branch's
-    are sent, none and no commit when all are there, the commit pinned to the branch's head.
+    ``url`` as :func:`push_hub` does: changed files only, no commit when nothing changed, the
+    commit's parent the branch's head.
 
     Args:
         directory: The folder whose every file is pushed (paths relative to it).
@@ -401,8 +394,8 @@ def push_hub_folder(
 
 def check_branch(url: str) -> None:
     """Raise what a push to ``url`` would raise at its start (a commit rather than a branch, no
-    such repo or branch, a repo the token may not read): checked before a long export is written
-    for it. A token that may read but not write is refused at the upload, before any commit."""
+    such repo or branch, a repo the token may not read), before a long export is written for it.
+    A token that may read but not write is refused only at the upload, before any commit."""
     _branch_head(url)
 
 
@@ -426,8 +419,8 @@ def plan_push(
     force: bool,
     url: str,
 ) -> HubPushPlan:
-    """The operations of a push: every local file the branch does not hold as is, the index and
-    manifest when they differ, and (replacing another version) the old version's data files."""
+    """The operations of a push: every local file the branch does not hold unchanged, the index,
+    manifest and card files when they differ, and (replacing another version) its data files."""
     index = RemoteIndex(manifest_sha256(manifest_bytes), local, store.INDEX_BLOCK_BYTES).to_json()
     replaced = MANIFEST_FILE in remote and not _unchanged_bytes(remote[MANIFEST_FILE], manifest_bytes)
     if replaced and not force:
@@ -463,7 +456,7 @@ def _commit(
     check: Callable[[list[Any]], None] | None,
 ) -> None:
     """Upload the new files (LFS objects first), ``check`` the uploads (a cached dataset: it did
-    not change under the push), then make the one commit."""
+    not change under the push), then make the commit."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     api = hf_api()
@@ -569,8 +562,8 @@ def _is_sha(revision: str) -> bool:
 
 @contextmanager
 def _quiet_client() -> Iterator[None]:
-    """The client's own progress bars and retry warnings off while it uploads (the library never
-    prints; the CLI draws its own bar, a failure is raised as one line), restored after."""
+    """Silence the client's progress bars and retry warnings while it uploads (rlds never prints;
+    the CLI draws its own bar), restoring them after."""
     from huggingface_hub.utils import (
         are_progress_bars_disabled,
         disable_progress_bars,

@@ -1,9 +1,9 @@
 """What push, pull and remote reads share: opening a store (any fsspec URL, or a Hub dataset repo
-at one commit), turning what a store or the Hub's client raises into one line (:func:`translated`),
-the remote files index (``rlds-files.json``) and small file helpers.
+at one commit), store errors as one line (:func:`translated`), the remote files index
+(``rlds-files.json``) and small file helpers.
 
-fsspec (and s3fs, gcsfs...), huggingface_hub and :mod:`rlds_cli.net` are imported here when a
-transfer starts, never at import time of the CLI.
+fsspec (s3fs, gcsfs...), huggingface_hub and :mod:`rlds_cli.net` are imported when a transfer
+starts, never when the CLI is imported.
 """
 
 from __future__ import annotations
@@ -118,9 +118,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def open_hub(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """``HfFileSystem`` (the Hub's fsspec filesystem) and the path of ``url``'s folder at the
-    commit its revision points at now: every read after that (manifest, index, files, byte
-    ranges) is of that one commit, so a push landing mid-pull or mid-read cannot mix two versions.
+    """``HfFileSystem`` and the path of ``url``'s folder at the commit its revision points at now:
+    every later read is of that commit, so a push landing mid-pull or mid-read cannot mix versions.
 
     Raises:
         UnsupportedSourceError: ``url`` is not ``hf://datasets/ORG/REPO[/PATH][@REVISION]``.
@@ -158,10 +157,9 @@ def head_commit(where: HubPath, *, write: bool = False) -> str:
 def hub_filesystem(storage_options: dict[str, Any] | None = None, *, fresh: bool = False) -> Any:
     """An ``HfFileSystem`` on this process's endpoint.
 
-    ``fresh``: a new instance, not the one huggingface_hub's instance cache holds. That cache
-    does not key on the process id (unlike fsspec's own), so a forked DataLoader worker would be
-    handed the parent's instance with its listings; a worker asks for a fresh one (its HTTP client
-    is huggingface_hub's shared one, which the client itself closes in a forked child).
+    ``fresh``: bypass huggingface_hub's instance cache, which (unlike fsspec's) does not key on
+    the process id; a forked DataLoader worker asks for one so as not to inherit the parent's
+    instance and listings (the shared HTTP client is closed by huggingface_hub in a forked child).
     """
     from huggingface_hub import HfFileSystem
 
@@ -184,9 +182,9 @@ def repo_path(where: HubPath, revision: str) -> str:
 
 @contextmanager
 def translated(url: str, *, write: bool = False) -> Iterator[None]:
-    """Turn what a store or the Hub's client raises into :func:`access_error`'s line naming
-    ``url`` (``write``: a push to the Hub); a missing module is a :class:`MissingExtraError`;
-    rlds's own errors pass."""
+    """Turn what a store or the Hub's client raises into :func:`access_error` naming ``url``
+    (``write``: a push to the Hub); a missing module becomes :class:`MissingExtraError`; rlds's
+    own errors pass."""
     try:
         yield
     except RldsError:
@@ -300,8 +298,8 @@ def safe_relpath(rel: str) -> bool:
 
 @dataclass
 class TransferResult:
-    """What a push or a pull did: what both report (:class:`~rlds_cli.remote.push.PushResult`
-    and :class:`~rlds_cli.remote.pull.PullResult` add what moved, in their own words).
+    """What a push or a pull did (:class:`~rlds_cli.remote.push.PushResult` and
+    :class:`~rlds_cli.remote.pull.PullResult` add what moved).
 
     Attributes:
         name: The dataset (its name in the cache).
@@ -340,19 +338,18 @@ class TransferResult:
 MAX_FILE_SIZE = 2**50
 
 
-#: Bytes of one block of a file in the index's per-block digests (the unit a bounded remote
-#: cache keeps, see :mod:`rlds_cli.remote.block_cache`); a file of at most one block has none,
-#: its whole-file sha256 is its block's. 2 MiB: with 8 MiB blocks an epoch through a cache of a
-#: tenth of the dataset fetched 2.7x its bytes (each block of episodes straddles block edges and
-#: the block it shares is evicted before its other episodes come), with 2 MiB 1.37x, at 2.4x the
-#: batch rate (`benchmarks/remote_scale_bench.py`); the index then lists 4x the digests.
+#: Bytes of one block of the index's per-block digests (the unit a bounded remote cache keeps,
+#: :mod:`rlds_cli.remote.block_cache`); a file of at most one block has none (its whole-file
+#: sha256 is its block's). 2 MiB: an epoch through a cache of a tenth of the dataset fetches 1.37x
+#: its bytes (8 MiB: 2.7x, shared blocks evicted early) at 2.4x the batch rate
+#: (`benchmarks/remote_scale_bench.py`), for 4x the digests.
 INDEX_BLOCK_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One dataset file in the remote index: size, sha256, and (files over one block, pushes
-    since per-block digests) the sha256 of each block of :data:`INDEX_BLOCK_BYTES` bytes."""
+    """One dataset file in the remote index: size, sha256, and the sha256 of each block
+    (``None`` for a file of one block, or an index without per-block digests)."""
 
     size: int
     sha256: str
@@ -366,7 +363,7 @@ class RemoteIndex:
 
     manifest_sha256: str
     files: dict[str, FileEntry]
-    #: Bytes of a block of the per-block digests (pushes without them: the default).
+    #: Bytes of a block of the per-block digests (the default when the index gives none).
     block_bytes: int = INDEX_BLOCK_BYTES
 
     def to_json(self) -> bytes:
@@ -439,9 +436,8 @@ def _entry(doc: dict[str, Any]) -> FileEntry:
 
 
 def hash_file_blocks(path: str | os.PathLike[str], block_bytes: int) -> FileEntry:
-    """A local file's index entry: size, sha256, and the sha256 of each of its blocks of
-    ``block_bytes`` when it has more than one, all from one read of the file (memory stays at
-    one block)."""
+    """A local file's index entry: size, sha256, and each block's sha256 when it has more than
+    one block, from one read of the file (memory: one block)."""
     whole = hashlib.sha256()
     blocks: list[str] = []
     size = 0
@@ -465,10 +461,16 @@ def read_bytes(fs: Any, path: str, url: str) -> bytes | None:
             return None
 
 
+#: Stores whose first path part is a bucket (fsspec's ``protocol`` is a name or a tuple of names,
+#: in the implementation's order: s3fs ``("s3", "s3a")``, gcsfs ``("gs", "gcs")``).
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs"})
+
+
 def _parent_exists(fs: Any, path: str) -> bool:
-    bucket = path.split("/", 1)[0]
-    if getattr(fs, "protocol", None) in ("s3", "s3a", ("s3", "s3a"), "gcs", "gs", ("gcs", "gs")):
-        return bool(fs.exists(bucket))
+    protocol = getattr(fs, "protocol", None)
+    names = {protocol} if isinstance(protocol, str) else set(protocol or ())
+    if names & BUCKET_PROTOCOLS:
+        return bool(fs.exists(path.split("/", 1)[0]))
     return True
 
 

@@ -295,3 +295,27 @@ def test_frame_columns_on_the_hub(hub: HubStandin, isolated_cache: Path, tmp_pat
     np.testing.assert_array_equal(open_dataset("cam", root=other.path).column("pixels")[:], pixels)
     remote = open_dataset(f"{REPO_URL}/cam")
     np.testing.assert_array_equal(np.asarray(remote.column("pixels")[[0, 5, 8]]), pixels[[0, 5, 8]])
+
+
+@pytest.mark.parametrize(
+    ("steps", "category"),
+    [
+        (0, "n<1K"),
+        (999, "n<1K"),
+        (1_000, "1K<n<10K"),
+        (5_000_000, "1M<n<10M"),
+        (99_999_999, "10M<n<100M"),
+        (200_000_000, "100M<n<1B"),
+        (3_000_000_000, "1B<n<10B"),
+        (50_000_000_000, "10B<n<100B"),
+        (999_999_999_999, "100B<n<1T"),
+        (10**12, "n>1T"),
+    ],
+)
+def test_the_card_names_the_hubs_size_category(steps: int, category: str) -> None:
+    """Every bucket of the Hub's ``size_categories`` (a 200M-step dataset is not "n>1T")."""
+    from rlds_cli.cache.manifest import Manifest
+    from rlds_cli.remote.hub_push import front_matter
+
+    meta = front_matter(Manifest("ds", "memmap", steps, 1, {}), {})
+    assert meta["size_categories"] == [category]

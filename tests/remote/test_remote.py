@@ -26,6 +26,7 @@ from rlds_cli.errors import (
     DatasetExistsError,
     MissingExtraError,
     NotPushableError,
+    RemoteAccessError,
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
     RemoteExistsError,
@@ -534,3 +535,33 @@ def test_offline_mode_refuses_every_store_that_needs_the_network(
         pull("hf://datasets/org/repo/d")
     assert push("d", f"file://{tmp_path}/bucket/d").uploaded > 0  # local stores need no network
     assert pull(f"file://{tmp_path}/bucket/d", name="d2").downloaded > 0
+
+
+class _BucketStore:
+    """An fsspec-like store with no files, whose buckets are ``buckets``."""
+
+    def __init__(self, protocol: Any, buckets: set[str]) -> None:
+        self.protocol, self.buckets = protocol, buckets
+
+    def cat_file(self, path: str) -> bytes:
+        raise FileNotFoundError(path)
+
+    def exists(self, path: str) -> bool:
+        return path in self.buckets
+
+
+@pytest.mark.parametrize("protocol", ["s3", ("s3", "s3a"), "gs", ("gs", "gcs"), ("gcs", "gs")])
+def test_a_missing_bucket_is_told_from_a_missing_file(protocol: Any) -> None:
+    """A file missing from a bucket that exists reads as absent; a missing bucket is an error, for
+    every spelling of the protocol the fsspec implementations use (gcsfs says ``("gs", "gcs")``)."""
+    from rlds_cli.remote.store import read_bytes
+
+    assert read_bytes(_BucketStore(protocol, {"there"}), "there/ds/manifest.json", "u://there/ds") is None
+    with pytest.raises(RemoteAccessError, match="u://gone/ds: not found"):
+        read_bytes(_BucketStore(protocol, {"there"}), "gone/ds/manifest.json", "u://gone/ds")
+
+
+def test_a_store_without_buckets_reads_a_missing_file_as_absent() -> None:
+    from rlds_cli.remote.store import read_bytes
+
+    assert read_bytes(_BucketStore(("file", "local"), set()), "a/b/manifest.json", "file://a/b") is None
