@@ -1,10 +1,9 @@
 """Source format readers, found by name through a lazy registry, and format auto-detection.
 
-Each entry maps a format name to ``"module:Class"``, a :class:`~rlds_cli.formats.base.Reader`;
-the module is imported only when that format is used (or detection asks it), so h5py and
-friends stay out of ``rlds --help``. Each reader recognises its own files (``sniff``); this
-module only asks them in order. Other packages add readers through the ``rlds_cli.readers``
-entry-point group.
+:data:`READERS` maps a format name to ``"module:Class"`` (a :class:`~rlds_cli.formats.base.Reader`),
+imported only when that format is used or detection asks it, so h5py stays out of ``rlds --help``.
+Each reader recognises its own files (``sniff``); this module asks them in order. Other packages
+add readers through the ``rlds_cli.readers`` entry-point group.
 """
 
 from __future__ import annotations
@@ -37,20 +36,18 @@ READERS: dict[str, str] = {
     "replay_buffer": "rlds_cli.formats.replay_buffer:ReplayBufferReader",
 }
 
-#: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): a
-#: format whose files another format's rules would also accept comes first (an HDF5 file with
-#: ``Trial`` groups is Roboset's, even with D4RL's keys; one with ``data/demo_*`` groups is
-#: robomimic's). Readers of other packages come after. ``replay_buffer`` (a zarr group with
-#: ``data`` and ``meta`` groups) comes before the formats that look inside HDF5 and ``.npz``
-#: files: its check reads directory entries or a zip's index only.
+#: The order in which formats are asked whether a path is theirs (:meth:`Reader.sniff`): the more
+#: specific rules first (an HDF5 file with ``Trial`` groups is Roboset's, even with D4RL's keys; one
+#: with ``data/demo_*`` groups is robomimic's); plugins after. ``replay_buffer`` precedes the HDF5
+#: and ``.npz`` formats: its check reads directory entries or a zip's index only.
 DETECTION_ORDER = (
     "rlds", "atari_dqn", "vd4rl", "gen_dgrl", "lerobot", "replay_buffer", "torchrl", "roboset", "robomimic",
     "minari", "amago", "d4rl", "ogbench",
 )  # fmt: skip
 
-#: What kinds of path (:func:`path_kind`) each built-in format's ``sniff`` can recognise:
-#: detection asks, and so imports, only the readers that may claim the path (an HDF5 file is put
-#: to five of the thirteen; importing the others cost ~65 ms of a first `rlds download`).
+#: What kinds of path (:func:`path_kind`) each built-in format's ``sniff`` can recognise; detection
+#: imports only the readers that may claim the path (importing all cost ~65 ms of a first
+#: `rlds download`).
 SNIFFED_KINDS: dict[str, frozenset[str]] = {
     fmt: frozenset(kinds.split())
     for fmt, kinds in {
@@ -72,8 +69,7 @@ SNIFFED_KINDS: dict[str, frozenset[str]] = {
 
 
 def path_kind(path: Path) -> str:
-    """``"folder"``, ``"hdf5"`` (named ``.h5``/``.hdf5``), ``"npz"`` (named ``.npz``) or
-    ``"other"``: what :data:`SNIFFED_KINDS` is keyed by."""
+    """``"folder"``, ``"hdf5"`` (named ``.h5``/``.hdf5``), ``"npz"`` (named ``.npz``) or ``"other"``."""
     if path.is_dir():
         return "folder"
     if is_hdf5_name(path):
@@ -81,13 +77,13 @@ def path_kind(path: Path) -> str:
     return "npz" if path.name.lower().endswith(".npz") else "other"
 
 
-#: The entry-point group through which other packages add readers: ``name = "module:Class"``,
-#: the class a :class:`~rlds_cli.formats.base.Reader`. Looked up only for a format name that is
-#: not built in, and when no built-in format recognises a source.
+#: Entry-point group for other packages' readers: ``name = "module:Class"`` (a
+#: :class:`~rlds_cli.formats.base.Reader`). Looked up only for a name that is not built in, or when
+#: no built-in format recognises a source.
 ENTRY_POINT_GROUP = "rlds_cli.readers"
 
-#: Archive suffixes that :mod:`rlds_cli.formats.archives` unpacks before conversion (the same tuple as
-#: ``rlds_cli.formats.archives.ARCHIVE_SUFFIXES``, repeated so that detection does not import it).
+#: Archive suffixes unpacked before conversion: a copy of
+#: ``rlds_cli.formats.archives.ARCHIVE_SUFFIXES``, so that detection does not import it.
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 
 
@@ -123,11 +119,13 @@ def reader_class(format_name: str) -> type[Reader]:
 
 
 def _load_plugin(plugin: EntryPoint) -> type[Reader]:
-    """The reader class ``plugin`` names, imported now; :class:`UnknownFormatError` naming the
-    plugin, its entry point and why when it cannot be used."""
+    """The reader class ``plugin`` names, imported on call.
+
+    Raises:
+        UnknownFormatError: It cannot be used; the message names the plugin, its entry point and why."""
     try:
         cls = plugin.load()
-    except Exception as exc:  # another package's import: anything may fail in it, none of it is rlds's bug
+    except Exception as exc:  # another package's import may raise anything
         raise UnknownFormatError(
             f"reader plugin {plugin.name!r} ({ENTRY_POINT_GROUP} entry point {plugin.value} of the "
             f"package {_dist_name(plugin)}) cannot be loaded: {_load_failure(exc)}",
@@ -154,19 +152,16 @@ def _dist_name(plugin: EntryPoint) -> str:
 
 
 def _skipped_plugin(message: str, hint: str) -> None:
-    """Say that format detection goes on without a plugin: a :func:`warnings.warn`, which the CLI
-    prints as one ``warning:`` line. A warning, not a log record: it is the user's to fix, and
-    Python shows each message once per process, so a folder whose every file is sniffed names a
-    broken plugin once."""
+    """Warn that detection goes on without a plugin (:func:`warnings.warn`: one ``warning:`` line, once
+    per message and process)."""
     warnings.warn(f"{message}; format detection goes on without it ({hint})", UserWarning, stacklevel=2)
 
 
 def sniff_format(path: Path) -> str | None:
-    """The first format that recognises ``path`` (built in, in :data:`DETECTION_ORDER` among
-    those that may claim its kind, then plugins), or ``None``.
+    """The first format that recognises ``path`` (built in, in :data:`DETECTION_ORDER` among those that
+    may claim its kind, then plugins), or ``None``.
 
-    A plugin that cannot be loaded, or whose ``sniff`` raises, is left out with a warning naming
-    it: one broken package must not stop the detection of every other format.
+    A plugin that cannot be loaded, or whose ``sniff`` raises, is skipped with a warning naming it.
     """
     kind = path_kind(path)
     for fmt in DETECTION_ORDER:
@@ -206,7 +201,7 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
             hint=f"the {format_name} format reads {reader.expected_files}; check the path, or pass --format "
             f"(known formats: {', '.join(known_formats())})",
         )
-    for f in files:  # an unreadable file fails here, naming it, not midway through a conversion
+    for f in files:  # fail early, naming an unreadable file
         try:
             with open(f, "rb"):
                 pass
@@ -254,8 +249,7 @@ def _detect_dir(path: Path) -> str:
             kinds.add("minari")
         elif low.endswith((*HDF5_SUFFIXES, ".npz", ".traj")):
             kinds.add(_detect_file(f))
-    # an RLDS/TFDS dataset folder below (name/version/), as on the Hub: the reader reads that
-    # folder; several are refused, naming them
+    # an RLDS/TFDS dataset folder below (name/version/), as on the Hub; several are refused
     from rlds_cli.formats.rlds_tfrecord.layout import nested_dataset_folder
 
     if nested_dataset_folder(path, [f.relative_to(path).as_posix() for f in files]) is not None:

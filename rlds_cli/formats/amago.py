@@ -1,22 +1,21 @@
 """AMAGO trajectory folders: one ``.npz`` (or pickled ``.traj``) file per trajectory.
 
-AMAGO saves each trajectory of ``L`` timesteps as ``_OBS_KEY_<name>`` arrays (``L`` rows),
-``rews``, ``dones`` and ``actions`` (``L - 1`` rows: timesteps 1..L-1), ``time_idxs`` (``L``)
-and ``rl2s`` (previous reward and action per timestep). The rules below are written out in
-``docs/formats.md``:
+AMAGO saves a trajectory of ``L`` timesteps as ``_OBS_KEY_<name>`` arrays (``L`` rows), ``rews``,
+``dones`` and ``actions`` (``L - 1`` rows: timesteps 1..L-1), ``time_idxs`` (``L``) and ``rl2s``
+(previous reward and action per timestep). Rules (``docs/formats.md``):
 
 * Step ``t`` is ``(obs[t], actions[t]) -> obs[t + 1]`` with ``rews[t]``; ``dones[t]`` is
   ``next/terminated``. AMAGO records termination only, so a trajectory whose last ``dones`` is
   false ends **truncated** (a time limit, or a ``save_every`` chunk); ``dones`` set before the
   last step is an error.
-* A single ``_OBS_KEY_observation`` array becomes ``observation``; several keys become
-  ``observation/<name>``. ``time_idxs`` is stored once as ``time_idx`` (observation-like).
-  ``rl2s`` is not stored: it repeats the previous reward and action.
-* Files are read in sorted path order (``buffer/fifo`` and ``buffer/protected`` alike), in
-  parallel worker processes; each file is one episode, and chunks of one long episode are not
-  joined (they are separate files whose first timestep repeats the previous chunk's last).
-* ``.traj`` files are Python pickles, and unpickling runs code: they are refused unless the
-  ``allow_pickle`` option (CLI ``--allow-pickle``) is given, and then need ``amago`` importable.
+* A single ``_OBS_KEY_observation`` array becomes ``observation``; several become
+  ``observation/<name>``. ``time_idxs`` is stored once as ``time_idx`` (observation-like);
+  ``rl2s`` (the previous reward and action again) is not stored.
+* Files are read in sorted path order (``buffer/fifo`` and ``buffer/protected`` alike) by worker
+  processes; each file is one episode, and chunks of one long episode (separate files whose first
+  timestep repeats the previous chunk's last) are not joined.
+* ``.traj`` files are Python pickles (unpickling runs code): refused unless ``allow_pickle``
+  (CLI ``--allow-pickle``) is given, and then ``amago`` must be importable.
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def _readable(files: list[Path], bad: BadFiles) -> tuple[list[Path], str | None]:
-    """``files`` whose ``.npz`` opens (a half-written one has no zip directory yet); an
-    unreadable one stops the conversion or, when the user asked, is skipped and noted."""
+    """``files`` whose ``.npz`` opens (a half-written one has no zip directory yet); an unreadable one
+    stops the conversion or, when the user asked, is skipped and noted."""
     kept = []
     for f in files:
         if f.suffix == ".npz":
@@ -80,8 +79,8 @@ def _readable(files: list[Path], bad: BadFiles) -> tuple[list[Path], str | None]
 
 
 def _obs_key_map(obs_keys: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
-    """``_OBS_KEY_<name>`` array -> TED key (``observation`` alone, else ``observation/<name>``
-    through the one key cleaner of every reader), and the key parts before cleaning."""
+    """``_OBS_KEY_<name>`` array -> TED key (``observation`` alone, else ``observation/<name>``, cleaned
+    by :func:`clean_keys`), and the key parts before cleaning."""
     if obs_keys == [f"{OBS_PREFIX}observation"]:
         return {obs_keys[0]: "observation"}, {obs_keys[0]: ("observation",)}
     wanted = {key: ("observation", *key[len(OBS_PREFIX) :].split("/")) for key in obs_keys}

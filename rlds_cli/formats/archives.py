@@ -1,26 +1,22 @@
 """Safe extraction of source archives (``.zip``, ``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``/``.tbz2``,
 ``.tar.xz``/``.txz``).
 
-An archive from the internet is untrusted input. Every member is checked before a byte of it
-is written:
+Archives are untrusted input; every member is checked before a byte of it is written:
 
-* its path must stay inside the destination: no absolute paths, no ``..`` parts, no drive
-  letters or backslash tricks;
-* symbolic links, hard links, devices and FIFOs are refused outright (a link could point
-  outside the destination, or at a file written later);
-* the same size limits hold for every archive type, measured while extracting (bytes are
-  counted as they are written, so a lying header does not help, and the extraction stops at the
-  chunk that crosses a limit): the total unpacked size, the number of members, and the ratio of
-  bytes unpacked to archive bytes read (a decompression bomb: gzip, bzip2 or xz of zeros, or a
-  zip member). A zip also declares each member's sizes up front: a member whose declared ratio is
-  over :attr:`Limits.max_ratio` is refused before anything is written;
-* zip members must be stored or deflated (what every tool and ``numpy.savez`` write): Python's
-  zip reader inflates bzip2 and LZMA members without an output bound, so one read of a
-  bzip2 member could take gigabytes of memory.
+* its path stays inside the destination: no absolute paths, ``..`` parts, drive letters or
+  backslash tricks;
+* symbolic and hard links, devices and FIFOs are refused;
+* the same limits hold for every archive type, measured while extracting (bytes counted as
+  written, so a lying header does not help; extraction stops at the chunk that crosses a limit):
+  total unpacked size, number of members, and ratio of bytes unpacked to archive bytes read
+  (decompression bombs). A zip member whose declared ratio is over :attr:`Limits.max_ratio` is
+  refused before anything is written;
+* zip members must be stored or deflated: Python inflates bzip2 and LZMA members without an
+  output bound.
 
-Tar archives are read as a stream, front to back; the compression (gzip, bzip2, xz) is found
-from the file's first bytes and undone with a bounded-output reader. The caller owns the
-destination directory; on any error it is emptied before the error is raised.
+Tar archives are read as one stream, front to back; the compression (gzip, bzip2, xz) is found
+from the first bytes and undone with a bounded-output reader. On any error the destination is
+emptied before the error is raised.
 """
 
 from __future__ import annotations
@@ -111,9 +107,8 @@ def safe_member_path(archive: Path, name: str, dest: Path) -> Path:
 
 
 class _Budget:
-    """Counts members and unpacked bytes against the limits while extracting.
-
-    ``consumed`` says how many bytes of the archive file have been read so far.
+    """Counts members and unpacked bytes against the limits while extracting; ``consumed`` returns the
+    archive bytes read so far.
     """
 
     def __init__(self, archive: Path, limits: Limits, consumed: Callable[[], int]) -> None:
@@ -147,8 +142,8 @@ class _Budget:
 
 
 def _copy(src: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
-    """Copy one member, counting its bytes; a failed write (full disk, no permission) is the rlds
-    error for it, never taken for a damaged archive."""
+    """Copy one member, counting its bytes; a failed write (full disk, no permission) raises the rlds
+    error for it, never a damaged-archive error."""
     budget.files += 1
     out = None
     try:
@@ -236,8 +231,8 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
 
 
 def decompressing_reader(raw: IO[bytes]) -> IO[bytes] | gzip.GzipFile:
-    """``raw`` itself, or a reader undoing its gzip, bzip2 or xz compression (found from the
-    magic bytes) that inflates only as much as each read asks for."""
+    """``raw`` itself, or a reader undoing its gzip, bzip2 or xz compression (found from the magic
+    bytes) that inflates only as much as each read asks for."""
     magic = raw.read(6)
     raw.seek(0)
     if magic.startswith(b"\x1f\x8b"):

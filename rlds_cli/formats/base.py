@@ -1,17 +1,12 @@
-"""The source reader plug point: the :class:`Reader` ABC every format implements, its typed
+"""The source reader plug point: the :class:`Reader` ABC every format implements, its
 :class:`ReaderOptions`, what a reader produces, and its file rules.
 
 :class:`StepBlock`, :data:`REQUIRED_STEP_KEYS` and :func:`column` belong to the TED vocabulary
-(:mod:`rlds_cli.cache.ted`), shared by the readers and the cache; they are importable from here
-too, where a reader looks for them.
+(:mod:`rlds_cli.cache.ted`) and are re-exported here for readers.
 
-**File rules.** A reader's file rules taken from its format's layout module, declared once.
-
-A format package keeps what its sources look like in one module (``layout.py`` or ``files.py``):
-``sniff`` (is this path of the format), ``source_files`` (which files a conversion reads, in
-order) and ``EXPECTED_FILES`` (the words a hint uses). :func:`from_layout` makes them the reader's
-:attr:`~rlds_cli.formats.base.Reader.sniff`, :attr:`~rlds_cli.formats.base.Reader.source_files`
-and :attr:`~rlds_cli.formats.base.Reader.expected_files`, so no reader restates them."""
+**File rules.** A format package keeps what its sources look like in one module (``layout.py`` or
+``files.py``): ``sniff``, ``source_files`` and ``EXPECTED_FILES``. :func:`from_layout` sets them as
+the reader's :attr:`~Reader.sniff`, :attr:`~Reader.source_files` and :attr:`~Reader.expected_files`."""
 
 from __future__ import annotations
 
@@ -61,18 +56,17 @@ class ConversionReport:
         }
 
     def checks(self) -> dict[str, Any]:
-        """What ``rlds inspect --check`` compares against (stored as the manifest's
-        ``source.checks``): the source's declared counts and the NaN count per key."""
+        """What ``rlds inspect --check`` compares against (the manifest's ``source.checks``): the source's
+        declared counts and the NaN count per key."""
         return {"expected": dict(self.expected), "nan_counts": dict(self.nan_counts)}
 
 
 @dataclass(frozen=True)
 class ReaderOptions:
-    """A reader's options: subclass as a frozen dataclass with one field per keyword argument of
-    the reader's ``__init__``, of the same name, type and default (the reader contract test
-    checks that they agree). :func:`parse_options` checks what a caller gives against it: the
-    names, and the values (a string, as ``--option key=value`` gives it, becomes the field's
-    type)."""
+    """A reader's options: subclass as a frozen dataclass with one field per keyword argument of the
+    reader's ``__init__`` (same name, type and default; the reader contract test checks they agree).
+    :func:`parse_options` checks names and values against it (a string, as ``--option key=value``
+    gives it, becomes the field's type)."""
 
     @classmethod
     def names(cls) -> list[str]:
@@ -89,12 +83,11 @@ class ReaderOptions:
 class Reader(ABC):
     """A reader of one source format, streaming it as :class:`StepBlock` s with bounded memory.
 
-    A subclass names its format (:attr:`format_name`), recognises its own files
-    (:meth:`sniff`), says which files of a source it reads (:meth:`source_files`), declares its
-    options (:attr:`Options`) and streams blocks (:meth:`blocks`). It is built as
-    ``Reader(path, **options)``, where ``path`` is a file, a folder or a list of files, and used
-    as a context manager; :meth:`close` releases its files. Register it in
-    :data:`rlds_cli.formats.READERS`, or from another package under the ``rlds_cli.readers``
+    A subclass names its format (:attr:`format_name`), recognises its files (:meth:`sniff`), lists
+    the files it reads (:meth:`source_files`), declares its options (:attr:`Options`) and streams
+    blocks (:meth:`blocks`). Built as ``Reader(path, **options)`` (``path``: a file, a folder or a
+    list of files) and used as a context manager; :meth:`close` releases its files. Registered in
+    :data:`rlds_cli.formats.READERS`, or by another package under the ``rlds_cli.readers``
     entry-point group (docs/formats.md, "A reader of your own").
     """
 
@@ -104,8 +97,8 @@ class Reader(ABC):
     expected_files: ClassVar[str] = "a file or folder of that format"
     #: The reader's options (keyword arguments of ``__init__``).
     Options: ClassVar[type[ReaderOptions]] = ReaderOptions
-    #: Whether the reader takes exactly one file: ``convert`` hands it the file of a folder, and
-    #: refuses a folder of several, saying to convert them one by one.
+    #: Whether the reader takes exactly one file: ``convert`` hands it a folder's only file and
+    #: refuses a folder of several.
     reads_one_file: ClassVar[bool] = False
 
     path: Path
@@ -113,13 +106,13 @@ class Reader(ABC):
 
     @abstractmethod
     def __init__(self, path: Any, **options: Any) -> None:
-        """Open ``path`` (a file, a folder, or a list of files) with the options of
-        :attr:`Options` as keyword arguments, and plan the conversion (failing early on bad input)."""
+        """Open ``path`` (a file, a folder, or a list of files) with :attr:`Options` as keyword arguments,
+        and plan the conversion, failing early on bad input."""
 
     @staticmethod
     def sniff(path: Path) -> bool:
-        """Whether ``path`` (a file or a folder) is of this format. Cheap, and never raises on a
-        path of another format (default: recognises nothing; ``--format`` names the format)."""
+        """Whether ``path`` (a file or a folder) is of this format. Cheap; never raises on a path of another
+        format (default: ``False``)."""
         return False
 
     @staticmethod
@@ -133,30 +126,27 @@ class Reader(ABC):
 
     @staticmethod
     def plan_files(names: Sequence[str]) -> list[str] | None:
-        """Of a source folder's files (``/``-separated paths relative to it, as a Hub repo
-        lists them), those to fetch first when only some episodes are wanted: the metadata from
-        which :meth:`episode_files` tells which files hold which episodes. ``None`` (default):
-        the format cannot tell, and every file is fetched."""
+        """Of a source folder's files (``/``-separated relative paths, as a Hub repo lists them), those to
+        fetch first when only some episodes are wanted: the metadata :meth:`episode_files` needs.
+        ``None`` (default): every file is fetched."""
         return None
 
     def select_episodes(self, first: int, stop: int | None) -> int:
-        """Read only the episodes at positions ``[first, stop)`` of the source's episode stream
-        (``stop`` ``None``: to the end); files holding none of them need not be on disk. Called
-        before :meth:`total_rows` and :meth:`blocks`.
+        """Read only the episodes at positions ``[first, stop)`` of the source's episode stream (``stop``
+        ``None``: to the end); files holding none of them need not be on disk. Called before
+        :meth:`total_rows` and :meth:`blocks`.
 
-        Returns the stream position of the first episode :meth:`blocks` then yields: the
-        selection counts on from it, so ``--episodes A:B`` names the same episodes whether the
-        whole source or only the files of those episodes are on disk. Per-episode
-        :meth:`source_arrays` keep one row per episode of the whole stream.
+        Returns the stream position of the first episode :meth:`blocks` yields, so ``--episodes A:B``
+        names the same episodes whether the whole source or only those episodes' files are on disk.
+        Per-episode :meth:`source_arrays` keep one row per episode of the whole stream.
 
-        Default: the whole source is read (returns 0; the selection cuts the stream).
+        Default: the whole source is read (returns 0).
         """
         return 0
 
     def episode_files(self) -> list[str] | None:
-        """After :meth:`select_episodes`, the files (``/``-separated, relative to the source
-        folder) that :meth:`blocks` reads besides those of :meth:`plan_files`: what a download
-        of those episodes only fetches. ``None`` (default): not known, every file is needed."""
+        """After :meth:`select_episodes`, the files (``/``-separated, relative to the source folder)
+        :meth:`blocks` reads besides those of :meth:`plan_files`. ``None`` (default): every file is needed."""
         return None
 
     @abstractmethod
@@ -176,7 +166,7 @@ class Reader(ABC):
         """Larger non-step arrays from the source (stored in ``source_metadata.npz``)."""
 
     def close(self) -> None:  # noqa: B027 (optional: a reader that opens files per block has none)
-        """Release open files (nothing to do for readers that open files per block)."""
+        """Release open files (default: nothing)."""
 
     def __enter__(self) -> Self:
         return self
@@ -189,14 +179,13 @@ class Reader(ABC):
 
 
 def parse_options(reader: type[Reader], given: Mapping[str, object]) -> dict[str, object]:
-    """``given`` checked against ``reader.Options``: each value of the field's type (a string,
-    as the CLI's ``--option key=value`` gives it, converted). Options of :data:`GENERIC_OPTIONS`
-    the reader does not take are dropped.
+    """``given`` checked against ``reader.Options``, each value converted to the field's type (a string
+    from ``--option key=value`` is parsed). :data:`GENERIC_OPTIONS` the reader does not take are
+    dropped.
 
     Raises:
-        SourceError: An option the format does not take (a :class:`SourceFormatError` for a
-            value of the wrong type); the message names the option and the format, the hint
-            lists the format's options.
+        SourceError: An option the format does not take (a :class:`SourceFormatError` for a value of
+            the wrong type); the message names the option and the format, the hint lists its options.
     """
     options = reader.Options
     hints = get_type_hints(options)
@@ -219,8 +208,8 @@ def parse_options(reader: type[Reader], given: Mapping[str, object]) -> dict[str
     return out
 
 
-#: Options any caller may pass whatever the format (the CLI passes its --workers, --allow-pickle
-#: and --max-episode-steps so); a reader that does not take one simply does not get it.
+#: Options any caller may pass whatever the format (the CLI's --workers, --allow-pickle,
+#: --max-episode-steps); a reader that does not take one does not get it.
 GENERIC_OPTIONS = frozenset({"workers", "allow_pickle", "max_episode_steps", "block_rows"})
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -231,9 +220,8 @@ def _members(tp: Any) -> tuple[Any, ...]:
 
 
 def _coerce(tp: Any, value: object) -> object:
-    """``value`` as type ``tp`` (a string parsed), or ValueError. Of a union's members a string
-    tries ``None`` first (for ``none``), then the string-like ones, so ``checkpoints=3`` stays
-    the text the reader parses where the option takes text."""
+    """``value`` as type ``tp`` (a string parsed), or ValueError. For a union a string tries ``None``
+    first, then the string-like members, so ``checkpoints=3`` stays text where the option takes text."""
     members = _members(tp)
     if len(members) > 1:
         rank = {type(None): 0, str: 1}
@@ -301,8 +289,8 @@ RULES = ("sniff", "source_files")
 
 
 def from_layout(layout: ModuleType) -> Callable[[R], R]:
-    """Class decorator: the reader's ``sniff``, ``source_files`` and ``expected_files`` are
-    ``layout``'s (``sniff``, ``source_files``, ``EXPECTED_FILES``)."""
+    """Class decorator: sets the reader's ``sniff``, ``source_files`` and ``expected_files`` from
+    ``layout``'s ``sniff``, ``source_files`` and ``EXPECTED_FILES``."""
 
     def apply(cls: R) -> R:
         for name in RULES:

@@ -1,28 +1,27 @@
 """D4RL HDF5 files: one file of concatenated episodes, streamed into flat TED.
 
-Row ``i`` of a D4RL file is ``(s_i, a_i, r_i)``; ``terminals[i]`` says the environment
-terminated after ``a_i`` and ``timeouts[i]`` that the episode was cut after it. Episodes end at
-``terminals | timeouts``. The rules below are written out in ``docs/formats.md``:
+Row ``i`` is ``(s_i, a_i, r_i)``; ``terminals[i]``: the environment terminated after ``a_i``;
+``timeouts[i]``: the episode was cut after it. Episodes end at ``terminals | timeouts``. Rules
+(``docs/formats.md``):
 
-* With ``next_observations``: every row is a transition and its next observation is
-  ``next_observations[i]``, at episode ends too. Where ``next_observations[i]`` differs from
-  ``observations[i + 1]`` without an end flag, the file reset without saying so (antmaze v0);
-  the episode is ended there as truncated and counted in ``inferred_boundaries``.
-* Without ``next_observations``, the observation after an episode's last action is not in the
-  file (``observations[i + 1]`` is the next episode's first). Then:
+* With ``next_observations``: every row is a transition whose next observation is
+  ``next_observations[i]``, at episode ends too. Where it differs from ``observations[i + 1]``
+  without an end flag (an unflagged reset, antmaze v0), the episode ends there as truncated and
+  is counted in ``inferred_boundaries``.
+* Without ``next_observations``, an episode's final observation is not in the file
+  (``observations[i + 1]`` is the next episode's first). Then:
 
-  - an episode cut by a timeout (or by the end of the file) keeps rows ``s .. e-1`` as
-    transitions and uses row ``e``'s observation as its final observation; row ``e``'s action
-    and reward are dropped (its next state is unknown) and step ``e-1`` is marked truncated;
-  - an episode that terminates at row ``e`` keeps all its rows, because the terminal signal is
-    what value learning needs; its final observation is not in the file, so ``observations[e]``
-    is repeated there and the episode is flagged ``final_known = False`` in the episode index.
+  - an episode cut by a timeout (or the end of the file) keeps rows ``s .. e-1``, with row ``e``'s
+    observation as its final one; row ``e``'s action and reward are dropped and step ``e-1`` is
+    marked truncated;
+  - an episode terminating at row ``e`` keeps all rows (value learning needs the terminal
+    signal); ``observations[e]`` is repeated as its final observation, ``final_known = False``.
 
-  No transition ever gets the first observation of another episode as its next observation.
-* The file's last row always ends an episode (truncated unless it is terminal).
+  No transition ever gets another episode's first observation as its next observation.
+* The file's last row always ends an episode (truncated unless terminal).
 * Files without ``timeouts``: with ``next_observations``, boundaries come from terminals and
-  observation continuity; otherwise ``max_episode_steps`` (the environment's time limit) must
-  be given and an episode is cut after that many rows, or the conversion stops with an error.
+  observation continuity; otherwise ``max_episode_steps`` must be given (an episode is cut after
+  that many rows), or the conversion fails.
 """
 
 from __future__ import annotations
@@ -60,10 +59,10 @@ _SUFFIXES = (".hdf5", ".h5", ".npz")
 
 
 def sniff(path: Path) -> bool:
-    """Whether ``path`` is a D4RL file: an HDF5 file with any of D4RL's root datasets (one
-    missing others still is, so that this reader names what is missing), one that will not open
-    (this reader then says why; Minari's ``main_data.hdf5`` excepted), or an ``.npz`` of the
-    D4RL layout (what ``rlds export --to npz`` writes; OGBench files have no rewards/timeouts)."""
+    """Whether ``path`` is a D4RL file: an HDF5 file with any of D4RL's root datasets (so the reader can
+    name what is missing), one that will not open (so the reader says why; Minari's
+    ``main_data.hdf5`` excepted), or an ``.npz`` of the D4RL layout (``rlds export --to npz``; OGBench
+    files have no rewards/timeouts)."""
     if is_hdf5_name(path):
         keys = hdf5_top_keys(path)
         return path.name != "main_data.hdf5" if keys is None else any(k in keys for k in REQUIRED_KEYS)
@@ -72,9 +71,8 @@ def sniff(path: Path) -> bool:
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
-    """The D4RL files of a source: the given files, or a folder's ``.hdf5``/``.h5``/``.npz``
-    files (its README or other files are not D4RL data). The reader takes one of them; a
-    folder holding several is refused by :func:`rlds_cli.sources.convert.convert`, naming them."""
+    """The given files, or a folder's ``.hdf5``/``.h5``/``.npz`` files. The reader takes one; a folder
+    of several is refused by :func:`rlds_cli.sources.convert.convert`, naming them."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
@@ -258,8 +256,7 @@ class D4RLReader(Reader):
     # ------------------------------------------------------------------ streaming
 
     def _dataset(self, key: str) -> Any:
-        """``self._file[key]``, looked up once: an h5py lookup costs ~60 us, and a conversion
-        makes it for every key of every block (and dozens of times while inspecting)."""
+        """``self._file[key]``, looked up once (an h5py lookup costs ~60 us, for every key of every block)."""
         found = self._datasets.get(key)
         if found is None:
             found = self._datasets[key] = self._file[key]
@@ -283,12 +280,9 @@ class D4RLReader(Reader):
             raise read_error(self.path, key, exc) from exc
 
     def _read_inside(self, key: str, start: int, stop: int) -> np.ndarray:
-        """``_read`` into a buffer of this reader, reused from block to block: for the rows that
-        never leave it (observations and next observations are copied into the flat layout).
-
-        Memory that is new to the process costs a page fault per 4 KiB on first touch, and on
-        the VMs measured (docs/benchmarks.md) a fault costs several microseconds: two fresh
-        observation arrays per 8 MiB block were a third of a low-dim conversion's faults."""
+        """``_read`` into a buffer reused from block to block, for rows copied on into the flat layout
+        (observations, next observations): fresh memory faults per 4 KiB page (several us each,
+        docs/benchmarks.md), and two fresh arrays per block were a third of a low-dim conversion's faults."""
         dataset = self._dataset(key)
         if not hasattr(dataset, "read_direct"):  # an .npz member: read forward as it is
             return self._read(key, start, stop)
@@ -318,8 +312,8 @@ class D4RLReader(Reader):
     def _end_flags(
         self, start: int, look: int, obs: np.ndarray, state: _StreamState
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Terminal flags, timeout flags, end flags and inferred-end flags for rows
-        ``start .. look-1`` (the last of which may be one row of lookahead into the next block)."""
+        """Terminal, timeout, end and inferred-end flags for rows ``start .. look-1`` (the last may be one
+        row of lookahead into the next block)."""
         term = self._flags("terminals", start, look)
         tout = self._flags("timeouts", start, look) if self.has_timeouts else np.zeros(look - start, bool)
         end = term | tout
@@ -431,9 +425,7 @@ class _StreamState:
 
 def _time_limit_ends(term: np.ndarray, steps_before: int, limit: int) -> np.ndarray:
     """Rows where a time limit of ``limit`` steps cuts an episode (files without timeouts).
-
-    ``steps_before`` is how many steps the episode open at the first row has already taken.
-    Between terminals the cuts repeat every ``limit`` rows, so a modulo finds them all.
+    ``steps_before``: steps the episode open at the first row has already taken.
     """
     n = len(term)
     prev_term = np.zeros(n, bool)
@@ -453,8 +445,8 @@ def _is_array(obj: Any) -> bool:
 
 
 def _ted_info_parts(h5_name: str) -> tuple[str, ...]:
-    """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/``
-    (as key parts, cleaned by :func:`rlds_cli.formats.keys.clean_keys`)."""
+    """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/`` (as key
+    parts for :func:`rlds_cli.formats.keys.clean_keys`)."""
     name = h5_name[len("infos/") :] if h5_name.startswith("infos/") else h5_name
     return ("info", *name.split("/"))
 

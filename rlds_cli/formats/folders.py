@@ -1,40 +1,30 @@
-"""Folders of episode files: what a writer may still be filling, and the row counts writers put in
-the files' names.
+"""Folders of episode files that a writer may still be filling (V-D4RL, Gen-DGRL, AMAGO), and the
+row counts writers put in file names.
 
-Folders of episode files that a writer may still be filling (V-D4RL, Gen-DGRL, AMAGO).
+Rules (``docs/formats.md``, "Folders of episode files"):
 
-The rules (``docs/formats.md``, "Folders of episode files"):
+* **Ignored names.** Names starting with ``.`` (temporary files such as rsync's
+  ``.name.npz.Xy12Ab``, rlds's own ``.rlds/``) and names ending in an in-progress suffix
+  (:data:`IN_PROGRESS_SUFFIXES`) are never read.
+* **Half-written files.** The writers write the final name directly: DreamerV2's, DrQ-v2's and
+  Gen-DGRL's ``save_episode`` write ``np.savez_compressed`` into a ``BytesIO``, then its bytes to
+  ``<final name>.npz``; AMAGO's ``save_to_disk`` calls ``np.savez(path)`` (or ``pickle.dump`` into
+  ``<path>.traj``). So a folder being written holds a truncated file under its final name. Such
+  a file stops the conversion with one line naming it, unless ``--option skip_bad_files=true``:
+  then it is skipped and named in the conversion notes. A hostile file (a bomb, links out) is
+  never skipped.
 
-* **Ignored names.** A file or folder whose name starts with ``.`` (hidden: an editor's or a
-  copy tool's temporary file such as rsync's ``.name.npz.Xy12Ab``, or rlds's own ``.rlds/``)
-  and a name ending in an in-progress suffix (:data:`IN_PROGRESS_SUFFIXES`: ``.tmp``,
-  ``.part``...) are never read.
-* **Half-written files.** The writers open the final name and write into it: DreamerV2's
-  ``save_episode`` and DrQ-v2's and Gen-DGRL's ``save_episode`` write ``np.savez_compressed``
-  into a ``BytesIO`` and then its bytes to ``<final name>.npz``; AMAGO's ``save_to_disk`` calls
-  ``np.savez(path)`` (or ``pickle.dump`` into ``<path>.traj``) directly. So while an actor
-  writes, the folder holds a truncated file under its final name. Such a file (unreadable,
-  truncated, corrupt) stops the conversion with one line naming it, unless the user asks to
-  convert the rest (``--option skip_bad_files=true``): then it is skipped, and every skipped
-  file is named in the conversion notes. A hostile file (a bomb, links out) is never skipped.
-
-**Row counts in file names.** Row counts that episode writers put in file names, and how rlds
-checks them.
-
-Three writers name V-D4RL-style episode files, and they do not agree on the count
-(``docs/formats.md``, "V-D4RL"):
+**Row counts in file names** (``docs/formats.md``, "V-D4RL"); three writers disagree:
 
 * DreamerV2's ``save_episode`` (``dreamerv2/common/replay.py``): ``{timestamp}-{uuid4 hex}-{n}.npz``
-  with ``n = eplen(episode) = len(episode['action']) - 1``: the reset row is not counted.
+  with ``n = eplen(episode) = len(episode['action']) - 1`` (the reset row not counted).
 * DrQ-v2's ``ReplayBufferStorage._store_episode`` (``drqv2/replay_buffer.py``):
-  ``{timestamp}_{index}_{n}.npz`` with ``n = episode_len(episode)``, also rows - 1 ("the dummy
-  first transition").
-* V-D4RL's own ``conversion_scripts/hdf5_to_npz.py``: Dreamer's pattern with
+  ``{timestamp}_{index}_{n}.npz`` with ``n = episode_len(episode)``, also rows - 1.
+* V-D4RL's ``conversion_scripts/hdf5_to_npz.py``: Dreamer's pattern with
   ``n = len(episode['action'])``, every row counted (501 for a 500-step episode).
 
-So a name says ``rows - 1`` or ``rows``, and both are accepted silently. The name is only a label
-(the arrays are checked against each other, and they decide): any other number is a warning,
-recorded in the conversion notes, never a refusal.
+``rows - 1`` and ``rows`` are both accepted silently; the arrays decide, so any other number is a
+warning in the conversion notes, never a refusal.
 """
 
 from __future__ import annotations
@@ -59,8 +49,8 @@ def named_rows(path: Path) -> int | None:
 
 
 def name_mismatch(path: Path, rows: int) -> str | None:
-    """A warning when ``path``'s name counts neither ``rows - 1`` (DreamerV2, DrQ-v2) nor
-    ``rows`` (V-D4RL's ``hdf5_to_npz.py``); ``None`` when it agrees or carries no count."""
+    """A warning when ``path``'s name counts neither ``rows - 1`` (DreamerV2, DrQ-v2) nor ``rows``
+    (V-D4RL); ``None`` when it agrees or carries no count."""
     named = named_rows(path)
     if named is None or named in (rows - 1, rows):
         return None
@@ -85,15 +75,15 @@ def ignored_name(relative: Path) -> bool:
 
 
 def folder_files(folder: Path, wanted: Callable[[Path], bool]) -> list[Path]:
-    """The files under ``folder`` that ``wanted`` accepts, hidden and in-progress names left
-    out, in sorted path order."""
+    """The files under ``folder`` that ``wanted`` accepts, minus hidden and in-progress names, in sorted
+    path order."""
     return sorted(
         p for p in folder.rglob("*") if p.is_file() and not ignored_name(p.relative_to(folder)) and wanted(p)
     )
 
 
 class BadFiles:
-    """The broken files of one conversion: skipped (when the user asked) or the one error line."""
+    """The broken files of one conversion: skipped (when the user asked), or a single error line."""
 
     def __init__(self, skip: bool) -> None:
         self.skip = bool(skip)

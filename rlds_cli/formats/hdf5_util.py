@@ -1,24 +1,17 @@
-"""HDF5 reading shared by the HDF5-based readers: small h5py helpers, and gzip-compressed rows
-inflated on several threads.
+"""HDF5 reading shared by the HDF5-based readers: small h5py helpers, the untrusted-file checks,
+and gzip-compressed rows inflated on several threads.
 
-Small h5py helpers shared by the HDF5-based readers.
+h5py runs every call under one global lock, so chunks inflate one at a time; D4RL writes every
+array with ``compression='gzip'`` and h5py's automatic chunks (one column per chunk), and
+inflating is most of a conversion's time (docs/benchmarks.md, "the first download").
+:class:`ChunkRows` reads a row range's compressed chunks from the file itself (addresses from
+HDF5's chunk index, read once per dataset; ``os.pread`` releases the GIL, where
+``read_direct_chunk`` cost 90 us a chunk under h5py's lock), inflates them with libdeflate
+(:func:`inflate`, GIL released) and places them in the output, on a thread pool.
 
-**Inflated on several threads.** Rows of gzip-compressed HDF5 datasets, inflated on several threads.
-
-h5py runs every call under one global lock, so a file's chunks inflate one at a time, on one
-core, whatever the reader does. D4RL's generators write every array with
-``compression='gzip'`` and h5py's automatic chunk shape ((15,625, 1) for a (10**6, 17) float32
-array: one column per chunk), and inflating is most of a conversion's time (docs/benchmarks.md,
-"the first download"). :class:`ChunkRows` reads the compressed bytes of the chunks a row range
-needs from the file itself (each chunk's address and size from HDF5's chunk index, read once per
-dataset; ``os.pread`` releases the GIL, where ``read_direct_chunk`` cost 90 us a chunk under
-h5py's lock), inflates them with libdeflate (:func:`inflate`, which releases the GIL too) and
-places each chunk's part in the output, all three on a thread pool.
-
-It serves only the datasets it reproduces exactly (:func:`inflatable`): chunked, one deflate
-filter and nothing else, a plain numeric dtype, every chunk of the range allocated. Anything else
-(shuffle, fletcher32, other codecs, a sparse chunk, a virtual dataset) is read by h5py as before.
-A chunk that does not inflate to its full size is damage: the same ``OSError`` h5py raises.
+It serves only datasets it reproduces exactly (:func:`inflatable`): chunked, deflate as the only
+filter, a plain numeric dtype, every chunk of the range allocated; anything else is read by h5py.
+A chunk that does not inflate to its full size raises the same ``OSError`` h5py raises.
 """
 
 from __future__ import annotations
@@ -53,8 +46,8 @@ def is_hdf5_name(path: Path) -> bool:
 
 
 def hdf5_top_keys(path: Path) -> tuple[str, ...] | None:
-    """The names at the root of an HDF5 file, or ``None`` when it will not open: what the
-    format sniffers look at (remembered per file version, as several sniffers ask in turn)."""
+    """The names at the root of an HDF5 file, or ``None`` when it will not open (for the format
+    sniffers; cached per file version)."""
     try:
         st = path.stat()
     except OSError:
@@ -74,15 +67,14 @@ def _top_keys(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
 
 
 def open_hdf5(path: Path, *, check_datasets: bool = True) -> Any:
-    """Open an HDF5 file read-only, turning h5py's errors into one-line rlds errors, and check
-    it with :func:`check_tree` (no links out of the file, no bombs) before any data is read.
+    """Open an HDF5 file read-only (h5py's errors as one-line rlds errors) and check it with
+    :func:`check_tree` before any data is read.
 
     Args:
         path: The file.
-        check_datasets: Also check every dataset's storage up front. A reader that opens
-            thousands of small datasets itself (Minari) passes ``False`` and calls
-            :func:`check_dataset` on each one it reads instead, which costs less than opening
-            each twice.
+        check_datasets: Also check every dataset's storage up front. A reader that opens thousands
+            of small datasets (Minari) passes ``False`` and calls :func:`check_dataset` on each one
+            it reads, rather than opening each twice.
     """
     import h5py
 
@@ -106,16 +98,12 @@ def open_hdf5(path: Path, *, check_datasets: bool = True) -> Any:
 
 
 def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
-    """Refuse an HDF5 file that would make rlds read anything but its own bytes, or far more
-    data than it holds (the rules of :mod:`rlds_cli.formats.untrusted`).
+    """Refuse an HDF5 file that would make rlds read anything but its own bytes, or far more data than
+    it holds (:mod:`rlds_cli.formats.untrusted`). Every link is visited once, without reading data:
 
-    Every link of the file is looked at once, without reading data:
-
-    * external links (data in another file, any file the user can read), soft links (which can
-      also form cycles) and user-defined links are refused: every object must be reached by
-      hard links only;
-    * an object reached by two hard links (a group linked into itself makes a cycle) is refused;
-    * groups nested deeper than :data:`MAX_DEPTH` levels are refused;
+    * external, soft and user-defined links are refused (every object reached by hard links only);
+    * an object reached by two hard links (a cycle) is refused;
+    * groups nested deeper than :data:`MAX_DEPTH` are refused;
     * with ``check_datasets``, every dataset is checked by :func:`check_dataset`.
 
     Raises:
@@ -127,8 +115,8 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
     seen: dict[int, bytes] = {}  # object address -> the first link that reached it
     hard = h5l.TYPE_HARD
 
-    # (an exception raised inside an h5py visitor surfaces as a SystemError: the visitor only
-    # records, and returning anything but None stops the visit)
+    # the visitor only records: an exception inside it surfaces as SystemError, and a non-None
+    # return stops the visit
     def link(name: bytes, info: Any) -> int | None:
         if info.type == hard:
             first = seen.setdefault(info.u, name)
@@ -166,13 +154,11 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
 def check_dataset(
     path: Path, name: str, dsid: Any, shape: tuple[int, ...] | None = None, dtype: Any = None
 ) -> None:
-    """Refuse one HDF5 dataset (an ``h5py.h5d.DatasetID``) whose data is not in the file itself
-    (external raw storage, a virtual layout mapping other files), or whose declared size is far
-    over the bytes the file stores for it (:func:`untrusted.check_declared`), or past the end of
-    the file.
+    """Refuse one HDF5 dataset (an ``h5py.h5d.DatasetID``) whose data is not in the file (external raw
+    storage, a virtual layout mapping other files), whose declared size is far over its stored bytes
+    (:func:`untrusted.check_declared`), or that lies past the end of the file.
 
-    ``shape`` and ``dtype`` may be passed by a caller that has them already (each costs a call
-    into HDF5, which adds up over thousands of small datasets).
+    ``shape`` and ``dtype`` may be passed when the caller has them (each costs an HDF5 call).
 
     Raises:
         UnsafeSourceError: Naming the file and the dataset.
@@ -211,10 +197,9 @@ def check_dataset(
 
 
 def _virtual_problem(dsid: Any, plist: Any) -> tuple[str | None, int]:
-    """A virtual dataset may map datasets of its own file only (source file ``.``, what h5py
-    writes for a source in the same file; D4RL's CARLA files are built that way): what is wrong
-    with it, or ``None`` and the bytes its distinct sources store (so a mapping that repeats one
-    small source, or leaves most of the array to the fill value, counts as a bomb)."""
+    """What is wrong with a virtual dataset (``None``: nothing), and the bytes its distinct sources
+    store. Only sources in its own file (``.``, as h5py writes; D4RL's CARLA files) are allowed; a
+    mapping repeating one small source or left mostly to the fill value counts as a bomb."""
     import h5py
     from h5py import h5d
 
@@ -267,8 +252,8 @@ def to_jsonable(value: Any) -> Any:
 
 
 def collect_metadata(group: Any, prefix: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """Walk an HDF5 group: attributes, scalars and small arrays into ``meta``; larger arrays
-    into ``arrays``. Keys are ``/``-joined paths below ``prefix``."""
+    """Walk an HDF5 group: attributes, scalars and small arrays into ``meta``, larger arrays into
+    ``arrays``, keyed by ``/``-joined paths below ``prefix``."""
     import h5py
 
     for attr, value in group.attrs.items():
@@ -289,9 +274,8 @@ def collect_metadata(group: Any, prefix: str, meta: dict[str, Any], arrays: dict
 
 
 def inflate(raw: bytes, size: int) -> bytearray:
-    """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate
-    (1.3-1.7x zlib's rate for a buffer of known size; it releases the GIL). Raises ``OSError``
-    on a damaged stream."""
+    """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate (1.3-1.7x
+    zlib's rate; releases the GIL). Raises ``OSError`` on a damaged stream."""
     try:
         return zlib_decompress(raw, size)
     except DeflateError as exc:
@@ -305,8 +289,8 @@ DEFLATE_FILTER = 1
 
 
 def inflatable(dataset: Any) -> bool:
-    """Whether :class:`ChunkRows` reads ``dataset`` (an ``h5py.Dataset``) exactly: chunked, with
-    deflate as its only filter, a fixed-size numeric dtype, not virtual."""
+    """Whether :class:`ChunkRows` reads ``dataset`` (an ``h5py.Dataset``) exactly: chunked, deflate as
+    its only filter, a fixed-size numeric dtype, not virtual."""
     try:
         if dataset.chunks is None or dataset.is_virtual or dataset.dtype.kind not in INFLATABLE_KINDS:
             return False
@@ -334,8 +318,8 @@ class _Stored:
 
 @dataclass
 class _Layout:
-    """What reading one dataset's chunks needs, looked up once (each h5py property is a call
-    under its lock): the file, the chunk shape, the dtype, the chunk index."""
+    """What reading one dataset's chunks needs, looked up once (each h5py property is a call under its
+    lock): file, chunk shape, dtype, chunk index."""
 
     dataset: Any  # held, so that the id() it is filed under is never reused
     name: str
@@ -365,11 +349,10 @@ class _Layout:
 
 
 class ChunkRows:
-    """Reads row ranges of :func:`inflatable` datasets, inflating their chunks on ``threads``
-    threads (1: inline). Keeps the chunks of each dataset's last row of chunks, decoded, so a
-    block's one row of lookahead is not inflated twice; :meth:`prefetch` begins inflating the next
-    block's chunks while the caller works on this one. Not thread-safe; :meth:`close` stops the
-    threads and closes the files."""
+    """Reads row ranges of :func:`inflatable` datasets, inflating chunks on ``threads`` threads (1:
+    inline). Keeps each dataset's last row of chunks decoded, so a block's one-row lookahead is not
+    inflated twice; :meth:`prefetch` starts on the next block's chunks. Not thread-safe; :meth:`close`
+    stops the threads and closes the files."""
 
     def __init__(self, threads: int | None = None) -> None:
         threads = default_threads() if threads is None else threads
@@ -387,9 +370,8 @@ class ChunkRows:
         self._layouts.clear()
 
     def prefetch(self, dataset: Any, start: int, stop: int) -> None:
-        """Begin inflating the chunks rows ``start:stop`` of ``dataset`` need, for the
-        :meth:`read` that follows (memory: those chunks, decoded). Inline (one thread): nothing.
-        A chunk that cannot be read is left for that :meth:`read` to report."""
+        """Begin inflating the chunks that rows ``start:stop`` of ``dataset`` need, for the following
+        :meth:`read` (nothing when inline). A chunk that cannot be read is left for that :meth:`read`."""
         if self._pool is None or stop <= start:
             return
         layout = self._layout(dataset)
@@ -495,9 +477,8 @@ def _fill(
     start: int,
     stop: int,
 ) -> np.ndarray:
-    """The chunk at ``offset``: kept decoded, being decoded (a prefetch's, waited for: it was
-    submitted earlier, so it runs or has run), or loaded here from ``source``
-    (:meth:`_Layout.source`); placed in ``out`` and returned."""
+    """The chunk at ``offset``, kept decoded, being decoded by a prefetch (waited for), or loaded from
+    ``source`` (:meth:`_Layout.source`); placed in ``out`` and returned."""
     if isinstance(source, np.ndarray):
         data = source
     else:
@@ -507,8 +488,8 @@ def _fill(
 
 
 def _place(out: np.ndarray, chunk: np.ndarray, offset: tuple[int, ...], start: int, stop: int) -> None:
-    """Copy the part of ``chunk`` (at ``offset`` in its dataset) that lies in rows ``start:stop``
-    into ``out`` (those rows). An edge chunk is stored whole: its padding is cut."""
+    """Copy the rows ``start:stop`` part of ``chunk`` (at ``offset``) into ``out``; an edge chunk's
+    padding is cut."""
     row = offset[0]
     lo, hi = max(start, row), min(stop, row + chunk.shape[0])
     inner = tuple(

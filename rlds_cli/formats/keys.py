@@ -1,24 +1,20 @@
-"""Source names -> TED keys: the one key cleaner every reader uses, and the text-column rule.
+"""Source names -> TED keys: the key cleaner every reader uses, and the text-column rule.
 
-A TED key is made of parts separated by ``/``; each part is one or more of ``A-Z a-z 0-9 _ . -``
-and is neither ``.`` nor ``..``, at most 200 characters a part and 32 parts (:func:`key_problem`;
-the storage backends refuse any other key before it becomes a file path). Source formats allow
-more: HDF5 names with spaces (``infos/pos x``), ``.npz`` member names with any character,
-tensordict keys. The rules, also written out in ``docs/formats.md`` ("Key names"):
+A TED key is ``/``-separated parts, each of ``A-Z a-z 0-9 _ . -``, neither ``.`` nor ``..``, at
+most 200 characters a part and 32 parts (:func:`key_problem`; the storage backends refuse any
+other key). Source names allow more (HDF5 ``infos/pos x``, any ``.npz`` member name, tensordict
+keys). The rules (also in ``docs/formats.md``, "Key names"):
 
-* Every part of a source name is cleaned on its own: each character outside
-  ``A-Z a-z 0-9 _ . -`` becomes ``_``; an empty part becomes ``_`` and a part ``.``/``..``
-  becomes ``_``/``__``.
-* Names are cleaned group by group (the parts under one parent). When several names of one
-  group clean to the same part, the one whose name is already clean keeps it; the others, in
-  order of their source names (by code point), get the first free suffix ``_2``, ``_3``, ...
-  (free: no other name in that group uses it). Two source names therefore never share a key,
-  and a leaf never shares a name with a group, whatever order the source lists them in.
+* Each part is cleaned on its own: a character outside ``A-Z a-z 0-9 _ . -`` becomes ``_``; an
+  empty part becomes ``_``, a part ``.``/``..`` becomes ``_``/``__``.
+* Names are cleaned per group (the parts under one parent). When several clean to the same part,
+  an already-clean name keeps it; the others, by source name (code point order), get the first
+  suffix ``_2``, ``_3``, ... unused in that group. So two source names never share a key and a
+  leaf never shares a name with a group, whatever the source's order.
 * Every key that differs from its source name is listed in the conversion notes.
 
-Text and other object values (HDF5 variable-length strings, fixed-width byte or unicode
-strings, numpy object arrays) cannot live in the numeric cache: readers drop such columns and
-say so in the conversion notes (:func:`is_text`), never storing raw object pointers.
+Text and other object values (variable-length HDF5 strings, fixed-width bytes/unicode, object
+arrays) are dropped with a conversion note (:func:`is_text`); raw object pointers are never stored.
 """
 
 from __future__ import annotations
@@ -28,8 +24,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-# The key grammar itself lives in the bottom layer (the cache checks keys with it without importing
-# any format); re-exported here for the readers, which clean source names into it.
+# The key grammar lives in the bottom layer (the cache checks keys without importing a format);
+# re-exported for the readers.
 from rlds_cli.cache.ted import MAX_KEY_PART_CHARS as MAX_KEY_PART_CHARS
 from rlds_cli.cache.ted import MAX_KEY_PARTS as MAX_KEY_PARTS
 from rlds_cli.cache.ted import is_valid_key as is_valid_key
@@ -51,13 +47,12 @@ def clean_keys(wanted: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """Valid, distinct TED keys for the names of one source.
 
     Args:
-        wanted: Per source name (any unique label, e.g. an HDF5 path), the parts of the key the
-            reader would give it before cleaning (``("info", "pos x")``).
+        wanted: Per source name (any unique label, e.g. an HDF5 path), the parts of the key before
+            cleaning (``("info", "pos x")``).
 
     Returns:
-        Per source name, its TED key. Distinct source names always get distinct keys, and no
-        key is a group (``/``-prefix) of another. The result depends only on ``wanted``'s
-        contents, not on its order.
+        Per source name, its TED key. Distinct names get distinct keys, no key is a group
+        (``/``-prefix) of another, and the result does not depend on ``wanted``'s order.
     """
     out: dict[str, str] = {}
     items = [(label, tuple(parts)) for label, parts in wanted.items()]
@@ -107,7 +102,6 @@ def _assign(items: list[tuple[str, tuple[str, ...]]], prefix: tuple[str, ...], o
 
 def renamed_note(keys: Mapping[str, str], wanted: Mapping[str, Sequence[str]]) -> str | None:
     """A conversion note listing the keys that differ from their source names (``None``: none).
-
     ``keys`` is :func:`clean_keys`'s result for ``wanted``.
     """
     changed = sorted((label, key) for label, key in keys.items() if key != "/".join(wanted[label]))
@@ -121,8 +115,8 @@ def renamed_note(keys: Mapping[str, str], wanted: Mapping[str, Sequence[str]]) -
 
 
 def is_text(dtype: np.dtype) -> bool:
-    """Whether values of ``dtype`` are text or Python objects (variable-length HDF5 strings and
-    arrays read as ``object``, fixed-width ``bytes``/``str``): not storable in the cache."""
+    """Whether values of ``dtype`` are text or Python objects (variable-length HDF5 strings, ``object``
+    arrays, fixed-width ``bytes``/``str``): not storable in the cache."""
     return np.dtype(dtype).kind in "OSU"
 
 

@@ -1,15 +1,10 @@
 """``.npz`` files read without loading whole arrays: members row by row, and an h5py-like view of a
 file.
 
-Reading ``.npz`` members row by row, without loading whole arrays.
-
-``np.load`` of a compressed ``.npz`` inflates each array entirely (a visual OGBench file would
-need tens of GB). :class:`NpyStream` reads the ``.npy`` header of one member and then inflates
-rows on demand through :mod:`zipfile`'s streaming reader, so memory is one block per key.
-
-**An h5py-like view.** A read-only, h5py-like view of an ``.npz`` file, so the D4RL reader reads
-the D4RL layout from ``.npz`` too (what ``rlds export --to npz`` writes), streaming row blocks
-from the zip."""
+``np.load`` of a compressed ``.npz`` inflates each array whole (tens of GB for a visual OGBench
+file). :class:`NpyStream` reads one member's ``.npy`` header, then inflates rows on demand through
+:mod:`zipfile`'s streaming reader: memory is one block per key. :class:`NpzAsH5` lets the D4RL
+reader read the D4RL layout from ``.npz`` (what ``rlds export --to npz`` writes)."""
 
 from __future__ import annotations
 
@@ -43,9 +38,8 @@ def open_npz(path: Path) -> zipfile.ZipFile:
 
 
 def npz_names(path: Path) -> tuple[str, ...] | None:
-    """The member names of an ``.npz`` file (``.npy`` left off), or ``None`` when it is no
-    readable zip: what the format sniffers look at (remembered per file version, as several
-    sniffers ask in turn)."""
+    """The member names of an ``.npz`` file (``.npy`` left off), or ``None`` when it is no readable
+    zip (for the format sniffers; cached per file version)."""
     if not path.name.lower().endswith(".npz"):
         return None
     try:
@@ -93,8 +87,8 @@ class NpyStream:
                 f"{path}: array {key!r} holds Python objects (pickled); rlds reads numeric arrays only"
             )
         self.shape, self.dtype = untrusted.require_shape(path, key, shape), np.dtype(dtype)
-        # untrusted input: the header's shape must be backed by the member's bytes, and those by
-        # its compressed bytes, before a row is read or a buffer allocated
+        # untrusted: the header's shape must be backed by the member's (compressed) bytes before
+        # a row is read or a buffer allocated
         info = zf.getinfo(f"{key}.npy")
         declared = untrusted.declared_bytes(self.shape, self.dtype)
         if declared > info.file_size:
@@ -155,8 +149,8 @@ class NpyStream:
 
 
 class NpzColumn:
-    """One ``.npz`` member read forward in row ranges; a range may start at most where the
-    previous one did (the reader's one-row lookahead), anything earlier reopens the member."""
+    """One ``.npz`` member read forward in row ranges; a range may start at most where the previous one
+    did (the reader's one-row lookahead), anything earlier reopens the member."""
 
     attrs: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # npz members have no attributes
 

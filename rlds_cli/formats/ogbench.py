@@ -2,25 +2,24 @@
 
 An OGBench file concatenates trajectories row by row: ``observations``, ``actions``,
 ``terminals`` (set on each trajectory's last row), ``qpos``, ``qvel`` and sometimes
-``button_states``; there are no rewards and no next observations. The rules below are written
-out in ``docs/formats.md``:
+``button_states``; no rewards, no next observations. Rules (``docs/formats.md``):
 
 * A trajectory of ``L`` rows is ``L - 1`` transitions: step ``t`` is
-  ``(observations[t], actions[t]) -> observations[t + 1]``; the last row's observation is the
-  final observation and its action (which has no next state) is not stored (OGBench's own
-  ``load_dataset`` drops those rows the same way). Counted in ``conversion.dropped_rows``.
-* ``terminals`` marks where a trajectory ends, not why (OGBench sets it for
-  ``terminated or truncated``, and its data-collection episodes end by the time limit), so every
-  episode ends **truncated**. A trajectory of one row has no transition and is dropped.
+  ``(observations[t], actions[t]) -> observations[t + 1]``; the last row is the final
+  observation and its action is not stored (as OGBench's ``load_dataset`` drops it); counted in
+  ``conversion.dropped_rows``.
+* ``terminals`` marks where a trajectory ends, not why (OGBench sets it for ``terminated or
+  truncated``; its collection episodes end by the time limit), so every episode ends
+  **truncated**. A one-row trajectory has no transition and is dropped.
 * The file's last row always ends a trajectory.
-* **Rewards**: the files carry none (OGBench tasks are goal-conditioned; rewards come from
-  relabelling). ``next/reward`` is all zeros, recorded in the manifest's notes, unless the file
-  has a ``rewards`` array (relabelled single-task data), which is then used row for row.
-* Every other array with one row per row (``qpos``, ``qvel``, ``button_states``...) is
-  observation-like: stored once as ``info/<key>``, read back at t and t + 1.
-* Several files (train and ``-val``) are converted one after the other, never merging a
-  trajectory across files; the file of each episode is in ``source_metadata.npz``
-  (``ogbench/episode_file``). Usually convert each split into its own dataset.
+* **Rewards**: none in the files (goal-conditioned; rewards come from relabelling).
+  ``next/reward`` is all zeros, noted in the manifest, unless the file has a ``rewards`` array
+  (relabelled single-task data), used row for row.
+* Every other per-row array (``qpos``, ``qvel``, ``button_states``...) is observation-like:
+  stored once as ``info/<key>``, read back at t and t + 1.
+* Several files (train and ``-val``) are converted one after the other, never joining a
+  trajectory across files; each episode's file is in ``source_metadata.npz``
+  (``ogbench/episode_file``). Usually each split is converted into its own dataset.
 """
 
 from __future__ import annotations
@@ -159,8 +158,8 @@ class OGBenchReader(Reader):
         )
 
     def _plan_info_keys(self) -> None:
-        """Array name -> TED key of the extra per-row arrays (``info/<name>``, one cleaner for
-        every reader); text arrays are dropped with a note."""
+        """Array name -> TED key of the extra per-row arrays (``info/<name>``); text arrays are dropped
+        with a note."""
         assert self._schema is not None
         wanted: dict[str, tuple[str, ...]] = {}
         for key, (_, dtype) in sorted(self._schema.items()):

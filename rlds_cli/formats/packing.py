@@ -1,25 +1,17 @@
-"""Pieces of episodes -> :class:`StepBlock` s: the one block packer of every reader, the one
-block-size rule, and the schema rule of every episode-structured reader.
+"""Pieces of episodes -> :class:`StepBlock` s: the block packer of every reader, the block-size
+rule, and the schema rule of episode-structured readers.
 
-A reader hands the :class:`BlockPacker` what it read, in order: :class:`Piece` s (a run of
-consecutive steps of one episode: a whole episode, or a segment of a long one) or blocks it built
-itself (a chunk spanning several episodes, :meth:`BlockPacker.add_block`). The packer gathers
-them into blocks of about :data:`BLOCK_BYTES` (or ``block_rows`` steps), marks each episode's end
-(``next/terminated``, ``next/truncated``, its final observation known or filled in, its source
-id), and never copies a piece that fills a block on its own: the pending ones go out first.
-
+A reader hands the :class:`BlockPacker`, in order, :class:`Piece` s (consecutive steps of one
+episode: a whole episode or a segment) or blocks it built itself (:meth:`BlockPacker.add_block`).
+The packer gathers them into blocks of about :data:`BLOCK_BYTES` (or ``block_rows`` steps), marks
+each episode's end (``next/terminated``, ``next/truncated``, final observation known or filled
+in, source id), and never copies a piece that fills a block on its own.
 :func:`rows_per_block` is the same budget for readers that read a fixed number of rows at a time.
 
-**Whole episodes checked against the first one.** Whole episodes checked against the first one:
-the schema rule of every episode-structured reader.
-
-Minari, Roboset, AMAGO and Gen-DGRL sources are read episode by episode (or trajectory by
-trajectory). Each reader turns one into an :class:`Episode` (a whole-episode
-:class:`~rlds_cli.formats.packing.Piece`: observation-like columns with ``T + 1`` rows, per-step
-columns with ``T`` rows, how it ended) and hands it to the
-:class:`~rlds_cli.formats.packing.BlockPacker` with an :class:`EpisodeSchema` as its ``admit``
-check, which makes every episode have the schema of the first one (so a file with mixed shapes
-fails with a message naming the episode, not deep in the builder).
+Episode-structured readers (Minari, Roboset, AMAGO, Gen-DGRL) hand over whole :class:`Episode` s
+(observation-like columns ``T + 1`` rows, per-step columns ``T``) with an :class:`EpisodeSchema`
+as ``admit``, so every episode must have the first one's schema (mixed shapes fail naming the
+episode, not deep in the builder).
 """
 
 from __future__ import annotations
@@ -39,8 +31,7 @@ BLOCK_BYTES = 8 * 1024 * 1024
 
 
 def rows_per_block(row_bytes: int, lo: int = 1, hi: int = 1 << 18) -> int:
-    """Rows of ``row_bytes`` bytes each in about :data:`BLOCK_BYTES`, kept within ``[lo, hi]``
-    (a reader's bounds: enough rows that per-block costs stay small, few enough for memory)."""
+    """Rows of ``row_bytes`` bytes in about :data:`BLOCK_BYTES`, clipped to ``[lo, hi]``."""
     return int(np.clip(BLOCK_BYTES // max(row_bytes, 1), lo, hi))
 
 
@@ -108,12 +99,12 @@ def _block_bytes(block: StepBlock) -> int:
 class BlockPacker:
     """Gathers pieces of episodes (or blocks) into blocks of about ``block_bytes`` bytes, or
     ``block_rows`` steps when given; a piece that would overflow the pending ones sends them out
-    first, so a piece that fills a block alone is passed on without a copy.
+    first, so a piece that fills a block alone passes without a copy.
 
     Args:
         block_rows: Steps per block at most (``None``: bytes only).
-        admit: Asked for each piece before it is queued; ``False`` leaves it out (an episode
-            without a transition), raising stops the conversion (a schema that differs).
+        admit: Asked for each piece before it is queued; ``False`` leaves it out (an episode without
+            a transition), raising stops the conversion (a schema that differs).
         block_bytes: Target bytes per block.
     """
 
@@ -180,8 +171,8 @@ class BlockPacker:
 
 
 def _per_end(values: list[Any], blocks: list[StepBlock], default: bool | int) -> np.ndarray | None:
-    """One per-end array of several blocks (``None`` when no block has one; a block without one
-    gets ``default`` for each of its ends)."""
+    """One per-end array for several blocks (``None`` when no block has one; a block without one gets
+    ``default`` per end)."""
     if all(v is None for v in values):
         return None
     filled = [np.full(len(b.ends), default) if v is None else v for v, b in zip(values, blocks, strict=True)]

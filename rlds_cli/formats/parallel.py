@@ -1,9 +1,8 @@
 """Ordered parallel map over source files, in worker processes, with a bounded window.
 
-Readers of many-file sources (Roboset, AMAGO) read each file in a worker process and get the
-results back **in input order**, so the converted arrays are byte-identical whatever the
-number of workers. At most ``window`` results are in flight or waiting, which bounds memory
-to about ``window`` times the largest unit (see ``docs/formats.md``).
+Results come back in input order, so converted arrays are byte-identical whatever the number of
+workers; at most ``window`` results are in flight or waiting, bounding memory to about ``window``
+times the largest unit (``docs/formats.md``). Used by the Roboset and AMAGO readers.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ def ordered_map(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # forkserver: children start from a clean process, never a fork of this one (which may
-    # hold open HDF5 handles or a progress-bar thread's locks).
+    # forkserver: never fork this process (it may hold HDF5 handles or a progress thread's locks)
     ctx = multiprocessing.get_context("forkserver")
     window = window or 2 * workers
     pending: deque[Any] = deque()

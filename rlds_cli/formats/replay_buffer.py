@@ -1,33 +1,27 @@
 """diffusion_policy / UMI ``ReplayBuffer`` zarr stores (``--format replay_buffer``).
 
 diffusion_policy (``diffusion_policy/common/replay_buffer.py``) and UMI keep demonstrations in a
-zarr v2 group: ``data/<key>`` arrays, all of one length, steps of every episode end to end, and
-``meta/episode_ends`` (int64, the exclusive end of each episode). PushT's ``pusht_cchi_v7_replay``
-is a directory store; UMI's ``dataset.zarr.zip`` a ``ZipStore`` whose ``camera<i>_rgb`` arrays
-hold one JPEG-XL image per chunk (numcodecs id ``imagecodecs_jpegxl``). Both are read here;
-the rules below are written out in ``docs/formats.md``:
+zarr v2 group: ``data/<key>`` arrays of one length, every episode's steps end to end, and
+``meta/episode_ends`` (int64, each episode's exclusive end). PushT's ``pusht_cchi_v7_replay`` is a
+directory store; UMI's ``dataset.zarr.zip`` a ``ZipStore`` whose ``camera<i>_rgb`` arrays hold one
+JPEG-XL image per chunk (numcodecs id ``imagecodecs_jpegxl``). Rules (``docs/formats.md``):
 
-* **Episodes** are ``[episode_ends[i-1], episode_ends[i])``. ``episode_ends`` must be
-  one-dimensional integers, never decreasing, and end exactly where every ``data`` array ends
-  (upstream's ``ReplayBuffer`` asserts the same); an episode of no steps (two equal ends) is
-  dropped with a note. Episode ids are the upstream episode indices.
-* **Action**: ``data/action`` where there is one (diffusion_policy's datasets). Without it, as UMI
-  records (no action array; its sampler builds one), the action is UMI's: per robot
-  ``robot<i>_eef_pos``, ``robot<i>_eef_rot_axis_angle``, ``robot<i>_gripper_width``
-  concatenated, the pose at step ``t`` (UMI's dataset turns it into poses relative to the
-  current one when it samples). ``--option action_key=KEY`` picks another data array (it is
-  then not an observation), or ``umi`` for UMI's concatenation; anything else is refused with
-  the keys listed.
-* **Observations**: every other ``data/<key>`` is ``observation/<key>`` (camera frames, state,
-  keypoints, poses); camera arrays (``uint8`` ``(H, W, C)``) become frame columns under
-  ``--frames``. The next observation is the following step's; an episode's final observation is
-  not recorded: it repeats the last step's, flagged ``final_known = false``.
-* **Rewards and flags**: a replay buffer holds none: ``next/reward`` is 0, and every episode ends
-  truncated (a demonstration's end says nothing of success).
-* Other ``meta/`` arrays are kept in ``source_metadata.npz`` (``replay_buffer/meta/<key>``).
-* Missing chunks (zarr reads them as the fill value, as upstream does) are counted in a note;
-  a chunk that does not decode stops the conversion naming the array and rows.
-* ``--episodes A:B`` reads only the rows of those episodes (no other chunk is decoded).
+* **Episodes** are ``[episode_ends[i-1], episode_ends[i])``. ``episode_ends`` must be 1-d
+  integers, non-decreasing, ending exactly where every ``data`` array ends (as upstream asserts);
+  an empty episode is dropped with a note. Episode ids are the upstream indices.
+* **Action**: ``data/action`` where there is one (diffusion_policy). Otherwise (UMI records none;
+  its sampler builds one) UMI's: per robot ``robot<i>_eef_pos``, ``robot<i>_eef_rot_axis_angle``,
+  ``robot<i>_gripper_width`` concatenated, the pose at step ``t`` (UMI makes it relative when
+  sampling). ``--option action_key=KEY`` picks another data array (then not an observation), or
+  ``umi``; anything else is refused with the keys listed.
+* **Observations**: every other ``data/<key>`` is ``observation/<key>``; camera arrays (``uint8``
+  ``(H, W, C)``) become frame columns under ``--frames``. An episode's final observation is not
+  recorded: it repeats the last step's, ``final_known = false``.
+* **Rewards and flags**: none recorded: ``next/reward`` is 0, every episode ends truncated.
+* Other ``meta/`` arrays go to ``source_metadata.npz`` (``replay_buffer/meta/<key>``).
+* Missing chunks (read as the fill value, as upstream) are counted in a note; a chunk that does
+  not decode stops the conversion naming the array and rows.
+* ``--episodes A:B`` decodes only the chunks of those episodes' rows.
 """
 
 from __future__ import annotations
@@ -59,9 +53,8 @@ EPISODE_ENDS = "meta/episode_ends"
 
 
 def _store_kind(path: Path) -> str | None:
-    """``"dir"`` or ``"zip"`` where ``path`` holds a zarr v2 group with ``data`` and ``meta``
-    groups (the ``ReplayBuffer`` layout), else ``None``. Reads only directory entries or the
-    zip's central directory."""
+    """``"dir"`` or ``"zip"`` where ``path`` holds a zarr v2 group with ``data`` and ``meta`` groups,
+    else ``None``. Reads only directory entries or the zip's central directory."""
     try:
         if path.is_dir():
             if all((path / k).is_file() for k in (".zgroup", "data/.zgroup", "meta/.zgroup")):
@@ -85,12 +78,11 @@ def sniff(path: Path) -> bool:
 
 
 def nested_store(folder: Path) -> Path | None:
-    """The one ``ReplayBuffer`` store below ``folder`` (a directory store at any depth, or a
-    ``.zip`` of one), ``None`` when there is none: an unpacked archive such as diffusion_policy's
-    ``pusht.zip`` (``pusht/pusht_cchi_v7_replay.zarr/``).
+    """The one ``ReplayBuffer`` store below ``folder`` (a directory store at any depth, or a ``.zip`` of
+    one), as in an unpacked ``pusht.zip``; ``None`` when there is none.
 
     Raises:
-        SourceFormatError: Several stores below ``folder`` (the user names one).
+        SourceFormatError: Several stores below ``folder``.
     """
     candidates = {m.parent.parent for m in folder.rglob(".zgroup") if m.parent.name == "meta"}
     candidates |= set(folder.rglob("*.zip"))
@@ -114,8 +106,8 @@ class ReplayBufferOptions(ReaderOptions):
 
 @dataclass
 class _Array:
-    """One ``data/<key>`` array: its name in the store, its TED key (``""`` for the action), its
-    declared shape and dtype, and the zarr array it is read from."""
+    """One ``data/<key>`` array: store name, TED key (``""`` for the action), declared shape and dtype,
+    and its zarr array."""
 
     key: str
     ted: str
@@ -335,8 +327,7 @@ class ReplayBufferReader(Reader):
         self.observed = observed
 
     def _umi_action_keys(self) -> list[str]:
-        """UMI's action arrays in its sampler's order: per robot (``robot0``, ``robot1``...) its
-        pose, rotation and gripper width, those that are there (as its sampler takes them)."""
+        """UMI's action arrays present, in its sampler's order: per robot, pose, rotation, gripper width."""
         keys: list[str] = []
         robot = 0
         while f"robot{robot}_eef_pos" in self.arrays:
@@ -373,8 +364,8 @@ class ReplayBufferReader(Reader):
         return self.rows[1] - self.rows[0]
 
     def select_episodes(self, first: int, stop: int | None) -> int:
-        """Read only the episodes at stream positions ``[first, stop)`` (episodes of no steps are
-        not in the stream): their rows are one run of the arrays, so no other chunk is decoded."""
+        """Read only the episodes at stream positions ``[first, stop)`` (empty episodes are not in the
+        stream): one run of rows, so no other chunk is decoded."""
         kept = len(self.last_steps)
         if first >= kept:
             raise InvalidSelectionError(

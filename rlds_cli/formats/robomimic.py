@@ -1,50 +1,38 @@
-"""robomimic HDF5 files, and those written in its layout: LIBERO, RoboCasa, MimicGen; their metadata
-kept.
+"""robomimic HDF5 files, and those in its layout (LIBERO, RoboCasa, MimicGen), metadata kept.
 
 The layout (robomimic's ``dataset_states_to_obs.py``, LIBERO's ``create_dataset.py``):
-``data/demo_<N>/{actions, rewards, dones, states, obs/<k>, next_obs/<k>}`` with ``T`` rows
-each, per-demo attributes ``num_samples`` (= ``T``) and ``model_file``, ``data`` attributes
-``env_args`` (JSON) and ``total``, and filter keys ``mask/<key>`` (arrays of demo names). The
-rules below are written out in ``docs/formats.md``:
+``data/demo_<N>/{actions, rewards, dones, states, obs/<k>, next_obs/<k>}`` with ``T`` rows each,
+per-demo attributes ``num_samples`` (= ``T``) and ``model_file``, ``data`` attributes
+``env_args`` (JSON) and ``total``, and filter keys ``mask/<key>`` (arrays of demo names). Rules
+(``docs/formats.md``):
 
-* Demos are read in robomimic's order: by the number after ``demo_`` (what ``SequenceDataset``
-  sorts by); the number is the episode's source id. A group under ``data`` not named
-  ``demo_<N>`` is refused, as robomimic would fail on it.
-* Step ``t`` is ``(obs[t], actions[t]) -> next_obs[t]`` with reward ``rewards[t]``.
-  ``obs/<k>`` is ``observation/<k>``. ``next_obs`` must equal ``obs`` one row later (robomimic
-  copies it so); its last row is the real final observation. Without ``next_obs`` (LIBERO,
-  ``--exclude-next-obs``) the next observation is the following step's and the final one is
-  unknown: it repeats the last observation, ``final_known = false``.
-* ``dones`` is kept as ``info/dones`` (robomimic's ``done_mode`` 0 and 2 set it mid-demo on
-  success states); a demo ends terminated when its last ``dones`` is set, else truncated.
+* Demos are read in robomimic's order, by the number after ``demo_`` (what ``SequenceDataset``
+  sorts by), which is the episode's source id. A group under ``data`` not named ``demo_<N>`` is
+  refused, as robomimic would fail on it.
+* Step ``t`` is ``(obs[t], actions[t]) -> next_obs[t]`` with reward ``rewards[t]``; ``obs/<k>``
+  is ``observation/<k>``. ``next_obs`` must equal ``obs`` one row later (robomimic copies it so);
+  its last row is the real final observation. Without ``next_obs`` (LIBERO,
+  ``--exclude-next-obs``) the final observation repeats the last one, ``final_known = false``.
+* ``dones`` is kept as ``info/dones`` (``done_mode`` 0 and 2 set it mid-demo on success states);
+  a demo ends terminated when its last ``dones`` is set, else truncated.
 * Every other dataset of a demo (``states``, LIBERO's ``robot_states``, ``actions_abs``,
-  ``action_dict/<k>``) is ``info/<name>``, kept as stored; text datasets are dropped with a note.
-* Metadata (``env_args``, ``problem_info``, per-demo ``model_file``/``ep_meta``) and filter
-  keys: see :mod:`rlds_cli.formats.robomimic`.
-* Long demos are read in pieces of about :data:`~rlds_cli.formats.packing.BLOCK_BYTES`, so
-  memory stays bounded whatever a demo's length.
+  ``action_dict/<k>``) is ``info/<name>`` as stored; text datasets are dropped with a note.
+* Long demos are read in pieces of about :data:`~rlds_cli.formats.packing.BLOCK_BYTES`.
 
-**Metadata.** The metadata of a robomimic HDF5 file (robomimic, LIBERO, RoboCasa, MimicGen): the
-``data`` group's attributes, each demo's attributes, and the filter keys (``mask/<key>``), read
-once while the reader plans the conversion.
+**Metadata**, read once while planning:
 
-What is kept, and where (the rules are written out in ``docs/formats.md``):
-
-* ``data`` attributes: every one in the manifest (``source.metadata.robomimic.attrs``, as
-  written; arrays as lists). ``env_args`` (robomimic, LIBERO) and ``problem_info`` (LIBERO) are
-  JSON strings and are also kept parsed (``env_args``, ``problem_info``); LIBERO's
-  ``problem_info.language_instruction`` is ``language_instruction``.
-* Per-demo attributes, one row per episode in ``source_metadata.npz``
-  (:meth:`rlds_cli.cache.dataset.Dataset.episode_metadata` reads them back): text
-  (``model_file``, RoboCasa's ``ep_meta``, ``camera_info``) as ``robomimic/episode_<attr>``
-  ``[start, stop)`` byte ranges into ``robomimic/text/<attr>`` (UTF-8, each distinct text once;
-  ``-1`` where a demo has none); numbers (``num_samples``, LIBERO's ``init_state``) as
-  ``robomimic/episode_<attr>``. RoboCasa's ``ep_meta["lang"]`` is also ``robomimic/episode_lang``.
-* Filter keys: their names in ``source.metadata.filter_keys`` and, per episode, which keys hold
-  it (``filter_keys/episode_member``, bool, one column per name): row ``i`` describes the
-  dataset's episode ``i``, so the keys stay right after ``--episodes A:B``.
-
-robomimic HDF5 files, and those written in its layout: LIBERO, RoboCasa, MimicGen.
+* ``data`` attributes: all in the manifest (``source.metadata.robomimic.attrs``; arrays as
+  lists). The JSON strings ``env_args`` (robomimic, LIBERO) and ``problem_info`` (LIBERO) are
+  also kept parsed; LIBERO's ``problem_info.language_instruction`` is ``language_instruction``.
+* Per-demo attributes, one row per episode in ``source_metadata.npz`` (read back by
+  :meth:`rlds_cli.cache.dataset.Dataset.episode_metadata`): text (``model_file``, RoboCasa's
+  ``ep_meta``, ``camera_info``) as ``robomimic/episode_<attr>`` ``[start, stop)`` byte ranges into
+  ``robomimic/text/<attr>`` (UTF-8, each distinct text once; ``-1`` where a demo has none);
+  numbers (``num_samples``, LIBERO's ``init_state``) as ``robomimic/episode_<attr>``. RoboCasa's
+  ``ep_meta["lang"]`` is also ``robomimic/episode_lang``.
+* Filter keys: names in ``source.metadata.filter_keys``; per episode, which keys hold it
+  (``filter_keys/episode_member``, bool, one column per name), so they stay right after
+  ``--episodes A:B``.
 """
 
 from __future__ import annotations
@@ -72,8 +60,8 @@ JSON_ATTRS = ("env_args", "problem_info")
 
 
 def _text(value: Any) -> str | None:
-    """An attribute as text (h5py gives ``str`` for variable-length strings, ``bytes`` for
-    fixed-width ones), or ``None`` when it is not text."""
+    """An attribute as text (h5py gives ``str`` for variable-length strings, ``bytes`` for fixed-width),
+    or ``None``."""
     if isinstance(value, str):
         return value
     if isinstance(value, bytes | np.bytes_):
@@ -247,8 +235,8 @@ def membership(masks: dict[str, list[str]], demos: Sequence[str]) -> np.ndarray:
 
 
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
-#: Bytes a block gathers: demos of at least this much go to the cache as they were read, without
-#: the copy that joins smaller ones (image demos are megabytes each).
+#: Bytes a block gathers: demos of at least this much go to the cache without the copy that joins
+#: smaller ones (image demos are megabytes each).
 _BLOCK_BYTES = 1 << 20
 #: Datasets every demo must have (``obs`` is a group of them).
 _REQUIRED = ("actions", "rewards", "dones")
@@ -343,8 +331,8 @@ class RobomimicReader(Reader):
     # ------------------------------------------------------------------ planning
 
     def _plan(self) -> None:
-        """The demos in robomimic's order and their rows; the first demo checked whole (the
-        others are checked against it as they are read: each dataset is opened once)."""
+        """The demos in robomimic's order and their rows; the first demo is checked whole, the others
+        against it as they are read."""
         import h5py
 
         f, path = self._file, self.path
@@ -408,8 +396,8 @@ class RobomimicReader(Reader):
         self._piece_rows = self.block_rows or rows_per_block(row_bytes)
 
     def _check_demo(self, name: str) -> tuple[int, dict[str, Any]]:
-        """Check demo ``name`` against the layout and the first demo's datasets; its length and
-        its datasets (h5py objects) by path."""
+        """Check demo ``name`` against the layout and the first demo's datasets; returns its length and its
+        datasets (h5py objects) by path."""
         import h5py
 
         group, label = self._data[name], f"{self.path}:data/{name}"
@@ -498,8 +486,8 @@ class RobomimicReader(Reader):
         self._file.close()
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        """Yield every demo, in robomimic's order, in pieces of bounded size (each demo checked
-        against the first one's datasets as it is read)."""
+        """Yield every demo in robomimic's order, in pieces of bounded size, each checked against the first
+        demo's datasets as it is read."""
         packer = BlockPacker(self.block_rows, block_bytes=_BLOCK_BYTES)
         for demo in self.demos:
             length, nodes = self._check_demo(demo.name)

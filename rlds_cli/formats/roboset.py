@@ -1,23 +1,22 @@
 """Roboset / RoboHive HDF5 files (``Trial<N>`` groups), one episode per trial.
 
 RoboHive stores a rollout of horizon ``h`` as ``L = h + 1`` time-aligned rows: row ``t`` holds
-``observations[t]``, ``actions[t]`` (the action taken from it), and the ``rewards``, ``done``
-and ``env_infos`` returned together with ``observations[t]`` (row 0's come from the reset).
-The last row has no action (NaN). The rules below are written out in ``docs/formats.md``:
+``observations[t]``, ``actions[t]`` (taken from it), and the ``rewards``, ``done`` and
+``env_infos`` returned with ``observations[t]`` (row 0's from the reset). The last row's action is
+NaN. Rules (``docs/formats.md``):
 
 * A trial of ``L`` rows is ``L - 1`` transitions: step ``t`` is
   ``(observations[t], actions[t]) -> observations[t + 1]`` with reward ``rewards[t + 1]`` and
   ``terminated = done[t + 1]``. The last row is the final observation; its NaN action and the
-  reset row's reward are not transitions and are not stored (TorchRL keeps the NaN action and
-  zero-fills the final row's next observation; rlds makes nothing up).
+  reset row's reward are not stored (TorchRL keeps the NaN action and zero-fills the final next
+  observation; rlds makes nothing up).
 * ``env_infos/*`` and ``time`` are row-aligned like observations: stored once as ``info/*`` and
-  ``time`` and read back at t and t + 1 (``next/info/*``).
-* A trial ends terminated when ``done`` is set on its last row, truncated (the horizon) when
-  not; ``done`` on an earlier row is an error.
-* Episodes are never merged across files; files are read in sorted order (a directory) or in
-  the order given, trials by number within a file. The file of each episode is kept in the
-  dataset's ``source_metadata.npz`` (``roboset/episode_file``, an index into
-  ``source.files``).
+  ``time``, read back at t and t + 1 (``next/info/*``).
+* A trial ends terminated when ``done`` is set on its last row, else truncated (the horizon);
+  ``done`` on an earlier row is an error.
+* Episodes never span files; files are read in sorted order (a directory) or as given, trials by
+  number. Each episode's file is in ``source_metadata.npz`` (``roboset/episode_file``, an index
+  into ``source.files``).
 * Files are read in parallel worker processes (``workers``), results kept in order.
 """
 

@@ -1,21 +1,19 @@
 """A restricted unpickler for pickled numpy arrays from untrusted files (Gen-DGRL ``.npy``).
 
-What the Gen-DGRL layout needs, and nothing more (written out in ``docs/formats.md``, "Gen-DGRL"):
-TorchRL's ``.npy`` members are ``np.save(f, dict)``: a 0-d object array whose one element is a
-dict of numeric arrays (the collector, ``gen_dgrl/procgen/online/datasets/storage.py``, builds
-every value with ``np.array(list, dtype=...)`` of numbers). So a pickle may ask for:
+It allows what the Gen-DGRL layout needs (``docs/formats.md``, "Gen-DGRL"): TorchRL's ``.npy``
+members are ``np.save(f, dict)``, a 0-d object array holding a dict of numeric arrays (the
+collector, ``gen_dgrl/procgen/online/datasets/storage.py``, builds each value with
+``np.array(list, dtype=...)``). A pickle may ask for:
 
 * ``numpy.ndarray``, ``_reconstruct``, ``scalar`` (protocols 2-4), ``_frombuffer`` (protocol 5);
-* ``numpy.dtype`` and its classes (``numpy.dtypes.Float32DType``...), **every dtype checked** when
-  its state is applied (pickle's ``BUILD``): a plain dtype (no fields, sub-arrays or metadata)
-  whose flags, size and alignment are those numpy computes for it. A state that clears an object
-  dtype's flags would make numpy read raw bytes as object pointers (a crash, not an error).
-* object dtype only for a 0-d array (the wrapper ``np.save`` writes); every other array numeric;
-* ``_codecs.encode`` with the ``latin1`` codec only (how protocol 2 writes bytes), its outputs
-  counted against a budget of the pickle's own size, checked *before* encoding: protocol 2
-  pickles each bytes object once and ``latin1`` turns n characters into n bytes, so a pickle
-  that encodes more than it holds (one string fetched from the memo a thousand times) is refused
-  before it allocates.
+* ``numpy.dtype`` and its classes (``numpy.dtypes.Float32DType``...), every dtype state checked at
+  ``BUILD``: a plain dtype (no fields, sub-arrays or metadata) with the flags, size and alignment
+  numpy computes for it (a state clearing an object dtype's flags would make numpy read raw bytes
+  as pointers: a crash, not an error);
+* object dtype only for a 0-d array (``np.save``'s wrapper); every other array numeric;
+* ``_codecs.encode`` with ``latin1`` only (how protocol 2 writes bytes), its output counted
+  against a budget of the pickle's own size before encoding, so a pickle encoding more than it
+  holds (one memoised string fetched a thousand times) is refused before it allocates.
 
 Any other global is refused before it is looked up, naming the file and the global.
 """
@@ -95,9 +93,9 @@ def _refuse_dtype(where: str, state: Any, why: str) -> UnsafeSourceError:
 def checked_dtype_state(where: str, dtype: np.dtype, state: Any) -> None:
     """Refuse a dtype state that does not describe the dtype as numpy itself would.
 
-    The state is applied to a copy first; the copy must be a plain dtype (no fields, sub-array or
-    metadata) equal to the canonical dtype of its type string, with the same flags (numpy's
-    ``hasobject``, ``NPY_LIST_PICKLE``... bits), item size and alignment.
+    The state is applied to a copy, which must be a plain dtype (no fields, sub-array or metadata)
+    equal to the canonical dtype of its type string, with the same flags (``hasobject``,
+    ``NPY_LIST_PICKLE``...), item size and alignment.
     """
     if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] not in (3, 4):
         raise _refuse_dtype(where, state, "which is not a plain dtype's state")
@@ -127,12 +125,9 @@ _PyUnpickler: Any = pickle._Unpickler
 
 
 class _NumpyOnlyUnpickler(_PyUnpickler):
-    """Unpickles numpy arrays, dtypes, scalars and plain containers; refuses every other global
-    before it is imported (so no code of the pickle's choosing runs) and every dtype or array
-    state numpy would misread.
-
-    The pure-Python unpickler is used because its ``BUILD`` can be checked; the C one applies a
-    state without a hook.
+    """Unpickles numpy arrays, dtypes, scalars and plain containers; refuses every other global before
+    it is imported (no code of the pickle's choosing runs) and every dtype or array state numpy would
+    misread. Pure-Python, because only its ``BUILD`` can be checked.
     """
 
     dispatch: ClassVar[dict[int, Any]] = dict(_PyUnpickler.dispatch)

@@ -1,11 +1,10 @@
-"""Subsets at conversion time (``rlds download --episodes A:B --keys K,...``): a filter between
-any reader and the builder, so the unselected data is never written.
+"""Subsets at conversion time (``rlds download --episodes A:B --keys K,...``): a filter between any
+reader and the builder, so unselected data is never written.
 
-Per-episode arrays of the source metadata (``source_metadata.npz``) follow the episodes: a
-reader names them ``<format>/episode_<what>`` (``minari/episode_seed``,
-``roboset/episode_file``, ``ogbench/episode_file``), with one row per episode of its block
-stream, in order; after an ``--episodes A:B`` conversion they hold the kept episodes' rows only
-(:func:`subset_episode_arrays`), so row ``i`` always describes the dataset's episode ``i``.
+Per-episode source arrays (``source_metadata.npz``, named ``<format>/episode_<what>``, e.g.
+``minari/episode_seed``) have one row per episode of the reader's stream; after ``--episodes A:B``
+they keep the kept episodes' rows only (:func:`subset_episode_arrays`), so row ``i`` describes
+the dataset's episode ``i``.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
 
 @dataclass
 class SelectionRecord:
-    """What :func:`select_blocks` saw: the source episodes read (before selection), so the
-    per-episode source arrays can be cut to the kept ones."""
+    """What :func:`select_blocks` saw: the number of source episodes read, to cut the per-episode source
+    arrays to the kept ones."""
 
     episodes_seen: int = 0
 
@@ -67,9 +66,8 @@ def subset_episode_arrays(arrays: Mapping[str, np.ndarray], kept: np.ndarray) ->
 
 
 def parse_episodes(spec: str | tuple[int, int | None] | list[int | None]) -> tuple[int, int | None]:
-    """``"A:B"`` (``B`` may be empty: to the end) -> ``(A, B)``. Negative values are refused:
-    a stream does not know its episode count in advance. ``spec`` may also be read back from a
-    manifest (``[A, B]``), so anything else is an :class:`InvalidSelectionError` too."""
+    """``"A:B"`` (empty ``B``: to the end) or a manifest's ``[A, B]`` -> ``(A, B)``; anything else, and
+    negative values, raise :class:`InvalidSelectionError`."""
     start, stop = parse_range(spec, negative=False)
     return start or 0, stop
 
@@ -85,17 +83,15 @@ def select_blocks(
 ) -> Iterator[StepBlock]:
     """Keep the episodes ``[A, B)`` and the named keys of a block stream.
 
-    Episode numbers count the source's episodes in order; each kept episode keeps its source
-    number as its ``source_id``. ``keys`` names TED keys to keep besides the required ones
-    (``action``, ``next/reward``, ``next/terminated``, ``next/truncated``); ``next/K`` selects
-    the observation-like key ``K``, and naming none of those keeps them all. Reading stops as
-    soon as episode ``B`` has been seen. ``record`` (optional) gets the number of source
-    episodes read, for :func:`kept_episodes`. ``start`` is the source position of the stream's
-    first episode: a reader told to read only the selected episodes
-    (:meth:`~rlds_cli.formats.base.Reader.select_episodes`) skips the ones before.
+    Episode numbers count the source's episodes in order; a kept episode keeps its source number as
+    its ``source_id``. ``keys`` names TED keys to keep besides the required ones (``action``,
+    ``next/reward``, ``next/terminated``, ``next/truncated``); ``next/K`` selects the observation-like
+    key ``K``, and naming none of those keeps them all. Reading stops once episode ``B`` is seen.
+    ``record`` gets the number of source episodes read (for :func:`kept_episodes`). ``start`` is the
+    source position of the stream's first episode (after
+    :meth:`~rlds_cli.formats.base.Reader.select_episodes`).
 
-    Every block is also checked against the rules for untrusted input that hold for every reader
-    (:func:`check_block`), naming ``source`` (the file or directory converted) in the error.
+    Every block is checked by :func:`check_block`, naming ``source`` in the error.
     """
     first, stop = episodes if episodes is not None else (0, None)
     wanted = None if keys is None else {k.removeprefix("next/") for k in keys} | set(REQUIRED_STEP_KEYS)
@@ -118,13 +114,9 @@ def select_blocks(
 
 
 def check_block(block: StepBlock, source: object = None) -> None:
-    """The rules every reader's output must follow before anything is written, whatever the
-    format (each reader also checks them earlier, naming the source's own names): every key is a
-    valid TED key (never a path out of the dataset), and every column holds numbers (or bools)
-    with one row per step.
-
-    Raises:
-        SourceFormatError: Naming ``source`` and the key.
+    """Check every reader's output before anything is written: valid TED keys (never a path out of the
+    dataset), numeric or bool columns with one row per step; :class:`SourceFormatError` naming
+    ``source`` and the key.
     """
     where = source if source is not None else "the source"
     for columns in (block.steps, block.observations):

@@ -1,27 +1,25 @@
 """TFDS ``features.json``: the shapes, dtypes and encodings of a TFDS dataset's features.
 
-TFDS writes a dataset's ``FeatureConnector`` tree as the JSON form of its ``Feature`` protobuf
-(``tensorflow_datasets/core/proto/feature.proto``; field names in lowerCamelCase, int64s as
-strings). Each node is an object with ``pythonClassName`` and one content field:
+TFDS writes the ``FeatureConnector`` tree as the JSON form of its ``Feature`` protobuf
+(``tensorflow_datasets/core/proto/feature.proto``; lowerCamelCase field names, int64s as
+strings). Each node has ``pythonClassName`` and one content field:
 
-* ``featuresDict: {features: {name: node}}``: a dict of features (``FeaturesDict``);
-* ``sequence: {feature: node, length: "-1"}``: a sequence (``Sequence``, and RLDS's ``Dataset``
-  for ``steps``);
+* ``featuresDict: {features: {name: node}}``: a ``FeaturesDict``;
+* ``sequence: {feature: node, length: "-1"}``: a ``Sequence`` (and RLDS's ``Dataset`` for ``steps``);
 * ``tensor: {shape: {dimensions: ["7"]}, dtype: "float32", encoding: "none"}``: a ``Tensor`` or
-  ``Scalar`` (``shape: {}``); ``encoding`` ``bytes``/``zlib`` stores each value as its raw
-  (zlib-compressed) bytes;
+  ``Scalar`` (``shape: {}``); encoding ``bytes``/``zlib`` stores each value as raw (zlib) bytes;
 * ``image: {shape: {dimensions: ["64", "64", "3"]}, dtype: "uint8", encodingFormat: "png"}``;
 * ``text: {}``: a string;
 * ``classLabel: {numClasses: "10"}``: an int64 scalar.
 
-In the ``tf.train.Example`` a nested feature is named by its path joined with ``/``
-(``steps/observation/image``); inside a sequence, the values of all its elements are
-concatenated: a ``Tensor`` of shape ``S`` in ``steps`` holds ``T * prod(S)`` values (integers
-and bools as int64, floats as float32, strings and encoded images as bytes, one per step).
+In the ``tf.train.Example`` a nested feature is named by its ``/``-joined path
+(``steps/observation/image``); inside a sequence, all elements' values are concatenated: a
+``Tensor`` of shape ``S`` in ``steps`` holds ``T * prod(S)`` values (integers and bools as int64,
+floats as float32, strings and encoded images as bytes, one per step).
 
-:func:`parse_features` turns the JSON into :class:`Leaf` s. Both the camelCase names TFDS writes
-and the proto's snake_case names are accepted. The older ``{"type": ..., "content": ...}`` form
-(TFDS before 4.5) is refused with a message saying so.
+:func:`parse_features` turns the JSON into :class:`Leaf` s, accepting camelCase and the proto's
+snake_case names. The ``{"type": ..., "content": ...}`` form of TFDS before 4.5 is refused with a
+message saying so.
 """
 
 from __future__ import annotations
@@ -330,9 +328,9 @@ def _dims(shape: tuple[int, ...]) -> dict[str, Any]:
 def tensor_node(
     shape: tuple[int, ...], dtype: str, *, encoding: str = "none", doc: str = ""
 ) -> dict[str, Any]:
-    """A ``Tensor`` (a ``Scalar`` for shape ``()``) as TFDS writes it in ``features.json``;
-    ``encoding`` ``"bytes"`` stores each element as its raw little-endian bytes (always a
-    ``Tensor``: TFDS's ``Scalar`` drops the encoding when it loads the JSON)."""
+    """A ``Tensor`` (a ``Scalar`` for shape ``()``) as TFDS writes it in ``features.json``. ``encoding``
+    ``"bytes"`` stores each element as raw little-endian bytes and is always a ``Tensor`` (TFDS's
+    ``Scalar`` drops the encoding on load)."""
     cls = "scalar.Scalar" if not shape and encoding == "none" else "tensor_feature.Tensor"
     spec = {"shape": _dims(shape), "dtype": dtype, "encoding": encoding}
     return {"pythonClassName": f"{FEATURES_MODULE}.{cls}", "tensor": spec, "description": doc}

@@ -1,26 +1,24 @@
-"""TFRecord files and ``tf.train.Example`` records, read without TensorFlow.
+"""TFRecord files and ``tf.train.Example`` records, read and written without TensorFlow.
 
 **Framing.** A TFRecord file is a run of records, each ``u64 length | u32 masked crc32c(length
-bytes) | data | u32 masked crc32c(data)`` (little-endian), where a CRC is masked as
-``((crc >> 15) | (crc << 17)) + 0xa282ead8`` modulo 2**32. :func:`scan_records` walks a file's
-records and checks both CRCs of each one; a file that ends inside a record is *truncated*, a CRC
-that does not match is *damage*; both are reported with the record's number and byte offset.
+bytes) | data | u32 masked crc32c(data)`` (little-endian); a CRC is masked as
+``((crc >> 15) | (crc << 17)) + 0xa282ead8`` modulo 2**32. :func:`scan_records` checks both CRCs of
+each record; a file ending inside a record is *truncated*, a CRC mismatch is *damage*; both are
+reported with the record's number and byte offset.
 
-**Records are mapped, not read.** :class:`MappedRecord` maps one record's data read-only
-(``mmap`` of just that byte range), so the decoder touches only the pages it needs: a worker
-decoding steps 200..240 of a 50 MB episode reads those steps' bytes, not the whole record, and
-memory holds no copy of the file.
+**Records are mapped, not read.** :class:`MappedRecord` maps one record's byte range read-only,
+so decoding steps 200..240 of a 50 MB episode touches only those steps' pages, and no copy of the
+file is held.
 
 **``tf.train.Example`` wire format** (protobuf): ``Example{features = 1: Features}``,
-``Features{feature = 1: map<string, Feature>}`` (each map entry a message ``{key = 1, value =
-2}``), ``Feature{oneof: bytes_list = 1, float_list = 2, int64_list = 3}``, each list ``{value =
-1 repeated}``. Floats are little-endian float32, packed (one length-delimited run) or not (one
-fixed32 field per value); int64s are varints, packed or not. :func:`parse_example` finds each
-feature's list without decoding it; :func:`count_values`, :func:`float_values`,
-:func:`int64_values` and :func:`bytes_spans` then decode what is asked for (packed floats are a
-zero-copy ``numpy`` view, packed varints are decoded vectorised). As in protobuf, a later map
-entry of the same key replaces an earlier one and a later list kind replaces an earlier one;
-unknown fields are skipped; groups (wire types 3 and 4) are refused.
+``Features{feature = 1: map<string, Feature>}`` (each map entry ``{key = 1, value = 2}``),
+``Feature{oneof: bytes_list = 1, float_list = 2, int64_list = 3}``, each list ``{value = 1
+repeated}``. Floats are little-endian float32, packed or one fixed32 field per value; int64s are
+varints, packed or not. :func:`parse_example` locates each feature's list without decoding it;
+:func:`count_values`, :func:`float_values`, :func:`int64_values` and :func:`bytes_spans` decode
+on demand (packed floats as a zero-copy view, packed varints vectorised). As in protobuf, a later
+map entry of the same key and a later list kind replace earlier ones; unknown fields are skipped;
+groups (wire types 3 and 4) are refused.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ import numpy as np
 #: Bytes of a record's header (length + its masked CRC) and footer (the data's masked CRC).
 HEADER_BYTES = 12
 FOOTER_BYTES = 4
-#: Largest record read: an episode is one record, and real ones are tens of MB (a record
-#: claiming more is damage or hostile; it is refused before anything is mapped).
+#: Largest record read (an episode is one record; real ones are tens of MB); a record claiming
+#: more is refused before anything is mapped.
 MAX_RECORD_BYTES = 2 << 30
 _MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
@@ -120,8 +118,8 @@ class RecordInfo:
 class MappedRecord:
     """One record's data mapped read-only: ``view`` is a memoryview of exactly its bytes.
 
-    Use as a context manager. Arrays made with ``numpy.frombuffer`` on ``view`` must be copied
-    before it closes (the mapping stays until they are gone when they are not).
+    A context manager. Arrays made with ``numpy.frombuffer`` on ``view`` must be copied before it
+    closes (otherwise the mapping lives until they are gone).
     """
 
     def __init__(self, fd: int, offset: int, length: int) -> None:
@@ -155,14 +153,13 @@ class MappedRecord:
 def scan_records(
     fd: int, where: object, *, size: int | None = None
 ) -> Iterator[tuple[RecordInfo, MappedRecord]]:
-    """Walk the records of the open file ``fd``, checking both CRCs of each.
-
-    Yields each record with its data mapped (closed once the caller asks for the next one).
+    """Walk the records of the open file ``fd``, checking both CRCs of each; yields each record with its
+    data mapped (closed when the next one is asked for).
 
     Raises:
-        FramingError: A header cut short or a record whose data runs past the end of the file
-            (``truncated``), a length CRC or data CRC that does not match, or a record over
-            :data:`MAX_RECORD_BYTES`; the message names ``where``, the record and its offset.
+        FramingError: A header cut short or data running past the end of the file (``truncated``),
+            a length or data CRC mismatch, or a record over :data:`MAX_RECORD_BYTES`; the message
+            names ``where``, the record and its offset.
     """
     if size is None:
         size = os.fstat(fd).st_size
@@ -406,15 +403,14 @@ def bytes_spans(buf: memoryview, feature: RawFeature) -> list[tuple[int, int]]:
 
 
 def frame_record(data: bytes) -> bytes:
-    """One TFRecord record holding ``data``: its length, the length's masked CRC, the data and
-    the data's masked CRC (the framing :func:`scan_records` checks)."""
+    """One TFRecord record holding ``data``: length, the length's masked CRC, data, the data's masked CRC."""
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
 
 
 def encode_varints(values: np.ndarray) -> bytes:
-    """``values`` (integers) as protobuf varints, back to back: negative int64s as their 64-bit
-    two's complement (10 bytes), as protobuf writes an ``int64``."""
+    """``values`` (integers) as back-to-back protobuf varints; negative int64s as 64-bit two's complement
+    (10 bytes), as protobuf writes ``int64``."""
     raw = np.ascontiguousarray(values).astype(np.int64, copy=False).view(np.uint64).reshape(-1)
     if raw.size == 0:
         return b""

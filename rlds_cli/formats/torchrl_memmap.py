@@ -1,36 +1,32 @@
 """TorchRL / tensordict memmap directories (``TensorDict.memmap`` output, TED layout).
 
-Such a directory holds a ``meta.json`` per TensorDict level and one raw ``<key>.memmap`` per
-tensor (shape and dtype in ``meta.json``; file names encoded the way tensordict encodes them).
-This reader imports the TED data back: what ``rlds export --to torchrl`` wrote, a
-``TensorDict.memmap`` directory, or a dumped TorchRL replay buffer (``rb.dumps(path)``: the
-dump directory or its ``storage/``). The rules below are written out in ``docs/formats.md``:
+A ``meta.json`` per TensorDict level and one raw ``<key>.memmap`` per tensor (shape and dtype in
+``meta.json``; file names encoded as tensordict encodes them). Reads what ``rlds export --to
+torchrl`` wrote, a ``TensorDict.memmap`` directory, or a dumped TorchRL replay buffer
+(``rb.dumps(path)``: the dump directory or its ``storage/``). Rules (``docs/formats.md``):
 
-* **Filled rows only.** A replay-buffer storage is allocated at its capacity; only the rows
-  counted by ``storage_metadata.json``'s ``len`` are read. A buffer that wrapped around (the
-  writer's ``write_count`` exceeds the capacity) is read in insertion order: from the write
-  cursor to the end, then from the start (``cursor == write_count % capacity`` is checked; a
-  buffer whose cursor does not say that is refused).
-* **Batch dimensions.** ``[N]`` storages are one stream of steps. ``[B, T]`` storages are ``B``
-  streams (or ``T``, time first, as TorchRL's ``ndim=2`` storages are): the time axis is the one
-  along which ``next/<key>[t] == <key>[t + 1]`` holds (ties: the last axis for a plain
-  tensordict, the first for a replay buffer with ``ndim=2``). Each stream is read in time order;
-  its last step ends an episode (truncated unless terminated). More batch dimensions are refused.
-* Keys present at the root and under ``next/`` (``observation``, ``pixels``, ...) are
-  observation-like: stored once, the final observation of an episode taken from ``next/``;
-  ``next/reward`` (every column of a ``[T, k]`` reward), ``next/terminated``, ``next/truncated``
-  become the TED step columns (``next/done`` alone, without the other two, is read as
-  ``terminated``); root ``done``/``terminated``/``truncated``, ``episode``, ``index`` and
-  ``_weight`` are recomputed by rlds and not imported; other keys (``action``, ``info/...``) are
-  step keys. Text (``NonTensorData``/``NonTensorStack``) and ragged (nested) tensors are dropped
-  with a note; key names go through the key cleaner of every reader (:mod:`.keys`).
-* An episode ends where ``next/done`` is true, where ``episode`` changes, where a stream ends,
-  and where ``next/<key>[t] != <key>[t + 1]`` (NaN equal to NaN; counted as inferred, like D4RL
-  resets).
-* **Zero-filled final observations.** TorchRL fills the next observation of an episode's last
-  step with zeros where it does not know it (e.g. its RoboSet datasets). An episode whose last
-  ``next/<key>`` is all zeros for every observation-like key, while its last observation is not,
-  gets ``final_known = false`` (counted in ``synthesized_final_observations``).
+* **Filled rows only.** A replay-buffer storage is allocated at capacity; only the
+  ``storage_metadata.json`` ``len`` rows are read. A wrapped buffer (``write_count`` over the
+  capacity) is read in insertion order, from the write cursor on, then from the start; a cursor
+  other than ``write_count % capacity`` is refused.
+* **Batch dimensions.** ``[N]`` storages are one stream of steps; ``[B, T]`` storages are ``B``
+  streams (or ``T``, time first, as TorchRL's ``ndim=2`` storages): time is the axis along which
+  ``next/<key>[t] == <key>[t + 1]`` holds (ties: the last axis for a plain tensordict, the first
+  for an ``ndim=2`` replay buffer). Each stream is read in time order; its last step ends an
+  episode (truncated unless terminated). More batch dimensions are refused.
+* Keys at the root and under ``next/`` (``observation``, ``pixels``, ...) are observation-like:
+  stored once, an episode's final observation taken from ``next/``. ``next/reward`` (every column
+  of a ``[T, k]`` reward), ``next/terminated``, ``next/truncated`` become the TED step columns
+  (``next/done`` alone is read as ``terminated``); root ``done``/``terminated``/``truncated``,
+  ``episode``, ``index`` and ``_weight`` are recomputed, not imported; other keys (``action``,
+  ``info/...``) are step keys. Text (``NonTensorData``/``NonTensorStack``) and ragged tensors are
+  dropped with a note; names go through :mod:`.keys`.
+* An episode ends where ``next/done`` is true, ``episode`` changes, a stream ends, or
+  ``next/<key>[t] != <key>[t + 1]`` (NaN equals NaN; counted as inferred, like D4RL resets).
+* **Zero-filled final observations.** TorchRL zero-fills an unknown final next observation (e.g.
+  its RoboSet datasets): an episode whose last ``next/<key>`` is all zeros for every
+  observation-like key, while its last observation is not, gets ``final_known = false`` (counted
+  in ``synthesized_final_observations``).
 """
 
 from __future__ import annotations
@@ -108,8 +104,8 @@ def sniff(path: Path) -> bool:
 
 
 def source_files(paths: Sequence[Path]) -> list[Path]:
-    """The files a conversion reads (hashed into the manifest): the tensordict directory's files
-    and, for a replay-buffer dump, its writer metadata (the write cursor decides the row order)."""
+    """The files a conversion reads (hashed into the manifest): the tensordict directory's files and,
+    for a replay-buffer dump, its writer metadata (the write cursor decides the row order)."""
     out: list[Path] = []
     for p in paths:
         storage = storage_dir(p) if p.is_dir() else None
@@ -360,7 +356,7 @@ class TorchRLMemmapReader(Reader):
 
     def _time_axis(self, rows0: np.ndarray, *, default_first: bool) -> bool:
         """Whether time runs along dimension 0 of a ``[D0, D1]`` storage: the axis along which
-        ``next/<key>[t] == <key>[t + 1]`` holds on a sample of the rows."""
+        ``next/<key>[t] == <key>[t + 1]`` holds on a sample of rows."""
         inner = self.batch_shape[1]
         rows = rows0[:_AXIS_SAMPLE]
         cols = np.arange(min(inner, _AXIS_SAMPLE))

@@ -1,30 +1,24 @@
 """Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write,
-and its JSON metadata files read within bounds.
+and bounded reads of JSON metadata files.
 
-A source file from the internet is untrusted input, like an archive
-(:mod:`rlds_cli.formats.archives`). Every reader applies these rules before it reads data (written
-out in ``docs/formats.md``, "Untrusted input"):
+Every reader applies these rules before it reads data (``docs/formats.md``, "Untrusted input";
+archives: :mod:`rlds_cli.formats.archives`):
 
 * **Numeric arrays only.** Observations, actions, rewards and done flags must be bool, integer,
   float or complex arrays with one row per step (:func:`require_numeric`, :func:`require_rows`).
-  Strings, Python objects, structured (compound) records, opaque/void bytes and dates are
-  refused with the file and key named; only per-step *info* columns of text are dropped with a
-  note (``docs/formats.md``, "Text and other object values").
-* **Declared sizes must be backed by data.** An array that declares more than
-  :data:`RATIO_FLOOR_BYTES` and more than ``RLDS_SOURCE_MAX_RATIO`` (default 100) times the
-  bytes the file really stores for it (a gzip stream of zeros, an HDF5 dataset whose chunks
-  were never written, an ``.npz`` member that inflates 1000-fold) is refused before anything
-  is allocated or written (:func:`check_declared`): a 7 KB file cannot make rlds allocate or
-  write gigabytes.
-* **Side arrays are small.** Arrays that are not per-step (D4RL ``metadata/*``, arrays of
-  another length) are kept whole in the manifest or ``source_metadata.npz``; each may declare
-  at most ``RLDS_SIDE_ARRAY_MAX_BYTES`` (default 64 MiB, :func:`check_side_array`).
+  Strings, objects, compound records, void bytes and dates are refused, naming file and key;
+  only per-step *info* text columns are dropped with a note.
+* **Declared sizes must be backed by data.** An array declaring more than
+  :data:`RATIO_FLOOR_BYTES` and more than ``RLDS_SOURCE_MAX_RATIO`` (default 100) times the bytes
+  the file stores for it (a gzip stream of zeros, unwritten HDF5 chunks, an inflating ``.npz``
+  member) is refused before anything is allocated or written (:func:`check_declared`).
+* **Side arrays are small.** Arrays that are not per step (D4RL ``metadata/*``, arrays of another
+  length), kept whole in the manifest or ``source_metadata.npz``, may declare at most
+  ``RLDS_SIDE_ARRAY_MAX_BYTES`` each (default 64 MiB, :func:`check_side_array`).
 
-**JSON metadata files.** A source's JSON metadata file, read for a format reader: bounded, parsed,
-one error naming it.
-
-LeRobot's ``info.json``, TFDS's ``features.json``, TensorDict's ``meta.json``, Minari's
-``metadata.json``."""
+JSON metadata files (LeRobot's ``info.json``, TFDS's ``features.json``, TensorDict's
+``meta.json``, Minari's ``metadata.json``) are size-bounded, parsed, and fail with one error
+naming the file (:func:`read_json_file`)."""
 
 from __future__ import annotations
 
@@ -41,8 +35,8 @@ from rlds_cli.errors import SourceFormatError
 
 __all__ = ["MAX_JSON_BYTES", "check_json_size", "read_json_file"]
 
-#: Below this many declared bytes an array is never called a bomb (small all-zero columns,
-#: such as a bool ``terminals`` array, compress extremely well and are harmless).
+#: Below this many declared bytes an array is never called a bomb (small all-zero columns, such
+#: as a bool ``terminals``, compress extremely well).
 RATIO_FLOOR_BYTES = 64 << 20
 #: Default largest ratio of declared bytes to stored bytes for one array above the floor.
 DEFAULT_MAX_RATIO = 100.0
@@ -51,9 +45,9 @@ DEFAULT_SIDE_ARRAY_MAX_BYTES = 64 << 20
 
 
 class UnsafeSourceError(SourceFormatError):
-    """A source file that points at data outside itself (HDF5 external or soft links, external
-    raw storage, virtual datasets mapping other files) or declares far more data than it holds
-    (a decompression bomb, a sparse dataset), or a side array over the size limit."""
+    """A source file that points at data outside itself (HDF5 external or soft links, external raw
+    storage, virtual datasets), declares far more data than it holds (a decompression bomb, a sparse
+    dataset), or has a side array over the size limit."""
 
     default_hint = (
         "the file is malicious or broken: get it from a trusted source; rlds reads only data stored "
@@ -72,8 +66,8 @@ def side_array_max_bytes() -> int:
 
 
 def declared_bytes(shape: Sequence[int], dtype: np.dtype) -> int:
-    """Bytes an array of ``shape`` and ``dtype`` takes in memory, in Python integers (a hostile
-    shape cannot wrap around as ``np.prod`` in int64 does)."""
+    """In-memory bytes of an array of ``shape`` and ``dtype``, as a Python int (a hostile shape cannot
+    wrap around as in int64 ``np.prod``)."""
     count = 1
     for dim in shape:
         count *= int(dim)

@@ -1,11 +1,9 @@
-"""A zarr v2 store as a source: a directory store or a ``.zip`` (zarr 2's ``ZipStore``), read
-without writing, its keys listed, its ``.zarray``/``.zgroup`` JSON read as untrusted input, and
-its arrays opened through zarr-python 3 once every array's codecs are known to numcodecs.
+"""A zarr v2 store as a read-only source: a directory store or a ``.zip`` (zarr 2's ``ZipStore``).
 
-Codecs: zarr reads a v2 array's ``compressor`` and ``filters`` through numcodecs' registry. The
-``imagecodecs_*`` codecs (UMI's JPEG-XL camera arrays) are registered from imagecodecs, the
-``umi`` extra, when an array names one; any codec numcodecs does not know is refused naming the
-array and the codec, before a chunk is read.
+Keys are listed and ``.zarray``/``.zgroup`` JSON read as untrusted input; arrays are opened
+through zarr-python 3 once every codec is known to numcodecs. ``imagecodecs_*`` codecs (UMI's
+JPEG-XL camera arrays) are registered from imagecodecs (the ``umi`` extra) when an array names
+one; a codec numcodecs does not know is refused, naming the array and codec, before a chunk is read.
 """
 
 from __future__ import annotations
@@ -171,8 +169,8 @@ def codec_ids(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def require_codecs(where: Path, key: str, meta: dict[str, Any]) -> None:
-    """Make sure numcodecs can build every codec of the array ``key`` (registering imagecodecs'
-    codecs when one is an ``imagecodecs_*`` codec).
+    """Make sure numcodecs can build every codec of the array ``key``, registering imagecodecs' codecs
+    for an ``imagecodecs_*`` one.
 
     Raises:
         MissingExtraError: An ``imagecodecs_*`` codec, and imagecodecs is not installed.

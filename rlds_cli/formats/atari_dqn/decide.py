@@ -1,5 +1,5 @@
-"""Turning the rows of the checkpoints into transitions: zero padding dropped, episodes ended
-(terminated, or truncated at the write cursor and the cuts), blocks packed."""
+"""Rows of the checkpoints -> transitions: zero padding dropped, episodes ended (terminated, or
+truncated at the write cursor and the cuts), blocks packed."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def close_positioned(future: Any) -> None:
 
 
 class Decider:
-    """Turns the chronological row stream into blocks, two rows behind what it has read (a row's
-    fate depends on whether the next row is a transition, which depends on the row after)."""
+    """Turns the chronological row stream into blocks, two rows behind what it has read (a row's fate
+    depends on the next row, whose fate depends on the row after)."""
 
     def __init__(self, reader: AtariDQNReader) -> None:
         self.reader = reader
@@ -77,8 +77,8 @@ class Decider:
         self.linked = bool(rows.link[-1]) if n else self.linked
 
     def _decide(self, w: Rows, *, final: bool) -> tuple[StepBlock | None, int]:
-        """Decide rows ``[0, d)`` of window ``w`` (all of them when ``final``, else all but the last
-        two); the block of their transitions and ``d``."""
+        """Decide rows ``[0, d)`` of window ``w`` (all when ``final``, else all but the last two); returns
+        their transitions' block and ``d``."""
         m = len(w)
         d = m if final else max(m - 2, 0)
         if d == 0:

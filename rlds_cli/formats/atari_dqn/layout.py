@@ -1,6 +1,5 @@
-"""Where a run's replay logs lie and the reader's sizes: Dopamine's checkpoint file names, the
-``replay_logs/`` folder, sniffing, the source files of a conversion, and the constants of the
-rules (see :mod:`rlds_cli.formats.atari_dqn`).
+"""Where a run's replay logs lie: Dopamine's checkpoint file names, the ``replay_logs/`` folder,
+sniffing, a conversion's source files, and the rules' constants (:mod:`rlds_cli.formats.atari_dqn`).
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ class Checkpoint:
         return self.skip_duplicate + self.skip_invalid
 
     def passes(self) -> list[tuple[int, int]]:
-        """The slot ranges that hold chronological rows ``[skip, length)``, in reading order (each
-        starts a new read of the files when it starts before the previous one's end)."""
+        """The slot ranges holding chronological rows ``[skip, length)``, in reading order (one starting
+        before the previous one's end starts a new read of the files)."""
         c, s, first = self.capacity, self.start_slot, self.skip
         if self.add_count < c:
             return [(first, self.length)] if first < self.length else []
@@ -93,12 +93,11 @@ def run_length(sorted_positions: np.ndarray, start: int, step: int) -> int:
 
 
 def parse_checkpoints(spec: object) -> NumberSelection:
-    """``checkpoints`` option -> a predicate on checkpoint numbers (``None``: all of them), and
-    the numbers it names one by one (``None`` for a range), which must all exist.
+    """``checkpoints`` option -> a predicate on checkpoint numbers (``None``: all), and the numbers it
+    names one by one (``None`` for a range), which must all exist.
 
-    Accepts ``"A:B"`` (numbers ``A <= N < B``; either side may be empty), ``"3,5,9"``, one
-    number, or a list of numbers (:func:`rlds_cli._util.numbers.parse_numbers`: the registry picks
-    which files to download by the same rule)."""
+    Accepts ``"A:B"`` (``A <= N < B``; either side may be empty), ``"3,5,9"``, one number, or a list
+    (:func:`rlds_cli._util.numbers.parse_numbers`, the rule the registry downloads by)."""
     try:
         return parse_numbers(spec)
     except ValueError:

@@ -1,5 +1,5 @@
 """The Atari DQN replay logs reader: checkpoints located, selected and opened, their edges planned,
-read in order and decided into blocks (the rules: :mod:`rlds_cli.formats.atari_dqn`)."""
+read in order and decided into blocks (rules: :mod:`rlds_cli.formats.atari_dqn`)."""
 
 from __future__ import annotations
 
@@ -250,8 +250,8 @@ class AtariDQNReader(Reader):
                 keep &= positions < ck.length - tail
             ck.dropped = positions[keep]
             if not ck.head_continued:
-                # invalid rows at the head that are not read at all: dropped whatever they hold,
-                # and too far from the first row read for a terminal among them to make it padding
+                # unread invalid rows at the head: dropped, and too far from the first row read
+                # for a terminal among them to make it padding
                 ck.skip_invalid = min(max(head - pad, 0), ck.length)
             ck.stats = {
                 "steps": 0,
@@ -291,12 +291,11 @@ class AtariDQNReader(Reader):
         return {}
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
-        """Yield every converted checkpoint's transitions, in order, as blocks of about
+        """Yield every converted checkpoint's transitions in order, in blocks of about
         ``packing.BLOCK_BYTES`` of frames.
 
-        While a checkpoint is read, one background thread inflates the next checkpoint's files up
-        to where its reading starts (the write cursor), so that the rotation's extra pass overlaps
-        this one's work (zlib releases the GIL)."""
+        One background thread inflates the next checkpoint's files up to its write cursor meanwhile, so
+        the rotation's extra pass overlaps this one's work (zlib releases the GIL)."""
         from concurrent.futures import Future, ThreadPoolExecutor
 
         stream = Decider(self)
@@ -325,14 +324,13 @@ class AtariDQNReader(Reader):
         self._write_notes()
 
     def _positioned(self, ck: Checkpoint) -> list[GzipNpy]:
-        """The checkpoint's four store files, opened and inflated up to where its first pass
-        starts."""
+        """The checkpoint's four store files, opened and inflated up to where its first pass starts."""
         passes = ck.passes()
         return self._positioned_at(ck, passes[0][0] if passes else 0)
 
     def _read(self, index: int, ck: Checkpoint, first: list[GzipNpy] | None) -> Iterator[Rows]:
-        """The checkpoint's rows ``[skip, length)`` in chronological order, a block at a time
-        (``first``: its files already positioned for the first pass)."""
+        """The checkpoint's rows ``[skip, length)`` in chronological order, a block at a time (``first``: its
+        files already positioned for the first pass)."""
         passes = ck.passes()
         reaches_end = any(hi == ck.capacity for _, hi in passes)
         position = ck.skip

@@ -15,17 +15,15 @@ from rlds_cli.errors import RldsError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.atari_dqn.layout import READ_BYTES, REDOWNLOAD_HINT, SKIP_BYTES
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
 
-#: One .npy header parsed at a time: numpy parses it with ``ast.literal_eval``, and CPython 3.11
-#: keeps the AST converter's recursion depth in per-interpreter state (python/cpython gh-95185,
-#: gh-106905), so two threads parsing at once (the reader's look-ahead thread opening the next
-#: checkpoint's files while this one opens another's) can fail with "SystemError: AST
-#: constructor recursion depth mismatch" (seen once in CI, on 3.11.7).
+#: One .npy header parsed at a time: numpy uses ``ast.literal_eval``, and CPython 3.11 keeps the AST
+#: recursion depth per interpreter (python/cpython gh-95185, gh-106905), so two threads parsing at
+#: once can fail with "SystemError: AST constructor recursion depth mismatch" (seen in CI, 3.11.7).
 _HEADER_LOCK = threading.Lock()
 
 
 class GzipStream:
-    """The bytes of a gzip file, inflated on demand with zlib, which checks each member's CRC and
-    length (a file of several members, as ``cat a.gz b.gz`` makes, is read through)."""
+    """The bytes of a gzip file, inflated on demand by zlib (which checks each member's CRC and length);
+    multi-member files (``cat a.gz b.gz``) are read through."""
 
     def __init__(self, path: Path) -> None:
         self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
@@ -146,9 +144,9 @@ class GzipNpy:
             raise SourceFormatError(f"{self.path}: {what}: {exc}", hint=hint) from None
 
     def _check_sizes(self) -> None:
-        """Before any row is read: the gzip trailer's length (mod 2**32) must match what the header
-        declares (a truncated download fails here, not after hours), and the declared bytes must
-        be backed by the file's compressed bytes (a decompression bomb is refused)."""
+        """Before any row is read: the gzip trailer's length (mod 2**32) must match the header's (a
+        truncated download fails here), and the declared bytes must be backed by the compressed bytes
+        (no decompression bomb)."""
         data = declared_bytes(self.shape, self.dtype)
         size = self.path.stat().st_size
         with open(self.path, "rb") as f:

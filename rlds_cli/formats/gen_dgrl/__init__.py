@@ -1,11 +1,10 @@
 """Gen-DGRL (Procgen) trajectories: a ``.tar.xz`` of one ``.npy`` or ``.npz`` file per trajectory,
-read as a stream, member by member, never unpacked to disk.
+streamed member by member, never unpacked to disk.
 
 :mod:`~rlds_cli.formats.gen_dgrl.files`: the layout, ``sniff``, ``source_files``, the level seed;
-:mod:`~rlds_cli.formats.gen_dgrl.tar`: an archive's members streamed within the archive limits, one
-trajectory file (pickled ``.npy`` or ``.npz``) read;
-:mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its options and the rules, a
-trajectory's arrays -> episodes.
+:mod:`~rlds_cli.formats.gen_dgrl.tar`: archive members streamed within the archive limits, one
+trajectory file read; :mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its
+options and the rules.
 """
 
 from __future__ import annotations

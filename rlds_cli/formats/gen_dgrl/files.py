@@ -1,13 +1,13 @@
-"""Gen-DGRL's files: what a source holds, how it is recognised (``sniff``), which files a
-conversion reads (``source_files``) and what the collector's file names say (the level seed).
+"""Gen-DGRL's files: the layout, ``sniff``, ``source_files``, and the level seed in the collector's
+file names.
 
 The released archives (``<game>.tar.xz`` at ``dl.fbaipublicfiles.com/DGRL/Procgen/...``) hold one
-file per trajectory. TorchRL reads each member with ``np.load(member, allow_pickle=True).tolist()``:
-a ``.npy`` of a **pickled dict** (what ``np.save(f, dict)`` writes, a 0-d object array). The
-gen_dgrl collector writes ``np.savez_compressed`` episodes named
-``{timestamp}_{idx}_{len}_{level_seed}_{return:.2f}.npz``. Both are read, in one archive or as
-loose files (a file, or a folder of them). Keys: ``observations`` ``(T + 1, 3, 64, 64)``,
-``actions`` ``(T, 1)``, ``rewards`` ``(T, 1)``, ``dones`` ``(T,)``.
+file per trajectory, which TorchRL reads with ``np.load(member, allow_pickle=True).tolist()``: a
+``.npy`` of a **pickled dict** (``np.save(f, dict)``, a 0-d object array). The gen_dgrl collector
+writes ``np.savez_compressed`` episodes named
+``{timestamp}_{idx}_{len}_{level_seed}_{return:.2f}.npz``. Both are read, in an archive or as loose
+files. Keys: ``observations`` ``(T + 1, 3, 64, 64)``, ``actions`` ``(T, 1)``, ``rewards``
+``(T, 1)``, ``dones`` ``(T,)``.
 """
 
 from __future__ import annotations
@@ -107,9 +107,9 @@ EXPECTED_FILES = (
 
 
 def sniff(path: Path) -> bool:
-    """Whether ``path`` is a Gen-DGRL source: a tar archive whose first file is a trajectory
-    ``.npy`` (pickled dict) or ``.npz``, such a loose file, or a folder of them (judged by its
-    first trajectory file). Cheap: one member or file header is read; never raises."""
+    """Whether ``path`` is a Gen-DGRL source: a tar archive whose first file is a trajectory ``.npy``
+    (pickled dict) or ``.npz``, such a loose file, or a folder of them (judged by its first
+    trajectory file). Reads one member or file header; never raises."""
     try:
         if path.is_dir():
             files = source_files([path])

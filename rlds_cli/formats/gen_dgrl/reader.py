@@ -1,48 +1,34 @@
-"""Gen-DGRL (Procgen) trajectories: a ``.tar.xz`` of one ``.npy`` or ``.npz`` file per trajectory,
-read as a stream, member by member, never unpacked to disk; each trajectory (its dict of arrays)
--> checked arrays -> episodes (:func:`trajectory_episodes`): frames cast to uint8 only where
-lossless, split after every ``done``, the last frame used as the final observation only where no
-reset followed (the rules below).
+"""The Gen-DGRL reader: each trajectory's dict of arrays -> checked arrays -> episodes
+(:func:`trajectory_episodes`).
 
-The released archives (``<game>.tar.xz`` at ``dl.fbaipublicfiles.com/DGRL/Procgen/...``) hold one
-file per trajectory. TorchRL reads each member with ``np.load(member, allow_pickle=True).tolist()``:
-a ``.npy`` of a **pickled dict** (what ``np.save(f, dict)`` writes, a 0-d object array). The
-gen_dgrl collector writes ``np.savez_compressed`` episodes named
-``{timestamp}_{idx}_{len}_{level_seed}_{return:.2f}.npz``. Both are read, in one archive or as
-loose files (a file, or a folder of them). Keys: ``observations`` ``(T + 1, 3, 64, 64)``,
-``actions`` ``(T, 1)``, ``rewards`` ``(T, 1)``, ``dones`` ``(T,)``. The rules below are written
-out in ``docs/formats.md`` ("Gen-DGRL"); the package's modules apply them
-(:mod:`~rlds_cli.formats.gen_dgrl.files`, :mod:`~rlds_cli.formats.gen_dgrl.tar` and this one,
-which reads a source with them):
+Layout: :mod:`~rlds_cli.formats.gen_dgrl.files`; archive reading:
+:mod:`~rlds_cli.formats.gen_dgrl.tar`. Rules (``docs/formats.md``, "Gen-DGRL"):
 
-* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.safe_pickle`): it
-  builds numpy arrays, checked dtypes and scalars and nothing else (the globals a pickled dict of
-  arrays asks for, in numpy 1.x and 2.x spellings, pickle protocols 2 to 5), and ``latin1``
-  encodes within a budget of the pickle's size. Any other global (``os.system``,
-  ``builtins.eval``, a class of some package) is refused, naming the file, the member and the
-  global, before it is looked up. The ``allow_pickle`` option (CLI ``--allow-pickle``) lifts
-  the restriction for trusted files.
-* **Mapping** (rules ``gen-dgrl-v1``): ``observations`` -> ``observation`` (flat, uint8, layout as
-  stored: CHW for Procgen); ``actions`` -> ``action`` as stored; ``rewards`` -> ``next/reward``
-  ``[T, 1]``; ``dones`` -> ``next/terminated`` (Procgen data carries no truncation signal). The
-  collector stores frames as floats: they become uint8 only when every value is a whole number in
-  0..255 (a lossless cast); anything else is refused naming the value and where it is.
+* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.safe_pickle`): numpy
+  arrays, checked dtypes and scalars only (numpy 1.x and 2.x spellings, protocols 2 to 5), and
+  ``latin1`` encodes within a budget of the pickle's size. Any other global (``os.system``,
+  ``builtins.eval``, a package's class) is refused before it is looked up, naming file, member and
+  global. ``allow_pickle`` (CLI ``--allow-pickle``) lifts the restriction for trusted files.
+* **Mapping** (rules ``gen-dgrl-v1``): ``observations`` -> ``observation`` (flat, uint8, stored
+  layout: CHW); ``actions`` -> ``action`` as stored; ``rewards`` -> ``next/reward`` ``[T, 1]``;
+  ``dones`` -> ``next/terminated`` (no truncation signal in Procgen data). Float frames become
+  uint8 only when every value is a whole number in 0..255; anything else is refused naming the
+  value and where.
 * **The last observation is not used.** Procgen resets by itself, so ``observations[T]`` (recorded
-  with ``done``) is the *next* episode's first frame. An episode that ends with ``done`` gets its
-  last observation repeated as its final observation, ``final_known = false`` (counted in
-  ``synthesized_final_observations``). A trajectory whose last ``done`` is false was cut without
-  a reset: it ends **truncated** and ``observations[T]`` is its real final observation.
-* **``done`` before the last step** (several episodes in one file): the trajectory is split there,
-  each part an episode of its own (the frame after a ``done`` starts the next episode).
-* The level seed (from the collector's file name) goes to the per-episode source array
-  ``gen_dgrl/episode_level_seed`` (-1 when the name has none, or the file holds several
-  episodes); ``gen_dgrl/episode_trajectory`` is the index of each episode's file or member.
-* **Tar safety**: members with absolute paths or ``..``, links, devices, a member appearing twice,
-  more members than :class:`rlds_cli.formats.archives.Limits` allows, a member over
-  :data:`~rlds_cli.formats.gen_dgrl.tar.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio of
-  bytes to archive bytes) than the archive limits are refused, naming the archive and the
-  member. Nothing is written to disk: each member is read into memory, decoded and dropped, so
-  memory is one trajectory plus one block.
+  with ``done``) is the *next* episode's first frame: an episode ending with ``done`` repeats its
+  last observation as final, ``final_known = false`` (counted in
+  ``synthesized_final_observations``). A trajectory whose last ``done`` is false was cut without a
+  reset: it ends **truncated** and ``observations[T]`` is its real final observation.
+* **``done`` before the last step**: the trajectory is split there into episodes (the frame after
+  a ``done`` starts the next one).
+* The level seed (from the collector's file name) goes to ``gen_dgrl/episode_level_seed`` (-1 when
+  the name has none or the file holds several episodes); ``gen_dgrl/episode_trajectory`` is the
+  index of each episode's file or member.
+* **Tar safety**: absolute paths or ``..``, links, devices, duplicate members, more members than
+  :class:`rlds_cli.formats.archives.Limits` allows, a member over
+  :data:`~rlds_cli.formats.gen_dgrl.tar.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio to
+  archive bytes) than the archive limits are refused, naming archive and member. Nothing is
+  written to disk; memory is one trajectory plus one block.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A Gen-DGRL archive read as a stream, and one trajectory file read into its dict of arrays.
 
-Each tar member is checked as the unpacker checks it (:mod:`rlds_cli.formats.archives`), read into
-memory within the archive limits, decoded and dropped; nothing is written to disk. A trajectory
-file, from an archive member's bytes or a loose file, is a ``.npy`` of a pickled dict (read by the
-restricted unpickler of :mod:`rlds_cli.formats.safe_pickle` unless ``allow_pickle``) or an
-``.npz`` (each array streamed and checked).
+A trajectory file (an archive member's bytes or a loose file) is a ``.npy`` of a pickled dict
+(read by :mod:`rlds_cli.formats.safe_pickle` unless ``allow_pickle``) or an ``.npz`` (each array
+streamed and checked).
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
 from rlds_cli.formats.safe_pickle import unpickle
 from rlds_cli.formats.untrusted import UnsafeSourceError, require_rows
 
-#: Largest trajectory member or loose ``.npy`` read (it is held in memory while decoded, so this
-#: bounds what one member can make rlds allocate). A Procgen episode of 1,000 steps (the games'
-#: time limit) of float32 frames is about 50 MB.
+#: Largest trajectory member or loose ``.npy`` read (held in memory while decoded). A 1,000-step
+#: Procgen episode (the time limit) of float32 frames is about 50 MB.
 MAX_MEMBER_BYTES = 1 << 30
 
 
@@ -119,14 +116,12 @@ _CHUNK = 1 << 20
 class TarTrajectories:
     """The trajectory members of one tar archive, read front to back as a stream.
 
-    Every member is checked as the unpacker checks it (:mod:`rlds_cli.formats.archives`: the same
-    :class:`Limits`, the same member rules), then read into memory in chunks (at most
-    :data:`MAX_MEMBER_BYTES`); nothing is written to disk. The archive limits hold for what the
-    conversion takes from the archive: every byte read counts against the total, and the bytes
-    kept (each trajectory's arrays as stored in the cache, frames as uint8) plus the bytes of
-    skipped members count against the ratio to archive bytes read (a decompression bomb).
-    Trajectory members are counted as kept rather than as read because Procgen frames stored as
-    float32 take four times their uint8 bytes, and xz packs them very tightly.
+    Every member is checked as :mod:`rlds_cli.formats.archives` checks it (same :class:`Limits` and
+    member rules), then read into memory in chunks (at most :data:`MAX_MEMBER_BYTES`); nothing is
+    written to disk. Every byte read counts against the total limit; the bytes kept (arrays as
+    cached, frames as uint8) plus skipped members' bytes count against the ratio to archive bytes
+    read. Kept rather than read bytes, because float32 Procgen frames are four times their uint8
+    size and xz packs them very tightly.
     """
 
     def __init__(self, archive: Path, allow_pickle: bool) -> None:

@@ -1,7 +1,6 @@
-"""How LeRobot video frames are matched to parquet rows: each camera's mp4 is decoded forward
-with PyAV, one frame held at a time, and row ``t`` of an episode gets the frame whose presentation
-time is within :data:`TIMESTAMP_TOLERANCE_S` of ``from_timestamp + timestamp[t]`` (lerobot's own
-rule and tolerance), as uint8 RGB (``gray`` for one channel) in the feature's HWC or CHW order."""
+"""LeRobot video frames matched to parquet rows: each camera's mp4 decoded forward with PyAV, one
+frame held at a time; row ``t`` gets the frame within :data:`TIMESTAMP_TOLERANCE_S` of
+``from_timestamp + timestamp[t]`` (lerobot's rule), as uint8 RGB (``gray``: one channel), HWC or CHW."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ class VideoCursor:
                 f"video feature {feature.name!r} has {channels} channels; rlds decodes 1, 3 or 4"
             )
         self.pixel_format = formats[channels]
-        # one converter for every frame: frame.to_ndarray(format=...) sets up a new swscale
-        # context per frame, several times slower at the same output (bit-identical)
+        # one converter for every frame: frame.to_ndarray(format=...) builds a swscale context per
+        # frame, several times slower for bit-identical output
         self.reformatter = av.video.reformatter.VideoReformatter()
 
     def close(self) -> None:

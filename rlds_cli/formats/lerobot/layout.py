@@ -1,15 +1,11 @@
 """A LeRobot dataset's files and features: where the files are, which may be read, and what each
 feature of ``info.json`` becomes.
 
-Where a LeRobot dataset's files are, and which of them may be read.
-
 The dataset directory is found from the folder or its ``meta/info.json``; ``data_path`` and
 ``video_path`` templates are filled by a restricted formatter (known fields, integer widths only);
-every file named or found must stay inside the dataset directory once symlinks are followed (a
-Hugging Face hub snapshot may also point into its repository's ``blobs/``).
-
-**Features.** What each feature of ``info.json`` becomes: its kind, its TED key and, for a camera,
-its axis order (docs/formats.md, "LeRobot", "Keys")."""
+every file named or found must stay inside the dataset directory once symlinks are followed (or
+in a Hugging Face hub snapshot's repository ``blobs/``). Each feature gets a kind, a TED key and,
+for a camera, an axis order (docs/formats.md, "LeRobot", "Keys")."""
 
 from __future__ import annotations
 
@@ -49,8 +45,8 @@ def dataset_root(path: Path) -> Path | None:
 
 
 def is_lerobot(path: Path) -> bool:
-    """Whether ``path`` looks like a LeRobot dataset: a ``meta/info.json`` with a
-    ``codebase_version`` (or one that does not parse, so that this reader names the problem)."""
+    """Whether ``path`` looks like a LeRobot dataset: a ``meta/info.json`` with a ``codebase_version``
+    (or one that does not parse, so that this reader names the problem)."""
     root = dataset_root(path)
     if root is None:
         return False
@@ -62,9 +58,8 @@ def is_lerobot(path: Path) -> bool:
 
 
 def _allowed_roots(root: Path) -> list[Path]:
-    """Where the dataset's files may really be: its directory, and for a Hugging Face hub cache
-    snapshot (``.../datasets--org--name/snapshots/<revision>/``), whose files are symlinks into
-    that repository's own ``blobs/`` folder, that folder too."""
+    """Where the dataset's files may really be: its directory, and for a Hugging Face hub snapshot
+    (``.../datasets--org--name/snapshots/<revision>/``, symlinks into ``blobs/``) that ``blobs/`` folder."""
     roots = [root.resolve()]
     blobs = root.parent.parent / "blobs"
     if root.parent.name == "snapshots" and blobs.is_dir():
@@ -110,17 +105,16 @@ def source_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def plan_files(names: Sequence[str]) -> list[str] | None:
-    """Of a dataset folder's files, its metadata (``meta/``): what tells which data and video
-    files hold each episode (``None`` for a listing without ``meta/info.json``)."""
+    """Of a dataset folder's files, its metadata (``meta/``), which tells which data and video files
+    hold each episode (``None`` for a listing without ``meta/info.json``)."""
     if INFO_FILE.as_posix() not in names:
         return None
     return [n for n in names if n.startswith("meta/")]
 
 
 def fill_template(template: object, values: dict[str, Any], where: Path, what: str, version: str) -> str:
-    """A path template filled like ``str.format``, but only with the known fields and integer
-    widths: ``str.format`` on an untrusted template could read attributes (``{x.__class__}``)
-    or ask for a gigabyte of padding."""
+    """A path template filled like ``str.format``, but only with the known fields and integer widths
+    (``str.format`` on an untrusted template could read attributes or ask for a gigabyte of padding)."""
     if not isinstance(template, str) or not template:
         raise SourceFormatError(f"{where}: {what} is {template!r}, not a path template")
     allowed = _TEMPLATE_FIELDS[version]
@@ -192,9 +186,8 @@ def channels_first(name: str, shape: tuple[int, ...], names: object, where: Path
 
 @dataclass
 class FeaturePlan:
-    """The features of a dataset, planned: every kept feature with its key, the cameras, the
-    parquet columns read, the axis names (kept for an export back to LeRobot) and whether the
-    dataset has ``next.success``."""
+    """The dataset's features, planned: every kept feature with its key, the cameras, the parquet columns
+    read, the axis names (for an export back to LeRobot), and whether ``next.success`` exists."""
 
     features: list[Feature]
     axis_names: dict[str, list[str]]

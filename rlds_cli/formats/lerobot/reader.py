@@ -29,8 +29,8 @@ from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file
 
-#: Most rows a block holds, however small they are (blocks target ``packing.BLOCK_BYTES`` of
-#: decoded rows, frames included: the readers' one budget).
+#: Most rows a block holds, however small (blocks target ``packing.BLOCK_BYTES`` of decoded rows,
+#: frames included).
 BLOCK_ROWS = 1 << 16
 
 
@@ -148,8 +148,8 @@ class LeRobotReader(Reader):
     plan_files = staticmethod(plan_files)
 
     def select_episodes(self, first: int, stop: int | None) -> int:
-        """Read only the episodes at stream positions ``[first, stop)``: the ``episode_index``
-        order, less the episodes the stream skips (no row; one row under ``last_step="drop"``)."""
+        """Read only the episodes at stream positions ``[first, stop)``: ``episode_index`` order, less the
+        episodes the stream skips (no row; one row under ``last_step="drop"``)."""
         live = [i for i, ep in enumerate(self.episodes) if not self._skipped(ep)]
         if first >= len(live):
             span = f"numbered 0 to {len(live) - 1}" if live else "none holds a transition"
@@ -159,8 +159,8 @@ class LeRobotReader(Reader):
                 hint=f"ask for A:B with A < {len(live)}" if live else "the dataset has no episode to convert",
             )
         last = live[min(stop, len(live)) - 1] if stop is not None else len(self.episodes) - 1
-        # the episodes left out that have no transition are counted as a whole read counts them:
-        # the report (and the subset check of `rlds validate`) takes the source's totals
+        # count skipped episodes without a transition as a whole read would: the report (and
+        # `rlds validate`'s subset check) takes the source's totals
         for ep in (*self.episodes[: live[first]], *self.episodes[last + 1 :]):
             if self._skipped(ep):
                 self.report.dropped_episodes += 1
@@ -247,9 +247,8 @@ class LeRobotReader(Reader):
         return out
 
     def _starts(self, length: int) -> list[int]:
-        """Where each segment of an episode starts: blocks of ``block_rows`` rows, never leaving
-        the last segment one row long when that row is dropped (``last_step="drop"`` moves its
-        reward onto the row before, which must be in the same segment)."""
+        """Where each segment of an episode starts: every ``block_rows`` rows, never leaving a one-row last
+        segment when that row is dropped (``last_step="drop"`` moves its reward onto the row before)."""
         starts = list(range(0, length, self.block_rows))
         if self.last_step == "drop" and len(starts) > 1 and length - starts[-1] == 1:
             starts.pop()

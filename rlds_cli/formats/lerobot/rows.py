@@ -1,13 +1,10 @@
 """The parquet rows of a LeRobot dataset, and how they become TED transitions.
 
-The parquet rows of a LeRobot dataset: read in order, one batch in memory, and turned into
-numeric arrays of the shapes ``info.json`` declares.
-
-**Transitions.** LeRobot rows -> TED transitions (docs/formats.md, "LeRobot"): row ``t`` is
-``(frame t, action t, next.reward[t]) -> frame t + 1``; an episode's last row is kept with its
-final observation repeating the last frame (``last_step="keep"``) or dropped with its reward and
-success moved onto the row before (``"drop"``); episodes end terminated where ``next.success`` is
-true on the last frame, truncated otherwise."""
+Rows are read in order, one batch in memory, as numeric arrays of the shapes ``info.json``
+declares. Row ``t`` is ``(frame t, action t, next.reward[t]) -> frame t + 1``; an episode's last
+row is kept with its final observation repeating the last frame (``last_step="keep"``) or dropped
+with its reward and success moved onto the row before (``"drop"``); episodes end terminated where
+``next.success`` is true on the last frame, else truncated (docs/formats.md, "LeRobot")."""
 
 from __future__ import annotations
 
@@ -67,9 +64,9 @@ def column_array(pa: Any, column: Any, shape: tuple[int, ...], where: Path, name
 def image_column(
     pa: Any, column: Any, shape: tuple[int, ...], chw: bool, where: Path, name: str
 ) -> EncodedFrames:
-    """An image feature's parquet column (the Hugging Face ``Image`` type lerobot writes: a struct
-    of the file's ``bytes`` and its ``path``), kept as the image files it holds: each row's header
-    is checked to be a PNG or JPEG of the declared ``shape``, its pixels are decoded when read."""
+    """An image feature's parquet column (the Hugging Face ``Image`` struct of ``bytes`` and ``path``
+    lerobot writes), kept as image files: each row's header is checked to be a PNG or JPEG of the
+    declared ``shape``; pixels are decoded when read."""
     values = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     if not pa.types.is_struct(values.type) or values.type.get_field_index("bytes") < 0:
         raise SourceFormatError(
@@ -169,9 +166,8 @@ def split_part(
     last_step: str,
     report: ConversionReport,
 ) -> Piece:
-    """One segment as a piece of its episode for the packer: step and observation columns by TED
-    key, the last-row rule applied, the episode's end terminated where ``next.success`` is true on
-    the last frame, truncated otherwise."""
+    """One segment as a piece of its episode: step and observation columns by TED key, the last-row rule
+    applied, the end terminated where ``next.success`` is true on the last frame, else truncated."""
     steps = {f.name: seg[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
     obs = {f.name: seg[f.name] for f in plan.features if f.kind in ("observation", "video", "image")}
     success = last and plan.success and bool(np.asarray(seg["next.success"][-1]).any())
@@ -207,8 +203,8 @@ def split_part(
 
 
 def rule_notes(plan: FeaturePlan, last_step: str, report: ConversionReport) -> None:
-    """The notes that depend only on the dataset's columns, written before any block (a
-    conversion of ``--episodes A:B`` stops reading early, so nothing waits for the end)."""
+    """The notes that depend only on the dataset's columns, written before any block (``--episodes A:B``
+    may stop reading early)."""
     if last_step == "drop":
         report.notes.append(
             "last_step='drop': each episode's last frame has no next frame, so its transition is "

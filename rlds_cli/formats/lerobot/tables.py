@@ -1,6 +1,7 @@
-"""The metadata tables of a LeRobot dataset: the tasks, the episodes (v3.0: parquet files under
-``meta/episodes/``; v2.1: ``meta/episodes.jsonl``) with the data and video file of each, and the
-check that every file they name exists with the rows and columns they say."""
+"""The metadata tables of a LeRobot dataset: the tasks and the episodes with each one's data and
+video files, and the check that every file they name exists with the rows and columns stated.
+
+Episodes table: v3.0 parquet files under ``meta/episodes/``, v2.1 ``meta/episodes.jsonl``."""
 
 from __future__ import annotations
 
@@ -57,11 +58,8 @@ CHUNKS_SIZE_HINT = (
 
 
 def chunks_size(info: dict[str, Any], info_path: Path) -> int | None:
-    """``info.json``'s ``chunks_size`` (``None`` when absent).
-
-    v2.1 computes every path from it; v3.0's episodes table names each file's chunk, so v3.0 does
-    not need it, but a value no layout can have (0, negative, not an integer) is refused all the
-    same: a damaged info.json is not converted without a word.
+    """``info.json``'s ``chunks_size`` (``None`` when absent). v2.1 computes every path from it; v3.0 does
+    not need it, but a value no layout can have (0, negative, not an integer) is refused in both.
     """
     value = info.get("chunks_size")
     if value is None:
@@ -255,12 +253,9 @@ class EpisodeTables:
     def check_totals(self, episodes: list[Episode]) -> None:
         """Check info.json's declared totals against the whole episodes table ``episodes``.
 
-        ``total_episodes`` and ``total_frames`` are what the dataset holds: one that is not a count,
-        or is not what the table holds, is refused (fewer episodes in the table than declared is
-        an incomplete download; converting it would publish part of the dataset as the whole).
-        v2.1's ``total_chunks`` only summarises the layout (paths come from ``chunks_size``): one
-        that differs from the chunks the episodes lie in is a note. Only counts already held are
-        compared: nothing is sized by a declared number.
+        ``total_episodes`` and ``total_frames`` that are not counts, or differ from the table, are
+        refused (fewer episodes than declared is an incomplete download). v2.1's ``total_chunks`` only
+        summarises the layout: a mismatch is a note. Nothing is sized by a declared number.
         """
         held = {
             "total_episodes": (len(episodes), f"lists {len(episodes)} episode(s)"),
@@ -292,9 +287,8 @@ class EpisodeTables:
             raise SourceFormatError(f"{path} is not a readable parquet file: {exc}") from None
 
     def check_files(self, episodes: list[Episode], selected: list[Episode] | None = None) -> None:
-        """Every file named by the tables for the ``selected`` episodes (default: all) exists;
-        every such data file has the columns and the rows the whole episodes table says (before
-        anything is converted)."""
+        """Before anything is converted: every file the tables name for the ``selected`` episodes (default:
+        all) exists, and every such data file has the columns and rows the whole episodes table says."""
         chosen = {id(ep) for ep in selected} if selected is not None else None
         wanted = {ep.data_file for ep in episodes if chosen is None or id(ep) in chosen}
         by_file: dict[Path, list[Episode]] = {}

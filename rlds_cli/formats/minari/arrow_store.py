@@ -1,6 +1,5 @@
-"""Minari's ``arrow`` and ``parquet`` storages: ``data/<id>/part-0.<format>`` per episode, read
-with pyarrow one episode at a time; every column has T + 1 rows, the step columns' zero padding
-row dropped as minari's own reader drops it."""
+"""Minari's ``arrow`` and ``parquet`` storages: ``data/<id>/part-0.<format>`` per episode, read with
+pyarrow one episode at a time; the step columns' zero padding row dropped as minari's reader does."""
 
 from __future__ import annotations
 
@@ -28,8 +27,8 @@ _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")
 
 
 class ArrowStore:
-    """Minari's ``arrow`` and ``parquet`` storages: ``data/<id>/part-0.<format>`` per episode,
-    read with pyarrow one episode at a time (so memory holds one episode, not the dataset)."""
+    """Minari's ``arrow`` and ``parquet`` storages, read with pyarrow one episode at a time (memory: one
+    episode)."""
 
     def __init__(self, data_dir: Path, fmt: str, spaces: dict[str, Any], jpeg_encoding: bool) -> None:
         try:
@@ -243,8 +242,7 @@ class ArrowStore:
             return values.to_numpy(zero_copy_only=False)
         meta = field.metadata if field is not None else None
         if meta and b"shape" in meta:
-            # minari's per-row shape; '' (a 0-d array per row) is a scalar, which minari itself
-            # fails to read
+            # minari's per-row shape; '' (a 0-d array per row) is a scalar (minari fails to read it)
             shape = tuple(int(d) for d in meta[b"shape"].split(b",") if d.strip())
             try:
                 data = data.reshape(len(values), *shape)

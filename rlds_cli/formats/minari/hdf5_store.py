@@ -1,6 +1,5 @@
-"""Minari's ``hdf5`` storage: ``data/main_data.hdf5``, one ``episode_{id}`` group per episode
-(observations and T + 1-row infos, T-row actions, rewards and flags; Dict spaces are groups, Tuple
-spaces groups of ``_index_<i>``), read through h5py's low-level API."""
+"""Minari's ``hdf5`` storage: ``data/main_data.hdf5``, one ``episode_{id}`` group per episode, read
+through h5py's low-level API."""
 
 from __future__ import annotations
 
@@ -110,8 +109,8 @@ class Hdf5Store:
             self._plan_tree(node[name], f"{path}/{name}", f"{key}/{name}", sub, role, leaves)
 
     def _leaf_data(self, gid: Any, path: bytes, label: str) -> np.ndarray:
-        """Read one dataset through h5py's low-level API (a fraction of the high-level cost per
-        call, which matters with thousands of small episodes)."""
+        """Read one dataset through h5py's low-level API (a fraction of the high-level cost per call, which
+        matters over thousands of small episodes)."""
         import h5py
         from h5py import h5d, h5s
 

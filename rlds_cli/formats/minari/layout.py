@@ -1,17 +1,15 @@
 """What a Minari dataset folder holds, as the reader and both storages see it.
 
-* **Where the files are**: its ``data/`` directory (found from the dataset folder, one of its
-  files or a namespace folder holding one dataset), ``sniff``, the files a conversion reads, and
-  the cache name a dataset gets by default.
-* **The metadata**: the dataset's ``data/metadata.json`` (JSON strings inside it decoded) and
-  each episode's ``seed``, kept exactly as a uint64 or noted as absent.
-* **The spaces** in their JSON form (``minari.serialization``): the leaves a space splits into,
-  the per-step shape of a Box/MultiDiscrete/MultiBinary space, and the image spaces whose frames
-  Minari >= 0.5.3 stores as JPEG bytes (kept as they are:
-  :class:`~rlds_cli.frames.modes.EncodedFrames`).
+* **Files**: the ``data/`` directory (found from the dataset folder, one of its files, or a
+  namespace folder holding one dataset), ``sniff``, a conversion's files, the default cache name.
+* **Metadata**: ``data/metadata.json`` (inner JSON strings decoded) and each episode's ``seed``,
+  kept exactly as a uint64 or noted as absent.
+* **Spaces** in their JSON form (``minari.serialization``): their leaves, the per-step shape of a
+  Box/MultiDiscrete/MultiBinary space, and the image spaces Minari >= 0.5.3 stores as JPEG bytes
+  (kept as :class:`~rlds_cli.frames.modes.EncodedFrames`).
 * **The storage plug point** (:class:`Store`) between
-  :class:`~rlds_cli.formats.minari.reader.MinariReader` and Minari's storages
-  (:mod:`.hdf5_store`, :mod:`.arrow_store`): each reads one episode at a time.
+  :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (:mod:`.hdf5_store`,
+  :mod:`.arrow_store`), each read one episode at a time.
 """
 
 from __future__ import annotations
@@ -123,8 +121,8 @@ EXPECTED_FILES = (
 
 def sniff(path: Path) -> bool:
     """Whether ``path`` is a Minari dataset: a folder holding ``data/metadata.json`` or
-    ``metadata.json``, such a ``metadata.json``, or an HDF5 file with ``episode_*`` groups (a
-    ``main_data.hdf5`` that will not open too, so that this reader says why)."""
+    ``metadata.json``, such a ``metadata.json``, or an HDF5 file with ``episode_*`` groups (or a
+    ``main_data.hdf5`` that will not open, so the reader says why)."""
     if path.is_dir():
         return (path / "data" / "metadata.json").is_file() or (path / "metadata.json").is_file()
     if path.name.lower() == "metadata.json":
@@ -224,11 +222,10 @@ def _flat(value: Any) -> list[Any]:
 
 @dataclass(frozen=True)
 class Leaf:
-    """An array read for every episode: where it is in the episode and its TED key.
+    """An array read for every episode: where it is in the episode, and its TED key.
 
-    ``path`` is the HDF5 path in the episode group (``observations/_index_0``, ``infos/x``); for
-    the arrow storage ``fields`` are the struct fields to follow inside the column ``path``
-    starts with.
+    ``path``: the HDF5 path in the episode group (``observations/_index_0``, ``infos/x``); for the
+    arrow storage, ``fields`` are the struct fields to follow inside the column ``path`` starts with.
     """
 
     path: bytes
@@ -269,9 +266,8 @@ def space_shape(space: dict[str, Any]) -> tuple[int, ...]:
 
 
 def jpeg_frames(data: list[Any], shape: tuple[int, ...], path: Path, label: str) -> EncodedFrames:
-    """JPEG bytes per frame (byte strings, or uint8 arrays of them), as minari stores an image
-    space's frames, kept as they are: each frame's header is checked to be a JPEG of the space's
-    ``shape`` (what minari's loader decodes them to), its pixels are decoded when read."""
+    """An image space's JPEG frames (byte strings, or uint8 arrays of them) kept as they are: each
+    frame's header is checked to be a JPEG of the space's ``shape``; pixels are decoded when read."""
     try:
         fmt = FrameFormat("jpeg", tuple(shape))
     except FrameError as exc:

@@ -37,9 +37,8 @@ class MinariReader(Reader):
     """Streams a Minari dataset (HDF5, Arrow or Parquet storage) as :class:`StepBlock` s.
 
     Args:
-        path: The dataset directory (holding ``data/``), its ``data/`` directory, one of its
-            files, or a namespace directory holding one dataset; a list of its files also works.
-        block_rows: Ignored (blocks are sized in bytes); accepted for a uniform interface.
+        path: The dataset directory (holding ``data/``), its ``data/`` directory, one of its files,
+            a namespace directory holding one dataset, or a list of its files.
     """
 
     format_name = "minari"
@@ -108,8 +107,8 @@ class MinariReader(Reader):
         return self._total
 
     def source_metadata(self) -> dict[str, Any]:
-        """``minari``: metadata.json (JSON strings inside it decoded) but for the spaces and env
-        specs, which are under ``spaces`` together with the source path of every TED key."""
+        """``minari``: metadata.json (inner JSON strings decoded) less the spaces and env specs, which go
+        under ``spaces`` with the source path of every TED key."""
         spaces: dict[str, Any] = {
             # each space is the JSON object minari.serialization.serialize_space writes
             "serializer": "minari",

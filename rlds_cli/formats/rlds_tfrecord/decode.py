@@ -1,6 +1,6 @@
-"""A record's features as TED columns: the column plan (``features.json``'s leaves mapped to TED
-keys, roles and row shapes), each record checked against it, and the decoding, in worker
-processes, of one piece of an episode (a record's steps ``start:stop``) from a memory-mapped record.
+"""A record's features as TED columns: the column plan (``features.json`` leaves -> TED keys, roles,
+row shapes), each record checked against it, and the worker-side decoding of one piece of an
+episode (a record's steps ``start:stop``) from a memory-mapped record.
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ MAX_FRAME_BYTES = 256 << 20
 #: The hint of every error that says a shard's bytes are damaged.
 REDOWNLOAD_HINT = "the shard is damaged: download it again"
 _FLAGS = ("is_first", "is_last", "is_terminal")
-#: The per-episode bool an RLDS export of rlds writes: whether the episode's last step holds the
-#: final observation only (else it is a transition whose next observation is unknown); the
-#: ``auto`` last-step rule follows it where it is declared.
+#: The per-episode bool rlds's RLDS export writes: whether the last step holds the final
+#: observation only (else a transition with unknown next observation); ``auto`` follows it.
 LAST_STEP_FEATURE = "episode_metadata/last_step_is_observation"
 _FIXED = ("next/reward", "next/terminated", "next/truncated", "next/done")
 
@@ -314,10 +313,9 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
 
 
 def _kept_images(buf: memoryview, spans: list[tuple[int, int]], leaf: Leaf) -> EncodedFrames | None:
-    """The steps' image files as they are (``--frames keep`` stores them bit for bit), when
-    each one is a PNG or JPEG of the feature's declared ``uint8`` size and channel count, all in
-    one codec; ``None`` otherwise (the frames are then decoded and converted, as TensorFlow's
-    decoder converts them, and their errors reported there)."""
+    """The steps' image files as they are (``--frames keep``: bit for bit) when each is a PNG or JPEG of
+    the declared ``uint8`` size and channel count, all one codec; else ``None`` (the frames are then
+    decoded and converted as TensorFlow's decoder does, errors reported there)."""
     if leaf.dtype != "uint8" or any(d < 0 for d in leaf.shape) or not spans:
         return None
     try:

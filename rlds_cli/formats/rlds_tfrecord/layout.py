@@ -1,10 +1,10 @@
 """The files of an RLDS/TFDS dataset folder: shard names, splits, the sniff and the files a
 conversion reads.
 
-The names (``features.json``, shards, splits) and which folder below a path is the dataset
-folder are :mod:`rlds_cli._util.tfds_layout`'s, the rule the Hub's download plan uses too: a folder
-holding one TFDS dataset folder at any depth below (``name/version/``) is read from that folder;
-one holding several is refused, naming them.
+The names and which folder below a path is the dataset folder come from
+:mod:`rlds_cli._util.tfds_layout` (the Hub's download plan uses the same rule): a folder holding
+one TFDS dataset folder (``name/version/``) at any depth is read from it; several are refused,
+naming them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The reader, :class:`RldsTFRecordReader`: options, metadata, shard selection and the column
-plan, the shard scan, the assembly of decoded pieces into episodes, and the stream of blocks.
+"""The RLDS TFRecord reader, :class:`RldsTFRecordReader`: metadata, shard selection, the column plan,
+the shard scan, decoded pieces assembled into episodes, and the block stream.
 
-The shard scan checks every record of a shard before any of it is decoded and cuts each episode
-into pieces for the workers; the assembly applies the flag checks and the last-step rule and keeps
-the text tables and per-episode values.
+The shard scan checks every record of a shard before any is decoded and cuts each episode into
+pieces for the workers; assembly applies the flag checks and the last-step rule and keeps the text
+tables and per-episode values.
 """
 
 from __future__ import annotations
@@ -469,9 +469,8 @@ class RldsTFRecordReader(Reader):
         return all(not np.any(decoded.columns[k][-1] != 0) for k in keys if k in decoded.columns)
 
     def _assemble(self, decoded: Decoded) -> Piece | None:
-        """A decoded piece as the rows it adds (the last-step rule applied on an episode's last
-        piece); ``None`` when it adds none (an empty episode, or one step that is only a final
-        observation)."""
+        """A decoded piece as the rows it adds (the last-step rule applied on an episode's last piece);
+        ``None`` when it adds none (an empty episode, or one step that is only a final observation)."""
         ref = decoded.ref
         if ref.steps == 0:
             self.report.dropped_episodes += 1
@@ -522,8 +521,7 @@ class RldsTFRecordReader(Reader):
             self._episode_arrays[col.key].append(np.asarray(value))
 
     def _update_notes(self) -> None:
-        """The rule's notes, kept current episode by episode (a conversion of ``--episodes A:B``
-        stops reading early)."""
+        """The rule's notes, kept current episode by episode (``--episodes A:B`` may stop reading early)."""
         c = self._counts
         text = (
             f"last_step={self.last_step!r}: {c['observation']} episode(s) end with a step that is the "

@@ -1,21 +1,21 @@
-"""V-D4RL's files: the two layouts, how each is recognised (``sniff``) and in which order a
-source's files are read (``source_files``).
+"""V-D4RL's files: the two layouts, how each is recognised (``sniff``) and in which order a source's
+files are read (``source_files``).
 
 Two layouts hold the same data (``conglu/vd4rl`` on the Hugging Face hub, read by TorchRL's
 ``VD4RLExperienceReplay``):
 
 * **Dreamer episodes** (64px): one ``np.savez_compressed`` file per episode, named
   ``<YYYYmmddTHHMMSS>-<uuid hex>-<rows>.npz``, with ``image (R, 64, 64, 3) uint8`` (HWC),
-  ``action (R, A)`` whose row 0 is zeros, ``reward (R,)`` (row 0 is 0), ``discount (R,)`` and the
-  bool flags ``is_first``, ``is_last``, ``is_terminal`` (older files have no ``is_terminal``:
-  it is ``discount == 0``). R is 501: the reset observation and 500 steps.
+  ``action (R, A)`` (row 0 zeros), ``reward (R,)`` (row 0 is 0), ``discount (R,)`` and bool flags
+  ``is_first``, ``is_last``, ``is_terminal`` (absent in older files: ``discount == 0``). R is
+  501: the reset observation and 500 steps.
 * **drqbc shards** (84px): ``observation (N, 3, 84, 84) uint8`` (CHW), ``action``, ``reward``,
-  ``discount`` and ``step_type`` (0 first, 1 mid, 2 last; ``float64`` in the files the V-D4RL
-  scripts write) concatenated over many episodes; ``split_hdf5_shards.py`` cuts a file into
-  shards by rows, so an episode may run from one shard into the next.
+  ``discount`` and ``step_type`` (0 first, 1 mid, 2 last; ``float64`` in the V-D4RL scripts'
+  files) concatenated over many episodes; ``split_hdf5_shards.py`` cuts a file into shards by
+  rows, so an episode may span shards.
 
-Dreamer episodes are read in name order (their names start with a timestamp), drqbc shards in
-natural name order (``2.hdf5`` before ``10.hdf5``, as ``split_hdf5_shards.py`` numbers them).
+Dreamer episodes are read in name order (timestamp), drqbc shards in natural name order
+(``2.hdf5`` before ``10.hdf5``).
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ def _is_drqbc_hdf5(path: Path) -> bool:
 
 
 def _candidates(folder: Path) -> list[Path]:
-    """The ``.npz`` and ``.hdf5``/``.h5`` files under ``folder``; hidden files and folders (such
-    as the ``.rlds/`` bookkeeping of a download folder) and in-progress names are left out
+    """The ``.npz`` and ``.hdf5``/``.h5`` files under ``folder``, minus hidden and in-progress names
     (:mod:`rlds_cli.formats.folders`)."""
     return folder_files(folder, lambda p: p.name.lower().endswith((".npz", *HDF5_SUFFIXES)))
 

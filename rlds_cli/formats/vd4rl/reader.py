@@ -1,38 +1,32 @@
-"""V-D4RL (pixel DeepMind Control, Lu et al. 2022): Dreamer ``.npz`` episodes and drqbc ``.hdf5``
-shards, streamed into TED with the dataset's one-step action/reward shift applied across chunks
-and files (:class:`Stitcher`: row ``t`` holds the observation *after* action ``t``, so the step of
-a row that does not start an episode is ``obs[t - 1]``, ``action[t]``, ``reward[t]``; an episode's
-last row is its final observation); small blocks gathered with
-:class:`~rlds_cli.formats.packing.BlockPacker`.
+"""The V-D4RL reader: rows streamed into TED with the dataset's one-step action/reward shift applied
+across chunks and files (:class:`Stitcher`).
 
-The two layouts and the order of a source's files: :mod:`rlds_cli.formats.vd4rl.files`. The
-rules (``vd4rl-v1``), written out in ``docs/formats.md`` ("V-D4RL"):
+Layouts and file order: :mod:`rlds_cli.formats.vd4rl.files`. Rules (``vd4rl-v1``;
+``docs/formats.md``, "V-D4RL"):
 
 * **The shift.** Both layouts follow the dm_env/Dreamer convention: row ``t`` holds the
-  observation *after* action ``t``; ``action[t]`` and ``reward[t]`` led to ``obs[t]``. An
-  episode of rows ``0..T`` is ``T`` TED transitions: ``observation = obs[t]``,
-  ``action = action[t + 1]``, ``next/reward = reward[t + 1]``, ``next/observation = obs[t + 1]``.
-  Row 0's action and reward (zero padding) are not stored; row ``T`` is the real final
-  observation (``final_known = true``). TorchRL keeps ``action[t]``/``reward[t]`` on row ``t``
-  unshifted; rlds follows the dataset's own loader (drqbc pairs ``obs[i - 1]`` with
-  ``action[i]``, ``reward[i]``).
-* **Episode ends.** The last step is **terminated** when the environment terminated on the
-  last row (``is_terminal``, else ``discount == 0``), else **truncated** (DMC's 500-step limit:
-  every V-D4RL episode). A terminal flag before an episode's last row is refused.
-* **Dreamer files**: one episode per file, files in name order (timestamp order). ``is_first``
-  must be set on row 0 and only there, ``is_last`` nowhere but on the last row: anything else
-  is refused (a Dreamer episode file holds one episode). The count in a writer's name is a
-  label: ``rows - 1`` (DreamerV2, DrQ-v2) or ``rows`` (V-D4RL's ``hdf5_to_npz.py``) is accepted,
-  any other is a warning in the conversion notes (:mod:`rlds_cli.formats.folders`).
-* **drqbc shards**, in natural name order (``2.hdf5`` before ``10.hdf5``): an episode starts at
-  ``step_type`` 0 (or after a 2) and ends at 2 (or before a 0). A shard ending without 2 whose
-  successor starts without 0 continues the same episode; an episode that ends without 2 (the
-  last shard's end, a 0 not preceded by 2) ends truncated there, and one that starts without 0
-  loses its first row's action and reward (no observation before it): both counted and noted.
-* **Keys.** The frames become ``observation`` (uint8, the source's layout unless the option
-  ``image_layout`` asks for ``"hwc"`` or ``"chw"``). Any other per-row array (proprioceptive
-  state in some files) is observation-like too: then the frames are ``observation/image`` and
-  the others ``observation/<name>``. ``discount``, ``step_type`` and the flags are consumed.
+  observation *after* action ``t``; ``action[t]`` and ``reward[t]`` led to ``obs[t]``. An episode
+  of rows ``0..T`` is ``T`` TED transitions: ``observation = obs[t]``, ``action = action[t + 1]``,
+  ``next/reward = reward[t + 1]``, ``next/observation = obs[t + 1]``. Row 0's action and reward
+  (zero padding) are not stored; row ``T`` is the real final observation (``final_known = true``).
+  TorchRL keeps them unshifted; rlds follows the dataset's own loader (drqbc pairs ``obs[i - 1]``
+  with ``action[i]``, ``reward[i]``).
+* **Episode ends.** The last step is **terminated** when the environment terminated on the last
+  row (``is_terminal``, else ``discount == 0``), else **truncated** (DMC's 500-step limit: every
+  V-D4RL episode). A terminal flag before an episode's last row is refused.
+* **Dreamer files**: one episode per file, in name order. ``is_first`` must be set on row 0 only,
+  ``is_last`` on the last row only; anything else is refused. The count in the file name is a
+  label: ``rows - 1`` or ``rows`` is accepted, any other is a warning
+  (:mod:`rlds_cli.formats.folders`).
+* **drqbc shards**, in natural name order: an episode starts at ``step_type`` 0 (or after a 2)
+  and ends at 2 (or before a 0). A shard ending without 2 whose successor starts without 0
+  continues the episode; an episode ending without 2 (the last shard's end, a 0 not preceded by
+  2) ends truncated there, and one starting without 0 loses its first row's action and reward:
+  both counted and noted.
+* **Keys.** Frames become ``observation`` (uint8, source layout unless ``image_layout`` is
+  ``"hwc"`` or ``"chw"``). Other per-row arrays (proprioceptive state in some files) are
+  observation-like too: then frames are ``observation/image`` and the others
+  ``observation/<name>``. ``discount``, ``step_type`` and the flags are consumed.
 """
 
 from __future__ import annotations
@@ -73,9 +67,9 @@ class Chunk:
 
 
 class Stitcher:
-    """Turns chunks of rows into flat TED blocks, applying the shift: the step of row ``r``
-    (not an episode's first) is ``obs[r - 1]``, ``action[r]``, ``reward[r]``. One observation
-    row is carried from chunk to chunk while an episode continues."""
+    """Turns chunks of rows into flat TED blocks, applying the shift: the step of row ``r`` (not an
+    episode's first) is ``obs[r - 1]``, ``action[r]``, ``reward[r]``. One observation row is carried
+    from chunk to chunk while an episode continues."""
 
     def __init__(self, pixel_key: str, transpose: tuple[int, ...] | None) -> None:
         self.pixel_key = pixel_key
@@ -371,8 +365,8 @@ class VD4RLReader(Reader):
             ep.close()
 
     def _npz_flags(self, path: Path, data: dict[str, np.ndarray], a: int, rows: int) -> dict[str, np.ndarray]:
-        """``start``/``end``/``terminal`` of rows ``a..`` of a Dreamer episode, checked: one
-        episode per file, is_first on row 0 only, is_last and is_terminal on the last row only."""
+        """``start``/``end``/``terminal`` of rows ``a..`` of a Dreamer episode, checked: one episode per
+        file, is_first on row 0 only, is_last and is_terminal on the last row only."""
         n = len(data["is_first"])
         pos = np.arange(a, a + n)
         first = data["is_first"].reshape(n) != 0
@@ -470,8 +464,8 @@ class VD4RLReader(Reader):
     # ------------------------------------------------------------------ notes
 
     def _count(self, kind: str, k: int) -> None:
-        """Add ``k`` to a counted irregularity and keep its note current (a conversion of
-        ``--episodes A:B`` stops reading early: nothing waits for the end)."""
+        """Add ``k`` to a counted irregularity and keep its note current (``--episodes A:B`` may stop
+        reading early)."""
         if not k:
             return
         self._counts[kind] = self._counts.get(kind, 0) + k

@@ -1,6 +1,6 @@
-"""V-D4RL's source files opened for reading: a Dreamer episode ``.npz`` (:class:`NpzEpisode`,
-its arrays as row streams) and a drqbc ``.hdf5`` shard (:class:`Shard`), each checked (headers
-only) before a row is read, and the :class:`Schema` every file of a source must agree on."""
+"""V-D4RL's source files opened for reading: a Dreamer episode ``.npz`` (:class:`NpzEpisode`) and a
+drqbc ``.hdf5`` shard (:class:`Shard`), headers checked before a row is read, and the
+:class:`Schema` every file of a source must agree on."""
 
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ def _layout(where: object, key: str, shape: tuple[int, ...], prefer: str) -> str
 def _extra_arrays(
     path: Path, arrays: Mapping[str, Any], consumed: Sequence[str], report: ConversionReport
 ) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The arrays of a file (npz streams or hdf5 datasets) stored besides the ones the layout
-    consumes: row shape and dtype of each; text arrays are noted as dropped, other non-numeric
-    ones refused."""
+    """Row shape and dtype of each array of a file stored besides those the layout consumes; text
+    arrays are noted as dropped, other non-numeric ones refused."""
     extras: dict[str, tuple[tuple[int, ...], str]] = {}
     for key, array in arrays.items():
         if key in consumed:
