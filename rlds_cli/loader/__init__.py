@@ -3,9 +3,8 @@
 The front door is :class:`Loader`; samplers, transforms, mixtures and the ``torch.utils.data``
 adapters are importable from here too. See ``docs/loader.md``.
 
-The public names are imported lazily (as in ``rlds_cli/__init__.py``): importing a submodule such
-as ``rlds_cli.loader.samplers`` runs this file first, and an eager import of every module here
-would drag torch into code that only draws indices with numpy.
+Public names are imported lazily, so importing a numpy-only submodule (e.g.
+``rlds_cli.loader.samplers``) does not import torch.
 """
 
 from __future__ import annotations

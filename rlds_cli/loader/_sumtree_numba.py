@@ -1,15 +1,11 @@
 """Compiled kernels for :class:`~rlds_cli.loader.sumtree.SumTree` (numba).
 
-They walk the same arrays as the tree's numpy code and add in the same order (sequential sums,
-left to right, in float64), so both give bit-identical trees and draws: a run resumed on a
-machine without numba continues the same stream. What they save is the numpy call overhead and
-the temporaries: a descent of 256 draws over 10^6 leaves is ~20 numpy calls over (256, 33)
-blocks, here a few passes over the draws that read only the rows they need.
-
-Three things make them fast, and none changes a result: a sum over a row is a chain of dependent
-additions, so rows are summed four at a time (four independent chains overlap); a binary search's
-branches are unpredictable, so the root is searched by counting compares (vector instructions);
-and the rows a level will read are touched in a first pass, so their cache misses overlap.
+Same arrays and addition order (sequential, left to right, float64) as the numpy code: trees and
+draws are bit-identical, so a run resumed without numba continues the same stream. They save
+numpy call overhead and temporaries (a descent of 256 draws over 10^6 leaves is ~20 numpy calls).
+Result-neutral speedups: rows summed four at a time (overlapping dependency chains), the root
+searched by counting compares (branch-free), and a level's rows touched in a first pass
+(overlapping cache misses).
 
 Layout (see ``SumTree``): ``leaves`` (rows of ``f``); ``totals``, every level's row masses one
 after another (level ``k`` at ``tot_off[k]:tot_off[k + 1]``); ``prefix``, the prefix rows of the
@@ -60,16 +56,14 @@ def descend(
 ) -> float:
     """The leaf where each prefix mass ``u[i]`` falls, and its priority (``u`` is overwritten).
 
-    Returns a sum of the values it touched ahead, only so the compiler keeps those loads."""
+    Returns a sum of the prefetched values only so the compiler keeps those loads."""
     n = len(u)
     top_rows = len(root) - 1
     top_start = tot_off[depth - 1]
     node = np.empty(n, np.int64)
-    # root: the number of inclusive sums <= x (searchsorted, side="right"), counted in two
-    # steps without branches (a binary search's branches are unpredictable: 60 ns a draw):
-    # the blocks of 32 sums whose last sum is <= x (the sums never decrease, so every sum
-    # before them is too), then the sums <= x in the next block. Compares that are added up
-    # run as vector instructions; the blocks' last sums are copied together first.
+    # root: count of inclusive sums <= x (searchsorted side="right") without branches (a binary
+    # search's mispredictions cost 60 ns a draw): whole blocks of 32 by their last sum, then the
+    # sums in the next block. Summed compares vectorize.
     ends = root[1:]
     full = top_rows // 32
     block_last = np.empty(full, np.float64)
@@ -90,11 +84,8 @@ def descend(
             lo = _last_with_mass(totals, top_start, top_rows)
             node[i] = lo
         u[i] -= root[lo]
-    # Level by level, for all draws: the rows one level reads are known before it starts, so a
-    # first pass touches them all (independent loads, which the CPU overlaps) and the second
-    # finds the children in rows that are then in cache. The inner loops count instead of
-    # breaking at the child found (rows never decrease: the count of prefix sums <= x is the
-    # child's column), which keeps them free of data-dependent branches.
+    # per level: a first pass touches every row it will read (overlapping loads), the second
+    # finds each child by counting prefix sums <= x (branch-free; rows never decrease)
     touched = 0.0
     for k in range(depth - 1, 0, -1):
         for i in range(n):
@@ -119,9 +110,8 @@ def descend(
         base = node[i] * f
         for c in range(0, f, 8):
             touched += leaves[base + c]
-    # leaves: their prefix sums, on the fly; the count of those <= x is the leaf's column. Each
-    # draw's sum is a chain of dependent additions (left to right, as numpy's): four draws at a
-    # time overlap four chains. Past the end, the last draw is done again (same writes).
+    # leaves: prefix sums on the fly, four draws at a time (left to right, as numpy's); past the
+    # end the last draw is repeated (same writes)
     for i in range(0, n, 4):
         i0, i1, i2, i3 = i, min(i + 1, n - 1), min(i + 2, n - 1), min(i + 3, n - 1)
         x0, x1, x2, x3 = u[i0], u[i1], u[i2], u[i3]
@@ -200,8 +190,7 @@ def set_and_rebuild(
                 nodes[i] //= f
         start = tot_off[k]
         below = tot_off[k - 1] if k else 0
-        # Four rows at a time: each row's sum is a chain of dependent additions (left to right),
-        # and four chains overlap. Past the end, the last row is done again (same writes).
+        # four rows at a time (left to right); past the end the last row is repeated (same writes)
         for i in range(0, n, 4):
             i1, i2, i3 = min(i + 1, n - 1), min(i + 2, n - 1), min(i + 3, n - 1)
             n0, n1, n2, n3 = nodes[i], nodes[i1], nodes[i2], nodes[i3]
@@ -251,9 +240,9 @@ def check_and_set(
     depth: int,
     f: int,
 ) -> int:
-    """:func:`check`, then :func:`set_and_rebuild` when it passes, in one call (each call from
-    Python is a few microseconds, and far more when the caches are cold): where the smallest
-    value is, or :func:`check`'s negative code, with nothing written."""
+    """:func:`check`, then :func:`set_and_rebuild` when it passes, in one call (a Python call costs
+    a few microseconds): where the smallest value is, or :func:`check`'s negative code, with
+    nothing written."""
     at = check(indices, values, size)
     if at >= 0:
         set_and_rebuild(indices, values, leaves, totals, tot_off, prefix, pref_off, root, depth, f)

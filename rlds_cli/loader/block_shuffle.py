@@ -1,24 +1,20 @@
 """``sampler="blocks"``: an epoch order that suits chunked storage (zarr shards, object stores).
 
-The dataset's episodes are grouped into *blocks*: the episodes whose first step falls in rows
-``[k * block_rows, (k + 1) * block_rows)`` form block ``k`` (whole episodes, contiguous rows,
-about ``block_rows`` rows each; a block starts where a storage chunk of ``block_rows`` rows
-does). An epoch:
+Episodes whose first step falls in rows ``[k * block_rows, (k + 1) * block_rows)`` form block
+``k`` (whole episodes, contiguous rows, aligned with storage chunks of ``block_rows`` rows).
+An epoch:
 
 1. rotates the storage order to start at a block drawn from ``(seed, epoch)`` and gives each
-   rank a contiguous share of it (``ceil`` or ``floor(steps / ranks)`` rows): a rank reads one
-   run of storage, so every column's chunks it touches are its share plus at most two shared
-   with a neighbour rank, and the ranks of one node, numbered consecutively by ``torchrun``,
-   read one run together (what a node-local cache holds); the runs move every epoch;
-2. permutes the blocks of each rank's share (a function of ``(seed, epoch, rank)``);
-3. shuffles each rank's rows within windows of ``shuffle_window`` consecutive blocks of that
-   order (the blocks *resident* at once, as Mosaic Streaming's block shuffle and WebDataset's
-   shuffle buffer do): a batch mixes the episodes of ``shuffle_window`` random blocks.
+   rank a contiguous share (``ceil`` or ``floor(steps / ranks)`` rows): a rank reads one run of
+   storage, sharing at most two chunks per column with neighbours, and a node's consecutive
+   ``torchrun`` ranks read one run together; the runs move every epoch;
+2. permutes the blocks of each rank's share (from ``(seed, epoch, rank)``);
+3. shuffles each rank's rows within windows of ``shuffle_window`` consecutive blocks (as Mosaic
+   Streaming's block shuffle and WebDataset's shuffle buffer).
 
-Each step is drawn exactly once per epoch over all ranks, and every rank runs the same number of
-batches (:mod:`rlds_cli.loader.epoch`: shorter last batches, never repeated steps). The state
-is a few integers (seed, epoch, position, batch, and one list of positions per resume) and a
-state saved at one world size resumes at another (:meth:`BlockSampler.resume`).
+Each step is drawn exactly once per epoch over all ranks; every rank runs the same number of
+batches (:mod:`rlds_cli.loader.epoch`: shorter last batches, never repeated steps). The state is
+a few integers, and resumes at another world size (:meth:`BlockSampler.resume`).
 """
 
 from __future__ import annotations
@@ -55,10 +51,8 @@ DEFAULT_SHUFFLE_WINDOW = 16
 
 
 def storage_block_rows(dataset: Any) -> int:
-    """The rows of a block that suits ``dataset``'s storage: the rows of one chunk (a shard's,
-    for a sharded zarr array) of its widest stored column, else about
-    :data:`DEFAULT_BLOCK_BYTES` of that column's rows as stored (a frame column's image files:
-    a block then spans about four blocks of a remote cache)."""
+    """Block rows suited to ``dataset``'s storage: one chunk (a shard, for sharded zarr) of its
+    widest stored column, else about :data:`DEFAULT_BLOCK_BYTES` of that column's stored rows."""
     fields = dataset.stored_fields
     if not fields:
         return BLOCK_ROWS_BOUNDS[1]
@@ -89,8 +83,8 @@ def window_shuffle(
 
 
 class BlockSampler:
-    """Batches without replacement in an order that reads whole blocks of episodes
-    (module docstring): each step exactly once per epoch over all ranks.
+    """Batches without replacement in an order that reads whole blocks of episodes (see the module
+    docstring): each step exactly once per epoch over all ranks.
 
     Args:
         episode_lengths: Steps per episode, in dataset order.
@@ -149,8 +143,7 @@ class BlockSampler:
 
     def sequence(self, epoch: int) -> np.ndarray:
         """Every step of ``epoch`` in storage order, rotated to start at a block drawn from
-        ``(seed, epoch)``: ranks take contiguous shares of it, so each reads one run of storage
-        (two runs when it wraps), and the runs move from epoch to epoch."""
+        ``(seed, epoch)``; ranks take contiguous shares of it."""
         first = int(np.random.default_rng([self.seed, epoch]).integers(self.num_blocks))
         return np.roll(np.arange(self.num_steps, dtype=np.int64), -int(self.starts[first]))
 
@@ -218,8 +211,7 @@ class BlockSampler:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Seed, epoch, this rank's position and batch in it, the epoch's earlier generations
-        (resumes at another world size), and whose state it is."""
+        """Seed, epoch, this rank's position and batch, earlier generations, and whose state it is."""
         return {
             "seed": self.seed,
             "epoch": self.epoch,
@@ -267,13 +259,13 @@ class BlockSampler:
         self.position, self.batch = int(state["position"]), int(state["batch"])
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
-        """Go on from the states of every rank of a run (any world size, saved at the same batch):
-        this rank's share of the epoch's steps that none of them consumed."""
+        """Go on from every rank's state of a run (any world size, saved at the same batch) with
+        this rank's share of the epoch's unconsumed steps."""
         what = type(self).__name__
         first, history = joined_history(states, what, ("block_rows", "shuffle_window"))
         self._check_common(first)
         epoch = int(first["epoch"])
-        # refuses positions past a rank's share; the run's seed is the states' own
+        # raises on positions past a rank's share; takes the states' seed
         order, batches = self._plan_with(int(first["seed"]), epoch, history)
         self.set_epoch(epoch)
         self.history, self._order, self._batches = history, order, batches

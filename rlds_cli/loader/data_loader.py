@@ -1,10 +1,8 @@
 """A ``DataLoader`` over the cache's torch datasets that resumes exactly and hands image
 batches over through a shared-memory ring.
 
-:class:`TedDataLoader` counts the batches the training loop has taken, so that ``state_dict()``
-resumes exactly (workers prefetch ahead of the loop), and its workers write their batches into a
-ring of shared-memory buffers (:mod:`rlds_cli.loader.ring`) instead of torch's copy into fresh
-shared memory. The datasets it drives live in :mod:`rlds_cli.loader.torch_data`.
+The datasets it drives live in :mod:`rlds_cli.loader.torch_data`; the ring in
+:mod:`rlds_cli.loader.ring`.
 """
 
 from __future__ import annotations
@@ -25,20 +23,13 @@ class TedDataLoader(DataLoader):
     """A ``torch.utils.data.DataLoader`` whose :meth:`state_dict` resumes exactly, with or
     without worker processes.
 
-    Workers (and a batch sampler feeding them) run up to ``prefetch_factor * num_workers``
-    batches ahead of the training loop; this loader counts the batches the loop has *taken* and
-    keeps that count in its dataset's (or batch sampler's) state. Persistent workers are
-    restarted when the position they would start from is not the loader's (after a pass broken
-    off, :meth:`load_state_dict` or ``set_epoch``).
+    Workers run up to ``prefetch_factor * num_workers`` batches ahead; the state counts the
+    batches the loop has *taken*. Persistent workers are restarted when their start position is
+    not the loader's (after a broken-off pass, :meth:`load_state_dict` or ``set_epoch``).
 
-    With workers, the large keys of a batch (rows of 1 KiB or more: image observations) go
-    through a ring of shared-memory batch buffers allocated before the workers start (see
-    :mod:`rlds_cli.loader.ring`): a worker gathers into a free slot of its own and returns the
-    slot number, instead of torch copying the batch into fresh shared memory. A slot is reused
-    only once every tensor of the batch built from it (views included) has been freed, so a batch
-    the loop keeps is never overwritten; while all of a worker's slots are held, its batches come
-    the ordinary way (slower, same values). Values, order and :meth:`state_dict` are the same
-    with the ring as without.
+    With workers, keys with rows of 1 KiB or more go through a shared-memory ring
+    (:mod:`rlds_cli.loader.ring`): a kept batch is never overwritten, and values, order and
+    :meth:`state_dict` are the same as without it.
 
     Args:
         dataset: A :class:`TedIterableDataset`, or a :class:`TedMapDataset` with
@@ -61,7 +52,7 @@ class TedDataLoader(DataLoader):
         if isinstance(dataset, TedIterableDataset):
             kwargs.setdefault("batch_size", None)
         super().__init__(dataset, **kwargs)
-        # a collate_fn of the user's expects gathered batches, not slot numbers
+        # a user's collate_fn expects gathered batches, not slot numbers
         per_worker = ring_slots if ring_slots is not None else (self.prefetch_factor or 2) + 2
         self._ring_slots = 0 if own_collate or self.num_workers == 0 else per_worker
         self._ring: BatchRing | None = None  # the ring of the live persistent workers
@@ -80,20 +71,19 @@ class TedDataLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         target = self._target
         if self._IterableDataset_len_called is not None and isinstance(self.dataset, TedIterableDataset):
-            # torch warns when a pass yields more than len() said when it was last asked: a pass
-            # is measured against its own length (an epoch resumed at another world size is
-            # shorter than the next one)
+            # torch warns when a pass yields more than the last len(): measure each pass by its own
+            # length (an elastically resumed epoch is shorter than the next)
             self._IterableDataset_len_called = len(self.dataset)
         if self.num_workers == 0:  # no prefetching: the dataset or sampler counts by itself
             yield from super().__iter__()
             return
         cursor = (target.epoch, target.position)
         if self.persistent_workers and self._workers_at not in (None, cursor):
-            # the live workers' copies of the dataset would start elsewhere: start fresh ones
+            # live workers would start elsewhere: start fresh ones
             self._iterator = None
         fresh = not self.persistent_workers or self._iterator is None  # workers start now
         if fresh:
-            # a new ring for new workers: the old one lives on while batches made in it are held
+            # new ring for new workers; the old one lives while its batches are held
             self._ring = self._new_ring()
         ring = self._ring
         sampler = isinstance(target, EpochBatchSampler)
@@ -140,10 +130,10 @@ class TedDataLoader(DataLoader):
     def _wrap(self, ring: BatchRing, batch: SlotBatch) -> TedBatch:
         out = to_torch(ring.wrap(batch))
         dtypes = getattr(self.dataset, "dtypes", None)
-        if dtypes:  # a slot holds the stored dtypes: the cast (a copy) is made here, once
+        if dtypes:  # a slot holds the stored dtypes: cast (a copy) here, once
             out = dtypes.cast(out)
         if self.pin_memory and torch.cuda.is_available():
-            # a pinned copy: the slot goes back to its worker as soon as the views are dropped
+            # pinned copy: the slot returns to its worker once the views are dropped
             out = TedBatch({key: value.pin_memory() for key, value in out.items()})
         return out
 

@@ -1,10 +1,9 @@
 """Device-resident data: the packed dataset as one tensor on the device, indices drawn there.
 
 For datasets that fit in device memory, every batch is an on-device ``index_select``: no host
-work and no host-to-device copy per batch. The layout is the one of
-:class:`~rlds_cli.loader.sources.HostSource`'s packed mode (float32 and bool columns packed
-row-wise along the flat rows, a strided window spanning rows ``r`` and ``r + 1``); other dtypes
-get one tensor each. Works on any torch device (the tests use the CPU); CUDA is the point.
+work and no host-to-device copy per batch. Layout: :class:`~rlds_cli.loader.sources.HostSource`'s
+packed mode (a strided window spanning rows ``r`` and ``r + 1``); other dtypes get one tensor
+each. Works on any torch device.
 """
 
 from __future__ import annotations
@@ -56,9 +55,8 @@ class DeviceSource:
         self._widths, self._pieces = self._plan_pieces()
 
     def _plan_pieces(self) -> tuple[list[int], dict[str, tuple[int, tuple[int, ...], bool]]]:
-        """Column widths that cut a gathered block into one piece per key (and the gaps between),
-        and for each key ``(piece, shape, is_bool)``: one ``torch.split`` per batch makes every
-        key's view, where a slice per key costs a Python-level call each."""
+        """Column widths that cut a gathered block into one piece per key (and the gaps), and per
+        key ``(piece, shape, is_bool)``: one ``torch.split`` per batch instead of a slice per key."""
         if self._packed is None:
             return [], {}
         width = self._packed.shape[1]
@@ -185,7 +183,7 @@ class DeviceUniformSampler:
         check_shard_fields(check_state(state, what), what)
         if "torch_generator" not in state:
             raise LoaderStateError(f"{what} state has no field 'torch_generator'")
-        try:  # on a scratch generator: a refused state leaves this one as it was
+        try:  # on a scratch generator: a refused state leaves this one unchanged
             torch.Generator(device=self.device).set_state(state["torch_generator"])
         except (TypeError, RuntimeError, ValueError) as exc:
             raise LoaderStateError(

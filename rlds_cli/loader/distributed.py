@@ -2,17 +2,14 @@
 
 * **Rank and world size** come from the arguments, else from ``torch.distributed`` when it is
   initialised (``torchrun``), else ``(0, 1)``.
-* **The run seed** is the seed given, else ``$RLDS_SEED``, else a fresh one: drawn on rank 0
-  and broadcast to every rank when ``torch.distributed`` is initialised (so building a loader
-  with ``seed=None`` is then a collective call: every rank builds it, in the same order), drawn
-  here otherwise. A fresh seed is logged (logger ``rlds_cli.loader``, level INFO) so that the
-  run can be repeated with ``seed=``.
+* **The run seed** is the seed given, else ``$RLDS_SEED``, else a fresh one, drawn on rank 0 and
+  broadcast when ``torch.distributed`` is initialised (building a loader with ``seed=None`` is
+  then a collective call). A fresh seed is logged (logger ``rlds_cli.loader``, INFO).
 * **Per-rank streams**: samplers with replacement seed their generator with
-  :func:`stream_seed`, a function of ``(seed, rank)``; one seed gives every rank its own stream.
-  Epoch samplers share the seed's permutation and take disjoint shards of it.
+  :func:`stream_seed` of ``(seed, rank)``. Epoch samplers share the seed's permutation and take
+  disjoint shards of it.
 
-This module never imports torch: ``torch.distributed`` is only looked at when torch is
-imported already (it cannot be initialised otherwise).
+Never imports torch: ``torch.distributed`` is consulted only when torch is already imported.
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ def run_seed(seed: int | None, *, world_size: int = 1, shared: bool = False, wha
     Args:
         seed: The seed given by the user (``None``: choose one).
         world_size: Ranks that take part.
-        shared: The ranks must agree on the seed (epoch shards of one permutation). With
-            ``world_size > 1`` outside ``torch.distributed`` and no ``$RLDS_SEED`` they cannot:
-            a :class:`SeedError` says to pass one.
+        shared: The ranks must agree on the seed (epoch shards of one permutation); with
+            ``world_size > 1`` outside ``torch.distributed`` and no ``$RLDS_SEED``: :class:`SeedError`.
         what: What the seed is for, in the log line.
 
     Raises:
@@ -97,7 +93,7 @@ def run_seed(seed: int | None, *, world_size: int = 1, shared: bool = False, wha
     if dist is not None and dist.get_world_size() > 1:
         box = [secrets.randbits(SEED_BITS) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)  # a collective: every rank builds its loader
-        value = int(cast(int, box[0]))  # the broadcast filled every rank's box with rank 0's int
+        value = int(cast(int, box[0]))  # rank 0's int, on every rank
         source = "drawn on rank 0 and broadcast"
     elif shared and world_size > 1:
         raise SeedError(
@@ -125,9 +121,8 @@ def all_gather_objects(obj: Any, world_size: int) -> list[Any] | None:
 
 
 def stream_seed(seed: int, rank: int, world_size: int) -> int:
-    """The generator seed of ``rank``'s stream: ``seed`` itself on a single rank (a checkpoint
-    or a seeded run of one process keeps its stream), else a 63-bit hash of ``(seed, rank)``,
-    so ranks given one seed draw different batches."""
+    """The generator seed of ``rank``'s stream: ``seed`` itself on a single rank, else a 63-bit
+    hash of ``(seed, rank)``."""
     if world_size == 1:
         return int(seed)
     words = np.random.SeedSequence([int(seed), int(rank)]).generate_state(2, np.uint32)
@@ -137,7 +132,7 @@ def stream_seed(seed: int, rank: int, world_size: int) -> int:
 def check_shard(state: dict[str, Any], rank: int, world_size: int, what: str) -> None:
     """Refuse a state saved by another rank or for another world size.
 
-    States saved before ranks were recorded count as rank 0 of 1.
+    A state without ``rank``/``world_size`` counts as rank 0 of 1.
 
     Raises:
         LoaderStateError: The state's rank or world size differs.

@@ -1,8 +1,7 @@
 """The loaders' dtype policy: ``float_dtype=`` casts floating keys to the model's dtype.
 
-Caches keep each array's stored dtype (Minari's MuJoCo datasets store float64 observations and
-rewards), and by default batches do too: a cast loses precision the user may want, and the
-stored dtype is what the source published. A float32 model then asks for ``float_dtype``:
+By default batches keep each array's stored dtype (Minari's MuJoCo datasets store float64
+observations and rewards). ``float_dtype`` is:
 
 * a ``torch.dtype`` (e.g. ``torch.float32``): every floating key of every batch (observations,
   rewards, ``next/...``, stacked windows, n-step returns, the prioritized ``weight``) is cast to
@@ -11,8 +10,8 @@ stored dtype is what the source published. A float32 model then asks for ``float
   those keys, whatever their dtype (``{"observation": torch.float32}`` also turns uint8 pixels
   into floats); other keys keep their dtype.
 
-A key already in its target dtype is never copied; a cast key is copied once, where the batch is
-still numpy (the gathered rows are a fresh array then, so the copy replaces nothing else).
+A key already in its target dtype is never copied; a cast key is copied once, while the batch is
+still numpy.
 """
 
 from __future__ import annotations
@@ -75,8 +74,7 @@ class DtypePolicy:
 
     def changes_host(self, host: Any) -> bool:
         """Whether a batch of ``host`` (a :class:`~rlds_cli.loader.sources.HostSource`, or
-        ``None``: unknown) would have a key cast: a float32 dataset, or one held as float32 in
-        RAM, needs no cast for ``torch.float32`` (the prioritized ``weight`` is float32 too)."""
+        ``None``: unknown) would have a key cast (the prioritized ``weight`` is float32)."""
         if not self:
             return False
         if self.per_key or host is None:
@@ -108,7 +106,7 @@ class DtypePolicy:
 
 
 def _floating(name: str, dtype: Any) -> torch.dtype:
-    # the casts happen while batches are numpy, so only dtypes numpy has (not bfloat16)
+    # casts happen on numpy batches: only dtypes numpy has (not bfloat16)
     if dtype not in _NUMPY:
         raise ValueError(f"{name} must be torch.float16, torch.float32 or torch.float64, got {dtype!r}")
     return dtype

@@ -1,38 +1,28 @@
 """Sampling without replacement: epochs in which every step comes exactly once, and their elastic
 resume.
 
-Sampling without replacement: epochs in which every step comes exactly once.
+An epoch's permutation is a pure function of ``(seed, epoch)``: the state is three integers (no
+8 MB permutation in a checkpoint), a resumed run continues mid-epoch exactly, and data-parallel
+ranks (and DataLoader workers) agree on it without communicating: shard ``s`` of ``n`` takes
+every ``n``-th position.
 
-The permutation of an epoch is a pure function of ``(seed, epoch)``, so the state is three
-integers (no 8 MB permutation in a checkpoint), a resumed run continues mid-epoch exactly, and
-data-parallel ranks (and DataLoader workers) agree on the permutation without talking: shard
-``s`` of ``n`` takes every ``n``-th position of it. A state saved at one world size resumes at
-another (:meth:`EpochSampler.resume`, below): the steps no rank consumed
-are sharded over the new ranks (strided, without padding: a rank's last batches may be shorter).
+**Elastic resume** (``"blocks"`` and ``"epoch"`` samplers). An epoch runs in *generations*:
+generation 0 partitions its steps over the starting ranks; a resume at another world size
+(:meth:`EpochSampler.resume`) starts the next, partitioning the steps no rank consumed over the
+new ranks (strided, unpadded). A generation is recorded as ``(world_size, positions)``: steps of
+its order each rank consumed. Each rank's order is a pure function of ``(seed, epoch, generation,
+rank, world_size)`` and the steps left earlier, so :func:`replay` recomputes exactly which steps
+were consumed: nothing is missed or repeated, whatever the world sizes and stop points.
 
-**Elastic resume.** Elastic resume: an epoch's progress over every rank, and its rest
-re-partitioned at another world size (the ``"blocks"`` and ``"epoch"`` samplers).
+Every rank of a generation runs the same number of batches (DDP needs it):
+``ceil(ceil(rest / world_size) / batch_size)``, with a rank holding ``ceil`` or
+``floor(rest / world_size)`` steps; batches are full except the last one or two
+(:func:`next_batch_size`), never padded with repeated steps. Only a rank with fewer steps than
+batches gets empty batches at its end.
 
-An elastic sampler's epoch runs in *generations*. Generation 0 partitions the epoch's steps over
-the ranks it starts with; a resume at another world size starts the next generation, which
-partitions the steps no rank has consumed yet over the new ranks. A generation is recorded as
-``(world_size, positions)``: how many steps of its order each rank had consumed when it ended.
-Each rank's order in a generation is a pure function of ``(seed, epoch, generation, rank,
-world_size)`` and the steps left by the earlier generations, so the history (a few integers a
-rank) says exactly which steps the epoch has consumed: :func:`replay` recomputes it. Nothing is
-missed or repeated, whatever the world sizes and wherever the ranks stopped.
-
-Every rank of a generation runs the same number of batches (DDP needs it): with ``world_size``
-ranks sharing ``rest`` steps a rank gets ``ceil`` or ``floor(rest / world_size)`` of them, and
-every rank runs ``ceil(ceil(rest / world_size) / batch_size)`` batches; a rank's batches are
-full except its last one or two, which are shorter (:func:`next_batch_size`), never padded with
-repeated steps. Only a rank with fewer steps than batches (``batch_size=1`` with uneven shares,
-or fewer steps left than ranks after a resume) gets empty batches at its end.
-
-A :class:`~rlds_cli.loader.Loader` under ``torch.distributed`` gathers every rank's sampler state
-in :meth:`~rlds_cli.loader.Loader.state_dict` (``all_gather_object``: a collective call), so any
-rank's checkpoint holds the whole epoch's progress; without it, :func:`merge_states` joins the
-ranks' own states.
+Under ``torch.distributed``, :meth:`~rlds_cli.loader.Loader.state_dict` gathers every rank's
+sampler state (``all_gather_object``: a collective call), so any rank's checkpoint holds the whole
+epoch's progress; otherwise :func:`merge_states` joins the ranks' own states.
 """
 
 from __future__ import annotations
@@ -201,11 +191,10 @@ def joined_history(
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One :class:`~rlds_cli.loader.Loader` state from the last state each rank saved itself
-    (``rank=``/``world_size=`` given by hand, no ``torch.distributed``): a loader of any world
-    size restores it with ``load_state_dict``. At the same world size, with every rank at the
-    same batch, each rank continues its own order exactly; otherwise (another world size, or a
-    rank that died earlier than the others) the epoch's unconsumed steps are partitioned over
-    the new ranks (``"blocks"`` and ``"epoch"`` samplers).
+    (``rank=``/``world_size=`` given by hand, no ``torch.distributed``), restorable by a loader of
+    any world size. At the same world size with every rank at the same batch, each rank continues
+    its own order exactly; otherwise the epoch's unconsumed steps are partitioned over the new
+    ranks (``"blocks"`` and ``"epoch"`` samplers).
 
     Raises:
         LoaderStateError: A state that is not a loader state, or states that are not one of each
@@ -223,9 +212,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def in_step(states: Sequence[Any]) -> bool:
-    """Whether every rank's sampler state is at the same batch of the same epoch (as states
-    gathered by a DDP loop are); ranks that stopped at different batches would then run
-    different numbers of batches to the epoch's end."""
+    """Whether every rank's sampler state is at the same batch of the same epoch."""
     marks = {
         (s.get("epoch"), s.get("batch", s.get("position"))) if isinstance(s, Mapping) else None
         for s in states
@@ -257,9 +244,8 @@ def epoch_permutation(num_steps: int, seed: int, epoch: int, shuffle: bool = Tru
 def shard(order: np.ndarray, index: int, count: int) -> np.ndarray:
     """Shard ``index`` of ``count`` of an epoch's order.
 
-    Every shard gets ``ceil(len / count)`` steps: shards that fall short take steps from the start
-    of the order (as ``torch.utils.data.DistributedSampler`` pads), so data-parallel ranks run the
-    same number of batches. With ``count == 1`` this is ``order`` itself.
+    Every shard gets ``ceil(len / count)`` steps, short ones padded from the start of the order
+    (as ``torch.utils.data.DistributedSampler``). With ``count == 1``: ``order`` itself.
     """
     if count == 1:
         return order
@@ -308,11 +294,9 @@ class EpochSampler:
         self.epoch = 0
         self.position = 0
         self._order: np.ndarray | None = None
-        # the epoch in progress was carried over a refresh: _order is what is left of it, mapped
-        # to the new view, and no longer the pure function of (seed, epoch) it started as
+        # epoch carried over a refresh: _order is its rest mapped to the new view, not (seed, epoch)'s
         self._carried = False
-        # resumed at another world size: the epoch's earlier generations, and in this one the
-        # batches drawn and the batches every rank runs
+        # elastic resume: earlier generations; batches drawn and batches every rank runs in this one
         self.history: list[Generation] = []
         self.batch = 0
         self._batches = 0
@@ -345,9 +329,8 @@ class EpochSampler:
 
     @property
     def planned_batches(self) -> int | None:
-        """The batches every rank runs in an epoch resumed at another world size (its batches
-        sized by :func:`next_batch_size`); ``None`` for an epoch drawn
-        from its start."""
+        """Batches every rank runs in an epoch resumed at another world size (sized by
+        :func:`next_batch_size`); ``None`` for an epoch drawn from its start."""
         if not self.history:
             return None
         self.order()
@@ -375,12 +358,11 @@ class EpochSampler:
         self.history, self.batch = [], 0
 
     def follow(self, change: ViewChange) -> None:
-        """Go on over a refreshed view of a growing dataset. An epoch is a permutation of the
-        view as of its first batch: the epoch in progress keeps its order, less the rows evicted
-        since (never served), its rows renumbered in the new view; rows added during it wait for
-        the next epoch, which permutes the view of its own first batch. An epoch not started
-        yet (or just finished) is simply drawn from the new view. Needs one shard
-        (``world_size=1``): ranks refresh at different moments and could not agree on a view."""
+        """Go on over a refreshed view of a growing dataset.
+
+        An epoch permutes the view as of its first batch: an epoch in progress keeps its order,
+        less rows evicted since (never served), renumbered in the new view; added rows wait for
+        the next epoch. Needs ``world_size=1`` (ranks refresh at different moments)."""
         if self.world_size != 1:
             raise ValueError("an epoch over a growing dataset needs world_size=1")
         started = self.position > 0 or self._carried
@@ -401,8 +383,8 @@ class EpochSampler:
         return left <= 0 or (self.drop_last and left < self.batch_size)
 
     def sample(self, n: int | None = None) -> np.ndarray:
-        """The next batch of the epoch (``n`` indices at most), moving on to the next epoch when
-        this one is done."""
+        """The next batch of the epoch (at most ``n`` indices), starting the next epoch when this
+        one is done."""
         n = self.batch_size if n is None else n
         if self.epoch_done():
             self.set_epoch(self.epoch + 1)
@@ -415,8 +397,8 @@ class EpochSampler:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch, the position in it and the seed: a resumed run continues mid-epoch (and
-        ``order``, the rest of an epoch carried over a refresh, when there is one)."""
+        """Seed, epoch and position in it (plus ``order``: the rest of an epoch carried over a
+        refresh; ``history``/``batch`` after an elastic resume)."""
         state: dict[str, Any] = {
             "seed": self.seed,
             "epoch": self.epoch,
@@ -472,9 +454,9 @@ class EpochSampler:
         self.position = int(state["position"])
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
-        """Go on from the states of every rank of a run (any world size, saved at the same batch):
-        this rank's share (every ``world_size``-th step) of the epoch's steps none of them
-        consumed. Refused for an epoch carried over a refresh (one rank only)."""
+        """Go on from every rank's state of a run (any world size, saved at the same batch) with
+        this rank's share (every ``world_size``-th step) of the epoch's unconsumed steps. Refused
+        for an epoch carried over a refresh."""
         what = "EpochSampler"
         first, history = joined_history(states, what, ())
         check_shard_fields(first, what, seed=True)

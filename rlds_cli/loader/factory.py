@@ -1,11 +1,7 @@
-"""The loader's argument checks: ``make_sampler`` (a sampler from its name and options), and the
-checks that need no dataset; each error names the argument.
+"""The loader's argument checks: :func:`make_sampler` and the checks that need no dataset.
 
-``make_sampler``: a sampler from its name and options, with errors that name the argument.
-
-**Checks before a dataset.** The loader's argument checks that need no dataset: each bad value is
-one ``ValueError`` naming the argument and what it accepts, raised before anything is opened or
-read."""
+Each bad value is one ``ValueError`` naming the argument and what it accepts, raised before
+anything is opened or read."""
 
 from __future__ import annotations
 
@@ -41,8 +37,7 @@ def check_counts(*, in_memory: Any, prefetch: Any, num_batches: Any, epochs: Any
 def check_source_options(
     *, keys: Iterable[Any] | None, in_memory: Any, pack: bool, root: str | os.PathLike[str] | None
 ) -> None:
-    """A loader given a source (not a dataset) takes none of the options that pick a dataset's
-    keys and storage: the source has its own."""
+    """Refuse dataset-only options (keys, storage) given with a source: the source has its own."""
     dataset_only = {"keys": keys is not None, "in_memory": in_memory != "auto", "pack": not pack}
     misplaced = [name for name, set_here in dataset_only.items() if set_here] + (["root"] if root else [])
     if misplaced:

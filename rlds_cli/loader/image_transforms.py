@@ -1,23 +1,18 @@
 """Image transforms of a batch's camera frames: :class:`Resize`, :class:`CenterCrop`,
 :class:`RandomCrop`, :class:`RandomShift` (DrQ's pad-and-shift) and :class:`ColorJitter`.
 
-Each is a loader transform (``Loader(..., transform=[...])``): it changes the frame keys of a
-batch, whole batch at a time (torch ops on every frame at once, on the batch's device: numpy
-batches on the CPU, a device batch where it lies), and returns the batch. Frame keys are the
-dataset's camera frames (``uint8`` observations of an image's shape: see
-:func:`rlds_cli.frames.modes.frame_format`; frame columns and raw ones alike) and their ``next/``
-twins, unless ``keys`` names others; both layouts, ``(H, W, C)`` and ``(C, H, W)``, are read from
-the dataset. Any dimensions before a frame's (the batch's; a frame stack's ``k``; a window's
-time) are kept, and a random transform draws one set of parameters per sample (the batch's first
-dimension): the frames of one stack or window move together.
+Each is a loader transform (``Loader(..., transform=[...])``) changing the frame keys of a whole
+batch with torch ops on the batch's device. Frame keys are the dataset's camera frames (``uint8``
+images: :func:`rlds_cli.frames.modes.frame_format`) and their ``next/`` twins, unless ``keys``
+names others; ``(H, W, C)`` and ``(C, H, W)`` layouts are read from the dataset. Leading
+dimensions (batch, a frame stack's ``k``, a window's time) are kept; a random transform draws one
+set of parameters per sample, so a stack's or window's frames move together.
 
-Random draws are seeded and resumable: a batch's parameters are drawn from a generator seeded
-with the transform's ``seed``, the key, and the batch's ``index`` (the sampled steps, which the
-sampler's state reproduces), so a loader restored from its ``state_dict`` applies the same crops
-and jitters again, and two runs with one seed apply the same ones.
+Random draws are seeded from the transform's ``seed``, the key and the batch's ``index``, so a
+restored loader applies the same crops and jitters again, and so do two runs with one seed.
 
-Put them after :class:`~rlds_cli.loader.transforms.FrameStack` (which builds its stacks from the
-cache) and before anything that reads the frames as model input (``Normalize`` on frames).
+Put them after :class:`~rlds_cli.loader.transforms.FrameStack` and before anything reading the
+frames as model input (``Normalize`` on frames).
 """
 
 from __future__ import annotations
@@ -225,10 +220,9 @@ class RandomShift(RandomCrop):
 
 class ColorJitter(ImageTransform):
     """Random brightness, contrast and saturation, one factor of each per sample, drawn uniformly
-    in ``[1 - x, 1 + x]`` and applied in this fixed order (torchvision's ``ColorJitter`` shuffles
-    it), each the blend torchvision makes
-    (brightness: scaled; contrast: blended with the frame's mean gray level; saturation: with
-    its gray image, RGB frames only), clamped and rounded back to ``uint8``."""
+    in ``[1 - x, 1 + x]`` and applied in this fixed order (torchvision's ``ColorJitter``
+    shuffles it), each torchvision's blend (brightness: scaled; contrast: blended with the
+    frame's mean gray level; saturation: with its gray image, RGB only), rounded to ``uint8``."""
 
     def __init__(
         self,

@@ -2,35 +2,25 @@
 read straight into the batch (:class:`DirectKeys`), small keys packed once into one padded table
 per dtype (:class:`PackedKeys`).
 
-**Large keys, one copy, not two.** A mixture gathers each source's rows, then writes them into the
-batch's (padded) arrays. For a frame of 12 KB a step that second copy costs as much as the read
-itself. A key that every source stores with the same per-step shape and dtype (nothing to pad,
-promote or cast), of at least :data:`MIN_STEP_BYTES` a step, is instead read from each source's
-column straight into its rows of the batch's array (``HostSource.take_rows`` into a slice of a
-pooled buffer): what a single dataset's gather costs. It applies to sources read from the cache
-(not ``in_memory``) without transforms run per source (a growing source's view is reopened at each
-refresh that changes it); everything else takes the general path
-(:mod:`rlds_cli.loader.mixture_schema`). The values are the same either way.
+Both give the same values as the general path (:mod:`rlds_cli.loader.mixture_schema`), which
+every other case takes; neither applies to mixtures with per-source transforms.
 
-**Small keys packed**: a batch is one ``take`` per dtype. Gathering a mixture's low-dim keys
-source by source costs a ``take`` per key and source, then a copy of each part into the padded
-batch: about 30 numpy calls a batch where a single dataset makes 7 (issue 41 measured the mixture
-at 0.40x the slowest single-source loader). When every key left to gather (the large ones are read
-straight into the batch, above) is a stored column of at most one axis, of one dtype in every
-source that has it and not cast by ``float_dtype``, and the whole fits in :data:`MAX_PACK_BYTES`,
-the sources' columns are copied once, at construction, into one table per dtype laid out as the
-mixture's flat rows (every source end to end; step ``t`` of the mixture at row ``t + e(t)``, ``e``
-its episode in the mixture), each key at its columns, already padded with zeros, a ``next/`` key
-at its own columns (row ``r`` holds the flat row ``r + 1``). A batch is then one ``take`` per
-table, its keys views of it, the masks one ``take`` of a table of mask rows, and the sources'
-``Normalize`` (:mod:`rlds_cli.loader.mixture_schema`) two in-place operations over the normalized
-columns with each row's statistics, the same arithmetic in the same dtypes as each source's own
-``Normalize`` (equal bit for bit).
+**Large keys, one copy.** A key every source stores with the same per-step shape and dtype
+(nothing to pad, promote or cast), of at least :data:`MIN_STEP_BYTES` a step, is read from each
+source's column straight into its rows of the batch (``HostSource.take_rows`` into a pooled
+buffer), saving a second copy as costly as the read (12 KB frames). Sources read from the cache
+only (not ``in_memory``); a growing source is reopened at each refresh that changes its view.
 
-It is used for mixtures without transforms run per source whose sources all have steps; everything
-else takes the general path, with the same values. The copy is a snapshot of the views opened, as
-``in_memory=True`` is: when a refresh (``MixtureLoader(..., refresh=)``) changes a growing source's
-view, the mixture drops the tables and reads per source from then on.
+**Small keys packed.** Per-source gathers cost ~30 numpy calls a batch against a single dataset's
+7 (issue 41: the mixture at 0.40x the slowest single-source loader). When every remaining key is
+a stored column of at most one axis, one dtype in every source, not cast by ``float_dtype``, and
+the whole fits :data:`MAX_PACK_BYTES`, the columns are copied once into one table per dtype laid
+out as the mixture's flat rows (step ``t`` at row ``t + e(t)``), zero-padded, a ``next/`` key at
+its own columns (row ``r`` holds flat row ``r + 1``). A batch is one ``take`` per table (plus one
+for the masks), and the sources' ``Normalize`` two in-place operations with each row's statistics,
+bit-identical to each source's own ``Normalize``. The tables snapshot the opened views (as
+``in_memory=True``): when a refresh changes a growing source's view, they are dropped and the
+mixture reads per source from then on.
 """
 
 from __future__ import annotations
@@ -46,8 +36,8 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.mixture_schema import MASK_SUFFIX, FusedNormalize, PadSchema
 from rlds_cli.loader.sources import HostSource
 
-#: Keys of at least this many bytes a step are read straight into the batch (frames, not vectors:
-#: below it the per-source calls cost more than the copy they save).
+#: Keys of at least this many bytes a step are read straight into the batch (below it the
+#: per-source calls cost more than the copy they save).
 MIN_STEP_BYTES = 1024
 
 
@@ -64,7 +54,7 @@ def _column(ds: Dataset, stored: str) -> tuple[str, int, bool] | None:
 
 
 class DirectKeys:
-    """The keys of a mixture read straight into the batch (module docstring).
+    """The keys of a mixture read straight into the batch (see the module docstring).
 
     Args:
         datasets: The sources' datasets.
@@ -123,8 +113,8 @@ class DirectKeys:
             batch[key] = arr
 
 
-#: The packed tables (and the step -> episode table) are built only up to this many bytes in all:
-#: beyond it the mixture reads each source's columns per batch, as before (memory stays bounded).
+#: Byte limit of the packed tables (and step -> episode table); beyond it the mixture reads
+#: each source's columns per batch.
 MAX_PACK_BYTES = 512 << 20
 #: How a key's rows are read from its stored column: its step rows, its flat rows, the next flat
 #: row; ``next/done`` (terminated or truncated, packed as one column); ``episode`` (computed per batch).
@@ -153,7 +143,7 @@ def _plan(ds: Dataset, stored: str) -> tuple[str, int] | None:
 
 
 class PackedKeys:
-    """The mixture's keys read from packed tables (module docstring); build with :meth:`build`.
+    """The mixture's keys read from packed tables (see the module docstring); build with :meth:`build`.
 
     Attributes:
         keys: The keys it gives, in the batch's order.
@@ -252,7 +242,7 @@ class PackedKeys:
                 names = _FLAGS if how == _DONE else (column,)
                 data = [np.asarray(ds.column(k)).reshape(-1, width)[:need] for k in names]
                 if any(len(d) != need for d in data):
-                    return None  # not the view's rows: read per source, as the reader does
+                    return None  # not the view's rows: read per source
                 if how == _DONE:  # what the reader derives per batch, once here
                     table[row0 + rows, c0 : c0 + width] = data[0] | data[1]
                 elif how == _STEP:
@@ -263,7 +253,7 @@ class PackedKeys:
                     table[row0 : row0 + need - 1, c0 : c0 + width] = data[0][1:]
             row0 += n + len(own)
         views = []
-        # the keys in the per-source reader's order (next/done last): the same batch either way
+        # the per-source reader's key order (next/done last): the same batch either way
         for key in sorted(keys, key=lambda k: k == "next/done"):
             scalar = len(schema.keys[key].shape) == 0
             if key in episode:
@@ -303,9 +293,8 @@ class PackedKeys:
         first: list[str],
     ) -> tuple[int, int, np.ndarray] | None:
         """``(table, columns, statistics)``: the normalized keys' means and stds per source over
-        their packed columns (``(sources, 2 * columns)``), or ``None`` when they are not all
-        packed in one table of their statistics' dtype (then the fused ``Normalize`` runs on the
-        batch)."""
+        their packed columns (``(sources, 2 * columns)``), or ``None`` unless all are packed in one
+        table of their statistics' dtype (the fused ``Normalize`` then runs on the batch)."""
         if fused is None or not first:
             return None
         names = set(at)

@@ -1,50 +1,43 @@
 """The mixture's sampler: each batch's rows split among the sources with the weights in force
 (:class:`MixtureSampler`), and the rules of those weights.
 
-Apart from :mod:`rlds_cli.loader.mixture` (the source and the one-line loader) because it needs
-only the sizes of the sources, never their data: any index space laid end to end takes it.
+Separate from :mod:`rlds_cli.loader.mixture` because it needs only the sources' sizes: any index
+space laid end to end takes it.
 
-**Weights relative to the sources' sizes**, as Octo and OpenVLA write their mixes. Octo's and
-OpenVLA's Open X-Embodiment mixes are lists of ``(dataset, weight)`` that
-``make_interleaved_dataset(..., balance_weights=True)`` multiplies by each dataset's number of
-transitions before normalizing (``sample_weights * dataset_sizes / sum``): a weight of 1 samples a
-dataset in proportion to its size, 2 twice that. Here the same reads:
+**Weights relative to size.** Octo's and OpenVLA's Open X-Embodiment mixes are ``(dataset,
+weight)`` lists that ``make_interleaved_dataset(..., balance_weights=True)`` multiplies by each
+dataset's transitions before normalizing (weight 1: in proportion to size). Here:
 
 * ``weights="size"``: every source in proportion to its steps (each step equally likely);
 * ``weights={"bridge": ("size", 2.0), "fractal": "size"}``: size times a multiplier (``"size"``
   is ``("size", 1.0)``); a source left out weighs 0;
 * ``weights=by_size([("fractal", 0.54), ("kuka", 0.83)])`` or ``by_size({"bridge": 2.0})``:
-  an Octo-style mix as written (pairs or a mapping), every entry size-relative;
-* plain numbers, as before, are shares that do not depend on the sizes. The two kinds do not mix
-  in one ``weights`` (a number next to ``"size"`` has no common unit): refused in one line.
+  an Octo-style mix as written;
+* plain numbers: shares independent of size. Mixing both kinds in one ``weights`` is refused.
 
-Sizes are the sources' steps when the mixture is made; with ``refresh=`` (sources that grow) the
-weights follow the sizes of the views in force, batch after batch.
+Sizes are the sources' steps when the mixture is made; with ``refresh=`` the weights follow the
+sizes of the views in force.
 
-**Over datasets that grow**: readiness, annealing, fixed-ratio batches, refresh.
+**Over datasets that grow.**
 
-* **Readiness.** A member is *ready* when it has steps and, for a growing dataset, when
-  ``Dataset.ready`` is true (its ``min_size`` unprotected steps and its ``min_total`` steps in
-  all reached). A member that is not ready gets weight 0 and the weights of the others are
-  renormalized to sum to 1 (as AMAGO's ``MixtureOfDatasets`` does): it is never served.
-* **Annealing** (``anneal=N``). A member ready when the mixture starts has its full weight at
-  once. A member that becomes ready later, first seen ready before batch ``b0`` (batches counted
-  from 0), has at batch ``b`` the weight ``w * min(1, (b - b0 + 1) / N)``: ``w / N`` on its first
-  batch, its full weight from batch ``b0 + N - 1`` on, linear in between; the weights are then
-  renormalized over the ready members. ``b0`` is kept if the member stops being ready (an
-  eviction below ``min_size``) and is ready again.
-* **Fixed ratio** (``split="fixed"``). Each batch takes from member ``i`` exactly ``floor(w_i * B)``
-  rows plus one for the members with the largest remainders ``w_i * B - floor(w_i * B)`` (ties
-  go to the earlier member, members of weight 0 get none), until the counts sum to ``B``: each
-  count is ``w_i * B`` rounded down or up, the largest-remainder rounding. With weights
-  ``0.5, 0.5`` every batch is exactly half and half (RLPD's offline/online batches).
-  ``split="random"`` (the default) draws the counts from a multinomial instead.
+* **Readiness.** A member is *ready* when it has steps and, for a growing dataset,
+  ``Dataset.ready`` is true (``min_size`` unprotected and ``min_total`` steps reached). A member
+  not ready gets weight 0, the others renormalized (as AMAGO's ``MixtureOfDatasets``): it is
+  never served.
+* **Annealing** (``anneal=N``). A member ready at the start has its full weight at once. One
+  first seen ready before batch ``b0`` has at batch ``b`` the weight ``w * min(1, (b - b0 + 1) /
+  N)``, then renormalized over the ready members. ``b0`` is kept if the member stops being ready
+  and is ready again.
+* **Fixed ratio** (``split="fixed"``). Each batch takes ``w_i * B`` rows from member ``i``,
+  largest-remainder rounded (ties to the earlier member; weight 0 gets none): weights ``0.5, 0.5``
+  give exactly half and half (RLPD's offline/online batches). ``split="random"`` (default) draws
+  the counts from a multinomial.
 
-:class:`MixtureRefresher` is the ``refresh=N`` of a :class:`~rlds_cli.loader.MixtureLoader`:
-the same hook as :class:`~rlds_cli.loader.loader.Refresher` (called by the loader under its
-lock before each batch), which every ``N`` batches refreshes the growing members and, when a
-view changed, rebuilds that member's rows and the sampler's sizes and readiness. Indices and
-rows of one batch therefore come from one view: no index past a member's end, no evicted row.
+:class:`MixtureRefresher` is a :class:`~rlds_cli.loader.MixtureLoader`'s ``refresh=N``: the same
+hook as :class:`~rlds_cli.loader.loader.Refresher` (called under the loader's lock before each
+batch); every ``N`` batches it refreshes the growing members and, when a view changed, rebuilds
+that member's rows and the sampler's sizes and readiness. A batch's indices and rows come from one
+view: no index past a member's end, no evicted row.
 """
 
 from __future__ import annotations
@@ -91,8 +84,7 @@ def by_size(multipliers: Mapping[str, float] | Iterable[tuple[str, float]] | Non
 
 
 def _multiplier(entry: Any) -> float | None:
-    """The multiplier of a size-relative entry, ``None`` for anything else (a number, or what
-    the usual check of numbers refuses)."""
+    """The multiplier of a size-relative entry, ``None`` for anything else."""
     if isinstance(entry, str):
         return 1.0 if entry == SIZE else None
     if isinstance(entry, tuple):
@@ -240,7 +232,7 @@ def named_weights(weights: Weights | Mapping[str, float], names: Sequence[str]) 
 
 
 class MixtureRefresher:
-    """Refreshes a mixture's growing members every ``every`` batches (module docstring).
+    """Refreshes a mixture's growing members every ``every`` batches (see the module docstring).
 
     Args:
         source: The mixture's source; ``sampler``: its sampler; ``every``: batches between
@@ -278,9 +270,7 @@ class MixtureSampler:
     """Mixture indices: each batch's rows split among the sources with the weights in force,
     each part uniform in its source (rows grouped by source, in source order).
 
-    The weights in force are the given ones with the rules of the module docstring: a source
-    that is not ready weighs 0 (the others are renormalized), a source that becomes ready
-    mid-run is annealed in over ``anneal`` batches.
+    The weights in force follow the module docstring's rules (readiness, annealing).
 
     Args:
         sizes: Steps of each source (:attr:`MixtureSource.sizes`; 0 for a source not ready).
@@ -355,8 +345,7 @@ class MixtureSampler:
         since = ready_since(self.ready_at, self._ready, self.batches_drawn)
         w = effective_weights(self._base(), self._ready, since, self.batches_drawn, self.anneal)
         if self._schedule is None and self.anneal is None:
-            # fixed weights without a ramp: the same for every batch until readiness changes
-            # (set_sizes) or a state is loaded, so they are worked out once (~15 us a batch)
+            # fixed weights without a ramp: cached until set_sizes or a state load (~15 us a batch)
             self._steady = w
         return w
 
@@ -375,8 +364,8 @@ class MixtureSampler:
             counts = fixed_counts(w, self.batch_size)
         else:
             counts = self._rng.multinomial(self.batch_size, w)
-        # one draw of raw words for the whole batch, each row modulo its source's size: the
-        # same words, hence the same indices, as one uniform_ints per source in turn
+        # one raw draw for the batch, each row modulo its source's size: the same indices as
+        # one uniform_ints per source in turn
         words = self._rng.bit_generator.random_raw(self.batch_size)
         words %= self._sizes_u64.repeat(counts)
         self.counts += counts
@@ -435,6 +424,6 @@ class MixtureSampler:
         self.batches_drawn = int(state["batches_drawn"])
         self.counts = np.asarray(state["counts"], np.int64).copy()
         self.target = np.asarray(state["target"], np.float64).copy()
-        if "ready_at" in state:  # states saved before growing mixtures have none
+        if "ready_at" in state:  # optional field
             self.ready_at = np.asarray(state["ready_at"], np.int64).copy()
         self._steady, self._marked = None, False

@@ -1,62 +1,45 @@
 """A mixed batch over sources whose keys differ: the common schema (widths padded, masks, dtypes),
 each source's own transforms, and their ``Normalize`` transforms fused over the padded batch.
 
-**The common schema.** The rules of ``MixtureSource(..., pad=True)`` (robots with 7-, 8- and
-14-dim actions, or proprioception of different sizes, in one batch), kept here so they can be read
-on their own:
+**The common schema** of ``MixtureSource(..., pad=True)`` (e.g. robots with 7-, 8- and 14-dim
+actions in one batch):
 
-* **Widths.** A key's per-step shape in the batch is, on each axis, the largest of the sources'
-  shapes for it. A source's values sit at the start of each axis and the rest is zero (a 7-dim
-  action in a 14-dim batch is ``[a0 .. a6, 0 .. 0]``). Every source that has the key must give
-  it the same number of axes (an ``(8,)`` and a ``(2, 4)`` are refused).
-* **Masks.** Every key that some source pads gets ``<key>_pad_mask``: bool, the key's padded
-  per-step shape, True where the value is real (the 7-dim source's rows: 7 True, 7 False). A key
-  of equal shape in every source gets no mask (it would be all True). The masks are each
-  source's one row, taken by the batch's ``source``: exact by construction.
-* **Keys only some sources have.** A key named in ``keys=`` that a source does not have (after
-  renaming) is zeros in that source's rows with a mask all False, as Octo's ``pad_mask_dict``
-  marks a missing camera. ``keys=None`` takes only the keys every source has; a key that no
-  source has is refused.
-* **Dtypes.** A key stored with different dtypes is promoted as numpy promotes
-  (``numpy.result_type``): float32 and float64 give float64, int32 and int64 give int64, uint8
-  and float32 give float32; ``float_dtype=`` then casts floating keys as it does for one
-  dataset. Only bool, integer and floating keys are promoted; others (strings, bytes) must be
-  equal, or the key is refused.
-* **Order.** Each source's rows are renamed, then its own transforms run on them (its
-  ``Normalize`` with its statistics, at its own width), then they are padded into the batch.
+* **Widths.** A key's per-step shape is, on each axis, the largest of the sources'. A source's
+  values sit at the start of each axis, the rest zero (a 7-dim action in a 14-dim batch is
+  ``[a0 .. a6, 0 .. 0]``). Every source must give the key the same number of axes.
+* **Masks.** Every key some source pads gets ``<key>_pad_mask``: bool, the padded per-step shape,
+  True where the value is real; none for a key of equal shape everywhere. Each source's mask row
+  is taken by the batch's ``source``.
+* **Keys only some sources have.** A key in ``keys=`` that a source lacks (after renaming) is
+  zeros in its rows with a mask all False (as Octo's ``pad_mask_dict``). ``keys=None`` takes the
+  keys every source has; a key no source has is refused.
+* **Dtypes.** Different stored dtypes are promoted with ``numpy.result_type`` (float32 + float64:
+  float64; uint8 + float32: float32), then ``float_dtype=`` casts as for one dataset. Only bool,
+  integer and floating keys are promoted; others must be equal, or the key is refused.
+* **Order.** Each source's rows are renamed, then its own transforms run (at its own width), then
+  they are padded into the batch.
 
-:class:`PadSchema` holds the padded shapes, dtypes and mask rows, and :meth:`PadSchema.assemble`
-writes each source's part of a batch into the padded arrays: one copy per key, as the
-concatenation of equal shapes makes.
+:class:`PadSchema` holds the padded shapes, dtypes and mask rows; :meth:`PadSchema.assemble`
+writes each source's part into the padded arrays, one copy per key.
 
-**Normalizes fused**: each source's ``Normalize`` applied once to the whole mixed batch, with
-per-row statistics (:func:`fuse`). When every source's transforms (``MixtureSource(...,
-transforms=...)``) are ``Normalize`` only, a batch is normalized after padding in one pass per key
-instead of once per source: each key's statistics become two tables of ``(sources, *padded
-shape)``, the source's ``mean`` and ``std + eps`` at its own width and ``0`` and ``1`` elsewhere
-(and for a source that does not normalize the key), and row ``r`` becomes ``(x[r] -
-mean[source[r]]) / std[source[r]]``.
+**Fused Normalize** (:func:`fuse`). When every source's transforms are ``Normalize`` only, the
+padded batch is normalized in one pass per key: each key's statistics become two
+``(sources, *padded shape)`` tables (the source's ``mean`` and ``std + eps`` at its width, ``0``
+and ``1`` elsewhere), row ``r`` becoming ``(x[r] - mean[source[r]]) / std[source[r]]``: the same
+arithmetic in the same dtypes as each source's ``Normalize``, equal bit for bit, padding staying
+0. Used only when no key is normalized twice in one source and every normalized key has one
+floating dtype in every source, unchanged by ``float_dtype``; otherwise each chain runs on its
+source's rows.
 
-That is the same arithmetic, element by element, as the source's own ``Normalize`` on its rows
-(``(x - mean) / (std + eps)`` in the same dtypes), so the rows are equal bit for bit; padding
-stays 0 (``(0 - 0) / 1``). It is used only where that holds: the chains hold nothing but
-``Normalize``, no key is normalized twice in one source, and every normalized key has one
-floating dtype in every source that ``float_dtype`` does not change. Anything else runs each
-source's chain on its own rows (below).
+**Transforms per source** (``MixtureSource(..., transforms={"a": Normalize(keys=["action"]),
+"b": [Normalize(...), f]})``):
 
-**Transforms given per source**: each runs on its own source's rows only.
-``MixtureSource(..., transforms={"a": Normalize(keys=["action"]), "b": [Normalize(...), f]})``:
-
-* a source's transforms run on its part of each batch after renaming (so their keys are the
-  mixture's names) and before padding (so they see the source's own widths), with ``index``
+* they run on the source's part of each batch after renaming and before padding, with ``index``
   the row's step in that source and ``source`` its index;
-* a transform with ``bind(dataset)`` is bound to its source's dataset when the mixture is made:
-  a ``Normalize`` finds that dataset's statistics (a view's parent's, as for one dataset),
-  reading each renamed key under the name the dataset stores it (``Normalize.bind``'s
-  ``rename``). Other transforms that bind read the dataset by its stored names, so on a source
-  that renames keys they are refused;
-* a transform that binds is given to one source only (one object bound to two datasets would
-  keep the last one's statistics): refused in one line naming both sources.
+* a transform with ``bind(dataset)`` is bound to its source's dataset when the mixture is made; a
+  ``Normalize`` reads each renamed key under its stored name (``Normalize.bind``'s ``rename``).
+  Other binding transforms are refused on a source that renames keys;
+* a binding transform object may serve one source only (refused naming both sources).
 """
 
 from __future__ import annotations
@@ -115,7 +98,7 @@ def _promote(key: str, dtypes: list[np.dtype], names: list[str]) -> np.dtype:
 
 
 class PadSchema:
-    """The padded common schema of a mixture (module docstring for the rules).
+    """The padded common schema of a mixture (rules in the module docstring).
 
     Args:
         names: The sources' names, in order.
@@ -167,8 +150,7 @@ class PadSchema:
             self.keys[key] = PaddedKey(shape, dtype, tuple(shapes), tuple(dtypes), masks)
         #: (key, the parts' dtypes) -> the batch's dtype (promotion and float_dtype), cached.
         self._dtypes: dict[tuple[str, tuple[np.dtype, ...]], np.dtype] = {}
-        # the batch's large arrays (frames) reused once nothing holds them: fresh ones would
-        # page-fault on every batch, as a single dataset's gather avoids (cache/buffers.py)
+        # large arrays reused once nothing holds them, avoiding page faults (cache/buffers.py)
         self._pool = BufferPool()
 
     def mask_keys(self) -> list[str]:
@@ -191,7 +173,7 @@ class PadSchema:
             source: The source of each row of the batch (int64, ``size``).
             batch_dtype: ``(key, dtype) -> dtype`` in the batch (``float_dtype``'s cast).
         """
-        # plain dicts: TedBatch's lookups join tuple keys, a cost paid per key and part otherwise
+        # plain dicts: TedBatch's lookups join tuple keys, a per-key-and-part cost
         plain: list[tuple[Any, dict[str, Any]]] = [
             (rows, dict(dict.items(part)) if isinstance(part, dict) else dict(part))
             for _, rows, part in parts
@@ -221,7 +203,7 @@ class PadSchema:
                 shape = spec.shape
             whole = len(have) == 1 and len(have[0][1]) == size  # one source's rows make the batch
             if whole and have[0][1].shape[1:] == shape and have[0][1].dtype == dtype:
-                arr = have[0][1]  # one source's rows, whole: its own array (a fresh gather)
+                arr = have[0][1]  # one source's rows, whole: its own (fresh) array
             elif grouped and len(have) == len(plain) and (spec is None or spec.masks is None):
                 # every source, in order, at the full shape: one concatenation into the batch
                 arr = np.concatenate([v for _, v in have], out=self._pool.empty((size, *shape), dtype))
@@ -241,7 +223,7 @@ class PadSchema:
 
 
 class FusedNormalize:
-    """The sources' ``Normalize`` statistics as per-row tables (module docstring).
+    """The sources' ``Normalize`` statistics as per-row tables (see the module docstring).
 
     Args:
         tables: ``{key: (means, stds)}``, each ``(sources, *shape)``; ``next/<key>`` uses them too.
@@ -268,7 +250,7 @@ def fuse(
     batch_dtype: Callable[[str, np.dtype], np.dtype],
 ) -> FusedNormalize | None:
     """The chains as one :class:`FusedNormalize`, or ``None`` where that would not give each
-    source's own rows exactly (module docstring)."""
+    source's own rows exactly (see the module docstring)."""
     if not any(chains) or not all(
         isinstance(t, Normalize) and t.stats is not None for c in chains for t in c
     ):
@@ -321,7 +303,7 @@ def bind_transforms(
     datasets: Sequence[Dataset],
     renames: Sequence[Mapping[str, str]],
 ) -> list[list[Transform]]:
-    """Per source (in ``names`` order), its chain of transforms, bound (module docstring)."""
+    """Per source (in ``names`` order), its chain of transforms, bound (see the module docstring)."""
     if transforms is None:
         return [[] for _ in names]
     if not isinstance(transforms, Mapping):

@@ -1,14 +1,12 @@
-"""Normalization statistics as one public, saveable object: the numbers a policy trained on
-normalized batches needs again at evaluation time, to normalize the environment's observations.
+"""Normalization statistics as one public, saveable object, for normalizing the environment's
+observations at evaluation time.
 
 :class:`NormalizationStats` holds per-key ``mean``, ``std``, ``min`` and ``max`` (float32 arrays
-of the key's per-step shape) and the ``eps`` added to ``std``. ``normalize(x)`` is exactly what
-:class:`~rlds_cli.loader.Normalize` does to a batch, ``(x - mean) / (std + eps)``; a loader's
-``Normalize`` hands its statistics out as ``Normalize.statistics``. ``save``/``load`` write and
-read a ``.npz`` (arrays, no pickle) or a ``.json`` file.
-
-:func:`compute_stats` and :func:`statistics_dataset` (also importable from
-``rlds_cli.loader``) decide which dataset's statistics are used and compute them.
+of the key's per-step shape) and the ``eps`` added to ``std``. ``normalize(x)`` is exactly
+:class:`~rlds_cli.loader.Normalize`'s ``(x - mean) / (std + eps)`` (a loader's ``Normalize``
+exposes its statistics as ``Normalize.statistics``). ``save``/``load`` use ``.npz`` (no pickle)
+or ``.json``. :func:`statistics_dataset` picks the dataset whose statistics are used;
+:func:`compute_stats` computes them.
 """
 
 from __future__ import annotations
@@ -49,12 +47,11 @@ def compute_stats(
     """Per-dimension ``mean``, ``std``, ``min`` and ``max`` of stored keys, over every step of
     ``dataset`` itself (for a view: the view's steps; see :func:`statistics_dataset`).
 
-    Statistics stored in the manifest (``rlds preprocess --stats``) are used when present;
-    otherwise they are computed in one streaming pass with the accumulator of ``--stats`` and
-    ``rlds inspect`` (:func:`rlds_cli.cache.stats.scan`: float64, Chan et al.'s merge of
-    bounded chunks). Observation-like keys are summarized over the steps (their final
-    observations left out), like the stored statistics; ``next/<key>`` uses ``<key>``'s. Keys
-    with more than 4,096 elements per step (images) get one value over all elements.
+    Statistics stored in the manifest (``rlds preprocess --stats``) are used when present, else
+    computed in one streaming pass (:func:`rlds_cli.cache.stats.scan`: float64, Chan et al.'s
+    merge of bounded chunks). Observation-like keys are summarized over the steps (final
+    observations left out); ``next/<key>`` uses ``<key>``'s. Keys with more than 4,096 elements
+    per step (images) get one value over all elements.
 
     Returns:
         ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
@@ -79,15 +76,14 @@ def compute_stats(
 
 
 def statistics_dataset(dataset: Dataset) -> Dataset:
-    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view
-    (a split's train and validation views share the parent's, so validation data is never
-    normalized with its own statistics), else the dataset itself."""
+    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view (so
+    validation data is never normalized with its own statistics), else the dataset itself."""
     from rlds_cli.cache.layout import VIEW_LAYOUT
     from rlds_cli.cache.views import ViewSpec
 
     if dataset.manifest.layout != VIEW_LAYOUT:
         return dataset
-    dataset.column(next(iter(dataset.manifest.fields)))  # checks the parent is there, unchanged
+    dataset.column(next(iter(dataset.manifest.fields)))  # raises unless the parent is there, unchanged
     spec = ViewSpec.from_manifest(dataset.manifest)
     return Dataset(dataset.directory.parent / spec.parent.replace("/", "--"))
 
@@ -214,7 +210,7 @@ class NormalizationStats:
             atomic_write(target, json.dumps(self.to_dict(), indent=2) + "\n", fsync=False)
             return target
         if target.suffix != ".npz":
-            target = target.with_name(target.name + ".npz")  # np.savez would add it anyway
+            target = target.with_name(target.name + ".npz")  # as np.savez would
         arrays = {f"{k}//{name}": getattr(self, name)[k] for k in self.keys for name in _FIELDS}
         meta = json.dumps({"format": _FORMAT, "eps": self.eps, "source": self.source, "keys": self.keys})
         atomic_write(target, lambda f: np.savez(f, __meta__=np.array(meta), **arrays), fsync=False)

@@ -1,12 +1,11 @@
 """One JSON table of every source's normalization statistics, to un-normalize actions at inference.
 
-A policy trained on a mixture of robots, each source normalized with its own statistics
-(``MixtureLoader(..., transforms={name: Normalize(...)})``), predicts normalized (and padded)
-actions; at inference the action for robot ``a`` is un-normalized with ``a``'s statistics and
-cut back to ``a``'s own width. :class:`NormalizationTable` holds, per source and per key, what
-the source's ``Normalize`` uses (``mean``, ``std``, ``eps``) and what other conventions use
-(``min``, ``max``, and the 1st and 99th percentiles ``q01`` / ``q99``: OpenVLA's and Octo's
-``bounds_q99``), with each key's real ``shape`` in that source.
+A policy trained on a mixture with per-source ``Normalize`` (``MixtureLoader(...,
+transforms={name: Normalize(...)})``) predicts normalized, padded actions; robot ``a``'s action
+is un-normalized with ``a``'s statistics and cut to ``a``'s width. :class:`NormalizationTable`
+holds, per source and key, ``Normalize``'s ``mean``, ``std``, ``eps``, plus ``min``, ``max`` and
+the 1st/99th percentiles ``q01`` / ``q99`` (OpenVLA's and Octo's ``bounds_q99``), and each key's
+real ``shape`` in that source.
 
 The file (``rlds-normalization-table``, JSON)::
 
@@ -18,9 +17,9 @@ The file (``rlds-normalization-table``, JSON)::
 
 Keys are the mixture's names (after ``rename=``); ``index`` is the value of the batch's
 ``source`` column for that source. ``q01``/``q99`` come from the same dataset as the mean
-(statistics stored by ``rlds preprocess --stats`` when present, else one streaming pass with
-quantile sketches, :func:`rlds_cli.cache.stats.scan`); they are ``null`` for statistics given as
-numbers and for keys of more than 256 elements per step.
+(stored by ``rlds preprocess --stats``, else scanned with quantile sketches,
+:func:`rlds_cli.cache.stats.scan`); ``null`` for statistics given as numbers and for keys of more
+than 256 elements per step.
 """
 
 from __future__ import annotations
@@ -97,7 +96,7 @@ def source_entry(index: int, dataset: str, normalized: Sequence[Normalized]) -> 
 
 
 class NormalizationTable:
-    """Per-source normalization statistics (module docstring): made by
+    """Per-source normalization statistics (see the module docstring): made by
     ``MixtureLoader.normalization_table()`` or :meth:`from_datasets` (``rlds stats``), saved as
     JSON, read back with :meth:`load`.
 
@@ -153,9 +152,8 @@ class NormalizationTable:
         eps: float | None = None,
         root: str | os.PathLike[str] | None = None,
     ) -> NormalizationTable:
-        """The table a ``MixtureLoader`` over ``datasets`` (names as sources, no renaming) with a
-        ``Normalize(keys=keys)`` per source gives: each dataset's own statistics (a view's
-        parent's, as ``Normalize`` takes them)."""
+        """The table of a ``MixtureLoader`` over ``datasets`` (names as sources, no renaming) with
+        a ``Normalize(keys=keys)`` per source (a view uses its parent's statistics)."""
         from rlds_cli.loader.opening import open_dataset
         from rlds_cli.loader.transforms import Normalize
 

@@ -1,10 +1,8 @@
-"""Opening a dataset by whatever names it: a cache name, a registry id or alias, or a URL.
+"""Open a dataset by cache name, registry id or alias, or URL (``rlds_cli.open_dataset``).
 
-This is ``rlds_cli.open_dataset``, the front door's opener, above the cache: it reads a URL
-where it lies (:mod:`rlds_cli.remote.reader`, imported only for a URL), resolves an alias or
-registry id to its cache name (:mod:`rlds_cli.catalog.names`), and opens that name with
-:func:`rlds_cli.cache.opening.open_dataset`, which knows only cache names. Everything that takes a
-name from a user (the loader, ``NormalizationStats.from_dataset``, preprocess) opens through here.
+A URL is read in place (:mod:`rlds_cli.remote.reader`); an alias or registry id is resolved
+(:mod:`rlds_cli.catalog.names`) and opened with :func:`rlds_cli.cache.opening.open_dataset`.
+Every user-given name (loader, ``NormalizationStats.from_dataset``, preprocess) opens through here.
 """
 
 from __future__ import annotations
@@ -70,10 +68,8 @@ def open_dataset(
 
 
 def _cache_name(name: str, cache: CacheRoot) -> str:
-    """The cache name ``name`` refers to (a registry alias resolves to its dataset's name).
-
-    A name found nowhere is returned as it is: the open that follows either finds it once a
-    replacement under way has finished, or raises with the name the user gave."""
+    """The cache name ``name`` refers to; an unknown name is returned unchanged, so the open that
+    follows raises with the user's name (or finds it once a replacement under way finishes)."""
     try:
         return resolve_name(name, cache)
     except DatasetNotFoundError:

@@ -95,11 +95,9 @@ class PrioritizedSampler:
         return self._tree.leaves
 
     def follow(self, change: ViewChange) -> None:
-        """Draw from a refreshed view of a growing dataset: a row in both views keeps its
-        priority (mapped by its episode's id, not its position), a new row starts at the
-        largest priority seen so far (as a new item does in TorchRL's and Schaul et al.'s
-        buffers), an evicted row's priority is dropped. The tree is made again over the new
-        rows (linear in the rows); the generator goes on."""
+        """Draw from a refreshed view of a growing dataset: a surviving row keeps its priority
+        (mapped by episode id), a new row starts at the largest priority seen (as in TorchRL and
+        Schaul et al.). The tree is rebuilt (linear in the rows); the generator goes on."""
         leaves = change.carry(self._tree.leaves, self.max_priority**self.alpha)
         self.num_steps = change.num_steps
         self._tree = SumTree(self.num_steps, self._tree.fanout, compiled=self._tree.compiled)
@@ -140,8 +138,8 @@ class PrioritizedSampler:
         self.max_priority = max(self.max_priority, top)
 
     def _magnitudes(self, raw: np.ndarray) -> tuple[np.ndarray, float]:
-        """``|raw| + eps`` as a new float64 array, and the largest ``|raw|`` (0 when empty): one
-        compiled pass when the tree has its kernels, else three numpy calls (same values)."""
+        """``|raw| + eps`` as a new float64 array, and the largest ``|raw|`` (0 when empty); compiled
+        when the tree has its kernels (same values)."""
         kernels = self._tree.kernels
         if kernels is not None and raw.size and raw.dtype.kind in "biuf":  # (complex: its modulus)
             flat = np.ascontiguousarray(raw, np.float64).reshape(-1)
@@ -222,7 +220,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        # only its windows are used, never its generator: a fixed seed (no fresh one logged)
+        # only its windows are used, never its generator: fixed seed (no fresh one logged)
         self._slices = SliceSampler(episode_lengths, num_slices, slice_len, short=short, seed=0)
         ep = self._slices.episodes
         super().__init__(

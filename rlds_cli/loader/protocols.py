@@ -1,25 +1,24 @@
-"""The loader's plug points, stated once: what a sampler or a transform must have, and the
-optional capabilities the :class:`~rlds_cli.loader.Loader` uses when they are there.
+"""The loader's plug points: what a sampler, source or transform must have, and optional capabilities.
 
 A sampler needs only :class:`Sampler` (``sample``). Each capability is its own protocol, checked
-with ``isinstance`` once, when the loader is made:
+with ``isinstance`` once, when the :class:`~rlds_cli.loader.Loader` is made:
 
 * :class:`Checkpointable`: ``state_dict`` / ``load_state_dict``, so a run can resume exactly;
 * :class:`Epochal`: the sampler knows its epoch (``batches_per_epoch``, ``epoch_done``); without
   it, an epoch is enough batches to draw the rank's share of the steps;
 * :class:`Prioritized`: ``update_priority``, forwarded by ``Loader.update_priority``;
-* :class:`Streamable`: a cheaper state for rewinding a prefetch queue than the full
-  ``state_dict`` (a prioritized sampler's priorities are not copied for every batch).
+* :class:`Streamable`: a state for rewinding a prefetch queue, cheaper than ``state_dict``
+  (priorities are not copied per batch).
 
 A source (:class:`RowSource`) turns step indices into a batch; a :class:`~rlds_cli.loader.Loader`
 takes a dataset (and makes its source) or an :class:`IndexedSource` such as a mixture.
 
 A transform is any ``TedBatch -> TedBatch`` callable; :class:`Bindable` ones are bound to the
 dataset first, and a first transform that is :class:`Claiming` produces some keys itself (the
-loader then never reads them). Every sampler of this package passes the shared contract suite in
-``tests/contracts/``; a sampler of your own can subclass it the same way.
+loader then never reads them). Every sampler here passes the contract suite in
+``tests/contracts/``, which a custom sampler can subclass.
 
-This module imports neither torch nor the samplers, so any code can type against it.
+Imports neither torch nor the samplers.
 """
 
 from __future__ import annotations

@@ -1,32 +1,19 @@
 """Work done ahead of the training step: batches prepared in a background thread, remote blocks
 fetched for the draws ahead.
 
-A background thread that prepares the next batches while training runs.
+:class:`Prefetcher`: numpy gathers and torch copies release the GIL, so a producer thread overlaps
+reading, converting, pinning and the host-to-device copy with the training step. Each batch
+carries the sampler's state from before it was drawn, so a checkpoint rewinds the sampler to the
+first batch the training loop has not seen.
 
-numpy gathers and torch copies release the GIL, so a producer thread overlaps reading,
-converting, pinning and the host-to-device copy with the training step. Each produced batch
-carries the sampler's state from before it was drawn, so a checkpoint taken while batches wait
-in the queue rewinds the sampler to the first batch the training loop has not seen yet.
-
-**Reads planned ahead.** Reads planned ahead: the loader draws the indices of its next batches
-early and has a remote dataset fetch their blocks in the background, so the store's latency
-overlaps training.
-
-:class:`ReadAhead` stands in for the loader's sampler (``Loader(url, read_ahead=N)``): it keeps
-``N`` draws ahead of the batch being gathered, each with the sampler's state from before it was
-drawn (as :class:`Prepared` carries it), so ``state_dict()`` still
-rewinds to the first batch the loader has not returned, and ``load_state_dict`` drops the draws
-ahead. It uses the sampler's public API only (``sample``, ``state_dict`` / ``load_state_dict``,
-``stream_state`` / ``load_stream_state``, ``epoch_done``), so every sampler drawn by name works.
-
-For each draw ahead, in draw order, one background thread calls the dataset's ``prefetch(steps,
-keys)`` (:meth:`rlds_cli.remote.reader.RemoteDataset.prefetch`): its missing blocks fetched in one
-batch of concurrent requests, near ranges merged. One prefetch runs at a time and each holds at
-most the block cache's fetch window in memory, so the bytes in flight stay bounded; a prefetch
-waits for room in the cache (the blocks of the batches before it released), and a gather that
-needs a block still being fetched waits for that fetch (one download per node) instead of asking
-again. Draws dropped (a rewind, :meth:`ReadAhead.close`) end the wait of their prefetch.
-A local dataset has nothing to fetch: the loader does not wrap its sampler at all.
+:class:`ReadAhead` stands in for the sampler of a remote dataset (``Loader(url, read_ahead=N)``):
+it keeps ``N`` draws ahead, each with its prior sampler state (``state_dict()`` rewinds to the
+first draw not returned; ``load_state_dict`` drops the draws ahead). It uses only the sampler's
+public API, so every named sampler works. One background thread calls the dataset's
+``prefetch(steps, keys)`` (:meth:`rlds_cli.remote.reader.RemoteDataset.prefetch`) per draw, in
+draw order, one at a time, each holding at most the block cache's fetch window: bytes in flight
+stay bounded. A gather needing a block being fetched waits for that fetch; dropped draws (a
+rewind, :meth:`ReadAhead.close`) end their prefetch's wait. Local datasets are not wrapped.
 """
 
 from __future__ import annotations
@@ -140,9 +127,8 @@ class ReadAhead:
         depth: Draws kept ahead (>= 1).
         prefetch: Called in the background with each draw's step indices and a
             ``threading.Event`` set once the draw is dropped (e.g. ``lambda steps, stop:
-            dataset.prefetch(steps, keys, stop=stop)``); what it returns, when it has a
-            ``release()``, is released once the draw's batch has been gathered (the blocks it
-            pinned stay in the cache until then).
+            dataset.prefetch(steps, keys, stop=stop)``); a returned object with ``release()`` is
+            released once the draw's batch has been gathered.
 
     Any attribute it does not define is the sampler's own (``batch_size``,
     ``batches_per_epoch``...). ``epoch_done``, ``state_dict``, ``load_state_dict``,
@@ -170,8 +156,7 @@ class ReadAhead:
         self._mutex = threading.Lock()
         self._has_done = callable(getattr(sampler, "epoch_done", None))
         self._stream = callable(getattr(sampler, "stream_state", None))
-        # the protocols the loader checks (isinstance on runtime protocols looks at attributes):
-        # present exactly when the sampler has them
+        # runtime-protocol methods, present exactly when the sampler has them
         if self._has_done:
             self.epoch_done = self._epoch_done
         if callable(getattr(sampler, "state_dict", None)):
@@ -211,8 +196,8 @@ class ReadAhead:
             self._futures.append(self._executor().submit(self._prefetch, draw_steps(out), self._stop))
 
     def sample(self) -> Any:
-        """The next draw (drawn earlier, its blocks fetched or being fetched); the draws ahead
-        are topped up, and an error of a finished prefetch is raised here."""
+        """The next draw (its blocks fetched or being fetched), topping up the draws ahead;
+        raises a finished prefetch's error."""
         with self._mutex:
             self._fill()
             _, out, self._done = self._ahead.popleft()
@@ -269,9 +254,9 @@ class ReadAhead:
             self.sampler.load_stream_state(state)
 
     def close(self) -> None:
-        """Rewind the sampler to the first draw not returned, drop the draws ahead (their blocks
-        unpinned) and stop the background threads (a prefetch under way finishes first). A
-        sampler without state keeps its draws ahead: nothing could rewind it."""
+        """Rewind the sampler to the first draw not returned, drop the draws ahead (blocks
+        unpinned) and stop the background thread (a running prefetch finishes first). A sampler
+        without state keeps its draws ahead."""
         with self._mutex:
             if self._ahead and (self._stream or callable(getattr(self.sampler, "load_state_dict", None))):
                 state = self._ahead[0][0]

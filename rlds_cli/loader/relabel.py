@@ -1,10 +1,8 @@
 """Goal relabeling at sample time: OGBench's ``GCDataset`` rules and HER's "future" strategy.
 
-Goals are chosen per batch, every time, so a step sees many goals over training (a
-``preprocess`` relabeling fixes one goal per step forever). The rules, in our words, as
-OGBench's ``GCDataset.sample_goals`` (``impls/utils/datasets.py``) states them, for a step ``t``
-whose episode's last step is ``T`` (OGBench's ``final_state_idxs``: the next terminal location
-at or after ``t``), over the dataset's ``N`` steps:
+Goals are drawn per batch, so a step sees many goals over training (unlike a ``preprocess``
+relabeling). OGBench's ``GCDataset.sample_goals`` (``impls/utils/datasets.py``) rules, for a step
+``t`` whose episode's last step is ``T`` (OGBench's ``final_state_idxs``), over ``N`` steps:
 
 * random goal: a step drawn uniformly from all ``N`` steps (``get_random_idxs``);
 * trajectory goal, geometric (``geom_sample=True``): ``min(t + k, T)`` with ``k`` drawn from a
@@ -23,12 +21,11 @@ mask follow the value goal (OGBench's rule): ``success = (t == value_goal)``,
 HER's "future" strategy (TorchRL's ``HERReplayBuffer``, cpprb's HER) draws the goal uniformly
 among the steps ``t .. T`` of the same episode: ``t + floor(u * (T - t + 1))``.
 
-Randomness: each batch's uniforms are drawn in one vectorized call from a generator seeded by
-the transform's ``seed`` and the bytes of the batch's ``index``; the rules are pure functions of
-those numbers (:func:`ogbench_goal_indices`, :func:`her_future_indices`). So the goals are a
-function of the sampled steps: a loader restored from a ``state_dict`` (prefetch, mixtures and
-any sampler included) draws the same indices, hence the same goals. A batch of the very same
-indices twice (a sequential sampler's epochs) gets the same goals.
+Randomness: each batch's uniforms come from a generator seeded by the transform's ``seed`` and
+the bytes of the batch's ``index``; the rules are pure functions of them
+(:func:`ogbench_goal_indices`, :func:`her_future_indices`). Goals are thus a function of the
+sampled steps: a restored loader draws the same goals, and the same indices twice get the same
+goals.
 """
 
 from __future__ import annotations
@@ -172,9 +169,8 @@ class GoalRelabel:
         self._episodes = Episodes.of(dataset)
 
     def for_mixture(self, datasets: Sequence[Dataset] | Any) -> Callable[[TedBatch], TedBatch]:
-        """A plain transform (nothing left to bind) for a mixture's batches: each row's goals are
-        chosen in its own dataset (by the batch's ``source`` and ``index``), with that dataset's
-        episodes and steps, and ``value_goal_index`` / ``actor_goal_index`` are steps of it.
+        """A plain transform (nothing to bind) for a mixture's batches: each row's goals are chosen
+        in its own dataset (by ``source`` and ``index``); the goal indices are steps of it.
         ``goal_key`` must have the same name in every dataset.
 
         Args:

@@ -1,9 +1,7 @@
-"""The loader's one hard requirement, checked before any of its torch-using modules is imported
-(``rlds_cli.loader.__getattr__`` calls :func:`require_torch`).
+"""The loader's torch requirement, checked before any torch-using loader module is imported.
 
-torch is not a dependency of rlds-cli (its build depends on the machine: CPU, CUDA version), so
-importing the loader without it must say what to install rather than fail on a bare
-``ModuleNotFoundError`` deep inside a submodule.
+torch is not a dependency of rlds-cli (its build depends on the machine: CPU, CUDA version);
+:func:`require_torch` (called by ``rlds_cli.loader.__getattr__``) says what to install.
 """
 
 from __future__ import annotations

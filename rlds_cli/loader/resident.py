@@ -2,15 +2,11 @@
 
 With chunked storage (zarr shards, an object store behind a bounded cache) a uniform draw over
 the whole dataset fetches a chunk per row. A :class:`ResidentWindow` restricts a sampler with
-replacement to ``window`` blocks at a time (:func:`block_starts`: the blocks that
-``sampler="blocks"`` shuffles) and advances: blocks come in the order of an endless sequence of
-block permutations (one per cycle, a function of the run seed and the rank), and the oldest
-block leaves the window once as many steps have been drawn since the window last moved as that
-block holds rows. Every block stays resident for about ``window`` mean blocks' rows of draws,
-and a draw picks a row of the window uniformly, so over a cycle each step is drawn about once,
-as under the unrestricted sampler; within a batch, draws come from ``window`` blocks only. The
-state is two integers (the window's position, the steps drawn since it last moved) beside the
-sampler's generator.
+replacement to ``window`` blocks (:func:`block_starts`, as ``sampler="blocks"``) at a time. Blocks
+follow one permutation per cycle (from the run seed and rank); the oldest leaves once as many
+steps have been drawn since the window last moved as it holds rows. Draws are uniform over the
+window's rows, so over a cycle each step is drawn about once. State: two integers (position,
+steps drawn since the last move) beside the sampler's generator.
 """
 
 from __future__ import annotations
@@ -127,6 +123,6 @@ def make_resident_window(
     )
 
 
-#: Rows of a block of ``resident_window=`` when neither the caller nor the Loader (the storage's
+#: Rows of a ``resident_window=`` block when neither the caller nor the Loader (the storage's
 #: chunk rows) sizes it.
 DEFAULT_RESIDENT_ROWS = 4096

@@ -1,28 +1,21 @@
 """A ring of preallocated shared-memory batch buffers for DataLoader worker processes.
 
-Why: a batch a worker returns the ordinary way is pickled by torch, which copies every tensor
-into a fresh shared-memory segment, passes its file descriptor, and lets the main process map
-it (page faults on every page) and unmap it once the batch dies. On pixel data (10.8 MB a batch
-of 256 (3, 84, 84) observations and next observations) that costs far more than the gather itself,
-and one worker or two run at the same ~0.05x of the in-process loader.
+A batch returned the ordinary way is pickled by torch into a fresh shared-memory segment that the
+main process maps and unmaps; on pixel data (10.8 MB a batch of 256 (3, 84, 84) observations and
+next observations) one or two workers then run at ~0.05x of the in-process loader.
 
-Here the main process allocates, before the workers start, ``workers x slots`` batch buffers in
-one shared-memory block (plus a shared "busy" flag per slot), and the workers inherit it (fork) or
-receive its file descriptor once (spawn, forkserver). Worker ``w`` owns the slots
-``w * slots .. (w + 1) * slots - 1``: it gathers the large keys of a batch (rows of at least
-:data:`MIN_ROW_BYTES`, i.e. observations) straight into a free one with ``np.take(..., out=)``,
-and returns only the slot number plus the small keys (pickled as numpy, a few KB). The main
-process wraps the slot as tensors without a copy.
+The main process allocates ``workers x slots`` batch buffers in one shared-memory block (plus a
+"busy" flag per slot) before the workers start; they inherit it (fork) or receive its file
+descriptor once (spawn, forkserver). Worker ``w`` owns slots ``w * slots .. (w + 1) * slots - 1``:
+it gathers the large keys (rows of at least :data:`MIN_ROW_BYTES`) into a free slot with
+``np.take(..., out=)`` and returns the slot number plus the small keys. The main process wraps the
+slot as tensors without a copy.
 
-Lifetime rule: **a slot is reused only once every tensor and array of the batch built from it
-(views included) has been freed**. The main process puts a ``weakref.finalize`` on the array all
-of the batch's views derive from; when it fires, the slot's flag is cleared and the worker may
-gather into it again. A batch the training loop keeps is therefore never overwritten; while all of
-a worker's slots are held, that worker sends its batches the ordinary way (slower, same values).
-Only the worker that owns a slot sets its flag and only the main process clears it, so no lock is
-needed. The block is freed when the last of the loader, its workers and the batches built from
-it is gone (torch's ``file_descriptor`` sharing unlinks the segment at creation: nothing is left
-in ``/dev/shm`` even after a crash).
+Guarantees: **a slot is reused only once every tensor and array built from it (views included)
+has been freed** (a ``weakref.finalize`` on their base clears the flag), so a kept batch is never
+overwritten; a worker whose slots are all held sends batches the ordinary way. Only the owning
+worker sets a flag and only the main process clears it: no lock. torch's ``file_descriptor``
+sharing unlinks the segment at creation: nothing is left in ``/dev/shm``, even after a crash.
 """
 
 from __future__ import annotations
@@ -39,14 +32,14 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.sources import HostSource
 
-#: Keys whose rows are at least this many bytes go through the ring; smaller ones (actions,
-#: rewards, flags, the index) are pickled with the slot number, which costs less than a slot.
+#: Keys whose rows are at least this many bytes go through the ring; smaller ones are pickled
+#: with the slot number.
 MIN_ROW_BYTES = 1024
 
 _ALIGN = 64  # each key's region starts on a cache line
 _ids = itertools.count(1)
-#: Rings created in this process, by id: a :class:`SlotBatch` received but never wrapped (e.g.
-#: discarded by the DataLoader while persistent workers are reset) frees its slot through this.
+#: Rings created in this process, by id: a :class:`SlotBatch` dropped unwrapped (e.g. by a
+#: persistent-workers reset) frees its slot through this.
 _OWNED: weakref.WeakValueDictionary[int, BatchRing] = weakref.WeakValueDictionary()
 
 
@@ -72,7 +65,7 @@ class SlotBatch:
         self.claimed = False
 
     def __del__(self) -> None:
-        # dropped in the main process without being wrapped (never seen by the loop): free its slot
+        # dropped in the main process without being wrapped: free its slot
         if not getattr(self, "claimed", True):
             ring = _OWNED.get(self.ring)
             if ring is not None and ring.owner_pid == os.getpid():
@@ -80,7 +73,7 @@ class SlotBatch:
 
 
 class BatchRing:
-    """Shared-memory batch buffers for the large keys of a dataset's batches (see the module).
+    """Shared-memory batch buffers for the large keys of a dataset's batches (see the module docstring).
 
     Args:
         dataset: The dataset the batches come from.

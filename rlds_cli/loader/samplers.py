@@ -1,20 +1,17 @@
 """Index samplers: each draws step indices, vectorized, from its own seeded generator.
 
 Every sampler has ``sample()`` and ``state_dict()`` / ``load_state_dict()``; a restored state
-continues the exact stream. ``sample()`` returns either an int64 index array or a :class:`Draw`
-(indices plus per-index extras such as a padding ``mask`` or importance ``weight``). No sampler
-keeps per-item Python objects or loops over items: the cost of a draw is O(batch) numpy work
-(plus a ``log`` of the episode count for slices), whatever the dataset's size.
+continues the exact stream. ``sample()`` returns an int64 index array or a :class:`Draw`
+(indices plus per-index extras such as a padding ``mask`` or importance ``weight``). A draw is
+O(batch) numpy work (plus a ``log`` of the episode count for slices), whatever the dataset's size.
 
-Uniform and slice samplers live here; :mod:`rlds_cli.loader.epoch` and
-:mod:`rlds_cli.loader.prioritized` hold the other two.
+Uniform and slice samplers live here; see also :mod:`rlds_cli.loader.epoch` and
+:mod:`rlds_cli.loader.prioritized`.
 
-**Padded slices.** Padded slice sampling: where a slice may start, AMAGO's ``padded_sampling`` modes.
-
-AMAGO (``amago/loading.py``, ``RLData.random_slice``) picks the start ``s`` of a
-``length``-step window in an episode of ``L`` steps uniformly from a range that depends on the
-mode, then keeps the steps ``max(s, 0) .. min(s + length, L) - 1`` and pads the rest at the end
-of the sequence (its collate pads every sequence at the end):
+**Padded slices** (AMAGO's ``padded_sampling``). AMAGO (``amago/loading.py``,
+``RLData.random_slice``) picks the start ``s`` of a ``length``-step window in an episode of ``L``
+steps uniformly from a mode-dependent range, keeps steps ``max(s, 0) .. min(s + length, L) - 1``
+and pads the rest at the end of the sequence:
 
 ========== ==================================== =====================================
 mode       starts ``s`` (each equally likely)   what it adds
@@ -26,16 +23,9 @@ mode       starts ``s`` (each equally likely)   what it adds
 ========== ==================================== =====================================
 
 and ``s = 0`` whatever the mode when ``L <= length`` (the whole episode, end-padded). A window
-cut at the start holds the episode's first steps at the front of the slice: its first row is
-step 0 of the episode, so a sequence model sees episode starts late in its context as well as at
-position 0 (``right``'s windows are the mirror: an episode's last steps early in the slice).
-
-Here one window is a pair (episode, start); :func:`start_ranges` gives, per episode, the first
-start (relative to the episode's first step, negative for a window cut at its start) and the
-number of starts, from which the slice sampler draws (every start of an episode equally
-likely, as in AMAGO; how episodes are weighted is the sampler's ``weight``).
-
-Index samplers: each draws step indices, vectorized, from its own seeded generator.
+cut at the start begins at the episode's step 0. :func:`start_ranges` gives each episode's first
+start (negative for a window cut at its start) and number of starts; every start of an episode is
+equally likely, as in AMAGO (episode weighting is the sampler's ``weight``).
 """
 
 from __future__ import annotations
@@ -62,7 +52,7 @@ def start_ranges(lengths: np.ndarray, slice_len: int, padded: str) -> tuple[np.n
     """``(first, count)`` per episode: window starts ``first .. first + count - 1`` (relative to
     the episode's first step) for slices of ``slice_len`` steps under AMAGO's ``padded`` mode.
 
-    Episodes of at most ``slice_len`` steps have the one start 0 (the sampler's ``short``
+    Episodes of at most ``slice_len`` steps have a single start 0 (the sampler's ``short``
     policy then decides whether the shorter ones are padded, skipped or refused).
     """
     lengths = np.asarray(lengths, np.int64)
@@ -122,9 +112,8 @@ def split_draw(out: np.ndarray | Draw | tuple[Any, Any]) -> tuple[np.ndarray, di
 def uniform_ints(rng: np.random.Generator, high: int, n: int) -> np.ndarray:
     """``n`` int64 values uniform in ``[0, high)``: the generator's raw 64-bit words modulo ``high``.
 
-    ``Generator.integers`` costs 5 us for 256 values here, half of it a Python-level ``np.prod`` of
-    the size; this costs half as much. Modulo makes low values likelier by at most
-    ``high / 2**64`` (5e-14 relative at 10^6 steps): far below anything a training run can see.
+    Half the cost of ``Generator.integers`` (5 us for 256 values). Modulo bias is at most
+    ``high / 2**64`` (5e-14 relative at 10^6 steps).
     """
     if high <= 0:
         raise ValueError(f"cannot draw from an empty range [0, {high})")
@@ -165,8 +154,7 @@ def shard_state(sampler: Any, num_steps: int) -> dict[str, Any]:
 def _check_rng_state(
     state: Any, what: str, rng: np.random.Generator, resident: ResidentWindow | None = None
 ) -> None:
-    """The whole state of a sampler that is a generator and a shard (and its resident window),
-    checked before any of it is taken (:mod:`rlds_cli.loader.state_checks`)."""
+    """Check a generator+shard sampler state (and its resident window) before any of it is taken."""
     check_shard_fields(check_state(state, what), what)
     check_bit_generator(state, "bit_generator", what, rng)
     if resident is not None:
@@ -181,8 +169,7 @@ def _with_window(state: dict[str, Any], resident: ResidentWindow | None) -> dict
 
 
 def _load_window(state: dict[str, Any], resident: ResidentWindow | None, sampler: Any = None) -> None:
-    """Put a state's window into ``resident`` (and, with ``sampler``, the block order of the
-    seed it took from the state)."""
+    """Load a state's window into ``resident`` (with ``sampler``: reseed its block order)."""
     if resident is not None and "resident" in state:
         resident.load_state_dict(state["resident"])
     if resident is not None and sampler is not None:
@@ -257,14 +244,13 @@ class UniformSampler:
             k = uniform_ints(self._rng, int(self.resident.lengths[blocks].sum()), n)
             self.resident.advance(n)
             return self.resident.rows(k, blocks)
-        # uniform_ints inlined (the same words, so the same stream): it runs at every batch
+        # uniform_ints inlined (same words, same stream): hot path
         words = self._raw(self.batch_size if n is None else n)
         words %= self._high
         return words.view(np.int64)
 
     def stream_state(self) -> dict[str, Any]:
-        """Only the generator's state: what a prefetching loader records per batch (and puts
-        back into a sampler that followed a growing dataset since: no size to check)."""
+        """The generator's state only, recorded per batch by a prefetching loader (no size check)."""
         return _with_window({"bit_generator": generator_state(self._rng)}, self.resident)
 
     def load_stream_state(self, state: dict[str, Any]) -> None:
@@ -289,12 +275,10 @@ class UniformSampler:
 class SliceSampler:
     """``num_slices`` sub-trajectories of ``slice_len`` steps that never cross an episode's end.
 
-    Windows inside an episode of length ``L`` start at its first ``L - slice_len + 1`` steps (with
-    ``padded="none"``; see ``padded`` for the others).
-    Episodes shorter than ``slice_len`` follow ``short``: ``"pad"`` (one window, the whole
-    episode, padded at its end by repeating the last step, with ``mask`` False there),
-    ``"skip"`` (never sampled; counted in :attr:`skipped_episodes`) or ``"error"``
-    (``ValueError`` here).
+    With ``padded="none"``, windows of an episode of length ``L`` start at its first
+    ``L - slice_len + 1`` steps. Episodes shorter than ``slice_len`` follow ``short``: ``"pad"``
+    (the whole episode, end-padded by repeating the last step, ``mask`` False there), ``"skip"``
+    (never sampled; counted in :attr:`skipped_episodes`) or ``"error"`` (``ValueError`` here).
 
     Args:
         episode_lengths: Steps per episode, in dataset order.
@@ -352,8 +336,8 @@ class SliceSampler:
         )
 
     def follow(self, change: ViewChange) -> None:
-        """Draw from a refreshed view of a growing dataset (its episode lengths; the generator
-        goes on): the tables are made again, linear in the episodes."""
+        """Draw from a refreshed view of a growing dataset (tables rebuilt, linear in the
+        episodes; the generator goes on)."""
         _no_refresh(self.resident)
         self._tables(change.lengths)
 
@@ -378,19 +362,16 @@ class SliceSampler:
         if self._eligible.size == 0:
             raise ValueError(f"no episode has slice_len={self.slice_len} steps; nothing to sample")
         self._cum_windows = np.cumsum(windows)
-        # the index arrays of a draw, before the first of them is made (a Loader checks the
-        # whole batch, its keys too, before it makes the sampler)
+        # memory check of a draw's index arrays (a Loader checks the whole batch before this)
         arg = "slice_len" if self.slice_len > int(ep.lengths.max()) else "num_slices"
         batch = BatchShape(self.batch_size, arg, self.slice_len, self.num_slices, extra_bytes=1)  # mask
         check_batch_memory(batch, {}, [], {}, int(ep.lengths.max()))
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
-        # precomputed per episode, so that a draw is one take per array: window k of episode e
-        # starts at step k + _start_shift[e]; its last step is _last[e]
+        # window k of episode e starts at step k + _start_shift[e]; its last step is _last[e]
         self._start_shift = ep.starts + first - (self._cum_windows - windows)
         self._first = first
         self._last = ep.ends - 1
-        # every episode holds a whole slice: no window (drawn here, or any in-episode start a
-        # prioritized sampler passes to windows()) needs padding, so the mask is all True
+        # every episode holds a whole slice: no in-episode window needs padding (mask all True)
         self._all_fit = bool((ep.lengths >= self.slice_len).all())
 
     @property
@@ -440,11 +421,7 @@ class SliceSampler:
     def start_distribution(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every start the sampler can draw and its probability: ``(episode, start, p)``, with
         ``start`` relative to the episode's first step (negative: a window cut at its start).
-
-        Computed from the same tables :meth:`sample` draws with: ``weight="steps"`` maps a
-        uniform draw ``k`` in ``[0, total)`` to the start of window ``k``; ``"episodes"`` draws
-        an episode uniformly, then one of its windows.
-        """
+        Computed from the tables :meth:`sample` draws with."""
         total = int(self._cum_windows[-1])
         k = np.arange(total, dtype=np.int64)
         e = np.searchsorted(self._cum_windows, k, side="right")
@@ -463,7 +440,7 @@ class SliceSampler:
             )
             return Draw(idx, {"mask": mask})
         idx = starts[:, None] + self._offsets
-        if self._all_fit:  # what the general case gives when no window runs past its episode
+        if self._all_fit:  # same result as the general case when no window runs past its episode
             return Draw(idx, {"mask": np.ones(idx.shape, np.bool_)})
         last = self._last.take(episodes)[:, None]
         mask = idx <= last
@@ -474,8 +451,7 @@ class SliceSampler:
         return self.windows(*self._starts(self.num_slices if n is None else n))
 
     def stream_state(self) -> dict[str, Any]:
-        """Only the generator's state: what a prefetching loader records per batch (and puts
-        back into a sampler that followed a growing dataset since: no size to check)."""
+        """The generator's state only, recorded per batch by a prefetching loader (no size check)."""
         return _with_window({"bit_generator": generator_state(self._rng)}, self.resident)
 
     def load_stream_state(self, state: dict[str, Any]) -> None:

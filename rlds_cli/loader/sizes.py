@@ -1,27 +1,18 @@
 """How much memory a loader takes: one batch's bytes checked before anything is allocated, and
 whether it copies its columns into RAM.
 
-How much memory one batch takes, checked when a loader is made, before anything is allocated.
+**Batch size.** Per row (a step; ``num_slices * slice_len`` of them for slices) a batch holds every
+served key, its ``index`` and the sampler's extras; a windowed key (``windows=``) holds its values
+at every offset plus an ``_is_pad`` flag and two int64 step indices. :func:`check_batch_memory`
+refuses a batch larger than :func:`batch_limit` (a quarter of physical memory) with one
+``ValueError`` naming the argument at fault (``batch_size``, ``slice_len``, ``num_slices`` or
+``windows``).
 
-A batch holds, per row (a step; ``num_slices * slice_len`` of them for slices), the bytes of every
-key it serves, its ``index`` and the sampler's extras, and for a windowed key (``windows=``) its
-values at every offset plus an ``_is_pad`` flag and the two int64 step indices the window is read
-through. :func:`check_batch_memory` refuses a batch larger than :func:`batch_limit` (a quarter of
-the machine's physical memory) with one ``ValueError`` naming the argument that made it so large
-(``batch_size``, ``slice_len``, ``num_slices`` or ``windows``): ``slice_len=10**9`` over episodes
-of a few steps, or ``batch_size=10**12``, would otherwise ask numpy for gigabytes or terabytes
-at the first batch (or, for slices, when the sampler is made).
-
-**"auto"``=In memory.** ``in_memory="auto"``: whether a loader copies the columns it reads into
-RAM, when not told.
-
-A memory-mapped dataset is read at the page cache's speed already, so it stays on disk. A zarr
-dataset decodes chunks at every batch: a low-dim one samples ~300x slower from disk than from RAM,
-and its load (every chunk decoded once, in threads) takes less time than its conversion did. So a
-zarr dataset whose needed columns fit the memory budget is loaded; a larger one is read from disk.
-
-The budget is ``$RLDS_MEMORY_BUDGET`` (bytes, or with a ``K``/``M``/``G``/``T`` suffix; ``0``
-never loads), else a quarter of the memory available now, at most :data:`MAX_DEFAULT_BUDGET`.
+**in_memory="auto".** A memory-mapped dataset stays on disk (page-cache speed). A zarr dataset
+whose needed columns fit the memory budget is loaded into RAM (a low-dim one samples ~300x slower
+from disk); a larger one is read from disk. The budget is ``$RLDS_MEMORY_BUDGET`` (bytes, or with
+a ``K``/``M``/``G``/``T`` suffix; ``0`` never loads), else a quarter of the memory available now,
+at most :data:`MAX_DEFAULT_BUDGET`.
 """
 
 from __future__ import annotations
@@ -43,8 +34,7 @@ from rlds_cli.loader.windows import Windows
 logger = logging.getLogger("rlds_cli.loader")
 
 BUDGET_ENV = "RLDS_MEMORY_BUDGET"
-#: The default budget never passes this, however much memory is free (other processes, the
-#: DataLoader workers and the model need it too).
+#: Cap of the default budget, however much memory is free.
 MAX_DEFAULT_BUDGET = 8 << 30
 
 
@@ -102,8 +92,8 @@ def auto_in_memory(dataset: Dataset, keys: Iterable[str] | None) -> bool:
     return load
 
 
-#: One batch may take this share of the machine's physical memory: a batch is held more than
-#: once (its gather, its tensors on the device, the prefetch queue, the model's activations).
+#: One batch may take 1/MEMORY_SHARE of physical memory (a batch is held several times over:
+#: gather, device tensors, prefetch queue).
 MEMORY_SHARE = 4
 #: The limit where the machine's physical memory cannot be read (no ``os.sysconf``).
 UNKNOWN_MEMORY_LIMIT = 16 << 30
@@ -222,10 +212,9 @@ def slice_shape(
     extra_bytes: int,
     short: Any = "pad",
 ) -> BatchShape | None:
-    """The batch of a slice sampler's options (``None``: options the sampler itself refuses,
-    with its own message, before it allocates anything). The argument named for a batch too
-    large is ``slice_len`` when the slices are longer than every episode (the rest of each is
-    padding), else ``num_slices`` when given, else ``batch_size``."""
+    """The batch of a slice sampler's options (``None``: options the sampler refuses itself). The
+    argument blamed for a batch too large is ``slice_len`` when slices are longer than every
+    episode, else ``num_slices`` when given, else ``batch_size``."""
     if not (_positive(slice_len) and (num_slices is None or _positive(num_slices))):
         return None
     length = int(slice_len)
@@ -243,11 +232,9 @@ def slice_shape(
 
 
 def check_loader_batch(loader: Any, given: Any, sampler: Any, options: dict[str, Any]) -> None:
-    """Refuse the batches of a :class:`~rlds_cli.loader.loader.Loader` being made (its dataset,
-    keys, transforms and batch size set; ``given``: the source it was given, or ``None``) when
-    one is larger than :func:`batch_limit` (``ValueError`` naming ``batch_size``,
-    ``slice_len``, ``num_slices`` or ``windows``), from the sizes alone: no row is read and no
-    index array made."""
+    """Refuse the batches of a :class:`~rlds_cli.loader.loader.Loader` being made (``given``: its
+    source, or ``None``) when one exceeds :func:`batch_limit` (``ValueError`` naming the
+    argument), from sizes alone: no row is read and no index array made."""
     if given is not None:
         fields: Mapping[str, Any] = getattr(given, "fields", {})
         keys = [str(k) for k in getattr(given, "keys", ())]

@@ -1,22 +1,19 @@
 """Where a batch's rows come from: the cache on disk, the dataset in RAM, or on a device.
 
 A source turns step indices (any shape) into a :class:`~rlds_cli.cache.ted.TedBatch` of the
-requested TED keys. The flat layout stores an observation-like key once, ``N + E`` rows, with
-``observation[t] = flat[t + e(t)]`` and ``next/observation[t] = flat[t + e(t) + 1]`` where
-``e(t)`` is the step's episode (the rule lives in :mod:`rlds_cli.cache.reader`, whose
-:class:`~rlds_cli.cache.reader.TedReader` reads every key that is not packed); a source reads
-exactly the rows it needs, nothing else.
+requested TED keys, reading exactly the rows it needs. The flat layout stores an observation-like
+key once, ``N + E`` rows: ``observation[t] = flat[t + e(t)]``, ``next/observation[t] =
+flat[t + e(t) + 1]``, ``e(t)`` the step's episode (see :mod:`rlds_cli.cache.reader`, whose
+:class:`~rlds_cli.cache.reader.TedReader` reads every unpacked key).
 
 :class:`HostSource` with ``in_memory=True, pack=True`` copies every float32 column into one
-row-major float32 array aligned with the flat rows: row ``t + e(t)`` holds step ``t``'s
-observation *and* its action and reward, and the row after holds its next observation. A batch is
-then one ``take`` of rows ``r`` and ``r + 1`` (root values from the first half, ``next/`` ones from
-the second) instead of one gather per key, which is what dominates a naive loader. Bool step
-columns (the done flags, plus ``next/done`` precomputed) are packed side by side in one bool array,
-whose bytes are also copied into trailing float32 columns of the packed rows (never read as floats)
-so that the same ``take`` brings them; every key of the batch is a view of that one block. (Without
-float32 keys, the bool array is read with its own ``take``.) :attr:`HostSource.layout` hands
-that packing out as a :class:`PackedLayout` (what :mod:`rlds_cli.loader.device` copies).
+row-major float32 array aligned with the flat rows (row ``t + e(t)`` holds step ``t``'s
+observation, action and reward; the next row its next observation): a batch is one ``take`` of
+rows ``r`` and ``r + 1`` instead of one gather per key. Bool step columns (plus a precomputed
+``next/done``) are packed in one bool array whose bytes also ride in trailing float32 columns of
+the packed rows, so the same ``take`` brings them (without float32 keys they get their own
+``take``). Every key of the batch is a view of that block. :attr:`HostSource.layout` exposes the
+packing as a :class:`PackedLayout` (copied by :mod:`rlds_cli.loader.device`).
 """
 
 from __future__ import annotations
@@ -37,10 +34,10 @@ from rlds_cli.cache.reader import Episodes, TedReader, stored_keys
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.frames.device_decode import DeviceFrames
 
-#: How often, at most, a loader reading memory maps checks that its dataset was not replaced
-#: (see :meth:`HostSource.gather_function`): a replacement takes far longer than this.
+#: Minimum interval between checks that a memory-mapped dataset was not replaced
+#: (see :meth:`HostSource.gather_function`).
 REPLACED_CHECK_NS = 2_000_000
-#: The clock of that check (a name of this module, so that a test can drive it).
+#: The clock of that check (module-level so a test can drive it).
 _clock_ns = time.monotonic_ns
 
 #: dtypes copied into the packed float32 array; bool step columns go to a packed flags array.
@@ -55,8 +52,8 @@ def resolve_keys(dataset: Dataset, keys: Iterable[str | tuple[str, ...]] | None)
 #: Datasets up to this many steps keep a step -> episode table in RAM (4 bytes a step) instead of
 #: a binary search over episode ends per batch (which costs more than a gather on 256 rows).
 EPISODE_TABLE_MAX_STEPS = 1 << 24
-#: Up to this many steps the disk path's table is int64 too (at most 32 MB): its values are the
-#: batch's ``episode`` as they are, with no ``astype`` per batch.
+#: Up to this many steps the disk path's table is int64 too (at most 32 MB), avoiding an
+#: ``astype`` per batch.
 EPISODE_TABLE_INT64_MAX_STEPS = 1 << 22
 
 
@@ -99,11 +96,10 @@ class HostSource:
         in_memory: Copy the needed columns into RAM once (else read the memory maps / zarr).
         pack: With ``in_memory``, pack float32 and bool columns (see the module docs).
         float32: With ``in_memory``, hold float64 columns as float32 (cast once, in the copy to
-            RAM; packed with the float32 ones): what a loader with ``float_dtype=torch.float32``
-            asks, so its batches need no cast.
-        reuse_buffers: Gather large outputs (256 KiB or more: image keys, big batches) into
-            arrays reused once nothing references them any more, so batches do not page-fault
-            (see :mod:`rlds_cli.cache.buffers`). A batch that is kept is never overwritten.
+            RAM; packed with the float32 ones), for ``float_dtype=torch.float32``.
+        reuse_buffers: Gather large outputs (256 KiB or more) into arrays reused once nothing
+            references them, avoiding page faults (see :mod:`rlds_cli.cache.buffers`). A kept
+            batch is never overwritten.
         device_decoded: Stored JPEG frame keys read undecoded for a device: a gather gives their
             rows as :class:`~rlds_cli.frames.device_decode.EncodedRows` (the loader decodes them
             on its device).
@@ -213,24 +209,21 @@ class HostSource:
         if self._float32 and np.dtype(column.dtype) == np.float64:
             return np.asarray(column).astype(np.float32)  # in RAM, cast in the one copy
         if isinstance(column, np.ndarray):
-            # A plain ndarray over the same buffer: np.memmap's subclass hooks cost more than
-            # the gather itself on small batches.
+            # plain ndarray view: np.memmap's subclass hooks cost more than a small gather
             return np.array(column) if self.in_memory else np.asarray(column).view(np.ndarray)
         if self.dataset.manifest.fields[key].codec != "raw":
-            # frames are never decoded whole: in RAM, a column's stored bytes (a view's or a growing
-            # dataset's frames stay read from their files)
+            # frames are never decoded whole: in RAM, a column's stored bytes (a view's or a
+            # growing dataset's frames are read from their files)
             loaded = getattr(column, "loaded", None)
             column = loaded() if self.in_memory and loaded is not None else column
-            # a plain stored column only: a view's or a merge's rows are not the stored rows
-            # (their frames decode on the host)
+            # stored columns only: a view's or merge's rows are not the stored rows (host decode)
             device = key in self._device_decoded and isinstance(column, FramesColumn)
             return DeviceFrames(column) if device else column
         return np.asarray(column) if self.in_memory else column
 
     def _table_dtype(self) -> Any:
-        """The dtype of the step -> episode table kept, or ``None`` (a binary search per batch):
-        int64 in RAM mode and up to :data:`EPISODE_TABLE_INT64_MAX_STEPS` (no conversion per
-        batch), int32 on the disk path of larger datasets (half the memory)."""
+        """The dtype of the step -> episode table, or ``None`` (a binary search per batch): int64
+        in RAM mode and up to :data:`EPISODE_TABLE_INT64_MAX_STEPS`, else int32."""
         ds = self.dataset
         if not self._need_episode or not (self.in_memory or ds.num_steps <= EPISODE_TABLE_MAX_STEPS):
             return None
@@ -238,8 +231,8 @@ class HostSource:
         return np.int64 if wide or ds.num_episodes >= 2**31 else np.int32
 
     def _pack_flags(self, keys: list[str]) -> None:
-        """Bool step columns side by side in one ``(N, width)`` bool array, plus ``next/done``
-        when it is wanted, so that every flag of a batch is one ``take`` and views of it."""
+        """Pack bool step columns (plus ``next/done`` when wanted) side by side in one
+        ``(N, width)`` bool array."""
         fields = self.dataset.manifest.fields
         columns: list[tuple[str, np.ndarray]] = [(k, np.asarray(self.dataset.column(k))) for k in keys]
         have = dict(columns)
@@ -261,9 +254,8 @@ class HostSource:
         n, e = ds.num_steps, ds.num_episodes
         widths = {k: int(np.prod(fields[k].shape, dtype=np.int64)) for k in keys}
         width = sum(widths.values())
-        # the packed flags ride along as raw bytes in trailing float32 columns (never read as
-        # floats): a batch's flags then come with the gather of its rows, not from a second
-        # random gather that misses the caches once more per row
+        # flags ride as raw bytes in trailing float32 columns (never read as floats): one gather
+        # brings them, not a second cache-missing one
         flag_width = self._flags.shape[1] if self._flags is not None else 0
         packed = np.zeros((n + e, width + -(-flag_width // 4)), np.float32)
         step_rows = self.episode_bounds.flat_rows(np.arange(n, dtype=np.int64))
@@ -302,9 +294,8 @@ class HostSource:
         return plan
 
     def _plan_views(self) -> list[tuple[str, int, int, int, tuple[int, ...] | None]]:
-        """``(name, half, first column, end column, shape)`` of each packed key, where ``half`` picks
-        row ``r`` or ``r + 1`` of the gathered block and ``shape`` is ``None`` when the view needs
-        no reshape: :meth:`_gather_packed` only slices, nothing is recomputed per batch."""
+        """``(name, half, first column, end column, shape)`` of each packed key: ``half`` picks row
+        ``r`` or ``r + 1`` of the gathered block; ``shape`` is ``None`` when no reshape is needed."""
         views = []
         for name, start, w, shape, _ in self._packed_plan:
             half, col = divmod(start, self._width)
@@ -319,13 +310,9 @@ class HostSource:
 
     def take_rows(self, key: str, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``rows`` (positions in the stored array, any shape) of the stored, unpacked key
-        ``key`` (for a flat key: step ``t``'s observation is row ``t + episode_of(t)``), as an
-        array of shape ``rows.shape + row shape``: ``out`` when given (C-contiguous, of that
-        shape and the key's dtype), else a new one.
-
-        From a numpy array or memory map this is one gather straight into that array, no
-        intermediate copy: what :class:`~rlds_cli.loader.transforms.FrameStack` builds its
-        stacks with.
+        ``key`` (flat key: step ``t`` is row ``t + episode_of(t)``), shape ``rows.shape + row
+        shape``: into ``out`` when given (C-contiguous, that shape, the key's dtype), else a new
+        array. From a numpy array or memory map: one gather, no intermediate copy.
         """
         column = self._columns[key]
         rows = np.asarray(rows, np.int64)
@@ -337,8 +324,7 @@ class HostSource:
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= len(column)):
             raise IndexError(f"rows of {key!r} out of range [0, {len(column)})")
         if isinstance(column, np.ndarray):
-            # mode="clip" (the rows are checked above): with the default "raise", numpy
-            # gathers into a temporary buffer and copies that into `out`
+            # mode="clip" (rows checked above): "raise" gathers into a temporary, then copies
             column.take(rows.reshape(-1), axis=0, out=out.reshape(-1, *column.shape[1:]), mode="clip")
         elif hasattr(column, "read_into"):  # a versioned column: decodes into `out`, then checks
             column.read_into(rows, out)
@@ -352,16 +338,13 @@ class HostSource:
         return sorted(self._columns)
 
     def gather_function(self) -> Callable[[np.ndarray], TedBatch]:
-        """:meth:`gather`, or the method it would dispatch to at every call for this layout.
+        """:meth:`gather`, or the method it dispatches to for this layout.
 
-        Read from memory maps, it checks after a batch that the dataset was not replaced
-        (:class:`~rlds_cli.errors.DatasetReplacedError`, as zarr columns do after every read):
-        a map keeps reading the version it opened, which must not go on silently. The check is
-        one ``stat``, made at most every :data:`REPLACED_CHECK_NS` (a stat per 45 us batch was
-        a tenth of a low-dim batch's cost): the batches in between come whole from the version
-        the maps hold (a replaced version's files live on while mapped), so none is torn, and
-        the first batch drawn more than that after a replacement raises. A copy in RAM is a
-        snapshot of one version and reads on."""
+        Read from memory maps, it raises :class:`~rlds_cli.errors.DatasetReplacedError` after a
+        batch once the dataset was replaced (as zarr columns do). The check is one ``stat``, at
+        most every :data:`REPLACED_CHECK_NS` (a stat per 45 us batch costs a tenth of a low-dim
+        batch); batches in between come whole from the mapped version, never torn. A copy in RAM
+        is a snapshot of one version and reads on."""
         gather = self._reader.gather if self._unpacked else self.gather
         if self.in_memory or not getattr(self.dataset._backend, "stable_once_open", False):
             return gather
@@ -413,22 +396,21 @@ class HostSource:
         lead = rows.shape
         flat_rows = rows.reshape(-1)
         n = len(flat_rows)
-        # a block too small to pool is a plain take: no bounds check of the pool's to pay
+        # a block too small to pool is a plain take (no bounds check)
         taken = 2 * n if self._wants_window else n
         pool = self.pool
         if pool is not None and taken * packed.strides[0] < pool.min_bytes:
             pool = None
-        # flat rows of steps in range are in range (the rows r + 1 too): one check, not a take's
+        # rows of in-range steps are in range (r + 1 too): one check, not a take's
         checked = pool is not None and in_range(flat_rows, len(packed) - 1)
         if self._wants_window:
-            # Rows r and r + 1 in one take (np.take beats fancy indexing about 2x on fresh random
-            # rows); root values come from the first n rows, next/ ones from the last n.
+            # rows r and r + 1 in one take (np.take beats fancy indexing ~2x on random rows);
+            # root values from the first n rows, next/ ones from the last n
             block = gather_into(packed, np.concatenate([flat_rows, flat_rows + 1]), pool, checked=checked)
         else:
             block = gather_into(packed, flat_rows, pool, checked=checked)
         flags = block.view(np.bool_)  # the flags' bytes, at the end of rows r
-        # Each key is one 2-D slice of the block (one indexing call), reshaped only when the
-        # batch or the key has more than one dimension.
+        # each key is one 2-D slice of the block, reshaped only when batch or key is multi-dim
         flat = len(lead) == 1
         out = TedBatch()
         for name, half, start, end, shape in self._block_plan:

@@ -1,12 +1,9 @@
 """Checks of a saved loader or sampler state, run before ``load_state_dict`` changes anything.
 
-A state comes back from a checkpoint file: edited, truncated, from an older run, or crafted.
 Each ``load_state_dict`` of :mod:`rlds_cli.loader` checks the whole state first (every field's
-type and range, every array's dtype and shape, every generator state on a scratch generator),
-so a refused state leaves the loader as it was, and raises one
-:class:`~rlds_cli.errors.LoaderStateError` naming the field: never a plain ``KeyError`` from
-deep inside, and never a value that sends a loop past its end (a negative epoch position once
-drew empty batches forever).
+type and range, every array's dtype and shape, every generator state on a scratch generator): a
+refused state leaves the loader unchanged and raises one :class:`~rlds_cli.errors.LoaderStateError`
+naming the field, never a bare ``KeyError`` or an out-of-range value that loops forever.
 """
 
 from __future__ import annotations
@@ -144,7 +141,7 @@ def check_bit_generator(state: Mapping[str, Any], key: str, what: str, rng: np.r
 def check_shard_fields(
     state: Mapping[str, Any], what: str, *, num_steps: bool = True, seed: bool = False
 ) -> None:
-    """The fields that say whose a state is: ``num_steps`` (when ``num_steps``), ``seed``
+    """Check the fields that say whose a state is: ``num_steps`` (when ``num_steps``), ``seed``
     (required when ``seed``, else an int or ``None`` when present), ``rank``, ``world_size``."""
     if num_steps:
         check_int(state, "num_steps", what, low=1)
@@ -177,8 +174,7 @@ def check_loader_state(state: Any, dataset: Any = None) -> Mapping[str, Any]:
 
 
 def view_state(dataset: Any) -> dict[str, int]:
-    """What a loader's state says of its view: a growing dataset's commit-log position (the
-    sampler's rows are rows of that view), nothing for a dataset that never changes."""
+    """A loader state's ``view`` field: a growing dataset's commit-log position; empty otherwise."""
     position = getattr(dataset, "log_position", None)
     return {} if position is None else {"view": int(position)}
 

@@ -1,37 +1,26 @@
 """A vectorized wide sum tree in numpy, for prioritized sampling.
 
-A binary tree over 10^6 leaves is 20 levels deep, and a numpy call costs about a microsecond
-whatever its size, so descending it one level per call is slow. This tree groups the leaves in
-rows of ``fanout`` (default 32), those rows in rows of ``fanout``, and so on until at most
-:data:`ROOT_MAX` rows remain; a *wide root* holds the prefix sums of those rows' totals. 10^6
-leaves make two levels of rows (31,250 and 977) under a root of 977 entries.
+Leaves are grouped in rows of ``fanout`` (default 32), those rows in rows of ``fanout``, and so
+on until at most :data:`ROOT_MAX` rows remain under a *wide root* of prefix sums (10^6 leaves: rows
+of 31,250 and 977 under a root of 977), since a numpy call costs ~1 us whatever its size and a
+binary tree over 10^6 leaves is 20 levels deep.
 
-A descent, for all the batch's draws at once, is: one ``searchsorted`` in the root (on the draws
-sorted, then put back: sorted keys make the binary search's branches predictable); per level, one
-``(batch, fanout + 1)`` gather of rows of inclusive prefix sums (after a leading 0), one compare and
-one ``argmin`` (the first prefix above the draw). The leaves' own prefix rows are not stored: the
-last step gathers the drawn rows' leaves and sums them on the fly, so an update writes no leaf
-prefix row (8 MB of random rows at 10^6 leaves, missing the caches) and a draw gets its leaf's
-priority from rows it has just read. An update recomputes each touched row (level by level), then
-the root's prefix array. Prefix sums over rows use ``torch.cumsum``: numpy's ``add.accumulate``
-costs a few nanoseconds a value (37 us for 256 rows of 32 here), torch's several times less, and
-both add left to right in float64, so the sums are the same. Cost is O(batch * fanout * levels +
-ROOT_MAX) in a few calls per level, flat in the size.
+A descent, for all draws at once: one ``searchsorted`` in the root (on sorted draws), then per
+level one ``(batch, fanout + 1)`` gather of inclusive prefix rows (after a leading 0), a compare
+and an ``argmin``. Leaf prefix rows are not stored (the drawn rows' leaves are summed on the fly),
+so an update writes none. Row prefix sums use ``torch.cumsum`` (several times faster than numpy's
+37 us for 256 rows of 32; both add left to right in float64: same sums). Cost is
+O(batch * fanout * levels + ROOT_MAX), flat in the size.
 
-Every row is recomputed from its children (never updated by differences), so sums never drift
-however many updates happen. Prefix rows are sequential sums of non-negative values, so they never
-decrease and a child with mass 0 spans an empty interval: a draw never lands on it. A draw that
-rounding pushes past a node's end falls back to that node's last child with mass.
+Guarantees: every row is recomputed from its children (never by differences), so sums never
+drift; prefix rows never decrease, so a child of mass 0 is never drawn; a draw pushed past a
+node's end by rounding falls back to its last child with mass. With numba,
+:mod:`rlds_cli.loader._sumtree_numba` gives the same tree and draws, bit for bit, in about half
+the time.
 
-With numba, :mod:`rlds_cli.loader._sumtree_numba` runs the same descent and updates
-as compiled loops over the same arrays, adding in the same order: the same tree and draws, bit
-for bit, in about half the time.
-
-The smallest priority (for importance weights) is kept without a min tree: an update can only
-lower it, except when it changes the leaf that holds it; only then (and only when no new value is
-at or below the old minimum) is it recomputed, lazily, with one pass over the leaves. In
-prioritized replay that leaf is the least likely to be drawn (and so updated), which makes the pass
-rare, while a min tree would cost every update a second rebuild.
+The smallest priority (for importance weights) is kept without a min tree: it is recomputed
+lazily, in one pass over the leaves, only when an update changes the leaf holding it and sets no
+value at or below it (rare in prioritized replay: that leaf is the least likely drawn).
 """
 
 from __future__ import annotations
@@ -45,9 +34,8 @@ import torch
 from rlds_cli import settings
 
 #: Widest root: levels of rows are added until at most this many rows remain. The root's prefix
-#: array is recomputed at every update (``np.cumsum``: about 3 ns a value, but no torch call
-#: overhead) and searched with one ``searchsorted``; one more level would cost every update and
-#: every descent several calls.
+#: array is recomputed at every update (``np.cumsum``, ~3 ns a value); one more level would cost
+#: every update and descent several calls.
 ROOT_MAX = 2048
 
 
@@ -74,13 +62,11 @@ class SumTree:
     Args:
         size: Number of leaves.
         fanout: Children per node below the root (the root has up to :data:`ROOT_MAX`).
-        compiled: Use the compiled kernels (numba): True requires them,
-            False never uses them, None (default) uses them when available. Both paths give
-            bit-identical trees and draws; the compiled one does the tree's work in about half
-            the time.
+        compiled: Use the compiled kernels (numba): True requires them, False never uses them,
+            None (default) uses them when available. Both give bit-identical trees and draws;
+            the compiled one takes about half the time.
 
-    A tree pickles as its priorities (the levels above are views of shared arrays, rebuilt when
-    it is loaded, with the compiled kernels when the loading machine has them).
+    A tree pickles as its priorities; the levels are rebuilt on load.
     """
 
     def __init__(self, size: int, fanout: int = 32, *, compiled: bool | None = None) -> None:
@@ -90,19 +76,17 @@ class SumTree:
             raise ValueError(f"fanout must be at least 2, got {fanout}")
         self.size = int(size)
         self.fanout = f = int(fanout)
-        # Row counts per level, bottom-up (level 0: rows of leaves). A level with a level above is
-        # padded to whole groups of ``f`` rows (zero mass), so the level above has full rows.
+        # Row counts per level, bottom-up (level 0: rows of leaves). A level below another is
+        # padded with zero-mass rows to whole groups of ``f``.
         rows = [-(-self.size // f)]
         while rows[-1] > ROOT_MAX:
             rows[-1] = -(-rows[-1] // f) * f
             rows.append(rows[-1] // f)
         self.depth = len(rows)  # levels of rows below the root
         self._leaves = np.zeros(rows[0] * f, np.float64)
-        # _totals[k]: the mass of each row of level k; contiguous, since (as rows of ``f``) they
-        # are the children of level k + 1, gathered by row (a take from a strided view of a
-        # prefix array's last column costs 30 us where a contiguous one costs 2). Every level is
-        # a view of one flat array (and so are the prefix rows), which the compiled kernels take
-        # with offsets.
+        # _totals[k]: the mass of each row of level k; contiguous because they are gathered as the
+        # children of level k + 1 (a strided take costs 30 us, a contiguous one 2). Levels and
+        # prefix rows are views of flat arrays, which the compiled kernels take with offsets.
         self._tot_off = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self._totals_flat = np.zeros(int(self._tot_off[-1]), np.float64)
         bounds = zip(self._tot_off[:-1], self._tot_off[1:], strict=True)
@@ -123,8 +107,7 @@ class SumTree:
         # the root: 0, then the inclusive prefix sums of _top
         self._root = np.zeros(rows[-1] + 1, np.float64)
         self._root_ends = self._root[1:]  # view: the inclusive sums alone, for searchsorted
-        # (n, arange(n) * (f + 1)): where each draw's row starts in a gathered block of prefix
-        # rows, kept for the next draw of the same size
+        # (n, arange(n) * (f + 1)): each draw's row start in a gathered block, cached per size
         self._starts = (0, np.zeros(0, np.int64))
         self._min = np.inf  # smallest positive leaf, valid unless _min_stale
         self._min_at = -1
@@ -228,8 +211,7 @@ class SumTree:
         """Keep :attr:`min` exact after ``leaves[idx] = val`` (``val[at]`` is the smallest value),
         or mark it stale when only a pass over every leaf can tell."""
         if val[at] > 0 and self._leaves[idx[at]] == val[at]:
-            # the usual case: the batch's smallest value is positive and was kept (not overwritten
-            # by a duplicate index), so no leaf the batch set is smaller
+            # usual case: the batch's smallest value is positive and not overwritten by a duplicate
             low, low_at = float(val[at]), int(idx[at])
         else:  # zeros, or duplicates: look at the values that were kept
             now = self._leaves.take(idx)
@@ -267,8 +249,7 @@ class SumTree:
             else:
                 if k:
                     nodes = nodes // self.fanout
-                # Duplicate nodes are recomputed twice with the same result: cheaper than removing
-                # them (a sort and a compare per level).
+                # duplicates recompute to the same result: cheaper than deduplicating per level
                 mass = self._children[k].take(nodes, axis=0)
                 at = nodes
             prefix = _cumsum_rows(mass)
@@ -298,10 +279,9 @@ class SumTree:
         if self._starts[0] != n:
             self._starts = (n, np.arange(n, dtype=np.int64) * (f + 1))
         prefix_starts = self._starts[1]
-        # root: child j holds u when root[j] <= u < root[j + 1], i.e. j inclusive sums are <= u;
-        # past the end only by rounding (u >= total): then the last child with mass
-        # (searched in sorted order, then put back: sorted keys make the binary search's branches
-        # predictable, 12 us instead of 18 for 256 draws over 1,000 rows, the argsort included)
+        # root: child j holds u when root[j] <= u < root[j + 1]; u >= total (rounding): last child
+        # with mass. Sorted keys make the search's branches predictable: 12 us instead of 18 for
+        # 256 draws over 1,000 rows, argsort included.
         order = u.argsort()
         sorted_u = u.take(order)
         node = np.empty(n, np.int64)
@@ -312,9 +292,8 @@ class SumTree:
         u -= self._root.take(node)
         for k in range(self.depth - 1, 0, -1):
             rows = cast(np.ndarray, self._prefix[k]).take(node, axis=0)  # (n, f + 1); None only at k = 0
-            # Rows never decrease, so rows <= u is True up to the child where u falls: argmin
-            # finds the first False (j + 1 for child j), or 0 if there is none, which only
-            # happens when rounding pushed u past the row's end: then the last child with mass.
+            # rows never decrease: argmin finds the first prefix above u (j + 1 for child j), or 0
+            # when rounding pushed u past the row's end: then the last child with mass
             j = (rows <= u[:, None]).argmin(axis=1)
             if j.min() == 0:
                 over = j == 0
@@ -322,8 +301,7 @@ class SumTree:
             j -= 1
             u -= rows.reshape(-1).take(prefix_starts + j)
             node = node * f + j
-        # leaves: gather the rows' priorities and sum them here (no prefix rows are stored);
-        # the first inclusive prefix above u is the leaf, none only past the row's end
+        # leaves: no stored prefix rows; sum the gathered priorities here
         rows = self._children[0].take(node, axis=0)  # (n, f)
         prefix = _cumsum_rows(rows)
         j = (prefix <= u[:, None]).argmin(axis=1)

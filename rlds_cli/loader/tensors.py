@@ -1,21 +1,14 @@
 """A batch of numpy arrays as torch tensors or a TensorDict: the last step of every loader.
 
-Apart from the loader so the torch adapters and TorchRL interop convert batches the same way
-without importing the loader itself.
+Separate from the loader so the torch adapters and TorchRL interop share it without importing it.
 
-**Extras.** Where the sampler's extras go in TensorDict batches: under the keys TorchRL's losses read.
-
-rlds samplers add ``weight`` (prioritized importance weights) and ``mask`` (``False`` on slice
-padding) to a batch. Native batches (:class:`~rlds_cli.cache.ted.TedBatch`) keep those names.
-TensorDict batches (``as_tensordict=True``) are for TorchRL, whose loss modules (0.14) read the
-importance weights from ``"priority_weight"`` (``tensor_keys.priority_weight`` of DQN, DDPG,
-TD3, TD3+BC, SAC, discrete SAC, TQC) and the validity mask from ``("collector", "mask")``
-(``LossModule.loss_mask_key="auto"``, read by every loss that reduces through
-``_reduce_loss``: IQL, CQL, discrete CQL, TD3+BC, DQN, ...), as TorchRL's own
-``PrioritizedSampler`` and ``SliceSampler(pad_output=True)`` write them. So a TensorDict batch
-carries them there, and a TorchRL loss weights and masks it with no ``set_keys``.
-
-A batch of numpy arrays as torch tensors or a TensorDict: the last step of every loader.
+**Extras.** Samplers add ``weight`` (importance weights) and ``mask`` (``False`` on slice
+padding). Native batches (:class:`~rlds_cli.cache.ted.TedBatch`) keep those names; TensorDict
+batches (``as_tensordict=True``) carry them where TorchRL (0.14) losses read them, as TorchRL's
+``PrioritizedSampler`` and ``SliceSampler(pad_output=True)`` write them: ``"priority_weight"``
+(``tensor_keys.priority_weight`` of DQN, DDPG, TD3, TD3+BC, SAC, discrete SAC, TQC) and
+``("collector", "mask")`` (``LossModule.loss_mask_key="auto"``, read through ``_reduce_loss``
+by IQL, CQL, discrete CQL, TD3+BC, DQN, ...). No ``set_keys`` needed.
 """
 
 from __future__ import annotations
@@ -34,20 +27,19 @@ TORCHRL_KEYS = {"weight": "priority_weight", "mask": "collector/mask"}
 
 def torchrl_paths(keys: Iterable[str], extras: Iterable[str]) -> list[str]:
     """The TED paths a TensorDict batch carries ``keys`` under: the sampler's ``extras`` among
-    ``weight``/``mask`` at TorchRL's keys, every other key (a dataset's own ``weight`` or ``mask``,
-    not an extra, included) where it is."""
+    ``weight``/``mask`` at TorchRL's keys, every other key (a dataset's own ``weight`` or
+    ``mask`` included) unchanged."""
     moved = {name for name in extras if name in TORCHRL_KEYS}
     return [TORCHRL_KEYS[k] if k in moved else k for k in keys]
 
 
 def drop_padding(td: Any) -> Any:
     """The real steps of a TensorDict batch of slices: its rows where ``("collector", "mask")``
-    is True, as a one-dimensional batch (a copy; a batch without the mask is returned as is).
+    is True, as a one-dimensional batch (a copy; a batch without the mask is returned unchanged).
 
-    For losses that do not see the mask: TorchRL 0.14.1's ``IQLLoss.qvalue_loss`` reduces over a
-    ``select`` of the batch that leaves the mask out, so its ``loss_qvalue`` counts the padding.
-    On ``drop_padding(td)`` every loss term is the masked one (one-step losses do not need the
-    slice shape; the importance weights travel with their rows).
+    For losses that miss the mask: TorchRL 0.14.1's ``IQLLoss.qvalue_loss`` reduces over a
+    ``select`` that drops it, so ``loss_qvalue`` counts the padding. Importance weights travel
+    with their rows.
     """
     mask = td.get(("collector", "mask"), None)
     return td if mask is None else td[mask].exclude(("collector", "mask"))
@@ -60,10 +52,10 @@ def to_torch(
 
     Tensors already on ``device`` pass through.
     """
-    if device is None and not pin_memory:  # the common CPU case: zero-copy views, nothing else
+    if device is None and not pin_memory:  # common CPU case: zero-copy views
         values = batch.values()
         if values and type(next(iter(values))) is np.ndarray:
-            try:  # map with the builtin: no Python code per key (~3 us a batch less than a loop)
+            try:  # builtin map: ~3 us a batch less than a loop
                 return TedBatch(zip(batch.keys(), map(torch.from_numpy, values), strict=True))
             except TypeError:  # a tensor or a non-array further on: the loop below
                 pass
@@ -78,7 +70,7 @@ def to_torch(
     for key, value in batch.items():
         tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
         if pin_memory and tensor.device.type == "cpu":
-            tensor = tensor.pin_memory()  # GPU path: page-locked, so the copy below is asynchronous
+            tensor = tensor.pin_memory()  # page-locked: the copy below is asynchronous
         if target is not None and tensor.device != target:
             tensor = tensor.to(target, non_blocking=True)
         out[key] = tensor
@@ -94,10 +86,9 @@ def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> 
     """A :class:`tensordict.TensorDict` with the batch's nested keys (needs ``tensordict``): its
     batch size the shape of ``index``, else the rows of the first key.
 
-    Values that are not torch tensors, and any batch for a ``device``, take the ``TensorDict``
-    constructor (which converts, moves and checks); the rest are assembled without its per-key
-    work (see :class:`TensorDictBatches`), and one with other leading dimensions is a
-    ``ValueError`` naming its key.
+    Non-tensor values, and any batch for a ``device``, go through the ``TensorDict`` constructor;
+    the rest are assembled by :class:`TensorDictBatches` (a value with other leading dimensions
+    is a ``ValueError`` naming its key).
     """
     if device is not None:
         lead = tuple(batch["index"].shape) if "index" in batch else (batch.batch_size,)
@@ -108,20 +99,16 @@ def to_tensordict(batch: TedBatch, device: torch.device | str | None = None) -> 
 class TensorDictBatches:
     """Makes a loader's TensorDict batches at the cost of one object per nesting level.
 
-    ``TensorDict(batch.nested(), batch_size=...)`` checks, converts and places every key: ~20 us
-    for a batch of 9 keys, half or more of a whole plain batch's time. A loader's batches need
-    none of it: :func:`to_torch` made every value a tensor on the device, and the gathers give every key
-    the batch's leading dimensions. So the nesting of each key layout (and the sampler's extras
-    under TorchRL's keys: :func:`torchrl_paths`) is worked out once and
-    kept, and each batch's TensorDicts are made with ``TensorDict._new_unsafe``, which stores the
-    values as given.
+    The ``TensorDict`` constructor's per-key checks cost ~20 us for 9 keys, half or more of a
+    plain batch's time. Here each key layout's nesting (extras under TorchRL's keys:
+    :func:`torchrl_paths`) is computed once and batches are made with
+    ``TensorDict._new_unsafe``, which stores the values as given.
 
     Guarantees: the keys, nesting, order, dtypes, batch size (the shape of ``index``, else the
     rows of the first key) and device of ``TensorDict(nested, batch_size=..., device=device)``.
-    The values must be torch tensors on ``device``. With ``checked`` (the loader sets it when
-    it runs transforms, which may add any key), a value with other leading dimensions is a
-    ``ValueError`` naming its key, and values that are not tensors take the constructor, which
-    converts them.
+    Values must be torch tensors on ``device``. With ``checked`` (set when transforms run), a
+    value with other leading dimensions is a ``ValueError`` naming its key, and non-tensor
+    values go through the constructor.
     """
 
     #: Key layouts kept at most (a loader has one or two; more means keys that change every batch).
@@ -130,7 +117,7 @@ class TensorDictBatches:
     def __init__(self, device: torch.device | str | None = None, *, checked: bool = True) -> None:
         self.cls = _tensordict_class()
         self.device = where = torch.device(device) if device is not None else None
-        # the constructor indexes a device given without one ("cuda": the current CUDA device)
+        # the constructor indexes an unindexed device ("cuda": the current CUDA device)
         self._unindexed = where is not None and where.index is None and where.type not in ("cpu", "meta")
         self.checked = checked
         self._new: Any = getattr(self.cls, "_new_unsafe", None)  # tensordict's own fast constructor
@@ -148,12 +135,12 @@ class TensorDictBatches:
             return self.cls({}, batch_size=(0,), device=self.device)
         lead = values[at].shape if at is not None else values[0].shape[:1]
         device = self.device
-        if self._unindexed and device is not None:  # at each batch, as the constructor: it may change
+        if self._unindexed and device is not None:  # per batch, as the constructor: it may change
             device = torch.device(device.type, torch.cuda.current_device() if device.type == "cuda" else 0)
         if self.checked and not _fits(values, lead):
             _check_rows(keys, values, lead)  # tensors that do not fit are refused by name
             return self.cls(_dicts(level, values), batch_size=tuple(lead), device=device)
-        if self._new is None:  # a tensordict without it: the constructor, as fast as it is
+        if self._new is None:  # tensordict without _new_unsafe: the constructor
             return self.cls(_dicts(level, values), batch_size=lead, device=device)
         return self._build(level, values, lead, device)
 

@@ -1,15 +1,13 @@
 """``torch.utils.data`` adapters: map-style and iterable datasets over the cache.
 
 Both pickle only the dataset's path and their settings: each DataLoader worker (fork, spawn or
-forkserver) reopens the dataset and its memory maps lazily on first use, so no worker inherits a
-file handle or a copy of the data. Shuffling and sharding derive from ``(seed, epoch, rank)``:
-every data-parallel rank sees a disjoint shard of each epoch's permutation, without
-communication and without the global RNG. The batches of a rank are split among its DataLoader
-workers batch by batch (worker ``w`` of ``W`` makes batches ``w, w + W, ...``), which the
-DataLoader hands out in order: the stream is the same whatever the number of workers.
+forkserver) reopens the dataset lazily, inheriting no file handle or data copy. Shuffling and
+sharding derive from ``(seed, epoch, rank)``: each rank sees a disjoint shard of each epoch's
+permutation, without communication or the global RNG. Worker ``w`` of ``W`` makes batches
+``w, w + W, ...``: the stream is the same whatever the number of workers.
 
-:class:`~rlds_cli.loader.data_loader.TedDataLoader` is the ``DataLoader`` that drives them with
-exact resume and a shared-memory ring.
+:class:`~rlds_cli.loader.data_loader.TedDataLoader` drives them with exact resume and a
+shared-memory ring.
 """
 
 from __future__ import annotations
@@ -64,8 +62,8 @@ def _epoch_order(epochs: EpochSampler, seed: int, epoch: int) -> np.ndarray:
 
 
 def _restart(sampler: IndexSampler, bit_generator: Mapping[str, Any]) -> None:
-    """Put ``sampler``'s generator in the state ``bit_generator`` (its other state is kept): a
-    batch's draw then depends on the batch alone, not on the worker that drew the ones before."""
+    """Set ``sampler``'s generator to ``bit_generator`` (other state kept), so a batch's draw
+    depends on the batch alone, not on the worker."""
     if isinstance(sampler, Streamable):
         sampler.load_stream_state({"bit_generator": bit_generator})
         return
@@ -76,9 +74,8 @@ def _restart(sampler: IndexSampler, bit_generator: Mapping[str, Any]) -> None:
 
 
 def collate_ted(items: Any) -> Any:
-    """``collate_fn`` for these datasets: a batch already gathered passes through (as tensors); a
-    list of single steps is stacked. (A batch gathered into a :class:`TedDataLoader`'s shared
-    ring passes through as is: the main process wraps it.)"""
+    """``collate_fn`` for these datasets: a gathered batch passes through (as tensors), a list of
+    single steps is stacked, a ring slot (:class:`TedDataLoader`) passes through unchanged."""
     if isinstance(items, SlotBatch):
         return items
     if isinstance(items, dict):
@@ -116,8 +113,7 @@ class TedMapDataset(torch.utils.data.Dataset):
         self._ring: BatchRing | None = None  # set by a TedDataLoader for its workers
 
     def __getstate__(self) -> dict[str, Any]:
-        # the Dataset pickles by path; a ring (only while a TedDataLoader starts its workers)
-        # travels by file descriptor
+        # the Dataset pickles by path; a ring (set only while workers start) by file descriptor
         keep = {"dataset": self.dataset, "keys": self.keys, "dtypes": self.dtypes}
         return {**keep, "_source": None, "_ring": self._ring}
 
@@ -152,10 +148,9 @@ class TedMapDataset(torch.utils.data.Dataset):
 
 
 class _EpochCursor:
-    """The epoch cursor :class:`EpochBatchSampler` and :class:`TedIterableDataset` share: the
-    batches of the current epoch the loop has taken (``position``) over an
-    :class:`~rlds_cli.loader.epoch.EpochSampler`'s order, and an epoch resumed from every rank's
-    state at another world size (:mod:`rlds_cli.loader.epoch`), whose batches are planned."""
+    """The epoch cursor shared by :class:`EpochBatchSampler` and :class:`TedIterableDataset`:
+    batches of the current epoch taken (``position``) over an
+    :class:`~rlds_cli.loader.epoch.EpochSampler`'s order, including elastically resumed epochs."""
 
     seed: int
     epoch: int
@@ -164,8 +159,8 @@ class _EpochCursor:
     batch_size: int
     rank: int
     world_size: int
-    #: The resumed epoch's sampler state (``None``: none), kept to plan it again where the
-    #: sampler is rebuilt (a DataLoader worker's copy).
+    #: The resumed epoch's sampler state (``None``: none), to replan it where the sampler is
+    #: rebuilt (a worker's copy).
     _resumed_epoch: dict[str, Any] | None = None
 
     def _epoch_sampler(self) -> EpochSampler | None:
@@ -211,7 +206,7 @@ class _EpochCursor:
 
     def _load_cursor(self, state: Mapping[str, Any], what: str) -> None:
         """Take the epoch, seed and position of a checked state (with its history, when resumed);
-        a state refused here leaves the cursor as it was."""
+        a state refused here leaves the cursor unchanged."""
         epochs = self._epoch_sampler()
         if "history" in state and epochs is None:
             raise LoaderStateError(
@@ -237,11 +232,11 @@ class _EpochCursor:
             return
         if "history" not in state:
             epochs.seed = self.seed
-            epochs.set_epoch(self.epoch)  # an epoch resumed before is left
+            epochs.set_epoch(self.epoch)  # leaves any resumed epoch
             self.position = int(state["position"])
             return
         check_int(state, "steps", what)
-        # the history first (its plan says how many batches the epoch has), then the place in it
+        # history first (its plan gives the epoch's batches), then the position
         epochs.load_state_dict(self._as_epoch_state({**state, "position": 0, "steps": 0}, what))
         planned = self._planned()
         if planned is None:
@@ -290,7 +285,7 @@ class _EpochCursor:
         """``state`` as the :class:`EpochSampler` state of the same progress (its position in
         steps of the rank's order, where the cursor counts batches)."""
         position, world = int(state["position"]), int(state.get("world_size", 1))
-        out = {"rank": 0, "world_size": 1}  # a state from before ranks were kept: rank 0 of 1
+        out = {"rank": 0, "world_size": 1}  # a state without rank fields: rank 0 of 1
         out |= {k: state[k] for k in ("seed", "epoch", "num_steps", "rank", "world_size") if k in state}
         if "history" in state:
             check_int(state, "steps", what)
@@ -303,12 +298,10 @@ class _EpochCursor:
 class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
     """Batches of a seeded permutation per epoch, sharded over data-parallel ranks.
 
-    A finished pass moves on to the next epoch; :meth:`set_epoch` selects one (as with
-    ``DistributedSampler``; selecting the current epoch keeps the position in it, so a restored
-    state survives the usual ``set_epoch`` at the top of the loop). With DataLoader workers, use
-    :class:`TedDataLoader` for an exact :meth:`state_dict` (workers prefetch ahead of the loop).
-    The states of every rank resume at another world size (:meth:`resume`): the steps no rank
-    took are shared out, each once, as :class:`~rlds_cli.loader.epoch.EpochSampler` does.
+    A finished pass moves on to the next epoch; :meth:`set_epoch` selects one (selecting the
+    current epoch keeps the position, so a restored state survives the usual ``set_epoch`` at the
+    top of the loop). With DataLoader workers, use :class:`TedDataLoader` for an exact
+    :meth:`state_dict`. Every rank's states resume at another world size (:meth:`resume`).
 
     Args:
         num_steps: Size of the dataset.
@@ -336,8 +329,7 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         self.rank, self.world_size = rank_world(rank, world_size)
         self.seed = run_seed(seed, world_size=self.world_size, shared=True, what="EpochBatchSampler")
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
-        # the epochs' permutations and this rank's shard of them are EpochSampler's; this class
-        # keeps the cursor of the DataLoader (batches taken), which TedDataLoader moves
+        # EpochSampler owns the permutations and shard; this class keeps the batches-taken cursor
         self._epochs = EpochSampler(
             self.num_steps,
             self.batch_size,
@@ -346,8 +338,8 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
             rank=self.rank,
             world_size=self.world_size,
         )
-        # an epoch resumed at another world size then gives whole batches only (set after the
-        # constructor, which refuses a drop_last epoch shorter than a batch: empty passes here)
+        # elastic resume gives whole batches only (set after the constructor, which refuses a
+        # drop_last epoch shorter than a batch: an empty pass here)
         self._epochs.drop_last = self.drop_last
         self.epoch = 0
         self.position = 0  # batches of the epoch the training loop has taken
@@ -378,7 +370,7 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         return self._epochs
 
     def _plain_batches(self) -> int:
-        # the sampler never drops (a drop_last pass shorter than a batch is empty here, not an error)
+        # a drop_last pass shorter than a batch is empty here, not an error
         if self.drop_last:
             return self._epochs.steps_per_epoch // self.batch_size
         return self._epochs.batches_per_epoch
@@ -390,8 +382,8 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the batches of it already taken (plus what the state belongs to; for an
-        epoch resumed at another world size, its history and the steps of it taken)."""
+        """The epoch and its batches taken, whose state it is, and (elastic resume) the history and
+        steps taken."""
         state: dict[str, Any] = {
             "seed": self.seed,
             "epoch": self.epoch,
@@ -417,11 +409,10 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         self._load_cursor(state, what)
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
-        """Go on from the states of every rank of a run (any world size, saved at the same batch:
-        a rank that died counts with its last state): this rank's share of the steps of the epoch
-        none of them took, in batches of at most ``batch_size`` (every rank the same number; the
-        last one or two shorter, empty for a rank with fewer steps than batches, or, with
-        ``drop_last``, whole batches only: :mod:`rlds_cli.loader.epoch`).
+        """Go on from every rank's state of a run (any world size; a dead rank counts with its last
+        state) with this rank's share of the epoch's untaken steps, in batches of at most
+        ``batch_size``, the same count on every rank (see :mod:`rlds_cli.loader.epoch`; with
+        ``drop_last``, whole batches only).
 
         Raises:
             LoaderStateError: States of different runs, epochs or batch sizes, or a rank missing.
@@ -433,19 +424,16 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
     """Iterable: yields whole batches (numpy arrays; use :class:`TedDataLoader`, or
     ``DataLoader(ds, batch_size=None, collate_fn=collate_ted)``), sharded over ranks.
 
-    ``shuffle="epoch"``: each pass is one epoch without replacement; the epoch's permutation is
-    split across ranks (padded to equal length, as ``DistributedSampler`` does), so within an
-    epoch no step is repeated or missed. ``shuffle="uniform"`` (or ``"slice"``, ``"prioritized"``:
-    any sampler of :func:`~rlds_cli.loader.factory.make_sampler` by name, with its options):
-    ``num_batches`` batches per pass (``None``: endless) drawn with replacement by that sampler,
-    its generator set for batch ``b`` from ``(seed, epoch, rank, b)``. (A prioritized sampler
-    here keeps its initial priorities: the training loop cannot update a worker's.)
-    Either way a rank's batches are split among DataLoader workers batch by batch, so a pass has
-    ``len(ds)`` batches and the same stream whatever the number of workers.
+    ``shuffle="epoch"``: each pass is one epoch without replacement, its permutation split across
+    ranks (padded to equal length, as ``DistributedSampler``). Any other sampler name of
+    :func:`~rlds_cli.loader.factory.make_sampler` (``"uniform"``, ``"slice"``, ``"prioritized"``,
+    with its options) draws ``num_batches`` batches per pass with replacement, its generator set
+    for batch ``b`` from ``(seed, epoch, rank, b)`` (a prioritized sampler keeps its initial
+    priorities: a worker's cannot be updated). A pass has ``len(ds)`` batches and the same stream
+    whatever the number of workers.
 
-    A finished pass moves on to the next epoch (each persistent worker counts for itself);
-    :meth:`set_epoch` selects one. :meth:`state_dict` is exact when the dataset is iterated in
-    this process, or through a :class:`TedDataLoader` with workers.
+    A finished pass moves on to the next epoch; :meth:`set_epoch` selects one. :meth:`state_dict`
+    is exact in-process, or through a :class:`TedDataLoader` with workers.
 
     Args:
         dataset: A dataset or its name.
@@ -513,8 +501,8 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         self.drop_last = bool(drop_last)
         self.num_batches = num_batches
         self.sampler_options = sampler_options
-        # made here to check the options; rebuilt in a worker (it is not pickled: the epoch order
-        # or the episode table it holds would travel to every worker)
+        # made here to check the options; not pickled (its order or episode table would travel to
+        # every worker), rebuilt in the worker
         self._sampler: IndexSampler | None = self._make_sampler()
         self.epoch = 0
         self.position = 0  # batches of the current pass the training loop has taken
@@ -534,7 +522,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
             epochs = EpochSampler(
                 self.num_steps, self.batch_size, self.seed, rank=rank, world_size=world_size
             )
-            epochs.drop_last = self.drop_last  # a resumed epoch's plan: whole batches, as EpochBatchSampler
+            epochs.drop_last = self.drop_last  # elastic resume: whole batches, as EpochBatchSampler
             return epochs
         episodes = Episodes.of(self.dataset)
         return make_sampler(
@@ -596,7 +584,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         if self._sampler is None:
             self._sampler = self._make_sampler()
         sampler = self._sampler
-        # ranks get equal shards (padded, so DDP ranks run the same number of batches)
+        # equal (padded) shards: DDP ranks run the same number of batches
         order = _epoch_order(epochs, self.seed, epoch) if epochs is not None else None
         bounds = self._bounds(len(order)) if order is not None else None
         total = len(bounds) - 1 if bounds is not None else self._pass_length()
@@ -610,7 +598,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
                 idx, extras = split_draw(sampler.sample())
             if not in_worker:  # in-process, the loop has the batch once it is yielded
                 self.position = b + 1
-            if extras:  # a draw with extras (slices' mask, weights) comes the ordinary way
+            if extras:  # a draw with extras (mask, weight) never goes through the ring
                 batch = self._batch(idx)  # no worker: never a slot
                 assert isinstance(batch, TedBatch)
                 batch.update(extras)
@@ -618,7 +606,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
             else:
                 yield self._batch(idx, worker if in_worker else -1)
             b += workers
-        if in_worker or self.epoch == epoch:  # a finished pass: the next one is the next epoch
+        if in_worker or self.epoch == epoch:  # finished pass: the next is the next epoch
             self._end_pass()
 
     def _took(self) -> None:
@@ -638,7 +626,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         return self.dtypes.cast(batch) if self.dtypes else batch
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the batches of its pass already taken (plus what the state belongs to)."""
+        """The epoch, its batches taken, and whose state it is."""
         return {
             "seed": self.seed,
             "epoch": self.epoch,
@@ -666,8 +654,8 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         self._load_cursor(state, what)
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
-        """Go on from the states of every rank of a run at any world size, as
-        :meth:`EpochBatchSampler.resume` does (``shuffle="epoch"`` only).
+        """Go on from every rank's state of a run at any world size, as
+        :meth:`EpochBatchSampler.resume` (``shuffle="epoch"`` only).
 
         Raises:
             LoaderStateError: Draws with replacement, or states of different runs, epochs, batch

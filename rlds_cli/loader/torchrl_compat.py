@@ -1,14 +1,10 @@
 """TorchRL interop: a read-only TorchRL ``Storage`` over an rlds dataset, without copying.
 
 ``make_replay_buffer(dataset)`` returns a ``TensorDictReplayBuffer`` whose storage reads the
-cache's memory maps on demand (TED keys rebuilt from the flat layout, as every rlds read), so any
-TorchRL sampler (``RandomSampler``, ``SliceSampler(traj_key="episode")``,
-``PrioritizedSampler``...) works over the cache with no second copy of the data. Needs
-``torchrl`` (and ``tensordict``); imported only when used.
-
-The storage never changes, so a TorchRL ``SliceSampler`` over it gets its trajectory boundaries
-once (:func:`cache_slice_boundaries`, applied by :func:`make_replay_buffer`): left alone, it reads
-``storage[:]`` (every key of every step) at each ``sample()`` to find them again.
+cache on demand, so any TorchRL sampler (``RandomSampler``, ``SliceSampler(traj_key="episode")``,
+``PrioritizedSampler``...) works with no second copy of the data. Needs ``torchrl`` (and
+``tensordict``); imported only when used. A ``SliceSampler`` gets its trajectory boundaries once
+(:func:`cache_slice_boundaries`) instead of reading ``storage[:]`` at each ``sample()``.
 """
 
 from __future__ import annotations
@@ -89,18 +85,15 @@ def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory:
 def cache_slice_boundaries(sampler: Any, storage: Any) -> bool:
     """Give a TorchRL ``SliceSampler`` (or a subclass) over ``storage`` static trajectory boundaries.
 
-    TorchRL 0.14's ``SliceSampler`` finds the boundaries at every ``sample()`` from
-    ``storage[:][traj_key]`` (or ``end_key``); with ``cache_values=True`` it caches the boundaries
-    it computed, but still reads ``storage[:]`` first, and over an rlds storage that gathers every
-    key of every step (85-100 ms and ~430 MiB a sample on 1M steps). An rlds storage is read-only,
-    so this reads the one column the sampler needs, once, computes the boundaries exactly as
-    TorchRL would (same capacity and cursor arguments), and stores them where TorchRL keeps
-    boundaries given to the constructor (``trajectories=``/``ends=``), with ``cache_values`` on.
+    TorchRL 0.14's ``SliceSampler`` reads ``storage[:]`` at every ``sample()`` even with
+    ``cache_values=True`` (85-100 ms and ~430 MiB a sample on 1M steps over an rlds storage).
+    This reads the one column it needs, once, computes the boundaries as TorchRL would, and
+    stores them where TorchRL keeps constructor-given boundaries, with ``cache_values`` on.
 
     Returns whether the boundaries were installed: ``False`` for other samplers, fragmented
-    slice samplers, and keys the storage does not serve (TorchRL then keeps its own path, with
-    ``cache_values`` on all the same since the storage never changes). A sampler pickled to
-    another process loses the cache (TorchRL drops it in ``__getstate__``): call this again there.
+    slice samplers, and keys the storage does not serve (TorchRL's own path, ``cache_values`` on). A
+    sampler pickled to another process loses the cache (TorchRL drops it in ``__getstate__``):
+    call this again there.
     """
     from torchrl.data import SliceSampler
 

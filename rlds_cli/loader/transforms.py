@@ -1,10 +1,9 @@
 """Sample-time transforms: callables on a numpy :class:`~rlds_cli.cache.ted.TedBatch`.
 
-A transform is any ``f(batch) -> batch``. The :class:`~rlds_cli.loader.Loader` applies them to
-the numpy batch before converting it to tensors (so with ``prefetch`` they run in the background
-thread). A transform that needs more of the dataset than the batch holds (n-step returns, frame
-stacks) has ``bind(dataset)``, which the loader calls once; it reads what it needs from the
-cache, vectorized, at the batch's ``index``.
+A transform is any ``f(batch) -> batch``, applied by the :class:`~rlds_cli.loader.Loader` to the
+numpy batch before tensor conversion (in the background thread with ``prefetch``). One that needs
+more of the dataset (n-step returns, frame stacks) has ``bind(dataset)``, called once by the
+loader; it then reads from the cache, vectorized, at the batch's ``index``.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ class Normalize:
     Attributes:
         statistics: The :class:`~rlds_cli.NormalizationStats` in use (after binding): save it with
             the policy and normalize the environment's observations with it at evaluation time.
-        stats: The same as ``{key: (mean, std + eps)}`` (kept for older code).
+        stats: The same as ``{key: (mean, std + eps)}`` (legacy form).
         source: Which statistics are in use, in words (after binding), e.g.
             ``"dataset 'hopper' (the parent of view 'hopper-val')"``.
     """
@@ -151,12 +150,10 @@ class Normalize:
 
 class NStepReturn:
     """n-step targets: ``next/reward`` becomes the discounted sum of up to ``n`` rewards inside the
-    episode (each column of a ``[..., k]`` reward on its own), ``next/observation`` and the done
-    flags become those of the last step summed, ``next/discount`` (float32, ``[..., 1]``) is
-    ``gamma ** k`` for the ``k`` steps summed (use
-    ``target = reward + discount * (1 - terminated) * V(next_observation)``), and
-    ``steps_to_next_obs`` (int64, the batch shape) is ``k``: the key TorchRL's value estimators
-    and losses read (as its ``MultiStep`` transform writes it) to bootstrap with ``gamma ** k``.
+    episode (per column of a ``[..., k]`` reward), ``next/observation`` and the done flags those of
+    the last step summed, ``next/discount`` (float32, ``[..., 1]``) ``gamma ** k`` for the ``k``
+    steps summed (``target = reward + discount * (1 - terminated) * V(next_observation)``), and
+    ``steps_to_next_obs`` (int64, the batch shape) ``k``, as TorchRL's ``MultiStep`` writes it.
 
     Args:
         n: Steps to sum.
@@ -210,12 +207,9 @@ class NStepReturn:
 class _BlockPool:
     """Output arrays reused once nothing but the pool refers to them any more.
 
-    A stacked batch's arrays are views of one block, and whatever is made of them without a copy
-    (``torch.from_numpy`` tensors, their views, a TensorDict) holds a reference to it: while the
-    caller (or the prefetch queue) keeps any of that, the block stays taken. A block the pool
-    alone holds is written again instead of allocating a new one, because fresh memory costs
-    more than the gather: the kernel faults in and zeroes every page of it (2 MB pages where
-    numpy asks for transparent huge pages), thousands of faults for a batch of pixel stacks.
+    Anything made from a block without a copy (tensors, views, a TensorDict) references it, so
+    a block is reused only when the pool alone holds it. Fresh memory costs more than the gather
+    (the kernel faults in and zeroes every page: thousands of faults for a batch of pixel stacks).
 
     Args:
         size: Blocks kept (more in use at once are allocated, and dropped when released).
@@ -225,8 +219,7 @@ class _BlockPool:
         self._blocks: list[np.ndarray] = []
         self._size = size
         self._lock = threading.Lock()  # one prefetch thread, but a transform may be shared
-        # references to a block only the pool holds, counted the way _taken counts them (the
-        # interpreter may borrow some references, so the number is measured, not assumed)
+        # refcount of a block only the pool holds: measured, since the interpreter may borrow refs
         self._free_refs = self._refs([np.empty(0)], 0)
 
     @staticmethod
@@ -255,17 +248,13 @@ class FrameStack:
     ``t-k+2 .. t+1`` (``t+1`` being the step's next observation: the episode's final observation
     at its last step).
 
-    A batch costs one gather: the flat rows of frames ``t-k+1 .. t+1`` of every sampled step,
-    clamped at its episode's first row by index arithmetic, go into one ``[..., k + 1, *shape]``
-    array, and ``observation`` and ``next/observation`` are views of its first and last ``k``
-    frames. So the two share their ``k - 1`` common frames: copy one (``.clone()``) before writing
-    into it in place. That array is preallocated: once nothing refers to a batch made from it
-    any more (its tensors, their views), the next batch is gathered into it again, so no batch
-    pays for fresh memory. As the first transform of a
-    :class:`~rlds_cli.loader.Loader`, the loader does not read the stacked keys at all (see
-    :meth:`claim`); further down a chain, the stacks are built from the index the same way and
-    ``next/observation``'s newest frame is the batch's own (another transform's, if it changed it).
-    :meth:`bind` and :meth:`claim` set the transform up for one loader: use one per loader.
+    A batch costs one gather of frames ``t-k+1 .. t+1`` (clamped at the episode's first row) into
+    one ``[..., k + 1, *shape]`` array; ``observation`` and ``next/observation`` are views of its
+    first and last ``k`` frames, so they share ``k - 1`` frames: ``.clone()`` one before writing
+    in place. The array is reused once nothing refers to a batch made from it. As the first
+    transform of a :class:`~rlds_cli.loader.Loader`, the loader does not read the stacked keys
+    (:meth:`claim`); further down a chain, ``next/observation``'s newest frame is the batch's own.
+    :meth:`bind` and :meth:`claim` set it up for one loader: use one per loader.
 
     Args:
         k: Frames per stack.
@@ -297,23 +286,20 @@ class FrameStack:
         self._dataset = dataset
         self._source = HostSource(dataset, self.keys)
         lengths = np.asarray(dataset.episode_index["length"], np.int64)
-        # the flat row of each episode's first observation: its first step plus one final
-        # observation row for each episode before it
+        # flat row of each episode's first observation (one final-observation row per earlier episode)
         self._first_row = np.cumsum(lengths) - lengths + np.arange(len(lengths), dtype=np.int64)
         self._claimed = frozenset()
         self._rows = {k: (tuple(fields[k].shape), np.dtype(fields[k].dtype)) for k in self.keys}
         self._pools = {k: _BlockPool() for k in self.keys}
 
     def claim(self, keys: Sequence[str], *, in_memory: bool = False) -> list[str]:
-        """Of the TED ``keys`` a loader is about to read, those this transform produces itself:
-        the stacked keys and their ``next/`` twins. The :class:`~rlds_cli.loader.Loader` calls it
-        (after :meth:`bind`) when the transform is first in its chain, and then leaves those keys
-        out of its own gather.
+        """Of the TED ``keys`` a loader is about to read, those this transform produces (the stacked
+        keys and their ``next/`` twins); called after :meth:`bind` when it is first in the chain.
 
         Args:
             keys: The keys the loader would read.
-            in_memory: The loader holds the dataset in RAM; the stacked keys, which it no longer
-                holds, are then copied into RAM here.
+            in_memory: The loader holds the dataset in RAM; the stacked keys (which it then does
+                not hold) are copied into RAM here.
         """
         if self._dataset is None:
             raise RuntimeError("FrameStack must be bound to a dataset before claim()")
@@ -355,13 +341,13 @@ class FrameStack:
             stack = block[first_k]
             if nxt in self._claimed:
                 batch[nxt] = block[last_k]
-            else:  # the batch's own next observation is the newest frame (another transform's?)
+            else:  # the batch's own next observation is the newest frame
                 newest = np.asarray(batch[nxt])
                 frame_shape = block.shape[:axis] + block.shape[axis + 1 :]
                 if newest.dtype == block.dtype and newest.shape == frame_shape:
                     block[newest_at] = newest
                     batch[nxt] = block[last_k]
-                else:  # what it always did: frames t-k+2 .. t, then that observation
+                else:  # other dtype or shape: frames t-k+2 .. t, then that observation
                     older = block[(*lead, slice(1, k))]
                     batch[nxt] = np.concatenate([older, np.expand_dims(newest, axis)], axis=axis)
             if want_obs:

@@ -1,15 +1,11 @@
 """How the rows of one view of a growing dataset map to the next one's.
 
-A refresh of a :class:`~rlds_cli.cache.growing.GrowingDataset` appends episodes at the end and
-evicts unprotected ones (oldest first; protected ones stay, so evictions may leave holes), and a
-compaction merges segments without changing their episodes. Row ``t`` of the old view and row
-``t`` of the new one are therefore not the same row in general; each episode's log number
-(:attr:`GrowingDataset.episode_ids`: the same in every view, increasing along the view) is what
-ties them. :class:`ViewChange` maps old rows to new ones by that number (episode ``e`` of the old
-view is episode ``searchsorted(new_ids, old_ids[e])`` of the new one when it is still there, and
-keeps its length), so a sampler that holds per-row state (priorities, an epoch's remaining order)
-carries it over a refresh by row identity, never by position. Everything is numpy, linear in the
-episodes (and in the rows carried), computed when first asked.
+A refresh of a :class:`~rlds_cli.cache.growing.GrowingDataset` appends episodes and evicts
+unprotected ones (oldest first, possibly leaving holes), so row ``t`` of two views differs in
+general. Episodes are tied by their log number (:attr:`GrowingDataset.episode_ids`: stable across
+views, increasing along a view); a surviving episode keeps its length. :class:`ViewChange` lets a
+sampler carry per-row state (priorities, an epoch's remaining order) by row identity, never by
+position. Numpy, linear in the episodes (and rows carried), computed lazily.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 
 
 class ViewChange:
-    """The old view's rows and the new view's, tied by episode id (see the module docstring).
+    """Maps rows of an old view to a new view by episode id (see the module docstring).
 
     Args:
         old_ids, old_lengths: Episode ids (increasing) and lengths of the old view.

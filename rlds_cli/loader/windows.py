@@ -1,37 +1,23 @@
 """Sequence-model inputs: per-key temporal windows, and the previous action and reward.
 
-Per-key temporal windows: ``Loader(..., windows={key: offsets})``, LeRobot's ``delta_timestamps``.
+**Windows** (``Loader(..., windows={key: offsets})``, LeRobot's ``delta_timestamps``). For each
+sampled step ``t``, a windowed ``key`` becomes its values at steps ``t + d`` for each offset ``d``
+(shape ``[..., len(offsets), *key shape]``), and ``<key>_is_pad`` (bool, ``[..., len(offsets)]``)
+is True where ``t + d`` lies outside the episode. Padding follows LeRobot
+(``LeRobotDataset._get_query_indices``: indices clamped to the episode's bounds): a padded entry
+repeats the episode's first or last step. E.g. ``{"observation": range(-1, 1), "action":
+range(0, 50)}`` gives an ACT / diffusion-policy batch: ``observation`` ``[B, 2, ...]``, ``action``
+``[B, 50, A]``, ``observation_is_pad`` ``[B, 2]``, ``action_is_pad`` ``[B, 50]``.
 
-For each sampled step ``t`` in an episode spanning steps ``[first, end)``, a windowed ``key``
-becomes the stack of its values at steps ``t + d`` for each offset ``d`` (shape
-``[..., len(offsets), *key shape]``), and ``<key>_is_pad`` (bool, ``[..., len(offsets)]``) is
-True where ``t + d`` lies outside the episode. The padding value rule is LeRobot's
-(``LeRobotDataset._get_query_indices``: query indices clamped to the episode's bounds, and
-``{key}_is_pad`` marking the clamped ones): a padded entry repeats the episode's edge step, its
-first step before the start and its last step after the end. So
-``{"observation": range(-1, 1), "action": range(0, 50)}`` gives an ACT / diffusion-policy batch:
-``observation`` ``[B, 2, ...]`` (steps ``t-1, t``), ``action`` ``[B, 50, A]`` (steps
-``t .. t+49``), ``observation_is_pad`` ``[B, 2]``, ``action_is_pad`` ``[B, 50]``.
+Offsets are whole steps, or seconds (floats) for a dataset with a frame rate (a LeRobot source's
+``fps``, else ``fps=``), converted once and refused when not a whole number of frames (LeRobot's
+``tolerance_s``, 1e-4 s). Keys with the same offsets share one vectorized gather. With slices
+(``[S, T]`` indices) every step gets its window (``[S, T, W, ...]``).
 
-Offsets are whole steps, or seconds (floats, as ``delta_timestamps`` gives them) for a dataset
-with a frame rate (a LeRobot source records its ``fps``; else pass ``fps=``): converted once to
-steps, and refused when a time is not a whole number of frames (LeRobot's ``tolerance_s``,
-1e-4 s).
-
-Keys with the same offsets share one gather: their rows at every window step in one read per
-group (from the memory maps, or from RAM with ``in_memory``), index arithmetic only, no Python
-per item. With slices (``[S, T]`` indices) every step of every slice gets its window
-(``[S, T, W, ...]``).
-
-**Previous action and reward.** Sequence-model inputs per step: the previous action and reward
-(AMAGO's ``rl2s``) and the step's time index within its episode.
-
-AMAGO feeds its sequence models, at every step ``t``, the action taken at ``t - 1`` and the
-reward received after it, next to the observation, with zeros at an episode's first step (where
-there is no previous step), and ``time_idxs``, the step's position ``t - start`` in its episode.
-:class:`PrevActionReward` adds them to any batch from the batch's ``index`` alone, vectorized,
-so it works with every sampler (a slice's ``[B, L]`` indices included), mixtures' single
-datasets, prefetch and exact resume (it draws nothing at random).
+**Previous action and reward** (AMAGO's ``rl2s``). :class:`PrevActionReward` adds, per step
+``t``, the action at ``t - 1`` and the reward after it (zeros at an episode's first step) and the
+step's position in its episode, from the batch's ``index`` alone: it works with every sampler,
+prefetch and exact resume (it draws nothing at random).
 """
 
 from __future__ import annotations
@@ -47,7 +33,7 @@ from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.sources import HostSource
 
 PAD_SUFFIX = "_is_pad"
-TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s: a time this close to a frame is that frame
+TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
 Offsets = Iterable[int] | Iterable[float]
 
@@ -86,12 +72,10 @@ def to_steps(key: str, offsets: Sequence[Any], fps: float | None) -> np.ndarray:
 class Windows:
     """The transform behind ``Loader(..., windows=...)`` (see the module docs).
 
-    As the first transform of a :class:`~rlds_cli.loader.Loader` (where ``windows=`` puts it),
-    the loader never reads the windowed keys itself (:meth:`claim`). Bound to a dataset
-    (:meth:`bind`) it also works on any batch with an ``index`` (e.g. the numpy batches of
-    :class:`~rlds_cli.loader.torch_data.TedIterableDataset`); bound to a
-    :class:`~rlds_cli.loader.mixture.MixtureSource` (:meth:`bind_source`) on a mixture's batches
-    (their ``source`` and ``index``).
+    As the first transform of a :class:`~rlds_cli.loader.Loader`, the loader never reads the
+    windowed keys itself (:meth:`claim`). Bound to a dataset (:meth:`bind`) it works on any batch
+    with an ``index``; bound to a :class:`~rlds_cli.loader.mixture.MixtureSource`
+    (:meth:`bind_source`), on a mixture's batches (``source`` and ``index``).
 
     Args:
         windows: ``{key: offsets}``, offsets in steps (ints) or seconds (floats).
@@ -116,8 +100,7 @@ class Windows:
             raise ValueError(f"fps must be > 0, got {fps!r}")
         self.fps = fps
         self.steps: dict[str, np.ndarray] = {}
-        # per group of keys with the same offsets: the offsets, the keys, and how to read them at
-        # (steps, episode): one gather of the group's rows
+        # per group of keys with the same offsets: (offsets, keys, read(steps, episode))
         self._groups: list[tuple[np.ndarray, list[str], Callable[[np.ndarray, np.ndarray], TedBatch]]] = []
         self._episodes: Episodes | None = None
         self._dataset: Dataset | None = None
@@ -128,8 +111,8 @@ class Windows:
         return f"Windows({self.offsets!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        # to a DataLoader worker: the dataset travels by path and the columns are opened again
-        # there (a mixture's parts would carry their arrays: bind those in the worker instead)
+        # the dataset travels by path, columns reopen in the worker (a mixture's parts would carry
+        # their arrays: bind those in the worker instead)
         if self._mixture_offsets is not None:
             raise TypeError("Windows bound to a mixture cannot be pickled; bind it where it runs")
         state = dict(self.__dict__)
@@ -160,16 +143,15 @@ class Windows:
         self._open(in_memory=False)
 
     def _open(self, *, in_memory: bool) -> None:
-        """Read plans: a stored key's rows straight from its column (a flat key's row of step
-        ``t`` is ``t + episode``, the episode being known already), any other key (derived, such
-        as ``next/observation``) through the source's gather. Unpacked: a packed block is aligned
-        with the flat rows, so a step key read from it would need every window step's episode."""
+        """Build read plans: a stored key's rows straight from its column, a derived key (e.g.
+        ``next/observation``) through the source's gather. Unpacked: a packed block would need
+        every window step's episode."""
         dataset = self._dataset
         assert dataset is not None
         self._in_memory = in_memory
         fields = dataset.manifest.fields
         source = HostSource(dataset, list(self.steps), in_memory=in_memory, pack=False)
-        self._episodes = source.episode_bounds  # with its step -> episode table, when it has one
+        self._episodes = source.episode_bounds  # with its step -> episode table, if any
         stored = stored_keys(fields, list(self.steps))
         self._groups = []
         for steps, keys in self._grouped().items():
@@ -195,8 +177,7 @@ class Windows:
     def bind_source(self, source: Any) -> None:
         """Bind to a :class:`~rlds_cli.loader.mixture.MixtureSource`: windows never cross from
         one dataset into the next (each dataset's episodes are the mixture's)."""
-        # duck-typed, and the mixture's own class makes the parts: windows must not import the
-        # mixture module (it imports the loader, which imports this one)
+        # duck-typed: importing the mixture module here would be circular
         if not all(hasattr(source, a) for a in ("datasets", "names", "like", "offsets", "episodes")):
             raise ValueError(
                 f"windows need a dataset or a MixtureSource to read from, not {type(source).__name__}"
@@ -261,8 +242,8 @@ def with_windows(
 ) -> Any:
     """``transform`` (``None``, one or a list) with a :class:`Windows` first, when ``windows``.
 
-    For a loader over a given ``source`` (a mixture), the windows are bound to it here and go in
-    as a plain function (the loader binds transforms to a dataset only).
+    For a loader over a ``source`` (a mixture), the windows are bound to it here and returned as a
+    plain function (the loader binds transforms to datasets only).
     """
     if windows is None:
         return transform
@@ -275,10 +256,8 @@ def with_windows(
 
 
 def lerobot_names(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """``batch`` under LeRobot's key names: the converter keeps a LeRobot dataset's feature names
-    with ``/`` for their dots (``observation.state`` is ``observation/state``), so a windowed
-    batch of such a dataset becomes ``{"observation.state": ..., "observation.state_is_pad": ...,
-    "action": ..., "action_is_pad": ...}``, the keys a LeRobot policy reads."""
+    """``batch`` under LeRobot's key names (``/`` back to ``.``: ``observation/state`` is
+    ``observation.state``, ``observation/state_is_pad`` is ``observation.state_is_pad``)."""
     return {key.replace("/", "."): value for key, value in batch.items()}
 
 
