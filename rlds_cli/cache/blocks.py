@@ -1,26 +1,19 @@
 """Whole stored columns read block after block, in bounded memory.
 
-``rlds inspect`` (its statistics, episode returns and ``--check``), the content digests and the
-dataset statistics stream through here, so that their memory is the same for 1M steps as for 50M.
+``rlds inspect``, content digests and dataset statistics stream through here, so their memory
+is the same for 1M steps as for 50M.
 
-* :func:`read`: rows ``[start, stop)`` of a stored column: a view of a memory map (no copy),
-  rows decoded from a chunked column (zarr), or, for a column made of parts end to end (a
-  growing dataset's segments: its ``offsets``), the parts' rows copied into one array.
-* :func:`~rlds_cli.cache.backends.memmap.release_pages`, on rows once used: drops a memory
-  map's pages under them from the process's resident set (the page cache keeps them). Without
-  it every page a scan touched stays counted in the process's memory: 3.2 GiB after a scan of
-  a 50M-step low-dim dataset.
-* :func:`blocks`: consecutive blocks of one column, each at most :attr:`Budget.nbytes` (a whole
-  number of chunks of a chunked column, ``chunk_rows``: no chunk is decoded twice), each
-  released when the next is asked for.
-* :func:`ted_blocks`: TED keys over consecutive steps (``next/...``, ``next/done``, ``episode``
-  derived by :class:`~rlds_cli.cache.reader.TedReader` from the block's stored rows).
+* :func:`read`: rows ``[start, stop)`` of a stored column (a memory-map view, decoded zarr rows,
+  or parts of a multi-part column copied into one array).
+* :func:`blocks`: consecutive blocks of one column, each at most :attr:`Budget.nbytes` (whole
+  chunks of a chunked column), each released
+  (:func:`~rlds_cli.cache.backends.memmap.release_pages`) when the next is asked for.
+* :func:`ted_blocks`: TED keys over consecutive steps, derived by
+  :class:`~rlds_cli.cache.reader.TedReader` from each block's stored rows.
 
-A block may be a view of a memory map, valid after its release too (reading it again faults
-its pages back in from the page cache): a caller that keeps one only pays memory for it.
-A :class:`Budget` records the largest block it let through, so a test can hold the bound
-without timing anything. A row larger than the budget (or a chunk, for a chunked column) is
-still read whole: a block holds at least one.
+A released block stays valid (its pages fault back in). A block holds at least one row (one
+chunk, if chunked), even above the budget. :attr:`Budget.largest` records the largest block, for
+tests of the bound.
 """
 
 from __future__ import annotations
@@ -51,10 +44,8 @@ class Budget:
         largest: Bytes of the largest block read (what a test of bounded memory compares).
         blocks: Blocks read.
         total: Bytes read over all blocks.
-        pool: Where a scan takes its block-sized temporaries (float64 copies, masks, gathers):
-            arrays reused from block to block. New ones each block would each be fresh memory
-            to the process (glibc maps large ones anew and unmaps them when freed), a page
-            fault every 4 KiB (see :mod:`rlds_cli.cache.buffers`): 6 s of the 13 s of the
+        pool: Block-sized temporaries reused from block to block
+            (:mod:`rlds_cli.cache.buffers`): fresh arrays page-faulted for 6 s of the 13 s
             statistics of a 50M-step observation column, 2.8 s with the pool.
     """
 
@@ -89,13 +80,12 @@ def row_bytes(column: Any) -> int:
 
 
 def read(column: Any, start: int, stop: int, budget: Budget | None = None) -> np.ndarray:
-    """Rows ``[start, stop)`` of a stored column (anything sliced along its first axis: a
-    memory map, a zarr column, a view's or a growing dataset's column), counted in ``budget``.
-    Pass them to :func:`~rlds_cli.cache.backends.memmap.release_pages` once used.
+    """Rows ``[start, stop)`` of a stored column (anything sliced along its first axis),
+    counted in ``budget``; release them with
+    :func:`~rlds_cli.cache.backends.memmap.release_pages` once used.
 
-    A column made of parts end to end (``offsets``) is read part by part into one array (from
-    the budget's pool), each part's pages released: a slice across parts would copy them and
-    keep their pages.
+    A multi-part column (``offsets``) is read part by part into one array from the budget's
+    pool, each part's pages released.
     """
     offsets = np.asarray(getattr(column, "offsets", ()), np.int64)
     cuts = offsets[(offsets > start) & (offsets < stop)].tolist()
@@ -147,11 +137,9 @@ def ted_blocks(
 ) -> Iterator[tuple[int, int, TedBatch]]:
     """TED ``keys`` of every step of ``dataset``, in consecutive blocks.
 
-    Each block reads the rows it needs of each stored column once, with :func:`read` (a flat
-    key's rows ``t + e(t)`` of its steps and the row after the last), derives ``next/`` keys,
-    ``next/done`` and ``episode`` from them with the one TED read path
-    (:class:`~rlds_cli.cache.reader.TedReader` over the block's own episodes, clipped to it),
-    and releases them when the next block is asked for.
+    Each block reads each needed stored column once (:func:`read`), derives the TED keys with
+    :class:`~rlds_cli.cache.reader.TedReader` over the block's clipped episodes, and releases
+    the rows when the next block is asked for.
 
     Args:
         dataset: A :class:`~rlds_cli.cache.dataset.Dataset`.

@@ -1,22 +1,15 @@
 """Batch output arrays reused once nothing references them: gathers that do not page-fault.
 
-Why: a batch of pixel rows is megabytes (256 gray 84x84 frames: 1.8 MB a key). glibc serves
-allocations that large with ``mmap`` and gives them back with ``munmap`` when the batch dies (or
-trims its heap top back to the kernel), so every new batch touches fresh pages: one page fault
-per 4 KiB, ~900 a batch of 256 gray frames, which made such a batch cost 3-4x in a fresh process
-what it costs once the allocator's thresholds have grown, and the cost per frame jump once a
-batch passes glibc's largest dynamic threshold (32 MiB). Reusing the output arrays keeps their
-pages mapped; changing ``mallopt`` thresholds instead would change the whole process's allocator
-behaviour behind the user's back.
+glibc serves megabyte allocations (256 gray 84x84 frames: 1.8 MB a key) with ``mmap`` and
+returns them on free, so each new batch page-faults every 4 KiB (~900 faults, 3-4x the cost in a
+fresh process). Reusing output arrays keeps their pages mapped without changing the process's
+``mallopt`` thresholds.
 
-Lifetime rule: **a buffer is handed out again only when no Python object references it any
-more**, i.e. once every array, view and tensor (``torch.from_numpy`` keeps its array) of the batch
-that used it is gone. A batch the caller keeps (a list of batches, a replay of old batches) is
-therefore never overwritten: while all pooled buffers are held, a gather allocates a new array
-(what it did without the pool). The test is CPython's reference count of the pool's own array,
-which every view of it holds (numpy views keep their base). Memory: up to
-:data:`MAX_BUFFERS` buffers per pool stay allocated between batches (as many as were held at the
-same time, at most), and are freed with the pool's owner.
+Lifetime rule: **a buffer is handed out again only when no Python object references it**
+(every array, view and tensor of its batch is gone; the test is CPython's reference count of
+the pool's array). A batch the caller keeps is never overwritten: with all buffers held, a
+gather allocates a new array. Up to :data:`MAX_BUFFERS` buffers per pool stay allocated until
+the pool is freed.
 """
 
 from __future__ import annotations
@@ -28,13 +21,10 @@ from typing import Any
 
 import numpy as np
 
-#: Outputs smaller than this are allocated as usual: glibc serves them from its heap without
-#: faults once its dynamic mmap threshold has grown past them (measured: a batch of 32 gray
-#: 84x84 frames, 225 KB a key, faults no more after its first batch; 128 frames, 900 KB, ~200
-#: faults a batch), and the pool's few microseconds would cost more than they save.
+#: Outputs smaller than this are allocated as usual (glibc's heap serves 225 KB without faults
+#: after the first batch; 900 KB still faulted ~200 times a batch).
 MIN_BYTES = 256 * 1024
-#: Buffers a pool keeps: one per large key (image keys, their next/ keys) per batch held at once
-#: (the loop's, the one being made, prefetched ones): 3 cameras x 2 x 4 batches fit.
+#: Buffers a pool keeps: one per large key per batch held at once (3 cameras x 2 x 4 batches).
 MAX_BUFFERS = 32
 # references to a free buffer seen by sys.getrefcount in _take: the pool's list, the local
 # variable and getrefcount's own argument
@@ -47,11 +37,9 @@ class BufferPool:
     Args:
         min_bytes: Outputs below this size are plain new arrays.
         max_buffers: Buffers kept at most.
-        size_classes: New buffers are a power of two bytes, and an output takes the smallest
-            free buffer it fits in: outputs of nearly one size (a scan's temporaries, a few
-            bytes apart from key to key) share buffers, and a small one leaves a large one to
-            the output that needs it. ``False`` (a loader's batches, one size a key): buffers
-            of the outputs' sizes, the first free one that fits.
+        size_classes: Buffers are powers of two bytes and an output takes the smallest free
+            one that fits (for a scan's near-equal temporaries); ``False``: exact sizes, first
+            fit (a loader's batches, one size a key).
     """
 
     def __init__(
@@ -67,9 +55,8 @@ class BufferPool:
         return len(self._buffers)
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a free pooled
-        buffer when the array is at least :attr:`min_bytes`, else (or when every buffer is held)
-        a new array. The caller must write every element."""
+        """An uninitialised C-contiguous array: a view of a free pooled buffer from
+        :attr:`min_bytes` up, else a new array. The caller must write every element."""
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * math.prod(shape)  # math.prod: np.prod costs ~3 us a call
         if nbytes < self.min_bytes:
@@ -112,12 +99,10 @@ def gather_into(
 ) -> np.ndarray:
     """``column.take(rows, axis=0)`` into an array from ``pool`` when it is large enough to pool.
 
-    ``checked``: the caller has made sure every row is in ``[0, len(column))`` (e.g. with
-    :func:`in_range` on the step indices they derive from), so no check is made here. Otherwise
-    the rows are checked (out-of-range rows raise ``IndexError``, as ``take`` does; negative rows
-    are read as ``take`` reads them). The check is not ``take``'s own because ``take(..., out=)``
-    in its default ``mode="raise"`` gathers into a temporary array first (a second allocation of
-    the batch's size: the faults this avoids) and copies that into ``out``.
+    ``checked``: every row is known to be in ``[0, len(column))``, so none is checked here.
+    Otherwise out-of-range rows raise ``IndexError`` and negative rows read as ``take`` reads
+    them. (``take(..., out=)`` in ``mode="raise"`` would allocate a temporary of the batch's
+    size.)
     """
     if pool is None or column.itemsize * rows.size * math.prod(column.shape[1:]) < pool.min_bytes:
         return column.take(rows, axis=0)

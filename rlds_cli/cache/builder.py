@@ -1,9 +1,8 @@
 """Atomic, streaming construction of a cached dataset.
 
-A :class:`DatasetBuilder` opens a :class:`~rlds_cli.cache.transaction.CacheTransaction` (lock,
-private build directory), appends :class:`~rlds_cli.cache.ted.StepBlock` s as they stream in
-(memory use is one block), and on :meth:`DatasetBuilder.commit` writes the episode index and
-commits the transaction (manifest, then the rename into place).
+A :class:`DatasetBuilder` appends :class:`~rlds_cli.cache.ted.StepBlock` s as they stream in
+(memory: one block) inside a :class:`~rlds_cli.cache.transaction.CacheTransaction`;
+:meth:`DatasetBuilder.commit` writes the episode index and manifest and publishes.
 """
 
 from __future__ import annotations
@@ -116,7 +115,11 @@ class DatasetBuilder:
     # ------------------------------------------------------------------ appending
 
     def append(self, block: StepBlock) -> None:
-        """Validate one block against the TED rules and append it to every column."""
+        """Validate one block against the TED rules and append it to every column.
+
+        Raises:
+            ConversionError: The block breaks a TED rule or differs from the first block's schema.
+        """
         n = block.num_steps
         if n == 0:
             return
@@ -152,8 +155,8 @@ class DatasetBuilder:
         self._open_episode = not (k and ends[-1] == n - 1)
 
     def _check_block(self, steps: dict[str, np.ndarray], observations: Any, ends: np.ndarray, n: int) -> None:
-        """The episode rules (:mod:`rlds_cli.cache.episode_rules`) for one block, as
-        :class:`ConversionError` (a reader's bug: the readers check their sources first)."""
+        """Check one block's episode rules (:mod:`rlds_cli.cache.episode_rules`); a break raises
+        :class:`ConversionError` (a reader's bug)."""
         if (problem := rules.missing_step_keys(steps)) is not None:
             raise ConversionError(f"block lacks required keys {list(problem.keys)}")
         if not observations:
@@ -176,8 +179,8 @@ class DatasetBuilder:
             )
 
     def _arriving_frames(self, key: str, rows: Any) -> Any:
-        """``rows`` as the builder takes them: frames that arrived encoded stay so unless they
-        are to be stored as a plain array (``--frames raw``, or a key stored raw already)."""
+        """``rows`` as the builder takes them: encoded frames are decoded only when stored as a
+        plain array."""
         if not isinstance(rows, EncodedFrames):
             return rows
         spec = self._specs.get(key)
@@ -193,8 +196,8 @@ class DatasetBuilder:
         return rows
 
     def _stored_format(self, rows: Any) -> FrameFormat | None:
-        """How an observation column whose first rows are ``rows`` stores its frames (``None``:
-        as a plain array); see :mod:`rlds_cli.frames.modes`."""
+        """The frame format of an observation column first seen as ``rows`` (``None``: plain
+        array; :mod:`rlds_cli.frames.modes`)."""
         if isinstance(rows, EncodedFrames):
             return self.frames.stored_format(rows.format.shape, rows.dtype, rows.format)
         rows = np.asarray(rows)
@@ -213,7 +216,7 @@ class DatasetBuilder:
                     rows = np.asarray(rows)
                     spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
                 self._specs[key] = spec
-                # keep never encodes: frames that arrive otherwise than the first ones did are refused
+                # keep never encodes: later frames not in the first block's form are refused
                 encodes = self.frames.codec is not None
                 column = self._columns[key] = column_writer(
                     self.backend, self.build_dir, spec, self.frames.quality, encodes=encodes
@@ -252,7 +255,7 @@ class DatasetBuilder:
         card: dict[str, Any] | None = None,
         env: dict[str, Any] | None = None,
     ) -> Manifest:
-        """Finish every column, write the episode index and manifest (``env``: its
+        """Finish every column, write the episode index and manifest (``env``:
         :attr:`~rlds_cli.cache.manifest.Manifest.env`), and publish.
 
         Returns:
@@ -263,8 +266,8 @@ class DatasetBuilder:
         if self._open_episode:
             raise ConversionError("the last episode was never closed (its last step has no end flag)")
         self._txn.check_free()
-        # not fsynced here: the commit's seal fsyncs every file of the build once (a second fsync
-        # per file was 6 of a small conversion's 18)
+        # not fsynced here: the seal fsyncs every file once (a second per-file fsync cost 6/18
+        # of a small conversion)
         for key, column in self._columns.items():
             rows = column.close(fsync=False)
             expected = self._num_steps + (self._num_episodes() if self._specs[key].storage == "flat" else 0)
@@ -308,8 +311,8 @@ class DatasetBuilder:
         return int(sum(len(e) for e in self._ends))
 
     def frames_report(self) -> dict[str, Any]:
-        """What became of the frames: the mode, and per frame column its codec and how many
-        frames were stored as they arrived (``kept``) or encoded here (``encoded``)."""
+        """The frames mode and, per frame column, its codec and counts of ``kept`` and
+        ``encoded`` frames."""
         return {
             "mode": str(self.frames),
             "columns": {
@@ -320,8 +323,8 @@ class DatasetBuilder:
 
 
 def dtype_name(dtype: np.dtype) -> str:
-    """The manifest's name for a dtype: ``float32``-style for numbers (native byte order, which
-    is what the cache stores), numpy's ``str`` form for anything else."""
+    """The manifest's name for a dtype: ``float32``-style (native order) for numbers, numpy's
+    ``str`` form otherwise."""
     dtype = np.dtype(dtype)
     if dtype.kind in "biufc":
         return dtype.newbyteorder("=").name

@@ -1,16 +1,15 @@
-"""Dataset cards: a dataset's licence, citation, robot type, frame rate and description, kept in
-its manifest (``card``) and carried into what is made of it.
+"""Dataset cards: licence, citation, robot type, fps and description, carried into derived data.
 
-A card is a small JSON object, every field optional: ``license`` (an SPDX id, or a list of them
-for a dataset made of parents under different licences), ``citation`` (text, e.g. BibTeX),
-``robot_type``, ``fps``, ``description`` and ``license_from`` (who declared the licence: ``user``
-for ``--license``, ``registry``, ``lerobot``). A conversion stores what the user gave and what
-the source declares (:func:`declared_card`); merges, trims, drops and downsamples combine or copy
-their parents' cards (:func:`combine_cards`); a view shows its parent's (:func:`dataset_card`).
+Kept in the manifest's ``card``.
 
-Licences are checked against :data:`SPDX`, a table of the licences datasets are published under
-(an unknown id is refused in one line). :func:`license_conflicts` says which licences cannot
-simply be used together, for a mixture of datasets or a merge:
+A card is a JSON object, every field optional: ``license`` (an SPDX id, or a list for parents
+under different licences), ``citation`` (e.g. BibTeX), ``robot_type``, ``fps``, ``description``
+and ``license_from`` (``user``, ``registry``, ``lerobot``). A conversion stores the user's and the
+source's (:func:`declared_card`); derived datasets combine their parents' (:func:`combine_cards`);
+a view shows its parent's (:func:`dataset_card`).
+
+Licences must be ids of :data:`SPDX`. :func:`license_conflicts` names licences that cannot
+simply be used together in a mixture or merge:
 
 * **non-commercial with commercial**: a source under a ``-NC`` licence and one that allows
   commercial use: the mix may be used non-commercially only;
@@ -111,9 +110,8 @@ def make_card(
 
 
 def declared_card(metadata: dict[str, Any], registry_license: str | None = None) -> dict[str, Any]:
-    """What a source declares about itself, as a card: LeRobot's ``meta/info.json`` (``license``
-    where present, ``robot_type``, ``fps``), Minari's ``metadata.json`` (``description``), and the
-    registry entry's licence when it is a known SPDX id."""
+    """The card a source declares: LeRobot's ``meta/info.json`` (``license``, ``robot_type``,
+    ``fps``), Minari's ``metadata.json`` (``description``), else the registry's known licence."""
     card: dict[str, Any] = {}
     lerobot = metadata.get("lerobot") if isinstance(metadata, dict) else None
     if isinstance(lerobot, dict):
@@ -147,10 +145,9 @@ def licenses_of(card: dict[str, Any]) -> list[str]:
 def combine_cards(
     cards: list[dict[str, Any]], names: list[str] | None = None, description: str | None = None
 ) -> dict[str, Any]:
-    """The card of a dataset made of parents with ``cards`` (a merge; one card: a copy): each
-    field kept when every parent agrees, licences listed when they differ (with their conflicts,
-    :func:`license_conflicts`, in ``license_conflicts`` when the parents' ``names`` are given),
-    distinct citations one after another."""
+    """The card of a dataset made of parents with ``cards``: fields kept where all agree,
+    differing licences listed (``"unknown"`` added where a parent declares none), distinct
+    citations joined; ``license_conflicts`` filled when ``names`` are given."""
     out: dict[str, Any] = {}
     if names is not None:
         pairs = [(n, lic) for n, card in zip(names, cards, strict=True) for lic in licenses_of(card)]
@@ -181,7 +178,7 @@ def combine_cards(
 
 def license_conflicts(licenses: Iterable[tuple[str, str]]) -> list[str]:
     """Why sources ``(name, SPDX id)`` cannot simply be used together, one sentence each (empty:
-    no conflict known; ids outside :data:`SPDX` are left out)."""
+    none known; ids outside :data:`SPDX` are ignored)."""
     known = [(name, lic, SPDX[lic]) for name, lic in licenses if lic in SPDX]
     problems: list[str] = []
     non_commercial = [(n, lic) for n, lic, t in known if not t.commercial]
@@ -209,8 +206,8 @@ def _names(pairs: list[tuple[str, str]]) -> str:
 
 
 def dataset_card(ds: Any) -> dict[str, Any]:
-    """A dataset's card: its manifest's own, or, for a view (which stores none), its parent's
-    (``{}`` when its parent is gone or replaced: the view cannot be read either)."""
+    """A dataset's card: its manifest's own, else a view's parent's (``{}`` when the parent is
+    gone or replaced)."""
     own = dict(ds.manifest.card)
     if own:
         return own

@@ -1,20 +1,16 @@
 """The commit log of a growing (``segmented``) dataset: what readers follow, writers append.
 
-A growing dataset is a directory with a head manifest (``layout: "segmented"``: the schema,
-the settings), sealed *segments* (each a small complete TED dataset under ``segments/<id>/``)
-and this log, ``commits.log``: fixed-size records, appended with ``O_APPEND`` by several writer
-processes, each holding the log's lock for the write alone (:func:`append`). A record is
-:data:`RECORD_SIZE` bytes with a crc32 of its own bytes. Readers follow the log cheaply:
-``fstat`` and a read of the new bytes.
+A growing dataset is a directory with a head manifest (``layout: "segmented"``: schema and
+settings), sealed *segments* (each a small complete TED dataset under ``segments/<id>/``) and
+this log, ``commits.log``: fixed-size records of :data:`RECORD_SIZE` bytes, each with a crc32 of
+its own bytes, appended with ``O_APPEND`` by several writer processes under the log's lock
+(:func:`append`). Readers follow it with ``fstat`` and a read of the new bytes.
 
-Crash leftovers and damage are told apart by their shape. A machine crash can tear the records
-being appended at that moment: what is left of each is the start of a record, then zeros
-(:func:`looks_torn`), at the log's end. The next append finds them there and writes, before its
-own record, a ``RECOVER`` record that vouches for them (:func:`append`). So a torn-looking slot
-is accepted at the log's end, or right before the ``RECOVER`` record that counts it; anything
-else that fails its check (a flipped byte, a torn slot in the middle that nothing vouched for,
-bytes rlds never writes) is damage, and so is a record whose checksum holds but that breaks the
-log's rules (:meth:`LogState.apply`). Damage is never skipped: :meth:`LogState.follow` raises
+A machine crash can leave torn records at the log's end: the start of a record, then zeros
+(:func:`looks_torn`). The next append vouches for them with a ``RECOVER`` record. A torn-looking
+slot is accepted only at the log's end or right before the ``RECOVER`` record that counts it;
+any other failed check, or a valid record that breaks the log's rules (:meth:`LogState.apply`),
+is damage. Damage is never skipped: :meth:`LogState.follow` raises
 :class:`~rlds_cli.errors.CorruptDatasetError` naming the log and the record.
 
 Records (``kind``):
@@ -22,17 +18,15 @@ Records (``kind``):
 * ``ADD`` segment ``seg`` with ``episodes`` episodes and ``steps`` steps (flag bit 0: protected,
   never evicted);
 * ``EVICT``: the first ``count`` unprotected episodes (in log order) are evicted. The count is
-  absolute, so two writers deciding the same eviction write the same record, and a view takes
-  the largest one seen;
+  absolute (two writers write the same record); a view takes the largest seen;
 * ``COMPACT``: the live segments from ``first`` to ``last`` (consecutive in the view) are
   replaced by ``seg``, which holds their episodes but the first ``dropped`` (evicted ones that
   the compaction did not copy); ``count`` is ``seg``'s merge generation (see
   :attr:`SegmentEntry.generation`);
 * ``RECOVER``: the ``count`` slots right before it are a crash's torn records (see above).
 
-A reader's view is always a prefix of the log, so always a consistent set of whole episodes.
-:class:`LogState` is that view, without any segment's files: :mod:`rlds_cli.cache.growing` opens
-those.
+A reader's view is always a prefix of the log, so a consistent set of whole episodes.
+:class:`LogState` is that view without segment files (:mod:`rlds_cli.cache.growing` opens them).
 """
 
 from __future__ import annotations
@@ -107,9 +101,8 @@ class Record:
 
     @classmethod
     def unpack(cls, data: bytes) -> Record | None:
-        """The record in ``data`` (``RECORD_SIZE`` bytes), or ``None`` where its check fails. A
-        record of a kind this version does not know passes (its checksum holds): the log's
-        reader calls it damage (:meth:`LogState.apply`)."""
+        """The record in ``data`` (``RECORD_SIZE`` bytes), or ``None`` where its check fails. An
+        unknown kind passes here; :meth:`LogState.apply` calls it damage."""
         if data[:4] != MAGIC or struct.unpack("<I", data[-4:])[0] != zlib.crc32(data[:-4]):
             return None
         _, kind, flags, seg, first, last, episodes, steps, count, t, _ = struct.unpack(_FORMAT, data)
@@ -117,18 +110,13 @@ class Record:
 
 
 def append(path: Path, record: Record, *, fsync: bool) -> None:
-    """Append one record to the log at ``path`` with a single ``O_APPEND`` write (whole, or
-    nothing: a process killed around it leaves no torn record; only a machine crash can).
-    Where the log ends in torn records (:func:`tail_recovery`), the same write first pads the
-    log to whole records with zeros and adds a ``RECOVER`` record that vouches for them.
+    """Append one record to the log at ``path`` with a single ``O_APPEND`` write.
 
-    Every append holds an exclusive lock of the log from reading its size to its write (not
-    through the fsync, so writers' fsyncs still overlap). Unlocked, a writer could read the
-    size while another writer's record was half copied: a record that straddles a page
-    boundary (2 records in every 128 do) extends the file once per page, so the size
-    seen was not a whole number of records, and the writer padded a log that needed none,
-    writing its own record across two slots, both skipped: a commit reported done and never
-    visible (4 processes appending 20,000 records each lost 80-200 of them)."""
+    A killed process leaves no torn record; only a machine crash can. Where the log ends in torn
+    records (:func:`tail_recovery`), the same write first pads them to whole slots and adds a
+    ``RECOVER`` record. An exclusive lock is held from reading the size to the write (not through
+    the fsync, so fsyncs overlap): unlocked, a half-copied page-straddling record made another
+    writer pad needlessly and lose its commit (4 processes x 20,000 appends lost 80-200)."""
     data = record.pack()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -139,8 +127,7 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
             if written != len(data):  # pragma: no cover - a regular file takes a small write whole
                 raise OSError(f"short write to {path}")
         finally:
-            # unlocked, not only closed, where the write failed too: a child forked meanwhile
-            # (another thread's fork) holds this descriptor's lock for as long as it lives
+            # unlock, not only close: a child forked meanwhile would hold the lock while it lives
             unlock_fd(fd)
         if fsync:
             os.fsync(fd)
@@ -149,12 +136,11 @@ def append(path: Path, record: Record, *, fsync: bool) -> None:
 
 
 def tail_recovery(fd: int) -> bytes:
-    """What an append to the log open at ``fd`` (read-write, locked) writes before its record:
-    nothing where the log ends in a whole valid record (one read of the last slot); where it
-    ends in torn records (at most :data:`MAX_TORN_RECORDS`, each :func:`looks_torn`; a partial
-    last slot counts as one, padded with zeros), the padding and a ``RECOVER`` record counting
-    them. Slots that fail their check in any other way are damage: only the padding, so the
-    log's readers report them."""
+    """The bytes an append to the log at ``fd`` (read-write, locked) writes before its record.
+
+    Nothing after a valid last record; after up to :data:`MAX_TORN_RECORDS` torn slots (a partial
+    last slot counts as one), zero padding and a ``RECOVER`` record counting them. Other failed
+    slots are damage: only the padding, so readers report them."""
     size = os.fstat(fd).st_size
     whole = size - size % RECORD_SIZE
     pad = b"\0" * (-size % RECORD_SIZE)
@@ -172,8 +158,8 @@ def tail_recovery(fd: int) -> bytes:
 
 
 def has_added(path: Path, seg: bytes) -> bool:
-    """Whether the log at ``path`` holds an ``ADD`` record of segment ``seg`` (read whole: for
-    a commit that failed around its append, to tell a committed segment from a leftover)."""
+    """Whether the log at ``path`` holds an ``ADD`` record of ``seg`` (reads the whole log; tells
+    a committed segment from a leftover after a failed commit)."""
     with open(path, "rb") as fh:
         data = fh.read()
     for off in range(0, len(data) - RECORD_SIZE + 1, RECORD_SIZE):
@@ -185,16 +171,14 @@ def has_added(path: Path, seg: bytes) -> bool:
 
 @dataclass
 class SegmentEntry:
-    """One segment of a view: its id, whether it is protected, its logical episode count (what
-    the log says it holds, evicted ones included), and ``dropped``: how many of those first
-    episodes its files do not hold (a compaction left out evicted ones). ``ordinal``: the
-    logical episodes added to the log before its first one, so episode ``k`` of the segment
-    (logically) is the log's episode ``ordinal + k``: a number no refresh, eviction or
-    compaction changes (a compaction's segment takes the ordinal of the first one it replaces
-    and holds as many logical episodes as they did). ``generation``: 0 for a writer's commit;
-    for a compaction's segment, what its ``COMPACT`` record says (a writer's merge of small
-    segments: one more than the generations it merged; ``rlds compact``:
-    :data:`FINAL_GENERATION`, which no writer merges again)."""
+    """One segment of a view.
+
+    ``episodes``: its logical episode count (evicted ones included); ``dropped``: how many of
+    those first episodes its files do not hold (left out by a compaction). ``ordinal``: logical
+    episodes added before it, so its episode ``k`` is the log's episode ``ordinal + k``; no
+    refresh, eviction or compaction changes it. ``generation``: 0 for a writer's commit, else
+    its ``COMPACT`` record's count (a writer's merge: one more than those merged; ``rlds
+    compact``: :data:`FINAL_GENERATION`, never merged again)."""
 
     seg: bytes
     protected: bool
@@ -211,11 +195,10 @@ NO_IDS = np.zeros(0, "S16")
 
 
 class RetiredSegments(MutableMapping[bytes, float]):
-    """The segments a view retired (evicted whole, or compacted away), each with when, in the
-    order the log retired them. One loaded from the log's checkpoint
-    (:mod:`rlds_cli.cache.log_checkpoint`) keeps the checkpoint's entries as arrays until a
-    caller reads or removes one (100,000 of them take ~40 ms to build, most of an open that
-    never needs them); segments retired after it are kept beside them meanwhile."""
+    """Segments a view retired (evicted whole or compacted away) -> when, in retirement order.
+
+    Entries loaded from the log checkpoint (:mod:`rlds_cli.cache.log_checkpoint`) stay arrays
+    until first read or removal (building 100,000 takes ~40 ms)."""
 
     def __init__(
         self,
@@ -254,8 +237,7 @@ class RetiredSegments(MutableMapping[bytes, float]):
     def __iter__(self) -> Iterator[bytes]:
         return iter(self._entries())
 
-    # the dict's own views and lookups, not the mixins' (a Python call per key: a writer walks
-    # its retired segments at every commit)
+    # the dict's own views, not the mixins' (a Python call per key; walked at every commit)
     def items(self) -> ItemsView[bytes, float]:
         return self._entries().items()
 
@@ -275,13 +257,13 @@ class RetiredSegments(MutableMapping[bytes, float]):
         return bool(self._later) or (self._loaded is None and len(self.sorted_ids) > 0)
 
     def setdefault(self, seg: bytes, when: float | None = None) -> float:
-        """Record ``seg`` retired at ``when`` unless it is already (its first time stays). While
-        the checkpoint's entries are arrays, returns ``when`` even for one of them."""
+        """Record ``seg`` retired at ``when`` unless already retired (the first time stays).
+        While checkpoint entries are unloaded, returns ``when`` even for one of them."""
         assert when is not None
         return self._later.setdefault(seg, when)
 
     def added_later(self) -> list[bytes]:
-        """The ids not among the checkpoint's sorted ones (all of them, without a checkpoint)."""
+        """The ids not among the checkpoint's sorted ones (all, without a checkpoint)."""
         return list(self._later) if self._loaded is None else list(self._loaded)
 
     def copy(self) -> RetiredSegments:
@@ -297,7 +279,7 @@ def sorted_has(sorted_ids: np.ndarray, seg: bytes) -> bool:
     if not len(sorted_ids):
         return False
     at = int(np.searchsorted(sorted_ids, seg))  # S16 orders ids as bytes (zeros pad alike)
-    # compared as the 16 bytes: an S16 element drops trailing zero bytes (1 id in 256 has one)
+    # compared as 16 bytes: an S16 element drops trailing zero bytes (1 id in 256 has one)
     return at < len(sorted_ids) and sorted_ids[at : at + 1].tobytes() == seg
 
 
@@ -313,17 +295,17 @@ class LogState:
     records: int = 0
     #: Record slots that failed their check and look torn (:func:`looks_torn`), all told.
     invalid: int = 0
-    #: The torn slots at the end of what was read (from byte :attr:`torn_at`), not yet vouched
-    #: for by a ``RECOVER`` record: a crash's leftovers while nothing valid follows them.
+    #: Torn slots at the end of what was read (from byte :attr:`torn_at`), not yet vouched for
+    #: by a ``RECOVER`` record.
     torn: int = 0
     torn_at: int = 0
     #: Why the log is damaged (the record and the rule it breaks); ``None`` while it is not.
     damage: str | None = None
-    #: The segments each of the last :data:`MERGES_REMEMBERED` compactions replaced, by the
-    #: compaction's segment (in log order): a reader that holds their rows maps them to it.
+    #: Compaction segment -> the segments it replaced, for the last :data:`MERGES_REMEMBERED`
+    #: compactions (a reader holding their rows maps them to it).
     merged: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)
-    #: The log's record that ends at :attr:`position`, as this view read it (the checkpoint
-    #: keeps it: a checkpoint is used only beside a log that holds the same record there).
+    #: The record ending at :attr:`position`; a checkpoint is used only beside a log that holds
+    #: the same record there.
     last_record: bytes = b""
 
     def names(self, seg: bytes) -> bool:
@@ -333,22 +315,18 @@ class LogState:
     def __post_init__(self) -> None:
         if not isinstance(self.retired, RetiredSegments):
             self.retired = RetiredSegments(dict(self.retired).items())
-        # every segment id ever added (each is live or retired): a duplicate ADD is found
-        # without a scan of the view; those a checkpoint retired stay its sorted array
+        # every segment id ever added, so a duplicate ADD is found without a scan
         self._names_before = self.retired.sorted_ids
         self._added: set[bytes] = {s.seg for s in self.segments} | set(self.retired.added_later())
-        # logical episodes ever added: the next segment's ordinal (a compaction keeps the sum);
-        # and the unprotected ones, which no eviction count may pass
+        # the next segment's ordinal; no eviction count may pass the unprotected sum
         self._logical = sum(s.episodes for s in self.segments)
         self._logical_unprotected = sum(s.episodes for s in self.segments if not s.protected)
         self._reset_front()
         self._advance_front(None)
 
     def _reset_front(self) -> None:
-        # The front: segments[:_front] hold no live unprotected episode (each unprotected one
-        # is evicted whole; the protected ones are listed in _front_protected), and
-        # _front_evicted counts their unprotected episodes. It only moves forward (eviction is
-        # oldest first), so the view costs the segments past it, not every segment ever added.
+        # segments[:_front] hold no live unprotected episode (protected ones are listed in
+        # _front_protected); it only moves forward, so a view costs only the segments past it
         self._front = 0
         self._front_evicted = 0
         self._front_protected: list[SegmentEntry] = []
@@ -356,8 +334,8 @@ class LogState:
         self._tail_remaining = 0
 
     def _advance_front(self, when: float | None) -> None:
-        """Move the front past the segments now evicted whole (retired from ``when``; ``None``:
-        a copy's front, whose retired segments are the original's)."""
+        """Move the front past segments now evicted whole, retiring them at ``when`` (``None``:
+        retire nothing)."""
         segments = self.segments
         while self._front < len(segments):
             s = segments[self._front]
@@ -372,10 +350,10 @@ class LogState:
             self._front += 1
 
     def apply(self, rec: Record) -> str | None:
-        """Apply one valid record; returns the log rule it breaks (the view is left as it was),
-        or ``None``. A record rlds never writes is damage whatever its checksum says: a second
-        ``ADD`` of a segment, an eviction past the episodes added, a compaction of segments
-        never added, of a reversed or mixed range, or of more episodes than the range holds."""
+        """Apply one checksummed record; returns the log rule it breaks (view unchanged), or
+        ``None``. Broken rules: a second ``ADD`` of a segment, an eviction past the episodes
+        added, a compaction of unknown segments, of a reversed or mixed range, or of more
+        episodes than the range holds, an unknown kind."""
         if rec.kind == ADD:
             return self._add(rec)
         if rec.kind == EVICT:
@@ -453,11 +431,13 @@ class LogState:
         return None
 
     def follow(self, path: Path, until: int | None = None) -> int:
-        """Apply the records appended to the log at ``path`` since :attr:`position` (up to byte
-        ``until``, when given: a snapshot handed to another process); returns how many were
-        read. Raises :class:`~rlds_cli.errors.CorruptDatasetError` naming the log and the
-        record where the log is damaged (see the module docstring), now and at every later
-        call: the view stops before the damage."""
+        """Apply the records appended since :attr:`position` (up to byte ``until`` if given);
+        returns how many were applied.
+
+        Raises:
+            CorruptDatasetError: The log is damaged (now and at every later call; the view
+                stops before the damage).
+        """
         if self.damage is not None:
             raise _damaged(path, self.damage)
         try:
@@ -479,9 +459,8 @@ class LogState:
         before = self.records
         view = memoryview(data)
         crc32 = zlib.crc32
-        # one C-level unpack of every slot; the slots that are valid ADD records with no torn
-        # slot before them (nearly all of a long log) are applied from these fields, the
-        # others go through _read_slot, which tells what they are (the same rules)
+        # fast path: valid ADD records after no torn slot apply from one C-level unpack;
+        # the rest go through _read_slot (same rules)
         for off, fields in zip(
             range(0, len(data), RECORD_SIZE), struct.iter_unpack(_FORMAT, data), strict=True
         ):
@@ -535,9 +514,8 @@ class LogState:
         return None if problem is None else f"{where}, {_KIND_NAMES.get(rec.kind, 'a record')}, {problem}"
 
     def live(self) -> list[tuple[SegmentEntry, int]]:
-        """Each segment with live episodes and the number of its first (logical) episodes that
-        are evicted, in log order. Eviction counts unprotected episodes only. (Computed once
-        per log position: a view asks several times.)"""
+        """Each segment with live episodes and how many of its first (logical) episodes are
+        evicted, in log order; memoised per log position."""
         memo = self.__dict__.get("_live_memo")
         if memo is not None and memo[0] == (self.records, self.evicted, len(self.segments)):
             return list(memo[1])
@@ -592,17 +570,13 @@ class LogState:
 #: Compactions whose replaced segments a view remembers (:attr:`LogState.merged`).
 MERGES_REMEMBERED = 4096
 
-#: Torn records a log may end in: a crash tears at most the records being appended at that
-#: moment, one a writer.
+#: Torn records a log may end in (a crash tears at most one per writer appending).
 MAX_TORN_RECORDS = 16
 
 
 def looks_torn(slot: bytes) -> bool:
-    """Whether a record slot that fails its check has the shape a machine crash leaves of an
-    append: the start of a record (the magic, or part of it, first), then zeros up to the end,
-    checksum included (the rest of the write never reached the disk, or :func:`append`'s
-    padding of a partial slot). A whole record with a flipped byte keeps its checksum bytes, so
-    it never looks torn."""
+    """Whether a failed slot has a crash-torn shape: the start of a record (magic, or part of
+    it, first), then zeros through the checksum. A whole record with a flipped byte never looks torn."""
     if any(slot[-4:]):
         return False
     head = slot.rstrip(b"\0")

@@ -1,31 +1,18 @@
 """Datasets made from others' rows: merged, trimmed, and downsampled.
 
-Making composed datasets (read by :mod:`rlds_cli.cache.composed`): ``rlds merge`` (several
-whole datasets, end to end), ``rlds trim`` (steps cut at both ends of each episode) and a
-selection of a composed dataset's episodes (``rlds drop`` or ``rlds view`` of a merged one).
-Each writes a manifest and an episode index, nothing else, through a
-:class:`~rlds_cli.cache.transaction.CacheTransaction`: a kill at any point leaves the parents as
-they were and nothing published.
+Composed datasets (read by :mod:`rlds_cli.cache.composed`): ``rlds merge`` (whole datasets end
+to end), ``rlds trim`` (steps cut at both ends of each episode) and a selection of a composed
+dataset's episodes. Each writes only a manifest and an episode index (O(episodes) bytes),
+pinning each parent's version, through a :class:`~rlds_cli.cache.transaction.CacheTransaction`.
 
-Why references and not hard links: a column is one file per key, so the columns of two
-datasets can only be one column by a copy; a hard link shares a whole file, not the rows of
-two. A composed dataset costs its index (O(episodes) bytes) and pins each parent's version.
+``rlds downsample`` keeps every k-th step and is materialized through a
+:class:`~rlds_cli.cache.builder.DatasetBuilder` (``N / k`` rows; frames re-encoded). Step ``i``
+covers the parent's steps ``[i*k, min(i*k + k, L))``: every key is the window's first step's,
+except ``next/reward`` (summed), ``next/terminated`` and ``next/truncated`` (any step's), and
+other ``next/...`` keys (the last step's). Its next observation is the next window's first or
+the episode's final one; an episode of ``L`` steps keeps ``ceil(L / k)``.
 
-**Downsampling.** Downsampling: every k-th step of each episode as a dataset of its own (``rlds downsample``).
-
-Step ``i`` of a downsampled episode covers the parent's steps ``[i*k, min(i*k + k, L))`` (a
-window; the last one may be shorter): its observation and every other key are the window's
-first step's, except ``next/reward``, the sum of the window's rewards, ``next/terminated`` and
-``next/truncated``, true where any step of the window has them (so only the last window of an
-episode is done, as TED requires), and other ``next/...`` keys, the window's last step's. Its
-next observation is the observation after the window: the next window's first, or the
-episode's final observation. An episode of ``L`` steps keeps ``ceil(L / k)``.
-
-Why materialized and not a view: the summed rewards and moved flags are new values, and a
-view of the kept rows would still need a stored reward column per version; the copy costs
-``N / k`` rows, written once through a :class:`~rlds_cli.cache.builder.DatasetBuilder`
-(content digests, atomic publish: a kill leaves the parent intact and nothing published).
-Frame columns are decoded and encoded again with their codec.
+A kill at any point leaves the parents intact and nothing published.
 """
 
 from __future__ import annotations
@@ -125,8 +112,7 @@ def select_composed(
     lock_timeout: float = 60.0,
 ) -> Manifest:
     """Publish the episodes ``ids`` (ascending positions) of a composed dataset ``source`` as
-    ``name``: a composed dataset of the same parents (a view of one could not read its
-    columns, which are its parents')."""
+    ``name``, a composed dataset of the same parents."""
     parts, parents, index, first = [], [], [], 0
     ids = np.asarray(ids, np.int64)
     for part in parts_of(source.manifest):
@@ -142,7 +128,7 @@ def select_composed(
         parts.append(taken)
         parents.append(parent)
         index.append(taken.index(parent.episode_index))
-    # as a view's source says it ('rlds view' and 'rlds split' report these): of what, which
+    # in a view's source terms ('rlds view' and 'rlds split' report these)
     note: dict[str, Any] = {"parent": source.name, "episodes": [int(ids[0]), int(ids[-1]) + 1]}
     note.update({"selection": how} if how else {})
     lineage_of = [source]  # the lineage names what it was made of: the composed dataset
@@ -161,10 +147,10 @@ def trim_dataset(
     replace: bool = False,
     lock_timeout: float = 60.0,
 ) -> Manifest:
-    """Publish ``parent`` with ``start`` steps cut at the start and ``end`` at the end of each
-    episode as ``name`` (nothing is copied). An episode cut at its end reads ``next/truncated``
-    true at its new last step; an episode of ``start + end`` steps or fewer is left out (the
-    manifest's ``source.dropped_short`` counts them).
+    """Publish ``parent`` with ``start`` and ``end`` steps cut from each episode as ``name``
+    (nothing copied). An episode cut at its end reads ``next/truncated`` true at its new last
+    step; episodes of ``start + end`` steps or fewer are left out (counted in
+    ``source.dropped_short``).
 
     Raises:
         InvalidSelectionError: ``start`` or ``end`` negative, both zero, or no episode longer.
@@ -194,8 +180,8 @@ def trim_dataset(
 
 
 def schema_difference(a: Dataset, b: Dataset) -> str | None:
-    """What tells the stored schemas of ``a`` and ``b`` apart, in words naming the key (``None``:
-    the same keys, each with the same shape, dtype, storage and codec)."""
+    """The first difference of ``a``'s and ``b``'s stored schemas (keys, dtype, shape, storage,
+    codec), in words naming the key; ``None`` if equal."""
     fa, fb = a.manifest.fields, b.manifest.fields
     for key in sorted(set(fa) ^ set(fb)):
         has, lacks = (a, b) if key in fa else (b, a)
@@ -234,8 +220,7 @@ def _show(value: Any) -> str:
 
 
 def _refuse_growing(ds: Dataset) -> None:
-    """A composed dataset pins its parents' versions; a growing dataset has a new one at every
-    commit."""
+    """Refuse a growing parent: a composed dataset cannot pin one."""
     if ds.manifest.layout == SEGMENTED_LAYOUT:
         raise InvalidSelectionError(
             f"dataset {ds.name!r} is a growing dataset (written by DatasetWriter): a merge or trim "
@@ -323,8 +308,8 @@ def downsample_dataset(
     lock_timeout: float = 60.0,
     progress: Callable[[int], None] | None = None,
 ) -> Manifest:
-    """Publish every ``every``-th step of each episode of ``parent`` as ``name`` (see the
-    module's text for what each key holds).
+    """Publish every ``every``-th step of each episode of ``parent`` as ``name`` (windowing
+    rules: see the module docstring).
 
     Args:
         progress: Called with the parent's steps read so far, after each block.
@@ -351,10 +336,9 @@ def downsample_dataset(
     frames = framed[0].partition(":")[0] if framed else None
     row_bytes = sum(spec.row_bytes for spec in fields.values())
     budget = max(1, BLOCK_BYTES // max(1, row_bytes))
-    verify_parent(source)  # a copy of damaged arrays would verify clean: the damage would be lost
+    verify_parent(source)  # a copy of damaged arrays would verify clean
     index = source.episode_index
-    # a k past the longest episode keeps each episode's first step, as the longest does (and a
-    # k past int64 would overflow numpy)
+    # capped: the same result, and a k past int64 would overflow numpy
     window = min(every, max(2, int(index["length"].max(initial=0))))
     with DatasetBuilder(
         name,

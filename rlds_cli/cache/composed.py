@@ -1,21 +1,16 @@
-"""Composed datasets, the read side: a dataset made of episodes of other cached datasets (its
-parts), end to end, with nothing copied. ``rlds merge`` makes one of several whole datasets,
-``rlds trim`` one of a dataset's episodes with steps cut at both ends, and ``rlds drop`` of a
-merged dataset one of the episodes kept (see :mod:`rlds_cli.cache.compose`, which makes them).
+"""Composed datasets, the read side: episodes of other cached datasets end to end, nothing copied.
 
-A composed dataset's directory holds only ``manifest.json`` (``layout: "composed"``; its
-``source.parts`` name each parent, pin its manifest digest, and say which of its episodes are
-taken and how many steps are cut at each end) and its own ``episodes.npy``. Each column is the
-parents' rows of those episodes, in order (:class:`~rlds_cli.cache.growing_columns.ConcatColumn`
-over each parent's own column: a whole parent is read as it is, a selection or a trim through
-a :class:`~rlds_cli.cache.views.GatheredColumn`), so the flat layout holds unchanged and every
-reader works on it. A parent may be any dataset but a growing one (a view, another composed
-dataset): it is opened as its own kind. An episode cut at its end is cut short: its new last
-step reads ``next/truncated`` true (the TED rule that ``done`` closes every episode), and its
-final observation is the observation of the first step cut, a real one.
+Made by :mod:`rlds_cli.cache.compose` (``rlds merge``, ``rlds trim``, selections). The directory
+holds ``manifest.json`` (``layout: "composed"``; ``source.parts`` names each parent, pins its
+manifest digest, and gives the episodes taken and steps cut at each end) and ``episodes.npy``.
+Each column is a :class:`~rlds_cli.cache.growing_columns.ConcatColumn` of the parents' rows
+(whole, or through a :class:`~rlds_cli.cache.views.GatheredColumn`), so the flat layout holds.
+A parent may be any non-growing dataset, opened as its own kind. An episode cut at its end
+reads ``next/truncated`` true at its new last step; its final observation is the first cut
+step's (a real one).
 
-It opens only while every parent is the version it pins (else :class:`CorruptDatasetError`
-names the parent), and ``rlds rm`` refuses to remove a parent (its lineage names them).
+It opens only while every parent is the pinned version (else :class:`CorruptDatasetError` names
+the parent), and ``rlds rm`` refuses to remove a parent.
 """
 
 from __future__ import annotations
@@ -41,8 +36,8 @@ TRUNCATED_KEY = "next/truncated"
 
 @dataclass(frozen=True)
 class Part:
-    """One parent's share of a composed dataset: its episodes ``episode_ids`` (ascending; ``None``:
-    all), each with ``trim_start`` steps cut at its start and ``trim_end`` at its end."""
+    """One parent's share of a composed dataset: episodes ``episode_ids`` (ascending; ``None``:
+    all), each with ``trim_start`` and ``trim_end`` steps cut."""
 
     parent: str
     parent_digest: str
@@ -72,7 +67,7 @@ class Part:
 
     @property
     def whole(self) -> bool:
-        """Every episode of the parent, every step: the parent's columns are read as they are."""
+        """Whether the part is every episode and step of the parent (columns read as they are)."""
         return self.episode_ids is None and not self.trim_start and not self.trim_end
 
     def chosen(self, num_episodes: int) -> np.ndarray:
@@ -82,7 +77,7 @@ class Part:
         return np.asarray(self.episode_ids, np.int64)
 
     def index(self, parent_index: np.ndarray) -> np.ndarray:
-        """The episode index rows of this part (``start`` still the parent's, cut)."""
+        """This part's episode index rows (``start`` in the parent's steps, after the cut)."""
         rows = np.asarray(parent_index[self.chosen(len(parent_index))]).copy()
         rows["start"] += self.trim_start
         rows["length"] -= self.trim_start + self.trim_end
@@ -91,8 +86,8 @@ class Part:
         return rows
 
     def rows(self, storage: str, parent_index: np.ndarray) -> np.ndarray:
-        """The parent rows of a column with this storage kind (``flat``: each episode's steps and
-        its final observation, the row after them)."""
+        """The parent rows of a column with this storage kind (``flat`` includes each episode's
+        final observation row)."""
         ids = self.chosen(len(parent_index))
         starts = parent_index["start"][ids].astype(np.int64) + self.trim_start
         lengths = parent_index["length"][ids].astype(np.int64) - self.trim_start - self.trim_end
@@ -113,8 +108,11 @@ def parts_of(manifest: Manifest) -> list[Part]:
 
 
 def open_directory(directory: Path, manifest: Manifest | None = None) -> Dataset:
-    """The dataset in a published ``directory``, opened as its own kind (a composed one as a
-    :class:`ComposedDataset`); a growing dataset is refused (a part pins one version)."""
+    """The dataset in a published ``directory``, opened as its own kind.
+
+    Raises:
+        CorruptDatasetError: It is a growing dataset (a part pins one version).
+    """
     manifest = manifest if manifest is not None else read_manifest(directory)
     if manifest.layout == COMPOSED_LAYOUT:
         return ComposedDataset(directory, manifest)
@@ -124,8 +122,7 @@ def open_directory(directory: Path, manifest: Manifest | None = None) -> Dataset
 
 
 class ComposedDataset(Dataset):
-    """A read-only composed dataset (see the module's text): a :class:`Dataset` whose columns
-    are its parents' rows.
+    """A read-only composed dataset: a :class:`Dataset` whose columns are its parents' rows.
 
     Raises:
         CorruptDatasetError: A parent is gone, or was replaced since the dataset was made.
@@ -154,8 +151,7 @@ class ComposedDataset(Dataset):
         return open_directory(directory, manifest)
 
     def segment_datasets(self) -> list[Dataset]:
-        """The parent datasets, each once: what ``inspect --check`` hashes (their digests) and
-        whose files hold this dataset's bytes."""
+        """The parent datasets, each once (what ``inspect --check`` verifies)."""
         seen: dict[str, Dataset] = {}
         for part, ds in zip(self.parts, self._parents, strict=True):
             seen.setdefault(part.parent, ds)
@@ -216,8 +212,8 @@ class ComposedDataset(Dataset):
 
 
 class CutEnds:
-    """A boolean step column read with ``True`` at the rows of ``mask`` (the new last steps of
-    episodes cut at their end), indexed like a numpy array along the first axis."""
+    """A boolean step column read with ``True`` forced at the rows of ``mask``, indexed like a
+    numpy array along the first axis."""
 
     def __init__(self, column: Any, mask: np.ndarray) -> None:
         self._column = column

@@ -1,13 +1,10 @@
 """Read access to a cached dataset: full TED views rebuilt from the flat layout.
 
-A ``--force`` rebuild replaces a dataset's directory by a rename while readers may have it
-open. A :class:`Dataset` is bound to the directory it opened (inode and ctime): it never
-mixes the files of two versions. :func:`open_dataset` retries when a replacement races with
-it, and a read that would need files of a replaced version raises
-:class:`DatasetReplacedError`: :meth:`Dataset.column` checks the file it opens, and hands out
-the columns of a backend that reads by path at every access (zarr) as
-:class:`~rlds_cli.cache.reader.VersionedColumn`, which checks after every read. TED reads go
-through :class:`~rlds_cli.cache.reader.TedReader`.
+A :class:`Dataset` is bound to the directory version it opened (inode and ctime) and never mixes
+the files of two versions: a read that would need files of a version replaced by a ``--force``
+rebuild raises :class:`DatasetReplacedError`. Columns of a backend that reads by path (zarr) are
+wrapped in :class:`~rlds_cli.cache.reader.VersionedColumn`, which checks after every read. TED
+reads go through :class:`~rlds_cli.cache.reader.TedReader`.
 """
 
 from __future__ import annotations
@@ -35,9 +32,9 @@ from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetRe
 
 
 def version_identity(directory: Path) -> tuple[int, int, int] | None:
-    """What tells one published version of a dataset from the next: its directory's inode and
-    ctime. Inodes of deleted versions are reused at once; the ctime (set when the directory
-    was renamed into place, never changed after) tells the reuse apart."""
+    """The identity of a published dataset version: ``(st_dev, st_ino, st_ctime_ns)`` of its
+    directory, or ``None`` if it is gone. The ctime (set by the rename into place) tells a reused
+    inode apart."""
     try:
         st = os.stat(directory)
     except OSError:
@@ -46,7 +43,11 @@ def version_identity(directory: Path) -> tuple[int, int, int] | None:
 
 
 def manifest_of(directory: Path, manifest: Manifest | None) -> Manifest:
-    """``manifest``, or the one ``directory`` holds (one clear error when it holds none)."""
+    """``manifest``, or the one ``directory`` holds.
+
+    Raises:
+        DatasetNotFoundError: ``directory`` has no manifest.
+    """
     if manifest is not None:
         return manifest
     try:
@@ -59,10 +60,9 @@ class Dataset:
     """A read-only TED dataset backed by the cache.
 
     ``observation``-like keys are stored once per step plus one final value per episode;
-    reading rebuilds ``next/observation`` from the row after, so inside an episode
-    ``next/observation[t] == observation[t + 1]`` and at the end of an episode it is the true
-    final observation. ``next/done`` is ``next/terminated | next/truncated`` and ``episode`` is
-    the episode's position in the dataset; both are derived, not stored.
+    ``next/observation[t] == observation[t + 1]`` inside an episode and is the true final
+    observation at its end. ``next/done`` (``next/terminated | next/truncated``) and ``episode``
+    (the episode's position) are derived, not stored.
 
     Args:
         directory: A published dataset directory.
@@ -79,9 +79,8 @@ class Dataset:
         self._parent_checked: Path | None = None
         self._view_rows: dict[str, np.ndarray] = {}  # a selection view's parent rows, by storage
         self._readers: dict[tuple[str, ...], TedReader] = {}
-        #: The episode index as stored (:data:`~rlds_cli.cache.ted.EPISODE_DTYPE`: start, length,
-        #: source id, final_known; checked against the manifest). :attr:`episodes` is the table
-        #: made of it.
+        #: The stored episode index (:data:`~rlds_cli.cache.ted.EPISODE_DTYPE`), checked against
+        #: the manifest.
         self.episode_index = self._load_episode_index()
         self._episode_table: EpisodeTable | None = None
         #: Episode bounds and the step -> episode lookup (see :class:`~rlds_cli.cache.reader.Episodes`).
@@ -91,7 +90,7 @@ class Dataset:
     # ------------------------------------------------------------------ pickling (workers)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Only the path and manifest travel to worker processes; arrays reopen lazily there.
+        # Only the path and manifest travel to workers; arrays reopen lazily there.
         return {"directory": str(self.directory), "manifest": self.manifest.to_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -154,20 +153,20 @@ class Dataset:
 
     @property
     def source_metadata(self) -> dict[str, Any]:
-        """The small facts the source file held, as its reader kept them in the manifest
-        (``source.metadata``: robomimic's ``env_args`` and ``data`` attributes, D4RL's
-        ``metadata/*``, ...); a view has its parent's. Empty when there are none."""
+        """The source file's small facts kept in the manifest's ``source.metadata`` (robomimic's
+        ``env_args`` and ``data`` attributes, D4RL's ``metadata/*``, ...); a view has its
+        parent's. Empty when there are none."""
         view = self.view_parent()
         meta = (self.manifest if view is None else view[0].manifest).source.get("metadata")
         return dict(meta) if isinstance(meta, dict) else {}
 
     def episode_metadata(self, i: int) -> dict[str, Any]:
-        """What the source kept about episode ``i`` (a position in this dataset), by name: each
-        per-episode source array ``<format>/episode_<what>`` at row ``i`` (a view reads its
-        parent's row), as ``{"<format>/<what>": value}``. Text is kept as byte ranges into
-        ``<format>/text/<what>`` and comes back as ``str`` (``None`` where the episode had
-        none); other values as Python scalars or lists. E.g. a robomimic demo's
-        ``robomimic/model_file``, ``robomimic/ep_meta`` and ``robomimic/lang``.
+        """Per-episode source metadata of episode ``i``, as ``{"<format>/<what>": value}``.
+
+        Read from each source array ``<format>/episode_<what>`` at row ``i`` (a view reads its
+        parent's row). Text stored as byte ranges into ``<format>/text/<what>`` comes back as
+        ``str`` (``None`` where the episode had none); other values as Python scalars or lists.
+        E.g. robomimic's ``robomimic/model_file``, ``robomimic/ep_meta``, ``robomimic/lang``.
 
         Raises:
             IndexError: ``i`` is not an episode of this dataset.
@@ -195,28 +194,26 @@ class Dataset:
 
     @property
     def env_spec(self) -> RecordedEnvSpec | None:
-        """The environment the data was recorded in, as stored (id, kwargs, time limit, the raw
-        gymnasium spec and where it came from), or ``None`` when the dataset records none. See
-        :mod:`rlds_cli.cache.env_spec` for the places it is read from; a view has its parent's."""
+        """The recorded environment (id, kwargs, time limit, raw gymnasium spec, origin), or
+        ``None``; a view has its parent's. See :mod:`rlds_cli.cache.env_spec`."""
         return dataset_env_spec(self)
 
     @property
     def episodes(self) -> EpisodeTable:
-        """Each episode as one row (:class:`~rlds_cli.cache.episode_table.EpisodeTable`):
-        ``ds.episodes["start"]``, ``["length"]``, ``["source_id"]`` and the index's other
-        fields from the episode index (no read); ``["return"]`` (one pass over ``next/reward``
-        in bounded blocks), ``["seed"]`` and ``["seed_present"]`` where reset seeds were
-        recorded, made on first use and kept; ``.env_spec``. The same table every time for
-        this view: a growing dataset's ``refresh()`` that changes the view makes a new one."""
+        """One row per episode (:class:`~rlds_cli.cache.episode_table.EpisodeTable`).
+
+        ``["start"]``, ``["length"]``, ``["source_id"]`` and the other index fields need no read;
+        ``["return"]`` (one bounded pass over ``next/reward``), ``["seed"]`` and
+        ``["seed_present"]`` are computed on first use and kept. The same object every time for
+        this view."""
         table = self._episode_table
         if table is None:
             table = self._episode_table = EpisodeTable(self)
         return table
 
     def view_parent(self) -> tuple[Dataset, np.ndarray] | None:
-        """For a view (``rlds view``, ``rlds split``): its parent dataset, opened and checked to
-        be the version the view was made of, and the parent's position of each of the view's
-        episodes (int64, in the view's order); ``None`` for any other dataset.
+        """For a view (``rlds view``, ``rlds split``): its parent, checked to be the pinned
+        version, and the parent position of each view episode (int64, view order); else ``None``.
 
         Raises:
             CorruptDatasetError: The parent is gone, or was replaced (:func:`pinned_parent`).
@@ -228,8 +225,7 @@ class Dataset:
         return Dataset(parent_dir, parent), view.parent_episodes()
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
-        """Make the gymnasium environment the data was recorded in, as Minari's
-        ``recover_environment`` does (``gymnasium.make(spec, **kwargs)``).
+        """Make the recorded gymnasium environment, as Minari's ``recover_environment`` does.
 
         Args:
             eval_env: Make the environment meant for evaluation when the source names one
@@ -244,15 +240,13 @@ class Dataset:
         return recover_environment(self, eval_env, **kwargs)
 
     def size_bytes(self) -> int:
-        """Bytes the dataset's directory uses on disk: allocated blocks, as ``du`` and ``rlds
-        list`` count them (:func:`rlds_cli._util.io.tree_bytes`). A view counts its own small
-        directory, not its parent's arrays."""
+        """Allocated bytes of the dataset's directory, as ``du`` counts them
+        (:func:`rlds_cli._util.io.tree_bytes`). A view counts only its own directory."""
         return tree_bytes(self.directory)
 
     def check_files(self) -> list[str]:
-        """Every stored file there at its full size (memmap files, every zarr chunk), checked
-        without reading data; returns the problems found (empty: complete). A view checks the
-        files of its parent."""
+        """Check that every stored file exists at full size, without reading data; returns the
+        problems found (empty: complete). A view checks its parent's files."""
         problems: list[str] = []
         directory = self.directory
         if self.manifest.layout == VIEW_LAYOUT:
@@ -285,10 +279,9 @@ class Dataset:
     # ------------------------------------------------------------------ raw columns
 
     def column(self, key: str) -> Any:
-        """The stored array for ``key``, opened once and checked: a memory map (it keeps reading
-        the file it opened), or, for a backend that reads by path at every access (zarr), a
-        :class:`~rlds_cli.cache.reader.VersionedColumn` that checks after every read that the
-        dataset was not replaced."""
+        """The stored array for ``key``, opened once and shape/dtype-checked: a memory map, or
+        (zarr) a :class:`~rlds_cli.cache.reader.VersionedColumn` that raises
+        :class:`DatasetReplacedError` after a read of a replaced version."""
         col = self._columns.get(key)
         if col is None:
             spec = self.manifest.fields.get(key)
@@ -333,15 +326,13 @@ class Dataset:
         return open_frames(directory, key, fmt, f"{key!r} of dataset {self.name!r}")
 
     def _checked_parent_dir(self, view: ViewSpec) -> Path:
-        """The directory of this view's parent, checked (once) to hold the version the view
-        pins."""
+        """This view's parent directory, checked once to hold the pinned version."""
         if self._parent_checked is None:
             self._parent_checked, _ = self._parent_manifest(view)
         return self._parent_checked
 
     def _parent_manifest(self, view: ViewSpec) -> tuple[Path, Manifest]:
-        """The directory and manifest of this view's parent, checked to be the version the view
-        pins."""
+        """This view's parent directory and manifest, checked to be the pinned version."""
         return pinned_parent(
             self.directory.parent,
             f"view {self.name!r}",
@@ -364,8 +355,7 @@ class Dataset:
             raise CorruptDatasetError(
                 f"episode index {path} is unreadable: {exc}", hint=damage_hint(self.manifest.name)
             ) from exc
-        # dtype, count, starts strictly increasing and contiguous, lengths >= 1 summing to the
-        # step count: a shuffled or hand-edited index is refused here, never served
+        # a shuffled or hand-edited index is refused here, never served
         check_episode_index(index, self.num_steps, self.num_episodes, path, name=self.manifest.name)
         return index
 
@@ -376,8 +366,7 @@ class Dataset:
         return self.episode_bounds.episode_of(steps)
 
     def reader(self, keys: Iterable[str | tuple[str, ...]] | None = None) -> TedReader:
-        """A :class:`~rlds_cli.cache.reader.TedReader` of ``keys`` (``None``: all) over this
-        dataset's stored columns (made once per key list)."""
+        """A cached :class:`~rlds_cli.cache.reader.TedReader` of ``keys`` (``None``: all)."""
         wanted = tuple(resolve_keys(self.manifest.fields, keys, self.name))
         reader = self._readers.get(wanted)
         if reader is None:
@@ -425,8 +414,8 @@ class Dataset:
 def pinned_parent(
     cache_dir: Path, child: str, parent: str, digest: str, *, remove_hint: str, remake_hint: str
 ) -> tuple[Path, Manifest]:
-    """The directory and manifest of dataset ``parent`` in ``cache_dir``, checked to be the
-    version whose manifest digest a derived dataset (``child``, in words: ``"view 'v'"``) pins.
+    """The directory and manifest of ``parent`` in ``cache_dir``, checked against the manifest
+    digest a derived dataset pins (``child`` names it in messages: ``"view 'v'"``).
 
     Raises:
         CorruptDatasetError: The parent is gone (``remove_hint``), or was replaced since the

@@ -1,15 +1,10 @@
 """Derived datasets: views, splits and drops, sharing their parent's arrays.
 
-Derived datasets: views (a range or a selection of a parent's episodes, sharing its arrays) and
-splits (two views), each written through a :class:`~rlds_cli.cache.transaction.CacheTransaction`.
-
-A view's directory holds only ``manifest.json`` and its own ``episodes.npy``; how a view is read
-is in :mod:`rlds_cli.cache.views`.
-
-**Dropping.** Dropping episodes: a dataset without some of its parent's episodes, made as a selection view.
-
-The view is :func:`create_selection`'s (of a merged or trimmed dataset, a
-composed selection): nothing is copied and the parent stays as it is.
+A view is a range or a selection of a parent's episodes; a split is two views; a drop is a
+selection of the episodes kept. Each is published through a
+:class:`~rlds_cli.cache.transaction.CacheTransaction`, copies no data and leaves the parent
+unchanged. A view's directory holds only ``manifest.json`` and its own ``episodes.npy``; reading
+it is :mod:`rlds_cli.cache.views`.
 """
 
 from __future__ import annotations
@@ -78,8 +73,8 @@ def create_selection(
     lock_timeout: float = 60.0,
 ) -> Manifest:
     """Publish a view of ``parent`` holding the episodes at positions ``episode_ids`` (any
-    order, each once; the view keeps the parent's order) under ``name``. ``how`` says in words
-    how they were chosen (kept in the manifest, shown by ``rlds list`` and ``rlds split``).
+    order, each once; kept in the parent's order) under ``name``. ``how`` describes the choice
+    in words (kept in the manifest, shown by ``rlds list``).
 
     Raises:
         InvalidSelectionError: No episode, one outside the parent, or one given twice.
@@ -126,14 +121,13 @@ def _publish_view(
 def view_manifest(
     source: Dataset, parent: str, name: str, ids: np.ndarray, how: str, *, cache: CacheRoot | None = None
 ) -> tuple[Manifest, np.ndarray]:
-    """The manifest and episode index of the view ``name`` of episodes ``ids`` (ascending,
-    distinct, checked by the caller) of ``source`` (named ``parent``): a range ``[a, b)`` when
-    they are consecutive (every column one slice of the parent's), else a selection. A view of
-    a view points straight at the stored arrays. O(episodes): nothing of the data is read.
+    """The manifest and episode index of view ``name`` of episodes ``ids`` (ascending, distinct,
+    caller-checked) of ``source``: a range when consecutive, else a selection. A view of a view
+    points at the stored arrays. O(episodes); no data is read.
 
     Raises:
-        InvalidSelectionError: ``source`` is growing, or composed (merged or trimmed: a view of
-            it is published as a composed dataset of the same parents, :func:`create_selection`).
+        InvalidSelectionError: ``source`` is growing, or composed (use :func:`create_selection`,
+            which publishes a composed selection).
     """
     _refuse_growing(source.manifest.layout, parent)
     if source.manifest.layout == COMPOSED_LAYOUT:
@@ -201,16 +195,12 @@ def split_dataset(
     seed: int = 0,
     last: bool = False,
 ) -> tuple[Manifest, Manifest]:
-    """Split by episode into two views: ``val_fraction`` of the episodes (rounded, at least one)
-    for validation, the others for training, each view in the parent's order.
+    """Split by episode into a train and a validation view, each in the parent's order.
 
-    The validation episodes are drawn at random without replacement by
-    ``numpy.random.default_rng(seed)`` (``seed=0`` by default: the same split every time; the
-    episodes drawn are kept in the views' manifests), so a parent ordered by time or by policy
-    (D4RL's replay datasets) is split evenly. ``last=True`` takes the last episodes instead (a
-    split in time: validation on what came after training). ``val_episodes`` (positions, or a
-    list such as ``"0,5,9-20"``; instead of ``val_fraction``) names the validation episodes
-    themselves.
+    ``val_fraction`` of the episodes (rounded, at least one) go to validation, drawn without
+    replacement by ``numpy.random.default_rng(seed)`` (deterministic; recorded in the manifests),
+    or the last ones with ``last=True``. ``val_episodes`` (positions or ``"0,5,9-20"``) names the
+    validation episodes instead of ``val_fraction``.
 
     Returns:
         The manifests of the train and validation views.
@@ -260,7 +250,7 @@ def _free_names(
     root: str | os.PathLike[str] | CacheRoot | None,
     replace: bool,
 ) -> tuple[str, str]:
-    """The split's two names, checked free before either view is made: never half a split."""
+    """The split's two names, checked free before either view is made (never half a split)."""
     train_name = f"{parent}-train" if train_name is None else validate_name(train_name)
     val_name = f"{parent}-val" if val_name is None else validate_name(val_name)
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
@@ -312,8 +302,7 @@ def _split_by_list(
 
 
 def _refuse_growing(layout: str, parent: str) -> None:
-    """A view reads its parent's arrays as one converted dataset stores them, and pins that
-    version: a growing dataset has its arrays in segments and a new version at every commit."""
+    """Refuse a growing parent: a view cannot pin a dataset that changes at every commit."""
     if layout == SEGMENTED_LAYOUT:
         raise InvalidSelectionError(
             f"dataset {parent!r} is a growing dataset (written by DatasetWriter): a view cannot pin "

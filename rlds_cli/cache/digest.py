@@ -1,23 +1,19 @@
-"""Content digests: one sha256 per stored array, recorded in the manifest when a dataset is
-published and recomputed by ``rlds verify`` and ``rlds inspect --check``.
+"""Content digests: one sha256 per stored array, recorded at publish and checked on verify.
 
-A digest is defined over the array's *logical* values, not over its files: the sha256 of
-every element in C order (row after row), each in little-endian byte order. A memmap ``.npy``
-and a zarr copy of the same data (whatever the chunking and compression) therefore have the
-same digest, and a value changed by hand in a ``.npy`` file or a zarr chunk changes it.
+Recomputed by ``rlds verify`` and ``rlds inspect --check``.
+
+A digest covers the array's *logical* values, not its files: the sha256 of every element in C
+order, little-endian. A memmap ``.npy`` and a zarr copy of the same data have the same digest.
 
 The manifest's ``content_digest`` holds::
 
     {"algorithm": "sha256", "columns": {"<key>": "<hex>", ...}, "episodes": "<hex>",
      "source_arrays": "<hex>"}
 
-``episodes`` covers the episode index (``episodes.npy``) the same way; ``source_arrays`` is the
-plain sha256 of ``source_metadata.npz``'s bytes, when the dataset has that file. A view stores
-no arrays: it records only its own ``episodes`` digest, and its columns are checked through
-its parent's digests (the view pins the parent's manifest, which holds them).
-
-Datasets written before digests existed have no ``content_digest``: their check is skipped,
-never failed.
+``episodes`` covers ``episodes.npy`` the same way; ``source_arrays`` is the sha256 of
+``source_metadata.npz``'s bytes, when present. A view records only its ``episodes`` digest; its
+columns are checked against its pinned parent's digests. A dataset without ``content_digest``
+is skipped, never failed.
 """
 
 from __future__ import annotations
@@ -79,12 +75,12 @@ def _feed(work: list[tuple[ColumnHasher, Any]]) -> None:
 
 
 class BlockHasher:
-    """Feeds a block's rows to their column hashers on one helper thread while the caller
-    writes the same rows (sha256 and file writes both release the GIL, so the digest stops
-    adding its time to a conversion's: ~20% of a 1M-step low-dim one). Small blocks are hashed
-    inline (a hand-off costs more than it saves) unless earlier work is still on the thread:
-    every hasher is fed in the order of the calls. The caller must not change the rows before
-    the wait :meth:`start` returns has been called; :meth:`close` ends the thread."""
+    """Feeds blocks to their column hashers on one helper thread while the caller writes them
+    (both release the GIL; saves ~20% of a 1M-step low-dim conversion).
+
+    Blocks under :data:`PARALLEL_MIN_BYTES` are hashed inline unless the thread is busy; every
+    hasher is fed in call order. The caller must not change the rows before calling the wait
+    :meth:`start` returns."""
 
     def __init__(self) -> None:
         self._pool: Any = None
@@ -107,8 +103,7 @@ class BlockHasher:
         return self._last.result
 
     def close(self, *, cancel: bool = False) -> None:
-        """Stop the helper thread after the work given to it (``cancel``: after the work it
-        has begun; what waits in its queue is dropped)."""
+        """Stop the helper thread after its queued work (``cancel``: drop work not begun)."""
         pool, self._pool, self._last = self._pool, None, None
         if pool is not None and self._pid == os.getpid():
             pool.shutdown(wait=True, cancel_futures=cancel)
@@ -119,10 +114,8 @@ def _done() -> None:
 
 
 def column_digest(column: Any, dtype: np.dtype | str, budget: Budget | None = None) -> str:
-    """Digest of a stored column (a memory map, a zarr column, any array-like with slices),
-    read in blocks of about :data:`BLOCK_BYTES` (or ``budget``'s; a whole number of zarr
-    chunks, so no chunk is decoded twice) with :func:`rlds_cli.cache.blocks.blocks`: a memory
-    map's pages are released after each block, so memory stays that of one block."""
+    """Digest of a stored column (any array-like with slices), read in bounded blocks of about
+    :data:`BLOCK_BYTES` (or ``budget``'s) with :func:`rlds_cli.cache.blocks.blocks`."""
     own = getattr(column, "content_digest", None)
     if own is not None:  # a frame column: the digest of its stored bytes (backends/frames.py)
         return str(own())
@@ -162,8 +155,8 @@ def column_path(directory: Path, backend: str, key: str) -> Path:
 def digest_directory(
     directory: Path, backend: str, keys: list[str], episodes: np.ndarray, source_arrays: Path | None = None
 ) -> dict[str, Any]:
-    """Read back the columns written under ``directory`` and return its ``content_digest``
-    (for outputs written by several processes, where no single writer sees every row)."""
+    """The ``content_digest`` of the columns under ``directory``, read back (for outputs written
+    by several processes)."""
     from rlds_cli.cache.backends import get_backend
 
     store = get_backend(backend)
@@ -214,9 +207,8 @@ def check_digests(
 ) -> DigestReport:
     """Recompute the content digests of ``ds`` and compare them with its manifest.
 
-    A view's own episode index is compared with the view's digest and its columns with the
-    parent's digests (the whole parent columns: a view has no digest of its slice). Reads are
-    bounded blocks; nothing is loaded whole.
+    A view's episode index is compared with its own digest, its columns (whole parent columns)
+    with the parent's. Reads are bounded blocks.
 
     Args:
         ds: An open dataset.
@@ -224,7 +216,7 @@ def check_digests(
         budget: The block budget of the reads (default: :data:`BLOCK_BYTES` a block).
 
     Returns:
-        A :class:`DigestReport`; ``recorded`` is false for datasets written before digests.
+        A :class:`DigestReport`; ``recorded`` is false for datasets without digests.
     """
     from rlds_cli.cache.manifest import read_manifest
     from rlds_cli.cache.views import ViewSpec

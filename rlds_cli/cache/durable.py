@@ -1,12 +1,8 @@
-"""fsyncs issued together: a build made durable in waves, from a pool of threads shared by the
-process.
+"""fsyncs issued together: a build made durable in waves, from a process-wide thread pool.
 
-One fsync waits for the disk and for a journal commit; on a filesystem that other processes
-write to, a dozen in a row took 20 ms where issued together they share commits (3 ms: a
-100k-step conversion's whole fsync cost). The pool is made once per process (a commit per
-episode made, and then joined, eight threads each time) and made again in a forked child,
-which inherits the pool object but none of its threads. Once the interpreter has begun to exit
-(concurrent.futures' exit hook has run), the paths are synced one by one in the waiting thread.
+Concurrent fsyncs share journal commits: a dozen in a row took 20 ms, issued together 3 ms. The
+pool is made once per process and again in a forked child (which inherits no threads). Once the
+interpreter is exiting, paths are synced one by one in the waiting thread.
 """
 
 from __future__ import annotations
@@ -63,9 +59,8 @@ def tree_paths(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def start_fsyncs(files: list[Path], folders: list[Path]) -> Callable[[], None]:
-    """Begin fsyncing every one of ``files`` and ``folders`` at once, in no order among them;
-    returns the wait for all of them, which raises the first error once every one has ended
-    (two paths or fewer are synced here, before this returns)."""
+    """Begin fsyncing all ``files`` and ``folders`` at once, unordered; returns a wait that
+    raises the first error once all have ended (two paths or fewer are synced inline)."""
     if len(files) + len(folders) <= 2:
         for path in files:
             fsync_file(path)
@@ -77,8 +72,8 @@ def start_fsyncs(files: list[Path], folders: list[Path]) -> Callable[[], None]:
     for sync, path in [*((fsync_file, p) for p in files), *((fsync_dir, p) for p in folders)]:
         try:
             waits.append(pool.submit(sync, path).result)
-        except RuntimeError:  # the interpreter is exiting (concurrent.futures takes no new work
-            # once its exit hook ran: a writer left open commits in an atexit handler after it)
+        except RuntimeError:  # interpreter exiting: an atexit commit after concurrent.futures'
+            # exit hook, which takes no new work
             waits.append(functools.partial(sync, path))  # synced by the wait, in this thread
 
     def wait() -> None:
@@ -100,9 +95,8 @@ def fsync_wave(files: list[Path], folders: list[Path]) -> None:
 
 
 def fsync_tree(root: Path) -> None:
-    """Make a finished build durable before its manifest commits it: every file's data (zarr
-    writes each chunk to a fresh file that nobody else syncs), then every folder's entries
-    (each after the files in it), ``root`` among them; each wave issued at once."""
+    """Make a finished build durable before its manifest commits it: all files, then all
+    folders (``root`` included), each wave issued at once."""
     files, folders = tree_paths(root)
     fsync_wave(files, [])
     fsync_wave([], folders)

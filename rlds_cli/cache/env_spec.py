@@ -1,36 +1,29 @@
-"""The environment a dataset was recorded in: where the manifest keeps it, how it is read, and
-how :meth:`Dataset.recover_environment() <rlds_cli.cache.dataset.Dataset.recover_environment>`
-makes it again with gymnasium.
+"""The environment a dataset was recorded in: its stored form, reading it, and remaking it.
 
-**Where it lives.** A writer that knows the environment stores it in the manifest's top-level
-``env`` object (:func:`env_entry` makes it from a gymnasium ``EnvSpec``)::
+:meth:`Dataset.recover_environment() <rlds_cli.cache.dataset.Dataset.recover_environment>` makes
+it again with gymnasium.
+
+The manifest's top-level ``env`` object (:func:`env_entry` makes it from a gymnasium
+``EnvSpec``; ``eval_spec``, ``requirements`` and ``source`` optional)::
 
     "env": {"spec": {...gymnasium EnvSpec.to_json()...}, "eval_spec": {...}, "origin": "...",
             "requirements": ["mujoco>=3"], "source": "registry"}
 
-(``eval_spec``, ``requirements`` and ``source`` optional; ``Manifest.env``, checked to be an
-object whose ``spec`` is an object when the manifest is read.) ``rlds download`` of a D4RL
-registry entry writes the entry's D4RL id there (:meth:`RegistryEntry.env_entry
-<rlds_cli.catalog.registry_schema.RegistryEntry.env_entry>`, ``"source": "registry"``): the id
-of the environment the ``d4rl`` package registers (for the old ``gym`` API), with the entry's
-``max_episode_steps``.
+A D4RL registry download stores the ``d4rl`` package's id (old ``gym`` API) and
+``max_episode_steps`` there (:meth:`RegistryEntry.env_entry
+<rlds_cli.catalog.registry_schema.RegistryEntry.env_entry>`, ``"source": "registry"``).
 
-:func:`read_env_spec` is the one reader. It looks, in order, at:
+:func:`read_env_spec` looks, in order, at:
 
-1. the manifest's ``env`` (written by rlds itself: a writer, a conversion, a registry download);
-2. a growing dataset's (``source.format`` ``rlds-writer``): the spec ``DatasetWriter(env_spec=...)``
-   keeps under ``source.metadata.spaces.env_spec`` (``rlds_cli.record`` passes it);
-3. a Minari source's ``env_spec`` and ``eval_env_spec``, which a conversion keeps as Minari wrote
-   them under ``source.metadata.spaces`` (with ``requirements`` under ``source.metadata.minari``).
+1. the manifest's ``env``;
+2. for ``source.format`` ``rlds-writer``: ``source.metadata.spaces.env_spec`` (from
+   ``DatasetWriter(env_spec=...)``);
+3. a Minari source's ``env_spec`` and ``eval_env_spec`` under ``source.metadata.spaces`` (with
+   ``requirements`` under ``source.metadata.minari``).
 
-(The bundled demo's ``env`` names a numpy simulation, no gymnasium environment: it is not
-offered. A D4RL dataset downloaded by an rlds older than 2026-11-27 records none: downloading it
-again with ``--force`` records it.)
-
-A view has its parent's environment. A dataset written by ``rlds preprocess`` has none: its
-function may have changed what the observations are.
-
-gymnasium is imported only to make or serialize an environment, never to read a spec.
+A view has its parent's environment; ``rlds preprocess`` output has none. D4RL downloads without
+``env`` get it by downloading again with ``--force``. gymnasium is imported only to make or
+serialize an environment, never to read a spec.
 """
 
 from __future__ import annotations
@@ -63,8 +56,7 @@ __all__ = [
     "recover_environment",
 ]
 
-#: Keys of older gymnasium specs that gymnasium 1.x no longer has; Minari drops them the same way
-#: when it loads a spec (``MinariDataset.__init__``).
+#: Spec keys gymnasium 1.x does not have; dropped as Minari's ``MinariDataset.__init__`` does.
 _RETIRED_KEYS = ("order_enforce", "apply_api_compatibility", "autoreset")
 
 
@@ -114,8 +106,8 @@ class RecordedEnvSpec:
 def _record(
     raw: Any, eval_raw: Any, origin: str, source: str, requirements: Any = ()
 ) -> RecordedEnvSpec | None:
-    """A :class:`RecordedEnvSpec` from a stored JSON object (a JSON string is decoded), or
-    ``None`` when it names no environment id."""
+    """A :class:`RecordedEnvSpec` from a stored JSON object or string, or ``None`` without an
+    environment id."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -146,8 +138,8 @@ def _record(
 
 
 def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
-    """The environment ``manifest`` records (the order of the places is in the module
-    docstring), or ``None``. A view's manifest records none itself: see :func:`dataset_env_spec`."""
+    """The environment ``manifest`` records (lookup order: module docstring), or ``None``; for a
+    view use :func:`dataset_env_spec`."""
     env = manifest.env
     if env:
         origin = env.get("origin") if isinstance(env.get("origin"), str) else "recorded by the writer"
@@ -181,9 +173,8 @@ def read_env_spec(manifest: Manifest) -> RecordedEnvSpec | None:
 
 
 def own_manifest(dataset: Dataset) -> Manifest | None:
-    """The manifest whose facts (environment, reference scores) describe ``dataset``: its own,
-    or a view's parent's (``None`` when the parent is gone or was replaced since the view was
-    made)."""
+    """The manifest describing ``dataset``'s environment and scores: its own, or a view's
+    parent's (``None`` when the parent is gone or replaced)."""
     manifest = dataset.manifest
     if manifest.layout != VIEW_LAYOUT:
         return manifest
@@ -215,8 +206,7 @@ def _gymnasium(what: str) -> Any:
 
 
 def env_spec_to_json(spec: Any) -> dict[str, Any]:
-    """A gymnasium ``EnvSpec`` as the JSON object the manifest stores (gymnasium's own
-    ``EnvSpec.to_json()``, decoded).
+    """A gymnasium ``EnvSpec`` as the manifest stores it (``EnvSpec.to_json()``, decoded).
 
     Raises:
         EnvironmentUnavailableError: The spec cannot be written as JSON (an entry point or a
@@ -232,8 +222,7 @@ def env_spec_to_json(spec: Any) -> dict[str, Any]:
 
 
 def env_entry(spec: Any, eval_spec: Any = None, *, origin: str = "recorded by rlds") -> dict[str, Any]:
-    """The manifest's ``env`` value for a gymnasium ``EnvSpec`` (and an optional evaluation one):
-    what a writer puts in ``Manifest.env``."""
+    """The manifest's ``env`` value for a gymnasium ``EnvSpec`` and optional evaluation spec."""
     entry: dict[str, Any] = {"spec": env_spec_to_json(spec), "origin": origin}
     if eval_spec is not None:
         entry["eval_spec"] = env_spec_to_json(eval_spec)
@@ -241,8 +230,8 @@ def env_entry(spec: Any, eval_spec: Any = None, *, origin: str = "recorded by rl
 
 
 def _to_gymnasium(gym: Any, raw: dict[str, Any], name: str) -> Any:
-    """gymnasium's ``EnvSpec`` of a stored full spec (``EnvSpec.from_json``, keys retired since
-    gymnasium 1.0 dropped as Minari does)."""
+    """gymnasium's ``EnvSpec`` of a stored full spec, :data:`_RETIRED_KEYS` unknown to it
+    dropped."""
     import dataclasses
 
     known = {f.name for f in dataclasses.fields(gym.envs.registration.EnvSpec)}
@@ -265,7 +254,7 @@ def _missing_hint(spec: RecordedEnvSpec, fallback: str) -> str:
 
 
 def _no_env_hint(dataset: Dataset) -> str | None:
-    """For a D4RL download made before downloads recorded the environment: how to record it."""
+    """The hint for a D4RL download without a recorded environment, else ``None``."""
     manifest = own_manifest(dataset)
     source = manifest.source if manifest is not None else {}
     if source.get("format") == "d4rl" and isinstance(source.get("id"), str):
@@ -277,12 +266,11 @@ def _no_env_hint(dataset: Dataset) -> str | None:
 
 
 def recover_environment(dataset: Dataset, eval_env: bool = False, **kwargs: Any) -> Any:
-    """Make the environment ``dataset`` was recorded in (what
-    :meth:`~rlds_cli.cache.dataset.Dataset.recover_environment` does).
+    """Make the environment ``dataset`` was recorded in
+    (:meth:`~rlds_cli.cache.dataset.Dataset.recover_environment`).
 
-    As Minari's ``MinariDataset.recover_environment``: ``gymnasium.make(spec, **kwargs)`` of the
-    stored spec, or of the evaluation spec with ``eval_env=True`` when there is one (else the
-    recording one). A spec with only an id (from the registry) is made as
+    As Minari does: ``gymnasium.make(spec, **kwargs)`` of the stored spec (the evaluation spec
+    with ``eval_env=True``, when there is one); an id-only spec is made as
     ``gymnasium.make(id, max_episode_steps=..., **kwargs)``.
 
     Raises:

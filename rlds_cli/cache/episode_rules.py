@@ -1,14 +1,11 @@
-"""The episode rules of TED, each written once: every key has one row per step, and
-``next/terminated | next/truncated`` (``done``) is true exactly at the last step of each episode.
+"""The TED episode rules: one row per step per key, and ``done`` exactly at each episode's end.
 
-Each rule is a function that returns a :class:`Problem` (what is wrong and where) or ``None``;
-none raises. The conversion's block check (:mod:`rlds_cli.cache.builder`), the writer's episode
-check (:mod:`rlds_cli.write.validate`) and ``rlds inspect --check``
-(:mod:`rlds_cli.inspection.validate`) each turn a problem into their own error and wording.
-Every function is vectorised numpy over the rows, with Python loops over keys only.
+``done`` is ``next/terminated | next/truncated``.
 
-Episode ends are given as StepBlock's ``ends``: the sorted positions of each episode's last
-step (inclusive).
+Each rule returns a :class:`Problem` or ``None`` and never raises; :mod:`rlds_cli.cache.builder`,
+:mod:`rlds_cli.write.validate` and :mod:`rlds_cli.inspection.validate` word their own errors.
+Rules are vectorised over rows. Episode ends are StepBlock's ``ends``: the sorted positions of
+each episode's last step (inclusive).
 """
 
 from __future__ import annotations
@@ -62,9 +59,8 @@ class Problem:
 
 
 def missing_step_keys(keys: Collection[str]) -> Problem | None:
-    """The required step keys (:data:`~rlds_cli.cache.ted.REQUIRED_STEP_KEYS`, in that order)
-    that ``keys`` lacks. A key stored as a group counts (``action/0``, ``action/goal`` for a
-    Dict or Tuple action space)."""
+    """The required step keys (:data:`~rlds_cli.cache.ted.REQUIRED_STEP_KEYS`, in order) that
+    ``keys`` lacks; a group (``action/0``, ``action/goal``) counts as its key."""
     missing = tuple(
         k for k in REQUIRED_STEP_KEYS if k not in keys and not any(s.startswith(f"{k}/") for s in keys)
     )
@@ -88,8 +84,8 @@ def ends_problem(ends: np.ndarray, n: int) -> Problem | None:
 
 
 def last_steps(ends: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Whether each step of ``[start, stop)`` is its episode's last, from the sorted ``ends`` of
-    any range that holds them (a binary search: ``ends`` may be a whole dataset's)."""
+    """Whether each step of ``[start, stop)`` is its episode's last, from sorted ``ends`` (which
+    may cover a wider range)."""
     ends = np.asarray(ends)
     last = np.zeros(stop - start, bool)
     lo, hi = np.searchsorted(ends, [start, stop])
@@ -98,8 +94,8 @@ def last_steps(ends: np.ndarray, start: int, stop: int) -> np.ndarray:
 
 
 def done_mismatches(done: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every break of the ``done`` rule, as positions: ``(early, unended)``, the steps with
-    ``done`` that are not their episode's last, and the last steps without ``done``.
+    """Every break of the ``done`` rule as positions: ``(early, unended)``: steps done before
+    their episode's last, and last steps not done.
 
     Args:
         done: ``next/terminated | next/truncated`` of each step, ``(n,)`` bool.
@@ -119,9 +115,9 @@ def done_problem(done: np.ndarray, last: np.ndarray) -> Problem | None:
 
 
 def episode_done_problem(done: np.ndarray) -> Problem | None:
-    """The ``done`` rule for one whole episode: its last step is done (else
-    :data:`END_NOT_DONE`, named first: an episode cut short), and no other step is (else
-    :data:`DONE_BEFORE_END` at the first); :data:`NO_STEPS` for an empty one."""
+    """The ``done`` rule for one whole episode: :data:`NO_STEPS` if empty, :data:`END_NOT_DONE`
+    if its last step is not done (checked first), :data:`DONE_BEFORE_END` at the first early
+    done."""
     n = len(done)
     if n == 0:
         return Problem(NO_STEPS)

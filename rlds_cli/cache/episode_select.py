@@ -1,12 +1,10 @@
-"""Which episodes a user means: an index list (``"0,5,9-20"``) or a predicate over the
-per-episode statistics (``"length >= 50 and return > 100"``), each turned into the ascending
-episode positions a view (:func:`rlds_cli.cache.derive.create_selection`) or a loader holds.
+"""Episode selection: an index list (``"0,5,9-20"``) or a predicate (``"length >= 50 and return > 100"``).
 
-The predicate is read by a small parser of its own (no ``eval``): numbers, the names of the
-columns of :attr:`Dataset.episodes <rlds_cli.cache.dataset.Dataset.episodes>` (``length``,
-``return``, ``start``, ``source_id``, ...) and ``episode`` (the position), ``+ - * /``,
-comparisons (``< <= > >= == !=``), ``and``, ``or``, ``not`` and parentheses. It is evaluated on
-whole columns with numpy, so a million episodes take milliseconds.
+Both give ascending episode positions, for a view
+(:func:`rlds_cli.cache.derive.create_selection`) or a loader. The predicate parser (no ``eval``)
+accepts numbers, the columns of :attr:`Dataset.episodes <rlds_cli.cache.dataset.Dataset.episodes>`
+and ``episode`` (the position), ``+ - * /``, ``< <= > >= == !=``, ``and``, ``or``, ``not`` and
+parentheses, and evaluates on whole columns with numpy (milliseconds for a million episodes).
 """
 
 from __future__ import annotations
@@ -78,8 +76,8 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
 
 
 def _integer(text: str, spec: object) -> int:
-    """``text`` (digits, maybe signed) as an int; one too long for Python's int() (4,300 digits)
-    is past any dataset's end all the same."""
+    """``text`` (signed digits) as an int; one too long for ``int()`` raises
+    :class:`InvalidSelectionError` (outside the dataset)."""
     try:
         return int(text)
     except ValueError:
@@ -294,8 +292,8 @@ def _too_deep(text: str) -> InvalidSelectionError:
 
 def select_where(text: str, table: Any) -> np.ndarray:
     """The positions (ascending, int64) of the episodes of ``table`` (an
-    :class:`~rlds_cli.cache.episode_table.EpisodeTable`) for which ``text`` holds. Only the
-    columns the predicate names are made (``return``: one pass over the rewards).
+    :class:`~rlds_cli.cache.episode_table.EpisodeTable`) for which ``text`` holds; only the
+    columns it names are computed.
 
     Raises:
         InvalidSelectionError: A bad predicate, or one that is not true or false per episode.

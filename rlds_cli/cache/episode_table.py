@@ -1,22 +1,17 @@
 """Each episode of a dataset as one row of a table: :attr:`Dataset.episodes`.
 
-One table for every kind of dataset (converted, a view, growing, read at a URL), made of what
-the dataset already holds:
+Columns, for every kind of dataset (converted, view, growing, remote):
 
-* from its episode index (``Dataset.episode_index``, read and checked when the dataset was
-  opened: no read here): ``start``, ``length``, ``source_id`` and the index's other fields
-  (``final_known``);
-* ``return``: the sum of ``next/reward`` over the episode, one pass over the column in bounded
-  blocks (:func:`episode_returns`), made on first use and kept;
-* ``seed`` and ``seed_present``, where the episodes' reset seeds were recorded: by rlds, on
-  every step (``reset_seed``, read at each episode's first step: :func:`recorded_seeds`), or
-  by the source, per episode, in the arrays a conversion keeps (``<format>/episode_seed``, a
-  view's taken from its parent's rows: :func:`source_seeds`); made on first use and kept;
-* the environment the dataset records (``Dataset.env_spec``), one for the whole table.
+* ``start``, ``length``, ``source_id``, ``final_known``: the episode index (no read);
+* ``return``: sum of ``next/reward``, one bounded pass (:func:`episode_returns`);
+* ``seed``, ``seed_present``: recorded by rlds per step (``reset_seed``,
+  :func:`recorded_seeds`) or kept by a conversion per episode (``<format>/episode_seed``,
+  :func:`source_seeds`);
+* plus the dataset's ``env_spec``.
 
-A table is of one view of its dataset. A growing dataset's ``refresh()`` that changes the view
-makes ``ds.episodes`` a new table; a column the old table has not made yet is then refused
-(:class:`~rlds_cli.errors.DatasetReplacedError`), never made of the new view.
+Computed columns are made on first use and kept. A table belongs to one view: after a growing
+dataset's ``refresh()`` changes the view, a column not yet made raises
+:class:`~rlds_cli.errors.DatasetReplacedError`, never one of the new view.
 """
 
 from __future__ import annotations
@@ -35,8 +30,8 @@ if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.env_spec import RecordedEnvSpec
 
-#: Per-step columns of a recording holding the episode's reset seed (uint64) and whether it
-#: had one (bool), on every step (a growing dataset keeps no per-episode arrays).
+#: Per-step columns of a recording: the episode's reset seed (uint64) and whether it had one
+#: (bool), on every step.
 SEED_KEY = "reset_seed"
 SEED_PRESENT_KEY = "reset_seed_present"
 #: Per-episode source arrays holding a reset seed, as readers name them (``<format>/episode_seed``
@@ -52,8 +47,7 @@ SEED_PRESENT = "seed_present"
 
 
 def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
-    """Sum of ``next/reward`` per episode of ``ds`` (float64), the column read in bounded
-    blocks (:func:`~rlds_cli.cache.blocks.blocks`)."""
+    """Sum of ``next/reward`` per episode (float64), read in bounded blocks."""
     budget = budget if budget is not None else Budget()
     returns = np.zeros(ds.num_episodes, np.float64)
     bounds = ds.episode_bounds
@@ -69,9 +63,8 @@ def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
 
 
 def recorded_seeds(ds: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
-    """The reset seed (uint64) of every episode of a dataset recorded by rlds and whether it
-    had one (bool; the seed is 0 where not), read at each episode's first step; ``None`` when
-    the dataset has no ``reset_seed`` key."""
+    """Per episode: the reset seed (uint64; 0 where none) and whether it had one (bool), read
+    at its first step; ``None`` without a ``reset_seed`` key."""
     if SEED_KEY not in ds.fields:
         return None
     rows = ds.gather(ds.episode_index["start"], [SEED_KEY, SEED_PRESENT_KEY])
@@ -79,8 +72,8 @@ def recorded_seeds(ds: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def source_seeds(ds: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
-    """The per-episode reset seeds a conversion kept in the source arrays and whether each
-    episode had one (a view: its rows of its parent's), or ``None`` where there are none.
+    """Per-episode reset seeds and presence flags from the source arrays (a view: its parent's
+    rows), or ``None`` where there are none.
 
     Raises:
         CorruptDatasetError: The seed arrays do not hold one row per episode.
@@ -110,15 +103,11 @@ def _read_only(values: np.ndarray) -> np.ndarray:
 
 
 class EpisodeTable:
-    """One row per episode of a dataset, in its order (row ``i`` is ``ds.episode(i)``): numpy
-    arrays of one length, by column name, plus the environment (one for the whole dataset).
-    See the module docstring for where each column comes from and what it costs.
+    """One row per episode of a dataset, in its order (row ``i`` is ``ds.episode(i)``).
 
-    ``table["length"]`` is a column (any name of :attr:`names`; the index's fields cost no
-    read), ``table[["start", "length"]]`` a structured array of those columns,
-    ``table[i]`` episode ``i`` as a dict, ``len(table)`` the episodes, ``"seed" in table``
-    whether it has that column, ``np.asarray(table)`` every column as one structured array.
-    Columns are made once and kept, read-only.
+    ``table["length"]``: a column; ``table[["start", "length"]]``: a structured array;
+    ``table[i]``: episode ``i`` as a dict; ``"seed" in table``: whether the column exists;
+    ``np.asarray(table)``: all columns as one structured array. Columns are read-only.
 
     Attributes:
         starts: Each episode's first step (int64): its transitions are ``ds[starts[i] :
@@ -146,8 +135,8 @@ class EpisodeTable:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The column names: the index's fields, ``return``, and ``seed`` and ``seed_present``
-        where the dataset records seeds (looking that up reads them)."""
+        """The column names: the index's fields, ``return``, and ``seed``/``seed_present``
+        where seeds are recorded (finding out reads them)."""
         index_fields = tuple(self._index.dtype.names or ())
         return (*index_fields, RETURN, *((SEED, SEED_PRESENT) if self.seeds is not None else ()))
 
@@ -156,8 +145,8 @@ class EpisodeTable:
 
         Raises:
             KeyError: The table has no such column.
-            DatasetReplacedError: A column that costs a read, asked after a growing dataset's
-                ``refresh()`` moved its view on (take ``ds.episodes`` again).
+            DatasetReplacedError: A column not yet made, after a growing dataset's
+                ``refresh()`` changed its view.
         """
         values = self._columns.get(name)
         if values is not None:
@@ -177,7 +166,7 @@ class EpisodeTable:
         return values
 
     def _made(self, make: Callable[[Dataset], T]) -> T:
-        """``make(dataset)``, of the view this table is of."""
+        """``make(dataset)``, checked to be of this table's view."""
         self._check_view()
         out = make(self._ds)
         self._check_view()  # a refresh on another thread while it read

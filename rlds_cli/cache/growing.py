@@ -1,36 +1,16 @@
-"""A growing dataset (``layout: "segmented"``): read as one dataset over its segments, and its
-settings.
+"""A growing dataset (``layout: "segmented"``) read as one dataset over its segments; its settings.
 
-Reading a growing dataset (``layout: "segmented"``): one :class:`Dataset` over its segments.
+:class:`GrowingDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` over the live episodes of
+the segments as of one commit-log position (:mod:`rlds_cli.cache.commit_log`). Its columns map
+rows to segments (:mod:`rlds_cli.cache.growing_columns`); a single segment's columns are handed
+out directly. The view changes only on :meth:`GrowingDataset.refresh`, so indices stay valid
+until then. Segments leaving the view keep their files for ``grace_seconds``; a reader lagging
+further gets :class:`DatasetReplacedError`.
 
-:class:`GrowingDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` with the same API
-(``num_steps``, ``gather``, ``episode``, ``column``, ``reader``...) over the live episodes of
-the segments as of the commit-log position it opened at (see
-:mod:`rlds_cli.cache.commit_log`). Its columns are :class:`ConcatColumn` s that map a row to
-the segment holding it (:mod:`rlds_cli.cache.growing_columns`); a dataset of one segment
-(after ``rlds compact``) hands out that segment's columns themselves, so it reads as fast as
-a converted dataset.
-
-:meth:`GrowingDataset.refresh` follows the log to its end (one ``stat`` when nothing changed;
-otherwise a read of the new records, each new segment's manifest and episode index) and moves
-the view forward. The view never changes without it, so a reader's
-indices stay valid until it asks.
-
-Segments that leave the view (evicted whole, or replaced by a compaction) keep their files for
-a grace period (the dataset's ``grace_seconds``) so readers of older views keep reading; a
-reader that lags further finds them gone and gets :class:`DatasetReplacedError` (refresh).
-
-**Settings.** A growing dataset's settings (capacity, min_size, min_total, grace_seconds): fixed
-by its creator in the head manifest's ``source.growing``, read by every writer, reader and ``rlds
-gc``; checked in one place, so a bad value is one clear error wherever it is met (a writer's
-argument, or a manifest edited or damaged outside rlds), never a ``TypeError`` deep in a
-collection.
-
-``capacity`` and ``min_size`` count the same steps: the unprotected ones (protected episodes,
-demonstrations, are never evicted and never make a dataset ready on their own); ``min_total``
-counts every step. A manifest written before ``min_total`` existed has a ``min_size`` that
-counted every step: it is read as that dataset's ``min_total`` (and ``min_size`` 0), so such a
-dataset becomes ready exactly as it did when it was made.
+Settings live in the head manifest's ``source.growing`` and are checked in one place
+(:func:`growing_settings`). ``capacity`` and ``min_size`` count unprotected steps (protected
+episodes are never evicted); ``min_total`` counts every step. A manifest without ``min_total``
+has its ``min_size`` (which counted every step) read as ``min_total``, with ``min_size`` 0.
 """
 
 from __future__ import annotations
@@ -83,9 +63,11 @@ def settings_problem(got: dict[str, Any]) -> str | None:
 
 def growing_settings(manifest: Manifest) -> dict[str, Any]:
     """The head manifest's settings (capacity, capacity_episodes, min_size, min_total,
-    grace_seconds), with defaults (a manifest without ``min_total``: see the module docstring).
-    Raises :class:`CorruptDatasetError` naming the dataset and the key when one is not a value
-    rlds writes."""
+    grace_seconds), with defaults.
+
+    Raises:
+        CorruptDatasetError: A setting is not a value rlds writes.
+    """
     got = manifest.source.get("growing", {}) if isinstance(manifest.source, dict) else {}
     problem = "source.growing is not a table" if not isinstance(got, dict) else settings_problem(got)
     if problem is not None:
@@ -95,7 +77,7 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
             "episodes to a new dataset",
         )
     min_size, min_total = int(got.get("min_size", 0) or 0), int(got.get("min_total", 0) or 0)
-    if "min_total" not in got:  # written before min_total: its min_size counted every step
+    if "min_total" not in got:  # such a manifest's min_size counts every step
         min_size, min_total = 0, min_size
     return {
         "capacity": None if got.get("capacity") is None else int(got["capacity"]),
@@ -107,9 +89,8 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
 
 
 def is_ready(settings: dict[str, Any], steps: int, protected_steps: int) -> bool:
-    """Whether a view of ``steps`` steps, ``protected_steps`` of them protected, is ready under
-    ``settings`` (:func:`growing_settings`): it holds a step, at least ``min_size`` unprotected
-    steps (the steps ``capacity`` counts) and at least ``min_total`` steps in all."""
+    """Whether a view is ready: at least one step, ``min_size`` unprotected steps and
+    ``min_total`` steps in all."""
     return steps > 0 and steps - protected_steps >= settings["min_size"] and steps >= settings["min_total"]
 
 
@@ -148,9 +129,8 @@ class GrowingDataset(Dataset):
         self._segments: dict[bytes, Dataset] = {}
         self._tails: dict[str, TailRun] = {}
         self._facts: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        # (size, device, inode, ctime) of the log when last read whole: a stat that says the same
-        # means nothing was appended (an append moves the size and the ctime) and no new log
-        # took its place (another inode, or the same one reused, with another ctime)
+        # (size, device, inode, ctime) of the log when last read whole: the same stat means no
+        # append and no replaced log
         self._log_seen: tuple[int, int, int, int] | None = None
         self._log_path = str(self.directory / COMMIT_LOG_FILE)
         self._state = load_state(self.directory, until=position)
@@ -179,20 +159,17 @@ class GrowingDataset(Dataset):
 
     @property
     def log_segments(self) -> list[SegmentEntry]:
-        """The view's segments in log order, fully evicted ones included (the entries are the
-        view's own: not to be changed). Without :attr:`state`'s copy of every retired segment."""
+        """The view's segments in log order, fully evicted ones included (shared entries: do not
+        change them)."""
         return list(self._state.segments)
 
     def refresh(self) -> bool:
         """Follow the commit log to its end; returns whether the view changed.
 
-        Cost: one ``stat`` of the commit log when nothing was committed (its size, inode and
-        ctime as last read: a replaced dataset's new log differs and takes the full check);
-        otherwise a read of the new records and, per new segment, its manifest and episode
-        index, then the episode index of the view is extended (linear in the episodes, in
-        numpy). Indices taken before a refresh that changed the view must not be used after
-        it; :attr:`episode_ids` maps episodes from one view to the next."""
-        try:  # the common case, nothing committed: one stat, no open (a third of the full check)
+        Costs one ``stat`` when nothing was committed; otherwise the new records and each new
+        segment's manifest and index. Indices taken before a refresh that changed the view are
+        invalid after it; :attr:`episode_ids` maps episodes between views."""
+        try:  # nothing committed: one stat, no open (a third of the full check)
             st = os.stat(self._log_path)
             seen = (st.st_size - st.st_size % RECORD_SIZE, st.st_dev, st.st_ino, st.st_ctime_ns)
         except OSError:
@@ -208,9 +185,8 @@ class GrowingDataset(Dataset):
         self._rebuild()
         return True
 
-    #: Each live episode's number in the log (int64, increasing): the same episode has the same
-    #: number in every view, whatever was appended, evicted or compacted since (see
-    #: :attr:`~rlds_cli.cache.commit_log.SegmentEntry.ordinal`).
+    #: Each live episode's number in the log (int64, increasing), the same in every view
+    #: (:attr:`~rlds_cli.cache.commit_log.SegmentEntry.ordinal`).
     episode_ids: np.ndarray
 
     @property
@@ -236,9 +212,8 @@ class GrowingDataset(Dataset):
         return ds
 
     def _gone(self, seg: bytes) -> CacheError:
-        """The error for segment ``seg`` found missing: removed since this view was taken
-        (evicted or compacted, past the grace period), or, where the log as it is now still
-        names it live, damage."""
+        """The error for missing segment ``seg``: :class:`DatasetReplacedError` if removed since
+        this view, :class:`CorruptDatasetError` if the log still names it live."""
         latest = LogState()
         latest.follow(self.directory / COMMIT_LOG_FILE)
         if any(entry.seg == seg for entry, _ in latest.live()):
@@ -258,8 +233,7 @@ class GrowingDataset(Dataset):
         return [(s, skip - s.dropped) for s, skip in self._state.live()]
 
     def segment_datasets(self) -> list[Dataset]:
-        """The live segments, opened, in log order (each a plain :class:`Dataset` with its own
-        manifest and content digests)."""
+        """The live segments, opened, in log order (each a plain :class:`Dataset`)."""
         return [ds for ds, _ in self._parts]
 
     def growth(self) -> dict[str, Any]:
@@ -298,8 +272,7 @@ class GrowingDataset(Dataset):
         self._part_ids = ids
         self._firsts = firsts
         lens = self.episode_index["length"]
-        # each episode's number in the log (see SegmentEntry.ordinal): segment ordinal, plus its
-        # evicted and dropped episodes, plus its place among the live ones
+        # episode number: segment ordinal + dropped + place among the segment's episodes
         counts = self._neps - firsts
         base = np.fromiter((e.ordinal + e.dropped for e, _ in live), np.int64, len(live)) + firsts
         self.episode_ids = np.repeat(base - (np.cumsum(counts) - counts), counts) + np.arange(
@@ -347,10 +320,8 @@ class GrowingDataset(Dataset):
         self.episode_index = index
 
     def _grow(self, live: list[tuple[SegmentEntry, int]], ids: list[bytes], firsts: np.ndarray) -> bool:
-        """The view made from the last one when it only lost episodes at its front and gained
-        segments at its end (what appends and FIFO eviction do): the kept parts and episode
-        rows sliced, the new segments' appended. A refresh then costs the new segments, not the
-        dataset. ``False`` (nothing changed) for any other change, e.g. a compaction."""
+        """Extend the last view incrementally when it only lost front episodes and gained end
+        segments (appends, FIFO eviction); ``False``, unchanged, for any other change."""
         old_ids: list[bytes] | None = getattr(self, "_part_ids", None)
         if not old_ids or not ids:
             return False
@@ -423,9 +394,8 @@ class GrowingDataset(Dataset):
         cut = int(big[-1]) + 1 if len(big) else 0
         if spec.frame_format is not None:  # frames stay encoded in their segments: no tail in RAM
             cut = len(self._parts)
-        # The tail skips evicted rows of its first segment only. A partly evicted segment
-        # further on (protected segments before it stay live) starts the tail itself; the
-        # small segments before it are read as pieces of their own.
+        # The tail skips evicted rows of its first segment only: a later partly evicted segment
+        # starts the tail itself.
         partial = np.flatnonzero(starts[cut + 1 :] > 0)
         if len(partial):
             cut += 1 + int(partial[-1])
@@ -447,8 +417,7 @@ class GrowingDataset(Dataset):
         return ConcatColumn(pieces, spec.shape, spec.dtype)
 
     def _reader_of(self, ds: Dataset, key: str, stop: int) -> Callable[[], np.ndarray]:
-        """Reads a small segment's column whole (once: a tail keeps it), without keeping the
-        file open."""
+        """A reader of a small segment's whole column, keeping no file open."""
 
         spec = self.head.fields[key]
 
@@ -475,9 +444,9 @@ class GrowingDataset(Dataset):
         return self.episode_index
 
     def check_files(self) -> list[str]:
-        """Every live segment's files at full size (see :meth:`Dataset.check_files`); the whole
-        commit log and its checkpoint are replayed first (damage raises
-        :class:`~rlds_cli.errors.CorruptDatasetError`: :func:`~rlds_cli.cache.log_checkpoint.verify_log`)."""
+        """Check every live segment's files (:meth:`Dataset.check_files`) after replaying the
+        whole log (:func:`~rlds_cli.cache.log_checkpoint.verify_log`, which raises
+        :class:`~rlds_cli.errors.CorruptDatasetError` on damage)."""
         problems: list[str] = []
         latest = verify_log(self.directory)  # the whole log, not this view's checkpoint and tail
         _, why = unnamed(self.directory, latest)
@@ -496,8 +465,7 @@ class GrowingDataset(Dataset):
 
 
 class _TailSpec:
-    """The small segments from part ``cut`` on, as :meth:`TailRun.view` takes them: ids, the
-    rows of each one skipped, and a reader of each one's rows (called for new ones only)."""
+    """The small segments from part ``cut`` on, in the form :meth:`TailRun.view` takes."""
 
     def __init__(self, ds: GrowingDataset, key: str, cut: int, starts: np.ndarray, stops: np.ndarray) -> None:
         self._ds, self._key, self._cut = ds, key, cut

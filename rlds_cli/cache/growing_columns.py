@@ -1,16 +1,10 @@
 """A growing dataset's columns, made of its segments' columns.
 
-:class:`ConcatColumn` reads one key over several segments, end to end: each row from the
-segment holding it.
-
-:class:`TailRun` holds the small segments at the end in one array in RAM. Each commit is a
-segment of its own, so while writers append, the newest part of a growing dataset is many
-small segments. Gathering rows spread over hundreds of files costs a ``take`` per file; a
-:class:`TailRun` copies each small segment's rows once (a segment never changes) into one
-growing array per key, so the whole tail is one ``take``. A refresh appends the new segments'
-rows (amortized: the array doubles), drops evicted ones from the front (an offset; the live
-rows are copied to a fresh array when more than half of it is dead) and maps a merge of
-segments it holds to their rows, so following a dataset costs the new rows, not the dataset.
+:class:`ConcatColumn` reads one key over several segments end to end. :class:`TailRun` copies
+the rows of the small trailing segments (one per commit) once into one RAM array per key, so
+the tail is one ``take`` rather than one per file. A refresh appends new rows (the array
+doubles), drops evicted ones from the front (an offset; compacted when over half is dead) and
+maps merges of held segments onto their rows: following a dataset costs the new rows only.
 """
 
 from __future__ import annotations
@@ -21,9 +15,8 @@ import numpy as np
 
 
 class ConcatColumn:
-    """One stored key over several segments, end to end: numpy-style first-axis reads
-    (integer arrays of any shape, integers, slices of step 1) that go to the segment holding
-    each row.
+    """One stored key over several segments, end to end, with numpy-style first-axis reads
+    (integer arrays of any shape, integers, slices).
 
     Args:
         parts: Per segment: ``(column getter, first row, stop row)`` in that segment's column.
@@ -117,11 +110,9 @@ class TailRun:
         self._shrunk = False  # rows dropped from the end: the next append copies to a fresh array
 
     def view(self, tail: Any) -> np.ndarray:
-        """The live rows of the segments ``tail.ids`` (in order; the first ``tail.first_skip``
-        rows of the first one skipped; ``tail.read(i)`` reads segment ``i``'s rows,
-        ``tail.rows(i)`` says how many there are; ``tail.merged(seg)``: the segments a merge
-        replaced, see :meth:`_map_merges`), as a read-only view of the buffer, reusing what is
-        there already."""
+        """The live rows of segments ``tail.ids`` as a read-only view of the buffer, reusing
+        what it holds. ``tail`` also gives ``first_skip`` (rows skipped in the first segment),
+        ``read(i)``, ``rows(i)`` and ``merged(seg)`` (see :meth:`_map_merges`)."""
         ids = list(tail.ids)
         if not ids:
             return self._buffer[:0]
@@ -154,13 +145,10 @@ class TailRun:
         return len(held) if ids[: len(held)] == held else None
 
     def _map_merges(self, ids: list[bytes], tail: Any) -> None:
-        """Where a segment of ``ids`` is a merge of consecutive segments the buffer holds
-        (``tail.merged(seg)``: the segments it replaced, or ``None``), hold it in their place.
-        Its rows are theirs, less the evicted episodes it left out, which are the first ones (a
-        merge copies the live episodes of a run, in order, and eviction is oldest first): a
-        refresh after such a merge reads nothing. A merge that also took newer segments than
-        the buffer's last ones replaces them at the buffer's end, read whole as a new segment
-        (one file, not one per segment it merged). A merge of merges is followed too."""
+        """Where a segment of ``ids`` merges consecutive held segments (``tail.merged(seg)``),
+        hold it in their place without reading: its rows are theirs minus leading evicted ones.
+        A merge that also took newer segments replaces the buffer's end and is read whole.
+        Merges of merges are followed."""
         held = set(self._segments)
         for i, seg in enumerate(ids):
             if seg in held:
@@ -193,8 +181,8 @@ class TailRun:
 
     @staticmethod
     def _expand(seg: bytes, tail: Any, held: set[bytes], depth: int = 0) -> list[bytes] | None:
-        """The segments ``seg`` replaced, each merge among them not held replaced by its own
-        parts in turn; ``None`` where ``seg`` is no merge ``tail`` knows of."""
+        """The segments ``seg`` replaced, unheld merges among them expanded recursively;
+        ``None`` where ``seg`` is no known merge."""
         parts = tail.merged(seg)
         if parts is None or depth > 8:
             return None

@@ -1,13 +1,9 @@
 """The checks a dataset's two small files pass before anything is read through them.
 
-``manifest.json`` and ``episodes.npy`` steer every read: a field's shape and dtype say how a
-file is mapped, the episode index says where each episode starts. A damaged one (edited by
-hand, truncated by a full disk, written by a buggy tool) must not reach a reader as a
-``KeyError`` from deep inside, nor, worse, be served: an index whose starts were shuffled reads
-well-formed but wrong transitions. Both checks run when a dataset is opened
-(:func:`rlds_cli.cache.manifest.parse_manifest` and :class:`rlds_cli.cache.dataset.Dataset`),
-are O(fields) and O(episodes) (vectorized: about 6 ms for a million episodes) and raise one
-:class:`~rlds_cli.errors.CorruptDatasetError` naming the file and what is wrong.
+``manifest.json`` and ``episodes.npy`` steer every read, so a damaged one is refused at open
+(:func:`rlds_cli.cache.manifest.parse_manifest`, :class:`rlds_cli.cache.dataset.Dataset`), never
+served. The checks are O(fields) and O(episodes) (vectorized: about 6 ms for a million episodes)
+and raise one :class:`~rlds_cli.errors.CorruptDatasetError` naming the file and the problem.
 """
 
 from __future__ import annotations
@@ -161,9 +157,8 @@ def check_episode_index(
 ) -> np.ndarray:
     """Check an episode index as read from ``path`` against its manifest's counts.
 
-    The index must have the dtype rlds writes, one row per episode, every length >= 1, starts
-    strictly increasing and equal to the lengths before them (episodes are contiguous, in
-    order), and lengths summing to ``num_steps``. One vectorized pass per condition.
+    Required: dtype :data:`~rlds_cli.cache.ted.EPISODE_DTYPE`, one row per episode, lengths
+    >= 1, episodes contiguous and in order from step 0, lengths summing to ``num_steps``.
 
     Args:
         index: The array loaded from ``episodes.npy``.
@@ -224,9 +219,8 @@ def check_episode_index(
 
 
 def schema_problem(head: Manifest, segment: Manifest) -> str | None:
-    """Why a segment's manifest does not fit its growing dataset's head manifest (its storage,
-    its keys, each key's dtype, shape and storage), or ``None``. Each segment is the truth for
-    its own data: a head that says otherwise is damage, never a cast."""
+    """Why a segment's manifest does not fit its growing dataset's head manifest (backend, keys,
+    each key's dtype, shape, storage and codec), or ``None``. A mismatch is damage, never cast."""
     if segment.backend != head.backend:
         return f"it is stored as {segment.backend}, the dataset as {head.backend}"
     if set(segment.fields) != set(head.fields):

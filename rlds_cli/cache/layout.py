@@ -17,9 +17,8 @@ Layout under the root::
     locks/.push-<id>.lock, locks/.preprocess-<id>.lock   pushes and jobs to a URL
     raw/<entry>/, raw/url-<hash>/       download folders, their bookkeeping in ``.rlds/``
 
-``<entry>`` is the dataset name with ``/`` written as ``--`` (so ``D4RL/door/human-v2`` is
-``D4RL--door--human-v2``), the same convention as the Hugging Face cache; ``--`` is therefore
-not allowed inside a name.
+``<entry>`` is the dataset name with ``/`` written as ``--`` (``D4RL/door/human-v2`` ->
+``D4RL--door--human-v2``, as in the Hugging Face cache), so ``--`` is not allowed in a name.
 
 This module only names paths: it creates, reads and removes nothing.
 """
@@ -57,11 +56,11 @@ COMMIT_LOG_FILE = "commits.log"
 LOG_CHECKPOINT_FILE = ".log-state"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
-#: Added to a growing dataset's entry: the lock a compaction holds in locks/ (one compaction at
-#: a time; a writer takes it, without waiting, to merge its small segments).
+#: Added to a growing dataset's entry: the compaction lock in locks/ (one compaction at a time;
+#: a writer takes it without waiting to merge its small segments).
 COMPACT_LOCK_SUFFIX = ".compact"
-#: Added to a growing dataset's entry: the lock a compaction holds while it waits for its own
-#: (writers give way: they merge nothing while it is held).
+#: Added to a growing dataset's entry: held by a compaction waiting for its lock (writers merge
+#: nothing while it is held).
 COMPACT_WANTED_SUFFIX = ".compact-wanted"
 
 # ---- under tmp/
@@ -77,8 +76,8 @@ LOCK_SUFFIX = ".lock"
 PUSH_JOURNAL_SUFFIX = ".journal"
 
 # ---- a download folder (raw/<entry>/): every name but META_DIR belongs to the downloaded files
-#: The one name of a download folder that holds rlds' own bookkeeping (hashes, file list, locks,
-#: partial downloads), so a dataset file named ``hashes.json`` or ``x.part`` never meets ours.
+#: The download folder's entry for rlds' own bookkeeping (hashes, file list, locks, partial
+#: downloads), kept apart from the downloaded files' names.
 META_DIR = ".rlds"
 PART_SUFFIX = ".part"
 HASHES_FILE = "hashes.json"
@@ -126,9 +125,8 @@ def new_id() -> str:
 
 
 def tmp_owner(path: Path) -> str:
-    """The entry a ``tmp/`` item belongs to: ``<entry>.<id>.<suffix>`` (entries may hold dots,
-    the id and the suffix cannot), ``<entry>.job-<id>``, or a journal's temp file
-    ``.<entry>.<id>.publish.tmp``."""
+    """The entry a ``tmp/`` item belongs to: ``<entry>.<id>.<suffix>``, ``<entry>.job-<id>``, or
+    a journal's temp file ``.<entry>.<id>.publish.tmp`` (entries may hold dots; ids cannot)."""
     name = path.name
     if JOB_MARK in name:
         return name.rsplit(JOB_MARK, 1)[0]
@@ -136,15 +134,14 @@ def tmp_owner(path: Path) -> str:
 
 
 def download_locks(folder: Path) -> list[Path]:
-    """The lock files of a download folder, one per file ever fetched into it (held while that
-    file's download runs): ``.rlds/locks/<file>.lock``."""
+    """The lock files of a download folder (``.rlds/locks/<file>.lock``), each held while that
+    file downloads."""
     return list(folder.glob(f"{META_DIR}/{DOWNLOAD_LOCKS_DIR}/**/*{LOCK_SUFFIX}"))
 
 
 def segment_folders(directory: Path) -> list[Path]:
-    """What lies in growing dataset ``directory``'s ``segments/``, in name order, the log's
-    checkpoint (:data:`LOG_CHECKPOINT_FILE`) left out: the folders of segments (named or not by
-    the log) and anything else put there; none when the folder is absent."""
+    """Everything in ``directory``'s ``segments/`` except :data:`LOG_CHECKPOINT_FILE`, in name
+    order (segments named by the log or not, and strays); empty when absent."""
     segments = directory / SEGMENTS_DIR
     if not segments.is_dir():
         return []

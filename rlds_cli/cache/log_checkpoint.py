@@ -1,29 +1,21 @@
 """The commit log's checkpoint: a growing dataset opens in time that does not grow with its history.
 
-Replaying ``commits.log`` costs ~2 µs a record (0.2 s at 100,000 commits, most of an open). The
-checkpoint, ``segments/.log-state``, is a :class:`~rlds_cli.cache.commit_log.LogState` as of one
-log position, written whole: a reader loads it and replays only the records after it
-(:func:`load_state`). It is derived from the log, which stays the truth:
+Replaying ``commits.log`` costs ~2 µs a record (0.2 s at 100,000 commits). The checkpoint,
+``segments/.log-state``, is a :class:`~rlds_cli.cache.commit_log.LogState` as of one log position;
+a reader loads it and replays only later records (:func:`load_state`). The log stays the truth:
 
-* It is used only where its checksum (crc32 of every byte before it) holds, its position is
-  within the log, and the log's record right before that position is the one it copied
-  (:func:`read_checkpoint`): a log replaced, restored or cut short is replayed from its start.
-* It is written whole to ``building/`` (named as a build, so a killed writer's copy is
-  collected as one), synced where fsync is on, then renamed into place: a reader sees the old
-  checkpoint or the new one. Any process that replayed :data:`CHECKPOINT_RECORDS` records or
-  more past it writes a new one (readers where they may write; writers as they commit), only
-  from a view with no damage and no torn record pending.
-* It lives in ``segments/`` because a new file in the dataset's own folder changes the folder's
-  ctime, which tells readers the dataset was replaced (:func:`~rlds_cli.cache.dataset.version_identity`);
-  its name starts with a dot, which no segment's does.
+* It is used only where its crc32 holds, its position is within the log, and the log's record
+  before that position is the one it copied (:func:`read_checkpoint`); otherwise the log is
+  replayed from the start (with a warning for a failed checksum).
+* It is written to ``building/`` (named as a build, so leftovers are collected), synced where
+  fsync is on, then renamed into place, by any process that replayed :data:`CHECKPOINT_RECORDS`
+  or more records past it, from an undamaged view with no torn record pending.
+* It lives in ``segments/`` (a dot name no segment has) because a new file in the dataset's
+  folder would change the ctime that :func:`~rlds_cli.cache.dataset.version_identity` reads.
 
-What a checkpoint cannot do is see damage in the records before it: readers that start from
-it serve the view those records made when they were whole. Whatever evicts, merges or removes
-replays the whole log (a writer at its first commit; ``rlds compact`` and ``rlds gc`` through
-:func:`verify_log`, as do ``inspect --check`` and ``rlds list``): damage there, a checkpoint
-that cannot be read or fails its checksum, or one that differs from the replay at its position
-is reported, and nothing is removed or merged. A reader that finds the checkpoint failing its
-checksum logs a warning, replays the whole log and writes a new one (no episode depends on it).
+A checkpoint hides damage in the records before it, so whatever evicts, merges or removes
+replays the whole log first (:func:`verify_log`) and removes or merges nothing on any damage or
+checkpoint mismatch.
 """
 
 from __future__ import annotations
@@ -70,8 +62,11 @@ def checkpoint_path(directory: Path) -> Path:
 
 
 def encode(state: LogState) -> bytes:
-    """``state`` as checkpoint bytes (with :attr:`LogState.last_record`, the log's record that
-    ends at its position). The same state always gives the same bytes."""
+    """``state`` as checkpoint bytes, including :attr:`LogState.last_record`; deterministic.
+
+    Raises:
+        ValueError: ``state`` is damaged, has a torn record pending, or lacks its last record.
+    """
     if not _writable(state):
         raise ValueError("a checkpoint is of a whole, undamaged view past the log's first record")
     merged_ids = [seg for group in state.merged.values() for seg in group]
@@ -104,9 +99,8 @@ def encode(state: LogState) -> bytes:
 
 
 def _retired_arrays(state: LogState) -> list[bytes]:
-    """The retired segments as the checkpoint keeps them: ids sorted (the view's names are
-    looked up there without building a set), the order that gives the retirement order, and
-    the times in that order."""
+    """The retired segments as stored: sorted ids, the permutation back to retirement order,
+    and the times in retirement order."""
     n = len(state.retired)
     ids = np.frombuffer(b"".join(state.retired), "S16", n)
     by_id = np.argsort(ids, kind="stable")
@@ -128,9 +122,8 @@ def _writable(state: LogState) -> bool:
 
 
 def decode(data: bytes) -> LogState | str:
-    """The state in checkpoint bytes ``data`` (its :attr:`LogState.last_record` the record it
-    copied), or why they are no checkpoint (every size is checked against the file's before
-    anything is built)."""
+    """The state in checkpoint bytes ``data``, or why they are no checkpoint (all counts are
+    checked against the size before anything is built)."""
     fixed = _HEADER.size + RECORD_SIZE + 4
     if len(data) < fixed or data[:8] != _MAGIC:
         return "it is not a checkpoint rlds writes"
@@ -196,10 +189,8 @@ def _ids(data: bytes, at: int, count: int) -> list[bytes]:
 
 
 def read_checkpoint(directory: Path, until: int | None = None) -> LogState | None:
-    """The checkpoint of the growing dataset at ``directory`` where it may be used: its
-    checksum holds, its position is within the log (and at most ``until``) and the log's
-    record before that position is the one it copied; ``None`` otherwise (a checkpoint that
-    fails its checksum is also logged as a warning)."""
+    """The checkpoint of the growing dataset at ``directory`` if usable (see the module
+    docstring; position at most ``until``), else ``None``."""
     path = checkpoint_path(directory)
     try:
         data = path.read_bytes()
@@ -224,12 +215,13 @@ def read_checkpoint(directory: Path, until: int | None = None) -> LogState | Non
 
 
 def load_state(directory: Path, until: int | None = None, *, write: bool = True) -> LogState:
-    """The view of the growing dataset at ``directory`` as of its log's end (or byte
-    ``until``): the checkpoint where it may be used (:func:`read_checkpoint`), then the records
-    after it. Raises :class:`~rlds_cli.errors.CorruptDatasetError` as
-    :meth:`LogState.follow` does. Where :data:`CHECKPOINT_RECORDS` or more records were
-    replayed, ``until`` is ``None`` and ``write`` is true, a new checkpoint is written (best
-    effort: a cache this process may not write to keeps the old one)."""
+    """The view of the growing dataset at ``directory`` as of its log's end (or byte ``until``):
+    the usable checkpoint, then the records after it. With ``write`` and no ``until``, a
+    replay of :data:`CHECKPOINT_RECORDS` or more records writes a new checkpoint (best effort).
+
+    Raises:
+        CorruptDatasetError: As :meth:`LogState.follow`.
+    """
     identity = version_identity(directory)
     state = read_checkpoint(directory, until) or LogState()
     start = state.position
@@ -243,12 +235,10 @@ def load_state(directory: Path, until: int | None = None, *, write: bool = True)
 
 
 def write_checkpoint(directory: Path, state: LogState, identity: tuple[int, int, int] | None) -> None:
-    """Write ``state`` (a replay from the log's first record or from a checkpoint, never a view
-    whose retired segments were collected) as the checkpoint of the growing dataset at
-    ``directory``, whose :func:`~rlds_cli.cache.dataset.version_identity` was ``identity`` when
-    the replay began: to ``building/``, synced where fsync is on, then renamed into place.
-    Nothing is written for a view with damage or a torn record pending, nor where the dataset
-    was replaced since (its new log would not hold the record the view ends with anyway)."""
+    """Atomically write ``state`` (a replay, never a view whose retired segments were
+    collected) as the checkpoint of the growing dataset at ``directory``. Nothing is written
+    for a damaged view, a pending torn record, or a dataset replaced since the replay began
+    (its :func:`~rlds_cli.cache.dataset.version_identity` no longer ``identity``)."""
     if not _writable(state):
         return
     data = encode(state)
@@ -266,11 +256,13 @@ def write_checkpoint(directory: Path, state: LogState, identity: tuple[int, int,
 
 
 def verify_log(directory: Path) -> LogState:
-    """Replay the log of the growing dataset at ``directory`` from its first record and check
-    its checkpoint against the replay; returns the view as of the log's end. Raises
-    :class:`~rlds_cli.errors.CorruptDatasetError` naming the log's damage, or the checkpoint's:
-    one that cannot be read or fails its checksum, that is past the log's end, whose copied
-    record is not the log's, or whose view differs from the replay's at its position."""
+    """Replay the whole log of the growing dataset at ``directory`` and check its checkpoint
+    against the replay; returns the view as of the log's end.
+
+    Raises:
+        CorruptDatasetError: The log is damaged, or the checkpoint is unreadable, fails its
+            checksum, lies past the log's end, or differs from the replay at its position.
+    """
     log_path = directory / COMMIT_LOG_FILE
     state = LogState()
     path = checkpoint_path(directory)

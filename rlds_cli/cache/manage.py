@@ -61,8 +61,8 @@ class RemovalPlan:
 
 @dataclass(frozen=True)
 class RemovalResult:
-    """What :func:`remove_datasets` did: the datasets removed, the download folders removed
-    (``raw``) and those kept (used by another dataset or a download, or ``raw`` not asked)."""
+    """What :func:`remove_datasets` did: datasets removed, download folders removed, and
+    download folders kept (still used, or ``raw`` not asked)."""
 
     removed: list[str]
     removed_raw: list[Path]
@@ -146,8 +146,8 @@ class DiskUsage:
 
 
 def disk_usage(cache: CacheRoot) -> DiskUsage:
-    """Disk use of every dataset, of temporary builds, of raw downloads and of the rest, in
-    allocated bytes (what ``du`` counts, not the files' lengths: see :func:`file_bytes`)."""
+    """Disk use of every dataset, temporary builds, raw downloads and the rest, in allocated
+    bytes as ``du`` counts them (:func:`file_bytes`)."""
     usage = DiskUsage(cache.path)
     for manifest in cache.iter_manifests():
         usage.datasets[manifest.name] = tree_bytes(cache.dataset_dir(manifest.name))
@@ -168,13 +168,13 @@ def collect_garbage(
     cache: CacheRoot, *, dry_run: bool = False, jobs: bool = False, raw: bool = False
 ) -> list[Path]:
     """Remove what no dataset needs: builds and trash left by killed processes, and directories
-    under ``datasets/`` that hold no manifest (never published, so never valid).
+    under ``datasets/`` without a manifest.
 
     Args:
         cache: The cache.
         dry_run: Only report what would be removed.
-        jobs: Also remove the directories of interrupted ``rlds preprocess`` jobs (their
-            finished chunks are what ``--resume`` continues from; a running job is never touched).
+        jobs: Also remove interrupted ``rlds preprocess`` job directories (what ``--resume``
+            continues from; a running job is never touched).
         raw: Also remove download folders (``raw/``) that no cached dataset was converted from
             (a folder with a download in progress is never touched).
 
@@ -197,8 +197,7 @@ def collect_garbage(
 
 
 def interrupted_jobs(cache: CacheRoot) -> list[Path]:
-    """Directories of preprocess jobs that failed or were interrupted and that no running job
-    holds: ``--resume`` continues them, ``collect_garbage(jobs=True)`` removes them."""
+    """Directories of failed or interrupted preprocess jobs that no running job holds."""
     return _stale_jobs(cache, dry_run=True)
 
 
@@ -217,8 +216,7 @@ def _stale_jobs(cache: CacheRoot, *, dry_run: bool) -> list[Path]:
 
 
 def raw_folder_of(cache: CacheRoot, name: str) -> Path | None:
-    """The download folder (``raw/...``) a cached dataset was converted from, when it still
-    exists (``None`` for views, derived datasets, local files and bundled data)."""
+    """The existing download folder (``raw/...``) a dataset was converted from, else ``None``."""
     try:
         raw = cache.manifest(name).source.get("raw_dir")
     except CorruptDatasetError:  # a damaged manifest: the dataset can still be removed
@@ -227,8 +225,8 @@ def raw_folder_of(cache: CacheRoot, name: str) -> Path | None:
 
 
 def remove_unused_raw(cache: CacheRoot, folders: list[Path], *, dry_run: bool = False) -> list[Path]:
-    """Remove those of ``folders`` that no cached dataset was converted from and that no
-    download is writing to (``rlds rm --raw``).
+    """Remove those of ``folders`` no cached dataset was converted from and no download is
+    writing to (``rlds rm --raw``).
 
     Returns:
         The folders removed (or that would be); the others are kept.

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from rlds_cli.frames.codecs import FrameFormat
 
 FORMAT_NAME = "rlds-ted"
-#: The newest format this rlds reads and writes. Version 2 added frame columns (a field's
-#: ``codec``); a dataset without them is still written as version 1, which older rlds read.
+#: The newest format this rlds reads and writes; version 2 is needed only for frame columns (a
+#: field's ``codec``).
 FORMAT_VERSION = 2
 #: The version of a dataset whose fields are all plain arrays.
 PLAIN_FORMAT_VERSION = 1
@@ -38,9 +38,9 @@ Storage = Literal["flat", "step"]
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One stored array: its TED key, per-step shape and dtype, and storage kind; for camera
-    frames kept compressed, their ``codec`` (``"raw"``: a plain array) and whether frames read
-    channels first (see :mod:`rlds_cli.cache.backends.frames`)."""
+    """One stored array: TED key, per-step shape, dtype, storage kind, and for compressed frames
+    their ``codec`` (``"raw"``: a plain array) and channel order
+    (:mod:`rlds_cli.cache.backends.frames`)."""
 
     key: str
     shape: tuple[int, ...]
@@ -67,7 +67,7 @@ class FieldSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype, "storage": self.storage}
-        if self.codec != "raw":  # only frame columns: a plain field's spec (and digest) is as before
+        if self.codec != "raw":  # only frame columns: a plain field's spec (and digest) is unchanged
             out["codec"] = self.codec
             if self.channels_first:
                 out["channels_first"] = True
@@ -95,14 +95,13 @@ class Manifest:
         lineage: Parents of a derived dataset (empty for a converted one).
         stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
             (read them with :func:`rlds_cli.cache.stats.load`); empty when not computed.
-        content_digest: sha256 of every stored array's logical values, of the episode index and
-            of ``source_metadata.npz``, recorded at publish (see :mod:`rlds_cli.cache.digest`);
-            empty for datasets written before digests existed.
+        content_digest: sha256 of every stored array's logical values, the episode index and
+            ``source_metadata.npz``, recorded at publish (:mod:`rlds_cli.cache.digest`); may be
+            empty.
         card: The dataset card: licence, citation, robot type, fps, description (see
             :mod:`rlds_cli.cache.card`); empty when nothing is known.
-        env: The environment the data was recorded in: ``{"spec": <gymnasium EnvSpec as JSON>,
-            "eval_spec": ..., "origin": ...}`` (see :mod:`rlds_cli.cache.env_spec`, which reads and
-            writes it); empty when the writer knew none.
+        env: The recording environment: ``{"spec": <gymnasium EnvSpec as JSON>, "eval_spec":
+            ..., "origin": ...}`` (:mod:`rlds_cli.cache.env_spec`); empty when unknown.
         created_by: ``rlds-cli <version>`` that wrote the dataset.
         created_at: UTC timestamp of the write.
     """
@@ -146,13 +145,13 @@ class Manifest:
         }
         if self.stats:  # only derived datasets with --stats carry it
             out["stats"] = self.stats
-        # only when recorded: an older manifest read and written back keeps its digest(), which
+        # optional keys only when set: a manifest read and written back keeps the digest() that
         # views and derived datasets pin
         if self.content_digest:
             out["content_digest"] = self.content_digest
-        if self.env:  # only when a writer recorded one: older manifests keep their digest()
+        if self.env:
             out["env"] = self.env
-        if self.card:  # only when something is known: older manifests keep their digest()
+        if self.card:
             out["card"] = self.card
         return out
 
@@ -184,22 +183,21 @@ class Manifest:
 
 
 def _digest_dict(value: Any) -> dict[str, Any]:
-    """``content_digest`` as read: a dict whose ``columns`` is a dict (a tampered one is a
-    malformed manifest, not a crash later)."""
+    """``content_digest`` as read: a dict whose ``columns`` is a dict, else ``ValueError``."""
     if not isinstance(value, dict) or not isinstance(value.get("columns", {}), dict):
         raise ValueError("'content_digest'")
     return value
 
 
 def _env_dict(value: Any) -> dict[str, Any]:
-    """``env`` as read: a dict whose ``spec`` is a JSON object (else a malformed manifest)."""
+    """``env`` as read: a dict whose ``spec`` is a JSON object, else ``ValueError``."""
     if not isinstance(value, dict) or not isinstance(value.get("spec", {}), dict):
         raise ValueError("'env'")
     return value
 
 
 def _card_dict(value: Any) -> dict[str, Any]:
-    """``card`` as read: a JSON object (else a malformed manifest)."""
+    """``card`` as read: a JSON object, else ``ValueError``."""
     if not isinstance(value, dict):
         raise ValueError("'card'")
     return value
@@ -207,16 +205,19 @@ def _card_dict(value: Any) -> dict[str, Any]:
 
 def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool, compact: bool = False) -> None:
     """Write ``manifest.json`` atomically (temp file + rename) into ``directory``; ``compact``
-    writes it on one line (a growing dataset's segments: CPython's C encoder takes no indent,
-    and the indented one cost a fifth of a small commit's CPU, on the writer's GIL)."""
+    writes one line (the indented encoder cost a fifth of a small commit's CPU)."""
     text = json.dumps(manifest.to_dict(), indent=None if compact else 2, sort_keys=False) + "\n"
-    # one writer per build folder: a fixed temp name (.manifest.json.tmp, as remote pulls write);
-    # the folder is fsynced after the rename, else a publish could outlive its manifest
+    # one writer per build folder: a fixed temp name; the folder is fsynced after the rename
     atomic_write(directory / MANIFEST_FILE, text, fsync=fsync, sync_dir=fsync, unique=False)
 
 
 def read_manifest(directory: Path) -> Manifest:
-    """Read and check the manifest of a published dataset directory."""
+    """Read and check the manifest of a published dataset directory.
+
+    Raises:
+        FileNotFoundError: No manifest.
+        CorruptDatasetError: It cannot be read or fails a check.
+    """
     path = directory / MANIFEST_FILE
     try:
         text = path.read_text(encoding="utf-8")
@@ -228,8 +229,8 @@ def read_manifest(directory: Path) -> Manifest:
 
 
 def manifest_json(text: str | bytes, path: Path | str) -> dict[str, Any]:
-    """A manifest's JSON object, not checked further: for a reader of one field that any version
-    or shape of manifest may hold (``path`` names where it came from in messages).
+    """A manifest's JSON object, unchecked (for reading one field of any manifest version);
+    ``path`` names it in messages.
 
     Raises:
         CorruptDatasetError: ``text`` is no JSON object.
@@ -244,8 +245,11 @@ def manifest_json(text: str | bytes, path: Path | str) -> dict[str, Any]:
 
 
 def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
-    """Parse and check a manifest's JSON (``path`` names where it came from in messages: a
-    file, or the URL of a remote dataset)."""
+    """Parse and check a manifest's JSON; ``path`` (a file or URL) names it in messages.
+
+    Raises:
+        CorruptDatasetError: Not an rlds manifest, a newer format, or a failed check.
+    """
     data = manifest_json(text, path)
     if data.get("format") != FORMAT_NAME:
         raise CorruptDatasetError(f"{path} is not an rlds manifest (format={data.get('format')!r})")
@@ -262,8 +266,7 @@ def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
         raise CorruptDatasetError(
             f"manifest {path} is malformed: missing or bad {exc}", hint=damage_hint(manifest_name(data, path))
         ) from exc
-    # every field key becomes a file path when read: a tampered manifest must not make a read
-    # open a file outside the dataset directory ('../../other/arrays/x')
+    # keys become file paths: refuse ones escaping the dataset directory ('../../other/arrays/x')
     for key in manifest.fields:
         problem = key_problem(key)
         if problem is not None:

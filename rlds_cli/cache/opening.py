@@ -1,12 +1,9 @@
-"""Opening a cached dataset by its cache name: the one way the cache's own datasets are opened.
+"""Opening a cached dataset by its cache name.
 
-:func:`open_dataset` opens the local dataset of a cache name, retrying while a replacement of the
-dataset is being published (so a reader never sees half of one version). Registry aliases and
-URLs are the front door's (:func:`rlds_cli.loader.opening.open_dataset`, ``rlds_cli.open_dataset``),
-which resolves an alias with :mod:`rlds_cli.catalog.names` and reads a URL with
-:mod:`rlds_cli.remote.reader` before it comes here: the cache imports neither. It lives apart
-from :mod:`rlds_cli.cache.dataset` because the growing dataset's reader is a subclass of
-:class:`~rlds_cli.cache.dataset.Dataset` opened from here.
+:func:`open_dataset` retries while a replacement is being published, so a reader never sees half
+of one version, and picks the reader class by layout. Registry aliases and URLs are resolved by
+:func:`rlds_cli.loader.opening.open_dataset` (``rlds_cli.open_dataset``); the cache imports
+neither :mod:`rlds_cli.catalog.names` nor :mod:`rlds_cli.remote.reader`.
 """
 
 from __future__ import annotations
@@ -61,9 +58,8 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
 
 
 def _dataset_class(manifest: Any) -> type[Dataset]:
-    """The reader class of a manifest's layout: a growing dataset's segments and commit log
-    are read by :class:`~rlds_cli.cache.growing.GrowingDataset`, a composed one's parents' rows by
-    :class:`~rlds_cli.cache.composed.ComposedDataset`."""
+    """The reader class of a manifest's layout (:class:`~rlds_cli.cache.growing.GrowingDataset`,
+    :class:`~rlds_cli.cache.composed.ComposedDataset` or :class:`Dataset`)."""
     if manifest.layout == COMPOSED_LAYOUT:
         return ComposedDataset
     if manifest.layout == SEGMENTED_LAYOUT:
@@ -75,7 +71,7 @@ def _dataset_class(manifest: Any) -> type[Dataset]:
 
 def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:
     """Whether a failed open may have raced with a rebuild: the directory changed, or a
-    replaced version is on its way out (``publish`` renames it to ``tmp/*.trash`` first)."""
+    replaced version sits in ``tmp/*.trash``."""
     if version_identity(directory) != before:
         return True
     return cache.tmp_dir.is_dir() and any(cache.tmp_dir.glob(f"{directory.name}.*.trash"))

@@ -1,24 +1,18 @@
-"""The one TED read path: step indices -> TED columns, from the flat layout the cache stores.
+"""TED reads: step indices -> TED columns, from the flat layout the cache stores.
 
-The cache stores an observation-like key once, ``N + E`` rows (``storage="flat"``): step
-``t`` of episode ``e(t)`` has ``key[t] = flat[t + e(t)]`` and ``next/key[t] = flat[t + e(t) + 1]``
-(the row after; at an episode's end, its final observation). Step keys (``storage="step"``)
-have ``N`` rows. Two keys are derived, never stored: ``next/done = next/terminated |
-next/truncated`` and ``episode = e(t)``. This module holds that arithmetic once:
+An observation-like key (``storage="flat"``) has ``N + E`` rows: step ``t`` of episode ``e(t)``
+has ``key[t] = flat[t + e(t)]`` and ``next/key[t] = flat[t + e(t) + 1]`` (at an episode's end,
+its final observation). Step keys (``storage="step"``) have ``N`` rows. ``next/done =
+next/terminated | next/truncated`` and ``episode = e(t)`` are derived, never stored.
 
-* :class:`Episodes`: episode bounds and the step -> episode lookup (a table when the caller
-  can afford 4-8 bytes a step, else a block index of :mod:`rlds_cli.cache.episodes`,
-  else a binary search);
-* :class:`VersionedColumn`: a stored column whose every read checks, after reading, that the
-  dataset was not replaced under it (what :class:`~rlds_cli.cache.dataset.Dataset` hands out
-  for backends that read files by path at each access, e.g. zarr), so no reader can forget;
-* :class:`TedReader`: the TED keys of one dataset over any column cache (the backend's
-  columns, copies in RAM, ...), read at random steps (:meth:`TedReader.gather`) or over a run
-  of consecutive steps (:meth:`TedReader.range`, :meth:`TedReader.episode`).
+* :class:`Episodes`: episode bounds and the step -> episode lookup (table, block index of
+  :mod:`rlds_cli.cache.episodes`, or binary search);
+* :class:`VersionedColumn`: a column whose every read checks the dataset was not replaced;
+* :class:`TedReader`: the TED keys of one dataset over any column source, at random steps
+  (:meth:`TedReader.gather`) or over consecutive steps (:meth:`TedReader.range`).
 
-The packed in-RAM and on-device layouts of :mod:`rlds_cli.loader.sources` and
-:mod:`rlds_cli.loader.device` copy the columns once into one block; they take their rows from
-:meth:`Episodes.flat_rows` and read the keys they did not pack through a :class:`TedReader`.
+The packed layouts of :mod:`rlds_cli.loader.sources` and :mod:`rlds_cli.loader.device` use
+:meth:`Episodes.flat_rows` and a :class:`TedReader` for the keys they did not pack.
 """
 
 from __future__ import annotations
@@ -58,8 +52,12 @@ def ted_fields(fields: Mapping[str, FieldSpec]) -> dict[str, tuple[tuple[int, ..
 def resolve_keys(
     fields: Mapping[str, FieldSpec], keys: Iterable[str | tuple[str, ...]] | None, name: str
 ) -> list[str]:
-    """The TED keys to read: ``keys`` (strings or tuples, duplicates dropped) checked against the
-    dataset ``name`` storing ``fields`` (``None``: every key, in :func:`ted_fields` order)."""
+    """The TED keys to read: ``keys`` (strings or tuples, deduplicated) checked against
+    ``fields`` (``None``: every key, in :func:`ted_fields` order).
+
+    Raises:
+        KeyError: A key dataset ``name`` does not have.
+    """
     available = ted_fields(fields)
     if keys is None:
         return list(available)
@@ -85,9 +83,8 @@ class Episodes:
 
     Args:
         lengths: Steps per episode, in dataset order (episodes are contiguous).
-        table: Keep a step -> episode table of this dtype (4 or 8 bytes a step: one ``take``
-            per lookup) instead of a block index (:class:`BlockIndex`, built at the first
-            lookup) or a binary search over the episode ends (``None``).
+        table: Keep a step -> episode table of this dtype (4 or 8 bytes a step, one ``take``
+            per lookup); ``None``: a :class:`BlockIndex` or binary search.
     """
 
     # Class-level defaults: an Episodes made without __init__ (growing.empty_episodes) has them.
@@ -103,8 +100,7 @@ class Episodes:
         self.ends = np.cumsum(self.lengths)
         self.starts = self.ends - self.lengths
         self.num_steps = int(self.ends[-1])
-        #: The step -> episode table, when asked for (int64 values are a batch's ``episode`` as
-        #: they are; int32 halves the memory of a large dataset).
+        #: The step -> episode table, when asked for.
         self.table: np.ndarray | None = None
         if table is not None:
             self.table = np.repeat(np.arange(len(self.lengths), dtype=table), self.lengths)
@@ -115,24 +111,20 @@ class Episodes:
         return cls(dataset.episode_index["length"])
 
     def episode_of(self, steps: np.ndarray) -> np.ndarray:
-        """The episode each step belongs to, int64: ``searchsorted(ends, steps, side="right")``
-        (a step past the end gives the number of episodes), from the table if there is one,
-        else from the block index (a fixed few vectorised steps, whatever the dataset's size),
-        else by a binary search (O(log episodes) per step)."""
+        """The episode of each step, int64, as ``searchsorted(ends, steps, side="right")`` (a step
+        past the end gives the number of episodes)."""
         if self.table is not None:
             episode = self.table.take(steps)
             return episode if episode.dtype == np.int64 else episode.astype(np.int64)
         index = self.block_index()
-        # the index shifts and compares the steps themselves: signed integers only (a uint64
-        # step would compare as unsigned with the int64 ends)
+        # signed steps only: a uint64 step would compare as unsigned with the int64 ends
         if index is not None and type(steps) is np.ndarray and steps.dtype.kind == "i":
             return index.episode_of(steps)
         return np.searchsorted(self.ends, steps, side="right")
 
     def block_index(self) -> BlockIndex | None:
-        """The block index of the lookups without a table (built at the first call, not at
-        open: most opened datasets never look an episode up), or ``None`` where a binary search
-        serves (see :meth:`BlockIndex.build`)."""
+        """The block index, built at the first call, or ``None`` (a table, or
+        :meth:`BlockIndex.build` declined)."""
         if not self._index_tried:
             self._index = BlockIndex.build(self.ends) if self.table is None else None
             self._index_tried = True
@@ -156,12 +148,9 @@ class Episodes:
 class VersionedColumn:
     """A stored column whose reads check, after reading, that its dataset was not replaced.
 
-    A backend that reads files by path at every access (zarr) would read the files of a new
-    version once a ``--force`` rebuild renamed it into place; ``check`` raises
-    :class:`~rlds_cli.errors.DatasetReplacedError` then, so rows of two versions never mix
-    silently. A read that fails with ``OSError`` is checked too: a replaced dataset explains a
-    missing file better than the error does. Any other attribute (``chunk_rows``...) is the
-    column's own.
+    For backends that open files by path at every access (zarr): ``check`` raises
+    :class:`~rlds_cli.errors.DatasetReplacedError`, so rows of two versions never mix. A read
+    failing with ``OSError`` is checked too. Other attributes are the column's own.
 
     Args:
         column: The backend's column (numpy-style first-axis indexing, ``shape``, ``dtype``).
@@ -181,8 +170,7 @@ class VersionedColumn:
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
-            # never numpy's protocols of the column (``__array_interface__`` of a column held in
-            # RAM): numpy would read the array through them, past the check of __array__
+            # numpy's protocols (``__array_interface__``) would bypass the check in __array__
             raise AttributeError(name)
         return getattr(self.column, name)
 
@@ -196,8 +184,7 @@ class VersionedColumn:
         return data
 
     def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (int64, in range) into ``out`` (C-contiguous, of their shape): through
-        the column's own ``read_into`` where it has one (no intermediate batch), then checked."""
+        """Rows ``rows`` (int64, in range) into ``out`` (C-contiguous), then checked."""
         read_into = getattr(self.column, "read_into", None)
         try:
             if read_into is not None:
@@ -216,8 +203,7 @@ class VersionedColumn:
 
 
 def take(column: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (any shape) of a column: ``take`` from a numpy array, indexing otherwise
-    (zarr and versioned columns handle integer arrays of any shape)."""
+    """Rows ``rows`` (any shape) of a column: ``take`` for numpy arrays, indexing otherwise."""
     if isinstance(column, np.ndarray):
         return column.take(rows, axis=0)
     return column[rows]
@@ -226,8 +212,8 @@ def take(column: Any, rows: np.ndarray) -> np.ndarray:
 class TedReader:
     """The TED ``keys`` of one dataset, read from a column cache.
 
-    The plan (where each key comes from, which column) is resolved once here, so that a
-    :meth:`gather` is a loop of gathers with no key lookups, string tests or dispatch per key.
+    The plan (each key's source and column) is resolved once, so :meth:`gather` does no
+    per-key lookups.
 
     Args:
         fields: The dataset's stored fields (its manifest's).
@@ -235,9 +221,8 @@ class TedReader:
         column: The stored column of a key: the backend's (memory maps, versioned zarr
             columns), copies in RAM, anything with numpy-style first-axis indexing.
         keys: TED keys, resolved (see :func:`resolve_keys`); the output keeps their order.
-        pool: Where :meth:`gather` takes its large outputs from (numpy columns only): arrays
-            reused once nothing references them (see :mod:`rlds_cli.cache.buffers`); ``None``:
-            new arrays every time.
+        pool: Reusable buffers for :meth:`gather`'s large outputs
+            (:mod:`rlds_cli.cache.buffers`); ``None``: new arrays.
     """
 
     def __init__(
@@ -257,13 +242,11 @@ class TedReader:
         self._plan = self._make_plan(column)
         self.need_episode = any(p[1] in (_FROM_ROWS, _FROM_NEXT_ROWS, _FROM_EPISODE) for p in self._plan)
         self._next_rows = any(p[1] == _FROM_NEXT_ROWS for p in self._plan)
-        #: Flat keys read with their ``next/`` twin in one read (a column of one-row chunks, zarr
-        #: frames): rows ``r`` and ``r + 1`` overlap in a slice or an episode, and one read decodes
-        #: each row once (copying the repeats) where two reads decoded them twice. (A column of
-        #: multi-row chunks reuses the chunks its last read decoded instead.)
+        #: Flat keys read with their ``next/`` twin in one read (one-row-chunk columns, e.g.
+        #: frames), so each overlapping row is decoded once.
         self._paired = self._pairs()
-        #: Keys of one-row-chunk columns read alone, decoded straight into a pooled buffer (frames
-        #: of 150 KB: a fresh batch of them page-faulted for a fifth of its decode time)
+        #: One-row-chunk keys read alone, decoded into a pooled buffer (a fresh batch of 150 KB
+        #: frames page-faulted for a fifth of its decode time)
         self._into = {
             key
             for key, source, col, is_array in self._plan
@@ -273,8 +256,7 @@ class TedReader:
             and getattr(col, "one_row_chunks", False)
             and hasattr(col, "read_into")
         }
-        # the largest row any pooled output is made of: a batch of small rows never asks the
-        # pool (nor pays its bounds check), so low-dim batches cost what they did without it
+        # the largest pooled row: batches of small rows skip the pool and its bounds check
         self._pooled_row_bytes = max(
             (
                 np.dtype(col.dtype).itemsize * math.prod(col.shape[1:])
@@ -283,18 +265,16 @@ class TedReader:
             ),
             default=0,
         )
-        #: The plan for a gather from numpy columns alone with no pooled output (low-dim data
-        #: read from memory maps or RAM): ``(key, source, the column's take or None, column)``,
-        #: gathered by :meth:`_gather_arrays` without the per-key tests of the general loop (a
-        #: tenth of a low-dim batch's Python time); ``None`` where some key needs them.
+        #: ``(key, source, column.take or None, column)`` for :meth:`_gather_arrays` when every
+        #: column is a numpy array and nothing is paired or pooled (saves a tenth of a low-dim
+        #: batch's Python time); else ``None``.
         self._array_plan: list[tuple[str, int, Any, Any]] | None = None
         self._min_pooled = pool.min_bytes if pool is not None else 0
         if not self._paired and not self._into and all(a or s > _FROM_NEXT_ROWS for _, s, _, a in self._plan):
             self._array_plan = [(k, s, c.take if a else None, c) for k, s, c, a in self._plan]
         table = episodes.table  # an int64 table's values are the batch's episodes as they are
         self._table64 = table if table is not None and table.dtype == np.int64 else None
-        # the lookup of :meth:`locate` resolved once (its steps are int64 arrays): the table's
-        # take, else the block index's, else the Episodes method (an int32 table, a search)
+        # the step -> episode lookup, resolved once
         index = episodes.block_index() if self.need_episode and self._table64 is None else None
         self._episode_of: Callable[[np.ndarray], np.ndarray] = (
             self._table64.take
@@ -305,15 +285,13 @@ class TedReader:
         )
 
     def _make_plan(self, column: Callable[[str], Any]) -> list[tuple[str, int, Any, bool]]:
-        """``(name, source, column, is_array)`` of each key, in output order: ``source`` one of
-        the ``_FROM_*`` codes, ``column`` the opened column (``None`` for a derived key, or the
-        two flags for a ``next/done`` that reads them), ``is_array`` whether it is a numpy array
-        (``take``) or not (indexing)."""
+        """``(name, source, column, is_array)`` of each key, in output order: ``source`` a
+        ``_FROM_*`` code; ``column`` ``None`` for a derived key, or the two flags for
+        ``_FROM_DONE_READ``."""
 
         def column_of(key: str) -> Any:
             col = column(key)
-            # a memory map as a plain ndarray over the same buffer: its gathers are plain arrays,
-            # and np.memmap's subclass hooks cost more than the gather itself on small batches
+            # a plain ndarray view: np.memmap's subclass hooks cost more than small gathers
             return col.view(np.ndarray) if isinstance(col, np.ndarray) else col
 
         plan: list[tuple[str, int, Any, bool]] = []
@@ -335,8 +313,8 @@ class TedReader:
         return plan
 
     def _pairs(self) -> dict[str, str]:
-        """``{key: twin}`` both ways for each flat key read with its ``next/`` twin from one
-        column of one-row chunks (``one_row_chunks``)."""
+        """``{key: twin}``, both ways, for flat keys read with their ``next/`` twin from one
+        ``one_row_chunks`` column."""
         by_key = {key: (source, column, is_array) for key, source, column, is_array in self._plan}
         pairs: dict[str, str] = {}
         for key, (source, column, is_array) in by_key.items():
@@ -363,8 +341,7 @@ class TedReader:
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The keys at step indices ``idx`` (int64, any shape, in range), as numpy arrays of
         ``idx``'s shape in front."""
-        # locate and the dispatch of gather_located inlined: this runs at every batch, where a
-        # call frame less is a percent of a low-dim batch
+        # locate inlined: a call frame is a percent of a low-dim batch
         episode = self._episode_of(idx) if self.need_episode else None
         rows = idx if episode is None else idx + episode
         if self._array_plan is not None and (
@@ -435,9 +412,8 @@ class TedReader:
 
     def range(self, start: int, stop: int) -> TedBatch:
         """The keys over the consecutive steps ``[start, stop)`` (in range, not empty), with
-        contiguous reads: a step key is one slice (a read-only view of a memory map, no copy:
-        writing into it raises instead of touching the cache), a flat key one slab of flat rows
-        read once and split into ``key`` and ``next/key`` (new arrays) with one gather each."""
+        contiguous reads. A step key is one slice (for a memory map, a read-only view, no copy);
+        a flat key's ``key`` and ``next/key`` are new arrays from one slab."""
         e0, e1 = (int(e) for e in self.episodes.episode_of(np.array([start, stop - 1])))
         steps = slice(start, stop)
         episode: np.ndarray | None = None

@@ -1,5 +1,6 @@
-"""The cache root on disk: where datasets live (see :mod:`rlds_cli.cache.layout` for every
-path), how they are locked, published, replaced, recovered and removed.
+"""The cache root on disk: how datasets are locked, published, replaced, recovered and removed.
+
+Every path is named in :mod:`rlds_cli.cache.layout`.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ from rlds_cli.errors import (
     LockTimeoutError,
 )
 
-# Locks are rlds_cli._util.locks' (fcntl.flock on POSIX, as filelock's): filelock costs ~16 ms
-# to import, and processes that only read datasets (the workers of 'rlds preprocess') never lock.
+# Locks are rlds_cli._util.locks' (fcntl.flock on POSIX): filelock costs ~16 ms to import.
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class CacheRoot:
         raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {self.path}")
 
     def _recover_if_journalled(self, name: str) -> bool:
-        """A reader that finds a name missing while a crashed replacement of it has a journal
-        finishes that replacement (when no writer holds the name) and says so."""
+        """Finish a crashed, journalled replacement of ``name`` (when no writer holds it);
+        returns whether the dataset is now published."""
         entry = entry_name(name)
         if not self.tmp_dir.is_dir() or not any(self.tmp_dir.glob(f"{entry}.*{JOURNAL_SUFFIX}")):
             return False
@@ -140,8 +140,7 @@ class CacheRoot:
                 continue
 
     def damaged_manifests(self) -> list[tuple[str, CorruptDatasetError]]:
-        """The published datasets whose manifest cannot be read (those :meth:`iter_manifests`
-        skips), by directory name, with the error reading it gives."""
+        """``(directory name, error)`` of each published dataset whose manifest cannot be read."""
         damaged = []
         if self.datasets_dir.is_dir():
             for child in sorted(self.datasets_dir.iterdir()):
@@ -173,12 +172,10 @@ class CacheRoot:
     def clean_stale_builds(self, held: str | None = None, *, dry_run: bool = False) -> list[Path]:
         """Remove temporary build and trash directories whose writer is gone.
 
-        A build belongs to a live writer exactly when that writer holds the name's lock, so an
-        entry whose lock can be taken at once is stale (its process was killed).
+        An entry whose name's lock can be taken at once is stale (its writer was killed).
 
         Args:
-            held: A dataset name whose lock the caller holds: its leftovers are stale by
-                definition (a second lock of the same file from this process would not succeed).
+            held: A dataset name whose lock the caller holds: its leftovers are stale.
             dry_run: Only find them; remove nothing.
 
         Returns:
@@ -215,12 +212,9 @@ class CacheRoot:
     def publish(self, build_dir: Path, name: str, *, replace: bool, fsync: bool) -> Path:
         """Move a finished build into place. The caller must hold ``lock(name)``.
 
-        A replacement never passes through a moment where neither version can be found: the
-        new build and the old version are swapped in one atomic step where the OS can
-        (after which the old version sits at ``build_dir`` and is removed like any stale
-        build), else a journal records both renames so that :meth:`recover` (run by the next
-        writer, ``rlds gc`` and a reader that finds the name missing) rolls the replacement
-        forward after a crash.
+        A replacement is never without a findable version: the two are swapped atomically
+        where the OS can (:func:`exchange_paths`), else a journal records both renames so
+        :meth:`recover` rolls the replacement forward after a crash.
 
         Args:
             build_dir: A directory from :meth:`new_build_dir` with its manifest written.
@@ -251,8 +245,8 @@ class CacheRoot:
         return final
 
     def _journalled_replace(self, build_dir: Path, final: Path, fsync: bool) -> Path:
-        """Replace ``final`` by ``build_dir`` in two renames, with a journal that says how to
-        finish (or undo) them; returns where the old version went."""
+        """Replace ``final`` by ``build_dir`` in two journalled renames; returns where the old
+        version went."""
         journal = self.layout.journal_file(final.name)
         trash = journal.with_name(journal.name.removesuffix(JOURNAL_SUFFIX) + TRASH_SUFFIX)
         # paths relative to the root: a preprocess job builds in a subdirectory of tmp/
@@ -268,8 +262,8 @@ class CacheRoot:
         return trash
 
     def _discard(self, path: Path, entry: str) -> None:
-        """Remove an old version: first out of reach of any name (an atomic rename to a
-        ``.trash`` entry, so a crash leaves only stale trash), then its files."""
+        """Remove an old version: first renamed to a ``.trash`` entry (a crash leaves only
+        stale trash), then its files."""
         if not path.name.endswith(TRASH_SUFFIX):
             trash = self.layout.trash_dir(entry)
             os.replace(path, trash)
@@ -279,11 +273,9 @@ class CacheRoot:
     def recover(self, entry: str | None = None) -> list[str]:
         """Finish replacements that a crash interrupted (journals left in ``tmp/``).
 
-        The caller must hold the lock of every entry it recovers (``entry``), or pass ``None``
-        to recover each entry whose lock can be taken at once. A build that reached the
-        journal is complete (its manifest was written first), so recovery rolls forward: the
-        new version is renamed into place when it is still waiting; the old version is put
-        back only when the new one is gone.
+        The caller must hold ``entry``'s lock, or pass ``None`` to recover each entry whose lock
+        can be taken at once. Recovery rolls forward (a journalled build is complete); the old
+        version is restored only when the new one is gone.
 
         Returns:
             The entries whose journal was processed.

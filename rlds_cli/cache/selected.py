@@ -1,26 +1,15 @@
 """Views made in memory and never published: a selection of episodes, or a filter key's.
 
-A view made on the fly and never published: ``Loader(NAME, episodes=[...])``.
-
-:func:`select_episodes` builds the manifest and episode index ``rlds view`` would publish
-(:func:`rlds_cli.cache.derive.view_manifest`, O(episodes), nothing of the data read) and opens
-them in memory as a :class:`SelectedDataset`: a :class:`~rlds_cli.cache.dataset.Dataset` that
-reads its parent's columns exactly as a published view does (a slice for consecutive episodes,
-the rows gathered for a selection), so it samples, gathers and describes as the view would.
+:func:`select_episodes` (``Loader(NAME, episodes=[...])``) builds the manifest and index ``rlds
+view`` would publish (:func:`rlds_cli.cache.derive.view_manifest`, O(episodes)) and opens them
+as a :class:`SelectedDataset`, which reads its parent's columns as a published view does.
 Nothing is written to the cache.
 
-**Filter keys.** Filter keys: named subsets of a dataset's episodes kept from its source (robomimic's
-``mask/<key>``), and the views they make.
-
-A reader keeps them at conversion by episode position: their names in the manifest
-(``source.metadata.filter_keys``, a list) and, in ``source_metadata.npz``, a bool array
-:data:`MEMBER_ARRAY` with one row per episode and one column per name (row ``i`` says which keys
-hold the dataset's episode ``i``; ``--episodes A:B`` cuts it with the episodes). A view (``rlds
-view``, ``rlds split``) reads its parent's, row for row.
-
-:func:`filtered_dataset` is the view of one key made in memory, unpublished
-(``Loader(NAME, filter_key="train")``); ``rlds view NAME --filter-key KEY --name N`` publishes
-the same episodes as a view of its own.
+Filter keys are named episode subsets kept from the source (robomimic's ``mask/<key>``): names
+in the manifest's ``source.metadata.filter_keys`` and, in ``source_metadata.npz``, the bool array
+:data:`MEMBER_ARRAY` (one row per episode, one column per name). A view reads its parent's rows.
+:func:`filtered_dataset` (``Loader(NAME, filter_key="train")``) is the in-memory view of one
+key; ``rlds view NAME --filter-key KEY --name N`` publishes it.
 """
 
 from __future__ import annotations
@@ -50,12 +39,10 @@ __all__ = [
 
 
 class SelectedDataset(Dataset):
-    """A view of some episodes of a stored dataset, held in memory (see the module docstring).
+    """A view of some episodes of a stored dataset, held in memory.
 
-    Its :attr:`directory` is its parent's folder (what it reads, and what tells a replaced
-    parent: the view refuses to read once the parent was replaced, as a published view does);
-    :meth:`size_bytes` is 0 (nothing of its own on disk). It pickles as its manifest and index,
-    so DataLoader workers reopen the same selection.
+    :attr:`directory` is the parent's folder, so reads fail once the parent is replaced;
+    :meth:`size_bytes` is 0. Pickles as its manifest and index (workers reopen the same selection).
     """
 
     def __init__(self, parent_dir: str | os.PathLike[str], manifest: Manifest, index: np.ndarray) -> None:
@@ -124,8 +111,8 @@ MEMBER_ARRAY = "filter_keys/episode_member"
 
 
 def filter_key_names(dataset: Dataset) -> list[str]:
-    """The filter keys of ``dataset`` (its source's, or its parent's for a view), in the order
-    of :data:`MEMBER_ARRAY`'s columns; empty when it has none."""
+    """The filter keys of ``dataset`` (a view: its parent's), in :data:`MEMBER_ARRAY` column
+    order; empty when none."""
     names = dataset.source_metadata.get("filter_keys")
     return [str(n) for n in names] if isinstance(names, list) else []
 
@@ -163,8 +150,7 @@ def filter_key_episodes(dataset: Dataset, key: str) -> np.ndarray:
 
 
 def filtered_dataset(dataset: Dataset, key: str) -> SelectedDataset:
-    """``dataset``'s episodes of filter key ``key``, as a view made in memory and never
-    published (:func:`select_episodes`), named ``NAME[key]``.
+    """``dataset``'s episodes of filter key ``key`` as an in-memory view named ``NAME[key]``.
 
     Raises:
         InvalidSelectionError: As :func:`filter_key_episodes`.

@@ -1,13 +1,10 @@
-"""A consistent copy of a growing dataset as of one view, for what reads or copies a dataset's
-files for long (``rlds push``, ``rlds export``): hard links to the live segments' files
-(segments never change) and the commit log up to the view's position, in a build folder of
-the cache's ``tmp/``, removed afterwards.
+"""A consistent copy of a growing dataset as of one view, for long reads (``rlds push``, ``rlds export``).
 
-Writers, evictions and compactions go on meanwhile, with any grace period: the copy's links
-keep the files of the segments they retire. The copy holds a lock of its own for as long as
-it lives (``locks/<entry>~snapshot-<id>.lock``; ``~`` is in no dataset's entry), so the
-cleanup of stale builds that any other dataset's transaction (and ``rlds gc``) runs leaves
-it alone; once its process is gone, the lock is free and the copy is a stale build.
+The copy is hard links to the live segments' files (segments never change) and the commit log
+up to the view's position, in a build folder of ``tmp/``, removed afterwards. Writers, evictions
+and compactions go on meanwhile; the links keep retired segments' files. The copy holds its own
+lock (``locks/<entry>~snapshot-<id>.lock``; ``~`` is in no entry), so stale-build cleanup leaves
+it alone until its process is gone.
 """
 
 from __future__ import annotations
@@ -35,14 +32,13 @@ from rlds_cli.errors import DatasetReplacedError
 
 #: What separates the dataset's entry from the copy's id in the name of its lock and folder.
 SNAPSHOT_MARK = "~snapshot-"
-#: Views tried: a view whose segment is removed while it is linked (its retirement's grace
-#: period, which may be 0, ran out) is refreshed and linked again.
+#: Views tried: a view whose segment is removed while linked is refreshed and linked again.
 ATTEMPTS = 5
 
 
 def fixed_copy_hint(name: str) -> str:
-    """What to do where a command needs a dataset that stays as it is and ``name`` is a growing
-    one (a view, a preprocess job): export a snapshot and convert it."""
+    """The hint for a command that needs a fixed dataset given growing ``name``: export a
+    snapshot and convert it."""
     return (
         f"export a snapshot and convert that: 'rlds export {name} DIR --to torchrl', then "
         "'rlds download DIR --name NAME'"
@@ -51,14 +47,15 @@ def fixed_copy_hint(name: str) -> str:
 
 @contextmanager
 def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterator[Path]:
-    """A folder holding the growing dataset ``ds`` as of its view (see the module docstring),
-    in ``cache``'s ``tmp/`` (``None``: the cache ``ds`` is in; a dataset in no cache's
-    ``datasets/`` folder is copied into a hidden folder beside it).
+    """A folder holding growing dataset ``ds`` as of its view, in ``cache``'s ``tmp/``
+    (``None``: ``ds``'s cache; outside a cache, a hidden folder beside it).
 
-    When a segment of the view is removed while it is linked (retired by an eviction or a
-    compaction longer than the grace period ago), ``ds`` is refreshed (as a reader that gets
-    :class:`~rlds_cli.errors.DatasetReplacedError` would be) and the copy made again; the
-    copy is of the view ``ds`` holds when this returns."""
+    If a segment is removed while linking, ``ds`` is refreshed and the copy remade (up to
+    :data:`ATTEMPTS`); the copy is of the view ``ds`` holds when this yields.
+
+    Raises:
+        DatasetReplacedError: Every attempt lost a segment.
+    """
     if cache is None and ds.directory.parent.name != DATASETS_DIR:
         with _private(ds) as build:
             yield build
@@ -71,11 +68,9 @@ def snapshot_copy(ds: GrowingDataset, cache: CacheRoot | None = None) -> Iterato
 
 @contextmanager
 def private_build(cache: CacheRoot, owner: str) -> Iterator[Path]:
-    """A build folder path in ``cache``'s ``tmp/`` (not made) that holds a lock of its own,
-    ``locks/<owner>.lock``, for as long as it lives, and is removed afterwards, lock file too.
-    ``owner`` holds a ``~`` (in no dataset's entry), so no transaction of a dataset takes the
-    folder for its own stale build while its process runs; once that process is gone (killed),
-    the lock is free and the cleanup of stale builds (``rlds gc``) removes the folder."""
+    """A build folder path in ``cache``'s ``tmp/`` (not created) guarded by its own lock,
+    ``locks/<owner>.lock``, held while it lives; both are removed afterwards. ``owner`` holds a
+    ``~`` (in no entry), so only a dead process's folder is collected as stale."""
     lock_path = cache.layout.lock_file(owner)
     cache.locks_dir.mkdir(parents=True, exist_ok=True)
     cache.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -115,9 +110,8 @@ def _copy(ds: GrowingDataset, build: Path) -> None:
 
 
 def _link(ds: GrowingDataset, build: Path) -> bool:
-    """Link the view's files into ``build``; ``False`` when a segment was removed meanwhile (the
-    copy is then incomplete). A segment's folder is never changed, only renamed away whole, so
-    one still there after its files were linked was there, whole, all along."""
+    """Link the view's files into ``build``; ``False`` when a segment was removed meanwhile.
+    Segment folders are only ever removed whole, so one still there after linking was whole."""
     (build / SEGMENTS_DIR).mkdir()
     (build / SEGMENT_BUILDS_DIR).mkdir()
     for part in ds.segment_datasets():

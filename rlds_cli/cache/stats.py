@@ -1,27 +1,19 @@
-"""Dataset-wide statistics, computed per chunk and merged: exact mean/std/min/max, and
-approximate quantiles.
+"""Dataset-wide statistics merged from chunks: exact mean/std/min/max, approximate quantiles.
 
-Each chunk yields a partial result per key (count, mean, sum of squared deviations, min, max,
-and a quantile sketch: the chunk's exact quantiles on a fixed grid of :data:`GRID` points).
-Partials merge pairwise in chunk order, so the result does not depend on how many workers (or
-which backend) ran the chunks:
+A chunk's :class:`Partial` holds count, mean, sum of squared deviations, min, max and a
+quantile sketch (exact quantiles on the :data:`GRID`). Partials merge pairwise in chunk order,
+so results do not depend on the worker count or backend:
 
-* mean and variance with Chan et al.'s parallel update (float64 accumulators), which is exact
-  up to floating-point rounding (population std, ``ddof=0``, like ``numpy.std``);
-* quantiles by mixing the sketches' piecewise-linear CDFs weighted by count and reading the
-  merged CDF back on the grid. The rank error of a reported quantile is at most about one grid
-  step (1/256 of the data) and usually far less.
+* mean and variance: Chan et al.'s parallel update in float64, exact up to rounding
+  (population std, ``ddof=0``);
+* quantiles: count-weighted mix of the sketches' piecewise-linear CDFs, read back on the grid;
+  rank error at most about one grid step (1/256 of the data).
 
-Statistics are per element of a key's per-step shape (an ``observation`` of shape ``(17,)`` has
-17 means). For keys with more than :data:`MAX_ELEMENTS` elements per step (images) one value
-over all elements is kept instead, and quantiles are kept only up to
-:data:`MAX_QUANTILE_ELEMENTS` elements per step. Observation-like keys are summarized over
-``K`` at every step (what a sampler normalizes), i.e. without the final observations.
-Bool keys (done flags) are skipped.
-
-The same accumulator serves every statistic rlds shows or uses: ``rlds preprocess --stats``
-(per chunk, in the workers), the loader's ``Normalize`` / ``compute_stats`` (:func:`scan`) and
-``rlds inspect`` (one value over all elements), so they agree up to float rounding.
+Statistics are per element of a key's per-step shape; above :data:`MAX_ELEMENTS` elements
+(images) one value over all elements is kept, and quantiles only up to
+:data:`MAX_QUANTILE_ELEMENTS`. Observation-like keys leave out final observations. Bool keys are
+skipped. ``rlds preprocess --stats``, the loader's ``Normalize`` / ``compute_stats``
+(:func:`scan`) and ``rlds inspect`` share this accumulator, so they agree up to rounding.
 """
 
 from __future__ import annotations
@@ -177,9 +169,8 @@ SCAN_BYTES = 64 * 1024 * 1024
 
 
 def scan(dataset: Any, key: str, *, quantiles: bool = False) -> Partial | None:
-    """Statistics of a stored key of a dataset over its steps, read in bounded chunks and merged
-    in order with :func:`merge` (as ``--stats`` merges chunks). An observation-like (flat) key
-    leaves out each episode's final observation, as ``--stats`` does.
+    """Statistics of a stored key over the dataset's steps, read in bounded chunks and merged in
+    order (as ``--stats`` does); a flat key leaves out each episode's final observation.
 
     Args:
         dataset: A :class:`~rlds_cli.cache.dataset.Dataset`.

@@ -1,8 +1,8 @@
-"""The TED vocabulary shared by every layer: key names, the block a reader streams into the cache
-(:class:`StepBlock`), the key grammar (:func:`key_problem`), the dtypes the cache stores
-(:func:`is_numeric`), the episode index's dtype, and the batch mapping every read returns.
+"""The TED vocabulary shared by every layer: keys, blocks, batches and the stored dtypes.
 
-It imports nothing of the package: the readers, the cache and the loader all stand on it.
+Key names and grammar (:func:`key_problem`), the block a reader streams into the cache
+(:class:`StepBlock`), the stored dtypes (:func:`is_numeric`), the episode index's dtype, and the
+batch mapping every read returns (:class:`TedBatch`). Imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ MAX_KEY_PARTS = 32
 def key_problem(key: object) -> str | None:
     """What makes ``key`` break the strict TED key grammar, or ``None`` when it follows it.
 
-    The grammar: ``/``-separated parts (at most :data:`MAX_KEY_PARTS`), each one or more of
-    ``A-Z a-z 0-9 _ . -`` (at most :data:`MAX_KEY_PART_CHARS` of them) and neither ``.`` nor
-    ``..``. Such a key is always a relative path that stays below the directory it is joined to.
+    The grammar: ``/``-separated parts (at most :data:`MAX_KEY_PARTS`), each 1 to
+    :data:`MAX_KEY_PART_CHARS` of ``A-Z a-z 0-9 _ . -`` and neither ``.`` nor ``..``; such a key
+    is a relative path that stays below the directory it is joined to.
     """
     if not isinstance(key, str):
         return f"it is a {type(key).__name__}, not a string"
@@ -74,8 +74,8 @@ class StepBlock:
         steps: Per-step columns with ``n`` rows each (``action``, ``next/reward``,
             ``next/terminated``, ``next/truncated``, ``info/...``).
         observations: Observation-like columns in flat layout: the observation of each step,
-            plus, right after the last step of every episode that ends in this block, that
-            episode's final observation. So ``n + len(ends)`` rows each.
+            plus each ending episode's final observation right after its last step
+            (``n + len(ends)`` rows).
         ends: Sorted positions (in ``[0, n)``) of the last step of each episode that ends in
             this block. An episode may start in an earlier block.
         final_known: Per end, whether the final observation is the real one (``False`` where a

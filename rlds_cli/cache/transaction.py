@@ -1,5 +1,6 @@
-"""The one way a dataset is written into the cache: every writer (conversion, views and splits,
-preprocess jobs, pulls) goes through the same steps, in the same order.
+"""Atomic dataset writes: the steps every writer takes, in order, to publish into the cache.
+
+Every writer (conversion, views, splits, preprocess jobs, pulls):
 
 1. take the name's lock (writers of one name are serialized; readers never lock);
 2. finish or clean what a killed writer of that name left (journals, builds, trash);
@@ -9,8 +10,8 @@ preprocess jobs, pulls) goes through the same steps, in the same order.
 5. publish by an atomic rename (or exchange, for a replacement; see
    :meth:`~rlds_cli.cache.root.CacheRoot.publish`).
 
-Killed at any point before step 5, a writer leaves nothing visible, and the next writer of the
-name (or ``rlds gc``) removes its leftovers.
+A writer killed before step 5 leaves nothing visible; the next writer of the name (or ``rlds
+gc``) removes its leftovers.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ class CacheTransaction:
         root: Cache root (a :class:`CacheRoot`, a path, or ``None`` for the default).
         replace: Replace a dataset of the same name when committing.
         lock_timeout: Seconds to wait for another writer of the same name (``-1``: forever).
-        lock: A lock to hold instead of the name's (a preprocess job whose output goes to a
-            URL is locked by that URL); the stale builds of the name are then only cleaned
-            where their writer is gone.
+        lock: A lock to hold instead of the name's (e.g. a preprocess job writing to a URL);
+            stale builds of the name are then cleaned only where their writer is gone.
         what: How errors name what is written (default: ``dataset 'NAME'``).
 
     Attributes:
@@ -116,8 +116,8 @@ class CacheTransaction:
         return self._dir
 
     def adopt(self, directory: Path) -> Path:
-        """Build in ``directory`` instead, which its owner keeps on failure (a preprocess job's
-        output, continued by ``--resume``); it must lie on the cache's filesystem."""
+        """Build in ``directory`` (on the cache's filesystem), kept on failure (a preprocess
+        job's output, for ``--resume``)."""
         self._dir = directory
         self._discard_on_abort = False
         return directory

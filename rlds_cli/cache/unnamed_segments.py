@@ -1,16 +1,11 @@
 """Segments of a growing dataset that its commit log does not name, and what they can be.
 
-A writer renames a sealed segment into ``segments/`` and then appends its record to the log
-(:mod:`rlds_cli.write.segments`). Killed between the two, it leaves one segment no record
-names: a leftover that ``rlds compact`` removes once its writer no longer runs. The same
-picture, a segment no record names, is what a log that lost records shows (emptied, cut short,
-restored from an old copy): then the segments are committed data and removing them loses it.
-
-What tells the two apart is that a writer has at most one commit between its rename and its
-record at a time: a writer that no longer runs leaves at most one segment the log does not
-name. Several of one writer, or several where the log holds no record at all, are records the
-log lost (:func:`unnamed` says which); ``rlds compact`` then keeps them and ``rlds inspect --check``
-reports it.
+A writer renames a sealed segment into ``segments/``, then appends its log record
+(:mod:`rlds_cli.write.segments`); killed between the two, it leaves one unnamed leftover, which
+``rlds compact`` removes once the writer no longer runs. A log that lost records (emptied, cut,
+restored from an old copy) also leaves unnamed segments, which are committed data. Since a dead
+writer leaves at most one, several of one writer, or several beside an empty log, mean lost
+records (:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect --check`` reports it.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ from rlds_cli.cache.manifest import manifest_json
 
 
 def segment_writer(path: Path) -> tuple[str, int] | None:
-    """The host and process that wrote a segment (its manifest's ``source.writer``), ``None``
-    when the manifest does not say (missing or damaged, or another shape)."""
+    """``(host, pid)`` from a segment manifest's ``source.writer``, or ``None`` when unreadable."""
     try:
         file = path / MANIFEST_FILE
         writer = manifest_json(file.read_bytes(), file)["source"]["writer"]
@@ -46,10 +40,8 @@ def segment_writer(path: Path) -> tuple[str, int] | None:
 
 
 def writer_alive(path: Path) -> bool:
-    """Whether the process writing ``path`` still runs on this host, so it is no leftover
-    whatever its age (a writer stalled between its segment's rename and its log record, or a
-    build in progress): a build is named ``<id>.<pid>``, a segment names its writer in its
-    manifest. A trash folder, or a segment without a readable manifest, has no live writer."""
+    """Whether the process writing ``path`` (a build named ``<id>.<pid>``, or a segment naming
+    its writer in its manifest) still runs on this host; ``False`` without a readable writer."""
     if path.parent.name == SEGMENT_BUILDS_DIR:
         parts = path.name.split(".")
         return len(parts) == 2 and parts[1].isdigit() and _running((socket.gethostname(), int(parts[1])))
@@ -62,13 +54,14 @@ def _running(writer: tuple[str, int] | None) -> bool:
 
 
 def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
-    """The segment folders of ``directory`` that neither its commit log (followed to its end
-    here) nor any of ``views`` names, whose writer no longer runs; and why they look like
-    records the log lost, not killed writers' leftovers (``None``: each can be a leftover).
-    A damaged log raises :class:`~rlds_cli.errors.CorruptDatasetError` (it names nothing past
-    its damage)."""
-    # followed on from the furthest view, not replayed from the first record: the replay grows
-    # with the history (0.4 s at 100,000 commits), the records past a view do not
+    """The segment folders of ``directory`` named by neither the log (followed to its end) nor
+    ``views``, whose writer no longer runs; and why they look like lost records (``None``: each
+    can be a leftover).
+
+    Raises:
+        CorruptDatasetError: The log is damaged.
+    """
+    # followed on from the furthest view: a full replay grows with history (0.4 s at 100k commits)
     latest = max(views, key=lambda v: v.position).copy() if views else LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
     found: list[Path] = []
@@ -90,8 +83,7 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
 
 
 def _lost_records(state: LogState, paths: list[Path], writers: Counter[Any]) -> str | None:
-    """Why the segments ``paths`` look like records the log lost rather than killed writers'
-    leftovers (a writer leaves at most one), or ``None``."""
+    """Why ``paths`` look like records the log lost rather than leftovers, or ``None``."""
     if not writers:
         return None
     writer, count = writers.most_common(1)[0]

@@ -1,14 +1,11 @@
-"""Views, the read side: derived datasets that select a parent's episodes and share its arrays
-(nothing is copied). Making them is :mod:`rlds_cli.cache.derive`'s job.
+"""Views, the read side: derived datasets that select a parent's episodes and share its arrays.
 
-A view's directory holds only ``manifest.json`` (``layout: "view"``, the parent's name, manifest
-digest and the episodes: a range ``[a, b)``, or a selection, the ascending ``episode_ids`` a
-random split draws) and its own ``episodes.npy``. Each stored column of a view is the parent's
-rows of those episodes, in order: one slice of the parent's column for a range
-(:class:`SlicedColumn`), the rows gathered for a selection (:class:`GatheredColumn`); either way
-the flat layout holds unchanged and every reader (the loader included) works on a view as on any
-dataset. A view refuses to open once its parent was replaced (the digest differs), and ``rlds
-rm`` refuses to remove a parent while views of it exist.
+A view's directory holds ``manifest.json`` (``layout: "view"``, the parent's name and manifest
+digest, and a range ``[a, b)`` or ascending ``episode_ids``) and its own ``episodes.npy``. Its
+columns are the parent's rows of those episodes: a :class:`SlicedColumn` for a range, a
+:class:`GatheredColumn` for a selection, so the flat layout holds and every reader works
+unchanged. A view refuses to open once its parent is replaced, and ``rlds rm`` refuses to remove
+a parent with views. Making views: :mod:`rlds_cli.cache.derive`.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ class SlicedColumn:
 
 
 class GatheredColumn:
-    """Rows ``rows`` (ascending row numbers) of a column, indexed like a numpy array along the
-    first axis: a column of a view of a selection of episodes."""
+    """Rows ``rows`` (ascending) of a column, indexed like a numpy array along the first axis."""
 
     def __init__(self, column: Any, rows: np.ndarray) -> None:
         self._column = column

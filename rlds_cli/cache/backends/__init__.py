@@ -1,26 +1,16 @@
 """Storage backends: how one column (one TED key) is written and read on disk.
 
-Two backends share one small interface, so the builder and the reader never care which is
-in use:
+Two backends share the interface of :mod:`rlds_cli.cache.backends.base`:
 
-* ``memmap`` (default): one ``.npy`` file per key under ``arrays/`` (``arrays/next/reward.npy``),
-  uncompressed and C-contiguous, that plain ``numpy.load(path, mmap_mode="r")`` opens. Rows
-  are appended as they stream in; the header is written with room to spare and patched with
-  the final row count when the column is closed.
-* ``zarr``: one zarr v3 group at ``arrays/`` with one array per key, chunked along time in
-  small chunks (about 16 KiB, so a random row decodes little) grouped into shards (about 16 MiB
-  per file; a smaller column is one shard of just its chunks) and compressed with Blosc/LZ4 +
-  byte shuffle (fast to decode, which matters more for sampling than the last percent of
-  ratio). Datasets written before sharding (512 KiB chunks, one file each) keep reading.
+* ``memmap`` (default, :mod:`~rlds_cli.cache.backends.memmap`): one plain ``.npy`` file per key
+  under ``arrays/`` (``arrays/next/reward.npy``), memory-mapped for reading.
+* ``zarr`` (:mod:`~rlds_cli.cache.backends.zarr`): one zarr v3 group at ``arrays/``, small
+  chunks along time grouped into ~16 MiB shards, Blosc/LZ4 + byte shuffle. Unsharded datasets
+  (512 KiB chunks, one file each) are still read.
 
-Besides appending, a column can be preallocated at its final size and then written region by
-region (:meth:`Backend.preallocate`, :meth:`Backend.open_region`): parallel workers each fill
-their own rows, as a per-step preprocess job does.
-
-The interface is :mod:`rlds_cli.cache.backends.base`; the backends are
-:mod:`rlds_cli.cache.backends.memmap` and :mod:`rlds_cli.cache.backends.zarr` (``write``: the
-backend and its writer, ``read``: columns and the chunk reader, ``codec``: Blosc). This module
-names them (:func:`get_backend`) and keeps every public name importable from one place.
+A column is either appended to, or preallocated and written region by region by parallel
+workers (:meth:`Backend.preallocate`, :meth:`Backend.open_region`). :func:`get_backend` names
+the backends; every public name is importable from here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The storage backend interface: how one column (one TED key) is written and read, whatever
-the backend, and where a key's files live.
+"""The storage backend interface: how one column (one TED key) is written and read on disk.
+
+:func:`key_path` is where a key's files live.
 
 The two implementations are :mod:`rlds_cli.cache.backends.memmap` and
 :mod:`rlds_cli.cache.backends.zarr`; :mod:`rlds_cli.cache.backends` names them.
@@ -30,12 +31,12 @@ class ColumnWriter(ABC):
         """Finish the column and return its row count."""
 
     def write_behind(self) -> None:  # noqa: B027 (optional: zarr writes each chunk to a new file)
-        """Begin making the rows appended so far durable in the background, so that the build's
-        closing fsync finds little left to write. A hint: the closing fsync is what guarantees."""
+        """Start flushing the rows appended so far in the background (a hint; the closing fsync
+        is the guarantee)."""
 
     def abort(self) -> None:  # noqa: B027 (optional: a writer that holds nothing open)
-        """End a column that will not be published (its build failed): whatever the writer
-        holds open (files, threads) is released; errors of unfinished writes are dropped."""
+        """End a column that will not be published: release open files and threads, dropping
+        errors of unfinished writes."""
 
 
 class RegionWriter(ABC):
@@ -54,8 +55,7 @@ class Backend(ABC):
 
     name: str
     #: Whether an opened column keeps reading the files it opened (``True``: a memory map) or
-    #: reads by path at every access (``False``: zarr chunks), which matters when the dataset
-    #: directory is replaced under a reader.
+    #: reads by path at every access (``False``: zarr), which sees a replaced directory.
     stable_once_open: bool
 
     @abstractmethod
@@ -70,18 +70,18 @@ class Backend(ABC):
         and integer-array indexing along the first axis, returning numpy arrays."""
 
     def read_column(self, dataset_dir: Path, key: str, stop: int) -> np.ndarray:
-        """Rows ``[0, stop)`` of a stored column, read into RAM (for small columns read whole:
-        a backend can do it cheaper than opening the column for random reads)."""
+        """Rows ``[0, stop)`` of a stored column, read into RAM (cheaper than :meth:`open_column`
+        for small columns read whole)."""
         return np.array(self.open_column(dataset_dir, key)[:stop])
 
     @abstractmethod
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
-        """Check that every file of a column is there, at its full size, without reading its
-        data; returns what is wrong, or ``None``."""
+        """Check that every file of a column exists at full size, without reading data; returns
+        the problem, or ``None``."""
 
     def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
-        """The rows a region of :meth:`open_region` must start at a multiple of (or end at the
-        column's end), so that two regions never write the same file."""
+        """The row multiple a region of :meth:`open_region` must start at (and end at, unless at
+        the column's end), so two regions never write the same file."""
         return 1
 
     @abstractmethod
@@ -109,8 +109,8 @@ class Backend(ABC):
     def check_preallocated(
         self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]
     ) -> str | None:
-        """Whether a preallocated column is still there at its full size (a resumed job keeps
-        writing into it); returns what is wrong, or ``None``."""
+        """Check a preallocated column is still there at full size (for a resumed job); returns
+        the problem, or ``None``."""
         return self.check_column(dataset_dir, key, rows, row_shape)
 
 
@@ -118,12 +118,11 @@ class Backend(ABC):
 
 
 def key_path(dataset_dir: Path, key: str, suffix: str) -> Path:
-    """Where the column ``key`` lives under ``dataset_dir``: the one place a key becomes a path.
+    """The path of column ``key`` under ``dataset_dir``.
 
-    Keys come from sources and manifests, both untrusted: a key that breaks the strict grammar
-    (``..``, an absolute path, an empty part, other characters, too long; see
-    :func:`rlds_cli.cache.ted.key_problem`) is refused before any file is opened, so no key
-    can name a file outside ``arrays/`` (nor another dataset's arrays).
+    Keys are untrusted: one breaking the grammar of :func:`rlds_cli.cache.ted.key_problem`
+    (``..``, absolute, empty part, other characters, too long) is refused before any file is
+    opened, so no key names a file outside ``arrays/``.
 
     Raises:
         InvalidKeyError: The key breaks the grammar.

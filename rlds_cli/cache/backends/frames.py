@@ -1,15 +1,11 @@
-"""The stored form of a frame column (a key whose manifest ``codec`` is not ``raw``), the same
-in both backends: the frames' image files end to end in ``arrays/<key>@frames``, and the byte
-offset where each frame ends in ``arrays/<key>@ends.npy`` (int64, one per row). ``@`` is no
-key character, so no key's files can meet these.
+"""Frame columns (manifest ``codec`` not ``raw``): encoded image files, stored alike in both backends.
 
-Frames are already compressed: zarr's chunk codecs would only wrap them again, so a zarr
-dataset stores its frame columns as a memmap one does. A column reads as the ``(rows, *shape)``
-``uint8`` array it stands for (:class:`FramesColumn`): a read decodes only the rows asked for,
-each distinct row once, on every core (:mod:`rlds_cli.frames.codecs`), straight into the
-output. Its content digest covers the stored bytes, the offsets and how they are read (codec,
-frame shape, channel order: :class:`FramesHasher`), so an edited manifest fails the check as an
-edited byte does; a frame's bytes are what the dataset holds, decoded the same way every time.
+The frames' image files lie end to end in ``arrays/<key>@frames``; each frame's end offset is in
+``arrays/<key>@ends.npy`` (int64, one per row). ``@`` is no key character, so these never clash
+with a key's files. A :class:`FramesColumn` reads as the ``(rows, *shape)`` ``uint8`` array,
+decoding only the rows asked for, each distinct row once, on every core
+(:mod:`rlds_cli.frames.codecs`). Its content digest (:class:`FramesHasher`) covers the stored
+bytes, the offsets, codec, frame shape and channel order, so an edited manifest fails the check.
 """
 
 from __future__ import annotations
@@ -71,9 +67,8 @@ class FramesHasher:
 
 
 class FramesColumnWriter(ColumnWriter):
-    """Appends frames to a frame column: rows that arrive as image files of the column's
-    codec and shape keep their bytes; arrays (and image files of another codec) are encoded
-    with the column's codec, on every core, when ``encodes``.
+    """Appends frames to a frame column: image files of the column's format are kept as they
+    are; other rows are encoded with the column's codec, on every core, when ``encodes``.
 
     Args:
         dataset_dir: The build directory.
@@ -81,11 +76,10 @@ class FramesColumnWriter(ColumnWriter):
         fmt: The column's codec and frame shape.
         quality: The JPEG quality of frames encoded here.
         encodes: Whether frames may be encoded here (``--frames jpeg|png|webp``); without it
-            (``keep``), frames that arrive otherwise than as the column's image files are refused
-            rather than encoded (lossy, or not the source's bytes).
-        checks: Decode every frame kept as it arrived before it is stored (a source's image
-            file whose header is fine but whose data is cut or damaged is refused at conversion,
-            never published); off where the bytes were checked already (compaction: digests).
+            (``keep``), rows that are not the column's image files raise
+            :class:`~rlds_cli.errors.ConversionError`.
+        checks: Decode every kept frame before storing it, so a damaged source image is refused
+            at conversion; off where the bytes are known good (compaction).
     """
 
     def __init__(
@@ -145,9 +139,8 @@ class FramesColumnWriter(ColumnWriter):
         ends = self._size + np.cumsum([len(p) for p in parts], dtype=np.int64)
         self._size = int(ends[-1])
         self._ends.append(ends)
-        # the bytes are written and hashed on a thread of their own while the next block encodes
-        # (the file write and sha256 release the GIL): a build went from 0.73x of the encoder's
-        # own rate to 0.8x (docs/benchmarks.md, "Compressed frames")
+        # written and hashed on a thread while the next block encodes: 0.73x -> 0.8x of the
+        # encoder's rate (docs/benchmarks.md, "Compressed frames")
         self._wait_written()
         if self._writer is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -173,7 +166,7 @@ class FramesColumnWriter(ColumnWriter):
         self.hasher.update(parts, ends)
 
     def _wait_written(self) -> None:
-        """Wait for the bytes handed to the writing thread (its error, a full disk, is raised)."""
+        """Wait for the writing thread, re-raising its error (e.g. a full disk)."""
         written, self._written = self._written, None
         if written is not None:
             written.result()
@@ -195,8 +188,8 @@ class FramesColumnWriter(ColumnWriter):
         return self._ends.close(fsync=fsync)
 
     def abort(self) -> None:
-        """End a column that will not be published (its build failed): the writing thread
-        stopped, both files closed; an error of the last write is dropped with them."""
+        """End a column that will not be published: stop the writing thread and close both
+        files, dropping the last write's error."""
         written, self._written = self._written, None
         if written is not None:
             written.exception()  # waits; what it raised belongs to the failed build
@@ -215,11 +208,9 @@ class FramesColumn:
     """A stored frame column, read as the ``(rows, *shape)`` uint8 array it stands for.
 
     ``column[i]``, ``column[a:b]`` and ``column[int_array]`` decode the rows asked for;
-    :meth:`read_into` decodes into a caller's array (each distinct row once: a batch's
-    ``observation`` and ``next/observation`` rows, frame stacks and windows share frames);
-    :meth:`encoded` gives rows as stored, for copies that keep the bytes. The stored bytes are
-    read through :meth:`fetch` (a memory map of the file here; ranged requests for a dataset
-    read where it was pushed, :mod:`rlds_cli.remote.reader`).
+    :meth:`read_into` decodes into a caller's array, each distinct row once; :meth:`encoded`
+    gives rows as stored. Stored bytes come through :meth:`fetch` (a memory map here; ranged
+    requests in :mod:`rlds_cli.remote.reader`).
 
     Args:
         frames_path: The ``@frames`` file (or where it lies, for messages).
@@ -345,8 +336,7 @@ class FramesColumn:
             distinct, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
         else:
             distinct, first, inverse = flat, np.zeros(len(flat), np.int64), np.zeros(len(flat), np.int64)
-        # each distinct row decoded into the first place it is wanted (in place: no copy of the
-        # batch), then copied to the places that want it again
+        # each distinct row decoded in place at its first position, then copied to repeats
         stored = self.fetch(self.starts[distinct].tolist(), self.ends[distinct].tolist())
         try:
             decode_many(stored, len(distinct), self.format, frames, first.tolist())
@@ -365,8 +355,7 @@ class FramesColumn:
         return frames if dtype is None else frames.astype(dtype, copy=False)
 
     def loaded(self) -> FramesColumn:
-        """This column with its stored bytes read into RAM (still encoded: a loader's
-        ``in_memory`` copy holds the frames at their stored size)."""
+        """This column with its stored (still encoded) bytes read into RAM."""
         data = np.frombuffer(bytes(self.fetch([0], [self.size])(0)), np.uint8)
         return FramesColumn(self.path, self.ends, self.format, self.label, data=data)
 
@@ -398,9 +387,8 @@ def column_writer(
 
 
 def with_frames(fields: dict[str, FieldSpec], mode: FramesMode) -> dict[str, FieldSpec]:
-    """``fields`` (plain arrays, as a writer's first episode shows them) as ``mode`` stores
-    them: each observation-like ``uint8`` key that holds camera frames gets ``mode``'s codec
-    (see :mod:`rlds_cli.frames.modes`); everything else is unchanged."""
+    """``fields`` as ``mode`` stores them: observation-like ``uint8`` frame keys get ``mode``'s
+    codec (:mod:`rlds_cli.frames.modes`); the rest are unchanged."""
     out = {}
     for key, spec in fields.items():
         fmt = mode.stored_format(spec.shape, spec.dtype) if spec.storage == "flat" else None
@@ -423,8 +411,8 @@ def open_frames(dataset_dir: Path, key: str, fmt: FrameFormat, label: str) -> Fr
 
 
 def check_frames(dataset_dir: Path, key: str, fmt: FrameFormat, rows: int) -> str | None:
-    """Whether frame column ``key`` is complete: both files there, ``rows`` offsets, the last
-    at the frames file's size (no frame is decoded); returns what is wrong, or ``None``."""
+    """Check frame column ``key`` is complete (both files, ``rows`` offsets, the last at the
+    file's size) without decoding; returns the problem, or ``None``."""
     try:
         column = open_frames(dataset_dir, key, fmt, repr(key))
     except CorruptDatasetError as exc:

@@ -1,9 +1,8 @@
-"""The ``memmap`` backend: one ``.npy`` file per key under ``arrays/``, uncompressed and
-C-contiguous, that plain ``numpy.load(path, mmap_mode="r")`` opens.
+"""The ``memmap`` backend: one plain ``.npy`` file per key under ``arrays/``.
 
-Rows are appended as they stream in; the header is written with room to spare and patched with
-the final row count when the column is closed. A preallocated column is a writable memory map
-that parallel writers fill region by region.
+Files are uncompressed and C-contiguous, openable by ``numpy.load(path, mmap_mode="r")``. Rows
+are appended as they stream in; the header (:data:`NPY_HEADER_BYTES`) is patched with the final
+row count at close. A preallocated column is a writable memory map filled region by region.
 """
 
 from __future__ import annotations
@@ -48,24 +47,20 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 _HEADER_ERRORS = (ValueError, SyntaxError, TokenError, EOFError, OverflowError, TypeError, KeyError)
 
 
-#: The version 1 header numpy writes for a plain array, exactly: ``descr`` a simple type string
-#: or a list of named fields (the episode index), then ``fortran_order`` and ``shape``, padded
-#: with spaces to a newline.
+#: The exact version 1 header numpy writes for a plain array (``descr`` a simple type or a list of
+#: named fields, ``fortran_order``, ``shape``, space-padded to a newline).
 _FIELD = rb"\('[a-z_]+', '[<>|=][a-z]\d{1,2}'\)"  # one named field of a plain type
 _PLAIN_HEADER = re.compile(
     rb"\{'descr': ('[<>|=][a-z]\d{1,2}'|\[" + _FIELD + rb"(?:, " + _FIELD + rb")*\]), "
     rb"'fortran_order': (False|True), 'shape': \(((?:\d+, ?)*\d*)\), \} *\n"
 )
-#: dtypes of the field lists met, by their text: a segment's episode index is read at every
-#: refresh that finds it, and the list is one of a few
+#: Parsed field-list dtypes by header text (episode indexes are read at every refresh)
 _FIELD_DTYPES: dict[bytes, np.dtype] = {}
 
 
 def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | None:
-    """``(shape, fortran_order, dtype)`` of the ``.npy`` file open at its start, where its
-    header is the version 1 header numpy writes for a plain array (:data:`_PLAIN_HEADER`);
-    ``None`` for any other (numpy's own parser reads it, at ~10x the cost: it evaluates the
-    text as Python, 60 us a file, the most of opening a small segment's column)."""
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` file open at its start, if its header
+    matches :data:`_PLAIN_HEADER`; else ``None`` (numpy's parser, ~10x slower at 60 us a file)."""
     lead = fh.read(10)
     if len(lead) < 10 or lead[:8] != b"\x93NUMPY\x01\x00":
         return None
@@ -86,12 +81,15 @@ def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | Non
 
 
 def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
-    """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole, as
-    ``np.load`` gives it. Its header is parsed once and checked against the file's size before
-    the data is mapped or read: a damaged header (a flipped byte makes numpy's parser fail in
-    many ways, or promise more rows than the file holds, which a read would allocate) is one
-    :class:`~rlds_cli.errors.CorruptDatasetError` naming the file; a missing file is
-    ``FileNotFoundError``. ``what`` names the file in the message."""
+    """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole.
+
+    The header is checked against the file's size before any data is mapped or read. ``what``
+    names the file in messages.
+
+    Raises:
+        CorruptDatasetError: A damaged header, an object or Fortran array, or a short file.
+        FileNotFoundError: The file is missing.
+    """
     fmt = np.lib.format
     with open(path, "rb") as fh:
         try:
@@ -120,8 +118,7 @@ def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
         try:
             if not mmap:
                 return np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
-            # the file whose header was checked, not the path again: a dataset replaced
-            # meanwhile has another file there
+            # the checked file, not the path again (a replaced dataset has another file there)
             return np.memmap(fh, dtype=dtype, shape=shape, mode="r", offset=offset)
         except ValueError as exc:  # shorter than its header says after all (cut meanwhile)
             raise CorruptDatasetError(f"{what} {path} is damaged: {exc}") from exc
@@ -132,12 +129,9 @@ RELEASE_MARGIN = 2 * 1024 * 1024
 
 
 def release_pages(rows: np.ndarray) -> bool:
-    """Drop the pages under ``rows`` from this process's resident set, when ``rows`` is a view
-    of a read-only memory map (what :func:`load_npy` maps). The kernel keeps them in its page
-    cache: reading them again costs a page fault, not a disk read. A scan that reads a map
-    block by block and releases each block once used holds the memory of one block; without
-    it, every page it touched stays counted in the process's memory until the map is closed
-    (3.2 GiB after a scan of a 50M-step low-dim dataset).
+    """Drop the pages under ``rows`` (a view of a read-only memory map) from this process's
+    resident set; they stay in the page cache. A block-by-block scan then holds one block of
+    memory (without it, 3.2 GiB after scanning a 50M-step low-dim dataset).
 
     Returns:
         Whether pages were released (``False``: ``rows`` is empty or not in a read-only map,
@@ -155,8 +149,7 @@ def release_pages(rows: np.ndarray) -> bool:
         return False
     origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
     low, high = np.lib.array_utils.byte_bounds(rows)
-    # from RELEASE_MARGIN before the rows: a page fault maps the cached pages around it too
-    # (Linux's fault-around, up to 2 MiB), pages before the rows a previous block released
+    # from RELEASE_MARGIN before the rows: Linux's fault-around maps up to 2 MiB around a fault
     first = max(0, low - origin - RELEASE_MARGIN)
     first -= first % mmap.PAGESIZE  # madvise starts at a page boundary
     try:
@@ -167,18 +160,16 @@ def release_pages(rows: np.ndarray) -> bool:
 
 
 def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
-    """An uncompressed ``.npz`` of ``arrays``, like ``np.savez(file, **arrays)`` (the same zip
-    layout) but for any names: ``np.savez`` takes an array named ``allow_pickle`` or ``file`` as
-    its own argument (the first vanished from the file, the second raised ``TypeError``)."""
+    """An uncompressed ``.npz`` of ``arrays``, in ``np.savez``'s zip layout, accepting any names
+    (``np.savez`` mistakes arrays named ``allow_pickle`` or ``file`` for its arguments)."""
     with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, value in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:  # as np.savez does (gh-10776)
                 np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=True)
 
 
-#: Bytes a column writes before :meth:`NpyColumnWriter.write_behind` starts an ``fdatasync`` of
-#: them: a 1M-step conversion's closing fsync took 0.28 s of its 1.75 s, writing out 100 MB the
-#: disk could have taken while the rows were made (docs/benchmarks.md, "the first download").
+#: Bytes a column writes before :meth:`NpyColumnWriter.write_behind` starts an ``fdatasync``
+#: (a 1M-step conversion's closing fsync took 0.28 s of 1.75 s; docs/benchmarks.md).
 WRITE_BEHIND_BYTES = 8 << 20
 
 
@@ -215,7 +206,7 @@ class NpyColumnWriter(ColumnWriter):
         self._syncing = in_background(os.fdatasync, self._fh.fileno())
 
     def _wait_behind(self) -> None:
-        """Wait for the write-behind under way; its error (a disk that failed a write) is raised."""
+        """Wait for the write-behind under way, re-raising its error."""
         syncing, self._syncing = self._syncing, None
         if syncing is not None:
             syncing.result()
@@ -239,9 +230,8 @@ class NpyColumnWriter(ColumnWriter):
 
 
 def reserve(fd: int, size: int, path: Path) -> None:
-    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`:
-    a full disk met while writing through a memory map kills the process with SIGBUS and no
-    message, so it must be an error before any work, naming the bytes needed."""
+    """Allocate ``size`` bytes of the open file ``fd`` on disk, or raise :class:`DiskFullError`
+    (a full disk met through a memory map is a silent SIGBUS). A no-op where unsupported."""
     if not hasattr(os, "posix_fallocate"):
         return
     try:
@@ -318,8 +308,7 @@ class MemmapBackend(Backend):
             raise CorruptDatasetError(f"array file {path} is missing") from None
 
     def read_column(self, dataset_dir: Path, key: str, stop: int) -> np.ndarray:
-        # a plain read of the file: a memmap costs an mmap, its page faults and an munmap, 4x
-        # the read for the small segments a growing dataset's refresh reads whole
+        # a plain read: a memmap costs 4x for the small segments a refresh reads whole
         path = key_path(dataset_dir, key, ".npy")
         try:
             rows = load_npy(path, mmap=False)
@@ -328,11 +317,3 @@ class MemmapBackend(Backend):
         if len(rows) < stop:
             raise CorruptDatasetError(f"array file {path} holds {len(rows)} rows, {stop} expected")
         return rows[:stop]
-
-
-# ----------------------------------------------------------------------------- zarr
-
-#: Uncompressed bytes per zarr chunk of a newly written array (at least one row). A uniform
-#: random batch needs one chunk per row and decodes all of it, at about 3 GB/s: with 512 KiB
-#: chunks a batch of 256 (3, 84, 84) uint8 frames decoded 130 MB to use 5 MB; now a frame is a
-#: chunk, decoded straight into the batch.

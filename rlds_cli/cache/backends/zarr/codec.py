@@ -1,8 +1,8 @@
 """The Blosc codec of zarr chunks.
 
-The functions of the c-blosc that numcodecs bundles, called through ctypes (the writer's encoder,
-the reader's decoder), the process's pool of decoding threads, and the compiled decode loop of
-:mod:`rlds_cli.cache.backends.zarr.compiled` (see :class:`rlds_cli.cache.backends.zarr.read.ChunkReader`).
+numcodecs' bundled c-blosc called through ctypes (encoder and decoder), the process's decoding
+thread pool, and access to the compiled loop of :mod:`rlds_cli.cache.backends.zarr.compiled`
+(used by :class:`rlds_cli.cache.backends.zarr.read.ChunkReader`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ ZARR_READ_THREADS = 4
 _POOL_MIN_CHUNKS = 32
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
-#: Threads a read uses, counted once (``None``: not yet): ``os.cpu_count()`` on every read was a
-#: visible share of a small read's time.
+#: Threads a read uses, counted once (``None``: not yet; counting costs a small read's time).
 _threads: int | None = None
 
 
@@ -40,8 +39,7 @@ def read_threads() -> int:
 
 
 def _forget_pool() -> None:
-    """In a forked child (a DataLoader worker): the pool object was inherited but none of its
-    threads, so the next read makes a new one."""
+    """After a fork: drop the inherited pool (its threads are not), so the next read makes one."""
     global _pool, _pool_lock
     _pool, _pool_lock = None, threading.Lock()
 
@@ -67,9 +65,8 @@ def _read_pool() -> ThreadPoolExecutor | None:
 
 
 def run_split(count: int, work: Callable[[int, int], None]) -> None:
-    """``work(a, b)`` over ``[0, count)``: in one call on the caller's thread for a small read,
-    else cut into one contiguous part per decoding thread, the caller's thread doing the last
-    (a few large tasks: each thread's loop of Blosc calls runs without waiting on the others)."""
+    """``work(a, b)`` over ``[0, count)``: one call for a small read, else one contiguous part
+    per decoding thread, the caller doing the last. Re-raises a thread's error after all end."""
     pool = _read_pool() if count >= _POOL_MIN_CHUNKS else None
     if pool is None:
         work(0, count)
@@ -85,11 +82,9 @@ def run_split(count: int, work: Callable[[int, int], None]) -> None:
 
 
 def blosc_function(name: str) -> Any:
-    """``blosc_decompress_ctx`` / ``blosc_compress_ctx`` of the c-blosc that numcodecs bundles,
-    called through ctypes: about 1 us a call against 10 for numcodecs' functions (whose checks
-    and wrapping outweigh the coding of a small chunk), ctypes releases the GIL around it (so
-    decoding threads run in parallel), and it writes where it is told (no copy). ``None`` when the
-    symbol is not exported; the callers then use numcodecs' functions."""
+    """``blosc_decompress_ctx`` / ``blosc_compress_ctx`` of numcodecs' c-blosc through ctypes:
+    ~1 us a call against 10 for numcodecs', GIL released, no copy. ``None`` when the symbol is
+    not exported (callers use numcodecs then)."""
     if name in _BLOSC_FUNCTIONS:
         return _BLOSC_FUNCTIONS[name]
     import ctypes
@@ -125,18 +120,16 @@ def decompressor() -> Any:
     return blosc_function("blosc_decompress_ctx")
 
 
-#: Chunks a read needs before it takes the compiled loop: the first such read imports numba
-#: (~0.3 s, once a process), which a read of a few chunks would not win back.
+#: Chunks a read needs before it takes the compiled loop (importing numba costs ~0.3 s once).
 COMPILED_MIN_CHUNKS = _POOL_MIN_CHUNKS
 #: The compiled decode loop bound to the decoder (``False``: not looked up yet; ``None``: none).
 _compiled: Any = False
 
 
 def compiled_decode() -> Callable[[np.ndarray, np.ndarray, int, int, int], int] | None:
-    """``decode(sources, dests, nbytes, a, b)``: the compiled loop of
-    :mod:`rlds_cli.cache.backends.zarr.compiled` over chunks ``[a, b)`` (addresses in two int64
-    arrays), returning the first chunk that does not decode or -1; ``None`` without numba (a
-    broken install), with ``RLDS_NUMBA=0``, or when the decoder's symbol is not exported."""
+    """``decode(sources, dests, nbytes, a, b)`` bound to the decoder
+    (:func:`~rlds_cli.cache.backends.zarr.compiled.decode_range`); ``None`` without numba, with
+    ``RLDS_NUMBA=0``, or without the decoder symbol."""
     global _compiled
     if _compiled is False:
         found = None

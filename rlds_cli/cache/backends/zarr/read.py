@@ -1,16 +1,11 @@
 """Reading zarr arrays that this package wrote: columns, the chunk reader, and where its bytes come from.
 
-:class:`ZarrColumn` gives numpy-style first-axis reads (damage of any kind is
+:class:`ZarrColumn` gives numpy-style first-axis reads (any damage is
 :class:`~rlds_cli.errors.CorruptDatasetError` naming the array) through a :class:`ChunkReader`,
-which reads whole chunks straight from their (shard) files and decodes them with Blosc on threads
-into the caller's batch (:mod:`rlds_cli.cache.backends.zarr.codec`).
-
-Where the bytes come from is a :class:`ByteSource`: :class:`LocalFiles` memory-maps the files of a
-cached array (the fast path: a chunk is decoded straight from the page cache), and
-:class:`rlds_cli.remote.files.RemoteArrayFiles` reads an array on object storage, either by ranged
-reads of just the chunks a read needs (``whole_files = False``: each shard's index once, then the
-chunks' byte ranges, fetched together) or through a local cache of whole files. The layout and
-the writer: :mod:`rlds_cli.cache.backends.zarr.write`.
+which decodes whole chunks from their (shard) files with Blosc on threads into the caller's
+batch. Bytes come from a :class:`ByteSource`: :class:`LocalFiles` (memory-mapped) or
+:class:`rlds_cli.remote.files.RemoteArrayFiles` (ranged reads of the needed chunks, or a local
+cache of whole files). Layout and writer: :mod:`rlds_cli.cache.backends.zarr.write`.
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ from rlds_cli.errors import CorruptDatasetError, RldsError
 # -------------------------------------------------------------------- where the bytes come from
 
 
-#: Array attribute: every chunk of the array was written (even one equal to the fill value),
-#: so a chunk file that is missing is damage, not zeros. Arrays written before it was set may
-#: omit all-zero chunks and are read as zarr reads them.
+#: Array attribute: every chunk was written (even all-fill ones), so a missing chunk file is
+#: damage, not zeros. Arrays without it may omit all-zero chunks (read as fill values).
 ALL_CHUNKS_ATTR = "rlds_all_chunks_written"
 
 
@@ -61,12 +55,11 @@ def strict_store(path: Path) -> Any:
 
 
 class ByteSource(Protocol):
-    """Where a :class:`ChunkReader` finds the files of one array; ``rel`` is a path relative to
-    the array's folder (``c/3/0/0``).
+    """Where a :class:`ChunkReader` finds the files of one array; ``rel`` is relative to the
+    array's folder (``c/3/0/0``).
 
-    A source with ``whole_files`` hands out whole files (:meth:`map`); one without reads byte
-    ranges (:meth:`size`, :meth:`read_ranges`). ``remote`` is true for a source that is not a
-    local folder (the reader then fetches what a read needs before decoding, never per chunk).
+    With ``whole_files``, files come whole (:meth:`map`); without, as byte ranges (:meth:`size`,
+    :meth:`read_ranges`). With ``remote``, a read fetches what it needs before decoding.
     """
 
     whole_files: bool
@@ -146,9 +139,8 @@ ABSENT = 2**64 - 1
 
 
 class _ShardIndex:
-    """Where each chunk of one zarr array is stored (see :class:`ChunkReader` for the layouts):
-    a shard is mapped once and its index kept, since the shard files of a published dataset never
-    change (a rebuild replaces the whole directory, which the dataset checks after every read)."""
+    """Where each chunk of one zarr array is stored (layouts: :class:`ChunkReader`). Each shard
+    is mapped and its index parsed once: published shard files never change."""
 
     def __init__(
         self, array: Any, source: ByteSource, *, strict: bool, chunk_rows: int, shard_rows: int
@@ -168,20 +160,18 @@ class _ShardIndex:
         fill = array.metadata.fill_value
         self.fill = np.asarray(fill if fill is not None else 0, self.dtype)
         self._shards: dict[int, tuple[memoryview | None, int, list[list[int]]] | None] = {}
-        #: Chunk bytes are fetched by ranges before a read decodes them (a remote source
-        #: without a file cache); :meth:`decode_to` then never reads on its own.
+        #: Chunk bytes are fetched by ranges before decoding (remote source, no file cache).
         self._ranged = not source.whole_files
         #: Whole files come from far away: fetch every file a read needs together, first.
         self._prefetch = source.remote and source.whole_files
-        #: Sharded chunks with the ctypes decoder: each chunk's address in its mapped shard (0:
-        #: shard not mapped yet, -1: not stored), headers checked when the shard is mapped, so a
-        #: read is a loop of bare decoder calls (8 bytes a chunk), no lookups per chunk.
+        #: Each chunk's address in its mapped shard (0: not mapped yet, -1: not stored), headers
+        #: checked at mapping, so a read needs no per-chunk lookups (sharded, ctypes decoder).
         self._addr: np.ndarray | None = None
         if self.per_shard and decompressor() is not None and not self._ranged:
             self._addr = np.zeros(-(-self.rows // chunk_rows), np.int64)
-        #: The chunks the last gather decoded (sorted ids, their rows): the loader reads
-        #: ``observation`` at rows ``r`` then ``next/observation`` at ``r + 1``, mostly in the same
-        #: chunks. Replaced whole (never changed in place), so threads may share it.
+        #: The chunks the last gather decoded (sorted ids, their rows), reused by the next
+        #: (``observation`` then ``next/observation`` hit the same chunks). Replaced whole, never
+        #: changed in place, so threads may share it.
         self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ finding a chunk's bytes
@@ -204,8 +194,8 @@ class _ShardIndex:
         return 16 * self.per_shard + 4
 
     def _parse_index(self, s: int, raw: memoryview | bytes, size: int) -> np.ndarray:
-        """Shard ``s``'s index, ``[offset, length]`` per chunk, from its last bytes ``raw`` (the
-        checksum and every entry checked against the file's ``size``)."""
+        """Shard ``s``'s index, ``[offset, length]`` per chunk, from its last bytes ``raw``;
+        checksum and entries checked against the file's ``size`` (``ValueError``)."""
         import google_crc32c  # zarr's own dependency for its crc32c codec
 
         index_bytes = self._index_bytes
@@ -265,7 +255,7 @@ class _ShardIndex:
 
     def _fetch(self, chunks: np.ndarray) -> list[bytes | None]:
         """The stored bytes of each of ``chunks`` (ranged source; ``None``: not stored), fetched
-        in one request batch after the shard indexes they need."""
+        in one batch."""
         which, rels, starts, ends = self.chunk_ranges(chunks)
         out: list[bytes | None] = [None] * len(chunks)
         if rels:
@@ -274,14 +264,14 @@ class _ShardIndex:
         return out
 
     def row_ranges(self, rows: np.ndarray) -> tuple[list[str], list[int], list[int]]:
-        """The byte ranges (file, start, end) holding ``rows`` (ranged source): what a read of
-        them will fetch, for a caller that fetches ahead (the shard indexes are loaded first)."""
+        """The byte ranges (files, starts, ends) a read of ``rows`` will fetch (ranged source),
+        for callers that fetch ahead."""
         _, rels, starts, ends = self.chunk_ranges(np.unique(np.asarray(rows, np.int64) // self.chunk_rows))
         return rels, starts, ends
 
     def chunk_ranges(self, chunks: np.ndarray) -> tuple[list[int], list[str], list[int], list[int]]:
-        """Where each stored one of ``chunks`` is: its position in ``chunks``, file, start, end
-        (ranged source; the shard indexes they need loaded first, together)."""
+        """For each stored chunk of ``chunks``: its position in ``chunks``, file, start, end
+        (ranged source)."""
         ps = self.per_shard
         ids = chunks.tolist()
         rels: list[str] = []
@@ -343,9 +333,9 @@ class _ShardIndex:
         self._addr[first : first + count] = table
 
     def _check_header(self, i: int, header: Any, length: int) -> None:
-        """Blosc's 16-byte header: version, version, flags, typesize, then nbytes, blocksize,
-        cbytes (little-endian uint32): the chunk must decode to :attr:`chunk_nbytes` bytes from
-        exactly the ``length`` stored (a garbage chunk is refused before it is decoded)."""
+        """Refuse (``ValueError``) a chunk whose 16-byte Blosc header does not say
+        :attr:`chunk_nbytes` decoded bytes (nbytes, bytes 4-8) from exactly ``length`` stored
+        (cbytes, bytes 12-16), before decoding."""
         if (
             length < 16
             or int.from_bytes(header[4:8], "little") != self.chunk_nbytes
@@ -364,8 +354,8 @@ class _ShardIndex:
             return None
 
     def _addresses(self, chunks: np.ndarray) -> np.ndarray | None:
-        """The addresses of ``chunks`` (see :attr:`_addr`), mapping their shards first; ``None``
-        without the table or when one is not stored (the slow path raises or fills for it)."""
+        """The addresses of ``chunks`` (:attr:`_addr`), mapping their shards first; ``None``
+        without the table or when a chunk is not stored."""
         if self._addr is None:
             return None
         addr = self._addr[chunks]
@@ -379,25 +369,20 @@ class _ShardIndex:
 
 
 class ChunkReader(_ShardIndex):
-    """Reads whole chunks of one zarr array straight from its files and decodes them with
-    Blosc, without zarr's per-chunk machinery (which cost 70% of a random read).
+    """Reads whole chunks of one zarr array from its files and decodes them with Blosc,
+    bypassing zarr's per-chunk machinery (70% of a random read).
 
-    Only the layouts this package writes are read this way: chunks of whole rows, encoded
-    ``bytes`` (little-endian) + ``blosc``, either one file per chunk (datasets written before
-    sharding) or inside shards (``sharding_indexed``, index at the end, ``bytes`` + ``crc32c``).
-    :meth:`of` returns ``None`` for anything else, which zarr then reads.
-
-    A shard is mapped once (memory-mapped, from a local folder or a remote source's file cache)
-    and its index (checksum verified) kept: the shard files of a published dataset never change
-    (a rebuild replaces the whole directory, which the dataset checks after every zarr read). A
-    ranged source (object storage, no file cache) keeps only the shard indexes; each read fetches
-    the byte ranges of the chunks it needs, all at once, then decodes them the same way.
+    Handles only the layouts this package writes: whole-row chunks encoded ``bytes``
+    (little-endian) + ``blosc``, one file per chunk (unsharded) or in shards
+    (``sharding_indexed``, index at the end, ``bytes`` + ``crc32c``); :meth:`of` returns ``None``
+    for anything else. A ranged source keeps only shard indexes and fetches each read's chunk
+    ranges at once.
     """
 
     @classmethod
     def of(cls, array: Any, directory: Path | ByteSource, *, strict: bool) -> ChunkReader | None:
-        """A reader for ``array`` (stored under the folder ``directory``, or read from a
-        :class:`ByteSource`), or ``None`` when its layout is not one this reader knows."""
+        """A reader for ``array`` (under folder ``directory``, or from a :class:`ByteSource`),
+        or ``None`` for a layout it does not handle."""
         import sys
 
         from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec
@@ -466,8 +451,8 @@ class ChunkReader(_ShardIndex):
             raise ValueError(f"chunk {i} of {self.source.describe('c')} does not decode ({done})")
 
     def _decoder(self, chunks: np.ndarray) -> Callable[[int, int, np.ndarray], None]:
-        """``decode(k, i, dest)``: decode chunk ``i`` (``chunks[k]``) into ``dest``. For a remote
-        source, what ``chunks`` need is fetched here, before any decoding starts."""
+        """``decode(k, i, dest)``: decode chunk ``i`` (``chunks[k]``) into ``dest``; a remote
+        source's bytes are fetched here first."""
         if self._ranged:
             blobs = self._fetch(chunks)
             return lambda k, i, dest: self._decode_blob(i, blobs[k], dest)
@@ -478,8 +463,8 @@ class ChunkReader(_ShardIndex):
         return lambda k, i, dest: self.decode_to(i, dest)
 
     def decode_to(self, i: int, dest: np.ndarray) -> None:
-        """Decode chunk ``i`` into ``dest`` (C-contiguous, :attr:`chunk_nbytes` bytes); a chunk
-        that is not stored gives the fill value (or raises, see :meth:`_missing`)."""
+        """Decode chunk ``i`` into ``dest`` (C-contiguous, :attr:`chunk_nbytes` bytes); an
+        absent chunk gives the fill value (or raises, :meth:`_missing`)."""
         if self._ranged:  # one chunk on its own (reads fetch their chunks together, first)
             self._decode_blob(i, self._fetch(np.array([i], np.int64))[0], dest)
             return
@@ -521,14 +506,11 @@ class ChunkReader(_ShardIndex):
 
     def _decode_all(self, chunks: np.ndarray, targets: np.ndarray) -> None:
         """Decode each of ``chunks`` to the address in ``targets`` (:attr:`chunk_nbytes` bytes
-        each, in buffers the caller keeps alive), split across the decoding threads.
+        each, buffers kept alive by the caller), split across the decoding threads.
 
-        When every chunk is in a mapped shard and stored (:meth:`_addresses`), the per-chunk work
-        is one bare decoder call on two integers: every lookup was done once for the batch, in
-        numpy; with numba a read of many chunks loops over those calls in
-        compiled code, without the GIL (:mod:`rlds_cli.cache.backends.zarr.compiled`). Otherwise (no
-        shards, a remote source, a chunk not stored) each chunk is decoded by
-        :meth:`decode_to`, which finds it, fills it or raises."""
+        With every chunk's address known (:meth:`_addresses`), each is one bare decoder call,
+        in compiled code without the GIL for many chunks
+        (:mod:`rlds_cli.cache.backends.zarr.compiled`); otherwise :meth:`decode_to` per chunk."""
         addr = self._addresses(chunks)
         nbytes = self.chunk_nbytes
         compiled = compiled_decode() if addr is not None and len(chunks) >= COMPILED_MIN_CHUNKS else None
@@ -568,9 +550,8 @@ class ChunkReader(_ShardIndex):
         run_split(len(chunks), one_by_one)
 
     def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Rows ``rows`` (1-D, in range) as a new array, or in ``out`` (C-contiguous, of the
-        rows' shape and dtype): each needed chunk decoded once, and not at all when the previous
-        gather decoded it."""
+        """Rows ``rows`` (1-D, in range) as a new array, or into ``out`` (C-contiguous): each
+        needed chunk decoded once, or reused from the previous gather."""
         cr = self.chunk_rows
         if cr == 1:
             return self._gather_rows(rows, out)
@@ -604,8 +585,8 @@ class ChunkReader(_ShardIndex):
         return out
 
     def _gather_rows(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`gather` for chunks of one row (pixels): each decodes straight into its place in
-        the output, no staging copy; a row asked for twice is decoded once and copied."""
+        """:meth:`gather` for one-row chunks: each decodes straight into the output; repeated
+        rows are decoded once and copied."""
         if out is None:
             out = np.empty((len(rows), *self.row_shape), self.dtype)
         if len(rows) < 2 or bool((rows[1:] > rows[:-1]).all()):  # distinct already (sorted)
@@ -620,8 +601,7 @@ class ChunkReader(_ShardIndex):
         return out
 
     def range(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` (in range) as a new array: whole chunks decode in place, a
-        chunk cut by either end through a spare chunk."""
+        """Rows ``[start, stop)`` (in range) as a new array; whole chunks decode in place."""
         out = np.empty((max(0, stop - start), *self.row_shape), self.dtype)
         if stop <= start:
             return out
@@ -650,9 +630,8 @@ class ZarrColumn:
     """Read-only view of a zarr array with numpy-style first-axis indexing; damaged chunks
     (missing, truncated, garbage) raise :class:`CorruptDatasetError` naming the array.
 
-    Integer-array and slice reads of the layouts this package writes go through
-    :class:`ChunkReader` (each needed chunk read and decoded once, in threads); anything else is
-    zarr's own indexing."""
+    Integer, integer-array and slice reads go through :class:`ChunkReader` where it handles the
+    layout; anything else is zarr's own indexing."""
 
     def __init__(self, array: Any, where: Path | str, reader: ChunkReader | None = None) -> None:
         self._array = array
@@ -660,15 +639,13 @@ class ZarrColumn:
         self._reader = reader
         self.shape = tuple(array.shape)
         self.dtype = np.dtype(array.dtype)
-        #: Rows per chunk (a shard's rows, for a sharded array): a scan that reads whole ones
-        #: decodes each chunk once.
+        #: Rows per chunk (per shard, if sharded): scans reading whole ones decode each once.
         shards = getattr(array, "shards", None)
         self.chunk_rows = int(shards[0]) if shards else int(array.chunks[0])
 
     @property
     def one_row_chunks(self) -> bool:
-        """Each row is a chunk of its own, read by the chunk reader (frames): a read of rows
-        ``r`` and ``r + 1`` together decodes their common rows once (see
+        """Whether each row is its own chunk, read by the chunk reader (frames; see
         :class:`~rlds_cli.cache.reader.TedReader`)."""
         return self._reader is not None and self._reader.chunk_rows == 1
 
@@ -711,9 +688,8 @@ class ZarrColumn:
             ) from exc
 
     def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (int64, any shape, in range ``[0, len)``) into ``out`` (C-contiguous, of
-        shape ``rows.shape + row shape`` and this dtype): chunks of one row decode straight into
-        it (a frame-stack block), no intermediate batch."""
+        """Rows ``rows`` (int64, any shape, in ``[0, len)``) into ``out`` (C-contiguous, shape
+        ``rows.shape + row shape``, this dtype), decoded straight into it where possible."""
         if self._reader is None or rows.size == 0:
             out[...] = self[rows]
             return out

@@ -1,14 +1,13 @@
 """The ``zarr`` backend: the on-disk layout, the writer of its shards, and the backend itself.
 
-One zarr v3 group at ``arrays/`` with one array per key, chunked along time in small chunks of
-whole rows (about 16 KiB, so a random row decodes little; a row of a few KiB or more, a frame, is
-a chunk of its own) grouped into shards (about 16 MiB per file; a smaller column is one shard of
-just its chunks) and compressed with Blosc/LZ4 + byte shuffle (fast to decode, which matters more
-for sampling than the last percent of ratio).
+One zarr v3 group at ``arrays/`` with one array per key, chunked along time in chunks of whole
+rows (about 16 KiB; a row of 4 KiB or more is its own chunk), grouped into shards (about 16 MiB
+per file; a smaller column is one shard of just its chunks), compressed with Blosc/LZ4 + byte
+shuffle (chosen for decode speed).
 
-The builder's own shard encoder writes the shards (:class:`ZarrColumnWriter`), so an appended
-column and one filled region by region by parallel writers are byte-identical; reading is
-:mod:`rlds_cli.cache.backends.zarr.read`, the Blosc calls :mod:`rlds_cli.cache.backends.zarr.codec`.
+Shards are written by this module's own encoder (:class:`ZarrColumnWriter`), so appended and
+region-written columns are byte-identical. Reading: :mod:`rlds_cli.cache.backends.zarr.read`;
+Blosc calls: :mod:`rlds_cli.cache.backends.zarr.codec`.
 """
 
 from __future__ import annotations
@@ -26,42 +25,37 @@ from rlds_cli.cache.backends.zarr.read import ABSENT, ALL_CHUNKS_ATTR, ChunkRead
 from rlds_cli.cache.layout import ARRAYS_DIR
 from rlds_cli.errors import CorruptDatasetError
 
+#: Uncompressed bytes per chunk (at least one row): a random row decodes its whole chunk (512 KiB
+#: chunks decoded 130 MB for a 5 MB batch of 256 (3, 84, 84) frames).
 ZARR_CHUNK_BYTES = 16 * 1024
-#: A row of at least this many bytes (an image) is a chunk of its own: a uniform batch needs one
-#: row of each chunk it reads, so a chunk of two 7 KB frames decoded twice the bytes asked for,
-#: and chunks of one row are decoded straight into their place in the batch. Compression is
-#: still per chunk (real 84x84 Atari frames: about 23x as one-frame chunks).
+#: A row of at least this many bytes (an image) is a chunk of its own, so random reads decode
+#: only the rows asked for, straight into the batch (84x84 Atari frames still compress ~23x).
 ZARR_ROW_CHUNK_BYTES = 4 * 1024
-#: A column of at most this many (uncompressed) bytes is read whole into RAM when it is opened
-#: (actions, rewards, flags): a random batch from it then costs what a memory map's costs (a
-#: ``take``), not a chunk decode per row.
+#: A column of at most this many uncompressed bytes is read whole into RAM when opened, so
+#: random batches cost a ``take``, not a chunk decode per row.
 ZARR_IN_RAM_BYTES = 16 * 1024 * 1024
-#: Uncompressed bytes per zarr shard (one file holding many chunks, see zarr's sharding codec):
-#: small chunks without sharding would be one file each (70,000 files for 200k frames). 0 writes
-#: no shards (one file per chunk, the layout before sharding).
+#: Uncompressed bytes per zarr shard (one file of many chunks; unsharded, 200k frames were
+#: 70,000 files). 0 writes no shards (one file per chunk).
 ZARR_SHARD_BYTES = 16 * 1024 * 1024
-#: The most rows in one chunk: a random read of a scalar column decodes at most 1,024 rows (8
-#: KiB of int64) for the one it needs.
+#: The most rows in one chunk (a random scalar read decodes at most 8 KiB of int64).
 ZARR_MAX_CHUNK_ROWS = 1024
-#: The most chunks in one shard. A shard's index takes 16 bytes a chunk and is read (and
-#: checksummed) whole when the shard is first opened: without a cap, a bool column's shard
-#: would index 16,384 chunks, 256 KiB of index even for a dataset of ten steps.
+#: The most chunks in one shard: the index (16 bytes a chunk) is read and checksummed whole at
+#: first open; uncapped, a bool column's shard index was 256 KiB.
 ZARR_MAX_CHUNKS_PER_SHARD = 1024
 #: Blosc settings of every chunk: LZ4, level 5, byte shuffle.
 _BLOSC_CNAME, _BLOSC_CLEVEL = b"lz4", 5
-#: Chunks of each shard compressed first, as a sample, to decide whether the shard is worth
-#: compressing at all (see :meth:`ZarrColumnWriter._shard_level`).
+#: Chunks of each shard compressed as a sample to decide whether to compress it
+#: (:meth:`_ChunkEncoder.level`).
 ZARR_SAMPLE_CHUNKS = 4
-#: A shard is stored compressed only when its sample shrinks to at most this share of its size:
-#: on data that does not compress (camera noise, random floats) LZ4 costs about 1 ms a MB to save
-#: nothing, twice a memmap build's whole CPU; the chunks are then stored as Blosc's uncompressed
-#: frames (level 0: a header and a copy), which every Blosc decoder reads.
+#: A shard is compressed only when its sample shrinks to at most this share; otherwise its
+#: chunks are stored at Blosc level 0 (header + copy), readable by any Blosc decoder. LZ4 on
+#: incompressible data costs ~1 ms a MB, twice a memmap build's CPU.
 ZARR_MIN_SAVING = 0.9
 
 
 def zarr_chunk_rows(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
-    """Rows per chunk: whole rows, about :data:`ZARR_CHUNK_BYTES` of them, and one row for a row
-    of :data:`ZARR_ROW_CHUNK_BYTES` or more (a row is never split across chunks)."""
+    """Rows per chunk: about :data:`ZARR_CHUNK_BYTES` of whole rows, or 1 for rows of
+    :data:`ZARR_ROW_CHUNK_BYTES` or more."""
     row_bytes = max(1, np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64)))
     if row_bytes >= ZARR_ROW_CHUNK_BYTES:
         return 1
@@ -79,11 +73,8 @@ def zarr_shard_rows(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
 
 
 def zarr_fitted_shard_rows(dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> int:
-    """Rows per shard of an array of ``rows`` rows: :func:`zarr_shard_rows`, or, when the whole
-    array fits in one shard, just the whole chunks that hold it. A shard's index has an entry
-    (16 bytes) for every chunk the shard could hold, stored or not: a 5,000-row column in a
-    1,024-chunk shard carried 16 KiB of index for its 5 chunks, which made the zarr copy of the
-    demo (8 columns) larger than the memmap one."""
+    """Rows per shard of an array of ``rows`` rows: :func:`zarr_shard_rows`, or, when the array
+    fits in one shard, just its whole chunks (the index has 16 bytes per possible chunk)."""
     full = zarr_shard_rows(dtype, row_shape)
     if not full or rows <= 0 or rows >= full:
         return full
@@ -92,9 +83,8 @@ def zarr_fitted_shard_rows(dtype: np.dtype, row_shape: tuple[int, ...], rows: in
 
 
 class ZarrColumnWriter(ColumnWriter):
-    """Stages rows in one fixed buffer of whole chunks (of a whole shard, for a sharded array)
-    and writes it when full, so no chunk or shard is ever rewritten and the same buffer is
-    reused for the whole build (no per-block concatenation, which kept growing the heap)."""
+    """Stages rows in one reused buffer of whole chunks (a whole shard, if sharded) and writes
+    it when full, so no chunk or shard is ever rewritten."""
 
     #: Chunks staged before a write, for an array without shards.
     STAGE_CHUNKS = 8
@@ -147,10 +137,9 @@ class ZarrColumnWriter(ColumnWriter):
         self._staged = 0
 
     def _write_shard(self, s: int, rows: np.ndarray) -> None:
-        """Encode shard ``s`` as zarr's ``sharding_indexed`` codec lays it out (the chunks, each
-        ``bytes`` + Blosc/LZ4, then the index of ``(offset, length)`` per chunk in little-endian
-        uint64 and its crc32c) and write its file. zarr's own writer costs 3x the CPU of a
-        memmap build in per-chunk machinery; this is one Blosc call per chunk."""
+        """Encode and write shard ``s`` in zarr's ``sharding_indexed`` layout: the chunks
+        (``bytes`` + Blosc), then ``(offset, length)`` per chunk as little-endian uint64 and its
+        crc32c. One Blosc call per chunk (zarr's writer cost 3x a memmap build's CPU)."""
         import google_crc32c  # zarr's dependency for its crc32c codec
         from numcodecs import blosc
 
@@ -193,12 +182,10 @@ class ZarrColumnWriter(ColumnWriter):
     def _write_stored_shard(
         path: Path, rows: np.ndarray, count: int, index: np.ndarray, encoder: _ChunkEncoder
     ) -> bool:
-        """Write a shard whose chunks are stored uncompressed (Blosc level 0) without copying
-        them: a stored chunk is a 16-byte Blosc header and the chunk's bytes, and equal chunks
-        have equal headers, so the file is written from the header, views of the staged rows and
-        the index (``os.writev``). On frames that do not compress the copy into an encode buffer
-        was a sixth of a zarr build. Returns False (nothing written) if Blosc's header for the
-        first chunk is not that of a stored chunk of this size."""
+        """Write a shard of Blosc level-0 chunks without copying them: one shared 16-byte header,
+        views of the staged rows and the index, via ``os.writev`` (the copy was a sixth of a
+        zarr build). Returns ``False``, writing nothing, if Blosc's first chunk is not a plain
+        stored chunk."""
         import google_crc32c
 
         scratch = np.empty(encoder.room, np.uint8)
@@ -223,22 +210,20 @@ class ZarrColumnWriter(ColumnWriter):
 
     def close(self, *, fsync: bool) -> int:
         if self._refit is not None and self._where is not None and not self.rows and self._staged:
-            # the whole column is staged and smaller than a shard: before its one shard is
-            # written, give the array a shard of just the chunks it needs (a smaller index)
+            # the whole column fits one shard: refit it to just its chunks (a smaller index)
             self.array = self._refit(self._staged)
             self.stage_rows = int(self.array.shards[0])
         self._flush()
         self._stage = None
         if self._where is not None:  # the shards were written directly: give the array its shape
             self.array.resize((self.rows, *self.row_shape))
-        # zarr's local store writes each chunk with a fresh file; durability of the whole
-        # directory tree comes from the builder's final directory fsync.
+        # durability comes from the builder's final fsync of the tree
         return self.rows
 
 
 class _ZarrRegion(RegionWriter):
-    """Rows of a preallocated zarr array, staged in memory and written at :meth:`close` as
-    whole shards (by the builder's own shard encoder, so the files equal an appended build's)."""
+    """Rows of a preallocated zarr array, staged in memory and written at :meth:`close` as whole
+    shards (files identical to an appended build's)."""
 
     def __init__(self, array: Any, where: Path, start: int, stop: int) -> None:
         self._array, self._where, self._start = array, where, start
@@ -260,8 +245,8 @@ _BLOSC_HEADER_BYTES = 16
 
 
 def _writev_all(fd: int, buffers: list[Any]) -> None:
-    """Write every buffer, in order, to ``fd`` (``os.writev`` in groups of at most IOV_MAX,
-    going on after a partial write)."""
+    """Write every buffer, in order, to ``fd`` (``os.writev`` in IOV_MAX groups, resuming after
+    partial writes)."""
     limit = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
     pending = [memoryview(b).cast("B") for b in buffers]
     while pending:
@@ -277,8 +262,8 @@ def _writev_all(fd: int, buffers: list[Any]) -> None:
 
 
 class _ChunkEncoder:
-    """Blosc-encodes the equal chunks of one staged shard into a buffer: LZ4 with byte shuffle,
-    or level 0 (stored). The ctypes path costs about 1 us a chunk; addresses are taken once."""
+    """Blosc-encodes the equal-size chunks of one staged shard: LZ4 with byte shuffle, or level 0
+    (stored); ~1 us a chunk through ctypes."""
 
     def __init__(self, rows: np.ndarray, count: int) -> None:
         from numcodecs import blosc
@@ -324,13 +309,12 @@ def check_zarr_grid(
     row_shape: tuple[int, ...],
     missing: Callable[[tuple[int, ...]], str | None],
 ) -> str | None:
-    """What is wrong with a zarr column's shape, or with its chunk (or shard) files: every cell of
-    its grid is asked of ``missing`` (the local files, or a pushed files index), which says what
-    is wrong with it; ``None`` when nothing is."""
+    """The problem with a zarr column's shape or its chunk (or shard) files, each grid cell
+    checked by ``missing`` (local files, or a pushed files index); ``None`` when none."""
     if tuple(array.shape) != (rows, *row_shape):
         return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
     if not array.attrs.get(ALL_CHUNKS_ATTR):
-        return None  # written when all-zero chunks were left out: nothing to count
+        return None  # all-zero chunks may be absent: nothing to count
     files = getattr(array, "shards", None) or array.chunks  # one file per shard, if sharded
     grid = [-(-size // chunk) for size, chunk in zip(array.shape, files, strict=True)]
     return next((problem for index in np.ndindex(*grid) if (problem := missing(index))), None)
@@ -352,7 +336,7 @@ class ZarrBackend(Backend):
 
         key_path(dataset_dir, key, "")  # refuses a key that is no safe path
         array = zarr.open_group(store=strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
-        if not array.attrs.get(ALL_CHUNKS_ATTR):  # written before every chunk was
+        if not array.attrs.get(ALL_CHUNKS_ATTR):  # absent chunks read as fill values
             array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]
         return array
 
@@ -367,15 +351,13 @@ class ZarrBackend(Backend):
         return ZarrColumnWriter(array, tuple(row_shape), key_path(dataset_dir, key, ""), refit)
 
     def region_rows(self, dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
-        # a region writes whole files: whole shards (each written once, by one writer), or
-        # whole chunks of an array written without shards
+        # a region writes whole files: shards, or chunks when unsharded
         return zarr_shard_rows(dtype, row_shape) or zarr_chunk_rows(dtype, row_shape)
 
     def preallocate(
         self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int
     ) -> None:
-        # nothing to reserve: compressed sizes are unknown before the data, and a full disk
-        # met by a file write is an ordinary error (not a memory map's SIGBUS)
+        # nothing to reserve: sizes are unknown, and a full disk is an ordinary write error
         self._create_array(dataset_dir, key, dtype, row_shape, rows)
 
     def open_region(self, dataset_dir: Path, key: str, start: int, stop: int) -> RegionWriter:
@@ -385,7 +367,7 @@ class ZarrBackend(Backend):
         array: Any = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r+")[key]
         # every chunk is written, as by create_column (the setting is not stored with the array)
         array = array.with_config({"write_empty_chunks": True})
-        # the array's own files (a worker process may not share the writer's settings)
+        # aligned to the array's own files (a worker may not share the writer's settings)
         align = int((getattr(array, "shards", None) or array.chunks)[0])
         total = int(array.shape[0])
         if not 0 <= start <= stop <= total:
@@ -419,7 +401,7 @@ class ZarrBackend(Backend):
         fit_rows: int | None = None,
     ) -> Any:
         """An array of ``rows`` rows (0: appended to), its shard fitted to ``fit_rows`` (default
-        ``rows``), replacing the empty array made before when ``fit_rows`` is given."""
+        ``rows``); with ``fit_rows``, it replaces the empty array."""
         from zarr.codecs import BloscCodec
 
         key_path(dataset_dir, key, "")  # refuses a key that is no safe path, before any write
@@ -434,8 +416,7 @@ class ZarrBackend(Backend):
             dtype=np.dtype(dtype),
             compressors=BloscCodec(cname="lz4", clevel=_BLOSC_CLEVEL, shuffle="shuffle"),  # = _BLOSC_CNAME
             fill_value=np.zeros((), dtype=dtype)[()],
-            # every chunk is written, so that a missing chunk file reads as damage, never as
-            # zeros (and writing skips comparing every chunk with the fill value)
+            # every chunk written: a missing chunk file is damage, never zeros
             config={"write_empty_chunks": True},
             attributes={ALL_CHUNKS_ATTR: True},
             overwrite=fit_rows is not None,
@@ -455,8 +436,8 @@ class ZarrBackend(Backend):
         return check_zarr_grid(array, key, rows, row_shape, missing)
 
     def _open_checked(self, dataset_dir: Path, key: str) -> Any:
-        """The zarr array of ``key``; a missing one, or one whose metadata zarr cannot parse, is
-        :class:`CorruptDatasetError`."""
+        """The zarr array of ``key``; raises :class:`CorruptDatasetError` if missing or its
+        metadata is unparseable."""
         key_path(dataset_dir, key, "")  # a key that is no safe path: InvalidKeyError, not damage
         try:
             return self._open_array(dataset_dir, key)
@@ -472,8 +453,8 @@ class ZarrBackend(Backend):
             ) from exc
 
     def open_column(self, dataset_dir: Path, key: str) -> ZarrColumn | np.ndarray:
-        """The column of ``key``: a :class:`ZarrColumn` reading its chunks, or, for a column of at
-        most :data:`ZARR_IN_RAM_BYTES`, all of it read now as a read-only ndarray."""
+        """The column of ``key``: a :class:`ZarrColumn`, or, up to :data:`ZARR_IN_RAM_BYTES`, a
+        read-only ndarray read now."""
         where = dataset_dir / ARRAYS_DIR / key
         array = self._open_checked(dataset_dir, key)
         strict = bool(array.attrs.get(ALL_CHUNKS_ATTR))
@@ -482,5 +463,5 @@ class ZarrBackend(Backend):
         if nbytes > ZARR_IN_RAM_BYTES:
             return column
         data = column[:]  # damage is CorruptDatasetError naming the array, as for any read
-        data.flags.writeable = False  # as a read-only memory map: a snapshot, never written
+        data.flags.writeable = False  # like a read-only memory map
         return data
