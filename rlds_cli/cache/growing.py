@@ -15,6 +15,7 @@ has its ``min_size`` (which counted every step) read as ``min_total``, with ``mi
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.cache.unnamed_segments import unnamed
 from rlds_cli.errors import CacheError, CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
+log = logging.getLogger(__name__)
+
 #: How long the files of evicted or compacted segments stay for readers of older views.
 DEFAULT_GRACE_SECONDS = 60.0
 
@@ -44,7 +47,7 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def settings_problem(got: dict[str, Any]) -> str | None:
+def _settings_problem(got: dict[str, Any]) -> str | None:
     """What is wrong with the settings ``got`` (the keys of ``source.growing``), or ``None``."""
     for key in ("capacity", "capacity_episodes"):
         value = got.get(key)
@@ -61,6 +64,56 @@ def settings_problem(got: dict[str, Any]) -> str | None:
     return None
 
 
+def creator_settings(
+    name: str,
+    *,
+    capacity: Any,
+    capacity_episodes: Any,
+    min_size: Any,
+    min_total: Any,
+    grace_seconds: Any,
+) -> dict[str, Any]:
+    """The settings a writer creating dataset ``name`` records in ``source.growing`` (plain ints
+    and a float; ``None`` capacities left out). Logs a warning when ``min_total`` is over
+    ``capacity``: only protected episodes can make up the difference.
+
+    Raises:
+        ValueError: A setting out of range, or ``min_size`` over ``capacity`` (both count
+            unprotected steps: the dataset would never be ready).
+    """
+    given = {
+        "capacity": capacity,
+        "capacity_episodes": capacity_episodes,
+        "min_size": min_size,
+        "min_total": min_total,
+        "grace_seconds": grace_seconds,
+    }
+    problem = _settings_problem(given)
+    if problem is not None:
+        raise ValueError(problem)
+    if capacity is not None and min_size > capacity:
+        raise ValueError(
+            f"min_size={min_size} is over capacity={capacity}: both count unprotected steps, so "
+            "the dataset would never be ready; min_total= counts the protected steps too"
+        )
+    if capacity is not None and min_total > capacity:
+        log.warning(
+            "dataset %r: min_total=%d is over capacity=%d steps: it is ready only once protected "
+            "episodes make up the difference",
+            name,
+            min_total,
+            capacity,
+        )
+    settings: dict[str, Any] = {
+        "capacity": None if capacity is None else int(capacity),
+        "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
+        "min_size": int(min_size),
+        "min_total": int(min_total),
+        "grace_seconds": float(grace_seconds),
+    }
+    return {k: v for k, v in settings.items() if v is not None}
+
+
 def growing_settings(manifest: Manifest) -> dict[str, Any]:
     """The head manifest's settings (capacity, capacity_episodes, min_size, min_total,
     grace_seconds), with defaults.
@@ -69,7 +122,7 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
         CorruptDatasetError: A setting is not a value rlds writes.
     """
     got = manifest.source.get("growing", {}) if isinstance(manifest.source, dict) else {}
-    problem = "source.growing is not a table" if not isinstance(got, dict) else settings_problem(got)
+    problem = "source.growing is not a table" if not isinstance(got, dict) else _settings_problem(got)
     if problem is not None:
         raise CorruptDatasetError(
             f"growing dataset {manifest.name!r}: its manifest's {problem}",

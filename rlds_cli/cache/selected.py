@@ -156,3 +156,25 @@ def filtered_dataset(dataset: Dataset, key: str) -> SelectedDataset:
         InvalidSelectionError: As :func:`filter_key_episodes`.
     """
     return select_episodes(dataset, filter_key_episodes(dataset, key), name=f"{dataset.name}[{key}]")
+
+
+def selection(
+    dataset: Dataset, *, episodes: Sequence[int] | np.ndarray | str | None, filter_key: str | None
+) -> SelectedDataset:
+    """``dataset``'s episodes ``episodes`` (:func:`select_episodes`) or those of filter key
+    ``filter_key`` (:func:`filtered_dataset`): exactly one of the two.
+
+    Raises:
+        ValueError: Both or neither given.
+        InvalidSelectionError: As :func:`select_episodes` and :func:`filter_key_episodes`.
+    """
+    if (episodes is None) == (filter_key is None):
+        raise ValueError(
+            "give episodes= or filter_key=, not both (make a view of one, then select)"
+            if episodes is not None
+            else "give episodes= or filter_key="
+        )
+    if filter_key is not None:
+        return filtered_dataset(dataset, filter_key)
+    assert episodes is not None
+    return select_episodes(dataset, episodes)

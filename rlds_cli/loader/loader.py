@@ -178,46 +178,21 @@ class Loader:
         read_ahead: int = 0,
         **sampler_options: Any,
     ) -> None:
-        given: IndexedSource | None = None
-        self.dataset: Dataset | None = None
-        if isinstance(dataset, Dataset):
-            self.dataset = dataset
-        elif isinstance(dataset, IndexedSource):  # a source of rows, with its own keys and storage
+        # a Dataset has what a source of rows has too: it is asked first
+        given = None if isinstance(dataset, Dataset) or not isinstance(dataset, IndexedSource) else dataset
+        if given is not None:  # a source of rows, with its own keys and storage
             check_source_options(keys=keys, in_memory=in_memory, pack=pack, root=root)
-            given, in_memory = dataset, False
-        else:
-            self.dataset = open_dataset(dataset, root, cache=cache, cache_limit=cache_limit)
-        if episodes is not None or filter_key is not None:
-            if self.dataset is None:
-                raise ValueError(
-                    "episodes= and filter_key= select episodes of a dataset, not of a source of rows"
-                )
-            if episodes is not None and filter_key is not None:
-                raise ValueError("give episodes= or filter_key=, not both (make a view of one, then select)")
-            # imported here: the read path of a plain Loader loads no writer code (derive's views)
-            from rlds_cli.cache.selected import select_episodes
-
-            if filter_key is not None:
-                from rlds_cli.cache.selected import filtered_dataset
-
-                self.dataset = filtered_dataset(self.dataset, filter_key)
-            else:
-                assert episodes is not None
-                self.dataset = select_episodes(self.dataset, episodes)
+            in_memory = False
+        self.dataset: Dataset | None = self._open(dataset, root, cache, cache_limit, episodes, filter_key)
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)
         self.keys = list(keys) if keys is not None else None
-        if in_memory == "auto" and refresh:
-            in_memory = False  # a copy in RAM would be made again at every refresh that changes
-        if in_memory == "auto":
-            assert self.dataset is not None
-            in_memory = auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
+        self.in_memory = self._plan_memory(in_memory, refresh)
         cuda = self.device is not None and self.device.type == "cuda"
         if pin_memory and not cuda:
             raise ValueError("pin_memory=True needs a CUDA device (device='cuda')")
-        self.pin_memory = cuda and pin_memory is not False and in_memory != "device"
-        self.in_memory = in_memory
+        self.pin_memory = cuda and pin_memory is not False and self.in_memory != "device"
         self.prefetch, self.as_tensordict = prefetch, bool(as_tensordict)
         self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
         self.num_batches, self.epochs = num_batches, epochs
@@ -233,35 +208,21 @@ class Loader:
         self._pack = pack
         self.source: IndexedSource | HostSource | DeviceSource
         self._gather: Callable[[Any], TedBatch]
+        self._episodes: Episodes | None = None
         if given is not None:
             self.source, self.num_steps, self._gather = given, given.num_steps, given.gather
-            self._episodes: Episodes | None = given.episodes
+            self._episodes = given.episodes
         else:
             assert self.dataset is not None
             self._open_source(self.dataset)
-            self._episodes = None
         # the batch's index is the sampled indices, unless the source writes its own (a mixture's
         # rows say their step in their own dataset)
         self._write_index = not getattr(self.source, "owns_index", False)
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         self.read_ahead = self._plan_reads(read_ahead, refresh)
-        # looked up once, not per batch (isinstance on a runtime Protocol costs ~20 us a call,
-        # a sixth of a prioritized sample+update)
         self._refresher = None if refresh is None else Refresher(self, refresh, sampler)
-        self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
-        self._prioritized = isinstance(self.sampler, Prioritized)
-        self._streamable = isinstance(self.sampler, Streamable)
-        self._checkpointable = isinstance(self.sampler, Checkpointable)
-        # host batches to CPU tensors, untransformed, as a TedBatch or a TensorDict (the common case):
-        # _draw takes a path with the per-batch dispatch of the general one resolved here, once
-        self._plain = (
-            self._device_source is None
-            and self.device is None
-            and not self.pin_memory
-            and not self.transforms
-            and not self._dtypes.changes_host(self._host)
-        )
+        self._resolve_paths()
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
         # started now (e.g. after a restore) finds that epoch over and yields nothing for it
@@ -269,6 +230,57 @@ class Loader:
         self._lock = threading.Lock()  # the sampler is shared with the prefetch thread
         self._prefetcher: Prefetcher | None = None
         self.batches_drawn = 0
+
+    def _open(
+        self,
+        dataset: str | Dataset | IndexedSource,
+        root: str | os.PathLike[str] | None,
+        cache: str | os.PathLike[str] | None,
+        cache_limit: int | str | None,
+        episodes: Sequence[int] | str | None,
+        filter_key: str | None,
+    ) -> Dataset | None:
+        """The dataset to sample (``None`` for a source of rows): opened by name or URL, and
+        narrowed to ``episodes`` or ``filter_key`` (a view made on the fly)."""
+        if not isinstance(dataset, Dataset) and isinstance(dataset, IndexedSource):
+            if episodes is not None or filter_key is not None:
+                raise ValueError(
+                    "episodes= and filter_key= select episodes of a dataset, not of a source of rows"
+                )
+            return None
+        if not isinstance(dataset, Dataset):
+            dataset = open_dataset(dataset, root, cache=cache, cache_limit=cache_limit)
+        if episodes is None and filter_key is None:
+            return dataset
+        # imported here: the read path of a plain Loader loads no writer code (derive's views)
+        from rlds_cli.cache.selected import selection
+
+        return selection(dataset, episodes=episodes, filter_key=filter_key)
+
+    def _plan_memory(self, in_memory: bool | str, refresh: int | None) -> bool | str:
+        """``in_memory`` with ``"auto"`` decided (:func:`~rlds_cli.loader.sizes.auto_in_memory`)."""
+        if in_memory != "auto":
+            return in_memory
+        if refresh:
+            return False  # a copy in RAM would be made again at every refresh that changes
+        assert self.dataset is not None
+        return auto_in_memory(self.dataset, resolve_keys(self.dataset, self.keys))
+
+    def _resolve_paths(self) -> None:
+        """Per-batch dispatch decided once: the sampler's capabilities (``isinstance`` on a runtime
+        Protocol costs ~20 us a call, a sixth of a prioritized sample+update) and whether batches
+        take the plain path (host batches to CPU tensors, untransformed)."""
+        self._epoch_done = self.sampler.epoch_done if isinstance(self.sampler, Epochal) else None
+        self._prioritized = isinstance(self.sampler, Prioritized)
+        self._streamable = isinstance(self.sampler, Streamable)
+        self._checkpointable = isinstance(self.sampler, Checkpointable)
+        self._plain = (
+            self._device_source is None
+            and self.device is None
+            and not self.pin_memory
+            and not self.transforms
+            and not self._dtypes.changes_host(self._host)
+        )
 
     def _open_source(self, dataset: Any) -> None:
         """Make the source over ``dataset`` (or the new view of it, after a refresh): the host

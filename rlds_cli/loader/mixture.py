@@ -47,10 +47,7 @@ from rlds_cli.loader.mixture_sampler import (
     MixtureSampler,
     Weights,
     check_split,
-    following_sizes,
-    named_weights,
-    size_multipliers,
-    sized,
+    mixture_weights,
 )
 from rlds_cli.loader.mixture_schema import PadSchema, SourceTransforms, bind_transforms, fuse, normalized
 from rlds_cli.loader.opening import open_dataset
@@ -432,13 +429,7 @@ class MixtureLoader:
         batch_size = positive_int("batch_size", batch_size)
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
         rank, world_size = self.rank, self.world_size
-        multipliers = size_multipliers(weights, self.names)
-        if multipliers is None:
-            resolved = named_weights(weights, self.names)
-        elif refresh is None:  # Octo's balance_weights, with the sizes of the views opened
-            resolved = sized(multipliers, self.source.sizes)
-        else:  # the sizes of the views in force, batch after batch
-            resolved = following_sizes(multipliers, lambda: self.source.sizes)
+        resolved = mixture_weights(weights, self.names, lambda: self.source.sizes, follow=refresh is not None)
         self.sampler = MixtureSampler(
             self.source.sizes,
             resolved,

@@ -100,7 +100,31 @@ def _multiplier(entry: Any) -> float | None:
     return None
 
 
-def size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
+def mixture_weights(
+    weights: Any, names: Sequence[str], sizes: Callable[[], Sequence[int]], *, follow: bool
+) -> Weights:
+    """The sampler's weights from a mixture's ``weights``: numbers or a schedule as given (a
+    mapping by name: a missing name weighs 0); weights relative to size (Octo's
+    ``balance_weights``) times the sources' steps, as opened (``follow=False``) or in force at
+    every batch (``follow=True``: sources that grow).
+
+    Raises:
+        MixtureError: A name that is no source, or weights relative to size that are malformed
+            (numbers and schedules are checked by :class:`MixtureSampler`).
+    """
+    if isinstance(weights, Mapping):
+        unknown = sorted(set(weights) - set(names))
+        if unknown:
+            raise MixtureError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
+    multipliers = _size_multipliers(weights, names)
+    if multipliers is None:
+        return [weights.get(n, 0.0) for n in names] if isinstance(weights, Mapping) else weights
+    if not follow:
+        return _sized(multipliers, sizes())
+    return lambda step: _sized(multipliers, sizes())
+
+
+def _size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
     """Per source (in ``names`` order), the multiplier of its size, when ``weights`` is given
     relative to size (``"size"``, or entries ``"size"`` / ``("size", m)``); ``None`` when
     ``weights`` is anything else (numbers, a schedule), left to the usual checks."""
@@ -111,9 +135,6 @@ def size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
             raise MixtureError(f"weights given as a string must be 'size', got {weights!r}")
         return np.ones(len(names))
     if isinstance(weights, Mapping):
-        unknown = sorted(set(weights) - set(names))
-        if unknown:
-            raise MixtureError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
         entries = [weights.get(n) for n in names]
         given = [(n, e) for n, e in zip(names, entries, strict=True) if e is not None]
     elif isinstance(weights, Sequence):
@@ -136,20 +157,9 @@ def size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
     return np.array([0.0 if e is None else _multiplier(e) for e in entries], np.float64)
 
 
-def sized(multipliers: np.ndarray, sizes: Sequence[int]) -> list[float]:
-    """Octo's ``balance_weights``: each multiplier times its source's steps (normalized later)."""
+def _sized(multipliers: np.ndarray, sizes: Sequence[int]) -> list[float]:
+    """Each multiplier times its source's steps (normalized later)."""
     return (np.asarray(multipliers, np.float64) * np.asarray(sizes, np.float64)).tolist()
-
-
-def following_sizes(
-    multipliers: np.ndarray, sizes: Callable[[], Sequence[int]]
-) -> Callable[[int], list[float]]:
-    """A weight schedule that reads the sizes in force at every batch (sources that grow)."""
-
-    def schedule(step: int) -> list[float]:
-        return sized(multipliers, sizes())
-
-    return schedule
 
 
 #: ``ready_at`` of a member ready when the mixture started: full weight at once.
@@ -218,17 +228,6 @@ def check_split(split: str, anneal: int | None) -> None:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if anneal is not None and (isinstance(anneal, bool) or not isinstance(anneal, int) or anneal < 1):
         raise ValueError(f"anneal must be a number of batches >= 1 or None, got {anneal!r}")
-
-
-def named_weights(weights: Weights | Mapping[str, float], names: Sequence[str]) -> Weights:
-    """``{name: weight}`` as a list in ``names`` order (a missing name weighs 0); anything
-    else as given."""
-    if not isinstance(weights, Mapping):
-        return weights
-    unknown = sorted(set(weights) - set(names))
-    if unknown:
-        raise ValueError(f"weights name unknown source(s) {unknown}; sources are {list(names)}")
-    return [weights.get(n, 0.0) for n in names]  # checked as numbers by check_weights
 
 
 class MixtureRefresher:

@@ -174,6 +174,39 @@ def record(
         ValueError: a bad ``capacity``, ``min_size`` or ``min_total`` (the writer's check, before
             anything is written).
     """
+    _check_record_args(policy, episodes, steps, seed, episodes_per_commit)
+    writer_args = {
+        "root": root,
+        "storage": storage,
+        "mode": mode,
+        "episodes_per_commit": episodes_per_commit,
+        "capacity": capacity,
+        "min_size": min_size,
+        "min_total": min_total,
+        "protected": protected,
+        "frames": frames,
+    }
+    owned = isinstance(env, str)
+    if owned:
+        import gymnasium as gym
+
+        try:
+            env = gym.make(env, **dict(env_kwargs or {}))
+        except gym.error.Error as exc:
+            raise RecordingError(f"record(): gymnasium cannot make {env!r}: {exc}") from None
+    elif env_kwargs:
+        raise RecordingError("record(): env_kwargs= applies only when env is an id for gym.make")
+    try:
+        return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
+    finally:
+        if owned:
+            env.close()
+
+
+def _check_record_args(
+    policy: Any, episodes: int | None, steps: int | None, seed: int | None, episodes_per_commit: int
+) -> None:
+    """record()'s own arguments (the writer checks its settings)."""
     for label, value in (
         ("episodes", episodes),
         ("steps", steps),
@@ -199,34 +232,6 @@ def record(
             f"record(): policy is a {type(policy).__name__}, not a callable observation -> action",
             hint="pass a function (or None for random actions)",
         )
-    from rlds_cli.recording.recorder import RecordEpisodes
-
-    owned = isinstance(env, str)
-    if owned:
-        import gymnasium as gym
-
-        try:
-            env = gym.make(env, **dict(env_kwargs or {}))
-        except gym.error.Error as exc:
-            raise RecordingError(f"record(): gymnasium cannot make {env!r}: {exc}") from None
-    elif env_kwargs:
-        raise RecordingError("record(): env_kwargs= applies only when env is an id for gym.make")
-    try:
-        writer_args = {
-            "root": root,
-            "storage": storage,
-            "mode": mode,
-            "episodes_per_commit": episodes_per_commit,
-            "capacity": capacity,
-            "min_size": min_size,
-            "min_total": min_total,
-            "protected": protected,
-            "frames": frames,
-        }
-        return _record(env, policy, name, episodes, steps, seed, info_keys, writer_args, RecordEpisodes)
-    finally:
-        if owned:
-            env.close()
 
 
 def _record(

@@ -29,7 +29,7 @@ import numpy as np
 from rlds_cli import settings
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.frames import with_frames
-from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, growing_settings, settings_problem
+from rlds_cli.cache.growing import DEFAULT_GRACE_SECONDS, creator_settings, growing_settings
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
@@ -180,37 +180,14 @@ class DatasetWriter:
         self.fsync = settings.fsync_enabled()
         self.directory: Path = self.cache.dataset_dir(self.name)
         self._storage = storage
-        problem = settings_problem(
-            {
-                "capacity": capacity,
-                "capacity_episodes": capacity_episodes,
-                "min_size": min_size,
-                "min_total": min_total,
-                "grace_seconds": grace_seconds,
-            }
+        growing = creator_settings(
+            name,
+            capacity=capacity,
+            capacity_episodes=capacity_episodes,
+            min_size=min_size,
+            min_total=min_total,
+            grace_seconds=grace_seconds,
         )
-        if problem is not None:
-            raise ValueError(problem)
-        if capacity is not None and min_size > capacity:  # eviction keeps the unprotected below it
-            raise ValueError(
-                f"min_size={min_size} is over capacity={capacity}: both count unprotected steps, so "
-                "the dataset would never be ready; min_total= counts the protected steps too"
-            )
-        if capacity is not None and min_total > capacity:  # a warning: demonstrations may fill it
-            log.warning(
-                "dataset %r: min_total=%d is over capacity=%d steps: it is ready only once protected "
-                "episodes make up the difference",
-                name,
-                min_total,
-                capacity,
-            )
-        growing: dict[str, Any] = {  # as the manifest keeps them (plain ints and a float)
-            "capacity": None if capacity is None else int(capacity),
-            "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
-            "min_size": int(min_size),
-            "min_total": int(min_total),
-            "grace_seconds": float(grace_seconds),
-        }
         meta = dict(metadata or {})
         spec = _env_spec_json(env_spec)
         if spec is not None:
@@ -228,7 +205,7 @@ class DatasetWriter:
             "format": "rlds-writer",
             "writer": self._writer,
             "metadata": meta,
-            "growing": {k: v for k, v in growing.items() if v is not None},
+            "growing": growing,
         }
         self.head: Manifest | None = None
         if self.cache.exists(self.name):

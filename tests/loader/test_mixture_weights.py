@@ -9,7 +9,7 @@ import pytest
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import MixtureError
 from rlds_cli.loader import MixtureLoader, Normalize, by_size
-from rlds_cli.loader.mixture_sampler import size_multipliers
+from rlds_cli.loader.mixture_sampler import mixture_weights
 
 KEYS = ["observation", "action"]
 
@@ -69,9 +69,16 @@ def test_size_weights_refused_in_one_line(robots: dict[str, Dataset]) -> None:
     ]
     for weights, match in bad:
         with pytest.raises(MixtureError) as info:
-            size_multipliers(weights, names)
+            mixture_weights(weights, names, lambda: [1, 1, 1], follow=False)
         assert match in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(MixtureError, match="pairs or a mapping"):
         by_size(["franka"])  # type: ignore[list-item]
-    assert size_multipliers([0.5, 0.5, 0.0], names) is None  # plain numbers: the usual rules
-    assert size_multipliers(lambda step: [1, 1, 1], names) is None
+    assert mixture_weights([0.5, 0.5, 0.0], names, lambda: [1, 1, 1], follow=False) == [0.5, 0.5, 0.0]
+    schedule = lambda step: [1, 1, 1]  # noqa: E731
+    assert mixture_weights(schedule, names, lambda: [1, 1, 1], follow=False) is schedule
+    assert mixture_weights({"franka": 2.0}, names, lambda: [1, 1, 1], follow=False) == [2.0, 0.0, 0.0]
+    assert mixture_weights("size", names, lambda: [10, 20, 30], follow=False) == [10.0, 20.0, 30.0]
+    sizes = [10, 20, 30]
+    following = mixture_weights("size", names, lambda: sizes, follow=True)
+    sizes[2] = 60  # a source that grew: the schedule reads the sizes in force
+    assert callable(following) and following(0) == [10.0, 20.0, 60.0]
