@@ -197,20 +197,15 @@ class _Reader:
 
 
 def _is_frames(column: Any) -> bool:
-    return hasattr(column, "frame_bytes") and hasattr(column, "ends")
+    return hasattr(column, "repeats") and hasattr(column, "ends")
 
 
 def _frames_same(column: Any, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Whether each stored frame ``rows[i]`` is byte for byte the frame ``rows[i] - 1`` (where
-    ``valid``): equal sizes first, then the bytes of those only; no frame decoded."""
-    ends = column.ends
-    starts = column.starts
-    size = ends[rows] - starts[rows]
-    prev = np.maximum(rows - 1, 0)
-    same = valid & (size == ends[prev] - starts[prev])
-    for i in np.flatnonzero(same).tolist():
-        r = int(rows[i])
-        same[i] = bytes(column.frame_bytes(r)) == bytes(column.frame_bytes(r - 1))
+    ``valid``; :meth:`~rlds_cli.cache.backends.frames.FramesColumn.repeats`)."""
+    same = np.zeros(len(rows), bool)
+    where = np.flatnonzero(valid)
+    same[where] = column.repeats(rows[where])
     return same
 
 

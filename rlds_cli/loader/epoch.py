@@ -44,7 +44,7 @@ from rlds_cli.loader.state_checks import (
 )
 
 if TYPE_CHECKING:
-    from rlds_cli.loader.view_change import ViewChange
+    from rlds_cli.loader.samplers import ViewChange
 
 
 #: One generation of an epoch: its world size and each rank's consumed steps.

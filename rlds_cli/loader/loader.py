@@ -43,12 +43,11 @@ from rlds_cli.loader.protocols import (
     Streamable,
 )
 from rlds_cli.loader.read_ahead import Prefetcher, Prepared
-from rlds_cli.loader.samplers import Draw, Episodes, positive_int, split_draw
+from rlds_cli.loader.samplers import Draw, Episodes, ViewChange, positive_int, split_draw
 from rlds_cli.loader.sizes import auto_in_memory, check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.tensors import TensorDictBatches, to_torch
-from rlds_cli.loader.view_change import ViewChange
 from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
@@ -671,7 +670,7 @@ class Refresher:
     * the sampler follows in place (its generator goes on, so a run is reproducible for a given
       sequence of views): ``"uniform"`` takes the new size; ``"slice"`` makes its episode tables
       again; ``"prioritized"`` keeps the priority of every row still in the view (mapped by its
-      episode's id, never by position: :mod:`rlds_cli.loader.view_change`), gives new rows the
+      episode's id, never by position: :mod:`rlds_cli.loader.samplers`), gives new rows the
       largest priority seen so far and drops evicted rows'; ``"epoch"``: the epoch in progress
       keeps its order less the evicted rows, and rows added during it come in the next epoch (one
       shard only). ``"epoch"`` and ``"prioritized"`` need ``prefetch=0`` (a batch prefetched

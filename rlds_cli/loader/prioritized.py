@@ -33,7 +33,7 @@ from rlds_cli.loader.state_checks import (
 from rlds_cli.loader.sumtree import SumTree
 
 if TYPE_CHECKING:
-    from rlds_cli.loader.view_change import ViewChange
+    from rlds_cli.loader.samplers import ViewChange
 
 
 def _nonneg(name: str, value: Any) -> float:

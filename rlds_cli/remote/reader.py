@@ -498,6 +498,9 @@ class RemoteFramesColumn(FramesColumn):
         first, end = self.starts[rows].tolist(), self.ends[rows].tolist()
         return [self._rel] * len(first), first, end
 
+    def release(self, start: int, stop: int) -> None:
+        """Nothing: fetched bytes are the caller's copies (asking :meth:`fetch` would download)."""
+
     def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
         if self._files.cache_dir is not None:
             if self._mapped is None:  # downloaded and checked on the first read

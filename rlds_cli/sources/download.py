@@ -26,7 +26,7 @@ from rlds_cli.frames.modes import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore, confirmed_by_conversion
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
-from rlds_cli.net.hub.folder import FolderListing, list_folder, read_listing, save_listing, token_auth
+from rlds_cli.net.hub.plan import FolderListing, list_folder, read_listing, save_listing, token_auth
 from rlds_cli.net.hub.repo import HubPath, endpoint
 from rlds_cli.net.layout import raw_dir, url_dir, url_file_name
 from rlds_cli.sources.convert import ConvertResult, convert

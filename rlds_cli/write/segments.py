@@ -53,6 +53,7 @@ from rlds_cli.cache.backends import Backend
 from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer
 from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
 from rlds_cli.cache.durable import fsync_wave, tree_paths
+from rlds_cli.cache.growing import unnamed, writer_alive
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     SEGMENT_BUILDS_DIR,
@@ -62,7 +63,6 @@ from rlds_cli.cache.layout import (
 from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
-from rlds_cli.cache.unnamed_segments import unnamed, writer_alive
 from rlds_cli.errors import DatasetNotFoundError
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write.validate import EpisodeColumns
@@ -342,7 +342,7 @@ def leftovers(
     cut log names nothing past its damage); ``rlds compact`` looks for them, ``rlds gc`` does not. A
     damaged log raises :class:`~rlds_cli.errors.CorruptDatasetError` before anything is removed;
     unnamed segments that are not what killed writers leave are kept, with a warning
-    (:mod:`rlds_cli.cache.unnamed_segments`).
+    (:mod:`rlds_cli.cache.growing`).
     """
     now = time.time()
     due = Leftovers([])

@@ -148,6 +148,26 @@ def test_cli_shows_a_zarr_dataset_at_a_url(tmp_path: Path, isolated_cache: Path)
     assert page_data(out.read_bytes())["episodes"][0]["length"] == int(local.episode_index["length"][2])
 
 
+def test_a_page_of_a_dataset_at_a_url_compares_frames_in_few_requests(
+    tmp_path: Path, isolated_cache: Path
+) -> None:
+    """The frozen-camera checks (the page's and the audit's) fetch the equal-sized frame pairs they
+    compare together, merged into few requests: a request per frame of each pair made 268 requests
+    for this page, each paying the store's latency."""
+    import rlds_cli
+    from rlds_cli.remote.push import push
+
+    build_viewer_dataset(isolated_cache, "z", faults=False, backend="zarr")
+    push("z", f"file://{tmp_path}/bucket/z")
+    remote = rlds_cli.open_dataset(f"file://{tmp_path}/bucket/z")
+    requests, fetched = remote.requests, remote.bytes_fetched
+    write_episode_page(remote, tmp_path / "p.html", episodes=[2])
+    assert remote.requests - requests <= 60
+    assert remote.bytes_fetched - fetched <= 2 * remote.size_bytes()
+    local = open_dataset("z")
+    assert page_frames((tmp_path / "p.html").read_bytes())[(0, 0)] == stored_frames(local, "pixels", 2)
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [

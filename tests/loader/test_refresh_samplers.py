@@ -21,8 +21,8 @@ import torch
 import rlds_cli
 from rlds_cli.cache.layout import COMMIT_LOG_FILE
 from rlds_cli.errors import DatasetReplacedError, LoaderStateError
+from rlds_cli.loader.samplers import ViewChange
 from rlds_cli.loader.transforms import FrameStack
-from rlds_cli.loader.view_change import ViewChange
 from tests.dataset_fixtures import uid_episode
 
 KEYS = ["observation", "next/observation", "info/episode_uid"]

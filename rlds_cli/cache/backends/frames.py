@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
-from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy
+from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy, release_pages
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, damaged_frame, decode_many, encode_many
 from rlds_cli.frames.modes import EncodedFrames, FramesMode
@@ -289,6 +289,28 @@ class FramesColumn:
         (views of the mapped file)."""
         data = self._bytes
         return lambda i: data[first_byte[i] : end_byte[i]]
+
+    def repeats(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each stored frame ``rows[i]`` is byte for byte the frame before it (row 0:
+        ``False``): sizes compared first, then the bytes of the equal-sized pairs, fetched in one
+        :meth:`fetch` (a remote column merges them into few requests); nothing decoded."""
+        rows = np.asarray(rows, np.int64)
+        before = np.maximum(rows - 1, 0)
+        same = (rows > 0) & (self.ends[rows] - self.starts[rows] == self.ends[before] - self.starts[before])
+        pairs = np.flatnonzero(same)
+        if len(pairs):
+            both = np.concatenate([rows[pairs], before[pairs]])
+            stored = self.fetch(self.starts[both].tolist(), self.ends[both].tolist())
+            n = len(pairs)
+            for j, i in enumerate(pairs.tolist()):
+                same[i] = bytes(stored(j)) == bytes(stored(n + j))
+        return same
+
+    def release(self, start: int, stop: int) -> None:
+        """Drop the mapped pages of rows ``[start, stop)`` from this process's resident set (they
+        stay in the page cache); nothing where the bytes are not a read-only map of the file."""
+        if stop > start and isinstance(self._bytes, np.ndarray):
+            release_pages(self._bytes[int(self.starts[start]) : int(self.ends[stop - 1])])
 
     def frame_bytes(self, row: int) -> Any:
         """The stored image file of ``row`` (a buffer: a view of the mapped file)."""
