@@ -45,8 +45,6 @@ def list_datasets(
 ) -> None:
     """List the datasets in the cache (or, with --remote, in the registry)."""
     if remote:
-        from rlds_cli.cli.datasets import list_remote
-
         return list_remote(root, pattern, json=json, quiet=quiet)
     from rlds_cli.cache.root import CacheRoot
     from rlds_cli.inspection.listing import list_datasets as cached_datasets

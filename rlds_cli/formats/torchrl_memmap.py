@@ -31,7 +31,6 @@ torchrl`` wrote, a ``TensorDict.memmap`` directory, or a dumped TorchRL replay b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +78,8 @@ def _entry_path(directory: Path, key: str, suffix: str) -> Path:
 
 def _tensordict_type(directory: Path) -> str | None:
     try:
-        meta = json.loads((directory / "meta.json").read_text())
-    except (OSError, ValueError):
+        meta = read_json_file(directory / "meta.json")
+    except SourceFormatError:
         return None
     return str(meta.get("_type", "")) if isinstance(meta, dict) else None
 

@@ -20,13 +20,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlds_cli.cache.root import CacheRoot
-from rlds_cli.catalog import registry
-from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.hub.plan import read_listing
-from rlds_cli.net.hub.repo import HubPath
-from rlds_cli.net.layout import raw_dir
-
 if TYPE_CHECKING:
     from rlds_cli.cache.root import CacheRoot
     from rlds_cli.catalog.registry import RegistryEntry
@@ -216,8 +209,6 @@ def registry_status(dataset_id: str, root: Root | CacheRoot = None) -> RegistryD
 
 
 def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
-    from rlds_cli.inspection.listing import entry_status
-
     row = entry_status(entry, cache)
     origin = "registry" if row["num_steps"] else None
     if row["cached"]:
@@ -240,7 +231,7 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
     )
 
 
-def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
+def entry_status(entry: RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
     """A registry entry with what this machine has of it (never touches the network).
 
     Returns:
@@ -248,6 +239,12 @@ def entry_status(entry: registry.RegistryEntry, cache: CacheRoot) -> dict[str, A
         comes from), ``downloaded`` (every file present), ``cached`` (converted) and
         ``size_bytes`` (total download size, ``None`` when some size is unknown).
     """
+    # imported here: listing the cache alone loads nothing of the registry or the network
+    from rlds_cli.net.hashes import HashStore
+    from rlds_cli.net.hub.plan import read_listing
+    from rlds_cli.net.hub.repo import HubPath
+    from rlds_cli.net.layout import raw_dir
+
     folder = raw_dir(cache, entry.cache_name)
     records = HashStore(folder).read() if not entry.is_bundled else {}
     files: list[dict[str, Any]] = [

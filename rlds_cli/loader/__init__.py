@@ -4,7 +4,8 @@ The front door is :class:`Loader`; samplers, transforms, mixtures and the ``torc
 adapters are importable from here too. See ``docs/loader.md``.
 
 Public names are imported lazily, so importing a numpy-only submodule (e.g.
-``rlds_cli.loader.samplers``) does not import torch.
+``rlds_cli.loader.samplers``) does not import torch; a name that needs torch checks for it first
+(:func:`require_torch`: one clear error naming what to install).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlds_cli._util.lazy import lazy_names
+from rlds_cli.errors import MissingExtraError
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from rlds_cli.loader.block_shuffle import BlockSampler
@@ -126,10 +128,37 @@ __all__ = [
 ]
 
 
+#: What to do when torch is missing.
+INSTALL_TORCH = "install PyTorch first: pip install torch (any 2.x from 2.3 on), then run the command again"
+
+
+def require_torch() -> None:
+    """Import torch, or raise :class:`~rlds_cli.errors.MissingExtraError` (an ``ImportError``)
+    saying it is not installed, or installed but broken (e.g. a CUDA library it cannot load).
+    torch is not a dependency of rlds-cli (its build depends on the machine)."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if (exc.name or "torch").split(".")[0] != "torch":  # torch found, one of its own imports not
+            raise _broken(exc) from exc
+        raise MissingExtraError(
+            "the rlds loader needs torch, which is not installed", hint=INSTALL_TORCH
+        ) from None
+    except ImportError as exc:
+        raise _broken(exc) from exc
+
+
+def _broken(exc: ImportError) -> MissingExtraError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return MissingExtraError(
+        f"torch is installed but cannot be imported: {first}",
+        hint="reinstall PyTorch for this machine (pip install --force-reinstall torch); "
+        "RLDS_DEBUG=1 shows the full traceback",
+    )
+
+
 def _torch_first(module: str) -> None:
     if module.rsplit(".", 1)[-1] not in _TORCH_FREE:
-        from rlds_cli.loader.requires import require_torch
-
         require_torch()
 
 

@@ -499,7 +499,8 @@ class RemoteFramesColumn(FramesColumn):
         return [self._rel] * len(first), first, end
 
     def release(self, start: int, stop: int) -> None:
-        """Nothing: fetched bytes are the caller's copies (asking :meth:`fetch` would download)."""
+        """Nothing: the bytes are fetched by request, or mapped from the file cache's copy (where a
+        read released them, :meth:`fetch` would download or map them again for nothing)."""
 
     def fetch(self, first_byte: list[int], end_byte: list[int]) -> Any:
         if self._files.cache_dir is not None:

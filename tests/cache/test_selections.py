@@ -18,7 +18,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import create_selection, split_dataset
 from rlds_cli.cache.episode_select import parse_episode_list, select_where
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cache.selected import SelectedDataset, select_episodes
+from rlds_cli.cache.selected import SelectedDataset, select_episodes, selection
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError
@@ -195,6 +195,20 @@ def test_selection_pickles_and_refuses_bad_positions(ted: Dataset) -> None:
         select_episodes(ted, [1, 1])
     with pytest.raises(InvalidSelectionError, match="integers"):
         select_episodes(ted, [0.5])
+
+
+def test_selection_takes_episodes_or_a_filter_key(ted: Dataset) -> None:
+    """``selection``: exactly one of ``episodes`` and ``filter_key`` (the Loader's, the views')."""
+    np.testing.assert_array_equal(
+        selection(ted, episodes="1,3", filter_key=None)[:]["observation"],
+        select_episodes(ted, [1, 3])[:]["observation"],
+    )
+    with pytest.raises(ValueError, match="not both"):
+        selection(ted, episodes=[1], filter_key="train")
+    with pytest.raises(ValueError, match="give episodes= or filter_key="):
+        selection(ted, episodes=None, filter_key=None)
+    with pytest.raises(InvalidSelectionError, match="train"):  # a dataset without filter keys
+        selection(ted, episodes=None, filter_key="train")
 
 
 # ----------------------------------------------------------------------------- the CLI

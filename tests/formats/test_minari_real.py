@@ -334,6 +334,23 @@ def test_damaged_arrow_episode_names_its_directory(root: Path, tmp_path: Path) -
         convert(src, "bad")
 
 
+@needs_arrow
+@pytest.mark.parametrize(
+    ("damage", "needle"), [(b"{not json", "is not readable JSON"), (b"[1, 2]", "a JSON object")]
+)
+def test_damaged_episode_metadata_names_its_file(
+    root: Path, tmp_path: Path, damage: bytes, needle: str
+) -> None:
+    """An arrow episode's own metadata.json (its reset seed) read with the formats' bounded JSON
+    reader: a damaged one is one line naming it, nothing converted."""
+    src = tmp_path / "copy"
+    shutil.copytree(root / IDS[("mixed", "arrow")], src)
+    (src / "data" / "1" / "metadata.json").write_bytes(damage)
+    with pytest.raises(SourceFormatError, match=needle) as info:
+        convert(src, "bad")
+    assert "data/1/metadata.json" in str(info.value) and "\n" not in str(info.value)
+
+
 def test_nested_actions_survive_key_selection(root: Path) -> None:
     """``--keys`` keeps the required action: a Tuple action's keys all come along."""
     convert(root / IDS[("mixed", "hdf5")], "k", options={"keys": ["observation/pos"]})

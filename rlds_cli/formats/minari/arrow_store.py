@@ -3,7 +3,6 @@ pyarrow one episode at a time; the step columns' zero padding row dropped as min
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from rlds_cli.formats.minari.layout import (
     space_leaves,
     space_shape,
 )
+from rlds_cli.formats.untrusted import read_json_file
 from rlds_cli.frames.modes import EncodedFrames
 
 _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")
@@ -256,10 +256,7 @@ class ArrowStore:
         path = self._dirs[i] / METADATA_FILE
         if not path.is_file():
             return None
-        try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SourceFormatError(f"{path}: not valid JSON ({exc})") from exc
+        meta = read_json_file(path, "an episode's metadata")
         if not isinstance(meta, dict):
             raise SourceFormatError(f"{path}: expected a JSON object")
         return meta.get("seed")

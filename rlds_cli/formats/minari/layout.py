@@ -92,7 +92,7 @@ def default_name(path: Path) -> str | None:
         ):
             return None
         data = data_dir_of(path)
-        meta = json.loads((data / METADATA_FILE).read_text(encoding="utf-8"))
+        meta = read_json_file(data / METADATA_FILE)
     except (OSError, ValueError, RldsError):
         return None
     if not isinstance(meta, dict) or ("data_format" not in meta and "total_episodes" not in meta):
