@@ -23,8 +23,8 @@ from types import TracebackType
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli._util.io import fsync_tree
 from rlds_cli._util.locks import is_timeout
-from rlds_cli.cache.durable import fsync_tree
 from rlds_cli.cache.layout import validate_name
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot

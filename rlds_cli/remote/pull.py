@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._util.io import atomic_write, sha256_file
+from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import Timeout
 from rlds_cli._util.progress import Progress
-from rlds_cli.cache.durable import fsync_tree
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot, validate_name

@@ -1,4 +1,4 @@
-"""cache/durable.py: fsyncs issued together on the process's shared pool."""
+"""_util/io.py: fsyncs issued together on the process's shared pool."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlds_cli.cache import durable
+from rlds_cli._util import io as durable
 from tests.faults import assert_finishes_forked
 from tests.waits import HANG_SECONDS
 

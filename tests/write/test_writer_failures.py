@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import rlds_cli
-from rlds_cli.cache import commit_log, durable
+from rlds_cli._util import io as durable
+from rlds_cli.cache import commit_log
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.errors import CommitFailedError
 from rlds_cli.inspection.validate import check_dataset

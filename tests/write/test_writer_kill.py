@@ -157,7 +157,7 @@ def test_a_segment_commit_is_durable_before_its_record(
 def test_the_segment_durability_check_fails_without_the_folder_fsyncs(
     fsync_on: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlds_cli.cache import durable
+    from rlds_cli._util import io as durable
     from tests.durability import DurabilityTrace, check_durable_segment
 
     schema = {k: (v.shape[1:], v.dtype) for k, v in episode(3, 0.0, uid=0).items()}

@@ -20,8 +20,8 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
+from rlds_cli._util.io import in_background
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, RegionWriter, key_path
-from rlds_cli.cache.durable import in_background
 from rlds_cli.errors import CorruptDatasetError, DiskFullError
 
 if TYPE_CHECKING:
