@@ -10,18 +10,28 @@
 | `amago`     | an AMAGO trajectory folder (one `.npz` each)       | AMAGO's loader / `rlds download`        |
 | `robomimic` | one robomimic HDF5 file (`data/demo_N`, `mask/*`)  | `SequenceDataset` / `rlds download`     |
 | `rlds`      | an RLDS TFRecord folder (TFDS's layout)            | `tfds.builder_from_directory`           |
+
+What every exporter shares lives here too: chunked reads (:func:`iter_chunks`), an output written
+beside its target and renamed into place (:func:`atomic_target`), the keys written per step and
+per observation (:func:`step_keys`, :func:`flat_keys`).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from rlds_cli._util.io import atomic_path
 from rlds_cli._util.lazy import resolve
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError, UnknownFormatError
 
 EXPORTERS: dict[str, str] = {
@@ -93,3 +103,39 @@ def _refuse_empty(dataset: Dataset) -> None:
             f"dataset {dataset.name!r} holds no episode yet: there is nothing to export",
             hint="export it once a writer has committed episodes",
         )
+
+
+#: Steps per chunk when streaming a dataset out.
+CHUNK_STEPS = 1 << 16
+
+
+def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tuple[int, TedBatch]]:
+    """``(start, batch)`` for consecutive step ranges of at most :data:`CHUNK_STEPS`."""
+    for start in range(0, dataset.num_steps, CHUNK_STEPS):
+        stop = min(start + CHUNK_STEPS, dataset.num_steps)
+        yield start, dataset.gather(np.arange(start, stop), keys)
+
+
+@contextmanager
+def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``."""
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=".partial") as tmp:
+        yield tmp
+        if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder
+            shutil.rmtree(out)
+        elif out.exists():
+            out.unlink()
+
+
+def step_keys(dataset: Dataset) -> list[str]:
+    """Stored per-step keys other than the TED core ones (``info/...`` and friends)."""
+    core = {"action", "next/reward", "next/terminated", "next/truncated"}
+    return [k for k, s in dataset.stored_fields.items() if s.storage == "step" and k not in core]
+
+
+def flat_keys(dataset: Dataset) -> list[str]:
+    """Observation-like keys (stored once, read as ``key`` and ``next/key``)."""
+    return [k for k, s in dataset.stored_fields.items() if s.storage == "flat"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export.output_files import atomic_target, flat_keys
+from rlds_cli.export import atomic_target, flat_keys
 
 
 def _obs_names(dataset: Dataset) -> dict[str, str]:

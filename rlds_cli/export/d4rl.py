@@ -17,7 +17,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export.output_files import CHUNK_STEPS, atomic_target, flat_keys, step_keys
+from rlds_cli.export import CHUNK_STEPS, atomic_target, flat_keys, step_keys
 
 
 def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
+from rlds_cli.export import atomic_target
 from rlds_cli.export.lerobot_common import (
     CHUNKS_SIZE,
     QUANTILES,
@@ -52,7 +53,6 @@ from rlds_cli.export.lerobot_common import (
     plan_export,
 )
 from rlds_cli.export.lerobot_v21 import export_lerobot_v21
-from rlds_cli.export.output_files import atomic_target
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

@@ -21,7 +21,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, MissingExtraError
-from rlds_cli.export.output_files import flat_keys, step_keys
+from rlds_cli.export import flat_keys, step_keys
 
 DEFAULT_FPS = 30
 CHUNKS_SIZE = 1000

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.export import atomic_target
 from rlds_cli.export.lerobot_common import (
     CHUNKS_SIZE,
     Camera,
@@ -45,7 +46,6 @@ from rlds_cli.export.lerobot_common import (
     import_writers,
     plan_export,
 )
-from rlds_cli.export.output_files import atomic_target
 
 CODEBASE_VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"

@@ -48,7 +48,7 @@ from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, MissingExtraError, RldsError
-from rlds_cli.export.output_files import atomic_target, flat_keys, step_keys
+from rlds_cli.export import atomic_target, flat_keys, step_keys
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.

@@ -37,7 +37,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.selected import filter_key_episodes, filter_key_names
 from rlds_cli.errors import ExportError, InvalidSelectionError
-from rlds_cli.export.output_files import atomic_target, flat_keys, step_keys
+from rlds_cli.export import atomic_target, flat_keys, step_keys
 
 #: Bytes of data read from the cache at a time.
 CHUNK_BYTES = 64 << 20

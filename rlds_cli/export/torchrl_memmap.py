@@ -19,7 +19,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export.output_files import atomic_target, iter_chunks
+from rlds_cli.export import atomic_target, iter_chunks
 
 _TD_TYPE = "<class 'tensordict._td.TensorDict'>"
 _TORCH_DTYPES = {

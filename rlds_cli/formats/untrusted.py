@@ -1,5 +1,5 @@
-"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write,
-and bounded reads of JSON metadata files.
+"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write;
+bounded reads of JSON metadata files; a restricted unpickler.
 
 Every reader applies these rules before it reads data (``docs/formats.md``, "Untrusted input";
 archives: :mod:`rlds_cli.formats.archives`):
@@ -18,22 +18,46 @@ archives: :mod:`rlds_cli.formats.archives`):
 
 JSON metadata files (LeRobot's ``info.json``, TFDS's ``features.json``, TensorDict's
 ``meta.json``, Minari's ``metadata.json``) are size-bounded, parsed, and fail with one error
-naming the file (:func:`read_json_file`)."""
+naming the file (:func:`read_json_file`).
+
+**Pickles** of numpy arrays (Gen-DGRL ``.npy``) are read by a restricted unpickler
+(:func:`unpickle`) that allows what the Gen-DGRL layout needs (``docs/formats.md``, "Gen-DGRL"):
+TorchRL's ``.npy`` members are ``np.save(f, dict)``, a 0-d object array holding a dict of numeric
+arrays (the collector, ``gen_dgrl/procgen/online/datasets/storage.py``, builds each value with
+``np.array(list, dtype=...)``). A pickle may ask for:
+
+* ``numpy.ndarray``, ``_reconstruct``, ``scalar`` (protocols 2-4), ``_frombuffer`` (protocol 5);
+* ``numpy.dtype`` and its classes (``numpy.dtypes.Float32DType``...), every dtype state checked at
+  ``BUILD``: a plain dtype (no fields, sub-arrays or metadata) with the flags, size and alignment
+  numpy computes for it (a state clearing an object dtype's flags would make numpy read raw bytes
+  as pointers: a crash, not an error);
+* object dtype only for a 0-d array (``np.save``'s wrapper); every other array numeric;
+* ``_codecs.encode`` with ``latin1`` only (how protocol 2 writes bytes), its output counted
+  against a budget of the pickle's own size before encoding, so a pickle encoding more than it
+  holds (one memoised string fetched a thousand times) is refused before it allocates.
+
+Any other global is refused before it is looked up, naming the file and the global.
+"""
 
 from __future__ import annotations
 
+import codecs
+import importlib
+import io
 import json
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, ClassVar
 
 import numpy as np
 
 from rlds_cli import settings
 from rlds_cli.cache.ted import describe_dtype, is_numeric
-from rlds_cli.errors import SourceFormatError
+from rlds_cli.errors import RldsError, SourceError, SourceFormatError
 
 __all__ = ["MAX_JSON_BYTES", "check_json_size", "read_json_file"]
+
 
 #: Below this many declared bytes an array is never called a bomb (small all-zero columns, such
 #: as a bool ``terminals``, compress extremely well).
@@ -178,3 +202,178 @@ def read_json_file(path: Path, what: str = "metadata") -> Any:
         raise
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None
+
+
+_ALLOW_HINT = "pass --allow-pickle (options={'allow_pickle': True}) only if you trust the file"
+
+
+def _numpy_module(name: str) -> Any:
+    """``numpy._core.<name>`` (numpy 2), else ``numpy.core.<name>`` (numpy 1.x)."""
+    try:
+        return importlib.import_module(f"numpy._core.{name}")
+    except ImportError:  # pragma: no cover - numpy < 1.26
+        return importlib.import_module(f"numpy.core.{name}")
+
+
+class _Encoder:
+    """``_codecs.encode`` for a pickle: ``latin1`` only, output bytes counted against a budget."""
+
+    def __init__(self, where: str, budget: int) -> None:
+        self.where, self.left = where, budget
+
+    def __call__(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        if encoding != "latin1" or errors != "strict" or not isinstance(obj, str):
+            raise UnsafeSourceError(
+                f"{self.where}: the pickle asks for _codecs.encode({type(obj).__name__}, {encoding!r}); "
+                "only encode(str, 'latin1') is part of a numpy array (refused: other codecs can "
+                "multiply the data)",
+                hint=_ALLOW_HINT,
+            )
+        self.left -= len(obj)  # latin1: one byte per character, known before encoding
+        if self.left < 0:
+            raise UnsafeSourceError(
+                f"{self.where}: the pickle encodes more bytes than it holds (a string reused to "
+                "multiply memory?); refused before allocating",
+                hint=_ALLOW_HINT,
+            )
+        return codecs.encode(obj, "latin1")
+
+
+def _allowed_global(module: str, name: str, encoder: _Encoder | None = None) -> Any:
+    """The object a pickle of numpy arrays may ask for, or ``None``."""
+    if module == "numpy" and name in ("ndarray", "dtype"):
+        return getattr(np, name)
+    if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
+        return getattr(_numpy_module("multiarray"), name)
+    if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
+        return _numpy_module("numeric")._frombuffer
+    if module == "numpy.dtypes" and name.endswith("DType"):
+        found = getattr(importlib.import_module("numpy.dtypes"), name, None)
+        return found if isinstance(found, type) and issubclass(found, np.dtype) else None
+    if (module, name) == ("_codecs", "encode"):
+        return encoder
+    return None
+
+
+def _refuse_dtype(where: str, state: Any, why: str) -> UnsafeSourceError:
+    return UnsafeSourceError(
+        f"{where}: the pickle sets a dtype's state to {state!r}, {why}; refused (such a dtype can make "
+        "numpy read raw bytes as object pointers)",
+        hint=_ALLOW_HINT,
+    )
+
+
+def checked_dtype_state(where: str, dtype: np.dtype, state: Any) -> None:
+    """Refuse a dtype state that does not describe the dtype as numpy itself would.
+
+    The state is applied to a copy, which must be a plain dtype (no fields, sub-array or metadata)
+    equal to the canonical dtype of its type string, with the same flags (``hasobject``,
+    ``NPY_LIST_PICKLE``...), item size and alignment.
+    """
+    if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] not in (3, 4):
+        raise _refuse_dtype(where, state, "which is not a plain dtype's state")
+    probe = np.dtype(dtype, copy=True)
+    try:
+        probe.__setstate__(state)  # type: ignore[attr-defined]
+    except Exception as exc:  # a malformed state raises many types
+        raise _refuse_dtype(where, state, f"which numpy rejects ({exc})") from exc
+    if probe.fields is not None or probe.subdtype is not None or probe.metadata:
+        raise _refuse_dtype(where, state, "a record, sub-array or metadata dtype (not in Gen-DGRL data)")
+    canonical = np.dtype(probe.str)
+    if (probe.flags, probe.itemsize, probe.alignment, probe.str) != (
+        canonical.flags,
+        canonical.itemsize,
+        canonical.alignment,
+        canonical.str,
+    ):
+        raise _refuse_dtype(
+            where,
+            state,
+            f"whose flags or sizes differ from numpy's own for {canonical.str} (flags {canonical.flags})",
+        )
+
+
+#: The pure-Python unpickler (typeshed does not describe it; its BUILD opcode can be overridden).
+_PyUnpickler: Any = pickle._Unpickler
+
+
+class _NumpyOnlyUnpickler(_PyUnpickler):
+    """Unpickles numpy arrays, dtypes, scalars and plain containers; refuses every other global before
+    it is imported (no code of the pickle's choosing runs) and every dtype or array state numpy would
+    misread. Pure-Python, because only its ``BUILD`` can be checked.
+    """
+
+    dispatch: ClassVar[dict[int, Any]] = dict(_PyUnpickler.dispatch)
+
+    def __init__(self, file: IO[bytes], where: str, budget: int) -> None:
+        super().__init__(file, encoding="ASCII")
+        self.where = where
+        self.encoder = _Encoder(where, budget)
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = _allowed_global(module, name, self.encoder)
+        if found is None:
+            raise UnsafeSourceError(
+                f"{self.where}: the pickle asks for {module}.{name}, which is not part of a numpy array; "
+                "refused (unpickling it could run code)",
+                hint=_ALLOW_HINT,
+            )
+        return found
+
+    def load_build(self) -> None:
+        state = self.stack[-1]
+        inst = self.stack[-2]
+        if isinstance(inst, np.dtype):
+            checked_dtype_state(self.where, inst, state)
+        elif isinstance(inst, np.ndarray):
+            _check_array_state(self.where, state)
+        super().load_build()
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+
+def _check_array_state(where: str, state: Any) -> None:
+    """An ndarray state ``(version, shape, dtype, fortran, data)``: object values only 0-d."""
+    if not isinstance(state, tuple) or len(state) not in (4, 5) or not isinstance(state[-3], np.dtype):
+        raise SourceFormatError(f"{where}: the pickle sets an array's state to something that is not one")
+    dtype, shape = state[-3], state[-4]
+    if dtype.fields is not None or dtype.subdtype is not None or dtype.flags != np.dtype(dtype.str).flags:
+        raise _refuse_dtype(where, dtype, "not a plain dtype as numpy builds it")
+    if dtype.hasobject and shape != ():
+        raise UnsafeSourceError(
+            f"{where}: the pickle holds an array of Python objects of shape {shape!r}; Gen-DGRL "
+            "trajectories hold numeric arrays only (object values are read only as np.save's 0-d wrapper)",
+            hint=_ALLOW_HINT,
+        )
+
+
+def unpickle(data: bytes | IO[bytes], where: str, allow_pickle: bool, budget: int | None = None) -> Any:
+    """Unpickle ``data`` (a stream positioned at the pickle, or its bytes).
+
+    Args:
+        data: The pickle.
+        where: The file (and member), for messages.
+        allow_pickle: Trusted files only: a plain unpickler that runs whatever the pickle asks for.
+        budget: Bytes ``_codecs.encode`` may produce; default: the bytes left in the stream.
+
+    Raises:
+        UnsafeSourceError: A global, dtype, array or encode the restriction refuses.
+        SourceFormatError: A damaged pickle.
+    """
+    fh = io.BytesIO(data) if isinstance(data, bytes) else data
+    if budget is None:
+        here = fh.tell()
+        budget = fh.seek(0, io.SEEK_END) - here
+        fh.seek(here)
+    try:
+        if allow_pickle:
+            return pickle.Unpickler(fh, encoding="ASCII").load()
+        return _NumpyOnlyUnpickler(fh, where, budget).load()
+    except RldsError:
+        raise
+    except ModuleNotFoundError as exc:  # only with allow_pickle: the pickle names a missing module
+        raise SourceError(f"{where}: unpickling needs the module {exc.name!r}, not installed") from exc
+    except Exception as exc:  # a damaged pickle raises many types
+        raise SourceFormatError(
+            f"{where}: not a readable pickle (truncated or corrupt?): {type(exc).__name__}: {exc}"
+        ) from exc

@@ -113,12 +113,12 @@ def test_the_cli_export_of_a_growing_dataset_reads_one_view(
     """``rlds export NAME DIR --to torchrl`` as the export above: the view of its start."""
     from tensordict import TensorDict
 
-    from rlds_cli.export import output_files
+    import rlds_cli.export as exporters
 
     _grow("c", range(1, 9), "memmap")
     expected = rlds_cli.open_dataset("c")[:]
     churn = Churn("c", monkeypatch, next_uid=9)
-    monkeypatch.setattr(output_files, "CHUNK_STEPS", 4)
+    monkeypatch.setattr(exporters, "CHUNK_STEPS", 4)
     result = CliRunner().invoke(app, ["export", "c", str(tmp_path / "td"), "--to", "torchrl"])
     assert result.exit_code == 0, result.output
     assert churn.rounds >= 3 and churn.removed > 0

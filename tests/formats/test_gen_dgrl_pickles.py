@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib import format as npy_format
 
-from rlds_cli.formats.safe_pickle import _numpy_module
+from rlds_cli.formats.untrusted import _numpy_module
 from tests.formats_fixtures import refused
 
 _CLI = "import sys; from rlds_cli.cli.app import main; sys.argv[0] = 'rlds'; main()"

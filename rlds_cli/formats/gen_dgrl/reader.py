@@ -4,7 +4,7 @@
 Layout: :mod:`~rlds_cli.formats.gen_dgrl.files`; archive reading:
 :mod:`~rlds_cli.formats.gen_dgrl.tar`. Rules (``docs/formats.md``, "Gen-DGRL"):
 
-* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.safe_pickle`): numpy
+* **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.untrusted`): numpy
   arrays, checked dtypes and scalars only (numpy 1.x and 2.x spellings, protocols 2 to 5), and
   ``latin1`` encodes within a budget of the pickle's size. Any other global (``os.system``,
   ``builtins.eval``, a package's class) is refused before it is looked up, naming file, member and

@@ -1,7 +1,7 @@
 """A Gen-DGRL archive read as a stream, and one trajectory file read into its dict of arrays.
 
 A trajectory file (an archive member's bytes or a loose file) is a ``.npy`` of a pickled dict
-(read by :mod:`rlds_cli.formats.safe_pickle` unless ``allow_pickle``) or an ``.npz`` (each array
+(read by :mod:`rlds_cli.formats.untrusted` unless ``allow_pickle``) or an ``.npz`` (each array
 streamed and checked).
 """
 
@@ -22,8 +22,7 @@ from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
 from rlds_cli.formats.archives import Limits, UnsafeArchiveError
 from rlds_cli.formats.gen_dgrl.files import REQUIRED_KEYS, TRAJECTORY_KEYS, TRAJECTORY_SUFFIXES
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
-from rlds_cli.formats.safe_pickle import unpickle
-from rlds_cli.formats.untrusted import UnsafeSourceError, require_rows
+from rlds_cli.formats.untrusted import UnsafeSourceError, require_rows, unpickle
 
 #: Largest trajectory member or loose ``.npy`` read (held in memory while decoded). A 1,000-step
 #: Procgen episode (the time limit) of float32 frames is about 50 MB.
