@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         loads = extension_loads()
         _log(f"torchrl's C++ extension {'loads' if loads else 'does NOT load'}")
         return 0 if loads else 1
-    from rlds_cli.loader.sumtree import compiled_kernels
+    from rlds_cli.loader.prioritized import compiled_kernels
 
     run = _harness.start(args, threads=args.torch_threads)
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]

@@ -25,9 +25,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from rlds_cli.loader.mixture import MixtureLoader, MixtureSource
     from rlds_cli.loader.mixture_sampler import MixtureSampler, by_size
     from rlds_cli.loader.normalization_table import NormalizationTable
-    from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+    from rlds_cli.loader.prioritized import PrioritizedSampler, PrioritizedSliceSampler, SumTree
     from rlds_cli.loader.samplers import Draw, Episodes, SliceSampler, UniformSampler
-    from rlds_cli.loader.sumtree import SumTree
     from rlds_cli.loader.tensors import to_tensordict, to_torch
     from rlds_cli.loader.torch_data import (
         EpochBatchSampler,
@@ -68,7 +67,7 @@ _LAZY = {
     "by_size": "mixture_sampler",
     "PrioritizedSampler": "prioritized",
     "PrioritizedSliceSampler": "prioritized",
-    "SumTree": "sumtree",
+    "SumTree": "prioritized",
     "EpochBatchSampler": "torch_data",
     "TedDataLoader": "data_loader",
     "TedIterableDataset": "torch_data",

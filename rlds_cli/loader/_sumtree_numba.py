@@ -1,4 +1,4 @@
-"""Compiled kernels for :class:`~rlds_cli.loader.sumtree.SumTree` (numba).
+"""Compiled kernels for :class:`~rlds_cli.loader.prioritized.SumTree` (numba).
 
 Same arrays and addition order (sequential, left to right, float64) as the numpy code: trees and
 draws are bit-identical, so a run resumed without numba continues the same stream. They save

@@ -38,8 +38,7 @@ from rlds_cli.loader.epoch import (
     replay,
     share_bounds,
 )
-from rlds_cli.loader.resident import block_starts
-from rlds_cli.loader.samplers import positive_int
+from rlds_cli.loader.samplers import block_starts, positive_int
 from rlds_cli.loader.state_checks import check_int, check_shard_fields, check_state
 
 #: Rows a block holds when the storage says nothing (memory maps; one-row chunks of frames):

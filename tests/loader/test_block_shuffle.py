@@ -13,8 +13,7 @@ import pytest
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import BlockSampler, Loader, make_sampler
 from rlds_cli.loader.block_shuffle import storage_block_rows
-from rlds_cli.loader.resident import block_starts
-from rlds_cli.loader.samplers import Episodes
+from rlds_cli.loader.samplers import Episodes, block_starts
 
 
 def _epoch(samplers: list[BlockSampler]) -> list[list[np.ndarray]]:

@@ -11,7 +11,7 @@ import pytest
 import rlds_cli
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import Loader, SliceSampler, UniformSampler
-from rlds_cli.loader.resident import ResidentWindow
+from rlds_cli.loader.samplers import ResidentWindow
 
 LENGTHS = np.random.default_rng(0).integers(20, 80, 300)
 N = int(LENGTHS.sum())

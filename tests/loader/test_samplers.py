@@ -19,8 +19,8 @@ from rlds_cli.loader import (
     UniformSampler,
     make_sampler,
 )
+from rlds_cli.loader.prioritized import compiled_kernels
 from rlds_cli.loader.samplers import split_draw
-from rlds_cli.loader.sumtree import compiled_kernels
 
 # Sum-tree tests run on both kernels: numpy, and the compiled (numba) one when installed.
 KERNELS = [
@@ -335,7 +335,7 @@ def test_bad_batch_sizes() -> None:
 @pytest.mark.parametrize(("size", "fanout"), [(200_000, 32), (10_000, 2), (70_001, 8)])
 def test_sum_tree_with_levels_below_the_root(size: int, fanout: int, compiled: bool) -> None:
     """Sizes past ROOT_MAX rows: the descent goes through intermediate levels."""
-    from rlds_cli.loader.sumtree import ROOT_MAX
+    from rlds_cli.loader.prioritized import ROOT_MAX
 
     assert -(-size // fanout) > ROOT_MAX
     rng = np.random.default_rng(size)

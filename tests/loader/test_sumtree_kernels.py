@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlds_cli.loader import PrioritizedSampler, PrioritizedSliceSampler, SumTree
-from rlds_cli.loader.sumtree import compiled_kernels
+from rlds_cli.loader.prioritized import compiled_kernels
 
 needs_numba = pytest.mark.skipif(compiled_kernels() is None, reason="numba not installed (a broken install)")
 
