@@ -133,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from rlds_cli import Loader, open_dataset
         from rlds_cli.remote import store
-        from rlds_cli.remote.pull import pull
-        from rlds_cli.remote.push import push
+        from rlds_cli.remote.transfer import pull, push
 
         s3fs.S3FileSystem().mkdir("bench")
         build("frames", args.steps)

@@ -198,7 +198,7 @@ def push(
 
     Example: rlds push hopper-medium-v2 s3://my-bucket/rlds/hopper-medium-v2
     """
-    from rlds_cli.remote.push import push as run_push
+    from rlds_cli.remote.transfer import push as run_push
 
     _refuse_memory(url)
     _report(
@@ -234,7 +234,7 @@ def pull(
 
     Example: rlds pull s3://my-bucket/rlds/hopper-medium-v2
     """
-    from rlds_cli.remote.pull import pull as run_pull
+    from rlds_cli.remote.transfer import pull as run_pull
 
     _refuse_memory(url)
     _report(
@@ -256,8 +256,8 @@ def _report(
 ) -> None:
     """Run a push or pull (``run(*args, ...)``) under a progress bar (``verb``), then say what it
     did: the JSON document, the one name of ``-q`` (a push's URL, a pull's cache name), or a line."""
-    from rlds_cli.remote.push import PushResult
     from rlds_cli.remote.store import parse_storage_options
+    from rlds_cli.remote.transfer import PushResult
 
     options = parse_storage_options(storage_option)
     with _transfer_progress(not (json or quiet), verb) as progress:

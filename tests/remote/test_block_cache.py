@@ -28,8 +28,8 @@ fsspec = pytest.importorskip("fsspec")
 
 from rlds_cli.remote import block_cache, store  # noqa: E402
 from rlds_cli.remote.files import RemoteFiles  # noqa: E402
-from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
+from rlds_cli.remote.transfer import push  # noqa: E402
 from tests.faults import count_steps, kill_at  # noqa: E402
 from tests.remote.test_remote import moto_endpoint, s3  # noqa: E402, F401  (fixtures)
 from tests.remote.test_remote_read import URL, assert_same, build, read_everything  # noqa: E402

@@ -22,8 +22,7 @@ from tests.remote.test_remote import make_demo, runner, tree
 
 pytest.importorskip("huggingface_hub")
 
-from rlds_cli.remote.pull import pull
-from rlds_cli.remote.push import push
+from rlds_cli.remote.transfer import pull, push
 
 REPO_URL = "hf://datasets/rlds-test/shared"
 URL = f"{REPO_URL}/demo"

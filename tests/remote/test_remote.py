@@ -35,10 +35,9 @@ from tests import faults
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.remote import pull as pull_module  # noqa: E402
-from rlds_cli.remote import push as push_module  # noqa: E402
-from rlds_cli.remote.pull import pull  # noqa: E402
-from rlds_cli.remote.push import push  # noqa: E402
+from rlds_cli.remote import transfer as pull_module  # noqa: E402
+from rlds_cli.remote import transfer as push_module  # noqa: E402
+from rlds_cli.remote.transfer import pull, push  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -448,7 +447,7 @@ def test_s3_zarr_round_trip_and_a_killed_push(s3: Any, moto_endpoint: str, isola
     script = textwrap.dedent(
         f"""
         import os, signal
-        import rlds_cli.remote.push as p
+        import rlds_cli.remote.transfer as p
         count = [0]
         real = p._upload_file
         def upload(*args):

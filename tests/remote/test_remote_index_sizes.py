@@ -18,7 +18,7 @@ from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.remote.push import push  # noqa: E402
+from rlds_cli.remote.transfer import push  # noqa: E402
 
 runner = CliRunner()
 
