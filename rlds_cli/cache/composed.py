@@ -188,9 +188,8 @@ class ComposedDataset(Dataset):
                         len(rows_of),
                     )
                 )
-        column: Any = ConcatColumn(pieces, spec.shape, spec.dtype)
-        if len(pieces) == 1 and self.parts[0].whole:
-            column = pieces[0][0]()
+        whole = len(pieces) == 1 and self.parts[0].whole  # the parent's own column serves
+        column: Any = pieces[0][0]() if whole else ConcatColumn(pieces, spec.shape, spec.dtype)
         if key == TRUNCATED_KEY and any(part.trim_end for part in self.parts):
             column = CutEnds(column, self._cut_mask())
         return column

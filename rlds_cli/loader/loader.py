@@ -26,7 +26,6 @@ from rlds_cli.cache.ted import TedBatch
 from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
-from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import check_ranks_field, in_step
 from rlds_cli.loader.factory import check_counts, check_source_options, make_sampler
 from rlds_cli.loader.image_transforms import ImageTransform
@@ -47,7 +46,7 @@ from rlds_cli.loader.samplers import Draw, Episodes, ViewChange, positive_int, s
 from rlds_cli.loader.sizes import auto_in_memory, check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_loader_state, view_state
-from rlds_cli.loader.tensors import TensorDictBatches, to_torch
+from rlds_cli.loader.tensors import DtypePolicy, FloatDtype, TensorDictBatches, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
 
 Transform = Callable[[TedBatch], TedBatch]
@@ -116,7 +115,7 @@ class Loader:
             sampler's ``weight`` and ``mask`` are then under TorchRL's keys, ``priority_weight``
             and ``("collector", "mask")`` (see :mod:`rlds_cli.loader.tensors`).
         float_dtype: Cast floating keys to this torch dtype (``None``: keep the stored dtypes),
-            or ``{key: dtype}`` for some keys only (see :mod:`rlds_cli.loader.dtypes`).
+            or ``{key: dtype}`` for some keys only (see :mod:`rlds_cli.loader.tensors`).
         epochs: Epochs per ``for batch in loader`` pass (``None``: endless). A pass ends at an
             epoch's end, so a pass resumed from a mid-epoch checkpoint yields the rest of it.
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use

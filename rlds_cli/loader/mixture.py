@@ -39,7 +39,6 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.distributed import rank_world, run_seed
-from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
 from rlds_cli.loader.mixture_sampler import (
@@ -54,6 +53,7 @@ from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.state_checks import check_int, check_state
+from rlds_cli.loader.tensors import DtypePolicy, FloatDtype
 from rlds_cli.loader.windows import Windows
 
 
@@ -68,7 +68,7 @@ class MixtureSource:
             (one axis at most) are packed into padded tables in RAM when they fit
             (:mod:`rlds_cli.loader.mixture_gather`).
         float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
-            :mod:`rlds_cli.loader.dtypes`), so sources that store a key as float32 and float64
+            :mod:`rlds_cli.loader.tensors`), so sources that store a key as float32 and float64
             mix; each source's rows are cast as they are concatenated (one copy, the
             concatenation's own).
         root: Cache root for names.

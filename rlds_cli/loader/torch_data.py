@@ -24,7 +24,6 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
-from rlds_cli.loader.dtypes import DtypePolicy, FloatDtype
 from rlds_cli.loader.epoch import EpochSampler, history_field, next_batch_size
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.opening import open_dataset
@@ -34,7 +33,7 @@ from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
 from rlds_cli.loader.state_checks import check_cursor_state, check_int
-from rlds_cli.loader.tensors import to_torch
+from rlds_cli.loader.tensors import DtypePolicy, FloatDtype, to_torch
 
 
 def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
@@ -447,7 +446,7 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
         num_batches: Batches per pass in uniform mode (``None``: endless).
         root: Cache root for a name.
         float_dtype: Cast floating keys to this torch dtype (or ``{key: dtype}``; see
-            :mod:`rlds_cli.loader.dtypes`): in the worker, on the gathered numpy rows.
+            :mod:`rlds_cli.loader.tensors`): in the worker, on the gathered numpy rows.
         **sampler_options: Options of the named sampler, e.g. ``slice_len=32`` (not for
             ``"epoch"``, whose one option is ``drop_last``).
     """
