@@ -12,7 +12,6 @@ import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.atari_dqn import layout
-from rlds_cli.formats.atari_dqn.decide import Decider, close_positioned
 from rlds_cli.formats.atari_dqn.layout import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
@@ -26,7 +25,15 @@ from rlds_cli.formats.atari_dqn.layout import (
     parse_name,
     scan_folder,
 )
-from rlds_cli.formats.atari_dqn.plan import Checkpoint, Rows, listed, parse_checkpoints, run_length
+from rlds_cli.formats.atari_dqn.plan import (
+    Checkpoint,
+    Decider,
+    Rows,
+    close_positioned,
+    listed,
+    parse_checkpoints,
+    run_length,
+)
 from rlds_cli.formats.atari_dqn.stream import GzipNpy, check_store
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
 from rlds_cli.formats.packing import rows_per_block

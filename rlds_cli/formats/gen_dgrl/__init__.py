@@ -2,7 +2,7 @@
 streamed member by member, never unpacked to disk.
 
 :mod:`~rlds_cli.formats.gen_dgrl.files`: the layout, ``sniff``, ``source_files``, the level seed;
-:mod:`~rlds_cli.formats.gen_dgrl.tar`: archive members streamed within the archive limits, one
+:mod:`~rlds_cli.formats.gen_dgrl.files`: archive members streamed within the archive limits, one
 trajectory file read; :mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its
 options and the rules.
 """
@@ -10,6 +10,7 @@ options and the rules.
 from __future__ import annotations
 
 from rlds_cli.formats.gen_dgrl.files import (
+    MAX_MEMBER_BYTES,
     REQUIRED_KEYS,
     TAR_SUFFIXES,
     TRAJECTORY_SUFFIXES,
@@ -23,7 +24,6 @@ from rlds_cli.formats.gen_dgrl.reader import (
     Trajectory,
     trajectory_episodes,
 )
-from rlds_cli.formats.gen_dgrl.tar import MAX_MEMBER_BYTES
 
 __all__ = [
     "MAX_MEMBER_BYTES",

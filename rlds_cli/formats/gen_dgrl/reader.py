@@ -2,7 +2,7 @@
 (:func:`trajectory_episodes`).
 
 Layout: :mod:`~rlds_cli.formats.gen_dgrl.files`; archive reading:
-:mod:`~rlds_cli.formats.gen_dgrl.tar`. Rules (``docs/formats.md``, "Gen-DGRL"):
+:mod:`~rlds_cli.formats.gen_dgrl.files`. Rules (``docs/formats.md``, "Gen-DGRL"):
 
 * **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.untrusted`): numpy
   arrays, checked dtypes and scalars only (numpy 1.x and 2.x spellings, protocols 2 to 5), and
@@ -26,7 +26,7 @@ Layout: :mod:`~rlds_cli.formats.gen_dgrl.files`; archive reading:
   index of each episode's file or member.
 * **Tar safety**: absolute paths or ``..``, links, devices, duplicate members, more members than
   :class:`rlds_cli.formats.archives.Limits` allows, a member over
-  :data:`~rlds_cli.formats.gen_dgrl.tar.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio to
+  :data:`~rlds_cli.formats.gen_dgrl.files.MAX_MEMBER_BYTES`, or more bytes (or a higher ratio to
   archive bytes) than the archive limits are refused, naming archive and member. Nothing is
   written to disk; memory is one trajectory plus one block.
 """
@@ -49,11 +49,12 @@ from rlds_cli.formats.gen_dgrl.files import (
     REQUIRED_KEYS,
     TRAJECTORY_KEYS,
     TRAJECTORY_SUFFIXES,
+    TarTrajectories,
     is_tar,
     level_seed,
+    read_loose,
     source_files,
 )
-from rlds_cli.formats.gen_dgrl.tar import TarTrajectories, read_loose
 from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 

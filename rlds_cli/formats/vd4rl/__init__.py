@@ -2,7 +2,7 @@
 shards, streamed into TED with the dataset's one-step action/reward shift applied.
 
 :mod:`~rlds_cli.formats.vd4rl.files`: the two layouts, ``sniff`` and ``source_files``;
-:mod:`~rlds_cli.formats.vd4rl.streams`: the files opened and checked;
+:mod:`~rlds_cli.formats.vd4rl.files`: the files opened and checked;
 :mod:`~rlds_cli.formats.vd4rl.reader`: :class:`VD4RLReader`, its options and the rules.
 """
 

@@ -44,8 +44,7 @@ from rlds_cli.formats.folders import DREAMER_NAME, BadFiles
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.vd4rl import files as layout
-from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, source_files
-from rlds_cli.formats.vd4rl.streams import NpzEpisode, Schema, Shard
+from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, NpzEpisode, Schema, Shard, source_files
 
 
 @dataclass
