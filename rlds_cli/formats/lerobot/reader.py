@@ -16,7 +16,10 @@ from rlds_cli.formats.lerobot.frames import VideoCursor
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
     VERSIONS,
+    Episode,
+    EpisodeTables,
     Feature,
+    as_float,
     dataset_root,
     inside,
     plan_features,
@@ -25,7 +28,6 @@ from rlds_cli.formats.lerobot.layout import (
     source_files,
 )
 from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array, image_column, rule_notes, split_part
-from rlds_cli.formats.lerobot.tables import Episode, EpisodeTables, as_float
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file
 

@@ -16,8 +16,7 @@ import numpy as np
 
 from rlds_cli.errors import FrameError, SourceFormatError
 from rlds_cli.formats.base import ConversionReport
-from rlds_cli.formats.lerobot.layout import INFO_FILE, FeaturePlan
-from rlds_cli.formats.lerobot.tables import Episode
+from rlds_cli.formats.lerobot.layout import INFO_FILE, Episode, FeaturePlan
 from rlds_cli.formats.packing import Piece
 from rlds_cli.frames.codecs import FrameFormat, image_format
 from rlds_cli.frames.modes import EncodedFrames, join_rows
