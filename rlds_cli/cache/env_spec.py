@@ -11,7 +11,7 @@ The manifest's top-level ``env`` object (:func:`env_entry` makes it from a gymna
 
 A D4RL registry download stores the ``d4rl`` package's id (old ``gym`` API) and
 ``max_episode_steps`` there (:meth:`RegistryEntry.env_entry
-<rlds_cli.catalog.registry_schema.RegistryEntry.env_entry>`, ``"source": "registry"``).
+<rlds_cli.catalog.registry.RegistryEntry.env_entry>`, ``"source": "registry"``).
 
 :func:`read_env_spec` looks, in order, at:
 
