@@ -63,6 +63,7 @@ demo: install
 
 lint: install-test
 	$(VENV)/bin/ruff check rlds_cli tests scripts benchmarks
+	$(VENV)/bin/ruff format --check --quiet rlds_cli tests scripts benchmarks
 	$(VENV)/bin/mypy --config-file pyproject.toml
 
 test: install-test lint

@@ -85,8 +85,6 @@ def register() -> None:
         gym.register("RecMixed-v0", entry_point=f"{__name__}:MixedEnv", disable_env_checker=True)
 
 
-
-
 class MemorySink:
     """Collects committed episodes in memory (what ``DatasetWriter.add_episode`` would get)."""
 

@@ -72,8 +72,7 @@ def test_writers_keep_a_checkpoint_that_is_the_log_s_replay(isolated_cache: Path
     log_size = (directory / COMMIT_LOG_FILE).stat().st_size
     assert log_size - saved.position < 2 * EVERY * RECORD_SIZE  # written as the writer committed
     kinds = {
-        bytes(rec)[4]
-        for rec in np.frombuffer((directory / COMMIT_LOG_FILE).read_bytes(), f"V{RECORD_SIZE}")
+        bytes(rec)[4] for rec in np.frombuffer((directory / COMMIT_LOG_FILE).read_bytes(), f"V{RECORD_SIZE}")
     }
     assert kinds >= {1, 2, 3}  # ADD, EVICT and COMPACT records behind it
     _same_view(saved, _replay(directory, until=saved.position))

@@ -304,8 +304,16 @@ def test_read_only_cache(small_disk: Path) -> None:
 def test_sys_exit_in_a_user_function_is_a_user_error(workers: str) -> None:
     make_dataset("src", [30] * 8)
     proc = rlds(
-        "preprocess", "src", "--fn", f"{FNS}:calls_exit", "--name", "out", "--chunk-steps", "40",
-        "-w", workers
+        "preprocess",
+        "src",
+        "--fn",
+        f"{FNS}:calls_exit",
+        "--name",
+        "out",
+        "--chunk-steps",
+        "40",
+        "-w",
+        workers,
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)  # never the function's own 0
     assert "unexpected" not in proc.stderr

@@ -371,8 +371,6 @@ def test_torchrl_keeps_the_rows_unshifted(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- refusals
 
 
-
-
 def _bad_episode(change: str) -> dict[str, np.ndarray]:
     ep = dreamer_episode(6, side=SIDE, seed=4)
     if change == "missing":

@@ -27,7 +27,6 @@ def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-
 def _write(root: Path, name: str, uids: list[int], length: int = 10, **settings: object) -> None:
     with rlds_cli.DatasetWriter(name, root=root, mode="append", **settings) as w:  # type: ignore[arg-type]
         for uid in uids:

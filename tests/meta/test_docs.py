@@ -53,7 +53,7 @@ def test_torchrl_extra_installs_torchrl_and_tensordict() -> None:
 
 
 def test_readme_registry_figure_is_the_registrys() -> None:
-    """"The registry knows N datasets" in the README is the packaged registry's number of ids
+    """ "The registry knows N datasets" in the README is the packaged registry's number of ids
     (one dataset each, aliases not counted), the figure ``rlds list --remote`` opens with; the
     per-file counts of docs/downloads.md add up to it."""
     from typer.testing import CliRunner

@@ -290,9 +290,7 @@ def test_several_files_concurrently(server: FaultServer, tmp_path: Path, config:
     server.add_faults("/f2", Fault("status", code=502))
     results = fetch_files(specs, tmp_path, config=config, workers=3)
     assert [r.path.read_bytes() for r in results] == [DATA[i:] for i in range(4)]
-    assert set(HashStore(tmp_path).read()) == {
-        f"sub/f{i}.bin" for i in range(4)
-    }
+    assert set(HashStore(tmp_path).read()) == {f"sub/f{i}.bin" for i in range(4)}
 
 
 def test_a_token_goes_to_its_own_origin_only(server: FaultServer, tmp_path: Path) -> None:
@@ -301,7 +299,10 @@ def test_a_token_goes_to_its_own_origin_only(server: FaultServer, tmp_path: Path
     other origin a redirect leads to (a storage host's signed URL), and its repr hides it."""
     secret = "Bearer hf_originBoundSecret42"
     auth = OriginAuth(origin_of(server.base + "/x"), secret)
-    assert "hf_originBoundSecret42" not in repr(auth) and origin_of("HTTP://127.0.0.1/a") == "http://127.0.0.1:80"
+    assert (
+        "hf_originBoundSecret42" not in repr(auth)
+        and origin_of("HTTP://127.0.0.1/a") == "http://127.0.0.1:80"
+    )
     with FaultServer() as storage:
         storage.files["/blob"] = DATA
         server.redirects["/hub/a.bin"] = storage.url("/blob")  # another port: another origin
