@@ -1,14 +1,9 @@
 """All terminal rendering lives here (the library never prints).
 
-Text that comes from outside (paths, names, messages) goes through :func:`escape` before it is
-printed with Rich markup, so a ``[`` in a path is printed as is.
-
-Tables go through :func:`print_table`, which never cuts an identifier: on a terminal the other
-columns fold first (and optional ones are left out on a narrow one); when stdout is not a
-terminal (a pipe, a file, CI logs) it prints plain, complete, aligned lines. Glyphs outside ASCII
-(box lines, histogram blocks) fall back to ASCII when the output encoding cannot show them.
-
-Errors too: :func:`handle_errors` turns exceptions into one red line, a hint and an exit code.
+Outside text (paths, names, messages) goes through :func:`escape` before Rich markup, so a ``[``
+in a path is printed literally. Tables go through :func:`print_table`, which never cuts an
+identifier. Glyphs outside ASCII fall back to ASCII when the output encoding cannot show them
+(:func:`glyph`). :func:`handle_errors` turns exceptions into one red line, a hint and an exit code.
 """
 
 from __future__ import annotations
@@ -98,14 +93,14 @@ def glyph(name: str, target: Console | None = None) -> str:
 
 def protect_streams() -> None:
     """Make stdout replace what its encoding cannot show (``PYTHONIOENCODING=ascii``, a C locale)
-    instead of failing mid-output: our own glyphs have ASCII stand-ins, but a path or a message
-    may still hold any character. stderr already does so (Python's default)."""
+    instead of failing mid-output (a path or a message may hold any character); stderr does so
+    by default."""
     stream = sys.stdout
     reconfigure = getattr(stream, "reconfigure", None)
     encoding = getattr(stream, "encoding", None) or "utf-8"
     if reconfigure is None or all(_encodes(fancy, encoding) for fancy, _ in GLYPHS.values()):
         return
-    with contextlib.suppress(ValueError, OSError):  # a closed or exotic stream stays as it is
+    with contextlib.suppress(ValueError, OSError):  # a closed or exotic stream is left unchanged
         reconfigure(errors="replace")
 
 
@@ -113,8 +108,8 @@ def protect_streams() -> None:
 
 
 class _LineHandler(logging.Handler):
-    """Log records as ``warning: message`` lines on stderr: no time stamps, no source file and
-    line (those mean nothing to a user); ``-vv`` adds the logger's name."""
+    """Log records as ``warning: message`` lines on stderr, without time stamp, source file or
+    line; ``-vv`` adds the logger's name."""
 
     def __init__(self, level: int, with_names: bool) -> None:
         super().__init__(level)

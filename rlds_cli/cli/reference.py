@@ -1,7 +1,7 @@
 """The CLI reference page (docs/cli.md), generated from the app itself.
 
 ``python -m rlds_cli.cli.reference docs/cli.md`` rewrites the page; a test checks that the
-committed page equals what the code generates, so the docs cannot drift from the commands.
+committed page equals what the code generates.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Datasets derived from others: ``rlds view`` and ``rlds split`` (they share their parent's
-arrays), ``rlds merge``, ``rlds drop``, ``rlds trim`` (they copy nothing: their datasets read
-their parents' arrays) and ``rlds downsample`` (it writes the kept steps)."""
+"""Datasets derived from others: ``rlds view``, ``split``, ``merge``, ``drop`` and ``trim`` (they
+copy nothing: they read their parents' arrays) and ``rlds downsample`` (it writes the kept steps)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """The :class:`Loader` front door used by training code: source + sampler + transforms + prefetch.
 
-A loader draws indices from its sampler, gathers their rows from its source (one it makes for a
-dataset: a :class:`~rlds_cli.loader.sources.HostSource`, or a
-:class:`~rlds_cli.loader.device.DeviceSource` over it; or one it is given, such as a
-:class:`~rlds_cli.loader.mixture.MixtureSource`), applies the transforms, converts to torch (and
-moves to the device) and, with ``prefetch``, does all of that in a background thread
-(:mod:`rlds_cli.loader.read_ahead`). Sources and samplers meet only through the protocols of
-:mod:`rlds_cli.loader.protocols`.
+Per batch: indices from the sampler, their rows gathered from the source (made for a dataset:
+a :class:`~rlds_cli.loader.sources.HostSource`, or a :class:`~rlds_cli.loader.device.DeviceSource`
+over it; or given, e.g. a :class:`~rlds_cli.loader.mixture.MixtureSource`), the transforms, then
+torch (and the device); with ``prefetch``, in a background thread (:mod:`rlds_cli.loader.read_ahead`).
+Sources and samplers meet only through :mod:`rlds_cli.loader.protocols`.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ class Loader:
     """Batches of TED transitions sampled from a cached dataset, as torch tensors.
 
     ``for batch in loader`` is one epoch by default (``epochs=1``): each step once for the
-    ``"epoch"`` sampler; for samplers with replacement as many batches as make one dataset's
-    worth of steps (per rank). ``len(loader)`` is that count. An endless stream is asked for
-    explicitly: :meth:`stream`, or ``epochs=None``.
+    ``"epoch"`` sampler; with replacement, as many batches as one dataset's worth of steps (per
+    rank). ``len(loader)`` is that count. Endless: :meth:`stream`, or ``epochs=None``.
 
     Example:
         >>> loader = Loader("pointmass-demo-v0", batch_size=256, sampler="uniform", seed=0)  # doctest: +SKIP
@@ -105,7 +102,7 @@ class Loader:
             see :mod:`rlds_cli.frames.device_decode`; a ``ValueError`` says why where it cannot),
             ``"auto"`` (default) on the device where it can: a CUDA ``device``, torchvision
             installed, JPEG frames, ``in_memory`` not ``"device"`` and no transform but the image
-            transforms (the others read numpy arrays on the host).
+            transforms.
         transform: A callable (or a list, applied in order) on each numpy
             :class:`~rlds_cli.cache.ted.TedBatch` before conversion; objects with a
             ``bind(dataset)`` method are bound first (see :mod:`rlds_cli.loader.transforms`);
@@ -195,7 +192,7 @@ class Loader:
         self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
         self.num_batches, self.epochs = num_batches, epochs
         self.rank, self.world_size = rank_world(rank, world_size)
-        # transforms are bound first: the first one may produce keys itself (its claim()), never read
+        # bound first: the first transform may produce keys itself (its claim()), never read
         self.transforms = self._bind(with_windows(windows, transform, given))
         self._td = TensorDictBatches(self.device, checked=bool(self.transforms)) if as_tensordict else None
         check_loader_batch(self, given, sampler, sampler_options)  # before anything is allocated
@@ -281,9 +278,8 @@ class Loader:
         )
 
     def _open_source(self, dataset: Any) -> None:
-        """Make the source over ``dataset`` (or the new view of it, after a refresh): the host
-        source, and its copy on the device with ``in_memory="device"``; the gather resolved once
-        (``HostSource.gather`` dispatches on its layout per call)."""
+        """Make the source over ``dataset`` (or its new view, after a refresh): the host source,
+        and its device copy with ``in_memory="device"``; the gather function resolved once."""
         f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
         keys = self._unclaimed(self.keys)
         host = HostSource(
@@ -306,8 +302,8 @@ class Loader:
             if decode == "device":
                 raise ValueError("decode='device' decodes a dataset's frame columns, not a source of rows")
             return frozenset()
-        # the transforms first: only image transforms may run on device frames, and they claim
-        # no keys (a FrameStack's claim copies frames: it must not run for this question)
+        # transforms first: only image transforms run on device frames; claim() is not called
+        # (a FrameStack's claim copies frames)
         problems: list[str | None] = [
             f"transform {t!r} reads numpy arrays on the host"
             for t in self.transforms
@@ -333,9 +329,8 @@ class Loader:
         return frozenset(frames)
 
     def _follow(self, dataset: Any, change: ViewChange) -> None:
-        """Move to a new view of a growing dataset: the transforms bound to it again (the first
-        claims its keys again), the source made over it, the sampler moved in place (``change``
-        ties the new view's rows to the old one's)."""
+        """Move to a new view of a growing dataset: transforms bound again, the source made over
+        it, the sampler moved in place (``change`` ties the new view's rows to the old one's)."""
         for t in self.transforms:
             if isinstance(t, Bindable):
                 t.bind(dataset)
@@ -387,8 +382,8 @@ class Loader:
         return depth
 
     def _epoch_length(self) -> int:
-        """Batches in one epoch: the sampler's own count (epoch samplers), else enough batches to
-        draw this rank's share of the dataset's steps."""
+        """Batches in one epoch: an epoch sampler's own count, else this rank's share of the
+        dataset's steps in batches."""
         if isinstance(self.sampler, Epochal):
             return max(1, int(self.sampler.batches_per_epoch))
         per_batch = int(getattr(self.sampler, "batch_size", self.batch_size))
@@ -421,10 +416,9 @@ class Loader:
         return chain
 
     def _unclaimed(self, keys: list[str | tuple[str, ...]] | None) -> Sequence[str | tuple[str, ...]] | None:
-        """The keys to gather: ``keys`` less those the first transform produces itself, when it
-        has ``claim(keys, in_memory=...)`` (e.g. :class:`~rlds_cli.loader.transforms.FrameStack`,
-        which builds the observation stacks from the batch's index alone). Later transforms may
-        read any key, so only the first one is asked."""
+        """``keys`` less those the first transform produces itself (its ``claim(keys,
+        in_memory=...)``, e.g. :class:`~rlds_cli.loader.transforms.FrameStack`); only the first
+        is asked, since later ones may read any key."""
         first = self.transforms[0] if self.transforms else None
         if not isinstance(first, Claiming) or self.in_memory == "device" or self.dataset is None:
             return keys
@@ -460,15 +454,15 @@ class Loader:
         return self._finish(batch, extras), end
 
     def _draw_plain(self) -> tuple[TedBatch, bool]:
-        """:meth:`_draw` when :attr:`_plain`: the same batch, with fewer Python steps per batch
-        (it runs in every ``sample()``, where a few microseconds are a tenth of a batch)."""
+        """:meth:`_draw` when :attr:`_plain`: the same batch, fewer Python steps (a few
+        microseconds are a tenth of a ``sample()``)."""
         with self._lock:
             if self._refresher is not None:  # the view moves before the draw, never between
                 self._refresher.tick()
             out = self.sampler.sample()
             end = self._epoch_done is not None and self._epoch_done()
         # identity tests against the canonical int64 dtype (``==`` converts its operand first);
-        # anything else, a non-canonical int64 included, takes the general _split
+        # anything else takes the general _split
         if type(out) is np.ndarray and out.dtype is _INT64:
             indices, extras = out, None
         elif type(out) is Draw and type(out.indices) is np.ndarray and out.indices.dtype is _INT64:
@@ -480,7 +474,7 @@ class Loader:
             batch["index"] = indices
         if extras:
             batch.update(extras)
-        try:  # every value a numpy array (the usual case): one from_numpy per key, nothing else
+        try:  # every value a numpy array (the usual case): one from_numpy per key
             out = TedBatch(zip(batch.keys(), map(torch.from_numpy, batch.values()), strict=True))
         except TypeError:  # a tensor or a non-array: the general conversion
             out = to_torch(batch)
@@ -660,27 +654,24 @@ class Loader:
 
 class Refresher:
     """``Loader(name, refresh=N)``: refreshes the loader's growing dataset every ``N`` batches
-    (``1``: every batch), under the loader's lock, before drawing the next batch, so a batch is
-    always drawn and gathered from one view (no index past its end, no evicted row, slices inside
-    one episode). A view that changed moves the loader (:meth:`Loader._follow`):
+    (``1``: every batch), under the loader's lock, before the next draw, so a batch is drawn and
+    gathered from one view (no index past its end, no evicted row, slices inside one episode).
+    A changed view moves the loader (:meth:`Loader._follow`):
 
-    * the source is made again over the new view, on the host (``in_memory="device"`` then copies
-      the new view's rows to its device);
-    * the sampler follows in place (its generator goes on, so a run is reproducible for a given
-      sequence of views): ``"uniform"`` takes the new size; ``"slice"`` makes its episode tables
-      again; ``"prioritized"`` keeps the priority of every row still in the view (mapped by its
-      episode's id, never by position: :mod:`rlds_cli.loader.samplers`), gives new rows the
-      largest priority seen so far and drops evicted rows'; ``"epoch"``: the epoch in progress
-      keeps its order less the evicted rows, and rows added during it come in the next epoch (one
-      shard only). ``"epoch"`` and ``"prioritized"`` need ``prefetch=0`` (a batch prefetched
-      before a refresh belongs to the old view);
+    * the source is made again over the new view (``in_memory="device"``: copied to the device);
+    * the sampler follows in place, its generator going on (reproducible for a given sequence of
+      views): ``"uniform"`` takes the new size; ``"slice"`` remakes its episode tables;
+      ``"prioritized"`` keeps each remaining row's priority (mapped by episode id, never by
+      position: :mod:`rlds_cli.loader.samplers`), gives new rows the largest priority seen and
+      drops evicted rows'; ``"epoch"``: the current epoch keeps its order less the evicted rows,
+      rows added during it come in the next (one shard only). ``"epoch"`` and ``"prioritized"``
+      need ``prefetch=0``;
     * transforms bound to the dataset (``FrameStack``, ``windows=``, ``NStepReturn``,
       ``GoalRelabel``...) are bound again; a ``Normalize`` keeps its first statistics.
 
-    Cost: a refresh that finds nothing new is one ``stat`` of the commit log; one that finds
-    commits reads the new segments' indexes, extends the view and makes the source and the
-    sampler's tables again (linear in the episodes; ``"prioritized"`` and an ``in_memory`` copy:
-    in the rows).
+    Cost: nothing new is one ``stat`` of the commit log; new commits read the new segments'
+    indexes and remake the source and the sampler's tables (linear in the episodes; in the rows
+    for ``"prioritized"`` and an ``in_memory`` copy).
 
     Args:
         loader: The loader (its source must be made from a growing dataset).
@@ -741,8 +732,8 @@ class Refresher:
         loader = self.loader
         ds: Any = loader.dataset
         ds.refresh()
-        # the view against the one followed last, not refresh()'s answer: whoever holds the
-        # dataset object (the user reading ds.ready) may have refreshed it in between
+        # compared with the view followed last, not refresh()'s answer: the dataset's holder
+        # (e.g. the user reading ds.ready) may have refreshed it in between
         if ds.log_position == self._position:
             return
         self._position = ds.log_position

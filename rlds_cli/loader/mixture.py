@@ -1,27 +1,24 @@
 """Mixtures: one batch drawn from several datasets with weights, in a common schema.
 
-A mixture is a source and a sampler that plug into :class:`~rlds_cli.loader.Loader` like any
-other, so it gets prefetch, transforms, a device and checkpoints from the loader:
+A mixture is a source and a sampler that plug into :class:`~rlds_cli.loader.Loader` (prefetch,
+transforms, device and checkpoints come from the loader):
 
 * :class:`MixtureSource` puts the datasets end to end in one index space (step ``j`` of source
-  ``i`` is index ``offsets[i] + j``), gathers each row from its own dataset, renames keys to the
-  common schema, and says where every row came from in ``source`` (int64) and ``index`` (its step
-  in that source). Its episodes are the sources' episodes in order, so any sampler works on it
-  (uniform over all steps, epochs, slices, which never cross an episode, hence a source);
+  ``i`` is index ``offsets[i] + j``), gathers each row from its dataset, renames keys to the
+  common schema, and writes each row's origin in ``source`` (int64) and ``index`` (its step in
+  that source). Its episodes are the sources' in order, so any sampler works on it (slices never
+  cross an episode, hence a source);
 * :class:`MixtureSampler` (:mod:`rlds_cli.loader.mixture_sampler`) splits each batch's rows
-  among the sources with the current weights (fixed, or a schedule of the batch count; a
-  multinomial draw, or exact counts with ``split="fixed"``) and draws each part uniformly in
-  its source. Sources that grow are followed with ``refresh=``; one not ready weighs 0 (rules:
-  :mod:`rlds_cli.loader.mixture_sampler`).
+  among the sources by the current weights (fixed or scheduled by batch count; multinomial, or
+  exact with ``split="fixed"``) and draws each part uniformly in its source. Growing sources are
+  followed with ``refresh=``; one not ready weighs 0. Weights may be relative to the sizes.
 
-Sources whose keys differ (robots with 7-, 8- and 14-dim actions) mix with ``pad=True``: each key
-padded to the widest with ``<key>_pad_mask`` (:mod:`rlds_cli.loader.mixture_schema`), each source
-normalized with its own statistics by ``transforms={name: Normalize(...)}``
-(:mod:`rlds_cli.loader.mixture_schema`), the statistics exported as one table
-(:meth:`MixtureLoader.normalization_table`); weights may be relative to the sources' sizes
-(:mod:`rlds_cli.loader.mixture_sampler`).
+With ``pad=True`` sources whose keys differ (7-, 8- and 14-dim actions) mix: each key padded to
+the widest with ``<key>_pad_mask``; ``transforms={name: Normalize(...)}`` normalizes each source
+with its own statistics (both: :mod:`rlds_cli.loader.mixture_schema`), exported as one table by
+:meth:`MixtureLoader.normalization_table`.
 
-:class:`MixtureLoader` is the one-line form: both, composed into a loader.
+:class:`MixtureLoader` composes both into a loader.
 """
 
 from __future__ import annotations
@@ -68,9 +65,8 @@ class MixtureSource:
             (one axis at most) are packed into padded tables in RAM when they fit
             (:mod:`rlds_cli.loader.mixture_gather`).
         float_dtype: Cast floating keys to one dtype (or ``{key: dtype}``; see
-            :mod:`rlds_cli.loader.tensors`), so sources that store a key as float32 and float64
-            mix; each source's rows are cast as they are concatenated (one copy, the
-            concatenation's own).
+            :mod:`rlds_cli.loader.tensors`), so float32 and float64 sources mix; rows are cast
+            as they are concatenated (no extra copy).
         root: Cache root for names.
         pad: Mix sources whose keys differ in width (and keys only some sources have): each
             key zero-padded to the widest, with ``<key>_pad_mask`` (rules:
@@ -114,8 +110,8 @@ class MixtureSource:
         self.in_memory = bool(in_memory)
         if self._dtypes.per_key:
             self._dtypes.check_keys(self.keys)
-        # a growing dataset has its schema from its creation (first episode or schema=), even
-        # before it has steps: every member is checked now
+        # a growing dataset has its schema from creation, even without steps: every member is
+        # checked now
         self._ref: dict[str, Any] = {}  # the first member's keys: the reference
         for i in range(len(self.datasets)):
             self._check_member(i)
@@ -182,8 +178,8 @@ class MixtureSource:
             if refresh is None:
                 continue
             refresh()
-            # against the view followed last, not refresh()'s answer: whoever holds the dataset
-            # object (the user reading ds.ready) may have refreshed it in between
+            # compared with the view followed last, not refresh()'s answer: the dataset's holder
+            # (e.g. the user reading ds.ready) may have refreshed it in between
             if ds.log_position == self._positions[i]:  # type: ignore[attr-defined]
                 continue
             self._positions[i] = ds.log_position  # type: ignore[attr-defined]
@@ -501,14 +497,12 @@ class MixtureLoader:
         return self.loader.stream()
 
     def report(self) -> dict[str, dict[str, Any]]:
-        """Per source: rows drawn, the achieved fraction, the target fraction (the mean of the
-        weights in force over the batches drawn), the effective ``weight`` of the next batch
-        (after readiness, annealing and renormalization), ``ready`` (1 or 0), its ``size``
-        (steps) and ``epochs`` (rows drawn over its size: passes over it so far). When the
-        sources' licences cannot simply be used together (a non-commercial one with one that
-        allows commercial use, two share-alike families, a no-derivatives one: see
-        :mod:`rlds_cli.cache.card`), a ``licenses`` entry says so: each source's licence and
-        ``conflicts``, one sentence each."""
+        """Per source: rows drawn, achieved fraction, target fraction (mean of the weights in
+        force over the batches drawn), the next batch's effective ``weight`` (after readiness,
+        annealing and renormalization), ``ready`` (1 or 0), ``size`` (steps) and ``epochs`` (rows
+        drawn over size). When the sources' licences conflict (non-commercial with commercial,
+        two share-alike families, no-derivatives: :mod:`rlds_cli.cache.card`), a ``licenses``
+        entry gives each source's licence and ``conflicts``, one sentence each."""
         out: dict[str, dict[str, Any]] = dict(self.sampler.report(self.names))
         licenses = self.licenses()
         pairs = [(name, lic) for name, lics in licenses.items() for lic in lics]
@@ -530,10 +524,9 @@ class MixtureLoader:
         return self._licenses
 
     def normalization_table(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """Each source's normalization statistics (its ``Normalize`` transforms') as one
-        JSON-ready table, to un-normalize actions at inference
-        (:class:`~rlds_cli.loader.normalization_table.NormalizationTable` reads it); written to
-        ``path`` as JSON too (whole or not at all) when given."""
+        """Each source's ``Normalize`` statistics as one JSON-ready table, to un-normalize actions
+        at inference (read by :class:`~rlds_cli.loader.normalization_table.NormalizationTable`);
+        also written to ``path`` as JSON (whole or not at all) when given."""
         table = self.source.normalization_table()
         if path is not None:
             from rlds_cli.loader.normalization_table import NormalizationTable

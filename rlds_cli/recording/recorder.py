@@ -1,40 +1,32 @@
 """Recording from a gymnasium environment: ``rlds_cli.record`` (a policy run, its episodes saved) and
 the ``RecordEpisodes`` wrapper.
 
-``rlds_cli.record``: run a policy in a gymnasium environment and save the episodes as a dataset.
-
 ::
 
     ds = rlds_cli.record("CartPole-v1", None, name="cartpole-random", episodes=10)
 
-What is stored, beside the episodes (see :mod:`rlds_cli.recording.episode` for their keys):
+Stored beside the episodes (keys: :mod:`rlds_cli.recording.episode`):
 
-* the environment's spec (``EnvSpec.to_json()``), so ``Dataset.recover_environment()`` makes
-  the environment again, and its spaces in the form Minari serializes them, so ``rlds export
-  NAME DIR --to minari`` writes a dataset minari loads with the same spaces and spec;
-* the reset seed of every episode (``seed + i`` for the i-th episode when ``seed`` is given,
-  else 64 random bits, as Minari's ``DataCollector`` draws them), so any episode can be replayed.
+* the environment's spec (``EnvSpec.to_json()``), for ``Dataset.recover_environment()``, and its
+  spaces as Minari serializes them, so ``rlds export NAME DIR --to minari`` writes a dataset
+  minari loads with the same spaces and spec;
+* every episode's reset seed (``seed + i`` for episode ``i`` when ``seed`` is given, else 64
+  random bits, as Minari's ``DataCollector`` draws them), so any episode can be replayed.
 
-With ``steps=N`` the recording stops after exactly N steps; an episode the budget cuts is kept
-with its last step marked truncated.
+``record(steps=N)`` stops after exactly N steps; an episode the budget cuts is kept, its last
+step marked truncated.
 
-**The wrapper.** ``RecordEpisodes``: a gymnasium wrapper that writes every episode it sees into a
-dataset.
+``RecordEpisodes`` is a drop-in for Minari's ``DataCollector`` that writes to a
+:class:`~rlds_cli.DatasetWriter`: the same episodes (reset observation, then each step's action,
+reward, terminated, truncated and next observation), reset seeds (64 random bits when ``reset()``
+gets none) and selected ``info`` keys. An episode goes to ``writer.add_episode`` when a step ends
+it and is committed whole on the writer's commit thread while the next is recorded: a process
+killed mid-episode loses that episode and those whose commit had not landed, nothing more.
 
-The wrapper is a drop-in for Minari's ``DataCollector`` that writes to an rlds
-:class:`~rlds_cli.DatasetWriter` instead of a temporary Minari storage: the same episodes (the
-reset observation and every step's action, reward, terminated, truncated and next observation),
-the reset seed of every episode, drawn with 64 random bits when ``reset()`` is given none (as
-``DataCollector`` draws it), and the selected ``info`` keys. An episode is handed to
-``writer.add_episode`` when a step ends it and committed whole on the writer's commit thread
-while the next one is recorded; so a process killed mid-episode loses that episode and those
-whose commit had not landed, nothing more.
-
-An episode cut short by the user (``reset()`` or ``close()`` before it ended, or
-:meth:`RecordEpisodes.finish_episode`) is committed with its last step marked truncated, as
-``DataCollector`` keeps it: truncation is exactly "stopped for a reason outside the task". An
-episode without a step is dropped. An episode still running when the writer is closed without
-``env.close()`` is not committed.
+An episode cut short by the user (``reset()``, ``close()`` or
+:meth:`RecordEpisodes.finish_episode` before it ended) is committed with its last step marked
+truncated, as ``DataCollector`` keeps it; one without a step is dropped; one still running when
+the writer is closed without ``env.close()`` is not committed.
 """
 
 from __future__ import annotations
@@ -221,10 +213,13 @@ def _check_record_args(
         )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise RecordingError(f"record(): seed={seed!r} is not a non-negative integer")
-    if seed is not None and seed + (episodes or 1) - 1 >= 2**64:  # episode i is reset with seed + i
+    # episode i is reset with seed + i; steps=N makes at most N episodes
+    most = episodes if episodes is not None else steps
+    if seed is not None and most is not None and seed + most - 1 >= 2**64:
         raise RecordingError(
-            f"record(): seed={seed} leaves no room for {episodes or 1} episode seeds below 2**64 "
-            "(episode i is reset with seed + i, kept in 64 bits)",
+            f"record(): seed={seed} leaves no room for {most} episode seeds below 2**64 "
+            f"(episode i is reset with seed + i, kept in 64 bits; "
+            f"{'episodes' if episodes is not None else 'steps'}={most} may make {most} episodes)",
             hint="pick a smaller seed",
         )
     if policy is not None and not callable(policy):
@@ -371,7 +366,7 @@ class RecordEpisodes(gym.Wrapper):
     def step(self, action: Any) -> Any:
         """Step the environment and record the transition; commit the episode when it ends."""
         if not self.assembler.active:
-            # checked before stepping, so the environment is not advanced for nothing
+            # raises before stepping: the environment is not advanced
             self.assembler.step(action, None, None, None, None, {})
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.assembler.step(action, obs, reward, terminated, truncated, info)

@@ -1,13 +1,12 @@
 """``rlds_cli.DatasetWriter``: write episodes into a growing dataset of the cache.
 
-A growing dataset (``layout: "segmented"``, see ``docs/cache-format.md``) is made of sealed
-segments and a commit log. A writer validates each episode (:mod:`rlds_cli.write.validate`) in
-the caller's thread, then hands it to its commit thread (:mod:`rlds_cli.write.committer`),
-which commits ``episodes_per_commit`` of them, or every episode waiting, as one segment
-(:mod:`rlds_cli.write.committer`, :func:`rlds_cli.write.segments.commit_segment`): they become
-visible to readers whole, at once, and a writer killed at any moment loses only what it had not
-committed. ``flush()`` waits until every episode added is committed. Several writer processes
-append to one dataset at the same time; none waits for another.
+A growing dataset (``layout: "segmented"``, ``docs/cache-format.md``) is sealed segments and a
+commit log. A writer validates each episode in the caller's thread (:mod:`rlds_cli.write.validate`)
+and hands it to its commit thread (:mod:`rlds_cli.write.committer`), which commits
+``episodes_per_commit`` of them, or every episode waiting, as one segment
+(:func:`rlds_cli.write.segments.commit_segment`): visible to readers whole, at once; a writer
+killed at any moment loses only what it had not committed. ``flush()`` waits until every episode
+added is committed. Several writer processes append to one dataset at once; none waits for another.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _locked(method: _F) -> _F:
-    """One call at a time on a writer: threads sharing one writer add whole episodes (its open
-    episode's steps, its first commit's dataset creation and its waiting episodes are its own)."""
+    """One call at a time on a writer, so threads sharing it add whole episodes (the open
+    episode's steps, the dataset's creation and the waiting episodes are per writer)."""
 
     @functools.wraps(method)
     def call(self: DatasetWriter, *args: Any, **kwargs: Any) -> Any:
@@ -104,9 +103,8 @@ class DatasetWriter:
         capacity: Keep at most this many unprotected steps: older episodes are evicted first
             in, first out, after each commit (``None``: no limit).
         capacity_episodes: The same in episodes.
-        min_size: Unprotected steps (the steps ``capacity`` counts: not the demonstrations of
-            a ``protected`` writer) before the dataset counts as ready (``Dataset.ready``). At
-            most ``capacity``: more would never be reached.
+        min_size: Unprotected steps (those ``capacity`` counts: not a ``protected`` writer's)
+            before the dataset counts as ready (``Dataset.ready``). At most ``capacity``.
         min_total: Steps before the dataset counts as ready, protected ones included. Both
             must be reached; 0 (the default) for either: no such condition.
         protected: This writer's episodes are never evicted (demonstrations).
@@ -115,13 +113,11 @@ class DatasetWriter:
             ``commit_interval`` more; more: fewer, larger segments and fewer fsyncs). Commits
             run on the writer's own thread; episodes that end while one is under way go
             together into the next (group commit).
-        commit_interval: Seconds from the start of one commit to the start of the next, at
-            the least: episodes that end in between go together into the next commit (0: a
-            commit starts as soon as ``episodes_per_commit`` episodes wait). The default
-            (50 ms) bounds how many commits a fast environment pays for (a commit's Python
-            work, ~0.5 ms, holds the GIL beside the environment loop) while an episode is
-            still visible about 50 ms after it ends; ``flush()`` and ``close()`` never wait
-            for it.
+        commit_interval: Minimum seconds between the starts of two commits; episodes that end
+            in between go together into the next (0: a commit starts as soon as
+            ``episodes_per_commit`` episodes wait). The default, 50 ms, bounds the commits a fast
+            environment pays for (each holds the GIL ~0.5 ms) and keeps an episode visible ~50 ms
+            after it ends; ``flush()`` and ``close()`` never wait for it.
         grace_seconds: How long the files of evicted or compacted segments are kept for readers
             of older views.
         schema: The dataset's keys as TED keys -> ``(shape, dtype)`` per step (what
@@ -393,8 +389,8 @@ class DatasetWriter:
         self._committer.add(episode)
 
     def _create_head(self, fields: dict[str, Any]) -> None:
-        """Make the dataset before its first commit; a failure (e.g. another writer made it
-        meanwhile with other keys) drops the episodes waiting for it: none can be written."""
+        """Make the dataset before its first commit; on failure (e.g. another writer made it
+        meanwhile with other keys) the episodes waiting for it are dropped."""
         try:
             self._create_with(fields)
         except BaseException:
@@ -403,8 +399,8 @@ class DatasetWriter:
             raise
 
     def _check_open(self) -> None:
-        """Before a call changes anything: the writer is open, and a commit that failed since
-        the last call is told now (so the call that tells adds nothing: no step, no episode)."""
+        """Before a call changes anything: ``RuntimeError`` if the writer is closed; a commit
+        that failed since the last call is raised now (the call adds nothing)."""
         if self._closed:
             raise RuntimeError(f"the writer of dataset {self.name!r} is closed")
         self._committer.check()

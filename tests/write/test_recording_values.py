@@ -86,6 +86,8 @@ def test_values_the_space_holds_exactly_are_kept(isolated_cache: Path) -> None:
 def test_a_seed_past_64_bits_is_refused_before_any_episode(isolated_cache: Path) -> None:
     with pytest.raises(RecordingError, match="2\\*\\*64"):
         rlds_cli.record("CartPole-v1", None, name="s", episodes=2, seed=2**64 - 1)
+    with pytest.raises(RecordingError, match="steps=5 may make 5 episodes"):  # one a step at most
+        rlds_cli.record("CartPole-v1", None, name="s", steps=5, seed=2**64 - 4)
     assert not CacheRoot().exists("s")
     assert rlds_cli.record("CartPole-v1", None, name="s", episodes=1, seed=2**64 - 1).num_episodes == 1
 
