@@ -1,5 +1,5 @@
-"""Rules for untrusted source files: what a downloaded file may make rlds read, allocate or write;
-bounded reads of JSON metadata files; a restricted unpickler.
+"""Rules for untrusted source files (what a downloaded file may make rlds read, allocate or write),
+with bounded reads of JSON metadata files and a restricted unpickler.
 
 Every reader applies these rules before it reads data (``docs/formats.md``, "Untrusted input";
 archives: :mod:`rlds_cli.formats.archives`):

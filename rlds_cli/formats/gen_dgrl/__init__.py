@@ -1,10 +1,9 @@
 """Gen-DGRL (Procgen) trajectories: a ``.tar.xz`` of one ``.npy`` or ``.npz`` file per trajectory,
 streamed member by member, never unpacked to disk.
 
-:mod:`~rlds_cli.formats.gen_dgrl.files`: the layout, ``sniff``, ``source_files``, the level seed;
-:mod:`~rlds_cli.formats.gen_dgrl.files`: archive members streamed within the archive limits, one
-trajectory file read; :mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its
-options and the rules.
+:mod:`~rlds_cli.formats.gen_dgrl.files`: the layout, ``sniff``, ``source_files``, the level seed,
+archive members streamed within the archive limits, one trajectory file read;
+:mod:`~rlds_cli.formats.gen_dgrl.reader`: :class:`GenDGRLReader`, its options and the rules.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ spanning ``from_timestamp``/``to_timestamp``; v2.1: one parquet and one mp4 per 
   templates, absolute paths, symlinks out are refused).
 
 Modules: :mod:`~rlds_cli.formats.lerobot.layout` (the directory, ``sniff``, ``source_files``, path
-templates, containment, what each feature becomes); :mod:`~rlds_cli.formats.lerobot.layout` (tasks
-and episodes tables); :mod:`~rlds_cli.formats.lerobot.rows` (parquet rows -> transitions);
+templates, containment, what each feature becomes, the tasks and episodes tables);
+:mod:`~rlds_cli.formats.lerobot.rows` (parquet rows -> transitions);
 :mod:`~rlds_cli.formats.lerobot.frames` (video frames matched to rows);
 :mod:`~rlds_cli.formats.lerobot.reader` (:class:`LeRobotReader` and its options).
 """

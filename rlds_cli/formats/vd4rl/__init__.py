@@ -1,8 +1,8 @@
 """V-D4RL (pixel DeepMind Control, Lu et al., 2022): Dreamer ``.npz`` episodes and drqbc ``.hdf5``
 shards, streamed into TED with the dataset's one-step action/reward shift applied.
 
-:mod:`~rlds_cli.formats.vd4rl.files`: the two layouts, ``sniff`` and ``source_files``;
-:mod:`~rlds_cli.formats.vd4rl.files`: the files opened and checked;
+:mod:`~rlds_cli.formats.vd4rl.files`: the two layouts, ``sniff``, ``source_files``, the files
+opened and checked;
 :mod:`~rlds_cli.formats.vd4rl.reader`: :class:`VD4RLReader`, its options and the rules.
 """
 
