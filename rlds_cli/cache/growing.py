@@ -120,14 +120,18 @@ def creator_settings(
             min_total,
             capacity,
         )
-    settings: dict[str, Any] = {
-        "capacity": None if capacity is None else int(capacity),
-        "capacity_episodes": None if capacity_episodes is None else int(capacity_episodes),
-        "min_size": int(min_size),
-        "min_total": int(min_total),
-        "grace_seconds": float(grace_seconds),
+    return {k: v for k, v in _plain(given).items() if v is not None}
+
+
+def _plain(got: dict[str, Any]) -> dict[str, Any]:
+    """Checked settings as plain ints and a float, defaults filled in (``None``: no capacity)."""
+    return {
+        "capacity": None if got.get("capacity") is None else int(got["capacity"]),
+        "capacity_episodes": None if got.get("capacity_episodes") is None else int(got["capacity_episodes"]),
+        "min_size": int(got.get("min_size", 0) or 0),
+        "min_total": int(got.get("min_total", 0) or 0),
+        "grace_seconds": float(got.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
     }
-    return {k: v for k, v in settings.items() if v is not None}
 
 
 def growing_settings(manifest: Manifest) -> dict[str, Any]:
@@ -145,16 +149,10 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
             hint="its head manifest was changed outside rlds; restore it from a copy, or copy the "
             "episodes to a new dataset",
         )
-    min_size, min_total = int(got.get("min_size", 0) or 0), int(got.get("min_total", 0) or 0)
+    settings = _plain(got)
     if "min_total" not in got:  # such a manifest's min_size counts every step
-        min_size, min_total = 0, min_size
-    return {
-        "capacity": None if got.get("capacity") is None else int(got["capacity"]),
-        "capacity_episodes": None if got.get("capacity_episodes") is None else int(got["capacity_episodes"]),
-        "min_size": min_size,
-        "min_total": min_total,
-        "grace_seconds": float(got.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
-    }
+        settings["min_size"], settings["min_total"] = 0, settings["min_size"]
+    return settings
 
 
 def is_ready(settings: dict[str, Any], steps: int, protected_steps: int) -> bool:

@@ -389,17 +389,11 @@ def handle_errors(func: F) -> F:
                 raise
             error(exc.message, exc.hint)
             raise typer.Exit(1) from None
-        except ModuleNotFoundError as exc:
-            missing = missing_module_error(exc)
-            if missing is None or settings.debug():
+        except (ModuleNotFoundError, OSError) as exc:  # a missing extra, a full disk...
+            known = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else from_os_error(exc)
+            if known is None or settings.debug():
                 raise _unexpected(exc) from None
-            error(missing.message, missing.hint)
-            raise typer.Exit(1) from None
-        except OSError as exc:
-            translated = from_os_error(exc)
-            if translated is None or settings.debug():
-                raise _unexpected(exc) from None
-            error(translated.message, translated.hint)
+            error(known.message, known.hint)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             error("interrupted; nothing was published")

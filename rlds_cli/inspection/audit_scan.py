@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.backends.memmap import release_pages
 from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.dataset import Dataset
@@ -197,7 +198,7 @@ class _Reader:
 
 
 def _is_frames(column: Any) -> bool:
-    return hasattr(column, "repeats") and hasattr(column, "ends")
+    return isinstance(column, FramesColumn)
 
 
 def _frames_same(column: Any, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:

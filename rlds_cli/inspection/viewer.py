@@ -36,6 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from rlds_cli._util.io import atomic_path, atomic_write
+from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
@@ -418,11 +419,11 @@ class EpisodeContent:
                     ) from None
 
 
-def _stored_frames(column: Any) -> Any:
-    """The frame column behind ``column`` when its stored image files can be read directly,
-    else ``None`` (a view's or a merge's frames: decoded and re-encoded for the page)."""
-    ok = all(hasattr(column, a) for a in ("fetch", "release", "repeats", "starts", "ends", "format"))
-    return column if ok and len(column.ends) == len(column) else None
+def _stored_frames(column: Any) -> FramesColumn | None:
+    """``column`` when it is a stored frame column whose image files can be read directly (a
+    remote one included), else ``None`` (a view's or a merge's frames: decoded and re-encoded
+    for the page)."""
+    return column if isinstance(column, FramesColumn) else None
 
 
 def _positions(ds: Dataset, episodes: Sequence[int]) -> np.ndarray:

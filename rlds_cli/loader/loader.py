@@ -175,10 +175,18 @@ class Loader:
     ) -> None:
         # a Dataset has what a source of rows has too: it is asked first
         given = None if isinstance(dataset, Dataset) or not isinstance(dataset, IndexedSource) else dataset
+        self.dataset: Dataset | None = None
         if given is not None:  # a source of rows, with its own keys and storage
             check_source_options(keys=keys, in_memory=in_memory, pack=pack, root=root)
+            if episodes is not None or filter_key is not None:
+                raise ValueError(
+                    "episodes= and filter_key= select episodes of a dataset, not of a source of rows"
+                )
             in_memory = False
-        self.dataset: Dataset | None = self._open(dataset, root, cache, cache_limit, episodes, filter_key)
+        else:
+            self.dataset = self._open(
+                cast("str | Dataset", dataset), root, cache, cache_limit, episodes, filter_key
+            )
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)
@@ -228,21 +236,15 @@ class Loader:
 
     def _open(
         self,
-        dataset: str | Dataset | IndexedSource,
+        dataset: str | Dataset,
         root: str | os.PathLike[str] | None,
         cache: str | os.PathLike[str] | None,
         cache_limit: int | str | None,
         episodes: Sequence[int] | str | None,
         filter_key: str | None,
-    ) -> Dataset | None:
-        """The dataset to sample (``None`` for a source of rows): opened by name or URL, and
-        narrowed to ``episodes`` or ``filter_key`` (a view made on the fly)."""
-        if not isinstance(dataset, Dataset) and isinstance(dataset, IndexedSource):
-            if episodes is not None or filter_key is not None:
-                raise ValueError(
-                    "episodes= and filter_key= select episodes of a dataset, not of a source of rows"
-                )
-            return None
+    ) -> Dataset:
+        """The dataset to sample: opened by name or URL, and narrowed to ``episodes`` or
+        ``filter_key`` (a view made on the fly)."""
         if not isinstance(dataset, Dataset):
             dataset = open_dataset(dataset, root, cache=cache, cache_limit=cache_limit)
         if episodes is None and filter_key is None:

@@ -35,7 +35,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RecordingError
 from rlds_cli.recording.episode import EpisodeAssembler
@@ -214,8 +214,8 @@ def _check_record_args(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise RecordingError(f"record(): seed={seed!r} is not a non-negative integer")
     # episode i is reset with seed + i; steps=N makes at most N episodes
-    most = episodes if episodes is not None else steps
-    if seed is not None and most is not None and seed + most - 1 >= 2**64:
+    most = cast(int, episodes if episodes is not None else steps)  # exactly one, checked above
+    if seed is not None and seed + most - 1 >= 2**64:
         raise RecordingError(
             f"record(): seed={seed} leaves no room for {most} episode seeds below 2**64 "
             f"(episode i is reset with seed + i, kept in 64 bits; "
