@@ -39,7 +39,11 @@ the ``remote`` extra)::
 
     python benchmarks/remote_scale_bench.py [--size 12000] [--latency-ms 20,50] [--bandwidth-mbs 100]
         [--cases local,ranged,filecache,bounded,mosaic,mosaic-local,mosaic-default] [--cache-fraction 0.1]
-        [--read-ahead 4] [--workers 2] [--repeats 2] [--seconds 30] [--write docs/benchmarks.md] [--quick]
+        [--read-ahead 4] [--workers 2] [--learner-cpus 2] [--repeats 2] [--seconds 30]
+        [--write docs/benchmarks.md] [--quick]
+
+``--learner-cpus N`` pins every case to N CPUs and the store to the rest: on a machine of more
+cores, a learner of N cores reading a store that does not share them.
 """
 
 from __future__ import annotations
@@ -210,10 +214,12 @@ def mosaic() -> Any:
 class Store:
     """moto behind the slow link, in a child process (killed in :meth:`close`)."""
 
-    def __init__(self, latency_ms: str, bandwidth_mbs: float) -> None:
+    def __init__(self, latency_ms: str, bandwidth_mbs: float, cpus: set[int] | None = None) -> None:
         cmd = [sys.executable, "-m", "rlds_cli.testing.slow_link", "--moto", "--latency-ms", latency_ms]
         cmd += ["--bandwidth-mbs", str(bandwidth_mbs)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pinned(cpus)
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line:
             self.close()
@@ -228,6 +234,23 @@ class Store:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+def split_cpus(learner: int) -> tuple[set[int] | None, set[int] | None]:
+    """The CPUs of the learner (each case) and of the store: the first ``learner`` usable CPUs and
+    the rest, or no pinning (``learner`` 0). Pinned, the store has cores of its own, as a store on
+    other machines has, and every case (the pulled copy too) decodes on the same ``learner``."""
+    if not learner:
+        return None, None
+    usable = sorted(os.sched_getaffinity(0))
+    if learner >= len(usable):
+        raise SystemExit(f"--learner-cpus {learner}: {len(usable)} usable CPUs here; leave some to the store")
+    return set(usable[:learner]), set(usable[learner:])
+
+
+def pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that pins the child to ``cpus`` (None: no pinning)."""
+    return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
 
 
 def env_for(endpoint: str) -> dict[str, str]:
@@ -373,8 +396,9 @@ def run_case(spec: dict[str, Any], store: Store, env: dict[str, str]) -> dict[st
     before = store.stats()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+        preexec_fn=pinned(set(spec["cpus"]) if spec.get("cpus") else None),
+    )  # fmt: skip
     peak = [0]
     listing: list[str] = []
 
@@ -497,7 +521,13 @@ def report(run: Any, results: dict[str, dict[str, Any]], facts: dict[str, Any]) 
         f"{facts['shard_bytes'] / 1e6:.1f} MB. "
         f"Batches of {BATCH} (`{'`, `'.join(KEYS)}`, every frame decoded), one epoch or its first "
         f"{run.seconds:g} s after the first batch; rlds sampler `{facts['sampler']}`, Mosaic "
-        f"`shuffle=True` through a DataLoader of {facts['workers']} workers.",
+        f"`shuffle=True` through a DataLoader of {facts['workers']} workers."
+        + (
+            f" Each case runs pinned to {facts['learner_cpus']} CPU(s) and the store to the machine's "
+            "others (a learner of that many cores reading a store that has cores of its own)."
+            if facts.get("learner_cpus")
+            else ""
+        ),
         "",
         *store_line(results, facts),
         *header(run.info(), versions("numpy", "torch", "mosaicml-streaming", "moto", "s3fs")),
@@ -524,6 +554,7 @@ def report(run: Any, results: dict[str, dict[str, Any]], facts: dict[str, Any]) 
     cmd = "python benchmarks/remote_scale_bench.py" + (" --quick" if run.quick else "")
     cmd += f" --size {size}" if size else ""
     cmd += f" --latency-ms {facts['latency_ms'].replace('-', ',')} --bandwidth-mbs {facts['bandwidth_mbs']:g}"
+    cmd += f" --learner-cpus {facts['learner_cpus']}" if facts.get("learner_cpus") else ""
     lines += closing(SECTION, cmd, notes)
     return "\n".join(lines)
 
@@ -601,6 +632,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Mosaic's shuffle block, of the steps the cache holds",
     )
     p.add_argument(
+        "--learner-cpus",
+        type=int,
+        default=0,
+        help="pin each case to this many CPUs and the store to the others (0: no pinning)",
+    )
+    p.add_argument(
         "--cases", default=",".join(CASES), help=f"comma-separated, of {','.join(CASES + EXTRA_CASES)}"
     )
     run = _harness.start(p.parse_args(args))
@@ -616,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
         cases.remove("bounded")
     sampler = "blocks" if features["blocks"] else "epoch"
     run.need_disk(size * 100e3)  # the dataset 4 times over (store, pulled copy, MDS, a cache): ~22 KB a step
-    store = Store(run.args.latency_ms, run.args.bandwidth_mbs)
+    learner_cpus, store_cpus = split_cpus(run.args.learner_cpus)
+    store = Store(run.args.latency_ms, run.args.bandwidth_mbs, store_cpus)
     try:
         direct = env_for(store.direct)
         os.environ.update(direct)  # set-up talks to moto directly
@@ -644,12 +682,14 @@ def main(argv: list[str] | None = None) -> int:
             "latency_ms": run.args.latency_ms.replace(",", "-"), "bandwidth_mbs": run.args.bandwidth_mbs,
             "cache_fraction": run.args.cache_fraction, "workers": run.args.workers,
             "read_ahead": run.args.read_ahead, "shuffle_block": shuffle_block,
+            "learner_cpus": run.args.learner_cpus,
         }  # fmt: skip
         rate = json.loads(
             subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--child",
                  json.dumps({"case": "store-rate", "bytes": min(total, 200_000_000)})],
                 check=True, capture_output=True, text=True, env={**os.environ, **env_for(store.link)},
+                preexec_fn=pinned(learner_cpus),
             ).stdout.strip().splitlines()[-1]
         )  # fmt: skip
         facts["store_mbs"] = rate["bytes"] / rate["seconds"] / 1e6
@@ -662,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
                     "sampler": sampler, "features": features, "seconds": run.seconds,
                     "workers": run.args.workers, "read_ahead": run.args.read_ahead,
                     "mds": str(work / "mds"), "shuffle_block": shuffle_block,
-                    "frame_bytes": facts["frame_kb"] * 1e3,
+                    "frame_bytes": facts["frame_kb"] * 1e3, "cpus": sorted(learner_cpus or ()),
                 }  # fmt: skip
                 _log(f"[{rep + 1}/{run.repeats}] case {case}")
                 rounds[case].append(run_case(spec, store, env_for(store.link)))

@@ -7,10 +7,11 @@ times the largest unit (``docs/formats.md``). Used by the Roboset and AMAGO read
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
+
+from rlds_cli._util.cpus import usable_cpus
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -23,7 +24,7 @@ def default_workers(units: int, total_bytes: int) -> int:
     """Workers used when the caller did not say: the cores, but 1 for small sources."""
     if units < 2 or total_bytes < MIN_PARALLEL_BYTES:
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, units))
+    return max(1, min(usable_cpus(), units))
 
 
 def ordered_map(

@@ -22,7 +22,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -106,6 +106,48 @@ def draw_steps(out: Any) -> np.ndarray:
     return np.asarray(indices, np.int64).reshape(-1)
 
 
+_Call = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
+class _InOrder:
+    """Calls run one at a time, in submission order, on a daemon thread.
+
+    Daemon, unlike a ``ThreadPoolExecutor``'s worker (joined at interpreter exit): a process that
+    leaves its loader open exits at once, never after a prefetch's wait for room."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, call, args))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # handed to whoever waits on the future
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel the calls not begun; return once the running one has finished."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        self._queue.put(None)
+        self._thread.join()
+
+
 def _release_when_done(future: Future[Any]) -> None:
     """Release what the prefetch of ``future`` pinned, now or when it finishes."""
 
@@ -150,7 +192,7 @@ class ReadAhead:
         self._current: Future[Any] | None = None
         #: Set when the draws ahead are dropped: ends the waits of their prefetches.
         self._stop = threading.Event()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _InOrder | None = None
         self._pool_pid = 0
         self._done = False
         self._mutex = threading.Lock()
@@ -179,11 +221,11 @@ class ReadAhead:
         state = getattr(self.sampler, "state_dict", None)
         return state() if callable(state) else None
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _executor(self) -> _InOrder:
         import os
 
         if self._pool is None or self._pool_pid != os.getpid():  # a forked worker makes its own
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlds-read-ahead")  # in draw order
+            self._pool = _InOrder("rlds-read-ahead")  # prefetches in draw order
             self._pool_pid = os.getpid()
         return self._pool
 
@@ -270,7 +312,7 @@ class ReadAhead:
                 self._current = None
             self._end_waits()  # the loader may go on: its next draws wait again
             if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool.shutdown()
                 self._pool = None
 
     def __getstate__(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from rlds_cli._util.cpus import usable_cpus
 from rlds_cli.errors import PreprocessError
 from rlds_cli.preprocess import fnref, guard
 from rlds_cli.preprocess.executors import Executor, InlineExecutor, OnDone, Task
@@ -130,7 +131,7 @@ class LocalPool:
         self._procs: list[Any] = []
         self._job_sent = False
         try:
-            with _thread_limits(max(1, (os.cpu_count() or 1) // (procs + 1))):
+            with _thread_limits(max(1, usable_cpus() // (procs + 1))):
                 for slot in range(procs):
                     ours, theirs = ctx.Pipe()
                     proc = ctx.Process(
@@ -153,7 +154,7 @@ class LocalPool:
         """The ``"local"`` executor of :data:`~rlds_cli.preprocess.executors.EXECUTORS`:
         ``workers`` processes (default: all cores) counting the coordinator, at most one per
         chunk; inline when that is the coordinator alone."""
-        procs = min(workers or os.cpu_count() or 1, num_chunks) - 1
+        procs = min(workers or usable_cpus(), num_chunks) - 1
         return cls(procs, preload=preload) if procs > 0 else InlineExecutor()
 
     def run(self, spec: Mapping[str, Any], tasks: Sequence[Task], on_done: OnDone) -> None:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from rlds_cli._util.cpus import usable_cpus
 from rlds_cli._util.io import sha256_file
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.builder import DatasetBuilder
@@ -93,7 +94,7 @@ def _hash_files(
     def digest(f: Path) -> str:
         return known[f].result() if f in known else sha256_file(f, stop)
 
-    workers = min(len(files), os.cpu_count() or 1)
+    workers = min(len(files), usable_cpus())
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             digests = list(pool.map(digest, files))

@@ -757,6 +757,37 @@ def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 
+def _break_out_and_exit(cache: str) -> None:
+    """A training loop that stops after one batch and leaves its loader open, as a script that
+    ``break``s out does before its process exits."""
+    from rlds_cli import Loader
+
+    loader = Loader(URL, 8, sampler="epoch", shuffle=False, in_memory=False, keys=["pixels"],
+                    cache=cache, cache_limit=26 * BLOCK, read_ahead=4)  # fmt: skip
+    next(iter(loader))
+    time.sleep(0.3)  # the read-ahead fills the cache, and its next prefetch waits for room
+
+
+def test_a_loader_left_open_never_holds_the_process_s_exit(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefetch waiting for room when the process ends does not hold the exit (the read-ahead
+    thread was joined at exit: found on a 16-core machine, where a bench's case broke out of
+    its loop and its process waited out WAIT_SECONDS)."""
+    _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "WAIT_SECONDS", 600.0)
+    child = multiprocessing.get_context("fork").Process(
+        target=_break_out_and_exit, args=(str(tmp_path / "c"),)
+    )
+    child.start()
+    child.join(60)
+    stuck = child.is_alive()
+    if stuck:
+        child.kill()
+        child.join()
+    assert not stuck and child.exitcode == 0, "the process waited for its read-ahead to exit"
+
+
 def test_read_ahead_on_a_local_dataset_changes_nothing(local: Any) -> None:
     from rlds_cli import Loader
 
