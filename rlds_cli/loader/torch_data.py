@@ -158,6 +158,8 @@ class _EpochCursor:
     batch_size: int
     rank: int
     world_size: int
+    #: The epoch order's mode (``EpochBatchSampler``: a bool; ``TedIterableDataset``: a name).
+    shuffle: bool | str
     #: The resumed epoch's sampler state (``None``: none), to replan it where the sampler is
     #: rebuilt (a worker's copy).
     _resumed_epoch: dict[str, Any] | None = None
@@ -169,6 +171,16 @@ class _EpochCursor:
     def _plain_batches(self) -> int | None:
         """Batches of a pass over an epoch drawn from its start (``None``: endless)."""
         raise NotImplementedError
+
+    def _check_shuffle(self, state: Any) -> None:
+        """Refuse a state saved in another shuffle mode (its epoch order is another one); a state
+        without the field (saved before it was kept) is taken."""
+        if isinstance(state, Mapping) and state.get("shuffle", self.shuffle) != self.shuffle:
+            raise LoaderStateError(
+                f"{type(self).__name__} state was saved with shuffle={state['shuffle']!r}, "
+                f"not {self.shuffle!r}",
+                hint="restore it with the shuffle mode it was saved with",
+            )
 
     def _planned(self) -> int | None:
         """The batches of the current epoch when it was resumed at another world size."""
@@ -389,6 +401,7 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
             "position": self.position,
             "num_steps": self.num_steps,
             "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
             "rank": self.rank,
             "world_size": self.world_size,
         }
@@ -399,12 +412,14 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.
 
         Raises:
-            LoaderStateError: The state is from another dataset, rank, world size or batch size.
+            LoaderStateError: The state is from another dataset, rank, world size, batch size
+                or shuffle mode.
         """
         what = "EpochBatchSampler"
         resumed = isinstance(state, Mapping) and "history" in state
         check_cursor_state(state, what, None if resumed else self._plain_batches())
         _check_cursor_state(state, self, what)
+        self._check_shuffle(state)
         self._load_cursor(state, what)
 
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
@@ -414,9 +429,10 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
         ``drop_last``, whole batches only).
 
         Raises:
-            LoaderStateError: States of different runs, epochs or batch sizes, or a rank missing.
+            LoaderStateError: States of different runs, epochs, batch sizes or shuffle modes, or
+                a rank missing.
         """
-        self._resume(states, "EpochBatchSampler")
+        self._resume(states, "EpochBatchSampler", check=self._check_shuffle)
 
 
 class TedIterableDataset(_EpochCursor, IterableDataset):
@@ -661,10 +677,3 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
                 sizes or shuffle modes, or a rank missing.
         """
         self._resume(states, "TedIterableDataset", check=self._check_shuffle)
-
-    def _check_shuffle(self, state: Any) -> None:
-        if isinstance(state, Mapping) and state.get("shuffle", self.shuffle) != self.shuffle:
-            raise LoaderStateError(
-                f"TedIterableDataset state was saved with shuffle={state['shuffle']!r}, not {self.shuffle!r}",
-                hint="restore it with the shuffle mode it was saved with",
-            )

@@ -202,6 +202,25 @@ def test_the_torch_batch_sampler_checks_its_cursor() -> None:
     assert _same(sampler.state_dict(), state)
 
 
+def test_the_torch_batch_sampler_refuses_a_state_of_the_other_shuffle_mode() -> None:
+    """A shuffled epoch's position means other steps in order: the state names its mode, and a
+    sampler of the other mode refuses it (it took it, and repeated and skipped steps)."""
+    shuffled = EpochBatchSampler(12, 4, seed=0, shuffle=True)
+    next(iter(shuffled))
+    state = shuffled.state_dict()
+    assert state["shuffle"] is True
+    in_order = EpochBatchSampler(12, 4, seed=0, shuffle=False)
+    with pytest.raises(LoaderStateError, match="saved with shuffle=True, not False"):
+        in_order.load_state_dict(state)
+    assert in_order.position == 0
+    with pytest.raises(LoaderStateError, match="saved with shuffle=True, not False"):
+        in_order.resume([state])
+    older = {k: v for k, v in state.items() if k != "shuffle"}  # saved before the field
+    again = EpochBatchSampler(12, 4, seed=0, shuffle=True)
+    again.load_state_dict(older)
+    assert [b for b in again] == [b for b in iter(shuffled)]
+
+
 VALUES = st.one_of(
     st.integers(-(2**70), 2**70),
     st.integers(-3, 20),
