@@ -467,6 +467,8 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
             ``"epoch"``, whose one option is ``drop_last``).
     """
 
+    shuffle: str
+
     def __init__(
         self,
         dataset: str | Dataset,
