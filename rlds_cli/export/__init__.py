@@ -105,6 +105,18 @@ def _refuse_empty(dataset: Dataset) -> None:
         )
 
 
+def refuse_complex(dataset: Dataset, target: str) -> None:
+    """Refuse a dataset holding complex numbers for a format without a complex type (one line
+    naming the key; a cast would drop the imaginary parts)."""
+    for key, spec in dataset.stored_fields.items():
+        if np.dtype(spec.dtype).kind == "c":
+            raise ExportError(
+                f"{dataset.name}: {key!r} holds complex numbers ({np.dtype(spec.dtype)}), which {target} "
+                "has no type for",
+                hint="export to robomimic, whose HDF5 keeps complex arrays",
+            )
+
+
 #: Steps per chunk when streaming a dataset out.
 CHUNK_STEPS = 1 << 16
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, MissingExtraError
-from rlds_cli.export import flat_keys, step_keys
+from rlds_cli.export import flat_keys, refuse_complex, step_keys
 
 DEFAULT_FPS = 30
 CHUNKS_SIZE = 1000
@@ -167,6 +167,10 @@ class LeRobotPlan:
     features: dict[str, Any]
 
 
+#: Feature names LeRobot's own columns take.
+LEROBOT_OWN = ("action", "next.reward", "next.done", "next.success")
+
+
 def plan_export(dataset: Dataset) -> LeRobotPlan:
     """The plan of a LeRobot export of ``dataset`` (the rules of the module docstring).
 
@@ -190,6 +194,7 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
             f"{dataset.name} has no single 'action' array (a dict action space?); LeRobot needs one",
             hint="export to torchrl or minari, which keep dict actions",
         )
+    refuse_complex(dataset, "LeRobot's parquet")
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}
     names = {k: feature_name(k) for k in flat_keys(dataset)}
     extra = [k for k in step_keys(dataset) if k.removeprefix("info/") not in (*BOOKKEEPING, "next.success")]
@@ -197,8 +202,14 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     success_key = "info/next.success" if "info/next.success" in fields else None
     extra_names = {k: k.removeprefix("info/").replace("/", ".") for k in extra}
     taken = list(names.values()) + list(extra_names.values())
-    if len(set(taken)) != len(taken) or set(taken) & {"action", "next.reward", "next.done", "next.success"}:
-        raise ExportError(f"{dataset.name}: two keys map to the same LeRobot feature name ({sorted(taken)})")
+    clashes = sorted({n for n in taken if taken.count(n) > 1} | set(taken) & set(LEROBOT_OWN))
+    if clashes:
+        keys = sorted(k for k, n in {**names, **extra_names}.items() if n in clashes)
+        raise ExportError(
+            f"{dataset.name}: the keys {', '.join(map(repr, keys))} map to the LeRobot feature name(s) "
+            f"{', '.join(map(repr, clashes))}, taken twice or by LeRobot's own columns",
+            hint="rename one of them (a dataset of your own: write it under another key)",
+        )
     task_key = "info/task_index" if "info/task_index" in fields else None
     given_names = source.get("names")
     axis_names: dict[str, Any] = given_names if isinstance(given_names, dict) else {}

@@ -54,7 +54,7 @@ from rlds_cli._util.tfds_layout import FEATURES_FILE, FILEPATH_TEMPLATE, INFO_FI
 from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError, MissingExtraError
-from rlds_cli.export import atomic_target, flat_keys, step_keys
+from rlds_cli.export import atomic_target, flat_keys, refuse_complex, step_keys
 from rlds_cli.formats.rlds_tfrecord.decode import LAST_STEP_FEATURE
 from rlds_cli.formats.tfds_features import dict_node, image_node, steps_node, tensor_node, text_node
 from rlds_cli.formats.tfrecord_io import (
@@ -129,6 +129,7 @@ class _Plan:
         fields = dataset.stored_fields
         if "action" not in fields and not any(k.startswith("action/") for k in fields):
             raise ExportError(f"{dataset.name} has no action key; RLDS steps hold one")
+        refuse_complex(dataset, "an RLDS TFRecord")
         meta = _mapping(dataset.manifest.source.get("metadata"))
         rlds = _mapping(meta.get("rlds"))
         back = {str(v): str(k) for k, v in _mapping(rlds.get("keys")).items()}  # TED key -> source name

@@ -271,3 +271,52 @@ def test_export_help_names_every_format() -> None:
     for name in EXPORTERS:
         assert name in summary, f"{name} is missing from the summary: {summary!r}"
         assert result.output.lower().count(name) >= 2, name  # the summary and --to
+
+
+def _robomimic_with(path: Path, extra: dict[str, np.ndarray]) -> Path:
+    """A one-demo robomimic file with ``extra`` observation keys beside ``pos``."""
+    with h5py.File(path, "w") as f:
+        demo = f.create_group("data/demo_0")
+        demo["actions"] = np.zeros((3, 2))
+        demo["rewards"] = np.zeros(3)
+        demo["dones"] = np.array([0, 0, 1])
+        demo["obs/pos"] = np.zeros((3, 2))
+        for key, values in extra.items():
+            demo[f"obs/{key}"] = values
+    return path
+
+
+def _convert(source: Path, name: str) -> None:
+    result = runner.invoke(app, ["download", str(source), "--format", "robomimic", "--name", name, "-q"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("to", ["rlds", "lerobot"])
+def test_complex_numbers_are_refused_where_the_format_has_no_type_for_them(tmp_path: Path, to: str) -> None:
+    """A cast would keep the real parts as integers (the RLDS export wrote 0.5+2j as 0, exit 0);
+    LeRobot's parquet failed with a raw pyarrow error."""
+    if to == "lerobot":
+        pytest.importorskip("pyarrow")
+    values = np.array([[0.5 + 2j, 1.75 - 3j], [2.5 + 1j, -0.25 + 0j], [3.9 + 9j, 4.1 + 4j]])
+    source = _robomimic_with(tmp_path / "c.hdf5", {"c": values})
+    _convert(source, "c")
+    out = tmp_path / f"out.{to}"
+    result = runner.invoke(app, ["export", "c", str(out), "--to", to])
+    assert result.exit_code == 1
+    assert "'observation/c' holds complex numbers (complex128)" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+    back = tmp_path / "back.hdf5"
+    assert runner.invoke(app, ["export", "c", str(back), "--to", "robomimic"]).exit_code == 0
+    with h5py.File(back) as f:
+        np.testing.assert_array_equal(f["data/demo_0/obs/c"][()], values)
+
+
+def test_keys_that_clash_as_lerobot_names_are_named(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    source = _robomimic_with(tmp_path / "k.hdf5", {"a.b": np.zeros((3, 1)), "a/b": np.ones((3, 1))})
+    _convert(source, "k")
+    result = runner.invoke(app, ["export", "k", str(tmp_path / "out"), "--to", "lerobot"])
+    assert result.exit_code == 1
+    named = "'observation/a.b', 'observation/a/b' map to the LeRobot feature name(s) 'observation.a.b'"
+    assert named in result.output
+    assert "--force" not in result.output and "observation/pos" not in result.output
