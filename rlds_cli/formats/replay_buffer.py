@@ -41,7 +41,7 @@ from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepB
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_declared, check_side_array, declared_bytes, require_shape
-from rlds_cli.formats.zarr_v2 import ZarrV2Store, expected_chunks, is_zip, require_codecs
+from rlds_cli.formats.zarr_v2 import ZarrV2Store, is_zip, require_codecs
 
 #: Most rows per block (blocks are otherwise about 8 MiB of source rows).
 BLOCK_ROWS = 1 << 16
@@ -241,7 +241,20 @@ class ReplayBufferReader(Reader):
         if array.dtype.kind not in "iu":
             raise SourceFormatError(f"{self.path}: {EPISODE_ENDS} holds {array.dtype}, not integers")
         check_side_array(self.path, EPISODE_ENDS, shape, array.dtype)
-        ends = np.asarray(self._read(array, EPISODE_ENDS, 0, shape[0])).astype(np.int64)
+        missing, expected = self.store.missing_chunks(EPISODE_ENDS, meta)
+        if missing:  # the fill value would merge episodes: the ends are lost, not zero
+            raise SourceFormatError(
+                f"{self.path}: {missing} of the {expected} chunks of {EPISODE_ENDS} are not stored: "
+                "where episodes end is lost",
+                hint="the store is damaged: fetch or write it again",
+            )
+        stored = np.asarray(self._read(array, EPISODE_ENDS, 0, shape[0]))
+        if stored.dtype == np.uint64 and len(stored) and int(stored.max()) > np.iinfo(np.int64).max:
+            raise SourceFormatError(
+                f"{self.path}: {EPISODE_ENDS} holds {int(stored.max())}, past any step count",
+                hint="the store is damaged; episode ends are the cumulative step counts",
+            )
+        ends = stored.astype(np.int64)
         if len(ends) and ends[0] < 0:
             raise SourceFormatError(f"{self.path}: {EPISODE_ENDS} starts at {ends[0]}, below 0")
         back = np.flatnonzero(np.diff(ends) < 0)
@@ -337,12 +350,11 @@ class ReplayBufferReader(Reader):
 
     def _check_chunks(self) -> None:
         for a in self.arrays.values():
-            chunks = tuple(a.array.chunks)
-            want = expected_chunks(a.shape, chunks)
-            have = self.store.chunk_count(f"data/{a.key}")
-            if have < want:
+            meta = self.store.read_json(f"data/{a.key}/.zarray") or {}
+            missing, expected = self.store.missing_chunks(f"data/{a.key}", meta)
+            if missing:
                 self.report.notes.append(
-                    f"data/{a.key}: {want - have} of {want} chunks are not stored; zarr (and upstream's "
+                    f"data/{a.key}: {missing} of {expected} chunks are not stored; zarr (and upstream's "
                     f"ReplayBuffer) read them as the fill value {_plain(a.array.fill_value)!r}"
                 )
 

@@ -97,15 +97,29 @@ class ZarrV2Store:
                 }
         return sorted(found)
 
-    def chunk_count(self, array: str) -> int:
-        """Chunk keys stored for ``array`` (the keys under it that are not metadata)."""
+    def missing_chunks(self, array: str, meta: dict[str, Any]) -> tuple[int, int]:
+        """``(missing, expected)``: the chunks of ``array`` (its ``.zarray`` ``meta``) the store
+        lacks, of those a full writer writes. Only keys naming a chunk inside the array count (a
+        stray file never stands in for a lost chunk)."""
+        shape = [int(n) for n in meta.get("shape") or []]
+        chunks = [int(n) for n in meta.get("chunks") or []]
+        grid = [math.ceil(s / c) if c else 0 for s, c in zip(shape, chunks, strict=False)]
+        separator = meta.get("dimension_separator") or "."
         prefix = f"{array}/"
         if self._names is not None:
-            return sum(
-                1 for n in self._names if n.startswith(prefix) and not n.rsplit("/", 1)[-1].startswith(".")
-            )
-        folder = self.path / array
-        return sum(1 for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+            keys = [n[len(prefix) :] for n in self._names if n.startswith(prefix)]
+        else:
+            folder = self.path / array
+            keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+        found: set[tuple[int, ...]] = set()
+        for key in keys:
+            parts = key.split(separator) if grid else [key]
+            if len(parts) == max(1, len(grid)) and all(p.isdigit() for p in parts):
+                index = tuple(int(p) for p in parts)
+                if all(i < g for i, g in zip(index, grid or [1], strict=True)):
+                    found.add(index)
+        expected = math.prod(grid)
+        return expected - len(found), expected
 
     def stored_bytes(self, array: str) -> int:
         """Bytes the store holds for ``array``'s chunks (compressed, as stored)."""
@@ -153,11 +167,6 @@ class ZarrV2Store:
         if self._zip is not None:
             self._zip.close()
             self._zip = None
-
-
-def expected_chunks(shape: tuple[int, ...], chunks: tuple[int, ...]) -> int:
-    """Chunks an array of ``shape`` cut into ``chunks`` has (every one written by a full writer)."""
-    return math.prod(math.ceil(s / c) if c else 0 for s, c in zip(shape, chunks, strict=True))
 
 
 def codec_ids(meta: dict[str, Any]) -> list[dict[str, Any]]:

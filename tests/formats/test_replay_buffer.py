@@ -195,6 +195,27 @@ def _rewrite_ends(store: Path, ends: list[int]) -> None:
     (meta / "0").write_bytes(np.asarray(ends, "<i8").tobytes())
 
 
+def _lose_an_end_chunk(store: Path) -> None:
+    """``meta/episode_ends`` in chunks of one end, the middle one lost (zarr would read it as
+    the fill value 0, merging episodes)."""
+    _rewrite_ends(store, [4, 10, 15])
+    meta = store / "meta" / "episode_ends"
+    zarray = json.loads((meta / ".zarray").read_text())
+    zarray.update(chunks=[1])
+    (meta / ".zarray").write_text(json.dumps(zarray))
+    (meta / "0").write_bytes(np.asarray([4], "<i8").tobytes())
+    (meta / "2").write_bytes(np.asarray([15], "<i8").tobytes())
+
+
+def _ends_past_int64(store: Path) -> None:
+    meta = store / "meta" / "episode_ends"
+    _rewrite_ends(store, [4, 10, 15])
+    zarray = json.loads((meta / ".zarray").read_text())
+    zarray.update(dtype="<u8")
+    (meta / ".zarray").write_text(json.dumps(zarray))
+    (meta / "0").write_bytes(np.asarray([4, 2**63 + 5, 15], "<u8").tobytes())
+
+
 def _edit_zarray(store: Path, key: str, **changes: object) -> None:
     path = store / "data" / key / ".zarray"
     meta = json.loads(path.read_text())
@@ -216,6 +237,8 @@ def _break_chunk(store: Path) -> None:
 
 HOSTILE = [
     (_break_missing_ends, ["has no meta/episode_ends"]),
+    (_lose_an_end_chunk, ["1 of the 3 chunks of meta/episode_ends are not stored"]),
+    (_ends_past_int64, [f"meta/episode_ends holds {2**63 + 5}, past any step count"]),
     (lambda s: _rewrite_ends(s, [10, 4, 15]), ["goes back from 10 to 4"]),
     (lambda s: _rewrite_ends(s, [4, 10, 20]), ["data/", "has 15 rows", "ends at step 20"]),
     (lambda s: _rewrite_ends(s, [4, 10, 12]), ["has 15 rows", "ends at step 12"]),
@@ -241,6 +264,7 @@ def test_empty_episode_dropped_and_missing_chunk_reported(tmp_path: Path) -> Non
     store = copy_fixture("pusht.zarr", tmp_path)
     _rewrite_ends(store, [4, 4, 10, 15])
     (store / "data" / "n_contacts" / "0.0").unlink()
+    (store / "data" / "n_contacts" / "7.0").write_bytes(b"stray")  # outside the array: no stand-in
     m = convert(store, "holes").manifest
     ds = open_dataset("holes")
     assert ds.episodes["length"].tolist() == [4, 6, 5]
