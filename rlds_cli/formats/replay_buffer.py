@@ -330,6 +330,12 @@ class ReplayBufferReader(Reader):
                 hint="pass --option action_key=KEY naming one of them, or action_key=umi",
             )
         observed = [k for k in self.arrays if not (len(self.action_keys) == 1 and k == self.action_keys[0])]
+        if not observed:
+            raise SourceFormatError(
+                f"{self.path}: the replay buffer holds no observation array beside its action "
+                f"(data arrays: {', '.join(self.arrays)})",
+                hint="a step needs an observation: a diffusion_policy / UMI buffer keeps them under data/",
+            )
         wanted = {k: ("observation", k) for k in observed}
         cleaned = clean_keys(wanted)
         renamed = renamed_note(cleaned, wanted)

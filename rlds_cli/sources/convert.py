@@ -13,9 +13,9 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -154,6 +154,39 @@ def episode_files(source: Path, fmt: str, options: dict[str, Any]) -> list[str] 
     with cls(source, **{k: v for k, v in options.items() if k in cls.Options.names()}) as reader:
         reader.select_episodes(*parse_episodes(options["episodes"]))
         return reader.episode_files()
+
+
+def _without_empty_rows(blocks: Iterable[StepBlock], shown: Path, notes: list[str]) -> Iterator[StepBlock]:
+    """``blocks`` without the keys whose rows hold no value (a ``(T, 0)`` array), each named once
+    in ``notes``: nothing of them is lost, and no column of zero-width rows is stored."""
+    dropped: set[str] = set()
+
+    def kept(columns: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, rows in columns.items():
+            shape = tuple(getattr(rows, "shape", ()))  # encoded frames: their decoded shape
+            if 0 not in shape[1:]:
+                out[key] = rows
+                continue
+            if key == "action":
+                raise SourceFormatError(
+                    f"{shown}: the action has rows of shape {shape[1:]}, which hold no value",
+                    hint="a step needs an action: check the file, or pass --option action_key=KEY where "
+                    "the format has it",
+                )
+            if key not in dropped:
+                dropped.add(key)
+                notes.append(f"{key} holds rows of shape {shape[1:]} (no values): not stored")
+        return out
+
+    for block in blocks:
+        observations = kept(block.observations)
+        if block.observations and not observations:
+            raise SourceFormatError(
+                f"{shown}: no observation holds a value (each has rows of width 0)",
+                hint="a step needs an observation: check the file",
+            )
+        yield replace(block, steps=kept(block.steps), observations=observations)
 
 
 def _count_nans(block: StepBlock, counts: dict[str, int]) -> None:
@@ -493,7 +526,7 @@ def _build(
         blocks = select_blocks(
             reader.blocks(advance), episodes=episodes, keys=keys, record=record, source=shown, start=start
         )
-        for block in blocks:
+        for block in _without_empty_rows(blocks, shown, reader.report.notes):
             _count_nans(block, nan_counts)
             builder.append(block)
         if builder.num_steps == 0:

@@ -216,6 +216,12 @@ def _ends_past_int64(store: Path) -> None:
     (meta / "0").write_bytes(np.asarray([4, 2**63 + 5, 15], "<u8").tobytes())
 
 
+def _only_the_action(store: Path) -> None:
+    for array in (store / "data").iterdir():
+        if array.is_dir() and array.name != "action":
+            shutil.rmtree(array)
+
+
 def _edit_zarray(store: Path, key: str, **changes: object) -> None:
     path = store / "data" / key / ".zarray"
     meta = json.loads(path.read_text())
@@ -237,6 +243,7 @@ def _break_chunk(store: Path) -> None:
 
 HOSTILE = [
     (_break_missing_ends, ["has no meta/episode_ends"]),
+    (_only_the_action, ["holds no observation array beside its action (data arrays: action)"]),
     (_lose_an_end_chunk, ["1 of the 3 chunks of meta/episode_ends are not stored"]),
     (_ends_past_int64, [f"meta/episode_ends holds {2**63 + 5}, past any step count"]),
     (lambda s: _rewrite_ends(s, [10, 4, 15]), ["goes back from 10 to 4"]),

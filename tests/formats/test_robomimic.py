@@ -168,6 +168,30 @@ def test_text_datasets_of_a_demo_are_dropped_with_a_note(tmp_path: Path) -> None
     assert any("subtask" in n and "dropped" in n for n in result.manifest.conversion["notes"])
 
 
+def _with_empty_rows(tmp_path: Path, key: str) -> Path:
+    """``key`` (``obs/...``, ``next_obs/...`` or ``actions``) of every demo replaced by rows of width 0."""
+    path = Path(shutil.copy(IMAGE, tmp_path / "e.hdf5"))
+    with h5py.File(path, "a") as f:
+        for demo in f["data"]:
+            n = f[f"data/{demo}/actions"].shape[0]
+            for name in [key, key.replace("obs/", "next_obs/", 1)] if key.startswith("obs/") else [key]:
+                if name in f[f"data/{demo}"]:
+                    del f[f"data/{demo}/{name}"]
+                f[f"data/{demo}/{name}"] = np.zeros((n, 0))
+    return path
+
+
+def test_rows_of_width_zero_are_not_stored_and_named(tmp_path: Path) -> None:
+    """They hold no value (nothing is lost); stored, the column's row count read 0 (an internal
+    error); an action without a value is refused."""
+    result = convert(_with_empty_rows(tmp_path, "obs/empty"), "e")
+    assert "observation/empty" not in open_dataset("e").fields
+    note = "observation/empty holds rows of shape (0,) (no values): not stored"
+    assert note in result.manifest.conversion["notes"]
+    with pytest.raises(SourceFormatError, match=r"the action has rows of shape \(0,\), which hold no value"):
+        convert(_with_empty_rows(tmp_path, "actions"), "a")
+
+
 def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) -> None:
     from rlds_cli.testing.sources import golden_three_episodes
 
