@@ -183,6 +183,8 @@ def check_dataset(
                 problem = f"claims {stored:,} bytes at offset {offset:,}, past the end of the file"
         else:  # chunked, compact, external or virtual: look at the layout
             plist = dsid.get_create_plist()
+            if plist.get_layout() == h5d.CHUNKED:
+                untrusted.check_chunks(path, name, plist.get_chunk(), dtype, declared)
             if plist.get_layout() == h5d.VIRTUAL:
                 problem, stored = _virtual_problem(dsid, plist)
             elif plist.get_external_count() > 0:

@@ -40,7 +40,13 @@ from rlds_cli.errors import InvalidSelectionError, RldsError, SourceFormatError,
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.packing import rows_per_block
-from rlds_cli.formats.untrusted import check_declared, check_side_array, declared_bytes, require_shape
+from rlds_cli.formats.untrusted import (
+    check_chunks,
+    check_declared,
+    check_side_array,
+    declared_bytes,
+    require_shape,
+)
 from rlds_cli.formats.zarr_v2 import ZarrV2Store, is_zip, require_codecs
 
 #: Most rows per block (blocks are otherwise about 8 MiB of source rows).
@@ -283,6 +289,7 @@ class ReplayBufferReader(Reader):
         # untrusted sizes: a few bytes of chunks must not declare gigabytes to allocate
         declared = declared_bytes(shape, array.dtype)
         check_declared(self.path, f"data/{key}", declared, self.store.stored_bytes(f"data/{key}"))
+        check_chunks(self.path, f"data/{key}", tuple(array.chunks), array.dtype, declared)
         self.arrays[key] = _Array(key, "", shape, np.dtype(array.dtype), array)
         codec = next(iter([c.get("id") for c in _compressors(meta)]), None)
         if codec == "imagecodecs_jpegxl":

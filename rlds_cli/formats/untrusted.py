@@ -123,6 +123,22 @@ def check_declared(where: object, key: str, declared: int, stored: int, *, how: 
         )
 
 
+def check_chunks(where: object, key: str, chunks: Sequence[int], dtype: np.dtype, declared: int) -> None:
+    """Refuse chunks far larger than the array they hold: a reader inflates a chunk whole before it
+    cuts its rows (a 48-byte array declared in chunks of 480 MB).
+
+    Raises:
+        UnsafeSourceError: A chunk over :data:`RATIO_FLOOR_BYTES` and over twice the array.
+    """
+    chunk = declared_bytes(chunks, dtype)
+    if chunk > RATIO_FLOOR_BYTES and chunk > 2 * declared:
+        raise UnsafeSourceError(
+            f"{where}: {key!r} declares chunks of {chunk:,} bytes for {declared:,} bytes of data; "
+            "refusing (a decompression bomb?)",
+            hint="if you trust the file, rewrite it with chunks no larger than its arrays",
+        )
+
+
 def check_side_array(where: object, key: str, shape: Sequence[int], dtype: np.dtype) -> None:
     """Refuse a side array (not per step, read whole) over :func:`side_array_max_bytes`."""
     # variable-length values (strings, ragged arrays) count at least a pointer each

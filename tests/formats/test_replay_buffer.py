@@ -257,6 +257,11 @@ HOSTILE = [
     (lambda s: (s / "data" / "keypoint" / ".zarray").write_text("{not json"), ["data/keypoint/.zarray"]),
     # a few KB of chunks declaring 450 GB: refused before anything is allocated
     (lambda s: _edit_zarray(s, "img", shape=[15, 100000, 100000, 3]), ["'data/img' declares", "bytes"]),
+    # a few hundred bytes of data declared in chunks of 200 MB: refused before a chunk is inflated
+    (
+        lambda s: _edit_zarray(s, "n_contacts", chunks=[5, 50_000_000]),
+        ["declares chunks of", "a decompression bomb"],
+    ),
 ]
 
 

@@ -1,5 +1,6 @@
-"""robomimic files a hostile or broken writer could make: a demo number past int64 and a
-``num_samples`` that is no count are refused in one line naming the demo, nothing published."""
+"""robomimic files a hostile or broken writer could make: a demo number past int64, a
+``num_samples`` that is no count and chunks far larger than their array are refused in one line
+naming the demo, nothing published."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         elif edit == "float_num_samples":  # a whole float is a count all the same
             n = f["data/demo_1/actions"].shape[0]
             f["data/demo_1"].attrs["num_samples"] = float(n)
+        elif edit == "chunk_bomb":  # 48 bytes of data in gzip chunks of 480 MB (470 KB stored each)
+            f["data/demo_0/obs"].create_dataset(
+                "big",
+                data=np.zeros((3, 2)),
+                chunks=(3, 20_000_000),
+                maxshape=(None, None),
+                compression="gzip",
+            )
     return path
 
 
@@ -40,6 +49,7 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         ("huge_demo", "has a demo number past 2**63 - 1"),
         ("text_num_samples", "data/demo_1: num_samples is 'four', not a count of steps"),
         ("array_num_samples", "data/demo_1: num_samples is '[4 4]', not a count of steps"),
+        ("chunk_bomb", "'data/demo_0/obs/big' declares chunks of 480,000,000 bytes for 48 bytes of data"),
     ],
 )
 def test_refused_in_one_line(tmp_path: Path, edit: str, message: str) -> None:
