@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -196,6 +197,17 @@ def check_dataset(
             f"{path}: dataset {name!r} {problem}; rlds reads only data stored in the file itself"
         )
     untrusted.check_declared(path, name, declared, stored)
+
+
+def unwritten_chunks(dataset: Any) -> tuple[int, int]:
+    """``(missing, expected)``: the chunks of an h5py dataset never written, which HDF5 reads as its
+    fill value (a contiguous dataset counts as one chunk; an empty one has none)."""
+    if dataset.size == 0:
+        return 0, 0
+    if dataset.chunks is None:
+        return int(dataset.id.get_storage_size() == 0), 1
+    expected = math.prod(-(-n // c) for n, c in zip(dataset.shape, dataset.chunks, strict=True))
+    return max(0, expected - int(dataset.id.get_num_chunks())), expected
 
 
 def _virtual_problem(dsid: Any, plist: Any) -> tuple[str | None, int]:

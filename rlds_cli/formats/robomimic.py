@@ -50,7 +50,14 @@ from rlds_cli.cache.selected import MEMBER_ARRAY as MEMBER_ARRAY
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column
-from rlds_cli.formats.hdf5_util import hdf5_top_keys, is_hdf5_name, open_hdf5, read_error, to_jsonable
+from rlds_cli.formats.hdf5_util import (
+    hdf5_top_keys,
+    is_hdf5_name,
+    open_hdf5,
+    read_error,
+    to_jsonable,
+    unwritten_chunks,
+)
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.packing import BlockPacker, Piece, rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
@@ -430,6 +437,12 @@ class RobomimicReader(Reader):
                     "(rows must be time-aligned)"
                 )
             mine[key] = (shape[1:], np.dtype(dtype).str)
+            missing, expected = unwritten_chunks(node)
+            if missing:
+                self._notes.append(
+                    f"data/{name}/{key}: {missing} of {expected} chunks are not stored; h5py (and "
+                    f"robomimic) read them as the fill value {to_jsonable(node.fillvalue)!r}"
+                )
         declared = group.attrs.get("num_samples")
         if declared is not None:
             values = np.asarray(declared).reshape(-1)

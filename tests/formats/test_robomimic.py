@@ -192,6 +192,24 @@ def test_rows_of_width_zero_are_not_stored_and_named(tmp_path: Path) -> None:
         convert(_with_empty_rows(tmp_path, "actions"), "a")
 
 
+def test_chunks_never_written_are_named(tmp_path: Path) -> None:
+    """HDF5 reads an unwritten chunk as the fill value, as robomimic does: the conversion keeps
+    what the file reads and says which chunks were never written (it said nothing)."""
+    path = Path(shutil.copy(IMAGE, tmp_path / "u.hdf5"))
+    with h5py.File(path, "a") as f:
+        n = f["data/demo_0/actions"].shape[0]
+        width = f["data/demo_0/obs/object"].shape[1]
+        del f["data/demo_0/obs/object"], f["data/demo_0/next_obs/object"]
+        f["data/demo_0/obs/object"] = np.arange(n, dtype="f8")[:, None].repeat(width, 1)
+        group = f["data/demo_0/next_obs"]
+        nxt = group.create_dataset("object", shape=(n, width), chunks=(1, width), dtype="f8")
+        for t in range(n - 1):  # the last row (the demo's final observation) never written
+            nxt[t] = t + 1
+    notes = convert(path, "u").manifest.conversion["notes"]
+    note = f"data/demo_0/next_obs/object: 1 of {n} chunks are not stored; h5py (and robomimic) read them"
+    assert any(n.startswith(note) and n.endswith("as the fill value 0.0") for n in notes), notes
+
+
 def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) -> None:
     from rlds_cli.testing.sources import golden_three_episodes
 
