@@ -83,8 +83,17 @@ def _demo_names(dataset: Dataset) -> list[str]:
 
 
 def _attr(value: Any) -> Any:
-    """A JSON value of the manifest back as an HDF5 attribute."""
-    return np.asarray(value) if isinstance(value, list) else value
+    """A JSON value of the manifest back as an HDF5 attribute: a list of numbers as an array, of
+    strings as byte strings (as robomimic writes its lists), anything else HDF5 has no type for as
+    its JSON text."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    if not isinstance(value, list):
+        return value
+    if value and all(isinstance(v, str) for v in value):
+        return np.array([v.encode("utf-8") for v in value])
+    array = np.asarray(value) if all(isinstance(v, bool | int | float) for v in value) else None
+    return array if array is not None and array.dtype.kind in "biuf" else json.dumps(value)
 
 
 def _env_args(dataset: Dataset) -> str:

@@ -253,16 +253,21 @@ def read_error(path: Path, key: str, exc: BaseException) -> SourceFormatError:
 
 
 def to_jsonable(value: Any) -> Any:
-    """Decode an HDF5 scalar/attribute into something ``json.dumps`` accepts."""
+    """Decode an HDF5 scalar/attribute into something ``json.dumps`` accepts: what JSON has no
+    type for (complex numbers, object references) is kept as its text."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, np.ndarray):
-        if value.dtype.kind in "SO":
-            return [to_jsonable(v) for v in value.ravel().tolist()]
-        return value.tolist()
+        if value.dtype.kind in "biuf":
+            return value.tolist()
+        return [to_jsonable(v) for v in value.ravel().tolist()]
     if isinstance(value, np.generic):
-        return value.item()
-    return value
+        value = value.item()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return str(value)
 
 
 def collect_metadata(group: Any, prefix: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

@@ -3,6 +3,7 @@ attributes, filter keys), reads back with 0 differences, and a filter-key view e
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,24 @@ def test_a_key_robomimic_uses_for_another_array_is_refused(tmp_path: Path) -> No
     with pytest.raises(ExportError, match="key 'info/actions' would be written as 'actions'"):
         export_dataset(open_dataset("clash"), tmp_path / "out.hdf5", "robomimic")
     assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_data_attributes_json_has_no_type_for_are_kept_as_text_and_exported(tmp_path: Path) -> None:
+    """A complex or an object-reference attribute stopped the conversion (not JSON serializable);
+    a list of camera names came back as numpy unicode, which h5py cannot store."""
+    path = Path(shutil.copy(IMAGE, tmp_path / "a.hdf5"))
+    with h5py.File(path, "a") as f:
+        f["data"].attrs["phase"] = 1 + 2j
+        f["data"].attrs["ref"] = f["data/demo_0"].ref
+        f["data"].attrs["cameras"] = np.array([b"agentview", b"wrist"])
+        f["data"].attrs["gains"] = np.array([1.5, 2.0])
+    convert(path, "a")
+    attrs = open_dataset("a").source_metadata["robomimic"]["attrs"]
+    assert attrs["phase"] == "(1+2j)" and attrs["cameras"] == ["agentview", "wrist"]
+    assert isinstance(attrs["ref"], str)
+    out = tmp_path / "back.hdf5"
+    export_dataset(open_dataset("a"), out, "robomimic")
+    with h5py.File(out) as f:
+        assert f["data"].attrs["cameras"].tolist() == [b"agentview", b"wrist"]
+        np.testing.assert_array_equal(f["data"].attrs["gains"], [1.5, 2.0])
+        assert f["data"].attrs["phase"] == "(1+2j)"
