@@ -141,6 +141,19 @@ class FileMeta:
         return {"robomimic": meta, "filter_keys": sorted(self.masks)}
 
 
+def _contradicted_counts(attrs: dict[str, Any], demos: int, steps: int) -> list[str]:
+    """Notes naming the ``data`` attributes whose counts the demos contradict (``total``: the
+    steps, ``num_demos``: the demos); the demos are what is converted."""
+    notes = []
+    for name, held, what in (("total", steps, "steps"), ("num_demos", demos, "demos")):
+        value = attrs.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value != held:
+            notes.append(
+                f"data@{name} says {value:,} {what}, the file's demos hold {held:,}: the demos are converted"
+            )
+    return notes
+
+
 def read_file_meta(f: Any, path: Path, demos: Sequence[str]) -> FileMeta:
     """The ``data`` attributes and the filter keys of an open robomimic file.
 
@@ -393,6 +406,7 @@ class RobomimicReader(Reader):
                 wanted[key] = ("info", *key.split("/"))
         self._keys = clean_keys(wanted)
         self.report.source_rows = sum(d.length for d in self.demos)
+        self._notes += _contradicted_counts(self._file_meta.attrs, len(self.demos), self.report.source_rows)
         self.report.expected = {"num_episodes": len(self.demos)}
         renamed = renamed_note(self._keys, wanted)
         if renamed:

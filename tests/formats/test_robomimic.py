@@ -210,6 +210,20 @@ def test_chunks_never_written_are_named(tmp_path: Path) -> None:
     assert any(n.startswith(note) and n.endswith("as the fill value 0.0") for n in notes), notes
 
 
+def test_counts_the_demos_contradict_are_named(tmp_path: Path) -> None:
+    path = Path(shutil.copy(IMAGE, tmp_path / "n.hdf5"))
+    with h5py.File(path, "a") as f:
+        steps = sum(f[f"data/{d}/actions"].shape[0] for d in f["data"])
+        demos = len(f["data"])
+        f["data"].attrs["total"] = 999
+        f["data"].attrs["num_demos"] = demos + 5
+    notes = convert(path, "n").manifest.conversion["notes"]
+    assert f"data@total says 999 steps, the file's demos hold {steps:,}: the demos are converted" in notes
+    said = f"data@num_demos says {demos + 5} demos, the file's demos hold {demos}: the demos are converted"
+    assert said in notes
+    assert open_dataset("n").num_steps == steps
+
+
 def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) -> None:
     from rlds_cli.testing.sources import golden_three_episodes
 
