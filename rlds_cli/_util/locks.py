@@ -64,6 +64,7 @@ class FileLock:
     def __init__(self, lock_file: str | os.PathLike[str], timeout: float = -1) -> None:
         self._count = 0
         self._fd: int | None = None  # POSIX: the descriptor holding the flock
+        self._owner = 0  # the process that took it: a forked child's copy never releases it
         self._portable: Any = None  # elsewhere: filelock's lock
         self.lock_file = os.fspath(lock_file)
         self.timeout = timeout
@@ -91,7 +92,7 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
+        self._fd, self._owner = fd, os.getpid()
         return True
 
     def _try_portable(self) -> bool:  # pragma: no cover - Windows
@@ -138,7 +139,10 @@ class FileLock:
             return
         fd, self._fd = self._fd, None
         try:
-            unlock_fd(fd)
+            # the descriptor a forked child inherited shares the parent's lock: closing it there
+            # leaves the lock to the parent, unlocking it would free the parent's
+            if self._owner == os.getpid():
+                unlock_fd(fd)
         finally:
             os.close(fd)
 
@@ -164,8 +168,8 @@ def is_timeout(exc: BaseException) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (a zombie counts as running until reaped,
-    another user's process too)."""
+    """Whether process ``pid`` runs on this host (another user's process too; a zombie, killed
+    and not yet reaped by its parent, does not: it holds nothing and does nothing more)."""
     if pid <= 0:
         return False
     try:
@@ -174,4 +178,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state after the name in /proc/PID/stat ("Z": a zombie)
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[:1] != [b"Z"]
+    except OSError:  # no /proc (macOS), or gone meanwhile
+        return True

@@ -48,6 +48,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,22 @@ class GcReport:
         }  # fmt: skip
 
 
+#: Every block cache of this process, for :func:`_fresh_locks_in_child`.
+_CACHES: weakref.WeakSet[BlockCache] = weakref.WeakSet()
+
+
+def _fresh_locks_in_child() -> None:
+    """A forked child's block caches start with unheld locks: another thread of the parent may
+    have held one at the fork, and no thread of the child would ever release it."""
+    for cache in list(_CACHES):
+        cache._mutex = threading.Lock()
+        cache._held_mutex = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
 class BlockCache:
     """The block cache in the folder ``root``, holding at most ``limit`` bytes of blocks.
 
@@ -144,6 +161,7 @@ class BlockCache:
     """
 
     def __init__(self, root: str | os.PathLike[str], limit: int) -> None:
+        _CACHES.add(self)
         self.root = Path(root).expanduser()
         self.limit = int(limit)
         self.folder = self.root / BLOCKS_DIR
@@ -381,7 +399,9 @@ class BlockCache:
             size = source.size(rel)
             if size is None:
                 raise CorruptDatasetError(f"{rel} is not a file of the pushed version {source.version}")
-            tag = hashlib.sha256(rel.encode()).hexdigest()[:16]
+            # the block size is part of the name: a version pushed again with other blocks (an
+            # older rlds's 8 MiB) never finds the first push's blocks under its numbers
+            tag = hashlib.sha256(f"{rel}\0{bb}".encode()).hexdigest()[:16]
             for b in range(int(start) // bb, (int(end) - 1) // bb + 1):
                 name = f"{source.version}/{tag}.{b}"
                 if name not in out:

@@ -788,6 +788,45 @@ def test_a_loader_left_open_never_holds_the_process_s_exit(
     assert not stuck and child.exitcode == 0, "the process waited for its read-ahead to exit"
 
 
+def test_a_version_pushed_again_with_other_blocks_never_reads_the_first_push_s_blocks(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same version (same manifest) pushed again with blocks twice as large, as an older rlds's
+    8 MiB and today's 2 MiB: the first push's cached blocks were taken under the same numbers
+    (a checksum failure that gc called good, or wrong bytes where sizes matched)."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    cache = tmp_path / "c"
+    rows = np.arange(local.num_steps)
+    assert_same(open_dataset(URL, cache=cache, cache_limit=LIMIT).gather(rows[::3]), local.gather(rows[::3]))
+    MemoryFileSystem().rm(URL.removeprefix("memory://"), recursive=True)
+    monkeypatch.setattr(store, "INDEX_BLOCK_BYTES", 2 * BLOCK)
+    push("z", URL)
+    again = open_dataset(URL, cache=cache, cache_limit=LIMIT)
+    assert again._files.index.block_bytes == 2 * BLOCK
+    assert_same(again.gather(rows), local.gather(rows))
+
+
+def _gather_in_a_child(z: Any, out: Any) -> None:
+    out.put(len(z.gather(np.arange(0, 40))["action"]))
+
+
+def test_a_child_forked_while_a_thread_holds_the_cache_s_lock_reads(local: Any, tmp_path: Path) -> None:
+    """A thread of the parent inside the ledger at the fork (a read-ahead thread) left the
+    child's copy of the lock held forever: its first read hung."""
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=LIMIT)
+    z.gather(np.arange(0, 10))
+    blocks = z._files.blocks
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    with blocks._mutex, blocks._held_mutex:  # as another thread of this process may at the fork
+        child = ctx.Process(target=_gather_in_a_child, args=(z, out))
+        child.start()
+        got = out.get(timeout=60)
+    child.join(30)
+    assert got == 40 and child.exitcode == 0
+
+
 def test_read_ahead_on_a_local_dataset_changes_nothing(local: Any) -> None:
     from rlds_cli import Loader
 

@@ -4,6 +4,7 @@ object; a timeout is a Timeout that is_timeout recognises, as is filelock's."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -115,3 +116,41 @@ def test_an_open_file_lock_excludes_the_lock_file_lock(tmp_path: Path) -> None:
                 os.close(other)
     finally:
         os.close(fd)
+
+
+def test_a_forked_child_s_copy_never_releases_the_parent_s_lock(tmp_path: Path) -> None:
+    """The child's descriptor shares the parent's flock: its copy of the lock going away (a
+    DataLoader worker replacing it) freed the parent's lock for every other process."""
+    lock = FileLock(tmp_path / "l.lock")
+    lock.acquire()
+    pid = os.fork()
+    if pid == 0:  # the child: drop its copy, as garbage collection does
+        lock.release(force=True)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    with pytest.raises(Timeout):
+        FileLock(tmp_path / "l.lock").acquire(timeout=0)  # another object: another open file
+    lock.release()
+    FileLock(tmp_path / "l.lock").acquire(timeout=0).release()
+
+
+def test_a_killed_child_not_yet_reaped_is_not_alive() -> None:
+    """A zombie holds nothing: a reservation it named is reclaimed at once (a read waited
+    120 s on one, then blamed 'another process')."""
+    from rlds_cli._util.locks import pid_alive
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:  # exiting: a zombie within ms
+            time.sleep(0.01)
+        assert not pid_alive(pid)
+        assert os.waitpid(pid, os.WNOHANG)[0] == pid  # it was a zombie, reaped only now
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    assert pid_alive(os.getpid())
