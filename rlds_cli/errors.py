@@ -436,6 +436,13 @@ class RemoteCacheFullError(RemoteError, OSError):
     default_hint = "raise cache_limit (RLDS_REMOTE_CACHE_LIMIT) to several batches' worth of blocks"
 
 
+class RemoteCacheDamagedError(RemoteError, OSError):
+    """The bounded remote cache's folder cannot be used: its ledger (``blocks.db``) is damaged
+    or replaced, one of its files is not what it should be, or its lock stays held."""
+
+    default_hint = "remove the cache folder (it holds only copies: reads fetch what they need again)"
+
+
 class NotPushableError(RemoteError, ValueError):
     """A dataset that cannot be pushed as it is (a view: it holds no arrays of its own)."""
 

@@ -197,9 +197,9 @@ def gc(
         return
     for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
         output.warn(f"skipped growing dataset {name}: {why}")
+    remote_removed = [*remote.reclaimed, *remote.damaged, *remote.unledgered] if remote is not None else []
     if quiet:
-        extra = [*remote.reclaimed, *remote.damaged] if remote is not None else []
-        for path in [*removed, *extra]:
+        for path in [*removed, *remote_removed]:
             output.console.print(str(path), markup=False, soft_wrap=True)
         return
     verb = "would remove" if dry_run else "removed"
@@ -209,6 +209,10 @@ def gc(
         for path in remote.damaged:
             output.console.print(
                 f"{verb} {output.escape(path)} (damaged: fails its checksum)", soft_wrap=True
+            )
+        for path in remote.unledgered:
+            output.console.print(
+                f"{verb} {output.escape(path)} (not in the cache's ledger: not counted)", soft_wrap=True
             )
         output.console.print(
             f"remote cache {output.escape(remote.folder)}: {remote.blocks} good block(s), "
@@ -220,7 +224,7 @@ def gc(
     if removed:
         total = output.human_bytes(sum(removed_sizes.values()))
         output.console.print(f"{'would free' if dry_run else 'freed'} {total} in {len(removed)} path(s)")
-    else:
+    elif not remote_removed:
         output.console.print("nothing to remove")
     if kept:
         output.console.print(

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -55,8 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlds_cli._util.locks import FileLock, pid_alive
-from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
+from rlds_cli._util.locks import FileLock, Timeout, pid_alive
+from rlds_cli.errors import CorruptDatasetError, RemoteCacheDamagedError, RemoteCacheFullError
 
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
 FETCH_WINDOW = 256 * 1024 * 1024
@@ -66,6 +67,9 @@ WAIT_SECONDS = 120.0
 #: Seconds a read short of room waits for other processes to let go of blocks before it reads
 #: the blocks it lacks from the store into memory instead (checked, served, not kept).
 PASS_BY_SECONDS = 1.0
+#: Seconds a ledger change waits for the cache-wide lock (a change holds it for milliseconds;
+#: ``rlds gc --remote-cache`` for its whole scan).
+LOCK_WAIT_SECONDS = 120.0
 #: Seconds between two looks at the ledger while waiting.
 POLL_SECONDS = 0.01
 
@@ -128,12 +132,15 @@ class GcReport:
     bytes: int = 0
     reclaimed: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
+    #: Block files no ledger counts (the ledger was lost or replaced).
+    unledgered: list[str] = field(default_factory=list)
     freed_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "folder": self.folder, "blocks": self.blocks, "bytes": self.bytes,
-            "reclaimed": self.reclaimed, "damaged": self.damaged, "freed_bytes": self.freed_bytes,
+            "reclaimed": self.reclaimed, "damaged": self.damaged, "unledgered": self.unledgered,
+            "freed_bytes": self.freed_bytes,
         }  # fmt: skip
 
 
@@ -187,34 +194,69 @@ class BlockCache:
     @contextlib.contextmanager
     def _ledger(self) -> Any:
         """The ledger, in one transaction under the cache-wide lock (and this process's mutex:
-        the file lock counts holds across threads)."""
+        the file lock counts holds across threads).
+
+        Raises:
+            RemoteCacheDamagedError: The ledger or the folder is damaged, or another process
+                holds the lock past :data:`LOCK_WAIT_SECONDS` (a stopped process).
+        """
         with self._mutex:
-            if self._pid != os.getpid():
-                self.root.mkdir(parents=True, exist_ok=True)
-                self._conn = sqlite3.connect(self.root / LEDGER_FILE, isolation_level=None, timeout=60,
-                                             check_same_thread=False)  # fmt: skip
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-                # the ledger sits beside the blocks, outside the limit: keep its log small
-                self._conn.execute(f"PRAGMA wal_autocheckpoint={LEDGER_CHECKPOINT_PAGES}")
-                self._conn.execute(f"PRAGMA journal_size_limit={LEDGER_LOG_BYTES}")
-                for statement in _SCHEMA:
-                    self._conn.execute(statement)
-                self._file_lock = FileLock(self.root / LOCK_FILE)
-                self._pid = os.getpid()
-                self._verified = {}
-                # a forked child holds nothing of its parent's (its pins are the parent's pid)
-                self._held, self._held_refs, self._holds, self._short_reads = 0, {}, {}, 0
-                self._held_mutex = threading.Lock()
-            assert self._conn is not None and self._file_lock is not None
-            with self._file_lock:
-                self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if self._pid != os.getpid():
+                    self._open_ledger()
+                assert self._conn is not None and self._file_lock is not None
+                self._file_lock.acquire(timeout=LOCK_WAIT_SECONDS)
                 try:
-                    yield self._conn
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield self._conn
+                    except BaseException:
+                        self._conn.execute("ROLLBACK")
+                        raise
+                    self._conn.execute("COMMIT")
+                finally:
+                    self._file_lock.release()
+            except sqlite3.Error as exc:
+                raise RemoteCacheDamagedError(
+                    f"the remote cache {self.root}: its ledger {LEDGER_FILE} cannot be used ({exc})"
+                ) from None
+            except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+                raise RemoteCacheDamagedError(
+                    f"the remote cache {self.root}: {exc.filename or self.root} is not what the cache "
+                    f"keeps there ({exc.strerror})"
+                ) from None
+            except Timeout:
+                raise RemoteCacheDamagedError(
+                    f"the remote cache {self.root}: {LOCK_FILE} stayed locked by another process for "
+                    f"{LOCK_WAIT_SECONDS:g} s (a stopped or hung process: Ctrl-Z, a debugger?)",
+                    hint="resume or end that process; no ledger change takes that long",
+                ) from None
+
+    def _open_ledger(self) -> None:
+        """Open the ledger (again in a forked child). A folder whose ledger is gone keeps no
+        block: files no ledger counts would pass the limit unseen."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._file_lock = FileLock(self.root / LOCK_FILE)
+        self._file_lock.acquire(timeout=LOCK_WAIT_SECONDS)
+        try:
+            if not (self.root / LEDGER_FILE).exists() and self.folder.is_dir():
+                shutil.rmtree(self.folder)
+            self._conn = sqlite3.connect(self.root / LEDGER_FILE, isolation_level=None, timeout=60,
+                                         check_same_thread=False)  # fmt: skip
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            # the ledger sits beside the blocks, outside the limit: keep its log small
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={LEDGER_CHECKPOINT_PAGES}")
+            self._conn.execute(f"PRAGMA journal_size_limit={LEDGER_LOG_BYTES}")
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+        finally:
+            self._file_lock.release()
+        self._pid = os.getpid()
+        self._verified = {}
+        # a forked child holds nothing of its parent's (its pins are the parent's pid)
+        self._held, self._held_refs, self._holds, self._short_reads = 0, {}, {}, 0
+        self._held_mutex = threading.Lock()
 
     def _path(self, name: str) -> Path:
         return self.folder / name
@@ -745,6 +787,8 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
             path.unlink(missing_ok=True)
 
     if not cache.root.is_dir():
+        if cache.root.exists():
+            raise RemoteCacheDamagedError(f"the remote cache {cache.root} is not a folder")
         return report
     for part in sorted(cache.root.rglob("*.part")):  # the whole-file cache: <rel>.<pid>.<tag>.part
         if cache.folder in part.parents:
@@ -754,7 +798,12 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
             report.freed_bytes += part.stat().st_size
             remove(part)
             report.reclaimed.append(str(part))
-    if not (cache.root / LEDGER_FILE).is_file():
+    if not os.path.lexists(cache.root / LEDGER_FILE):  # no ledger: no block file is counted
+        if cache.folder.is_dir():
+            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
+                report.freed_bytes += path.stat().st_size
+                remove(path)
+                report.unledgered.append(str(path))
         return report
     with cache._ledger() as db:
         if dry_run:
@@ -794,5 +843,5 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
                 if rel not in known:
                     report.freed_bytes += path.stat().st_size
                     remove(path)
-                    report.reclaimed.append(str(path))
+                    (report.reclaimed if stem and pid.isdigit() else report.unledgered).append(str(path))
     return report

@@ -865,6 +865,60 @@ def test_gc_reclaims_a_dead_reader_s_reservation(local: Any, tmp_path: Path) -> 
     assert reclaimed and not list((cache / "blocks").rglob("*.part.*"))
 
 
+def test_a_damaged_ledger_or_folder_is_one_line_naming_it(local: Any, tmp_path: Path) -> None:
+    """A raw sqlite3.DatabaseError (or IsADirectoryError...) came out of reads, and gc said
+    'nothing to remove' or 'unexpected DatabaseError'."""
+    from rlds_cli.errors import RemoteCacheDamagedError
+
+    cache = tmp_path / "c"
+    _read_all(str(cache))
+    (cache / block_cache.LEDGER_FILE).write_bytes(b"not a database" * 100)
+    for name in ("blocks.db-wal", "blocks.db-shm"):
+        (cache / name).unlink(missing_ok=True)
+    with pytest.raises(
+        RemoteCacheDamagedError, match=r"its ledger blocks.db cannot be used \(file is not a database"
+    ):
+        open_dataset(URL, cache=cache, cache_limit=LIMIT).gather(np.arange(5))
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache)])
+    assert result.exit_code == 1 and "its ledger blocks.db cannot be used" in result.output
+    assert "hint: remove the cache folder" in result.output and "Traceback" not in result.output
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(RemoteCacheDamagedError, match="is not what the cache keeps there"):
+        open_dataset(URL, cache=a_file, cache_limit=LIMIT).gather(np.arange(5))
+    result = runner.invoke(app, ["gc", "--remote-cache", str(a_file)])
+    assert result.exit_code == 1 and f"the remote cache {a_file} is not a folder" in result.output
+
+
+def test_blocks_left_without_their_ledger_never_pass_the_limit(local: Any, tmp_path: Path) -> None:
+    """The ledger deleted (as a user does with a damaged one): its blocks counted for nothing, and
+    the next reader filled the limit again beside them (1.5x the limit on disk)."""
+    cache = tmp_path / "c"
+    _read_all(str(cache))
+    assert block_bytes(cache) > LIMIT // 2
+    (cache / block_cache.LEDGER_FILE).unlink()
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--dry-run", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["remote_cache"]["unledgered"]
+    _read_all(str(cache))  # opening the folder again starts from no block
+    assert block_bytes(cache) <= LIMIT
+
+
+def test_a_lock_held_past_the_wait_is_one_line(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stopped while it holds the cache's lock (Ctrl-Z, a debugger) made every other
+    reader and gc wait forever."""
+    from rlds_cli._util.locks import FileLock
+    from rlds_cli.errors import RemoteCacheDamagedError
+
+    cache = tmp_path / "c"
+    _read_all(str(cache))
+    monkeypatch.setattr(block_cache, "LOCK_WAIT_SECONDS", 0.3)
+    held = FileLock(cache / block_cache.LOCK_FILE)  # another open of the file: another holder
+    with held, pytest.raises(RemoteCacheDamagedError, match=r"blocks\.lock stayed locked by another"):
+        open_dataset(URL, cache=cache, cache_limit=LIMIT).gather(np.arange(5))
+
+
 # --------------------------------------------------------------------------- frames, S3
 
 
