@@ -160,6 +160,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
+#: The block cache of each folder and limit in this process (:func:`shared_block_cache`).
+_SHARED: weakref.WeakValueDictionary[tuple[str, int], BlockCache] = weakref.WeakValueDictionary()
+
+
+def shared_block_cache(root: str | os.PathLike[str], limit: int) -> BlockCache:
+    """This process's :class:`BlockCache` of the folder ``root`` with ``limit``: the readers of
+    one process (a training and a validation loader of one URL) share one, so their holds are one
+    process's and a read short of room releases the other's instead of waiting on it."""
+    key = (os.path.realpath(Path(root).expanduser()), int(limit))
+    cache = _SHARED.get(key)
+    if cache is None:
+        cache = _SHARED[key] = BlockCache(root, limit)
+    return cache
+
+
 class BlockCache:
     """The block cache in the folder ``root``, holding at most ``limit`` bytes of blocks.
 

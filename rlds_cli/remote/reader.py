@@ -58,7 +58,7 @@ from rlds_cli.errors import (
     SettingError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.block_cache import BlockCache, BlockHold
+from rlds_cli.remote.block_cache import BlockHold, shared_block_cache
 from rlds_cli.remote.files import RemoteArrayFiles, RemoteFiles, write_small_file
 from rlds_cli.remote.store import INDEX_FILE
 
@@ -248,7 +248,7 @@ class RemoteDataset(Dataset):
         blocks = None
         if self._limit is not None:
             _require_block_digests(url, index)
-            blocks = BlockCache(Path(str(self._cache_root)), self._limit)
+            blocks = shared_block_cache(Path(str(self._cache_root)), self._limit)
         whole_files = bool(self._cache_root) and blocks is None
         mirror = self._mirror(version if whole_files else None)
         self._files = RemoteFiles(url, index, manifest_bytes, mirror if whole_files else None,

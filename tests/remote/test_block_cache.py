@@ -485,6 +485,31 @@ def test_a_read_short_of_room_releases_this_process_s_holds_for_later_reads(
     assert z._files.blocks._held == 0
 
 
+def test_two_readers_of_one_process_share_their_holds(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training loader's holds ahead fill the cache; a validation dataset of the same URL in the
+    same process releases them instead of waiting on them (each waited PASS_BY_SECONDS a pass,
+    as on another process, and read past the cache)."""
+    pixels = _frames_remote(isolated_cache)
+    monkeypatch.setattr(block_cache, "PASS_BY_SECONDS", 600.0)
+    train = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    val = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    assert train._files.blocks is val._files.blocks
+    first = train.prefetch(np.arange(0, 8), ["pixels"])
+    second = train.prefetch(np.arange(40, 48), ["pixels"])
+    assert first is not None and second is not None
+    rows = np.arange(100, 108)
+    read: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: read.append(val.column("pixels")[rows]), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert read, "the validation read waited on the training loader's holds"
+    np.testing.assert_array_equal(read[0], pixels[rows])
+    assert second.released
+    first.release()
+
+
 def test_a_prefetch_waits_for_room_and_ends_its_wait_when_stopped(
     isolated_cache: Path, tmp_path: Path
 ) -> None:
