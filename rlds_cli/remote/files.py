@@ -18,6 +18,7 @@ from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetReplacedError,
+    RemoteCacheDamagedError,
 )
 from rlds_cli.remote import store
 from rlds_cli.remote.block_cache import BlockCache, BlockHold
@@ -73,6 +74,8 @@ class RemoteFiles:
         self.requests = 0
         #: Bytes fetched from the store.
         self.bytes_fetched = 0
+        #: Files of the file cache this process checked (fetched, or read back once), with its pid.
+        self._checked: tuple[int, set[str]] = (os.getpid(), set())
 
     @property
     def fs(self) -> Any:
@@ -224,14 +227,34 @@ class RemoteFiles:
 
     def local_file(self, rel: str) -> Path | None:
         """The file's checked copy in the file cache, downloaded first if need be; ``None`` when
-        the index does not list it."""
+        the index does not list it. A copy already there is checked against the push (size,
+        sha256) the first time a process uses it.
+
+        Raises:
+            RemoteCacheDamagedError: The copy differs from the push (it is never served).
+        """
         assert self.cache_dir is not None
         if rel not in self.index.files:
             return None
         path = self.cache_dir / rel
         if not path.is_file():
             self.prepare([rel])
+        checked = self._checked_here()
+        if rel not in checked:
+            entry = self.index.files[rel]
+            if path.stat().st_size != entry.size or sha256_file(path) != entry.sha256:
+                raise RemoteCacheDamagedError(
+                    f"the cached copy {path} of {self.where(rel)} differs from the file pushed",
+                    hint=f"remove {path}: the next read fetches it again",
+                )
+            checked.add(rel)
         return path
+
+    def _checked_here(self) -> set[str]:
+        """The files this process checked (a forked child checks its own)."""
+        if self._checked[0] != os.getpid():
+            self._checked = (os.getpid(), set())
+        return self._checked[1]
 
     def prepare(self, rels: Sequence[str]) -> None:
         """Download the files of ``rels`` the cache lacks in one batch, each checked against its
@@ -261,6 +284,7 @@ class RemoteFiles:
                 self._verify(rel, size, sha256_file(part))
                 total += size
                 os.replace(part, self.cache_dir / rel)
+                self._checked_here().add(rel)
             self._count(len(todo), total)
         finally:
             for part in parts:

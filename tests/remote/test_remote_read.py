@@ -164,6 +164,26 @@ def test_the_file_cache_serves_a_second_pass_with_no_request(local: Dataset, tmp
         assert_same(a, b)
 
 
+def test_a_damaged_copy_in_the_file_cache_is_never_served(local: Dataset, tmp_path: Path) -> None:
+    """A byte of a cached copy changed after it was fetched (bit rot, a tool): the next process
+    served it as the push's (it was checked only when fetched)."""
+    from rlds_cli.errors import RemoteCacheDamagedError
+
+    rows = np.arange(local.num_steps)
+    open_dataset(URL, cache=tmp_path / "c").column("pixels")[rows]
+    copy = max((p for p in (tmp_path / "c").rglob("*") if p.is_file() and "pixels" in str(p)),
+               key=lambda p: p.stat().st_size)  # fmt: skip
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    with pytest.raises(RemoteCacheDamagedError, match="differs from the file pushed") as info:
+        open_dataset(URL, cache=tmp_path / "c").column("pixels")[rows]
+    assert str(copy) in info.value.message and f"remove {copy}" in info.value.hint
+    copy.unlink()
+    again = open_dataset(URL, cache=tmp_path / "c").column("pixels")[rows]  # fetched again
+    np.testing.assert_array_equal(again, local.column("pixels")[rows])
+
+
 def test_the_cache_env_variable_and_the_loader_take_a_url(
     local: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
