@@ -144,22 +144,26 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
             f"{path}: {problems[0]}; rlds reads only data stored in the file itself, reached by hard links"
         )
     if check_datasets:
+        total = 0
         for name in seen.values():
             try:
                 dsid = h5d.open(f.id, name)
             except (KeyError, ValueError, TypeError):  # a group, or a named datatype
                 continue
-            check_dataset(path, _text(name), dsid)
+            total += check_dataset(path, _text(name), dsid)
+        # many sparse datasets, each under the floor, are a bomb together
+        untrusted.check_declared(path, None, total, os.path.getsize(path))
 
 
 def check_dataset(
     path: Path, name: str, dsid: Any, shape: tuple[int, ...] | None = None, dtype: Any = None
-) -> None:
+) -> int:
     """Refuse one HDF5 dataset (an ``h5py.h5d.DatasetID``) whose data is not in the file (external raw
     storage, a virtual layout mapping other files), whose declared size is far over its stored bytes
     (:func:`untrusted.check_declared`), or that lies past the end of the file.
 
     ``shape`` and ``dtype`` may be passed when the caller has them (each costs an HDF5 call).
+    Returns the bytes it declares.
 
     Raises:
         UnsafeSourceError: Naming the file and the dataset.
@@ -197,6 +201,7 @@ def check_dataset(
             f"{path}: dataset {name!r} {problem}; rlds reads only data stored in the file itself"
         )
     untrusted.check_declared(path, name, declared, stored)
+    return declared
 
 
 def unwritten_chunks(dataset: Any) -> tuple[int, int]:

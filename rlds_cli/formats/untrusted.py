@@ -98,12 +98,14 @@ def declared_bytes(shape: Sequence[int], dtype: np.dtype) -> int:
     return count * max(np.dtype(dtype).itemsize, 1)
 
 
-def check_declared(where: object, key: str, declared: int, stored: int, *, how: str = "stores") -> None:
+def check_declared(
+    where: object, key: str | None, declared: int, stored: int, *, how: str = "stores"
+) -> None:
     """Refuse an array that declares far more bytes than the file holds for it.
 
     Args:
         where: The source file (named in the message).
-        key: The array's name in the source.
+        key: The array's name in the source (``None``: all of its arrays together).
         declared: Bytes the array takes once read (:func:`declared_bytes`).
         stored: Bytes the file stores for it (compressed size, allocated HDF5 storage).
         how: Verb for the message (``"stores"``, ``"compresses into"``).
@@ -117,7 +119,9 @@ def check_declared(where: object, key: str, declared: int, stored: int, *, how: 
     ratio = max_ratio()
     if declared > ratio * max(stored, 1):
         raise UnsafeSourceError(
-            f"{where}: {key!r} declares {declared:,} bytes but the file {how} only {stored:,} for it "
+            f"{where}: {'its arrays together' if key is None else repr(key)} declare"
+            f"{'' if key is None else 's'} {declared:,} bytes but the file {how} only {stored:,} for "
+            f"{'them' if key is None else 'it'} "
             f"(ratio over {ratio:g}); refusing (a decompression bomb or a sparse dataset?)",
             hint="if you trust the file, raise RLDS_SOURCE_MAX_RATIO (declared/stored bytes per array)",
         )

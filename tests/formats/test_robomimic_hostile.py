@@ -40,6 +40,9 @@ def _edited(tmp_path: Path, edit: str) -> Path:
                 maxshape=(None, None),
                 compression="gzip",
             )
+        elif edit == "sparse_together":  # 4 never-written arrays of 48 MiB: each under the floor
+            for k in range(4):
+                f["data/demo_0/obs"].create_dataset(f"sparse{k}", shape=(6_291_456, 1), dtype="f8")
     return path
 
 
@@ -49,6 +52,7 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         ("huge_demo", "has a demo number past 2**63 - 1"),
         ("text_num_samples", "data/demo_1: num_samples is 'four', not a count of steps"),
         ("array_num_samples", "data/demo_1: num_samples is '[4 4]', not a count of steps"),
+        ("sparse_together", "its arrays together declare 201,3"),
         ("chunk_bomb", "'data/demo_0/obs/big' declares chunks of 480,000,000 bytes for 48 bytes of data"),
     ],
 )
