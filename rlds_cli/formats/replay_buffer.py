@@ -157,6 +157,8 @@ class ReplayBufferReader(Reader):
         if _store_kind(self.path) is None and self.path.is_dir():
             self.path = nested_store(self.path) or self.path
         if _store_kind(self.path) is None:
+            if self.path.is_file() and self.path.name.endswith(".zip") and not is_zip(self.path):
+                ZarrV2Store(self.path)  # raises: the zip's own error (truncated, not a zip)
             raise SourceFormatError(
                 f"{self.path} is not a ReplayBuffer zarr (a zarr v2 group with data/ and meta/ groups)",
                 hint="pass the .zarr directory or .zarr.zip that diffusion_policy or UMI wrote",

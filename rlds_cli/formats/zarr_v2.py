@@ -40,7 +40,10 @@ class ZarrV2Store:
             try:
                 self._zip = zipfile.ZipFile(path)
             except (OSError, zipfile.BadZipFile) as exc:
-                raise SourceFormatError(f"{path}: not a readable zip file ({exc})") from None
+                raise SourceFormatError(
+                    f"{path}: not a readable zip file, truncated or damaged ({exc})",
+                    hint="fetch or write the file again",
+                ) from None
             self._names = {i.filename for i in self._zip.infolist() if not i.is_dir()}
 
     # ------------------------------------------------------------------ raw keys

@@ -310,6 +310,14 @@ def test_damaged_jpegxl_chunk_in_a_zip(tmp_path: Path) -> None:
     refused(download(bad, "bad"), "data/camera1_rgb rows", "does not decode")
 
 
+def test_a_truncated_zip_is_named_as_such(tmp_path: Path) -> None:
+    """It was 'not a ReplayBuffer zarr', with a hint to pass the store diffusion_policy wrote."""
+    bad = tmp_path / "umi.zarr.zip"
+    data = (FIXTURES / "umi.zarr.zip").read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    refused(download(bad, "bad", "--format", "replay_buffer"), "not a readable zip file, truncated")
+
+
 def test_missing_imagecodecs_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "imagecodecs", None)
     monkeypatch.setitem(sys.modules, "imagecodecs.numcodecs", None)
@@ -323,8 +331,10 @@ def test_not_a_replay_buffer(tmp_path: Path) -> None:
     junk = tmp_path / "x.zarr.zip"
     junk.write_bytes(b"PK\x03\x04 not really a zip")
     assert not ReplayBufferReader.sniff(junk)
-    with pytest.raises(SourceFormatError, match="not a ReplayBuffer zarr"):
+    with pytest.raises(SourceFormatError, match="not a readable zip file"):  # named .zip: said so
         ReplayBufferReader(junk)
+    with pytest.raises(SourceFormatError, match="not a ReplayBuffer zarr"):
+        ReplayBufferReader(junk.rename(tmp_path / "x.bin"))
     store = copy_fixture("pusht.zarr", tmp_path)
     (store / "meta" / ".zgroup").unlink()
     assert not ReplayBufferReader.sniff(store)
