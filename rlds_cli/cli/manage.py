@@ -167,7 +167,7 @@ def gc(
 
     remote = None
     if remote_cache is not None:
-        from rlds_cli.remote.block_cache import gc_blocks
+        from rlds_cli.remote.block_gc import gc_blocks
 
         remote = gc_blocks(remote_cache, dry_run=dry_run)
 

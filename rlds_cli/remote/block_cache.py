@@ -52,7 +52,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -123,27 +123,6 @@ class _Block:
     crc: int | None = None
 
 
-@dataclass
-class GcReport:
-    """What :func:`gc_blocks` did to one cache folder."""
-
-    folder: str
-    blocks: int = 0
-    bytes: int = 0
-    reclaimed: list[str] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)
-    #: Block files no ledger counts (the ledger was lost or replaced).
-    unledgered: list[str] = field(default_factory=list)
-    freed_bytes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "folder": self.folder, "blocks": self.blocks, "bytes": self.bytes,
-            "reclaimed": self.reclaimed, "damaged": self.damaged, "unledgered": self.unledgered,
-            "freed_bytes": self.freed_bytes,
-        }  # fmt: skip
-
-
 #: Every block cache of this process, for :func:`_fresh_locks_in_child`.
 _CACHES: weakref.WeakSet[BlockCache] = weakref.WeakSet()
 
@@ -207,7 +186,7 @@ class BlockCache:
     # ------------------------------------------------------------------ the ledger
 
     @contextlib.contextmanager
-    def _ledger(self) -> Any:
+    def ledger(self) -> Any:
         """The ledger, in one transaction under the cache-wide lock (and this process's mutex:
         the file lock counts holds across threads).
 
@@ -273,19 +252,20 @@ class BlockCache:
         self._held, self._held_refs, self._holds, self._short_reads = 0, {}, {}, 0
         self._held_mutex = threading.Lock()
 
-    def _path(self, name: str) -> Path:
+    def block_path(self, name: str) -> Path:
+        """The file of block ``name``."""
         return self.folder / name
 
     def _part(self, name: str, pid: int) -> Path:
         return self.folder / f"{name}.part.{pid}"
 
-    def _reclaim(self, db: sqlite3.Connection) -> list[str]:
+    def reclaim_dead(self, db: sqlite3.Connection) -> list[str]:
         """Remove the reservations and pins of dead processes (their ``.part`` files first)."""
         gone: list[str] = []
         for name, owner in db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall():
             if not pid_alive(owner):
                 self._part(name, owner).unlink(missing_ok=True)
-                self._path(name).unlink(missing_ok=True)  # renamed, but never marked ready
+                self.block_path(name).unlink(missing_ok=True)  # renamed, but never marked ready
                 db.execute("DELETE FROM blocks WHERE name = ?", (name,))
                 gone.append(name)
         for (pid,) in db.execute("SELECT DISTINCT pid FROM pins").fetchall():
@@ -295,7 +275,7 @@ class BlockCache:
 
     def used_bytes(self) -> int:
         """Bytes the ledger counts: ready blocks and reservations (what the limit bounds)."""
-        with self._ledger() as db:
+        with self.ledger() as db:
             return int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
 
     # ------------------------------------------------------------------ reads
@@ -430,7 +410,7 @@ class BlockCache:
         """Bytes this process may hold ahead of its reads: the limit split evenly with the other
         live processes that have blocks pinned (DataLoader workers, the ranks of a node)."""
         me = os.getpid()
-        with self._ledger() as db:
+        with self.ledger() as db:
             pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
         others = sum(1 for pid in pids - {me} if pid_alive(pid))
         return self.limit // (others + 1)
@@ -529,7 +509,7 @@ class BlockCache:
             released = False
             while self._release_newest_hold():
                 released = True
-                with self._ledger() as db:
+                with self.ledger() as db:
                     if self._room(db, todo):
                         break
             return released
@@ -552,13 +532,13 @@ class BlockCache:
         when ``reserve`` is false). Returns (blocks to fetch, names to wait for, absent blocks that
         found no room, also among those names)."""
         pid, now = os.getpid(), time.time()
-        with self._ledger() as db:
-            self._reclaim(db)
+        with self.ledger() as db:
+            self.reclaim_dead(db)
             absent: list[_Block] = []
             waiting: set[str] = set()
             for name, block in todo.items():
                 row = db.execute("SELECT ready, crc FROM blocks WHERE name = ?", (name,)).fetchone()
-                if row is not None and row[0] and not self._path(name).is_file():
+                if row is not None and row[0] and not self.block_path(name).is_file():
                     # evicted by a process killed before its ledger change was committed
                     db.execute("DELETE FROM blocks WHERE name = ?", (name,))
                     row = None
@@ -600,7 +580,7 @@ class BlockCache:
         for name, _ in chosen:
             # the file goes first: a kill before the commit leaves a row without a file, counted
             # (never more than is there), dropped when next read
-            self._path(name).unlink(missing_ok=True)
+            self.block_path(name).unlink(missing_ok=True)
             db.execute("DELETE FROM blocks WHERE name = ?", (name,))
             self._verified.pop(name, None)
         return True
@@ -620,14 +600,14 @@ class BlockCache:
                     part.parent.mkdir(parents=True, exist_ok=True)
                     with open(part, "wb") as fh:
                         fh.write(data)
-                    final = self._path(b.name)
+                    final = self.block_path(b.name)
                     os.replace(part, final)
                     # checked against the push as it was written: this process need not read it back
                     st = os.stat(final)
                     self._verified[b.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
                     ready.append((b.name, b.crc))
                     fetched += len(data)
-                with self._ledger() as db:
+                with self.ledger() as db:
                     for name, crc in ready:
                         db.execute(
                             "UPDATE blocks SET ready = 1, owner = 0, crc = ? WHERE name = ?", (crc, name)
@@ -636,10 +616,10 @@ class BlockCache:
         finally:
             left = [b.name for b in blocks if b.name not in done]
             if left:
-                with self._ledger() as db:
+                with self.ledger() as db:
                     for name in left:
                         self._part(name, pid).unlink(missing_ok=True)
-                        self._path(name).unlink(missing_ok=True)
+                        self.block_path(name).unlink(missing_ok=True)
                         db.execute("DELETE FROM blocks WHERE name = ? AND owner = ?", (name, pid))
                         db.execute("DELETE FROM pins WHERE name = ? AND pid = ?", (name, pid))
         return fetched
@@ -648,7 +628,7 @@ class BlockCache:
         if not names:
             return
         pid = os.getpid()
-        with self._ledger() as db:
+        with self.ledger() as db:
             for name in names:
                 db.execute("UPDATE pins SET n = n - 1 WHERE name = ? AND pid = ?", (name, pid))
             db.execute("DELETE FROM pins WHERE pid = ? AND n <= 0", (pid,))
@@ -691,7 +671,7 @@ class BlockCache:
     def _open_checked(self, block: _Block) -> int:
         """An open descriptor of ``block``'s file, checked against its crc32 the first time this
         process reads that very file."""
-        path = self._path(block.name)
+        path = self.block_path(block.name)
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -708,7 +688,7 @@ class BlockCache:
 
     def _damaged(self, name: str, what: str) -> CorruptDatasetError:
         return CorruptDatasetError(
-            f"remote cache block {self._path(name)} {what}", hint=GC_HINT.format(root=self.root)
+            f"remote cache block {self.block_path(name)} {what}", hint=GC_HINT.format(root=self.root)
         )
 
 
@@ -783,80 +763,3 @@ def _fetch_checked(source: BlockSource, blocks: list[_Block]) -> list[tuple[_Blo
     for b, data in zip(blocks, blobs, strict=True):
         source.verify_block(b.rel, b.index, data)
     return list(zip(blocks, blobs, strict=True))
-
-
-# ---------------------------------------------------------------------------------------- gc
-
-
-def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcReport:
-    """Clean the remote cache folder ``root``: reclaim what dead processes left (reservations,
-    ``.part`` files, pins; the whole-file cache's ``.part`` files too), check every block against
-    its recorded crc32 and remove the damaged ones, drop ledger rows whose file is gone and
-    files the ledger does not know. Runs under the cache-wide lock; ``dry_run`` reports what it
-    would remove and changes nothing."""
-    cache = BlockCache(root, 0)
-    report = GcReport(str(cache.root))
-
-    def remove(path: Path) -> None:
-        if not dry_run:
-            path.unlink(missing_ok=True)
-
-    if not cache.root.is_dir():
-        if cache.root.exists():
-            raise RemoteCacheDamagedError(f"the remote cache {cache.root} is not a folder")
-        return report
-    for part in sorted(cache.root.rglob("*.part")):  # the whole-file cache: <rel>.<pid>.<tag>.part
-        if cache.folder in part.parents:
-            continue
-        bits = part.name.split(".")
-        if len(bits) >= 3 and bits[-3].isdigit() and not pid_alive(int(bits[-3])):
-            report.freed_bytes += part.stat().st_size
-            remove(part)
-            report.reclaimed.append(str(part))
-    if not os.path.lexists(cache.root / LEDGER_FILE):  # no ledger: no block file is counted
-        if cache.folder.is_dir():
-            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
-                report.freed_bytes += path.stat().st_size
-                remove(path)
-                report.unledgered.append(str(path))
-        return report
-    with cache._ledger() as db:
-        if dry_run:
-            dead = db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall()
-            report.reclaimed += [str(cache._path(n)) for n, owner in dead if not pid_alive(owner)]
-        else:
-            report.reclaimed += [str(cache._path(n)) for n in cache._reclaim(db)]
-        known: set[str] = set()
-        for name, size, ready, crc in db.execute("SELECT name, size, ready, crc FROM blocks").fetchall():
-            known.add(name)
-            if not ready:
-                continue
-            path = cache._path(name)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                if not dry_run:
-                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
-                continue
-            if len(data) != size or zlib.crc32(data) != crc:
-                remove(path)
-                if not dry_run:
-                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
-                    db.execute("DELETE FROM pins WHERE name = ?", (name,))
-                report.damaged.append(str(path))
-                report.freed_bytes += len(data)
-                continue
-            report.blocks += 1
-            report.bytes += size
-        owners = {int(o) for (o,) in db.execute("SELECT DISTINCT owner FROM blocks WHERE ready = 0")}
-        if cache.folder.is_dir():
-            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
-                rel = path.relative_to(cache.folder).as_posix()
-                stem, _, pid = rel.rpartition(".part.")
-                if stem and pid.isdigit() and int(pid) in owners:
-                    continue  # a live fetch's part
-                if rel not in known:
-                    report.freed_bytes += path.stat().st_size
-                    remove(path)
-                    (report.reclaimed if stem and pid.isdigit() else report.unledgered).append(str(path))
-    return report

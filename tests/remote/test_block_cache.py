@@ -26,7 +26,7 @@ from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.remote import block_cache, store  # noqa: E402
+from rlds_cli.remote import block_cache, block_gc, store  # noqa: E402
 from rlds_cli.remote.files import RemoteFiles  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
 from rlds_cli.remote.transfer import push  # noqa: E402
@@ -263,7 +263,7 @@ def test_a_kill_at_every_step_never_leaves_the_cache_over_its_limit(local: Any, 
         rows = np.arange(start, min(z.num_steps, start + 40))
         assert_same(z.gather(rows), local.gather(rows))
     assert block_bytes(cache) <= SMALL and z._files.blocks.used_bytes() <= SMALL
-    report = block_cache.gc_blocks(cache)
+    report = block_gc.gc_blocks(cache)
     assert report.damaged == [] and report.bytes <= SMALL
 
 
@@ -326,7 +326,7 @@ def test_one_download_of_a_block_per_node(
     for p in procs:
         p.join(120)
     fetched = [out.get(timeout=5) for _ in procs]
-    report = block_cache.gc_blocks(cache)
+    report = block_gc.gc_blocks(cache)
     assert sum(fetched) == report.bytes, (fetched, report.bytes)  # each block came once
 
 
@@ -396,7 +396,7 @@ def test_a_batch_s_blocks_are_there_before_it_is_gathered(
     assert 0 < blocks._held <= blocks.limit  # the next epoch's first draws, pinned ahead
     loader.close()
     assert blocks._held == 0 and blocks._held_refs == {}
-    with blocks._ledger() as db:
+    with blocks.ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 
@@ -684,7 +684,7 @@ def test_a_read_short_of_room_releases_a_prefetch_still_waiting(
 
     def share_then_the_other_pins(self: Any) -> int:
         share = real_share(self)  # the other has pinned nothing yet: the whole limit
-        with self._ledger() as db:  # then pins every block and fetches into the rest
+        with self.ledger() as db:  # then pins every block and fetches into the rest
             for (name,) in db.execute("SELECT name FROM blocks").fetchall():
                 db.execute("INSERT INTO pins VALUES (?, ?, 1)", (name, other.pid))
             used = db.execute("SELECT SUM(size) FROM blocks").fetchone()[0]
@@ -710,7 +710,7 @@ def test_a_read_short_of_room_releases_a_prefetch_still_waiting(
         reading = threading.Thread(target=read)
         reading.start()
         reading.join(0.3)
-        with blocks._ledger() as db:  # the other reader is done
+        with blocks.ledger() as db:  # the other reader is done
             db.execute("DELETE FROM pins WHERE pid = ?", (other.pid,))
             db.execute("DELETE FROM blocks WHERE name = 'x/o'")
         reading.join(60)
@@ -722,7 +722,7 @@ def test_a_read_short_of_room_releases_a_prefetch_still_waiting(
         other.wait()
         stop.set()
     assert blocks._held == 0 and blocks._holds == {}
-    with blocks._ledger() as db:
+    with blocks.ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 
@@ -748,7 +748,7 @@ def test_a_read_or_prefetch_that_fails_leaves_nothing_pinned(
             z.column("pixels")[np.arange(0, 24)]
         with pytest.raises(RemoteAccessError):
             z.prefetch(np.arange(0, 24), ["pixels"])
-    with blocks._ledger() as db:
+    with blocks.ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
         assert db.execute("SELECT COUNT(*) FROM blocks WHERE ready = 0").fetchone()[0] == 0
     assert blocks._held == 0 and blocks._holds == {}
@@ -778,7 +778,7 @@ def test_closing_a_loader_ends_a_prefetch_waiting_for_room(
     loader.close()
     assert time.monotonic() - began < 60, "the waiting prefetch was stopped, not waited out"
     assert blocks._held == 0
-    with blocks._ledger() as db:
+    with blocks.ledger() as db:
         assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
 
 

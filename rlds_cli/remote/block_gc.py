@@ -1,0 +1,109 @@
+"""``rlds gc --remote-cache DIR``: a block cache folder cleaned under its lock (what dead
+processes left, blocks that fail their crc32, files no ledger counts), with a report."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlds_cli._util.locks import pid_alive
+from rlds_cli.errors import RemoteCacheDamagedError
+from rlds_cli.remote.block_cache import LEDGER_FILE, BlockCache
+
+
+@dataclass
+class GcReport:
+    """What :func:`gc_blocks` did to one cache folder."""
+
+    folder: str
+    blocks: int = 0
+    bytes: int = 0
+    reclaimed: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    #: Block files no ledger counts (the ledger was lost or replaced).
+    unledgered: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "folder": self.folder, "blocks": self.blocks, "bytes": self.bytes,
+            "reclaimed": self.reclaimed, "damaged": self.damaged, "unledgered": self.unledgered,
+            "freed_bytes": self.freed_bytes,
+        }  # fmt: skip
+
+
+def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcReport:
+    """Clean the remote cache folder ``root``: reclaim what dead processes left (reservations,
+    ``.part`` files, pins; the whole-file cache's ``.part`` files too), check every block against
+    its recorded crc32 and remove the damaged ones, drop ledger rows whose file is gone and
+    files the ledger does not know. Runs under the cache-wide lock; ``dry_run`` reports what it
+    would remove and changes nothing."""
+    cache = BlockCache(root, 0)
+    report = GcReport(str(cache.root))
+
+    def remove(path: Path) -> None:
+        if not dry_run:
+            path.unlink(missing_ok=True)
+
+    if not cache.root.is_dir():
+        if cache.root.exists():
+            raise RemoteCacheDamagedError(f"the remote cache {cache.root} is not a folder")
+        return report
+    for part in sorted(cache.root.rglob("*.part")):  # the whole-file cache: <rel>.<pid>.<tag>.part
+        if cache.folder in part.parents:
+            continue
+        bits = part.name.split(".")
+        if len(bits) >= 3 and bits[-3].isdigit() and not pid_alive(int(bits[-3])):
+            report.freed_bytes += part.stat().st_size
+            remove(part)
+            report.reclaimed.append(str(part))
+    if not os.path.lexists(cache.root / LEDGER_FILE):  # no ledger: no block file is counted
+        if cache.folder.is_dir():
+            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
+                report.freed_bytes += path.stat().st_size
+                remove(path)
+                report.unledgered.append(str(path))
+        return report
+    with cache.ledger() as db:
+        if dry_run:
+            dead = db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall()
+            report.reclaimed += [str(cache.block_path(n)) for n, owner in dead if not pid_alive(owner)]
+        else:
+            report.reclaimed += [str(cache.block_path(n)) for n in cache.reclaim_dead(db)]
+        known: set[str] = set()
+        for name, size, ready, crc in db.execute("SELECT name, size, ready, crc FROM blocks").fetchall():
+            known.add(name)
+            if not ready:
+                continue
+            path = cache.block_path(name)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                if not dry_run:
+                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                continue
+            if len(data) != size or zlib.crc32(data) != crc:
+                remove(path)
+                if not dry_run:
+                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                    db.execute("DELETE FROM pins WHERE name = ?", (name,))
+                report.damaged.append(str(path))
+                report.freed_bytes += len(data)
+                continue
+            report.blocks += 1
+            report.bytes += size
+        owners = {int(o) for (o,) in db.execute("SELECT DISTINCT owner FROM blocks WHERE ready = 0")}
+        if cache.folder.is_dir():
+            for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
+                rel = path.relative_to(cache.folder).as_posix()
+                stem, _, pid = rel.rpartition(".part.")
+                if stem and pid.isdigit() and int(pid) in owners:
+                    continue  # a live fetch's part
+                if rel not in known:
+                    report.freed_bytes += path.stat().st_size
+                    remove(path)
+                    (report.reclaimed if stem and pid.isdigit() else report.unledgered).append(str(path))
+    return report
