@@ -228,7 +228,7 @@ class RemoteFiles:
     def local_file(self, rel: str) -> Path | None:
         """The file's checked copy in the file cache, downloaded first if need be; ``None`` when
         the index does not list it. A copy already there is checked against the push (size,
-        sha256) the first time a process uses it.
+        sha256) the first time this object (one opened dataset, in one process) uses it.
 
         Raises:
             RemoteCacheDamagedError: The copy differs from the push (it is never served).
