@@ -565,7 +565,13 @@ class RobomimicReader(Reader):
             else:
                 final = rows[b - a - 1 : b - a]
             observations[ted] = np.concatenate([rows[: b - a], final]) if last else rows[: b - a]
-        terminated = bool(np.asarray(steps[self._keys["dones"]][-1]).any()) if last else False
+        dones = np.asarray(steps[self._keys["dones"]])
+        if dones.size and not np.isin(dones, (0, 1)).all():
+            self._notes.append(
+                "data/<demo>/dones holds values other than 0 and 1 (robomimic writes 0 or 1): kept as "
+                "info/dones; a demo ends terminated when its last one is not 0"
+            )
+        terminated = bool(dones[-1].any()) if last else False
         return Piece(
             label,
             observations,

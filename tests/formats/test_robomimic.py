@@ -224,6 +224,19 @@ def test_counts_the_demos_contradict_are_named(tmp_path: Path) -> None:
     assert open_dataset("n").num_steps == steps
 
 
+def test_dones_other_than_0_and_1_are_named(tmp_path: Path) -> None:
+    path = Path(shutil.copy(IMAGE, tmp_path / "d.hdf5"))
+    with h5py.File(path, "a") as f:
+        n = f["data/demo_0/dones"].shape[0]
+        del f["data/demo_0/dones"]
+        f["data/demo_0/dones"] = np.r_[np.zeros(n - 2), 5, 3].astype(f["data/demo_1/dones"].dtype)
+    notes = convert(path, "d").manifest.conversion["notes"]
+    assert any(n.startswith("data/<demo>/dones holds values other than 0 and 1") for n in notes), notes
+    ds = open_dataset("d")
+    assert ds.episode(0)["info/dones"][-2:].tolist() == [5, 3]  # kept as stored
+    assert bool(ds.episode(0)["next/terminated"][-1])
+
+
 def test_a_file_of_another_layout_given_as_robomimic_is_refused(tmp_path: Path) -> None:
     from rlds_cli.testing.sources import golden_three_episodes
 
