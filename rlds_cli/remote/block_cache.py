@@ -67,8 +67,7 @@ WAIT_SECONDS = 120.0
 #: Seconds a read short of room waits for other processes to let go of blocks before it reads
 #: the blocks it lacks from the store into memory instead (checked, served, not kept).
 PASS_BY_SECONDS = 1.0
-#: Seconds a ledger change waits for the cache-wide lock (a change holds it for milliseconds;
-#: ``rlds gc --remote-cache`` for its whole scan).
+#: Seconds a ledger change waits for the cache-wide lock (a change holds it for milliseconds).
 LOCK_WAIT_SECONDS = 120.0
 #: Seconds between two looks at the ledger while waiting.
 POLL_SECONDS = 0.01

@@ -39,8 +39,9 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
     """Clean the remote cache folder ``root``: reclaim what dead processes left (reservations,
     ``.part`` files, pins; the whole-file cache's ``.part`` files too), check every block against
     its recorded crc32 and remove the damaged ones, drop ledger rows whose file is gone and
-    files the ledger does not know. Runs under the cache-wide lock; ``dry_run`` reports what it
-    would remove and changes nothing."""
+    files the ledger does not know. The ledger is changed under the cache-wide lock; the blocks
+    are read outside it (readers are not held up by the scan). ``dry_run`` reports what it would
+    remove and changes nothing."""
     cache = BlockCache(root, 0)
     report = GcReport(str(cache.root))
 
@@ -73,28 +74,30 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
             report.reclaimed += [str(cache.block_path(n)) for n, owner in dead if not pid_alive(owner)]
         else:
             report.reclaimed += [str(cache.block_path(n)) for n in cache.reclaim_dead(db)]
-        known: set[str] = set()
-        for name, size, ready, crc in db.execute("SELECT name, size, ready, crc FROM blocks").fetchall():
-            known.add(name)
-            if not ready:
+        ready = db.execute("SELECT name, size, crc FROM blocks WHERE ready = 1").fetchall()
+    # every block read outside the lock (readers go on meanwhile); what fails is checked again
+    # under it, against the ledger as it is then (a block evicted and fetched again is new)
+    suspects = [(name, size, crc) for name, size, crc in ready if not _intact(cache, name, size, crc)]
+    with cache.ledger() as db:
+        gone: set[str] = set()
+        for name, size, crc in suspects:
+            row = db.execute("SELECT size, crc FROM blocks WHERE name = ? AND ready = 1", (name,)).fetchone()
+            if row is None or tuple(row) != (size, crc) or _intact(cache, name, size, crc):
                 continue
+            gone.add(name)
             path = cache.block_path(name)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                if not dry_run:
-                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
-                continue
-            if len(data) != size or zlib.crc32(data) != crc:
-                remove(path)
-                if not dry_run:
-                    db.execute("DELETE FROM blocks WHERE name = ?", (name,))
-                    db.execute("DELETE FROM pins WHERE name = ?", (name,))
+            if path.is_file():
                 report.damaged.append(str(path))
-                report.freed_bytes += len(data)
-                continue
-            report.blocks += 1
-            report.bytes += size
+                report.freed_bytes += path.stat().st_size
+                remove(path)
+            if not dry_run:
+                db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+                db.execute("DELETE FROM pins WHERE name = ?", (name,))
+        for name, size in db.execute("SELECT name, size FROM blocks WHERE ready = 1").fetchall():
+            if name not in gone:  # a dry run leaves the damaged rows
+                report.blocks += 1
+                report.bytes += size
+        known = {name for (name,) in db.execute("SELECT name FROM blocks")}
         owners = {int(o) for (o,) in db.execute("SELECT DISTINCT owner FROM blocks WHERE ready = 0")}
         if cache.folder.is_dir():
             for path in sorted(p for p in cache.folder.rglob("*") if p.is_file()):
@@ -107,3 +110,13 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
                     remove(path)
                     (report.reclaimed if stem and pid.isdigit() else report.unledgered).append(str(path))
     return report
+
+
+def _intact(cache: BlockCache, name: str, size: int, crc: int) -> bool:
+    """Whether block ``name``'s file has the size and crc32 the ledger recorded (a missing file
+    is not: its row goes)."""
+    try:
+        data = cache.block_path(name).read_bytes()
+    except FileNotFoundError:
+        return False
+    return len(data) == size and zlib.crc32(data) == crc

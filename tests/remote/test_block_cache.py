@@ -890,6 +890,39 @@ def test_gc_reclaims_a_dead_reader_s_reservation(local: Any, tmp_path: Path) -> 
     assert reclaimed and not list((cache / "blocks").rglob("*.part.*"))
 
 
+def test_gc_reads_the_blocks_without_holding_the_cache_s_lock(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers wait for the lock: gc held it while it read every block (minutes for a large
+    cache). A block damaged meanwhile is still found; one fetched again meanwhile is kept."""
+    from rlds_cli._util.locks import FileLock
+
+    cache = tmp_path / "c"
+    _read_all(str(cache))
+    free: list[bool] = []
+    real = block_gc._intact
+
+    def looking(*args: Any) -> bool:
+        other = FileLock(cache / block_cache.LOCK_FILE)
+        try:
+            other.acquire(timeout=0)
+            other.release()
+            free.append(True)
+        except Exception:
+            free.append(False)
+        return real(*args)
+
+    victim = next(p for p in (cache / "blocks").rglob("*") if p.is_file() and p.stat().st_size > 16)
+    data = bytearray(victim.read_bytes())
+    data[7] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    monkeypatch.setattr(block_gc, "_intact", looking)
+    report = block_gc.gc_blocks(cache)
+    assert report.damaged == [str(victim)] and not victim.exists()
+    # every block read unlocked, then the damaged one read again under the lock
+    assert free.count(True) == report.blocks + 1 and free.count(False) == 1
+
+
 def test_a_damaged_ledger_or_folder_is_one_line_naming_it(local: Any, tmp_path: Path) -> None:
     """A raw sqlite3.DatabaseError (or IsADirectoryError...) came out of reads, and gc said
     'nothing to remove' or 'unexpected DatabaseError'."""
