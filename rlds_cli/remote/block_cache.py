@@ -122,20 +122,23 @@ class _Block:
     crc: int | None = None
 
 
-#: Every block cache of this process, for :func:`_fresh_locks_in_child`.
+#: Every block cache of this process, for :func:`_fresh_in_child`.
 _CACHES: weakref.WeakSet[BlockCache] = weakref.WeakSet()
 
 
-def _fresh_locks_in_child() -> None:
-    """A forked child's block caches start with unheld locks: another thread of the parent may
-    have held one at the fork, and no thread of the child would ever release it."""
+def _fresh_in_child() -> None:
+    """A forked child's block caches start as a new process's: unheld locks (another thread of
+    the parent may have held one at the fork, and no thread of the child would release it), no
+    holds (its parent's pins name the parent's pid) and no block checked yet."""
     for cache in list(_CACHES):
         cache._mutex = threading.Lock()
         cache._held_mutex = threading.Lock()
+        cache._held, cache._held_refs, cache._holds, cache._short_reads = 0, {}, {}, 0
+        cache._verified = {}
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks_in_child)
+    os.register_at_fork(after_in_child=_fresh_in_child)
 
 
 #: The block cache of each folder and limit in this process (:func:`shared_block_cache`).
@@ -226,8 +229,9 @@ class BlockCache:
                 ) from None
 
     def _open_ledger(self) -> None:
-        """Open the ledger (again in a forked child). A folder whose ledger is gone keeps no
-        block: files no ledger counts would pass the limit unseen."""
+        """Open the ledger (again in a forked child, whose other state :func:`_fresh_in_child`
+        renewed). A folder whose ledger is gone keeps no block: files no ledger counts would pass
+        the limit unseen."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.root / LOCK_FILE)
         self._file_lock.acquire(timeout=LOCK_WAIT_SECONDS)
@@ -246,10 +250,6 @@ class BlockCache:
         finally:
             self._file_lock.release()
         self._pid = os.getpid()
-        self._verified = {}
-        # a forked child holds nothing of its parent's (its pins are the parent's pid)
-        self._held, self._held_refs, self._holds, self._short_reads = 0, {}, {}, 0
-        self._held_mutex = threading.Lock()
 
     def block_path(self, name: str) -> Path:
         """The file of block ``name``."""
