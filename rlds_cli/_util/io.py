@@ -1,4 +1,4 @@
-"""File helpers for every writer: atomic replace, fsync, sha256, free-space checks, disk use.
+"""File helpers for every writer: atomic replace, fsync, sha256, crc32c, free-space checks, disk use.
 
 Imports nothing of rlds but its errors, so any layer may use it. Callers decide whether to fsync
 (most pass :func:`rlds_cli.settings.fsync_enabled`, ``RLDS_FSYNC``).
@@ -129,6 +129,15 @@ def sha256_file(path: str | os.PathLike[str], stop: threading.Event | None = Non
                 raise InterruptedError(f"the hash of {path} was stopped")
             digest.update(view[:size])
         return digest.hexdigest()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of ``data``: a block's check where sha256 would cost ten times more
+    (google-crc32c, zarr's own dependency: ~20 GB/s on one core against sha256's ~1.6 GB/s).
+    Detects every error burst of up to 32 bits; other damage passes with odds of 2**-32."""
+    import google_crc32c
+
+    return int(google_crc32c.value(data))
 
 
 def check_disk(directory: Path, needed: int, what: str) -> None:

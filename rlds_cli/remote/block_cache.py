@@ -1,27 +1,28 @@
-"""A node-local, bounded on-disk cache of fixed-size blocks of pushed datasets' files.
+"""A node-local, bounded on-disk cache of blocks of pushed datasets' files.
 
 A remote read (zarr chunk ranges, frame ranges) asks for byte ranges of files; the cache serves
-them from aligned blocks of the push's per-block digests (the block size its index records,
-:data:`rlds_cli.remote.store.INDEX_BLOCK_BYTES` by default), fetching the missing ones in one
-batch of concurrent requests, each checked against the push's digest before it enters. Blocks,
-not whole files, because a frame column is one big file a limit could not bound.
+them from the blocks of the push's index (:meth:`rlds_cli.remote.store.FileEntry.layout`: blocks
+of the index's block size, a frame file's cut where episodes begin), fetching the missing ones in
+one batch of concurrent requests, each checked against the push's index before it enters.
+Blocks, not whole files, because a frame column is one big file a limit could not bound. Blocks
+fetched ahead of a read are also kept in memory until that read (:data:`MEMORY_BYTES`).
 
 Layout of a cache folder ``DIR`` (``cache=DIR`` / ``$RLDS_REMOTE_CACHE``):
 
 - ``DIR/blocks/<version>/<file-hash>.<n>``: block ``n`` of one file of one pushed version
-  (``<version>`` is the URL's hash and the manifest's: another push is another folder);
-- ``DIR/blocks.db``: the ledger (SQLite): every block's size, last use, owner while it is being
-  fetched, local checksum (crc32), and the pins of the reads using it;
-- ``DIR/blocks.lock``: the cache-wide lock (:class:`~rlds_cli._util.locks.FileLock`) every ledger
-  change is made under.
+  (``<version>`` is the URL's hash and the manifest's: another push is another folder;
+  ``<file-hash>`` names the file's path and its blocks' layout);
+- ``DIR/blocks.db`` and ``DIR/blocks.lock``: the ledger and the lock every change of it is made
+  under (:mod:`rlds_cli.remote.block_ledger`).
 
 Guarantees:
 
 - **Never over the limit**, also when a process is killed at any step: the space of a block is
   reserved in the ledger (evicting least recently used blocks) before its ``.part`` file is
   written; a reservation of a dead process keeps counting until the next process that takes the
-  lock reclaims it (removes its ``.part`` and its row). The limit bounds the block files; the
-  ledger (about 100 bytes a block) lies beside them.
+  lock reclaims it (removes its ``.part`` and its row). The limit bounds the folder: the block
+  files, each counted with :data:`ROW_BYTES` for its rows, and :data:`LEDGER_BYTES` kept free
+  for the ledger's files (a sixteenth of the limit where that is less).
 - **Never evicts what a read in flight needs**: a read pins its blocks (rows of ``pins`` with its
   pid) from the moment it finds or reserves them until it has copied its bytes out.
 - **Reads planned ahead wait their turn** (:meth:`BlockCache.prefetch`): a prefetch waits for room
@@ -33,7 +34,8 @@ Guarantees:
   read waits on another process's read-ahead (a DDP rank waiting at a collective for this one).
 - **One download per node**: a block being fetched by a live process is waited for, not
   fetched again (its ledger row is the per-block lock).
-- **Content-checked**: a block enters only after its sha256 matches the push's; its crc32 is
+- **Content-checked**: a block enters only after it matches the push's index (its size and
+  crc32c, or its sha256 in an index written before rlds recorded crc32c); its crc32c is
   recorded, and a process checks a block file against it the first time it reads it. A block that
   fails is reported (:class:`~rlds_cli.errors.CorruptDatasetError` naming the file, hint
   ``rlds gc --remote-cache``), never served. Blocks checked against the push need no re-read of
@@ -43,21 +45,23 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import shutil
 import sqlite3
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from rlds_cli._util.locks import FileLock, Timeout, pid_alive
-from rlds_cli.errors import CorruptDatasetError, RemoteCacheDamagedError, RemoteCacheFullError
+import numpy as np
+
+from rlds_cli._util.io import crc32c
+from rlds_cli._util.locks import pid_alive
+from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
+from rlds_cli.remote.block_ledger import BLOCKS_DIR, LEDGER_BYTES, ROW_BYTES, USED_SQL, BlockLedger
+from rlds_cli.remote.store import BlockLayout
 
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
 FETCH_WINDOW = 256 * 1024 * 1024
@@ -67,27 +71,13 @@ WAIT_SECONDS = 120.0
 #: Seconds a read short of room waits for other processes to let go of blocks before it reads
 #: the blocks it lacks from the store into memory instead (checked, served, not kept).
 PASS_BY_SECONDS = 1.0
-#: Seconds a ledger change waits for the cache-wide lock (a change holds it for milliseconds).
-LOCK_WAIT_SECONDS = 120.0
 #: Seconds between two looks at the ledger while waiting.
 POLL_SECONDS = 0.01
+#: Bytes of blocks a process keeps in memory from their fetch ahead until their read (served
+#: without reading the block file back: a third of a learner core's fetch work).
+MEMORY_BYTES = 256 * 1024 * 1024
 
-#: The ledger's write-ahead log is checkpointed every this many pages and truncated to
-#: :data:`LEDGER_LOG_BYTES` (the ledger, beside the blocks, stays small: ~100 bytes a block).
-LEDGER_CHECKPOINT_PAGES = 64
-LEDGER_LOG_BYTES = 512 * 1024
-
-BLOCKS_DIR = "blocks"
-LEDGER_FILE = "blocks.db"
-LOCK_FILE = "blocks.lock"
 GC_HINT = "rlds gc --remote-cache {root} removes damaged blocks; the next read fetches them again"
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS blocks(name TEXT PRIMARY KEY, size INTEGER NOT NULL, "
-    "used REAL NOT NULL, owner INTEGER NOT NULL, ready INTEGER NOT NULL, crc INTEGER)",
-    "CREATE TABLE IF NOT EXISTS pins(name TEXT NOT NULL, pid INTEGER NOT NULL, n INTEGER NOT NULL, "
-    "PRIMARY KEY(name, pid))",
-)
 
 
 class BlockSource(Protocol):
@@ -99,16 +89,16 @@ class BlockSource(Protocol):
     #: Bytes of one block (of the push's per-block digests).
     block_bytes: int
 
-    def size(self, rel: str) -> int | None:
-        """The file's size from the push's index."""
+    def layout(self, rel: str) -> BlockLayout | None:
+        """The file's blocks from the push's index (``None``: no such file)."""
         ...
 
     def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Bytes ``[start, end)`` of each file, from the store, in one batch of requests."""
         ...
 
-    def verify_block(self, rel: str, block: int, data: bytes) -> None:
-        """Raise unless ``data`` is block ``block`` of ``rel`` as pushed."""
+    def verify_block(self, rel: str, block: int, data: bytes) -> int:
+        """Raise unless ``data`` is block ``block`` of ``rel`` as pushed; its crc32c."""
         ...
 
 
@@ -121,6 +111,11 @@ class _Block:
     size: int
     crc: int | None = None
 
+    @property
+    def charge(self) -> int:
+        """What it counts against the limit: its bytes and its rows."""
+        return self.size + ROW_BYTES
+
 
 #: Every block cache of this process, for :func:`_fresh_in_child`.
 _CACHES: weakref.WeakSet[BlockCache] = weakref.WeakSet()
@@ -131,10 +126,10 @@ def _fresh_in_child() -> None:
     the parent may have held one at the fork, and no thread of the child would release it), no
     holds (its parent's pins name the parent's pid) and no block checked yet."""
     for cache in list(_CACHES):
-        cache._mutex = threading.Lock()
+        cache._ledger.renew_in_child()
         cache._held_mutex = threading.Lock()
         cache._held, cache._held_refs, cache._holds, cache._short_reads = 0, {}, {}, 0
-        cache._verified = {}
+        cache._verified, cache._in_memory, cache._in_memory_bytes = {}, {}, 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -167,11 +162,10 @@ class BlockCache:
         _CACHES.add(self)
         self.root = Path(root).expanduser()
         self.limit = int(limit)
+        #: Bytes the blocks and their rows may take (the limit less room for the ledger's files).
+        self.room = self.limit - min(LEDGER_BYTES, self.limit // 16)
         self.folder = self.root / BLOCKS_DIR
-        self._pid = -1
-        self._conn: sqlite3.Connection | None = None
-        self._file_lock: FileLock | None = None
-        self._mutex = threading.Lock()
+        self._ledger = BlockLedger(self.root)
         #: Bytes of blocks pinned ahead of their reads by this process (:meth:`prefetch`), and
         #: each such block's holds and size.
         self._held = 0
@@ -184,72 +178,14 @@ class BlockCache:
         self._short_reads = 0
         #: Blocks this process checked against their crc: name -> (inode, mtime, size).
         self._verified: dict[str, tuple[int, int, int]] = {}
+        #: Blocks fetched ahead and kept in memory until their hold is released (checked
+        #: bytes, at most :data:`MEMORY_BYTES`), by name.
+        self._in_memory: dict[str, bytes] = {}
+        self._in_memory_bytes = 0
 
-    # ------------------------------------------------------------------ the ledger
-
-    @contextlib.contextmanager
-    def ledger(self) -> Any:
-        """The ledger, in one transaction under the cache-wide lock (and this process's mutex:
-        the file lock counts holds across threads).
-
-        Raises:
-            RemoteCacheDamagedError: The ledger or the folder is damaged, or another process
-                holds the lock past :data:`LOCK_WAIT_SECONDS` (a stopped process).
-        """
-        with self._mutex:
-            try:
-                if self._pid != os.getpid():
-                    self._open_ledger()
-                assert self._conn is not None and self._file_lock is not None
-                self._file_lock.acquire(timeout=LOCK_WAIT_SECONDS)
-                try:
-                    self._conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield self._conn
-                    except BaseException:
-                        self._conn.execute("ROLLBACK")
-                        raise
-                    self._conn.execute("COMMIT")
-                finally:
-                    self._file_lock.release()
-            except sqlite3.Error as exc:
-                raise RemoteCacheDamagedError(
-                    f"the remote cache {self.root}: its ledger {LEDGER_FILE} cannot be used ({exc})"
-                ) from None
-            except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
-                raise RemoteCacheDamagedError(
-                    f"the remote cache {self.root}: {exc.filename or self.root} is not what the cache "
-                    f"keeps there ({exc.strerror})"
-                ) from None
-            except Timeout:
-                raise RemoteCacheDamagedError(
-                    f"the remote cache {self.root}: {LOCK_FILE} stayed locked by another process for "
-                    f"{LOCK_WAIT_SECONDS:g} s (a stopped or hung process: Ctrl-Z, a debugger?)",
-                    hint="resume or end that process; no ledger change takes that long",
-                ) from None
-
-    def _open_ledger(self) -> None:
-        """Open the ledger (again in a forked child, whose other state :func:`_fresh_in_child`
-        renewed). A folder whose ledger is gone keeps no block: files no ledger counts would pass
-        the limit unseen."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._file_lock = FileLock(self.root / LOCK_FILE)
-        self._file_lock.acquire(timeout=LOCK_WAIT_SECONDS)
-        try:
-            if not (self.root / LEDGER_FILE).exists() and self.folder.is_dir():
-                shutil.rmtree(self.folder)
-            self._conn = sqlite3.connect(self.root / LEDGER_FILE, isolation_level=None, timeout=60,
-                                         check_same_thread=False)  # fmt: skip
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            # the ledger sits beside the blocks, outside the limit: keep its log small
-            self._conn.execute(f"PRAGMA wal_autocheckpoint={LEDGER_CHECKPOINT_PAGES}")
-            self._conn.execute(f"PRAGMA journal_size_limit={LEDGER_LOG_BYTES}")
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-        finally:
-            self._file_lock.release()
-        self._pid = os.getpid()
+    def ledger(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """The ledger, in one transaction under the cache-wide lock (:meth:`BlockLedger.transaction`)."""
+        return self._ledger.transaction()
 
     def block_path(self, name: str) -> Path:
         """The file of block ``name``."""
@@ -261,21 +197,23 @@ class BlockCache:
     def reclaim_dead(self, db: sqlite3.Connection) -> list[str]:
         """Remove the reservations and pins of dead processes (their ``.part`` files first)."""
         gone: list[str] = []
+        me = os.getpid()  # alive: its own rows are no dead process's (and need no look at /proc)
         for name, owner in db.execute("SELECT name, owner FROM blocks WHERE ready = 0").fetchall():
-            if not pid_alive(owner):
+            if owner != me and not pid_alive(owner):
                 self._part(name, owner).unlink(missing_ok=True)
                 self.block_path(name).unlink(missing_ok=True)  # renamed, but never marked ready
                 db.execute("DELETE FROM blocks WHERE name = ?", (name,))
                 gone.append(name)
         for (pid,) in db.execute("SELECT DISTINCT pid FROM pins").fetchall():
-            if not pid_alive(pid):
+            if pid != me and not pid_alive(pid):
                 db.execute("DELETE FROM pins WHERE pid = ?", (pid,))
         return gone
 
     def used_bytes(self) -> int:
-        """Bytes the ledger counts: ready blocks and reservations (what the limit bounds)."""
+        """Bytes the ledger counts: ready blocks and reservations, each with its rows (what
+        :attr:`room` bounds)."""
         with self.ledger() as db:
-            return int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
+            return int(db.execute(USED_SQL).fetchone()[0])
 
     # ------------------------------------------------------------------ reads
 
@@ -295,12 +233,12 @@ class BlockCache:
                 bytes differ from the push.
         """
         blocks = self._blocks_of(source, rels, starts, ends)
-        budget = max(source.block_bytes, self.limit // 2)
-        if sum(b.size for b in blocks.values()) > budget:
+        budget = max(source.block_bytes + ROW_BYTES, self.room // 2)
+        if sum(b.charge for b in blocks.values()) > budget:
             return self._read_in_passes(source, blocks, budget, rels, starts, ends)
         passed = self.ensure(source, list(blocks.values()))
         try:
-            return self._slices(blocks, source.block_bytes, rels, starts, ends, passed)
+            return self._slices(blocks, source, rels, starts, ends, passed)
         finally:
             self._unpin([name for name in blocks if name not in passed])
 
@@ -315,15 +253,17 @@ class BlockCache:
     ) -> list[bytes]:
         """:meth:`read_ranges` of a read larger than ``budget`` bytes of blocks: the blocks in
         file order, in passes of at most ``budget`` bytes; each range's pieces joined at the end."""
-        bb = source.block_bytes
         passes = _windows(sorted(blocks.values(), key=lambda b: (b.rel, b.index)), budget)
         pass_of = {(b.rel, b.index): k for k, group in enumerate(passes) for b in group}
+        by_rel = {(b.rel, b.index): b for b in blocks.values()}
         # each range cut at block edges: (pass, range, piece start, piece end)
         cuts: list[tuple[int, int, int, int]] = []
-        for k, (rel, start, end) in enumerate(zip(rels, starts, ends, strict=True)):
+        spans = _spans(source, rels, starts, ends)
+        for k, (rel, start, end, span) in enumerate(zip(rels, starts, ends, spans, strict=True)):
             start, end = int(start), int(end)
-            for index in range(start // bb, (end - 1) // bb + 1) if end > start else ():
-                lo, hi = max(start, index * bb), min(end, (index + 1) * bb)
+            for index in span:
+                block = by_rel[(rel, index)]
+                lo, hi = max(start, block.start), min(end, block.start + block.size)
                 cuts.append((pass_of[(rel, index)], k, lo, hi))
         pieces: list[list[bytes]] = [[] for _ in rels]
         cuts.sort()
@@ -336,7 +276,7 @@ class BlockCache:
                 at += 1
             passed = self.ensure(source, group)
             try:
-                got = self._slices(mine, bb, [rels[r] for r, _, _ in todo], [lo for _, lo, _ in todo],
+                got = self._slices(mine, source, [rels[r] for r, _, _ in todo], [lo for _, lo, _ in todo],
                                    [hi for _, _, hi in todo], passed)  # fmt: skip
             finally:
                 self._unpin([name for name in mine if name not in passed])
@@ -364,13 +304,13 @@ class BlockCache:
 
         while True:
             with self._held_mutex:  # a block two holds share counts once
-                need = sum(b.size for b in blocks if b.name not in self._held_refs)
+                need = sum(b.charge for b in blocks if b.name not in self._held_refs)
                 if need > share:
                     return None
                 if self._held + need <= share and not self._short_reads:
                     self._held += need
                     for b in blocks:
-                        count, size = self._held_refs.get(b.name, (0, b.size))
+                        count, size = self._held_refs.get(b.name, (0, b.charge))
                         self._held_refs[b.name] = (count + 1, size)
                     self._hold_number += 1
                     hold = BlockHold(self, [], [b.name for b in blocks], self._hold_number)
@@ -387,7 +327,7 @@ class BlockCache:
                 pinned = [name for name in todo if name not in waiting and name not in reserved]  # ready
                 try:
                     if mine:  # reserved: fetched even if the hold is let go meanwhile
-                        hold.fetched += self._download(source, mine)
+                        hold.fetched += self._download(source, mine, hold)
                         pinned += reserved  # a failed download drops their reservations and pins itself
                 finally:
                     with self._held_mutex:
@@ -412,7 +352,7 @@ class BlockCache:
         with self.ledger() as db:
             pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
         others = sum(1 for pid in pids - {me} if pid_alive(pid))
-        return self.limit // (others + 1)
+        return self.room // (others + 1)
 
     def _release_newest_hold(self) -> bool:
         """Release the newest hold of this process (for the read planned furthest ahead);
@@ -427,22 +367,17 @@ class BlockCache:
     def _blocks_of(
         self, source: BlockSource, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> dict[str, _Block]:
+        found: dict[str, set[int]] = {}  # the blocks of each file, by number
+        for rel, span in zip(rels, _spans(source, rels, starts, ends), strict=True):
+            if span:
+                found.setdefault(rel, set()).update(span)
         out: dict[str, _Block] = {}
-        bb = source.block_bytes
-        for rel, start, end in zip(rels, starts, ends, strict=True):
-            if end <= start:
-                continue
-            size = source.size(rel)
-            if size is None:
-                raise CorruptDatasetError(f"{rel} is not a file of the pushed version {source.version}")
-            # the block size is part of the name: a version pushed again with other blocks (an
-            # older rlds's 8 MiB) never finds the first push's blocks under its numbers
-            tag = hashlib.sha256(f"{rel}\0{bb}".encode()).hexdigest()[:16]
-            for b in range(int(start) // bb, (int(end) - 1) // bb + 1):
-                name = f"{source.version}/{tag}.{b}"
-                if name not in out:
-                    first = b * bb
-                    out[name] = _Block(name, rel, b, first, max(0, min(bb, size - first)))
+        for rel, numbers in found.items():
+            layout = source.layout(rel)
+            assert layout is not None  # _spans checked it
+            for b in sorted(numbers):
+                name = f"{source.version}/{layout.tag}.{b}"
+                out[name] = _Block(name, rel, b, *layout.bounds(b))
         return out
 
     def ensure(self, source: BlockSource, blocks: list[_Block]) -> dict[str, bytes]:
@@ -450,11 +385,11 @@ class BlockCache:
         (:meth:`_unpin`) once done (on an error nothing stays pinned). Short of room, it releases
         this process's holds for later reads; still short after :data:`PASS_BY_SECONDS`, it reads
         the missing blocks into memory (checked, never written) and returns them by name, unpinned."""
-        need = sum(b.size for b in blocks)
-        if need > self.limit:
+        need = sum(b.charge for b in blocks)
+        if need > self.room:
             raise RemoteCacheFullError(
-                f"the remote cache {self.root} is limited to {self.limit:,} bytes, and one read needs "
-                f"{need:,} bytes of blocks of {source.block_bytes:,} bytes"
+                f"the remote cache {self.root} is limited to {self.limit:,} bytes ({self.room:,} for "
+                f"blocks), and one read needs {need:,} bytes of blocks of {source.block_bytes:,} bytes"
             )
         todo = {b.name: b for b in blocks}
         passed: dict[str, bytes] = {}
@@ -521,7 +456,9 @@ class BlockCache:
         known = {row[0] for row in db.execute(
             f"SELECT name FROM blocks WHERE name IN ({','.join('?' * len(todo))})", list(todo)
         )}  # fmt: skip
-        return self._make_room(db, sum(b.size for name, b in todo.items() if name not in known), evict=False)
+        return self._make_room(
+            db, sum(b.charge for name, b in todo.items() if name not in known), evict=False
+        )
 
     def _claim(
         self, todo: dict[str, _Block], reserve: bool = True
@@ -536,7 +473,7 @@ class BlockCache:
             absent: list[_Block] = []
             waiting: set[str] = set()
             for name, block in todo.items():
-                row = db.execute("SELECT ready, crc FROM blocks WHERE name = ?", (name,)).fetchone()
+                row = db.execute("SELECT ready, crc32c FROM blocks WHERE name = ?", (name,)).fetchone()
                 if row is not None and row[0] and not self.block_path(name).is_file():
                     # evicted by a process killed before its ledger change was committed
                     db.execute("DELETE FROM blocks WHERE name = ?", (name,))
@@ -551,7 +488,7 @@ class BlockCache:
                     waiting.add(name)  # another live process is fetching it
             if not absent:
                 return [], waiting, []
-            if not reserve or not self._make_room(db, sum(b.size for b in absent)):
+            if not reserve or not self._make_room(db, sum(b.charge for b in absent)):
                 return [], waiting | {b.name for b in absent}, absent
             for b in absent:
                 db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?, 0, NULL)", (b.name, b.size, now, pid))
@@ -561,8 +498,8 @@ class BlockCache:
     def _make_room(self, db: sqlite3.Connection, need: int, *, evict: bool = True) -> bool:
         """Evict least recently used unpinned ready blocks until ``need`` more bytes fit
         (``evict=False``: only say whether they would)."""
-        used = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0])
-        if used + need <= self.limit:
+        used = int(db.execute(USED_SQL).fetchone()[0])
+        if used + need <= self.room:
             return True
         victims = db.execute(
             "SELECT name, size FROM blocks WHERE ready = 1 AND name NOT IN (SELECT name FROM pins) "
@@ -570,12 +507,12 @@ class BlockCache:
         )
         chosen: list[tuple[str, int]] = []
         for name, size in victims:
-            if used + need <= self.limit:
+            if used + need <= self.room:
                 break
             chosen.append((name, int(size)))
-            used -= int(size)
-        if used + need > self.limit or not evict:
-            return used + need <= self.limit
+            used -= int(size) + ROW_BYTES
+        if used + need > self.room or not evict:
+            return used + need <= self.room
         for name, _ in chosen:
             # the file goes first: a kill before the commit leaves a row without a file, counted
             # (never more than is there), dropped when next read
@@ -584,9 +521,11 @@ class BlockCache:
             self._verified.pop(name, None)
         return True
 
-    def _download(self, source: BlockSource, blocks: list[_Block]) -> int:
+    def _download(self, source: BlockSource, blocks: list[_Block], hold: BlockHold | None = None) -> int:
         """Fetch ``blocks`` (reserved by this process), check each against the push, write it via
-        its ``.part`` file and mark it ready; on failure drop the reservations not yet ready."""
+        its ``.part`` file and mark it ready (``hold``: keep its bytes in memory for the read it
+        was fetched for, within :data:`MEMORY_BYTES`); on failure drop the reservations not yet
+        ready."""
         pid = os.getpid()
         done: set[str] = set()
         fetched = 0
@@ -594,7 +533,6 @@ class BlockCache:
             for window in _windows(sorted(blocks, key=lambda b: (b.rel, b.index))):
                 ready: list[tuple[str, int]] = []
                 for b, data in _fetch_checked(source, window):
-                    b.crc = zlib.crc32(data)
                     part = self._part(b.name, pid)
                     part.parent.mkdir(parents=True, exist_ok=True)
                     with open(part, "wb") as fh:
@@ -604,12 +542,15 @@ class BlockCache:
                     # checked against the push as it was written: this process need not read it back
                     st = os.stat(final)
                     self._verified[b.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+                    assert b.crc is not None  # set by _fetch_checked
                     ready.append((b.name, b.crc))
+                    if hold is not None:
+                        self._keep(hold, b.name, data)
                     fetched += len(data)
                 with self.ledger() as db:
                     for name, crc in ready:
                         db.execute(
-                            "UPDATE blocks SET ready = 1, owner = 0, crc = ? WHERE name = ?", (crc, name)
+                            "UPDATE blocks SET ready = 1, owner = 0, crc32c = ? WHERE name = ?", (crc, name)
                         )
                 done.update(name for name, _ in ready)
         finally:
@@ -632,25 +573,34 @@ class BlockCache:
                 db.execute("UPDATE pins SET n = n - 1 WHERE name = ? AND pid = ?", (name, pid))
             db.execute("DELETE FROM pins WHERE pid = ? AND n <= 0", (pid,))
 
-    def _slices(self, blocks: dict[str, _Block], bb: int, rels: Sequence[str], starts: Sequence[int],
-                ends: Sequence[int], passed: dict[str, bytes]) -> list[bytes]:  # fmt: skip
+    def _slices(
+        self,
+        blocks: dict[str, _Block],
+        source: BlockSource,
+        rels: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        passed: dict[str, bytes],
+    ) -> list[bytes]:
         """The bytes of each range, read from its (pinned, checked) block files, or from
         ``passed``: blocks read into memory, by name."""
         by_rel: dict[tuple[str, int], _Block] = {(b.rel, b.index): b for b in blocks.values()}
         fds: dict[str, int] = {}
         try:
             out = []
-            for rel, start, end in zip(rels, starts, ends, strict=True):
+            for rel, start, end, span in zip(
+                rels, starts, ends, _spans(source, rels, starts, ends), strict=True
+            ):
                 start, end = int(start), int(end)
-                if end <= start:
+                if not span:
                     out.append(b"")
                     continue
                 pieces = []
-                for b in range(start // bb, (end - 1) // bb + 1):
+                for b in span:
                     block = by_rel[(rel, b)]
                     lo = max(start, block.start) - block.start
                     hi = min(end, block.start + block.size) - block.start
-                    data = passed.get(block.name)
+                    data = passed.get(block.name, self._in_memory.get(block.name))
                     if data is not None:
                         pieces.append(data[lo:hi])
                         continue
@@ -667,8 +617,16 @@ class BlockCache:
             for fd in fds.values():
                 os.close(fd)
 
+    def _keep(self, hold: BlockHold, name: str, data: bytes) -> None:
+        with self._held_mutex:  # a hold already let go (its read short of room) keeps nothing
+            fits = self._in_memory_bytes + len(data) <= MEMORY_BYTES
+            if not hold.released and name not in self._in_memory and fits:
+                self._in_memory[name] = data
+                self._in_memory_bytes += len(data)
+                hold.kept.append(name)
+
     def _open_checked(self, block: _Block) -> int:
-        """An open descriptor of ``block``'s file, checked against its crc32 the first time this
+        """An open descriptor of ``block``'s file, checked against its crc32c the first time this
         process reads that very file."""
         path = self.block_path(block.name)
         try:
@@ -679,7 +637,7 @@ class BlockCache:
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._verified.get(block.name) != stamp:
             data = os.pread(fd, block.size + 1, 0)
-            if len(data) != block.size or zlib.crc32(data) != block.crc:
+            if len(data) != block.size or crc32c(data) != block.crc:
                 os.close(fd)
                 raise self._damaged(block.name, "differs from the block fetched (its checksum fails)")
             self._verified[block.name] = stamp
@@ -704,6 +662,8 @@ class BlockHold:
         self._counted = counted
         #: Bytes this prefetch fetched from the store.
         self.fetched = 0
+        #: Its blocks the cache keeps in memory until it is released.
+        self.kept: list[str] = []
         self._released = False
 
     @property
@@ -723,6 +683,9 @@ class BlockHold:
             cache._unpin(self.names)
         finally:
             with cache._held_mutex:
+                for name in self.kept:
+                    data = cache._in_memory.pop(name, None)
+                    cache._in_memory_bytes -= len(data) if data is not None else 0
                 for name in self._counted:
                     if name not in cache._held_refs:  # a forked child's copy: it counts none
                         continue
@@ -740,25 +703,46 @@ def _pin(db: sqlite3.Connection, name: str, pid: int) -> None:
     )
 
 
+def _spans(
+    source: BlockSource, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
+) -> list[range]:
+    """The numbers of the blocks each range ``[start, end)`` lies in (an empty range: none), found
+    in one search per file."""
+    out: list[range] = [range(0)] * len(rels)
+    of_file: dict[str, list[int]] = {}
+    for k, (rel, start, end) in enumerate(zip(rels, starts, ends, strict=True)):
+        if end > start:
+            of_file.setdefault(rel, []).append(k)
+    for rel, ks in of_file.items():
+        layout = source.layout(rel)
+        if layout is None:
+            raise CorruptDatasetError(f"{rel} is not a file of the pushed version {source.version}")
+        firsts, stops = layout.spans(np.asarray([starts[k] for k in ks], np.int64),
+                                     np.asarray([ends[k] for k in ks], np.int64))  # fmt: skip
+        for k, first, stop in zip(ks, firsts.tolist(), stops.tolist(), strict=True):
+            out[k] = range(first, stop)
+    return out
+
+
 def _windows(blocks: list[_Block], most: int = FETCH_WINDOW) -> list[list[_Block]]:
     """``blocks`` cut into runs of at most ``most`` bytes (a block larger alone is one run)."""
     out: list[list[_Block]] = [[]]
     total = 0
     for b in blocks:
-        if out[-1] and total + b.size > most:
+        if out[-1] and total + b.charge > most:
             out.append([])
             total = 0
         out[-1].append(b)
-        total += b.size
+        total += b.charge
     return [w for w in out if w]
 
 
 def _fetch_checked(source: BlockSource, blocks: list[_Block]) -> list[tuple[_Block, bytes]]:
     """``blocks`` from the store in one batch of requests (the store's reader merges neighbours
-    of one file), each checked against the push's digest."""
+    of one file), each checked against the push's index (its crc32c set)."""
     blocks = sorted(blocks, key=lambda b: (b.rel, b.index))
     ends = [b.start + b.size for b in blocks]
     blobs = source.fetch([b.rel for b in blocks], [b.start for b in blocks], ends)
     for b, data in zip(blocks, blobs, strict=True):
-        source.verify_block(b.rel, b.index, data)
+        b.crc = source.verify_block(b.rel, b.index, data)
     return list(zip(blocks, blobs, strict=True))

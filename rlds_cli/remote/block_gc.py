@@ -1,17 +1,18 @@
 """``rlds gc --remote-cache DIR``: a block cache folder cleaned under its lock (what dead
-processes left, blocks that fail their crc32, files no ledger counts), with a report."""
+processes left, blocks that fail their crc32c, files no ledger counts), with a report."""
 
 from __future__ import annotations
 
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlds_cli._util.io import crc32c
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.errors import RemoteCacheDamagedError
-from rlds_cli.remote.block_cache import LEDGER_FILE, BlockCache
+from rlds_cli.remote.block_cache import BlockCache
+from rlds_cli.remote.block_ledger import LEDGER_FILE
 
 
 @dataclass
@@ -38,7 +39,7 @@ class GcReport:
 def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcReport:
     """Clean the remote cache folder ``root``: reclaim what dead processes left (reservations,
     ``.part`` files, pins; the whole-file cache's ``.part`` files too), check every block against
-    its recorded crc32 and remove the damaged ones, drop ledger rows whose file is gone and
+    its recorded crc32c and remove the damaged ones, drop ledger rows whose file is gone and
     files the ledger does not know. The ledger is changed under the cache-wide lock; the blocks
     are read outside it (readers are not held up by the scan). ``dry_run`` reports what it would
     remove and changes nothing."""
@@ -74,14 +75,16 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
             report.reclaimed += [str(cache.block_path(n)) for n, owner in dead if not pid_alive(owner)]
         else:
             report.reclaimed += [str(cache.block_path(n)) for n in cache.reclaim_dead(db)]
-        ready = db.execute("SELECT name, size, crc FROM blocks WHERE ready = 1").fetchall()
+        ready = db.execute("SELECT name, size, crc32c FROM blocks WHERE ready = 1").fetchall()
     # every block read outside the lock (readers go on meanwhile); what fails is checked again
     # under it, against the ledger as it is then (a block evicted and fetched again is new)
     suspects = [(name, size, crc) for name, size, crc in ready if not _intact(cache, name, size, crc)]
     with cache.ledger() as db:
         gone: set[str] = set()
         for name, size, crc in suspects:
-            row = db.execute("SELECT size, crc FROM blocks WHERE name = ? AND ready = 1", (name,)).fetchone()
+            row = db.execute(
+                "SELECT size, crc32c FROM blocks WHERE name = ? AND ready = 1", (name,)
+            ).fetchone()
             if row is None or tuple(row) != (size, crc) or _intact(cache, name, size, crc):
                 continue
             gone.add(name)
@@ -113,10 +116,10 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
 
 
 def _intact(cache: BlockCache, name: str, size: int, crc: int) -> bool:
-    """Whether block ``name``'s file has the size and crc32 the ledger recorded (a missing file
+    """Whether block ``name``'s file has the size and crc32c the ledger recorded (a missing file
     is not: its row goes)."""
     try:
         data = cache.block_path(name).read_bytes()
     except FileNotFoundError:
         return False
-    return len(data) == size and zlib.crc32(data) == crc
+    return len(data) == size and crc32c(data) == crc

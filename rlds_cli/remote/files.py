@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlds_cli._util.io import atomic_write, sha256_file
+from rlds_cli._util.io import atomic_write, crc32c, sha256_file
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -22,6 +22,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.remote import store
 from rlds_cli.remote.block_cache import BlockCache, BlockHold
+from rlds_cli.remote.signed_ranges import SignedRanges
 from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
 
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
@@ -76,6 +77,10 @@ class RemoteFiles:
         self.bytes_fetched = 0
         #: Files of the file cache this process checked (fetched, or read back once), with its pid.
         self._checked: tuple[int, set[str]] = (os.getpid(), set())
+        self._layouts: dict[str, store.BlockLayout] = {}
+        #: Ranged reads by presigned URL (:mod:`rlds_cli.remote.signed_ranges`), ``False`` where
+        #: the store's cannot be signed, ``None`` before the first fetch asks.
+        self._signed: SignedRanges | bool | None = None
 
     @property
     def fs(self) -> Any:
@@ -104,6 +109,17 @@ class RemoteFiles:
         entry = self.index.files.get(rel)
         return entry.size if entry is not None else None
 
+    def layout(self, rel: str) -> store.BlockLayout | None:
+        """The blocks a bounded cache keeps of file ``rel`` (``None``: the index lists no such
+        file)."""
+        layout = self._layouts.get(rel)
+        if layout is None:
+            entry = self.index.files.get(rel)
+            if entry is None:
+                return None
+            layout = self._layouts[rel] = entry.layout(self.block_bytes, rel)
+        return layout
+
     # ------------------------------------------------------------------ ranged reads
 
     def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
@@ -122,31 +138,44 @@ class RemoteFiles:
             return None
         return self.blocks.prefetch(self, rels, starts, ends, stop)
 
-    def verify_block(self, rel: str, block: int, data: bytes) -> None:
-        """Raise unless ``data`` is block ``block`` of ``rel`` as pushed (its per-block sha256,
-        or the whole file's for a file of one block).
+    def verify_block(self, rel: str, block: int, data: bytes) -> int:
+        """Raise unless ``data`` is block ``block`` of ``rel`` (of its :meth:`layout`) as pushed:
+        its size and its crc32c where the index records them, else its per-block sha256 (the
+        whole file's for a file of one block). Returns the block's crc32c (what the cache keeps to
+        check its copy).
 
         Raises:
             DatasetReplacedError: The bytes differ and the manifest at the URL changed.
             CorruptDatasetError: The bytes differ from the push, the manifest did not.
         """
         entry = self.index.files[rel]
-        if entry.blocks is not None:
-            want = entry.blocks[block]
+        crc = crc32c(data)
+        layout = self.layout(rel)
+        assert layout is not None
+        size = layout.bounds(block)[1]
+        if entry.crcs is not None:
+            want, got = f"{entry.crcs[block]:08x}", f"{crc:08x}"
+            what = "crc32c"
+        elif entry.blocks is not None:
+            want, got, what = entry.blocks[block], hashlib.sha256(data).hexdigest(), "sha256"
         elif block == 0 and entry.size <= self.block_bytes:
-            want = entry.sha256
+            want, got, what = entry.sha256, hashlib.sha256(data).hexdigest(), "sha256"
         else:
             raise CorruptDatasetError(f"{self.where(rel)} has no per-block digests in {INDEX_FILE}")
-        got = hashlib.sha256(data).hexdigest()
-        if got == want and (entry.blocks is not None or len(data) == entry.size):
-            return
+        if got == want and len(data) == size:
+            return crc
         if self.manifest_now() != self.manifest_bytes:
             raise DatasetReplacedError(
                 f"dataset at {self.url} was replaced (or removed) while it was open",
                 hint="a push --force replaced it; open it again",
             )
+        if len(data) != size:
+            raise CorruptDatasetError(
+                f"{self.where(rel)} differs from the file pushed: block {block} has {len(data):,} bytes, "
+                f"the push's index makes it {size:,}"
+            )
         raise CorruptDatasetError(
-            f"{self.where(rel)} differs from the file pushed: block {block} has sha256 {got[:16]}..., "
+            f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got[:16]}..., "
             f"the push recorded {want[:16]}..."
         )
 
@@ -171,7 +200,13 @@ class RemoteFiles:
         fs = self.fs
         paths = [store.join(self.base, g[0]) for g in groups]
         with store.translated(self.url):
-            blobs = fs.cat_ranges(paths, [g[1] for g in groups], [g[2] for g in groups], on_error="return")
+            if self._signed is None:  # once per opened dataset: can the store's URLs be signed?
+                self._signed = SignedRanges.probe(fs, paths[0]) or False
+            firsts, lasts = [g[1] for g in groups], [g[2] for g in groups]
+            if isinstance(self._signed, SignedRanges):
+                blobs = self._signed.cat_ranges(paths, firsts, lasts)
+            else:
+                blobs = fs.cat_ranges(paths, firsts, lasts, on_error="return")
         out: list[bytes] = [b""] * len(rels)
         total = 0
         for (rel, g_start, g_end, members), blob in zip(groups, blobs, strict=True):

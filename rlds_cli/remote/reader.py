@@ -46,7 +46,14 @@ from rlds_cli.cache.backends.frames import FramesColumn, frame_files
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.backends.zarr.read import ALL_CHUNKS_ATTR, ChunkReader, MissingChunkError, ZarrColumn
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
+from rlds_cli.cache.layout import (
+    ARRAYS_DIR,
+    EPISODES_FILE,
+    MANIFEST_FILE,
+    SEGMENTED_LAYOUT,
+    SOURCE_ARRAYS_FILE,
+    VIEW_LAYOUT,
+)
 from rlds_cli.cache.layout import is_url as is_url  # re-exported: callers ask here too
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import key_problem
@@ -232,8 +239,11 @@ class RemoteDataset(Dataset):
         url = url.rstrip("/")
         fs, base = store.open_url(url, storage_options, endpoint_url)
         manifest_bytes, manifest, index = store.read_version(fs, base, url, then="open it")
-        if manifest.backend != "zarr" or manifest.layout == VIEW_LAYOUT:
-            what = "a view" if manifest.layout == VIEW_LAYOUT else f"a {manifest.backend} dataset"
+        if manifest.backend != "zarr" or manifest.layout in (VIEW_LAYOUT, SEGMENTED_LAYOUT):
+            what = {
+                VIEW_LAYOUT: "a view",
+                SEGMENTED_LAYOUT: "a growing dataset's snapshot (its segments)",
+            }.get(manifest.layout, f"a {manifest.backend} dataset")
             raise RemoteNotReadableError(
                 f"{url} is {what}: only zarr datasets are read where they lie",
                 hint=f"pull it into the cache first: rlds pull {url}",
@@ -458,9 +468,10 @@ def _limit(cache_limit: int | str | None, cache_root: Any) -> int | None:
             f"{what} bounds a remote cache folder, and none is given",
             hint="pass cache=DIR (or set RLDS_REMOTE_CACHE) with it",
         )
-    if limit is not None and limit < store.INDEX_BLOCK_BYTES:
+    if limit is not None and limit < 2 * store.INDEX_BLOCK_BYTES:
+        # a read in passes holds a block at a time, and the limit keeps room for the ledger too
         raise SettingError(
-            f"{what}={limit:,} bytes is less than one cache block ({store.INDEX_BLOCK_BYTES:,} bytes)",
+            f"{what}={limit:,} bytes is less than two cache blocks ({store.INDEX_BLOCK_BYTES:,} bytes each)",
             hint="give a limit of several batches' worth of blocks, e.g. 20G",
         )
     return limit

@@ -18,6 +18,9 @@ from contextlib import contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
+
+from rlds_cli._util.io import crc32c
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.errors import (
@@ -338,23 +341,79 @@ class TransferResult:
 MAX_FILE_SIZE = 2**50
 
 
-#: Bytes of one block of the index's per-block digests (the unit a bounded remote cache keeps,
-#: :mod:`rlds_cli.remote.block_cache`); a file of at most one block has none (its whole-file
-#: sha256 is its block's). 2 MiB: an epoch through a cache of a tenth of the dataset fetches 1.37x
-#: its bytes (8 MiB: 2.7x, shared blocks evicted early) at 2.4x the batch rate
-#: (`benchmarks/remote_scale_bench.py`), for 4x the digests.
+#: Bytes of one block of the index's per-block digests, and the most a block of a bounded remote
+#: cache holds (:mod:`rlds_cli.remote.block_cache`); a file of at most one block has none (its
+#: whole-file sha256 is its block's). 2 MiB: with fixed blocks an epoch through a cache of a tenth
+#: of the dataset fetched 1.22-1.37x its bytes (8 MiB: 2.7x, shared blocks evicted early); frame
+#: files' blocks are now cut where episodes begin (1.06x, the rest small files), and 1 MiB blocks
+#: measured alike (`benchmarks/remote_scale_bench.py`).
 INDEX_BLOCK_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One dataset file in the remote index: size, sha256, and the sha256 of each block
-    (``None`` for a file of one block, or an index without per-block digests)."""
+    """One dataset file in the remote index: size, sha256, the sha256 of each block of
+    ``block_bytes`` (``None`` for a file of one block, or an index without per-block digests),
+    and the crc32c of each block of the file's cache layout, a file of one block included
+    (``None`` in an index written before rlds kept them).
+
+    The cache layout is blocks of ``block_bytes``, or where ``starts`` is given, blocks that
+    begin at those offsets (each at most ``block_bytes``): a frame file's blocks are cut where
+    episodes begin, so a reader of whole episodes fetches no byte of a neighbour's
+    (:func:`cut_starts`). A bounded cache checks each block it fetches against its crc32c where
+    the index has them (a tenth of sha256's cost on the learner's cores), else its sha256."""
 
     size: int
     sha256: str
     # not compared: a push's journal records size and sha256 only, and they decide a file's bytes
     blocks: tuple[str, ...] | None = field(default=None, compare=False)
+    crcs: tuple[int, ...] | None = field(default=None, compare=False)
+    starts: tuple[int, ...] | None = field(default=None, compare=False)
+
+    def layout(self, block_bytes: int, rel: str) -> BlockLayout:
+        """The blocks a bounded cache keeps of this file (``rel``: its path, part of their names)."""
+        if self.starts is None:
+            return BlockLayout(self.size, block_bytes, None, _tag(rel, block_bytes, b""))
+        starts = np.asarray(self.starts, np.int64)
+        return BlockLayout(self.size, block_bytes, starts, _tag(rel, block_bytes, starts.tobytes()))
+
+
+def _tag(rel: str, block_bytes: int, cuts: bytes) -> str:
+    # the block size and cuts are part of a block's name: a version pushed again with other
+    # blocks (an older rlds's 8 MiB, or fixed blocks) never finds the first push's blocks under
+    # its numbers; fixed blocks keep the names rlds gave them before cuts
+    text = f"{rel}\0{block_bytes}" + (f"\0{hashlib.sha256(cuts).hexdigest()}" if cuts else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """Where the blocks of one pushed file begin: every ``block_bytes`` (``starts`` is
+    ``None``), or at ``starts`` (the first 0, each block at most ``block_bytes``). ``tag`` names
+    the file and its layout in a cache's block names."""
+
+    size: int
+    block_bytes: int
+    starts: np.ndarray | None
+    tag: str
+
+    def spans(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first block and the block past the last that hold bytes ``[start, end)`` of each
+        range (each ``end > start``)."""
+        if self.starts is None:
+            return starts // self.block_bytes, (ends - 1) // self.block_bytes + 1
+        return np.searchsorted(self.starts, starts, "right") - 1, np.searchsorted(
+            self.starts, ends - 1, "right"
+        )
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Block ``index``'s first byte and size."""
+        if self.starts is None:
+            first = index * self.block_bytes
+            return first, max(0, min(self.block_bytes, self.size - first))
+        first = int(self.starts[index])
+        last = int(self.starts[index + 1]) if index + 1 < len(self.starts) else self.size
+        return first, last - first
 
 
 @dataclass(frozen=True)
@@ -406,13 +465,21 @@ class RemoteIndex:
                     f"(a whole number of bytes from 0 to 2**50)"
                 )
         for rel, entry in index.files.items():
-            blocks = block_count(entry.size, index.block_bytes)
-            if entry.blocks is not None and len(entry.blocks) != blocks:
+            problem = _bad_starts(entry, index.block_bytes)
+            if problem:
                 raise RemoteCorruptError(
-                    f"{where} gives the file {rel!r} {len(entry.blocks)} block digests where its size "
-                    f"makes {blocks}",
+                    f"{where} gives the file {rel!r} block starts that {problem}",
                     hint="push the dataset again (rlds push NAME URL --force)",
                 )
+            fixed = block_count(entry.size, index.block_bytes)
+            cut = len(entry.starts) if entry.starts is not None else fixed
+            for what, listed, want in (("digests", entry.blocks, fixed), ("crc32c values", entry.crcs, cut)):
+                if listed is not None and len(listed) != want:
+                    raise RemoteCorruptError(
+                        f"{where} gives the file {rel!r} {len(listed)} block {what} where it has "
+                        f"{want} blocks",
+                        hint="push the dataset again (rlds push NAME URL --force)",
+                    )
         return index
 
 
@@ -421,10 +488,50 @@ def block_count(size: int, block_bytes: int) -> int:
     return max(1, -(-size // block_bytes))
 
 
+#: The index's keys of a file's per-block crc32c values and of where its blocks begin (read by
+#: rlds since 2026-11-27; an older rlds ignores them and checks the per-block sha256).
+CRC_KEY = "block_crc32c"
+STARTS_KEY = "block_starts"
+
+
+def _bad_starts(entry: FileEntry, block_bytes: int) -> str:
+    """What is wrong with ``entry``'s block starts ("" when nothing, or when it has none)."""
+    if entry.starts is None:
+        return ""
+    if entry.crcs is None:
+        return f"come without their {CRC_KEY}"
+    starts = np.asarray(entry.starts, np.int64)
+    gaps = np.diff(np.append(starts, max(entry.size, 1)))
+    if not len(starts) or starts[0] != 0 or np.any(gaps <= 0) or np.any(gaps > block_bytes):
+        return f"do not cut its {entry.size:,} bytes into blocks of 1 to {block_bytes:,} bytes from 0"
+    return ""
+
+
+def cut_starts(size: int, block_bytes: int, cuts: np.ndarray) -> np.ndarray:
+    """Where the blocks of a file of ``size`` bytes begin when they may end only at ``cuts``
+    (offsets, e.g. the first byte of each episode's frames) or after ``block_bytes``: each
+    block runs to the furthest cut within ``block_bytes`` of its start, else ``block_bytes``
+    on. Blocks then hold whole episodes (an episode over ``block_bytes``: a run of its own),
+    several short ones where they fit."""
+    cuts = np.unique(np.asarray(cuts, np.int64))
+    cuts = cuts[(cuts > 0) & (cuts < size)]
+    out = [0]
+    at = 0
+    while size - at > block_bytes:
+        k = int(np.searchsorted(cuts, at + block_bytes, "right")) - 1
+        at = int(cuts[k]) if k >= 0 and cuts[k] > at else at + block_bytes
+        out.append(at)
+    return np.asarray(out, np.int64)
+
+
 def _entry_json(entry: FileEntry) -> dict[str, Any]:
     out: dict[str, Any] = {"size": entry.size, "sha256": entry.sha256}
     if entry.blocks:
         out["blocks"] = list(entry.blocks)
+    if entry.crcs is not None:
+        out[CRC_KEY] = list(entry.crcs)
+    if entry.starts is not None:
+        out[STARTS_KEY] = list(entry.starts)
     return out
 
 
@@ -432,21 +539,61 @@ def _entry(doc: dict[str, Any]) -> FileEntry:
     blocks = doc.get("blocks")
     if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) for b in blocks)):
         raise ValueError("blocks")
-    return FileEntry(doc["size"], str(doc["sha256"]), tuple(blocks) if blocks is not None else None)
+    crcs = doc.get(CRC_KEY)
+    if crcs is not None and not (
+        isinstance(crcs, list) and all(type(c) is int and 0 <= c < 2**32 for c in crcs)
+    ):
+        raise ValueError(CRC_KEY)
+    starts = doc.get(STARTS_KEY)
+    if starts is not None and not (isinstance(starts, list) and all(type(c) is int for c in starts)):
+        raise ValueError(STARTS_KEY)
+    return FileEntry(
+        doc["size"],
+        str(doc["sha256"]),
+        tuple(blocks) if blocks is not None else None,
+        tuple(crcs) if crcs is not None else None,
+        tuple(starts) if starts is not None else None,
+    )
 
 
-def hash_file_blocks(path: str | os.PathLike[str], block_bytes: int) -> FileEntry:
-    """A local file's index entry: size, sha256, and each block's sha256 when it has more than
-    one block, from one read of the file (memory: one block)."""
+def hash_file_blocks(
+    path: str | os.PathLike[str], block_bytes: int, cuts: np.ndarray | None = None
+) -> FileEntry:
+    """A local file's index entry: size, sha256, each block's sha256 when it has more than one
+    block, and the crc32c of each block of its cache layout (blocks cut at ``cuts`` where given:
+    :func:`cut_starts`), from one read of the file (memory: one block)."""
+    import google_crc32c
+
+    size = os.path.getsize(path)
+    starts = cut_starts(size, block_bytes, cuts) if cuts is not None else None
+    ends = np.append(starts[1:], size) if starts is not None else None  # where each cut block ends
     whole = hashlib.sha256()
     blocks: list[str] = []
-    size = 0
+    crcs: list[int] = []
+    crc, done, read, at = 0, 0, 0, 0  # ``at``: the first byte of the crc under way
     with open(path, "rb") as fh:
         while block := fh.read(block_bytes):
             whole.update(block)
             blocks.append(hashlib.sha256(block).hexdigest())
-            size += len(block)
-    return FileEntry(size, whole.hexdigest(), tuple(blocks) if len(blocks) > 1 else None)
+            if ends is None:
+                crcs.append(crc32c(block))
+                continue
+            base, read = read, read + len(block)  # the file's bytes [base, read) are in ``block``
+            while done < len(ends) and ends[done] <= read:  # the cut blocks that end in it
+                end = int(ends[done])
+                crcs.append(google_crc32c.extend(crc, block[at - base : end - base]))
+                at, crc, done = end, 0, done + 1
+            crc = google_crc32c.extend(crc, block[at - base :])
+            at = read
+    if not crcs:  # an empty file: one empty block
+        crcs.append(crc32c(b""))
+    return FileEntry(
+        size,
+        whole.hexdigest(),
+        tuple(blocks) if len(blocks) > 1 else None,
+        tuple(crcs),
+        tuple(int(x) for x in starts) if starts is not None else None,
+    )
 
 
 def read_bytes(fs: Any, path: str, url: str) -> bytes | None:

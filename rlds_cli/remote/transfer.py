@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
@@ -219,10 +221,12 @@ def _push(
             todo.append(rel)
     if committed == manifest_bytes and not todo:
         if old_index is None or any(
-            e.blocks and not old_index.files[rel].blocks for rel, e in local.items() if rel in old_index.files
+            (e.blocks and not old_index.files[rel].blocks) or (e.crcs and not old_index.files[rel].crcs)
+            for rel, e in local.items()
+            if rel in old_index.files
         ):
-            # an index without per-block digests: rewrite the index alone (same manifest), so a
-            # bounded remote cache can check each block it keeps
+            # an index without per-block digests or crc32c: rewrite the index alone (same
+            # manifest), so a bounded remote cache can check each block it keeps, cheaply
             with store.translated(url):
                 _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
         result.up_to_date = True
@@ -286,7 +290,9 @@ def _read_index(fs: Any, base: str, url: str) -> RemoteIndex | None:
 
 
 def _local_files(directory: Path) -> dict[str, FileEntry]:
-    """Every file of a published dataset but its manifest, with size and sha256."""
+    """Every file of a published dataset but its manifest, with size and sha256 (and the
+    blocks a bounded cache keeps: a frame file's cut where episodes begin)."""
+    cuts = _episode_starts(directory)
     out: dict[str, FileEntry] = {}
     for path in sorted(directory.rglob("*")):
         if not path.is_file():
@@ -296,8 +302,46 @@ def _local_files(directory: Path) -> dict[str, FileEntry]:
             continue
         if not store.safe_relpath(rel):
             raise CorruptDatasetError(f"{path} is no file rlds writes in a dataset (a stray file?)")
-        out[rel] = store.hash_file_blocks(path, store.INDEX_BLOCK_BYTES)
+        out[rel] = store.hash_file_blocks(path, store.INDEX_BLOCK_BYTES, cuts.get(rel))
     return out
+
+
+def _episode_starts(directory: Path) -> dict[str, np.ndarray]:
+    """The byte offset where each episode's frames begin in each frame file of the published
+    dataset at ``directory`` (a growing one's: of each segment), by the file's path in it. A
+    dataset these cannot be read from gets none: its files keep fixed blocks (the push itself
+    does not check a dataset)."""
+    from rlds_cli.cache.backends.frames import frame_files
+    from rlds_cli.cache.dataset import Dataset
+    from rlds_cli.cache.layout import SEGMENTS_DIR
+
+    manifest = parse_manifest((directory / MANIFEST_FILE).read_bytes(), directory / MANIFEST_FILE)
+    if manifest.layout == SEGMENTED_LAYOUT:
+        segments = directory / SEGMENTS_DIR
+        return {
+            f"{SEGMENTS_DIR}/{segment.name}/{rel}": cuts
+            for segment in sorted(segments.iterdir() if segments.is_dir() else ())
+            if (segment / MANIFEST_FILE).is_file()
+            for rel, cuts in _episode_starts(segment).items()
+        }
+    if not any(spec.frame_format is not None for spec in manifest.fields.values()):
+        return {}
+    try:
+        ds = Dataset(directory)
+        lengths = np.asarray(ds.episode_index["length"], np.int64)
+        first_step = np.cumsum(lengths) - lengths
+        out = {}
+        for key, spec in manifest.fields.items():
+            if spec.frame_format is None:
+                continue
+            # an observation-like key's episode has its steps' rows and its last next one's
+            rows = first_step + (np.arange(len(lengths)) if spec.storage == "flat" else 0)
+            starts = np.asarray(ds.column(key).starts, np.int64)
+            rel = frame_files(directory, key)[0].relative_to(directory).as_posix()
+            out[rel] = starts[rows[rows < len(starts)]]
+        return out
+    except (CorruptDatasetError, OSError, ValueError, KeyError):
+        return {}
 
 
 def _is_local(fs: Any) -> bool:

@@ -26,7 +26,7 @@ from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.remote import block_cache, block_gc, store  # noqa: E402
+from rlds_cli.remote import block_cache, block_gc, block_ledger, store  # noqa: E402
 from rlds_cli.remote.files import RemoteFiles  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
 from rlds_cli.remote.transfer import push  # noqa: E402
@@ -62,7 +62,7 @@ def block_bytes(folder: Path) -> int:
     """Bytes of the block files (and their ``.part``) on disk: what the limit bounds (a file
     evicted while it is counted counts nothing: a reader may be at work)."""
     total = 0
-    blocks = folder / block_cache.BLOCKS_DIR
+    blocks = folder / block_ledger.BLOCKS_DIR
     for root, _, files in os.walk(blocks):
         for name in files:
             with contextlib.suppress(FileNotFoundError):
@@ -85,7 +85,7 @@ def test_push_records_block_digests_and_the_index_reads_them_back(local: Any) ->
     doc = json.loads(index.to_json())
     rel = next(iter(big))
     doc["files"][rel]["blocks"] = doc["files"][rel]["blocks"][:-1]
-    with pytest.raises(Exception, match="block digests where its size makes"):
+    with pytest.raises(Exception, match="block digests where it has"):
         store.RemoteIndex.from_json(json.dumps(doc).encode(), "idx")
 
 
@@ -151,8 +151,16 @@ def test_size_settings_are_parsed_once_and_errors_name_them(
         open_dataset(URL, cache=tmp_path / "c", cache_limit="lots")
     with pytest.raises(SettingError, match="none is given"):
         open_dataset(URL, cache_limit="1G")
-    with pytest.raises(SettingError, match="less than one cache block"):
+    with pytest.raises(SettingError, match="less than two cache blocks"):
         open_dataset(URL, cache=tmp_path / "c", cache_limit=100)
+    with pytest.raises(SettingError, match="less than two cache blocks"):
+        open_dataset(URL, cache=tmp_path / "c", cache_limit=2 * BLOCK - 1)
+    assert (
+        open_dataset(URL, cache=tmp_path / "c", cache_limit=2 * BLOCK)
+        .gather(np.arange(50))["action"]
+        .shape[0]
+        == 50
+    )
     monkeypatch.setenv("RLDS_REMOTE_CACHE", str(tmp_path / "env"))
     monkeypatch.setenv("RLDS_REMOTE_CACHE_LIMIT", "-3")
     with pytest.raises(SettingError, match="RLDS_REMOTE_CACHE_LIMIT"):
@@ -237,6 +245,84 @@ def test_bytes_of_the_store_that_differ_from_the_push_are_refused(local: Any, tm
         again.gather(np.arange(again.num_steps))  # nothing unchecked entered: asked again, refused
 
 
+def test_blocks_are_checked_by_their_crc32c_and_an_older_index_s_by_sha256(
+    local: Any, tmp_path: Path
+) -> None:
+    """The push records each block's crc32c (every file, small ones too) beside its sha256; a
+    reader checks the crc32c (and the block's size), or the sha256 where an older push's index
+    has no crc32c; a damaged list in the index is refused naming it."""
+    from rlds_cli._util.io import crc32c
+
+    fs = fsspec.filesystem("memory")
+    index_path = "/bucket/ds/z/" + store.INDEX_FILE
+    index = open_dataset(URL)._files.index
+    for rel, entry in index.files.items():
+        data = fs.cat_file(f"/bucket/ds/z/{rel}")
+        assert entry.crcs == tuple(crc32c(data[k : k + BLOCK]) for k in range(0, max(1, len(data)), BLOCK)), (
+            rel
+        )
+    rel = next(r for r, e in index.files.items() if e.blocks)
+    path = f"/bucket/ds/z/{rel}"
+    good = fs.cat_file(path)
+    flipped = bytearray(good)
+    flipped[BLOCK + 7] ^= 0x10
+    fs.pipe_file(path, bytes(flipped))
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=64 * BLOCK)
+    with pytest.raises(CorruptDatasetError, match="block 1 has crc32c"):
+        z.gather(np.arange(z.num_steps))
+    # an older push's index: per-block sha256 only
+    doc = json.loads(fs.cat_file(index_path))
+    for entry in doc["files"].values():
+        entry.pop(store.CRC_KEY)
+    fs.pipe_file(index_path, json.dumps(doc).encode())
+    old = open_dataset(URL, cache=tmp_path / "old", cache_limit=64 * BLOCK)
+    assert all(e.crcs is None for e in old._files.index.files.values())
+    with pytest.raises(CorruptDatasetError, match="block 1 has sha256"):
+        old.gather(np.arange(old.num_steps))
+    fs.pipe_file(path, good)
+    rows = np.arange(local.num_steps)
+    assert_same(
+        open_dataset(URL, cache=tmp_path / "old2", cache_limit=64 * BLOCK).gather(rows), local.gather(rows)
+    )
+    assert push("z", URL).up_to_date  # same version: the index alone is written again, with crc32c
+    assert all(e.crcs for e in open_dataset(URL)._files.index.files.values())
+    # a damaged crc32c list is the index's damage, named
+    doc = json.loads(fs.cat_file(index_path))
+    for bad, message in (
+        (doc["files"][rel][store.CRC_KEY][:-1], "block crc32c values where it has"),
+        ([-1] * len(doc["files"][rel][store.CRC_KEY]), "not a readable rlds files index"),
+        (["00ff"] * len(doc["files"][rel][store.CRC_KEY]), "not a readable rlds files index"),
+    ):
+        changed = json.loads(json.dumps(doc))
+        changed["files"][rel][store.CRC_KEY] = bad
+        with pytest.raises(Exception, match=message):
+            store.RemoteIndex.from_json(json.dumps(changed).encode(), "idx")
+
+
+def test_a_ledger_of_an_older_rlds_starts_again(local: Any, tmp_path: Path) -> None:
+    """An older rlds's ledger kept zlib crc32 checks (column ``crc``): its blocks are dropped and
+    fetched again, never checked against a checksum of another kind."""
+    import sqlite3
+
+    cache = tmp_path / "c"
+    rows = np.arange(0, 60)
+    open_dataset(URL, cache=cache, cache_limit=64 * BLOCK).gather(rows)
+    block_cache._SHARED.clear()
+    with contextlib.closing(sqlite3.connect(cache / block_ledger.LEDGER_FILE)) as db:
+        db.execute("ALTER TABLE blocks RENAME COLUMN crc32c TO crc")
+        db.commit()
+    old_files = [p for p in (cache / "blocks").rglob("*") if p.is_file()]
+    assert old_files
+    z = open_dataset(URL, cache=cache, cache_limit=64 * BLOCK)
+    assert_same(z.gather(rows), local.gather(rows))
+    assert z.requests > 0, "the older ledger's blocks were fetched again"
+    with contextlib.closing(sqlite3.connect(cache / block_ledger.LEDGER_FILE)) as db:
+        assert "crc32c" in {row[1] for row in db.execute("PRAGMA table_info(blocks)")}
+    result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["remote_cache"]["damaged"] == []
+
+
 # --------------------------------------------------------------------------- kills and processes
 
 
@@ -265,6 +351,33 @@ def test_a_kill_at_every_step_never_leaves_the_cache_over_its_limit(local: Any, 
     assert block_bytes(cache) <= SMALL and z._files.blocks.used_bytes() <= SMALL
     report = block_gc.gc_blocks(cache)
     assert report.damaged == [] and report.bytes <= SMALL
+
+
+def test_a_kill_at_every_step_of_starting_an_older_ledger_again(local: Any, tmp_path: Path) -> None:
+    """An older rlds's ledger is dropped with its blocks (files first, then the tables): a kill at
+    any step of that, or of the reads after it, leaves a folder within the limit that reads on."""
+    import shutil
+    import sqlite3
+
+    template = tmp_path / "old"
+    _read_all(str(template))
+    with contextlib.closing(sqlite3.connect(template / block_ledger.LEDGER_FILE)) as db:
+        db.execute("ALTER TABLE blocks RENAME COLUMN crc32c TO crc")
+        db.commit()
+    cache = tmp_path / "c"
+    shutil.copytree(template, cache)
+    steps = count_steps(lambda: _read_all(str(cache)))
+    assert steps > 5
+    for k in range(1, min(steps, 40) + 1):
+        shutil.rmtree(cache)
+        shutil.copytree(template, cache)
+        kill_at(lambda: _read_all(str(cache)), k)
+        block_cache._SHARED.clear()
+        assert block_bytes(cache) <= SMALL, f"over the limit after a kill at step {k}"
+        z = open_dataset(URL, cache=cache, cache_limit=SMALL)
+        rows = np.arange(0, z.num_steps, 7)
+        assert_same(z.gather(rows), local.gather(rows))
+        assert block_bytes(cache) <= SMALL and not block_gc.gc_blocks(cache).damaged, k
 
 
 def _reader(cache: str, seed: int, out: Any) -> None:
@@ -514,7 +627,7 @@ def test_a_prefetch_waits_for_room_and_ends_its_wait_when_stopped(
     isolated_cache: Path, tmp_path: Path
 ) -> None:
     _frames_remote(isolated_cache)
-    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=28 * BLOCK)
     first = z.prefetch(np.arange(0, 8), ["pixels"])
     second = z.prefetch(np.arange(40, 48), ["pixels"])
     assert first is not None and second is not None
@@ -531,7 +644,7 @@ def test_a_prefetch_waits_for_room_and_ends_its_wait_when_stopped(
     first.release()  # the read before it is done
     waiting.join(30)
     assert not waiting.is_alive() and got[0] is not None and got[0].fetched > 0
-    assert block_bytes(tmp_path / "c") <= 26 * BLOCK
+    assert block_bytes(tmp_path / "c") <= 28 * BLOCK
     stopped = threading.Thread(target=prefetch, args=(150,))
     stopped.start()
     stopped.join(0.3)
@@ -560,22 +673,22 @@ def test_processes_reading_one_cache_share_what_they_hold_ahead(isolated_cache: 
     limit = 26 * BLOCK
     z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
     blocks = z._files.blocks
-    assert blocks.hold_share() == limit
+    assert blocks.hold_share() == blocks.room
     ctx = multiprocessing.get_context("fork")
     held, done = ctx.Event(), ctx.Event()
     other = ctx.Process(target=_hold_until_told, args=(str(tmp_path / "c"), limit, held, done))
     other.start()
     try:
         assert held.wait(60)
-        assert blocks.hold_share() == limit // 2
+        assert blocks.hold_share() == blocks.room // 2
         assert z.prefetch(np.arange(40, 56), ["pixels"]) is None  # its blocks alone pass the half
         hold = z.prefetch(np.arange(40, 48), ["pixels"])
-        assert hold is not None and blocks._held <= limit // 2
+        assert hold is not None and blocks._held <= blocks.room // 2
         hold.release()
     finally:
         done.set()
         other.join(60)
-    assert blocks.hold_share() == limit
+    assert blocks.hold_share() == blocks.room
 
 
 def _gather_in_another_process(cache: str, limit: int, out: Any) -> None:
@@ -631,7 +744,7 @@ def test_a_forked_child_holds_nothing_of_its_parent_s(
     (it counted the parent's and waited out its prefetches: found by a review)."""
     _frames_remote(isolated_cache)
     monkeypatch.setattr(block_cache, "WAIT_SECONDS", 30.0)
-    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=26 * BLOCK)
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=28 * BLOCK)
     hold = z.prefetch(np.arange(0, 8), ["pixels"])
     assert hold is not None
     ctx = multiprocessing.get_context("fork")
@@ -642,7 +755,7 @@ def test_a_forked_child_holds_nothing_of_its_parent_s(
     child.join(30)
     hold.release()
     assert got and holds == 1 and took < 15, (held, holds, got, took)
-    assert held < 26 * BLOCK // 2  # its own batch only
+    assert held < 28 * BLOCK // 2  # its own batch only
 
 
 def _ranges_of(z: Any, rows: np.ndarray) -> tuple[list[str], list[int], list[int]]:
@@ -844,7 +957,7 @@ def test_a_child_forked_while_a_thread_holds_the_cache_s_lock_reads(local: Any, 
     blocks = z._files.blocks
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    with blocks._mutex, blocks._held_mutex:  # as another thread of this process may at the fork
+    with blocks._ledger._mutex, blocks._held_mutex:  # as another thread of this process may at the fork
         child = ctx.Process(target=_gather_in_a_child, args=(z, out))
         child.start()
         got = out.get(timeout=60)
@@ -903,7 +1016,7 @@ def test_gc_reads_the_blocks_without_holding_the_cache_s_lock(
     real = block_gc._intact
 
     def looking(*args: Any) -> bool:
-        other = FileLock(cache / block_cache.LOCK_FILE)
+        other = FileLock(cache / block_ledger.LOCK_FILE)
         try:
             other.acquire(timeout=0)
             other.release()
@@ -930,7 +1043,7 @@ def test_a_damaged_ledger_or_folder_is_one_line_naming_it(local: Any, tmp_path: 
 
     cache = tmp_path / "c"
     _read_all(str(cache))
-    (cache / block_cache.LEDGER_FILE).write_bytes(b"not a database" * 100)
+    (cache / block_ledger.LEDGER_FILE).write_bytes(b"not a database" * 100)
     for name in ("blocks.db-wal", "blocks.db-shm"):
         (cache / name).unlink(missing_ok=True)
     with pytest.raises(
@@ -954,7 +1067,7 @@ def test_blocks_left_without_their_ledger_never_pass_the_limit(local: Any, tmp_p
     cache = tmp_path / "c"
     _read_all(str(cache))
     assert block_bytes(cache) > LIMIT // 2
-    (cache / block_cache.LEDGER_FILE).unlink()
+    (cache / block_ledger.LEDGER_FILE).unlink()
     result = runner.invoke(app, ["gc", "--remote-cache", str(cache), "--dry-run", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["remote_cache"]["unledgered"]
     _read_all(str(cache))  # opening the folder again starts from no block
@@ -971,8 +1084,8 @@ def test_a_lock_held_past_the_wait_is_one_line(
 
     cache = tmp_path / "c"
     _read_all(str(cache))
-    monkeypatch.setattr(block_cache, "LOCK_WAIT_SECONDS", 0.3)
-    held = FileLock(cache / block_cache.LOCK_FILE)  # another open of the file: another holder
+    monkeypatch.setattr(block_ledger, "LOCK_WAIT_SECONDS", 0.3)
+    held = FileLock(cache / block_ledger.LOCK_FILE)  # another open of the file: another holder
     with held, pytest.raises(RemoteCacheDamagedError, match=r"blocks\.lock stayed locked by another"):
         open_dataset(URL, cache=cache, cache_limit=LIMIT).gather(np.arange(5))
 
@@ -996,6 +1109,91 @@ def test_a_frame_column_is_read_through_blocks(isolated_cache: Path, tmp_path: P
         np.testing.assert_array_equal(z.column("pixels")[rows], pixels[rows])
         assert block_bytes(tmp_path / "c") <= limit
     assert z.bytes_fetched >= frames.size  # every frame came once, in blocks
+
+
+def test_a_frame_file_s_blocks_are_cut_where_episodes_begin(isolated_cache: Path, tmp_path: Path) -> None:
+    """The push cuts a frame file's cache blocks where episodes begin (each block at most the
+    block size): reading whole episodes in any order through a cache smaller than the file
+    fetches each byte once (fixed blocks fetch the blocks an episode shares with its neighbours
+    again once evicted); the fixed blocks' sha256 stay in the index for an older rlds."""
+    pixels = _frames_remote(isolated_cache)
+    local = open_dataset("f")
+    rel = "arrays/pixels@frames"
+    entry = open_dataset(URL)._files.index.files[rel]
+    assert entry.starts is not None and entry.crcs is not None and len(entry.crcs) == len(entry.starts)
+    assert entry.blocks is not None and len(entry.blocks) == store.block_count(entry.size, BLOCK)
+    edges = np.append(entry.starts, entry.size)
+    assert edges[0] == 0 and np.all(np.diff(edges) > 0) and np.all(np.diff(edges) <= BLOCK)
+    flat = local.manifest.fields["pixels"].storage == "flat"
+    lengths = np.asarray(local.episode_index["length"])
+    first_rows = np.cumsum(lengths) - lengths + (np.arange(len(lengths)) if flat else 0)
+    row_ends = np.append(first_rows[1:], len(local.column("pixels")))
+    byte_starts = local.column("pixels").starts[first_rows]
+    assert set(byte_starts.tolist()) <= set(entry.starts)  # episodes of ~200 KB: each starts a block
+    largest = max(
+        int(local.column("pixels").ends[e - 1] - local.column("pixels").starts[s])
+        for s, e in zip(first_rows, row_ends, strict=True)
+    )
+    limit = largest + 2 * BLOCK  # under the file: episodes read later evict the earlier ones
+    assert limit < entry.size
+    z = open_dataset(URL, cache=tmp_path / "c", cache_limit=limit)
+    z.column("pixels")  # its offsets file fetched
+    before = z.bytes_fetched
+    for e in np.random.default_rng(0).permutation(len(lengths)):
+        rows = np.arange(first_rows[e], row_ends[e])
+        np.testing.assert_array_equal(z.column("pixels")[rows], np.asarray(local.column("pixels")[rows]))
+        assert block_bytes(tmp_path / "c") <= limit
+    assert z.bytes_fetched - before == entry.size  # each byte once: no block shared by two episodes
+    del pixels
+    # the cut layout's damage is the index's, named
+    doc = json.loads(open_dataset(URL)._files.index.to_json())
+    for change, message in (
+        (lambda f: f.update({store.STARTS_KEY: [1, *f[store.STARTS_KEY][1:]]}), "do not cut its"),
+        (
+            lambda f: f.update(
+                {store.STARTS_KEY: [0, *f[store.STARTS_KEY][2:]], store.CRC_KEY: f[store.CRC_KEY][1:]}
+            ),
+            "do not cut its",
+        ),
+        (lambda f: f.pop(store.CRC_KEY), "come without their block_crc32c"),
+        (lambda f: f.update({store.CRC_KEY: f[store.CRC_KEY][:-1]}), "block crc32c values where it has"),
+        (lambda f: f.update({store.STARTS_KEY: "0"}), "not a readable rlds files index"),
+    ):
+        changed = json.loads(json.dumps(doc))
+        change(changed["files"][rel])
+        with pytest.raises(Exception, match=message):
+            store.RemoteIndex.from_json(json.dumps(changed).encode(), "idx")
+
+
+def test_a_growing_dataset_s_frame_files_are_cut_where_its_episodes_begin(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """A growing dataset is pushed as a snapshot of its segments: each segment's frame file is
+    cut where its episodes begin (for its readers after a pull: where it lies, it is refused in
+    one line, never read as a damaged dataset)."""
+    from rlds_cli.write.writer import DatasetWriter
+    from tests.write.test_writer_frames import episode
+
+    with DatasetWriter("g", frames="png", storage="zarr", grace_seconds=0) as writer:
+        for i in range(4):
+            writer.add_episode(episode(30, 10 * i)[0])
+            if i % 2:
+                writer.flush()  # segments of one or two episodes
+    push("g", URL)
+    index = store.RemoteIndex.from_json(
+        fsspec.filesystem("memory").cat_file(f"/bucket/ds/z/{store.INDEX_FILE}"), "i"
+    )
+    cut = {rel: e for rel, e in index.files.items() if rel.endswith("@frames")}
+    assert len(cut) >= 2 and all(e.starts is not None and len(e.starts) >= 2 for e in cut.values())
+    segments = {part.directory.name: part for part in open_dataset("g").segment_datasets()}
+    for rel, entry in cut.items():
+        segment = segments[rel.split("/")[1]]
+        lengths = np.asarray(segment.episode_index["length"])
+        rows = np.cumsum(lengths) - lengths + np.arange(len(lengths))  # flat: T + 1 rows an episode
+        assert set(segment.column("observation").starts[rows].tolist()) <= set(entry.starts), rel
+    with pytest.raises(RemoteNotReadableError, match="growing dataset's snapshot") as err:
+        open_dataset(URL, cache=tmp_path / "c", cache_limit=16 * BLOCK)
+    assert "rlds pull" in err.value.hint
 
 
 def test_s3_reads_through_the_block_cache_with_read_ahead(s3: Any, tmp_path: Path) -> None:  # noqa: F811
