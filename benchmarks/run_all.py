@@ -35,7 +35,9 @@ SECTIONS = {
     "mixture": "mixture_bench",  # MixtureLoader(pad=True) over 3 robots vs single-source Loaders (issue 41)
     "first-download": "download_bench",  # `rlds download ./file.hdf5` as a whole process vs TorchRL
     "frames": "frames_bench",  # compressed frames: disk, PSNR, conversion, batches vs decoder and LeRobot
-    "remote": "remote_scale_bench",  # epoch batches from a slow S3, bounded cache, vs Mosaic (issue 42)
+    # epoch batches from a slow S3, bounded cache, vs Mosaic (issue 42); each reader on one core, the
+    # store (moto, the link) on the others: a store that does not share the learner's cores
+    "remote": "remote_scale_bench --learner-cpus 1",
 }
 #: Sections run only when named: the before/after records of issue 14's frame-stack and DataLoader
 #: changes (the pixel section measures both paths again, as they are now, in every ``make bench``),
