@@ -45,6 +45,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -78,6 +79,8 @@ POLL_SECONDS = 0.01
 MEMORY_BYTES = 256 * 1024 * 1024
 
 GC_HINT = "rlds gc --remote-cache {root} removes damaged blocks; the next read fetches them again"
+
+log = logging.getLogger(__name__)
 
 
 class BlockSource(Protocol):
@@ -182,6 +185,7 @@ class BlockCache:
         #: bytes, at most :data:`MEMORY_BYTES`), by name.
         self._in_memory: dict[str, bytes] = {}
         self._in_memory_bytes = 0
+        self._warned_small = False
 
     def ledger(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """The ledger, in one transaction under the cache-wide lock (:meth:`BlockLedger.transaction`)."""
@@ -306,6 +310,7 @@ class BlockCache:
             with self._held_mutex:  # a block two holds share counts once
                 need = sum(b.charge for b in blocks if b.name not in self._held_refs)
                 if need > share:
+                    self._too_small(need, share)
                     return None
                 if self._held + need <= share and not self._short_reads:
                     self._held += need
@@ -353,6 +358,19 @@ class BlockCache:
             pids = {int(pid) for (pid,) in db.execute("SELECT DISTINCT pid FROM pins")}
         others = sum(1 for pid in pids - {me} if pid_alive(pid))
         return self.room // (others + 1)
+
+    def _too_small(self, need: int, share: int) -> None:
+        """Say once (a logged warning) that reads planned ahead cannot be held: each then waits
+        for the store, at the store's latency."""
+        if not self._warned_small:
+            self._warned_small = True
+            log.warning(
+                "the remote cache %s (limit %s bytes) lets this process hold %s bytes of blocks ahead "
+                "of its reads, and a read planned ahead needs %s: reads are not planned ahead, each "
+                "waits for the store; give cache_limit at least %s bytes per process reading it "
+                "(two reads' worth)",
+                self.root, f"{self.limit:,}", f"{share:,}", f"{need:,}", f"{2 * need:,}",
+            )  # fmt: skip
 
     def _release_newest_hold(self) -> bool:
         """Release the newest hold of this process (for the read planned furthest ahead);

@@ -199,6 +199,24 @@ def test_a_read_larger_than_the_limit_is_served_in_passes(
     assert not list((tmp_path / "c").rglob("*.part.*"))
 
 
+def test_a_cache_too_small_to_read_ahead_says_so_once(
+    local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A limit under what a read planned ahead needs: the reads go on (each waits for the store)
+    and one logged warning names the cache and the limit to give."""
+    from rlds_cli import Loader
+
+    loader = Loader(URL, 64, sampler="epoch", seed=1, in_memory=False, cache=tmp_path / "c",
+                    cache_limit=3 * BLOCK, read_ahead=2)  # fmt: skip
+    with caplog.at_level("WARNING", logger="rlds_cli.remote.block_cache"):
+        got = [len(batch["action"]) for batch in loader]
+    loader.close()
+    assert sum(got) == local.num_steps
+    warned = [r.getMessage() for r in caplog.records if "reads are not planned ahead" in r.getMessage()]
+    assert len(warned) == 1 and str(tmp_path / "c") in warned[0] and "give cache_limit at least" in warned[0]
+    assert block_bytes(tmp_path / "c") <= 3 * BLOCK
+
+
 def test_a_flipped_byte_in_a_cached_block_is_reported_then_gc_removes_it(local: Any, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     rows = np.arange(0, 40)
