@@ -35,6 +35,7 @@ from rlds_cli.cache.card import dataset_card, license_conflicts, licenses_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.errors import MixtureError
 from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
@@ -45,7 +46,14 @@ from rlds_cli.loader.mixture_sampler import (
     check_split,
     mixture_weights,
 )
-from rlds_cli.loader.mixture_schema import PadSchema, SourceTransforms, bind_transforms, fuse, normalized
+from rlds_cli.loader.mixture_schema import (
+    MASK_SUFFIX,
+    PadSchema,
+    SourceTransforms,
+    bind_transforms,
+    fuse,
+    normalized,
+)
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
@@ -93,9 +101,25 @@ class MixtureSource:
     ) -> None:
         self._dtypes, self._float_dtype = DtypePolicy(float_dtype), float_dtype
         self.pad = bool(pad)
+        if isinstance(sources, str | Dataset):
+            raise MixtureError(
+                f"sources is one dataset ({sources!r}): a mixture takes several",
+                hint="give a list of datasets or names, or {name: dataset}",
+            )
+        given = sources.values() if isinstance(sources, Mapping) else sources
+        odd = [s for s in given if not isinstance(s, str | os.PathLike | Dataset)]
+        if odd:
+            raise MixtureError(f"sources holds {odd[0]!r}: each source is a dataset or a dataset's name")
         if not isinstance(sources, Mapping):
             opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
             sources = {ds.name: ds for ds in opened}
+            if len(sources) < len(opened):  # one dataset twice would be one source, its weight lost
+                twice = sorted({ds.name for ds in opened if [o.name for o in opened].count(ds.name) > 1})
+                raise MixtureError(
+                    f"sources name {twice} more than once",
+                    hint="give each dataset once (weights set how often it is drawn), or give "
+                    "{name: dataset} with names of your own",
+                )
         if not sources:
             raise ValueError("sources must name at least one dataset")
         self.names = list(sources)
@@ -104,7 +128,9 @@ class MixtureSource:
         unknown = sorted(set(rename) - set(self.names))
         if unknown:
             raise ValueError(f"rename names unknown source(s) {unknown}; sources are {self.names}")
-        self._renames = [{join_key(k): join_key(v) for k, v in rename.get(n, {}).items()} for n in self.names]
+        self._renames = [
+            _checked_rename(n, rename.get(n, {}), ds) for n, ds in zip(self.names, self.datasets, strict=True)
+        ]
         self._in_memory = in_memory
         self.keys = self._common_keys(keys)
         self.in_memory = bool(in_memory)
@@ -238,6 +264,8 @@ class MixtureSource:
         return back.get(key, key)
 
     def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
+        if isinstance(keys, str):
+            raise MixtureError(f"keys is one string ({keys!r}): give a list of keys, e.g. [{keys!r}]")
         per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
         if keys is None:
             common = set.intersection(*per_source)
@@ -549,3 +577,34 @@ class MixtureLoader:
         self.sampler.load_state_dict(state)
         if self._refresher is not None and "refresh_batches" in state:
             self._refresher.batches = int(state["refresh_batches"])
+
+
+#: Names a batch of a mixture writes itself (and the suffix of its masks): never a rename's target.
+_RESERVED = ("index", "source")
+
+
+def _checked_rename(name: str, mapping: Any, ds: Dataset) -> dict[str, str]:
+    """Source ``name``'s ``rename=`` mapping, keys joined, or :class:`MixtureError` naming what
+    would hide or lose data: a key the source does not store, two keys onto one, a key onto one
+    the source keeps, or onto a name the mixture writes itself."""
+    if not isinstance(mapping, Mapping):
+        raise MixtureError(f"rename[{name!r}] is {type(mapping).__name__}: give {{its key: common key}}")
+    out: dict[str, str] = {}
+    for key, target in mapping.items():
+        if not isinstance(key, str | tuple) or not isinstance(target, str | tuple):
+            raise MixtureError(f"rename[{name!r}] maps {key!r} to {target!r}: keys are names (str or tuple)")
+        out[join_key(key)] = join_key(target)
+    stored = set(ds.fields)
+    missing = sorted(k for k in out if k not in stored)
+    if missing:
+        raise MixtureError(f"rename[{name!r}] names {missing}, which source {name!r} does not store",
+                           hint=f"its keys: {sorted(stored)}")  # fmt: skip
+    targets = list(out.values())
+    twice = sorted({t for t in targets if targets.count(t) > 1})
+    kept = sorted(t for t in targets if t in stored and t not in out)
+    reserved = sorted(t for t in targets if t in _RESERVED or t.endswith(MASK_SUFFIX))
+    for found, what in ((twice, "two of its keys onto"), (kept, "a key onto one it keeps:"),
+                        (reserved, "a key onto a name the mixture writes itself:")):  # fmt: skip
+        if found:
+            raise MixtureError(f"rename[{name!r}] maps {what} {found}: one would hide the other's values")
+    return out

@@ -119,9 +119,18 @@ def mixture_weights(
     multipliers = _size_multipliers(weights, names)
     if multipliers is None:
         return [weights.get(n, 0.0) for n in names] if isinstance(weights, Mapping) else weights
+    if not multipliers.any():
+        raise MixtureError(f"weights relative to size give every source a multiplier of 0: {weights!r}")
     if not follow:
+        if not any(sizes()):
+            raise MixtureError(
+                "weights='size' weighs each source by its steps, and no source has any",
+                hint="give numbers as weights, or refresh= to follow sources that grow",
+            )
         return _sized(multipliers, sizes())
-    return lambda step: _sized(multipliers, sizes())
+    # sources that grow and have no step yet: weighed by their multipliers until they do (the
+    # readiness rules keep an empty source out of the draw meanwhile)
+    return lambda step: _sized(multipliers, sizes()) if any(sizes()) else multipliers.tolist()
 
 
 def _size_multipliers(weights: Any, names: Sequence[str]) -> np.ndarray | None:
@@ -178,12 +187,13 @@ def check_weights(weights: Any, count: int) -> np.ndarray:
     with a positive sum."""
     try:
         w = np.asarray(weights, np.float64)
-    except (TypeError, ValueError):  # strings, None, ragged: not numbers
+    except (TypeError, ValueError, OverflowError):  # strings, None, ragged, past float64: not weights
         w = np.full(count + 1, np.nan)
-    if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+    if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.max(initial=0) <= 0:
         raise ValueError(
             f"weights must be {count} finite non-negative numbers with a positive sum, got {weights!r}"
         )
+    w = w / w.max()  # finite weights whose sum would overflow (1e308 twice) sum to a number
     return w / w.sum()
 
 

@@ -182,11 +182,21 @@ class PadSchema:
         order = list(plain[0][1]) if plain else []
         for _, part in plain[1:]:
             order += [k for k in part if k not in plain[0][1] and k not in order]
+        # and every key of the schema, whichever sources this batch holds
+        order += [k for k in self.keys if k not in order]
         out = TedBatch()
         for key in order:
             have = [(rows, part[key]) for rows, part in plain if key in part]
             spec = self.keys.get(key)
-            dtypes = tuple(v.dtype for _, v in have)
+            if spec is not None and spec.masks is None and len(have) != len(plain):
+                names = sorted(self.names[i] for i, _, part in parts if key not in part)
+                raise MixtureError(
+                    f"key {key!r}, which every source stores, is missing from what the transforms of "
+                    f"{names} give",
+                    hint="give every source transforms that keep the mixture's keys",
+                )
+            # the schema's dtype takes part: a batch's dtype never depends on which sources it holds
+            dtypes = tuple(v.dtype for _, v in have) + ((spec.dtype,) if spec is not None else ())
             dtype = self._dtypes.get((key, dtypes))
             if dtype is None:  # the promoted dtype, then float_dtype's: once per combination
                 dtype = self._dtypes[key, dtypes] = batch_dtype(key, np.dtype(np.result_type(*dtypes)))

@@ -142,6 +142,61 @@ def test_dtypes_promote(tmp_path: Path, robots: dict[str, Dataset]) -> None:
     assert cast.sample()["action"].dtype == torch.float32
 
 
+def test_a_batch_s_keys_and_dtypes_never_depend_on_the_sources_it_holds(
+    tmp_path: Path, robots: dict[str, Dataset]
+) -> None:
+    """A batch drawn from one source only still carries every key of the schema (zeros, mask
+    False, where that source lacks it) at the mixture's promoted dtype: it had the one source's
+    dtype and lacked its keys, on the per-source path (transforms in a chain, a refresh)."""
+    wide = write_robot(tmp_path, "f64", 7, 8, [10], 6, dtype=np.float64, extra={"wrist": 4})
+    chains = {"a": [identity], "b": [identity]}  # the per-source path
+    mix = MixtureLoader({"a": robots["franka"], "b": wide}, [1, 0], batch_size=16, seed=0,
+                        keys=["action", "wrist"], pad=True, transforms=chains)  # fmt: skip
+    assert mix.source.fused_normalize is None and mix.source._per_part
+    for _ in range(3):
+        batch = mix.sample()
+        assert (batch["source"].numpy() == 0).all()
+        assert batch["action"].dtype == torch.float64
+        assert batch["wrist"].shape == (16, 4) and (batch["wrist"].numpy() == 0).all()
+        assert not batch["wrist_pad_mask"].numpy().any()
+
+
+def test_renames_that_would_hide_or_lose_values_are_refused(
+    tmp_path: Path, robots: dict[str, Dataset]
+) -> None:
+    wrist = write_robot(tmp_path, "with-wrist", 7, 8, [15], 5, extra={"wrist": 4})
+    sources = {"a": robots["franka"], "b": wrist}
+
+    def mix(rename: object) -> MixtureLoader:
+        return MixtureLoader(sources, [1, 1], keys=["action"], pad=True, rename=rename)  # type: ignore[arg-type]
+
+    cases = [
+        ({"b": {"observation": "x", "wrist": "x"}}, "two of its keys onto ['x']"),
+        ({"b": {"wrist": "observation"}}, "a key onto one it keeps: ['observation']"),
+        ({"b": {"wrist": "wrist_pad_mask"}}, "a name the mixture writes itself"),
+        ({"b": {"next/reward": "source"}}, "a name the mixture writes itself"),
+        ({"b": {"obsevation": "state"}}, "names ['obsevation'], which source 'b' does not store"),
+        ({"b": ["wrist"]}, "rename['b'] is list"),
+        ({"b": {"wrist": 3}}, "maps 'wrist' to 3"),
+    ]
+    for rename, match in cases:
+        with pytest.raises(MixtureError) as info:
+            mix(rename)
+        assert match in str(info.value) and "\n" not in str(info.value), rename
+    swapped = mix({"b": {"wrist": "observation", "observation": "wrist"}})  # a swap hides nothing
+    assert swapped.source.renames() == {"b": {"wrist": "observation", "observation": "wrist"}}
+    for sources_given, match in (
+        (["franka", "franka"], "sources name ['franka'] more than once"),
+        ({"a": 5}, "sources holds 5"),
+        ("franka", "sources is one dataset"),
+    ):
+        with pytest.raises(MixtureError) as info:
+            MixtureLoader(sources_given, [1, 1], root=robots["franka"].directory.parent.parent)  # type: ignore[arg-type]
+        assert match in str(info.value)
+    with pytest.raises(MixtureError, match="keys is one string"):
+        MixtureLoader(sources, [1, 1], keys="action", pad=True)  # type: ignore[arg-type]
+
+
 def test_other_sampler_order_and_windows(robots: dict[str, Dataset]) -> None:
     """Rows in any order (an epoch over the mixture) and windows over a padded mixture."""
     norms = {name: Normalize(keys=["action"]) for name in robots}

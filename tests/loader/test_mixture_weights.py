@@ -82,3 +82,24 @@ def test_size_weights_refused_in_one_line(robots: dict[str, Dataset]) -> None:
     following = mixture_weights("size", names, lambda: sizes, follow=True)
     sizes[2] = 60  # a source that grew: the schedule reads the sizes in force
     assert callable(following) and following(0) == [10.0, 20.0, 60.0]
+    empty = [0, 0, 0]  # sources that grow, none with a step yet: weighed by multiplier until then
+    assert mixture_weights("size", names, lambda: empty, follow=True)(0) == [1.0, 1.0, 1.0]
+    for weights, sizes_now, match in (
+        ("size", [0, 0, 0], "no source has any"),
+        (by_size({"franka": 0.0, "widowx": 0.0}), [1, 1, 1], "a multiplier of 0"),
+    ):
+        with pytest.raises(MixtureError) as info:
+            mixture_weights(weights, names, lambda: sizes_now, follow=False)  # noqa: B023
+        assert match in str(info.value)
+
+
+def test_numbers_at_float64_s_edges_are_weights_or_one_line(robots: dict[str, Dataset]) -> None:
+    """Finite weights whose sum overflows are weights (normalized by their largest first); a
+    number past float64 is refused like any other bad weight, never a raw OverflowError."""
+    from rlds_cli.loader.mixture_sampler import check_weights
+
+    np.testing.assert_allclose(check_weights([1e308, 1e308, 0.0], 3), [0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match="finite non-negative numbers"):
+        check_weights([10**400, 1, 1], 3)
+    mix = MixtureLoader(robots, [1e308, 1e308, 1e308], batch_size=30, seed=0, keys=["action"], pad=True)
+    assert len(mix.sample()["action"]) == 30
