@@ -465,7 +465,13 @@ def score(
 
 
 def _fmt(values: Any, i: int) -> str:
-    return "-" if values is None else f"{values[i] if isinstance(values, list) else values:.4g}"
+    """Element ``i`` of a statistic (nested lists of any depth, ``None`` for "not finite")."""
+    import numpy as np
+
+    if values is None:
+        return "-"
+    flat = np.asarray(values, np.float64).ravel()
+    return "-" if np.isnan(flat[i]) else f"{flat[i]:.4g}"
 
 
 @handle_errors
@@ -503,6 +509,8 @@ def stats(
 
     Example: rlds stats robot-a robot-b --key action --normalization-table norm.json
     """
+    import numpy as np
+
     from rlds_cli.catalog.names import resolve_name
     from rlds_cli.errors import MixtureError
     from rlds_cli.loader.normalization_table import NormalizationTable
@@ -530,10 +538,10 @@ def stats(
     rows: list[list[Any]] = []
     for name, entry in data["sources"].items():
         for k, s in entry["keys"].items():
-            width = int(s["shape"][0]) if len(s["shape"]) == 1 else 1
-            for i in range(width):
+            for i, at in enumerate(np.ndindex(*s["shape"])):  # a key of several axes: every element
+                dim = ",".join(map(str, at))
                 rows.append(
-                    [name, k, str(i), *(_fmt(s[n], i) for n in ("mean", "std", "min", "max", "q01", "q99"))]
+                    [name, k, dim, *(_fmt(s[n], i) for n in ("mean", "std", "min", "max", "q01", "q99"))]
                 )
     output.print_table(columns, rows)
     if normalization_table is not None:

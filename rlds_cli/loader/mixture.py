@@ -68,7 +68,9 @@ class MixtureSource:
     Args:
         sources: ``{name: dataset or dataset name}`` (a list uses the datasets' names).
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
-        rename: ``{source name: {its key: common key}}``.
+        rename: ``{source name: {its key: common key}}``; refused where it would hide or lose
+            values (a key the source does not store, two keys onto one, onto a key the source
+            keeps, onto ``index``, ``source`` or a ``*_pad_mask``).
         in_memory: Load every source's needed columns into RAM. Either way the small keys
             (one axis at most) are packed into padded tables in RAM when they fit
             (:mod:`rlds_cli.loader.mixture_gather`).
@@ -252,7 +254,8 @@ class MixtureSource:
 
         entries = {}
         for i, (name, ds, chain) in enumerate(zip(self.names, self.datasets, self.transforms, strict=True)):
-            entries[name] = source_entry(i, ds.name, normalized(chain))
+            shapes = {key: spec.shapes[i] for key, spec in self.schema.keys.items()}  # its own widths
+            entries[name] = source_entry(i, ds.name, normalized(chain), shapes)
         return NormalizationTable.from_sources(entries).to_dict()
 
     def renames(self) -> dict[str, dict[str, str]]:
@@ -388,7 +391,9 @@ class MixtureLoader:
             ``by_size([(name, multiplier), ...])`` (:mod:`rlds_cli.loader.mixture_sampler`).
         batch_size: Rows per batch.
         keys: Keys of the common schema (after renaming); ``None``: those every source has.
-        rename: ``{source name: {its key: common key}}``.
+        rename: ``{source name: {its key: common key}}``; refused where it would hide or lose
+            values (a key the source does not store, two keys onto one, onto a key the source
+            keeps, onto ``index``, ``source`` or a ``*_pad_mask``).
         seed: The run seed (``None``: ``$RLDS_SEED``, else a fresh one, logged and kept as
             :attr:`seed`); each rank draws its own stream from it.
         rank, world_size: This process's rank (``None``: from ``torch.distributed``, else 0, 1).

@@ -341,7 +341,17 @@ def bind_transforms(
                     )
                 owner[id(t)] = name
                 if isinstance(t, Normalize):
-                    t.bind(ds, rename=rename)
+                    try:
+                        t.bind(ds, rename=rename)
+                    except ValueError:
+                        if ds.num_steps:
+                            raise
+                        raise MixtureError(  # an online buffer not yet written to
+                            f"source {name!r} ({ds.name!r}) has no steps yet to compute its Normalize "
+                            "statistics of",
+                            hint="give them: Normalize(stats=...) (of a dataset like it, or "
+                            "NormalizationTable.statistics), or make the mixture once it has steps",
+                        ) from None
                 elif rename:
                     raise MixtureError(
                         f"transform {type(t).__name__} of source {name!r} reads dataset {ds.name!r} by "

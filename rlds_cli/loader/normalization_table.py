@@ -15,8 +15,10 @@ The file (``rlds-normalization-table``, JSON)::
                                                "min": [...], "max": [...],
                                                "q01": [...] or null, "q99": [...] or null}}}}}
 
-Keys are the mixture's names (after ``rename=``); ``index`` is the value of the batch's
-``source`` column for that source. ``q01``/``q99`` come from the same dataset as the mean
+Keys are the mixture's names (after ``rename=``); ``shape`` is the key's own per-step shape in
+that source (statistics given as plain numbers are broadcast to it); a value that is not finite
+(a key with no finite value) is ``null``; ``index`` is the value of the batch's ``source``
+column for that source (unique). ``q01``/``q99`` come from the same dataset as the mean
 (stored by ``rlds preprocess --stats``, else scanned with quantile sketches,
 :func:`rlds_cli.cache.stats.scan`); ``null`` for statistics given as numbers and for keys of more
 than 256 elements per step.
@@ -25,6 +27,7 @@ than 256 elements per step.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -64,15 +67,36 @@ def _quantiles(origin: Dataset, stored: str) -> tuple[np.ndarray | None, np.ndar
     return known.quantiles[0.01], known.quantiles[0.99]
 
 
-def _entry(stats: NormalizationStats, key: str, quantiles: Any) -> dict[str, Any]:
+def _entry(
+    stats: NormalizationStats, key: str, quantiles: Any, shape: tuple[int, ...] | None
+) -> dict[str, Any]:
+    """One key's statistics at the source's own per-step ``shape`` (statistics given as plain
+    numbers broadcast to it; ``None``: the statistics' shape)."""
     q01, q99 = quantiles
-    shape = list(np.shape(stats.mean[key]))
-    out: dict[str, Any] = {"shape": shape, "eps": stats.eps}
+    shape = tuple(np.shape(stats.mean[key])) if shape is None else tuple(shape)
+    out: dict[str, Any] = {"shape": list(shape), "eps": stats.eps}
     for name in ("mean", "std", "min", "max"):
-        out[name] = getattr(stats, name)[key].tolist()
-    out["q01"] = None if q01 is None else np.asarray(q01, np.float64).tolist()
-    out["q99"] = None if q99 is None else np.asarray(q99, np.float64).tolist()
+        value = np.asarray(getattr(stats, name)[key], np.float64)
+        try:
+            out[name] = np.broadcast_to(value, shape).copy()
+        except ValueError:
+            raise MixtureError(
+                f"the {name} of key {key!r} is of shape {value.shape}, which does not fit the "
+                f"source's {shape}"
+            ) from None
+    out["q01"] = None if q01 is None else np.asarray(q01, np.float64)
+    out["q99"] = None if q99 is None else np.asarray(q99, np.float64)
     return out
+
+
+def _json_ready(value: np.ndarray | None) -> Any:
+    """Nested lists, each value that is not finite (NaN: a key with no finite value) as ``null``:
+    JSON has no NaN (``json.dumps`` would write a token other readers refuse)."""
+    if value is None:
+        return None
+    array = np.asarray(value, np.float64).astype(object)
+    array[~np.isfinite(np.asarray(value, np.float64))] = None
+    return array.tolist()
 
 
 #: One ``Normalize``'s share of a source's entry: its statistics (keys in the mixture's names),
@@ -81,16 +105,29 @@ def _entry(stats: NormalizationStats, key: str, quantiles: Any) -> dict[str, Any
 Normalized = tuple[NormalizationStats, Mapping[str, str], Dataset | None]
 
 
-def source_entry(index: int, dataset: str, normalized: Sequence[Normalized]) -> dict[str, Any]:
+def source_entry(
+    index: int,
+    dataset: str,
+    normalized: Sequence[Normalized],
+    shapes: Mapping[str, tuple[int, ...] | None] | None = None,
+) -> dict[str, Any]:
     """One source's entry of the table, from the ``Normalize`` transforms of its chain (none:
-    an entry without keys, the source is not normalized)."""
+    an entry without keys, the source is not normalized); ``shapes``: each key's per-step shape
+    in the source (where known)."""
     keys: dict[str, Any] = {}
     origins = []
     for stats, stored, origin in normalized:
         origins.append(stats.source)
         for key in stats.keys:
+            if key in keys:  # a table holds one inverse a key: two Normalize would need both
+                raise MixtureError(
+                    f"source {dataset!r} normalizes key {key!r} twice in its chain: the table can "
+                    "un-normalize one Normalize a key",
+                    hint="normalize each key once per source",
+                )
             quantiles = _quantiles(origin, stored.get(key, key)) if origin is not None else (None, None)
-            keys[key] = _entry(stats, key, quantiles)
+            base = key[5:] if key.startswith("next/") else key
+            keys[key] = _entry(stats, key, quantiles, (shapes or {}).get(key, (shapes or {}).get(base)))
     of = "; ".join(dict.fromkeys(origins))
     return {"index": index, "dataset": dataset, "statistics_of": of, "keys": keys}
 
@@ -111,16 +148,30 @@ class NormalizationTable:
         if not isinstance(sources, Mapping) or not sources:
             raise MixtureError("the normalization table has no 'sources'")
         self._sources: dict[str, dict[str, Any]] = {}
+        self._by_index: dict[int, str] = {}
         for name, entry in sources.items():
-            self._sources[str(name)] = self._checked(str(name), entry)
-        self._by_index = {int(e["index"]): n for n, e in self._sources.items()}
+            checked = self._sources[str(name)] = self._checked(str(name), entry)
+            other = self._by_index.setdefault(checked["index"], str(name))
+            if other != str(name):
+                raise MixtureError(
+                    f"sources {other!r} and {str(name)!r} of the normalization table have one index "
+                    f"({checked['index']}): a batch's source value would name either"
+                )
 
     @staticmethod
     def _checked(name: str, entry: Any) -> dict[str, Any]:
         try:
             keys = {}
+            index = entry["index"]
+            if type(index) is not int or index < 0:
+                raise ValueError(f"its index {index!r} is no source number (an int from 0)")
             for key, s in entry["keys"].items():
-                shape = tuple(int(n) for n in s["shape"])
+                if not isinstance(s["shape"], list) or not all(type(n) is int and n >= 0 for n in s["shape"]):
+                    raise ValueError(f"the shape of key {key!r} is {s['shape']!r}, not a list of sizes")
+                shape = tuple(s["shape"])
+                eps = s["eps"]
+                if type(eps) not in (int, float) or not 0 <= eps < float("inf"):
+                    raise ValueError(f"the eps of key {key!r} is {eps!r}, not a finite number >= 0")
                 arrays = {}
                 for stat in _STATS:
                     value = s.get(stat)
@@ -130,10 +181,12 @@ class NormalizationTable:
                     arrays[stat] = array
                 if arrays["mean"] is None or arrays["std"] is None:
                     raise ValueError(f"key {key!r} has no mean or std")
-                keys[str(key)] = {"shape": shape, "eps": float(s["eps"]), **arrays}
-            return {"index": int(entry["index"]), "dataset": str(entry.get("dataset", "")),
+                if (arrays["std"] < 0).any():
+                    raise ValueError(f"the std of key {key!r} has negative values")
+                keys[str(key)] = {"shape": shape, "eps": float(eps), **arrays}
+            return {"index": index, "dataset": str(entry.get("dataset", "")),
                     "statistics_of": str(entry.get("statistics_of", "")), "keys": keys}  # fmt: skip
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise MixtureError(f"source {name!r} of the normalization table is malformed: {exc}") from None
 
     # ------------------------------------------------------------------ making
@@ -161,19 +214,30 @@ class NormalizationTable:
         for i, given in enumerate(datasets):
             ds = given if isinstance(given, Dataset) else open_dataset(given, root)
             if ds.name in entries:
-                raise MixtureError(f"dataset {ds.name!r} is named twice: a table has one entry per source")
+                raise MixtureError(
+                    f"dataset {ds.name!r} is named twice: a table has one entry per source",
+                    hint="name each dataset once",
+                )
+            stored = ds.manifest.fields  # what statistics are computed of (not derived keys)
             for k in keys:
                 name = join_key(k)
                 base = name[5:] if name.startswith("next/") else name
-                if name not in ds.fields and base not in ds.fields:
+                if name not in stored and base not in stored:
                     raise MixtureError(
-                        f"dataset {ds.name!r} stores no key {name!r} (it has {sorted(ds.fields)})",
+                        f"dataset {ds.name!r} stores no key {name!r} to compute statistics of (it "
+                        f"stores {sorted(stored)})",
                         hint="pick keys the dataset stores ('rlds inspect NAME' lists them)",
                     )
+            if not ds.num_steps:
+                raise MixtureError(f"dataset {ds.name!r} has no steps to compute statistics of",
+                                   hint="record or convert some first")  # fmt: skip
             norm = Normalize(keys=list(keys), eps=eps)
             norm.bind(ds)
             assert norm.statistics is not None
-            entries[ds.name] = source_entry(i, ds.name, [(norm.statistics, norm.stored_keys, norm.origin)])
+            shapes = {key: shape for key, (shape, _) in ds.fields.items()}
+            entries[ds.name] = source_entry(
+                i, ds.name, [(norm.statistics, norm.stored_keys, norm.origin)], shapes
+            )
         return cls.from_sources(entries)
 
     # ------------------------------------------------------------------ reading
@@ -188,10 +252,14 @@ class NormalizationTable:
         return list(self._source(source)["keys"])
 
     def _source(self, source: str | int) -> dict[str, Any]:
-        if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
-            if int(source) not in self._by_index:
-                raise MixtureError(f"no source of index {int(source)} in the normalization table")
-            return self._sources[self._by_index[int(source)]]
+        if not isinstance(source, str):  # a number: an int, or a batch's 0-d source tensor
+            try:
+                number = operator.index(source)
+            except TypeError:
+                raise MixtureError(f"a source is a name or an index, not {source!r}") from None
+            if isinstance(source, bool) or number not in self._by_index:
+                raise MixtureError(f"no source of index {source!r} in the normalization table")
+            return self._sources[self._by_index[number]]
         if source not in self._sources:
             raise MixtureError(f"no source {source!r} in the normalization table; it has {self.names}")
         return self._sources[str(source)]
@@ -231,7 +299,7 @@ class NormalizationTable:
             raise MixtureError(f"mode must be one of {MODES}, got {mode!r}")
         s = self._key(source, key)
         eps = s["eps"]
-        arr = self._cut(np.asarray(x), s["shape"], source, key)
+        arr = self._cut(_numbers(x, key), s["shape"], source, key)
         if mode == "mean_std":
             return arr * (s["std"] + eps) + s["mean"]
         if s["q01"] is None or s["q99"] is None:
@@ -242,7 +310,7 @@ class NormalizationTable:
         """``(x - mean) / (std + eps)`` with ``source``'s statistics (an observation at
         inference, at the source's own shape), what the source's ``Normalize`` did in training."""
         s = self._key(source, key)
-        arr = self._cut(np.asarray(x), s["shape"], source, key)
+        arr = self._cut(_numbers(x, key), s["shape"], source, key)
         return (arr - s["mean"]) / (s["std"] + s["eps"])
 
     @staticmethod
@@ -262,7 +330,7 @@ class NormalizationTable:
             keys = {}
             for key, s in e["keys"].items():
                 keys[key] = {"shape": list(s["shape"]), "eps": s["eps"]}
-                keys[key].update({n: None if s[n] is None else s[n].tolist() for n in _STATS})
+                keys[key].update({n: _json_ready(s[n]) for n in _STATS})
             sources[name] = {"index": e["index"], "dataset": e["dataset"],
                              "statistics_of": e["statistics_of"], "keys": keys}  # fmt: skip
         return {"format": _FORMAT, "version": _VERSION, "sources": sources}
@@ -272,7 +340,10 @@ class NormalizationTable:
         from rlds_cli._util.io import atomic_write
 
         target = Path(path)
-        atomic_write(target, json.dumps(self.to_dict(), indent=1) + "\n", fsync=False)
+        if target.is_dir():
+            raise MixtureError(f"cannot write the normalization table to {target}: it is a folder",
+                               hint="give a file name, e.g. norm.json")  # fmt: skip
+        atomic_write(target, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", fsync=False)
         return target
 
     @classmethod
@@ -284,7 +355,17 @@ class NormalizationTable:
             data = json.loads(source.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise MixtureError(f"{source} is not a normalization table (not JSON: {exc})") from None
+        except (IsADirectoryError, NotADirectoryError) as exc:
+            raise MixtureError(f"{source} is not a normalization table ({exc.strerror})") from None
         try:
             return cls(data)
         except MixtureError as exc:
             raise MixtureError(f"{source}: {exc.message}") from None
+
+
+def _numbers(x: Any, key: str) -> np.ndarray:
+    """``x`` as float64, or :class:`MixtureError` naming ``key``."""
+    try:
+        return np.asarray(x, np.float64)
+    except (TypeError, ValueError) as exc:
+        raise MixtureError(f"the values given for key {key!r} are not numbers ({exc})") from None

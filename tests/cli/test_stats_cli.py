@@ -58,6 +58,13 @@ def test_table_written_and_read_back(robots: list[str], tmp_path: Path) -> None:
             ["franka", "--normalization-table", "/nonexistent-dir/n.json"],
             "its folder /nonexistent-dir does not exist",
         ),
+        (
+            ["franka", "--normalization-table", "/tmp"],
+            "cannot write the normalization table to /tmp: it is a folder",
+        ),
+        (["franka", "--key", "episode"], "stores no key 'episode' to compute statistics of"),
+        (["franka", "--key", "next/done"], "stores no key 'next/done' to compute statistics of"),
+        (["franka", "franka"], "dataset 'franka' is named twice"),
     ],
 )
 def test_refusals(robots: list[str], args: list[str], message: str) -> None:
@@ -65,3 +72,35 @@ def test_refusals(robots: list[str], args: list[str], message: str) -> None:
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert message in lines[0] and len(lines) <= 2 and "Traceback" not in result.stderr
+
+
+def test_keys_of_several_axes_and_values_that_are_not_finite(isolated_cache: Path) -> None:
+    """A key of shape (2, 3) is one row an element (it crashed formatting the table); a key
+    with no finite value prints '-' and its JSON has null, never NaN."""
+    import rlds_cli
+
+    rng = np.random.default_rng(0)
+    with rlds_cli.DatasetWriter("grid", root=isolated_cache, mode="create") as writer:
+        for n in (5, 7):
+            obs = rng.normal(size=(n + 1, 3)).astype(np.float32)
+            writer.add_episode({
+                "observation": obs[:-1],
+                "next/observation": obs[1:],
+                "action": rng.normal(size=(n, 2, 3)).astype(np.float32),
+                "blank": np.full((n, 2), np.nan, np.float32),
+                "next/reward": np.ones(n, np.float32),
+                "next/terminated": np.zeros(n, bool),
+                "next/truncated": np.eye(n, dtype=bool)[-1],
+            })  # fmt: skip
+    result = invoke("stats", "grid", "--key", "action")
+    assert result.exit_code == 0, result.stderr
+    dims = [line.split()[2] for line in result.stdout.splitlines() if line.startswith("grid")]
+    assert dims == ["0,0", "0,1", "0,2", "1,0", "1,1", "1,2"]
+    result = invoke("stats", "grid", "--key", "blank", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert data["sources"]["grid"]["keys"]["blank"]["min"] == [None, None]
+    assert "-" in invoke("stats", "grid", "--key", "blank").stdout
+    rlds_cli.DatasetWriter("empty", root=isolated_cache, schema=rlds_cli.open_dataset("grid").fields).close()
+    result = invoke("stats", "empty")
+    assert result.exit_code == 1 and "dataset 'empty' has no steps to compute statistics of" in result.stderr

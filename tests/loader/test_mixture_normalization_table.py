@@ -114,3 +114,79 @@ def test_from_datasets_matches_the_mixture(mix: MixtureLoader, robots: dict[str,
     assert table.to_dict()["sources"] == mix.normalization_table()["sources"]
     with pytest.raises(MixtureError, match="dataset 'franka' stores no key 'gripper'"):
         NormalizationTable.from_datasets([robots["franka"]], ["gripper"])
+
+
+def test_statistics_given_as_numbers_get_the_source_s_width(
+    robots: dict[str, Dataset], tmp_path: Path
+) -> None:
+    """Plain-number statistics are recorded at the source's own width (they were recorded as
+    shape [], so an un-normalized action kept the padded width), and a value that is not
+    finite is written as null: the file is JSON every reader takes."""
+    scalar = Normalize(stats={"action": {"mean": 1.0, "std": 2.0}}, keys=["action"])
+    mix = MixtureLoader({"a": robots["franka"], "b": robots["aloha"]}, [1, 1], batch_size=8, keys=KEYS,
+                        pad=True, transforms={"a": scalar})  # fmt: skip
+    table = NormalizationTable(mix.normalization_table())
+    entry = table.to_dict()["sources"]["a"]["keys"]["action"]
+    assert entry["shape"] == [7] and entry["mean"] == [1.0] * 7
+    assert entry["min"] == [None] * 7  # given statistics have no min: NaN, written as null
+    np.testing.assert_allclose(table.unnormalize("a", "action", np.zeros(14)), np.full(7, 1.0))
+    path = table.save(tmp_path / "t.json")
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert np.isnan(NormalizationTable.load(path).statistics("a").min["action"]).all()
+
+
+def test_table_readers_take_tensors_and_refuse_what_would_mislead(mix: MixtureLoader, tmp_path: Path) -> None:
+    import torch
+
+    table = NormalizationTable(mix.normalization_table())
+    batch = mix.sample()
+    first = batch["source"][0]  # a 0-d tensor, as a batch gives it
+    name = table.names[int(first)]
+    assert (
+        table.unnormalize(first, "action", np.zeros(14)).shape
+        == table.unnormalize(name, "action", np.zeros(14)).shape
+    )
+    with pytest.raises(MixtureError, match="not numbers"):
+        table.unnormalize(name, "action", ["a"] * 14)
+    with pytest.raises(MixtureError, match="no source of index True"):
+        table.unnormalize(True, "action", np.zeros(14))  # type: ignore[arg-type]
+    assert torch.is_tensor(first)
+
+    def damaged(change: object) -> dict:
+        data = mix.normalization_table()
+        change(data["sources"])  # type: ignore[operator]
+        return data
+
+    cases = [
+        (lambda s: s["widowx"].update(index=s["franka"]["index"]), "have one index"),
+        (lambda s: s["franka"].update(index=float("inf")), "no source number"),
+        (lambda s: s["franka"].update(index=1.0), "no source number"),
+        (lambda s: s["franka"]["keys"]["action"].update(shape="7"), "not a list of sizes"),
+        (lambda s: s["franka"]["keys"]["action"].update(eps=-5), "not a finite number >= 0"),
+        (lambda s: s["franka"]["keys"]["action"].update(std=[-1.0] * 7), "negative values"),
+    ]
+    for change, match in cases:
+        with pytest.raises(MixtureError) as info:
+            NormalizationTable(damaged(change))
+        assert match in str(info.value), match
+    with pytest.raises(MixtureError, match="is not a normalization table"):
+        NormalizationTable.load(tmp_path)  # a folder
+    with pytest.raises(MixtureError, match="it is a folder"):
+        table.save(tmp_path)
+
+
+def test_two_normalize_of_one_key_or_none_to_compute_are_refused(
+    robots: dict[str, Dataset], tmp_path: Path
+) -> None:
+    import rlds_cli
+
+    twice = [Normalize(keys=["action"]), Normalize(keys=["action"])]
+    mix = MixtureLoader({"a": robots["franka"], "b": robots["aloha"]}, [1, 1], batch_size=8, keys=KEYS,
+                        pad=True, transforms={"a": twice})  # fmt: skip
+    with pytest.raises(MixtureError, match="normalizes key 'action' twice"):
+        mix.normalization_table()
+    rlds_cli.DatasetWriter("online", root=tmp_path, schema=robots["franka"].fields).close()  # no step yet
+    online = rlds_cli.open_dataset("online", tmp_path)
+    with pytest.raises(MixtureError, match=r"source 'b' .* has no steps yet to compute its Normalize"):
+        MixtureLoader({"a": robots["franka"], "b": online}, [1, 1], batch_size=8, keys=["action"], refresh=1,
+                      transforms={"b": Normalize(keys=["action"])})  # fmt: skip
