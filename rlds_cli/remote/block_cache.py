@@ -21,8 +21,9 @@ Guarantees:
   reserved in the ledger (evicting least recently used blocks) before its ``.part`` file is
   written; a reservation of a dead process keeps counting until the next process that takes the
   lock reclaims it (removes its ``.part`` and its row). The limit bounds the folder: the block
-  files, each counted with :data:`ROW_BYTES` for its rows, and :data:`LEDGER_BYTES` kept free
-  for the ledger's files (a sixteenth of the limit where that is less).
+  files' bytes, each with :data:`ROW_BYTES` for its rows, and :data:`LEDGER_BYTES` kept free for
+  the ledger's files (a sixteenth of the limit where that is less: below the smallest limit
+  allowed with 2 MiB blocks).
 - **Never evicts what a read in flight needs**: a read pins its blocks (rows of ``pins`` with its
   pid) from the moment it finds or reserves them until it has copied its bytes out.
 - **Reads planned ahead wait their turn** (:meth:`BlockCache.prefetch`): a prefetch waits for room
@@ -61,7 +62,13 @@ import numpy as np
 from rlds_cli._util.io import crc32c
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
-from rlds_cli.remote.block_ledger import BLOCKS_DIR, LEDGER_BYTES, ROW_BYTES, USED_SQL, BlockLedger
+from rlds_cli.remote.block_ledger import (
+    BLOCKS_DIR,
+    LEDGER_BYTES,
+    ROW_BYTES,
+    USED_SQL,
+    BlockLedger,
+)
 from rlds_cli.remote.store import BlockLayout
 
 #: Bytes of blocks one read holds in memory at once while fetching (memory stays bounded).
@@ -116,8 +123,13 @@ class _Block:
 
     @property
     def charge(self) -> int:
-        """What it counts against the limit: its bytes and its rows."""
-        return self.size + ROW_BYTES
+        return charge(self.size)
+
+
+def charge(size: int) -> int:
+    """What a block of ``size`` bytes counts against the limit: its bytes and its rows in the
+    ledger (as :data:`USED_SQL` counts them)."""
+    return size + ROW_BYTES
 
 
 #: Every block cache of this process, for :func:`_fresh_in_child`.
@@ -237,7 +249,7 @@ class BlockCache:
                 bytes differ from the push.
         """
         blocks = self._blocks_of(source, rels, starts, ends)
-        budget = max(source.block_bytes + ROW_BYTES, self.room // 2)
+        budget = max(charge(source.block_bytes), self.room // 2)
         if sum(b.charge for b in blocks.values()) > budget:
             return self._read_in_passes(source, blocks, budget, rels, starts, ends)
         passed = self.ensure(source, list(blocks.values()))
@@ -528,7 +540,7 @@ class BlockCache:
             if used + need <= self.room:
                 break
             chosen.append((name, int(size)))
-            used -= int(size) + ROW_BYTES
+            used -= charge(int(size))
         if used + need > self.room or not evict:
             return used + need <= self.room
         for name, _ in chosen:
@@ -735,6 +747,13 @@ def _spans(
         layout = source.layout(rel)
         if layout is None:
             raise CorruptDatasetError(f"{rel} is not a file of the pushed version {source.version}")
+        bad = [k for k in ks if int(starts[k]) < 0 or int(ends[k]) > layout.size]
+        if bad:  # offsets (a frame file's ends, a shard index) that point past the file
+            k = bad[0]
+            raise CorruptDatasetError(
+                f"{rel} of the pushed version {source.version} is asked for bytes {int(starts[k])}-"
+                f"{int(ends[k])}, past its {layout.size:,} bytes"
+            )
         firsts, stops = layout.spans(np.asarray([starts[k] for k in ks], np.int64),
                                      np.asarray([ends[k] for k in ks], np.int64))  # fmt: skip
         for k, first, stop in zip(ks, firsts.tolist(), stops.tolist(), strict=True):

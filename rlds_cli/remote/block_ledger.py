@@ -27,11 +27,13 @@ from rlds_cli.errors import RemoteCacheDamagedError
 LOCK_WAIT_SECONDS = 120.0
 #: The ledger's write-ahead log is checkpointed every this many pages and truncated to
 #: :data:`LEDGER_LOG_BYTES` (the ledger, beside the blocks, stays small: ~100 bytes a block).
-LEDGER_CHECKPOINT_PAGES = 64
-LEDGER_LOG_BYTES = 512 * 1024
-#: Bytes the ledger's files (database, write-ahead log, shared memory) take besides their rows:
-#: a cache's limit keeps them free (at most a sixteenth of it), so the folder stays within it.
-LEDGER_BYTES = (LEDGER_CHECKPOINT_PAGES + 16) * 4096 + 32 * 1024
+LEDGER_CHECKPOINT_PAGES = 32
+LEDGER_LOG_BYTES = LEDGER_CHECKPOINT_PAGES * 4096
+#: Bytes the ledger's files take besides their rows (the log, its shared memory, the database's
+#: first pages), 224 KiB: a cache's limit keeps them free (a sixteenth of the smallest limit of
+#: 2 MiB blocks, 4 MiB, holds them), so the folder stays within it. The database gives back the
+#: pages of rows deleted (auto_vacuum).
+LEDGER_BYTES = LEDGER_LOG_BYTES + 32 * 1024 + 16 * 4096
 #: Bytes each block counts besides its file: its rows in the ledger.
 ROW_BYTES = 256
 #: What the blocks of the ledger count against the limit (files and rows), in SQL.
@@ -116,6 +118,8 @@ class BlockLedger:
                 shutil.rmtree(folder)
             self._conn = sqlite3.connect(self.root / LEDGER_FILE, isolation_level=None, timeout=60,
                                          check_same_thread=False)  # fmt: skip
+            # set before the first table, so a new ledger's file shrinks as rows are deleted
+            self._conn.execute("PRAGMA auto_vacuum=FULL")
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             # the ledger counts against the limit (LEDGER_BYTES): keep its log small

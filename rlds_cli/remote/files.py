@@ -95,6 +95,7 @@ class RemoteFiles:
                 self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
             self._pid = os.getpid()
             self._lock = threading.Lock()
+            self._signed = None  # its signer is the parent's filesystem: probe again with this one
         return self._fs
 
     def where(self, rel: str) -> str:
@@ -216,9 +217,10 @@ class RemoteFiles:
                 with store.translated(self.url):
                     raise blob
             if len(blob) != g_end - g_start:
+                what = "is shorter than the file pushed" if len(blob) < g_end - g_start else (
+                    "gave more bytes than asked")  # fmt: skip
                 raise CorruptDatasetError(
-                    f"{self.where(rel)} is shorter than the file pushed (bytes {g_start}-{g_end} asked, "
-                    f"{len(blob)} read)"
+                    f"{self.where(rel)} {what} (bytes {g_start}-{g_end} asked, {len(blob)} read)"
                 )
             total += len(blob)
             view = memoryview(blob)

@@ -15,12 +15,28 @@ the store answers 403 (an expired or revoked signature) once.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+
+class _Unsigned(logging.Filter):
+    """urllib3 logs each retry with its URL, whose query is a presigned URL's signature (and a
+    session's token): the query is left out of every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "?" in text:
+            record.msg, record.args = re.sub(r"\?[^\s'\")]*", "?<signed>", text), ()
+        return True
+
+
+logging.getLogger("urllib3.connectionpool").addFilter(_Unsigned())
 
 #: Seconds a presigned URL is asked to stay valid (signed again after 90% of it).
 SIGN_SECONDS = 3600
@@ -100,12 +116,18 @@ class SignedRanges:
                     decode_content=False,
                 )
             except urllib3.exceptions.HTTPError as exc:  # retries spent: connection refused, timed out
-                raise ConnectionError(f"{path}: {exc}") from None
-            if response.status == 403 and attempt == 0:  # an expired signature: sign again, once
+                # never urllib3's text: it quotes the URL, whose query is the signature
+                cause = getattr(exc, "reason", None) or exc
+                raise ConnectionError(f"{path}: {type(cause).__name__} (retried {RETRIES} times)") from None
+            if attempt == 0 and _expired(response):  # an expired signature: sign again, once
                 continue
             break
         if response.status == 206:
             return bytes(response.data)
+        if response.status == 200:
+            raise OSError(
+                f"{path}: the store ignored the byte range asked (HTTP 200 for bytes {start}-{end - 1})"
+            )
         if response.status == 404:
             raise FileNotFoundError(f"{path}: not found (HTTP 404)")
         if response.status == 403:
@@ -142,3 +164,11 @@ class SignedRanges:
                 self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="rlds-fetch")
                 self._pid = os.getpid()
             return self._http, self._pool
+
+
+def _expired(response: Any) -> bool:
+    """Whether the store refused a request for its signature's age (S3: 403, or 400
+    ``ExpiredToken`` once the credentials' session ended; GCS: 400): sign again."""
+    if response.status == 403:
+        return True
+    return response.status == 400 and b"xpired" in bytes(response.data or b"")[:4096]

@@ -545,7 +545,9 @@ def _entry(doc: dict[str, Any]) -> FileEntry:
     ):
         raise ValueError(CRC_KEY)
     starts = doc.get(STARTS_KEY)
-    if starts is not None and not (isinstance(starts, list) and all(type(c) is int for c in starts)):
+    if starts is not None and not (
+        isinstance(starts, list) and all(type(c) is int and 0 <= c <= MAX_FILE_SIZE for c in starts)
+    ):
         raise ValueError(STARTS_KEY)
     return FileEntry(
         doc["size"],

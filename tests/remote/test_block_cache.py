@@ -1162,6 +1162,13 @@ def test_a_frame_file_s_blocks_are_cut_where_episodes_begin(isolated_cache: Path
         np.testing.assert_array_equal(z.column("pixels")[rows], np.asarray(local.column("pixels")[rows]))
         assert block_bytes(tmp_path / "c") <= limit
     assert z.bytes_fetched - before == entry.size  # each byte once: no block shared by two episodes
+    # offsets that point past the file (damaged ends) are named, never a short or raw read
+    with pytest.raises(CorruptDatasetError, match="past its"):
+        z._files.read_ranges([rel, rel], [0, entry.size - 5], [8, entry.size + 3 * BLOCK])
+    with pytest.raises(CorruptDatasetError, match="past its"):
+        z._files.read_ranges([rel], [entry.size + BLOCK], [entry.size + 2 * BLOCK])
+    # the ledger's own files fit in what the smallest limit of 2 MiB blocks keeps free for them
+    assert block_ledger.LEDGER_BYTES <= 2 * (2 << 20) // 16
     del pixels
     # the cut layout's damage is the index's, named
     doc = json.loads(open_dataset(URL)._files.index.to_json())
@@ -1176,6 +1183,7 @@ def test_a_frame_file_s_blocks_are_cut_where_episodes_begin(isolated_cache: Path
         (lambda f: f.pop(store.CRC_KEY), "come without their block_crc32c"),
         (lambda f: f.update({store.CRC_KEY: f[store.CRC_KEY][:-1]}), "block crc32c values where it has"),
         (lambda f: f.update({store.STARTS_KEY: "0"}), "not a readable rlds files index"),
+        (lambda f: f.update({store.STARTS_KEY: [0, 2**64]}), "not a readable rlds files index"),
     ):
         changed = json.loads(json.dumps(doc))
         change(changed["files"][rel])

@@ -5,6 +5,7 @@ the range, one that cannot be reached. A local HTTP server on 127.0.0.1 plays th
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import socket
 import threading
@@ -41,9 +42,11 @@ class _Store(BaseHTTPRequestHandler):
             status, body = 404, b"no such key"
         elif path == "/denied" or (path == "/stale" and query != "sig=2"):
             status, body = 403, b"signature expired"
+        elif path == "/session" and query != "sig=2":  # S3 once a session's credentials ended
+            status, body = 400, b"<Error><Code>ExpiredToken</Code></Error>"
         elif path == "/broken":
             status, body = 500, b"internal error"
-        elif path in ("/ok", "/stale"):
+        elif path in ("/ok", "/stale", "/session"):
             first, last = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers["Range"]).groups())
             if first >= len(DATA):
                 status, body = 416, b""
@@ -67,6 +70,16 @@ def server() -> Iterator[str]:
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def _memory_store_cleared() -> Iterator[None]:
+    """fsspec's memory:// store lives as long as the process: left clean for the next test."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    yield
+    MemoryFileSystem.store.clear()
+    MemoryFileSystem.pseudo_dirs[:] = [""]
 
 
 class _Signer:
@@ -94,6 +107,8 @@ def test_each_answer_of_the_store_is_mapped(server: str, monkeypatch: pytest.Mon
     assert isinstance(gone, FileNotFoundError)
     assert isinstance(denied, PermissionError) and fs.signed["/denied"] == 2  # signed again once
     assert stale == DATA[5:9] and fs.signed["/stale"] == 2
+    (session,) = reader.cat_ranges(["/session"], [5], [9])
+    assert session == DATA[5:9] and fs.signed["/session"] == 2
     (broken,) = reader.cat_ranges(["/broken"], [0], [8])
     assert isinstance(broken, OSError) and "HTTP 500" in str(broken)
     assert _Store.hits["/broken"] == 1 + signed_ranges.RETRIES  # retried, then reported
@@ -121,8 +136,17 @@ def test_stores_that_cannot_take_signed_ranges_keep_fsspec(
     reader = SignedRanges(_Signer(closed))
     (unreachable,) = reader.cat_ranges(["/ok"], [0], [8])
     assert isinstance(unreachable, ConnectionError)
+    assert "sig=" not in str(unreachable)  # never the signed URL (its query is the signature)
 
 
+def _read_all_in_child(z: Any, out: Any) -> None:
+    try:
+        out.put(len(z.gather(np.arange(z.num_steps), ["state", "pixels", "next/reward"])["state"]))
+    except Exception as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.usefixtures("_memory_store_cleared")
 def test_s3_is_read_by_signed_ranges_and_memory_by_fsspec(
     s3: Any,  # noqa: F811
     tmp_path: Path,
@@ -140,6 +164,17 @@ def test_s3_is_read_by_signed_ranges_and_memory_by_fsspec(
     z = open_dataset(URL)
     read_everything(local, z)
     assert z._files._signed is False  # memory:// cannot sign
+    # a child forked after the parent read signs with a filesystem of its own (the parent's
+    # s3fs is not fork-safe: every file the parent had not signed failed to read)
+    z = open_dataset(url)
+    z.gather(np.arange(3), ["action"])  # the child reads files the parent never signed
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_read_all_in_child, args=(z, out))
+    child.start()
+    got = out.get(timeout=120)
+    child.join(60)
+    assert got == local.num_steps, got
     # a file gone from the store after the open is named, through the signed reads too
     z = open_dataset(url)
     s3.rm(f"{s3.bucket}/rlds/z/arrays/action", recursive=True)
