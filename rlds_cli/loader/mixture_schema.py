@@ -333,6 +333,17 @@ def bind_transforms(
         for t in chain:
             if not callable(t):
                 raise MixtureError(f"transforms[{name!r}] holds {t!r}, which is not callable")
+            renamed = sorted(  # a stored name no key of the batches has (a swap keeps both names)
+                k
+                for k in (t.keys if isinstance(t, Normalize) else ())
+                if k in rename and k not in rename.values()
+            )
+            if renamed:  # batches carry them under the new names: that Normalize would do nothing
+                raise MixtureError(
+                    f"the Normalize of source {name!r} names {renamed} as {ds.name!r} stores them; its "
+                    f"batches carry them renamed ({', '.join(f'{k} -> {rename[k]}' for k in renamed)})",
+                    hint="name keys as the mixture does, after rename=",
+                )
             if isinstance(t, Bindable):
                 if id(t) in owner:
                     raise MixtureError(

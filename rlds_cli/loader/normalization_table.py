@@ -170,7 +170,7 @@ class NormalizationTable:
                     raise ValueError(f"the shape of key {key!r} is {s['shape']!r}, not a list of sizes")
                 shape = tuple(s["shape"])
                 eps = s["eps"]
-                if type(eps) not in (int, float) or not 0 <= eps < float("inf"):
+                if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < float("inf"):
                     raise ValueError(f"the eps of key {key!r} is {eps!r}, not a finite number >= 0")
                 arrays = {}
                 for stat in _STATS:

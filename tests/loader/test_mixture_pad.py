@@ -185,6 +185,13 @@ def test_renames_that_would_hide_or_lose_values_are_refused(
         assert match in str(info.value) and "\n" not in str(info.value), rename
     swapped = mix({"b": {"wrist": "observation", "observation": "wrist"}})  # a swap hides nothing
     assert swapped.source.renames() == {"b": {"wrist": "observation", "observation": "wrist"}}
+    # a Normalize naming a key as the source stores it, not as its batches carry it: was a no-op
+    with pytest.raises(MixtureError, match="names \\['wrist'\\] as 'with-wrist' stores them"):
+        MixtureLoader(sources, [1, 1], keys=["action", "state"], pad=True, rename={"b": {"wrist": "state"}},
+                      transforms={"b": Normalize(keys=["wrist"])})  # fmt: skip
+    swap = {"b": {"wrist": "observation", "observation": "wrist"}}
+    MixtureLoader(sources, [1, 1], keys=["action", "wrist"], pad=True, rename=swap,
+                  transforms={"b": Normalize(keys=["wrist"])})  # fmt: skip
     for sources_given, match in (
         (["franka", "franka"], "sources name ['franka'] more than once"),
         ({"a": 5}, "sources holds 5"),
