@@ -264,6 +264,6 @@ def test_loader_episodes_need_a_dataset(ted: Dataset) -> None:
     from rlds_cli.loader import Loader
     from rlds_cli.loader.mixture import MixtureSource
 
-    source = MixtureSource([ted, ted])
+    source = MixtureSource({"a": ted, "b": ted})
     with pytest.raises(ValueError, match="episodes= and filter_key= select episodes of a dataset"):
         Loader(source, batch_size=4, seed=0, episodes=[0])
