@@ -377,9 +377,11 @@ def bind_transforms(
 
 def normalized(chain: Sequence[Any]) -> list[tuple[Any, Mapping[str, str], Dataset | None]]:
     """The ``(statistics, stored key names, origin dataset)`` of each ``Normalize`` of a chain
-    (what a normalization table holds for the source)."""
+    (what a normalization table holds for the source). The origin is ``None`` where it has grown
+    since the statistics were taken: quantiles of it now would not be those of the mean."""
     out: list[tuple[Any, Mapping[str, str], Dataset | None]] = []
     for t in chain:
         if isinstance(t, Normalize) and t.statistics is not None:
-            out.append((t.statistics, dict(t.stored_keys), t.origin))
+            same = t.origin is not None and t.origin.num_steps == t.origin_steps
+            out.append((t.statistics, dict(t.stored_keys), t.origin if same else None))
     return out

@@ -20,8 +20,9 @@ that source (statistics given as plain numbers are broadcast to it); a value tha
 (a key with no finite value) is ``null``; ``index`` is the value of the batch's ``source``
 column for that source (unique). ``q01``/``q99`` come from the same dataset as the mean
 (stored by ``rlds preprocess --stats``, else scanned with quantile sketches,
-:func:`rlds_cli.cache.stats.scan`); ``null`` for statistics given as numbers and for keys of more
-than 256 elements per step.
+:func:`rlds_cli.cache.stats.scan`); ``null`` for statistics given as numbers, for keys of more
+than 256 elements per step, and for a source that grew since its statistics were taken (its
+quantiles now would not be those of its mean).
 """
 
 from __future__ import annotations

@@ -74,6 +74,8 @@ class Normalize:
         self.origin: Dataset | None = None
         #: Per key, the name the origin stores it under (a mixture's renamed keys; after binding).
         self.stored_keys: dict[str, str] = {}
+        #: The origin's steps when the statistics were taken (a growing origin may have more now).
+        self.origin_steps: int | None = None
         if stats is None:
             stats = "parent"
         if isinstance(stats, str):
@@ -125,7 +127,7 @@ class Normalize:
                 )
             stored = compute_stats(origin, [self.stored_keys[k] for k in self.keys])
             self._use({k: stored[self.stored_keys[k]] for k in self.keys}, source)
-            self.origin = origin
+            self.origin, self.origin_steps = origin, origin.num_steps
             logger.info("Normalize %s with the statistics of %s", self.keys, self.source)
         assert self.stats is not None
         for key, (mean, _) in self.stats.items():

@@ -190,3 +190,39 @@ def test_two_normalize_of_one_key_or_none_to_compute_are_refused(
     with pytest.raises(MixtureError, match=r"source 'b' .* has no steps yet to compute its Normalize"):
         MixtureLoader({"a": robots["franka"], "b": online}, [1, 1], batch_size=8, keys=["action"], refresh=1,
                       transforms={"b": Normalize(keys=["action"])})  # fmt: skip
+
+
+def test_a_source_grown_since_its_statistics_has_no_quantiles_of_another_time(
+    robots: dict[str, Dataset], tmp_path: Path
+) -> None:
+    """A growing source's mean is that of when its Normalize was bound; its q01/q99 were scanned
+    when the table was made, after the source grew (a table mixing two moments): they are null
+    once it has grown, and ``q01_q99`` says the table has none."""
+    import rlds_cli
+
+    def add(mean: float, episodes: int) -> None:
+        rng = np.random.default_rng(int(mean) + 1)
+        with rlds_cli.DatasetWriter("grow", root=tmp_path, mode="append") as writer:
+            for _ in range(episodes):
+                obs = rng.normal(size=(21, 3)).astype(np.float32)
+                writer.add_episode({"observation": obs[:-1], "next/observation": obs[1:],
+                                    "action": rng.normal(mean, 0.1, size=(20, 2)).astype(np.float32),
+                                    "next/reward": np.zeros(20, np.float32),
+                                    "next/terminated": np.arange(20) == 19,
+                                    "next/truncated": np.zeros(20, bool)})  # fmt: skip
+
+    add(0.0, 3)
+    grow = rlds_cli.open_dataset("grow", tmp_path)
+    norm = {"grow": Normalize(keys=["action"])}
+    mix = MixtureLoader({"grow": grow, "franka": robots["franka"]}, [1, 1], batch_size=16, keys=["action"],
+                        pad=True, seed=0, refresh=1, transforms=norm)  # fmt: skip
+    assert mix.normalization_table()["sources"]["grow"]["keys"]["action"]["q01"] is not None
+    add(100.0, 4)
+    mix.sample()  # the refresh follows the commit
+    entry = mix.normalization_table()["sources"]["grow"]["keys"]["action"]
+    assert entry["q01"] is None and entry["q99"] is None
+    assert abs(entry["mean"][0]) < 1  # the mean the rows were normalized with, of the first moment
+    with pytest.raises(MixtureError, match="no q01/q99"):
+        NormalizationTable(mix.normalization_table()).unnormalize(
+            "grow", "action", np.zeros(7), mode="q01_q99"
+        )
