@@ -116,7 +116,8 @@ class MixtureSource:
             opened = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources]
             sources = {ds.name: ds for ds in opened}
             if len(sources) < len(opened):  # one dataset twice would be one source, its weight lost
-                twice = sorted({ds.name for ds in opened if [o.name for o in opened].count(ds.name) > 1})
+                names = [ds.name for ds in opened]
+                twice = sorted({n for n in names if names.count(n) > 1})
                 raise MixtureError(
                     f"sources name {twice} more than once",
                     hint="give each dataset once (weights set how often it is drawn), or give "

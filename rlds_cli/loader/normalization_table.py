@@ -95,8 +95,9 @@ def _json_ready(value: np.ndarray | None) -> Any:
     JSON has no NaN (``json.dumps`` would write a token other readers refuse)."""
     if value is None:
         return None
-    array = np.asarray(value, np.float64).astype(object)
-    array[~np.isfinite(np.asarray(value, np.float64))] = None
+    numbers = np.asarray(value, np.float64)
+    array = numbers.astype(object)
+    array[~np.isfinite(numbers)] = None
     return array.tolist()
 
 

@@ -314,6 +314,7 @@ def _episode_starts(directory: Path) -> dict[str, np.ndarray]:
     from rlds_cli.cache.backends.frames import frame_files
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.layout import SEGMENTS_DIR
+    from rlds_cli.cache.reader import Episodes
 
     manifest = parse_manifest((directory / MANIFEST_FILE).read_bytes(), directory / MANIFEST_FILE)
     if manifest.layout == SEGMENTED_LAYOUT:
@@ -328,14 +329,14 @@ def _episode_starts(directory: Path) -> dict[str, np.ndarray]:
         return {}
     try:
         ds = Dataset(directory)
-        lengths = np.asarray(ds.episode_index["length"], np.int64)
-        first_step = np.cumsum(lengths) - lengths
+        episodes = Episodes.of(ds)
         out = {}
         for key, spec in manifest.fields.items():
             if spec.frame_format is None:
                 continue
             # an observation-like key's episode has its steps' rows and its last next one's
-            rows = first_step + (np.arange(len(lengths)) if spec.storage == "flat" else 0)
+            flat = spec.storage == "flat"
+            rows = episodes.flat_rows(episodes.starts) if flat else episodes.starts
             starts = np.asarray(ds.column(key).starts, np.int64)
             rel = frame_files(directory, key)[0].relative_to(directory).as_posix()
             out[rel] = starts[rows[rows < len(starts)]]
