@@ -95,7 +95,7 @@ class Manifest:
         lineage: Parents of a derived dataset (empty for a converted one).
         stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
             (read them with :func:`rlds_cli.cache.stats.load`); empty when not computed.
-        content_digest: sha256 of every stored array's logical values, the episode index and
+        content_digest: Digests (XXH3-128; sha256 in older datasets) of every stored array's logical values, the episode index and
             ``source_metadata.npz``, recorded at publish (:mod:`rlds_cli.cache.digest`); may be
             empty.
         card: The dataset card: licence, citation, robot type, fps, description (see

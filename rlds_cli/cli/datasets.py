@@ -382,8 +382,8 @@ def _digest_line(content: dict[str, Any], source: dict[str, Any]) -> str:
     algorithm = content.get("algorithm", "sha256")
     if columns:
         return f"content digest  {algorithm} of {len(columns)} arrays and the episode index"
-    if source.get("format") == "rlds-writer":
-        return f"content digest  {algorithm} of every array and episode index, per segment"
+    if source.get("format") == "rlds-writer":  # each segment's manifest names its own algorithm
+        return "content digest  of every array and episode index, per segment"
     if source.get("format") == "view" and content.get("episodes"):
         parent = output.escape(str(source.get("parent", "")))
         return f"content digest  {algorithm} of the episode index (the arrays: {parent}'s)"

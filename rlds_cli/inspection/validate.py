@@ -19,7 +19,7 @@ Checks:
   source arrays (``<format>/episode_<what>``) have one row per episode.
 * ``nan``: every key has exactly as many NaN values as the source had at conversion
   (``source.checks.nan_counts``).
-* ``digest``: every stored array, the episode index and ``source_metadata.npz`` match the sha256
+* ``digest``: every stored array, the episode index and ``source_metadata.npz`` match the digest
   recorded at write time, so any changed value is found and its file named
   (:mod:`rlds_cli.cache.digest`); a view's arrays are checked against its parent's digests.
   Skipped, never failed, for datasets without recorded digests.

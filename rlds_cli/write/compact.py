@@ -53,7 +53,9 @@ from rlds_cli import settings
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache import commit_log, digest, log_checkpoint
 from rlds_cli.cache.backends import Backend, get_backend
+from rlds_cli.cache.backends.base import key_path
 from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer, open_frames
+from rlds_cli.cache.backends.memmap import NpyConcatenation, NpySource
 from rlds_cli.cache.commit_log import (
     COMPACT,
     FINAL_GENERATION,
@@ -387,18 +389,24 @@ def merge_run(
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
         for part, _ in parts:
             recorded = part.manifest.content_digest.get("episodes")
-            if recorded is None or digest.array_digest(part.episode_index) != recorded:
+            algorithm = _input_algorithm(ds, part)
+            if recorded is None or digest.array_digest(part.episode_index, algorithm) != recorded:
                 raise _damaged_input(ds, part.directory, "its episode index does not match its digest")
         hashes: dict[str, str] = {}
         checker = digest.BlockHasher()  # the inputs' digests, beside the copy and the output's
         try:
             for key, spec in ds.head.fields.items():
+                if backend.name == "memmap" and spec.frame_format is None and digest.canonical(spec.dtype):
+                    hasher: Any = digest.ColumnHasher(spec.dtype)  # stored bytes copied and hashed as read
+                    _concatenate_checked(ds, build, parts, key, hasher).close(fsync=False)
+                    hashes[key] = hasher.hexdigest()
+                    continue
                 column = column_writer(backend, build, spec, encodes=False, checks=False)  # checked by digest
                 try:
                     if isinstance(column, FramesColumnWriter):  # its bytes copied, never re-encoded
                         for part, skip in parts:
                             _copy_frames_checked(ds, part, skip, key, column)
-                        hasher: Any = column.hasher
+                        hasher = column.hasher
                     else:
                         hasher = digest.ColumnHasher(spec.dtype)
                         for part, skip in parts:
@@ -448,7 +456,8 @@ def _copy_checked(
     recorded digest.
 
     Each block is read into memory of its own and checked on ``checker``'s thread while this one
-    writes and hashes it: the two sha256 passes (~1.9 GB/s each on one core) run side by side, and
+    writes and hashes it: the two hash passes run side by side (what mattered with sha256's ~1.9
+    GB/s on one core; XXH3-128 hashes ~30 GB/s), and
     with ``fsync`` the output is synced behind the copy. (Checking from the input's map instead made
     both threads fault the same pages: no gain.)
     """
@@ -456,13 +465,8 @@ def _copy_checked(
     start, stop = _live_rows(ds, part, skip, key)
     # opened for this copy only: a map per segment kept open would hold a descriptor each
     col = backend.open_column(part.directory, key)
-    if tuple(col.shape) != (stop, *spec.shape) or np.dtype(col.dtype) != np.dtype(spec.dtype):
-        raise _damaged_input(
-            ds,
-            part.directory,
-            f"array {key!r} is {col.dtype} {tuple(col.shape)}, expected {spec.dtype} {(stop, *spec.shape)}",
-        )
-    check = digest.ColumnHasher(spec.dtype)
+    _check_stored(ds, part, key, col.dtype, tuple(col.shape), stop)
+    check = digest.ColumnHasher(spec.dtype, _input_algorithm(ds, part))
     row_bytes = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
     step = max(1, _BLOCK_BYTES // row_bytes)
     for lo in range(0, stop, step):
@@ -482,6 +486,54 @@ def _copy_checked(
     del col
     if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
         raise _damaged_input(ds, part.directory, f"array {key!r} does not match its digest (content changed)")
+
+
+def _concatenate_checked(
+    ds: GrowingDataset, build: Path, parts: list[tuple[Any, int]], key: str, hasher: digest.ColumnHasher
+) -> NpyConcatenation:
+    """The live rows of ``key`` in ``parts`` (segments and their first live episodes) written to
+    the file of ``key`` in ``build`` by one :class:`NpyConcatenation`, hashed into ``hasher``;
+    each input's whole column is read once and checked against its recorded digest on the way.
+    Returns the concatenation to close; on an error it is aborted (the caller removes the build)."""
+    spec = ds.head.fields[key]
+    ranges = [_live_rows(ds, part, skip, key) for part, skip in parts]
+    rows = sum(stop - start for start, stop in ranges)
+    out = NpyConcatenation(key_path(build, key, ".npy"), np.dtype(spec.dtype), spec.shape, rows)
+    try:
+        for (part, _), (start, stop) in zip(parts, ranges, strict=True):
+            path = key_path(part.directory, key, ".npy")
+            try:
+                source = NpySource(path)
+            except FileNotFoundError:
+                raise _damaged_input(ds, part.directory, f"array file {path} is missing") from None
+            except CorruptDatasetError as exc:
+                raise _damaged_input(ds, part.directory, exc.message) from None
+            with source:
+                _check_stored(ds, part, key, source.dtype, source.shape, stop)
+                check = digest.ColumnHasher(spec.dtype, _input_algorithm(ds, part))
+                try:
+                    out.copy(source, start, stop, check.update_bytes, hasher.update_bytes)
+                except CorruptDatasetError as exc:
+                    raise _damaged_input(ds, part.directory, exc.message) from None
+            if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
+                raise _damaged_input(
+                    ds, part.directory, f"array {key!r} does not match its digest (content changed)"
+                )
+    except BaseException:
+        out.abort()
+        raise
+    return out
+
+
+def _check_stored(
+    ds: GrowingDataset, part: Any, key: str, dtype: np.dtype, shape: tuple[int, ...], rows: int
+) -> None:
+    """Raise where the stored array of ``key`` in segment ``part`` is not of the dataset's dtype
+    and row shape with ``rows`` rows (a segment is the truth for its data, never cast)."""
+    spec = ds.head.fields[key]
+    if shape != (rows, *spec.shape) or np.dtype(dtype) != np.dtype(spec.dtype):
+        expected = f"{spec.dtype} {(rows, *spec.shape)}"
+        raise _damaged_input(ds, part.directory, f"array {key!r} is {dtype} {shape}, expected {expected}")
 
 
 def _live_rows(ds: GrowingDataset, part: Any, skip: int, key: str) -> tuple[int, int]:
@@ -505,12 +557,23 @@ def _copy_frames_checked(ds: GrowingDataset, part: Any, skip: int, key: str, out
         raise _damaged_input(ds, part.directory, exc.message) from None
     if len(col) != stop:
         raise _damaged_input(ds, part.directory, f"frames {key!r} hold {len(col)} rows, expected {stop}")
-    if col.content_digest() != part.manifest.content_digest.get("columns", {}).get(key):
+    if col.content_digest(_input_algorithm(ds, part)) != part.manifest.content_digest.get("columns", {}).get(
+        key
+    ):
         raise _damaged_input(
             ds, part.directory, f"frames {key!r} do not match their digest (content changed)"
         )
     for lo in range(start, stop, _FRAME_BLOCK_ROWS):
         out.append(col.encoded(lo, min(stop, lo + _FRAME_BLOCK_ROWS)))
+
+
+def _input_algorithm(ds: GrowingDataset, part: Any) -> str:
+    """The digest algorithm segment ``part`` recorded (an older segment's sha256 is checked as
+    such; the merged output gets :data:`rlds_cli.cache.digest.ALGORITHM`)."""
+    try:
+        return digest.recorded_algorithm(part.manifest.content_digest)
+    except ValueError as exc:
+        raise _damaged_input(ds, part.directory, str(exc)) from None
 
 
 def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CorruptDatasetError:

@@ -11,6 +11,7 @@ cache stay usable."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -289,6 +290,60 @@ def test_compaction_refuses_a_segment_whose_episode_index_changed(isolated_cache
     with pytest.raises(CorruptDatasetError, match="episode index does not match its digest"):
         rlds_cli.compact("g", root, grace_seconds=0)
     assert _uids(root) == [3, 4]
+
+
+def _as_written_with_sha256(segment: Path) -> None:
+    """Rewrite a segment's digests as an rlds of sha256 digests recorded them, computed here
+    apart from the code under test (the logical values, C order, little-endian)."""
+    manifest = json.loads((segment / MANIFEST_FILE).read_text())
+    columns = {}
+    for key in manifest["content_digest"]["columns"]:
+        array = np.load(segment / "arrays" / f"{key}.npy")
+        columns[key] = hashlib.sha256(np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()).hexdigest()
+    index = np.load(segment / "episodes.npy")
+    manifest["content_digest"] = {
+        "algorithm": "sha256",
+        "columns": columns,
+        "episodes": hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest(),
+    }
+    (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def test_segments_an_older_rlds_digested_with_sha256_are_checked_and_merged(isolated_cache: Path) -> None:
+    """Segments of sha256 digests (what rlds wrote before XXH3-128) are checked by sha256 and
+    merged into one of the new algorithm; a flipped value in one still stops the merge."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1, 2, 3, 4))
+    for segment in (directory / SEGMENTS_DIR).iterdir():
+        _as_written_with_sha256(segment)
+    assert check_dataset(rlds_cli.open_dataset("g", root)).ok
+    rlds_cli.compact("g", root, grace_seconds=0)
+    ds = rlds_cli.open_dataset("g", root)
+    assert _uids(root) == [1, 2, 3, 4] and check_dataset(ds).ok
+    (merged,) = ds.segment_datasets()
+    assert merged.manifest.content_digest["algorithm"] == "xxh3_128"
+
+    directory = _grow(root, "h", uids=(5, 6))
+    for segment in (directory / SEGMENTS_DIR).iterdir():
+        _as_written_with_sha256(segment)
+    column = _column_file(directory)
+    _flip(column, column.stat().st_size - 1)
+    with pytest.raises(CorruptDatasetError, match=r"compaction of 'h' stopped: .*does not match its digest"):
+        rlds_cli.compact("h", root, grace_seconds=0)
+
+
+def test_compaction_refuses_a_segment_of_an_unknown_digest_algorithm(isolated_cache: Path) -> None:
+    root = isolated_cache
+    directory = _grow(root, uids=(3, 4))
+    segment = sorted((directory / SEGMENTS_DIR).iterdir())[0]
+    manifest = json.loads((segment / MANIFEST_FILE).read_text())
+    manifest["content_digest"]["algorithm"] = "md5"
+    (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    before = _segments(directory)
+    with pytest.raises(CorruptDatasetError, match="algorithm this rlds does not know"):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _segments(directory) == before and _uids(root) == [3, 4]
+    assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
 
 
 @pytest.mark.parametrize("where", ["segment", "head"])

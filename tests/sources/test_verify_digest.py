@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xxhash
 from typer.testing import CliRunner
 
 from rlds_cli import preprocess
@@ -78,18 +79,69 @@ def drop_digests(name: str) -> None:
 # ----------------------------------------------------------------------------- the digest itself
 
 
-def test_digest_is_the_sha256_of_the_logical_values_whatever_the_backend() -> None:
+def logical_bytes(array: Any) -> bytes:
+    """The bytes a content digest covers, defined apart from the code under test: the values in
+    C order, little-endian."""
+    array = np.asarray(array)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def test_digest_is_the_xxh3_128_of_the_logical_values_whatever_the_backend() -> None:
     make_dataset("m", LENGTHS, backend="memmap")
     make_dataset("z", LENGTHS, backend="zarr")
     m, z = open_dataset("m"), open_dataset("z")
+    assert m.manifest.content_digest["algorithm"] == "xxh3_128"
     assert m.manifest.content_digest["columns"] == z.manifest.content_digest["columns"]
     assert set(m.manifest.content_digest["columns"]) == set(m.stored_fields)
-    # defined independently of the code under test: little-endian C-order bytes of the values
-    obs = np.asarray(m.column("observation"))
-    want = hashlib.sha256(np.ascontiguousarray(obs, dtype="<f4").tobytes()).hexdigest()
+    want = xxhash.xxh3_128(logical_bytes(m.column("observation"))).hexdigest()
     assert m.manifest.content_digest["columns"]["observation"] == want
-    episodes = hashlib.sha256(np.ascontiguousarray(m.episode_index).tobytes()).hexdigest()
+    episodes = xxhash.xxh3_128(np.ascontiguousarray(m.episode_index).tobytes()).hexdigest()
     assert m.manifest.content_digest["episodes"] == episodes
+
+
+def as_written_by_sha256_rlds(name: str) -> Path:
+    """Rewrite a dataset's digests as an rlds of sha256 digests recorded them (computed here,
+    apart from the code under test); returns its manifest's path."""
+    ds = open_dataset(name)
+    path = ds.directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    data["content_digest"] = {
+        "algorithm": "sha256",
+        "columns": {key: hashlib.sha256(logical_bytes(ds.column(key))).hexdigest() for key in ds.stored_fields},
+        "episodes": hashlib.sha256(np.ascontiguousarray(ds.episode_index).tobytes()).hexdigest(),
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_dataset_an_older_rlds_wrote_with_sha256_is_checked_by_sha256() -> None:
+    make_dataset("d", LENGTHS)
+    as_written_by_sha256_rlds("d")
+    report = verify_json("d")
+    assert report["exit_code"] == 0 and statuses(report)["content digests"] == "pass", report
+    edit_npy(open_dataset("d").directory / "arrays" / "info" / "qpos.npy", 2)
+    check = rlds("inspect", "d", "--check", "--no-stats")
+    assert check.exit_code == 1
+    (line,) = [line for line in check.stdout.splitlines() if line.startswith("violation")]
+    assert "info/qpos" in line and "sha256" in line, check.stdout
+
+
+@pytest.mark.parametrize("algorithm", ["md5", "xxh3_64", "", 7])
+def test_digests_of_an_algorithm_rlds_does_not_know_fail_the_check(algorithm: Any) -> None:
+    make_dataset("d", LENGTHS)
+    path = open_dataset("d").directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    data["content_digest"]["algorithm"] = algorithm
+    path.write_text(json.dumps(data))
+    report = check_dataset(open_dataset("d"))
+    assert [(v.check, v.key) for v in report.violations] == [("digest", "content_digest")]
+    assert "does not know" in report.violations[0].message
+    check = rlds("inspect", "d", "--check", "--no-stats")
+    assert check.exit_code == 1 and "Traceback" not in check.stderr
+    verify = rlds("verify", "d")
+    assert verify.exit_code == 1 and "Traceback" not in verify.stderr
+    (failed,) = [line for line in verify.stdout.splitlines() if line.startswith("fail")]
+    assert str(path) in failed and "does not know" in failed, verify.stdout
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
@@ -389,5 +441,5 @@ def test_inspect_shows_provenance_without_placeholders(tmp_path: Path) -> None:
     assert f"derived from v (manifest {open_dataset('v').manifest.digest()[:12]}" in out
     assert f"by {FNS}:identity (sha256 " in out
     assert f"  which is a {view_line}" in out
-    assert "content digest  sha256 of 6 arrays and the episode index" in out
-    assert "content digest  sha256 of the episode index (the arrays: p's)" in texts["v"]
+    assert "content digest  xxh3_128 of 6 arrays and the episode index" in out
+    assert "content digest  xxh3_128 of the episode index (the arrays: p's)" in texts["v"]

@@ -11,7 +11,6 @@ bytes, the offsets, codec, frame shape and channel order, so an edited manifest 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_cli.cache import digest
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy, release_pages
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
@@ -44,14 +44,15 @@ def frame_files(dataset_dir: Path, key: str) -> tuple[Path, Path]:
 
 
 class FramesHasher:
-    """The content digest of a frame column, fed as it is written: the sha256 of the stored
-    bytes and that of the end offsets (int64, little-endian), joined with the column's format
-    (codec, frame shape, channel order)."""
+    """The content digest of a frame column, fed as it is written: the hash (``algorithm``, one
+    of :data:`rlds_cli.cache.digest.ALGORITHMS`) of the stored bytes and that of the end offsets
+    (int64, little-endian), joined with the column's format (codec, frame shape, channel order)."""
 
-    def __init__(self, fmt: FrameFormat) -> None:
+    def __init__(self, fmt: FrameFormat, algorithm: str = digest.ALGORITHM) -> None:
         self.format = fmt
-        self._bytes = hashlib.sha256()
-        self._ends = hashlib.sha256()
+        self.algorithm = algorithm
+        self._bytes = digest.new_hash(algorithm)
+        self._ends = digest.new_hash(algorithm)
 
     def update(self, parts: Sequence[Any], ends: np.ndarray) -> None:
         """Add the next frames: their stored bytes, and their end offsets."""
@@ -63,7 +64,9 @@ class FramesHasher:
         fmt = self.format
         layout = f"{fmt.codec}:{list(fmt.shape)}:{'chw' if fmt.channels_first else 'hwc'}"
         joined = f"frames:{layout}:{self._bytes.hexdigest()}:{self._ends.hexdigest()}"
-        return hashlib.sha256(joined.encode()).hexdigest()
+        outer = digest.new_hash(self.algorithm)
+        outer.update(joined.encode())
+        return str(outer.hexdigest())
 
 
 class FramesColumnWriter(ColumnWriter):
@@ -381,9 +384,9 @@ class FramesColumn:
         data = np.frombuffer(bytes(self.fetch([0], [self.size])(0)), np.uint8)
         return FramesColumn(self.path, self.ends, self.format, self.label, data=data)
 
-    def content_digest(self) -> str:
+    def content_digest(self, algorithm: str = digest.ALGORITHM) -> str:
         """The column's digest as :class:`FramesHasher` makes it, read in bounded blocks."""
-        hasher = FramesHasher(self.format)
+        hasher = FramesHasher(self.format, algorithm)
         for start in range(0, self.size, _DIGEST_BLOCK):
             block = self.fetch([start], [min(self.size, start + _DIGEST_BLOCK)])(0)
             hasher.update([block], np.zeros(0, np.int64))

@@ -13,7 +13,7 @@ import mmap
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from tokenize import TokenError
 from typing import IO, TYPE_CHECKING
@@ -80,6 +80,33 @@ def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | Non
     return shape, match[2] == b"True", dtype
 
 
+def _checked_header(fh: IO[bytes], path: Path, what: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, data offset)`` of the plain ``.npy`` file open at its start, checked
+    against the file's size (see :func:`load_npy`)."""
+    fmt = np.lib.format
+    try:
+        fast = _plain_header(fh)
+        if fast is not None:
+            shape, fortran, dtype = fast
+        else:
+            fh.seek(0)
+            major, _ = fmt.read_magic(fh)
+            read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+    except _HEADER_ERRORS as exc:
+        detail = "pickled objects" if "pickle" in str(exc) else str(exc).split("\n")[0]
+        raise CorruptDatasetError(f"{what} {path} is unreadable: its header is damaged ({detail})") from exc
+    offset, size = fh.tell(), os.fstat(fh.fileno()).st_size
+    if dtype.hasobject or fortran:
+        raise CorruptDatasetError(f"{what} {path} is unreadable: not a plain numeric .npy array")
+    count = int(np.prod(shape, dtype=np.int64)) if all(d >= 0 for d in shape) else -1
+    if count < 0 or offset + dtype.itemsize * count > size:
+        raise CorruptDatasetError(
+            f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than its {size} bytes"
+        )
+    return tuple(shape), dtype, offset
+
+
 def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
     """The plain ``.npy`` array at ``path``, memory-mapped read-only or read whole.
 
@@ -90,31 +117,9 @@ def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
         CorruptDatasetError: A damaged header, an object or Fortran array, or a short file.
         FileNotFoundError: The file is missing.
     """
-    fmt = np.lib.format
     with open(path, "rb") as fh:
-        try:
-            fast = _plain_header(fh)
-            if fast is not None:
-                shape, fortran, dtype = fast
-            else:
-                fh.seek(0)
-                major, _ = fmt.read_magic(fh)
-                read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
-                shape, fortran, dtype = read_header(fh)
-        except _HEADER_ERRORS as exc:
-            detail = "pickled objects" if "pickle" in str(exc) else str(exc).split("\n")[0]
-            raise CorruptDatasetError(
-                f"{what} {path} is unreadable: its header is damaged ({detail})"
-            ) from exc
-        offset, size = fh.tell(), os.fstat(fh.fileno()).st_size
-        if dtype.hasobject or fortran:
-            raise CorruptDatasetError(f"{what} {path} is unreadable: not a plain numeric .npy array")
-        count = int(np.prod(shape, dtype=np.int64)) if all(d >= 0 for d in shape) else -1
-        if count < 0 or offset + dtype.itemsize * count > size:
-            raise CorruptDatasetError(
-                f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than "
-                f"its {size} bytes"
-            )
+        shape, dtype, offset = _checked_header(fh, path, what)
+        count = int(np.prod(shape, dtype=np.int64))
         try:
             if not mmap:
                 return np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
@@ -227,6 +232,198 @@ class NpyColumnWriter(ColumnWriter):
             os.fsync(self._fh.fileno())
         self._fh.close()
         return self.rows
+
+
+class NpySource:
+    """A plain ``.npy`` file open for :meth:`NpyConcatenation.copy`: its header checked as
+    :func:`load_npy` checks it, its bytes read through its own descriptor (never remapped).
+
+    Raises:
+        CorruptDatasetError: As :func:`load_npy`.
+        FileNotFoundError: The file is missing.
+    """
+
+    def __init__(self, path: Path, what: str = "array file") -> None:
+        self.path = path
+        self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+        try:
+            self.shape, self.dtype, self.offset = _checked_header(self._fh, path, what)
+        except BaseException:
+            self._fh.close()
+            raise
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+
+    def fileno(self) -> int:
+        return self._fh.fileno()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> NpySource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Bytes of one buffer of :class:`NpyConcatenation` (a multiple of every disk's block size).
+CONCAT_BUFFER_BYTES = 8 << 20
+#: Buffers an :class:`NpyConcatenation` fills while earlier ones are written.
+CONCAT_BUFFERS = 4
+#: Files of at least this many bytes are written with ``O_DIRECT`` (smaller ones through the
+#: page cache: they are read again soon, by the learner following the view).
+DIRECT_MIN_BYTES = CONCAT_BUFFER_BYTES
+#: The alignment ``O_DIRECT`` asks of offsets and lengths (4 KiB covers 512-byte disks too).
+_DIRECT_ALIGN = 4096
+
+
+class NpyConcatenation:
+    """A new ``.npy`` file of ``rows`` rows written from row ranges of other ``.npy`` files, each
+    read once, at the disk's rate: what compaction copies.
+
+    The file (header included) is assembled in page-aligned buffers filled by ``preadv`` from the
+    sources and written on the I/O threads while the next buffer fills. Files of at least
+    :data:`DIRECT_MIN_BYTES` are written with ``O_DIRECT`` where the filesystem takes it: no copy
+    into the page cache, no dirty pages for the kernel's writeback to pile up and throttle, so
+    the copy runs at the disk's own write rate (on 2 cores here a buffered copy ran at 0.4-2x
+    that, as writeback allowed). Every byte read is handed to the caller's hooks (digests) before
+    its buffer is written.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.row_shape = tuple(row_shape)
+        self.rows = rows
+        self.size = NPY_HEADER_BYTES + rows * self.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        self._buffers = [
+            mmap.mmap(-1, CONCAT_BUFFER_BYTES)
+            for _ in range(min(CONCAT_BUFFERS, self.size // CONCAT_BUFFER_BYTES + 1))
+        ]
+        self._writes: list[Future[None] | None] = [None] * len(self._buffers)
+        self._current = 0  # the buffer being filled
+        self._fill = 0  # its bytes filled
+        self._offset = 0  # the file offset of its first byte
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._direct = self.size >= DIRECT_MIN_BYTES and hasattr(os, "O_DIRECT")
+        self._fd = self._open()
+        self._put(npy_header(self.dtype, (rows, *self.row_shape)))
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        if self._direct:
+            try:
+                return os.open(self.path, flags | os.O_TRUNC | os.O_DIRECT, 0o644)
+            except OSError as exc:  # a filesystem without O_DIRECT (tmpfs): through the page cache
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._direct = False
+        return os.open(self.path, flags | os.O_TRUNC, 0o644)
+
+    def _put(self, data: bytes) -> None:
+        view = memoryview(self._buffers[self._current])
+        view[self._fill : self._fill + len(data)] = data
+        self._fill += len(data)
+
+    def copy(
+        self,
+        source: NpySource,
+        start: int,
+        stop: int,
+        seen: Callable[[memoryview], None],
+        copied: Callable[[memoryview], None],
+    ) -> None:
+        """Read rows ``[0, stop)`` of ``source`` once: every byte goes to ``seen`` (in order),
+        those of rows ``[start, stop)`` also to ``copied`` and to the file."""
+        row_bytes = source.row_bytes
+        if (
+            source.dtype != self.dtype
+            or tuple(source.shape[1:]) != self.row_shape
+            or not 0 <= start <= stop <= source.shape[0]
+        ):
+            what = f"rows {start}:{stop} of {source.dtype} {source.shape}"
+            raise ValueError(f"{source.path}: {what} do not fit {self.path.name}")
+        position, live = source.offset, source.offset + start * row_bytes
+        end = source.offset + stop * row_bytes
+        scratch = None
+        while position < live:  # rows before the live ones: checked, not copied
+            scratch = scratch if scratch is not None else bytearray(min(CONCAT_BUFFER_BYTES, live - position))
+            got = self._read(source, memoryview(scratch)[: min(len(scratch), live - position)], position)
+            seen(got)
+            position += len(got)
+        while position < end:
+            if self._fill == CONCAT_BUFFER_BYTES:
+                self._write_current()
+            room = memoryview(self._buffers[self._current])[
+                self._fill : self._fill + min(CONCAT_BUFFER_BYTES - self._fill, end - position)
+            ]
+            got = self._read(source, room, position)
+            seen(got)
+            copied(got)
+            self._fill += len(got)
+            position += len(got)
+
+    @staticmethod
+    def _read(source: NpySource, into: memoryview, position: int) -> memoryview:
+        got = os.preadv(source.fileno(), [into], position)
+        if got <= 0:  # cut since its header was checked
+            raise CorruptDatasetError(f"array file {source.path} is damaged: it ends at byte {position}")
+        return into[:got]
+
+    def _write_current(self) -> None:
+        """Hand the full current buffer to the I/O threads; move to the next one (waiting for
+        its last write)."""
+        index, offset, length = self._current, self._offset, self._fill
+        self._writes[index] = in_background(self._write, index, offset, length)
+        self._offset += length
+        self._current = (index + 1) % len(self._buffers)
+        self._fill = 0
+        self._wait(self._current)
+
+    def _wait(self, index: int) -> None:
+        write, self._writes[index] = self._writes[index], None
+        if write is not None:
+            write.result()
+
+    def _write(self, index: int, offset: int, length: int) -> None:
+        view = memoryview(self._buffers[index])
+        if self._direct:  # whole aligned blocks; the last is cut back to size at close
+            length = -(-length // _DIRECT_ALIGN) * _DIRECT_ALIGN
+        done = 0
+        while done < length:
+            done += os.pwrite(self._fd, view[done:length], offset + done)
+
+    def close(self, *, fsync: bool) -> int:
+        """Write the last buffer, check the size, and sync (``fsync``); returns the rows."""
+        if self._fill:
+            self._write_current()
+        for index in range(len(self._buffers)):
+            self._wait(index)
+        written = self._offset
+        if written != self.size:
+            self.abort()
+            raise ValueError(f"{self.path.name}: {written} bytes copied, {self.size} expected")
+        if self._direct:
+            os.ftruncate(self._fd, self.size)  # the last block's padding
+        if fsync:
+            os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        return self.rows
+
+    def abort(self) -> None:
+        """Stop: wait for the writes under way (their errors dropped: the build failed) and
+        close the file, which the caller removes."""
+        for write in self._writes:
+            if write is not None:
+                write.exception()
+        self._writes = [None] * len(self._buffers)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def reserve(fd: int, size: int, path: Path) -> None:
