@@ -17,6 +17,12 @@ line per figure. What it measures:
   the other sides; medians of each. (Before 2026-11-25 each side ran once per process, so
   TorchRL's rate was its first call's, 3-10x under its later ones back to back, and the ratios
   to it were too kind to rlds.);
+* **sustained** (``--only sustained``): the same pixel appends over a run long enough to pass the
+  kernel's dirty-page limits (``--sustained-steps``, 300,000 steps: 6.3 GB of frames stored once
+  by rlds, 12.7 GB by TorchRL, which stores ``next/observation`` too), episodes cycled from 100;
+  rlds with fsync (a commit per episode) against TorchRL ``extend``, rounds alternating, a
+  ``sync`` before each run. A short run's TorchRL writes stay in the page cache; a long one
+  writes at what the kernel's writeback lets it;
 * **sampling**: uniform batches of 256 per second from a growing dataset, static (no refresh)
   and while 4 writer processes append (``Loader(refresh=1)``), and the cost of a refresh that
   finds nothing new;
@@ -54,7 +60,7 @@ import numpy as np
 BATCH = 256
 #: The many-commits dataset's grace period: its retired files go soon after, as at rest.
 GRACE_MANY = 5.0
-PARTS = ("append", "sampling", "refresh", "paced", "actors", "many_commits")
+PARTS = ("append", "sustained", "sampling", "refresh", "paced", "actors", "many_commits")
 
 
 def episode(length: int, obs_shape: tuple[int, ...], obs_dtype: Any, seed: int) -> dict[str, np.ndarray]:
@@ -114,6 +120,27 @@ def bench_torchrl(work: Path, episodes: list[dict[str, np.ndarray]]) -> float:
     elapsed = time.perf_counter() - start
     shutil.rmtree(work / "trl", ignore_errors=True)
     return steps / elapsed
+
+
+def bench_sustained(work: Path, steps: int, rounds: int) -> dict[str, Any]:
+    """Median steps/s of rlds (fsync, a commit per episode) and TorchRL ``extend`` appending
+    ``steps`` pixel steps (100-step episodes cycled from 100), ``rounds`` rounds alternating."""
+    eps = [episode(100, (84, 84, 3), np.uint8, i) for i in range(100)]
+    cycled = [eps[i % len(eps)] for i in range(max(1, steps // 100))]  # references, not copies
+    sides = {
+        "rlds_fsync_steps_per_s": partial(bench_append, work, cycled, True),
+        "torchrl_lazymemmap_steps_per_s": partial(bench_torchrl, work, cycled),
+    }
+    runs: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            os.sync()  # each run starts with no dirty pages of the one before
+            runs[name].append(side())
+    out: dict[str, Any] = {name: statistics.median(v) for name, v in runs.items()}
+    out["runs"] = {name: [round(v) for v in values] for name, values in runs.items()}
+    out["steps"] = len(cycled) * 100
+    out["ratio"] = out["rlds_fsync_steps_per_s"] / out["torchrl_lazymemmap_steps_per_s"]
+    return out
 
 
 def _append_forever(root: str, wid: int, stop: Any) -> None:
@@ -417,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
     p.add_argument("--repeats", type=int, default=7, help="timed rounds of each append side (median)")
+    p.add_argument(
+        "--sustained-steps", type=int, default=None, help="pixel steps of a sustained run (300,000)"
+    )
     args = p.parse_args(argv)
     parts = set(args.only or PARTS)
     seconds = args.seconds or (0.5 if args.quick else 3.0)
@@ -463,7 +493,9 @@ def main(argv: list[str] | None = None) -> None:
             }
             shown = {k: [round(v) for v in modes.values()] for k, modes in results[f"append_{label}"].items()}
             print(label, "[back to back, interleaved]", json.dumps(shown), flush=True)
+        sustained = args.sustained_steps or (3_000 if args.quick else 300_000)
         benches = {
+            "sustained": lambda: bench_sustained(work, sustained, 1 if args.quick else 3),
             "sampling": lambda: bench_sampling(work, seconds),
             "refresh": lambda: bench_refresh(work, seconds),
             "paced": lambda: bench_paced_writers(work, seconds),
@@ -474,7 +506,8 @@ def main(argv: list[str] | None = None) -> None:
         for part, run in benches.items():
             if part in parts:
                 results[part] = run()
-                print(part, json.dumps({k: round(v, 3) for k, v in results[part].items()}), flush=True)
+                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in results[part].items()}
+                print(part, json.dumps(shown), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

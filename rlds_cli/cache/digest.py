@@ -1,4 +1,4 @@
-"""Content digests: one per stored array, recorded at publish and checked on verify.
+"""Content digests: one XXH3-128 per stored array, recorded at publish and checked on verify.
 
 Recomputed by ``rlds verify`` and ``rlds inspect --check``.
 

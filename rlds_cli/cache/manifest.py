@@ -95,9 +95,9 @@ class Manifest:
         lineage: Parents of a derived dataset (empty for a converted one).
         stats: Dataset-wide statistics per key, written by ``rlds preprocess --stats``
             (read them with :func:`rlds_cli.cache.stats.load`); empty when not computed.
-        content_digest: Digests (XXH3-128; sha256 in older datasets) of every stored array's logical values, the episode index and
-            ``source_metadata.npz``, recorded at publish (:mod:`rlds_cli.cache.digest`); may be
-            empty.
+        content_digest: Digests (XXH3-128; sha256 in older datasets) of every stored array's
+            logical values, the episode index and ``source_metadata.npz``, recorded at publish
+            (:mod:`rlds_cli.cache.digest`); may be empty.
         card: The dataset card: licence, citation, robot type, fps, description (see
             :mod:`rlds_cli.cache.card`); empty when nothing is known.
         env: The recording environment: ``{"spec": <gymnasium EnvSpec as JSON>, "eval_spec":

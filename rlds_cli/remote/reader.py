@@ -132,7 +132,12 @@ class RemoteZarrBackend(Backend):
         self._check = check
 
     def create_column(
-        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+        self,
+        dataset_dir: Path,
+        key: str,
+        dtype: np.dtype,
+        row_shape: tuple[int, ...],
+        rows: int | None = None,
     ) -> ColumnWriter:
         raise self._read_only()
 

@@ -393,7 +393,9 @@ def _dataset_checks(
         covered += ["the episode index"] if "episodes" in report.checked else []
         covered += [SOURCE_ARRAYS_FILE] if "source_arrays" in report.checked else []
         listed = " and ".join([", ".join(covered[:-1]), covered[-1]] if len(covered) > 1 else covered)
-        out.append(_check("content digests", "pass", f"the digests of {listed} match those recorded at write"))
+        out.append(
+            _check("content digests", "pass", f"the digests of {listed} match those recorded at write")
+        )
     return out
 
 

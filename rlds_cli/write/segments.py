@@ -233,15 +233,15 @@ def _write_segment(
     # as written: no second read for the digests
     hashes: dict[str, str] = {}
     for key, spec in head.fields.items():
-        column = column_writer(backend, build, spec, quality)
+        pieces = [rows for ep in batch for rows in ep.pieces(key)]
+        column = column_writer(backend, build, spec, quality, rows=sum(len(rows) for rows in pieces))
         # a frame column's writer hashes the bytes it stores (cache/backends/frames.py)
         hasher = None if isinstance(column, FramesColumnWriter) else digest.ColumnHasher(spec.dtype)
         try:
-            for ep in batch:
-                for rows in ep.pieces(key):
-                    column.append(rows)
-                    if hasher is not None:
-                        hasher.update(rows)
+            for rows in pieces:
+                column.append(rows)
+                if hasher is not None:
+                    hasher.update(rows)
         except BaseException:
             column.abort()  # its files and thread released; building_segment removes the folder
             raise

@@ -60,9 +60,16 @@ class Backend(ABC):
 
     @abstractmethod
     def create_column(
-        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+        self,
+        dataset_dir: Path,
+        key: str,
+        dtype: np.dtype,
+        row_shape: tuple[int, ...],
+        rows: int | None = None,
     ) -> ColumnWriter:
-        """Start a new column for ``key`` inside a build directory."""
+        """Start a new column for ``key`` inside a build directory. ``rows``: the rows it will
+        hold, where the caller knows them (a backend may then write at the disk's rate; exactly
+        that many must be appended)."""
 
     @abstractmethod
     def open_column(self, dataset_dir: Path, key: str) -> Any:

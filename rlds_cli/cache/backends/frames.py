@@ -402,12 +402,14 @@ def column_writer(
     *,
     encodes: bool = True,
     checks: bool = True,
+    rows: int | None = None,
 ) -> ColumnWriter:
     """A writer of stored column ``spec`` under ``dataset_dir``: a :class:`FramesColumnWriter`
-    for a frame column (``quality``, ``encodes``, ``checks``: see there), else the backend's."""
+    for a frame column (``quality``, ``encodes``, ``checks``: see there), else the backend's
+    (``rows``: as :meth:`~rlds_cli.cache.backends.base.Backend.create_column` takes it)."""
     fmt = spec.frame_format
     if fmt is None:
-        return backend.create_column(dataset_dir, spec.key, np.dtype(spec.dtype), spec.shape)
+        return backend.create_column(dataset_dir, spec.key, np.dtype(spec.dtype), spec.shape, rows)
     return FramesColumnWriter(dataset_dir, spec.key, fmt, quality, encodes=encodes, checks=checks)
 
 

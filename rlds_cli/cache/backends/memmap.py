@@ -273,19 +273,22 @@ class NpySource:
 CONCAT_BUFFER_BYTES = 8 << 20
 #: Buffers an :class:`NpyConcatenation` fills while earlier ones are written.
 CONCAT_BUFFERS = 4
-#: Files of at least this many bytes are written with ``O_DIRECT`` (smaller ones through the
-#: page cache: they are read again soon, by the learner following the view).
-DIRECT_MIN_BYTES = CONCAT_BUFFER_BYTES
+#: Files of at least this many bytes are written with ``O_DIRECT`` (a commit's camera frames, a
+#: compaction's columns); smaller ones through the page cache, where the learner following the
+#: view finds them. Through the page cache, long runs of frame appends wrote at the kernel's
+#: writeback rate, 0.3-0.6 GB/s on this VM's disk, against 1.8 GB/s direct (docs/benchmarks.md).
+DIRECT_MIN_BYTES = 1 << 20
 #: The alignment ``O_DIRECT`` asks of offsets and lengths (4 KiB covers 512-byte disks too).
 _DIRECT_ALIGN = 4096
 
 
-class NpyConcatenation:
-    """A new ``.npy`` file of ``rows`` rows written from row ranges of other ``.npy`` files, each
-    read once, at the disk's rate: what compaction copies.
+class NpyConcatenation(ColumnWriter):
+    """A new ``.npy`` file of a known number of rows, written at the disk's rate from rows in
+    memory (:meth:`append`: a writer's commit) or row ranges of other ``.npy`` files, each read
+    once (:meth:`copy`: compaction).
 
-    The file (header included) is assembled in page-aligned buffers filled by ``preadv`` from the
-    sources and written on the I/O threads while the next buffer fills. Files of at least
+    The file (header included) is assembled in page-aligned buffers (filled by copies or by
+    ``preadv`` from the sources) and written on the I/O threads while the next buffer fills. Files of at least
     :data:`DIRECT_MIN_BYTES` are written with ``O_DIRECT`` where the filesystem takes it: no copy
     into the page cache, no dirty pages for the kernel's writeback to pile up and throttle, so
     the copy runs at the disk's own write rate (on 2 cores here a buffered copy ran at 0.4-2x
@@ -299,10 +302,10 @@ class NpyConcatenation:
         self.row_shape = tuple(row_shape)
         self.rows = rows
         self.size = NPY_HEADER_BYTES + rows * self.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-        self._buffers = [
-            mmap.mmap(-1, CONCAT_BUFFER_BYTES)
-            for _ in range(min(CONCAT_BUFFERS, self.size // CONCAT_BUFFER_BYTES + 1))
-        ]
+        # buffers of the file's size where it is smaller (fewer fresh pages to fault in)
+        self._capacity = min(CONCAT_BUFFER_BYTES, -(-self.size // _DIRECT_ALIGN) * _DIRECT_ALIGN)
+        count = min(CONCAT_BUFFERS, -(-self.size // self._capacity))
+        self._buffers = [mmap.mmap(-1, self._capacity) for _ in range(count)]
         self._writes: list[Future[None] | None] = [None] * len(self._buffers)
         self._current = 0  # the buffer being filled
         self._fill = 0  # its bytes filled
@@ -355,16 +358,32 @@ class NpyConcatenation:
             seen(got)
             position += len(got)
         while position < end:
-            if self._fill == CONCAT_BUFFER_BYTES:
+            if self._fill == self._capacity:
                 self._write_current()
             room = memoryview(self._buffers[self._current])[
-                self._fill : self._fill + min(CONCAT_BUFFER_BYTES - self._fill, end - position)
+                self._fill : self._fill + min(self._capacity - self._fill, end - position)
             ]
             got = self._read(source, room, position)
             seen(got)
             copied(got)
             self._fill += len(got)
             position += len(got)
+
+    def append(self, rows: np.ndarray) -> None:
+        """Add rows held in memory (of the file's dtype and row shape) after those so far."""
+        data = np.ascontiguousarray(rows, dtype=self.dtype)
+        if data.shape[1:] != self.row_shape:
+            raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
+        if data.size == 0:  # an empty block: nothing to write (its buffer cannot be cast to bytes)
+            return
+        view, position = data.data.cast("B"), 0
+        while position < len(view):
+            if self._fill == self._capacity:
+                self._write_current()
+            size = min(self._capacity - self._fill, len(view) - position)
+            self._buffers[self._current][self._fill : self._fill + size] = view[position : position + size]
+            self._fill += size
+            position += size
 
     @staticmethod
     def _read(source: NpySource, into: memoryview, position: int) -> memoryview:
@@ -462,9 +481,17 @@ class MemmapBackend(Backend):
     stable_once_open = True
 
     def create_column(
-        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+        self,
+        dataset_dir: Path,
+        key: str,
+        dtype: np.dtype,
+        row_shape: tuple[int, ...],
+        rows: int | None = None,
     ) -> ColumnWriter:
-        return NpyColumnWriter(key_path(dataset_dir, key, ".npy"), dtype, row_shape)
+        path = key_path(dataset_dir, key, ".npy")
+        if rows is not None and np.dtype(dtype).itemsize * rows * int(np.prod(row_shape)) >= DIRECT_MIN_BYTES:
+            return NpyConcatenation(path, dtype, row_shape, rows)
+        return NpyColumnWriter(path, dtype, row_shape)
 
     def check_column(self, dataset_dir: Path, key: str, rows: int, row_shape: tuple[int, ...]) -> str | None:
         try:

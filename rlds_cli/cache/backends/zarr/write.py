@@ -341,7 +341,12 @@ class ZarrBackend(Backend):
         return array
 
     def create_column(
-        self, dataset_dir: Path, key: str, dtype: np.dtype, row_shape: tuple[int, ...]
+        self,
+        dataset_dir: Path,
+        key: str,
+        dtype: np.dtype,
+        row_shape: tuple[int, ...],
+        rows: int | None = None,
     ) -> ColumnWriter:
         array = self._create_array(dataset_dir, key, dtype, row_shape, 0)
 
