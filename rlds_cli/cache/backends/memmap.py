@@ -12,6 +12,7 @@ import errno
 import mmap
 import os
 import re
+import threading
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -302,10 +303,10 @@ class NpyConcatenation(ColumnWriter):
         self.row_shape = tuple(row_shape)
         self.rows = rows
         self.size = NPY_HEADER_BYTES + rows * self.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-        # buffers of the file's size where it is smaller (fewer fresh pages to fault in)
+        # no more buffer than the file needs; buffers are reused (a fresh one's page faults cost
+        # more than the copy into it)
         self._capacity = min(CONCAT_BUFFER_BYTES, -(-self.size // _DIRECT_ALIGN) * _DIRECT_ALIGN)
-        count = min(CONCAT_BUFFERS, -(-self.size // self._capacity))
-        self._buffers = [mmap.mmap(-1, self._capacity) for _ in range(count)]
+        self._buffers = _take_buffers(min(CONCAT_BUFFERS, -(-self.size // self._capacity)), self._capacity)
         self._writes: list[Future[None] | None] = [None] * len(self._buffers)
         self._current = 0  # the buffer being filled
         self._fill = 0  # its bytes filled
@@ -431,6 +432,8 @@ class NpyConcatenation(ColumnWriter):
             os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
+        _give_back(self._buffers)
+        self._buffers = []
         return self.rows
 
     def abort(self) -> None:
@@ -443,6 +446,42 @@ class NpyConcatenation(ColumnWriter):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        _give_back(self._buffers)
+        self._buffers = []
+
+
+#: Buffers of :class:`NpyConcatenation` kept for the next one (at most :data:`CONCAT_BUFFERS`).
+_spare_buffers: list[mmap.mmap] = []
+_spare_lock = threading.Lock()
+
+
+def _take_buffers(count: int, size: int) -> list[mmap.mmap]:
+    """``count`` page-aligned buffers of at least ``size`` bytes, spare ones first."""
+    with _spare_lock:
+        taken = [_spare_buffers.pop() for _ in range(min(count, len(_spare_buffers)))]
+    kept = [buffer for buffer in taken if len(buffer) >= size]
+    for buffer in taken:
+        if len(buffer) < size:
+            buffer.close()
+    return kept + [mmap.mmap(-1, max(size, CONCAT_BUFFER_BYTES)) for _ in range(count - len(kept))]
+
+
+def _give_back(buffers: list[mmap.mmap]) -> None:
+    with _spare_lock:
+        while buffers and len(_spare_buffers) < CONCAT_BUFFERS:
+            _spare_buffers.append(buffers.pop())
+    for buffer in buffers:
+        buffer.close()
+
+
+def _forget_spares_in_child() -> None:
+    """A forked child starts with its own lock (the parent's may have been held by a thread)."""
+    global _spare_lock
+    _spare_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_spares_in_child)
 
 
 def reserve(fd: int, size: int, path: Path) -> None:
