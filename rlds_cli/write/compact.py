@@ -455,11 +455,9 @@ def _copy_checked(
     ``out``, hashed into ``hasher``, reading the whole column once to check it against the segment's
     recorded digest.
 
-    Each block is read into memory of its own and checked on ``checker``'s thread while this one
-    writes and hashes it: the two hash passes run side by side (what mattered with sha256's ~1.9
-    GB/s on one core; XXH3-128 hashes ~30 GB/s), and
-    with ``fsync`` the output is synced behind the copy. (Checking from the input's map instead made
-    both threads fault the same pages: no gain.)
+    The path of columns :func:`_concatenate_checked` does not copy (zarr; byte orders other than
+    little-endian). Each block is read into memory of its own and checked on ``checker``'s thread
+    while this one writes and hashes it, and with ``fsync`` the output is synced behind the copy.
     """
     spec = ds.head.fields[key]
     start, stop = _live_rows(ds, part, skip, key)
@@ -484,7 +482,7 @@ def _copy_checked(
         finally:
             checked()  # the rows are the checker's until it is done with them
     del col
-    if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
+    if check.hexdigest() != _recorded_digest(part, key):
         raise _damaged_input(ds, part.directory, f"array {key!r} does not match its digest (content changed)")
 
 
@@ -515,7 +513,7 @@ def _concatenate_checked(
                     out.copy(source, start, stop, check.update_bytes, hasher.update_bytes)
                 except CorruptDatasetError as exc:
                     raise _damaged_input(ds, part.directory, exc.message) from None
-            if check.hexdigest() != part.manifest.content_digest.get("columns", {}).get(key):
+            if check.hexdigest() != _recorded_digest(part, key):
                 raise _damaged_input(
                     ds, part.directory, f"array {key!r} does not match its digest (content changed)"
                 )
@@ -557,14 +555,17 @@ def _copy_frames_checked(ds: GrowingDataset, part: Any, skip: int, key: str, out
         raise _damaged_input(ds, part.directory, exc.message) from None
     if len(col) != stop:
         raise _damaged_input(ds, part.directory, f"frames {key!r} hold {len(col)} rows, expected {stop}")
-    if col.content_digest(_input_algorithm(ds, part)) != part.manifest.content_digest.get("columns", {}).get(
-        key
-    ):
+    if col.content_digest(_input_algorithm(ds, part)) != _recorded_digest(part, key):
         raise _damaged_input(
             ds, part.directory, f"frames {key!r} do not match their digest (content changed)"
         )
     for lo in range(start, stop, _FRAME_BLOCK_ROWS):
         out.append(col.encoded(lo, min(stop, lo + _FRAME_BLOCK_ROWS)))
+
+
+def _recorded_digest(part: Any, key: str) -> Any:
+    """The digest segment ``part``'s manifest records of column ``key`` (``None``: none)."""
+    return part.manifest.content_digest.get("columns", {}).get(key)
 
 
 def _input_algorithm(ds: GrowingDataset, part: Any) -> str:

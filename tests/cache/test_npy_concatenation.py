@@ -107,6 +107,7 @@ def test_rows_that_do_not_fit_and_a_short_copy_are_refused(tmp_path: Path) -> No
         out.copy(source, 0, len(array), lambda _: None, lambda _: None)
     with pytest.raises(ValueError, match="bytes copied"):
         out.close(fsync=False)
+    assert out._fd == -1  # closed as by abort: nothing left open for the caller to leak
 
 
 def test_commits_and_compaction_write_large_columns_through_it(

@@ -289,12 +289,12 @@ class NpyConcatenation(ColumnWriter):
     once (:meth:`copy`: compaction).
 
     The file (header included) is assembled in page-aligned buffers (filled by copies or by
-    ``preadv`` from the sources) and written on the I/O threads while the next buffer fills. Files of at least
-    :data:`DIRECT_MIN_BYTES` are written with ``O_DIRECT`` where the filesystem takes it: no copy
-    into the page cache, no dirty pages for the kernel's writeback to pile up and throttle, so
-    the copy runs at the disk's own write rate (on 2 cores here a buffered copy ran at 0.4-2x
-    that, as writeback allowed). Every byte read is handed to the caller's hooks (digests) before
-    its buffer is written.
+    ``preadv`` from the sources) and written on the I/O threads while the next buffer fills.
+    Files of at least :data:`DIRECT_MIN_BYTES` are written with ``O_DIRECT`` where the
+    filesystem takes it: no copy into the page cache, no dirty pages for the kernel's writeback
+    to pile up and throttle, so the copy runs at the disk's own write rate. Every byte read is
+    handed to the caller's hooks (digests) before its buffer is written. Exactly the rows given
+    at creation must be added: :meth:`close` refuses a short file.
     """
 
     def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...], rows: int) -> None:
@@ -417,19 +417,24 @@ class NpyConcatenation(ColumnWriter):
             done += os.pwrite(self._fd, view[done:length], offset + done)
 
     def close(self, *, fsync: bool) -> int:
-        """Write the last buffer, check the size, and sync (``fsync``); returns the rows."""
-        if self._fill:
-            self._write_current()
-        for index in range(len(self._buffers)):
-            self._wait(index)
-        written = self._offset
-        if written != self.size:
+        """Write the last buffer, check the size, and sync (``fsync``); returns the rows. On an
+        error the file is closed as by :meth:`abort`."""
+        try:
+            for index in range(len(self._buffers)):
+                self._wait(index)
+            if self._fill:  # the last buffer on this thread: it would only wait for a helper's
+                self._write(self._current, self._offset, self._fill)
+                self._offset += self._fill
+                self._fill = 0
+            if self._offset != self.size:
+                raise ValueError(f"{self.path.name}: {self._offset} bytes copied, {self.size} expected")
+            if self._direct:
+                os.ftruncate(self._fd, self.size)  # the last block's padding
+            if fsync:
+                os.fsync(self._fd)
+        except BaseException:
             self.abort()
-            raise ValueError(f"{self.path.name}: {written} bytes copied, {self.size} expected")
-        if self._direct:
-            os.ftruncate(self._fd, self.size)  # the last block's padding
-        if fsync:
-            os.fsync(self._fd)
+            raise
         os.close(self._fd)
         self._fd = -1
         _give_back(self._buffers)
