@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xxhash
 
+from rlds_cli._util.io import DIGEST_ALGORITHM, DIGEST_ALGORITHMS, new_hash
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.errors import CorruptDatasetError
@@ -38,13 +38,8 @@ if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.manifest import Manifest
 
-#: The algorithm of the digests this rlds writes: XXH3-128 (xxhash), ~30 GB/s on one core
-#: against sha256's ~1.8 GB/s, so hashing no longer bounds appends and compaction. A digest here
-#: detects damage (flipped bits, torn or swapped files), which a 128-bit hash misses with odds of
-#: 2**-128; it is no defence against someone who can also rewrite the manifest, nor was sha256.
-ALGORITHM = "xxh3_128"
-#: Every algorithm a manifest may record, by name, and the hash object it is computed with.
-ALGORITHMS: Mapping[str, Callable[[], Any]] = {"sha256": hashlib.sha256, "xxh3_128": xxhash.xxh3_128}
+#: The algorithm of the digests this rlds writes (why XXH3-128: :data:`rlds_cli._util.io.DIGEST_ALGORITHM`).
+ALGORITHM = DIGEST_ALGORITHM
 #: Bytes of one column read at a time while hashing (memory stays bounded for any dataset).
 BLOCK_BYTES = 16 * 1024 * 1024
 #: Why a dataset without digests is not checked (the words ``rlds verify`` and ``--check`` use).
@@ -67,23 +62,18 @@ def recorded_algorithm(content: Mapping[str, Any]) -> str:
             message says which.
     """
     algorithm = content.get("algorithm", "sha256")
-    if algorithm not in ALGORITHMS:
+    if algorithm not in DIGEST_ALGORITHMS:
         raise ValueError(
             f"its digests are of an algorithm this rlds does not know ({str(algorithm)[:40]!r}; "
-            f"known: {', '.join(ALGORITHMS)}): written by a newer rlds, or the manifest is damaged"
+            f"known: {', '.join(DIGEST_ALGORITHMS)}): written by a newer rlds, or the manifest is damaged"
         )
     return str(algorithm)
-
-
-def new_hash(algorithm: str = ALGORITHM) -> Any:
-    """A fresh hash object of ``algorithm`` (``update``, ``hexdigest``), one of :data:`ALGORITHMS`."""
-    return ALGORITHMS[algorithm]()
 
 
 def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
     """Hex digest of a file's bytes."""
     with open(path, "rb", buffering=0) as fh:
-        return hashlib.file_digest(fh, ALGORITHMS[algorithm]).hexdigest()
+        return str(hashlib.file_digest(fh, lambda: new_hash(algorithm)).hexdigest())
 
 
 class ColumnHasher:

@@ -6,6 +6,7 @@ or a short copy is an error, never a short file."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,28 @@ def test_a_filesystem_without_o_direct_is_written_through_the_page_cache(
     assert np.array_equal(load_npy(path, mmap=False), np.concatenate([a[s:] for _, a, s in sources]))
 
 
+def test_a_filesystem_that_refuses_o_direct_writes_is_written_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some filesystems open a file with O_DIRECT and refuse its writes: the first write finds
+    out, and the file is written through the page cache from then on."""
+    monkeypatch.setattr(memmap, "CONCAT_BUFFER_BYTES", 8192)
+    monkeypatch.setattr(memmap, "DIRECT_MIN_BYTES", 0)
+    real_pwrite, refused = os.pwrite, []
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(memmap.os, "pwrite", pwrite)
+    sources = _sources(tmp_path)
+    path, _, _ = _concatenate(tmp_path, sources)
+    assert refused == [0]
+    assert np.array_equal(load_npy(path, mmap=False), np.concatenate([a[s:] for _, a, s in sources]))
+
+
 def test_a_source_cut_after_its_header_was_checked_is_damage(tmp_path: Path) -> None:
     (path, array, _), *_ = _sources(tmp_path)
     out = NpyConcatenation(tmp_path / "out.npy", np.dtype("<f4"), (5,), len(array))
@@ -90,7 +113,7 @@ def test_a_source_cut_after_its_header_was_checked_is_damage(tmp_path: Path) -> 
 
 
 def test_a_source_whose_header_promises_more_than_its_bytes_is_damage(tmp_path: Path) -> None:
-    (path, array, _), *_ = _sources(tmp_path)
+    (path, _, _), *_ = _sources(tmp_path)
     os.truncate(path, path.stat().st_size - 1)
     with pytest.raises(CorruptDatasetError, match="more than its"):
         NpySource(path)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlds_cli.cache import digest
+from rlds_cli._util.io import DIGEST_ALGORITHM, new_hash
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy, release_pages
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
@@ -45,14 +45,14 @@ def frame_files(dataset_dir: Path, key: str) -> tuple[Path, Path]:
 
 class FramesHasher:
     """The content digest of a frame column, fed as it is written: the hash (``algorithm``, one
-    of :data:`rlds_cli.cache.digest.ALGORITHMS`) of the stored bytes and that of the end offsets
+    of :data:`rlds_cli._util.io.DIGEST_ALGORITHMS`) of the stored bytes and that of the end offsets
     (int64, little-endian), joined with the column's format (codec, frame shape, channel order)."""
 
-    def __init__(self, fmt: FrameFormat, algorithm: str = digest.ALGORITHM) -> None:
+    def __init__(self, fmt: FrameFormat, algorithm: str = DIGEST_ALGORITHM) -> None:
         self.format = fmt
         self.algorithm = algorithm
-        self._bytes = digest.new_hash(algorithm)
-        self._ends = digest.new_hash(algorithm)
+        self._bytes = new_hash(algorithm)
+        self._ends = new_hash(algorithm)
 
     def update(self, parts: Sequence[Any], ends: np.ndarray) -> None:
         """Add the next frames: their stored bytes, and their end offsets."""
@@ -64,7 +64,7 @@ class FramesHasher:
         fmt = self.format
         layout = f"{fmt.codec}:{list(fmt.shape)}:{'chw' if fmt.channels_first else 'hwc'}"
         joined = f"frames:{layout}:{self._bytes.hexdigest()}:{self._ends.hexdigest()}"
-        outer = digest.new_hash(self.algorithm)
+        outer = new_hash(self.algorithm)
         outer.update(joined.encode())
         return str(outer.hexdigest())
 
@@ -384,7 +384,7 @@ class FramesColumn:
         data = np.frombuffer(bytes(self.fetch([0], [self.size])(0)), np.uint8)
         return FramesColumn(self.path, self.ends, self.format, self.label, data=data)
 
-    def content_digest(self, algorithm: str = digest.ALGORITHM) -> str:
+    def content_digest(self, algorithm: str = DIGEST_ALGORITHM) -> str:
         """The column's digest as :class:`FramesHasher` makes it, read in bounded blocks."""
         hasher = FramesHasher(self.format, algorithm)
         for start in range(0, self.size, _DIGEST_BLOCK):

@@ -2,7 +2,9 @@
 
 Files are uncompressed and C-contiguous, openable by ``numpy.load(path, mmap_mode="r")``. Rows
 are appended as they stream in; the header (:data:`NPY_HEADER_BYTES`) is patched with the final
-row count at close. A preallocated column is a writable memory map filled region by region.
+row count at close. A column whose size is known when it starts (a writer's commit, a compaction)
+and is at least :data:`DIRECT_MIN_BYTES` is written by :class:`NpyConcatenation`, around the page
+cache. A preallocated column is a writable memory map filled region by region.
 """
 
 from __future__ import annotations
@@ -311,6 +313,7 @@ class NpyConcatenation(ColumnWriter):
         self._current = 0  # the buffer being filled
         self._fill = 0  # its bytes filled
         self._offset = 0  # the file offset of its first byte
+        self._proven = False  # whether a write went through (the first is made on this thread)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._direct = self.size >= DIRECT_MIN_BYTES and hasattr(os, "O_DIRECT")
         self._fd = self._open()
@@ -394,10 +397,13 @@ class NpyConcatenation(ColumnWriter):
         return into[:got]
 
     def _write_current(self) -> None:
-        """Hand the full current buffer to the I/O threads; move to the next one (waiting for
-        its last write)."""
+        """Hand the full current buffer to the I/O threads (the file's first, write it here);
+        move to the next one (waiting for its last write)."""
         index, offset, length = self._current, self._offset, self._fill
-        self._writes[index] = in_background(self._write, index, offset, length)
+        if self._proven:
+            self._writes[index] = in_background(self._write, index, offset, length)
+        else:
+            self._first_write(index, offset, length)
         self._offset += length
         self._current = (index + 1) % len(self._buffers)
         self._fill = 0
@@ -407,6 +413,22 @@ class NpyConcatenation(ColumnWriter):
         write, self._writes[index] = self._writes[index], None
         if write is not None:
             write.result()
+
+    def _first_write(self, index: int, offset: int, length: int) -> None:
+        """The file's first write, on the caller's thread: a filesystem that opens a file with
+        ``O_DIRECT`` but refuses its writes (some FUSE ones) has the file written through the
+        page cache instead."""
+        try:
+            self._write(index, offset, length)
+        except OSError as exc:
+            if not (self._direct and exc.errno == errno.EINVAL):
+                raise
+            os.close(self._fd)
+            self._fd = -1
+            self._direct = False
+            self._fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            self._write(index, offset, length)
+        self._proven = True
 
     def _write(self, index: int, offset: int, length: int) -> None:
         view = memoryview(self._buffers[index])
@@ -423,7 +445,10 @@ class NpyConcatenation(ColumnWriter):
             for index in range(len(self._buffers)):
                 self._wait(index)
             if self._fill:  # the last buffer on this thread: it would only wait for a helper's
-                self._write(self._current, self._offset, self._fill)
+                if self._proven:
+                    self._write(self._current, self._offset, self._fill)
+                else:
+                    self._first_write(self._current, self._offset, self._fill)
                 self._offset += self._fill
                 self._fill = 0
             if self._offset != self.size:
