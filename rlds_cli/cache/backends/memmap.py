@@ -181,6 +181,17 @@ def save_npz(file: str | os.PathLike[str] | IO[bytes], arrays: Mapping[str, np.n
 WRITE_BEHIND_BYTES = 8 << 20
 
 
+def _rows_as_bytes(
+    rows: np.ndarray, dtype: np.dtype, row_shape: tuple[int, ...], path: Path
+) -> memoryview | None:
+    """The bytes of ``rows`` (first axis = time) as ``dtype``, C order, for the file at ``path``
+    whose rows have ``row_shape``; ``None`` for no rows (an empty buffer cannot be cast)."""
+    data = np.ascontiguousarray(rows, dtype=dtype)
+    if data.shape[1:] != row_shape:
+        raise ValueError(f"{path.name}: rows of shape {data.shape[1:]}, expected {row_shape}")
+    return data.data.cast("B") if data.size else None
+
+
 class NpyColumnWriter(ColumnWriter):
     """Streams rows into a ``.npy`` file; the header is patched on close."""
 
@@ -196,14 +207,12 @@ class NpyColumnWriter(ColumnWriter):
         self._fh.write(npy_header(self.dtype, (0, *self.row_shape)))
 
     def append(self, rows: np.ndarray) -> None:
-        data = np.ascontiguousarray(rows, dtype=self.dtype)
-        if data.shape[1:] != self.row_shape:
-            raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
-        if data.size == 0:  # an empty block: nothing to write (its buffer cannot be cast to bytes)
+        data = _rows_as_bytes(rows, self.dtype, self.row_shape, self.path)
+        if data is None:
             return
-        self._fh.write(data.data.cast("B"))  # the array's buffer, as bytes
-        self.rows += data.shape[0]
-        self._unsynced += data.nbytes
+        self._fh.write(data)
+        self.rows += len(rows)
+        self._unsynced += len(data)
 
     def write_behind(self) -> None:
         if self._unsynced < WRITE_BEHIND_BYTES or (self._syncing is not None and not self._syncing.done()):
@@ -375,13 +384,9 @@ class NpyConcatenation(ColumnWriter):
 
     def append(self, rows: np.ndarray) -> None:
         """Add rows held in memory (of the file's dtype and row shape) after those so far."""
-        data = np.ascontiguousarray(rows, dtype=self.dtype)
-        if data.shape[1:] != self.row_shape:
-            raise ValueError(f"{self.path.name}: rows of shape {data.shape[1:]}, expected {self.row_shape}")
-        if data.size == 0:  # an empty block: nothing to write (its buffer cannot be cast to bytes)
-            return
-        view, position = data.data.cast("B"), 0
-        while position < len(view):
+        view = _rows_as_bytes(rows, self.dtype, self.row_shape, self.path)
+        position = 0
+        while view is not None and position < len(view):
             if self._fill == self._capacity:
                 self._write_current()
             size = min(self._capacity - self._fill, len(view) - position)
