@@ -174,7 +174,7 @@ def _check_digests(ds: Dataset, c: _Collector, budget: Budget) -> None:
     from rlds_cli.cache.digest import NOT_RECORDED, check_digests
 
     result = check_digests(ds, budget=budget)  # a growing dataset's: those of its segments
-    if not result.recorded and not result.checked:
+    if not result.recorded and not result.checked and not result.problems:
         c.report.skipped["digest"] = NOT_RECORDED
         return
     c.report.checks.append("digest")

@@ -375,7 +375,7 @@ def _dataset_checks(
         out.append(_check("content digests", "skipped", "files are missing or damaged"))
         return out
     report = check_digests(dataset)
-    if not report.recorded and not report.checked:
+    if not report.recorded and not report.checked and not report.problems:
         return [*out, _check("content digests", "skipped", NOT_RECORDED)]
     if not report.recorded:  # a view of a parent written by an older rlds
         out.append(_check("content digests of the parent's arrays", "skipped", NOT_RECORDED))

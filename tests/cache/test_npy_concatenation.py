@@ -167,3 +167,95 @@ def test_commits_and_compaction_write_large_columns_through_it(
         got = ds.episode(i)
         assert np.array_equal(got["observation"], ep["observation"])
         assert np.array_equal(got["next/observation"], ep["next/observation"])
+
+
+def test_a_forked_child_never_shares_the_parents_spare_buffers(tmp_path: Path) -> None:
+    """A spare buffer kept by the parent is the child's own copy after a fork (a shared anonymous
+    map would let a child's commit and the parent's fill the same pages)."""
+    rows, width = 1000, 64
+    warm = NpyConcatenation(tmp_path / "warm.npy", np.dtype("<f4"), (width,), rows)
+    warm.append(np.zeros((rows, width), "<f4"))
+    warm.close(fsync=False)  # its buffer is now a spare, in both processes after the fork
+    filled, go = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            child = NpyConcatenation(tmp_path / "child.npy", np.dtype("<f4"), (width,), rows)
+            child.append(np.full((rows, width), 2.0, "<f4"))
+            os.write(filled[1], b"x")
+            os.read(go[0], 1)  # the parent fills its own buffer meanwhile
+            child.close(fsync=False)
+        finally:
+            os._exit(0)
+    os.read(filled[0], 1)
+    parent = NpyConcatenation(tmp_path / "parent.npy", np.dtype("<f4"), (width,), rows)
+    parent.append(np.full((rows, width), 1.0, "<f4"))
+    parent.close(fsync=False)
+    os.write(go[1], b"x")
+    os.waitpid(pid, 0)
+    assert (load_npy(tmp_path / "parent.npy", mmap=False) == 1.0).all()
+    assert (load_npy(tmp_path / "child.npy", mmap=False) == 2.0).all()
+
+
+def test_a_write_error_reaches_the_caller_and_abort_releases_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk met on an I/O thread is the caller's OSError, never a BufferError of the
+    abort that follows (the pool full, a view of the buffer still held by the traceback)."""
+    dtype, width, rows = np.dtype("<u1"), 8 << 20, 6  # 48 MiB: 4 buffers each
+    full = NpyConcatenation(tmp_path / "a.npy", dtype, (width,), rows)
+    failing = NpyConcatenation(tmp_path / "b.npy", dtype, (width,), rows)
+    for _ in range(rows):
+        full.append(np.zeros((1, width), dtype))
+    full.close(fsync=False)  # the spare pool is full now
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if offset > 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(memmap.os, "pwrite", pwrite)
+    with pytest.raises(OSError, match="No space left"):
+        try:
+            for _ in range(rows):
+                failing.append(np.zeros((1, width), dtype))
+            failing.close(fsync=False)
+        except BaseException:
+            failing.abort()  # what a commit and a compaction do
+            raise
+    assert failing._fd == -1
+
+
+def test_a_header_that_does_not_fit_leaks_no_descriptor(tmp_path: Path) -> None:
+    dtype = np.dtype([(f"field_{i}", "<f4") for i in range(12)])  # a header over 256 bytes
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(5):
+        with pytest.raises(ValueError, match="npy header too long"):
+            NpyConcatenation(tmp_path / f"c{i}.npy", dtype, (), 1000)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_writer_left_open_at_exit_commits_its_large_columns(tmp_path: Path) -> None:
+    """The writer's exit hook commits what a script left open; a column of several buffers is
+    then written on the committing thread (the I/O threads' pool refuses work at exit)."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, numpy as np, rlds_cli
+length = 1000
+flags = np.zeros((length, 1), bool); flags[-1] = True
+obs = np.full((length + 1, 84, 84, 3), 7, np.uint8)  # 21 MB: three 8 MiB buffers
+w = rlds_cli.DatasetWriter("open", root=sys.argv[1], episodes_per_commit=1, commit_interval=3600)
+w.add_episode({"observation": obs[:-1], "next/observation": obs[1:],
+               "action": np.zeros((length, 2), np.float32), "next/reward": np.ones((length, 1), np.float32),
+               "next/terminated": flags, "next/truncated": np.zeros_like(flags)})
+# no close(): the exit hook commits
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    import rlds_cli
+
+    ds = rlds_cli.open_dataset("open", tmp_path)
+    assert ds.num_episodes == 1 and int(np.asarray(ds.episode(0)["observation"])[-1, 0, 0, 0]) == 7

@@ -107,11 +107,28 @@ def as_written_by_sha256_rlds(name: str) -> Path:
     data = json.loads(path.read_text())
     data["content_digest"] = {
         "algorithm": "sha256",
-        "columns": {key: hashlib.sha256(logical_bytes(ds.column(key))).hexdigest() for key in ds.stored_fields},
+        "columns": {
+            key: hashlib.sha256(logical_bytes(ds.column(key))).hexdigest() for key in ds.stored_fields
+        },
         "episodes": hashlib.sha256(np.ascontiguousarray(ds.episode_index).tobytes()).hexdigest(),
     }
     path.write_text(json.dumps(data))
     return path
+
+
+def test_an_unknown_algorithm_of_a_view_of_a_parent_without_digests_fails_too() -> None:
+    """The view records its own episode index's digest; its parent (an rlds before digests) none:
+    the view's unknown algorithm is still damage, never "skipped"."""
+    make_dataset("old", [3, 5, 2])
+    drop_digests("old")
+    create_view("old", "v", (0, 2))
+    path = open_dataset("v").directory / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    data["content_digest"]["algorithm"] = "md5"
+    path.write_text(json.dumps(data))
+    assert not check_dataset(open_dataset("v")).ok
+    assert rlds("verify", "v").exit_code == 1
+    assert rlds("inspect", "v", "--check", "--no-stats").exit_code == 1
 
 
 def test_a_dataset_an_older_rlds_wrote_with_sha256_is_checked_by_sha256() -> None:

@@ -300,7 +300,8 @@ class NpyConcatenation(ColumnWriter):
     once (:meth:`copy`: compaction).
 
     The file (header included) is assembled in page-aligned buffers (filled by copies or by
-    ``preadv`` from the sources) and written on the I/O threads while the next buffer fills.
+    ``preadv`` from the sources); the first and the last are written on the caller's thread,
+    those between on the I/O threads while the next buffer fills.
     Files of at least :data:`DIRECT_MIN_BYTES` are written with ``O_DIRECT`` where the
     filesystem takes it: no copy into the page cache, no dirty pages for the kernel's writeback
     to pile up and throttle, so the copy runs at the disk's own write rate. Every byte read is
@@ -325,8 +326,9 @@ class NpyConcatenation(ColumnWriter):
         self._proven = False  # whether a write went through (the first is made on this thread)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._direct = self.size >= DIRECT_MIN_BYTES and hasattr(os, "O_DIRECT")
+        header = npy_header(self.dtype, (rows, *self.row_shape))
         self._fd = self._open()
-        self._put(npy_header(self.dtype, (rows, *self.row_shape)))
+        self._put(header)
 
     def _open(self) -> int:
         flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -406,7 +408,10 @@ class NpyConcatenation(ColumnWriter):
         move to the next one (waiting for its last write)."""
         index, offset, length = self._current, self._offset, self._fill
         if self._proven:
-            self._writes[index] = in_background(self._write, index, offset, length)
+            try:
+                self._writes[index] = in_background(self._write, index, offset, length)
+            except RuntimeError:  # interpreter exiting (an atexit commit): written here
+                self._write(index, offset, length)
         else:
             self._first_write(index, offset, length)
         self._offset += length
@@ -498,7 +503,11 @@ def _take_buffers(count: int, size: int) -> list[mmap.mmap]:
     for buffer in taken:
         if len(buffer) < size:
             buffer.close()
-    return kept + [mmap.mmap(-1, max(size, CONCAT_BUFFER_BYTES)) for _ in range(count - len(kept))]
+    # private: a forked child's buffers are its own copy (a shared map would be the parent's pages)
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return kept + [
+        mmap.mmap(-1, max(size, CONCAT_BUFFER_BYTES), flags=flags) for _ in range(count - len(kept))
+    ]
 
 
 def _give_back(buffers: list[mmap.mmap]) -> None:
@@ -506,7 +515,8 @@ def _give_back(buffers: list[mmap.mmap]) -> None:
         while buffers and len(_spare_buffers) < CONCAT_BUFFERS:
             _spare_buffers.append(buffers.pop())
     for buffer in buffers:
-        buffer.close()
+        with contextlib.suppress(BufferError):  # a view of it still held (a traceback): freed when it goes
+            buffer.close()
 
 
 def _forget_spares_in_child() -> None:
