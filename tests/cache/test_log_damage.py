@@ -299,7 +299,9 @@ def _as_written_with_sha256(segment: Path) -> None:
     columns = {}
     for key in manifest["content_digest"]["columns"]:
         array = np.load(segment / "arrays" / f"{key}.npy")
-        columns[key] = hashlib.sha256(np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()).hexdigest()
+        columns[key] = hashlib.sha256(
+            np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
+        ).hexdigest()
     index = np.load(segment / "episodes.npy")
     manifest["content_digest"] = {
         "algorithm": "sha256",
