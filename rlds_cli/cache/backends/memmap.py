@@ -436,7 +436,7 @@ class NpyConcatenation(ColumnWriter):
             os.close(self._fd)
             self._fd = -1
             self._direct = False
-            self._fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            self._fd = self._open()  # nothing is written yet: opened again, through the page cache
             self._write(index, offset, length)
         self._proven = True
 
