@@ -4,15 +4,22 @@ Keys are listed and ``.zarray``/``.zgroup`` JSON read as untrusted input; arrays
 through zarr-python 3 once every codec is known to numcodecs. ``imagecodecs_*`` codecs (UMI's
 JPEG-XL camera arrays) are registered from imagecodecs (the ``umi`` extra) when an array names
 one; a codec numcodecs does not know is refused, naming the array and codec, before a chunk is read.
+Every chunk is decoded into at most its own size (:class:`BoundedChunkDecoder`).
 """
 
 from __future__ import annotations
 
+import bz2
 import json
+import lzma
 import math
 import zipfile
+import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rlds_cli.errors import MissingExtraError, SourceFormatError
 
@@ -156,12 +163,22 @@ class ZarrV2Store:
 
                 self._zarr_store = LocalStore(self.path, read_only=True)
         try:
-            return zarr.open_array(self._zarr_store, path=key, mode="r", zarr_format=2)
+            array = zarr.open_array(self._zarr_store, path=key, mode="r", zarr_format=2)
         except Exception as exc:  # zarr's own errors on damaged metadata are of many classes
             raise SourceFormatError(
                 f"{self.path}: zarr cannot open the array {key} ({type(exc).__name__}: {exc})",
                 hint="the store is damaged or was not written by zarr",
             ) from None
+        from zarr.core.array import Array, AsyncArray
+        from zarr.core.metadata import ArrayV2Metadata
+
+        meta = array.metadata
+        assert isinstance(meta, ArrayV2Metadata)  # opened with zarr_format=2
+        if meta.compressor is None or meta.filters:  # filters change the compressor's output size
+            return array
+
+        bounded = BoundedChunkDecoder(meta.compressor, meta.chunks, meta.dtype.to_native_dtype())
+        return Array(AsyncArray(replace(meta, compressor=bounded), array.async_array.store_path))
 
     def close(self) -> None:
         if self._zarr_store is not None:
@@ -220,3 +237,121 @@ def register_imagecodecs(where: Path, key: str, codec: str) -> None:
             hint=UMI_EXTRA_HINT,
         ) from None
     imagecodecs.numcodecs.register_codecs(verbose=False)
+
+
+class BoundedChunkDecoder:
+    """A zarr v2 array's compressor that decodes a chunk into at most the chunk's own bytes.
+
+    zarr decodes a chunk whole before it checks its size, so a damaged or hostile chunk (a JPEG-XL
+    image of 60,000 x 60,000 pixels in a 224 x 224 array, a blosc header declaring gigabytes, a zlib
+    stream of a gigabyte of zeros) would be allocated and decoded first. Here image codecs
+    (``imagecodecs_*``) decode into an array of the chunk's shape (imagecodecs compares the image's
+    header with it before decoding); blosc, LZ4 and zstd are refused when their header declares
+    another size, then decode into the chunk's buffer; zlib, gzip, bz2 and LZMA inflate at most one
+    byte past it. Other codecs decode as zarr does. A refused chunk raises ``ValueError`` naming the
+    sizes (the reader names the array and rows).
+    """
+
+    #: zarr takes a compressor by its class's ``codec_id``; each instance carries its inner codec's.
+    codec_id = "bounded"
+
+    def __init__(self, inner: Any, chunks: tuple[int, ...], dtype: np.dtype) -> None:
+        self.inner = inner
+        self.codec_id = str(inner.codec_id)
+        self.shape = tuple(int(n) for n in chunks)
+        self.dtype = np.dtype(dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+
+    def decode(self, buf: Any, out: Any = None) -> Any:
+        data = memoryview(buf).cast("B")
+        if self.codec_id.startswith("imagecodecs_"):
+            return self.inner.decode(data, out=np.empty(self.shape, self.dtype))
+        if self.codec_id in _STREAMS:
+            return self._inflate(data)
+        if self.codec_id not in _SIZED:
+            return self.inner.decode(data)
+        declared = _declared_size(self.codec_id, data)
+        if declared is not None and declared != self.nbytes:
+            raise ValueError(
+                f"the chunk declares {declared:,} bytes; chunks of this array hold {self.nbytes:,}"
+            )
+        # numcodecs decodes a zstd frame of no declared size into ``out`` only if it fits exactly
+        return self.inner.decode(data, out=np.empty(self.shape, self.dtype))
+
+    def _inflate(self, data: memoryview) -> np.ndarray:
+        limit = self.nbytes + 1
+        if self.codec_id == "bz2":
+            raw = bz2.BZ2Decompressor().decompress(data, max_length=limit)
+        elif self.codec_id == "lzma":  # a hostile header's window (up to 1.5 GiB) is bounded too
+            limit_memory = {} if self.inner.format == lzma.FORMAT_RAW else {"memlimit": LZMA_MEMORY_LIMIT}
+            unpack = lzma.LZMADecompressor(
+                format=self.inner.format, filters=self.inner.filters, **limit_memory
+            )
+            raw = unpack.decompress(data, max_length=limit)
+        else:  # zlib, or gzip (wbits 31)
+            raw = zlib.decompressobj(31 if self.codec_id == "gzip" else 15).decompress(data, limit)
+        if len(raw) != self.nbytes:
+            raise ValueError(
+                f"the chunk inflates to {'more than ' if len(raw) == limit else ''}{len(raw):,} bytes; "
+                f"chunks of this array hold {self.nbytes:,}"
+            )
+        return np.frombuffer(raw, self.dtype).reshape(self.shape)
+
+    def encode(self, buf: Any) -> Any:
+        return self.inner.encode(buf)
+
+    def get_config(self) -> dict[str, Any]:
+        return dict(self.inner.get_config())
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        import numcodecs
+
+        return numcodecs.get_codec(config)
+
+
+#: Most memory LZMA's decoder may take (its window: 8 MiB at xz's default preset, 64 MiB at -9).
+LZMA_MEMORY_LIMIT = 128 << 20
+#: Codecs of a stream with no declared size, inflated with a bound (numcodecs' ids).
+_STREAMS = frozenset({"zlib", "gzip", "bz2", "lzma"})
+#: Codecs whose header declares the decoded size (a zstd frame may leave it out).
+_SIZED = frozenset({"blosc", "lz4", "zstd"})
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _declared_size(codec: str, data: memoryview) -> int | None:
+    """The decoded size the header of a chunk of a :data:`_SIZED` codec declares; ``None`` for a
+    zstd frame that does not declare it.
+
+    Raises:
+        ValueError: The header is cut short, or is not the codec's.
+    """
+    if codec == "blosc":  # a 16-byte header: version, versionlz, flags, typesize, nbytes (4 LE), ...
+        if len(data) < 16:
+            raise ValueError("the chunk is shorter than a blosc header")
+        return int.from_bytes(data[4:8], "little")
+    if codec == "lz4":  # numcodecs prefixes the stream with its size, 4 bytes little-endian
+        if len(data) < 4:
+            raise ValueError("the chunk is shorter than its LZ4 size prefix")
+        return int.from_bytes(data[:4], "little")
+    return _zstd_content_size(data)
+
+
+def _zstd_content_size(data: memoryview) -> int | None:
+    """The content size of a zstd frame header (RFC 8878, 3.1.1.1); ``None`` where it has none.
+
+    Raises:
+        ValueError: Not a zstd frame.
+    """
+    if len(data) < 6 or bytes(data[:4]) != _ZSTD_MAGIC:
+        raise ValueError("the chunk is not a zstd frame")
+    descriptor = data[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    field = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if field == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    if len(data) < start + field:
+        raise ValueError("the chunk's zstd header is cut short")
+    value = int.from_bytes(data[start : start + field], "little")
+    return value + 256 if field == 2 else value

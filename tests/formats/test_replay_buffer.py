@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tracemalloc
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -310,6 +312,92 @@ def test_damaged_jpegxl_chunk_in_a_zip(tmp_path: Path) -> None:
     refused(download(bad, "bad"), "data/camera1_rgb rows", "does not decode")
 
 
+def _swap_zip_member(src: Path, dst: Path, member: str, data: bytes) -> None:
+    with zipfile.ZipFile(src) as old, zipfile.ZipFile(dst, "w") as new:
+        for info in old.infolist():
+            new.writestr(info, data if info.filename == member else old.read(info))
+
+
+def _refused_within(result_of: object, limit: int, *needles: str, published: tuple[str, ...] = ()) -> None:
+    """The download ``result_of()`` is refused naming ``needles``, its Python allocations (numpy's
+    included) peaking under ``limit`` bytes."""
+    tracemalloc.start()
+    try:
+        result = result_of()  # type: ignore[operator]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    refused(result, *needles, published=published)
+    assert peak < limit, f"{peak:,} bytes allocated"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "array", "codec"),
+    [("umi", "camera1_rgb", "jpegxl"), ("robomimic_image", "agentview_image", "jpeg2k")],
+)
+def test_an_image_chunk_larger_than_its_chunk_is_refused_before_it_is_decoded(
+    tmp_path: Path, fixture: str, array: str, codec: str
+) -> None:
+    """A 2048 x 2048 image in an array of 48 x 48 chunks: it was decoded whole (12.6 MB) before
+    zarr saw its shape; imagecodecs now compares the image's header with the chunk first."""
+    import imagecodecs
+
+    convert(FIXTURES / f"{fixture}.zarr.zip", "intact")  # the imports are not the chunk's allocation
+    big = getattr(imagecodecs, f"{codec}_encode")(np.zeros((2048, 2048, 3), np.uint8))
+    bad = tmp_path / f"{fixture}.zarr.zip"
+    _swap_zip_member(FIXTURES / bad.name, bad, f"data/{array}/7.0.0.0", big)
+    _refused_within(
+        lambda: download(bad, "bad"),
+        4 << 20,
+        f"data/{array} rows",
+        "does not decode",
+        "(2048, 2048, 3)",
+        published=("intact",),
+    )
+
+
+#: numcodecs' compressors, each with its own way of saying (or not) how big a chunk decodes (LZMA's
+#: decoder takes its window, 8 MiB at the default preset, per chunk decoded at once: preset 1, 1 MiB).
+CODECS = [{"id": c} for c in ("blosc", "zstd", "lz4", "zlib", "gzip", "bz2")] + [{"id": "lzma", "preset": 1}]
+
+
+def _recompress(folder: Path, codec: dict[str, object]) -> Any:
+    """Every chunk of the zarr v2 array at ``folder`` compressed again with ``codec``; the codec."""
+    import numcodecs
+
+    zarray = json.loads((folder / ".zarray").read_text())
+    old, new = numcodecs.get_codec(zarray["compressor"]), numcodecs.get_codec(dict(codec))
+    for chunk in (p for p in folder.iterdir() if not p.name.startswith(".")):
+        chunk.write_bytes(new.encode(np.frombuffer(old.decode(chunk.read_bytes()), np.uint8)))
+    zarray["compressor"] = new.get_config()
+    (folder / ".zarray").write_text(json.dumps(zarray))
+    return new
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=[c["id"] for c in CODECS])
+def test_every_compressor_reads_exactly_and_a_chunk_bomb_is_refused_unallocated(
+    tmp_path: Path, codec: dict[str, object]
+) -> None:
+    """pusht's images compressed with ``codec`` read as upstream's; then one chunk becomes 32 MB of
+    zeros (a few KB compressed): refused naming its rows, with no 32 MB allocation."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    new = _recompress(store / "data" / "img", codec)
+    convert(store, "exact")
+    np.testing.assert_array_equal(
+        open_dataset("exact")[:]["observation/img"], golden("pusht.zarr")["data/img"]
+    )
+
+    (store / "data" / "img" / "1.0.0.0").write_bytes(new.encode(np.zeros(32 << 20, np.uint8)))
+    _refused_within(
+        lambda: download(store, "bomb"),
+        16 << 20,
+        "data/img rows",
+        "does not decode",
+        "110,592",
+        published=("exact",),
+    )
+
+
 def test_a_truncated_zip_is_named_as_such(tmp_path: Path) -> None:
     """It was 'not a ReplayBuffer zarr', with a hint to pass the store diffusion_policy wrote."""
     bad = tmp_path / "umi.zarr.zip"
@@ -353,3 +441,21 @@ class TestReplayBufferZipReader(TestReplayBufferReader):
     def write_source(self, tmp_path: Path) -> Path:
         tmp_path.mkdir(parents=True)
         return copy_fixture("umi.zarr.zip", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("codec", "chunk", "needle"),
+    [
+        ("blosc", b"\x02\x01\x21", "shorter than a blosc header"),
+        ("lz4", b"\x10", "shorter than its LZ4 size prefix"),
+        ("zstd", b"garbage!", "not a zstd frame"),
+        ("zstd", b"\x28\xb5\x2f\xfd\xc0\x00", "zstd header is cut short"),
+    ],
+)
+def test_a_chunk_header_cut_short_or_foreign_is_named(
+    tmp_path: Path, codec: str, chunk: bytes, needle: str
+) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _recompress(store / "data" / "img", {"id": codec})
+    (store / "data" / "img" / "2.0.0.0").write_bytes(chunk)
+    refused(download(store, "bad"), "data/img rows", "does not decode", needle)
