@@ -20,7 +20,7 @@ from rlds_cli.cache import digest
 from rlds_cli.cache.compose import select_composed
 from rlds_cli.cache.composed import COMPOSED_LAYOUT
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.episode_select import parse_episode_list
+from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
 from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest

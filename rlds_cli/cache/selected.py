@@ -22,7 +22,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import view_manifest
-from rlds_cli.cache.episode_select import parse_episode_list
+from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.integrity import check_episode_index
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest

@@ -77,7 +77,7 @@ def view(
     import numpy as np
 
     from rlds_cli.cache.derive import create_selection, create_view
-    from rlds_cli.cache.episode_select import parse_episode_list, select_where
+    from rlds_cli.cache.episode_table import parse_episode_list, select_where
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.selected import filter_key_episodes
     from rlds_cli.cache.views import parse_episode_range
@@ -304,7 +304,7 @@ def drop(
     Example: rlds drop hopper-medium-v2 --episodes 0,5,9-20 --name hopper-clean
     """
     from rlds_cli.cache.derive import drop_episodes
-    from rlds_cli.cache.episode_select import parse_episode_list
+    from rlds_cli.cache.episode_table import parse_episode_list
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.catalog.names import resolve_name
 

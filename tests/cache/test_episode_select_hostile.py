@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rlds_cli.cache.episode_select import parse_episode_list, select_where
+from rlds_cli.cache.episode_table import parse_episode_list, select_where
 from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError
 from tests.formats_fixtures import refused

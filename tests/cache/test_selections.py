@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import create_selection, split_dataset
-from rlds_cli.cache.episode_select import parse_episode_list, select_where
+from rlds_cli.cache.episode_table import parse_episode_list, select_where
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.selected import SelectedDataset, select_episodes, selection
 from rlds_cli.cache.ted import StepBlock
