@@ -23,7 +23,7 @@ _LAZY = {
     "EpochSampler": "rlds_cli.loader",
     "SliceSampler": "rlds_cli.loader",
     "PrioritizedSampler": "rlds_cli.loader",
-    "resolve_name": "rlds_cli.catalog.names",
+    "resolve_name": "rlds_cli.catalog.registry",
     "list_datasets": "rlds_cli.inspection.listing",
     "list_registry": "rlds_cli.inspection.listing",
     "registry_status": "rlds_cli.inspection.listing",

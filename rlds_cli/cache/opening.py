@@ -3,7 +3,7 @@
 :func:`open_dataset` retries while a replacement is being published, so a reader never sees half
 of one version, and picks the reader class by layout. Registry aliases and URLs are resolved by
 :func:`rlds_cli.loader.opening.open_dataset` (``rlds_cli.open_dataset``); the cache imports
-neither :mod:`rlds_cli.catalog.names` nor :mod:`rlds_cli.remote.reader`.
+neither :mod:`rlds_cli.catalog.registry` nor :mod:`rlds_cli.remote.reader`.
 """
 
 from __future__ import annotations

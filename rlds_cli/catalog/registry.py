@@ -1,6 +1,10 @@
 """The dataset registry: TOML files mapping ids (and aliases) to source files, their schema; which
 entries live on the Hub; how a search pattern matches.
 
+What a dataset name given by a user refers to, for every command and the library: ``rlds inspect
+demo``, ``open_dataset("demo")``, ``Loader("demo")`` and the rest resolve names through
+:func:`resolve_name`, so a registry alias works wherever a cached dataset's name does.
+
 Registry files are read from the package (``registry/`` in a source checkout, copied into
 the wheel as ``rlds_cli/_registry``) and from every file or folder in ``$RLDS_REGISTRY``; a
 later file may not redefine an id or alias of an earlier one. Schema (one table per dataset)::
@@ -71,6 +75,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import itertools
+import os
 import posixpath
 import re
 import string
@@ -80,10 +85,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlds_cli import settings
-from rlds_cli.errors import RegistryFormatError, UnknownDatasetIdError
+from rlds_cli.errors import DatasetNotFoundError, InvalidNameError, RegistryFormatError, UnknownDatasetIdError
+
+if TYPE_CHECKING:
+    from rlds_cli.cache.root import CacheRoot
+
 
 __all__ = [
     "BUNDLED_SCHEME",
@@ -326,7 +335,11 @@ def is_known(dataset_id: str) -> bool:
 
 
 BUNDLED_SCHEME = "bundled:"
+
+
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?/\S*$")
 
 
@@ -501,6 +514,8 @@ class RegistryEntry:
 
 
 _OPTION_KEYS = ("max_episode_steps",)
+
+
 _KNOWN_KEYS = {
     "id", "aliases", "format", "description", "license", "files", "file_set", "listing", "published",
     "options", *_OPTION_KEYS,
@@ -691,3 +706,54 @@ def with_defaults(defaults: dict[str, Any], raw: Any) -> Any:
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             merged[key] = {**value, **raw[key]}
     return merged
+
+
+__all__ = ["resolve_name"]
+
+
+def resolve_name(name: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> str:
+    """The name in the cache that ``name`` refers to.
+
+    In order:
+
+    1. a dataset of that name in the cache: ``name`` itself (a local name always wins, so a
+       dataset you named ``demo`` hides the registry alias ``demo``);
+    2. a registry id or alias whose dataset is in the cache under the name ``rlds download``
+       gives it: that name (``demo`` -> ``pointmass-demo-v0``).
+
+    Args:
+        name: What the user typed: a cache name, or a registry id or alias.
+        root: Cache root (a path or a :class:`~rlds_cli.cache.root.CacheRoot`; default: the
+            configured one).
+
+    Returns:
+        A name for which ``CacheRoot(root).exists(...)`` is true.
+
+    Raises:
+        DatasetNotFoundError: Nothing in the cache answers to ``name``; the hint says how to get
+            it (``rlds download`` for a registry id) or names close matches.
+    """
+    from rlds_cli.cache.root import CacheRoot
+    from rlds_cli.catalog import registry
+
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    try:
+        if cache.exists(name):
+            return name
+    except InvalidNameError:
+        pass  # not a cache name (e.g. a RoboSet id with parentheses); maybe a registry id
+    entry = registry.resolve(name) if registry.is_known(name) else None
+    if entry is not None:
+        if cache.exists(entry.cache_name):
+            return entry.cache_name
+        raise DatasetNotFoundError(
+            f"no dataset named {name!r} in the cache at {cache.path} (registry id {entry.id!r}, "
+            "not downloaded yet)",
+            hint=f"download and convert it first: rlds download {name}",
+        )
+    cached = [m.name for m in cache.iter_manifests()]
+    close = difflib.get_close_matches(name, cached, n=3, cutoff=0.6)
+    hint = None
+    if close:
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? ('rlds list' shows the cached datasets)"
+    raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}", hint=hint)

@@ -128,7 +128,7 @@ def inspect(
     With -q nothing is printed: the exit status tells whether --check passed, and --plot still
     writes its file.
     """
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.inspection.summary import describe
     from rlds_cli.loader.opening import open_dataset
     from rlds_cli.remote.reader import RemoteDataset, is_url
@@ -511,7 +511,7 @@ def stats(
     """
     import numpy as np
 
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import MixtureError
     from rlds_cli.loader.normalization_table import NormalizationTable
 

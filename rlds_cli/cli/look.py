@@ -73,7 +73,7 @@ def show(
 
     Example: rlds show my-robot-data --episode 3 -o episode3.html
     """
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.inspection.viewer import write_episode_page
     from rlds_cli.loader.opening import open_dataset
     from rlds_cli.remote.reader import is_url

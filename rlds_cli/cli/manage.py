@@ -64,7 +64,7 @@ def rm(
     """
     from rlds_cli.cache.manage import plan_removal, remove_datasets, tree_bytes
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     cache = CacheRoot(root)
     # unknown names and datasets in use stop here, before anything is asked or removed
@@ -273,7 +273,7 @@ def path(
     """Print the directory of a dataset (for scripts: `cd $(rlds path NAME)`)."""
     from rlds_cli.cache.manage import dataset_path
     from rlds_cli.cache.root import CacheRoot
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     cache = CacheRoot(root)
     resolved = resolve_name(name, cache)
@@ -305,7 +305,7 @@ def compact(
     Safe while writers append and readers sample: readers keep their view (the old segments'
     files stay for the grace period) and see the merged segment when they refresh.
     """
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.write.compact import compact as run
 
     report = run(resolve_name(name, root), root, grace_seconds=grace)

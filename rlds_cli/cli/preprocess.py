@@ -138,7 +138,7 @@ def preprocess(
     """
     from rlds_cli import preprocess as pp
     from rlds_cli.cache.layout import is_url
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import PreprocessError, UserFunctionError
 
     name = name if is_url(name) else resolve_name(name, root)

@@ -75,7 +75,7 @@ def export(
     With -q only the path (or URL) written is printed.
     """
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import ExportError
     from rlds_cli.export import export_dataset
 

@@ -81,7 +81,7 @@ def view(
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.selected import filter_key_episodes
     from rlds_cli.cache.views import parse_episode_range
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import InvalidSelectionError
 
     if name is None:
@@ -186,7 +186,7 @@ def split(
     --force).
     """
     from rlds_cli.cache.derive import split_dataset
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     parent = resolve_name(parent, root)
     base = name if name is not None else parent
@@ -273,7 +273,7 @@ def merge(
     Example: rlds merge hopper-a hopper-b --name hopper-ab
     """
     from rlds_cli.cache.compose import merge_datasets
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     new = _need_name(name)
     parents = [resolve_name(d, root) for d in datasets]
@@ -306,7 +306,7 @@ def drop(
     from rlds_cli.cache.derive import drop_episodes
     from rlds_cli.cache.episode_table import parse_episode_list
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     new = _need_name(name)
     parent = resolve_name(parent, root)
@@ -337,7 +337,7 @@ def trim(
     Example: rlds trim pusht --start 5 --end 10 --name pusht-trimmed
     """
     from rlds_cli.cache.compose import trim_dataset
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     new = _need_name(name)
     parent = resolve_name(parent, root)
@@ -373,7 +373,7 @@ def downsample(
     Example: rlds downsample aloha-sim --every 2 --name aloha-sim-25hz
     """
     from rlds_cli.cache.compose import downsample_dataset
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     new = _need_name(name)
     parent = resolve_name(parent, root)

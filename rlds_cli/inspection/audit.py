@@ -34,7 +34,7 @@ from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.selected import SelectedDataset
-from rlds_cli.catalog.names import resolve_name
+from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.inspection.audit_scan import EpisodeMeasures, measure
 

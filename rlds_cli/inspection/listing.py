@@ -241,7 +241,7 @@ def entry_status(entry: RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
     """
     # imported here: listing the cache alone loads nothing of the registry or the network
     from rlds_cli.net.hashes import HashStore
-    from rlds_cli.net.hub.plan import read_listing
+    from rlds_cli.net.hub.fetch import read_listing
     from rlds_cli.net.hub.repo import HubPath
     from rlds_cli.net.layout import raw_dir
 

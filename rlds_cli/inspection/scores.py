@@ -97,7 +97,7 @@ def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None
         DatasetNotFoundError: ``name_or_id`` is neither in the registry with scores nor cached.
     """
     from rlds_cli.catalog import registry
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     from_registry = _from_entry(name_or_id)
     if from_registry is not None:

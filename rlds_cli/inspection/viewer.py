@@ -42,7 +42,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.catalog.names import resolve_name
+from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, MissingExtraError, ViewerError
 from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit

@@ -1,7 +1,7 @@
 """Open a dataset by cache name, registry id or alias, or URL (``rlds_cli.open_dataset``).
 
 A URL is read in place (:mod:`rlds_cli.remote.reader`); an alias or registry id is resolved
-(:mod:`rlds_cli.catalog.names`) and opened with :func:`rlds_cli.cache.opening.open_dataset`.
+(:mod:`rlds_cli.catalog.registry`) and opened with :func:`rlds_cli.cache.opening.open_dataset`.
 Every user-given name (loader, ``NormalizationStats.from_dataset``, preprocess) opens through here.
 """
 
@@ -14,7 +14,7 @@ from rlds_cli.cache import opening
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.catalog.names import resolve_name
+from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import DatasetNotFoundError
 
 __all__ = ["open_dataset"]

@@ -99,7 +99,7 @@ def push(
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
         DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
     """
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     name = resolve_name(name, cache)

@@ -757,7 +757,7 @@ def test_registry_aliases_work_in_every_command(tmp_path: Path, isolated_cache: 
 
 def test_resolve_name(isolated_cache: Path, golden_file: Path) -> None:
     import rlds_cli
-    from rlds_cli.catalog.names import resolve_name
+    from rlds_cli.catalog.registry import resolve_name
 
     assert rlds_cli.resolve_name is resolve_name
     with pytest.raises(errors.DatasetNotFoundError) as missing:

@@ -24,7 +24,7 @@ from typer.testing import CliRunner, Result
 from rlds_cli import errors
 from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
-from rlds_cli.sources.provenance import default_name
+from rlds_cli.sources.download import default_name
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.http_faults import Fault, FaultServer, serving
 

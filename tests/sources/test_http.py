@@ -17,9 +17,16 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.http import HttpConfig, OriginAuth, PartInfo, origin_of, write_part_info
+from rlds_cli.net.http import (
+    HttpConfig,
+    OriginAuth,
+    PartInfo,
+    backoff_delay,
+    origin_of,
+    parse_retry_after,
+    write_part_info,
+)
 from rlds_cli.net.layout import part_path
-from rlds_cli.net.retry import backoff_delay, parse_retry_after
 from tests.http_faults import DATA, PATH, Fault, FaultServer
 
 SHA = hashlib.sha256(DATA).hexdigest()  # DATA at PATH: what the server fixture serves

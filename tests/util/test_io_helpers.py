@@ -23,7 +23,7 @@ from rlds_cli._util.io import (
 )
 from rlds_cli._util.numbers import parse_numbers, parse_range
 from rlds_cli.errors import DiskFullError, InvalidSelectionError
-from rlds_cli.net.retry import RetryBudget, backoff_delay
+from rlds_cli.net.http import RetryBudget, backoff_delay
 from tests.faults import count_steps, kill_at
 
 # ----------------------------------------------------------------------------- atomic writes

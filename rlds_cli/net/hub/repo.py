@@ -27,9 +27,8 @@ from rlds_cli.errors import (
     SettingError,
     UnsupportedSourceError,
 )
-from rlds_cli.net.http import HttpConfig
+from rlds_cli.net.http import HttpConfig, RetryBudget, name_not_resolved, parse_retry_after
 from rlds_cli.net.layout import is_reserved
-from rlds_cli.net.retry import RetryBudget, name_not_resolved, parse_retry_after
 
 T = TypeVar("T")
 
