@@ -39,8 +39,7 @@ import numpy as np
 import real_frames
 from _report import closing, header, opening, table, verdict, versions
 
-from rlds_cli.frames.codecs import decode, decode_many, encode, encode_many
-from rlds_cli.frames.modes import FramesMode, frame_format
+from rlds_cli.frames.codecs import FramesMode, decode, decode_many, encode, encode_many, frame_format
 
 SECTION = "frames"
 _log = _harness.logger(SECTION)

@@ -109,8 +109,7 @@ def rlds_features() -> dict[str, bool]:
 
 def jpeg_frames(count: int) -> tuple[list[bytes], Any]:
     """``count`` MuJoCo renders as JPEG files (rlds's default quality) and their format."""
-    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, encode_many
-    from rlds_cli.frames.modes import frame_format
+    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, encode_many, frame_format
 
     frames = np.load(camera_frames.cached(count), mmap_mode="r")
     fmt = frame_format(frames.shape[1:], frames.dtype, "jpeg")
@@ -121,7 +120,7 @@ def episodes(size: int, jpegs: list[bytes], fmt: Any) -> Any:
     """The steps as builder blocks, one an episode of :data:`EPISODE` steps: the renders cycled
     (observations ``EPISODE + 1`` a block: the final one too), random low-dim keys (seed 0)."""
     from rlds_cli.cache.ted import StepBlock
-    from rlds_cli.frames.modes import EncodedFrames
+    from rlds_cli.frames.codecs import EncodedFrames
 
     rng = np.random.default_rng(0)
     frame = 0

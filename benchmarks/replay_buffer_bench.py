@@ -84,8 +84,7 @@ def codec_rows(frames: np.ndarray, repeats: int) -> list[str]:
     against those: what transcoding loses)."""
     import imagecodecs
 
-    from rlds_cli.frames.codecs import decode, encode
-    from rlds_cli.frames.modes import frame_format
+    from rlds_cli.frames.codecs import decode, encode, frame_format
 
     rows = []
     raw = frames[0].nbytes

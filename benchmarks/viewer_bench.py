@@ -47,8 +47,7 @@ def build(root: Path, steps: int, cameras: int) -> None:
 
     from rlds_cli.cache.builder import DatasetBuilder
     from rlds_cli.cache.ted import StepBlock
-    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, encode_many
-    from rlds_cli.frames.modes import EncodedFrames
+    from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, EncodedFrames, FrameFormat, encode_many
 
     frames = np.load(camera_frames.cached(BLOCK))
     fmt = FrameFormat("jpeg", frames.shape[1:])

@@ -24,8 +24,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError, FrameError
-from rlds_cli.frames.codecs import FrameFormat
-from rlds_cli.frames.modes import EncodedFrames, FramesMode, block_rows
+from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, FramesMode, block_rows
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")
@@ -40,7 +39,7 @@ class DatasetBuilder:
         backend: ``"memmap"`` or ``"zarr"``.
         replace: Replace a dataset of the same name when committing.
         lock_timeout: Seconds to wait for another writer of the same name (``-1``: forever).
-        frames: What to do with camera frames (:class:`~rlds_cli.frames.modes.FramesMode` or
+        frames: What to do with camera frames (:class:`~rlds_cli.frames.codecs.FramesMode` or
             its text: ``keep``, ``raw``, ``jpeg[:QUALITY]``, ``png``, ``webp``). Observation
             keys only; decided for each key from its first block.
 
@@ -197,7 +196,7 @@ class DatasetBuilder:
 
     def _stored_format(self, rows: Any) -> FrameFormat | None:
         """The frame format of an observation column first seen as ``rows`` (``None``: plain
-        array; :mod:`rlds_cli.frames.modes`)."""
+        array; :mod:`rlds_cli.frames.codecs`)."""
         if isinstance(rows, EncodedFrames):
             return self.frames.stored_format(rows.format.shape, rows.dtype, rows.format)
         rows = np.asarray(rows)

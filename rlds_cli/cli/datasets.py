@@ -17,8 +17,7 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption
-from rlds_cli.cli.output import handle_errors
+from rlds_cli.cli.output import JsonOption, QuietOption, RootOption, VerboseOption, handle_errors
 
 PatternArgument = Annotated[
     str | None,

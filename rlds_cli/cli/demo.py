@@ -8,14 +8,14 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import (
+from rlds_cli.cli.output import (
     JsonOption,
     QuietOption,
     RootOption,
     StorageOption,
     VerboseOption,
+    handle_errors,
 )
-from rlds_cli.cli.output import handle_errors
 
 DEMO_ID = "pointmass-demo-v0"
 

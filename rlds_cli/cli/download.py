@@ -15,7 +15,7 @@ from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColu
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import (
+from rlds_cli.cli.output import (
     FramesOption,
     JsonOption,
     NameOption,
@@ -24,8 +24,8 @@ from rlds_cli.cli.options import (
     StorageOption,
     VerboseOption,
     force_option,
+    handle_errors,
 )
-from rlds_cli.cli.output import handle_errors
 
 
 @contextmanager
@@ -198,7 +198,7 @@ def download(
 
         validate_name(name)
     if frames is not None:  # a bad mode fails before any download
-        from rlds_cli.frames.modes import FramesMode
+        from rlds_cli.frames.codecs import FramesMode
 
         FramesMode.parse(frames)
     if license is not None:  # an unknown licence fails before any download

@@ -10,8 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import JsonOption, QuietOption, RootOption, VerboseOption, force_option
-from rlds_cli.cli.output import handle_errors
+from rlds_cli.cli.output import (
+    JsonOption,
+    QuietOption,
+    RootOption,
+    VerboseOption,
+    force_option,
+    handle_errors,
+)
 
 
 @handle_errors

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import (
+from rlds_cli.cli.output import (
     JsonOption,
     QuietOption,
     RootOption,
     VerboseOption,
     force_option,
+    handle_errors,
 )
-from rlds_cli.cli.output import handle_errors
 
 if TYPE_CHECKING:
     from rlds_cli.cache.root import CacheRoot

@@ -4,6 +4,12 @@ Outside text (paths, names, messages) goes through :func:`escape` before Rich ma
 in a path is printed literally. Tables go through :func:`print_table`, which never cuts an
 identifier. Glyphs outside ASCII fall back to ASCII when the output encoding cannot show them
 (:func:`glyph`). :func:`handle_errors` turns exceptions into one red line, a hint and an exit code.
+
+Options shared by several commands, so every command spells them the same way.
+
+The conventions (docs/cli.md, "Conventions"; tests/cli/test_cli_conventions.py checks them over the
+whole app): ``-h`` everywhere; ``--json``, ``-q`` and ``-v`` on every command; a new dataset's
+name is ``--name/-n``; ``-f`` is ``--force``; ``--storage`` is memmap or zarr.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -40,7 +47,10 @@ from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RldsError, fro
 
 # Rich honours NO_COLOR and drops styling when stdout is not a terminal.
 console = Console(highlight=False)
+
+
 err_console = Console(stderr=True, highlight=False)
+
 
 #: Glyphs with their ASCII stand-ins, for outputs whose encoding cannot show them.
 GLYPHS = {"block": ("█", "#"), "arrow": ("→", "->"), "ellipsis": ("…", "...")}
@@ -67,9 +77,6 @@ def warn(message: str) -> None:
 def note(message: str) -> None:
     """A line on stderr that is neither a result nor a problem (what was kept, what to do next)."""
     err_console.print(escape(message), soft_wrap=True, emoji=False)
-
-
-# --------------------------------------------------------------------------- encodings
 
 
 def _encodes(text: str, encoding: str) -> bool:
@@ -102,9 +109,6 @@ def protect_streams() -> None:
         return
     with contextlib.suppress(ValueError, OSError):  # a closed or exotic stream is left unchanged
         reconfigure(errors="replace")
-
-
-# --------------------------------------------------------------------------- logging
 
 
 class _LineHandler(logging.Handler):
@@ -148,9 +152,6 @@ def format_warning(
     err_console.print(f"[yellow]{label}:[/] {escape(str(message))}", soft_wrap=True, emoji=False)
 
 
-# --------------------------------------------------------------------------- tables
-
-
 @dataclass(frozen=True)
 class Column:
     """One column of :func:`print_table`.
@@ -171,6 +172,7 @@ class Column:
 
 #: A ``text`` column is given at least this many characters before columns are left out.
 TEXT_MIN_WIDTH = 12
+
 
 Cell = str | Text
 
@@ -340,7 +342,9 @@ def count(n: int, noun: str) -> str:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
 DEBUG_HINT = "set RLDS_DEBUG=1 for the full traceback"
+
 
 #: Modules a command may need that a user can be missing: what to install for each.
 INSTALL_HINTS = {
@@ -411,3 +415,64 @@ def _unexpected(exc: Exception) -> BaseException:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     error(f"unexpected {type(exc).__name__}: {first}", DEBUG_HINT)
     return typer.Exit(1)
+
+
+RootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--root", help="Cache root (default: $RLDS_HOME, else the user cache dir).", show_default=False
+    ),
+]
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of text.")]
+
+
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print only the names (or paths) the command lists, creates or removes, one per line.",
+    ),
+]
+
+
+VerboseOption = Annotated[
+    int,
+    typer.Option(
+        "--verbose", "-v", count=True, show_default=False, help="Log what happens (-v: info, -vv: debug)."
+    ),
+]
+
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage", help="Storage of the new dataset: memmap (default) or zarr.", show_default=False
+    ),
+]
+
+
+#: What a conversion does with camera frames (rlds_cli.frames.codecs).
+FramesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--frames",
+        metavar="MODE",
+        help="Camera frames: keep (default: frames that arrive encoded keep their bytes, arrays stay "
+        "arrays), raw (decode all), jpeg[:QUALITY] (default 93), png or webp (lossless): encode arrays.",
+        show_default=False,
+    ),
+]
+
+
+#: The name of the dataset a command creates.
+NameOption = Annotated[
+    str | None, typer.Option("--name", "-n", help="Name of the new dataset in the cache.", show_default=False)
+]
+
+
+def force_option(help: str) -> Any:
+    """``--force/-f`` with a command's own help text."""
+    return typer.Option("--force", "-f", help=help)

@@ -20,14 +20,14 @@ from rich.progress import (
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import (
+from rlds_cli.cli.output import (
     JsonOption,
     QuietOption,
     RootOption,
     VerboseOption,
     force_option,
+    handle_errors,
 )
-from rlds_cli.cli.output import handle_errors
 
 
 class _StepsPerSecond(ProgressColumn):

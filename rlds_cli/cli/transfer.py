@@ -17,8 +17,15 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import JsonOption, NameOption, QuietOption, RootOption, VerboseOption, force_option
-from rlds_cli.cli.output import handle_errors
+from rlds_cli.cli.output import (
+    JsonOption,
+    NameOption,
+    QuietOption,
+    RootOption,
+    VerboseOption,
+    force_option,
+    handle_errors,
+)
 
 
 @handle_errors

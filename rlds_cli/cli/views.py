@@ -9,15 +9,15 @@ import typer
 from rich.text import Text
 
 from rlds_cli.cli import output
-from rlds_cli.cli.options import (
+from rlds_cli.cli.output import (
     JsonOption,
     NameOption,
     QuietOption,
     RootOption,
     VerboseOption,
     force_option,
+    handle_errors,
 )
-from rlds_cli.cli.output import handle_errors
 
 
 def _check_fraction(value: float | None) -> float | None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, StepBlock
-from rlds_cli.frames.modes import join_rows
+from rlds_cli.frames.codecs import join_rows
 
 #: Source bytes gathered before a block is emitted (every reader's budget).
 BLOCK_BYTES = 8 * 1024 * 1024

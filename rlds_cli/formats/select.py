@@ -20,7 +20,7 @@ from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormat
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
 from rlds_cli.formats.keys import key_problem
 from rlds_cli.formats.untrusted import require_numeric, require_rows
-from rlds_cli.frames.modes import block_rows, take_rows
+from rlds_cli.frames.codecs import block_rows, take_rows
 
 #: Source arrays with one row per episode (``<format>/episode_<what>``).
 EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")

@@ -3,7 +3,7 @@
 
 Each is a loader transform (``Loader(..., transform=[...])``) changing the frame keys of a whole
 batch with torch ops on the batch's device. Frame keys are the dataset's camera frames (``uint8``
-images: :func:`rlds_cli.frames.modes.frame_format`) and their ``next/`` twins, unless ``keys``
+images: :func:`rlds_cli.frames.codecs.frame_format`) and their ``next/`` twins, unless ``keys``
 names others; ``(H, W, C)`` and ``(C, H, W)`` layouts are read from the dataset. Leading
 dimensions (batch, a frame stack's ``k``, a window's time) are kept; a random transform draws one
 set of parameters per sample, so a stack's or window's frames move together.
@@ -26,7 +26,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.frames.modes import frame_format
+from rlds_cli.frames.codecs import frame_format
 
 
 class ImageTransform:

@@ -1,4 +1,6 @@
-"""The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble, record
+"""A preprocessing job: what it is, its coordinator, its directory across runs and its end.
+
+The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble, record
 lineage and statistics, publish atomically.
 
 Where things live while a job runs (``<entry>`` is the output's cache entry)::
@@ -17,8 +19,23 @@ output is published. ``out/`` is the build directory of the
 its commit.
 
 The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs and the checks and
-publication at the end are :mod:`rlds_cli.preprocess.finish`'s, the job's identity
-:mod:`rlds_cli.preprocess.prepare`'s.
+publication at the end are :mod:`rlds_cli.preprocess.job`'s, the job's identity
+:mod:`rlds_cli.preprocess.job`'s.
+
+What a preprocessing job is: arguments checked, source opened, chunks planned, function resolved,
+identity hashed (the job id ``--resume`` matches), output schema inferred on a first small chunk.
+
+:mod:`rlds_cli.preprocess.job` coordinates a job from the :class:`Job` made here.
+
+A preprocessing job's directory across runs, and the job's end.
+
+**Across runs.** The job directory is fresh, or resumed with the chunks an interrupted run of the
+same job finished (each checked on disk); it is discarded so that no crash can leave part of it
+looking resumable. Its names are :mod:`rlds_cli.cache.layout`'s.
+
+**The end.** Check that every chunk finished and that chunk boundaries agree, merge the chunks'
+statistics, write the episode index and the content digest, and publish the output (commit its cache
+transaction, or push it to its URL).
 """
 
 from __future__ import annotations
@@ -27,19 +44,38 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlds_cli import settings
 from rlds_cli._util.locks import FileLock
 from rlds_cli._util.progress import Progress
-from rlds_cli.cache.layout import JOB_FILE, JOB_OUTPUT_DIR, MANIFEST_FILE, is_url, validate_name
+from rlds_cli._version import __version__
+from rlds_cli.cache import digest, stats
+from rlds_cli.cache.backends import get_backend
+from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episodes import build_index, write_index
+from rlds_cli.cache.layout import (
+    JOB_CHUNKS_DIR,
+    JOB_FILE,
+    JOB_OUTPUT_DIR,
+    MANIFEST_FILE,
+    SEGMENTED_LAYOUT,
+    is_url,
+    validate_name,
+)
 from rlds_cli.cache.manifest import Manifest
-from rlds_cli.cache.transaction import CacheTransaction
+from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.snapshot import fixed_copy_hint
+from rlds_cli.cache.transaction import CacheTransaction, seal
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetExistsError,
@@ -51,13 +87,144 @@ from rlds_cli.errors import (
     RldsError,
     UserFunctionError,
 )
-from rlds_cli.preprocess import executors, finish, output, remote_io, schema
+from rlds_cli.loader.opening import open_dataset
+from rlds_cli.preprocess import executors, fnref, output, remote_io, schema
 from rlds_cli.preprocess.guard import stop_if_reimported
-from rlds_cli.preprocess.plan import Plan, describe_input
-from rlds_cli.preprocess.prepare import FnLike, Job, infer, prepare
-from rlds_cli.preprocess.worker import data_path, forget, summary_path
+from rlds_cli.preprocess.plan import (
+    Plan,
+    default_chunk_steps,
+    describe_input,
+    inference_stop,
+    make_plan,
+    needs_whole_episodes,
+    plan_digest,
+    read_chunk,
+)
+from rlds_cli.preprocess.worker import data_path, forget, read_npz, summary_path
+
+FnLike = str | Callable[..., Any]
+
+
+@dataclass
+class Job:
+    """One preprocessing job: its source, function, chunk plan and identity (``lineage``)."""
+
+    cache: CacheRoot
+    src: Dataset
+    fn: FnLike
+    ref: str
+    plan: Plan
+    keys: list[str] | None
+    storage: str
+    stats: bool
+    lineage: dict[str, Any]
+    #: The source's URL (read where it lies), or ``None`` for a dataset of the cache.
+    source_url: str | None = None
+    #: The output's URL (pushed there, not published in the cache), or ``None``.
+    out_url: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The job's id: a hash of everything that changes its output."""
+        return self.lineage["job"]
+
+
+def prepare(
+    source_name: str,
+    fn: FnLike,
+    *,
+    by: str,
+    chunk_steps: int | None,
+    keys: Sequence[str] | None,
+    stats_: bool,
+    num_frames: int | None,
+    storage: str | None,
+    root: Any,
+    on_plan: Callable[[Plan], None] | None = None,
+    out_url: str | None = None,
+) -> Job:
+    """Check the arguments, open the source, plan the chunks, resolve the function.
+
+    ``on_plan`` is called with the plan before the function is resolved (which imports its module):
+    :func:`rlds_cli.preprocess.job.run` starts its worker processes there.
+    """
+    if by not in ("step", "episode"):
+        raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
+    if chunk_steps is not None and chunk_steps < 1:
+        raise PreprocessError(f"--chunk-steps must be at least 1, not {chunk_steps}")
+    if num_frames is not None and num_frames < 1:
+        raise PreprocessError(f"--num-frames must be at least 1, not {num_frames}")
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    src = open_dataset(source_name, cache)
+    if src.manifest.layout == SEGMENTED_LAYOUT:  # its workers read one version, chunk by chunk
+        raise PreprocessError(
+            f"dataset {source_name!r} is a growing dataset (written by DatasetWriter): a preprocess "
+            "job reads a converted dataset, whose arrays stay as they are for the whole job",
+            hint=f"{fixed_copy_hint(source_name)}; then preprocess that",
+        )
+    storage = storage or src.manifest.backend
+    get_backend(storage)
+    key_list = sorted(set(keys)) if keys is not None else None
+    unknown = sorted(set(key_list or ()) - set(src.fields) - {"index"})
+    if unknown:
+        raise PreprocessError(
+            f"dataset {source_name!r} has no keys {unknown}", hint=f"it has {sorted(src.fields)}"
+        )
+    chunk_steps = chunk_steps or default_chunk_steps(src.num_steps)
+    plan = make_plan(src.episode_index, by, chunk_steps, num_frames)
+    if on_plan is not None:
+        on_plan(plan)
+    ref, fn_sha = fnref.describe(fn)
+    if by == "step" and needs_whole_episodes(fnref.get(fn)):
+        # an episode-wise function: per-step chunks that never cut an episode (chunks may merge:
+        # the workers started above may be more than needed)
+        plan = make_plan(src.episode_index, by, chunk_steps, num_frames, whole_episodes=True)
+    args = {
+        "by": by,
+        "chunk_steps": chunk_steps,
+        "keys": key_list,
+        "num_frames": num_frames,
+        "stats": stats_,
+        "storage": storage,
+    }
+    # "name" and "digest" identify the parent (``rlds rm`` looks for "name" in lineage entries)
+    identity = {
+        "name": src.name,
+        "digest": src.manifest.digest(),
+        "fn": ref,
+        "fn_sha256": fn_sha,
+        "args": args,
+        "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
+    }
+    source_url = source_name.rstrip("/") if is_url(source_name) else None
+    if source_url is not None:
+        identity["url"] = source_url
+    if out_url is not None:
+        identity["to"] = out_url
+    job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    lineage = {
+        **identity,
+        "created_at": src.manifest.created_at,  # the parent's version in words (not in the job id)
+        "rlds_version": __version__,
+        "job": job_id,
+        "parent_lineage": src.manifest.lineage,
+    }
+    return Job(cache, src, fn, ref, plan, key_list, storage, stats_, lineage, source_url, out_url)
+
+
+def infer(job: Job) -> tuple[schema.Schema, int, int]:
+    """Run the function on a small first chunk: its output's schema, and rows in and out."""
+    plan = job.plan
+    stop = inference_stop(plan, job.src.episode_index)
+    batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
+    where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
+    out = fnref.call_user(fnref.get(job.fn), batch, where)
+    arrays = schema.normalize(out, batch, where)
+    return schema.infer(arrays), stop, len(arrays["action"])
+
 
 logger = logging.getLogger(__name__)
+
 
 # error types a worker's result may name (any other is raised as PreprocessError)
 _ERRORS: dict[str, type[RldsError]] = {
@@ -261,7 +428,7 @@ def _run_locked(
     made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
     if existing is not None and made_here and (resume or not txn.replace):
         # the same job finished before (perhaps killed while cleaning up): its output is complete
-        finish.discard_job_dir(job, out_name)
+        discard_job_dir(job, out_name)
         if out_url is not None:
             remote_io.remove(remote_io.job_url(out_url, job.job_id))
         return PreprocessResult(existing, job.cache.dataset_dir(out_name), True, url=out_url)
@@ -325,7 +492,7 @@ def _execute(
     resume: bool,
     progress: Progress | None,
 ) -> PreprocessResult:
-    job_dir, saved = finish.job_dir(job, out_name, resume)
+    job_dir, saved = open_job_dir(job, out_name, resume)
     area = remote_io.job_url(job.out_url, job.job_id) if job.out_url is not None else None
     if area is not None:
         if resume:  # the chunks that finished, wherever the interrupted run was coordinated
@@ -346,7 +513,7 @@ def _execute(
     inferred = schema.schema_from_json(saved["schema"])
     mode = saved["mode"]
     plan = job.plan
-    done = finish.finished_chunks(job_dir, plan.num_chunks)
+    done = finished_chunks(job_dir, plan.num_chunks)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -386,10 +553,182 @@ def _execute(
         executor.run(spec, tasks, on_done)
     finally:
         forget()  # this process ran chunks too: unmap the output before it is published
-    manifest = finish.finish(job, out_name, job_dir, inferred, assembler, txn)
-    finish.discard_job_dir(job, out_name)
+    manifest = finish(job, out_name, job_dir, inferred, assembler, txn)
+    discard_job_dir(job, out_name)
     if area is not None:
         remote_io.remove(area)
     return PreprocessResult(
         manifest, job.cache.dataset_dir(out_name), False, plan.num_chunks, len(done), url=job.out_url
     )
+
+
+def job_path(job: Job, out_name: str) -> Path:
+    """Where the job whose output is ``out_name`` keeps its files."""
+    return job.cache.layout.job_dir(job.cache.dataset_dir(out_name).name, job.job_id)
+
+
+def discard_job_dir(job: Job, out_name: str) -> None:
+    """Remove a job directory so that no crash can leave part of it looking resumable: it is renamed
+    out of reach first (a ``.trash`` entry, which the stale-build cleanup removes)."""
+    path = job_path(job, out_name)
+    if path.exists():
+        trash = job.cache.layout.trash_dir(job.cache.dataset_dir(out_name).name)
+        os.replace(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def open_job_dir(job: Job, out_name: str, resume: bool) -> tuple[Path, dict[str, Any] | None]:
+    """The job directory (fresh unless resuming) and the saved job description, if resumed."""
+    path = job_path(job, out_name)
+    saved = None
+    if resume and (path / JOB_FILE).is_file():
+        try:
+            saved = json.loads((path / JOB_FILE).read_text())
+        except (OSError, ValueError):
+            saved = None
+        if saved is not None and (saved.get("job") != job.job_id or not output_intact(path, saved, job)):
+            logger.info("the output of job %s is incomplete on disk: starting it over", job.job_id)
+            saved = None
+    if saved is None and path.exists():
+        discard_job_dir(job, out_name)
+    (path / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
+    return path, saved
+
+
+def output_intact(path: Path, saved: dict[str, Any], job: Job) -> bool:
+    """Whether the preallocated output of a per-step job still has every column at full size (chunk
+    files are checked in :func:`finished_chunks`)."""
+    if saved.get("mode") != "direct":
+        return True
+    inferred = schema.schema_from_json(saved["schema"])
+    return output.preallocated_intact(path / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
+
+
+def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
+    """Chunks whose results are all on disk: a summary (the done-marker, written after the chunk's
+    data), and the chunk's file while the summary says it wrote rows, so a half-deleted job never
+    passes for a finished one. Unreadable or orphaned summaries are removed (the chunk runs again)."""
+    done = []
+    for i in range(num_chunks):
+        marker = summary_path(job_dir, i)
+        if not marker.is_file():
+            continue
+        try:
+            meta, _ = read_npz(marker)
+        except (OSError, ValueError, KeyError):
+            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
+            continue
+        if meta.get("data_file") and not data_path(job_dir, i).is_file():
+            marker.unlink()
+            continue
+        done.append(i)
+    return done
+
+
+def finish(
+    job: Job,
+    out_name: str,
+    job_dir: Path,
+    inferred: schema.Schema,
+    assembler: output.Assembler | None,
+    txn: CacheTransaction,
+) -> Manifest:
+    """Check chunk boundaries, merge statistics, write the episode index, commit the output's
+    transaction (or push it, for an output at a URL)."""
+    plan = job.plan
+    fsync = txn.fsync
+    missing = sorted(set(range(plan.num_chunks)) - set(finished_chunks(job_dir, plan.num_chunks)))
+    if missing:
+        raise PreprocessError(
+            f"job {job.job_id}: chunks {missing[:5]} have no result on disk; nothing was published",
+            hint="run the same command again with --resume: only the missing chunks are computed",
+        )
+    summaries = [read_npz(summary_path(job_dir, i)) for i in range(plan.num_chunks)]
+    check_boundaries(job, summaries, inferred)
+    rows_in = sum(int(meta["rows_in"]) for meta, _ in summaries)
+    rows_out = sum(int(meta["rows_out"]) for meta, _ in summaries)
+    if rows_in != plan.limit:
+        raise PreprocessError(f"job {job.job_id}: its chunks read {rows_in} steps, expected {plan.limit}")
+    out = job_dir / JOB_OUTPUT_DIR
+    if assembler is not None:
+        assembler.pump()
+        steps, ends, ids, known = assembler.close(fsync)
+        if steps != rows_out:
+            raise PreprocessError(
+                f"job {job.job_id}: assembled {steps} steps but the chunks wrote {rows_out}; "
+                "nothing was published",
+                hint="run the same command again without --resume",
+            )
+        if steps == 0:
+            raise OutputSchemaError(f"function {job.ref} dropped every step: there is nothing to write")
+    else:
+        steps = plan.limit
+        index = job.src.episode_index[: plan.num_episodes]
+        ends = (index["start"] + index["length"] - 1).astype(np.int64)
+        ends[-1] = min(int(ends[-1]), steps - 1)
+        ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)
+        if plan.cut:
+            known[-1] = True  # the cut episode's last next/observation is real data
+    index = build_index(ends, ids, known)
+    write_index(out, index, fsync=fsync)
+    # chunks were written by several workers: the digests are read back from the finished output
+    content = digest.digest_directory(out, job.storage, list(inferred), index)
+    manifest = Manifest(
+        name=out_name,
+        backend=job.storage,
+        num_steps=steps,
+        num_episodes=len(ends),
+        fields=dict(inferred),
+        source={
+            "format": "rlds-preprocess",
+            "id": job.src.name,
+            "path": job.source_url or str(job.src.directory),
+            "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
+        },
+        conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
+        lineage=[job.lineage],
+        stats=merge_stats(summaries, inferred) if job.stats else {},
+        content_digest=content,
+        card=dataset_card(job.src),  # the data's licence and citation hold for what is made of it
+    )
+    if job.out_url is not None:  # files, index, then the manifest: as rlds push
+        from rlds_cli.remote.transfer import push_directory
+
+        seal(out, manifest, fsync=fsync)
+        push_directory(out, job.out_url, cache=job.cache, force=txn.replace)
+    else:
+        txn.adopt(out)
+        txn.commit(manifest)
+    return manifest
+
+
+def check_boundaries(job: Job, summaries: list[Any], inferred: schema.Schema) -> None:
+    """Across chunk boundaries inside an episode: ``next/K`` of a chunk's last step must be
+    ``K`` of the next chunk's first step."""
+    flat = [k for k, s in inferred.items() if s.storage == "flat"]
+    for i in range(len(summaries) - 1):
+        meta, arrays = summaries[i]
+        if meta["ends_done"] or not meta["rows_out"]:
+            continue
+        nxt = summaries[i + 1][1]
+        for key in flat:
+            if schema.row_bytes(arrays[f"last/{key}"]) != schema.row_bytes(nxt[f"first/{key}"]):
+                step = int(job.plan.bounds[i + 1])
+                raise OutputSchemaError(
+                    f"function {job.ref}, chunks {i} and {i + 1}: next/{key} at step {step - 1} differs "
+                    f"from {key} at step {step} inside one episode, so they cannot be stored once (flat)",
+                    hint=f"return the same transform for {key} and next/{key} (a function of the step alone)",
+                )
+
+
+def merge_stats(summaries: list[Any], inferred: schema.Schema) -> dict[str, Any]:
+    """The manifest's statistics: every chunk's partial statistics merged, per output key."""
+    keys: dict[str, Any] = {}
+    for key, spec in inferred.items():
+        merged = None
+        for _, arrays in summaries:
+            if f"stats/{key}/count" in arrays:
+                merged = stats.merge(merged, stats.Partial.from_arrays(arrays, f"stats/{key}/"))
+        if merged is not None:
+            keys[key] = stats.finalize(merged, spec.shape)
+    return {"method": stats.METHOD, "quantile_rank_error": 1 / (len(stats.GRID) - 1), "keys": keys}

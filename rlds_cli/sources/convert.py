@@ -37,7 +37,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.formats import detect_format, is_archive, reader_class, source_files
 from rlds_cli.formats.base import StepBlock, parse_options
-from rlds_cli.frames.modes import FramesMode, block_rows
+from rlds_cli.frames.codecs import FramesMode, block_rows
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -246,7 +246,7 @@ def convert(
         root: Cache root.
         backend: ``"memmap"`` or ``"zarr"``; ``None``: the existing dataset's, else ``"memmap"``.
             One that differs from the existing dataset's is refused without ``force``.
-        frames: What to do with camera frames (:mod:`rlds_cli.frames.modes`): ``keep`` (the
+        frames: What to do with camera frames (:mod:`rlds_cli.frames.codecs`): ``keep`` (the
             default: frames that arrive encoded keep the source's bytes, arrays stay arrays),
             ``raw``, ``jpeg[:QUALITY]``, ``png`` or ``webp``. A dataset converted from the same
             bytes with another mode is not reused.

@@ -37,7 +37,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import DownloadFailedError, OfflineError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats import detect_format, reader_class
-from rlds_cli.frames.modes import FramesMode
+from rlds_cli.frames.codecs import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.hashes import HashStore, confirmed_by_conversion
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
@@ -94,7 +94,7 @@ def download(
         backend: ``"memmap"`` or ``"zarr"`` (``None``: an existing dataset's, else memmap;
             see :func:`rlds_cli.sources.convert.convert`).
         frames: What to do with camera frames: ``keep`` (default), ``raw``, ``jpeg[:QUALITY]``,
-            ``png`` or ``webp`` (see :mod:`rlds_cli.frames.modes`).
+            ``png`` or ``webp`` (see :mod:`rlds_cli.frames.codecs`).
         force: Download again and re-convert, replacing an existing dataset of that name.
         options: Reader options; registry hints (e.g. ``max_episode_steps``) fill the gaps.
         progress: Conversion progress, see :func:`rlds_cli.sources.convert.convert`.

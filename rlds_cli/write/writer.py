@@ -33,7 +33,7 @@ from rlds_cli.cache.layout import SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, EpisodeFormatError, SchemaMismatchError
-from rlds_cli.frames.modes import FramesMode
+from rlds_cli.frames.codecs import FramesMode
 from rlds_cli.write import segments
 from rlds_cli.write.committer import Committer, SegmentSink
 from rlds_cli.write.compact import try_compaction_lock
@@ -124,7 +124,7 @@ class DatasetWriter:
             ``Dataset.fields`` returns); ``None``: from the first episode. Given, the dataset is
             created at once (empty) and every episode is checked against it.
         frames: How camera frames (``uint8`` observations of an image's shape, see
-            :mod:`rlds_cli.frames.modes`) are stored when this writer creates the dataset:
+            :mod:`rlds_cli.frames.codecs`) are stored when this writer creates the dataset:
             ``keep`` (default) and ``raw`` as arrays, ``jpeg[:QUALITY]``, ``png`` or ``webp``
             encoded on the commit thread (on every core). Appending keeps the dataset's codecs;
             ``frames`` then sets the JPEG quality of what this writer encodes.

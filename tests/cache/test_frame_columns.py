@@ -244,8 +244,7 @@ def test_keep_refuses_frames_that_arrive_otherwise_and_damaged_ones(tmp_path: Pa
     damaged is refused at conversion, never published."""
     from rlds_cli.cache.builder import DatasetBuilder
     from rlds_cli.errors import ConversionError
-    from rlds_cli.frames.codecs import FrameFormat, encode
-    from rlds_cli.frames.modes import EncodedFrames
+    from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, encode
     from tests.frames_fixtures import frames_block
 
     def encoded(block, codec: str):  # the block with its frames as image files of ``codec``

@@ -23,8 +23,6 @@ from rlds_cli.cache.derive import create_view
 from rlds_cli.cache.manage import collect_garbage, remove_dataset
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.inspection.validate import check_dataset
-from rlds_cli.preprocess import finish as preprocess_finish
-from rlds_cli.preprocess import finish as preprocess_resume
 from rlds_cli.preprocess import job as preprocess_job
 from tests import faults
 from tests.faults import count_steps, kill_at
@@ -274,22 +272,22 @@ def test_resume_never_takes_a_half_deleted_job_for_a_finished_one(tmp_path: Path
     kwargs: dict[str, Any] = {"by": "episode", "chunk_steps": 5, "workers": 1}
     preprocess_job.run("src", f"{FNS}:identity", "reference", **kwargs)
     cache = CacheRoot()
-    original = preprocess_resume.discard_job_dir
-    preprocess_resume.discard_job_dir = lambda job, out: None  # type: ignore[assignment]
+    original = preprocess_job.discard_job_dir
+    preprocess_job.discard_job_dir = lambda job, out: None  # type: ignore[assignment]
     try:
         with pytest.raises(RuntimeError):
             # stop after every chunk ran, before assembling: the job directory stays complete
             def stop(*args: Any, **kw: Any) -> Any:
                 raise RuntimeError("stop")
 
-            saved_finish = preprocess_finish.finish
-            preprocess_finish.finish = stop  # type: ignore[assignment]
+            saved_finish = preprocess_job.finish
+            preprocess_job.finish = stop  # type: ignore[assignment]
             try:
                 preprocess_job.run("src", f"{FNS}:identity", "out", **kwargs)
             finally:
-                preprocess_finish.finish = saved_finish  # type: ignore[assignment]
+                preprocess_job.finish = saved_finish  # type: ignore[assignment]
     finally:
-        preprocess_resume.discard_job_dir = original  # type: ignore[assignment]
+        preprocess_job.discard_job_dir = original  # type: ignore[assignment]
     (job_dir,) = cache.tmp_dir.glob("out.job-*")
     data_files = sorted((job_dir / "chunks").glob("*.data.npz"))
     assert len(data_files) > 2

@@ -11,16 +11,20 @@ from PIL import Image
 
 from rlds_cli.errors import FrameError, FramesModeError
 from rlds_cli.frames.codecs import (
+    EncodedFrames,
     FrameFormat,
+    FramesMode,
     decode,
     decode_into,
     decode_many,
     encode,
     encode_many,
+    frame_format,
     image_format,
+    join_rows,
     sniff,
+    take_rows,
 )
-from rlds_cli.frames.modes import EncodedFrames, FramesMode, frame_format, join_rows, take_rows
 from tests.frames_fixtures import psnr, scene
 
 

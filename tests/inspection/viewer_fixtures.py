@@ -22,7 +22,7 @@ _DATA = re.compile(rb'<script type="application/json" id="rlds-data">(.*?)</scri
 
 
 #: The cameras' frames are the audit fixture's 8x8 pixels, each drawn as SCALE x SCALE: 32x32,
-#: the smallest frames a frame column holds (rlds_cli.frames.modes.MIN_SIDE).
+#: the smallest frames a frame column holds (rlds_cli.frames.codecs.MIN_SIDE).
 SCALE = 4
 
 

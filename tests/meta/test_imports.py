@@ -218,8 +218,7 @@ def test_spawned_preprocess_workers_import_little(tmp_path: Path) -> None:
     """A worker imports the pool module and the cache's read path, not the coordinator's
     modules, the CLI, locking, zarr or torch."""
     heavy = (
-        "rlds_cli.preprocess.job", "rlds_cli.preprocess.prepare", "rlds_cli.preprocess.finish",
-        "rlds_cli.preprocess.finish", "rlds_cli.preprocess.output", "rlds_cli.cli", "filelock",
+        "rlds_cli.preprocess.job", "rlds_cli.preprocess.output", "rlds_cli.cli", "filelock",
         "typer", "rich", "zarr", "torch", "h5py", "concurrent.futures",
     )  # fmt: skip
     assert _modules_loaded("import rlds_cli.preprocess.pool", heavy, tmp_path) == []

@@ -23,8 +23,15 @@ from rlds_cli._util.io import DIGEST_ALGORITHM, new_hash
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy, release_pages
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY, FrameFormat, damaged_frame, decode_many, encode_many
-from rlds_cli.frames.modes import EncodedFrames, FramesMode
+from rlds_cli.frames.codecs import (
+    DEFAULT_JPEG_QUALITY,
+    EncodedFrames,
+    FrameFormat,
+    FramesMode,
+    damaged_frame,
+    decode_many,
+    encode_many,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -415,7 +422,7 @@ def column_writer(
 
 def with_frames(fields: dict[str, FieldSpec], mode: FramesMode) -> dict[str, FieldSpec]:
     """``fields`` as ``mode`` stores them: observation-like ``uint8`` frame keys get ``mode``'s
-    codec (:mod:`rlds_cli.frames.modes`); the rest are unchanged."""
+    codec (:mod:`rlds_cli.frames.codecs`); the rest are unchanged."""
     out = {}
     for key, spec in fields.items():
         fmt = mode.stored_format(spec.shape, spec.dtype) if spec.storage == "flat" else None

@@ -18,8 +18,7 @@ from rlds_cli.errors import FrameError, SourceFormatError
 from rlds_cli.formats.base import ConversionReport
 from rlds_cli.formats.lerobot.layout import INFO_FILE, Episode, FeaturePlan
 from rlds_cli.formats.packing import Piece
-from rlds_cli.frames.codecs import FrameFormat, image_format
-from rlds_cli.frames.modes import EncodedFrames, join_rows
+from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, image_format, join_rows
 
 
 def column_array(pa: Any, column: Any, shape: tuple[int, ...], where: Path, name: str) -> np.ndarray:

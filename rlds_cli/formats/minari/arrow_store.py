@@ -21,7 +21,7 @@ from rlds_cli.formats.minari.layout import (
     space_shape,
 )
 from rlds_cli.formats.untrusted import read_json_file
-from rlds_cli.frames.modes import EncodedFrames
+from rlds_cli.frames.codecs import EncodedFrames
 
 _ARROW_COLUMNS = ("observations", *STEP_KEYS, "infos")
 

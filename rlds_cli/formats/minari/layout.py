@@ -6,7 +6,7 @@
   kept exactly as a uint64 or noted as absent.
 * **Spaces** in their JSON form (``minari.serialization``): their leaves, the per-step shape of a
   Box/MultiDiscrete/MultiBinary space, and the image spaces Minari >= 0.5.3 stores as JPEG bytes
-  (kept as :class:`~rlds_cli.frames.modes.EncodedFrames`).
+  (kept as :class:`~rlds_cli.frames.codecs.EncodedFrames`).
 * **The storage plug point** (:class:`Store`) between
   :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (:mod:`.hdf5_store`,
   :mod:`.arrow_store`), each read one episode at a time.
@@ -30,8 +30,7 @@ from rlds_cli.formats.hdf5_util import (
     is_hdf5_name,
 )
 from rlds_cli.formats.untrusted import read_json_file
-from rlds_cli.frames.codecs import FrameFormat, image_format
-from rlds_cli.frames.modes import EncodedFrames
+from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, image_format
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -308,7 +307,7 @@ class Store(Protocol):
 
     def read(self, i: int, leaves: list[Leaf]) -> tuple[str, list[tuple[Leaf, Any]], Any]:
         """Episode ``i``: its label (for errors), each leaf's array (image files: kept as they are,
-        :class:`~rlds_cli.frames.modes.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
+        :class:`~rlds_cli.frames.codecs.EncodedFrames`), and its raw ``seed`` (or ``None``)."""
 
     def close(self) -> None:
         """Release what the storage holds open."""

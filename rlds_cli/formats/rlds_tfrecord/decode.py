@@ -33,8 +33,7 @@ from rlds_cli.formats.tfrecord_io import (
     int64_values,
     parse_example,
 )
-from rlds_cli.frames.codecs import FrameFormat, image_format
-from rlds_cli.frames.modes import EncodedFrames
+from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, image_format
 
 #: Largest per-episode value kept as a source array (values per episode).
 MAX_EPISODE_VALUES = 4096
@@ -176,7 +175,7 @@ class Unit:
 @dataclass
 class Decoded:
     """A piece decoded by a worker: columns by TED key (text as strings; image files kept as
-    they are, :class:`~rlds_cli.frames.modes.EncodedFrames`), and the flags."""
+    they are, :class:`~rlds_cli.frames.codecs.EncodedFrames`), and the flags."""
 
     ref: PieceRef
     columns: dict[str, np.ndarray | EncodedFrames] = field(default_factory=dict)

@@ -52,7 +52,7 @@ from rlds_cli.formats.tfrecord_io import (
     scan_records,
 )
 from rlds_cli.formats.untrusted import UnsafeSourceError, check_declared, read_json_file, side_array_max_bytes
-from rlds_cli.frames.modes import join_rows
+from rlds_cli.frames.codecs import join_rows
 
 RULES = "rlds-tfrecord-v1"
 LAST_STEP_RULES = ("auto", "observation", "transition")
