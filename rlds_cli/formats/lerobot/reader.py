@@ -12,7 +12,6 @@ import numpy as np
 
 from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.lerobot.frames import VideoCursor
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
     VERSIONS,
@@ -27,7 +26,14 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.rows import ParquetCursor, column_array, image_column, rule_notes, split_part
+from rlds_cli.formats.lerobot.rows import (
+    ParquetCursor,
+    VideoCursor,
+    column_array,
+    image_column,
+    rule_notes,
+    split_part,
+)
 from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file
 

@@ -33,8 +33,8 @@ Rules (``docs/formats.md``):
 
 Modules: :mod:`~rlds_cli.formats.minari.layout` (files, ``sniff``, ``source_files``, default
 cache name, ``metadata.json`` and seeds, spaces and JPEG frames, the storage plug point);
-:mod:`~rlds_cli.formats.minari.hdf5_store` and :mod:`~rlds_cli.formats.minari.arrow_store` (the
-storages); :mod:`~rlds_cli.formats.minari.reader` (:class:`MinariReader`).
+:mod:`~rlds_cli.formats.minari.storages` (the storages); :mod:`~rlds_cli.formats.minari.reader`
+(:class:`MinariReader`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
   Box/MultiDiscrete/MultiBinary space, and the image spaces Minari >= 0.5.3 stores as JPEG bytes
   (kept as :class:`~rlds_cli.frames.codecs.EncodedFrames`).
 * **The storage plug point** (:class:`Store`) between
-  :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (:mod:`.hdf5_store`,
-  :mod:`.arrow_store`), each read one episode at a time.
+  :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (:mod:`.storages`),
+  each read one episode at a time.
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import to_jsonable
 from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.minari import layout
-from rlds_cli.formats.minari.arrow_store import ArrowStore
-from rlds_cli.formats.minari.hdf5_store import Hdf5Store
 from rlds_cli.formats.minari.layout import (
     ARROW_FORMATS,
     MAIN_FILE,
@@ -29,6 +27,7 @@ from rlds_cli.formats.minari.layout import (
     data_dir_of,
     read_metadata,
 )
+from rlds_cli.formats.minari.storages import ArrowStore, Hdf5Store
 from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 
 
