@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache import digest, episodes
-from rlds_cli.cache import episode_rules as rules
+from rlds_cli.cache import ted as rules
 from rlds_cli.cache.backends import Backend, ColumnWriter, get_backend, save_npz
 from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
@@ -154,7 +154,7 @@ class DatasetBuilder:
         self._open_episode = not (k and ends[-1] == n - 1)
 
     def _check_block(self, steps: dict[str, np.ndarray], observations: Any, ends: np.ndarray, n: int) -> None:
-        """Check one block's episode rules (:mod:`rlds_cli.cache.episode_rules`); a break raises
+        """Check one block's episode rules (:mod:`rlds_cli.cache.ted`); a break raises
         :class:`ConversionError` (a reader's bug)."""
         if (problem := rules.missing_step_keys(steps)) is not None:
             raise ConversionError(f"block lacks required keys {list(problem.keys)}")

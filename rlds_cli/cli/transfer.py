@@ -128,7 +128,7 @@ def _export_to_hub(
     options: dict[str, Any],
 ) -> None:
     """``rlds export NAME hf://...``: export, commit, then say what was sent."""
-    from rlds_cli.export.hub import export_to_hub
+    from rlds_cli.export.lerobot import export_to_hub
 
     result = export_to_hub(dataset, url, to, root=root, force=force, options=options)
     if json:

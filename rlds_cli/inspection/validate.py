@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._util.rows import rows_equal
-from rlds_cli.cache import episode_rules
+from rlds_cli.cache import ted
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
@@ -205,7 +205,7 @@ def _check_done(ds: Dataset, c: _Collector, budget: Budget) -> None:
         c.add_steps(
             "done", "next/done != next/terminated | next/truncated", start + np.flatnonzero(done != union)
         )
-        early, unended = episode_rules.done_mismatches(done, episode_rules.last_steps(ends, start, stop))
+        early, unended = ted.done_mismatches(done, ted.last_steps(ends, start, stop))
         c.add_steps("done", "next/done is true before the episode's last step", start + early)
         c.add_steps("done", "the episode's last step has next/done false", start + unended)
 
@@ -219,7 +219,7 @@ def _check_continuity(ds: Dataset, c: _Collector, budget: Budget) -> None:
     # each block also holds the step after its own: the pair (t, t + 1) at its end is checked
     for start, stop, b in ted_blocks(ds, keys, budget, overlap=1):
         pairs = min(stop, ds.num_steps - 1) - start  # the dataset's last step has no t + 1
-        inner = ~episode_rules.last_steps(ends, start, start + pairs)
+        inner = ~ted.last_steps(ends, start, start + pairs)
         for key in flat:
             same = rows_equal(b[f"next/{key}"][:pairs], b[key][1 : pairs + 1])
             bad = np.flatnonzero(~same & inner)

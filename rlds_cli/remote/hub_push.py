@@ -15,7 +15,7 @@ client decides only during it, after reading every file whole; the listing also 
 version and the old files the commit deletes.
 
 :func:`push_hub_folder` makes the same kind of commit of a folder that is not a cached dataset (a
-LeRobot export, :mod:`rlds_cli.export.hub`).
+LeRobot export, :mod:`rlds_cli.export.lerobot`).
 
 The token is the client's (``HF_TOKEN`` or its token file); no message here holds it.
 

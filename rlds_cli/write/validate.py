@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._util.rows import rows_equal
-from rlds_cli.cache import episode_rules
+from rlds_cli.cache import ted
 from rlds_cli.cache.manifest import FieldSpec
 from rlds_cli.cache.ted import describe_dtype, is_numeric, key_problem
 from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
@@ -148,7 +148,7 @@ def length(cols: dict[str, np.ndarray], what: str) -> int:
     if cols[ref].ndim == 0:
         raise EpisodeFormatError(f"{what}: {ref!r} is a scalar, expected one row per step")
     n = int(cols[ref].shape[0])
-    if (problem := episode_rules.rows_problem(cols, n)) is not None:
+    if (problem := ted.rows_problem(cols, n)) is not None:
         rows = "a scalar" if problem.rows is None else f"{problem.rows} rows"
         raise EpisodeFormatError(f"{what}: key {problem.key!r} has {rows}, {ref!r} has {n}")
     return n
@@ -223,8 +223,8 @@ def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> Episo
         raise EpisodeFormatError(f"{what} has no steps")
     term, trunc = _flags(cols, n, what)
     done = term | trunc
-    problem = episode_rules.episode_done_problem(done)
-    if problem is not None and problem.kind == episode_rules.END_NOT_DONE:
+    problem = ted.episode_done_problem(done)
+    if problem is not None and problem.kind == ted.END_NOT_DONE:
         raise EpisodeFormatError(
             f"{what}: its last step has neither 'next/terminated' nor 'next/truncated' set",
             hint="an episode ends with terminated=True or truncated=True on its last step",
@@ -345,7 +345,7 @@ def schema_fields(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
             )
         shape = _stored_shape(key, shape, dtype)
         out[key] = FieldSpec(key, shape, dtype_name(dtype), "flat" if f"next/{key}" in keys else "step")
-    if (missing := episode_rules.missing_step_keys(out)) is not None:
+    if (missing := ted.missing_step_keys(out)) is not None:
         raise EpisodeFormatError(f"schema: missing key {missing.keys[0]!r}")
     if not any(s.storage == "flat" for s in out.values()):
         raise EpisodeFormatError("schema: no observation (a key with its next/ key, e.g. 'observation')")

@@ -1,4 +1,4 @@
-"""The episode rules (rlds_cli/cache/episode_rules.py), each found and each passed, and the
+"""The episode rules (rlds_cli/cache/ted.py), each found and each passed, and the
 conversion's wording of each (the writer's and ``inspect --check``'s are held by
 test_writer_input.py and test_validate.py)."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import DatasetBuilder
-from rlds_cli.cache import episode_rules as rules
+from rlds_cli.cache import ted as rules
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.errors import ConversionError, EpisodeFormatError
 from rlds_cli.write.validate import schema_fields

@@ -584,7 +584,7 @@ def test_bad_options(logged: tuple[Path, Run]) -> None:
 
 
 def test_other_folders_are_not_detected(tmp_path: Path) -> None:
-    from rlds_cli.formats.atari_dqn.layout import sniff
+    from rlds_cli.formats.atari_dqn.plan import sniff
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "observation_ckpt.0.gz").write_bytes(b"x")  # no $store$_ prefix

@@ -46,7 +46,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "inspection": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
     # the read side's top: loader/opening.py opens any name (an alias, a URL read where it lies)
     "loader": BOTTOM | {"cache", "frames", "catalog", "remote"},
-    # export/hub.py commits an export to the Hub; the RLDS and LeRobot exporters write with the
+    # export/lerobot.py commits an export to the Hub; the RLDS and LeRobot exporters write with the
     # readers' own rules (formats/tfrecord_io.py, formats/tfds_features.py, formats/lerobot/)
     "export": BOTTOM | {"cache", "frames", "recording", "remote", "formats"},
     "preprocess": BOTTOM

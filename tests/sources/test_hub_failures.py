@@ -22,7 +22,7 @@ from rlds_cli.errors import (
     RemoteAccessError,
     SettingError,
 )
-from rlds_cli.export.hub import HUB_EXPORT_MARK
+from rlds_cli.export.lerobot import HUB_EXPORT_MARK
 from rlds_cli.net.hub.fetch import STAGING
 from rlds_cli.net.layout import meta_dir
 from rlds_cli.remote import store

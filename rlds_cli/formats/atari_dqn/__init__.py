@@ -39,7 +39,7 @@ around the write cursor). Rules (``atari-dqn-v1``; ``docs/formats.md``, "Atari D
 
 from __future__ import annotations
 
-from rlds_cli.formats.atari_dqn.layout import (
+from rlds_cli.formats.atari_dqn.plan import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
     LOGS_DIR,
@@ -47,10 +47,10 @@ from rlds_cli.formats.atari_dqn.layout import (
     STORE_PREFIX,
     file_name,
     logs_folder,
+    parse_checkpoints,
     sniff,
     source_files,
 )
-from rlds_cli.formats.atari_dqn.plan import parse_checkpoints
 from rlds_cli.formats.atari_dqn.reader import AtariDQNOptions, AtariDQNReader
 from rlds_cli.formats.packing import BLOCK_BYTES
 

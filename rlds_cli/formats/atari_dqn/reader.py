@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.atari_dqn import layout
-from rlds_cli.formats.atari_dqn.layout import (
+from rlds_cli.formats.atari_dqn import plan
+from rlds_cli.formats.atari_dqn.plan import (
     DEFAULT_STACK_SIZE,
     FILE_NAMES,
     MAX_INVALID_RANGE,
@@ -20,19 +20,17 @@ from rlds_cli.formats.atari_dqn.layout import (
     RULES,
     STORE,
     STORE_PREFIX,
-    file_name,
-    logs_folder,
-    parse_name,
-    scan_folder,
-)
-from rlds_cli.formats.atari_dqn.plan import (
     Checkpoint,
     Decider,
     Rows,
     close_positioned,
+    file_name,
     listed,
+    logs_folder,
     parse_checkpoints,
+    parse_name,
     run_length,
+    scan_folder,
 )
 from rlds_cli.formats.atari_dqn.stream import GzipNpy, check_store
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
@@ -49,7 +47,7 @@ class AtariDQNOptions(ReaderOptions):
     block_rows: int | None = None
 
 
-@from_layout(layout)  # sniff, source_files and EXPECTED_FILES: formats/atari_dqn/layout.py
+@from_layout(plan)  # sniff, source_files and EXPECTED_FILES: formats/atari_dqn/plan.py
 class AtariDQNReader(Reader):
     """Streams Dopamine replay logs (a ``replay_logs`` folder, its run folder, or files of it)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rlds_cli.errors import RldsError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.atari_dqn.layout import READ_BYTES, REDOWNLOAD_HINT, SKIP_BYTES
+from rlds_cli.formats.atari_dqn.plan import READ_BYTES, REDOWNLOAD_HINT, SKIP_BYTES
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
 
 #: One .npy header parsed at a time: numpy uses ``ast.literal_eval``, and CPython 3.11 keeps the AST
