@@ -95,7 +95,7 @@ def _fits(gym: Any, space: Any, spec: FieldSpec) -> bool:
         return spec.shape == tuple(space.shape) and dtype == space.dtype
     if isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
         return spec.shape == tuple(space.shape) and dtype.kind in "iub"
-    if isinstance(space, gym.spaces.Text):  # recorded text: uint32 code points (recording/spaces.py)
+    if isinstance(space, gym.spaces.Text):  # recorded text: uint32 code points (recording/episode.py)
         return spec.shape == (space.max_length,) and dtype == np.uint32
     return False
 
@@ -179,7 +179,7 @@ def _write_leaf(group: Any, path: str, data: np.ndarray, text_paths: set[str]) -
     if path in text_paths:
         import h5py
 
-        from rlds_cli.recording.spaces import decode_text
+        from rlds_cli.recording.episode import decode_text
 
         strings = [s.encode("utf-8") for s in decode_text(np.asarray(data))]
         group.create_dataset(path, data=strings, dtype=h5py.string_dtype(encoding="utf-8"))

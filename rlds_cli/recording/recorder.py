@@ -74,7 +74,7 @@ def recording_metadata(
     Raises:
         RecordingError: a space rlds cannot store.
     """
-    from rlds_cli.recording.spaces import serialize_space, space_leaves
+    from rlds_cli.recording.episode import serialize_space, space_leaves
 
     leaves = [*space_leaves(observation_space, "observation"), *space_leaves(action_space, "action")]
     spaces = {

@@ -1,4 +1,4 @@
-"""Ranged reads by presigned URL (``rlds_cli.remote.signed_ranges``): used for S3 (moto), never
+"""Ranged reads by presigned URL (``rlds_cli.remote.files``): used for S3 (moto), never
 for a filesystem that cannot sign, and every answer of a store mapped: a range, a missing file,
 access denied (after signing again once), a server error (after retries), a store that ignores
 the range, one that cannot be reached. A local HTTP server on 127.0.0.1 plays the store."""
@@ -19,8 +19,8 @@ import pytest
 
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.loader.opening import open_dataset
-from rlds_cli.remote import signed_ranges
-from rlds_cli.remote.signed_ranges import SignedRanges
+from rlds_cli.remote import files as signed_ranges
+from rlds_cli.remote.files import SignedRanges
 from rlds_cli.remote.transfer import push
 from tests.remote.test_remote import moto_endpoint, s3  # noqa: F401  (fixtures)
 from tests.remote.test_remote_read import URL, build, read_everything

@@ -13,9 +13,13 @@ gym = pytest.importorskip("gymnasium")
 
 import rlds_cli  # noqa: E402
 from rlds_cli.errors import RecordingError  # noqa: E402
-from rlds_cli.recording.episode import EpisodeAssembler  # noqa: E402
+from rlds_cli.recording.episode import (  # noqa: E402
+    EpisodeAssembler,
+    decode_text,
+    encode_text,
+    space_leaves,
+)
 from rlds_cli.recording.recorder import RecordEpisodes  # noqa: E402
-from rlds_cli.recording.spaces import decode_text, encode_text, space_leaves  # noqa: E402
 from tests.recording_fixtures import MemorySink, MixedEnv, register  # noqa: E402
 
 spaces = gym.spaces

@@ -18,9 +18,8 @@ pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install
 import rlds_cli  # noqa: E402
 from rlds_cli.cache import open_dataset  # noqa: E402
 from rlds_cli.export.minari import export_minari  # noqa: E402
-from rlds_cli.recording.episode import episode_seeds  # noqa: E402
+from rlds_cli.recording.episode import decode_text, episode_seeds  # noqa: E402
 from rlds_cli.recording.recorder import RecordEpisodes  # noqa: E402
-from rlds_cli.recording.spaces import decode_text  # noqa: E402
 from rlds_cli.sources.convert import convert  # noqa: E402
 from tests.minari_fixtures import minari_path  # noqa: E402
 from tests.recording_fixtures import action_plan, register  # noqa: E402

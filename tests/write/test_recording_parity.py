@@ -17,8 +17,8 @@ gym = pytest.importorskip("gymnasium")
 pytest.importorskip("jax", reason="minari's DataCollector needs jax: pip install 'minari[create]'")
 
 from rlds_cli.cache import open_dataset  # noqa: E402
+from rlds_cli.recording.episode import decode_text, serialize_space, space_leaves  # noqa: E402
 from rlds_cli.recording.recorder import RecordEpisodes  # noqa: E402
-from rlds_cli.recording.spaces import decode_text, serialize_space, space_leaves  # noqa: E402
 from rlds_cli.sources.convert import convert  # noqa: E402
 from tests.minari_fixtures import minari_path  # noqa: E402
 from tests.recording_fixtures import MemorySink, action_plan, register  # noqa: E402
