@@ -1,4 +1,4 @@
-"""What both LeRobot exports share (v3.0: ``export/lerobot.py``; v2.1: ``export/lerobot_v21.py``).
+"""What both LeRobot exports share (``export/lerobot.py``: v3.0 and v2.1).
 
 The plan (fps, tasks, feature names, cameras, ``info.json``'s features), an episode's parquet
 columns, a camera's AV1 encoder, the statistics lerobot computes, and the parquet schema metadata.

@@ -250,7 +250,7 @@ def _detect_dir(path: Path) -> str:
         elif low.endswith((*HDF5_SUFFIXES, ".npz", ".traj")):
             kinds.add(_detect_file(f))
     # an RLDS/TFDS dataset folder below (name/version/), as on the Hub; several are refused
-    from rlds_cli.formats.rlds_tfrecord.layout import nested_dataset_folder
+    from rlds_cli.formats.rlds_tfrecord.reader import nested_dataset_folder
 
     if nested_dataset_folder(path, [f.relative_to(path).as_posix() for f in files]) is not None:
         kinds.add("rlds")

@@ -17,7 +17,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import ExportError
 from rlds_cli.export import export_dataset
-from rlds_cli.export.lerobot_v21 import camera_stats, sample_indices
+from rlds_cli.export.lerobot import camera_stats, sample_indices
 from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
 from tests.lerobot_fixtures import FIXTURE, LENGTHS, v21_tree, writable_v3

@@ -32,7 +32,7 @@ spanning ``from_timestamp``/``to_timestamp``; v2.1: one parquet and one mp4 per 
 
 Modules: :mod:`~rlds_cli.formats.lerobot.layout` (the directory, ``sniff``, ``source_files``, path
 templates, containment, what each feature becomes, the tasks and episodes tables);
-:mod:`~rlds_cli.formats.lerobot.rows` (parquet rows and the video frames matched to them ->
+:mod:`~rlds_cli.formats.lerobot.reader` (parquet rows and the video frames matched to them ->
 transitions);
 :mod:`~rlds_cli.formats.lerobot.reader` (:class:`LeRobotReader` and its options).
 """
@@ -47,8 +47,7 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.reader import BLOCK_ROWS, LeRobotOptions, LeRobotReader
-from rlds_cli.formats.lerobot.rows import TIMESTAMP_TOLERANCE_S
+from rlds_cli.formats.lerobot.reader import BLOCK_ROWS, TIMESTAMP_TOLERANCE_S, LeRobotOptions, LeRobotReader
 from rlds_cli.formats.packing import BLOCK_BYTES
 from rlds_cli.formats.untrusted import MAX_JSON_BYTES
 

@@ -1,5 +1,22 @@
-""":class:`LeRobotReader`: a LeRobot v3.0 or v2.1 dataset directory streamed in TED layout,
-episode by episode (the rules: :mod:`rlds_cli.formats.lerobot`)."""
+"""The LeRobot reader: a v3.0 or v2.1 dataset directory's parquet rows and the video frames matched
+to them, streamed into TED episode by episode.
+
+:class:`LeRobotReader`: a LeRobot v3.0 or v2.1 dataset directory streamed in TED layout,
+episode by episode (the rules: :mod:`rlds_cli.formats.lerobot`).
+
+The rows of a LeRobot dataset: its parquet rows, the video frames matched to them, and how they
+become TED transitions.
+
+Rows are read in order, one batch in memory, as numeric arrays of the shapes ``info.json``
+declares. Row ``t`` is ``(frame t, action t, next.reward[t]) -> frame t + 1``; an episode's last
+row is kept with its final observation repeating the last frame (``last_step="keep"``) or dropped
+with its reward and success moved onto the row before (``"drop"``); episodes end terminated where
+``next.success`` is true on the last frame, else truncated (docs/formats.md, "LeRobot").
+
+LeRobot video frames matched to parquet rows: each camera's mp4 decoded forward with PyAV, one
+frame held at a time; row ``t`` gets the frame within :data:`TIMESTAMP_TOLERANCE_S` of
+``from_timestamp + timestamp[t]`` (lerobot's rule), as uint8 RGB (``gray``: one channel), HWC or CHW.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rlds_cli.errors import InvalidSelectionError, MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import (
+    FrameError,
+    InvalidSelectionError,
+    MissingExtraError,
+    SourceFormatError,
+    SourceNotFoundError,
+)
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
@@ -18,6 +41,7 @@ from rlds_cli.formats.lerobot.layout import (
     Episode,
     EpisodeTables,
     Feature,
+    FeaturePlan,
     as_float,
     dataset_root,
     inside,
@@ -26,16 +50,336 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.lerobot.rows import (
-    ParquetCursor,
-    VideoCursor,
-    column_array,
-    image_column,
-    rule_notes,
-    split_part,
-)
-from rlds_cli.formats.packing import BlockPacker, rows_per_block
+from rlds_cli.formats.packing import BlockPacker, Piece, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file
+from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, image_format, join_rows
+
+
+def column_array(pa: Any, column: Any, shape: tuple[int, ...], where: Path, name: str) -> np.ndarray:
+    """One parquet column as ``[rows, *shape]`` numbers (nested lists flattened; ``(1,)``
+    features, which lerobot stores as scalars, get their axis back)."""
+    values = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    rows = len(values)
+    if values.null_count:
+        raise SourceFormatError(f"{where}: column {name!r} has {values.null_count} missing (null) values")
+    while (
+        pa.types.is_list(values.type)
+        or pa.types.is_large_list(values.type)
+        or pa.types.is_fixed_size_list(values.type)
+    ):
+        if not pa.types.is_fixed_size_list(values.type):
+            lengths = values.value_lengths().to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                raise SourceFormatError(f"{where}: column {name!r} holds lists of different lengths (ragged)")
+        values = values.flatten()
+        if values.null_count:
+            raise SourceFormatError(f"{where}: column {name!r} has missing (null) values inside its lists")
+    if not (
+        pa.types.is_integer(values.type)
+        or pa.types.is_floating(values.type)
+        or pa.types.is_boolean(values.type)
+    ):
+        raise SourceFormatError(
+            f"{where}: column {name!r} holds {values.type} values; rlds stores numeric arrays only "
+            "(bool, integers, floats)"
+        )
+    flat = values.to_numpy(zero_copy_only=False)
+    per_row = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if flat.size != rows * per_row:
+        raise SourceFormatError(
+            f"{where}: column {name!r} has {flat.size // max(rows, 1)} values per row, but "
+            f"{INFO_FILE.as_posix()} declares the shape {list(shape)}"
+        )
+    return flat.reshape(rows, *(shape or (1,)))
+
+
+def image_column(
+    pa: Any, column: Any, shape: tuple[int, ...], chw: bool, where: Path, name: str
+) -> EncodedFrames:
+    """An image feature's parquet column (the Hugging Face ``Image`` struct of ``bytes`` and ``path``
+    lerobot writes), kept as image files: each row's header is checked to be a PNG or JPEG of the
+    declared ``shape``; pixels are decoded when read."""
+    values = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if not pa.types.is_struct(values.type) or values.type.get_field_index("bytes") < 0:
+        raise SourceFormatError(
+            f"{where}: image column {name!r} is {values.type}, not the struct of 'bytes' and 'path' "
+            "lerobot writes"
+        )
+    files = values.field("bytes").to_pylist()
+    if any(f is None for f in files):
+        raise SourceFormatError(
+            f"{where}: image column {name!r} names files by path without their bytes; rlds reads images "
+            "stored in the parquet",
+            hint="push the dataset with its images embedded (lerobot embeds them when it uploads to the Hub)",
+        )
+    try:
+        fmt = FrameFormat("png", shape, chw)  # the codec is the files' own, below
+        found = {image_format(data, chw) for data in files}
+    except FrameError as exc:
+        raise SourceFormatError(f"{where}: image column {name!r}: {exc}") from None
+    if len(found) > 1 or (found and next(iter(found)).image_shape != fmt.image_shape):
+        seen = sorted(f"{f.codec} {f.image_shape}" for f in found)
+        raise SourceFormatError(
+            f"{where}: image column {name!r} holds {', '.join(seen)} images; {INFO_FILE.as_posix()} declares "
+            f"{list(shape)}"
+        )
+    codec = next(iter(found)).codec if found else "png"
+    return EncodedFrames(files, FrameFormat(codec, shape, chw))
+
+
+class ParquetCursor:
+    """Reads a data file's rows in order, one batch at a time (memory: one batch)."""
+
+    def __init__(self, pa: Any, pq: Any, columns: list[str], block_rows: int) -> None:
+        """Read ``columns`` (those a file lacks are left out), ``block_rows`` rows a batch."""
+        self.pa = pa
+        self.pq = pq
+        self.columns = columns
+        self.block_rows = block_rows
+        self.path: Path | None = None
+        self.batches: Iterator[Any] | None = None
+        self.buffer: Any = None
+        self.pos = 0  # file row of self.buffer's first row
+        self.file: Any = None
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.file = self.batches = self.buffer = self.path = None
+
+    def _open(self, path: Path) -> None:
+        self.close()
+        pq = self.pq
+        columns = self.columns
+        try:
+            self.file = pq.ParquetFile(path)
+            names = set(self.file.schema_arrow.names)
+            self.batches = iter(
+                self.file.iter_batches(
+                    batch_size=self.block_rows,
+                    columns=[c for c in dict.fromkeys(columns) if c in names],
+                )
+            )
+        except (OSError, ValueError, self.pa.ArrowException) as exc:
+            raise SourceFormatError(f"{path} is not a readable parquet file: {exc}") from None
+        self.path, self.pos, self.buffer = path, 0, None
+
+    def read(self, path: Path, offset: int, count: int) -> Any:
+        """Rows ``offset .. offset + count`` of ``path`` as a pyarrow table."""
+        pa = self.pa
+        if path != self.path or offset < self.pos:
+            self._open(path)
+        parts: list[Any] = []
+        need_from, need_to = offset, offset + count
+        while need_from < need_to:
+            if self.buffer is None or self.pos + self.buffer.num_rows <= need_from:
+                if self.buffer is not None:
+                    self.pos += self.buffer.num_rows
+                try:
+                    assert self.batches is not None
+                    self.buffer = next(self.batches)
+                except StopIteration:
+                    raise SourceFormatError(f"{path} ends at row {self.pos}, before row {need_to}") from None
+                except (OSError, ValueError, pa.ArrowException) as exc:
+                    raise SourceFormatError(f"{path} is damaged near row {self.pos}: {exc}") from None
+                continue
+            lo = need_from - self.pos
+            take = min(self.buffer.num_rows - lo, need_to - need_from)
+            parts.append(self.buffer.slice(lo, take))
+            need_from += take
+        return pa.Table.from_batches(parts) if parts else None
+
+
+def split_part(
+    ep: Episode,
+    seg: dict[str, np.ndarray],
+    last: bool,
+    plan: FeaturePlan,
+    last_step: str,
+    report: ConversionReport,
+) -> Piece:
+    """One segment as a piece of its episode: step and observation columns by TED key, the last-row rule
+    applied, the end terminated where ``next.success`` is true on the last frame, else truncated."""
+    steps = {f.name: seg[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
+    obs = {f.name: seg[f.name] for f in plan.features if f.kind in ("observation", "video", "image")}
+    success = last and plan.success and bool(np.asarray(seg["next.success"][-1]).any())
+    if last and last_step == "drop":
+        # the last row has no next frame: drop its transition, frame L-1 is the real final
+        # observation, and its reward and success move onto transition L-2 (the return is kept)
+        if "next.reward" in steps:
+            reward = steps["next.reward"].copy()
+            reward[-2] += reward[-1]
+            steps["next.reward"] = reward
+        if plan.success:
+            flag = steps["next.success"].copy()
+            flag[-2] |= flag[-1]
+            steps["next.success"] = flag
+        steps = {k: v[:-1] for k, v in steps.items()}
+        report.dropped_rows += 1
+    elif last:  # the final observation is not recorded: repeat the last frame (final_known = false)
+        obs = {k: join_rows([v, v[-1:]]) for k, v in obs.items()}
+    keyed_steps = {f.key: steps[f.name] for f in plan.features if f.kind in ("action", "reward", "info")}
+    if "next/reward" not in keyed_steps:
+        keyed_steps["next/reward"] = np.zeros((len(next(iter(steps.values()))), 1), np.float32)
+    if last and last_step == "keep":
+        report.synthesized_final_observations += 1
+    return Piece(
+        f"episode {ep.index}",
+        {f.key: obs[f.name] for f in plan.features if f.kind in ("observation", "video", "image")},
+        keyed_steps,
+        success,
+        source_id=ep.index,
+        final_known=last_step == "drop",
+        last=last,
+    )
+
+
+def rule_notes(plan: FeaturePlan, last_step: str, report: ConversionReport) -> None:
+    """The notes that depend only on the dataset's columns, written before any block (``--episodes A:B``
+    may stop reading early)."""
+    if last_step == "drop":
+        report.notes.append(
+            "last_step='drop': each episode's last frame has no next frame, so its transition is "
+            "dropped (counted in dropped_rows); that frame is the real final observation, and its "
+            "next.reward and next.success move onto the transition before"
+        )
+    else:
+        report.notes.append(
+            "LeRobot stores no observation after an episode's last frame: its last transition is kept "
+            "and the final observation repeats the last frame (final_known = false)"
+        )
+    if not any(f.kind == "reward" for f in plan.features):
+        report.notes.append("no next.reward column: next/reward = 0")
+    report.notes.append(
+        "episode ends: terminated where next.success is true on the last frame, else truncated"
+        if plan.success
+        else "episode ends: no next.success column, so every episode ends truncated"
+    )
+
+
+#: lerobot's ``tolerance_s`` default: how far a frame's time may be from the row's timestamp.
+TIMESTAMP_TOLERANCE_S = 1e-4
+
+
+class VideoCursor:
+    """Decodes one camera's mp4 forward, one frame held at a time, and hands out the frames
+    whose times match the rows' timestamps."""
+
+    def __init__(self, av: Any, feature: Feature) -> None:
+        self.av = av
+        self.feature = feature
+        self.path: Path | None = None
+        self.container: Any = None
+        self.decoder: Iterator[Any] | None = None
+        self.current: Any = None
+        self.current_time = -np.inf
+        self.time_base: Any = None
+        channels = feature.shape[0] if feature.channels_first else feature.shape[-1]
+        formats = {1: "gray", 3: "rgb24", 4: "rgba"}
+        if channels not in formats:
+            raise SourceFormatError(
+                f"video feature {feature.name!r} has {channels} channels; rlds decodes 1, 3 or 4"
+            )
+        self.pixel_format = formats[channels]
+        # one converter for every frame: frame.to_ndarray(format=...) builds a swscale context per
+        # frame, several times slower for bit-identical output
+        self.reformatter = av.video.reformatter.VideoReformatter()
+
+    def close(self) -> None:
+        if self.container is not None:
+            self.container.close()
+        self.container = self.decoder = self.current = self.path = None
+
+    def _open(self, path: Path) -> None:
+        self.close()
+        try:
+            self.container = self.av.open(str(path))
+            streams = self.container.streams.video
+            if not streams:
+                raise SourceFormatError(f"{path} has no video stream")
+            stream = streams[0]
+            stream.thread_type = "AUTO"  # frame threads: decoding, not our Python, is the cost
+            height, width = stream.codec_context.height, stream.codec_context.width
+            shape = self.feature.shape
+            want = (shape[1], shape[2]) if self.feature.channels_first else (shape[0], shape[1])
+            if (height, width) != want:
+                raise SourceFormatError(
+                    f"{path}: frames are {height}x{width}, but {INFO_FILE.as_posix()} declares "
+                    f"{list(shape)} for {self.feature.name!r}"
+                )
+            self.time_base = stream.time_base
+            self.decoder = iter(self.container.decode(stream))
+        except self.av.error.FFmpegError as exc:
+            self.close()
+            raise SourceFormatError(f"{path} is not a readable video: {exc}") from None
+        self.path, self.current, self.current_time = path, None, -np.inf
+        self._advance()
+
+    def _advance(self) -> None:
+        assert self.decoder is not None
+        try:
+            frame = next(self.decoder)
+        except StopIteration:
+            self.current, self.current_time = None, np.inf
+            return
+        except self.av.error.FFmpegError as exc:
+            raise SourceFormatError(f"{self.path} is damaged (decoding failed): {exc}") from None
+        if frame.pts is None:
+            raise SourceFormatError(f"{self.path}: a frame has no timestamp")
+        self.current, self.current_time = frame, float(frame.pts * self.time_base)
+
+    def _array(self) -> np.ndarray:
+        image = self.reformatter.reformat(self.current, format=self.pixel_format).to_ndarray()
+        if image.ndim == 2:
+            image = image[:, :, None]
+        if self.feature.channels_first:
+            image = image.transpose(2, 0, 1)
+        return np.ascontiguousarray(image, dtype=np.uint8)
+
+    def frames(
+        self, path: Path, times: np.ndarray, episode: int, start: float, stop: float, length: int
+    ) -> np.ndarray:
+        """The frames at ``times`` (seconds in the file), as ``[len(times), *shape]`` uint8."""
+        tol = TIMESTAMP_TOLERANCE_S
+        if path != self.path or (len(times) and times[0] < self.current_time - tol):
+            self._open(path)
+        out = np.empty((len(times), *self.feature.shape), np.uint8)
+        for i, t in enumerate(times):
+            # parquet timestamps are float32: allow their rounding on top of lerobot's tolerance
+            slack = tol + 2 * float(np.spacing(np.float32(t)))
+            while self.current is not None and self.current_time < t - slack:
+                self._advance()
+            if self.current is None or self.current_time > t + slack:
+                raise self._missing(path, float(t), episode, start, stop, length)
+            out[i] = self._array()
+        return out
+
+    def _missing(
+        self, path: Path, t: float, episode: int, start: float, stop: float, length: int
+    ) -> SourceFormatError:
+        """The error for a row without its frame: count the episode's frames (packets, no decoding)."""
+        found = 0
+        try:
+            with self.av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                for packet in container.demux(stream):
+                    if packet.pts is None:
+                        continue
+                    when = float(packet.pts * stream.time_base)
+                    if start - TIMESTAMP_TOLERANCE_S <= when < stop - TIMESTAMP_TOLERANCE_S:
+                        found += 1
+        except self.av.error.FFmpegError:
+            pass
+        if found < length:
+            return SourceFormatError(
+                f"{path}: episode {episode} has {found} frames between {start:.3f} s and {stop:.3f} s, "
+                f"but the parquet has {length} rows for it (no frame at {t:.4f} s)"
+            )
+        return SourceFormatError(
+            f"{path}: episode {episode} has no frame within {TIMESTAMP_TOLERANCE_S} s of {t:.4f} s "
+            "(the video's frame times do not match the parquet's timestamps)"
+        )
+
 
 #: Most rows a block holds, however small (blocks target ``packing.BLOCK_BYTES`` of decoded rows,
 #: frames included).

@@ -42,13 +42,16 @@ shard selection and scan, pieces, flag checks, the last-step rule, the block str
 
 from rlds_cli.formats.packing import BLOCK_BYTES
 from rlds_cli.formats.rlds_tfrecord.decode import decode_unit
-from rlds_cli.formats.rlds_tfrecord.layout import FEATURES_FILE, INFO_FILE, sniff, source_files
 from rlds_cli.formats.rlds_tfrecord.reader import (
+    FEATURES_FILE,
+    INFO_FILE,
     LAST_STEP_RULES,
     RULES,
     UNIT_BYTES,
     RldsOptions,
     RldsTFRecordReader,
+    sniff,
+    source_files,
 )
 
 __all__ = [
