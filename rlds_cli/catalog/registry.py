@@ -357,10 +357,8 @@ class RegistryFile:
         return all(u.startswith(BUNDLED_SCHEME) for u in self.urls)
 
     def bundled_path(self) -> Path:
-        """Where a ``bundled:`` file lies inside the installed package."""
-        from importlib.resources import files
-
-        return Path(str(files("rlds_cli.data") / self.urls[0][len(BUNDLED_SCHEME) :]))
+        """Where a ``bundled:`` file lies inside the installed package (``rlds_cli/data/``)."""
+        return Path(__file__).resolve().parent.parent / "data" / self.urls[0][len(BUNDLED_SCHEME) :]
 
 
 @dataclass(frozen=True)

@@ -150,9 +150,9 @@ def _runtime_strings(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.value
 
 
-#: The modules whose strings name .md files on purpose: the one that writes docs/cli.md itself,
-#: and the one that writes a pushed dataset's card, README.md.
-_WRITES_DOCS = {"rlds_cli/cli/reference.py", "rlds_cli/remote/hub_push.py"}
+#: The module whose strings name .md files on purpose: the one that writes a pushed dataset's card,
+#: README.md.
+_WRITES_DOCS = {"rlds_cli/remote/hub_push.py"}
 
 
 def test_no_message_or_hint_points_at_a_docs_file() -> None:

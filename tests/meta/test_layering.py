@@ -51,8 +51,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "export": BOTTOM | {"cache", "frames", "recording", "remote", "formats"},
     "preprocess": BOTTOM
     | {"cache", "frames", "remote", "loader"},  # loader/opening.py: inputs opened by any name
-    "demo": BOTTOM,
-    "data": frozenset(),
 }
 #: The shipped contract suites (they import pytest) stand on every unit; no unit imports them.
 MAY_IMPORT["testing"] = frozenset(MAY_IMPORT)

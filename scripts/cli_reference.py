@@ -1,6 +1,6 @@
 """The CLI reference page (docs/cli.md), generated from the app itself.
 
-``python -m rlds_cli.cli.reference docs/cli.md`` rewrites the page; a test checks that the
+``python scripts/cli_reference.py docs/cli.md`` rewrites the page; a test checks that the
 committed page equals what the code generates.
 """
 
@@ -14,7 +14,7 @@ from rlds_cli.cli.app import app
 WIDTH = 100
 HEADER = """# CLI reference
 
-Generated from the application by `python -m rlds_cli.cli.reference docs/cli.md`; a test
+Generated from the application by `python scripts/cli_reference.py docs/cli.md`; a test
 fails when this page and the code disagree, and `tests/cli/test_cli_conventions.py` checks the
 conventions below over every command.
 

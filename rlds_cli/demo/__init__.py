@@ -1,1 +1,0 @@
-"""The bundled demo dataset: a small D4RL-format file from a real (tiny) simulation."""
