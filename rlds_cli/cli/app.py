@@ -9,8 +9,7 @@ import typer
 
 from rlds_cli._version import __version__
 from rlds_cli.cli.datasets import info, inspect, list_datasets, score, stats
-from rlds_cli.cli.demo import demo
-from rlds_cli.cli.download import download, verify
+from rlds_cli.cli.download import demo, download, verify
 from rlds_cli.cli.look import audit, show
 from rlds_cli.cli.manage import compact, du, gc, path, rm
 from rlds_cli.cli.preprocess import preprocess

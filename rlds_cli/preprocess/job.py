@@ -89,7 +89,6 @@ from rlds_cli.errors import (
 )
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.preprocess import executors, fnref, output, remote_io, schema
-from rlds_cli.preprocess.guard import stop_if_reimported
 from rlds_cli.preprocess.plan import (
     Plan,
     default_chunk_steps,
@@ -100,6 +99,7 @@ from rlds_cli.preprocess.plan import (
     plan_digest,
     read_chunk,
 )
+from rlds_cli.preprocess.pool import stop_if_reimported
 from rlds_cli.preprocess.worker import data_path, forget, read_npz, summary_path
 
 FnLike = str | Callable[..., Any]

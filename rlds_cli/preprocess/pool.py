@@ -1,4 +1,5 @@
-"""Local worker processes of a job: spawned first, then fed from a shared chunk counter.
+"""Local worker processes of a job: spawned first, then fed from a shared chunk counter; and the
+guard against a caller's script without a main guard.
 
 * **Started before the job is known.** A spawned interpreter takes about 0.15 s to start and import
   numpy, rlds's read path and the user's module. :func:`rlds_cli.preprocess.job.run` creates the
@@ -10,6 +11,11 @@
   each other. Each process holds one chunk at a time (bounded memory).
 * **A light import.** A spawned process imports this module and :mod:`~rlds_cli.preprocess.worker`
   (numpy and the cache's read path), not the coordinator's modules.
+* **Scripts without a main guard.** Spawning imports the parent's ``__main__`` script again in each
+  child (as ``__mp_main__``), so a script that calls :func:`rlds_cli.preprocess.run` at its top
+  level, outside ``if __name__ == "__main__":``, would start a job in every worker. The worker
+  detects that (:func:`stop_if_reimported`) and exits with :data:`REIMPORTED_EXIT`; the coordinator
+  turns that exit code into a :class:`~rlds_cli.errors.PreprocessError` that says what to do.
 
 Chunk results come back through one pipe per worker; the coordinator hands them to ``on_done``
 between its own chunks.
@@ -21,14 +27,16 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection, wait
+from types import FrameType
 from typing import Any
 
 from rlds_cli._util.cpus import usable_cpus
 from rlds_cli.errors import PreprocessError
-from rlds_cli.preprocess import fnref, guard
+from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.executors import Executor, InlineExecutor, OnDone, Task
 from rlds_cli.preprocess.worker import forget, run_chunk
 
@@ -74,7 +82,7 @@ def _serve(conn: Connection, counter: Any, held: Any, slot: int, preload: str | 
     none is left or the coordinator says stop (a message, or its end of the pipe closing)."""
     # Ctrl-C reaches the whole process group: the coordinator stops the job, workers stay quiet
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    held[slot] = -1  # started: past the import of the caller's main script (see guard.py)
+    held[slot] = -1  # started: past the import of the caller's main script (see stop_if_reimported)
     # what the user's function prints is a log, never the command's output (which may be JSON)
     os.dup2(2, 1)
     if preload is not None:
@@ -189,7 +197,7 @@ class LocalPool:
 
     def _await_start(self) -> None:
         """Wait until every worker has started (or exited), and raise for one that died before, so
-        that a script's missing main guard (guard.py) is reported even when the coordinator ran
+        that a script's missing main guard (stop_if_reimported) is reported even when the coordinator ran
         every chunk before the workers were up."""
         for k, proc in enumerate(self._procs):
             while int(self._held[k]) == NOT_STARTED and proc.exitcode is None:
@@ -257,8 +265,8 @@ def _failure(task: Task, exc: Exception) -> dict[str, Any]:
 
 
 def _died(exitcode: int, task: Task | None) -> PreprocessError:
-    if exitcode == guard.REIMPORTED_EXIT:
-        return PreprocessError(guard.MESSAGE, hint=guard.HINT)
+    if exitcode == REIMPORTED_EXIT:
+        return PreprocessError(MESSAGE, hint=HINT)
     where = f" in chunk {task[0]} (steps {task[1]}-{task[2] - 1})" if task else ""
     if exitcode < 0:  # killed by a signal, most often the kernel's out-of-memory killer
         hint = (
@@ -267,3 +275,34 @@ def _died(exitcode: int, task: Task | None) -> PreprocessError:
     else:
         hint = "its traceback is printed above; --resume keeps the finished chunks"
     return PreprocessError(f"a worker process died{where} (exit code {exitcode})", hint=hint)
+
+
+#: Exit code of a worker whose import of the caller's script called ``preprocess.run``.
+REIMPORTED_EXIT = 86
+
+
+MESSAGE = (
+    "the script that called preprocess.run has no main guard: each worker process re-runs it "
+    "(worker processes are spawned, which imports the main script again) and started the job again"
+)
+
+
+HINT = 'put the call under `if __name__ == "__main__":`, or pass workers=1 (no worker processes)'
+
+
+def reimported() -> bool:
+    """Whether this process is a spawned child importing its parent's main script (as ``__mp_main__``)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        return True  # multiprocessing's own flag while a spawned child prepares (3.8 - 3.13)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:  # a frame running the re-imported script's top level
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def stop_if_reimported() -> None:
+    """In a worker re-importing the caller's script, exit with :data:`REIMPORTED_EXIT`; elsewhere, nothing."""
+    if reimported():
+        raise SystemExit(REIMPORTED_EXIT)
