@@ -198,7 +198,7 @@ def render(
         ),
         "",
         f"Goal: the whole `rlds download` of the generated file at least {TARGET_RATIO:.0f}x faster than "
-        f"TorchRL's build: **{ratio:.1f}x**, {_harness.verdict(ratio >= TARGET_RATIO)} "
+        f"TorchRL's build: **{ratio:.2f}x**, {_harness.verdict(ratio >= TARGET_RATIO)} "
         f"(the plain file: {build / med['plain']:.1f}x).",
         "",
         "Where the generated file's process goes (medians): start-up "
