@@ -43,6 +43,19 @@ from rlds_cli.remote import store
 from rlds_cli.remote.block_cache import BlockCache, BlockHold
 from rlds_cli.remote.store import INDEX_FILE, RemoteIndex
 
+#: Held while an object rebuilds, in a forked child, what it cannot share with the parent
+#: (filesystem, connections, threads): the first thread of the child rebuilds, the others wait for
+#: it. Made anew in every child (one held across a fork would stay held there).
+_FORK_LOCK = threading.Lock()
+
+
+def _new_fork_lock() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_fork_lock)
+
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
 #: them cost less than another round trip to an object store).
 MERGE_GAP = 256 * 1024
@@ -107,16 +120,21 @@ class RemoteFiles:
         """The filesystem, opened again in a forked process (fsspec's async ones are not
         fork-safe: a DataLoader worker would inherit a dead event loop)."""
         if self._pid != os.getpid():
-            # the path stays the one opened first: on the Hub it names the commit being read, so a
-            # worker asks the Hub nothing to reopen it (no revision lookup per worker)
-            if self.url.startswith("hf://"):
-                self._fs = store.hub_filesystem(self._options, fresh=True)
-            else:
-                self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._signed = None  # its signer is the parent's filesystem: probe again with this one
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    self._reopen()
         return self._fs
+
+    def _reopen(self) -> None:
+        # the path stays the one opened first: on the Hub it names the commit being read, so a
+        # worker asks the Hub nothing to reopen it (no revision lookup per worker)
+        if self.url.startswith("hf://"):
+            self._fs = store.hub_filesystem(self._options, fresh=True)
+        else:
+            self._fs, _ = store.open_url(self.url, self._options, self._endpoint)
+        self._lock = threading.Lock()
+        self._signed = None  # its signer is the parent's filesystem: probe again with this one
+        self._pid = os.getpid()  # last: a thread that sees it finds the rest in place
 
     def where(self, rel: str) -> str:
         return f"{self.url}/{rel}"
@@ -538,7 +556,10 @@ class SignedRanges:
 
     def _clients(self) -> tuple[Any, ThreadPoolExecutor]:
         if self._pid != os.getpid():  # a forked child: a lock, connections and threads of its own
-            self._lock, self._pool = threading.Lock(), None
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    self._lock, self._pool = threading.Lock(), None
+                    self._pid = os.getpid()
         with self._lock:
             if self._pool is None:
                 import urllib3
@@ -552,7 +573,6 @@ class SignedRanges:
                 timeout = urllib3.Timeout(connect=CONNECT_SECONDS, read=READ_SECONDS)
                 self._http = urllib3.PoolManager(maxsize=WORKERS, retries=retries, timeout=timeout)
                 self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="rlds-fetch")
-                self._pid = os.getpid()
             return self._http, self._pool
 
 

@@ -9,6 +9,7 @@ import multiprocessing
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -180,3 +181,84 @@ def test_s3_is_read_by_signed_ranges_and_memory_by_fsspec(
     s3.rm(f"{s3.bucket}/rlds/z/arrays/action", recursive=True)
     with pytest.raises(CorruptDatasetError, match="missing, though"):
         np.asarray(z.column("action")[np.arange(z.num_steps)])
+
+
+def _clients_from_threads(reader: SignedRanges, out: Any) -> None:
+    """In a forked child: four threads take the reader's clients at once; how many pools they got."""
+    barrier = threading.Barrier(4)
+    pools: list[int] = []
+
+    def take() -> None:
+        barrier.wait()
+        pools.append(id(reader._clients()[1]))
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(len(set(pools)))
+
+
+def test_threads_of_a_forked_child_build_one_set_of_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads of a fresh child each replaced the lock the others held and built a pool of their own
+    (all but one leaked): the first now rebuilds, the others wait for it."""
+    import urllib3
+
+    reader = SignedRanges(object())
+    reader._clients()  # the parent's
+    built = urllib3.PoolManager
+
+    def slow(*args: Any, **kwargs: Any) -> Any:  # widens the window the threads met in
+        time.sleep(0.2)
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(urllib3, "PoolManager", slow)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_clients_from_threads, args=(reader, out))
+    child.start()
+    pools = out.get(timeout=60)
+    child.join(60)
+    assert pools == 1
+
+
+def _reopen_from_threads(files: Any, opened: list[int], out: Any) -> None:
+    """In a forked child: four threads take the files' filesystem at once; how often it was opened."""
+    barrier = threading.Barrier(4)
+
+    def take() -> None:
+        barrier.wait()
+        assert files.fs is not None
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(len(opened))
+
+
+def test_threads_of_a_forked_child_reopen_the_store_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlds_cli.remote import store
+
+    build("z", "zarr")
+    push("z", URL)
+    files = open_dataset(URL)._files
+    assert files.fs is not None  # the parent's
+    opened: list[int] = []
+    real = store.open_url
+
+    def slow(*args: Any, **kwargs: Any) -> Any:  # widens the window the threads met in
+        opened.append(1)
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "open_url", slow)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_reopen_from_threads, args=(files, opened, out))
+    child.start()
+    reopened = out.get(timeout=60)
+    child.join(60)
+    assert reopened == 1
