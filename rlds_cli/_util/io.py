@@ -113,22 +113,31 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def sha256_file(path: str | os.PathLike[str], stop: threading.Event | None = None) -> str:
-    """Hex sha256 of a file's bytes (hashlib releases the GIL while hashing).
+def file_digest(
+    path: str | os.PathLike[str], algorithm: str = "sha256", stop: threading.Event | None = None
+) -> str:
+    """Hex digest of a file's bytes by one of :data:`DIGEST_ALGORITHMS` (hashlib and xxhash release
+    the GIL while hashing).
 
     Raises:
         InterruptedError: ``stop`` was set (by another thread) before the whole file was read.
     """
     with open(path, "rb", buffering=0) as fh:
         if stop is None:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-        digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+            return str(hashlib.file_digest(fh, lambda: new_hash(algorithm)).hexdigest())
+        digest, buffer = new_hash(algorithm), bytearray(1 << 20)
         view = memoryview(buffer)
         while size := fh.readinto(buffer):
             if stop.is_set():
                 raise InterruptedError(f"the hash of {path} was stopped")
             digest.update(view[:size])
-        return digest.hexdigest()
+        return str(digest.hexdigest())
+
+
+def sha256_file(path: str | os.PathLike[str], stop: threading.Event | None = None) -> str:
+    """Hex sha256 of a file's bytes: a source file's identity (what registries and the Hub publish);
+    see :func:`file_digest`."""
+    return file_digest(path, "sha256", stop)
 
 
 #: The hash of the content digests this rlds writes (:mod:`rlds_cli.cache.digest`): XXH3-128

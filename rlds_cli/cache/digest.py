@@ -20,7 +20,6 @@ parent's digests. A dataset without ``content_digest`` is skipped, never failed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlds_cli._util.io import DIGEST_ALGORITHM, DIGEST_ALGORITHMS, new_hash
+from rlds_cli._util.io import DIGEST_ALGORITHM, DIGEST_ALGORITHMS, file_digest, new_hash
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
 from rlds_cli.errors import CorruptDatasetError
@@ -68,12 +67,6 @@ def recorded_algorithm(content: Mapping[str, Any]) -> str:
             f"known: {', '.join(DIGEST_ALGORITHMS)}): written by a newer rlds, or the manifest is damaged"
         )
     return str(algorithm)
-
-
-def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
-    """Hex digest of a file's bytes."""
-    with open(path, "rb", buffering=0) as fh:
-        return str(hashlib.file_digest(fh, lambda: new_hash(algorithm)).hexdigest())
 
 
 class ColumnHasher:
@@ -183,7 +176,7 @@ def record(
         "episodes": array_digest(episodes),
     }
     if source_arrays is not None and source_arrays.is_file():
-        out["source_arrays"] = file_digest(source_arrays)
+        out["source_arrays"] = file_digest(source_arrays, ALGORITHM)
     return out
 
 
