@@ -984,16 +984,10 @@ def test_progress_events(tmp_path: Path) -> None:
 
 
 def test_bundled_demo_file_is_regenerated_exactly(tmp_path: Path) -> None:
-    import importlib.util
-
     from rlds_cli._util.io import sha256_file
+    from tests.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location(
-        "make_demo_dataset", REPO / "scripts" / "make_demo_dataset.py"
-    )
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_demo_dataset")
     bundled_path, simulate, write_d4rl_file = script.bundled_path, script.simulate, script.write_d4rl_file
 
     shipped = bundled_path()

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tomllib
 from collections import Counter
 from pathlib import Path
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli_reference():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("cli_reference")
 
 
 def test_cli_reference_is_current() -> None:

@@ -169,12 +169,7 @@ def test_s3_is_read_by_signed_ranges_and_memory_by_fsspec(
     # s3fs is not fork-safe: every file the parent had not signed failed to read)
     z = open_dataset(url)
     z.gather(np.arange(3), ["action"])  # the child reads files the parent never signed
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=_read_all_in_child, args=(z, out))
-    child.start()
-    got = out.get(timeout=120)
-    child.join(60)
+    got = _in_forked_child(_read_all_in_child, z)
     assert got == local.num_steps, got
     # a file gone from the store after the open is named, through the signed reads too
     z = open_dataset(url)
@@ -183,20 +178,36 @@ def test_s3_is_read_by_signed_ranges_and_memory_by_fsspec(
         np.asarray(z.column("action")[np.arange(z.num_steps)])
 
 
-def _clients_from_threads(reader: SignedRanges, out: Any) -> None:
-    """In a forked child: four threads take the reader's clients at once; how many pools they got."""
-    barrier = threading.Barrier(4)
-    pools: list[int] = []
+def _in_forked_child(target: Any, *args: Any) -> Any:
+    """``target(*args, out)`` run in a forked child; what it put on ``out``."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=target, args=(*args, out))
+    child.start()
+    got = out.get(timeout=120)
+    child.join(60)
+    return got
 
-    def take() -> None:
+
+def _at_once(fn: Any, threads: int = 4) -> None:
+    """``fn()`` on ``threads`` threads released together."""
+    barrier = threading.Barrier(threads)
+
+    def run() -> None:
         barrier.wait()
-        pools.append(id(reader._clients()[1]))
+        fn()
 
-    threads = [threading.Thread(target=take) for _ in range(4)]
-    for t in threads:
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for t in started:
         t.start()
-    for t in threads:
+    for t in started:
         t.join()
+
+
+def _clients_from_threads(reader: SignedRanges, out: Any) -> None:
+    """In a forked child: threads take the reader's clients at once; how many pools they got."""
+    pools: list[int] = []
+    _at_once(lambda: pools.append(id(reader._clients()[1])))
     out.put(len(set(pools)))
 
 
@@ -214,28 +225,12 @@ def test_threads_of_a_forked_child_build_one_set_of_connections(monkeypatch: pyt
         return built(*args, **kwargs)
 
     monkeypatch.setattr(urllib3, "PoolManager", slow)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=_clients_from_threads, args=(reader, out))
-    child.start()
-    pools = out.get(timeout=60)
-    child.join(60)
-    assert pools == 1
+    assert _in_forked_child(_clients_from_threads, reader) == 1
 
 
 def _reopen_from_threads(files: Any, opened: list[int], out: Any) -> None:
-    """In a forked child: four threads take the files' filesystem at once; how often it was opened."""
-    barrier = threading.Barrier(4)
-
-    def take() -> None:
-        barrier.wait()
-        assert files.fs is not None
-
-    threads = [threading.Thread(target=take) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """In a forked child: threads take the files' filesystem at once; how often it was opened."""
+    _at_once(lambda: files.fs)
     out.put(len(opened))
 
 
@@ -255,10 +250,4 @@ def test_threads_of_a_forked_child_reopen_the_store_once(monkeypatch: pytest.Mon
         return real(*args, **kwargs)
 
     monkeypatch.setattr(store, "open_url", slow)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=_reopen_from_threads, args=(files, opened, out))
-    child.start()
-    reopened = out.get(timeout=60)
-    child.join(60)
-    assert reopened == 1
+    assert _in_forked_child(_reopen_from_threads, files, opened) == 1
