@@ -33,8 +33,7 @@ spanning ``from_timestamp``/``to_timestamp``; v2.1: one parquet and one mp4 per 
 Modules: :mod:`~rlds_cli.formats.lerobot.layout` (the directory, ``sniff``, ``source_files``, path
 templates, containment, what each feature becomes, the tasks and episodes tables);
 :mod:`~rlds_cli.formats.lerobot.reader` (parquet rows and the video frames matched to them ->
-transitions);
-:mod:`~rlds_cli.formats.lerobot.reader` (:class:`LeRobotReader` and its options).
+transitions; :class:`LeRobotReader` and its options).
 """
 
 from __future__ import annotations

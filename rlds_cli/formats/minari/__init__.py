@@ -33,8 +33,7 @@ Rules (``docs/formats.md``):
 
 Modules: :mod:`~rlds_cli.formats.minari.layout` (files, ``sniff``, ``source_files``, default
 cache name, ``metadata.json`` and seeds, spaces and JPEG frames, the storage plug point);
-:mod:`~rlds_cli.formats.minari.reader` (the storages); :mod:`~rlds_cli.formats.minari.reader`
-(:class:`MinariReader`).
+:mod:`~rlds_cli.formats.minari.reader` (the storages and :class:`MinariReader`).
 """
 
 from __future__ import annotations

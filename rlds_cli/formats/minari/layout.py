@@ -8,7 +8,7 @@
   Box/MultiDiscrete/MultiBinary space, and the image spaces Minari >= 0.5.3 stores as JPEG bytes
   (kept as :class:`~rlds_cli.frames.codecs.EncodedFrames`).
 * **The storage plug point** (:class:`Store`) between
-  :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (:mod:`.storages`),
+  :class:`~rlds_cli.formats.minari.reader.MinariReader` and the storages (in :mod:`.reader`),
   each read one episode at a time.
 """
 

@@ -35,9 +35,9 @@ steps flattened along time, ``episode_metadata/<path>`` one value per episode. R
   (``workers``) decode pieces from memory-mapped records, and the main process packs them in shard
   order: output identical for any number of workers, memory bounded by a few pieces.
 
-Modules: :mod:`.layout` (files, shards, splits), :mod:`.decode` (features.json -> TED columns,
-record checks, worker-side decoding) and :mod:`.reader` (:class:`RldsTFRecordReader`: metadata,
-shard selection and scan, pieces, flag checks, the last-step rule, the block stream).
+Modules: :mod:`.decode` (features.json -> TED columns, record checks, worker-side decoding) and
+:mod:`.reader` (files, shards, splits; :class:`RldsTFRecordReader`: metadata, shard selection and
+scan, pieces, flag checks, the last-step rule, the block stream).
 """
 
 from rlds_cli.formats.packing import BLOCK_BYTES
