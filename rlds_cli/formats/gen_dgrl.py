@@ -19,8 +19,7 @@ pickled dict (read by :mod:`rlds_cli.formats.untrusted` unless ``allow_pickle``)
 The Gen-DGRL reader: each trajectory's dict of arrays -> checked arrays -> episodes
 (:func:`trajectory_episodes`).
 
-Layout: :mod:`~rlds_cli.formats.gen_dgrl`; archive reading:
-:mod:`~rlds_cli.formats.gen_dgrl`. Rules (``docs/formats.md``, "Gen-DGRL"):
+Rules (``docs/formats.md``, "Gen-DGRL"):
 
 * **Pickles are read by a restricted unpickler** (:mod:`rlds_cli.formats.untrusted`): numpy
   arrays, checked dtypes and scalars only (numpy 1.x and 2.x spellings, protocols 2 to 5), and

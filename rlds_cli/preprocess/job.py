@@ -1,9 +1,12 @@
 """A preprocessing job: what it is, its coordinator, its directory across runs and its end.
 
-The coordinator of a preprocessing job: plan, infer the schema, run the chunks, assemble, record
-lineage and statistics, publish atomically.
+**What a job is** (:class:`Job`, :func:`prepare`): arguments checked, source opened, chunks planned,
+function resolved, identity hashed (the job id ``--resume`` matches), output schema inferred on a
+first small chunk.
 
-Where things live while a job runs (``<entry>`` is the output's cache entry)::
+**The coordinator** (:func:`run`): plan, infer the schema, run the chunks, assemble, record lineage
+and statistics, publish atomically. Where things live while a job runs (``<entry>`` is the
+output's cache entry; the names are :mod:`rlds_cli.cache.layout`'s)::
 
     tmp/<entry>.job-<id>/job.json            what the job is (its identity) and its schema
     tmp/<entry>.job-<id>/out/                the output dataset being built
@@ -18,20 +21,9 @@ output is published. ``out/`` is the build directory of the
 :class:`~rlds_cli.cache.transaction.CacheTransaction` the job holds from start to end, published by
 its commit.
 
-The names are :mod:`rlds_cli.cache.layout`'s; the directory across runs and the checks and
-publication at the end are :mod:`rlds_cli.preprocess.job`'s, the job's identity
-:mod:`rlds_cli.preprocess.job`'s.
-
-What a preprocessing job is: arguments checked, source opened, chunks planned, function resolved,
-identity hashed (the job id ``--resume`` matches), output schema inferred on a first small chunk.
-
-:mod:`rlds_cli.preprocess.job` coordinates a job from the :class:`Job` made here.
-
-A preprocessing job's directory across runs, and the job's end.
-
 **Across runs.** The job directory is fresh, or resumed with the chunks an interrupted run of the
 same job finished (each checked on disk); it is discarded so that no crash can leave part of it
-looking resumable. Its names are :mod:`rlds_cli.cache.layout`'s.
+looking resumable.
 
 **The end.** Check that every chunk finished and that chunk boundaries agree, merge the chunks'
 statistics, write the episode index and the content digest, and publish the output (commit its cache

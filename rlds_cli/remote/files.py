@@ -59,8 +59,6 @@ os.register_at_fork(after_in_child=_new_fork_lock)
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
 #: them cost less than another round trip to an object store).
 MERGE_GAP = 256 * 1024
-
-
 #: Largest merged request.
 MERGE_MAX = 32 * 1024 * 1024
 
@@ -111,7 +109,7 @@ class RemoteFiles:
         #: Files of the file cache this process checked (fetched, or read back once), with its pid.
         self._checked: tuple[int, set[str]] = (os.getpid(), set())
         self._layouts: dict[str, store.BlockLayout] = {}
-        #: Ranged reads by presigned URL (:mod:`rlds_cli.remote.files`), ``False`` where
+        #: Ranged reads by presigned URL (:class:`SignedRanges`), ``False`` where
         #: the store's cannot be signed, ``None`` before the first fetch asks.
         self._signed: SignedRanges | bool | None = None
 
