@@ -413,7 +413,7 @@ class NpyConcatenation(ColumnWriter):
             except RuntimeError:  # interpreter exiting (an atexit commit): written here
                 self._write(index, offset, length)
         else:
-            self._first_write(index, offset, length)
+            self._write_here(index, offset, length)
         self._offset += length
         self._current = (index + 1) % len(self._buffers)
         self._fill = 0
@@ -424,10 +424,13 @@ class NpyConcatenation(ColumnWriter):
         if write is not None:
             write.result()
 
-    def _first_write(self, index: int, offset: int, length: int) -> None:
-        """The file's first write, on the caller's thread: a filesystem that opens a file with
-        ``O_DIRECT`` but refuses its writes (some FUSE ones) has the file written through the
-        page cache instead."""
+    def _write_here(self, index: int, offset: int, length: int) -> None:
+        """A write on the caller's thread. The file's first is made so: a filesystem that opens a
+        file with ``O_DIRECT`` but refuses its writes (some FUSE ones) has the file written through
+        the page cache instead."""
+        if self._proven:
+            self._write(index, offset, length)
+            return
         try:
             self._write(index, offset, length)
         except OSError as exc:
@@ -455,10 +458,7 @@ class NpyConcatenation(ColumnWriter):
             for index in range(len(self._buffers)):
                 self._wait(index)
             if self._fill:  # the last buffer on this thread: it would only wait for a helper's
-                if self._proven:
-                    self._write(self._current, self._offset, self._fill)
-                else:
-                    self._first_write(self._current, self._offset, self._fill)
+                self._write_here(self._current, self._offset, self._fill)
                 self._offset += self._fill
                 self._fill = 0
             if self._offset != self.size:
