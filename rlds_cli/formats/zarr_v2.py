@@ -244,12 +244,16 @@ class BoundedChunkDecoder:
 
     zarr decodes a chunk whole before it checks its size, so a damaged or hostile chunk (a JPEG-XL
     image of 60,000 x 60,000 pixels in a 224 x 224 array, a blosc header declaring gigabytes, a zlib
-    stream of a gigabyte of zeros) would be allocated and decoded first. Here image codecs
-    (``imagecodecs_*``) decode into an array of the chunk's shape (imagecodecs compares the image's
-    header with it before decoding); blosc, LZ4 and zstd are refused when their header declares
-    another size, then decode into the chunk's buffer; zlib, gzip, bz2 and LZMA inflate at most one
-    byte past it. Other codecs decode as zarr does. A refused chunk raises ``ValueError`` naming the
-    sizes (the reader names the array and rows).
+    stream of a gigabyte of zeros) would be allocated and decoded first. Here imagecodecs' image
+    codecs (:data:`_IMAGE_CODECS`) decode into an array of the chunk's shape (imagecodecs compares
+    the image's header with it before decoding); blosc, LZ4 and zstd are refused when their header
+    declares another size, then decode into the chunk's buffer; zlib, gzip, bz2 and LZMA inflate at
+    most one byte past it. Other codecs decode as zarr does: given a buffer, imagecodecs' byte codecs
+    (``imagecodecs_lz4f``, ``imagecodecs_lzma``) cut a larger stream to fit without a word, which
+    would serve a damaged chunk as data. A refused chunk raises ``ValueError`` naming the sizes (the
+    reader names the array and rows).
+
+    ``encode``, ``get_config`` and ``from_config`` complete numcodecs' protocol, which zarr checks.
     """
 
     #: zarr takes a compressor by its class's ``codec_id``; each instance carries its inner codec's.
@@ -264,7 +268,7 @@ class BoundedChunkDecoder:
 
     def decode(self, buf: Any, out: Any = None) -> Any:
         data = memoryview(buf).cast("B")
-        if self.codec_id.startswith("imagecodecs_"):
+        if self.codec_id in _IMAGE_CODECS:
             return self.inner.decode(data, out=np.empty(self.shape, self.dtype))
         if self.codec_id in _STREAMS:
             return self._inflate(data)
@@ -312,6 +316,25 @@ class BoundedChunkDecoder:
 
 #: Most memory LZMA's decoder may take (its window: 8 MiB at xz's default preset, 64 MiB at -9).
 LZMA_MEMORY_LIMIT = 128 << 20
+#: imagecodecs' image codecs that refuse an ``out`` of another shape than the image's header
+#: gives, before decoding (each checked; GIF's frame axis does not fit a chunk's shape).
+_IMAGE_CODECS = frozenset(
+    f"imagecodecs_{name}"
+    for name in (
+        "jpegxl",
+        "jpeg2k",
+        "jpeg8",
+        "jpegxr",
+        "png",
+        "apng",
+        "spng",
+        "webp",
+        "avif",
+        "bmp",
+        "qoi",
+        "tiff",
+    )
+)
 #: Codecs of a stream with no declared size, inflated with a bound (numcodecs' ids).
 _STREAMS = frozenset({"zlib", "gzip", "bz2", "lzma"})
 #: Codecs whose header declares the decoded size (a zstd frame may leave it out).

@@ -459,3 +459,20 @@ def test_a_chunk_header_cut_short_or_foreign_is_named(
     _recompress(store / "data" / "img", {"id": codec})
     (store / "data" / "img" / "2.0.0.0").write_bytes(chunk)
     refused(download(store, "bad"), "data/img rows", "does not decode", needle)
+
+
+@pytest.mark.parametrize("codec", ["imagecodecs_lz4f", "imagecodecs_lzma"])
+def test_a_chunk_larger_than_its_chunk_is_never_cut_to_fit(tmp_path: Path, codec: str) -> None:
+    """imagecodecs' byte codecs, given a buffer, cut a larger stream to fit without a word: a chunk
+    of 1 MB in an array of 110,592-byte chunks was read as its first 110,592 bytes."""
+    from rlds_cli.formats.zarr_v2 import register_imagecodecs
+
+    register_imagecodecs(tmp_path, "img", codec)
+    store = copy_fixture("pusht.zarr", tmp_path)
+    new = _recompress(store / "data" / "img", {"id": codec})
+    convert(store, "exact")
+    np.testing.assert_array_equal(
+        open_dataset("exact")[:]["observation/img"], golden("pusht.zarr")["data/img"]
+    )
+    (store / "data" / "img" / "1.0.0.0").write_bytes(new.encode(np.zeros(1 << 20, np.uint8)))
+    refused(download(store, "bad"), "data/img rows", "does not decode", published=("exact",))
