@@ -8,6 +8,8 @@ what to do. The CLI turns them into one red line plus the hint and exit code 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RldsError(Exception):
     """Base class of every error raised on purpose by rlds.
@@ -356,6 +358,20 @@ class WorkerLostError(PreprocessError, RuntimeError):
 
 class MissingExtraError(RldsError, ImportError):
     """An optional dependency (an extra of rlds-cli) is not installed."""
+
+
+def import_extra(module: str, needed_by: str, hint: str, package: str | None = None) -> Any:
+    """The module ``module`` (dotted names import their packages too), or :class:`MissingExtraError`
+    "``needed_by`` needs ``package``, which is not installed" (``package``: the name to install, by
+    default the module's top-level name) with ``hint``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"{needed_by} needs {package or module.split('.')[0]}, which is not installed", hint=hint
+        ) from None
 
 
 #: How to install gymnasium (the ``record`` extra), put in the message: a traceback shows the

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import ExportError, MissingExtraError
+from rlds_cli.errors import ExportError, import_extra
 from rlds_cli.export import flat_keys, refuse_complex, step_keys
 
 DEFAULT_FPS = 30
@@ -252,16 +252,11 @@ def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np
 
 def import_writers() -> tuple[Any, Any, Any]:
     """``(av, pyarrow, pyarrow.parquet)``, or the extra to install."""
-    try:
-        import av
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingExtraError(
-            "exporting to LeRobot needs pyarrow and av, which are not installed",
-            hint="pip install 'rlds-cli[lerobot]'",
-        ) from None
-    return av, pa, pq
+    modules = [
+        import_extra(name, "exporting to LeRobot", hint="pip install 'rlds-cli[lerobot]'")
+        for name in ("av", "pyarrow", "pyarrow.parquet")
+    ]
+    return modules[0], modules[1], modules[2]
 
 
 def arrow_column(pa: Any, values: np.ndarray) -> Any:

@@ -47,7 +47,7 @@ from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
-from rlds_cli.errors import ExportError, MissingExtraError, RldsError
+from rlds_cli.errors import ExportError, RldsError, import_extra
 from rlds_cli.export import atomic_target, flat_keys, step_keys
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
@@ -223,15 +223,10 @@ def export_minari(
     dataset_id: str | None = None,
 ) -> Path:
     """Write ``dataset`` as a Minari HDF5 dataset directory at ``out``."""
-    try:
-        import gymnasium as gym
-        import minari
-        from minari.serialization import serialize_space
-    except ImportError:
-        raise MissingExtraError(
-            "exporting to Minari needs minari and gymnasium, which are not installed",
-            hint="pip install 'minari[hdf5]' gymnasium",
-        ) from None
+    hint = "pip install 'minari[hdf5]' gymnasium"
+    gym = import_extra("gymnasium", "exporting to Minari", hint=hint)
+    minari = import_extra("minari", "exporting to Minari", hint=hint)
+    serialize_space = import_extra("minari.serialization", "exporting to Minari", hint=hint).serialize_space
     import h5py
 
     dataset_id = dataset_id or (out.name if _ID.match(out.name) else None)

@@ -53,7 +53,7 @@ from rlds_cli._util.cpus import usable_cpus
 from rlds_cli._util.tfds_layout import FEATURES_FILE, FILEPATH_TEMPLATE, INFO_FILE, shard_name
 from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import ExportError, MissingExtraError
+from rlds_cli.errors import ExportError, MissingExtraError, import_extra
 from rlds_cli.export import atomic_target, flat_keys, refuse_complex, step_keys
 from rlds_cli.formats.rlds_tfrecord.decode import LAST_STEP_FEATURE
 from rlds_cli.formats.tfds_features import dict_node, image_node, steps_node, tensor_node, text_node
@@ -364,12 +364,7 @@ def export_rlds(
         )
     plan = _Plan(dataset, image_codec)
     if any(leaf.kind == "image" for leaf in plan.leaves):
-        try:
-            import PIL.Image  # noqa: F401
-        except ImportError:
-            raise MissingExtraError(
-                "RLDS images are encoded with Pillow, which is not installed", hint=_EXTRA_HINT
-            ) from None
+        import_extra("PIL.Image", "encoding RLDS images", hint=_EXTRA_HINT, package="Pillow")
     name = _tfds_name(dataset.name)
     formats = {
         leaf.key: FrameFormat(leaf.codec, tuple(dataset.stored_fields[leaf.key].shape))

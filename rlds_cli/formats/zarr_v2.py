@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import MissingExtraError, SourceFormatError
+from rlds_cli.errors import SourceFormatError, import_extra
 
 #: How to install imagecodecs, said where an array needs it.
 UMI_EXTRA_HINT = "pip install 'rlds-cli[umi]' (or pip install imagecodecs)"
@@ -228,15 +228,12 @@ def register_imagecodecs(where: Path, key: str, codec: str) -> None:
     Raises:
         MissingExtraError: imagecodecs is not installed.
     """
-    try:
-        import imagecodecs.numcodecs
-    except ImportError:
-        raise MissingExtraError(
-            f"{where}: {key} is compressed with {codec}, read with imagecodecs, which is not installed "
-            "(rlds-cli's 'umi' extra)",
-            hint=UMI_EXTRA_HINT,
-        ) from None
-    imagecodecs.numcodecs.register_codecs(verbose=False)
+    codecs = import_extra(
+        "imagecodecs.numcodecs",
+        f"{where}: {key}, compressed with {codec} (rlds-cli's 'umi' extra),",
+        hint=UMI_EXTRA_HINT,
+    )
+    codecs.register_codecs(verbose=False)
 
 
 class BoundedChunkDecoder:

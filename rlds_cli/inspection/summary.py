@@ -34,7 +34,7 @@ from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.errors import MissingExtraError, NoReferenceScoresError
+from rlds_cli.errors import NoReferenceScoresError, import_extra
 
 #: Bins of the episode length and return histograms.
 HISTOGRAM_BINS = 20
@@ -248,15 +248,10 @@ def plot_dataset(ds: Dataset, out: str | Path) -> Path:
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'rlds-cli[plot]'``).
     """
-    try:
-        import matplotlib
+    hint = "pip install 'rlds-cli[plot]'"
+    import_extra("matplotlib", "--plot", hint=hint).use("Agg")  # files only: never needs a display
+    plt = import_extra("matplotlib.pyplot", "--plot", hint=hint, package="matplotlib")
 
-        matplotlib.use("Agg")  # files only: never needs a display
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingExtraError(
-            "--plot needs matplotlib, which is not installed", hint="pip install 'rlds-cli[plot]'"
-        ) from None
     out = Path(out)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     table = ds.episodes

@@ -43,7 +43,7 @@ from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog.registry import resolve_name
-from rlds_cli.errors import FrameError, InvalidSelectionError, MissingExtraError, ViewerError
+from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, import_extra
 from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
 from rlds_cli.inspection.audit_scan import KeyRoles
@@ -515,12 +515,7 @@ def write_rerun(
         MissingExtraError: rerun-sdk is not installed (``pip install 'rlds-cli[rerun]'``).
         InvalidSelectionError, ViewerError: As for the page.
     """
-    try:
-        import rerun as rr
-    except ImportError:
-        raise MissingExtraError(
-            "--rerun needs rerun-sdk, which is not installed", hint="pip install 'rlds-cli[rerun]'"
-        ) from None
+    rr = import_extra("rerun", "--rerun", hint="pip install 'rlds-cli[rerun]'", package="rerun-sdk")
     path = Path(out)
     if path.is_dir() or not path.parent.is_dir():
         what = "it is a folder" if path.is_dir() else f"its folder {path.parent} does not exist"

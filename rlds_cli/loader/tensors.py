@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.errors import import_extra
 
 #: rlds extra -> the TED key (``"/"``-joined) a TensorDict batch carries it under
 TORCHRL_KEYS = {"weight": "priority_weight", "mask": "collector/mask"}
@@ -234,14 +235,8 @@ def _check_rows(keys: Sequence[str], values: list[Any], lead: tuple[int, ...]) -
 
 
 def _tensordict_class() -> Any:
-    """``tensordict.TensorDict``, or an ``ImportError`` saying what to install."""
-    try:
-        from tensordict import TensorDict
-    except ImportError as exc:  # an optional dependency
-        raise ImportError(
-            "as_tensordict=True needs the 'tensordict' package (pip install 'rlds-cli[torchrl]')"
-        ) from exc
-    return TensorDict
+    """``tensordict.TensorDict``, or :class:`MissingExtraError` saying what to install."""
+    return import_extra("tensordict", "as_tensordict=True", hint="pip install 'rlds-cli[torchrl]'").TensorDict
 
 
 FloatDtype = torch.dtype | Mapping[Any, torch.dtype] | None

@@ -106,7 +106,7 @@ def test_damaged_jpeg_frame_is_a_source_error(tmp_path: Path) -> None:
 def test_arrow_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = write_minari_by_hand(tmp_path / "ds", [minari_episode(2)], metadata={"data_format": "arrow"})
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(MissingExtraError, match=r"data_format 'arrow' is read with pyarrow") as info:
+    with pytest.raises(MissingExtraError, match=r"data_format 'arrow' needs pyarrow") as info:
         convert(d, "arrow")
     assert "rlds-cli[arrow]" in info.value.hint
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,17 +107,9 @@ def test_cli_inspect_plot(tmp_path: Path) -> None:
 
 
 def test_cli_inspect_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real_import = builtins.__import__
-
-    def fake_import(name: str, *args: object, **kwargs: object) -> object:
-        if name.startswith("matplotlib"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
     convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an import finds where it is not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     result = runner.invoke(app, ["inspect", "f", "--plot", str(tmp_path / "x.png")])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == "error: --plot needs matplotlib, which is not installed"

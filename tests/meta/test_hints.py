@@ -239,6 +239,58 @@ def test_ray_missing_names_the_executor_option(monkeypatch: pytest.MonkeyPatch) 
     assert info.value.hint == "pip install 'rlds-cli[ray]'"
 
 
+@pytest.mark.parametrize(
+    ("missing", "call", "message", "hint"),
+    [
+        (
+            "tensordict",
+            lambda: __import__("rlds_cli.loader.tensors", fromlist=["x"])._tensordict_class(),
+            "as_tensordict=True needs tensordict, which is not installed",
+            "rlds-cli[torchrl]",
+        ),
+        (
+            "av",
+            lambda: __import__("rlds_cli.export.lerobot_common", fromlist=["x"]).import_writers(),
+            "exporting to LeRobot needs av, which is not installed",
+            "rlds-cli[lerobot]",
+        ),
+        (
+            "pyarrow.parquet",
+            lambda: __import__("rlds_cli.export.lerobot_common", fromlist=["x"]).import_writers(),
+            "exporting to LeRobot needs pyarrow, which is not installed",
+            "rlds-cli[lerobot]",
+        ),
+        (
+            "huggingface_hub",
+            lambda: __import__("rlds_cli.net.hub.repo", fromlist=["x"]).hf_api(),
+            "reading Hub repos (hf:// sources, and registry ids whose files are listed from the Hub) "
+            "needs huggingface_hub, which is not installed",
+            "pip install huggingface_hub",
+        ),
+    ],
+)
+def test_a_missing_extra_names_what_needs_it_and_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, missing: str, call: Callable[[], Any], message: str, hint: str
+) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # what an import finds where it is not installed
+    with pytest.raises(errors.MissingExtraError) as info:
+        call()
+    assert str(info.value) == message and hint in info.value.hint
+    assert isinstance(info.value, ImportError)  # callers catching ImportError still do
+
+
+def test_minari_export_without_minari_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlds_cli.sources.convert import convert
+
+    monkeypatch.setenv("RLDS_HOME", str(tmp_path / "home"))
+    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g")
+    monkeypatch.setitem(sys.modules, "minari", None)
+    result = CliRunner().invoke(app, ["export", "g", str(tmp_path / "out"), "--to", "minari"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == "error: exporting to Minari needs minari, which is not installed"
+    assert not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------- 5: log lines
 
 

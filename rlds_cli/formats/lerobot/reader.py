@@ -20,6 +20,7 @@ frame held at a time; row ``t`` gets the frame within :data:`TIMESTAMP_TOLERANCE
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,9 @@ import numpy as np
 from rlds_cli.errors import (
     FrameError,
     InvalidSelectionError,
-    MissingExtraError,
     SourceFormatError,
     SourceNotFoundError,
+    import_extra,
 )
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.lerobot.layout import (
@@ -381,6 +382,9 @@ class VideoCursor:
         )
 
 
+#: What to install to read LeRobot datasets (their tables and their videos).
+LEROBOT_EXTRA_HINT = "pip install 'rlds-cli[lerobot]' (pyarrow and av)"
+
 #: Most rows a block holds, however small (blocks target ``packing.BLOCK_BYTES`` of decoded rows,
 #: frames included).
 BLOCK_ROWS = 1 << 16
@@ -437,16 +441,8 @@ class LeRobotReader(Reader):
                 hint="pass the dataset directory (the one holding meta/, data/ and videos/)",
             )
         self.root = root
-        try:
-            import pyarrow
-            import pyarrow.parquet
-        except ImportError:
-            raise MissingExtraError(
-                f"{root}: LeRobot datasets are read with pyarrow, which is not installed",
-                hint="pip install 'rlds-cli[lerobot]' (pyarrow and av)",
-            ) from None
-        self.pa = pyarrow
-        self.pq = pyarrow.parquet
+        self.pa = import_extra("pyarrow", f"{root}: reading a LeRobot dataset", hint=LEROBOT_EXTRA_HINT)
+        self.pq = importlib.import_module("pyarrow.parquet")
         self.report = ConversionReport(rules="lerobot-v1")
         self.info_path = root / INFO_FILE
         info = read_json_file(inside(root, self.info_path, None, "file"))
@@ -556,14 +552,9 @@ class LeRobotReader(Reader):
 
     def _video(self, feature: Feature) -> VideoCursor:
         if self._av is None:
-            try:
-                import av
-            except ImportError:
-                raise MissingExtraError(
-                    f"{self.root}: LeRobot videos are decoded with PyAV (av), which is not installed",
-                    hint="pip install 'rlds-cli[lerobot]' (pyarrow and av)",
-                ) from None
-            self._av = av
+            self._av = import_extra(
+                "av", f"{self.root}: decoding LeRobot videos", hint=LEROBOT_EXTRA_HINT, package="PyAV (av)"
+            )
         if feature.name not in self._videos:
             self._videos[feature.name] = VideoCursor(self._av, feature)
         return self._videos[feature.name]

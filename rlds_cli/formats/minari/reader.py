@@ -17,6 +17,7 @@ pyarrow one episode at a time; the step columns' zero padding row dropped as min
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.errors import MissingExtraError, SourceFormatError
+from rlds_cli.errors import SourceFormatError, import_extra
 from rlds_cli.formats.base import ConversionReport, Reader, StepBlock, from_layout
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import (
@@ -231,16 +232,12 @@ class ArrowStore:
     episode)."""
 
     def __init__(self, data_dir: Path, fmt: str, spaces: dict[str, Any], jpeg_encoding: bool) -> None:
-        try:
-            import pyarrow
-            import pyarrow.dataset
-        except ImportError:
-            raise MissingExtraError(
-                f"{data_dir}: Minari data_format {fmt!r} is read with pyarrow, which is not installed",
-                hint="pip install 'rlds-cli[arrow]' (or pip install pyarrow)",
-            ) from None
-        self.pa = pyarrow
-        self.pads = pyarrow.dataset
+        self.pa = import_extra(
+            "pyarrow",
+            f"{data_dir}: Minari data_format {fmt!r}",
+            hint="pip install 'rlds-cli[arrow]' (or pip install pyarrow)",
+        )
+        self.pads = importlib.import_module("pyarrow.dataset")
         self.where = data_dir
         self.fmt = fmt
         self.jpeg_encoding = jpeg_encoding

@@ -28,7 +28,7 @@ import numpy as np
 
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
 from rlds_cli._util.tfds_layout import is_shard_name as _is_shard_name
-from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError, import_extra
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.keys import renamed_note
 from rlds_cli.formats.packing import BlockPacker, Piece
@@ -366,13 +366,9 @@ class RldsTFRecordReader(Reader):
         if not any(c.role == "reward" for c in columns):
             self.report.notes.append("no steps/reward: next/reward = 0")
         if any(c.leaf.kind == IMAGE for c in columns):
-            try:
-                import PIL.Image  # noqa: F401
-            except ImportError:
-                raise MissingExtraError(
-                    f"{self.features_path}: RLDS images are decoded with Pillow, which is not installed",
-                    hint=_EXTRA_HINT,
-                ) from None
+            import_extra(
+                "PIL.Image", f"{self.features_path}: decoding RLDS images", hint=_EXTRA_HINT, package="Pillow"
+            )
         self.obs_keys = [c.key for c in columns if c.role == "obs"]
         self.action_keys = [
             c.key for c in columns if c.role == "step" and (c.key == "action" or c.key.startswith("action/"))

@@ -22,10 +22,10 @@ from rlds_cli.errors import (
     DownloadFailedError,
     HostNotFoundError,
     HTTPStatusError,
-    MissingExtraError,
     RldsError,
     SettingError,
     UnsupportedSourceError,
+    import_extra,
 )
 from rlds_cli.net.http import HttpConfig, RetryBudget, name_not_resolved, parse_retry_after
 from rlds_cli.net.layout import is_reserved
@@ -132,16 +132,13 @@ def unreachable_message(what: str, exc: BaseException) -> str:
 def hf_api() -> Any:
     """A ``huggingface_hub.HfApi`` on :func:`endpoint` (its token: ``HF_TOKEN`` or the client's
     token file)."""
-    try:
-        from huggingface_hub import HfApi
-    except ImportError:
-        raise MissingExtraError(
-            "Hub repos (hf:// sources, and registry ids whose files are listed from the Hub) are "
-            "read with huggingface_hub, which is not installed",
-            hint="pip install huggingface_hub (a dependency of rlds-cli: the install is incomplete)",
-        ) from None
+    hub = import_extra(
+        "huggingface_hub",
+        "reading Hub repos (hf:// sources, and registry ids whose files are listed from the Hub)",
+        hint="pip install huggingface_hub (a dependency of rlds-cli: the install is incomplete)",
+    )
     check_token()
-    return HfApi(endpoint=endpoint())
+    return hub.HfApi(endpoint=endpoint())
 
 
 def resolve(where: HubPath) -> tuple[str, list[HubFile]]:
