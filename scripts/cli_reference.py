@@ -47,6 +47,9 @@ conventions below over every command.
   plain, complete, aligned lines. Colours follow `NO_COLOR`; glyphs fall back to ASCII when
   the output encoding cannot show them (`PYTHONIOENCODING=ascii`). Warnings and log lines carry
   no source file or line.
+- **Threads.** numpy's OpenBLAS starts one thread in rlds's own process unless
+  `OPENBLAS_NUM_THREADS` is set (its pool of a thread per core costs ~50 ms of CPU at start-up,
+  and no command's work is BLAS); `preprocess` leaves the variable as you set it for your function.
 - **Sizes** are disk use: allocated blocks (as `du` counts them), so a sparse file counts what
   it holds. A dataset shows one size everywhere: `rlds list`, the first line of `rlds inspect`
   ("on disk"), `rlds du`, `rm` and `gc`. Only `inspect`'s per-key `bytes` column counts file

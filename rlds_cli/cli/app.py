@@ -81,16 +81,19 @@ app.command("downsample")(downsample)
 
 def main() -> None:
     """Console entry point: stdout that cannot show every character replaces it instead of
-    failing, and warnings and log records are one line each, without a source location."""
+    failing, warnings and log records are one line each, without a source location, and numpy's
+    OpenBLAS starts one thread (:func:`rlds_cli._util.cpus.quiet_blas`)."""
     import gc
     import os
     import warnings
 
+    from rlds_cli._util.cpus import quiet_blas
     from rlds_cli.cli import output
 
     # the Hub client logs every retry on stderr, even when the command then succeeds; rlds
     # reports failures itself (HF_HUB_VERBOSITY=warning brings them back)
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    quiet_blas()  # before any command imports numpy (none is imported yet)
     output.protect_streams()
     warnings.showwarning = output.format_warning
     output.configure_logging(0)

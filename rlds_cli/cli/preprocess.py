@@ -136,6 +136,9 @@ def preprocess(
     function keeps every step; with --by episode it gets whole episodes and may drop steps. Every
     chunk must return the same keys, shapes and dtypes. With -q only the new name is printed.
     """
+    from rlds_cli._util.cpus import unquiet_blas
+
+    unquiet_blas()  # the user's function, run here with --workers 1, keeps BLAS's threads
     from rlds_cli import preprocess as pp
     from rlds_cli.cache.layout import is_url
     from rlds_cli.catalog.registry import resolve_name

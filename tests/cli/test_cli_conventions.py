@@ -253,6 +253,61 @@ def test_a_missing_torch_says_what_to_install(tmp_path: Path) -> None:
     assert "unexpected" not in done.stderr and "Traceback" not in done.stderr
 
 
+_BLAS_PROBE = """
+import os, sys
+from rlds_cli.cli.app import main
+sys.argv = ['rlds', *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+import numpy  # imported by the command: OpenBLAS sized its pool then
+print(os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("2", "2")])
+def test_commands_start_numpy_with_one_blas_thread_unless_the_user_sized_it(
+    tmp_path: Path, given: str | None, expected: str
+) -> None:
+    source = golden_three_episodes(tmp_path / "g.hdf5", with_next=False)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "RLDS_HOME")}
+    env |= {"RLDS_HOME": str(tmp_path / "home"), **({"OPENBLAS_NUM_THREADS": given} if given else {})}
+    cmd = [sys.executable, "-c", _BLAS_PROBE, "download", str(source), "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    value, threads = done.stdout.split()[-2:]
+    assert value == expected
+    if given is None:  # no OpenBLAS thread beside the command's own (its pools have ended)
+        assert int(threads) == 1, threads
+
+
+def test_preprocess_gives_the_users_function_blas_threads(tmp_path: Path) -> None:
+    """The user's function (run in the command's process with --workers 1) sees the environment as
+    the user left it: rlds's one-thread OpenBLAS is for its own commands."""
+    source = golden_three_episodes(tmp_path / "g.hdf5", with_next=False)
+    seen = tmp_path / "seen.txt"
+    fn = tmp_path / "probe_fn.py"
+    fn.write_text(
+        "import os\n"
+        "def probe(batch):\n"
+        f"    open({str(seen)!r}, 'a').write(repr(os.environ.get('OPENBLAS_NUM_THREADS')))\n"
+        "    return batch\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "RLDS_HOME")}
+    env["RLDS_HOME"] = str(tmp_path / "home")
+    for args in (
+        ["download", str(source), "-q"],
+        ["preprocess", "g", "--fn", f"{fn}:probe", "-n", "p", "-w", "1"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "rlds_cli.cli.app", *args], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert seen.read_text() and set(seen.read_text().split("None")) == {""}, seen.read_text()
+
+
 def test_counting_progress_notes_and_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's one counted progress bar: notes print on a terminal, nothing at all elsewhere."""
     for terminal in (True, False):
