@@ -19,6 +19,7 @@ from rlds_cli._util.io import atomic_write, fsync_dir
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli.cache.layout import (
     BUILD_SUFFIX,
+    DATASETS_DIR,
     JOURNAL_SUFFIX,
     MANIFEST_FILE,
     TRASH_SUFFIX,
@@ -66,6 +67,24 @@ def exchange_paths(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def overlap(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> str | None:
+    """How ``path`` stands to ``folder``, links resolved: ``"is"``, ``"lies inside"``, ``"holds"``
+    (``folder`` lies inside it), or ``None`` where they are apart. What writes ``path`` (a push's
+    target, an export replaced with ``--force``) must stay apart from the cache and the dataset it
+    reads: writing or removing it there writes over or removes their files."""
+    mine, theirs = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    if mine == theirs:
+        return "is"
+    if mine.is_relative_to(theirs):
+        return "lies inside"
+    return "holds" if theirs.is_relative_to(mine) else None
+
+
+def enclosing_cache(directory: Path) -> Path | None:
+    """The cache root a published dataset folder lies in (``ROOT/datasets/NAME``), else ``None``."""
+    return directory.parent.parent if directory.parent.name == DATASETS_DIR else None
 
 
 class CacheRoot:

@@ -102,7 +102,7 @@ def export(
             dataset, name, out, to, root=root, force=force, json=json, quiet=quiet, options=options
         )
         return
-    path = export_dataset(dataset, Path(out), to, overwrite=force, options=options)
+    path = export_dataset(dataset, out, to, overwrite=force, options=options)
     if json:
         output.print_json({"name": name, "format": to, "path": str(path), "num_steps": dataset.num_steps})
     elif quiet:
@@ -183,7 +183,10 @@ def push(
             "hf://datasets/ORG/REPO/NAME, ..."
         ),
     ],
-    force: Annotated[bool, force_option("Replace another version already at URL.")] = False,
+    force: Annotated[
+        bool,
+        force_option("Replace another version already at URL; the same version: upload every file again."),
+    ] = False,
     storage_option: StorageOptions = None,
     endpoint_url: EndpointOption = None,
     root: RootOption = None,
@@ -223,7 +226,9 @@ def pull(
         ),
     ],
     name: NameOption = None,
-    force: Annotated[bool, force_option("Replace a different dataset of that name in the cache.")] = False,
+    force: Annotated[
+        bool, force_option("Replace the dataset of that name in the cache (the same version: pull it again).")
+    ] = False,
     storage_option: StorageOptions = None,
     endpoint_url: EndpointOption = None,
     root: RootOption = None,

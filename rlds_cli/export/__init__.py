@@ -31,6 +31,8 @@ import numpy as np
 from rlds_cli._util.io import atomic_path
 from rlds_cli._util.lazy import resolve
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import TMP_DIR
+from rlds_cli.cache.root import enclosing_cache, overlap
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError, UnknownFormatError
 
@@ -77,6 +79,7 @@ def export_dataset(
         The path written.
     """
     exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
+    _refuse_target(dataset, out)
     kwargs = dict(options or {})
     accepted = inspect.signature(exporter).parameters
     for option in kwargs:
@@ -93,6 +96,28 @@ def export_dataset(
             return exporter(view, Path(out), overwrite=overwrite, progress=progress, **kwargs)
     _refuse_empty(dataset)
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress, **kwargs)
+
+
+def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
+    """Refuse an ``out`` that is a URL (an export writes local files) or that is, lies inside or
+    holds the dataset or its cache: writing there, or replacing it (``overwrite``), would write over
+    or remove their files."""
+    if "://" in str(out):
+        raise ExportError(
+            f"{out} is a URL: an export is written to a local file or folder",
+            hint="export to a local path and copy it to the store, or share the dataset itself with "
+            "'rlds push NAME URL' (--to lerobot also exports to hf://datasets/ORG/REPO)",
+        )
+    cache = enclosing_cache(dataset.directory)
+    if cache is not None and overlap(out, cache / TMP_DIR) == "lies inside":
+        cache = None  # a build folder of rlds's own (the Hub export writes there first)
+    for folder, what in ((dataset.directory, f"dataset {dataset.name!r}"), (cache, "the rlds cache")):
+        how = overlap(out, folder) if folder is not None else None
+        if how is not None:
+            raise ExportError(
+                f"{out} {how} {what} ({folder}): the export would write over or remove its files",
+                hint="export to a path outside the cache (RLDS_HOME)",
+            )
 
 
 def _refuse_empty(dataset: Dataset) -> None:

@@ -42,13 +42,14 @@ from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest, manifest_json, parse_manifest
-from rlds_cli.cache.root import CacheRoot, validate_name
+from rlds_cli.cache.root import CacheRoot, overlap, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetExistsError,
     DatasetReplacedError,
     LockTimeoutError,
     NotPushableError,
+    RemoteAccessError,
     RemoteCorruptError,
     RemoteExistsError,
 )
@@ -87,7 +88,8 @@ def push(
             Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@BRANCH]`` (one commit, see
             :mod:`rlds_cli.remote.hub_push`; the token from ``HF_TOKEN`` or the client's token file).
         root: Cache root.
-        force: Replace another version already at ``url``.
+        force: Replace another version already at ``url``; the same version has every file uploaded
+            again (what mends files damaged on the store).
         storage_options: Keyword arguments of the fsspec filesystem (credentials...).
         endpoint_url: An S3-compatible server (else s3fs reads ``AWS_ENDPOINT_URL``).
         progress: Called with ``("start", total_bytes)`` then ``("advance", n)``.
@@ -167,6 +169,14 @@ def push_directory(
         result = PushResult(name, url, manifest.backend, len(local), bytes_total=total, **counts)
         return result.timed(started)
     fs, base = store.open_url(url, storage_options, endpoint_url)
+    if _is_local(fs):
+        for folder, what in ((directory, f"dataset {name!r}"), (cache.path, "the rlds cache")):
+            how = overlap(base, folder)
+            if how is not None:
+                raise RemoteAccessError(
+                    f"{url} {how} {what} ({folder}): a push there would write over its files",
+                    hint="push to a folder of its own outside the cache, e.g. file:///data/rlds-store/NAME",
+                )
     journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
     with journal.locked(url):
         result = _push(
@@ -200,21 +210,27 @@ def _push(
         if old_index is not None and old_index.manifest_sha256 == store.manifest_sha256(committed):
             known = dict(old_index.files)
             old_files = set(old_index.files)
-        if committed != manifest_bytes:
-            if not force:
-                raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
-            # readers must never see the old manifest over new files: it goes first
+        if committed != manifest_bytes and not force:
+            raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
+        if force:
+            # readers must never see the old manifest over new files (nor over files being
+            # uploaded again): it goes first
             with store.translated(url):
                 fs.rm_file(store.join(base, MANIFEST_FILE))
                 if fs.exists(store.join(base, INDEX_FILE)):
                     fs.rm_file(store.join(base, INDEX_FILE))
-            result.replaced = True
+            result.replaced = committed != manifest_bytes
     known.update(journal.entries())
     remote = store.list_files(fs, base, url)
     todo = []
     for rel, entry in sorted(local.items()):
         info = remote.get(rel)
-        there = info is not None and int(info.get("size", -1)) == entry.size and known.get(rel) == entry
+        there = (
+            not force
+            and info is not None
+            and int(info.get("size", -1)) == entry.size
+            and known.get(rel) == entry
+        )
         if there:
             result.skipped += 1
         else:
@@ -466,7 +482,8 @@ def pull(
         name: Its name in the cache (default: the name it was pushed under); another name is
             written into the pulled manifest, nothing else changes.
         root: Cache root.
-        force: Replace a different dataset of that name in the cache.
+        force: Replace the dataset of that name in the cache; the same version is pulled again (what
+            mends a local copy that fails its checks).
         storage_options: Keyword arguments of the fsspec filesystem (credentials...).
         endpoint_url: An S3-compatible server (else s3fs reads ``AWS_ENDPOINT_URL``).
         progress: Called with ``("start", bytes_to_fetch)`` then ``("advance", n)``.
@@ -490,7 +507,7 @@ def pull(
         # a growing dataset's digests are its segments' (checked at the end as a converted one's)
         digests_checked=bool(manifest.content_digest.get("columns")) or manifest.layout == SEGMENTED_LAYOUT,
     )  # fmt: skip
-    if _same_as_published(cache, name, local_manifest):
+    if not force and _same_as_published(cache, name, local_manifest):
         result.up_to_date, result.digests_checked = True, False
         return result.timed(started)
     try:
@@ -516,7 +533,7 @@ def _pull_locked(
     entry = cache.dataset_dir(name).name
     cache.recover(entry)  # a replacement of this name a crash interrupted: finish it first
     if cache.exists(name):
-        if _same_as_published(cache, name, local_manifest):
+        if not force and _same_as_published(cache, name, local_manifest):
             result.up_to_date, result.digests_checked = True, False
             return
         if not force:

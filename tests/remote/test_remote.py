@@ -323,6 +323,79 @@ def test_pull_refuses_to_replace_another_dataset_without_force(tmp_path: Path) -
     assert pull("memory://bucket/d", name="e", force=True).replaced
 
 
+def _flip(path: Path, offset: int = -3) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_push_force_mends_a_file_damaged_on_the_store(tmp_path: Path) -> None:
+    """The hint of a damaged store ('push again from a good copy: rlds push NAME URL --force')
+    works: --force uploads every file of the same version again."""
+    make_demo("d", "memmap")
+    url = f"file://{tmp_path / 'bucket' / 'd'}"
+    push("d", url)
+    _flip(tmp_path / "bucket" / "d" / "arrays" / "action.npy")
+    with pytest.raises(RemoteCorruptError) as info:
+        pull(url, root=tmp_path / "o")
+    assert "rlds push NAME URL --force" in info.value.hint
+    assert push("d", url).up_to_date  # without --force the same version is left as it is
+    mended = push("d", url, force=True)
+    assert mended.uploaded == mended.files and not mended.replaced
+    assert pull(url, root=tmp_path / "o").digests_checked
+
+
+def test_pull_force_mends_a_damaged_local_copy(tmp_path: Path) -> None:
+    make_demo("d", "zarr")
+    url = f"file://{tmp_path / 'bucket' / 'd'}"
+    push("d", url)
+    other = CacheRoot(tmp_path / "o")
+    pull(url, root=other)
+    _flip(other.dataset_dir("d") / "arrays" / "action" / "c" / "0" / "0")
+    verified = runner.invoke(app, ["verify", "d", "--root", str(other.path)])
+    assert verified.exit_code == 1, verified.output
+    assert pull(url, root=other).up_to_date  # without --force a pulled version is taken as it is
+    assert pull(url, root=other, force=True).replaced
+    verified = runner.invoke(app, ["verify", "d", "--root", str(other.path)])
+    assert verified.exit_code == 0, verified.output
+
+
+def test_a_push_into_the_cache_is_refused_and_leaves_the_dataset_whole(tmp_path: Path) -> None:
+    make_demo("d", "memmap")
+    cache = CacheRoot()
+    before = tree(cache.dataset_dir("d"))
+    for target in (cache.dataset_dir("d"), cache.path, cache.path / "store" / "d"):
+        for url in (f"file://{target}", str(target)):
+            result = runner.invoke(app, ["push", "d", url])
+            assert result.exit_code == 1, result.output
+            line = result.stderr.splitlines()[0]
+            assert line.startswith(f"error: {url} ") and "would write over its files" in line, line
+            assert "outside the cache" in result.stderr
+    assert tree(cache.dataset_dir("d")) == before
+    assert runner.invoke(app, ["verify", "d"]).exit_code == 0
+
+
+def test_an_export_into_the_cache_or_to_a_url_is_refused(tmp_path: Path) -> None:
+    make_demo("d", "memmap")
+    cache = CacheRoot()
+    before = tree(cache.dataset_dir("d"))
+    inside = cache.dataset_dir("d")
+    for out, to in (
+        (cache.path, "torchrl"),  # --force would have removed every dataset
+        (inside, "torchrl"),
+        (inside / "arrays" / "action.npy", "npz"),
+        (cache.path.parent, "torchrl"),  # holds the cache
+    ):
+        result = runner.invoke(app, ["export", "d", str(out), "--to", to, "--force"])
+        assert result.exit_code == 1, result.output
+        assert "the export would write over or remove its files" in result.stderr.splitlines()[0]
+    assert tree(inside) == before and runner.invoke(app, ["verify", "d"]).exit_code == 0
+    for url in ("s3://bucket/exp", "file:///tmp/exp"):
+        result = runner.invoke(app, ["export", "d", url, "--to", "npz"])
+        assert result.exit_code == 1 and f"error: {url} is a URL" in result.stderr, result.output
+    assert not Path("s3:").exists() and not Path("file:").exists()
+
+
 # --------------------------------------------------------------------------- errors
 
 
