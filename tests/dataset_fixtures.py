@@ -4,8 +4,15 @@ state what each output must hold."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
+from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.manifest import SELF_DIGEST, canonical_sha256
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.testing.sources import make_dataset as make_dataset
 
@@ -39,3 +46,21 @@ def uid_episode(uid: int, length: int) -> dict[str, np.ndarray]:
         "next/truncated": np.zeros_like(flags),
         "info/episode_uid": np.full(length, uid, np.int64),
     }
+
+
+def rewrite_manifest(
+    path: Path, edit: Callable[[dict[str, Any]], Any] | None = None, *, signed: bool = True
+) -> Path:
+    """Apply ``edit`` to the manifest at ``path`` (a ``manifest.json``, or a dataset folder) and
+    write it back with a fresh own digest, as an rlds that wrote those values would (``signed=False``:
+    without one, as an rlds before the manifest's own digest wrote it): what tests of the checks
+    behind that digest start from. Returns the file's path."""
+    path = path / MANIFEST_FILE if path.is_dir() else path
+    data = json.loads(path.read_text())
+    data.pop(SELF_DIGEST, None)
+    if edit is not None:
+        edit(data)
+    if signed:
+        data[SELF_DIGEST] = canonical_sha256(data)
+    path.write_text(json.dumps(data, indent=2))
+    return path

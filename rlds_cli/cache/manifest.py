@@ -177,9 +177,30 @@ class Manifest:
         )
 
     def digest(self) -> str:
-        """A sha256 of the canonical JSON, used by derived datasets to pin their parent."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        """A sha256 of the canonical JSON, used by derived datasets to pin their parent (and, written
+        into the file, by the manifest to check itself: :data:`SELF_DIGEST`)."""
+        return canonical_sha256(self.to_dict())
+
+
+#: The key of a manifest's own digest: the sha256 of its canonical JSON without this key (what
+#: :meth:`Manifest.digest` gives), written by :func:`manifest_text` and checked by
+#: :func:`parse_manifest`, so a changed byte anywhere in the file (a value, a key's name) is damage,
+#: never a silently different dataset. A manifest without it is an older rlds's; those are held to
+#: knowing every key (:data:`MANIFEST_KEYS`), so a damaged name of this key is damage too.
+SELF_DIGEST = "manifest_sha256"
+#: Every top-level key an rlds manifest holds (its own digest aside).
+MANIFEST_KEYS = frozenset(
+    {
+        "format", "format_version", "layout", "name", "backend", "num_steps", "num_episodes", "fields",
+        "source", "conversion", "lineage", "created_by", "created_at", "stats", "content_digest", "env",
+        "card",
+    }
+)  # fmt: skip
+
+
+def canonical_sha256(data: dict[str, Any]) -> str:
+    """sha256 of ``data`` as canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _digest_dict(value: Any) -> dict[str, Any]:
@@ -203,10 +224,17 @@ def _card_dict(value: Any) -> dict[str, Any]:
     return value
 
 
+def manifest_text(manifest: Manifest, *, compact: bool = False) -> str:
+    """``manifest.json``'s text: the manifest and its own digest (:data:`SELF_DIGEST`); ``compact``
+    is one line (the indented encoder cost a fifth of a small commit's CPU)."""
+    data = manifest.to_dict()
+    data[SELF_DIGEST] = canonical_sha256(data)
+    return json.dumps(data, indent=None if compact else 2, sort_keys=False) + "\n"
+
+
 def write_manifest(directory: Path, manifest: Manifest, *, fsync: bool, compact: bool = False) -> None:
-    """Write ``manifest.json`` atomically (temp file + rename) into ``directory``; ``compact``
-    writes one line (the indented encoder cost a fifth of a small commit's CPU)."""
-    text = json.dumps(manifest.to_dict(), indent=None if compact else 2, sort_keys=False) + "\n"
+    """Write :func:`manifest_text` atomically (temp file + rename) into ``directory``."""
+    text = manifest_text(manifest, compact=compact)
     # one writer per build folder: a fixed temp name; the folder is fsynced after the rename
     atomic_write(directory / MANIFEST_FILE, text, fsync=fsync, sync_dir=fsync, unique=False)
 
@@ -259,6 +287,7 @@ def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
             f"{path} has format_version {version!r}, newer than this rlds understands ({FORMAT_VERSION})",
             hint="upgrade rlds-cli ('pip install -U rlds-cli')",
         )
+    _check_own_digest(data, path)
     check_manifest_data(data, path)
     try:
         manifest = Manifest.from_dict(data)
@@ -274,3 +303,26 @@ def parse_manifest(text: str | bytes, path: Path | str) -> Manifest:
                 f"manifest {path} names the array key {key!r}, which is no safe path: {problem}"
             )
     return manifest
+
+
+def _check_own_digest(data: dict[str, Any], path: Path | str) -> None:
+    """Take :data:`SELF_DIGEST` out of ``data`` and check it; without one (an older rlds's manifest),
+    refuse a key no rlds writes.
+
+    Raises:
+        CorruptDatasetError: The digest differs (a byte changed since rlds wrote the file), or a key
+            is unknown.
+    """
+    recorded = data.pop(SELF_DIGEST, None)
+    hint = damage_hint(manifest_name(data, path))
+    if recorded is not None:
+        if recorded != canonical_sha256(data):
+            raise CorruptDatasetError(
+                f"manifest {path} does not match its own digest ({SELF_DIGEST}): it changed after rlds "
+                "wrote it",
+                hint=hint,
+            )
+        return
+    unknown = sorted(set(data) - MANIFEST_KEYS)
+    if unknown:
+        raise CorruptDatasetError(f"manifest {path} holds {unknown[0]!r}, a key no rlds writes", hint=hint)

@@ -36,6 +36,7 @@ from tests.d4rl_fixtures import (
     golden_three_episodes,
     write_d4rl,
 )
+from tests.dataset_fixtures import rewrite_manifest
 
 BACKENDS = ("memmap", "zarr")
 
@@ -676,6 +677,7 @@ def test_newer_format_version_raises_corrupt(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     data["format_version"] = FORMAT_VERSION + 1
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match="format_version") as info:
         open_dataset("future")
     assert "upgrade" in info.value.hint

@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 import rlds_cli
 from rlds_cli import open_dataset
 from rlds_cli.cache.integrity import check_episode_index, check_manifest_data
+from rlds_cli.cache.manifest import parse_manifest, read_manifest
 from rlds_cli.cache.ted import EPISODE_DTYPE
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
-from tests.dataset_fixtures import make_dataset
+from tests.dataset_fixtures import make_dataset, rewrite_manifest
 
 LENGTHS = [3, 4, 5]
 runner = CliRunner()
@@ -31,11 +32,8 @@ def _dataset_dir() -> Path:
 
 
 def _edit_manifest(edit: Callable[[dict[str, Any]], None]) -> Path:
-    path = _dataset_dir() / "manifest.json"
-    data = json.loads(path.read_text())
-    edit(data)
-    path.write_text(json.dumps(data))
-    return path
+    """The manifest written wrong with a valid own digest: the checks behind the digest must catch it."""
+    return rewrite_manifest(_dataset_dir(), edit)
 
 
 def _edit_index(edit: Callable[[np.ndarray], np.ndarray]) -> Path:
@@ -133,6 +131,50 @@ def test_verify_names_the_damage(case: str) -> None:
     line, stdout = _clean_failure(["verify", "d"])
     # a malformed manifest stops verify at once; a damaged index fails its "dataset opens" check
     assert (str(path) in line and says in line) or (str(path) in stdout and says in stdout), (line, stdout)
+
+
+def test_every_flipped_byte_of_a_manifest_is_refused() -> None:
+    """One flipped bit anywhere in manifest.json (a value, a key's name, the digest, the layout)
+    is damage: no flip yields a manifest that reads."""
+    path = _dataset_dir() / "manifest.json"
+    good = path.read_bytes()
+    read_manifest(path.parent)
+    for offset in range(len(good)):
+        flipped = bytearray(good)
+        flipped[offset] ^= 0x01
+        with pytest.raises(CorruptDatasetError):
+            parse_manifest(bytes(flipped), path)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["conversion"].__setitem__("dropped_rows", 1),  # a value no other check reads
+        lambda m: m.__setitem__("content_digesu", m.pop("content_digest")),  # the digests' name
+        lambda m: m["content_digest"].__setitem__("columnz", m["content_digest"].pop("columns")),
+    ],
+)
+def test_a_manifest_edited_after_rlds_wrote_it_fails_every_check(
+    edit: Callable[[dict[str, Any]], Any],
+) -> None:
+    path = _dataset_dir() / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2))
+    for command in (["inspect", "d", "--check"], ["verify", "d"]):
+        line, _ = _clean_failure(command)
+        assert f"manifest {path} does not match its own digest" in line, line
+
+
+def test_an_older_manifest_holding_a_key_no_rlds_writes_is_refused() -> None:
+    """Without its own digest (an older rlds's manifest) a damaged key name is still damage."""
+    path = rewrite_manifest(
+        _dataset_dir(), lambda m: m.__setitem__("manifest_sha257", "0" * 64), signed=False
+    )
+    line, _ = _clean_failure(["inspect", "d", "--check"])
+    assert f"manifest {path} holds 'manifest_sha257', a key no rlds writes" in line, line
+    rewrite_manifest(path, lambda m: m.pop("manifest_sha257"), signed=False)
+    assert runner.invoke(app, ["verify", "d"]).exit_code == 0  # an older manifest: still read
 
 
 def test_the_hint_says_verify_and_how_to_rebuild_or_remove() -> None:

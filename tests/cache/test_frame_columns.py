@@ -15,6 +15,7 @@ from rlds_cli.cache.digest import check_digests
 from rlds_cli.cache.manifest import read_manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import CorruptDatasetError
+from tests.dataset_fixtures import rewrite_manifest
 from tests.frames_fixtures import build_frames, psnr
 
 LENGTHS = [3, 5, 4]
@@ -177,6 +178,7 @@ def test_a_tampered_frame_spec_is_a_malformed_manifest(tmp_path: Path, edit: dic
     data = json.loads(path.read_text())
     data["fields"]["pixels"].update(edit)
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match=words):
         open_dataset("m", tmp_path)
 
@@ -197,6 +199,7 @@ def test_a_format_edit_fails_the_digest(tmp_path: Path, edit: dict, codec: str) 
     data = json.loads(path.read_text())
     data["fields"]["pixels"].update(edit)
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     report = check_digests(open_dataset("e", tmp_path))
     assert not report.ok and [p.key for p in report.problems] == ["pixels"]
 
@@ -226,11 +229,13 @@ def test_a_codec_on_a_step_field_or_in_a_version_1_manifest_is_malformed(tmp_pat
     data = json.loads(clean)
     data["format_version"] = 1
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match="format_version 1 cannot hold frame columns"):
         open_dataset("v", tmp_path)
     data = json.loads(clean)
     data["fields"]["action"].update(codec="png", dtype="uint8", shape=[48, 64, 3])
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match="on a per-step field"):
         open_dataset("v", tmp_path)
 

@@ -37,6 +37,7 @@ from rlds_cli.errors import CorruptDatasetError, SchemaMismatchError
 from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.write import segments
 from rlds_cli.write.compact import remove_retired
+from tests.dataset_fixtures import rewrite_manifest
 from tests.write.test_writer import episode
 
 runner = CliRunner()
@@ -196,6 +197,7 @@ def test_gc_leaves_segments_the_log_does_not_name_to_compact(
     manifest = json.loads((orphan / MANIFEST_FILE).read_text())
     manifest["source"]["writer"]["pid"] = DEAD_PID
     (orphan / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(orphan / MANIFEST_FILE)
     _later(monkeypatch)
     assert orphan not in remove_retired("g", dry_run=True)
     assert orphan not in remove_retired("g") and orphan.is_dir()
@@ -213,6 +215,7 @@ def test_compact_keeps_every_segment_of_a_log_overwritten_outside_rlds(isolated_
         manifest = json.loads((segment / MANIFEST_FILE).read_text())
         manifest["source"]["writer"]["pid"] = DEAD_PID
         (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+        rewrite_manifest(segment / MANIFEST_FILE)
     log = directory / COMMIT_LOG_FILE
     log.write_bytes(b"\xff" * log.stat().st_size)
     with pytest.raises(CorruptDatasetError, match=r"commits\.log is damaged: record 0"):

@@ -39,7 +39,7 @@ from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.inspection.validate import check_dataset
-from tests.dataset_fixtures import uid_episode
+from tests.dataset_fixtures import rewrite_manifest, uid_episode
 from tests.faults import assert_finishes_forked
 
 runner = CliRunner()
@@ -287,6 +287,7 @@ def test_compaction_refuses_a_segment_whose_episode_index_changed(isolated_cache
     manifest = json.loads((segment / MANIFEST_FILE).read_text())
     manifest["content_digest"]["episodes"] = "0" * 64
     (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(segment / MANIFEST_FILE)
     with pytest.raises(CorruptDatasetError, match="episode index does not match its digest"):
         rlds_cli.compact("g", root, grace_seconds=0)
     assert _uids(root) == [3, 4]
@@ -309,6 +310,7 @@ def _as_written_with_sha256(segment: Path) -> None:
         "episodes": hashlib.sha256(np.ascontiguousarray(index).tobytes()).hexdigest(),
     }
     (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(segment / MANIFEST_FILE)
 
 
 def test_segments_an_older_rlds_digested_with_sha256_are_checked_and_merged(isolated_cache: Path) -> None:
@@ -341,6 +343,7 @@ def test_compaction_refuses_a_segment_of_an_unknown_digest_algorithm(isolated_ca
     manifest = json.loads((segment / MANIFEST_FILE).read_text())
     manifest["content_digest"]["algorithm"] = "md5"
     (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(segment / MANIFEST_FILE)
     before = _segments(directory)
     with pytest.raises(CorruptDatasetError, match="algorithm this rlds does not know"):
         rlds_cli.compact("g", root, grace_seconds=0)
@@ -360,6 +363,7 @@ def test_a_manifest_that_contradicts_the_data_is_damage_never_a_cast(
     manifest = json.loads((target / MANIFEST_FILE).read_text())
     manifest["fields"]["observation"]["dtype"] = "int8"
     (target / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(target / MANIFEST_FILE)
     with pytest.raises(CorruptDatasetError, match=r"'observation' is (float32|int8) .* in the segment"):
         rlds_cli.open_dataset("g", root)[:]
     with pytest.raises(CorruptDatasetError):
@@ -374,6 +378,7 @@ def test_a_key_removed_from_the_head_manifest_is_damage(isolated_cache: Path) ->
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     del manifest["fields"]["info/episode_uid"]
     (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(directory / MANIFEST_FILE)
     with pytest.raises(CorruptDatasetError, match=r"keys differ .*info/episode_uid"):
         rlds_cli.open_dataset("g", root)
 

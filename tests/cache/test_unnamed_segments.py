@@ -22,6 +22,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.write.compact import remove_retired
 from tests.cache.test_gc_growing import DEAD_PID, _grow, _later
+from tests.dataset_fixtures import rewrite_manifest
 from tests.write.test_writer import episode
 
 runner = CliRunner()
@@ -44,6 +45,7 @@ def _as_dead_writers(directory: Path, pids: list[int]) -> list[Path]:
         manifest = json.loads((segment / MANIFEST_FILE).read_text())
         manifest["source"]["writer"]["pid"] = pid
         (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
+        rewrite_manifest(segment / MANIFEST_FILE)
     return found
 
 
@@ -99,6 +101,7 @@ def test_one_leftover_of_each_of_several_killed_writers_is_removed(isolated_cach
         manifest = json.loads((orphan / MANIFEST_FILE).read_text())
         manifest["source"]["writer"]["pid"] = pid
         (orphan / MANIFEST_FILE).write_text(json.dumps(manifest))
+        rewrite_manifest(orphan / MANIFEST_FILE)
     assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 0
     removed = rlds_cli.compact("g", grace_seconds=0).removed
     assert {"e0" * 16, "e1" * 16} <= set(removed)
@@ -126,6 +129,7 @@ def test_a_bad_setting_in_the_manifest_is_one_line(
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     manifest["source"]["growing"][key] = value
     (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rewrite_manifest(directory / MANIFEST_FILE)
     result = runner.invoke(app, ["gc"])
     assert result.exit_code == 0, result.output
     assert f"skipped growing dataset g: growing dataset 'g': its manifest's {key} must be" in result.stderr

@@ -33,6 +33,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import GoldenFactory
+from tests.dataset_fixtures import rewrite_manifest
 from tests.minari_fixtures import minari_path, record_random
 
 gym = pytest.importorskip("gymnasium")
@@ -256,6 +257,7 @@ def test_a_malformed_env_entry_is_a_corrupt_manifest(golden: rlds_cli.Dataset) -
     data = json.loads(path.read_text())
     data["env"] = {"spec": "not an object"}
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(rlds_cli.errors.CorruptDatasetError, match="missing or bad 'env'"):
         open_dataset("golden")
 

@@ -46,6 +46,7 @@ from rlds_cli.cli.app import app
 from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
 from rlds_cli.formats.keys import is_valid_key
 from tests.atari_dqn_fixtures import STORE_PREFIX, file_name, write_run
+from tests.dataset_fixtures import rewrite_manifest
 from tests.formats_fixtures import (
     golden_roboset,
     minari_episode,
@@ -849,6 +850,7 @@ def test_a_tampered_manifest_cannot_read_another_datasets_files(tmp_path: Path, 
     data = json.loads(manifest.read_text())
     data["fields"]["../../other/arrays/observation"] = data["fields"].pop("observation")
     manifest.write_text(json.dumps(data))
+    rewrite_manifest(manifest)
     with pytest.raises(
         CorruptDatasetError, match=re.escape("names the array key '../../other/arrays/observation'")
     ):

@@ -16,6 +16,7 @@ from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
+from tests.dataset_fixtures import rewrite_manifest
 from tests.formats_fixtures import (
     golden_ogbench,
     golden_roboset,
@@ -78,6 +79,7 @@ def test_flags_and_counts_reported(tmp_path: Path) -> None:
     manifest = json.loads((directory / "manifest.json").read_text())
     manifest["source"]["checks"]["expected"]["num_steps"] = 99
     (directory / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(directory / "manifest.json")
     report = check_dataset(open_dataset("m"))
     found = {(v.check, v.episode, v.step) for v in report.violations}
     assert ("done", 1, 1) in found

@@ -17,7 +17,7 @@ from rlds_cli.cache.growing import growing_settings
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
-from tests.dataset_fixtures import uid_episode
+from tests.dataset_fixtures import rewrite_manifest, uid_episode
 
 runner = CliRunner()
 
@@ -85,6 +85,7 @@ def test_a_manifest_without_min_total_keeps_its_readiness(isolated_cache: Path) 
     head = json.loads(path.read_text())
     del head["source"]["growing"]["min_total"]
     path.write_text(json.dumps(head))
+    rewrite_manifest(path, signed=False)
     ds = rlds_cli.open_dataset("old")
     assert ds.ready  # 20 steps of 15, as before
     assert (ds.settings["min_size"], ds.settings["min_total"]) == (0, 15)
@@ -101,6 +102,7 @@ def test_a_bad_min_total_is_refused(isolated_cache: Path, value: object) -> None
     head = json.loads(path.read_text())
     head["source"]["growing"]["min_total"] = value
     path.write_text(json.dumps(head))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match="its manifest's min_total must be"):
         rlds_cli.open_dataset("m")
 

@@ -23,6 +23,7 @@ from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.formats.select import parse_episodes
 from rlds_cli.inspection.validate import check_dataset
 from tests.cli_fixtures import download_ok
+from tests.dataset_fixtures import rewrite_manifest
 from tests.formats_fixtures import golden_roboset, ogbench_arrays, write_ogbench
 from tests.minari_fixtures import record_random
 
@@ -161,5 +162,6 @@ def test_check_reports_a_malformed_selection_in_the_manifest(tmp_path: Path) -> 
     assert manifest["source"]["options"]["episodes"] in ([0, 2], "0:2")
     manifest["source"]["options"]["episodes"] = [None, 2]
     path.write_text(json.dumps(manifest))
+    rewrite_manifest(path)
     report = check_dataset(open_dataset("r"))
     assert "the manifest's episode selection [None, 2] is not A:B" in [v.message for v in report.violations]

@@ -25,7 +25,7 @@ from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import golden_three_episodes
-from tests.dataset_fixtures import make_dataset
+from tests.dataset_fixtures import make_dataset, rewrite_manifest
 from tests.formats_fixtures import minari_episode, write_minari_by_hand
 
 FNS = "tests.preprocess_fns"
@@ -74,6 +74,7 @@ def drop_digests(name: str) -> None:
     for parent in data["lineage"]:
         parent.pop("created_at", None)
     path.write_text(json.dumps(data))
+    rewrite_manifest(path, signed=False)
 
 
 # ----------------------------------------------------------------------------- the digest itself
@@ -113,6 +114,7 @@ def as_written_by_sha256_rlds(name: str) -> Path:
         "episodes": hashlib.sha256(np.ascontiguousarray(ds.episode_index).tobytes()).hexdigest(),
     }
     path.write_text(json.dumps(data))
+    rewrite_manifest(path, signed=False)
     return path
 
 
@@ -126,6 +128,7 @@ def test_an_unknown_algorithm_of_a_view_of_a_parent_without_digests_fails_too() 
     data = json.loads(path.read_text())
     data["content_digest"]["algorithm"] = "md5"
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     assert not check_dataset(open_dataset("v")).ok
     assert rlds("verify", "v").exit_code == 1
     assert rlds("inspect", "v", "--check", "--no-stats").exit_code == 1
@@ -150,6 +153,7 @@ def test_digests_of_an_algorithm_rlds_does_not_know_fail_the_check(algorithm: An
     data = json.loads(path.read_text())
     data["content_digest"]["algorithm"] = algorithm
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     report = check_dataset(open_dataset("d"))
     assert [(v.check, v.key) for v in report.violations] == [("digest", "content_digest")]
     assert "does not know" in report.violations[0].message
@@ -236,6 +240,7 @@ def test_a_tampered_digest_field_is_one_clear_error() -> None:
     data = json.loads(path.read_text())
     data["content_digest"] = ["not", "a", "dict"]
     path.write_text(json.dumps(data))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match=r"malformed.*content_digest"):
         open_dataset("d")
     result = rlds("verify", "d")

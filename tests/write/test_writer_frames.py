@@ -15,6 +15,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import CorruptDatasetError, FramesModeError
 from rlds_cli.write.compact import compact
 from rlds_cli.write.writer import DatasetWriter
+from tests.dataset_fixtures import rewrite_manifest
 from tests.frames_fixtures import frame_rows, psnr
 
 
@@ -120,6 +121,7 @@ def test_a_segment_whose_codec_was_edited_is_refused_and_never_compacted(tmp_pat
     victim = open_dataset("c", tmp_path).segment_datasets()[0]
     path = victim.directory / "manifest.json"
     path.write_text(path.read_text().replace('"codec": "png"', '"codec": "webp"'))
+    rewrite_manifest(path)
     with pytest.raises(CorruptDatasetError, match="stored as webp frames in the segment, as png"):
         open_dataset("c", tmp_path).episode(0)
     with pytest.raises(CorruptDatasetError):
