@@ -26,8 +26,9 @@ conventions below over every command.
   `2` a usage error (unknown command or option, a missing or malformed argument: click's
   message, no hint); `130` interrupted (Ctrl-C), with nothing published.
 - **Options every command has.** `-h/--help`; `--json` (one JSON document on stdout, nothing
-  else there); `-q/--quiet` (only the names or paths the command lists, creates or removes, one
-  per line: `list` the names, `list --remote` and `info` the ids, `download`/`demo`/`preprocess`/
+  else there; strict JSON: a number that is not finite, NaN or infinity, is `null`);
+  `-q/--quiet` (only the names or paths the command lists, creates or removes, one per line:
+  `list` the names, `list --remote` and `info` the ids, `download`/`demo`/`preprocess`/
   `view`/`split` the new dataset's name, `rm` the removed names, `gc` the removed paths, `export`
   and `path` the path, `score` the normalized scores; `inspect`, `verify` and `du` print nothing
   and keep their exit status);

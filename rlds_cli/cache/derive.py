@@ -86,8 +86,8 @@ def create_selection(
     if len(ids) == 0 or ids[0] < 0 or ids[-1] >= source.num_episodes or (np.diff(ids) == 0).any():
         raise InvalidSelectionError(
             f"a selection of dataset {parent!r} ({source.num_episodes} episodes) needs distinct episode "
-            f"positions from 0 to {source.num_episodes - 1}, got {len(ids)} from {ids.min(initial=0)} "
-            f"to {ids.max(initial=0)}"
+            f"positions from 0 to {source.num_episodes - 1}, got "
+            + (f"{len(ids)} from {ids[0]} to {ids[-1]}" if len(ids) else "none")
         )
     return _publish_view(
         source, parent, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout

@@ -21,7 +21,10 @@ from rlds_cli.cache.layout import (
     BUILD_SUFFIX,
     DATASETS_DIR,
     JOURNAL_SUFFIX,
+    LOCKS_DIR,
     MANIFEST_FILE,
+    RAW_DIR,
+    TMP_DIR,
     TRASH_SUFFIX,
     CacheLayout,
     entry_name,
@@ -82,6 +85,21 @@ def overlap(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> str
     return "holds" if theirs.is_relative_to(mine) else None
 
 
+def cache_overlap(path: str | os.PathLike[str], root: Path) -> str | None:
+    """How writing ``path`` would reach the cache at ``root`` ("is the rlds cache (ROOT)", "lies
+    inside the rlds cache's datasets/ folder (...)"): ``path`` is or holds the root, or is, lies in
+    or holds one of the folders rlds keeps there (datasets, tmp, locks, raw); ``None`` otherwise
+    (other folders under the root are the user's)."""
+    how = overlap(path, root)
+    if how in ("is", "holds"):
+        return f"{how} the rlds cache ({root})"
+    for name in (DATASETS_DIR, TMP_DIR, LOCKS_DIR, RAW_DIR):
+        how = overlap(path, root / name)
+        if how is not None:
+            return f"{how} the rlds cache's {name}/ folder ({root / name})"
+    return None
+
+
 def enclosing_cache(directory: Path) -> Path | None:
     """The cache root a published dataset folder lies in (``ROOT/datasets/NAME``), else ``None``."""
     return directory.parent.parent if directory.parent.name == DATASETS_DIR else None
@@ -99,6 +117,10 @@ class CacheRoot:
         self.layout = CacheLayout(self.path)
         if self.path.exists() and not self.path.is_dir():
             raise CacheLocationError(f"the cache root {self.path} is a file, not a directory")
+        # a root that cannot be made: a folder above it is a file (every write would fail later)
+        above = next((p for p in self.path.parents if os.path.lexists(p)), None)
+        if above is not None and not above.is_dir():
+            raise CacheLocationError(f"the cache root {self.path} lies under {above}, which is a file")
 
     def __repr__(self) -> str:
         return f"CacheRoot({str(self.path)!r})"

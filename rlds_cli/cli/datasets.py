@@ -309,7 +309,7 @@ def _render_growing(g: dict[str, Any]) -> None:
     ]
     out.print(
         f"growing  {output.count(g['segments'], 'segment')} ({g['segments_on_disk']:,} on disk), "
-        f"{output.count(g['log_records'], 'commit')}, "
+        f"{output.count(g['log_records'], 'log record')}, "
         f"{ready}; capacity {', '.join(caps) or 'none'}; {g['evicted_episodes']:,} episodes evicted, "
         f"{g['protected_episodes']:,} protected",
         soft_wrap=True,

@@ -361,7 +361,10 @@ def demo(
         out.rule("3. sample through the loader (torch)")
     from rlds_cli.loader import Loader
 
-    loader = Loader(dataset, batch_size=batch_size, seed=0, num_batches=batches)
+    try:
+        loader = Loader(dataset, batch_size=batch_size, seed=0, num_batches=batches)
+    except ValueError as exc:  # a batch too large for this machine's memory: the option's value
+        raise typer.BadParameter(str(exc), param_hint="--batch-size") from None
     sampled: list[dict[str, Any]] = []
     for i, batch in enumerate(loader):
         shapes = {

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,9 +58,21 @@ GLYPHS = {"block": ("█", "#"), "arrow": ("→", "->"), "ellipsis": ("…", "..
 
 
 def print_json(data: Any) -> None:
-    """Write one JSON document to stdout, unstyled and unwrapped (for pipes and scripts)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Write one JSON document to stdout, unstyled and unwrapped (for pipes and scripts): strict
+    JSON, a float that is not finite (NaN, infinity) written as ``null``."""
+    sys.stdout.write(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def error(message: str, hint: str = "") -> None:

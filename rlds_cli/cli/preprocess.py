@@ -142,8 +142,11 @@ def preprocess(
     from rlds_cli import preprocess as pp
     from rlds_cli.cache.layout import is_url
     from rlds_cli.catalog.registry import resolve_name
+    from rlds_cli.cli.transfer import refuse_memory_store
     from rlds_cli.errors import PreprocessError, UserFunctionError
 
+    for url in (name, out or ""):
+        refuse_memory_store(url)  # the store would be gone when the command exits
     name = name if is_url(name) else resolve_name(name, root)
     common: dict[str, Any] = {
         "by": by, "chunk_steps": chunk_steps, "keys": keys or None, "stats": stats,

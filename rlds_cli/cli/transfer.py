@@ -210,7 +210,7 @@ def push(
     """
     from rlds_cli.remote.transfer import push as run_push
 
-    _refuse_memory(url)
+    refuse_memory_store(url)
     _report(
         run_push, name, url, verb="uploading", force=force, storage_option=storage_option,
         endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
@@ -248,7 +248,7 @@ def pull(
     """
     from rlds_cli.remote.transfer import pull as run_pull
 
-    _refuse_memory(url)
+    refuse_memory_store(url)
     _report(
         run_pull, url, name, verb="downloading", force=force, storage_option=storage_option,
         endpoint_url=endpoint_url, root=root, json=json, quiet=quiet,
@@ -284,7 +284,7 @@ def _report(
         output.console.print(_line(result, row, pushed=pushed), soft_wrap=True)
 
 
-def _refuse_memory(url: str) -> None:
+def refuse_memory_store(url: str) -> None:
     """A ``memory://`` store lives in one process: a command would push into a store that is gone
     when it exits (and report success), or pull from one that is always empty."""
     from rlds_cli.errors import RemoteAccessError

@@ -30,9 +30,10 @@ import numpy as np
 
 from rlds_cli._util.io import atomic_path
 from rlds_cli._util.lazy import resolve
+from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import TMP_DIR
-from rlds_cli.cache.root import enclosing_cache, overlap
+from rlds_cli.cache.root import cache_overlap, enclosing_cache, overlap
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError, UnknownFormatError
 
@@ -59,7 +60,8 @@ def export_dataset(
 ) -> Path:
     """Write ``dataset`` to ``out`` in ``format`` (see the table above).
 
-    The output is written under a temporary name beside ``out`` and renamed into place when
+    The dataset's files and content digests are checked first (a damaged dataset is refused, naming
+    the key). The output is written under a temporary name beside ``out`` and renamed into place when
     complete: a killed export leaves no half-written file. A growing dataset (written by
     :class:`~rlds_cli.DatasetWriter`) is exported as of one view, from a hard-link copy of its files
     (:func:`~rlds_cli.cache.snapshot.snapshot_copy`), so writers, evictions and compactions may go
@@ -93,8 +95,10 @@ def export_dataset(
         with snapshot_copy(dataset) as copy:
             view = GrowingDataset(copy)
             _refuse_empty(view)
+            verify_parent(view)
             return exporter(view, Path(out), overwrite=overwrite, progress=progress, **kwargs)
     _refuse_empty(dataset)
+    verify_parent(dataset)  # damaged values are never copied out as if they were data
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress, **kwargs)
 
 
@@ -108,16 +112,17 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
             hint="export to a local path and copy it to the store, or share the dataset itself with "
             "'rlds push NAME URL' (--to lerobot also exports to hf://datasets/ORG/REPO)",
         )
+    how = overlap(out, dataset.directory)
+    problem = f"{how} dataset {dataset.name!r} ({dataset.directory})" if how else None
     cache = enclosing_cache(dataset.directory)
-    if cache is not None and overlap(out, cache / TMP_DIR) == "lies inside":
-        cache = None  # a build folder of rlds's own (the Hub export writes there first)
-    for folder, what in ((dataset.directory, f"dataset {dataset.name!r}"), (cache, "the rlds cache")):
-        how = overlap(out, folder) if folder is not None else None
-        if how is not None:
-            raise ExportError(
-                f"{out} {how} {what} ({folder}): the export would write over or remove its files",
-                hint="export to a path outside the cache (RLDS_HOME)",
-            )
+    # inside tmp/: a build folder of rlds's own (the Hub export writes there first)
+    if problem is None and cache is not None and overlap(out, cache / TMP_DIR) != "lies inside":
+        problem = cache_overlap(out, cache)
+    if problem is not None:
+        raise ExportError(
+            f"{out} {problem}: the export would write over or remove its files",
+            hint="export to a path outside the cache's own folders (RLDS_HOME/datasets, tmp, ...)",
+        )
 
 
 def _refuse_empty(dataset: Dataset) -> None:

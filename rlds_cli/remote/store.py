@@ -110,6 +110,11 @@ def open_url(
             hint="give an fsspec URL such as s3://bucket/prefix/NAME or file:///data/NAME; "
             "--storage-option KEY=VALUE passes options to its filesystem",
         ) from None
+    except OSError as exc:  # a filesystem that connects when it is made (ftp, sftp): host unknown...
+        raise RemoteAccessError(
+            f"cannot reach {url}: {_first_line(exc)}",
+            hint="check the URL's host and port, and that this machine reaches it",
+        ) from None
     # a listing cached by an earlier call in this process may predate another process's writes
     fs.invalidate_cache()
     return fs, path.rstrip("/")

@@ -41,8 +41,8 @@ from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
-from rlds_cli.cache.manifest import Manifest, manifest_json, parse_manifest
-from rlds_cli.cache.root import CacheRoot, overlap, validate_name
+from rlds_cli.cache.manifest import Manifest, manifest_json, manifest_text, parse_manifest
+from rlds_cli.cache.root import CacheRoot, cache_overlap, overlap, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetExistsError,
@@ -170,13 +170,13 @@ def push_directory(
         return result.timed(started)
     fs, base = store.open_url(url, storage_options, endpoint_url)
     if _is_local(fs):
-        for folder, what in ((directory, f"dataset {name!r}"), (cache.path, "the rlds cache")):
-            how = overlap(base, folder)
-            if how is not None:
-                raise RemoteAccessError(
-                    f"{url} {how} {what} ({folder}): a push there would write over its files",
-                    hint="push to a folder of its own outside the cache, e.g. file:///data/rlds-store/NAME",
-                )
+        how = overlap(base, directory)
+        problem = f"{how} dataset {name!r} ({directory})" if how else cache_overlap(base, cache.path)
+        if problem is not None:
+            raise RemoteAccessError(
+                f"{url} {problem}: a push there would write over its files",
+                hint="push to a folder of its own outside the cache, e.g. file:///data/rlds-store/NAME",
+            )
     journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
     with journal.locked(url):
         result = _push(
@@ -670,10 +670,8 @@ def _what(rel: str, manifest: Manifest) -> str:
 
 def _renamed(manifest: Manifest, name: str) -> bytes:
     """The manifest under another name, as ``write_manifest`` writes it."""
-    import json
-
     manifest.name = name
-    return (json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n").encode()
+    return manifest_text(manifest).encode()
 
 
 def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes) -> bool:

@@ -159,8 +159,15 @@ def test_split_on_the_command_line_takes_seed_and_last(parent: Dataset) -> None:
 def test_a_selection_must_name_distinct_episodes_of_the_parent(parent: Dataset) -> None:
     from rlds_cli.cache.derive import create_selection
 
-    for ids in ([], [0, 10], [-1, 2], [2, 2]):
-        with pytest.raises(InvalidSelectionError, match="needs distinct episode positions from 0 to 9"):
+    for ids, got in (
+        ([], "none"),
+        ([10, 0], "2 from 0 to 10"),
+        ([-3, -1], "2 from -3 to -1"),
+        ([2, 2], "2 from 2 to 2"),
+    ):
+        with pytest.raises(
+            InvalidSelectionError, match=f"needs distinct episode positions from 0 to 9, got {got}$"
+        ):
             create_selection("ten", "bad", ids)
     assert not CacheRoot().exists("bad")
     assert _ids(create_selection("ten", "two", [7, 2])) == [2, 7]  # the parent's order

@@ -323,3 +323,20 @@ def test_counting_progress_notes_and_bar_on_a_terminal_only(monkeypatch: pytest.
         text = buffer.getvalue()
         assert ("resuming: 4,000 done" in text) is terminal, text
         assert ("copying" in text) is terminal, text
+
+
+def test_a_cache_root_under_a_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    root = tmp_path / "afile" / "sub"
+    for args in (["download", str(golden_three_episodes(tmp_path / "g.hdf5", with_next=False))], ["list"]):
+        result = runner.invoke(app, [*args, "--root", str(root)])
+        assert result.exit_code == 1, result.output
+        line = result.stderr.splitlines()[0]
+        assert line == f"error: the cache root {root} lies under {tmp_path / 'afile'}, which is a file", line
+
+
+def test_a_demo_batch_too_large_for_memory_is_a_usage_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--batch-size", "99999999999", "--root", str(tmp_path / "h")])
+    assert result.exit_code == 2, result.output
+    assert "Error: Invalid value for --batch-size: batch_size=99999999999" in result.stderr
+    assert "unexpected" not in result.output and "lower batch_size" in " ".join(result.output.split())

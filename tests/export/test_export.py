@@ -320,3 +320,23 @@ def test_keys_that_clash_as_lerobot_names_are_named(tmp_path: Path) -> None:
     named = "'observation/a.b', 'observation/a/b' map to the LeRobot feature name(s) 'observation.a.b'"
     assert named in result.output
     assert "--force" not in result.output and "observation/pos" not in result.output
+
+
+@pytest.mark.parametrize("storage", ["memmap", "zarr"])
+@pytest.mark.parametrize("to", ["npz", "torchrl", "d4rl"])
+def test_a_damaged_dataset_is_refused_not_exported(to: str, storage: str, tmp_path: Path) -> None:
+    """One flipped byte of a column (the file's size unchanged): the export names the damaged key
+    and writes nothing, as merge does, instead of copying the damage out as data."""
+    result = runner.invoke(app, ["download", "demo", "--storage", storage, "--name", "d", "-q"])
+    assert result.exit_code == 0, result.output
+    arrays = open_dataset("d").directory / "arrays"
+    column = arrays / "action.npy" if storage == "memmap" else arrays / "action" / "c" / "0" / "0"
+    data = bytearray(column.read_bytes())
+    data[-5] ^= 0x01
+    column.write_bytes(bytes(data))
+    out = tmp_path / ("out.npz" if to == "npz" else "out.hdf5" if to == "d4rl" else "out")
+    result = runner.invoke(app, ["export", "d", str(out), "--to", to])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("error: dataset 'd' is damaged") and "action" in line, line
+    assert not out.exists() and not list(tmp_path.glob("*.partial*"))

@@ -114,3 +114,27 @@ def test_cli_inspect_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == "error: --plot needs matplotlib, which is not installed"
     assert "rlds-cli[plot]" in result.stderr
+
+
+def test_inspect_json_is_strict_json_when_a_return_is_nan(tmp_path: Path) -> None:
+    """A NaN reward makes an episode's return NaN: --json writes null (strict parsers refuse NaN)."""
+    import rlds_cli
+
+    with rlds_cli.DatasetWriter("f", mode="create") as writer:
+        for reward in (1.0, np.nan):
+            writer.add_episode({
+                "observation": np.arange(3, dtype=np.float32)[:, None],
+                "next/observation": np.arange(1, 4, dtype=np.float32)[:, None],
+                "action": np.zeros((3, 1), np.float32),
+                "next/reward": np.full(3, reward, np.float32),
+                "next/terminated": np.array([False, False, True]),
+                "next/truncated": np.zeros(3, bool),
+            })  # fmt: skip
+    result = runner.invoke(app, ["inspect", "f", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "NaN" not in result.stdout and "Infinity" not in result.stdout
+
+    def refuse(token: str) -> None:
+        raise ValueError(token)
+
+    json.loads(result.stdout, parse_constant=refuse)

@@ -364,7 +364,12 @@ def test_a_push_into_the_cache_is_refused_and_leaves_the_dataset_whole(tmp_path:
     make_demo("d", "memmap")
     cache = CacheRoot()
     before = tree(cache.dataset_dir("d"))
-    for target in (cache.dataset_dir("d"), cache.path, cache.path / "store" / "d"):
+    for target in (
+        cache.dataset_dir("d"),
+        cache.path,
+        cache.datasets_dir / "store",
+        cache.layout.raw_dir / "d",
+    ):
         for url in (f"file://{target}", str(target)):
             result = runner.invoke(app, ["push", "d", url])
             assert result.exit_code == 1, result.output
@@ -385,11 +390,16 @@ def test_an_export_into_the_cache_or_to_a_url_is_refused(tmp_path: Path) -> None
         (inside, "torchrl"),
         (inside / "arrays" / "action.npy", "npz"),
         (cache.path.parent, "torchrl"),  # holds the cache
+        (cache.datasets_dir / "e", "torchrl"),
+        (cache.tmp_dir, "torchrl"),
     ):
         result = runner.invoke(app, ["export", "d", str(out), "--to", to, "--force"])
         assert result.exit_code == 1, result.output
         assert "the export would write over or remove its files" in result.stderr.splitlines()[0]
     assert tree(inside) == before and runner.invoke(app, ["verify", "d"]).exit_code == 0
+    mine = cache.path / "exports" / "d"  # a folder of the user's beside the cache's own
+    assert runner.invoke(app, ["export", "d", str(mine), "--to", "npz"]).exit_code == 0
+    assert runner.invoke(app, ["verify", "d"]).exit_code == 0
     for url in ("s3://bucket/exp", "file:///tmp/exp"):
         result = runner.invoke(app, ["export", "d", url, "--to", "npz"])
         assert result.exit_code == 1 and f"error: {url} is a URL" in result.stderr, result.output
@@ -405,6 +415,9 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.Mon
     gone = "a memory:// store lives inside one process and is gone when this command exits"
     cases = [
         (["pull", f"file://{tmp_path}/nothing"], "holds no manifest.json: it is not an rlds dataset"),
+        # a filesystem that connects when it is made (nothing listens on port 1)
+        (["push", "d", "ftp://127.0.0.1:1/d"], "cannot reach ftp://127.0.0.1:1/d: "),
+        (["preprocess", "d", "--fn", "tests.preprocess_fns:identity", "-n", "memory://b/o"], gone),
         (["push", "d", "nope://bucket/d"], "cannot open nope://bucket/d: Protocol not known"),
         (["push", "d", store, "--storage-option", "novalue"], "is not KEY=VALUE"),
         (["push", "nosuch", store], "no dataset named 'nosuch'"),
