@@ -212,14 +212,7 @@ def _push(
             old_files = set(old_index.files)
         if committed != manifest_bytes and not force:
             raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
-        if force:
-            # readers must never see the old manifest over new files (nor over files being
-            # uploaded again): it goes first
-            with store.translated(url):
-                fs.rm_file(store.join(base, MANIFEST_FILE))
-                if fs.exists(store.join(base, INDEX_FILE)):
-                    fs.rm_file(store.join(base, INDEX_FILE))
-            result.replaced = committed != manifest_bytes
+        result.replaced = committed != manifest_bytes
     known.update(journal.entries())
     remote = store.list_files(fs, base, url)
     todo = []
@@ -235,6 +228,15 @@ def _push(
             result.skipped += 1
         else:
             todo.append(rel)
+    if committed is not None and (force or committed != manifest_bytes or any(rel in remote for rel in todo)):
+        # readers must never see the committed manifest over other files (a new version's, or
+        # files written again: a growing dataset's log, a mended file): it goes first, so they see
+        # the old version whole, then nothing, then the new one whole
+        with store.translated(url):
+            fs.rm_file(store.join(base, MANIFEST_FILE))
+            if fs.exists(store.join(base, INDEX_FILE)):
+                fs.rm_file(store.join(base, INDEX_FILE))
+        committed = None
     if committed == manifest_bytes and not todo:
         if old_index is None or any(
             (e.blocks and not old_index.files[rel].blocks) or (e.crcs and not old_index.files[rel].crcs)
@@ -507,7 +509,7 @@ def pull(
         # a growing dataset's digests are its segments' (checked at the end as a converted one's)
         digests_checked=bool(manifest.content_digest.get("columns")) or manifest.layout == SEGMENTED_LAYOUT,
     )  # fmt: skip
-    if not force and _same_as_published(cache, name, local_manifest):
+    if not force and _same_as_published(cache, name, local_manifest, index):
         result.up_to_date, result.digests_checked = True, False
         return result.timed(started)
     try:
@@ -533,7 +535,7 @@ def _pull_locked(
     entry = cache.dataset_dir(name).name
     cache.recover(entry)  # a replacement of this name a crash interrupted: finish it first
     if cache.exists(name):
-        if not force and _same_as_published(cache, name, local_manifest):
+        if not force and _same_as_published(cache, name, local_manifest, index):
             result.up_to_date, result.digests_checked = True, False
             return
         if not force:
@@ -674,8 +676,20 @@ def _renamed(manifest: Manifest, name: str) -> bytes:
     return manifest_text(manifest).encode()
 
 
-def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes) -> bool:
+def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes, index: RemoteIndex) -> bool:
+    """Whether the cache's ``name`` is the pushed version: the same manifest and, for a growing
+    dataset (whose manifest stays the same as it grows), the same files, size for size."""
+    directory = cache.dataset_dir(name)
     try:
-        return (cache.dataset_dir(name) / MANIFEST_FILE).read_bytes() == manifest_bytes
+        if (directory / MANIFEST_FILE).read_bytes() != manifest_bytes:
+            return False
     except OSError:
         return False
+    if manifest_json(manifest_bytes, directory).get("layout") != SEGMENTED_LAYOUT:
+        return True
+    here = {
+        rel: path.stat().st_size
+        for path in directory.rglob("*")
+        if path.is_file() and (rel := path.relative_to(directory).as_posix()) != MANIFEST_FILE
+    }
+    return here == {rel: entry.size for rel, entry in index.files.items()}

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
@@ -234,6 +235,58 @@ def test_a_push_killed_before_any_write_leaves_no_manifest_and_resumes(tmp_path:
         assert (remote / "manifest.json").is_file()
     pulled = pull(url, root=tmp_path / "other")
     assert tree(Path(pulled.path)) == tree(CacheRoot().dataset_dir(name))
+
+
+def _grow(name: str, episodes: int, seed: int) -> None:
+    import rlds_cli
+
+    rng = np.random.default_rng(seed)
+    with rlds_cli.DatasetWriter(name, mode="append", storage="zarr") as writer:
+        for _ in range(episodes):
+            obs = rng.standard_normal((21, 4)).astype(np.float32)
+            writer.add_episode({
+                "observation": obs[:-1], "next/observation": obs[1:],
+                "action": rng.standard_normal((20, 2)).astype(np.float32),
+                "next/reward": rng.standard_normal(20).astype(np.float32),
+                "next/terminated": np.eye(20, dtype=bool)[-1], "next/truncated": np.zeros(20, bool),
+            })  # fmt: skip
+
+
+def test_a_grown_dataset_pushed_again_is_never_seen_half_written_and_pulls_again(tmp_path: Path) -> None:
+    """A growing dataset keeps its manifest as it grows: its second push writes its log again over
+    the pushed one. The pushed manifest goes first, so a push killed at any write leaves the URL
+    without one (a push under way), never a manifest over a log of another push; and a pull of the
+    grown dataset is no 'already holds this version'."""
+    _grow("g", 3, 0)
+    url = f"file://{tmp_path / 'store' / 'g'}"
+    push("g", url)
+    other = CacheRoot(tmp_path / "o")
+    assert pull(url, root=other).downloaded
+    _grow("g", 2, 1)
+    writes = 0
+    for k in range(1, 40):
+
+        def killed(k: int = k) -> None:
+            upload, put = _write_counter(k)
+            push_module._upload_file, push_module._put_bytes = upload, put
+            push("g", url)
+
+        code, _ = faults._fork(killed, None)
+        if code != faults.KILLED:  # the push finished before its k-th write
+            writes = k - 1
+            break
+        manifest = tmp_path / "store" / "g" / "manifest.json"
+        if manifest.exists():  # still the first push, whole
+            assert pull(url, root=tmp_path / f"p{k}").downloaded
+        else:
+            with pytest.raises(RemoteDatasetNotFoundError):
+                pull(url, root=tmp_path / f"p{k}")
+    assert writes > 2
+    with pytest.raises(DatasetExistsError, match="'g' already exists") as info:
+        pull(url, root=other)  # another version of 'g': not 'up to date'
+    assert "--force" in info.value.hint
+    assert pull(url, root=other, force=True).replaced
+    assert open_dataset("g", other).num_steps == 100 == open_dataset("g").num_steps
 
 
 def test_a_pull_killed_at_every_step_shows_nothing_and_resumes(tmp_path: Path) -> None:
