@@ -94,7 +94,10 @@ def export(
         if value is None:
             continue
         if to != fmt:
-            raise ExportError(f"{flag} is an option of --to {fmt}, not of --to {to}")
+            raise ExportError(
+                f"{flag} is an option of --to {fmt}, not of --to {to}",
+                hint=f"drop {flag}, or export --to {fmt}",
+            )
         options[option] = value
     dataset = open_dataset(resolve_name(name, root), root)
     if out.startswith("hf://"):

@@ -86,7 +86,11 @@ def export_dataset(
     accepted = inspect.signature(exporter).parameters
     for option in kwargs:
         if option not in accepted or option in ("overwrite", "progress"):
-            raise ExportError(f"the {format} export takes no option {option!r}")
+            own = [o for o in accepted if o not in ("dataset", "out", "overwrite", "progress")]
+            raise ExportError(
+                f"the {format} export takes no option {option!r}",
+                hint=f"its options: {', '.join(own) or 'none'}",
+            )
     from rlds_cli.cache.growing import GrowingDataset
 
     if isinstance(dataset, GrowingDataset):

@@ -357,7 +357,10 @@ def export_rlds(
         ``out``.
     """
     if image_codec not in IMAGE_CODECS:
-        raise ExportError(f"image_codec is {image_codec!r}; RLDS exports take {', '.join(IMAGE_CODECS)}")
+        raise ExportError(
+            f"image_codec is {image_codec!r}; RLDS exports take {', '.join(IMAGE_CODECS)}",
+            hint=f"pass --image-codec {IMAGE_CODECS[0]} (lossless), or leave it out",
+        )
     if not have_crc32c():
         raise MissingExtraError(
             "TFRecord checksums need a crc32c package, which is not installed", hint=_EXTRA_HINT

@@ -212,8 +212,8 @@ class RemoteFiles:
                 f"the push's index makes it {size:,}"
             )
         raise CorruptDatasetError(
-            f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got[:16]}..., "
-            f"the push recorded {want[:16]}..."
+            f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got}, "
+            f"the push recorded {want} in its files index (the file or the index is damaged)"
         )
 
     def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
@@ -290,10 +290,11 @@ class RemoteFiles:
     def _verify(self, rel: str, size: int, sha: str) -> None:
         entry = self.index.files[rel]
         if size != entry.size or sha != entry.sha256:
-            found = f"{size} bytes" if size != entry.size else f"sha256 {sha[:16]}..."
+            found = f"{size} bytes" if size != entry.size else f"sha256 {sha}"
             raise CorruptDatasetError(
                 f"{self.where(rel)} differs from the file pushed: {found}, the push recorded "
-                f"{entry.size} bytes, sha256 {entry.sha256[:16]}..."
+                f"{entry.size} bytes, sha256 {entry.sha256} in its files "
+                "index (the file or the index is damaged)"
             )
 
     # ------------------------------------------------------------------ the file cache

@@ -596,10 +596,11 @@ def _download_file(
         progress("advance", size)
     if size != entry.size or sha != entry.sha256:
         part.unlink(missing_ok=True)
-        found = f"{size} bytes" if size != entry.size else f"sha256 {sha[:16]}..."
+        found = f"{size} bytes" if size != entry.size else f"sha256 {sha}"
         raise RemoteCorruptError(
             f"{url}/{rel} ({_what(rel, manifest)}) differs from the file pushed: {found}, the push "
-            f"recorded {entry.size} bytes, sha256 {entry.sha256[:16]}..."
+            f"recorded {entry.size} bytes, sha256 {entry.sha256} in its files "
+            "index (the file or the index is damaged)"
         )
     os.replace(part, target)
 

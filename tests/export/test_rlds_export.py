@@ -259,13 +259,20 @@ def test_cli(oxe: Dataset, tmp_path: Path) -> None:
     assert bad.stderr.splitlines()[0] == "error: image_codec is 'gif'; RLDS exports take png, jpeg, none"
     wrong = runner.invoke(app, ["export", "oxe", str(tmp_path / "y"), "--to", "d4rl", "--image-codec", "png"])
     assert wrong.exit_code == 1
-    assert wrong.stderr.splitlines()[0] == "error: --image-codec is an option of --to rlds, not of --to d4rl"
+    assert wrong.stderr.splitlines() == [
+        "error: --image-codec is an option of --to rlds, not of --to d4rl",
+        "hint: drop --image-codec, or export --to rlds",  # not "pass --force"
+    ]
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
 def test_unknown_option_is_refused(oxe: Dataset, tmp_path: Path) -> None:
-    with pytest.raises(ExportError, match="the d4rl export takes no option 'image_codec'"):
+    with pytest.raises(ExportError, match="the d4rl export takes no option 'image_codec'") as info:
         export_dataset(oxe, tmp_path / "x.hdf5", "d4rl", options={"image_codec": "png"})
+    assert info.value.hint == "its options: none"
+    with pytest.raises(ExportError, match="the rlds export takes no option 'codec'") as info:
+        export_dataset(oxe, tmp_path / "x", "rlds", options={"codec": "png"})
+    assert info.value.hint == "its options: image_codec, shard_bytes"
 
 
 # ----------------------------------------------------------------------------- TFDS itself
