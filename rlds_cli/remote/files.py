@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlds_cli._util.io import atomic_write, crc32c, sha256_file
 from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.errors import (
@@ -234,6 +236,7 @@ class RemoteFiles:
                     groups[-1] = (g_rel, g_start, max(end, g_end), [*members, k])
                     continue
             groups.append((rel, start, end, [k]))
+        groups = [(rel, *self._whole_blocks(rel, start, end), members) for rel, start, end, members in groups]
         fs = self.fs
         paths = [store.join(self.base, g[0]) for g in groups]
         with store.translated(self.url):
@@ -258,12 +261,41 @@ class RemoteFiles:
                 raise CorruptDatasetError(
                     f"{self.where(rel)} {what} (bytes {g_start}-{g_end} asked, {len(blob)} read)"
                 )
+            self._verify_whole_blocks(rel, g_start, blob)
             total += len(blob)
             view = memoryview(blob)
             for k in members:
                 out[k] = bytes(view[int(starts[k]) - g_start : int(ends[k]) - g_start])
         self._count(len(groups), total)
         return out
+
+    def _whole_blocks(self, rel: str, start: int, end: int) -> tuple[int, int]:
+        """``[start, end)`` widened to the bounds of the blocks it touches where that at most doubles
+        the bytes fetched (bulk reads: every byte is then checked, :meth:`_verify_whole_blocks`);
+        small scattered reads stay as asked."""
+        layout = self.layout(rel)
+        if layout is None or end <= start:
+            return start, end
+        first, past = layout.spans(np.array([start]), np.array([end]))
+        lo = layout.bounds(int(first[0]))[0]
+        last_start, last_size = layout.bounds(int(past[0]) - 1)
+        hi = min(last_start + last_size, layout.size)
+        return (lo, hi) if hi - lo <= 2 * (end - start) else (start, end)
+
+    def _verify_whole_blocks(self, rel: str, start: int, blob: bytes) -> None:
+        """Check every block of ``rel`` that ``blob`` (its bytes from ``start``) holds whole
+        (:meth:`verify_block`), where the index records per-block digests: a read of whole files
+        or blocks serves no damaged byte; a block read in part is checked where it is kept whole
+        (the file and block caches, ``cache=``, ``cache_limit=``)."""
+        entry, layout = self.index.files.get(rel), self.layout(rel)
+        if entry is None or layout is None or (entry.crcs is None and entry.blocks is None) or not blob:
+            return
+        end = start + len(blob)
+        first, past = layout.spans(np.array([start]), np.array([end]))
+        for block in range(int(first[0]), int(past[0])):
+            b_start, b_size = layout.bounds(block)
+            if b_size and start <= b_start and b_start + b_size <= end:
+                self.verify_block(rel, block, blob[b_start - start : b_start - start + b_size])
 
     def read_file(self, rel: str) -> bytes | None:
         """A whole (small) file, checked against its size and sha256 in the index; ``None`` when

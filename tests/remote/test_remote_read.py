@@ -432,3 +432,21 @@ def test_a_changed_remote_frame_is_named(isolated_cache: Path) -> None:
     )
     report = check_digests(open_dataset(URL))
     assert not report.ok and report.problems[0].key == "pixels"
+
+
+@pytest.mark.parametrize("how", ["gather", "loader"])
+def test_a_changed_byte_is_never_served_by_a_read_without_a_cache(local: Dataset, how: str) -> None:
+    """Reads without a cache fetch whole chunk files here: each whole block fetched is checked
+    against the push's crc32c, so a changed byte is an error naming the file, never a row."""
+    fs = fsspec.filesystem("memory")
+    victim = sorted(fs.find("/bucket/ds/z/arrays/action/c"))[0]
+    data = bytearray(fs.cat_file(victim))
+    data[20] ^= 0x01  # inside the first chunk's values (a shard's index has a checksum of its own)
+    fs.pipe_file(victim, bytes(data))
+    with pytest.raises(CorruptDatasetError, match=f"memory:/{victim} differs from the file pushed"):
+        if how == "gather":
+            open_dataset(URL).gather(np.arange(local.num_steps))
+        else:
+            from rlds_cli.loader import Loader
+
+            next(iter(Loader(URL, batch_size=8, in_memory=True, seed=0, num_batches=1)))
