@@ -155,10 +155,12 @@ def growing_settings(manifest: Manifest) -> dict[str, Any]:
     return settings
 
 
-def is_ready(settings: dict[str, Any], steps: int, protected_steps: int) -> bool:
-    """Whether a view is ready: at least one step, ``min_size`` unprotected steps and
-    ``min_total`` steps in all."""
-    return steps > 0 and steps - protected_steps >= settings["min_size"] and steps >= settings["min_total"]
+def is_ready(settings: dict[str, Any], steps: int, protected_steps: int, evicted: int = 0) -> bool:
+    """Whether a view is ready: at least one step, ``min_size`` unprotected steps (or eviction
+    begun: the buffer holds what its capacity lets it, which whole episodes may keep under a
+    ``min_size`` close to ``capacity``) and ``min_total`` steps in all."""
+    full = steps - protected_steps >= settings["min_size"] or evicted > 0
+    return steps > 0 and full and steps >= settings["min_total"]
 
 
 def empty_episodes() -> Episodes:
@@ -260,7 +262,7 @@ class GrowingDataset(Dataset):
     def ready(self) -> bool:
         """Whether the view reaches the dataset's ``min_size`` and ``min_total`` (:func:`is_ready`)."""
         protected = sum(e.steps for e, _ in self._state.live() if e.protected)  # never evicted: whole
-        return is_ready(self.settings, self.num_steps, protected)
+        return is_ready(self.settings, self.num_steps, protected, self._state.evicted)
 
     def segment(self, seg: bytes) -> Dataset:
         """The opened segment ``seg`` (a plain :class:`Dataset`)."""

@@ -104,7 +104,8 @@ class DatasetWriter:
             in, first out, after each commit (``None``: no limit).
         capacity_episodes: The same in episodes.
         min_size: Unprotected steps (those ``capacity`` counts: not a ``protected`` writer's)
-            before the dataset counts as ready (``Dataset.ready``). At most ``capacity``.
+            before the dataset counts as ready (``Dataset.ready``), or eviction begun (whole
+            episodes may keep a full buffer a few steps under it). At most ``capacity``.
         min_total: Steps before the dataset counts as ready, protected ones included. Both
             must be reached; 0 (the default) for either: no such condition.
         protected: This writer's episodes are never evicted (demonstrations).

@@ -157,4 +157,28 @@ def test_readiness_is_the_same_after_a_compaction() -> None:
     assert ds.growth()["segments"] < 8 and (ds.num_steps, ds.ready) == (60, True)
     _add("c", [9], length=26)  # the newest episode alone: 26 online steps of 28
     ds.refresh()
-    assert (ds.num_steps, ds.ready) == (56, False)
+    # eviction has begun: the buffer holds what its capacity lets whole episodes keep (ready)
+    assert (ds.num_steps, ds.ready, ds.growth()["protected_episodes"]) == (56, True, 3)
+
+
+def test_a_buffer_that_began_evicting_is_ready_whatever_its_min_size(isolated_cache: Path) -> None:
+    """capacity=10, min_size=10 and 3-step episodes: eviction keeps 9 steps (whole episodes), so
+    min_size was never reached and a mixture never sampled the buffer. Full is ready."""
+
+    def episode() -> dict[str, np.ndarray]:
+        obs = np.zeros((4, 2), np.float32)
+        return {
+            "observation": obs[:-1], "next/observation": obs[1:], "action": np.zeros((3, 1), np.float32),
+            "next/reward": np.ones(3, np.float32), "next/terminated": np.array([False, False, True]),
+            "next/truncated": np.zeros(3, bool),
+        }  # fmt: skip
+
+    seen = []
+    with rlds_cli.DatasetWriter("full", mode="create", capacity=10, min_size=10, commit_interval=0) as writer:
+        for _ in range(6):
+            writer.add_episode(episode())
+            writer.flush()
+            ds = rlds_cli.open_dataset("full")
+            seen.append((ds.num_steps, ds.ready))
+    assert seen[:3] == [(3, False), (6, False), (9, False)]  # not full yet: min_size not reached
+    assert all(ready for _, ready in seen[3:]) and all(steps <= 10 for steps, _ in seen)
