@@ -139,7 +139,9 @@ def view_manifest(
     if source.manifest.layout == VIEW_LAYOUT:
         inner = ViewSpec.from_manifest(source.manifest)
         outer = open_dataset(inner.parent, cache)
-        return view_manifest(outer, inner.parent, name, inner.parent_episodes()[ids], how, cache=cache)
+        # the words count in this view: say so, beside the ids it names in the stored arrays
+        said = f"{how} of view {parent!r}" if how else ""
+        return view_manifest(outer, inner.parent, name, inner.parent_episodes()[ids], said, cache=cache)
     a, b = int(ids[0]), int(ids[-1]) + 1
     if b - a == len(ids):  # a drawn selection may come out consecutive: a range reads fastest
         index, offset = slice_index(source.episode_index, a, b)

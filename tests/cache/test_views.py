@@ -101,6 +101,16 @@ def test_view_of_a_view_points_at_the_stored_arrays(parent: Dataset) -> None:
     _expect_same(open_dataset("inner"), parent, 3)
 
 
+def test_a_selection_of_a_view_says_which_view_its_words_count_in(parent: Dataset) -> None:
+    from rlds_cli.cache.derive import create_selection
+
+    create_selection("ten", "v1", [0, 2, 4], how="episodes 0,2,4")
+    manifest = create_selection("v1", "vv", [0, 2], how="episodes 0,2")
+    assert manifest.source["parent"] == "ten" and manifest.source["episode_ids"] == [0, 4]
+    assert manifest.source["selection"] == manifest.lineage[0]["selection"] == "episodes 0,2 of view 'v1'"
+    _expect_same(open_dataset("vv"), parent, [0, 4])
+
+
 def test_split_last(parent: Dataset) -> None:
     train, val = split_dataset("ten", 0.2, last=True)
     assert (train.name, val.name) == ("ten-train", "ten-val")
