@@ -244,6 +244,10 @@ class Dataset:
         (:func:`rlds_cli._util.io.tree_bytes`). A view counts only its own directory."""
         return tree_bytes(self.directory)
 
+    def location(self, path: str | os.PathLike[str]) -> str:
+        """How messages name ``path``, a file or folder of this dataset: its path here."""
+        return str(path)
+
     def check_files(self) -> list[str]:
         """Check that every stored file exists at full size, without reading data; returns the
         problems found (empty: complete). A view checks its parent's files."""

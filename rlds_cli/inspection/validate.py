@@ -181,7 +181,7 @@ def _check_digests(ds: Dataset, c: _Collector, budget: Budget) -> None:
     if not result.recorded:  # a view whose parent has no recorded digests
         c.report.skipped["digest of the parent's arrays"] = NOT_RECORDED
     for problem in result.problems:
-        c.add("digest", f"{problem.path}: {problem.message}", key=problem.key)
+        c.add("digest", f"{ds.location(problem.path)}: {problem.message}", key=problem.key)
 
 
 def _check_index(ds: Dataset, c: _Collector, budget: Budget) -> None:

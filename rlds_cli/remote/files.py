@@ -40,6 +40,7 @@ from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetReplacedError,
     RemoteCacheDamagedError,
+    RemoteCorruptError,
 )
 from rlds_cli.remote import store
 from rlds_cli.remote.block_cache import BlockCache, BlockHold
@@ -61,6 +62,8 @@ os.register_at_fork(after_in_child=_new_fork_lock)
 #: Two byte ranges of one file closer than this are fetched as one request (the bytes between
 #: them cost less than another round trip to an object store).
 MERGE_GAP = 256 * 1024
+#: What mends a file damaged on the store (the cache's hint, rebuilding a dataset, does not apply).
+REPUSH_HINT = RemoteCorruptError.default_hint
 #: Largest merged request.
 MERGE_MAX = 32 * 1024 * 1024
 
@@ -211,11 +214,13 @@ class RemoteFiles:
         if len(data) != size:
             raise CorruptDatasetError(
                 f"{self.where(rel)} differs from the file pushed: block {block} has {len(data):,} bytes, "
-                f"the push's index makes it {size:,}"
+                f"the push's index makes it {size:,}",
+                hint=REPUSH_HINT,
             )
         raise CorruptDatasetError(
             f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got}, "
-            f"the push recorded {want} in its files index (the file or the index is damaged)"
+            f"the push recorded {want} in its files index (the file or the index is damaged)",
+            hint=REPUSH_HINT,
         )
 
     def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
@@ -326,7 +331,8 @@ class RemoteFiles:
             raise CorruptDatasetError(
                 f"{self.where(rel)} differs from the file pushed: {found}, the push recorded "
                 f"{entry.size} bytes, sha256 {entry.sha256} in its files "
-                "index (the file or the index is damaged)"
+                "index (the file or the index is damaged)",
+                hint=REPUSH_HINT,
             )
 
     # ------------------------------------------------------------------ the file cache

@@ -431,6 +431,15 @@ class RemoteDataset(Dataset):
             entry["bytes"] = self.stored_key_bytes(key)
             entry["compression_ratio"] = entry["logical_bytes"] / entry["bytes"] if entry["bytes"] else None
 
+    def location(self, path: str | os.PathLike[str]) -> str:
+        """``path`` under the dataset's URL where it lies in the local mirror of its small files
+        (a temporary folder means nothing to the user)."""
+        try:
+            rel = Path(path).relative_to(self.directory)
+        except ValueError:
+            return str(path)
+        return f"{self.url}/{rel.as_posix()}" if rel.parts else self.url
+
     def check_files(self) -> list[str]:
         """Every file the index lists at the URL at its size (one listing), and every chunk of
         every array in the index; returns the problems found (empty: complete)."""

@@ -328,6 +328,16 @@ def test_inspect_check_on_a_url(local: Dataset) -> None:
     info = json.loads(result.stdout)
     assert info["path"] == URL and info["check"]["ok"]
     assert info["stored"]["pixels"]["bytes"] > 0
+    fs = fsspec.filesystem("memory")
+    victim = sorted(fs.find("/bucket/ds/z/arrays/next/reward/c"))[0]
+    data = bytearray(fs.cat_file(victim))
+    data[20] ^= 0x01
+    fs.pipe_file(victim, bytes(data))
+    result = runner.invoke(app, ["inspect", URL, "--check", "--no-stats"])
+    assert result.exit_code == 1, result.output
+    said = " ".join((result.stdout + result.stderr).split())
+    assert f"{victim[1:]} differs from the file pushed" in said and "rlds-remote-" not in said, said
+    assert "rlds push NAME URL --force" in said and "rlds download" not in said, said  # what mends it
 
 
 # --------------------------------------------------------------------------- a local S3 server
