@@ -447,6 +447,9 @@ def score(
     from rlds_cli.inspection.summary import reference_scores
 
     ref = reference_scores(name, root)
+    bad = next((r for r in returns if not math.isfinite(r)), None)
+    if bad is not None:
+        raise typer.BadParameter(f"{bad} is not a finite return", param_hint="RETURNS")
     scores = [float(ref.normalize(r)) for r in returns]
     if json:
         output.print_json({"name": name, "reference_scores": ref.to_dict(), "returns": returns,

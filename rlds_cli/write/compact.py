@@ -41,6 +41,7 @@ the grace period, then the writers' collection removes them.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ from rlds_cli.cache.layout import (
 )
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import CorruptDatasetError, LockTimeoutError, SchemaMismatchError
+from rlds_cli.errors import CorruptDatasetError, LockTimeoutError, SchemaMismatchError, SettingError
 from rlds_cli.write.segments import building_segment, collect, leftovers, seal_segment, writer_identity
 
 __all__ = [
@@ -230,6 +231,13 @@ def compact(
     """
     from rlds_cli.cache.opening import open_dataset
 
+    if grace_seconds is not None and not (
+        isinstance(grace_seconds, int | float) and math.isfinite(grace_seconds) and grace_seconds >= 0
+    ):  # a negative or NaN grace would remove files readers of older views still read
+        raise SettingError(
+            f"grace_seconds must be a number of 0 or more seconds, not {grace_seconds!r}",
+            hint="0 removes the merged segments' files now; leave it out for the dataset's own",
+        )
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     ds = open_dataset(name, cache)
     if not isinstance(ds, GrowingDataset):

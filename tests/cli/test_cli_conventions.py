@@ -340,3 +340,10 @@ def test_a_demo_batch_too_large_for_memory_is_a_usage_error(tmp_path: Path) -> N
     assert result.exit_code == 2, result.output
     assert "Error: Invalid value for --batch-size: batch_size=99999999999" in result.stderr
     assert "unexpected" not in result.output and "lower batch_size" in " ".join(result.output.split())
+
+
+def test_score_refuses_a_return_that_is_not_finite() -> None:
+    for value in ("nan", "inf"):
+        result = runner.invoke(app, ["score", "hopper-medium-v2", value])
+        assert result.exit_code == 2, result.output
+        assert f"{float(value)} is not a finite return" in result.stderr, result.stderr
