@@ -679,7 +679,8 @@ def _renamed(manifest: Manifest, name: str) -> bytes:
 
 def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes, index: RemoteIndex) -> bool:
     """Whether the cache's ``name`` is the pushed version: the same manifest and, for a growing
-    dataset (whose manifest stays the same as it grows), the same files, size for size."""
+    dataset (whose manifest stays the same as it grows), every pushed file at its size (files only
+    this copy has, such as a reader's log checkpoint, do not count)."""
     directory = cache.dataset_dir(name)
     try:
         if (directory / MANIFEST_FILE).read_bytes() != manifest_bytes:
@@ -688,9 +689,10 @@ def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes, index
         return False
     if manifest_json(manifest_bytes, directory).get("layout") != SEGMENTED_LAYOUT:
         return True
-    here = {
-        rel: path.stat().st_size
-        for path in directory.rglob("*")
-        if path.is_file() and (rel := path.relative_to(directory).as_posix()) != MANIFEST_FILE
-    }
-    return here == {rel: entry.size for rel, entry in index.files.items()}
+    for rel, entry in index.files.items():
+        try:
+            if (directory / rel).stat().st_size != entry.size:
+                return False
+        except OSError:
+            return False
+    return True

@@ -262,6 +262,8 @@ def test_a_grown_dataset_pushed_again_is_never_seen_half_written_and_pulls_again
     push("g", url)
     other = CacheRoot(tmp_path / "o")
     assert pull(url, root=other).downloaded
+    assert open_dataset("g", other).num_steps == 60  # a reader may leave files of its own there
+    assert pull(url, root=other).up_to_date
     _grow("g", 2, 1)
     writes = 0
     for k in range(1, 40):
