@@ -275,7 +275,7 @@ class Dataset:
                 problem = check_frames(directory, key, fmt, rows)
             else:
                 problem = self._backend.check_column(directory, key, rows, spec.shape)
-            if problem is not None:
+            if problem is not None and problem not in problems:  # a group's, once for its keys
                 problems.append(problem)
         self._check_not_replaced()
         return problems

@@ -465,3 +465,27 @@ def test_inspect_shows_provenance_without_placeholders(tmp_path: Path) -> None:
     assert f"  which is a {view_line}" in out
     assert "content digest  xxh3_128 of 6 arrays and the episode index" in out
     assert "content digest  xxh3_128 of the episode index (the arrays: p's)" in texts["v"]
+
+
+def test_every_flipped_byte_of_a_zarr_groups_metadata_fails_the_checks() -> None:
+    """rlds reads its arrays without the groups' zarr.json; other zarr readers open the dataset
+    through them, so a damaged one fails verify and inspect --check all the same."""
+    make_dataset("z", LENGTHS, backend="zarr")
+    ds = open_dataset("z")
+    arrays = ds.directory / "arrays"
+    for group in (arrays / "zarr.json", arrays / "next" / "zarr.json"):
+        good = group.read_bytes()
+        for offset in range(len(good)):
+            flipped = bytearray(good)
+            flipped[offset] ^= 0x01
+            group.write_bytes(bytes(flipped))
+            # unreadable JSON fails zarr's own open; readable but wrong fails the group check
+            assert ds.check_files(), (group, offset)
+        group.write_bytes(good)
+    assert ds.check_files() == []
+    (arrays / "zarr.json").write_bytes(b'{"attributes": {}, "zarr_forlat": 3, "node_type": "group"}')
+    for args in (("verify", "z"), ("inspect", "z", "--check", "--no-stats")):
+        result = rlds(*args)
+        assert result.exit_code == 1 and f"zarr group metadata {arrays / 'zarr.json'} is damaged" in " ".join(
+            (result.stdout + result.stderr).split()
+        ), result.output

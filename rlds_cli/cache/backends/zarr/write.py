@@ -12,6 +12,7 @@ Blosc calls: :mod:`rlds_cli.cache.backends.zarr.codec`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -432,6 +433,12 @@ class ZarrBackend(Backend):
             array = self._open_checked(dataset_dir, key)
         except CorruptDatasetError as exc:
             return exc.message
+        for group in (dataset_dir / ARRAYS_DIR / key).parents:  # the groups holding it
+            if not group.is_relative_to(dataset_dir / ARRAYS_DIR):
+                break
+            problem = _group_problem(group / "zarr.json")
+            if problem is not None:
+                return problem
         base = key_path(dataset_dir, key, "") / "c"
 
         def missing(index: tuple[int, ...]) -> str | None:
@@ -470,3 +477,24 @@ class ZarrBackend(Backend):
         data = column[:]  # damage is CorruptDatasetError naming the array, as for any read
         data.flags.writeable = False  # like a read-only memory map
         return data
+
+
+def _group_problem(path: Path) -> str | None:
+    """What is wrong with a zarr group's metadata file as rlds writes it (exactly ``zarr_format``
+    3, ``node_type`` group and an ``attributes`` object), or ``None``. rlds reads its arrays
+    without it; other zarr readers open the dataset through it, so damage there is damage too."""
+    try:
+        meta = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return f"zarr group metadata {path} is missing"
+    except (OSError, ValueError) as exc:
+        return f"zarr group metadata {path} is damaged: {exc}"
+    if not (
+        isinstance(meta, dict)
+        and set(meta) == {"zarr_format", "node_type", "attributes"}
+        and meta["zarr_format"] == 3
+        and meta["node_type"] == "group"
+        and isinstance(meta["attributes"], dict)
+    ):
+        return f"zarr group metadata {path} is damaged: not a zarr v3 group's"
+    return None
