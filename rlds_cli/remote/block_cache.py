@@ -103,8 +103,11 @@ class BlockSource(Protocol):
         """The file's blocks from the push's index (``None``: no such file)."""
         ...
 
-    def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        """Bytes ``[start, end)`` of each file, from the store, in one batch of requests."""
+    def fetch(
+        self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], *, verify: bool = True
+    ) -> list[bytes]:
+        """Bytes ``[start, end)`` of each file, from the store, in one batch of requests
+        (``verify=False``: unchecked, for a caller that checks each block itself)."""
         ...
 
     def verify_block(self, rel: str, block: int, data: bytes) -> int:
@@ -779,7 +782,8 @@ def _fetch_checked(source: BlockSource, blocks: list[_Block]) -> list[tuple[_Blo
     of one file), each checked against the push's index (its crc32c set)."""
     blocks = sorted(blocks, key=lambda b: (b.rel, b.index))
     ends = [b.start + b.size for b in blocks]
-    blobs = source.fetch([b.rel for b in blocks], [b.start for b in blocks], ends)
+    # each block is checked here (its crc kept), so the fetch does not check it again
+    blobs = source.fetch([b.rel for b in blocks], [b.start for b in blocks], ends, verify=False)
     for b, data in zip(blocks, blobs, strict=True):
         b.crc = source.verify_block(b.rel, b.index, data)
     return list(zip(blocks, blobs, strict=True))

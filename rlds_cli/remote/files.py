@@ -223,12 +223,17 @@ class RemoteFiles:
             hint=REPUSH_HINT,
         )
 
-    def fetch(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    def fetch(
+        self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], *, verify: bool = True
+    ) -> list[bytes]:
         """Bytes ``[start, end)`` of each file from the store in one batch of requests, nearby
-        ranges of one file merged (:data:`MERGE_GAP`, :data:`MERGE_MAX`).
+        ranges of one file merged (:data:`MERGE_GAP`, :data:`MERGE_MAX`); with ``verify``, widened to
+        whole blocks where that is cheap and every whole block checked (:meth:`_whole_blocks`;
+        ``False``: the caller checks each block itself, as the block cache does).
 
         Raises:
-            CorruptDatasetError: A file the index lists is gone, or shorter than pushed.
+            CorruptDatasetError: A file the index lists is gone, shorter than pushed, or (``verify``)
+                a block differs from the push.
             RemoteAccessError: The store cannot be reached (names the URL).
         """
         order = sorted(range(len(rels)), key=lambda k: (rels[k], starts[k]))
@@ -241,7 +246,10 @@ class RemoteFiles:
                     groups[-1] = (g_rel, g_start, max(end, g_end), [*members, k])
                     continue
             groups.append((rel, start, end, [k]))
-        groups = [(rel, *self._whole_blocks(rel, start, end), members) for rel, start, end, members in groups]
+        if verify:
+            groups = [
+                (rel, *self._whole_blocks(rel, start, end), members) for rel, start, end, members in groups
+            ]
         fs = self.fs
         paths = [store.join(self.base, g[0]) for g in groups]
         with store.translated(self.url):
@@ -266,7 +274,8 @@ class RemoteFiles:
                 raise CorruptDatasetError(
                     f"{self.where(rel)} {what} (bytes {g_start}-{g_end} asked, {len(blob)} read)"
                 )
-            self._verify_whole_blocks(rel, g_start, blob)
+            if verify:
+                self._verify_whole_blocks(rel, g_start, blob)
             total += len(blob)
             view = memoryview(blob)
             for k in members:

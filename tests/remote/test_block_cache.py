@@ -443,9 +443,9 @@ def test_one_download_of_a_block_per_node(
 ) -> None:
     real = RemoteFiles.fetch
 
-    def slow(self: Any, *args: Any) -> Any:
+    def slow(self: Any, *args: Any, **kw: Any) -> Any:
         time.sleep(0.05)  # the store's latency: the others arrive while a fetch is under way
-        return real(self, *args)
+        return real(self, *args, **kw)
 
     monkeypatch.setattr(RemoteFiles, "fetch", slow)
     cache = str(tmp_path / "c")
@@ -498,7 +498,7 @@ def test_a_batch_s_blocks_are_there_before_it_is_gathered(
     in_flight = [0, 0]  # now, most
     real = RemoteFiles.fetch
 
-    def watched(self: Any, rels: Any, starts: Any, ends: Any) -> Any:
+    def watched(self: Any, rels: Any, starts: Any, ends: Any, **kw: Any) -> Any:
         if threading.current_thread() is threading.main_thread():
             gather_fetches.append(len(rels))
         size = sum(e - s for s, e in zip(starts, ends, strict=True))
@@ -506,7 +506,7 @@ def test_a_batch_s_blocks_are_there_before_it_is_gathered(
         in_flight[1] = max(in_flight[1], in_flight[0])
         try:
             time.sleep(0.01)
-            return real(self, rels, starts, ends)
+            return real(self, rels, starts, ends, **kw)
         finally:
             in_flight[0] -= size
 
@@ -546,10 +546,10 @@ def _main_thread_fetches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     fetches: list[int] = []
     real = RemoteFiles.fetch
 
-    def watched(self: Any, rels: Any, starts: Any, ends: Any) -> Any:
+    def watched(self: Any, rels: Any, starts: Any, ends: Any, **kw: Any) -> Any:
         if threading.current_thread() is threading.main_thread():
             fetches.append(sum(e - s for s, e in zip(starts, ends, strict=True)))
-        return real(self, rels, starts, ends)
+        return real(self, rels, starts, ends, **kw)
 
     monkeypatch.setattr(RemoteFiles, "fetch", watched)
     return fetches
@@ -870,7 +870,7 @@ def test_a_read_or_prefetch_that_fails_leaves_nothing_pinned(
     blocks = z._files.blocks
     z.column("pixels")[np.arange(0, 8)]  # some blocks in the cache
 
-    def unreachable(self: Any, *args: Any) -> Any:
+    def unreachable(self: Any, *args: Any, **kw: Any) -> Any:
         raise RemoteAccessError("memory://bucket: cannot reach the store")
 
     with monkeypatch.context() as patched:
