@@ -73,7 +73,11 @@ def _settings_problem(got: dict[str, Any]) -> str | None:
         value = got.get(key, 0)
         if value is not None and not (_whole(value) and value >= 0):
             return f"{key} must be a whole number of 0 or more, not {value!r}"
-    value = got.get("grace_seconds", DEFAULT_GRACE_SECONDS)
+    return grace_problem(got.get("grace_seconds", DEFAULT_GRACE_SECONDS))
+
+
+def grace_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a grace period (a number of 0 or more seconds), or ``None``."""
     number = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
     if not (number and math.isfinite(value) and value >= 0):
         return f"grace_seconds must be a number of 0 or more seconds, not {value!r}"

@@ -100,6 +100,18 @@ def cache_overlap(path: str | os.PathLike[str], root: Path) -> str | None:
     return None
 
 
+def target_problem(
+    path: str | os.PathLike[str], dataset_dir: Path, name: str, cache: Path | None
+) -> str | None:
+    """How writing ``path`` (a push's local target, an export) would reach the dataset ``name`` at
+    ``dataset_dir`` or the cache at ``cache`` (:func:`cache_overlap`; ``None``: not checked), or
+    ``None`` where it stays apart from both."""
+    how = overlap(path, dataset_dir)
+    if how is not None:
+        return f"{how} dataset {name!r} ({dataset_dir})"
+    return cache_overlap(path, cache) if cache is not None else None
+
+
 def enclosing_cache(directory: Path) -> Path | None:
     """The cache root a published dataset folder lies in (``ROOT/datasets/NAME``), else ``None``."""
     return directory.parent.parent if directory.parent.name == DATASETS_DIR else None

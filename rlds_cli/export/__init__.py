@@ -33,7 +33,7 @@ from rlds_cli._util.lazy import resolve
 from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import TMP_DIR
-from rlds_cli.cache.root import cache_overlap, enclosing_cache, overlap
+from rlds_cli.cache.root import enclosing_cache, overlap, target_problem
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import ExportError, UnknownFormatError
 
@@ -116,12 +116,10 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
             hint="export to a local path and copy it to the store, or share the dataset itself with "
             "'rlds push NAME URL' (--to lerobot also exports to hf://datasets/ORG/REPO)",
         )
-    how = overlap(out, dataset.directory)
-    problem = f"{how} dataset {dataset.name!r} ({dataset.directory})" if how else None
     cache = enclosing_cache(dataset.directory)
-    # inside tmp/: a build folder of rlds's own (the Hub export writes there first)
-    if problem is None and cache is not None and overlap(out, cache / TMP_DIR) != "lies inside":
-        problem = cache_overlap(out, cache)
+    if cache is not None and overlap(out, cache / TMP_DIR) == "lies inside":
+        cache = None  # a build folder of rlds's own in tmp/ (the Hub export writes there first)
+    problem = target_problem(out, dataset.directory, dataset.name, cache)
     if problem is not None:
         raise ExportError(
             f"{out} {problem}: the export would write over or remove its files",

@@ -42,7 +42,7 @@ from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest, manifest_json, manifest_text, parse_manifest
-from rlds_cli.cache.root import CacheRoot, cache_overlap, overlap, validate_name
+from rlds_cli.cache.root import CacheRoot, target_problem, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
     DatasetExistsError,
@@ -170,8 +170,7 @@ def push_directory(
         return result.timed(started)
     fs, base = store.open_url(url, storage_options, endpoint_url)
     if _is_local(fs):
-        how = overlap(base, directory)
-        problem = f"{how} dataset {name!r} ({directory})" if how else cache_overlap(base, cache.path)
+        problem = target_problem(base, directory, name, cache.path)
         if problem is not None:
             raise RemoteAccessError(
                 f"{url} {problem}: a push there would write over its files",
@@ -509,7 +508,7 @@ def pull(
         # a growing dataset's digests are its segments' (checked at the end as a converted one's)
         digests_checked=bool(manifest.content_digest.get("columns")) or manifest.layout == SEGMENTED_LAYOUT,
     )  # fmt: skip
-    if not force and _same_as_published(cache, name, local_manifest, index):
+    if not force and _same_as_published(cache, name, local_manifest, manifest, index):
         result.up_to_date, result.digests_checked = True, False
         return result.timed(started)
     try:
@@ -535,7 +534,7 @@ def _pull_locked(
     entry = cache.dataset_dir(name).name
     cache.recover(entry)  # a replacement of this name a crash interrupted: finish it first
     if cache.exists(name):
-        if not force and _same_as_published(cache, name, local_manifest, index):
+        if not force and _same_as_published(cache, name, local_manifest, manifest, index):
             result.up_to_date, result.digests_checked = True, False
             return
         if not force:
@@ -677,7 +676,9 @@ def _renamed(manifest: Manifest, name: str) -> bytes:
     return manifest_text(manifest).encode()
 
 
-def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes, index: RemoteIndex) -> bool:
+def _same_as_published(
+    cache: CacheRoot, name: str, manifest_bytes: bytes, manifest: Manifest, index: RemoteIndex
+) -> bool:
     """Whether the cache's ``name`` is the pushed version: the same manifest and, for a growing
     dataset (whose manifest stays the same as it grows), every pushed file at its size (files only
     this copy has, such as a reader's log checkpoint, do not count)."""
@@ -687,7 +688,7 @@ def _same_as_published(cache: CacheRoot, name: str, manifest_bytes: bytes, index
             return False
     except OSError:
         return False
-    if manifest_json(manifest_bytes, directory).get("layout") != SEGMENTED_LAYOUT:
+    if manifest.layout != SEGMENTED_LAYOUT:
         return True
     for rel, entry in index.files.items():
         try:

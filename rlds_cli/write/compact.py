@@ -41,7 +41,6 @@ the grace period, then the writers' collection removes them.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from rlds_cli.cache.commit_log import (
     SegmentEntry,
     new_segment_id,
 )
-from rlds_cli.cache.growing import GrowingDataset, growing_settings
+from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
@@ -231,12 +230,11 @@ def compact(
     """
     from rlds_cli.cache.opening import open_dataset
 
-    if grace_seconds is not None and not (
-        isinstance(grace_seconds, int | float) and math.isfinite(grace_seconds) and grace_seconds >= 0
-    ):  # a negative or NaN grace would remove files readers of older views still read
+    # a negative or NaN grace would remove files readers of older views still read
+    problem = grace_problem(grace_seconds) if grace_seconds is not None else None
+    if problem is not None:
         raise SettingError(
-            f"grace_seconds must be a number of 0 or more seconds, not {grace_seconds!r}",
-            hint="0 removes the merged segments' files now; leave it out for the dataset's own",
+            problem, hint="0 removes the merged segments' files now; leave it out for the dataset's own"
         )
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     ds = open_dataset(name, cache)
