@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from deflate import DeflateError, zlib_decompress
@@ -32,6 +32,8 @@ from deflate import DeflateError, zlib_decompress
 from rlds_cli._util.cpus import usable_cpus
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError, SourceNotReadableError
 from rlds_cli.formats import untrusted
+
+_T = TypeVar("_T")
 
 #: File name suffixes of HDF5 sources.
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -340,6 +342,17 @@ class _Stored:
     deflated: bool
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A chunk inflated ahead of its read: item ``index`` of what a prefetch task returns."""
+
+    job: Future[list[np.ndarray]]
+    index: int
+
+    def result(self) -> np.ndarray:
+        return self.job.result()[self.index]
+
+
 @dataclass
 class _Layout:
     """What reading one dataset's chunks needs, looked up once (each h5py property is a call under its
@@ -355,7 +368,7 @@ class _Layout:
     kept_row: int = -1  # the first row of the last chunk row read, and those chunks, decoded
     kept: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
     # chunks being inflated ahead of their read (prefetch), by offset
-    ahead: dict[tuple[int, ...], Future[np.ndarray]] = field(default_factory=dict)
+    ahead: dict[tuple[int, ...], _Pending] = field(default_factory=dict)
 
     def offsets(self, start: int, stop: int) -> Iterator[tuple[int, ...]]:
         """The offsets of the chunks that hold rows ``start:stop``, in order."""
@@ -380,6 +393,7 @@ class ChunkRows:
 
     def __init__(self, threads: int | None = None) -> None:
         threads = default_threads() if threads is None else threads
+        self._threads = threads
         self._pool: Executor | None = ThreadPoolExecutor(threads, "rlds-inflate") if threads > 1 else None
         self._files: dict[str, int] = {}  # descriptors of the HDF5 files read, by file name
         self._layouts: dict[int, _Layout] = {}  # by id() of the h5py dataset
@@ -399,12 +413,17 @@ class ChunkRows:
         if self._pool is None or stop <= start:
             return
         layout = self._layout(dataset)
+        wanted: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
         for offset in layout.offsets(start, stop):
             if offset not in layout.ahead and not (offset[0] == layout.kept_row and offset in layout.kept):
                 try:
-                    layout.ahead[offset] = self._pool.submit(_load, *layout.source(offset))
+                    wanted.append((offset, layout.source(offset)))
                 except OSError:
-                    return
+                    break
+        for group in self._groups(wanted):
+            job = self._pool.submit(_load_group, [source for _, source in group])
+            for index, (offset, _) in enumerate(group):
+                layout.ahead[offset] = _Pending(job, index)
 
     def read(self, dataset: Any, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``start:stop`` of ``dataset`` (an :func:`inflatable` h5py dataset), into ``out``
@@ -420,26 +439,30 @@ class ChunkRows:
         if stop <= start:
             return out
         last_row = (stop - 1) // layout.chunks[0] * layout.chunks[0]
-        kept: dict[tuple[int, ...], np.ndarray] = {}
-        filling: list[tuple[tuple[int, ...], Future[np.ndarray]]] = []
+        placing: list[tuple[tuple[int, ...], _Source]] = []
         for offset in layout.offsets(start, stop):
-            source: np.ndarray | Future[np.ndarray] | tuple[Any, ...]
+            source: _Source
             if offset[0] == layout.kept_row and offset in layout.kept:
                 source = layout.kept[offset]
             else:
                 source = layout.ahead.pop(offset, None) or layout.source(offset)
-            if self._pool is not None:  # read, inflated and placed in one task
-                filling.append((offset, self._pool.submit(_fill, source, out, offset, start, stop)))
-                continue
-            data = _fill(source, out, offset, start, stop)
-            if offset[0] == last_row:
-                kept[offset] = data
-        for offset, job in filling:
-            data = job.result()
-            if offset[0] == last_row:
-                kept[offset] = data
+            placing.append((offset, source))
+        if self._pool is None:
+            placed = _fill_group(placing, out, start, stop)
+        else:  # read, inflated and placed on the threads, a few tasks per call (each costs ~20 us)
+            pool = self._pool
+            jobs = [pool.submit(_fill_group, group, out, start, stop) for group in self._groups(placing)]
+            placed = [data for job in jobs for data in job.result()]
+        offsets = [offset for offset, _ in placing]
+        kept = {offset: data for offset, data in zip(offsets, placed, strict=True) if offset[0] == last_row}
         layout.kept_row, layout.kept = last_row, kept
         return out
+
+    def _groups(self, items: list[_T]) -> list[list[_T]]:
+        """``items`` in consecutive groups, two a thread (few tasks, and the threads kept even)."""
+        tasks = 2 * self._threads
+        size = max(1, -(-len(items) // tasks))
+        return [items[i : i + size] for i in range(0, len(items), size)]
 
     def _layout(self, dataset: Any) -> _Layout:
         """``dataset``'s :class:`_Layout`, its chunk index read on first use."""
@@ -494,21 +517,28 @@ def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, wh
     return np.frombuffer(data, dtype).reshape(chunks)
 
 
-def _fill(
-    source: np.ndarray | Future[np.ndarray] | tuple[Any, ...],
-    out: np.ndarray,
-    offset: tuple[int, ...],
-    start: int,
-    stop: int,
-) -> np.ndarray:
-    """The chunk at ``offset``, kept decoded, being decoded by a prefetch (waited for), or loaded from
-    ``source`` (:meth:`_Layout.source`); placed in ``out`` and returned."""
-    if isinstance(source, np.ndarray):
-        data = source
-    else:
-        data = source.result() if isinstance(source, Future) else _load(*source)
-    _place(out, data, offset, start, stop)
-    return data
+def _load_group(sources: list[tuple[Any, ...]]) -> list[np.ndarray]:
+    """:func:`_load` of each of ``sources``, in order."""
+    return [_load(*source) for source in sources]
+
+
+#: Where a chunk read comes from: kept decoded, inflated ahead, or the arguments of :func:`_load`.
+_Source = np.ndarray | _Pending | tuple[Any, ...]
+
+
+def _fill_group(
+    placing: list[tuple[tuple[int, ...], _Source]], out: np.ndarray, start: int, stop: int
+) -> list[np.ndarray]:
+    """Each chunk of ``placing`` (offset, source) placed in ``out``; their arrays, in order."""
+    placed = []
+    for offset, source in placing:
+        if isinstance(source, np.ndarray):
+            data = source
+        else:
+            data = source.result() if isinstance(source, _Pending) else _load(*source)
+        _place(out, data, offset, start, stop)
+        placed.append(data)
+    return placed
 
 
 def _place(out: np.ndarray, chunk: np.ndarray, offset: tuple[int, ...], start: int, stop: int) -> None:
