@@ -169,6 +169,12 @@ def gc(
     if remote_cache is not None:
         from rlds_cli.remote.block_gc import gc_blocks
 
+        if not remote_cache.exists():  # a mistyped folder would read as an empty, clean cache
+            raise typer.BadParameter(
+                f"{remote_cache} does not exist (the folder given as cache= or RLDS_REMOTE_CACHE)",
+                param_hint="'--remote-cache'",
+            )
+
         remote = gc_blocks(remote_cache, dry_run=dry_run)
 
     cache = CacheRoot(root)
