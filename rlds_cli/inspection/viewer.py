@@ -5,7 +5,13 @@ browser, or a recording for the rerun viewer.
 page needs no server or network: camera frames play in sync with plots of the actions, low-dim
 observations, rewards and end flags; the timeline shows the audit's marks
 (:mod:`rlds_cli.inspection.audit`); a table gives the episode's statistics and audit flags. Its
-script is :mod:`rlds_cli.inspection.viewer_page`.
+fixed parts (style, layout, script) are ``rlds_cli/data/viewer.html``: the page is that file with
+the title filled in, the data (``<script type="application/json" id="rlds-data">``: cameras,
+per-episode series, audit marks, statistics) at ``<!-- rlds:data -->`` and the frames at
+``<!-- rlds:frames -->``, as ``<script type="text/plain" id="f{episode}-{camera}-{chunk}"
+data-n="...">`` elements of :data:`FRAMES_PER_CHUNK` frames base64-encoded one by one (``data-n``:
+each one's length in characters). The page is ready (``<html data-ready="true">``) when its first
+frames are shown.
 
 Stored frame files (JPEG/PNG/WebP) are embedded byte for byte, base64-encoded (4/3 of their size);
 raw ``uint8`` frames are encoded for the page (JPEG at :data:`RAW_JPEG_QUALITY`; PNG for 4
@@ -22,7 +28,9 @@ the audit's marks as ``TextLog`` entries at each range's start; the statistics a
 from __future__ import annotations
 
 import base64
+import functools
 import html
+import importlib.resources
 import io
 import json
 import math
@@ -47,7 +55,6 @@ from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, impo
 from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
 from rlds_cli.inspection.audit_scan import KeyRoles
-from rlds_cli.inspection.viewer_page import HEAD, SCRIPT, TAIL
 
 __all__ = [
     "FRAMES_PER_CHUNK",
@@ -246,12 +253,13 @@ class EpisodeContent:
             "episodes": episodes,
             "notes": self.notes,
         }
-        fh.write(HEAD.format(title=html.escape(f"rlds show: {ds.name}")).encode())
+        head, script, tail = _page_parts()
+        fh.write(head.replace("{title}", html.escape(f"rlds show: {ds.name}")).encode())
         fh.write(b'<script type="application/json" id="rlds-data">')
         # "</" never appears inside the element: a key or a note cannot end it early
         fh.write(json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/").encode())
         fh.write(b"</script>\n")
-        fh.write(SCRIPT.encode())
+        fh.write(script.encode())
         for e, pos in enumerate(self.positions.tolist()):
             for k, blocks in enumerate(zip(*(self.frames(c, pos) for c in self.cameras), strict=True)):
                 for c, encoded in enumerate(blocks):
@@ -261,7 +269,7 @@ class EpisodeContent:
                     fh.write(f'<script type="text/plain" id="f{e}-{c}-{k}" data-n="{lens}">'.encode())
                     fh.writelines(texts)
                     fh.write(b"</script>\n")
-        fh.write(TAIL.encode())
+        fh.write(tail.encode())
         summary.nbytes = fh.tell() - start
         summary.episodes = self.positions.tolist()
         summary.steps = int(sum(e["length"] for e in episodes))
@@ -574,3 +582,12 @@ def _episode(rr: Any, rec: Any, content: EpisodeContent, pos: int) -> int:
     doc = f"# episode {pos}\n\naudit flags: {flags}\n\n{table}\n"
     rec.log(f"{base}/stats", rr.TextDocument(doc, media_type="text/markdown"), static=True)
     return int(n)
+
+
+@functools.cache
+def _page_parts() -> tuple[str, str, str]:
+    """The page's fixed text before the data, between the data and the frames, and after them."""
+    page = (importlib.resources.files("rlds_cli") / "data" / "viewer.html").read_text("utf-8")
+    head, rest = page.split("<!-- rlds:data -->\n")
+    script, tail = rest.split("<!-- rlds:frames -->\n")
+    return head, script, tail

@@ -1,5 +1,5 @@
 """Reading an ``rlds show`` page back in the tests: its data and its frames, as the page's own
-script reads them (``rlds_cli/inspection/viewer_page.py``)."""
+script reads them (``rlds_cli/data/viewer.html``)."""
 
 from __future__ import annotations
 
