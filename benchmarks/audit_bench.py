@@ -14,7 +14,7 @@ float32 reward, episodes of ``--length`` steps; memmap) is written under a tempo
   (manifest, episode index, atomic rename), and ``select_episodes`` (the unpublished view of
   ``Loader(NAME, episodes=...)``): wall time and the view's bytes on disk.
 
-With ``--baseline PATH/rlds_cli/inspection/audit_scan.py`` (another checkout's scan) it times
+With ``--baseline PATH/rlds_cli/inspection/audit.py`` (another checkout's ``measure``) it times
 that scan's ``measure`` and this one's instead, alternating with the sequential read in one
 process (``--repeats`` rounds, best and median, and the process CPU time of each), for a
 before/after on a busy machine where separate runs swing too much to compare.
@@ -69,7 +69,7 @@ def best(fn, repeats: int, cold: list[Path] | None) -> float:  # type: ignore[no
 
 def paired(ds, baseline: Path, repeats: int, paths: list[Path], mb: float) -> None:  # type: ignore[no-untyped-def]
     """Sequential read, the baseline's ``measure`` and this one's, alternating in rounds."""
-    from rlds_cli.inspection import audit_scan
+    from rlds_cli.inspection import audit
 
     spec = importlib.util.spec_from_file_location("baseline_audit_scan", baseline)
     assert spec is not None and spec.loader is not None
@@ -77,7 +77,7 @@ def paired(ds, baseline: Path, repeats: int, paths: list[Path], mb: float) -> No
     sys.modules[spec.name] = before  # dataclasses look their module up
     spec.loader.exec_module(before)
     runs = {"read": lambda: read_all(paths), "before": lambda: before.measure(ds),
-            "now": lambda: audit_scan.measure(ds)}  # fmt: skip
+            "now": lambda: audit.measure(ds)}  # fmt: skip
     print("| files | sequential read MB/s | audit before MB/s | audit now MB/s | audit / read, before -> now"
           " | CPU ms before -> now |\n|---|---:|---:|---:|---:|---:|")  # fmt: skip
     for label, cold in (("cold (pages dropped)", True), ("warm (page cache)", False)):
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chosen", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--root", type=Path, default=None)
-    p.add_argument("--baseline", type=Path, default=None, help="another checkout's audit_scan.py")
+    p.add_argument("--baseline", type=Path, default=None, help="another checkout's inspection/audit.py")
     a = p.parse_args(argv)
     root = a.root or Path(tempfile.mkdtemp(prefix="rlds-audit-bench-"))
     os.environ["RLDS_HOME"] = str(root)

@@ -53,8 +53,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, import_extra
 from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
-from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit
-from rlds_cli.inspection.audit_scan import KeyRoles
+from rlds_cli.inspection.audit import AuditReport, AuditTolerances, KeyRoles, audit
 
 __all__ = [
     "FRAMES_PER_CHUNK",

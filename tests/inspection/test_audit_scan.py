@@ -1,4 +1,4 @@
-"""The audit scan's fast paths (:mod:`rlds_cli.inspection.audit_scan`) against the plain
+"""The audit scan's fast paths (:mod:`rlds_cli.inspection.audit`) against the plain
 definitions they replace: the groups of episodes, the row-wise ``all``.
 That every measure is unchanged end to end is :mod:`tests.inspection.test_audit`'s part."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlds_cli.inspection.audit_scan import CONTEXT, _all_columns, _groups
+from rlds_cli.inspection.audit import CONTEXT, _all_columns, _groups
 
 
 def _groups_one_by_one(lengths: np.ndarray, max_rows: int) -> list[list[tuple[int, int, int, int]]]:
