@@ -171,18 +171,27 @@ class GoalRelabel:
     def for_mixture(self, datasets: Sequence[Dataset] | Any) -> Callable[[TedBatch], TedBatch]:
         """A plain transform (nothing to bind) for a mixture's batches: each row's goals are chosen
         in its own dataset (by ``source`` and ``index``); the goal indices are steps of it.
-        ``goal_key`` must have the same name in every dataset.
+        ``goal_key`` must have the same name and number of axes in every dataset; the goals take
+        its widest shape (zero-padded, as ``pad=True`` pads the key) and promoted dtype.
 
         Args:
             datasets: The mixture's datasets in source order, or a
                 :class:`~rlds_cli.loader.mixture.MixtureSource` (its ``datasets``).
         """
-        parts = []
-        for dataset in getattr(datasets, "datasets", datasets):
+        parts, datasets = [], list(getattr(datasets, "datasets", datasets))
+        for dataset in datasets:
             part = copy.copy(self)
             part.reward_fn = None  # the user's rule runs once, on the whole batch
             part.bind(dataset)
             parts.append(part)
+        specs = [(d.name, d.manifest.fields[self.goal_key]) for d in datasets]
+        if len({len(spec.shape) for _, spec in specs}) > 1:
+            shapes = ", ".join(f"{name} {tuple(spec.shape)}" for name, spec in specs)
+            raise ValueError(
+                f"GoalRelabel goal_key {self.goal_key!r} has different numbers of axes: {shapes}"
+            )
+        goal_shape = tuple(int(max(axis)) for axis in zip(*(spec.shape for _, spec in specs), strict=True))
+        goal_dtype = np.result_type(*(np.dtype(spec.dtype) for _, spec in specs))
 
         def relabel(batch: TedBatch) -> TedBatch:
             shape = np.shape(batch["index"])  # slices: [B, L]; rows are relabeled one by one
@@ -195,10 +204,16 @@ class GoalRelabel:
                     pieces.append((rows, part(TedBatch(index=idx[rows]))))
             for key in _OUTPUT_KEYS:
                 first = pieces[0][1][key]
-                full = np.empty((len(idx), *first.shape[1:]), first.dtype)
-                for rows, piece in pieces:
-                    full[rows] = piece[key]
-                batch[key] = full.reshape(*shape, *first.shape[1:])
+                if key in ("value_goal", "actor_goal"):  # each source's goals at the start of each axis
+                    full = np.zeros((len(idx), *goal_shape), goal_dtype)
+                    for rows, piece in pieces:
+                        where: tuple[Any, ...] = (rows, *(slice(0, n) for n in piece[key].shape[1:]))
+                        full[where] = piece[key]
+                else:
+                    full = np.empty((len(idx), *first.shape[1:]), first.dtype)
+                    for rows, piece in pieces:
+                        full[rows] = piece[key]
+                batch[key] = full.reshape(*shape, *full.shape[1:])
             if self.reward_fn is not None:  # the user's rule sees the whole batch
                 reward, mask = self.reward_fn(batch, batch["value_goal"])
                 batch["next/reward"] = np.asarray(reward, np.float32).reshape(*shape, -1)

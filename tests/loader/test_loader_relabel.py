@@ -178,3 +178,67 @@ def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
             assert (vi[rows] < ends[-1]).all()
         # goal observations are the goal steps' ([i, episode, i / 2] in both datasets)
         assert w["actor_goal"].numpy()[:, 0].tolist() == ai.tolist()
+
+
+def _goal_dataset(root: Path, name: str, dtype: type, width: int, base: float) -> Dataset:
+    from rlds_cli import DatasetWriter, open_dataset
+
+    with DatasetWriter(name, mode="create", root=root) as writer:
+        for e in range(2):
+            obs = (base + e * 1000 + np.arange(4))[:, None] + np.arange(width) / 1000
+            writer.add_episode({
+                "observation": obs[:-1].astype(dtype), "next/observation": obs[1:].astype(dtype),
+                "action": np.zeros((3, 1), np.float32), "next/reward": np.zeros(3, np.float32),
+                "next/terminated": np.array([False, False, True]), "next/truncated": np.zeros(3, bool),
+            })  # fmt: skip
+    return open_dataset(name, root=root)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_mixture_goals_keep_each_sources_values_in_the_promoted_dtype_and_widest_shape(
+    tmp_path: Path, order: tuple[int, int]
+) -> None:
+    """A float64 source's goals were cast to the dtype of the first source in the batch (float32:
+    200002.001 read 200002.0), and a padded mixture of 2- and 3-wide goals failed in numpy."""
+    import torch
+
+    from rlds_cli.loader.mixture import MixtureSampler, MixtureSource
+
+    made = [
+        _goal_dataset(tmp_path, "g32", np.float32, 2, 0.0),
+        _goal_dataset(tmp_path, "g64", np.float64, 3, 2e5),
+    ]
+    datasets = [made[i] for i in order]
+    source = MixtureSource(datasets, keys=["observation"], pad=True, float_dtype=torch.float64)
+    relabel = GoalRelabel("her_future", seed=0).for_mixture(source)
+    sampler = MixtureSampler(source.sizes, [0.5, 0.5], 64, 0)
+    loader = Loader(source, 64, sampler=sampler, float_dtype=torch.float64, transform=relabel)
+    batch = loader.sample()
+    src = batch["source"].numpy()
+    assert set(src.tolist()) == {0, 1}
+    for key in ("value_goal", "actor_goal"):
+        goals = batch[key].numpy()
+        assert goals.dtype == np.float64 and goals.shape == (64, 3)
+        for s, ds in enumerate(datasets):
+            rows = src == s
+            want = ds.gather(batch[f"{key}_index"].numpy()[rows])["observation"]
+            width = want.shape[1]
+            assert np.array_equal(goals[rows, :width], want.astype(np.float64))
+            assert not goals[rows, width:].any()
+
+
+def test_mixture_goals_of_different_axes_are_refused(tmp_path: Path) -> None:
+    from rlds_cli import DatasetWriter, open_dataset
+
+    flat = _goal_dataset(tmp_path, "flat", np.float32, 2, 0.0)
+    with DatasetWriter("deep", mode="create", root=tmp_path) as writer:
+        obs = np.zeros((4, 2, 2), np.float32)
+        writer.add_episode({
+            "observation": obs[:-1], "next/observation": obs[1:], "action": np.zeros((3, 1), np.float32),
+            "next/reward": np.zeros(3, np.float32), "next/terminated": np.array([False, False, True]),
+            "next/truncated": np.zeros(3, bool),
+        })  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"goal_key 'observation' has different numbers of axes: flat \(2,\), deep"
+    ):
+        GoalRelabel().for_mixture([flat, open_dataset("deep", root=tmp_path)])
