@@ -351,6 +351,9 @@ class GrowingDataset(Dataset):
         self.episode_ids = np.repeat(base - (np.cumsum(counts) - counts), counts) + np.arange(
             int(counts.sum()), dtype=np.int64
         )
+        # a segment's source ids are its episodes' places in it (writers have no source ids): the
+        # dataset's are the episode numbers, which eviction and compaction leave unchanged
+        self.episode_index["source_id"] = self.episode_ids
         self.episode_index["start"] = np.cumsum(lens) - lens
         self.episode_bounds = Episodes(lens) if len(lens) else empty_episodes()
         self.manifest = Manifest(

@@ -208,6 +208,8 @@ def test_a_growing_dataset_is_of_the_view_it_holds() -> None:
     # the demonstration, then the newest online episodes within 12 unprotected steps
     assert table.lengths.tolist() == [6, 5, 5] and table.starts.tolist() == [0, 6, 11]
     assert table.returns.tolist() == [6.0, 5.0, 5.0]  # uid_episode's reward is 1 a step
+    # the episodes' numbers in the dataset (each segment's own places were 0, 1, 2 here)
+    assert table.source_ids.tolist() == ds.episode_ids.tolist() == [0, 2, 3]
     assert_matches_index(table, ds)
     with rlds_cli.DatasetWriter("grow", mode="append") as w:
         w.add_episode(uid_episode(7, 2))
@@ -217,6 +219,7 @@ def test_a_growing_dataset_is_of_the_view_it_holds() -> None:
     latest = ds.episodes
     assert latest is not table and table.returns.tolist() == [6.0, 5.0, 5.0]  # made: kept
     assert latest.lengths.tolist() == [6, 5, 5, 2] and latest.starts.tolist() == [0, 6, 11, 16]
+    assert latest.source_ids.tolist() == [0, 2, 3, 4]
     assert_matches_index(latest, ds)
 
 
