@@ -53,6 +53,7 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import digest, stats
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import build_index, write_index
 from rlds_cli.cache.layout import (
@@ -70,6 +71,7 @@ from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.cache.transaction import CacheTransaction, seal
 from rlds_cli.errors import (
     CacheNotVisibleError,
+    CorruptDatasetError,
     DatasetExistsError,
     FunctionImportError,
     InvalidNameError,
@@ -154,6 +156,8 @@ def prepare(
             "job reads a converted dataset, whose arrays stay as they are for the whole job",
             hint=f"{fixed_copy_hint(source_name)}; then preprocess that",
         )
+    if not is_url(source_name):  # damaged arrays would be published as the output's, with fresh digests
+        verify_parent(src)
     storage = storage or src.manifest.backend
     get_backend(storage)
     key_list = sorted(set(keys)) if keys is not None else None
@@ -418,6 +422,17 @@ def _run_locked(
     out_url = job.out_url
     existing = _existing_output(job, out_name)
     made_here = bool(existing and existing.lineage and existing.lineage[0].get("job") == job.job_id)
+    if existing is not None and made_here and out_url is None:
+        try:
+            problems = open_dataset(out_name, job.cache).check_files()
+        except CorruptDatasetError as exc:
+            problems = [exc.message]
+        if problems and not txn.replace:
+            raise CorruptDatasetError(
+                f"dataset {out_name!r}, made by this job before, is damaged: {problems[0]}",
+                hint="pass --force to make it again",
+            )
+        made_here = not problems  # damaged: made again
     if existing is not None and made_here and (resume or not txn.replace):
         # the same job finished before (perhaps killed while cleaning up): its output is complete
         discard_job_dir(job, out_name)

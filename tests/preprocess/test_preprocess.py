@@ -13,6 +13,7 @@ from rlds_cli import preprocess
 from rlds_cli.cache import stats as pstats
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.errors import (
+    CorruptDatasetError,
     DatasetExistsError,
     FunctionImportError,
     OutputSchemaError,
@@ -385,3 +386,32 @@ def test_rerun_is_a_noop_unless_force(golden: str) -> None:
     # the rebuilt dataset holds the data again (not the zeros of fresh, never-written files)
     assert_same(everything("norm"), before)
     assert np.any(before["observation"] != 0)
+
+
+def test_a_damaged_source_is_refused_before_anything_is_made(golden: str, isolated_cache: Path) -> None:
+    """A flipped byte of the source (or of a view's parent) was copied into the output, which got
+    fresh digests and passed verify."""
+    from rlds_cli.cache.derive import create_view
+
+    create_view(golden, "first", episodes=(0, 2))
+    column = isolated_cache / "datasets" / golden / "arrays" / "action.npy"
+    data = bytearray(column.read_bytes())
+    data[-1] ^= 1
+    column.write_bytes(bytes(data))
+    for source in (golden, "first"):
+        with pytest.raises(CorruptDatasetError, match=rf"dataset '{source}' is damaged: 'action'"):
+            preprocess.run(source, f"{FNS}:identity", "out", workers=1)
+    assert not (isolated_cache / "datasets" / "out").exists()
+
+
+def test_a_damaged_output_of_the_same_job_is_named_not_reused(golden: str, isolated_cache: Path) -> None:
+    preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1)
+    before = everything("norm")
+    (isolated_cache / "datasets" / "norm" / "arrays" / "action.npy").unlink()
+    with pytest.raises(CorruptDatasetError, match="'norm', made by this job before, is damaged: array file"):
+        preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1)
+    for resume in (False, True):
+        again = preprocess.run(golden, f"{FNS}:normalize", "norm", workers=1, force=True, resume=resume)
+        assert not again.reused
+        assert_same(everything("norm"), before)
+        (isolated_cache / "datasets" / "norm" / "arrays" / "action.npy").unlink()
