@@ -39,7 +39,14 @@ from rlds_cli.cache.ted import EPISODE_DTYPE, StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, SchemaMismatchError
 
-__all__ = ["downsample_dataset", "merge_datasets", "schema_difference", "select_composed", "trim_dataset"]
+__all__ = [
+    "composed_selection",
+    "downsample_dataset",
+    "merge_datasets",
+    "publish_index",
+    "schema_difference",
+    "trim_dataset",
+]
 
 
 def merge_datasets(
@@ -98,21 +105,16 @@ def merge_datasets(
             verify_parent(ds)
     parts = [Part(ds.name, ds.manifest.digest()) for ds in parents]
     index = _concat_index([np.asarray(ds.episode_index) for ds in parents])
-    return _publish(parents, parts, index, name, "merge", {}, cache, replace, lock_timeout)
+    manifest = _composed_manifest(parents, parts, index, name, "merge", {})
+    return publish_index(manifest, index, cache=cache, replace=replace, lock_timeout=lock_timeout)
 
 
-def select_composed(
-    source: Dataset,
-    name: str,
-    ids: np.ndarray,
-    how: str,
-    *,
-    cache: CacheRoot,
-    replace: bool = False,
-    lock_timeout: float = 60.0,
-) -> Manifest:
-    """Publish the episodes ``ids`` (ascending positions) of a composed dataset ``source`` as
-    ``name``, a composed dataset of the same parents."""
+def composed_selection(
+    source: Dataset, name: str, ids: np.ndarray, how: str, *, cache: CacheRoot
+) -> tuple[Manifest, np.ndarray]:
+    """The manifest and episode index of the episodes ``ids`` (ascending positions) of a composed
+    dataset ``source`` as ``name``: a composed dataset of the same parents (publish with
+    :func:`publish_index`)."""
     parts, parents, index, first = [], [], [], 0
     ids = np.asarray(ids, np.int64)
     for part in parts_of(source.manifest):
@@ -132,9 +134,8 @@ def select_composed(
     note: dict[str, Any] = {"parent": source.name, "episodes": [int(ids[0]), int(ids[-1]) + 1]}
     note.update({"selection": how} if how else {})
     lineage_of = [source]  # the lineage names what it was made of: the composed dataset
-    return _publish(
-        parents, parts, _concat_index(index), name, "select", note, cache, replace, lock_timeout, lineage_of
-    )
+    joined = _concat_index(index)
+    return _composed_manifest(parents, parts, joined, name, "select", note, lineage_of), joined
 
 
 def trim_dataset(
@@ -154,6 +155,8 @@ def trim_dataset(
 
     Raises:
         InvalidSelectionError: ``start`` or ``end`` negative, both zero, or no episode longer.
+        CorruptDatasetError: A file of ``parent`` is missing or short, or it is a view whose parent
+            was replaced.
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     validate_name(name)
@@ -164,6 +167,11 @@ def trim_dataset(
         )
     source = open_dataset(parent, cache)
     _refuse_growing(source)
+    problems = source.check_files()  # sizes only (a view's: of its pinned parent's files)
+    if problems:
+        raise CorruptDatasetError(
+            f"dataset {parent!r} cannot be trimmed: {problems[0]}", hint=f"rlds inspect {parent} --check"
+        )
     lengths = source.episode_index["length"].astype(np.int64)
     keep = np.flatnonzero(lengths > start + end)
     if not len(keep):
@@ -176,7 +184,8 @@ def trim_dataset(
     part = Part(parent, source.manifest.digest(), ids, start, end)
     index = _concat_index([part.index(source.episode_index)])
     note = {"trim": [start, end], "dropped_short": int(len(lengths) - len(keep))}
-    return _publish([source], [part], index, name, "trim", note, cache, replace, lock_timeout)
+    manifest = _composed_manifest([source], [part], index, name, "trim", note)
+    return publish_index(manifest, index, cache=cache, replace=replace, lock_timeout=lock_timeout)
 
 
 def schema_difference(a: Dataset, b: Dataset) -> str | None:
@@ -236,19 +245,16 @@ def _concat_index(parts: list[np.ndarray]) -> np.ndarray:
     return index
 
 
-def _publish(
+def _composed_manifest(
     parents: list[Dataset],
     parts: list[Part],
     index: np.ndarray,
     name: str,
     op: str,
     note: dict[str, Any],
-    cache: CacheRoot,
-    replace: bool,
-    lock_timeout: float,
     lineage_of: list[Dataset] | None = None,
 ) -> Manifest:
-    """Write the composed dataset's index and manifest and publish them."""
+    """The manifest of a composed dataset of ``parts`` (of ``parents``) with episode ``index``."""
     fields: dict[str, FieldSpec] = dict(parents[0].manifest.fields)
     makers = lineage_of or _unique(parents)  # what it was made of: their cards make its card
     envs = [ds.manifest.env for ds in parents]
@@ -277,7 +283,14 @@ def _publish(
         env=envs[0] if all(e == envs[0] for e in envs) else {},
         card=combine_cards([dataset_card(ds) for ds in makers], [ds.name for ds in makers]),
     )
-    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
+    return manifest
+
+
+def publish_index(
+    manifest: Manifest, index: np.ndarray, *, cache: CacheRoot, replace: bool, lock_timeout: float
+) -> Manifest:
+    """Publish a dataset whose own data is its episode ``index`` (a view, a composed dataset)."""
+    with CacheTransaction(manifest.name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
         txn.check_free()
         write_index(txn.new_build_dir(), index, fsync=txn.fsync)
         txn.commit(manifest)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
-from rlds_cli.cache.compose import select_composed
+from rlds_cli.cache.compose import composed_selection, publish_index
 from rlds_cli.cache.composed import COMPOSED_LAYOUT
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
@@ -105,17 +106,45 @@ def _publish_view(
     replace: bool,
     lock_timeout: float,
 ) -> Manifest:
-    """Publish the view of episodes ``ids`` (ascending) of ``source`` (:func:`view_manifest`)."""
-    if source.manifest.layout == COMPOSED_LAYOUT:  # its columns are its parents': a composed selection
-        return select_composed(
-            source, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout
-        )
-    manifest, index = view_manifest(source, parent, name, ids, how, cache=cache)
-    with CacheTransaction(name, root=cache, replace=replace, lock_timeout=lock_timeout) as txn:
-        txn.check_free()
-        write_index(txn.new_build_dir(), index, fsync=txn.fsync)
-        txn.commit(manifest)
-    return manifest
+    """Publish the view of episodes ``ids`` (ascending) of ``source`` (:func:`_selection`)."""
+    manifest, index = _selection(source, parent, name, ids, how, cache=cache)
+    return publish_index(manifest, index, cache=cache, replace=replace, lock_timeout=lock_timeout)
+
+
+def _selection(
+    source: Dataset, parent: str, name: str, ids: np.ndarray, how: str, *, cache: CacheRoot
+) -> tuple[Manifest, np.ndarray]:
+    """The manifest and index of dataset ``name`` of episodes ``ids`` (ascending) of ``source``:
+    a view (:func:`view_manifest`), or a composed selection when ``source`` is composed (its
+    columns are its parents')."""
+    if source.manifest.layout == COMPOSED_LAYOUT:
+        return composed_selection(source, name, ids, how, cache=cache)
+    return view_manifest(source, parent, name, ids, how, cache=cache)
+
+
+def _publish_together(
+    made: list[tuple[Manifest, np.ndarray]], *, cache: CacheRoot, replace: bool, lock_timeout: float
+) -> None:
+    """Publish datasets whose own data is their index (a split's two views) as one step as far as
+    a reader can tell: every name locked (in name order) and checked, every build written, the
+    datasets they replace deleted, then each published. A kill leaves the old ones, or some of
+    the new ones with the others missing, never old and new side by side."""
+    with ExitStack() as stack:
+        txns = {
+            m.name: stack.enter_context(
+                CacheTransaction(m.name, root=cache, replace=replace, lock_timeout=lock_timeout)
+            )
+            for m, _ in sorted(made, key=lambda pair: pair[0].name)
+        }
+        for manifest, index in made:
+            txn = txns[manifest.name]
+            txn.check_free()
+            txn.check_not_made_from(manifest)
+            write_index(txn.new_build_dir(), index, fsync=txn.fsync)
+        for txn in txns.values():
+            txn.withdraw()
+        for manifest, _ in made:
+            txns[manifest.name].commit(manifest)
 
 
 def view_manifest(
@@ -128,6 +157,7 @@ def view_manifest(
     Raises:
         InvalidSelectionError: ``source`` is growing, or composed (use :func:`create_selection`,
             which publishes a composed selection).
+        CorruptDatasetError: ``source`` is a view whose parent is gone or was replaced.
     """
     _refuse_growing(source.manifest.layout, parent)
     if source.manifest.layout == COMPOSED_LAYOUT:
@@ -138,6 +168,7 @@ def view_manifest(
         )
     if source.manifest.layout == VIEW_LAYOUT:
         inner = ViewSpec.from_manifest(source.manifest)
+        source.view_parent()  # raises when that parent was replaced: its positions name other episodes
         outer = open_dataset(inner.parent, cache)
         # the words count in this view: say so, beside the ids it names in the stored arrays
         said = f"{how} of view {parent!r}" if how else ""
@@ -231,18 +262,35 @@ def split_dataset(
         )
     train_name, val_name = _free_names(parent, train_name, val_name, root, replace)
     if last:
-        train = create_view(parent, train_name, (0, total - n_val), root=root, replace=replace)
-        val = create_view(parent, val_name, (total - n_val, total), root=root, replace=replace)
-        return train, val
-    in_val = np.zeros(total, bool)
-    in_val[np.random.default_rng(seed).choice(total, n_val, replace=False)] = True
-    how = f"{n_val} of {total} episodes, drawn at random (seed {seed})"
-    rest = f"the {total - n_val} of {total} episodes not drawn for validation (seed {seed})"
-    train = create_selection(
-        parent, train_name, np.flatnonzero(~in_val), how=rest, root=root, replace=replace
-    )
-    val = create_selection(parent, val_name, np.flatnonzero(in_val), how=how, root=root, replace=replace)
-    return train, val
+        in_val = np.arange(total) >= total - n_val
+        how, rest = "", ""
+    else:
+        in_val = np.zeros(total, bool)
+        in_val[np.random.default_rng(seed).choice(total, n_val, replace=False)] = True
+        how = f"{n_val} of {total} episodes, drawn at random (seed {seed})"
+        rest = f"the {total - n_val} of {total} episodes not drawn for validation (seed {seed})"
+    return _publish_split(opened, parent, (train_name, rest), (val_name, how), in_val, root, replace)
+
+
+def _publish_split(
+    source: Dataset,
+    parent: str,
+    train: tuple[str, str],
+    val: tuple[str, str],
+    in_val: np.ndarray,
+    root: str | os.PathLike[str] | CacheRoot | None,
+    replace: bool,
+) -> tuple[Manifest, Manifest]:
+    """Publish the views ``train`` and ``val`` (name, how chosen) of the episodes of ``source``
+    outside and inside ``in_val``, both made from this one opening of it and published together
+    (a split whose outputs replace its input, or a kill between them, never mixes two splits)."""
+    cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    made = [
+        _selection(source, parent, name, np.flatnonzero(chosen), how, cache=cache)
+        for (name, how), chosen in ((train, ~in_val), (val, in_val))
+    ]
+    _publish_together(made, cache=cache, replace=replace, lock_timeout=60.0)
+    return made[0][0], made[1][0]
 
 
 def _free_names(
@@ -291,16 +339,8 @@ def _split_by_list(
     in_val = np.zeros(total, bool)
     in_val[chosen] = True
     label = val_episodes if isinstance(val_episodes, str) else f"{len(chosen)} named episodes"
-    train = create_selection(
-        parent,
-        train_name,
-        np.flatnonzero(~in_val),
-        how=f"all but episodes {label}",
-        root=root,
-        replace=replace,
-    )
-    val = create_selection(parent, val_name, chosen, how=f"episodes {label}", root=root, replace=replace)
-    return train, val
+    train, val = (train_name, f"all but episodes {label}"), (val_name, f"episodes {label}")
+    return _publish_split(opened, parent, train, val, in_val, root, replace)
 
 
 def _refuse_growing(layout: str, parent: str) -> None:

@@ -373,6 +373,14 @@ class CacheRoot:
             fsync_dir(final.parent)
         journal.unlink(missing_ok=True)
 
+    def withdraw(self, name: str) -> None:
+        """Delete the published dataset ``name`` (atomically invisible first, then removed); the
+        caller holds ``lock(name)``. Nothing when there is none."""
+        final = self.dataset_dir(name)
+        if final.exists():
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            self._discard(final, final.name)
+
     def remove(self, name: str, timeout: float = 10.0) -> None:
         """Delete a published dataset (atomically invisible first, then removed)."""
         final = self.dataset_dir(name)
@@ -380,7 +388,6 @@ class CacheRoot:
             raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {self.path}")
         try:
             with self.lock(name, timeout=timeout):
-                self.tmp_dir.mkdir(parents=True, exist_ok=True)
-                self._discard(final, final.name)
+                self.withdraw(name)
         except Timeout:
             raise LockTimeoutError(f"dataset {name!r} is locked by another process") from None

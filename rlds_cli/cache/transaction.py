@@ -28,7 +28,7 @@ from rlds_cli._util.locks import is_timeout
 from rlds_cli.cache.layout import validate_name
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import DatasetExistsError, LockTimeoutError
+from rlds_cli.errors import DatasetExistsError, LockTimeoutError, RldsError
 
 
 def seal(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
@@ -129,6 +129,35 @@ class CacheTransaction:
                 f"dataset {self.name!r} already exists at {self.cache.dataset_dir(self.name)}"
             )
 
+    def check_not_made_from(self, manifest: Manifest) -> None:
+        """Raise :class:`DatasetExistsError` when the dataset replaced is one the new one (of
+        ``manifest``) is made of, through its lineage followed in the cache: the new one would
+        read the data it replaces, or pin itself."""
+        if self.existing is None:
+            return
+        seen: set[str] = set()
+        todo = [entry.get("name") for entry in manifest.lineage]
+        while todo:
+            parent = todo.pop()
+            if not isinstance(parent, str) or parent in seen:
+                continue
+            if parent == self.name:
+                raise DatasetExistsError(
+                    f"dataset {self.name!r} cannot be replaced by a dataset made from it",
+                    hint="give the new dataset another name",
+                )
+            seen.add(parent)
+            try:
+                todo += [entry.get("name") for entry in self.cache.manifest(parent).lineage]
+            except RldsError:  # gone or unreadable: nothing further to follow
+                continue
+
+    def withdraw(self) -> None:
+        """Delete the dataset this one replaces now, before :meth:`commit` (datasets published
+        together: a kill between their commits leaves some missing, never old and new mixed)."""
+        if self.existing is not None and self.replace:
+            self.cache.withdraw(self.name)
+
     def commit(self, manifest: Manifest) -> Path:
         """Seal the build (durable files, then the manifest) and publish it under the name.
 
@@ -136,6 +165,7 @@ class CacheTransaction:
             The published directory.
         """
         self.check_free()
+        self.check_not_made_from(manifest)
         seal(self.build_dir, manifest, fsync=self.fsync)
         final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
         self._committed = True

@@ -183,7 +183,9 @@ def split(
     The validation episodes are drawn at random (--seed, 0 by default: the same split every
     time), so a dataset ordered by time or by policy is split evenly; --last takes the last
     ones; --val-episodes names them. Neither view is made when either name is taken (unless
-    --force).
+    --force). With --force the two views replace the old two together: a split killed midway
+    leaves the old pair, or some of the new views with the others missing (run it again), never
+    one view of each split.
     """
     from rlds_cli.cache.derive import split_dataset
     from rlds_cli.catalog.registry import resolve_name

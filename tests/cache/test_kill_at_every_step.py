@@ -19,7 +19,7 @@ import pytest
 
 import rlds_cli.cache.root as cache_root
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
-from rlds_cli.cache.derive import create_view
+from rlds_cli.cache.derive import create_view, split_dataset
 from rlds_cli.cache.manage import collect_garbage, remove_dataset
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.inspection.validate import check_dataset
@@ -216,6 +216,34 @@ def test_view_creation_is_all_or_nothing() -> None:
         assert _tmp_leftovers() == [], where
 
     _every_kill(lambda: create_view("parent", "v", (1, 3)), check, reset)
+
+
+def test_a_split_replacing_another_never_leaves_the_two_mixed() -> None:
+    """A kill between the two views' publishes left seed 1's train beside seed 0's validation:
+    16 episodes in both. Now the old pair, or new views with the others missing, never a mix."""
+    _write("parent", 1.0, lengths=(2, 3, 2, 4, 3, 2, 3, 2))
+
+    def episodes(name: str) -> set[int]:
+        return set(open_dataset(name).view_parent()[1].tolist())  # type: ignore[index]
+
+    def reset() -> None:
+        split_dataset("parent", 0.5, train_name="t", val_name="v", replace=True, seed=0)
+
+    seen = set()
+
+    def check(k: int, where: str) -> None:
+        have = [n for n in ("t", "v") if CacheRoot().exists(n)]
+        if len(have) == 2:
+            pair = (frozenset(episodes("t")), frozenset(episodes("v")))
+            assert not pair[0] & pair[1] and len(pair[0] | pair[1]) == 8, where
+            seen.add(pair)
+        collect_garbage(CacheRoot())
+        assert _tmp_leftovers() == [], where
+
+    _every_kill(
+        lambda: split_dataset("parent", 0.5, train_name="t", val_name="v", replace=True, seed=1), check, reset
+    )
+    assert len(seen) == 2  # the old pair, and the new one (killed after both were published)
 
 
 # ----------------------------------------------------------------------------- preprocess
