@@ -69,6 +69,9 @@ TRASH_SUFFIX = ".trash"
 JOURNAL_SUFFIX = ".publish"
 #: What separates the output's entry from the job id in a preprocess job directory's name.
 JOB_MARK = ".job-"
+#: A job directory's name: the entry, the mark, the job id (16 hex digits). A build of an entry
+#: whose name holds the mark (``a.job-b.<id>.incomplete``) is not one.
+_JOB_DIR = re.compile(r"(?P<entry>.+)\.job-[0-9a-f]{16}")
 JOB_FILE = "job.json"
 JOB_OUTPUT_DIR = "out"
 JOB_CHUNKS_DIR = "chunks"
@@ -128,8 +131,9 @@ def tmp_owner(path: Path) -> str:
     """The entry a ``tmp/`` item belongs to: ``<entry>.<id>.<suffix>``, ``<entry>.job-<id>``, or
     a journal's temp file ``.<entry>.<id>.publish.tmp`` (entries may hold dots; ids cannot)."""
     name = path.name
-    if JOB_MARK in name:
-        return name.rsplit(JOB_MARK, 1)[0]
+    job = _JOB_DIR.fullmatch(name)
+    if job is not None:
+        return job["entry"]
     return name.lstrip(".").removesuffix(".tmp").rsplit(".", 2)[0]
 
 
@@ -201,7 +205,9 @@ class CacheLayout:
 
     def job_dirs(self) -> list[Path]:
         """Every preprocess job directory, sorted."""
-        return sorted(self.tmp_dir.glob(f"*{JOB_MARK}*")) if self.tmp_dir.is_dir() else []
+        if not self.tmp_dir.is_dir():
+            return []
+        return sorted(p for p in self.tmp_dir.glob(f"*{JOB_MARK}*") if _JOB_DIR.fullmatch(p.name))
 
     def download_dir(self, name: str) -> Path:
         """The download folder of a registry entry (``name`` is its cache name)."""

@@ -226,3 +226,19 @@ def test_registry_aliases_name_their_cached_dataset() -> None:
     assert path.stdout == f"{CacheRoot().dataset_dir('pointmass-demo-v0')}\n"
     info = runner.invoke(app, ["inspect", "demo", "--json", "--no-stats"])
     assert json.loads(info.stdout)["name"] == "pointmass-demo-v0"
+
+
+def test_gc_keeps_a_live_build_of_a_name_holding_the_job_mark(isolated_cache: Path) -> None:
+    """A build of 'a.job-b' was taken for a job directory of 'a' (whose lock was free) and removed
+    under its writer, which then failed with 'unexpected FileNotFoundError'."""
+    from rlds_cli.cache.layout import tmp_owner
+
+    cache = CacheRoot()
+    with cache.lock("a.job-b"):
+        build = cache.new_build_dir("a.job-b")
+        assert tmp_owner(build) == "a.job-b"
+        assert collect_garbage(cache) == [] and build.is_dir()
+        assert cache.layout.job_dirs() == []
+    job = cache.layout.job_dir("a.job-b", "0123456789abcdef")
+    job.mkdir()
+    assert tmp_owner(job) == "a.job-b" and cache.layout.job_dirs() == [job]
