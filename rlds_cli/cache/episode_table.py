@@ -509,7 +509,7 @@ class _Parser:
             inner = self.atom()
             return lambda get: -_number(inner(get))
         if kind == "num":
-            number = float(value)
+            number = np.float64(value)  # numpy arithmetic: 1/0 is inf under errstate, not an error
             return lambda get: number
         if kind == "name" and value not in _KEYWORDS:
             if value in ("true", "false"):

@@ -76,6 +76,9 @@ def test_where_over_the_episode_table(ted: Dataset) -> None:
         "episode == 3 or episode != episode": np.arange(len(lengths)) == 3,
         "-length < -10": -lengths < -10,
         "1e1 <= length": lengths >= 10,
+        # numbers divided by zero are numpy's (inf, nan), as columns are: it was ZeroDivisionError
+        "1/0 > length": lengths == lengths,
+        "0/0 == 0 or length / 0 < 0": lengths < 0,
     }
     for text, mask in cases.items():
         assert select_where(text, table).tolist() == np.flatnonzero(mask).tolist(), text
