@@ -255,10 +255,16 @@ def split_dataset(
     _refuse_growing(opened.manifest.layout, parent)  # before either view is made
     total = opened.num_episodes
     n_val = max(1, round(total * val_fraction))
+    if total < 2:
+        raise InvalidSelectionError(
+            f"dataset {parent!r} has {total} episode: too few to split",
+            hint="a split needs at least 2 episodes",
+        )
     if n_val >= total:
         raise InvalidSelectionError(
-            f"dataset {parent!r} has {total} episode(s): too few to split",
-            hint="a split needs at least 2 episodes; pick a smaller --val",
+            f"--val {val_fraction} of the {total} episodes of {parent!r} rounds to all of them: none is "
+            "left for training",
+            hint="pick a smaller --val",
         )
     train_name, val_name = _free_names(parent, train_name, val_name, root, replace)
     if last:

@@ -12,7 +12,7 @@ import pytest
 from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
 from rlds_cli.cache.derive import create_selection, create_view, drop_episodes, split_dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.errors import CorruptDatasetError, DatasetExistsError
+from rlds_cli.errors import CorruptDatasetError, DatasetExistsError, InvalidSelectionError
 from rlds_cli.inspection.audit import audit
 from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import assert_same, everything, make_dataset
@@ -98,3 +98,13 @@ def test_a_trim_of_a_dataset_missing_a_file_is_refused(parent: str, isolated_cac
     with pytest.raises(CorruptDatasetError, match=r"dataset 'p' cannot be trimmed: .*action\.npy"):
         trim_dataset(parent, "t", start=1)
     assert not (isolated_cache / "datasets" / "t").exists()
+
+
+def test_a_split_fraction_that_rounds_to_every_episode_says_so(parent: str) -> None:
+    with pytest.raises(
+        InvalidSelectionError, match=r"--val 0\.99 of the 6 episodes of 'p' rounds to all of them"
+    ):
+        split_dataset(parent, 0.99)
+    make_dataset("one", [3])
+    with pytest.raises(InvalidSelectionError, match="dataset 'one' has 1 episode: too few to split"):
+        split_dataset("one", 0.5)
