@@ -27,7 +27,6 @@ import numpy as np
 
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import LoaderStateError
-from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.epoch import (
     Generation,
     batches_for,
@@ -38,8 +37,16 @@ from rlds_cli.loader.epoch import (
     replay,
     share_bounds,
 )
+from rlds_cli.loader.run_state import (
+    check_int,
+    check_shard,
+    check_shard_fields,
+    check_state,
+    check_steps,
+    rank_world,
+    run_seed,
+)
 from rlds_cli.loader.samplers import block_starts, positive_int
-from rlds_cli.loader.state_checks import check_int, check_shard_fields, check_state
 
 #: Rows a block holds when the storage says nothing (memory maps; one-row chunks of frames):
 #: about this many bytes of the dataset's widest row, within the bounds below.

@@ -15,10 +15,9 @@ import torch
 
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
-from rlds_cli.loader.distributed import rank_world, run_seed, stream_seed
+from rlds_cli.loader.run_state import check_shard_fields, check_state, rank_world, run_seed, stream_seed
 from rlds_cli.loader.samplers import load_shard_state, shard_state
 from rlds_cli.loader.sources import HostSource
-from rlds_cli.loader.state_checks import check_shard_fields, check_state
 
 
 class DeviceSource:

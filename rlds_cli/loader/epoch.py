@@ -33,15 +33,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_cli.errors import LoaderStateError
-from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
-from rlds_cli.loader.samplers import positive_int
-from rlds_cli.loader.state_checks import (
+from rlds_cli.loader.run_state import (
     check_array,
     check_int,
     check_loader_state,
+    check_shard,
     check_shard_fields,
     check_state,
+    check_steps,
+    rank_world,
+    run_seed,
 )
+from rlds_cli.loader.samplers import positive_int
 
 if TYPE_CHECKING:
     from rlds_cli.loader.samplers import ViewChange

@@ -23,7 +23,6 @@ from rlds_cli.cache.reader import stored_keys
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
-from rlds_cli.loader.distributed import all_gather_objects, check_shard, rank_world, run_seed
 from rlds_cli.loader.epoch import check_ranks_field, in_step
 from rlds_cli.loader.factory import check_counts, check_source_options, make_sampler
 from rlds_cli.loader.image_transforms import ImageTransform
@@ -40,10 +39,17 @@ from rlds_cli.loader.protocols import (
     Streamable,
 )
 from rlds_cli.loader.read_ahead import Prefetcher, Prepared
+from rlds_cli.loader.run_state import (
+    all_gather_objects,
+    check_loader_state,
+    check_shard,
+    rank_world,
+    run_seed,
+    view_state,
+)
 from rlds_cli.loader.samplers import Draw, Episodes, ViewChange, positive_int, split_draw
 from rlds_cli.loader.sizes import auto_in_memory, check_loader_batch
 from rlds_cli.loader.sources import HostSource, resolve_keys
-from rlds_cli.loader.state_checks import check_loader_state, view_state
 from rlds_cli.loader.tensors import DtypePolicy, FloatDtype, TensorDictBatches, to_torch
 from rlds_cli.loader.windows import Offsets, with_windows
 

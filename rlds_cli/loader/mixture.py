@@ -36,7 +36,6 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.errors import MixtureError
-from rlds_cli.loader.distributed import rank_world, run_seed
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
 from rlds_cli.loader.mixture_sampler import (
@@ -55,9 +54,9 @@ from rlds_cli.loader.mixture_schema import (
     normalized,
 )
 from rlds_cli.loader.opening import open_dataset
+from rlds_cli.loader.run_state import check_int, check_state, rank_world, run_seed
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
-from rlds_cli.loader.state_checks import check_int, check_state
 from rlds_cli.loader.tensors import DtypePolicy, FloatDtype
 from rlds_cli.loader.windows import Windows
 

@@ -48,15 +48,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_cli.errors import MixtureError
-from rlds_cli.loader.distributed import check_shard, rank_world, run_seed, stream_seed
-from rlds_cli.loader.samplers import positive_int
-from rlds_cli.loader.state_checks import (
+from rlds_cli.loader.run_state import (
     check_array,
     check_bit_generator,
     check_int,
+    check_shard,
     check_shard_fields,
     check_state,
+    rank_world,
+    run_seed,
+    stream_seed,
 )
+from rlds_cli.loader.samplers import positive_int
 
 if TYPE_CHECKING:
     from rlds_cli.loader.mixture import MixtureSource

@@ -38,7 +38,17 @@ import numpy as np
 import torch
 
 from rlds_cli import settings
-from rlds_cli.loader.distributed import check_steps, rank_world, run_seed, stream_seed
+from rlds_cli.loader.run_state import (
+    check_array,
+    check_bit_generator,
+    check_number,
+    check_shard_fields,
+    check_state,
+    check_steps,
+    rank_world,
+    run_seed,
+    stream_seed,
+)
 from rlds_cli.loader.samplers import (
     Draw,
     ShortPolicy,
@@ -47,13 +57,6 @@ from rlds_cli.loader.samplers import (
     load_shard_state,
     positive_int,
     shard_state,
-)
-from rlds_cli.loader.state_checks import (
-    check_array,
-    check_bit_generator,
-    check_number,
-    check_shard_fields,
-    check_state,
 )
 
 if TYPE_CHECKING:

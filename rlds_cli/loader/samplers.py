@@ -53,9 +53,18 @@ from typing import Any, Literal, NamedTuple, cast
 import numpy as np
 
 from rlds_cli.cache.reader import Episodes
-from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed, stream_seed
+from rlds_cli.loader.run_state import (
+    check_bit_generator,
+    check_int,
+    check_shard,
+    check_shard_fields,
+    check_state,
+    check_steps,
+    rank_world,
+    run_seed,
+    stream_seed,
+)
 from rlds_cli.loader.sizes import BatchShape, check_batch_memory
-from rlds_cli.loader.state_checks import check_bit_generator, check_int, check_shard_fields, check_state
 
 Padded = Literal["none", "both", "left", "right"]
 PADDED_MODES: tuple[str, ...] = ("none", "both", "left", "right")
@@ -209,7 +218,7 @@ class UniformSampler:
         num_steps: Size of the dataset.
         batch_size: Indices per call to :meth:`sample`.
         seed: The run seed (``None``: ``$RLDS_SEED`` or a fresh one, logged; see
-            :mod:`rlds_cli.loader.distributed`); kept as :attr:`seed`.
+            :mod:`rlds_cli.loader.run_state`); kept as :attr:`seed`.
         rank, world_size: This process's rank: each rank draws its own stream from the seed.
         resident_window: Draw only from this many blocks of whole episodes at a time, a window
             that advances as it draws (:mod:`rlds_cli.loader.samplers`); ``None``: everywhere.

@@ -23,16 +23,22 @@ from torch.utils.data import IterableDataset, Sampler, get_worker_info
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import LoaderStateError
-from rlds_cli.loader.distributed import check_shard, check_steps, rank_world, run_seed
 from rlds_cli.loader.epoch import EpochSampler, history_field, next_batch_size
 from rlds_cli.loader.factory import SAMPLERS, make_sampler
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.protocols import Checkpointable, Streamable
 from rlds_cli.loader.protocols import Sampler as IndexSampler
 from rlds_cli.loader.ring import BatchRing, SlotBatch
+from rlds_cli.loader.run_state import (
+    check_cursor_state,
+    check_int,
+    check_shard,
+    check_steps,
+    rank_world,
+    run_seed,
+)
 from rlds_cli.loader.samplers import Episodes, positive_int, split_draw
 from rlds_cli.loader.sources import HostSource, resolve_keys
-from rlds_cli.loader.state_checks import check_cursor_state, check_int
 from rlds_cli.loader.tensors import DtypePolicy, FloatDtype, to_torch
 
 

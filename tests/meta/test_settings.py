@@ -73,7 +73,7 @@ def test_unset_and_empty_mean_the_default(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_bad_seed_is_still_a_seed_error_for_the_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlds_cli.loader.distributed import run_seed
+    from rlds_cli.loader.run_state import run_seed
 
     monkeypatch.setenv("RLDS_SEED", "soon")
     with pytest.raises(SeedError, match="RLDS_SEED='soon'"):
