@@ -4,7 +4,7 @@ For each file (several at once, in a bounded thread pool):
 
 1. take the file's lock, so two processes fetching the same file download it once;
 2. if the file is there and matches its known (or pinned) size and sha256: done (an unconfirmed
-   file whose conversion failed is fetched again, see :mod:`rlds_cli.net.hashes`);
+   file whose conversion failed is fetched again, see :mod:`rlds_cli.net.layout`);
 3. else, offline: fail; online: stream each mirror in turn into its ``.part``, resuming
    what is there when the server proves it unchanged, with retries (see :mod:`rlds_cli.net.http`);
 4. check size and sha256 of the ``.part``; a mismatch deletes it and tries the next mirror;
@@ -34,9 +34,17 @@ from rlds_cli.errors import (
     OfflineError,
     RegistryFormatError,
 )
-from rlds_cli.net.hashes import FileRecord, HashStore, mismatch_hint, must_refetch
 from rlds_cli.net.http import HttpConfig, discard_part, download_url, new_session
-from rlds_cli.net.layout import META_DIR, is_reserved, lock_path, part_path
+from rlds_cli.net.layout import (
+    META_DIR,
+    FileRecord,
+    HashStore,
+    is_reserved,
+    lock_path,
+    mismatch_hint,
+    must_refetch,
+    part_path,
+)
 
 
 @dataclass(frozen=True)

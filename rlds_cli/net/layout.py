@@ -1,14 +1,39 @@
-"""Where downloads live: ``<root>/raw/<entry>/`` (``/`` in a name written as ``--``), and the
-files inside a download folder (the names are :mod:`rlds_cli.cache.layout`'s)."""
+"""Download folders: where they live (``<root>/raw/<entry>/``, ``/`` in a name written as ``--``),
+the files inside one (the names are :mod:`rlds_cli.cache.layout`'s), and its ``hashes.json``.
+
+**hashes.json** (:class:`HashStore`): the sizes and sha256 of a download folder's files, and when
+a first-seen hash is trusted. It lives at ``<root>/raw/<entry>/.rlds/hashes.json``, apart from the
+downloaded files, so no downloaded name can collide with it. Each file's mtime is kept too: a file
+verified and untouched since is not hashed again.
+
+**Pinning.** A file whose sha256 comes from an authority (the registry, ``--sha256``, the Hugging
+Face Hub) is checked against it, and nothing below applies. A file without one is trust on first
+use: its first download's sha256 is recorded unpinned (``pinned=False``; it saves re-hashing but
+is never enforced, so a captive portal's HTML page cannot become the trusted hash) and pinned once
+the file converts (:meth:`HashStore.pin`); later downloads and ``rlds verify`` must match it. A
+failed conversion marks that download's unpinned files (:func:`mark_failed`) and the next run
+fetches them again (:func:`must_refetch`), so the same command succeeds once the server sends the
+real file, with no file deleted by hand.
+"""
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import re
+import threading
 import urllib.parse
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from rlds_cli._util.io import atomic_write
+from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.layout import (
     DOWNLOAD_LOCKS_DIR,
+    HASHES_FILE,
     LISTING_FILE,
     LOCK_SUFFIX,
     META_DIR,
@@ -16,6 +41,7 @@ from rlds_cli.cache.layout import (
     PARTS_DIR,
 )
 from rlds_cli.cache.root import CacheRoot
+from rlds_cli.errors import RldsError, SourceError
 
 __all__ = [
     "META_DIR",
@@ -84,3 +110,192 @@ def stored_listing(folder: Path) -> Path | None:
     """The remembered file list of a Hugging Face folder entry (``None`` if never fetched)."""
     path = listing_path(folder)
     return path if path.is_file() else None
+
+
+if TYPE_CHECKING:
+    from rlds_cli.net.fetch import RemoteFile
+
+
+_THREAD_LOCK = threading.Lock()
+
+
+def mismatch_hint(origin: str, hashes_file: Path | None = None) -> str | None:
+    """The hint for a file whose bytes differ from the sha256 given by ``origin``; ``None`` keeps
+    :class:`~rlds_cli.errors.ChecksumMismatchError`'s default (the registry's case).
+
+    Args:
+        origin: ``"user"``, ``"registry"``, ``"hub"`` or ``"recorded"``.
+        hashes_file: The ``hashes.json`` holding a ``"recorded"`` hash (the hint names it:
+            deleting it accepts a changed upstream file).
+    """
+    if origin == "user":
+        return (
+            "the file differs from the sha256 you gave: check the value passed to --sha256, or "
+            "drop --sha256 to skip that check"
+        )
+    if origin == "hub":
+        return (
+            "the file does not match the Hugging Face Hub's own sha256 of it: run the command again; "
+            "if it fails again, the file on the Hub is damaged: report it to the dataset's owners"
+        )
+    if origin == "recorded":
+        where = str(hashes_file) if hashes_file is not None else f"the download folder's .rlds/{HASHES_FILE}"
+        return (
+            "the file differs from the sha256 pinned at its first download: run the command again "
+            f"(a transfer error); if the file changed upstream on purpose, delete {where} to pin "
+            "the new version at the next download"
+        )
+    return None
+
+
+@dataclass
+class FileRecord:
+    """What rlds knows about one downloaded file.
+
+    Attributes:
+        sha256: Hex digest of the verified bytes.
+        size: Size in bytes.
+        origin: Where the hash came from: ``"registry"``, ``"hub"`` (Hugging Face LFS
+            metadata), ``"user"`` (``--sha256``) or ``"recorded"`` (observed on first download).
+        url: The URL the bytes came from.
+        mtime_ns: The file's mtime when it was last verified.
+        verified_at: UTC time of that verification.
+        pinned: Whether later downloads must match this hash. A ``"recorded"`` hash is pinned
+            only once the file converted; hashes from an authority are pinned at once.
+        convert_failed: An unpinned file whose conversion failed: the next run fetches it
+            again instead of reusing it (see the module docstring).
+    """
+
+    sha256: str
+    size: int
+    origin: str
+    url: str = ""
+    mtime_ns: int = 0
+    verified_at: str = ""
+    pinned: bool = True
+    convert_failed: bool = False
+
+
+class HashStore:
+    """The ``hashes.json`` of one download folder.
+
+    Args:
+        directory: The folder holding the raw files.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = meta_dir(directory) / HASHES_FILE
+
+    def _lock(self) -> FileLock:
+        return FileLock(str(self.path.with_name(f"{HASHES_FILE}.lock")))
+
+    def exists(self) -> bool:
+        """Whether any record was ever written for this folder."""
+        return self.path.is_file()
+
+    def read(self) -> dict[str, FileRecord]:
+        """Every record, by file name (an unreadable file counts as empty)."""
+        return self._parse(self.path)
+
+    @staticmethod
+    def _parse(path: Path) -> dict[str, FileRecord]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return {k: FileRecord(**v) for k, v in data.get("files", {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def get(self, name: str) -> FileRecord | None:
+        """The record of one file, pinned or not."""
+        return self.read().get(name)
+
+    def put(self, name: str, record: FileRecord) -> None:
+        """Add or replace one record (read-modify-write under a process and a thread lock)."""
+        record.verified_at = record.verified_at or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        self._update(lambda records: records.__setitem__(name, record))
+
+    def pin(self, names: Iterable[str]) -> None:
+        """Make the records of ``names`` binding for later downloads (after their conversion)."""
+        wanted = set(names)
+
+        def change(records: dict[str, FileRecord]) -> None:
+            for name in wanted & set(records):
+                records[name].pinned = True
+                records[name].convert_failed = False
+
+        if wanted and any(not r.pinned for n, r in self.read().items() if n in wanted):
+            self._update(change)
+
+    def mark_failed(self, names: Iterable[str]) -> None:
+        """Record that the (unpinned) files ``names`` did not convert."""
+        wanted = set(names)
+
+        def change(records: dict[str, FileRecord]) -> None:
+            for name in wanted & set(records):
+                records[name].convert_failed = True
+
+        self._update(change)
+
+    def _update(self, change: Any) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _THREAD_LOCK, self._lock():
+            records = self.read()
+            change(records)
+            self._write(records)
+
+    def _write(self, records: dict[str, FileRecord]) -> None:
+        data: dict[str, Any] = {"files": {k: _as_json(v) for k, v in sorted(records.items())}}
+        atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+
+
+def _as_json(record: FileRecord) -> dict[str, Any]:
+    """A record as stored; ``convert_failed`` only when set, so an rlds that does not know the key
+    still reads the folder's other records."""
+    data = asdict(record)
+    if not data["convert_failed"]:
+        del data["convert_failed"]
+    return data
+
+
+#: Said after a conversion error when downloaded files were marked for a fresh download.
+REFETCH_HINT = (
+    "the downloaded file is not trusted until it converts: run the same command again to fetch it "
+    "afresh; if it fails the same way, open the URL in a browser (a login page or a broken server?)"
+)
+
+
+def must_refetch(file: RemoteFile, record: FileRecord | None) -> bool:
+    """Whether the finished raw file of ``file`` must be fetched again instead of reused: no
+    authority hash, its recorded hash unpinned, and its conversion failed."""
+    return not file.sha256 and record is not None and not record.pinned and record.convert_failed
+
+
+def mark_failed(folder: Path, names: Iterable[str]) -> list[str]:
+    """Mark the unconfirmed records of ``names`` in ``folder`` as failed to convert (a pinned
+    hash, or one from an authority, stays as it is). Returns the names marked."""
+    store = HashStore(folder)
+    records = store.read()
+    marked = [n for n in names if n in records and not records[n].pinned and records[n].origin == "recorded"]
+    if marked:
+        store.mark_failed(marked)
+    return marked
+
+
+@contextmanager
+def confirmed_by_conversion(folder: Path, names: Iterable[str]) -> Iterator[None]:
+    """Around the conversion of ``names`` in ``folder``: pin their hashes on success; on a
+    :class:`SourceError` or an unforeseen exception, mark the unpinned ones for a fresh download
+    (and set the hint). Other rlds errors (a name taken, a full disk) and interruptions change
+    nothing."""
+    wanted = list(names)
+    try:
+        yield
+    except RldsError as exc:
+        if isinstance(exc, SourceError) and mark_failed(folder, wanted):
+            exc.hint = REFETCH_HINT
+        raise
+    except Exception:
+        mark_failed(folder, wanted)
+        raise
+    HashStore(folder).pin(wanted)

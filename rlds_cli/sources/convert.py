@@ -414,7 +414,7 @@ class SourceHash:
             hashed = self._future.result()
             sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
             if self._expected and sha256 != self._expected.lower():
-                from rlds_cli.net.hashes import mismatch_hint
+                from rlds_cli.net.layout import mismatch_hint
 
                 raise ChecksumMismatchError(
                     f"{self._first} has sha256 {sha256}, expected {self._expected.lower()}"

@@ -4,7 +4,7 @@ Remote files are fetched into ``<root>/raw/<entry>/`` by :mod:`rlds_cli.net` (re
 retried, verified, published atomically) and then converted by :func:`rlds_cli.sources.convert.convert`.
 A first-seen sha256 is pinned (made binding for later downloads) only once the conversion
 succeeded; a file that failed to convert is fetched again by the next run
-(:mod:`rlds_cli.net.hashes`).
+(:mod:`rlds_cli.net.layout`).
 
 ``rlds download hf://datasets/ORG/REPO[/PATH][@REVISION]``: a Hub dataset repo into the cache.
 
@@ -39,7 +39,6 @@ from rlds_cli.errors import DownloadFailedError, OfflineError, SourceFormatError
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.frames.codecs import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
-from rlds_cli.net.hashes import HashStore, confirmed_by_conversion
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
 from rlds_cli.net.hub.fetch import (
     FolderListing,
@@ -54,7 +53,7 @@ from rlds_cli.net.hub.fetch import (
     token_auth,
 )
 from rlds_cli.net.hub.repo import HubFile, HubPath, endpoint, hub_file, parse_hf_url, resolve
-from rlds_cli.net.layout import meta_dir, raw_dir, url_dir, url_file_name
+from rlds_cli.net.layout import HashStore, confirmed_by_conversion, meta_dir, raw_dir, url_dir, url_file_name
 from rlds_cli.sources.convert import ConvertResult, convert, episode_files
 
 _URL_PREFIXES = ("http://", "https://")

@@ -13,8 +13,7 @@ from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import DatasetNotFoundError
-from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import raw_dir
+from rlds_cli.net.layout import HashStore, raw_dir
 
 
 def dataset_kind(manifest: Any) -> str:

@@ -25,8 +25,7 @@ from rlds_cli.catalog import registry
 from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from rlds_cli.errors import OfflineError
-from rlds_cli.net.hashes import HashStore
-from rlds_cli.net.layout import part_path
+from rlds_cli.net.layout import HashStore, part_path
 from rlds_cli.sources.download import download
 from tests.http_faults import Fault, FaultServer, bounded, serving
 from tests.waits import HANG_SECONDS

@@ -23,9 +23,17 @@ from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
 from rlds_cli.errors import DatasetExistsError, DownloadFailedError, DownloadTooSlowError, SourceFormatError
 from rlds_cli.net.fetch import RemoteFile, fetch_files
-from rlds_cli.net.hashes import REFETCH_HINT, FileRecord, HashStore, confirmed_by_conversion, must_refetch
 from rlds_cli.net.http import MAX_REQUESTS, HttpConfig
-from rlds_cli.net.layout import part_path, url_dir, url_file_name
+from rlds_cli.net.layout import (
+    REFETCH_HINT,
+    FileRecord,
+    HashStore,
+    confirmed_by_conversion,
+    must_refetch,
+    part_path,
+    url_dir,
+    url_file_name,
+)
 from tests.http_faults import Fault, FaultServer, serving
 
 DEMO = registry.resolve("demo").files[0].bundled_path().read_bytes()

@@ -32,9 +32,8 @@ from rlds_cli.errors import (
 )
 from rlds_cli.net import http as http_module
 from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
-from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import HttpConfig
-from rlds_cli.net.layout import part_info_path, part_path
+from rlds_cli.net.layout import HashStore, part_info_path, part_path
 from tests.http_faults import DATA as V1  # what the server fixture serves at PATH
 from tests.http_faults import PATH, Fault, FaultServer, bounded
 from tests.waits import HANG_SECONDS

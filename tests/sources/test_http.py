@@ -16,7 +16,6 @@ from rlds_cli.errors import (
     OfflineError,
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
-from rlds_cli.net.hashes import HashStore
 from rlds_cli.net.http import (
     HttpConfig,
     OriginAuth,
@@ -26,7 +25,7 @@ from rlds_cli.net.http import (
     parse_retry_after,
     write_part_info,
 )
-from rlds_cli.net.layout import part_path
+from rlds_cli.net.layout import HashStore, part_path
 from tests.http_faults import DATA, PATH, Fault, FaultServer
 
 SHA = hashlib.sha256(DATA).hexdigest()  # DATA at PATH: what the server fixture serves

@@ -57,10 +57,9 @@ from rlds_cli.errors import (
     SourceFormatError,
 )
 from rlds_cli.net.fetch import FetchResult, RemoteFile
-from rlds_cli.net.hashes import FileRecord, HashStore
 from rlds_cli.net.http import OriginAuth, origin_of
 from rlds_cli.net.hub.repo import HubFile, HubPath, check_token, endpoint, git_blob_id, resolve, translated
-from rlds_cli.net.layout import is_reserved, listing_path, meta_dir, stored_listing
+from rlds_cli.net.layout import FileRecord, HashStore, is_reserved, listing_path, meta_dir, stored_listing
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card
 #: (the card's name is split in two so that it is not read as a docs pointer).
