@@ -27,10 +27,10 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import combine_cards, dataset_card
-from rlds_cli.cache.composed import COMPOSED_LAYOUT, Part, parts_of
+from rlds_cli.cache.composed import Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT, validate_name
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, validate_name
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot

@@ -23,13 +23,11 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset, pinned_parent
 from rlds_cli.cache.growing_columns import ConcatColumn
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.views import GatheredColumn
 from rlds_cli.errors import CorruptDatasetError
 
-#: The manifest's ``layout`` of a composed dataset.
-COMPOSED_LAYOUT = "composed"
 #: The flag an episode cut at its end reads true at its new last step.
 TRUNCATED_KEY = "next/truncated"
 

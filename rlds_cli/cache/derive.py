@@ -19,11 +19,10 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.compose import composed_selection, publish_index
-from rlds_cli.cache.composed import COMPOSED_LAYOUT
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -127,8 +126,9 @@ def _publish_together(
 ) -> None:
     """Publish datasets whose own data is their index (a split's two views) as one step as far as
     a reader can tell: every name locked (in name order) and checked, every build written, the
-    datasets they replace deleted, then each published. A kill leaves the old ones, or some of
-    the new ones with the others missing, never old and new side by side."""
+    datasets they replace deleted, then each published (renames only). A kill leaves the old ones,
+    or some of the new ones with the others missing, never old and new side by side; an error
+    leaves the old ones."""
     with ExitStack() as stack:
         txns = {
             m.name: stack.enter_context(
@@ -136,15 +136,16 @@ def _publish_together(
             )
             for m, _ in sorted(made, key=lambda pair: pair[0].name)
         }
-        for manifest, index in made:
+        for manifest, index in made:  # everything that can fail, before anything is removed
             txn = txns[manifest.name]
             txn.check_free()
             txn.check_not_made_from(manifest)
             write_index(txn.new_build_dir(), index, fsync=txn.fsync)
+            txn.seal(manifest)
         for txn in txns.values():
             txn.withdraw()
         for manifest, _ in made:
-            txns[manifest.name].commit(manifest)
+            txns[manifest.name].publish()
 
 
 def view_manifest(
@@ -168,8 +169,9 @@ def view_manifest(
         )
     if source.manifest.layout == VIEW_LAYOUT:
         inner = ViewSpec.from_manifest(source.manifest)
-        source.view_parent()  # raises when that parent was replaced: its positions name other episodes
-        outer = open_dataset(inner.parent, cache)
+        pinned = source.view_parent()  # raises when that parent was replaced: the positions would
+        assert pinned is not None  # name other episodes
+        outer = pinned[0]
         # the words count in this view: say so, beside the ids it names in the stored arrays
         said = f"{how} of view {parent!r}" if how else ""
         return view_manifest(outer, inner.parent, name, inner.parent_episodes()[ids], said, cache=cache)
@@ -310,6 +312,8 @@ def _free_names(
     train_name = f"{parent}-train" if train_name is None else validate_name(train_name)
     val_name = f"{parent}-val" if val_name is None else validate_name(val_name)
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    if train_name == val_name:
+        raise InvalidSelectionError(f"a split needs two names, got {train_name!r} for both views")
     taken = [n for n in (train_name, val_name) if cache.exists(n)]
     if taken and not replace:
         raise DatasetExistsError(

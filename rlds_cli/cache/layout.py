@@ -46,6 +46,8 @@ SOURCE_ARRAYS_FILE = "source_metadata.npz"
 ARRAYS_DIR = "arrays"
 #: The manifest's ``layout`` of a view (its columns are its parent's).
 VIEW_LAYOUT = "view"
+#: The manifest's ``layout`` of a composed dataset (its columns are its parents', end to end).
+COMPOSED_LAYOUT = "composed"
 
 # ---- inside a growing dataset (layout "segmented"; see cache/commit_log.py)
 SEGMENTED_LAYOUT = "segmented"
@@ -69,9 +71,11 @@ TRASH_SUFFIX = ".trash"
 JOURNAL_SUFFIX = ".publish"
 #: What separates the output's entry from the job id in a preprocess job directory's name.
 JOB_MARK = ".job-"
-#: A job directory's name: the entry, the mark, the job id (16 hex digits). A build of an entry
-#: whose name holds the mark (``a.job-b.<id>.incomplete``) is not one.
-_JOB_DIR = re.compile(r"(?P<entry>.+)\.job-[0-9a-f]{16}")
+#: A preprocess job's id: this many hex digits (of a sha256 of what makes its output).
+JOB_ID_DIGITS = 16
+#: A job directory's name: the entry, the mark, the job id. A build of an entry whose name holds
+#: the mark (``a.job-b.<id>.incomplete``) is not one.
+_JOB_DIR = re.compile(rf"(?P<entry>.+){re.escape(JOB_MARK)}[0-9a-f]{{{JOB_ID_DIGITS}}}")
 JOB_FILE = "job.json"
 JOB_OUTPUT_DIR = "out"
 JOB_CHUNKS_DIR = "chunks"

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlds_cli.cache.composed import COMPOSED_LAYOUT, ComposedDataset
+from rlds_cli.cache.composed import ComposedDataset
 from rlds_cli.cache.dataset import Dataset, version_identity
-from rlds_cli.cache.layout import SEGMENTED_LAYOUT
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 

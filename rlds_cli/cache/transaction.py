@@ -25,10 +25,13 @@ from typing import Any
 from rlds_cli import settings
 from rlds_cli._util.io import fsync_tree
 from rlds_cli._util.locks import is_timeout
-from rlds_cli.cache.layout import validate_name
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import DatasetExistsError, LockTimeoutError, RldsError
+
+#: Layouts of datasets that read their parents' arrays (a replaced parent is read through them).
+_READS_PARENTS = (VIEW_LAYOUT, COMPOSED_LAYOUT)
 
 
 def seal(directory: Path, manifest: Manifest, *, fsync: bool) -> None:
@@ -131,12 +134,13 @@ class CacheTransaction:
 
     def check_not_made_from(self, manifest: Manifest) -> None:
         """Raise :class:`DatasetExistsError` when the dataset replaced is one the new one (of
-        ``manifest``) is made of, through its lineage followed in the cache: the new one would
-        read the data it replaces, or pin itself."""
+        ``manifest``) is made of: a parent it pins (its lineage), or, for a dataset that reads
+        others' arrays (a view, a composed dataset), any dataset it reads through."""
         if self.existing is None:
             return
         seen: set[str] = set()
         todo = [entry.get("name") for entry in manifest.lineage]
+        reads = manifest.layout in _READS_PARENTS
         while todo:
             parent = todo.pop()
             if not isinstance(parent, str) or parent in seen:
@@ -147,10 +151,14 @@ class CacheTransaction:
                     hint="give the new dataset another name",
                 )
             seen.add(parent)
+            if not reads:
+                continue
             try:
-                todo += [entry.get("name") for entry in self.cache.manifest(parent).lineage]
+                found = self.cache.manifest(parent)
             except RldsError:  # gone or unreadable: nothing further to follow
                 continue
+            if found.layout in _READS_PARENTS:
+                todo += [entry.get("name") for entry in found.lineage]
 
     def withdraw(self) -> None:
         """Delete the dataset this one replaces now, before :meth:`commit` (datasets published
@@ -158,15 +166,24 @@ class CacheTransaction:
         if self.existing is not None and self.replace:
             self.cache.withdraw(self.name)
 
+    def seal(self, manifest: Manifest) -> None:
+        """Make the build durable and write its manifest (:func:`seal`), after the checks of the
+        name; :meth:`publish` then moves it into place."""
+        self.check_free()
+        self.check_not_made_from(manifest)
+        seal(self.build_dir, manifest, fsync=self.fsync)
+
+    def publish(self) -> Path:
+        """Publish the sealed build under the name; returns the published directory."""
+        final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
+        self._committed = True
+        return final
+
     def commit(self, manifest: Manifest) -> Path:
         """Seal the build (durable files, then the manifest) and publish it under the name.
 
         Returns:
             The published directory.
         """
-        self.check_free()
-        self.check_not_made_from(manifest)
-        seal(self.build_dir, manifest, fsync=self.fsync)
-        final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
-        self._committed = True
-        return final
+        self.seal(manifest)
+        return self.publish()

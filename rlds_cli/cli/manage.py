@@ -169,12 +169,6 @@ def gc(
     if remote_cache is not None:
         from rlds_cli.remote.block_gc import gc_blocks
 
-        if not remote_cache.exists():  # a mistyped folder would read as an empty, clean cache
-            raise typer.BadParameter(
-                f"{remote_cache} does not exist (the folder given as cache= or RLDS_REMOTE_CACHE)",
-                param_hint="'--remote-cache'",
-            )
-
         remote = gc_blocks(remote_cache, dry_run=dry_run)
 
     cache = CacheRoot(root)
@@ -220,10 +214,15 @@ def gc(
             output.console.print(
                 f"{verb} {output.escape(path)} (not in the cache's ledger: not counted)", soft_wrap=True
             )
-        output.console.print(
-            f"remote cache {output.escape(remote.folder)}: {remote.blocks} good block(s), "
-            f"{output.human_bytes(remote.bytes)}", soft_wrap=True,
-        )  # fmt: skip
+        if remote_cache is not None and not remote_cache.exists():  # not made yet, or mistyped
+            output.console.print(
+                f"remote cache {output.escape(remote.folder)}: no such folder", soft_wrap=True
+            )
+        else:
+            output.console.print(
+                f"remote cache {output.escape(remote.folder)}: {remote.blocks} good block(s), "
+                f"{output.human_bytes(remote.bytes)}", soft_wrap=True,
+            )  # fmt: skip
     for path, size in removed_sizes.items():
         line = f"{verb} {output.escape(str(path))} ({output.human_bytes(size)})"
         output.console.print(line, soft_wrap=True)

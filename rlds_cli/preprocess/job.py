@@ -59,6 +59,7 @@ from rlds_cli.cache.episodes import build_index, write_index
 from rlds_cli.cache.layout import (
     JOB_CHUNKS_DIR,
     JOB_FILE,
+    JOB_ID_DIGITS,
     JOB_OUTPUT_DIR,
     MANIFEST_FILE,
     SEGMENTED_LAYOUT,
@@ -156,8 +157,6 @@ def prepare(
             "job reads a converted dataset, whose arrays stay as they are for the whole job",
             hint=f"{fixed_copy_hint(source_name)}; then preprocess that",
         )
-    if not is_url(source_name):  # damaged arrays would be published as the output's, with fresh digests
-        verify_parent(src)
     storage = storage or src.manifest.backend
     get_backend(storage)
     key_list = sorted(set(keys)) if keys is not None else None
@@ -197,7 +196,7 @@ def prepare(
         identity["url"] = source_url
     if out_url is not None:
         identity["to"] = out_url
-    job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    job_id = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:JOB_ID_DIGITS]
     lineage = {
         **identity,
         "created_at": src.manifest.created_at,  # the parent's version in words (not in the job id)
@@ -506,7 +505,9 @@ def _execute(
             remote_io.fetch_finished(area, job_dir)
         else:
             remote_io.remove(area)
-    if saved is None:
+    if saved is None:  # a new run (a resumed one was checked when it began)
+        if job.source_url is None:  # damaged arrays would be published as the output's, with fresh digests
+            verify_parent(job.src)
         inferred = infer(job)[0]
         # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
         direct = job.out_url is None and output.direct_possible(

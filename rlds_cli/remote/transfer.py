@@ -125,8 +125,7 @@ def push_directory(
     """:func:`push` of a dataset folder (a published dataset, or a finished build such as a
     preprocessing job's output); the journal and lock live in ``cache``. Raises what :func:`push`
     raises."""
-    from rlds_cli.cache.composed import COMPOSED_LAYOUT
-    from rlds_cli.cache.layout import SEGMENTED_LAYOUT, VIEW_LAYOUT
+    from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, VIEW_LAYOUT
 
     started = time.monotonic()
     manifest_bytes = (directory / MANIFEST_FILE).read_bytes()

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
 from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
-from rlds_cli.cache.composed import COMPOSED_LAYOUT, ComposedDataset
+from rlds_cli.cache.composed import ComposedDataset
 from rlds_cli.cache.derive import create_selection, create_view, drop_episodes
 from rlds_cli.cache.episode_table import parse_episode_list
+from rlds_cli.cache.layout import COMPOSED_LAYOUT
 from rlds_cli.cache.manage import remove_dataset
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.errors import (

@@ -40,8 +40,8 @@ REPLACING_ITS_OWN: dict[str, Callable[[str], Any]] = {
 
 @pytest.mark.parametrize("make", REPLACING_ITS_OWN.values(), ids=REPLACING_ITS_OWN.keys())
 def test_a_dataset_is_never_replaced_by_one_made_from_it(parent: str, make: Callable[[str], Any]) -> None:
-    """With --force, each of these deleted the input's arrays and left a dataset pinning itself
-    (its reads: RecursionError)."""
+    """With --force, each of these left a dataset pinning itself as its parent: a view, selection,
+    drop, trim or kept audit also deleted the arrays it reads (its reads: RecursionError)."""
     before = everything(parent)
     with pytest.raises(DatasetExistsError, match=MADE_FROM):
         make(parent)
@@ -62,6 +62,38 @@ def test_nor_by_one_made_from_it_through_others(parent: str) -> None:
             make()
     assert_same(everything("x"), before)
     create_view(parent, "x", (0, 1), replace=True)  # not made from x: replacing it is allowed
+    # a copy is refused only in place of its own parent: it reads nothing through others
+    downsample_dataset(parent, "c", 2)
+    downsample_dataset("c", "c2", 2)
+    downsample_dataset("c2", "c", 2, replace=True)
+
+
+def test_a_split_that_fails_before_publishing_keeps_the_old_pair(
+    parent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old views were removed before the new ones were sealed: a full disk lost both."""
+    import errno
+
+    from rlds_cli.cache import transaction
+
+    split_dataset(parent, 0.5)
+    before = {n: everything(n) for n in ("p-train", "p-val")}
+    calls = []
+
+    def seal(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_seal(*args, **kwargs)
+
+    real_seal = transaction.seal
+    monkeypatch.setattr(transaction, "seal", seal)
+    with pytest.raises(OSError, match="No space"):
+        split_dataset(parent, 0.5, seed=1, replace=True)
+    for name, data in before.items():
+        assert_same(everything(name), data)
+    with pytest.raises(InvalidSelectionError, match="a split needs two names, got 'x' for both views"):
+        split_dataset(parent, 0.5, train_name="x", val_name="x")
 
 
 def test_a_view_of_a_view_whose_parent_was_replaced_is_refused(parent: str) -> None:

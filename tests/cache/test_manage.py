@@ -165,7 +165,7 @@ def test_cli_path(two_datasets: CacheRoot) -> None:
 
 
 def test_gc_jobs_only_when_asked_and_never_a_running_one(two_datasets: CacheRoot) -> None:
-    job = two_datasets.tmp_dir / "out.job-0123abcd"
+    job = two_datasets.tmp_dir / "out.job-0123abcd0123abcd"
     (job / "chunks").mkdir(parents=True)
     assert collect_garbage(two_datasets) == []  # kept for --resume
     with two_datasets.lock("out"):

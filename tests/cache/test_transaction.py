@@ -51,7 +51,7 @@ def test_a_taken_name_is_refused_without_replace_and_the_build_is_removed() -> N
 
 
 def test_an_adopted_build_survives_an_abort_and_a_fresh_one_does_not(tmp_path: Path) -> None:
-    kept = CacheRoot().tmp_dir / "d.job-1234" / "out"
+    kept = CacheRoot().tmp_dir / "d.job-0123456789abcdef" / "out"
     kept.mkdir(parents=True)
     with pytest.raises(RuntimeError), CacheTransaction("d") as txn:
         txn.adopt(kept)
