@@ -289,6 +289,14 @@ def recover_environment(dataset: Dataset, eval_env: bool = False, **kwargs: Any)
     gym = _gymnasium(f"recovering the environment of dataset {name!r}")
     raw = spec.eval_raw if eval_env and spec.eval_raw is not None else spec.raw
     env_id = str(raw.get("id", spec.id))
+    for wrapper in raw.get("additional_wrappers") or ():
+        if isinstance(wrapper, dict) and wrapper.get("kwargs") is None:  # gymnasium cannot remake it
+            raise EnvironmentUnavailableError(
+                f"environment {env_id!r} of dataset {name!r} was recorded inside the wrapper "
+                f"{wrapper.get('name')!r}, whose arguments gymnasium did not record (it does not "
+                "inherit gymnasium.utils.RecordConstructorArgs)",
+                hint=f"make the environment yourself: gymnasium.make({env_id!r}), then wrap it as it was",
+            )
     try:
         if isinstance(raw.get("entry_point"), str):
             return gym.make(_to_gymnasium(gym, raw, name), **kwargs)

@@ -94,7 +94,10 @@ class EpisodeAssembler:
         #: info entries left out with ``info_keys="all"`` because they are not numeric.
         self.skipped_info: list[str] = []
         # fixed by the first episode: (name path, TED key) of each kept info value
-        self._info_plan: list[tuple[tuple[str, ...], str]] | None = None
+        self._info_plan: list[tuple[tuple[Any, ...], str]] | None = None
+        # fixed by the first episode too: the kept info keys its reset info held (stored like an
+        # observation, at t and t + 1); the others are stored per step
+        self._reset_keys: set[str] | None = None
         self._reset_info: Mapping[str, Any] = {}
         self.active = False
         self.ended = False
@@ -124,7 +127,7 @@ class EpisodeAssembler:
             )
         try:
             for get, values in zip(self._obs_get, self._obs, strict=True):
-                values.append(get(observation))
+                values.append(_own(get(observation)))
         except (KeyError, IndexError, TypeError):
             self._clear()
             error = _missing_leaf(self._obs_get, self.obs_leaves, observation)
@@ -139,10 +142,23 @@ class EpisodeAssembler:
         self.ended = False
 
     def _reset_infos(self) -> None:
+        held = set()
         for path, key in self._info_plan or ():
+            if self._reset_keys is not None and key not in self._reset_keys:
+                continue  # stored per step: the first episode's reset info did not hold it
             found, value = _lookup(self._reset_info, path)
             if found:
-                self._infos[key] = [value]
+                self._infos[key] = [_own(value)]
+                held.add(key)
+            elif self._reset_keys is not None:
+                self._clear()
+                raise RecordingError(
+                    f"info {'/'.join(map(str, path))!r} is missing from the reset info of episode "
+                    f"{self.episodes}; the first episode's held it, so it is stored like an observation",
+                    hint="return it from reset() in every episode, or leave it out of info_keys",
+                )
+        if self._reset_keys is None:
+            self._reset_keys = held
 
     def step(
         self,
@@ -172,9 +188,9 @@ class EpisodeAssembler:
         truncated = _flag("truncated", truncated, t, self.episodes)
         try:  # the plain loops of every step; the rare miss is undone and named below
             for get, values in zip(self._act_get, self._act, strict=True):
-                values.append(get(action))
+                values.append(_own(get(action)))
             for get, values in zip(self._obs_get, self._obs, strict=True):
-                values.append(get(observation))
+                values.append(_own(get(observation)))
         except (KeyError, IndexError, TypeError):
             t = len(self._rewards)  # the episode as it was before this step
             for values in self._act:
@@ -208,7 +224,7 @@ class EpisodeAssembler:
                     f"{self.episodes} (it was recorded before)",
                     hint="pick info_keys that every step returns",
                 )
-            self._infos.setdefault(key, []).append(value)
+            self._infos.setdefault(key, []).append(_own(value))
 
     def _plan_infos(self, info: Mapping[str, Any]) -> None:
         """Fix which info values are kept, from the first step's info."""
@@ -224,14 +240,15 @@ class EpisodeAssembler:
                     f"{sorted(map(str, info))[:8]})",
                     hint="pick info_keys from what the environment's info holds",
                 )
-        wanted: dict[str, tuple[str, ...]] = {}
+        wanted: dict[str, tuple[str, ...]] = {}  # label -> the key parts as text
+        found: dict[str, tuple[Any, ...]] = {}  # label -> the keys to look the value up by
         for name in names:
-            for path in _info_paths(info[name], (str(name),)):
+            for path in _info_paths(info[name], (name,)):
                 _, value = _lookup(info, path)
+                label = "/".join(map(str, path))
                 if self.info_keys == ALL_INFOS and not _numeric(value):
-                    self.skipped_info.append("/".join(path))
+                    self.skipped_info.append(label)
                     continue
-                label = "/".join(path)
                 if label in wanted:  # one would overwrite the other's column
                     raise RecordingError(
                         f"info values {value_path('info', wanted[label][1:])} and "
@@ -239,9 +256,10 @@ class EpisodeAssembler:
                         "the other",
                         hint="leave one of them out of info_keys, or rename the key that holds '/'",
                     )
-                wanted[label] = ("info", *path)
+                wanted[label] = ("info", *map(str, path))
+                found[label] = path
         cleaned = clean_keys(wanted) if wanted else {}
-        self._info_plan = [(wanted[label][1:], cleaned[label]) for label in wanted]
+        self._info_plan = [(found[label], cleaned[label]) for label in wanted]
 
     # ------------------------------------------------------------------ the episode
 
@@ -359,14 +377,15 @@ def _missing_leaf(gets: list[Any], leaves: list[Leaf], value: Any) -> RecordingE
     return None
 
 
-def _info_paths(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """The leaves of an info value: nested dicts are walked, anything else is a leaf."""
+def _info_paths(value: Any, path: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The leaves of an info value: nested dicts are walked (their keys as they are: an int key
+    stays an int), anything else is a leaf."""
     if isinstance(value, Mapping):
-        return [p for k, v in value.items() for p in _info_paths(v, (*path, str(k)))]
+        return [p for k, v in value.items() for p in _info_paths(v, (*path, k))]
     return [path]
 
 
-def _lookup(info: Mapping[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
+def _lookup(info: Mapping[Any, Any], path: tuple[Any, ...]) -> tuple[bool, Any]:
     value: Any = info
     for part in path:
         if not isinstance(value, Mapping) or part not in value:
@@ -375,8 +394,17 @@ def _lookup(info: Mapping[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
     return True, value
 
 
+def _own(value: Any) -> Any:
+    """``value`` as kept until the episode is stacked: an array copied (an environment or a
+    policy may refill one buffer in place at every step, e.g. a simulator's state)."""
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
 def _numeric(value: Any) -> bool:
-    return np.asarray(value).dtype.kind in "biuf"
+    try:
+        return np.asarray(value).dtype.kind in "biuf"
+    except ValueError:  # ragged nested lists: not numbers of one shape
+        return False
 
 
 def _stack_info(values: list[Any], key: str) -> np.ndarray:

@@ -9,6 +9,10 @@ from what ``DatasetWriter.add_episode`` takes:
   split at ``("collector", "traj_ids")`` (without it, after every ``("next", "done")``);
 * an episode that spans batches is kept (by its trajectory id) and joined to its continuation in the
   next batch, so each episode is committed once, whole;
+* a batch of ``split_trajs=True`` (``[n_trajectories, longest]``) holds only the steps its
+  ``("collector", "mask")`` marks; the padding after them is dropped;
+* an unfinished episode's steps are copied when kept (a collector may refill its batch in place,
+  ``return_same_td=True``);
 * bookkeeping keys are dropped: ``collector/*`` and the root ``done``/``terminated``/``truncated``
   (the flags of the state at t, which TED derives from the previous step).
 
@@ -48,8 +52,9 @@ def _columns(td: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _traj_ids(td: Any) -> np.ndarray | None:
-    key = ("collector", "traj_ids")
+def _collector_key(td: Any, name: str) -> np.ndarray | None:
+    """``("collector", name)`` of the rollout as numpy, or ``None``."""
+    key = ("collector", name)
     if key in td.keys(include_nested=True):
         return np.asarray(td.get(key).detach().cpu().numpy())
     return None
@@ -87,16 +92,22 @@ class RolloutEpisodes:
                 hint="pass the TensorDict a collector yields, without reshaping it",
             )
         columns = _columns(rollout)
-        ids = _traj_ids(rollout)
+        ids = _collector_key(rollout, "traj_ids")
+        # split_trajs=True: [n_trajectories, longest] rows padded after their steps (mask False)
+        mask = _collector_key(rollout, "mask")
         done = columns["next/done"].reshape(*rollout.batch_size)
         if dims == 1:
             columns = {k: v[None] for k, v in columns.items()}
             done = done[None]
             ids = None if ids is None else ids[None]
+            mask = None if mask is None else mask[None]
         finished: list[dict[str, np.ndarray]] = []
         for env in range(done.shape[0]):
-            row = {k: v[env] for k, v in columns.items()}
-            finished.extend(self._split(row, done[env], None if ids is None else ids[env], env))
+            steps = slice(None) if mask is None else mask[env].reshape(-1).astype(bool)
+            row = {k: v[env][steps] for k, v in columns.items()}
+            if len(row["next/done"]):
+                row_ids = None if ids is None else ids[env].reshape(-1)[steps]
+                finished.extend(self._split(row, done[env][steps], row_ids, env))
         return finished
 
     def _split(
@@ -110,11 +121,10 @@ class RolloutEpisodes:
             piece = {k: v[start:stop] for k, v in row.items()}
             tag = int(ids[start]) if ids is not None else -1 - env
             parts = self._pending.pop(tag, [])
-            parts.append(piece)
             if done[stop - 1]:
-                yield _join(parts)
-            else:
-                self._pending[tag] = parts
+                yield _join([*parts, piece])
+            else:  # copied: a collector may refill its batch in place (return_same_td=True)
+                self._pending[tag] = [*parts, {k: np.array(v) for k, v in piece.items()}]
 
     def flush(self) -> list[dict[str, np.ndarray]]:
         """The unfinished episodes, each with its last step marked truncated, and forget them."""

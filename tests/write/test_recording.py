@@ -250,3 +250,85 @@ def test_without_gymnasium_the_error_names_the_record_extra(monkeypatch: pytest.
         "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"
     )
     assert caught.value.hint == GYMNASIUM_INSTALL
+
+
+# ------------------------------------------------------------- environments that surprise (hunt)
+
+
+class _BufferEnv(gym.Env):  # type: ignore[misc]
+    """Refills one observation array in place at every step, and puts it in its info too (as a
+    simulator's state array is)."""
+
+    observation_space = gym.spaces.Box(-100, 100, (2,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def __init__(self) -> None:
+        self.buf = np.zeros(2, np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        self.buf[:] = 0
+        info = {"goal": 3.0} if (options or {}).get("report") else {}  # at reset only when asked
+        return self.buf, info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[Any, Any]]:
+        self.t += 1
+        self.buf[:] = (self.t, self.t * 10)
+        info = {"state": self.buf, "goal": 3.0 - self.t, 7: self.t, "ragged": [[1, 2], [3]]}
+        return self.buf, 1.0, self.t == 4, False, info
+
+
+def test_buffers_refilled_in_place_are_recorded_as_they_were_at_each_step(isolated_cache: Any) -> None:
+    """Every stored row was the last value of the env's (and the policy's) one buffer."""
+    act = np.zeros(1, np.float32)
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        act[:] = obs[0] / 10
+        return act
+
+    ds = rlds_cli.record(_BufferEnv(), policy, name="inplace", episodes=1, seed=0, info_keys=["state", 7])
+    ep = ds.episode(0)
+    steps = np.array([[t, 10 * t] for t in range(5)], np.float32)
+    assert np.array_equal(ep["observation"], steps[:4]) and np.array_equal(ep["next/observation"], steps[1:])
+    assert np.allclose(ep["action"].ravel(), [0.0, 0.1, 0.2, 0.3])
+    assert np.array_equal(ep["info/state"], steps[1:])
+    assert ep["info/7"].tolist() == [1, 2, 3, 4]  # an int key, found as it is
+
+
+def test_info_all_skips_ragged_values_and_keeps_int_keys(isolated_cache: Any) -> None:
+    ds = rlds_cli.record(_BufferEnv(), None, name="all", episodes=1, seed=0, info_keys="all")
+    assert {"info/state", "info/goal", "info/7"} <= set(ds.fields) and "info/ragged" not in ds.fields
+
+
+def test_where_an_info_key_is_stored_is_fixed_by_the_first_episode(isolated_cache: Any) -> None:
+    """The second episode's reset info held 'goal' where the first's did not: it was stored like
+    an observation for that episode alone, and the schema clash lost the episode."""
+    with rlds_cli.DatasetWriter("resets") as writer:
+        env = RecordEpisodes(_BufferEnv(), writer, info_keys=["goal"])
+        for seed, options in enumerate([None, {"report": True}]):
+            env.reset(seed=seed, options=options)
+            while not env.step(np.zeros(1, np.float32))[2]:
+                pass
+    ds = rlds_cli.open_dataset("resets")
+    assert ds.num_episodes == 2 and "next/info/goal" not in ds.fields
+    assert ds.episode(1)["info/goal"].tolist() == [2.0, 1.0, 0.0, -1.0]
+    with rlds_cli.DatasetWriter("resets-2") as writer:
+        env = RecordEpisodes(_BufferEnv(), writer, info_keys=["goal"])
+        env.reset(seed=0, options={"report": True})
+        while not env.step(np.zeros(1, np.float32))[2]:
+            pass
+        with pytest.raises(RecordingError, match="info 'goal' is missing from the reset info of episode 1"):
+            env.reset(seed=1)
+
+
+def test_an_environment_in_a_wrapper_gymnasium_cannot_remake_is_named(isolated_cache: Any) -> None:
+    from rlds_cli.errors import EnvironmentUnavailableError
+
+    class Halve(gym.RewardWrapper):  # type: ignore[misc]
+        def reward(self, reward: float) -> float:
+            return reward / 2
+
+    ds = rlds_cli.record(Halve(gym.make("CartPole-v1")), None, name="wrapped", episodes=1, seed=0)
+    with pytest.raises(EnvironmentUnavailableError, match="recorded inside the wrapper 'Halve'"):
+        ds.recover_environment()

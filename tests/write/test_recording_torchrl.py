@@ -18,7 +18,7 @@ from rlds_cli.recording.torchrl import RolloutEpisodes, from_rollout  # noqa: E4
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 
-def _collector(n_envs: int, frames: int, total: int, seed: int = 0) -> Any:
+def _collector(n_envs: int, frames: int, total: int, seed: int = 0, **options: Any) -> Any:
     from torchrl.envs import GymEnv, SerialEnv
 
     try:
@@ -28,7 +28,7 @@ def _collector(n_envs: int, frames: int, total: int, seed: int = 0) -> Any:
     env = GymEnv("CartPole-v1") if n_envs == 1 else SerialEnv(n_envs, lambda: GymEnv("CartPole-v1"))
     env.set_seed(seed)
     torch.manual_seed(seed)  # the collector's random policy draws from torch's generator
-    return Collector(env, None, frames_per_batch=frames, total_frames=total)
+    return Collector(env, None, frames_per_batch=frames, total_frames=total, **options)
 
 
 def _reference(batches: list[Any], env: int | None) -> list[dict[str, np.ndarray]]:
@@ -148,3 +148,33 @@ def test_extend_from_rollout_one_call_per_batch() -> None:
     n = extend_from_rollout(alone, batches[0])
     assert n == len(alone.episodes) == len(from_rollout(batches[0]))
     assert sum(len(ep["next/reward"]) for ep in alone.episodes) == 40
+
+
+def test_a_batch_of_split_trajectories_keeps_only_the_steps_its_mask_marks() -> None:
+    """split_trajs=True pads each trajectory's row after its steps: the padding was recorded as a
+    26-step episode of zeros (seed 1), or joined to trajectory 0 (seed 0: refused by add_episode)."""
+    for seed in (0, 1):
+        (batch,) = list(_collector(1, frames=40, total=40, seed=seed, split_trajs=True))
+        mask = batch["collector", "mask"].numpy()
+        assert not mask.all()  # padded
+        splitter = RolloutEpisodes()
+        got = splitter.add(batch) + splitter.flush()
+        assert sum(len(ep["next/reward"]) for ep in got) == int(mask.sum()) == 40
+        for ep, row in zip(got, range(len(mask)), strict=True):
+            real = batch[row][batch[row]["collector", "mask"]]
+            assert np.array_equal(ep["observation"], real["observation"].numpy())
+            assert np.array_equal(ep["next/observation"], real["next", "observation"].numpy())
+
+
+def test_an_episode_left_open_survives_a_collector_that_refills_its_batch() -> None:
+    """return_same_td=True: the collector writes every batch into one TensorDict; the kept piece
+    of an open episode was a view of it, overwritten by the next batch."""
+    splitter, got, seen = RolloutEpisodes(), [], []
+    for batch in _collector(1, frames=16, total=160, return_same_td=True):
+        seen.append(batch.clone())
+        got.extend(splitter.add(batch))
+    want = _reference(seen, None)
+    assert len(got) == len(want) >= 3 and sum(len(ep["next/reward"]) > 16 for ep in got) >= 1
+    for ep, ref in zip(got, want, strict=True):
+        for key, value in ref.items():
+            assert np.array_equal(ep[key], value), key
