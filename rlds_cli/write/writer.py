@@ -441,6 +441,7 @@ class DatasetWriter:
             raise SchemaMismatchError(
                 f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
             )
+        self._check_same_environment(head)
         self.head = self._sink.head = head
         if self._frames_asked:  # the dataset's codecs stand: say so where this writer's differ
             plain = {k: replace(s, codec="raw", channels_first=False) for k, s in head.fields.items()}
@@ -454,6 +455,29 @@ class DatasetWriter:
                     head.fields[other[0]].codec,
                     str(self.frames),
                 )
+
+    def _check_same_environment(self, head: Manifest) -> None:
+        """Refuse an environment other than the one the dataset records (its id, arguments and
+        time limit): the dataset's spec names the environment of every episode."""
+        stored = (((head.source.get("metadata") or {}).get("spaces") or {}).get("env_spec")) or None
+        given = self._source["metadata"].get("spaces", {}).get("env_spec")
+        if not isinstance(stored, dict) or not isinstance(given, dict):
+            return
+
+        def facts(spec: dict[str, Any]) -> dict[str, Any]:  # how it renders changes no transition
+            kwargs = {k: v for k, v in (spec.get("kwargs") or {}).items() if k != "render_mode"}
+            limit = spec.get("max_episode_steps")
+            return {"id": spec.get("id"), "kwargs": kwargs, "max_episode_steps": limit}
+
+        old, new = facts(stored), facts(given)
+        differ = [f for f in old if old[f] != new[f]]
+        if differ:
+            what = differ[0]
+            raise SchemaMismatchError(
+                f"dataset {self.name!r} records environment {old['id']!r} with {what} {old[what]!r}; "
+                f"this writer's has {new[what]!r}",
+                hint="record another environment into another dataset",
+            )
 
 
 def _same_rows(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], what: str, against: str) -> None:

@@ -332,3 +332,21 @@ def test_an_environment_in_a_wrapper_gymnasium_cannot_remake_is_named(isolated_c
     ds = rlds_cli.record(Halve(gym.make("CartPole-v1")), None, name="wrapped", episodes=1, seed=0)
     with pytest.raises(EnvironmentUnavailableError, match="recorded inside the wrapper 'Halve'"):
         ds.recover_environment()
+
+
+def test_appending_episodes_of_another_environment_is_refused(isolated_cache: Any) -> None:
+    """The dataset kept claiming the first environment (g=10, 20 steps) for episodes of g=2."""
+    from rlds_cli.errors import SchemaMismatchError
+
+    def pendulum(**kwargs: Any) -> Any:
+        return gym.make("Pendulum-v1", max_episode_steps=5, **kwargs)
+
+    rlds_cli.record(pendulum(g=10.0), None, name="pend", episodes=1, seed=0)
+    with pytest.raises(
+        SchemaMismatchError, match=r"records environment 'Pendulum-v1' with kwargs \{'g': 10.0\}"
+    ):
+        rlds_cli.record(pendulum(g=2.0), None, name="pend", episodes=1, seed=1, mode="append")
+    rlds_cli.record(
+        pendulum(g=10.0, render_mode="rgb_array"), None, name="pend", episodes=1, seed=1, mode="append"
+    )
+    assert rlds_cli.open_dataset("pend").num_episodes == 2
