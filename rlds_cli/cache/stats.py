@@ -101,12 +101,13 @@ def partial(values: np.ndarray, *, quantiles: bool = True, pool: BufferPool | No
     else:
         x64 = pool.empty(x.shape, np.float64)
         np.copyto(x64, x, casting="unsafe")  # as astype converts
-    mean = x64.mean(axis=0)
-    dev = np.subtract(x64, mean, out=None if pool is None else pool.empty(x64.shape, np.float64))
-    m2 = np.square(dev, out=dev).sum(axis=0)  # in place: one temporary the size of the chunk
     sketch = None
-    if quantiles and not reduced and elements <= MAX_QUANTILE_ELEMENTS:
-        sketch = np.quantile(x64, GRID, axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf values: an inf mean, a nan m2, as numpy's
+        mean = x64.mean(axis=0)
+        if quantiles and not reduced and elements <= MAX_QUANTILE_ELEMENTS:
+            sketch = np.quantile(x64, GRID, axis=0)
+        dev = np.subtract(x64, mean, out=None if pool is None else pool.empty(x64.shape, np.float64))
+        m2 = np.square(dev, out=dev).sum(axis=0)  # in place: one temporary the size of the chunk
     return Partial(x.shape[0], mean, m2, x64.min(axis=0), x64.max(axis=0), sketch, reduced)
 
 
@@ -131,9 +132,13 @@ def merge(a: Partial | None, b: Partial | None) -> Partial | None:
     if a is None or b is None:
         return a if b is None else b
     n = a.count + b.count
-    delta = b.mean - a.mean
-    mean = a.mean + delta * (b.count / n)
-    m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / n)
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = b.mean - a.mean
+        mean = a.mean + delta * (b.count / n)
+        # an infinite mean (a value of inf): delta is inf - inf or inf - x; the weighted sum is
+        # what numpy's mean gives (inf, or nan for +inf with -inf)
+        mean = np.where(np.isfinite(delta), mean, a.mean * (a.count / n) + b.mean * (b.count / n))
+        m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / n)
     sketch = None
     if a.sketch is not None and b.sketch is not None:
         sketch = _merge_sketch(a.sketch, a.count, b.sketch, b.count)

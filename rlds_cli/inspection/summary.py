@@ -288,8 +288,10 @@ class ReferenceScores:
     origin: str
 
     def normalize(self, returns: Any) -> Any:
-        """``100 * (returns - min) / (max - min)``: a float for a number, an array for an array."""
-        out = 100.0 * (np.asarray(returns, dtype=np.float64) - self.min) / (self.max - self.min)
+        """``(returns - min) / (max - min) * 100`` (D4RL's ``get_normalized_score``, times 100, in
+        its order: no overflow before the division): a float for a number, an array for an array."""
+        with np.errstate(over="ignore"):
+            out = (np.asarray(returns, dtype=np.float64) - self.min) / (self.max - self.min) * 100.0
         return float(out) if out.ndim == 0 else out
 
     def to_dict(self) -> dict[str, Any]:

@@ -278,6 +278,9 @@ def test_normalized_score_of_d4rl_ids_by_hand() -> None:
     assert rlds_cli.normalized_score("door-expert-v1", 2880.5693087298737) == pytest.approx(100.0)
     ref = rlds_cli.reference_scores("walker2d-medium-replay-v2")
     assert (ref.min, ref.max) == (1.629008, 4592.3)
+    # divided before it is scaled, as D4RL does: 100 * 1e307 overflowed to inf
+    huge = rlds_cli.normalized_score("hopper-medium-v2", 1e307)
+    assert np.isfinite(huge) and huge == pytest.approx(1e307 / (HOPPER_MAX - HOPPER_MIN) * 100)
 
 
 def test_every_d4rl_registry_score_is_d4rls() -> None:

@@ -4,6 +4,7 @@ lineage, reuse). The CLI, resume after SIGKILL and Ray live in test_preprocess_c
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -332,6 +333,24 @@ def test_stats_merge_is_chan_exact() -> None:
     median = np.asarray(out["quantiles"]["0.5"])
     ranks = (full < median).mean(axis=0)
     assert np.all(np.abs(ranks - 0.5) < 0.03)
+
+
+def test_stats_merge_keeps_infinite_means_as_numpy_does() -> None:
+    """inf - inf in Chan's update made a mean of +inf nan (and numpy warned, on the CLI's stderr)."""
+    cols = [
+        [[1.0], [np.inf]],
+        [[2.0], [3.0]],
+        [[-np.inf], [0.0]],  # +inf, then -inf joins it: nan
+    ]
+    parts = [np.array(c) for c in cols]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = pstats.merge(pstats.partial(parts[0]), pstats.partial(parts[1]))
+        assert first is not None and first.mean.tolist() == [np.inf]
+        both = pstats.merge(first, pstats.partial(parts[2]))
+        assert both is not None and np.isnan(both.mean).all()
+        rest = pstats.merge(pstats.partial(parts[1]), pstats.partial(parts[0]))
+        assert rest is not None and rest.mean.tolist() == [np.inf]
 
 
 def test_stats_large_shapes_are_reduced() -> None:
