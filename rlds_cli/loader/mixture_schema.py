@@ -382,6 +382,5 @@ def normalized(chain: Sequence[Any]) -> list[tuple[Any, Mapping[str, str], Datas
     out: list[tuple[Any, Mapping[str, str], Dataset | None]] = []
     for t in chain:
         if isinstance(t, Normalize) and t.statistics is not None:
-            same = t.origin is not None and t.origin.num_steps == t.origin_steps
-            out.append((t.statistics, dict(t.stored_keys), t.origin if same else None))
+            out.append((t.statistics, dict(t.stored_keys), t.origin if t.origin_unchanged() else None))
     return out

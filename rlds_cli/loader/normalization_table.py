@@ -177,6 +177,8 @@ class NormalizationTable:
                 arrays = {}
                 for stat in _STATS:
                     value = s.get(stat)
+                    if value is None and stat in ("mean", "std") and stat in s and not shape:
+                        value = float("nan")  # written as null: a scalar key with no finite value
                     array = None if value is None else np.asarray(value, np.float64)
                     if array is not None and array.shape != shape:
                         raise ValueError(f"{stat} of key {key!r} is not of shape {shape}")

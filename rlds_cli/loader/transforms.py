@@ -74,8 +74,8 @@ class Normalize:
         self.origin: Dataset | None = None
         #: Per key, the name the origin stores it under (a mixture's renamed keys; after binding).
         self.stored_keys: dict[str, str] = {}
-        #: The origin's steps when the statistics were taken (a growing origin may have more now).
-        self.origin_steps: int | None = None
+        #: Which rows the origin held when the statistics were taken (:func:`_rows_held`).
+        self._origin_rows: tuple[int, ...] | None = None
         if stats is None:
             stats = "parent"
         if isinstance(stats, str):
@@ -104,6 +104,11 @@ class Normalize:
         self.stats = {k: (self.statistics.mean[k], self.statistics.std[k] + np.float32(self.eps))
                       for k in self.keys}  # fmt: skip
 
+    def origin_unchanged(self) -> bool:
+        """Whether the origin holds the rows its statistics were taken from (a growing origin
+        may have grown, or evicted and refilled to the same size, since)."""
+        return self.origin is not None and _rows_held(self.origin) == self._origin_rows
+
     def bind(self, dataset: Dataset, rename: Mapping[str, str] | None = None) -> None:
         """Find the statistics for ``dataset`` (called by the loader); given ones are kept.
 
@@ -127,7 +132,7 @@ class Normalize:
                 )
             stored = compute_stats(origin, [self.stored_keys[k] for k in self.keys])
             self._use({k: stored[self.stored_keys[k]] for k in self.keys}, source)
-            self.origin, self.origin_steps = origin, origin.num_steps
+            self.origin, self._origin_rows = origin, _rows_held(origin)
             logger.info("Normalize %s with the statistics of %s", self.keys, self.source)
         assert self.stats is not None
         for key, (mean, _) in self.stats.items():
@@ -361,3 +366,11 @@ class FrameStack:
         assert self._source is not None
         shape, dtype = self._rows[key]
         return self._source.take_rows(key, rows, self._pools[key].get(rows.shape + shape, dtype))
+
+
+def _rows_held(ds: Dataset) -> tuple[int, ...]:
+    """What tells which rows ``ds`` holds: its size and, for a growing dataset, the numbers of its
+    first and last episodes (eviction moves the first, appends the last)."""
+    ids = getattr(ds, "episode_ids", None)
+    ends = (int(ids[0]), int(ids[-1])) if ids is not None and len(ids) else ()
+    return (ds.num_steps, ds.num_episodes, *ends)

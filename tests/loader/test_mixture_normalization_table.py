@@ -226,3 +226,42 @@ def test_a_source_grown_since_its_statistics_has_no_quantiles_of_another_time(
         NormalizationTable(mix.normalization_table()).unnormalize(
             "grow", "action", np.zeros(7), mode="q01_q99"
         )
+
+
+def test_a_bounded_source_refilled_to_its_size_has_no_quantiles_of_another_time(
+    robots: dict[str, Dataset], tmp_path: Path
+) -> None:
+    """Every episode evicted and replaced by as many steps: the step count was the same, so the
+    table paired the first moment's mean (0.5) with the new rows' q01/q99 (1000, 1001)."""
+    import rlds_cli
+
+    def add(base: float, **settings: int) -> None:
+        with rlds_cli.DatasetWriter("ring", root=tmp_path, mode="append", **settings) as writer:
+            action = (base + np.linspace(0, 1, 10)[:, None] * np.ones(2)).astype(np.float32)
+            obs = np.zeros((11, 3), np.float32)
+            writer.add_episode({
+                "observation": obs[:-1], "next/observation": obs[1:], "action": action,
+                "next/reward": np.zeros(10, np.float32), "next/terminated": np.arange(10) == 9,
+                "next/truncated": np.zeros(10, bool),
+            })  # fmt: skip
+
+    add(0.0, capacity=10)
+    ring = rlds_cli.open_dataset("ring", tmp_path)
+    norm = {"ring": Normalize(keys=["action"])}
+    mix = MixtureLoader({"ring": ring, "franka": robots["franka"]}, [1, 1], batch_size=8, keys=["action"],
+                        pad=True, seed=0, refresh=1, transforms=norm)  # fmt: skip
+    assert mix.normalization_table()["sources"]["ring"]["keys"]["action"]["q01"] is not None
+    add(1000.0)
+    mix.sample()
+    assert ring.num_steps == 10 and ring.episode_ids.tolist() == [1]
+    entry = mix.normalization_table()["sources"]["ring"]["keys"]["action"]
+    assert entry["q01"] is None and entry["q99"] is None and abs(entry["mean"][0] - 0.5) < 1e-6
+
+
+def test_a_scalar_key_without_a_finite_value_loads_back(tmp_path: Path) -> None:
+    """Its mean and std are written as null: the table's own file was refused ('no mean or std')."""
+    nothing = {"mean": None, "std": None, "min": None, "max": None, "q01": None, "q99": None}
+    key = {"reward": {"shape": [], "eps": 0.0, **nothing}}
+    table = NormalizationTable.from_sources({"a": {"index": 0, "dataset": "a", "keys": key}})
+    loaded = NormalizationTable.load(table.save(tmp_path / "t.json")).statistics("a")
+    assert np.isnan(loaded.mean["reward"]) and np.isnan(loaded.std["reward"])
