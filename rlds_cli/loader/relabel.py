@@ -40,6 +40,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.loader.mixture_schema import PadSchema
 from rlds_cli.loader.samplers import Episodes
 from rlds_cli.loader.sources import HostSource
 
@@ -172,7 +173,8 @@ class GoalRelabel:
         """A plain transform (nothing to bind) for a mixture's batches: each row's goals are chosen
         in its own dataset (by ``source`` and ``index``); the goal indices are steps of it.
         ``goal_key`` must have the same name and number of axes in every dataset; the goals take
-        its widest shape (zero-padded, as ``pad=True`` pads the key) and promoted dtype.
+        its padded common schema (:class:`~rlds_cli.loader.mixture_schema.PadSchema`: the widest
+        shape, zero-padded, and the promoted dtype).
 
         Args:
             datasets: The mixture's datasets in source order, or a
@@ -184,14 +186,11 @@ class GoalRelabel:
             part.reward_fn = None  # the user's rule runs once, on the whole batch
             part.bind(dataset)
             parts.append(part)
-        specs = [(d.name, d.manifest.fields[self.goal_key]) for d in datasets]
-        if len({len(spec.shape) for _, spec in specs}) > 1:
-            shapes = ", ".join(f"{name} {tuple(spec.shape)}" for name, spec in specs)
-            raise ValueError(
-                f"GoalRelabel goal_key {self.goal_key!r} has different numbers of axes: {shapes}"
-            )
-        goal_shape = tuple(int(max(axis)) for axis in zip(*(spec.shape for _, spec in specs), strict=True))
-        goal_dtype = np.result_type(*(np.dtype(spec.dtype) for _, spec in specs))
+        # the goals take goal_key's padded common schema (as pad=True pads the key)
+        specs = [d.manifest.fields[self.goal_key] for d in datasets]
+        own = [{self.goal_key: (spec.shape, spec.dtype)} for spec in specs]
+        goal = PadSchema([d.name for d in datasets], own, [self.goal_key], pad=True).keys[self.goal_key]
+        goal_shape, goal_dtype = goal.shape, goal.dtype
 
         def relabel(batch: TedBatch) -> TedBatch:
             shape = np.shape(batch["index"])  # slices: [B, L]; rows are relabeled one by one

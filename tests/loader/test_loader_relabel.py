@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.errors import MixtureError
 from rlds_cli.loader import Loader
 from rlds_cli.loader.relabel import GoalRelabel, GoalRule, her_future_indices, ogbench_goal_indices
 from tests.loader_fixtures import TedFactory, make_ted, resumed_batches
@@ -239,6 +240,6 @@ def test_mixture_goals_of_different_axes_are_refused(tmp_path: Path) -> None:
             "next/truncated": np.zeros(3, bool),
         })  # fmt: skip
     with pytest.raises(
-        ValueError, match=r"goal_key 'observation' has different numbers of axes: flat \(2,\), deep"
+        MixtureError, match=r"'observation' is \(2,\) in source 'flat' but \(2, 2\) in source 'deep'"
     ):
         GoalRelabel().for_mixture([flat, open_dataset("deep", root=tmp_path)])
