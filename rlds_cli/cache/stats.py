@@ -7,7 +7,9 @@ so results do not depend on the worker count or backend:
 * mean and variance: Chan et al.'s parallel update in float64, exact up to rounding
   (population std, ``ddof=0``);
 * quantiles: count-weighted mix of the sketches' piecewise-linear CDFs, read back on the grid;
-  rank error at most about one grid step (1/256 of the data).
+  rank error about one grid step (1/256 of the data) where chunks look alike; not a bound (the
+  linear pieces spread mass across gaps between modes: 2.3 grid steps measured on bimodal data
+  in 1,000 chunks of 20 steps).
 
 Statistics are per element of a key's per-step shape; above :data:`MAX_ELEMENTS` elements
 (images) one value over all elements is kept, and quantiles only up to
