@@ -177,10 +177,14 @@ class AuditReport:
     ) -> Manifest:
         """Publish the episodes that pass (whole episodes) as view ``name`` of the dataset.
 
+        Its files and content digests are checked first: damage is never published as passing.
+
         Raises:
             InvalidSelectionError: No episode passes.
             DatasetExistsError: ``name`` exists and ``replace`` is false.
+            CorruptDatasetError: The dataset's files or digests do not match its manifest.
         """
+        from rlds_cli.cache.compose import verify_parent
         from rlds_cli.cache.derive import create_selection
 
         kept = self.passing()
@@ -194,6 +198,8 @@ class AuditReport:
         parent = self.dataset
         if self.selected_from is not None:
             parent, kept = self.selected_from[0], self.selected_from[1][kept]
+        cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+        verify_parent(open_dataset(parent, cache))
         return create_selection(parent, name, kept, how=how, root=root, replace=replace)
 
 
@@ -364,8 +370,8 @@ class EpisodeMeasures:
 
 @dataclass
 class _Group:
-    """Steps ``[a, b)`` of episodes ``view`` (stored at positions ``pos``), each read with ``ctx``
-    steps before ``a`` (only a piece of a long episode has context)."""
+    """Steps ``[a, b)`` of episodes ``view`` (stored at ``pos``), each read with ``ctx`` steps
+    before ``a`` (only a piece of a long episode has context)."""
 
     view: np.ndarray
     pos: np.ndarray
@@ -383,8 +389,7 @@ def _group(rows: list[tuple[int, int, int, int, int]], lens_by_pos: np.ndarray) 
 def _groups(
     lengths: np.ndarray, positions: np.ndarray, lens_by_pos: np.ndarray, max_rows: int
 ) -> Iterator[_Group]:
-    """Groups of about ``max_rows`` steps: whole episodes together (as many as fit, in order),
-    a longer one alone in pieces."""
+    """Groups of about ``max_rows`` steps: whole episodes together, a longer one alone in pieces."""
     ends = np.cumsum(lengths, dtype=np.int64)
     i, n = 0, len(lengths)
     while i < n:
@@ -422,8 +427,7 @@ class _Reader:
         self.held: list[np.ndarray] = []
 
     def release(self) -> None:
-        """Drop the pages of the rows read last from the process's memory (see
-        :func:`~rlds_cli.cache.backends.memmap.release_pages`)."""
+        """Drop the pages of the rows read last from the process's memory (``release_pages``)."""
         for part in self.held:
             release_pages(part)
         self.held = []
@@ -443,8 +447,7 @@ class _Reader:
         return np.delete(raw, (np.cumsum(hi - lo) - 1)[g.ends], axis=0)
 
     def read_raw(self, g: _Group, budget: Budget) -> np.ndarray:
-        """The column's rows of the group (:meth:`rows`, a flat key's final rows included), in
-        order, as one 2-D array (rows, elements)."""
+        """:meth:`rows` (a flat key's final rows included), in order, as one (rows, elements) array."""
         lo, hi = self.rows(g)
         cut = np.flatnonzero(lo[1:] != hi[:-1]) + 1  # where a piece does not follow the one before
         firsts, lasts = np.concatenate([[0], cut]), np.concatenate([cut, [len(lo)]]) - 1
@@ -456,8 +459,7 @@ class _Reader:
         return raw.reshape(len(raw), -1)
 
     def episode(self, pos: int) -> Any:
-        """Every stored row of stored episode ``pos`` (a flat key's final one too): as the
-        stored bytes for a frame column."""
+        """Every stored row of episode ``pos`` (a flat key's final one too; a frame column's bytes)."""
         lo = int(self.starts[pos]) + (pos if self.flat else 0)
         hi = lo + int(self.lens[pos]) + (1 if self.flat else 0)
         column = self.column
@@ -473,8 +475,7 @@ def _is_frames(column: Any) -> bool:
 
 
 def _frames_same(column: Any, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Whether each stored frame ``rows[i]`` is byte for byte the frame ``rows[i] - 1`` (where
-    ``valid``; :meth:`~rlds_cli.cache.backends.frames.FramesColumn.repeats`)."""
+    """Whether each stored frame ``rows[i]`` is byte for byte frame ``rows[i] - 1`` (where ``valid``)."""
     same = np.zeros(len(rows), bool)
     where = np.flatnonzero(valid)
     same[where] = column.repeats(rows[where])

@@ -122,6 +122,21 @@ def test_keep_refuses_when_nothing_passes(faulty: str) -> None:
     assert not (Path(open_dataset(faulty).directory).parent / "none").exists()
 
 
+def test_keep_refuses_a_damaged_dataset(isolated_cache: Path) -> None:
+    """A flipped byte of a column: '0 flagged, 94 pass' and a view of the damage was published."""
+    from rlds_cli.errors import CorruptDatasetError
+    from tests.dataset_fixtures import make_dataset
+
+    make_dataset("d", [4, 5, 3])
+    column = isolated_cache / "datasets" / "d" / "arrays" / "action.npy"
+    data = bytearray(column.read_bytes())
+    data[-1] ^= 1
+    column.write_bytes(bytes(data))
+    with pytest.raises(CorruptDatasetError, match="dataset 'd' is damaged: 'action'"):
+        audit("d").keep("kept")
+    assert not (isolated_cache / "datasets" / "kept").exists()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"max_idle": 1.5}, "max_idle"), ({"atol": 0}, "atol"), ({"frozen_steps": 0}, "frozen_steps")],
