@@ -259,7 +259,7 @@ def split_dataset(
     n_val = max(1, round(total * val_fraction))
     if total < 2:
         raise InvalidSelectionError(
-            f"dataset {parent!r} has {total} episode: too few to split",
+            f"dataset {parent!r} has {total} episode{'' if total == 1 else 's'}: too few to split",
             hint="a split needs at least 2 episodes",
         )
     if n_val >= total:
