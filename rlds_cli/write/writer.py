@@ -316,7 +316,9 @@ class DatasetWriter:
         **extra: Any,
     ) -> None:
         """Add one transition; the episode is committed when a step ends it (``terminated`` or
-        ``truncated``). ``extra`` keys are stored per step (``info={"qpos": ...}`` becomes
+        ``truncated``). A reward given as a number (Python or numpy) is stored as float32, or in
+        the float dtype the dataset already stores (a ``record()``'s float64). ``extra`` keys are
+        stored per step (``info={"qpos": ...}`` becomes
         ``info/qpos``); a mapping observation becomes ``observation/<key>`` columns."""
         self._check_open()
         step: dict[str, Any] = {
@@ -330,7 +332,12 @@ class DatasetWriter:
             if flag.dtype != np.bool_ or flag.size != 1:
                 raise EpisodeFormatError(f"add_step: {key!r} must be one bool, got {flag.dtype} {flag.shape}")
             step[key] = flag.reshape(1)
-        r = np.asarray(reward, dtype=np.float32) if isinstance(reward, int | float) else np.asarray(reward)
+        if isinstance(reward, int | float):  # a number: float32, or the dataset's float dtype
+            stored = self.head.fields.get("next/reward") if self.head is not None else None
+            kind = np.dtype(stored.dtype) if stored is not None else np.dtype(np.float32)
+            r = np.asarray(reward, dtype=kind if kind.kind == "f" else np.float32)
+        else:
+            r = np.asarray(reward)
         step["next/reward"] = r.reshape(1)
         # copied: an env may hand out the same observation array every step, refilled in place
         row = {k: np.array(v) for k, v in flatten(step, "step").items()}

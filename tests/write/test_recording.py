@@ -350,3 +350,19 @@ def test_appending_episodes_of_another_environment_is_refused(isolated_cache: An
         pendulum(g=10.0, render_mode="rgb_array"), None, name="pend", episodes=1, seed=1, mode="append"
     )
     assert rlds_cli.open_dataset("pend").num_episodes == 2
+
+
+def test_add_step_appends_to_a_recording_in_its_reward_dtype(isolated_cache: Any) -> None:
+    """A number reward was always float32: add_step episodes could not join a record()'s float64."""
+    env = gym.make("Pendulum-v1", max_episode_steps=3)
+    rlds_cli.record(env, None, name="pend", episodes=1, seed=0)
+    with rlds_cli.DatasetWriter("pend", mode="append") as writer:
+        obs, _ = env.reset(seed=1)
+        for t in range(3):
+            nxt, reward, _, _, _ = env.step(np.zeros(1, np.float32))
+            writer.add_step(observation=obs, action=np.zeros(1, np.float32), reward=reward, terminated=False,
+                            truncated=t == 2, next_observation=nxt, reset_seed=np.uint64(1),
+                            reset_seed_present=np.bool_(True))  # fmt: skip
+            obs = nxt
+    ds = rlds_cli.open_dataset("pend")
+    assert ds.num_episodes == 2 and ds.manifest.fields["next/reward"].dtype == "float64"
