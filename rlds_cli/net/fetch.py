@@ -225,8 +225,10 @@ def _fetch_locked(
     folder = store.directory
     expected = _expected(file, store.get(file.name))
     if force and not offline:  # offline, --force re-converts but cannot re-download
-        final.unlink(missing_ok=True)
+        # downloaded afresh: the file in place stays (readers, and the only good copy when the
+        # download fails) until the new bytes verify and replace it in one rename
         discard_part(part)
+        return _download(file, final, part, store, expected, progress, config, pin)
     if not offline and final.is_file() and must_refetch(file, store.get(file.name)):
         final.unlink()  # it never converted and nothing vouches for it: fetch it afresh
         discard_part(part)
@@ -241,7 +243,8 @@ def _fetch_locked(
                 "and offline mode is on",
                 hint="run the command without --offline to download it again",
             )
-        final.unlink()
+        # not removed: a download replaces it once its bytes verify (a mistyped --sha256 or a
+        # changed server must not take a good copy away, nor a concurrent reader's file)
     if offline:
         raise OfflineError(f"{file.name} is not downloaded (in {folder}) and offline mode is on")
     return _download(file, final, part, store, expected, progress, config, pin)

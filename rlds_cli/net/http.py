@@ -375,11 +375,20 @@ def _one_request(
         TimeoutError,
     )
     tally = _Tally()
+    # what a server (its redirect, its headers) or a URL can make requests refuse: not transient
+    unusable = (requests.exceptions.InvalidURL, requests.exceptions.InvalidHeader, ValueError)
     try:
         return _get(session, url, part, have, name, expected_size, config, progress, tally)
     except _Transient as exc:
         exc.received = tally.useful(config)
         raise
+    except unusable as exc:
+        if isinstance(exc, RldsError):
+            raise
+        raise ServerResponseError(
+            f"GET {url}: {describe_error(exc)}",
+            hint="check the URL; if it is right, the server's answer (a redirect, a header) is broken",
+        ) from None
     except errors as exc:
         if isinstance(exc, RldsError):
             raise

@@ -70,8 +70,16 @@ def url_dir(cache: CacheRoot, url: str) -> Path:
 
 
 def url_file_name(url: str) -> str:
-    """A safe local file name from a URL's last path segment."""
-    last = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+    """A safe local file name from a URL's last path segment.
+
+    Raises:
+        SourceError: ``url`` cannot be parsed (e.g. an unclosed ``[`` of an IPv6 host).
+    """
+    try:
+        path = urllib.parse.urlsplit(url).path
+    except ValueError as exc:
+        raise SourceError(f"{url} is not a valid URL ({exc})", hint="check the URL") from None
+    last = urllib.parse.unquote(path.rsplit("/", 1)[-1])
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", last).strip("._")
     return cleaned or "download"
 

@@ -30,8 +30,10 @@ from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    ConversionError,
     DatasetExistsError,
     RldsError,
+    SourceError,
     SourceFormatError,
     SourceNotFoundError,
 )
@@ -81,7 +83,21 @@ def _as_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
     for p in paths:
         if not p.exists():
             raise SourceNotFoundError(f"source file {p} does not exist")
+        if not (p.is_file() or p.is_dir()):  # reading a FIFO or a device would never end
+            raise SourceError(
+                f"source {p} is not a file or a folder (a pipe, a device or a socket)",
+                hint="copy the data into a file, then convert that",
+            )
     return paths
+
+
+def _signature(path: Path) -> tuple[int, int, int]:
+    """Size, modification time and inode of ``path`` (what any rewrite of it changes)."""
+    try:
+        st = path.stat()
+    except OSError:  # gone: a signature nothing matches
+        return (-1, -1, -1)
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def _hash_files(
@@ -383,13 +399,18 @@ class SourceHash:
         self._future: Future[list[dict[str, Any]]] | None = None
         self._first: Path | None = None
         self._done: tuple[list[dict[str, Any]], str] | None = None
+        # each file's size, mtime and inode when it began to be read: compared before the commit
+        self._seen: dict[Path, tuple[int, int, int]] = {}
 
     def begin(self, path: Path) -> None:
         """Start hashing ``path`` before the source's file list is known."""
+        self._seen.setdefault(path, _signature(path))
         self._early[path] = _on_thread(lambda: sha256_file(path, self._stop))
 
     def start(self, files: list[Path], base: Path) -> None:
         """Hash ``files`` (paths recorded relative to ``base``), reusing :meth:`begin`'s digest."""
+        for f in files:
+            self._seen.setdefault(f, _signature(f))
         self._first = files[0]
         self._future = _on_thread(lambda: _hash_files(files, base, self._early, self._stop))
 
@@ -408,10 +429,17 @@ class SourceHash:
 
         Raises:
             ChecksumMismatchError: The digest is not the expected one.
+            ConversionError: A source file changed (size, mtime or inode) since it began to be read.
         """
         if self._done is None:
             assert self._future is not None, "start() comes before checked()"
             hashed = self._future.result()
+            changed = [f for f, seen in self._seen.items() if _signature(f) != seen]
+            if changed:  # what was read (and hashed) may mix two versions of it
+                raise ConversionError(
+                    f"source file {changed[0]} changed while it was converted; nothing was published",
+                    hint="convert it again once whatever writes it has finished",
+                )
             sha256 = hashed[0]["sha256"] if len(hashed) == 1 else _tree_sha256(hashed)
             if self._expected and sha256 != self._expected.lower():
                 from rlds_cli.net.layout import mismatch_hint

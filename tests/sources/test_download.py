@@ -547,3 +547,46 @@ def test_offline_without_dns_fails_at_once_and_names_offline(
     assert hint.startswith("hint: ") and "--offline" in hint and "RLDS_OFFLINE=1" in hint
     assert not [r for r in caplog.records if "retry" in r.getMessage()]
     assert not re.search(r"\w\.py:\d+", result.stderr)
+
+
+def test_a_pipe_a_device_and_a_malformed_url_are_one_line_each(isolated_cache: Path, tmp_path: Path) -> None:
+    """A FIFO (and /dev/zero as d4rl) never ended; malformed URLs were 'unexpected ...'."""
+    fifo = tmp_path / "fifo.hdf5"
+    os.mkfifo(fifo)
+    for args in ([str(fifo)], ["/dev/zero", "--format", "d4rl"]):
+        result = bounded(lambda args=args: invoke("download", *args), HANG_SECONDS)
+        assert (
+            result.exit_code == 1
+            and "is not a file or a folder (a pipe, a device or a socket)" in result.stderr
+        )
+    for url, said in [
+        ("http://[::1/file.hdf5", "is not a valid URL (Invalid IPv6 URL)"),
+        ("http://127.0.0.1:99999/f.hdf5", "InvalidURL"),
+        ("http:///f.hdf5", "No host supplied"),
+    ]:
+        result = invoke("download", url)
+        assert result.exit_code == 1 and said in result.stderr and "unexpected" not in result.stderr
+    assert published(isolated_cache) == []
+
+
+def test_a_source_changed_while_it_converts_publishes_nothing(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rewritten in place during the conversion gave a dataset mixing both versions,
+    'converted', exit 0."""
+    from rlds_cli.formats import d4rl
+
+    source = tmp_path / "demo.hdf5"
+    source.write_bytes(DEMO)
+    real = d4rl.D4RLReader.blocks
+
+    def rewritten(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for i, block in enumerate(real(self, *args, **kwargs)):
+            if i == 0:
+                os.utime(source, ns=(1, 1))  # as a rewrite in place changes it
+            yield block
+
+    monkeypatch.setattr(d4rl.D4RLReader, "blocks", rewritten)
+    result = invoke("download", str(source), "--name", "demo")
+    assert result.exit_code == 1 and f"source file {source} changed while it was converted" in result.stderr
+    assert published(isolated_cache) == []

@@ -233,7 +233,11 @@ def test_force_downloads_again_and_recorded_hash_is_enforced(
     with pytest.raises(ChecksumMismatchError) as info:
         fetch(server, tmp_path, config, force=True)
     assert f"expected {SHA} (recorded at the first download)" in str(info.value)
-    assert not (tmp_path / "data.bin").exists()
+    # the verified copy stays until new bytes verify (it was deleted first: the only good copy)
+    assert (tmp_path / "data.bin").read_bytes() == DATA
+    with pytest.raises(ChecksumMismatchError):  # a mistyped --sha256 takes nothing away either
+        fetch(server, tmp_path, config, spec=remote(server, sha256="0" * 64))
+    assert (tmp_path / "data.bin").read_bytes() == DATA
 
 
 def test_a_changed_local_file_is_downloaded_again(
