@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import re
 import threading
 import urllib.parse
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -107,6 +109,20 @@ def part_info_path(part: Path) -> Path:
 def lock_path(folder: Path, name: str) -> Path:
     """The lock taken while file ``name`` is fetched."""
     return meta_dir(folder) / DOWNLOAD_LOCKS_DIR / (name + LOCK_SUFFIX)
+
+
+@contextmanager
+def in_use(folder: Path) -> Iterator[None]:
+    """Hold a lock of ``folder`` of its own while a download fetches and converts its files:
+    ``rlds gc --raw`` leaves a folder alone while any of its locks is held (the files' own locks
+    are released once fetched, before the conversion reads them)."""
+    lock = meta_dir(folder) / DOWNLOAD_LOCKS_DIR / f"in-use.{os.getpid()}.{uuid.uuid4().hex[:8]}{LOCK_SUFFIX}"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(lock):
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
 
 
 def listing_path(folder: Path) -> Path:

@@ -53,7 +53,15 @@ from rlds_cli.net.hub.fetch import (
     token_auth,
 )
 from rlds_cli.net.hub.repo import HubFile, HubPath, endpoint, hub_file, parse_hf_url, resolve
-from rlds_cli.net.layout import HashStore, confirmed_by_conversion, meta_dir, raw_dir, url_dir, url_file_name
+from rlds_cli.net.layout import (
+    HashStore,
+    confirmed_by_conversion,
+    in_use,
+    meta_dir,
+    raw_dir,
+    url_dir,
+    url_file_name,
+)
 from rlds_cli.sources.convert import ConvertResult, convert, episode_files
 
 _URL_PREFIXES = ("http://", "https://")
@@ -151,22 +159,23 @@ def download(
     if not force:
         share_downloads(cache, entry, folder, planned)
     config = HttpConfig(auth=None if offline else _hub_auth(entry, planned))
-    results = fetch_files(planned, folder, config=config, **fetch)
-    hub_record = listing.provenance() if listing is not None else {}  # the commit every file is of
-    with confirmed_by_conversion(folder, [r.name for r in results]):
-        result = convert(
-            _convert_source(entry.format, folder, results),
-            name or entry.cache_name,
-            format=format or entry.format,
-            options=merged,
-            source_info=provenance(results, folder, id=entry.id, **hub_record),
-            expected_sha256=results[0].sha256 if len(results) == 1 else None,
-            expected_origin=results[0].hash_origin,
-            **convert_args,
-        )
-    if not keep_raw:
-        drop_raw_files(folder, results)
-    return result
+    with in_use(folder):  # rlds gc --raw leaves the folder alone until it is converted
+        results = fetch_files(planned, folder, config=config, **fetch)
+        hub_record = listing.provenance() if listing is not None else {}  # the commit every file is of
+        with confirmed_by_conversion(folder, [r.name for r in results]):
+            result = convert(
+                _convert_source(entry.format, folder, results),
+                name or entry.cache_name,
+                format=format or entry.format,
+                options=merged,
+                source_info=provenance(results, folder, id=entry.id, **hub_record),
+                expected_sha256=results[0].sha256 if len(results) == 1 else None,
+                expected_origin=results[0].hash_origin,
+                **convert_args,
+            )
+        if not keep_raw:
+            drop_raw_files(folder, results)
+        return result
 
 
 def _download_url(
@@ -183,21 +192,22 @@ def _download_url(
     file_name = url_file_name(url)
     folder = url_dir(cache, url)
     remote = RemoteFile(file_name, (url,), sha256=sha256.lower() if sha256 else None, hash_origin="user")
-    results = fetch_files([remote], folder, **fetch)
-    with confirmed_by_conversion(folder, [r.name for r in results]):
-        result = convert(
-            results[0].path,
-            name or default_name(Path(file_name)),
-            format=format,
-            options=options,
-            source_info=provenance(results, folder, url=url),
-            expected_sha256=results[0].sha256,
-            expected_origin=results[0].hash_origin,
-            **convert_args,
-        )
-    if not keep_raw:
-        drop_raw_files(folder, results)
-    return result
+    with in_use(folder):  # rlds gc --raw leaves the folder alone until it is converted
+        results = fetch_files([remote], folder, **fetch)
+        with confirmed_by_conversion(folder, [r.name for r in results]):
+            result = convert(
+                results[0].path,
+                name or default_name(Path(file_name)),
+                format=format,
+                options=options,
+                source_info=provenance(results, folder, url=url),
+                expected_sha256=results[0].sha256,
+                expected_origin=results[0].hash_origin,
+                **convert_args,
+            )
+        if not keep_raw:
+            drop_raw_files(folder, results)
+        return result
 
 
 def plan_files(
@@ -328,30 +338,36 @@ def download_hub(
     fmt = format or layout_format(where, files)
     wanted = needed_files(where, files, fmt, options)
     needed = len(wanted)
-    results: list[FetchResult] = []
-    if fmt is not None and (options or {}).get("episodes") is not None:
-        results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
-    results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
-    paths = [r.path for r in results]
-    fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
-    src: Path | list[Path] = paths[0] if len(paths) == 1 else paths if paths else folder
-    if fmt in _HUB_FOLDER_FORMATS:
-        src = folder / dataset_folder(where, files, fmt)
-    hub: dict[str, Any] = {"repo": where.repo, "path": where.path, "revision": where.revision, "commit": sha}
-    if len(results) < needed:  # the files holding the episodes asked for, of those of the whole dataset
-        hub["subset"] = {"files": len(results), "of": needed}
-    result = convert(
-        src,
-        name or default_name(where),
-        format=fmt,
-        options=options,
-        source_info=provenance(results, folder, url=str(replace(where, revision=sha)), hub=hub),
-        **convert_args,
-    )
-    HashStore(folder).pin(r.name for r in results)
-    if not keep_raw:
-        drop_raw_files(folder, results)
-    return result
+    with in_use(folder):  # rlds gc --raw leaves the folder alone until it is converted
+        results: list[FetchResult] = []
+        if fmt is not None and (options or {}).get("episodes") is not None:
+            results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
+        results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
+        paths = [r.path for r in results]
+        fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
+        src: Path | list[Path] = paths[0] if len(paths) == 1 else paths if paths else folder
+        if fmt in _HUB_FOLDER_FORMATS:
+            src = folder / dataset_folder(where, files, fmt)
+        hub: dict[str, Any] = {
+            "repo": where.repo,
+            "path": where.path,
+            "revision": where.revision,
+            "commit": sha,
+        }
+        if len(results) < needed:  # the files holding the episodes asked for, of those of the whole dataset
+            hub["subset"] = {"files": len(results), "of": needed}
+        result = convert(
+            src,
+            name or default_name(where),
+            format=fmt,
+            options=options,
+            source_info=provenance(results, folder, url=str(replace(where, revision=sha)), hub=hub),
+            **convert_args,
+        )
+        HashStore(folder).pin(r.name for r in results)
+        if not keep_raw:
+            drop_raw_files(folder, results)
+        return result
 
 
 def _episodes_only(

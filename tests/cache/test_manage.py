@@ -242,3 +242,17 @@ def test_gc_keeps_a_live_build_of_a_name_holding_the_job_mark(isolated_cache: Pa
     job = cache.layout.job_dir("a.job-b", "0123456789abcdef")
     job.mkdir()
     assert tmp_owner(job) == "a.job-b" and cache.layout.job_dirs() == [job]
+
+
+def test_gc_raw_keeps_a_download_folder_while_its_files_convert(isolated_cache: Path) -> None:
+    """The files' own locks are released once fetched: gc --raw removed the folder (hashes.json
+    included) while the conversion read it ('unexpected FileNotFoundError')."""
+    from rlds_cli.net.layout import in_use, url_dir
+
+    cache = CacheRoot()
+    folder = url_dir(cache, "http://127.0.0.1:1/data.hdf5")
+    folder.mkdir(parents=True)
+    (folder / "data.hdf5").write_bytes(b"x")
+    with in_use(folder):
+        assert collect_garbage(cache, raw=True) == [] and (folder / "data.hdf5").is_file()
+    assert collect_garbage(cache, raw=True) == [folder] and not folder.exists()
