@@ -136,10 +136,8 @@ def _publish_together(
             )
             for m, _ in sorted(made, key=lambda pair: pair[0].name)
         }
-        for manifest, index in made:  # everything that can fail, before anything is removed
+        for manifest, index in made:  # everything that can fail (seal checks the name), before any removal
             txn = txns[manifest.name]
-            txn.check_free()
-            txn.check_not_made_from(manifest)
             write_index(txn.new_build_dir(), index, fsync=txn.fsync)
             txn.seal(manifest)
         for txn in txns.values():
