@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RLDS_FSYNC", "0")
     import numpy as np
 
-    from rlds_cli.cache.derive import create_selection
-    from rlds_cli.cache.selected import select_episodes
+    from rlds_cli.cache.derive import create_selection, select_episodes
     from rlds_cli.inspection.audit import audit
 
     try:

@@ -2,7 +2,7 @@
 
 A TFDS dataset folder holds ``features.json`` next to ``<name>-<split>.tfrecord[-NNNNN-of-NNNNN]``
 shards (Open X-Embodiment keeps one per ``<name>/<version>/``). The rules read names only; used by
-``formats/rlds_tfrecord/reader.py`` and the Hub plan (``net/hub/fetch.py``).
+``formats/rlds_tfrecord/reader.py`` and the Hub plan (``net/hub.py``).
 """
 
 from __future__ import annotations

@@ -76,10 +76,9 @@ def view(
     """
     import numpy as np
 
-    from rlds_cli.cache.derive import create_selection, create_view
+    from rlds_cli.cache.derive import create_selection, create_view, filter_key_episodes
     from rlds_cli.cache.episode_table import parse_episode_list, select_where
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.cache.selected import filter_key_episodes
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import InvalidSelectionError

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.selected import filter_key_episodes, filter_key_names
+from rlds_cli.cache.derive import filter_key_episodes, filter_key_names
 from rlds_cli.errors import ExportError, InvalidSelectionError
 from rlds_cli.export import atomic_target, flat_keys, step_keys
 

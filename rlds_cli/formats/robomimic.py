@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.selected import MEMBER_ARRAY as MEMBER_ARRAY
+from rlds_cli.cache.derive import MEMBER_ARRAY as MEMBER_ARRAY
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
 from rlds_cli.formats.base import column as _column

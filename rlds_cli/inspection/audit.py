@@ -40,10 +40,10 @@ from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.backends.memmap import release_pages
 from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.derive import SelectedDataset
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.selected import SelectedDataset
 from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import InvalidSelectionError
 

@@ -240,8 +240,7 @@ def entry_status(entry: RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
         ``size_bytes`` (total download size, ``None`` when some size is unknown).
     """
     # imported here: listing the cache alone loads nothing of the registry or the network
-    from rlds_cli.net.hub.fetch import read_listing
-    from rlds_cli.net.hub.repo import HubPath
+    from rlds_cli.net.hub import HubPath, read_listing
     from rlds_cli.net.layout import HashStore, raw_dir
 
     folder = raw_dir(cache, entry.cache_name)

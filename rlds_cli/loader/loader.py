@@ -131,7 +131,7 @@ class Loader:
             :mod:`rlds_cli.loader.windows`); applied before ``transform``.
         episodes: Sample only these episodes of ``dataset`` (positions, or a list such as
             ``"0,5,9-20"``): a view made on the fly, never published
-            (:func:`rlds_cli.cache.selected.select_episodes`); the batch's ``episode`` and
+            (:func:`rlds_cli.cache.derive.select_episodes`); the batch's ``episode`` and
             indices are then the view's.
         filter_key: Sample only the episodes of this filter key of the dataset (robomimic's
             ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.views`), a view made
@@ -256,7 +256,7 @@ class Loader:
         if episodes is None and filter_key is None:
             return dataset
         # imported here: the read path of a plain Loader loads no writer code (derive's views)
-        from rlds_cli.cache.selected import selection
+        from rlds_cli.cache.derive import selection
 
         return selection(dataset, episodes=episodes, filter_key=filter_key)
 

@@ -45,7 +45,7 @@ from rlds_cli.cache.card import licenses_of
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
-from rlds_cli.net.hub.repo import HubPath, git_blob_id, hf_api, parse_hf_url
+from rlds_cli.net.hub import HubPath, git_blob_id, hf_api, parse_hf_url
 from rlds_cli.remote import store
 from rlds_cli.remote.store import (
     INDEX_FILE,

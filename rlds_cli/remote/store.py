@@ -34,7 +34,7 @@ from rlds_cli.errors import (
 from rlds_cli.remote import refuse_offline
 
 if TYPE_CHECKING:
-    from rlds_cli.net.hub.repo import HubPath
+    from rlds_cli.net.hub import HubPath
 
 #: The remote files index: uploaded just before the manifest, read by pull.
 INDEX_FILE = "rlds-files.json"
@@ -133,7 +133,7 @@ def open_hub(url: str, storage_options: dict[str, Any] | None = None) -> tuple[A
         UnsupportedSourceError: ``url`` is not ``hf://datasets/ORG/REPO[/PATH][@REVISION]``.
         RemoteAccessError: See :func:`head_commit`.
     """
-    from rlds_cli.net.hub.repo import parse_hf_url
+    from rlds_cli.net.hub import parse_hf_url
 
     where = parse_hf_url(url)
     sha = head_commit(where)
@@ -150,7 +150,7 @@ def head_commit(where: HubPath, *, write: bool = False) -> str:
         RemoteAccessError: No such repo or revision, no token that may read (or write) it, the
             Hub unreachable.
     """
-    from rlds_cli.net.hub.repo import hf_api, with_rate_limit
+    from rlds_cli.net.hub import hf_api, with_rate_limit
 
     refuse_offline(str(where))
     api = hf_api()
@@ -171,7 +171,7 @@ def hub_filesystem(storage_options: dict[str, Any] | None = None, *, fresh: bool
     """
     from huggingface_hub import HfFileSystem
 
-    from rlds_cli.net.hub.repo import check_token, endpoint
+    from rlds_cli.net.hub import check_token, endpoint
 
     check_token()
     options = {"endpoint": endpoint(), **(storage_options or {})}
@@ -208,7 +208,7 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> Remote
     found, unreachable, or else its first line. For the Hub (``hf://``), the client's status in
     rlds's words (``write``: a push), never the client's text (it may quote request headers)."""
     if url.startswith("hf://"):
-        from rlds_cli.net.hub.repo import http_error, in_chain, is_client_error
+        from rlds_cli.net.hub import http_error, in_chain, is_client_error
 
         cause = http_error(exc) or in_chain(exc, is_client_error)
         if cause is not None:
@@ -246,7 +246,7 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> Remote
 
 def _hub_error(url: str, cause: BaseException, write: bool) -> RemoteAccessError:
     """:func:`access_error` of the Hub's client exception ``cause``."""
-    from rlds_cli.net.hub.repo import UNREACHABLE_HINT, unreachable_message
+    from rlds_cli.net.hub import UNREACHABLE_HINT, unreachable_message
 
     status = getattr(getattr(cause, "response", None), "status_code", None)
     verb = "write to" if write else "read"

@@ -11,7 +11,7 @@ succeeded; a file that failed to convert is fetched again by the next run
 The revision is resolved to a commit sha first, and everything after that is read at that sha
 (a branch moving mid-download cannot mix two versions); the sha is recorded in the dataset's
 provenance. Files land in a download folder of their own per repo, path and commit
-(``<root>/raw/urls/...``), verified (:mod:`rlds_cli.net.hub.fetch`), then converted.
+(``<root>/raw/urls/...``), verified (:mod:`rlds_cli.net.hub`), then converted.
 
 What a download records about its origin: the manifest's ``source`` record (:func:`provenance`)
 and the default cache name (:func:`default_name`), for a registry id, a URL or a Hub repo.
@@ -40,19 +40,24 @@ from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.frames.codecs import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
 from rlds_cli.net.http import HttpConfig, OriginAuth, origin_of
-from rlds_cli.net.hub.fetch import (
+from rlds_cli.net.hub import (
     FolderListing,
+    HubFile,
+    HubPath,
     dataset_folder,
+    endpoint,
     fetch_hub_files,
+    hub_file,
     layout_format,
     list_folder,
     local_name,
     needed_files,
+    parse_hf_url,
     read_listing,
+    resolve,
     save_listing,
     token_auth,
 )
-from rlds_cli.net.hub.repo import HubFile, HubPath, endpoint, hub_file, parse_hf_url, resolve
 from rlds_cli.net.layout import (
     HashStore,
     confirmed_by_conversion,

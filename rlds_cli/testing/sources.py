@@ -1,5 +1,7 @@
 """Small sources and datasets the contract suites start from, in upstream layouts or through the
-cache's builder. Imports no pytest (rlds's test fixtures use it too)."""
+cache's builder, and the user functions the executor contract runs by ``"module:function"``
+reference. Imports no pytest (rlds's test fixtures and preprocess's worker processes import it).
+"""
 
 from __future__ import annotations
 
@@ -124,3 +126,21 @@ def make_dataset(
     with DatasetBuilder(name, backend=backend, replace=replace) as builder:
         builder.append(block)
         builder.commit()
+
+
+def identity(batch: Any) -> Any:
+    return batch
+
+
+def normalize(batch: Any) -> Any:
+    """Observation normalization with fixed constants (a cheap vectorized function)."""
+    out = dict(batch)
+    for key in ("observation", "next/observation"):
+        out[key] = ((batch[key] - 1.5) / 2.0).astype(np.float32)
+    return out
+
+
+def raises(batch: Any) -> Any:
+    if batch["index"][0] >= 16:  # not in schema inference (which starts at step 0)
+        raise ValueError("boom in user code")
+    return batch

@@ -315,7 +315,7 @@ def test_frame_columns_and_zarr_merge_trim_and_downsample(backend: str, frames: 
 
 
 def test_an_unpublished_selection_of_a_merged_dataset_says_to_publish_one(ab: tuple[object, object]) -> None:
-    from rlds_cli.cache.selected import select_episodes
+    from rlds_cli.cache.derive import select_episodes
 
     merge_datasets(["a", "b"], "ab")
     with pytest.raises(InvalidSelectionError, match=r"'ab' is composed \(merged or trimmed\)"):

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cache.derive import create_selection, create_view
-from rlds_cli.cache.selected import filter_key_episodes, filter_key_names, filtered_dataset
+from rlds_cli.cache.derive import (
+    create_selection,
+    create_view,
+    filter_key_episodes,
+    filter_key_names,
+    filtered_dataset,
+)
 from rlds_cli.errors import InvalidSelectionError
 from rlds_cli.sources.convert import convert
 from tests.robomimic_fixtures import IMAGE, LIBERO, differences

@@ -15,10 +15,9 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.derive import create_selection, split_dataset
+from rlds_cli.cache.derive import SelectedDataset, create_selection, select_episodes, selection, split_dataset
 from rlds_cli.cache.episode_table import parse_episode_list, select_where
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cache.selected import SelectedDataset, select_episodes, selection
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cli.app import app
 from rlds_cli.errors import InvalidSelectionError

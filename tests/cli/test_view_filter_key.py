@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cache.selected import filter_key_episodes
+from rlds_cli.cache.derive import filter_key_episodes
 from rlds_cli.cli.app import app
 from rlds_cli.sources.convert import convert
 from tests.robomimic_fixtures import IMAGE, differences

@@ -1,4 +1,4 @@
-"""Every storage backend against the shared contract (:mod:`rlds_cli.testing.backend`)."""
+"""Every storage backend against the shared contract (:mod:`rlds_cli.testing.contracts`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from rlds_cli.cache.backends import Backend, get_backend
 from rlds_cli.cache.backends.zarr import write as backends
-from rlds_cli.testing.backend import BackendContract
+from rlds_cli.testing.contracts import BackendContract
 
 
 class TestMemmapBackend(BackendContract):

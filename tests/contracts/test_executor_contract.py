@@ -1,4 +1,4 @@
-"""The executors of ``rlds preprocess`` against the shared contract (:mod:`rlds_cli.testing.executor`).
+"""The executors of ``rlds preprocess`` against the shared contract (:mod:`rlds_cli.testing.contracts`).
 
 Ray is left out: starting a local Ray instance takes longer than the whole suite here allows;
 ``tests/preprocess/test_preprocess_ray.py`` checks it (byte-identical to the local executor)."""
@@ -11,7 +11,7 @@ from rlds_cli.errors import PreprocessError
 from rlds_cli.preprocess import executors
 from rlds_cli.preprocess.executors import InlineExecutor
 from rlds_cli.preprocess.pool import LocalPool
-from rlds_cli.testing.executor import ExecutorContract
+from rlds_cli.testing.contracts import ExecutorContract
 
 
 class TestInlineExecutor(ExecutorContract):

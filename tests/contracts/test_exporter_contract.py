@@ -1,4 +1,4 @@
-"""Every exporter against the shared contract (:mod:`rlds_cli.testing.exporter`)."""
+"""Every exporter against the shared contract (:mod:`rlds_cli.testing.contracts`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 
 from rlds_cli.export import EXPORTERS
-from rlds_cli.testing.exporter import ExporterContract
+from rlds_cli.testing.contracts import ExporterContract
 
 
 def test_every_exporter_has_a_contract_class() -> None:

@@ -1,4 +1,4 @@
-"""Every reader of the package against the shared contract (:mod:`rlds_cli.testing.reader`), each
+"""Every reader of the package against the shared contract (:mod:`rlds_cli.testing.contracts`), each
 on a small source written by the format's own fixture writers."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rlds_cli.formats.robomimic import RobomimicReader
 from rlds_cli.formats.roboset import RobosetReader
 from rlds_cli.formats.torchrl_memmap import TorchRLMemmapReader
 from rlds_cli.formats.vd4rl import VD4RLReader
-from rlds_cli.testing.reader import ReaderContract
+from rlds_cli.testing.contracts import ReaderContract
 from tests.atari_dqn_fixtures import run_folder, write_run
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.fixtures.robomimic.make_fixtures import write_robomimic_image

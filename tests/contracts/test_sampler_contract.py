@@ -1,4 +1,4 @@
-"""Every sampler of the package against the shared contract (:mod:`rlds_cli.testing.sampler`)."""
+"""Every sampler of the package against the shared contract (:mod:`rlds_cli.testing.contracts`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from rlds_cli.loader import EpochSampler, PrioritizedSampler, PrioritizedSliceSa
 from rlds_cli.loader.factory import make_sampler
 from rlds_cli.loader.protocols import Prioritized, Sampler
 from rlds_cli.loader.samplers import Episodes, UniformSampler
-from rlds_cli.testing.sampler import EpochalContract, PrioritizedContract, SamplerContract
+from rlds_cli.testing.contracts import EpochalContract, PrioritizedContract, SamplerContract
 
 
 class TestUniformSampler(SamplerContract):

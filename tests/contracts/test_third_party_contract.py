@@ -1,5 +1,5 @@
 """A reader of another package runs the reader contract shipped in the package
-(:mod:`rlds_cli.testing.reader`), the way its own test suite would: the plugin installed as
+(:mod:`rlds_cli.testing.contracts`), the way its own test suite would: the plugin installed as
 ``pip install`` leaves it (:mod:`tests.plugin_fixtures`: its entry point in the
 ``rlds_cli.readers`` group), its test file subclassing ``ReaderContract``, pytest run on that file
 in a fresh interpreter outside rlds's ``tests/`` (no conftest of ours, no ``tests`` package on
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlds_cli.testing.reader import ReaderContract
+from rlds_cli.testing.contracts import ReaderContract
 from tests.plugin_fixtures import PLUGIN, install_tiny_plugin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGIN_TESTS = """
 from pathlib import Path
 
-from rlds_cli.testing.reader import ReaderContract
+from rlds_cli.testing.contracts import ReaderContract
 from rlds_tiny.reader import TinyReader
 
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cache.selected import filtered_dataset
+from rlds_cli.cache.derive import filtered_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.export import export_dataset
 from rlds_cli.export import robomimic as robomimic_export

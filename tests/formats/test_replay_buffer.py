@@ -20,7 +20,7 @@ from rlds_cli.errors import MissingExtraError, SourceFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.replay_buffer import ReplayBufferReader
 from rlds_cli.sources.convert import convert
-from rlds_cli.testing.reader import ReaderContract
+from rlds_cli.testing.contracts import ReaderContract
 from tests.cli_fixtures import download, download_ok
 from tests.formats_fixtures import refused
 

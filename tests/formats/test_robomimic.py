@@ -82,7 +82,7 @@ def test_filter_keys_follow_an_episode_selection() -> None:
     convert(IMAGE, "part", options={"episodes": "1:3"})
     ds = open_dataset("part")
     assert ds.episodes["source_id"].tolist() == [1, 2]
-    from rlds_cli.cache.selected import filter_key_episodes
+    from rlds_cli.cache.derive import filter_key_episodes
 
     assert filter_key_episodes(ds, "valid").tolist() == [0]  # demo_1
     assert filter_key_episodes(ds, "train").tolist() == [1]  # demo_2
@@ -95,7 +95,7 @@ def test_a_mask_naming_a_missing_demo_is_reported(tmp_path: Path) -> None:
         f["mask/extra"] = np.array(["demo_0", "demo_99"], dtype="S")
     result = convert(Path(path), "m")
     assert any("demo_99" in n for n in result.manifest.conversion["notes"])
-    from rlds_cli.cache.selected import filter_key_episodes
+    from rlds_cli.cache.derive import filter_key_episodes
 
     assert filter_key_episodes(open_dataset("m"), "extra").tolist() == [0]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cache.selected import filtered_dataset
+from rlds_cli.cache.derive import filtered_dataset
 from rlds_cli.export import export_dataset
 from rlds_cli.sources.convert import convert
 from tests.robomimic_fixtures import ALL, IMAGE

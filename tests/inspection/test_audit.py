@@ -12,9 +12,8 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli.cache.blocks import Budget
-from rlds_cli.cache.derive import create_selection
+from rlds_cli.cache.derive import create_selection, select_episodes
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cache.selected import select_episodes
 from rlds_cli.cli.app import app
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, audit

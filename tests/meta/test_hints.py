@@ -262,7 +262,7 @@ def test_ray_missing_names_the_executor_option(monkeypatch: pytest.MonkeyPatch) 
         ),
         (
             "huggingface_hub",
-            lambda: __import__("rlds_cli.net.hub.repo", fromlist=["x"]).hf_api(),
+            lambda: __import__("rlds_cli.net.hub", fromlist=["x"]).hf_api(),
             "reading Hub repos (hf:// sources, and registry ids whose files are listed from the Hub) "
             "needs huggingface_hub, which is not installed",
             "pip install huggingface_hub",
@@ -379,7 +379,7 @@ def test_hub_default_names_follow_the_rules_of_file_names(path: str, expected: s
     """A Hub repo is named by its folder (a version folder with its parent), cleaned as a file
     name is: never a name the cache refuses ('--' separates a name's parts on disk)."""
     from rlds_cli.cache.layout import validate_name
-    from rlds_cli.net.hub.repo import HubPath
+    from rlds_cli.net.hub import HubPath
 
     name = default_name(HubPath("org/repo", path))
     assert name == expected and validate_name(name) == name

@@ -120,7 +120,7 @@ def test_the_standin_skips_unchanged_files_and_empty_commits_as_the_hub_does(hub
     ``create_commit`` drops unchanged files and makes no commit when none is left."""
     from huggingface_hub import CommitOperationAdd
 
-    from rlds_cli.net.hub.repo import hf_api
+    from rlds_cli.net.hub import hf_api
 
     def commit(data: bytes) -> str:
         ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=data) for p in ("x/a.json", "x/b.bin")]

@@ -425,7 +425,7 @@ def test_hub_listing_with_no_dns_fails_at_once(
     """A registry id's Hub folder is listed by huggingface_hub: a Hub whose name does not
     resolve is one lookup, no wait, and the error that says --offline."""
     pytest.importorskip("huggingface_hub")
-    from rlds_cli.net.hub.fetch import list_folder
+    from rlds_cli.net.hub import list_folder
 
     waits: list[float] = []
     monkeypatch.setattr("time.sleep", waits.append)

@@ -26,8 +26,8 @@ from rlds_cli.errors import (
     SourceFormatError,
     UnsupportedSourceError,
 )
+from rlds_cli.net import hub as hub_repo
 from rlds_cli.net.http import HttpConfig
-from rlds_cli.net.hub import repo as hub_repo
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
 from tests.hub_standin import TOKEN, HubStandin, Repo, folder_files, record_minari

@@ -23,7 +23,7 @@ from rlds_cli.errors import (
     SettingError,
 )
 from rlds_cli.export.lerobot import HUB_EXPORT_MARK
-from rlds_cli.net.hub.fetch import STAGING
+from rlds_cli.net.hub import STAGING
 from rlds_cli.net.layout import meta_dir
 from rlds_cli.remote import store
 from rlds_cli.sources.download import download

@@ -21,7 +21,7 @@ import pytest
 
 from rlds_cli.catalog import registry
 from rlds_cli.errors import HTTPStatusError, OfflineError, RegistryFormatError
-from rlds_cli.net.hub.fetch import list_folder
+from rlds_cli.net.hub import list_folder
 from rlds_cli.net.layout import listing_path
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
