@@ -30,11 +30,11 @@ from rlds_cli.cache.card import combine_cards, dataset_card
 from rlds_cli.cache.composed import Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
+from rlds_cli.cache.growing import fixed_copy_hint
 from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, validate_name
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.cache.ted import EPISODE_DTYPE, StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, SchemaMismatchError

@@ -34,12 +34,12 @@ from rlds_cli.cache.compose import composed_selection, publish_index
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
+from rlds_cli.cache.growing import fixed_copy_hint
 from rlds_cli.cache.integrity import check_episode_index
 from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import DatasetExistsError, InvalidSelectionError

@@ -64,7 +64,7 @@ def export_dataset(
     the key). The output is written under a temporary name beside ``out`` and renamed into place when
     complete: a killed export leaves no half-written file. A growing dataset (written by
     :class:`~rlds_cli.DatasetWriter`) is exported as of one view, from a hard-link copy of its files
-    (:func:`~rlds_cli.cache.snapshot.snapshot_copy`), so writers, evictions and compactions may go
+    (:func:`~rlds_cli.cache.growing.snapshot_copy`), so writers, evictions and compactions may go
     on meanwhile, whatever the grace period.
 
     Args:
@@ -94,7 +94,7 @@ def export_dataset(
     from rlds_cli.cache.growing import GrowingDataset
 
     if isinstance(dataset, GrowingDataset):
-        from rlds_cli.cache.snapshot import snapshot_copy
+        from rlds_cli.cache.growing import snapshot_copy
 
         with snapshot_copy(dataset) as copy:
             view = GrowingDataset(copy)

@@ -73,9 +73,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.growing import private_build
 from rlds_cli.cache.layout import entry_name, new_id
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.snapshot import private_build
 from rlds_cli.errors import ExportError
 from rlds_cli.export import atomic_target
 from rlds_cli.export.lerobot_common import (

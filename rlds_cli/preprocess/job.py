@@ -56,6 +56,7 @@ from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import build_index, write_index
+from rlds_cli.cache.growing import fixed_copy_hint
 from rlds_cli.cache.layout import (
     JOB_CHUNKS_DIR,
     JOB_FILE,
@@ -68,7 +69,6 @@ from rlds_cli.cache.layout import (
 )
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.snapshot import fixed_copy_hint
 from rlds_cli.cache.transaction import CacheTransaction, seal
 from rlds_cli.errors import (
     CacheNotVisibleError,

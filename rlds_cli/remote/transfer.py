@@ -148,8 +148,7 @@ def push_directory(
             f"'rlds download DIR --name NEW'), or push its parents and make it again after pulling them",
         )
     if manifest.layout == SEGMENTED_LAYOUT and not _snapshot:  # a growing dataset: as of one view
-        from rlds_cli.cache.growing import GrowingDataset
-        from rlds_cli.cache.snapshot import snapshot_copy
+        from rlds_cli.cache.growing import GrowingDataset, snapshot_copy
 
         with snapshot_copy(GrowingDataset(directory), cache) as snapshot:
             return push_directory(

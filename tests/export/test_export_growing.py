@@ -1,5 +1,5 @@
 """Export of a growing dataset takes one view (issue 25): a hard-link copy of the view's files
-(``rlds_cli.cache.snapshot``, as ``rlds push`` takes), so an export that reads for longer than
+(``rlds_cli.cache.growing``, as ``rlds push`` takes), so an export that reads for longer than
 the grace period while writers append, evict and compact is still that view, whole."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_the_cli_export_of_a_growing_dataset_reads_one_view(
 
 
 def _snapshot_and_die(name: str, wfd: int) -> None:
-    from rlds_cli.cache.snapshot import snapshot_copy
+    from rlds_cli.cache.growing import snapshot_copy
 
     with snapshot_copy(rlds_cli.open_dataset(name)) as copy:  # type: ignore[arg-type]
         os.write(wfd, str(copy).encode())
@@ -144,8 +144,8 @@ def test_a_snapshot_is_no_stale_build_while_it_lives_and_one_once_its_process_is
     """The copy lives in tmp/, where every dataset's transaction and ``rlds gc`` remove the
     builds of dead writers: the copy holds a lock of its own, so they leave it alone (they
     removed it under a running push or export), and remove it once its process is gone."""
+    from rlds_cli.cache.growing import snapshot_copy
     from rlds_cli.cache.manage import collect_garbage
-    from rlds_cli.cache.snapshot import snapshot_copy
 
     _grow("s", range(1, 4), "memmap")
     ds = rlds_cli.open_dataset("s")

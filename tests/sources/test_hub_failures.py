@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rlds_cli.cache.growing import private_build
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.cache.snapshot import private_build
 from rlds_cli.errors import (
     ChecksumMismatchError,
     HTTPStatusError,
@@ -160,7 +160,7 @@ def test_a_killed_hub_exports_build_is_removed_by_gc(isolated_cache: Path, tmp_p
     code = (
         "import os\n"
         "from rlds_cli.cache.root import CacheRoot\n"
-        "from rlds_cli.cache.snapshot import private_build\n"
+        "from rlds_cli.cache.growing import private_build\n"
         f"with private_build(CacheRoot(), {owner!r}) as b:\n"
         "    b.mkdir(); print(b, flush=True); os.kill(os.getpid(), 9)\n"
     )

@@ -25,7 +25,7 @@ def test_without_an_affinity_mask_the_machine_counts(monkeypatch: pytest.MonkeyP
 def test_every_pool_sized_to_the_machine_counts_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process pinned to 3 of 16 CPUs (taskset, a container's cpuset, a scheduler's slot) sizes
     its pools to 3: the preprocess pool, the parallel format readers."""
-    from rlds_cli.formats.parallel import MIN_PARALLEL_BYTES, default_workers
+    from rlds_cli.formats.folders import MIN_PARALLEL_BYTES, default_workers
     from rlds_cli.preprocess.executors import InlineExecutor
     from rlds_cli.preprocess.pool import LocalPool
 
