@@ -436,7 +436,8 @@ def _write_card(dataset: Dataset, out: Path, url: str) -> None:
         for p in sorted(out.rglob("*"))
         if p.is_file()
     }
-    for name, data in card_files(dataset.manifest, dataset_card(dataset), files, url).items():
+    read = f"`rlds download {url}` (a LeRobot dataset: LeRobot's `LeRobotDataset` reads it too)"
+    for name, data in card_files(dataset.manifest, dataset_card(dataset), files, url, read).items():
         (out / name).write_bytes(data)
 
 

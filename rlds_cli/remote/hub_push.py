@@ -35,14 +35,23 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlds_cli._util.io import sha256_file
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.card import licenses_of
-from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.layout import (
+    ARRAYS_DIR,
+    COMMIT_LOG_FILE,
+    EPISODES_FILE,
+    LOG_CHECKPOINT_FILE,
+    MANIFEST_FILE,
+    SEGMENTED_LAYOUT,
+    SEGMENTS_DIR,
+    SOURCE_ARRAYS_FILE,
+)
 from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.errors import DatasetReplacedError, RemoteAccessError, RemoteExistsError
 from rlds_cli.net.hub import HubPath, git_blob_id, hf_api, parse_hf_url
@@ -186,8 +195,9 @@ def _yaml_safe(text: str) -> str:
     return _NOT_YAML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def readme(manifest: Manifest, card: dict[str, Any]) -> str:
-    """The dataset card: front matter, then what the dataset is and how to read it."""
+def readme(manifest: Manifest, card: dict[str, Any], read: str) -> str:
+    """The dataset card: front matter, then what the dataset is and how to read it (``read``: the
+    commands, as Markdown)."""
     meta = front_matter(manifest, card)
     licenses = ", ".join(licenses_of(card)) or "not declared"
     parts = [
@@ -207,8 +217,7 @@ def readme(manifest: Manifest, card: dict[str, Any]) -> str:
         *([f"- **Robot type:** {card['robot_type']}"] if card.get("robot_type") else []),
         *([f"- **Frames per second:** {card['fps']}"] if card.get("fps") is not None else []),
         "",
-        "Read it with rlds: `rlds pull hf://datasets/ORG/REPO NAME`, or in place with "
-        '`rlds_cli.open_dataset("hf://datasets/ORG/REPO")`.',
+        f"Read it with rlds: {read}.",
     ]
     if card.get("citation"):
         parts += ["", "## Citation", "", "```", str(card["citation"]), "```"]
@@ -254,11 +263,19 @@ def croissant(
 
 
 def card_files(
-    manifest: Manifest, card: dict[str, Any], files: dict[str, tuple[int, str]], url: str
+    manifest: Manifest,
+    card: dict[str, Any],
+    files: dict[str, tuple[int, str]],
+    url: str,
+    read: str | None = None,
 ) -> dict[str, bytes]:
-    """``README.md`` and ``croissant.json`` of a pushed dataset, as bytes."""
+    """``README.md`` and ``croissant.json`` of a dataset at ``url``, as bytes; ``read`` says how to
+    read it (a pushed dataset's pull and in-place read by default)."""
+    if read is None:
+        read = f"`rlds pull {url}` (`--name NAME` for another name), or in place with "
+        read += f'`rlds_cli.open_dataset("{url}")`'
     return {
-        README_FILE: readme(manifest, card).encode(),
+        README_FILE: readme(manifest, card, read).encode(),
         CROISSANT_FILE: (json.dumps(croissant(manifest, card, files, url), indent=2) + "\n").encode(),
     }
 
@@ -425,6 +442,15 @@ def plan_push(
     replaced = MANIFEST_FILE in remote and not _unchanged_bytes(remote[MANIFEST_FILE], manifest_bytes)
     if replaced and not force:
         raise RemoteExistsError(f"{url} holds another version of a dataset (its {MANIFEST_FILE} differs)")
+    if MANIFEST_FILE not in remote and not force:  # a push commits its manifest with its files
+        foreign = sorted(rel for rel in remote if _is_dataset_file(rel) or rel == INDEX_FILE)
+        if foreign:
+            raise RemoteExistsError(
+                f"{url} holds {len(foreign)} file(s) where the push goes that no push of a dataset "
+                f"wrote (no {MANIFEST_FILE}), e.g. {foreign[0]}",
+                hint="push to a folder of the repo of its own (hf://datasets/ORG/REPO/PATH), or pass "
+                "--force to write over them and delete the rest in the push's commit",
+            )
     add: dict[str, Path | bytes] = {
         _repo_path(where, rel): directory / rel
         for rel, entry in sorted(local.items())
@@ -432,6 +458,11 @@ def plan_push(
     }
     # the dataset card and its Croissant metadata, written from the manifest
     manifest = parse_manifest(manifest_bytes, url)
+    if manifest.layout == SEGMENTED_LAYOUT:  # its manifest counts nothing: its log does
+        from rlds_cli.cache.growing import GrowingDataset
+
+        grown = GrowingDataset(directory)
+        manifest = replace(manifest, num_steps=grown.num_steps, num_episodes=grown.num_episodes)
     described = {rel: (entry.size, entry.sha256) for rel, entry in local.items()}
     cards = card_files(manifest, manifest.card, described, url)
     if README_FILE in remote and not force:  # a README already there is the repo owner's
@@ -543,9 +574,12 @@ def _unchanged_bytes(there: RepoFile | None, data: bytes) -> bool:
 
 
 def _is_dataset_file(rel: str) -> bool:
-    """A file rlds writes in a dataset folder (a replaced version's leftover is deleted; a
-    README or ``.gitattributes`` beside the dataset is the repo owner's and stays)."""
-    return rel.startswith("arrays/") or rel in (EPISODES_FILE, SOURCE_ARRAYS_FILE)
+    """A file rlds writes in a dataset folder, growing datasets' included (a replaced version's
+    leftover is deleted; a README or ``.gitattributes`` beside the dataset is the repo owner's and
+    stays)."""
+    return rel.startswith((f"{ARRAYS_DIR}/", f"{SEGMENTS_DIR}/")) or rel in (
+        EPISODES_FILE, SOURCE_ARRAYS_FILE, COMMIT_LOG_FILE, LOG_CHECKPOINT_FILE,
+    )  # fmt: skip
 
 
 def _repo_path(where: HubPath, rel: str) -> str:

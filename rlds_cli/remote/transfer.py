@@ -28,6 +28,7 @@ import os
 import posixpath
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli._util.progress import Progress
+from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest, manifest_json, manifest_text, parse_manifest
 from rlds_cli.cache.root import CacheRoot, target_problem, validate_name
@@ -97,6 +99,8 @@ def push(
     Raises:
         DatasetNotFoundError: No such dataset in the cache.
         NotPushableError: ``name`` is a view (it has no arrays of its own).
+        CorruptDatasetError: A local file is missing or short, or a content digest differs: checked
+            before anything is uploaded.
         RemoteExistsError: Another version is at ``url`` and ``force`` is false.
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
         DatasetReplacedError: The local dataset was rebuilt during the push (nothing committed).
@@ -155,6 +159,7 @@ def push_directory(
                 snapshot, url, cache=cache, force=force, storage_options=storage_options,
                 endpoint_url=endpoint_url, progress=progress, _snapshot=True,
             )  # fmt: skip
+    _verify_local(directory, manifest)
     local = _local_files(directory)
     if url.startswith("hf://"):  # a Hub dataset repo: one commit, not files then a manifest
         from rlds_cli.remote.hub_push import push_hub
@@ -212,6 +217,15 @@ def _push(
         result.replaced = committed != manifest_bytes
     known.update(journal.entries())
     remote = store.list_files(fs, base, url)
+    if committed is None and not force:
+        foreign = _foreign_files(fs, base, url, remote, known)
+        if foreign:
+            raise RemoteExistsError(
+                f"{url} holds {len(foreign)} file(s) that no push of a dataset there wrote (it has no "
+                f"{MANIFEST_FILE}), e.g. {foreign[0]}",
+                hint="push to a folder of its own (the URL is the dataset's folder), or pass --force to "
+                "write over them",
+            )
     todo = []
     for rel, entry in sorted(local.items()):
         info = remote.get(rel)
@@ -228,7 +242,11 @@ def _push(
     if committed is not None and (force or committed != manifest_bytes or any(rel in remote for rel in todo)):
         # readers must never see the committed manifest over other files (a new version's, or
         # files written again: a growing dataset's log, a mended file): it goes first, so they see
-        # the old version whole, then nothing, then the new one whole
+        # the old version whole, then nothing, then the new one whole. The journal keeps what the
+        # index said of the files left there: a push killed after this takes them up again
+        journal.add_all(
+            {rel: e for rel, e in (old_index.files if old_index else {}).items() if rel in remote}
+        )
         with store.translated(url):
             fs.rm_file(store.join(base, MANIFEST_FILE))
             if fs.exists(store.join(base, INDEX_FILE)):
@@ -269,10 +287,70 @@ def _push(
                 f"committed at {url}",
                 hint="run the push again: files already uploaded are kept when they did not change",
             )
+        if store.read_bytes(fs, store.join(base, MANIFEST_FILE), url) != committed:
+            raise RemoteExistsError(
+                f"another push committed a version at {url} during this one; nothing was committed",
+                hint="push again once the other push is done (--force to replace its version)",
+            )
         _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
         _put_bytes(fs, store.join(base, MANIFEST_FILE), manifest_bytes)
+        _check_committed(fs, base, url, manifest_bytes)
     journal.remove()
     return result
+
+
+def _foreign_files(
+    fs: Any, base: str, url: str, remote: dict[str, dict[str, Any]], known: dict[str, FileEntry]
+) -> list[str]:
+    """The files at a URL without a manifest that no push wrote: in neither this cache's journal of
+    the URL nor the index a push killed before its manifest left there (a push elsewhere)."""
+    index = _read_index(fs, base, url)
+    listed = index.files if index is not None else {}
+    ours = (INDEX_FILE, MANIFEST_FILE)
+    return sorted(
+        rel
+        for rel in remote
+        if rel not in ours and rel not in known and rel not in listed
+        and not (rel.startswith(ours) and rel.endswith(".part"))
+    )  # fmt: skip
+
+
+def _check_committed(fs: Any, base: str, url: str, manifest_bytes: bytes) -> None:
+    """Read back the committed manifest and index: a push from another machine to the same URL
+    (object stores have no lock) may have written one of them in between."""
+    index = _read_index(fs, base, url)
+    there = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
+    if (
+        there != manifest_bytes
+        or index is None
+        or index.manifest_sha256 != store.manifest_sha256(manifest_bytes)
+    ):
+        raise RemoteExistsError(
+            f"another push to {url} ran during this one: the URL does not hold this push's version",
+            hint="run one push again once the other is done (--force to replace its version)",
+        )
+
+
+def _verify_local(directory: Path, manifest: Manifest) -> None:
+    """Check the files and content digests of the dataset at ``directory`` (a growing one's
+    snapshot: every live segment) before anything is uploaded: damaged bytes pushed with fresh
+    sha256s would verify on the store and replace its good copy.
+
+    Raises:
+        CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
+    """
+    from rlds_cli.cache.compose import verify_parent
+
+    verify_parent(_opened(directory, manifest))
+
+
+def _opened(directory: Path, manifest: Manifest) -> Dataset:
+    """The dataset at ``directory``: a growing one (its segments carry the digests) or not."""
+    if manifest.layout == SEGMENTED_LAYOUT:
+        from rlds_cli.cache.growing import GrowingDataset
+
+        return GrowingDataset(directory)
+    return Dataset(directory, manifest)
 
 
 def _unchanged(directory: Path, manifest_bytes: bytes) -> bool:
@@ -324,8 +402,7 @@ def _local_files(directory: Path) -> dict[str, FileEntry]:
 def _episode_starts(directory: Path) -> dict[str, np.ndarray]:
     """The byte offset where each episode's frames begin in each frame file of the published
     dataset at ``directory`` (a growing one's: of each segment), by the file's path in it. A
-    dataset these cannot be read from gets none: its files keep fixed blocks (the push itself
-    does not check a dataset)."""
+    dataset these cannot be read from gets none: its files keep fixed blocks."""
     from rlds_cli.cache.backends.frames import frame_files
     from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.layout import SEGMENTS_DIR
@@ -393,7 +470,7 @@ def _upload_file(fs: Any, source: Path, target: str, entry: FileEntry, progress:
 def _put_bytes(fs: Any, target: str, data: bytes) -> None:
     """Write a small file whole or not at all: to a temporary name, then moved into place (a
     rename on a filesystem, a server-side copy on an object store)."""
-    part = f"{target}.part"
+    part = f"{target}.{uuid.uuid4().hex[:12]}.part"  # its own: another push's is never moved in
     fs.pipe_file(part, data)
     fs.mv(part, target)
 
@@ -435,10 +512,17 @@ class _Journal:
         return out
 
     def add(self, rel: str, entry: FileEntry) -> None:
+        self.add_all({rel: entry})
+
+    def add_all(self, entries: dict[str, FileEntry]) -> None:
+        if not entries:
+            return
         self.cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"rel": rel, "size": entry.size, "sha256": entry.sha256})
+        lines = "".join(
+            json.dumps({"rel": rel, "size": e.size, "sha256": e.sha256}) + "\n" for rel, e in entries.items()
+        )
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+            fh.write(lines)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -491,6 +575,7 @@ def pull(
     Raises:
         RemoteDatasetNotFoundError: No manifest at ``url`` (not a dataset, or a push under way).
         RemoteCorruptError: A remote file differs from what was pushed (names the key).
+        DatasetReplacedError: The remote version was replaced during the pull.
         DatasetExistsError: ``name`` holds another dataset and ``force`` is false.
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
     """
@@ -514,6 +599,15 @@ def pull(
             _pull_locked(cache, fs, base, manifest, local_manifest, index, force, progress, result)
     except Timeout:
         raise LockTimeoutError(f"dataset {name!r} is being written by another process") from None
+    except RemoteCorruptError:
+        # a file that differs from the index is damage only if the version is still the one
+        # pulled: a push --force during the pull replaces files under it
+        if store.read_bytes(fs, store.join(base, MANIFEST_FILE), url) != remote_manifest:
+            raise DatasetReplacedError(
+                f"dataset at {url} was replaced (or removed) during the pull; nothing was published",
+                hint="run the pull again",
+            ) from None
+        raise
     return result.timed(started)
 
 
@@ -606,17 +700,11 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
     """Write the manifest into the build, check every file's size and recompute the content
     digests; on a mismatch delete the manifest and the bad files (a re-run fetches them)."""
     from rlds_cli.cache import digest
-    from rlds_cli.cache.dataset import Dataset
 
     atomic_write(build / MANIFEST_FILE, manifest_bytes, unique=False)
     problems: list[tuple[str, str]] = []
     try:
-        if manifest.layout == SEGMENTED_LAYOUT:  # a growing dataset: its segments carry the digests
-            from rlds_cli.cache.growing import GrowingDataset
-
-            ds: Dataset = GrowingDataset(build)
-        else:
-            ds = Dataset(build)
+        ds = _opened(build, manifest)
         problems += [("files", p) for p in ds.check_files()]
         if not problems:
             problems += [(p.key, p.message) for p in digest.check_digests(ds).problems]

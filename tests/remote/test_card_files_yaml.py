@@ -20,7 +20,7 @@ def test_the_front_matter_reads_back_any_citation(isolated_cache: Path, odd: str
     isolated_cache.mkdir(parents=True, exist_ok=True)
     make_ted(isolated_cache, "a", [3, 4])
     citation = f"@misc{{x, title={{A{odd}B}}}}: --- # not a comment"
-    text = readme(open_dataset("a").manifest, make_card(license="MIT", citation=citation))
+    text = readme(open_dataset("a").manifest, make_card(license="MIT", citation=citation), "`rlds pull URL`")
     front = text.split("---\n")[1]
     meta = yaml.safe_load(front)
     assert meta["citation"] == citation and meta["license"] == "mit"

@@ -318,3 +318,46 @@ def test_the_card_names_the_hubs_size_category(steps: int, category: str) -> Non
 
     meta = front_matter(Manifest("ds", "memmap", steps, 1, {}), {})
     assert meta["size_categories"] == [category]
+
+
+def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(hub: HubStandin) -> None:
+    """A repo folder without a manifest whose files look like a dataset's is someone else's: the
+    push overwrote ``episodes.npy`` and deleted ``arrays/mine.bin`` in its commit, exit 0."""
+    theirs = {"x/arrays/mine.bin": b"precious", "x/episodes.npy": b"mine too", "x/notes.txt": b"notes"}
+    hub.add_repo("rlds-test/other", {".gitattributes": b"", **theirs})
+    make_demo("demo", "memmap")
+    url = "hf://datasets/rlds-test/other/x"
+    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) where the push goes that no push"):
+        push("demo", url)
+    assert len(hub.repos["rlds-test/other"].commits) == 1  # no commit
+    push("demo", url, force=True)
+    files = main_files(hub, "rlds-test/other")
+    assert "x/arrays/mine.bin" not in files and files["x/notes.txt"] == b"notes"
+    assert pull(url, "copy").name == "copy"
+
+
+def test_a_growing_dataset_pushed_after_compaction_leaves_no_old_segment(hub: HubStandin) -> None:
+    """A re-push deletes the segments the pushed version no longer has (compacted or evicted): they
+    were kept in the repo for ever, beside an index that no longer named them."""
+    import json
+
+    from tests.remote.test_remote import _grow
+
+    _grow("g", 4, 0)
+    push("g", f"{REPO_URL}/g")
+    result = runner.invoke(app, ["compact", "g"])
+    assert result.exit_code == 0, result.output
+    push("g", f"{REPO_URL}/g", force=True)
+    files = main_files(hub)
+    index = json.loads(files["g/rlds-files.json"])
+    segments = {p for p in files if p.startswith("g/segments/")}
+    assert segments == {f"g/{rel}" for rel in index["files"] if rel.startswith("segments/")}
+    assert pull(f"{REPO_URL}/g", "g2").name == "g2"
+    # the card counts the log's episodes (a growing dataset's manifest counts none), and its
+    # pull command is one that runs
+    card = files["g/README.md"].decode()
+    assert "num_steps: 80" in card and "num_episodes: 4" in card and "of 4 episodes (80 steps)" in card
+    command = f"rlds pull {REPO_URL}/g"
+    assert f"`{command}`" in card
+    result = runner.invoke(app, [*command.split()[1:], "--name", "g3"])
+    assert result.exit_code == 0, result.output

@@ -24,7 +24,9 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import (
+    CorruptDatasetError,
     DatasetExistsError,
+    DatasetReplacedError,
     MissingExtraError,
     NotPushableError,
     RemoteAccessError,
@@ -398,6 +400,106 @@ def test_push_force_mends_a_file_damaged_on_the_store(tmp_path: Path) -> None:
     mended = push("d", url, force=True)
     assert mended.uploaded == mended.files and not mended.replaced
     assert pull(url, root=tmp_path / "o").digests_checked
+
+
+@pytest.mark.parametrize("kind", ["memmap", "zarr", "growing"])
+def test_a_damaged_dataset_is_never_pushed(kind: str, tmp_path: Path) -> None:
+    """Damaged local bytes are refused before anything is uploaded: pushed with fresh sha256s they
+    verified on the store, and a re-push of the same version replaced the good copy there."""
+    if kind == "growing":
+        _grow("d", 3, 0)
+        damaged = sorted(CacheRoot().dataset_dir("d").glob("segments/*/arrays/observation*"))[0]
+    else:
+        make_demo("d", kind)
+        damaged = sorted(p for p in (CacheRoot().dataset_dir("d") / "arrays").rglob("*") if p.is_file()
+                         and "observation" in p.as_posix() and not p.name.endswith(".json"))[0]  # fmt: skip
+    good = tmp_path / "store" / "good"
+    push("d", f"file://{good}")
+    before = tree(good)
+    if damaged.is_dir():
+        damaged = sorted(q for q in damaged.rglob("*") if q.is_file() and not q.name.endswith(".json"))[0]
+    _flip(damaged, len(damaged.read_bytes()) // 2)
+    for target in (good, tmp_path / "store" / "new"):
+        with pytest.raises(CorruptDatasetError, match="dataset 'd' is damaged: 'observation'"):
+            push("d", f"file://{target}", force=True)
+    assert tree(good) == before  # the good copy is whole
+    assert not (tmp_path / "store" / "new").exists()  # nothing was written
+    assert pull(f"file://{good}", root=tmp_path / "o").digests_checked
+    result = runner.invoke(app, ["push", "d", f"file://{tmp_path / 'store' / 'cli'}"])
+    assert result.exit_code == 1 and "dataset 'd' is damaged" in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "store" / "cli").exists()
+
+
+def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(tmp_path: Path) -> None:
+    """A URL without a manifest whose files no push wrote is someone else's folder: the push wrote
+    over its ``arrays/action.npy``, exit 0."""
+    make_demo("d", "memmap")
+    folder = tmp_path / "project"
+    (folder / "arrays").mkdir(parents=True)
+    (folder / "arrays" / "action.npy").write_bytes(b"precious")
+    (folder / "main.py").write_text("print()\n")
+    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) that no push of a dataset there wrote"):
+        push("d", f"file://{folder}")
+    assert (folder / "arrays" / "action.npy").read_bytes() == b"precious"
+    assert not (folder / "manifest.json").exists()
+    # a push killed before its manifest is taken up again: its files are in the journal
+    upload, _ = _write_counter(3)
+    push_module._upload_file, saved = upload, push_module._upload_file
+    code, _ = faults._fork(lambda: push("d", f"file://{tmp_path / 'mine'}"), None)
+    push_module._upload_file = saved
+    assert code == faults.KILLED and not (tmp_path / "mine" / "manifest.json").exists()
+    assert push("d", f"file://{tmp_path / 'mine'}").skipped >= 2
+    assert push("d", f"file://{folder}", force=True).uploaded
+    assert (folder / "main.py").exists() and pull(f"file://{folder}", root=tmp_path / "o").digests_checked
+
+
+def test_a_version_committed_by_another_push_meanwhile_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Object stores have no lock: a push from another machine that commits while this one uploads
+    is found before this one commits (both said 'pushed'; the last won, without --force)."""
+    make_demo("a", "memmap")
+    make_demo("b", "zarr", root=tmp_path / "elsewhere")
+    url = f"file://{tmp_path / 'store' / 'd'}"
+    real = push_module._upload_file
+    done = []
+
+    def other_push_lands(*args: Any, **kwargs: Any) -> None:
+        if not done:
+            done.append(True)
+            push("b", url, root=tmp_path / "elsewhere")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(push_module, "_upload_file", other_push_lands)
+    with pytest.raises(RemoteExistsError, match="another push committed a version"):
+        push("a", url)
+    monkeypatch.setattr(push_module, "_upload_file", real)
+    assert pull(url, root=tmp_path / "o").name == "b"  # the other push's version, whole
+
+
+def test_a_pull_during_a_push_force_says_replaced_not_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version replaced under a pull was reported as damage, with the hint to push again."""
+    make_demo("a", "memmap")
+    make_demo("b", "zarr", root=tmp_path / "elsewhere")
+    url = f"file://{tmp_path / 'store' / 'd'}"
+    push("a", url)
+    real = pull_module._download_file
+    done = []
+
+    def replaced_meanwhile(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        if not done:
+            done.append(True)
+            push("b", url, root=tmp_path / "elsewhere", force=True)
+
+    monkeypatch.setattr(pull_module, "_download_file", replaced_meanwhile)
+    with pytest.raises(DatasetReplacedError, match=r"replaced .* during the pull") as info:
+        pull(url, root=tmp_path / "o")
+    assert info.value.hint == "run the pull again"
+    monkeypatch.setattr(pull_module, "_download_file", real)
+    assert pull(url, root=tmp_path / "o").name == "b"
 
 
 def test_pull_force_mends_a_damaged_local_copy(tmp_path: Path) -> None:
