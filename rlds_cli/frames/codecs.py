@@ -1,8 +1,6 @@
 """Camera frames: image codecs (``uint8`` frame <-> image bytes) and the threads that run them, and
 the ``--frames`` / ``frames=`` modes of a conversion or a writer.
 
-Image codecs for camera frames (``uint8`` frame <-> image bytes), and the threads that run them.
-
 A stored frame column is described by a :class:`FrameFormat`: its codec (:data:`CODECS`) and the
 frame's shape as read (``(H, W)`` gray, ``(H, W, C)``, or ``(C, H, W)`` with ``channels_first``),
 always ``uint8``. A frame's bytes are one complete image file of that codec (JPEG, PNG, WebP):
@@ -13,7 +11,10 @@ caller's buffer, GIL released: 4,100 frames/s on one thread, 8,300 on two; Pillo
 output bit for bit Pillow's, as minari's loader and the TFRecord reader decode: tested); PNG and WebP
 through Pillow (GIL released). Every decode checks the header against the column's format first:
 a frame of another size (damaged or forged header, decompression bomb) is a
-:class:`~rlds_cli.errors.FrameError`, never an allocation.
+:class:`~rlds_cli.errors.FrameError`, never an allocation. A PNG's chunks are checked against
+their CRCs before it decodes (Pillow checks neither them nor zlib's Adler-32: ~1% of one-bit flips
+decoded to other pixels); JPEG and WebP carry no checksum of their pixels (``rlds verify`` checks
+the column's content digest).
 
 Threads: one pool per process, one thread per usable CPU; threads take runs of a few frames from
 one queue (a future per frame costs more than a small frame's decode).
@@ -44,6 +45,7 @@ import io
 import math
 import os
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -225,19 +227,24 @@ def _decode_jpeg(data: Any, height: int, width: int, channels: int, out: np.ndar
     simplejpeg.decode_jpeg(data, colorspace="GRAY" if channels == 1 else "RGB", buffer=out.reshape(-1))
 
 
-def check_jpeg_header(data: Any, fmt: FrameFormat) -> None:
-    """Check, without decoding, that a JPEG file's header matches ``fmt`` (size, gray or colour).
+def check_frame(data: Any, fmt: FrameFormat) -> None:
+    """Check, without decoding its pixels, that an image file is a frame of ``fmt``: its header
+    (codec, size, gray or colour) and, for PNG, every chunk's CRC.
 
     Raises:
-        FrameError: Not a JPEG, a damaged header, or another size or channel count.
+        FrameError: Another codec, a damaged header or chunk, or another size or channel count.
     """
+    height, width, channels = fmt.image_shape
     try:
-        _check_jpeg_header(data, *fmt.image_shape)
+        if fmt.codec == "jpeg":
+            _check_jpeg_header(data, height, width, channels)
+        else:
+            _open_pillow(data, fmt.codec, height, width, channels)[0].close()
     except FrameError:
         raise
-    except Exception as exc:  # simplejpeg's own errors on a damaged header
+    except Exception as exc:  # the decoders' own errors on a damaged header
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FrameError(f"a damaged jpeg frame: {reason}") from exc
+        raise FrameError(f"a damaged {fmt.codec} frame: {reason}") from exc
 
 
 def _check_jpeg_header(data: Any, height: int, width: int, channels: int) -> None:
@@ -263,24 +270,33 @@ _JPEG_COLORSPACES = ("Gray", "YCbCr", "RGB")
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
-def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int, out: np.ndarray) -> None:
+def _open_pillow(data: Any, codec: str, height: int, width: int, channels: int) -> tuple[Any, bool]:
+    """The PNG or WebP image ``data`` opened by Pillow (its header read, no pixel decoded) once
+    checked against the column's frames, and whether it is an RGB image standing for gray or RGBA
+    frames (WebP has no gray images; libwebp drops an alpha channel opaque everywhere)."""
     from PIL import Image
 
     if sniff(data) != codec:
         raise FrameError(f"not a {codec.upper()} image (its first bytes are not a {codec.upper()}'s)")
-    with Image.open(io.BytesIO(memoryview(data))) as image:  # reads the header only
-        if image.size != (width, height):
-            raise FrameError(
-                f"a {image.size[1]}x{image.size[0]} {codec.upper()} image where the column holds "
-                f"{height}x{width} frames"
-            )
-        # WebP has no gray images (a gray frame is stored as RGB with equal channels), and libwebp
-        # drops an alpha channel that is opaque everywhere (an RGBA frame comes back RGB)
-        as_rgb = codec == "webp" and channels in (1, 4) and image.mode == "RGB"
-        if image.mode != _MODES[channels] and not as_rgb:
-            raise FrameError(
-                f"a {image.mode} {codec.upper()} image where the column holds {channels}-channel frames"
-            )
+    if codec == "png":
+        _check_png_chunks(memoryview(data).cast("B"))
+    image = Image.open(io.BytesIO(memoryview(data)))
+    as_rgb = codec == "webp" and channels in (1, 4) and image.mode == "RGB"
+    name = codec.upper()
+    if image.size != (width, height):
+        got = f"{image.size[1]}x{image.size[0]}"
+        problem = f"a {got} {name} image where the column holds {height}x{width} frames"
+    elif image.mode != _MODES[channels] and not as_rgb:
+        problem = f"a {image.mode} {name} image where the column holds {channels}-channel frames"
+    else:
+        return image, as_rgb
+    image.close()
+    raise FrameError(problem)
+
+
+def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int, out: np.ndarray) -> None:
+    image, as_rgb = _open_pillow(data, codec, height, width, channels)
+    with image:
         image.load()
         pixels = np.asarray(image)
         target = out.reshape(height, width, channels)
@@ -296,6 +312,27 @@ def _decode_pillow(data: Any, codec: str, height: int, width: int, channels: int
         else:
             target[:, :, :3] = pixels
             target[:, :, 3] = 255
+
+
+def _check_png_chunks(data: memoryview) -> None:
+    """Check every chunk of a PNG file up to ``IEND`` against its CRC-32 (PNG spec, 5.3).
+
+    Raises:
+        FrameError: A chunk's CRC differs, a chunk runs past the end, or there is no ``IEND``.
+    """
+    pos, end = 8, len(data)
+    while pos + 12 <= end:
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        stop = pos + 8 + length
+        if stop + 4 > end:
+            break
+        kind = bytes(data[pos + 4 : pos + 8])
+        if zlib.crc32(data[pos + 4 : stop]) != int.from_bytes(data[stop : stop + 4], "big"):
+            raise FrameError(f"a damaged png frame: its {kind.decode('latin-1')!r} chunk fails its CRC")
+        if kind == b"IEND":
+            return
+        pos = stop + 4
+    raise FrameError("a damaged png frame: it is cut short (no IEND chunk)")
 
 
 def damaged_frame(row: int, label: str, path: Any, problem: str) -> CorruptDatasetError:

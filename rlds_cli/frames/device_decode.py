@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import FrameFormat, check_jpeg_header, damaged_frame, decode_into
+from rlds_cli.frames.codecs import FrameFormat, check_frame, damaged_frame, decode_into
 
 __all__ = ["DeviceFrames", "EncodedRows", "device_decode_problem"]
 
@@ -182,7 +182,7 @@ class DeviceFrames:
             frame = stored(i)
             raw = np.frombuffer(frame, np.uint8)  # a view, bytes or a map
             try:
-                check_jpeg_header(frame, fmt)
+                check_frame(frame, fmt)
                 if len(raw) < 2 or raw[-2] != 0xFF or raw[-1] != 0xD9:
                     # no end-of-image marker last: nvJPEG silently fills a cut or zeroed scan, so
                     # check it strictly on the host; one the host reads (trailing bytes) goes on

@@ -52,7 +52,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, import_extra
-from rlds_cli.frames.codecs import FrameFormat, encode_many, frame_shape_problem
+from rlds_cli.frames.codecs import FrameFormat, check_frame, damaged_frame, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, KeyRoles, audit
 
 __all__ = [
@@ -415,7 +415,13 @@ class EpisodeContent:
                 data = bytes(stored.fetch([first], [last])(0))
                 stored.release(a, b)  # else 1.2 GB resident after a 10-minute episode's 3 cameras
                 cuts = (stored.ends[a:b] - first).tolist()
-                yield [data[s:e] for s, e in zip([0, *cuts[:-1]], cuts, strict=True)]
+                files = [data[s:e] for s, e in zip([0, *cuts[:-1]], cuts, strict=True)]
+                for row, image in enumerate(files, a):  # what the loader would refuse is not shown
+                    try:
+                        check_frame(image, cam.fmt)
+                    except FrameError as exc:
+                        raise damaged_frame(row, stored.label, stored.path, exc.message) from None
+                yield files
             else:
                 rows = np.asarray(column[a:b], np.uint8)
                 try:

@@ -280,12 +280,14 @@ def test_keep_refuses_frames_that_arrive_otherwise_and_damaged_ones(tmp_path: Pa
     cut = encoded(first, "jpeg")
     files = cut.observations["pixels"].data
     files[2] = files[2][: len(files[2]) // 2]  # the header is fine, the data ends early
-    with (
-        pytest.raises(ConversionError, match="frame 2 of 'pixels' does not decode"),
-        DatasetBuilder("k", root=tmp_path) as builder,
-    ):
-        builder.append(cut)
-    assert not (tmp_path / "datasets" / "k").exists()
+    for frames in ("keep", "png"):  # kept as they are, or decoded to be encoded again (a bare line)
+        with (
+            pytest.raises(ConversionError, match="frame 2 of 'pixels' does not decode") as info,
+            DatasetBuilder("k", root=tmp_path, frames=frames) as builder,
+        ):
+            builder.append(cut)
+        assert "damaged" in info.value.hint
+        assert not (tmp_path / "datasets" / "k").exists()
 
 
 def test_a_failed_build_releases_its_frame_writers(tmp_path: Path) -> None:

@@ -103,6 +103,19 @@ def test_damaged_jpeg_frame_is_a_source_error(tmp_path: Path) -> None:
         convert(d, "img")
 
 
+def test_a_png_frame_among_jpeg_ones_is_named_for_its_codec(tmp_path: Path) -> None:
+    """A PNG of the right size was 'a png image of (32, 32, 3), the space says (32, 32, 3)'."""
+    from PIL import Image
+
+    d, _ = _jpeg_dataset(tmp_path)
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(buf, format="PNG")
+    with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
+        f["episode_0/observations"][1] = np.frombuffer(buf.getvalue(), np.uint8)
+    with pytest.raises(SourceFormatError, match=r"observations frame 1 is a png image, not a JPEG$"):
+        convert(d, "img")
+
+
 def test_arrow_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = write_minari_by_hand(tmp_path / "ds", [minari_episode(2)], metadata={"data_format": "arrow"})
     monkeypatch.setitem(sys.modules, "pyarrow", None)

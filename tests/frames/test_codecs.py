@@ -255,3 +255,23 @@ def test_what_each_mode_stores() -> None:
     assert FramesMode("jpeg").stored_format((48, 64, 4), np.uint8, FrameFormat("png", (48, 64, 4))) is None
     assert FramesMode("webp").stored_format((3, 48, 64), np.uint8) == FrameFormat("webp", (3, 48, 64), True)
     assert FramesMode("webp").stored_format((17,), np.float32) is None
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_every_flipped_bit_of_a_png_frame_is_refused(channels: int) -> None:
+    """Pillow checks neither a PNG's chunk CRCs nor zlib's Adler-32: about 1% of one-bit flips of
+    a frame decoded to other pixels, so a damaged frame was served, and a damaged source frame
+    passed a conversion's 'decodes' check and was published with fresh digests."""
+    fmt = FrameFormat("png", (48, 64, channels) if channels > 1 else (48, 64))
+    image = scene(48, 64, channels, 3)
+    frame = image if channels > 1 else image.reshape(48, 64)
+    data = encode(frame, fmt)
+    for offset in range(len(data)):
+        for bit in (0x01, 0x80):
+            damaged = bytearray(data)
+            damaged[offset] ^= bit
+            with pytest.raises(FrameError):
+                decode(bytes(damaged), fmt)
+    with pytest.raises(FrameError, match="cut short"):
+        decode(data[:-12], fmt)  # without its IEND chunk
+    np.testing.assert_array_equal(decode(data, fmt), frame)

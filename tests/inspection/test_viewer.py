@@ -17,7 +17,7 @@ from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cli.app import app
-from rlds_cli.errors import InvalidSelectionError, ViewerError
+from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, ViewerError
 from rlds_cli.frames.codecs import FrameFormat, decode
 from rlds_cli.inspection import viewer
 from rlds_cli.inspection.viewer import FRAMES_PER_CHUNK, episode_page, write_episode_page
@@ -243,3 +243,30 @@ def test_a_dataset_without_cameras_and_a_channels_first_camera(tmp_path: Path, t
     assert shown.shape == (12, 3, 16, 24)
     assert np.abs(shown.astype(int) - frames[:12].astype(int)).mean() < 20
     assert page_data(page)["cameras"][0]["width"] == 24
+
+
+@pytest.mark.parametrize("damage", ["forged size", "flipped bit"])
+def test_a_damaged_stored_frame_is_refused_not_shown(tmp_path: Path, damage: str) -> None:
+    """The page copies stored image files without decoding them: a frame whose header declared
+    60000x60000, or a PNG whose data failed its CRC (other pixels), was embedded, exit 0, where the
+    loader refuses it."""
+    import struct
+    import zlib
+
+    build_viewer_dataset(tmp_path, "cam", faults=False)
+    ds = open_dataset("cam", tmp_path)
+    path = tmp_path / "datasets" / "cam" / "arrays" / "pixels@frames"
+    start = int(np.load(path.with_name("pixels@ends.npy"))[2])  # frame 3 of episode 0
+    data = bytearray(path.read_bytes())
+    if damage == "forged size":  # the IHDR chunk, its CRC made right
+        data[start + 16 : start + 24] = struct.pack(">II", 60000, 60000)
+        data[start + 29 : start + 33] = struct.pack(">I", zlib.crc32(bytes(data[start + 12 : start + 29])))
+    else:
+        data[start + 60] ^= 0x04  # inside the IDAT chunk
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptDatasetError, match=r"frame 3 of 'pixels' of dataset 'cam' .* is damaged"):
+        ds.column("pixels")[3]
+    out = tmp_path / "p.html"
+    result = invoke("show", "cam", "-e", "0", "-o", out, "--root", tmp_path)
+    refused(result, "frame 3 of 'pixels' of dataset 'cam'", "is damaged", home=tmp_path / "none")
+    assert not out.exists()

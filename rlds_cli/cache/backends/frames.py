@@ -129,7 +129,7 @@ class FramesColumnWriter(ColumnWriter):
         if isinstance(rows, EncodedFrames) and rows.format == self.format:
             parts = rows.data
             if self.checks:
-                self._check_decodes(rows)
+                self._decoded(rows)  # every kept frame decodes
             self.kept += len(parts)
         elif not self.encodes:
             arrived = f"{rows.format.codec} images" if isinstance(rows, EncodedFrames) else "arrays"
@@ -139,7 +139,7 @@ class FramesColumnWriter(ColumnWriter):
                 hint="convert with --frames raw (arrays), png or webp (lossless) or jpeg",
             )
         else:
-            frames = rows.decode() if isinstance(rows, EncodedFrames) else np.asarray(rows)
+            frames = self._decoded(rows) if isinstance(rows, EncodedFrames) else np.asarray(rows)
             if frames.shape[1:] != self.format.shape or frames.dtype != np.uint8:
                 raise ValueError(
                     f"frames of shape {frames.shape[1:]} {frames.dtype}, expected {self.format.shape} uint8"
@@ -158,11 +158,13 @@ class FramesColumnWriter(ColumnWriter):
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="rlds-frames-write")
         self._written = self._writer.submit(self._write, parts, ends)
 
-    def _check_decodes(self, rows: EncodedFrames) -> None:
-        """Decode every frame of ``rows`` (into a scratch block, on every core)."""
-        scratch = np.empty((len(rows), *self.format.shape), np.uint8)
+    def _decoded(self, rows: EncodedFrames) -> np.ndarray:
+        """Every frame of ``rows`` decoded (on every core); a frame that does not decode is a
+        :class:`ConversionError` naming its row and key."""
+        scratch = np.empty((len(rows), *rows.format.shape), np.uint8)
         try:
-            decode_many(rows.data.__getitem__, len(rows), self.format, scratch)
+            decode_many(rows.data.__getitem__, len(rows), rows.format, scratch)
+            return scratch
         except FrameError as exc:
             row = self.rows + int(getattr(exc, "index", 0))
             raise ConversionError(

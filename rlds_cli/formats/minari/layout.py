@@ -277,10 +277,12 @@ def jpeg_frames(data: list[Any], shape: tuple[int, ...], path: Path, label: str)
             found = image_format(blob)
         except FrameError as exc:
             raise SourceFormatError(f"{path}: {label} frame {j} is not a readable JPEG ({exc})") from None
-        if found.image_shape != fmt.image_shape or found.codec != "jpeg":
+        if found.codec != "jpeg":  # minari's jpeg_encoding stores JPEG files only
+            raise SourceFormatError(f"{path}: {label} frame {j} is a {found.codec} image, not a JPEG")
+        if found.image_shape != fmt.image_shape:
             raise SourceFormatError(
-                f"{path}: {label} frame {j} is a {found.codec} image of {found.image_shape}, the space "
-                f"says {tuple(shape)}"
+                f"{path}: {label} frame {j} is a JPEG image of {found.image_shape}, the space says "
+                f"{tuple(shape)}"
             )
     return EncodedFrames(blobs, fmt)
 
