@@ -86,8 +86,12 @@ def open_url(
     Raises:
         OfflineError: Offline mode is on and the URL needs the network (:func:`refuse_offline`).
         MissingExtraError: fsspec, or the package of the URL's protocol, is not installed.
-        RemoteAccessError: The URL names no known protocol.
+        RemoteAccessError: The URL is empty or names no known protocol.
     """
+    if not url.strip():
+        raise RemoteAccessError(
+            "the URL is empty", hint="name the dataset's folder, e.g. s3://bucket/prefix/NAME"
+        )
     refuse_offline(url)
     try:
         import fsspec

@@ -583,7 +583,7 @@ def pull(
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     fs, base = store.open_url(url, storage_options, endpoint_url)
     remote_manifest, manifest, index = store.read_version(fs, base, url, then="pull")
-    name = validate_name(name or manifest.name)
+    name = validate_name(manifest.name if name is None else name)
     local_manifest = remote_manifest if name == manifest.name else _renamed(manifest, name)
     total = sum(e.size for e in index.files.values())
     result = PullResult(

@@ -582,6 +582,12 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.Mon
         (["push", "d", "memory://b/d"], f"memory://b/d: {gone}"),
         (["pull", "memory://b/d"], f"memory://b/d: {gone}"),
     ]
+    push("d", f"{store}2")
+    cases[:0] = [
+        (["pull", ""], "the URL is empty"),  # was "error:  holds no manifest.json"
+        (["push", "d", " "], "the URL is empty"),
+        (["pull", f"{store}2", "--name", ""], "invalid dataset name ''"),  # took the pushed name
+    ]
     for args, message in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == 1, (args, result.output)
