@@ -29,12 +29,20 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceError, SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Episode,
+    EpisodeSchema,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    renamed_note,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import BadFiles, default_workers, folder_files, ordered_map
-from rlds_cli.formats.keys import clean_keys, renamed_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
-from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import require_numeric
 
 OBS_PREFIX = "_OBS_KEY_"

@@ -35,7 +35,17 @@ import numpy as np
 
 from rlds_cli._util.rows import insert_rows, rows_equal
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    is_text,
+    renamed_note,
+    rows_per_block,
+    text_note,
+)
 from rlds_cli.formats.folders import folder_files
 from rlds_cli.formats.hdf5_util import (
     ChunkRows,
@@ -47,9 +57,7 @@ from rlds_cli.formats.hdf5_util import (
     read_error,
     to_jsonable,
 )
-from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_util import NpzAsH5, NpzColumn, npz_names
-from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -446,7 +454,7 @@ def _is_array(obj: Any) -> bool:
 
 def _ted_info_parts(h5_name: str) -> tuple[str, ...]:
     """``infos/qpos`` -> ``info/qpos``; other per-row datasets keep their path under ``info/`` (as key
-    parts for :func:`rlds_cli.formats.keys.clean_keys`)."""
+    parts for :func:`rlds_cli.formats.base.clean_keys`)."""
     name = h5_name[len("infos/") :] if h5_name.startswith("infos/") else h5_name
     return ("info", *name.split("/"))
 

@@ -65,11 +65,18 @@ import numpy as np
 
 from rlds_cli.errors import RldsError, SourceFormatError, SourceNotReadableError
 from rlds_cli.formats.archives import TAR_SUFFIXES, Limits, UnsafeArchiveError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Episode,
+    EpisodeSchema,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import BadFiles, folder_files
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, open_npz
-from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import UnsafeSourceError, require_numeric, require_rows, unpickle
 
 __all__ = [

@@ -32,12 +32,20 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    is_text,
+    renamed_note,
+    rows_per_block,
+    text_note,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import folder_files
-from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.npz_util import NpyStream, npz_keys, npz_names, open_npz
-from rlds_cli.formats.packing import rows_per_block
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 REQUIRED_KEYS = ("observations", "actions", "terminals")

@@ -37,9 +37,15 @@ import numpy as np
 from rlds_cli._util.rows import insert_rows
 from rlds_cli.cache.ted import column, is_numeric
 from rlds_cli.errors import InvalidSelectionError, RldsError, SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.keys import clean_keys, renamed_note
-from rlds_cli.formats.packing import rows_per_block
+from rlds_cli.formats.base import (
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    renamed_note,
+    rows_per_block,
+)
 from rlds_cli.formats.untrusted import (
     check_chunks,
     check_declared,

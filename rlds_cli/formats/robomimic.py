@@ -17,7 +17,7 @@ per-demo attributes ``num_samples`` (= ``T``) and ``model_file``, ``data`` attri
   a demo ends terminated when its last ``dones`` is set, else truncated.
 * Every other dataset of a demo (``states``, LIBERO's ``robot_states``, ``actions_abs``,
   ``action_dict/<k>``) is ``info/<name>`` as stored; text datasets are dropped with a note.
-* Long demos are read in pieces of about :data:`~rlds_cli.formats.packing.BLOCK_BYTES`.
+* Long demos are read in pieces of about :data:`~rlds_cli.formats.base.BLOCK_BYTES`.
 
 **Metadata**, read once while planning:
 
@@ -48,7 +48,19 @@ import numpy as np
 
 from rlds_cli.cache.derive import MEMBER_ARRAY as MEMBER_ARRAY
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Piece,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    is_text,
+    renamed_note,
+    rows_per_block,
+    text_note,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import (
     hdf5_top_keys,
@@ -58,8 +70,6 @@ from rlds_cli.formats.hdf5_util import (
     to_jsonable,
     unwritten_chunks,
 )
-from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
-from rlds_cli.formats.packing import BlockPacker, Piece, rows_per_block
 from rlds_cli.formats.untrusted import check_side_array, require_numeric, require_rows
 
 #: The JSON attributes of ``data`` that are kept parsed too.

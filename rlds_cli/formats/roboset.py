@@ -31,12 +31,22 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Episode,
+    EpisodeSchema,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    is_text,
+    renamed_note,
+    text_note,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.folders import default_workers, ordered_map
 from rlds_cli.formats.hdf5_util import hdf5_top_keys, is_hdf5_name, open_hdf5, read_error
-from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
-from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import require_numeric
 
 _TRIAL_RE = re.compile(r"^Trial(\d+)$")

@@ -17,8 +17,7 @@ import numpy as np
 
 from rlds_cli.cache.views import parse_range
 from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormatError
-from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock
-from rlds_cli.formats.keys import key_problem
+from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock, key_problem
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 from rlds_cli.frames.codecs import block_rows, take_rows
 

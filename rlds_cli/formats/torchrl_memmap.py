@@ -40,9 +40,15 @@ import numpy as np
 
 from rlds_cli._util.rows import insert_rows, rows_equal
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
-from rlds_cli.formats.keys import clean_keys, renamed_note
-from rlds_cli.formats.packing import rows_per_block
+from rlds_cli.formats.base import (
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    renamed_note,
+    rows_per_block,
+)
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file, require_numeric, require_shape
 
 _FLAGS = ("done", "terminated", "truncated")

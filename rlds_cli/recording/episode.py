@@ -31,7 +31,7 @@ converted have the same keys, shapes, dtypes and values:
 
 * a Dict space becomes ``<role>/<key>`` (nested Dicts nest further), a Tuple space ``<role>/0``,
   ``<role>/1``...; any other space is the leaf ``<role>`` itself;
-* names are cleaned into TED keys by the same cleaner (``formats/keys.py``);
+* names are cleaned into TED keys by the same cleaner (``formats/base.py``);
 * Box values are stored in the space's dtype, Discrete values as ``int64`` (what Minari writes:
   gymnasium's Discrete samples are ``np.int64``), MultiDiscrete in the space's dtype and MultiBinary
   as ``int8``;
@@ -54,7 +54,7 @@ import numpy as np
 
 from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.errors import RecordingError
-from rlds_cli.formats.keys import clean_keys
+from rlds_cli.formats.base import clean_keys
 
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset

@@ -43,8 +43,7 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.formats.base import ConversionReport, Reader, StepBlock
-from rlds_cli.formats.keys import is_valid_key
+from rlds_cli.formats.base import ConversionReport, Reader, StepBlock, is_valid_key
 from tests.atari_dqn_fixtures import STORE_PREFIX, file_name, write_run
 from tests.dataset_fixtures import rewrite_manifest
 from tests.formats_fixtures import (

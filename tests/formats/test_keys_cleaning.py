@@ -1,4 +1,4 @@
-"""One key cleaner for every reader (``rlds_cli/formats/keys.py``): source names that clean to the
+"""One key cleaner for every reader (``rlds_cli/formats/base.py``): source names that clean to the
 same TED key (``"pos x"`` and ``"pos_x"``, ``infos/a b`` and ``infos/a_b``) get distinct keys,
 and text columns (h5py variable-length strings, Minari string infos, tensordict
 ``NonTensorStack``) are dropped with a note instead of being stored as object pointers.
@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.formats.keys import clean_keys, clean_part, is_valid_key
+from rlds_cli.formats.base import clean_keys, clean_part, is_valid_key
 from rlds_cli.sources.convert import convert
 from tests.minari_fixtures import record_random
 

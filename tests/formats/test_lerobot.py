@@ -28,7 +28,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.errors import SourceFormatError, UnknownFormatError
 from rlds_cli.formats import detect_format
-from rlds_cli.formats.keys import is_valid_key
+from rlds_cli.formats.base import is_valid_key
 from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
 from tests.formats_fixtures import refused

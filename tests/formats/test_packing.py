@@ -1,4 +1,4 @@
-"""The one block packer of the readers (rlds_cli/formats/packing.py): pieces of episodes in, TED
+"""The one block packer of the readers (rlds_cli/formats/base.py): pieces of episodes in, TED
 blocks out, with each episode's end marked once and the budget held."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport, StepBlock
-from rlds_cli.formats.packing import (
+from rlds_cli.formats.base import (
     BLOCK_BYTES,
     BlockPacker,
+    ConversionReport,
     EpisodeSchema,
     Piece,
+    StepBlock,
     piece_block,
     rows_per_block,
 )

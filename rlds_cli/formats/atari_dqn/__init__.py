@@ -52,7 +52,7 @@ from rlds_cli.formats.atari_dqn.plan import (
     source_files,
 )
 from rlds_cli.formats.atari_dqn.reader import AtariDQNOptions, AtariDQNReader
-from rlds_cli.formats.packing import BLOCK_BYTES
+from rlds_cli.formats.base import BLOCK_BYTES
 
 __all__ = [
     "BLOCK_BYTES",

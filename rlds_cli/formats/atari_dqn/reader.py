@@ -43,8 +43,14 @@ from rlds_cli.formats.atari_dqn.plan import (
     run_length,
     scan_folder,
 )
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, from_layout
-from rlds_cli.formats.packing import rows_per_block
+from rlds_cli.formats.base import (
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    from_layout,
+    rows_per_block,
+)
 from rlds_cli.formats.untrusted import check_declared, declared_bytes, describe_dtype, require_shape
 
 #: One .npy header parsed at a time: numpy uses ``ast.literal_eval``, and CPython 3.11 keeps the AST

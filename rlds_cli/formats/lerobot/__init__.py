@@ -19,7 +19,7 @@ spanning ``from_timestamp``/``to_timestamp``; v2.1: one parquet and one mp4 per 
   row is noted; episodes are cut by ``episode_index`` only); ``episode_index`` (kept as the
   episode's source id) and ``index`` are not stored; other numeric columns ``<name>``
   (``timestamp``, ``frame_index``, ``task_index``, ``next.success``...) -> ``info/<name>``; text
-  columns are dropped with a note. Names go through :mod:`rlds_cli.formats.keys`.
+  columns are dropped with a note. Names go through :mod:`rlds_cli.formats.base`.
 * **Episode ends.** An episode's last row ends it: **terminated** when ``next.success`` exists and
   is true there, **truncated** otherwise.
 * **Video.** Frames are decoded with PyAV into uint8 RGB (``gray`` for one channel), HWC or CHW as
@@ -38,6 +38,7 @@ transitions; :class:`LeRobotReader` and its options).
 
 from __future__ import annotations
 
+from rlds_cli.formats.base import BLOCK_BYTES
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
     VERSIONS,
@@ -47,7 +48,6 @@ from rlds_cli.formats.lerobot.layout import (
     source_files,
 )
 from rlds_cli.formats.lerobot.reader import BLOCK_ROWS, TIMESTAMP_TOLERANCE_S, LeRobotOptions, LeRobotReader
-from rlds_cli.formats.packing import BLOCK_BYTES
 from rlds_cli.formats.untrusted import MAX_JSON_BYTES
 
 __all__ = [

@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport
-from rlds_cli.formats.keys import clean_keys, renamed_note, text_note
+from rlds_cli.formats.base import ConversionReport, clean_keys, renamed_note, text_note
 from rlds_cli.formats.untrusted import (
     UnsafeSourceError,
     check_declared,

@@ -35,7 +35,15 @@ from rlds_cli.errors import (
     SourceNotFoundError,
     import_extra,
 )
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Piece,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    rows_per_block,
+)
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
     VERSIONS,
@@ -51,7 +59,6 @@ from rlds_cli.formats.lerobot.layout import (
     sniff,
     source_files,
 )
-from rlds_cli.formats.packing import BlockPacker, Piece, rows_per_block
 from rlds_cli.formats.untrusted import declared_bytes, read_json_file
 from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, image_format, join_rows
 

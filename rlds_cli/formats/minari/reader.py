@@ -26,7 +26,19 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, import_extra
-from rlds_cli.formats.base import ConversionReport, Reader, StepBlock, from_layout
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Episode,
+    EpisodeSchema,
+    Reader,
+    StepBlock,
+    clean_keys,
+    from_layout,
+    is_text,
+    renamed_note,
+    text_note,
+)
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import (
     check_dataset,
@@ -34,7 +46,6 @@ from rlds_cli.formats.hdf5_util import (
     read_error,
     to_jsonable,
 )
-from rlds_cli.formats.keys import clean_keys, is_text, renamed_note, text_note
 from rlds_cli.formats.minari import layout
 from rlds_cli.formats.minari.layout import (
     ARROW_FORMATS,
@@ -54,7 +65,6 @@ from rlds_cli.formats.minari.layout import (
     space_leaves,
     space_shape,
 )
-from rlds_cli.formats.packing import BlockPacker, Episode, EpisodeSchema
 from rlds_cli.formats.untrusted import read_json_file, require_rows
 from rlds_cli.frames.codecs import EncodedFrames
 
@@ -147,7 +157,7 @@ class Hdf5Store:
         subs = (space or {}).get("subspaces") if kind == "Dict" else None
         for name in names:
             sub = subs.get(name) if isinstance(subs, dict) else None
-            # raw names here; the reader cleans every leaf's key at once (formats/keys.py)
+            # raw names here; the reader cleans every leaf's key at once (formats/base.py)
             self._plan_tree(node[name], f"{path}/{name}", f"{key}/{name}", sub, role, leaves)
 
     def _leaf_data(self, gid: Any, path: bytes, label: str) -> np.ndarray:

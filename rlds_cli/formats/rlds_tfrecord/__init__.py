@@ -16,7 +16,7 @@ steps flattened along time, ``episode_metadata/<path>`` one value per episode. R
   (``language_instruction``) is stored as an int64 index ``<key>_index`` into a table of its
   distinct strings in ``source.metadata.rlds.text``. ``episode_metadata/<p>`` -> the per-episode
   source array ``rlds/episode_<p>`` (text: an index into ``source.metadata.rlds.episode_text``).
-  Names go through :mod:`rlds_cli.formats.keys`.
+  Names go through :mod:`rlds_cli.formats.base`.
 * **Images** (``Image`` features, PNG or JPEG) are decoded with Pillow to ``uint8`` HWC (a
   single-channel ``uint16`` PNG to ``uint16``), converted to the declared channel count as
   TensorFlow's decoder does.
@@ -40,7 +40,7 @@ Modules: :mod:`.decode` (features.json -> TED columns, record checks, worker-sid
 scan, pieces, flag checks, the last-step rule, the block stream).
 """
 
-from rlds_cli.formats.packing import BLOCK_BYTES
+from rlds_cli.formats.base import BLOCK_BYTES
 from rlds_cli.formats.rlds_tfrecord.decode import decode_unit
 from rlds_cli.formats.rlds_tfrecord.reader import (
     FEATURES_FILE,

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import FrameError, SourceFormatError
-from rlds_cli.formats.base import ConversionReport
-from rlds_cli.formats.keys import clean_keys
+from rlds_cli.formats.base import ConversionReport, clean_keys
 from rlds_cli.formats.tfds_features import IMAGE, TEXT, Features, Leaf
 from rlds_cli.formats.tfrecord_io import (
     BYTES_LIST,

@@ -29,10 +29,16 @@ import numpy as np
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, SHARD_NAME, one_tfds_folder
 from rlds_cli._util.tfds_layout import is_shard_name as _is_shard_name
 from rlds_cli.errors import MissingExtraError, SourceFormatError, SourceNotFoundError, import_extra
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Piece,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    renamed_note,
+)
 from rlds_cli.formats.folders import default_workers, ordered_map
-from rlds_cli.formats.keys import renamed_note
-from rlds_cli.formats.packing import BlockPacker, Piece
 from rlds_cli.formats.rlds_tfrecord.decode import (
     LAST_STEP_FEATURE,
     REDOWNLOAD_HINT,

@@ -8,7 +8,7 @@ opened and checked;
 
 from __future__ import annotations
 
-from rlds_cli.formats.packing import BLOCK_BYTES
+from rlds_cli.formats.base import BLOCK_BYTES
 from rlds_cli.formats.vd4rl.files import (
     HDF5_CONSUMED,
     HDF5_REQUIRED,

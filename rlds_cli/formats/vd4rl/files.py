@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError
-from rlds_cli.formats.base import ConversionReport
+from rlds_cli.formats.base import ConversionReport, is_text, text_note
 from rlds_cli.formats.folders import folder_files, name_mismatch
-from rlds_cli.formats.keys import is_text, text_note
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 
 #: Frame array names, in order of preference (Dreamer writes ``image``; drqbc ``observation``).

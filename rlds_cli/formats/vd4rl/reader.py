@@ -39,10 +39,19 @@ from typing import Any, Literal
 import numpy as np
 
 from rlds_cli.errors import SourceFormatError, SourceNotFoundError
-from rlds_cli.formats.base import ConversionReport, Reader, ReaderOptions, StepBlock, column, from_layout
+from rlds_cli.formats.base import (
+    BlockPacker,
+    ConversionReport,
+    Reader,
+    ReaderOptions,
+    StepBlock,
+    clean_keys,
+    column,
+    from_layout,
+    renamed_note,
+    rows_per_block,
+)
 from rlds_cli.formats.folders import DREAMER_NAME, BadFiles
-from rlds_cli.formats.keys import clean_keys, renamed_note
-from rlds_cli.formats.packing import BlockPacker, rows_per_block
 from rlds_cli.formats.vd4rl import files as layout
 from rlds_cli.formats.vd4rl.files import HDF5_SUFFIXES, NPZ_FLAGS, NpzEpisode, Schema, Shard, source_files
 
