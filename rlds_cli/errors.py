@@ -52,8 +52,8 @@ class InvalidNameError(CacheError, ValueError):
     """A dataset name that cannot be used as a cache entry."""
 
     default_hint = (
-        "use letters, digits, '.', '_' and '-', optionally in '/'-separated parts "
-        "(e.g. 'hopper-medium-v2' or 'D4RL/door/human-v2')"
+        "use letters, digits, '.', '_' and '-', each '/'-separated part starting with a letter or a "
+        "digit, and no '--' (e.g. 'hopper-medium-v2' or 'D4RL/door/human-v2')"
     )
 
 

@@ -91,11 +91,12 @@ def _settings_problem(got: dict[str, Any]) -> str | None:
     return grace_problem(got.get("grace_seconds", DEFAULT_GRACE_SECONDS))
 
 
-def grace_problem(value: Any) -> str | None:
-    """What is wrong with ``value`` as a grace period (a number of 0 or more seconds), or ``None``."""
+def grace_problem(value: Any, what: str = "grace_seconds") -> str | None:
+    """What is wrong with ``value`` as a grace period (a number of 0 or more seconds), or ``None``;
+    ``what`` names it as the caller was given it (a keyword, a CLI option)."""
     number = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
     if not (number and math.isfinite(value) and value >= 0):
-        return f"grace_seconds must be a number of 0 or more seconds, not {value!r}"
+        return f"{what} must be a number of 0 or more seconds, not {value!r}"
     return None
 
 

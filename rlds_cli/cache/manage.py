@@ -39,9 +39,18 @@ def remove_dataset(cache: CacheRoot, name: str, *, force: bool = False) -> Path:
         raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}")
     children = children_of(cache, name)
     if children and not force:
-        raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(sorted(children))}")
+        raise _in_use(name, sorted(children))
     cache.remove(name)
     return directory
+
+
+def _in_use(name: str, children: list[str]) -> DatasetInUseError:
+    """The refusal to remove ``name``, which ``children`` were made from."""
+    return DatasetInUseError(
+        f"dataset {name!r} is the parent of {', '.join(children)}",
+        hint=f"remove them with it ('rlds rm {name} {' '.join(children)} --yes'), or pass --force to "
+        "leave them unreadable",
+    )
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ def plan_removal(cache: CacheRoot, names: list[str], *, force: bool = False) -> 
         for name in targets:
             others = sorted(set(children_of(cache, name)) - among)
             if others:
-                raise DatasetInUseError(f"dataset {name!r} is the parent of {', '.join(others)}")
+                raise _in_use(name, others)
     return RemovalPlan(targets, {n: raw_folder_of(cache, n) for n in targets})
 
 

@@ -730,17 +730,21 @@ def resolve_name(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
     Raises:
         DatasetNotFoundError: Nothing in the cache answers to ``name``; the hint says how to get
             it (``rlds download`` for a registry id) or names close matches.
+        InvalidNameError: ``name`` can name no dataset and is no registry id or alias.
     """
     from rlds_cli.cache.root import CacheRoot
     from rlds_cli.catalog import registry
 
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
+    invalid: InvalidNameError | None = None
     try:
         if cache.exists(name):
             return name
-    except InvalidNameError:
-        pass  # not a cache name (e.g. a RoboSet id with parentheses); maybe a registry id
+    except InvalidNameError as exc:
+        invalid = exc  # not a cache name (e.g. a RoboSet id with parentheses); maybe a registry id
     entry = registry.resolve(name) if registry.is_known(name) else None
+    if entry is None and invalid is not None:
+        raise invalid  # no name of any dataset: say so, not "no dataset named"
     if entry is not None:
         if cache.exists(entry.cache_name):
             return entry.cache_name

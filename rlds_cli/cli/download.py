@@ -236,6 +236,8 @@ def download(
             citation=citation,
         )
     m = result.manifest
+    if force and not result.reused:
+        output.warn_stale_children(root, m.name)
     if json:
         output.print_json(
             {

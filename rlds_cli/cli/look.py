@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from rlds_cli.cli import output
 from rlds_cli.cli.output import (
@@ -247,7 +248,9 @@ def audit(
         output.print_table(columns, rows, title="flagged episodes")
         if len(flagged) > SHOWN:
             output.note(f"{len(flagged) - SHOWN:,} more flagged episodes: see --json")
-    if kept is not None:
+    if kept is not None and quiet:  # -q: the one name made
+        output.console.print(Text(kept.name), soft_wrap=True)
+    elif kept is not None:
         output.console.print(
             f"[green]{output.escape(kept.name)}[/]: the {kept.num_episodes:,} episodes that pass "
             f"({kept.num_steps:,} steps), a view of {output.escape(report.dataset)} sharing its arrays",

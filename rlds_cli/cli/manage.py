@@ -310,9 +310,17 @@ def compact(
     Safe while writers append and readers sample: readers keep their view (the old segments'
     files stay for the grace period) and see the merged segment when they refresh.
     """
+    from rlds_cli.cache.growing import grace_problem
     from rlds_cli.catalog.registry import resolve_name
+    from rlds_cli.errors import SettingError
     from rlds_cli.write.compact import compact as run
 
+    problem = grace_problem(grace, "--grace") if grace is not None else None
+    if problem is not None:  # named as typed (the library names its keyword)
+        raise SettingError(
+            problem,
+            hint="--grace 0 removes the merged segments' files now; leave it out for the dataset's own",
+        )
     report = run(resolve_name(name, root), root, grace_seconds=grace)
     if json:
         output.print_json(report.to_dict())

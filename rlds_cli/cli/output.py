@@ -87,6 +87,21 @@ def warn(message: str) -> None:
     err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True, emoji=False)
 
 
+def warn_stale_children(root: Path | None, name: str) -> None:
+    """After ``name`` was replaced: warn of the datasets made from its old version (views, merges,
+    trims), which now refuse to read, and say what to do."""
+    from rlds_cli.cache.manage import children_of
+    from rlds_cli.cache.root import CacheRoot
+
+    children = sorted(children_of(CacheRoot(root), name))
+    if children:
+        names = " ".join(children)
+        warn(
+            f"{len(children)} dataset(s) made from the replaced {name!r} now refuse to read: {names}; "
+            f"make them again, or remove them ('rlds rm {names} --yes')"
+        )
+
+
 def note(message: str) -> None:
     """A line on stderr that is neither a result nor a problem (what was kept, what to do next)."""
     err_console.print(escape(message), soft_wrap=True, emoji=False)

@@ -279,6 +279,8 @@ def _report(
         result = run(*args, root=root, force=force, storage_options=options, endpoint_url=endpoint_url,
                      progress=progress)  # fmt: skip
     row, pushed = result.to_dict(), isinstance(result, PushResult)
+    if not pushed and result.replaced:
+        output.warn_stale_children(root, result.name)
     if json:
         output.print_json(row)
     elif quiet:

@@ -218,6 +218,8 @@ def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> Non
             "parent": m.source["parent"],
             "episodes": m.source["episodes"],
             **({"selection": m.source["selection"]} if m.source.get("selection") else {}),
+            # a selection's own episodes ("episodes" is then only the span they lie in)
+            **({"episode_ids": m.source["episode_ids"]} if m.source.get("episode_ids") is not None else {}),
             "num_steps": m.num_steps,
             "num_episodes": m.num_episodes,
         }

@@ -162,7 +162,16 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
 
 @contextmanager
 def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``."""
+    """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
+    ``out`` may not be the current folder, a folder holding it, or the home folder (``..`` with
+    ``--force`` removed the folder the user was in and everything beside it)."""
+    where, here = out.resolve(), Path.cwd().resolve()
+    if where == here or where in here.parents or where == Path.home().resolve():
+        raise ExportError(
+            f"{out} is {where}, the current folder, a folder holding it or the home folder: an export "
+            "there would replace it and everything in it",
+            hint="export to a path of its own, e.g. ./NAME-export",
+        )
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -231,6 +231,19 @@ def _status(entry: RegistryEntry, cache: CacheRoot) -> RegistryDataset:
     )
 
 
+def holds_entry(cache: CacheRoot, entry: RegistryEntry) -> bool:
+    """Whether the cache holds ``entry`` converted: a dataset under its cache name whose manifest
+    says it was downloaded as that entry (a view or a dataset of one's own may have that name)."""
+    from rlds_cli.errors import CorruptDatasetError
+
+    if not cache.exists(entry.cache_name):
+        return False
+    try:
+        return cache.manifest(entry.cache_name).source.get("id") == entry.id
+    except CorruptDatasetError:
+        return False
+
+
 def entry_status(entry: RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
     """A registry entry with what this machine has of it (never touches the network).
 
@@ -278,7 +291,7 @@ def entry_status(entry: RegistryEntry, cache: CacheRoot) -> dict[str, Any]:
         "num_steps": entry.extra.get("num_steps", entry.extra.get("source_rows")),
         "num_episodes": entry.extra.get("num_episodes"),
         "downloaded": listing_known and all(f["downloaded"] for f in files),
-        "cached": cache.exists(entry.cache_name),
+        "cached": holds_entry(cache, entry),
         "raw_dir": None if entry.is_bundled else str(folder),
         "registry_file": entry.origin,
         "extra": entry.extra,

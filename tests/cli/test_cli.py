@@ -855,6 +855,19 @@ def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch)
     assert ok_json("list")["datasets"] == []
 
 
+def test_replacing_a_parent_names_the_children_it_leaves_unreadable(family: Path) -> None:
+    """``download --force`` of a parent said nothing while its views stopped reading; the hint of
+    ``rlds rm`` of a parent named a command that works."""
+    result = invoke("download", str(family), "--name", "base", "--force", "--json")
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # stdout stays one JSON document
+    warning = " ".join(result.stderr.split())
+    assert "1 dataset(s) made from the replaced 'base' now refuse to read: child" in warning
+    refused = invoke("rm", "base", "--yes")
+    assert "rlds rm base child --yes" in refused.stderr
+    ok("rm", "base", "child", "--yes")  # the hint, run as written
+
+
 def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(
     golden_file: Path, isolated_cache: Path
 ) -> None:

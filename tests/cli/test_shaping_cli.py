@@ -139,3 +139,14 @@ def test_a_schema_difference_is_named() -> None:
         hint=True,
         published=("a", "b", "a2", "f64"),
     )
+
+
+def test_the_json_of_a_selection_lists_its_episodes(ab: None) -> None:
+    """``view -e 0,2 --json`` and ``split --json`` gave only the span of the episodes chosen
+    (``"episodes": [0, 3]``), not which they are."""
+    row = ok_json("view", "a", "-e", "0,2", "-n", "sel")
+    assert row["episode_ids"] == [0, 2] and row["num_episodes"] == 2
+    rows = ok_json("split", "a", "--val", "0.5", "-n", "sp")
+    chosen = [r.get("episode_ids", list(range(*r["episodes"]))) for r in rows]  # a run is stored as a range
+    assert sorted(chosen[0] + chosen[1]) == [0, 1, 2]
+    assert "episode_ids" not in ok_json("view", "a", "-e", "0:2", "-n", "rng")  # a range is its span

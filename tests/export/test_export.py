@@ -340,3 +340,25 @@ def test_a_damaged_dataset_is_refused_not_exported(to: str, storage: str, tmp_pa
     line = result.stderr.splitlines()[0]
     assert line.startswith("error: dataset 'd' is damaged") and "action" in line, line
     assert not out.exists() and not list(tmp_path.glob("*.partial*"))
+
+
+@pytest.mark.parametrize("to", ["npz", "torchrl", "d4rl"])
+def test_the_current_folder_and_its_parents_are_never_replaced(
+    to: str, golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rlds export NAME .. --force`` removed the folder the user was in and everything beside it,
+    then failed with 'unexpected OSError'; ``.`` failed with 'unexpected ValueError'."""
+    here = tmp_path / "project" / "work"
+    here.mkdir(parents=True)
+    (here / "mine.txt").write_text("keep")
+    (tmp_path / "project" / "other.txt").write_text("keep")
+    monkeypatch.chdir(here)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for out in (".", "..", str(tmp_path / "project"), str(tmp_path / "home")):
+        result = runner.invoke(app, ["export", golden.name, out, "--to", to, "--force"])
+        assert result.exit_code == 1, (out, result.output)
+        assert "the current folder, a folder holding it or the home folder" in " ".join(result.output.split())
+        assert "unexpected" not in result.output
+    assert (here / "mine.txt").read_text() == "keep" == (tmp_path / "project" / "other.txt").read_text()
+    assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["other.txt", "work"]

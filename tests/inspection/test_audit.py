@@ -155,6 +155,8 @@ def test_cli_table_json_and_keep(faulty: str) -> None:
     assert data["flagged"] == 0 and data["num_episodes"] == 11 and len(data["episodes"]) == 11
     result = runner.invoke(app, ["audit", faulty, "--json"])
     assert json.loads(result.output)["flags"]["spike"] == [6]
+    result = runner.invoke(app, ["audit", faulty, "--keep", "bad-clean-q", "-q"])
+    assert result.exit_code == 0 and result.stdout == "bad-clean-q\n"  # -q: the name made, alone
 
 
 @pytest.mark.parametrize(

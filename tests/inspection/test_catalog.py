@@ -112,6 +112,20 @@ def test_registry_status(isolated_cache: Path) -> None:
         catalog.registry_status("no-such-dataset-v0")
 
 
+def test_a_dataset_named_like_an_entry_is_not_that_entry(isolated_cache: Path) -> None:
+    """A view named ``hopper-medium-v2`` was shown by ``rlds info`` and ``list --remote`` as the
+    D4RL entry converted, with the view's step count."""
+    download("demo", root=isolated_cache)
+    result = CliRunner().invoke(app, ["view", "demo", "-e", "0:3", "-n", "hopper-medium-v2"])
+    assert result.exit_code == 0, result.output
+    hopper = catalog.registry_status("hopper-medium-v2", root=isolated_cache)
+    assert not hopper.cached and hopper.num_steps_origin != "cache"
+    info = cli_json("info", "hopper-medium-v2")
+    view_steps = rlds_cli.open_dataset("hopper-medium-v2", root=isolated_cache).num_steps
+    assert info["cached"] is False and info["num_steps"] != view_steps
+    assert catalog.registry_status("demo", root=isolated_cache).cached  # the real one still is
+
+
 def test_list_and_inspect_show_one_size(isolated_cache: Path, golden_file: Path) -> None:
     """One dataset has one size: ``rlds list`` and ``rlds inspect`` (and ``rlds du``) show the
     same figure, its directory's disk use in allocated blocks, for memmap, zarr and a view."""

@@ -372,6 +372,17 @@ def test_archive_default_names_drop_every_suffix(file_name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("file_name", "expected"), [("_x.hdf5", "x"), ("__a_b_.hdf5", "a_b_"), ("_.hdf5", "dataset")]
+)
+def test_default_names_are_valid_names(file_name: str, expected: str) -> None:
+    """A file named ``_x.hdf5`` gave the invalid default name ``_x`` (a part starts with a letter
+    or a digit), and no hint of ``--name``."""
+    from rlds_cli.cache.layout import validate_name
+
+    assert validate_name(default_name(Path(file_name))) == expected
+
+
+@pytest.mark.parametrize(
     ("path", "expected"),
     [("", "repo"), ("tfds/ds/1.0.0", "ds-1.0.0"), ("1.0.0", "1.0.0"), ("my data--v2/", "my-data-v2")],
 )
