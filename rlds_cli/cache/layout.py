@@ -71,6 +71,8 @@ TRASH_SUFFIX = ".trash"
 JOURNAL_SUFFIX = ".publish"
 #: What separates the output's entry from the job id in a preprocess job directory's name.
 JOB_MARK = ".job-"
+#: What separates the dataset's entry from the export's id in a Hub export's build name and lock.
+HUB_EXPORT_MARK = "~hub-export-"
 #: A preprocess job's id: this many hex digits (of a sha256 of what makes its output).
 JOB_ID_DIGITS = 16
 #: A job directory's name: the entry, the mark, the job id. A build of an entry whose name holds

@@ -18,6 +18,7 @@ per observation (:func:`step_keys`, :func:`flat_keys`).
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import shutil
@@ -32,10 +33,10 @@ from rlds_cli._util.io import atomic_path
 from rlds_cli._util.lazy import resolve
 from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.layout import TMP_DIR
+from rlds_cli.cache.layout import HUB_EXPORT_MARK, TMP_DIR
 from rlds_cli.cache.root import enclosing_cache, overlap, target_problem
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.errors import ExportError, UnknownFormatError
+from rlds_cli.errors import DiskFullError, ExportError, UnknownFormatError
 
 EXPORTERS: dict[str, str] = {
     "torchrl": "rlds_cli.export.torchrl_memmap:export_torchrl",
@@ -82,6 +83,7 @@ def export_dataset(
     """
     exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
     _refuse_target(dataset, out)
+    _refuse_dict_action(dataset, format)
     kwargs = dict(options or {})
     accepted = inspect.signature(exporter).parameters
     for option in kwargs:
@@ -118,12 +120,31 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
         )
     cache = enclosing_cache(dataset.directory)
     if cache is not None and overlap(out, cache / TMP_DIR) == "lies inside":
-        cache = None  # a build folder of rlds's own in tmp/ (the Hub export writes there first)
+        build = Path(os.path.realpath(out)).relative_to(os.path.realpath(cache / TMP_DIR)).parts[0]
+        if HUB_EXPORT_MARK in build:
+            cache = None  # the Hub export's own build in tmp/: it writes there first
     problem = target_problem(out, dataset.directory, dataset.name, cache)
     if problem is not None:
         raise ExportError(
             f"{out} {problem}: the export would write over or remove its files",
             hint="export to a path outside the cache's own folders (RLDS_HOME/datasets, tmp, ...)",
+        )
+
+
+#: The formats that keep an action of several keys (``action/<k>``, a dict action space); the
+#: others have one action array.
+DICT_ACTION_FORMATS = ("minari", "rlds")
+
+
+def _refuse_dict_action(dataset: Dataset, format: str) -> None:
+    """Refuse a dataset whose action is several keys for a format with one action array."""
+    fields = dataset.stored_fields
+    if format not in DICT_ACTION_FORMATS and "action" not in fields:
+        parts = sorted(k for k in fields if k.startswith("action/"))
+        raise ExportError(
+            f"{dataset.name} has no single 'action' array ({', '.join(parts) or 'no action key'}: a "
+            f"dict action space?); the {format} format holds one",
+            hint=f"export to {' or '.join(DICT_ACTION_FORMATS)}, which keep dict actions",
         )
 
 
@@ -174,9 +195,22 @@ def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
         )
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder of the path should be
+        raise ExportError(
+            f"{out}: a part of the path ({out.parent}) is a file, not a folder", hint="pick another path"
+        ) from None
     with atomic_path(out, suffix=".partial") as tmp:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:  # the OS error names no file, or the temporary one
+                raise DiskFullError(
+                    f"no space left on the device writing {out}",
+                    hint="free space there, or export to another disk",
+                ) from None
+            raise
         if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder
             shutil.rmtree(out)
         elif out.exists():

@@ -74,7 +74,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import private_build
-from rlds_cli.cache.layout import entry_name, new_id
+from rlds_cli.cache.layout import HUB_EXPORT_MARK, entry_name, new_id
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import ExportError
 from rlds_cli.export import atomic_target
@@ -328,10 +328,6 @@ HUB_FORMATS: dict[str, tuple[str, ...]] = {"lerobot": ("meta/", "data/", "videos
 
 #: The file that tells one export from another (another one there needs ``force``).
 MARKER = "meta/info.json"
-
-
-#: What separates the dataset's entry from the export's id in its build's name and lock.
-HUB_EXPORT_MARK = "~hub-export-"
 
 
 @dataclass

@@ -175,10 +175,9 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     """The plan of a LeRobot export of ``dataset`` (the rules of the module docstring).
 
     Raises:
-        ExportError: No single ``action`` array, or two keys that map to one feature name.
+        ExportError: Two keys that map to one feature name.
     """
-    meta = dataset.manifest.source.get("metadata")
-    source = meta.get("lerobot") if isinstance(meta, dict) else None
+    source = dataset.source_metadata.get("lerobot")  # a view's are its parent's
     source = source if isinstance(source, dict) else {}
     fps_raw = source.get("fps", DEFAULT_FPS)
     fps = int(fps_raw) if isinstance(fps_raw, int | float) and float(fps_raw).is_integer() else DEFAULT_FPS
@@ -188,12 +187,7 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
         if isinstance(tasks_raw, dict) and tasks_raw
         else {0: dataset.name}
     )
-    fields = dataset.stored_fields
-    if "action" not in fields:
-        raise ExportError(
-            f"{dataset.name} has no single 'action' array (a dict action space?); LeRobot needs one",
-            hint="export to torchrl or minari, which keep dict actions",
-        )
+    fields = dataset.stored_fields  # one 'action' array: export_dataset checked it
     refuse_complex(dataset, "LeRobot's parquet")
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}
     names = {k: feature_name(k) for k in flat_keys(dataset)}

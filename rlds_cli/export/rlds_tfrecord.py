@@ -122,6 +122,17 @@ def _numeric_node(shape: tuple[int, ...], dtype: np.dtype) -> tuple[dict[str, An
     return tensor_node(shape, dtype.name), "tensor"
 
 
+def episode_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
+    """The source arrays of ``dataset`` with one row per episode kept as they are, and a view's
+    taken from its parent's rows of the view's episodes (a view keeps no source arrays)."""
+    view = dataset.view_parent()
+    if view is None:
+        return dataset.source_arrays
+    parent, rows = view
+    n = parent.num_episodes
+    return {k: v[rows] if v.ndim and len(v) == n else v for k, v in parent.source_arrays.items()}
+
+
 class _Plan:
     """What the export writes: the step leaves, the episode leaves, the feature tree."""
 
@@ -130,7 +141,7 @@ class _Plan:
         if "action" not in fields and not any(k.startswith("action/") for k in fields):
             raise ExportError(f"{dataset.name} has no action key; RLDS steps hold one")
         refuse_complex(dataset, "an RLDS TFRecord")
-        meta = _mapping(dataset.manifest.source.get("metadata"))
+        meta = _mapping(dataset.source_metadata)  # a view's are its parent's
         rlds = _mapping(meta.get("rlds"))
         back = {str(v): str(k) for k, v in _mapping(rlds.get("keys")).items()}  # TED key -> source name
         texts = _mapping(rlds.get("text"))
@@ -220,7 +231,7 @@ class _Plan:
     @staticmethod
     def _episode_leaves(dataset: Dataset, rlds: dict[str, Any], back: dict[str, str]) -> list[_Leaf]:
         """A dataset converted from RLDS: its ``episode_metadata`` (kept as source arrays)."""
-        arrays = dataset.source_arrays if back else {}
+        arrays = episode_arrays(dataset) if back else {}
         texts = _mapping(rlds.get("episode_text"))
         out: list[_Leaf] = []
         for key, values in arrays.items():
@@ -378,7 +389,7 @@ def export_rlds(
     columns["next/terminated"] = dataset.column("next/terminated")
     if plan.tasks is not None:
         columns["info/task_index"] = dataset.column("info/task_index")
-    episode_values = dataset.source_arrays if plan.episode else {}
+    episode_values = episode_arrays(dataset) if plan.episode else {}
     with atomic_target(out, overwrite=overwrite) as tmp:
         tmp.mkdir()
         shards = _Shards(tmp, max(1, int(shard_bytes)))

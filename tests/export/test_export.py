@@ -362,3 +362,54 @@ def test_the_current_folder_and_its_parents_are_never_replaced(
         assert "unexpected" not in result.output
     assert (here / "mine.txt").read_text() == "keep" == (tmp_path / "project" / "other.txt").read_text()
     assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["other.txt", "work"]
+
+
+def test_a_dict_action_is_refused_by_the_formats_of_one_action_array(tmp_path: Path) -> None:
+    """``action/<k>`` keys (a dict action space) gave 'unexpected KeyError' in d4rl, npz, robomimic
+    and amago, and a torchrl export that rlds could not read back."""
+    from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+
+    pytest.importorskip("tfrecord")
+    write_rlds_dataset(tmp_path / "src", (3, 4), dict_action=True)
+    convert(tmp_path / "src", "dictact")
+    for to in ("d4rl", "npz", "robomimic", "amago", "torchrl", "lerobot"):
+        result = runner.invoke(app, ["export", "dictact", str(tmp_path / f"out-{to}"), "--to", to])
+        assert result.exit_code == 1, (to, result.output)
+        text = " ".join(result.output.split())
+        assert "has no single 'action' array (action/" in text and "export to minari or rlds" in text, text
+        assert not (tmp_path / f"out-{to}").exists()
+    export_dataset(open_dataset("dictact"), tmp_path / "kept", "rlds")  # a format that keeps them
+
+
+def test_a_path_through_a_file_and_a_full_disk_name_the_output(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file where a folder of the path should be was 'unexpected FileExistsError'; a full disk
+    was 'no space left on the device: (unknown file)' with a hint about the cache."""
+    import errno
+
+    import h5py
+
+    from rlds_cli.errors import DiskFullError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match=r"afile\) is a file, not a folder"):
+        export_dataset(golden, tmp_path / "afile" / "x.hdf5", "d4rl")
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(h5py.File, "create_dataset", full)
+    with pytest.raises(DiskFullError, match=r"no space left on the device writing .*out\.hdf5") as info:
+        export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
+    assert "export to another disk" in info.value.hint
+    assert not (tmp_path / "out.hdf5").exists() and not list(tmp_path.glob("*partial*"))
+
+
+def test_an_export_into_the_caches_tmp_folder_is_refused(golden: Dataset, tmp_path: Path) -> None:
+    """Anything under the cache's tmp/ was let through (meant for the Hub export's own build),
+    where gc removes what it does not know."""
+    cache = golden.directory.parent.parent
+    with pytest.raises(ExportError, match="lies inside the rlds cache's tmp/ folder"):
+        export_dataset(golden, cache / "tmp" / "x.hdf5", "d4rl")
+    assert not (cache / "tmp" / "x.hdf5").exists()

@@ -48,6 +48,17 @@ def tiny(isolated_cache: Path, tmp_path: Path) -> Path:
     return v21_tree(FIXTURE, tmp_path / "v21")
 
 
+def test_a_view_exports_with_its_parents_fps_and_tasks(tiny: Path, tmp_path: Path) -> None:
+    """A view's export took the default 30 fps and the view's name as its one task (every
+    timestamp wrong, the instruction lost): a view's source metadata is its parent's."""
+    assert runner.invoke(app, ["view", "tiny", "--episodes", "0:2", "--name", "part"]).exit_code == 0
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "part", str(out), "--to", "lerobot", "--lerobot-version", "2.1"])
+    assert result.exit_code == 0, result.output
+    assert _info(out)["fps"] == _info(tiny)["fps"]
+    assert _jsonl(out / "meta/tasks.jsonl") == _jsonl(tiny / "meta/tasks.jsonl")
+
+
 def test_export_writes_the_v21_layout_and_round_trips(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "exported"
     policy = os.sched_getscheduler(0)

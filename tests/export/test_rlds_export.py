@@ -137,6 +137,27 @@ def test_rlds_source_round_trips_with_zero_differences(oxe: Dataset, tmp_path: P
     assert steps["reward"]["tensor"] == {"shape": {}, "dtype": "float64", "encoding": "bytes"}
 
 
+def test_a_view_exports_its_parents_text_and_episode_metadata(oxe: Dataset, tmp_path: Path) -> None:
+    """A view keeps no source metadata or arrays of its own: its export turned the language text
+    into a bare index and dropped episode_metadata (the parent's are its own)."""
+    from rlds_cli.cache.derive import create_selection
+
+    create_selection("oxe", "some", [3, 1])
+    view = open_dataset("some")
+    out = export_dataset(view, tmp_path / "out", "rlds")
+    convert(out, "back")
+    back = open_dataset("back")
+    features = (out / "features.json").read_text()
+    assert '"language_instruction"' in features and '"file_path"' in features
+
+    def file_paths(ds: Dataset) -> list[str]:
+        key = "rlds/episode_file_path"
+        table = ds.source_metadata["rlds"]["episode_text"][key]
+        return [table[int(i)] for i in ds.source_arrays[key]]
+
+    assert file_paths(back) == [file_paths(oxe)[i] for i in (1, 3)]  # the view's episodes, in its order
+
+
 def test_stored_frames_are_written_as_they_are(oxe: Dataset, tmp_path: Path) -> None:
     """The kept JPEG files of the source go out bit for bit (nothing decoded or encoded again)."""
     out = export_dataset(oxe, tmp_path / "out", "rlds")
