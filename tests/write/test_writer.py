@@ -394,9 +394,7 @@ def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
     for grace in ("-1", "nan", "inf"):  # would remove files readers of older views still read
         result = runner.invoke(app, ["compact", "cli", "--grace", grace])
         assert result.exit_code == 1, (grace, result.output)
-        assert result.stderr.startswith("error: --grace must be a number of 0 or more seconds"), (
-            result.stderr
-        )
+        assert result.stderr.startswith("error: --grace must be a number of 0 or more seconds"), result.stderr
 
 
 def test_loader_refresh_follows_commits_and_evictions(isolated_cache: Path) -> None:
