@@ -217,6 +217,20 @@ def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
             out.unlink()
 
 
+def refuse_unwritten(dataset: Dataset, target: str, kept: Callable[[str], bool]) -> None:
+    """Refuse a dataset holding keys ``target``'s layout has no place for (``kept``: whether the
+    export writes a stored flat or step key other than the TED core ones): dropped, they would not
+    come back, without a word."""
+    left = [k for k in [*flat_keys(dataset), *step_keys(dataset)] if not kept(k)]
+    if left:
+        raise ExportError(
+            f"{dataset.name}: {target} has no place for the key(s) {', '.join(left)}, which the export would "
+            "drop",
+            hint="export to torchrl or robomimic, which keep every key, or make a copy without them "
+            "(rlds preprocess NAME --fn ...)",
+        )
+
+
 def step_keys(dataset: Dataset) -> list[str]:
     """Stored per-step keys other than the TED core ones (``info/...`` and friends)."""
     core = {"action", "next/reward", "next/terminated", "next/truncated"}

@@ -22,7 +22,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export import atomic_target, flat_keys
+from rlds_cli.export import atomic_target, flat_keys, refuse_unwritten
 
 
 def _obs_names(dataset: Dataset) -> dict[str, str]:
@@ -43,6 +43,10 @@ def export_amago(
 ) -> Path:
     """Write ``dataset`` as an AMAGO trajectory folder at ``out`` (see the module docstring)."""
     names = _obs_names(dataset)
+    # info/* keys have no place in a FrozenTraj and are left out (docs/formats.md); any other is refused
+    refuse_unwritten(
+        dataset, "an AMAGO trajectory", lambda k: k in names or k == "time_idx" or k.startswith("info/")
+    )
     has_time = "time_idx" in dataset.stored_fields
     flat = [*names, *(["time_idx"] if has_time else [])]
     keys = [*flat, *(f"next/{k}" for k in flat), "action", "next/reward", "next/terminated"]

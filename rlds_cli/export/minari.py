@@ -48,7 +48,7 @@ from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, RldsError, import_extra
-from rlds_cli.export import atomic_target, flat_keys, step_keys
+from rlds_cli.export import atomic_target, flat_keys, refuse_unwritten, step_keys
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.
@@ -235,6 +235,11 @@ def export_minari(
             f"{out.name!r} is not a Minari dataset id (NAME-vN)",
             hint="name the output directory like 'my-dataset-v0'; Minari loads it by that name",
         )
+    refuse_unwritten(
+        dataset,
+        "a Minari dataset",
+        lambda k: k == "observation" or k.startswith(("observation/", "action/", "info/")),
+    )
     recorded = source_spaces(dataset)
     observation_space, observation_paths = _role_space(gym, "observation", dataset, recorded)
     action_space, action_paths = _role_space(gym, "action", dataset, recorded)

@@ -160,6 +160,14 @@ class _Plan:
         self.tasks = self._lerobot_tasks(meta, fields, names)
         self.discount = "steps/discount" not in names
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self._fixed())))
+        under = sorted(b for a in names for b in names if b.startswith(a + "/"))
+        if under:  # a feature cannot hold both a tensor and features below it
+            raise ExportError(
+                f"{dataset.name}: the RLDS feature {under[0]} would lie under the tensor feature "
+                f"{under[0].rsplit('/', 1)[0]}",
+                hint="rename the keys (rlds preprocess) before exporting, e.g. 'observation' to "
+                "'observation/state'",
+            )
         if clash:
             raise ExportError(
                 f"{dataset.name}: keys map to the RLDS features {', '.join(clash)} twice (or onto a "

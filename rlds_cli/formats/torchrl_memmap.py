@@ -451,10 +451,13 @@ class TorchRLMemmapReader(Reader):
             }
             for key, value in self.steps.items():
                 steps[key] = self._rows(value, start, stop)
-            known = np.ones(len(ends), bool)
+            # TorchRL's zero fill is of the whole observation: every key's final next/<key> all
+            # zeros while the last observation is not (one key at zero, a bool flag False, is data)
+            next_zero, last_zero = np.ones(len(ends), bool), np.ones(len(ends), bool)
             for key in self.flat:
-                finals_zero = _all_zero(nexts[key][ends])
-                known &= ~(finals_zero & ~_all_zero(roots[key][ends]))
+                next_zero &= _all_zero(nexts[key][ends])
+                last_zero &= _all_zero(roots[key][ends])
+            known = ~(next_zero & ~last_zero)
             self.report.synthesized_final_observations += int((~known).sum())
             observations = {key: insert_rows(roots[key][:rows], ends, nexts[key][ends]) for key in self.flat}
             yield StepBlock(

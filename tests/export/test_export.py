@@ -413,3 +413,33 @@ def test_an_export_into_the_caches_tmp_folder_is_refused(golden: Dataset, tmp_pa
     with pytest.raises(ExportError, match="lies inside the rlds cache's tmp/ folder"):
         export_dataset(golden, cache / "tmp" / "x.hdf5", "d4rl")
     assert not (cache / "tmp" / "x.hdf5").exists()
+
+
+def test_keys_a_format_has_no_place_for_are_refused_not_dropped(isolated_cache: Path, tmp_path: Path) -> None:
+    """A goal beside the observation (and a step key ``task``) was left out of minari and AMAGO
+    exports without a word; the RLDS export put ``goal`` under the tensor ``steps/observation``,
+    where features.json could not hold it."""
+    import rlds_cli
+
+    rng = np.random.default_rng(0)
+    obs, goal = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    with rlds_cli.DatasetWriter("goal", mode="create") as writer:
+        writer.add_episode({
+            "observation": obs[:-1], "goal": goal[:-1], "action": np.zeros((3, 2), np.float32),
+            "task": np.full(3, 7, np.int64),
+            "next": {"observation": obs[1:], "goal": goal[1:], "reward": np.ones(3, np.float32),
+                     "terminated": np.array([0, 0, 1], bool), "truncated": np.zeros(3, bool)},
+        })  # fmt: skip
+    for to, out, words in [
+        ("minari", "goal-v0", "a Minari dataset has no place for the key(s) goal, task"),
+        ("amago", "am", "an AMAGO trajectory has no place for the key(s) goal, task"),
+        ("rlds", "rl", "steps/observation/goal would lie under the tensor feature steps/observation"),
+    ]:
+        if to == "minari":
+            pytest.importorskip("minari")
+        result = runner.invoke(app, ["export", "goal", str(tmp_path / out), "--to", to])
+        assert result.exit_code == 1 and words in " ".join(result.output.split()), (to, result.output)
+        assert not (tmp_path / out).exists()
+    export_dataset(open_dataset("goal"), tmp_path / "td", "torchrl")  # which keeps every key
+    back = convert(tmp_path / "td", "back")
+    assert {"goal", "task"} <= set(open_dataset(back.manifest.name).stored_fields)

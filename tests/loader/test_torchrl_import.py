@@ -180,6 +180,20 @@ def test_zero_filled_final_observations_are_not_known(tmp_path: Path) -> None:
     _same_as(ds, TensorDict.load_memmap(tmp_path / "td"))
 
 
+def test_one_observation_key_at_zero_is_data_not_a_fill(tmp_path: Path) -> None:
+    """A bool flag False at the final step (one key of two all zero) marked a known final
+    observation unknown: TorchRL's fill zeroes the whole observation."""
+    eps = [_episode(4, 0), _episode(3, 1)]
+    for e in eps:
+        flag = torch.ones(len(e), 1, dtype=torch.bool)
+        e["flag"], e["next", "flag"] = flag, flag.clone()
+        e["next", "flag"][-1] = False  # the flag goes down at the last step
+    eps[1]["next", "observation"][-1] = 0.0  # and every key at zero: the fill
+    torch.cat(eps).memmap(tmp_path / "td")
+    convert(tmp_path / "td", "flags")
+    assert open_dataset("flags").episodes["final_known"].tolist() == [True, False]
+
+
 # ----------------------------------------------------------------------------- batched storages
 
 
