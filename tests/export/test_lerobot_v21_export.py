@@ -164,3 +164,34 @@ def test_unknown_version_is_refused(tiny: Path, tmp_path: Path) -> None:
         == "error: --lerobot-version is an option of --to lerobot, not of --to rlds"
     )
     assert not any((tmp_path / n).exists() for n in "xyz")
+
+
+@pytest.mark.parametrize("version", ["3.0", "2.1"])
+def test_episode_tables_stream_and_stats_are_the_datasets(
+    version: str, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every episode's row (and, in 3.0, its statistics) was held until the end: ~45 KB an episode.
+    The rows are now written as they come (3.0: INDEX_ROWS at a time; here 7), the dataset
+    statistics accumulated; they equal the statistics of the whole dataset's arrays."""
+    from rlds_cli.export import lerobot
+
+    monkeypatch.setattr(lerobot, "INDEX_ROWS", 7)
+    assert download("demo", "demo").exit_code == 0
+    ds = open_dataset("demo")
+    out = export_dataset(ds, tmp_path / "out", "lerobot", options={"version": version})
+    if version == "2.1":
+        rows = _jsonl(out / "meta/episodes.jsonl")
+        assert [r["episode_index"] for r in rows] == list(range(ds.num_episodes))
+        assert [r["length"] for r in rows] == ds.episodes["length"].tolist()
+        assert len(_jsonl(out / "meta/episodes_stats.jsonl")) == ds.num_episodes
+        return
+    table = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet")
+    assert table.column("episode_index").to_pylist() == list(range(ds.num_episodes))
+    assert table.column("length").to_pylist() == ds.episodes["length"].tolist()
+    stats = json.loads((out / "meta/stats.json").read_text())["action"]
+    action = np.asarray(ds.column("action")[:], np.float64)
+    np.testing.assert_allclose(stats["mean"], action.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["std"], action.std(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["min"], action.min(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["max"], action.max(0), rtol=1e-6)
+    assert stats["count"] == [ds.num_steps]
