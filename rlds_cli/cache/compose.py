@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -204,22 +205,28 @@ def schema_difference(a: Dataset, b: Dataset) -> str | None:
     return None
 
 
-def verify_parent(ds: Dataset) -> None:
-    """Check a parent's files and content digests before anything is made of it.
+def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:
+    """Check a parent's files and content digests before anything is made of it. ``shown_at``:
+    the folder to name in messages instead of ``ds``'s own (a growing dataset checked through a
+    snapshot of hard links, which is gone once the command ends).
 
     Raises:
         CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
     """
+
+    def shown(text: str) -> str:
+        return text if shown_at is None else text.replace(str(ds.directory), str(shown_at))
+
     problems = ds.check_files()
     if problems:
         raise CorruptDatasetError(
-            f"dataset {ds.name!r} is damaged: {problems[0]}", hint="rlds inspect --check"
+            shown(f"dataset {ds.name!r} is damaged: {problems[0]}"), hint="rlds inspect --check"
         )
     report = digest.check_digests(ds)
     if report.problems:
         bad = report.problems[0]
         raise CorruptDatasetError(
-            f"dataset {ds.name!r} is damaged: {bad.key!r} ({bad.path}): {bad.message}",
+            shown(f"dataset {ds.name!r} is damaged: {bad.key!r} ({bad.path}): {bad.message}"),
             hint=f"'rlds inspect {ds.name} --check' lists every damaged key",
         )
 

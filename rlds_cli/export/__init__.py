@@ -101,7 +101,7 @@ def export_dataset(
         with snapshot_copy(dataset) as copy:
             view = GrowingDataset(copy)
             _refuse_empty(view)
-            verify_parent(view)
+            verify_parent(view, shown_at=dataset.directory)
             return exporter(view, Path(out), overwrite=overwrite, progress=progress, **kwargs)
     _refuse_empty(dataset)
     verify_parent(dataset)  # damaged values are never copied out as if they were data

@@ -124,7 +124,7 @@ def push_directory(
     storage_options: dict[str, Any] | None = None,
     endpoint_url: str | None = None,
     progress: Progress | None = None,
-    _snapshot: bool = False,
+    _snapshot_of: Path | None = None,
 ) -> PushResult:
     """:func:`push` of a dataset folder (a published dataset, or a finished build such as a
     preprocessing job's output); the journal and lock live in ``cache``. Raises what :func:`push`
@@ -151,15 +151,15 @@ def push_directory(
             hint=f"copy it into a dataset of its own first ('rlds export {name} DIR --to torchrl', then "
             f"'rlds download DIR --name NEW'), or push its parents and make it again after pulling them",
         )
-    if manifest.layout == SEGMENTED_LAYOUT and not _snapshot:  # a growing dataset: as of one view
+    if manifest.layout == SEGMENTED_LAYOUT and _snapshot_of is None:  # a growing dataset: as of one view
         from rlds_cli.cache.growing import GrowingDataset, snapshot_copy
 
         with snapshot_copy(GrowingDataset(directory), cache) as snapshot:
             return push_directory(
                 snapshot, url, cache=cache, force=force, storage_options=storage_options,
-                endpoint_url=endpoint_url, progress=progress, _snapshot=True,
+                endpoint_url=endpoint_url, progress=progress, _snapshot_of=directory,
             )  # fmt: skip
-    _verify_local(directory, manifest)
+    _verify_local(directory, manifest, _snapshot_of)
     local = _local_files(directory)
     if url.startswith("hf://"):  # a Hub dataset repo: one commit, not files then a manifest
         from rlds_cli.remote.hub_push import push_hub
@@ -331,17 +331,18 @@ def _check_committed(fs: Any, base: str, url: str, manifest_bytes: bytes) -> Non
         )
 
 
-def _verify_local(directory: Path, manifest: Manifest) -> None:
+def _verify_local(directory: Path, manifest: Manifest, snapshot_of: Path | None) -> None:
     """Check the files and content digests of the dataset at ``directory`` (a growing one's
-    snapshot: every live segment) before anything is uploaded: damaged bytes pushed with fresh
-    sha256s would verify on the store and replace its good copy.
+    snapshot: every live segment; ``snapshot_of``, the dataset it copies, is named in messages)
+    before anything is uploaded: damaged bytes pushed with fresh sha256s would verify on the store
+    and replace its good copy.
 
     Raises:
         CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
     """
     from rlds_cli.cache.compose import verify_parent
 
-    verify_parent(_opened(directory, manifest))
+    verify_parent(_opened(directory, manifest), shown_at=snapshot_of)  # a snapshot is named as its dataset
 
 
 def _opened(directory: Path, manifest: Manifest) -> Dataset:

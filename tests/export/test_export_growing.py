@@ -200,3 +200,19 @@ def test_an_export_that_fails_leaves_no_copy_and_no_lock(isolated_cache: Path, t
     assert [p.name for p in cache.tmp_dir.iterdir() if "~snapshot-" in p.name] == []
     export_dataset(rlds_cli.open_dataset("broken"), tmp_path / "out.npz", format="npz")
     assert (tmp_path / "out.npz").exists()
+
+
+def test_damage_is_named_in_the_dataset_not_in_its_snapshot(isolated_cache: Path, tmp_path: Path) -> None:
+    """A growing dataset exports from a snapshot of hard links, gone once the export ends: the
+    refusal of a damaged segment named the snapshot's path."""
+    from rlds_cli.errors import CorruptDatasetError
+
+    _grow("g", range(3))
+    folder = CacheRoot().dataset_dir("g")
+    target = sorted(p for p in folder.glob("segments/*/arrays/observation*") if p.is_file())[0]
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 1
+    target.write_bytes(bytes(data))
+    with pytest.raises(CorruptDatasetError, match="dataset 'g' is damaged") as info:
+        export_dataset(GrowingDataset(folder), tmp_path / "out", "torchrl")
+    assert "snapshot" not in info.value.message and str(folder) in info.value.message
