@@ -157,6 +157,15 @@ def inspect(
         if plot is not None:
             output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
     if report is not None and not report.ok:
+        if not json:  # as verify: the failure on stderr too, whatever -q says
+            count, shown = (
+                f"{len(report.violations)}{'+' if report.truncated else ''}",
+                info.get("name", name),
+            )
+            output.error(
+                f"{shown}: check failed: {count} violation(s)",
+                f"'rlds inspect {shown} --check' lists them; 'rlds verify {shown}' checks every file",
+            )
         raise typer.Exit(1)
 
 
