@@ -19,8 +19,10 @@ per observation (:func:`step_keys`, :func:`flat_keys`).
 from __future__ import annotations
 
 import errno
+import glob
 import inspect
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ import numpy as np
 
 from rlds_cli._util.io import atomic_path
 from rlds_cli._util.lazy import resolve
+from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import HUB_EXPORT_MARK, TMP_DIR
@@ -201,7 +204,8 @@ def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
         raise ExportError(
             f"{out}: a part of the path ({out.parent}) is a file, not a folder", hint="pick another path"
         ) from None
-    with atomic_path(out, suffix=".partial") as tmp:
+    _remove_dead_partials(out)
+    with atomic_path(out, suffix=PARTIAL_SUFFIX) as tmp:
         try:
             yield tmp
         except OSError as exc:
@@ -229,6 +233,24 @@ def refuse_unwritten(dataset: Dataset, target: str, kept: Callable[[str], bool])
             hint="export to torchrl or robomimic, which keep every key, or make a copy without them "
             "(rlds preprocess NAME --fn ...)",
         )
+
+
+#: The suffix of an export's temporary name beside its output (``.<name>.<pid>.<thread>.partial``).
+PARTIAL_SUFFIX = ".partial"
+
+
+def _remove_dead_partials(out: Path) -> None:
+    """Remove what exports to ``out`` killed before their rename left beside it: temporary names of
+    processes that are gone (a running export's is kept)."""
+    own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.\d+{re.escape(PARTIAL_SUFFIX)}")
+    for left in out.parent.glob(f".{glob.escape(out.name)}.*{PARTIAL_SUFFIX}"):
+        found = own.fullmatch(left.name)
+        if found is None or pid_alive(int(found.group(1))):
+            continue
+        if left.is_dir() and not left.is_symlink():
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            left.unlink(missing_ok=True)
 
 
 def step_keys(dataset: Dataset) -> list[str]:

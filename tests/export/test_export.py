@@ -443,3 +443,25 @@ def test_keys_a_format_has_no_place_for_are_refused_not_dropped(isolated_cache: 
     export_dataset(open_dataset("goal"), tmp_path / "td", "torchrl")  # which keeps every key
     back = convert(tmp_path / "td", "back")
     assert {"goal", "task"} <= set(open_dataset(back.manifest.name).stored_fields)
+
+
+def test_what_a_killed_export_left_is_removed_by_the_next(golden: Dataset, tmp_path: Path) -> None:
+    """A killed export leaves ``.<name>.<pid>.<thread>.partial`` beside its output, which nothing
+    removed; the next export to that output removes those of processes that are gone."""
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(gone.stdout)
+    left_file = tmp_path / f".out.hdf5.{dead}.1.partial"
+    left_file.write_bytes(b"half")
+    left_dir = tmp_path / f".td.{dead}.1.partial"
+    (left_dir / "x").mkdir(parents=True)
+    running = tmp_path / f".out.hdf5.{os.getpid()}.9.partial"  # a live process's: kept
+    running.write_bytes(b"busy")
+    export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
+    export_dataset(golden, tmp_path / "td", "torchrl")
+    assert not left_file.exists() and not left_dir.exists() and running.exists()
