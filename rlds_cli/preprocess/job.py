@@ -144,9 +144,15 @@ def prepare(
     :func:`rlds_cli.preprocess.job.run` starts its worker processes there.
     """
     if by not in ("step", "episode"):
-        raise PreprocessError(f"--by must be 'step' or 'episode', not {by!r}")
+        raise PreprocessError(
+            f"--by must be 'step' or 'episode', not {by!r}",
+            hint="--by step hands the function chunks of steps; --by episode, whole episodes",
+        )
     if chunk_steps is not None and chunk_steps < 1:
-        raise PreprocessError(f"--chunk-steps must be at least 1, not {chunk_steps}")
+        raise PreprocessError(
+            f"--chunk-steps must be at least 1, not {chunk_steps}",
+            hint="leave it out for the default (about 16 chunks, 4,096 to 131,072 steps each)",
+        )
     if num_frames is not None and num_frames < 1:
         raise PreprocessError(f"--num-frames must be at least 1, not {num_frames}")
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
@@ -372,7 +378,10 @@ def run(
     if (out_url or out_name) == source_name.rstrip("/"):
         raise PreprocessError(f"the output name must differ from the source ({source_name!r})")
     if backend not in ("local", "ray"):
-        raise PreprocessError(f"--executor must be 'local' or 'ray', not {backend!r}")
+        raise PreprocessError(
+            f"--executor must be 'local' or 'ray', not {backend!r}",
+            hint="--executor local runs processes on this machine; ray, on a Ray cluster",
+        )
     if workers is not None and workers < 1:
         raise PreprocessError(f"--workers must be at least 1, not {workers}")
     executor: executors.Executor | None = None

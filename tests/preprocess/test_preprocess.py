@@ -258,8 +258,9 @@ def test_bad_arguments(golden: str) -> None:
         ({"keys": ["nope"]}, "has no keys"),
         ({"chunk_steps": 0}, "--chunk-steps"),
     ):
-        with pytest.raises(PreprocessError, match=message):
+        with pytest.raises(PreprocessError, match=message) as info:
             preprocess.run(golden, f"{FNS}:identity", "out", **kwargs)
+        assert info.value.hint, message  # every refusal says what to do
     with pytest.raises(PreprocessError, match="must differ"):
         preprocess.run(golden, f"{FNS}:identity", golden)
 
