@@ -32,7 +32,10 @@ def show(
     episode: Annotated[
         list[int] | None,
         typer.Option(
-            "--episode", "-e", help="An episode to show (repeatable; default 0).", show_default=False
+            "--episode",
+            "-e",
+            help="An episode to show (repeatable; default 0; -1: the last).",
+            show_default=False,
         ),
     ] = None,
     out: Annotated[
@@ -85,7 +88,7 @@ def show(
     from rlds_cli.loader.opening import open_dataset
     from rlds_cli.remote.reader import is_url
 
-    episodes = episode or [0]
+    episodes = list(dict.fromkeys(episode or [0]))  # each once, in the order given
     dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
     recording = None
     if rerun is not None:
@@ -95,7 +98,8 @@ def show(
             dataset, rerun, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root
         )
     if out is None and rerun is None:
-        out = Path(f"{dataset.name.replace('/', '-')}-episode-{episodes[0]}.html")
+        first = episodes[0] % dataset.num_episodes if dataset.num_episodes else episodes[0]  # -1: the last
+        out = Path(f"{dataset.name.replace('/', '-')}-episode-{first}.html")
     summary = None
     if out is not None:
         summary = write_episode_page(

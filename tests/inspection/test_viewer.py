@@ -183,7 +183,6 @@ def test_a_page_of_a_dataset_at_a_url_compares_frames_in_few_requests(
         (["ghost"], ["ghost"]),
         (["faulty", "-o", "{tmp}/missing/p.html"], ["its folder {tmp}/missing does not exist"]),
         (["faulty", "-o", "{tmp}"], ["it is a folder"]),
-        (["faulty", *[a for i in range(65) for a in ("-e", str(i % 20))]], ["at most 64"]),
     ],
 )
 def test_refusals_are_one_line_and_write_nothing(
@@ -200,6 +199,8 @@ def test_refusals_are_one_line_and_write_nothing(
 def test_library_refusals(root: Path, tmp_path: Path) -> None:
     with pytest.raises(InvalidSelectionError, match="no episode"):
         episode_page("faulty", episodes=[], root=root)
+    with pytest.raises(InvalidSelectionError, match="at most 64"):  # (the CLI shows each episode once)
+        episode_page("faulty", episodes=[i % 20 for i in range(65)], root=root)
     with pytest.raises(InvalidSelectionError, match=r"rlds_cli\.open_dataset"):
         episode_page("s3://bucket/x", root=root)
     with pytest.raises(ViewerError, match="does not exist"):
@@ -270,3 +271,15 @@ def test_a_damaged_stored_frame_is_refused_not_shown(tmp_path: Path, damage: str
     result = invoke("show", "cam", "-e", "0", "-o", out, "--root", tmp_path)
     refused(result, "frame 3 of 'pixels' of dataset 'cam'", "is damaged", home=tmp_path / "none")
     assert not out.exists()
+
+
+def test_each_episode_is_shown_once_and_minus_one_is_the_last(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-e 1 -e 2 -e 1`` showed episode 1 twice; ``-e -1`` wrote ``NAME-episode--1.html``."""
+    monkeypatch.chdir(tmp_path)
+    last = open_dataset("faulty", root).num_episodes - 1
+    result = invoke("show", "faulty", "-e", "-1", "-e", "1", "-e", "-1", "--root", root, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["episodes"] == [last, 1]
+    assert (tmp_path / f"faulty-episode-{last}.html").exists()
