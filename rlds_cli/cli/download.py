@@ -269,7 +269,8 @@ def download(
         output.console.print(f"frames {output.escape(key)}: {how['codec']}, {made}", soft_wrap=True)
     verb = "already in the cache" if result.reused else "converted"
     output.console.print(
-        f"[green]{output.escape(m.name)}[/]: {verb}: {m.num_steps:,} steps, {m.num_episodes:,} episodes, "
+        f"[green]{output.escape(m.name)}[/]: {verb}: {output.count(m.num_steps, 'step')}, "
+        f"{output.count(m.num_episodes, 'episode')}, "
         f"storage {m.backend} -> {output.escape(str(result.path))}",
         soft_wrap=True,
     )

@@ -225,7 +225,7 @@ def audit(
     if not quiet:
         counts = ", ".join(f"{f} {len(ids)}" for f, ids in report.flags.items() if len(ids)) or "none"
         output.console.print(
-            f"[bold]{output.escape(report.dataset)}[/]: {report.num_episodes:,} episodes, "
+            f"[bold]{output.escape(report.dataset)}[/]: {output.count(report.num_episodes, 'episode')}, "
             f"{len(flagged):,} flagged ({output.escape(counts)}), {len(report.passing()):,} pass",
             soft_wrap=True,
         )
@@ -256,7 +256,8 @@ def audit(
         output.console.print(Text(kept.name), soft_wrap=True)
     elif kept is not None:
         output.console.print(
-            f"[green]{output.escape(kept.name)}[/]: the {kept.num_episodes:,} episodes that pass "
+            f"[green]{output.escape(kept.name)}[/]: the "
+            f"{output.count(kept.num_episodes, 'episode')} that pass "
             f"({kept.num_steps:,} steps), a view of {output.escape(report.dataset)} sharing its arrays",
             soft_wrap=True,
         )

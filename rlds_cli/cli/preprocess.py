@@ -257,7 +257,8 @@ def _show_result(result: Any, json: bool, quiet: bool) -> None:
     resumed = f", {result.resumed_chunks} resumed" if result.resumed_chunks else ""
     rate = m.conversion.get("source_rows", m.num_steps) / max(result.seconds, 1e-9)
     output.console.print(
-        f"[green]{m.name}[/]: {m.num_steps:,} steps, {m.num_episodes:,} episodes from "
+        f"[green]{m.name}[/]: {output.count(m.num_steps, 'step')}, "
+        f"{output.count(m.num_episodes, 'episode')} from "
         f"{result.num_chunks} chunks{resumed} in {result.seconds:.1f} s ({rate:,.0f} steps/s) "
         f"-> {output.escape(result.url or str(result.path))}",
         soft_wrap=True,

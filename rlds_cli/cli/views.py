@@ -236,7 +236,8 @@ def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> Non
             chosen = output.escape(r.get("selection") or f"episodes {a}:{b}")
             output.console.print(
                 f"[green]{output.escape(r['name'])}[/]: {chosen} of {output.escape(r['parent'])} "
-                f"({r['num_episodes']:,} episodes, {r['num_steps']:,} steps), sharing its arrays",
+                f"({output.count(r['num_episodes'], 'episode')}, {output.count(r['num_steps'], 'step')}), "
+                "sharing its arrays",
                 soft_wrap=True,
             )
 
@@ -400,6 +401,7 @@ def _report_shaped(manifest: Any, what: str, *, json: bool, quiet: bool, shared:
         how = "sharing its parents' arrays" if shared else "written"
         output.console.print(
             f"[green]{output.escape(manifest.name)}[/]: {output.escape(what)} "
-            f"({manifest.num_episodes:,} episodes, {manifest.num_steps:,} steps), {how}",
+            f"({output.count(manifest.num_episodes, 'episode')}, "
+            f"{output.count(manifest.num_steps, 'step')}), {how}",
             soft_wrap=True,
         )

@@ -36,6 +36,7 @@ from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import HUB_EXPORT_MARK, TMP_DIR
 from rlds_cli.cache.root import enclosing_cache, overlap, target_problem
 from rlds_cli.cache.ted import TedBatch
@@ -225,7 +226,10 @@ def refuse_unwritten(dataset: Dataset, target: str, kept: Callable[[str], bool])
     """Refuse a dataset holding keys ``target``'s layout has no place for (``kept``: whether the
     export writes a stored flat or step key other than the TED core ones): dropped, they would not
     come back, without a word."""
-    left = [k for k in [*flat_keys(dataset), *step_keys(dataset)] if not kept(k)]
+    # the reset seeds are written where the format keeps them (minari) and left out elsewhere,
+    # as the episode index's final_known flags are
+    seeds = (SEED_KEY, SEED_PRESENT_KEY)
+    left = [k for k in [*flat_keys(dataset), *step_keys(dataset)] if k not in seeds and not kept(k)]
     if left:
         raise ExportError(
             f"{dataset.name}: {target} has no place for the key(s) {', '.join(left)}, which the export would "
