@@ -88,8 +88,10 @@ def show(
     from rlds_cli.loader.opening import open_dataset
     from rlds_cli.remote.reader import is_url
 
-    episodes = list(dict.fromkeys(episode or [0]))  # each once, in the order given
     dataset = open_dataset(name) if is_url(name) else open_dataset(resolve_name(name, root), root)
+    n = dataset.num_episodes
+    # each once, in the order given (-1 and the last are one); an index outside is refused below
+    episodes = list(dict.fromkeys(e % n if n and -n <= e < n else e for e in episode or [0]))
     recording = None
     if rerun is not None:
         from rlds_cli.inspection.viewer import write_rerun
@@ -98,8 +100,7 @@ def show(
             dataset, rerun, episodes=episodes, audit_flags=not no_audit, fps=fps, root=root
         )
     if out is None and rerun is None:
-        first = episodes[0] % dataset.num_episodes if dataset.num_episodes else episodes[0]  # -1: the last
-        out = Path(f"{dataset.name.replace('/', '-')}-episode-{first}.html")
+        out = Path(f"{dataset.name.replace('/', '-')}-episode-{episodes[0]}.html")
     summary = None
     if out is not None:
         summary = write_episode_page(

@@ -24,6 +24,7 @@ import inspect
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,6 +113,22 @@ def export_dataset(
     return exporter(dataset, Path(out), overwrite=overwrite, progress=progress, **kwargs)
 
 
+def _refuse_replacing_cwd(out: str | os.PathLike[str]) -> None:
+    """Refuse an ``out`` that is the current folder, a folder holding it, or the home folder: ``..``
+    with ``--force`` removed the folder the user was in and everything beside it."""
+    where, here = Path(out).resolve(), Path.cwd().resolve()
+    try:
+        home: Path | None = Path.home().resolve()
+    except RuntimeError:  # no HOME and no passwd entry (a container's uid): no home to protect
+        home = None
+    if where in (here, home) or where in here.parents:
+        raise ExportError(
+            f"{out} is {where}, the current folder, a folder holding it or the home folder: an export "
+            "there would replace it and everything in it",
+            hint="export to a path of its own, e.g. ./NAME-export",
+        )
+
+
 def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
     """Refuse an ``out`` that is a URL (an export writes local files) or that is, lies inside or
     holds the dataset or its cache: writing there, or replacing it (``overwrite``), would write over
@@ -133,6 +150,7 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
             f"{out} {problem}: the export would write over or remove its files",
             hint="export to a path outside the cache's own folders (RLDS_HOME/datasets, tmp, ...)",
         )
+    _refuse_replacing_cwd(out)  # before the digests are checked, not after
 
 
 #: The formats that keep an action of several keys (``action/<k>``, a dict action space); the
@@ -188,15 +206,9 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
 @contextmanager
 def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
-    ``out`` may not be the current folder, a folder holding it, or the home folder (``..`` with
-    ``--force`` removed the folder the user was in and everything beside it)."""
-    where, here = out.resolve(), Path.cwd().resolve()
-    if where == here or where in here.parents or where == Path.home().resolve():
-        raise ExportError(
-            f"{out} is {where}, the current folder, a folder holding it or the home folder: an export "
-            "there would replace it and everything in it",
-            hint="export to a path of its own, e.g. ./NAME-export",
-        )
+    ``out`` may not be the current folder, a folder holding it, or the home folder
+    (:func:`_refuse_replacing_cwd`)."""
+    _refuse_replacing_cwd(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
     try:
@@ -243,13 +255,26 @@ def refuse_unwritten(dataset: Dataset, target: str, kept: Callable[[str], bool])
 PARTIAL_SUFFIX = ".partial"
 
 
+#: A temporary name unchanged this long, of a process not running here, is a killed export's (a
+#: process of another machine sharing the folder has the same pid test: its writes keep it new).
+PARTIAL_IDLE_SECONDS = 15 * 60
+
+
 def _remove_dead_partials(out: Path) -> None:
     """Remove what exports to ``out`` killed before their rename left beside it: temporary names of
-    processes that are gone (a running export's is kept)."""
+    processes that are gone, unchanged for :data:`PARTIAL_IDLE_SECONDS` (a running export's is
+    kept)."""
     own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.\d+{re.escape(PARTIAL_SUFFIX)}")
     for left in out.parent.glob(f".{glob.escape(out.name)}.*{PARTIAL_SUFFIX}"):
         found = own.fullmatch(left.name)
         if found is None or pid_alive(int(found.group(1))):
+            continue
+        try:
+            files = [left, *left.rglob("*")] if left.is_dir() and not left.is_symlink() else [left]
+            changed = max(f.lstat().st_mtime for f in files)
+        except OSError:  # removed meanwhile
+            continue
+        if time.time() - changed < PARTIAL_IDLE_SECONDS:
             continue
         if left.is_dir() and not left.is_symlink():
             shutil.rmtree(left, ignore_errors=True)

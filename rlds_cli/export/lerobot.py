@@ -105,52 +105,53 @@ VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 
 class StatsTotal:
     """Dataset statistics from the episodes' (``meta/stats.json``, as lerobot aggregates them),
-    accumulated as each episode's row arrives, in memory of one row: min of the minima, max of the
-    maxima, count-weighted means and quantiles, pooled std (``sqrt(sum w (std^2 + mean^2) -
-    mean^2)``, the weights ``count / total``)."""
+    accumulated as each episode's row arrives, in memory of one row: min of the minima and max of
+    the maxima (in their own dtype: an integer or bool feature stays one), count-weighted means and
+    quantiles, and the pooled std combined pairwise (Chan et al.: the sums of squared deviations,
+    never ``E[x^2] - mean^2``, which cancels for a large mean)."""
 
     def __init__(self) -> None:
-        self._sums: dict[tuple[str, str], np.ndarray] = {}
-        self._counts: dict[str, float] = {}
+        self._state: dict[str, dict[str, Any]] = {}
 
     def add(self, row: dict[str, Any]) -> None:
         """Take one episode's row (``stats/<name>/<what>`` values)."""
         names = dict.fromkeys(k.split("/")[1] for k in row if k.startswith("stats/"))
         for name in names:
-            stats = {
-                k.split("/")[2]: np.asarray(v, np.float64)
-                for k, v in row.items()
-                if k.startswith(f"stats/{name}/")
-            }
-            count = float(stats["count"].reshape(-1)[0])
-            self._counts[name] = self._counts.get(name, 0.0) + count
-            for what, value in stats.items():
-                if what == "count":
-                    continue
-                if what == "std":
-                    what, value = "square", value**2 + stats["mean"] ** 2
-                key = (name, what)
-                got = self._sums.get(key)
-                if what == "min":
-                    self._sums[key] = value if got is None else np.minimum(got, value)
-                elif what == "max":
-                    self._sums[key] = value if got is None else np.maximum(got, value)
-                else:
-                    self._sums[key] = count * value if got is None else got + count * value
+            got = {k.split("/")[2]: v for k, v in row.items() if k.startswith(f"stats/{name}/")}
+            count = float(np.asarray(got["count"]).reshape(-1)[0])
+            mean = np.asarray(got["mean"], np.float64)
+            m2 = count * np.asarray(got["std"], np.float64) ** 2
+            quantiles = {w: count * np.asarray(v, np.float64) for w, v in got.items() if w.startswith("q")}
+            low, high = np.asarray(got["min"]), np.asarray(got["max"])
+            s = self._state.get(name)
+            if s is None:
+                self._state[name] = {
+                    "n": count,
+                    "mean": mean,
+                    "m2": m2,
+                    "q": quantiles,
+                    "min": low,
+                    "max": high,
+                }
+                continue
+            n, total = s["n"], s["n"] + count
+            delta = mean - s["mean"]
+            s["mean"] = s["mean"] + delta * (count / total)
+            s["m2"] = s["m2"] + m2 + delta**2 * (n * count / total)
+            s["n"] = total
+            s["q"] = {w: s["q"][w] + v for w, v in quantiles.items()}
+            s["min"], s["max"] = np.minimum(s["min"], low), np.maximum(s["max"], high)
 
     def result(self) -> dict[str, dict[str, np.ndarray]]:
         """Per feature, its dataset statistics."""
         out: dict[str, dict[str, np.ndarray]] = {}
-        for name, total in sorted(self._counts.items()):
-            sums = {what: value for (n, what), value in self._sums.items() if n == name}
-            mean = sums["mean"] / total
-            stats = {"min": sums["min"], "max": sums["max"], "mean": mean}
-            stats["std"] = np.sqrt(np.maximum(sums["square"] / total - mean**2, 0.0))
-            stats["count"] = np.array([int(total)], np.int64)
+        for name, s in sorted(self._state.items()):
+            stats = {"min": s["min"], "max": s["max"], "mean": s["mean"], "std": np.sqrt(s["m2"] / s["n"])}
+            stats["count"] = np.array([int(s["n"])], np.int64)
             for q in QUANTILES:
                 what = f"q{round(q * 100):02d}"
-                if what in sums:
-                    stats[what] = sums[what] / total
+                if what in s["q"]:
+                    stats[what] = s["q"][what] / s["n"]
             out[name] = stats
         return out
 
@@ -162,6 +163,8 @@ INDEX_ROWS = 1024
 #: the episodes waiting for their row group cost ~13 KB each, so not many more (measured: 80,000
 #: episodes of 10 steps exported in 74 MB above the start, 64 MB for 20,000).
 DATA_ROWS = 8_192
+#: ... or at least these bytes (wide per-step arrays: memory stays this, not 8,192 steps of them).
+DATA_BYTES = 64 << 20
 
 #: The layouts ``version`` takes.
 VERSIONS = ("3.0", "2.1")
@@ -213,7 +216,7 @@ def export_lerobot(
         }
         writer = None
         pending: list[Any] = []
-        pending_rows = 0
+        pending_rows = pending_bytes = 0
         total = StatsTotal()
         # the episodes' table, written as it grows (held whole it took ~45 KB an episode)
         index_path = tmp / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
@@ -237,9 +240,10 @@ def export_lerobot(
                 # footer (~1.8 KB an episode of 10 steps, held until the end)
                 pending.append(table)
                 pending_rows += table.num_rows
-                if pending_rows >= DATA_ROWS or e == dataset.num_episodes - 1:
+                pending_bytes += table.nbytes
+                if pending_rows >= DATA_ROWS or pending_bytes >= DATA_BYTES or e == dataset.num_episodes - 1:
                     writer.write_table(pa.concat_tables(pending))
-                    pending, pending_rows = [], 0
+                    pending, pending_rows, pending_bytes = [], 0, 0
                 row: dict[str, Any] = {
                     "episode_index": e,
                     "tasks": [tasks.get(int(t), "") for t in np.unique(columns["task_index"])],

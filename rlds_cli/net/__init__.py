@@ -1,4 +1,4 @@
-"""Fetching remote files: resumable, retried, verified HTTP downloads, and Hub repos (``net/hub``).
+"""Fetching remote files: resumable, retried, verified HTTP downloads, and Hub repos (``net/hub.py``).
 
 ``requests`` is imported inside functions only, so ``rlds --help`` stays fast. Nothing here
 prints: progress goes to a :data:`DownloadProgress` callback.

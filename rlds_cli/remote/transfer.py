@@ -218,7 +218,7 @@ def _push(
     known.update(journal.entries())
     remote = store.list_files(fs, base, url)
     if committed is None and not force:
-        foreign = _foreign_files(fs, base, url, remote, known)
+        foreign = _foreign_files(fs, base, url, remote, {*known, *journal.pending()})
         if foreign:
             raise RemoteExistsError(
                 f"{url} holds {len(foreign)} file(s) that no push of a dataset there wrote (it has no "
@@ -244,9 +244,8 @@ def _push(
         # files written again: a growing dataset's log, a mended file): it goes first, so they see
         # the old version whole, then nothing, then the new one whole. The journal keeps what the
         # index said of the files left there: a push killed after this takes them up again
-        journal.add_all(
-            {rel: e for rel, e in (old_index.files if old_index else {}).items() if rel in remote}
-        )
+        if old_index is not None:  # only an index of the committed manifest says what is there
+            journal.add_all({rel: old_index.files[rel] for rel in old_files if rel in remote})
         with store.translated(url):
             fs.rm_file(store.join(base, MANIFEST_FILE))
             if fs.exists(store.join(base, INDEX_FILE)):
@@ -274,6 +273,7 @@ def _push(
             for folder in sorted({posixpath.dirname(store.join(base, rel)) for rel in local}):
                 fs.makedirs(folder, exist_ok=True)
         for rel in todo:
+            journal.add_pending(rel)  # a kill mid-file leaves it ours, not another push's
             _upload_file(fs, directory / rel, store.join(base, rel), local[rel], progress)
             journal.add(rel, local[rel])
             result.uploaded += 1
@@ -300,18 +300,19 @@ def _push(
 
 
 def _foreign_files(
-    fs: Any, base: str, url: str, remote: dict[str, dict[str, Any]], known: dict[str, FileEntry]
+    fs: Any, base: str, url: str, remote: dict[str, dict[str, Any]], ours: set[str]
 ) -> list[str]:
     """The files at a URL without a manifest that no push wrote: in neither this cache's journal of
-    the URL nor the index a push killed before its manifest left there (a push elsewhere)."""
+    the URL (``ours``: uploaded, or started by a push killed mid-file) nor the index a push killed
+    before its manifest left there (a push elsewhere)."""
     index = _read_index(fs, base, url)
     listed = index.files if index is not None else {}
-    ours = (INDEX_FILE, MANIFEST_FILE)
+    own = (INDEX_FILE, MANIFEST_FILE)
     return sorted(
         rel
         for rel in remote
-        if rel not in ours and rel not in known and rel not in listed
-        and not (rel.startswith(ours) and rel.endswith(".part"))
+        if rel not in own and rel not in ours and rel not in listed
+        and not (rel.startswith(own) and rel.endswith(".part"))
     )  # fmt: skip
 
 
@@ -499,18 +500,38 @@ class _Journal:
             lock.release()
 
     def entries(self) -> dict[str, FileEntry]:
+        """The files whose bytes at the URL are known (a file being uploaded is not)."""
+        return self._read()[0]
+
+    def pending(self) -> set[str]:
+        """The files an upload started on and did not finish (a kill mid-file): this push's."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[dict[str, FileEntry], set[str]]:
         out: dict[str, FileEntry] = {}
+        started: set[str] = set()
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return out
+            return out, started
         for line in lines:
             try:  # a line torn by a kill is skipped: its file is uploaded again
                 rec = json.loads(line)
-                out[str(rec["rel"])] = FileEntry(int(rec["size"]), str(rec["sha256"]))
-            except (ValueError, KeyError, TypeError):
+                rel = str(rec["rel"])
+                if rec.get("pending"):
+                    out.pop(rel, None)
+                    started.add(rel)
+                else:
+                    out[rel] = FileEntry(int(rec["size"]), str(rec["sha256"]))
+                    started.discard(rel)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-        return out
+        return out, started
+
+    def add_pending(self, rel: str) -> None:
+        self.cache.tmp_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"rel": rel, "pending": True}) + "\n")
 
     def add(self, rel: str, entry: FileEntry) -> None:
         self.add_all({rel: entry})

@@ -504,7 +504,8 @@ def default_name(source: Path | HubPath) -> str:
         if named is not None:
             return named
         stem = source.name if source.exists() and not source.is_file() else _strip_suffixes(source.name)
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.").lstrip("_") or "dataset"
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem)
+    cleaned = re.sub(r"^[^A-Za-z0-9]+", "", cleaned).rstrip("-.") or "dataset"  # a part starts alphanumeric
     return re.sub(r"-{2,}", "-", cleaned)
 
 

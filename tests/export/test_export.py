@@ -451,6 +451,7 @@ def test_what_a_killed_export_left_is_removed_by_the_next(golden: Dataset, tmp_p
     import os
     import subprocess
     import sys
+    import time
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -462,6 +463,11 @@ def test_what_a_killed_export_left_is_removed_by_the_next(golden: Dataset, tmp_p
     (left_dir / "x").mkdir(parents=True)
     running = tmp_path / f".out.hdf5.{os.getpid()}.9.partial"  # a live process's: kept
     running.write_bytes(b"busy")
+    recent = tmp_path / f".td.{dead}.2.partial"  # unchanged for less than 15 minutes: kept (a
+    recent.write_bytes(b"?")  # process of another machine sharing the folder looks dead here)
+    old = time.time() - 16 * 60
+    for path in (left_file, left_dir, left_dir / "x", running):
+        os.utime(path, (old, old))
     export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
     export_dataset(golden, tmp_path / "td", "torchrl")
-    assert not left_file.exists() and not left_dir.exists() and running.exists()
+    assert not left_file.exists() and not left_dir.exists() and running.exists() and recent.exists()

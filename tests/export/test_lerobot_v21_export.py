@@ -176,6 +176,7 @@ def test_episode_tables_stream_and_stats_are_the_datasets(
     from rlds_cli.export import lerobot
 
     monkeypatch.setattr(lerobot, "INDEX_ROWS", 7)
+    monkeypatch.setattr(lerobot, "DATA_ROWS", 300)  # row groups of several episodes
     assert download("demo", "demo").exit_code == 0
     ds = open_dataset("demo")
     out = export_dataset(ds, tmp_path / "out", "lerobot", options={"version": version})
@@ -195,3 +196,28 @@ def test_episode_tables_stream_and_stats_are_the_datasets(
     np.testing.assert_allclose(stats["min"], action.min(0), rtol=1e-6)
     np.testing.assert_allclose(stats["max"], action.max(0), rtol=1e-6)
     assert stats["count"] == [ds.num_steps]
+    index = json.loads((out / "meta/stats.json").read_text())["index"]  # an integer feature stays one
+    assert (index["min"], index["max"]) == ([0], [ds.num_steps - 1])
+    data = pq.ParquetFile(out / "data/chunk-000/file-000.parquet")
+    assert 1 < data.num_row_groups < ds.num_episodes and data.metadata.num_rows == ds.num_steps
+
+
+def test_pooled_statistics_keep_a_small_spread_around_a_large_mean() -> None:
+    """sqrt(E[x^2] - mean^2) gave std 0.0 for values around 1e9 with a spread of 1e-3, and made
+    integer and bool minima floats; the pairwise combination keeps both."""
+    from rlds_cli.export.lerobot import StatsTotal
+    from rlds_cli.export.lerobot_common import as_list, feature_stats
+
+    rng = np.random.default_rng(0)
+    parts = [1e9 + rng.standard_normal((n, 1)) * 1e-3 for n in (40, 7, 90)]
+    flags = [rng.integers(0, 2, (len(x), 1)).astype(bool) for x in parts]
+    total = StatsTotal()
+    for x, f in zip(parts, flags, strict=True):
+        row = {f"stats/x/{w}": as_list(v) for w, v in feature_stats(x).items()}
+        row |= {f"stats/f/{w}": as_list(v) for w, v in feature_stats(f).items()}
+        total.add(row)
+    got = total.result()
+    whole = np.concatenate(parts)
+    np.testing.assert_allclose(got["x"]["std"], whole.std(0), rtol=1e-3)
+    np.testing.assert_allclose(got["x"]["mean"], whole.mean(0), rtol=1e-12)
+    assert got["f"]["min"].dtype == bool and got["f"]["max"].dtype == bool

@@ -372,8 +372,10 @@ def test_archive_default_names_drop_every_suffix(file_name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("file_name", "expected"), [("_x.hdf5", "x"), ("__a_b_.hdf5", "a_b_"), ("_.hdf5", "dataset")]
-)
+    ("file_name", "expected"),
+    [("_x.hdf5", "x"), ("__a_b_.hdf5", "a_b_"), ("_.hdf5", "dataset"), ("_-x.hdf5", "x"), ("_.x.hdf5", "x"),
+     ("__-a.npz", "a")],
+)  # fmt: skip
 def test_default_names_are_valid_names(file_name: str, expected: str) -> None:
     """A file named ``_x.hdf5`` gave the invalid default name ``_x`` (a part starts with a letter
     or a digit), and no hint of ``--name``."""

@@ -341,9 +341,9 @@ def test_a_growing_dataset_pushed_after_compaction_leaves_no_old_segment(hub: Hu
     were kept in the repo for ever, beside an index that no longer named them."""
     import json
 
-    from tests.remote.test_remote import _grow
+    from tests.remote.test_remote import grow
 
-    _grow("g", 4, 0)
+    grow("g", 4, 0)
     push("g", f"{REPO_URL}/g")
     result = runner.invoke(app, ["compact", "g"])
     assert result.exit_code == 0, result.output

@@ -239,7 +239,7 @@ def test_a_push_killed_before_any_write_leaves_no_manifest_and_resumes(tmp_path:
     assert tree(Path(pulled.path)) == tree(CacheRoot().dataset_dir(name))
 
 
-def _grow(name: str, episodes: int, seed: int) -> None:
+def grow(name: str, episodes: int, seed: int) -> None:
     import rlds_cli
 
     rng = np.random.default_rng(seed)
@@ -259,14 +259,14 @@ def test_a_grown_dataset_pushed_again_is_never_seen_half_written_and_pulls_again
     the pushed one. The pushed manifest goes first, so a push killed at any write leaves the URL
     without one (a push under way), never a manifest over a log of another push; and a pull of the
     grown dataset is no 'already holds this version'."""
-    _grow("g", 3, 0)
+    grow("g", 3, 0)
     url = f"file://{tmp_path / 'store' / 'g'}"
     push("g", url)
     other = CacheRoot(tmp_path / "o")
     assert pull(url, root=other).downloaded
     assert open_dataset("g", other).num_steps == 60  # a reader may leave files of its own there
     assert pull(url, root=other).up_to_date
-    _grow("g", 2, 1)
+    grow("g", 2, 1)
     writes = 0
     for k in range(1, 40):
 
@@ -407,7 +407,7 @@ def test_a_damaged_dataset_is_never_pushed(kind: str, tmp_path: Path) -> None:
     """Damaged local bytes are refused before anything is uploaded: pushed with fresh sha256s they
     verified on the store, and a re-push of the same version replaced the good copy there."""
     if kind == "growing":
-        _grow("d", 3, 0)
+        grow("d", 3, 0)
         damaged = sorted(CacheRoot().dataset_dir("d").glob("segments/*/arrays/observation*"))[0]
     else:
         make_demo("d", kind)
@@ -453,6 +453,19 @@ def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(tmp_path: Path)
     push_module._upload_file = saved
     assert code == faults.KILLED and not (tmp_path / "mine" / "manifest.json").exists()
     assert push("d", f"file://{tmp_path / 'mine'}").skipped >= 2
+
+    # killed in the middle of a file (half of it at its final name): its own, taken up again
+    def half_then_die(fs: Any, source: Path, target: str, entry: Any, progress: Any) -> None:
+        with fs.open(target, "wb") as f:
+            f.write(source.read_bytes()[: entry.size // 2])
+        os._exit(faults.KILLED)
+
+    push_module._upload_file, saved = half_then_die, push_module._upload_file
+    code, _ = faults._fork(lambda: push("d", f"file://{tmp_path / 'half'}"), None)
+    push_module._upload_file = saved
+    assert code == faults.KILLED
+    assert push("d", f"file://{tmp_path / 'half'}").uploaded  # not "files no push wrote"
+    assert pull(f"file://{tmp_path / 'half'}", root=tmp_path / "h").digests_checked
     assert push("d", f"file://{folder}", force=True).uploaded
     assert (folder / "main.py").exists() and pull(f"file://{folder}", root=tmp_path / "o").digests_checked
 
