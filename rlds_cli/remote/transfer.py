@@ -302,9 +302,8 @@ def _push(
 def _foreign_files(
     fs: Any, base: str, url: str, remote: dict[str, dict[str, Any]], ours: set[str]
 ) -> list[str]:
-    """The files at a URL without a manifest that no push wrote: in neither this cache's journal of
-    the URL (``ours``: uploaded, or started by a push killed mid-file) nor the index a push killed
-    before its manifest left there (a push elsewhere)."""
+    """The files at a URL without a manifest that no push wrote: not ``ours`` (this cache's journal:
+    uploaded, or started by a push killed mid-file), nor in an index a killed push left there."""
     index = _read_index(fs, base, url)
     listed = index.files if index is not None else {}
     own = (INDEX_FILE, MANIFEST_FILE)
@@ -317,8 +316,7 @@ def _foreign_files(
 
 
 def _check_committed(fs: Any, base: str, url: str, manifest_bytes: bytes) -> None:
-    """Read back the committed manifest and index: a push from another machine to the same URL
-    (object stores have no lock) may have written one of them in between."""
+    """Read back the committed manifest and index (another machine's push may have written one)."""
     index = _read_index(fs, base, url)
     there = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
     if (
@@ -333,17 +331,12 @@ def _check_committed(fs: Any, base: str, url: str, manifest_bytes: bytes) -> Non
 
 
 def _verify_local(directory: Path, manifest: Manifest, snapshot_of: Path | None) -> None:
-    """Check the files and content digests of the dataset at ``directory`` (a growing one's
-    snapshot: every live segment; ``snapshot_of``, the dataset it copies, is named in messages)
-    before anything is uploaded: damaged bytes pushed with fresh sha256s would verify on the store
-    and replace its good copy.
-
-    Raises:
-        CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
-    """
+    """Check the files and digests of the dataset at ``directory`` (a growing one's snapshot, named
+    as ``snapshot_of``) before any upload: damaged bytes pushed with fresh sha256s would verify on
+    the store. Raises ``CorruptDatasetError`` (the first problem named)."""
     from rlds_cli.cache.compose import verify_parent
 
-    verify_parent(_opened(directory, manifest), shown_at=snapshot_of)  # a snapshot is named as its dataset
+    verify_parent(_opened(directory, manifest), shown_at=snapshot_of)
 
 
 def _opened(directory: Path, manifest: Manifest) -> Dataset:
