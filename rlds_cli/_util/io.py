@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import errno
 import functools
+import glob
 import hashlib
 import os
+import re
 import shutil
 import stat
 import threading
@@ -39,6 +41,15 @@ def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp") -> Path:
     recovery looks for: see :meth:`rlds_cli.cache.root.CacheRoot.recover`)."""
     writer = f".{os.getpid()}.{threading.get_ident()}" if unique else ""
     return path.with_name(f".{path.name}{writer}{suffix}")
+
+
+def temp_paths_of(path: Path, *, suffix: str = ".tmp") -> Iterator[tuple[Path, int]]:
+    """The unique temporary names of :func:`temp_path` found beside ``path``, each with the pid of
+    the process that made it (whether that process still runs is the caller's question)."""
+    shape = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.\d+{re.escape(suffix)}")
+    for found in path.parent.glob(f".{glob.escape(path.name)}.*{suffix}"):
+        if (match := shape.fullmatch(found.name)) is not None:
+            yield found, int(match.group(1))
 
 
 @contextmanager

@@ -19,10 +19,8 @@ per observation (:func:`step_keys`, :func:`flat_keys`).
 from __future__ import annotations
 
 import errno
-import glob
 import inspect
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._util.io import atomic_path
+from rlds_cli._util.io import atomic_path, temp_paths_of
 from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
@@ -264,10 +262,8 @@ def _remove_dead_partials(out: Path) -> None:
     """Remove what exports to ``out`` killed before their rename left beside it: temporary names of
     processes that are gone, unchanged for :data:`PARTIAL_IDLE_SECONDS` (a running export's is
     kept)."""
-    own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.\d+{re.escape(PARTIAL_SUFFIX)}")
-    for left in out.parent.glob(f".{glob.escape(out.name)}.*{PARTIAL_SUFFIX}"):
-        found = own.fullmatch(left.name)
-        if found is None or pid_alive(int(found.group(1))):
+    for left, pid in temp_paths_of(out, suffix=PARTIAL_SUFFIX):
+        if pid_alive(pid):
             continue
         try:
             files = [left, *left.rglob("*")] if left.is_dir() and not left.is_symlink() else [left]
