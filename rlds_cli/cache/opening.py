@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlds_cli.cache.composed import ComposedDataset
 from rlds_cli.cache.dataset import Dataset, version_identity
@@ -19,7 +19,10 @@ from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError, DatasetReplacedError
 
-__all__ = ["open_dataset"]
+if TYPE_CHECKING:
+    from rlds_cli.cache.manifest import Manifest
+
+__all__ = ["open_dataset", "open_published"]
 
 #: How often :func:`open_dataset` tries again while a replacement of the dataset is under way.
 _OPEN_ATTEMPTS = 20
@@ -47,7 +50,7 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
         before = version_identity(directory)
         try:
             manifest = cache_root.manifest(name)
-            dataset = _dataset_class(manifest)(directory, manifest)
+            dataset = open_published(directory, manifest)
             if dataset.identity == before:  # manifest, index and directory of one version
                 return dataset
         except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
@@ -57,16 +60,17 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
     raise DatasetReplacedError(f"dataset {name!r} kept being replaced while it was opened")
 
 
-def _dataset_class(manifest: Any) -> type[Dataset]:
-    """The reader class of a manifest's layout (:class:`~rlds_cli.cache.growing.GrowingDataset`,
-    :class:`~rlds_cli.cache.composed.ComposedDataset` or :class:`Dataset`)."""
+def open_published(directory: Path, manifest: Manifest) -> Dataset:
+    """The dataset in ``directory`` whose manifest is ``manifest``, opened by its layout's reader
+    (:class:`~rlds_cli.cache.growing.GrowingDataset`, :class:`~rlds_cli.cache.composed.ComposedDataset`
+    or :class:`Dataset`)."""
     if manifest.layout == COMPOSED_LAYOUT:
-        return ComposedDataset
+        return ComposedDataset(directory, manifest)
     if manifest.layout == SEGMENTED_LAYOUT:
         from rlds_cli.cache.growing import GrowingDataset
 
-        return GrowingDataset
-    return Dataset
+        return GrowingDataset(directory, manifest)
+    return Dataset(directory, manifest)
 
 
 def _being_replaced(cache: CacheRoot, directory: Path, before: tuple[int, int, int] | None) -> bool:

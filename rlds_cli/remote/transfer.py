@@ -44,6 +44,7 @@ from rlds_cli._util.progress import Progress
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
 from rlds_cli.cache.manifest import Manifest, manifest_json, manifest_text, parse_manifest
+from rlds_cli.cache.opening import open_published
 from rlds_cli.cache.root import CacheRoot, target_problem, validate_name
 from rlds_cli.errors import (
     CorruptDatasetError,
@@ -336,16 +337,7 @@ def _verify_local(directory: Path, manifest: Manifest, snapshot_of: Path | None)
     the store. Raises ``CorruptDatasetError`` (the first problem named)."""
     from rlds_cli.cache.compose import verify_parent
 
-    verify_parent(_opened(directory, manifest), shown_at=snapshot_of)
-
-
-def _opened(directory: Path, manifest: Manifest) -> Dataset:
-    """The dataset at ``directory``: a growing one (its segments carry the digests) or not."""
-    if manifest.layout == SEGMENTED_LAYOUT:
-        from rlds_cli.cache.growing import GrowingDataset
-
-        return GrowingDataset(directory)
-    return Dataset(directory, manifest)
+    verify_parent(open_published(directory, manifest), shown_at=snapshot_of)
 
 
 def _unchanged(directory: Path, manifest_bytes: bytes) -> bool:
@@ -399,7 +391,6 @@ def _episode_starts(directory: Path) -> dict[str, np.ndarray]:
     dataset at ``directory`` (a growing one's: of each segment), by the file's path in it. A
     dataset these cannot be read from gets none: its files keep fixed blocks."""
     from rlds_cli.cache.backends.frames import frame_files
-    from rlds_cli.cache.dataset import Dataset
     from rlds_cli.cache.layout import SEGMENTS_DIR
     from rlds_cli.cache.reader import Episodes
 
@@ -719,7 +710,7 @@ def _check_build(build: Path, manifest_bytes: bytes, url: str, manifest: Manifes
     atomic_write(build / MANIFEST_FILE, manifest_bytes, unique=False)
     problems: list[tuple[str, str]] = []
     try:
-        ds = _opened(build, manifest)
+        ds = open_published(build, manifest)
         problems += [("files", p) for p in ds.check_files()]
         if not problems:
             problems += [(p.key, p.message) for p in digest.check_digests(ds).problems]
