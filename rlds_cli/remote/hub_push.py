@@ -382,12 +382,14 @@ def push_hub_folder(
             raise RemoteExistsError(f"{url} holds another version (its {marker} differs)")
     else:  # no marker: files there under the owned folders are someone else's, not an old version
         replaced = bool(stale)
-        if replaced and not force:
-            raise RemoteExistsError(
-                f"{url} holds {len(stale)} file(s) where the export goes that no export of this "
-                f"format wrote (no {marker}), e.g. {stale[0]}",
-                hint="pass --force to delete them in the export's commit, or export to a folder of "
-                "the repo: hf://datasets/ORG/REPO/PATH",
+        if not force:
+            store.refuse_foreign(
+                url,
+                stale,
+                "export",
+                marker,
+                hint="pass --force to delete them in the export's commit, or export to a folder of the "
+                "repo: hf://datasets/ORG/REPO/PATH",
             )
     add: dict[str, Path | bytes] = {
         _repo_path(where, rel): directory / rel
@@ -443,14 +445,14 @@ def plan_push(
     if replaced and not force:
         raise RemoteExistsError(f"{url} holds another version of a dataset (its {MANIFEST_FILE} differs)")
     if MANIFEST_FILE not in remote and not force:  # a push commits its manifest with its files
-        foreign = sorted(rel for rel in remote if _is_dataset_file(rel) or rel == INDEX_FILE)
-        if foreign:
-            raise RemoteExistsError(
-                f"{url} holds {len(foreign)} file(s) where the push goes that no push of a dataset "
-                f"wrote (no {MANIFEST_FILE}), e.g. {foreign[0]}",
-                hint="push to a folder of the repo of its own (hf://datasets/ORG/REPO/PATH), or pass "
-                "--force to write over them and delete the rest in the push's commit",
-            )
+        store.refuse_foreign(
+            url,
+            sorted(rel for rel in remote if _is_dataset_file(rel) or rel == INDEX_FILE),
+            "push",
+            MANIFEST_FILE,
+            hint="push to a folder of the repo of its own (hf://datasets/ORG/REPO/PATH), or pass --force "
+            "to write over them and delete the rest in the push's commit",
+        )
     add: dict[str, Path | bytes] = {
         _repo_path(where, rel): directory / rel
         for rel, entry in sorted(local.items())

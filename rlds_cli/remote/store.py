@@ -29,6 +29,7 @@ from rlds_cli.errors import (
     RemoteAccessError,
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
+    RemoteExistsError,
     RldsError,
 )
 from rlds_cli.remote import refuse_offline
@@ -645,6 +646,22 @@ def require_manifest(fs: Any, base: str, url: str) -> bytes:
 
 def manifest_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def refuse_foreign(url: str, foreign: list[str], writer: str, marker: str, hint: str) -> None:
+    """Refuse a push or export to ``url`` over ``foreign``: files there where the data goes that no
+    ``writer`` wrote (it holds no ``marker``), another project's, which a push would write over or
+    delete.
+
+    Raises:
+        RemoteExistsError: ``foreign`` is not empty (the first file named).
+    """
+    if foreign:
+        raise RemoteExistsError(
+            f"{url} holds {len(foreign)} file(s) where the {writer} goes that no {writer} wrote (no "
+            f"{marker}), e.g. {foreign[0]}",
+            hint=hint,
+        )
 
 
 def list_files(fs: Any, base: str, url: str) -> dict[str, dict[str, Any]]:

@@ -219,14 +219,14 @@ def _push(
     known.update(journal.entries())
     remote = store.list_files(fs, base, url)
     if committed is None and not force:
-        foreign = _foreign_files(fs, base, url, remote, {*known, *journal.pending()})
-        if foreign:
-            raise RemoteExistsError(
-                f"{url} holds {len(foreign)} file(s) that no push of a dataset there wrote (it has no "
-                f"{MANIFEST_FILE}), e.g. {foreign[0]}",
-                hint="push to a folder of its own (the URL is the dataset's folder), or pass --force to "
-                "write over them",
-            )
+        store.refuse_foreign(
+            url,
+            _foreign_files(fs, base, url, remote, {*known, *journal.pending()}),
+            "push",
+            MANIFEST_FILE,
+            hint="push to a folder of its own (the URL is the dataset's folder), or pass --force to write "
+            "over them",
+        )
     todo = []
     for rel, entry in sorted(local.items()):
         info = remote.get(rel)

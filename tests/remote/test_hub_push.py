@@ -327,7 +327,7 @@ def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(hub: HubStandin
     hub.add_repo("rlds-test/other", {".gitattributes": b"", **theirs})
     make_demo("demo", "memmap")
     url = "hf://datasets/rlds-test/other/x"
-    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) where the push goes that no push"):
+    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) where the push goes that no push wrote"):
         push("demo", url)
     assert len(hub.repos["rlds-test/other"].commits) == 1  # no commit
     push("demo", url, force=True)

@@ -444,7 +444,7 @@ def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(tmp_path: Path)
     (folder / "arrays").mkdir(parents=True)
     (folder / "arrays" / "action.npy").write_bytes(b"precious")
     (folder / "main.py").write_text("print()\n")
-    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) that no push of a dataset there wrote"):
+    with pytest.raises(RemoteExistsError, match=r"holds 2 file\(s\) where the push goes that no push wrote"):
         push("d", f"file://{folder}")
     assert (folder / "arrays" / "action.npy").read_bytes() == b"precious"
     assert not (folder / "manifest.json").exists()
