@@ -157,13 +157,16 @@ DICT_ACTION_FORMATS = ("minari", "rlds")
 
 
 def _refuse_dict_action(dataset: Dataset, format: str) -> None:
-    """Refuse a dataset whose action is several keys for a format with one action array."""
+    """Refuse a dataset without an action, or whose action is several keys for a format with one
+    action array."""
     fields = dataset.stored_fields
+    parts = sorted(k for k in fields if k.startswith("action/"))
+    if "action" not in fields and not parts:
+        raise ExportError(f"{dataset.name} has no action key; the {format} format holds one")
     if format not in DICT_ACTION_FORMATS and "action" not in fields:
-        parts = sorted(k for k in fields if k.startswith("action/"))
         raise ExportError(
-            f"{dataset.name} has no single 'action' array ({', '.join(parts) or 'no action key'}: a "
-            f"dict action space?); the {format} format holds one",
+            f"{dataset.name} has no single 'action' array ({', '.join(parts)}: a dict action space?); "
+            f"the {format} format holds one",
             hint=f"export to {' or '.join(DICT_ACTION_FORMATS)}, which keep dict actions",
         )
 

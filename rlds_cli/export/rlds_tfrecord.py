@@ -138,8 +138,6 @@ class _Plan:
 
     def __init__(self, dataset: Dataset, image_codec: str) -> None:
         fields = dataset.stored_fields
-        if "action" not in fields and not any(k.startswith("action/") for k in fields):
-            raise ExportError(f"{dataset.name} has no action key; RLDS steps hold one")
         refuse_complex(dataset, "an RLDS TFRecord")
         meta = _mapping(dataset.source_metadata)  # a view's are its parent's
         rlds = _mapping(meta.get("rlds"))

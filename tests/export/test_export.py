@@ -381,6 +381,19 @@ def test_a_dict_action_is_refused_by_the_formats_of_one_action_array(tmp_path: P
     export_dataset(open_dataset("dictact"), tmp_path / "kept", "rlds")  # a format that keeps them
 
 
+def test_a_dataset_without_an_action_is_refused_by_every_format(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every format holds an action: a dataset without one (no writer makes it; a hand-edited
+    manifest can) is refused in one line before anything is written."""
+    fields = {k: v for k, v in golden.stored_fields.items() if k != "action"}
+    monkeypatch.setattr(type(golden), "stored_fields", property(lambda self: fields))
+    for to in ("rlds", "minari", "npz"):
+        with pytest.raises(ExportError, match=f"{golden.name} has no action key; the {to} format holds one"):
+            export_dataset(golden, tmp_path / to, to)
+        assert not (tmp_path / to).exists()
+
+
 def test_a_path_through_a_file_and_a_full_disk_name_the_output(
     golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
