@@ -35,6 +35,8 @@ from tests.dataset_fixtures import make_dataset
 from tests.waits import HANG_SECONDS
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'rlds-cli[ray]')")
+# one test worker runs the module: one cluster started, not one in each worker
+pytestmark = pytest.mark.xdist_group("ray")
 
 try:  # the local S3 server of the remote tests (they need fsspec; these tests need Ray only)
     from tests.remote.test_remote import moto_endpoint
