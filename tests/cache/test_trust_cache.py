@@ -120,6 +120,20 @@ def test_verify_and_check_pass_on_complete_datasets_and_catch_a_missing_file(bac
     assert rlds("inspect", "d", "--check").returncode == 1
 
 
+def test_bytes_appended_to_an_array_file_are_damage() -> None:
+    """A ``.npy`` file longer than its header says (bytes appended: no rlds write leaves any)
+    passed ``verify``, ``inspect --check`` and every read."""
+    download("demo", name="d", backend="memmap")
+    victim = open_dataset("d").directory / "arrays" / "action.npy"
+    with victim.open("ab") as fh:
+        fh.write(b"\0" * 8)
+    for command in (["verify", "d"], ["inspect", "d", "--check"]):
+        result = rlds(*command)
+        assert result.returncode == 1 and "8 bytes follow the shape" in result.stdout + result.stderr, command
+    with pytest.raises(CorruptDatasetError, match=r"action\.npy is damaged: 8 bytes follow"):
+        rlds_cli.Loader("d", batch_size=8, seed=0).sample()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_a_damaged_zarr_chunk_is_one_clear_error(zarr_demo: rlds_cli.Dataset, damage: str) -> None:
     chunk = _chunk(zarr_demo, "observation")

@@ -107,6 +107,11 @@ def _checked_header(fh: IO[bytes], path: Path, what: str) -> tuple[tuple[int, ..
         raise CorruptDatasetError(
             f"{what} {path} is damaged: its header promises shape {shape} {dtype}, more than its {size} bytes"
         )
+    if offset + dtype.itemsize * count < size:  # rlds writes none: bytes appended, or a header changed
+        raise CorruptDatasetError(
+            f"{what} {path} is damaged: {size - offset - dtype.itemsize * count} bytes follow the shape "
+            f"{shape} {dtype} its header promises"
+        )
     return tuple(shape), dtype, offset
 
 
@@ -117,7 +122,8 @@ def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
     names the file in messages.
 
     Raises:
-        CorruptDatasetError: A damaged header, an object or Fortran array, or a short file.
+        CorruptDatasetError: A damaged header, an object or Fortran array, or a file shorter or
+            longer than its header says.
         FileNotFoundError: The file is missing.
     """
     with open(path, "rb") as fh:
