@@ -51,7 +51,9 @@ class Fault:
     (honour Range even when If-Range no longer matches: a buggy server), ``pause`` (send
     ``after`` body bytes, then the rest once ``wait`` is set: the download is surely under way
     and surely unfinished until the test says so), ``headers`` (the usual answer with ``headers``
-    added, e.g. a ``Content-Encoding`` the client did not ask for).
+    added, e.g. a ``Content-Encoding`` the client did not ask for), ``short_range`` (answer a
+    Range request with its first ``after`` bytes only, announced as ``bytes N-M/*``: a total the
+    server does not give).
     """
 
     kind: str
@@ -202,6 +204,9 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
                     )
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+                if fault and fault.kind == "short_range":
+                    body = body[: start + fault.after]
+                    headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/*"
             payload = body[start:]
             length = len(payload) + (fault.extra if fault and fault.kind == "bad_length" else 0)
             if fault and fault.kind == "cut":

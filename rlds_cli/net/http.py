@@ -455,6 +455,8 @@ def _get(
                 progress("reset", name, 0)
                 return None
             limit = end - start + 1  # never write more than the range the server announced
+            if total is None and info is not None:  # ``bytes N-M/*``: the size the file was announced at
+                total = info.size
             if not have:  # a 206 for the whole file (some servers): a new .part all the same
                 new_info = PartInfo.of(resp, url, total)
         else:  # 200: the whole file, from byte 0 (the file changed, or Range was ignored)

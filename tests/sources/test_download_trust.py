@@ -184,6 +184,19 @@ def test_a_206_of_another_total_size_restarts(
     ]
 
 
+def test_a_206_for_part_of_the_rest_of_unknown_total_is_not_the_end(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """A resume answered ``206 bytes N-M/*`` (a range short of the end, no total) was taken for
+    the end of the file: the download ended there. The size the first answer announced says more
+    is to come: the download goes on from M + 1."""
+    server.add_faults(PATH, Fault("cut", after=150_000), Fault("short_range", after=10_000))
+    result, _ = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == V1
+    assert [r.status for r in server.requests_for(PATH)] == [200, 206, 206]
+    assert [r.range for r in server.requests_for(PATH)][1:] == ["bytes=150000-", "bytes=160000-"]
+
+
 # --------------------------------------------------------------------------- 13: slow servers
 
 
