@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write
@@ -35,7 +37,13 @@ from rlds_cli._util.progress import DownloadProgress, Progress
 from rlds_cli.cache.card import make_card
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
-from rlds_cli.errors import DownloadFailedError, OfflineError, SourceFormatError, SourceNotFoundError
+from rlds_cli.errors import (
+    DownloadFailedError,
+    OfflineError,
+    SourceFormatError,
+    SourceNotFoundError,
+    UnsupportedSourceError,
+)
 from rlds_cli.formats import detect_format, reader_class
 from rlds_cli.frames.codecs import FramesMode
 from rlds_cli.net.fetch import FetchResult, RemoteFile, drop_raw_files, fetch_files
@@ -130,6 +138,7 @@ def download(
         "root": cache, "backend": backend, "frames": frames, "force": force, "progress": progress,
         "license": license, "citation": citation,
     }  # fmt: skip
+    source = _normal_url(source)
     path = Path(source).expanduser()
     if path.exists():
         return convert(
@@ -306,6 +315,32 @@ def _convert_source(fmt: str, folder: Path, results: list[FetchResult]) -> Path 
     if fmt in _REGISTRY_FOLDER_FORMATS:
         return folder
     return results[0].path if len(results) == 1 else [r.path for r in results]
+
+
+#: A URL's scheme (RFC 3986: a letter, then letters, digits, ``+``, ``-``, ``.``).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _normal_url(source: str) -> str:
+    """``source`` with its URL scheme in lower case (``HTTP://`` is ``http://``), a ``file://``
+    URL as its local path.
+
+    Raises:
+        UnsupportedSourceError: A URL of a scheme rlds does not download (``ftp://``, ``s3://``).
+    """
+    found = _SCHEME.match(source)
+    if found is None:
+        return source
+    scheme = found.group(1).lower()
+    if scheme == "file":
+        return url2pathname(urlsplit(source).path)
+    if scheme not in ("http", "https", "hf"):
+        raise UnsupportedSourceError(
+            f"{source}: rlds downloads http://, https:// and hf:// URLs, not {scheme}://",
+            hint="fetch the file with another tool and pass its path (a dataset pushed with 'rlds push' "
+            "comes back with 'rlds pull')",
+        )
+    return scheme + source[len(scheme) :]
 
 
 def _looks_like_path(source: str) -> bool:

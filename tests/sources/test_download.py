@@ -265,6 +265,26 @@ def test_url_download(server: FaultServer, isolated_cache: Path) -> None:
     assert f"GET {server.url('/nope.hdf5')} answered HTTP 404" in missing.stderr
 
 
+def test_url_schemes(server: FaultServer, isolated_cache: Path) -> None:
+    """``HTTP://`` and ``file://`` sources were taken for paths ("source file HTTP:/... does not
+    exist"); ``ftp://`` too. A scheme is any case; ``file://`` is the local path; one rlds does not
+    fetch is named."""
+    url = server.url("/d4rl/pointmass.hdf5").replace("http://", "HTTP://")
+    assert ok_json("download", url, "--name", "upper", "--max-episode-steps", "100")["num_steps"] == 5000
+    local = isolated_cache / "raw-copy.hdf5"
+    local.write_bytes(server.files["/d4rl/pointmass.hdf5"])
+    data = ok_json("download", local.as_uri(), "--name", "local", "--max-episode-steps", "100")
+    assert data["num_steps"] == 5000
+    for source in ("ftp://example.com/x.hdf5", "S3://bucket/x.hdf5"):
+        result = invoke("download", source)
+        assert result.exit_code == 1, result.output
+        scheme = source.split(":")[0].lower()
+        assert result.stderr.startswith(
+            f"error: {source}: rlds downloads http://, https:// and hf:// URLs, not {scheme}://"
+        )
+    assert published(isolated_cache) == ["local", "upper"]
+
+
 def test_minari_entry_passes_its_folder(
     server: FaultServer, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
