@@ -400,6 +400,7 @@ def _combine(
 def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:
     """Delete downloaded files (``--no-keep-raw``); ``hashes.json`` stays, so a later download
     is still checked against the recorded hashes."""
+    HashStore(folder).mark_dropped(r.name for r in results)  # first: verify then says why they are gone
     for r in results:
         r.path.unlink(missing_ok=True)
         discard_part(part_path(folder, r.name))

@@ -188,6 +188,7 @@ class FileRecord:
             only once the file converted; hashes from an authority are pinned at once.
         convert_failed: An unpinned file whose conversion failed: the next run fetches it
             again instead of reusing it (see the module docstring).
+        dropped: Deleted after its conversion (``--no-keep-raw``): its absence is no loss.
     """
 
     sha256: str
@@ -198,6 +199,7 @@ class FileRecord:
     verified_at: str = ""
     pinned: bool = True
     convert_failed: bool = False
+    dropped: bool = False
 
 
 class HashStore:
@@ -261,6 +263,16 @@ class HashStore:
 
         self._update(change)
 
+    def mark_dropped(self, names: Iterable[str]) -> None:
+        """Record that the files ``names`` were deleted after their conversion (``--no-keep-raw``)."""
+        wanted = set(names)
+
+        def change(records: dict[str, FileRecord]) -> None:
+            for name in wanted & set(records):
+                records[name].dropped = True
+
+        self._update(change)
+
     def _update(self, change: Any) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with _THREAD_LOCK, self._lock():
@@ -274,11 +286,12 @@ class HashStore:
 
 
 def _as_json(record: FileRecord) -> dict[str, Any]:
-    """A record as stored; ``convert_failed`` only when set, so an rlds that does not know the key
-    still reads the folder's other records."""
+    """A record as stored; ``convert_failed`` and ``dropped`` only when set, so an rlds that does not
+    know those keys still reads the folder's other records."""
     data = asdict(record)
-    if not data["convert_failed"]:
-        del data["convert_failed"]
+    for flag in ("convert_failed", "dropped"):
+        if not data[flag]:
+            del data[flag]
     return data
 
 

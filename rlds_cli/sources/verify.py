@@ -134,6 +134,13 @@ def _raw_file_check(f: dict[str, Any], name: str) -> dict[str, Any]:
             "skipped",
             "not kept on disk (--no-keep-raw); its recorded sha256 still checks the next download",
         )
+    if f["status"] == "gone":
+        return _check(
+            label,
+            "skipped",
+            "no longer on disk: it was kept after its download and removed since; its recorded sha256 still "
+            "checks the next download",
+        )
     origin = f"the {f['origin']} sha256" if f["origin"] else "the recorded sha256"
     if f["status"] == "ok":
         return _check(label, "pass", f"sha256 {f['actual'][:16]}... matches {origin}")
@@ -430,7 +437,7 @@ def _check_files(folder: Path, known: dict[str, str]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"name": file_name, "expected": expected, "actual": None}
         row["origin"] = "registry" if file_name in known else (rec.origin if rec else None)
         if not path.is_file():
-            row["status"] = "not kept"
+            row["status"] = "not kept" if rec is not None and rec.dropped else "gone"
         else:
             row["actual"] = sha256_file(path)
             clash = rec is not None and file_name in known and rec.sha256 != known[file_name]

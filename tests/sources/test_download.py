@@ -232,6 +232,19 @@ def test_no_keep_raw_keeps_hashes(server: FaultServer, isolated_cache: Path) -> 
     assert record is not None and record.sha256 == DEMO_SHA and record.pinned
     report = ok_json("verify", "lp")
     assert report["ok"] and report["files"][0]["status"] == "not kept"
+    assert "--no-keep-raw" in invoke("verify", "lp").stdout
+
+
+def test_a_kept_raw_file_removed_since_is_not_said_to_be_no_keep_raw(
+    server: FaultServer, isolated_cache: Path
+) -> None:
+    """``verify`` reported any missing downloaded file as removed by ``--no-keep-raw``."""
+    assert invoke("download", "lp").exit_code == 0
+    (raw(isolated_cache) / "pointmass.hdf5").unlink()
+    report = ok_json("verify", "lp")
+    assert report["ok"] and report["files"][0]["status"] == "gone"
+    text = " ".join(invoke("verify", "lp").stdout.split())
+    assert "--no-keep-raw" not in text and "kept after its download and removed since" in text
 
 
 def test_offline(server: FaultServer, isolated_cache: Path) -> None:
