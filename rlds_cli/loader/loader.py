@@ -42,7 +42,9 @@ from rlds_cli.loader.read_ahead import Prefetcher, Prepared
 from rlds_cli.loader.run_state import (
     all_gather_objects,
     check_loader_state,
+    check_settings,
     check_shard,
+    dataset_fingerprint,
     rank_world,
     run_seed,
     view_state,
@@ -205,6 +207,8 @@ class Loader:
         self.prefetch, self.as_tensordict = prefetch, bool(as_tensordict)
         self.float_dtype, self._dtypes = float_dtype, DtypePolicy(float_dtype)
         self.num_batches, self.epochs = num_batches, epochs
+        self._pass_left: int | None = None  # inside a ``for`` pass: what it still owes
+        self._resumed_pass: int | None = None  # from a restored state: the next pass's length
         self.rank, self.world_size = rank_world(rank, world_size)
         # bound first: the first transform may produce keys itself (its claim()), never read
         self.transforms = self._bind(with_windows(windows, transform, given))
@@ -346,7 +350,17 @@ class Loader:
         self.sampler.follow(change)  # type: ignore[attr-defined]  # checked by the Refresher
         self._batches_per_epoch = self._epoch_length()
 
+    def _settings(self) -> dict[str, Any]:
+        """What a state must be restored with (:func:`~rlds_cli.loader.run_state.check_settings`)."""
+        dataset = dataset_fingerprint(self.dataset)
+        return {**self._sampler_settings, "batch_size": self.batch_size, "dataset": dataset}
+
     def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:
+        # options as given (reprs: JSON- and torch.save-safe, and equal when the values are)
+        self._sampler_settings = {
+            "sampler": sampler if isinstance(sampler, str) else type(sampler).__name__,
+            **{f"sampler option {k}": repr(v) for k, v in sorted(options.items())},
+        }
         if isinstance(sampler, str):
             # one run seed for every rank (epoch shards need it); each rank's stream derives from it
             shared = sampler in ("epoch", "blocks")
@@ -541,24 +555,36 @@ class Loader:
         return self._next()[0]
 
     def __iter__(self) -> Iterator[Any]:
-        """One pass: ``num_batches`` batches if set, else ``epochs`` epochs (endless if None)."""
-        if self.num_batches is not None:
-            for _ in range(self.num_batches):
-                yield self._next()[0]
-            return
-        if self.epochs is None:
-            yield from self.stream()
-            return
-        left = self.epochs
-        if left and self._epoch_end_pending:  # the current epoch is over: it counts, with no batch
-            self._epoch_end_pending = False
-            left -= 1
-        while left > 0:
-            batch, end = self._next()
-            yield batch
-            self._epoch_end_pending = False  # the loop came back for more: it is past that batch
-            if end:
+        """One pass: ``num_batches`` batches if set, else ``epochs`` epochs (endless if None). After
+        :meth:`load_state_dict` of a state saved inside a pass, the rest of that pass."""
+        resumed, self._resumed_pass = self._resumed_pass, None
+        try:
+            if self.num_batches is not None:
+                left = self.num_batches if resumed is None else resumed
+                while left > 0:
+                    batch = self._next()[0]
+                    left -= 1
+                    self._pass_left = left  # batches the pass still owes
+                    yield batch
+                return
+            if self.epochs is None:
+                yield from self.stream()
+                return
+            left = self.epochs if resumed is None else resumed
+            if left and self._epoch_end_pending:  # the current epoch is over: it counts, with no batch
+                self._epoch_end_pending = False
                 left -= 1
+            while left > 0:
+                batch, end = self._next()
+                # epochs the pass still owes, counting this batch's (a state's epoch_end_pending
+                # ends it)
+                self._pass_left = left
+                yield batch
+                self._epoch_end_pending = False  # the loop came back for more: it is past that batch
+                if end:
+                    left -= 1
+        finally:
+            self._pass_left = None  # the pass ended, or was left (a new ``for`` starts a new one)
 
     def stream(self) -> Iterator[Any]:
         """An endless stream of batches (epochs follow each other), whatever ``epochs`` says."""
@@ -626,6 +652,8 @@ class Loader:
             "sampler": sampler,
             "batches_drawn": self.batches_drawn,
             "epoch_end_pending": self._epoch_end_pending,
+            **({} if self._pass_left is None else {"pass_left": self._pass_left}),
+            "settings": self._settings(),
             "seed": self.seed,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -642,6 +670,7 @@ class Loader:
         at another (or with ranks that stopped at different batches), an elastic sampler
         (``"epoch"``, ``"blocks"``) shares the epoch's unconsumed steps over the new ranks."""
         state = dict(check_loader_state(state, self.dataset))  # every field checked before any change
+        check_settings(state, self._settings(), getattr(self.dataset, "name", "this source"))
         ranks = check_ranks_field(state)
         self.close()
         if not isinstance(self.sampler, Checkpointable):
@@ -656,6 +685,8 @@ class Loader:
             self.sampler.load_state_dict(state["sampler"])
         self.batches_drawn = int(state.get("batches_drawn", 0))
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
+        # the next ``for`` finishes the pass the state was saved in
+        self._resumed_pass = None if state.get("pass_left") is None else int(state["pass_left"])
         if state.get("seed") is not None:
             self.seed = int(state["seed"])
 

@@ -21,7 +21,10 @@ out-of-range value that loops forever.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import secrets
 import sys
 from collections.abc import Mapping
@@ -228,7 +231,11 @@ def check_number(
     if value is _MISSING:
         return
     ok = not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
-    if not ok or not np.isfinite(value) or value < low:
+    try:
+        ok = ok and math.isfinite(float(value))  # a Python int past float's range too
+    except OverflowError:
+        ok = False
+    if not ok or value < low:
         raise LoaderStateError(f"{what} state field {key!r} must be a finite number >= {low}, got {value!r}")
 
 
@@ -302,6 +309,9 @@ def check_loader_state(state: Any, dataset: Any = None) -> Mapping[str, Any]:
     check_shard_fields(state, "Loader", num_steps=False)
     check_int(state, "batches_drawn", "Loader", required=False)
     check_bool(state, "epoch_end_pending", "Loader")
+    check_int(state, "pass_left", "Loader", required=False)
+    if "settings" in state and not isinstance(state["settings"], Mapping):
+        raise LoaderStateError(f"Loader state field 'settings' must be a mapping, got {state['settings']!r}")
     saved = check_int(state, "view", "Loader", required=False)
     position = getattr(dataset, "log_position", None)
     if saved is not None and position is not None and saved != position:
@@ -313,6 +323,45 @@ def check_loader_state(state: Any, dataset: Any = None) -> Mapping[str, Any]:
             "kept), or start the sampler afresh on the new view",
         )
     return state
+
+
+def dataset_fingerprint(dataset: Any) -> str | None:
+    """What tells a dataset's rows from another's of the same size: a digest of its manifest's
+    content digests (a copy pulled elsewhere has the same); ``None`` where it records none."""
+    digests = getattr(getattr(dataset, "manifest", None), "content_digest", None)
+    if not digests:
+        return None
+    return hashlib.sha256(json.dumps(digests, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def check_settings(state: Mapping[str, Any], mine: Mapping[str, Any], name: str) -> None:
+    """Refuse a state saved with other settings than ``mine`` (a loader's sampler, its options, batch
+    size and dataset): restored, it would continue another stream than the one it was saved from.
+    A state without ``settings`` (saved by an rlds before 2026-11-28) is not checked."""
+    saved = state.get("settings")
+    if not isinstance(saved, Mapping):
+        return
+    for key in sorted(set(saved) | set(mine)):
+        if key == "dataset" and (saved.get(key) is None or mine.get(key) is None):
+            continue  # a dataset that records no content digest (a growing one: its view is checked)
+        if saved.get(key) != mine.get(key):
+            if key == "dataset":
+                raise LoaderStateError(
+                    f"Loader state was saved on another dataset than {name!r} (its content digests differ)",
+                    hint="restore it on the dataset it was saved from, or start the loader afresh",
+                )
+            raise LoaderStateError(
+                f"Loader state was saved with {key} {_shown(key, saved.get(key))}; this loader has {key} "
+                f"{_shown(key, mine.get(key))}: restored, it would continue another stream",
+                hint=f"make the loader with the {key} the state was saved with, or start it afresh",
+            )
+
+
+def _shown(key: str, value: Any) -> str:
+    """A setting's value in a message (sampler options are kept as their reprs already)."""
+    if value is None:
+        return "not given"
+    return value if key.startswith("sampler option") and isinstance(value, str) else repr(value)
 
 
 def view_state(dataset: Any) -> dict[str, int]:

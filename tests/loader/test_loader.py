@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.errors import DatasetNotFoundError, LoaderStateError
 from rlds_cli.loader import Loader, UniformSampler
 from rlds_cli.sources.download import download
 from tests.d4rl_fixtures import GOLDEN_NO_NEXT, GoldenFactory, golden_column
@@ -246,8 +248,93 @@ def test_state_dict_resumes_the_same_stream(demo: Dataset) -> None:
 
 def test_state_dict_from_another_dataset_is_refused(demo: Dataset, golden: Dataset) -> None:
     state = Loader(golden, batch_size=4).state_dict()
-    with pytest.raises(ValueError, match="6 steps"):
+    with pytest.raises(ValueError, match="saved on another dataset than"):
         Loader(demo, batch_size=4).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"sampler": "epoch", "epochs": 3}, {"sampler": "uniform", "epochs": 2}, {"num_batches": 25}],
+    ids=["epoch-3", "uniform-2", "batches-25"],
+)
+@pytest.mark.parametrize("saved_after", [1, 39, 40, 41, -1])
+def test_a_state_saved_inside_a_pass_resumes_the_rest_of_that_pass(
+    demo: Dataset, options: dict[str, Any], saved_after: int
+) -> None:
+    """A resumed ``for`` started a whole new pass: ``epochs=3`` saved after 107 of 108 batches gave
+    73 more, ``num_batches=25`` saved after 24 gave 25. It finishes the saved pass, batch for batch
+    (also saved at an epoch's end, and after the pass's last batch: the pass it was saved in has
+    nothing left, then the next is whole)."""
+    kwargs = {"batch_size": 128, "seed": 7, "keys": ["action"], **options}
+    whole = Loader(demo, **kwargs)
+    passes = [[b["index"].tolist() for b in whole] for _ in range(2)]
+    cut = saved_after % len(passes[0]) if saved_after >= 0 else len(passes[0])
+    first = Loader(demo, **kwargs)
+    batches = iter(first)
+    seen = [next(batches)["index"].tolist() for _ in range(cut)]
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    again = Loader(demo, **kwargs)
+    again.load_state_dict(state)
+    rest = [b["index"].tolist() for b in again]
+    if cut < len(passes[0]):
+        assert seen + rest == passes[0]
+        assert [b["index"].tolist() for b in again] == passes[1]  # then a whole pass, as uninterrupted
+    else:  # saved in the loop after the pass's last batch: that pass is over
+        assert seen == passes[0] and rest == []
+        assert [b["index"].tolist() for b in again] == passes[1]
+
+
+@pytest.mark.parametrize(
+    ("saved", "restored", "refused"),
+    [
+        (
+            {"sampler": "blocks", "block_rows": 128},
+            {"sampler": "epoch"},
+            "sampler 'blocks'; this loader has sampler 'epoch'",
+        ),
+        (
+            {"sampler": "epoch"},
+            {"sampler": "epoch", "shuffle": False},
+            "sampler option shuffle not given; this loader has sampler option shuffle False",
+        ),
+        (
+            {"sampler": "slice", "slice_len": 8},
+            {"sampler": "slice", "slice_len": 16},
+            "slice_len 8; this loader has sampler option slice_len 16",
+        ),
+        (
+            {"sampler": "prioritized"},
+            {"sampler": "uniform"},
+            "sampler 'prioritized'; this loader has sampler 'uniform'",
+        ),
+        (
+            {"sampler": "epoch"},
+            {"sampler": "epoch", "batch_size": 32},
+            "batch_size 64; this loader has batch_size 32",
+        ),
+    ],
+    ids=["blocks-epoch", "shuffle", "slice_len", "prioritized-uniform", "batch_size"],
+)
+def test_a_state_of_other_settings_is_refused(
+    demo: Dataset, saved: dict[str, Any], restored: dict[str, Any], refused: str
+) -> None:
+    """Each was restored without a word, and the stream went on wrong (an epoch repeating 467 steps
+    and missing as many)."""
+    first = Loader(demo, **{"batch_size": 64, "seed": 7, **saved})
+    first.sample()
+    with pytest.raises(LoaderStateError, match=re.escape(refused)):
+        Loader(demo, **{"batch_size": 64, "seed": 7, **restored}).load_state_dict(first.state_dict())
+
+
+def test_a_state_of_another_dataset_of_the_same_size_is_refused(demo: Dataset, demo_root: Path) -> None:
+    from rlds_cli.preprocess import run
+    from rlds_cli.testing.sources import normalize
+
+    run(demo.name, normalize, "other", root=demo_root, workers=1)
+    state = Loader(demo, batch_size=64, seed=7).state_dict()
+    assert open_dataset("other", demo_root).num_steps == demo.num_steps
+    with pytest.raises(LoaderStateError, match="saved on another dataset than 'other'"):
+        Loader(open_dataset("other", demo_root), batch_size=64, seed=7).load_state_dict(state)
 
 
 def test_num_batches_and_len(demo: Dataset) -> None:
