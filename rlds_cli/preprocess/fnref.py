@@ -145,11 +145,27 @@ def resolve(ref: str, shipped: Mapping[str, Any] | None = None) -> Callable[...,
     return obj
 
 
+def _source_files(target: Any) -> list[str]:
+    """The source files of ``target`` and of what it wraps (``functools.wraps``: ``__wrapped__``),
+    each once, in that order."""
+    files: list[str] = []
+    for obj in (target, inspect.unwrap(target) if callable(target) else target):
+        try:
+            source = inspect.getsourcefile(obj)
+        except TypeError:
+            continue
+        if source and Path(source).is_file() and source not in files:
+            files.append(source)
+    return files
+
+
 def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
     """The reference recorded in lineage and the sha256 of the file that defines the function.
 
     For a reference string the file is the module's source file; for a callable passed from
-    Python it is ``inspect.getsourcefile``'s answer, else the sha256 of its pickle.
+    Python it is ``inspect.getsourcefile``'s answer, else the sha256 of its pickle. A decorated
+    function's digest covers the file that defines it too (``__wrapped__``), so an edit of it is
+    a new job.
     """
     if isinstance(fn, str):
         module_part, _ = split_ref(fn)
@@ -160,12 +176,12 @@ def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
     else:
         target = fn
         ref = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__name__)}"
-    try:
-        source = inspect.getsourcefile(target)
-    except TypeError:
-        source = None
-    if source and Path(source).is_file():
-        return ref, sha256_file(source)
+    files = _source_files(target)
+    if len(files) == 1:
+        return ref, sha256_file(files[0])
+    if files:  # a decorated function: the decorator's file, and the one its function is defined in
+        joined = "".join(f"{f}\0{sha256_file(f)}\n" for f in files)
+        return ref, hashlib.sha256(joined.encode()).hexdigest()
     try:
         return ref, hashlib.sha256(pickle.dumps(target)).hexdigest()
     except Exception:

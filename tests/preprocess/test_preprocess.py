@@ -408,6 +408,27 @@ def test_rerun_is_a_noop_unless_force(golden: str) -> None:
     assert np.any(before["observation"] != 0)
 
 
+def test_an_edit_of_a_decorated_function_is_a_new_job(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function wrapped by a decorator of another file (``functools.wraps``) was recorded with
+    the decorator file's sha256: once the function was edited, the re-run said "nothing to do" and
+    kept the old output."""
+    (tmp_path / "deco_for_rlds.py").write_text(
+        "import functools\n\ndef logged(f):\n    @functools.wraps(f)\n"
+        "    def w(b):\n        return f(b)\n    return w\n"
+    )
+    user = tmp_path / "decorated_fn_for_rlds.py"
+    user.write_text("from deco_for_rlds import logged\n\n@logged\ndef same(b):\n    return dict(b)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = "decorated_fn_for_rlds:same"
+    assert not preprocess.run(golden, ref, "deco", workers=1).reused
+    assert preprocess.run(golden, ref, "deco", workers=1).reused
+    user.write_text(user.read_text() + "\n# edited\n")
+    with pytest.raises(DatasetExistsError):  # another job now: not "nothing to do"
+        preprocess.run(golden, ref, "deco", workers=1)
+
+
 def test_a_damaged_source_is_refused_before_anything_is_made(golden: str, isolated_cache: Path) -> None:
     """A flipped byte of the source (or of a view's parent) was copied into the output, which got
     fresh digests and passed verify."""
