@@ -39,6 +39,7 @@ import os
 import shutil
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,7 @@ from rlds_cli.preprocess.plan import (
     read_chunk,
 )
 from rlds_cli.preprocess.pool import stop_if_reimported
-from rlds_cli.preprocess.worker import data_path, forget, read_npz, summary_path
+from rlds_cli.preprocess.worker import data_path, forget, read_npz, rows_digest, summary_path
 
 FnLike = str | Callable[..., Any]
 
@@ -531,6 +532,8 @@ def _execute(
     mode = saved["mode"]
     plan = job.plan
     done = finished_chunks(job_dir, plan.num_chunks)
+    if resume:  # what an earlier run left is checked before it is published
+        done = _intact_chunks(job_dir, done, mode, job.storage)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -640,6 +643,37 @@ def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
             continue
         done.append(i)
     return done
+
+
+def _intact_chunks(job_dir: Path, done: list[int], mode: str, storage: str) -> list[int]:
+    """The finished chunks of an earlier run whose rows are as written: per-step (direct), each
+    output region's digest is its summary's; per-episode, the chunk file's CRCs hold. A damaged one
+    is said (a warning) and run again: only the job's own temporary files are concerned."""
+    backend = get_backend(storage)
+    out, columns = job_dir / JOB_OUTPUT_DIR, {}
+    intact = []
+    for i in done:
+        meta, _ = read_npz(summary_path(job_dir, i))
+        try:
+            if mode == "direct":
+                for key, (a, b, recorded) in (meta.get("regions") or {}).items():
+                    if key not in columns:
+                        columns[key] = backend.open_column(out, key)
+                    column = columns[key]
+                    if rows_digest(np.asarray(column[a:b])) != recorded:
+                        raise ValueError(f"rows {a}-{b - 1} of {key!r} differ from what the chunk wrote")
+            elif meta.get("data_file"):
+                with zipfile.ZipFile(data_path(job_dir, i)) as chunk_file:
+                    bad = chunk_file.testzip()
+                if bad is not None:
+                    raise ValueError(f"{data_path(job_dir, i).name}: {bad} fails its CRC-32")
+        except (OSError, ValueError, zipfile.BadZipFile, CorruptDatasetError) as exc:
+            logger.warning("job %s: chunk %d of the interrupted run is damaged (%s): running it again",
+                           job_dir.name, i, exc)  # fmt: skip
+            summary_path(job_dir, i).unlink(missing_ok=True)
+            continue
+        intact.append(i)
+    return intact
 
 
 def finish(

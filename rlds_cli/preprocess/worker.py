@@ -9,6 +9,7 @@ exists. Errors come back as plain data (exceptions of user code need not pickle)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -156,8 +157,9 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
             if not done[-1]:
                 extra[f"last/{key}"] = arrays[f"next/{key}"][-1]
     job_dir = Path(spec["job_dir"])
+    regions: dict[str, list[Any]] = {}
     if spec["mode"] == "direct":
-        _write_direct(spec, arrays, expected, ends, start, e0)
+        regions = _write_direct(spec, arrays, expected, ends, start, e0)
     elif n:
         ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
         _write_file(
@@ -171,6 +173,8 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
         "ends_done": bool(n and done[-1]),
         # a positive record: the chunk's rows are in a chunk file that must still exist
         "data_file": spec["mode"] != "direct" and bool(n),
+        # the rows written into each preallocated column, and their digest: a resumed job checks them
+        "regions": regions,
     }
     summary = {"meta": np.asarray(json.dumps(meta)), **extra}
     _write_npz(summary_path(job_dir, i), summary, spec["fsync"], spec.get("job_url"))
@@ -229,21 +233,30 @@ def _write_direct(
     ends: np.ndarray,
     start: int,
     e0: int,
-) -> None:
+) -> dict[str, list[Any]]:
     """Write the chunk's disjoint region of every preallocated column (per-step mode): steps
     ``[start, stop)`` of step keys, flat rows ``[start + e0, stop + e0 + episode ends)`` of flat
-    keys, through the output's backend."""
+    keys, through the output's backend. Returns ``{key: [first row, end row, digest]}``
+    (:func:`rows_digest`) of each region written."""
     backend = get_backend(spec["storage"])
     out = Path(spec["job_dir"]) / JOB_OUTPUT_DIR
+    regions: dict[str, list[Any]] = {}
     for key, fs in expected.items():
         n = len(arrays[key])
+        a, b = (start + e0, start + e0 + n + len(ends)) if fs.storage == "flat" else (start, start + n)
+        region = backend.open_region(out, key, a, b)
         if fs.storage == "flat":
-            region = backend.open_region(out, key, start + e0, start + e0 + n + len(ends))
             schema.write_flat(region.rows, 0, key, arrays, ends)
         else:
-            region = backend.open_region(out, key, start, start + n)
             region.rows[:] = arrays[key]
+        regions[key] = [a, b, rows_digest(region.rows)]
         region.close(fsync=spec["fsync"])
+    return regions
+
+
+def rows_digest(rows: np.ndarray) -> str:
+    """The sha256 of rows' bytes (C order), as a chunk's summary records them."""
+    return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
 
 
 def _write_file(

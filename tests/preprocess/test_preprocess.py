@@ -429,6 +429,55 @@ def test_an_edit_of_a_decorated_function_is_a_new_job(
         preprocess.run(golden, ref, "deco", workers=1)
 
 
+STOPS_ONCE = """
+import os
+
+def double(batch):
+    if os.path.exists(os.environ["RLDS_TEST_STOP_MARK"]) and batch["index"][0] >= 40:
+        raise ValueError("stopped")
+    out = dict(batch)
+    out["action"] = batch["action"] * 2
+    return out
+"""
+
+
+@pytest.mark.parametrize("by", ["step", "episode"])
+def test_a_damaged_finished_chunk_is_run_again_on_resume(
+    medium: str,
+    by: str,
+    tmp_path: Path,
+    isolated_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A byte flipped in the rows a finished chunk of an interrupted job had written (the output's
+    region, per step) was published by ``--resume`` with fresh digests; in its chunk file (per
+    episode) it was 'unexpected BadZipFile' at every resume. Each is now found and run again."""
+    fn = tmp_path / "stops_once.py"
+    fn.write_text(STOPS_ONCE)
+    mark = tmp_path / "stop"
+    monkeypatch.setenv("RLDS_TEST_STOP_MARK", str(mark))
+    ref = preprocess.run(medium, f"{fn}:double", "ref", workers=1, chunk_steps=10, by=by)
+    mark.touch()
+    with pytest.raises(UserFunctionError):
+        preprocess.run(medium, f"{fn}:double", "out", workers=1, chunk_steps=10, by=by)
+    (job,) = (isolated_cache / "tmp").glob("out.job-*")
+    if by == "step":
+        target = job / "out" / "arrays" / "action.npy"
+        offset = np.load(target, mmap_mode="r").offset + 2  # in the first chunk's rows
+    else:
+        target = job / "chunks" / "00000000.data.npz"
+        offset = target.stat().st_size // 2
+    data = bytearray(target.read_bytes())
+    data[offset] ^= 0x10
+    target.write_bytes(bytes(data))
+    mark.unlink()
+    with caplog.at_level("WARNING", logger="rlds_cli.preprocess"):
+        result = preprocess.run(medium, f"{fn}:double", "out", workers=1, chunk_steps=10, by=by, resume=True)
+    assert result.resumed_chunks >= 1 and "chunk 0 of the interrupted run is damaged" in caplog.text
+    assert_same(everything("out"), everything(ref.manifest.name))
+
+
 def test_a_damaged_source_is_refused_before_anything_is_made(golden: str, isolated_cache: Path) -> None:
     """A flipped byte of the source (or of a view's parent) was copied into the output, which got
     fresh digests and passed verify."""
