@@ -9,14 +9,21 @@ from pathlib import Path
 
 from rlds_cli._util.io import file_bytes, tree_bytes
 from rlds_cli._util.locks import FileLock, Timeout
-from rlds_cli.cache.layout import MANIFEST_FILE, download_locks, tmp_owner
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE, VIEW_LAYOUT, download_locks, tmp_owner
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import CorruptDatasetError, DatasetInUseError, DatasetNotFoundError
 
 
-def children_of(cache: CacheRoot, name: str) -> list[str]:
-    """Names of the datasets whose lineage names ``name`` as a parent."""
-    return [m.name for m in cache.iter_manifests() if any(p.get("name") == name for p in m.lineage)]
+def children_of(cache: CacheRoot, name: str, *, reading: bool | None = None) -> list[str]:
+    """Names of the datasets whose lineage names ``name`` as a parent; ``reading``: only those that
+    read its rows (views, merges, trims: they refuse to read once it is replaced), or (``False``)
+    only the copies made from it (preprocessed: they keep reading)."""
+    return [
+        m.name
+        for m in cache.iter_manifests()
+        if any(p.get("name") == name for p in m.lineage)
+        and (reading is None or (m.layout in (VIEW_LAYOUT, COMPOSED_LAYOUT)) == reading)
+    ]
 
 
 def remove_dataset(cache: CacheRoot, name: str, *, force: bool = False) -> Path:

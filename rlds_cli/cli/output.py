@@ -88,17 +88,25 @@ def warn(message: str) -> None:
 
 
 def warn_stale_children(root: Path | None, name: str) -> None:
-    """After ``name`` was replaced: warn of the datasets made from its old version (views, merges,
-    trims), which now refuse to read, and say what to do."""
+    """After ``name`` was replaced: warn of the datasets that read its old version (views, merges,
+    trims), which now refuse to read, note the copies made from it (preprocessed), and say what to
+    do."""
     from rlds_cli.cache.manage import children_of
     from rlds_cli.cache.root import CacheRoot
 
-    children = sorted(children_of(CacheRoot(root), name))
+    cache = CacheRoot(root)
+    children = sorted(children_of(cache, name, reading=True))
     if children:
         names = " ".join(children)
         warn(
             f"{len(children)} dataset(s) made from the replaced {name!r} now refuse to read: {names}; "
             f"make them again, or remove them ('rlds rm {names} --yes')"
+        )
+    copies = sorted(children_of(cache, name, reading=False))
+    if copies:
+        note(
+            f"{len(copies)} dataset(s) were made from the old {name!r} and still read as they were: "
+            f"{' '.join(copies)}; make them again (--force) to follow the new version"
         )
 
 

@@ -179,6 +179,8 @@ def preprocess(
             "run the same command with --resume to keep the chunks that finished",
         )
         raise typer.Exit(130) from None
+    if force and not result.reused and result.url is None:
+        output.warn_stale_children(root, result.manifest.name)
     _show_result(result, json, quiet)
 
 

@@ -857,15 +857,32 @@ def test_rm_refuses_before_asking(family: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_replacing_a_parent_names_the_children_it_leaves_unreadable(family: Path) -> None:
     """``download --force`` of a parent said nothing while its views stopped reading; the hint of
-    ``rlds rm`` of a parent named a command that works."""
+    ``rlds rm`` of a parent named a command that works. A preprocessed copy keeps reading: it was
+    said to refuse too."""
+    ok("preprocess", "base", "--fn", "tests.preprocess_fns:identity", "--name", "copy", "--workers", "1")
     result = invoke("download", str(family), "--name", "base", "--force", "--json")
     assert result.exit_code == 0, result.output
     json.loads(result.stdout)  # stdout stays one JSON document
     warning = " ".join(result.stderr.split())
-    assert "1 dataset(s) made from the replaced 'base' now refuse to read: child" in warning
+    assert "1 dataset(s) made from the replaced 'base' now refuse to read: child;" in warning
+    assert "1 dataset(s) were made from the old 'base' and still read as they were: copy;" in warning
+    assert ok_json("inspect", "copy")["num_steps"] > 0
     refused = invoke("rm", "base", "--yes")
-    assert "rlds rm base child --yes" in refused.stderr
-    ok("rm", "base", "child", "--yes")  # the hint, run as written
+    assert "rlds rm base child copy --yes" in refused.stderr
+    ok("rm", "base", "child", "copy", "--yes")  # the hint, run as written
+
+
+def test_preprocess_force_over_a_parent_names_the_views_it_leaves_unreadable(family: Path) -> None:
+    """``rlds preprocess child ... --name base --force`` replaced the view's own parent without a
+    word (``download --force`` warns)."""
+    result = invoke(
+        "preprocess", "child", "--fn", "tests.preprocess_fns:identity", "--name", "base", "--force",
+        "--workers", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "1 dataset(s) made from the replaced 'base' now refuse to read: child;" in " ".join(
+        result.stderr.split()
+    )
 
 
 def test_rm_tells_about_the_raw_download_and_removes_it_with_raw(
