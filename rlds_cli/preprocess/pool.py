@@ -272,6 +272,11 @@ def _died(exitcode: int, task: Task | None) -> PreprocessError:
         hint = (
             "it may have run out of memory (try a smaller --chunk-steps); --resume keeps the finished chunks"
         )
+    elif exitcode == 0:  # no error, no traceback: something in the chunk's code ended the process
+        hint = (
+            "the process ended itself without an error (os._exit or a library that exits): check what "
+            "the function calls; --resume keeps the finished chunks"
+        )
     else:
         hint = "its traceback is printed above; --resume keeps the finished chunks"
     return PreprocessError(f"a worker process died{where} (exit code {exitcode})", hint=hint)

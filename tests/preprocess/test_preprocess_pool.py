@@ -73,6 +73,14 @@ def dies_in_a_worker(batch: Any) -> Any:
     return batch
 
 
+def exits_in_a_worker(batch: Any) -> Any:
+    """Ends its spawned worker with exit code 0 (os._exit: no error, no traceback)."""
+    _a_worker_takes_a_chunk(batch)
+    if _in_worker():
+        os._exit(0)
+    return batch
+
+
 class _Unconvertible:
     """An output value numpy cannot convert: the error is raised by rlds's own code, after the
     user's function has returned (so it is not a UserFunctionError)."""
@@ -128,6 +136,15 @@ def test_a_worker_killed_in_a_chunk_stops_the_job_and_names_the_chunk(isolated_c
         preprocess.run("src", f"{HERE}:dies_in_a_worker", "out", workers=2, chunk_steps=10)
     assert "(exit code -9)" in info.value.message and "out of memory" in info.value.hint
     assert not (isolated_cache / "datasets" / "out").exists()
+    assert multiprocessing.active_children() == []
+
+
+def test_a_worker_that_exits_without_an_error_is_not_said_to_have_a_traceback(isolated_cache: Path) -> None:
+    """Exit code 0 was reported with "its traceback is printed above": there was none."""
+    make_dataset("src", [10] * 20)
+    with pytest.raises(PreprocessError, match=r"\(exit code 0\)") as info:
+        preprocess.run("src", f"{HERE}:exits_in_a_worker", "out", workers=2, chunk_steps=10)
+    assert "traceback" not in info.value.hint and "without an error" in info.value.hint
     assert multiprocessing.active_children() == []
 
 
