@@ -156,3 +156,11 @@ def chatty(batch: Any) -> Any:
     print(f"chunk starting at {int(batch['index'][0])}")
     os.write(1, b"raw write to fd 1\n")
     return batch
+
+
+def adds_a_big_key(batch: Any) -> Any:
+    """Adds 2 KB a step of random (incompressible) floats: outputs bigger than their input."""
+    out = dict(batch)
+    rng = np.random.default_rng(int(batch["index"][0]))
+    out["big"] = rng.standard_normal((len(batch["index"]), 512)).astype(np.float32)
+    return out

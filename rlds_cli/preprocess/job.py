@@ -32,6 +32,7 @@ transaction, or push it to its URL).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -75,6 +76,7 @@ from rlds_cli.errors import (
     CacheNotVisibleError,
     CorruptDatasetError,
     DatasetExistsError,
+    DiskFullError,
     FunctionImportError,
     InvalidNameError,
     OutputSchemaError,
@@ -96,7 +98,7 @@ from rlds_cli.preprocess.plan import (
     read_chunk,
 )
 from rlds_cli.preprocess.pool import stop_if_reimported
-from rlds_cli.preprocess.worker import data_path, forget, read_npz, rows_digest, summary_path
+from rlds_cli.preprocess.worker import data_path, disk_full, forget, read_npz, rows_digest, summary_path
 
 FnLike = str | Callable[..., Any]
 
@@ -237,6 +239,7 @@ _ERRORS: dict[str, type[RldsError]] = {
         FunctionImportError,
         PreprocessError,
         CacheNotVisibleError,
+        DiskFullError,
     )
 }
 
@@ -570,10 +573,15 @@ def _execute(
     if assembler is not None:
         assembler.pump()
     try:
-        executor.run(spec, tasks, on_done)
-    finally:
-        forget()  # this process ran chunks too: unmap the output before it is published
-    manifest = finish(job, out_name, job_dir, inferred, assembler, txn)
+        try:
+            executor.run(spec, tasks, on_done)
+        finally:
+            forget()  # this process ran chunks too: unmap the output before it is published
+        manifest = finish(job, out_name, job_dir, inferred, assembler, txn)
+    except OSError as exc:  # the chunks' and the assembled output's writes name no file
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(job_dir) from exc
+        raise
     discard_job_dir(job, out_name)
     if area is not None:
         remote_io.remove(area)

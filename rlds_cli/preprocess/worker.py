@@ -9,6 +9,7 @@ exists. Errors come back as plain data (exceptions of user code need not pickle)
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_OUTPUT_DIR, MANIFEST_FILE
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetReplacedError,
+    DiskFullError,
     OutputSchemaError,
     RldsError,
 )
@@ -117,6 +119,11 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
     description ``{"ok": False, "type", "message", "hint", "traceback"}``."""
     try:
         return {"ok": True, "i": i, **_run(spec, i, start, stop)}
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        full = disk_full(Path(spec["job_dir"]))
+        return {"ok": False, "type": type(full).__name__, "message": full.message, "hint": full.hint}
     except RldsError as exc:
         return {
             "ok": False,
@@ -252,6 +259,15 @@ def _write_direct(
         regions[key] = [a, b, rows_digest(region.rows)]
         region.close(fsync=spec["fsync"])
     return regions
+
+
+def disk_full(job_dir: Path) -> DiskFullError:
+    """A job's full disk, naming its directory (numpy's writes name no file)."""
+    return DiskFullError(
+        f"no space left on the device writing the preprocessing job's files in {job_dir}",
+        hint="free space there, then run the same command with --resume (the finished chunks are kept), "
+        "or remove that directory to give its space back",
+    )
 
 
 def rows_digest(rows: np.ndarray) -> str:

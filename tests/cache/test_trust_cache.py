@@ -293,6 +293,21 @@ def test_preprocess_into_a_full_disk_fails_before_any_work(small_disk: Path) -> 
     assert not CacheRoot(small_disk).exists("out")
 
 
+def test_preprocess_by_episode_into_a_full_disk_names_the_job(small_disk: Path) -> None:
+    """Per episode the output's size is known only as chunks finish: a full disk was 'no space
+    left on the device: (unknown file)'."""
+    make_dataset("src", [500] * 6)
+    shutil.copytree(CacheRoot().path, small_disk, dirs_exist_ok=True)
+    proc = rlds(
+        "preprocess", "src", "--fn", f"{FNS}:adds_a_big_key", "--by", "episode", "--name", "out",
+        "--root", str(small_disk), "--workers", "1", "--chunk-steps", "500",
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert "no space left on the device writing the preprocessing job's files in" in line, line
+    assert "(unknown file)" not in proc.stderr and "--resume" in proc.stderr
+    assert not CacheRoot(small_disk).exists("out")
+
+
 def test_read_only_cache(small_disk: Path) -> None:
     assert download("demo", root=small_disk).manifest.num_steps == 5000
     remount = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True)
