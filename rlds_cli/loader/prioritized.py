@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from rlds_cli import settings
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader.run_state import (
     check_array,
     check_bit_generator,
@@ -207,6 +208,11 @@ class PrioritizedSampler:
         check_array(state, "priorities", what, kind="iuf", length=self.num_steps)
         for key in ("max_priority", "alpha", "beta"):
             check_number(state, key, what)
+        if self.num_steps and not np.any(np.asarray(state["priorities"]) > 0):
+            raise LoaderStateError(  # no step could ever be drawn: said now, not at the first sample
+                f"{what} state field 'priorities' must hold at least one above 0 (all are 0)",
+                hint="the state is damaged: restore another checkpoint, or start the sampler afresh",
+            )
         load_shard_state(self, state, self.num_steps)
         self._tree.set_all(np.asarray(state["priorities"], np.float64))
         self.max_priority = float(state["max_priority"])

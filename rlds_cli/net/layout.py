@@ -244,32 +244,24 @@ class HashStore:
     def pin(self, names: Iterable[str]) -> None:
         """Make the records of ``names`` binding for later downloads (after their conversion)."""
         wanted = set(names)
-
-        def change(records: dict[str, FileRecord]) -> None:
-            for name in wanted & set(records):
-                records[name].pinned = True
-                records[name].convert_failed = False
-
         if wanted and any(not r.pinned for n, r in self.read().items() if n in wanted):
-            self._update(change)
+            self._set(wanted, pinned=True, convert_failed=False)
 
     def mark_failed(self, names: Iterable[str]) -> None:
         """Record that the (unpinned) files ``names`` did not convert."""
-        wanted = set(names)
-
-        def change(records: dict[str, FileRecord]) -> None:
-            for name in wanted & set(records):
-                records[name].convert_failed = True
-
-        self._update(change)
+        self._set(set(names), convert_failed=True)
 
     def mark_dropped(self, names: Iterable[str]) -> None:
         """Record that the files ``names`` were deleted after their conversion (``--no-keep-raw``)."""
-        wanted = set(names)
+        self._set(set(names), dropped=True)
+
+    def _set(self, names: set[str], **fields: bool) -> None:
+        """Set ``fields`` in the records of ``names`` (the others are left as they are)."""
 
         def change(records: dict[str, FileRecord]) -> None:
-            for name in wanted & set(records):
-                records[name].dropped = True
+            for name in names & set(records):
+                for attr, value in fields.items():
+                    setattr(records[name], attr, value)
 
         self._update(change)
 
