@@ -579,7 +579,7 @@ def _execute(
             forget()  # this process ran chunks too: unmap the output before it is published
         manifest = finish(job, out_name, job_dir, inferred, assembler, txn)
     except OSError as exc:  # the chunks' and the assembled output's writes name no file
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if not isinstance(exc, RldsError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise disk_full(job_dir) from exc
         raise
     discard_job_dir(job, out_name)

@@ -118,12 +118,12 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
     """Process chunk ``i`` (steps ``[start, stop)``); returns ``{"ok": True, ...}`` or an error
     description ``{"ok": False, "type", "message", "hint", "traceback"}``."""
     try:
-        return {"ok": True, "i": i, **_run(spec, i, start, stop)}
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        full = disk_full(Path(spec["job_dir"]))
-        return {"ok": False, "type": type(full).__name__, "message": full.message, "hint": full.hint}
+        try:
+            return {"ok": True, "i": i, **_run(spec, i, start, stop)}
+        except OSError as exc:  # numpy's writes name no file: the job's folder is named
+            if isinstance(exc, RldsError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise disk_full(Path(spec["job_dir"])) from exc
     except RldsError as exc:
         return {
             "ok": False,
