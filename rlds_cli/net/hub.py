@@ -134,8 +134,14 @@ def parse_hf_url(source: str) -> HubPath:
             hint="models and spaces are not datasets; name the dataset repo, e.g. hf://datasets/lerobot/pusht",
         )
     org, name, sub = parts[1], parts[2], parts[3:]
-    if not (_REPO_PART.match(org) and _REPO_PART.match(name)) or ".." in sub or ".." in revision.split("/"):
+    if not (_REPO_PART.match(org) and _REPO_PART.match(name)):
         raise UnsupportedSourceError(f"cannot read {source!r}: {org}/{name} is not a valid repo id")
+    if ".." in sub or ".." in revision.split("/"):
+        where = "its path inside the repo" if ".." in sub else "its revision"
+        raise UnsupportedSourceError(
+            f"cannot read {source!r}: {where} holds '..' (a path may not leave {org}/{name})",
+            hint="name the folder from the repo's root: hf://datasets/ORG/REPO/PATH",
+        )
     return HubPath(f"{org}/{name}", "/".join(sub), revision)
 
 

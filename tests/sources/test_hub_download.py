@@ -234,6 +234,14 @@ def test_malformed_hub_urls_are_refused(hub: HubStandin, source: str) -> None:
         download(source)
 
 
+def test_a_path_leaving_the_repo_is_named_not_the_repo_id(hub: HubStandin) -> None:
+    """``hf://datasets/org/repo/../..`` was 'org/repo is not a valid repo id'."""
+    with pytest.raises(UnsupportedSourceError, match=r"its path inside the repo holds '\.\.'"):
+        download("hf://datasets/org/repo/a/../..")
+    with pytest.raises(UnsupportedSourceError, match=r"its revision holds '\.\.'"):
+        download("hf://datasets/org/repo@v1/../x")
+
+
 def test_missing_repo_and_revision_name_what_is_missing(hub: HubStandin) -> None:
     with pytest.raises(HTTPStatusError, match="no hf://datasets/lerobot-test/nope@main"):
         download("hf://datasets/lerobot-test/nope")
