@@ -35,6 +35,7 @@ from rlds_cli import settings
 from rlds_cli._util.io import atomic_write
 from rlds_cli._util.progress import DownloadProgress, Progress
 from rlds_cli.cache.card import make_card
+from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import (
@@ -317,10 +318,6 @@ def _convert_source(fmt: str, folder: Path, results: list[FetchResult]) -> Path 
     return results[0].path if len(results) == 1 else [r.path for r in results]
 
 
-#: A URL's scheme (RFC 3986: a letter, then letters, digits, ``+``, ``-``, ``.``).
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
 def _normal_url(source: str) -> str:
     """``source`` with its URL scheme in lower case (``HTTP://`` is ``http://``), a ``file://``
     URL as its local path.
@@ -328,10 +325,9 @@ def _normal_url(source: str) -> str:
     Raises:
         UnsupportedSourceError: A URL of a scheme rlds does not download (``ftp://``, ``s3://``).
     """
-    found = _SCHEME.match(source)
-    if found is None:
+    if not is_url(source):
         return source
-    scheme = found.group(1).lower()
+    scheme = source.split("://", 1)[0].lower()
     if scheme == "file":
         return url2pathname(urlsplit(source).path)
     if scheme not in ("http", "https", "hf"):
