@@ -181,16 +181,20 @@ def crc32c(data: bytes) -> int:
     return int(google_crc32c.value(data))
 
 
-def check_disk(directory: Path, needed: int, what: str) -> None:
-    """Raise :class:`DiskFullError` unless ``directory``'s disk has ``needed``
-    bytes free besides :data:`DISK_MARGIN`; ``what`` names who needs them ("the download")."""
+def check_disk(
+    directory: Path, needed: int, what: str, *, hint: str | None = None, margin: int = DISK_MARGIN
+) -> None:
+    """Raise :class:`DiskFullError` (with ``hint``, else the class's) unless ``directory``'s disk
+    has ``needed`` bytes free besides ``margin``; ``what`` names who needs them ("the download")."""
     if needed <= 0:
         return
     free = shutil.disk_usage(directory).free
-    if free < needed + DISK_MARGIN:
+    if free < needed + margin:
+        spare = f" (plus {margin // 2**20} MiB kept spare)" if margin >= 2**20 else ""
         raise DiskFullError(
-            f"not enough disk space in {directory}: {what} needs {needed:,} bytes and "
-            f"{free:,} are free (plus {DISK_MARGIN // 2**20} MiB kept spare)"
+            f"not enough disk space in {directory}: {what} needs {needed:,} bytes and {free:,} are "
+            f"free{spare}",
+            hint,
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,46 @@ def manifest_of(directory: Path, manifest: Manifest | None) -> Manifest:
         return read_manifest(directory)
     except FileNotFoundError:
         raise DatasetNotFoundError(f"{directory} is not an rlds dataset (no manifest)") from None
+
+
+def _text_at(ranges: np.ndarray, blob: np.ndarray, row: int) -> str | None:
+    """Row ``row``'s text of a per-episode source text: ``ranges[row]`` is its ``[start, stop)``
+    in the UTF-8 ``blob`` (``-1``: none)."""
+    start, stop = (int(v) for v in ranges[row])
+    return None if start < 0 else bytes(blob[start:stop]).decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """The language instruction of each step of a dataset, from whatever its source kept
+    (:attr:`Dataset.instructions`): ``texts`` and, for each step, an index into them, read from a
+    step column of indices (``step_key``: an RLDS source's ``info/language_instruction_index``, a
+    LeRobot source's ``info/task_index``) or given per episode (``episode_task``: RoboCasa's
+    ``ep_meta["lang"]``; LIBERO's one ``problem_info`` instruction for every episode)."""
+
+    texts: list[str]
+    step_key: str | None
+    episode_task: np.ndarray | None  # int64, one per episode of the dataset, when step_key is None
+
+    def of_steps(self, dataset: Dataset, e: int, rows: slice) -> np.ndarray:
+        """The text index (int64) of each step ``rows`` of episode ``e`` (rows of ``dataset``'s
+        step columns).
+
+        Raises:
+            CorruptDatasetError: An index outside ``texts`` (the column or the table is damaged).
+        """
+        if self.step_key is not None:
+            index = np.asarray(dataset.column(self.step_key)[rows]).astype(np.int64).reshape(-1)
+        else:
+            assert self.episode_task is not None
+            index = np.full(rows.stop - rows.start, self.episode_task[e], np.int64)
+        if len(index) and (index.min() < 0 or index.max() >= len(self.texts)):
+            raise CorruptDatasetError(
+                f"dataset {dataset.name!r}: {self.step_key or 'an episode instruction'} holds a text "
+                f"index outside its table of {len(self.texts)} strings",
+                hint=damage_hint(dataset.name),
+            )
+        return index
 
 
 class Dataset:
@@ -185,8 +226,7 @@ class Dataset:
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
             blob = arrays.get(f"{prefix}/text/{what[len('episode_') :]}")
             if blob is not None and value.shape[1:] == (2,):
-                start, stop = (int(v) for v in value[row])
-                out[key] = None if start < 0 else bytes(blob[start:stop]).decode("utf-8", "replace")
+                out[key] = _text_at(value, blob, row)
             else:
                 item = value[row]
                 out[key] = item.decode("utf-8", "replace") if isinstance(item, bytes) else item.tolist()
@@ -210,6 +250,69 @@ class Dataset:
         if table is None:
             table = self._episode_table = EpisodeTable(self)
         return table
+
+    @property
+    def text_tables(self) -> dict[str, list[str]]:
+        """Step keys stored as indices into a table of strings (an RLDS source's text features:
+        ``info/language_instruction_index``), key -> its strings (row value ``i`` is ``table[i]``);
+        a view has its parent's. Empty when there are none."""
+        rlds = self.source_metadata.get("rlds")
+        tables = rlds.get("text") if isinstance(rlds, dict) else None
+        if not isinstance(tables, dict):
+            return {}
+        fields = self.stored_fields
+        return {
+            str(k): [str(t) for t in v]
+            for k, v in tables.items()
+            if isinstance(v, list) and k in fields and np.dtype(fields[k].dtype).kind in "iu"
+        }
+
+    @property
+    def instructions(self) -> Instructions | None:
+        """The language instruction of each step (:class:`Instructions`), from the first of: an RLDS
+        text feature (``language_instruction`` first), a LeRobot source's tasks, RoboCasa's
+        per-episode ``lang``, LIBERO's ``problem_info`` instruction; ``None`` when the source kept
+        none."""
+        tables = self.text_tables
+        if tables:
+            key = next((k for k in tables if "language_instruction" in k), next(iter(tables)))
+            return Instructions(tables[key], key, None)
+        meta = self.source_metadata
+        lerobot = meta.get("lerobot")
+        tasks = lerobot.get("tasks") if isinstance(lerobot, dict) else None
+        if isinstance(tasks, dict) and tasks and "info/task_index" in self.stored_fields:
+            try:
+                table = {int(k): str(v) for k, v in tasks.items()}
+            except (TypeError, ValueError):
+                table = {}
+            if table and min(table) >= 0 and max(table) < 1 << 20:
+                return Instructions(
+                    [table.get(i, "") for i in range(max(table) + 1)], "info/task_index", None
+                )
+        langs = self.episode_texts("robomimic/lang")
+        if any(lang is not None for lang in langs):
+            texts = list(dict.fromkeys(lang or "" for lang in langs))
+            order = {t: i for i, t in enumerate(texts)}
+            return Instructions(texts, None, np.array([order[lang or ""] for lang in langs], np.int64))
+        robomimic = meta.get("robomimic")
+        single = robomimic.get("language_instruction") if isinstance(robomimic, dict) else None
+        if isinstance(single, str):
+            return Instructions([single], None, np.zeros(self.num_episodes, np.int64))
+        return None
+
+    def episode_texts(self, key: str) -> list[str | None]:
+        """The per-episode text ``key`` (``"robomimic/lang"``, ``"robomimic/model_file"``) of every
+        episode in order, as :meth:`episode_metadata` gives one episode's, read at once (``None``
+        where an episode has none; all ``None`` when the source kept no such text)."""
+        view = self.view_parent()
+        owner, rows = (self, np.arange(self.num_episodes)) if view is None else view
+        prefix, _, what = key.rpartition("/")
+        arrays = owner.source_arrays
+        ranges = arrays.get(f"{prefix}/episode_{what}" if prefix else f"episode_{what}")
+        blob = arrays.get(f"{prefix}/text/{what}" if prefix else f"text/{what}")
+        if ranges is None or blob is None or ranges.shape[1:] != (2,) or len(ranges) < owner.num_episodes:
+            return [None] * self.num_episodes
+        return [_text_at(ranges, blob, row) for row in rows.tolist()]
 
     def view_parent(self) -> tuple[Dataset, np.ndarray] | None:
         """For a view (``rlds view``, ``rlds split``): its parent, checked to be the pinned

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import inspect
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._util.io import atomic_path, temp_paths_of
+from rlds_cli._util.io import atomic_path, check_disk, temp_paths_of
 from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
@@ -197,6 +198,14 @@ def refuse_complex(dataset: Dataset, target: str) -> None:
 CHUNK_STEPS = 1 << 16
 
 
+def raw_bytes(dataset: Dataset, rows: Mapping[str, int]) -> int:
+    """Bytes of ``rows[key]`` rows of each key written uncompressed at its TED shape and dtype
+    (frames decoded): what an HDF5 export needs on disk."""
+    fields = dataset.fields
+    row = {k: int(np.prod(fields[k][0], dtype=np.int64)) * np.dtype(fields[k][1]).itemsize for k in rows}
+    return sum(n * row[k] for k, n in rows.items())
+
+
 def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tuple[int, TedBatch]]:
     """``(start, batch)`` for consecutive step ranges of at most :data:`CHUNK_STEPS`."""
     for start in range(0, dataset.num_steps, CHUNK_STEPS):
@@ -204,11 +213,32 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
         yield start, dataset.gather(np.arange(start, stop), keys)
 
 
+_DISK_HINT = "free space there, or export to another disk"
+
+#: How HDF5 gives the errno of a failed write in the text of h5py's errors.
+_HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk or quota: an OS error's errno, or the errno in the text of
+    h5py's (a ``RuntimeError``, or an ``OSError`` without an errno, from HDF5's failed writes)."""
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, OSError) and exc.errno in full:
+        return True
+    found = _HDF5_ERRNO.search(str(exc))
+    return found is not None and int(found.group(1)) in full
+
+
 @contextmanager
-def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
+def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
     ``out`` may not be the current folder, a folder holding it, or the home folder
-    (:func:`_refuse_replacing_cwd`)."""
+    (:func:`_refuse_replacing_cwd`).
+
+    Raises:
+        DiskFullError: The disk has not ``need`` bytes free (checked first: HDF5 meeting a full disk
+            can end the process with a segfault as it cleans up), or filled up while writing.
+    """
     _refuse_replacing_cwd(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
@@ -219,15 +249,14 @@ def atomic_target(out: Path, *, overwrite: bool) -> Iterator[Path]:
             f"{out}: a part of the path ({out.parent}) is a file, not a folder", hint="pick another path"
         ) from None
     _remove_dead_partials(out)
+    # HDF5's own structures (groups, attributes, chunk indexes) take little beside the data
+    check_disk(out.parent, need, f"the export to {out.name}", hint=_DISK_HINT, margin=need // 100)
     with atomic_path(out, suffix=PARTIAL_SUFFIX) as tmp:
         try:
             yield tmp
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:  # the OS error names no file, or the temporary one
-                raise DiskFullError(
-                    f"no space left on the device writing {out}",
-                    hint="free space there, or export to another disk",
-                ) from None
+        except (OSError, RuntimeError) as exc:
+            if _is_disk_full(exc):  # the OS error names no file, or the temporary one
+                raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
             raise
         if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder
             shutil.rmtree(out)

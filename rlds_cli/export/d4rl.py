@@ -17,7 +17,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export import CHUNK_STEPS, atomic_target, flat_keys, step_keys
+from rlds_cli.export import CHUNK_STEPS, atomic_target, flat_keys, raw_bytes, step_keys
 
 
 def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
@@ -58,7 +58,8 @@ def export_d4rl(
 
     columns = _columns(dataset)
     n = dataset.num_steps
-    with atomic_target(out, overwrite=overwrite) as tmp, h5py.File(tmp, "w") as f:
+    need = raw_bytes(dataset, {key: n for key, _, _ in columns.values()})
+    with atomic_target(out, overwrite=overwrite, need=need) as tmp, h5py.File(tmp, "w") as f:
         for name, (key, shape, dtype) in columns.items():
             target = f.create_dataset(name, shape=(n, *shape), dtype=np.dtype(dtype))
             for start, data in _chunks(dataset, key, shape):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, import_extra
 from rlds_cli.export import flat_keys, refuse_complex, step_keys
 
@@ -163,7 +163,7 @@ class LeRobotPlan:
     cameras: dict[str, str | None]
     extra_names: dict[str, str]
     success_key: str | None
-    task_key: str | None
+    instructions: Instructions | None  # the task of each row (None: one task, the dataset's name)
     features: dict[str, Any]
 
 
@@ -181,17 +181,18 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     source = source if isinstance(source, dict) else {}
     fps_raw = source.get("fps", DEFAULT_FPS)
     fps = int(fps_raw) if isinstance(fps_raw, int | float) and float(fps_raw).is_integer() else DEFAULT_FPS
-    tasks_raw = source.get("tasks")
-    tasks = (
-        {int(k): str(v) for k, v in tasks_raw.items()}
-        if isinstance(tasks_raw, dict) and tasks_raw
-        else {0: dataset.name}
-    )
+    instructions = dataset.instructions
+    tasks = dict(enumerate(instructions.texts)) if instructions is not None else {0: dataset.name}
     fields = dataset.stored_fields  # one 'action' array: export_dataset checked it
     refuse_complex(dataset, "LeRobot's parquet")
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}
     names = {k: feature_name(k) for k in flat_keys(dataset)}
-    extra = [k for k in step_keys(dataset) if k.removeprefix("info/") not in (*BOOKKEEPING, "next.success")]
+    task_column = instructions.step_key if instructions is not None else None
+    extra = [
+        k
+        for k in step_keys(dataset)
+        if k.removeprefix("info/") not in (*BOOKKEEPING, "next.success") and k != task_column
+    ]
     # a dataset converted from LeRobot keeps the source's own success flags: write those back
     success_key = "info/next.success" if "info/next.success" in fields else None
     extra_names = {k: k.removeprefix("info/").replace("/", ".") for k in extra}
@@ -204,12 +205,13 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
             f"{', '.join(map(repr, clashes))}, taken twice or by LeRobot's own columns",
             hint="rename one of them (a dataset of your own: write it under another key)",
         )
-    task_key = "info/task_index" if "info/task_index" in fields else None
     given_names = source.get("names")
     axis_names: dict[str, Any] = given_names if isinstance(given_names, dict) else {}
     features = features_of(dataset, names, cameras, extra_names, fps, axis_names)
     robot_type = str(source.get("robot_type") or "unknown")
-    return LeRobotPlan(fps, tasks, robot_type, names, cameras, extra_names, success_key, task_key, features)
+    return LeRobotPlan(
+        fps, tasks, robot_type, names, cameras, extra_names, success_key, instructions, features
+    )
 
 
 def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np.ndarray]:
@@ -237,9 +239,7 @@ def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np
     columns["episode_index"] = np.full(length, e, np.int64)
     columns["index"] = np.arange(start, start + length, dtype=np.int64)
     columns["task_index"] = (
-        np.asarray(dataset.column(plan.task_key)[rows]).reshape(length).astype(np.int64)
-        if plan.task_key
-        else np.zeros(length, np.int64)
+        plan.instructions.of_steps(dataset, e, rows) if plan.instructions else np.zeros(length, np.int64)
     )
     return columns
 

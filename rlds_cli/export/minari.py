@@ -34,6 +34,7 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
 from rlds_cli.errors import ExportError, RldsError, import_extra
-from rlds_cli.export import atomic_target, flat_keys, refuse_unwritten, step_keys
+from rlds_cli.export import atomic_target, flat_keys, raw_bytes, refuse_unwritten, step_keys
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
 #: Where each role's arrays live in a Minari episode group.
@@ -257,7 +258,15 @@ def export_minari(
         for k in [*flat_keys(dataset), *step_keys(dataset)]
         if k.startswith("info/")
     }
-    with atomic_target(out, overwrite=overwrite) as tmp:
+    # observations hold each episode's final one too; kept JPEG files are written as stored
+    flat, flags = set(flat_keys(dataset)), ["next/reward", "next/terminated", "next/truncated"]
+    rows = {
+        k: dataset.num_steps + (dataset.num_episodes if k in flat else 0)
+        for k in [*observation_paths, *action_paths, *info_paths, *flags]
+        if k not in jpeg
+    }
+    need = raw_bytes(dataset, rows) + sum(os.path.getsize(column.path) for column in jpeg.values())
+    with atomic_target(out, overwrite=overwrite, need=need) as tmp:
         data_dir = tmp / "data"
         data_dir.mkdir(parents=True)
         with h5py.File(data_dir / "main_data.hdf5", "w") as f:

@@ -14,8 +14,10 @@ The rules (written out in ``docs/formats.md``, "Export to RLDS"):
   ``is_first``, ``is_last``, ``is_terminal``, and ``info/<p>`` as ``steps/<p>``. Scalars (TED's
   trailing ``[1]``) are ``Scalar`` features. A dataset converted from RLDS gets its source's feature
   names back (``source.metadata.rlds.keys``), its text features (``language_instruction``) written
-  as ``Text`` from the kept string tables, and its ``episode_metadata``; a dataset converted from
-  LeRobot gets ``language_instruction`` from its task texts (beside ``task_index``).
+  as ``Text`` from the kept string tables, and its ``episode_metadata``; any other dataset with
+  language instructions (:attr:`~rlds_cli.cache.dataset.Dataset.instructions`: a LeRobot source's
+  tasks, beside ``task_index``; RoboCasa's ``lang``; LIBERO's ``problem_info``) gets them as
+  ``language_instruction``.
 * **The last step.** An episode whose final observation is known is written as strict RLDS:
   ``T + 1`` steps, the last one holding the final observation with a zero action and reward
   (``is_last``; ``is_terminal`` when the episode terminated). One whose final observation is unknown
@@ -52,7 +54,7 @@ import numpy as np
 from rlds_cli._util.cpus import usable_cpus
 from rlds_cli._util.tfds_layout import FEATURES_FILE, FILEPATH_TEMPLATE, INFO_FILE, shard_name
 from rlds_cli.cache.backends.frames import FramesColumn
-from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, MissingExtraError, import_extra
 from rlds_cli.export import atomic_target, flat_keys, refuse_complex, step_keys
 from rlds_cli.formats.rlds_tfrecord.decode import LAST_STEP_FEATURE
@@ -142,7 +144,7 @@ class _Plan:
         meta = _mapping(dataset.source_metadata)  # a view's are its parent's
         rlds = _mapping(meta.get("rlds"))
         back = {str(v): str(k) for k, v in _mapping(rlds.get("keys")).items()}  # TED key -> source name
-        texts = _mapping(rlds.get("text"))
+        texts = dataset.text_tables
         self.leaves: list[_Leaf] = []
         for key in flat_keys(dataset):
             self.leaves.append(self._leaf(dataset, key, True, back, texts, image_codec))
@@ -155,7 +157,7 @@ class _Plan:
         if "next/reward" in fields and not any(leaf.key == "next/reward" for leaf in self.leaves):
             self.leaves.append(self._leaf(dataset, "next/reward", False, back, texts, image_codec))
         names = [leaf.name for leaf in self.leaves]
-        self.tasks = self._lerobot_tasks(meta, fields, names)
+        self.instructions = self._instructions(dataset, names)
         self.discount = "steps/discount" not in names
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self._fixed())))
         under = sorted(b for a in names for b in names if b.startswith(a + "/"))
@@ -178,7 +180,7 @@ class _Plan:
         fixed = [f"steps/{f}" for f in _FLAGS]
         if self.discount:
             fixed.append("steps/discount")
-        if self.tasks is not None:
+        if self.instructions is not None:
             fixed.append("steps/language_instruction")
         return fixed
 
@@ -217,22 +219,15 @@ class _Plan:
         node, kind = _numeric_node(shape, dtype)
         return _Leaf(name, key, flat, node, kind)
 
-    @staticmethod
-    def _lerobot_tasks(meta: dict[str, Any], fields: dict[str, Any], names: list[str]) -> list[str] | None:
-        """A LeRobot source's task texts by ``task_index`` (``None``: none to write)."""
-        lerobot = meta.get("lerobot")
-        tasks = lerobot.get("tasks") if isinstance(lerobot, dict) else None
-        if not isinstance(tasks, dict) or not tasks or "info/task_index" not in fields:
+    def _instructions(self, dataset: Dataset, names: list[str]) -> Instructions | None:
+        """The dataset's language instructions, to write as ``steps/language_instruction``
+        (``None``: none, or a text leaf already writes them)."""
+        found = dataset.instructions
+        if found is None or "steps/language_instruction" in names:
             return None
-        if "steps/language_instruction" in names:
+        if any(leaf.kind == "text" and leaf.key == found.step_key for leaf in self.leaves):
             return None
-        try:
-            table = {int(k): str(v) for k, v in tasks.items()}
-        except (TypeError, ValueError):
-            return None
-        if min(table) < 0 or max(table) > 1 << 20:
-            return None
-        return [table.get(i, "") for i in range(max(table) + 1)]
+        return found
 
     @staticmethod
     def _episode_leaves(dataset: Dataset, rlds: dict[str, Any], back: dict[str, str]) -> list[_Leaf]:
@@ -263,7 +258,7 @@ class _Plan:
             step[flag] = tensor_node((), "bool")
         if self.discount:
             step["discount"] = tensor_node((), "float32", doc="Discount if provided, default to 1.")
-        if self.tasks is not None:
+        if self.instructions is not None:
             step["language_instruction"] = text_node("Language Instruction.")
         top: dict[str, Any] = {"steps": steps_node(_nest(step))}
         meta: dict[str, Any] = {LAST_STEP_FEATURE.split("/")[1]: tensor_node((), "bool")}
@@ -393,8 +388,6 @@ def export_rlds(
     }
     columns = {leaf.key: dataset.column(leaf.key) for leaf in plan.leaves}
     columns["next/terminated"] = dataset.column("next/terminated")
-    if plan.tasks is not None:
-        columns["info/task_index"] = dataset.column("info/task_index")
     episode_values = episode_arrays(dataset) if plan.episode else {}
     with atomic_target(out, overwrite=overwrite) as tmp:
         tmp.mkdir()
@@ -466,13 +459,11 @@ def _episode(
     feats["steps/is_terminal"] = encode_feature(INT64_LIST, last & bool(term))
     if plan.discount:
         feats["steps/discount"] = encode_feature(FLOAT_LIST, np.ones(written, np.float32))
-    if plan.tasks is not None:
-        index = np.asarray(columns["info/task_index"][rows]).astype(np.int64).reshape(-1)
+    if plan.instructions is not None:
+        index = plan.instructions.of_steps(dataset, e, rows)
         if known:
             index = np.concatenate([index, index[-1:]])
-        task_leaf = _Leaf(
-            "steps/language_instruction", "info/task_index", False, {}, "text", texts=plan.tasks
-        )
+        task_leaf = _Leaf("steps/language_instruction", "", False, {}, "text", texts=plan.instructions.texts)
         feats["steps/language_instruction"] = _values(task_leaf, index, None)
     feats[LAST_STEP_FEATURE] = encode_feature(INT64_LIST, [int(known)])
     for leaf in plan.episode:

@@ -16,6 +16,11 @@ What is written (``docs/formats.md``, "robomimic / LIBERO / RoboCasa HDF5"):
   LIBERO's ``init_state``); on ``data``: the source's attributes (``env_args`` and the rest),
   ``total`` counted anew; ``env_args`` made from the recorded environment (``type`` 2, gym) or the
   dataset's name when the source had none.
+* Language instructions held by a step column (an RLDS source's ``language_instruction``, a
+  LeRobot source's tasks): a demo with one instruction gets RoboCasa's ``ep_meta`` ``{"lang": ...}``
+  (unless the source kept an ``ep_meta``), a file whose demos all have the same one LIBERO's
+  ``problem_info`` ``{"language_instruction": ...}``; a demo whose instruction changes mid-demo has
+  only the index column (robomimic has no place for a text per step).
 * Filter keys: ``mask/<key>`` for each of the dataset's filter keys, the names of its demos, as
   ``np.array(names, dtype="S")`` (robomimic's ``create_hdf5_filter_key``).
 
@@ -37,7 +42,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import filter_key_episodes, filter_key_names
 from rlds_cli.errors import ExportError, InvalidSelectionError
-from rlds_cli.export import atomic_target, flat_keys, step_keys
+from rlds_cli.export import atomic_target, flat_keys, raw_bytes, step_keys
 
 #: Bytes of data read from the cache at a time.
 CHUNK_BYTES = 64 << 20
@@ -138,7 +143,13 @@ def export_robomimic(
     chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
     source = dataset.source_metadata.get("robomimic")
     attrs = dict(source.get("attrs", {})) if isinstance(source, dict) else {}
-    with atomic_target(out, overwrite=overwrite) as tmp, h5py.File(tmp, "w") as f:
+    # instructions held by a step column (an RLDS or LeRobot source): RoboCasa's and LIBERO's places
+    instructions = dataset.instructions
+    if instructions is not None and instructions.step_key is None:
+        instructions = None  # a robomimic source's own ep_meta / problem_info are written back as kept
+    langs: set[str | None] = set()  # each demo's one instruction (None: it changes mid-demo)
+    need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps))
+    with atomic_target(out, overwrite=overwrite, need=need) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for i, name in enumerate(names):
             start, length = int(index["start"][i]), int(index["length"][i])
@@ -168,6 +179,13 @@ def export_robomimic(
                 prefix, _, what = key.partition("/")
                 if prefix == "robomimic" and what not in _NOT_ATTRS and value is not None:
                     grp.attrs[what] = _attr(value)
+            if instructions is not None and "ep_meta" not in grp.attrs:
+                used = np.unique(instructions.of_steps(dataset, i, slice(start, start + length)))
+                if len(used) == 1:  # one instruction for the demo: RoboCasa's ep_meta["lang"]
+                    langs.add(instructions.texts[int(used[0])])
+                    grp.attrs["ep_meta"] = json.dumps({"lang": instructions.texts[int(used[0])]})
+                else:
+                    langs.add(None)
             if progress:
                 progress(length)
         for key, mask in masks.items():
@@ -179,4 +197,7 @@ def export_robomimic(
             data.attrs["num_demos"] = len(names)
         if "env_args" not in attrs:
             data.attrs["env_args"] = _env_args(dataset)
+        (lang,) = langs if len(langs) == 1 else (None,)
+        if lang is not None and "problem_info" not in attrs:  # one for every demo: LIBERO's place
+            data.attrs["problem_info"] = json.dumps({"language_instruction": lang})
     return out

@@ -295,16 +295,10 @@ def audit(
     flags["duplicate"] = np.flatnonzero(report.duplicate_of >= 0)
     flags["length_outlier"] = iqr_outliers(lengths.astype(np.float64), t.iqr_factor)
     flags["return_outlier"] = iqr_outliers(m.returns, t.iqr_factor)
-    if m.empty_text.any() or _has_text(ds):
+    if m.empty_text.any() or ds.text_tables:
         flags["empty_instruction"] = np.flatnonzero(m.empty_text > 0)
     report.flags = {k: v.astype(np.int64) for k, v in flags.items()}
     return report
-
-
-def _has_text(ds: Dataset) -> bool:
-    found = ds.view_parent()
-    source = (found[0] if found is not None else ds).manifest.source
-    return bool(((source.get("metadata") or {}).get("rlds") or {}).get("text"))
 
 
 #: Steps before a piece of a long episode read with it: the third difference (jerk) needs three.
@@ -323,17 +317,15 @@ class KeyRoles:
     low_dim: tuple[str, ...]  # every non-image key (read as arrays)
 
     @classmethod
-    def of(cls, fields: dict[str, FieldSpec], source: dict[str, Any]) -> KeyRoles:
-        tables = ((source.get("metadata") or {}).get("rlds") or {}).get("text") or {}
+    def of(cls, ds: Dataset) -> KeyRoles:
+        """The roles of ``ds``'s stored keys."""
+        fields, tables = ds.stored_fields, ds.text_tables
         images = tuple(
             k for k, s in fields.items()
             if s.frame_format is not None or (np.dtype(s.dtype) == np.uint8 and len(s.shape) >= 2)
         )  # fmt: skip
         low = tuple(k for k in fields if k not in images)
-        text = {
-            k: tuple(i for i, s in enumerate(tables[k]) if not str(s).strip())
-            for k in low if k in tables and isinstance(tables[k], list)
-        }  # fmt: skip
+        text = {k: tuple(i for i, s in enumerate(tables[k]) if not s.strip()) for k in low if k in tables}
         num = tuple(k for k in low if np.dtype(fields[k].dtype).kind in "fiu" and k not in text)
         return cls(
             action=tuple(
@@ -525,7 +517,7 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
     budget = budget if budget is not None else Budget(16 << 20)
     found = ds.view_parent()
     base, positions = found if found is not None else (ds, np.arange(ds.num_episodes, dtype=np.int64))
-    roles = KeyRoles.of(base.stored_fields, base.manifest.source)
+    roles = KeyRoles.of(base)
     starts = base.episode_index["start"].astype(np.int64)
     lens_by_pos = base.episode_index["length"].astype(np.int64)
     lengths = lens_by_pos[positions]

@@ -209,7 +209,7 @@ class EpisodeContent:
             raise InvalidSelectionError(f"fps must be above 0, got {fps}", hint="e.g. --fps 30")
         card_fps: Any = dataset_card(ds).get("fps")
         self.fps = float(fps) if fps is not None else float(card_fps) if _positive(card_fps) else DEFAULT_FPS
-        self.roles = KeyRoles.of(ds.stored_fields, ds.manifest.source)
+        self.roles = KeyRoles.of(ds)
         self.notes: list[str] = []
         self.cameras = self._cameras()
         self.tolerances = tolerances or AuditTolerances()

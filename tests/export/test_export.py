@@ -419,6 +419,46 @@ def test_a_path_through_a_file_and_a_full_disk_name_the_output(
     assert not (tmp_path / "out.hdf5").exists() and not list(tmp_path.glob("*partial*"))
 
 
+def test_hdf5_exports_check_the_disk_first_and_name_a_full_one(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HDF5 meeting a full disk raised h5py's RuntimeError ('unexpected RuntimeError', the errno
+    only in its text) and could end the process with a segfault as h5py cleaned up: the HDF5
+    exports now check the disk for the bytes they write first, and name a disk that fills up."""
+    import shutil
+    from collections import namedtuple
+
+    from rlds_cli.errors import DiskFullError
+
+    pytest.importorskip("minari")
+    usage = namedtuple("usage", "total used free")
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - 16, 16))
+    (tmp_path / "out").mkdir()
+    row = sum(4 * int(np.prod(golden.fields[k][0])) for k in ("observation", "action"))
+    for to, name in (("d4rl", "out.hdf5"), ("robomimic", "out.hdf5"), ("minari", "out-v0")):
+        with pytest.raises(
+            DiskFullError, match=rf"the export to {name} needs [\d,]+ bytes and 16 are free"
+        ) as info:
+            export_dataset(golden, tmp_path / "out" / name, to)
+        assert info.value.hint == "free space there, or export to another disk"
+        need = int(str(info.value).split(" needs ")[1].split(" bytes")[0].replace(",", ""))
+        assert need >= golden.num_steps * row, to  # at least observations and actions, uncompressed
+        assert list((tmp_path / "out").iterdir()) == [], to
+    monkeypatch.setattr(shutil, "disk_usage", real)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            "Can't write data (file write failed: time = Sat Nov 28 10:09:35 2026, filename = 'x', "
+            "file descriptor = 3, errno = 28, error message = 'No space left on device')"
+        )
+
+    monkeypatch.setattr(h5py.File, "create_dataset", full)
+    with pytest.raises(DiskFullError, match=r"no space left on the device writing .*out\.hdf5"):
+        export_dataset(golden, tmp_path / "out" / "out.hdf5", "d4rl")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_an_export_into_the_caches_tmp_folder_is_refused(golden: Dataset, tmp_path: Path) -> None:
     """Anything under the cache's tmp/ was let through (meant for the Hub export's own build),
     where gc removes what it does not know."""

@@ -1,0 +1,122 @@
+"""Language instructions through exports: an RLDS source's ``language_instruction``, LIBERO's
+``problem_info`` and RoboCasa's ``ep_meta["lang"]`` reach LeRobot's tasks, RLDS's
+``language_instruction`` and robomimic's places (:attr:`Dataset.instructions`), step for step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import pytest
+from typer.testing import CliRunner
+
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.opening import open_dataset
+from rlds_cli.cli.app import app
+from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.export import export_dataset
+from rlds_cli.sources.convert import convert
+from tests.rlds_tfrecord_fixtures import write_rlds_dataset
+from tests.robomimic_fixtures import LIBERO, ROBOCASA
+
+pytestmark = pytest.mark.usefixtures("consoles")
+runner = CliRunner()
+
+
+def step_texts(ds: Dataset) -> list[str]:
+    """The instruction of every step of ``ds``, in order."""
+    found = ds.instructions
+    assert found is not None, ds.name
+    out: list[str] = []
+    for e in range(ds.num_episodes):
+        start, length = int(ds.episode_index["start"][e]), int(ds.episode_index["length"][e])
+        out += [found.texts[i] for i in found.of_steps(ds, e, slice(start, start + length))]
+    return out
+
+
+@pytest.fixture
+def oxe(isolated_cache: Path, tmp_path: Path) -> Dataset:
+    """An RLDS source whose episodes carry one of three instructions each."""
+    pytest.importorskip("crc32c")
+    write_rlds_dataset(tmp_path / "src", (5, 7, 4, 3), last_step="mixed", shards=2)
+    convert(tmp_path / "src", "oxe")
+    return open_dataset("oxe")
+
+
+def test_rlds_source_instructions_and_a_views(oxe: Dataset) -> None:
+    texts = ["pick up the red block", "open the drawer", "wipe the table"]
+    lengths = oxe.episode_index["length"].tolist()
+    want = [t for e, n in enumerate(lengths) for t in [texts[e % 3]] * n]
+    assert oxe.instructions is not None and oxe.instructions.step_key == "info/language_instruction_index"
+    assert step_texts(oxe) == want
+    assert runner.invoke(app, ["view", "oxe", "--episodes", "1:3", "--name", "part"]).exit_code == 0
+    assert step_texts(open_dataset("part")) == want[lengths[0] : sum(lengths[:3])]
+
+
+@pytest.mark.parametrize("version", ["3.0", "2.1"])
+def test_rlds_instructions_become_lerobot_tasks(oxe: Dataset, tmp_path: Path, version: str) -> None:
+    """RLDS -> LeRobot (what GR00T and openpi train on): each row's task is its step's
+    instruction (the dataset's name before); no index column is written besides ``task_index``."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+    out = export_dataset(oxe, tmp_path / "out", "lerobot", options={"version": version})
+    data = sorted((out / "data").rglob("*.parquet"))
+    assert "language_instruction_index" not in pq.read_table(data[0]).column_names
+    if version == "2.1":
+        tasks = [json.loads(line)["task"] for line in (out / "meta/tasks.jsonl").read_text().splitlines()]
+        assert tasks == oxe.text_tables["info/language_instruction_index"]
+    assert runner.invoke(app, ["download", str(out), "--name", "back"]).exit_code == 0
+    assert step_texts(open_dataset("back")) == step_texts(oxe)
+
+
+def test_libero_and_robocasa_instructions_reach_rlds_and_lerobot(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """LIBERO's one ``problem_info`` instruction (OpenVLA's LIBERO fine-tuning sets are this
+    conversion) and RoboCasa's per-demo ``lang`` were dropped by both exports."""
+    pytest.importorskip("crc32c")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+    for path, name in ((LIBERO, "libero"), (ROBOCASA, "robocasa")):
+        convert(path, name)
+        ds = open_dataset(name)
+        rlds = export_dataset(ds, tmp_path / f"{name}-rlds", "rlds")
+        convert(rlds, f"{name}-back")
+        assert step_texts(open_dataset(f"{name}-back")) == step_texts(ds), name
+        lerobot = export_dataset(ds, tmp_path / f"{name}-lerobot", "lerobot")
+        tasks = pq.read_table(lerobot / "meta" / "tasks.parquet").to_pydict()["__index_level_0__"]
+        assert sorted(tasks) == sorted(set(step_texts(ds))), name
+    with h5py.File(LIBERO) as f:
+        want = json.loads(f["data"].attrs["problem_info"])["language_instruction"]
+    assert set(step_texts(open_dataset("libero-back"))) == {want}
+
+
+def test_rlds_instructions_reach_robomimics_places(oxe: Dataset, tmp_path: Path) -> None:
+    """RoboCasa's ``ep_meta`` ``lang`` per demo (one instruction each), read back step for step;
+    a file of one instruction also gets LIBERO's ``problem_info``."""
+    out = export_dataset(oxe, tmp_path / "out.hdf5", "robomimic")
+    with h5py.File(out) as f:
+        langs = [json.loads(f[f"data/{d}"].attrs["ep_meta"])["lang"] for d in sorted(f["data"])]
+        assert "problem_info" not in f["data"].attrs  # three instructions
+    assert len(langs) == oxe.num_episodes
+    convert(out, "back")
+    assert step_texts(open_dataset("back")) == step_texts(oxe)
+    assert runner.invoke(app, ["view", "oxe", "--episodes", "0:1", "--name", "one"]).exit_code == 0
+    single = export_dataset(open_dataset("one"), tmp_path / "one.hdf5", "robomimic")
+    with h5py.File(single) as f:
+        info = json.loads(f["data"].attrs["problem_info"])
+    assert info == {"language_instruction": step_texts(oxe)[0]}
+
+
+def test_a_text_index_outside_its_table_is_damage(oxe: Dataset, tmp_path: Path) -> None:
+    """A table shorter than the indices (its manifest damaged past the checks): one line naming
+    the dataset and the key, nothing written; the LeRobot export wrote an empty task before."""
+    pytest.importorskip("av")
+    table = oxe.manifest.source["metadata"]["rlds"]["text"]["info/language_instruction_index"]
+    del table[1:]
+    with pytest.raises(
+        CorruptDatasetError, match=r"'oxe'.*language_instruction_index.*outside its table of 1"
+    ):
+        export_dataset(oxe, tmp_path / "out", "lerobot")
+    assert list(tmp_path.glob("out*")) == []
