@@ -508,6 +508,12 @@ def _write_body(
             for chunk in _chunks(resp):
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
+                if not have and not tally.received and _is_web_page(resp, name, chunk):
+                    discard_part(part)  # nothing of it is the file
+                    raise ServerResponseError(
+                        f"GET {url} answered a web page (text/html), not the file {name}: a login, "
+                        "error or network portal page"
+                    )
                 fh.write(chunk)
                 tally.received += len(chunk)
                 tally.window_bytes += len(chunk)
@@ -537,6 +543,19 @@ def _write_body(
         raise DiskFullError(
             f"the disk is full: {name} from {url} stopped at {written:,} bytes in {part}; {needed} ({kept})"
         ) from None
+
+
+def _is_web_page(resp: Any, name: str, first: bytes) -> bool:
+    """Whether a body that should be the file ``name`` is an HTML page instead (a login, error or
+    captive-portal page served with 200): ``Content-Type: text/html`` and a body that starts as
+    one, for a file not named ``.html``/``.htm``. Both must hold: some servers label binary
+    files ``text/html``."""
+    if name.lower().endswith((".html", ".htm")):
+        return False
+    if not str(resp.headers.get("Content-Type", "")).lower().startswith("text/html"):
+        return False
+    start = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:15].lower()
+    return start.startswith((b"<!doctype html", b"<html"))
 
 
 def _chunks(resp: Any) -> Iterator[bytes]:

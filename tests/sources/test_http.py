@@ -14,6 +14,7 @@ from rlds_cli.errors import (
     DownloadFailedError,
     HTTPStatusError,
     OfflineError,
+    ServerResponseError,
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.http import (
@@ -134,6 +135,34 @@ def test_next_mirror_after_404_and_after_corruption(
     urls = (server.url("/gone.bin"), server.url("/bad.bin"), server.url(PATH))
     result, _ = fetch(server, tmp_path, config, spec=RemoteFile("data.bin", urls, sha256=SHA))
     assert result.url == server.url(PATH) and result.path.read_bytes() == DATA
+
+
+def test_a_web_page_in_place_of_the_file_is_the_next_mirrors_turn(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """A mirror answering 200 with a login, error or portal page was kept as the file where the
+    registry has no sha256 (the conversion failed next, and the next mirror was never tried). A
+    binary file a server labels ``text/html`` is still the file."""
+    page = b"\n<!DOCTYPE html>\n<html><body>Sign in to continue</body></html>\n"
+    server.files["/portal.bin"] = page
+    html = {"Content-Type": "text/html; charset=utf-8"}
+    server.sticky["/portal.bin"] = [Fault("headers", headers=html)]
+    urls = (server.url("/portal.bin"), server.url(PATH))
+    result, _ = fetch(server, tmp_path / "a", config, spec=RemoteFile("data.bin", urls))
+    assert result.url == server.url(PATH) and result.path.read_bytes() == DATA
+    with pytest.raises(
+        ServerResponseError, match=r"answered a web page \(text/html\), not the file data\.bin"
+    ):
+        fetch(server, tmp_path / "b", config, spec=RemoteFile("data.bin", urls[:1]))
+    assert [p.name for p in (tmp_path / "b").rglob("data.bin*") if not p.name.endswith(".lock")] == []
+    server.sticky[PATH] = [Fault("headers", headers=html)]
+    result, _ = fetch(server, tmp_path / "c", config, spec=remote(server))
+    assert result.path.read_bytes() == DATA
+    server.files["/page.html"] = page  # a file that is a page
+    result, _ = fetch(
+        server, tmp_path / "d", config, spec=RemoteFile("page.html", (server.url("/page.html"),))
+    )
+    assert result.path.read_bytes() == page
 
 
 def test_server_ignoring_range_restarts_cleanly(
