@@ -385,8 +385,17 @@ def downsample_dataset(
                     "rlds_version": __version__,
                 }
             ],
-            card=dataset_card(source),
+            card=_downsampled_card(dataset_card(source), every),
         )
+
+
+def _downsampled_card(card: dict[str, Any], every: int) -> dict[str, Any]:
+    """The card of every ``every``-th step of a dataset with ``card``: its rate divided."""
+    fps = card.get("fps")
+    if isinstance(fps, int | float) and not isinstance(fps, bool):
+        rate = fps / every
+        return {**card, "fps": int(rate) if float(rate).is_integer() else rate}
+    return card
 
 
 def _blocks(lengths: np.ndarray, budget: int) -> list[tuple[int, int]]:

@@ -155,6 +155,14 @@ class ComposedDataset(Dataset):
             seen.setdefault(part.parent, ds)
         return list(seen.values())
 
+    @property
+    def source_metadata(self) -> dict[str, Any]:
+        """Its parents' source metadata when they all have the same (a trim; a merge of one
+        source's views), else empty: one source's facts (task texts, text tables, spaces) do not
+        describe another's rows."""
+        metas = [ds.source_metadata for ds in self.segment_datasets()]
+        return metas[0] if metas and all(m == metas[0] for m in metas[1:]) else {}
+
     def check_files(self) -> list[str]:
         """Every parent's files at full size (see :meth:`Dataset.check_files`)."""
         problems = [f"parent {ds.name!r}: {p}" for ds in self.segment_datasets() for p in ds.check_files()]

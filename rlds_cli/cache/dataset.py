@@ -198,7 +198,9 @@ class Dataset:
         ``env_args`` and ``data`` attributes, D4RL's ``metadata/*``, ...); a view has its
         parent's. Empty when there are none."""
         view = self.view_parent()
-        meta = (self.manifest if view is None else view[0].manifest).source.get("metadata")
+        if view is not None:
+            return view[0].source_metadata
+        meta = self.manifest.source.get("metadata")
         return dict(meta) if isinstance(meta, dict) else {}
 
     def episode_metadata(self, i: int) -> dict[str, Any]:

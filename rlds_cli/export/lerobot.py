@@ -21,12 +21,12 @@ The rules (written out in ``docs/formats.md``, "Export to LeRobot"):
   fixture lerobot wrote, and at every episode start), episodes back to back, each episode's span in
   the episodes table. AV1 is lossy: frames come back close, not equal.
 * Other observation keys are parquet columns (nested lists for more than one dimension).
-* ``fps`` comes from the source when it was a LeRobot dataset (``source.metadata.lerobot``), else
-  it is 30. The tasks are the dataset's language instructions
-  (:attr:`~rlds_cli.cache.dataset.Dataset.instructions`: a LeRobot source's tasks, an RLDS
-  source's ``language_instruction``, RoboCasa's ``lang``, LIBERO's ``problem_info``), each row's
-  ``task_index`` its step's instruction (the RLDS index column is not written again); without
-  any, one task, the dataset's name.
+* ``fps`` is the dataset card's (a LeRobot source's rate, carried through views, merges and trims,
+  divided by downsampling), else 30; a rate that is not a whole number is refused. The tasks are
+  the dataset's language instructions (:attr:`~rlds_cli.cache.dataset.Dataset.instructions`: a
+  LeRobot source's tasks, an RLDS source's ``language_instruction``, RoboCasa's ``lang``,
+  LIBERO's ``problem_info``), each row's ``task_index`` its step's instruction (the RLDS index
+  column is not written again); without any, one task, the dataset's name.
 * Per-episode statistics (``stats/<feature>/{min,max,mean,std,count,q01,q10,q50,q90,q99}``, the
   columns lerobot writes) over the episode's rows for parquet columns, and per channel on at most
   100 evenly spaced frames, scaled to ``[0, 1]``, for cameras; ``meta/stats.json`` aggregates them

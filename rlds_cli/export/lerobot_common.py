@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, import_extra
 from rlds_cli.export import flat_keys, refuse_complex, step_keys
@@ -179,8 +181,18 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     """
     source = dataset.source_metadata.get("lerobot")  # a view's are its parent's
     source = source if isinstance(source, dict) else {}
-    fps_raw = source.get("fps", DEFAULT_FPS)
-    fps = int(fps_raw) if isinstance(fps_raw, int | float) and float(fps_raw).is_integer() else DEFAULT_FPS
+    # the card carries the rate through views, merges, trims and downsampling
+    card = dataset_card(dataset)
+    fps_raw = card.get("fps", source.get("fps", DEFAULT_FPS))
+    if not isinstance(fps_raw, int | float) or not math.isfinite(fps_raw) or fps_raw <= 0:
+        fps_raw = DEFAULT_FPS
+    if not float(fps_raw).is_integer():
+        raise ExportError(
+            f"{dataset.name} runs at {fps_raw:g} frames a second; LeRobot's timestamps and videos take a "
+            "whole number",
+            hint="export the dataset it was downsampled from, or downsample by a divisor of its rate",
+        )
+    fps = int(fps_raw)
     instructions = dataset.instructions
     tasks = dict(enumerate(instructions.texts)) if instructions is not None else {0: dataset.name}
     fields = dataset.stored_fields  # one 'action' array: export_dataset checked it
@@ -208,7 +220,7 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     given_names = source.get("names")
     axis_names: dict[str, Any] = given_names if isinstance(given_names, dict) else {}
     features = features_of(dataset, names, cameras, extra_names, fps, axis_names)
-    robot_type = str(source.get("robot_type") or "unknown")
+    robot_type = str(card.get("robot_type") or source.get("robot_type") or "unknown")
     return LeRobotPlan(
         fps, tasks, robot_type, names, cameras, extra_names, success_key, instructions, features
     )

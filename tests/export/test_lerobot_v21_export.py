@@ -59,6 +59,41 @@ def test_a_view_exports_with_its_parents_fps_and_tasks(tiny: Path, tmp_path: Pat
     assert _jsonl(out / "meta/tasks.jsonl") == _jsonl(tiny / "meta/tasks.jsonl")
 
 
+def test_trimmed_merged_and_downsampled_datasets_keep_the_rate_and_tasks(tiny: Path, tmp_path: Path) -> None:
+    """A trim of a 10 fps LeRobot dataset exported at 30 fps (every timestamp 3x off) with its own
+    name as the task: derived datasets carry the rate (the card; downsampling divides it) and a
+    trim or a merge of one source its source's facts; a rate that is not whole is refused."""
+
+    def export(name: str) -> Any:
+        out = tmp_path / f"out-{name}"
+        return runner.invoke(
+            app, ["export", name, str(out), "--to", "lerobot", "--lerobot-version", "2.1"]
+        ), out
+
+    assert runner.invoke(app, ["trim", "tiny", "--end", "1", "--name", "cut"]).exit_code == 0
+    assert runner.invoke(app, ["view", "cut", "--episodes", "0:2", "--name", "cut-part"]).exit_code == 0
+    assert runner.invoke(app, ["view", "tiny", "--episodes", "0:1", "--name", "first"]).exit_code == 0
+    assert runner.invoke(app, ["view", "tiny", "--episodes", "1:3", "--name", "rest"]).exit_code == 0
+    assert runner.invoke(app, ["merge", "first", "rest", "--name", "joined"]).exit_code == 0
+    for name in ("cut", "cut-part", "joined"):
+        result, out = export(name)
+        assert result.exit_code == 0, result.output
+        assert _info(out)["fps"] == _info(tiny)["fps"] == 10, name
+        assert _jsonl(out / "meta/tasks.jsonl") == _jsonl(tiny / "meta/tasks.jsonl"), name
+        ts = pq.read_table(out / "data/chunk-000/episode_000000.parquet").column("timestamp").to_pylist()
+        assert ts[:3] == pytest.approx([0.0, 0.1, 0.2]), name
+    assert runner.invoke(app, ["downsample", "tiny", "--every", "2", "--name", "half"]).exit_code == 0
+    result, out = export("half")
+    assert result.exit_code == 0, result.output
+    assert _info(out)["fps"] == 5
+    assert runner.invoke(app, ["downsample", "tiny", "--every", "3", "--name", "third"]).exit_code == 0
+    result, out = export("third")
+    assert result.exit_code == 1 and not out.exists()
+    assert "third runs at 3.33333 frames a second; LeRobot's timestamps and videos take a whole number" in (
+        " ".join(result.output.split())
+    )
+
+
 def test_export_writes_the_v21_layout_and_round_trips(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "exported"
     policy = os.sched_getscheduler(0)
