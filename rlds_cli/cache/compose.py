@@ -373,7 +373,12 @@ def downsample_dataset(
             if progress is not None:
                 progress(int(index["start"][stop - 1] + index["length"][stop - 1]))
         return builder.commit(
-            source={"format": "rlds-downsample", "parent": parent, "every": every},
+            source={
+                "format": "rlds-downsample",
+                "parent": parent,
+                "every": every,
+                **({"metadata": meta} if (meta := source.source_metadata) else {}),
+            },
             conversion={"downsample": {"every": every, "parent_steps": source.num_steps}},
             lineage=[
                 {

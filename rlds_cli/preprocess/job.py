@@ -743,6 +743,9 @@ def finish(
             "id": job.src.name,
             "path": job.source_url or str(job.src.directory),
             "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
+            # what the source said of its data (task texts, text tables, spaces) holds for the
+            # copy's keys where they stay (each reader of it checks the keys it applies to)
+            **({"metadata": meta} if (meta := job.src.source_metadata) else {}),
         },
         conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
         lineage=[job.lineage],

@@ -54,6 +54,22 @@ def test_rlds_source_instructions_and_a_views(oxe: Dataset) -> None:
     assert step_texts(open_dataset("part")) == want[lengths[0] : sum(lengths[:3])]
 
 
+def test_preprocessed_and_downsampled_copies_keep_the_instructions(oxe: Dataset) -> None:
+    """A preprocessed or downsampled copy kept no source facts: its exports lost the instructions."""
+    fn = "tests.preprocess_fns:identity"
+    assert (
+        runner.invoke(app, ["preprocess", "oxe", "--fn", fn, "--name", "same", "--workers", "1"]).exit_code
+        == 0
+    )
+    assert step_texts(open_dataset("same")) == step_texts(oxe)
+    assert runner.invoke(app, ["downsample", "oxe", "--every", "2", "--name", "half"]).exit_code == 0
+    half = open_dataset("half")
+    texts = sorted(set(step_texts(oxe)), key=step_texts(oxe).index)
+    per_episode = [texts[e % 3] for e in range(oxe.num_episodes)]
+    lengths = half.episode_index["length"].tolist()
+    assert step_texts(half) == [t for t, n in zip(per_episode, lengths, strict=True) for _ in range(n)]
+
+
 @pytest.mark.parametrize("version", ["3.0", "2.1"])
 def test_rlds_instructions_become_lerobot_tasks(oxe: Dataset, tmp_path: Path, version: str) -> None:
     """RLDS -> LeRobot (what GR00T and openpi train on): each row's task is its step's
