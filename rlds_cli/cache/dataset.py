@@ -96,6 +96,37 @@ class Instructions:
             )
         return index
 
+    def of_batch(self, batch: Any) -> np.ndarray:
+        """The instruction (``str``) of each row of a batch of this dataset (a Loader's, with
+        ``as_tensordict`` or not, or :meth:`Dataset.gather`'s), shaped as its rows (``[B]``, or
+        ``[num_slices, slice_len]``): read from its ``step_key`` column, else its ``episode``. A
+        Loader's batches are of ``loader.dataset`` (a view, with ``episodes=`` or ``filter_key=``).
+
+        Raises:
+            KeyError: The batch lacks that column (``keys=`` left it out: add it).
+            IndexError: An index outside ``texts`` (a batch of another dataset).
+        """
+        key = self.step_key if self.step_key is not None else "episode"
+        try:
+            values = batch[key]
+        except KeyError:
+            try:
+                values = batch[tuple(key.split("/"))]  # a TensorDict's nested key
+            except (KeyError, TypeError):
+                raise KeyError(
+                    f"the batch has no {key!r}, which gives each row's instruction: add it to keys="
+                ) from None
+        index = np.asarray(values.cpu() if hasattr(values, "cpu") else values).astype(np.int64)
+        if self.step_key is not None and index.ndim and index.shape[-1] == 1:
+            index = index[..., 0]  # a scalar's trailing axis
+        table = self.episode_task if self.step_key is None else np.asarray(self.texts, dtype=object)
+        assert table is not None
+        if index.size and (index.min() < 0 or index.max() >= len(table)):
+            raise IndexError(f"{key!r} holds {int(index.max())}: not a row of this dataset's (of another?)")
+        if self.step_key is None:
+            index = table[index]
+        return np.asarray(self.texts, dtype=object)[index]
+
 
 class Dataset:
     """A read-only TED dataset backed by the cache.

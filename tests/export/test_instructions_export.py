@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -52,6 +53,28 @@ def test_rlds_source_instructions_and_a_views(oxe: Dataset) -> None:
     assert step_texts(oxe) == want
     assert runner.invoke(app, ["view", "oxe", "--episodes", "1:3", "--name", "part"]).exit_code == 0
     assert step_texts(open_dataset("part")) == want[lengths[0] : sum(lengths[:3])]
+
+
+def test_each_batch_row_gets_its_instruction(oxe: Dataset) -> None:
+    """``Instructions.of_batch``: the text of each sampled row, from the step column (RLDS) or the
+    episode (RoboCasa), for plain, TensorDict and slice batches; one clear line without the column."""
+    import rlds_cli
+
+    convert(ROBOCASA, "robocasa")
+    for name in ("oxe", "robocasa"):
+        ds = open_dataset(name)
+        found, every = ds.instructions, np.array(step_texts(ds), dtype=object)
+        assert found is not None
+        for options in ({}, {"as_tensordict": True}, {"sampler": "slice", "slice_len": 2}):
+            if options.get("as_tensordict"):
+                pytest.importorskip("tensordict")
+            loader = rlds_cli.Loader(name, batch_size=6, num_batches=2, seed=1, **options)  # type: ignore[arg-type]
+            for batch in loader:
+                rows = np.asarray(batch["index"])
+                assert found.of_batch(batch).tolist() == every[rows].tolist(), (name, options)
+        batch = next(iter(rlds_cli.Loader(name, batch_size=4, num_batches=1, keys=["action"])))
+        with pytest.raises(KeyError, match="gives each row's instruction: add it to keys="):
+            found.of_batch(batch)
 
 
 def test_preprocessed_and_downsampled_copies_keep_the_instructions(oxe: Dataset) -> None:
