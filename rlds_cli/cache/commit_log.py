@@ -157,6 +157,27 @@ def tail_recovery(fd: int) -> bytes:
     return pad + Record(RECOVER, count=len(torn)).pack()
 
 
+def partial_tail_damage(fd: int) -> str | None:
+    """What the bytes past the log's last whole record are, if not what a crash leaves (the start
+    of a record, then zeros): ``None`` for none, or a crash's. Read under the log's lock, so no
+    append is half-copied (a reader can see a record's first page before the rest)."""
+    lock_fd(fd)
+    try:
+        size = os.fstat(fd).st_size
+        part = size % RECORD_SIZE
+        if not part:
+            return None
+        slot = os.pread(fd, part, size - part) + b"\0" * (RECORD_SIZE - part)
+    finally:
+        unlock_fd(fd)
+    if looks_torn(slot):
+        return None
+    return (
+        f"it ends in {part} bytes (from byte {size - part}) that are not a whole record, and a crash "
+        "leaves the start of a record then zeros"
+    )
+
+
 def has_added(path: Path, seg: bytes) -> bool:
     """Whether the log at ``path`` holds an ``ADD`` record of ``seg`` (reads the whole log; tells
     a committed segment from a leftover after a failed commit)."""
@@ -443,6 +464,12 @@ class LogState:
         try:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
+                if size % RECORD_SIZE and until is None and self.__dict__.get("_tail_checked") != size:
+                    problem = partial_tail_damage(fh.fileno())
+                    if problem is not None:
+                        self.damage = problem
+                        raise _damaged(path, problem)
+                    self.__dict__["_tail_checked"] = size  # a crash's torn tail: checked once
                 whole = size - size % RECORD_SIZE
                 if until is not None:
                     whole = min(whole, until)

@@ -125,6 +125,9 @@ def creator_settings(
         "grace_seconds": grace_seconds,
     }
     problem = _settings_problem(given)
+    for key in ("min_size", "min_total"):  # None is a capacity's "no limit", no size's
+        if given[key] is None:
+            problem = problem or f"{key} must be a whole number of 0 or more, not None"
     if problem is not None:
         raise ValueError(problem)
     if capacity is not None and min_size > capacity:
@@ -578,15 +581,22 @@ class _TailSpec:
 
 def segment_writer(path: Path) -> tuple[str, int] | None:
     """``(host, pid)`` from a segment manifest's ``source.writer``, or ``None`` when unreadable."""
+    return _segment_origin(path)[0]
+
+
+def _segment_origin(path: Path) -> tuple[tuple[str, int] | None, bool]:
+    """A segment's writer (:func:`segment_writer`) and whether the segment is a merge of others
+    (``source.writer.compacted``, written by a compaction)."""
     try:
         file = path / MANIFEST_FILE
         writer = manifest_json(file.read_bytes(), file)["source"]["writer"]
+        merged = bool(writer.get("compacted"))
         host, pid = writer["host"], writer["pid"]
-    except (OSError, KeyError, TypeError):  # CorruptDatasetError is an OSError
-        return None
+    except (OSError, KeyError, TypeError, AttributeError):  # CorruptDatasetError is an OSError
+        return None, False
     if not isinstance(host, str) or not str(pid).isdigit():
-        return None
-    return host, int(pid)
+        return None, merged
+    return (host, int(pid)), merged
 
 
 def writer_alive(path: Path) -> bool:
@@ -615,6 +625,7 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     latest = max(views, key=lambda v: v.position).copy() if views else LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
     found: list[Path] = []
+    merges: list[Path] = []
     writers: Counter[Any] = Counter()
     for path in segment_folders(directory):
         try:
@@ -623,19 +634,28 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
             seg = b""
         if any(state.names(seg) for state in (latest, *views)):
             continue
-        writer = segment_writer(path)  # read once: whether it runs, and whose it is
+        writer, merged = _segment_origin(path)  # read once: whether it runs, whose, what it is
         if _running(writer):
             continue
         found.append(path)
+        if merged:
+            merges.append(path)
         # a segment that does not say its writer counts as a writer of its own
         writers[writer if writer is not None else path.name] += 1
-    return found, _lost_records(latest, found, writers)
+    return found, _lost_records(latest, found, writers, merges)
 
 
-def _lost_records(state: LogState, paths: list[Path], writers: Counter[Any]) -> str | None:
+def _lost_records(
+    state: LogState, paths: list[Path], writers: Counter[Any], merges: list[Path]
+) -> str | None:
     """Why ``paths`` look like records the log lost rather than leftovers, or ``None``."""
     if not writers:
         return None
+    if state.records == 0 and merges:  # a merge is made of segments the log named
+        return (
+            f"{COMMIT_LOG_FILE} holds no record, and segment {merges[0].name} on disk merges others "
+            "(a compaction runs only on a log that names segments)"
+        )
     writer, count = writers.most_common(1)[0]
     if count > 1:
         host, pid = writer

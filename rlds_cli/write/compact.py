@@ -394,6 +394,9 @@ def merge_run(
     with building_segment(ds.directory, seg, fsync=fsync) as build:
         parts = [(ds.segment(entry.seg), skip) for entry, skip in run]
         for part, _ in parts:
+            problems = part.check_files()  # every file at full size, zarr's group metadata too
+            if problems:
+                raise _damaged_input(ds, part.directory, problems[0])
             recorded = part.manifest.content_digest.get("episodes")
             algorithm = _input_algorithm(ds, part)
             if recorded is None or digest.array_digest(part.episode_index, algorithm) != recorded:

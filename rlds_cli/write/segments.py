@@ -56,6 +56,7 @@ from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, n
 from rlds_cli.cache.growing import unnamed, writer_alive
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
+    GROWING_FOLDERS,
     SEGMENT_BUILDS_DIR,
     SEGMENTED_LAYOUT,
     SEGMENTS_DIR,
@@ -63,7 +64,7 @@ from rlds_cli.cache.layout import (
 from rlds_cli.cache.manifest import FieldSpec, Manifest, write_manifest
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.transaction import CacheTransaction
-from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write.validate import EpisodeColumns
 
@@ -118,8 +119,8 @@ def create_head(
     with CacheTransaction(name, root=cache) as txn:
         txn.check_free()
         build = txn.new_build_dir()
-        (build / SEGMENTS_DIR).mkdir()
-        (build / SEGMENT_BUILDS_DIR).mkdir()
+        for folder in GROWING_FOLDERS:
+            (build / folder).mkdir()
         (build / COMMIT_LOG_FILE).touch()
         manifest = Manifest(
             name=txn.name,
@@ -145,7 +146,12 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
             f"growing dataset {directory.name!r} was removed while a writer was open",
             hint="open a new writer (mode='create') to write it again",
         )
-    # pulled, copied or pushed datasets may lack the empty building/ (nothing to copy in it)
+    if build.parent.exists() and not build.parent.is_dir():
+        raise CorruptDatasetError(
+            f"growing dataset {directory.name!r}: {build.parent} is not the folder of segment builds",
+            hint=f"remove it (rlds makes the folder again), or the dataset ('rlds rm {directory.name}')",
+        )
+    # datasets copied by hand may lack the empty building/ (nothing to copy in it)
     build.parent.mkdir(exist_ok=True)
     os.mkdir(build)
     try:

@@ -37,7 +37,7 @@ from rlds_cli.cache.commit_log import (
 )
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CommitFailedError, CorruptDatasetError
 from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import rewrite_manifest, uid_episode
 from tests.faults import assert_finishes_forked
@@ -111,6 +111,32 @@ def test_a_flipped_last_record_is_damage_too(isolated_cache: Path) -> None:
     directory = _grow(root)
     _flip(directory / COMMIT_LOG_FILE, 2 * RECORD_SIZE + 10)
     _assert_reported(root, directory, "record 2")
+
+
+@pytest.mark.parametrize("how", ["cut one byte", "bytes appended", "a record cut short"])
+def test_bytes_past_the_last_whole_record_that_no_crash_leaves_are_damage(
+    isolated_cache: Path, how: str
+) -> None:
+    """A log cut by a byte (its EVICT record lost: an evicted episode served again) or with bytes
+    appended was read up to its last whole record: every check passed, then compact and the next
+    writer appended after the damage, which made it unreadable for good. A crash's torn tail (the
+    start of a record, then zeros) still reads as the log before it."""
+    root = isolated_cache
+    directory = _grow(root, capacity_episodes=2)
+    log = directory / COMMIT_LOG_FILE
+    data = log.read_bytes()
+    damaged = {
+        "cut one byte": data[:-1],
+        "bytes appended": data + b"oops",
+        "a record cut short": data + data[-RECORD_SIZE:][:-3],
+    }[how]
+    log.write_bytes(damaged)
+    _assert_reported(root, directory, r"commits.log is damaged: it ends in \d+ bytes .* not a whole record")
+    assert log.read_bytes() == damaged  # compact appended nothing
+    verify = runner.invoke(app, ["verify", "g", "--root", str(root)])
+    assert verify.exit_code == 1 and "not a whole record" in verify.output, verify.output
+    log.write_bytes(data + MAGIC + bytes(20))  # a crash's shape: accepted, the same view
+    assert _uids(root) == [2, 3]
 
 
 def test_a_zeroed_record_in_the_middle_is_damage(isolated_cache: Path) -> None:
@@ -278,6 +304,38 @@ def test_compaction_refuses_a_segment_whose_array_fails_its_digest(isolated_cach
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
     result = runner.invoke(app, ["compact", "g", "--root", str(root)])
     assert result.exit_code == 1 and "does not match its digest" in result.output, result.output
+
+
+def test_compaction_refuses_a_segment_whose_zarr_group_metadata_is_damaged(isolated_cache: Path) -> None:
+    """A zarr segment's group ``zarr.json`` cut short: check, verify, export and push refused the
+    dataset, compact merged the segment anyway (no value changed) and the check then passed."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1, 2, 3, 4), storage="zarr")
+    segment = sorted((directory / SEGMENTS_DIR).iterdir())[1]
+    group = segment / "arrays" / "next" / "zarr.json"
+    group.write_bytes(group.read_bytes()[:-1])
+    before = _segments(directory)
+    with pytest.raises(
+        CorruptDatasetError, match=rf"compaction of 'g' stopped: segment {segment.name}: .*zarr"
+    ):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _segments(directory) == before
+    assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
+
+
+def test_a_file_where_the_builds_folder_should_be_is_one_clear_line(isolated_cache: Path) -> None:
+    """``building`` replaced by a file: compact said 'unexpected FileExistsError', a writer a raw
+    errno."""
+    root = isolated_cache
+    directory = _grow(root)
+    shutil.rmtree(directory / "building")
+    (directory / "building").write_text("x")
+    compact = runner.invoke(app, ["compact", "g", "--root", str(root)])
+    assert compact.exit_code == 1 and "unexpected" not in compact.output
+    assert "is not the folder of segment builds" in " ".join(compact.output.split())
+    with pytest.raises(CommitFailedError, match="is not the folder of segment builds"):
+        _write(root, "g", (9,), {})
+    assert _uids(root) == [1, 2, 3]
 
 
 def test_compaction_refuses_a_segment_whose_episode_index_changed(isolated_cache: Path) -> None:

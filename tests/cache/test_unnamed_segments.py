@@ -69,6 +69,25 @@ def test_an_emptied_log_keeps_every_segment(
     assert "commits.log" in result.output and "may not name every segment" in result.output
 
 
+def test_an_emptied_log_beside_a_compacted_dataset_keeps_its_one_segment(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``rlds compact`` a dataset is one merged segment: its log emptied (or restored from a
+    copy older than the first commit), every check passed and compact deleted the data as a
+    killed writer's leftover. A merge is made of segments a log named: it is lost records."""
+    directory = _append("g", 5)
+    rlds_cli.compact("g", grace_seconds=0)
+    (merged,) = _as_dead_writers(directory, [DEAD_PID])
+    (directory / COMMIT_LOG_FILE).write_bytes(b"")
+    for _ in range(2):
+        with caplog.at_level("WARNING"):
+            assert rlds_cli.compact("g", grace_seconds=0).removed == []
+        assert merged.is_dir() and "merges others" in caplog.text
+    result = runner.invoke(app, ["inspect", "g", "--check"])
+    assert result.exit_code == 1 and "merges others" in result.output, result.output
+    assert runner.invoke(app, ["verify", "g"]).exit_code == 1
+
+
 def test_a_log_cut_short_keeps_the_segments_of_its_lost_records(
     isolated_cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
