@@ -58,6 +58,9 @@ COMMIT_LOG_FILE = "commits.log"
 LOG_CHECKPOINT_FILE = ".log-state"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
+#: The folders a growing dataset has from the start, empty or not (a copy made by pull too): a
+#: writer adding one would change the dataset folder's ctime, the version its readers pin.
+GROWING_FOLDERS = (SEGMENTS_DIR, SEGMENT_BUILDS_DIR)
 #: Added to a growing dataset's entry: the compaction lock in locks/ (one compaction at a time;
 #: a writer takes it without waiting to merge its small segments).
 COMPACT_LOCK_SUFFIX = ".compact"

@@ -42,7 +42,13 @@ from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import FileLock, Timeout
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.layout import EPISODES_FILE, MANIFEST_FILE, SEGMENTED_LAYOUT, SOURCE_ARRAYS_FILE
+from rlds_cli.cache.layout import (
+    EPISODES_FILE,
+    GROWING_FOLDERS,
+    MANIFEST_FILE,
+    SEGMENTED_LAYOUT,
+    SOURCE_ARRAYS_FILE,
+)
 from rlds_cli.cache.manifest import Manifest, manifest_json, manifest_text, parse_manifest
 from rlds_cli.cache.opening import open_published
 from rlds_cli.cache.root import CacheRoot, target_problem, validate_name
@@ -658,6 +664,9 @@ def _pull_locked(
         _download_file(fs, store.join(base, rel), build / rel, index.files[rel], url, rel, manifest, progress)
         result.downloaded += 1
         result.bytes_downloaded += index.files[rel].size
+    if manifest.layout == SEGMENTED_LAYOUT:  # empty folders have no file to push
+        for folder in GROWING_FOLDERS:
+            (build / folder).mkdir(exist_ok=True)
     _check_build(build, local_manifest, url, manifest)
     fsync = settings.fsync_enabled()
     if fsync:

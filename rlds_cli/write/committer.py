@@ -64,9 +64,15 @@ from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, seg_name
 from rlds_cli.cache.growing import growing_settings
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
-from rlds_cli.errors import CommitFailedError, CorruptDatasetError, RldsError, from_os_error
+from rlds_cli.errors import (
+    CommitFailedError,
+    CorruptDatasetError,
+    DatasetReplacedError,
+    RldsError,
+    from_os_error,
+)
 from rlds_cli.frames.codecs import DEFAULT_JPEG_QUALITY
 from rlds_cli.write import segments
 from rlds_cli.write.compact import SmallSegmentMerger
@@ -89,7 +95,8 @@ class SegmentSink:
         fsync: Make each segment durable before its commit record.
         writer: What wrote the segments (:func:`~rlds_cli.write.segments.writer_identity`).
 
-    ``head`` (the dataset's head manifest) is set by the writer before the first commit.
+    ``head`` (the dataset's head manifest) is set by the writer (:meth:`adopt`) before the first
+    commit.
     """
 
     def __init__(
@@ -108,6 +115,7 @@ class SegmentSink:
         self.fsync = fsync
         self.writer = writer
         self.head: Manifest | None = None
+        self._head_file: tuple[int, int, int] | None = None  # see adopt()
         self._state = LogState()
         self._checkpointed = 0  # the log position at this writer's last checkpoint
         self._lengths: dict[bytes, np.ndarray] = {}
@@ -123,6 +131,7 @@ class SegmentSink:
         if self.writer.get("pid") != os.getpid():  # a forked child: its segments are its own
             self.writer = {**self.writer, **segments.writer_identity()}
         try:
+            self._check_same_dataset(head)
             record = segments.commit_segment(
                 self.directory,
                 head,
@@ -161,6 +170,29 @@ class SegmentSink:
                 f"eviction, merge or cleanup after them failed: {what}",
                 hint=hint,
             ) from exc
+
+    def adopt(self, head: Manifest) -> None:
+        """Commit into the dataset whose head manifest ``head`` was just read (or written): the
+        head's file is remembered, as it is written once, when the dataset is made."""
+        self.head = head
+        self._head_file = self._head_identity()
+
+    def _head_identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.directory / MANIFEST_FILE)
+        except FileNotFoundError:
+            return None  # removed: building the segment says so
+        return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+    def _check_same_dataset(self, head: Manifest) -> None:
+        """Refuse to commit into another dataset of the same name (removed and made again while this
+        writer was open: its segments would mix in, or break the new schema)."""
+        now = self._head_identity()
+        if now is not None and now != self._head_file:
+            raise DatasetReplacedError(
+                f"growing dataset {head.name!r} was removed and made again while a writer was open",
+                hint="open a new writer (mode='append') to write into the new one",
+            )
 
     def _count(self, record: Record, batch: list[EpisodeColumns]) -> None:
         """A committed segment: its episodes' lengths kept for eviction, the totals counted."""

@@ -162,8 +162,13 @@ class DatasetWriter:
         self._frames_asked = frames is not None
         if mode not in ("create", "append"):
             raise ValueError(f"mode must be 'create' or 'append', not {mode!r}")
-        if episodes_per_commit < 1:
-            raise ValueError("episodes_per_commit must be at least 1")
+        whole = isinstance(episodes_per_commit, int | np.integer) and not isinstance(
+            episodes_per_commit, bool
+        )
+        if not whole or episodes_per_commit < 1:
+            raise ValueError(
+                f"episodes_per_commit must be a whole number of 1 or more, not {episodes_per_commit!r}"
+            )
         if not commit_interval >= 0:
             raise ValueError(f"commit_interval must be 0 or more seconds, not {commit_interval!r}")
         self.cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
@@ -449,7 +454,8 @@ class DatasetWriter:
                 f"dataset {self.name!r} is stored as {head.backend}, the writer asked for {self._storage}"
             )
         self._check_same_environment(head)
-        self.head = self._sink.head = head
+        self.head = head
+        self._sink.adopt(head)
         if self._frames_asked:  # the dataset's codecs stand: say so where this writer's differ
             plain = {k: replace(s, codec="raw", channels_first=False) for k, s in head.fields.items()}
             wanted = with_frames(plain, self.frames)

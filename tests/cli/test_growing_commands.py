@@ -97,6 +97,29 @@ def test_a_pulled_growing_dataset_takes_more_episodes(isolated_cache: Path, tmp_
     assert rlds_cli.open_dataset("copy").num_episodes == 4
 
 
+def test_a_pulled_growing_dataset_grows_under_its_readers_and_from_empty(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """A pull left out the empty ``building/`` (and ``segments/`` of a dataset with no episode
+    yet): the first writer's mkdir changed the folder's ctime, so every open reader died with
+    'was replaced while it was open', and a schema-only dataset could never take a commit."""
+    _grow("g", 3)
+    schema = rlds_cli.open_dataset("g").fields
+    with rlds_cli.DatasetWriter("empty", schema=schema):
+        pass
+    for name in ("g", "empty"):
+        push(name, str(tmp_path / name))
+        pull(str(tmp_path / name), f"{name}-copy")
+        copy = CacheRoot().dataset_dir(f"{name}-copy")
+        assert (copy / SEGMENTS_DIR).is_dir() and (copy / SEGMENT_BUILDS_DIR).is_dir()
+        reader = rlds_cli.open_dataset(f"{name}-copy")
+        before = reader.num_episodes
+        with rlds_cli.DatasetWriter(f"{name}-copy", mode="append", commit_interval=0) as w:
+            w.add_episode(uid_episode(7, 4))
+        reader.refresh()
+        assert reader.num_episodes == before + 1, name
+
+
 def test_a_writer_whose_dataset_was_removed_says_so(isolated_cache: Path) -> None:
     _grow("g", 1)
     w = rlds_cli.DatasetWriter("g", mode="append", commit_interval=0)
@@ -104,3 +127,24 @@ def test_a_writer_whose_dataset_was_removed_says_so(isolated_cache: Path) -> Non
     w.add_episode(uid_episode(9, 3))
     with pytest.raises(CommitFailedError, match="was removed while a writer was open"):
         w.close()
+
+
+@pytest.mark.parametrize("when", ["after its first commit", "before any commit"])
+def test_a_writer_whose_dataset_was_removed_and_made_again_commits_nothing_into_the_new_one(
+    isolated_cache: Path, when: str
+) -> None:
+    """An old writer committed into the dataset made again under its name: its episodes mixed
+    into the new one (same schema), or every reader failed on the new schema for good."""
+    _grow("g", 1)
+    w = rlds_cli.DatasetWriter("g", mode="append", commit_interval=0)
+    if when == "after its first commit":
+        w.add_episode(uid_episode(8, 3))
+        w.flush()
+    assert runner.invoke(app, ["rm", "g", "--yes"]).exit_code == 0
+    with rlds_cli.DatasetWriter("g", mode="create", commit_interval=0) as fresh:
+        fresh.add_episode(uid_episode(1, 5))
+    w.add_episode(uid_episode(9, 3))
+    with pytest.raises(CommitFailedError, match="'g' was removed and made again while a writer was open"):
+        w.close()
+    ds = rlds_cli.open_dataset("g")
+    assert [int(ds.episode(i)["info/episode_uid"][0]) for i in range(ds.num_episodes)] == [1]

@@ -92,6 +92,25 @@ def test_a_manifest_without_min_total_keeps_its_readiness(isolated_cache: Path) 
     assert (growing_settings(ds.head)["min_size"], ds.growth()["min_total"]) == (0, 15)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("min_size", None, "min_size must be a whole number of 0 or more, not None"),
+        ("min_total", None, "min_total must be a whole number of 0 or more, not None"),
+        ("episodes_per_commit", 1.5, "episodes_per_commit must be a whole number of 1 or more, not 1.5"),
+        ("episodes_per_commit", True, "episodes_per_commit must be a whole number of 1 or more, not True"),
+    ],
+)
+def test_settings_that_are_no_count_are_one_clear_line(
+    isolated_cache: Path, option: str, value: object, message: str
+) -> None:
+    """``min_size=None`` beside a capacity was a bare TypeError; ``episodes_per_commit=1.5`` was
+    taken, then every run printed a TypeError from an atexit callback."""
+    with pytest.raises(ValueError, match=message):
+        rlds_cli.DatasetWriter("w", capacity=10, **{option: value})  # type: ignore[arg-type]
+    assert not (isolated_cache / "datasets" / "w").exists()
+
+
 @pytest.mark.parametrize("value", [-1, 2.5, "10", True])
 def test_a_bad_min_total_is_refused(isolated_cache: Path, value: object) -> None:
     with pytest.raises(ValueError, match="min_total must be a whole number of 0 or more"):
