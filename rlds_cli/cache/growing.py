@@ -47,7 +47,7 @@ import numpy as np
 
 from rlds_cli._util.locks import FileLock, pid_alive
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, damage_hint, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
 from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.integrity import schema_problem
@@ -299,7 +299,9 @@ class GrowingDataset(Dataset):
                 raise self._gone(seg) from None
             problem = schema_problem(self.head, ds.manifest)
             if problem is not None:
-                raise CorruptDatasetError(f"segment {path}: {problem}", hint=damage_hint(self.directory))
+                raise CorruptDatasetError(
+                    f"segment {path}: {problem}", hint=segment_damage_hint(self.head.name)
+                )
             self._segments[seg] = ds
         return ds
 
@@ -312,7 +314,7 @@ class GrowingDataset(Dataset):
             return CorruptDatasetError(
                 f"segment {seg_name(seg)} of growing dataset {self.head.name!r} is missing, and "
                 f"{COMMIT_LOG_FILE} holds episodes of it",
-                hint=damage_hint(self.directory),
+                hint=segment_damage_hint(self.head.name),
             )
         return DatasetReplacedError(
             f"segment {seg_name(seg)} of growing dataset {self.head.name!r} was removed "
@@ -529,7 +531,7 @@ class GrowingDataset(Dataset):
                 raise CorruptDatasetError(
                     f"array {key!r} of segment {ds.directory} is {rows.dtype} {rows.shape[1:]}, the "
                     f"dataset's manifest says {spec.dtype} {tuple(spec.shape)}",
-                    hint=damage_hint(self.directory),
+                    hint=segment_damage_hint(self.head.name),
                 )
             return rows
 
@@ -606,6 +608,15 @@ def writer_alive(path: Path) -> bool:
         parts = path.name.split(".")
         return len(parts) == 2 and parts[1].isdigit() and _running((socket.gethostname(), int(parts[1])))
     return _running(segment_writer(path))
+
+
+def segment_damage_hint(name: str) -> str:
+    """What to do about growing dataset ``name`` whose segment is missing or damaged (its log is
+    whole: the log's own damage has :func:`~rlds_cli.cache.commit_log.damage_hint`)."""
+    return (
+        f"rlds removes none of its segments while one is damaged; restore the dataset from a copy "
+        f"('rlds pull' of one pushed before), or remove it ('rlds rm {name}')"
+    )
 
 
 def _running(writer: tuple[str, int] | None) -> bool:

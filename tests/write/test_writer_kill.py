@@ -271,5 +271,7 @@ def test_a_segment_missing_at_open_is_one_clear_error(isolated_cache: Path) -> N
     _base(isolated_cache)
     segments = sorted((isolated_cache / "datasets" / "k" / SEGMENTS_DIR).iterdir())
     sh.rmtree(segments[-1])
-    with pytest.raises(RldsError, match=f"segment {segments[-1].name}"):
+    with pytest.raises(RldsError, match=f"segment {segments[-1].name}") as info:
         rlds_cli.open_dataset("k", isolated_cache)
+    # the log is whole: the hint is the segment's, not "restore commits.log from a backup"
+    assert "commits.log" not in str(info.value.hint) and "rlds rm k" in str(info.value.hint)
