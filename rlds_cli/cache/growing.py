@@ -550,9 +550,28 @@ class GrowingDataset(Dataset):
         if why is not None:
             problems.append(f"{why}; it may not name every segment (rlds compact keeps the ones it does not)")
         for ds, _ in self._parts:
-            problems += [f"segment {ds.directory.name}: {p}" for p in ds.check_files()]
+            try:
+                found = ds.check_files()
+            except (CacheError, OSError):  # its folder removed under the check
+                if self.retired_since_view(ds.directory):
+                    continue
+                raise
+            if found and not self.retired_since_view(ds.directory):
+                problems += [f"segment {ds.directory.name}: {p}" for p in found]
         self._check_not_replaced()
         return problems
+
+    def retired_since_view(self, segment: Path) -> bool:
+        """Whether ``segment`` (a live segment's folder in this view) is live no more in the log
+        as it is now: evicted or merged away since, so its files may go (after the grace period)
+        while this view is read or checked, which is no damage.
+
+        Raises:
+            CorruptDatasetError: The log is damaged.
+        """
+        now = self._state.copy()
+        now.follow(self.directory / COMMIT_LOG_FILE)
+        return all(seg_name(entry.seg) != segment.name for entry, _ in now.live())
 
     def __repr__(self) -> str:
         return (

@@ -37,7 +37,7 @@ from rlds_cli.cache import ted
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
-from rlds_cli.errors import InvalidSelectionError
+from rlds_cli.errors import DatasetReplacedError, InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
 
 
@@ -147,7 +147,36 @@ def check_dataset(ds: Dataset, limit: int = 1000, budget: Budget | None = None) 
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is true when nothing is wrong.
+
+    A growing dataset's segments retired (evicted or merged away) while it is checked lose their
+    files, which is no damage: their problems are dropped, and where a read met one, the view is
+    refreshed and checked again.
+
+    Raises:
+        DatasetReplacedError: A growing dataset's segments were retired (evicted or merged away,
+            with a grace period shorter than the check) during each of :data:`ATTEMPTS` checks of
+            a refreshed view.
     """
+    growing = hasattr(ds, "retired_since_view")  # what it reads may be retired under it
+    for _ in range(ATTEMPTS if growing else 1):
+        try:
+            return _check_once(ds, limit, budget)
+        except DatasetReplacedError:
+            if not growing:
+                raise
+            ds.refresh()  # type: ignore[attr-defined]
+    raise DatasetReplacedError(
+        f"dataset {ds.name!r}: segments were evicted or merged away during each of {ATTEMPTS} checks",
+        hint="check it while its writers pause, or give it a longer grace_seconds; or check a snapshot "
+        f"('rlds export {ds.name} DIR --to torchrl', then 'rlds download DIR')",
+    )
+
+
+#: Checks of a growing dataset's refreshed view, when segments are retired under one.
+ATTEMPTS = 3
+
+
+def _check_once(ds: Dataset, limit: int, budget: Budget | None) -> CheckReport:
     c = _Collector(ds, limit)
     budget = budget if budget is not None else Budget()
     c.report.checks.append("files")

@@ -323,6 +323,28 @@ def test_compaction_refuses_a_segment_whose_zarr_group_metadata_is_damaged(isola
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
 
 
+def test_segments_retired_under_a_check_are_no_damage(isolated_cache: Path) -> None:
+    """``inspect --check`` and ``verify`` beside a writer that evicts with a short grace: the
+    segments of the checked view lost their files mid-check, reported as missing files or a
+    replaced dataset (and verify's hint said to remove the dataset). Damage to a live segment is
+    still reported."""
+    from rlds_cli.cache.digest import check_digests
+
+    root = isolated_cache
+    options = {"capacity_episodes": 2, "grace_seconds": 0}
+    directory = _grow(root, uids=(1, 2, 3), **options)
+    ds = rlds_cli.open_dataset("g", root)
+    viewed = sorted(_segments(directory))
+    _grow(root, uids=(4, 5, 6), **options)  # evicts and removes every segment of that view
+    assert not set(viewed) & _segments(directory)
+    assert ds.check_files() == [] and check_digests(ds).problems == []
+    report = check_dataset(ds)  # a read met a removed segment: the view is refreshed
+    assert report.ok and _uids(root) == [5, 6] and ds.num_episodes == 2
+    column = _column_file(directory, "observation")  # a live segment's data changed: damage
+    _flip(column, column.stat().st_size - 1)
+    assert not check_dataset(ds).ok and check_digests(ds).problems
+
+
 def test_a_file_where_the_builds_folder_should_be_is_one_clear_line(isolated_cache: Path) -> None:
     """``building`` replaced by a file: compact said 'unexpected FileExistsError', a writer a raw
     errno."""
