@@ -161,7 +161,11 @@ def partial_tail_damage(fd: int) -> str | None:
     """What the bytes past the log's last whole record are, if not what a crash leaves (the start
     of a record, then zeros): ``None`` for none, or a crash's. Read under the log's lock, so no
     append is half-copied (a reader can see a record's first page before the rest)."""
-    lock_fd(fd)
+    try:
+        lock_fd(fd)
+        locked = True
+    except OSError:  # an exclusive lock of a read-only file where flock is emulated (NFS)
+        locked = False
     try:
         size = os.fstat(fd).st_size
         part = size % RECORD_SIZE
@@ -169,7 +173,8 @@ def partial_tail_damage(fd: int) -> str | None:
             return None
         slot = os.pread(fd, part, size - part) + b"\0" * (RECORD_SIZE - part)
     finally:
-        unlock_fd(fd)
+        if locked:
+            unlock_fd(fd)
     if looks_torn(slot):
         return None
     return (
