@@ -623,5 +623,14 @@ def damage_hint(directory: Path) -> str:
     )
 
 
+def segment_damage_hint(name: str) -> str:
+    """What to do about growing dataset ``name`` whose segment is missing or damaged (its log is
+    whole: the log's own damage has :func:`damage_hint`)."""
+    return (
+        f"rlds removes none of its segments while one is damaged; restore the dataset from a copy "
+        f"('rlds pull' of one pushed before), or remove it ('rlds rm {name}')"
+    )
+
+
 def _damaged(path: Path, problem: str) -> CorruptDatasetError:
     return CorruptDatasetError(f"commit log {path} is damaged: {problem}", hint=damage_hint(path.parent))

@@ -47,7 +47,7 @@ import numpy as np
 
 from rlds_cli._util.locks import FileLock, pid_alive
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name, segment_damage_hint
 from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.integrity import schema_problem
@@ -627,15 +627,6 @@ def writer_alive(path: Path) -> bool:
         parts = path.name.split(".")
         return len(parts) == 2 and parts[1].isdigit() and _running((socket.gethostname(), int(parts[1])))
     return _running(segment_writer(path))
-
-
-def segment_damage_hint(name: str) -> str:
-    """What to do about growing dataset ``name`` whose segment is missing or damaged (its log is
-    whole: the log's own damage has :func:`~rlds_cli.cache.commit_log.damage_hint`)."""
-    return (
-        f"rlds removes none of its segments while one is damaged; restore the dataset from a copy "
-        f"('rlds pull' of one pushed before), or remove it ('rlds rm {name}')"
-    )
 
 
 def _running(writer: tuple[str, int] | None) -> bool:
