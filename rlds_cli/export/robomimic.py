@@ -137,9 +137,7 @@ def export_robomimic(
     # none, so a reader marks the final observations unknown again
     with_next = bool(index["final_known"].any())
     keys = [*steps.values(), *obs.values(), *(f"next/{k}" for k in obs.values() if with_next)]
-    row_bytes = sum(
-        int(np.prod(fields[k][0], dtype=np.int64)) * np.dtype(fields[k][1]).itemsize for k in keys
-    )
+    row_bytes = raw_bytes(dataset, dict.fromkeys(keys, 1))
     chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
     source = dataset.source_metadata.get("robomimic")
     attrs = dict(source.get("attrs", {})) if isinstance(source, dict) else {}
@@ -148,7 +146,7 @@ def export_robomimic(
     if instructions is not None and instructions.step_key is None:
         instructions = None  # a robomimic source's own ep_meta / problem_info are written back as kept
     langs: set[str | None] = set()  # each demo's one instruction (None: it changes mid-demo)
-    need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps))
+    need = row_bytes * dataset.num_steps
     with atomic_target(out, overwrite=overwrite, need=need) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for i, name in enumerate(names):
