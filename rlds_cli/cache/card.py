@@ -20,6 +20,7 @@ simply be used together in a mixture or merge:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,7 @@ def declared_card(metadata: dict[str, Any], registry_license: str | None = None)
             card["license"], card["license_from"] = known_spdx(lerobot["license"]), "lerobot"
         if lerobot.get("robot_type"):
             card["robot_type"] = str(lerobot["robot_type"])
-        if isinstance(lerobot.get("fps"), int | float):
+        if valid_fps(lerobot.get("fps")) is not None:
             card["fps"] = lerobot["fps"]
     minari = metadata.get("minari") if isinstance(metadata, dict) else None
     if isinstance(minari, dict) and isinstance(minari.get("description"), str):
@@ -216,3 +217,18 @@ def dataset_card(ds: Any) -> dict[str, Any]:
     except CacheError:
         return {}
     return dataset_card(parent[0]) if parent is not None else {}
+
+
+def valid_fps(value: Any) -> float | None:
+    """``value`` as a frame rate: a positive finite number (not a bool), else ``None``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def dataset_fps(ds: Any) -> float | None:
+    """The rate a dataset's steps run at, in steps a second: its card's ``fps`` (carried through
+    views, merges and trims, divided by downsampling), else its source's LeRobot ``fps``; ``None``
+    when neither is a valid rate."""
+    lerobot = ds.source_metadata.get("lerobot")
+    source = lerobot.get("fps") if isinstance(lerobot, dict) else None
+    return valid_fps(dataset_card(ds).get("fps")) or valid_fps(source)

@@ -27,7 +27,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
-from rlds_cli.cache.card import combine_cards, dataset_card
+from rlds_cli.cache.card import combine_cards, dataset_card, valid_fps
 from rlds_cli.cache.composed import Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
@@ -396,8 +396,8 @@ def downsample_dataset(
 
 def _downsampled_card(card: dict[str, Any], every: int) -> dict[str, Any]:
     """The card of every ``every``-th step of a dataset with ``card``: its rate divided."""
-    fps = card.get("fps")
-    if isinstance(fps, int | float) and not isinstance(fps, bool):
+    fps = valid_fps(card.get("fps"))
+    if fps is not None:
         rate = fps / every
         return {**card, "fps": int(rate) if float(rate).is_integer() else rate}
     return card

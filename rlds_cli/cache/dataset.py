@@ -88,6 +88,26 @@ class Instructions:
         else:
             assert self.episode_task is not None
             index = np.full(rows.stop - rows.start, self.episode_task[e], np.int64)
+        return self._checked(dataset, index)
+
+    def used(self, dataset: Dataset) -> np.ndarray:
+        """The text indices (int64, ascending) some step of ``dataset`` has, its step column read
+        in bounded blocks: a source's table can hold texts no step has (LeRobot task ids with
+        gaps, the tasks of episodes a view left out).
+
+        Raises:
+            CorruptDatasetError: An index outside ``texts``.
+        """
+        if self.step_key is None:
+            assert self.episode_task is not None
+            return self._checked(dataset, np.unique(self.episode_task))
+        column, block, seen = dataset.column(self.step_key), 1 << 20, np.zeros(0, np.int64)
+        for start in range(0, dataset.num_steps, block):
+            index = np.asarray(column[start : start + block]).astype(np.int64).reshape(-1)
+            seen = np.union1d(seen, np.unique(index))
+        return self._checked(dataset, seen)
+
+    def _checked(self, dataset: Dataset, index: np.ndarray) -> np.ndarray:
         if len(index) and (index.min() < 0 or index.max() >= len(self.texts)):
             raise CorruptDatasetError(
                 f"dataset {dataset.name!r}: {self.step_key or 'an episode instruction'} holds a text "
@@ -303,13 +323,17 @@ class Dataset:
     @property
     def instructions(self) -> Instructions | None:
         """The language instruction of each step (:class:`Instructions`), from the first of: an RLDS
-        text feature (``language_instruction`` first), a LeRobot source's tasks, RoboCasa's
+        text feature named for one (``language_instruction`` first, then ``*instruction*``, then
+        ``*language*`` or ``*task*``), a LeRobot source's tasks, RoboCasa's
         per-episode ``lang``, LIBERO's ``problem_info`` instruction; ``None`` when the source kept
         none."""
         tables = self.text_tables
-        if tables:
-            key = next((k for k in tables if "language_instruction" in k), next(iter(tables)))
-            return Instructions(tables[key], key, None)
+        # an instruction's feature, by name (RT-1's natural_language_instruction, a "task"); another
+        # text (a file path, a scene name) is no instruction
+        for words in (("language_instruction",), ("instruction",), ("language", "task")):
+            key = next((k for k in tables if any(w in k.rpartition("/")[2] for w in words)), None)
+            if key is not None:
+                return Instructions(tables[key], key, None)
         meta = self.source_metadata
         lerobot = meta.get("lerobot")
         tasks = lerobot.get("tasks") if isinstance(lerobot, dict) else None

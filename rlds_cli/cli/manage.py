@@ -330,6 +330,7 @@ def compact(
     output.console.print(
         f"{output.escape(report.name)}: {output.count(report.segments_before, 'segment')} -> "
         f"{report.segments_after:,} ({output.count(report.episodes, 'episode')}, "
-        f"{output.count(report.steps, 'step')}); {len(report.removed):,} retired files removed",
+        f"{output.count(report.steps, 'step')}); "
+        f"{output.count(len(report.removed), 'retired segment')} removed",
         soft_wrap=True,
     )

@@ -198,11 +198,13 @@ def refuse_complex(dataset: Dataset, target: str) -> None:
 CHUNK_STEPS = 1 << 16
 
 
-def raw_bytes(dataset: Dataset, rows: Mapping[str, int]) -> int:
+def raw_bytes(dataset: Dataset, rows: Mapping[str, int], dtypes: Mapping[str, str] | None = None) -> int:
     """Bytes of ``rows[key]`` rows of each key written uncompressed at its TED shape and dtype
-    (frames decoded): what an HDF5 export needs on disk."""
+    (frames decoded), or at ``dtypes[key]`` where the export widens a key: what an HDF5 export
+    needs on disk."""
     fields = dataset.fields
-    row = {k: int(np.prod(fields[k][0], dtype=np.int64)) * np.dtype(fields[k][1]).itemsize for k in rows}
+    written = {k: (dtypes or {}).get(k, fields[k][1]) for k in rows}
+    row = {k: int(np.prod(fields[k][0], dtype=np.int64)) * np.dtype(written[k]).itemsize for k in rows}
     return sum(n * row[k] for k, n in rows.items())
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.card import dataset_card, dataset_fps
 from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, import_extra
 from rlds_cli.export import flat_keys, refuse_complex, step_keys
@@ -181,12 +180,10 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     """
     source = dataset.source_metadata.get("lerobot")  # a view's are its parent's
     source = source if isinstance(source, dict) else {}
-    # the card carries the rate through views, merges, trims and downsampling
     card = dataset_card(dataset)
-    fps_raw = card.get("fps", source.get("fps", DEFAULT_FPS))
-    if not isinstance(fps_raw, int | float) or not math.isfinite(fps_raw) or fps_raw <= 0:
-        fps_raw = DEFAULT_FPS
-    if not float(fps_raw).is_integer():
+    # the card carries the rate through views, merges, trims and downsampling
+    fps_raw = float(dataset_fps(dataset) or DEFAULT_FPS)
+    if not fps_raw.is_integer():
         raise ExportError(
             f"{dataset.name} runs at {fps_raw:g} frames a second; LeRobot's timestamps and videos take a "
             "whole number",
@@ -194,7 +191,9 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
         )
     fps = int(fps_raw)
     instructions = dataset.instructions
-    tasks = dict(enumerate(instructions.texts)) if instructions is not None else {0: dataset.name}
+    tasks = {0: dataset.name}
+    if instructions is not None:  # the texts some row has: LeRobot's tasks are unique strings
+        tasks = {int(i): instructions.texts[int(i)] for i in instructions.used(dataset)}
     fields = dataset.stored_fields  # one 'action' array: export_dataset checked it
     refuse_complex(dataset, "LeRobot's parquet")
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}

@@ -146,7 +146,9 @@ def export_robomimic(
     if instructions is not None and instructions.step_key is None:
         instructions = None  # a robomimic source's own ep_meta / problem_info are written back as kept
     langs: set[str | None] = set()  # each demo's one instruction (None: it changes mid-demo)
-    need = row_bytes * dataset.num_steps
+    # robomimic's dones are int64: a bool next/terminated is written 8 times as wide as it is read
+    widened = {"next/terminated": "<i8"}
+    need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps), widened)
     with atomic_target(out, overwrite=overwrite, need=need) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for i, name in enumerate(names):
@@ -156,7 +158,7 @@ def export_robomimic(
             for path, key in steps.items():
                 shape, dtype = fields[key]
                 shape = () if path in ("rewards", "dones") and shape == (1,) else shape
-                dtype = "<i8" if key == "next/terminated" else dtype
+                dtype = widened.get(key, dtype)
                 targets[key] = grp.create_dataset(path, shape=(length, *shape), dtype=np.dtype(dtype))
             for name_, key in obs.items():
                 shape, dtype = fields[key]

@@ -45,7 +45,7 @@ import numpy as np
 
 from rlds_cli._util.io import atomic_path, atomic_write
 from rlds_cli.cache.backends.frames import FramesColumn
-from rlds_cli.cache.card import dataset_card
+from rlds_cli.cache.card import dataset_fps
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.opening import open_dataset
@@ -207,8 +207,7 @@ class EpisodeContent:
         self.positions = _positions(ds, episodes)
         if fps is not None and not (math.isfinite(fps) and fps > 0):
             raise InvalidSelectionError(f"fps must be above 0, got {fps}", hint="e.g. --fps 30")
-        card_fps: Any = dataset_card(ds).get("fps")
-        self.fps = float(fps) if fps is not None else float(card_fps) if _positive(card_fps) else DEFAULT_FPS
+        self.fps = float(fps) if fps is not None else dataset_fps(ds) or DEFAULT_FPS
         self.roles = KeyRoles.of(ds)
         self.notes: list[str] = []
         self.cameras = self._cameras()
@@ -456,10 +455,6 @@ def _positions(ds: Dataset, episodes: Sequence[int]) -> np.ndarray:
                 hint=f"pick an episode from 0 to {n - 1}",
             )
     return np.array([i % n for i in wanted], np.int64)
-
-
-def _positive(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _plot_order(key: str) -> tuple[int, str]:

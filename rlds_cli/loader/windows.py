@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli.cache.card import dataset_fps
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes, stored_keys
 from rlds_cli.cache.ted import TedBatch, join_key
@@ -36,14 +37,6 @@ PAD_SUFFIX = "_is_pad"
 TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
 Offsets = Iterable[int] | Iterable[float]
-
-
-def dataset_fps(dataset: Dataset) -> float | None:
-    """The frame rate a dataset's source recorded (a LeRobot source's ``fps``), if any."""
-    meta = dataset.manifest.source.get("metadata")
-    lerobot = meta.get("lerobot") if isinstance(meta, dict) else None
-    fps = lerobot.get("fps") if isinstance(lerobot, dict) else None
-    return float(fps) if isinstance(fps, int | float) and fps > 0 else None
 
 
 def to_steps(key: str, offsets: Sequence[Any], fps: float | None) -> np.ndarray:

@@ -558,15 +558,29 @@ def _is_web_page(resp: Any, name: str, first: bytes) -> bool:
     return start.startswith((b"<!doctype html", b"<html"))
 
 
+#: Bytes the first chunk holds at least (where the body has them): enough to tell a web page.
+HEAD_BYTES = 64
+
+
 def _chunks(resp: Any) -> Iterator[bytes]:
-    """The body as it arrives, undecoded; ``read1`` (unlike ``iter_content``) loses no byte of a
-    partial chunk when the connection is cut."""
+    """The body as it arrives, undecoded, its first chunk at least :data:`HEAD_BYTES` long;
+    ``read1`` (unlike ``iter_content``) loses no byte of a partial chunk when the connection is
+    cut (a head cut short is not written: the resumed request asks for it again)."""
     read1 = getattr(resp.raw, "read1", None)
     if read1 is None:  # urllib3 < 2
-        yield from resp.iter_content(CHUNK)
-        return
-    while chunk := read1(CHUNK):
-        yield chunk
+        arriving: Iterator[bytes] = resp.iter_content(CHUNK)
+    else:
+        arriving = iter(lambda: read1(CHUNK), b"")
+    head = b""
+    for chunk in arriving:
+        if len(head) >= HEAD_BYTES:
+            yield chunk
+            continue
+        head += chunk
+        if len(head) >= HEAD_BYTES:
+            yield head
+    if 0 < len(head) < HEAD_BYTES:  # the whole body is shorter
+        yield head
 
 
 def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | None) -> int | None:

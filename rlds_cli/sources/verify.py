@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_cli._util.io import sha256_file
+from rlds_cli.cache.commit_log import segment_damage_hint
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
@@ -120,13 +121,7 @@ def _redo_hint(kind: str, manifest: Any) -> str:
         command = "'rlds drop', 'view' or 'split'" if op == "select" else f"'rlds {op}'"
         return f"make it again from its parents (the same {command} command with --force)"
     if kind == "growing":  # nothing to make it again from: its episodes were written here
-        # a segment evicted or merged away during the check (grace shorter than the check) reads
-        # as missing: that is no damage, and removing the dataset would lose healthy data
-        return (
-            "if writers or a compaction ran during the check, run it again first (a segment they "
-            "retired meanwhile reads as missing); else restore it from a copy ('rlds pull' of one "
-            "pushed before), or remove it ('rlds rm')"
-        )
+        return segment_damage_hint(name)
     if kind == "downloaded" or source.get("id"):
         return f"download it again ('rlds download {source.get('id') or name} --name {name} --force')"
     return f"convert it again ('rlds download {source.get('path', 'PATH')} --name {name} --force')"

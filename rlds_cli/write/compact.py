@@ -62,6 +62,7 @@ from rlds_cli.cache.commit_log import (
     Record,
     SegmentEntry,
     new_segment_id,
+    seg_name,
 )
 from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings
 from rlds_cli.cache.layout import (
@@ -74,7 +75,13 @@ from rlds_cli.cache.layout import (
 )
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import CorruptDatasetError, LockTimeoutError, SchemaMismatchError, SettingError
+from rlds_cli.errors import (
+    CacheError,
+    CorruptDatasetError,
+    LockTimeoutError,
+    SchemaMismatchError,
+    SettingError,
+)
 from rlds_cli.write.segments import building_segment, collect, leftovers, seal_segment, writer_identity
 
 __all__ = [
@@ -362,11 +369,32 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
     for run in runs:
         merge_run(ds, run, generation=FINAL_GENERATION, fsync=fsync)
     ds.refresh()
+    problem = _live_damage(ds)
+    if problem is not None:  # the segments merged above were checked; nothing is removed
+        raise CorruptDatasetError(
+            f"compaction of {ds.name!r} merged {len(runs)} run(s), then stopped: {problem}",
+            hint=commit_log.segment_damage_hint(ds.name),
+        )
     grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
     removed = collect(ds.directory, ds.state, grace, builds=True, unreferenced=True)
     return CompactReport(
         ds.name, before, len(ds.live_segments()), len(runs), ds.num_episodes, ds.num_steps, removed
     )
+
+
+def _live_damage(ds: GrowingDataset) -> str | None:
+    """The first problem of a live segment's files (sizes, zarr group metadata: what a merge
+    checks of its inputs), for the segments no merge read; a segment a writer evicted meanwhile
+    is no damage."""
+    for entry, _ in ds.live_segments():
+        path = ds.directory / SEGMENTS_DIR / seg_name(entry.seg)
+        try:
+            problems = ds.segment(entry.seg).check_files()
+        except CacheError as exc:  # missing, or not the dataset's schema
+            problems = [str(exc)]
+        if problems and not ds.retired_since_view(path):
+            return f"segment {path.name}: {problems[0]}"
+    return None
 
 
 def merge_run(

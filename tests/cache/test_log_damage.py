@@ -34,6 +34,7 @@ from rlds_cli.cache.commit_log import (
     Record,
     looks_torn,
     new_segment_id,
+    seg_name,
 )
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
@@ -321,6 +322,27 @@ def test_compaction_refuses_a_segment_whose_zarr_group_metadata_is_damaged(isola
         rlds_cli.compact("g", root, grace_seconds=0)
     assert _segments(directory) == before
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
+
+
+def test_compaction_reports_damage_in_a_segment_it_does_not_merge(isolated_cache: Path) -> None:
+    """A final segment (never merged again) cut short: compact said nothing, exited 0 and
+    removed the retired segments besides. It reports the damage and removes nothing."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1, 2, 3))
+    rlds_cli.compact("g", root, grace_seconds=3600)  # one final segment; the merged ones kept
+    live = rlds_cli.open_dataset("g", root).live_segments()
+    assert len(live) == 1 and len(_segments(directory)) > 1
+    column = directory / SEGMENTS_DIR / seg_name(live[0][0].seg) / "arrays" / "observation.npy"
+    column.write_bytes(column.read_bytes()[:-1])
+    before = _segments(directory)
+    with pytest.raises(
+        CorruptDatasetError, match=r"compaction of 'g' merged 0 run\(s\), then stopped: segment"
+    ):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _segments(directory) == before
+    result = runner.invoke(app, ["compact", "g", "--root", str(root), "--grace", "0"])
+    assert result.exit_code == 1 and "then stopped: segment" in result.output, result.output
+    assert _segments(directory) == before
 
 
 def test_segments_retired_under_a_check_are_no_damage(isolated_cache: Path) -> None:

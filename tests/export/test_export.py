@@ -459,6 +459,34 @@ def test_hdf5_exports_check_the_disk_first_and_name_a_full_one(
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_robomimic_disk_check_counts_the_bytes_written(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check counted ``dones`` at their stored dtype (bool) while robomimic's are written as
+    int64: the need fell short of the file's data by 7 bytes a step."""
+    import shutil
+    from collections import namedtuple
+
+    from rlds_cli.errors import DiskFullError
+
+    written = 0
+    with h5py.File(export_dataset(golden, tmp_path / "ok.hdf5", "robomimic"), "r") as f:
+        assert f["data/demo_0/dones"].dtype == np.int64
+
+        def add(_: str, obj: object) -> None:
+            nonlocal written
+            if isinstance(obj, h5py.Dataset):
+                written += obj.nbytes
+
+        f["data"].visititems(add)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - 16, 16))
+    with pytest.raises(DiskFullError) as info:
+        export_dataset(golden, tmp_path / "out.hdf5", "robomimic")
+    need = int(str(info.value).split(" needs ")[1].split(" bytes")[0].replace(",", ""))
+    assert need >= written
+
+
 def test_an_export_into_the_caches_tmp_folder_is_refused(golden: Dataset, tmp_path: Path) -> None:
     """Anything under the cache's tmp/ was let through (meant for the Hub export's own build),
     where gc removes what it does not know."""

@@ -159,3 +159,40 @@ def test_a_text_index_outside_its_table_is_damage(oxe: Dataset, tmp_path: Path) 
     ):
         export_dataset(oxe, tmp_path / "out", "lerobot")
     assert list(tmp_path.glob("out*")) == []
+
+
+def test_only_texts_named_for_an_instruction_are_instructions(
+    oxe: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any RLDS text feature was taken for the instruction (a file path became every row's task)."""
+    tables = {"episode_metadata/file_path_index": ["/data/a.npz"]}
+    monkeypatch.setattr(Dataset, "text_tables", property(lambda self: tables))
+    assert oxe.instructions is None
+    tables["observation/natural_language_instruction_index"] = ["stack the cups"]
+    found = oxe.instructions
+    assert found is not None and found.step_key == "observation/natural_language_instruction_index"
+
+
+def test_lerobot_task_ids_with_gaps_export_only_the_tasks_rows_have(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """A LeRobot source's task ids 0 and 3 became tasks 0..3 with two empty ones: LeRobot v3's
+    tasks are indexed by their text, which then held "" twice."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+    from tests.lerobot_fixtures import FIXTURE, v21_tree
+
+    src = v21_tree(FIXTURE, tmp_path / "v21")
+    (src / "meta/tasks.jsonl").write_text(
+        json.dumps({"task_index": 0, "task": "push the T"})
+        + "\n"
+        + json.dumps({"task_index": 3, "task": "unused"})
+    )
+    convert(src, "gaps")
+    ds = open_dataset("gaps")
+    assert ds.instructions is not None and ds.instructions.texts == ["push the T", "", "", "unused"]
+    out = export_dataset(ds, tmp_path / "out", "lerobot")
+    tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()
+    assert (tasks["task_index"], tasks["__index_level_0__"]) == ([0], ["push the T"])
+    assert runner.invoke(app, ["download", str(out), "--name", "back"]).exit_code == 0
+    assert set(step_texts(open_dataset("back"))) == {"push the T"}

@@ -97,3 +97,29 @@ def test_same_batch_as_lerobots_own_dataset_class(tmp_path: Path, monkeypatch: p
         assert batch[key].shape == want[key].shape and batch[key].dtype == want[key].dtype, key
         assert torch.equal(batch[key], want[key]), key
     assert torch.equal(batch["index"], want["index"])
+
+
+def test_windows_in_seconds_follow_a_derived_datasets_rate(tmp_path: Path) -> None:
+    """A downsampled dataset's windows in seconds were converted at its source's rate (10 fps,
+    not its 5: every window twice as long as asked), and a view's had no rate at all: both now
+    take the card's, carried through views and divided by downsampling."""
+    from rlds_cli.cache.card import dataset_fps
+    from rlds_cli.cache.compose import downsample_dataset
+    from rlds_cli.cache.derive import create_view
+
+    src = tmp_path / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, src)
+    convert(src, "lr", format="lerobot")
+    downsample_dataset("lr", "lr2", every=2)
+    create_view("lr", "lrv", (0, 2))
+    assert [dataset_fps(open_dataset(n)) for n in ("lr", "lr2", "lrv")] == [10.0, 5.0, 10.0]
+    for name, steps in (("lr2", 1), ("lrv", 2)):  # 0.2 s: 1 step at 5 fps, 2 at 10
+        ds = open_dataset(name)
+        index = ds.episode_index
+        ends = index["start"] + index["length"]
+        action = ds.column("action")[:]
+        batch = Loader(ds, batch_size=16, seed=0, windows={"action": [0.0, 0.2]}, keys=["action"]).sample()
+        for i, idx in enumerate(batch["index"].tolist()):
+            end = int(ends[np.searchsorted(index["start"], idx, side="right") - 1])
+            want = action[min(idx + steps, end - 1)]
+            np.testing.assert_array_equal(batch["action"][i, 1].numpy(), want, err_msg=name)

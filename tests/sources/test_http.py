@@ -165,6 +165,22 @@ def test_a_web_page_in_place_of_the_file_is_the_next_mirrors_turn(
     assert result.path.read_bytes() == page
 
 
+def test_a_web_page_arriving_in_small_pieces_is_still_a_page(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page was judged by the first piece the socket gave: "\n<!D" is no page start, and
+    the portal page was kept as the file."""
+    import rlds_cli.net.http as http
+
+    monkeypatch.setattr(http, "CHUNK", 4)
+    server.files["/portal.bin"] = b"\n<!DOCTYPE html>\n<html><body>Sign in to continue</body></html>\n"
+    server.sticky["/portal.bin"] = [Fault("headers", headers={"Content-Type": "text/html"})]
+    with pytest.raises(ServerResponseError, match="answered a web page"):
+        fetch(server, tmp_path, config, spec=RemoteFile("data.bin", (server.url("/portal.bin"),)))
+    result, _ = fetch(server, tmp_path / "b", config, spec=remote(server, sha256=SHA))
+    assert result.path.read_bytes() == DATA  # a file in pieces of 4 bytes is whole
+
+
 def test_server_ignoring_range_restarts_cleanly(
     server: FaultServer, tmp_path: Path, config: HttpConfig
 ) -> None:

@@ -388,6 +388,9 @@ def test_cli_compact_and_inspect(isolated_cache: Path) -> None:
     assert result.exit_code == 0 and json.loads(result.stdout)["segments_after"] == 1
     info = json.loads(runner.invoke(app, ["inspect", "cli", "--json"]).stdout)
     assert info["growing"]["segments"] == 1 and info["growing"]["ready"] is False
+    result = runner.invoke(app, ["compact", "cli", "--grace", "0"])  # the 3 merged ones go now
+    assert result.exit_code == 0 and "1 segment -> 1 " in result.stdout, result.output
+    assert result.stdout.rstrip().endswith("; 3 retired segments removed"), result.stdout
     make_dataset("conv", [2])
     result = runner.invoke(app, ["compact", "conv"])
     assert result.exit_code == 1 and "not a growing dataset" in result.output
