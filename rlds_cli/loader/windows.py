@@ -9,9 +9,9 @@ repeats the episode's first or last step. E.g. ``{"observation": range(-1, 1), "
 range(0, 50)}`` gives an ACT / diffusion-policy batch: ``observation`` ``[B, 2, ...]``, ``action``
 ``[B, 50, A]``, ``observation_is_pad`` ``[B, 2]``, ``action_is_pad`` ``[B, 50]``.
 
-Offsets are whole steps, or seconds (floats) for a dataset with a frame rate (a LeRobot source's
-``fps``, else ``fps=``), converted once and refused when not a whole number of frames (LeRobot's
-``tolerance_s``, 1e-4 s). Keys with the same offsets share one vectorized gather. With slices
+Offsets are whole steps, or seconds (floats) for a dataset with a frame rate (its card's
+``fps``: a LeRobot source's, divided by downsampling; else ``fps=``), converted once and refused
+when not a whole number of frames (LeRobot's ``tolerance_s``, 1e-4 s). Keys with the same offsets share one vectorized gather. With slices
 (``[S, T]`` indices) every step gets its window (``[S, T, W, ...]``).
 
 **Previous action and reward** (AMAGO's ``rl2s``). :class:`PrevActionReward` adds, per step
