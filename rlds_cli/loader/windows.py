@@ -11,8 +11,9 @@ range(0, 50)}`` gives an ACT / diffusion-policy batch: ``observation`` ``[B, 2, 
 
 Offsets are whole steps, or seconds (floats) for a dataset with a frame rate (its card's
 ``fps``: a LeRobot source's, divided by downsampling; else ``fps=``), converted once and refused
-when not a whole number of frames (LeRobot's ``tolerance_s``, 1e-4 s). Keys with the same offsets share one vectorized gather. With slices
-(``[S, T]`` indices) every step gets its window (``[S, T, W, ...]``).
+when not a whole number of frames (LeRobot's ``tolerance_s``, 1e-4 s). Keys with the same offsets
+share one vectorized gather. With slices (``[S, T]`` indices) every step gets its window
+(``[S, T, W, ...]``).
 
 **Previous action and reward** (AMAGO's ``rl2s``). :class:`PrevActionReward` adds, per step
 ``t``, the action at ``t - 1`` and the reward after it (zeros at an episode's first step) and the
