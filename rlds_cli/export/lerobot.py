@@ -25,8 +25,10 @@ The rules (written out in ``docs/formats.md``, "Export to LeRobot"):
   divided by downsampling), else 30; a rate that is not a whole number is refused. The tasks are
   the dataset's language instructions (:attr:`~rlds_cli.cache.dataset.Dataset.instructions`: a
   LeRobot source's tasks, an RLDS source's ``language_instruction``, RoboCasa's ``lang``,
-  LIBERO's ``problem_info``), each row's ``task_index`` its step's instruction (the RLDS index
-  column is not written again); without any, one task, the dataset's name.
+  LIBERO's ``problem_info``): the texts some row has, each once, numbered 0..n-1 in the order
+  of the source's table (lerobot looks a row's task up by its position in ``tasks.parquet``),
+  each row's ``task_index`` its step's (the RLDS index column is not written again); without
+  any, one task, the dataset's name.
 * Per-episode statistics (``stats/<feature>/{min,max,mean,std,count,q01,q10,q50,q90,q99}``, the
   columns lerobot writes) over the episode's rows for parquet columns, and per channel on at most
   100 evenly spaced frames, scaled to ``[0, 1]``, for cameras; ``meta/stats.json`` aggregates them

@@ -165,6 +165,7 @@ class LeRobotPlan:
     extra_names: dict[str, str]
     success_key: str | None
     instructions: Instructions | None  # the task of each row (None: one task, the dataset's name)
+    task_numbers: np.ndarray | None  # instructions' text index -> task_index (-1: no row has it)
     features: dict[str, Any]
 
 
@@ -191,9 +192,16 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
         )
     fps = int(fps_raw)
     instructions = dataset.instructions
-    tasks = {0: dataset.name}
-    if instructions is not None:  # the texts some row has: LeRobot's tasks are unique strings
-        tasks = {int(i): instructions.texts[int(i)] for i in instructions.used(dataset)}
+    tasks, task_numbers = {0: dataset.name}, None
+    if instructions is not None:
+        # the texts some row has, each once, numbered from 0: lerobot reads a row's task at its
+        # position in tasks.parquet (tasks.iloc[task_index]), indexed by the text
+        used = instructions.used(dataset)
+        texts = list(dict.fromkeys(instructions.texts[int(i)] for i in used))
+        number = {text: k for k, text in enumerate(texts)}
+        task_numbers = np.full(len(instructions.texts), -1, np.int64)
+        task_numbers[used] = [number[instructions.texts[int(i)]] for i in used]
+        tasks = dict(enumerate(texts))
     fields = dataset.stored_fields  # one 'action' array: export_dataset checked it
     refuse_complex(dataset, "LeRobot's parquet")
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}
@@ -221,7 +229,7 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     features = features_of(dataset, names, cameras, extra_names, fps, axis_names)
     robot_type = str(card.get("robot_type") or source.get("robot_type") or "unknown")
     return LeRobotPlan(
-        fps, tasks, robot_type, names, cameras, extra_names, success_key, instructions, features
+        fps, tasks, robot_type, names, cameras, extra_names, success_key, instructions, task_numbers, features
     )
 
 
@@ -249,9 +257,9 @@ def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np
     columns["frame_index"] = frame_index
     columns["episode_index"] = np.full(length, e, np.int64)
     columns["index"] = np.arange(start, start + length, dtype=np.int64)
-    columns["task_index"] = (
-        plan.instructions.of_steps(dataset, e, rows) if plan.instructions else np.zeros(length, np.int64)
-    )
+    columns["task_index"] = np.zeros(length, np.int64)
+    if plan.instructions is not None and plan.task_numbers is not None:
+        columns["task_index"] = plan.task_numbers[plan.instructions.of_steps(dataset, e, rows)]
     return columns
 
 

@@ -196,3 +196,28 @@ def test_lerobot_task_ids_with_gaps_export_only_the_tasks_rows_have(
     assert (tasks["task_index"], tasks["__index_level_0__"]) == ([0], ["push the T"])
     assert runner.invoke(app, ["download", str(out), "--name", "back"]).exit_code == 0
     assert set(step_texts(open_dataset("back"))) == {"push the T"}
+
+
+def test_lerobot_tasks_are_numbered_as_lerobot_reads_them(oxe: Dataset, tmp_path: Path) -> None:
+    """lerobot reads a row's task at position ``task_index`` of tasks.parquet: a view leaving a
+    task out kept the source's numbers (0 and 2 of two tasks), so rows read the wrong text or
+    none. The export numbers the tasks some row has from 0."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+    assert runner.invoke(app, ["view", "oxe", "--episodes", "2:4", "--name", "tail"]).exit_code == 0
+    tail = open_dataset("tail")
+    for version in ("3.0", "2.1"):
+        out = export_dataset(tail, tmp_path / version, "lerobot", options={"version": version})
+        if version == "3.0":
+            tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()["__index_level_0__"]
+        else:
+            lines = (out / "meta/tasks.jsonl").read_text().splitlines()
+            tasks = [json.loads(line)["task"] for line in lines]
+            assert [json.loads(line)["task_index"] for line in lines] == list(range(len(tasks)))
+        rows = [
+            i
+            for path in sorted((out / "data").rglob("*.parquet"))
+            for i in pq.read_table(path)["task_index"].to_pylist()
+        ]
+        assert [tasks[i] for i in rows] == step_texts(tail), version
+        assert len(tasks) == 2
