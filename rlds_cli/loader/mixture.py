@@ -54,7 +54,14 @@ from rlds_cli.loader.mixture_schema import (
     normalized,
 )
 from rlds_cli.loader.opening import open_dataset
-from rlds_cli.loader.run_state import check_int, check_state, rank_world, run_seed
+from rlds_cli.loader.run_state import (
+    check_int,
+    check_settings,
+    check_state,
+    dataset_fingerprint,
+    rank_world,
+    run_seed,
+)
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.tensors import DtypePolicy, FloatDtype
@@ -125,6 +132,8 @@ class MixtureSource:
         if not sources:
             raise ValueError("sources must name at least one dataset")
         self.names = list(sources)
+        #: Whether this mixture reads the rows of windows (:meth:`like`), for its transforms' errors.
+        self.windowed = False
         self.datasets = [s if isinstance(s, Dataset) else open_dataset(s, root) for s in sources.values()]
         rename = dict(rename or {})
         unknown = sorted(set(rename) - set(self.names))
@@ -135,6 +144,16 @@ class MixtureSource:
         ]
         self._in_memory = in_memory
         self.keys = self._common_keys(keys)
+        clash = next((k for k in self.keys if k in _RESERVED or k.endswith(MASK_SUFFIX)), None)
+        if clash is not None:  # the batch's own column would replace the stored one, or the reverse
+            holders = [n for n, d, r in zip(self.names, self.datasets, self._renames, strict=True)
+                       if clash in {r.get(k, k) for k in d.fields}]  # fmt: skip
+            raise MixtureError(
+                f"sources {holders} store key {clash!r}, a name a mixture's batch writes itself (each "
+                "row's index and source, and the <key>_pad_mask of a padded key)",
+                hint=f"rename it (rename={{{holders[0]!r}: {{{clash!r}: 'another name'}}}}) or leave it "
+                "out of keys=",
+            )
         self.in_memory = bool(in_memory)
         if self._dtypes.per_key:
             self._dtypes.check_keys(self.keys)
@@ -243,9 +262,11 @@ class MixtureSource:
         (what windows gather their offset rows from)."""
         datasets = dict(zip(self.names, self.datasets, strict=True))
         transforms = dict(zip(self.names, self.transforms, strict=True))
-        return MixtureSource(datasets, keys=list(keys), rename=self.renames(), in_memory=self.in_memory,
+        part = MixtureSource(datasets, keys=list(keys), rename=self.renames(), in_memory=self.in_memory,
                              float_dtype=self._float_dtype, pad=self.pad,
                              transforms=transforms)  # fmt: skip
+        part.windowed = True
+        return part
 
     def normalization_table(self) -> dict[str, Any]:
         """Each source's normalization statistics (those of its ``Normalize`` transforms) as
@@ -323,7 +344,24 @@ class MixtureSource:
         part["index"] = local
         part["source"] = np.full(len(local), source, np.int64)
         for t in self.transforms[source]:
-            part = t(part)
+            try:
+                part = t(part)
+            except KeyError as exc:
+                if not self.windowed:
+                    raise
+                raise MixtureError(
+                    f"a transform of source {self.names[source]!r} reads key {exc.args[0]!r}, which a "
+                    f"window of {self.keys} does not hold: windows run each source's transforms on the "
+                    "windowed keys alone",
+                    hint="make the transform skip keys the batch lacks ('if key in batch'), or window "
+                    "the keys it reads too",
+                ) from exc
+            if not isinstance(part, Mapping):
+                raise MixtureError(
+                    f"a transform of source {self.names[source]!r} returned {type(part).__name__}, not "
+                    "the batch",
+                    hint="return the batch (a mapping of arrays) from every transform",
+                )
         return part
 
     def gather(self, indices: np.ndarray) -> TedBatch:
@@ -459,6 +497,15 @@ class MixtureLoader:
         seed = run_seed(seed, world_size=self.world_size, what="MixtureLoader")
         rank, world_size = self.rank, self.world_size
         resolved = mixture_weights(weights, self.names, lambda: self.source.sizes, follow=refresh is not None)
+        # what a state must be restored with (run_state.check_settings): weights as given (a
+        # schedule cannot be compared), the sources by name and content
+        contents = {
+            f"dataset {n}": dataset_fingerprint(d) for n, d in zip(self.names, self.datasets, strict=True)
+        }
+        self._settings = {
+            "sources": list(self.names), "batch_size": batch_size, "split": split, "anneal": anneal,
+            "weights": _weights_setting(weights), **contents,
+        }  # fmt: skip
         self.sampler = MixtureSampler(
             self.source.sizes,
             resolved,
@@ -573,15 +620,31 @@ class MixtureLoader:
         state = self.sampler.state_dict()
         if self._refresher is not None:
             state["refresh_batches"] = self._refresher.batches
+        state["settings"] = dict(self._settings)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict` (refused from another rank or world size:
-        :class:`~rlds_cli.errors.LoaderStateError`)."""
+        """Restore a state from :meth:`state_dict` (refused from another mixture: other sources,
+        in another order or with other contents, batch size, weights or split; or from another
+        rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         check_int(check_state(state, "MixtureLoader"), "refresh_batches", "MixtureLoader", required=False)
+        check_settings(state, self._settings, "the mixture")
         self.sampler.load_state_dict(state)
         if self._refresher is not None and "refresh_batches" in state:
             self._refresher.batches = int(state["refresh_batches"])
+
+
+def _weights_setting(weights: Any) -> str:
+    """Mixture weights as given, in a form equal for equal weights (a list or tuple of the same
+    numbers, a mapping in any order); a schedule is ``"a schedule"``."""
+    if callable(weights):
+        return "a schedule"
+    try:
+        if isinstance(weights, Mapping):
+            return repr({str(k): float(v) for k, v in sorted(weights.items())})
+        return repr([float(w) for w in weights]) if not isinstance(weights, str) else repr(weights)
+    except (TypeError, ValueError):  # weights relative to size ("size", {name: "size"}): as given
+        return repr(weights)
 
 
 #: Names a batch of a mixture writes itself (and the suffix of its masks): never a rename's target.

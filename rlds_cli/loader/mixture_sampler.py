@@ -190,6 +190,8 @@ def check_weights(weights: Any, count: int) -> np.ndarray:
     with a positive sum."""
     try:
         w = np.asarray(weights, np.float64)
+        if np.asarray(weights).dtype == bool:  # True/False are no weights (a mask meant otherwise?)
+            w = np.full(count + 1, np.nan)
     except (TypeError, ValueError, OverflowError):  # strings, None, ragged, past float64: not weights
         w = np.full(count + 1, np.nan)
     if w.shape != (count,) or not np.isfinite(w).all() or (w < 0).any() or w.max(initial=0) <= 0:
@@ -343,7 +345,11 @@ class MixtureSampler:
 
     def _base(self) -> np.ndarray:
         if self._schedule is not None:
-            return check_weights(self._schedule(self.batches_drawn), len(self.sizes))
+            given = self._schedule(self.batches_drawn)
+            try:
+                return check_weights(given, len(self.sizes))
+            except ValueError as exc:
+                raise ValueError(f"the weight schedule at batch {self.batches_drawn}: {exc}") from None
         assert self._fixed is not None
         return self._fixed
 

@@ -55,7 +55,7 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import MixtureError
 from rlds_cli.loader.protocols import Bindable
-from rlds_cli.loader.transforms import Normalize
+from rlds_cli.loader.transforms import Normalize, twins
 
 #: The suffix of a padded key's mask (``action`` -> ``action_pad_mask``).
 MASK_SUFFIX = "_pad_mask"
@@ -211,6 +211,7 @@ class PadSchema:
                     )
             else:
                 shape = spec.shape
+                self._check_widths(key, spec, parts)
             whole = len(have) == 1 and len(have[0][1]) == size  # one source's rows make the batch
             if whole and have[0][1].shape[1:] == shape and have[0][1].dtype == dtype:
                 arr = have[0][1]  # one source's rows, whole: its own (fresh) array
@@ -228,8 +229,34 @@ class PadSchema:
                         arr[(rows, *(slice(0, n) for n in value.shape[1:]))] = value
             out[key] = arr
             if spec is not None and spec.masks is not None:
-                out[key + MASK_SUFFIX] = spec.masks.take(source, axis=0)
+                mask = spec.masks.take(source, axis=0)
+                for i, rows, given in parts:  # a transform changed the width: its rows' real part
+                    own = given[key].shape[1:] if key in given else None
+                    if own is not None and own != spec.shapes[i]:
+                        mask[rows] = False
+                        mask[(rows, *(slice(0, n) for n in own))] = True
+                out[key + MASK_SUFFIX] = mask
         return out
+
+    def _check_widths(
+        self, key: str, spec: PaddedKey, parts: Sequence[tuple[int, Any, Mapping[str, Any]]]
+    ) -> None:
+        """Refuse a part whose transforms made ``key`` wider than the batch (or of other axes),
+        or, for a key every source stores at one shape (no mask), of another shape."""
+        for i, _, part in parts:
+            if key not in part:
+                continue
+            own = tuple(np.shape(part[key])[1:])
+            fits = len(own) == len(spec.shape) and all(a <= b for a, b in zip(own, spec.shape, strict=True))
+            if own == spec.shape or (fits and spec.masks is not None):
+                continue
+            raise MixtureError(
+                f"the transforms of source {self.names[i]!r} give key {key!r} per-step shape {own}; the "
+                f"mixture's batch holds it as {spec.shape}"
+                + (" (padded: at most that on each axis)" if spec.masks is not None else ""),
+                hint="keep the key within the mixture's shape in the transform, or change it alike in "
+                "every source before mixing (rlds preprocess)",
+            )
 
 
 class FusedNormalize:
@@ -246,7 +273,7 @@ class FusedNormalize:
         """Normalize ``batch`` in place of its keys; ``source``: each row's source."""
         for key, (means, stds) in self.tables.items():
             mean = std = None
-            for name in (key, f"next/{key}"):
+            for name in twins(key, self.tables):
                 if name in batch:
                     if mean is None:
                         mean, std = means.take(source, axis=0), stds.take(source, axis=0)

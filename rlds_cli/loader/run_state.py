@@ -342,12 +342,15 @@ def check_settings(state: Mapping[str, Any], mine: Mapping[str, Any], name: str)
     if not isinstance(saved, Mapping):
         return
     for key in sorted(set(saved) | set(mine)):
-        if key == "dataset" and (saved.get(key) is None or mine.get(key) is None):
+        # "dataset", or a mixture's "dataset <source>"
+        dataset = key == "dataset" or key.startswith("dataset ")
+        if dataset and (saved.get(key) is None or mine.get(key) is None):
             continue  # a dataset that records no content digest (a growing one: its view is checked)
         if saved.get(key) != mine.get(key):
-            if key == "dataset":
+            if dataset:
+                which = f"source {key[8:]!r} of {name}" if key != "dataset" else repr(name)
                 raise LoaderStateError(
-                    f"Loader state was saved on another dataset than {name!r} (its content digests differ)",
+                    f"Loader state was saved on another dataset than {which} (its content digests differ)",
                     hint="restore it on the dataset it was saved from, or start the loader afresh",
                 )
             raise LoaderStateError(

@@ -28,8 +28,16 @@ logger = logging.getLogger("rlds_cli.loader")
 StatsSource = str | Dataset | NormalizationStats | Mapping[str, Any] | None
 
 
+def twins(key: str, normalized: Mapping[str, Any]) -> tuple[str, ...]:
+    """The batch keys a ``Normalize`` of ``key`` changes: ``key`` and its ``next/`` twin, unless
+    the twin has statistics of its own in ``normalized`` (normalized once, with those)."""
+    twin = f"next/{key}"
+    return (key,) if twin in normalized else (key, twin)
+
+
 class Normalize:
-    """``(x - mean) / (std + eps)`` on the given keys (``next/`` twins use the same statistics).
+    """``(x - mean) / (std + eps)`` on the given keys (``next/`` twins use the same statistics,
+    unless listed themselves: then their own; each key is normalized once).
 
     Args:
         stats: Where the statistics come from:
@@ -149,7 +157,7 @@ class Normalize:
         if self.stats is None:
             raise RuntimeError("Normalize has no statistics: pass stats= or use it in a Loader")
         for key, (mean, std) in self.stats.items():
-            for name in (key, f"next/{key}"):
+            for name in twins(key, self.stats):
                 if name in batch:
                     batch[name] = (batch[name] - mean) / std
         return batch

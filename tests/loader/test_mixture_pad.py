@@ -325,3 +325,140 @@ def test_large_keys_read_straight_into_the_batch(tmp_path: Path) -> None:
             want = own_rows(ds, idx[rows], keys)
             np.testing.assert_array_equal(batch["frame"].numpy()[rows], want["frame"])
             np.testing.assert_array_equal(batch["next/observation"].numpy()[rows], want["next/observation"])
+
+
+def test_a_transform_that_changes_a_padded_width_gets_its_own_mask(robots: dict[str, Dataset]) -> None:
+    """franka's transform makes its 7-dim action 10 wide (euler -> rot6d, say): the mask kept the
+    stored 7 (real values marked padding); a width past the batch's, another rank, or a transform
+    returning no batch were numpy's errors naming no source."""
+
+    def widen(batch: TedBatch) -> TedBatch:
+        batch["action"] = np.concatenate([batch["action"], np.ones((len(batch["action"]), 3), np.float32)], 1)
+        return batch
+
+    def narrow(batch: TedBatch) -> TedBatch:
+        batch["action"] = batch["action"][:, :3]
+        return batch
+
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=64, seed=0, keys=KEYS, pad=True,
+                        transforms={"franka": widen, "widowx": narrow})  # fmt: skip
+    batch = mix.sample()
+    src, mask, action = batch["source"].numpy(), batch["action_pad_mask"].numpy(), batch["action"].numpy()
+    for i, width in enumerate((10, 3, 14)):
+        rows = src == i
+        assert rows.any() and mask[rows][:, :width].all() and not mask[rows][:, width:].any(), i
+        assert (action[rows][:, width:] == 0).all()
+    assert (action[src == 0][:, 7:10] == 1).all()
+
+    def wider(batch: TedBatch) -> TedBatch:
+        batch["action"] = np.zeros((len(batch["action"]), 21), np.float32)
+        return batch
+
+    wide = (
+        r"source 'franka' give key 'action' per-step shape \(21,\); the mixture's batch holds it as \(14,\)"
+    )
+    for fn, match in (
+        (wider, wide),
+        (lambda batch: None, "a transform of source 'franka' returned NoneType"),
+    ):
+        mix = MixtureLoader(
+            robots, [1, 0, 0], batch_size=8, seed=0, keys=KEYS, pad=True, transforms={"franka": fn}
+        )
+        with pytest.raises(MixtureError, match=match):
+            mix.sample()
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-source"])
+def test_a_listed_next_key_is_normalized_once_with_its_own_statistics(
+    robots: dict[str, Dataset], fused: bool
+) -> None:
+    """``Normalize(keys=["observation", "next/observation"])``: the twin was normalized with
+    ``observation``'s statistics, then again with its own, except on the packed path (once):
+    the numbers depended on which path the mixture took."""
+    keys = ["observation", "next/observation"]
+    chains = {n: Normalize(keys=keys) if fused else [Normalize(keys=keys), identity] for n in robots}
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=128, seed=0, keys=keys, pad=True, transforms=chains)
+    batch = mix.sample()
+    src, idx = batch["source"].numpy(), batch["index"].numpy()
+    for i, ds in enumerate(robots.values()):
+        rows, width = src == i, ds.fields["observation"][0][0]
+        raw = ds.gather(idx[rows], keys)
+        for key in keys:
+            stats = Normalize(keys=[key])
+            stats.bind(ds)
+            mean, std = stats.stats[key]  # type: ignore[index]
+            np.testing.assert_allclose(
+                batch[key].numpy()[rows][:, :width], (raw[key] - mean) / std, rtol=1e-6
+            )
+
+
+def test_a_state_restores_only_into_the_mixture_it_was_saved_from(robots: dict[str, Dataset]) -> None:
+    """Any mixture of as many sources took another's state: sources swapped, another batch size,
+    weights or split (its rows then credited to the wrong source). (A converted source's content
+    is compared too; these robots are growing datasets, which record no content digest.)"""
+    from rlds_cli.errors import LoaderStateError
+
+    franka, aloha = robots["franka"], robots["aloha"]
+    mix = MixtureLoader(
+        {"franka": franka, "aloha": aloha}, [0.9, 0.1], batch_size=16, seed=1, keys=["action"], pad=True
+    )
+    mix.sample()
+    state = mix.state_dict()
+    same = MixtureLoader(
+        {"franka": franka, "aloha": aloha}, (0.9, 0.1), batch_size=16, seed=1, keys=["action"], pad=True
+    )
+    same.load_state_dict(state)
+    np.testing.assert_array_equal(same.sample()["index"].numpy(), mix.sample()["index"].numpy())
+    others = {
+        "sources": ({"aloha": aloha, "franka": franka}, [0.1, 0.9], {}),
+        "batch_size 16": ({"franka": franka, "aloha": aloha}, [0.9, 0.1], {"batch_size": 8}),
+        "weights": ({"franka": franka, "aloha": aloha}, [0.5, 0.5], {}),
+        "split": ({"franka": franka, "aloha": aloha}, [0.9, 0.1], {"split": "fixed"}),
+    }
+    for what, (sources, weights, options) in others.items():
+        options = {"batch_size": 16, **options}
+        other = MixtureLoader(sources, weights, seed=1, keys=["action"], pad=True, **options)  # type: ignore[arg-type]
+        with pytest.raises(LoaderStateError, match=what):
+            other.load_state_dict(state)
+
+
+def test_stored_keys_a_mixture_writes_itself_are_refused(tmp_path: Path) -> None:
+    """A stored ``source`` was replaced by each row's source index; a stored ``action_pad_mask``
+    replaced the real mask."""
+    robots = {
+        name: write_robot(tmp_path, name, act, 4, [5, 6], seed, extra={extra: act})
+        for name, act, seed, extra in (("a", 7, 1, "source"), ("b", 14, 2, "action_pad_mask"))
+    }
+    with pytest.raises(
+        MixtureError, match=r"sources \['a'\] store key 'source', a name a mixture's batch writes"
+    ):
+        MixtureLoader(robots, [1, 1], batch_size=4, keys=["action", "source"], pad=True)
+    with pytest.raises(MixtureError, match=r"sources \['b'\] store key 'action_pad_mask'"):
+        MixtureLoader(robots, [1, 1], batch_size=4, keys=["action", "action_pad_mask"], pad=True)
+    renamed = MixtureLoader(robots, [1, 0], batch_size=4, seed=0, keys=["action", "origin"], pad=True,
+                            rename={"a": {"source": "origin"}})  # fmt: skip
+    batch = renamed.sample()
+    assert (batch["source"].numpy() == 0).all() and batch["origin"].shape == (4, 7)
+
+
+def test_windows_name_the_source_whose_transform_reads_an_unwindowed_key(robots: dict[str, Dataset]) -> None:
+    def speed(batch: TedBatch) -> TedBatch:
+        batch["speed"] = np.abs(batch["observation"]).sum(-1)
+        return batch
+
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=8, seed=0, keys=KEYS, pad=True,
+                        transforms={n: speed for n in robots},
+                        windows={"action": [0, 1]})  # fmt: skip
+    with pytest.raises(
+        MixtureError, match="a transform of source 'franka' reads key 'observation', which a window"
+    ):
+        for _ in range(5):
+            mix.sample()
+
+
+def test_weights_as_bools_and_a_schedules_bad_weights_are_named(robots: dict[str, Dataset]) -> None:
+    with pytest.raises(ValueError, match="weights must be 3 finite non-negative numbers"):
+        MixtureLoader(robots, [True, False, True], batch_size=8, keys=KEYS, pad=True)
+    mix = MixtureLoader(robots, lambda n: [1.0], batch_size=8, keys=KEYS, pad=True)
+    with pytest.raises(ValueError, match="the weight schedule at batch 0: weights must be 3"):
+        mix.sample()
