@@ -10,6 +10,7 @@ reads go through :class:`~rlds_cli.cache.reader.TedReader`.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,13 +234,23 @@ class Dataset:
 
     @property
     def source_arrays(self) -> dict[str, np.ndarray]:
-        """Non-step arrays kept from the source file (e.g. D4RL ``metadata/policy/*``)."""
+        """Non-step arrays kept from the source file (e.g. D4RL ``metadata/policy/*``).
+
+        Raises:
+            CorruptDatasetError: The file is damaged (its CRC, a header or a length).
+        """
         path = self.directory / SOURCE_ARRAYS_FILE
         if not path.is_file():
             self._check_not_replaced()
             return {}
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k.replace("__", "/"): data[k] for k in data.files}
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k.replace("__", "/"): data[k] for k in data.files}
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:  # a CRC, header or length
+            self._check_not_replaced()
+            raise CorruptDatasetError(
+                f"{path} is unreadable: {exc}", hint=damage_hint(self.manifest.name)
+            ) from None
         self._check_not_replaced()
         return arrays
 

@@ -37,7 +37,7 @@ from rlds_cli.cache import ted
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import Episodes
-from rlds_cli.errors import DatasetReplacedError, InvalidSelectionError
+from rlds_cli.errors import CorruptDatasetError, DatasetReplacedError, InvalidSelectionError
 from rlds_cli.formats.select import is_episode_array, parse_episodes
 
 
@@ -296,8 +296,14 @@ def _check_subset_counts(
 
 
 def _check_episode_arrays(ds: Dataset, c: _Collector) -> None:
-    """Per-episode source arrays (``<format>/episode_<what>``) have one row per episode."""
-    for name, value in ds.source_arrays.items():
+    """Per-episode source arrays (``<format>/episode_<what>``) have one row per episode (and
+    their file reads whole)."""
+    try:
+        arrays = ds.source_arrays
+    except CorruptDatasetError as exc:
+        c.add("files", str(exc))
+        return
+    for name, value in arrays.items():
         if is_episode_array(name) and len(value) != ds.num_episodes:
             c.add("counts", f"source array {name!r} has {len(value)} rows for {ds.num_episodes} episodes")
 

@@ -221,3 +221,25 @@ def test_lerobot_tasks_are_numbered_as_lerobot_reads_them(oxe: Dataset, tmp_path
         ]
         assert [tasks[i] for i in rows] == step_texts(tail), version
         assert len(tasks) == 2
+
+
+def test_a_damaged_text_in_the_source_arrays_is_damage(isolated_cache: Path, tmp_path: Path) -> None:
+    """A byte flipped in a RoboCasa instruction inside source_metadata.npz (its mtime kept):
+    ``inspect --check`` said "unexpected BadZipFile" and the library raised zipfile's own error."""
+    import os
+
+    convert(ROBOCASA, "rc")
+    ds = open_dataset("rc")
+    path = ds.directory / "source_metadata.npz"
+    data = bytearray(path.read_bytes())
+    text = ds.instructions.texts[0].encode()  # type: ignore[union-attr]
+    data[data.find(text[:12])] ^= 0x20
+    stat = path.stat()
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(CorruptDatasetError, match="source_metadata.npz is unreadable"):
+        open_dataset("rc").instructions
+    result = runner.invoke(app, ["inspect", "rc", "--check"])
+    assert result.exit_code == 1 and "source_metadata.npz is unreadable" in result.output, result.output
+    assert "unexpected" not in result.output
