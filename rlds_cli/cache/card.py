@@ -166,10 +166,14 @@ def combine_cards(
     citations = list(dict.fromkeys(str(c["citation"]) for c in cards if c.get("citation")))
     if citations:
         out["citation"] = "\n\n".join(citations)
-    for key in ("robot_type", "fps"):
-        values = {repr(card.get(key)) for card in cards}
-        if len(values) == 1 and cards and cards[0].get(key) is not None:
-            out[key] = cards[0][key]
+    robot_types = {repr(card.get("robot_type")) for card in cards}
+    if len(robot_types) == 1 and cards and cards[0].get("robot_type") is not None:
+        out["robot_type"] = cards[0]["robot_type"]
+    rates = {valid_fps(card.get("fps")) for card in cards}
+    if len(rates) == 1 and cards and cards[0].get("fps") is not None:
+        out["fps"] = cards[0]["fps"]
+    elif any(card.get("fps") is not None for card in cards):
+        out["fps"] = None  # parents of different rates, or some of none: its steps have no one rate
     if description is not None:
         out["description"] = description
     elif len(cards) == 1 and cards[0].get("description"):
@@ -227,8 +231,11 @@ def valid_fps(value: Any) -> float | None:
 
 def dataset_fps(ds: Any) -> float | None:
     """The rate a dataset's steps run at, in steps a second: its card's ``fps`` (carried through
-    views, merges and trims, divided by downsampling), else its source's LeRobot ``fps``; ``None``
-    when neither is a valid rate."""
+    views, merges and trims, divided by downsampling; ``null`` for a merge of parents of different
+    rates, or of some without one), else, for a card without ``fps``, its source's LeRobot
+    ``fps``; ``None`` when there is no valid rate."""
+    card = dataset_card(ds)
+    if "fps" in card:
+        return valid_fps(card["fps"])
     lerobot = ds.source_metadata.get("lerobot")
-    source = lerobot.get("fps") if isinstance(lerobot, dict) else None
-    return valid_fps(dataset_card(ds).get("fps")) or valid_fps(source)
+    return valid_fps(lerobot.get("fps")) if isinstance(lerobot, dict) else None

@@ -183,6 +183,12 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     source = source if isinstance(source, dict) else {}
     card = dataset_card(dataset)
     # the card carries the rate through views, merges, trims and downsampling
+    if "fps" in card and dataset_fps(dataset) is None:
+        raise ExportError(
+            f"{dataset.name}'s episodes have no one frame rate (it merges datasets of different rates, "
+            "or some of none), and LeRobot's timestamps take one",
+            hint="export its parents one by one, or merge datasets of one rate (rlds downsample first)",
+        )
     fps_raw = float(dataset_fps(dataset) or DEFAULT_FPS)
     if not fps_raw.is_integer():
         raise ExportError(

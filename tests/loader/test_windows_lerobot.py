@@ -123,3 +123,30 @@ def test_windows_in_seconds_follow_a_derived_datasets_rate(tmp_path: Path) -> No
             end = int(ends[np.searchsorted(index["start"], idx, side="right") - 1])
             want = action[min(idx + steps, end - 1)]
             np.testing.assert_array_equal(batch["action"][i, 1].numpy(), want, err_msg=name)
+
+
+def test_a_merge_of_different_rates_has_none(tmp_path: Path) -> None:
+    """A merge of a 10 fps dataset and its 5 fps downsample exported at 10 fps (the source's,
+    which downsample kept in the source metadata), as did windows in seconds: it has no rate, so
+    windows need fps= and the LeRobot export is refused in one line."""
+    from rlds_cli.cache.card import dataset_fps
+    from rlds_cli.cache.compose import downsample_dataset, merge_datasets
+    from rlds_cli.errors import ExportError
+    from rlds_cli.export import export_dataset
+
+    src = tmp_path / "lerobot-v3-tiny"
+    shutil.copytree(FIXTURE, src)
+    convert(src, "lr", format="lerobot")
+    downsample_dataset("lr", "lr2", every=2)
+    merge_datasets(["lr", "lr2"], "mixed")
+    downsample_dataset("lr", "lr2b", every=2)
+    merge_datasets(["lr2", "lr2b"], "same")
+    mixed = open_dataset("mixed")
+    assert dataset_fps(mixed) is None and dataset_fps(open_dataset("same")) == 5.0
+    with pytest.raises(ValueError, match="no frame rate"):
+        Loader(mixed, batch_size=4, windows={"action": [0.0, 0.1]}, keys=["action"])
+    Loader(mixed, batch_size=4, windows={"action": [0, 1]}, keys=["action"]).sample()  # steps: fine
+    with pytest.raises(ExportError, match="mixed's episodes have no one frame rate"):
+        export_dataset(mixed, tmp_path / "out", "lerobot")
+    downsample_dataset("mixed", "mixed2", every=2)
+    assert dataset_fps(open_dataset("mixed2")) is None
