@@ -391,6 +391,7 @@ def downsample_dataset(
                 }
             ],
             card=_downsampled_card(dataset_card(source), every),
+            source_arrays=source.episode_source_arrays(),  # every episode kept, in order
         )
 
 

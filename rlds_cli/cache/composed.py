@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.dataset import Dataset, pinned_parent
+from rlds_cli.cache.dataset import Dataset, Instructions, pinned_parent
 from rlds_cli.cache.growing_columns import ConcatColumn
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, is_episode_array
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.views import GatheredColumn
 from rlds_cli.errors import CorruptDatasetError
@@ -162,6 +162,85 @@ class ComposedDataset(Dataset):
         describe another's rows."""
         metas = [ds.source_metadata for ds in self.segment_datasets()]
         return metas[0] if metas and all(m == metas[0] for m in metas[1:]) else {}
+
+    @property
+    def source_arrays(self) -> dict[str, np.ndarray]:
+        """The parents' per-episode source arrays (``<format>/episode_<what>``) at this dataset's
+        episodes, end to end, texts rebased into one blob (``<format>/text/<what>``); an array
+        some parent lacks, or of other shapes, is left out (as are a parent's whole-dataset arrays)."""
+        parts = [
+            (parent.episode_source_arrays(), part.chosen(parent.num_episodes))
+            for part, parent in zip(self.parts, self._parents, strict=True)
+        ]
+        common = set.intersection(*(set(arrays) for arrays, _ in parts)) if parts else set()
+        out: dict[str, np.ndarray] = {}
+        for key in sorted(k for k in common if is_episode_array(k)):
+            prefix, _, what = key.rpartition("/")
+            blob = f"{prefix}/text/{what[len('episode_') :]}" if prefix else f"text/{what[len('episode_') :]}"
+            values = [arrays[key] for arrays, _ in parts]
+            if any(
+                v.ndim == 0 or (len(ids) > 0 and int(ids[-1]) >= len(v))
+                for v, (_, ids) in zip(values, parts, strict=True)
+            ):
+                continue  # damaged, or not per episode: the check names it in the parent
+            if blob in common and all(v.shape[1:] == (2,) for v in values):  # texts: byte ranges
+                ranges, offset = [], 0
+                for arrays, ids in parts:
+                    rows = arrays[key][ids].astype(np.int64)
+                    rows[rows[:, 0] >= 0] += offset  # -1: no text
+                    ranges.append(rows)
+                    offset += len(arrays[blob])
+                out[key] = np.concatenate(ranges)
+                out[blob] = np.concatenate([arrays[blob] for arrays, _ in parts])
+            elif len({(v.shape[1:], v.dtype) for v in values}) == 1:
+                out[key] = np.concatenate([v[ids] for v, (_, ids) in zip(values, parts, strict=True)])
+        return out
+
+    @property
+    def instructions(self) -> Instructions | None:
+        """The parents' instructions (:attr:`Dataset.instructions`), their texts in one table, each
+        text once: step columns of one key, each index read through its parent's map; or per
+        episode (a parent without any: ``""``). ``None`` when no parent has any, or when they are
+        held apart (a step column in one parent, per episode or none in another)."""
+        found = [parent.instructions for parent in self._parents]
+        if all(f is None for f in found):
+            return None
+        chosen = [
+            part.chosen(parent.num_episodes) for part, parent in zip(self.parts, self._parents, strict=True)
+        ]
+        keys = {None if f is None else f.step_key for f in found}
+        texts = list(
+            dict.fromkeys(["" for f in found if f is None] + [t for f in found if f for t in f.texts])
+        )
+        number = {text: i for i, text in enumerate(texts)}
+        if keys == {None}:  # per episode
+            tasks = [
+                np.zeros(len(ids), np.int64) + number[""]
+                if f is None
+                else np.array(
+                    [number[f.texts[t]] for t in np.asarray(f.episode_task)[ids].tolist()], np.int64
+                )
+                for f, ids in zip(found, chosen, strict=True)
+            ]
+            return Instructions(texts, None, np.concatenate(tasks))
+        (key,) = keys if len(keys) == 1 else (None,)
+        if key is None:
+            return None  # a step column in one parent, per episode (or none) in another
+        maps: list[np.ndarray] = []
+        tables: list[np.ndarray] = []
+        for f, ids in zip(found, chosen, strict=True):
+            assert f is not None
+            own = np.array([number[t] for t in f.texts], np.int64)  # its texts -> ours
+            if f.maps:  # a merge itself: its parents' tables, each through its map, then ours
+                assert f.episode_table is not None
+                tables.append(f.episode_table[ids] + len(maps))
+                maps += [own[m] for m in f.maps]
+            else:
+                tables.append(np.full(len(ids), len(maps), np.int64))
+                maps.append(own)
+        if all((m == np.arange(len(m))).all() for m in maps):
+            return Instructions(texts, key, None)  # every index already ours: read as stored
+        return Instructions(texts, key, None, np.concatenate(tables), tuple(maps))
 
     def check_files(self) -> list[str]:
         """Every parent's files at full size (see :meth:`Dataset.check_files`)."""

@@ -25,7 +25,13 @@ from rlds_cli.cache.backends.memmap import load_npy
 from rlds_cli.cache.env_spec import RecordedEnvSpec, dataset_env_spec, recover_environment
 from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
-from rlds_cli.cache.layout import EPISODES_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT, entry_name
+from rlds_cli.cache.layout import (
+    EPISODES_FILE,
+    SOURCE_ARRAYS_FILE,
+    VIEW_LAYOUT,
+    entry_name,
+    is_episode_array,
+)
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
 from rlds_cli.cache.ted import TedBatch
@@ -71,11 +77,17 @@ class Instructions:
     (:attr:`Dataset.instructions`): ``texts`` and, for each step, an index into them, read from a
     step column of indices (``step_key``: an RLDS source's ``info/language_instruction_index``, a
     LeRobot source's ``info/task_index``) or given per episode (``episode_task``: RoboCasa's
-    ``ep_meta["lang"]``; LIBERO's one ``problem_info`` instruction for every episode)."""
+    ``ep_meta["lang"]``; LIBERO's one ``problem_info`` instruction for every episode).
+
+    A merge of datasets whose step columns index tables of their own has ``maps`` (one per
+    table: its index -> an index of ``texts``) and ``episode_table`` (int64, per episode, the map
+    its steps' indices go through)."""
 
     texts: list[str]
     step_key: str | None
     episode_task: np.ndarray | None  # int64, one per episode of the dataset, when step_key is None
+    episode_table: np.ndarray | None = None
+    maps: tuple[np.ndarray, ...] = ()
 
     def of_steps(self, dataset: Dataset, e: int, rows: slice) -> np.ndarray:
         """The text index (int64) of each step ``rows`` of episode ``e`` (rows of ``dataset``'s
@@ -86,6 +98,9 @@ class Instructions:
         """
         if self.step_key is not None:
             index = np.asarray(dataset.column(self.step_key)[rows]).astype(np.int64).reshape(-1)
+            if self.maps:
+                assert self.episode_table is not None
+                index = self._through(dataset, index, np.full(len(index), self.episode_table[e]))
         else:
             assert self.episode_task is not None
             index = np.full(rows.stop - rows.start, self.episode_task[e], np.int64)
@@ -103,50 +118,84 @@ class Instructions:
             assert self.episode_task is not None
             return self._checked(dataset, np.unique(self.episode_task))
         column, block, seen = dataset.column(self.step_key), 1 << 20, np.zeros(0, np.int64)
+        starts = dataset.episode_index["start"].astype(np.int64)
         for start in range(0, dataset.num_steps, block):
             index = np.asarray(column[start : start + block]).astype(np.int64).reshape(-1)
+            if self.maps:
+                assert self.episode_table is not None
+                episode = np.searchsorted(starts, np.arange(start, start + len(index)), side="right") - 1
+                index = self._through(dataset, index, self.episode_table[episode])
             seen = np.union1d(seen, np.unique(index))
         return self._checked(dataset, seen)
 
-    def _checked(self, dataset: Dataset, index: np.ndarray) -> np.ndarray:
-        if len(index) and (index.min() < 0 or index.max() >= len(self.texts)):
+    def _through(self, dataset: Dataset, index: np.ndarray, tables: np.ndarray) -> np.ndarray:
+        """``index`` (each row's own table's) as indices of ``texts``, row ``i`` through
+        ``maps[tables[i]]``."""
+        out = np.empty_like(index)
+        for t in np.unique(tables).tolist():
+            rows = tables == t
+            out[rows] = self._checked(dataset, index[rows], self.maps[t])
+        return out
+
+    def _checked(self, dataset: Dataset, index: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+        """``index`` (through ``table`` when given), or damage where one is outside it."""
+        size = len(self.texts) if table is None else len(table)
+        if len(index) and (index.min() < 0 or index.max() >= size):
             raise CorruptDatasetError(
                 f"dataset {dataset.name!r}: {self.step_key or 'an episode instruction'} holds a text "
-                f"index outside its table of {len(self.texts)} strings",
+                f"index outside its table of {size} strings",
                 hint=damage_hint(dataset.name),
             )
-        return index
+        return index if table is None else table[index]
 
     def of_batch(self, batch: Any) -> np.ndarray:
         """The instruction (``str``) of each row of a batch of this dataset (a Loader's, with
         ``as_tensordict`` or not, or :meth:`Dataset.gather`'s), shaped as its rows (``[B]``, or
-        ``[num_slices, slice_len]``): read from its ``step_key`` column, else its ``episode``. A
-        Loader's batches are of ``loader.dataset`` (a view, with ``episodes=`` or ``filter_key=``).
+        ``[num_slices, slice_len]``): read from its ``step_key`` column (and ``episode``, for a
+        merge with ``maps``), else its ``episode``. A Loader's batches are of ``loader.dataset``
+        (a view, with ``episodes=`` or ``filter_key=``).
 
         Raises:
             KeyError: The batch lacks that column (``keys=`` left it out: add it).
             IndexError: An index outside ``texts`` (a batch of another dataset).
         """
         key = self.step_key if self.step_key is not None else "episode"
-        try:
-            values = batch[key]
-        except KeyError:
-            try:
-                values = batch[tuple(key.split("/"))]  # a TensorDict's nested key
-            except (KeyError, TypeError):
-                raise KeyError(
-                    f"the batch has no {key!r}, which gives each row's instruction: add it to keys="
-                ) from None
-        index = np.asarray(values.cpu() if hasattr(values, "cpu") else values).astype(np.int64)
+        index = _batch_column(batch, key)
         if self.step_key is not None and index.ndim and index.shape[-1] == 1:
             index = index[..., 0]  # a scalar's trailing axis
         table = self.episode_task if self.step_key is None else np.asarray(self.texts, dtype=object)
         assert table is not None
+        if self.maps:  # each row's index through its episode's table
+            assert self.episode_table is not None
+            episode = _batch_column(batch, "episode").reshape(index.shape)
+            if episode.size and (episode.min() < 0 or episode.max() >= len(self.episode_table)):
+                raise IndexError(f"'episode' holds {int(episode.max())}: not an episode of this dataset")
+            tables, mapped = self.episode_table[episode], np.empty_like(index)
+            for t in np.unique(tables).tolist():
+                rows, own = tables == t, self.maps[t]
+                if index[rows].size and (index[rows].min() < 0 or index[rows].max() >= len(own)):
+                    raise IndexError(f"{key!r} holds {int(index[rows].max())}: not a row of this dataset's")
+                mapped[rows] = own[index[rows]]
+            index = mapped
         if index.size and (index.min() < 0 or index.max() >= len(table)):
             raise IndexError(f"{key!r} holds {int(index.max())}: not a row of this dataset's (of another?)")
         if self.step_key is None:
             index = table[index]
         return np.asarray(self.texts, dtype=object)[index]
+
+
+def _batch_column(batch: Any, key: str) -> np.ndarray:
+    """Column ``key`` of a plain or TensorDict batch as int64, or a ``KeyError`` saying to add it."""
+    try:
+        values = batch[key]
+    except KeyError:
+        try:
+            values = batch[tuple(key.split("/"))]  # a TensorDict's nested key
+        except (KeyError, TypeError):
+            raise KeyError(
+                f"the batch has no {key!r}, which gives each row's instruction: add it to keys="
+            ) from None
+    return np.asarray(values.cpu() if hasattr(values, "cpu") else values).astype(np.int64)
 
 
 class Dataset:
@@ -253,6 +302,20 @@ class Dataset:
             ) from None
         self._check_not_replaced()
         return arrays
+
+    def episode_source_arrays(self) -> dict[str, np.ndarray]:
+        """The source arrays a dataset of these episodes, in this order, keeps (what downsampling
+        copies): :attr:`source_arrays`, a view's per-episode ones (``<format>/episode_<what>``)
+        taken at its episodes' rows of its parent's."""
+        view = self.view_parent()
+        if view is None:
+            return self.source_arrays
+        parent, rows = view
+        arrays = parent.source_arrays
+        return {
+            k: v[rows] if is_episode_array(k) and v.ndim and len(v) == parent.num_episodes else v
+            for k, v in arrays.items()
+        }
 
     @property
     def source_metadata(self) -> dict[str, Any]:

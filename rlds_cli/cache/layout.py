@@ -43,6 +43,9 @@ RAW_DIR = "raw"
 MANIFEST_FILE = "manifest.json"
 EPISODES_FILE = "episodes.npy"
 SOURCE_ARRAYS_FILE = "source_metadata.npz"
+#: Source arrays with one row per episode (``<format>/episode_<what>``).
+EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
+
 ARRAYS_DIR = "arrays"
 #: The manifest's ``layout`` of a view (its columns are its parent's).
 VIEW_LAYOUT = "view"
@@ -225,3 +228,8 @@ class CacheLayout:
     def url_download_dir(self, url: str) -> Path:
         """The download folder of an ad-hoc URL: one per URL, so recorded hashes never collide."""
         return self.raw_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
+def is_episode_array(name: str) -> bool:
+    """Whether a source array holds one row per episode (``<format>/episode_<what>``)."""
+    return EPISODE_ARRAY.search(name) is not None

@@ -124,17 +124,6 @@ def _numeric_node(shape: tuple[int, ...], dtype: np.dtype) -> tuple[dict[str, An
     return tensor_node(shape, dtype.name), "tensor"
 
 
-def episode_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
-    """The source arrays of ``dataset`` with one row per episode kept as they are, and a view's
-    taken from its parent's rows of the view's episodes (a view keeps no source arrays)."""
-    view = dataset.view_parent()
-    if view is None:
-        return dataset.source_arrays
-    parent, rows = view
-    n = parent.num_episodes
-    return {k: v[rows] if v.ndim and len(v) == n else v for k, v in parent.source_arrays.items()}
-
-
 class _Plan:
     """What the export writes: the step leaves, the episode leaves, the feature tree."""
 
@@ -156,6 +145,9 @@ class _Plan:
                 self.leaves.append(self._leaf(dataset, key, False, back, texts, image_codec))
         if "next/reward" in fields and not any(leaf.key == "next/reward" for leaf in self.leaves):
             self.leaves.append(self._leaf(dataset, "next/reward", False, back, texts, image_codec))
+        found = dataset.instructions
+        if found is not None and found.maps:  # a merge's index column: each part's own table's
+            self.leaves = [leaf for leaf in self.leaves if leaf.key != found.step_key]
         names = [leaf.name for leaf in self.leaves]
         self.instructions = self._instructions(dataset, names)
         self.discount = "steps/discount" not in names
@@ -232,7 +224,7 @@ class _Plan:
     @staticmethod
     def _episode_leaves(dataset: Dataset, rlds: dict[str, Any], back: dict[str, str]) -> list[_Leaf]:
         """A dataset converted from RLDS: its ``episode_metadata`` (kept as source arrays)."""
-        arrays = episode_arrays(dataset) if back else {}
+        arrays = dataset.episode_source_arrays() if back else {}
         texts = _mapping(rlds.get("episode_text"))
         out: list[_Leaf] = []
         for key, values in arrays.items():
@@ -388,7 +380,7 @@ def export_rlds(
     }
     columns = {leaf.key: dataset.column(leaf.key) for leaf in plan.leaves}
     columns["next/terminated"] = dataset.column("next/terminated")
-    episode_values = episode_arrays(dataset) if plan.episode else {}
+    episode_values = dataset.episode_source_arrays() if plan.episode else {}
     with atomic_target(out, overwrite=overwrite) as tmp:
         tmp.mkdir()
         shards = _Shards(tmp, max(1, int(shard_bytes)))

@@ -9,20 +9,17 @@ the dataset's episode ``i``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from rlds_cli.cache.layout import is_episode_array
 from rlds_cli.cache.views import parse_range
 from rlds_cli.errors import ConversionError, InvalidSelectionError, SourceFormatError
 from rlds_cli.formats.base import REQUIRED_STEP_KEYS, StepBlock, key_problem
 from rlds_cli.formats.untrusted import require_numeric, require_rows
 from rlds_cli.frames.codecs import block_rows, take_rows
-
-#: Source arrays with one row per episode (``<format>/episode_<what>``).
-EPISODE_ARRAY = re.compile(r"(?:^|/)episode_[^/]+$")
 
 
 @dataclass
@@ -38,11 +35,6 @@ def kept_episodes(episodes: tuple[int, int | None], seen: int) -> np.ndarray:
     first, stop = episodes
     last = seen if stop is None else min(stop, seen)
     return np.arange(first, max(first, last), dtype=np.int64)
-
-
-def is_episode_array(name: str) -> bool:
-    """Whether a source array holds one row per episode (``<format>/episode_<what>``)."""
-    return EPISODE_ARRAY.search(name) is not None
 
 
 def subset_episode_arrays(arrays: Mapping[str, np.ndarray], kept: np.ndarray) -> dict[str, np.ndarray]:

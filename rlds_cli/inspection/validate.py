@@ -36,9 +36,10 @@ from rlds_cli._util.rows import rows_equal
 from rlds_cli.cache import ted
 from rlds_cli.cache.blocks import Budget, blocks, ted_blocks
 from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import is_episode_array
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.errors import CorruptDatasetError, DatasetReplacedError, InvalidSelectionError
-from rlds_cli.formats.select import is_episode_array, parse_episodes
+from rlds_cli.formats.select import parse_episodes
 
 
 @dataclass(frozen=True)

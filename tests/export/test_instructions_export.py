@@ -238,8 +238,82 @@ def test_a_damaged_text_in_the_source_arrays_is_damage(isolated_cache: Path, tmp
     path.chmod(0o644)
     path.write_bytes(bytes(data))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    with pytest.raises(CorruptDatasetError, match="source_metadata.npz is unreadable"):
-        open_dataset("rc").instructions
+    with pytest.raises(CorruptDatasetError, match=r"source_metadata\.npz is unreadable"):
+        _ = open_dataset("rc").instructions
     result = runner.invoke(app, ["inspect", "rc", "--check"])
     assert result.exit_code == 1 and "source_metadata.npz is unreadable" in result.output, result.output
     assert "unexpected" not in result.output
+
+
+def test_a_merge_of_other_instruction_tables_keeps_each_steps_text(oxe: Dataset, tmp_path: Path) -> None:
+    """Merging two RLDS datasets whose instruction tables differ dropped every instruction: the
+    LeRobot export wrote the merge's name as every row's task (with the parts' index column), the
+    RLDS export plain index numbers."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("av")
+
+    def other(i: int, features: dict) -> None:
+        steps = len(features["steps/language_instruction"][0])
+        features["steps/language_instruction"] = (
+            [["stack the cups", "wipe the table"][i % 2].encode()] * steps,
+            "byte",
+        )
+
+    write_rlds_dataset(tmp_path / "src2", (4, 6, 3), mutate=other)
+    convert(tmp_path / "src2", "oxe2")
+    for args in (["merge", "oxe", "oxe2", "--name", "both"], ["merge", "both", "oxe", "--name", "again"]):
+        assert runner.invoke(app, args).exit_code == 0
+    both = open_dataset("both")
+    want = step_texts(oxe) + step_texts(open_dataset("oxe2"))
+    assert step_texts(both) == want
+    assert step_texts(open_dataset("again")) == want + step_texts(oxe)  # a merge of a merge
+    out = export_dataset(both, tmp_path / "le", "lerobot")
+    tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()["__index_level_0__"]
+    rows = [
+        i
+        for p in sorted((out / "data").rglob("*.parquet"))
+        for i in pq.read_table(p)["task_index"].to_pylist()
+    ]
+    assert [tasks[i] for i in rows] == want and sorted(tasks) == sorted(set(want))
+    assert (
+        "language_instruction_index"
+        not in pq.read_table(sorted((out / "data").rglob("*.parquet"))[0]).column_names
+    )
+    out = export_dataset(both, tmp_path / "rlds", "rlds")
+    assert runner.invoke(app, ["download", str(out), "--name", "back"]).exit_code == 0
+    assert step_texts(open_dataset("back")) == want
+    import rlds_cli
+
+    found = both.instructions
+    assert found is not None and found.maps
+    every = np.array(want, dtype=object)
+    for batch in rlds_cli.Loader("both", batch_size=16, num_batches=3, seed=0):
+        assert found.of_batch(batch).tolist() == every[np.asarray(batch["index"])].tolist()
+
+
+def test_robocasa_instructions_survive_trim_downsample_and_merge(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """RoboCasa's per-demo ``lang``, ``ep_meta`` and ``model_file`` live in source_metadata.npz, which
+    a trim, merge or downsample did not carry: their exports lost the instructions and the
+    robomimic export the scene files RoboCasa rebuilds its scenes from."""
+    convert(ROBOCASA, "rc")
+    rc = open_dataset("rc")
+    texts = rc.episode_texts("robomimic/lang")
+    assert runner.invoke(app, ["trim", "rc", "--start", "1", "--name", "rc_t"]).exit_code == 0
+    assert runner.invoke(app, ["downsample", "rc", "--every", "2", "--name", "rc_d"]).exit_code == 0
+    assert runner.invoke(app, ["split", "rc", "--val-episodes", "1"]).exit_code == 0
+    assert runner.invoke(app, ["merge", "rc-val", "rc-train", "rc", "--name", "rc_m"]).exit_code == 0
+    val, train = open_dataset("rc-val"), open_dataset("rc-train")
+    merged = val.episode_texts("robomimic/lang") + train.episode_texts("robomimic/lang") + texts
+    for name, want in (("rc_t", texts), ("rc_d", texts), ("rc_m", merged)):
+        ds = open_dataset(name)
+        assert ds.episode_texts("robomimic/lang") == want, name
+        found = ds.instructions
+        assert found is not None and [found.texts[i] for i in found.episode_task] == want, name  # type: ignore[union-attr]
+    out = export_dataset(open_dataset("rc_t"), tmp_path / "t.hdf5", "robomimic")
+    with h5py.File(out, "r") as f, h5py.File(ROBOCASA, "r") as g:
+        for demo in f["data"]:
+            for attr in ("ep_meta", "model_file"):
+                assert f["data"][demo].attrs[attr] == g["data"][demo].attrs[attr], (demo, attr)
+    assert runner.invoke(app, ["inspect", "rc_m", "--check"]).exit_code == 0
