@@ -731,7 +731,10 @@ def finish(
     index = build_index(ends, ids, known)
     write_index(out, index, fsync=fsync)
     # chunks were written by several workers: the digests are read back from the finished output
-    content = digest.digest_directory(out, job.storage, list(inferred), index)
+    # the source's per-episode facts (RoboCasa's lang, seeds) where its episodes are kept 1:1
+    whole = assembler is None or len(ends) == plan.num_episodes
+    arrays = output.copy_source_arrays(out, job.src, len(ends)) if whole else None
+    content = digest.digest_directory(out, job.storage, list(inferred), index, arrays)
     manifest = Manifest(
         name=out_name,
         backend=job.storage,

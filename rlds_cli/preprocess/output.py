@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.backends import ColumnWriter, get_backend
-from rlds_cli.cache.layout import JOB_OUTPUT_DIR
+from rlds_cli.cache.backends.memmap import save_npz
+from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.layout import JOB_OUTPUT_DIR, SOURCE_ARRAYS_FILE, is_episode_array
 from rlds_cli.errors import DiskFullError, PreprocessError
 from rlds_cli.preprocess import schema
 from rlds_cli.preprocess.plan import Plan
@@ -120,3 +122,18 @@ class Assembler:
 
 def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def copy_source_arrays(out: Path, src: Dataset, kept: int) -> Path | None:
+    """Write the source arrays of ``src`` (its per-episode ones, ``<format>/episode_<what>``, cut
+    to its first ``kept`` episodes: the output's, one for one) into ``out``; returns the file, or
+    ``None`` where ``src`` has none or ``kept`` is not a count of its episodes."""
+    arrays = src.episode_source_arrays()
+    if not arrays or not 0 < kept <= src.num_episodes:
+        return None
+    path = out / SOURCE_ARRAYS_FILE
+    save_npz(
+        path,
+        {k.replace("/", "__"): v[:kept] if is_episode_array(k) and v.ndim else v for k, v in arrays.items()},
+    )
+    return path

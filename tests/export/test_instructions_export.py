@@ -295,18 +295,23 @@ def test_robocasa_instructions_survive_trim_downsample_and_merge(
     isolated_cache: Path, tmp_path: Path
 ) -> None:
     """RoboCasa's per-demo ``lang``, ``ep_meta`` and ``model_file`` live in source_metadata.npz, which
-    a trim, merge or downsample did not carry: their exports lost the instructions and the
+    a trim, merge, downsample or preprocess did not carry: their exports lost the instructions and the
     robomimic export the scene files RoboCasa rebuilds its scenes from."""
     convert(ROBOCASA, "rc")
     rc = open_dataset("rc")
     texts = rc.episode_texts("robomimic/lang")
     assert runner.invoke(app, ["trim", "rc", "--start", "1", "--name", "rc_t"]).exit_code == 0
     assert runner.invoke(app, ["downsample", "rc", "--every", "2", "--name", "rc_d"]).exit_code == 0
+    fn, workers = "tests.preprocess_fns:identity", "1"
+    assert (
+        runner.invoke(app, ["preprocess", "rc", "--fn", fn, "--name", "rc_p", "--workers", workers]).exit_code
+        == 0
+    )
     assert runner.invoke(app, ["split", "rc", "--val-episodes", "1"]).exit_code == 0
     assert runner.invoke(app, ["merge", "rc-val", "rc-train", "rc", "--name", "rc_m"]).exit_code == 0
     val, train = open_dataset("rc-val"), open_dataset("rc-train")
     merged = val.episode_texts("robomimic/lang") + train.episode_texts("robomimic/lang") + texts
-    for name, want in (("rc_t", texts), ("rc_d", texts), ("rc_m", merged)):
+    for name, want in (("rc_t", texts), ("rc_d", texts), ("rc_p", texts), ("rc_m", merged)):
         ds = open_dataset(name)
         assert ds.episode_texts("robomimic/lang") == want, name
         found = ds.instructions
@@ -316,4 +321,6 @@ def test_robocasa_instructions_survive_trim_downsample_and_merge(
         for demo in f["data"]:
             for attr in ("ep_meta", "model_file"):
                 assert f["data"][demo].attrs[attr] == g["data"][demo].attrs[attr], (demo, attr)
-    assert runner.invoke(app, ["inspect", "rc_m", "--check"]).exit_code == 0
+    for name in ("rc_m", "rc_p", "rc_d"):
+        assert runner.invoke(app, ["inspect", name, "--check"]).exit_code == 0, name
+    assert runner.invoke(app, ["verify", "rc_p"]).exit_code == 0
