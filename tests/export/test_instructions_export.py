@@ -324,3 +324,18 @@ def test_robocasa_instructions_survive_trim_downsample_and_merge(
     for name in ("rc_m", "rc_p", "rc_d"):
         assert runner.invoke(app, ["inspect", name, "--check"]).exit_code == 0, name
     assert runner.invoke(app, ["verify", "rc_p"]).exit_code == 0
+
+
+def test_instructions_that_are_not_utf8_stay_distinct(isolated_cache: Path, tmp_path: Path) -> None:
+    """b"caf\\xe9" and b"caf\\xe8" both became "caf\\ufffd": one instruction, one exported task."""
+    pytest.importorskip("crc32c")
+
+    def latin1(i: int, features: dict) -> None:
+        steps = len(features["steps/language_instruction"][0])
+        features["steps/language_instruction"] = ([[b"caf\xe9", b"caf\xe8"][i % 2]] * steps, "byte")
+
+    write_rlds_dataset(tmp_path / "src", (3, 4), mutate=latin1)
+    convert(tmp_path / "src", "latin")
+    ds = open_dataset("latin")
+    a, b = ds.episode_index["length"].tolist()
+    assert step_texts(ds) == ["caf\\xe9"] * a + ["caf\\xe8"] * b

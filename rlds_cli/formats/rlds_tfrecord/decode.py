@@ -364,7 +364,9 @@ def _text_rows(
     _check_kind(leaf, raw, where)
     spans = bytes_spans(buf, raw) if raw.kind is not None else []
     _values_per_step(leaf, len(spans), steps, where)
-    return [bytes(buf[a:b]).decode("utf-8", errors="replace") for a, b in spans[start:stop]]
+    # bytes that are not UTF-8 as \xNN: two such texts stay two (U+FFFD made "caf\xe9" and
+    # "caf\xe8" one instruction), and what the source held is readable
+    return [bytes(buf[a:b]).decode("utf-8", errors="backslashreplace") for a, b in spans[start:stop]]
 
 
 def _feature(feats: dict[str, RawFeature], leaf: Leaf, where: str) -> RawFeature:
