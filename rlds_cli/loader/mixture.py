@@ -167,6 +167,7 @@ class MixtureSource:
                                 self.keys, pad=self.pad)  # fmt: skip
         #: Per source, its transforms (bound to its dataset), run on its rows only.
         self.transforms = bind_transforms(transforms, self.names, self.datasets, self._renames)
+        self.schema.expect(self.transforms)
         #: Sources normalized by ``Normalize`` alone: once over the padded batch, with per-row
         #: tables (:mod:`rlds_cli.loader.mixture_schema`); ``None``: each chain on its rows.
         self.fused_normalize = fuse(self.transforms, self.schema, self._in_batch)

@@ -14,7 +14,8 @@ actions in one batch):
   zeros in its rows with a mask all False (as Octo's ``pad_mask_dict``). ``keys=None`` takes the
   keys every source has; a key no source has is refused.
 * **Dtypes.** Different stored dtypes are promoted with ``numpy.result_type`` (float32 + float64:
-  float64; uint8 + float32: float32), then ``float_dtype=`` casts as for one dataset. Only bool,
+  float64; uint8 + float32: float32), each source's after its ``Normalize`` (a batch's dtype
+  never depends on which sources it holds), then ``float_dtype=`` casts as for one dataset. Only bool,
   integer and floating keys are promoted; others must be equal, or the key is refused.
 * **Order.** Each source's rows are renamed, then its own transforms run (at its own width), then
   they are padded into the batch.
@@ -45,7 +46,7 @@ source's rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,8 @@ class PaddedKey:
 
     Attributes:
         shape: Per-step shape in the batch (the widest on each axis).
-        dtype: Stored dtype in the batch before ``float_dtype`` (the sources' promoted).
+        dtype: Dtype in the batch before ``float_dtype``: the sources' promoted, after their
+            ``Normalize`` (:meth:`PadSchema.expect`).
         shapes: Per source, its per-step shape, or ``None`` where the source lacks the key.
         dtypes: Per source, its stored dtype, or ``None`` where the source lacks the key.
         masks: ``(sources, *shape)`` bool, True where a source's values are real; ``None`` when
@@ -152,6 +154,26 @@ class PadSchema:
         self._dtypes: dict[tuple[str, tuple[np.dtype, ...]], np.dtype] = {}
         # large arrays reused once nothing holds them, avoiding page faults (cache/buffers.py)
         self._pool = BufferPool()
+
+    def expect(self, chains: Sequence[Sequence[Any]]) -> None:
+        """Take each source's ``Normalize`` transforms (``chains[i]``: source ``i``'s) into the
+        keys' dtypes: a key one source normalizes (uint8 frames to float32) is that dtype in every
+        batch, whichever sources the batch holds."""
+        for key, spec in self.keys.items():
+            found: list[np.dtype] = []
+            for own, chain in zip(spec.dtypes, chains, strict=True):
+                if own is None:
+                    continue
+                dtype = own
+                for t in chain:
+                    stats = t.stats if isinstance(t, Normalize) and t.stats is not None else {}
+                    used = next((v for k, v in stats.items() if key in twins(k, stats)), None)
+                    if used is not None:  # (x - mean) / std: numpy's promotion
+                        dtype = np.dtype(np.result_type(dtype, used[0].dtype, used[1].dtype))
+                found.append(dtype)
+            promoted = np.dtype(np.result_type(*found))
+            if promoted != spec.dtype:
+                self.keys[key] = replace(spec, dtype=promoted)
 
     def mask_keys(self) -> list[str]:
         """The ``<key>_pad_mask`` keys a batch carries, in key order."""

@@ -462,3 +462,28 @@ def test_weights_as_bools_and_a_schedules_bad_weights_are_named(robots: dict[str
     mix = MixtureLoader(robots, lambda n: [1.0], batch_size=8, keys=KEYS, pad=True)
     with pytest.raises(ValueError, match="the weight schedule at batch 0: weights must be 3"):
         mix.sample()
+
+
+def test_a_key_one_source_normalizes_has_one_dtype_in_every_batch(tmp_path: Path) -> None:
+    """Only source a normalizes its uint8 key: batches holding a's rows were float32, batches of
+    b's rows alone uint8 (and the mixture's fields said uint8)."""
+    import rlds_cli
+
+    for name, seed in (("a", 1), ("b", 2)):
+        rng = np.random.default_rng(seed)
+        with rlds_cli.DatasetWriter(name, root=tmp_path, mode="create") as writer:
+            for n in (6, 7):
+                frames = rng.integers(0, 255, (n + 1, 4, 4, 3), dtype=np.uint8)
+                writer.add_episode({
+                    "observation": frames[:-1], "next/observation": frames[1:],
+                    "action": rng.normal(size=(n, 2)).astype(np.float32),
+                    "next/reward": np.zeros(n, np.float32), "next/terminated": np.arange(n) == n - 1,
+                    "next/truncated": np.zeros(n, bool),
+                })  # fmt: skip
+    sources = {n: rlds_cli.open_dataset(n, root=tmp_path) for n in ("a", "b")}
+    mix = MixtureLoader(sources, lambda step: [[1, 0], [0, 1]][step % 2], batch_size=8, seed=0,
+                        keys=["observation", "action"], pad=True,
+                        transforms={"a": Normalize(keys=["observation"])})  # fmt: skip
+    assert mix.source.fields["observation"][1] == "float32"
+    dtypes = {str(mix.sample()["observation"].dtype) for _ in range(4)}
+    assert dtypes == {"torch.float32"}
