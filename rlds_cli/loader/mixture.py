@@ -43,7 +43,9 @@ from rlds_cli.loader.mixture_sampler import (
     MixtureSampler,
     Weights,
     check_split,
+    check_weights,
     mixture_weights,
+    starved,
 )
 from rlds_cli.loader.mixture_schema import (
     MASK_SUFFIX,
@@ -507,6 +509,14 @@ class MixtureLoader:
             "sources": list(self.names), "batch_size": batch_size, "split": split, "anneal": anneal,
             "weights": _weights_setting(weights), **contents,
         }  # fmt: skip
+        if split == "fixed" and not callable(resolved):
+            none = starved(check_weights(resolved, len(self.names)), batch_size)
+            if none:
+                raise MixtureError(
+                    f"split='fixed' gives sources {[self.names[i] for i in none]} no row of a batch of "
+                    f"{batch_size} (their weight times it rounds to 0): they would never be drawn",
+                    hint="raise batch_size or their weight, or use split='random' (rows drawn by weight)",
+                )
         self.sampler = MixtureSampler(
             self.source.sizes,
             resolved,

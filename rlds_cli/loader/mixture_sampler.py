@@ -216,6 +216,13 @@ def fixed_counts(weights: np.ndarray, batch_size: int) -> np.ndarray:
     return counts
 
 
+def starved(weights: np.ndarray, batch_size: int) -> list[int]:
+    """Members of positive weight that :func:`fixed_counts` gives no row of a batch of
+    ``batch_size`` (``split="fixed"`` would never draw them)."""
+    counts = fixed_counts(weights, batch_size)
+    return np.flatnonzero((np.asarray(weights) > 0) & (counts == 0)).tolist()
+
+
 def ready_since(ready_at: np.ndarray, ready: np.ndarray, batch: int) -> np.ndarray:
     """``ready_at`` after the members ``ready`` now were seen ready before batch ``batch``."""
     return np.where((ready_at == NOT_READY) & ready, batch, ready_at).astype(np.int64)
@@ -319,6 +326,14 @@ class MixtureSampler:
         self._schedule = weights if callable(weights) else None
         self._count = len(sizes)
         self._fixed = None if callable(weights) else check_weights(weights, len(sizes))
+        members = (
+            starved(self._fixed, self.batch_size) if split == "fixed" and self._fixed is not None else []
+        )
+        if members:
+            raise ValueError(
+                f"split='fixed' gives members {members} (of weight > 0) no row of a batch of "
+                f"{self.batch_size}: raise batch_size or their weight, or use split='random'"
+            )
         self._steady: np.ndarray | None = None  # the weights while nothing changes (_weights)
         self._marked = False  # ready_at holds every source ready under the steady weights
         self.set_sizes(sizes, [True] * len(sizes) if ready is None else ready)

@@ -487,3 +487,15 @@ def test_a_key_one_source_normalizes_has_one_dtype_in_every_batch(tmp_path: Path
     assert mix.source.fields["observation"][1] == "float32"
     dtypes = {str(mix.sample()["observation"].dtype) for _ in range(4)}
     assert dtypes == {"torch.float32"}
+
+
+def test_a_fixed_split_that_never_draws_a_source_is_refused(robots: dict[str, Dataset]) -> None:
+    """weights 0.995/0.005 of 64 rows with split='fixed': aloha got 0 rows in every batch."""
+    two = {n: robots[n] for n in ("franka", "aloha")}
+    with pytest.raises(
+        MixtureError, match=r"split='fixed' gives sources \['aloha'\] no row of a batch of 64"
+    ):
+        MixtureLoader(two, [0.995, 0.005], batch_size=64, split="fixed", keys=["action"], pad=True)
+    with pytest.raises(ValueError, match=r"split='fixed' gives members \[1\]"):
+        MixtureSampler([10, 10], [0.995, 0.005], 64, split="fixed")
+    MixtureLoader(two, [0.99, 0.01], batch_size=64, split="fixed", keys=["action"], pad=True)  # 0.64: 1 row
