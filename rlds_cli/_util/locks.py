@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["POLL_SECONDS", "FileLock", "Timeout", "is_timeout", "lock_fd", "unlock_fd"]
+__all__ = ["POLL_SECONDS", "FileLock", "Timeout", "is_timeout", "lock_fd", "lock_fd_within", "unlock_fd"]
 
 #: Seconds between two attempts while waiting for a lock held elsewhere (filelock's default).
 POLL_SECONDS = 0.05
@@ -44,6 +44,23 @@ def lock_fd(fd: int) -> None:
     no ``fcntl``, nothing is locked)."""
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def lock_fd_within(fd: int, seconds: float) -> bool:
+    """:func:`lock_fd`, waiting at most ``seconds`` (polling); whether it was taken (``True``
+    where there is no ``fcntl``). Raises the ``OSError`` of a lock that cannot be had at all (an
+    exclusive lock of a read-only file where ``flock`` is emulated, on NFS)."""
+    if fcntl is None:
+        return True
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(POLL_SECONDS / 5, max(0.0, deadline - time.monotonic())))
 
 
 def unlock_fd(fd: int) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._util.locks import lock_fd, unlock_fd
+from rlds_cli._util.locks import lock_fd, lock_fd_within, unlock_fd
 from rlds_cli.errors import CorruptDatasetError
 
 MAGIC = b"RLG1"
@@ -157,15 +157,26 @@ def tail_recovery(fd: int) -> bytes:
     return pad + Record(RECOVER, count=len(torn)).pack()
 
 
+#: Seconds a reader waits for the log's lock to judge a partial tail (an append holds it for
+#: microseconds; a writer stopped mid-append, e.g. by SIGSTOP, could hold it for ever).
+TAIL_LOCK_SECONDS = 5.0
+
+
 def partial_tail_damage(fd: int) -> str | None:
     """What the bytes past the log's last whole record are, if not what a crash leaves (the start
     of a record, then zeros): ``None`` for none, or a crash's. Read under the log's lock, so no
-    append is half-copied (a reader can see a record's first page before the rest)."""
+    append is half-copied (a reader can see a record's first page before the rest).
+
+    Raises:
+        TimeoutError: The lock stayed held for :data:`TAIL_LOCK_SECONDS`: not judged now (the
+            whole records before the tail read as they are).
+    """
     try:
-        lock_fd(fd)
-        locked = True
+        locked = lock_fd_within(fd, TAIL_LOCK_SECONDS)
     except OSError:  # an exclusive lock of a read-only file where flock is emulated (NFS)
-        locked = False
+        locked = None
+    if locked is False:
+        raise TimeoutError("the commit log's lock stayed held")
     try:
         size = os.fstat(fd).st_size
         part = size % RECORD_SIZE
@@ -470,11 +481,15 @@ class LogState:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size % RECORD_SIZE and until is None and self.__dict__.get("_tail_checked") != size:
-                    problem = partial_tail_damage(fh.fileno())
+                    try:
+                        problem = partial_tail_damage(fh.fileno())
+                    except TimeoutError:  # judged at a later refresh; whole records read now
+                        problem = None
+                    else:
+                        self.__dict__["_tail_checked"] = size  # a crash's torn tail: checked once
                     if problem is not None:
                         self.damage = problem
                         raise _damaged(path, problem)
-                    self.__dict__["_tail_checked"] = size  # a crash's torn tail: checked once
                 whole = size - size % RECORD_SIZE
                 if until is not None:
                     whole = min(whole, until)

@@ -140,6 +140,29 @@ def test_bytes_past_the_last_whole_record_that_no_crash_leaves_are_damage(
     assert _uids(root) == [2, 3]
 
 
+def test_a_reader_does_not_wait_for_ever_on_a_held_log_lock(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial tail is judged under the log's lock; a writer stopped mid-append (SIGSTOP) holds
+    it for ever, and every reader waited with it. A reader now reads the whole records and judges
+    the tail at a later refresh."""
+    import fcntl
+
+    from rlds_cli.cache import commit_log
+
+    monkeypatch.setattr(commit_log, "TAIL_LOCK_SECONDS", 0.2)
+    root = isolated_cache
+    directory = _grow(root, capacity_episodes=2)
+    log = directory / COMMIT_LOG_FILE
+    data = log.read_bytes()
+    log.write_bytes(data + b"oops")
+    with open(log, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another open file: excludes this process too
+        assert _uids(root) == [2, 3]  # the whole records, not a hang
+    with pytest.raises(CorruptDatasetError, match="not a whole record"):
+        _uids(root)  # the lock released: the tail is judged
+
+
 def test_a_zeroed_record_in_the_middle_is_damage(isolated_cache: Path) -> None:
     root = isolated_cache
     directory = _grow(root)
