@@ -505,10 +505,11 @@ def _write_body(
                 # version than its record names
                 write_part_info(part, new_info)
             tally.start_window(config.clock())
-            for chunk in _chunks(resp):
+            judge = not have and _labelled_page(resp, name)  # a body that may be a page, not the file
+            for chunk in _chunks(resp, HEAD_BYTES if judge else 0):
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
-                if not have and not tally.received and _is_web_page(resp, name, chunk):
+                if judge and not tally.received and _starts_as_page(chunk):
                     discard_part(part)  # nothing of it is the file
                     raise ServerResponseError(
                         f"GET {url} answered a web page (text/html), not the file {name}: a login, "
@@ -545,42 +546,45 @@ def _write_body(
         ) from None
 
 
-def _is_web_page(resp: Any, name: str, first: bytes) -> bool:
-    """Whether a body that should be the file ``name`` is an HTML page instead (a login, error or
-    captive-portal page served with 200): ``Content-Type: text/html`` and a body that starts as
-    one, for a file not named ``.html``/``.htm``. Both must hold: some servers label binary
-    files ``text/html``."""
+def _labelled_page(resp: Any, name: str) -> bool:
+    """Whether the answer for the file ``name`` (not named ``.html``/``.htm``) says it is an HTML
+    page (``Content-Type: text/html``: a login, error or captive-portal page served with 200).
+    Its body must start as one too (:func:`_starts_as_page`): some servers label binary files
+    ``text/html``."""
     if name.lower().endswith((".html", ".htm")):
         return False
-    if not str(resp.headers.get("Content-Type", "")).lower().startswith("text/html"):
-        return False
+    return str(resp.headers.get("Content-Type", "")).lower().startswith("text/html")
+
+
+def _starts_as_page(first: bytes) -> bool:
+    """Whether a body's first bytes are an HTML page's."""
     start = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:15].lower()
     return start.startswith((b"<!doctype html", b"<html"))
 
 
-#: Bytes the first chunk holds at least (where the body has them): enough to tell a web page.
+#: Bytes the first chunk of a body labelled text/html holds at least: enough to tell a page.
 HEAD_BYTES = 64
 
 
-def _chunks(resp: Any) -> Iterator[bytes]:
-    """The body as it arrives, undecoded, its first chunk at least :data:`HEAD_BYTES` long;
-    ``read1`` (unlike ``iter_content``) loses no byte of a partial chunk when the connection is
-    cut (a head cut short is not written: the resumed request asks for it again)."""
+def _chunks(resp: Any, head: int = 0) -> Iterator[bytes]:
+    """The body as it arrives, undecoded, its first chunk at least ``head`` bytes long (to judge
+    it); ``read1`` (unlike ``iter_content``) loses no byte of a partial chunk when the connection
+    is cut (a head cut short is not written: the resumed request asks for it again)."""
     read1 = getattr(resp.raw, "read1", None)
     if read1 is None:  # urllib3 < 2
         arriving: Iterator[bytes] = resp.iter_content(CHUNK)
     else:
         arriving = iter(lambda: read1(CHUNK), b"")
-    head = b""
+    first = b""
     for chunk in arriving:
-        if len(head) >= HEAD_BYTES:
+        if len(first) >= head:
             yield chunk
             continue
-        head += chunk
-        if len(head) >= HEAD_BYTES:
-            yield head
-    if 0 < len(head) < HEAD_BYTES:  # the whole body is shorter
-        yield head
+        first += chunk
+        if len(first) >= head:
+            yield first
+    if 0 < len(first) < head:  # the whole body is shorter
+        yield first
 
 
 def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | None) -> int | None:

@@ -317,6 +317,11 @@ class Tab:
             try:
                 value = self.evaluate(expression, timeout=max(0.1, deadline - time.monotonic()))
             except ChromiumError as exc:
+                if "no reply from chromium" in str(exc) and time.monotonic() >= deadline:
+                    # the last poll outlasted the wait (a busy machine): the wait's own failure
+                    raise ChromiumError(
+                        f"waited {timeout:g} s for {expression[:120]!r} (the last poll got no answer)"
+                    ) from None
                 # the document was replaced between two polls (a navigation): poll the new one
                 if "context was destroyed" not in str(exc) and "Cannot find context" not in str(exc):
                     raise
