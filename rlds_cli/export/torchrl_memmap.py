@@ -73,6 +73,13 @@ def export_torchrl(
         shape, dtype = ((1,), "bool") if source == "=false" else fields[source]
         if dtype not in _TORCH_DTYPES:
             raise ExportError(f"key {path!r} has dtype {dtype}, which torch tensors cannot hold")
+        taken = next((p for p in path.split("/") if p in _META_NAMES), None)
+        if taken is not None:  # meta.json's own fields at each level: tensordict loses such a key
+            raise ExportError(
+                f"{dataset.name}: key {path!r} holds the name {taken!r}, which a TensorDict memmap's "
+                "meta.json uses for itself (the key would be lost)",
+                hint="rename the key (rlds preprocess) before exporting",
+            )
         specs[path] = (tuple(shape), dtype)
     with atomic_target(out, overwrite=overwrite) as tmp:
         _write_meta(tmp, specs, n)
@@ -93,6 +100,10 @@ def export_torchrl(
             for fh in handles.values():
                 fh.close()
     return out
+
+
+#: The fields of a level's ``meta.json`` besides its entries.
+_META_NAMES = ("shape", "device", "_type")
 
 
 def _file(base: Path, path: str) -> Path:

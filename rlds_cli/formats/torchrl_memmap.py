@@ -314,9 +314,11 @@ class TorchRLMemmapReader(Reader):
 
     @staticmethod
     def _len_counts_elements(storage_meta: dict[str, Any] | None, cap0: int, inner: int) -> bool:
-        """Whether ``len`` counts elements (TorchRL ``ndim=2`` storage) rather than dim-0 rows."""
+        """Whether ``len`` counts elements (a TorchRL ``ndim=2`` storage: its batch shape has two
+        dimensions) rather than dim-0 rows. A partly filled one counts elements too (taken for
+        rows, its unwritten rows were read as all-zero steps)."""
         length = (storage_meta or {}).get("len")
-        return isinstance(length, int) and inner > 1 and length > cap0
+        return isinstance(length, int) and inner > 1
 
     def _filled(
         self, storage_meta: dict[str, Any] | None, writer: dict[str, Any] | None, cap0: int, inner: int
@@ -473,7 +475,10 @@ class TorchRLMemmapReader(Reader):
 
 
 def _skipped(parts: tuple[str, ...]) -> bool:
-    return len(parts) == 1 and parts[0] in _SKIP_ROOT
+    """Bookkeeping rlds recomputes (root flags, ``episode``, ``index``, ``_weight``) and a
+    collector's ``collector/*`` (its ``traj_ids`` restart in every dump: kept, TorchRL's
+    ``SliceSampler`` took them for the trajectories of a merge), as recording drops them."""
+    return (len(parts) == 1 and parts[0] in _SKIP_ROOT) or parts[0] == "collector"
 
 
 def _reward_columns(reward: np.ndarray) -> np.ndarray:

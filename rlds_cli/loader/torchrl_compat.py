@@ -9,7 +9,9 @@ cache on demand, so any TorchRL sampler (``RandomSampler``, ``SliceSampler(traj_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,19 +20,43 @@ import torch
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.opening import open_dataset
+from rlds_cli.loader.run_state import dataset_fingerprint
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.tensors import to_tensordict, to_torch
 
 
 def _index_array(index: Any, size: int) -> np.ndarray:
-    if isinstance(index, torch.Tensor):
-        index = index.cpu().numpy()
+    """Storage positions of ``index`` (an int, a slice, ``...``, a list, an integer or bool array or
+    tensor) as int64 in ``[0, size)``, negatives counted from the end as TorchRL's storages do.
+
+    Raises:
+        IndexError: A position outside ``[-size, size)``, or a mask of another length.
+        TypeError: Positions that are not integers (floats, strings).
+    """
+    if isinstance(index, tuple):  # TorchRL passes (index,) for one-dimensional storages
+        index = index[0] if len(index) == 1 else index
+    if index is Ellipsis:
+        index = slice(None)
     if isinstance(index, slice):
         return np.arange(*index.indices(size), dtype=np.int64)
-    if isinstance(index, tuple):  # TorchRL passes (index,) for one-dimensional storages
-        index = index[0]
-    idx = np.asarray(index, np.int64)
+    if isinstance(index, torch.Tensor):
+        index = index.cpu().numpy()
+    given = np.asarray(index)
+    if given.dtype == bool:  # a mask: the positions it marks
+        if given.shape != (size,):
+            raise IndexError(f"a mask of {given.shape} rows for a storage of {size}")
+        return np.flatnonzero(given).astype(np.int64)
+    if given.dtype.kind not in "iu":
+        raise TypeError(f"storage positions must be integers, not {given.dtype}")
+    idx = given.astype(np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        bad = int(idx.min()) if idx.min() < -size else int(idx.max())
+        raise IndexError(f"position {bad} is outside a storage of {size} steps")
     return np.where(idx < 0, idx + size, idx)
+
+
+#: The file ``rb.dumps(path)`` writes for an rlds storage (under ``path/storage``).
+STORAGE_FILE = "rlds_storage.json"
 
 
 def _collate_id(batch: Any) -> Any:
@@ -49,6 +75,11 @@ def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory:
             super().__init__(max_size=dataset.num_steps)
             self.dataset = dataset
             self._source = HostSource(dataset, keys, in_memory=in_memory)
+            # the steps of the view opened now (a growing dataset's later ones are another view)
+            self._steps = dataset.num_steps
+            # written up to its last step, never wrapped: TorchRL's slices stop there (without a
+            # cursor a full storage is circular, and a slice ran from the last step to step 0)
+            self._set_last_cursor(self._steps - 1)
 
         def get(self, index: Any) -> Any:
             idx = _index_array(index, len(self))
@@ -60,23 +91,42 @@ def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory:
             raise TypeError("an rlds dataset is read-only; write a new dataset with rlds instead")
 
         def __len__(self) -> int:
-            return dataset.num_steps
+            return self._steps
 
         def _len_along_dim0(self) -> int:
-            return dataset.num_steps
+            return self._steps
 
         def state_dict(self) -> dict[str, Any]:
-            return {"directory": str(dataset.directory)}
+            return {"directory": str(dataset.directory), "dataset": dataset_fingerprint(dataset)}
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-            if state_dict.get("directory") != str(dataset.directory):
-                raise ValueError("state is for another dataset")
+            saved = state_dict.get("dataset")
+            if state_dict.get("directory") != str(dataset.directory) or (
+                saved is not None and saved != dataset_fingerprint(dataset)
+            ):
+                raise ValueError(f"state is for another dataset than {dataset.name!r}")
+
+        def dumps(self, path: Any) -> None:
+            """What ``rb.dumps(path)`` keeps of the storage: which dataset it reads (the data
+            stays in the cache)."""
+            folder = Path(path)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / STORAGE_FILE).write_text(json.dumps(self.state_dict()))
+
+        def loads(self, path: Any) -> None:
+            """``rb.loads(path)``: refused unless it was dumped over this dataset."""
+            try:
+                state = json.loads((Path(path) / STORAGE_FILE).read_text())
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{path} holds no rlds storage state ({STORAGE_FILE}): {exc}") from None
+            self.load_state_dict(state if isinstance(state, dict) else {})
 
         def _empty(self) -> None:
             raise TypeError("an rlds dataset is read-only")
 
         def contains(self, item: Any) -> Any:
-            idx = _index_array(item, len(self))
+            idx = np.asarray(item.cpu().numpy() if isinstance(item, torch.Tensor) else item, np.int64)
+            idx = np.where(idx < 0, idx + len(self), idx)
             return torch.as_tensor((idx >= 0) & (idx < len(self)))
 
     return RldsStorage()
@@ -112,8 +162,8 @@ def cache_slice_boundaries(sampler: Any, storage: Any) -> bool:
         return False  # several end keys combined: TorchRL's own (cached) path
     source = getattr(storage, "_source", None)
     name = join_key(key) if isinstance(key, (str, tuple)) else None
-    if source is None or name is None or name not in source.keys:
-        return False
+    if source is None or name is None or name not in {*source.keys, *source.dataset.fields}:
+        return False  # (read from the dataset: keys= may leave out the one the slices need)
     column = HostSource(source.dataset, [name]).gather(np.arange(len(storage), dtype=np.int64))[name]
     signal = torch.from_numpy(np.ascontiguousarray(column))
     cursor = getattr(storage, "_last_cursor_index", None)

@@ -114,6 +114,28 @@ def test_torchrl_memmap_loads_with_tensordict(golden: Dataset, tmp_path: Path) -
         np.testing.assert_array_equal(td[tuple(key.split("/"))].numpy(), value, err_msg=key)
 
 
+def test_a_key_named_as_a_memmap_meta_field_is_refused(tmp_path: Path) -> None:
+    """``info/shape`` was exported, and lost: the level's own ``shape`` wrote over its meta.json
+    entry, so tensordict loaded no such key."""
+    import rlds_cli
+    from rlds_cli.errors import ExportError
+
+    obs = np.zeros((4, 2), np.float32)
+    with rlds_cli.DatasetWriter("metas", root=tmp_path, mode="create") as writer:
+        episode = {
+            "observation": obs[:-1],
+            "next/observation": obs[1:],
+            "action": np.zeros((3, 1), np.float32),
+        }
+        episode |= {"next/reward": np.zeros(3, np.float32), "next/terminated": np.arange(3) == 2}
+        episode |= {"next/truncated": np.zeros(3, bool), "info/shape": np.ones((3, 2), np.float32)}
+        writer.add_episode(episode)
+    ds = rlds_cli.open_dataset("metas", root=tmp_path)
+    with pytest.raises(ExportError, match="key 'info/shape' holds the name 'shape'"):
+        export_dataset(ds, tmp_path / "td", "torchrl")
+    assert not (tmp_path / "td").exists()
+
+
 def test_torchrl_round_trip(golden: Dataset, tmp_path: Path) -> None:
     out = export_dataset(golden, tmp_path / "td", "torchrl")
     result = convert(out, "back", format="torchrl")

@@ -222,6 +222,33 @@ def test_batched_replay_buffer_with_time_first(tmp_path: Path, capacity: int) ->
     _same_as(ds, eps.reshape(-1))
 
 
+def test_a_partly_filled_ndim2_storage_without_its_writer(tmp_path: Path) -> None:
+    """Its ``len`` counts elements: read as dim-0 rows, the unwritten rows became all-zero steps
+    (200 steps of which 100 zeros, for a [2, 50] batch in a [500, 2] storage)."""
+    pytest.importorskip("torchrl")
+    import shutil
+
+    eps = torch.stack([_episode(5, 0), _episode(5, 1)])  # [envs=2, T=5]
+    _buffer(40, eps, ndim=2).dumps(tmp_path / "rb")
+    shutil.copytree(tmp_path / "rb" / "storage", tmp_path / "alone")
+    convert(tmp_path / "alone", "alone")
+    ds = open_dataset("alone")
+    assert (ds.num_steps, list(ds.episodes["length"])) == (10, [5, 5])
+    _same_as(ds, eps.reshape(-1))
+
+
+def test_a_collectors_bookkeeping_is_dropped(tmp_path: Path) -> None:
+    """``collector/traj_ids`` was kept as a step column: they restart in every dump, and TorchRL's
+    SliceSampler took them for the trajectories of a merge of two dumps (slices crossing)."""
+    pytest.importorskip("torchrl")
+    ep = _episode(6, 0)
+    ep["collector"] = TensorDict({"traj_ids": torch.zeros(6, dtype=torch.int64),
+                                  "mask": torch.ones(6, dtype=torch.bool)}, batch_size=[6])  # fmt: skip
+    _buffer(6, ep).dumps(tmp_path / "rb")
+    convert(tmp_path / "rb", "col")
+    assert not [k for k in open_dataset("col").fields if k.startswith("collector")]
+
+
 def test_three_batch_dims_are_refused(tmp_path: Path) -> None:
     torch.stack([torch.stack([_episode(2, 0)])]).memmap(tmp_path / "td")
     out = _one_error_line(_run("download", str(tmp_path / "td"), "--name", "x", "--format", "torchrl"))
