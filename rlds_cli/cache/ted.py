@@ -61,6 +61,12 @@ def key_problem(key: object) -> str | None:
     return None
 
 
+#: Keys every batch read from a dataset carries itself (each row's step; ``episode`` is a derived
+#: key, recomputed from the episode index): never stored, or a Loader's and a TorchRL storage's
+#: batches would hide the stored values.
+BATCH_KEYS = ("index",)
+
+
 def is_valid_key(key: str) -> bool:
     """Whether ``key`` follows the strict TED key grammar (see :func:`key_problem`)."""
     return key_problem(key) is None

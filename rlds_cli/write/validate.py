@@ -20,7 +20,7 @@ import numpy as np
 from rlds_cli._util.rows import rows_equal
 from rlds_cli.cache import ted
 from rlds_cli.cache.manifest import FieldSpec
-from rlds_cli.cache.ted import describe_dtype, is_numeric, key_problem
+from rlds_cli.cache.ted import BATCH_KEYS, describe_dtype, is_numeric, key_problem
 from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
 
 #: Read-time keys a batch may carry (``Dataset.episode`` returns them): checked, not stored.
@@ -71,6 +71,12 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
             raise EpisodeFormatError(
                 f"{what}: key {key!r} cannot be stored: {problem}",
                 hint="keys are '/'-separated parts of A-Z a-z 0-9 _ . -",
+            )
+        if key in BATCH_KEYS:
+            raise EpisodeFormatError(
+                f"{what}: key {key!r} is a name every batch gives itself (each row's step): the "
+                "stored values would be hidden",
+                hint=f"store it under another name, e.g. 'info/{key}'",
             )
         if key in out:
             places = " and ".join(f"{what}{where}" for where in _given_at(batch, key))
