@@ -14,7 +14,10 @@ from what ``DatasetWriter.add_episode`` takes:
 * an unfinished episode's steps are copied when kept (a collector may refill its batch in place,
   ``return_same_td=True``);
 * bookkeeping keys are dropped: ``collector/*`` and the root ``done``/``terminated``/``truncated``
-  (the flags of the state at t, which TED derives from the previous step).
+  (the flags of the state at t, which TED derives from the previous step);
+* a rollout of an environment that gives ``("next", "done")`` without ``terminated`` or
+  ``truncated`` (an older env): the missing flag is what ``done`` leaves of the other (``done``
+  alone: terminated), as TorchRL's ``done = terminated | truncated`` reads.
 
 Every other key keeps its name (``("next", "pixels")`` -> ``next/pixels``): a key at the root and
 under ``next`` is observation-like, as in the rest of rlds.
@@ -49,6 +52,12 @@ def _columns(td: Any) -> dict[str, np.ndarray]:
                 f"the rollout has no {tuple(need.split('/'))!r} key; a TorchRL collector's rollout has it",
                 hint="pass the TensorDict a collector yields (or env.rollout(...)) as it is",
             )
+    done = out["next/done"].astype(bool)
+    if "next/terminated" not in out:  # done = terminated | truncated
+        truncated = out.get("next/truncated")
+        out["next/terminated"] = done if truncated is None else done & ~truncated.astype(bool)
+    if "next/truncated" not in out:
+        out["next/truncated"] = done & ~out["next/terminated"].astype(bool)
     return out
 
 

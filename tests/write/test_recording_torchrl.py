@@ -131,6 +131,25 @@ def test_env_rollout_without_trajectory_ids() -> None:
         _check_episode(ep)
 
 
+@pytest.mark.parametrize("kept", ["done", "done+truncated", "done+terminated"])
+def test_a_rollout_with_done_alone_gets_the_flags_done_leaves(kept: str) -> None:
+    """An older env's rollout without ("next", "truncated") (or with done alone) failed at
+    ``add_episode`` naming the missing flag, with no way to give it."""
+    from torchrl.envs import GymEnv
+
+    env = GymEnv("CartPole-v1")
+    env.set_seed(5)
+    rollout = env.rollout(150, break_when_any_done=False)
+    for flag in ("terminated", "truncated"):
+        if flag not in kept:
+            del rollout["next", flag]
+    for ep in from_rollout(rollout, unfinished="drop"):
+        _check_episode(ep)
+        done = ep["next/terminated"] | ep["next/truncated"]
+        assert done[-1].all() and not done[:-1].any()
+        assert not (ep["next/terminated"] & ep["next/truncated"]).any()
+
+
 def test_extend_from_rollout_one_call_per_batch() -> None:
     """``extend_from_rollout(writer, rollout, episodes)``: one call per ``[n_envs, T]`` batch
     commits exactly the episodes :class:`RolloutEpisodes` completes; without ``episodes`` the
