@@ -65,8 +65,11 @@ def _collate_id(batch: Any) -> Any:
 
 
 def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory: bool = False) -> Any:
-    """A read-only ``torchrl.data.Storage`` serving ``dataset``'s steps as TensorDicts."""
+    """A read-only ``torchrl.data.Storage`` serving ``dataset``'s steps as TensorDicts (pickled as
+    the dataset and these arguments: another process opens it again)."""
     from torchrl.data.replay_buffers.storages import Storage
+
+    keys = list(keys) if keys is not None else None
 
     class RldsStorage(Storage):
         """Read-only TorchRL storage backed by an rlds dataset (no copy)."""
@@ -86,6 +89,9 @@ def rlds_storage(dataset: Dataset, keys: Iterable[str] | None = None, in_memory:
             batch = self._source.gather(idx)
             batch["index"] = idx
             return to_tensordict(to_torch(TedBatch(batch)))
+
+        def __reduce__(self) -> tuple[Any, ...]:  # the class is made per call: pickled by its maker
+            return (rlds_storage, (dataset, keys, in_memory))
 
         def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
             raise TypeError("an rlds dataset is read-only; write a new dataset with rlds instead")

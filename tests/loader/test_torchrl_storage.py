@@ -108,3 +108,16 @@ def test_a_growing_dataset_is_served_as_the_view_it_was_opened_at(tmp_path: Path
     ds.refresh()
     assert ds.num_steps == 10 and len(rb) == 5
     assert rb.sample()["index"].max() < 5
+
+
+def test_the_buffer_pickles_to_another_process(ds: Dataset) -> None:
+    """The storage class is made per call: pickling it (a buffer sent to other processes) failed
+    with "Can't pickle local object"."""
+    import pickle
+
+    rb = make_replay_buffer(ds, batch_size=4, keys=["observation", "action"])
+    copy = pickle.loads(pickle.dumps(rb))
+    assert len(copy) == ds.num_steps and sorted(copy.storage[[2]].keys()) == sorted(rb.storage[[2]].keys())
+    np.testing.assert_array_equal(
+        copy.storage[[2, 5]]["observation"].numpy(), ds.gather(np.array([2, 5]))["observation"]
+    )
