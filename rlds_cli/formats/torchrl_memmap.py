@@ -298,8 +298,7 @@ class TorchRLMemmapReader(Reader):
             self._stream_ends = np.array([filled0 - 1], np.int64)
             return
         # TorchRL's ndim=2 storages put time first; a [B, T] TED tensordict puts it last
-        by_elements = self._len_counts_elements(storage_meta, cap0, inner)
-        time_first = self._time_axis(rows0, default_first=by_elements)
+        time_first = self._time_axis(rows0, default_first=self._by_elements)
         grid = rows0[:, None] * inner + np.arange(inner)[None, :]  # [filled0, inner] flat indices
         streams = grid.T if time_first else grid  # one stream of steps per row
         self._order = np.ascontiguousarray(streams).reshape(-1).astype(np.int64)
@@ -312,18 +311,48 @@ class TorchRLMemmapReader(Reader):
             "ends an episode"
         )
 
-    @staticmethod
-    def _len_counts_elements(storage_meta: dict[str, Any] | None, cap0: int, inner: int) -> bool:
-        """Whether ``len`` counts elements (a TorchRL ``ndim=2`` storage: its batch shape has two
-        dimensions) rather than dim-0 rows. A partly filled one counts elements too (taken for
-        rows, its unwritten rows were read as all-zero steps)."""
+    def _len_counts_elements(self, storage_meta: dict[str, Any] | None, cap0: int, inner: int) -> bool:
+        """Whether ``len`` counts elements (a TorchRL ``ndim=2`` storage) rather than dim-0 rows (an
+        ``ndim=1`` storage of ``[cap0, T]`` trajectories). Past ``cap0`` it must; at or below, both
+        readings fit, and the rows between ``len // inner`` and ``len`` tell: unwritten (all zero)
+        in an ``ndim=2`` storage, written in an ``ndim=1`` one.
+
+        Raises:
+            SourceFormatError: Some of those rows hold data and some do not: no reading fits.
+        """
         length = (storage_meta or {}).get("len")
-        return isinstance(length, int) and inner > 1
+        if not isinstance(length, int) or inner <= 1 or length % inner:
+            return False
+        if length > cap0:
+            return True
+        tail = np.unique(np.linspace(length // inner, length - 1, num=_AXIS_SAMPLE).astype(np.int64))
+        written = [self._row_written(int(r)) for r in tail if length // inner <= r < length]
+        if not any(written):
+            return True  # taken for rows, these unwritten rows would be all-zero steps
+        if all(written):
+            return False
+        raise SourceFormatError(
+            f"{self.storage / 'storage_metadata.json'}: len {length} of a storage of shape "
+            f"{list(self.batch_shape)} counts neither its rows nor its elements (rows past "
+            f"{length // inner} are partly written)",
+            hint="pass the whole dump directory (with writer/metadata.json)",
+        )
+
+    def _row_written(self, row: int) -> bool:
+        """Whether dim-0 row ``row`` holds anything but zeros in some tensor."""
+        inner = self.batch_shape[1]
+        cells = slice(row * inner, (row + 1) * inner)
+        tensors = [self.reward, *self.flags.values(), *self.steps.values()]
+        tensors += [t for pair in self.flat.values() for t in pair]
+        return any(np.asarray(t[cells]).any() for t in tensors)
 
     def _filled(
         self, storage_meta: dict[str, Any] | None, writer: dict[str, Any] | None, cap0: int, inner: int
     ) -> tuple[int, int]:
         """(rows filled along dimension 0, the oldest row) from the dump's metadata."""
+        # TorchRL's ndim=2 storages count elements in len (past cap0 only they must)
+        length = (storage_meta or {}).get("len")
+        self._by_elements = isinstance(length, int) and inner > 1 and length > cap0
         if storage_meta is None:  # a plain TensorDict.memmap: every row holds data
             return cap0, 0
         length = storage_meta.get("len")
@@ -347,7 +376,8 @@ class TorchRLMemmapReader(Reader):
             )
             return cap0, cursor
         # no writer metadata: len alone (elements for an ndim=2 storage, else dim-0 rows)
-        rows = length // inner if self._len_counts_elements(storage_meta, cap0, inner) else length
+        self._by_elements = self._len_counts_elements(storage_meta, cap0, inner)
+        rows = length // inner if self._by_elements else length
         if rows > cap0 or (inner > 1 and rows * inner != length and rows != length):
             raise SourceFormatError(
                 f"{self.storage / 'storage_metadata.json'}: len {length} does not fit a storage of shape "

@@ -207,7 +207,7 @@ class PackedKeys:
         tabled = [k for k in keys if k not in episode]
         # the normalized keys first in their table: one range of columns, normalized in place
         normed = set(fused.tables) if fused is not None else set()
-        first = [k for k in tabled if k in normed or (k.startswith("next/") and k[5:] in normed)]
+        first = [k for k in tabled if k in normed]  # (a normalized key's next/ twin has its own table)
         ordered = first + [k for k in tabled if k not in first]
         widths = {k: int(np.prod(schema.keys[k].shape, dtype=np.int64)) for k in keys}
         columns: dict[np.dtype, int] = {}
@@ -298,7 +298,7 @@ class PackedKeys:
         if fused is None or not first:
             return None
         names = set(at)
-        if any(k not in names and f"next/{k}" not in names for k in fused.tables):
+        if any(k not in names for k in fused.tables):
             return None  # a normalized key read another way (a frame): the fused path normalizes all
         dtype = at[first[0]][0]  # the first table's dtype: the first keys are laid out first
         if any(at[k][0] != dtype for k in first):
@@ -307,7 +307,7 @@ class PackedKeys:
         count = len(next(iter(fused.tables.values()))[0])
         means, stds = np.zeros((count, end), dtype), np.ones((count, end), dtype)
         for key in first:
-            mean, std = fused.tables[key if key in fused.tables else key[5:]]
+            mean, std = fused.tables[key]
             if mean.dtype != dtype or std.dtype != dtype:
                 return None
             c0 = at[key][1]

@@ -285,7 +285,8 @@ class FusedNormalize:
     """The sources' ``Normalize`` statistics as per-row tables (see the module docstring).
 
     Args:
-        tables: ``{key: (means, stds)}``, each ``(sources, *shape)``; ``next/<key>`` uses them too.
+        tables: ``{batch key: (means, stds)}``, each ``(sources, *shape)``: a ``next/`` twin has its
+            own (each source's statistics for it: its key's, or the twin's own where given).
     """
 
     def __init__(self, tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -293,13 +294,9 @@ class FusedNormalize:
 
     def __call__(self, batch: TedBatch, source: np.ndarray) -> TedBatch:
         """Normalize ``batch`` in place of its keys; ``source``: each row's source."""
-        for key, (means, stds) in self.tables.items():
-            mean = std = None
-            for name in twins(key, self.tables):
-                if name in batch:
-                    if mean is None:
-                        mean, std = means.take(source, axis=0), stds.take(source, axis=0)
-                    batch[name] = (batch[name] - mean) / std
+        for name, (means, stds) in self.tables.items():
+            if name in batch:
+                batch[name] = (batch[name] - means.take(source, axis=0)) / stds.take(source, axis=0)
         return batch
 
 
@@ -321,34 +318,36 @@ def fuse(
         for t in chain:
             assert t.stats is not None
             for key, (mean, std) in t.stats.items():
-                if key in seen:
-                    return None  # normalized twice in one source: its chain's order matters
-                seen.add(key)
-                spec = schema.keys.get(key) or schema.keys.get(f"next/{key}")
-                if spec is None:
-                    continue  # not in the batch: the source's Normalize skips it too
-                floating = spec.dtype.kind == "f" and batch_dtype(key, spec.dtype) == spec.dtype
-                stored = {schema.keys[n].dtype for n in (key, f"next/{key}") if n in schema.keys}
-                if not floating or len(stored) != 1 or not _one_dtype(schema, key, spec.dtype):
-                    return None
-                if key not in tables:
-                    shape = spec.shape
-                    tables[key] = (np.zeros((count, *shape), mean.dtype), np.ones((count, *shape), std.dtype))
-                means, stds = tables[key]
-                if mean.dtype != means.dtype or std.dtype != stds.dtype:
-                    return None
-                own = spec.shapes[i]
-                if own is None:
-                    continue  # the source has no such key: its rows stay zeros, as unnormalized
-                at: tuple[Any, ...] = (i, *(slice(0, n) for n in own))
-                means[at], stds[at] = np.broadcast_to(mean, own), np.broadcast_to(std, own)
+                for name in twins(key, t.stats):  # the batch keys this source's Normalize changes
+                    if name in seen:
+                        return None  # normalized twice in one source: its chain's order matters
+                    seen.add(name)
+                    spec = schema.keys.get(name)
+                    if spec is None:
+                        continue  # not in the batch: the source's Normalize skips it too
+                    floating = spec.dtype.kind == "f" and batch_dtype(name, spec.dtype) == spec.dtype
+                    if not floating or not _one_dtype(schema, name, spec.dtype):
+                        return None
+                    if name not in tables:
+                        zeros, ones = (
+                            np.zeros((count, *spec.shape), mean.dtype),
+                            np.ones((count, *spec.shape), std.dtype),
+                        )
+                        tables[name] = (zeros, ones)
+                    means, stds = tables[name]
+                    if mean.dtype != means.dtype or std.dtype != stds.dtype:
+                        return None
+                    own = spec.shapes[i]
+                    if own is None:
+                        continue  # the source has no such key: its rows stay zeros, as unnormalized
+                    at: tuple[Any, ...] = (i, *(slice(0, n) for n in own))
+                    means[at], stds[at] = np.broadcast_to(mean, own), np.broadcast_to(std, own)
     return FusedNormalize(tables)
 
 
 def _one_dtype(schema: PadSchema, key: str, dtype: np.dtype) -> bool:
-    """Every source stores ``key`` (and its ``next/`` twin) as ``dtype``: no promotion."""
-    twins = [schema.keys[n] for n in (key, f"next/{key}") if n in schema.keys]
-    return all(d is None or d == dtype for spec in twins for d in spec.dtypes)
+    """Every source stores ``key`` as ``dtype``: no promotion."""
+    return all(d is None or d == dtype for d in schema.keys[key].dtypes)
 
 
 Transform = Callable[[TedBatch], TedBatch]
@@ -403,6 +402,11 @@ def bind_transforms(
                 if isinstance(t, Normalize):
                     try:
                         t.bind(ds, rename=rename)
+                    except KeyError as exc:  # a key the source does not store: name the source
+                        raise MixtureError(
+                            f"Normalize of source {name!r}: {exc.args[0] if exc.args else exc}",
+                            hint=f"normalize keys source {name!r} stores, under the mixture's names",
+                        ) from None
                     except ValueError:
                         if ds.num_steps:
                             raise

@@ -392,6 +392,29 @@ def test_a_listed_next_key_is_normalized_once_with_its_own_statistics(
             )
 
 
+def test_sources_listing_a_next_key_differently_agree_on_both_paths(robots: dict[str, Dataset]) -> None:
+    """franka lists next/observation, widowx does not: the fused path left widowx's twin
+    unnormalized (its table row the identity) where its own Normalize normalizes it."""
+    keys = ["observation", "next/observation"]
+    two = {n: robots[n] for n in ("franka", "widowx")}
+    batches = []
+    for fused in (True, False):
+        norms = {"franka": Normalize(keys=keys), "widowx": Normalize(keys=["observation"])}
+        chains = {n: t if fused else [t, identity] for n, t in norms.items()}
+        mix = MixtureLoader(two, [1, 1], batch_size=64, seed=0, keys=keys, pad=True, transforms=chains)
+        assert (mix.source.fused_normalize is not None) == fused
+        batches.append(mix.sample())
+    (a, b), widowx = batches, robots["widowx"]
+    np.testing.assert_array_equal(a["index"].numpy(), b["index"].numpy())
+    for key in keys:
+        np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+    rows = b["source"].numpy() == 1
+    alone = Normalize(keys=["observation"])
+    alone.bind(widowx)
+    want = alone(TedBatch(widowx.gather(b["index"].numpy()[rows], keys)))
+    np.testing.assert_array_equal(a["next/observation"].numpy()[rows][:, :9], want["next/observation"])
+
+
 def test_a_state_restores_only_into_the_mixture_it_was_saved_from(robots: dict[str, Dataset]) -> None:
     """Any mixture of as many sources took another's state: sources swapped, another batch size,
     weights or split (its rows then credited to the wrong source). (A converted source's content
@@ -499,3 +522,17 @@ def test_a_fixed_split_that_never_draws_a_source_is_refused(robots: dict[str, Da
     with pytest.raises(ValueError, match=r"split='fixed' gives members \[1\]"):
         MixtureSampler([10, 10], [0.995, 0.005], 64, split="fixed")
     MixtureLoader(two, [0.99, 0.01], batch_size=64, split="fixed", keys=["action"], pad=True)  # 0.64: 1 row
+
+
+def test_a_normalize_of_a_key_its_source_lacks_names_the_source(robots: dict[str, Dataset]) -> None:
+    with pytest.raises(
+        MixtureError, match=r"Normalize of source 'franka': dataset '.*' stores no key 'nope'"
+    ):
+        MixtureLoader(
+            robots,
+            [1, 1, 1],
+            batch_size=8,
+            keys=KEYS,
+            pad=True,
+            transforms={"franka": Normalize(keys=["nope"])},
+        )

@@ -237,6 +237,22 @@ def test_a_partly_filled_ndim2_storage_without_its_writer(tmp_path: Path) -> Non
     _same_as(ds, eps.reshape(-1))
 
 
+@pytest.mark.parametrize("count", [3, 4])
+def test_a_partly_filled_ndim1_storage_of_trajectories_without_its_writer(tmp_path: Path, count: int) -> None:
+    """An ndim=1 storage of [n, T] trajectories has a [capacity, T] batch shape and counts rows in
+    len: read as elements, 4 trajectories became 4 one-step episodes (3 were refused)."""
+    pytest.importorskip("torchrl")
+    import shutil
+
+    eps = torch.stack([_episode(4, i) for i in range(count)])  # [n, T=4]
+    _buffer(10, eps).dumps(tmp_path / "rb")
+    shutil.copytree(tmp_path / "rb" / "storage", tmp_path / "alone")
+    convert(tmp_path / "alone", "alone")
+    ds = open_dataset("alone")
+    assert list(ds.episodes["length"]) == [4] * count
+    _same_as(ds, eps.reshape(-1))
+
+
 def test_a_collectors_bookkeeping_is_dropped(tmp_path: Path) -> None:
     """``collector/traj_ids`` was kept as a step column: they restart in every dump, and TorchRL's
     SliceSampler took them for the trajectories of a merge of two dumps (slices crossing)."""
