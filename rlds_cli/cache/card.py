@@ -172,7 +172,7 @@ def combine_cards(
     rates = {valid_fps(card.get("fps")) for card in cards}
     if len(rates) == 1 and cards and cards[0].get("fps") is not None:
         out["fps"] = cards[0]["fps"]
-    elif any(card.get("fps") is not None for card in cards):
+    elif any("fps" in card for card in cards):  # (a merge of mixed rates has "fps": null)
         out["fps"] = None  # parents of different rates, or some of none: its steps have no one rate
     if description is not None:
         out["description"] = description

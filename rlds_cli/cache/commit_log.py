@@ -162,17 +162,17 @@ def tail_recovery(fd: int) -> bytes:
 TAIL_LOCK_SECONDS = 5.0
 
 
-def partial_tail_damage(fd: int) -> str | None:
+def partial_tail_damage(fd: int, wait: float = TAIL_LOCK_SECONDS) -> str | None:
     """What the bytes past the log's last whole record are, if not what a crash leaves (the start
     of a record, then zeros): ``None`` for none, or a crash's. Read under the log's lock, so no
     append is half-copied (a reader can see a record's first page before the rest).
 
     Raises:
-        TimeoutError: The lock stayed held for :data:`TAIL_LOCK_SECONDS`: not judged now (the
-            whole records before the tail read as they are).
+        TimeoutError: The lock stayed held for ``wait`` seconds: not judged now (the whole
+            records before the tail read as they are).
     """
     try:
-        locked = lock_fd_within(fd, TAIL_LOCK_SECONDS)
+        locked = lock_fd_within(fd, wait)
     except OSError:  # an exclusive lock of a read-only file where flock is emulated (NFS)
         locked = None
     if locked is False:
@@ -481,10 +481,12 @@ class LogState:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size % RECORD_SIZE and until is None and self.__dict__.get("_tail_checked") != size:
+                    # a lock held past one wait (a writer stopped mid-append) is polled briefly after
+                    waited = self.__dict__.get("_tail_waited") == size
                     try:
-                        problem = partial_tail_damage(fh.fileno())
+                        problem = partial_tail_damage(fh.fileno(), 0.05 if waited else TAIL_LOCK_SECONDS)
                     except TimeoutError:  # judged at a later refresh; whole records read now
-                        problem = None
+                        problem, self.__dict__["_tail_waited"] = None, size
                     else:
                         self.__dict__["_tail_checked"] = size  # a crash's torn tail: checked once
                     if problem is not None:

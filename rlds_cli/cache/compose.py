@@ -27,7 +27,7 @@ import numpy as np
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
-from rlds_cli.cache.card import combine_cards, dataset_card, valid_fps
+from rlds_cli.cache.card import combine_cards, dataset_card, dataset_fps
 from rlds_cli.cache.composed import Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
@@ -390,14 +390,15 @@ def downsample_dataset(
                     "rlds_version": __version__,
                 }
             ],
-            card=_downsampled_card(dataset_card(source), every),
+            card=_downsampled_card(source, every),
             source_arrays=source.episode_source_arrays(),  # every episode kept, in order
         )
 
 
-def _downsampled_card(card: dict[str, Any], every: int) -> dict[str, Any]:
-    """The card of every ``every``-th step of a dataset with ``card``: its rate divided."""
-    fps = valid_fps(card.get("fps"))
+def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:
+    """The card of every ``every``-th step of ``source``: its card, with its rate
+    (:func:`~rlds_cli.cache.card.dataset_fps`: the card's, else its source's) divided."""
+    card, fps = dataset_card(source), dataset_fps(source)
     if fps is not None:
         rate = fps / every
         return {**card, "fps": int(rate) if float(rate).is_integer() else rate}

@@ -135,6 +135,7 @@ class ComposedDataset(Dataset):
         self._parents: list[Dataset] = [self._open_parent(part) for part in self.parts]
         self._rows: dict[tuple[int, str], np.ndarray] = {}
         self._cut_ends: np.ndarray | None = None
+        self._arrays: dict[str, np.ndarray] | None = None  # source_arrays, made once
 
     def _open_parent(self, part: Part) -> Dataset:
         directory, manifest = pinned_parent(
@@ -168,6 +169,11 @@ class ComposedDataset(Dataset):
         """The parents' per-episode source arrays (``<format>/episode_<what>``) at this dataset's
         episodes, end to end, texts rebased into one blob (``<format>/text/<what>``); an array
         some parent lacks, or of other shapes, is left out (as are a parent's whole-dataset arrays)."""
+        if self._arrays is None:
+            self._arrays = self._episode_arrays()
+        return self._arrays
+
+    def _episode_arrays(self) -> dict[str, np.ndarray]:
         parts = [
             (parent.episode_source_arrays(), part.chosen(parent.num_episodes))
             for part, parent in zip(self.parts, self._parents, strict=True)
@@ -179,7 +185,7 @@ class ComposedDataset(Dataset):
             blob = f"{prefix}/text/{what[len('episode_') :]}" if prefix else f"text/{what[len('episode_') :]}"
             values = [arrays[key] for arrays, _ in parts]
             if any(
-                v.ndim == 0 or (len(ids) > 0 and int(ids[-1]) >= len(v))
+                v.ndim == 0 or (len(ids) > 0 and int(ids.max()) >= len(v))
                 for v, (_, ids) in zip(values, parts, strict=True)
             ):
                 continue  # damaged, or not per episode: the check names it in the parent

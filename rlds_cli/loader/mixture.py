@@ -352,8 +352,9 @@ class MixtureSource:
             except KeyError as exc:
                 if not self.windowed:
                     raise
+                missing = exc.args[0] if exc.args else exc
                 raise MixtureError(
-                    f"a transform of source {self.names[source]!r} reads key {exc.args[0]!r}, which a "
+                    f"a transform of source {self.names[source]!r} reads key {missing!r}, which a "
                     f"window of {self.keys} does not hold: windows run each source's transforms on the "
                     "windowed keys alone",
                     hint="make the transform skip keys the batch lacks ('if key in batch'), or window "

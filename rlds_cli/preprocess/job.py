@@ -732,8 +732,7 @@ def finish(
     write_index(out, index, fsync=fsync)
     # chunks were written by several workers: the digests are read back from the finished output
     # the source's per-episode facts (RoboCasa's lang, seeds) where its episodes are kept 1:1
-    whole = assembler is None or len(ends) == plan.num_episodes
-    arrays = output.copy_source_arrays(out, job.src, len(ends)) if whole else None
+    arrays = output.copy_source_arrays(out, job.src, ids, one_for_one=assembler is None)
     content = digest.digest_directory(out, job.storage, list(inferred), index, arrays)
     manifest = Manifest(
         name=out_name,

@@ -124,12 +124,20 @@ def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def copy_source_arrays(out: Path, src: Dataset, kept: int) -> Path | None:
-    """Write the source arrays of ``src`` (its per-episode ones, ``<format>/episode_<what>``, cut
-    to its first ``kept`` episodes: the output's, one for one) into ``out``; returns the file, or
-    ``None`` where ``src`` has none or ``kept`` is not a count of its episodes."""
+def copy_source_arrays(out: Path, src: Dataset, ids: np.ndarray, *, one_for_one: bool) -> Path | None:
+    """Write the source arrays of ``src`` into ``out`` for an output of episodes with source ids
+    ``ids``: its per-episode ones (``<format>/episode_<what>``) cut to its first ``len(ids)``
+    episodes; returns the file, or ``None`` where ``src`` has none or the output's episodes are
+    not its first ones, one for one (``one_for_one``: they are, as in per-step mode; else the
+    ids must be the parent's, distinct: a function that dropped one episode and split another
+    keeps the count, not the order).
+    """
     arrays = src.episode_source_arrays()
+    kept = len(ids)
     if not arrays or not 0 < kept <= src.num_episodes:
+        return None
+    own = src.episode_index["source_id"][:kept].astype(np.int64)
+    if not one_for_one and (not np.array_equal(ids, own) or len(np.unique(own)) != kept):
         return None
     path = out / SOURCE_ARRAYS_FILE
     save_npz(

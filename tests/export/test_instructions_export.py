@@ -339,3 +339,21 @@ def test_instructions_that_are_not_utf8_stay_distinct(isolated_cache: Path, tmp_
     ds = open_dataset("latin")
     a, b = ds.episode_index["length"].tolist()
     assert step_texts(ds) == ["caf\\xe9"] * a + ["caf\\xe8"] * b
+
+
+def test_preprocess_by_episode_keeps_per_episode_texts_only_one_for_one(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """A function run per episode may drop one episode and split another (the count kept, the
+    order not): the texts are copied only where the output's source ids are the parent's."""
+    from rlds_cli.preprocess.output import copy_source_arrays
+
+    convert(ROBOCASA, "rc")
+    rc = open_dataset("rc")
+    args = ["preprocess", "rc", "--fn", "tests.preprocess_fns:identity", "--by", "episode", "--workers", "1"]
+    assert runner.invoke(app, [*args, "--name", "rc_e"]).exit_code == 0
+    assert open_dataset("rc_e").episode_texts("robomimic/lang") == rc.episode_texts("robomimic/lang")
+    own = rc.episode_index["source_id"].astype(np.int64)
+    assert copy_source_arrays(tmp_path, rc, own, one_for_one=False) is not None
+    assert copy_source_arrays(tmp_path, rc, own[::-1].copy(), one_for_one=False) is None
+    assert copy_source_arrays(tmp_path, rc, np.full(len(own), -1), one_for_one=False) is None

@@ -150,3 +150,5 @@ def test_a_merge_of_different_rates_has_none(tmp_path: Path) -> None:
         export_dataset(mixed, tmp_path / "out", "lerobot")
     downsample_dataset("mixed", "mixed2", every=2)
     assert dataset_fps(open_dataset("mixed2")) is None
+    merge_datasets(["mixed", "mixed2"], "merged_twice")  # both parents without a rate: still none
+    assert dataset_fps(open_dataset("merged_twice")) is None
