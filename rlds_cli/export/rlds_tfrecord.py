@@ -146,9 +146,8 @@ class _Plan:
         if "next/reward" in fields and not any(leaf.key == "next/reward" for leaf in self.leaves):
             self.leaves.append(self._leaf(dataset, "next/reward", False, back, texts, image_codec))
         found = dataset.instructions
-        if found is not None and found.step_key is not None:
-            # an index column without its text table (a merge's): written as language_instruction
-            self.leaves = [leaf for leaf in self.leaves if leaf.key != found.step_key or leaf.kind == "text"]
+        if found is not None and found.maps:  # a merge's index column: each part's own table's
+            self.leaves = [leaf for leaf in self.leaves if leaf.key != found.step_key]
         names = [leaf.name for leaf in self.leaves]
         self.instructions = self._instructions(dataset, names)
         self.discount = "steps/discount" not in names
