@@ -328,28 +328,27 @@ class Dataset:
         meta = self.manifest.source.get("metadata")
         return dict(meta) if isinstance(meta, dict) else {}
 
-    def episode_metadata(self, i: int) -> dict[str, Any]:
+    def episode_metadata(self, i: int, arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Per-episode source metadata of episode ``i``, as ``{"<format>/<what>": value}``.
 
         Read from each source array ``<format>/episode_<what>`` at row ``i`` (a view reads its
         parent's row). Text stored as byte ranges into ``<format>/text/<what>`` comes back as
         ``str`` (``None`` where the episode had none); other values as Python scalars or lists.
         E.g. robomimic's ``robomimic/model_file``, ``robomimic/ep_meta``, ``robomimic/lang``.
+        ``arrays``: :meth:`episode_source_arrays`, read once for many episodes.
 
         Raises:
             IndexError: ``i`` is not an episode of this dataset.
         """
         if not -self.num_episodes <= i < self.num_episodes:
             raise IndexError(f"episode {i} is outside dataset {self.name!r} ({self.num_episodes} episodes)")
-        i %= self.num_episodes
-        view = self.view_parent()
-        owner, row = (self, i) if view is None else (view[0], int(view[1][i]))
-        arrays = owner.source_arrays
+        row = i % self.num_episodes
+        arrays = self.episode_source_arrays() if arrays is None else arrays
         out: dict[str, Any] = {}
         for name, value in arrays.items():
             prefix, _, what = name.rpartition("/")
-            if not what.startswith("episode_") or value.ndim == 0 or len(value) <= row:
-                continue
+            if not what.startswith("episode_") or value.ndim == 0 or len(value) != self.num_episodes:
+                continue  # (one row per episode: another length is damage, named by the check)
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
             blob = arrays.get(f"{prefix}/text/{what[len('episode_') :]}")
             if blob is not None and value.shape[1:] == (2,):

@@ -149,6 +149,7 @@ def export_robomimic(
     # robomimic's dones are int64: a bool next/terminated is written 8 times as wide as it is read
     widened = {"next/terminated": "<i8"}
     need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps), widened)
+    arrays = dataset.episode_source_arrays()  # each demo's attributes: read once
     with atomic_target(out, overwrite=overwrite, need=need) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for i, name in enumerate(names):
@@ -175,7 +176,7 @@ def export_robomimic(
                 for key, target in targets.items():
                     target[a:b] = np.asarray(batch[key], target.dtype).reshape(b - a, *target.shape[1:])
             grp.attrs["num_samples"] = length
-            for key, value in dataset.episode_metadata(i).items():
+            for key, value in dataset.episode_metadata(i, arrays).items():
                 prefix, _, what = key.partition("/")
                 if prefix == "robomimic" and what not in _NOT_ATTRS and value is not None:
                     grp.attrs[what] = _attr(value)

@@ -368,7 +368,8 @@ class TorchRLMemmapReader(Reader):
                     f"{self.storage.parent}: the buffer wrapped around (write_count {count} > capacity "
                     f"{cap0}) but its write cursor {cursor} is not write_count % capacity, so the "
                     "insertion order is unknown",
-                    hint="re-create the buffer with a RoundRobinWriter, or export it with its rows in order",
+                    hint="a writer that ranks rows (TensorDictMaxValueWriter) keeps no insertion order: "
+                    "re-create the buffer with a RoundRobinWriter, or export it with its rows in order",
                 )
             self.report.notes.append(
                 f"the replay buffer wrapped around ({count} writes into {cap0} rows): read in insertion "
