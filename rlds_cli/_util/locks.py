@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -52,15 +53,26 @@ def lock_fd_within(fd: int, seconds: float) -> bool:
     exclusive lock of a read-only file where ``flock`` is emulated, on NFS)."""
     if fcntl is None:
         return True
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def attempt() -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(min(POLL_SECONDS / 5, max(0.0, deadline - time.monotonic())))
+            return False
+        return True
+
+    return _wait_for(attempt, seconds, POLL_SECONDS / 5)
+
+
+def _wait_for(attempt: Callable[[], bool], seconds: float | None, poll: float) -> bool:
+    """Call ``attempt`` every ``poll`` seconds until it returns true (``True``) or ``seconds``
+    have passed (``False``; ``None``: for ever)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while not attempt():
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic())))
+    return True
 
 
 def unlock_fd(fd: int) -> None:
@@ -133,13 +145,8 @@ class FileLock:
             self._count += 1
             return self
         wait = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + wait if wait >= 0 else None
-        while not self._try():
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Timeout(self.lock_file)
-            time.sleep(
-                POLL_SECONDS if deadline is None else min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
-            )
+        if not _wait_for(self._try, wait if wait >= 0 else None, POLL_SECONDS):
+            raise Timeout(self.lock_file)
         self._count = 1
         return self
 
