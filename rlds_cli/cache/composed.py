@@ -23,7 +23,7 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset, Instructions, pinned_parent
 from rlds_cli.cache.growing_columns import ConcatColumn
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, is_episode_array
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, is_episode_array, text_blob_name
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.views import GatheredColumn
 from rlds_cli.errors import CorruptDatasetError
@@ -181,8 +181,7 @@ class ComposedDataset(Dataset):
         common = set.intersection(*(set(arrays) for arrays, _ in parts)) if parts else set()
         out: dict[str, np.ndarray] = {}
         for key in sorted(k for k in common if is_episode_array(k)):
-            prefix, _, what = key.rpartition("/")
-            blob = f"{prefix}/text/{what[len('episode_') :]}" if prefix else f"text/{what[len('episode_') :]}"
+            blob = text_blob_name(key)
             values = [arrays[key] for arrays, _ in parts]
             if any(
                 v.ndim == 0 or (len(ids) > 0 and int(ids.max()) >= len(v))

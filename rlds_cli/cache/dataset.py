@@ -31,6 +31,7 @@ from rlds_cli.cache.layout import (
     VIEW_LAYOUT,
     entry_name,
     is_episode_array,
+    text_blob_name,
 )
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.reader import Episodes, TedReader, VersionedColumn, resolve_keys, ted_fields
@@ -350,7 +351,7 @@ class Dataset:
             if not what.startswith("episode_") or value.ndim == 0 or len(value) != self.num_episodes:
                 continue  # (one row per episode: another length is damage, named by the check)
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
-            blob = arrays.get(f"{prefix}/text/{what[len('episode_') :]}")
+            blob = arrays.get(text_blob_name(name))
             if blob is not None and value.shape[1:] == (2,):
                 out[key] = _text_at(value, blob, row)
             else:
@@ -434,15 +435,13 @@ class Dataset:
         """The per-episode text ``key`` (``"robomimic/lang"``, ``"robomimic/model_file"``) of every
         episode in order, as :meth:`episode_metadata` gives one episode's, read at once (``None``
         where an episode has none; all ``None`` when the source kept no such text)."""
-        view = self.view_parent()
-        owner, rows = (self, np.arange(self.num_episodes)) if view is None else view
         prefix, _, what = key.rpartition("/")
-        arrays = owner.source_arrays
-        ranges = arrays.get(f"{prefix}/episode_{what}" if prefix else f"episode_{what}")
-        blob = arrays.get(f"{prefix}/text/{what}" if prefix else f"text/{what}")
-        if ranges is None or blob is None or ranges.shape[1:] != (2,) or len(ranges) < owner.num_episodes:
+        name = f"{prefix}/episode_{what}" if prefix else f"episode_{what}"
+        arrays = self.episode_source_arrays()  # a view's: its episodes' rows of its parent's
+        ranges, blob = arrays.get(name), arrays.get(text_blob_name(name))
+        if ranges is None or blob is None or ranges.shape[1:] != (2,) or len(ranges) != self.num_episodes:
             return [None] * self.num_episodes
-        return [_text_at(ranges, blob, row) for row in rows.tolist()]
+        return [_text_at(ranges, blob, row) for row in range(self.num_episodes)]
 
     def view_parent(self) -> tuple[Dataset, np.ndarray] | None:
         """For a view (``rlds view``, ``rlds split``): its parent, checked to be the pinned

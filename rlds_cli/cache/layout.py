@@ -233,3 +233,11 @@ class CacheLayout:
 def is_episode_array(name: str) -> bool:
     """Whether a source array holds one row per episode (``<format>/episode_<what>``)."""
     return EPISODE_ARRAY.search(name) is not None
+
+
+def text_blob_name(array: str) -> str:
+    """The blob of UTF-8 texts a per-episode array of byte ranges (``<format>/episode_<what>``)
+    indexes: ``<format>/text/<what>``."""
+    prefix, _, what = array.rpartition("/")
+    what = what.removeprefix("episode_")
+    return f"{prefix}/text/{what}" if prefix else f"text/{what}"
