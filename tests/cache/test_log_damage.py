@@ -97,6 +97,14 @@ def _assert_reported(root: Path, directory: Path, match: str) -> None:
     assert _segments(directory) == before  # nothing removed
 
 
+def _assert_compaction_stops(root: Path, directory: Path, match: str) -> None:
+    """``compact`` raises the damage (matching ``match``) and removes no segment."""
+    before = _segments(directory)
+    with pytest.raises(CorruptDatasetError, match=match):
+        rlds_cli.compact("g", root, grace_seconds=0)
+    assert _segments(directory) == before
+
+
 def test_a_flipped_byte_in_a_committed_record_is_damage_not_a_torn_write(isolated_cache: Path) -> None:
     root = isolated_cache
     directory = _grow(root)
@@ -325,10 +333,8 @@ def test_compaction_refuses_a_segment_whose_array_fails_its_digest(isolated_cach
     directory = _grow(root)
     column = _column_file(directory)
     _flip(column, column.stat().st_size - 1)  # a value's last byte
-    before = _segments(directory)
-    with pytest.raises(CorruptDatasetError, match=r"compaction of 'g' stopped: segment .* 'observation'"):
-        rlds_cli.compact("g", root, grace_seconds=0)
-    assert _segments(directory) == before and not any((directory / "building").iterdir())
+    _assert_compaction_stops(root, directory, r"compaction of 'g' stopped: segment .* 'observation'")
+    assert not any((directory / "building").iterdir())
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
     result = runner.invoke(app, ["compact", "g", "--root", str(root)])
     assert result.exit_code == 1 and "does not match its digest" in result.output, result.output
@@ -342,12 +348,7 @@ def test_compaction_refuses_a_segment_whose_zarr_group_metadata_is_damaged(isola
     segment = sorted((directory / SEGMENTS_DIR).iterdir())[1]
     group = segment / "arrays" / "next" / "zarr.json"
     group.write_bytes(group.read_bytes()[:-1])
-    before = _segments(directory)
-    with pytest.raises(
-        CorruptDatasetError, match=rf"compaction of 'g' stopped: segment {segment.name}: .*zarr"
-    ):
-        rlds_cli.compact("g", root, grace_seconds=0)
-    assert _segments(directory) == before
+    _assert_compaction_stops(root, directory, rf"compaction of 'g' stopped: segment {segment.name}: .*zarr")
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
 
 
@@ -362,11 +363,7 @@ def test_compaction_reports_damage_in_a_segment_it_does_not_merge(isolated_cache
     column = directory / SEGMENTS_DIR / seg_name(live[0][0].seg) / "arrays" / "observation.npy"
     column.write_bytes(column.read_bytes()[:-1])
     before = _segments(directory)
-    with pytest.raises(
-        CorruptDatasetError, match=r"compaction of 'g' merged 0 run\(s\), then stopped: segment"
-    ):
-        rlds_cli.compact("g", root, grace_seconds=0)
-    assert _segments(directory) == before
+    _assert_compaction_stops(root, directory, r"compaction of 'g' merged 0 run\(s\), then stopped: segment")
     result = runner.invoke(app, ["compact", "g", "--root", str(root), "--grace", "0"])
     assert result.exit_code == 1 and "then stopped: segment" in result.output, result.output
     assert _segments(directory) == before
@@ -473,10 +470,8 @@ def test_compaction_refuses_a_segment_of_an_unknown_digest_algorithm(isolated_ca
     manifest["content_digest"]["algorithm"] = "md5"
     (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
     rewrite_manifest(segment / MANIFEST_FILE)
-    before = _segments(directory)
-    with pytest.raises(CorruptDatasetError, match="algorithm this rlds does not know"):
-        rlds_cli.compact("g", root, grace_seconds=0)
-    assert _segments(directory) == before and _uids(root) == [3, 4]
+    _assert_compaction_stops(root, directory, "algorithm this rlds does not know")
+    assert _uids(root) == [3, 4]
     assert not check_dataset(rlds_cli.open_dataset("g", root)).ok
 
 
