@@ -33,6 +33,7 @@ from rlds_cli._util.io import sha256_file
 from rlds_cli.errors import FunctionImportError, UserFunctionError
 
 _CACHE: dict[str, Callable[..., Any]] = {}
+_HELPER_MODULES_LIMIT = 2000  # modules looked at for the user's helpers (bounds the walk)
 
 
 def _is_path_ref(module_part: str) -> bool:
@@ -186,6 +187,45 @@ def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
         return ref, hashlib.sha256(pickle.dumps(target)).hexdigest()
     except Exception:
         return ref, None
+
+
+def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
+    """The sha256 of the user's own modules the function's module uses, or ``None`` when it uses none.
+
+    Those modules are the ones its module's globals hold (a module, or a function or class defined in
+    one), then theirs, and so on, whose source file lies outside the installed packages, the standard
+    library and rlds: an edit of a helper module, not only of the function's file, makes a new job.
+    Modules imported inside a function body, only when it runs, are not seen.
+    """
+    target = resolve(fn) if isinstance(fn, str) else fn
+    start = sys.modules.get(getattr(inspect.unwrap(target), "__module__", None) or "")
+    if start is None:
+        return None
+    own = {Path(f).resolve() for f in _source_files(target)}
+    skipped = [*_installed_dirs(), Path(__file__).resolve().parents[1]]  # rlds_cli itself
+    seen, queue, files = {id(start)}, [start], set()
+    while queue and len(seen) < _HELPER_MODULES_LIMIT:
+        module = queue.pop()
+        for value in list(vars(module).values()):
+            found = (
+                value
+                if inspect.ismodule(value)
+                else sys.modules.get(getattr(value, "__module__", None) or "")
+            )
+            file = getattr(found, "__file__", None)
+            if found is None or id(found) in seen or not isinstance(file, str):
+                continue
+            seen.add(id(found))
+            where = Path(file).resolve()
+            if where.suffix != ".py" or not where.is_file() or any(where.is_relative_to(d) for d in skipped):
+                continue  # installed, standard library, rlds, or compiled: not the user's source
+            queue.append(found)
+            if where not in own:
+                files.add(where)
+    if not files:
+        return None
+    joined = "".join(f"{f}\0{sha256_file(f)}\n" for f in sorted(files))
+    return hashlib.sha256(joined.encode()).hexdigest()
 
 
 def get(fn: str | Callable[..., Any], shipped: Mapping[str, Any] | None = None) -> Callable[..., Any]:

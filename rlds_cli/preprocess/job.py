@@ -179,6 +179,7 @@ def prepare(
     if on_plan is not None:
         on_plan(plan)
     ref, fn_sha = fnref.describe(fn)
+    helpers = fnref.helpers_digest(fn)
     if by == "step" and needs_whole_episodes(fnref.get(fn)):
         # an episode-wise function: per-step chunks that never cut an episode (chunks may merge:
         # the workers started above may be more than needed)
@@ -197,6 +198,7 @@ def prepare(
         "digest": src.manifest.digest(),
         "fn": ref,
         "fn_sha256": fn_sha,
+        **({"fn_helpers_sha256": helpers} if helpers else {}),  # absent: a job without keeps its id
         "args": args,
         "chunks": plan_digest(plan),  # a resume continues with the very chunks it started with
     }

@@ -429,6 +429,33 @@ def test_an_edit_of_a_decorated_function_is_a_new_job(
         preprocess.run(golden, ref, "deco", workers=1)
 
 
+def test_an_edit_of_a_helper_module_is_a_new_job(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's identity covered the function's file only: after an edit of a module it imports
+    (the user's own, beside it), ``--resume`` kept chunks the old helper computed."""
+    helper = tmp_path / "scale_helper_for_rlds.py"
+    helper.write_text("FACTOR = 2\n\ndef scale(x):\n    return x * FACTOR\n")
+    user = tmp_path / "uses_helper_for_rlds.py"
+    user.write_text(
+        "import numpy as np\nfrom scale_helper_for_rlds import scale\n\n"
+        "def double(b):\n    return {**b, 'action': scale(np.asarray(b['action']))}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = "uses_helper_for_rlds:double"
+    first = preprocess.run(golden, ref, "helped", workers=1)
+    assert first.manifest.lineage[0]["fn_helpers_sha256"]
+    assert preprocess.run(golden, ref, "helped", workers=1).reused
+    helper.write_text(helper.read_text().replace("FACTOR = 2", "FACTOR = 3"))
+    with pytest.raises(DatasetExistsError):  # another job now: not "nothing to do"
+        preprocess.run(golden, ref, "helped", workers=1)
+    # numpy and rlds are not the user's: a function using only them has no helper digest
+    assert (
+        "fn_helpers_sha256"
+        not in preprocess.run(golden, f"{FNS}:identity", "plain", workers=1).manifest.lineage[0]
+    )
+
+
 STOPS_ONCE = """
 import os
 
