@@ -441,8 +441,9 @@ class RemoteDataset(Dataset):
         return f"{self.url}/{rel.as_posix()}" if rel.parts else self.url
 
     def check_files(self) -> list[str]:
-        """Every file the index lists at the URL at its size (one listing), and every chunk of
-        every array in the index; returns the problems found (empty: complete)."""
+        """Every file the index lists at the URL at its size (one listing), the zarr groups'
+        metadata at its sha256, and every chunk of every array in the index; returns the problems
+        found (empty: complete)."""
         files = self._files
         problems: list[str] = []
         listing = store.list_files(files.fs, files.base, self.url)
@@ -455,6 +456,13 @@ class RemoteDataset(Dataset):
                 problems.append(
                     f"{files.where(rel)} has {info.get('size')} bytes, the push recorded {entry.size}"
                 )
+        for rel in sorted(files.index.files):  # the groups' metadata, which no read opens
+            key = rel.removesuffix("zarr.json").rstrip("/").removeprefix(ARRAYS_DIR).lstrip("/")
+            if rel.startswith(ARRAYS_DIR) and rel.endswith("zarr.json") and key not in self.manifest.fields:
+                try:
+                    files.read_file(rel)  # checked against the index's sha256
+                except CorruptDatasetError as exc:
+                    problems.append(exc.message)
         for key, spec in self.manifest.fields.items():
             if spec.frame_format is not None:  # its two files: listed and sized above
                 continue

@@ -340,6 +340,22 @@ def test_inspect_check_on_a_url(local: Dataset) -> None:
     assert "rlds push NAME URL --force" in said and "rlds download" not in said, said  # what mends it
 
 
+@pytest.mark.parametrize("group", ["arrays/zarr.json", "arrays/next/zarr.json"])
+def test_check_on_a_url_reads_the_groups_metadata(local: Dataset, group: str) -> None:
+    """No read opens a zarr group's metadata (arrays are opened by path): a damaged one passed
+    ``inspect URL --check``, though the same damage in the cache fails it."""
+    fs = fsspec.filesystem("memory")
+    victim = f"/bucket/ds/z/{group}"
+    data = bytearray(fs.cat_file(victim))
+    data[5] ^= 0x01
+    fs.pipe_file(victim, bytes(data))
+    read_everything(open_dataset("m"), open_dataset(URL))  # the arrays read right all the same
+    result = runner.invoke(app, ["inspect", URL, "--check", "--no-stats"])
+    assert result.exit_code == 1, result.output
+    said = " ".join((result.stdout + result.stderr).split())
+    assert f"{victim[1:]} differs from the file pushed" in said, said
+
+
 # --------------------------------------------------------------------------- a local S3 server
 
 
