@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 INDEX_FILE = "rlds-files.json"
 INDEX_FORMAT = "rlds-remote-files"
 INDEX_VERSION = 1
+#: The index's own digest: sha256 of its other fields (:func:`index_bytes`), so that damage
+#: anywhere in it is found when it is read (an index an older rlds pushed has none).
+INDEX_DIGEST_KEY = "index_sha256"
 #: Bytes read or written at a time while copying (memory stays bounded for any file size).
 BLOCK_BYTES = 8 * 1024 * 1024
 EXTRA_HINT = "pip install 'rlds-cli[remote]' (fsspec and s3fs; gcs:// needs gcsfs, az:// adlfs)"
@@ -444,7 +447,7 @@ class RemoteIndex:
         }
         if any(e.blocks for e in self.files.values()):
             data["block_bytes"] = self.block_bytes
-        return (json.dumps(data, indent=1) + "\n").encode()
+        return index_bytes(data)
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> RemoteIndex:
@@ -453,11 +456,18 @@ class RemoteIndex:
             doc = json.loads(data)
             if doc.get("format") != INDEX_FORMAT or int(doc["version"]) > INDEX_VERSION:
                 raise ValueError("format")
+            if INDEX_DIGEST_KEY in doc and doc[INDEX_DIGEST_KEY] != _index_digest(doc):
+                raise RemoteCorruptError(
+                    f"{where} is damaged: it fails its own digest ({INDEX_DIGEST_KEY})",
+                    hint="push the dataset again (rlds push NAME URL --force)",
+                )
             files = {str(rel): _entry(e) for rel, e in doc["files"].items()}
             block_bytes = doc.get("block_bytes", INDEX_BLOCK_BYTES)
             if type(block_bytes) is not int or not 1024 <= block_bytes <= 2**30:
                 raise ValueError("block size")
             index = cls(str(doc["manifest_sha256"]), files, block_bytes)
+        except RemoteCorruptError:
+            raise
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RemoteCorruptError(
                 f"{where} is not a readable rlds files index",
@@ -491,6 +501,19 @@ class RemoteIndex:
                         hint="push the dataset again (rlds push NAME URL --force)",
                     )
         return index
+
+
+def index_bytes(doc: dict[str, Any]) -> bytes:
+    """The bytes of the files index ``doc`` (its fields; any digest it holds is replaced), ending
+    with its own digest (:data:`INDEX_DIGEST_KEY`)."""
+    body = {k: v for k, v in doc.items() if k != INDEX_DIGEST_KEY}
+    return (json.dumps({**body, INDEX_DIGEST_KEY: _index_digest(body)}, indent=1) + "\n").encode()
+
+
+def _index_digest(doc: dict[str, Any]) -> str:
+    """sha256 of ``doc``'s fields but the digest, as canonical JSON (whatever the layout)."""
+    body = {k: v for k, v in doc.items() if k != INDEX_DIGEST_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def block_count(size: int, block_bytes: int) -> int:

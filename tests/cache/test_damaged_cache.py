@@ -255,7 +255,7 @@ def test_a_pushed_dataset_with_a_damaged_index_is_refused_where_it_lies() -> Non
     fsspec = pytest.importorskip("fsspec")
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from rlds_cli.remote.store import INDEX_FILE
+    from rlds_cli.remote.store import INDEX_FILE, index_bytes
     from rlds_cli.remote.transfer import push
 
     url = "memory://bucket/damaged/z"
@@ -272,7 +272,7 @@ def test_a_pushed_dataset_with_a_damaged_index_is_refused_where_it_lies() -> Non
         fs.pipe(f"{url}/episodes.npy", data)
         files = json.loads(fs.cat(f"{url}/{INDEX_FILE}"))
         files["files"]["episodes.npy"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        fs.pipe(f"{url}/{INDEX_FILE}", json.dumps(files).encode())
+        fs.pipe(f"{url}/{INDEX_FILE}", index_bytes(files))  # an index edited to match
         with pytest.raises(
             CorruptDatasetError, match=r"episodes\.npy is damaged: episode 2 starts at step 3"
         ):

@@ -86,7 +86,7 @@ def test_push_records_block_digests_and_the_index_reads_them_back(local: Any) ->
     rel = next(iter(big))
     doc["files"][rel]["blocks"] = doc["files"][rel]["blocks"][:-1]
     with pytest.raises(Exception, match="block digests where it has"):
-        store.RemoteIndex.from_json(json.dumps(doc).encode(), "idx")
+        store.RemoteIndex.from_json(store.index_bytes(doc), "idx")
 
 
 def test_an_old_push_without_block_digests_is_refused_then_push_rewrites_the_index(
@@ -98,6 +98,7 @@ def test_an_old_push_without_block_digests_is_refused_then_push_rewrites_the_ind
     for entry in doc["files"].values():
         entry.pop("blocks", None)
     doc.pop("block_bytes")
+    doc.pop(store.INDEX_DIGEST_KEY)  # an older rlds wrote none
     fs.pipe_file(path, json.dumps(doc).encode())
     with pytest.raises(RemoteNotReadableError, match="per-block digests") as err:
         open_dataset(URL, cache=tmp_path / "c", cache_limit=LIMIT)
@@ -292,6 +293,7 @@ def test_blocks_are_checked_by_their_crc32c_and_an_older_index_s_by_sha256(
     doc = json.loads(fs.cat_file(index_path))
     for entry in doc["files"].values():
         entry.pop(store.CRC_KEY)
+    doc.pop(store.INDEX_DIGEST_KEY)  # nor its own digest
     fs.pipe_file(index_path, json.dumps(doc).encode())
     old = open_dataset(URL, cache=tmp_path / "old", cache_limit=64 * BLOCK)
     assert all(e.crcs is None for e in old._files.index.files.values())
@@ -314,7 +316,7 @@ def test_blocks_are_checked_by_their_crc32c_and_an_older_index_s_by_sha256(
         changed = json.loads(json.dumps(doc))
         changed["files"][rel][store.CRC_KEY] = bad
         with pytest.raises(Exception, match=message):
-            store.RemoteIndex.from_json(json.dumps(changed).encode(), "idx")
+            store.RemoteIndex.from_json(store.index_bytes(changed), "idx")
 
 
 def test_a_ledger_of_an_older_rlds_starts_again(local: Any, tmp_path: Path) -> None:
@@ -1190,7 +1192,7 @@ def test_a_frame_file_s_blocks_are_cut_where_episodes_begin(isolated_cache: Path
         changed = json.loads(json.dumps(doc))
         change(changed["files"][rel])
         with pytest.raises(Exception, match=message):
-            store.RemoteIndex.from_json(json.dumps(changed).encode(), "idx")
+            store.RemoteIndex.from_json(store.index_bytes(changed), "idx")
 
 
 def test_a_growing_dataset_s_frame_files_are_cut_where_its_episodes_begin(

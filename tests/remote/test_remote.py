@@ -344,7 +344,7 @@ def test_a_changed_remote_byte_is_refused_naming_the_key(tmp_path: Path) -> None
     # an index edited to match is still caught: the content digests are recomputed
     index = json.loads(fs.cat_file(f"{store}/rlds-files.json"))
     index["files"]["arrays/info/qpos.npy"]["sha256"] = pull_module.store.hashlib.sha256(data).hexdigest()
-    fs.pipe_file(f"{store}/rlds-files.json", json.dumps(index).encode())
+    fs.pipe_file(f"{store}/rlds-files.json", pull_module.store.index_bytes(index))
     with pytest.raises(RemoteCorruptError, match="content digest of info/qpos: content changed"):
         pull(url, root=other)
     assert not other.exists("d")
@@ -356,12 +356,12 @@ def test_index_and_manifest_of_different_pushes_are_refused(tmp_path: Path) -> N
     fs = fsspec.filesystem("memory")
     index = json.loads(fs.cat_file("/bucket/d/rlds-files.json"))
     index["manifest_sha256"] = "0" * 64
-    fs.pipe_file("/bucket/d/rlds-files.json", json.dumps(index).encode())
+    fs.pipe_file("/bucket/d/rlds-files.json", pull_module.store.index_bytes(index))
     with pytest.raises(RemoteCorruptError, match="belong to different pushes"):
         pull("memory://bucket/d", root=tmp_path / "o")
     index["manifest_sha256"] = "x"
     index["files"]["../../evil"] = {"size": 1, "sha256": "0"}
-    fs.pipe_file("/bucket/d/rlds-files.json", json.dumps(index).encode())
+    fs.pipe_file("/bucket/d/rlds-files.json", pull_module.store.index_bytes(index))
     with pytest.raises(RemoteCorruptError, match="no safe path"):
         pull("memory://bucket/d", root=tmp_path / "o")
     fs.pipe_file("/bucket/d/manifest.json", b"{not json")

@@ -18,6 +18,7 @@ from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
+from rlds_cli.remote.store import index_bytes  # noqa: E402
 from rlds_cli.remote.transfer import push  # noqa: E402
 
 runner = CliRunner()
@@ -45,7 +46,7 @@ def test_an_impossible_size_names_the_index(
     url = f"file://{store}"
     rel = sorted(pushed["files"])[0]
     pushed["files"][rel]["size"] = size
-    (store / "rlds-files.json").write_text(json.dumps(pushed))
+    (store / "rlds-files.json").write_bytes(index_bytes(pushed))  # a consistent index
     other = CacheRoot(tmp_path / "other")
     result = runner.invoke(app, ["pull", url, "--root", str(other.path)])
     assert result.exit_code == 1, result.output

@@ -7,6 +7,7 @@ the local file cache); integration runs against the local S3 server of ``tests/r
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ fsspec = pytest.importorskip("fsspec")
 
 from rlds_cli.cache.backends.zarr import read as zarr_read  # noqa: E402
 from rlds_cli.remote import reader as reader_module  # noqa: E402
+from rlds_cli.remote import store  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
 from rlds_cli.remote.transfer import push  # noqa: E402
 from tests.remote.test_remote import moto_endpoint, s3, s3_env  # noqa: E402, F401  (fixtures)
@@ -233,16 +235,35 @@ def test_no_dataset_or_a_push_in_progress_is_one_clear_error() -> None:
     build("z", "zarr", (3, 4))
     push("z", URL)
     fs = fsspec.filesystem("memory")
-    fs.pipe_file(
-        "/bucket/ds/z/rlds-files.json",
-        fs.cat_file("/bucket/ds/z/rlds-files.json").replace(b'"files"', b'"x":1,"files"', 1),
-    )
-    index = fs.cat_file("/bucket/ds/z/rlds-files.json")
-    fs.pipe_file(
-        "/bucket/ds/z/rlds-files.json", index.replace(b'"manifest_sha256": "', b'"manifest_sha256": "0', 1)
-    )
+    index = json.loads(fs.cat_file("/bucket/ds/z/rlds-files.json"))
+    index["manifest_sha256"] = "0" + index["manifest_sha256"]  # (an unknown field is ignored)
+    fs.pipe_file("/bucket/ds/z/rlds-files.json", store.index_bytes({**index, "x": 1}))
     with pytest.raises(RemoteCorruptError, match="belong to different pushes"):
         open_dataset(URL)
+
+
+def test_a_damaged_files_index_is_named_before_a_read() -> None:
+    """The index was not checked itself: a flipped digit of a file's sha256 or crc32c, of a
+    size elsewhere, passed ``inspect URL --check`` (found only by a pull, as the file's damage)."""
+    build("z", "zarr", (3, 4))
+    push("z", URL)
+    fs = fsspec.filesystem("memory")
+    pushed = fs.cat_file("/bucket/ds/z/rlds-files.json")
+    assert json.loads(pushed)[store.INDEX_DIGEST_KEY]
+    where = pushed.index(b'"sha256": "') + len(b'"sha256": "')
+    for at in (where, pushed.index(b'"block_crc32c"') + 3, len(pushed) - 10):
+        damaged = bytearray(pushed)
+        damaged[at] ^= 0x01
+        fs.pipe_file("/bucket/ds/z/rlds-files.json", bytes(damaged))
+        with pytest.raises(RemoteCorruptError, match=r"rlds-files\.json is damaged: it fails its own digest"):
+            open_dataset(URL)
+        result = runner.invoke(app, ["inspect", URL, "--check", "--no-stats"])
+        assert result.exit_code == 1 and "fails its own digest" in result.stderr, result.output
+    # an index an older rlds pushed has no digest: still read
+    old = json.loads(pushed)
+    old.pop(store.INDEX_DIGEST_KEY)
+    fs.pipe_file("/bucket/ds/z/rlds-files.json", json.dumps(old).encode())
+    assert open_dataset(URL).num_episodes == 2
 
 
 def test_a_missing_or_changed_remote_file_is_named(local: Dataset, tmp_path: Path) -> None:
