@@ -268,6 +268,12 @@ def test_demos_read_in_pieces_read_the_same(path: Path) -> None:
     assert differences(open_dataset("pieces"), path) == []
 
 
+def test_next_obs_is_checked_at_the_last_step_of_a_piece(tmp_path: Path) -> None:
+    # pieces of 2 steps: next_obs[1] is checked against obs[2], the first row of the next piece
+    with pytest.raises(SourceFormatError, match=r"next_obs/object\[1\] differs from obs/object\[2\]"):
+        convert(_broken(tmp_path, "next_obs"), "bad", format="robomimic", options={"block_rows": 2})
+
+
 def test_a_demo_of_no_step_is_dropped_and_counted(tmp_path: Path) -> None:
     path = write_robomimic_image(tmp_path / "z.hdf5", {0: 3, 1: 0, 2: 2})
     result = convert(path, "z")
