@@ -433,6 +433,14 @@ def _get(
             raise HTTPStatusError(
                 f"GET {url} answered HTTP {status} {resp.reason or ''}".strip(), url=url, status=status
             )
+        encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
+        if encoding not in ("", "identity"):  # e.g. an object stored gzip-encoded: not the file's bytes
+            raise ServerResponseError(
+                f"GET {url} answered the file {name} {encoding}-encoded (Content-Encoding), though "
+                "asked for its own bytes (identity); its size and sha256 would be of the encoding",
+                hint="where no other mirror has the file, download it with a tool that decodes it "
+                "(curl --compressed URL -o FILE), then 'rlds download FILE'",
+            )
         limit: int | None = None
         new_info: PartInfo | None = None
         if status == 206:

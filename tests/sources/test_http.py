@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import threading
 from pathlib import Path
@@ -163,6 +164,25 @@ def test_a_web_page_in_place_of_the_file_is_the_next_mirrors_turn(
         server, tmp_path / "d", config, spec=RemoteFile("page.html", (server.url("/page.html"),))
     )
     assert result.path.read_bytes() == page
+
+
+def test_a_file_sent_content_encoded_is_the_next_mirrors_turn(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """rlds asks for ``identity``; a server that sends the file gzip-encoded all the same (an
+    object stored with ``Content-Encoding: gzip``) had its encoded bytes kept as the file where
+    the registry has no sha256."""
+    server.files["/encoded.bin"] = gzip.compress(DATA)
+    server.sticky["/encoded.bin"] = [Fault("headers", headers={"Content-Encoding": "gzip"})]
+    urls = (server.url("/encoded.bin"), server.url(PATH))
+    result, _ = fetch(server, tmp_path / "a", config, spec=RemoteFile("data.bin", urls))
+    assert result.url == server.url(PATH) and result.path.read_bytes() == DATA
+    with pytest.raises(ServerResponseError, match=r"answered the file data\.bin gzip-encoded") as info:
+        fetch(server, tmp_path / "b", config, spec=RemoteFile("data.bin", urls[:1]))
+    assert "curl --compressed" in info.value.hint
+    assert [p.name for p in (tmp_path / "b").rglob("data.bin*") if not p.name.endswith(".lock")] == []
+    server.sticky[PATH] = [Fault("headers", headers={"Content-Encoding": "identity"})]
+    assert fetch(server, tmp_path / "c", config, spec=remote(server))[0].path.read_bytes() == DATA
 
 
 def test_a_web_page_arriving_in_small_pieces_is_still_a_page(
