@@ -198,7 +198,7 @@ def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
     Modules imported inside a function body, only when it runs, are not seen.
     """
     target = resolve(fn) if isinstance(fn, str) else fn
-    start = sys.modules.get(getattr(inspect.unwrap(target), "__module__", None) or "")
+    start = sys.modules.get(str(getattr(inspect.unwrap(target), "__module__", "")))
     if start is None:
         return None
     own = {Path(f).resolve() for f in _source_files(target)}
@@ -207,12 +207,15 @@ def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
     while queue and len(seen) < _HELPER_MODULES_LIMIT:
         module = queue.pop()
         for value in list(vars(module).values()):
-            found = (
-                value
-                if inspect.ismodule(value)
-                else sys.modules.get(getattr(value, "__module__", None) or "")
-            )
-            file = getattr(found, "__file__", None)
+            try:
+                found = (
+                    value
+                    if inspect.ismodule(value)
+                    else sys.modules.get(str(getattr(value, "__module__", "")))
+                )
+                file = getattr(found, "__file__", None)
+            except Exception:  # an object whose attributes run code (a proxy): no module of the user's
+                continue
             if found is None or id(found) in seen or not isinstance(file, str):
                 continue
             seen.add(id(found))

@@ -440,6 +440,9 @@ def test_an_edit_of_a_helper_module_is_a_new_job(
     user.write_text(
         "import numpy as np\nfrom scale_helper_for_rlds import scale\n\n"
         "def double(b):\n    return {**b, 'action': scale(np.asarray(b['action']))}\n"
+        # an object whose attributes run code (a proxy outside its context): no module, no error
+        "class _Proxy:\n    def __getattribute__(self, name):\n        raise RuntimeError('no context')\n"
+        "PROXY = _Proxy()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     ref = "uses_helper_for_rlds:double"
