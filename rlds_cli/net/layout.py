@@ -27,7 +27,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ from rlds_cli.cache.layout import (
     PARTS_DIR,
 )
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import RldsError, SourceError
+from rlds_cli.errors import CorruptDatasetError, RldsError, SourceError
 
 __all__ = [
     "META_DIR",
@@ -221,16 +221,40 @@ class HashStore:
         return self.path.is_file()
 
     def read(self) -> dict[str, FileRecord]:
-        """Every record, by file name (an unreadable file counts as empty)."""
+        """Every record, by file name (none before the first download); fields an rlds newer than
+        this one records are left out.
+
+        Raises:
+            CorruptDatasetError: The file is damaged (it is written whole, by a rename): its
+                records, the hashes later downloads are held to, are never taken for none.
+        """
         return self._parse(self.path)
 
     @staticmethod
     def _parse(path: Path) -> dict[str, FileRecord]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return {k: FileRecord(**v) for k, v in data.get("files", {}).items()}
-        except (OSError, ValueError, TypeError, AttributeError):
+            text = path.read_bytes()
+        except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise CorruptDatasetError(f"{path} cannot be read: {exc.strerror or exc}") from None
+        known = {f.name for f in fields(FileRecord)}
+        try:
+            data = json.loads(text)
+            records = {
+                str(k): FileRecord(**{a: b for a, b in v.items() if a in known})
+                for k, v in data["files"].items()
+            }
+            if not all(isinstance(r.sha256, str) and type(r.size) is int for r in records.values()):
+                raise TypeError("a record's sha256 or size")
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise CorruptDatasetError(
+                f"{path} is damaged ({type(exc).__name__}): it holds the sha256 each file downloaded "
+                "there was checked against",
+                hint="restore it from a backup; or delete it, and the next download records the "
+                "files' hashes afresh (checking them against no earlier download)",
+            ) from None
+        return records
 
     def get(self, name: str) -> FileRecord | None:
         """The record of one file, pinned or not."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +25,7 @@ import pytest
 
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    CorruptDatasetError,
     DiskFullError,
     DownloadTooSlowError,
     HostNotFoundError,
@@ -477,6 +480,42 @@ def test_files_named_like_bookkeeping_do_not_collide(
     }
     again = bounded(lambda: fetch_files(specs, tmp_path, config=config), HANG_SECONDS)
     assert [r.action for r in again] == ["cached"] * len(names)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],  # cut
+        lambda text: text.replace('"files"', '"filez"'),  # a key flipped
+        lambda text: re.sub(r'"size": (\d+)', r'"size": "\1"', text),  # a type
+    ],
+    ids=["cut", "key", "type"],
+)
+def test_a_damaged_hash_record_is_named_never_taken_for_none(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, damage: Any
+) -> None:
+    """An unreadable hashes.json counted as empty: the pins it held were dropped silently, and
+    the next download overwrote it, checking the file against no earlier download."""
+    fetch(server, tmp_path, config)
+    record = HashStore(tmp_path).path
+    record.write_text(damage(record.read_text()))
+    before = record.read_bytes()
+    server.files[PATH] = V2  # the server's file changed meanwhile
+    with pytest.raises(CorruptDatasetError, match=r"hashes\.json is damaged") as info:
+        fetch(server, tmp_path, config, force=True)
+    assert "delete it" in info.value.hint
+    assert record.read_bytes() == before and (tmp_path / "data.bin").read_bytes() == V1
+
+
+def test_fields_a_newer_rlds_records_are_left_out(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    fetch(server, tmp_path, config)
+    store = HashStore(tmp_path)
+    doc = json.loads(store.path.read_text())
+    doc["files"]["data.bin"]["signed_by"] = "someone"
+    store.path.write_text(json.dumps(doc))
+    assert store.get("data.bin").sha256 == hashlib.sha256(V1).hexdigest()  # type: ignore[union-attr]
 
 
 def test_the_bookkeeping_folder_is_reserved(tmp_path: Path, config: HttpConfig) -> None:
