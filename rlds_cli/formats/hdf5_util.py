@@ -65,7 +65,7 @@ def _top_keys(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
     try:
         with h5py.File(path, "r") as f:
             return tuple(f.keys())
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: damaged metadata (a checksum)
         return None
 
 
@@ -140,7 +140,13 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
             problems.append(f"{_text(name)!r} is a user-defined link (type {info.type})")
         return 1 if problems else None
 
-    f.id.links.visit(link, info=True)
+    try:
+        f.id.links.visit(link, info=True)
+    except RuntimeError as exc:  # h5py's error for damaged metadata (a checksum, a link table)
+        raise SourceFormatError(
+            f"{path} is damaged: HDF5 cannot walk its groups ({_first_line(exc)})",
+            hint="re-download the file ('rlds download ID --force')",
+        ) from None
     if problems:
         raise untrusted.UnsafeSourceError(
             f"{path}: {problems[0]}; rlds reads only data stored in the file itself, reached by hard links"
@@ -152,6 +158,11 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
                 dsid = h5d.open(f.id, name)
             except (KeyError, ValueError, TypeError):  # a group, or a named datatype
                 continue
+            except RuntimeError as exc:  # damaged metadata
+                raise SourceFormatError(
+                    f"{path} is damaged: HDF5 cannot open {_text(name)!r} ({_first_line(exc)})",
+                    hint="re-download the file ('rlds download ID --force')",
+                ) from None
             total += check_dataset(path, _text(name), dsid)
         # many sparse datasets, each under the floor, are a bomb together
         untrusted.check_declared(path, None, total, os.path.getsize(path))

@@ -140,7 +140,14 @@ def download(
         "license": license, "citation": citation,
     }  # fmt: skip
     source = _normal_url(source)
-    path = Path(source).expanduser()
+    if not source.strip():  # Path("") is the working directory: never a source by accident
+        raise SourceNotFoundError(
+            "the source is empty", hint="give a registry id, a URL, an hf:// URL or a path ('.' for here)"
+        )
+    try:
+        path = Path(source).expanduser()
+    except RuntimeError:  # "~user/..." of no such user
+        raise SourceNotFoundError(f"source {source!r}: no home folder for {source.split('/')[0]!r}") from None
     if path.exists():
         return convert(
             path, name or default_name(path), format=format, options=options, expected_sha256=sha256,

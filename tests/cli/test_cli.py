@@ -403,6 +403,26 @@ def test_nonexistent_path(
     assert_nothing_published(isolated_cache)
 
 
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("", "error: the source is empty"),
+        ("~no-such-user-here/x.hdf5", "no home folder for '~no-such-user-here'"),
+    ],
+)
+def test_an_empty_source_or_an_unknown_users_home_is_one_line(
+    tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch, source: str, said: str
+) -> None:
+    """``""`` converted the working directory (Path("") is "."); ``~user`` of no such user was
+    "unexpected RuntimeError"."""
+    demo = Path(__file__).resolve().parents[2] / "rlds_cli" / "data" / "pointmass-demo-v0.hdf5"
+    (tmp_path / "demo.hdf5").write_bytes(demo.read_bytes())  # what "" converted
+    monkeypatch.chdir(tmp_path)
+    result = invoke("download", source)
+    assert said in error_line(result)
+    assert_nothing_published(isolated_cache)
+
+
 def test_unknown_dataset_id(isolated_cache: Path) -> None:
     result = invoke("download", "no-such-id")
     assert error_line(result) == "error: unknown dataset id 'no-such-id'"

@@ -936,3 +936,18 @@ def test_an_unreadable_file_fails_before_reading_naming_it(
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[0] == f"error: cannot read source file {locked}: permission denied"
     assert isinstance(SourceNotReadableError("x"), PermissionError)
+
+
+@pytest.mark.parametrize("fmt", [None, "d4rl"])
+def test_an_hdf5_file_with_damaged_metadata_is_named_damaged(tmp_path: Path, fmt: str | None) -> None:
+    """h5py raises RuntimeError (not OSError) for a metadata checksum that fails: the format
+    detection and the file's check said "unexpected RuntimeError"."""
+    demo = (Path(__file__).resolve().parents[2] / "rlds_cli" / "data" / "pointmass-demo-v0.hdf5").read_bytes()
+    cut = 106_496  # the groups' metadata past here: the superblock still opens
+    path = tmp_path / "bad.hdf5"
+    path.write_bytes(demo[:cut] + bytes(b ^ 0x5A for b in demo[cut:]))
+    result = runner.invoke(app, ["download", str(path), *(["--format", fmt] if fmt else [])])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert f"{path} is damaged: HDF5 cannot walk its groups" in said, said
+    assert "unexpected" not in said and "Traceback" not in result.output
