@@ -597,10 +597,12 @@ def _chunks(resp: Any, head: int = 0) -> Iterator[bytes]:
 
 def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | None) -> int | None:
     """416 to ``Range: bytes=have-``: complete if the file is exactly ``have`` long (and still
-    the version we have), else restart."""
+    the version we have: the size its first answer announced, when it announced one), else
+    restart."""
     m = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
     total = int(m.group(1)) if m else (info.size if info else None)
-    if total == have and (info is None or info.matches(resp)):
+    announced = info.size if info is not None else None
+    if total == have and (announced is None or announced == have) and (info is None or info.matches(resp)):
         return have
     discard_part(part)
     return None

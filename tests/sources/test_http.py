@@ -262,6 +262,24 @@ def test_complete_part_gets_416_and_is_kept(server: FaultServer, tmp_path: Path,
     assert [(r.range, r.status) for r in server.requests_for(PATH)] == [(f"bytes={len(DATA)}-", 416)]
 
 
+def test_a_416_for_a_file_shorter_than_first_announced_restarts(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """A 416 ``bytes */N`` without validators, N the part's length, made a cut part complete
+    though the first answer announced more bytes: the part was published as the file."""
+    half = DATA[: len(DATA) // 2]
+    write_part(server, tmp_path, half)  # as a cut transfer leaves it: the ETag, len(DATA) announced
+    server.files[PATH] = half
+    server.validators = "none"
+    server.add_faults(PATH, Fault("ignore_if_range"))
+    result, _ = fetch(server, tmp_path, config)
+    assert [(r.range, r.status) for r in server.requests_for(PATH)] == [
+        (f"bytes={len(half)}-", 416),
+        (None, 200),  # started over: the file as the server has it now, whole
+    ]
+    assert result.path.read_bytes() == half
+
+
 def test_part_longer_than_file_restarts(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
     write_part(server, tmp_path, DATA + b"junk")
     result, _ = fetch(server, tmp_path, config)
