@@ -269,9 +269,11 @@ class RemoteDataset(Dataset):
         self._files = RemoteFiles(url, index, manifest_bytes, mirror if whole_files else None,
                                   storage_options, endpoint_url, blocks, version)  # fmt: skip
         for rel in (EPISODES_FILE, SOURCE_ARRAYS_FILE):
-            if rel in index.files and not (mirror / rel).is_file():
+            if rel in index.files and whole_files:
+                self._files.local_file(rel)  # a copy kept from an earlier open: checked first
+            elif rel in index.files and not (mirror / rel).is_file():
                 data = self._files.read_file(rel)
-                if data is not None and not whole_files:
+                if data is not None:
                     write_small_file(mirror / rel, data)
         write_small_file(mirror / MANIFEST_FILE, manifest_bytes)
         self._checked = self._files.requests  # the index pins these files to the manifest read

@@ -186,6 +186,25 @@ def test_a_damaged_copy_in_the_file_cache_is_never_served(local: Dataset, tmp_pa
     np.testing.assert_array_equal(again, local.column("pixels")[rows])
 
 
+def test_a_damaged_episode_index_in_the_file_cache_is_never_used(local: Dataset, tmp_path: Path) -> None:
+    """The episode index kept by an earlier open was read as it was, unchecked: one episode
+    boundary moved (the same size) gave wrong episodes and wrong next observations, no error."""
+    from rlds_cli.errors import RemoteCacheDamagedError
+
+    open_dataset(URL, cache=tmp_path / "c")
+    (copy,) = (tmp_path / "c").rglob("episodes.npy")
+    index = np.load(copy)
+    index["length"][0] -= 1
+    index["start"][1] -= 1
+    index["length"][1] += 1
+    np.save(copy, index)
+    with pytest.raises(RemoteCacheDamagedError, match="differs from the file pushed") as info:
+        open_dataset(URL, cache=tmp_path / "c")
+    assert f"remove {copy}" in info.value.hint
+    copy.unlink()
+    read_everything(open_dataset("m"), open_dataset(URL, cache=tmp_path / "c"))  # fetched again
+
+
 def test_the_cache_env_variable_and_the_loader_take_a_url(
     local: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
