@@ -2,7 +2,7 @@
 with back-off and a minimum-speed rule.
 
 A resume never splices two versions of a file. The first response's validator (a strong ``ETag``,
-else ``Last-Modified``) is recorded beside the ``.part`` (:class:`PartInfo`); a resume sends it as
+else a ``Last-Modified`` at least 60 s before its ``Date``) is recorded beside the ``.part`` (:class:`PartInfo`); a resume sends it as
 ``If-Range``, so a server whose file changed answers ``200`` with the whole new file. A ``.part``
 without a validator, or a ``206`` for other bytes than asked or with another validator or total
 size, restarts the file from byte 0.
@@ -65,10 +65,13 @@ class PartInfo:
 
     @classmethod
     def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
-        """The validators of a response."""
+        """The validators of a response: its strong ``ETag``; its ``Last-Modified`` only where it
+        is strong (RFC 9110 8.8.2.2: at least 60 s before the response's ``Date``; a file changed
+        again within the second it was written has the same date, and a resume would splice)."""
         etag = (resp.headers.get("ETag") or "").strip()
         strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
-        return cls(url, strong, (resp.headers.get("Last-Modified") or "").strip() or None, size)
+        modified = (resp.headers.get("Last-Modified") or "").strip() or None
+        return cls(url, strong, modified if _strong_date(modified, resp.headers.get("Date")) else None, size)
 
     def matches(self, resp: Any) -> bool:
         """Whether a response's validators, where it sends them, are the recorded ones."""
@@ -77,6 +80,18 @@ class PartInfo:
             return False
         date = (resp.headers.get("Last-Modified") or "").strip()
         return not (not self.etag and self.last_modified and date and date != self.last_modified)
+
+
+def _strong_date(modified: str | None, date: str | None) -> bool:
+    """Whether ``Last-Modified`` is at least 60 s before the response's ``Date`` (both given)."""
+    try:
+        then, now = (
+            email.utils.parsedate_to_datetime(modified or ""),
+            email.utils.parsedate_to_datetime(date or ""),
+        )
+        return (now - then).total_seconds() >= 60
+    except (TypeError, ValueError, IndexError):  # absent or malformed; naive vs aware dates
+        return False
 
 
 def read_part_info(part: Path) -> PartInfo | None:
@@ -597,12 +612,16 @@ def _chunks(resp: Any, head: int = 0) -> Iterator[bytes]:
 
 def _range_not_satisfiable(resp: Any, part: Path, have: int, info: PartInfo | None) -> int | None:
     """416 to ``Range: bytes=have-``: complete if the file is exactly ``have`` long (and still
-    the version we have: the size its first answer announced, when it announced one), else
-    restart."""
+    the version we have: its ETag, else the size its first answer announced), else restart."""
     m = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
     total = int(m.group(1)) if m else (info.size if info else None)
     announced = info.size if info is not None else None
-    if total == have and (announced is None or announced == have) and (info is None or info.matches(resp)):
+    # the version is the same one where the 416 carries the recorded ETag (the first answer's
+    # length may have been a lie); without it, the length announced first must agree
+    same = (
+        info is not None and info.etag is not None and (resp.headers.get("ETag") or "").strip() == info.etag
+    )
+    if total == have and (announced in (None, have) or same) and (info is None or info.matches(resp)):
         return have
     discard_part(part)
     return None

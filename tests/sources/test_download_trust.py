@@ -9,6 +9,7 @@ by replacing ``socket.getaddrinfo``, so nothing leaves the machine.
 
 from __future__ import annotations
 
+import email.utils
 import errno
 import hashlib
 import json
@@ -79,6 +80,27 @@ def test_a_file_changed_between_cut_and_resume_is_fetched_whole(
     assert (second.if_range, second.status) == (v1_validator, 200)
     assert ("reset", "data.bin", 0) in events
     assert HashStore(tmp_path).get("data.bin").sha256 == hashlib.sha256(V2).hexdigest()  # type: ignore[union-attr]
+
+
+def test_a_last_modified_date_as_recent_as_the_answer_is_no_validator(
+    server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file written in the second of the answer can change again within that second and keep
+    its date (RFC 9110 8.8.2.2: such a date is weak): the resume sent it as If-Range, the server
+    answered 206 for the new version's bytes, and a mix of both was published."""
+    monkeypatch.setattr(
+        server, "validator_headers", lambda body: {"Last-Modified": email.utils.formatdate(usegmt=True)}
+    )
+    server.add_faults(PATH, Fault("cut", after=150_000))
+
+    def upstream_regenerates(delay: float) -> None:  # within the same second: the same date
+        server.files[PATH] = V2
+
+    config = HttpConfig(timeout=(2.0, 2.0), retries=2, base_delay=0.01, sleep=upstream_regenerates)
+    result, _ = fetch(server, tmp_path, config)
+    assert result.path.read_bytes() == V2
+    second = server.requests_for(PATH)[1]
+    assert (second.range, second.if_range, second.status) == (None, None, 200)  # started over
 
 
 def test_an_unchanged_file_resumes_with_if_range(
