@@ -2,8 +2,9 @@
 with back-off and a minimum-speed rule.
 
 A resume never splices two versions of a file. The first response's validator (a strong ``ETag``,
-else a ``Last-Modified`` at least 60 s before its ``Date``) is recorded beside the ``.part`` (:class:`PartInfo`); a resume sends it as
-``If-Range``, so a server whose file changed answers ``200`` with the whole new file. A ``.part``
+else a ``Last-Modified`` at least 60 s before its ``Date``) is recorded beside the ``.part``
+(:class:`PartInfo`); a resume sends it as ``If-Range``, so a server whose file changed answers
+``200`` with the whole new file. A ``.part``
 without a validator, or a ``206`` for other bytes than asked or with another validator or total
 size, restarts the file from byte 0.
 

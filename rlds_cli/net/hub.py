@@ -36,6 +36,7 @@ next fetch, under the staging lock.
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -52,6 +53,7 @@ from rlds_cli._util.locks import FileLock
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
 from rlds_cli.errors import (
     ChecksumMismatchError,
+    DiskFullError,
     DownloadFailedError,
     HostNotFoundError,
     HTTPStatusError,
@@ -342,6 +344,8 @@ class translated:
                 f"{what} arrived with another size than the Hub lists",
                 hint="run the same command again; if it happens again, the repo's copy is damaged",
             ) from None
+        if _disk_full(exc):  # the client's write failed: not the network
+            raise DiskFullError(f"no space left on the disk for {what}: the download stopped") from None
         unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or is_client_error(exc)
         if unreachable:  # a host name that does not resolve: offline, no retry would help
             kind = HostNotFoundError if name_not_resolved(exc) else DownloadFailedError
@@ -351,6 +355,17 @@ class translated:
                 "files already downloaded"
             )
             raise kind(unreachable_message(what, exc), hint=hint) from None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, is a full disk or quota."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card

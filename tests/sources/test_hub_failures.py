@@ -206,3 +206,29 @@ def test_every_command_says_the_same_when_the_hub_cannot_be_reached(isolated_cac
             first == f"error: cannot reach the Hub at {endpoint} for {repo}@main: the connection was refused"
         ), command
         assert hint.startswith("hint: check the network") and "RLDS_HF_ENDPOINT" in hint, (command, hint)
+
+
+def test_a_full_disk_while_the_client_writes_is_said_as_such() -> None:
+    """huggingface_hub's OSError (ENOSPC) for a write it could not finish read as "cannot reach
+    the Hub", with a hint about the network and --offline."""
+    import errno
+
+    from rlds_cli.errors import DiskFullError
+    from rlds_cli.net.hub import HubPath, translated
+
+    for raised in (
+        OSError(errno.ENOSPC, "No space left on device"),
+        RuntimeError("the client's wrapper"),  # raised from one
+    ):
+        with (
+            pytest.raises(
+                DiskFullError, match=r"no space left on the disk for hf://datasets/o/r@main file 'x\.h5'"
+            ),
+            translated(HubPath("o/r"), "x.h5"),
+        ):
+            if isinstance(raised, OSError):
+                raise raised
+            try:
+                raise OSError(errno.EDQUOT, "Disk quota exceeded")
+            except OSError as cause:
+                raise raised from cause
