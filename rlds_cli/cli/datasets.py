@@ -158,13 +158,16 @@ def inspect(
             output.console.print(Text(f"plot written to {info['plot']}"), soft_wrap=True)
     if report is not None and not report.ok:
         if not json:  # as verify: the failure on stderr too, whatever -q says
-            count, shown = (
-                f"{len(report.violations)}{'+' if report.truncated else ''}",
-                info.get("name", name),
+            count = f"{len(report.violations)}{'+' if report.truncated else ''}"
+            shown = name if is_url(name) else info.get("name", name)  # a URL: not the cache's name
+            mend = (
+                "push it again from a good copy ('rlds push NAME URL --force')"
+                if is_url(name)
+                else f"'rlds verify {shown}' checks every file"
             )
             output.error(
                 f"{shown}: check failed: {count} violation(s)",
-                f"'rlds inspect {shown} --check' lists them; 'rlds verify {shown}' checks every file",
+                f"'rlds inspect {shown} --check' lists them; {mend}",
             )
         raise typer.Exit(1)
 

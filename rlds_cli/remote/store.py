@@ -720,14 +720,16 @@ def read_version(fs: Any, base: str, url: str, *, then: str) -> tuple[bytes, Man
     index_bytes = read_bytes(fs, join(base, INDEX_FILE), url)
     if index_bytes is None:
         raise RemoteCorruptError(
-            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push'",
+            f"{url} has a manifest but no {INDEX_FILE}: it was not written by 'rlds push', or the "
+            "index was removed since",
             hint="push the dataset with 'rlds push NAME URL' (it uploads the files index, then the manifest)",
         )
     index = RemoteIndex.from_json(index_bytes, f"{url}/{INDEX_FILE}")
     if index.manifest_sha256 != manifest_sha256(manifest_bytes):
         raise RemoteCorruptError(
             f"{url}: {INDEX_FILE} and {MANIFEST_FILE} belong to different pushes (a push to it is "
-            "in progress, or was interrupted)",
-            hint=f"wait for the push to finish, or run it again, then {then}",
+            "in progress or was interrupted, or one of them was replaced by another copy)",
+            hint=f"wait for a running push to finish; else push it again ('rlds push NAME URL "
+            f"--force'), then {then}",
         )
     return manifest_bytes, manifest, index

@@ -8,10 +8,10 @@ the new version, so the URL never looks complete before it is. Replacing another
 (``force``) removes the old manifest (and index) first, so a reader sees the old version whole,
 then no dataset, then the new one whole.
 
-Resuming: a journal in the local cache (``tmp/.push-<id>.journal``, one per URL) records each
-uploaded file's size and sha256. A re-run skips a file only when the store has it at that size and
-the journal (or the committed remote index) vouches for these bytes; every other file is uploaded
-again.
+Resuming: a journal in the local cache (:mod:`rlds_cli.remote.journal`) records each uploaded
+file's size and sha256, and what the store said of it then. A re-run skips a file only when the
+store has it at that size, unchanged since, and the journal (or the committed remote index)
+vouches for these bytes; every other file is uploaded again.
 
 **Pull** (``rlds pull URL``). Files arrive in a build directory ``tmp/<entry>.<id>.incomplete``
 whose ``id`` comes from the URL and the manifest's sha256, so a killed pull keeps its finished
@@ -23,14 +23,11 @@ name's lock. Nothing is visible in the cache before that rename."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +36,7 @@ import numpy as np
 
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
-from rlds_cli._util.locks import FileLock, Timeout
+from rlds_cli._util.locks import Timeout
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import (
@@ -63,6 +60,7 @@ from rlds_cli.errors import (
     RemoteExistsError,
 )
 from rlds_cli.remote import store
+from rlds_cli.remote.journal import PushJournal, object_stamp
 from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, RemoteIndex, TransferResult
 
 
@@ -186,7 +184,7 @@ def push_directory(
                 f"{url} {problem}: a push there would write over its files",
                 hint="push to a folder of its own outside the cache, e.g. file:///data/rlds-store/NAME",
             )
-    journal = _Journal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
+    journal = PushJournal(cache, f"{endpoint_url or ''}|{fs.unstrip_protocol(base)}")
     with journal.locked(url):
         result = _push(
             fs, base, url, name, manifest.backend, directory, manifest_bytes, local, journal, force, progress
@@ -203,7 +201,7 @@ def _push(
     directory: Path,
     manifest_bytes: bytes,
     local: dict[str, FileEntry],
-    journal: _Journal,
+    journal: PushJournal,
     force: bool,
     progress: Progress | None,
 ) -> PushResult:
@@ -223,6 +221,7 @@ def _push(
             raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
         result.replaced = committed != manifest_bytes
     known.update(journal.entries())
+    stamps = journal.stamps()  # what the store said of each file this journal's push uploaded
     remote = store.list_files(fs, base, url)
     if committed is None and not force:
         store.refuse_foreign(
@@ -241,6 +240,7 @@ def _push(
             and info is not None
             and int(info.get("size", -1)) == entry.size
             and known.get(rel) == entry
+            and stamps.get(rel) in (None, object_stamp(info))  # not written since by another push
         )
         if there:
             result.skipped += 1
@@ -282,7 +282,7 @@ def _push(
         for rel in todo:
             journal.add_pending(rel)  # a kill mid-file leaves it ours, not another push's
             _upload_file(fs, directory / rel, store.join(base, rel), local[rel], progress)
-            journal.add(rel, local[rel])
+            journal.add(rel, local[rel], object_stamp(fs.info(store.join(base, rel))))
             result.uploaded += 1
             result.bytes_uploaded += local[rel].size
         for rel in sorted(old_files - set(local)):  # files of the replaced version only
@@ -465,79 +465,6 @@ def _put_bytes(fs: Any, target: str, data: bytes) -> None:
     part = f"{target}.{uuid.uuid4().hex[:12]}.part"  # its own: another push's is never moved in
     fs.pipe_file(part, data)
     fs.mv(part, target)
-
-
-class _Journal:
-    """The files a push to one URL has uploaded, kept in the local cache between runs."""
-
-    def __init__(self, cache: CacheRoot, key: str) -> None:
-        ident = hashlib.sha256(key.encode()).hexdigest()[:16]
-        self.cache = cache
-        self.path = cache.layout.push_journal(ident)
-        self.lock_path = cache.layout.lock_file(f".push-{ident}")
-
-    @contextmanager
-    def locked(self, url: str) -> Iterator[None]:
-        """Hold the lock of this URL: two pushes to one URL would interleave their files."""
-        lock = FileLock(self.lock_path, timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise LockTimeoutError(f"another rlds push to {url} is running") from None
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def entries(self) -> dict[str, FileEntry]:
-        """The files whose bytes at the URL are known (a file being uploaded is not)."""
-        return self._read()[0]
-
-    def pending(self) -> set[str]:
-        """The files an upload started on and did not finish (a kill mid-file): this push's."""
-        return self._read()[1]
-
-    def _read(self) -> tuple[dict[str, FileEntry], set[str]]:
-        out: dict[str, FileEntry] = {}
-        started: set[str] = set()
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return out, started
-        for line in lines:
-            try:  # a line torn by a kill is skipped: its file is uploaded again
-                rec = json.loads(line)
-                rel = str(rec["rel"])
-                if rec.get("pending"):
-                    out.pop(rel, None)
-                    started.add(rel)
-                else:
-                    out[rel] = FileEntry(int(rec["size"]), str(rec["sha256"]))
-                    started.discard(rel)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-        return out, started
-
-    def add_pending(self, rel: str) -> None:
-        self.cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"rel": rel, "pending": True}) + "\n")
-
-    def add(self, rel: str, entry: FileEntry) -> None:
-        self.add_all({rel: entry})
-
-    def add_all(self, entries: dict[str, FileEntry]) -> None:
-        if not entries:
-            return
-        self.cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-        lines = "".join(
-            json.dumps({"rel": rel, "size": e.size, "sha256": e.sha256}) + "\n" for rel, e in entries.items()
-        )
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(lines)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
 
 
 @dataclass(kw_only=True)

@@ -472,6 +472,30 @@ def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(tmp_path: Path)
     assert (folder / "main.py").exists() and pull(f"file://{folder}", root=tmp_path / "o").digests_checked
 
 
+def test_a_file_written_since_by_another_push_is_uploaded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push taken up again skipped a file the store had at the size its journal recorded,
+    though another push (from another cache) had written the path since: it committed the other
+    push's bytes under its own index, and said it had pushed."""
+    make_demo("d", "memmap")
+    url = f"file://{tmp_path / 's'}"
+
+    def killed(fs: Any, target: str, data: bytes) -> None:  # before the index: every file is up
+        raise KeyboardInterrupt
+
+    saved = push_module._put_bytes
+    monkeypatch.setattr(push_module, "_put_bytes", killed)
+    with pytest.raises(KeyboardInterrupt):
+        push("d", url)
+    monkeypatch.setattr(push_module, "_put_bytes", saved)
+    theirs = tmp_path / "s" / "arrays" / "action.npy"
+    _flip(theirs)  # another push's bytes: the same size
+    result = push("d", url)
+    assert result.uploaded == 1 and result.skipped >= 3
+    assert pull(url, root=tmp_path / "o").digests_checked
+
+
 def test_a_version_committed_by_another_push_meanwhile_is_not_overwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

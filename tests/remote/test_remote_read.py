@@ -257,8 +257,10 @@ def test_no_dataset_or_a_push_in_progress_is_one_clear_error() -> None:
     index = json.loads(fs.cat_file("/bucket/ds/z/rlds-files.json"))
     index["manifest_sha256"] = "0" + index["manifest_sha256"]  # (an unknown field is ignored)
     fs.pipe_file("/bucket/ds/z/rlds-files.json", store.index_bytes({**index, "x": 1}))
-    with pytest.raises(RemoteCorruptError, match="belong to different pushes"):
+    with pytest.raises(RemoteCorruptError, match="belong to different pushes") as info:
         open_dataset(URL)
+    # a push under way, or an index of another push copied there: both said, with both remedies
+    assert "replaced by another copy" in info.value.message and "--force" in info.value.hint
 
 
 def test_a_damaged_files_index_is_named_before_a_read() -> None:
@@ -394,6 +396,9 @@ def test_check_on_a_url_reads_the_groups_metadata(local: Dataset, group: str) ->
     assert result.exit_code == 1, result.output
     said = " ".join((result.stdout + result.stderr).split())
     assert f"{victim[1:]} differs from the file pushed" in said, said
+    # the URL is named, and what mends it: not the local name's commands
+    assert f"error: {URL}: check failed" in said and "rlds verify" not in said, said
+    assert "rlds push NAME URL --force" in said, said
 
 
 # --------------------------------------------------------------------------- a local S3 server
