@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlds_cli import settings
@@ -229,9 +229,13 @@ def _fetch_locked(
         # download fails) until the new bytes verify and replace it in one rename
         discard_part(part)
         return _download(file, final, part, store, expected, progress, config, pin)
-    if not offline and final.is_file() and must_refetch(file, store.get(file.name)):
+    record = store.get(file.name)
+    if not offline and final.is_file() and must_refetch(file, record):
         final.unlink()  # it never converted and nothing vouches for it: fetch it afresh
         discard_part(part)
+        if record is not None and record.url in file.urls:  # from the other mirrors first
+            i = file.urls.index(record.url)
+            file = replace(file, urls=(*file.urls[i + 1 :], *file.urls[:i], record.url))
     if final.is_file():
         done = _reuse(file, final, store, expected, progress, pin)
         if done is not None:

@@ -738,7 +738,8 @@ class RetryBudget:
                 f"{what}: gave up after {self.requests} requests, each answer ending before the "
                 f"end it announced (last error: {last}); a server keeps sending less than it says"
             )
-        return f"{what} failed {self.failures} times in a row; last error: {last}"
+        times = "once" if self.failures == 1 else f"{self.failures} times in a row"
+        return f"{what} failed {times}; last error: {last}"
 
 
 def size_of(part: Path) -> int:

@@ -36,6 +36,15 @@ def object_stamp(info: dict[str, Any]) -> str | None:
     return None
 
 
+def stamp_of(fs: Any, path: str) -> str | None:
+    """:func:`object_stamp` of the object at ``path``; ``None`` where the store will not say (a
+    credential that may write but not look: the journal then vouches by size, as before)."""
+    try:
+        return object_stamp(fs.info(path))
+    except Exception:  # any store's error: a stamp only narrows what a later push skips
+        return None
+
+
 class PushJournal:
     """The files a push to one URL has uploaded, kept in the local cache between runs."""
 

@@ -60,7 +60,7 @@ from rlds_cli.errors import (
     RemoteExistsError,
 )
 from rlds_cli.remote import store
-from rlds_cli.remote.journal import PushJournal, object_stamp
+from rlds_cli.remote.journal import PushJournal, object_stamp, stamp_of
 from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, RemoteIndex, TransferResult
 
 
@@ -282,7 +282,7 @@ def _push(
         for rel in todo:
             journal.add_pending(rel)  # a kill mid-file leaves it ours, not another push's
             _upload_file(fs, directory / rel, store.join(base, rel), local[rel], progress)
-            journal.add(rel, local[rel], object_stamp(fs.info(store.join(base, rel))))
+            journal.add(rel, local[rel], stamp_of(fs, store.join(base, rel)))
             result.uploaded += 1
             result.bytes_uploaded += local[rel].size
         for rel in sorted(old_files - set(local)):  # files of the replaced version only

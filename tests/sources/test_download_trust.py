@@ -548,6 +548,21 @@ def test_the_bookkeeping_folder_is_reserved(tmp_path: Path, config: HttpConfig) 
 # --------------------------------------------------------------------------- 5: pin after conversion
 
 
+def test_a_file_that_did_not_convert_is_fetched_from_the_other_mirrors_first(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """No sha256 or size known, the first mirror serving a short file: the conversion failed, and
+    every later run fetched the same short file from the same mirror again."""
+    server.files["/short.bin"] = V1[: len(V1) // 2]
+    urls = (server.url("/short.bin"), server.url(PATH))
+    spec = RemoteFile("data.bin", urls)
+    first, _ = fetch(server, tmp_path, config, spec=spec, pin=False)
+    assert first.url == urls[0]
+    HashStore(tmp_path).mark_failed(["data.bin"])  # what a failed conversion records
+    again, _ = fetch(server, tmp_path, config, spec=spec, pin=False)
+    assert again.url == urls[1] and again.path.read_bytes() == V1
+
+
 def test_an_unpinned_hash_binds_nothing(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
     """pin=False (what ``rlds download`` does before converting): the hash is remembered, not
     enforced, so a wrong first download (a captive portal page) can be replaced."""
