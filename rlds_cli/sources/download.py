@@ -43,6 +43,7 @@ from rlds_cli.errors import (
     OfflineError,
     SourceFormatError,
     SourceNotFoundError,
+    UnknownFormatError,
     UnsupportedSourceError,
 )
 from rlds_cli.formats import detect_format, reader_class
@@ -387,7 +388,18 @@ def download_hub(
             results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
         results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
         paths = [r.path for r in results]
-        fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
+        if fmt is None and not paths:
+            raise SourceFormatError(
+                f"{where} holds no data files (only the Hub's README.md and .gitattributes, if any)",
+                hint="check the repo id, the revision and the folder in the URL",
+            )
+        try:
+            fmt = fmt or detect_format(folder if len(paths) != 1 else paths[0])
+        except UnknownFormatError as exc:  # it named the download folder: name the repo
+            shown = ", ".join(sorted(f.path for f in files)[:5]) + (", ..." if len(files) > 5 else "")
+            raise UnknownFormatError(
+                f"cannot tell the format of {where} (its files: {shown})", hint=exc.hint
+            ) from None
         src: Path | list[Path] = paths[0] if len(paths) == 1 else paths if paths else folder
         if fmt in _HUB_FOLDER_FORMATS:
             src = folder / dataset_folder(where, files, fmt)

@@ -232,3 +232,20 @@ def test_a_full_disk_while_the_client_writes_is_said_as_such() -> None:
                 raise OSError(errno.EDQUOT, "Disk quota exceeded")
             except OSError as cause:
                 raise raised from cause
+
+
+def test_a_repo_of_no_data_or_of_no_known_format_names_the_repo(
+    hub: HubStandin, isolated_cache: Path
+) -> None:
+    """Both named the download folder inside the cache ('cannot tell the format of
+    .../raw/url-...'), and the first suggested --format, which cannot help."""
+    from rlds_cli.errors import SourceFormatError, UnknownFormatError
+
+    hub.add_repo("org/card-only", {"README.md": b"# soon\n", ".gitattributes": b""})
+    with pytest.raises(SourceFormatError, match=r"hf://datasets/org/card-only@main holds no data files"):
+        download("hf://datasets/org/card-only")
+    hub.add_repo("org/json", {"data.json": b"{}", "README.md": b"# x\n"})
+    with pytest.raises(UnknownFormatError) as info:
+        download("hf://datasets/org/json")
+    assert info.value.message.startswith("cannot tell the format of hf://datasets/org/json@main (its files: ")
+    assert "data.json" in info.value.message and "raw" not in info.value.message
