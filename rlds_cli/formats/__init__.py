@@ -201,13 +201,27 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
             hint=f"the {format_name} format reads {reader.expected_files}; check the path, or pass --format "
             f"(known formats: {', '.join(known_formats())})",
         )
-    for f in files:  # fail early, naming an unreadable file
+    for f in files:  # fail early, naming an unreadable file or a git-LFS pointer
         try:
-            with open(f, "rb"):
-                pass
+            with open(f, "rb") as fh:
+                head = fh.read(len(LFS_POINTER))
         except PermissionError:
             raise SourceNotReadableError(f"cannot read source file {f}: permission denied") from None
+        if head == LFS_POINTER:
+            raise _lfs_pointer(f)
     return files
+
+
+#: How a git-LFS pointer file begins (a clone without git-lfs holds these in place of the files).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def _lfs_pointer(path: Path) -> SourceFormatError:
+    return SourceFormatError(
+        f"{path} is a git-LFS pointer ({path.stat().st_size} bytes), not the file it stands for",
+        hint="fetch the file itself: 'git lfs pull' in the clone (with git-lfs installed), or download "
+        "it from its repo (an hf:// URL for a Hugging Face repo)",
+    )
 
 
 def _unknown(path: Path, why: str = "") -> UnknownFormatError:
@@ -219,6 +233,12 @@ def _unknown(path: Path, why: str = "") -> UnknownFormatError:
 
 
 def _detect_file(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(LFS_POINTER)) == LFS_POINTER:
+                raise _lfs_pointer(path)
+    except OSError:
+        pass  # named by the sniffers, or by the reader
     sniffed = sniff_format(path)
     if sniffed is not None:
         return sniffed

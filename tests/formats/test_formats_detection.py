@@ -252,3 +252,22 @@ def test_detection_asks_only_the_readers_that_may_claim_a_path(
             claimed[fmt] += 1
         assert sniff_format(path) == (found[0] if found else None)
     assert all(claimed.values()), claimed  # every format was met, so the check above means something
+
+
+@pytest.mark.parametrize("fmt", [None, "d4rl"])
+@pytest.mark.parametrize("inside", [False, True], ids=["file", "in-a-folder"])
+def test_a_git_lfs_pointer_is_named_as_one(tmp_path: Path, fmt: str | None, inside: bool) -> None:
+    """A clone without git-lfs holds pointer files: they were 'file signature not found' (HDF5)
+    or an unknown format, with a hint to download again."""
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    pointer = folder / "hopper.hdf5"
+    pointer.write_text(
+        "version https://git-lfs.github.com/spec/v1\n"
+        "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n"
+    )
+    source = folder if inside else pointer
+    result = CliRunner().invoke(app, ["download", str(source), *(["--format", fmt] if fmt else [])])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert f"{pointer} is a git-LFS pointer" in said and "git lfs pull" in said, said
