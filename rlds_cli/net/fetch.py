@@ -398,7 +398,9 @@ def _combine(
     kinds = {type(f) for f in failures}
     if len(kinds) == 1 and issubclass(cls := kinds.pop(), DownloadFailedError):
         return cls(f"every mirror of {file.name} failed: {lines}")  # keeps its hint (e.g. --offline)
-    return DownloadFailedError(f"every mirror of {file.name} failed: {lines}")
+    # mirrors that failed each in its own way: each way's hint (a connection's is not a web page's)
+    hints = list(dict.fromkeys(f.hint for f in failures if f.hint))
+    return DownloadFailedError(f"every mirror of {file.name} failed: {lines}", hint=" / ".join(hints) or None)
 
 
 def drop_raw_files(folder: Path, results: list[FetchResult]) -> None:

@@ -185,6 +185,19 @@ def test_a_file_sent_content_encoded_is_the_next_mirrors_turn(
     assert fetch(server, tmp_path / "c", config, spec=remote(server))[0].path.read_bytes() == DATA
 
 
+def test_mirrors_failing_each_in_its_own_way_keep_each_ones_hint(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """The summary of every mirror's failure said to check the connection (a resume would pick
+    up), which fits neither a web page nor an encoded file."""
+    server.files["/encoded.bin"] = gzip.compress(DATA)
+    server.sticky["/encoded.bin"] = [Fault("headers", headers={"Content-Encoding": "gzip"})]
+    urls = (server.url("/encoded.bin"), server.url("/gone.bin"))
+    with pytest.raises(DownloadFailedError, match=r"every mirror of data\.bin failed") as info:
+        fetch(server, tmp_path, config, spec=RemoteFile("data.bin", urls))
+    assert "curl --compressed" in info.value.hint and "check your connection" not in info.value.hint
+
+
 def test_a_web_page_arriving_in_small_pieces_is_still_a_page(
     server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
