@@ -390,7 +390,7 @@ def download_hub(
         paths = [r.path for r in results]
         if fmt is None and not paths:
             raise SourceFormatError(
-                f"{where} holds no data files (only the Hub's README.md and .gitattributes, if any)",
+                f"{where} holds no data files (only the Hub's dataset card and .gitattributes, if any)",
                 hint="check the repo id, the revision and the folder in the URL",
             )
         try:
