@@ -244,6 +244,11 @@ class Chromium:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
+        # a SIGKILL lands when its process next leaves the kernel: under load a renderer can
+        # outlive the leader for a moment
+        deadline = time.monotonic() + 5.0
+        while _group_alive(self._process.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         # the group is dead, so every write end is closed: the reader stops before its
         # descriptor number can be reused
         self._reader.join(10)
@@ -401,6 +406,19 @@ class Tab:
     def close(self) -> None:
         self.browser._tabs.pop(self.session, None)
         self.browser.send("Target.closeTarget", {"targetId": self.target})
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is alive (not a zombie), read from ``/proc`` (none
+    where there is no ``/proc``)."""
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _element(selector: str) -> str:
