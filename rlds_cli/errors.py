@@ -545,6 +545,20 @@ def _os_errors() -> dict[int, tuple[type[RldsError], str]]:
     return _OS_ERRORS
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a full disk or quota: an OS error's errno (``ENOSPC``, ``EDQUOT``),
+    or that errno in the text of h5py's errors (HDF5's failed writes raise a ``RuntimeError``, or an
+    ``OSError`` without an errno)."""
+    import errno
+    import re
+
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, OSError) and exc.errno in full:
+        return True
+    found = re.search(r"\berrno = (\d+)", str(exc))
+    return found is not None and int(found.group(1)) in full
+
+
 def from_os_error(exc: OSError) -> RldsError | None:
     """The rlds error for an OS error a user can act on (full disk, read-only or unwritable
     cache, name too long), naming the file; ``None`` for any other."""

@@ -18,10 +18,8 @@ per observation (:func:`step_keys`, :func:`flat_keys`).
 
 from __future__ import annotations
 
-import errno
 import inspect
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -40,7 +38,7 @@ from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import HUB_EXPORT_MARK, TMP_DIR
 from rlds_cli.cache.root import enclosing_cache, overlap, target_problem
 from rlds_cli.cache.ted import TedBatch
-from rlds_cli.errors import DiskFullError, ExportError, UnknownFormatError
+from rlds_cli.errors import DiskFullError, ExportError, UnknownFormatError, is_disk_full
 
 EXPORTERS: dict[str, str] = {
     "torchrl": "rlds_cli.export.torchrl_memmap:export_torchrl",
@@ -217,19 +215,6 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
 
 _DISK_HINT = "free space there, or export to another disk"
 
-#: How HDF5 gives the errno of a failed write in the text of h5py's errors.
-_HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
-
-
-def _is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is a full disk or quota: an OS error's errno, or the errno in the text of
-    h5py's (a ``RuntimeError``, or an ``OSError`` without an errno, from HDF5's failed writes)."""
-    full = (errno.ENOSPC, errno.EDQUOT)
-    if isinstance(exc, OSError) and exc.errno in full:
-        return True
-    found = _HDF5_ERRNO.search(str(exc))
-    return found is not None and int(found.group(1)) in full
-
 
 @contextmanager
 def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path]:
@@ -257,7 +242,7 @@ def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path
         try:
             yield tmp
         except (OSError, RuntimeError) as exc:
-            if _is_disk_full(exc):  # the OS error names no file, or the temporary one
+            if is_disk_full(exc):  # the OS error names no file, or the temporary one
                 raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
             raise
         if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder

@@ -8,6 +8,7 @@ add readers through the ``rlds_cli.readers`` entry-point group.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -203,12 +204,9 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
         )
     for f in files:  # fail early, naming an unreadable file or a git-LFS pointer
         try:
-            with open(f, "rb") as fh:
-                head = fh.read(len(LFS_POINTER))
+            _refuse_lfs_pointer(f)
         except PermissionError:
             raise SourceNotReadableError(f"cannot read source file {f}: permission denied") from None
-        if head == LFS_POINTER:
-            raise _lfs_pointer(f)
     return files
 
 
@@ -216,8 +214,13 @@ def source_files(format_name: str, paths: Sequence[Path]) -> list[Path]:
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 
 
-def _lfs_pointer(path: Path) -> SourceFormatError:
-    return SourceFormatError(
+def _refuse_lfs_pointer(path: Path) -> None:
+    """Raise :class:`SourceFormatError` when ``path`` is a git-LFS pointer; ``OSError`` when it cannot
+    be read."""
+    with open(path, "rb") as fh:
+        if fh.read(len(LFS_POINTER)) != LFS_POINTER:
+            return
+    raise SourceFormatError(
         f"{path} is a git-LFS pointer ({path.stat().st_size} bytes), not the file it stands for",
         hint="fetch the file itself: 'git lfs pull' in the clone (with git-lfs installed), or download "
         "it from its repo (an hf:// URL for a Hugging Face repo)",
@@ -233,12 +236,8 @@ def _unknown(path: Path, why: str = "") -> UnknownFormatError:
 
 
 def _detect_file(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(len(LFS_POINTER)) == LFS_POINTER:
-                raise _lfs_pointer(path)
-    except OSError:
-        pass  # named by the sniffers, or by the reader
+    with contextlib.suppress(OSError):  # an unreadable file is named by the sniffers, or by the reader
+        _refuse_lfs_pointer(path)
     sniffed = sniff_format(path)
     if sniffed is not None:
         return sniffed

@@ -15,7 +15,6 @@ failure recognised through urllib3's wrapping, without urllib3's pool/URL preamb
 from __future__ import annotations
 
 import email.utils
-import errno
 import json
 import logging
 import random
@@ -39,6 +38,7 @@ from rlds_cli.errors import (
     RedirectError,
     RldsError,
     ServerResponseError,
+    is_disk_full,
 )
 from rlds_cli.net.layout import part_info_path
 
@@ -555,7 +555,7 @@ def _write_body(
                 if limit is not None and tally.received >= limit:
                     break
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not is_disk_full(exc):
             raise
         written = part.stat().st_size if part.is_file() else have
         needed = f"{total - written:,} more bytes are needed" if total is not None else "its size is unknown"

@@ -36,7 +36,6 @@ next fetch, under the staging lock.
 from __future__ import annotations
 
 import datetime
-import errno
 import hashlib
 import json
 import os
@@ -64,6 +63,7 @@ from rlds_cli.errors import (
     SourceFormatError,
     UnsupportedSourceError,
     import_extra,
+    is_disk_full,
 )
 from rlds_cli.net.fetch import FetchResult, RemoteFile
 from rlds_cli.net.http import (
@@ -344,7 +344,7 @@ class translated:
                 f"{what} arrived with another size than the Hub lists",
                 hint="run the same command again; if it happens again, the repo's copy is damaged",
             ) from None
-        if _disk_full(exc):  # the client's write failed: not the network
+        if in_chain(exc, is_disk_full) is not None:  # the client's write failed: not the network
             raise DiskFullError(f"no space left on the disk for {what}: the download stopped") from None
         unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError | OSError) or is_client_error(exc)
         if unreachable:  # a host name that does not resolve: offline, no retry would help
@@ -355,17 +355,6 @@ class translated:
                 "files already downloaded"
             )
             raise kind(unreachable_message(what, exc), hint=hint) from None
-
-
-def _disk_full(exc: BaseException) -> bool:
-    """Whether ``exc``, or an error it was raised from, is a full disk or quota."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
 
 
 #: Files a repo carries for the Hub, never for a reader: its git attributes and its dataset card

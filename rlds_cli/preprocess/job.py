@@ -32,7 +32,6 @@ transaction, or push it to its URL).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -84,6 +83,7 @@ from rlds_cli.errors import (
     RemoteExistsError,
     RldsError,
     UserFunctionError,
+    is_disk_full,
 )
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.preprocess import executors, fnref, output, remote_io, schema
@@ -581,7 +581,7 @@ def _execute(
             forget()  # this process ran chunks too: unmap the output before it is published
         manifest = finish(job, out_name, job_dir, inferred, assembler, txn)
     except OSError as exc:  # the chunks' and the assembled output's writes name no file
-        if not isinstance(exc, RldsError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if not isinstance(exc, RldsError) and is_disk_full(exc):
             raise disk_full(job_dir) from exc
         raise
     discard_job_dir(job, out_name)

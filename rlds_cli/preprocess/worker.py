@@ -9,7 +9,6 @@ exists. Errors come back as plain data (exceptions of user code need not pickle)
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -32,6 +31,7 @@ from rlds_cli.errors import (
     DiskFullError,
     OutputSchemaError,
     RldsError,
+    is_disk_full,
 )
 from rlds_cli.preprocess import fnref, schema
 from rlds_cli.preprocess.plan import read_chunk
@@ -121,7 +121,7 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
         try:
             return {"ok": True, "i": i, **_run(spec, i, start, stop)}
         except OSError as exc:  # numpy's writes name no file: the job's folder is named
-            if isinstance(exc, RldsError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if isinstance(exc, RldsError) or not is_disk_full(exc):
                 raise
             raise disk_full(Path(spec["job_dir"])) from exc
     except RldsError as exc:

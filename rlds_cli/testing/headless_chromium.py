@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Chromium", "ChromiumError", "Tab"]
+__all__ = ["Chromium", "ChromiumError", "Tab", "group_members"]
 
 #: Flags for a small machine: no sandbox helpers, no zygote, no GPU process work, no first-run UI.
 FLAGS = (
@@ -247,7 +247,7 @@ class Chromium:
         # a SIGKILL lands when its process next leaves the kernel: under load a renderer can
         # outlive the leader for a moment
         deadline = time.monotonic() + 5.0
-        while _group_alive(self._process.pid) and time.monotonic() < deadline:
+        while group_members(self._process.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         # the group is dead, so every write end is closed: the reader stops before its
         # descriptor number can be reused
@@ -408,17 +408,18 @@ class Tab:
         self.browser.send("Target.closeTarget", {"targetId": self.target})
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is alive (not a zombie), read from ``/proc`` (none
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies excluded) of process group ``pgid``, read from ``/proc`` (none
     where there is no ``/proc``)."""
+    found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
         except (OSError, ValueError):
             continue  # gone meanwhile
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+            found.append(int(entry.name))
+    return found
 
 
 def _element(selector: str) -> str:

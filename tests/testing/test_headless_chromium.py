@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlds_cli.testing.headless_chromium import Chromium, ChromiumError
+from rlds_cli.testing.headless_chromium import Chromium, ChromiumError, group_members
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -29,19 +29,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _group(pgid: int) -> list[int]:
-    """Live processes in process group ``pgid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except (OSError, ValueError):
-            continue
-        if entry.name.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def test_a_page_is_driven_and_its_errors_collected(tmp_path: Path) -> None:
@@ -108,7 +95,7 @@ def test_a_browser_that_dies_fails_the_wait_and_leaves_nothing(tmp_path: Path) -
         tab.wait_for("false", timeout=60)
     assert time.monotonic() - start < 10
     browser.close()
-    assert not _alive(pid) and _group(pid) == [] and not profile.exists()
+    assert not _alive(pid) and group_members(pid) == [] and not profile.exists()
     assert not browser._reader.is_alive()
     browser.close()  # a second close does nothing (no descriptor closed twice)
 
@@ -118,9 +105,9 @@ def test_close_kills_every_helper_and_removes_the_profile() -> None:
     browser = Chromium(CHROMIUM)
     browser.new_tab()
     pid, profile = browser._process.pid, browser._profile
-    assert _group(pid)  # the browser and its renderers share its group
+    assert group_members(pid)  # the browser and its renderers share its group
     browser.close()
-    assert _group(pid) == [] and not profile.exists()
+    assert group_members(pid) == [] and not profile.exists()
 
 
 def test_a_browser_that_never_answers_fails_in_bounded_time(tmp_path: Path) -> None:
@@ -142,7 +129,7 @@ def test_no_thread_of_chromium_runs_at_a_raised_priority() -> None:
         tab.goto("data:text/html,<p>busy</p>")
         tab.wait_for("document.readyState === 'complete'")
         found = []
-        for pid in _group(browser._process.pid):
+        for pid in group_members(browser._process.pid):
             for task in Path(f"/proc/{pid}/task").iterdir():
                 with contextlib.suppress(OSError):
                     fields = (task / "stat").read_text().rsplit(")", 1)[-1].split()
