@@ -31,7 +31,7 @@ import numpy as np
 from rlds_cli._util.io import DIGEST_ALGORITHM, DIGEST_ALGORITHMS, file_digest, new_hash
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.layout import ARRAYS_DIR, EPISODES_FILE, MANIFEST_FILE, SOURCE_ARRAYS_FILE, VIEW_LAYOUT
-from rlds_cli.errors import CacheError, CorruptDatasetError
+from rlds_cli.errors import CorruptDatasetError
 
 if TYPE_CHECKING:
     from rlds_cli.cache.dataset import Dataset
@@ -256,18 +256,15 @@ def check_digests(
 
     parts = getattr(ds, "segment_datasets", None)
     if parts is not None:  # a growing dataset: each segment carries the digests of its arrays
-        # a segment evicted or merged away during the check loses its files: no damage
-        retired = getattr(ds, "retired_since_view", lambda directory: False)
-        reports = []
-        for part in parts():
-            try:
-                report = check_digests(part, progress, budget)
-            except (CacheError, OSError):
-                if retired(part.directory):
-                    continue
-                raise
-            if not (report.problems and retired(part.directory)):
-                reports.append(report)
+        check_segments = getattr(ds, "check_segments", None)  # a growing dataset's leaves out retired ones
+
+        def check(part: Dataset) -> DigestReport:
+            return check_digests(part, progress, budget)
+
+        if check_segments is None:
+            reports = [check(part) for part in parts()]
+        else:
+            reports = [report for _, report in check_segments(check, lambda r: r.problems)]
         # a composed dataset's parts are its parents (cache/composed.py), beside its own index
         noun = getattr(ds, "part_noun", "segment")
         combined = DigestReport(

@@ -1,32 +1,30 @@
-"""A growing dataset (``layout: "segmented"``) read as one dataset over its segments; its settings;
-the segments its log does not name; consistent copies of it for long reads.
+"""A growing dataset (``layout: "segmented"``) read as one dataset over its segments; its settings; the
+segments its log does not name; consistent copies of it for long reads.
 
-:class:`GrowingDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` over the live episodes of
-the segments as of one commit-log position (:mod:`rlds_cli.cache.commit_log`). Its columns map
-rows to segments (:mod:`rlds_cli.cache.growing_columns`); a single segment's columns are handed
-out directly. The view changes only on :meth:`GrowingDataset.refresh`, so indices stay valid
-until then. Segments leaving the view keep their files for ``grace_seconds``; a reader lagging
-further gets :class:`DatasetReplacedError`.
+:class:`GrowingDataset` is a :class:`~rlds_cli.cache.dataset.Dataset` over the live episodes of the segments
+as of one commit-log position (:mod:`rlds_cli.cache.commit_log`). Its columns map rows to segments
+(:mod:`rlds_cli.cache.growing_columns`); a single segment's columns are handed out directly. The view
+changes only on :meth:`GrowingDataset.refresh`, so indices stay valid until then. Segments leaving the view
+keep their files for ``grace_seconds``; a reader lagging further gets :class:`DatasetReplacedError`.
 
 Settings live in the head manifest's ``source.growing`` and are checked in one place
-(:func:`growing_settings`). ``capacity`` and ``min_size`` count unprotected steps (protected
-episodes are never evicted); ``min_total`` counts every step. A manifest without ``min_total``
-has its ``min_size`` (which counted every step) read as ``min_total``, with ``min_size`` 0.
+(:func:`growing_settings`). ``capacity`` and ``min_size`` count unprotected steps (protected episodes are
+never evicted); ``min_total`` counts every step. A manifest without ``min_total`` has its ``min_size``
+(which counted every step) read as ``min_total``, with ``min_size`` 0.
 
-**Unnamed segments** (:func:`unnamed`). A writer renames a sealed segment into ``segments/``, then
-appends its log record (:mod:`rlds_cli.write.segments`); killed between the two, it leaves one
-unnamed leftover, which ``rlds compact`` removes once the writer no longer runs. A log that lost
-records (emptied, cut, restored from an old copy) also leaves unnamed segments, which are
-committed data. Since a dead writer leaves at most one, several of one writer, or several beside
-an empty log, mean lost records (:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect
---check`` reports it.
+**Unnamed segments** (:func:`unnamed`). A writer renames a sealed segment into ``segments/``, then appends
+its log record (:mod:`rlds_cli.write.segments`); killed between the two, it leaves one unnamed leftover,
+which ``rlds compact`` removes once the writer no longer runs. A log that lost records (emptied, cut,
+restored from an old copy) also leaves unnamed segments, which are committed data. Since a dead writer
+leaves at most one, several of one writer, or several beside an empty log, mean lost records
+(:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect --check`` reports it.
 
-**Consistent copies** (:func:`snapshot_copy`, for long reads: ``rlds push``, ``rlds export``): a
-copy as of one view is hard links to the live segments' files (segments never change) and the
-commit log up to the view's position, in a build folder of ``tmp/``, removed afterwards. Writers, evictions
-and compactions go on meanwhile; the links keep retired segments' files. The copy holds its own
-lock (``locks/<entry>~snapshot-<id>.lock``; ``~`` is in no entry), so stale-build cleanup leaves
-it alone until its process is gone.
+**Consistent copies** (:func:`snapshot_copy`, for long reads: ``rlds push``, ``rlds export``): a copy as of
+one view is hard links to the live segments' files (segments never change) and the commit log up to the
+view's position, in a build folder of ``tmp/``, removed afterwards. Writers, evictions and compactions go on
+meanwhile; the links keep retired segments' files. The copy holds its own lock
+(``locks/<entry>~snapshot-<id>.lock``; ``~`` is in no entry), so stale-build cleanup leaves it alone until
+its process is gone.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -72,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: How long the files of evicted or compacted segments stay for readers of older views.
 DEFAULT_GRACE_SECONDS = 60.0
+
+_T = TypeVar("_T")
 
 
 def _whole(value: Any) -> bool:
@@ -541,37 +541,39 @@ class GrowingDataset(Dataset):
         return self.episode_index
 
     def check_files(self) -> list[str]:
-        """Check every live segment's files (:meth:`Dataset.check_files`) after replaying the
-        whole log (:func:`~rlds_cli.cache.log_checkpoint.verify_log`, which raises
-        :class:`~rlds_cli.errors.CorruptDatasetError` on damage)."""
-        problems: list[str] = []
-        latest = verify_log(self.directory)  # the whole log, not this view's checkpoint and tail
-        _, why = unnamed(self.directory, latest)
-        if why is not None:
-            problems.append(f"{why}; it may not name every segment (rlds compact keeps the ones it does not)")
-        for ds, _ in self._parts:
-            try:
-                found = ds.check_files()
-            except (CacheError, OSError):  # its folder removed under the check
-                if self.retired_since_view(ds.directory):
-                    continue
-                raise
-            if found and not self.retired_since_view(ds.directory):
-                problems += [f"segment {ds.directory.name}: {p}" for p in found]
+        """Check every live segment's files (:meth:`Dataset.check_files`) after replaying the whole log
+        (:func:`~rlds_cli.cache.log_checkpoint.verify_log`: :class:`CorruptDatasetError` on damage)."""
+        _, why = unnamed(self.directory, verify_log(self.directory))  # the whole log, not the view's tail
+        problems = (
+            [f"{why}; it may not name every segment (rlds compact keeps the ones it does not)"] if why else []
+        )
+        for ds, found in self.check_segments(lambda segment: segment.check_files(), list):
+            problems += [f"segment {ds.directory.name}: {p}" for p in found]
         self._check_not_replaced()
         return problems
 
-    def retired_since_view(self, segment: Path) -> bool:
-        """Whether ``segment`` (a live segment's folder in this view) is live no more in the log
-        as it is now: evicted or merged away since, so its files may go (after the grace period)
-        while this view is read or checked, which is no damage.
+    def check_segments(
+        self, check: Callable[[Dataset], _T], problems: Callable[[_T], list[str]]
+    ) -> list[tuple[Dataset, _T]]:
+        """``(segment, check(segment))`` for each segment of this view, less those live no more in the
+        log now (evicted or merged away since: their files may go meanwhile, no damage) whose check
+        failed or found ``problems``. Raises :class:`CorruptDatasetError` if the log is damaged."""
 
-        Raises:
-            CorruptDatasetError: The log is damaged.
-        """
-        now = self._state.copy()
-        now.follow(self.directory / COMMIT_LOG_FILE)
-        return all(seg_name(entry.seg) != segment.name for entry, _ in now.live())
+        def retired(segment: Path) -> bool:
+            (now := self._state.copy()).follow(self.directory / COMMIT_LOG_FILE)
+            return all(seg_name(entry.seg) != segment.name for entry, _ in now.live())
+
+        results = []
+        for ds, _ in self._parts:
+            try:
+                found = check(ds)
+            except (CacheError, OSError):  # its folder removed under the check
+                if retired(ds.directory):
+                    continue
+                raise
+            if not (problems(found) and retired(ds.directory)):
+                results.append((ds, found))
+        return results
 
     def __repr__(self) -> str:
         return (

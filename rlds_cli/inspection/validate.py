@@ -158,7 +158,7 @@ def check_dataset(ds: Dataset, limit: int = 1000, budget: Budget | None = None) 
             with a grace period shorter than the check) during each of :data:`ATTEMPTS` checks of
             a refreshed view.
     """
-    growing = hasattr(ds, "retired_since_view")  # what it reads may be retired under it
+    growing = hasattr(ds, "check_segments")  # what it reads may be retired under it
     for _ in range(ATTEMPTS if growing else 1):
         try:
             return _check_once(ds, limit, budget)

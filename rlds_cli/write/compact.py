@@ -62,8 +62,8 @@ from rlds_cli.cache.commit_log import (
     Record,
     SegmentEntry,
     new_segment_id,
-    seg_name,
 )
+from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
@@ -384,16 +384,17 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
 
 def _live_damage(ds: GrowingDataset) -> str | None:
     """The first problem of a live segment's files (sizes, zarr group metadata: what a merge
-    checks of its inputs), for the segments no merge read; a segment a writer evicted meanwhile
-    is no damage."""
-    for entry, _ in ds.live_segments():
-        path = ds.directory / SEGMENTS_DIR / seg_name(entry.seg)
+    checks of its inputs); a segment a writer evicted meanwhile is no damage."""
+
+    def check(segment: Dataset) -> list[str]:
         try:
-            problems = ds.segment(entry.seg).check_files()
+            return segment.check_files()
         except CacheError as exc:  # missing, or not the dataset's schema
-            problems = [str(exc)]
-        if problems and not ds.retired_since_view(path):
-            return f"segment {path.name}: {problems[0]}"
+            return [str(exc)]
+
+    for segment, problems in ds.check_segments(check, list):
+        if problems:
+            return f"segment {segment.directory.name}: {problems[0]}"
     return None
 
 
