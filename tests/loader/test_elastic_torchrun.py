@@ -50,8 +50,11 @@ WORKER = textwrap.dedent(
             tmp = out / f"rank-{rank}.tmp"
             tmp.write_text(json.dumps({"loader": state, "seen": seen}))
             os.replace(tmp, out / f"rank-{rank}.json")  # a checkpoint is whole or absent
-            if i == stop_at and rank == 0:
-                os.kill(os.getpid(), signal.SIGKILL)  # rank 0 dies; torchrun stops the others
+            if i == stop_at:
+                if dist.is_initialized():  # every rank's checkpoint of this batch is written first:
+                    dist.barrier()  # else torchrun may stop rank 1 before it writes its own
+                if rank == 0:
+                    os.kill(os.getpid(), signal.SIGKILL)  # rank 0 dies; torchrun stops the others
         (out / f"done-{rank}.json").write_text(json.dumps({"seen": seen, "world": loader.world_size}))
         if dist.is_initialized():
             dist.destroy_process_group()
