@@ -37,6 +37,10 @@ PATH = "/files/data.bin"
 _WAIT_LIMIT = 60.0
 
 
+#: A network portal's page (what ``page`` faults answer).
+PORTAL_PAGE = b"<!DOCTYPE html><html><body>Please log in to the hotel Wi-Fi</body></html>\n"
+
+
 @dataclass
 class Fault:
     """What to do to one request.
@@ -53,7 +57,8 @@ class Fault:
     and surely unfinished until the test says so), ``headers`` (the usual answer with ``headers``
     added, e.g. a ``Content-Encoding`` the client did not ask for), ``short_range`` (answer a
     Range request with its first ``after`` bytes only, announced as ``bytes N-M/*``: a total the
-    server does not give).
+    server does not give), ``page`` (answer 200 with :data:`PORTAL_PAGE`, ``text/html``: a network
+    portal).
     """
 
     kind: str
@@ -173,6 +178,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
                 if fault.wait is not None:
                     fault.wait.wait(_WAIT_LIMIT)  # unset by then: the test's own checks fail
                 return self._reply(path, rng, fault.code, b"busy\n", fault.headers)
+            if fault and fault.kind == "page":  # a network portal: its page, whatever was asked
+                return self._reply(path, rng, 200, PORTAL_PAGE, {"Content-Type": "text/html"})
             if body is None:
                 return self._reply(path, rng, 404, b"not found\n")
             validators = server.validator_headers(body)

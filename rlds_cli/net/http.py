@@ -15,6 +15,7 @@ failure recognised through urllib3's wrapping, without urllib3's pool/URL preamb
 from __future__ import annotations
 
 import email.utils
+import itertools
 import json
 import logging
 import random
@@ -520,6 +521,17 @@ def _write_body(
     """Append the body to ``part`` at ``have`` (a new file: record ``new_info`` first), applying
     the minimum-speed rule; a full disk keeps what was written, for a resume."""
     part.parent.mkdir(parents=True, exist_ok=True)
+    tally.start_window(config.clock())
+    judge = not have and _labelled_page(resp, name)  # a body that may be a page, not the file
+    chunks = _chunks(resp, HEAD_BYTES if judge else 0)
+    if judge:
+        first = next(chunks, b"")  # judged before the .part is touched: a resume's bytes stay
+        if _starts_as_page(first):
+            raise ServerResponseError(
+                f"GET {url} answered a web page (text/html), not the file {name}: a login, error or "
+                "network portal page"
+            )
+        chunks = itertools.chain([first], chunks)
     try:
         with open(part, "r+b" if have else "wb") as fh:
             fh.seek(have)
@@ -528,17 +540,9 @@ def _write_body(
                 # after the truncation, before any byte: the .part never holds bytes of another
                 # version than its record names
                 write_part_info(part, new_info)
-            tally.start_window(config.clock())
-            judge = not have and _labelled_page(resp, name)  # a body that may be a page, not the file
-            for chunk in _chunks(resp, HEAD_BYTES if judge else 0):
+            for chunk in chunks:
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
-                if judge and not tally.received and _starts_as_page(chunk):
-                    discard_part(part)  # nothing of it is the file
-                    raise ServerResponseError(
-                        f"GET {url} answered a web page (text/html), not the file {name}: a login, "
-                        "error or network portal page"
-                    )
                 fh.write(chunk)
                 tally.received += len(chunk)
                 tally.window_bytes += len(chunk)

@@ -25,6 +25,7 @@ from rlds_cli.net.http import (
     backoff_delay,
     origin_of,
     parse_retry_after,
+    read_part_info,
     write_part_info,
 )
 from rlds_cli.net.layout import HashStore, part_path
@@ -164,6 +165,21 @@ def test_a_web_page_in_place_of_the_file_is_the_next_mirrors_turn(
         server, tmp_path / "d", config, spec=RemoteFile("page.html", (server.url("/page.html"),))
     )
     assert result.path.read_bytes() == page
+
+
+def test_a_web_page_in_answer_to_a_resume_keeps_the_partial_file(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """A network portal answering a resume with its page (200, ``text/html``) deleted the partial
+    download before the page was told: its bytes stay, and the next run resumes them."""
+    part = write_part(server, tmp_path, DATA[:1000])
+    info = read_part_info(part)
+    server.add_faults(PATH, Fault("page"))
+    with pytest.raises(ServerResponseError, match=r"answered a web page \(text/html\)"):
+        fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    assert part.read_bytes() == DATA[:1000] and read_part_info(part) == info
+    result, _ = fetch(server, tmp_path, config, spec=remote(server, sha256=SHA))
+    assert result.path.read_bytes() == DATA and server.requests_for(PATH)[-1].range == "bytes=1000-"
 
 
 def test_a_file_sent_content_encoded_is_the_next_mirrors_turn(
