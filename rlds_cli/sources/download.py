@@ -337,6 +337,14 @@ def _normal_url(source: str) -> str:
         return source
     scheme = source.split("://", 1)[0].lower()
     if scheme == "file":
+        host = urlsplit(source).netloc
+        if host.lower() not in ("", "localhost"):  # RFC 8089: a file of another machine
+            raise UnsupportedSourceError(
+                f"{source}: a file:// URL of host {host!r} names a file on another machine; rlds reads "
+                "files of this one",
+                hint=f"copy the file here and pass its path (file:///PATH, or file://localhost/PATH); "
+                f"a path of this machine starts with a third slash: file:///{host}/...",
+            )
         return url2pathname(urlsplit(source).path)
     if scheme not in ("http", "https", "hf"):
         raise UnsupportedSourceError(

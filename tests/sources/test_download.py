@@ -295,7 +295,14 @@ def test_url_schemes(server: FaultServer, isolated_cache: Path) -> None:
         assert result.stderr.startswith(
             f"error: {source}: rlds downloads http://, https:// and hf:// URLs, not {scheme}://"
         )
-    assert published(isolated_cache) == ["local", "upper"]
+    localhost = "file://localhost" + local.as_uri()[len("file://") :]
+    assert (
+        ok_json("download", localhost, "--name", "localhost", "--max-episode-steps", "100")["num_steps"]
+        == 5000
+    )
+    elsewhere = invoke("download", "file://nas" + local.as_uri()[len("file://") :])  # was read as /PATH
+    assert elsewhere.exit_code == 1 and "names a file on another machine" in elsewhere.stderr
+    assert published(isolated_cache) == ["local", "localhost", "upper"]
 
 
 def test_minari_entry_passes_its_folder(
