@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from rlds_cli._util.numbers import parse_range
 from rlds_cli.cache.blocks import Budget, blocks
 from rlds_cli.cache.integrity import damage_hint
 from rlds_cli.errors import CorruptDatasetError, DatasetReplacedError, InvalidSelectionError
@@ -305,13 +306,20 @@ _WHERE_HINT = "e.g. --where \"length >= 50 and return > 100\" (columns: see 'rld
 
 def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarray:
     """``"0,5,9-20"`` (positions and inclusive ranges ``A-B``, negative positions counting from
-    the end) or a sequence of ints -> the distinct positions, ascending (int64).
+    the end), one range ``"A:B"`` (Python slice rules, as ``rlds view`` takes it) or a sequence of
+    ints -> the distinct positions, ascending (int64).
 
     Raises:
         InvalidSelectionError: A part is no number or range, a position is outside the dataset,
             a range runs backwards, or nothing is selected.
     """
-    if isinstance(spec, str):
+    if isinstance(spec, str) and ":" in spec:
+        try:
+            bounds = parse_range(spec, negative=True)
+        except InvalidSelectionError as exc:  # its hint names the range alone
+            raise InvalidSelectionError(str(exc), hint=_LIST_HINT) from None
+        ids = np.arange(*slice(*bounds).indices(max(0, num_episodes))[:2], dtype=np.int64)
+    elif isinstance(spec, str):
         # one flag per episode, not a list of every position: "0-999999,0-999999,..." stays bounded
         chosen = np.zeros(max(0, num_episodes), bool)
         for part in (p.strip() for p in spec.split(",")):

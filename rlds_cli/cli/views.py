@@ -92,7 +92,13 @@ def view(
         )
     parent = resolve_name(parent, root)
     ds = open_dataset(parent, root)
-    if episodes is not None and ":" in episodes and where is None and filter_key is None:
+    if (
+        episodes is not None
+        and ":" in episodes
+        and "," not in episodes
+        and where is None
+        and filter_key is None
+    ):
         manifest = create_view(
             parent, name, parse_episode_range(episodes, ds.num_episodes), root=root, replace=force
         )
@@ -101,11 +107,7 @@ def view(
     how: list[str] = []
     ids = None
     if episodes is not None:
-        if ":" in episodes:
-            a, b = parse_episode_range(episodes, ds.num_episodes)
-            ids = np.arange(a, b, dtype=np.int64)
-        else:
-            ids = parse_episode_list(episodes, ds.num_episodes)
+        ids = parse_episode_list(episodes, ds.num_episodes)
         how.append(f"episodes {episodes}")
     if filter_key is not None:
         keyed = filter_key_episodes(ds, filter_key)
@@ -146,7 +148,7 @@ def split(
         typer.Option(
             "--val-episodes",
             help="The validation episodes themselves instead of --val: positions and ranges, e.g. "
-            "0,5,9-20 (the others are for training).",
+            "0,5,9-20, or one range A:B (the others are for training).",
             show_default=False,
         ),
     ] = None,
@@ -293,7 +295,10 @@ def drop(
     episodes: Annotated[
         str,
         typer.Option(
-            "--episodes", "-e", help="Episodes to drop: numbers and runs A-B (inclusive), e.g. 0,5,9-20."
+            "--episodes",
+            "-e",
+            help="Episodes to drop: numbers and runs A-B (inclusive), e.g. 0,5,9-20, or one range A:B "
+            "(Python slice rules).",
         ),
     ],
     name: NameOption = None,

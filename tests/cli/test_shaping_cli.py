@@ -99,6 +99,7 @@ def test_merge_drop_trim_downsample_from_the_cli(tmp_path: Path) -> None:
             ("drop", "a", "--episodes", "1,b", "--name", "x"),
             ("'b' in --episodes '1,b' is no episode position or range",),
         ),
+        (("drop", "a", "--episodes", "2:2", "--name", "x"), ("--episodes '2:2' selects no episode",)),
         (("trim", "a", "--name", "x"), ("--start 0 --end 0",)),
         (
             ("trim", "a", "--start", "3", "--end", "3", "--name", "x"),
@@ -109,6 +110,22 @@ def test_merge_drop_trim_downsample_from_the_cli(tmp_path: Path) -> None:
 )
 def test_refusals_are_one_line_and_publish_nothing(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     refused(invoke(*args), *needles, hint=True, published=("a", "b"))
+
+
+@pytest.mark.usefixtures("ab")
+def test_one_range_a_b_selects_in_every_command_that_takes_episodes() -> None:
+    """``drop --episodes 0:2`` was refused ("no episode position or range") though its hint offered
+    "one range A:B"; ``--episodes`` is a list (``0,5,9-20``) or one range (``A:B``) everywhere."""
+    assert ok_json("drop", "a", "--episodes", "-2:", "--name", "first")["num_steps"] == 3
+    assert (
+        ok_json("view", "b", "--episodes", "1:", "--where", "length > 0", "--name", "late")["num_steps"] == 6
+    )
+    val = ok_json("split", "a", "--val-episodes", "0:2", "--name", "s")[1]
+    assert (val["name"], val["num_steps"]) == ("s-val", 7)
+    mixed = invoke("view", "a", "--episodes", "0:2,b", "--name", "x")  # the hint gives both forms
+    published = ("a", "b", "first", "late", "s-train", "s-val")
+    refused(mixed, "episode range '0:2,b' is not of the form A:B", hint=True, published=published)
+    assert "e.g. 0,5,9-20 (or one range A:B)" in mixed.stderr
 
 
 @pytest.mark.usefixtures("ab")
