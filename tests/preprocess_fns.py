@@ -83,6 +83,14 @@ def returns_list(batch: Any) -> Any:
     return [1, 2, 3]
 
 
+def bad_key(batch: Any) -> Any:
+    return {**batch, "a//b": batch["action"]}
+
+
+def text_key(batch: Any) -> Any:
+    return {**batch, "label": np.array(["x"] * len(batch["action"]))}
+
+
 def no_action(batch: Any) -> Any:
     return {k: v for k, v in batch.items() if k != "action"}
 

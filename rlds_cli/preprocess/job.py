@@ -15,11 +15,10 @@ output's cache entry; the names are :mod:`rlds_cli.cache.layout`'s)::
 
 ``<id>`` hashes the parent's manifest, the function reference and its file's sha256, and the
 arguments that change the output, so ``--resume`` only continues the same job. The directory does
-not end in ``.incomplete``, so the stale-build cleanup leaves it alone: it survives a crash until
-the job is resumed (or run again without ``--resume``, which starts over), and is removed once the
-output is published. ``out/`` is the build directory of the
-:class:`~rlds_cli.cache.transaction.CacheTransaction` the job holds from start to end, published by
-its commit.
+not end in ``.incomplete``, so the stale-build cleanup leaves it alone: made once the schema is
+inferred, it survives a crash until the job is resumed (or run again without ``--resume``), and is
+removed once the output is published. ``out/`` is the build directory of the job's
+:class:`~rlds_cli.cache.transaction.CacheTransaction`, published by its commit.
 
 **Across runs.** The job directory is fresh, or resumed with the chunks an interrupted run of the
 same job finished (each checked on disk); it is discarded so that no crash can leave part of it
@@ -32,6 +31,7 @@ transaction, or push it to its URL).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -530,6 +530,7 @@ def _execute(
         )
         mode = "direct" if direct else "files"
         saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}
+        (job_dir / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
         if direct:
             output.preallocate(job_dir / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
         (job_dir / JOB_FILE).write_text(json.dumps(saved, indent=2))
@@ -612,16 +613,15 @@ def open_job_dir(job: Job, out_name: str, resume: bool) -> tuple[Path, dict[str,
     path = job_path(job, out_name)
     saved = None
     if resume and (path / JOB_FILE).is_file():
-        try:
+        with contextlib.suppress(OSError, ValueError):
             saved = json.loads((path / JOB_FILE).read_text())
-        except (OSError, ValueError):
-            saved = None
         if saved is not None and (saved.get("job") != job.job_id or not output_intact(path, saved, job)):
             logger.info("the output of job %s is incomplete on disk: starting it over", job.job_id)
             saved = None
     if saved is None and path.exists():
         discard_job_dir(job, out_name)
-    (path / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
+    if resume:  # a new run makes it once the schema is inferred (a failing function leaves none)
+        (path / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
     return path, saved
 
 

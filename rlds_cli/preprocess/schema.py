@@ -16,6 +16,7 @@ import numpy as np
 
 from rlds_cli.cache.builder import dtype_name
 from rlds_cli.cache.manifest import FieldSpec
+from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import OutputSchemaError
 
 REQUIRED = ("action", "next/reward", "next/terminated", "next/truncated")
@@ -40,6 +41,12 @@ def _flatten(out: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _as_array(key: str, value: Any) -> np.ndarray:
+    problem = key_problem(key)
+    if problem is not None:  # checked here, where the key is the function's, not the cache's
+        raise OutputSchemaError(
+            f"output key {key!r} cannot be stored: {problem}",
+            hint="a key is '/'-separated parts of A-Z a-z 0-9 _ . - (not '.' or '..'); rename it",
+        )
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
     arr = np.asarray(value)
@@ -68,7 +75,10 @@ def normalize(out: Any, chunk_in: Mapping[str, np.ndarray], where: str) -> dict[
         raise OutputSchemaError(
             f"{where} returned {type(out).__name__}, expected a mapping of TED keys to arrays"
         )
-    arrays = {k: _as_array(k, v) for k, v in _flatten(out).items()}
+    try:
+        arrays = {k: _as_array(k, v) for k, v in _flatten(out).items()}
+    except OutputSchemaError as exc:  # named with the function and the chunk, as every other
+        raise OutputSchemaError(f"{where}: {exc.message}", exc.hint) from None
     rows = {k: a.shape[0] for k, a in arrays.items()}
     if len(set(rows.values())) > 1:
         raise OutputSchemaError(f"{where} returned keys with different row counts: {rows}")

@@ -211,13 +211,21 @@ def test_dropping_everything_is_an_error(golden: str) -> None:
         ("drops_a_step", "step", "per-step mode keeps every step"),
         ("noisy", "step", "next/observation at step 0 differs from observation at step 1"),
         ("cut_episode", "episode", "does not end an episode"),
+        # named as the cache's ("under .../out cannot be a file name", "the dataset was tampered with")
+        ("bad_key", "step", r"output key 'a//b' cannot be stored: it has an empty part"),
+        ("text_key", "step", r"output key 'label' has dtype <U1; only numbers and bools"),
     ],
 )
 def test_output_schema_errors(medium: str, fn: str, by: str, message: str) -> None:
+    """Each names the function; a job whose function fails on its first chunk (schema inference)
+    leaves no folder (an empty one was left per failed attempt, never resumable)."""
     with pytest.raises(OutputSchemaError, match=message) as info:
         preprocess.run(medium, f"{FNS}:{fn}", "out", by=by, workers=1, chunk_steps=16)
     assert f"{FNS}:{fn}" in info.value.message
-    assert not (open_dataset(medium).directory.parent / "out").exists()
+    cache = open_dataset(medium).directory.parent.parent
+    assert not (cache / "datasets" / "out").exists()
+    if "schema inference" in info.value.message:
+        assert not list((cache / "tmp").glob("out.job-*"))
 
 
 def test_inconsistent_chunks_are_named(medium: str) -> None:
