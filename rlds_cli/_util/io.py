@@ -52,6 +52,31 @@ def temp_paths_of(path: Path, *, suffix: str = ".tmp") -> Iterator[tuple[Path, i
             yield found, int(match.group(1))
 
 
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` (files or folders) in one step, so that each name holds one
+    whole version at every moment (Linux ``renameat2(RENAME_EXCHANGE)``); ``False``, with nothing
+    changed, where the system or the filesystem cannot.
+
+    Raises:
+        OSError: The swap failed for another reason (a name missing, permissions).
+    """
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:  # a libc older than glibc 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2  # linux/fcntl.h, linux/fs.h
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # no such call, or not on this filesystem
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
 @contextmanager
 def atomic_path(
     path: Path, *, unique: bool = True, suffix: str = ".tmp", sync_dir: bool = False

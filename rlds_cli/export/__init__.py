@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._util.io import atomic_path, check_disk, temp_paths_of
+from rlds_cli._util.io import check_disk, exchange, temp_path, temp_paths_of
 from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
@@ -113,6 +113,8 @@ def export_dataset(
 def _refuse_replacing_cwd(out: str | os.PathLike[str]) -> None:
     """Refuse an ``out`` that is the current folder, a folder holding it, or the home folder: ``..``
     with ``--force`` removed the folder the user was in and everything beside it."""
+    if not str(out).strip():
+        raise ExportError("the export's path is empty", hint="name the file or folder to write, e.g. ./NAME")
     where, here = Path(out).resolve(), Path.cwd().resolve()
     try:
         home: Path | None = Path.home().resolve()
@@ -227,6 +229,7 @@ def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path
             can end the process with a segfault as it cleans up), or filled up while writing.
     """
     _refuse_replacing_cwd(out)
+    _refuse_link(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
     try:
@@ -238,17 +241,61 @@ def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path
     _remove_dead_partials(out)
     # HDF5's own structures (groups, attributes, chunk indexes) take little beside the data
     check_disk(out.parent, need, f"the export to {out.name}", hint=_DISK_HINT, margin=need // 100)
-    with atomic_path(out, suffix=PARTIAL_SUFFIX) as tmp:
+    tmp = temp_path(out, suffix=PARTIAL_SUFFIX)
+    try:
         try:
             yield tmp
         except (OSError, RuntimeError) as exc:
             if is_disk_full(exc):  # the OS error names no file, or the temporary one
                 raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
             raise
-        if out.is_dir():  # a rename cannot replace a folder, nor a file by a folder
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
+        _replace(out, tmp, overwrite=overwrite)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _replace(out: Path, new: Path, *, overwrite: bool) -> None:
+    """Put the finished export ``new`` at ``out``: at every moment ``out`` is the old version whole
+    or the new one (a folder is swapped in one step where the system can, else moved aside first).
+
+    Raises:
+        ExportError: ``out`` appeared during the export and ``overwrite`` is false, or is a link.
+    """
+    present = out.exists() or out.is_symlink()
+    if present and not overwrite:
+        raise ExportError(
+            f"{out} appeared during the export (it was not there when the export began); nothing was "
+            "written there",
+            hint="pass --force to replace it, or pick another path",
+        )
+    _refuse_link(out)
+    if not present or not (out.is_dir() or new.is_dir()):
+        os.replace(new, out)  # a file over a file (or nothing) is replaced in one step
+        return
+    if exchange(new, out):  # ``new`` now holds the old version
+        _remove(new)
+        return
+    old = temp_path(out, suffix=PARTIAL_SUFFIX)
+    os.replace(out, old)  # (a kill here leaves both versions beside ``out``, under temporary names)
+    os.replace(new, out)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _refuse_link(out: Path) -> None:
+    if out.is_symlink():
+        raise ExportError(
+            f"{out} is a symbolic link (to {os.readlink(out)}): an export replaces its target path itself, "
+            "not what a link points to",
+            hint="export to the path the link points to, or remove the link",
+        )
 
 
 def refuse_unwritten(dataset: Dataset, target: str, kept: Callable[[str], bool]) -> None:

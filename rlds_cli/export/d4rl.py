@@ -38,8 +38,15 @@ def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
         "next_observations": ("next/observation", *fields["observation"]),
     }
     for key in [*step_keys(dataset), *(k for k in flats if k != "observation")]:
-        name = key[len("info/") :] if key.startswith("info/") else key.replace("/", "_")
-        cols[f"infos/{name}"] = (key, *fields[key])
+        name = "infos/" + (key[len("info/") :] if key.startswith("info/") else key.replace("/", "_"))
+        if name in cols:  # e.g. goal/x and info/goal_x: one array would hold the other's numbers
+            raise ExportError(
+                f"{dataset.name}: the keys {cols[name][0]!r} and {key!r} are both written as {name!r} in "
+                "the D4RL layout",
+                hint="export with --to torchrl or --to robomimic, which keep every key as it is, or rename "
+                "one (rlds preprocess NAME --fn ...)",
+            )
+        cols[name] = (key, *fields[key])
     return cols
 
 

@@ -279,7 +279,10 @@ def export_lerobot(
                     stats[name] = feature_stats(values.reshape(length, -1) if values.ndim == 1 else values)
                 for name in sorted(stats, key=order.index):  # lerobot's order: info.json's features
                     for what, value in stats[name].items():
-                        row[f"stats/{name}/{what}"] = as_list(value)
+                        # a row of uint64 stays typed: as Python ints, 2**63 and more overflowed
+                        # arrow's int64 guess (a recording's random reset seeds)
+                        array = np.asarray(value)
+                        row[f"stats/{name}/{what}"] = array if array.dtype == np.uint64 else as_list(array)
                 row["meta/episodes/chunk_index"] = 0
                 row["meta/episodes/file_index"] = 0
                 total.add(row)

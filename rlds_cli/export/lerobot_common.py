@@ -255,7 +255,9 @@ def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np
     trunc = np.asarray(dataset.column("next/truncated")[rows]).reshape(length, -1).any(axis=1)
     columns["next.done"] = np.asarray(term | trunc, bool)
     success = np.asarray(dataset.column(plan.success_key)[rows]) if plan.success_key else term
-    columns["next.success"] = np.asarray(np.asarray(success, bool).reshape(length, -1).any(axis=1))
+    columns["next.success"] = np.asarray(success, bool).reshape(length, -1).any(axis=1)
+    # the last frame's flag is the ending readers take: the dataset's (a trim or downsample changes it)
+    columns["next.success"][-1:] = term[-1:]
     for k, name in plan.extra_names.items():
         columns[name] = np.asarray(dataset.column(k)[rows])
     frame_index = np.arange(length, dtype=np.int64)

@@ -4,11 +4,12 @@
 What is written (``docs/formats.md``, "robomimic / LIBERO / RoboCasa HDF5"):
 
 * One group ``data/demo_<N>`` per episode, in the dataset's order; ``N`` is the episode's source id
-  when those are distinct and >= 0 (a converted robomimic file keeps its demo names), else its
-  position.
+  when those rise and are >= 0 (a converted robomimic file keeps its demo names), else its
+  position (readers order demos by number).
 * ``actions`` (``action``), ``rewards`` (``next/reward``, one value a step), ``dones``
-  (``info/dones`` when the dataset has it, else ``next/terminated`` as int64, as robomimic writes
-  it), ``obs/<k>`` and ``next_obs/<k>`` (``observation/<k>``; another observation-like key ``K`` is
+  (``info/dones`` when the dataset has it, its last step made the episode's ending where they
+  disagree (a trimmed or downsampled dataset), else ``next/terminated`` as int64, as robomimic
+  writes it), ``obs/<k>`` and ``next_obs/<k>`` (``observation/<k>``; another observation-like key ``K`` is
   ``obs/K`` with ``/`` as ``_``; ``next_obs`` ends with the final observation, and is left out when
   no episode's final observation is known, as in a LIBERO file), and ``<k>`` for every other
   per-step key ``info/<k>`` (``states``, ``robot_states``, ...).
@@ -32,6 +33,7 @@ for them): where only some final observations are known, the unknown ones are ex
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -81,8 +83,11 @@ def _plan(dataset: Dataset) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def _demo_names(dataset: Dataset) -> list[str]:
+    """``demo_<source id>`` where the ids rise (the source's own names, e.g. a view of a robomimic
+    file), else ``demo_<position>``: robomimic's readers (and rlds's) order demos by number, so
+    any other ids (a merge's parts) would read back in another order."""
     ids = [int(i) for i in dataset.episode_index["source_id"]]
-    if all(i >= 0 for i in ids) and len(set(ids)) == len(ids):
+    if all(i >= 0 for i in ids) and all(a < b for a, b in itertools.pairwise(ids)):
         return [f"demo_{i}" for i in ids]
     return [f"demo_{i}" for i in range(len(ids))]
 
@@ -175,6 +180,10 @@ def export_robomimic(
                 batch = dataset.gather(np.arange(start + a, start + b), keys)
                 for key, target in targets.items():
                     target[a:b] = np.asarray(batch[key], target.dtype).reshape(b - a, *target.shape[1:])
+            if steps["dones"] == "info/dones":  # a demo whose last dones is not 0 reads as terminated
+                last = dataset.gather(np.array([start + length - 1]), ["next/terminated"])["next/terminated"]
+                if bool(np.asarray(targets["info/dones"][-1]).any()) != bool(last.any()):
+                    targets["info/dones"][-1] = int(last.any())
             grp.attrs["num_samples"] = length
             for key, value in dataset.episode_metadata(i, arrays).items():
                 prefix, _, what = key.partition("/")

@@ -574,3 +574,66 @@ def test_what_a_killed_export_left_is_removed_by_the_next(golden: Dataset, tmp_p
     export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
     export_dataset(golden, tmp_path / "td", "torchrl")
     assert not left_file.exists() and not left_dir.exists() and running.exists() and recent.exists()
+
+
+def test_a_replaced_export_folder_is_whole_at_every_moment(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--force`` deleted the old folder, then renamed the new one in: a kill in between left a
+    half-deleted OUT that read back as a smaller dataset. The old version is removed only once the
+    new one holds the name."""
+    import rlds_cli.export as export_module
+
+    out = tmp_path / "out"
+    export_dataset(golden, out, "torchrl")
+    (out / "old-marker").write_text("old")
+    seen: list[tuple[bool, bool]] = []
+    rmtree = export_module.shutil.rmtree
+
+    def watched(path: str | Path, *args: object, **kw: object) -> None:
+        seen.append(((out / "old-marker").exists(), out.is_dir() and any(out.iterdir())))
+        rmtree(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(export_module.shutil, "rmtree", watched)
+    export_dataset(golden, out, "torchrl", overwrite=True)
+    assert seen and all(not old and new for old, new in seen), seen  # OUT was the new export already
+    assert not (out / "old-marker").exists() and not list(tmp_path.glob(".out.*"))
+    convert(out, "back")
+    _same(golden, open_dataset("back"))
+
+
+def test_an_out_that_appears_during_the_export_is_kept(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether OUT existed was checked only when the export began: a folder made meanwhile was
+    deleted and replaced without --force."""
+    import rlds_cli.export as export_module
+
+    out = tmp_path / "out"
+    check_disk = export_module.check_disk
+
+    def then_appears(*args: object, **kw: object) -> None:
+        check_disk(*args, **kw)  # type: ignore[arg-type]
+        out.mkdir()
+        (out / "notes.txt").write_text("precious")
+
+    monkeypatch.setattr(export_module, "check_disk", then_appears)
+    result = runner.invoke(app, ["export", golden.name, str(out), "--to", "torchrl"])
+    assert result.exit_code == 1 and "appeared during the export" in result.stderr, result.output
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_link_or_an_empty_path_as_out_is_refused_before_any_work(golden: Dataset, tmp_path: Path) -> None:
+    """A link as OUT failed with 'unexpected OSError' (--force) or 'unexpected NotADirectoryError'
+    (dangling) once the whole export had run; an empty OUT was named as ''."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for out, to in (("link", "torchrl"), ("dangling", "torchrl"), ("dangling", "d4rl")):
+        result = runner.invoke(app, ["export", golden.name, str(tmp_path / out), "--to", to, "--force"])
+        assert result.exit_code == 1 and "is a symbolic link" in result.stderr, (out, result.output)
+        assert "unexpected" not in result.output
+    assert (tmp_path / "dangling").is_symlink() and list(target.iterdir()) == []
+    empty = runner.invoke(app, ["export", golden.name, "", "--to", "d4rl"])
+    assert empty.exit_code == 1 and "the export's path is empty" in empty.stderr, empty.output
