@@ -251,13 +251,14 @@ def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np
             columns[plan.names[k]] = np.asarray(dataset.column(k)[flat])
     columns["action"] = np.asarray(dataset.column("action")[rows])
     columns["next.reward"] = np.asarray(dataset.column("next/reward")[rows])
-    term = np.asarray(dataset.column("next/terminated")[rows]).reshape(length, -1).any(axis=1)
+    term = np.asarray(np.asarray(dataset.column("next/terminated")[rows]).reshape(length, -1).any(axis=1))
     trunc = np.asarray(dataset.column("next/truncated")[rows]).reshape(length, -1).any(axis=1)
     columns["next.done"] = np.asarray(term | trunc, bool)
     success = np.asarray(dataset.column(plan.success_key)[rows]) if plan.success_key else term
-    columns["next.success"] = np.asarray(success, bool).reshape(length, -1).any(axis=1)
+    flags = np.asarray(np.asarray(success, bool).reshape(length, -1).any(axis=1))
     # the last frame's flag is the ending readers take: the dataset's (a trim or downsample changes it)
-    columns["next.success"][-1:] = term[-1:]
+    flags[-1:] = term[-1:]
+    columns["next.success"] = flags
     for k, name in plan.extra_names.items():
         columns[name] = np.asarray(dataset.column(k)[rows])
     frame_index = np.arange(length, dtype=np.int64)
