@@ -55,6 +55,7 @@ from rlds_cli.formats.hdf5_util import (
     is_hdf5_name,
     open_hdf5,
     read_error,
+    read_rows,
     to_jsonable,
 )
 from rlds_cli.formats.npz_util import NpzAsH5, NpzColumn, npz_names
@@ -274,16 +275,8 @@ class D4RLReader(Reader):
 
     def _read(self, key: str, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         dataset = self._dataset(key)
-        if key in self._inflated:
-            try:
-                return self._chunk_rows.read(dataset, start, stop, out)
-            except (OSError, RuntimeError, ValueError):
-                pass  # a sparse or damaged chunk: h5py reads it (the fill value) or names the damage
         try:
-            if out is None:
-                return np.asarray(dataset[start:stop])
-            dataset.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
-            return out
+            return read_rows(self._chunk_rows, dataset, start, stop, out, inflated=key in self._inflated)
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, key, exc) from exc
 

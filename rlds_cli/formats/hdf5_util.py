@@ -11,7 +11,9 @@ HDF5's chunk index, read once per dataset; ``os.pread`` releases the GIL, where
 
 It serves only datasets it reproduces exactly (:func:`inflatable`): chunked, deflate as the only
 filter, a plain numeric dtype, every chunk of the range allocated; anything else is read by h5py.
-A chunk that does not inflate to its full size raises the same ``OSError`` h5py raises.
+A chunk that does not inflate to its full size raises :class:`ChunkDamageError` (an ``OSError``):
+HDF5 itself does not check that size, and h5py returns such a chunk's rows from uninitialised memory,
+so a reader never falls back to h5py for it.
 """
 
 from __future__ import annotations
@@ -310,13 +312,19 @@ def collect_metadata(group: Any, prefix: str, meta: dict[str, Any], arrays: dict
     group.visititems(visit)
 
 
+class ChunkDamageError(OSError):
+    """A stored chunk that does not hold its rows: its bytes do not inflate, inflate to another size,
+    or lie past the end of the file."""
+
+
 def inflate(raw: bytes, size: int) -> bytearray:
     """The ``size`` bytes a zlib stream (HDF5's deflate filter) holds, inflated by libdeflate (1.3-1.7x
-    zlib's rate; releases the GIL). Raises ``OSError`` on a damaged stream."""
+    zlib's rate; releases the GIL; never more than ``size``). Raises :class:`ChunkDamageError` on a
+    damaged stream."""
     try:
         return zlib_decompress(raw, size)
     except DeflateError as exc:
-        raise OSError(f"the compressed bytes do not inflate ({exc})") from exc
+        raise ChunkDamageError(f"the compressed bytes do not inflate to {size} bytes ({exc})") from exc
 
 
 #: Dtype kinds served: bool, signed and unsigned integers, floats (fixed size, any byte order).
@@ -394,6 +402,31 @@ class _Layout:
         if stored is None:
             raise OSError(f"chunk {offset} of {self.name} is not allocated")
         return self.fd, stored, self.chunks, self.dtype, f"chunk {offset} of {self.name}"
+
+
+def read_rows(
+    reader: ChunkRows, dataset: Any, start: int, stop: int, out: np.ndarray | None = None, *, inflated: bool
+) -> np.ndarray:
+    """Rows ``start:stop`` of an h5py ``dataset`` (into ``out`` when given): by ``reader`` where it
+    serves the dataset (``inflated``: :func:`inflatable`), else, and for a chunk it does not serve
+    (sparse: the fill value), by h5py.
+
+    Raises:
+        ChunkDamageError: A chunk does not hold its rows (h5py would return them from uninitialised
+            memory).
+        OSError, RuntimeError: h5py's, for damage it finds.
+    """
+    if inflated:
+        try:
+            return reader.read(dataset, start, stop, out)
+        except ChunkDamageError:
+            raise
+        except (OSError, RuntimeError, ValueError):
+            pass  # a sparse chunk, or an index it cannot walk: h5py reads the fill value or names it
+    if out is None:
+        return np.asarray(dataset[start:stop])
+    dataset.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
+    return out
 
 
 class ChunkRows:
@@ -521,10 +554,13 @@ def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, wh
     raw = os.pread(fd, stored.size, stored.address)
     size = int(np.prod(chunks)) * dtype.itemsize
     if len(raw) != stored.size:
-        raise OSError(f"{what}: the file ends inside it")
-    data = inflate(raw, size) if stored.deflated else raw
+        raise ChunkDamageError(f"{what}: the file ends inside it")
+    try:
+        data = inflate(raw, size) if stored.deflated else raw
+    except ChunkDamageError as exc:
+        raise ChunkDamageError(f"{what}: {exc}") from None
     if len(data) != size:
-        raise OSError(f"{what} holds {len(data)} bytes, not {size}")
+        raise ChunkDamageError(f"{what} holds {len(data)} bytes, not {size}")
     return np.frombuffer(data, dtype).reshape(chunks)
 
 

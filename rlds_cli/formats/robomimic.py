@@ -63,10 +63,13 @@ from rlds_cli.formats.base import (
 )
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import (
+    ChunkRows,
     hdf5_top_keys,
+    inflatable,
     is_hdf5_name,
     open_hdf5,
     read_error,
+    read_rows,
     to_jsonable,
     unwritten_chunks,
 )
@@ -352,10 +355,11 @@ class RobomimicReader(Reader):
         self.block_rows = block_rows
         self.report = ConversionReport(rules="robomimic-v1")
         self._file = open_hdf5(self.path)
+        self._chunk_rows = ChunkRows(threads=1)  # gzip chunks inflated at their exact size
         try:
             self._plan()
         except BaseException:
-            self._file.close()
+            self.close()
             raise
 
     # ------------------------------------------------------------------ planning
@@ -520,6 +524,7 @@ class RobomimicReader(Reader):
         return arrays
 
     def close(self) -> None:
+        self._chunk_rows.close()
         self._file.close()
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[StepBlock]:
@@ -550,8 +555,9 @@ class RobomimicReader(Reader):
             )
 
     def _read(self, nodes: dict[str, Any], demo: _Demo, key: str, a: int, b: int) -> np.ndarray:
+        node = nodes[key]
         try:
-            return np.asarray(nodes[key][a:b])
+            return read_rows(self._chunk_rows, node, a, b, inflated=inflatable(node))
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, f"data/{demo.name}/{key}", exc) from exc
 
