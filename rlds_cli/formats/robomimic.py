@@ -96,7 +96,7 @@ def parse_json(value: Any) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
 
 
@@ -109,8 +109,10 @@ class DemoTexts:
     ranges: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def add(self, episode: int, attr: str, text: str | None) -> None:
-        """Record ``text`` (``None``: the demo has none) for episode ``episode``."""
+        """Record ``text`` (``None``: the demo has none) for episode ``episode`` (once: one row each)."""
         rows = self.ranges.setdefault(attr, [])
+        if len(rows) > episode:
+            raise ValueError(f"attribute {attr!r} of episode {episode} recorded twice")
         rows.extend([(-1, -1)] * (episode - len(rows)))  # demos before that had none
         if text is None:
             rows.append((-1, -1))
@@ -221,7 +223,8 @@ class DemoMeta:
             text = _text(value)
             if text is not None:
                 self.texts.add(episode, attr, text)
-                if attr == "ep_meta":  # RoboCasa: the task's language instruction
+                # RoboCasa: the task's language instruction (a demo's own lang attribute is kept instead)
+                if attr == "ep_meta" and "lang" not in group.attrs:
                     meta = parse_json(text)
                     lang = meta.get("lang") if isinstance(meta, dict) else None
                     self.texts.add(episode, "lang", lang if isinstance(lang, str) else None)

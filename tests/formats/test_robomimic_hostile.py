@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import SourceFormatError
@@ -80,3 +81,41 @@ def test_from_the_cli(tmp_path: Path) -> None:
     CacheRoot().path.mkdir(parents=True, exist_ok=True)
     result = CliRunner().invoke(app, ["download", str(_edited(tmp_path, "huge_demo")), "--name", "bad"])
     refused(result, "demo number past 2**63 - 1", hint=True)
+
+
+def _demos(path: Path, attrs: dict[int, dict[str, str]]) -> Path:
+    with h5py.File(path, "w") as f:
+        for i in range(3):
+            demo = f.create_group(f"data/demo_{i}")
+            demo["actions"], demo["rewards"] = np.full((2, 2), float(i)), np.zeros(2)
+            demo["dones"], demo["obs/x"] = np.zeros(2, "i8"), np.zeros((2, 1))
+            demo.attrs.update(attrs.get(i, {}))
+    return path
+
+
+def test_a_demos_own_lang_and_its_ep_meta_make_one_row(tmp_path: Path) -> None:
+    """A demo with both an ``ep_meta`` holding ``lang`` and its own ``lang`` attribute added two rows
+    for one episode: every later demo's instruction was the one before it."""
+    path = _demos(
+        tmp_path / "l.hdf5",
+        {
+            0: {"ep_meta": '{"lang": "open the drawer"}', "lang": "open the drawer (own)"},
+            1: {"ep_meta": '{"lang": "close the fridge"}'},
+            2: {"model_file": "<xml/>"},
+        },
+    )
+    convert(path, "l")
+    ds = open_dataset("l")
+    langs = [ds.episode_metadata(i).get("robomimic/lang") for i in range(3)]
+    assert langs == ["open the drawer (own)", "close the fridge", None]
+
+
+def test_json_nested_past_the_parsers_depth_is_kept_as_text(tmp_path: Path) -> None:
+    """``env_args`` of 100,000 nested lists was 'unexpected RecursionError'."""
+    deep = "[" * 100_000 + "]" * 100_000
+    path = _demos(tmp_path / "d.hdf5", {1: {"ep_meta": deep}})
+    with h5py.File(path, "a") as f:
+        f["data"].attrs["env_args"] = deep
+    convert(path, "d")
+    ds = open_dataset("d")
+    assert ds.num_episodes == 3
