@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -117,12 +118,18 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
     from h5py import h5d, h5l
 
     problems: list[str] = []
+    not_text: list[bytes] = []
     seen: dict[int, bytes] = {}  # object address -> the first link that reached it
     hard = h5l.TYPE_HARD
 
     # the visitor only records: an exception inside it surfaces as SystemError, and a non-None
     # return stops the visit
     def link(name: bytes, info: Any) -> int | None:
+        try:
+            name.decode("utf-8")
+        except UnicodeDecodeError:  # h5py hands such a name out as bytes, which no reader expects
+            not_text.append(name)
+            return 1
         if info.type == hard:
             first = seen.setdefault(info.u, name)
             if first != name:
@@ -149,6 +156,11 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
             f"{path} is damaged: HDF5 cannot walk its groups ({_first_line(exc)})",
             hint="re-download the file ('rlds download ID --force')",
         ) from None
+    if not_text:
+        raise SourceFormatError(
+            f"{path}: the HDF5 name {not_text[0]!r} is not UTF-8 text",
+            hint="rename it in the file (h5py: f.move(OLD, NEW)) with a name of UTF-8 text",
+        )
     if problems:
         raise untrusted.UnsafeSourceError(
             f"{path}: {problems[0]}; rlds reads only data stored in the file itself, reached by hard links"
@@ -158,9 +170,11 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
         for name in seen.values():
             try:
                 dsid = h5d.open(f.id, name)
-            except (KeyError, ValueError, TypeError):  # a group, or a named datatype
+            except (ValueError, TypeError):  # an object h5py has no dataset class for
                 continue
-            except RuntimeError as exc:  # damaged metadata
+            except (KeyError, RuntimeError) as exc:  # KeyError: also damaged metadata (a dataspace)
+                if "not a dataset" in str(exc):  # a group, or a named datatype
+                    continue
                 raise SourceFormatError(
                     f"{path} is damaged: HDF5 cannot open {_text(name)!r} ({_first_line(exc)})",
                     hint="re-download the file ('rlds download ID --force')",
@@ -262,6 +276,19 @@ def _text(raw: bytes | str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+@contextmanager
+def damage_named(path: Path) -> Iterator[None]:
+    """Turn h5py's ``RuntimeError`` for damaged metadata (a checksum, a link table, an attribute
+    message) met in the body into one :class:`SourceFormatError` naming ``path``."""
+    try:
+        yield
+    except RuntimeError as exc:
+        raise SourceFormatError(
+            f"{path} is damaged: HDF5 cannot read its structure ({_first_line(exc)})",
+            hint="re-download the file ('rlds download ID --force')",
+        ) from None
 
 
 def read_error(path: Path, key: str, exc: BaseException) -> SourceFormatError:

@@ -64,6 +64,7 @@ from rlds_cli.formats.base import (
 from rlds_cli.formats.base import column as _column
 from rlds_cli.formats.hdf5_util import (
     ChunkRows,
+    damage_named,
     hdf5_top_keys,
     inflatable,
     is_hdf5_name,
@@ -82,8 +83,8 @@ JSON_ATTRS = ("env_args", "problem_info")
 def _text(value: Any) -> str | None:
     """An attribute as text (h5py gives ``str`` for variable-length strings, ``bytes`` for fixed-width),
     or ``None``."""
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # a UTF-8 attribute of bytes that are not UTF-8 arrives with surrogates
+        return value.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
     if isinstance(value, bytes | np.bytes_):
         return bytes(value).decode("utf-8", errors="replace")
     return None
@@ -286,7 +287,7 @@ def sniff(path: Path) -> bool:
     import h5py
 
     try:
-        with h5py.File(path, "r") as f:
+        with h5py.File(path, "r") as f, damage_named(path):
             data = f.get("data")
             return isinstance(data, h5py.Group) and any(k.startswith("demo_") for k in data)
     except OSError:
@@ -360,7 +361,8 @@ class RobomimicReader(Reader):
         self._file = open_hdf5(self.path)
         self._chunk_rows = ChunkRows(threads=1)  # gzip chunks inflated at their exact size
         try:
-            self._plan()
+            with damage_named(self.path):
+                self._plan()
         except BaseException:
             self.close()
             raise
@@ -535,12 +537,13 @@ class RobomimicReader(Reader):
         demo's datasets as it is read."""
         packer = BlockPacker(self.block_rows, block_bytes=_BLOCK_BYTES)
         for demo in self.demos:
-            length, nodes = self._check_demo(demo.name)
-            if length == 0:
-                self.report.dropped_episodes += 1
-                continue
-            self._admitted.append(demo.name)
-            self._meta.add(self._data[demo.name], self.path, demo.name)
+            with damage_named(self.path):
+                length, nodes = self._check_demo(demo.name)
+                if length == 0:
+                    self.report.dropped_episodes += 1
+                    continue
+                self._admitted.append(demo.name)
+                self._meta.add(self._data[demo.name], self.path, demo.name)
             for a in range(0, length, self._piece_rows):
                 b = min(length, a + self._piece_rows)
                 yield from packer.add(self._piece(demo, nodes, a, b))

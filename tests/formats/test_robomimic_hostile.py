@@ -119,3 +119,41 @@ def test_json_nested_past_the_parsers_depth_is_kept_as_text(tmp_path: Path) -> N
     convert(path, "d")
     ds = open_dataset("d")
     assert ds.num_episodes == 3
+
+
+@pytest.mark.parametrize(
+    ("offset", "mask"), [(1415, 0x80), (42480, 0xFF), (38704, 0x80), (28353, 0x80), (37950, 0x1)]
+)
+def test_damaged_metadata_is_named_as_damage(tmp_path: Path, offset: int, mask: int) -> None:
+    """One flipped byte in the fixture's HDF5 metadata (a link table, an attribute message, an
+    object header, a dataspace) was 'unexpected RuntimeError' or was taken for a group and skipped."""
+    data = bytearray(IMAGE.read_bytes())
+    data[offset] ^= mask
+    path = tmp_path / "flipped.hdf5"
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(app, ["download", str(path), "--name", "x"])
+    refused(result, f"{path} is damaged: HDF5 cannot", hint=True, published=())
+
+
+@pytest.mark.usefixtures("consoles")
+@pytest.mark.console_widths(400, 400)
+@pytest.mark.parametrize("where", ["obs", "mask", "demo"])
+def test_a_name_that_is_not_utf8_is_named(tmp_path: Path, where: str) -> None:
+    """h5py hands such names out as bytes: 'unexpected TypeError' in three places."""
+    path = tmp_path / "names.hdf5"
+    shutil.copy(IMAGE, path)
+    with h5py.File(path, "a") as f:
+        if where == "obs":
+            f["data/demo_0/obs"].create_dataset(
+                b"x\xff", data=np.zeros((f["data/demo_0/actions"].shape[0], 1))
+            )
+        elif where == "mask":
+            f["mask"].create_dataset(b"tr\xffain", data=np.array([b"demo_0"]))
+        else:
+            f.move("data/demo_1", b"data/demo_1\xff")
+    refused(
+        CliRunner().invoke(app, ["download", str(path), "--name", "x"]),
+        "is not UTF-8 text",
+        hint=True,
+        published=(),
+    )
