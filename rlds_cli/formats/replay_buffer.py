@@ -26,6 +26,8 @@ JPEG-XL image per chunk (numcodecs id ``imagecodecs_jpegxl``). Rules (``docs/for
 
 from __future__ import annotations
 
+import re
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -61,6 +63,8 @@ BLOCK_ROWS = 1 << 16
 UMI_ACTION = "umi"
 #: UMI's action parts per robot, in its sampler's order (``diffusion_policy/common/sampler.py``).
 UMI_ACTION_PARTS = ("eef_pos", "eef_rot_axis_angle", "gripper_width")
+#: The name of one of them: ``robot<i>_<part>``.
+_UMI_PART = re.compile(rf"robot(\d+)_({'|'.join(UMI_ACTION_PARTS)})")
 EPISODE_ENDS = "meta/episode_ends"
 
 
@@ -72,13 +76,11 @@ def _store_kind(path: Path) -> str | None:
             if all((path / k).is_file() for k in (".zgroup", "data/.zgroup", "meta/.zgroup")):
                 return "dir"
         elif path.name.lower().endswith(".zip") and is_zip(path):
-            import zipfile
-
             with zipfile.ZipFile(path) as zf:
                 names = set(zf.namelist())
             if {".zgroup", "data/.zgroup", "meta/.zgroup"} <= names:
                 return "zip"
-    except OSError:
+    except (OSError, zipfile.BadZipFile):  # (a damaged central directory: named by the reader)
         return None
     return None
 
@@ -307,9 +309,9 @@ class ReplayBufferReader(Reader):
             )
 
     def _plan_action(self, action_key: str | None) -> None:
-        umi_keys = self._umi_action_keys()
         if action_key is None:
-            action_key = "action" if "action" in self.arrays else UMI_ACTION if umi_keys else None
+            umi = any(_UMI_PART.fullmatch(k) for k in self.arrays)
+            action_key = "action" if "action" in self.arrays else UMI_ACTION if umi else None
         if action_key is None:
             raise SourceFormatError(
                 f"{self.path}: no data/action array and no UMI robot keys (robot0_eef_pos...): which array "
@@ -317,6 +319,7 @@ class ReplayBufferReader(Reader):
                 hint="pass --option action_key=KEY (a data array), or action_key=umi",
             )
         if action_key == UMI_ACTION:
+            umi_keys = self._umi_action_keys()
             if not umi_keys:
                 raise SourceFormatError(
                     f"{self.path}: action_key=umi needs UMI's robot<i>_eef_pos, robot<i>_eef_rot_axis_angle "
@@ -361,13 +364,25 @@ class ReplayBufferReader(Reader):
         self.observed = observed
 
     def _umi_action_keys(self) -> list[str]:
-        """UMI's action arrays present, in its sampler's order: per robot, pose, rotation, gripper width."""
-        keys: list[str] = []
-        robot = 0
-        while f"robot{robot}_eef_pos" in self.arrays:
-            keys += [f"robot{robot}_{p}" for p in UMI_ACTION_PARTS if f"robot{robot}_{p}" in self.arrays]
-            robot += 1
-        return keys
+        """UMI's action arrays, in its sampler's order: per robot, pose, rotation, gripper width.
+
+        Raises:
+            SourceFormatError: A robot lacks one of them, or robots are numbered with a gap (the
+                action would be built of the parts present, its columns shifted).
+        """
+        robots = sorted({int(m.group(1)) for k in self.arrays if (m := _UMI_PART.fullmatch(k))})
+        wanted = [
+            f"robot{robot}_{p}" for robot in range(max(robots, default=-1) + 1) for p in UMI_ACTION_PARTS
+        ]
+        missing = [k for k in wanted if k not in self.arrays]
+        if missing:
+            raise SourceFormatError(
+                f"{self.path}: UMI's action needs data/{', data/'.join(missing)} (robots "
+                f"{', '.join(map(str, robots))} have some of robot<i>_eef_pos, _eef_rot_axis_angle and "
+                "_gripper_width); its columns would shift",
+                hint="check that the buffer is whole, or pass --option action_key=KEY naming one data array",
+            )
+        return wanted
 
     def _check_chunks(self) -> None:
         for a in self.arrays.values():
@@ -381,14 +396,16 @@ class ReplayBufferReader(Reader):
 
     # ------------------------------------------------------------------ reading
 
-    def _read(self, array: Any, key: str, start: int, stop: int) -> np.ndarray:
+    def _read(self, array: Any, key: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of ``array`` (``None``: all of it)."""
         try:
-            return np.asarray(array[start:stop])
+            return np.asarray(array[...] if start is None else array[start:stop])
         except RldsError:
             raise
         except Exception as exc:  # a codec's error on a damaged chunk: any class
+            rows = f" rows {start}:{stop}" if start is not None else ""
             raise SourceFormatError(
-                f"{self.path}: {key} rows {start}:{stop} cannot be read: a chunk does not decode "
+                f"{self.path}: {key}{rows} cannot be read: a chunk does not decode "
                 f"({type(exc).__name__}: {exc})",
                 hint="the store is damaged: fetch or write it again",
             ) from None
@@ -448,7 +465,7 @@ class ReplayBufferReader(Reader):
             if not is_numeric(array.dtype):
                 continue
             check_side_array(self.path, f"meta/{key}", shape, array.dtype)
-            out[f"replay_buffer/meta/{key}"] = np.asarray(array[...])
+            out[f"replay_buffer/meta/{key}"] = self._read(array, f"meta/{key}")
         return out
 
     def close(self) -> None:

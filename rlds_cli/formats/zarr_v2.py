@@ -10,6 +10,7 @@ Every chunk is decoded into at most its own size (:class:`BoundedChunkDecoder`).
 from __future__ import annotations
 
 import bz2
+import contextlib
 import json
 import lzma
 import math
@@ -81,7 +82,12 @@ class ZarrV2Store:
                     raise ValueError(f"{file.stat().st_size:,} bytes")
                 raw = file.read_bytes()
             value = json.loads(raw)
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        except (
+            OSError,
+            ValueError,
+            zipfile.BadZipFile,
+            NotImplementedError,
+        ) as exc:  # (an unknown zip method)
             raise SourceFormatError(
                 f"{self.path}: {key} is not a readable zarr metadata file ({exc})"
             ) from None
@@ -93,18 +99,32 @@ class ZarrV2Store:
         """Names of the arrays and groups directly in ``group`` (``data``), sorted."""
         prefix = f"{group}/"
         found: set[str] = set()
+        holding: set[str] = set()  # entries holding anything (an array without metadata: damage)
         if self._names is not None:
             for name in self._names:
                 if name.startswith(prefix):
                     rest = name[len(prefix) :].split("/")
+                    if len(rest) >= 2:
+                        holding.add(rest[0])
                     if len(rest) >= 2 and rest[1] in (".zarray", ".zgroup"):
                         found.add(rest[0])
         else:
             folder = self.path / group
             if folder.is_dir():
-                found = {
-                    p.name for p in folder.iterdir() if (p / ".zarray").is_file() or (p / ".zgroup").is_file()
-                }
+                for p in folder.iterdir():
+                    if (p / ".zarray").is_file() or (p / ".zgroup").is_file():
+                        found.add(p.name)
+                    elif p.is_dir():
+                        with contextlib.suppress(OSError):  # unreadable: named where it is read
+                            if any(p.iterdir()):
+                                holding.add(p.name)
+        orphans = sorted(holding - found)
+        if orphans:
+            raise SourceFormatError(
+                f"{self.path}: {prefix}{orphans[0]} holds files but no readable .zarray or .zgroup (its zarr "
+                "metadata): the store is damaged",
+                hint="copy the store again from its source",
+            )
         return sorted(found)
 
     def missing_chunks(self, array: str, meta: dict[str, Any]) -> tuple[int, int]:

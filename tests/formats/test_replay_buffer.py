@@ -476,3 +476,56 @@ def test_a_chunk_larger_than_its_chunk_is_never_cut_to_fit(tmp_path: Path, codec
     )
     (store / "data" / "img" / "1.0.0.0").write_bytes(new.encode(np.zeros(1 << 20, np.uint8)))
     refused(download(store, "bad"), "data/img rows", "does not decode", published=("exact",))
+
+
+def _unzipped(name: str, tmp_path: Path) -> Path:
+    store = tmp_path / name.removesuffix(".zip")
+    with zipfile.ZipFile(FIXTURES / name) as zf:
+        zf.extractall(store)
+    return store
+
+
+@pytest.mark.parametrize("gone", ["robot0_eef_rot_axis_angle", "robot1_gripper_width", "robot1_*"])
+def test_umis_action_with_a_part_missing_is_refused(tmp_path: Path, gone: str) -> None:
+    """The action was built of the parts present (11 wide instead of 14, robot 1's columns shifted
+    left), said only in a note; a robot missing altogether made robot 2's arrays observations."""
+    store = _unzipped("umi.zarr.zip", tmp_path)
+    for folder in store.glob(f"data/{gone}"):
+        shutil.rmtree(folder)
+    if gone == "robot1_*":  # robots 0 and 2: robot 1 gone
+        for folder in store.glob("data/robot0_*"):
+            shutil.copytree(folder, folder.with_name(folder.name.replace("robot0", "robot2")))
+        gone = "robot1_eef_pos"
+    refused(download(store, "bad"), "UMI's action needs data/", gone, published=())
+
+
+def test_an_array_whose_metadata_is_lost_is_named(tmp_path: Path) -> None:
+    """An array folder with chunks but no .zarray (deleted, or a dangling link) was left out of the
+    dataset without a word."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    (store / "data" / "state" / ".zarray").unlink()
+    refused(download(store, "bad"), "data/state holds files but no readable .zarray", published=())
+    (store / "data" / "state" / ".zarray").symlink_to(tmp_path / "nowhere")
+    refused(download(store, "bad"), "data/state holds files but no readable .zarray", published=())
+
+
+def test_damaged_zip_structures_and_meta_chunks_are_named(tmp_path: Path) -> None:
+    """Each was 'unexpected ...': a central directory's signature (BadZipFile), a member's unknown
+    compression method (NotImplementedError), a meta/ array's damaged chunk (ValueError)."""
+    data = bytearray((FIXTURES / "pusht.zarr.zip").read_bytes())
+    first = data.find(b"PK\x01\x02")  # the central directory's first entry
+    bad = tmp_path / "cd.zarr.zip"
+    bad.write_bytes(bytes(data[:first] + b"PX" + data[first + 2 :]))
+    refused(download(bad, "bad"), "cd.zarr.zip as a zip archive", published=())
+    store = copy_fixture("pusht.zarr", tmp_path)
+    meta = store / "meta" / "extra"
+    meta.mkdir()
+    (meta / ".zarray").write_text(
+        json.dumps({
+            "zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<f8", "order": "C", "fill_value": 0,
+            "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},
+            "filters": None,
+        })
+    )  # fmt: skip
+    (meta / "0").write_bytes(b"\x02\x01\x21\x08")  # cut inside its blosc header
+    refused(download(store, "bad"), "meta/extra cannot be read: a chunk does not decode", published=())
