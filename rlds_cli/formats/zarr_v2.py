@@ -194,7 +194,14 @@ class ZarrV2Store:
 
         meta = array.metadata
         assert isinstance(meta, ArrayV2Metadata)  # opened with zarr_format=2
-        if meta.compressor is None or meta.filters:  # filters change the compressor's output size
+        if meta.filters:  # a filter's output size is its own: no bound holds (a zlib filter inflated 3 GB)
+            names = ", ".join(str(getattr(f, "codec_id", f)) for f in meta.filters)
+            raise SourceFormatError(
+                f"{self.path}: the array {key} decodes through zarr filters ({names}); rlds reads arrays "
+                "with a compressor alone, as diffusion_policy and UMI write them",
+                hint="rewrite the array without filters (zarr: filters=None), or convert it yourself",
+            )
+        if meta.compressor is None:
             return array
 
         bounded = BoundedChunkDecoder(meta.compressor, meta.chunks, meta.dtype.to_native_dtype())

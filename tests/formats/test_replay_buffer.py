@@ -529,3 +529,14 @@ def test_damaged_zip_structures_and_meta_chunks_are_named(tmp_path: Path) -> Non
     )  # fmt: skip
     (meta / "0").write_bytes(b"\x02\x01\x21\x08")  # cut inside its blosc header
     refused(download(store, "bad"), "meta/extra cannot be read: a chunk does not decode", published=())
+
+
+def test_an_array_decoded_through_filters_is_refused_before_decoding(tmp_path: Path) -> None:
+    """A filter's output size is its own: a zlib filter (no compressor) took the bounded decoder
+    out of the way, and a 1.5 MB chunk inflated to gigabytes before its size was checked."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    zarray = store / "data" / "state" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta.update(compressor=None, filters=[{"id": "zlib", "level": 1}])
+    zarray.write_text(json.dumps(meta))
+    refused(download(store, "bad"), "data/state decodes through zarr filters (zlib)", published=())
