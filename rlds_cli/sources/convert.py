@@ -32,6 +32,7 @@ from rlds_cli.errors import (
     ChecksumMismatchError,
     ConversionError,
     DatasetExistsError,
+    InvalidSelectionError,
     RldsError,
     SourceError,
     SourceFormatError,
@@ -557,6 +558,18 @@ def _build(
         for block in _without_empty_rows(blocks, shown, reader.report.notes):
             _count_nans(block, nan_counts)
             builder.append(block)
+        if (
+            builder.num_steps == 0
+            and episodes is not None
+            and start == 0
+            and record.episodes_seen <= episodes[0]
+        ):
+            first, stop = episodes
+            raise InvalidSelectionError(
+                f"episodes {first}:{'' if stop is None else stop} selects none of the {record.episodes_seen} "
+                f"episodes of {shown}",
+                hint="episodes are counted from 0 in the source's order: pick a range inside it",
+            )
         if builder.num_steps == 0:
             raise SourceFormatError(
                 f"{shown} holds no complete transition (every row's next observation is unknown)",

@@ -157,3 +157,11 @@ def test_a_name_that_is_not_utf8_is_named(tmp_path: Path, where: str) -> None:
         hint=True,
         published=(),
     )
+
+
+@pytest.mark.usefixtures("consoles")
+@pytest.mark.console_widths(400, 400)
+def test_episodes_past_the_end_are_named_as_such(tmp_path: Path) -> None:
+    """``--episodes 10:20`` of a 4-demo file said it 'holds no complete transition'."""
+    result = CliRunner().invoke(app, ["download", str(IMAGE), "--name", "x", "--episodes", "10:20"])
+    refused(result, "episodes 10:20 selects none of the 4 episodes of", hint=True, published=())
