@@ -378,8 +378,8 @@ def test_what_a_user_function_prints_never_corrupts_json(workers: str) -> None:
 
 def test_gc_names_failed_jobs_and_collects_them_with_jobs() -> None:
     make_dataset("src", [30] * 8)
-    failed = rlds(
-        "preprocess", "src", "--fn", f"{FNS}:always_raises", "--name", "out", "--chunk-steps", "40", "-w", "1"
+    failed = rlds(  # past its schema inference (a function failing there leaves no job folder)
+        "preprocess", "src", "--fn", f"{FNS}:raises", "--name", "out", "--chunk-steps", "40", "-w", "1"
     )
     assert failed.returncode == 1
     (job,) = CacheRoot().tmp_dir.glob("out.job-*")
